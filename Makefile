@@ -1,0 +1,168 @@
+# fednode - build, test, bench and install.
+# `make` builds fednode (and libfedcuda.so when nvcc is found); `make test`
+# runs every unit and integration test; `make asan` the unit tests under
+# ASan + UBSan; `make demo` installs what is missing and runs the main job.
+# Layout conventions this file relies on (so a new module needs no edit here):
+#   <module>/*.c            library code, into build/libfednode.a
+#   node/fednode.c, sim/fedsim.c   the programs' main()s
+#   tests/test_*.c          one cmocka binary per module, run by `make test`
+#   tests/test_*.sh         process tests, run by `make test` after the binaries
+#   tests/long_*.{c,sh}     `make test-long`
+#   tests/fuzz/fuzz_*.c     libFuzzer targets (`make fuzz`); in `make test` each
+#                           replays its corpus through tests/fuzz/replay.c
+#   bench/bench_*.c         `make bench`
+
+PREFIX  ?= /usr/local
+DESTDIR ?=
+CC      ?= cc
+ifeq ($(origin CC),default)
+CC      := cc
+endif
+BUILD   ?= build
+V       ?= 0
+Q       := $(if $(filter 1,$(V)),,@)
+
+BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
+BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
+
+WARN    := -Wall -Wextra -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 -Werror
+OPT     ?= -O2
+CFLAGS  ?=
+CFLAGS  += -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -I. $(BLAS_CFLAGS) -MMD -MP -pthread
+LDLIBS  := $(BLAS_LIBS) -lsodium -lnng -lsqlite3 -linih -lz -lcmocka -ldl -lm -pthread
+CORE_LDLIBS := $(BLAS_LIBS) -linih -lz -ldl -lm -pthread
+
+MODULES   := core model crypto gossip storage node sim
+PROG_SRCS := node/fednode.c sim/fedsim.c
+LIB_SRCS  := $(filter-out $(PROG_SRCS),$(wildcard $(addsuffix /*.c,$(MODULES))))
+LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
+LIB       := $(BUILD)/libfednode.a
+PROGS     := $(foreach p,$(PROG_SRCS),$(if $(wildcard $(p)),$(notdir $(p:.c=))))
+
+TEST_SRCS  := $(wildcard tests/test_*.c)
+TEST_BINS  := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
+TEST_SH    := $(wildcard tests/test_*.sh)
+LONG_SRCS  := $(wildcard tests/long_*.c)
+LONG_BINS  := $(LONG_SRCS:tests/%.c=$(BUILD)/tests/%)
+LONG_SH    := $(wildcard tests/long_*.sh)
+BENCH_SRCS := $(wildcard bench/bench_*.c)
+BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
+FUZZ_SRCS  := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_NAMES := $(FUZZ_SRCS:tests/fuzz/%.c=%)
+REPLAY_BINS:= $(FUZZ_NAMES:%=$(BUILD)/tests/replay_%)
+TESTLIB_SRCS := $(wildcard tests/support/*.c)
+TESTLIB_OBJS := $(TESTLIB_SRCS:%.c=$(BUILD)/%.o)
+
+# ---- CUDA: nvcc on PATH, then /usr/local/cuda/bin ----
+NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_SRCS := $(wildcard cuda/*.cu)
+CUDA_PLUGIN := $(if $(and $(NVCC),$(CUDA_SRCS)),$(BUILD)/libfedcuda.so)
+
+.PHONY: all test test-unit test-long asan tsan bench fuzz demo deps install clean \
+        check-tools gpu-bundle
+
+all: check-tools $(PROGS) $(CUDA_PLUGIN)
+
+check-tools:
+	@printf 'fednode build: cc %s, nvcc %s\n' "$$($(CC) -dumpversion 2>/dev/null)" \
+	  "$(if $(NVCC),✓ $(NVCC),✗ (CUDA plugin skipped))"
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	@echo "  CC    $<"
+	$(Q)$(CC) $(CFLAGS) -c $< -o $@
+
+$(LIB): $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+fednode: $(BUILD)/node/fednode.o $(LIB)
+	@echo "  LD    $@"
+	$(Q)$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) -rdynamic
+
+fedsim: $(BUILD)/sim/fedsim.o $(LIB)
+	@echo "  LD    $@"
+	$(Q)$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(TESTLIB_OBJS) $(LIB)
+	@echo "  LD    $@"
+	$(Q)$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIB)
+	@echo "  LD    $@"
+	$(Q)$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/tests/replay_%: $(BUILD)/tests/fuzz/%.o $(BUILD)/tests/fuzz/replay.o $(LIB)
+	@echo "  LD    $@"
+	$(Q)$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+# ---- tests ----
+test: all $(TEST_BINS) $(REPLAY_BINS)
+	$(Q)BUILD=$(BUILD) sh tests/run.sh $(TEST_BINS) $(REPLAY_BINS) $(TEST_SH)
+
+test-long: all $(LONG_BINS)
+	$(Q)BUILD=$(BUILD) LONG=1 sh tests/run.sh $(LONG_BINS) $(LONG_SH)
+
+# ASan + UBSan with clang over the unit tests (process tests stay in `make test`).
+asan:
+	$(Q)$(MAKE) --no-print-directory BUILD=build-asan CC=clang OPT=-O1 \
+	  CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
+	  build-asan/libfednode.a $(TEST_BINS:$(BUILD)/%=build-asan/%) $(REPLAY_BINS:$(BUILD)/%=build-asan/%)
+	$(Q)ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  BUILD=build-asan FEDNODE_ASAN=1 sh tests/run.sh $(TEST_BINS:$(BUILD)/%=build-asan/%) \
+	  $(REPLAY_BINS:$(BUILD)/%=build-asan/%)
+
+tsan:
+	$(Q)$(MAKE) --no-print-directory BUILD=build-tsan CC=clang OPT=-O1 \
+	  CFLAGS="-fsanitize=thread -fno-omit-frame-pointer" \
+	  $(TEST_BINS:$(BUILD)/%=build-tsan/%)
+	$(Q)BUILD=build-tsan sh tests/run.sh $(TEST_BINS:$(BUILD)/%=build-tsan/%)
+
+bench: all $(BENCH_BINS)
+	$(Q)for b in $(BENCH_BINS); do echo "== $$b"; $$b || exit 1; done
+
+# libFuzzer targets: clang -fsanitize=fuzzer,address; FUZZ_SECONDS each.
+FUZZ_SECONDS ?= 60
+fuzz:
+	$(Q)$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang OPT=-O1 \
+	  CFLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer" build-fuzz/libfednode.a
+	$(Q)mkdir -p build-fuzz/bin
+	$(Q)for n in $(FUZZ_NAMES); do \
+	  clang -std=c11 -O1 -g -D_GNU_SOURCE -I. $(BLAS_CFLAGS) -fsanitize=fuzzer,address,undefined \
+	    tests/fuzz/$$n.c build-fuzz/libfednode.a -o build-fuzz/bin/$$n $(LDLIBS) || exit 1; \
+	  mkdir -p tests/fuzz/corpus/$$n; \
+	  echo "== fuzz $$n for $(FUZZ_SECONDS)s"; \
+	  build-fuzz/bin/$$n -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
+	    tests/fuzz/corpus/$$n || exit 1; \
+	done
+
+# ---- CUDA plugin ----
+NVCC_FLAGS ?= -O2 -std=c++17 -Xcompiler -fPIC -I. -Wno-deprecated-gpu-targets \
+  -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80
+$(BUILD)/cuda/%.o: cuda/%.cu model/backend.h
+	@mkdir -p $(dir $@)
+	@echo "  NVCC  $<"
+	$(Q)$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+
+$(BUILD)/libfedcuda.so: $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
+	@echo "  LD    $@"
+	$(Q)$(NVCC) -shared $^ -o $@ -lcublas -lcudart
+
+# ---- install, deps, demo ----
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/fednode
+	install -m 0755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/
+	$(if $(CUDA_PLUGIN),install -m 0755 $(CUDA_PLUGIN) $(DESTDIR)$(PREFIX)/lib/fednode/)
+
+deps:
+	$(Q)sh scripts/deps.sh
+
+demo: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)sh scripts/demo.sh
+
+clean:
+	rm -rf $(BUILD) build-asan build-tsan build-fuzz fednode fedsim
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

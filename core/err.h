@@ -1,0 +1,80 @@
+/* err.h - the one error enum of fednode and its messages.
+ * Every function that can fail returns fed_err; FED_OK is 0. Each rejection a
+ * hostile peer can provoke has its own code, so tests and counters can name it.
+ * The list is an X-macro: the enum and fed_strerror come from the same table. */
+#ifndef FED_CORE_ERR_H
+#define FED_CORE_ERR_H
+
+#define FED_WUR __attribute__((warn_unused_result))
+
+#define FED_ERR_LIST(X)                                                        \
+    X(FED_OK, "ok")                                                            \
+    /* general */                                                              \
+    X(FED_ERR_NOMEM, "out of memory")                                          \
+    X(FED_ERR_INVAL, "invalid argument")                                       \
+    X(FED_ERR_RANGE, "value out of range")                                     \
+    X(FED_ERR_IO, "input/output error")                                        \
+    X(FED_ERR_NOTFOUND, "not found")                                           \
+    X(FED_ERR_EXISTS, "already exists")                                        \
+    X(FED_ERR_PERM, "permission denied or unsafe permissions")                 \
+    X(FED_ERR_FULL, "no space left (disk or table full)")                      \
+    X(FED_ERR_READONLY, "read-only")                                           \
+    X(FED_ERR_BUSY, "busy, try again")                                         \
+    X(FED_ERR_TIMEOUT, "timed out")                                            \
+    X(FED_ERR_CLOSED, "closed")                                                \
+    X(FED_ERR_UNSUPPORTED, "not supported")                                    \
+    X(FED_ERR_INTERNAL, "internal error")                                      \
+    /* parsing outside bytes and text */                                       \
+    X(FED_ERR_FORMAT, "malformed input")                                       \
+    X(FED_ERR_TRUNCATED, "input truncated")                                    \
+    X(FED_ERR_MAGIC, "bad magic number")                                       \
+    X(FED_ERR_VERSION, "unsupported version")                                  \
+    X(FED_ERR_TOO_LARGE, "size over the limit")                                \
+    X(FED_ERR_NOT_NUMERIC, "non-numeric value")                                \
+    X(FED_ERR_NAN, "NaN or infinity in data")                                  \
+    X(FED_ERR_UNKNOWN_OPTION, "unknown option")                                \
+    X(FED_ERR_BAD_VALUE, "bad option value")                                   \
+    X(FED_ERR_SPEC, "bad model specification")                                 \
+    X(FED_ERR_SHAPE, "shape mismatch")                                         \
+    /* frames and envelopes, in the receiver's check order */                  \
+    X(FED_ERR_FRAME_TRUNCATED, "frame truncated")                              \
+    X(FED_ERR_FRAME_MAGIC, "frame has bad magic")                              \
+    X(FED_ERR_FRAME_VERSION, "frame has unknown version")                      \
+    X(FED_ERR_FRAME_TOO_LARGE, "frame over the size limit")                    \
+    X(FED_ERR_FRAME_TYPE, "frame has unknown type or flags")                   \
+    X(FED_ERR_WRONG_RECIPIENT, "frame addressed to another node")              \
+    X(FED_ERR_OLD_EPOCH, "frame addressed to an older epoch of this node")     \
+    X(FED_ERR_UNKNOWN_SENDER, "frame from a non-member")                       \
+    X(FED_ERR_SENDER_EPOCH, "frame from an older epoch of its sender")         \
+    X(FED_ERR_REPLAY, "replayed frame (epoch, sequence)")                      \
+    X(FED_ERR_AEAD, "frame failed authenticated decryption")                   \
+    X(FED_ERR_SIGNATURE, "frame signature invalid")                            \
+    X(FED_ERR_PAYLOAD, "frame payload malformed")                              \
+    X(FED_ERR_STREAM, "chunk stream truncated, reordered or corrupt")          \
+    X(FED_ERR_STREAM_LIMIT, "too many chunk streams at once")                  \
+    X(FED_ERR_CODEC, "codec data malformed")                                   \
+    /* keys and storage */                                                     \
+    X(FED_ERR_KEY, "bad key or key file")                                      \
+    X(FED_ERR_PASSPHRASE, "wrong passphrase")                                  \
+    X(FED_ERR_DB, "database error")                                            \
+    X(FED_ERR_CORRUPT, "corrupt data (hash or chain mismatch)")                \
+    X(FED_ERR_SCHEMA, "database schema too new or unknown")                    \
+    /* devices */                                                              \
+    X(FED_ERR_NODEVICE, "no such device")                                      \
+    X(FED_ERR_DEVICE, "device error")                                          \
+    /* strategies */                                                           \
+    X(FED_ERR_TOO_FEW, "too few inputs for this strategy")
+
+typedef enum fed_err {
+#define FED_ERR_ENUM_(name, msg) name,
+    FED_ERR_LIST(FED_ERR_ENUM_)
+#undef FED_ERR_ENUM_
+    FED_ERR_COUNT_
+} fed_err;
+
+/* A static English message for e; never NULL, also for values out of range. */
+const char *fed_strerror(int e);
+/* The enum's identifier, e.g. "FED_ERR_REPLAY" (for logs and counters). */
+const char *fed_errname(int e);
+
+#endif

@@ -1,0 +1,372 @@
+/* opt.c - option parsing from flags and INI (through libinih) into a
+ * caller-owned config struct, driven only by the caller's fed_opt table.
+ * Strict: unknown names, bad numbers, values out of range and overlong
+ * strings are errors that name the option and where it came from. */
+#include "core/opt.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/alloc.h"
+
+static fed_err opt_fail(fed_opt_error *e, fed_err err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static fed_err opt_fail(fed_opt_error *e, fed_err err, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (e) {
+        va_start(ap, fmt);
+        vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+        va_end(ap);
+    }
+    return err;
+}
+
+const fed_opt *fed_opt_find(const fed_opt *t, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(t[i].name, name) == 0)
+            return &t[i];
+    return NULL;
+}
+
+static int parse_bool(const char *v, int *out)
+{
+    if (!strcasecmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") ||
+        !strcasecmp(v, "on")) {
+        *out = 1;
+        return 1;
+    }
+    if (!strcasecmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "no") ||
+        !strcasecmp(v, "off")) {
+        *out = 0;
+        return 1;
+    }
+    return 0;
+}
+
+static int in_range(const fed_opt *o, double v)
+{
+    return !(o->min < o->max) || (v >= o->min && v <= o->max);
+}
+
+static fed_err set_value(const fed_opt *o, void *cfg, const char *v, const char *where,
+                         fed_opt_error *e)
+{
+    char *field = (char *)cfg + o->offset;
+    char *end = NULL;
+
+    errno = 0;
+    switch (o->type) {
+    case FED_OPT_BOOL: {
+        int b;
+
+        if (!parse_bool(v, &b))
+            return opt_fail(e, FED_ERR_BAD_VALUE, "%s: option '%s': '%s' is not a boolean",
+                            where, o->name, v);
+        *(int *)field = b;
+        return FED_OK;
+    }
+    case FED_OPT_INT: {
+        long x = strtol(v, &end, 10);
+
+        if (!*v || *end || errno || x < INT32_MIN || x > INT32_MAX)
+            return opt_fail(e, FED_ERR_BAD_VALUE, "%s: option '%s': '%s' is not an integer",
+                            where, o->name, v);
+        if (!in_range(o, (double)x))
+            return opt_fail(e, FED_ERR_RANGE, "%s: option '%s': %ld is outside [%g, %g]",
+                            where, o->name, x, o->min, o->max);
+        *(int *)field = (int)x;
+        return FED_OK;
+    }
+    case FED_OPT_U64: {
+        unsigned long long x;
+
+        if (*v == '-' || !*v)
+            return opt_fail(e, FED_ERR_BAD_VALUE,
+                            "%s: option '%s': '%s' is not an unsigned integer", where, o->name, v);
+        x = strtoull(v, &end, 10);
+        if (*end || errno)
+            return opt_fail(e, FED_ERR_BAD_VALUE,
+                            "%s: option '%s': '%s' is not an unsigned integer", where, o->name, v);
+        if (!in_range(o, (double)x))
+            return opt_fail(e, FED_ERR_RANGE, "%s: option '%s': %llu is outside [%g, %g]",
+                            where, o->name, x, o->min, o->max);
+        *(uint64_t *)field = x;
+        return FED_OK;
+    }
+    case FED_OPT_DOUBLE: {
+        double x = strtod(v, &end);
+
+        if (!*v || *end || errno || !isfinite(x))
+            return opt_fail(e, FED_ERR_BAD_VALUE, "%s: option '%s': '%s' is not a number",
+                            where, o->name, v);
+        if (!in_range(o, x))
+            return opt_fail(e, FED_ERR_RANGE, "%s: option '%s': %g is outside [%g, %g]",
+                            where, o->name, x, o->min, o->max);
+        *(double *)field = x;
+        return FED_OK;
+    }
+    case FED_OPT_STR: {
+        size_t len = strlen(v);
+
+        if (len >= o->size)
+            return opt_fail(e, FED_ERR_TOO_LARGE,
+                            "%s: option '%s': value is %zu bytes, the limit is %zu", where,
+                            o->name, len, o->size - 1);
+        memcpy(field, v, len + 1);
+        return FED_OK;
+    }
+    }
+    return opt_fail(e, FED_ERR_INTERNAL, "%s: option '%s' has no type", where, o->name);
+}
+
+fed_err fed_opt_set(const fed_opt *t, size_t n, void *cfg, const char *name, const char *value,
+                    const char *where, fed_opt_error *e)
+{
+    const fed_opt *o = fed_opt_find(t, n, name);
+
+    if (!o)
+        return opt_fail(e, FED_ERR_UNKNOWN_OPTION, "%s: unknown option '%s'", where, name);
+    return set_value(o, cfg, value, where, e);
+}
+
+fed_err fed_opt_defaults(const fed_opt *t, size_t n, void *cfg, fed_opt_error *e)
+{
+    for (size_t i = 0; i < n; i++) {
+        const char *def = t[i].def;
+        fed_err err;
+
+        if (!def || !*def) {
+            char *field = (char *)cfg + t[i].offset;
+
+            switch (t[i].type) {
+            case FED_OPT_BOOL:
+            case FED_OPT_INT: *(int *)field = 0; break;
+            case FED_OPT_U64: *(uint64_t *)field = 0; break;
+            case FED_OPT_DOUBLE: *(double *)field = 0.0; break;
+            case FED_OPT_STR: field[0] = '\0'; break;
+            }
+            continue;
+        }
+        err = set_value(&t[i], cfg, def, "default", e);
+        if (err)
+            return err;
+    }
+    return FED_OK;
+}
+
+fed_err fed_opt_parse_argv(const fed_opt *t, size_t n, void *cfg, int argc, char **argv,
+                           char **pos, int *npos, fed_opt_error *e)
+{
+    int only_pos = 0;
+
+    *npos = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        char name[128];
+        const char *eq, *value;
+        const fed_opt *o;
+        char where[160];
+        size_t len;
+
+        if (only_pos || a[0] != '-' || a[1] != '-' || a[2] == '\0') {
+            if (!only_pos && strcmp(a, "--") == 0) {
+                only_pos = 1;
+                continue;
+            }
+            pos[(*npos)++] = argv[i];
+            continue;
+        }
+        a += 2;
+        eq = strchr(a, '=');
+        len = eq ? (size_t)(eq - a) : strlen(a);
+        if (len >= sizeof name)
+            return opt_fail(e, FED_ERR_UNKNOWN_OPTION, "unknown option '--%.40s...'", a);
+        memcpy(name, a, len);
+        name[len] = '\0';
+        snprintf(where, sizeof where, "--%s", name);
+        o = fed_opt_find(t, n, name);
+        if (!o && !eq && strncmp(name, "no-", 3) == 0) {
+            o = fed_opt_find(t, n, name + 3);
+            if (o && o->type == FED_OPT_BOOL) {
+                *(int *)((char *)cfg + o->offset) = 0;
+                continue;
+            }
+            o = NULL;
+        }
+        if (!o)
+            return opt_fail(e, FED_ERR_UNKNOWN_OPTION, "unknown option '--%s'", name);
+        if (eq) {
+            value = eq + 1;
+        } else if (o->type == FED_OPT_BOOL) {
+            value = "1";
+        } else if (i + 1 < argc) {
+            value = argv[++i];
+        } else {
+            return opt_fail(e, FED_ERR_BAD_VALUE, "option '--%s' needs a value", name);
+        }
+        fed_err err = set_value(o, cfg, value, where, e);
+        if (err)
+            return err;
+    }
+    return FED_OK;
+}
+
+/* libinih plumbing: a reader over a memory buffer that counts lines, so the
+ * handler can name the line of a bad key. */
+typedef struct ini_state {
+    const fed_opt *t;
+    size_t n;
+    void *cfg;
+    const char *label;
+    const char *p, *end;
+    int line;
+    int long_line;
+    fed_err err;
+    fed_opt_error *e;
+} ini_state;
+
+static char *ini_read_line(char *str, int num, void *stream)
+{
+    ini_state *s = stream;
+    size_t room = (size_t)num - 1, k = 0;
+
+    if (s->p >= s->end || s->err)
+        return NULL;
+    s->line++;
+    while (s->p < s->end && *s->p != '\n') {
+        if (*s->p == '\0') {
+            s->err = opt_fail(s->e, FED_ERR_FORMAT, "%s:%d: NUL byte in config", s->label,
+                              s->line);
+            return NULL;
+        }
+        if (k == room) {
+            s->err = opt_fail(s->e, FED_ERR_TOO_LARGE, "%s:%d: line longer than %d bytes",
+                              s->label, s->line, num - 1);
+            return NULL;
+        }
+        str[k++] = *s->p++;
+    }
+    if (s->p < s->end)
+        s->p++; /* the newline */
+    str[k] = '\0';
+    return str;
+}
+
+static int ini_on_value(void *user, const char *section, const char *name, const char *value)
+{
+    ini_state *s = user;
+    char where[600];
+
+    (void)section;
+    if (s->err)
+        return 0;
+    snprintf(where, sizeof where, "%s:%d", s->label, s->line);
+    s->err = fed_opt_set(s->t, s->n, s->cfg, name, value, where, s->e);
+    return s->err == FED_OK;
+}
+
+fed_err fed_opt_parse_ini_buf(const fed_opt *t, size_t n, void *cfg, const char *buf,
+                              size_t len, const char *label, fed_opt_error *e)
+{
+    ini_state s = {t, n, cfg, label, buf, buf + len, 0, 0, FED_OK, e};
+    int rc = ini_parse_stream(ini_read_line, &s, ini_on_value, &s);
+
+    if (s.err)
+        return s.err;
+    if (rc > 0)
+        return opt_fail(e, FED_ERR_FORMAT, "%s:%d: syntax error", label, rc);
+    if (rc < 0)
+        return opt_fail(e, FED_ERR_NOMEM, "%s: out of memory while parsing", label);
+    return FED_OK;
+}
+
+fed_err fed_opt_parse_ini(const fed_opt *t, size_t n, void *cfg, const char *path,
+                          fed_opt_error *e)
+{
+    enum { MAX_CONFIG = 1 << 20 };
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    size_t len;
+    fed_err err;
+
+    if (!f)
+        return opt_fail(e, FED_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    buf = fed_malloc(MAX_CONFIG + 1);
+    if (!buf) {
+        err = opt_fail(e, FED_ERR_NOMEM, "%s: out of memory", path);
+        goto out;
+    }
+    len = fread(buf, 1, MAX_CONFIG + 1, f);
+    if (ferror(f)) {
+        err = opt_fail(e, FED_ERR_IO, "%s: read error", path);
+        goto out;
+    }
+    if (len > MAX_CONFIG) {
+        err = opt_fail(e, FED_ERR_TOO_LARGE, "%s: config file over %d bytes", path, MAX_CONFIG);
+        goto out;
+    }
+    err = fed_opt_parse_ini_buf(t, n, cfg, buf, len, path, e);
+out:
+    fed_free(buf);
+    fclose(f);
+    return err;
+}
+
+fed_err fed_opt_load(const fed_opt *t, size_t n, void *cfg, int argc, char **argv, char **pos,
+                     int *npos, fed_opt_error *e)
+{
+    const char *config = NULL;
+    fed_err err = fed_opt_defaults(t, n, cfg, e);
+
+    if (err)
+        return err;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0)
+            break;
+        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+            config = argv[i + 1];
+        else if (strncmp(argv[i], "--config=", 9) == 0)
+            config = argv[i] + 9;
+    }
+    if (config) {
+        err = fed_opt_parse_ini(t, n, cfg, config, e);
+        if (err)
+            return err;
+    }
+    return fed_opt_parse_argv(t, n, cfg, argc, argv, pos, npos, e);
+}
+
+static const char *type_name(fed_opt_type type)
+{
+    switch (type) {
+    case FED_OPT_BOOL: return "";
+    case FED_OPT_INT: return " N";
+    case FED_OPT_U64: return " N";
+    case FED_OPT_DOUBLE: return " X";
+    case FED_OPT_STR: return " S";
+    }
+    return "";
+}
+
+void fed_opt_print_help(const fed_opt *t, size_t n, FILE *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        char flag[64];
+
+        snprintf(flag, sizeof flag, "--%s%s", t[i].name, type_name(t[i].type));
+        fprintf(out, "  %-24s %s", flag, t[i].help ? t[i].help : "");
+        if (t[i].def && *t[i].def)
+            fprintf(out, " (default %s)", t[i].def);
+        fputc('\n', out);
+    }
+}

@@ -1,0 +1,70 @@
+/* opt.h - the options table: each option declared once, with its name (the
+ * flag --NAME and the INI key NAME), type, default, range and help, so that
+ * --help, config files, flags and their errors all come from one place.
+ * Values land in the caller's config struct at the declared offset. */
+#ifndef FED_CORE_OPT_H
+#define FED_CORE_OPT_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "core/err.h"
+
+typedef enum fed_opt_type {
+    FED_OPT_BOOL,   /* int: 0 or 1; "--x", "--no-x", "--x=true|false|1|0|yes|no" */
+    FED_OPT_INT,    /* int */
+    FED_OPT_U64,    /* uint64_t */
+    FED_OPT_DOUBLE, /* double */
+    FED_OPT_STR,    /* char[size] */
+} fed_opt_type;
+
+typedef struct fed_opt {
+    const char *name; /* "lr": flag --lr, INI key lr */
+    fed_opt_type type;
+    size_t offset;    /* offsetof(config, field) */
+    size_t size;      /* FED_OPT_STR: sizeof the char array */
+    const char *def;  /* default as text; NULL or "" means zero / empty */
+    double min, max;  /* numeric bounds, checked when min < max */
+    const char *help;
+} fed_opt;
+
+/* Shorthand for tables: FED_OPT_DEF(cfgtype, field, "name", TYPE, "def", min, max, "help"). */
+#define FED_OPT_DEF(T, field, name, type, def, min, max, help)                 \
+    { name, type, offsetof(T, field), sizeof(((T *)0)->field), def, min, max, help }
+
+typedef struct fed_opt_error {
+    char msg[512]; /* e.g. "run.ini:12: unknown key 'lrr'" */
+} fed_opt_error;
+
+/* Every option to its default. */
+FED_WUR fed_err fed_opt_defaults(const fed_opt *t, size_t n, void *cfg, fed_opt_error *e);
+
+/* Set one option from text; where ("run.ini:12" or "--lr") prefixes errors. */
+FED_WUR fed_err fed_opt_set(const fed_opt *t, size_t n, void *cfg, const char *name,
+                            const char *value, const char *where, fed_opt_error *e);
+
+const fed_opt *fed_opt_find(const fed_opt *t, size_t n, const char *name);
+
+/* Parse argv[0..argc): "--name value", "--name=value", "--flag", "--no-flag".
+ * Arguments that are not options go to pos[] (room for argc), counted in
+ * *npos; "--" ends the options. "--config FILE" and "--help" are left to
+ * the caller: this only knows the table. */
+FED_WUR fed_err fed_opt_parse_argv(const fed_opt *t, size_t n, void *cfg, int argc,
+                                   char **argv, char **pos, int *npos, fed_opt_error *e);
+
+/* Parse an INI file or buffer: keys are option names; section headers are
+ * allowed and do not change names. Errors name the file, line and key. */
+FED_WUR fed_err fed_opt_parse_ini(const fed_opt *t, size_t n, void *cfg, const char *path,
+                                  fed_opt_error *e);
+FED_WUR fed_err fed_opt_parse_ini_buf(const fed_opt *t, size_t n, void *cfg, const char *buf,
+                                      size_t len, const char *label, fed_opt_error *e);
+
+/* Defaults, then the INI file named by a "--config FILE" in argv (if any),
+ * then the flags: later sources win. */
+FED_WUR fed_err fed_opt_load(const fed_opt *t, size_t n, void *cfg, int argc, char **argv,
+                             char **pos, int *npos, fed_opt_error *e);
+
+/* One line per option: flag, type, default, help. The caller picks the stream. */
+void fed_opt_print_help(const fed_opt *t, size_t n, FILE *out);
+
+#endif

@@ -1,0 +1,115 @@
+/* backend.h - the compute backend table: the one seam between the model and
+ * the hardware. The CPU backend (model/backend_cpu.c, OpenBLAS + loops) and
+ * the CUDA plugin (cuda/, loaded with dlopen) fill the same table.
+ *
+ * Pointers passed to kernels are device pointers from alloc(): the host never
+ * dereferences them (on the CPU they happen to be host memory). All tensors
+ * are float32, row-major, contiguous unless a leading dimension is given.
+ * Kernels are asynchronous on devices that can be; download() and the
+ * reductions that return host values synchronize. A kernel never allocates. */
+#ifndef FED_MODEL_BACKEND_H
+#define FED_MODEL_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+
+#define FED_BACKEND_ABI 1
+
+typedef struct fed_backend fed_backend;
+
+struct fed_backend {
+    int abi;           /* FED_BACKEND_ABI */
+    const char *name;  /* "cpu", "cuda" */
+    char device[128];  /* e.g. "NVIDIA H100 80GB HBM3" or "cpu (OpenBLAS)" */
+    void *ctx;         /* the backend's own state */
+
+    /* ---- memory ---- */
+    FED_WUR fed_err (*alloc)(fed_backend *be, size_t bytes, void **dptr); /* zeroed */
+    void (*free)(fed_backend *be, void *dptr);
+    FED_WUR fed_err (*upload)(fed_backend *be, void *dst, const void *src, size_t bytes);
+    FED_WUR fed_err (*download)(fed_backend *be, void *dst, const void *src, size_t bytes);
+    void (*copy)(fed_backend *be, float *dst, const float *src, size_t n);
+    void (*fill)(fed_backend *be, float *x, float value, size_t n);
+    FED_WUR fed_err (*sync)(fed_backend *be);
+
+    /* ---- GEMM: C = alpha * op(A) op(B) + beta * C, row-major.
+     * op(A) is (M, K), op(B) is (K, N), C is (M, N). ---- */
+    void (*gemm)(fed_backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                 const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                 int ldc);
+
+    /* ---- layers (forward/backward pairs) ---- */
+    /* y (B, N) += bias (N); then y = max(y, 0) when relu. */
+    void (*bias_act_fwd)(fed_backend *be, float *y, const float *bias, int B, int N, int relu);
+    /* dy (n) *= (y > 0): the ReLU backward, y the ReLU output. */
+    void (*relu_bwd)(fed_backend *be, float *dy, const float *y, size_t n);
+    /* dbias (N) = sum over b of dy (B, N), or += when accumulate. */
+    void (*bias_bwd)(fed_backend *be, float *dbias, const float *dy, int B, int N, int accumulate);
+    /* Images: dst (n) = src_u8 (n) * scale; src is a device copy of uint8. */
+    void (*u8_to_f32)(fed_backend *be, float *dst, const uint8_t *src, size_t n, float scale);
+    /* Softmax cross-entropy fused with its gradient. logits (B, C) are
+     * replaced by dlogits = (softmax - onehot(labels)) * grad_scale.
+     * loss_sum (host) gets the summed loss, correct (host) the count of
+     * argmax == label; both may be NULL. labels (B) are device int32. */
+    void (*softmax_xent)(fed_backend *be, float *logits, const int32_t *labels, int B, int C,
+                         float grad_scale, double *loss_sum, int *correct);
+    /* Softmax + argmax only (evaluation): per-row loss summed, correct counted. */
+    void (*softmax_eval)(fed_backend *be, const float *logits, const int32_t *labels, int B,
+                         int C, double *loss_sum, int *correct);
+    /* im2col for one image: x (C, H, W) -> col (C*KH*KW, OH*OW), stride 1, no padding. */
+    void (*im2col)(fed_backend *be, const float *x, int C, int H, int W, int KH, int KW,
+                   float *col);
+    /* col2im, accumulating: dx (C, H, W) += fold(dcol (C*KH*KW, OH*OW)). */
+    void (*col2im)(fed_backend *be, const float *dcol, int C, int H, int W, int KH, int KW,
+                   float *dx);
+    /* 2x2 max pooling, stride 2: x (B*C, H, W) -> y (B*C, H/2, W/2); argmax
+     * (same shape as y) records the winning input offset within its plane. */
+    void (*maxpool_fwd)(fed_backend *be, const float *x, int BC, int H, int W, float *y,
+                        int32_t *argmax);
+    /* dx (B*C, H, W) = 0 except dx[argmax] = dy. */
+    void (*maxpool_bwd)(fed_backend *be, const float *dy, const int32_t *argmax, int BC, int H,
+                        int W, float *dx);
+
+    /* ---- vectors and reductions ---- */
+    void (*axpy)(fed_backend *be, size_t n, float alpha, const float *x, float *y); /* y += a x */
+    void (*scale)(fed_backend *be, size_t n, float alpha, float *x);               /* x *= a */
+    /* Both return to the host in double, summed in a fixed order. */
+    double (*dot)(fed_backend *be, size_t n, const float *x, const float *y);
+    double (*sumsq)(fed_backend *be, size_t n, const float *x);
+    /* out (n) = sum_i w[i] * in[i] (n), i = 0..k-1 in that order; w on the host. */
+    void (*weighted_sum)(fed_backend *be, float *out, const float *const *in, const double *w,
+                         int k, size_t n);
+
+    /* ---- optimizer steps over a flat buffer of n parameters ---- */
+    /* SGD: g += wd*p; m = mu*m + g; p -= lr * (nesterov ? g + mu*m : m).
+     * With mu == 0, m may be NULL. */
+    void (*sgd_step)(fed_backend *be, float *p, float *g, float *m, size_t n, float lr, float mu,
+                     float wd, int nesterov);
+    /* Adam (decoupled weight decay when wd > 0, AdamW); t >= 1 is the step. */
+    void (*adam_step)(fed_backend *be, float *p, const float *g, float *m, float *v, size_t n,
+                      float lr, float b1, float b2, float eps, float wd, long t);
+    /* FedProx: g += mu * (p - p0). */
+    void (*prox_grad)(fed_backend *be, float *g, const float *p, const float *p0, size_t n,
+                      float mu);
+
+    /* Releases the backend and its context; the table itself too when the
+     * backend allocated it. */
+    void (*destroy)(fed_backend *be);
+};
+
+/* The CPU backend. threads: OpenBLAS's own thread count (1 when the pool
+ * splits the batch, which is the default). */
+FED_WUR fed_err fed_backend_cpu_new(int blas_threads, fed_backend **out);
+
+/* "auto", "cpu", "cuda" or "cuda:N". auto takes the GPU when the plugin
+ * libfedcuda.so loads and a device exists. Logs which one it took. */
+FED_WUR fed_err fed_backend_open(const char *device, fed_backend **out);
+void fed_backend_free(fed_backend *be);
+
+/* The CUDA plugin exports this symbol; fed_backend_open finds it by dlsym. */
+typedef fed_err (*fed_cuda_backend_new_fn)(int device, fed_backend **out);
+#define FED_CUDA_ENTRY "fed_cuda_backend_new"
+
+#endif

@@ -1,0 +1,58 @@
+/* optim.h - local optimizers over a model's flat buffers: SGD (momentum,
+ * weight decay, Nesterov) and Adam, learning-rate schedules (constant, step,
+ * cosine), and FedProx's proximal term as an option of the step. The state
+ * (moments, step count) is exported as flat floats for checkpoints. */
+#ifndef FED_MODEL_OPTIM_H
+#define FED_MODEL_OPTIM_H
+
+#include <stddef.h>
+
+#include "core/err.h"
+#include "model/model.h"
+
+typedef enum fed_optim_kind { FED_OPTIM_SGD = 0, FED_OPTIM_ADAM = 1 } fed_optim_kind;
+typedef enum fed_sched_kind {
+    FED_SCHED_CONST = 0,
+    FED_SCHED_STEP = 1,   /* lr * gamma^(floor(step / step_size)) */
+    FED_SCHED_COSINE = 2, /* lr * (1 + cos(pi * step / total)) / 2 */
+} fed_sched_kind;
+
+typedef struct fed_optim_cfg {
+    fed_optim_kind kind;
+    float lr;
+    float momentum;     /* SGD */
+    float weight_decay;
+    int nesterov;       /* SGD */
+    float beta1, beta2, eps; /* Adam */
+    fed_sched_kind sched;
+    long step_size;     /* STEP: steps between decays */
+    float gamma;        /* STEP: decay factor */
+    long total_steps;   /* COSINE: steps over which lr falls to 0 */
+    float prox_mu;      /* FedProx: > 0 adds mu (w - w0) to the gradient */
+} fed_optim_cfg;
+
+typedef struct fed_optim fed_optim;
+
+/* Sensible defaults for kind: SGD lr 0.05 momentum 0.9; Adam lr 1e-3. */
+void fed_optim_cfg_default(fed_optim_cfg *cfg, fed_optim_kind kind);
+/* "sgd" or "adam" (case-sensitive). */
+FED_WUR fed_err fed_optim_kind_parse(const char *name, fed_optim_kind *out);
+/* "const", "step:STEPS,GAMMA", "cosine:TOTAL" into cfg. */
+FED_WUR fed_err fed_optim_sched_parse(const char *text, fed_optim_cfg *cfg);
+
+FED_WUR fed_err fed_optim_new(const fed_optim_cfg *cfg, fed_model *m, fed_optim **out);
+void fed_optim_free(fed_optim *o);
+
+/* One step from the model's gradient buffer; counts steps for schedules. */
+FED_WUR fed_err fed_optim_step(fed_optim *o, fed_model *m);
+/* FedProx: remember the current parameters as w0 (call at round start). */
+FED_WUR fed_err fed_optim_set_anchor(fed_optim *o, fed_model *m);
+float fed_optim_lr(const fed_optim *o); /* the rate the next step uses */
+long fed_optim_steps(const fed_optim *o);
+
+/* Checkpointing: the moments as (state_floats) host floats plus the step. */
+size_t fed_optim_state_floats(const fed_optim *o);
+FED_WUR fed_err fed_optim_get_state(const fed_optim *o, float *dst, long *step);
+FED_WUR fed_err fed_optim_set_state(fed_optim *o, const float *src, long step);
+
+#endif

@@ -1,0 +1,23 @@
+/* cli.h - the fednode subcommands. Each lives in its own node/cli_*.c and is
+ * listed once in node/fednode.c's table. A subcommand gets argv after its
+ * name and returns the process exit status (0 ok, 1 failure, 2 usage). */
+#ifndef FED_NODE_CLI_H
+#define FED_NODE_CLI_H
+
+typedef int (*fed_cli_fn)(int argc, char **argv);
+
+typedef struct fed_cli_cmd {
+    const char *name;
+    fed_cli_fn fn;
+    const char *summary;
+} fed_cli_cmd;
+
+/* Prints "fednode: " + message to stderr: the CLI layer may print. */
+void fed_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Installs the stderr log sink at the level FEDNODE_LOG names (default info). */
+void fed_cli_log_init(void);
+
+int fed_cli_train(int argc, char **argv);
+int fed_cli_eval(int argc, char **argv);
+
+#endif

@@ -1,0 +1,36 @@
+/* fednode.c - main(): dispatch to a subcommand from the table below.
+ * Owns nothing; each subcommand sets up and tears down its own world. */
+#include <stdio.h>
+#include <string.h>
+
+#include "node/cli.h"
+
+static const fed_cli_cmd commands[] = {
+    /* one line per subcommand, in the order --help lists them */
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: fednode COMMAND [options]   (fednode COMMAND --help)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    fed_cli_log_init();
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].fn(argc - 2, argv + 2);
+    fed_cli_error("unknown command '%s'", argv[1]);
+    usage(stderr);
+    return 2;
+}
