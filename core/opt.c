@@ -90,7 +90,7 @@ static fed_err set_value(const fed_opt *o, void *cfg, const char *v, const char 
     case FED_OPT_U64: {
         unsigned long long x;
 
-        if (*v == '-' || !*v)
+        if (*v < '0' || *v > '9') /* strtoull would take " -1" as 2^64 - 1 */
             return opt_fail(e, FED_ERR_BAD_VALUE,
                             "%s: option '%s': '%s' is not an unsigned integer", where, o->name, v);
         x = strtoull(v, &end, 10);
@@ -164,8 +164,10 @@ fed_err fed_opt_defaults(const fed_opt *t, size_t n, void *cfg, fed_opt_error *e
     return FED_OK;
 }
 
-fed_err fed_opt_parse_argv(const fed_opt *t, size_t n, void *cfg, int argc, char **argv,
-                           char **pos, int *npos, fed_opt_error *e)
+/* skip_config: fed_opt_load read "--config FILE" already; pass over it when
+ * the table does not declare a "config" option of its own. */
+static fed_err parse_argv(const fed_opt *t, size_t n, void *cfg, int argc, char **argv,
+                          char **pos, int *npos, fed_opt_error *e, int skip_config)
 {
     int only_pos = 0;
 
@@ -195,6 +197,11 @@ fed_err fed_opt_parse_argv(const fed_opt *t, size_t n, void *cfg, int argc, char
         name[len] = '\0';
         snprintf(where, sizeof where, "--%s", name);
         o = fed_opt_find(t, n, name);
+        if (!o && skip_config && strcmp(name, "config") == 0) {
+            if (!eq && ++i >= argc)
+                return opt_fail(e, FED_ERR_BAD_VALUE, "option '--config' needs a value");
+            continue;
+        }
         if (!o && !eq && strncmp(name, "no-", 3) == 0) {
             o = fed_opt_find(t, n, name + 3);
             if (o && o->type == FED_OPT_BOOL) {
@@ -219,6 +226,12 @@ fed_err fed_opt_parse_argv(const fed_opt *t, size_t n, void *cfg, int argc, char
             return err;
     }
     return FED_OK;
+}
+
+fed_err fed_opt_parse_argv(const fed_opt *t, size_t n, void *cfg, int argc, char **argv,
+                           char **pos, int *npos, fed_opt_error *e)
+{
+    return parse_argv(t, n, cfg, argc, argv, pos, npos, e, 0);
 }
 
 /* libinih plumbing: a reader over a memory buffer that counts lines, so the
@@ -343,7 +356,7 @@ fed_err fed_opt_load(const fed_opt *t, size_t n, void *cfg, int argc, char **arg
         if (err)
             return err;
     }
-    return fed_opt_parse_argv(t, n, cfg, argc, argv, pos, npos, e);
+    return parse_argv(t, n, cfg, argc, argv, pos, npos, e, 1);
 }
 
 static const char *type_name(fed_opt_type type)

@@ -26,9 +26,31 @@ typedef struct fed_dataset {
 /* Limits a reader enforces before allocating. */
 #define FED_DATA_MAX_SAMPLES (1u << 26)
 #define FED_DATA_MAX_FEATURES (1u << 20)
+/* Bound on one file read into memory and on one dataset's sample bytes. */
+#define FED_DATA_MAX_BYTES (1ull << 32)
+/* IDX labels must lie in [0, FED_DATA_IDX_CLASSES) (MNIST-style data sets);
+ * CSV labels in [0, 256), with classes = largest label + 1. */
+#define FED_DATA_IDX_CLASSES 10
 
 /* IDX: images idx3 (uint8, n x rows x cols) and labels idx1 (uint8), plain
- * or gzip (by magic bytes). Errors are logged with the path and cause. */
+ * or gzip (by magic bytes 1f 8b; concatenated members allowed). Images stay
+ * uint8: shape (1, rows, cols), classes FED_DATA_IDX_CLASSES.
+ *
+ *   offset  size   field
+ *   0       2      0x00 0x00 (else FED_ERR_MAGIC)
+ *   2       1      dtype 0x08 = uint8 (else FED_ERR_FORMAT)
+ *   3       1      ndim: 3 images, 1 labels (else FED_ERR_FORMAT)
+ *   4       4*ndim sizes, big-endian uint32: count[, rows, cols]
+ *   ...     prod   the values, row-major, nothing after them
+ *
+ * Errors, each logged with the path (or "<images buffer>") and cause:
+ * FED_ERR_TRUNCATED (short header or data, gzip cut short, or gzip input too
+ * small to hold what the header claims), FED_ERR_FORMAT (wrong dtype or
+ * ndim, zero count or size, trailing bytes, corrupt gzip), FED_ERR_TOO_LARGE
+ * (count, rows*cols or total bytes over the FED_DATA_MAX_* limits, checked
+ * before allocating), FED_ERR_SHAPE (image and label counts differ),
+ * FED_ERR_RANGE (a label >= FED_DATA_IDX_CLASSES), FED_ERR_NOMEM. Nothing is
+ * inflated past the header-implied size plus one byte. */
 FED_WUR fed_err fed_data_load_idx(const char *images_path, const char *labels_path,
                                   fed_dataset **out);
 /* Same on memory buffers (fuzz targets, tests). */
@@ -37,7 +59,17 @@ FED_WUR fed_err fed_data_parse_idx(const uint8_t *images, size_t images_len,
 
 /* CSV with a header row; the label column is named; every other column must
  * be numeric. Features are standardized with the given statistics file
- * ("mean,std" lines per feature) or with this file's own statistics. */
+ * ("mean,std" lines per feature) or with this file's own statistics.
+ * Shape (1, 1, features), x_f32 set, classes = largest label + 1.
+ * Strict: lines end in \n or \r\n, fields are split at ',' and trimmed of
+ * blanks, quotes are refused (FED_ERR_FORMAT); a feature must parse whole
+ * with strtod (FED_ERR_NOT_NUMERIC), be finite (FED_ERR_NAN; overflow
+ * FED_ERR_RANGE); a label is decimal digits in [0, 255] (FED_ERR_RANGE when
+ * negative or larger); every row has the header's field count, no empty
+ * lines (FED_ERR_FORMAT); a missing label column is FED_ERR_NOTFOUND; no
+ * data rows FED_ERR_TRUNCATED. Errors are logged as "PATH:LINE: column C:
+ * cause". Standardization: (x - mean) / std with the population std, and
+ * std 1 for a constant column. */
 typedef struct fed_csv_opts {
     const char *label_column; /* default "label" */
     const char *stats_path;   /* NULL: compute from this file */
@@ -46,17 +78,67 @@ FED_WUR fed_err fed_data_load_csv(const char *path, const fed_csv_opts *opts, fe
 FED_WUR fed_err fed_data_parse_csv(const char *buf, size_t len, const fed_csv_opts *opts,
                                    fed_dataset **out);
 
-/* --data argument: "fashion-mnist" (the Debian dataset), a directory holding
- * train-/t10k- IDX files, or a CSV path. train selects the split (a CSV has
- * only one). */
+/* --data argument: "fashion-mnist" (the Debian dataset in $FEDNODE_DATA when
+ * set, else FED_DATA_DEFAULT_DIR), a directory holding
+ * {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] (plain preferred), or a
+ * CSV path (see fed_data_open_csv for its test split). train selects the
+ * split. A missing file or directory is FED_ERR_NOTFOUND. */
 FED_WUR fed_err fed_data_open(const char *what, int train, fed_dataset **out);
+/* The CSV part of fed_data_open: for train, path itself; for test, the
+ * sibling "X.test.csv" of "X.csv" when it exists, standardized with the
+ * training file's statistics (or opts->stats_path), else path again (a note
+ * is logged). opts may be NULL (label column "label", own statistics). */
+FED_WUR fed_err fed_data_open_csv(const char *path, int train, const fed_csv_opts *opts,
+                                  fed_dataset **out);
+/* Per-feature mean and std (population; std 0 -> 1) of a CSV file's raw
+ * features, as used to standardize it; (features) doubles each, freed by the
+ * caller with fed_free. */
+FED_WUR fed_err fed_data_csv_stats(const char *path, const fed_csv_opts *opts, double **mean,
+                                   double **std, size_t *features);
+/* Write a statistics file ("mean,std" header, then one "MEAN,STD" line per
+ * feature, %.17g) that fed_csv_opts.stats_path reads back exactly. */
+FED_WUR fed_err fed_data_write_stats(const char *path, const double *mean, const double *std,
+                                     size_t features);
+/* A whole file into memory (NUL-terminated, *len excludes the NUL), refused
+ * with FED_ERR_TOO_LARGE over max bytes; logs path and cause on error. */
+FED_WUR fed_err fed_data_read_file(const char *path, uint64_t max, uint8_t **buf, size_t *len);
 void fed_data_free(fed_dataset *d);
 
 /* Partitioners: "iid", "dirichlet:ALPHA", "shards:N". The same scheme, k and
  * seed give every node the same split; node `shard` (0-based, < k) receives
- * its own indices, in a seeded order. The caller frees *idx with fed_free. */
+ * its own indices, in a seeded order. The caller frees *idx with fed_free.
+ * Every sample goes to exactly one node.
+ *   iid          shuffle all, node i takes block [n*i/k, n*(i+1)/k)
+ *   dirichlet:A  per class (in class order): shuffle its samples, draw
+ *                p ~ Dirichlet(A,...,A) over k nodes, node i takes the slice
+ *                between round(n_c * P_{i-1}) and round(n_c * P_i) (P the
+ *                cumulative sums); small A = strong label skew; a node may
+ *                get nothing
+ *   shards:N     sort by label (stable), cut into N*k equal chunks, deal
+ *                each node N chunks at random; N*k > n is FED_ERR_RANGE
+ * A bad scheme is FED_ERR_BAD_VALUE, a bad shard/k FED_ERR_RANGE (logged). */
 FED_WUR fed_err fed_data_partition(const fed_dataset *d, const char *scheme, int shard, int k,
                                    uint64_t seed, uint32_t **idx, size_t *n);
+
+/* A node that keeps only its shard: a new dataset holding copies of
+ * samples idx[0..n) (n >= 1) in that order, same shape and classes, so the
+ * full one can be freed. */
+FED_WUR fed_err fed_data_subset(const fed_dataset *d, const uint32_t *idx, size_t n,
+                                fed_dataset **out);
+
+/* A parsed partition scheme (for checking --partition early). */
+typedef enum fed_data_scheme_kind {
+    FED_DATA_IID,
+    FED_DATA_DIRICHLET,
+    FED_DATA_SHARDS,
+} fed_data_scheme_kind;
+typedef struct fed_data_scheme {
+    fed_data_scheme_kind kind;
+    double alpha; /* dirichlet: concentration, > 0 */
+    int shards;   /* shards: chunks per node, >= 1 */
+} fed_data_scheme;
+/* FED_ERR_BAD_VALUE (logged, naming the text) when scheme is not one of the three. */
+FED_WUR fed_err fed_data_parse_scheme(const char *scheme, fed_data_scheme *out);
 
 /* Fill a host batch from indices idx[0..n): copies samples into the caller's
  * staging buffers (x: n * features bytes or floats, y: n labels). */

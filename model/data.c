@@ -1,0 +1,583 @@
+/* data.c - the IDX reader (plain or gzip, told apart by magic bytes),
+ * fed_data_open's resolution of --data, batch gathering and dataset freeing.
+ * Owns each fed_dataset it returns. Must never trust a size in a header
+ * before checking it against the limits and the bytes actually present, and
+ * never inflates more than the header-implied size plus one byte. */
+#include "model/data.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+
+/* deflate never expands more than 1032:1; a gzip input shorter than this
+ * bound cannot hold what its header claims, so we refuse before allocating. */
+#define GZ_MAX_RATIO 1040u
+#define GZ_SLACK 4096u
+
+static fed_err log_fail(fed_err e, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static fed_err log_fail(fed_err e, const char *name, const char *fmt, ...)
+{
+    char cause[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(cause, sizeof cause, fmt, ap);
+    va_end(ap);
+    fed_log(FED_LOG_ERROR, "%s: %s (%s)", name, cause, fed_errname(e));
+    return e;
+}
+
+/* ---- whole-file reads ---- */
+
+fed_err fed_data_read_file(const char *path, uint64_t max, uint8_t **buf, size_t *len)
+{
+    struct stat st;
+    uint8_t *b = NULL;
+    size_t got = 0;
+    char eb[128];
+    fed_err err = FED_OK;
+    int fd;
+
+    *buf = NULL;
+    *len = 0;
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+
+        return log_fail(e == ENOENT ? FED_ERR_NOTFOUND : e == EACCES ? FED_ERR_PERM : FED_ERR_IO,
+                        path, "cannot open: %s", strerror_r(e, eb, sizeof eb));
+    }
+    if (fstat(fd, &st) != 0) {
+        err = log_fail(FED_ERR_IO, path, "cannot stat: %s", strerror_r(errno, eb, sizeof eb));
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        err = log_fail(FED_ERR_IO, path, "not a regular file");
+        goto out;
+    }
+    if ((uint64_t)st.st_size > max || (uint64_t)st.st_size > SIZE_MAX - 1) {
+        err = log_fail(FED_ERR_TOO_LARGE, path, "file of %lld bytes is over the limit of %llu",
+                       (long long)st.st_size, (unsigned long long)max);
+        goto out;
+    }
+    b = fed_malloc((size_t)st.st_size + 1);
+    if (!b) {
+        err = FED_ERR_NOMEM;
+        goto out;
+    }
+    while (got < (size_t)st.st_size) {
+        ssize_t r = read(fd, b + got, (size_t)st.st_size - got);
+
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            err = log_fail(FED_ERR_IO, path, "read failed: %s", strerror_r(errno, eb, sizeof eb));
+            goto out;
+        }
+        if (r == 0)
+            break; /* shrank while reading: parse what is there */
+        got += (size_t)r;
+    }
+    b[got] = 0; /* a NUL after the data, for text parsers */
+    *buf = b;
+    *len = got;
+    b = NULL;
+out:
+    fed_free(b);
+    close(fd);
+    return err;
+}
+
+/* ---- a byte source over a buffer: plain, or one or more gzip members ---- */
+
+typedef struct idx_src {
+    const char *name;
+    const uint8_t *buf;
+    size_t len;
+    size_t pos; /* plain: next byte; gzip: next byte not yet handed to zlib */
+    int gz;
+    int zinit;
+    int ended; /* gzip: last member finished and no input left */
+    z_stream zs;
+} idx_src;
+
+static voidpf zalloc_hook(voidpf opaque, uInt items, uInt size)
+{
+    (void)opaque;
+    return fed_calloc(items, size);
+}
+
+static void zfree_hook(voidpf opaque, voidpf p)
+{
+    (void)opaque;
+    fed_free(p);
+}
+
+static fed_err src_init(idx_src *s, const char *name, const uint8_t *buf, size_t len)
+{
+    memset(s, 0, sizeof *s);
+    s->name = name;
+    s->buf = buf;
+    s->len = len;
+    if (len >= 2 && buf[0] == 0x1f && buf[1] == 0x8b) {
+        s->gz = 1;
+        s->zs.zalloc = zalloc_hook;
+        s->zs.zfree = zfree_hook;
+        s->zs.opaque = Z_NULL;
+        switch (inflateInit2(&s->zs, 15 + 16)) {
+        case Z_OK: break;
+        case Z_MEM_ERROR: return FED_ERR_NOMEM;
+        default: return log_fail(FED_ERR_INTERNAL, name, "zlib inflateInit2 failed");
+        }
+        s->zinit = 1;
+    }
+    return FED_OK;
+}
+
+static void src_fini(idx_src *s)
+{
+    if (s->zinit)
+        inflateEnd(&s->zs);
+    s->zinit = 0;
+}
+
+/* Compressed bytes zlib has not consumed yet. */
+static size_t gz_pending(const idx_src *s) { return (s->len - s->pos) + s->zs.avail_in; }
+
+static fed_err gz_read(idx_src *s, uint8_t *dst, size_t want, size_t *got)
+{
+    *got = 0;
+    while (*got < want && !s->ended) {
+        size_t room = want - *got;
+        size_t before;
+        int rc;
+
+        if (s->zs.avail_in == 0 && s->pos < s->len) {
+            size_t chunk = s->len - s->pos;
+
+            if (chunk > (1u << 30))
+                chunk = 1u << 30;
+            s->zs.next_in = (Bytef *)(uintptr_t)(s->buf + s->pos);
+            s->zs.avail_in = (uInt)chunk;
+            s->pos += chunk;
+        }
+        if (room > (1u << 30))
+            room = 1u << 30;
+        s->zs.next_out = dst + *got;
+        s->zs.avail_out = (uInt)room;
+        before = room;
+        rc = inflate(&s->zs, Z_NO_FLUSH);
+        *got += before - s->zs.avail_out;
+        if (rc == Z_STREAM_END) {
+            size_t left = gz_pending(s);
+
+            if (left == 0) {
+                s->ended = 1;
+                break;
+            }
+            /* Another gzip member may follow (as `cat a.gz b.gz`); anything
+             * else after the compressed data is garbage. */
+            if (s->zs.avail_in == 0) {
+                size_t chunk = s->len - s->pos;
+
+                if (chunk > (1u << 30))
+                    chunk = 1u << 30;
+                s->zs.next_in = (Bytef *)(uintptr_t)(s->buf + s->pos);
+                s->zs.avail_in = (uInt)chunk;
+                s->pos += chunk;
+            }
+            if (s->zs.avail_in < 2 || s->zs.next_in[0] != 0x1f || s->zs.next_in[1] != 0x8b)
+                return log_fail(FED_ERR_FORMAT, s->name,
+                                "%zu bytes of trailing garbage after the gzip data", left);
+            if (inflateReset(&s->zs) != Z_OK)
+                return log_fail(FED_ERR_INTERNAL, s->name, "zlib inflateReset failed");
+            continue;
+        }
+        if (rc == Z_OK)
+            continue;
+        if (rc == Z_BUF_ERROR) {
+            if (gz_pending(s) == 0)
+                return log_fail(FED_ERR_TRUNCATED, s->name, "gzip stream ends early");
+            if (s->zs.avail_in == 0)
+                continue; /* refill from the next chunk */
+            return log_fail(FED_ERR_INTERNAL, s->name, "zlib made no progress");
+        }
+        if (rc == Z_MEM_ERROR)
+            return FED_ERR_NOMEM;
+        return log_fail(FED_ERR_FORMAT, s->name, "corrupt gzip data: %s",
+                        s->zs.msg ? s->zs.msg : "inflate error");
+    }
+    return FED_OK;
+}
+
+/* Up to want bytes; *got < want only at the end of the data. */
+static fed_err src_read(idx_src *s, uint8_t *dst, size_t want, size_t *got)
+{
+    size_t n;
+
+    if (s->gz)
+        return gz_read(s, dst, want, got);
+    n = s->len - s->pos < want ? s->len - s->pos : want;
+    if (n)
+        memcpy(dst, s->buf + s->pos, n);
+    s->pos += n;
+    *got = n;
+    return FED_OK;
+}
+
+/* ---- IDX ---- */
+
+/* IDX header: 0x00 0x00 dtype ndim, then ndim big-endian uint32 sizes.
+ *   images: dtype 0x08 (uint8), ndim 3: count, rows, cols
+ *   labels: dtype 0x08 (uint8), ndim 1: count */
+static fed_err idx_header(idx_src *s, int ndim, uint32_t dims[3])
+{
+    uint8_t h[16];
+    size_t got;
+    fed_err err;
+
+    err = src_read(s, h, 4, &got);
+    if (err)
+        return err;
+    if (got < 4)
+        return log_fail(FED_ERR_TRUNCATED, s->name, "IDX header cut at byte %zu of 4", got);
+    if (h[0] != 0 || h[1] != 0)
+        return log_fail(FED_ERR_MAGIC, s->name,
+                        "bad IDX magic %02x %02x (want 00 00, or a gzip file)", h[0], h[1]);
+    if (h[2] != 0x08)
+        return log_fail(FED_ERR_FORMAT, s->name, "IDX data type 0x%02x, want 0x08 (uint8)", h[2]);
+    if (h[3] != ndim)
+        return log_fail(FED_ERR_FORMAT, s->name, "IDX has %u dimensions, want %d (%s)", h[3],
+                        ndim, ndim == 3 ? "images" : "labels");
+    err = src_read(s, h + 4, 4u * (size_t)ndim, &got);
+    if (err)
+        return err;
+    if (got < 4u * (size_t)ndim)
+        return log_fail(FED_ERR_TRUNCATED, s->name, "IDX header cut at byte %zu of %d", 4 + got,
+                        4 + 4 * ndim);
+    for (int i = 0; i < ndim; i++) {
+        const uint8_t *p = h + 4 + 4 * i;
+
+        dims[i] = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+    }
+    if (dims[0] == 0)
+        return log_fail(FED_ERR_FORMAT, s->name, "IDX holds no samples");
+    if (dims[0] > FED_DATA_MAX_SAMPLES)
+        return log_fail(FED_ERR_TOO_LARGE, s->name, "%u samples, over the limit of %u", dims[0],
+                        FED_DATA_MAX_SAMPLES);
+    if (ndim == 3) {
+        uint64_t f = (uint64_t)dims[1] * dims[2];
+
+        if (dims[1] == 0 || dims[2] == 0)
+            return log_fail(FED_ERR_FORMAT, s->name, "image size %ux%u is empty", dims[1],
+                            dims[2]);
+        if (f > FED_DATA_MAX_FEATURES)
+            return log_fail(FED_ERR_TOO_LARGE, s->name,
+                            "image size %ux%u is over the limit of %u values", dims[1], dims[2],
+                            FED_DATA_MAX_FEATURES);
+        if (f * dims[0] > FED_DATA_MAX_BYTES)
+            return log_fail(FED_ERR_TOO_LARGE, s->name, "%u images of %ux%u are over %llu bytes",
+                            dims[0], dims[1], dims[2], (unsigned long long)FED_DATA_MAX_BYTES);
+    }
+    return FED_OK;
+}
+
+/* Before allocating `bytes`: are there enough input bytes to hold them? */
+static fed_err idx_check_room(const idx_src *s, uint64_t bytes)
+{
+    if (!s->gz) {
+        uint64_t left = s->len - s->pos;
+
+        if (left < bytes)
+            return log_fail(FED_ERR_TRUNCATED, s->name, "IDX data has %llu of %llu bytes",
+                            (unsigned long long)left, (unsigned long long)bytes);
+        if (left > bytes)
+            return log_fail(FED_ERR_FORMAT, s->name, "%llu bytes of trailing garbage",
+                            (unsigned long long)(left - bytes));
+        return FED_OK;
+    }
+    if (bytes > (uint64_t)gz_pending(s) * GZ_MAX_RATIO + GZ_SLACK)
+        return log_fail(FED_ERR_TRUNCATED, s->name,
+                        "%zu gzip bytes cannot hold the %llu bytes the header claims",
+                        gz_pending(s), (unsigned long long)bytes);
+    return FED_OK;
+}
+
+/* Exactly `bytes` into dst, then make sure nothing follows (for gzip this
+ * also drives zlib through the trailer, checking CRC and length). */
+static fed_err idx_payload(idx_src *s, uint8_t *dst, size_t bytes)
+{
+    uint8_t extra;
+    size_t got;
+    fed_err err;
+
+    err = src_read(s, dst, bytes, &got);
+    if (err)
+        return err;
+    if (got < bytes)
+        return log_fail(FED_ERR_TRUNCATED, s->name, "IDX data has %zu of %zu bytes", got, bytes);
+    err = src_read(s, &extra, 1, &got);
+    if (err)
+        return err;
+    if (got)
+        return log_fail(FED_ERR_FORMAT, s->name, "trailing garbage after %zu data bytes", bytes);
+    return FED_OK;
+}
+
+static fed_err parse_idx_named(const uint8_t *images, size_t images_len, const char *iname,
+                               const uint8_t *labels, size_t labels_len, const char *lname,
+                               fed_dataset **out)
+{
+    idx_src si, sl;
+    uint32_t idims[3] = { 0 }, ldims[3] = { 0 };
+    uint8_t *lab = NULL;
+    fed_dataset *d = NULL;
+    size_t features, bytes;
+    fed_err err;
+
+    *out = NULL;
+    memset(&sl, 0, sizeof sl);
+    err = src_init(&si, iname, images, images_len);
+    if (err)
+        goto out;
+    err = src_init(&sl, lname, labels, labels_len);
+    if (err)
+        goto out;
+    err = idx_header(&si, 3, idims);
+    if (err)
+        goto out;
+    err = idx_header(&sl, 1, ldims);
+    if (err)
+        goto out;
+    if (idims[0] != ldims[0]) {
+        err = log_fail(FED_ERR_SHAPE, lname, "%u labels for %u images in %s", ldims[0], idims[0],
+                       iname);
+        goto out;
+    }
+    features = (size_t)idims[1] * idims[2];
+    bytes = features * idims[0];
+    err = idx_check_room(&si, bytes);
+    if (!err)
+        err = idx_check_room(&sl, ldims[0]);
+    if (err)
+        goto out;
+    d = fed_calloc(1, sizeof *d);
+    if (!d) {
+        err = FED_ERR_NOMEM;
+        goto out;
+    }
+    d->n = idims[0];
+    d->features = features;
+    d->shape.c = 1;
+    d->shape.h = (int)idims[1];
+    d->shape.w = (int)idims[2];
+    d->shape.classes = FED_DATA_IDX_CLASSES;
+    d->x_u8 = fed_malloc(bytes);
+    d->y = fed_malloc(d->n * sizeof *d->y);
+    lab = fed_malloc(d->n);
+    if (!d->x_u8 || !d->y || !lab) {
+        err = FED_ERR_NOMEM;
+        goto out;
+    }
+    err = idx_payload(&si, d->x_u8, bytes);
+    if (!err)
+        err = idx_payload(&sl, lab, d->n);
+    if (err)
+        goto out;
+    for (size_t i = 0; i < d->n; i++) {
+        if (lab[i] >= FED_DATA_IDX_CLASSES) {
+            err = log_fail(FED_ERR_RANGE, lname, "label %u of sample %zu is not below %d", lab[i],
+                           i, FED_DATA_IDX_CLASSES);
+            goto out;
+        }
+        d->y[i] = lab[i];
+    }
+    *out = d;
+    d = NULL;
+out:
+    fed_free(lab);
+    fed_data_free(d);
+    src_fini(&sl);
+    src_fini(&si);
+    return err;
+}
+
+fed_err fed_data_parse_idx(const uint8_t *images, size_t images_len, const uint8_t *labels,
+                           size_t labels_len, fed_dataset **out)
+{
+    return parse_idx_named(images, images_len, "<images buffer>", labels, labels_len,
+                           "<labels buffer>", out);
+}
+
+fed_err fed_data_load_idx(const char *images_path, const char *labels_path, fed_dataset **out)
+{
+    uint8_t *ib = NULL, *lb = NULL;
+    size_t il = 0, ll = 0;
+    fed_err err;
+
+    *out = NULL;
+    err = fed_data_read_file(images_path, FED_DATA_MAX_BYTES + 16, &ib, &il);
+    if (!err)
+        err = fed_data_read_file(labels_path, FED_DATA_MAX_SAMPLES + 8, &lb, &ll);
+    if (!err)
+        err = parse_idx_named(ib, il, images_path, lb, ll, labels_path, out);
+    fed_free(lb);
+    fed_free(ib);
+    return err;
+}
+
+void fed_data_free(fed_dataset *d)
+{
+    if (!d)
+        return;
+    fed_free(d->x_u8);
+    fed_free(d->x_f32);
+    fed_free(d->y);
+    fed_free(d);
+}
+
+/* ---- --data resolution ---- */
+
+static int is_file(const char *path)
+{
+    struct stat st;
+
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* dir/PREFIX-KIND-ubyte, plain first, then .gz. */
+static fed_err find_idx(const char *dir, const char *prefix, const char *kind, char *path,
+                        size_t size)
+{
+    int n = snprintf(path, size, "%s/%s-%s-ubyte", dir, prefix, kind);
+
+    if (n < 0 || (size_t)n + 4 > size)
+        return log_fail(FED_ERR_INVAL, dir, "path too long");
+    if (is_file(path))
+        return FED_OK;
+    strcat(path, ".gz");
+    if (is_file(path))
+        return FED_OK;
+    path[n] = 0;
+    return log_fail(FED_ERR_NOTFOUND, dir, "neither %s nor %s.gz found", path, path);
+}
+
+static fed_err open_idx_dir(const char *dir, int train, fed_dataset **out)
+{
+    const char *prefix = train ? "train" : "t10k";
+    char ipath[4096], lpath[4096];
+    fed_err err;
+
+    err = find_idx(dir, prefix, "images-idx3", ipath, sizeof ipath);
+    if (!err)
+        err = find_idx(dir, prefix, "labels-idx1", lpath, sizeof lpath);
+    if (!err)
+        err = fed_data_load_idx(ipath, lpath, out);
+    if (!err)
+        fed_log(FED_LOG_INFO, "data: %s: %zu samples of %dx%d, %d classes", ipath, (*out)->n,
+                (*out)->shape.h, (*out)->shape.w, (*out)->shape.classes);
+    return err;
+}
+
+fed_err fed_data_open(const char *what, int train, fed_dataset **out)
+{
+    struct stat st;
+    char eb[128];
+
+    *out = NULL;
+    if (!what || !*what)
+        return log_fail(FED_ERR_INVAL, "data", "no --data given");
+    if (strcmp(what, "fashion-mnist") == 0) {
+        const char *dir = getenv("FEDNODE_DATA");
+
+        return open_idx_dir(dir && *dir ? dir : FED_DATA_DEFAULT_DIR, train, out);
+    }
+    if (stat(what, &st) != 0) {
+        int e = errno;
+
+        return log_fail(e == ENOENT ? FED_ERR_NOTFOUND : FED_ERR_IO, what,
+                        "not 'fashion-mnist', a directory of IDX files or a CSV file: %s",
+                        strerror_r(e, eb, sizeof eb));
+    }
+    if (S_ISDIR(st.st_mode))
+        return open_idx_dir(what, train, out);
+    return fed_data_open_csv(what, train, NULL, out);
+}
+
+fed_err fed_data_subset(const fed_dataset *d, const uint32_t *idx, size_t n, fed_dataset **out)
+{
+    fed_dataset *s;
+    size_t f = d->features;
+
+    *out = NULL;
+    if (n == 0 || n > d->n)
+        return log_fail(FED_ERR_RANGE, "data", "subset of %zu samples out of %zu", n, d->n);
+    for (size_t i = 0; i < n; i++)
+        if (idx[i] >= d->n)
+            return log_fail(FED_ERR_RANGE, "data", "subset index %u out of %zu samples", idx[i],
+                            d->n);
+    s = fed_calloc(1, sizeof *s);
+    if (!s)
+        return FED_ERR_NOMEM;
+    s->n = n;
+    s->shape = d->shape;
+    s->features = f;
+    s->y = fed_malloc(n * sizeof *s->y);
+    if (d->x_u8)
+        s->x_u8 = fed_malloc(n * f);
+    else
+        s->x_f32 = fed_malloc(n * f * sizeof *s->x_f32);
+    if (!s->y || (!s->x_u8 && !s->x_f32)) {
+        fed_data_free(s);
+        return FED_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (d->x_u8)
+            memcpy(s->x_u8 + i * f, d->x_u8 + (size_t)idx[i] * f, f);
+        else
+            memcpy(s->x_f32 + i * f, d->x_f32 + (size_t)idx[i] * f, f * sizeof *s->x_f32);
+        s->y[i] = d->y[idx[i]];
+    }
+    *out = s;
+    return FED_OK;
+}
+
+/* ---- batches ---- */
+
+void fed_data_gather(const fed_dataset *d, const uint32_t *idx, int n, void *x_stage,
+                     int32_t *y_stage, fed_batch *b)
+{
+    size_t f = d->features;
+
+    if (d->x_u8) {
+        uint8_t *x = x_stage;
+
+        for (int i = 0; i < n; i++)
+            memcpy(x + (size_t)i * f, d->x_u8 + (size_t)idx[i] * f, f);
+        b->x_u8 = x;
+        b->x_f32 = NULL;
+    } else {
+        float *x = x_stage;
+
+        for (int i = 0; i < n; i++)
+            memcpy(x + (size_t)i * f, d->x_f32 + (size_t)idx[i] * f, f * sizeof *x);
+        b->x_u8 = NULL;
+        b->x_f32 = x;
+    }
+    for (int i = 0; i < n; i++)
+        y_stage[i] = d->y[idx[i]];
+    b->n = n;
+    b->y = y_stage;
+}

@@ -1,0 +1,1334 @@
+/* test_data.c - the data module: real Fashion-MNIST through fed_data_open,
+ * the IDX reader (plain and gzip, every rejection with its exact fed_err and
+ * a log line naming the input), the CSV reader (standardization checked to
+ * the bit, statistics files, every rejection), the partitioners (each sample
+ * used exactly once, seeding, Dirichlet skew against alpha), batch gathering,
+ * and allocation-failure sweeps. Leaks are caught by `make asan`. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cmocka.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "model/data.h"
+
+/* ------------------------------------------------------------ helpers -- */
+
+static char g_log[16384];
+
+static void capture_sink(void *ctx, fed_log_level level, const char *line)
+{
+    size_t used = strlen(g_log);
+
+    (void)ctx;
+    (void)level;
+    snprintf(g_log + used, sizeof g_log - used, "%s\n", line);
+}
+
+static void log_reset(void) { g_log[0] = 0; }
+
+static void assert_log_has(const char *needle)
+{
+    if (!strstr(g_log, needle)) {
+        print_error("log lacks '%s'; log was:\n%s", needle, g_log);
+        fail();
+    }
+}
+
+#define assert_err(got, want) assert_string_equal(fed_errname(got), fed_errname(want))
+
+typedef struct buf {
+    uint8_t *p;
+    size_t n;
+} buf;
+
+static void put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+/* idx3 header for (n, rows, cols) followed by data_bytes pattern bytes. */
+static buf idx_images_raw(uint32_t n, uint32_t rows, uint32_t cols, size_t data_bytes)
+{
+    buf b;
+
+    b.n = 16 + data_bytes;
+    b.p = malloc(b.n);
+    assert_non_null(b.p);
+    b.p[0] = 0;
+    b.p[1] = 0;
+    b.p[2] = 0x08;
+    b.p[3] = 3;
+    put_be32(b.p + 4, n);
+    put_be32(b.p + 8, rows);
+    put_be32(b.p + 12, cols);
+    for (size_t i = 0; i < data_bytes; i++)
+        b.p[16 + i] = (uint8_t)(i * 7 + i / 13);
+    return b;
+}
+
+static buf idx_images(uint32_t n, uint32_t rows, uint32_t cols)
+{
+    return idx_images_raw(n, rows, cols, (size_t)n * rows * cols);
+}
+
+static buf idx_labels_raw(uint32_t n, size_t data_bytes)
+{
+    buf b;
+
+    b.n = 8 + data_bytes;
+    b.p = malloc(b.n);
+    assert_non_null(b.p);
+    b.p[0] = 0;
+    b.p[1] = 0;
+    b.p[2] = 0x08;
+    b.p[3] = 1;
+    put_be32(b.p + 4, n);
+    for (size_t i = 0; i < data_bytes; i++)
+        b.p[8 + i] = (uint8_t)((i * 3) % 10);
+    return b;
+}
+
+static buf idx_labels(uint32_t n) { return idx_labels_raw(n, n); }
+
+static buf gz(const uint8_t *p, size_t n)
+{
+    z_stream zs;
+    buf b;
+
+    memset(&zs, 0, sizeof zs);
+    assert_int_equal(deflateInit2(&zs, 9, Z_DEFLATED, 15 + 16, 9, Z_DEFAULT_STRATEGY), Z_OK);
+    b.p = malloc(deflateBound(&zs, n) + 64);
+    assert_non_null(b.p);
+    zs.next_in = (Bytef *)(uintptr_t)p;
+    zs.avail_in = (uInt)n;
+    zs.next_out = b.p;
+    zs.avail_out = (uInt)(deflateBound(&zs, n) + 64);
+    assert_int_equal(deflate(&zs, Z_FINISH), Z_STREAM_END);
+    b.n = zs.total_out;
+    deflateEnd(&zs);
+    return b;
+}
+
+static buf cat(buf a, buf c)
+{
+    buf b;
+
+    b.n = a.n + c.n;
+    b.p = malloc(b.n);
+    assert_non_null(b.p);
+    memcpy(b.p, a.p, a.n);
+    memcpy(b.p + a.n, c.p, c.n);
+    return b;
+}
+
+static char g_tmp[256];
+
+static void make_tmpdir(void)
+{
+    strcpy(g_tmp, "/tmp/test_data.XXXXXX");
+    assert_non_null(mkdtemp(g_tmp));
+}
+
+static void tmp_path(char *out, size_t size, const char *name)
+{
+    snprintf(out, size, "%s/%s", g_tmp, name);
+}
+
+static void write_file(const char *path, const void *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+
+    assert_non_null(f);
+    assert_int_equal(fwrite(p, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void write_text(const char *path, const char *s) { write_file(path, s, strlen(s)); }
+
+static void rm_tmpdir(void)
+{
+    char cmd[512];
+
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
+    assert_int_equal(system(cmd), 0);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    fed_log_set_sink(capture_sink, NULL);
+    fed_log_set_level(FED_LOG_DEBUG);
+    log_reset();
+    make_tmpdir();
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    fed_alloc_fail_nth(0, 0);
+    fed_alloc_set_hook(NULL, NULL);
+    rm_tmpdir();
+    fed_log_set_sink(NULL, NULL);
+    return 0;
+}
+
+static const char *data_dir(void)
+{
+    const char *d = getenv("FEDNODE_DATA");
+
+    return d && *d ? d : FED_DATA_DEFAULT_DIR;
+}
+
+static int have_fashion_mnist(void)
+{
+    char p[1024];
+
+    snprintf(p, sizeof p, "%s/train-labels-idx1-ubyte.gz", data_dir());
+    if (access(p, R_OK) == 0)
+        return 1;
+    snprintf(p, sizeof p, "%s/train-labels-idx1-ubyte", data_dir());
+    return access(p, R_OK) == 0;
+}
+
+/* ------------------------------------------------------ Fashion-MNIST -- */
+
+static void test_fashion_mnist(void **state)
+{
+    fed_dataset *d = NULL;
+    long hist[10] = { 0 };
+
+    (void)state;
+    if (!have_fashion_mnist()) {
+        print_message("Fashion-MNIST not found in %s: skipped\n", data_dir());
+        skip();
+    }
+    assert_err(fed_data_open("fashion-mnist", 1, &d), FED_OK);
+    assert_int_equal(d->n, 60000);
+    assert_int_equal(d->shape.c, 1);
+    assert_int_equal(d->shape.h, 28);
+    assert_int_equal(d->shape.w, 28);
+    assert_int_equal(d->shape.classes, 10);
+    assert_int_equal(d->features, 784);
+    assert_non_null(d->x_u8);
+    assert_null(d->x_f32);
+    assert_int_equal(d->y[0], 9); /* ankle boot */
+    for (size_t i = 0; i < d->n; i++)
+        hist[d->y[i]]++;
+    for (int c = 0; c < 10; c++)
+        assert_int_equal(hist[c], 6000);
+    fed_data_free(d);
+
+    memset(hist, 0, sizeof hist);
+    assert_err(fed_data_open("fashion-mnist", 0, &d), FED_OK);
+    assert_int_equal(d->n, 10000);
+    assert_int_equal(d->shape.h, 28);
+    assert_int_equal(d->shape.w, 28);
+    assert_int_equal(d->shape.classes, 10);
+    assert_int_equal(d->y[0], 9);
+    for (size_t i = 0; i < d->n; i++)
+        hist[d->y[i]]++;
+    for (int c = 0; c < 10; c++)
+        assert_int_equal(hist[c], 1000);
+    fed_data_free(d);
+}
+
+/* Decompress a real .gz file with zlib's own gzread into a plain file. */
+static void gunzip_to(const char *src, const char *dst)
+{
+    gzFile g = gzopen(src, "rb");
+    FILE *f = fopen(dst, "wb");
+    uint8_t chunk[65536];
+    int r;
+
+    assert_non_null(g);
+    assert_non_null(f);
+    while ((r = gzread(g, chunk, sizeof chunk)) > 0)
+        assert_int_equal(fwrite(chunk, 1, (size_t)r, f), (size_t)r);
+    assert_int_equal(r, 0);
+    gzclose(g);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* The t10k split, once as the .gz files and once decompressed into a
+ * directory: the same bytes and labels. */
+static void test_gzip_equals_plain_real(void **state)
+{
+    char src[1024], dst[1024];
+    const char *names[] = { "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte" };
+    fed_dataset *a = NULL, *b = NULL;
+
+    (void)state;
+    snprintf(src, sizeof src, "%s/t10k-images-idx3-ubyte.gz", data_dir());
+    if (access(src, R_OK) != 0) {
+        print_message("%s not found: skipped\n", src);
+        skip();
+    }
+    for (int i = 0; i < 2; i++) {
+        snprintf(src, sizeof src, "%s/%s.gz", data_dir(), names[i]);
+        tmp_path(dst, sizeof dst, names[i]);
+        gunzip_to(src, dst);
+    }
+    assert_err(fed_data_open(data_dir(), 0, &a), FED_OK);
+    assert_err(fed_data_open(g_tmp, 0, &b), FED_OK);
+    assert_int_equal(a->n, b->n);
+    assert_int_equal(a->features, b->features);
+    assert_memory_equal(a->x_u8, b->x_u8, a->n * a->features);
+    assert_memory_equal(a->y, b->y, a->n * sizeof *a->y);
+    fed_data_free(a);
+    fed_data_free(b);
+}
+
+/* $FEDNODE_DATA redirects "fashion-mnist"; train and t10k files are picked
+ * by prefix, plain or .gz. */
+static void test_open_env_and_dir(void **state)
+{
+    char p[1024], *saved = NULL;
+    const char *old = getenv("FEDNODE_DATA");
+    buf ti = idx_images(5, 2, 3), tl = idx_labels(5), vi = idx_images(3, 2, 3), vl = idx_labels(3);
+    buf vig = gz(vi.p, vi.n);
+    fed_dataset *d = NULL;
+
+    (void)state;
+    if (old)
+        saved = strdup(old);
+    tmp_path(p, sizeof p, "train-images-idx3-ubyte");
+    write_file(p, ti.p, ti.n);
+    tmp_path(p, sizeof p, "train-labels-idx1-ubyte");
+    write_file(p, tl.p, tl.n);
+    tmp_path(p, sizeof p, "t10k-images-idx3-ubyte.gz");
+    write_file(p, vig.p, vig.n);
+    tmp_path(p, sizeof p, "t10k-labels-idx1-ubyte");
+    write_file(p, vl.p, vl.n);
+    assert_int_equal(setenv("FEDNODE_DATA", g_tmp, 1), 0);
+    assert_err(fed_data_open("fashion-mnist", 1, &d), FED_OK);
+    assert_int_equal(d->n, 5);
+    assert_int_equal(d->shape.h, 2);
+    assert_int_equal(d->shape.w, 3);
+    assert_memory_equal(d->x_u8, ti.p + 16, 30);
+    fed_data_free(d);
+    assert_err(fed_data_open("fashion-mnist", 0, &d), FED_OK);
+    assert_int_equal(d->n, 3);
+    assert_memory_equal(d->x_u8, vi.p + 16, 18);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(d->y[i], vl.p[8 + i]);
+    fed_data_free(d);
+    if (saved) {
+        assert_int_equal(setenv("FEDNODE_DATA", saved, 1), 0);
+        free(saved);
+    } else {
+        assert_int_equal(unsetenv("FEDNODE_DATA"), 0);
+    }
+
+    /* A directory without the files, and a path that is nothing. */
+    tmp_path(p, sizeof p, "empty");
+    assert_int_equal(mkdir(p, 0700), 0);
+    log_reset();
+    d = (fed_dataset *)1;
+    assert_err(fed_data_open(p, 1, &d), FED_ERR_NOTFOUND);
+    assert_null(d);
+    assert_log_has("train-images-idx3-ubyte");
+    log_reset();
+    tmp_path(p, sizeof p, "nothing-here");
+    assert_err(fed_data_open(p, 1, &d), FED_ERR_NOTFOUND);
+    assert_log_has("nothing-here");
+    free(ti.p);
+    free(tl.p);
+    free(vi.p);
+    free(vl.p);
+    free(vig.p);
+}
+
+/* ---------------------------------------------------------------- IDX -- */
+
+static void expect_idx(buf im, buf lb, fed_err want, const char *log_needle)
+{
+    fed_dataset *d = (fed_dataset *)1;
+
+    log_reset();
+    assert_err(fed_data_parse_idx(im.p, im.n, lb.p, lb.n, &d), want);
+    assert_null(d);
+    if (log_needle)
+        assert_log_has(log_needle);
+}
+
+static void test_idx_parse_ok(void **state)
+{
+    buf im = idx_images(7, 3, 4), lb = idx_labels(7);
+    fed_dataset *d = NULL;
+
+    (void)state;
+    assert_err(fed_data_parse_idx(im.p, im.n, lb.p, lb.n, &d), FED_OK);
+    assert_int_equal(d->n, 7);
+    assert_int_equal(d->features, 12);
+    assert_int_equal(d->shape.c, 1);
+    assert_int_equal(d->shape.h, 3);
+    assert_int_equal(d->shape.w, 4);
+    assert_int_equal(d->shape.classes, 10);
+    assert_memory_equal(d->x_u8, im.p + 16, 84);
+    for (int i = 0; i < 7; i++)
+        assert_int_equal(d->y[i], lb.p[8 + i]);
+    fed_data_free(d);
+    fed_data_free(NULL);
+    free(im.p);
+    free(lb.p);
+}
+
+static void test_idx_rejects_plain(void **state)
+{
+    buf im = idx_images(4, 2, 2), lb = idx_labels(4), bad;
+
+    (void)state;
+    /* Wrong magic, in either file. */
+    im.p[0] = 1;
+    expect_idx(im, lb, FED_ERR_MAGIC, "<images buffer>: bad IDX magic");
+    im.p[0] = 0;
+    lb.p[1] = 0x08;
+    expect_idx(im, lb, FED_ERR_MAGIC, "<labels buffer>: bad IDX magic");
+    lb.p[1] = 0;
+    /* Wrong data type and number of dimensions; files swapped. */
+    im.p[2] = 0x0d; /* float */
+    expect_idx(im, lb, FED_ERR_FORMAT, "data type 0x0d");
+    im.p[2] = 0x08;
+    im.p[3] = 2;
+    expect_idx(im, lb, FED_ERR_FORMAT, "2 dimensions, want 3");
+    im.p[3] = 3;
+    expect_idx(lb, im, FED_ERR_FORMAT, "1 dimensions, want 3");
+    /* Truncated: in the header, and in the data. */
+    expect_idx((buf){ im.p, 0 }, lb, FED_ERR_TRUNCATED, "header cut");
+    expect_idx((buf){ im.p, 3 }, lb, FED_ERR_TRUNCATED, "header cut");
+    expect_idx((buf){ im.p, 11 }, lb, FED_ERR_TRUNCATED, "header cut at byte 11 of 16");
+    expect_idx(im, (buf){ lb.p, 7 }, FED_ERR_TRUNCATED, "<labels buffer>: IDX header cut");
+    expect_idx((buf){ im.p, im.n - 1 }, lb, FED_ERR_TRUNCATED, "15 of 16 bytes");
+    expect_idx(im, (buf){ lb.p, lb.n - 1 }, FED_ERR_TRUNCATED, "3 of 4 bytes");
+    /* Trailing garbage. */
+    bad = idx_images_raw(4, 2, 2, 17);
+    expect_idx(bad, lb, FED_ERR_FORMAT, "1 bytes of trailing garbage");
+    free(bad.p);
+    bad = idx_labels_raw(4, 5);
+    expect_idx(im, bad, FED_ERR_FORMAT, "<labels buffer>: 1 bytes of trailing garbage");
+    free(bad.p);
+    /* Counts that disagree; no samples; an empty image. */
+    bad = idx_labels(5);
+    expect_idx(im, bad, FED_ERR_SHAPE, "5 labels for 4 images");
+    free(bad.p);
+    bad = idx_images_raw(0, 2, 2, 0);
+    expect_idx(bad, lb, FED_ERR_FORMAT, "no samples");
+    free(bad.p);
+    bad = idx_images_raw(4, 0, 2, 0);
+    expect_idx(bad, lb, FED_ERR_FORMAT, "empty");
+    free(bad.p);
+    /* A label outside [0, 10). */
+    lb.p[8 + 2] = 10;
+    expect_idx(im, lb, FED_ERR_RANGE, "label 10 of sample 2");
+    lb.p[8 + 2] = 255;
+    expect_idx(im, lb, FED_ERR_RANGE, "label 255 of sample 2");
+    free(im.p);
+    free(lb.p);
+}
+
+/* Largest allocation seen, through the allocation hook. */
+static size_t g_max_alloc;
+
+static int track_max(void *ctx, size_t size)
+{
+    (void)ctx;
+    if (size > g_max_alloc)
+        g_max_alloc = size;
+    return 0;
+}
+
+static void test_idx_rejects_oversized(void **state)
+{
+    buf lb = idx_labels(4), bad;
+
+    (void)state;
+    fed_alloc_set_hook(track_max, NULL);
+    g_max_alloc = 0;
+    /* Header sizes over the limits, refused before any allocation. */
+    bad = idx_images_raw(FED_DATA_MAX_SAMPLES + 1, 1, 1, 0);
+    expect_idx(bad, lb, FED_ERR_TOO_LARGE, "over the limit");
+    free(bad.p);
+    bad = idx_images_raw(4, 1025, 1024, 0);
+    expect_idx(bad, lb, FED_ERR_TOO_LARGE, "1025x1024 is over the limit");
+    free(bad.p);
+    bad = idx_images_raw(FED_DATA_MAX_SAMPLES, 1024, 1024, 0);
+    expect_idx(bad, lb, FED_ERR_TOO_LARGE, "bytes");
+    free(bad.p);
+    bad = idx_labels_raw(0xffffffffu, 4);
+    {
+        buf im = idx_images(4, 2, 2);
+
+        expect_idx(im, bad, FED_ERR_TOO_LARGE, "<labels buffer>: 4294967295 samples");
+        free(im.p);
+    }
+    free(bad.p);
+    /* A plausible header with far too little data behind it: truncated,
+     * and nothing of the claimed size is allocated. */
+    bad = idx_images_raw(60000, 28, 28, 100);
+    put_be32(lb.p + 4, 60000);
+    expect_idx(bad, lb, FED_ERR_TRUNCATED, "of 47040000 bytes");
+    {
+        buf g = gz(bad.p, bad.n);
+
+        expect_idx(g, lb, FED_ERR_TRUNCATED, "cannot hold");
+        free(g.p);
+    }
+    assert_true(g_max_alloc < 1000000);
+    fed_alloc_set_hook(NULL, NULL);
+    free(bad.p);
+    free(lb.p);
+}
+
+static void test_idx_gzip(void **state)
+{
+    buf im = idx_images(50, 8, 9), lb = idx_labels(50);
+    buf gi = gz(im.p, im.n), gl = gz(lb.p, lb.n), bad, tail;
+    fed_dataset *a = NULL, *b = NULL;
+
+    (void)state;
+    /* gzip and plain give the same bytes, in any combination. */
+    assert_err(fed_data_parse_idx(im.p, im.n, lb.p, lb.n, &a), FED_OK);
+    assert_err(fed_data_parse_idx(gi.p, gi.n, gl.p, gl.n, &b), FED_OK);
+    assert_int_equal(a->n, b->n);
+    assert_memory_equal(a->x_u8, b->x_u8, 50 * 72);
+    assert_memory_equal(a->y, b->y, 50 * sizeof(int32_t));
+    fed_data_free(b);
+    assert_err(fed_data_parse_idx(gi.p, gi.n, lb.p, lb.n, &b), FED_OK);
+    assert_memory_equal(a->x_u8, b->x_u8, 50 * 72);
+    fed_data_free(b);
+    /* Two gzip members (`cat a.gz b.gz`) read as one stream. */
+    {
+        buf h1 = gz(im.p, 1000), h2 = gz(im.p + 1000, im.n - 1000), two = cat(h1, h2);
+
+        assert_err(fed_data_parse_idx(two.p, two.n, gl.p, gl.n, &b), FED_OK);
+        assert_memory_equal(a->x_u8, b->x_u8, 50 * 72);
+        fed_data_free(b);
+        free(h1.p);
+        free(h2.p);
+        free(two.p);
+    }
+    fed_data_free(a);
+
+    /* Truncated gzip: cut in the deflate data, cut in the trailer. */
+    expect_idx((buf){ gi.p, gi.n / 2 }, gl, FED_ERR_TRUNCATED, "<images buffer>: gzip stream ends");
+    expect_idx((buf){ gi.p, gi.n - 4 }, gl, FED_ERR_TRUNCATED, "gzip stream ends early");
+    expect_idx((buf){ gi.p, 12 }, gl, FED_ERR_TRUNCATED, "<images buffer>");
+    /* Corrupt CRC in the trailer. */
+    bad.n = gi.n;
+    bad.p = malloc(bad.n);
+    memcpy(bad.p, gi.p, gi.n);
+    bad.p[gi.n - 8] ^= 0x55;
+    expect_idx(bad, gl, FED_ERR_FORMAT, "corrupt gzip data");
+    free(bad.p);
+    /* Garbage after the gzip stream. */
+    tail = (buf){ (uint8_t *)"xyz", 3 };
+    bad = cat(gi, tail);
+    expect_idx(bad, gl, FED_ERR_FORMAT, "3 bytes of trailing garbage after the gzip data");
+    free(bad.p);
+    /* Well-formed gzip around a payload one byte too long or short. */
+    {
+        buf longer = idx_images_raw(50, 8, 9, 50 * 72 + 1), g = gz(longer.p, longer.n);
+
+        expect_idx(g, gl, FED_ERR_FORMAT, "trailing garbage after 3600 data bytes");
+        free(longer.p);
+        free(g.p);
+        longer = idx_images_raw(50, 8, 9, 50 * 72 - 1);
+        g = gz(longer.p, longer.n);
+        expect_idx(g, gl, FED_ERR_TRUNCATED, "3599 of 3600 bytes");
+        free(longer.p);
+        free(g.p);
+    }
+    /* A gzip bomb behind a one-sample header: refused after one extra byte. */
+    {
+        buf big = idx_images_raw(1, 1, 1, 20u << 20), g, one = idx_labels(1);
+
+        memset(big.p + 16, 0, 20u << 20);
+        g = gz(big.p, big.n);
+        assert_true(g.n < 100000);
+        expect_idx(g, one, FED_ERR_FORMAT, "trailing garbage after 1 data bytes");
+        free(one.p);
+        free(big.p);
+        free(g.p);
+    }
+    /* Wrong magic inside the gzip. */
+    im.p[1] = 9;
+    bad = gz(im.p, im.n);
+    expect_idx(bad, gl, FED_ERR_MAGIC, "bad IDX magic 00 09");
+    free(bad.p);
+    free(im.p);
+    free(lb.p);
+    free(gi.p);
+    free(gl.p);
+}
+
+/* Files: errors name the path. */
+static void test_idx_files(void **state)
+{
+    char ip[1024], lp[1024], gp[1024];
+    buf im = idx_images(6, 4, 4), lb = idx_labels(6), g;
+    fed_dataset *a = NULL, *b = NULL;
+
+    (void)state;
+    tmp_path(ip, sizeof ip, "imgs");
+    tmp_path(lp, sizeof lp, "labs");
+    tmp_path(gp, sizeof gp, "imgs.gz");
+    write_file(ip, im.p, im.n);
+    write_file(lp, lb.p, lb.n);
+    g = gz(im.p, im.n);
+    write_file(gp, g.p, g.n);
+    assert_err(fed_data_load_idx(ip, lp, &a), FED_OK);
+    assert_err(fed_data_load_idx(gp, lp, &b), FED_OK);
+    assert_memory_equal(a->x_u8, b->x_u8, 6 * 16);
+    fed_data_free(a);
+    fed_data_free(b);
+    write_file(ip, im.p, im.n - 3);
+    log_reset();
+    a = (fed_dataset *)1;
+    assert_err(fed_data_load_idx(ip, lp, &a), FED_ERR_TRUNCATED);
+    assert_null(a);
+    assert_log_has(ip);
+    assert_log_has("93 of 96 bytes");
+    log_reset();
+    assert_err(fed_data_load_idx(ip, "/nonexistent/labels", &a), FED_ERR_NOTFOUND);
+    assert_log_has("/nonexistent/labels: cannot open");
+    log_reset();
+    assert_err(fed_data_load_idx(g_tmp, lp, &a), FED_ERR_IO);
+    assert_log_has("not a regular file");
+    /* the whole-file reader's size limit, checked before reading */
+    {
+        uint8_t *fb = (uint8_t *)1;
+        size_t fl = 5;
+
+        log_reset();
+        assert_err(fed_data_read_file(lp, 13, &fb, &fl), FED_ERR_TOO_LARGE);
+        assert_null(fb);
+        assert_int_equal(fl, 0);
+        assert_log_has("file of 14 bytes is over the limit of 13");
+        assert_err(fed_data_read_file(lp, 14, &fb, &fl), FED_OK);
+        assert_int_equal(fl, 14);
+        assert_int_equal(fb[14], 0);
+        assert_memory_equal(fb, lb.p, 14);
+        fed_free(fb);
+    }
+    free(im.p);
+    free(lb.p);
+    free(g.p);
+}
+
+/* Every allocation of the parser (zlib's included) failed in turn: each
+ * gives FED_ERR_NOMEM and no dataset; ASan proves nothing leaks. */
+static void test_idx_alloc_sweep(void **state)
+{
+    buf im = idx_images(20, 5, 5), lb = idx_labels(20);
+    buf gi = gz(im.p, im.n), gl = gz(lb.p, lb.n);
+    char ip[1024], lp[1024];
+    unsigned long n;
+    int sticky;
+
+    (void)state;
+    tmp_path(ip, sizeof ip, "i.gz");
+    tmp_path(lp, sizeof lp, "l");
+    write_file(ip, gi.p, gi.n);
+    write_file(lp, lb.p, lb.n);
+    for (sticky = 0; sticky < 2; sticky++) {
+        for (n = 1; n < 200; n++) {
+            fed_dataset *d = (fed_dataset *)1;
+            fed_err e;
+
+            fed_alloc_fail_nth(n, sticky);
+            e = fed_data_parse_idx(gi.p, gi.n, gl.p, gl.n, &d);
+            fed_alloc_fail_nth(0, 0);
+            if (e == FED_OK) {
+                fed_data_free(d);
+                break;
+            }
+            assert_err(e, FED_ERR_NOMEM);
+            assert_null(d);
+        }
+        assert_true(n > 4 && n < 200); /* datasets, zlib state and window failed */
+        for (n = 1; n < 200; n++) {
+            fed_dataset *d = (fed_dataset *)1;
+            fed_err e;
+
+            fed_alloc_fail_nth(n, sticky);
+            e = fed_data_load_idx(ip, lp, &d);
+            fed_alloc_fail_nth(0, 0);
+            if (e == FED_OK) {
+                fed_data_free(d);
+                break;
+            }
+            assert_err(e, FED_ERR_NOMEM);
+            assert_null(d);
+        }
+        assert_true(n > 4 && n < 200);
+    }
+    free(im.p);
+    free(lb.p);
+    free(gi.p);
+    free(gl.p);
+}
+
+/* ---------------------------------------------------------------- CSV -- */
+
+static fed_dataset *csv_ok(const char *text, const fed_csv_opts *opts)
+{
+    fed_dataset *d = NULL;
+
+    log_reset();
+    assert_err(fed_data_parse_csv(text, strlen(text), opts, &d), FED_OK);
+    assert_non_null(d);
+    return d;
+}
+
+static void expect_csv(const char *text, fed_err want, const char *log_needle)
+{
+    fed_dataset *d = (fed_dataset *)1;
+
+    log_reset();
+    assert_err(fed_data_parse_csv(text, strlen(text), NULL, &d), want);
+    assert_null(d);
+    if (log_needle)
+        assert_log_has(log_needle);
+}
+
+static float stdz(double x, double mean, double sd) { return (float)((x - mean) / sd); }
+
+static void test_csv_standardization(void **state)
+{
+    /* a: 1 2 3 6 (mean 3, var (4+1+0+9)/4 = 3.5); b constant (std 0 -> 1);
+     * c: -0.5 0.25 1e3 7 */
+    const char *text = "a,label,b,c\n"
+                       "1,0,5,-0.5\n"
+                       "2,1,5,0.25\n"
+                       "3,2,5,1e3\n"
+                       "6,1,5,7\n";
+    double cm = (-0.5 + 0.25 + 1e3 + 7) / 4, cv = 0, cs;
+    const double cx[4] = { -0.5, 0.25, 1e3, 7 };
+    fed_dataset *d = csv_ok(text, NULL);
+
+    (void)state;
+    for (int i = 0; i < 4; i++)
+        cv += (cx[i] - cm) * (cx[i] - cm);
+    cs = sqrt(cv / 4);
+    assert_int_equal(d->n, 4);
+    assert_int_equal(d->features, 3);
+    assert_int_equal(d->shape.c, 1);
+    assert_int_equal(d->shape.h, 1);
+    assert_int_equal(d->shape.w, 3);
+    assert_int_equal(d->shape.classes, 3);
+    assert_null(d->x_u8);
+    assert_non_null(d->x_f32);
+    assert_int_equal(d->y[0], 0);
+    assert_int_equal(d->y[1], 1);
+    assert_int_equal(d->y[2], 2);
+    assert_int_equal(d->y[3], 1);
+    assert_true(d->x_f32[0 * 3 + 0] == stdz(1, 3, sqrt(3.5)));
+    assert_true(d->x_f32[3 * 3 + 0] == stdz(6, 3, sqrt(3.5)));
+    for (int i = 0; i < 4; i++) {
+        assert_true(d->x_f32[i * 3 + 1] == 0.0f);
+        assert_true(d->x_f32[i * 3 + 2] == stdz(cx[i], cm, cs));
+    }
+    /* exact figures: (1 - 3) / sqrt(3.5) */
+    assert_true(fabs(d->x_f32[0] - -1.0690449676496976) < 1e-7);
+    fed_data_free(d);
+
+    /* A constant column with an inexact mean standardizes to ~0, not to
+     * rounding noise blown up to +-1. */
+    d = csv_ok("a,label\n0.1,0\n0.1,0\n0.1,0\n", NULL);
+    for (int i = 0; i < 3; i++)
+        assert_true(fabsf(d->x_f32[i]) < 1e-6f);
+    fed_data_free(d);
+
+    /* CRLF, no final newline, blanks around fields, another label name. */
+    {
+        fed_csv_opts o = { "y", NULL };
+
+        d = csv_ok(" x , y \r\n 1.5 , 3 \r\n2.5,0", &o);
+        assert_int_equal(d->n, 2);
+        assert_int_equal(d->features, 1);
+        assert_int_equal(d->shape.classes, 4);
+        assert_int_equal(d->y[0], 3);
+        assert_true(d->x_f32[0] == -1.0f && d->x_f32[1] == 1.0f);
+        fed_data_free(d);
+    }
+}
+
+static void test_csv_rejects(void **state)
+{
+    char *wide;
+    size_t cols = (size_t)FED_DATA_MAX_FEATURES + 2;
+
+    (void)state;
+    expect_csv("a,label\n1,0\n2,x\n", FED_ERR_NOT_NUMERIC, "<csv buffer>:3: column 2");
+    expect_csv("a,label\n1,0\nabc,1\n", FED_ERR_NOT_NUMERIC, ":3: column 1: not a number: 'abc'");
+    expect_csv("a,label\n1x,0\n", FED_ERR_NOT_NUMERIC, ":2: column 1: not a number: '1x'");
+    expect_csv("a,label\n1 2,0\n", FED_ERR_NOT_NUMERIC, ":2: column 1");
+    expect_csv("a,b,label\n1,,0\n", FED_ERR_NOT_NUMERIC, ":2: column 2: empty field");
+    expect_csv("a,label\nnan,0\n", FED_ERR_NAN, ":2: column 1: NaN or infinity");
+    expect_csv("a,label\n-inf,0\n", FED_ERR_NAN, ":2: column 1");
+    expect_csv("a,label\n1e999,0\n", FED_ERR_RANGE, "overflows");
+    expect_csv("a,label\n1e308,0\n-1e308,1\n", FED_ERR_RANGE,
+               "<csv buffer>:2: feature 1: 1e+308 does not standardize to a finite float");
+    expect_csv("a,label\n\"1\",0\n", FED_ERR_FORMAT, "quoted");
+    expect_csv("\"a\",label\n1,0\n", FED_ERR_FORMAT, "<csv buffer>:1: column 1: quoted");
+    expect_csv("a,b,label\n1,2,0\n1,2\n", FED_ERR_FORMAT, ":3: 2 fields, the header has 3");
+    expect_csv("a,b,label\n1,2,0\n1,2,0,4\n", FED_ERR_FORMAT, ":3: column 4: more fields");
+    expect_csv("a,b,label\n1,2,0\n1,2,", FED_ERR_NOT_NUMERIC, ":3: column 3: empty label");
+    expect_csv("a,label\n1,0\n\n2,1\n", FED_ERR_FORMAT, ":3: empty line");
+    expect_csv("a,label\n1,-1\n", FED_ERR_RANGE, "negative label");
+    expect_csv("a,label\n1,256\n", FED_ERR_RANGE, "label over 255");
+    expect_csv("a,label\n1,99999999999999999999\n", FED_ERR_RANGE, "label over 255");
+    expect_csv("a,label\n1,1.5\n", FED_ERR_NOT_NUMERIC, "not a non-negative integer");
+    expect_csv("a,label\n1,+1\n", FED_ERR_NOT_NUMERIC, ":2: column 2");
+    expect_csv("a,b\n1,0\n", FED_ERR_NOTFOUND, "no column named 'label'");
+    expect_csv("label,a,label\n1,0,1\n", FED_ERR_FORMAT, "appears twice");
+    expect_csv("a,,label\n1,2,0\n", FED_ERR_FORMAT, ":1: column 2: empty column name");
+    expect_csv("label\n1\n", FED_ERR_FORMAT, "no feature columns");
+    expect_csv("a,label\n", FED_ERR_TRUNCATED, "no data rows");
+    expect_csv("", FED_ERR_TRUNCATED, "empty file");
+    expect_csv("\n1,0\n", FED_ERR_FORMAT, "empty header");
+    /* The buffer is read only up to len. */
+    {
+        fed_dataset *d = (fed_dataset *)1;
+        const char t[] = "a,label\n1,0\n2,1\n7";
+
+        assert_err(fed_data_parse_csv(t, sizeof t - 2, NULL, &d), FED_OK);
+        assert_int_equal(d->n, 2);
+        fed_data_free(d);
+        log_reset();
+        assert_err(fed_data_parse_csv(t, sizeof t - 1, NULL, &d), FED_ERR_FORMAT);
+        assert_log_has(":4: 1 fields, the header has 2");
+        assert_null(d);
+    }
+    /* Too many columns: refused while reading the header. */
+    wide = malloc(cols * 2 + 16);
+    assert_non_null(wide);
+    for (size_t i = 0; i < cols; i++)
+        memcpy(wide + 2 * i, "a,", 2);
+    strcpy(wide + 2 * cols, "label\n");
+    expect_csv(wide, FED_ERR_TOO_LARGE, "more than 1048576 feature columns");
+    free(wide);
+}
+
+static void test_csv_stats_file(void **state)
+{
+    char csv[1024], stats[1024], out[1024];
+    fed_csv_opts o = { NULL, NULL };
+    fed_dataset *d = NULL, *own = NULL, *via = NULL;
+    double *mean = NULL, *sd = NULL;
+    size_t features = 0;
+
+    (void)state;
+    tmp_path(csv, sizeof csv, "t.csv");
+    tmp_path(stats, sizeof stats, "stats.csv");
+    tmp_path(out, sizeof out, "written.csv");
+    write_text(csv, "f1,f2,label\n1,10,0\n3,30,1\n");
+    /* Given statistics win over the file's own. */
+    write_text(stats, "mean,std\n0,2\n10,4\n");
+    o.stats_path = stats;
+    assert_err(fed_data_load_csv(csv, &o, &d), FED_OK);
+    assert_true(d->x_f32[0] == 0.5f && d->x_f32[1] == 0.0f);
+    assert_true(d->x_f32[2] == 1.5f && d->x_f32[3] == 5.0f);
+    fed_data_free(d);
+    /* Statistics written by fed_data_write_stats reproduce the file's own
+     * standardization bit for bit. */
+    assert_err(fed_data_csv_stats(csv, NULL, &mean, &sd, &features), FED_OK);
+    assert_int_equal(features, 2);
+    assert_true(mean[0] == 2.0 && sd[0] == 1.0 && mean[1] == 20.0 && sd[1] == 10.0);
+    assert_err(fed_data_write_stats(out, mean, sd, features), FED_OK);
+    o.stats_path = out;
+    assert_err(fed_data_load_csv(csv, NULL, &own), FED_OK);
+    assert_err(fed_data_load_csv(csv, &o, &via), FED_OK);
+    assert_memory_equal(own->x_f32, via->x_f32, 4 * sizeof(float));
+    fed_data_free(own);
+    fed_data_free(via);
+    fed_free(mean);
+    fed_free(sd);
+    /* Bad statistics files. */
+    o.stats_path = stats;
+    write_text(stats, "0,1\n");
+    log_reset();
+    d = (fed_dataset *)1;
+    assert_err(fed_data_load_csv(csv, &o, &d), FED_ERR_SHAPE);
+    assert_null(d);
+    assert_log_has("1 features, the data has 2");
+    write_text(stats, "0,1\n0,1\n0,1\n");
+    assert_err(fed_data_load_csv(csv, &o, &d), FED_ERR_SHAPE);
+    write_text(stats, "0,1\n0,0\n");
+    log_reset();
+    assert_err(fed_data_load_csv(csv, &o, &d), FED_ERR_RANGE);
+    assert_log_has("stats.csv:2: column 2: std must be > 0");
+    write_text(stats, "0,1\n0,1e-300\n");
+    log_reset();
+    assert_err(fed_data_load_csv(csv, &o, &d), FED_ERR_RANGE);
+    assert_log_has("t.csv:2: feature 2: 10 does not standardize");
+    write_text(stats, "0,1\nx,1\n");
+    assert_err(fed_data_load_csv(csv, &o, &d), FED_ERR_NOT_NUMERIC);
+    write_text(stats, "0,1\n0,1,2\n");
+    assert_err(fed_data_load_csv(csv, &o, &d), FED_ERR_FORMAT);
+    write_text(stats, "0,1\n0\n");
+    assert_err(fed_data_load_csv(csv, &o, &d), FED_ERR_FORMAT);
+    o.stats_path = "/nonexistent/stats";
+    assert_err(fed_data_load_csv(csv, &o, &d), FED_ERR_NOTFOUND);
+    assert_null(d);
+    log_reset();
+    assert_err(fed_data_load_csv("/nonexistent/x.csv", NULL, &d), FED_ERR_NOTFOUND);
+    assert_log_has("/nonexistent/x.csv");
+}
+
+/* fed_data_open on a CSV: train is the file; test is X.test.csv when it
+ * exists (standardized with the training statistics), else the file. */
+static void test_csv_open(void **state)
+{
+    char csv[1024], tst[1024];
+    fed_dataset *tr = NULL, *te = NULL;
+
+    (void)state;
+    tmp_path(csv, sizeof csv, "d.csv");
+    tmp_path(tst, sizeof tst, "d.test.csv");
+    write_text(csv, "f,label\n1,0\n3,1\n");
+    assert_err(fed_data_open(csv, 1, &tr), FED_OK);
+    log_reset();
+    assert_err(fed_data_open(csv, 0, &te), FED_OK);
+    assert_log_has("no separate test file");
+    assert_int_equal(te->n, 2);
+    assert_memory_equal(tr->x_f32, te->x_f32, 2 * sizeof(float));
+    fed_data_free(te);
+    write_text(tst, "f,label\n5,0\n2,0\n");
+    assert_err(fed_data_open(csv, 0, &te), FED_OK);
+    assert_int_equal(te->n, 2);
+    assert_int_equal(te->shape.classes, 2); /* the training file's */
+    assert_true(te->x_f32[0] == 3.0f);      /* (5 - 2) / 1 */
+    assert_true(te->x_f32[1] == 0.0f);
+    fed_data_free(te);
+    write_text(tst, "f,g,label\n5,1,0\n");
+    te = (fed_dataset *)1;
+    log_reset();
+    assert_err(fed_data_open(csv, 0, &te), FED_ERR_SHAPE);
+    assert_null(te);
+    assert_log_has("d.test.csv: 2 features, the training file has 1");
+    fed_data_free(tr);
+}
+
+static void test_csv_alloc_sweep(void **state)
+{
+    const char *text = "a,label,b\n1,0,2\n3,1,4\n5,2,7\n";
+    fed_csv_opts o = { NULL, NULL };
+    char stats[1024];
+    unsigned long n;
+
+    (void)state;
+    tmp_path(stats, sizeof stats, "s");
+    write_text(stats, "0,1\n0,2\n");
+    for (int with_stats = 0; with_stats < 2; with_stats++) {
+        o.stats_path = with_stats ? stats : NULL;
+        for (n = 1; n < 100; n++) {
+            fed_dataset *d = (fed_dataset *)1;
+            fed_err e;
+
+            fed_alloc_fail_nth(n, 0);
+            e = fed_data_parse_csv(text, strlen(text), &o, &d);
+            fed_alloc_fail_nth(0, 0);
+            if (e == FED_OK) {
+                fed_data_free(d);
+                break;
+            }
+            assert_err(e, FED_ERR_NOMEM);
+            assert_null(d);
+        }
+        assert_true(n > 3 && n < 100);
+    }
+}
+
+/* --------------------------------------------------------- partitions -- */
+
+/* n labels over `classes`, unbalanced on purpose (class c has weight c+1). */
+static fed_dataset *label_set(size_t n, int classes)
+{
+    fed_dataset *d = calloc(1, sizeof *d);
+    size_t i = 0;
+    int total = classes * (classes + 1) / 2;
+
+    assert_non_null(d);
+    d->n = n;
+    d->features = 1;
+    d->shape = (fed_model_shape){ 1, 1, 1, classes };
+    d->y = calloc(n, sizeof *d->y);
+    d->x_f32 = calloc(n, sizeof *d->x_f32);
+    assert_non_null(d->y);
+    for (int c = 0; c < classes; c++) {
+        size_t m = n * (size_t)(c + 1) / (size_t)total;
+
+        for (size_t j = 0; j < m && i < n; j++, i++)
+            d->y[i] = c;
+    }
+    while (i < n)
+        d->y[i++] = classes - 1;
+    /* interleave so that index order says nothing about labels */
+    for (i = 0; i < n; i++) {
+        size_t j = (i * 7919) % n;
+        int32_t t = d->y[i];
+
+        d->y[i] = d->y[j];
+        d->y[j] = t;
+    }
+    for (i = 0; i < n; i++)
+        d->x_f32[i] = (float)i;
+    return d;
+}
+
+static void label_set_free(fed_dataset *d)
+{
+    free(d->y);
+    free(d->x_f32);
+    free(d);
+}
+
+/* Every index in exactly one of the k parts; returns the largest part. */
+static size_t check_cover(const fed_dataset *d, const char *scheme, int k, uint64_t seed)
+{
+    unsigned char *seen = calloc(d->n, 1);
+    size_t total = 0, largest = 0;
+
+    assert_non_null(seen);
+    for (int s = 0; s < k; s++) {
+        uint32_t *idx = NULL;
+        size_t n = 0;
+
+        assert_err(fed_data_partition(d, scheme, s, k, seed, &idx, &n), FED_OK);
+        assert_non_null(idx);
+        for (size_t i = 0; i < n; i++) {
+            assert_true(idx[i] < d->n);
+            assert_int_equal(seen[idx[i]], 0);
+            seen[idx[i]] = 1;
+        }
+        total += n;
+        if (n > largest)
+            largest = n;
+        fed_free(idx);
+    }
+    assert_int_equal(total, d->n);
+    free(seen);
+    return largest;
+}
+
+static void test_partition_cover(void **state)
+{
+    const char *schemes[] = { "iid", "dirichlet:100", "dirichlet:1", "dirichlet:0.1",
+                              "dirichlet:0.001", "shards:1", "shards:2", "shards:7" };
+    const int ks[] = { 1, 2, 3, 10, 37 };
+    fed_dataset *d = label_set(10007, 10);
+
+    (void)state;
+    for (size_t s = 0; s < sizeof schemes / sizeof *schemes; s++)
+        for (size_t j = 0; j < sizeof ks / sizeof *ks; j++) {
+            size_t largest = check_cover(d, schemes[s], ks[j], 42 + j);
+
+            if (s == 0) /* iid: balanced to one sample */
+                assert_true(largest == (d->n + (size_t)ks[j] - 1) / (size_t)ks[j]);
+        }
+    label_set_free(d);
+}
+
+static void get_part(const fed_dataset *d, const char *scheme, int shard, int k, uint64_t seed,
+                     uint32_t **idx, size_t *n)
+{
+    assert_err(fed_data_partition(d, scheme, shard, k, seed, idx, n), FED_OK);
+}
+
+static void test_partition_seeded(void **state)
+{
+    const char *schemes[] = { "iid", "dirichlet:0.5", "shards:2" };
+    fed_dataset *d = label_set(5000, 10);
+
+    (void)state;
+    for (size_t s = 0; s < 3; s++) {
+        uint32_t *a, *b, *c;
+        size_t na, nb, nc;
+        int sorted = 1;
+
+        get_part(d, schemes[s], 3, 8, 7, &a, &na);
+        get_part(d, schemes[s], 3, 8, 7, &b, &nb);
+        get_part(d, schemes[s], 3, 8, 8, &c, &nc);
+        assert_int_equal(na, nb);
+        assert_memory_equal(a, b, na * sizeof *a);
+        assert_true(na != nc || memcmp(a, c, na * sizeof *a) != 0);
+        /* the node's own order is shuffled, not index order */
+        for (size_t i = 1; i < na; i++)
+            if (a[i] < a[i - 1])
+                sorted = 0;
+        assert_false(sorted);
+        fed_free(a);
+        fed_free(b);
+        fed_free(c);
+    }
+    label_set_free(d);
+}
+
+/* Mean over non-empty nodes of the total-variation distance between the
+ * node's label distribution and the global one. */
+static double label_skew(const fed_dataset *d, const char *scheme, int k, uint64_t seed)
+{
+    double global[16] = { 0 }, sum = 0;
+    int used = 0, classes = d->shape.classes;
+
+    for (size_t i = 0; i < d->n; i++)
+        global[d->y[i]] += 1.0 / (double)d->n;
+    for (int s = 0; s < k; s++) {
+        double local[16] = { 0 }, tv = 0;
+        uint32_t *idx;
+        size_t n;
+
+        get_part(d, scheme, s, k, seed, &idx, &n);
+        for (size_t i = 0; i < n; i++)
+            local[d->y[idx[i]]] += 1.0 / (double)n;
+        for (int c = 0; c < classes; c++)
+            tv += fabs(local[c] - global[c]) / 2;
+        if (n) {
+            sum += tv;
+            used++;
+        }
+        fed_free(idx);
+    }
+    return sum / used;
+}
+
+static void test_dirichlet_skew(void **state)
+{
+    fed_dataset *d = label_set(20000, 10);
+    double skew[4] = { 0 };
+    const char *schemes[] = { "iid", "dirichlet:100", "dirichlet:1", "dirichlet:0.1" };
+
+    (void)state;
+    for (int s = 0; s < 4; s++) {
+        for (uint64_t seed = 1; seed <= 3; seed++)
+            skew[s] += label_skew(d, schemes[s], 10, seed) / 3;
+        print_message("%-14s mean TV from the global label distribution %.4f\n", schemes[s],
+                      skew[s]);
+    }
+    assert_true(skew[0] < 0.05);
+    assert_true(skew[1] < skew[2]);
+    assert_true(skew[2] < skew[3]);
+    assert_true(skew[3] > 0.5);
+    /* shards:2 on label-sorted chunks of 1000 of a balanced set (2000 per
+     * class): each chunk lies within one class, so a node sees <= 2. */
+    for (size_t i = 0; i < d->n; i++)
+        d->y[i] = (int32_t)((i * 7) % 10);
+    for (int s = 0; s < 10; s++) {
+        uint32_t *idx;
+        size_t n;
+        int has[10] = { 0 }, distinct = 0;
+
+        get_part(d, "shards:2", s, 10, 5, &idx, &n);
+        assert_int_equal(n, 2000);
+        for (size_t i = 0; i < n; i++)
+            has[d->y[idx[i]]] = 1;
+        for (int c = 0; c < 10; c++)
+            distinct += has[c];
+        assert_true(distinct >= 1 && distinct <= 2);
+        fed_free(idx);
+    }
+    label_set_free(d);
+}
+
+static void test_partition_errors(void **state)
+{
+    const char *bad[] = { "",          "IID",         "iid ",         "random",
+                          "dirichlet", "dirichlet:",  "dirichlet:0",  "dirichlet:-1",
+                          "dirichlet:abc", "dirichlet:nan", "dirichlet:inf", "dirichlet:1x",
+                          "dirichlet: 1", "shards:",  "shards:0",     "shards:-2",
+                          "shards:1.5", "shards:2x",  "shards:99999999999" };
+    fed_dataset *d = label_set(100, 10);
+    fed_data_scheme sc;
+    uint32_t *idx = (uint32_t *)1;
+    size_t n = 7;
+
+    (void)state;
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char quoted[64];
+
+        log_reset();
+        assert_err(fed_data_partition(d, bad[i], 0, 2, 1, &idx, &n), FED_ERR_BAD_VALUE);
+        assert_null(idx);
+        assert_int_equal(n, 0);
+        snprintf(quoted, sizeof quoted, "'%s'", bad[i]);
+        assert_log_has(quoted);
+        assert_err(fed_data_parse_scheme(bad[i], &sc), FED_ERR_BAD_VALUE);
+    }
+    assert_err(fed_data_partition(d, NULL, 0, 2, 1, &idx, &n), FED_ERR_BAD_VALUE);
+    assert_err(fed_data_parse_scheme("dirichlet:0.25", &sc), FED_OK);
+    assert_int_equal(sc.kind, FED_DATA_DIRICHLET);
+    assert_true(sc.alpha == 0.25);
+    assert_err(fed_data_parse_scheme("shards:3", &sc), FED_OK);
+    assert_int_equal(sc.kind, FED_DATA_SHARDS);
+    assert_int_equal(sc.shards, 3);
+    log_reset();
+    assert_err(fed_data_partition(d, "iid", 2, 2, 1, &idx, &n), FED_ERR_RANGE);
+    assert_log_has("shard 2/2");
+    assert_err(fed_data_partition(d, "iid", -1, 2, 1, &idx, &n), FED_ERR_RANGE);
+    assert_err(fed_data_partition(d, "iid", 0, 0, 1, &idx, &n), FED_ERR_RANGE);
+    log_reset();
+    assert_err(fed_data_partition(d, "shards:6", 0, 17, 1, &idx, &n), FED_ERR_RANGE);
+    assert_log_has("only 100 samples");
+    label_set_free(d);
+}
+
+static void test_partition_alloc_sweep(void **state)
+{
+    const char *schemes[] = { "iid", "dirichlet:0.5", "shards:2" };
+    fed_dataset *d = label_set(500, 10);
+
+    (void)state;
+    for (size_t s = 0; s < 3; s++) {
+        unsigned long n;
+
+        for (n = 1; n < 50; n++) {
+            uint32_t *idx = (uint32_t *)1;
+            size_t cnt = 9;
+            fed_err e;
+
+            fed_alloc_fail_nth(n, 0);
+            e = fed_data_partition(d, schemes[s], 1, 4, 3, &idx, &cnt);
+            fed_alloc_fail_nth(0, 0);
+            if (e == FED_OK) {
+                fed_free(idx);
+                break;
+            }
+            assert_err(e, FED_ERR_NOMEM);
+            assert_null(idx);
+            assert_int_equal(cnt, 0);
+        }
+        assert_true(n > 1 && n < 50);
+    }
+    label_set_free(d);
+}
+
+/* ------------------------------------------------------------- gather -- */
+
+static void test_gather(void **state)
+{
+    buf im = idx_images(5, 2, 2), lb = idx_labels(5);
+    fed_dataset *d = NULL;
+    uint32_t idx[3] = { 4, 0, 4 };
+    uint8_t xs[12];
+    int32_t ys[3];
+    fed_batch b;
+
+    (void)state;
+    assert_err(fed_data_parse_idx(im.p, im.n, lb.p, lb.n, &d), FED_OK);
+    memset(&b, 0xaa, sizeof b);
+    fed_data_gather(d, idx, 3, xs, ys, &b);
+    assert_int_equal(b.n, 3);
+    assert_ptr_equal(b.x_u8, xs);
+    assert_null(b.x_f32);
+    assert_ptr_equal(b.y, ys);
+    assert_memory_equal(xs, im.p + 16 + 16, 4);
+    assert_memory_equal(xs + 4, im.p + 16, 4);
+    assert_memory_equal(xs + 8, im.p + 16 + 16, 4);
+    assert_int_equal(ys[0], lb.p[8 + 4]);
+    assert_int_equal(ys[1], lb.p[8 + 0]);
+    fed_data_free(d);
+
+    d = csv_ok("a,b,label\n1,2,0\n3,4,1\n5,9,2\n", NULL);
+    {
+        float xf[4];
+        uint32_t two[2] = { 2, 1 };
+
+        fed_data_gather(d, two, 2, xf, ys, &b);
+        assert_int_equal(b.n, 2);
+        assert_null(b.x_u8);
+        assert_ptr_equal(b.x_f32, xf);
+        assert_memory_equal(xf, d->x_f32 + 4, 2 * sizeof(float));
+        assert_memory_equal(xf + 2, d->x_f32 + 2, 2 * sizeof(float));
+        assert_int_equal(ys[0], 2);
+        assert_int_equal(ys[1], 1);
+    }
+    fed_data_free(d);
+    free(im.p);
+    free(lb.p);
+}
+
+static void test_subset(void **state)
+{
+    buf im = idx_images(6, 2, 2), lb = idx_labels(6);
+    fed_dataset *d = NULL, *s = NULL, *c = NULL;
+    uint32_t idx[2] = { 5, 1 }, bad[1] = { 6 };
+
+    (void)state;
+    assert_err(fed_data_parse_idx(im.p, im.n, lb.p, lb.n, &d), FED_OK);
+    assert_err(fed_data_subset(d, idx, 2, &s), FED_OK);
+    assert_int_equal(s->n, 2);
+    assert_int_equal(s->shape.h, 2);
+    assert_int_equal(s->shape.classes, 10);
+    assert_memory_equal(s->x_u8, d->x_u8 + 20, 4);
+    assert_memory_equal(s->x_u8 + 4, d->x_u8 + 4, 4);
+    assert_int_equal(s->y[0], d->y[5]);
+    assert_int_equal(s->y[1], d->y[1]);
+    s->x_u8[0] ^= 1; /* a copy, not a view */
+    assert_int_not_equal(s->x_u8[0], d->x_u8[20]);
+    fed_data_free(s);
+    s = (fed_dataset *)1;
+    assert_err(fed_data_subset(d, bad, 1, &s), FED_ERR_RANGE);
+    assert_null(s);
+    assert_err(fed_data_subset(d, idx, 0, &s), FED_ERR_RANGE);
+    for (unsigned long n = 1; n < 4; n++) {
+        fed_alloc_fail_nth(n, 0);
+        assert_err(fed_data_subset(d, idx, 2, &s), FED_ERR_NOMEM);
+        fed_alloc_fail_nth(0, 0);
+        assert_null(s);
+    }
+    c = csv_ok("\xef\xbb\xbflabel,a\n1,2\n0,4\n", NULL); /* with a BOM */
+    assert_err(fed_data_subset(c, idx + 1, 1, &s), FED_OK);
+    assert_null(s->x_u8);
+    assert_true(s->x_f32[0] == c->x_f32[1]);
+    assert_int_equal(s->y[0], 0);
+    fed_data_free(s);
+    fed_data_free(c);
+    fed_data_free(d);
+    free(im.p);
+    free(lb.p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_fashion_mnist, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gzip_equals_plain_real, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_open_env_and_dir, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idx_parse_ok, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idx_rejects_plain, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idx_rejects_oversized, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idx_gzip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idx_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idx_alloc_sweep, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_csv_standardization, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_csv_rejects, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_csv_stats_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_csv_open, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_csv_alloc_sweep, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_partition_cover, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_partition_seeded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dirichlet_skew, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_partition_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_partition_alloc_sweep, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gather, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_subset, setup, teardown),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
