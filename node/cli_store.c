@@ -1,0 +1,824 @@
+/* cli_store.c - the database subcommands: `fednode status` (the last rounds,
+ * checkpoints, peers and rejection counters as tables or JSON), `export`
+ * (a checkpoint's parameters to .safetensors), `import` (a .safetensors file
+ * back to a model file or a checkpoint) and `verify` (integrity, hash chain,
+ * signatures). Owns their options and printing only; never writes to a
+ * database it was asked to inspect (status, export, verify open it read-only). */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <sodium.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/opt.h"
+#include "model/backend.h"
+#include "model/io.h"
+#include "model/model.h"
+#include "node/cli.h"
+#include "storage/safetensors.h"
+#include "storage/store.h"
+
+#define PATH_MAX_CLI 1024
+#define LIST_MAX 1000
+
+/* ------------------------------------------------------------ options -- */
+
+/* Defaults, --config FILE, flags; prints --help. -1 to go on, else the
+ * exit status. */
+static int parse_options(const char *cmd, const char *synopsis, const fed_opt *t, size_t n,
+                         void *cfg, int argc, char **argv)
+{
+    fed_opt_error e = {{0}};
+    char **pos;
+    int npos = 0, rc = -1;
+    fed_err err;
+
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: fednode %s %s\n\noptions:\n", cmd, synopsis);
+            fed_opt_print_help(t, n, stdout);
+            return 0;
+        }
+    pos = fed_calloc((size_t)argc + 1, sizeof *pos);
+    if (!pos) {
+        fed_cli_error("%s: out of memory", cmd);
+        return 1;
+    }
+    err = fed_opt_load(t, n, cfg, argc, argv, pos, &npos, &e);
+    if (err != FED_OK) {
+        fed_cli_error("%s: %s", cmd, e.msg[0] ? e.msg : fed_strerror(err));
+        rc = 2;
+    } else if (npos > 0) {
+        fed_cli_error("%s: unexpected argument '%s' (see fednode %s --help)", cmd, pos[0], cmd);
+        rc = 2;
+    }
+    fed_free(pos);
+    return rc;
+}
+
+static int open_db(const char *cmd, const char *path, unsigned flags, fed_store **st)
+{
+    fed_store_opts o;
+    fed_err e;
+
+    if (!path[0]) {
+        fed_cli_error("%s: --db FILE is required", cmd);
+        return 2;
+    }
+    fed_store_opts_default(&o);
+    o.flags = flags;
+    if ((e = fed_store_open(path, &o, st)) != FED_OK) {
+        fed_cli_error("%s: cannot open %s: %s", cmd, path, fed_strerror(e));
+        return 1;
+    }
+    return -1;
+}
+
+/* ----------------------------------------------------------- printing -- */
+
+static void hex(char *out, const uint8_t *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        sprintf(out + 2 * i, "%02x", b[i]);
+    out[2 * n] = '\0';
+}
+
+static void fmt_time_ms(char *out, size_t cap, uint64_t ms)
+{
+    time_t s = (time_t)(ms / 1000);
+    struct tm tm;
+
+    if (!ms || !gmtime_r(&s, &tm)) {
+        snprintf(out, cap, "-");
+        return;
+    }
+    strftime(out, cap, "%Y-%m-%d %H:%M:%S", &tm);
+}
+
+static void fmt_bytes(char *out, size_t cap, uint64_t b)
+{
+    static const char *const unit[] = {"B", "kB", "MB", "GB", "TB"};
+    double v = (double)b;
+    int u = 0;
+
+    while (v >= 1000 && u < 4)
+        v /= 1000, u++;
+    if (u == 0)
+        snprintf(out, cap, "%" PRIu64 " B", b);
+    else
+        snprintf(out, cap, "%.1f %s", v, unit[u]);
+}
+
+static void fmt_real(char *out, size_t cap, double v, int decimals, const char *suffix)
+{
+    if (isfinite(v))
+        snprintf(out, cap, "%.*f%s", decimals, v, suffix);
+    else
+        snprintf(out, cap, "-");
+}
+
+/* A JSON string (our texts are ASCII; anything else escaped). */
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20 || c >= 0x7f)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static void json_real(FILE *f, double v)
+{
+    if (isfinite(v))
+        fprintf(f, "%.17g", v);
+    else
+        fputs("null", f);
+}
+
+/* ------------------------------------------------------------- status -- */
+
+typedef struct status_cfg {
+    char db[PATH_MAX_CLI];
+    int json;
+    int rounds;
+    int checkpoints;
+} status_cfg;
+
+#define S(field, name, type, def, min, max, help)                              \
+    FED_OPT_DEF(status_cfg, field, name, type, def, min, max, help)
+static const fed_opt status_opts[] = {
+    S(db, "db", FED_OPT_STR, "", 0, 0, "the node's database"),
+    S(json, "json", FED_OPT_BOOL, "false", 0, 0, "print JSON instead of tables"),
+    S(rounds, "rounds", FED_OPT_INT, "10", 1, LIST_MAX, "how many of the last rounds"),
+    S(checkpoints, "checkpoints", FED_OPT_INT, "10", 1, LIST_MAX,
+      "how many of the last checkpoints"),
+};
+#undef S
+
+typedef struct status_data {
+    fed_store_round *rounds;
+    fed_store_ckpt_row *ckpts;
+    fed_store_peer *peers;
+    fed_store_counter *counters;
+    size_t nrounds, nckpts, npeers, ncounters;
+} status_data;
+
+static void status_data_free(status_data *d)
+{
+    fed_free(d->rounds);
+    fed_free(d->ckpts);
+    fed_free(d->peers);
+    fed_free(d->counters);
+}
+
+static fed_err status_load(fed_store *st, const status_cfg *c, status_data *d)
+{
+    fed_err e;
+
+    memset(d, 0, sizeof *d);
+    d->rounds = fed_calloc((size_t)c->rounds, sizeof *d->rounds);
+    d->ckpts = fed_calloc((size_t)c->checkpoints, sizeof *d->ckpts);
+    d->peers = fed_calloc(LIST_MAX, sizeof *d->peers);
+    d->counters = fed_calloc(LIST_MAX, sizeof *d->counters);
+    if (!d->rounds || !d->ckpts || !d->peers || !d->counters)
+        return FED_ERR_NOMEM;
+    if ((e = fed_store_last_rounds(st, d->rounds, (size_t)c->rounds, &d->nrounds)) != FED_OK ||
+        (e = fed_store_list_checkpoints(st, d->ckpts, (size_t)c->checkpoints, &d->nckpts)) !=
+            FED_OK ||
+        (e = fed_store_list_peers(st, d->peers, LIST_MAX, &d->npeers)) != FED_OK)
+        return e;
+    return fed_store_list_counters(st, d->counters, LIST_MAX, &d->ncounters);
+}
+
+static void print_rounds_table(const status_data *d)
+{
+    printf("\nrounds (last %zu, newest first)\n", d->nrounds);
+    if (!d->nrounds) {
+        printf("  none\n");
+        return;
+    }
+    printf("  %7s  %-19s  %8s  %8s  %7s  %10s  %10s  %10s  %5s  %s\n", "round", "ended (UTC)",
+           "secs", "loss", "acc", "samples", "bytes in", "bytes out", "peers", "strategy");
+    for (size_t i = 0; i < d->nrounds; i++) {
+        const fed_store_round *r = &d->rounds[i];
+        char when[32], loss[24], acc[24], in[24], out[24];
+        double secs = r->end_ms >= r->start_ms ? (double)(r->end_ms - r->start_ms) / 1000 : 0;
+
+        fmt_time_ms(when, sizeof when, r->end_ms);
+        fmt_real(loss, sizeof loss, r->loss, 4, "");
+        fmt_real(acc, sizeof acc, 100 * r->accuracy, 2, "%");
+        fmt_bytes(in, sizeof in, r->bytes_in);
+        fmt_bytes(out, sizeof out, r->bytes_out);
+        printf("  %7" PRIu64 "  %-19s  %8.2f  %8s  %7s  %10" PRIu64 "  %10s  %10s  %5" PRIu32
+               "  %s\n",
+               r->round, when, secs, loss, acc, r->samples, in, out, r->peers, r->strategy);
+    }
+}
+
+static void print_ckpts_table(const status_data *d)
+{
+    printf("\ncheckpoints (last %zu, newest first; the hash chain is kept, pruned blobs are"
+           " not)\n", d->nckpts);
+    if (!d->nckpts) {
+        printf("  none\n");
+        return;
+    }
+    printf("  %6s  %7s  %-19s  %10s  %6s  %-16s  %-16s  %s\n", "id", "round", "written (UTC)",
+           "size", "chunks", "sha256", "previous", "blob");
+    for (size_t i = 0; i < d->nckpts; i++) {
+        const fed_store_ckpt_row *r = &d->ckpts[i];
+        char when[32], size[24], h[65], p[65];
+
+        fmt_time_ms(when, sizeof when, r->created_s * 1000);
+        fmt_bytes(size, sizeof size, r->size);
+        hex(h, r->hash, 8);
+        hex(p, r->prev_hash, 8);
+        printf("  %6" PRIu64 "  %7" PRIu64 "  %-19s  %10s  %6" PRIu64 "  %-16s  %-16s  %s\n",
+               r->id, r->round, when, size, r->chunks, h, p, r->pruned ? "pruned" : "stored");
+    }
+}
+
+static void print_peers_table(const status_data *d)
+{
+    printf("\npeers (%zu, most recently seen first)\n", d->npeers);
+    if (!d->npeers) {
+        printf("  none\n");
+        return;
+    }
+    printf("  %-16s  %-28s  %-19s  %10s  %12s\n", "key", "address", "last seen (UTC)",
+           "last round", "epoch");
+    for (size_t i = 0; i < d->npeers; i++) {
+        const fed_store_peer *p = &d->peers[i];
+        char k[65], when[32];
+
+        hex(k, p->key, 8);
+        fmt_time_ms(when, sizeof when, p->last_seen_ms);
+        printf("  %-16s  %-28s  %-19s  %10" PRIu64 "  %12" PRIu64 "\n", k, p->addr, when,
+               p->last_round, p->epoch);
+    }
+}
+
+static void print_counters_table(const status_data *d)
+{
+    size_t w = 4;
+
+    printf("\ncounters (%zu)\n", d->ncounters);
+    if (!d->ncounters) {
+        printf("  none\n");
+        return;
+    }
+    for (size_t i = 0; i < d->ncounters; i++)
+        if (strlen(d->counters[i].name) > w)
+            w = strlen(d->counters[i].name);
+    printf("  %-*s  %12s\n", (int)w, "name", "value");
+    for (size_t i = 0; i < d->ncounters; i++)
+        printf("  %-*s  %12" PRIu64 "\n", (int)w, d->counters[i].name, d->counters[i].value);
+}
+
+static void print_status_json(const char *db, fed_store *st, const status_data *d)
+{
+    char h[65], p[65];
+
+    printf("{\"db\":");
+    json_str(stdout, db);
+    printf(",\"schema\":%d,\"epoch\":%" PRIu64 ",\"rounds\":[", fed_store_schema(st),
+           fed_store_epoch(st));
+    for (size_t i = 0; i < d->nrounds; i++) {
+        const fed_store_round *r = &d->rounds[i];
+
+        hex(h, r->model_hash, 32);
+        printf("%s{\"round\":%" PRIu64 ",\"start_ms\":%" PRIu64 ",\"end_ms\":%" PRIu64
+               ",\"loss\":", i ? "," : "", r->round, r->start_ms, r->end_ms);
+        json_real(stdout, r->loss);
+        printf(",\"accuracy\":");
+        json_real(stdout, r->accuracy);
+        printf(",\"samples\":%" PRIu64 ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64
+               ",\"peers\":%" PRIu32 ",\"strategy\":", r->samples, r->bytes_in, r->bytes_out,
+               r->peers);
+        json_str(stdout, r->strategy);
+        printf(",\"model_hash\":\"%s\"}", h);
+    }
+    printf("],\"checkpoints\":[");
+    for (size_t i = 0; i < d->nckpts; i++) {
+        const fed_store_ckpt_row *r = &d->ckpts[i];
+
+        hex(h, r->hash, 32);
+        hex(p, r->prev_hash, 32);
+        printf("%s{\"id\":%" PRIu64 ",\"round\":%" PRIu64 ",\"created_s\":%" PRIu64
+               ",\"size\":%" PRIu64 ",\"chunks\":%" PRIu64 ",\"epoch\":%" PRIu64
+               ",\"sha256\":\"%s\",\"prev_sha256\":\"%s\",\"pruned\":%s}",
+               i ? "," : "", r->id, r->round, r->created_s, r->size, r->chunks, r->epoch, h, p,
+               r->pruned ? "true" : "false");
+    }
+    printf("],\"peers\":[");
+    for (size_t i = 0; i < d->npeers; i++) {
+        const fed_store_peer *q = &d->peers[i];
+
+        hex(h, q->key, 32);
+        printf("%s{\"key\":\"%s\",\"addr\":", i ? "," : "", h);
+        json_str(stdout, q->addr);
+        printf(",\"first_seen_ms\":%" PRIu64 ",\"last_seen_ms\":%" PRIu64 ",\"last_round\":%"
+               PRIu64 ",\"epoch\":%" PRIu64 "}", q->first_seen_ms, q->last_seen_ms,
+               q->last_round, q->epoch);
+    }
+    printf("],\"counters\":{");
+    for (size_t i = 0; i < d->ncounters; i++) {
+        printf("%s", i ? "," : "");
+        json_str(stdout, d->counters[i].name);
+        printf(":%" PRIu64, d->counters[i].value);
+    }
+    printf("}}\n");
+}
+
+int fed_cli_status(int argc, char **argv)
+{
+    status_cfg c;
+    status_data d;
+    fed_store *st = NULL;
+    int rc = parse_options("status", "--db FILE [--json]", status_opts,
+                           sizeof status_opts / sizeof status_opts[0], &c, argc, argv);
+    fed_err e;
+
+    if (rc >= 0)
+        return rc;
+    if ((rc = open_db("status", c.db, FED_STORE_READONLY, &st)) >= 0)
+        return rc;
+    if ((e = status_load(st, &c, &d)) != FED_OK) {
+        fed_cli_error("status: reading %s: %s", c.db, fed_strerror(e));
+        rc = 1;
+        goto out;
+    }
+    if (c.json) {
+        print_status_json(c.db, st, &d);
+    } else {
+        printf("database %s: schema %d, epoch %" PRIu64 ", page size %d\n", c.db,
+               fed_store_schema(st), fed_store_epoch(st), fed_store_page_size(st));
+        print_rounds_table(&d);
+        print_ckpts_table(&d);
+        print_peers_table(&d);
+        print_counters_table(&d);
+    }
+    rc = 0;
+out:
+    status_data_free(&d);
+    fed_store_close(st);
+    return rc;
+}
+
+/* ------------------------------------------------ model <-> checkpoint -- */
+
+static uint32_t get_u32le(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void put_u32le(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* The model a checkpoint describes, built on the CPU with its parameters. */
+static fed_err model_from_ckpt(const fed_store_ckpt *c, fed_backend *be, fed_model **out)
+{
+    const fed_store_section *spec = fed_store_ckpt_find(c, FED_CKPT_SEC_SPEC);
+    const fed_store_section *in = fed_store_ckpt_find(c, FED_CKPT_SEC_INPUT);
+    const fed_store_section *par = fed_store_ckpt_find(c, FED_CKPT_SEC_PARAMS);
+    char text[FED_MODEL_SPEC_MAX];
+    fed_model_shape shape;
+    fed_model *m = NULL;
+    float *p = NULL;
+    size_t n;
+    fed_err e;
+
+    *out = NULL;
+    if (!spec || !in || !par || spec->len == 0 || spec->len >= sizeof text || in->len != 16) {
+        fed_log(FED_LOG_ERROR, "checkpoint %" PRIu64 " has no model (sections %s, %s, %s)",
+                c->id, FED_CKPT_SEC_SPEC, FED_CKPT_SEC_INPUT, FED_CKPT_SEC_PARAMS);
+        return FED_ERR_NOTFOUND;
+    }
+    memcpy(text, spec->data, spec->len);
+    text[spec->len] = '\0';
+    shape.c = (int)get_u32le(in->data);
+    shape.h = (int)get_u32le((const uint8_t *)in->data + 4);
+    shape.w = (int)get_u32le((const uint8_t *)in->data + 8);
+    shape.classes = (int)get_u32le((const uint8_t *)in->data + 12);
+    if ((e = fed_model_new(text, shape, be, NULL, 1, 1, &m)) != FED_OK)
+        return e;
+    n = fed_model_nparams(m);
+    if (par->len != n * sizeof(float)) {
+        e = FED_ERR_SHAPE;
+        goto out;
+    }
+    if (!(p = fed_malloc(par->len))) {
+        e = FED_ERR_NOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = get_u32le((const uint8_t *)par->data + 4 * i);
+
+        memcpy(&p[i], &u, 4);
+    }
+    e = fed_model_set_params(m, p);
+out:
+    fed_free(p);
+    if (e != FED_OK)
+        fed_model_free(m);
+    else
+        *out = m;
+    return e;
+}
+
+/* ------------------------------------------------------------- export -- */
+
+typedef struct export_cfg {
+    char db[PATH_MAX_CLI];
+    char round[24];
+    char out[PATH_MAX_CLI];
+} export_cfg;
+
+#define X(field, name, type, def, min, max, help)                              \
+    FED_OPT_DEF(export_cfg, field, name, type, def, min, max, help)
+static const fed_opt export_opts[] = {
+    X(db, "db", FED_OPT_STR, "", 0, 0, "the node's database"),
+    X(round, "round", FED_OPT_STR, "", 0, 0,
+      "export the newest valid checkpoint of this round (default: the newest valid one)"),
+    X(out, "out", FED_OPT_STR, "", 0, 0, "the .safetensors file to write"),
+};
+#undef X
+
+static int parse_round(const char *s, uint64_t *r)
+{
+    char *end = NULL;
+
+    if (*s < '0' || *s > '9')
+        return 0;
+    *r = strtoull(s, &end, 10);
+    return *end == '\0' && *r <= INT64_MAX;
+}
+
+static void print_faults(const char *cmd, const fed_store_faults *f)
+{
+    for (size_t i = 0; i < f->n; i++)
+        fed_cli_error("%s: checkpoint %" PRIu64 " (round %" PRIu64 ") skipped: %s", cmd,
+                      f->v[i].id, f->v[i].round, f->v[i].what);
+    if (f->total > f->n)
+        fed_cli_error("%s: ... and %zu more faulty checkpoints", cmd, f->total - f->n);
+}
+
+int fed_cli_export(int argc, char **argv)
+{
+    export_cfg c;
+    fed_store *st = NULL;
+    fed_store_ckpt ck;
+    fed_store_faults faults;
+    fed_backend *be = NULL;
+    fed_model *m = NULL;
+    float *p = NULL;
+    uint64_t round = 0;
+    int rc = parse_options("export", "--db FILE [--round N] --out model.safetensors",
+                           export_opts, sizeof export_opts / sizeof export_opts[0], &c, argc,
+                           argv);
+    fed_err e;
+
+    memset(&ck, 0, sizeof ck);
+    memset(&faults, 0, sizeof faults);
+    if (rc >= 0)
+        return rc;
+    if (!c.out[0] || (c.round[0] && !parse_round(c.round, &round))) {
+        fed_cli_error("export: --out FILE is required; --round takes a round number");
+        return 2;
+    }
+    if ((rc = open_db("export", c.db, FED_STORE_READONLY, &st)) >= 0)
+        return rc;
+    rc = 1;
+    e = c.round[0] ? fed_store_checkpoint_of_round(st, round, &ck, &faults)
+                   : fed_store_latest_valid_checkpoint(st, &ck, &faults);
+    print_faults("export", &faults);
+    if (e != FED_OK) {
+        fed_cli_error("export: no valid checkpoint%s%s in %s: %s", c.round[0] ? " of round " : "",
+                      c.round, c.db, fed_strerror(e));
+        goto out;
+    }
+    if ((e = fed_backend_cpu_new(1, &be)) != FED_OK || (e = model_from_ckpt(&ck, be, &m)) != FED_OK) {
+        fed_cli_error("export: checkpoint %" PRIu64 ": %s", ck.id, fed_strerror(e));
+        goto out;
+    }
+    if (!(p = fed_malloc(fed_model_nparams(m) * sizeof *p)) ||
+        (e = fed_model_get_params(m, p)) != FED_OK) {
+        fed_cli_error("export: %s", p ? fed_strerror(e) : "out of memory");
+        goto out;
+    }
+    {
+        int nt = 0;
+        const fed_tensor_info *t = fed_model_tensors(m, &nt);
+        fed_store_st_model sm = {fed_model_spec(m), fed_model_input(m), t, nt, p};
+
+        if ((e = fed_store_safetensors_save(c.out, &sm)) != FED_OK) {
+            fed_cli_error("export: writing %s: %s", c.out, fed_strerror(e));
+            goto out;
+        }
+        printf("exported round %" PRIu64 " (checkpoint %" PRIu64 ", %s, %zu parameters in %d"
+               " tensors) to %s\n", ck.round, ck.id, fed_model_spec(m), fed_model_nparams(m),
+               nt, c.out);
+    }
+    rc = 0;
+out:
+    fed_free(p);
+    fed_model_free(m);
+    fed_backend_free(be);
+    fed_store_ckpt_fini(&ck);
+    fed_store_close(st);
+    return rc;
+}
+
+/* ------------------------------------------------------------- import -- */
+
+typedef struct import_cfg {
+    char in[PATH_MAX_CLI];
+    char out[PATH_MAX_CLI];
+    char db[PATH_MAX_CLI];
+    char round[24];
+    char model[FED_MODEL_SPEC_MAX];
+    char input[64];
+} import_cfg;
+
+#define I(field, name, type, def, min, max, help)                              \
+    FED_OPT_DEF(import_cfg, field, name, type, def, min, max, help)
+static const fed_opt import_opts[] = {
+    I(in, "in", FED_OPT_STR, "", 0, 0, "the .safetensors file to read"),
+    I(out, "out", FED_OPT_STR, "", 0, 0, "write it as a model file (as fednode train --out)"),
+    I(db, "db", FED_OPT_STR, "", 0, 0,
+      "write it as a checkpoint into this database (a starting model for --resume)"),
+    I(round, "round", FED_OPT_STR, "", 0, 0,
+      "the checkpoint's round (default: 0 in an empty database, else newest + 1)"),
+    I(model, "model", FED_OPT_STR, "", 0, 0,
+      "model spec, when the file's metadata has none (fednode.spec)"),
+    I(input, "input", FED_OPT_STR, "", 0, 0,
+      "C,H,W,CLASSES, when the file's metadata has none (fednode.input/classes)"),
+};
+#undef I
+
+static int parse_input(const char *s, fed_model_shape *sh)
+{
+    int v[4], n = 0;
+
+    return sscanf(s, "%d,%d,%d,%d%n", &v[0], &v[1], &v[2], &v[3], &n) == 4 && s[n] == '\0' &&
+           v[0] > 0 && v[1] > 0 && v[2] > 0 && v[3] > 1 &&
+           ((*sh = (fed_model_shape){v[0], v[1], v[2], v[3]}), 1);
+}
+
+/* The spec and shape to build: the file's, or the flags' when it has none;
+ * both present and different is an error. */
+static int import_target(const import_cfg *c, const fed_store_st_file *f, char *spec,
+                         fed_model_shape *sh)
+{
+    fed_model_shape flag_shape;
+
+    if (c->model[0] && f->spec[0] && strcmp(c->model, f->spec) != 0) {
+        fed_cli_error("import: the file is for model '%s', not '%s'", f->spec, c->model);
+        return 0;
+    }
+    snprintf(spec, FED_MODEL_SPEC_MAX, "%s", f->spec[0] ? f->spec : c->model);
+    if (!spec[0]) {
+        fed_cli_error("import: the file names no model spec: give --model SPEC");
+        return 0;
+    }
+    if (c->input[0] && !parse_input(c->input, &flag_shape)) {
+        fed_cli_error("import: --input takes C,H,W,CLASSES");
+        return 0;
+    }
+    if (f->input.classes > 0) {
+        if (c->input[0] && memcmp(&flag_shape, &f->input, sizeof flag_shape) != 0) {
+            fed_cli_error("import: --input differs from the file's metadata");
+            return 0;
+        }
+        *sh = f->input;
+    } else if (c->input[0]) {
+        *sh = flag_shape;
+    } else {
+        fed_cli_error("import: the file names no input shape: give --input C,H,W,CLASSES");
+        return 0;
+    }
+    return 1;
+}
+
+/* Writes m (and its spec and input shape) as a checkpoint into path. */
+static fed_err import_to_db(const import_cfg *c, fed_model *m, const float *p, uint64_t *round,
+                            uint64_t *id)
+{
+    fed_store_opts o;
+    fed_store *st = NULL;
+    fed_store_ckpt_row last;
+    fed_model_shape sh = fed_model_input(m);
+    uint8_t in[16];
+    size_t n = 0;
+    fed_err e;
+
+    fed_store_opts_default(&o);
+    o.flags = FED_STORE_NO_EPOCH; /* a tool, not the node starting */
+    if ((e = fed_store_open(c->db, &o, &st)) != FED_OK)
+        return e;
+    if ((e = fed_store_list_checkpoints(st, &last, 1, &n)) != FED_OK)
+        goto out;
+    if (c->round[0]) {
+        if (!parse_round(c->round, round)) {
+            e = FED_ERR_BAD_VALUE;
+            goto out;
+        }
+    } else {
+        *round = n ? last.round + 1 : 0;
+    }
+    put_u32le(in, (uint32_t)sh.c);
+    put_u32le(in + 4, (uint32_t)sh.h);
+    put_u32le(in + 8, (uint32_t)sh.w);
+    put_u32le(in + 12, (uint32_t)sh.classes);
+    {
+        /* parameters as stored: f32 little-endian, the model's layout */
+        fed_store_section s[3] = {
+            {FED_CKPT_SEC_SPEC, fed_model_spec(m), strlen(fed_model_spec(m))},
+            {FED_CKPT_SEC_INPUT, in, sizeof in},
+            {FED_CKPT_SEC_PARAMS, p, fed_model_nparams(m) * sizeof(float)},
+        };
+
+        e = fed_store_checkpoint_write(st, *round, s, 3, NULL);
+    }
+    if (e == FED_OK)
+        e = fed_store_list_checkpoints(st, &last, 1, &n);
+    if (e == FED_OK)
+        *id = last.id;
+out:
+    fed_store_close(st);
+    return e;
+}
+
+int fed_cli_import(int argc, char **argv)
+{
+    import_cfg c;
+    fed_store_st_file f;
+    fed_backend *be = NULL;
+    fed_model *m = NULL;
+    float *p = NULL;
+    char spec[FED_MODEL_SPEC_MAX];
+    fed_model_shape sh;
+    int nt = 0;
+    const fed_tensor_info *t;
+    int rc = parse_options("import", "--in model.safetensors (--out model.bin | --db FILE)",
+                           import_opts, sizeof import_opts / sizeof import_opts[0], &c, argc,
+                           argv);
+    fed_err e;
+
+    memset(&f, 0, sizeof f);
+    if (rc >= 0)
+        return rc;
+    if (!c.in[0] || (!c.out[0] && !c.db[0])) {
+        fed_cli_error("import: --in FILE and one of --out FILE or --db FILE are required");
+        return 2;
+    }
+    if (c.round[0] && !c.db[0]) {
+        fed_cli_error("import: --round goes with --db");
+        return 2;
+    }
+    rc = 1;
+    if ((e = fed_store_safetensors_read(c.in, &f)) != FED_OK) {
+        fed_cli_error("import: %s: %s", c.in, fed_strerror(e));
+        goto out;
+    }
+    if (!import_target(&c, &f, spec, &sh)) {
+        rc = 2;
+        goto out;
+    }
+    if ((e = fed_backend_cpu_new(1, &be)) != FED_OK ||
+        (e = fed_model_new(spec, sh, be, NULL, 1, 1, &m)) != FED_OK) {
+        fed_cli_error("import: model '%s': %s", spec, fed_strerror(e));
+        goto out;
+    }
+    t = fed_model_tensors(m, &nt);
+    if (!(p = fed_malloc(fed_model_nparams(m) * sizeof *p))) {
+        fed_cli_error("import: out of memory");
+        goto out;
+    }
+    if ((e = fed_store_safetensors_to_params(&f, t, nt, spec, p)) != FED_OK ||
+        (e = fed_model_set_params(m, p)) != FED_OK) {
+        fed_cli_error("import: %s does not fit model '%s': %s", c.in, spec, fed_strerror(e));
+        goto out;
+    }
+    if (c.out[0]) {
+        if ((e = fed_model_save(m, c.out)) != FED_OK) {
+            fed_cli_error("import: writing %s: %s", c.out, fed_strerror(e));
+            goto out;
+        }
+        printf("imported %s (%s, %zu parameters) to %s\n", c.in, spec, fed_model_nparams(m),
+               c.out);
+    }
+    if (c.db[0]) {
+        uint64_t round = 0, id = 0;
+
+        if ((e = import_to_db(&c, m, p, &round, &id)) != FED_OK) {
+            fed_cli_error("import: writing a checkpoint into %s: %s", c.db, fed_strerror(e));
+            goto out;
+        }
+        printf("imported %s (%s, %zu parameters) into %s as checkpoint %" PRIu64 " of round %"
+               PRIu64 "\n", c.in, spec, fed_model_nparams(m), c.db, id, round);
+    }
+    rc = 0;
+out:
+    fed_free(p);
+    fed_model_free(m);
+    fed_backend_free(be);
+    fed_store_safetensors_fini(&f);
+    return rc;
+}
+
+/* ------------------------------------------------------------- verify -- */
+
+typedef struct verify_cfg {
+    char db[PATH_MAX_CLI];
+} verify_cfg;
+
+static const fed_opt verify_opts[] = {
+    FED_OPT_DEF(verify_cfg, db, "db", FED_OPT_STR, "", 0, 0, "the database to check"),
+};
+
+typedef struct sig_tally {
+    size_t ok, bad;
+} sig_tally;
+
+/* Ed25519 over the stored digest (BLAKE2b of header || payload) with the
+ * stored sender key: the check an auditor can run without the payload. */
+static int check_signature(void *ctx, const fed_store_contrib *k)
+{
+    sig_tally *t = ctx;
+    char key[65];
+
+    if (crypto_sign_verify_detached(k->signature, k->digest, sizeof k->digest, k->peer_key) ==
+        0) {
+        t->ok++;
+        return 0;
+    }
+    t->bad++;
+    hex(key, k->peer_key, 8);
+    printf("  bad signature: round %" PRIu64 ", sender %s..., %s\n", k->round, key,
+           k->accepted ? "accepted" : "rejected");
+    return 0;
+}
+
+int fed_cli_verify(int argc, char **argv)
+{
+    verify_cfg c;
+    fed_store *st = NULL;
+    fed_store_faults faults;
+    fed_store_ckpt_row rows[1];
+    sig_tally tally = {0, 0};
+    char msg[256];
+    size_t blobs = 0, nrows = 0;
+    int rc = parse_options("verify", "--db FILE", verify_opts, 1, &c, argc, argv), bad = 0;
+    fed_err e;
+
+    if (rc >= 0)
+        return rc;
+    if (sodium_init() < 0) {
+        fed_cli_error("verify: libsodium failed to start");
+        return 1;
+    }
+    if ((rc = open_db("verify", c.db, FED_STORE_READONLY, &st)) >= 0)
+        return rc;
+    e = fed_store_integrity_check(st, msg, sizeof msg);
+    printf("integrity_check: %s\n", e == FED_OK ? "ok" : msg[0] ? msg : fed_strerror(e));
+    bad |= e != FED_OK;
+
+    memset(&faults, 0, sizeof faults);
+    e = fed_store_verify_checkpoints(st, &faults, &blobs);
+    if (fed_store_list_checkpoints(st, rows, 1, &nrows) != FED_OK)
+        nrows = 0;
+    printf("checkpoints: %" PRIu64 " in the chain, %zu stored blobs hashed: %s\n",
+           nrows ? rows[0].id : 0, blobs,
+           e == FED_OK ? "chain and hashes ok" : fed_strerror(e));
+    for (size_t i = 0; i < faults.n; i++)
+        printf("  checkpoint %" PRIu64 " (round %" PRIu64 "): %s\n", faults.v[i].id,
+               faults.v[i].round, faults.v[i].what);
+    if (faults.total > faults.n)
+        printf("  ... and %zu more\n", faults.total - faults.n);
+    bad |= e != FED_OK;
+
+    e = fed_store_each_contribution(st, check_signature, &tally);
+    printf("contributions: %zu signatures ok, %zu bad%s%s\n", tally.ok, tally.bad,
+           e == FED_OK ? "" : "; ", e == FED_OK ? "" : fed_strerror(e));
+    bad |= e != FED_OK || tally.bad;
+
+    printf("%s\n", bad ? "FAULTS FOUND" : "all checks passed");
+    fed_store_close(st);
+    return bad ? 1 : 0;
+}

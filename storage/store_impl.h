@@ -1,0 +1,72 @@
+/* store_impl.h - internals shared by storage/store.c and storage/checkpoint.c:
+ * the fed_store struct, the cached prepared statements, SQLite result codes
+ * mapped to fed_err, and the "own transaction or savepoint" helpers.
+ * Not a public header: nothing outside storage/ includes it. */
+#ifndef FED_STORAGE_STORE_IMPL_H
+#define FED_STORAGE_STORE_IMPL_H
+
+#include <sqlite3.h>
+
+#include "storage/store.h"
+
+/* Every statement the store runs more than once, prepared on first use and
+ * kept (SQLITE_PREPARE_PERSISTENT) until close. */
+typedef enum store_stmt_id {
+    SQ_META_GET,
+    SQ_META_PUT,
+    SQ_ROUND_PUT,
+    SQ_ROUND_GET,
+    SQ_ROUND_LAST,
+    SQ_CONTRIB_PUT,
+    SQ_CONTRIB_EACH,
+    SQ_PEER_PUT,
+    SQ_PEER_LIST,
+    SQ_COUNTER_PUT,
+    SQ_COUNTER_LIST,
+    SQ_COUNTER_GET,
+    SQ_CKPT_LAST,
+    SQ_CKPT_INSERT,
+    SQ_CHUNK_INSERT,
+    SQ_PRUNE_CHUNKS,
+    SQ_PRUNE_ROWS,
+    SQ_CKPT_CANDIDATES,
+    SQ_CKPT_ROUND_CANDIDATES,
+    SQ_CKPT_BY_ID,
+    SQ_CKPT_LIST,
+    SQ_CKPT_ALL,
+    SQ_CHUNK_LIST,
+    SQ_COUNT_
+} store_stmt_id;
+
+struct fed_store {
+    sqlite3 *db;
+    sqlite3_stmt *stmt[SQ_COUNT_];
+    fed_store_opts opts;
+    uint64_t epoch;
+    int schema;
+    int page_size;
+    int in_tx;        /* inside fed_store_begin .. commit */
+    uint64_t sp_seq;  /* savepoint names */
+};
+
+/* SQLite result code -> fed_err, logging what (and SQLite's message) when not OK. */
+fed_err store_err(fed_store *st, int rc, const char *what);
+/* The cached statement id, reset and unbound; NULL on failure (*err set). */
+sqlite3_stmt *store_stmt(fed_store *st, store_stmt_id id, fed_err *err);
+/* Runs SQL without results. */
+FED_WUR fed_err store_exec(fed_store *st, const char *sql);
+
+/* A write of several statements: inside fed_store_begin it is a savepoint
+ * (undone alone on failure), else a transaction of its own. */
+typedef struct store_tx {
+    int own;       /* began a transaction */
+    int savepoint; /* opened a savepoint */
+    char name[32];
+} store_tx;
+FED_WUR fed_err store_tx_enter(fed_store *st, store_tx *tx);
+/* Commits / releases when err is FED_OK, else rolls back; returns the first error. */
+FED_WUR fed_err store_tx_leave(fed_store *st, store_tx *tx, fed_err err);
+
+uint64_t store_wall_s(const fed_store *st);
+
+#endif

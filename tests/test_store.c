@@ -1,0 +1,1720 @@
+/* test_store.c - the storage module: schema creation and migration, the
+ * epoch rule under an injected clock, round/contribution/peer/counter rows,
+ * transactions, checkpoints (chunking, hash chain, corruption skipped and
+ * reported, retention), read-only and full databases, allocation failures,
+ * and safetensors export/import (bit-exact round trip, strict importer).
+ * Every file lives in a fresh temp dir removed at the end. */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <sodium.h>
+#include <sqlite3.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/rng.h"
+#include "model/backend.h"
+#include "model/io.h"
+#include "model/model.h"
+#include "node/cli.h"
+#include "storage/safetensors.h"
+#include "storage/store.h"
+
+/* ------------------------------------------------------------ helpers -- */
+
+static char tmpdir[256];
+
+static int rm_cb(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static int setup_dir(void **state)
+{
+    (void)state;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/fed_test_store_XXXXXX");
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown_dir(void **state)
+{
+    (void)state;
+    chmod(tmpdir, 0700);
+    return nftw(tmpdir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void path_of(char *out, size_t cap, const char *name)
+{
+    snprintf(out, cap, "%s/%s", tmpdir, name);
+}
+
+static void remove_db(const char *path)
+{
+    char p[600];
+
+    remove(path);
+    snprintf(p, sizeof p, "%s-wal", path);
+    remove(p);
+    snprintf(p, sizeof p, "%s-shm", path);
+    remove(p);
+}
+
+/* A fresh database path for one test (removes leftovers). */
+static void fresh_db(char *out, size_t cap, const char *name)
+{
+    path_of(out, cap, name);
+    remove_db(out);
+}
+
+typedef struct test_clock {
+    uint64_t now;
+} test_clock;
+
+static uint64_t clock_fn(void *ctx) { return ((test_clock *)ctx)->now; }
+
+static fed_store_opts opts_with_clock(test_clock *c)
+{
+    fed_store_opts o;
+
+    fed_store_opts_default(&o);
+    o.sync = FED_STORE_SYNC_NORMAL; /* tests: no fsync per commit */
+    o.wall_s = clock_fn;
+    o.clock_ctx = c;
+    return o;
+}
+
+static sqlite3 *raw_open(const char *path)
+{
+    sqlite3 *db = NULL;
+
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    sqlite3_busy_timeout(db, 2000);
+    return db;
+}
+
+static void raw_exec(sqlite3 *db, const char *sql)
+{
+    char *err = NULL;
+    int rc = sqlite3_exec(db, sql, NULL, NULL, &err);
+
+    if (rc != SQLITE_OK)
+        fail_msg("sql '%s': %s", sql, err ? err : "?");
+}
+
+static int64_t raw_int(sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *s = NULL;
+    int64_t v;
+
+    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &s, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    v = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    return v;
+}
+
+static void fill_round(fed_store_round *r, uint64_t round)
+{
+    memset(r, 0, sizeof *r);
+    r->round = round;
+    r->start_ms = 1000 * round;
+    r->end_ms = 1000 * round + 750;
+    r->loss = 1.0 / (double)(round + 1);
+    r->accuracy = 0.5 + 0.01 * (double)round;
+    r->samples = 600 * round;
+    r->bytes_in = 11 * round;
+    r->bytes_out = 13 * round;
+    r->peers = (uint32_t)(round % 7);
+    snprintf(r->strategy, sizeof r->strategy, "fedavg");
+    memset(r->model_hash, (int)(round & 0xff), 32);
+}
+
+/* Sections with content derived from (seed): sizes chosen so chunks of 4096
+ * bytes straddle section boundaries and padding. */
+typedef struct sections {
+    uint8_t *a, *b, *c;
+    size_t na, nb, nc;
+    fed_store_section s[3];
+} sections;
+
+static void make_sections(sections *x, uint64_t seed, size_t scale)
+{
+    fed_rng r;
+
+    fed_rng_seed(&r, seed);
+    x->na = 10000 * scale + 3;
+    x->nb = 17 * scale;
+    x->nc = 4096 * scale + 1;
+    x->a = malloc(x->na);
+    x->b = malloc(x->nb ? x->nb : 1);
+    x->c = malloc(x->nc);
+    assert_non_null(x->a);
+    assert_non_null(x->c);
+    fed_rng_fill(&r, x->a, x->na);
+    fed_rng_fill(&r, x->b, x->nb);
+    fed_rng_fill(&r, x->c, x->nc);
+    x->s[0] = (fed_store_section){FED_CKPT_SEC_PARAMS, x->a, x->na};
+    x->s[1] = (fed_store_section){FED_CKPT_SEC_OPTIM, x->b, x->nb};
+    x->s[2] = (fed_store_section){FED_CKPT_SEC_RESIDUAL, x->c, x->nc};
+}
+
+static void free_sections(sections *x)
+{
+    free(x->a);
+    free(x->b);
+    free(x->c);
+}
+
+static void assert_ckpt_matches(const fed_store_ckpt *c, const sections *x)
+{
+    const fed_store_section *p = fed_store_ckpt_find(c, FED_CKPT_SEC_PARAMS);
+    const fed_store_section *o = fed_store_ckpt_find(c, FED_CKPT_SEC_OPTIM);
+    const fed_store_section *r = fed_store_ckpt_find(c, FED_CKPT_SEC_RESIDUAL);
+
+    assert_int_equal(c->nsections, 3);
+    assert_non_null(p);
+    assert_non_null(o);
+    assert_non_null(r);
+    assert_int_equal(p->len, x->na);
+    assert_int_equal(o->len, x->nb);
+    assert_int_equal(r->len, x->nc);
+    assert_memory_equal(p->data, x->a, x->na);
+    if (x->nb)
+        assert_memory_equal(o->data, x->b, x->nb);
+    assert_memory_equal(r->data, x->c, x->nc);
+    assert_int_equal((uintptr_t)p->data % 64, 0);
+    assert_int_equal((uintptr_t)r->data % 64, 0);
+    assert_null(fed_store_ckpt_find(c, "nope"));
+}
+
+/* Writes n checkpoints of rounds 1..n (sections seeded by round). */
+static void write_ckpts(fed_store *st, uint64_t from, uint64_t n, size_t scale)
+{
+    for (uint64_t r = from; r < from + n; r++) {
+        sections x;
+
+        make_sections(&x, r, scale);
+        assert_int_equal(fed_store_checkpoint_write(st, r, x.s, 3, NULL), FED_OK);
+        free_sections(&x);
+    }
+}
+
+/* Quiet sink: faults are expected in several tests. */
+static void quiet_sink(void *ctx, fed_log_level level, const char *line)
+{
+    (void)ctx;
+    (void)level;
+    (void)line;
+}
+
+/* ------------------------------------------------------ schema, epoch -- */
+
+static void test_open_empty_file(void **state)
+{
+    char path[512];
+    test_clock clk = {1700000000};
+    fed_store_opts o = opts_with_clock(&clk);
+    fed_store *st = NULL;
+    sqlite3 *db;
+    FILE *f;
+
+    (void)state;
+    fresh_db(path, sizeof path, "empty.db");
+    f = fopen(path, "wb");
+    assert_non_null(f);
+    fclose(f); /* a zero-byte file, as `touch` leaves it */
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_store_schema(st), FED_STORE_SCHEMA_VERSION);
+    assert_int_equal(fed_store_page_size(st), FED_STORE_PAGE_SIZE);
+    assert_int_equal(fed_store_epoch(st), 1700000000);
+    fed_store_close(st);
+
+    db = raw_open(path);
+    assert_int_equal(raw_int(db, "PRAGMA user_version"), FED_STORE_SCHEMA_VERSION);
+    assert_int_equal((uint32_t)raw_int(db, "PRAGMA application_id"), FED_STORE_APP_ID);
+    assert_int_equal(raw_int(db, "PRAGMA page_size"), FED_STORE_PAGE_SIZE);
+    assert_int_equal(raw_int(db, "SELECT value FROM meta WHERE key = 'schema_version'"),
+                     FED_STORE_SCHEMA_VERSION);
+    assert_int_equal(raw_int(db, "SELECT value FROM meta WHERE key = 'epoch'"), 1700000000);
+    assert_int_equal(raw_int(db, "SELECT count(*) FROM pragma_journal_mode WHERE"
+                                 " journal_mode = 'wal'"), 1);
+    sqlite3_close(db);
+}
+
+/* The v1 schema exactly as shipped (frozen here: a migration must keep
+ * taking files made by it). */
+static const char *const v1_schema =
+    "CREATE TABLE meta(key TEXT PRIMARY KEY NOT NULL, value);"
+    "CREATE TABLE rounds(round INTEGER PRIMARY KEY, start_ms INTEGER NOT NULL,"
+    " end_ms INTEGER NOT NULL, loss REAL, accuracy REAL, samples INTEGER NOT NULL,"
+    " bytes_in INTEGER NOT NULL, bytes_out INTEGER NOT NULL, peers INTEGER NOT NULL,"
+    " strategy TEXT NOT NULL, model_hash BLOB NOT NULL);"
+    "CREATE TABLE contributions(id INTEGER PRIMARY KEY, round INTEGER NOT NULL,"
+    " peer_key BLOB NOT NULL, digest BLOB NOT NULL, signature BLOB NOT NULL,"
+    " header BLOB NOT NULL, accepted INTEGER NOT NULL, reason TEXT NOT NULL);"
+    "CREATE INDEX contributions_by_round ON contributions(round, id);"
+    "CREATE TABLE checkpoints(id INTEGER PRIMARY KEY, round INTEGER NOT NULL,"
+    " created_s INTEGER NOT NULL, size INTEGER NOT NULL, chunks INTEGER NOT NULL,"
+    " hash BLOB NOT NULL, prev_hash BLOB NOT NULL, pruned INTEGER NOT NULL DEFAULT 0);"
+    "CREATE INDEX checkpoints_by_round ON checkpoints(round, id);"
+    "CREATE TABLE checkpoint_chunks(ckpt INTEGER NOT NULL, idx INTEGER NOT NULL,"
+    " data BLOB NOT NULL, UNIQUE(ckpt, idx));"
+    "CREATE TABLE peers(key BLOB PRIMARY KEY NOT NULL, addr TEXT NOT NULL,"
+    " first_seen_ms INTEGER NOT NULL, last_seen_ms INTEGER NOT NULL,"
+    " last_round INTEGER NOT NULL);"
+    "CREATE TABLE counters(name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL);"
+    "PRAGMA application_id = 1178944590; PRAGMA user_version = 1;"
+    "INSERT INTO meta VALUES('schema_version', 1), ('epoch', 5000);"
+    "INSERT INTO rounds VALUES(7, 1, 2, 0.25, 0.75, 100, 10, 20, 3, 'median', zeroblob(32));"
+    "INSERT INTO peers VALUES(zeroblob(32), 'tcp://10.0.0.1:7000', 11, 22, 7);";
+
+static void test_migrate_from_v1(void **state)
+{
+    char path[512];
+    test_clock clk = {100}; /* wall clock far behind the stored epoch */
+    fed_store_opts o = opts_with_clock(&clk);
+    fed_store *st = NULL;
+    fed_store_round r;
+    fed_store_peer p[4];
+    size_t n = 0;
+    sqlite3 *db;
+
+    (void)state;
+    fresh_db(path, sizeof path, "v1.db");
+    db = raw_open(path);
+    raw_exec(db, v1_schema);
+    sqlite3_close(db);
+
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_store_schema(st), 2);
+    assert_int_equal(fed_store_epoch(st), 5001);
+    assert_int_equal(fed_store_get_round(st, 7, &r), FED_OK);
+    assert_string_equal(r.strategy, "median");
+    assert_int_equal(r.samples, 100);
+    assert_true(r.loss == 0.25);
+    assert_int_equal(fed_store_list_peers(st, p, 4, &n), FED_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(p[0].addr, "tcp://10.0.0.1:7000");
+    assert_int_equal(p[0].epoch, 0); /* the v2 column, defaulted */
+    write_ckpts(st, 8, 1, 1);        /* uses the v2 epoch column */
+    fed_store_close(st);
+
+    db = raw_open(path);
+    assert_int_equal(raw_int(db, "PRAGMA user_version"), 2);
+    assert_int_equal(raw_int(db, "SELECT value FROM meta WHERE key = 'schema_version'"), 2);
+    assert_int_equal(raw_int(db, "SELECT epoch FROM checkpoints WHERE id = 1"), 5001);
+    /* a v1 file keeps the page size it was made with */
+    assert_int_equal(raw_int(db, "PRAGMA page_size"), 4096);
+    sqlite3_close(db);
+}
+
+static void test_not_ours(void **state)
+{
+    char path[512];
+    fed_store *st = NULL;
+    sqlite3 *db;
+    FILE *f;
+
+    (void)state;
+    fed_log_set_sink(quiet_sink, NULL);
+    fresh_db(path, sizeof path, "other.db");
+    db = raw_open(path);
+    raw_exec(db, "CREATE TABLE notes(x)");
+    sqlite3_close(db);
+    assert_int_equal(fed_store_open(path, NULL, &st), FED_ERR_MAGIC);
+    assert_null(st);
+
+    fresh_db(path, sizeof path, "text.db");
+    f = fopen(path, "wb");
+    assert_non_null(f);
+    for (int i = 0; i < 200; i++)
+        fputs("this is not a database file at all. ", f);
+    fclose(f);
+    assert_int_equal(fed_store_open(path, NULL, &st), FED_ERR_MAGIC);
+
+    fresh_db(path, sizeof path, "future.db");
+    db = raw_open(path);
+    raw_exec(db, "CREATE TABLE meta(key TEXT PRIMARY KEY, value);"
+                 "PRAGMA application_id = 1178944590; PRAGMA user_version = 99;");
+    sqlite3_close(db);
+    assert_int_equal(fed_store_open(path, NULL, &st), FED_ERR_SCHEMA);
+
+    path_of(path, sizeof path, "no/such/dir/x.db");
+    assert_int_equal(fed_store_open(path, NULL, &st), FED_ERR_IO);
+    fed_log_set_sink(NULL, NULL);
+}
+
+static void test_epoch_rule(void **state)
+{
+    char path[512];
+    test_clock clk = {1000};
+    fed_store_opts o = opts_with_clock(&clk);
+    fed_store *st = NULL;
+
+    (void)state;
+    fresh_db(path, sizeof path, "epoch.db");
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_store_epoch(st), 1000);
+    fed_store_close(st);
+
+    clk.now = 500; /* the clock went backwards: stored + 1 wins */
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_store_epoch(st), 1001);
+    fed_store_close(st);
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_store_epoch(st), 1002);
+    fed_store_close(st);
+
+    clk.now = 1002; /* same second as the stored epoch: still larger */
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_store_epoch(st), 1003);
+    fed_store_close(st);
+
+    clk.now = 9000; /* the clock jumped ahead: it wins */
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_store_epoch(st), 9000);
+    fed_store_close(st);
+
+    /* tools read the epoch without moving it */
+    o.flags = FED_STORE_NO_EPOCH;
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_store_epoch(st), 9000);
+    fed_store_close(st);
+    o.flags = FED_STORE_READONLY;
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_store_epoch(st), 9000);
+    fed_store_close(st);
+
+    /* a wiped database starts from the wall clock again, which has moved on */
+    fresh_db(path, sizeof path, "epoch.db");
+    o.flags = 0;
+    clk.now = 9001;
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_store_epoch(st), 9001);
+    fed_store_close(st);
+}
+
+static void test_node_key(void **state)
+{
+    uint8_t k1[32], k2[32], got[32];
+    fed_store *st = NULL;
+
+    (void)state;
+    memset(k1, 1, 32);
+    memset(k2, 2, 32);
+    fed_log_set_sink(quiet_sink, NULL);
+    assert_int_equal(fed_store_open(":memory:", NULL, &st), FED_OK);
+    assert_int_equal(fed_store_node_key(st, got), FED_ERR_NOTFOUND);
+    assert_int_equal(fed_store_set_node_key(st, k1), FED_OK);
+    assert_int_equal(fed_store_set_node_key(st, k1), FED_OK);
+    assert_int_equal(fed_store_set_node_key(st, k2), FED_ERR_KEY);
+    assert_int_equal(fed_store_node_key(st, got), FED_OK);
+    assert_memory_equal(got, k1, 32);
+    fed_store_close(st);
+    fed_log_set_sink(NULL, NULL);
+}
+
+/* -------------------------------------------------------------- rows -- */
+
+static void test_rows_round_trip(void **state)
+{
+    char path[512];
+    test_clock clk = {50};
+    fed_store_opts o = opts_with_clock(&clk);
+    fed_store *st = NULL;
+    fed_store_round r, got[8];
+    fed_store_peer p, peers[4];
+    fed_store_counter c[3] = {{"rej.replay", 4}, {"rej.aead", 0}, {"rej.member", 9}}, cl[8];
+    fed_store_contrib k;
+    uint8_t hdr[100];
+    uint64_t v = 0;
+    size_t n = 0;
+
+    (void)state;
+    fresh_db(path, sizeof path, "rows.db");
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    for (uint64_t i = 1; i <= 5; i++) {
+        fill_round(&r, i);
+        if (i == 3)
+            r.loss = r.accuracy = NAN;
+        assert_int_equal(fed_store_put_round(st, &r), FED_OK);
+    }
+    fill_round(&r, 2);
+    r.samples = 42; /* a round redone after a crash replaces the row */
+    assert_int_equal(fed_store_put_round(st, &r), FED_OK);
+
+    memset(&k, 0, sizeof k);
+    for (size_t i = 0; i < sizeof hdr; i++)
+        hdr[i] = (uint8_t)i;
+    k.round = 4;
+    memset(k.peer_key, 0xaa, 32);
+    memset(k.digest, 0xbb, 32);
+    memset(k.signature, 0xcc, 64);
+    k.header = hdr;
+    k.header_len = sizeof hdr;
+    k.accepted = 0;
+    snprintf(k.reason, sizeof k.reason, "norm clipped");
+    assert_int_equal(fed_store_put_contribution(st, &k), FED_OK);
+    k.header_len = FED_STORE_HEADER_MAX + 1;
+    assert_int_equal(fed_store_put_contribution(st, &k), FED_ERR_INVAL);
+
+    memset(&p, 0, sizeof p);
+    memset(p.key, 7, 32);
+    snprintf(p.addr, sizeof p.addr, "tcp://a:1");
+    p.first_seen_ms = 10;
+    p.last_seen_ms = 20;
+    p.last_round = 3;
+    p.epoch = 77;
+    assert_int_equal(fed_store_put_peer(st, &p), FED_OK);
+    p.first_seen_ms = 999; /* ignored on update */
+    p.last_seen_ms = 30;
+    p.last_round = 4;
+    assert_int_equal(fed_store_put_peer(st, &p), FED_OK);
+    assert_int_equal(fed_store_put_counters(st, c, 3), FED_OK);
+    c[0].value = 5;
+    assert_int_equal(fed_store_put_counters(st, c, 1), FED_OK);
+    fed_store_close(st);
+
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_store_last_rounds(st, got, 3, &n), FED_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(got[0].round, 5);
+    assert_int_equal(got[1].round, 4);
+    assert_int_equal(got[2].round, 3);
+    assert_true(isnan(got[2].loss) && isnan(got[2].accuracy));
+    fill_round(&r, 5);
+    assert_memory_equal(&got[0], &r, sizeof r);
+    assert_int_equal(fed_store_get_round(st, 2, &r), FED_OK);
+    assert_int_equal(r.samples, 42);
+    assert_int_equal(fed_store_get_round(st, 99, &r), FED_ERR_NOTFOUND);
+
+    assert_int_equal(fed_store_list_peers(st, peers, 4, &n), FED_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(peers[0].first_seen_ms, 10);
+    assert_int_equal(peers[0].last_seen_ms, 30);
+    assert_int_equal(peers[0].last_round, 4);
+    assert_int_equal(peers[0].epoch, 77);
+
+    assert_int_equal(fed_store_list_counters(st, cl, 8, &n), FED_OK);
+    assert_int_equal(n, 3);
+    assert_string_equal(cl[0].name, "rej.aead");
+    assert_int_equal(fed_store_get_counter(st, "rej.replay", &v), FED_OK);
+    assert_int_equal(v, 5);
+    assert_int_equal(fed_store_get_counter(st, "rej.none", &v), FED_ERR_NOTFOUND);
+    fed_store_close(st);
+}
+
+static int count_contrib(void *ctx, const fed_store_contrib *c)
+{
+    int *n = ctx;
+
+    assert_int_equal(c->header_len, 100);
+    assert_int_equal(c->header[99], 99);
+    assert_string_equal(c->reason, "norm clipped");
+    assert_int_equal(c->accepted, 0);
+    (*n)++;
+    return 0;
+}
+
+static void test_contributions_read(void **state)
+{
+    char path[512];
+    test_clock clk = {60};
+    fed_store_opts o = opts_with_clock(&clk);
+    fed_store *st = NULL;
+    int n = 0;
+
+    (void)state;
+    path_of(path, sizeof path, "rows.db"); /* written by the test before */
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_store_each_contribution(st, count_contrib, &n), FED_OK);
+    assert_int_equal(n, 1);
+    fed_store_close(st);
+}
+
+static void test_transactions(void **state)
+{
+    char path[512];
+    test_clock clk = {70};
+    fed_store_opts o = opts_with_clock(&clk);
+    fed_store *st = NULL;
+    fed_store_round r;
+    fed_store_ckpt c;
+    sections x;
+
+    (void)state;
+    fresh_db(path, sizeof path, "tx.db");
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_store_commit(st), FED_ERR_INVAL);
+    assert_int_equal(fed_store_begin(st), FED_OK);
+    assert_int_equal(fed_store_begin(st), FED_ERR_INVAL);
+    fill_round(&r, 1);
+    assert_int_equal(fed_store_put_round(st, &r), FED_OK);
+    make_sections(&x, 1, 1);
+    assert_int_equal(fed_store_checkpoint_write(st, 1, x.s, 3, NULL), FED_OK);
+    fed_store_rollback(st);
+    assert_false(fed_store_in_tx(st));
+    assert_int_equal(fed_store_get_round(st, 1, &r), FED_ERR_NOTFOUND);
+    assert_int_equal(fed_store_latest_valid_checkpoint(st, &c, NULL), FED_ERR_NOTFOUND);
+
+    assert_int_equal(fed_store_begin(st), FED_OK);
+    assert_int_equal(fed_store_put_round(st, &r), FED_OK);
+    assert_int_equal(fed_store_checkpoint_write(st, 1, x.s, 3, NULL), FED_OK);
+    /* a failed checkpoint inside the round is undone alone */
+    x.s[1].name = "bad name!";
+    assert_int_equal(fed_store_checkpoint_write(st, 1, x.s, 3, NULL), FED_ERR_INVAL);
+    assert_int_equal(fed_store_commit(st), FED_OK);
+    fed_store_close(st);
+    free_sections(&x);
+
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_store_get_round(st, 1, &r), FED_OK);
+    assert_int_equal(fed_store_latest_valid_checkpoint(st, &c, NULL), FED_OK);
+    assert_int_equal(c.id, 1);
+    fed_store_ckpt_fini(&c);
+    fed_store_close(st);
+}
+
+/* -------------------------------------------------------- checkpoints -- */
+
+static void test_checkpoint_round_trip(void **state)
+{
+    char path[512];
+    test_clock clk = {80};
+    fed_store_opts o = opts_with_clock(&clk);
+    fed_store *st = NULL;
+    fed_store_ckpt c;
+    fed_store_ckpt_row rows[8];
+    uint8_t h[3][32];
+    size_t n = 0;
+    sections x;
+    sqlite3 *db;
+
+    (void)state;
+    fresh_db(path, sizeof path, "ckpt.db");
+    o.chunk_bytes = 4096;
+    o.keep_last = 0;
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    for (uint64_t r = 1; r <= 3; r++) {
+        make_sections(&x, r, r);
+        assert_int_equal(fed_store_checkpoint_write(st, r * 10, x.s, 3, h[r - 1]), FED_OK);
+        free_sections(&x);
+    }
+    assert_int_equal(fed_store_latest_valid_checkpoint(st, &c, NULL), FED_OK);
+    make_sections(&x, 3, 3);
+    assert_int_equal(c.id, 3);
+    assert_int_equal(c.round, 30);
+    assert_int_equal(c.epoch, 80);
+    assert_memory_equal(c.hash, h[2], 32);
+    assert_memory_equal(c.prev_hash, h[1], 32);
+    assert_ckpt_matches(&c, &x);
+    /* the stored bytes hash to the row's hash */
+    {
+        uint8_t again[32];
+        fed_store_ckpt p;
+
+        assert_int_equal(crypto_hash_sha256(again, c.buf, c.len), 0);
+        assert_memory_equal(again, h[2], 32);
+        assert_int_equal(fed_store_ckpt_parse(c.buf, c.len, &p), FED_OK);
+        assert_int_equal(p.round, 30);
+    }
+    free_sections(&x);
+    fed_store_ckpt_fini(&c);
+    fed_store_ckpt_fini(&c); /* twice is fine */
+
+    assert_int_equal(fed_store_checkpoint_of_round(st, 20, &c, NULL), FED_OK);
+    make_sections(&x, 2, 2);
+    assert_ckpt_matches(&c, &x);
+    assert_memory_equal(c.prev_hash, h[0], 32);
+    free_sections(&x);
+    fed_store_ckpt_fini(&c);
+    assert_int_equal(fed_store_checkpoint_of_round(st, 25, &c, NULL), FED_ERR_NOTFOUND);
+
+    assert_int_equal(fed_store_list_checkpoints(st, rows, 8, &n), FED_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(rows[0].id, 3);
+    assert_memory_equal(rows[0].prev_hash, rows[1].hash, 32);
+    assert_memory_equal(rows[1].prev_hash, rows[2].hash, 32);
+    assert_int_equal(fed_store_verify_checkpoints(st, NULL, &n), FED_OK);
+    assert_int_equal(n, 3);
+    fed_store_close(st);
+
+    db = raw_open(path);
+    /* 3 rounds of sections: (10003+17+4097) + ... in 4096-byte chunks */
+    assert_true(raw_int(db, "SELECT count(*) FROM checkpoint_chunks WHERE ckpt = 3") > 10);
+    assert_int_equal(raw_int(db, "SELECT max(length(data)) FROM checkpoint_chunks"), 4096);
+    sqlite3_close(db);
+}
+
+/* Flip one byte (offset 100) of chunk idx of checkpoint id, as bit rot would. */
+static void flip_chunk_byte(const char *path, int id, int idx)
+{
+    char sql[160];
+    sqlite3 *db = raw_open(path);
+    sqlite3_blob *b = NULL;
+    uint8_t byte;
+
+    snprintf(sql, sizeof sql, "SELECT rowid FROM checkpoint_chunks WHERE ckpt = %d AND idx = %d",
+             id, idx);
+    assert_int_equal(sqlite3_blob_open(db, "main", "checkpoint_chunks", "data",
+                                       raw_int(db, sql), 1, &b), SQLITE_OK);
+    assert_int_equal(sqlite3_blob_read(b, &byte, 1, 100), SQLITE_OK);
+    byte ^= 0x5a;
+    assert_int_equal(sqlite3_blob_write(b, &byte, 1, 100), SQLITE_OK);
+    sqlite3_blob_close(b);
+    sqlite3_close(db);
+}
+
+static void test_corrupt_chunk_skipped(void **state)
+{
+    char path[512];
+    test_clock clk = {90};
+    fed_store_opts o = opts_with_clock(&clk);
+    fed_store *st = NULL;
+    fed_store_ckpt c;
+    fed_store_faults f;
+    sections x;
+    size_t n;
+
+    (void)state;
+    fed_log_set_sink(quiet_sink, NULL);
+    fresh_db(path, sizeof path, "corrupt.db");
+    o.chunk_bytes = 4096;
+    o.keep_last = 0;
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    write_ckpts(st, 1, 3, 2);
+    fed_store_close(st);
+    flip_chunk_byte(path, 3, 2);
+
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    memset(&f, 0, sizeof f);
+    assert_int_equal(fed_store_latest_valid_checkpoint(st, &c, &f), FED_OK);
+    assert_int_equal(c.id, 2);
+    assert_int_equal(c.round, 2);
+    make_sections(&x, 2, 2);
+    assert_ckpt_matches(&c, &x);
+    free_sections(&x);
+    fed_store_ckpt_fini(&c);
+    assert_int_equal(f.n, 1);
+    assert_int_equal(f.total, 1);
+    assert_int_equal(f.v[0].id, 3);
+    assert_int_equal(f.v[0].err, FED_ERR_CORRUPT);
+    assert_non_null(strstr(f.v[0].what, "sha256"));
+
+    memset(&f, 0, sizeof f);
+    assert_int_equal(fed_store_verify_checkpoints(st, &f, &n), FED_ERR_CORRUPT);
+    assert_int_equal(n, 3);
+    assert_int_equal(f.n, 1);
+    assert_int_equal(f.v[0].id, 3);
+    /* a new checkpoint still chains onto the (corrupt) newest row */
+    write_ckpts(st, 4, 1, 1);
+    assert_int_equal(fed_store_latest_valid_checkpoint(st, &c, NULL), FED_OK);
+    assert_int_equal(c.id, 4);
+    fed_store_ckpt_fini(&c);
+    fed_store_close(st);
+
+    /* a row whose size was zeroed (and its chunks gone): skipped, not allocated */
+    {
+        sqlite3 *db = raw_open(path);
+
+        raw_exec(db, "UPDATE checkpoints SET size = 0, chunks = 0 WHERE id = 4;"
+                     "DELETE FROM checkpoint_chunks WHERE ckpt = 4");
+        sqlite3_close(db);
+    }
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    memset(&f, 0, sizeof f);
+    assert_int_equal(fed_store_latest_valid_checkpoint(st, &c, &f), FED_OK);
+    assert_int_equal(c.id, 2);
+    fed_store_ckpt_fini(&c);
+    assert_int_equal(f.total, 2);
+    assert_int_equal(f.v[0].id, 4);
+    assert_int_equal(f.v[1].id, 3);
+    fed_store_close(st);
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    write_ckpts(st, 5, 1, 1); /* checkpoint 5, round 5 */
+    fed_store_close(st);
+    flip_chunk_byte(path, 5, 0);
+
+    /* every blob corrupt: nothing is loaded */
+    flip_chunk_byte(path, 1, 0);
+    flip_chunk_byte(path, 2, 1);
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    memset(&f, 0, sizeof f);
+    assert_int_equal(fed_store_latest_valid_checkpoint(st, &c, &f), FED_ERR_NOTFOUND);
+    assert_null(c.buf);
+    assert_int_equal(f.total, 5);
+    fed_store_close(st);
+    fed_log_set_sink(NULL, NULL);
+}
+
+static void test_chain_corruption(void **state)
+{
+    char path[512];
+    test_clock clk = {95};
+    fed_store_opts o = opts_with_clock(&clk);
+    fed_store *st = NULL;
+    fed_store_ckpt c;
+    fed_store_faults f;
+    sqlite3 *db;
+
+    (void)state;
+    fed_log_set_sink(quiet_sink, NULL);
+    fresh_db(path, sizeof path, "chain.db");
+    o.keep_last = 0;
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    write_ckpts(st, 1, 4, 1);
+    fed_store_close(st);
+
+    /* Someone rewrites checkpoint 3's blob and fixes up its own hash:
+     * the blob verifies alone, but checkpoint 4's link no longer holds. */
+    db = raw_open(path);
+    raw_exec(db, "UPDATE checkpoints SET hash = randomblob(32) WHERE id = 3");
+    sqlite3_close(db);
+
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    memset(&f, 0, sizeof f);
+    assert_int_equal(fed_store_latest_valid_checkpoint(st, &c, &f), FED_OK);
+    /* 4: link broken; 3: hash mismatch (its stored hash was replaced) */
+    assert_int_equal(c.id, 2);
+    fed_store_ckpt_fini(&c);
+    assert_int_equal(f.n, 2);
+    assert_int_equal(f.v[0].id, 4);
+    assert_non_null(strstr(f.v[0].what, "chain"));
+    assert_int_equal(f.v[1].id, 3);
+    memset(&f, 0, sizeof f);
+    assert_int_equal(fed_store_verify_checkpoints(st, &f, NULL), FED_ERR_CORRUPT);
+    assert_int_equal(f.total, 2);
+    fed_store_close(st);
+
+    /* a row's prev_hash edited: its link breaks */
+    db = raw_open(path);
+    raw_exec(db, "UPDATE checkpoints SET prev_hash = zeroblob(32) WHERE id = 2");
+    sqlite3_close(db);
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    memset(&f, 0, sizeof f);
+    assert_int_equal(fed_store_latest_valid_checkpoint(st, &c, &f), FED_OK);
+    assert_int_equal(c.id, 1);
+    fed_store_ckpt_fini(&c);
+    assert_int_equal(f.total, 3);
+    fed_store_close(st);
+
+    /* a deleted row leaves a gap the chain check names */
+    db = raw_open(path);
+    raw_exec(db, "DELETE FROM checkpoints WHERE id = 1");
+    sqlite3_close(db);
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    memset(&f, 0, sizeof f);
+    assert_int_equal(fed_store_verify_checkpoints(st, &f, NULL), FED_ERR_CORRUPT);
+    assert_non_null(strstr(f.v[0].what, "chain"));
+    assert_int_equal(fed_store_latest_valid_checkpoint(st, &c, NULL), FED_ERR_NOTFOUND);
+    fed_store_close(st);
+    fed_log_set_sink(NULL, NULL);
+}
+
+static void test_retention(void **state)
+{
+    char path[512];
+    test_clock clk = {100};
+    fed_store_opts o = opts_with_clock(&clk);
+    fed_store *st = NULL;
+    fed_store_ckpt_row rows[16];
+    fed_store_ckpt c;
+    size_t n = 0;
+    sqlite3 *db;
+
+    (void)state;
+    fresh_db(path, sizeof path, "keep.db");
+    o.keep_last = 2;
+    o.keep_every = 3;
+    o.chunk_bytes = 8192;
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    write_ckpts(st, 1, 10, 1);
+    assert_int_equal(fed_store_list_checkpoints(st, rows, 16, &n), FED_OK);
+    assert_int_equal(n, 10); /* every row stays */
+    for (size_t i = 0; i < n; i++) {
+        uint64_t id = rows[i].id;
+        int kept = id >= 9 || id % 3 == 0;
+
+        assert_int_equal(rows[i].pruned, !kept);
+    }
+    assert_int_equal(fed_store_verify_checkpoints(st, NULL, &n), FED_OK);
+    assert_int_equal(n, 4); /* blobs of 3, 6, 9 (every 3rd) and 9, 10 (last 2) */
+    assert_int_equal(fed_store_checkpoint_of_round(st, 4, &c, NULL), FED_ERR_NOTFOUND);
+    assert_int_equal(fed_store_checkpoint_of_round(st, 6, &c, NULL), FED_OK);
+    assert_int_equal(c.id, 6);
+    fed_store_ckpt_fini(&c);
+    fed_store_close(st);
+
+    db = raw_open(path);
+    assert_int_equal(raw_int(db, "SELECT count(DISTINCT ckpt) FROM checkpoint_chunks"), 4);
+    assert_int_equal(raw_int(db, "SELECT count(*) FROM checkpoint_chunks WHERE ckpt"
+                                 " NOT IN (3, 6, 9, 10)"), 0);
+    assert_int_equal(raw_int(db, "SELECT count(*) FROM checkpoints"), 10);
+    sqlite3_close(db);
+}
+
+/* ------------------------------------------------- read-only and full -- */
+
+static void test_readonly(void **state)
+{
+    char path[512];
+    test_clock clk = {200};
+    fed_store_opts o = opts_with_clock(&clk);
+    fed_store *st = NULL;
+    fed_store_round r;
+    fed_store_ckpt c;
+    sections x;
+
+    (void)state;
+    fed_log_set_sink(quiet_sink, NULL);
+    fresh_db(path, sizeof path, "ro.db");
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    fill_round(&r, 1);
+    assert_int_equal(fed_store_put_round(st, &r), FED_OK);
+    write_ckpts(st, 1, 1, 1);
+    fed_store_close(st);
+
+    o.flags = FED_STORE_READONLY;
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    fill_round(&r, 2);
+    assert_int_equal(fed_store_put_round(st, &r), FED_ERR_READONLY);
+    make_sections(&x, 2, 1);
+    assert_int_equal(fed_store_checkpoint_write(st, 2, x.s, 3, NULL), FED_ERR_READONLY);
+    assert_int_equal(fed_store_begin(st), FED_ERR_READONLY);
+    free_sections(&x);
+    assert_int_equal(fed_store_get_round(st, 1, &r), FED_OK);
+    assert_int_equal(fed_store_latest_valid_checkpoint(st, &c, NULL), FED_OK);
+    assert_int_equal(c.round, 1);
+    fed_store_ckpt_fini(&c);
+    fed_store_close(st);
+
+    /* a file the process may not write: refused at open, not at the first
+     * round (root ignores file modes, so only checked as another user) */
+    if (geteuid() != 0) {
+        o.flags = 0;
+        assert_int_equal(chmod(path, 0444), 0);
+        assert_int_equal(fed_store_open(path, &o, &st), FED_ERR_READONLY);
+        assert_null(st);
+        assert_int_equal(chmod(path, 0644), 0);
+    }
+
+    /* a read-only open of a missing file does not create it */
+    path_of(path, sizeof path, "ro-missing.db");
+    o.flags = FED_STORE_READONLY;
+    assert_int_equal(fed_store_open(path, &o, &st), FED_ERR_NOTFOUND);
+    assert_int_equal(access(path, F_OK), -1);
+
+    /* nothing committed was lost */
+    path_of(path, sizeof path, "ro.db");
+    o.flags = 0;
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_store_get_round(st, 1, &r), FED_OK);
+    assert_int_equal(fed_store_get_round(st, 2, &r), FED_ERR_NOTFOUND);
+    fill_round(&r, 2);
+    assert_int_equal(fed_store_put_round(st, &r), FED_OK);
+    fed_store_close(st);
+    fed_log_set_sink(NULL, NULL);
+}
+
+static void test_full_disk(void **state)
+{
+    char path[512];
+    test_clock clk = {300};
+    fed_store_opts o = opts_with_clock(&clk);
+    fed_store *st = NULL;
+    fed_store_round r;
+    fed_store_ckpt c;
+    uint64_t committed = 0, round;
+    fed_err e = FED_OK;
+    char msg[64];
+
+    (void)state;
+    fed_log_set_sink(quiet_sink, NULL);
+    fresh_db(path, sizeof path, "full.db");
+    o.max_bytes = 48u * 65536; /* 3 MiB */
+    o.keep_last = 0;
+    o.chunk_bytes = 64 * 1024;
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    for (round = 1; round < 100; round++) {
+        sections x;
+
+        make_sections(&x, round, 20); /* about 280 KB per checkpoint */
+        fill_round(&r, round);
+        e = fed_store_begin(st);
+        if (e == FED_OK)
+            e = fed_store_put_round(st, &r);
+        if (e == FED_OK)
+            e = fed_store_checkpoint_write(st, round, x.s, 3, NULL);
+        if (e == FED_OK)
+            e = fed_store_commit(st);
+        else
+            fed_store_rollback(st);
+        free_sections(&x);
+        if (e != FED_OK)
+            break;
+        committed = round;
+    }
+    assert_int_equal(e, FED_ERR_FULL);
+    assert_true(committed >= 3);
+    assert_false(fed_store_in_tx(st));
+    /* the store stays usable: reads work, small writes may */
+    assert_int_equal(fed_store_get_round(st, committed, &r), FED_OK);
+    assert_int_equal(fed_store_get_round(st, committed + 1, &r), FED_ERR_NOTFOUND);
+    fed_store_close(st);
+
+    o.max_bytes = 0;
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_store_integrity_check(st, msg, sizeof msg), FED_OK);
+    assert_string_equal(msg, "ok");
+    for (uint64_t i = 1; i <= committed; i++) {
+        fed_store_round want;
+
+        fill_round(&want, i);
+        assert_int_equal(fed_store_get_round(st, i, &r), FED_OK);
+        assert_memory_equal(&r, &want, sizeof r);
+    }
+    assert_int_equal(fed_store_get_round(st, committed + 1, &r), FED_ERR_NOTFOUND);
+    assert_int_equal(fed_store_latest_valid_checkpoint(st, &c, NULL), FED_OK);
+    assert_int_equal(c.round, committed);
+    {
+        sections x;
+
+        make_sections(&x, committed, 20);
+        assert_ckpt_matches(&c, &x);
+        free_sections(&x);
+    }
+    fed_store_ckpt_fini(&c);
+    assert_int_equal(fed_store_verify_checkpoints(st, NULL, NULL), FED_OK);
+    fed_store_close(st);
+    fed_log_set_sink(NULL, NULL);
+}
+
+/* -------------------------------------------------- allocation faults -- */
+
+static void test_alloc_failures(void **state)
+{
+    char path[512];
+    test_clock clk = {400};
+    fed_store_opts o = opts_with_clock(&clk);
+    fed_store *st = NULL;
+    fed_store_ckpt c;
+    sections x;
+    unsigned long n;
+    fed_err e;
+
+    (void)state;
+    fed_log_set_sink(quiet_sink, NULL);
+    fresh_db(path, sizeof path, "alloc.db");
+    o.chunk_bytes = 4096;
+    o.keep_last = 0;
+    /* open */
+    for (n = 1;; n++) {
+        fed_alloc_fail_nth(n, 0);
+        e = fed_store_open(path, &o, &st);
+        fed_alloc_fail_nth(0, 0);
+        if (e == FED_OK)
+            break;
+        assert_int_equal(e, FED_ERR_NOMEM);
+        assert_null(st);
+    }
+    assert_true(n > 1);
+    /* write: chunks straddling sections need the staging buffer */
+    make_sections(&x, 1, 1);
+    for (n = 1;; n++) {
+        fed_alloc_fail_nth(n, 0);
+        e = fed_store_checkpoint_write(st, 1, x.s, 3, NULL);
+        fed_alloc_fail_nth(0, 0);
+        if (e == FED_OK)
+            break;
+        assert_int_equal(e, FED_ERR_NOMEM);
+        assert_int_equal(fed_store_latest_valid_checkpoint(st, &c, NULL), FED_ERR_NOTFOUND);
+    }
+    assert_true(n > 1);
+    /* load and verify */
+    for (n = 1;; n++) {
+        fed_alloc_fail_nth(n, 0);
+        e = fed_store_latest_valid_checkpoint(st, &c, NULL);
+        fed_alloc_fail_nth(0, 0);
+        if (e == FED_OK)
+            break;
+        assert_int_equal(e, FED_ERR_NOMEM);
+        assert_null(c.buf);
+    }
+    assert_true(n > 1);
+    assert_ckpt_matches(&c, &x);
+    fed_store_ckpt_fini(&c);
+    for (n = 1;; n++) {
+        fed_alloc_fail_nth(n, 0);
+        e = fed_store_verify_checkpoints(st, NULL, NULL);
+        fed_alloc_fail_nth(0, 0);
+        if (e == FED_OK)
+            break;
+        assert_int_equal(e, FED_ERR_NOMEM);
+    }
+    free_sections(&x);
+    fed_store_close(st);
+    fed_log_set_sink(NULL, NULL);
+}
+
+/* ------------------------------------------------ checkpoint format -- */
+
+static void test_ckpt_parse_rejects(void **state)
+{
+    fed_store *st = NULL;
+    fed_store_ckpt c, p;
+    uint8_t *b;
+    size_t len;
+    sections x;
+
+    (void)state;
+    assert_int_equal(fed_store_open(":memory:", NULL, &st), FED_OK);
+    make_sections(&x, 5, 1);
+    assert_int_equal(fed_store_checkpoint_write(st, 5, x.s, 3, NULL), FED_OK);
+    assert_int_equal(fed_store_latest_valid_checkpoint(st, &c, NULL), FED_OK);
+    len = c.len;
+    b = fed_alloc_aligned(len);
+    assert_non_null(b);
+#define MUTATE(stmt, code)                                                     \
+    do {                                                                       \
+        memcpy(b, c.buf, len);                                                 \
+        stmt;                                                                  \
+        assert_int_equal(fed_store_ckpt_parse(b, len, &p), code);              \
+    } while (0)
+    MUTATE((void)0, FED_OK);
+    MUTATE(b[0] = 'X', FED_ERR_MAGIC);
+    MUTATE(b[8] = 2, FED_ERR_VERSION);
+    MUTATE(b[12] = 0, FED_ERR_FORMAT);              /* no sections */
+    MUTATE(b[12] = 65, FED_ERR_FORMAT);             /* too many */
+    MUTATE(b[12] = 4, FED_ERR_FORMAT);              /* table and total disagree */
+    MUTATE(b[56] ^= 1, FED_ERR_FORMAT);             /* total length */
+    MUTATE(b[64] = ' ', FED_ERR_FORMAT);            /* bad name character */
+    MUTATE(b[64 + 31] = 'x', FED_ERR_FORMAT);       /* name not terminated */
+    MUTATE(b[64 + 20] = 'x', FED_ERR_FORMAT);       /* junk after the NUL */
+    MUTATE(memcpy(b + 104, b + 64, 32), FED_ERR_FORMAT); /* duplicate name */
+    MUTATE(b[64 + 32] ^= 1, FED_ERR_FORMAT);        /* a section length */
+    MUTATE(b[64 + 32 + 7] = 0x80, FED_ERR_FORMAT);  /* a huge length */
+    MUTATE(b[64 + 3 * 40] = 1, FED_ERR_FORMAT);     /* padding not zero */
+    assert_int_equal(fed_store_ckpt_parse(b, 63, &p), FED_ERR_TRUNCATED);
+    assert_int_equal(fed_store_ckpt_parse(b, len - 1, &p), FED_ERR_FORMAT);
+#undef MUTATE
+    fed_free(b);
+    fed_store_ckpt_fini(&c);
+    /* bad arguments */
+    x.s[1].name = x.s[0].name;
+    assert_int_equal(fed_store_checkpoint_write(st, 6, x.s, 3, NULL), FED_ERR_INVAL);
+    x.s[1].name = "";
+    assert_int_equal(fed_store_checkpoint_write(st, 6, x.s, 3, NULL), FED_ERR_INVAL);
+    x.s[1].name = "0123456789012345678901234567890123";
+    assert_int_equal(fed_store_checkpoint_write(st, 6, x.s, 3, NULL), FED_ERR_INVAL);
+    assert_int_equal(fed_store_checkpoint_write(st, 6, x.s, 0, NULL), FED_ERR_INVAL);
+    free_sections(&x);
+    fed_store_close(st);
+}
+
+/* -------------------------------------------------------- safetensors -- */
+
+/* A hand-made table: a conv weight, a bias, a linear weight (non-contiguous
+ * order in the flat buffer is allowed: offsets come from the table). */
+static const fed_tensor_info st_table[] = {
+    {"0.weight", 0, 2 * 1 * 3 * 3, 4, {2, 1, 3, 3}},
+    {"0.bias", 18, 2, 1, {2}},
+    {"3.weight", 20, 5 * 8, 2, {5, 8}},
+    {"3.bias", 60, 5, 1, {5}},
+};
+#define ST_NT 4
+#define ST_NPARAMS 65
+
+static void st_fill(float *p, uint64_t seed)
+{
+    fed_rng r;
+
+    fed_rng_seed(&r, seed);
+    for (int i = 0; i < ST_NPARAMS; i++)
+        p[i] = (float)fed_rng_normal(&r);
+    p[0] = -0.0f;          /* sign of zero kept */
+    p[1] = 1.0e-41f;       /* a subnormal kept */
+    p[2] = 3.4028235e38f;  /* FLT_MAX */
+}
+
+static fed_store_st_model st_model(const float *p)
+{
+    fed_store_st_model m = {"mlp:8", {1, 3, 3, 5}, st_table, ST_NT, p};
+
+    return m;
+}
+
+static void test_safetensors_round_trip(void **state)
+{
+    float p[ST_NPARAMS], q[ST_NPARAMS];
+    fed_store_st_model m;
+    fed_store_st_file f;
+    uint8_t *buf = NULL;
+    size_t len = 0, size = 0;
+    char path[512];
+    const char *want =
+        "{\"__metadata__\":{\"fednode.spec\":\"mlp:8\",\"fednode.input\":\"1,3,3\","
+        "\"fednode.classes\":\"5\"},"
+        "\"0.weight\":{\"dtype\":\"F32\",\"shape\":[2,1,3,3],\"data_offsets\":[0,72]},"
+        "\"0.bias\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[72,80]},"
+        "\"3.weight\":{\"dtype\":\"F32\",\"shape\":[5,8],\"data_offsets\":[80,240]},"
+        "\"3.bias\":{\"dtype\":\"F32\",\"shape\":[5],\"data_offsets\":[240,260]}}";
+    uint64_t hlen = 0;
+
+    (void)state;
+    st_fill(p, 1);
+    m = st_model(p);
+    assert_int_equal(fed_store_safetensors_size(&m, &size), FED_OK);
+    assert_int_equal(fed_store_safetensors_encode(&m, &buf, &len), FED_OK);
+    assert_int_equal(len, size);
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | buf[i];
+    assert_int_equal(hlen % 8, 0);
+    assert_int_equal(len, 8 + hlen + 4 * ST_NPARAMS);
+    assert_memory_equal(buf + 8, want, strlen(want));
+    for (size_t i = 8 + strlen(want); i < 8 + hlen; i++)
+        assert_int_equal(buf[i], ' ');
+    /* data: little-endian float32, tensor by tensor */
+    assert_memory_equal(buf + 8 + hlen, p, sizeof p);
+
+    assert_int_equal(fed_store_safetensors_parse(buf, len, &f), FED_OK);
+    assert_string_equal(f.spec, "mlp:8");
+    assert_int_equal(f.input.c, 1);
+    assert_int_equal(f.input.h, 3);
+    assert_int_equal(f.input.w, 3);
+    assert_int_equal(f.input.classes, 5);
+    assert_int_equal(f.ntensors, ST_NT);
+    assert_int_equal(f.tensors[0].ndim, 4);
+    assert_int_equal(f.tensors[0].shape[3], 3);
+    memset(q, 0xff, sizeof q);
+    assert_int_equal(fed_store_safetensors_to_params(&f, st_table, ST_NT, "mlp:8", q), FED_OK);
+    assert_memory_equal(p, q, sizeof p); /* bit-exact, -0.0 and subnormals too */
+    fed_log_set_sink(quiet_sink, NULL);
+    assert_int_equal(fed_store_safetensors_to_params(&f, st_table, ST_NT, "cnn", q),
+                     FED_ERR_SPEC);
+    assert_int_equal(fed_store_safetensors_to_params(&f, st_table, ST_NT - 1, NULL, q),
+                     FED_ERR_SHAPE);
+    {
+        fed_tensor_info t2[ST_NT];
+
+        memcpy(t2, st_table, sizeof t2);
+        t2[2].shape[0] = 8, t2[2].shape[1] = 5; /* transposed: same size, other shape */
+        assert_int_equal(fed_store_safetensors_to_params(&f, t2, ST_NT, NULL, q), FED_ERR_SHAPE);
+        snprintf(t2[2].name, sizeof t2[2].name, "2.weight");
+        assert_int_equal(fed_store_safetensors_to_params(&f, t2, ST_NT, NULL, q), FED_ERR_SHAPE);
+    }
+    fed_log_set_sink(NULL, NULL);
+    fed_store_safetensors_fini(&f);
+    fed_store_safetensors_fini(&f);
+
+    /* a NaN is refused on import */
+    memcpy(buf + 8 + hlen + 4 * 7, &(float){NAN}, 4);
+    assert_int_equal(fed_store_safetensors_parse(buf, len, &f), FED_OK);
+    assert_int_equal(fed_store_safetensors_to_params(&f, st_table, ST_NT, NULL, q), FED_ERR_NAN);
+    fed_store_safetensors_fini(&f);
+    fed_free(buf);
+
+    /* through a file */
+    path_of(path, sizeof path, "m.safetensors");
+    assert_int_equal(fed_store_safetensors_save(path, &m), FED_OK);
+    assert_int_equal(fed_store_safetensors_read(path, &f), FED_OK);
+    memset(q, 0, sizeof q);
+    assert_int_equal(fed_store_safetensors_to_params(&f, st_table, ST_NT, NULL, q), FED_OK);
+    assert_memory_equal(p, q, sizeof p);
+    fed_store_safetensors_fini(&f);
+    path_of(path, sizeof path, "missing/m.safetensors");
+    fed_log_set_sink(quiet_sink, NULL);
+    assert_int_equal(fed_store_safetensors_read(path, &f), FED_ERR_NOTFOUND);
+    assert_int_equal(fed_store_safetensors_save(path, &m), FED_ERR_NOTFOUND);
+    fed_log_set_sink(NULL, NULL);
+}
+
+/* A real model's table (the names PyTorch's nn.Sequential gives). */
+static void test_safetensors_model(void **state)
+{
+    static const char *const specs[] = {"logreg", "mlp:16,8", "cnn"};
+    fed_backend *be = NULL;
+
+    (void)state;
+    assert_int_equal(fed_backend_cpu_new(1, &be), FED_OK);
+    for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
+        fed_model_shape in = {1, 28, 28, 10};
+        fed_model *mod = NULL;
+        fed_rng r;
+        const fed_tensor_info *t;
+        int nt;
+        size_t np;
+        float *p, *q;
+        uint8_t *buf = NULL;
+        size_t len;
+        fed_store_st_file f;
+        fed_store_st_model m;
+
+        assert_int_equal(fed_model_new(specs[k], in, be, NULL, 1, 1, &mod), FED_OK);
+        fed_rng_seed(&r, 7 + k);
+        assert_int_equal(fed_model_init(mod, &r), FED_OK);
+        np = fed_model_nparams(mod);
+        t = fed_model_tensors(mod, &nt);
+        p = malloc(np * sizeof *p);
+        q = calloc(np, sizeof *q);
+        assert_non_null(p);
+        assert_non_null(q);
+        assert_int_equal(fed_model_get_params(mod, p), FED_OK);
+        m = (fed_store_st_model){fed_model_spec(mod), in, t, nt, p};
+        assert_int_equal(fed_store_safetensors_encode(&m, &buf, &len), FED_OK);
+        assert_int_equal(fed_store_safetensors_parse(buf, len, &f), FED_OK);
+        assert_string_equal(f.tensors[0].name, "0.weight");
+        assert_int_equal(fed_store_safetensors_to_params(&f, t, nt, specs[k], q), FED_OK);
+        assert_memory_equal(p, q, np * sizeof *p);
+        fed_store_safetensors_fini(&f);
+        fed_free(buf);
+        free(p);
+        free(q);
+        fed_model_free(mod);
+    }
+    fed_backend_free(be);
+}
+
+/* A file from a header text and data_len bytes of data. */
+static uint8_t *st_file(const char *json, size_t data_len, size_t *len)
+{
+    size_t n = strlen(json);
+    uint8_t *b = calloc(1, 8 + n + data_len + 1);
+
+    assert_non_null(b);
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)((uint64_t)n >> (8 * i));
+    memcpy(b + 8, json, n);
+    *len = 8 + n + data_len;
+    return b;
+}
+
+static void test_safetensors_rejects(void **state)
+{
+    static const struct {
+        const char *json;
+        size_t data;
+        fed_err want;
+    } cases[] = {
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, FED_OK},
+        {"{\"a\":{\"data_offsets\":[0,8],\"shape\":[2],\"dtype\":\"F32\"}}  \n ", 8, FED_OK},
+        {"{}", 0, FED_OK},
+        {"{\"__metadata__\":{}}", 0, FED_OK},
+        {"{\"\\u00e9t\\u00E9\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]}}", 4,
+         FED_OK},
+        {"{\"s\":{\"dtype\":\"F32\",\"shape\":[0,3],\"data_offsets\":[0,0]},"
+         "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, FED_OK},
+        {"{\"__metadata__\":{\"format\":\"pt\",\"fednode.spec\":\"logreg\"}}", 0, FED_OK},
+        /* layout */
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+         "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 16, FED_ERR_FORMAT},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+         "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12, FED_ERR_FORMAT},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+         "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[12,20]}}", 20, FED_ERR_FORMAT},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 16, FED_ERR_FORMAT},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 4, FED_ERR_TRUNCATED},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 12, FED_ERR_FORMAT},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8, FED_ERR_FORMAT},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8, FED_ERR_FORMAT},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8,9]}}", 8, FED_ERR_FORMAT},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0]}}", 8, FED_ERR_FORMAT},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],"
+         "\"data_offsets\":[0,8]}}", 8, FED_ERR_FORMAT},
+        {"{}", 4, FED_ERR_FORMAT},
+        /* keys and values */
+        {"{\"a\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4,
+         FED_ERR_UNSUPPORTED},
+        {"{\"a\":{\"dtype\":\"f32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, FED_ERR_FORMAT},
+        {"{\"a\":{\"shape\":[2],\"data_offsets\":[0,8]}}", 8, FED_ERR_FORMAT},
+        {"{\"a\":{\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
+         FED_ERR_FORMAT},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"x\":1}}", 8,
+         FED_ERR_FORMAT},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8, FED_ERR_FORMAT},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2.0],\"data_offsets\":[0,8]}}", 8, FED_ERR_FORMAT},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[02],\"data_offsets\":[0,8]}}", 8, FED_ERR_FORMAT},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2e0],\"data_offsets\":[0,8]}}", 8, FED_ERR_FORMAT},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[99999999999999999999],\"data_offsets\":[0,8]}}", 8,
+         FED_ERR_FORMAT},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,2],\"data_offsets\":[0,8]}}", 8,
+         FED_ERR_FORMAT},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2,],\"data_offsets\":[0,8]}}", 8, FED_ERR_FORMAT},
+        {"{\"a\":[1,2]}", 0, FED_ERR_FORMAT},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[[2]],\"data_offsets\":[0,8]}}", 8, FED_ERR_FORMAT},
+        {"{\"\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, FED_ERR_FORMAT},
+        /* JSON syntax */
+        {" {}", 0, FED_ERR_FORMAT},
+        {"{}x", 0, FED_ERR_FORMAT},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}", 8, FED_ERR_FORMAT},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},}", 8, FED_ERR_FORMAT},
+        {"{\"a\" {}}", 0, FED_ERR_FORMAT},
+        {"{\"a", 0, FED_ERR_FORMAT},
+        {"{\"a\tb\":{}}", 0, FED_ERR_FORMAT},
+        {"{\"a\\qb\":{}}", 0, FED_ERR_FORMAT},
+        {"{\"a\\u00\":{}}", 0, FED_ERR_FORMAT},
+        {"{\"a\\u0000\":{}}", 0, FED_ERR_FORMAT},
+        {"{\"a\\ud800\":{}}", 0, FED_ERR_FORMAT},
+        {"{\"a\\udc00\":{}}", 0, FED_ERR_FORMAT},
+        {"{\"a\xff\":{}}", 0, FED_ERR_FORMAT},
+        {"{\"a\xc0\xaf\":{}}", 0, FED_ERR_FORMAT},
+        {"{\"a\xed\xa0\x80\":{}}", 0, FED_ERR_FORMAT},
+        /* metadata */
+        {"{\"__metadata__\":{},\"__metadata__\":{}}", 0, FED_ERR_FORMAT},
+        {"{\"__metadata__\":{\"k\":1}}", 0, FED_ERR_FORMAT},
+        {"{\"__metadata__\":{\"k\":{}}}", 0, FED_ERR_FORMAT},
+        {"{\"__metadata__\":{\"fednode.spec\":\"\"}}", 0, FED_ERR_SPEC},
+        {"{\"__metadata__\":{\"fednode.spec\":\"a\",\"fednode.spec\":\"b\"}}", 0, FED_ERR_FORMAT},
+        {"{\"__metadata__\":{\"fednode.input\":\"1,28\",\"fednode.classes\":\"10\"}}", 0,
+         FED_ERR_FORMAT},
+        {"{\"__metadata__\":{\"fednode.input\":\"1,28,28\"}}", 0, FED_ERR_FORMAT},
+        {"{\"__metadata__\":{\"fednode.input\":\"1,28,28\",\"fednode.classes\":\"0\"}}", 0,
+         FED_ERR_FORMAT},
+    };
+    char longname[400];
+    fed_store_st_file f;
+    uint8_t *b;
+    size_t len;
+
+    (void)state;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fed_err e;
+
+        b = st_file(cases[i].json, cases[i].data, &len);
+        e = fed_store_safetensors_parse(b, len, &f);
+        if (e != cases[i].want)
+            fail_msg("case %zu (%s): got %s, want %s", i, cases[i].json, fed_errname(e),
+                     fed_errname(cases[i].want));
+        if (e != FED_OK) {
+            assert_null(f.tensors);
+            assert_int_equal(f.ntensors, 0);
+        }
+        fed_store_safetensors_fini(&f);
+        free(b);
+    }
+    /* a long tensor name: over the limit; a long foreign metadata key: fine */
+    memset(longname, 'n', sizeof longname);
+    longname[sizeof longname - 1] = '\0';
+    {
+        char json[1024];
+
+        snprintf(json, sizeof json, "{\"%s\":{\"dtype\":\"F32\",\"shape\":[],"
+                 "\"data_offsets\":[0,4]}}", longname);
+        b = st_file(json, 4, &len);
+        assert_int_equal(fed_store_safetensors_parse(b, len, &f), FED_ERR_TOO_LARGE);
+        free(b);
+        snprintf(json, sizeof json, "{\"__metadata__\":{\"%s\":\"%s\"}}", longname, longname);
+        b = st_file(json, 0, &len);
+        assert_int_equal(fed_store_safetensors_parse(b, len, &f), FED_OK);
+        fed_store_safetensors_fini(&f);
+        free(b);
+    }
+    /* the length field */
+    b = st_file("{}", 0, &len);
+    assert_int_equal(fed_store_safetensors_parse(b, 7, &f), FED_ERR_TRUNCATED);
+    assert_int_equal(fed_store_safetensors_parse(b, len - 1, &f), FED_ERR_TRUNCATED);
+    b[0] = 1;
+    assert_int_equal(fed_store_safetensors_parse(b, len, &f), FED_ERR_FORMAT);
+    b[0] = 0, b[3] = 0x10; /* 256 MiB */
+    assert_int_equal(fed_store_safetensors_parse(b, len, &f), FED_ERR_TOO_LARGE);
+    b[3] = 0, b[7] = 0x80;
+    assert_int_equal(fed_store_safetensors_parse(b, len, &f), FED_ERR_TOO_LARGE);
+    free(b);
+}
+
+static void test_safetensors_alloc_failures(void **state)
+{
+    float p[ST_NPARAMS], q[ST_NPARAMS];
+    fed_store_st_model m;
+    fed_store_st_file f;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    unsigned long n;
+    fed_err e;
+
+    (void)state;
+    st_fill(p, 3);
+    m = st_model(p);
+    for (n = 1;; n++) {
+        fed_alloc_fail_nth(n, 0);
+        e = fed_store_safetensors_encode(&m, &buf, &len);
+        fed_alloc_fail_nth(0, 0);
+        if (e == FED_OK)
+            break;
+        assert_int_equal(e, FED_ERR_NOMEM);
+        assert_null(buf);
+    }
+    assert_true(n > 1);
+    for (n = 1;; n++) {
+        fed_alloc_fail_nth(n, 0);
+        e = fed_store_safetensors_parse(buf, len, &f);
+        fed_alloc_fail_nth(0, 0);
+        if (e == FED_OK)
+            break;
+        assert_int_equal(e, FED_ERR_NOMEM);
+        assert_null(f.tensors);
+    }
+    assert_true(n > 1);
+    assert_int_equal(fed_store_safetensors_to_params(&f, st_table, ST_NT, NULL, q), FED_OK);
+    assert_memory_equal(p, q, sizeof p);
+    fed_store_safetensors_fini(&f);
+    fed_free(buf);
+}
+
+/* ---------------------------------------------------------------- CLI -- */
+
+/* Runs a subcommand with stdout and stderr into out; returns its exit status. */
+static int run_cli(fed_cli_fn fn, char *out, size_t cap, int argc, ...)
+{
+    char *argv[16], path[512];
+    va_list ap;
+    int saved, saved_err, fd, rc;
+    ssize_t n;
+
+    assert_true(argc < 16);
+    va_start(ap, argc);
+    for (int i = 0; i < argc; i++)
+        argv[i] = va_arg(ap, char *);
+    va_end(ap);
+    argv[argc] = NULL;
+    path_of(path, sizeof path, "cli.out");
+    fflush(stdout);
+    fflush(stderr);
+    saved = dup(1);
+    saved_err = dup(2);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    assert_true(saved >= 0 && saved_err >= 0 && fd >= 0);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    close(fd);
+    rc = fn(argc, argv);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(saved, 1);
+    dup2(saved_err, 2);
+    close(saved);
+    close(saved_err);
+    fd = open(path, O_RDONLY);
+    n = read(fd, out, cap - 1);
+    close(fd);
+    out[n > 0 ? n : 0] = '\0';
+    return rc;
+}
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* A node's database as a node would leave it: rounds, peers, counters,
+ * signed contributions, a checkpoint of a real model. */
+static void make_node_db(const char *path, const char *spec, fed_model_shape in, float **params,
+                         size_t *np)
+{
+    fed_backend *be = NULL;
+    fed_model *m = NULL;
+    fed_store *st = NULL;
+    fed_rng r;
+    uint8_t pk[crypto_sign_PUBLICKEYBYTES], sk[crypto_sign_SECRETKEYBYTES], inb[16];
+    fed_store_counter cnt[2] = {{"rej.replay", 3}, {"rej.aead", 1}};
+    fed_store_opts o;
+    test_clock clk = {1700000000};
+
+    assert_int_equal(fed_backend_cpu_new(1, &be), FED_OK);
+    assert_int_equal(fed_model_new(spec, in, be, NULL, 1, 1, &m), FED_OK);
+    fed_rng_seed(&r, 11);
+    assert_int_equal(fed_model_init(m, &r), FED_OK);
+    *np = fed_model_nparams(m);
+    *params = malloc(*np * sizeof **params);
+    assert_non_null(*params);
+    assert_int_equal(fed_model_get_params(m, *params), FED_OK);
+    fed_model_free(m);
+    fed_backend_free(be);
+
+    remove_db(path);
+    o = opts_with_clock(&clk);
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    crypto_sign_seed_keypair(pk, sk, (const uint8_t *)"0123456789abcdef0123456789abcdef");
+    put_u32(inb, (uint32_t)in.c);
+    put_u32(inb + 4, (uint32_t)in.h);
+    put_u32(inb + 8, (uint32_t)in.w);
+    put_u32(inb + 12, (uint32_t)in.classes);
+    for (uint64_t k = 1; k <= 3; k++) {
+        fed_store_round rec;
+        fed_store_peer peer;
+        fed_store_contrib c;
+        uint8_t hdr[40];
+        fed_store_section s[3] = {{FED_CKPT_SEC_SPEC, spec, strlen(spec)},
+                                  {FED_CKPT_SEC_INPUT, inb, 16},
+                                  {FED_CKPT_SEC_PARAMS, *params, *np * sizeof(float)}};
+
+        fill_round(&rec, k);
+        rec.start_ms += 1700000000000ull;
+        rec.end_ms += 1700000000000ull;
+        memset(&peer, 0, sizeof peer);
+        memcpy(peer.key, pk, 32);
+        snprintf(peer.addr, sizeof peer.addr, "tcp://127.0.0.1:700%d", (int)k);
+        peer.last_seen_ms = rec.end_ms;
+        peer.last_round = k;
+        memset(&c, 0, sizeof c);
+        memset(hdr, (int)k, sizeof hdr);
+        c.round = k;
+        memcpy(c.peer_key, pk, 32);
+        crypto_generichash(c.digest, 32, hdr, sizeof hdr, NULL, 0);
+        crypto_sign_detached(c.signature, NULL, c.digest, 32, sk);
+        c.header = hdr;
+        c.header_len = sizeof hdr;
+        c.accepted = 1;
+        assert_int_equal(fed_store_begin(st), FED_OK);
+        assert_int_equal(fed_store_put_round(st, &rec), FED_OK);
+        assert_int_equal(fed_store_put_peer(st, &peer), FED_OK);
+        assert_int_equal(fed_store_put_contribution(st, &c), FED_OK);
+        assert_int_equal(fed_store_put_counters(st, cnt, 2), FED_OK);
+        assert_int_equal(fed_store_checkpoint_write(st, k, s, 3, NULL), FED_OK);
+        assert_int_equal(fed_store_commit(st), FED_OK);
+    }
+    fed_store_close(st);
+}
+
+static void test_cli(void **state)
+{
+    static char out[1 << 16];
+    char db[512], db2[512], st1[512], st2[512], bin[512];
+    fed_model_shape in = {1, 28, 28, 10};
+    float *params = NULL, *q;
+    size_t np = 0;
+    fed_store_st_file f;
+    fed_model_file mf;
+    sqlite3 *raw;
+
+    (void)state;
+    fed_log_set_sink(quiet_sink, NULL);
+    assert_int_equal(sodium_init() < 0, 0);
+    path_of(db, sizeof db, "node.db");
+    path_of(db2, sizeof db2, "import.db");
+    path_of(st1, sizeof st1, "a.safetensors");
+    path_of(st2, sizeof st2, "b.safetensors");
+    path_of(bin, sizeof bin, "m.bin");
+    make_node_db(db, "mlp:32,16", in, &params, &np);
+
+    assert_int_equal(run_cli(fed_cli_status, out, sizeof out, 2, "--db", db), 0);
+    assert_non_null(strstr(out, "fedavg"));
+    assert_non_null(strstr(out, "rej.replay"));
+    assert_non_null(strstr(out, "tcp://127.0.0.1:7003"));
+    assert_non_null(strstr(out, "2023-11-14 22:13:23")); /* round 3 ended */
+    assert_int_equal(run_cli(fed_cli_status, out, sizeof out, 3, "--db", db, "--json"), 0);
+    assert_non_null(strstr(out, "\"round\":3,"));
+    assert_non_null(strstr(out, "\"counters\":{\"rej.aead\":1,\"rej.replay\":3}"));
+    assert_non_null(strstr(out, "\"pruned\":false"));
+    assert_int_equal(run_cli(fed_cli_status, out, sizeof out, 0), 2);
+    assert_int_equal(run_cli(fed_cli_status, out, sizeof out, 2, "--db", bin), 1); /* missing */
+    assert_non_null(strstr(out, "not found"));
+
+    /* export -> import (model file) -> bit-exact */
+    assert_int_equal(run_cli(fed_cli_export, out, sizeof out, 4, "--db", db, "--out", st1), 0);
+    assert_non_null(strstr(out, "round 3"));
+    assert_int_equal(fed_store_safetensors_read(st1, &f), FED_OK);
+    assert_string_equal(f.spec, "mlp:32,16");
+    assert_string_equal(f.tensors[4].name, "4.weight");
+    assert_int_equal(f.tensors[4].shape[0], 10);
+    assert_int_equal(f.tensors[4].shape[1], 16);
+    fed_store_safetensors_fini(&f);
+    assert_int_equal(run_cli(fed_cli_import, out, sizeof out, 4, "--in", st1, "--out", bin), 0);
+    assert_int_equal(fed_model_file_read(bin, &mf), FED_OK);
+    assert_int_equal(mf.nparams, np);
+    assert_memory_equal(mf.params, params, np * sizeof *params);
+    fed_model_file_fini(&mf);
+
+    /* import into a database, export again: the same file, byte for byte */
+    assert_int_equal(run_cli(fed_cli_import, out, sizeof out, 4, "--in", st1, "--db", db2), 0);
+    assert_non_null(strstr(out, "checkpoint 1 of round 0"));
+    assert_int_equal(run_cli(fed_cli_export, out, sizeof out, 6, "--db", db2, "--round", "0",
+                             "--out", st2), 0);
+    {
+        FILE *a = fopen(st1, "rb"), *b = fopen(st2, "rb");
+        int ca, cb;
+
+        assert_non_null(a);
+        assert_non_null(b);
+        do {
+            ca = fgetc(a);
+            cb = fgetc(b);
+            assert_int_equal(ca, cb);
+        } while (ca != EOF);
+        fclose(a);
+        fclose(b);
+    }
+    assert_int_equal(run_cli(fed_cli_export, out, sizeof out, 6, "--db", db, "--round", "9",
+                             "--out", st2), 1);
+    assert_int_equal(run_cli(fed_cli_export, out, sizeof out, 2, "--db", db), 2);
+    assert_int_equal(run_cli(fed_cli_import, out, sizeof out, 6, "--in", st1, "--out", bin,
+                             "--model", "logreg"), 2);
+    assert_int_equal(run_cli(fed_cli_import, out, sizeof out, 2, "--in", st1), 2);
+
+    /* verify: all good, then a forged signature, then a corrupt chunk */
+    assert_int_equal(run_cli(fed_cli_verify, out, sizeof out, 2, "--db", db), 0);
+    assert_non_null(strstr(out, "3 signatures ok, 0 bad"));
+    assert_non_null(strstr(out, "all checks passed"));
+    raw = raw_open(db);
+    raw_exec(raw, "UPDATE contributions SET digest = zeroblob(32) WHERE round = 2");
+    sqlite3_close(raw);
+    assert_int_equal(run_cli(fed_cli_verify, out, sizeof out, 2, "--db", db), 1);
+    assert_non_null(strstr(out, "2 signatures ok, 1 bad"));
+    assert_non_null(strstr(out, "bad signature: round 2"));
+    make_node_db(db, "mlp:32,16", in, &q, &np);
+    free(q);
+    flip_chunk_byte(db, 2, 0);
+    assert_int_equal(run_cli(fed_cli_verify, out, sizeof out, 2, "--db", db), 1);
+    assert_non_null(strstr(out, "checkpoint 2 (round 2): sha256 does not match"));
+    /* export of the newest still works; of the corrupt one, it refuses and says why */
+    assert_int_equal(run_cli(fed_cli_export, out, sizeof out, 4, "--db", db, "--out", st2), 0);
+    assert_int_equal(run_cli(fed_cli_export, out, sizeof out, 6, "--db", db, "--round", "2",
+                             "--out", st2), 1);
+    assert_non_null(strstr(out, "checkpoint 2 (round 2) skipped: sha256 does not match"));
+    free(params);
+    fed_log_set_sink(NULL, NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_open_empty_file),
+        cmocka_unit_test(test_migrate_from_v1),
+        cmocka_unit_test(test_not_ours),
+        cmocka_unit_test(test_epoch_rule),
+        cmocka_unit_test(test_node_key),
+        cmocka_unit_test(test_rows_round_trip),
+        cmocka_unit_test(test_contributions_read),
+        cmocka_unit_test(test_transactions),
+        cmocka_unit_test(test_checkpoint_round_trip),
+        cmocka_unit_test(test_corrupt_chunk_skipped),
+        cmocka_unit_test(test_chain_corruption),
+        cmocka_unit_test(test_retention),
+        cmocka_unit_test(test_readonly),
+        cmocka_unit_test(test_full_disk),
+        cmocka_unit_test(test_alloc_failures),
+        cmocka_unit_test(test_ckpt_parse_rejects),
+        cmocka_unit_test(test_safetensors_round_trip),
+        cmocka_unit_test(test_safetensors_model),
+        cmocka_unit_test(test_safetensors_rejects),
+        cmocka_unit_test(test_safetensors_alloc_failures),
+        cmocka_unit_test(test_cli),
+    };
+
+    return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
+}
