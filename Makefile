@@ -28,7 +28,7 @@ BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas
 WARN    := -Wall -Wextra -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 -Werror
 OPT     ?= -O2
 CFLAGS  ?=
-CFLAGS  += -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -I. $(BLAS_CFLAGS) -MMD -MP -pthread
+override CFLAGS += -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -I. $(BLAS_CFLAGS) -MMD -MP -pthread
 LDLIBS  := $(BLAS_LIBS) -lsodium -lnng -lsqlite3 -linih -lz -lcmocka -ldl -lm -pthread
 CORE_LDLIBS := $(BLAS_LIBS) -linih -lz -ldl -lm -pthread
 
@@ -138,16 +138,37 @@ fuzz:
 	done
 
 # ---- CUDA plugin ----
-NVCC_FLAGS ?= -O2 -std=c++17 -Xcompiler -fPIC -I. -Wno-deprecated-gpu-targets \
-  -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80
-$(BUILD)/cuda/%.o: cuda/%.cu model/backend.h
+# sm_75, sm_80 (and 86/89) and sm_90 code, plus compute_90 PTX for newer GPUs
+# to JIT. The plugin links cudart (static, nvcc's default) and cuBLAS only,
+# with an rpath to the toolkit that built it.
+NVCC_FLAGS ?= -O2 -std=c++17 -Xcompiler -fPIC,-Wall,-Wextra -I. -Wno-deprecated-gpu-targets \
+  -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
+  -gencode arch=compute_75,code=sm_75 -gencode arch=compute_90,code=compute_90
+$(BUILD)/cuda/%.o: cuda/%.cu model/backend.h core/err.h core/log.h $(wildcard cuda/*.h)
 	@mkdir -p $(dir $@)
 	@echo "  NVCC  $<"
 	$(Q)$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 
 $(BUILD)/libfedcuda.so: $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
 	@echo "  LD    $@"
-	$(Q)$(NVCC) -shared $^ -o $@ -lcublas -lcudart
+	$(Q)$(NVCC) -shared $^ -o $@ -lcublas -Xlinker -rpath,$(CUDA_HOME)/lib64
+
+# The CUDA test and bench link core/ and model/ objects only (no libsodium,
+# NNG or SQLite: they must build on the GPU machine from gpu-bundle/), with
+# -rdynamic so the plugin finds the program's fed_log and allocator.
+CUDA_HOST_OBJS := $(filter $(BUILD)/core/%.o $(BUILD)/model/%.o,$(LIB_OBJS))
+$(BUILD)/tests/test_cuda: $(BUILD)/tests/test_cuda.o $(CUDA_HOST_OBJS)
+	@echo "  LD    $@"
+	$(Q)$(CC) $(CFLAGS) $^ -o $@ $(CORE_LDLIBS) -lcmocka -rdynamic
+
+$(BUILD)/bench/bench_cuda: $(BUILD)/bench/bench_cuda.o $(CUDA_HOST_OBJS)
+	@echo "  LD    $@"
+	$(Q)$(CC) $(CFLAGS) $^ -o $@ $(CORE_LDLIBS) -rdynamic
+
+# Debian packages and Fashion-MNIST for a GPU machine without network
+# (scripts/gpu-run.sh there builds and runs test_cuda and bench_cuda).
+gpu-bundle:
+	$(Q)sh scripts/gpu-bundle.sh gpu-bundle
 
 # ---- install, deps, demo ----
 install: all
