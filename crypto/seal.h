@@ -1,0 +1,62 @@
+/* seal.h - the envelope: AEAD(payload || signature) with the frame header as
+ * associated data.
+ *   digest    = BLAKE2b-512(ad || payload)        (one pass, no concatenation)
+ *   signature = Ed25519(sender's key, digest)
+ *   sealed    = XChaCha20-Poly1305-IETF(key, nonce, ad, payload || signature)
+ * In memory a sealed buffer is: ciphertext (len + 64) || tag (16). Sealing is
+ * in place: the caller writes the payload where the ciphertext will be and
+ * leaves FED_CRYPTO_SEAL_OVERHEAD bytes after it; the signature is written
+ * there and the AEAD encrypts payload || signature once. The signature sits
+ * inside the ciphertext, so an eavesdropper learns nothing from it, while
+ * whoever later holds (ad, payload, signature) can check who sent it.
+ * The key is the sender's tx session key (crypto/arena.h). */
+#ifndef FED_CRYPTO_SEAL_H
+#define FED_CRYPTO_SEAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+#include "crypto/arena.h"
+
+#define FED_CRYPTO_NONCE_BYTES 24
+#define FED_CRYPTO_TAG_BYTES 16
+#define FED_CRYPTO_DIGEST_BYTES 64
+#define FED_CRYPTO_SEAL_OVERHEAD (FED_CRYPTO_SIG_BYTES + FED_CRYPTO_TAG_BYTES)
+
+/* BLAKE2b-512 over ad || payload (either may be empty). */
+void fed_crypto_digest(const uint8_t *ad, size_t ad_len, const uint8_t *payload, size_t len,
+                       uint8_t digest[FED_CRYPTO_DIGEST_BYTES]);
+
+/* Seals buf in place for the session's peer: buf holds len payload bytes and
+ * room for FED_CRYPTO_SEAL_OVERHEAD more. digest_out (may be NULL) gets the
+ * digest that was signed. The session must be pinned. FED_ERR_KEY: the arena
+ * has no identity. */
+FED_WUR fed_err fed_crypto_seal(const fed_crypto_arena *a, const fed_crypto_session *s,
+                                const uint8_t *ad, size_t ad_len,
+                                const uint8_t nonce[FED_CRYPTO_NONCE_BYTES], uint8_t *buf,
+                                size_t len, uint8_t digest_out[FED_CRYPTO_DIGEST_BYTES]);
+
+/* Opens what the session's peer sealed: ct holds len + FED_CRYPTO_SEAL_OVERHEAD
+ * bytes; payload || signature (len + FED_CRYPTO_SIG_BYTES bytes) is written
+ * to out, which may equal ct (in place). digest_out and sig_out (may be
+ * NULL) get the checked digest and signature for the record.
+ * FED_ERR_AEAD: wrong key, tampered ad, nonce or
+ * ciphertext (out is untouched); FED_ERR_SIGNATURE: the AEAD held but the
+ * signature is not the peer's over (ad, payload) (out is wiped). */
+FED_WUR fed_err fed_crypto_open(const fed_crypto_session *s, const uint8_t *ad, size_t ad_len,
+                                const uint8_t nonce[FED_CRYPTO_NONCE_BYTES], const uint8_t *ct,
+                                uint8_t *out, size_t len,
+                                uint8_t digest_out[FED_CRYPTO_DIGEST_BYTES],
+                                uint8_t sig_out[FED_CRYPTO_SIG_BYTES]);
+
+/* Checks a signature again later (an auditor's verify): FED_OK or
+ * FED_ERR_SIGNATURE. */
+FED_WUR fed_err fed_crypto_verify(const uint8_t pk[FED_CRYPTO_PK_BYTES], const uint8_t *ad,
+                                  size_t ad_len, const uint8_t *payload, size_t len,
+                                  const uint8_t sig[FED_CRYPTO_SIG_BYTES]);
+FED_WUR fed_err fed_crypto_verify_digest(const uint8_t pk[FED_CRYPTO_PK_BYTES],
+                                         const uint8_t digest[FED_CRYPTO_DIGEST_BYTES],
+                                         const uint8_t sig[FED_CRYPTO_SIG_BYTES]);
+
+#endif

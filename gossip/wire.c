@@ -1,0 +1,741 @@
+/* wire.c - frame headers, typed blocks, sealing and the receiver's checks
+ * (formats and check order in wire.h). Owns a node's replay windows, its
+ * wire counters and its table of reassemblies (with stream.c). Must never
+ * do expensive work before the cheap checks pass, read outside the frame,
+ * or accept a frame whose sequence it did not reserve and commit. */
+#include "gossip/wire.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "gossip/wire_impl.h"
+
+/* ---- little-endian fields ---- */
+
+void fed_wire_put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+void fed_wire_put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+uint32_t fed_wire_get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+uint64_t fed_wire_get_u64(const uint8_t *p)
+{
+    return (uint64_t)fed_wire_get_u32(p) | ((uint64_t)fed_wire_get_u32(p + 4) << 32);
+}
+
+static void put_u16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static uint16_t get_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+
+static void put_f32(uint8_t *p, float f)
+{
+    uint32_t u;
+
+    memcpy(&u, &f, 4);
+    fed_wire_put_u32(p, u);
+}
+
+static float get_f32(const uint8_t *p)
+{
+    uint32_t u = fed_wire_get_u32(p);
+    float f;
+
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static int all_zero(const uint8_t *p, size_t n)
+{
+    uint8_t acc = 0;
+
+    for (size_t i = 0; i < n; i++)
+        acc |= p[i];
+    return acc == 0;
+}
+
+/* ---- header ---- */
+
+void fed_wire_hdr_encode(const fed_wire_hdr *h, uint8_t out[FED_WIRE_HEADER_BYTES])
+{
+    memcpy(out, FED_WIRE_MAGIC, 4);
+    out[4] = FED_WIRE_VERSION;
+    out[FED_WIRE_OFF_TYPE] = h->type;
+    put_u16(out + FED_WIRE_OFF_FLAGS, h->flags);
+    memcpy(out + FED_WIRE_OFF_SENDER, h->sender, 32);
+    memcpy(out + FED_WIRE_OFF_RECIPIENT, h->recipient, 32);
+    fed_wire_put_u64(out + FED_WIRE_OFF_SENDER_EPOCH, h->sender_epoch);
+    fed_wire_put_u64(out + FED_WIRE_OFF_RECIPIENT_EPOCH, h->recipient_epoch);
+    fed_wire_put_u64(out + FED_WIRE_OFF_SEQ, h->seq);
+    fed_wire_put_u64(out + FED_WIRE_OFF_ROUND, h->round);
+    memcpy(out + FED_WIRE_OFF_NONCE, h->nonce, 24);
+    fed_wire_put_u32(out + FED_WIRE_OFF_LEN, h->payload_len);
+    put_u16(out + FED_WIRE_OFF_CODEC, h->codec);
+    put_u16(out + 134, 0);
+}
+
+static int flags_ok(uint8_t type, uint16_t flags)
+{
+    switch (type) {
+    case FED_WIRE_MODEL:
+    case FED_WIRE_DELTA:
+    case FED_WIRE_SHARE: return (flags & ~FED_WIRE_FLAG_STREAM) == 0;
+    case FED_WIRE_CHUNK: return flags == FED_WIRE_FLAG_PULL || flags == FED_WIRE_FLAG_DATA;
+    default: return flags == 0;
+    }
+}
+
+fed_err fed_wire_hdr_decode(const uint8_t *buf, size_t len, fed_wire_hdr *h)
+{
+    if (len < FED_WIRE_HEADER_BYTES)
+        return FED_ERR_FRAME_TRUNCATED;
+    if (memcmp(buf, FED_WIRE_MAGIC, 4) != 0)
+        return FED_ERR_FRAME_MAGIC;
+    if (buf[4] != FED_WIRE_VERSION)
+        return FED_ERR_FRAME_VERSION;
+    memset(h, 0, sizeof *h);
+    h->type = buf[FED_WIRE_OFF_TYPE];
+    h->flags = get_u16(buf + FED_WIRE_OFF_FLAGS);
+    if (h->type < 1 || h->type > FED_WIRE_TYPE_MAX || !flags_ok(h->type, h->flags) ||
+        get_u16(buf + 134) != 0)
+        return FED_ERR_FRAME_TYPE;
+    if (h->flags == FED_WIRE_FLAG_DATA && h->type == FED_WIRE_CHUNK &&
+        !all_zero(buf + FED_WIRE_OFF_NONCE + 12, 12))
+        return FED_ERR_FRAME_TYPE;
+    memcpy(h->sender, buf + FED_WIRE_OFF_SENDER, 32);
+    memcpy(h->recipient, buf + FED_WIRE_OFF_RECIPIENT, 32);
+    h->sender_epoch = fed_wire_get_u64(buf + FED_WIRE_OFF_SENDER_EPOCH);
+    h->recipient_epoch = fed_wire_get_u64(buf + FED_WIRE_OFF_RECIPIENT_EPOCH);
+    h->seq = fed_wire_get_u64(buf + FED_WIRE_OFF_SEQ);
+    h->round = fed_wire_get_u64(buf + FED_WIRE_OFF_ROUND);
+    memcpy(h->nonce, buf + FED_WIRE_OFF_NONCE, 24);
+    h->payload_len = fed_wire_get_u32(buf + FED_WIRE_OFF_LEN);
+    h->codec = get_u16(buf + FED_WIRE_OFF_CODEC);
+    return FED_OK;
+}
+
+/* ---- typed blocks ---- */
+
+size_t fed_wire_block_size(uint8_t type)
+{
+    switch (type) {
+    case FED_WIRE_HELLO: return 16;
+    case FED_WIRE_NEXT: return 8;
+    case FED_WIRE_MODEL: return 176;
+    case FED_WIRE_DELTA: return 16;
+    case FED_WIRE_ACK: return 8;
+    case FED_WIRE_SHARE: return 16;
+    case FED_WIRE_PEERS: return 8;
+    case FED_WIRE_LEAVE: return 8;
+    case FED_WIRE_CHUNK: return 16;
+    default: return 0;
+    }
+}
+
+static int spec_ok(const char *spec)
+{
+    size_t n = strnlen(spec, FED_WIRE_SPEC_BYTES);
+
+    if (n == FED_WIRE_SPEC_BYTES)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (spec[i] < 0x20 || spec[i] > 0x7e)
+            return 0;
+    return 1;
+}
+
+static int settings_ok(const fed_wire_settings *s)
+{
+    return spec_ok(s->spec) && isfinite(s->lr) && s->lr > 0 && isfinite(s->mu) && s->mu >= 0 &&
+           isfinite(s->fraction) && s->fraction >= 0 && s->fraction <= 1;
+}
+
+static void encode_settings(const fed_wire_settings *s, uint8_t *out)
+{
+    memset(out, 0, FED_WIRE_SPEC_BYTES);
+    memcpy(out, s->spec, strnlen(s->spec, FED_WIRE_SPEC_BYTES - 1));
+    fed_wire_put_u32(out + 128, s->local_epochs);
+    fed_wire_put_u32(out + 132, s->batch);
+    out[136] = s->optimizer;
+    out[137] = 0;
+    put_u16(out + 138, s->codec);
+    put_f32(out + 140, s->fraction);
+    put_f32(out + 144, s->lr);
+    put_f32(out + 148, s->mu);
+    fed_wire_put_u64(out + 152, s->deadline_ms);
+    fed_wire_put_u64(out + 160, 0);
+}
+
+static int decode_settings(const uint8_t *in, fed_wire_settings *s)
+{
+    if (in[137] != 0 || !all_zero(in + 160, 8))
+        return 0;
+    memcpy(s->spec, in, FED_WIRE_SPEC_BYTES);
+    s->local_epochs = fed_wire_get_u32(in + 128);
+    s->batch = fed_wire_get_u32(in + 132);
+    s->optimizer = in[136];
+    s->codec = get_u16(in + 138);
+    s->fraction = get_f32(in + 140);
+    s->lr = get_f32(in + 144);
+    s->mu = get_f32(in + 148);
+    s->deadline_ms = fed_wire_get_u64(in + 152);
+    return settings_ok(s);
+}
+
+fed_err fed_wire_block_encode(uint8_t type, const fed_wire_block *b, uint8_t *out, size_t cap,
+                              size_t *len)
+{
+    size_t n = fed_wire_block_size(type);
+    uint64_t u;
+
+    *len = 0;
+    if (n == 0)
+        return FED_ERR_INVAL;
+    if (cap < n)
+        return FED_ERR_TOO_LARGE;
+    memset(out, 0, n);
+    switch (type) {
+    case FED_WIRE_HELLO:
+        out[0] = b->role;
+        fed_wire_put_u64(out + 8, b->caps);
+        break;
+    case FED_WIRE_NEXT: fed_wire_put_u64(out, b->round_ref); break;
+    case FED_WIRE_MODEL:
+        if (!settings_ok(&b->settings))
+            return FED_ERR_INVAL;
+        fed_wire_put_u64(out, b->samples);
+        encode_settings(&b->settings, out + 8);
+        break;
+    case FED_WIRE_DELTA:
+        fed_wire_put_u64(out, b->samples);
+        fed_wire_put_u64(out + 8, b->round_ref);
+        break;
+    case FED_WIRE_ACK:
+        fed_wire_put_u32(out, b->status);
+        fed_wire_put_u32(out + 4, b->ack_flags);
+        break;
+    case FED_WIRE_SHARE:
+        if (!isfinite(b->weight) || b->weight < 0)
+            return FED_ERR_INVAL;
+        fed_wire_put_u64(out, b->samples);
+        memcpy(&u, &b->weight, 8);
+        fed_wire_put_u64(out + 8, u);
+        break;
+    case FED_WIRE_PEERS: fed_wire_put_u32(out, b->count); break;
+    case FED_WIRE_LEAVE: fed_wire_put_u32(out, b->reason); break;
+    case FED_WIRE_CHUNK:
+        fed_wire_put_u64(out, b->stream_id);
+        fed_wire_put_u32(out + 8, b->chunk_index);
+        break;
+    default: return FED_ERR_INVAL;
+    }
+    *len = n;
+    return FED_OK;
+}
+
+fed_err fed_wire_block_decode(uint8_t type, const uint8_t *in, size_t len, fed_wire_block *b,
+                              size_t *used)
+{
+    size_t n = fed_wire_block_size(type);
+    uint64_t u;
+    int ok = 1;
+
+    memset(b, 0, sizeof *b);
+    *used = 0;
+    if (n == 0 || len < n)
+        return FED_ERR_PAYLOAD;
+    switch (type) {
+    case FED_WIRE_HELLO:
+        b->role = in[0];
+        b->caps = fed_wire_get_u64(in + 8);
+        ok = all_zero(in + 1, 7) && b->role >= FED_WIRE_ROLE_PEER &&
+             b->role <= FED_WIRE_ROLE_AGGREGATOR;
+        break;
+    case FED_WIRE_NEXT: b->round_ref = fed_wire_get_u64(in); break;
+    case FED_WIRE_MODEL:
+        b->samples = fed_wire_get_u64(in);
+        ok = decode_settings(in + 8, &b->settings);
+        break;
+    case FED_WIRE_DELTA:
+        b->samples = fed_wire_get_u64(in);
+        b->round_ref = fed_wire_get_u64(in + 8);
+        break;
+    case FED_WIRE_ACK:
+        b->status = fed_wire_get_u32(in);
+        b->ack_flags = fed_wire_get_u32(in + 4);
+        ok = b->status < FED_ERR_COUNT_ &&
+             (b->ack_flags & ~(FED_WIRE_ACK_NO_ROUND | FED_WIRE_ACK_DUPLICATE)) == 0;
+        break;
+    case FED_WIRE_SHARE:
+        b->samples = fed_wire_get_u64(in);
+        u = fed_wire_get_u64(in + 8);
+        memcpy(&b->weight, &u, 8);
+        ok = isfinite(b->weight) && b->weight >= 0;
+        break;
+    case FED_WIRE_PEERS:
+        b->count = fed_wire_get_u32(in);
+        ok = all_zero(in + 4, 4);
+        break;
+    case FED_WIRE_LEAVE:
+        b->reason = fed_wire_get_u32(in);
+        ok = all_zero(in + 4, 4);
+        break;
+    case FED_WIRE_CHUNK:
+        b->stream_id = fed_wire_get_u64(in);
+        b->chunk_index = fed_wire_get_u32(in + 8);
+        ok = all_zero(in + 12, 4);
+        break;
+    default: ok = 0;
+    }
+    if (!ok)
+        return FED_ERR_PAYLOAD;
+    *used = n;
+    return FED_OK;
+}
+
+/* ---- the node's wire ---- */
+
+void fed_wire_cfg_default(fed_wire_cfg *cfg)
+{
+    cfg->max_frame = FED_WIRE_MAX_FRAME_DEFAULT;
+    cfg->max_rx_streams = 4;
+    cfg->max_stream_bytes = (uint64_t)64 << 30;
+}
+
+fed_err fed_wire_new(const fed_wire_cfg *cfg, fed_crypto_arena *arena,
+                     const fed_crypto_allow *allow, fed_wire **out)
+{
+    fed_wire_cfg def;
+    fed_wire *w;
+    fed_err err;
+
+    *out = NULL;
+    if (!cfg) {
+        fed_wire_cfg_default(&def);
+        cfg = &def;
+    }
+    if (cfg->max_frame < FED_WIRE_MIN_FRAME || cfg->max_frame > FED_WIRE_MAX_FRAME_LIMIT ||
+        cfg->max_rx_streams > 4096 || !arena || !allow)
+        return FED_ERR_INVAL;
+    w = fed_calloc(1, sizeof *w);
+    if (!w)
+        return FED_ERR_NOMEM;
+    w->cfg = *cfg;
+    w->arena = arena;
+    w->allow = allow;
+    w->rx = fed_calloc(cfg->max_rx_streams ? cfg->max_rx_streams : 1, sizeof *w->rx);
+    err = w->rx ? fed_crypto_replay_new(&w->replay) : FED_ERR_NOMEM;
+    if (err != FED_OK) {
+        fed_wire_free(w);
+        return err;
+    }
+    *out = w;
+    return FED_OK;
+}
+
+void fed_wire_free(fed_wire *w)
+{
+    if (!w)
+        return;
+    for (uint32_t i = 0; w->rx && i < w->cfg.max_rx_streams; i++)
+        if (w->rx[i])
+            fed_wire_stream_close(w, w->rx[i]);
+    fed_free(w->rx);
+    fed_crypto_replay_free(w->replay);
+    fed_free(w);
+}
+
+void fed_wire_set_epoch(fed_wire *w, uint64_t epoch) { w->epoch = epoch; }
+
+uint64_t fed_wire_epoch(const fed_wire *w) { return w->epoch; }
+
+void fed_wire_set_stream_dst(fed_wire *w, fed_wire_dst_fn fn, void *ctx)
+{
+    w->dst_fn = fn;
+    w->dst_ctx = ctx;
+}
+
+void fed_wire_set_member_fn(fed_wire *w, fed_wire_member_fn fn, void *ctx)
+{
+    w->member_fn = fn;
+    w->member_ctx = ctx;
+}
+
+const fed_wire_cfg *fed_wire_config(const fed_wire *w) { return &w->cfg; }
+
+fed_crypto_arena *fed_wire_arena(const fed_wire *w) { return w->arena; }
+
+const uint8_t *fed_wire_self(const fed_wire *w) { return fed_crypto_arena_pubkey(w->arena); }
+
+uint64_t fed_wire_peer_epoch(const fed_wire *w, const uint8_t pk[32])
+{
+    return fed_crypto_replay_epoch(w->replay, pk);
+}
+
+/* ---- counters ---- */
+
+static const char *const counter_names[] = {
+#define FED_WIRE_COUNTER_NAME_(name) #name,
+    FED_WIRE_COUNTER_LIST(FED_WIRE_COUNTER_NAME_)
+#undef FED_WIRE_COUNTER_NAME_
+};
+
+const fed_wire_counters *fed_wire_get_counters(const fed_wire *w) { return &w->counters; }
+
+size_t fed_wire_counter_count(void) { return sizeof counter_names / sizeof counter_names[0]; }
+
+const char *fed_wire_counter_name(size_t i)
+{
+    return i < fed_wire_counter_count() ? counter_names[i] : NULL;
+}
+
+uint64_t fed_wire_counter_value(const fed_wire_counters *c, size_t i)
+{
+    const uint64_t *v = (const uint64_t *)(const void *)c;
+
+    return i < fed_wire_counter_count() ? v[i] : 0;
+}
+
+static uint64_t *reject_counter(fed_wire_counters *c, fed_err err)
+{
+    switch (err) {
+    case FED_ERR_FRAME_TRUNCATED: return &c->rej_truncated;
+    case FED_ERR_FRAME_MAGIC: return &c->rej_magic;
+    case FED_ERR_FRAME_VERSION: return &c->rej_version;
+    case FED_ERR_FRAME_TOO_LARGE: return &c->rej_too_large;
+    case FED_ERR_FRAME_TYPE: return &c->rej_type;
+    case FED_ERR_WRONG_RECIPIENT: return &c->rej_wrong_recipient;
+    case FED_ERR_OLD_EPOCH: return &c->rej_old_epoch;
+    case FED_ERR_UNKNOWN_SENDER: return &c->rej_unknown_sender;
+    case FED_ERR_SENDER_EPOCH: return &c->rej_sender_epoch;
+    case FED_ERR_REPLAY: return &c->rej_replay;
+    case FED_ERR_BUSY: return &c->rej_busy;
+    case FED_ERR_AEAD: return &c->rej_aead;
+    case FED_ERR_SIGNATURE: return &c->rej_signature;
+    case FED_ERR_PAYLOAD: return &c->rej_payload;
+    case FED_ERR_STREAM: return &c->rej_stream;
+    case FED_ERR_STREAM_LIMIT: return &c->rej_stream_limit;
+    case FED_ERR_CODEC: return &c->rej_codec;
+    case FED_ERR_NAN: return &c->rej_nan;
+    default: return &c->rej_other;
+    }
+}
+
+static const char *type_name(uint8_t type)
+{
+    static const char *const names[] = {"?",   "HELLO", "NEXT",  "MODEL", "DELTA",
+                                        "ACK", "SHARE", "PEERS", "LEAVE", "CHUNK"};
+
+    return type <= FED_WIRE_TYPE_MAX ? names[type] : "?";
+}
+
+void fed_wire_count_reject(fed_wire *w, const fed_wire_hdr *h, fed_err err)
+{
+    (*reject_counter(&w->counters, err))++;
+    if (h)
+        fed_log(FED_LOG_INFO, "wire: dropped %s from %02x%02x%02x%02x epoch %llu seq %llu: %s (%s)",
+                type_name(h->type), h->sender[0], h->sender[1], h->sender[2], h->sender[3],
+                (unsigned long long)h->sender_epoch, (unsigned long long)h->seq, fed_strerror(err),
+                fed_errname(err));
+    else
+        fed_log(FED_LOG_INFO, "wire: dropped a frame: %s (%s)", fed_strerror(err),
+                fed_errname(err));
+}
+
+void fed_wire_note_reject(fed_wire *w, const fed_wire_hdr *h, fed_err err)
+{
+    fed_wire_count_reject(w, h, err);
+}
+
+/* ---- sending ---- */
+
+size_t fed_wire_frame_bytes(size_t payload_len) { return payload_len + FED_WIRE_SEAL_OVERHEAD; }
+
+fed_err fed_wire_seal_prepare(fed_wire *w, fed_wire_hdr *h, size_t cap, size_t payload_len,
+                              fed_wire_ticket *t)
+{
+    fed_err err;
+
+    memset(t, 0, sizeof *t);
+    if (!fed_crypto_arena_has_identity(w->arena))
+        return FED_ERR_KEY;
+    if (h->type < 1 || h->type > FED_WIRE_TYPE_MAX || !flags_ok(h->type, h->flags) ||
+        (h->flags & (FED_WIRE_FLAG_STREAM | FED_WIRE_FLAG_DATA)))
+        return FED_ERR_INVAL;
+    if (payload_len > w->cfg.max_frame - FED_WIRE_SEAL_OVERHEAD)
+        return FED_ERR_FRAME_TOO_LARGE;
+    if (cap < fed_wire_frame_bytes(payload_len))
+        return FED_ERR_TOO_LARGE;
+    memcpy(h->sender, fed_wire_self(w), 32);
+    h->payload_len = (uint32_t)payload_len;
+    err = fed_crypto_session_get(w->arena, h->recipient, &t->session);
+    if (err != FED_OK)
+        return err;
+    t->hdr = *h;
+    t->kind = FED_WIRE_KIND_SEALED;
+    return FED_OK;
+}
+
+fed_err fed_wire_seal_ticket(const fed_wire *w, fed_wire_ticket *t, uint8_t *frame,
+                             fed_random_fn rnd, void *rnd_ctx, size_t *frame_len)
+{
+    fed_err err;
+
+    rnd(rnd_ctx, t->hdr.nonce, sizeof t->hdr.nonce);
+    fed_wire_hdr_encode(&t->hdr, frame);
+    err = fed_crypto_seal(w->arena, t->session, frame, FED_WIRE_HEADER_BYTES, t->hdr.nonce,
+                          frame + FED_WIRE_HEADER_BYTES, t->hdr.payload_len, NULL);
+    *frame_len = err == FED_OK ? fed_wire_frame_bytes(t->hdr.payload_len) : 0;
+    return err;
+}
+
+void fed_wire_seal_done(fed_wire *w, fed_wire_ticket *t, fed_err result)
+{
+    fed_crypto_session_put(w->arena, t->session);
+    t->session = NULL;
+    if (result == FED_OK) {
+        w->counters.sealed++;
+        w->counters.bytes_out += fed_wire_frame_bytes(t->hdr.payload_len);
+    }
+}
+
+fed_err fed_wire_seal(fed_wire *w, fed_wire_hdr *h, uint8_t *frame, size_t cap, size_t payload_len,
+                      fed_random_fn rnd, void *rnd_ctx, size_t *frame_len)
+{
+    fed_wire_ticket t;
+    fed_err err = fed_wire_seal_prepare(w, h, cap, payload_len, &t);
+
+    *frame_len = 0;
+    if (err != FED_OK)
+        return err;
+    err = fed_wire_seal_ticket(w, &t, frame, rnd, rnd_ctx, frame_len);
+    fed_wire_seal_done(w, &t, err);
+    if (err == FED_OK)
+        memcpy(h->nonce, t.hdr.nonce, sizeof h->nonce);
+    return err;
+}
+
+fed_err fed_wire_build(fed_wire *w, fed_wire_hdr *h, const fed_wire_block *b, const uint8_t *vector,
+                       size_t vector_len, uint8_t *frame, size_t cap, fed_random_fn rnd,
+                       void *rnd_ctx, size_t *frame_len)
+{
+    size_t blen = 0, room = cap > FED_WIRE_SEAL_OVERHEAD ? cap - FED_WIRE_SEAL_OVERHEAD : 0;
+    fed_err err;
+
+    *frame_len = 0;
+    err = fed_wire_block_encode(h->type, b, fed_wire_payload(frame), room, &blen);
+    if (err != FED_OK)
+        return err;
+    if (vector_len > room - blen)
+        return FED_ERR_TOO_LARGE;
+    if (vector_len)
+        memcpy(fed_wire_payload(frame) + blen, vector, vector_len);
+    return fed_wire_seal(w, h, frame, cap, blen + vector_len, rnd, rnd_ctx, frame_len);
+}
+
+/* ---- receiving: the cheap checks ---- */
+
+static fed_err check_length(const fed_wire *w, const fed_wire_hdr *h, size_t len)
+{
+    uint64_t expect;
+
+    if (h->payload_len > w->cfg.max_frame)
+        return FED_ERR_FRAME_TOO_LARGE;
+    if (h->type == FED_WIRE_CHUNK && h->flags == FED_WIRE_FLAG_DATA)
+        expect = (uint64_t)FED_WIRE_HEADER_BYTES + h->payload_len + FED_WIRE_MAC_BYTES;
+    else
+        expect = (uint64_t)FED_WIRE_HEADER_BYTES + h->payload_len + FED_CRYPTO_SEAL_OVERHEAD;
+    if (h->flags & FED_WIRE_FLAG_STREAM)
+        expect += FED_WIRE_STREAM_ABYTES; /* at least message 0 follows */
+    if (len < expect)
+        return FED_ERR_FRAME_TRUNCATED;
+    if (len > expect && !(h->flags & FED_WIRE_FLAG_STREAM))
+        return FED_ERR_FRAME_TOO_LARGE;
+    return FED_OK;
+}
+
+static fed_err check_recipient(const fed_wire *w, const fed_wire_hdr *h)
+{
+    if (memcmp(h->recipient, fed_wire_self(w), 32) != 0)
+        return FED_ERR_WRONG_RECIPIENT;
+    if (h->type == FED_WIRE_HELLO && h->recipient_epoch == 0)
+        return FED_OK; /* the sender does not know our epoch yet */
+    if (h->recipient_epoch < w->epoch)
+        return FED_ERR_OLD_EPOCH;
+    if (h->recipient_epoch > w->epoch)
+        return FED_ERR_WRONG_RECIPIENT; /* an epoch this node never had */
+    return FED_OK;
+}
+
+static fed_err check_sender(const fed_wire *w, const fed_wire_hdr *h)
+{
+    int member;
+
+    if (memcmp(h->sender, fed_wire_self(w), 32) == 0)
+        return FED_ERR_UNKNOWN_SENDER;
+    member = w->member_fn ? w->member_fn(w->member_ctx, h->sender)
+                          : fed_crypto_allow_find(w->allow, h->sender) != NULL;
+    return member ? FED_OK : FED_ERR_UNKNOWN_SENDER;
+}
+
+static fed_err cheap_checks(fed_wire *w, const uint8_t *frame, size_t len, fed_wire_ticket *t,
+                            int *have_hdr)
+{
+    fed_err err;
+
+    *have_hdr = 0;
+    if (len > w->cfg.max_frame)
+        return FED_ERR_FRAME_TOO_LARGE;
+    if ((err = fed_wire_hdr_decode(frame, len, &t->hdr)) != FED_OK)
+        return err;
+    *have_hdr = 1;
+    if ((err = check_length(w, &t->hdr, len)) != FED_OK ||
+        (err = check_recipient(w, &t->hdr)) != FED_OK || (err = check_sender(w, &t->hdr)) != FED_OK)
+        return err;
+    return FED_OK;
+}
+
+fed_err fed_wire_precheck(fed_wire *w, const uint8_t *frame, size_t len, fed_wire_ticket *t)
+{
+    int have_hdr = 0;
+    fed_err err;
+
+    memset(t, 0, sizeof *t);
+    t->frame_len = len;
+    err = cheap_checks(w, frame, len, t, &have_hdr);
+    if (err == FED_OK)
+        err = fed_crypto_replay_reserve(w->replay, t->hdr.sender, t->hdr.sender_epoch, t->hdr.seq);
+    if (err == FED_OK) {
+        t->reserved = 1;
+        if (t->hdr.type == FED_WIRE_CHUNK && t->hdr.flags == FED_WIRE_FLAG_DATA) {
+            t->kind = FED_WIRE_KIND_DATA;
+            err = fed_wire_rx_claim(w, &t->hdr, &t->stream);
+        } else {
+            t->kind =
+                t->hdr.flags & FED_WIRE_FLAG_STREAM ? FED_WIRE_KIND_FIRST : FED_WIRE_KIND_SEALED;
+            if (t->kind == FED_WIRE_KIND_FIRST)
+                err = fed_wire_rx_pending(w, &t->hdr, &t->stream);
+            if (err == FED_OK)
+                err = fed_crypto_session_get(w->arena, t->hdr.sender, &t->session);
+        }
+    }
+    if (err != FED_OK) {
+        if (t->kind == FED_WIRE_KIND_FIRST && t->stream &&
+            fed_wire_rx_settle_first(w, t->stream, err) != FED_OK) {
+            /* freed: a failed result always frees the pending stream */
+        } else if (t->kind == FED_WIRE_KIND_DATA && t->stream)
+            fed_wire_rx_settle_data(w, t->stream, err);
+        if (t->reserved)
+            fed_crypto_replay_release(w->replay, t->hdr.sender, t->hdr.sender_epoch, t->hdr.seq);
+        fed_wire_count_reject(w, have_hdr ? &t->hdr : NULL, err);
+        memset(t, 0, sizeof *t);
+    }
+    return err;
+}
+
+/* ---- receiving: the expensive part ---- */
+
+static fed_err open_sealed(const fed_wire *w, fed_wire_ticket *t, uint8_t *frame, size_t len,
+                           fed_wire_msg *m)
+{
+    uint32_t plen = t->hdr.payload_len;
+    uint8_t *payload = frame + FED_WIRE_HEADER_BYTES;
+    size_t used = 0;
+    fed_err err;
+
+    err = fed_crypto_open(t->session, frame, FED_WIRE_HEADER_BYTES, frame + FED_WIRE_OFF_NONCE,
+                          payload, payload, plen, m->digest, m->sig);
+    if (err != FED_OK)
+        return err;
+    m->payload = payload;
+    m->payload_len = plen;
+    err = fed_wire_block_decode(t->hdr.type, payload, plen, &m->block, &used);
+    if (err != FED_OK)
+        return err;
+    if (t->kind == FED_WIRE_KIND_FIRST) {
+        size_t sealed = FED_WIRE_HEADER_BYTES + (size_t)plen + FED_CRYPTO_SEAL_OVERHEAD;
+
+        m->stream = t->stream;
+        return fed_wire_rx_first(w, t->stream, m, payload + used, plen - used, frame + sealed,
+                                 len - sealed);
+    }
+    m->vector = payload + used;
+    m->vector_len = plen - used;
+    if (t->hdr.type == FED_WIRE_PEERS && m->vector_len != (size_t)m->block.count * 32)
+        return FED_ERR_PAYLOAD;
+    return FED_OK;
+}
+
+fed_err fed_wire_open_ticket(const fed_wire *w, fed_wire_ticket *t, uint8_t *frame, size_t len,
+                             fed_wire_msg *m)
+{
+    memset(m, 0, sizeof *m);
+    m->hdr = t->hdr;
+    m->header = frame;
+    if (t->kind == FED_WIRE_KIND_DATA) {
+        m->stream = t->stream;
+        return fed_wire_rx_data(w, t->stream, frame, len, m);
+    }
+    return open_sealed(w, t, frame, len, m);
+}
+
+fed_err fed_wire_finish(fed_wire *w, fed_wire_ticket *t, fed_err result, fed_wire_msg *m)
+{
+    const fed_wire_hdr *h = &t->hdr;
+
+    fed_crypto_session_put(w->arena, t->session);
+    t->session = NULL;
+    if (t->kind == FED_WIRE_KIND_FIRST)
+        result = fed_wire_rx_settle_first(w, t->stream, result);
+    if (result == FED_OK) {
+        result = fed_crypto_replay_commit(w->replay, h->sender, h->sender_epoch, h->seq);
+        t->reserved = 0;
+        if (result != FED_OK && t->kind == FED_WIRE_KIND_FIRST)
+            fed_wire_stream_close(w, t->stream);
+    }
+    if (t->kind == FED_WIRE_KIND_DATA)
+        fed_wire_rx_settle_data(w, t->stream, result);
+    if (t->reserved)
+        fed_crypto_replay_release(w->replay, h->sender, h->sender_epoch, h->seq);
+    t->reserved = 0;
+    if (result == FED_OK) {
+        w->counters.opened++;
+        w->counters.bytes_in += t->frame_len;
+    } else {
+        fed_wire_count_reject(w, h, result);
+        if (m) {
+            m->stream = NULL;
+            m->stream_done = 0;
+        }
+    }
+    return result;
+}
+
+fed_err fed_wire_open(fed_wire *w, uint8_t *frame, size_t len, fed_wire_msg *m)
+{
+    fed_wire_ticket t;
+    fed_err err;
+
+    memset(m, 0, sizeof *m);
+    err = fed_wire_precheck(w, frame, len, &t);
+    if (err != FED_OK)
+        return err;
+    err = fed_wire_open_ticket(w, &t, frame, len, m);
+    return fed_wire_finish(w, &t, err, m);
+}

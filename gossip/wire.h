@@ -1,0 +1,321 @@
+/* wire.h - frames: the bytes every node sends, and the receiver's checks.
+ *
+ * Frame header (136 bytes, little-endian, plain, bound as associated data):
+ *   off  size  field
+ *     0     4  magic "FEDN"
+ *     4     1  version = 1
+ *     5     1  type (fed_wire_type)
+ *     6     2  flags (FED_WIRE_FLAG_*; others zero)
+ *     8    32  sender key (Ed25519 public)
+ *    40    32  recipient key
+ *    72     8  sender epoch
+ *    80     8  recipient epoch, as the sender last learned it (0 in a HELLO)
+ *    88     8  sequence number (per sender, recipient and sender epoch)
+ *    96     8  round
+ *   104    24  nonce (XChaCha20-Poly1305); in a CHUNK data frame instead:
+ *              stream id (8), chunk index (4), zero (12)
+ *   128     4  payload length (bytes of plaintext payload)
+ *   132     2  codec of the vector (fed_codec_id of model/codec.h; 0 = none)
+ *   134     2  reserved, zero
+ *   136        (end)
+ *
+ * Three kinds of frame:
+ *   sealed         header || AEAD(payload || signature) || tag
+ *                  (136 + len + 80 bytes; crypto/seal.h)
+ *   stream first   a sealed MODEL, DELTA or SHARE with FED_WIRE_FLAG_STREAM
+ *                  whose payload is typed block || stream descriptor, then
+ *                  the stream's first message(s) (gossip/stream.h)
+ *   CHUNK data     header (flag DATA) || stream message(s) || MAC (16)
+ * Payload of a sealed frame: a typed block (below), then the vector (codec
+ * encoded; for PEERS, count x 32-byte keys). Nothing private (sample counts,
+ * sizes of local data) is in the header.
+ *
+ * Typed blocks (little-endian; reserved bytes zero):
+ *   HELLO  16   0 1 role (FED_WIRE_ROLE_*)  1 7 reserved  8 8 capabilities
+ *   NEXT    8   0 8 last round the client finished (0: none)
+ *   MODEL 176   0 8 samples behind the model
+ *               8 128 model spec, NUL-padded printable ASCII (model/model.h)
+ *             136 4 local epochs   140 4 batch size
+ *             144 1 optimizer (fed_optim_kind)  145 1 reserved
+ *             146 2 codec for the DELTA (fed_codec_id)
+ *             148 4 topk fraction (f32, in [0, 1])
+ *             152 4 learning rate (f32 > 0)  156 4 proximal mu (f32 >= 0)
+ *             160 8 deadline in ms (0: none)  168 8 reserved
+ *   DELTA  16   0 8 samples   8 8 base round (the model it started from)
+ *   ACK     8   0 4 status (a fed_err; 0: accepted)  4 4 flags (FED_WIRE_ACK_*)
+ *   SHARE  16   0 8 samples   8 8 push-sum weight (f64, finite, >= 0)
+ *   PEERS   8   0 4 count of 32-byte keys that follow   4 4 reserved
+ *   LEAVE   8   0 4 reason   4 4 reserved
+ *   CHUNK  16   (PULL request) 0 8 stream id  8 4 chunk index wanted  12 4 reserved
+ *
+ * The receiver checks, in this order, before any expensive work: size limits
+ * (FED_ERR_FRAME_TOO_LARGE, FED_ERR_FRAME_TRUNCATED); magic and version
+ * (FED_ERR_FRAME_MAGIC, FED_ERR_FRAME_VERSION); type and flags
+ * (FED_ERR_FRAME_TYPE); declared length against the bytes
+ * (TRUNCATED / TOO_LARGE); recipient is itself (FED_ERR_WRONG_RECIPIENT) and
+ * its current epoch (FED_ERR_OLD_EPOCH; a HELLO may say 0); sender is a member
+ * (FED_ERR_UNKNOWN_SENDER); the replay window (FED_ERR_SENDER_EPOCH,
+ * FED_ERR_REPLAY; the sequence is reserved here); the stream it belongs to or
+ * starts (FED_ERR_STREAM, FED_ERR_STREAM_LIMIT). Then it opens the AEAD
+ * (FED_ERR_AEAD), verifies the signature (FED_ERR_SIGNATURE), parses the typed
+ * block (FED_ERR_PAYLOAD), and commits the sequence - or releases it on any
+ * failure. Each rejection bumps its counter and logs one line.
+ *
+ * Threading: a fed_wire belongs to its node's loop thread, except
+ * fed_wire_open_ticket and fed_wire_seal_ticket, which touch only their
+ * ticket, frame and what the ticket pinned, and may run on any thread (a job). */
+#ifndef FED_GOSSIP_WIRE_H
+#define FED_GOSSIP_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+#include "core/rng.h"
+#include "crypto/allow.h"
+#include "crypto/arena.h"
+#include "crypto/seal.h"
+
+#define FED_WIRE_MAGIC "FEDN"
+#define FED_WIRE_VERSION 1
+#define FED_WIRE_HEADER_BYTES 136
+#define FED_WIRE_SEAL_OVERHEAD (FED_WIRE_HEADER_BYTES + FED_CRYPTO_SEAL_OVERHEAD) /* 216 */
+#define FED_WIRE_MAC_BYTES 16
+#define FED_WIRE_SPEC_BYTES 128
+#define FED_WIRE_BLOCK_MAX 176
+#define FED_WIRE_MAX_FRAME_DEFAULT ((size_t)16 << 20)
+#define FED_WIRE_MAX_FRAME_LIMIT ((size_t)1 << 30)
+#define FED_WIRE_MIN_FRAME 1024
+
+/* Header field offsets (for tests and tools that poke at frames). */
+#define FED_WIRE_OFF_TYPE 5
+#define FED_WIRE_OFF_FLAGS 6
+#define FED_WIRE_OFF_SENDER 8
+#define FED_WIRE_OFF_RECIPIENT 40
+#define FED_WIRE_OFF_SENDER_EPOCH 72
+#define FED_WIRE_OFF_RECIPIENT_EPOCH 80
+#define FED_WIRE_OFF_SEQ 88
+#define FED_WIRE_OFF_ROUND 96
+#define FED_WIRE_OFF_NONCE 104
+#define FED_WIRE_OFF_LEN 128
+#define FED_WIRE_OFF_CODEC 132
+
+typedef enum fed_wire_type {
+    FED_WIRE_HELLO = 1,
+    FED_WIRE_NEXT = 2,
+    FED_WIRE_MODEL = 3,
+    FED_WIRE_DELTA = 4,
+    FED_WIRE_ACK = 5,
+    FED_WIRE_SHARE = 6,
+    FED_WIRE_PEERS = 7,
+    FED_WIRE_LEAVE = 8,
+    FED_WIRE_CHUNK = 9,
+} fed_wire_type;
+#define FED_WIRE_TYPE_MAX 9
+
+#define FED_WIRE_FLAG_STREAM 0x0001u /* MODEL, DELTA, SHARE: first frame of a stream */
+#define FED_WIRE_FLAG_PULL 0x0002u   /* CHUNK: a request for a stream's next chunk */
+#define FED_WIRE_FLAG_DATA 0x0004u   /* CHUNK: a chunk of a stream */
+
+#define FED_WIRE_ROLE_PEER 1
+#define FED_WIRE_ROLE_CLIENT 2
+#define FED_WIRE_ROLE_AGGREGATOR 3
+
+#define FED_WIRE_ACK_NO_ROUND 0x1u  /* aggregator: no round yet, ask again */
+#define FED_WIRE_ACK_DUPLICATE 0x2u /* already had it; dropped */
+
+typedef struct fed_wire_hdr {
+    uint8_t type; /* fed_wire_type */
+    uint16_t flags;
+    uint8_t sender[32];
+    uint8_t recipient[32];
+    uint64_t sender_epoch;
+    uint64_t recipient_epoch;
+    uint64_t seq;
+    uint64_t round;
+    uint8_t nonce[24];
+    uint32_t payload_len;
+    uint16_t codec;
+} fed_wire_hdr;
+
+/* The round's settings a MODEL carries. */
+typedef struct fed_wire_settings {
+    char spec[FED_WIRE_SPEC_BYTES]; /* NUL-terminated */
+    uint32_t local_epochs;
+    uint32_t batch;
+    uint8_t optimizer; /* fed_optim_kind */
+    uint16_t codec;    /* fed_codec_id the client answers with */
+    float fraction;    /* topk fraction */
+    float lr;
+    float mu; /* FedProx's proximal term, 0: off */
+    uint64_t deadline_ms;
+} fed_wire_settings;
+
+/* A decoded typed block; which fields mean something depends on the type. */
+typedef struct fed_wire_block {
+    uint64_t samples;           /* MODEL, DELTA, SHARE */
+    uint64_t round_ref;         /* NEXT: last round finished; DELTA: base round */
+    double weight;              /* SHARE */
+    uint32_t status;            /* ACK */
+    uint32_t ack_flags;         /* ACK */
+    uint32_t count;             /* PEERS */
+    uint32_t reason;            /* LEAVE */
+    uint8_t role;               /* HELLO */
+    uint64_t caps;              /* HELLO */
+    uint64_t stream_id;         /* CHUNK pull */
+    uint32_t chunk_index;       /* CHUNK pull */
+    fed_wire_settings settings; /* MODEL */
+} fed_wire_block;
+
+/* clang-format off */
+typedef struct fed_wire_counters {
+#define FED_WIRE_COUNTER_LIST(X)                                                               \
+    X(sealed) X(opened) X(bytes_out) X(bytes_in) X(streams_begun) X(streams_done)                \
+    X(streams_failed) X(rej_truncated) X(rej_magic) X(rej_version) X(rej_too_large) X(rej_type) \
+    X(rej_wrong_recipient) X(rej_old_epoch) X(rej_unknown_sender) X(rej_sender_epoch)          \
+    X(rej_replay) X(rej_busy) X(rej_aead) X(rej_signature) X(rej_payload) X(rej_stream)        \
+    X(rej_stream_limit) X(rej_codec) X(rej_nan) X(rej_other)
+#define FED_WIRE_COUNTER_FIELD_(name) uint64_t name;
+    FED_WIRE_COUNTER_LIST(FED_WIRE_COUNTER_FIELD_)
+#undef FED_WIRE_COUNTER_FIELD_
+} fed_wire_counters;
+/* clang-format on */
+
+typedef struct fed_wire fed_wire;
+typedef struct fed_wire_stream_rx fed_wire_stream_rx;
+
+typedef struct fed_wire_cfg {
+    size_t max_frame;          /* whole frames, protocol-wide (default 16 MiB) */
+    uint32_t max_rx_streams;   /* reassemblies at once (default 4) */
+    uint64_t max_stream_bytes; /* largest streamed vector (default 64 GiB) */
+} fed_wire_cfg;
+
+/* An opened frame. Pointers point into the frame (opened in place). */
+typedef struct fed_wire_msg {
+    fed_wire_hdr hdr;
+    const uint8_t *header; /* its FED_WIRE_HEADER_BYTES */
+    uint8_t *payload;      /* plaintext payload (sealed frames) */
+    size_t payload_len;
+    fed_wire_block block;
+    uint8_t *vector; /* what follows the typed block (sealed, non-stream frames) */
+    size_t vector_len;
+    uint8_t digest[FED_CRYPTO_DIGEST_BYTES]; /* what the sender signed (sealed frames) */
+    uint8_t sig[FED_CRYPTO_SIG_BYTES];
+    fed_wire_stream_rx *stream; /* stream first frame or CHUNK data: its stream */
+    int stream_done;            /* ... which is now complete and verified */
+} fed_wire_msg;
+
+/* Work in flight for one frame between precheck, open and finish. */
+typedef struct fed_wire_ticket {
+    fed_wire_hdr hdr;
+    int kind; /* internal */
+    int reserved;
+    size_t frame_len;
+    fed_crypto_session *session;
+    fed_wire_stream_rx *stream;
+} fed_wire_ticket;
+
+/* Where a stream's bytes go: called once its first frame has opened (on the
+ * thread running fed_wire_open_ticket). Return FED_OK with *dst pointing at
+ * total writable bytes that stay valid until the stream is closed, or an
+ * error that rejects the stream (and its frame). The frame can still be
+ * refused after the call (its first chunk fails, or the same stream was
+ * registered by another copy opened at the same moment): then nothing more
+ * is written there, so lend a buffer the node owns anyway (its model, a
+ * per-peer delta buffer). */
+typedef fed_err (*fed_wire_dst_fn)(void *ctx, const fed_wire_msg *first, uint64_t total,
+                                   uint8_t **dst);
+/* Membership beyond the allow-list (vouched keys): nonzero for members. */
+typedef int (*fed_wire_member_fn)(void *ctx, const uint8_t pk[32]);
+
+void fed_wire_cfg_default(fed_wire_cfg *cfg);
+
+/* arena (the node's identity and sessions) and allow (members) are
+ * borrowed and must outlive the fed_wire. The arena needs a slot per stream
+ * (max_rx_streams plus the streams it sends at once). */
+FED_WUR fed_err fed_wire_new(const fed_wire_cfg *cfg, fed_crypto_arena *arena,
+                             const fed_crypto_allow *allow, fed_wire **out);
+/* Closes every stream; NULL is fine. */
+void fed_wire_free(fed_wire *w);
+/* This node's current epoch (max(stored + 1, wall seconds): storage's). */
+void fed_wire_set_epoch(fed_wire *w, uint64_t epoch);
+uint64_t fed_wire_epoch(const fed_wire *w);
+void fed_wire_set_stream_dst(fed_wire *w, fed_wire_dst_fn fn, void *ctx);
+/* Replaces the allow-list lookup (fn may consult the allow-list itself). */
+void fed_wire_set_member_fn(fed_wire *w, fed_wire_member_fn fn, void *ctx);
+const fed_wire_cfg *fed_wire_config(const fed_wire *w);
+fed_crypto_arena *fed_wire_arena(const fed_wire *w);
+const uint8_t *fed_wire_self(const fed_wire *w);
+/* The last committed epoch of a peer (0: none yet). */
+uint64_t fed_wire_peer_epoch(const fed_wire *w, const uint8_t pk[32]);
+
+const fed_wire_counters *fed_wire_get_counters(const fed_wire *w);
+size_t fed_wire_counter_count(void);
+const char *fed_wire_counter_name(size_t i);
+uint64_t fed_wire_counter_value(const fed_wire_counters *c, size_t i);
+/* Counts and logs a rejection decided above the wire (a codec error found
+ * while decoding the vector, say). */
+void fed_wire_note_reject(fed_wire *w, const fed_wire_hdr *h, fed_err err);
+
+/* ---- header and typed blocks ---- */
+
+void fed_wire_hdr_encode(const fed_wire_hdr *h, uint8_t out[FED_WIRE_HEADER_BYTES]);
+/* FED_ERR_FRAME_TRUNCATED, _MAGIC, _VERSION, _TYPE (unknown type, flags not
+ * allowed for the type, reserved bytes set). */
+FED_WUR fed_err fed_wire_hdr_decode(const uint8_t *buf, size_t len, fed_wire_hdr *h);
+
+/* The typed block's size for type (0 for an unknown type). */
+size_t fed_wire_block_size(uint8_t type);
+/* FED_ERR_TOO_LARGE: cap too small; FED_ERR_INVAL: unknown type or a field
+ * that would not decode. */
+FED_WUR fed_err fed_wire_block_encode(uint8_t type, const fed_wire_block *b, uint8_t *out,
+                                      size_t cap, size_t *len);
+/* FED_ERR_PAYLOAD: too short, reserved bytes set, or a field out of range. */
+FED_WUR fed_err fed_wire_block_decode(uint8_t type, const uint8_t *in, size_t len,
+                                      fed_wire_block *b, size_t *used);
+
+/* ---- sending ---- */
+
+/* Bytes of a sealed frame with len bytes of payload. */
+size_t fed_wire_frame_bytes(size_t payload_len);
+/* Where the payload goes in a frame buffer. */
+static inline uint8_t *fed_wire_payload(uint8_t *frame) { return frame + FED_WIRE_HEADER_BYTES; }
+
+/* Seals in place: the caller wrote payload_len bytes at fed_wire_payload(frame)
+ * (typed block, then vector) and frame has cap >= fed_wire_frame_bytes(len).
+ * h gives type, flags (not STREAM or DATA), recipient, epochs, seq, round and
+ * codec; the sender, nonce (drawn from rnd) and payload length are filled
+ * in. FED_ERR_FRAME_TOO_LARGE: over max_frame; FED_ERR_KEY; FED_ERR_BUSY. */
+FED_WUR fed_err fed_wire_seal(fed_wire *w, fed_wire_hdr *h, uint8_t *frame, size_t cap,
+                              size_t payload_len, fed_random_fn rnd, void *rnd_ctx,
+                              size_t *frame_len);
+/* The same in three steps, for sealing in a job: prepare (loop: checks,
+ * pins the session, fills h), seal (any thread), done (loop: unpins, counts). */
+FED_WUR fed_err fed_wire_seal_prepare(fed_wire *w, fed_wire_hdr *h, size_t cap, size_t payload_len,
+                                      fed_wire_ticket *t);
+FED_WUR fed_err fed_wire_seal_ticket(const fed_wire *w, fed_wire_ticket *t, uint8_t *frame,
+                                     fed_random_fn rnd, void *rnd_ctx, size_t *frame_len);
+void fed_wire_seal_done(fed_wire *w, fed_wire_ticket *t, fed_err result);
+/* Typed block + a copy of vector, sealed: for small frames. */
+FED_WUR fed_err fed_wire_build(fed_wire *w, fed_wire_hdr *h, const fed_wire_block *b,
+                               const uint8_t *vector, size_t vector_len, uint8_t *frame, size_t cap,
+                               fed_random_fn rnd, void *rnd_ctx, size_t *frame_len);
+
+/* ---- receiving ---- */
+
+/* Everything below in one call (loop thread). On FED_OK m describes the
+ * frame; on error the frame was counted, logged and dropped. */
+FED_WUR fed_err fed_wire_open(fed_wire *w, uint8_t *frame, size_t len, fed_wire_msg *m);
+/* The cheap checks and reservations (loop thread). On error nothing is held
+ * (and the rejection was counted and logged); on FED_OK the caller must run
+ * fed_wire_open_ticket and then fed_wire_finish. */
+FED_WUR fed_err fed_wire_precheck(fed_wire *w, const uint8_t *frame, size_t len,
+                                  fed_wire_ticket *t);
+/* The expensive part (any thread): opens frame in place into m. */
+FED_WUR fed_err fed_wire_open_ticket(const fed_wire *w, fed_wire_ticket *t, uint8_t *frame,
+                                     size_t len, fed_wire_msg *m);
+/* Commits or releases what precheck reserved (loop thread); returns the
+ * frame's final verdict (a commit can still refuse it), counted and logged. */
+FED_WUR fed_err fed_wire_finish(fed_wire *w, fed_wire_ticket *t, fed_err result, fed_wire_msg *m);
+
+#endif

@@ -1,0 +1,201 @@
+/* cli_keys.c - `fednode keygen` (a new node identity: DIR/node.key, mode
+ * 0600, sealed with a passphrase when one is given, and DIR/node.pub) and
+ * `fednode pubkey DIR` (print the public key as an allow-list takes it).
+ * Owns their options and messages; keys stay in a guarded arena and the
+ * passphrase in guarded memory. Never overwrites or loosens a key file. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sodium.h>
+
+#include "core/alloc.h"
+#include "core/opt.h"
+#include "crypto/arena.h"
+#include "crypto/identity.h"
+#include "node/cli.h"
+
+#define DIR_MAX 1024
+
+typedef struct keygen_cfg {
+    char out[DIR_MAX];
+    char passphrase_file[DIR_MAX];
+} keygen_cfg;
+
+#define K(field, name, type, def, help) FED_OPT_DEF(keygen_cfg, field, name, type, def, 0, 0, help)
+static const fed_opt keygen_opts[] = {
+    K(out, "out", FED_OPT_STR, "", "directory for node.key and node.pub (created 0700)"),
+    K(passphrase_file, "passphrase-file", FED_OPT_STR, "",
+      "seal node.key with the first line of this file (else $FEDNODE_PASSPHRASE, if set)"),
+};
+#undef K
+
+static void sodium_random(void *ctx, void *buf, size_t len)
+{
+    (void)ctx;
+    randombytes_buf(buf, len);
+}
+
+/* -1 to go on, else the exit status. pos (room for argc) gets positionals. */
+static int parse(const char *cmd, const char *synopsis, const fed_opt *t, size_t n, void *cfg,
+                 int argc, char **argv, char **pos, int *npos)
+{
+    fed_opt_error e = {{0}};
+    fed_err err;
+
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: fednode %s %s\n", cmd, synopsis);
+            if (n) {
+                printf("\noptions:\n");
+                fed_opt_print_help(t, n, stdout);
+            }
+            return 0;
+        }
+    err = fed_opt_defaults(t, n, cfg, &e);
+    if (err == FED_OK)
+        err = fed_opt_parse_argv(t, n, cfg, argc, argv, pos, npos, &e);
+    if (err != FED_OK) {
+        fed_cli_error("%s: %s", cmd, e.msg[0] ? e.msg : fed_strerror(err));
+        return 2;
+    }
+    return -1;
+}
+
+/* The passphrase into guarded memory: from the file, else the environment. */
+static int get_passphrase(const keygen_cfg *cfg, char **pass, size_t *len)
+{
+    const char *env = getenv("FEDNODE_PASSPHRASE");
+    fed_err err;
+
+    *pass = NULL;
+    *len = 0;
+    if (!cfg->passphrase_file[0] && (!env || !env[0]))
+        return -1;
+    *pass = sodium_malloc(FED_CRYPTO_PASSPHRASE_MAX + 1);
+    if (!*pass) {
+        fed_cli_error("keygen: out of memory");
+        return 1;
+    }
+    if (cfg->passphrase_file[0]) {
+        err = fed_crypto_passphrase_read(cfg->passphrase_file, *pass, FED_CRYPTO_PASSPHRASE_MAX + 1,
+                                         len);
+        if (err != FED_OK) {
+            fed_cli_error("keygen: passphrase file %s: %s", cfg->passphrase_file,
+                          err == FED_ERR_FORMAT ? "first line is empty" : fed_strerror(err));
+            return 1;
+        }
+        return -1;
+    }
+    *len = strlen(env);
+    if (*len > FED_CRYPTO_PASSPHRASE_MAX) {
+        fed_cli_error("keygen: FEDNODE_PASSPHRASE is longer than %d bytes",
+                      FED_CRYPTO_PASSPHRASE_MAX);
+        return 1;
+    }
+    memcpy(*pass, env, *len + 1);
+    return -1;
+}
+
+static int keygen_write(const keygen_cfg *cfg, const char *pass, size_t pass_len)
+{
+    fed_crypto_arena_cfg acfg = {1, 0};
+    fed_crypto_arena *a = NULL;
+    char text[FED_CRYPTO_PK_B64_LEN + 1];
+    fed_err err;
+
+    err = fed_crypto_arena_new(&acfg, &a);
+    if (err == FED_OK)
+        err = fed_crypto_arena_generate(a, sodium_random, NULL);
+    if (err == FED_OK)
+        err = fed_crypto_identity_save(a, cfg->out, pass, pass_len, NULL, sodium_random, NULL);
+    if (err == FED_ERR_EXISTS) {
+        fed_cli_error("keygen: %s/%s already exists; move it away to make a new key", cfg->out,
+                      FED_CRYPTO_KEYFILE);
+    } else if (err != FED_OK) {
+        fed_cli_error("keygen: %s: %s", cfg->out, fed_strerror(err));
+    } else {
+        fed_crypto_pk_to_base64(fed_crypto_arena_pubkey(a), text);
+        fprintf(stderr, "fednode: wrote %s/%s (mode 0600, %s) and %s/%s\n", cfg->out,
+                FED_CRYPTO_KEYFILE, pass_len ? "sealed with the passphrase" : "NOT sealed",
+                cfg->out, FED_CRYPTO_PUBFILE);
+        printf("%s\n", text);
+    }
+    fed_crypto_arena_free(a);
+    return err == FED_OK ? 0 : 1;
+}
+
+int fed_cli_keygen(int argc, char **argv)
+{
+    keygen_cfg cfg;
+    char **pos = NULL, *pass = NULL;
+    size_t pass_len = 0;
+    int npos = 0, rc;
+
+    if (sodium_init() < 0) {
+        fed_cli_error("keygen: libsodium failed to start");
+        return 1;
+    }
+    pos = fed_calloc((size_t)argc + 1, sizeof *pos);
+    if (!pos) {
+        fed_cli_error("keygen: out of memory");
+        return 1;
+    }
+    rc = parse("keygen", "--out DIR [--passphrase-file FILE]", keygen_opts,
+               sizeof keygen_opts / sizeof keygen_opts[0], &cfg, argc, argv, pos, &npos);
+    if (rc < 0 && npos > 0) {
+        fed_cli_error("keygen: unexpected argument '%s' (see fednode keygen --help)", pos[0]);
+        rc = 2;
+    }
+    if (rc < 0 && !cfg.out[0]) {
+        fed_cli_error("keygen: --out DIR is required");
+        rc = 2;
+    }
+    if (rc < 0)
+        rc = get_passphrase(&cfg, &pass, &pass_len);
+    if (rc < 0)
+        rc = keygen_write(&cfg, pass, pass_len);
+    if (pass) {
+        sodium_memzero(pass, FED_CRYPTO_PASSPHRASE_MAX + 1);
+        sodium_free(pass);
+    }
+    fed_free(pos);
+    return rc;
+}
+
+int fed_cli_pubkey(int argc, char **argv)
+{
+    char **pos = NULL, text[FED_CRYPTO_PK_B64_LEN + 1];
+    uint8_t pk[FED_CRYPTO_PK_BYTES];
+    int npos = 0, rc;
+    fed_err err;
+
+    pos = fed_calloc((size_t)argc + 1, sizeof *pos);
+    if (!pos) {
+        fed_cli_error("pubkey: out of memory");
+        return 1;
+    }
+    rc = parse("pubkey", "DIR   (prints DIR's public key, as node.pub and allow-lists write it)",
+               NULL, 0, NULL, argc, argv, pos, &npos);
+    if (rc < 0 && npos != 1) {
+        fed_cli_error("pubkey: expected one DIR (see fednode pubkey --help)");
+        rc = 2;
+    }
+    if (rc < 0) {
+        if (sodium_init() < 0) {
+            fed_cli_error("pubkey: libsodium failed to start");
+            rc = 1;
+        } else if ((err = fed_crypto_pubkey_load(pos[0], pk)) != FED_OK) {
+            fed_cli_error("pubkey: %s: %s", pos[0],
+                          err == FED_ERR_NOTFOUND ? "no node.pub or node.key there"
+                                                  : fed_strerror(err));
+            rc = 1;
+        } else {
+            fed_crypto_pk_to_base64(pk, text);
+            printf("%s\n", text);
+            rc = 0;
+        }
+    }
+    fed_free(pos);
+    return rc;
+}
