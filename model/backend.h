@@ -84,7 +84,8 @@ struct fed_backend {
 
     /* ---- optimizer steps over a flat buffer of n parameters ---- */
     /* SGD: g += wd*p; m = mu*m + g; p -= lr * (nesterov ? g + mu*m : m).
-     * With mu == 0, m may be NULL. */
+     * With mu == 0, m may be NULL. g is scratch: its contents after the
+     * step are unspecified (the CPU backend leaves it unchanged). */
     void (*sgd_step)(fed_backend *be, float *p, float *g, float *m, size_t n, float lr, float mu,
                      float wd, int nesterov);
     /* Adam (decoupled weight decay when wd > 0, AdamW); t >= 1 is the step. */
@@ -97,11 +98,26 @@ struct fed_backend {
     /* Releases the backend and its context; the table itself too when the
      * backend allocated it. */
     void (*destroy)(fed_backend *be);
+
+    /* ---- added for convolutions (NCHW maps; the cnn needs both) ---- */
+    /* y (B, C, HW) += bias (C) per channel; then y = max(y, 0) when relu. */
+    void (*chan_bias_act_fwd)(fed_backend *be, float *y, const float *bias, int B, int C, int HW,
+                              int relu);
+    /* dbias (C) = sum over b and hw of dy (B, C, HW), or += when accumulate. */
+    void (*chan_bias_bwd)(fed_backend *be, float *dbias, const float *dy, int B, int C, int HW,
+                          int accumulate);
 };
 
 /* The CPU backend. threads: OpenBLAS's own thread count (1 when the pool
  * splits the batch, which is the default). */
 FED_WUR fed_err fed_backend_cpu_new(int blas_threads, fed_backend **out);
+/* OpenBLAS picks its kernels when it loads, from the CPU's model number; on a
+ * CPU newer than the library it falls back to generic SSE3 kernels, several
+ * times slower. Returns the OPENBLAS_CORETYPE value to run with instead
+ * ("SkylakeX" with AVX-512, "Haswell" with AVX2), or NULL when the choice is
+ * fine or OPENBLAS_CORETYPE is set already. It takes effect only in a new
+ * process (fednode train/eval re-execute themselves with it). */
+const char *fed_backend_cpu_suggest_coretype(void);
 
 /* "auto", "cpu", "cuda" or "cuda:N". auto takes the GPU when the plugin
  * libfedcuda.so loads and a device exists. Logs which one it took. */

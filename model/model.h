@@ -8,7 +8,19 @@
  *                cnn               conv5x5x32 -> ReLU -> maxpool2 -> conv5x5x64
  *                                  -> ReLU -> maxpool2 -> fc512 -> ReLU -> fc classes
  * Tensors are named and shaped as PyTorch's nn.Sequential of the same layers:
- * "0.weight" (out, in), "0.bias" (out); conv weights (out, in, kh, kw). */
+ * "0.weight" (out, in), "0.bias" (out); conv weights (out, in, kh, kw).
+ * Sequential indices count every module, ReLU/pool/Flatten included:
+ *   logreg   0 Linear                       -> 0.weight (classes, F)
+ *   mlp:A,B  0 Linear 1 ReLU 2 Linear 3 ReLU 4 Linear
+ *            -> 0.weight (A, F), 2.weight (B, A), 4.weight (classes, B)
+ *   cnn      0 Conv2d(c,32,5) 1 ReLU 2 MaxPool2d(2) 3 Conv2d(32,64,5) 4 ReLU
+ *            5 MaxPool2d(2) 6 Flatten 7 Linear(64*4*4, 512) 8 ReLU 9 Linear
+ *            -> 0.weight (32,c,5,5), 3.weight (64,32,5,5), 7.weight (512,1024),
+ *               9.weight (classes, 512), each followed by its bias
+ * logreg and mlp take the input flattened (c*h*w = F features, no Flatten
+ * module, as Sequential applied to x.view(B, -1)); the cnn flattens its
+ * (64, 4, 4) maps in (c, h, w) order like nn.Flatten, so state dicts map
+ * one to one. Tensors lie back to back in the flat buffer in this order. */
 #ifndef FED_MODEL_MODEL_H
 #define FED_MODEL_MODEL_H
 
@@ -56,14 +68,19 @@ typedef struct fed_step_stats {
 
 /* Parse a spec and build the model for inputs of shape in, on backend be.
  * max_batch bounds the batch size (activations are allocated once, here);
- * shards > 1 splits each batch over pool (CPU only; results then depend on
- * shards, never on timing). The model does not own be or pool. */
+ * shards (1..64) > 1 splits each step over pool: every sample's forward and
+ * input gradient by rows of the batch, every weight gradient by output rows
+ * over the whole batch (so no gradient reduction), CPU only. Results then
+ * depend on shards, never on timing or on how many pool threads join.
+ * The model does not own be or pool. */
 FED_WUR fed_err fed_model_new(const char *spec, fed_model_shape in, fed_backend *be,
                               fed_pool *pool, int shards, int max_batch, fed_model **out);
 void fed_model_free(fed_model *m);
 
 /* Check a spec string without building anything. */
 FED_WUR fed_err fed_model_spec_check(const char *spec, fed_model_shape in);
+/* The parameter count a spec gives for inputs of shape in. */
+FED_WUR fed_err fed_model_spec_nparams(const char *spec, fed_model_shape in, size_t *nparams);
 
 const char *fed_model_spec(const fed_model *m);
 fed_model_shape fed_model_input(const fed_model *m);
@@ -72,6 +89,11 @@ const fed_tensor_info *fed_model_tensors(const fed_model *m, int *count);
 /* Forward + backward FLOPs of one sample (the simulator charges these). */
 double fed_model_flops_per_sample(const fed_model *m);
 fed_backend *fed_model_backend(const fed_model *m);
+/* The pool and shard count given at creation (shards is 1 on a device
+ * backend), and the largest batch forward_backward accepts. */
+fed_pool *fed_model_pool(const fed_model *m);
+int fed_model_shards(const fed_model *m);
+int fed_model_max_batch(const fed_model *m);
 
 /* PyTorch's default init (Kaiming-uniform weights, uniform biases), drawn
  * from rng in tensor order: the same seed gives the same parameters. */
@@ -84,10 +106,21 @@ FED_WUR fed_err fed_model_set_params(fed_model *m, const float *src);
 float *fed_model_params_dev(fed_model *m);
 float *fed_model_grads_dev(fed_model *m);
 
-/* Forward and backward of one batch: gradients (mean over the batch) are
- * written to the gradient buffer; stats get loss and accuracy. */
+/* Forward and backward of one batch (1 <= n <= max_batch): gradients (mean
+ * over the batch) are written to the gradient buffer; loss, accuracy and
+ * samples are added to st (may be NULL). Labels outside [0, classes) give
+ * FED_ERR_RANGE. */
 FED_WUR fed_err fed_model_forward_backward(fed_model *m, const fed_batch *b, fed_step_stats *st);
-/* Forward only: loss and accuracy added to st. */
+/* A whole training step: forward_backward, and update(ctx, lo, hi) over
+ * ranges [lo, hi) of the flat buffers that together cover every parameter
+ * once, each called as soon as its gradients are final and its weights no
+ * longer needed (in parallel, so updates must be element-wise). The
+ * optimizer's fed_optim_train_step uses it; update NULL is forward_backward. */
+typedef void (*fed_model_update_fn)(void *ctx, size_t lo, size_t hi);
+FED_WUR fed_err fed_model_train_step(fed_model *m, const fed_batch *b, fed_step_stats *st,
+                                     fed_model_update_fn update, void *ctx);
+/* Forward only, any n >= 1 (run in pieces of max_batch): loss, accuracy and
+ * samples added to st. */
 FED_WUR fed_err fed_model_evaluate(fed_model *m, const fed_batch *b, fed_step_stats *st);
 
 #endif

@@ -37,7 +37,9 @@ typedef struct fed_optim fed_optim;
 void fed_optim_cfg_default(fed_optim_cfg *cfg, fed_optim_kind kind);
 /* "sgd" or "adam" (case-sensitive). */
 FED_WUR fed_err fed_optim_kind_parse(const char *name, fed_optim_kind *out);
-/* "const", "step:STEPS,GAMMA", "cosine:TOTAL" into cfg. */
+/* "const", "step:STEPS,GAMMA", "cosine:TOTAL" into cfg; plain "cosine"
+ * leaves total_steps 0 for the caller to fill in (the run's length; while
+ * it is 0 the rate stays constant). Anything else: FED_ERR_BAD_VALUE. */
 FED_WUR fed_err fed_optim_sched_parse(const char *text, fed_optim_cfg *cfg);
 
 FED_WUR fed_err fed_optim_new(const fed_optim_cfg *cfg, fed_model *m, fed_optim **out);
@@ -45,6 +47,11 @@ void fed_optim_free(fed_optim *o);
 
 /* One step from the model's gradient buffer; counts steps for schedules. */
 FED_WUR fed_err fed_optim_step(fed_optim *o, fed_model *m);
+/* Forward, backward and this step on batch b in one pass over the pool
+ * (see fed_model_train_step): the same result as forward_backward then
+ * fed_optim_step, faster. The trainer uses it. */
+FED_WUR fed_err fed_optim_train_step(fed_optim *o, fed_model *m, const fed_batch *b,
+                                     fed_step_stats *st);
 /* FedProx: remember the current parameters as w0 (call at round start). */
 FED_WUR fed_err fed_optim_set_anchor(fed_optim *o, fed_model *m);
 float fed_optim_lr(const fed_optim *o); /* the rate the next step uses */

@@ -19,5 +19,13 @@ void fed_cli_log_init(void);
 
 int fed_cli_train(int argc, char **argv);
 int fed_cli_eval(int argc, char **argv);
+/* node/cli_store.c: the node's database */
+int fed_cli_status(int argc, char **argv);
+int fed_cli_export(int argc, char **argv);
+int fed_cli_import(int argc, char **argv);
+int fed_cli_verify(int argc, char **argv);
+/* node/cli_keys.c: node identity */
+int fed_cli_keygen(int argc, char **argv);
+int fed_cli_pubkey(int argc, char **argv);
 
 #endif

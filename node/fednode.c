@@ -7,6 +7,14 @@
 
 static const fed_cli_cmd commands[] = {
     /* one line per subcommand, in the order --help lists them */
+    {"train", fed_cli_train, "train a model locally on a dataset"},
+    {"eval", fed_cli_eval, "evaluate a saved model on a dataset"},
+    {"status", fed_cli_status, "print a node database's rounds, checkpoints, peers, counters"},
+    {"export", fed_cli_export, "write a checkpoint's model as .safetensors"},
+    {"import", fed_cli_import, "read .safetensors into a model file or a checkpoint"},
+    {"verify", fed_cli_verify, "check a database: integrity, checkpoint chain, signatures"},
+    {"keygen", fed_cli_keygen, "make a node identity: DIR/node.key (0600) and DIR/node.pub"},
+    {"pubkey", fed_cli_pubkey, "print a node's public key (for allow-lists)"},
 };
 
 static void usage(FILE *out)

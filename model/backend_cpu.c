@@ -1,0 +1,592 @@
+/* backend_cpu.c - the CPU backend: OpenBLAS cblas_sgemm for matrix products
+ * (its thread count set explicitly at creation), plain loops for everything
+ * else. Device pointers are host memory here. Owns only its table and
+ * context; a kernel never allocates, never prints, and keeps no state
+ * between calls, so shards of a batch may call it from several threads. */
+#include <cblas.h>
+#include <math.h>
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "model/backend.h"
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3")
+#endif
+
+/* Denormals: a momentum or moment buffer that decays towards zero (a dead
+ * ReLU unit's, say) crawls through the subnormal range, where x86 is ~100x
+ * slower. Kernels run with flush-to-zero and denormals-are-zero set, and
+ * restore the caller's MXCSR on the way out (it is per-thread state). */
+#if defined(__SSE__)
+#define FTZ_BEGIN()                                                            \
+    unsigned int saved_csr_ = _mm_getcsr();                                    \
+    _mm_setcsr(saved_csr_ | 0x8040u)
+#define FTZ_END() _mm_setcsr(saved_csr_)
+#else
+#define FTZ_BEGIN() (void)0
+#define FTZ_END() (void)0
+#endif
+
+typedef struct cpu_ctx {
+    int blas_threads;
+} cpu_ctx;
+
+/* ---- memory ---- */
+
+static fed_err cpu_alloc(fed_backend *be, size_t bytes, void **dptr)
+{
+    (void)be;
+    *dptr = fed_alloc_aligned(bytes ? bytes : 1);
+    return *dptr ? FED_OK : FED_ERR_NOMEM;
+}
+
+static void cpu_free(fed_backend *be, void *dptr)
+{
+    (void)be;
+    fed_free(dptr);
+}
+
+static fed_err cpu_memcpy(fed_backend *be, void *dst, const void *src, size_t bytes)
+{
+    (void)be;
+    if (bytes)
+        memmove(dst, src, bytes);
+    return FED_OK;
+}
+
+static void cpu_copy(fed_backend *be, float *dst, const float *src, size_t n)
+{
+    (void)be;
+    if (n)
+        memmove(dst, src, n * sizeof *dst);
+}
+
+static void cpu_fill(fed_backend *be, float *restrict x, float value, size_t n)
+{
+    (void)be;
+    for (size_t i = 0; i < n; i++)
+        x[i] = value;
+}
+
+static fed_err cpu_sync(fed_backend *be)
+{
+    (void)be;
+    return FED_OK;
+}
+
+/* ---- GEMM ---- */
+
+static void cpu_gemm(fed_backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                     const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                     int ldc)
+{
+    FTZ_BEGIN();
+    (void)be;
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    FTZ_END();
+}
+
+/* ---- layers ---- */
+
+static void cpu_bias_act_fwd(fed_backend *be, float *restrict y, const float *restrict bias, int B,
+                             int N, int relu)
+{
+    (void)be;
+    for (int b = 0; b < B; b++) {
+        float *restrict row = y + (size_t)b * N;
+
+        if (relu) {
+            for (int j = 0; j < N; j++) {
+                float v = row[j] + bias[j];
+                row[j] = v > 0.0f ? v : 0.0f;
+            }
+        } else {
+            for (int j = 0; j < N; j++)
+                row[j] += bias[j];
+        }
+    }
+}
+
+static void cpu_relu_bwd(fed_backend *be, float *restrict dy, const float *restrict y, size_t n)
+{
+    (void)be;
+    for (size_t i = 0; i < n; i++)
+        dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+static void cpu_bias_bwd(fed_backend *be, float *restrict dbias, const float *restrict dy, int B,
+                         int N, int accumulate)
+{
+    (void)be;
+    if (!accumulate)
+        for (int j = 0; j < N; j++)
+            dbias[j] = 0.0f;
+    for (int b = 0; b < B; b++) {
+        const float *restrict row = dy + (size_t)b * N;
+
+        for (int j = 0; j < N; j++)
+            dbias[j] += row[j];
+    }
+}
+
+static void cpu_chan_bias_act_fwd(fed_backend *be, float *restrict y, const float *restrict bias,
+                                  int B, int C, int HW, int relu)
+{
+    (void)be;
+    for (int b = 0; b < B; b++) {
+        for (int c = 0; c < C; c++) {
+            float *restrict plane = y + ((size_t)b * C + c) * HW;
+            float bc = bias[c];
+
+            if (relu) {
+                for (int i = 0; i < HW; i++) {
+                    float v = plane[i] + bc;
+                    plane[i] = v > 0.0f ? v : 0.0f;
+                }
+            } else {
+                for (int i = 0; i < HW; i++)
+                    plane[i] += bc;
+            }
+        }
+    }
+}
+
+static void cpu_chan_bias_bwd(fed_backend *be, float *restrict dbias, const float *restrict dy,
+                              int B, int C, int HW, int accumulate)
+{
+    (void)be;
+    if (!accumulate)
+        for (int c = 0; c < C; c++)
+            dbias[c] = 0.0f;
+    for (int b = 0; b < B; b++) {
+        for (int c = 0; c < C; c++) {
+            const float *restrict plane = dy + ((size_t)b * C + c) * HW;
+            float lane[16] = {0}, s = 0.0f;
+            int i = 0;
+
+            /* 16 fixed lanes: vectorizes, and sums in the same order always */
+            for (; i + 16 <= HW; i += 16)
+                for (int k = 0; k < 16; k++)
+                    lane[k] += plane[i + k];
+            for (; i < HW; i++)
+                lane[i & 15] += plane[i];
+            for (int k = 0; k < 16; k++)
+                s += lane[k];
+            dbias[c] += s;
+        }
+    }
+}
+
+static void cpu_u8_to_f32(fed_backend *be, float *restrict dst, const uint8_t *restrict src,
+                          size_t n, float scale)
+{
+    (void)be;
+    for (size_t i = 0; i < n; i++)
+        dst[i] = (float)src[i] * scale;
+}
+
+/* One row of logits: returns log(sum(exp(z - max))) and the max and argmax
+ * (first index on ties). */
+static double row_logsumexp(const float *z, int C, float *zmax, int *amax)
+{
+    float mx = z[0];
+    int am = 0;
+    double sum = 0.0;
+
+    for (int j = 1; j < C; j++)
+        if (z[j] > mx) {
+            mx = z[j];
+            am = j;
+        }
+    for (int j = 0; j < C; j++)
+        sum += exp((double)(z[j] - mx));
+    *zmax = mx;
+    *amax = am;
+    return log(sum);
+}
+
+static void cpu_softmax_xent(fed_backend *be, float *logits, const int32_t *labels, int B, int C,
+                             float grad_scale, double *loss_sum, int *correct)
+{
+    double loss = 0.0;
+    int right = 0;
+
+    (void)be;
+    for (int b = 0; b < B; b++) {
+        float *z = logits + (size_t)b * C;
+        float mx;
+        int am;
+        double lse = row_logsumexp(z, C, &mx, &am);
+        int y = labels[b];
+
+        loss += lse - (double)(z[y] - mx);
+        right += am == y;
+        for (int j = 0; j < C; j++) {
+            float p = (float)exp((double)(z[j] - mx) - lse);
+            z[j] = (p - (j == y ? 1.0f : 0.0f)) * grad_scale;
+        }
+    }
+    if (loss_sum)
+        *loss_sum = loss;
+    if (correct)
+        *correct = right;
+}
+
+static void cpu_softmax_eval(fed_backend *be, const float *logits, const int32_t *labels, int B,
+                             int C, double *loss_sum, int *correct)
+{
+    double loss = 0.0;
+    int right = 0;
+
+    (void)be;
+    for (int b = 0; b < B; b++) {
+        const float *z = logits + (size_t)b * C;
+        float mx;
+        int am;
+        double lse = row_logsumexp(z, C, &mx, &am);
+        int y = labels[b];
+
+        loss += lse - (double)(z[y] - mx);
+        right += am == y;
+    }
+    if (loss_sum)
+        *loss_sum = loss;
+    if (correct)
+        *correct = right;
+}
+
+/* col row r = (c, ki, kj); column = (oi, oj); col[r][oi*OW+oj] = x[c][oi+ki][oj+kj]. */
+static void cpu_im2col(fed_backend *be, const float *restrict x, int C, int H, int W, int KH,
+                       int KW, float *restrict col)
+{
+    int OH = H - KH + 1, OW = W - KW + 1;
+
+    (void)be;
+    for (int c = 0; c < C; c++)
+        for (int ki = 0; ki < KH; ki++)
+            for (int kj = 0; kj < KW; kj++) {
+                float *restrict dst = col + ((size_t)(c * KH + ki) * KW + kj) * OH * OW;
+
+                for (int oi = 0; oi < OH; oi++) {
+                    const float *restrict src = x + ((size_t)c * H + oi + ki) * W + kj;
+
+                    for (int oj = 0; oj < OW; oj++)
+                        dst[oi * OW + oj] = src[oj];
+                }
+            }
+}
+
+static void cpu_col2im(fed_backend *be, const float *restrict dcol, int C, int H, int W, int KH,
+                       int KW, float *restrict dx)
+{
+    int OH = H - KH + 1, OW = W - KW + 1;
+
+    (void)be;
+    for (int c = 0; c < C; c++)
+        for (int ki = 0; ki < KH; ki++)
+            for (int kj = 0; kj < KW; kj++) {
+                const float *restrict src = dcol + ((size_t)(c * KH + ki) * KW + kj) * OH * OW;
+
+                for (int oi = 0; oi < OH; oi++) {
+                    float *restrict dst = dx + ((size_t)c * H + oi + ki) * W + kj;
+
+                    for (int oj = 0; oj < OW; oj++)
+                        dst[oj] += src[oi * OW + oj];
+                }
+            }
+}
+
+static void cpu_maxpool_fwd(fed_backend *be, const float *restrict x, int BC, int H, int W,
+                            float *restrict y, int32_t *restrict argmax)
+{
+    int OH = H / 2, OW = W / 2;
+
+    (void)be;
+    for (int p = 0; p < BC; p++) {
+        const float *plane = x + (size_t)p * H * W;
+        float *yo = y + (size_t)p * OH * OW;
+        int32_t *ao = argmax + (size_t)p * OH * OW;
+
+        for (int oi = 0; oi < OH; oi++)
+            for (int oj = 0; oj < OW; oj++) {
+                int base = 2 * oi * W + 2 * oj;
+                int best = base;
+                const int cand[3] = {base + 1, base + W, base + W + 1};
+
+                for (int k = 0; k < 3; k++)
+                    if (plane[cand[k]] > plane[best])
+                        best = cand[k];
+                yo[oi * OW + oj] = plane[best];
+                ao[oi * OW + oj] = best;
+            }
+    }
+}
+
+static void cpu_maxpool_bwd(fed_backend *be, const float *restrict dy,
+                            const int32_t *restrict argmax, int BC, int H, int W,
+                            float *restrict dx)
+{
+    int OH = H / 2, OW = W / 2;
+
+    (void)be;
+    memset(dx, 0, (size_t)BC * H * W * sizeof *dx);
+    for (int p = 0; p < BC; p++) {
+        float *plane = dx + (size_t)p * H * W;
+        const float *dyo = dy + (size_t)p * OH * OW;
+        const int32_t *ao = argmax + (size_t)p * OH * OW;
+
+        for (int i = 0; i < OH * OW; i++)
+            plane[ao[i]] += dyo[i];
+    }
+}
+
+/* ---- vectors and reductions ---- */
+
+static void cpu_axpy(fed_backend *be, size_t n, float alpha, const float *restrict x,
+                     float *restrict y)
+{
+    FTZ_BEGIN();
+    (void)be;
+    for (size_t i = 0; i < n; i++)
+        y[i] += alpha * x[i];
+    FTZ_END();
+}
+
+static void cpu_scale(fed_backend *be, size_t n, float alpha, float *restrict x)
+{
+    (void)be;
+    for (size_t i = 0; i < n; i++)
+        x[i] *= alpha;
+}
+
+/* Fixed-order double sums in 8 lanes (lane i takes elements i mod 8), then
+ * the lanes in order: fast, and the same result on every run. */
+static double cpu_dot(fed_backend *be, size_t n, const float *restrict x, const float *restrict y)
+{
+    double lane[8] = {0};
+    size_t i = 0;
+    double s = 0.0;
+
+    (void)be;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            lane[k] += (double)x[i + k] * (double)y[i + k];
+    for (; i < n; i++)
+        lane[i & 7] += (double)x[i] * (double)y[i];
+    for (int k = 0; k < 8; k++)
+        s += lane[k];
+    return s;
+}
+
+static double cpu_sumsq(fed_backend *be, size_t n, const float *x)
+{
+    return cpu_dot(be, n, x, x);
+}
+
+static void cpu_weighted_sum(fed_backend *be, float *restrict out, const float *const *in,
+                             const double *w, int k, size_t n)
+{
+    (void)be;
+    if (k <= 0) {
+        memset(out, 0, n * sizeof *out);
+        return;
+    }
+    /* Blocked so each output block stays in cache while the k inputs pass. */
+    for (size_t base = 0; base < n; base += 4096) {
+        size_t len = n - base < 4096 ? n - base : 4096;
+        double acc[4096];
+
+        for (size_t i = 0; i < len; i++)
+            acc[i] = w[0] * (double)in[0][base + i];
+        for (int j = 1; j < k; j++) {
+            const float *restrict src = in[j] + base;
+            double wj = w[j];
+
+            for (size_t i = 0; i < len; i++)
+                acc[i] += wj * (double)src[i];
+        }
+        for (size_t i = 0; i < len; i++)
+            out[base + i] = (float)acc[i];
+    }
+}
+
+/* ---- optimizer steps ---- */
+
+static void sgd_loop(float *restrict p, const float *restrict g, float *restrict m, size_t n, float lr,
+                     float mu, float wd, int nesterov)
+{
+    if (mu == 0.0f || !m) {
+        for (size_t i = 0; i < n; i++) {
+            float gi = g[i] + wd * p[i];
+            p[i] -= lr * gi;
+        }
+    } else if (nesterov) {
+        for (size_t i = 0; i < n; i++) {
+            float gi = g[i] + wd * p[i];
+            float mi = mu * m[i] + gi;
+            m[i] = mi;
+            p[i] -= lr * (gi + mu * mi);
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            float gi = g[i] + wd * p[i];
+            float mi = mu * m[i] + gi;
+            m[i] = mi;
+            p[i] -= lr * mi;
+        }
+    }
+}
+
+static void cpu_sgd_step(fed_backend *be, float *restrict p, float *restrict g, float *restrict m,
+                         size_t n, float lr, float mu, float wd, int nesterov)
+{
+    FTZ_BEGIN();
+    (void)be;
+    sgd_loop(p, g, m, n, lr, mu, wd, nesterov);
+    FTZ_END();
+}
+
+static void cpu_adam_step(fed_backend *be, float *restrict p, const float *restrict g,
+                          float *restrict m, float *restrict v, size_t n, float lr, float b1,
+                          float b2, float eps, float wd, long t)
+{
+    float c1 = 1.0f - (float)pow((double)b1, (double)t);
+    float c2 = 1.0f - (float)pow((double)b2, (double)t);
+    float step = lr / c1;
+    float rc2 = 1.0f / sqrtf(c2);
+    FTZ_BEGIN();
+
+    (void)be;
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i];
+        float mi = b1 * m[i] + (1.0f - b1) * gi;
+        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+
+        m[i] = mi;
+        v[i] = vi;
+        p[i] -= lr * wd * p[i] + step * mi / (sqrtf(vi) * rc2 + eps);
+    }
+    FTZ_END();
+}
+
+static void cpu_prox_grad(fed_backend *be, float *restrict g, const float *restrict p,
+                          const float *restrict p0, size_t n, float mu)
+{
+    FTZ_BEGIN();
+    (void)be;
+    for (size_t i = 0; i < n; i++)
+        g[i] += mu * (p[i] - p0[i]);
+    FTZ_END();
+}
+
+static void cpu_destroy(fed_backend *be)
+{
+    if (!be)
+        return;
+    fed_free(be->ctx);
+    fed_free(be);
+}
+
+static void cpu_fill_table(fed_backend *be)
+{
+    be->abi = FED_BACKEND_ABI;
+    be->name = "cpu";
+    be->alloc = cpu_alloc;
+    be->free = cpu_free;
+    be->upload = cpu_memcpy;
+    be->download = cpu_memcpy;
+    be->copy = cpu_copy;
+    be->fill = cpu_fill;
+    be->sync = cpu_sync;
+    be->gemm = cpu_gemm;
+    be->bias_act_fwd = cpu_bias_act_fwd;
+    be->relu_bwd = cpu_relu_bwd;
+    be->bias_bwd = cpu_bias_bwd;
+    be->u8_to_f32 = cpu_u8_to_f32;
+    be->softmax_xent = cpu_softmax_xent;
+    be->softmax_eval = cpu_softmax_eval;
+    be->im2col = cpu_im2col;
+    be->col2im = cpu_col2im;
+    be->maxpool_fwd = cpu_maxpool_fwd;
+    be->maxpool_bwd = cpu_maxpool_bwd;
+    be->axpy = cpu_axpy;
+    be->scale = cpu_scale;
+    be->dot = cpu_dot;
+    be->sumsq = cpu_sumsq;
+    be->weighted_sum = cpu_weighted_sum;
+    be->sgd_step = cpu_sgd_step;
+    be->adam_step = cpu_adam_step;
+    be->prox_grad = cpu_prox_grad;
+    be->destroy = cpu_destroy;
+    be->chan_bias_act_fwd = cpu_chan_bias_act_fwd;
+    be->chan_bias_bwd = cpu_chan_bias_bwd;
+}
+
+/* OpenBLAS's generic x86-64 kernel sets, picked when it does not know the
+ * CPU model (too new for the library, or masked by a hypervisor). */
+static int generic_core(const char *name)
+{
+    static const char *const generic[] = {"Prescott", "Core2", "Penryn", "Dunnington",
+                                          "Nehalem", "Atom", "Katmai", "Coppermine",
+                                          "Northwood", "Banias", "Unknown"};
+
+    for (size_t i = 0; i < sizeof generic / sizeof generic[0]; i++)
+        if (name && !strcasecmp(name, generic[i]))
+            return 1;
+    return 0;
+}
+
+const char *fed_backend_cpu_suggest_coretype(void)
+{
+    const char *env = getenv("OPENBLAS_CORETYPE");
+
+    if ((env && *env) || !generic_core(openblas_get_corename()))
+        return NULL;
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f"))
+        return "SkylakeX";
+    if (__builtin_cpu_supports("avx2"))
+        return "Haswell";
+#endif
+    return NULL;
+}
+
+fed_err fed_backend_cpu_new(int blas_threads, fed_backend **out)
+{
+    fed_backend *be = NULL;
+    cpu_ctx *ctx = NULL;
+
+    *out = NULL;
+    if (blas_threads < 1)
+        blas_threads = 1;
+    be = fed_calloc(1, sizeof *be);
+    ctx = fed_calloc(1, sizeof *ctx);
+    if (!be || !ctx) {
+        fed_free(be);
+        fed_free(ctx);
+        return FED_ERR_NOMEM;
+    }
+    ctx->blas_threads = blas_threads;
+    openblas_set_num_threads(blas_threads);
+    cpu_fill_table(be);
+    be->ctx = ctx;
+    snprintf(be->device, sizeof be->device, "cpu (OpenBLAS %s kernels, %d BLAS thread%s)",
+             openblas_get_corename(), blas_threads, blas_threads == 1 ? "" : "s");
+    if (fed_backend_cpu_suggest_coretype())
+        fed_log(FED_LOG_INFO,
+                "OpenBLAS chose its generic %s kernels on this CPU; OPENBLAS_CORETYPE=%s "
+                "runs several times faster",
+                openblas_get_corename(), fed_backend_cpu_suggest_coretype());
+    *out = be;
+    return FED_OK;
+}

@@ -1,0 +1,273 @@
+/* io.c - the model file of io.h: encode, strict parse, atomic save, load.
+ * Owns the file's byte layout and nothing else; endianness is explicit, so
+ * the file reads the same on every host. Never trusts a length from the
+ * file before the file's own size has proven it. */
+#include "model/io.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t get_u64(const uint8_t *p)
+{
+    return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
+}
+
+/* zlib's crc32 takes a uInt length: feed it in pieces. */
+static uint32_t crc_of(const uint8_t *buf, size_t len)
+{
+    uLong crc = crc32(0L, Z_NULL, 0);
+
+    while (len) {
+        uInt piece = len > (1u << 30) ? (1u << 30) : (uInt)len;
+
+        crc = crc32(crc, buf, piece);
+        buf += piece;
+        len -= piece;
+    }
+    return (uint32_t)crc;
+}
+
+size_t fed_model_file_size(const fed_model *m)
+{
+    return FED_MODEL_FILE_HEADER + strlen(fed_model_spec(m)) + 4 * fed_model_nparams(m) + 4;
+}
+
+fed_err fed_model_file_encode(const fed_model *m, uint8_t *buf, size_t cap, size_t *len)
+{
+    const char *spec = fed_model_spec(m);
+    size_t L = strlen(spec), n = fed_model_nparams(m), size = fed_model_file_size(m);
+    fed_model_shape in = fed_model_input(m);
+    uint8_t *p;
+    fed_err err;
+
+    if (cap < size)
+        return FED_ERR_RANGE;
+    memcpy(buf, FED_MODEL_FILE_MAGIC, 8);
+    put_u32(buf + 8, FED_MODEL_FILE_VERSION);
+    put_u32(buf + 12, (uint32_t)L);
+    put_u32(buf + 16, (uint32_t)in.c);
+    put_u32(buf + 20, (uint32_t)in.h);
+    put_u32(buf + 24, (uint32_t)in.w);
+    put_u32(buf + 28, (uint32_t)in.classes);
+    put_u64(buf + 32, n);
+    memcpy(buf + FED_MODEL_FILE_HEADER, spec, L);
+    p = buf + FED_MODEL_FILE_HEADER + L;
+    /* Download straight into the file image, then fix the byte order. */
+    err = fed_model_get_params(m, (float *)(void *)p);
+    if (err != FED_OK)
+        return err;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits;
+
+        memcpy(&bits, p + 4 * i, 4);
+        put_u32(p + 4 * i, bits);
+    }
+    put_u32(p + 4 * n, crc_of(buf, size - 4));
+    *len = size;
+    return FED_OK;
+}
+
+fed_err fed_model_file_parse(const uint8_t *buf, size_t len, fed_model_file *out)
+{
+    uint32_t version, L;
+    uint64_t n;
+    size_t need;
+    fed_model_shape shape;
+    fed_err err;
+
+    memset(out, 0, sizeof *out);
+    if (len < 8)
+        return FED_ERR_TRUNCATED;
+    if (memcmp(buf, FED_MODEL_FILE_MAGIC, 8) != 0)
+        return FED_ERR_MAGIC;
+    if (len < FED_MODEL_FILE_HEADER)
+        return FED_ERR_TRUNCATED;
+    version = get_u32(buf + 8);
+    if (version != FED_MODEL_FILE_VERSION)
+        return FED_ERR_VERSION;
+    L = get_u32(buf + 12);
+    if (L < 1 || L >= FED_MODEL_SPEC_MAX)
+        return FED_ERR_TOO_LARGE;
+    n = get_u64(buf + 32);
+    /* the file's own length bounds N before anything is allocated */
+    if (n > (len - FED_MODEL_FILE_HEADER) / 4)
+        return FED_ERR_TRUNCATED;
+    need = FED_MODEL_FILE_HEADER + L + 4 * (size_t)n + 4;
+    if (len < need)
+        return FED_ERR_TRUNCATED;
+    if (len > need)
+        return FED_ERR_FORMAT;
+    if (get_u32(buf + need - 4) != crc_of(buf, need - 4))
+        return FED_ERR_CORRUPT;
+    memcpy(out->spec, buf + FED_MODEL_FILE_HEADER, L);
+    out->spec[L] = '\0';
+    if (strlen(out->spec) != L)
+        return FED_ERR_SPEC;
+    shape.c = (int)(get_u32(buf + 16) & 0x7fffffff);
+    shape.h = (int)(get_u32(buf + 20) & 0x7fffffff);
+    shape.w = (int)(get_u32(buf + 24) & 0x7fffffff);
+    shape.classes = (int)(get_u32(buf + 28) & 0x7fffffff);
+    if (get_u32(buf + 16) > 0x7fffffff || get_u32(buf + 20) > 0x7fffffff ||
+        get_u32(buf + 24) > 0x7fffffff || get_u32(buf + 28) > 0x7fffffff)
+        return FED_ERR_SHAPE;
+    out->shape = shape;
+    err = fed_model_spec_check(out->spec, shape);
+    if (err != FED_OK)
+        return err;
+    err = fed_model_spec_nparams(out->spec, shape, &need);
+    if (err != FED_OK)
+        return err;
+    if (need != n)
+        return FED_ERR_SHAPE;
+    out->params = fed_malloc(n ? 4 * (size_t)n : 1);
+    if (!out->params)
+        return FED_ERR_NOMEM;
+    out->nparams = (size_t)n;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits = get_u32(buf + FED_MODEL_FILE_HEADER + L + 4 * i);
+        float v;
+
+        memcpy(&v, &bits, 4);
+        if (!isfinite(v)) {
+            fed_model_file_fini(out);
+            return FED_ERR_NAN;
+        }
+        out->params[i] = v;
+    }
+    return FED_OK;
+}
+
+void fed_model_file_fini(fed_model_file *f)
+{
+    if (!f)
+        return;
+    fed_free(f->params);
+    f->params = NULL;
+    f->nparams = 0;
+}
+
+static fed_err write_all(FILE *f, const uint8_t *buf, size_t len)
+{
+    if (fwrite(buf, 1, len, f) != len)
+        return errno == ENOSPC ? FED_ERR_FULL : FED_ERR_IO;
+    return FED_OK;
+}
+
+fed_err fed_model_save(const fed_model *m, const char *path)
+{
+    size_t size = fed_model_file_size(m), len = 0, plen = strlen(path);
+    uint8_t *buf = fed_malloc(size);
+    char *tmp = fed_malloc(plen + 8);
+    FILE *f = NULL;
+    fed_err err = FED_ERR_NOMEM;
+
+    if (!buf || !tmp)
+        goto out;
+    snprintf(tmp, plen + 8, "%s.tmp", path);
+    if ((err = fed_model_file_encode(m, buf, size, &len)) != FED_OK)
+        goto out;
+    f = fopen(tmp, "wb");
+    if (!f) {
+        fed_log(FED_LOG_ERROR, "model: cannot create %s: %s", tmp, strerror(errno));
+        err = errno == EACCES ? FED_ERR_PERM : FED_ERR_IO;
+        goto out;
+    }
+    err = write_all(f, buf, len);
+    if (err == FED_OK && (fflush(f) != 0 || fsync(fileno(f)) != 0))
+        err = FED_ERR_IO;
+    if (fclose(f) != 0 && err == FED_OK)
+        err = FED_ERR_IO;
+    f = NULL;
+    if (err == FED_OK && rename(tmp, path) != 0)
+        err = FED_ERR_IO;
+    if (err != FED_OK) {
+        fed_log(FED_LOG_ERROR, "model: writing %s failed: %s", path, fed_strerror(err));
+        unlink(tmp);
+    }
+out:
+    fed_free(tmp);
+    fed_free(buf);
+    return err;
+}
+
+fed_err fed_model_file_read(const char *path, fed_model_file *out)
+{
+    FILE *f = fopen(path, "rb");
+    struct stat st;
+    uint8_t *buf = NULL;
+    fed_err err;
+
+    memset(out, 0, sizeof *out);
+    if (!f) {
+        fed_log(FED_LOG_ERROR, "model: cannot open %s: %s", path, strerror(errno));
+        return errno == ENOENT ? FED_ERR_NOTFOUND : FED_ERR_IO;
+    }
+    err = FED_ERR_IO;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode))
+        goto out;
+    err = FED_ERR_TOO_LARGE;
+    if ((uint64_t)st.st_size > ((uint64_t)1 << 40))
+        goto out;
+    err = FED_ERR_NOMEM;
+    buf = fed_malloc((size_t)st.st_size ? (size_t)st.st_size : 1);
+    if (!buf)
+        goto out;
+    err = FED_ERR_IO;
+    if (fread(buf, 1, (size_t)st.st_size, f) != (size_t)st.st_size)
+        goto out;
+    err = fed_model_file_parse(buf, (size_t)st.st_size, out);
+out:
+    if (err != FED_OK)
+        fed_log(FED_LOG_ERROR, "model: %s: %s", path, fed_strerror(err));
+    fed_free(buf);
+    fclose(f);
+    return err;
+}
+
+fed_err fed_model_load(const char *path, fed_backend *be, fed_pool *pool, int shards,
+                       int max_batch, fed_model **out)
+{
+    fed_model_file file;
+    fed_model *m = NULL;
+    fed_err err;
+
+    *out = NULL;
+    err = fed_model_file_read(path, &file);
+    if (err != FED_OK)
+        return err;
+    err = fed_model_new(file.spec, file.shape, be, pool, shards, max_batch, &m);
+    if (err == FED_OK)
+        err = fed_model_set_params(m, file.params);
+    if (err == FED_OK) {
+        *out = m;
+        m = NULL;
+    }
+    fed_model_free(m);
+    fed_model_file_fini(&file);
+    return err;
+}

@@ -1,0 +1,171 @@
+/* train.c - the local training loop of train.h: shuffle, gather, step,
+ * evaluate. Owns the staging buffers and the shuffled index copy of one
+ * trainer; allocates only in fed_trainer_new. Never prints, never reads a
+ * clock, never draws randomness except from the rng it is handed. */
+#include "model/train.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+
+struct fed_trainer {
+    fed_model *m;
+    fed_optim *o;
+    const fed_dataset *d;
+    int batch;
+    void *x_stage;      /* (batch, features) uint8 or float */
+    int32_t *y_stage;   /* (batch) */
+    uint32_t *order;    /* (cap) shuffled copy of the epoch's indices */
+    size_t cap;
+    fed_train_progress_fn progress;
+    void *progress_ctx;
+};
+
+long fed_train_batches(size_t n, int batch)
+{
+    return batch > 0 ? (long)((n + (size_t)batch - 1) / (size_t)batch) : 0;
+}
+
+fed_err fed_trainer_new(fed_model *m, fed_optim *o, const fed_dataset *d, int batch,
+                        fed_trainer **out)
+{
+    fed_trainer *t;
+    fed_model_shape ms = fed_model_input(m);
+    size_t elem;
+
+    *out = NULL;
+    if (batch < 1 || batch > fed_model_max_batch(m) || !d || (!d->x_u8 && !d->x_f32))
+        return FED_ERR_INVAL;
+    if (ms.c != d->shape.c || ms.h != d->shape.h || ms.w != d->shape.w ||
+        ms.classes < d->shape.classes) {
+        fed_log(FED_LOG_ERROR, "train: model input %dx%dx%d/%d does not fit data %dx%dx%d/%d",
+                ms.c, ms.h, ms.w, ms.classes, d->shape.c, d->shape.h, d->shape.w,
+                d->shape.classes);
+        return FED_ERR_SHAPE;
+    }
+    t = fed_calloc(1, sizeof *t);
+    if (!t)
+        return FED_ERR_NOMEM;
+    t->m = m;
+    t->o = o;
+    t->d = d;
+    t->batch = batch;
+    elem = d->x_u8 ? 1 : sizeof(float);
+    t->x_stage = fed_alloc_aligned((size_t)batch * d->features * elem);
+    t->y_stage = fed_malloc((size_t)batch * sizeof *t->y_stage);
+    t->cap = d->n;
+    t->order = fed_malloc((t->cap ? t->cap : 1) * sizeof *t->order);
+    if (!t->x_stage || !t->y_stage || !t->order) {
+        fed_trainer_free(t);
+        return FED_ERR_NOMEM;
+    }
+    *out = t;
+    return FED_OK;
+}
+
+void fed_trainer_free(fed_trainer *t)
+{
+    if (!t)
+        return;
+    fed_free(t->x_stage);
+    fed_free(t->y_stage);
+    fed_free(t->order);
+    fed_free(t);
+}
+
+void fed_trainer_set_progress(fed_trainer *t, fed_train_progress_fn fn, void *ctx)
+{
+    t->progress = fn;
+    t->progress_ctx = ctx;
+}
+
+static fed_err check_indices(const fed_trainer *t, const uint32_t *idx, size_t n)
+{
+    if (n > t->cap)
+        return FED_ERR_RANGE;
+    for (size_t i = 0; i < n; i++)
+        if (idx[i] >= t->d->n)
+            return FED_ERR_RANGE;
+    return FED_OK;
+}
+
+fed_err fed_trainer_steps(fed_trainer *t, const uint32_t *idx, size_t n, long steps,
+                          fed_rng *rng, fed_step_stats *st)
+{
+    fed_err err;
+    long done = 0;
+
+    if (!t->o)
+        return FED_ERR_INVAL;
+    if ((err = check_indices(t, idx, n)) != FED_OK)
+        return err;
+    if (n)
+        memcpy(t->order, idx, n * sizeof *idx);
+    fed_rng_shuffle_u32(rng, t->order, n);
+    for (size_t off = 0; off < n && done < steps; off += (size_t)t->batch, done++) {
+        int bn = n - off < (size_t)t->batch ? (int)(n - off) : t->batch;
+        fed_step_stats s = {0};
+        fed_batch b;
+
+        fed_data_gather(t->d, t->order + off, bn, t->x_stage, t->y_stage, &b);
+        if ((err = fed_optim_train_step(t->o, t->m, &b, &s)) != FED_OK)
+            return err;
+        if (!isfinite(s.loss_sum)) {
+            fed_log(FED_LOG_ERROR, "train: loss is not finite after %ld steps (lr too high?)",
+                    fed_optim_steps(t->o));
+            return FED_ERR_NAN;
+        }
+        if (st) {
+            st->loss_sum += s.loss_sum;
+            st->correct += s.correct;
+            st->samples += s.samples;
+        }
+        if (t->progress)
+            t->progress(t->progress_ctx, (long)(off + (size_t)bn), (long)n);
+    }
+    return FED_OK;
+}
+
+fed_err fed_trainer_epoch(fed_trainer *t, const uint32_t *idx, size_t n, fed_rng *rng,
+                          fed_step_stats *st)
+{
+    return fed_trainer_steps(t, idx, n, fed_train_batches(n, t->batch), rng, st);
+}
+
+fed_err fed_trainer_evaluate(fed_trainer *t, const uint32_t *idx, size_t n, fed_step_stats *st)
+{
+    fed_err err;
+
+    if (!idx)
+        return fed_train_evaluate_all(t->m, t->d, st);
+    if ((err = check_indices(t, idx, n)) != FED_OK)
+        return err;
+    for (size_t off = 0; off < n; off += (size_t)t->batch) {
+        int bn = n - off < (size_t)t->batch ? (int)(n - off) : t->batch;
+        fed_batch b;
+
+        fed_data_gather(t->d, idx + off, bn, t->x_stage, t->y_stage, &b);
+        if ((err = fed_model_evaluate(t->m, &b, st)) != FED_OK)
+            return err;
+    }
+    return FED_OK;
+}
+
+fed_err fed_train_evaluate_all(fed_model *m, const fed_dataset *d, fed_step_stats *st)
+{
+    fed_model_shape ms = fed_model_input(m);
+    fed_batch b;
+
+    if (!d || d->n == 0 || d->n > (size_t)1 << 30)
+        return FED_ERR_INVAL;
+    if (ms.c != d->shape.c || ms.h != d->shape.h || ms.w != d->shape.w ||
+        ms.classes < d->shape.classes)
+        return FED_ERR_SHAPE;
+    b.n = (int)d->n;
+    b.x_u8 = d->x_u8;
+    b.x_f32 = d->x_u8 ? NULL : d->x_f32;
+    b.y = d->y;
+    return fed_model_evaluate(m, &b, st);
+}

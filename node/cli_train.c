@@ -1,0 +1,510 @@
+/* cli_train.c - `fednode train` and `fednode eval`: local training and
+ * evaluation of a model on a dataset. Owns these commands' option tables,
+ * their printing (one line per epoch on stdout, a progress bar on stderr
+ * when it is a terminal) and their timing; the work itself is model/train.c.
+ * Never computes anything beyond formatting figures. */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/opt.h"
+#include "core/pool.h"
+#include "core/rng.h"
+#include "model/backend.h"
+#include "model/data.h"
+#include "model/io.h"
+#include "model/model.h"
+#include "model/optim.h"
+#include "model/train.h"
+#include "node/cli.h"
+
+#define MAX_THREADS 64
+/* The command line's learning rates when --lr is not given (measured on
+ * Fashion-MNIST, mlp:256,128, batch 64, cosine, 10 epochs: see README). */
+#define CLI_ADAM_LR "0.002"
+#define CLI_SGD_LR "0.05"
+
+/* ------------------------------------------------------------ options -- */
+
+typedef struct train_cfg {
+    char data[512];
+    char model[FED_MODEL_SPEC_MAX];
+    int epochs;
+    int batch;
+    double lr;
+    char optimizer[16];
+    double momentum;
+    double weight_decay;
+    int nesterov;
+    char schedule[64];
+    int threads;
+    uint64_t seed;
+    char partition[64];
+    char shard[32];
+    uint64_t partition_seed;
+    char out[512];
+    char device[32];
+} train_cfg;
+
+#define T(field, name, type, def, min, max, help)                              \
+    FED_OPT_DEF(train_cfg, field, name, type, def, min, max, help)
+static const fed_opt train_opts[] = {
+    T(data, "data", FED_OPT_STR, "fashion-mnist", 0, 0,
+      "fashion-mnist, a directory of IDX files (train-/t10k-), or a CSV file"),
+    T(model, "model", FED_OPT_STR, "mlp:256,128", 0, 0, "logreg, mlp:W1,W2,... or cnn"),
+    T(epochs, "epochs", FED_OPT_INT, "10", 1, 100000, "passes over the (shard of the) data"),
+    T(batch, "batch", FED_OPT_INT, "64", 1, 65536, "samples per step"),
+    T(lr, "lr", FED_OPT_DOUBLE, "0", 0, 100,
+      "learning rate; 0 = the optimizer's own (adam " CLI_ADAM_LR ", sgd " CLI_SGD_LR ")"),
+    T(optimizer, "optimizer", FED_OPT_STR, "adam", 0, 0, "adam or sgd"),
+    T(momentum, "momentum", FED_OPT_DOUBLE, "0.9", 0, 0.999, "SGD momentum"),
+    T(weight_decay, "weight-decay", FED_OPT_DOUBLE, "0", 0, 1,
+      "L2 weight decay (SGD) or decoupled decay (Adam: AdamW)"),
+    T(nesterov, "nesterov", FED_OPT_BOOL, "false", 0, 0, "Nesterov momentum (SGD)"),
+    T(schedule, "schedule", FED_OPT_STR, "cosine", 0, 0,
+      "learning-rate schedule: const, step:EPOCHS,GAMMA (times GAMMA every EPOCHS "
+      "epochs) or cosine (down to 0 over the run)"),
+    T(threads, "threads", FED_OPT_INT, "0", 0, MAX_THREADS,
+      "threads splitting each batch (CPU); 0 = every online core"),
+    T(seed, "seed", FED_OPT_U64, "1", 0, 0, "seed of initialization and shuffling"),
+    T(partition, "partition", FED_OPT_STR, "iid", 0, 0,
+      "how the data is split among --shard's K nodes: iid, dirichlet:ALPHA, shards:N"),
+    T(shard, "shard", FED_OPT_STR, "0/1", 0, 0, "I/K: train on part I (0-based) of K"),
+    T(partition_seed, "partition-seed", FED_OPT_U64, "1", 0, 0,
+      "seed of the partition (the same on every node)"),
+    T(out, "out", FED_OPT_STR, "", 0, 0, "write the trained model to this file"),
+    T(device, "device", FED_OPT_STR, "auto", 0, 0, "auto, cpu, cuda or cuda:N"),
+};
+#undef T
+#define NTRAIN_OPTS (sizeof train_opts / sizeof train_opts[0])
+
+typedef struct eval_cfg {
+    char model[512];
+    char data[512];
+    char split[16];
+    int batch;
+    int threads;
+    char device[32];
+} eval_cfg;
+
+#define E(field, name, type, def, min, max, help)                              \
+    FED_OPT_DEF(eval_cfg, field, name, type, def, min, max, help)
+static const fed_opt eval_opts[] = {
+    E(model, "model", FED_OPT_STR, "", 0, 0, "model file written by fednode train --out"),
+    E(data, "data", FED_OPT_STR, "fashion-mnist", 0, 0,
+      "fashion-mnist, a directory of IDX files, or a CSV file"),
+    E(split, "split", FED_OPT_STR, "test", 0, 0, "test or train"),
+    E(batch, "batch", FED_OPT_INT, "256", 1, 65536, "samples per forward pass"),
+    E(threads, "threads", FED_OPT_INT, "0", 0, MAX_THREADS, "threads; 0 = every online core"),
+    E(device, "device", FED_OPT_STR, "auto", 0, 0, "auto, cpu, cuda or cuda:N"),
+};
+#undef E
+#define NEVAL_OPTS (sizeof eval_opts / sizeof eval_opts[0])
+
+/* Defaults, --config FILE, flags; prints --help. Returns -1 to go on, else
+ * the exit status. */
+static int load_options(const char *cmd, const char *synopsis, const fed_opt *t, size_t n,
+                        void *cfg, int argc, char **argv)
+{
+    fed_opt_error e = {{0}};
+    char **pos = fed_calloc((size_t)argc + 1, sizeof *pos);
+    int npos = 0, rc = -1;
+    fed_err err;
+
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: fednode %s %s\n\noptions (also as KEY = VALUE in --config FILE):\n",
+                   cmd, synopsis);
+            fed_opt_print_help(t, n, stdout);
+            fed_free(pos);
+            return 0;
+        }
+    if (!pos) {
+        fed_cli_error("%s: out of memory", cmd);
+        return 1;
+    }
+    err = fed_opt_load(t, n, cfg, argc, argv, pos, &npos, &e);
+    if (err != FED_OK) {
+        fed_cli_error("%s: %s", cmd, e.msg[0] ? e.msg : fed_strerror(err));
+        rc = 2;
+    } else if (npos > 0) {
+        fed_cli_error("%s: unexpected argument '%s' (see fednode %s --help)", cmd, pos[0], cmd);
+        rc = 2;
+    }
+    fed_free(pos);
+    return rc;
+}
+
+/* ---------------------------------------------------------- helpers -- */
+
+/* OpenBLAS chooses its kernels when the process loads it: if it fell back
+ * to generic ones on this CPU, run this command again with the right
+ * OPENBLAS_CORETYPE (set in the environment, so this happens once). */
+static void maybe_reexec(const char *cmd, int argc, char **argv)
+{
+    const char *core = fed_backend_cpu_suggest_coretype();
+    char **args;
+
+    if (!core || getenv("FEDNODE_NO_REEXEC"))
+        return;
+    args = fed_calloc((size_t)argc + 3, sizeof *args);
+    if (!args)
+        return;
+    args[0] = "fednode";
+    args[1] = (char *)cmd;
+    for (int i = 0; i < argc; i++)
+        args[i + 2] = argv[i];
+    fed_log(FED_LOG_INFO, "OpenBLAS picked generic kernels on this CPU; restarting with "
+                          "OPENBLAS_CORETYPE=%s", core);
+    if (setenv("OPENBLAS_CORETYPE", core, 1) == 0)
+        execv("/proc/self/exe", args);
+    fed_log(FED_LOG_WARN, "could not restart with OPENBLAS_CORETYPE=%s; going on", core);
+    unsetenv("OPENBLAS_CORETYPE");
+    fed_free(args);
+}
+
+static int online_cores(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+    return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (int)n;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* "I/K" with 0 <= I < K. */
+static int parse_shard(const char *s, int *shard, int *k)
+{
+    char *end = NULL;
+    long i, n;
+
+    if (*s < '0' || *s > '9')
+        return 0;
+    i = strtol(s, &end, 10);
+    if (*end != '/' || end[1] < '0' || end[1] > '9')
+        return 0;
+    n = strtol(end + 1, &end, 10);
+    if (*end || n < 1 || n > 1000000 || i < 0 || i >= n)
+        return 0;
+    *shard = (int)i;
+    *k = (int)n;
+    return 1;
+}
+
+/* The learning-rate schedule of the command line, counted in epochs, into
+ * steps for the optimizer. */
+static fed_err schedule_to_steps(const char *text, int epochs, long per_epoch, fed_optim_cfg *oc)
+{
+    fed_err err = fed_optim_sched_parse(text, oc);
+
+    if (err != FED_OK)
+        return err;
+    if (oc->sched == FED_SCHED_STEP)
+        oc->step_size *= per_epoch;
+    else if (oc->sched == FED_SCHED_COSINE && strcmp(text, "cosine") == 0)
+        oc->total_steps = (long)epochs * per_epoch;
+    else if (oc->sched == FED_SCHED_COSINE)
+        return FED_ERR_BAD_VALUE; /* "cosine:N" is the library's step count: not here */
+    return FED_OK;
+}
+
+typedef struct progress {
+    int epoch, epochs;
+    int last_pct;
+} progress;
+
+static void progress_bar(void *ctx, long done, long total)
+{
+    progress *p = ctx;
+    int pct = total > 0 ? (int)(100 * done / total) : 100, bars = pct / 4;
+    char bar[26];
+
+    if (pct == p->last_pct)
+        return;
+    p->last_pct = pct;
+    memset(bar, '#', (size_t)bars);
+    memset(bar + bars, '.', (size_t)(25 - bars));
+    bar[25] = '\0';
+    fprintf(stderr, "\r  epoch %d/%d [%s] %3d%%", p->epoch, p->epochs, bar, pct);
+    fflush(stderr);
+}
+
+static void progress_clear(void)
+{
+    fputs("\r\033[K", stderr);
+    fflush(stderr);
+}
+
+/* ------------------------------------------------------------- train -- */
+
+typedef struct train_world {
+    fed_backend *be;
+    fed_pool *pool;
+    fed_dataset *train, *test;
+    uint32_t *idx;
+    size_t nidx;
+    fed_model *m;
+    fed_optim *o;
+    fed_trainer *t;
+} train_world;
+
+static void train_world_fini(train_world *w)
+{
+    fed_trainer_free(w->t);
+    fed_optim_free(w->o);
+    fed_model_free(w->m);
+    fed_free(w->idx);
+    fed_data_free(w->test);
+    fed_data_free(w->train);
+    fed_pool_free(w->pool);
+    fed_backend_free(w->be);
+}
+
+static int fail(const char *what, fed_err err)
+{
+    fed_cli_error("train: %s: %s", what, fed_strerror(err));
+    return 1;
+}
+
+/* Checks what can be checked before loading anything. */
+static int check_train_cfg(const train_cfg *c, fed_optim_cfg *oc, int *shard, int *k)
+{
+    fed_optim_kind kind;
+    fed_data_scheme scheme;
+    fed_optim_cfg probe;
+
+    if (fed_optim_kind_parse(c->optimizer, &kind) != FED_OK) {
+        fed_cli_error("train: --optimizer: '%s' is not sgd or adam", c->optimizer);
+        return 2;
+    }
+    fed_optim_cfg_default(oc, kind);
+    oc->lr = (float)(c->lr > 0 ? c->lr : atof(kind == FED_OPTIM_ADAM ? CLI_ADAM_LR : CLI_SGD_LR));
+    if (kind == FED_OPTIM_SGD)
+        oc->momentum = (float)c->momentum;
+    oc->weight_decay = (float)c->weight_decay;
+    oc->nesterov = c->nesterov;
+    if (c->nesterov && (kind != FED_OPTIM_SGD || c->momentum <= 0)) {
+        fed_cli_error("train: --nesterov needs --optimizer sgd and --momentum > 0");
+        return 2;
+    }
+    probe = *oc;
+    if (schedule_to_steps(c->schedule, c->epochs, 1, &probe) != FED_OK) {
+        fed_cli_error("train: --schedule: '%s' is not const, step:EPOCHS,GAMMA or cosine",
+                      c->schedule);
+        return 2;
+    }
+    if (!parse_shard(c->shard, shard, k)) {
+        fed_cli_error("train: --shard: '%s' is not I/K with 0 <= I < K", c->shard);
+        return 2;
+    }
+    if (fed_data_parse_scheme(c->partition, &scheme) != FED_OK) {
+        fed_cli_error("train: --partition: '%s' is not iid, dirichlet:ALPHA or shards:N",
+                      c->partition);
+        return 2;
+    }
+    return 0;
+}
+
+static void print_header(const train_cfg *c, const train_world *w, const fed_optim_cfg *oc,
+                         int threads)
+{
+    printf("# fednode train: %s on %s (%zu training samples", c->model, c->data, w->nidx);
+    if (w->test)
+        printf(", %zu test", w->test->n);
+    printf("), %d epochs, batch %d, %s lr %g", c->epochs, c->batch, c->optimizer, oc->lr);
+    if (oc->kind == FED_OPTIM_SGD)
+        printf(" momentum %g%s", oc->momentum, oc->nesterov ? " nesterov" : "");
+    printf(" weight-decay %g, schedule %s, seed %llu\n", oc->weight_decay, c->schedule,
+           (unsigned long long)c->seed);
+    printf("# device %s, %d thread%s\n", w->be->device, threads, threads == 1 ? "" : "s");
+    fflush(stdout);
+}
+
+static int run_epochs(const train_cfg *c, train_world *w, fed_rng *shuffle)
+{
+    progress bar = {0, c->epochs, -1};
+    fed_err err;
+
+    if (isatty(2))
+        fed_trainer_set_progress(w->t, progress_bar, &bar);
+    for (int e = 1; e <= c->epochs; e++) {
+        fed_step_stats tr = {0}, te = {0};
+        double t0, secs;
+
+        bar.epoch = e;
+        bar.last_pct = -1;
+        t0 = now_s();
+        err = fed_trainer_epoch(w->t, w->idx, w->nidx, shuffle, &tr);
+        secs = now_s() - t0;
+        if (isatty(2))
+            progress_clear();
+        if (err != FED_OK)
+            return fail("training", err);
+        if (w->test && (err = fed_train_evaluate_all(w->m, w->test, &te)) != FED_OK)
+            return fail("evaluating", err);
+        printf("epoch %3d/%d  loss %.4f  train_acc %.4f", e, c->epochs,
+               tr.loss_sum / (double)tr.samples, (double)tr.correct / (double)tr.samples);
+        if (w->test)
+            printf("  test_loss %.4f  test_acc %.4f", te.loss_sum / (double)te.samples,
+                   (double)te.correct / (double)te.samples);
+        printf("  samples/s %.0f\n", secs > 0 ? (double)tr.samples / secs : 0.0);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+static int train_main(const train_cfg *c, int argc, char **argv)
+{
+    train_world w = {0};
+    fed_optim_cfg oc;
+    fed_rng init, shuffle;
+    int shard = 0, k = 1, threads = c->threads ? c->threads : online_cores(), rc;
+    fed_err err;
+
+    if ((rc = check_train_cfg(c, &oc, &shard, &k)) != 0)
+        return rc;
+    maybe_reexec("train", argc, argv);
+    if ((err = fed_backend_open(c->device, &w.be)) != FED_OK) {
+        rc = fail("device", err);
+        goto out;
+    }
+    if (strcmp(w.be->name, "cpu") != 0)
+        threads = 1;
+    if ((err = fed_pool_new(threads - 1, &w.pool)) != FED_OK) {
+        rc = fail("thread pool", err);
+        goto out;
+    }
+    if ((err = fed_data_open(c->data, 1, &w.train)) != FED_OK) {
+        rc = fail(c->data, err);
+        goto out;
+    }
+    if ((err = fed_data_open(c->data, 0, &w.test)) != FED_OK) {
+        rc = fail(c->data, err);
+        goto out;
+    }
+    if ((err = fed_data_partition(w.train, c->partition, shard, k, c->partition_seed, &w.idx,
+                                  &w.nidx)) != FED_OK) {
+        rc = fail("partition", err);
+        goto out;
+    }
+    if (w.nidx == 0) {
+        fed_cli_error("train: shard %s of the data is empty", c->shard);
+        rc = 1;
+        goto out;
+    }
+    if ((err = fed_model_new(c->model, w.train->shape, w.be, w.pool, threads, c->batch,
+                             &w.m)) != FED_OK) {
+        rc = fail(c->model, err);
+        goto out;
+    }
+    fed_rng_seed_stream(&init, c->seed, 0);
+    fed_rng_seed_stream(&shuffle, c->seed, 1);
+    if ((err = schedule_to_steps(c->schedule, c->epochs, fed_train_batches(w.nidx, c->batch),
+                                 &oc)) != FED_OK ||
+        (err = fed_model_init(w.m, &init)) != FED_OK ||
+        (err = fed_optim_new(&oc, w.m, &w.o)) != FED_OK ||
+        (err = fed_trainer_new(w.m, w.o, w.train, c->batch, &w.t)) != FED_OK) {
+        rc = fail("setting up", err);
+        goto out;
+    }
+    print_header(c, &w, &oc, threads);
+    if ((rc = run_epochs(c, &w, &shuffle)) != 0)
+        goto out;
+    if (c->out[0]) {
+        if ((err = fed_model_save(w.m, c->out)) != FED_OK) {
+            rc = fail(c->out, err);
+            goto out;
+        }
+        printf("# saved %s (%zu parameters)\n", c->out, fed_model_nparams(w.m));
+    }
+    rc = 0;
+out:
+    train_world_fini(&w);
+    return rc;
+}
+
+int fed_cli_train(int argc, char **argv)
+{
+    train_cfg cfg;
+    int rc = load_options("train", "[--data D] [--model SPEC] [--epochs N] [options]",
+                          train_opts, NTRAIN_OPTS, &cfg, argc, argv);
+
+    if (rc >= 0)
+        return rc;
+    return train_main(&cfg, argc, argv);
+}
+
+/* -------------------------------------------------------------- eval -- */
+
+static int eval_main(const eval_cfg *c, int argc, char **argv)
+{
+    fed_backend *be = NULL;
+    fed_pool *pool = NULL;
+    fed_dataset *d = NULL;
+    fed_model *m = NULL;
+    fed_step_stats st = {0};
+    int threads = c->threads ? c->threads : online_cores(), rc = 1;
+    fed_err err;
+
+    if (!c->model[0]) {
+        fed_cli_error("eval: --model FILE is required");
+        return 2;
+    }
+    if (strcmp(c->split, "test") != 0 && strcmp(c->split, "train") != 0) {
+        fed_cli_error("eval: --split: '%s' is not test or train", c->split);
+        return 2;
+    }
+    maybe_reexec("eval", argc, argv);
+    if ((err = fed_backend_open(c->device, &be)) != FED_OK) {
+        fed_cli_error("eval: device: %s", fed_strerror(err));
+        goto out;
+    }
+    if (strcmp(be->name, "cpu") != 0)
+        threads = 1;
+    if ((err = fed_pool_new(threads - 1, &pool)) != FED_OK ||
+        (err = fed_model_load(c->model, be, pool, threads, c->batch, &m)) != FED_OK) {
+        fed_cli_error("eval: %s: %s", c->model, fed_strerror(err));
+        goto out;
+    }
+    if ((err = fed_data_open(c->data, !strcmp(c->split, "train"), &d)) != FED_OK) {
+        fed_cli_error("eval: %s: %s", c->data, fed_strerror(err));
+        goto out;
+    }
+    if ((err = fed_train_evaluate_all(m, d, &st)) != FED_OK) {
+        fed_cli_error("eval: %s on %s: %s", c->model, c->data, fed_strerror(err));
+        goto out;
+    }
+    printf("model %s  data %s (%s)  samples %ld  loss %.4f  accuracy %.4f\n", fed_model_spec(m),
+           c->data, c->split, st.samples, st.loss_sum / (double)st.samples,
+           (double)st.correct / (double)st.samples);
+    rc = 0;
+out:
+    fed_model_free(m);
+    fed_data_free(d);
+    fed_pool_free(pool);
+    fed_backend_free(be);
+    return rc;
+}
+
+int fed_cli_eval(int argc, char **argv)
+{
+    eval_cfg cfg;
+    int rc = load_options("eval", "--model FILE [--data D] [options]", eval_opts, NEVAL_OPTS,
+                          &cfg, argc, argv);
+
+    if (rc >= 0)
+        return rc;
+    return eval_main(&cfg, argc, argv);
+}

@@ -1,0 +1,385 @@
+/* test_backend_cpu.c - every kernel of the CPU backend against a plain
+ * double-precision loop written here, plus fed_backend_open's device
+ * grammar. These are the references the CUDA plugin's kernels are held to
+ * as well (the same table, the same semantics). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
+
+#include <cmocka.h>
+
+#include "core/rng.h"
+#include "model/backend.h"
+
+static fed_backend *be;
+static fed_rng rng;
+
+static int setup(void **state)
+{
+    (void)state;
+    fed_rng_seed(&rng, 12345);
+    return fed_backend_cpu_new(1, &be) == FED_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    fed_backend_free(be);
+    return 0;
+}
+
+static float *randn(size_t n)
+{
+    float *x = malloc(n * sizeof *x);
+
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)fed_rng_normal(&rng);
+    return x;
+}
+
+static void assert_near(const float *a, const double *b, size_t n, double tol)
+{
+    for (size_t i = 0; i < n; i++)
+        if (fabs(a[i] - b[i]) > tol * (1.0 + fabs(b[i])))
+            fail_msg("element %zu: %.9g vs %.9g", i, (double)a[i], b[i]);
+}
+
+static void test_gemm_all_transposes(void **state)
+{
+    const int M = 7, N = 5, K = 9;
+
+    (void)state;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            /* padded leading dimensions to prove they are honoured */
+            int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 2, ldc = N + 1;
+            float *A = randn((size_t)(ta ? K : M) * lda), *B = randn((size_t)(tb ? N : K) * ldb);
+            float *C = randn((size_t)M * ldc);
+            double *ref = malloc((size_t)M * ldc * sizeof *ref);
+
+            for (int i = 0; i < M * ldc; i++)
+                ref[i] = C[i];
+            for (int i = 0; i < M; i++)
+                for (int j = 0; j < N; j++) {
+                    double s = 0.0;
+
+                    for (int k = 0; k < K; k++)
+                        s += (double)(ta ? A[k * lda + i] : A[i * lda + k]) *
+                             (tb ? B[j * ldb + k] : B[k * ldb + j]);
+                    ref[i * ldc + j] = 0.5 * s + 2.0 * C[i * ldc + j];
+                }
+            be->gemm(be, ta, tb, M, N, K, 0.5f, A, lda, B, ldb, 2.0f, C, ldc);
+            assert_near(C, ref, (size_t)M * ldc, 1e-5);
+            free(A);
+            free(B);
+            free(C);
+            free(ref);
+        }
+}
+
+static void test_bias_relu(void **state)
+{
+    const int B = 6, N = 11;
+    float *y = randn(B * N), *bias = randn(N), *y2 = malloc(B * N * sizeof *y2);
+    double ref[66], ref2[66];
+
+    (void)state;
+    memcpy(y2, y, B * N * sizeof *y);
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < N; j++) {
+            double v = (double)y[b * N + j] + bias[j];
+
+            ref[b * N + j] = v > 0 ? v : 0;
+            ref2[b * N + j] = v;
+        }
+    be->bias_act_fwd(be, y, bias, B, N, 1);
+    be->bias_act_fwd(be, y2, bias, B, N, 0);
+    assert_near(y, ref, B * N, 1e-6);
+    assert_near(y2, ref2, B * N, 1e-6);
+    {
+        float *dy = randn(B * N), *dy0 = malloc(B * N * sizeof *dy0), *db = randn(N);
+        double rdb[11] = {0};
+
+        memcpy(dy0, dy, B * N * sizeof *dy);
+        be->relu_bwd(be, dy, y, (size_t)B * N);
+        for (int i = 0; i < B * N; i++)
+            assert_true(dy[i] == (y[i] > 0 ? dy0[i] : 0.0f));
+        for (int b = 0; b < B; b++)
+            for (int j = 0; j < N; j++)
+                rdb[j] += dy0[b * N + j];
+        be->bias_bwd(be, db, dy0, B, N, 0);
+        assert_near(db, rdb, N, 1e-5);
+        for (int j = 0; j < N; j++)
+            rdb[j] *= 2;
+        be->bias_bwd(be, db, dy0, B, N, 1);
+        assert_near(db, rdb, N, 1e-5);
+        free(dy);
+        free(dy0);
+        free(db);
+    }
+    free(y);
+    free(y2);
+    free(bias);
+}
+
+static void test_channel_bias(void **state)
+{
+    const int B = 3, C = 4, HW = 37;
+    float *y = randn(B * C * HW), *bias = randn(C), *db = randn(C);
+    double *ref = malloc(B * C * HW * sizeof *ref), rdb[4] = {0};
+
+    (void)state;
+    for (int b = 0; b < B; b++)
+        for (int c = 0; c < C; c++)
+            for (int i = 0; i < HW; i++) {
+                int k = (b * C + c) * HW + i;
+                double v = (double)y[k] + bias[c];
+
+                ref[k] = v > 0 ? v : 0;
+                rdb[c] += y[k];
+            }
+    be->chan_bias_bwd(be, db, y, B, C, HW, 0);
+    assert_near(db, rdb, C, 1e-5);
+    be->chan_bias_bwd(be, db, y, B, C, HW, 1);
+    for (int c = 0; c < C; c++)
+        rdb[c] *= 2;
+    assert_near(db, rdb, C, 1e-5);
+    be->chan_bias_act_fwd(be, y, bias, B, C, HW, 1);
+    assert_near(y, ref, (size_t)B * C * HW, 1e-6);
+    free(y);
+    free(bias);
+    free(db);
+    free(ref);
+}
+
+static void test_u8_scale(void **state)
+{
+    uint8_t src[300];
+    float dst[300];
+
+    (void)state;
+    for (int i = 0; i < 300; i++)
+        src[i] = (uint8_t)(i * 7);
+    be->u8_to_f32(be, dst, src, 300, 1.0f / 255.0f);
+    for (int i = 0; i < 300; i++)
+        assert_true(fabs(dst[i] - src[i] / 255.0) < 1e-7);
+}
+
+static void test_softmax_xent(void **state)
+{
+    const int B = 9, C = 7;
+    float *z = randn(B * C), *z0 = malloc(B * C * sizeof *z0);
+    int32_t y[9];
+    double loss = 0, eloss = 0, rloss = 0, *rd = malloc(B * C * sizeof *rd);
+    int correct = -1, ecorrect = -1, rcorrect = 0;
+
+    (void)state;
+    for (int i = 0; i < B * C; i++)
+        z[i] *= 4.0f; /* confident rows too */
+    z[3] = 80.0f;     /* a large logit must not overflow */
+    memcpy(z0, z, B * C * sizeof *z);
+    for (int b = 0; b < B; b++)
+        y[b] = (int32_t)fed_rng_below(&rng, C);
+    for (int b = 0; b < B; b++) {
+        double mx = z[b * C], sum = 0;
+        int am = 0;
+
+        for (int j = 1; j < C; j++)
+            if (z[b * C + j] > mx) {
+                mx = z[b * C + j];
+                am = j;
+            }
+        for (int j = 0; j < C; j++)
+            sum += exp(z[b * C + j] - mx);
+        rloss += log(sum) + mx - z[b * C + y[b]];
+        rcorrect += am == y[b];
+        for (int j = 0; j < C; j++)
+            rd[b * C + j] = (exp(z[b * C + j] - mx) / sum - (j == y[b])) * 0.25;
+    }
+    be->softmax_eval(be, z, y, B, C, &eloss, &ecorrect);
+    assert_memory_equal(z, z0, B * C * sizeof *z); /* eval leaves logits alone */
+    be->softmax_xent(be, z, y, B, C, 0.25f, &loss, &correct);
+    assert_true(fabs(loss - rloss) < 1e-5 * (1 + rloss));
+    assert_true(fabs(eloss - rloss) < 1e-5 * (1 + rloss));
+    assert_int_equal(correct, rcorrect);
+    assert_int_equal(ecorrect, rcorrect);
+    assert_near(z, rd, B * C, 1e-5);
+    be->softmax_xent(be, z0, y, B, C, 1.0f, NULL, NULL); /* NULL outputs are fine */
+    free(z);
+    free(z0);
+    free(rd);
+}
+
+static void test_im2col_col2im(void **state)
+{
+    const int C = 3, H = 9, W = 7, K = 4, OH = H - K + 1, OW = W - K + 1;
+    size_t ncol = (size_t)C * K * K * OH * OW;
+    float *x = randn(C * H * W), *col = malloc(ncol * sizeof *col), *dcol = randn(ncol);
+    float *dx = calloc(C * H * W, sizeof *dx);
+    double lhs = 0, rhs = 0;
+
+    (void)state;
+    be->im2col(be, x, C, H, W, K, K, col);
+    for (int c = 0; c < C; c++)
+        for (int ki = 0; ki < K; ki++)
+            for (int kj = 0; kj < K; kj++)
+                for (int i = 0; i < OH; i++)
+                    for (int j = 0; j < OW; j++)
+                        assert_true(col[(((size_t)c * K + ki) * K + kj) * OH * OW + i * OW + j] ==
+                                    x[(c * H + i + ki) * W + j + kj]);
+    /* col2im is im2col's adjoint: <col2im(dcol), x> == <dcol, im2col(x)> */
+    be->col2im(be, dcol, C, H, W, K, K, dx);
+    for (int i = 0; i < C * H * W; i++)
+        lhs += (double)dx[i] * x[i];
+    for (size_t i = 0; i < ncol; i++)
+        rhs += (double)dcol[i] * col[i];
+    assert_true(fabs(lhs - rhs) < 1e-4 * (1 + fabs(rhs)));
+    free(x);
+    free(col);
+    free(dcol);
+    free(dx);
+}
+
+static void test_maxpool(void **state)
+{
+    const int BC = 5, H = 7, W = 6, OH = 3, OW = 3;
+    float *x = randn(BC * H * W), y[45], dy[45], *dx = randn(BC * H * W);
+    int32_t arg[45];
+
+    (void)state;
+    for (int i = 0; i < 45; i++)
+        dy[i] = (float)(i + 1);
+    be->maxpool_fwd(be, x, BC, H, W, y, arg);
+    be->maxpool_bwd(be, dy, arg, BC, H, W, dx);
+    for (int p = 0; p < BC; p++)
+        for (int i = 0; i < OH; i++)
+            for (int j = 0; j < OW; j++) {
+                const float *pl = x + p * H * W;
+                float best = pl[2 * i * W + 2 * j];
+                int o = (p * OH + i) * OW + j;
+
+                for (int a = 0; a < 2; a++)
+                    for (int b = 0; b < 2; b++)
+                        best = fmaxf(best, pl[(2 * i + a) * W + 2 * j + b]);
+                assert_true(y[o] == best);
+                assert_true(pl[arg[o]] == best);
+                assert_true(dx[p * H * W + arg[o]] == dy[o]);
+            }
+    {
+        /* everything else in dx is zero (odd last row included) */
+        int nonzero = 0;
+
+        for (int i = 0; i < BC * H * W; i++)
+            nonzero += dx[i] != 0.0f;
+        assert_int_equal(nonzero, 45);
+    }
+    free(x);
+    free(dx);
+}
+
+static void test_vectors(void **state)
+{
+    const size_t n = 1031;
+    float *x = randn(n), *y = randn(n), *y0 = malloc(n * sizeof *y0), out[1031];
+    const float *in[3] = {x, y, x};
+    const double w[3] = {0.5, -2.0, 0.25};
+    double dot = 0, ss = 0, *ref = malloc(n * sizeof *ref);
+
+    (void)state;
+    memcpy(y0, y, n * sizeof *y);
+    for (size_t i = 0; i < n; i++) {
+        dot += (double)x[i] * y[i];
+        ss += (double)x[i] * x[i];
+        ref[i] = 0.5 * x[i] - 2.0 * y[i] + 0.25 * x[i];
+    }
+    assert_true(fabs(be->dot(be, n, x, y) - dot) < 1e-9 * (1 + fabs(dot)));
+    assert_true(fabs(be->sumsq(be, n, x) - ss) < 1e-9 * ss);
+    /* fixed order: the same bits every time */
+    assert_true(be->dot(be, n, x, y) == be->dot(be, n, x, y));
+    be->weighted_sum(be, out, in, w, 3, n);
+    assert_near(out, ref, n, 1e-6);
+    be->axpy(be, n, 3.0f, x, y);
+    for (size_t i = 0; i < n; i++)
+        ref[i] = y0[i] + 3.0 * x[i];
+    assert_near(y, ref, n, 1e-6);
+    be->scale(be, n, -0.5f, y);
+    for (size_t i = 0; i < n; i++)
+        ref[i] *= -0.5;
+    assert_near(y, ref, n, 1e-6);
+    be->fill(be, y, 2.5f, n);
+    be->copy(be, out, y, n);
+    for (size_t i = 0; i < n; i++)
+        assert_true(out[i] == 2.5f);
+    free(x);
+    free(y);
+    free(y0);
+    free(ref);
+}
+
+/* Kernels flush denormals (a decaying momentum buffer would otherwise
+ * crawl through them) but give the caller's floating-point mode back. */
+static void test_denormals_flushed_mode_restored(void **state)
+{
+    float p[4] = {1, 1, 1, 1}, g[4] = {0}, m[4] = {1e-39f, 1e-39f, 1e-39f, 1e-39f};
+
+    (void)state;
+#if defined(__SSE__)
+    {
+        unsigned int before = _mm_getcsr();
+
+        be->sgd_step(be, p, g, m, 4, 0.1f, 0.5f, 0.0f, 0);
+        assert_int_equal(_mm_getcsr(), before);
+        for (int i = 0; i < 4; i++)
+            assert_true(m[i] == 0.0f);
+    }
+#else
+    be->sgd_step(be, p, g, m, 4, 0.1f, 0.5f, 0.0f, 0);
+#endif
+}
+
+static void test_backend_open(void **state)
+{
+    fed_backend *b = (fed_backend *)1;
+
+    (void)state;
+    assert_int_equal(fed_backend_open("cpu", &b), FED_OK);
+    assert_string_equal(b->name, "cpu");
+    assert_int_equal(b->abi, FED_BACKEND_ABI);
+    fed_backend_free(b);
+    static const char *bad[] = {"gpu", "cuda:", "cuda:x", "cuda:-1", "CPU", "cpu0"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        b = (fed_backend *)1;
+        assert_int_equal(fed_backend_open(bad[i], &b), FED_ERR_INVAL);
+        assert_null(b);
+    }
+    /* auto always gives a backend: the GPU's, or the CPU's */
+    assert_int_equal(fed_backend_open("auto", &b), FED_OK);
+    assert_non_null(b);
+    fed_backend_free(b);
+    fed_backend_free(NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gemm_all_transposes),
+        cmocka_unit_test(test_bias_relu),
+        cmocka_unit_test(test_channel_bias),
+        cmocka_unit_test(test_u8_scale),
+        cmocka_unit_test(test_softmax_xent),
+        cmocka_unit_test(test_im2col_col2im),
+        cmocka_unit_test(test_maxpool),
+        cmocka_unit_test(test_vectors),
+        cmocka_unit_test(test_denormals_flushed_mode_restored),
+        cmocka_unit_test(test_backend_open),
+    };
+
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,979 @@
+/* test_model.c - the model module: specs and layouts, initialization,
+ * gradients of every layer and the loss against central differences of an
+ * independent double-precision reference (see grad_check), determinism
+ * across runs and shard counts, the trainer, the model file, and
+ * allocation failures. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "core/alloc.h"
+#include "core/pool.h"
+#include "core/rng.h"
+#include "model/backend.h"
+#include "model/io.h"
+#include "model/model.h"
+#include "model/optim.h"
+#include "model/train.h"
+
+/* ------------------------------------------------- double reference -- */
+
+/* Records the kink pattern of a forward pass: ReLU signs and pool winners. */
+typedef struct pattern {
+    int *v;
+    size_t n, cap;
+} pattern;
+
+static void pat_push(pattern *p, int v)
+{
+    if (!p)
+        return;
+    if (p->n == p->cap) {
+        p->cap = p->cap ? 2 * p->cap : 4096;
+        p->v = realloc(p->v, p->cap * sizeof *p->v);
+        assert_non_null(p->v);
+    }
+    p->v[p->n++] = v;
+}
+
+/* Mean cross-entropy of the batch under params P (double), the network
+ * being read off the tensor list: a 4-d weight is conv + ReLU + pool 2, a
+ * 2-d weight linear (+ ReLU unless it is the last). */
+static double ref_loss(const fed_model *m, const double *P, const double *X, const int32_t *Y,
+                       int n, pattern *pat)
+{
+    int nt;
+    const fed_tensor_info *t = fed_model_tensors(m, &nt);
+    fed_model_shape in = fed_model_input(m);
+    size_t maxn = 1 << 16;
+    double *a = malloc(maxn * sizeof *a), *b = malloc(maxn * sizeof *b);
+    double loss = 0.0;
+
+    assert_non_null(a);
+    assert_non_null(b);
+    for (int s = 0; s < n; s++) {
+        int c = in.c, h = in.h, w = in.w, F = c * h * w;
+
+        memcpy(a, X + (size_t)s * F, (size_t)F * sizeof *a);
+        for (int ti = 0; ti < nt; ti += 2) {
+            const fed_tensor_info *wt = &t[ti], *bt = &t[ti + 1];
+            const double *W = P + wt->offset, *B = P + bt->offset;
+
+            if (wt->ndim == 4) {
+                int oc = wt->shape[0], k = wt->shape[2], oh = h - k + 1, ow = w - k + 1;
+
+                for (int o = 0; o < oc; o++)
+                    for (int i = 0; i < oh; i++)
+                        for (int j = 0; j < ow; j++) {
+                            double z = B[o];
+
+                            for (int ci = 0; ci < c; ci++)
+                                for (int ki = 0; ki < k; ki++)
+                                    for (int kj = 0; kj < k; kj++)
+                                        z += W[((o * c + ci) * k + ki) * k + kj] *
+                                             a[(ci * h + i + ki) * w + j + kj];
+                            pat_push(pat, z > 0);
+                            b[(o * oh + i) * ow + j] = z > 0 ? z : 0;
+                        }
+                /* max pool 2x2 */
+                c = oc;
+                h = oh / 2;
+                w = ow / 2;
+                for (int o = 0; o < c; o++)
+                    for (int i = 0; i < h; i++)
+                        for (int j = 0; j < w; j++) {
+                            const double *pl = b + (size_t)o * oh * ow;
+                            int best = 2 * i * ow + 2 * j;
+                            int cand[3] = {best + 1, best + ow, best + ow + 1};
+
+                            for (int q = 0; q < 3; q++)
+                                if (pl[cand[q]] > pl[best])
+                                    best = cand[q];
+                            /* ties at a positive value would be kinks too */
+                            pat_push(pat, pl[best] > 0 ? best : -1);
+                            a[(o * h + i) * w + j] = pl[best];
+                        }
+            } else {
+                int out = wt->shape[0], inn = wt->shape[1], last = ti + 2 >= nt;
+
+                for (int o = 0; o < out; o++) {
+                    double z = B[o];
+
+                    for (int i = 0; i < inn; i++)
+                        z += W[(size_t)o * inn + i] * a[i];
+                    if (!last)
+                        pat_push(pat, z > 0);
+                    b[o] = last || z > 0 ? z : 0;
+                }
+                memcpy(a, b, (size_t)out * sizeof *a);
+                c = out;
+                h = w = 1;
+            }
+        }
+        {
+            double mx = a[0], sum = 0.0;
+
+            for (int j = 1; j < in.classes; j++)
+                mx = a[j] > mx ? a[j] : mx;
+            for (int j = 0; j < in.classes; j++)
+                sum += exp(a[j] - mx);
+            loss += log(sum) + mx - a[Y[s]];
+        }
+    }
+    free(a);
+    free(b);
+    return loss / n;
+}
+
+/* --------------------------------------------------------- fixtures -- */
+
+typedef struct world {
+    fed_backend *be;
+    fed_pool *pool;
+} world;
+
+static int world_setup(void **state)
+{
+    world *w = calloc(1, sizeof *w);
+
+    assert_int_equal(fed_backend_cpu_new(1, &w->be), FED_OK);
+    assert_int_equal(fed_pool_new(1, &w->pool), FED_OK);
+    *state = w;
+    return 0;
+}
+
+static int world_teardown(void **state)
+{
+    world *w = *state;
+
+    fed_pool_free(w->pool);
+    fed_backend_free(w->be);
+    free(w);
+    return 0;
+}
+
+static fed_model *make_model(world *w, const char *spec, fed_model_shape in, int shards,
+                             int max_batch, uint64_t seed)
+{
+    fed_model *m = NULL;
+    fed_rng rng;
+
+    assert_int_equal(fed_model_new(spec, in, w->be, w->pool, shards, max_batch, &m), FED_OK);
+    fed_rng_seed(&rng, seed);
+    assert_int_equal(fed_model_init(m, &rng), FED_OK);
+    return m;
+}
+
+static void random_batch(fed_rng *rng, int n, fed_model_shape in, float *x, int32_t *y)
+{
+    int F = in.c * in.h * in.w;
+
+    for (int i = 0; i < n * F; i++)
+        x[i] = (float)fed_rng_normal(rng);
+    for (int i = 0; i < n; i++)
+        y[i] = (int32_t)fed_rng_below(rng, (uint64_t)in.classes);
+}
+
+/* ---------------------------------------------------- gradient check -- */
+/* The test holds its own forward pass in double (ref_loss: direct
+ * convolution loops, no im2col, no BLAS) over the same flat layout. The
+ * analytic gradient comes from the model (float); the numeric one from
+ * central differences of the double reference at h = 1e-6. A coordinate
+ * whose +-h evaluation flips any ReLU sign or max-pool winner is skipped (it
+ * sits on a kink; fewer than 5% may be); the rest must agree with norm-wise
+ * relative error ||g - g_num|| / ||g_num|| < 1e-4 per tensor. */
+
+static int same_pattern(const pattern *a, const pattern *b)
+{
+    return a->n == b->n && (a->n == 0 || !memcmp(a->v, b->v, a->n * sizeof *a->v));
+}
+
+static void grad_check(world *w, const char *spec, fed_model_shape in, int n, int shards,
+                       int per_tensor)
+{
+    fed_model *m = make_model(w, spec, in, shards, n, 42);
+    size_t np = fed_model_nparams(m);
+    int F = in.c * in.h * in.w, nt;
+    const fed_tensor_info *t = fed_model_tensors(m, &nt);
+    float *pf = malloc(np * sizeof *pf), *g = malloc(np * sizeof *g), *x = malloc(n * F * 4);
+    double *P = malloc(np * sizeof *P), *X = malloc((size_t)n * F * sizeof *X);
+    int32_t *y = malloc(n * sizeof *y);
+    fed_rng rng;
+    fed_step_stats st = {0};
+    pattern base = {0}, probe = {0};
+    const double h = 1e-6;
+    long skipped = 0, checked = 0;
+    double loss0;
+
+    fed_rng_seed(&rng, 7);
+    random_batch(&rng, n, in, x, y);
+    for (int i = 0; i < n * F; i++)
+        X[i] = x[i];
+    assert_int_equal(fed_model_get_params(m, pf), FED_OK);
+    for (size_t i = 0; i < np; i++)
+        P[i] = pf[i];
+    fed_batch b = {.n = n, .x_f32 = x, .y = y};
+    assert_int_equal(fed_model_forward_backward(m, &b, &st), FED_OK);
+    assert_int_equal(st.samples, n);
+    assert_int_equal(w->be->sync(w->be), FED_OK);
+    memcpy(g, fed_model_grads_dev(m), np * sizeof *g);
+
+    loss0 = ref_loss(m, P, X, y, n, &base);
+    /* the float forward computes the same function */
+    assert_true(fabs(st.loss_sum / n - loss0) < 1e-5 * (1.0 + fabs(loss0)));
+
+    for (int ti = 0; ti < nt; ti++) {
+        double num2 = 0.0, diff2 = 0.0;
+        size_t numel = t[ti].numel;
+        int count = per_tensor <= 0 || (size_t)per_tensor >= numel ? (int)numel : per_tensor;
+
+        for (int k = 0; k < count; k++) {
+            size_t i = t[ti].offset +
+                       (count == (int)numel ? (size_t)k : (size_t)fed_rng_below(&rng, numel));
+            double keep = P[i], lp, lm, num;
+            int kink;
+
+            P[i] = keep + h;
+            probe.n = 0;
+            lp = ref_loss(m, P, X, y, n, &probe);
+            kink = !same_pattern(&base, &probe);
+            P[i] = keep - h;
+            probe.n = 0;
+            lm = ref_loss(m, P, X, y, n, &probe);
+            kink |= !same_pattern(&base, &probe);
+            P[i] = keep;
+            if (kink) {
+                skipped++;
+                continue;
+            }
+            checked++;
+            num = (lp - lm) / (2 * h);
+            num2 += num * num;
+            diff2 += (num - g[i]) * (num - g[i]);
+        }
+        if (num2 > 0.0) {
+            double rel = sqrt(diff2 / num2);
+
+            if (rel >= 1e-4)
+                fail_msg("%s shards %d tensor %s: relative error %g", spec, shards,
+                         t[ti].name, rel);
+        }
+    }
+    /* the check must have looked at nearly everything */
+    assert_true(checked > 0);
+    assert_true(skipped * 20 < checked);
+    free(base.v);
+    free(probe.v);
+    free(pf);
+    free(g);
+    free(x);
+    free(P);
+    free(X);
+    free(y);
+    fed_model_free(m);
+}
+
+static void test_grad_logreg(void **state)
+{
+    fed_model_shape in = {1, 3, 5, 4};
+
+    grad_check(*state, "logreg", in, 5, 1, 0);
+    grad_check(*state, "logreg", in, 5, 2, 0);
+}
+
+static void test_grad_mlp(void **state)
+{
+    fed_model_shape in = {2, 3, 3, 5};
+
+    grad_check(*state, "mlp:9,7", in, 4, 1, 0);
+    grad_check(*state, "mlp:9,7", in, 4, 3, 0);
+    grad_check(*state, "mlp:6", in, 3, 2, 0);
+}
+
+static void test_grad_cnn(void **state)
+{
+    /* 16 -> 12 -> 6 -> 2 -> 1: every layer of the cnn at a small size; two
+     * input channels so conv1 sums over channels too. */
+    fed_model_shape in = {2, 16, 16, 5};
+
+    grad_check(*state, "cnn", in, 3, 1, 60);
+    grad_check(*state, "cnn", in, 3, 2, 60);
+}
+
+static void test_grad_cnn_18(void **state)
+{
+    /* 18 -> 14 -> 7 (odd, pool floors) -> 3 -> 1 */
+    fed_model_shape in = {1, 18, 18, 3};
+
+    grad_check(*state, "cnn", in, 2, 2, 40);
+}
+
+/* ------------------------------------------------ specs and layouts -- */
+
+static void test_spec_mlp_layout(void **state)
+{
+    world *w = *state;
+    fed_model_shape in = {1, 28, 28, 10};
+    fed_model *m = NULL;
+    int nt;
+    const fed_tensor_info *t;
+    static const char *names[] = {"0.weight", "0.bias", "2.weight", "2.bias", "4.weight",
+                                  "4.bias"};
+    static const int shapes[][2] = {{256, 784}, {256, 0}, {128, 256}, {128, 0}, {10, 128}, {10, 0}};
+    size_t off = 0;
+
+    assert_int_equal(fed_model_new("mlp:256,128", in, w->be, w->pool, 2, 64, &m), FED_OK);
+    t = fed_model_tensors(m, &nt);
+    assert_int_equal(nt, 6);
+    for (int i = 0; i < nt; i++) {
+        assert_string_equal(t[i].name, names[i]);
+        assert_int_equal(t[i].ndim, shapes[i][1] ? 2 : 1);
+        assert_int_equal(t[i].shape[0], shapes[i][0]);
+        if (shapes[i][1])
+            assert_int_equal(t[i].shape[1], shapes[i][1]);
+        assert_int_equal(t[i].offset, off);
+        off += t[i].numel;
+    }
+    assert_int_equal(fed_model_nparams(m), off);
+    assert_int_equal(off, 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10);
+    assert_string_equal(fed_model_spec(m), "mlp:256,128");
+    /* forward + weight gradient everywhere, input gradient but for layer 0 */
+    assert_true(fabs(fed_model_flops_per_sample(m) - 2.0 * (2 * 200704 + 3 * 32768 + 3 * 1280)) <
+                1.0);
+    fed_model_free(m);
+}
+
+static void test_spec_cnn_layout(void **state)
+{
+    world *w = *state;
+    fed_model_shape in = {1, 28, 28, 10};
+    fed_model *m = NULL;
+    int nt;
+    const fed_tensor_info *t;
+    static const char *names[] = {"0.weight", "0.bias", "3.weight", "3.bias",
+                                  "7.weight", "7.bias", "9.weight", "9.bias"};
+
+    assert_int_equal(fed_model_new("cnn", in, w->be, NULL, 1, 8, &m), FED_OK);
+    t = fed_model_tensors(m, &nt);
+    assert_int_equal(nt, 8);
+    for (int i = 0; i < nt; i++)
+        assert_string_equal(t[i].name, names[i]);
+    assert_int_equal(t[0].ndim, 4);
+    assert_int_equal(t[0].shape[0], 32);
+    assert_int_equal(t[0].shape[1], 1);
+    assert_int_equal(t[0].shape[2], 5);
+    assert_int_equal(t[0].shape[3], 5);
+    assert_int_equal(t[2].shape[0], 64);
+    assert_int_equal(t[2].shape[1], 32);
+    assert_int_equal(t[4].shape[0], 512);
+    assert_int_equal(t[4].shape[1], 64 * 4 * 4);
+    assert_int_equal(t[6].shape[0], 10);
+    assert_int_equal(t[6].shape[1], 512);
+    assert_int_equal(fed_model_nparams(m),
+                     32 * 25 + 32 + 64 * 32 * 25 + 64 + 512 * 1024 + 512 + 5120 + 10);
+    fed_model_free(m);
+}
+
+static void test_spec_errors(void **state)
+{
+    world *w = *state;
+    fed_model_shape in = {1, 28, 28, 10}, tiny = {1, 8, 8, 10}, csv = {1, 1, 20, 3};
+    fed_model *m = (fed_model *)1;
+    static const char *bad[] = {"", "mlp", "mlp:", "mlp:0", "mlp:12,", "mlp:,3", "mlp:3,,4",
+                                "mlp:-3", "mlp:3x", "MLP:3", "logreg ", "cnn2", "mlp:99999999",
+                                "mlp:1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16"};
+
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(fed_model_spec_check(bad[i], in), FED_ERR_SPEC);
+    assert_int_equal(fed_model_spec_check("cnn", tiny), FED_ERR_SHAPE);
+    assert_int_equal(fed_model_spec_check("cnn", csv), FED_ERR_SHAPE);
+    assert_int_equal(fed_model_spec_check("mlp:16", csv), FED_OK);
+    assert_int_equal(fed_model_spec_check("logreg", (fed_model_shape){1, 28, 28, 1}),
+                     FED_ERR_SHAPE);
+    assert_int_equal(fed_model_new("mlp:0", in, w->be, NULL, 1, 8, &m), FED_ERR_SPEC);
+    assert_null(m);
+    assert_int_equal(fed_model_new("mlp:4", in, w->be, NULL, 1, 0, &m), FED_ERR_INVAL);
+    assert_null(m);
+}
+
+/* ------------------------------------------------------------ init -- */
+
+static void test_init_bounds_and_seed(void **state)
+{
+    world *w = *state;
+    fed_model_shape in = {1, 28, 28, 10};
+    fed_model *a = make_model(w, "mlp:32", in, 1, 4, 5), *b = make_model(w, "mlp:32", in, 1, 4, 5),
+              *c = make_model(w, "mlp:32", in, 1, 4, 6);
+    size_t np = fed_model_nparams(a);
+    float *pa = malloc(np * 4), *pb = malloc(np * 4), *pc = malloc(np * 4);
+    int nt;
+    const fed_tensor_info *t = fed_model_tensors(a, &nt);
+
+    assert_int_equal(fed_model_get_params(a, pa), FED_OK);
+    assert_int_equal(fed_model_get_params(b, pb), FED_OK);
+    assert_int_equal(fed_model_get_params(c, pc), FED_OK);
+    assert_memory_equal(pa, pb, np * 4);
+    assert_memory_not_equal(pa, pc, np * 4);
+    for (int ti = 0; ti < nt; ti++) {
+        /* fan_in of the layer: the weight's second dimension */
+        int fan_in = t[ti & ~1].shape[1];
+        double bound = 1.0 / sqrt((double)fan_in), mx = 0.0, sum = 0.0;
+
+        for (size_t i = 0; i < t[ti].numel; i++) {
+            double v = pa[t[ti].offset + i];
+
+            mx = fabs(v) > mx ? fabs(v) : mx;
+            sum += v;
+        }
+        assert_true(mx <= bound);
+        assert_true(mx > 0.9 * bound); /* the whole range is used */
+        assert_true(fabs(sum / t[ti].numel) < 0.2 * bound);
+    }
+    free(pa);
+    free(pb);
+    free(pc);
+    fed_model_free(a);
+    fed_model_free(b);
+    fed_model_free(c);
+}
+
+/* ------------------------------------------------------- training -- */
+
+static double train_steps(fed_model *m, const float *x, const uint8_t *x8, const int32_t *y, int n,
+                          int steps, double *first_loss)
+{
+    fed_optim_cfg cfg;
+    fed_optim *o = NULL;
+    fed_batch b = {.n = n, .x_f32 = x8 ? NULL : x, .x_u8 = x8, .y = y};
+    double last = 0.0;
+
+    fed_optim_cfg_default(&cfg, FED_OPTIM_SGD);
+    cfg.lr = 0.05f;
+    assert_int_equal(fed_optim_new(&cfg, m, &o), FED_OK);
+    for (int s = 0; s < steps; s++) {
+        fed_step_stats st = {0};
+
+        assert_int_equal(fed_model_forward_backward(m, &b, &st), FED_OK);
+        assert_int_equal(fed_optim_step(o, m), FED_OK);
+        last = st.loss_sum / n;
+        if (s == 0 && first_loss)
+            *first_loss = last;
+    }
+    fed_optim_free(o);
+    return last;
+}
+
+static void test_loss_decreases(void **state)
+{
+    world *w = *state;
+    static const char *specs[] = {"logreg", "mlp:32,16", "cnn"};
+    fed_model_shape in = {1, 28, 28, 10};
+    int n = 16;
+    uint8_t *x = malloc((size_t)n * 784);
+    int32_t y[16];
+    fed_rng rng;
+
+    fed_rng_seed(&rng, 3);
+    fed_rng_fill(&rng, x, (size_t)n * 784);
+    for (int i = 0; i < n; i++)
+        y[i] = (int32_t)fed_rng_below(&rng, 10);
+    for (size_t s = 0; s < 3; s++) {
+        fed_model *m = make_model(w, specs[s], in, 2, n, 11);
+        double first = 0.0, last = train_steps(m, NULL, x, y, n, 40, &first);
+
+        if (!(first > 1.5 && last < 0.5 * first))
+            fail_msg("%s: loss %g -> %g", specs[s], first, last);
+        fed_model_free(m);
+    }
+    free(x);
+}
+
+/* The parameters after a few steps with the given shard count and pool. */
+static float *params_after(fed_backend *be, fed_pool *pool, const char *spec, int shards)
+{
+    fed_model_shape in = {1, 28, 28, 10};
+    int n = 24;
+    uint8_t *x = malloc((size_t)n * 784);
+    int32_t y[24];
+    fed_rng rng;
+    fed_model *m = NULL;
+    float *p;
+
+    fed_rng_seed(&rng, 9);
+    fed_rng_fill(&rng, x, (size_t)n * 784);
+    for (int i = 0; i < n; i++)
+        y[i] = (int32_t)fed_rng_below(&rng, 10);
+    assert_int_equal(fed_model_new(spec, in, be, pool, shards, n, &m), FED_OK);
+    assert_int_equal(fed_model_init(m, &rng), FED_OK);
+    train_steps(m, NULL, x, y, n, 6, NULL);
+    p = malloc(fed_model_nparams(m) * sizeof *p);
+    assert_int_equal(fed_model_get_params(m, p), FED_OK);
+    fed_model_free(m);
+    free(x);
+    return p;
+}
+
+static void test_bit_identical(void **state)
+{
+    world *w = *state;
+    static const char *specs[] = {"mlp:64,32", "cnn"};
+    fed_pool *inline_pool = NULL;
+
+    assert_int_equal(fed_pool_new(0, &inline_pool), FED_OK);
+    for (int s = 0; s < 2; s++) {
+        fed_model_shape in = {1, 28, 28, 10};
+        size_t np;
+        float *a1 = params_after(w->be, w->pool, specs[s], 1),
+              *b1 = params_after(w->be, w->pool, specs[s], 1),
+              *a2 = params_after(w->be, w->pool, specs[s], 2),
+              *b2 = params_after(w->be, w->pool, specs[s], 2),
+              *c2 = params_after(w->be, inline_pool, specs[s], 2);
+
+        assert_int_equal(fed_model_spec_nparams(specs[s], in, &np), FED_OK);
+        assert_memory_equal(a1, b1, np * 4);
+        assert_memory_equal(a2, b2, np * 4);
+        /* two shards on a worker or inline: same bits, whatever the timing */
+        assert_memory_equal(a2, c2, np * 4);
+        /* and one shard is not just the same code path */
+        {
+            double d = 0.0;
+
+            for (size_t i = 0; i < np; i++)
+                d += fabs((double)a1[i] - a2[i]);
+            assert_true(d / np < 1e-3);
+        }
+        free(a1);
+        free(b1);
+        free(a2);
+        free(b2);
+        free(c2);
+    }
+    fed_pool_free(inline_pool);
+}
+
+static void test_eval_matches_train_loss(void **state)
+{
+    world *w = *state;
+    fed_model_shape in = {1, 28, 28, 10};
+    int n = 50;
+    fed_model *m = make_model(w, "mlp:20", in, 2, 16, 4);
+    uint8_t *x = malloc((size_t)n * 784);
+    float *xf = malloc((size_t)n * 784 * 4);
+    int32_t y[50];
+    fed_rng rng;
+    fed_step_stats ev = {0}, evf = {0}, tr = {0};
+
+    fed_rng_seed(&rng, 5);
+    fed_rng_fill(&rng, x, (size_t)n * 784);
+    for (int i = 0; i < n * 784; i++)
+        xf[i] = x[i] * (1.0f / 255.0f);
+    for (int i = 0; i < n; i++)
+        y[i] = (int32_t)fed_rng_below(&rng, 10);
+    fed_batch b = {.n = n, .x_u8 = x, .y = y}, bf = {.n = n, .x_f32 = xf, .y = y};
+    /* 50 samples in pieces of 16 */
+    assert_int_equal(fed_model_evaluate(m, &b, &ev), FED_OK);
+    assert_int_equal(ev.samples, 50);
+    assert_int_equal(fed_model_evaluate(m, &bf, &evf), FED_OK);
+    assert_true(fabs(ev.loss_sum - evf.loss_sum) < 1e-9);
+    assert_int_equal(ev.correct, evf.correct);
+    {
+        fed_batch part = {.n = 16, .x_u8 = x, .y = y};
+
+        assert_int_equal(fed_model_forward_backward(m, &part, &tr), FED_OK);
+    }
+    {
+        fed_step_stats e16 = {0};
+        fed_batch part = {.n = 16, .x_u8 = x, .y = y};
+
+        assert_int_equal(fed_model_evaluate(m, &part, &e16), FED_OK);
+        assert_true(fabs(e16.loss_sum - tr.loss_sum) < 1e-9);
+        assert_int_equal(e16.correct, tr.correct);
+    }
+    free(x);
+    free(xf);
+    fed_model_free(m);
+}
+
+static void test_batch_errors(void **state)
+{
+    world *w = *state;
+    fed_model_shape in = {1, 2, 2, 3};
+    fed_model *m = make_model(w, "logreg", in, 1, 4, 1);
+    float x[5 * 4] = {0};
+    int32_t y[5] = {0, 1, 2, 0, 1};
+    fed_batch b = {.n = 5, .x_f32 = x, .y = y};
+
+    assert_int_equal(fed_model_forward_backward(m, &b, NULL), FED_ERR_INVAL);
+    b.n = 0;
+    assert_int_equal(fed_model_forward_backward(m, &b, NULL), FED_ERR_INVAL);
+    b.n = 3;
+    y[1] = 3;
+    assert_int_equal(fed_model_forward_backward(m, &b, NULL), FED_ERR_RANGE);
+    y[1] = -1;
+    assert_int_equal(fed_model_evaluate(m, &b, NULL), FED_ERR_RANGE);
+    y[1] = 1;
+    assert_int_equal(fed_model_forward_backward(m, &b, NULL), FED_OK);
+    b.x_f32 = NULL;
+    assert_int_equal(fed_model_forward_backward(m, &b, NULL), FED_ERR_INVAL);
+    fed_model_free(m);
+}
+
+/* -------------------------------------------------------- the file -- */
+
+static void tmp_path(char *buf, size_t len, const char *name)
+{
+    const char *dir = getenv("TMPDIR");
+
+    snprintf(buf, len, "%s/fednode-test-model-%d-%s", dir ? dir : "/tmp", (int)getpid(), name);
+}
+
+static void test_file_round_trip(void **state)
+{
+    world *w = *state;
+    fed_model_shape in = {1, 28, 28, 10};
+    fed_model *m = make_model(w, "mlp:16,8", in, 1, 4, 77), *back = NULL;
+    size_t np = fed_model_nparams(m);
+    float *a = malloc(np * 4), *b = malloc(np * 4);
+    char path[256];
+
+    tmp_path(path, sizeof path, "rt.bin");
+    assert_int_equal(fed_model_save(m, path), FED_OK);
+    assert_int_equal(fed_model_load(path, w->be, w->pool, 2, 8, &back), FED_OK);
+    assert_string_equal(fed_model_spec(back), "mlp:16,8");
+    assert_int_equal(fed_model_nparams(back), np);
+    assert_int_equal(fed_model_input(back).h, 28);
+    assert_int_equal(fed_model_input(back).classes, 10);
+    assert_int_equal(fed_model_get_params(m, a), FED_OK);
+    assert_int_equal(fed_model_get_params(back, b), FED_OK);
+    assert_memory_equal(a, b, np * 4);
+    fed_model_free(back);
+    back = NULL;
+    unlink(path);
+    assert_int_equal(fed_model_load(path, w->be, w->pool, 1, 8, &back), FED_ERR_NOTFOUND);
+    assert_null(back);
+    free(a);
+    free(b);
+    fed_model_free(m);
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Recompute the trailing CRC after a deliberate edit. */
+static void reseal(uint8_t *buf, size_t len)
+{
+    uint32_t crc = 0xffffffffu;
+
+    for (size_t i = 0; i < len - 4; i++) {
+        crc ^= buf[i];
+        for (int k = 0; k < 8; k++)
+            crc = (crc >> 1) ^ (0xedb88320u & (0u - (crc & 1u)));
+    }
+    put32(buf + len - 4, ~crc);
+}
+
+static void test_file_rejects(void **state)
+{
+    world *w = *state;
+    fed_model_shape in = {1, 4, 4, 3};
+    fed_model *m = make_model(w, "mlp:5", in, 1, 4, 1);
+    size_t size = fed_model_file_size(m), len = 0;
+    uint8_t *good = malloc(size + 8), *buf = malloc(size + 8);
+    fed_model_file f;
+
+    assert_int_equal(fed_model_file_encode(m, good, size, &len), FED_OK);
+    assert_int_equal(len, size);
+    assert_int_equal(fed_model_file_encode(m, good, size - 1, &len), FED_ERR_RANGE);
+    assert_int_equal(fed_model_file_parse(good, size, &f), FED_OK);
+    assert_int_equal(f.nparams, fed_model_nparams(m));
+    fed_model_file_fini(&f);
+    /* our CRC-32 matches zlib's, so reseal() is trustworthy */
+    memcpy(buf, good, size);
+    reseal(buf, size);
+    assert_memory_equal(buf, good, size);
+
+    /* every truncation */
+    for (size_t cut = 0; cut < size; cut++) {
+        assert_int_equal(fed_model_file_parse(good, cut, &f), FED_ERR_TRUNCATED);
+        assert_null(f.params);
+    }
+    /* wrong magic */
+    memcpy(buf, good, size);
+    buf[0] = 'X';
+    assert_int_equal(fed_model_file_parse(buf, size, &f), FED_ERR_MAGIC);
+    /* version */
+    memcpy(buf, good, size);
+    put32(buf + 8, 2);
+    reseal(buf, size);
+    assert_int_equal(fed_model_file_parse(buf, size, &f), FED_ERR_VERSION);
+    /* a flipped parameter bit: checksum */
+    memcpy(buf, good, size);
+    buf[size - 9] ^= 0x10;
+    assert_int_equal(fed_model_file_parse(buf, size, &f), FED_ERR_CORRUPT);
+    /* a flipped checksum bit */
+    memcpy(buf, good, size);
+    buf[size - 1] ^= 0x80;
+    assert_int_equal(fed_model_file_parse(buf, size, &f), FED_ERR_CORRUPT);
+    /* trailing bytes */
+    memcpy(buf, good, size);
+    buf[size] = 0;
+    assert_int_equal(fed_model_file_parse(buf, size + 1, &f), FED_ERR_FORMAT);
+    /* spec length out of range */
+    memcpy(buf, good, size);
+    put32(buf + 12, 0);
+    assert_int_equal(fed_model_file_parse(buf, size, &f), FED_ERR_TOO_LARGE);
+    /* a huge parameter count claims more bytes than there are */
+    memcpy(buf, good, size);
+    put32(buf + 32, 0xffffffffu);
+    put32(buf + 36, 0xffffffffu);
+    assert_int_equal(fed_model_file_parse(buf, size, &f), FED_ERR_TRUNCATED);
+    /* the spec does not parse ("mlp:5" -> "mlq:5") */
+    memcpy(buf, good, size);
+    buf[FED_MODEL_FILE_HEADER + 2] = 'q';
+    reseal(buf, size);
+    assert_int_equal(fed_model_file_parse(buf, size, &f), FED_ERR_SPEC);
+    /* a shape whose parameter count differs (3 -> 4 classes) */
+    memcpy(buf, good, size);
+    put32(buf + 28, 4);
+    reseal(buf, size);
+    assert_int_equal(fed_model_file_parse(buf, size, &f), FED_ERR_SHAPE);
+    /* a NaN parameter */
+    memcpy(buf, good, size);
+    put32(buf + FED_MODEL_FILE_HEADER + 5, 0x7fc00000u);
+    reseal(buf, size);
+    assert_int_equal(fed_model_file_parse(buf, size, &f), FED_ERR_NAN);
+    assert_null(f.params);
+    free(good);
+    free(buf);
+    fed_model_free(m);
+}
+
+/* ------------------------------------------------------- the trainer -- */
+
+/* A learnable synthetic set: class k lights up rows of band k. */
+static fed_dataset *toy_dataset(size_t n, fed_rng *rng)
+{
+    fed_dataset *d = calloc(1, sizeof *d);
+
+    d->n = n;
+    d->shape = (fed_model_shape){1, 8, 8, 4};
+    d->features = 64;
+    d->x_u8 = malloc(n * 64);
+    d->y = malloc(n * sizeof *d->y);
+    for (size_t i = 0; i < n; i++) {
+        int k = (int)fed_rng_below(rng, 4);
+
+        d->y[i] = k;
+        for (int f = 0; f < 64; f++)
+            d->x_u8[i * 64 + f] =
+                (uint8_t)(fed_rng_below(rng, 60) + (f / 16 == k ? 150 : 0));
+    }
+    return d;
+}
+
+static void toy_free(fed_dataset *d)
+{
+    free(d->x_u8);
+    free(d->y);
+    free(d);
+}
+
+typedef struct progress_log {
+    long calls, last_done, last_total;
+} progress_log;
+
+static void on_progress(void *ctx, long done, long total)
+{
+    progress_log *p = ctx;
+
+    assert_true(done > p->last_done || p->calls == 0 || done <= 16);
+    p->calls++;
+    p->last_done = done;
+    p->last_total = total;
+}
+
+static void test_trainer_epochs(void **state)
+{
+    world *w = *state;
+    fed_rng rng, shuffle;
+    fed_dataset *d;
+    uint32_t idx[300];
+    float *first = NULL;
+    size_t np = 0;
+
+    fed_rng_seed(&rng, 21);
+    d = toy_dataset(300, &rng);
+    for (int i = 0; i < 300; i++)
+        idx[i] = (uint32_t)i;
+    for (int run = 0; run < 2; run++) {
+        fed_model *m = make_model(w, "mlp:16", d->shape, 2, 16, 5);
+        fed_optim_cfg cfg;
+        fed_optim *o = NULL;
+        fed_trainer *t = NULL;
+        fed_step_stats ep1 = {0}, ep3 = {0}, ev = {0}, evi = {0};
+        progress_log pl = {0, 0, 0};
+        float *p;
+
+        fed_optim_cfg_default(&cfg, FED_OPTIM_SGD);
+        assert_int_equal(fed_optim_new(&cfg, m, &o), FED_OK);
+        assert_int_equal(fed_trainer_new(m, o, d, 16, &t), FED_OK);
+        fed_trainer_set_progress(t, on_progress, &pl);
+        fed_rng_seed(&shuffle, 99);
+        /* 250 of the 300: 16 batches, the last of 10 */
+        assert_int_equal(fed_trainer_epoch(t, idx, 250, &shuffle, &ep1), FED_OK);
+        assert_int_equal(ep1.samples, 250);
+        assert_int_equal(fed_optim_steps(o), 16);
+        assert_int_equal(pl.calls, 16);
+        assert_int_equal(pl.last_done, 250);
+        assert_int_equal(pl.last_total, 250);
+        assert_int_equal(fed_trainer_epoch(t, idx, 250, &shuffle, NULL), FED_OK);
+        assert_int_equal(fed_trainer_epoch(t, idx, 250, &shuffle, &ep3), FED_OK);
+        assert_true(ep3.loss_sum / 250 < 0.5 * ep1.loss_sum / 250);
+        assert_int_equal(fed_trainer_steps(t, idx, 250, 3, &shuffle, NULL), FED_OK);
+        assert_int_equal(fed_optim_steps(o), 51);
+        /* held-out 50 by index list == the same samples evaluated whole */
+        assert_int_equal(fed_trainer_evaluate(t, idx + 250, 50, &evi), FED_OK);
+        assert_int_equal(evi.samples, 50);
+        assert_true(evi.correct >= 45);
+        assert_int_equal(fed_trainer_evaluate(t, NULL, 0, &ev), FED_OK);
+        assert_int_equal(ev.samples, 300);
+        {
+            fed_step_stats direct = {0};
+
+            assert_int_equal(fed_train_evaluate_all(m, d, &direct), FED_OK);
+            assert_true(direct.loss_sum == ev.loss_sum);
+        }
+        /* bad index */
+        idx[3] = 300;
+        assert_int_equal(fed_trainer_epoch(t, idx, 10, &shuffle, NULL), FED_ERR_RANGE);
+        idx[3] = 3;
+        np = fed_model_nparams(m);
+        p = malloc(np * sizeof *p);
+        assert_int_equal(fed_model_get_params(m, p), FED_OK);
+        if (!first)
+            first = p;
+        else {
+            /* same seeds: the same run, bit for bit */
+            assert_memory_equal(first, p, np * sizeof *p);
+            free(p);
+        }
+        fed_trainer_free(t);
+        fed_optim_free(o);
+        fed_model_free(m);
+    }
+    free(first);
+    toy_free(d);
+}
+
+static void test_trainer_rejects(void **state)
+{
+    world *w = *state;
+    fed_rng rng;
+    fed_dataset *d;
+    fed_model *m, *wrong;
+    fed_optim_cfg cfg;
+    fed_optim *o = NULL;
+    fed_trainer *t = (fed_trainer *)1;
+    uint32_t idx[64];
+
+    fed_rng_seed(&rng, 22);
+    d = toy_dataset(64, &rng);
+    for (int i = 0; i < 64; i++)
+        idx[i] = (uint32_t)i;
+    m = make_model(w, "logreg", d->shape, 1, 32, 1);
+    wrong = make_model(w, "logreg", (fed_model_shape){1, 8, 7, 4}, 1, 32, 1);
+    fed_optim_cfg_default(&cfg, FED_OPTIM_SGD);
+    assert_int_equal(fed_trainer_new(wrong, NULL, d, 8, &t), FED_ERR_SHAPE);
+    assert_null(t);
+    assert_int_equal(fed_trainer_new(m, NULL, d, 33, &t), FED_ERR_INVAL);
+    assert_int_equal(fed_trainer_new(m, NULL, d, 0, &t), FED_ERR_INVAL);
+    /* a non-finite loss (here from a NaN feature) stops with FED_ERR_NAN */
+    {
+        float *xf = malloc(64 * 64 * sizeof *xf);
+        uint8_t *keep = d->x_u8;
+
+        for (int i = 0; i < 64 * 64; i++)
+            xf[i] = keep[i] / 255.0f;
+        xf[5 * 64 + 7] = NAN;
+        d->x_u8 = NULL;
+        d->x_f32 = xf;
+        assert_int_equal(fed_optim_new(&cfg, m, &o), FED_OK);
+        assert_int_equal(fed_trainer_new(m, o, d, 32, &t), FED_OK);
+        assert_int_equal(fed_trainer_epoch(t, idx, 64, &rng, NULL), FED_ERR_NAN);
+        d->x_u8 = keep;
+        d->x_f32 = NULL;
+        free(xf);
+    }
+    fed_trainer_free(t);
+    fed_optim_free(o);
+    fed_model_free(m);
+    fed_model_free(wrong);
+    toy_free(d);
+}
+
+/* ------------------------------------------------ allocation failures -- */
+
+static void test_alloc_failure_sweep(void **state)
+{
+    world *w = *state;
+    static const char *specs[] = {"mlp:16,8", "cnn"};
+
+    for (int s = 0; s < 2; s++) {
+        fed_model_shape in = {1, 28, 28, 10};
+        int ok = 0;
+
+        for (unsigned long nth = 1; nth < 500 && !ok; nth++) {
+            fed_model *m = (fed_model *)1;
+            fed_err e;
+
+            fed_alloc_fail_nth(nth, 0);
+            e = fed_model_new(specs[s], in, w->be, w->pool, 2, 8, &m);
+            fed_alloc_fail_nth(0, 0);
+            if (e == FED_OK) {
+                ok = 1;
+                assert_true(nth > 10);
+            } else {
+                assert_int_equal(e, FED_ERR_NOMEM);
+                assert_null(m);
+            }
+            fed_model_free(e == FED_OK ? m : NULL);
+        }
+        assert_true(ok);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_spec_mlp_layout),
+        cmocka_unit_test(test_spec_cnn_layout),
+        cmocka_unit_test(test_spec_errors),
+        cmocka_unit_test(test_init_bounds_and_seed),
+        cmocka_unit_test(test_grad_logreg),
+        cmocka_unit_test(test_grad_mlp),
+        cmocka_unit_test(test_grad_cnn),
+        cmocka_unit_test(test_grad_cnn_18),
+        cmocka_unit_test(test_loss_decreases),
+        cmocka_unit_test(test_bit_identical),
+        cmocka_unit_test(test_eval_matches_train_loss),
+        cmocka_unit_test(test_batch_errors),
+        cmocka_unit_test(test_file_round_trip),
+        cmocka_unit_test(test_file_rejects),
+        cmocka_unit_test(test_trainer_epochs),
+        cmocka_unit_test(test_trainer_rejects),
+        cmocka_unit_test(test_alloc_failure_sweep),
+    };
+
+    return cmocka_run_group_tests(tests, world_setup, world_teardown);
+}
