@@ -3,6 +3,7 @@
  * their printing (one line per epoch on stdout, a progress bar on stderr
  * when it is a terminal) and their timing; the work itself is model/train.c.
  * Never computes anything beyond formatting figures. */
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,6 +24,7 @@
 #include "model/optim.h"
 #include "model/train.h"
 #include "node/cli.h"
+#include "node/train_record.h"
 
 #define MAX_THREADS 64
 /* The command line's learning rates when --lr is not given (measured on
@@ -50,6 +52,8 @@ typedef struct train_cfg {
     uint64_t partition_seed;
     char out[512];
     char device[32];
+    char db[512];
+    int resume;
 } train_cfg;
 
 #define T(field, name, type, def, min, max, help)                              \
@@ -80,6 +84,10 @@ static const fed_opt train_opts[] = {
       "seed of the partition (the same on every node)"),
     T(out, "out", FED_OPT_STR, "", 0, 0, "write the trained model to this file"),
     T(device, "device", FED_OPT_STR, "auto", 0, 0, "auto, cpu, cuda or cuda:N"),
+    T(db, "db", FED_OPT_STR, "", 0, 0,
+      "node database: each epoch recorded as a round and a checkpoint"),
+    T(resume, "resume", FED_OPT_BOOL, "false", 0, 0,
+      "go on from --db's newest valid checkpoint (--epochs is the total)"),
 };
 #undef T
 #define NTRAIN_OPTS (sizeof train_opts / sizeof train_opts[0])
@@ -184,6 +192,14 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static uint64_t wall_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
 /* "I/K" with 0 <= I < K. */
 static int parse_shard(const char *s, int *shard, int *k)
 {
@@ -258,10 +274,13 @@ typedef struct train_world {
     fed_model *m;
     fed_optim *o;
     fed_trainer *t;
+    fed_store *st;    /* --db, or NULL */
+    int first_epoch;  /* 1, or the one after --resume's checkpoint */
 } train_world;
 
 static void train_world_fini(train_world *w)
 {
+    fed_store_close(w->st);
     fed_trainer_free(w->t);
     fed_optim_free(w->o);
     fed_model_free(w->m);
@@ -305,6 +324,10 @@ static int check_train_cfg(const train_cfg *c, fed_optim_cfg *oc, int *shard, in
                       c->schedule);
         return 2;
     }
+    if (c->resume && !c->db[0]) {
+        fed_cli_error("train: --resume needs --db FILE");
+        return 2;
+    }
     if (!parse_shard(c->shard, shard, k)) {
         fed_cli_error("train: --shard: '%s' is not I/K with 0 <= I < K", c->shard);
         return 2;
@@ -332,6 +355,23 @@ static void print_header(const train_cfg *c, const train_world *w, const fed_opt
     fflush(stdout);
 }
 
+/* --db: the epoch's round row and checkpoint, one transaction. */
+static int record_epoch(const train_cfg *c, train_world *w, const fed_rng *shuffle, int e,
+                        uint64_t start_ms, const fed_step_stats *tr, const fed_step_stats *te)
+{
+    fed_node_record_round r = {(uint64_t)e, start_ms, wall_ms(),
+                               tr->loss_sum / (double)tr->samples,
+                               w->test ? (double)te->correct / (double)te->samples : NAN,
+                               (uint64_t)tr->samples};
+    fed_err err;
+
+    if (!w->st)
+        return 0;
+    if ((err = fed_node_record_epoch(w->st, w->m, w->o, shuffle, w->nidx, &r)) != FED_OK)
+        return fail(c->db, err);
+    return 0;
+}
+
 static int run_epochs(const train_cfg *c, train_world *w, fed_rng *shuffle)
 {
     progress bar = {0, c->epochs, -1};
@@ -339,8 +379,9 @@ static int run_epochs(const train_cfg *c, train_world *w, fed_rng *shuffle)
 
     if (isatty(2))
         fed_trainer_set_progress(w->t, progress_bar, &bar);
-    for (int e = 1; e <= c->epochs; e++) {
+    for (int e = w->first_epoch; e <= c->epochs; e++) {
         fed_step_stats tr = {0}, te = {0};
+        uint64_t start_ms = wall_ms();
         double t0, secs;
 
         bar.epoch = e;
@@ -361,7 +402,68 @@ static int run_epochs(const train_cfg *c, train_world *w, fed_rng *shuffle)
                    (double)te.correct / (double)te.samples);
         printf("  samples/s %.0f\n", secs > 0 ? (double)tr.samples / secs : 0.0);
         fflush(stdout);
+        if (record_epoch(c, w, shuffle, e, start_ms, &tr, &te) != 0)
+            return 1;
     }
+    return 0;
+}
+
+/* --db: open it; one that already has rounds is only continued (--resume). */
+static int open_db(const train_cfg *c, train_world *w)
+{
+    uint64_t last = 0;
+    fed_err err;
+
+    if (!c->db[0])
+        return 0;
+    if ((err = fed_node_record_open(c->db, &w->st)) != FED_OK ||
+        (err = fed_node_record_last_round(w->st, &last)) != FED_OK)
+        return fail(c->db, err);
+    if (last > 0 && !c->resume) {
+        fed_cli_error("train: %s already holds %llu rounds: add --resume to go on from them, "
+                      "or give another --db", c->db, (unsigned long long)last);
+        return 2;
+    }
+    return 0;
+}
+
+/* --resume: model, optimizer and shuffle state from the newest valid
+ * checkpoint; the run goes on from the epoch after it. */
+static int resume(const train_cfg *c, train_world *w, fed_rng *shuffle)
+{
+    fed_node_record_found f;
+    fed_model_shape in = fed_model_input(w->m);
+    fed_err err;
+
+    w->first_epoch = 1;
+    if (!c->resume)
+        return 0;
+    err = fed_node_record_resume(w->st, w->m, w->o, shuffle, &f);
+    if (err == FED_ERR_NOTFOUND && f.faults.total == 0) {
+        printf("# %s holds no checkpoint: starting at epoch 1\n", c->db);
+        return 0;
+    }
+    if (err == FED_ERR_SPEC || err == FED_ERR_SHAPE) {
+        fed_cli_error("train: --resume: %s holds %s on %dx%dx%d/%d (checkpoint %llu), this run "
+                      "asks for %s on %dx%dx%d/%d with --optimizer %s (%s)",
+                      c->db, f.spec, f.shape.c, f.shape.h, f.shape.w, f.shape.classes,
+                      (unsigned long long)f.ckpt_id, fed_model_spec(w->m), in.c, in.h, in.w,
+                      in.classes, c->optimizer, fed_strerror(err));
+        return 1;
+    }
+    if (err != FED_OK)
+        return fail(c->db, err);
+    if (f.samples != w->nidx)
+        fed_log(FED_LOG_WARN, "%s trained on %llu samples per epoch, this run has %zu",
+                c->db, (unsigned long long)f.samples, w->nidx);
+    w->first_epoch = (int)f.epochs_done + 1;
+    printf("# resumed from %s: checkpoint %llu, %llu epochs done", c->db,
+           (unsigned long long)f.ckpt_id, (unsigned long long)f.epochs_done);
+    if (f.faults.total)
+        printf(" (%zu newer checkpoints faulty, skipped)", f.faults.total);
+    printf("\n");
+    if (f.epochs_done >= (uint64_t)c->epochs)
+        printf("# --epochs %d already done: nothing to train\n", c->epochs);
     return 0;
 }
 
@@ -376,6 +478,8 @@ static int train_main(const train_cfg *c, int argc, char **argv)
     if ((rc = check_train_cfg(c, &oc, &shard, &k)) != 0)
         return rc;
     maybe_reexec("train", argc, argv);
+    if ((rc = open_db(c, &w)) != 0)
+        goto out;
     if ((err = fed_backend_open(c->device, &w.be)) != FED_OK) {
         rc = fail("device", err);
         goto out;
@@ -420,6 +524,8 @@ static int train_main(const train_cfg *c, int argc, char **argv)
         goto out;
     }
     print_header(c, &w, &oc, threads);
+    if ((rc = resume(c, &w, &shuffle)) != 0)
+        goto out;
     if ((rc = run_epochs(c, &w, &shuffle)) != 0)
         goto out;
     if (c->out[0]) {

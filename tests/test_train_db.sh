@@ -1,0 +1,73 @@
+#!/bin/sh
+# test_train_db.sh - `fednode train --db` end to end: 2 recorded epochs,
+# status / verify / export of that database, the refusals (a database that
+# already has rounds without --resume, --resume without --db, another model
+# on resume), --resume to 3 epochs giving round 3, and that run's round-3
+# model hash equal to an uninterrupted 3-epoch run's. Needs ./fednode (make)
+# and Fashion-MNIST; exits 77 (skipped) without them.
+set -u
+FEDNODE=${FEDNODE:-./fednode}
+DATA=${FEDNODE_DATA:-/usr/share/datasets/fashion-mnist}
+if [ ! -x "$FEDNODE" ]; then echo "skipped: no $FEDNODE (run make)"; exit 77; fi
+if [ ! -e "$DATA/train-images-idx3-ubyte.gz" ] && [ ! -e "$DATA/train-images-idx3-ubyte" ]; then
+    echo "skipped: no Fashion-MNIST in $DATA"; exit 77
+fi
+if ! "$FEDNODE" train --help 2>/dev/null | grep -q -- "--resume"; then
+    echo "skipped: $FEDNODE train has no --db/--resume yet"; exit 77
+fi
+TMP=$(mktemp -d) || exit 1
+trap 'rm -rf "$TMP"' EXIT
+RUN="--data fashion-mnist --model logreg --shard 0/20 --threads 1 --schedule const"
+
+fail() { echo "FAIL: $1"; sed 's/^/  | /' "$TMP/out"; exit 1; }
+# ok DESC CMD...: CMD must exit 0
+ok() { d=$1; shift; "$@" >"$TMP/out" 2>&1 || fail "$d (exit $?)"; echo "ok: $d"; }
+# refused DESC RC TEXT CMD...: CMD must exit RC and print TEXT
+refused() {
+    d=$1 want=$2 text=$3; shift 3
+    "$@" >"$TMP/out" 2>&1; rc=$?
+    [ $rc -eq "$want" ] || fail "$d (exit $rc, wanted $want)"
+    grep -q -- "$text" "$TMP/out" || fail "$d (no '$text' in the output)"
+    echo "ok: $d"
+}
+# round_hash DB N: model_hash of round N from status --json
+round_hash() {
+    "$FEDNODE" status --db "$1" --json | tr '{' '\n' | grep "\"round\":$2," |
+        sed -n 's/.*"model_hash":"\([0-9a-f]*\)".*/\1/p'
+}
+
+# shellcheck disable=SC2086
+ok "train 2 epochs into n.db" "$FEDNODE" train $RUN --epochs 2 --db "$TMP/n.db"
+ok "status --db n.db" "$FEDNODE" status --db "$TMP/n.db"
+grep -q "local" "$TMP/out" || fail "status shows strategy local"
+[ "$("$FEDNODE" status --db "$TMP/n.db" --json | grep -o '"round":[0-9]*,"start' | wc -l)" -eq 2 ] ||
+    fail "status --json lists 2 rounds"
+echo "ok: status --json lists rounds 1..2"
+ok "verify --db n.db" "$FEDNODE" verify --db "$TMP/n.db"
+ok "export --db n.db --out m.safetensors" "$FEDNODE" export --db "$TMP/n.db" --out "$TMP/m.safetensors"
+[ -s "$TMP/m.safetensors" ] || fail "m.safetensors written"
+echo "ok: m.safetensors is $(wc -c <"$TMP/m.safetensors") bytes"
+# shellcheck disable=SC2086
+refused "a database with rounds needs --resume" 2 "--resume" \
+    "$FEDNODE" train $RUN --epochs 3 --db "$TMP/n.db"
+# shellcheck disable=SC2086
+refused "--resume without --db is a usage error" 2 "--db" "$FEDNODE" train $RUN --resume
+# shellcheck disable=SC2086
+refused "--resume with another model" 1 "mlp:16" \
+    "$FEDNODE" train --data fashion-mnist --model mlp:16 --shard 0/20 --threads 1 \
+    --schedule const --epochs 3 --db "$TMP/n.db" --resume
+# shellcheck disable=SC2086
+ok "train --resume --epochs 3" "$FEDNODE" train $RUN --epochs 3 --db "$TMP/n.db" --resume
+grep -q "epoch   3/3" "$TMP/out" || fail "the resumed run trains epoch 3 only"
+if grep -q "epoch   1/3" "$TMP/out"; then fail "the resumed run starts at epoch 3"; fi
+echo "ok: the resumed run trained epoch 3 only"
+h3=$(round_hash "$TMP/n.db" 3)
+[ -n "$h3" ] || fail "status shows round 3"
+echo "ok: round 3 recorded ($h3)"
+ok "verify after resume" "$FEDNODE" verify --db "$TMP/n.db"
+# shellcheck disable=SC2086
+ok "uninterrupted 3 epochs into u.db" "$FEDNODE" train $RUN --epochs 3 --db "$TMP/u.db"
+u3=$(round_hash "$TMP/u.db" 3)
+[ "$h3" = "$u3" ] || { echo "  resumed $h3, uninterrupted $u3" >"$TMP/out"; fail "round 3 hashes equal"; }
+echo "ok: 2 epochs + resume == 3 epochs (round 3 model hash equal)"
+echo "all checks passed"
