@@ -186,4 +186,6 @@ demo: deps
 clean:
 	rm -rf $(BUILD) build-asan build-tsan build-fuzz fednode fedsim
 
+.SECONDARY:
+
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
