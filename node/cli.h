@@ -4,6 +4,10 @@
 #ifndef FED_NODE_CLI_H
 #define FED_NODE_CLI_H
 
+#include <stddef.h>
+
+struct fed_opt;
+
 typedef int (*fed_cli_fn)(int argc, char **argv);
 
 typedef struct fed_cli_cmd {
@@ -16,6 +20,11 @@ typedef struct fed_cli_cmd {
 void fed_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Installs the stderr log sink at the level FEDNODE_LOG names (default info). */
 void fed_cli_log_init(void);
+/* Options for a subcommand: defaults, then --config FILE, then the flags;
+ * --help prints the table. Returns -1 to go on, else the exit status
+ * (0 after --help, 2 on a bad option or a stray argument, 1 out of memory). */
+int fed_cli_load_options(const char *cmd, const char *synopsis, const struct fed_opt *t,
+                         size_t n, void *cfg, int argc, char **argv);
 
 int fed_cli_train(int argc, char **argv);
 int fed_cli_eval(int argc, char **argv);

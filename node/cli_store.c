@@ -28,39 +28,6 @@
 
 /* ------------------------------------------------------------ options -- */
 
-/* Defaults, --config FILE, flags; prints --help. -1 to go on, else the
- * exit status. */
-static int parse_options(const char *cmd, const char *synopsis, const fed_opt *t, size_t n,
-                         void *cfg, int argc, char **argv)
-{
-    fed_opt_error e = {{0}};
-    char **pos;
-    int npos = 0, rc = -1;
-    fed_err err;
-
-    for (int i = 0; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: fednode %s %s\n\noptions:\n", cmd, synopsis);
-            fed_opt_print_help(t, n, stdout);
-            return 0;
-        }
-    pos = fed_calloc((size_t)argc + 1, sizeof *pos);
-    if (!pos) {
-        fed_cli_error("%s: out of memory", cmd);
-        return 1;
-    }
-    err = fed_opt_load(t, n, cfg, argc, argv, pos, &npos, &e);
-    if (err != FED_OK) {
-        fed_cli_error("%s: %s", cmd, e.msg[0] ? e.msg : fed_strerror(err));
-        rc = 2;
-    } else if (npos > 0) {
-        fed_cli_error("%s: unexpected argument '%s' (see fednode %s --help)", cmd, pos[0], cmd);
-        rc = 2;
-    }
-    fed_free(pos);
-    return rc;
-}
-
 static int open_db(const char *cmd, const char *path, unsigned flags, fed_store **st)
 {
     fed_store_opts o;
@@ -347,7 +314,7 @@ int fed_cli_status(int argc, char **argv)
     status_cfg c;
     status_data d;
     fed_store *st = NULL;
-    int rc = parse_options("status", "--db FILE [--json]", status_opts,
+    int rc = fed_cli_load_options("status", "--db FILE [--json]", status_opts,
                            sizeof status_opts / sizeof status_opts[0], &c, argc, argv);
     fed_err e;
 
@@ -488,7 +455,7 @@ int fed_cli_export(int argc, char **argv)
     fed_model *m = NULL;
     float *p = NULL;
     uint64_t round = 0;
-    int rc = parse_options("export", "--db FILE [--round N] --out model.safetensors",
+    int rc = fed_cli_load_options("export", "--db FILE [--round N] --out model.safetensors",
                            export_opts, sizeof export_opts / sizeof export_opts[0], &c, argc,
                            argv);
     fed_err e;
@@ -675,7 +642,7 @@ int fed_cli_import(int argc, char **argv)
     fed_model_shape sh;
     int nt = 0;
     const fed_tensor_info *t;
-    int rc = parse_options("import", "--in model.safetensors (--out model.bin | --db FILE)",
+    int rc = fed_cli_load_options("import", "--in model.safetensors (--out model.bin | --db FILE)",
                            import_opts, sizeof import_opts / sizeof import_opts[0], &c, argc,
                            argv);
     fed_err e;
@@ -784,7 +751,7 @@ int fed_cli_verify(int argc, char **argv)
     sig_tally tally = {0, 0};
     char msg[256];
     size_t blobs = 0, nrows = 0;
-    int rc = parse_options("verify", "--db FILE", verify_opts, 1, &c, argc, argv), bad = 0;
+    int rc = fed_cli_load_options("verify", "--db FILE", verify_opts, 1, &c, argc, argv), bad = 0;
     fed_err e;
 
     if (rc >= 0)

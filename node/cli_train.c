@@ -115,40 +115,6 @@ static const fed_opt eval_opts[] = {
 #undef E
 #define NEVAL_OPTS (sizeof eval_opts / sizeof eval_opts[0])
 
-/* Defaults, --config FILE, flags; prints --help. Returns -1 to go on, else
- * the exit status. */
-static int load_options(const char *cmd, const char *synopsis, const fed_opt *t, size_t n,
-                        void *cfg, int argc, char **argv)
-{
-    fed_opt_error e = {{0}};
-    char **pos = fed_calloc((size_t)argc + 1, sizeof *pos);
-    int npos = 0, rc = -1;
-    fed_err err;
-
-    for (int i = 0; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: fednode %s %s\n\noptions (also as KEY = VALUE in --config FILE):\n",
-                   cmd, synopsis);
-            fed_opt_print_help(t, n, stdout);
-            fed_free(pos);
-            return 0;
-        }
-    if (!pos) {
-        fed_cli_error("%s: out of memory", cmd);
-        return 1;
-    }
-    err = fed_opt_load(t, n, cfg, argc, argv, pos, &npos, &e);
-    if (err != FED_OK) {
-        fed_cli_error("%s: %s", cmd, e.msg[0] ? e.msg : fed_strerror(err));
-        rc = 2;
-    } else if (npos > 0) {
-        fed_cli_error("%s: unexpected argument '%s' (see fednode %s --help)", cmd, pos[0], cmd);
-        rc = 2;
-    }
-    fed_free(pos);
-    return rc;
-}
-
 /* ---------------------------------------------------------- helpers -- */
 
 /* OpenBLAS chooses its kernels when the process loads it: if it fell back
@@ -544,7 +510,7 @@ out:
 int fed_cli_train(int argc, char **argv)
 {
     train_cfg cfg;
-    int rc = load_options("train", "[--data D] [--model SPEC] [--epochs N] [options]",
+    int rc = fed_cli_load_options("train", "[--data D] [--model SPEC] [--epochs N] [options]",
                           train_opts, NTRAIN_OPTS, &cfg, argc, argv);
 
     if (rc >= 0)
@@ -607,7 +573,7 @@ out:
 int fed_cli_eval(int argc, char **argv)
 {
     eval_cfg cfg;
-    int rc = load_options("eval", "--model FILE [--data D] [options]", eval_opts, NEVAL_OPTS,
+    int rc = fed_cli_load_options("eval", "--model FILE [--data D] [options]", eval_opts, NEVAL_OPTS,
                           &cfg, argc, argv);
 
     if (rc >= 0)
