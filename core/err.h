@@ -63,7 +63,10 @@
     X(FED_ERR_NODEVICE, "no such device")                                      \
     X(FED_ERR_DEVICE, "device error")                                          \
     /* strategies */                                                           \
-    X(FED_ERR_TOO_FEW, "too few inputs for this strategy")
+    X(FED_ERR_TOO_FEW, "too few inputs for this strategy")                     \
+    /* rounds */                                                               \
+    X(FED_ERR_LATE, "delta for a round that is closed")                        \
+    X(FED_ERR_ROLE, "message not expected by this role or state")
 
 typedef enum fed_err {
 #define FED_ERR_ENUM_(name, msg) name,

@@ -280,7 +280,7 @@ fed_err fed_wire_block_decode(uint8_t type, const uint8_t *in, size_t len, fed_w
         b->status = fed_wire_get_u32(in);
         b->ack_flags = fed_wire_get_u32(in + 4);
         ok = b->status < FED_ERR_COUNT_ &&
-             (b->ack_flags & ~(FED_WIRE_ACK_NO_ROUND | FED_WIRE_ACK_DUPLICATE)) == 0;
+             (b->ack_flags & ~FED_WIRE_ACK_FLAGS) == 0;
         break;
     case FED_WIRE_SHARE:
         b->samples = fed_wire_get_u64(in);
@@ -437,7 +437,7 @@ static uint64_t *reject_counter(fed_wire_counters *c, fed_err err)
     }
 }
 
-static const char *type_name(uint8_t type)
+const char *fed_wire_type_name(uint8_t type)
 {
     static const char *const names[] = {"?",   "HELLO", "NEXT",  "MODEL", "DELTA",
                                         "ACK", "SHARE", "PEERS", "LEAVE", "CHUNK"};
@@ -450,7 +450,7 @@ void fed_wire_count_reject(fed_wire *w, const fed_wire_hdr *h, fed_err err)
     (*reject_counter(&w->counters, err))++;
     if (h)
         fed_log(FED_LOG_INFO, "wire: dropped %s from %02x%02x%02x%02x epoch %llu seq %llu: %s (%s)",
-                type_name(h->type), h->sender[0], h->sender[1], h->sender[2], h->sender[3],
+                fed_wire_type_name(h->type), h->sender[0], h->sender[1], h->sender[2], h->sender[3],
                 (unsigned long long)h->sender_epoch, (unsigned long long)h->seq, fed_strerror(err),
                 fed_errname(err));
     else

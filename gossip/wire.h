@@ -123,6 +123,8 @@ typedef enum fed_wire_type {
 
 #define FED_WIRE_ACK_NO_ROUND 0x1u  /* aggregator: no round yet, ask again */
 #define FED_WIRE_ACK_DUPLICATE 0x2u /* already had it; dropped */
+#define FED_WIRE_ACK_FINISHED 0x4u  /* aggregator: training is over, stop asking */
+#define FED_WIRE_ACK_FLAGS (FED_WIRE_ACK_NO_ROUND | FED_WIRE_ACK_DUPLICATE | FED_WIRE_ACK_FINISHED)
 
 typedef struct fed_wire_hdr {
     uint8_t type; /* fed_wire_type */
@@ -252,6 +254,8 @@ uint64_t fed_wire_peer_epoch(const fed_wire *w, const uint8_t pk[32]);
 const fed_wire_counters *fed_wire_get_counters(const fed_wire *w);
 size_t fed_wire_counter_count(void);
 const char *fed_wire_counter_name(size_t i);
+/* "HELLO", "MODEL", ...; "?" for an unknown type. */
+const char *fed_wire_type_name(uint8_t type);
 uint64_t fed_wire_counter_value(const fed_wire_counters *c, size_t i);
 /* Counts and logs a rejection decided above the wire (a codec error found
  * while decoding the vector, say). */

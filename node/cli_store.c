@@ -720,7 +720,7 @@ static const fed_opt verify_opts[] = {
 };
 
 typedef struct sig_tally {
-    size_t ok, bad;
+    size_t ok, bad, unsigned_rows;
 } sig_tally;
 
 /* Ed25519 over the stored digest (BLAKE2b of header || payload) with the
@@ -730,6 +730,10 @@ static int check_signature(void *ctx, const fed_store_contrib *k)
     sig_tally *t = ctx;
     char key[65];
 
+    if (k->header_len == 0) { /* a client recorded missing: nothing was received */
+        t->unsigned_rows++;
+        return 0;
+    }
     if (crypto_sign_verify_detached(k->signature, k->digest, sizeof k->digest, k->peer_key) ==
         0) {
         t->ok++;
@@ -748,7 +752,7 @@ int fed_cli_verify(int argc, char **argv)
     fed_store *st = NULL;
     fed_store_faults faults;
     fed_store_ckpt_row rows[1];
-    sig_tally tally = {0, 0};
+    sig_tally tally = {0, 0, 0};
     char msg[256];
     size_t blobs = 0, nrows = 0;
     int rc = fed_cli_load_options("verify", "--db FILE", verify_opts, 1, &c, argc, argv), bad = 0;
@@ -781,8 +785,9 @@ int fed_cli_verify(int argc, char **argv)
     bad |= e != FED_OK;
 
     e = fed_store_each_contribution(st, check_signature, &tally);
-    printf("contributions: %zu signatures ok, %zu bad%s%s\n", tally.ok, tally.bad,
-           e == FED_OK ? "" : "; ", e == FED_OK ? "" : fed_strerror(e));
+    printf("contributions: %zu signatures ok, %zu bad, %zu missing (nothing received)%s%s\n",
+           tally.ok, tally.bad, tally.unsigned_rows, e == FED_OK ? "" : "; ",
+           e == FED_OK ? "" : fed_strerror(e));
     bad |= e != FED_OK || tally.bad;
 
     printf("%s\n", bad ? "FAULTS FOUND" : "all checks passed");

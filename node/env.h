@@ -46,7 +46,9 @@ typedef struct fed_env {
     /* a request to a peer, on that peer's own link; its reply comes back
        through fed_node_on_frame with req == NULL, or a timeout through on_timer */
     int      (*send)(void *self, const fed_peer_id *to, const uint8_t *frame, size_t len);
-    /* the one answer to a request received with a non-NULL req */
+    /* the one answer to a request received with a non-NULL req; an empty
+       frame (NULL, 0) refuses it: nothing goes back (the daemon closes the
+       context) and the requester times out, as if the request was lost */
     int      (*reply)(void *self, fed_req *req, const uint8_t *frame, size_t len);
     int      (*set_timer)(void *self, uint64_t at_ms, uint32_t timer_id);
     int      (*cancel_timer)(void *self, uint32_t timer_id);

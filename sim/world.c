@@ -435,6 +435,10 @@ static int env_reply(void *self, fed_req *req, const uint8_t *frame, size_t len)
     fed_free(req);
     if (!n->up)
         return FED_ERR_CLOSED;
+    if (len == 0) { /* refused: no answer, the requester times out */
+        w->c.requests_refused++;
+        return FED_OK;
+    }
     if (!w->nodes[src]->up || w->nodes[src]->inc != src_inc) {
         count_drop(w, len, &w->c.dropped_down);
         return FED_OK;

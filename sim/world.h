@@ -60,6 +60,7 @@ typedef struct fed_sim_counters {
     uint64_t dropped_down;      /* receiver or sender crashed, or requester gone */
     uint64_t bytes_sent;
     uint64_t bytes_delivered;
+    uint64_t requests_refused;  /* reply(req, NULL, 0): closed without an answer */
     uint64_t timers_fired;
     uint64_t jobs_done;
     uint64_t events;            /* events dispatched to nodes */

@@ -661,6 +661,14 @@ void fed_store_close(fed_store *st)
 }
 
 uint64_t fed_store_epoch(const fed_store *st) { return st->epoch; }
+
+fed_err fed_store_restart(fed_store *st)
+{
+    fed_store_rollback(st);
+    if (st->opts.flags & (FED_STORE_READONLY | FED_STORE_NO_EPOCH))
+        return read_epoch(st);
+    return bump_epoch(st);
+}
 int fed_store_schema(const fed_store *st) { return st->schema; }
 int fed_store_page_size(const fed_store *st) { return st->page_size; }
 
@@ -782,7 +790,7 @@ fed_err fed_store_put_contribution(fed_store *st, const fed_store_contrib *c)
         return e;
     sqlite3_bind_int64(s, 1, (int64_t)c->round);
     sqlite3_bind_blob(s, 2, c->peer_key, 32, SQLITE_STATIC);
-    sqlite3_bind_blob(s, 3, c->digest, 32, SQLITE_STATIC);
+    sqlite3_bind_blob(s, 3, c->digest, (int)sizeof c->digest, SQLITE_STATIC);
     sqlite3_bind_blob(s, 4, c->signature, 64, SQLITE_STATIC);
     sqlite3_bind_blob(s, 5, c->header_len ? (const void *)c->header : "", (int)c->header_len,
                       SQLITE_STATIC);
@@ -804,7 +812,7 @@ fed_err fed_store_each_contribution(fed_store *st, fed_store_contrib_fn fn, void
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         memset(&c, 0, sizeof c);
         c.round = (uint64_t)sqlite3_column_int64(s, 0);
-        if (sqlite3_column_bytes(s, 1) != 32 || sqlite3_column_bytes(s, 2) != 32 ||
+        if (sqlite3_column_bytes(s, 1) != 32 || sqlite3_column_bytes(s, 2) != 64 ||
             sqlite3_column_bytes(s, 3) != 64) {
             fed_log(FED_LOG_WARN, "store: contribution of round %" PRIu64 " has bad field sizes",
                     c.round);
@@ -812,7 +820,7 @@ fed_err fed_store_each_contribution(fed_store *st, fed_store_contrib_fn fn, void
             break;
         }
         copy_blob(c.peer_key, 32, s, 1);
-        copy_blob(c.digest, 32, s, 2);
+        copy_blob(c.digest, sizeof c.digest, s, 2);
         copy_blob(c.signature, 64, s, 3);
         c.header = sqlite3_column_blob(s, 4);
         c.header_len = (size_t)sqlite3_column_bytes(s, 4);

@@ -95,6 +95,11 @@ void fed_store_close(fed_store *st); /* NULL fine; rolls back an open transactio
 /* This open's epoch (the stored one for READONLY / NO_EPOCH opens). */
 uint64_t fed_store_epoch(const fed_store *st);
 int fed_store_schema(const fed_store *st);
+/* What a process restart does to an open database, without closing it (the
+ * simulator keeps a crashed node's in-memory database): roll back the open
+ * transaction, as a killed process leaves it, then apply the epoch rule again
+ * as fed_store_open does. */
+FED_WUR fed_err fed_store_restart(fed_store *st);
 int fed_store_page_size(const fed_store *st);
 
 /* The node key the database belongs to: set once; a different key later is
@@ -136,7 +141,7 @@ FED_WUR fed_err fed_store_last_rounds(fed_store *st, fed_store_round *out, size_
 typedef struct fed_store_contrib {
     uint64_t round;
     uint8_t peer_key[32];   /* sender's Ed25519 public key */
-    uint8_t digest[32];     /* BLAKE2b-256 of header || payload, as signed */
+    uint8_t digest[64];     /* BLAKE2b-512 of header || payload, as signed */
     uint8_t signature[64];  /* Ed25519 over digest by peer_key */
     const uint8_t *header;  /* frame header bytes (header_len <= FED_STORE_HEADER_MAX) */
     size_t header_len;

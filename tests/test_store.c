@@ -1575,8 +1575,8 @@ static void make_node_db(const char *path, const char *spec, fed_model_shape in,
         memset(hdr, (int)k, sizeof hdr);
         c.round = k;
         memcpy(c.peer_key, pk, 32);
-        crypto_generichash(c.digest, 32, hdr, sizeof hdr, NULL, 0);
-        crypto_sign_detached(c.signature, NULL, c.digest, 32, sk);
+        crypto_generichash(c.digest, sizeof c.digest, hdr, sizeof hdr, NULL, 0);
+        crypto_sign_detached(c.signature, NULL, c.digest, sizeof c.digest, sk);
         c.header = hdr;
         c.header_len = sizeof hdr;
         c.accepted = 1;
@@ -1671,7 +1671,7 @@ static void test_cli(void **state)
     assert_non_null(strstr(out, "3 signatures ok, 0 bad"));
     assert_non_null(strstr(out, "all checks passed"));
     raw = raw_open(db);
-    raw_exec(raw, "UPDATE contributions SET digest = zeroblob(32) WHERE round = 2");
+    raw_exec(raw, "UPDATE contributions SET digest = zeroblob(64) WHERE round = 2");
     sqlite3_close(raw);
     assert_int_equal(run_cli(fed_cli_verify, out, sizeof out, 2, "--db", db), 1);
     assert_non_null(strstr(out, "2 signatures ok, 1 bad"));

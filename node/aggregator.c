@@ -1,0 +1,811 @@
+/* aggregator.c - the aggregator role: holds clients' HELLO/NEXT until a
+ * round starts, samples the round's clients, answers them with the round's
+ * MODEL, collects their DELTAs until all came or the deadline, merges them
+ * (fed_merge, in client-key order), evaluates, and commits the round row,
+ * contributions, counters and a checkpoint in one transaction. Owns the
+ * global model and the held requests; never sees a client's data. */
+#include <math.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/bytes.h"
+#include "core/log.h"
+#include "core/rng.h"
+#include "node/node_impl.h"
+
+typedef enum agg_state { AGG_IDLE = 0, AGG_RUNNING = 1, AGG_DONE = 2 } agg_state;
+
+/* A HELLO or NEXT held until a round starts (or poll_ms passes). */
+typedef struct agg_hold {
+    fed_req *req;
+    fed_wire_hdr hdr; /* the request's header: who, which epoch */
+    uint64_t since_ms;
+} agg_hold;
+
+/* A client sampled for the current round. */
+typedef struct agg_part {
+    uint8_t key[32];
+    int got;          /* its delta is in */
+    uint64_t samples;
+    float *delta;     /* (nparams) host, owned */
+    uint8_t header[FED_WIRE_HEADER_BYTES];
+    uint8_t digest[FED_CRYPTO_DIGEST_BYTES];
+    uint8_t sig[FED_CRYPTO_SIG_BYTES];
+} agg_part;
+
+struct node_agg {
+    fed_model *model;      /* the global model, on cfg.be */
+    fed_merge *merge;
+    fed_codec codec;       /* what clients answer with */
+    size_t nparams;
+    agg_state state;
+    uint64_t round_start_ms;
+    agg_hold *holds;
+    size_t nholds, cap_holds;
+    agg_part *parts;       /* (nparts) sampled this round, sorted by key */
+    size_t nparts;
+    uint8_t *model_vec;    /* the global vector, f32 encoded, this round */
+    size_t model_vec_len, model_vec_cap;
+    float *host;           /* (nparams) scratch */
+    float **dev;           /* (max_clients) device copies on a non-host backend */
+    fed_merge_input *inputs;
+    fed_merge_result *results;
+    int max_clients;
+};
+
+static int backend_is_host(const fed_backend *be) { return strcmp(be->name, "cpu") == 0; }
+
+/* ---- building and resuming ---- */
+
+static fed_err alloc_scratch(fed_node *n)
+{
+    node_agg *a = n->agg;
+    size_t mc = (size_t)a->max_clients;
+
+    a->host = fed_malloc(a->nparams * sizeof(float));
+    a->dev = fed_calloc(mc, sizeof *a->dev);
+    a->inputs = fed_calloc(mc, sizeof *a->inputs);
+    a->results = fed_calloc(mc, sizeof *a->results);
+    a->parts = fed_calloc(mc, sizeof *a->parts);
+    if (!a->host || !a->dev || !a->inputs || !a->results || !a->parts)
+        return FED_ERR_NOMEM;
+    return FED_OK;
+}
+
+fed_err fed_node_agg_new(fed_node *n)
+{
+    const fed_node_config *c = &n->cfg;
+    node_agg *a = fed_calloc(1, sizeof *a);
+    fed_merge_config mc = {.max_clients = FED_MERGE_DEFAULT_MAX_CLIENTS,
+                           .weight_cap = c->weight_cap};
+    fed_err e;
+
+    if (!a)
+        return FED_ERR_NOMEM;
+    n->agg = a;
+    a->max_clients = mc.max_clients;
+    if ((e = fed_codec_parse(c->codec, &a->codec)) != FED_OK)
+        return e;
+    if ((e = fed_model_new(c->spec, c->shape, c->be, c->pool, c->shards, 256, &a->model)) != FED_OK)
+        return e;
+    a->nparams = fed_model_nparams(a->model);
+    if ((e = fed_merge_new(c->strategy, a->nparams, &mc, c->be, &a->merge)) != FED_OK)
+        return e;
+    return alloc_scratch(n);
+}
+
+static void parts_clear(node_agg *a)
+{
+    for (size_t i = 0; i < a->nparts; i++) {
+        fed_free(a->parts[i].delta);
+        memset(&a->parts[i], 0, sizeof a->parts[i]);
+    }
+    a->nparts = 0;
+}
+
+void fed_node_agg_free(fed_node *n)
+{
+    node_agg *a = n->agg;
+
+    if (!a)
+        return;
+    /* held requests are the environment's: forgotten, never answered (the
+       simulator has freed them at a crash; the daemon's transport frees
+       its own when it closes) */
+    if (a->parts)
+        parts_clear(a);
+    for (int i = 0; a->dev && i < a->max_clients; i++)
+        if (a->dev[i])
+            n->cfg.be->free(n->cfg.be, a->dev[i]);
+    fed_free(a->dev);
+    fed_free(a->parts);
+    fed_free(a->inputs);
+    fed_free(a->results);
+    fed_free(a->holds);
+    fed_free(a->model_vec);
+    fed_free(a->host);
+    fed_merge_free(a->merge);
+    fed_model_free(a->model);
+    fed_free(a);
+    n->agg = NULL;
+}
+
+/* The newest valid checkpoint into the global model and strategy state. */
+static fed_err resume(fed_node *n)
+{
+    node_agg *a = n->agg;
+    fed_store_ckpt ck;
+    const fed_store_section *spec, *params, *merge;
+    size_t sf = fed_merge_state_floats(a->merge);
+    float *state = NULL;
+    uint64_t round = 0;
+    fed_err e;
+
+    memset(&ck, 0, sizeof ck);
+    e = fed_store_latest_valid_checkpoint(n->cfg.store, &ck, NULL);
+    if (e == FED_ERR_NOTFOUND)
+        return FED_OK;
+    if (e != FED_OK)
+        return e;
+    spec = fed_store_ckpt_find(&ck, FED_CKPT_SEC_SPEC);
+    params = fed_store_ckpt_find(&ck, FED_CKPT_SEC_PARAMS);
+    merge = fed_store_ckpt_find(&ck, FED_CKPT_SEC_MERGE);
+    if ((e = fed_node_state_decode(&ck, FED_NODE_AGGREGATOR, &round)) != FED_OK)
+        goto out;
+    if (!spec || spec->len != strlen(n->cfg.spec) || memcmp(spec->data, n->cfg.spec, spec->len)) {
+        fed_log(FED_LOG_ERROR, "aggregator: the checkpoint holds another model than %s",
+                n->cfg.spec);
+        e = FED_ERR_SPEC;
+        goto out;
+    }
+    if (!params || params->len != a->nparams * sizeof(float) ||
+        (sf && (!merge || merge->len != sf * sizeof(float)))) {
+        e = FED_ERR_FORMAT;
+        goto out;
+    }
+    fed_node_floats_from_le(a->host, params->data, a->nparams);
+    if ((e = fed_model_set_params(a->model, a->host)) != FED_OK)
+        goto out;
+    if (sf) {
+        if (!(state = fed_malloc(sf * sizeof *state))) {
+            e = FED_ERR_NOMEM;
+            goto out;
+        }
+        fed_node_floats_from_le(state, merge->data, sf);
+        if ((e = fed_merge_set_state(a->merge, state)) != FED_OK)
+            goto out;
+    }
+    n->round = round;
+    fed_log(FED_LOG_INFO, "aggregator: resumed from the checkpoint of round %llu (epoch %llu)",
+            (unsigned long long)round, (unsigned long long)fed_wire_epoch(n->wire));
+out:
+    if (e != FED_OK)
+        fed_log(FED_LOG_ERROR, "aggregator: cannot resume from checkpoint %llu: %s",
+                (unsigned long long)ck.id, fed_strerror(e));
+    fed_free(state);
+    fed_store_ckpt_fini(&ck);
+    return e;
+}
+
+fed_err fed_node_agg_start(fed_node *n)
+{
+    node_agg *a = n->agg;
+    fed_rng rng;
+    fed_err e;
+
+    fed_rng_seed(&rng, n->cfg.seed);
+    if ((e = fed_model_init(a->model, &rng)) != FED_OK)
+        return e;
+    if ((e = resume(n)) != FED_OK)
+        return e;
+    if (n->cfg.rounds && n->round >= n->cfg.rounds) {
+        a->state = AGG_DONE;
+        n->finished = 1;
+    }
+    return FED_OK;
+}
+
+/* ---- holds ---- */
+
+static void arm_poll(fed_node *n)
+{
+    node_agg *a = n->agg;
+    uint64_t first = UINT64_MAX;
+
+    for (size_t i = 0; i < a->nholds; i++)
+        if (a->holds[i].since_ms < first)
+            first = a->holds[i].since_ms;
+    if (first == UINT64_MAX)
+        (void)n->env.cancel_timer(n->env.self, NODE_TIMER_POLL);
+    else
+        (void)n->env.set_timer(n->env.self, first + n->cfg.poll_ms, NODE_TIMER_POLL);
+}
+
+static void hold_remove(node_agg *a, size_t i)
+{
+    a->holds[i] = a->holds[--a->nholds];
+}
+
+/* A client asks for work: replace its older hold (that request is over). */
+static fed_err hold_add(fed_node *n, fed_req *req, const fed_wire_hdr *h)
+{
+    node_agg *a = n->agg;
+
+    for (size_t i = 0; i < a->nholds; i++)
+        if (!memcmp(a->holds[i].hdr.sender, h->sender, 32)) {
+            fed_node_refuse(n, a->holds[i].req);
+            hold_remove(a, i);
+            break;
+        }
+    if (a->nholds == a->cap_holds) {
+        size_t cap = a->cap_holds ? 2 * a->cap_holds : 16;
+        agg_hold *p = fed_realloc(a->holds, cap * sizeof *p);
+
+        if (!p) {
+            fed_node_refuse(n, req);
+            return FED_ERR_NOMEM;
+        }
+        a->holds = p;
+        a->cap_holds = cap;
+    }
+    a->holds[a->nholds].req = req;
+    a->holds[a->nholds].hdr = *h;
+    a->holds[a->nholds].since_ms = n->env.now_ms(n->env.self);
+    a->nholds++;
+    arm_poll(n);
+    return FED_OK;
+}
+
+static fed_err answer_no_round(fed_node *n, size_t i, uint32_t flags)
+{
+    node_agg *a = n->agg;
+    agg_hold h = a->holds[i];
+
+    hold_remove(a, i);
+    return fed_node_ack(n, h.req, &h.hdr, FED_OK, flags);
+}
+
+static void finish_all(fed_node *n)
+{
+    while (n->agg->nholds)
+        (void)answer_no_round(n, 0, FED_WIRE_ACK_FINISHED);
+    (void)n->env.cancel_timer(n->env.self, NODE_TIMER_POLL);
+}
+
+/* ---- starting a round ---- */
+
+static int part_cmp(const void *x, const void *y)
+{
+    return memcmp(((const agg_part *)x)->key, ((const agg_part *)y)->key, 32);
+}
+
+static int hold_cmp(const void *x, const void *y)
+{
+    return memcmp(((const agg_hold *)x)->hdr.sender, ((const agg_hold *)y)->hdr.sender, 32);
+}
+
+/* How many of `waiting` clients a round takes: ceil(fraction * waiting),
+ * at least min_clients, at most waiting and max_clients. */
+static size_t sample_size(const fed_node *n, size_t waiting)
+{
+    size_t k = (size_t)ceil(n->cfg.sample_fraction * (double)waiting - 1e-9);
+
+    if (k < n->cfg.min_clients)
+        k = n->cfg.min_clients;
+    if (k > waiting)
+        k = waiting;
+    if (k > (size_t)n->agg->max_clients)
+        k = (size_t)n->agg->max_clients;
+    return k;
+}
+
+/* The round's MODEL vector: the global parameters, f32 encoded. */
+static fed_err encode_global(fed_node *n)
+{
+    node_agg *a = n->agg;
+    fed_codec f32 = {.id = FED_CODEC_F32};
+    fed_err e = fed_model_get_params(a->model, a->host);
+
+    if (e != FED_OK)
+        return e;
+    return fed_node_encode_vec(&f32, a->host, a->nparams, NULL, &a->model_vec, &a->model_vec_cap,
+                               &a->model_vec_len);
+}
+
+static void settings_of_round(const fed_node *n, fed_wire_block *b)
+{
+    const fed_node_config *c = &n->cfg;
+    fed_wire_settings *s = &b->settings;
+
+    memset(b, 0, sizeof *b);
+    b->samples = 0;
+    snprintf(s->spec, sizeof s->spec, "%s", c->spec);
+    s->local_epochs = c->local_epochs;
+    s->batch = c->batch;
+    s->optimizer = c->optimizer;
+    s->codec = (uint16_t)n->agg->codec.id;
+    s->fraction = n->agg->codec.fraction;
+    s->lr = c->lr;
+    s->mu = (float)fed_merge_prox_mu(n->agg->merge);
+    s->deadline_ms = c->deadline_ms;
+}
+
+static fed_err send_model(fed_node *n, const agg_hold *h, const fed_wire_block *b)
+{
+    node_agg *a = n->agg;
+    fed_wire_hdr hdr;
+    fed_err e = fed_node_header(n, FED_WIRE_MODEL, h->hdr.sender, n->round + 1,
+                                h->hdr.sender_epoch, FED_CODEC_F32, &hdr);
+
+    if (e != FED_OK) {
+        fed_node_refuse(n, h->req);
+        return e;
+    }
+    return fed_node_emit(n, h->req, &hdr, b, a->model_vec, a->model_vec_len);
+}
+
+/* Draw k of the waiting clients (in key order, then a partial shuffle with
+ * the node's random stream), answer them with the MODEL, keep the rest. */
+static fed_err start_round(fed_node *n)
+{
+    node_agg *a = n->agg;
+    size_t k = sample_size(n, a->nholds);
+    fed_wire_block b;
+    fed_rng rng;
+    uint64_t seed;
+    fed_err e;
+
+    if ((e = encode_global(n)) != FED_OK)
+        return e;
+    n->env.random(n->env.self, &seed, sizeof seed);
+    fed_rng_seed(&rng, seed);
+    qsort(a->holds, a->nholds, sizeof *a->holds, hold_cmp);
+    for (size_t i = 0; i < k; i++) {
+        size_t j = i + (size_t)fed_rng_below(&rng, a->nholds - i);
+        agg_hold t = a->holds[i];
+
+        a->holds[i] = a->holds[j];
+        a->holds[j] = t;
+    }
+    settings_of_round(n, &b);
+    parts_clear(a);
+    for (size_t i = 0; i < k; i++)
+        memcpy(a->parts[i].key, a->holds[i].hdr.sender, 32);
+    a->nparts = k;
+    qsort(a->parts, k, sizeof *a->parts, part_cmp);
+    a->state = AGG_RUNNING;
+    a->round_start_ms = n->env.now_ms(n->env.self);
+    (void)n->env.cancel_timer(n->env.self, NODE_TIMER_ROUND);
+    (void)n->env.set_timer(n->env.self, a->round_start_ms + n->cfg.deadline_ms,
+                           NODE_TIMER_DEADLINE);
+    fed_log(FED_LOG_INFO, "aggregator: round %llu starts with %zu of %zu waiting clients",
+            (unsigned long long)(n->round + 1), k, a->nholds);
+    for (size_t i = 0; i < k; i++)
+        (void)send_model(n, &a->holds[i], &b); /* a failed send: the client goes missing */
+    memmove(a->holds, a->holds + k, (a->nholds - k) * sizeof *a->holds);
+    a->nholds -= k;
+    arm_poll(n);
+    return FED_OK;
+}
+
+/* Start a round when enough clients wait: wait_clients at once, or
+ * min_clients once the gather timer has fired (force). */
+static fed_err maybe_start(fed_node *n, int force)
+{
+    node_agg *a = n->agg;
+    size_t want = n->cfg.wait_clients ? n->cfg.wait_clients : n->cfg.min_clients;
+
+    if (a->state != AGG_IDLE)
+        return FED_OK;
+    if (a->nholds >= want || (force && a->nholds >= n->cfg.min_clients))
+        return start_round(n);
+    return FED_OK;
+}
+
+/* ---- closing a round ---- */
+
+static agg_part *part_find(node_agg *a, const uint8_t key[32])
+{
+    for (size_t i = 0; i < a->nparts; i++)
+        if (!memcmp(a->parts[i].key, key, 32))
+            return &a->parts[i];
+    return NULL;
+}
+
+static size_t parts_got(const node_agg *a)
+{
+    size_t got = 0;
+
+    for (size_t i = 0; i < a->nparts; i++)
+        got += a->parts[i].got != 0;
+    return got;
+}
+
+static fed_err put_contribution(fed_node *n, uint64_t round, const agg_part *p, int accepted,
+                                const char *reason)
+{
+    fed_store_contrib c;
+
+    memset(&c, 0, sizeof c);
+    c.round = round;
+    memcpy(c.peer_key, p->key, 32);
+    if (p->got) {
+        memcpy(c.digest, p->digest, sizeof c.digest);
+        memcpy(c.signature, p->sig, sizeof c.signature);
+        c.header = p->header;
+        c.header_len = sizeof p->header;
+    }
+    c.accepted = accepted;
+    snprintf(c.reason, sizeof c.reason, "%s", reason);
+    return fed_store_put_contribution(n->cfg.store, &c);
+}
+
+/* The merge inputs, in part order (key order), on the backend. */
+static fed_err gather_inputs(fed_node *n, int *count)
+{
+    node_agg *a = n->agg;
+    fed_backend *be = n->cfg.be;
+    int k = 0;
+    fed_err e;
+
+    for (size_t i = 0; i < a->nparts; i++) {
+        agg_part *p = &a->parts[i];
+        fed_merge_input *in = &a->inputs[k];
+
+        if (!p->got)
+            continue;
+        if (backend_is_host(be)) {
+            in->delta = p->delta;
+        } else {
+            if (!a->dev[k] &&
+                (e = be->alloc(be, a->nparams * sizeof(float), (void **)&a->dev[k])) != FED_OK)
+                return e;
+            if ((e = be->upload(be, a->dev[k], p->delta, a->nparams * sizeof(float))) != FED_OK)
+                return e;
+            in->delta = a->dev[k];
+        }
+        in->weight = (double)p->samples;
+        memcpy(in->key, p->key, 32);
+        k++;
+    }
+    *count = k;
+    return FED_OK;
+}
+
+/* The checkpoint sections of the round just merged. */
+static fed_err write_checkpoint(fed_node *n, uint8_t hash[32])
+{
+    node_agg *a = n->agg;
+    size_t sf = fed_merge_state_floats(a->merge);
+    uint8_t in[16], st[FED_NODE_STATE_BYTES];
+    uint8_t *params = fed_malloc(a->nparams * sizeof(float));
+    uint8_t *merge = sf ? fed_malloc(sf * sizeof(float)) : NULL;
+    float *state = sf ? fed_malloc(sf * sizeof(float)) : NULL;
+    fed_model_shape s = n->cfg.shape;
+    fed_err e = FED_OK;
+
+    if (!params || (sf && (!merge || !state))) {
+        e = FED_ERR_NOMEM;
+        goto out;
+    }
+    if ((e = fed_model_get_params(a->model, a->host)) != FED_OK)
+        goto out;
+    fed_node_floats_to_le(params, a->host, a->nparams);
+    if (sf) {
+        if ((e = fed_merge_get_state(a->merge, state)) != FED_OK)
+            goto out;
+        fed_node_floats_to_le(merge, state, sf);
+    }
+    fed_put_u32le(in, (uint32_t)s.c);
+    fed_put_u32le(in + 4, (uint32_t)s.h);
+    fed_put_u32le(in + 8, (uint32_t)s.w);
+    fed_put_u32le(in + 12, (uint32_t)s.classes);
+    fed_node_state_encode(st, FED_NODE_AGGREGATOR, n->round + 1);
+    crypto_hash_sha256(hash, params, a->nparams * sizeof(float));
+    {
+        fed_store_section sec[5] = {
+            {FED_CKPT_SEC_SPEC, n->cfg.spec, strlen(n->cfg.spec)},
+            {FED_CKPT_SEC_INPUT, in, sizeof in},
+            {FED_CKPT_SEC_PARAMS, params, a->nparams * sizeof(float)},
+            {FED_NODE_SEC_STATE, st, sizeof st},
+            {FED_CKPT_SEC_MERGE, merge, sf * sizeof(float)},
+        };
+        e = fed_store_checkpoint_write(n->cfg.store, n->round + 1, sec, sf ? 5 : 4, NULL);
+    }
+out:
+    fed_free(params);
+    fed_free(merge);
+    fed_free(state);
+    return e;
+}
+
+static fed_err put_counters(fed_node *n)
+{
+    const fed_wire_counters *wc = fed_wire_get_counters(n->wire);
+    size_t nc = fed_wire_counter_count();
+    fed_store_counter c[64];
+
+    if (nc > 64)
+        nc = 64;
+    for (size_t i = 0; i < nc; i++) {
+        snprintf(c[i].name, sizeof c[i].name, "wire.%s", fed_wire_counter_name(i));
+        c[i].value = fed_wire_counter_value(wc, i);
+    }
+    return fed_store_put_counters(n->cfg.store, c, nc);
+}
+
+/* Everything the round leaves in the database, in one transaction. */
+static fed_err commit_round(fed_node *n, const fed_node_round_info *info, uint8_t hash[32])
+{
+    node_agg *a = n->agg;
+    fed_store *st = n->cfg.store;
+    fed_store_round row;
+    fed_err e;
+
+    if ((e = fed_store_begin(st)) != FED_OK)
+        return e;
+    for (size_t i = 0; i < a->nparts; i++) {
+        const agg_part *p = &a->parts[i];
+        int used = p->got && a->results[i].verdict <= FED_MERGE_USED_COORDS;
+
+        e = put_contribution(n, info->round, p, used,
+                             !p->got ? "missing"
+                                     : used ? "" : fed_merge_verdict_name(a->results[i].verdict));
+        if (e != FED_OK)
+            goto out;
+    }
+    if ((e = put_counters(n)) != FED_OK || (e = write_checkpoint(n, hash)) != FED_OK)
+        goto out;
+    memset(&row, 0, sizeof row);
+    row.round = info->round;
+    row.start_ms = info->start_ms;
+    row.end_ms = fed_node_wall_ms(n);
+    row.loss = info->loss;
+    row.accuracy = info->accuracy;
+    row.samples = info->samples;
+    row.bytes_in = fed_wire_get_counters(n->wire)->bytes_in;
+    row.bytes_out = fed_wire_get_counters(n->wire)->bytes_out;
+    row.peers = info->merged;
+    snprintf(row.strategy, sizeof row.strategy, "%s", fed_merge_spec(a->merge));
+    memcpy(row.model_hash, hash, 32);
+    if ((e = fed_store_put_round(st, &row)) != FED_OK)
+        goto out;
+    e = fed_store_commit(st);
+out:
+    if (e != FED_OK)
+        fed_store_rollback(st);
+    return e;
+}
+
+static void evaluate(fed_node *n, fed_node_round_info *info)
+{
+    fed_step_stats st = {0};
+
+    info->loss = NAN;
+    info->accuracy = NAN;
+    if (!n->cfg.test)
+        return;
+    if (fed_train_evaluate_all(n->agg->model, n->cfg.test, &st) != FED_OK || st.samples == 0)
+        return;
+    info->loss = st.loss_sum / (double)st.samples;
+    info->accuracy = (double)st.correct / (double)st.samples;
+}
+
+/* Results of the merge by part index (inputs skipped missing parts). */
+static void spread_results(node_agg *a, int count)
+{
+    fed_merge_result tmp[FED_MERGE_DEFAULT_MAX_CLIENTS];
+    int k = count;
+
+    memcpy(tmp, a->results, (size_t)count * sizeof *tmp);
+    for (size_t i = a->nparts; i-- > 0;)
+        if (a->parts[i].got)
+            a->results[i] = tmp[--k];
+}
+
+static fed_err close_round(fed_node *n)
+{
+    node_agg *a = n->agg;
+    fed_node_round_info info;
+    uint8_t hash[32];
+    int count = 0;
+    fed_err e;
+
+    memset(&info, 0, sizeof info);
+    info.round = n->round + 1;
+    info.sampled = (uint32_t)a->nparts;
+    info.start_ms = fed_node_wall_ms(n) - (n->env.now_ms(n->env.self) - a->round_start_ms);
+    (void)n->env.cancel_timer(n->env.self, NODE_TIMER_DEADLINE);
+    if ((e = gather_inputs(n, &count)) != FED_OK)
+        goto fail;
+    e = fed_merge_apply(a->merge, fed_model_params_dev(a->model), a->inputs, count, a->results);
+    if (e != FED_OK)
+        goto fail;
+    spread_results(a, count);
+    for (size_t i = 0; i < a->nparts; i++) {
+        if (!a->parts[i].got) {
+            info.missing++;
+        } else if (a->results[i].verdict <= FED_MERGE_USED_COORDS) {
+            info.merged++;
+            info.samples += a->parts[i].samples;
+        }
+    }
+    evaluate(n, &info);
+    if ((e = commit_round(n, &info, hash)) != FED_OK)
+        goto fail;
+    memcpy(info.model_hash, hash, 32);
+    info.end_ms = fed_node_wall_ms(n);
+    n->round = info.round;
+    fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing), accuracy %.4f",
+            (unsigned long long)info.round, info.merged, info.sampled, info.missing,
+            info.accuracy);
+    parts_clear(a);
+    a->state = AGG_IDLE;
+    if (n->cfg.on_round)
+        n->cfg.on_round(n->cfg.observer, n, &info);
+    if (n->cfg.rounds && n->round >= n->cfg.rounds) {
+        a->state = AGG_DONE;
+        n->finished = 1;
+        finish_all(n);
+        return FED_OK;
+    }
+    (void)n->env.set_timer(n->env.self, n->env.now_ms(n->env.self) + n->cfg.gather_ms,
+                           NODE_TIMER_ROUND);
+    return maybe_start(n, 0);
+fail:
+    /* nothing was committed: the round is redone with whoever is waiting */
+    fed_log(FED_LOG_ERROR, "aggregator: round %llu failed (%s); %zu of %zu deltas in",
+            (unsigned long long)(n->round + 1), fed_strerror(e), parts_got(a), a->nparts);
+    parts_clear(a);
+    a->state = AGG_IDLE;
+    (void)n->env.set_timer(n->env.self, n->env.now_ms(n->env.self) + n->cfg.gather_ms,
+                           NODE_TIMER_ROUND);
+    return e;
+}
+
+/* ---- frames ---- */
+
+void fed_node_agg_prepare_open(fed_node *n, node_open *op)
+{
+    op->expect_n = n->agg->nparams;
+    op->expect_codec = (uint16_t)n->agg->codec.id;
+}
+
+/* A late or unexpected delta: recorded, answered, never merged. */
+static fed_err refuse_delta(fed_node *n, node_open *op, fed_err why, uint32_t flags)
+{
+    const fed_wire_msg *m = &op->msg;
+    agg_part p;
+    fed_err e;
+
+    memset(&p, 0, sizeof p);
+    memcpy(p.key, m->hdr.sender, 32);
+    p.got = 1;
+    memcpy(p.header, m->header, FED_WIRE_HEADER_BYTES);
+    memcpy(p.digest, m->digest, sizeof p.digest);
+    memcpy(p.sig, m->sig, sizeof p.sig);
+    e = put_contribution(n, m->hdr.round, &p, 0, why == FED_ERR_LATE ? "late" : fed_errname(why));
+    if (e != FED_OK)
+        fed_log(FED_LOG_WARN, "aggregator: recording a refused delta failed: %s", fed_strerror(e));
+    fed_wire_note_reject(n->wire, &m->hdr, why);
+    (void)fed_node_ack(n, op->req, &m->hdr, why, flags);
+    op->req = NULL;
+    return why;
+}
+
+static fed_err on_delta(fed_node *n, node_open *op)
+{
+    node_agg *a = n->agg;
+    const fed_wire_msg *m = &op->msg;
+    agg_part *p;
+    fed_err e;
+
+    if (a->state != AGG_RUNNING || m->hdr.round != n->round + 1)
+        return refuse_delta(n, op, FED_ERR_LATE, 0);
+    if (!(p = part_find(a, m->hdr.sender)))
+        return refuse_delta(n, op, FED_ERR_ROLE, 0);
+    if (p->got) { /* a resend of what we have: answer, keep the first */
+        e = fed_node_ack(n, op->req, &m->hdr, FED_OK, FED_WIRE_ACK_DUPLICATE);
+        op->req = NULL;
+        return e;
+    }
+    if (m->block.samples == 0)
+        return refuse_delta(n, op, FED_ERR_PAYLOAD, 0);
+    p->got = 1;
+    p->samples = m->block.samples;
+    p->delta = op->vec;
+    op->vec = NULL;
+    memcpy(p->header, m->header, FED_WIRE_HEADER_BYTES);
+    memcpy(p->digest, m->digest, sizeof p->digest);
+    memcpy(p->sig, m->sig, sizeof p->sig);
+    if (n->cfg.on_delta)
+        n->cfg.on_delta(n->cfg.observer, n, m->hdr.round, p->key, p->delta, a->nparams,
+                        p->samples);
+    e = fed_node_ack(n, op->req, &m->hdr, FED_OK, 0);
+    op->req = NULL;
+    if (parts_got(a) == a->nparts)
+        return close_round(n);
+    return e;
+}
+
+fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
+{
+    node_agg *a = n->agg;
+    const fed_wire_msg *m = &op->msg;
+    fed_req *req = op->req;
+    fed_err e;
+
+    if (!req) { /* the aggregator sends no requests: a stray reply */
+        fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_ROLE);
+        return FED_ERR_ROLE;
+    }
+    switch (m->hdr.type) {
+    case FED_WIRE_HELLO:
+    case FED_WIRE_NEXT:
+        op->req = NULL;
+        if (a->state == AGG_DONE)
+            return fed_node_ack(n, req, &m->hdr, FED_OK, FED_WIRE_ACK_FINISHED);
+        if ((e = hold_add(n, req, &m->hdr)) != FED_OK)
+            return e;
+        return maybe_start(n, 0);
+    case FED_WIRE_DELTA:
+        return on_delta(n, op);
+    default:
+        op->req = NULL;
+        fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_ROLE);
+        (void)fed_node_ack(n, req, &m->hdr, FED_ERR_ROLE, 0);
+        return FED_ERR_ROLE;
+    }
+}
+
+fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
+{
+    node_agg *a = n->agg;
+
+    switch (id) {
+    case NODE_TIMER_ROUND:
+        return maybe_start(n, 1);
+    case NODE_TIMER_DEADLINE:
+        if (a->state != AGG_RUNNING)
+            return FED_OK;
+        if (parts_got(a) >= n->cfg.min_clients)
+            return close_round(n);
+        fed_log(FED_LOG_WARN, "aggregator: round %llu deadline with %zu of %u deltas needed;"
+                " starting it again", (unsigned long long)(n->round + 1), parts_got(a),
+                n->cfg.min_clients);
+        {
+            /* record who was missing, keep nothing of the attempt */
+            for (size_t i = 0; i < a->nparts; i++)
+                if (!a->parts[i].got)
+                    (void)put_contribution(n, n->round + 1, &a->parts[i], 0, "missing");
+        }
+        parts_clear(a);
+        a->state = AGG_IDLE;
+        return maybe_start(n, 1);
+    case NODE_TIMER_POLL: {
+        uint64_t now = n->env.now_ms(n->env.self);
+
+        for (size_t i = a->nholds; i-- > 0;)
+            if (a->holds[i].since_ms + n->cfg.poll_ms <= now)
+                (void)answer_no_round(n, i, FED_WIRE_ACK_NO_ROUND);
+        arm_poll(n);
+        return FED_OK;
+    }
+    default:
+        return FED_ERR_INVAL;
+    }
+}
+
+size_t fed_node_nparams(const fed_node *n)
+{
+    return n->agg ? n->agg->nparams : 0;
+}
+
+fed_err fed_node_get_params(const fed_node *n, float *dst)
+{
+    if (!n->agg)
+        return FED_ERR_ROLE;
+    return fed_model_get_params(n->agg->model, dst);
+}

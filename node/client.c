@@ -1,0 +1,497 @@
+/* client.c - the client role: says HELLO to its aggregator, trains each
+ * round's MODEL for E local epochs on its own shard (a job), answers with
+ * its delta and sample count, sealed, and asks NEXT. One request out at a
+ * time, each on a retry timer. Owns its shard's training state between
+ * rounds (topk residual); its data never leaves it, only deltas do. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "node/node_impl.h"
+
+typedef enum client_state {
+    CL_IDLE = 0,     /* nothing out (start, or between retries) */
+    CL_ASKING = 1,   /* a HELLO or NEXT is out */
+    CL_TRAINING = 2, /* the training job runs */
+    CL_SENDING = 3,  /* a DELTA is out */
+    CL_DONE = 4,     /* the aggregator said training is over */
+} client_state;
+
+/* The training job: everything it reads and writes is here. */
+typedef struct client_job {
+    fed_job job;
+    /* in */
+    fed_wire_settings set;
+    uint64_t round, seed;
+    fed_backend *be;
+    fed_pool *pool;
+    int shards;
+    const fed_dataset *data;
+    const uint32_t *shard;
+    size_t shard_n;
+    const float *global; /* (nparams) */
+    size_t nparams;
+    fed_codec codec;
+    float *residual;     /* (nparams) topk error feedback, or NULL */
+    /* out */
+    uint8_t *vec;        /* the encoded delta (vec_len of cap_vec) */
+    size_t vec_len, cap_vec;
+    double loss;
+    uint64_t samples;
+    fed_err err;
+} client_job;
+
+struct node_client {
+    client_state state;
+    uint8_t agg[32];
+    uint64_t agg_epoch;   /* the aggregator's epoch as last seen; 0: unknown */
+    uint8_t out_type;     /* the request that is out */
+    uint32_t resends;
+    uint64_t round;       /* the round being trained or sent */
+    float *global;        /* (nparams) the round's MODEL */
+    float *residual;      /* (nparams) topk, kept across rounds */
+    size_t nparams;
+    char flops_spec[FED_WIRE_SPEC_BYTES];
+    double flops_per_sample;
+    uint64_t train_start_ms;
+    client_job job;
+};
+
+fed_err fed_node_client_new(fed_node *n)
+{
+    node_client *c = fed_calloc(1, sizeof *c);
+
+    if (!c)
+        return FED_ERR_NOMEM;
+    memcpy(c->agg, n->cfg.aggregator.key, 32);
+    c->job.job.user = n;
+    n->client = c;
+    return FED_OK;
+}
+
+void fed_node_client_free(fed_node *n)
+{
+    node_client *c = n->client;
+
+    if (!c)
+        return;
+    fed_free(c->global);
+    fed_free(c->residual);
+    fed_free(c->job.vec);
+    fed_free(c);
+    n->client = NULL;
+}
+
+/* ---- requests ---- */
+
+static void arm_retry(fed_node *n, uint64_t after_ms)
+{
+    (void)n->env.set_timer(n->env.self, n->env.now_ms(n->env.self) + after_ms, NODE_TIMER_RETRY);
+}
+
+/* HELLO (to whatever epoch the aggregator is in now) or NEXT. */
+static fed_err ask(fed_node *n, uint8_t type)
+{
+    node_client *c = n->client;
+    fed_wire_hdr h;
+    fed_wire_block b;
+    fed_err e;
+
+    if (type == FED_WIRE_NEXT && c->agg_epoch == 0)
+        type = FED_WIRE_HELLO;
+    e = fed_node_header(n, type, c->agg, n->round, type == FED_WIRE_HELLO ? 0 : c->agg_epoch,
+                        FED_CODEC_NONE, &h);
+    if (e != FED_OK)
+        return e;
+    memset(&b, 0, sizeof b);
+    b.role = FED_WIRE_ROLE_CLIENT;
+    b.round_ref = n->round;
+    c->state = CL_ASKING;
+    c->out_type = type;
+    arm_retry(n, n->cfg.poll_ms + n->cfg.retry_ms);
+    return fed_node_emit(n, NULL, &h, &b, NULL, 0);
+}
+
+static fed_err send_delta(fed_node *n)
+{
+    node_client *c = n->client;
+    client_job *j = &c->job;
+    fed_wire_hdr h;
+    fed_wire_block b;
+    fed_err e = fed_node_header(n, FED_WIRE_DELTA, c->agg, c->round, c->agg_epoch,
+                                (uint16_t)j->codec.id, &h);
+
+    if (e != FED_OK)
+        return e;
+    memset(&b, 0, sizeof b);
+    b.samples = j->samples;
+    b.round_ref = c->round;
+    c->state = CL_SENDING;
+    c->out_type = FED_WIRE_DELTA;
+    arm_retry(n, n->cfg.retry_ms);
+    return fed_node_emit(n, NULL, &h, &b, j->vec, j->vec_len);
+}
+
+/* ---- resuming ---- */
+
+static fed_err resume(fed_node *n)
+{
+    fed_store_ckpt ck;
+    uint64_t round = 0;
+    fed_err e;
+
+    memset(&ck, 0, sizeof ck);
+    e = fed_store_latest_valid_checkpoint(n->cfg.store, &ck, NULL);
+    if (e == FED_ERR_NOTFOUND)
+        return FED_OK;
+    if (e == FED_OK && (e = fed_node_state_decode(&ck, FED_NODE_CLIENT, &round)) == FED_OK) {
+        const fed_store_section *r = fed_store_ckpt_find(&ck, FED_CKPT_SEC_RESIDUAL);
+        node_client *c = n->client;
+
+        n->round = round;
+        if (r && r->len % sizeof(float) == 0 && r->len) {
+            c->nparams = r->len / sizeof(float);
+            if (!(c->residual = fed_malloc(r->len)))
+                e = FED_ERR_NOMEM;
+            else
+                fed_node_floats_from_le(c->residual, r->data, c->nparams);
+        }
+    }
+    if (e != FED_OK)
+        fed_log(FED_LOG_ERROR, "client: cannot resume: %s", fed_strerror(e));
+    fed_store_ckpt_fini(&ck);
+    return e;
+}
+
+fed_err fed_node_client_start(fed_node *n)
+{
+    fed_err e = resume(n);
+
+    if (e != FED_OK)
+        return e;
+    return ask(n, FED_WIRE_HELLO);
+}
+
+/* ---- training ---- */
+
+/* Forward+backward FLOPs per sample of spec (a model is built once per spec
+ * to count them; the simulator charges them). */
+static fed_err flops_of(fed_node *n, const char *spec, double *flops)
+{
+    node_client *c = n->client;
+    fed_model *m = NULL;
+    fed_err e;
+
+    if (strcmp(c->flops_spec, spec) != 0) {
+        if ((e = fed_model_new(spec, n->cfg.train->shape, n->cfg.be, NULL, 1, 1, &m)) != FED_OK)
+            return e;
+        c->flops_per_sample = fed_model_flops_per_sample(m);
+        snprintf(c->flops_spec, sizeof c->flops_spec, "%s", spec);
+        fed_model_free(m);
+    }
+    *flops = c->flops_per_sample;
+    return FED_OK;
+}
+
+static fed_err train_epochs(client_job *j, fed_model *m, fed_optim *o, double *loss)
+{
+    fed_trainer *t = NULL;
+    fed_step_stats st = {0};
+    fed_rng rng;
+    fed_err e;
+
+    fed_rng_seed_stream(&rng, j->seed, j->round);
+    if ((e = fed_trainer_new(m, o, j->data, (int)j->set.batch, &t)) != FED_OK)
+        return e;
+    for (uint32_t ep = 0; ep < j->set.local_epochs && e == FED_OK; ep++)
+        e = fed_trainer_epoch(t, j->shard, j->shard_n, &rng, &st);
+    fed_trainer_free(t);
+    *loss = st.samples ? st.loss_sum / (double)st.samples : NAN;
+    return e;
+}
+
+/* delta = trained - global, encoded with the round's codec. */
+static fed_err encode_delta(client_job *j, float *p)
+{
+    for (size_t i = 0; i < j->nparams; i++)
+        p[i] -= j->global[i];
+    return fed_node_encode_vec(&j->codec, p, j->nparams, j->residual, &j->vec, &j->cap_vec,
+                               &j->vec_len);
+}
+
+/* The job: a fresh model and optimizer for the round (as a client process
+ * would build them), E epochs, the delta. Touches only the job. */
+static void train_job(fed_job *job)
+{
+    client_job *j = (client_job *)job;
+    fed_model *m = NULL;
+    fed_optim *o = NULL;
+    fed_optim_cfg oc;
+    float *p = NULL;
+    fed_err e;
+
+    e = fed_model_new(j->set.spec, j->data->shape, j->be, j->pool, j->shards, (int)j->set.batch,
+                      &m);
+    if (e != FED_OK)
+        goto out;
+    fed_optim_cfg_default(&oc, (fed_optim_kind)j->set.optimizer);
+    oc.lr = j->set.lr;
+    oc.prox_mu = j->set.mu;
+    if ((e = fed_model_set_params(m, j->global)) != FED_OK ||
+        (e = fed_optim_new(&oc, m, &o)) != FED_OK)
+        goto out;
+    if (oc.prox_mu > 0 && (e = fed_optim_set_anchor(o, m)) != FED_OK)
+        goto out;
+    if ((e = train_epochs(j, m, o, &j->loss)) != FED_OK)
+        goto out;
+    j->samples = (uint64_t)j->shard_n * j->set.local_epochs;
+    if (!(p = fed_malloc(j->nparams * sizeof *p))) {
+        e = FED_ERR_NOMEM;
+        goto out;
+    }
+    if ((e = fed_model_get_params(m, p)) != FED_OK)
+        goto out;
+    e = encode_delta(j, p);
+out:
+    fed_free(p);
+    fed_optim_free(o);
+    fed_model_free(m);
+    j->err = e;
+}
+
+static fed_err settings_ok(const fed_wire_settings *s)
+{
+    if (s->local_epochs < 1 || s->local_epochs > 1000 || s->batch < 1 || s->batch > 4096 ||
+        !(s->lr > 0) || !isfinite(s->lr) || !(s->mu >= 0) || !isfinite(s->mu) ||
+        s->optimizer > FED_OPTIM_ADAM || s->codec == FED_CODEC_NONE ||
+        s->codec == FED_CODEC_F64 || s->codec >= FED_CODEC_COUNT_)
+        return FED_ERR_PAYLOAD;
+    if (s->codec == FED_CODEC_TOPK && !(s->fraction > 0 && s->fraction <= 1))
+        return FED_ERR_PAYLOAD;
+    return FED_OK;
+}
+
+/* A MODEL for round r: take its vector and start training. */
+static fed_err on_model(fed_node *n, node_open *op)
+{
+    node_client *c = n->client;
+    const fed_wire_msg *m = &op->msg;
+    client_job *j = &c->job;
+    double flops = 0;
+    fed_err e;
+
+    if (c->state != CL_ASKING || m->hdr.round <= n->round)
+        return FED_OK; /* an answer to a request we gave up on */
+    if ((e = settings_ok(&m->block.settings)) != FED_OK) {
+        fed_wire_note_reject(n->wire, &m->hdr, e);
+        return e;
+    }
+    if ((e = flops_of(n, m->block.settings.spec, &flops)) != FED_OK)
+        return e;
+    if (c->residual && c->nparams != op->vec_n) { /* another model: start the residual over */
+        fed_free(c->residual);
+        c->residual = NULL;
+    }
+    c->nparams = op->vec_n;
+    if (m->block.settings.codec == FED_CODEC_TOPK && !c->residual &&
+        !(c->residual = fed_calloc(c->nparams ? c->nparams : 1, sizeof(float))))
+        return FED_ERR_NOMEM;
+    fed_free(c->global);
+    c->global = op->vec;
+    op->vec = NULL;
+    c->round = m->hdr.round;
+    (void)n->env.cancel_timer(n->env.self, NODE_TIMER_RETRY);
+
+    j->job.fn = train_job;
+    j->job.user = n;
+    j->set = m->block.settings;
+    j->round = c->round;
+    j->seed = n->cfg.seed ^ ((uint64_t)n->key[0] | (uint64_t)n->key[1] << 8 |
+                             (uint64_t)n->key[2] << 16 | (uint64_t)n->key[3] << 24 |
+                             (uint64_t)n->key[4] << 32 | (uint64_t)n->key[5] << 40);
+    j->be = n->cfg.be;
+    j->pool = n->cfg.pool;
+    j->shards = n->cfg.shards;
+    j->data = n->cfg.train;
+    j->shard = n->cfg.shard;
+    j->shard_n = n->cfg.shard_n;
+    j->global = c->global;
+    j->nparams = c->nparams;
+    j->codec.id = (fed_codec_id)m->block.settings.codec;
+    j->codec.fraction = m->block.settings.fraction;
+    j->residual = j->codec.id == FED_CODEC_TOPK ? c->residual : NULL;
+    j->err = FED_OK;
+    c->state = CL_TRAINING;
+    c->train_start_ms = fed_node_wall_ms(n);
+    n->env.charge(n->env.self, flops * (double)n->cfg.shard_n * j->set.local_epochs);
+    if ((e = (fed_err)n->env.submit(n->env.self, &j->job)) != FED_OK) {
+        c->state = CL_IDLE;
+        arm_retry(n, n->cfg.retry_ms);
+    }
+    return e;
+}
+
+/* The round's local record: its row and the client's checkpoint, one
+ * transaction. */
+static fed_err record_round(fed_node *n)
+{
+    node_client *c = n->client;
+    client_job *j = &c->job;
+    fed_store *st = n->cfg.store;
+    uint8_t state[FED_NODE_STATE_BYTES];
+    uint8_t *res = NULL;
+    fed_store_round row;
+    size_t ns = 1;
+    fed_err e;
+
+    fed_node_state_encode(state, FED_NODE_CLIENT, c->round);
+    if (j->residual) {
+        if (!(res = fed_malloc(c->nparams * sizeof(float))))
+            return FED_ERR_NOMEM;
+        fed_node_floats_to_le(res, c->residual, c->nparams);
+        ns = 2;
+    }
+    memset(&row, 0, sizeof row);
+    row.round = c->round;
+    row.start_ms = c->train_start_ms;
+    row.end_ms = fed_node_wall_ms(n);
+    row.loss = j->loss;
+    row.accuracy = NAN;
+    row.samples = j->samples;
+    row.peers = 1;
+    snprintf(row.strategy, sizeof row.strategy, "client");
+    {
+        fed_store_section sec[2] = {
+            {FED_NODE_SEC_STATE, state, sizeof state},
+            {FED_CKPT_SEC_RESIDUAL, res, c->nparams * sizeof(float)},
+        };
+        if ((e = fed_store_begin(st)) == FED_OK &&
+            (e = fed_store_put_round(st, &row)) == FED_OK &&
+            (e = fed_store_checkpoint_write(st, c->round, sec, ns, NULL)) == FED_OK)
+            e = fed_store_commit(st);
+        if (e != FED_OK)
+            fed_store_rollback(st);
+    }
+    fed_free(res);
+    return e;
+}
+
+fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
+{
+    node_client *c = n->client;
+    client_job *j = &c->job;
+    fed_node_round_info info;
+    fed_err e;
+
+    if (job != &j->job)
+        return FED_ERR_INTERNAL;
+    if (j->err != FED_OK) {
+        fed_log(FED_LOG_ERROR, "client: training round %llu failed: %s",
+                (unsigned long long)c->round, fed_strerror(j->err));
+        c->state = CL_IDLE;
+        arm_retry(n, n->cfg.retry_ms);
+        return j->err;
+    }
+    if ((e = record_round(n)) != FED_OK)
+        fed_log(FED_LOG_ERROR, "client: recording round %llu failed: %s",
+                (unsigned long long)c->round, fed_strerror(e));
+    n->round = c->round;
+    fed_free(c->global);
+    c->global = NULL;
+    j->global = NULL;
+    memset(&info, 0, sizeof info);
+    info.round = c->round;
+    info.samples = j->samples;
+    info.loss = j->loss;
+    info.accuracy = NAN;
+    info.end_ms = fed_node_wall_ms(n);
+    info.start_ms = c->train_start_ms;
+    if (n->cfg.on_round)
+        n->cfg.on_round(n->cfg.observer, n, &info);
+    c->resends = 0;
+    return send_delta(n);
+}
+
+/* ---- replies and timers ---- */
+
+static fed_err on_ack(fed_node *n, const fed_wire_msg *m)
+{
+    node_client *c = n->client;
+    const fed_wire_block *b = &m->block;
+
+    if (b->ack_flags & FED_WIRE_ACK_FINISHED) {
+        c->state = CL_DONE;
+        n->finished = 1;
+        (void)n->env.cancel_timer(n->env.self, NODE_TIMER_RETRY);
+        fed_log(FED_LOG_INFO, "client: the aggregator finished training");
+        return FED_OK;
+    }
+    if (c->state == CL_SENDING && m->hdr.round == c->round) {
+        if (b->status != FED_OK)
+            fed_log(FED_LOG_WARN, "client: delta of round %llu refused: %s",
+                    (unsigned long long)c->round, fed_strerror((int)b->status));
+        return ask(n, FED_WIRE_NEXT);
+    }
+    if (c->state == CL_ASKING && (b->ack_flags & FED_WIRE_ACK_NO_ROUND))
+        return ask(n, FED_WIRE_NEXT);
+    return FED_OK; /* an answer to a request we gave up on */
+}
+
+void fed_node_client_prepare_open(fed_node *n, node_open *op)
+{
+    op->expect_n = 0; /* from the MODEL's spec */
+    op->shape = n->cfg.train->shape;
+    op->expect_codec = FED_CODEC_NONE;
+}
+
+fed_err fed_node_client_on_msg(fed_node *n, node_open *op)
+{
+    node_client *c = n->client;
+    const fed_wire_msg *m = &op->msg;
+
+    if (op->req) { /* nobody sends a client requests */
+        fed_node_refuse(n, op->req);
+        op->req = NULL;
+        fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_ROLE);
+        return FED_ERR_ROLE;
+    }
+    if (memcmp(m->hdr.sender, c->agg, 32) != 0) {
+        fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_ROLE);
+        return FED_ERR_ROLE;
+    }
+    c->agg_epoch = m->hdr.sender_epoch;
+    if (c->state == CL_DONE)
+        return FED_OK;
+    switch (m->hdr.type) {
+    case FED_WIRE_MODEL: return on_model(n, op);
+    case FED_WIRE_ACK: return on_ack(n, m);
+    default:
+        fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_ROLE);
+        return FED_ERR_ROLE;
+    }
+}
+
+fed_err fed_node_client_on_timer(fed_node *n, uint32_t id)
+{
+    node_client *c = n->client;
+
+    if (id != NODE_TIMER_RETRY)
+        return FED_ERR_INVAL;
+    switch (c->state) {
+    case CL_SENDING:
+        if (c->resends < n->cfg.delta_retries) {
+            c->resends++;
+            fed_log(FED_LOG_INFO, "client: no answer to the delta of round %llu; resending",
+                    (unsigned long long)c->round);
+            return send_delta(n);
+        }
+        return ask(n, FED_WIRE_HELLO); /* the aggregator may have restarted */
+    case CL_ASKING:
+    case CL_IDLE:
+        return ask(n, FED_WIRE_HELLO);
+    default:
+        return FED_OK;
+    }
+}

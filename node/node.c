@@ -1,0 +1,523 @@
+/* node.c - the node state machine's common machinery: building a node for
+ * its role, sequence numbers per recipient, sealing and sending frames,
+ * opening received frames (inline when small, as a job when large) and the
+ * node.state checkpoint section. The roles live in aggregator.c and
+ * client.c. Never touches a socket, clock or random source: only fed_env. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/bytes.h"
+#include "core/log.h"
+#include "node/node_impl.h"
+
+void fed_node_config_default(fed_node_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->seed = 1;
+    cfg->shards = 1;
+    cfg->local_epochs = 1;
+    cfg->batch = 64;
+    cfg->optimizer = FED_OPTIM_SGD;
+    cfg->lr = 0.05f;
+    snprintf(cfg->codec, sizeof cfg->codec, "f32");
+    snprintf(cfg->strategy, sizeof cfg->strategy, "fedavg");
+    cfg->sample_fraction = 1.0;
+    cfg->min_clients = 1;
+    cfg->gather_ms = 1000;
+    cfg->deadline_ms = 60000;
+    cfg->poll_ms = 5000;
+    cfg->retry_ms = 2000;
+    cfg->delta_retries = 3;
+}
+
+static fed_err check_config(const fed_node_config *c)
+{
+    if (!c->store || !c->arena || !c->allow || !c->be)
+        return FED_ERR_INVAL;
+    if (!fed_crypto_arena_has_identity(c->arena))
+        return FED_ERR_KEY;
+    if (c->role == FED_NODE_CLIENT)
+        return c->train && c->shard && c->shard_n ? FED_OK : FED_ERR_INVAL;
+    if (c->role != FED_NODE_AGGREGATOR)
+        return FED_ERR_INVAL;
+    if (!(c->sample_fraction > 0 && c->sample_fraction <= 1) || c->min_clients < 1 ||
+        c->local_epochs < 1 || c->batch < 1 || !(c->lr > 0) || c->poll_ms == 0 ||
+        c->deadline_ms == 0)
+        return FED_ERR_BAD_VALUE;
+    return FED_OK;
+}
+
+fed_err fed_node_new(const fed_node_config *cfg, const fed_env *env, fed_node **out)
+{
+    fed_node *n;
+    fed_wire_cfg wc;
+    fed_err e;
+
+    *out = NULL;
+    if (!cfg || !env)
+        return FED_ERR_INVAL;
+    if ((e = check_config(cfg)) != FED_OK) {
+        fed_log(FED_LOG_ERROR, "node: unusable configuration: %s", fed_strerror(e));
+        return e;
+    }
+    if (!(n = fed_calloc(1, sizeof *n)))
+        return FED_ERR_NOMEM;
+    n->cfg = *cfg;
+    n->env = *env;
+    memcpy(n->key, fed_crypto_arena_pubkey(cfg->arena), 32);
+    wc = cfg->wire;
+    if (wc.max_frame == 0)
+        fed_wire_cfg_default(&wc);
+    if ((e = fed_wire_new(&wc, cfg->arena, cfg->allow, &n->wire)) != FED_OK)
+        goto out;
+    fed_wire_set_epoch(n->wire, fed_store_epoch(cfg->store));
+    if ((e = fed_store_set_node_key(cfg->store, n->key)) != FED_OK)
+        goto out;
+    if (cfg->role == FED_NODE_AGGREGATOR)
+        e = fed_node_agg_new(n);
+    else
+        e = fed_node_client_new(n);
+out:
+    if (e != FED_OK) {
+        fed_node_free(n);
+        return e;
+    }
+    *out = n;
+    return FED_OK;
+}
+
+void fed_node_open_free(node_open *op)
+{
+    if (!op)
+        return;
+    fed_free(op->frame);
+    fed_free(op->vec);
+    fed_free(op);
+}
+
+void fed_node_free(fed_node *n)
+{
+    if (!n)
+        return;
+    fed_node_agg_free(n);
+    fed_node_client_free(n);
+    while (n->opens) {
+        node_open *op = n->opens;
+
+        n->opens = op->next;
+        /* a crash handed the job back unfinished: release its reservation */
+        if (n->wire) {
+            fed_err ignored = fed_wire_finish(n->wire, &op->ticket, FED_ERR_CLOSED, &op->msg);
+
+            (void)ignored;
+        }
+        fed_node_open_free(op);
+    }
+    fed_wire_free(n->wire);
+    fed_free(n->peers);
+    fed_free(n->txbuf);
+    fed_free(n);
+}
+
+fed_node_role fed_node_get_role(const fed_node *n) { return n->cfg.role; }
+const uint8_t *fed_node_key(const fed_node *n) { return n->key; }
+uint64_t fed_node_round(const fed_node *n) { return n->round; }
+int fed_node_finished(const fed_node *n) { return n->finished; }
+const fed_wire_counters *fed_node_wire_counters(const fed_node *n)
+{
+    return fed_wire_get_counters(n->wire);
+}
+
+uint64_t fed_node_wall_ms(const fed_node *n)
+{
+    return n->env.wall_s(n->env.self) * 1000u + n->env.now_ms(n->env.self) % 1000u;
+}
+
+/* ---- sequence numbers ---- */
+
+static size_t peer_search(const fed_node *n, const uint8_t key[32], int *found)
+{
+    size_t lo = 0, hi = n->npeers;
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = memcmp(n->peers[mid].key, key, 32);
+
+        if (c == 0) {
+            *found = 1;
+            return mid;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *found = 0;
+    return lo;
+}
+
+fed_err fed_node_next_seq(fed_node *n, const uint8_t key[32], uint64_t *seq)
+{
+    int found;
+    size_t i = peer_search(n, key, &found);
+
+    if (!found) {
+        if (n->npeers == n->cap_peers) {
+            size_t cap = n->cap_peers ? 2 * n->cap_peers : 16;
+            node_peer *p = fed_realloc(n->peers, cap * sizeof *p);
+
+            if (!p)
+                return FED_ERR_NOMEM;
+            n->peers = p;
+            n->cap_peers = cap;
+        }
+        memmove(&n->peers[i + 1], &n->peers[i], (n->npeers - i) * sizeof *n->peers);
+        memcpy(n->peers[i].key, key, 32);
+        n->peers[i].next_seq = 1;
+        n->npeers++;
+    }
+    *seq = n->peers[i].next_seq++;
+    return FED_OK;
+}
+
+/* ---- sending ---- */
+
+fed_err fed_node_tx_reserve(fed_node *n, size_t payload_len)
+{
+    size_t need = fed_wire_frame_bytes(payload_len);
+
+    if (need > fed_wire_config(n->wire)->max_frame)
+        return FED_ERR_FRAME_TOO_LARGE;
+    if (need > n->cap_tx) {
+        uint8_t *b = fed_realloc(n->txbuf, need);
+
+        if (!b)
+            return FED_ERR_NOMEM;
+        n->txbuf = b;
+        n->cap_tx = need;
+    }
+    return FED_OK;
+}
+
+fed_err fed_node_header(fed_node *n, uint8_t type, const uint8_t to[32], uint64_t round,
+                        uint64_t recipient_epoch, uint16_t codec, fed_wire_hdr *h)
+{
+    memset(h, 0, sizeof *h);
+    h->type = type;
+    memcpy(h->recipient, to, 32);
+    h->sender_epoch = fed_wire_epoch(n->wire);
+    h->recipient_epoch = recipient_epoch;
+    h->round = round;
+    h->codec = codec;
+    return fed_node_next_seq(n, to, &h->seq);
+}
+
+static fed_err transmit(fed_node *n, fed_req *req, const fed_wire_hdr *h, size_t flen)
+{
+    fed_err e;
+
+    if (req)
+        e = (fed_err)n->env.reply(n->env.self, req, n->txbuf, flen);
+    else {
+        fed_peer_id to;
+
+        memcpy(to.key, h->recipient, 32);
+        e = (fed_err)n->env.send(n->env.self, &to, n->txbuf, flen);
+    }
+    if (e != FED_OK)
+        fed_log(FED_LOG_WARN, "node: sending a %s frame failed: %s", fed_wire_type_name(h->type),
+                fed_strerror(e));
+    return e;
+}
+
+fed_err fed_node_emit_payload(fed_node *n, fed_req *req, fed_wire_hdr *h, size_t payload_len)
+{
+    size_t flen = 0;
+    fed_err e = fed_wire_seal(n->wire, h, n->txbuf, n->cap_tx, payload_len, n->env.random,
+                              n->env.self, &flen);
+
+    if (e != FED_OK) {
+        fed_log(FED_LOG_ERROR, "node: sealing a %s frame failed: %s", fed_wire_type_name(h->type),
+                fed_strerror(e));
+        fed_node_refuse(n, req);
+        return e;
+    }
+    return transmit(n, req, h, flen);
+}
+
+fed_err fed_node_emit(fed_node *n, fed_req *req, fed_wire_hdr *h, const fed_wire_block *b,
+                      const uint8_t *vec, size_t vlen)
+{
+    size_t flen = 0;
+    fed_err e = fed_node_tx_reserve(n, fed_wire_block_size(h->type) + vlen);
+
+    if (e == FED_OK)
+        e = fed_wire_build(n->wire, h, b, vec, vlen, n->txbuf, n->cap_tx, n->env.random,
+                           n->env.self, &flen);
+    if (e != FED_OK) {
+        fed_log(FED_LOG_ERROR, "node: building a %s frame failed: %s", fed_wire_type_name(h->type),
+                fed_strerror(e));
+        fed_node_refuse(n, req);
+        return e;
+    }
+    return transmit(n, req, h, flen);
+}
+
+fed_err fed_node_ack(fed_node *n, fed_req *req, const fed_wire_hdr *to, fed_err status,
+                     uint32_t flags)
+{
+    fed_wire_hdr h;
+    fed_wire_block b;
+    fed_err e = fed_node_header(n, FED_WIRE_ACK, to->sender, to->round, to->sender_epoch,
+                                FED_CODEC_NONE, &h);
+
+    if (e != FED_OK) {
+        fed_node_refuse(n, req);
+        return e;
+    }
+    memset(&b, 0, sizeof b);
+    b.status = (uint32_t)status;
+    b.ack_flags = flags;
+    return fed_node_emit(n, req, &h, &b, NULL, 0);
+}
+
+void fed_node_refuse(fed_node *n, fed_req *req)
+{
+    if (req)
+        (void)n->env.reply(n->env.self, req, NULL, 0);
+}
+
+/* ---- receiving ---- */
+
+/* Entries of the vector a MODEL or DELTA carries, as its role expects. */
+static fed_err expected_entries(node_open *op, size_t *want)
+{
+    if (op->expect_n) {
+        *want = op->expect_n;
+        return FED_OK;
+    }
+    if (op->msg.hdr.type != FED_WIRE_MODEL)
+        return FED_ERR_PAYLOAD;
+    if (fed_model_spec_check(op->msg.block.settings.spec, op->shape) != FED_OK)
+        return FED_ERR_SPEC;
+    return fed_model_spec_nparams(op->msg.block.settings.spec, op->shape, want);
+}
+
+/* In the job (or inline): open, then decode the vector when one is due. */
+static void open_job(fed_job *job)
+{
+    node_open *op = job->user;
+    const fed_wire_msg *m = &op->msg;
+    size_t want = 0;
+    fed_err e;
+
+    op->result = fed_wire_open_ticket(op->wire, &op->ticket, op->frame, op->len, &op->msg);
+    if (op->result != FED_OK || (m->hdr.type != FED_WIRE_MODEL && m->hdr.type != FED_WIRE_DELTA))
+        return;
+    if ((e = expected_entries(op, &want)) != FED_OK) {
+        op->result = e;
+        return;
+    }
+    if (op->expect_codec != FED_CODEC_NONE && m->hdr.codec != op->expect_codec) {
+        op->result = FED_ERR_CODEC;
+        return;
+    }
+    if (!(op->vec = fed_malloc((want ? want : 1) * sizeof(float)))) {
+        op->result = FED_ERR_NOMEM;
+        return;
+    }
+    op->vec_n = want;
+    e = fed_codec_decode(m->vector, m->vector_len, (fed_codec_id)m->hdr.codec, op->vec, want);
+    if (e != FED_OK)
+        op->result = e;
+}
+
+static void opens_unlink(fed_node *n, node_open *op)
+{
+    for (node_open **p = &n->opens; *p; p = &(*p)->next)
+        if (*p == op) {
+            *p = op->next;
+            n->nopens--;
+            return;
+        }
+}
+
+/* Back on the loop: settle the reservation, then hand the frame to the role. */
+static fed_err open_done(fed_node *n, node_open *op)
+{
+    fed_err e = op->result;
+
+    if (e == FED_ERR_CODEC || e == FED_ERR_NAN || e == FED_ERR_SPEC || e == FED_ERR_NOMEM) {
+        /* the envelope held (the sender is who it says), its contents did not */
+        if (fed_wire_finish(n->wire, &op->ticket, FED_OK, &op->msg) != FED_OK) {
+            fed_node_refuse(n, op->req); /* the sequence was taken meanwhile */
+            op->req = NULL;
+            return e;
+        }
+        fed_wire_note_reject(n->wire, &op->msg.hdr, e);
+        if (op->req)
+            (void)fed_node_ack(n, op->req, &op->msg.hdr, e, 0);
+        op->req = NULL;
+        return e;
+    }
+    e = fed_wire_finish(n->wire, &op->ticket, e, &op->msg);
+    if (e != FED_OK) {
+        fed_node_refuse(n, op->req);
+        op->req = NULL;
+        return e;
+    }
+    if (n->cfg.role == FED_NODE_AGGREGATOR)
+        return fed_node_agg_on_msg(n, op);
+    return fed_node_client_on_msg(n, op);
+}
+
+fed_err fed_node_on_frame(fed_node *n, fed_req *req, const uint8_t *frame, size_t len)
+{
+    node_open *op = NULL;
+    fed_err e;
+
+    if (!(op = fed_calloc(1, sizeof *op)) || !(op->frame = fed_malloc(len ? len : 1))) {
+        fed_node_open_free(op);
+        fed_node_refuse(n, req);
+        return FED_ERR_NOMEM;
+    }
+    memcpy(op->frame, frame, len);
+    op->len = len;
+    op->req = req;
+    op->wire = n->wire;
+    if ((e = fed_wire_precheck(n->wire, op->frame, len, &op->ticket)) != FED_OK)
+        goto refuse;
+    if (n->nopens >= NODE_MAX_OPENS) {
+        e = fed_wire_finish(n->wire, &op->ticket, FED_ERR_BUSY, NULL);
+        goto refuse;
+    }
+    op->job.fn = open_job;
+    op->job.user = op;
+    if (n->cfg.role == FED_NODE_AGGREGATOR)
+        fed_node_agg_prepare_open(n, op);
+    else
+        fed_node_client_prepare_open(n, op);
+    if (len > NODE_INLINE_OPEN_BYTES) {
+        op->next = n->opens;
+        n->opens = op;
+        n->nopens++;
+        if ((e = (fed_err)n->env.submit(n->env.self, &op->job)) == FED_OK)
+            return FED_OK;
+        opens_unlink(n, op);
+        op->result = e;
+    } else {
+        open_job(&op->job);
+    }
+    e = open_done(n, op);
+    fed_node_open_free(op);
+    return e;
+refuse:
+    fed_node_refuse(n, req);
+    fed_node_open_free(op);
+    return e;
+}
+
+fed_err fed_node_on_job_done(fed_node *n, fed_job *job)
+{
+    fed_err e;
+
+    if (job->fn == open_job) {
+        node_open *op = job->user;
+
+        opens_unlink(n, op);
+        e = open_done(n, op);
+        fed_node_open_free(op);
+        return e;
+    }
+    if (n->cfg.role == FED_NODE_CLIENT)
+        return fed_node_client_on_job(n, job);
+    return FED_ERR_INTERNAL;
+}
+
+fed_err fed_node_on_timer(fed_node *n, uint32_t timer_id)
+{
+    if (n->cfg.role == FED_NODE_AGGREGATOR)
+        return fed_node_agg_on_timer(n, timer_id);
+    return fed_node_client_on_timer(n, timer_id);
+}
+
+fed_err fed_node_start(fed_node *n)
+{
+    if (n->started)
+        return FED_ERR_INVAL;
+    n->started = 1;
+    if (n->cfg.role == FED_NODE_AGGREGATOR)
+        return fed_node_agg_start(n);
+    return fed_node_client_start(n);
+}
+
+fed_err fed_node_encode_vec(const fed_codec *c, const float *x, size_t n, float *residual,
+                            uint8_t **buf, size_t *cap, size_t *len)
+{
+    size_t need = 0;
+    fed_err e = fed_codec_size(c, n, &need);
+
+    if (e != FED_OK)
+        return e;
+    if (need > *cap) {
+        uint8_t *b = fed_realloc(*buf, need);
+
+        if (!b)
+            return FED_ERR_NOMEM;
+        *buf = b;
+        *cap = need;
+    }
+    return fed_codec_encode(c, x, n, residual, *buf, *cap, len);
+}
+
+/* ---- checkpoint state ---- */
+
+void fed_node_state_encode(uint8_t out[FED_NODE_STATE_BYTES], fed_node_role role, uint64_t round)
+{
+    memset(out, 0, FED_NODE_STATE_BYTES);
+    memcpy(out, FED_NODE_STATE_MAGIC, sizeof FED_NODE_STATE_MAGIC);
+    fed_put_u32le(out + 8, FED_NODE_STATE_VERSION);
+    fed_put_u32le(out + 12, (uint32_t)role);
+    fed_put_u64le(out + 16, round);
+}
+
+fed_err fed_node_state_decode(const fed_store_ckpt *c, fed_node_role role, uint64_t *round)
+{
+    const fed_store_section *s = fed_store_ckpt_find(c, FED_NODE_SEC_STATE);
+    const uint8_t *b;
+
+    if (!s || s->len != FED_NODE_STATE_BYTES)
+        return FED_ERR_FORMAT;
+    b = s->data;
+    if (memcmp(b, FED_NODE_STATE_MAGIC, sizeof FED_NODE_STATE_MAGIC) != 0)
+        return FED_ERR_MAGIC;
+    if (fed_get_u32le(b + 8) != FED_NODE_STATE_VERSION)
+        return FED_ERR_VERSION;
+    if (fed_get_u32le(b + 12) != (uint32_t)role) {
+        fed_log(FED_LOG_ERROR, "node: the database belongs to another role");
+        return FED_ERR_ROLE;
+    }
+    *round = fed_get_u64le(b + 16);
+    return *round == c->round ? FED_OK : FED_ERR_FORMAT;
+}
+
+void fed_node_floats_to_le(uint8_t *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+
+        memcpy(&u, &src[i], 4);
+        fed_put_u32le(dst + 4 * i, u);
+    }
+}
+
+void fed_node_floats_from_le(float *dst, const uint8_t *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = fed_get_u32le(src + 4 * i);
+
+        memcpy(&dst[i], &u, 4);
+    }
+}

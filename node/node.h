@@ -1,0 +1,175 @@
+/* node.h - the node state machine: one fed_node per process (daemon) or per
+ * simulated host (sim/), in one of its roles, driven only by events and
+ * acting only through fed_env (node/env.h).
+ *
+ * Aggregator mode (the consortium): clients dial the aggregator. A client
+ * says HELLO; the aggregator holds that request (and each later NEXT) until
+ * a round starts, then answers it with the round's MODEL (the global vector
+ * and the round's settings), or after poll_ms with an ACK "no round yet".
+ * Each round the aggregator samples a fraction of the clients waiting (at
+ * least min_clients), waits for their DELTAs until all have come or the
+ * deadline passes, merges those it got (fed_merge: FedAvg by samples, or a
+ * robust or adaptive strategy), records every sampled client in
+ * `contributions` (merged, refused and why, missing, late), evaluates on its
+ * held-out data, and commits the round row and a checkpoint in one
+ * transaction. A client trains E local epochs on its shard (a job), answers
+ * with its delta and sample count, sealed, and asks NEXT.
+ *
+ * Restart: a node resumes from its latest valid checkpoint with a new epoch
+ * (storage's rule): the aggregator at the round after its checkpoint, a
+ * client by saying HELLO again. A request that gets no answer (lost, or
+ * refused because it was addressed to the aggregator's previous epoch) times
+ * out on the client's timer and is retried as a fresh request (new sequence
+ * number); after DELTA retries run out the client falls back to HELLO.
+ *
+ * Checkpoint sections (storage/store.h) an aggregator writes: model.spec,
+ * model.input, params, merge (strategy state, f32 LE), node.state; a client:
+ * node.state, and codec.residual with topk. node.state, 64 bytes, LE:
+ *   off size field
+ *     0    8 magic "FEDNODE\0"
+ *     8    4 version (u32) = 1
+ *    12    4 role (u32, fed_node_role)
+ *    16    8 round: the last round the node finished
+ *    24   40 reserved, zero
+ *
+ * Threading: every function here runs on the node's loop thread. Jobs the
+ * node submits touch only their own data. */
+#ifndef FED_NODE_NODE_H
+#define FED_NODE_NODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+#include "core/pool.h"
+#include "crypto/allow.h"
+#include "crypto/arena.h"
+#include "gossip/wire.h"
+#include "model/backend.h"
+#include "model/data.h"
+#include "model/merge.h"
+#include "model/model.h"
+#include "node/env.h"
+#include "storage/store.h"
+
+#define FED_NODE_SEC_STATE "node.state"
+#define FED_NODE_STATE_MAGIC "FEDNODE"
+#define FED_NODE_STATE_VERSION 1u
+#define FED_NODE_STATE_BYTES 64u
+
+typedef enum fed_node_role {
+    FED_NODE_CLIENT = 1,
+    FED_NODE_AGGREGATOR = 2,
+} fed_node_role;
+
+typedef struct fed_node fed_node;
+
+/* What a committed aggregator round (or a client's local round) reports. */
+typedef struct fed_node_round_info {
+    uint64_t round;
+    uint32_t sampled;   /* clients sent the round's MODEL */
+    uint32_t merged;    /* deltas merged */
+    uint32_t missing;   /* sampled, no delta by the close */
+    uint64_t samples;   /* behind the merged deltas (client: trained on) */
+    double loss;        /* client: mean training loss; aggregator: test loss or NaN */
+    double accuracy;    /* aggregator: test accuracy, NaN without test data */
+    uint64_t start_ms, end_ms; /* env->now_ms at start and commit */
+    uint8_t model_hash[32];    /* sha256 of the params as checkpointed (aggregator) */
+} fed_node_round_info;
+
+/* Observers (tests, fedsim); may be NULL. Called on the loop thread. */
+typedef void (*fed_node_round_fn)(void *ctx, const fed_node *n, const fed_node_round_info *r);
+/* Aggregator: one delta accepted for merging (host floats, nparams), before
+ * the merge; valid during the call. */
+typedef void (*fed_node_delta_fn)(void *ctx, const fed_node *n, uint64_t round,
+                                  const uint8_t key[32], const float *delta, size_t nparams,
+                                  uint64_t samples);
+
+typedef struct fed_node_config {
+    fed_node_role role;
+    uint64_t seed;                /* model initialization; client shuffles */
+
+    /* compute (borrowed): backend, pool and shards for the model's steps */
+    fed_backend *be;
+    fed_pool *pool;               /* NULL: single-threaded models */
+    int shards;                   /* >= 1 */
+
+    /* the model and the round's settings (aggregator; a client learns them
+       from each MODEL) */
+    char spec[FED_MODEL_SPEC_MAX];
+    fed_model_shape shape;
+    uint32_t local_epochs;        /* default 1 */
+    uint32_t batch;               /* default 64 */
+    uint8_t optimizer;            /* fed_optim_kind, default SGD (momentum 0.9) */
+    float lr;                     /* default 0.05 */
+    char codec[32];               /* the clients' delta codec, default "f32" */
+    char strategy[FED_MERGE_SPEC_MAX]; /* default "fedavg" */
+    double weight_cap;            /* fed_merge_config's; 0: none */
+
+    /* aggregator rounds */
+    uint32_t rounds;              /* stop after this round; 0: never */
+    double sample_fraction;       /* of the waiting clients, in (0, 1]; default 1 */
+    uint32_t min_clients;         /* deltas needed to merge; default 1 */
+    uint32_t wait_clients;        /* waiting clients that start a round at once;
+                                     default min_clients */
+    uint64_t gather_ms;           /* after a round, start with >= min_clients
+                                     waiting once this passed; default 1000 */
+    uint64_t deadline_ms;         /* round deadline from its start; default 60000 */
+    uint64_t poll_ms;             /* longest hold of a HELLO/NEXT; default 5000 */
+    const fed_dataset *test;      /* held-out data; NULL: no evaluation */
+
+    /* client */
+    fed_peer_id aggregator;
+    const fed_dataset *train;     /* the dataset its shard indexes (borrowed) */
+    const uint32_t *shard;        /* (shard_n) indices into train (borrowed) */
+    size_t shard_n;
+    uint64_t retry_ms;            /* answer wait beyond poll_ms; default 2000 */
+    uint32_t delta_retries;       /* DELTA resends before HELLO; default 3 */
+
+    /* what persists (borrowed, outlive the node): database, identity, members */
+    fed_store *store;
+    fed_crypto_arena *arena;
+    const fed_crypto_allow *allow;
+    fed_wire_cfg wire;            /* zeroed: defaults */
+
+    fed_node_round_fn on_round;
+    fed_node_delta_fn on_delta;
+    void *observer;
+} fed_node_config;
+
+/* Defaults as documented above; role and the borrowed pointers are left
+ * for the caller. */
+void fed_node_config_default(fed_node_config *cfg);
+
+/* Builds the node (nothing is sent yet). cfg is copied (its borrowed
+ * pointers are not). env is copied and must stay valid. FED_ERR_INVAL for a
+ * config that cannot work (no store or arena, no shard for a client, ...),
+ * FED_ERR_SPEC/BAD_VALUE for a bad model, strategy or codec. */
+FED_WUR fed_err fed_node_new(const fed_node_config *cfg, const fed_env *env, fed_node **out);
+/* Frees everything the node owns, jobs it got back included. NULL fine.
+ * Never touches the database beyond what was committed. */
+void fed_node_free(fed_node *n);
+
+/* Resume from the store (latest valid checkpoint), then begin: an
+ * aggregator waits for clients, a client says HELLO. */
+FED_WUR fed_err fed_node_start(fed_node *n);
+/* A frame: req != NULL, a request to answer (the node replies exactly once,
+ * possibly later; a refusal is an empty reply); req == NULL, the reply to
+ * one of its requests. A rejected frame is counted, logged and dropped; the
+ * return is its reason (FED_OK when it was taken). */
+FED_WUR fed_err fed_node_on_frame(fed_node *n, fed_req *req, const uint8_t *frame, size_t len);
+FED_WUR fed_err fed_node_on_timer(fed_node *n, uint32_t timer_id);
+FED_WUR fed_err fed_node_on_job_done(fed_node *n, fed_job *job);
+
+fed_node_role fed_node_get_role(const fed_node *n);
+const uint8_t *fed_node_key(const fed_node *n);
+/* The last round finished (aggregator: committed; client: trained). */
+uint64_t fed_node_round(const fed_node *n);
+/* Aggregator: all rounds done. Client: told training is over. */
+int fed_node_finished(const fed_node *n);
+/* Aggregator: the global model's parameters (nparams host floats). */
+size_t fed_node_nparams(const fed_node *n);
+FED_WUR fed_err fed_node_get_params(const fed_node *n, float *dst);
+const fed_wire_counters *fed_node_wire_counters(const fed_node *n);
+
+#endif

@@ -1,0 +1,134 @@
+/* node_impl.h - internals shared by node/node.c (common machinery: sequence
+ * numbers, sealing and sending, opening frames as jobs, checkpoint state),
+ * node/aggregator.c and node/client.c. Not a public header. */
+#ifndef FED_NODE_NODE_IMPL_H
+#define FED_NODE_NODE_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/codec.h"
+#include "model/optim.h"
+#include "model/train.h"
+#include "node/node.h"
+
+/* Timer ids (one set per role). */
+enum {
+    NODE_TIMER_ROUND = 1,    /* aggregator: start a round (gather fallback) */
+    NODE_TIMER_DEADLINE = 2, /* aggregator: close the round */
+    NODE_TIMER_POLL = 3,     /* aggregator: answer holds older than poll_ms */
+    NODE_TIMER_RETRY = 4,    /* client: no answer in time */
+};
+
+/* Frames at most this large are opened inline; larger ones as a job. */
+#define NODE_INLINE_OPEN_BYTES (64u << 10)
+/* Frames being opened at once (beyond: refused, counted as busy). */
+#define NODE_MAX_OPENS 64
+
+/* One recipient's sequence numbers in this node's epoch. */
+typedef struct node_peer {
+    uint8_t key[32];
+    uint64_t next_seq;
+} node_peer;
+
+/* A frame on its way through precheck (loop), open + decode (job) and
+ * finish (loop). */
+typedef struct node_open {
+    fed_job job;            /* job.user == this */
+    struct node_open *next; /* in the node's list of opens in flight */
+    const fed_wire *wire;   /* read only, in the job */
+    fed_req *req;           /* the request to answer, or NULL for a reply */
+    uint8_t *frame;         /* (len) a copy, opened in place */
+    size_t len;
+    fed_wire_ticket ticket;
+    fed_wire_msg msg;
+    fed_err result;         /* of open_ticket, then of decoding */
+    /* decoding the vector (in the job): */
+    size_t expect_n;        /* entries expected; 0: from a MODEL's spec */
+    fed_model_shape shape;  /* for a MODEL's spec */
+    uint16_t expect_codec;  /* FED_CODEC_NONE: any */
+    float *vec;             /* (vec_n) decoded, owned until taken */
+    size_t vec_n;
+} node_open;
+
+typedef struct node_agg node_agg;
+typedef struct node_client node_client;
+
+struct fed_node {
+    fed_node_config cfg;
+    fed_env env;
+    fed_wire *wire;
+    uint8_t key[32];
+    node_peer *peers; /* (npeers), sorted by key */
+    size_t npeers, cap_peers;
+    node_open *opens; /* in flight */
+    int nopens;
+    uint8_t *txbuf;   /* a sealed frame being built (cap_tx) */
+    size_t cap_tx;
+    uint64_t round;   /* last round finished */
+    int finished;
+    int started;
+    node_agg *agg;
+    node_client *client;
+};
+
+/* ---- node.c: the machinery both roles use ---- */
+uint64_t fed_node_wall_ms(const fed_node *n);
+/* The next sequence number for a frame to key. */
+FED_WUR fed_err fed_node_next_seq(fed_node *n, const uint8_t key[32], uint64_t *seq);
+/* Room in txbuf for a frame with payload_len bytes of payload. */
+FED_WUR fed_err fed_node_tx_reserve(fed_node *n, size_t payload_len);
+/* Header for a frame of type to `to`, sequence and epochs filled in.
+ * recipient_epoch: 0 for a HELLO, else the epoch the node last saw. */
+FED_WUR fed_err fed_node_header(fed_node *n, uint8_t type, const uint8_t to[32], uint64_t round,
+                                uint64_t recipient_epoch, uint16_t codec, fed_wire_hdr *h);
+/* Seal a frame with block b and vector (vlen bytes) into txbuf, then send
+ * it as a request (req == NULL) or as the reply to req. */
+FED_WUR fed_err fed_node_emit(fed_node *n, fed_req *req, fed_wire_hdr *h, const fed_wire_block *b,
+                              const uint8_t *vec, size_t vlen);
+/* Seal txbuf's payload (payload_len bytes already at fed_wire_payload) and
+ * send it as above. */
+FED_WUR fed_err fed_node_emit_payload(fed_node *n, fed_req *req, fed_wire_hdr *h,
+                                      size_t payload_len);
+/* Answer req with an ACK carrying status and flags (a failure is logged;
+ * the requester then times out, so callers may ignore it). */
+fed_err fed_node_ack(fed_node *n, fed_req *req, const fed_wire_hdr *to, fed_err status,
+                             uint32_t flags);
+/* Refuse a request: no answer (an empty reply). NULL fine. */
+void fed_node_refuse(fed_node *n, fed_req *req);
+void fed_node_open_free(node_open *op);
+
+/* x (n) encoded with codec c into *buf (grown as needed, *cap bytes), *len
+ * its size; residual as fed_codec_encode. Touches only its arguments (jobs
+ * call it). */
+FED_WUR fed_err fed_node_encode_vec(const fed_codec *c, const float *x, size_t n, float *residual,
+                                    uint8_t **buf, size_t *cap, size_t *len);
+
+/* Checkpoint helpers. */
+void fed_node_state_encode(uint8_t out[FED_NODE_STATE_BYTES], fed_node_role role, uint64_t round);
+FED_WUR fed_err fed_node_state_decode(const fed_store_ckpt *c, fed_node_role role,
+                                      uint64_t *round);
+void fed_node_floats_to_le(uint8_t *dst, const float *src, size_t n);
+void fed_node_floats_from_le(float *dst, const uint8_t *src, size_t n);
+
+/* ---- aggregator.c ---- */
+FED_WUR fed_err fed_node_agg_new(fed_node *n);
+void fed_node_agg_free(fed_node *n);
+FED_WUR fed_err fed_node_agg_start(fed_node *n);
+/* An opened frame for the aggregator; op's vec may be taken (set NULL). */
+FED_WUR fed_err fed_node_agg_on_msg(fed_node *n, node_open *op);
+FED_WUR fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id);
+/* Before the delta of op is opened: where and how to decode it. */
+void fed_node_agg_prepare_open(fed_node *n, node_open *op);
+
+/* ---- client.c ---- */
+FED_WUR fed_err fed_node_client_new(fed_node *n);
+void fed_node_client_free(fed_node *n);
+FED_WUR fed_err fed_node_client_start(fed_node *n);
+FED_WUR fed_err fed_node_client_on_msg(fed_node *n, node_open *op);
+FED_WUR fed_err fed_node_client_on_timer(fed_node *n, uint32_t id);
+/* A job of the client came back (training). */
+FED_WUR fed_err fed_node_client_on_job(fed_node *n, fed_job *job);
+void fed_node_client_prepare_open(fed_node *n, node_open *op);
+
+#endif

@@ -1,0 +1,631 @@
+/* test_node.c - the node state machine in the simulated world: aggregator
+ * and clients on real Fashion-MNIST shards, sealed frames, in-memory
+ * databases. FedAvg bit for bit against a weighted mean computed here;
+ * accuracy after 5 rounds; a client dropped past the deadline, a client
+ * crashed and restarted, the aggregator crashed after round 3; a non-member
+ * rejected; the same seed twice gives the same model. Skips without data. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <sodium.h>
+
+#include "core/alloc.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/pool.h"
+#include "core/rng.h"
+#include "model/backend.h"
+#include "model/data.h"
+#include "node/node.h"
+#include "sim/host.h"
+#include "sim/world.h"
+
+#define MAXC 16
+#define MAXR 8
+
+typedef struct fixture {
+    fed_dataset *train, *test;
+    fed_backend *be;
+    fed_pool *pool;
+} fixture;
+
+typedef struct scen_opts {
+    int clients;
+    const char *spec;
+    size_t per_client;   /* samples per client; 0: an IID share of everything */
+    int uneven;          /* client i gets (i + 1) * per_client */
+    uint32_t rounds, min_clients;
+    uint64_t deadline_ms;
+    uint64_t seed;
+    int rogue;           /* one more client whose key is not a member */
+    int evaluate;
+} scen_opts;
+
+/* What the observers saw. */
+typedef struct delta_rec {
+    uint8_t key[32];
+    uint64_t samples;
+    float *delta;
+} delta_rec;
+
+typedef struct scen {
+    const fixture *fx;
+    scen_opts o;
+    fed_sim_world *w;
+    fed_crypto_allow *allow;
+    fed_sim_host *agg;
+    fed_sim_host *cl[MAXC + 1];
+    int ncl;
+    uint32_t *idx[MAXC + 1];
+    size_t nidx[MAXC + 1];
+    size_t nparams;
+    float *params[MAXR + 1];       /* global after round r (0: before round 1) */
+    fed_node_round_info info[MAXR + 1];
+    int commits[MAXR + 1];         /* times round r was committed */
+    delta_rec deltas[MAXR + 1][MAXC + 1];
+    int ndeltas[MAXR + 1];
+    uint64_t first_round_after_restart;
+    int crash_agg_after;           /* crash the aggregator once it committed this round */
+    int agg_crashed;
+} scen;
+
+static int setup(void **state)
+{
+    fixture *fx = calloc(1, sizeof *fx);
+
+    if (!fx)
+        return -1;
+    *state = fx;
+    if (fed_backend_cpu_new(1, &fx->be) != FED_OK || fed_pool_new(2, &fx->pool) != FED_OK)
+        return -1;
+    if (fed_data_open("fashion-mnist", 1, &fx->train) != FED_OK ||
+        fed_data_open("fashion-mnist", 0, &fx->test) != FED_OK) {
+        fed_data_free(fx->train);
+        fx->train = NULL;
+    }
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *fx = *state;
+
+    fed_data_free(fx->train);
+    fed_data_free(fx->test);
+    fed_pool_free(fx->pool);
+    fed_backend_free(fx->be);
+    free(fx);
+    return 0;
+}
+
+static int have_data(const fixture *fx)
+{
+    if (fx->train)
+        return 1;
+    printf("skipped: no Fashion-MNIST at $FEDNODE_DATA or %s\n", FED_DATA_DEFAULT_DIR);
+    return 0;
+}
+
+/* ---- observers ---- */
+
+static void on_round(void *ctx, const fed_node *n, const fed_node_round_info *r)
+{
+    scen *s = ctx;
+
+    if (fed_node_get_role(n) != FED_NODE_AGGREGATOR || r->round > MAXR)
+        return;
+    s->info[r->round] = *r;
+    s->commits[r->round]++;
+    if (!s->params[r->round])
+        s->params[r->round] = malloc(s->nparams * sizeof(float));
+    assert_int_equal(fed_node_get_params(n, s->params[r->round]), FED_OK);
+    if (s->crash_agg_after && (int)r->round == s->crash_agg_after && !s->agg_crashed) {
+        uint64_t now = fed_sim_world_now_us(s->w) / 1000;
+
+        s->agg_crashed = 1;
+        assert_int_equal(fed_sim_world_crash_at(s->w, fed_sim_host_index(s->agg), now), FED_OK);
+        assert_int_equal(fed_sim_world_restart_at(s->w, fed_sim_host_index(s->agg), now + 4000),
+                         FED_OK);
+    }
+}
+
+static void on_delta(void *ctx, const fed_node *n, uint64_t round, const uint8_t key[32],
+                     const float *delta, size_t nparams, uint64_t samples)
+{
+    scen *s = ctx;
+    delta_rec *d;
+
+    (void)n;
+    if (round > MAXR || s->ndeltas[round] > MAXC)
+        return;
+    d = &s->deltas[round][s->ndeltas[round]++];
+    memcpy(d->key, key, 32);
+    d->samples = samples;
+    d->delta = malloc(nparams * sizeof(float));
+    memcpy(d->delta, delta, nparams * sizeof(float));
+}
+
+/* ---- building a scenario ---- */
+
+static void give_shard(scen *s, int i)
+{
+    const scen_opts *o = &s->o;
+
+    if (o->per_client == 0) {
+        assert_int_equal(fed_data_partition(s->fx->train, "iid", i, o->clients, o->seed,
+                                            &s->idx[i], &s->nidx[i]),
+                         FED_OK);
+        return;
+    }
+    {
+        size_t n = o->uneven ? (size_t)(i + 1) * o->per_client : o->per_client;
+        size_t start = 0;
+
+        for (int k = 0; k < i; k++)
+            start += o->uneven ? (size_t)(k + 1) * o->per_client : o->per_client;
+        s->idx[i] = fed_malloc(n * sizeof(uint32_t));
+        for (size_t k = 0; k < n; k++)
+            s->idx[i][k] = (uint32_t)((start + k) % s->fx->train->n);
+        s->nidx[i] = n;
+    }
+}
+
+static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
+{
+    fed_sim_config wc;
+    fed_node_config ac, cc;
+    fed_rng idrng;
+    char name[32];
+    int total = o->clients + (o->rogue ? 1 : 0);
+
+    memset(s, 0, sizeof *s);
+    s->fx = fx;
+    s->o = *o;
+    memset(&wc, 0, sizeof wc);
+    wc.seed = o->seed;
+    wc.link.latency_ms = 5;
+    wc.link.jitter_ms = 1;
+    wc.link.bytes_per_ms = 100000; /* 100 MB/s */
+    wc.flops_per_ms = 5e6;
+    wc.epoch_base_s = 1700000000;
+    wc.pool = fx->pool;
+    assert_int_equal(fed_sim_world_new(&wc, &s->w), FED_OK);
+    assert_int_equal(fed_crypto_allow_new(&s->allow), FED_OK);
+    fed_rng_seed_stream(&idrng, o->seed, 77);
+    assert_int_equal(fed_sim_host_new(&idrng, &s->agg), FED_OK);
+    assert_int_equal(fed_crypto_allow_add(s->allow, "aggregator", fed_sim_host_id(s->agg)->key),
+                     FED_OK);
+    for (int i = 0; i < total; i++) {
+        assert_int_equal(fed_sim_host_new(&idrng, &s->cl[i]), FED_OK);
+        snprintf(name, sizeof name, "client%d", i);
+        if (i < o->clients)
+            assert_int_equal(fed_crypto_allow_add(s->allow, name, fed_sim_host_id(s->cl[i])->key),
+                             FED_OK);
+    }
+    s->ncl = total;
+    assert_int_equal(fed_model_spec_nparams(o->spec, fx->train->shape, &s->nparams), FED_OK);
+
+    fed_node_config_default(&ac);
+    ac.role = FED_NODE_AGGREGATOR;
+    ac.seed = o->seed;
+    ac.be = fx->be;
+    snprintf(ac.spec, sizeof ac.spec, "%s", o->spec);
+    ac.shape = fx->train->shape;
+    ac.rounds = o->rounds;
+    ac.min_clients = o->min_clients;
+    ac.wait_clients = (uint32_t)o->clients;
+    ac.deadline_ms = o->deadline_ms;
+    ac.test = o->evaluate ? fx->test : NULL;
+    ac.allow = s->allow;
+    ac.on_round = on_round;
+    ac.on_delta = on_delta;
+    ac.observer = s;
+    assert_int_equal(fed_sim_host_attach(s->agg, s->w, &ac, NULL), FED_OK);
+
+    for (int i = 0; i < total; i++) {
+        give_shard(s, i);
+        fed_node_config_default(&cc);
+        cc.role = FED_NODE_CLIENT;
+        cc.seed = o->seed;
+        cc.be = fx->be;
+        cc.aggregator = *fed_sim_host_id(s->agg);
+        cc.train = fx->train;
+        cc.shard = s->idx[i];
+        cc.shard_n = s->nidx[i];
+        cc.allow = s->allow;
+        cc.observer = s;
+        assert_int_equal(fed_sim_host_attach(s->cl[i], s->w, &cc, NULL), FED_OK);
+    }
+}
+
+static void scen_free(scen *s)
+{
+    fed_sim_world_free(s->w);
+    fed_sim_host_free(s->agg);
+    for (int i = 0; i < s->ncl; i++) {
+        fed_sim_host_free(s->cl[i]);
+        fed_free(s->idx[i]);
+    }
+    for (int r = 0; r <= MAXR; r++) {
+        free(s->params[r]);
+        for (int k = 0; k < s->ndeltas[r]; k++)
+            free(s->deltas[r][k].delta);
+    }
+    fed_crypto_allow_free(s->allow);
+}
+
+/* Run until the aggregator finished (or limit_ms of virtual time), then a
+ * little longer so clients hear so. */
+static void scen_run(scen *s, uint64_t limit_ms)
+{
+    uint64_t t = 0;
+
+    while (t < limit_ms) {
+        fed_node *a;
+
+        t += 1000;
+        assert_int_equal(fed_sim_world_run_until(s->w, t), FED_OK);
+        a = fed_sim_host_node(s->agg);
+        if (a && fed_node_finished(a))
+            break;
+    }
+    assert_int_equal(fed_sim_world_run_until(s->w, t + 15000), FED_OK);
+}
+
+/* One event at a time until round r is committed. */
+static void step_until_commit(scen *s, int r)
+{
+    while (s->commits[r] == 0) {
+        int did = 0;
+
+        assert_int_equal(fed_sim_world_step(s->w, &did), FED_OK);
+        assert_true(did);
+    }
+}
+
+static int key_cmp(const void *a, const void *b)
+{
+    return memcmp(((const delta_rec *)a)->key, ((const delta_rec *)b)->key, 32);
+}
+
+/* x_r = x_{r-1} + (float)(sum_i (w_i / W) d_i), summed in double in key
+ * order: the plain weighted mean of the client updates. */
+static void expect_fedavg(scen *s, int r)
+{
+    delta_rec *d = s->deltas[r];
+    int k = s->ndeltas[r];
+    double W = 0;
+    float *want = malloc(s->nparams * sizeof(float));
+
+    qsort(d, (size_t)k, sizeof *d, key_cmp);
+    for (int i = 0; i < k; i++)
+        W += (double)d[i].samples;
+    for (size_t j = 0; j < s->nparams; j++) {
+        double acc = 0;
+
+        for (int i = 0; i < k; i++)
+            acc = i == 0 ? ((double)d[i].samples / W) * (double)d[i].delta[j]
+                         : acc + ((double)d[i].samples / W) * (double)d[i].delta[j];
+        want[j] = s->params[r - 1][j] + (float)acc;
+    }
+    assert_memory_equal(want, s->params[r], s->nparams * sizeof(float));
+    free(want);
+}
+
+/* ---- tests ---- */
+
+/* The global before round 1 is the aggregator's seeded initialization. */
+static void capture_initial(scen *s)
+{
+    fed_node *a;
+
+    assert_int_equal(fed_sim_world_run_until(s->w, 0), FED_OK);
+    a = fed_sim_host_node(s->agg);
+    assert_non_null(a);
+    s->params[0] = malloc(s->nparams * sizeof(float));
+    assert_int_equal(fed_node_get_params(a, s->params[0]), FED_OK);
+}
+
+static void test_fedavg_bit_exact(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 8, .spec = "logreg", .per_client = 60, .uneven = 1, .rounds = 2,
+                   .min_clients = 8, .deadline_ms = 60000, .seed = 11};
+    scen s;
+
+    if (!have_data(fx))
+        return;
+    scen_build(&s, fx, &o);
+    capture_initial(&s);
+    scen_run(&s, 600000);
+    for (int r = 1; r <= 2; r++) {
+        assert_int_equal(s.commits[r], 1);
+        assert_int_equal(s.ndeltas[r], 8);
+        assert_int_equal(s.info[r].merged, 8);
+        expect_fedavg(&s, r);
+    }
+    /* different weights really were used: the shards are 60..480 samples */
+    assert_int_not_equal(s.deltas[1][0].samples, s.deltas[1][1].samples);
+    scen_free(&s);
+}
+
+static void test_accuracy_10_clients(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 10, .spec = "mlp:256,128", .rounds = 5, .min_clients = 10,
+                   .deadline_ms = 120000, .seed = 1, .evaluate = 1};
+    scen s;
+
+    if (!have_data(fx))
+        return;
+    scen_build(&s, fx, &o);
+    scen_run(&s, 3600000);
+    for (int r = 1; r <= 5; r++) {
+        assert_int_equal(s.commits[r], 1);
+        assert_int_equal(s.info[r].merged, 10);
+        assert_int_equal(s.info[r].samples, 60000);
+        printf("round %d: accuracy %.4f loss %.4f\n", r, s.info[r].accuracy, s.info[r].loss);
+    }
+    assert_true(s.info[5].accuracy >= 0.82);
+    assert_true(s.info[5].accuracy > s.info[1].accuracy);
+    scen_free(&s);
+}
+
+/* The contributions row of (round, key), or -1 accepted when absent. */
+typedef struct contrib_q {
+    uint64_t round;
+    uint8_t key[32];
+    int accepted;
+    char reason[64];
+    int rows;
+} contrib_q;
+
+static int find_contrib(void *ctx, const fed_store_contrib *c)
+{
+    contrib_q *q = ctx;
+
+    if (c->round == q->round && !memcmp(c->peer_key, q->key, 32)) {
+        q->accepted = c->accepted;
+        snprintf(q->reason, sizeof q->reason, "%s", c->reason);
+        q->rows++;
+    }
+    return 0;
+}
+
+static contrib_q contribution(scen *s, uint64_t round, const fed_sim_host *h)
+{
+    contrib_q q;
+
+    memset(&q, 0, sizeof q);
+    q.round = round;
+    q.accepted = -1;
+    memcpy(q.key, fed_sim_host_id(h)->key, 32);
+    assert_int_equal(fed_store_each_contribution(fed_sim_host_store(s->agg), find_contrib, &q),
+                     FED_OK);
+    return q;
+}
+
+static int delta_from(const scen *s, int r, const fed_sim_host *h)
+{
+    for (int k = 0; k < s->ndeltas[r]; k++)
+        if (!memcmp(s->deltas[r][k].key, fed_sim_host_id(h)->key, 32))
+            return 1;
+    return 0;
+}
+
+/* Client 2's frames to the aggregator are lost while it trains round 2
+ * (slowed down so the cut falls there): it is recorded missing, the round closes at its deadline with the others
+ * (min_clients 4), and once its link heals it is back. */
+static void test_dropped_client(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 5, .spec = "logreg", .per_client = 200, .rounds = 4,
+                   .min_clients = 4, .deadline_ms = 20000, .seed = 5};
+    fed_sim_link dead = {.latency_ms = 5, .loss = 1.0};
+    fed_sim_link ok = {.latency_ms = 5, .jitter_ms = 1, .bytes_per_ms = 100000};
+    uint32_t c2, ai;
+    contrib_q q;
+    scen s;
+
+    if (!have_data(fx))
+        return;
+    scen_build(&s, fx, &o);
+    c2 = fed_sim_host_index(s.cl[2]);
+    ai = fed_sim_host_index(s.agg);
+    step_until_commit(&s, 1);
+    /* slow enough (about 9 virtual s) to be cut off while it trains round 2 */
+    assert_int_equal(fed_sim_world_set_slowdown(s.w, c2, 5000), FED_OK);
+    assert_int_equal(fed_sim_world_run_until(s.w, fed_sim_world_now_us(s.w) / 1000 + 2000),
+                     FED_OK);
+    assert_int_equal(fed_node_round(fed_sim_host_node(s.cl[2])), 1);
+    assert_int_equal(fed_sim_world_set_link(s.w, c2, ai, &dead), FED_OK);
+    step_until_commit(&s, 2);
+    assert_int_equal(fed_sim_world_set_link(s.w, c2, ai, &ok), FED_OK);
+    assert_int_equal(fed_sim_world_set_slowdown(s.w, c2, 1), FED_OK);
+    scen_run(&s, 600000);
+
+    assert_int_equal(s.info[2].sampled, 5);
+    assert_int_equal(s.info[2].merged, 4);
+    assert_int_equal(s.info[2].missing, 1);
+    assert_false(delta_from(&s, 2, s.cl[2]));
+    q = contribution(&s, 2, s.cl[2]);
+    assert_int_equal(q.rows, 1);
+    assert_int_equal(q.accepted, 0);
+    assert_string_equal(q.reason, "missing");
+    q = contribution(&s, 2, s.cl[0]);
+    assert_int_equal(q.accepted, 1);
+    /* healed: it is merged again by the last round */
+    assert_int_equal(s.commits[4], 1);
+    assert_true(delta_from(&s, 4, s.cl[2]));
+    assert_int_equal(contribution(&s, 4, s.cl[2]).accepted, 1);
+    scen_free(&s);
+}
+
+/* A straggler: client 0 trains round 1 so slowly that its delta comes after
+ * the deadline. Round 1 closes with the other three (missing: client 0); its
+ * delta, arriving in round 2, is answered, recorded "late" and never merged;
+ * back at speed it is merged again. */
+static void test_straggler_late(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 4, .spec = "logreg", .per_client = 200, .rounds = 3,
+                   .min_clients = 3, .deadline_ms = 5000, .seed = 13};
+    contrib_q q;
+    uint32_t c0;
+    scen s;
+
+    if (!have_data(fx))
+        return;
+    scen_build(&s, fx, &o);
+    c0 = fed_sim_host_index(s.cl[0]);
+    assert_int_equal(fed_sim_world_set_slowdown(s.w, c0, 5000), FED_OK); /* ~9 s */
+    step_until_commit(&s, 1);
+    assert_int_equal(fed_sim_world_set_slowdown(s.w, c0, 1), FED_OK);
+    scen_run(&s, 600000);
+
+    assert_int_equal(s.info[1].merged, 3);
+    assert_int_equal(s.info[1].missing, 1);
+    assert_false(delta_from(&s, 1, s.cl[0]));
+    q = contribution(&s, 1, s.cl[0]);
+    assert_int_equal(q.rows, 2); /* missing at the close, then late */
+    assert_int_equal(q.accepted, 0);
+    assert_string_equal(q.reason, "late");
+    assert_true(fed_node_wire_counters(fed_sim_host_node(s.agg))->rej_other >= 1);
+    assert_true(delta_from(&s, 3, s.cl[0]));
+    scen_free(&s);
+}
+
+/* Client 1 crashes while training round 2 and restarts: it rejoins and is
+ * merged in a later round, with a new epoch; the aggregator crashes right
+ * after committing round 3 and restarts 4 s later: round 4 starts from the
+ * round-3 checkpoint, every round is committed exactly once. */
+static void test_crash_restart(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 4, .spec = "logreg", .per_client = 300, .rounds = 5,
+                   .min_clients = 3, .deadline_ms = 20000, .seed = 9};
+    uint64_t epoch_before, epoch_after;
+    uint32_t c1;
+    scen s;
+
+    if (!have_data(fx))
+        return;
+    scen_build(&s, fx, &o);
+    s.crash_agg_after = 3;
+    c1 = fed_sim_host_index(s.cl[1]);
+    step_until_commit(&s, 1);
+    epoch_before = fed_store_epoch(fed_sim_host_store(s.cl[1]));
+    /* its NEXT is held or on its way: round 2 goes on without it */
+    fed_sim_world_crash(s.w, c1);
+    assert_null(fed_sim_host_node(s.cl[1]));
+    assert_int_equal(fed_sim_world_restart_at(s.w, c1, fed_sim_world_now_us(s.w) / 1000 + 3000),
+                     FED_OK);
+    scen_run(&s, 900000);
+
+    epoch_after = fed_store_epoch(fed_sim_host_store(s.cl[1]));
+    assert_true(epoch_after > epoch_before);
+    assert_int_equal(fed_sim_host_start_failures(s.cl[1]), 0);
+    assert_false(delta_from(&s, 2, s.cl[1]));
+    assert_true(delta_from(&s, 5, s.cl[1]));
+    /* the aggregator: crashed after 3, resumed from it */
+    assert_int_equal(s.agg_crashed, 1);
+    assert_int_equal(fed_sim_host_start_failures(s.agg), 0);
+    for (int r = 1; r <= 5; r++)
+        assert_int_equal(s.commits[r], 1);
+    assert_non_null(fed_sim_host_node(s.agg));
+    assert_int_equal(fed_node_round(fed_sim_host_node(s.agg)), 5);
+    /* round 4's update was made against round 3's global: with FedAvg
+       x4 = x3 + mean of deltas, reproduced here bit for bit */
+    expect_fedavg(&s, 4);
+    {
+        fed_store_round rows[8];
+        size_t n = 0;
+
+        assert_int_equal(fed_store_last_rounds(fed_sim_host_store(s.agg), rows, 8, &n), FED_OK);
+        assert_int_equal(n, 5);
+    }
+    scen_free(&s);
+}
+
+/* A client whose key is not in the allow-list: its frames are refused and
+ * counted, it is never sampled, never merged, never recorded. */
+static void test_non_member(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 3, .spec = "logreg", .per_client = 100, .rounds = 2,
+                   .min_clients = 3, .deadline_ms = 20000, .seed = 3, .rogue = 1};
+    const fed_wire_counters *wc;
+    uint64_t stored = 0;
+    scen s;
+
+    if (!have_data(fx))
+        return;
+    scen_build(&s, fx, &o);
+    scen_run(&s, 600000);
+    assert_int_equal(s.commits[2], 1);
+    for (int r = 1; r <= 2; r++) {
+        assert_int_equal(s.info[r].sampled, 3);
+        assert_false(delta_from(&s, r, s.cl[3]));
+        assert_int_equal(contribution(&s, r, s.cl[3]).rows, 0);
+    }
+    wc = fed_node_wire_counters(fed_sim_host_node(s.agg));
+    assert_true(wc->rej_unknown_sender >= 1);
+    assert_int_equal(fed_store_get_counter(fed_sim_host_store(s.agg), "wire.rej_unknown_sender",
+                                           &stored),
+                     FED_OK);
+    assert_true(stored >= 1);
+    assert_int_equal(fed_node_round(fed_sim_host_node(s.cl[3])), 0);
+    scen_free(&s);
+}
+
+static void run_for_hash(const fixture *fx, uint8_t hash[32], uint64_t *trace)
+{
+    scen_opts o = {.clients = 4, .spec = "logreg", .per_client = 150, .uneven = 1, .rounds = 3,
+                   .min_clients = 4, .deadline_ms = 20000, .seed = 21};
+    scen s;
+
+    scen_build(&s, fx, &o);
+    scen_run(&s, 600000);
+    assert_int_equal(s.commits[3], 1);
+    memcpy(hash, s.info[3].model_hash, 32);
+    *trace = fed_sim_world_trace_hash(s.w);
+    scen_free(&s);
+}
+
+static void test_determinism(void **state)
+{
+    const fixture *fx = *state;
+    uint8_t h1[32], h2[32];
+    uint64_t t1, t2;
+
+    if (!have_data(fx))
+        return;
+    run_for_hash(fx, h1, &t1);
+    run_for_hash(fx, h2, &t2);
+    assert_memory_equal(h1, h2, 32);
+    assert_true(t1 == t2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fedavg_bit_exact),
+        cmocka_unit_test(test_dropped_client),
+        cmocka_unit_test(test_straggler_late),
+        cmocka_unit_test(test_crash_restart),
+        cmocka_unit_test(test_non_member),
+        cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_accuracy_10_clients),
+    };
+
+    if (sodium_init() < 0)
+        return 1;
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
