@@ -8,6 +8,9 @@
 #if defined(__SSE__)
 #include <xmmintrin.h>
 #endif
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#include <immintrin.h> /* weighted_sum's AVX2 / AVX-512 paths, picked at run time */
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -392,32 +395,259 @@ static double cpu_sumsq(fed_backend *be, size_t n, const float *x)
     return cpu_dot(be, n, x, x);
 }
 
+/* ---- weighted sum ----
+ * out[i] = (float)(((w0*x0[i] + w1*x1[i]) + w2*x2[i]) + ...) in double, the
+ * products and sums in exactly that order (no FMA, no reassociation), so
+ * every path below gives the bits of the plain per-element loop. The work is
+ * cut into blocks of WSUM_BLOCK elements whose double partial sums stay in
+ * L1; over a block, the inputs pass in groups of up to WSUM_GROUP, each
+ * group summed in registers (so the partial sums are read and written once
+ * per group, not once per input), with a software prefetch WSUM_AHEAD
+ * floats ahead in each input. (Measured on a 2-core Xeon VM: all 100 inputs
+ * of a 100-client round summed in registers at once, 100 streams, ran at half
+ * the speed; groups of 12 with the prefetch read at the machine's one-thread
+ * read rate.) */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off") /* also under -std=gnu11, where it is "fast" */
+#endif
+#if defined(__clang__)
+#define WSUM_EXACT _Pragma("STDC FP_CONTRACT OFF") /* clang contracts a*b+c by default */
+#else
+#define WSUM_EXACT
+#endif
+#define WSUM_BLOCK 2048 /* doubles: 16 KiB of partial sums */
+#define WSUM_GROUP 12
+#define WSUM_AHEAD 256 /* floats: 1 KiB, four cache lines */
+
+/* One group of inputs over one block. */
+typedef struct wsum_pass {
+    const float *p[WSUM_GROUP]; /* the group's inputs, at the block's start */
+    const double *w;            /* their weights (g) */
+    int g;                      /* inputs in the group, 1..WSUM_GROUP */
+    int first;                  /* the group holds input 0: start from w[0] * p[0] */
+    int last;                   /* the group holds input k-1: round into out */
+    size_t len;                 /* elements in the block */
+    size_t pf_len;              /* i < pf_len: i + WSUM_AHEAD is inside every input */
+} wsum_pass;
+
+typedef void (*wsum_kernel)(const wsum_pass *ps, double *acc, float *out);
+
+/* The reference order, element by element, from element `from` on. */
+static void wsum_pass_plain(const wsum_pass *ps, double *restrict acc, float *restrict out,
+                            size_t from)
+{
+    WSUM_EXACT
+    for (size_t i = from; i < ps->len; i++) {
+        double s;
+        int t = 0;
+
+        if (ps->first)
+            s = ps->w[t++] * (double)ps->p[0][i];
+        else
+            s = acc[i];
+        for (; t < ps->g; t++)
+            s += ps->w[t] * (double)ps->p[t][i];
+        if (ps->last)
+            out[i] = (float)s;
+        else
+            acc[i] = s;
+    }
+}
+
+/* Portable: the partial sums pass through acc once per 4 inputs (loops the
+ * compiler vectorizes across elements, which keeps each element's order). */
+static void wsum_kernel_plain(const wsum_pass *ps, double *restrict acc, float *restrict out)
+{
+    WSUM_EXACT
+    const size_t len = ps->len;
+    int t = 0;
+
+    if (ps->first) {
+        const float *restrict a = ps->p[0];
+        const double wa = ps->w[0];
+
+        for (size_t i = 0; i < len; i++)
+            acc[i] = wa * (double)a[i];
+        t = 1;
+    }
+    for (; t + 4 <= ps->g; t += 4) {
+        const float *restrict a = ps->p[t], *restrict b = ps->p[t + 1];
+        const float *restrict c = ps->p[t + 2], *restrict d = ps->p[t + 3];
+        const double wa = ps->w[t], wb = ps->w[t + 1], wc = ps->w[t + 2], wd = ps->w[t + 3];
+
+        for (size_t i = 0; i < len; i++) {
+            double s = acc[i];
+
+            s += wa * (double)a[i];
+            s += wb * (double)b[i];
+            s += wc * (double)c[i];
+            s += wd * (double)d[i];
+            acc[i] = s;
+        }
+    }
+    for (; t < ps->g; t++) {
+        const float *restrict a = ps->p[t];
+        const double wa = ps->w[t];
+
+        for (size_t i = 0; i < len; i++)
+            acc[i] += wa * (double)a[i];
+    }
+    if (ps->last)
+        for (size_t i = 0; i < len; i++)
+            out[i] = (float)acc[i];
+}
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+/* 16 elements (one cache line of each input) from i on, in 2 x 8 doubles. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+wsum_step_avx512(const wsum_pass *ps, double *restrict acc, float *restrict out, size_t i,
+                 int prefetch)
+{
+    WSUM_EXACT
+    __m512d a0, a1;
+    int t = 0;
+
+    if (ps->first) {
+        __m512d w0 = _mm512_set1_pd(ps->w[0]);
+
+        a0 = _mm512_mul_pd(w0, _mm512_cvtps_pd(_mm256_loadu_ps(ps->p[0] + i)));
+        a1 = _mm512_mul_pd(w0, _mm512_cvtps_pd(_mm256_loadu_ps(ps->p[0] + i + 8)));
+        if (prefetch)
+            __builtin_prefetch(ps->p[0] + i + WSUM_AHEAD, 0, 3);
+        t = 1;
+    } else {
+        a0 = _mm512_load_pd(acc + i);
+        a1 = _mm512_load_pd(acc + i + 8);
+    }
+    for (; t < ps->g; t++) {
+        __m512d wt = _mm512_set1_pd(ps->w[t]);
+
+        if (prefetch)
+            __builtin_prefetch(ps->p[t] + i + WSUM_AHEAD, 0, 3);
+        a0 = _mm512_add_pd(a0, _mm512_mul_pd(wt, _mm512_cvtps_pd(_mm256_loadu_ps(ps->p[t] + i))));
+        a1 = _mm512_add_pd(a1,
+                           _mm512_mul_pd(wt, _mm512_cvtps_pd(_mm256_loadu_ps(ps->p[t] + i + 8))));
+    }
+    if (ps->last) {
+        _mm256_storeu_ps(out + i, _mm512_cvtpd_ps(a0));
+        _mm256_storeu_ps(out + i + 8, _mm512_cvtpd_ps(a1));
+    } else {
+        _mm512_store_pd(acc + i, a0);
+        _mm512_store_pd(acc + i + 8, a1);
+    }
+}
+
+__attribute__((target("avx512f"))) static void wsum_kernel_avx512(const wsum_pass *ps,
+                                                                   double *acc, float *out)
+{
+    size_t n16 = ps->len & ~(size_t)15, i = 0;
+
+    for (; i < n16 && i < ps->pf_len; i += 16)
+        wsum_step_avx512(ps, acc, out, i, 1);
+    for (; i < n16; i += 16)
+        wsum_step_avx512(ps, acc, out, i, 0);
+    wsum_pass_plain(ps, acc, out, n16);
+}
+
+/* The same over 4 x 4 doubles. */
+__attribute__((target("avx2"), always_inline)) static inline void
+wsum_step_avx2(const wsum_pass *ps, double *restrict acc, float *restrict out, size_t i,
+               int prefetch)
+{
+    WSUM_EXACT
+    __m256d a[4];
+    int t = 0;
+
+    if (ps->first) {
+        __m256d w0 = _mm256_set1_pd(ps->w[0]);
+
+        for (int q = 0; q < 4; q++)
+            a[q] = _mm256_mul_pd(w0, _mm256_cvtps_pd(_mm_loadu_ps(ps->p[0] + i + 4 * q)));
+        if (prefetch)
+            __builtin_prefetch(ps->p[0] + i + WSUM_AHEAD, 0, 3);
+        t = 1;
+    } else {
+        for (int q = 0; q < 4; q++)
+            a[q] = _mm256_load_pd(acc + i + 4 * q);
+    }
+    for (; t < ps->g; t++) {
+        __m256d wt = _mm256_set1_pd(ps->w[t]);
+
+        if (prefetch)
+            __builtin_prefetch(ps->p[t] + i + WSUM_AHEAD, 0, 3);
+        for (int q = 0; q < 4; q++)
+            a[q] = _mm256_add_pd(
+                a[q], _mm256_mul_pd(wt, _mm256_cvtps_pd(_mm_loadu_ps(ps->p[t] + i + 4 * q))));
+    }
+    for (int q = 0; q < 4; q++) {
+        if (ps->last)
+            _mm_storeu_ps(out + i + 4 * q, _mm256_cvtpd_ps(a[q]));
+        else
+            _mm256_store_pd(acc + i + 4 * q, a[q]);
+    }
+}
+
+__attribute__((target("avx2"))) static void wsum_kernel_avx2(const wsum_pass *ps, double *acc,
+                                                             float *out)
+{
+    size_t n16 = ps->len & ~(size_t)15, i = 0;
+
+    for (; i < n16 && i < ps->pf_len; i += 16)
+        wsum_step_avx2(ps, acc, out, i, 1);
+    for (; i < n16; i += 16)
+        wsum_step_avx2(ps, acc, out, i, 0);
+    wsum_pass_plain(ps, acc, out, n16);
+}
+#endif
+
+static wsum_kernel wsum_pick_kernel(void)
+{
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f"))
+        return wsum_kernel_avx512;
+    if (__builtin_cpu_supports("avx2"))
+        return wsum_kernel_avx2;
+#endif
+    return wsum_kernel_plain;
+}
+
 static void cpu_weighted_sum(fed_backend *be, float *restrict out, const float *const *in,
                              const double *w, int k, size_t n)
 {
+    _Alignas(64) double acc[WSUM_BLOCK]; /* (WSUM_BLOCK) partial sums of a block */
+    wsum_kernel kernel;
+    int groups;
+
     (void)be;
     if (k <= 0) {
         memset(out, 0, n * sizeof *out);
         return;
     }
-    /* Blocked so each output block stays in cache while the k inputs pass. */
-    for (size_t base = 0; base < n; base += 4096) {
-        size_t len = n - base < 4096 ? n - base : 4096;
-        double acc[4096];
+    kernel = wsum_pick_kernel();
+    groups = (k + WSUM_GROUP - 1) / WSUM_GROUP;
+    for (size_t base = 0; base < n; base += WSUM_BLOCK) {
+        wsum_pass ps;
+        int j = 0;
 
-        for (size_t i = 0; i < len; i++)
-            acc[i] = w[0] * (double)in[0][base + i];
-        for (int j = 1; j < k; j++) {
-            const float *restrict src = in[j] + base;
-            double wj = w[j];
-
-            for (size_t i = 0; i < len; i++)
-                acc[i] += wj * (double)src[i];
+        ps.len = n - base < WSUM_BLOCK ? n - base : WSUM_BLOCK;
+        ps.pf_len = n - base > WSUM_AHEAD ? n - base - WSUM_AHEAD : 0;
+        for (int gi = 0; gi < groups; gi++) {
+            ps.g = (k - j) / (groups - gi); /* balanced: 100 = 8 x 11 + 12 */
+            ps.w = w + j;
+            for (int t = 0; t < ps.g; t++)
+                ps.p[t] = in[j + t] + base;
+            ps.first = j == 0;
+            ps.last = j + ps.g == k;
+            kernel(&ps, acc, out + base);
+            j += ps.g;
         }
-        for (size_t i = 0; i < len; i++)
-            out[base + i] = (float)acc[i];
     }
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
 
 /* ---- optimizer steps ---- */
 

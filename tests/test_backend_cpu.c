@@ -366,6 +366,98 @@ static void test_backend_open(void **state)
     fed_backend_free(NULL);
 }
 
+/* weighted_sum's fast paths (register groups, blocks, prefetch, whatever
+ * vector width this CPU has) give the bits of the plain loop below: for each
+ * element, w[0]*x0 + w[1]*x1 + ... in double, left to right, then rounded to
+ * float. Every input is its own exact-size allocation (so ASan sees any read
+ * past an end), at an aligned or an unaligned (+1 float) start, and nothing
+ * outside out[0, n) is written. k and n cross the group, block, vector and
+ * prefetch edges. Random data alone cannot tell a reordered double sum from
+ * the right one once rounded to float, hence the spikes. */
+static void weighted_sum_reference(float *out, const float *const *in, const double *w, int k,
+                                   size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        double s = w[0] * (double)in[0][i];
+
+        for (int j = 1; j < k; j++) {
+            double p = w[j] * (double)in[j][i]; /* its own statement: never fused */
+
+            s += p;
+        }
+        out[i] = (float)s;
+    }
+}
+
+static void test_weighted_sum_bits(void **state)
+{
+    static const int ks[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 25, 100};
+    static const size_t ns[] = {1, 15, 17, 257, 2049, 4095, 4096, 4097, 100003};
+    const float guard = -12345.0f;
+    const size_t pool_n = 150011; /* random floats each input copies a window of */
+    float *pool = randn(pool_n);
+
+    (void)state;
+    assert_non_null(pool);
+    for (size_t i = 0; i < pool_n; i += 97)
+        pool[i] = 1e-39f; /* denormal floats, too */
+    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+        const int k = ks[ki];
+        float *raw[100];
+        const float *in[100];
+        double w[100];
+
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+            const size_t n = ns[ni];
+
+            for (size_t run = 0; run < 4; run++) {
+                const size_t off = run & 1, spikes = run >> 1;
+                float *got = malloc((n + 2) * sizeof *got), *want = malloc(n * sizeof *want);
+                size_t differ = 0;
+
+                assert_non_null(got);
+                assert_non_null(want);
+                for (int j = 0; j < k; j++) {
+                    raw[j] = malloc((n + off) * sizeof *raw[j]);
+                    assert_non_null(raw[j]);
+                    memcpy(raw[j], pool + (size_t)j * 499 % (pool_n - 100005),
+                           (n + off) * sizeof *raw[j]);
+                    in[j] = raw[j] + off;
+                    w[j] = spikes ? 1.0 : 4.0 * fed_rng_uniform(&rng) - 1.0; /* some < 0 */
+                }
+                /* Spikes: +2^60 and -2^60 at two random inputs of each element
+                 * swallow what was summed before them, so a sum in any other
+                 * order (a group's inputs added up before the partial sum,
+                 * say) ends in other floats, not just other low double bits. */
+                for (size_t i = 0; spikes && k > 1 && i < n; i++) {
+                    int a = (int)(fed_rng_uniform(&rng) * k) % k;
+                    int b = (a + 1 + (int)(fed_rng_uniform(&rng) * (k - 1)) % (k - 1)) % k;
+
+                    raw[a][off + i] = 0x1p60f;
+                    raw[b][off + i] = -0x1p60f;
+                }
+                got[0] = got[n + off] = got[n + 1] = guard;
+                weighted_sum_reference(want, in, w, k, n);
+                be->weighted_sum(be, got + off, in, w, k, n); /* out unaligned too */
+                for (size_t i = 0; i < n; i++)
+                    differ += memcmp(&got[off + i], &want[i], sizeof(float)) != 0;
+                if (differ)
+                    fail_msg("k %d n %zu offset %zu spikes %zu: %zu elements differ from the "
+                             "plain loop",
+                             k, n, off, spikes, differ);
+                if (off)
+                    assert_true(got[0] == guard);
+                assert_true(got[n + off] == guard);
+                for (int j = 0; j < k; j++)
+                    free(raw[j]);
+                free(got);
+                free(want);
+            }
+        }
+    }
+    free(pool);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -379,6 +471,7 @@ int main(void)
         cmocka_unit_test(test_vectors),
         cmocka_unit_test(test_denormals_flushed_mode_restored),
         cmocka_unit_test(test_backend_open),
+        cmocka_unit_test(test_weighted_sum_bits),
     };
 
     return cmocka_run_group_tests(tests, setup, teardown);
