@@ -26,7 +26,26 @@ void fed_cli_log_init(void);
 int fed_cli_load_options(const char *cmd, const char *synopsis, const struct fed_opt *t,
                          size_t n, void *cfg, int argc, char **argv);
 
+#define FED_CLI_MAX_THREADS 64
+/* OpenBLAS chooses its kernels when the process loads it: when it fell back
+ * to generic ones on this CPU, exec `fednode CMD argv...` again with the
+ * right OPENBLAS_CORETYPE (once: it is then set). Returns when no restart is
+ * needed or it failed. */
+void fed_cli_maybe_reexec(const char *cmd, int argc, char **argv);
+int fed_cli_online_cores(void); /* 1..FED_CLI_MAX_THREADS */
+/* "I/K" with 0 <= I < K: 1 when s is one. */
+int fed_cli_parse_shard(const char *s, int *shard, int *k);
+
+/* A key's passphrase into sodium_malloc'd memory (*pass, free with
+ * sodium_free; NULL when none): from file when it is not empty, else from
+ * FEDNODE_PASSPHRASE. Returns -1 to go on, else the exit status (errors
+ * printed, naming cmd). */
+int fed_cli_passphrase(const char *cmd, const char *file, char **pass, size_t *len);
+
 int fed_cli_train(int argc, char **argv);
+/* node/cli_run.c: the daemon */
+int fed_cli_run(int argc, char **argv);
+int fed_cli_aggregate(int argc, char **argv);
 int fed_cli_eval(int argc, char **argv);
 /* node/cli_store.c: the node's database */
 int fed_cli_status(int argc, char **argv);

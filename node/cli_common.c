@@ -4,10 +4,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/opt.h"
+#include <sodium.h>
+
+#include "crypto/identity.h"
+#include "model/backend.h"
 #include "node/cli.h"
 
 void fed_cli_error(const char *fmt, ...)
@@ -72,4 +77,91 @@ int fed_cli_load_options(const char *cmd, const char *synopsis, const fed_opt *t
     }
     fed_free(pos);
     return rc;
+}
+
+/* OpenBLAS chooses its kernels when the process loads it: if it fell back
+ * to generic ones on this CPU, run this command again with the right
+ * OPENBLAS_CORETYPE (set in the environment, so this happens once). */
+void fed_cli_maybe_reexec(const char *cmd, int argc, char **argv)
+{
+    const char *core = fed_backend_cpu_suggest_coretype();
+    char **args;
+
+    if (!core || getenv("FEDNODE_NO_REEXEC"))
+        return;
+    args = fed_calloc((size_t)argc + 3, sizeof *args);
+    if (!args)
+        return;
+    args[0] = "fednode";
+    args[1] = (char *)cmd;
+    for (int i = 0; i < argc; i++)
+        args[i + 2] = argv[i];
+    fed_log(FED_LOG_INFO, "OpenBLAS picked generic kernels on this CPU; restarting with "
+                          "OPENBLAS_CORETYPE=%s", core);
+    if (setenv("OPENBLAS_CORETYPE", core, 1) == 0)
+        execv("/proc/self/exe", args);
+    fed_log(FED_LOG_WARN, "could not restart with OPENBLAS_CORETYPE=%s; going on", core);
+    unsetenv("OPENBLAS_CORETYPE");
+    fed_free(args);
+}
+
+int fed_cli_online_cores(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+    return n < 1 ? 1 : n > FED_CLI_MAX_THREADS ? FED_CLI_MAX_THREADS : (int)n;
+}
+
+/* "I/K" with 0 <= I < K. */
+int fed_cli_parse_shard(const char *s, int *shard, int *k)
+{
+    char *end = NULL;
+    long i, n;
+
+    if (*s < '0' || *s > '9')
+        return 0;
+    i = strtol(s, &end, 10);
+    if (*end != '/' || end[1] < '0' || end[1] > '9')
+        return 0;
+    n = strtol(end + 1, &end, 10);
+    if (*end || n < 1 || n > 1000000 || i < 0 || i >= n)
+        return 0;
+    *shard = (int)i;
+    *k = (int)n;
+    return 1;
+}
+
+/* The passphrase into guarded memory: from the file, else the environment. */
+int fed_cli_passphrase(const char *cmd, const char *file, char **pass, size_t *len)
+{
+    const char *env = getenv("FEDNODE_PASSPHRASE");
+    fed_err err;
+
+    *pass = NULL;
+    *len = 0;
+    if (!file[0] && (!env || !env[0]))
+        return -1;
+    *pass = sodium_malloc(FED_CRYPTO_PASSPHRASE_MAX + 1);
+    if (!*pass) {
+        fed_cli_error("%s: out of memory", cmd);
+        return 1;
+    }
+    if (file[0]) {
+        err = fed_crypto_passphrase_read(file, *pass, FED_CRYPTO_PASSPHRASE_MAX + 1,
+                                         len);
+        if (err != FED_OK) {
+            fed_cli_error("%s: passphrase file %s: %s", cmd, file,
+                          err == FED_ERR_FORMAT ? "first line is empty" : fed_strerror(err));
+            return 1;
+        }
+        return -1;
+    }
+    *len = strlen(env);
+    if (*len > FED_CRYPTO_PASSPHRASE_MAX) {
+        fed_cli_error("%s: FEDNODE_PASSPHRASE is longer than %d bytes", cmd,
+                      FED_CRYPTO_PASSPHRASE_MAX);
+        return 1;
+    }
+    memcpy(*pass, env, *len + 1);
+    return -1;
 }

@@ -62,41 +62,6 @@ static int parse(const char *cmd, const char *synopsis, const fed_opt *t, size_t
     return -1;
 }
 
-/* The passphrase into guarded memory: from the file, else the environment. */
-static int get_passphrase(const keygen_cfg *cfg, char **pass, size_t *len)
-{
-    const char *env = getenv("FEDNODE_PASSPHRASE");
-    fed_err err;
-
-    *pass = NULL;
-    *len = 0;
-    if (!cfg->passphrase_file[0] && (!env || !env[0]))
-        return -1;
-    *pass = sodium_malloc(FED_CRYPTO_PASSPHRASE_MAX + 1);
-    if (!*pass) {
-        fed_cli_error("keygen: out of memory");
-        return 1;
-    }
-    if (cfg->passphrase_file[0]) {
-        err = fed_crypto_passphrase_read(cfg->passphrase_file, *pass, FED_CRYPTO_PASSPHRASE_MAX + 1,
-                                         len);
-        if (err != FED_OK) {
-            fed_cli_error("keygen: passphrase file %s: %s", cfg->passphrase_file,
-                          err == FED_ERR_FORMAT ? "first line is empty" : fed_strerror(err));
-            return 1;
-        }
-        return -1;
-    }
-    *len = strlen(env);
-    if (*len > FED_CRYPTO_PASSPHRASE_MAX) {
-        fed_cli_error("keygen: FEDNODE_PASSPHRASE is longer than %d bytes",
-                      FED_CRYPTO_PASSPHRASE_MAX);
-        return 1;
-    }
-    memcpy(*pass, env, *len + 1);
-    return -1;
-}
-
 static int keygen_write(const keygen_cfg *cfg, const char *pass, size_t pass_len)
 {
     fed_crypto_arena_cfg acfg = {1, 0};
@@ -152,7 +117,7 @@ int fed_cli_keygen(int argc, char **argv)
         rc = 2;
     }
     if (rc < 0)
-        rc = get_passphrase(&cfg, &pass, &pass_len);
+        rc = fed_cli_passphrase("keygen", cfg.passphrase_file, &pass, &pass_len);
     if (rc < 0)
         rc = keygen_write(&cfg, pass, pass_len);
     if (pass) {

@@ -26,7 +26,7 @@
 #include "node/cli.h"
 #include "node/train_record.h"
 
-#define MAX_THREADS 64
+#define MAX_THREADS FED_CLI_MAX_THREADS
 /* The command line's learning rates when --lr is not given (measured on
  * Fashion-MNIST, mlp:256,128, batch 64, cosine, 10 epochs: see README). */
 #define CLI_ADAM_LR "0.002"
@@ -117,39 +117,6 @@ static const fed_opt eval_opts[] = {
 
 /* ---------------------------------------------------------- helpers -- */
 
-/* OpenBLAS chooses its kernels when the process loads it: if it fell back
- * to generic ones on this CPU, run this command again with the right
- * OPENBLAS_CORETYPE (set in the environment, so this happens once). */
-static void maybe_reexec(const char *cmd, int argc, char **argv)
-{
-    const char *core = fed_backend_cpu_suggest_coretype();
-    char **args;
-
-    if (!core || getenv("FEDNODE_NO_REEXEC"))
-        return;
-    args = fed_calloc((size_t)argc + 3, sizeof *args);
-    if (!args)
-        return;
-    args[0] = "fednode";
-    args[1] = (char *)cmd;
-    for (int i = 0; i < argc; i++)
-        args[i + 2] = argv[i];
-    fed_log(FED_LOG_INFO, "OpenBLAS picked generic kernels on this CPU; restarting with "
-                          "OPENBLAS_CORETYPE=%s", core);
-    if (setenv("OPENBLAS_CORETYPE", core, 1) == 0)
-        execv("/proc/self/exe", args);
-    fed_log(FED_LOG_WARN, "could not restart with OPENBLAS_CORETYPE=%s; going on", core);
-    unsetenv("OPENBLAS_CORETYPE");
-    fed_free(args);
-}
-
-static int online_cores(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-
-    return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (int)n;
-}
-
 static double now_s(void)
 {
     struct timespec ts;
@@ -164,25 +131,6 @@ static uint64_t wall_ms(void)
 
     clock_gettime(CLOCK_REALTIME, &ts);
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-/* "I/K" with 0 <= I < K. */
-static int parse_shard(const char *s, int *shard, int *k)
-{
-    char *end = NULL;
-    long i, n;
-
-    if (*s < '0' || *s > '9')
-        return 0;
-    i = strtol(s, &end, 10);
-    if (*end != '/' || end[1] < '0' || end[1] > '9')
-        return 0;
-    n = strtol(end + 1, &end, 10);
-    if (*end || n < 1 || n > 1000000 || i < 0 || i >= n)
-        return 0;
-    *shard = (int)i;
-    *k = (int)n;
-    return 1;
 }
 
 /* The learning-rate schedule of the command line, counted in epochs, into
@@ -294,7 +242,7 @@ static int check_train_cfg(const train_cfg *c, fed_optim_cfg *oc, int *shard, in
         fed_cli_error("train: --resume needs --db FILE");
         return 2;
     }
-    if (!parse_shard(c->shard, shard, k)) {
+    if (!fed_cli_parse_shard(c->shard, shard, k)) {
         fed_cli_error("train: --shard: '%s' is not I/K with 0 <= I < K", c->shard);
         return 2;
     }
@@ -438,12 +386,12 @@ static int train_main(const train_cfg *c, int argc, char **argv)
     train_world w = {0};
     fed_optim_cfg oc;
     fed_rng init, shuffle;
-    int shard = 0, k = 1, threads = c->threads ? c->threads : online_cores(), rc;
+    int shard = 0, k = 1, threads = c->threads ? c->threads : fed_cli_online_cores(), rc;
     fed_err err;
 
     if ((rc = check_train_cfg(c, &oc, &shard, &k)) != 0)
         return rc;
-    maybe_reexec("train", argc, argv);
+    fed_cli_maybe_reexec("train", argc, argv);
     if ((rc = open_db(c, &w)) != 0)
         goto out;
     if ((err = fed_backend_open(c->device, &w.be)) != FED_OK) {
@@ -527,7 +475,7 @@ static int eval_main(const eval_cfg *c, int argc, char **argv)
     fed_dataset *d = NULL;
     fed_model *m = NULL;
     fed_step_stats st = {0};
-    int threads = c->threads ? c->threads : online_cores(), rc = 1;
+    int threads = c->threads ? c->threads : fed_cli_online_cores(), rc = 1;
     fed_err err;
 
     if (!c->model[0]) {
@@ -538,7 +486,7 @@ static int eval_main(const eval_cfg *c, int argc, char **argv)
         fed_cli_error("eval: --split: '%s' is not test or train", c->split);
         return 2;
     }
-    maybe_reexec("eval", argc, argv);
+    fed_cli_maybe_reexec("eval", argc, argv);
     if ((err = fed_backend_open(c->device, &be)) != FED_OK) {
         fed_cli_error("eval: device: %s", fed_strerror(err));
         goto out;

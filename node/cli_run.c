@@ -1,0 +1,396 @@
+/* cli_run.c - `fednode run` (a daemon in the role --role names) and
+ * `fednode aggregate` (run --role aggregator): options from flags or an INI
+ * file (--config, same names), the node's identity, allow-list, database,
+ * data and pool, handed to node/daemon.c. Owns these commands' option table
+ * and their error messages; computes nothing itself. */
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/opt.h"
+#include "core/pool.h"
+#include "crypto/identity.h"
+#include "model/backend.h"
+#include "model/codec.h"
+#include "model/data.h"
+#include "model/merge.h"
+#include "model/optim.h"
+#include "node/cli.h"
+#include "node/daemon.h"
+
+#define PATH_MAX_RUN 512
+
+typedef struct run_cfg {
+    char role[16];
+    char keys[PATH_MAX_RUN];
+    char passphrase_file[PATH_MAX_RUN];
+    char allow[PATH_MAX_RUN];
+    char db[PATH_MAX_RUN];
+    char listen[256];
+    char port_file[PATH_MAX_RUN];
+    char aggregator[256];
+    char aggregator_key[128];
+    char data[PATH_MAX_RUN];
+    char partition[64];
+    char shard[32];
+    uint64_t partition_seed;
+    int eval;
+    char model[FED_MODEL_SPEC_MAX];
+    int rounds;
+    int local_epochs;
+    int batch;
+    double lr;
+    char optimizer[16];
+    char codec[32];
+    char strategy[FED_MERGE_SPEC_MAX];
+    double weight_cap;
+    int min_clients;
+    int wait_clients;
+    double fraction;
+    int deadline_ms;
+    int poll_ms;
+    int gather_ms;
+    int linger_ms;
+    int retry_ms;
+    int max_clients;
+    uint64_t seed;
+    int threads;
+} run_cfg;
+
+#define R(field, name, type, def, min, max, help)                              \
+    FED_OPT_DEF(run_cfg, field, name, type, def, min, max, help)
+static const fed_opt run_opts[] = {
+    R(role, "role", FED_OPT_STR, "client", 0, 0, "aggregator or client"),
+    R(keys, "keys", FED_OPT_STR, "", 0, 0, "directory with node.key (fednode keygen)"),
+    R(passphrase_file, "passphrase-file", FED_OPT_STR, "", 0, 0,
+      "file whose first line unseals node.key (else $FEDNODE_PASSPHRASE)"),
+    R(allow, "allow", FED_OPT_STR, "", 0, 0,
+      "allow-list file: NAME BASE64KEY per member (reloaded on SIGHUP)"),
+    R(db, "db", FED_OPT_STR, "", 0, 0, "the node's database (rounds, checkpoints)"),
+    R(listen, "listen", FED_OPT_STR, "tcp://0.0.0.0:7400", 0, 0,
+      "aggregator: address to listen on (port 0: any free port, see --port-file)"),
+    R(port_file, "port-file", FED_OPT_STR, "", 0, 0, "aggregator: write the bound port here"),
+    R(aggregator, "aggregator", FED_OPT_STR, "", 0, 0,
+      "client: the aggregator's address, e.g. tcp://10.0.0.1:7400"),
+    R(aggregator_key, "aggregator-key", FED_OPT_STR, "aggregator", 0, 0,
+      "client: the aggregator's name in the allow-list, or its base64 key"),
+    R(data, "data", FED_OPT_STR, "fashion-mnist", 0, 0,
+      "fashion-mnist, a directory of IDX files, or a CSV file"),
+    R(partition, "partition", FED_OPT_STR, "iid", 0, 0,
+      "client: how --shard's K parts are cut: iid, dirichlet:ALPHA, shards:N"),
+    R(shard, "shard", FED_OPT_STR, "0/1", 0, 0, "client: train on part I (0-based) of K"),
+    R(partition_seed, "partition-seed", FED_OPT_U64, "1", 0, 0,
+      "seed of the partition (the same on every client)"),
+    R(eval, "eval", FED_OPT_BOOL, "true", 0, 0,
+      "aggregator: evaluate each round on the test split of --data"),
+    R(model, "model", FED_OPT_STR, "mlp:256,128", 0, 0, "aggregator: logreg, mlp:W1,W2,... or cnn"),
+    R(rounds, "rounds", FED_OPT_INT, "10", 0, 1000000, "aggregator: rounds to run (0: forever)"),
+    R(local_epochs, "local-epochs", FED_OPT_INT, "1", 1, 1000,
+      "aggregator: epochs each client trains per round"),
+    R(batch, "batch", FED_OPT_INT, "64", 1, 4096, "aggregator: clients' batch size"),
+    R(lr, "lr", FED_OPT_DOUBLE, "0.05", 1e-9, 100, "aggregator: clients' learning rate"),
+    R(optimizer, "optimizer", FED_OPT_STR, "sgd", 0, 0,
+      "aggregator: clients' optimizer, sgd (momentum 0.9) or adam"),
+    R(codec, "codec", FED_OPT_STR, "f32", 0, 0, "aggregator: delta codec: f32, f16, q8, topk:F"),
+    R(strategy, "strategy", FED_OPT_STR, "fedavg", 0, 0,
+      "aggregator: merge strategy (fedavg, fedadam, median, krum:F, clip:N+..., see README)"),
+    R(weight_cap, "weight-cap", FED_OPT_DOUBLE, "0", 0, 1,
+      "aggregator: largest share of the weight one client may get (0: none)"),
+    R(min_clients, "min-clients", FED_OPT_INT, "1", 1, 100000,
+      "aggregator: deltas needed to merge a round"),
+    R(wait_clients, "wait-clients", FED_OPT_INT, "0", 0, 100000,
+      "aggregator: clients waiting that start a round at once (0: --min-clients)"),
+    R(fraction, "fraction", FED_OPT_DOUBLE, "1", 1e-6, 1,
+      "aggregator: share of the waiting clients sampled each round"),
+    R(deadline_ms, "deadline-ms", FED_OPT_INT, "60000", 1, 86400000,
+      "aggregator: a round closes this long after it started"),
+    R(poll_ms, "poll-ms", FED_OPT_INT, "5000", 1, 600000,
+      "longest hold of a client's request before 'no round yet'"),
+    R(gather_ms, "gather-ms", FED_OPT_INT, "1000", 0, 600000,
+      "aggregator: after a round, start the next with --min-clients once this passed"),
+    R(linger_ms, "linger-ms", FED_OPT_INT, "2000", 0, 600000,
+      "aggregator: keep answering this long after the last round"),
+    R(retry_ms, "retry-ms", FED_OPT_INT, "2000", 1, 600000,
+      "client: wait for an answer this much beyond --poll-ms before retrying"),
+    R(max_clients, "max-clients", FED_OPT_INT, "64", 1, 4096,
+      "aggregator: requests held at once (at least the number of clients)"),
+    R(seed, "seed", FED_OPT_U64, "1", 0, 0, "seed of initialization and shuffling"),
+    R(threads, "threads", FED_OPT_INT, "0", 0, FED_CLI_MAX_THREADS,
+      "threads for training and opening frames; 0 = every online core"),
+};
+#undef R
+#define NRUN_OPTS (sizeof run_opts / sizeof run_opts[0])
+
+/* Everything run builds, freed in one place. */
+typedef struct run_state {
+    fed_crypto_arena *arena;
+    fed_crypto_allow *allow;
+    fed_store *store;
+    fed_backend *be;
+    fed_pool *pool;
+    fed_dataset *train, *test;
+    uint32_t *idx;
+    size_t nidx;
+} run_state;
+
+static void run_state_free(run_state *s)
+{
+    fed_free(s->idx);
+    fed_data_free(s->train);
+    fed_data_free(s->test);
+    fed_pool_free(s->pool);
+    fed_backend_free(s->be);
+    fed_store_close(s->store);
+    fed_crypto_allow_free(s->allow);
+    fed_crypto_arena_free(s->arena);
+}
+
+static int load_identity(const run_cfg *c, run_state *s)
+{
+    fed_crypto_arena_cfg ac;
+    char *pass = NULL;
+    size_t plen = 0;
+    int rc;
+    fed_err e;
+
+    if (!c->keys[0]) {
+        fed_cli_error("run: --keys DIR is required (make one with fednode keygen)");
+        return 2;
+    }
+    if ((rc = fed_cli_passphrase("run", c->passphrase_file, &pass, &plen)) >= 0)
+        return rc;
+    fed_crypto_arena_cfg_default(&ac);
+    e = fed_crypto_arena_new(&ac, &s->arena);
+    if (e == FED_OK)
+        e = fed_crypto_identity_load(s->arena, c->keys, pass, plen);
+    if (pass)
+        sodium_free(pass);
+    if (e != FED_OK) {
+        fed_cli_error("run: %s/%s: %s", c->keys, FED_CRYPTO_KEYFILE, fed_strerror(e));
+        return 1;
+    }
+    return -1;
+}
+
+static int load_allow(const run_cfg *c, run_state *s)
+{
+    int line = 0;
+    fed_err e;
+
+    if (!c->allow[0]) {
+        fed_cli_error("run: --allow FILE is required (who may take part)");
+        return 2;
+    }
+    if ((e = fed_crypto_allow_new(&s->allow)) == FED_OK)
+        e = fed_crypto_allow_load(s->allow, c->allow, &line);
+    if (e != FED_OK) {
+        if (line)
+            fed_cli_error("run: %s:%d: %s", c->allow, line, fed_strerror(e));
+        else
+            fed_cli_error("run: %s: %s", c->allow, fed_strerror(e));
+        return 1;
+    }
+    return -1;
+}
+
+/* The aggregator's key: a member's name, or a base64 key. */
+static int aggregator_key(const run_cfg *c, const run_state *s, fed_peer_id *out)
+{
+    const char *kname = c->aggregator_key;
+
+    for (size_t i = 0; i < fed_crypto_allow_count(s->allow); i++) {
+        const char *name;
+        const uint8_t *pk;
+
+        fed_crypto_allow_get(s->allow, i, &name, &pk);
+        if (!strcmp(name, kname)) {
+            memcpy(out->key, pk, 32);
+            return -1;
+        }
+    }
+    if (fed_crypto_pk_from_base64(kname, strlen(kname), out->key) == FED_OK)
+        return -1;
+    fed_cli_error("run: --aggregator-key '%s' is neither a name in %s nor a base64 key", kname,
+                  c->allow);
+    return 2;
+}
+
+static int load_data(const run_cfg *c, run_state *s, int client)
+{
+    int shard = 0, k = 1;
+    fed_err e;
+
+    if (client) {
+        if (!fed_cli_parse_shard(c->shard, &shard, &k)) {
+            fed_cli_error("run: --shard '%s': expected I/K with 0 <= I < K", c->shard);
+            return 2;
+        }
+        if ((e = fed_data_open(c->data, 1, &s->train)) == FED_OK)
+            e = fed_data_partition(s->train, c->partition, shard, k, c->partition_seed, &s->idx,
+                                   &s->nidx);
+        if (e == FED_OK && s->nidx == 0)
+            e = FED_ERR_RANGE;
+    } else {
+        /* the aggregator learns the input shape from the data's test split
+           and evaluates on it when --eval */
+        e = fed_data_open(c->data, 0, &s->test);
+    }
+    if (e != FED_OK) {
+        fed_cli_error("run: data %s: %s", c->data, fed_strerror(e));
+        return 1;
+    }
+    return -1;
+}
+
+static int check_round_options(const run_cfg *c, fed_node_config *nc)
+{
+    fed_codec codec;
+    fed_optim_kind kind;
+
+    if (fed_optim_kind_parse(c->optimizer, &kind) != FED_OK) {
+        fed_cli_error("run: --optimizer '%s': sgd or adam", c->optimizer);
+        return 2;
+    }
+    if (fed_codec_parse(c->codec, &codec) != FED_OK || codec.id == FED_CODEC_F64) {
+        fed_cli_error("run: --codec '%s': f32, f16, q8 or topk:FRACTION", c->codec);
+        return 2;
+    }
+    if (fed_merge_spec_check(c->strategy) != FED_OK) {
+        fed_cli_error("run: --strategy '%s' is not a strategy (see README)", c->strategy);
+        return 2;
+    }
+    nc->optimizer = (uint8_t)kind;
+    return -1;
+}
+
+static int fill_node_config(const run_cfg *c, run_state *s, fed_node_config *nc)
+{
+    int client = !strcmp(c->role, "client");
+    int rc;
+
+    fed_node_config_default(nc);
+    nc->role = client ? FED_NODE_CLIENT : FED_NODE_AGGREGATOR;
+    nc->seed = c->seed;
+    nc->be = s->be;
+    nc->pool = s->pool;
+    nc->shards = fed_pool_workers(s->pool) > 0 ? fed_pool_workers(s->pool) : 1;
+    nc->store = s->store;
+    nc->arena = s->arena;
+    nc->allow = s->allow;
+    nc->poll_ms = (uint64_t)c->poll_ms;
+    if (client) {
+        nc->train = s->train;
+        nc->shard = s->idx;
+        nc->shard_n = s->nidx;
+        nc->retry_ms = (uint64_t)c->retry_ms;
+        return aggregator_key(c, s, &nc->aggregator);
+    }
+    if ((rc = check_round_options(c, nc)) >= 0)
+        return rc;
+    snprintf(nc->spec, sizeof nc->spec, "%s", c->model);
+    nc->shape = s->test->shape;
+    if (fed_model_spec_check(c->model, nc->shape) != FED_OK) {
+        fed_cli_error("run: --model '%s' is not a model for this data", c->model);
+        return 2;
+    }
+    nc->local_epochs = (uint32_t)c->local_epochs;
+    nc->batch = (uint32_t)c->batch;
+    nc->lr = (float)c->lr;
+    snprintf(nc->codec, sizeof nc->codec, "%s", c->codec);
+    snprintf(nc->strategy, sizeof nc->strategy, "%s", c->strategy);
+    nc->weight_cap = c->weight_cap;
+    nc->rounds = (uint32_t)c->rounds;
+    nc->sample_fraction = c->fraction;
+    nc->min_clients = (uint32_t)c->min_clients;
+    nc->wait_clients = (uint32_t)c->wait_clients;
+    nc->gather_ms = (uint64_t)c->gather_ms;
+    nc->deadline_ms = (uint64_t)c->deadline_ms;
+    nc->test = c->eval ? s->test : NULL;
+    return -1;
+}
+
+static int open_store(const run_cfg *c, run_state *s)
+{
+    fed_err e;
+
+    if (!c->db[0]) {
+        fed_cli_error("run: --db FILE is required (the node's rounds and checkpoints)");
+        return 2;
+    }
+    if ((e = fed_store_open(c->db, NULL, &s->store)) != FED_OK) {
+        fed_cli_error("run: database %s: %s", c->db, fed_strerror(e));
+        return 1;
+    }
+    return -1;
+}
+
+static int run_node(const run_cfg *c)
+{
+    run_state s;
+    fed_node_config nc;
+    fed_node_daemon_cfg dc;
+    int client = !strcmp(c->role, "client"), rc;
+    int threads = c->threads ? c->threads : fed_cli_online_cores();
+    fed_err e;
+
+    memset(&s, 0, sizeof s);
+    if (!client && strcmp(c->role, "aggregator") != 0) {
+        fed_cli_error("run: --role '%s': aggregator or client", c->role);
+        return 2;
+    }
+    if (client && !c->aggregator[0]) {
+        fed_cli_error("run: a client needs --aggregator ADDRESS");
+        return 2;
+    }
+    if ((rc = load_identity(c, &s)) >= 0 || (rc = load_allow(c, &s)) >= 0 ||
+        (rc = load_data(c, &s, client)) >= 0 || (rc = open_store(c, &s)) >= 0)
+        goto out;
+    if (fed_backend_cpu_new(1, &s.be) != FED_OK || fed_pool_new(threads, &s.pool) != FED_OK) {
+        fed_cli_error("run: out of memory");
+        rc = 1;
+        goto out;
+    }
+    if ((rc = fill_node_config(c, &s, &nc)) >= 0)
+        goto out;
+    memset(&dc, 0, sizeof dc);
+    dc.listen_url = client ? NULL : c->listen;
+    dc.peer_url = client ? c->aggregator : NULL;
+    dc.recv_contexts = client ? 1 : (uint32_t)c->max_clients;
+    dc.allow_path = c->allow;
+    dc.allow = s.allow;
+    dc.port_file = c->port_file[0] ? c->port_file : NULL;
+    dc.linger_ms = (uint64_t)c->linger_ms;
+    if ((e = fed_node_daemon_signals()) == FED_OK)
+        e = fed_node_daemon_run(&dc, &nc);
+    rc = e == FED_OK ? 0 : 1;
+    if (e != FED_OK)
+        fed_cli_error("run: %s", fed_strerror(e));
+out:
+    run_state_free(&s);
+    return rc;
+}
+
+static int run_with_role(const char *cmd, const char *role, int argc, char **argv)
+{
+    run_cfg cfg;
+    int rc;
+
+    fed_cli_maybe_reexec(cmd, argc, argv);
+    rc = fed_cli_load_options(cmd, "[--config FILE] [--OPTION VALUE ...]", run_opts, NRUN_OPTS,
+                              &cfg, argc, argv);
+    if (rc >= 0)
+        return rc;
+    if (role)
+        snprintf(cfg.role, sizeof cfg.role, "%s", role);
+    return run_node(&cfg);
+}
+
+int fed_cli_run(int argc, char **argv) { return run_with_role("run", NULL, argc, argv); }
+
+int fed_cli_aggregate(int argc, char **argv)
+{
+    return run_with_role("aggregate", "aggregator", argc, argv);
+}

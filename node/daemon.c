@@ -1,0 +1,455 @@
+/* daemon.c - the daemon loop: fills fed_env from the NNG transport, the
+ * clocks, randombytes_buf and the pool, and dispatches frames, timers and
+ * finished jobs to the node one at a time on this thread. Owns the
+ * transport, the timers and the job wrappers; the only process-wide state
+ * is the signal self-pipe (DESIGN.md allows it). Never blocks on a job. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "gossip/transport.h"
+#include "node/daemon.h"
+
+#define DAEMON_MAX_TIMERS 16
+#define DAEMON_MAX_WAIT_MS 1000
+
+/* The signal self-pipe: written by the handler, read by the loop. */
+static int sig_pipe[2] = {-1, -1};
+
+typedef struct daemon_timer {
+    uint32_t id;
+    uint64_t at_ms;
+} daemon_timer;
+
+typedef struct fed_node_daemon fed_node_daemon;
+
+/* A job on the pool; finished ones queue for the loop. */
+typedef struct daemon_job {
+    fed_pool_task task;
+    fed_job *job;
+    fed_node_daemon *d;
+    struct daemon_job *next;
+} daemon_job;
+
+struct fed_node_daemon {
+    const fed_node_daemon_cfg *dc;
+    fed_node *node;
+    fed_gossip_tx *tx;
+    fed_pool *pool;
+    daemon_timer timers[DAEMON_MAX_TIMERS];
+    int ntimers;
+    uint64_t token;
+    int job_fd[2];           /* written by a finished job, read by the loop */
+    pthread_mutex_t mu;      /* guards done */
+    daemon_job *done;        /* finished, in completion order (reversed) */
+    int running;             /* jobs submitted and not yet handed back */
+};
+
+static void on_signal(int sig)
+{
+    int saved = errno;
+    unsigned char c = (unsigned char)sig;
+
+    if (write(sig_pipe[1], &c, 1) < 0) {
+        /* the pipe is full: a signal is pending already */
+    }
+    errno = saved;
+}
+
+static fed_err set_nonblock_cloexec(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
+        return FED_ERR_IO;
+    return FED_OK;
+}
+
+fed_err fed_node_daemon_signals(void)
+{
+    struct sigaction sa;
+
+    if (sig_pipe[0] >= 0)
+        return FED_OK;
+    if (pipe(sig_pipe) < 0 || set_nonblock_cloexec(sig_pipe[0]) != FED_OK ||
+        set_nonblock_cloexec(sig_pipe[1]) != FED_OK)
+        return FED_ERR_IO;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    if (sigaction(SIGTERM, &sa, NULL) < 0 || sigaction(SIGINT, &sa, NULL) < 0 ||
+        sigaction(SIGHUP, &sa, NULL) < 0)
+        return FED_ERR_IO;
+    signal(SIGPIPE, SIG_IGN);
+    return FED_OK;
+}
+
+/* ---- fed_env ---- */
+
+static uint64_t env_now_ms(void *self)
+{
+    struct timespec ts;
+
+    (void)self;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static uint64_t env_wall_s(void *self)
+{
+    (void)self;
+    return (uint64_t)time(NULL);
+}
+
+static int env_send(void *self, const fed_peer_id *to, const uint8_t *frame, size_t len)
+{
+    fed_node_daemon *d = self;
+
+    return fed_gossip_tx_send(d->tx, to->key, frame, len, ++d->token);
+}
+
+static int env_reply(void *self, fed_req *req, const uint8_t *frame, size_t len)
+{
+    fed_node_daemon *d = self;
+    fed_gossip_tx_req *r = (fed_gossip_tx_req *)req;
+
+    if (len == 0) {
+        fed_gossip_tx_refuse(d->tx, r);
+        return FED_OK;
+    }
+    return fed_gossip_tx_reply(d->tx, r, frame, len);
+}
+
+static int env_set_timer(void *self, uint64_t at_ms, uint32_t id)
+{
+    fed_node_daemon *d = self;
+
+    for (int i = 0; i < d->ntimers; i++)
+        if (d->timers[i].id == id) {
+            d->timers[i].at_ms = at_ms;
+            return FED_OK;
+        }
+    if (d->ntimers == DAEMON_MAX_TIMERS)
+        return FED_ERR_FULL;
+    d->timers[d->ntimers].id = id;
+    d->timers[d->ntimers].at_ms = at_ms;
+    d->ntimers++;
+    return FED_OK;
+}
+
+static int env_cancel_timer(void *self, uint32_t id)
+{
+    fed_node_daemon *d = self;
+
+    for (int i = 0; i < d->ntimers; i++)
+        if (d->timers[i].id == id) {
+            d->timers[i] = d->timers[--d->ntimers];
+            return FED_OK;
+        }
+    return FED_ERR_NOTFOUND;
+}
+
+static void env_random(void *self, void *buf, size_t len)
+{
+    (void)self;
+    randombytes_buf(buf, len);
+}
+
+static void job_task(fed_pool_task *task)
+{
+    daemon_job *w = (daemon_job *)task;
+    fed_node_daemon *d = w->d;
+    unsigned char c = 1;
+
+    w->job->fn(w->job);
+    pthread_mutex_lock(&d->mu);
+    w->next = d->done;
+    d->done = w;
+    pthread_mutex_unlock(&d->mu);
+    if (write(d->job_fd[1], &c, 1) < 0) {
+        /* full: the loop has a wake-up pending already */
+    }
+}
+
+static int env_submit(void *self, fed_job *job)
+{
+    fed_node_daemon *d = self;
+    daemon_job *w = fed_calloc(1, sizeof *w);
+
+    if (!w)
+        return FED_ERR_NOMEM;
+    w->task.fn = job_task;
+    w->job = job;
+    w->d = d;
+    d->running++;
+    fed_pool_submit(d->pool, &w->task);
+    return FED_OK;
+}
+
+static void env_charge(void *self, double flops)
+{
+    (void)self;
+    (void)flops;
+}
+
+/* ---- the loop ---- */
+
+static void fire_timers(fed_node_daemon *d)
+{
+    uint64_t now = env_now_ms(d);
+
+    for (int i = 0; i < d->ntimers;) {
+        if (d->timers[i].at_ms <= now) {
+            uint32_t id = d->timers[i].id;
+            fed_err e;
+
+            d->timers[i] = d->timers[--d->ntimers];
+            if ((e = fed_node_on_timer(d->node, id)) != FED_OK)
+                fed_log(FED_LOG_DEBUG, "daemon: timer %u: %s", id, fed_strerror(e));
+            i = 0; /* the node may have armed or cancelled timers */
+            now = env_now_ms(d);
+        } else {
+            i++;
+        }
+    }
+}
+
+static int next_wait_ms(const fed_node_daemon *d)
+{
+    uint64_t now = env_now_ms((void *)d), wait = DAEMON_MAX_WAIT_MS;
+
+    for (int i = 0; i < d->ntimers; i++) {
+        uint64_t w = d->timers[i].at_ms > now ? d->timers[i].at_ms - now : 0;
+
+        if (w < wait)
+            wait = w;
+    }
+    return (int)wait;
+}
+
+/* Finished jobs back to the node, in the order they finished. */
+static void drain_jobs(fed_node_daemon *d)
+{
+    unsigned char buf[64];
+    daemon_job *list, *rev = NULL;
+
+    while (read(d->job_fd[0], buf, sizeof buf) > 0) {
+    }
+    pthread_mutex_lock(&d->mu);
+    list = d->done;
+    d->done = NULL;
+    pthread_mutex_unlock(&d->mu);
+    while (list) {
+        daemon_job *next = list->next;
+
+        list->next = rev;
+        rev = list;
+        list = next;
+    }
+    while (rev) {
+        daemon_job *w = rev;
+        fed_err e;
+
+        rev = w->next;
+        d->running--;
+        if (d->node && (e = fed_node_on_job_done(d->node, w->job)) != FED_OK)
+            fed_log(FED_LOG_DEBUG, "daemon: job: %s", fed_strerror(e));
+        fed_free(w);
+    }
+}
+
+static void drain_frames(fed_node_daemon *d)
+{
+    fed_gossip_tx_event ev;
+
+    while (fed_gossip_tx_next(d->tx, &ev) == FED_OK) {
+        fed_err e = FED_OK;
+
+        if (ev.kind == FED_GOSSIP_TX_REQUEST)
+            e = fed_node_on_frame(d->node, (fed_req *)ev.req, ev.frame, ev.len);
+        else if (ev.kind == FED_GOSSIP_TX_REPLY)
+            e = fed_node_on_frame(d->node, NULL, ev.frame, ev.len);
+        if (e != FED_OK)
+            fed_log(FED_LOG_DEBUG, "daemon: frame: %s", fed_strerror(e));
+        fed_gossip_tx_event_done(d->tx, &ev);
+    }
+}
+
+static void reload_allow(fed_node_daemon *d)
+{
+    int line = 0;
+    fed_err e;
+
+    if (!d->dc->allow_path || !d->dc->allow)
+        return;
+    e = fed_crypto_allow_load(d->dc->allow, d->dc->allow_path, &line);
+    if (e == FED_OK)
+        fed_log(FED_LOG_INFO, "daemon: reloaded %s: %zu members", d->dc->allow_path,
+                fed_crypto_allow_count(d->dc->allow));
+    else
+        fed_log(FED_LOG_ERROR, "daemon: %s:%d: %s; keeping the old allow-list",
+                d->dc->allow_path, line, fed_strerror(e));
+}
+
+/* 1 when a signal asks the loop to end. */
+static int drain_signals(fed_node_daemon *d)
+{
+    unsigned char c;
+    int stop = 0;
+
+    while (read(sig_pipe[0], &c, 1) > 0) {
+        if (c == SIGHUP)
+            reload_allow(d);
+        else
+            stop = 1;
+    }
+    return stop;
+}
+
+static fed_err write_port(const fed_node_daemon *d)
+{
+    uint16_t port = 0;
+    char tmp[4096];
+    FILE *f;
+    fed_err e;
+
+    if (!d->dc->port_file)
+        return FED_OK;
+    if ((e = fed_gossip_tx_bound_port(d->tx, &port)) != FED_OK)
+        return e;
+    snprintf(tmp, sizeof tmp, "%s.tmp", d->dc->port_file);
+    if (!(f = fopen(tmp, "w")))
+        return FED_ERR_IO;
+    fprintf(f, "%u\n", port);
+    if (fclose(f) != 0 || rename(tmp, d->dc->port_file) != 0)
+        return FED_ERR_IO;
+    return FED_OK;
+}
+
+static fed_err loop(fed_node_daemon *d)
+{
+    uint64_t finished_at = 0;
+    struct pollfd pf[3] = {
+        {.fd = fed_gossip_tx_wake_fd(d->tx), .events = POLLIN},
+        {.fd = d->job_fd[0], .events = POLLIN},
+        {.fd = sig_pipe[0], .events = POLLIN},
+    };
+
+    for (;;) {
+        int rc = poll(pf, sig_pipe[0] >= 0 ? 3 : 2, next_wait_ms(d));
+
+        if (rc < 0 && errno != EINTR)
+            return FED_ERR_IO;
+        if (sig_pipe[0] >= 0 && drain_signals(d)) {
+            fed_log(FED_LOG_INFO, "daemon: stopping on a signal");
+            return FED_OK;
+        }
+        drain_jobs(d);
+        drain_frames(d);
+        fire_timers(d);
+        if (fed_node_finished(d->node)) {
+            if (fed_node_get_role(d->node) == FED_NODE_CLIENT)
+                return FED_OK;
+            if (!finished_at)
+                finished_at = env_now_ms(d);
+            if (env_now_ms(d) >= finished_at + d->dc->linger_ms)
+                return FED_OK;
+        }
+    }
+}
+
+/* Jobs still on the pool finish before the node that owns them goes. */
+static void wait_jobs(fed_node_daemon *d)
+{
+    while (d->running > 0) {
+        struct pollfd pf = {.fd = d->job_fd[0], .events = POLLIN};
+
+        (void)poll(&pf, 1, 100);
+        drain_jobs(d);
+    }
+}
+
+static fed_err open_transport(fed_node_daemon *d, const fed_node_config *nc)
+{
+    const fed_node_daemon_cfg *dc = d->dc;
+    fed_gossip_tx_cfg tc;
+    fed_err e;
+
+    fed_gossip_tx_cfg_default(&tc);
+    tc.listen_url = dc->listen_url;
+    tc.max_frame = nc->wire.max_frame ? nc->wire.max_frame : FED_WIRE_MAX_FRAME_DEFAULT;
+    if (dc->recv_contexts)
+        tc.recv_contexts = dc->recv_contexts;
+    if ((e = fed_gossip_tx_open(&tc, &d->tx)) != FED_OK) {
+        fed_log(FED_LOG_ERROR, "daemon: cannot listen on %s: %s",
+                dc->listen_url ? dc->listen_url : "(none)", fed_strerror(e));
+        return e;
+    }
+    if (dc->listen_url && (e = write_port(d)) != FED_OK)
+        return e;
+    if (dc->peer_url &&
+        (e = fed_gossip_tx_add_peer(d->tx, nc->aggregator.key, dc->peer_url)) != FED_OK) {
+        fed_log(FED_LOG_ERROR, "daemon: cannot dial %s: %s", dc->peer_url, fed_strerror(e));
+        return e;
+    }
+    return FED_OK;
+}
+
+fed_err fed_node_daemon_run(const fed_node_daemon_cfg *dc, const fed_node_config *nc)
+{
+    fed_node_daemon d;
+    fed_env env = {
+        .now_ms = env_now_ms,
+        .wall_s = env_wall_s,
+        .send = env_send,
+        .reply = env_reply,
+        .set_timer = env_set_timer,
+        .cancel_timer = env_cancel_timer,
+        .random = env_random,
+        .submit = env_submit,
+        .charge = env_charge,
+    };
+    fed_err e;
+
+    memset(&d, 0, sizeof d);
+    d.dc = dc;
+    d.pool = nc->pool;
+    d.job_fd[0] = d.job_fd[1] = -1;
+    env.self = &d;
+    if (!d.pool)
+        return FED_ERR_INVAL;
+    if (pthread_mutex_init(&d.mu, NULL) != 0)
+        return FED_ERR_NOMEM;
+    if (pipe(d.job_fd) < 0 || set_nonblock_cloexec(d.job_fd[0]) != FED_OK ||
+        set_nonblock_cloexec(d.job_fd[1]) != FED_OK) {
+        e = FED_ERR_IO;
+        goto out;
+    }
+    if ((e = open_transport(&d, nc)) != FED_OK)
+        goto out;
+    if ((e = fed_node_new(nc, &env, &d.node)) != FED_OK ||
+        (e = fed_node_start(d.node)) != FED_OK)
+        goto out;
+    e = loop(&d);
+out:
+    wait_jobs(&d);
+    fed_node_free(d.node);
+    fed_gossip_tx_close(d.tx);
+    if (d.job_fd[0] >= 0)
+        close(d.job_fd[0]);
+    if (d.job_fd[1] >= 0)
+        close(d.job_fd[1]);
+    pthread_mutex_destroy(&d.mu);
+    return e;
+}

@@ -1,0 +1,41 @@
+/* daemon.h - the node as a process: fed_env filled from the NNG transport
+ * (gossip/transport.h), the monotonic and real-time clocks, libsodium's
+ * randombytes_buf and the core/ pool, and one loop that poll()s the
+ * transport's wake fd, the finished-jobs fd, the signal self-pipe and the
+ * earliest timer. Signals: SIGTERM and SIGINT end the loop between events
+ * (a database write in flight always completes: writes run on the loop),
+ * jobs still running are waited for, and run returns FED_OK; SIGHUP reloads
+ * the allow-list from its file (a bad file keeps the old list). */
+#ifndef FED_NODE_DAEMON_H
+#define FED_NODE_DAEMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+#include "core/pool.h"
+#include "crypto/allow.h"
+#include "node/node.h"
+
+typedef struct fed_node_daemon_cfg {
+    const char *listen_url;  /* aggregator: "tcp://0.0.0.0:7400"; NULL: dial only */
+    const char *peer_url;    /* client: the aggregator's address */
+    uint32_t recv_contexts;  /* requests held at once (aggregator: >= clients) */
+    const char *allow_path;  /* reloaded on SIGHUP into cfg->allow; NULL: never */
+    fed_crypto_allow *allow; /* the node's (nc->allow), reloaded in place */
+    const char *port_file;   /* where to write the bound TCP port; NULL: nowhere */
+    uint64_t linger_ms;      /* aggregator: keep answering this long after the
+                                last round, so clients hear it is over */
+} fed_node_daemon_cfg;
+
+/* Installs the signal handlers (SIGTERM, SIGINT, SIGHUP; SIGPIPE ignored)
+ * and their self-pipe: once per process, before run. */
+FED_WUR fed_err fed_node_daemon_signals(void);
+
+/* Runs a node of nc until it has finished (aggregator: its last round, then
+ * linger_ms; client: told training is over) or a signal ends it. nc's env
+ * parts come from here; its store, arena, allow, data and pool are the
+ * caller's (nc->pool runs the jobs too). */
+FED_WUR fed_err fed_node_daemon_run(const fed_node_daemon_cfg *dc, const fed_node_config *nc);
+
+#endif
