@@ -163,6 +163,7 @@ static int spec_ok(const char *spec)
 static int settings_ok(const fed_wire_settings *s)
 {
     return spec_ok(s->spec) && isfinite(s->lr) && s->lr > 0 && isfinite(s->mu) && s->mu >= 0 &&
+           isfinite(s->momentum) && s->momentum >= 0 && s->momentum < 1 &&
            isfinite(s->fraction) && s->fraction >= 0 && s->fraction <= 1;
 }
 
@@ -179,12 +180,13 @@ static void encode_settings(const fed_wire_settings *s, uint8_t *out)
     put_f32(out + 144, s->lr);
     put_f32(out + 148, s->mu);
     fed_wire_put_u64(out + 152, s->deadline_ms);
-    fed_wire_put_u64(out + 160, 0);
+    put_f32(out + 160, s->momentum);
+    fed_wire_put_u32(out + 164, 0);
 }
 
 static int decode_settings(const uint8_t *in, fed_wire_settings *s)
 {
-    if (in[137] != 0 || !all_zero(in + 160, 8))
+    if (in[137] != 0 || !all_zero(in + 164, 4))
         return 0;
     memcpy(s->spec, in, FED_WIRE_SPEC_BYTES);
     s->local_epochs = fed_wire_get_u32(in + 128);
@@ -195,6 +197,7 @@ static int decode_settings(const uint8_t *in, fed_wire_settings *s)
     s->lr = get_f32(in + 144);
     s->mu = get_f32(in + 148);
     s->deadline_ms = fed_wire_get_u64(in + 152);
+    s->momentum = get_f32(in + 160);
     return settings_ok(s);
 }
 

@@ -40,7 +40,8 @@
  *             146 2 codec for the DELTA (fed_codec_id)
  *             148 4 topk fraction (f32, in [0, 1])
  *             152 4 learning rate (f32 > 0)  156 4 proximal mu (f32 >= 0)
- *             160 8 deadline in ms (0: none)  168 8 reserved
+ *             160 8 deadline in ms (0: none)
+ *             168 4 SGD momentum (f32 in [0, 1); 0: plain SGD)  172 4 reserved
  *   DELTA  16   0 8 samples   8 8 base round (the model it started from)
  *   ACK     8   0 4 status (a fed_err; 0: accepted)  4 4 flags (FED_WIRE_ACK_*)
  *   SHARE  16   0 8 samples   8 8 push-sum weight (f64, finite, >= 0)
@@ -150,6 +151,7 @@ typedef struct fed_wire_settings {
     float fraction;    /* topk fraction */
     float lr;
     float mu; /* FedProx's proximal term, 0: off */
+    float momentum; /* SGD momentum in [0, 1); 0: plain SGD; ignored by Adam */
     uint64_t deadline_ms;
 } fed_wire_settings;
 

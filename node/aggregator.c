@@ -328,6 +328,7 @@ static void settings_of_round(const fed_node *n, fed_wire_block *b)
     s->codec = (uint16_t)n->agg->codec.id;
     s->fraction = n->agg->codec.fraction;
     s->lr = c->lr;
+    s->momentum = c->momentum;
     s->mu = (float)fed_merge_prox_mu(n->agg->merge);
     s->deadline_ms = c->deadline_ms;
 }

@@ -43,6 +43,7 @@ typedef struct run_cfg {
     int local_epochs;
     int batch;
     double lr;
+    double momentum;
     char optimizer[16];
     char codec[32];
     char strategy[FED_MERGE_SPEC_MAX];
@@ -93,7 +94,9 @@ static const fed_opt run_opts[] = {
     R(batch, "batch", FED_OPT_INT, "64", 1, 4096, "aggregator: clients' batch size"),
     R(lr, "lr", FED_OPT_DOUBLE, "0.05", 1e-9, 100, "aggregator: clients' learning rate"),
     R(optimizer, "optimizer", FED_OPT_STR, "sgd", 0, 0,
-      "aggregator: clients' optimizer, sgd (momentum 0.9) or adam"),
+      "aggregator: clients' optimizer, sgd or adam"),
+    R(momentum, "momentum", FED_OPT_DOUBLE, "0.9", 0, 0.999,
+      "aggregator: clients' SGD momentum (0: plain SGD)"),
     R(codec, "codec", FED_OPT_STR, "f32", 0, 0, "aggregator: delta codec: f32, f16, q8, topk:F"),
     R(strategy, "strategy", FED_OPT_STR, "fedavg", 0, 0,
       "aggregator: merge strategy (fedavg, fedadam, median, krum:F, clip:N+..., see README)"),
@@ -299,6 +302,7 @@ static int fill_node_config(const run_cfg *c, run_state *s, fed_node_config *nc)
     nc->local_epochs = (uint32_t)c->local_epochs;
     nc->batch = (uint32_t)c->batch;
     nc->lr = (float)c->lr;
+    nc->momentum = (float)c->momentum;
     snprintf(nc->codec, sizeof nc->codec, "%s", c->codec);
     snprintf(nc->strategy, sizeof nc->strategy, "%s", c->strategy);
     nc->weight_cap = c->weight_cap;

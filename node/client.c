@@ -239,6 +239,8 @@ static void train_job(fed_job *job)
     fed_optim_cfg_default(&oc, (fed_optim_kind)j->set.optimizer);
     oc.lr = j->set.lr;
     oc.prox_mu = j->set.mu;
+    if (oc.kind == FED_OPTIM_SGD)
+        oc.momentum = j->set.momentum;
     if ((e = fed_model_set_params(m, j->global)) != FED_OK ||
         (e = fed_optim_new(&oc, m, &o)) != FED_OK)
         goto out;
@@ -265,6 +267,7 @@ static fed_err settings_ok(const fed_wire_settings *s)
 {
     if (s->local_epochs < 1 || s->local_epochs > 1000 || s->batch < 1 || s->batch > 4096 ||
         !(s->lr > 0) || !isfinite(s->lr) || !(s->mu >= 0) || !isfinite(s->mu) ||
+        !(s->momentum >= 0 && s->momentum < 1) ||
         s->optimizer > FED_OPTIM_ADAM || s->codec == FED_CODEC_NONE ||
         s->codec == FED_CODEC_F64 || s->codec >= FED_CODEC_COUNT_)
         return FED_ERR_PAYLOAD;

@@ -21,6 +21,7 @@ void fed_node_config_default(fed_node_config *cfg)
     cfg->batch = 64;
     cfg->optimizer = FED_OPTIM_SGD;
     cfg->lr = 0.05f;
+    cfg->momentum = 0.9f;
     snprintf(cfg->codec, sizeof cfg->codec, "f32");
     snprintf(cfg->strategy, sizeof cfg->strategy, "fedavg");
     cfg->sample_fraction = 1.0;
@@ -43,7 +44,7 @@ static fed_err check_config(const fed_node_config *c)
     if (c->role != FED_NODE_AGGREGATOR)
         return FED_ERR_INVAL;
     if (!(c->sample_fraction > 0 && c->sample_fraction <= 1) || c->min_clients < 1 ||
-        c->local_epochs < 1 || c->batch < 1 || !(c->lr > 0) || c->poll_ms == 0 ||
+        c->local_epochs < 1 || c->batch < 1 || !(c->lr > 0) || !(c->momentum >= 0 && c->momentum < 1) || c->poll_ms == 0 ||
         c->deadline_ms == 0)
         return FED_ERR_BAD_VALUE;
     return FED_OK;

@@ -102,6 +102,7 @@ typedef struct fed_node_config {
     uint32_t batch;               /* default 64 */
     uint8_t optimizer;            /* fed_optim_kind, default SGD (momentum 0.9) */
     float lr;                     /* default 0.05 */
+    float momentum;               /* SGD's, in [0, 1); default 0.9 */
     char codec[32];               /* the clients' delta codec, default "f32" */
     char strategy[FED_MERGE_SPEC_MAX]; /* default "fedavg" */
     double weight_cap;            /* fed_merge_config's; 0: none */

@@ -117,6 +117,7 @@ static void sample_block(uint8_t type, fed_wire_block *b)
         b->settings.fraction = 0.01f;
         b->settings.lr = 0.05f;
         b->settings.mu = 0.01f;
+        b->settings.momentum = 0.5f;
         b->settings.deadline_ms = 30000;
         break;
     case FED_WIRE_DELTA:
@@ -268,6 +269,11 @@ static void spoil_model_spec(uint8_t *b) { memset(b + 8, 'a', 128); }
 static void spoil_model_spec_char(uint8_t *b) { b[9] = '\n'; }
 static void spoil_model_lr(uint8_t *b) { memset(b + 8 + 144, 0, 4); }
 static void spoil_model_mu(uint8_t *b) { memset(b + 8 + 148, 0xff, 4); } /* NaN */
+static void spoil_model_momentum(uint8_t *b) /* 1.0: momentum must stay below 1 */
+{
+    b[8 + 160] = 0x00, b[8 + 161] = 0x00, b[8 + 162] = 0x80, b[8 + 163] = 0x3f;
+}
+static void spoil_model_reserved(uint8_t *b) { b[8 + 165] = 1; }
 static void spoil_ack_status(uint8_t *b) { b[0] = 200; }
 static void spoil_ack_flags(uint8_t *b) { b[4] = 0x80; }
 static void spoil_share_weight(uint8_t *b)
@@ -290,6 +296,8 @@ static void test_blocks_rejected(void **state)
     expect_block_bad(FED_WIRE_MODEL, spoil_model_spec_char);
     expect_block_bad(FED_WIRE_MODEL, spoil_model_lr);
     expect_block_bad(FED_WIRE_MODEL, spoil_model_mu);
+    expect_block_bad(FED_WIRE_MODEL, spoil_model_momentum);
+    expect_block_bad(FED_WIRE_MODEL, spoil_model_reserved);
     expect_block_bad(FED_WIRE_ACK, spoil_ack_status);
     expect_block_bad(FED_WIRE_ACK, spoil_ack_flags);
     expect_block_bad(FED_WIRE_SHARE, spoil_share_weight);
