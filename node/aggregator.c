@@ -2,8 +2,10 @@
  * round starts, samples the round's clients, answers them with the round's
  * MODEL, collects their DELTAs until all came or the deadline, merges them
  * (fed_merge, in client-key order), evaluates, and commits the round row,
- * contributions, counters and a checkpoint in one transaction. Owns the
- * global model and the held requests; never sees a client's data. */
+ * contributions, counters and a checkpoint in one transaction; in async
+ * mode (FedBuff) answers every request at once and merges whenever K deltas
+ * are buffered. Owns the global model and the held requests; never sees a
+ * client's data. */
 #include <math.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -28,6 +30,7 @@ typedef struct agg_hold {
 typedef struct agg_part {
     uint8_t key[32];
     int got;          /* its delta is in */
+    uint64_t base;    /* the round it trained (< the round filled: stale, async) */
     uint64_t samples;
     float *delta;     /* (nparams) host, owned */
     uint8_t header[FED_WIRE_HEADER_BYTES];
@@ -56,6 +59,10 @@ struct node_agg {
 };
 
 static int backend_is_host(const fed_backend *be) { return strcmp(be->name, "cpu") == 0; }
+
+static int is_async(const fed_node *n) { return n->cfg.async_k > 0; }
+
+static fed_err async_open_round(fed_node *n);
 
 /* ---- building and resuming ---- */
 
@@ -203,8 +210,9 @@ fed_err fed_node_agg_start(fed_node *n)
     if (n->cfg.rounds && n->round >= n->cfg.rounds) {
         a->state = AGG_DONE;
         n->finished = 1;
+        return FED_OK;
     }
-    return FED_OK;
+    return is_async(n) ? async_open_round(n) : FED_OK;
 }
 
 /* ---- holds ---- */
@@ -468,6 +476,8 @@ static fed_err gather_inputs(fed_node *n, int *count)
             in->delta = a->dev[k];
         }
         in->weight = (double)p->samples;
+        if (p->base <= n->round) /* FedBuff's discount of a stale delta */
+            in->weight /= sqrt(1.0 + (double)(n->round + 1 - p->base));
         memcpy(in->key, p->key, 32);
         k++;
     }
@@ -652,6 +662,8 @@ static fed_err close_round(fed_node *n)
         finish_all(n);
         return FED_OK;
     }
+    if (is_async(n))
+        return async_open_round(n);
     (void)n->env.set_timer(n->env.self, n->env.now_ms(n->env.self) + n->cfg.gather_ms,
                            NODE_TIMER_ROUND);
     return maybe_start(n, 0);
@@ -660,10 +672,53 @@ fail:
     fed_log(FED_LOG_ERROR, "aggregator: round %llu failed (%s); %zu of %zu deltas in",
             (unsigned long long)(n->round + 1), fed_strerror(e), parts_got(a), a->nparts);
     parts_clear(a);
+    if (is_async(n)) { /* the buffer is dropped; its clients train again */
+        (void)async_open_round(n);
+        return e;
+    }
     a->state = AGG_IDLE;
     (void)n->env.set_timer(n->env.self, n->env.now_ms(n->env.self) + n->cfg.gather_ms,
                            NODE_TIMER_ROUND);
     return e;
+}
+
+/* ---- async mode (FedBuff) ---- */
+
+/* Round n->round + 1 takes deltas from now on: clients waiting for it get
+ * the global model now. */
+static fed_err async_open_round(fed_node *n)
+{
+    node_agg *a = n->agg;
+    fed_wire_block b;
+    fed_err e;
+
+    a->state = AGG_RUNNING;
+    a->round_start_ms = n->env.now_ms(n->env.self);
+    (void)n->env.cancel_timer(n->env.self, NODE_TIMER_DEADLINE);
+    if ((e = encode_global(n)) != FED_OK)
+        return e;
+    settings_of_round(n, &b);
+    while (a->nholds) {
+        agg_hold h = a->holds[--a->nholds];
+
+        (void)send_model(n, &h, &b); /* a failed send: the client asks again */
+    }
+    arm_poll(n);
+    return FED_OK;
+}
+
+/* A HELLO or NEXT: the model now, unless the client has trained this round
+ * already (its delta is buffered, or it says so): then at the next merge. */
+static fed_err async_on_ask(fed_node *n, fed_req *req, const fed_wire_hdr *h)
+{
+    node_agg *a = n->agg;
+    agg_hold now = {.req = req, .hdr = *h};
+    fed_wire_block b;
+
+    if (part_find(a, h->sender) || h->round > n->round)
+        return hold_add(n, req, h);
+    settings_of_round(n, &b);
+    return send_model(n, &now, &b);
 }
 
 /* ---- frames ---- */
@@ -696,6 +751,38 @@ static fed_err refuse_delta(fed_node *n, node_open *op, fed_err why, uint32_t fl
     return why;
 }
 
+/* A resend of a delta already in: answered, the first one kept. */
+static fed_err ack_duplicate(fed_node *n, node_open *op)
+{
+    fed_err e = fed_node_ack(n, op->req, &op->msg.hdr, FED_OK, FED_WIRE_ACK_DUPLICATE);
+
+    op->req = NULL;
+    return e;
+}
+
+/* op's delta into part p (taken from op), then ACK. */
+static fed_err take_delta(fed_node *n, node_open *op, agg_part *p)
+{
+    node_agg *a = n->agg;
+    const fed_wire_msg *m = &op->msg;
+    fed_err e;
+
+    p->got = 1;
+    p->base = m->hdr.round;
+    p->samples = m->block.samples;
+    p->delta = op->vec;
+    op->vec = NULL;
+    memcpy(p->header, m->header, FED_WIRE_HEADER_BYTES);
+    memcpy(p->digest, m->digest, sizeof p->digest);
+    memcpy(p->sig, m->sig, sizeof p->sig);
+    if (n->cfg.on_delta)
+        n->cfg.on_delta(n->cfg.observer, n, n->round + 1, p->base, p->key, p->delta, a->nparams,
+                        p->samples);
+    e = fed_node_ack(n, op->req, &m->hdr, FED_OK, 0);
+    op->req = NULL;
+    return e;
+}
+
 static fed_err on_delta(fed_node *n, node_open *op)
 {
     node_agg *a = n->agg;
@@ -707,26 +794,42 @@ static fed_err on_delta(fed_node *n, node_open *op)
         return refuse_delta(n, op, FED_ERR_LATE, 0);
     if (!(p = part_find(a, m->hdr.sender)))
         return refuse_delta(n, op, FED_ERR_ROLE, 0);
-    if (p->got) { /* a resend of what we have: answer, keep the first */
-        e = fed_node_ack(n, op->req, &m->hdr, FED_OK, FED_WIRE_ACK_DUPLICATE);
-        op->req = NULL;
-        return e;
-    }
+    if (p->got)
+        return ack_duplicate(n, op);
     if (m->block.samples == 0)
         return refuse_delta(n, op, FED_ERR_PAYLOAD, 0);
-    p->got = 1;
-    p->samples = m->block.samples;
-    p->delta = op->vec;
-    op->vec = NULL;
-    memcpy(p->header, m->header, FED_WIRE_HEADER_BYTES);
-    memcpy(p->digest, m->digest, sizeof p->digest);
-    memcpy(p->sig, m->sig, sizeof p->sig);
-    if (n->cfg.on_delta)
-        n->cfg.on_delta(n->cfg.observer, n, m->hdr.round, p->key, p->delta, a->nparams,
-                        p->samples);
-    e = fed_node_ack(n, op->req, &m->hdr, FED_OK, 0);
-    op->req = NULL;
+    e = take_delta(n, op, p);
     if (parts_got(a) == a->nparts)
+        return close_round(n);
+    return e;
+}
+
+/* Async: any member's delta of a round at most max_staleness old goes into
+ * the buffer (one per client); K of them close the round. */
+static fed_err on_delta_async(fed_node *n, node_open *op)
+{
+    node_agg *a = n->agg;
+    const fed_wire_msg *m = &op->msg;
+    uint64_t filling = n->round + 1;
+    agg_part *p;
+    fed_err e;
+
+    if (a->state != AGG_RUNNING || m->hdr.round > filling ||
+        filling - m->hdr.round > n->cfg.max_staleness)
+        return refuse_delta(n, op, FED_ERR_LATE, 0);
+    if ((p = part_find(a, m->hdr.sender)))
+        return ack_duplicate(n, op);
+    if (m->block.samples == 0)
+        return refuse_delta(n, op, FED_ERR_PAYLOAD, 0);
+    if (a->nparts == (size_t)a->max_clients) /* async_k <= max_clients: never */
+        return refuse_delta(n, op, FED_ERR_FULL, 0);
+    p = &a->parts[a->nparts++];
+    memcpy(p->key, m->hdr.sender, 32);
+    e = take_delta(n, op, p);
+    if (a->nparts == 1)
+        (void)n->env.set_timer(n->env.self, n->env.now_ms(n->env.self) + n->cfg.deadline_ms,
+                               NODE_TIMER_DEADLINE);
+    if (a->nparts >= n->cfg.async_k)
         return close_round(n);
     return e;
 }
@@ -748,11 +851,13 @@ fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
         op->req = NULL;
         if (a->state == AGG_DONE)
             return fed_node_ack(n, req, &m->hdr, FED_OK, FED_WIRE_ACK_FINISHED);
+        if (is_async(n))
+            return async_on_ask(n, req, &m->hdr);
         if ((e = hold_add(n, req, &m->hdr)) != FED_OK)
             return e;
         return maybe_start(n, 0);
     case FED_WIRE_DELTA:
-        return on_delta(n, op);
+        return is_async(n) ? on_delta_async(n, op) : on_delta(n, op);
     default:
         op->req = NULL;
         fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_ROLE);
@@ -773,6 +878,11 @@ fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
             return FED_OK;
         if (parts_got(a) >= n->cfg.min_clients)
             return close_round(n);
+        if (is_async(n)) { /* too few buffered yet: keep filling */
+            (void)n->env.set_timer(n->env.self, n->env.now_ms(n->env.self) + n->cfg.deadline_ms,
+                                   NODE_TIMER_DEADLINE);
+            return FED_OK;
+        }
         fed_log(FED_LOG_WARN, "aggregator: round %llu deadline with %zu of %u deltas needed;"
                 " starting it again", (unsigned long long)(n->round + 1), parts_got(a),
                 n->cfg.min_clients);

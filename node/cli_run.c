@@ -48,6 +48,9 @@ typedef struct run_cfg {
     char codec[32];
     char strategy[FED_MERGE_SPEC_MAX];
     double weight_cap;
+    char mode[16];
+    int buffer;
+    int max_staleness;
     int min_clients;
     int wait_clients;
     double fraction;
@@ -102,6 +105,12 @@ static const fed_opt run_opts[] = {
       "aggregator: merge strategy (fedavg, fedadam, median, krum:F, clip:N+..., see README)"),
     R(weight_cap, "weight-cap", FED_OPT_DOUBLE, "0", 0, 1,
       "aggregator: largest share of the weight one client may get (0: none)"),
+    R(mode, "mode", FED_OPT_STR, "sync", 0, 0,
+      "aggregator: sync (rounds with a deadline) or async (FedBuff: merge every --buffer deltas)"),
+    R(buffer, "buffer", FED_OPT_INT, "0", 0, FED_MERGE_DEFAULT_MAX_CLIENTS,
+      "aggregator, async: deltas buffered per merge (0: --min-clients)"),
+    R(max_staleness, "max-staleness", FED_OPT_INT, "10", 0, 1000000,
+      "aggregator, async: rounds a delta may lag behind and still be merged"),
     R(min_clients, "min-clients", FED_OPT_INT, "1", 1, 100000,
       "aggregator: deltas needed to merge a round"),
     R(wait_clients, "wait-clients", FED_OPT_INT, "0", 0, 100000,
@@ -307,6 +316,19 @@ static int fill_node_config(const run_cfg *c, run_state *s, fed_node_config *nc)
     snprintf(nc->strategy, sizeof nc->strategy, "%s", c->strategy);
     nc->weight_cap = c->weight_cap;
     nc->rounds = (uint32_t)c->rounds;
+    if (strcmp(c->mode, "sync") != 0 && strcmp(c->mode, "async") != 0) {
+        fed_cli_error("run: --mode '%s': sync or async", c->mode);
+        return 2;
+    }
+    if (!strcmp(c->mode, "async")) {
+        nc->async_k = (uint32_t)(c->buffer ? c->buffer : c->min_clients);
+        if (nc->async_k > FED_MERGE_DEFAULT_MAX_CLIENTS) {
+            fed_cli_error("run: async merges at most %d deltas at once",
+                          FED_MERGE_DEFAULT_MAX_CLIENTS);
+            return 2;
+        }
+    }
+    nc->max_staleness = (uint32_t)c->max_staleness;
     nc->sample_fraction = c->fraction;
     nc->min_clients = (uint32_t)c->min_clients;
     nc->wait_clients = (uint32_t)c->wait_clients;

@@ -31,6 +31,7 @@ void fed_node_config_default(fed_node_config *cfg)
     cfg->poll_ms = 5000;
     cfg->retry_ms = 2000;
     cfg->delta_retries = 3;
+    cfg->max_staleness = 10;
 }
 
 static fed_err check_config(const fed_node_config *c)
@@ -44,8 +45,9 @@ static fed_err check_config(const fed_node_config *c)
     if (c->role != FED_NODE_AGGREGATOR)
         return FED_ERR_INVAL;
     if (!(c->sample_fraction > 0 && c->sample_fraction <= 1) || c->min_clients < 1 ||
-        c->local_epochs < 1 || c->batch < 1 || !(c->lr > 0) || !(c->momentum >= 0 && c->momentum < 1) || c->poll_ms == 0 ||
-        c->deadline_ms == 0)
+        c->local_epochs < 1 || c->batch < 1 || !(c->lr > 0) ||
+        !(c->momentum >= 0 && c->momentum < 1) || c->poll_ms == 0 || c->deadline_ms == 0 ||
+        c->async_k > FED_MERGE_DEFAULT_MAX_CLIENTS)
         return FED_ERR_BAD_VALUE;
     return FED_OK;
 }

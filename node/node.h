@@ -15,6 +15,18 @@
  * transaction. A client trains E local epochs on its shard (a job), answers
  * with its delta and sample count, sealed, and asks NEXT.
  *
+ * Async mode (FedBuff, async_k > 0): no rounds with a barrier. Every HELLO or
+ * NEXT is answered at once with the current global model (version r: it is
+ * sent as round r + 1), except from a client whose delta is already in the
+ * buffer: that one waits for the next merge. A DELTA trained on round b that
+ * arrives while round r + 1 is being filled has staleness s = r + 1 - b; it
+ * is refused as late when s > max_staleness, else buffered with weight
+ * samples / sqrt(1 + s). Once async_k deltas are buffered (or deadline_ms
+ * after the first of them, with at least min_clients) they are merged as
+ * round r + 1, which is then committed and checkpointed like a synchronous
+ * round. The buffer is empty at every checkpoint: a crash loses at most the
+ * deltas buffered since the last merge, whose clients then train again.
+ *
  * Restart: a node resumes from its latest valid checkpoint with a new epoch
  * (storage's rule): the aggregator at the round after its checkpoint, a
  * client by saying HELLO again. A request that gets no answer (lost, or
@@ -79,11 +91,12 @@ typedef struct fed_node_round_info {
 
 /* Observers (tests, fedsim); may be NULL. Called on the loop thread. */
 typedef void (*fed_node_round_fn)(void *ctx, const fed_node *n, const fed_node_round_info *r);
-/* Aggregator: one delta accepted for merging (host floats, nparams), before
- * the merge; valid during the call. */
+/* Aggregator: one delta accepted for merging into `round` (host floats,
+ * nparams), trained on the model of base_round (== round, except for stale
+ * deltas in async mode); valid during the call. */
 typedef void (*fed_node_delta_fn)(void *ctx, const fed_node *n, uint64_t round,
-                                  const uint8_t key[32], const float *delta, size_t nparams,
-                                  uint64_t samples);
+                                  uint64_t base_round, const uint8_t key[32], const float *delta,
+                                  size_t nparams, uint64_t samples);
 
 typedef struct fed_node_config {
     fed_node_role role;
@@ -118,6 +131,9 @@ typedef struct fed_node_config {
     uint64_t deadline_ms;         /* round deadline from its start; default 60000 */
     uint64_t poll_ms;             /* longest hold of a HELLO/NEXT; default 5000 */
     const fed_dataset *test;      /* held-out data; NULL: no evaluation */
+    uint32_t async_k;             /* FedBuff: merge once this many deltas are
+                                     buffered; 0: synchronous rounds (default) */
+    uint32_t max_staleness;       /* async: older deltas are late; default 10 */
 
     /* client */
     fed_peer_id aggregator;

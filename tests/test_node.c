@@ -46,12 +46,14 @@ typedef struct scen_opts {
     uint64_t seed;
     int rogue;           /* one more client whose key is not a member */
     int evaluate;
+    uint32_t async_k;    /* FedBuff's K; 0: synchronous rounds */
 } scen_opts;
 
 /* What the observers saw. */
 typedef struct delta_rec {
     uint8_t key[32];
     uint64_t samples;
+    uint64_t base;       /* the round it was trained on */
     float *delta;
 } delta_rec;
 
@@ -136,18 +138,21 @@ static void on_round(void *ctx, const fed_node *n, const fed_node_round_info *r)
     }
 }
 
-static void on_delta(void *ctx, const fed_node *n, uint64_t round, const uint8_t key[32],
-                     const float *delta, size_t nparams, uint64_t samples)
+static void on_delta(void *ctx, const fed_node *n, uint64_t round, uint64_t base_round,
+                     const uint8_t key[32], const float *delta, size_t nparams, uint64_t samples)
 {
     scen *s = ctx;
     delta_rec *d;
 
     (void)n;
+    if (!s->o.async_k)
+        assert_int_equal(base_round, round);
     if (round > MAXR || s->ndeltas[round] > MAXC)
         return;
     d = &s->deltas[round][s->ndeltas[round]++];
     memcpy(d->key, key, 32);
     d->samples = samples;
+    d->base = base_round;
     d->delta = malloc(nparams * sizeof(float));
     memcpy(d->delta, delta, nparams * sizeof(float));
 }
@@ -222,6 +227,7 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
     ac.min_clients = o->min_clients;
     ac.wait_clients = (uint32_t)o->clients;
     ac.deadline_ms = o->deadline_ms;
+    ac.async_k = o->async_k;
     ac.test = o->evaluate ? fx->test : NULL;
     ac.allow = s->allow;
     ac.on_round = on_round;
@@ -296,23 +302,28 @@ static int key_cmp(const void *a, const void *b)
 }
 
 /* x_r = x_{r-1} + (float)(sum_i (w_i / W) d_i), summed in double in key
- * order: the plain weighted mean of the client updates. */
+ * order: the plain weighted mean of the client updates, w_i its samples,
+ * divided by sqrt(1 + staleness) for a delta trained on an older round. */
 static void expect_fedavg(scen *s, int r)
 {
     delta_rec *d = s->deltas[r];
     int k = s->ndeltas[r];
-    double W = 0;
+    double W = 0, w[MAXC + 1];
     float *want = malloc(s->nparams * sizeof(float));
 
     qsort(d, (size_t)k, sizeof *d, key_cmp);
-    for (int i = 0; i < k; i++)
-        W += (double)d[i].samples;
+    for (int i = 0; i < k; i++) {
+        w[i] = (double)d[i].samples;
+        if (d[i].base < (uint64_t)r)
+            w[i] /= sqrt(1.0 + (double)((uint64_t)r - d[i].base));
+        W += w[i];
+    }
     for (size_t j = 0; j < s->nparams; j++) {
         double acc = 0;
 
         for (int i = 0; i < k; i++)
-            acc = i == 0 ? ((double)d[i].samples / W) * (double)d[i].delta[j]
-                         : acc + ((double)d[i].samples / W) * (double)d[i].delta[j];
+            acc = i == 0 ? (w[i] / W) * (double)d[i].delta[j]
+                         : acc + (w[i] / W) * (double)d[i].delta[j];
         want[j] = s->params[r - 1][j] + (float)acc;
     }
     assert_memory_equal(want, s->params[r], s->nparams * sizeof(float));
@@ -353,6 +364,45 @@ static void test_fedavg_bit_exact(void **state)
     }
     /* different weights really were used: the shards are 60..480 samples */
     assert_int_not_equal(s.deltas[1][0].samples, s.deltas[1][1].samples);
+    scen_free(&s);
+}
+
+/* FedBuff: 4 clients of 2000..8000 samples (so 1x..4x the training time),
+ * K = 2. No barrier: the fast clients come back before the slow ones have
+ * finished, so rounds hold deltas trained on older rounds, each weighted by
+ * samples / sqrt(1 + staleness); every round equals that weighted mean bit
+ * for bit, and the fastest client is in more rounds than the slowest. */
+static void test_async_fedbuff(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 4, .spec = "logreg", .per_client = 2000, .uneven = 1, .rounds = 6,
+                   .min_clients = 1, .deadline_ms = 600000, .seed = 21, .async_k = 2};
+    int stale = 0, in_rounds[MAXC + 1] = {0};
+    scen s;
+
+    if (!have_data(fx))
+        return;
+    scen_build(&s, fx, &o);
+    capture_initial(&s);
+    scen_run(&s, 600000);
+    for (int r = 1; r <= 6; r++) {
+        assert_int_equal(s.commits[r], 1);
+        assert_int_equal(s.ndeltas[r], 2);
+        assert_int_equal(s.info[r].merged, 2);
+        expect_fedavg(&s, r);
+        for (int k = 0; k < 2; k++) {
+            const delta_rec *d = &s.deltas[r][k];
+
+            assert_true(d->base <= (uint64_t)r);
+            stale += d->base < (uint64_t)r;
+            for (int c = 0; c < s.ncl; c++)
+                in_rounds[c] += !memcmp(d->key, fed_sim_host_id(s.cl[c])->key, 32);
+        }
+    }
+    printf("async: %d stale deltas merged; rounds per client %d %d %d %d\n", stale, in_rounds[0],
+           in_rounds[1], in_rounds[2], in_rounds[3]);
+    assert_true(stale > 0);
+    assert_true(in_rounds[0] > in_rounds[3]);
     scen_free(&s);
 }
 
@@ -622,6 +672,7 @@ int main(void)
         cmocka_unit_test(test_crash_restart),
         cmocka_unit_test(test_non_member),
         cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_async_fedbuff),
         cmocka_unit_test(test_accuracy_10_clients),
     };
 
