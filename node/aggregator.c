@@ -318,6 +318,7 @@ static fed_err encode_global(fed_node *n)
 
     if (e != FED_OK)
         return e;
+    fed_node_tx_drop_all(n); /* streams of the old vector: their clients ask again */
     return fed_node_encode_vec(&f32, a->host, a->nparams, NULL, &a->model_vec, &a->model_vec_cap,
                                &a->model_vec_len);
 }
@@ -345,6 +346,7 @@ static fed_err send_model(fed_node *n, const agg_hold *h, const fed_wire_block *
 {
     node_agg *a = n->agg;
     fed_wire_hdr hdr;
+    int streamed;
     fed_err e = fed_node_header(n, FED_WIRE_MODEL, h->hdr.sender, n->round + 1,
                                 h->hdr.sender_epoch, FED_CODEC_F32, &hdr);
 
@@ -352,7 +354,7 @@ static fed_err send_model(fed_node *n, const agg_hold *h, const fed_wire_block *
         fed_node_refuse(n, h->req);
         return e;
     }
-    return fed_node_emit(n, h->req, &hdr, b, a->model_vec, a->model_vec_len);
+    return fed_node_emit_vec(n, h->req, &hdr, b, a->model_vec, a->model_vec_len, &streamed);
 }
 
 /* Draw k of the waiting clients (in key order, then a partial shuffle with
@@ -664,6 +666,7 @@ static fed_err close_round(fed_node *n)
     }
     if (is_async(n))
         return async_open_round(n);
+    fed_node_rx_drop_before(n, n->round + 1);
     (void)n->env.set_timer(n->env.self, n->env.now_ms(n->env.self) + n->cfg.gather_ms,
                            NODE_TIMER_ROUND);
     return maybe_start(n, 0);
@@ -682,6 +685,17 @@ fail:
     return e;
 }
 
+/* The MODEL of the round being filled, answering req now (async: every
+ * ask; sync: a sampled client that asks again, having lost it). */
+static fed_err answer_with_model(fed_node *n, fed_req *req, const fed_wire_hdr *h)
+{
+    agg_hold now = {.req = req, .hdr = *h};
+    fed_wire_block b;
+
+    settings_of_round(n, &b);
+    return send_model(n, &now, &b);
+}
+
 /* ---- async mode (FedBuff) ---- */
 
 /* Round n->round + 1 takes deltas from now on: clients waiting for it get
@@ -695,6 +709,8 @@ static fed_err async_open_round(fed_node *n)
     a->state = AGG_RUNNING;
     a->round_start_ms = n->env.now_ms(n->env.self);
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_DEADLINE);
+    if (n->round + 1 > n->cfg.max_staleness)
+        fed_node_rx_drop_before(n, n->round + 1 - n->cfg.max_staleness);
     if ((e = encode_global(n)) != FED_OK)
         return e;
     settings_of_round(n, &b);
@@ -712,13 +728,9 @@ static fed_err async_open_round(fed_node *n)
 static fed_err async_on_ask(fed_node *n, fed_req *req, const fed_wire_hdr *h)
 {
     node_agg *a = n->agg;
-    agg_hold now = {.req = req, .hdr = *h};
-    fed_wire_block b;
-
     if (part_find(a, h->sender) || h->round > n->round)
         return hold_add(n, req, h);
-    settings_of_round(n, &b);
-    return send_model(n, &now, &b);
+    return answer_with_model(n, req, h);
 }
 
 /* ---- frames ---- */
@@ -839,6 +851,7 @@ fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
     node_agg *a = n->agg;
     const fed_wire_msg *m = &op->msg;
     fed_req *req = op->req;
+    agg_part *p;
     fed_err e;
 
     if (!req) { /* the aggregator sends no requests: a stray reply */
@@ -853,6 +866,8 @@ fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
             return fed_node_ack(n, req, &m->hdr, FED_OK, FED_WIRE_ACK_FINISHED);
         if (is_async(n))
             return async_on_ask(n, req, &m->hdr);
+        if (a->state == AGG_RUNNING && (p = part_find(a, m->hdr.sender)) && !p->got)
+            return answer_with_model(n, req, &m->hdr); /* its MODEL was lost */
         if ((e = hold_add(n, req, &m->hdr)) != FED_OK)
             return e;
         return maybe_start(n, 0);

@@ -60,6 +60,7 @@ typedef struct run_cfg {
     int linger_ms;
     int retry_ms;
     int max_clients;
+    uint64_t max_frame;
     uint64_t seed;
     int threads;
 } run_cfg;
@@ -129,6 +130,8 @@ static const fed_opt run_opts[] = {
       "client: wait for an answer this much beyond --poll-ms before retrying"),
     R(max_clients, "max-clients", FED_OPT_INT, "64", 1, 4096,
       "aggregator: requests held at once (at least the number of clients)"),
+    R(max_frame, "max-frame", FED_OPT_U64, "16777216", 1024, 1073741824,
+      "largest frame in bytes, the same on every node; larger models go in chunks"),
     R(seed, "seed", FED_OPT_U64, "1", 0, 0, "seed of initialization and shuffling"),
     R(threads, "threads", FED_OPT_INT, "0", 0, FED_CLI_MAX_THREADS,
       "threads for training and opening frames; 0 = every online core"),
@@ -175,6 +178,10 @@ static int load_identity(const run_cfg *c, run_state *s)
     if ((rc = fed_cli_passphrase("run", c->passphrase_file, &pass, &plen)) >= 0)
         return rc;
     fed_crypto_arena_cfg_default(&ac);
+    /* a secret slot per chunk stream: the aggregator sends and takes one per
+       client at once */
+    if ((uint32_t)(2 * c->max_clients + 8) > ac.slots)
+        ac.slots = (uint32_t)(2 * c->max_clients + 8);
     e = fed_crypto_arena_new(&ac, &s->arena);
     if (e == FED_OK)
         e = fed_crypto_identity_load(s->arena, c->keys, pass, plen);
@@ -293,6 +300,8 @@ static int fill_node_config(const run_cfg *c, run_state *s, fed_node_config *nc)
     nc->arena = s->arena;
     nc->allow = s->allow;
     nc->poll_ms = (uint64_t)c->poll_ms;
+    nc->wire.max_frame = (size_t)c->max_frame;
+    nc->wire.max_rx_streams = client ? 2 : (uint32_t)c->max_clients;
     if (client) {
         nc->train = s->train;
         nc->shard = s->idx;

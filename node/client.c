@@ -49,6 +49,7 @@ struct node_client {
     uint64_t agg_epoch;   /* the aggregator's epoch as last seen; 0: unknown */
     uint8_t out_type;     /* the request that is out */
     uint32_t resends;
+    uint32_t repulls;     /* PULLs of the MODEL's current chunk sent again */
     uint64_t round;       /* the round being trained or sent */
     float *global;        /* (nparams) the round's MODEL */
     float *residual;      /* (nparams) topk, kept across rounds */
@@ -120,6 +121,7 @@ static fed_err send_delta(fed_node *n)
     client_job *j = &c->job;
     fed_wire_hdr h;
     fed_wire_block b;
+    int streamed;
     fed_err e = fed_node_header(n, FED_WIRE_DELTA, c->agg, c->round, c->agg_epoch,
                                 (uint16_t)j->codec.id, &h);
 
@@ -131,7 +133,42 @@ static fed_err send_delta(fed_node *n)
     c->state = CL_SENDING;
     c->out_type = FED_WIRE_DELTA;
     arm_retry(n, n->cfg.retry_ms);
-    return fed_node_emit(n, NULL, &h, &b, j->vec, j->vec_len);
+    return fed_node_emit_vec(n, NULL, &h, &b, j->vec, j->vec_len, &streamed);
+}
+
+/* The delta's stream: the next chunk once the last one was taken. *sent
+ * is 0 when every chunk was out already (this was the final ACK). */
+static fed_err push_delta(fed_node *n, int *sent)
+{
+    int done = 1;
+    fed_err e = fed_node_tx_push(n, n->client->agg, &done);
+
+    *sent = !done;
+    if (*sent)
+        arm_retry(n, n->cfg.retry_ms);
+    return e;
+}
+
+void fed_node_client_pulling(fed_node *n)
+{
+    n->client->repulls = 0;
+    if (n->client->state == CL_ASKING)
+        arm_retry(n, n->cfg.retry_ms);
+}
+
+/* The MODEL's stream stalled: ask for its chunk again, a few times. */
+static fed_err repull(fed_node *n)
+{
+    node_client *c = n->client;
+    fed_err e;
+
+    if (c->repulls >= n->cfg.delta_retries)
+        return FED_ERR_NOTFOUND;
+    if ((e = fed_node_repull(n, c->agg)) != FED_OK)
+        return e;
+    c->repulls++;
+    arm_retry(n, n->cfg.retry_ms);
+    return FED_OK;
 }
 
 /* ---- resuming ---- */
@@ -285,8 +322,15 @@ static fed_err on_model(fed_node *n, node_open *op)
     double flops = 0;
     fed_err e;
 
-    if (c->state != CL_ASKING || m->hdr.round <= n->round)
+    if (c->state != CL_ASKING || m->hdr.round < n->round)
         return FED_OK; /* an answer to a request we gave up on */
+    if (m->hdr.round == n->round && c->round == n->round && j->vec_len) {
+        /* the aggregator runs this round again: the delta we sent was lost */
+        fed_log(FED_LOG_INFO, "client: round %llu again; resending its delta",
+                (unsigned long long)c->round);
+        c->resends = 0;
+        return send_delta(n);
+    }
     if ((e = settings_ok(&m->block.settings)) != FED_OK) {
         fed_wire_note_reject(n->wire, &m->hdr, e);
         return e;
@@ -432,6 +476,14 @@ static fed_err on_ack(fed_node *n, const fed_wire_msg *m)
         return FED_OK;
     }
     if (c->state == CL_SENDING && m->hdr.round == c->round) {
+        if (b->status == FED_OK && fed_node_tx_active(n, c->agg)) {
+            int sent = 0;
+            fed_err e = push_delta(n, &sent);
+
+            if (sent || e != FED_OK)
+                return e; /* a failed push: the retry timer resends */
+        }
+        fed_node_tx_drop(n, c->agg);
         if (b->status != FED_OK)
             fed_log(FED_LOG_WARN, "client: delta of round %llu refused: %s",
                     (unsigned long long)c->round, fed_strerror((int)b->status));
@@ -488,10 +540,18 @@ fed_err fed_node_client_on_timer(fed_node *n, uint32_t id)
             c->resends++;
             fed_log(FED_LOG_INFO, "client: no answer to the delta of round %llu; resending",
                     (unsigned long long)c->round);
+            if (fed_node_tx_active(n, c->agg)) {
+                arm_retry(n, n->cfg.retry_ms);
+                return fed_node_tx_resend(n, c->agg);
+            }
             return send_delta(n);
         }
+        fed_node_tx_drop(n, c->agg);
         return ask(n, FED_WIRE_HELLO); /* the aggregator may have restarted */
     case CL_ASKING:
+        if (repull(n) == FED_OK)
+            return FED_OK;
+        return ask(n, FED_WIRE_HELLO);
     case CL_IDLE:
         return ask(n, FED_WIRE_HELLO);
     default:

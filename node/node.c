@@ -70,12 +70,17 @@ fed_err fed_node_new(const fed_node_config *cfg, const fed_env *env, fed_node **
     n->cfg = *cfg;
     n->env = *env;
     memcpy(n->key, fed_crypto_arena_pubkey(cfg->arena), 32);
-    wc = cfg->wire;
-    if (wc.max_frame == 0)
-        fed_wire_cfg_default(&wc);
+    fed_wire_cfg_default(&wc); /* a zero field of cfg->wire: its default */
+    if (cfg->wire.max_frame)
+        wc.max_frame = cfg->wire.max_frame;
+    if (cfg->wire.max_rx_streams)
+        wc.max_rx_streams = cfg->wire.max_rx_streams;
+    if (cfg->wire.max_stream_bytes)
+        wc.max_stream_bytes = cfg->wire.max_stream_bytes;
     if ((e = fed_wire_new(&wc, cfg->arena, cfg->allow, &n->wire)) != FED_OK)
         goto out;
     fed_wire_set_epoch(n->wire, fed_store_epoch(cfg->store));
+    fed_node_rx_init(n);
     if ((e = fed_store_set_node_key(cfg->store, n->key)) != FED_OK)
         goto out;
     if (cfg->role == FED_NODE_AGGREGATOR)
@@ -97,6 +102,7 @@ void fed_node_open_free(node_open *op)
         return;
     fed_free(op->frame);
     fed_free(op->vec);
+    fed_free(op->rx_buf);
     fed_free(op);
 }
 
@@ -118,7 +124,10 @@ void fed_node_free(fed_node *n)
         }
         fed_node_open_free(op);
     }
-    fed_wire_free(n->wire);
+    if (n->wire)
+        fed_node_tx_drop_all(n);
+    fed_wire_free(n->wire); /* closes the incoming streams ... */
+    fed_node_rx_free_all(n); /* ... whose buffers are ours */
     fed_free(n->peers);
     fed_free(n->txbuf);
     fed_free(n);
@@ -217,22 +226,28 @@ fed_err fed_node_header(fed_node *n, uint8_t type, const uint8_t to[32], uint64_
     return fed_node_next_seq(n, to, &h->seq);
 }
 
-static fed_err transmit(fed_node *n, fed_req *req, const fed_wire_hdr *h, size_t flen)
+fed_err fed_node_transmit(fed_node *n, fed_req *req, const uint8_t to[32], const uint8_t *frame,
+                          size_t len)
 {
     fed_err e;
 
     if (req)
-        e = (fed_err)n->env.reply(n->env.self, req, n->txbuf, flen);
+        e = (fed_err)n->env.reply(n->env.self, req, frame, len);
     else {
-        fed_peer_id to;
+        fed_peer_id id;
 
-        memcpy(to.key, h->recipient, 32);
-        e = (fed_err)n->env.send(n->env.self, &to, n->txbuf, flen);
+        memcpy(id.key, to, 32);
+        e = (fed_err)n->env.send(n->env.self, &id, frame, len);
     }
     if (e != FED_OK)
-        fed_log(FED_LOG_WARN, "node: sending a %s frame failed: %s", fed_wire_type_name(h->type),
+        fed_log(FED_LOG_WARN, "node: sending a %s frame failed: %s", fed_wire_type_name(frame[5]),
                 fed_strerror(e));
     return e;
+}
+
+static fed_err transmit(fed_node *n, fed_req *req, const fed_wire_hdr *h, size_t flen)
+{
+    return fed_node_transmit(n, req, h->recipient, n->txbuf, flen);
 }
 
 fed_err fed_node_emit_payload(fed_node *n, fed_req *req, fed_wire_hdr *h, size_t payload_len)
@@ -294,8 +309,7 @@ void fed_node_refuse(fed_node *n, fed_req *req)
 
 /* ---- receiving ---- */
 
-/* Entries of the vector a MODEL or DELTA carries, as its role expects. */
-static fed_err expected_entries(node_open *op, size_t *want)
+fed_err fed_node_expected_entries(const node_open *op, size_t *want)
 {
     if (op->expect_n) {
         *want = op->expect_n;
@@ -317,9 +331,16 @@ static void open_job(fed_job *job)
     fed_err e;
 
     op->result = fed_wire_open_ticket(op->wire, &op->ticket, op->frame, op->len, &op->msg);
-    if (op->result != FED_OK || (m->hdr.type != FED_WIRE_MODEL && m->hdr.type != FED_WIRE_DELTA))
+    if (op->result != FED_OK)
         return;
-    if ((e = expected_entries(op, &want)) != FED_OK) {
+    if (m->stream) {
+        if (!m->stream_done)
+            return; /* a chunk in; the vector is not whole yet */
+        fed_node_rx_whole_msg(op);
+    }
+    if (m->hdr.type != FED_WIRE_MODEL && m->hdr.type != FED_WIRE_DELTA)
+        return;
+    if ((e = fed_node_expected_entries(op, &want)) != FED_OK) {
         op->result = e;
         return;
     }
@@ -347,10 +368,18 @@ static void opens_unlink(fed_node *n, node_open *op)
         }
 }
 
-/* Back on the loop: settle the reservation, then hand the frame to the role. */
+static int is_stream_frame(const fed_wire_hdr *h)
+{
+    return (h->type == FED_WIRE_CHUNK && h->flags == FED_WIRE_FLAG_DATA) ||
+           (h->flags & FED_WIRE_FLAG_STREAM);
+}
+
+/* Back on the loop: settle the reservation, then hand the frame to the
+ * transfer machinery or the role. */
 static fed_err open_done(fed_node *n, node_open *op)
 {
     fed_err e = op->result;
+    int handled = 0;
 
     if (e == FED_ERR_CODEC || e == FED_ERR_NAN || e == FED_ERR_SPEC || e == FED_ERR_NOMEM) {
         /* the envelope held (the sender is who it says), its contents did not */
@@ -363,17 +392,29 @@ static fed_err open_done(fed_node *n, node_open *op)
         if (op->req)
             (void)fed_node_ack(n, op->req, &op->msg.hdr, e, 0);
         op->req = NULL;
+        fed_node_transfer_done(n, op);
         return e;
     }
     e = fed_wire_finish(n->wire, &op->ticket, e, &op->msg);
+    if (e == FED_ERR_REPLAY && op->req && is_stream_frame(&op->ticket.hdr)) {
+        /* a resend (fresh sequence) of a chunk we hold: its ACK was lost */
+        (void)fed_node_ack(n, op->req, &op->ticket.hdr, FED_OK, FED_WIRE_ACK_DUPLICATE);
+        op->req = NULL;
+        return e;
+    }
     if (e != FED_OK) {
         fed_node_refuse(n, op->req);
         op->req = NULL;
         return e;
     }
+    if ((e = fed_node_transfer_on_msg(n, op, &handled)), handled)
+        return e;
     if (n->cfg.role == FED_NODE_AGGREGATOR)
-        return fed_node_agg_on_msg(n, op);
-    return fed_node_client_on_msg(n, op);
+        e = fed_node_agg_on_msg(n, op);
+    else
+        e = fed_node_client_on_msg(n, op);
+    fed_node_transfer_done(n, op);
+    return e;
 }
 
 fed_err fed_node_on_frame(fed_node *n, fed_req *req, const uint8_t *frame, size_t len)
@@ -441,6 +482,7 @@ fed_err fed_node_on_job_done(fed_node *n, fed_job *job)
 
 fed_err fed_node_on_timer(fed_node *n, uint32_t timer_id)
 {
+    fed_node_rx_sweep(n);
     if (n->cfg.role == FED_NODE_AGGREGATOR)
         return fed_node_agg_on_timer(n, timer_id);
     return fed_node_client_on_timer(n, timer_id);

@@ -49,7 +49,12 @@ typedef struct node_open {
     uint16_t expect_codec;  /* FED_CODEC_NONE: any */
     float *vec;             /* (vec_n) decoded, owned until taken */
     size_t vec_n;
+    uint8_t *rx_buf;        /* a stream's buffer lent to the wire by its first
+                               frame, owned until the node keeps it */
 } node_open;
+
+typedef struct node_tx node_tx; /* an outgoing stream (transfer.c) */
+typedef struct node_rx node_rx; /* an incoming stream's buffer (transfer.c) */
 
 typedef struct node_agg node_agg;
 typedef struct node_client node_client;
@@ -63,6 +68,8 @@ struct fed_node {
     size_t npeers, cap_peers;
     node_open *opens; /* in flight */
     int nopens;
+    node_tx *txs;     /* streams being sent, one per recipient */
+    node_rx *rxs;     /* streams being received */
     uint8_t *txbuf;   /* a sealed frame being built (cap_tx) */
     size_t cap_tx;
     uint64_t round;   /* last round finished */
@@ -90,6 +97,11 @@ FED_WUR fed_err fed_node_emit(fed_node *n, fed_req *req, fed_wire_hdr *h, const 
  * send it as above. */
 FED_WUR fed_err fed_node_emit_payload(fed_node *n, fed_req *req, fed_wire_hdr *h,
                                       size_t payload_len);
+/* frame (len bytes, sealed) to `to` as a request, or as the reply to req. */
+FED_WUR fed_err fed_node_transmit(fed_node *n, fed_req *req, const uint8_t to[32],
+                                  const uint8_t *frame, size_t len);
+/* Entries of the vector op's MODEL or DELTA carries, as the role expects. */
+FED_WUR fed_err fed_node_expected_entries(const node_open *op, size_t *want);
 /* Answer req with an ACK carrying status and flags (a failure is logged;
  * the requester then times out, so callers may ignore it). */
 fed_err fed_node_ack(fed_node *n, fed_req *req, const fed_wire_hdr *to, fed_err status,
@@ -111,6 +123,43 @@ FED_WUR fed_err fed_node_state_decode(const fed_store_ckpt *c, fed_node_role rol
 void fed_node_floats_to_le(uint8_t *dst, const float *src, size_t n);
 void fed_node_floats_from_le(float *dst, const uint8_t *src, size_t n);
 
+/* ---- transfer.c: vectors larger than one frame, as CHUNK streams ---- */
+/* As fed_node_emit, for a MODEL or DELTA with a vector: one sealed frame
+ * when it fits max_frame, else the first frame of a stream to h->recipient
+ * (*streamed = 1). A MODEL reply's recipient pulls the rest; a DELTA
+ * request's sender pushes it with fed_node_tx_push as each ACK comes. The
+ * vector is borrowed until the stream is dropped. */
+FED_WUR fed_err fed_node_emit_vec(fed_node *n, fed_req *req, fed_wire_hdr *h,
+                                  const fed_wire_block *b, const uint8_t *vec, size_t vlen,
+                                  int *streamed);
+/* Sends the next CHUNK of the stream to `to` as a request; *done when
+ * every frame was sent already (nothing is sent then). */
+FED_WUR fed_err fed_node_tx_push(fed_node *n, const uint8_t to[32], int *done);
+/* Sends the last frame of the stream to `to` again, with a fresh sequence. */
+FED_WUR fed_err fed_node_tx_resend(fed_node *n, const uint8_t to[32]);
+int fed_node_tx_active(fed_node *n, const uint8_t to[32]);
+void fed_node_tx_drop(fed_node *n, const uint8_t to[32]);
+void fed_node_tx_drop_all(fed_node *n);
+/* Asks the sender of st for its next chunk. */
+FED_WUR fed_err fed_node_pull(fed_node *n, const fed_wire_stream_rx *st);
+/* Asks again for the chunk awaited from sender (its reply was lost);
+ * FED_ERR_NOTFOUND when no stream from it is under way. */
+FED_WUR fed_err fed_node_repull(fed_node *n, const uint8_t sender[32]);
+void fed_node_rx_init(fed_node *n);
+/* Job side: a complete stream's whole MODEL or DELTA into op->msg. */
+void fed_node_rx_whole_msg(node_open *op);
+/* Loop side, after the frame passed the wire: serves a PULL, or takes a
+ * chunk of an unfinished stream (*handled = 1); else the role's turn. */
+FED_WUR fed_err fed_node_transfer_on_msg(fed_node *n, node_open *op, int *handled);
+/* After the role took a complete stream's message: the stream goes. */
+void fed_node_transfer_done(fed_node *n, node_open *op);
+/* Drops incoming streams that idled too long. */
+void fed_node_rx_sweep(fed_node *n);
+/* Drops incoming streams of rounds before `round` (no longer wanted). */
+void fed_node_rx_drop_before(fed_node *n, uint64_t round);
+/* The buffers of incoming streams, once the wire is freed. */
+void fed_node_rx_free_all(fed_node *n);
+
 /* ---- aggregator.c ---- */
 FED_WUR fed_err fed_node_agg_new(fed_node *n);
 void fed_node_agg_free(fed_node *n);
@@ -130,5 +179,7 @@ FED_WUR fed_err fed_node_client_on_timer(fed_node *n, uint32_t id);
 /* A job of the client came back (training). */
 FED_WUR fed_err fed_node_client_on_job(fed_node *n, fed_job *job);
 void fed_node_client_prepare_open(fed_node *n, node_open *op);
+/* A chunk of its MODEL came: the rest is coming, give it time. */
+void fed_node_client_pulling(fed_node *n);
 
 #endif

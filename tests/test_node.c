@@ -47,6 +47,8 @@ typedef struct scen_opts {
     int rogue;           /* one more client whose key is not a member */
     int evaluate;
     uint32_t async_k;    /* FedBuff's K; 0: synchronous rounds */
+    size_t max_frame;    /* the protocol's largest frame; 0: the default */
+    double loss;         /* of every link */
 } scen_opts;
 
 /* What the observers saw. */
@@ -198,6 +200,7 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
     wc.link.latency_ms = 5;
     wc.link.jitter_ms = 1;
     wc.link.bytes_per_ms = 100000; /* 100 MB/s */
+    wc.link.loss = o->loss;
     wc.flops_per_ms = 5e6;
     wc.epoch_base_s = 1700000000;
     wc.pool = fx->pool;
@@ -228,6 +231,8 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
     ac.wait_clients = (uint32_t)o->clients;
     ac.deadline_ms = o->deadline_ms;
     ac.async_k = o->async_k;
+    ac.wire.max_frame = o->max_frame;
+    ac.wire.max_rx_streams = (uint32_t)total;
     ac.test = o->evaluate ? fx->test : NULL;
     ac.allow = s->allow;
     ac.on_round = on_round;
@@ -246,6 +251,7 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
         cc.shard = s->idx[i];
         cc.shard_n = s->nidx[i];
         cc.allow = s->allow;
+        cc.wire.max_frame = o->max_frame;
         cc.observer = s;
         assert_int_equal(fed_sim_host_attach(s->cl[i], s->w, &cc, NULL), FED_OK);
     }
@@ -403,6 +409,68 @@ static void test_async_fedbuff(void **state)
            in_rounds[1], in_rounds[2], in_rounds[3]);
     assert_true(stale > 0);
     assert_true(in_rounds[0] > in_rounds[3]);
+    scen_free(&s);
+}
+
+/* With 4 KiB frames the logreg's 31 KB MODEL and DELTA go as CHUNK streams
+ * (pulled and pushed chunk by chunk): every round is bit for bit the one
+ * of the same run in whole frames. */
+static void test_streamed_transfers(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 4, .spec = "logreg", .per_client = 150, .uneven = 1, .rounds = 2,
+                   .min_clients = 4, .deadline_ms = 60000, .seed = 31};
+    scen whole, chunked;
+    const fed_wire_counters *wa, *wc;
+
+    if (!have_data(fx))
+        return;
+    scen_build(&whole, fx, &o);
+    scen_run(&whole, 600000);
+    o.max_frame = 4096;
+    scen_build(&chunked, fx, &o);
+    scen_run(&chunked, 600000);
+    for (int r = 1; r <= 2; r++) {
+        assert_int_equal(chunked.commits[r], 1);
+        assert_int_equal(chunked.info[r].merged, 4);
+        assert_memory_equal(chunked.params[r], whole.params[r], whole.nparams * sizeof(float));
+    }
+    wa = fed_node_wire_counters(fed_sim_host_node(chunked.agg));
+    wc = fed_node_wire_counters(fed_sim_host_node(chunked.cl[0]));
+    printf("streams: aggregator took %llu, client 0 took %llu; none at 16 MiB: %llu\n",
+           (unsigned long long)wa->streams_done, (unsigned long long)wc->streams_done,
+           (unsigned long long)fed_node_wire_counters(fed_sim_host_node(whole.agg))->streams_done);
+    assert_int_equal(wa->streams_done, 8); /* 4 clients' DELTAs, 2 rounds */
+    assert_int_equal(wc->streams_done, 2); /* its MODELs */
+    assert_int_equal(wa->streams_failed, 0);
+    assert_int_equal(fed_node_wire_counters(fed_sim_host_node(whole.agg))->streams_begun, 0);
+    scen_free(&whole);
+    scen_free(&chunked);
+}
+
+/* The same streams over links that lose 10% of frames: chunks and their
+ * ACKs are resent (fresh sequence numbers) until every round is merged. */
+static void test_streamed_lossy(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 4, .spec = "logreg", .per_client = 150, .rounds = 3,
+                   .min_clients = 3, .deadline_ms = 60000, .seed = 32, .max_frame = 4096,
+                   .loss = 0.1};
+    const fed_wire_counters *wa;
+    scen s;
+
+    if (!have_data(fx))
+        return;
+    scen_build(&s, fx, &o);
+    scen_run(&s, 3600000);
+    for (int r = 1; r <= 3; r++) {
+        assert_int_equal(s.commits[r], 1);
+        assert_true(s.info[r].merged >= 3);
+    }
+    wa = fed_node_wire_counters(fed_sim_host_node(s.agg));
+    printf("lossy streams: aggregator took %llu, dropped %llu unfinished\n",
+           (unsigned long long)wa->streams_done, (unsigned long long)wa->streams_failed);
+    assert_true(wa->streams_done >= 9);
     scen_free(&s);
 }
 
@@ -673,6 +741,8 @@ int main(void)
         cmocka_unit_test(test_non_member),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_async_fedbuff),
+        cmocka_unit_test(test_streamed_transfers),
+        cmocka_unit_test(test_streamed_lossy),
         cmocka_unit_test(test_accuracy_10_clients),
     };
 
