@@ -371,30 +371,6 @@ static void cpu_scale(fed_backend *be, size_t n, float alpha, float *restrict x)
         x[i] *= alpha;
 }
 
-/* Fixed-order double sums in 8 lanes (lane i takes elements i mod 8), then
- * the lanes in order: fast, and the same result on every run. */
-static double cpu_dot(fed_backend *be, size_t n, const float *restrict x, const float *restrict y)
-{
-    double lane[8] = {0};
-    size_t i = 0;
-    double s = 0.0;
-
-    (void)be;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++)
-            lane[k] += (double)x[i + k] * (double)y[i + k];
-    for (; i < n; i++)
-        lane[i & 7] += (double)x[i] * (double)y[i];
-    for (int k = 0; k < 8; k++)
-        s += lane[k];
-    return s;
-}
-
-static double cpu_sumsq(fed_backend *be, size_t n, const float *x)
-{
-    return cpu_dot(be, n, x, x);
-}
-
 /* ---- weighted sum ----
  * out[i] = (float)(((w0*x0[i] + w1*x1[i]) + w2*x2[i]) + ...) in double, the
  * products and sums in exactly that order (no FMA, no reassociation), so
@@ -644,6 +620,84 @@ static void cpu_weighted_sum(fed_backend *be, float *restrict out, const float *
             j += ps.g;
         }
     }
+}
+
+/* ---- dot products ----
+ * Fixed-order double sums in 8 lanes (lane k takes elements i = k mod 8, in
+ * order), then the lanes in order: the same result on every run and every
+ * path below (each product rounded, then added: no FMA). */
+typedef void (*dot_kernel)(const float *x, const float *y, size_t n8, double lane[8]);
+
+static void dot_lanes_plain(const float *restrict x, const float *restrict y, size_t n8,
+                            double lane[8])
+{
+    WSUM_EXACT
+    for (size_t i = 0; i < n8; i += 8)
+        for (int k = 0; k < 8; k++)
+            lane[k] += (double)x[i + k] * (double)y[i + k];
+}
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+__attribute__((target("avx512f"))) static void dot_lanes_avx512(const float *x, const float *y,
+                                                                 size_t n8, double lane[8])
+{
+    WSUM_EXACT
+    __m512d acc = _mm512_loadu_pd(lane);
+
+    for (size_t i = 0; i < n8; i += 8)
+        acc = _mm512_add_pd(acc, _mm512_mul_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i)),
+                                               _mm512_cvtps_pd(_mm256_loadu_ps(y + i))));
+    _mm512_storeu_pd(lane, acc);
+}
+
+__attribute__((target("avx2"))) static void dot_lanes_avx2(const float *x, const float *y,
+                                                           size_t n8, double lane[8])
+{
+    WSUM_EXACT
+    __m256d lo = _mm256_loadu_pd(lane), hi = _mm256_loadu_pd(lane + 4);
+
+    for (size_t i = 0; i < n8; i += 8) {
+        lo = _mm256_add_pd(lo, _mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i)),
+                                             _mm256_cvtps_pd(_mm_loadu_ps(y + i))));
+        hi = _mm256_add_pd(hi, _mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)),
+                                             _mm256_cvtps_pd(_mm_loadu_ps(y + i + 4))));
+    }
+    _mm256_storeu_pd(lane, lo);
+    _mm256_storeu_pd(lane + 4, hi);
+}
+#endif
+
+static dot_kernel dot_pick_kernel(void)
+{
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f"))
+        return dot_lanes_avx512;
+    if (__builtin_cpu_supports("avx2"))
+        return dot_lanes_avx2;
+#endif
+    return dot_lanes_plain;
+}
+
+static double cpu_dot(fed_backend *be, size_t n, const float *restrict x, const float *restrict y)
+{
+    WSUM_EXACT
+    double lane[8] = {0};
+    size_t n8 = n & ~(size_t)7;
+    double s = 0.0;
+
+    (void)be;
+    dot_pick_kernel()(x, y, n8, lane);
+    for (size_t i = n8; i < n; i++)
+        lane[i & 7] += (double)x[i] * (double)y[i];
+    for (int k = 0; k < 8; k++)
+        s += lane[k];
+    return s;
+}
+
+static double cpu_sumsq(fed_backend *be, size_t n, const float *x)
+{
+    return cpu_dot(be, n, x, x);
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC pop_options

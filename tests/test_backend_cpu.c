@@ -284,6 +284,49 @@ static void test_maxpool(void **state)
     free(dx);
 }
 
+/* dot and sumsq (vector paths picked at run time) give the bits of the
+ * plain 8-lane order: lane k sums x[i] * y[i] for i = k mod 8 in order, each
+ * product rounded before it is added, then the lanes 0..7. Every n from 0 to
+ * 40 (the tails) and a long one, at an unaligned start. */
+static double dot_reference(const float *x, const float *y, size_t n)
+{
+    double lane[8] = {0}, s = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        double p = (double)x[i] * (double)y[i]; /* its own statement: never fused */
+
+        lane[i & 7] += p;
+    }
+    for (int k = 0; k < 8; k++)
+        s += lane[k];
+    return s;
+}
+
+static void test_dot_bits(void **state)
+{
+    const size_t big = 100003;
+    float *x = randn(big + 1), *y = randn(big + 1);
+
+    (void)state;
+    for (size_t i = 0; i < big + 1; i += 97) /* spikes: a reordered sum shows */
+        x[i] *= 1e6f;
+    for (size_t n = 0; n <= 40; n++) {
+        double want = dot_reference(x + 1, y + 1, n), got = be->dot(be, n, x + 1, y + 1);
+
+        assert_memory_equal(&got, &want, sizeof got);
+        want = dot_reference(x + 1, x + 1, n);
+        got = be->sumsq(be, n, x + 1);
+        assert_memory_equal(&got, &want, sizeof got);
+    }
+    {
+        double want = dot_reference(x + 1, y + 1, big), got = be->dot(be, big, x + 1, y + 1);
+
+        assert_memory_equal(&got, &want, sizeof got);
+    }
+    free(x);
+    free(y);
+}
+
 static void test_vectors(void **state)
 {
     const size_t n = 1031;
@@ -472,6 +515,7 @@ int main(void)
         cmocka_unit_test(test_denormals_flushed_mode_restored),
         cmocka_unit_test(test_backend_open),
         cmocka_unit_test(test_weighted_sum_bits),
+        cmocka_unit_test(test_dot_bits),
     };
 
     return cmocka_run_group_tests(tests, setup, teardown);
