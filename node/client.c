@@ -19,29 +19,6 @@ typedef enum client_state {
     CL_DONE = 4,     /* the aggregator said training is over */
 } client_state;
 
-/* The training job: everything it reads and writes is here. */
-typedef struct client_job {
-    fed_job job;
-    /* in */
-    fed_wire_settings set;
-    uint64_t round, seed;
-    fed_backend *be;
-    fed_pool *pool;
-    int shards;
-    const fed_dataset *data;
-    const uint32_t *shard;
-    size_t shard_n;
-    const float *global; /* (nparams) */
-    size_t nparams;
-    fed_codec codec;
-    float *residual;     /* (nparams) topk error feedback, or NULL */
-    /* out */
-    uint8_t *vec;        /* the encoded delta (vec_len of cap_vec) */
-    size_t vec_len, cap_vec;
-    double loss;
-    uint64_t samples;
-    fed_err err;
-} client_job;
 
 struct node_client {
     client_state state;
@@ -57,7 +34,7 @@ struct node_client {
     char flops_spec[FED_WIRE_SPEC_BYTES];
     double flops_per_sample;
     uint64_t train_start_ms;
-    client_job job;
+    node_train_job job;
 };
 
 fed_err fed_node_client_new(fed_node *n)
@@ -118,7 +95,7 @@ static fed_err ask(fed_node *n, uint8_t type)
 static fed_err send_delta(fed_node *n)
 {
     node_client *c = n->client;
-    client_job *j = &c->job;
+    node_train_job *j = &c->job;
     fed_wire_hdr h;
     fed_wire_block b;
     int streamed;
@@ -232,74 +209,6 @@ static fed_err flops_of(fed_node *n, const char *spec, double *flops)
     return FED_OK;
 }
 
-static fed_err train_epochs(client_job *j, fed_model *m, fed_optim *o, double *loss)
-{
-    fed_trainer *t = NULL;
-    fed_step_stats st = {0};
-    fed_rng rng;
-    fed_err e;
-
-    fed_rng_seed_stream(&rng, j->seed, j->round);
-    if ((e = fed_trainer_new(m, o, j->data, (int)j->set.batch, &t)) != FED_OK)
-        return e;
-    for (uint32_t ep = 0; ep < j->set.local_epochs && e == FED_OK; ep++)
-        e = fed_trainer_epoch(t, j->shard, j->shard_n, &rng, &st);
-    fed_trainer_free(t);
-    *loss = st.samples ? st.loss_sum / (double)st.samples : NAN;
-    return e;
-}
-
-/* delta = trained - global, encoded with the round's codec. */
-static fed_err encode_delta(client_job *j, float *p)
-{
-    for (size_t i = 0; i < j->nparams; i++)
-        p[i] -= j->global[i];
-    return fed_node_encode_vec(&j->codec, p, j->nparams, j->residual, &j->vec, &j->cap_vec,
-                               &j->vec_len);
-}
-
-/* The job: a fresh model and optimizer for the round (as a client process
- * would build them), E epochs, the delta. Touches only the job. */
-static void train_job(fed_job *job)
-{
-    client_job *j = (client_job *)job;
-    fed_model *m = NULL;
-    fed_optim *o = NULL;
-    fed_optim_cfg oc;
-    float *p = NULL;
-    fed_err e;
-
-    e = fed_model_new(j->set.spec, j->data->shape, j->be, j->pool, j->shards, (int)j->set.batch,
-                      &m);
-    if (e != FED_OK)
-        goto out;
-    fed_optim_cfg_default(&oc, (fed_optim_kind)j->set.optimizer);
-    oc.lr = j->set.lr;
-    oc.prox_mu = j->set.mu;
-    if (oc.kind == FED_OPTIM_SGD)
-        oc.momentum = j->set.momentum;
-    if ((e = fed_model_set_params(m, j->global)) != FED_OK ||
-        (e = fed_optim_new(&oc, m, &o)) != FED_OK)
-        goto out;
-    if (oc.prox_mu > 0 && (e = fed_optim_set_anchor(o, m)) != FED_OK)
-        goto out;
-    if ((e = train_epochs(j, m, o, &j->loss)) != FED_OK)
-        goto out;
-    j->samples = (uint64_t)j->shard_n * j->set.local_epochs;
-    if (!(p = fed_malloc(j->nparams * sizeof *p))) {
-        e = FED_ERR_NOMEM;
-        goto out;
-    }
-    if ((e = fed_model_get_params(m, p)) != FED_OK)
-        goto out;
-    e = encode_delta(j, p);
-out:
-    fed_free(p);
-    fed_optim_free(o);
-    fed_model_free(m);
-    j->err = e;
-}
-
 static fed_err settings_ok(const fed_wire_settings *s)
 {
     if (s->local_epochs < 1 || s->local_epochs > 1000 || s->batch < 1 || s->batch > 4096 ||
@@ -318,7 +227,7 @@ static fed_err on_model(fed_node *n, node_open *op)
 {
     node_client *c = n->client;
     const fed_wire_msg *m = &op->msg;
-    client_job *j = &c->job;
+    node_train_job *j = &c->job;
     double flops = 0;
     fed_err e;
 
@@ -351,7 +260,7 @@ static fed_err on_model(fed_node *n, node_open *op)
     c->round = m->hdr.round;
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_RETRY);
 
-    j->job.fn = train_job;
+    j->job.fn = fed_node_train_job_run;
     j->job.user = n;
     j->set = m->block.settings;
     j->round = c->round;
@@ -385,7 +294,7 @@ static fed_err on_model(fed_node *n, node_open *op)
 static fed_err record_round(fed_node *n)
 {
     node_client *c = n->client;
-    client_job *j = &c->job;
+    node_train_job *j = &c->job;
     fed_store *st = n->cfg.store;
     uint8_t state[FED_NODE_STATE_BYTES];
     uint8_t *res = NULL;
@@ -428,7 +337,7 @@ static fed_err record_round(fed_node *n)
 fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
 {
     node_client *c = n->client;
-    client_job *j = &c->job;
+    node_train_job *j = &c->job;
     fed_node_round_info info;
     fed_err e;
 

@@ -160,6 +160,34 @@ void fed_node_rx_drop_before(fed_node *n, uint64_t round);
 /* The buffers of incoming streams, once the wire is freed. */
 void fed_node_rx_free_all(fed_node *n);
 
+/* ---- train_job.c: a round of local training, off the loop ---- */
+typedef struct node_train_job {
+    fed_job job;
+    /* in */
+    fed_wire_settings set;  /* spec, epochs, batch, optimizer, lr, momentum, mu */
+    uint64_t round, seed;   /* the shuffle's stream */
+    fed_backend *be;
+    fed_pool *pool;
+    int shards;
+    const fed_dataset *data;
+    const uint32_t *shard;
+    size_t shard_n;
+    const float *global;    /* (nparams) where training starts */
+    size_t nparams;
+    fed_codec codec;        /* client: the delta's codec */
+    float *residual;        /* (nparams) topk error feedback, or NULL */
+    float *params;          /* (nparams) peer: the trained parameters go here;
+                               NULL: the encoded delta goes to vec */
+    /* out */
+    uint8_t *vec;           /* the encoded delta (vec_len of cap_vec) */
+    size_t vec_len, cap_vec;
+    double loss;
+    uint64_t samples;
+    fed_err err;
+} node_train_job;
+
+void fed_node_train_job_run(fed_job *job);
+
 /* ---- aggregator.c ---- */
 FED_WUR fed_err fed_node_agg_new(fed_node *n);
 void fed_node_agg_free(fed_node *n);

@@ -1,0 +1,80 @@
+/* train_job.c - one round of local training as a pool job, for the client
+ * (its encoded delta) and the peer (its trained parameters): a fresh model
+ * and optimizer built from the round's settings, E epochs over the node's
+ * shard, then the result. Touches only the job: never the node, the
+ * network or the database. */
+#include <math.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "node/node_impl.h"
+
+static fed_err train_epochs(node_train_job *j, fed_model *m, fed_optim *o, double *loss)
+{
+    fed_trainer *t = NULL;
+    fed_step_stats st = {0};
+    fed_rng rng;
+    fed_err e;
+
+    fed_rng_seed_stream(&rng, j->seed, j->round);
+    if ((e = fed_trainer_new(m, o, j->data, (int)j->set.batch, &t)) != FED_OK)
+        return e;
+    for (uint32_t ep = 0; ep < j->set.local_epochs && e == FED_OK; ep++)
+        e = fed_trainer_epoch(t, j->shard, j->shard_n, &rng, &st);
+    fed_trainer_free(t);
+    *loss = st.samples ? st.loss_sum / (double)st.samples : NAN;
+    return e;
+}
+
+/* delta = trained - global, encoded with the round's codec. */
+static fed_err encode_delta(node_train_job *j, float *p)
+{
+    for (size_t i = 0; i < j->nparams; i++)
+        p[i] -= j->global[i];
+    return fed_node_encode_vec(&j->codec, p, j->nparams, j->residual, &j->vec, &j->cap_vec,
+                               &j->vec_len);
+}
+
+void fed_node_train_job_run(fed_job *job)
+{
+    node_train_job *j = (node_train_job *)job;
+    fed_model *m = NULL;
+    fed_optim *o = NULL;
+    fed_optim_cfg oc;
+    float *p = NULL;
+    fed_err e;
+
+    e = fed_model_new(j->set.spec, j->data->shape, j->be, j->pool, j->shards, (int)j->set.batch,
+                      &m);
+    if (e != FED_OK)
+        goto out;
+    fed_optim_cfg_default(&oc, (fed_optim_kind)j->set.optimizer);
+    oc.lr = j->set.lr;
+    oc.prox_mu = j->set.mu;
+    if (oc.kind == FED_OPTIM_SGD)
+        oc.momentum = j->set.momentum;
+    if ((e = fed_model_set_params(m, j->global)) != FED_OK ||
+        (e = fed_optim_new(&oc, m, &o)) != FED_OK)
+        goto out;
+    if (oc.prox_mu > 0 && (e = fed_optim_set_anchor(o, m)) != FED_OK)
+        goto out;
+    if ((e = train_epochs(j, m, o, &j->loss)) != FED_OK)
+        goto out;
+    j->samples = (uint64_t)j->shard_n * j->set.local_epochs;
+    if (j->params) { /* the peer's: the trained parameters themselves */
+        e = fed_model_get_params(m, j->params);
+        goto out;
+    }
+    if (!(p = fed_malloc(j->nparams * sizeof *p))) {
+        e = FED_ERR_NOMEM;
+        goto out;
+    }
+    if ((e = fed_model_get_params(m, p)) != FED_OK)
+        goto out;
+    e = encode_delta(j, p);
+out:
+    fed_free(p);
+    fed_optim_free(o);
+    fed_model_free(m);
+    j->err = e;
+}
