@@ -577,8 +577,8 @@ static fed_err check_recipient(const fed_wire *w, const fed_wire_hdr *h)
 {
     if (memcmp(h->recipient, fed_wire_self(w), 32) != 0)
         return FED_ERR_WRONG_RECIPIENT;
-    if (h->type == FED_WIRE_HELLO && h->recipient_epoch == 0)
-        return FED_OK; /* the sender does not know our epoch yet */
+    if ((h->type == FED_WIRE_HELLO || h->type == FED_WIRE_SHARE) && h->recipient_epoch == 0)
+        return FED_OK; /* the sender does not know our epoch (yet) */
     if (h->recipient_epoch < w->epoch)
         return FED_ERR_OLD_EPOCH;
     if (h->recipient_epoch > w->epoch)

@@ -9,7 +9,9 @@
  *     8    32  sender key (Ed25519 public)
  *    40    32  recipient key
  *    72     8  sender epoch
- *    80     8  recipient epoch, as the sender last learned it (0 in a HELLO)
+ *    80     8  recipient epoch, as the sender last learned it (0 in a HELLO,
+ *              and in a SHARE: push-sum totals only grow, so one replayed
+ *              after the recipient restarted adds nothing it lacks)
  *    88     8  sequence number (per sender, recipient and sender epoch)
  *    96     8  round
  *   104    24  nonce (XChaCha20-Poly1305); in a CHUNK data frame instead:
@@ -54,7 +56,7 @@
  * (FED_ERR_FRAME_MAGIC, FED_ERR_FRAME_VERSION); type and flags
  * (FED_ERR_FRAME_TYPE); declared length against the bytes
  * (TRUNCATED / TOO_LARGE); recipient is itself (FED_ERR_WRONG_RECIPIENT) and
- * its current epoch (FED_ERR_OLD_EPOCH; a HELLO may say 0); sender is a member
+ * its current epoch (FED_ERR_OLD_EPOCH; a HELLO or SHARE may say 0); sender is a member
  * (FED_ERR_UNKNOWN_SENDER); the replay window (FED_ERR_SENDER_EPOCH,
  * FED_ERR_REPLAY; the sequence is reserved here); the stream it belongs to or
  * starts (FED_ERR_STREAM, FED_ERR_STREAM_LIMIT). Then it opens the AEAD

@@ -42,6 +42,11 @@ static fed_err check_config(const fed_node_config *c)
         return FED_ERR_KEY;
     if (c->role == FED_NODE_CLIENT)
         return c->train && c->shard && c->shard_n ? FED_OK : FED_ERR_INVAL;
+    if (c->role == FED_NODE_PEER)
+        return c->deadline_ms > 0 && c->local_epochs >= 1 && c->batch >= 1 && c->lr > 0 &&
+                       c->momentum >= 0 && c->momentum < 1
+                   ? FED_OK
+                   : FED_ERR_BAD_VALUE;
     if (c->role != FED_NODE_AGGREGATOR)
         return FED_ERR_INVAL;
     if (!(c->sample_fraction > 0 && c->sample_fraction <= 1) || c->min_clients < 1 ||
@@ -85,6 +90,8 @@ fed_err fed_node_new(const fed_node_config *cfg, const fed_env *env, fed_node **
         goto out;
     if (cfg->role == FED_NODE_AGGREGATOR)
         e = fed_node_agg_new(n);
+    else if (cfg->role == FED_NODE_PEER)
+        e = fed_node_peer_new(n);
     else
         e = fed_node_client_new(n);
 out:
@@ -103,6 +110,7 @@ void fed_node_open_free(node_open *op)
     fed_free(op->frame);
     fed_free(op->vec);
     fed_free(op->rx_buf);
+    fed_free(op->vec64);
     fed_free(op);
 }
 
@@ -112,6 +120,7 @@ void fed_node_free(fed_node *n)
         return;
     fed_node_agg_free(n);
     fed_node_client_free(n);
+    fed_node_peer_free(n);
     while (n->opens) {
         node_open *op = n->opens;
 
@@ -338,6 +347,20 @@ static void open_job(fed_job *job)
             return; /* a chunk in; the vector is not whole yet */
         fed_node_rx_whole_msg(op);
     }
+    if (m->hdr.type == FED_WIRE_SHARE) { /* push-sum totals, in double */
+        want = op->expect_n;
+        if (!want || m->hdr.codec != FED_CODEC_F64) {
+            op->result = !want ? FED_ERR_ROLE : FED_ERR_CODEC;
+            return;
+        }
+        if (!(op->vec64 = fed_malloc(want * sizeof *op->vec64))) {
+            op->result = FED_ERR_NOMEM;
+            return;
+        }
+        op->vec_n = want;
+        op->result = fed_codec_decode_f64(m->vector, m->vector_len, op->vec64, want);
+        return;
+    }
     if (m->hdr.type != FED_WIRE_MODEL && m->hdr.type != FED_WIRE_DELTA)
         return;
     if ((e = fed_node_expected_entries(op, &want)) != FED_OK) {
@@ -411,6 +434,8 @@ static fed_err open_done(fed_node *n, node_open *op)
         return e;
     if (n->cfg.role == FED_NODE_AGGREGATOR)
         e = fed_node_agg_on_msg(n, op);
+    else if (n->cfg.role == FED_NODE_PEER)
+        e = fed_node_peer_on_msg(n, op);
     else
         e = fed_node_client_on_msg(n, op);
     fed_node_transfer_done(n, op);
@@ -441,6 +466,8 @@ fed_err fed_node_on_frame(fed_node *n, fed_req *req, const uint8_t *frame, size_
     op->job.user = op;
     if (n->cfg.role == FED_NODE_AGGREGATOR)
         fed_node_agg_prepare_open(n, op);
+    else if (n->cfg.role == FED_NODE_PEER)
+        fed_node_peer_prepare_open(n, op);
     else
         fed_node_client_prepare_open(n, op);
     if (len > NODE_INLINE_OPEN_BYTES) {
@@ -477,6 +504,8 @@ fed_err fed_node_on_job_done(fed_node *n, fed_job *job)
     }
     if (n->cfg.role == FED_NODE_CLIENT)
         return fed_node_client_on_job(n, job);
+    if (n->cfg.role == FED_NODE_PEER)
+        return fed_node_peer_on_job(n, job);
     return FED_ERR_INTERNAL;
 }
 
@@ -485,6 +514,8 @@ fed_err fed_node_on_timer(fed_node *n, uint32_t timer_id)
     fed_node_rx_sweep(n);
     if (n->cfg.role == FED_NODE_AGGREGATOR)
         return fed_node_agg_on_timer(n, timer_id);
+    if (n->cfg.role == FED_NODE_PEER)
+        return fed_node_peer_on_timer(n, timer_id);
     return fed_node_client_on_timer(n, timer_id);
 }
 
@@ -495,6 +526,8 @@ fed_err fed_node_start(fed_node *n)
     n->started = 1;
     if (n->cfg.role == FED_NODE_AGGREGATOR)
         return fed_node_agg_start(n);
+    if (n->cfg.role == FED_NODE_PEER)
+        return fed_node_peer_start(n);
     return fed_node_client_start(n);
 }
 

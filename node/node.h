@@ -27,6 +27,17 @@
  * round. The buffer is empty at every checkpoint: a crash loses at most the
  * deltas buffered since the last merge, whose clients then train again.
  *
+ * Peer mode (no aggregator): see node/peer.c. Each round a peer trains on
+ * its shard, enters the model into its push-sum state (x = w * model),
+ * gives its round's out-neighbours (cfg.topology) their shares as SHARE
+ * requests carrying running totals, waits as cfg.sync says (bsp: every
+ * in-neighbour's share of this round or deadline_ms; ssp:S: while no
+ * in-neighbour lags more than S rounds; asp:T and bap: never), adds what
+ * came in sender-key order, evaluates, and commits the round (the neighbours
+ * it mixed with in `contributions`) and a checkpoint with its push-sum
+ * state. A restarted peer resumes from its checkpoint and skips ahead to the
+ * round its neighbours are in.
+ *
  * Restart: a node resumes from its latest valid checkpoint with a new epoch
  * (storage's rule): the aggregator at the round after its checkpoint, a
  * client by saying HELLO again. A request that gets no answer (lost, or
@@ -72,6 +83,7 @@
 typedef enum fed_node_role {
     FED_NODE_CLIENT = 1,
     FED_NODE_AGGREGATOR = 2,
+    FED_NODE_PEER = 3,
 } fed_node_role;
 
 typedef struct fed_node fed_node;
@@ -143,6 +155,17 @@ typedef struct fed_node_config {
     uint64_t retry_ms;            /* answer wait beyond poll_ms; default 2000 */
     uint32_t delta_retries;       /* DELTA resends before HELLO; default 3 */
 
+    /* peer (no aggregator): every member in the allow-list is a peer; the
+       round's settings above are its own (spec, local_epochs, batch,
+       optimizer, lr, momentum), and so are rounds and deadline_ms (how long
+       bsp waits for its in-neighbours) */
+    char topology[32];            /* gossip/topology.h spec; default "ring" */
+    char sync[16];                /* bsp (default), ssp:S, asp:T or bap */
+    char mixing[16];              /* pushsum (default), plain, metropolis, pairwise */
+    int mix_only;                 /* 1: no training; mix init (consensus runs) */
+    const double *init;           /* mix only: the starting vector (init_dim) */
+    size_t init_dim;
+
     /* what persists (borrowed, outlive the node): database, identity, members */
     fed_store *store;
     fed_crypto_arena *arena;
@@ -188,5 +211,13 @@ int fed_node_finished(const fed_node *n);
 size_t fed_node_nparams(const fed_node *n);
 FED_WUR fed_err fed_node_get_params(const fed_node *n, float *dst);
 const fed_wire_counters *fed_node_wire_counters(const fed_node *n);
+
+/* Peer: the length of its push-sum vector, its estimate x / w (dim
+ * doubles), and its raw (x, w). FED_ERR_ROLE for other roles. */
+size_t fed_node_peer_dim(const fed_node *n);
+FED_WUR fed_err fed_node_peer_estimate(const fed_node *n, double *out);
+FED_WUR fed_err fed_node_peer_mass(const fed_node *n, double *x, double *w);
+/* Checks peer-mode specs (topology, sync, mixing): FED_ERR_SPEC. */
+FED_WUR fed_err fed_node_peer_check(const char *topology, const char *sync, const char *mixing);
 
 #endif

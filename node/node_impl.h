@@ -51,6 +51,7 @@ typedef struct node_open {
     size_t vec_n;
     uint8_t *rx_buf;        /* a stream's buffer lent to the wire by its first
                                frame, owned until the node keeps it */
+    double *vec64;          /* (vec_n) a SHARE's f64 vector, owned until taken */
 } node_open;
 
 typedef struct node_tx node_tx; /* an outgoing stream (transfer.c) */
@@ -58,6 +59,7 @@ typedef struct node_rx node_rx; /* an incoming stream's buffer (transfer.c) */
 
 typedef struct node_agg node_agg;
 typedef struct node_client node_client;
+typedef struct node_mesh node_mesh;
 
 struct fed_node {
     fed_node_config cfg;
@@ -77,6 +79,7 @@ struct fed_node {
     int started;
     node_agg *agg;
     node_client *client;
+    node_mesh *mesh;
 };
 
 /* ---- node.c: the machinery both roles use ---- */
@@ -209,5 +212,14 @@ FED_WUR fed_err fed_node_client_on_job(fed_node *n, fed_job *job);
 void fed_node_client_prepare_open(fed_node *n, node_open *op);
 /* A chunk of its MODEL came: the rest is coming, give it time. */
 void fed_node_client_pulling(fed_node *n);
+
+/* ---- peer.c ---- */
+FED_WUR fed_err fed_node_peer_new(fed_node *n);
+void fed_node_peer_free(fed_node *n);
+FED_WUR fed_err fed_node_peer_start(fed_node *n);
+FED_WUR fed_err fed_node_peer_on_msg(fed_node *n, node_open *op);
+FED_WUR fed_err fed_node_peer_on_timer(fed_node *n, uint32_t id);
+FED_WUR fed_err fed_node_peer_on_job(fed_node *n, fed_job *job);
+void fed_node_peer_prepare_open(fed_node *n, node_open *op);
 
 #endif

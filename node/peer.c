@@ -1,0 +1,800 @@
+/* peer.c - the peer role: decentralized training with no aggregator. Each
+ * round a peer trains on its shard (a job), enters the trained model into
+ * its push-sum state, sends its round's out-neighbours their running totals
+ * (SHARE requests, answered ACK), waits as its consistency model says, adds
+ * the totals that came in sender-key order, evaluates, and commits the round
+ * and a checkpoint. Owns the push-sum state, the topology and the member
+ * list; never sees another peer's data. */
+#include <math.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "gossip/pushsum.h"
+#include "gossip/topology.h"
+#include "node/node_impl.h"
+
+#define NODE_SEC_PUSHSUM "pushsum"
+
+typedef enum mesh_state {
+    MESH_IDLE = 0,     /* between rounds (the next starts on NODE_TIMER_ROUND) */
+    MESH_TRAINING = 1, /* the training job runs */
+    MESH_WAITING = 2,  /* shares sent; waiting for the in-neighbours' */
+    MESH_DONE = 3,
+} mesh_state;
+
+typedef enum mesh_sync { SYNC_BSP, SYNC_SSP, SYNC_ASP, SYNC_BAP } mesh_sync;
+typedef enum mesh_mix { MIX_PUSHSUM, MIX_PLAIN, MIX_METROPOLIS, MIX_PAIRWISE } mesh_mix;
+
+/* What the node knows of each member (index = allow-list order). */
+typedef struct mesh_member {
+    uint8_t key[32];
+    uint32_t missed;      /* rounds in a row it was waited for in vain (it
+                             is suspected at 1, no longer waited for at 2;
+                             any frame from it sets it back to 0) */
+    /* its newest SHARE, for the record of the round that adds it */
+    int have_share;
+    uint8_t header[FED_WIRE_HEADER_BYTES];
+    uint8_t digest[FED_CRYPTO_DIGEST_BYTES];
+    uint8_t sig[FED_CRYPTO_SIG_BYTES];
+} mesh_member;
+
+struct node_mesh {
+    fed_gossip_topo *topo;
+    fed_gossip_ps *ps;
+    mesh_member *mem;     /* (n) */
+    size_t n, self;
+    mesh_state state;
+    int rejoining;        /* resumed from a checkpoint, not yet in step */
+    mesh_sync sync;
+    uint32_t ssp_lag;     /* ssp:S */
+    double asp_thresh;    /* asp:T */
+    mesh_mix mix;
+    size_t dim;
+    float *model;         /* (dim) the estimate: where training starts */
+    float *trained;       /* (dim) the job's result */
+    float *sent;          /* (dim) asp: the model at the last send */
+    int sent_once;
+    uint32_t *nbr;        /* (n) scratch: neighbour ids */
+    uint32_t *in;         /* (n) this round's in-neighbours */
+    size_t nin;
+    uint8_t (*okeys)[32]; /* (n) scratch: out-neighbour keys */
+    double *frac;         /* (n) scratch */
+    uint8_t *vec;         /* SHARE vector scratch (f64) */
+    size_t cap_vec;
+    uint64_t round_start_ms;
+    uint64_t bytes_in0, bytes_out0;
+    double loss;
+    uint64_t samples;
+    fed_model *eval;      /* the model evaluated on cfg.test, or NULL */
+    double flops;         /* per sample, for the simulator's clock */
+    node_train_job job;
+};
+
+/* ---- configuration ---- */
+
+static fed_err parse_sync(const char *s, node_mesh *p)
+{
+    char *end;
+
+    if (!strcmp(s, "bsp") || !s[0])
+        p->sync = SYNC_BSP;
+    else if (!strcmp(s, "bap"))
+        p->sync = SYNC_BAP;
+    else if (!strncmp(s, "ssp:", 4)) {
+        unsigned long v = strtoul(s + 4, &end, 10);
+
+        if (end == s + 4 || *end || v > 1000)
+            return FED_ERR_SPEC;
+        p->sync = SYNC_SSP;
+        p->ssp_lag = (uint32_t)v;
+    } else if (!strncmp(s, "asp:", 4)) {
+        p->asp_thresh = strtod(s + 4, &end);
+        if (end == s + 4 || *end || !(p->asp_thresh >= 0 && p->asp_thresh < 1e6))
+            return FED_ERR_SPEC;
+        p->sync = SYNC_ASP;
+    } else {
+        return FED_ERR_SPEC;
+    }
+    return FED_OK;
+}
+
+static fed_err parse_mixing(const char *s, node_mesh *p)
+{
+    if (!strcmp(s, "pushsum") || !s[0])
+        p->mix = MIX_PUSHSUM;
+    else if (!strcmp(s, "plain"))
+        p->mix = MIX_PLAIN;
+    else if (!strcmp(s, "metropolis"))
+        p->mix = MIX_METROPOLIS;
+    else if (!strcmp(s, "pairwise"))
+        p->mix = MIX_PAIRWISE;
+    else
+        return FED_ERR_SPEC;
+    return FED_OK;
+}
+
+fed_err fed_node_peer_check(const char *topology, const char *sync, const char *mixing)
+{
+    node_mesh p;
+
+    memset(&p, 0, sizeof p);
+    if (fed_gossip_topo_spec_check(topology) != FED_OK || parse_sync(sync, &p) != FED_OK ||
+        parse_mixing(mixing, &p) != FED_OK)
+        return FED_ERR_SPEC;
+    return FED_OK;
+}
+
+/* The members in allow-list (key) order; self among them. */
+static fed_err load_members(fed_node *n)
+{
+    node_mesh *p = n->mesh;
+    const fed_crypto_allow *al = n->cfg.allow;
+
+    p->n = fed_crypto_allow_count(al);
+    if (p->n < 2)
+        return FED_ERR_RANGE;
+    if (!(p->mem = fed_calloc(p->n, sizeof *p->mem)))
+        return FED_ERR_NOMEM;
+    p->self = SIZE_MAX;
+    for (size_t i = 0; i < p->n; i++) {
+        const char *name;
+        const uint8_t *pk;
+
+        fed_crypto_allow_get(al, i, &name, &pk);
+        memcpy(p->mem[i].key, pk, 32);
+        if (!memcmp(pk, n->key, 32))
+            p->self = i;
+    }
+    if (p->self == SIZE_MAX) {
+        fed_log(FED_LOG_ERROR, "peer: this node's key is not in the allow-list");
+        return FED_ERR_UNKNOWN_SENDER;
+    }
+    return FED_OK;
+}
+
+static fed_err build_model_parts(fed_node *n)
+{
+    node_mesh *p = n->mesh;
+    const fed_node_config *c = &n->cfg;
+    fed_model *m = NULL;
+    fed_rng rng;
+    fed_err e;
+
+    if (c->mix_only) {
+        if (!c->init || !c->init_dim)
+            return FED_ERR_INVAL;
+        p->dim = c->init_dim;
+        return FED_OK;
+    }
+    if (!c->train || !c->shard || !c->shard_n)
+        return FED_ERR_INVAL;
+    if ((e = fed_model_new(c->spec, c->shape, c->be, c->pool, c->shards, 256, &m)) != FED_OK)
+        return e;
+    p->dim = fed_model_nparams(m);
+    p->flops = fed_model_flops_per_sample(m);
+    fed_rng_seed(&rng, c->seed); /* every peer starts from the same model */
+    if ((e = fed_model_init(m, &rng)) == FED_OK && (p->model = fed_malloc(p->dim * sizeof(float))))
+        e = fed_model_get_params(m, p->model);
+    else if (e == FED_OK)
+        e = FED_ERR_NOMEM;
+    if (e == FED_OK && c->test)
+        p->eval = m;
+    else
+        fed_model_free(m);
+    return e;
+}
+
+fed_err fed_node_peer_new(fed_node *n)
+{
+    const fed_node_config *c = &n->cfg;
+    node_mesh *p = fed_calloc(1, sizeof *p);
+    fed_err e;
+
+    if (!p)
+        return FED_ERR_NOMEM;
+    n->mesh = p;
+    if ((e = parse_sync(c->sync, p)) != FED_OK || (e = parse_mixing(c->mixing, p)) != FED_OK ||
+        (e = load_members(n)) != FED_OK || (e = build_model_parts(n)) != FED_OK)
+        return e;
+    if ((e = fed_gossip_topo_new(c->topology[0] ? c->topology : "ring", p->n,
+                                 fed_gossip_topo_seed(c->allow), &p->topo)) != FED_OK)
+        return e;
+    if (p->mix == MIX_METROPOLIS && !fed_gossip_topo_symmetric(p->topo)) {
+        fed_log(FED_LOG_ERROR, "peer: metropolis weights need a symmetric topology, not %s",
+                c->topology);
+        return FED_ERR_SPEC;
+    }
+    if ((e = fed_gossip_ps_new(p->dim, p->mix == MIX_PLAIN, &p->ps)) != FED_OK)
+        return e;
+    if (c->mix_only)
+        fed_gossip_ps_set(p->ps, c->init, 1.0);
+    else
+        fed_gossip_ps_set_model(p->ps, p->model);
+    p->trained = fed_malloc(p->dim * sizeof(float));
+    p->sent = fed_calloc(p->dim, sizeof(float));
+    p->nbr = fed_malloc(p->n * sizeof *p->nbr);
+    p->in = fed_malloc(p->n * sizeof *p->in);
+    p->okeys = fed_malloc(p->n * sizeof *p->okeys);
+    p->frac = fed_malloc(p->n * sizeof *p->frac);
+    if (!p->trained || !p->sent || !p->nbr || !p->in || !p->okeys || !p->frac)
+        return FED_ERR_NOMEM;
+    return FED_OK;
+}
+
+void fed_node_peer_free(fed_node *n)
+{
+    node_mesh *p = n->mesh;
+
+    if (!p)
+        return;
+    fed_gossip_topo_free(p->topo);
+    fed_gossip_ps_free(p->ps);
+    fed_model_free(p->eval);
+    fed_free(p->mem);
+    fed_free(p->model);
+    fed_free(p->trained);
+    fed_free(p->sent);
+    fed_free(p->nbr);
+    fed_free(p->in);
+    fed_free(p->okeys);
+    fed_free(p->frac);
+    fed_free(p->vec);
+    fed_free(p->job.vec);
+    fed_free(p);
+    n->mesh = NULL;
+}
+
+static size_t member_of(const node_mesh *p, const uint8_t key[32])
+{
+    size_t lo = 0, hi = p->n;
+
+    while (lo < hi) { /* members are in key order */
+        size_t mid = lo + (hi - lo) / 2;
+        int c = memcmp(p->mem[mid].key, key, 32);
+
+        if (c == 0)
+            return mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return SIZE_MAX;
+}
+
+/* ---- checkpoints ---- */
+
+static fed_err resume(fed_node *n)
+{
+    node_mesh *p = n->mesh;
+    fed_store_ckpt ck;
+    const fed_store_section *s;
+    uint64_t round = 0;
+    fed_err e;
+
+    memset(&ck, 0, sizeof ck);
+    e = fed_store_latest_valid_checkpoint(n->cfg.store, &ck, NULL);
+    if (e == FED_ERR_NOTFOUND)
+        return FED_OK;
+    if (e == FED_OK)
+        e = fed_node_state_decode(&ck, FED_NODE_PEER, &round);
+    if (e == FED_OK && !(s = fed_store_ckpt_find(&ck, NODE_SEC_PUSHSUM)))
+        e = FED_ERR_FORMAT;
+    if (e == FED_OK)
+        e = fed_gossip_ps_load(p->ps, s->data, s->len);
+    if (e == FED_OK) {
+        n->round = round;
+        p->rejoining = 1;
+        if (p->model)
+            fed_gossip_ps_estimate(p->ps, p->model);
+        fed_log(FED_LOG_INFO, "peer: resumed from the checkpoint of round %llu",
+                (unsigned long long)round);
+    } else {
+        fed_log(FED_LOG_ERROR, "peer: cannot resume: %s", fed_strerror(e));
+    }
+    fed_store_ckpt_fini(&ck);
+    return e;
+}
+
+/* The round row, who was mixed in, counters and the checkpoint: one
+ * transaction. */
+static fed_err commit_round(fed_node *n, uint64_t round, const fed_node_round_info *info,
+                            const uint8_t *mixed, uint8_t hash[32])
+{
+    node_mesh *p = n->mesh;
+    fed_store *st = n->cfg.store;
+    const fed_wire_counters *wc = fed_wire_get_counters(n->wire);
+    uint8_t state[FED_NODE_STATE_BYTES], *ps = NULL;
+    size_t ps_len = 0;
+    fed_store_round row;
+    fed_err e;
+
+    if ((e = fed_gossip_ps_save(p->ps, &ps, &ps_len)) != FED_OK)
+        return e;
+    crypto_hash_sha256(hash, ps, ps_len);
+    fed_node_state_encode(state, FED_NODE_PEER, round);
+    if ((e = fed_store_begin(st)) != FED_OK)
+        goto out;
+    for (size_t k = 0; k < p->n && e == FED_OK; k++) {
+        fed_store_contrib c;
+
+        if (!mixed[k])
+            continue;
+        memset(&c, 0, sizeof c);
+        c.round = round;
+        memcpy(c.peer_key, p->mem[k].key, 32);
+        memcpy(c.digest, p->mem[k].digest, sizeof c.digest);
+        memcpy(c.signature, p->mem[k].sig, sizeof c.signature);
+        c.header = p->mem[k].header;
+        c.header_len = sizeof p->mem[k].header;
+        c.accepted = 1;
+        e = fed_store_put_contribution(st, &c);
+    }
+    memset(&row, 0, sizeof row);
+    row.round = round;
+    row.start_ms = info->start_ms;
+    row.end_ms = fed_node_wall_ms(n);
+    row.loss = info->loss;
+    row.accuracy = info->accuracy;
+    row.samples = info->samples;
+    row.bytes_in = wc->bytes_in - p->bytes_in0;
+    row.bytes_out = wc->bytes_out - p->bytes_out0;
+    row.peers = info->merged;
+    snprintf(row.strategy, sizeof row.strategy, "%s %s", n->cfg.mixing[0] ? n->cfg.mixing : "pushsum",
+             n->cfg.sync[0] ? n->cfg.sync : "bsp");
+    memcpy(row.model_hash, hash, 32);
+    if (e == FED_OK)
+        e = fed_store_put_round(st, &row);
+    if (e == FED_OK) {
+        fed_store_section sec[2] = {
+            {FED_NODE_SEC_STATE, state, sizeof state},
+            {NODE_SEC_PUSHSUM, ps, ps_len},
+        };
+        e = fed_store_checkpoint_write(st, round, sec, 2, NULL);
+    }
+    if (e == FED_OK)
+        e = fed_store_commit(st);
+    if (e != FED_OK)
+        fed_store_rollback(st);
+out:
+    fed_free(ps);
+    return e;
+}
+
+/* ---- rounds ---- */
+
+static void evaluate(fed_node *n, fed_node_round_info *info)
+{
+    node_mesh *p = n->mesh;
+    fed_step_stats st = {0};
+
+    info->loss = p->samples ? p->loss : NAN;
+    info->accuracy = NAN;
+    if (!p->eval || !n->cfg.test)
+        return;
+    if (fed_model_set_params(p->eval, p->model) != FED_OK ||
+        fed_train_evaluate_all(p->eval, n->cfg.test, &st) != FED_OK || !st.samples)
+        return;
+    info->accuracy = (double)st.correct / (double)st.samples;
+}
+
+static void next_round_soon(fed_node *n)
+{
+    n->mesh->state = MESH_IDLE;
+    (void)n->env.set_timer(n->env.self, n->env.now_ms(n->env.self), NODE_TIMER_ROUND);
+}
+
+/* The totals that came are added; the round is recorded. */
+static fed_err finish_round(fed_node *n)
+{
+    node_mesh *p = n->mesh;
+    uint64_t round = n->round + 1;
+    fed_node_round_info info;
+    uint8_t *mixed = fed_calloc(p->n, 1);
+    fed_err e;
+
+    if (!mixed)
+        return FED_ERR_NOMEM;
+    (void)n->env.cancel_timer(n->env.self, NODE_TIMER_DEADLINE);
+    memset(&info, 0, sizeof info);
+    info.round = round;
+    for (size_t k = 0; k < p->n; k++)
+        if (p->mem[k].have_share) { /* the totals held now are the ones apply adds */
+            mixed[k] = 1;
+            p->mem[k].have_share = 0;
+        }
+    info.merged = (uint32_t)fed_gossip_ps_apply(p->ps);
+    info.samples = p->samples;
+    if (p->model)
+        fed_gossip_ps_estimate(p->ps, p->model);
+    evaluate(n, &info);
+    info.start_ms = fed_node_wall_ms(n) - (n->env.now_ms(n->env.self) - p->round_start_ms);
+    e = commit_round(n, round, &info, mixed, info.model_hash);
+    fed_free(mixed);
+    if (e != FED_OK) {
+        fed_log(FED_LOG_ERROR, "peer: recording round %llu failed: %s", (unsigned long long)round,
+                fed_strerror(e));
+        /* the state lives on in memory; the next commit checkpoints it */
+    }
+    n->round = round;
+    info.end_ms = fed_node_wall_ms(n);
+    fed_log(FED_LOG_INFO, "peer: round %llu mixed %u shares, accuracy %.4f",
+            (unsigned long long)round, info.merged, info.accuracy);
+    if (n->cfg.on_round)
+        n->cfg.on_round(n->cfg.observer, n, &info);
+    if (n->cfg.rounds && n->round >= n->cfg.rounds) {
+        p->state = MESH_DONE;
+        n->finished = 1;
+        return FED_OK;
+    }
+    next_round_soon(n);
+    return FED_OK;
+}
+
+/* Liveness, counted in rounds: an in-neighbour whose share did not come by
+ * a round's deadline is suspected; after two such rounds in a row nobody
+ * waits for it any more, until a frame from it welcomes it back. */
+static int member_dropped(const fed_node *n, size_t k) { return n->mesh->mem[k].missed >= 2; }
+
+static void note_missing(fed_node *n, uint64_t need)
+{
+    node_mesh *p = n->mesh;
+
+    for (size_t i = 0; i < p->nin; i++) {
+        mesh_member *m = &p->mem[p->in[i]];
+
+        if (fed_gossip_ps_last_round(p->ps, m->key) >= need || m->missed >= 2)
+            continue;
+        if (++m->missed == 1)
+            fed_log(FED_LOG_INFO, "peer: no share from member %u this round: suspected",
+                    p->in[i]);
+        else
+            fed_log(FED_LOG_WARN, "peer: member %u silent two rounds: not waited for until it "
+                    "is heard again", p->in[i]);
+    }
+}
+
+/* Whether the round can end: bsp wants every live in-neighbour's share of
+ * this round; ssp:S lets it end while none lags more than S rounds. */
+static int may_finish(fed_node *n)
+{
+    node_mesh *p = n->mesh;
+    uint64_t round = n->round + 1;
+    uint64_t need = p->sync == SYNC_BSP ? round : round > p->ssp_lag ? round - p->ssp_lag : 0;
+
+    if (p->sync == SYNC_ASP || p->sync == SYNC_BAP)
+        return 1;
+    for (size_t i = 0; i < p->nin; i++) {
+        size_t k = p->in[i];
+
+        if (fed_gossip_ps_last_round(p->ps, p->mem[k].key) < need && !member_dropped(n, k))
+            return 0;
+    }
+    return 1;
+}
+
+/* Fractions of (x, w) for this round's out-neighbours (nbr, m of them). */
+static size_t fractions(fed_node *n, uint64_t round, size_t m)
+{
+    node_mesh *p = n->mesh;
+
+    if (p->mix == MIX_PAIRWISE && m > 0) { /* one partner, half each */
+        p->nbr[0] = p->nbr[round % m];
+        p->frac[0] = 0.5;
+        return 1;
+    }
+    for (size_t j = 0; j < m; j++) {
+        if (p->mix == MIX_METROPOLIS) {
+            uint32_t *tmp = p->in; /* free until the in-list is computed */
+            size_t dj = fed_gossip_topo_out(p->topo, p->nbr[j], round, tmp);
+
+            p->frac[j] = 1.0 / (1.0 + (double)(dj > m ? dj : m));
+        } else {
+            p->frac[j] = 1.0 / (double)(m + 1);
+        }
+    }
+    return m;
+}
+
+/* asp:T: is the model's relative change since the last send above T? */
+static int changed_enough(const node_mesh *p)
+{
+    double d = 0, s = 0;
+
+    if (!p->sent_once || !p->model)
+        return 1;
+    for (size_t i = 0; i < p->dim; i++) {
+        double a = (double)p->model[i] - (double)p->sent[i];
+
+        d += a * a;
+        s += (double)p->sent[i] * (double)p->sent[i];
+    }
+    return d > p->asp_thresh * p->asp_thresh * (s > 0 ? s : 1e-30);
+}
+
+static fed_err send_share(fed_node *n, uint64_t round, size_t k)
+{
+    node_mesh *p = n->mesh;
+    const double *x;
+    fed_codec f64 = {.id = FED_CODEC_F64};
+    size_t len = 0, need = 0;
+    fed_wire_hdr h;
+    fed_wire_block b;
+    double w;
+    int streamed;
+    fed_err e;
+
+    if ((e = fed_gossip_ps_total(p->ps, p->mem[k].key, &x, &w)) != FED_OK)
+        return e;
+    if ((e = fed_codec_size(&f64, p->dim, &need)) != FED_OK)
+        return e;
+    if (need > p->cap_vec) {
+        uint8_t *v = fed_realloc(p->vec, need);
+
+        if (!v)
+            return FED_ERR_NOMEM;
+        p->vec = v;
+        p->cap_vec = need;
+    }
+    if ((e = fed_codec_encode_f64(x, p->dim, p->vec, p->cap_vec, &len)) != FED_OK)
+        return e;
+    /* addressed to any epoch (0): a neighbour's restart must not stop its
+       shares, and a replayed total adds nothing (gossip/wire.h) */
+    if ((e = fed_node_header(n, FED_WIRE_SHARE, p->mem[k].key, round, 0, FED_CODEC_F64, &h)) !=
+        FED_OK)
+        return e;
+    memset(&b, 0, sizeof b);
+    b.samples = p->samples;
+    b.weight = w;
+    return fed_node_emit_vec(n, NULL, &h, &b, p->vec, len, &streamed);
+}
+
+/* Shares out, then wait (or not) for the in-neighbours'. */
+static fed_err mix(fed_node *n)
+{
+    node_mesh *p = n->mesh;
+    uint64_t round = n->round + 1;
+    size_t m = fed_gossip_topo_out(p->topo, p->self, round, p->nbr);
+    fed_err e = FED_OK;
+
+    if (p->sync != SYNC_ASP || changed_enough(p)) {
+        m = fractions(n, round, m);
+        for (size_t j = 0; j < m; j++)
+            memcpy(p->okeys[j], p->mem[p->nbr[j]].key, 32);
+        if ((e = fed_gossip_ps_split(p->ps, (const uint8_t(*)[32])p->okeys, p->frac, m)) != FED_OK)
+            return e;
+        for (size_t j = 0; j < m; j++)
+            (void)send_share(n, round, p->nbr[j]); /* a lost one is made good by the next */
+        if (p->model) {
+            memcpy(p->sent, p->model, p->dim * sizeof *p->sent);
+            p->sent_once = 1;
+        }
+    }
+    p->nin = fed_gossip_topo_in(p->topo, p->self, round, p->in);
+    p->state = MESH_WAITING;
+    if (may_finish(n))
+        return finish_round(n);
+    (void)n->env.set_timer(n->env.self, p->round_start_ms + n->cfg.deadline_ms,
+                           NODE_TIMER_DEADLINE);
+    return e;
+}
+
+/* A restarted peer skips to the round its neighbours are in, once their
+ * shares tell it (a live peer a round or two behind just goes on: skipping
+ * would leave its neighbours waiting for shares it never sends). */
+static void catch_up(fed_node *n)
+{
+    node_mesh *p = n->mesh;
+    uint64_t ahead = 0;
+
+    for (size_t k = 0; k < p->n; k++) {
+        uint64_t r = fed_gossip_ps_held_round(p->ps, p->mem[k].key);
+
+        if (k != p->self && r > ahead)
+            ahead = r;
+    }
+    if (ahead > n->round + 1) {
+        fed_log(FED_LOG_INFO, "peer: rejoining at round %llu, neighbours at %llu: skipping ahead",
+                (unsigned long long)n->round, (unsigned long long)ahead);
+        n->round = ahead - 1;
+    }
+    if (ahead > 0)
+        p->rejoining = 0;
+}
+
+static fed_err begin_round(fed_node *n)
+{
+    node_mesh *p = n->mesh;
+    const fed_node_config *c = &n->cfg;
+    const fed_wire_counters *wc = fed_wire_get_counters(n->wire);
+    node_train_job *j = &p->job;
+    fed_err e;
+
+    if (p->rejoining)
+        catch_up(n);
+    if (c->rounds && n->round >= c->rounds) {
+        p->state = MESH_DONE;
+        n->finished = 1;
+        return FED_OK;
+    }
+    p->round_start_ms = n->env.now_ms(n->env.self);
+    p->bytes_in0 = wc->bytes_in;
+    p->bytes_out0 = wc->bytes_out;
+    p->samples = 0;
+    if (c->mix_only)
+        return mix(n);
+    memset(&j->set, 0, sizeof j->set);
+    snprintf(j->set.spec, sizeof j->set.spec, "%s", c->spec);
+    j->set.local_epochs = c->local_epochs;
+    j->set.batch = c->batch;
+    j->set.optimizer = c->optimizer;
+    j->set.lr = c->lr;
+    j->set.momentum = c->momentum;
+    j->job.fn = fed_node_train_job_run;
+    j->job.user = n;
+    j->round = n->round + 1;
+    j->seed = c->seed ^ ((uint64_t)n->key[0] | (uint64_t)n->key[1] << 8 |
+                         (uint64_t)n->key[2] << 16 | (uint64_t)n->key[3] << 24);
+    j->be = c->be;
+    j->pool = c->pool;
+    j->shards = c->shards;
+    j->data = c->train;
+    j->shard = c->shard;
+    j->shard_n = c->shard_n;
+    j->global = p->model;
+    j->nparams = p->dim;
+    j->params = p->trained;
+    j->err = FED_OK;
+    p->state = MESH_TRAINING;
+    n->env.charge(n->env.self, p->flops * (double)c->shard_n * c->local_epochs);
+    if ((e = (fed_err)n->env.submit(n->env.self, &j->job)) != FED_OK)
+        next_round_soon(n); /* tried again from the top */
+    return e;
+}
+
+fed_err fed_node_peer_start(fed_node *n)
+{
+    fed_err e = resume(n);
+
+    if (e != FED_OK)
+        return e;
+    return begin_round(n);
+}
+
+fed_err fed_node_peer_on_job(fed_node *n, fed_job *job)
+{
+    node_mesh *p = n->mesh;
+    node_train_job *j = &p->job;
+
+    if (job != &j->job)
+        return FED_ERR_INTERNAL;
+    if (p->state != MESH_TRAINING)
+        return FED_OK;
+    if (j->err != FED_OK) {
+        fed_log(FED_LOG_ERROR, "peer: training round %llu failed: %s",
+                (unsigned long long)(n->round + 1), fed_strerror(j->err));
+        (void)n->env.set_timer(n->env.self, n->env.now_ms(n->env.self) + n->cfg.retry_ms,
+                               NODE_TIMER_ROUND);
+        p->state = MESH_IDLE;
+        return j->err;
+    }
+    memcpy(p->model, p->trained, p->dim * sizeof *p->model);
+    fed_gossip_ps_set_model(p->ps, p->model);
+    p->loss = j->loss;
+    p->samples = j->samples;
+    return mix(n);
+}
+
+/* ---- frames ---- */
+
+void fed_node_peer_prepare_open(fed_node *n, node_open *op)
+{
+    op->expect_n = n->mesh->dim;
+    op->expect_codec = FED_CODEC_F64;
+}
+
+static fed_err on_share(fed_node *n, node_open *op)
+{
+    node_mesh *p = n->mesh;
+    const fed_wire_msg *m = &op->msg;
+    size_t k = member_of(p, m->hdr.sender);
+    fed_err e;
+
+    if (k == SIZE_MAX || k == p->self || !op->vec64) {
+        fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_ROLE);
+        (void)fed_node_ack(n, op->req, &m->hdr, FED_ERR_ROLE, 0);
+        op->req = NULL;
+        return FED_ERR_ROLE;
+    }
+    e = fed_gossip_ps_receive(p->ps, m->hdr.sender, m->hdr.sender_epoch, m->hdr.round, op->vec64,
+                              m->block.weight);
+    if (e == FED_OK) {
+        mesh_member *mb = &p->mem[k];
+
+        mb->have_share = 1;
+        memcpy(mb->header, m->header, FED_WIRE_HEADER_BYTES);
+        memcpy(mb->digest, m->digest, sizeof mb->digest);
+        memcpy(mb->sig, m->sig, sizeof mb->sig);
+    } else {
+        fed_wire_note_reject(n->wire, &m->hdr, e);
+    }
+    (void)fed_node_ack(n, op->req, &m->hdr, e, 0);
+    op->req = NULL;
+    if (e == FED_OK && p->state == MESH_WAITING && may_finish(n))
+        return finish_round(n);
+    return e;
+}
+
+/* The ACK of one of our SHARE frames: push the stream's next chunk. */
+static fed_err on_ack(fed_node *n, const fed_wire_msg *m)
+{
+    int done = 1;
+
+    if (m->block.status != FED_OK || !fed_node_tx_active(n, m->hdr.sender))
+        return FED_OK;
+    return fed_node_tx_push(n, m->hdr.sender, &done);
+}
+
+fed_err fed_node_peer_on_msg(fed_node *n, node_open *op)
+{
+    node_mesh *p = n->mesh;
+    const fed_wire_msg *m = &op->msg;
+    size_t k = member_of(p, m->hdr.sender);
+
+    if (k != SIZE_MAX) {
+        if (p->mem[k].missed >= 2)
+            fed_log(FED_LOG_INFO, "peer: member %zu is back", k);
+        p->mem[k].missed = 0;
+    }
+    if (m->hdr.type == FED_WIRE_SHARE && op->req)
+        return on_share(n, op);
+    if (m->hdr.type == FED_WIRE_ACK && !op->req)
+        return on_ack(n, m);
+    fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_ROLE);
+    if (op->req)
+        (void)fed_node_ack(n, op->req, &m->hdr, FED_ERR_ROLE, 0);
+    op->req = NULL;
+    return FED_ERR_ROLE;
+}
+
+fed_err fed_node_peer_on_timer(fed_node *n, uint32_t id)
+{
+    node_mesh *p = n->mesh;
+
+    switch (id) {
+    case NODE_TIMER_ROUND:
+        return p->state == MESH_IDLE ? begin_round(n) : FED_OK;
+    case NODE_TIMER_DEADLINE:
+        if (p->state != MESH_WAITING)
+            return FED_OK;
+        if (!may_finish(n))
+            note_missing(n, p->sync == SYNC_BSP ? n->round + 1
+                            : n->round + 1 > p->ssp_lag ? n->round + 1 - p->ssp_lag : 0);
+        return finish_round(n);
+    default:
+        return FED_ERR_INVAL;
+    }
+}
+
+size_t fed_node_peer_dim(const fed_node *n) { return n->mesh ? n->mesh->dim : 0; }
+
+fed_err fed_node_peer_estimate(const fed_node *n, double *out)
+{
+    if (!n->mesh)
+        return FED_ERR_ROLE;
+    fed_gossip_ps_estimate_f64(n->mesh->ps, out);
+    return FED_OK;
+}
+
+fed_err fed_node_peer_mass(const fed_node *n, double *x, double *w)
+{
+    if (!n->mesh)
+        return FED_ERR_ROLE;
+    memcpy(x, fed_gossip_ps_x(n->mesh->ps), n->mesh->dim * sizeof *x);
+    *w = fed_gossip_ps_w(n->mesh->ps);
+    return FED_OK;
+}
