@@ -41,6 +41,7 @@ struct node_agg {
     fed_codec codec;       /* what clients answer with */
     size_t nparams;
     agg_state state;
+    int gathered;          /* gather_ms passed since the last round: min_clients will do */
     uint64_t round_start_ms;
     agg_hold *holds;
     size_t nholds, cap_holds;
@@ -203,6 +204,9 @@ fed_err fed_node_agg_start(fed_node *n)
     if (n->cfg.rounds && n->round >= n->cfg.rounds) {
         a->state = AGG_DONE;
         n->finished = 1;
+    } else if (n->round > 0) { /* resumed after a round: as close_round would go on */
+        (void)n->env.set_timer(n->env.self, n->env.now_ms(n->env.self) + n->cfg.gather_ms,
+                               NODE_TIMER_ROUND);
     }
     return FED_OK;
 }
@@ -377,6 +381,7 @@ static fed_err start_round(fed_node *n)
     a->nparts = k;
     qsort(a->parts, k, sizeof *a->parts, part_cmp);
     a->state = AGG_RUNNING;
+    a->gathered = 0;
     a->round_start_ms = n->env.now_ms(n->env.self);
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_ROUND);
     (void)n->env.set_timer(n->env.self, a->round_start_ms + n->cfg.deadline_ms,
@@ -400,7 +405,7 @@ static fed_err maybe_start(fed_node *n, int force)
 
     if (a->state != AGG_IDLE)
         return FED_OK;
-    if (a->nholds >= want || (force && a->nholds >= n->cfg.min_clients))
+    if (a->nholds >= want || ((force || a->gathered) && a->nholds >= n->cfg.min_clients))
         return start_round(n);
     return FED_OK;
 }
@@ -767,6 +772,7 @@ fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
 
     switch (id) {
     case NODE_TIMER_ROUND:
+        a->gathered = 1; /* clients that come later start the round too */
         return maybe_start(n, 1);
     case NODE_TIMER_DEADLINE:
         if (a->state != AGG_RUNNING)
@@ -784,6 +790,7 @@ fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
         }
         parts_clear(a);
         a->state = AGG_IDLE;
+        a->gathered = 1; /* min_clients will do, whenever they are back */
         return maybe_start(n, 1);
     case NODE_TIMER_POLL: {
         uint64_t now = n->env.now_ms(n->env.self);
