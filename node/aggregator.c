@@ -54,6 +54,7 @@ struct node_agg {
     fed_merge_input *inputs;
     fed_merge_result *results;
     int max_clients;
+    uint64_t ctr_base[64]; /* wire counters the database held at start (earlier runs) */
 };
 
 static int backend_is_host(const fed_backend *be) { return strcmp(be->name, "cpu") == 0; }
@@ -190,6 +191,24 @@ out:
     return e;
 }
 
+/* The counters of earlier runs: put_counters adds this run's to them, so a
+ * restart does not lower what the database showed. */
+static fed_err load_counter_base(fed_node *n)
+{
+    size_t nc = fed_wire_counter_count();
+
+    for (size_t i = 0; i < nc && i < 64; i++) {
+        char name[48];
+        fed_err e;
+
+        snprintf(name, sizeof name, "wire.%s", fed_wire_counter_name(i));
+        e = fed_store_get_counter(n->cfg.store, name, &n->agg->ctr_base[i]);
+        if (e != FED_OK && e != FED_ERR_NOTFOUND)
+            return e;
+    }
+    return FED_OK;
+}
+
 fed_err fed_node_agg_start(fed_node *n)
 {
     node_agg *a = n->agg;
@@ -199,7 +218,7 @@ fed_err fed_node_agg_start(fed_node *n)
     fed_rng_seed(&rng, n->cfg.seed);
     if ((e = fed_model_init(a->model, &rng)) != FED_OK)
         return e;
-    if ((e = resume(n)) != FED_OK)
+    if ((e = resume(n)) != FED_OK || (e = load_counter_base(n)) != FED_OK)
         return e;
     if (n->cfg.rounds && n->round >= n->cfg.rounds) {
         a->state = AGG_DONE;
@@ -537,7 +556,7 @@ static fed_err put_counters(fed_node *n)
         nc = 64;
     for (size_t i = 0; i < nc; i++) {
         snprintf(c[i].name, sizeof c[i].name, "wire.%s", fed_wire_counter_name(i));
-        c[i].value = fed_wire_counter_value(wc, i);
+        c[i].value = n->agg->ctr_base[i] + fed_wire_counter_value(wc, i);
     }
     return fed_store_put_counters(n->cfg.store, c, nc);
 }
