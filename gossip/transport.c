@@ -12,7 +12,6 @@
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
-#include <stdlib.h>
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
@@ -837,7 +836,6 @@ void fed_gossip_tx_close(fed_gossip_tx *tx)
          * stopped no new receive starts; give the last ones time to end. */
         struct timespec grace = {0, (long)FED_GOSSIP_TX_CLOSE_GRACE_MS * 1000000L};
 
-        if (getenv("GRACE")) grace.tv_nsec = atol(getenv("GRACE")) * 1000000L;
         nanosleep(&grace, NULL);
         nng_close(tx->rep);
     }

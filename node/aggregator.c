@@ -44,6 +44,7 @@ struct node_agg {
     fed_codec codec;       /* what clients answer with */
     size_t nparams;
     agg_state state;
+    int gathered;          /* gather_ms passed since the last round: min_clients will do */
     uint64_t round_start_ms;
     agg_hold *holds;
     size_t nholds, cap_holds;
@@ -56,6 +57,7 @@ struct node_agg {
     fed_merge_input *inputs;
     fed_merge_result *results;
     int max_clients;
+    uint64_t ctr_base[64]; /* wire counters the database held at start (earlier runs) */
 };
 
 static int backend_is_host(const fed_backend *be) { return strcmp(be->name, "cpu") == 0; }
@@ -196,6 +198,24 @@ out:
     return e;
 }
 
+/* The counters of earlier runs: put_counters adds this run's to them, so a
+ * restart does not lower what the database showed. */
+static fed_err load_counter_base(fed_node *n)
+{
+    size_t nc = fed_wire_counter_count();
+
+    for (size_t i = 0; i < nc && i < 64; i++) {
+        char name[48];
+        fed_err e;
+
+        snprintf(name, sizeof name, "wire.%s", fed_wire_counter_name(i));
+        e = fed_store_get_counter(n->cfg.store, name, &n->agg->ctr_base[i]);
+        if (e != FED_OK && e != FED_ERR_NOTFOUND)
+            return e;
+    }
+    return FED_OK;
+}
+
 fed_err fed_node_agg_start(fed_node *n)
 {
     node_agg *a = n->agg;
@@ -205,14 +225,19 @@ fed_err fed_node_agg_start(fed_node *n)
     fed_rng_seed(&rng, n->cfg.seed);
     if ((e = fed_model_init(a->model, &rng)) != FED_OK)
         return e;
-    if ((e = resume(n)) != FED_OK)
+    if ((e = resume(n)) != FED_OK || (e = load_counter_base(n)) != FED_OK)
         return e;
     if (n->cfg.rounds && n->round >= n->cfg.rounds) {
         a->state = AGG_DONE;
         n->finished = 1;
         return FED_OK;
     }
-    return is_async(n) ? async_open_round(n) : FED_OK;
+    if (is_async(n))
+        return async_open_round(n);
+    if (n->round > 0) /* resumed after a round: as close_round would go on */
+        (void)n->env.set_timer(n->env.self, n->env.now_ms(n->env.self) + n->cfg.gather_ms,
+                               NODE_TIMER_ROUND);
+    return FED_OK;
 }
 
 /* ---- holds ---- */
@@ -387,6 +412,7 @@ static fed_err start_round(fed_node *n)
     a->nparts = k;
     qsort(a->parts, k, sizeof *a->parts, part_cmp);
     a->state = AGG_RUNNING;
+    a->gathered = 0;
     a->round_start_ms = n->env.now_ms(n->env.self);
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_ROUND);
     (void)n->env.set_timer(n->env.self, a->round_start_ms + n->cfg.deadline_ms,
@@ -410,7 +436,7 @@ static fed_err maybe_start(fed_node *n, int force)
 
     if (a->state != AGG_IDLE)
         return FED_OK;
-    if (a->nholds >= want || (force && a->nholds >= n->cfg.min_clients))
+    if (a->nholds >= want || ((force || a->gathered) && a->nholds >= n->cfg.min_clients))
         return start_round(n);
     return FED_OK;
 }
@@ -544,7 +570,7 @@ static fed_err put_counters(fed_node *n)
         nc = 64;
     for (size_t i = 0; i < nc; i++) {
         snprintf(c[i].name, sizeof c[i].name, "wire.%s", fed_wire_counter_name(i));
-        c[i].value = fed_wire_counter_value(wc, i);
+        c[i].value = n->agg->ctr_base[i] + fed_wire_counter_value(wc, i);
     }
     return fed_store_put_counters(n->cfg.store, c, nc);
 }
@@ -887,6 +913,7 @@ fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
 
     switch (id) {
     case NODE_TIMER_ROUND:
+        a->gathered = 1; /* clients that come later start the round too */
         return maybe_start(n, 1);
     case NODE_TIMER_DEADLINE:
         if (a->state != AGG_RUNNING)
@@ -909,6 +936,7 @@ fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
         }
         parts_clear(a);
         a->state = AGG_IDLE;
+        a->gathered = 1; /* min_clients will do, whenever they are back */
         return maybe_start(n, 1);
     case NODE_TIMER_POLL: {
         uint64_t now = n->env.now_ms(n->env.self);

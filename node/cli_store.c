@@ -1,5 +1,6 @@
 /* cli_store.c - the database subcommands: `fednode status` (the last rounds,
- * checkpoints, peers and rejection counters as tables or JSON), `export`
+ * their contributions, checkpoints, peers and rejection counters as tables
+ * or JSON), `export`
  * (a checkpoint's parameters to .safetensors), `import` (a .safetensors file
  * back to a model file or a checkpoint) and `verify` (integrity, hash chain,
  * signatures). Owns their options and printing only; never writes to a
@@ -134,20 +135,51 @@ static const fed_opt status_opts[] = {
 };
 #undef S
 
+/* A contribution as status shows it (no digest, signature or header). */
+typedef struct status_contrib {
+    uint64_t round;
+    uint8_t key[32];
+    int accepted;
+    char reason[64];
+} status_contrib;
+
 typedef struct status_data {
     fed_store_round *rounds;
     fed_store_ckpt_row *ckpts;
     fed_store_peer *peers;
     fed_store_counter *counters;
-    size_t nrounds, nckpts, npeers, ncounters;
+    status_contrib *contribs; /* of rounds >= from_round, in (round, id) order */
+    size_t nrounds, nckpts, npeers, ncounters, ncontribs;
+    uint64_t from_round;
+    size_t contribs_left_out; /* beyond LIST_MAX */
 } status_data;
 
 static void status_data_free(status_data *d)
 {
+    fed_free(d->contribs);
     fed_free(d->rounds);
     fed_free(d->ckpts);
     fed_free(d->peers);
     fed_free(d->counters);
+}
+
+static int keep_contrib(void *ctx, const fed_store_contrib *c)
+{
+    status_data *d = ctx;
+    status_contrib *r;
+
+    if (c->round < d->from_round)
+        return 0;
+    if (d->ncontribs == LIST_MAX) {
+        d->contribs_left_out++;
+        return 0;
+    }
+    r = &d->contribs[d->ncontribs++];
+    r->round = c->round;
+    memcpy(r->key, c->peer_key, 32);
+    r->accepted = c->accepted;
+    snprintf(r->reason, sizeof r->reason, "%s", c->reason);
+    return 0;
 }
 
 static fed_err status_load(fed_store *st, const status_cfg *c, status_data *d)
@@ -159,12 +191,17 @@ static fed_err status_load(fed_store *st, const status_cfg *c, status_data *d)
     d->ckpts = fed_calloc((size_t)c->checkpoints, sizeof *d->ckpts);
     d->peers = fed_calloc(LIST_MAX, sizeof *d->peers);
     d->counters = fed_calloc(LIST_MAX, sizeof *d->counters);
-    if (!d->rounds || !d->ckpts || !d->peers || !d->counters)
+    d->contribs = fed_calloc(LIST_MAX, sizeof *d->contribs);
+    if (!d->rounds || !d->ckpts || !d->peers || !d->counters || !d->contribs)
         return FED_ERR_NOMEM;
     if ((e = fed_store_last_rounds(st, d->rounds, (size_t)c->rounds, &d->nrounds)) != FED_OK ||
         (e = fed_store_list_checkpoints(st, d->ckpts, (size_t)c->checkpoints, &d->nckpts)) !=
             FED_OK ||
         (e = fed_store_list_peers(st, d->peers, LIST_MAX, &d->npeers)) != FED_OK)
+        return e;
+    /* the contributions of the rounds shown (and of any later attempt) */
+    d->from_round = d->nrounds ? d->rounds[d->nrounds - 1].round : 0;
+    if ((e = fed_store_each_contribution(st, keep_contrib, d)) != FED_OK)
         return e;
     return fed_store_list_counters(st, d->counters, LIST_MAX, &d->ncounters);
 }
@@ -192,6 +229,26 @@ static void print_rounds_table(const status_data *d)
                "  %s\n",
                r->round, when, secs, loss, acc, r->samples, in, out, r->peers, r->strategy);
     }
+}
+
+static void print_contribs_table(const status_data *d)
+{
+    printf("\ncontributions (rounds %" PRIu64 " on, oldest first)\n", d->from_round);
+    if (!d->ncontribs) {
+        printf("  none\n");
+        return;
+    }
+    printf("  %7s  %-16s  %-8s  %s\n", "round", "key", "merged", "reason");
+    for (size_t i = 0; i < d->ncontribs; i++) {
+        const status_contrib *r = &d->contribs[i];
+        char k[65];
+
+        hex(k, r->key, 8);
+        printf("  %7" PRIu64 "  %-16s  %-8s  %s\n", r->round, k, r->accepted ? "yes" : "no",
+               r->reason);
+    }
+    if (d->contribs_left_out)
+        printf("  (%zu more not shown)\n", d->contribs_left_out);
 }
 
 static void print_ckpts_table(const status_data *d)
@@ -277,7 +334,17 @@ static void print_status_json(const char *db, fed_store *st, const status_data *
         json_str(stdout, r->strategy);
         printf(",\"model_hash\":\"%s\"}", h);
     }
-    printf("],\"checkpoints\":[");
+    printf("],\"contributions\":[");
+    for (size_t i = 0; i < d->ncontribs; i++) {
+        const status_contrib *c = &d->contribs[i];
+
+        hex(h, c->key, 32);
+        printf("%s{\"round\":%" PRIu64 ",\"key\":\"%s\",\"accepted\":%s,\"reason\":",
+               i ? "," : "", c->round, h, c->accepted ? "true" : "false");
+        json_str(stdout, c->reason);
+        printf("}");
+    }
+    printf("],\"contributions_left_out\":%zu,\"checkpoints\":[", d->contribs_left_out);
     for (size_t i = 0; i < d->nckpts; i++) {
         const fed_store_ckpt_row *r = &d->ckpts[i];
 
@@ -333,6 +400,7 @@ int fed_cli_status(int argc, char **argv)
         printf("database %s: schema %d, epoch %" PRIu64 ", page size %d\n", c.db,
                fed_store_schema(st), fed_store_epoch(st), fed_store_page_size(st));
         print_rounds_table(&d);
+        print_contribs_table(&d);
         print_ckpts_table(&d);
         print_peers_table(&d);
         print_counters_table(&d);

@@ -231,7 +231,7 @@ static fed_err on_model(fed_node *n, node_open *op)
     double flops = 0;
     fed_err e;
 
-    if (c->state != CL_ASKING || m->hdr.round < n->round)
+    if (c->state != CL_ASKING)
         return FED_OK; /* an answer to a request we gave up on */
     if (m->hdr.round == n->round && c->round == n->round && j->vec_len) {
         /* the aggregator runs this round again: the delta we sent was lost */
@@ -240,6 +240,8 @@ static fed_err on_model(fed_node *n, node_open *op)
         c->resends = 0;
         return send_delta(n);
     }
+    if (m->hdr.round <= n->round) /* the aggregator lost it (restart, deadline): redo it */
+        fed_log(FED_LOG_INFO, "client: round %llu again", (unsigned long long)m->hdr.round);
     if ((e = settings_ok(&m->block.settings)) != FED_OK) {
         fed_wire_note_reject(n->wire, &m->hdr, e);
         return e;

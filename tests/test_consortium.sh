@@ -1,0 +1,263 @@
+#!/bin/sh
+# test_consortium.sh - aggregator mode end to end with real fednode processes
+# on 127.0.0.1 (keys, allow-lists, sealed frames over NNG, one database each).
+#  A. 1 aggregator + 4 clients on IID quarters of Fashion-MNIST, mlp:256,128,
+#     SGD momentum 0.9: test accuracy after round 5 >= 0.84; SIGTERM while
+#     round 6 runs: exit 0, nothing of round 6 committed, verify passes; the
+#     clients stop on SIGTERM with exit 0.
+#  B. --min-clients 3: a client killed (-9) mid-round 2, which merges the
+#     other 3 and records the drop as a "missing" contribution; the aggregator
+#     killed (-9) after round 3 is committed, in round 4 (two clients have
+#     sent their round-4 delta, the third is frozen with SIGSTOP), and
+#     restarted on its database: it resumes from round 3, the clients (never
+#     restarted) train round 4 again and carry on to round 5; a client whose
+#     key is not in the allow-list tries all along: counted
+#     (wire.rej_unknown_sender, across the restart), never a contribution;
+#     SIGTERM while idle: exit 0, verify passes.
+# Needs ./fednode (make) and Fashion-MNIST; exits 77 (skipped) without them.
+# KEEP=1 keeps the temporary directory (logs, databases) for a look.
+set -u
+FEDNODE=${FEDNODE:-./fednode}
+DATA=${FEDNODE_DATA:-/usr/share/datasets/fashion-mnist}
+if [ ! -x "$FEDNODE" ]; then echo "skipped: no $FEDNODE (run make)"; exit 77; fi
+if [ ! -e "$DATA/train-images-idx3-ubyte.gz" ] && [ ! -e "$DATA/train-images-idx3-ubyte" ]; then
+    echo "skipped: no Fashion-MNIST in $DATA"; exit 77
+fi
+if ! "$FEDNODE" run --help 2>/dev/null | grep -q -- "--port-file"; then
+    echo "skipped: $FEDNODE run has no --port-file yet"; exit 77
+fi
+TMP=$(mktemp -d) || exit 1
+PIDS=""
+cleanup() {
+    for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    if [ -n "${KEEP:-}" ]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM HUP
+FEDNODE_PASSPHRASE=   # the keys made here are not sealed
+FEDNODE_LOG=info      # the checks read info lines
+export FEDNODE_PASSPHRASE FEDNODE_LOG
+T0=$(date +%s)
+
+fail() {
+    echo "FAIL: $1"
+    for f in "$TMP"/*.log "$TMP"/*/*.log; do
+        [ -f "$f" ] || continue
+        echo "  -- ${f#"$TMP"/} (last lines)"
+        tail -n 12 "$f" | sed 's/^/  | /'
+    done
+    exit 1
+}
+ok() { echo "ok: $1"; }
+
+# start NAME ARGS...: fednode run ARGS in the background, output in
+# $TMP/NAME.log, its pid in $TMP/NAME.pid (and in PIDS, for cleanup)
+start() {
+    name=$1; shift
+    "$FEDNODE" run "$@" >"$TMP/$name.log" 2>&1 &
+    echo $! >"$TMP/$name.pid"
+    PIDS="$PIDS $!"
+}
+pid() { cat "$TMP/$1.pid"; }
+alive() { kill -0 "$(pid "$1")" 2>/dev/null; }
+# wait_for DESC SECONDS CMD...: until CMD succeeds, polling every 0.1 s
+wait_for() {
+    d=$1 n=$(($2 * 10)); shift 2
+    while [ "$n" -gt 0 ]; do
+        "$@" >/dev/null 2>&1 && return 0
+        sleep 0.1; n=$((n - 1))
+    done
+    fail "$d (waited $(($(date +%s) - T0)) s into the test)"
+}
+# logged NAME TEXT: TEXT is in NAME's log
+logged() { grep -q -- "$2" "$TMP/$1.log"; }
+# wait_exit NAME SECONDS: NAME must end within SECONDS; its status in $rc
+wait_exit() {
+    n=$(($2 * 10))
+    while alive "$1" && [ "$n" -gt 0 ]; do sleep 0.1; n=$((n - 1)); done
+    if alive "$1"; then kill -9 "$(pid "$1")"; fail "$1 ended within $2 s"; fi
+    wait "$(pid "$1")"; rc=$?
+}
+# exits0 NAME SECONDS: NAME ends within SECONDS with status 0
+exits0() { wait_exit "$1" "$2"; [ "$rc" -eq 0 ] || fail "$1 exited $rc, wanted 0"; }
+status() { "$FEDNODE" status --db "$1" --json; }
+# rows DB: status --json, one object a line
+rows() { status "$1" | tr '{' '\n'; }
+# nround DB N: how many rows of round N the rounds table has
+nround() { rows "$1" | grep -c "^\"round\":$2,\"start_ms\""; }
+# field DB N KEY: KEY's value in round N's row
+field() { rows "$1" | grep "^\"round\":$2,\"start_ms\"" | sed -n "s/.*\"$3\":\([^,}]*\).*/\1/p"; }
+# contrib DB N HEXKEY: "accepted,reason" of each of HEXKEY's contributions
+# to round N (N = '[0-9]*': any round)
+contrib() {
+    rows "$1" | grep "^\"round\":$2,\"key\":\"$3\"" |
+        sed -n 's/.*"accepted":\([a-z]*\),"reason":"\([^"]*\)".*/\1,\2/p'
+}
+counter() { status "$1" | sed -n "s/.*\"$2\":\([0-9]*\).*/\1/p"; }
+verify() { "$FEDNODE" verify --db "$1" >"$TMP/verify.out" 2>&1 || {
+    sed 's/^/  | /' "$TMP/verify.out"; fail "verify $1"; }; }
+keyhex() { "$FEDNODE" pubkey "$1" | base64 -d | od -An -v -tx1 | tr -d ' \n'; }
+# rounds_once DB LAST: rounds 1..LAST each exactly once, none after
+rounds_once() {
+    for r in $(seq 1 "$2"); do
+        [ "$(nround "$1" "$r")" -eq 1 ] || fail "$1 has round $r exactly once"
+    done
+    [ "$(nround "$1" $(($2 + 1)))" -eq 0 ] || fail "$1 has no round $(($2 + 1))"
+}
+
+# ---- identities: an aggregator, 4 members, a rogue not in the allow-list
+K=$TMP/keys
+mkdir -p "$K" "$TMP/a" "$TMP/b"
+: >"$K/allow.txt"
+for n in agg c0 c1 c2 c3 rogue; do
+    "$FEDNODE" keygen --out "$K/$n" >"$TMP/keygen.out" 2>&1 || {
+        sed 's/^/  | /' "$TMP/keygen.out"; fail "keygen $n"; }
+done
+for n in agg c0 c1 c2 c3; do echo "$n $("$FEDNODE" pubkey "$K/$n")" >>"$K/allow.txt"; done
+# the rogue's own list names the aggregator and itself
+{ grep '^agg ' "$K/allow.txt"; echo "rogue $("$FEDNODE" pubkey "$K/rogue")"; } >"$K/rogue-allow.txt"
+ok "keys for agg, c0..c3 (allow-listed) and rogue (not)"
+
+COMMON="--data fashion-mnist --threads 1"
+SETTINGS="--model mlp:256,128 --optimizer sgd --momentum 0.9 --lr 0.05 --batch 64 --local-epochs 1"
+# client NAME DIR PORT SHARD ARGS...
+client() {
+    name=$1 dir=$2 port=$3 shard=$4; shift 4
+    # shellcheck disable=SC2086
+    start "$name" --role client --keys "$K/${name#?}" --allow "$K/allow.txt" --db "$TMP/$dir/${name#?}.db" \
+        --aggregator "tcp://127.0.0.1:$port" --aggregator-key agg --partition iid --shard "$shard" \
+        $COMMON "$@"
+}
+
+# ---- A: accuracy, then SIGTERM while a round runs
+# shellcheck disable=SC2086
+start aggA --role aggregator --keys "$K/agg" --allow "$K/allow.txt" --db "$TMP/a/agg.db" \
+    --listen tcp://127.0.0.1:0 --port-file "$TMP/a/port" $COMMON $SETTINGS \
+    --rounds 6 --min-clients 4
+wait_for "aggregator A wrote its port" 20 test -s "$TMP/a/port"
+PA=$(cat "$TMP/a/port")
+for i in 0 1 2 3; do client "Ac$i" a "$PA" "$i/4"; done
+wait_for "A: round 5 merged" 60 logged aggA "round 5 merged"
+wait_for "A: round 6 starts" 20 logged aggA "round 6 starts"
+kill -TERM "$(pid aggA)"
+exits0 aggA 20
+ok "A: SIGTERM while round 6 runs: the aggregator exited 0"
+logged aggA "round 5 merged 4 of 4 (0 missing)" || fail "A: round 5 merged all 4 clients"
+if logged aggA "round 6 merged"; then
+    echo "note: round 6 closed before SIGTERM landed"
+    rounds_once "$TMP/a/agg.db" 6
+else
+    rounds_once "$TMP/a/agg.db" 5
+    ok "A: rounds 1..5 committed once each, nothing of the interrupted round 6"
+fi
+for r in 1 2 3 4 5; do
+    [ "$(field "$TMP/a/agg.db" $r peers)" = 4 ] || fail "A: round $r merged 4 clients"
+done
+acc=$(field "$TMP/a/agg.db" 5 accuracy)
+[ -n "$acc" ] || fail "A: round 5 has an accuracy"
+echo "A: test accuracy after each round:$(for r in 1 2 3 4 5; do printf ' %.4f' "$(field "$TMP/a/agg.db" $r accuracy)"; done)"
+awk -v a="$acc" 'BEGIN { exit !(a >= 0.84) }' || fail "A: accuracy after round 5 is $acc, wanted >= 0.84"
+ok "A: accuracy after round 5 $(printf '%.4f' "$acc") >= 0.84"
+verify "$TMP/a/agg.db"
+ok "A: verify passes on the aggregator's database"
+for i in 0 1 2 3; do kill -TERM "$(pid "Ac$i")"; done
+for i in 0 1 2 3; do exits0 "Ac$i" 20; done
+ok "A: the 4 clients exited 0 on SIGTERM"
+
+# ---- B: a client killed mid-round, the aggregator killed and restarted,
+# a rogue client; min-clients 3, short deadline and polls
+AGGB="--role aggregator --keys $K/agg --allow $K/allow.txt --db $TMP/b/agg.db $COMMON $SETTINGS
+      --rounds 5 --min-clients 3 --wait-clients 4 --deadline-ms 5000 --gather-ms 300
+      --poll-ms 1000 --linger-ms 30000"
+POLLS="--poll-ms 1000 --retry-ms 1000"
+# shellcheck disable=SC2086
+start aggB $AGGB --listen tcp://127.0.0.1:0 --port-file "$TMP/b/port"
+wait_for "aggregator B wrote its port" 20 test -s "$TMP/b/port"
+PB=$(cat "$TMP/b/port")
+# shellcheck disable=SC2086
+start rogue --role client --keys "$K/rogue" --allow "$K/rogue-allow.txt" --db "$TMP/b/rogue.db" \
+    --aggregator "tcp://127.0.0.1:$PB" --aggregator-key agg --shard 0/4 $COMMON $POLLS
+# shellcheck disable=SC2086
+for i in 0 1 2 3; do client "Bc$i" b "$PB" "$i/4" $POLLS; done
+wait_for "B: round 2 starts" 30 logged aggB "round 2 starts"
+logged aggB "round 2 starts with 4 of 4" || fail "B: round 2 samples all 4 clients"
+kill -9 "$(pid Bc3)"
+wait_exit Bc3 5
+ok "B: c3 killed (-9) in round 2"
+wait_for "B: round 2 merged" 30 logged aggB "round 2 merged"
+logged aggB "round 2 merged 3 of 4 (1 missing)" || fail "B: round 2 merged the other 3"
+wait_for "B: round 3 merged" 30 logged aggB "round 3 merged"
+# round 4 in flight: c2 frozen before its delta, c0 and c1 done with it
+wait_for "B: round 4 starts" 30 logged aggB "round 4 starts"
+kill -STOP "$(pid Bc2)"
+wait_for "B: c0 and c1 trained round 4" 30 sh -c \
+    "'$FEDNODE' status --db '$TMP/b/c0.db' --json | grep -q '\"round\":4,\"start' &&
+     '$FEDNODE' status --db '$TMP/b/c1.db' --json | grep -q '\"round\":4,\"start'"
+kill -9 "$(pid aggB)"
+wait_exit aggB 5
+kill -CONT "$(pid Bc2)"
+logged aggB "round 4 merged" && fail "B: the aggregator was killed before round 4 merged"
+ok "B: the aggregator killed (-9) in round 4 (committed: 3; c0, c1 had sent round 4, c2 not)"
+rounds_once "$TMP/b/agg.db" 3
+# the same address: the clients keep dialing it
+# shellcheck disable=SC2086
+start aggB2 $AGGB --listen "tcp://127.0.0.1:$PB" --port-file "$TMP/b/port2"
+wait_for "B: the restarted aggregator listens" 20 test -s "$TMP/b/port2"
+[ "$(cat "$TMP/b/port2")" = "$PB" ] || fail "B: the restarted aggregator listens on port $PB"
+wait_for "B: round 5 merged after the restart" 45 logged aggB2 "round 5 merged"
+logged aggB2 "resumed from the checkpoint of round 3" ||
+    fail "B: the restarted aggregator resumed from the round-3 checkpoint"
+logged aggB2 "round 4 starts" || fail "B: round 4 ran after the restart"
+logged aggB2 "round [1-3] starts" && fail "B: no round before 4 ran again"
+ok "B: the restarted aggregator resumed from round 3 and ran rounds 4 and 5"
+for i in 0 1; do
+    logged "Bc$i" "round 4 again" || fail "B: c$i trained round 4 again for the restarted aggregator"
+done
+for i in 0 1 2; do exits0 "Bc$i" 20; done
+ok "B: clients c0..c2 (started once) carried on to the end and exited 0"
+alive rogue || fail "B: the rogue client is still trying"
+kill -TERM "$(pid aggB2)"
+exits0 aggB2 20
+ok "B: SIGTERM while idle: the restarted aggregator exited 0"
+kill -TERM "$(pid rogue)"
+exits0 rogue 20
+
+DB=$TMP/b/agg.db
+rounds_once "$DB" 5
+[ "$(field "$DB" 2 peers)" = 3 ] || fail "B: round 2's row says 3 merged"
+ok "B: rounds 1..5 committed once each; round 2 merged 3"
+H3=$(keyhex "$K/c3")
+[ "$(contrib "$DB" 2 "$H3")" = "false,missing" ] ||
+    fail "B: c3's round-2 contribution is 'missing', not merged (got '$(contrib "$DB" 2 "$H3")')"
+for i in 0 1 2; do
+    [ "$(contrib "$DB" 2 "$(keyhex "$K/c$i")")" = "true," ] || fail "B: c$i merged in round 2"
+done
+ok "B: round 2's contributions: c0..c2 merged, c3 missing"
+for i in 0 1 2; do
+    [ "$(contrib "$DB" 4 "$(keyhex "$K/c$i")")" = "true," ] ||
+        fail "B: c$i merged once in round 4 (nothing kept of the attempt the kill cut short)"
+done
+ok "B: round 4's contributions: c0..c2 merged once each"
+for i in 0 1 2; do
+    rounds_once "$TMP/b/c$i.db" 5
+done
+ok "B: c0..c2 recorded rounds 1..5 each once"
+HR=$(keyhex "$K/rogue")
+[ -z "$(contrib "$DB" '[0-9]*' "$HR")" ] || fail "B: the rogue has no contribution"
+# the rogue's HELLOs each logged one line; the counter holds those before
+# each aggregator process's last commit (round 3, then round 5)
+hr8=$(echo "$HR" | cut -c1-8)
+drops() {
+    awk -v stop="$2" -v k="dropped HELLO from $hr8 .*UNKNOWN_SENDER" \
+        '$0 ~ stop { exit } $0 ~ k { n++ } END { print n + 0 }' "$TMP/$1.log"
+}
+d1=$(drops aggB "round 3 merged") d2=$(drops aggB2 "round 5 merged")
+[ $((d1 + d2)) -ge 1 ] || fail "B: the aggregators logged the rogue's refused HELLOs"
+rej=$(counter "$DB" wire.rej_unknown_sender)
+[ "$rej" = $((d1 + d2)) ] ||
+    fail "B: wire.rej_unknown_sender is $rej, wanted $d1 + $d2 (the refusals before each last commit)"
+ok "B: the rogue was refused, counted (wire.rej_unknown_sender $rej = $d1 + $d2 across the restart), never a contribution"
+verify "$DB"
+ok "B: verify passes on the aggregator's database"
+echo "all checks passed in $(($(date +%s) - T0)) s"
