@@ -324,14 +324,6 @@ uint64_t fed_gossip_ps_last_round(const fed_gossip_ps *ps, const uint8_t from[32
     return ps->ins[at].held ? ps->ins[at].h_round : ps->ins[at].round;
 }
 
-uint64_t fed_gossip_ps_held_round(const fed_gossip_ps *ps, const uint8_t from[32])
-{
-    int found;
-    size_t at = search(ps->ins, ps->nin, sizeof *ps->ins, from, &found);
-
-    return found && ps->ins[at].held ? ps->ins[at].h_round : 0;
-}
-
 /* ---- state ---- */
 
 static uint8_t *put_f64s(uint8_t *p, const double *v, size_t n)

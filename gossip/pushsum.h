@@ -82,8 +82,6 @@ FED_WUR fed_err fed_gossip_ps_receive(fed_gossip_ps *ps, const uint8_t from[32],
 size_t fed_gossip_ps_apply(fed_gossip_ps *ps);
 /* The round of the newest total seen from `from` (0: none). */
 uint64_t fed_gossip_ps_last_round(const fed_gossip_ps *ps, const uint8_t from[32]);
-/* The round of the total held from `from` (0: none held). */
-uint64_t fed_gossip_ps_held_round(const fed_gossip_ps *ps, const uint8_t from[32]);
 
 /* The state (above) into *buf (fed_malloc'd, *len bytes; caller frees),
  * and back. load: FED_ERR_MAGIC, FED_ERR_VERSION, FED_ERR_FORMAT (sizes,

@@ -131,33 +131,32 @@ static fed_err alloc_lists(fed_gossip_topo *t, size_t stride)
     return t->adj && t->deg ? FED_OK : FED_ERR_NOMEM;
 }
 
-/* random:K: i+1 and set-1 others, drawn once per member from the seed. */
-static fed_err build_random_sets(fed_gossip_topo *t)
+/* random:K: one set D of offsets, 1 and set-1 others drawn once from the
+ * seed; member i's fixed neighbour set is {i + d mod n : d in D}. Kept in
+ * adj[0..set) (one list for all). */
+static fed_err build_random_offsets(fed_gossip_topo *t)
 {
     size_t set = (size_t)(4 * t->k);
-    fed_err e;
+    uint32_t *d;
+    fed_rng r;
 
     if (set > FED_GOSSIP_RANDOM_SET_MAX)
         set = FED_GOSSIP_RANDOM_SET_MAX;
     if (set > t->n - 1)
         set = t->n - 1;
-    if ((e = alloc_lists(t, set)) != FED_OK)
-        return e;
-    for (size_t i = 0; i < t->n; i++) {
-        uint32_t *s = t->adj + i * set;
-        fed_rng r;
+    t->stride = set;
+    if (!(t->adj = fed_calloc(set, sizeof *t->adj)))
+        return FED_ERR_NOMEM;
+    d = t->adj;
+    d[0] = 1; /* so the sets join every member to the next: connected */
+    fed_rng_seed_stream(&r, t->seed, 0x0ff5e7);
+    for (size_t c = 1; c < set;) {
+        uint32_t v = 1 + (uint32_t)fed_rng_below(&r, t->n - 1);
 
-        fed_rng_seed_stream(&r, t->seed, i);
-        s[0] = (uint32_t)((i + 1) % t->n);
-        t->deg[i] = 1;
-        while (t->deg[i] < set) {
-            uint32_t j = (uint32_t)fed_rng_below(&r, t->n);
-
-            if (j != i && !has(s, t->deg[i], j))
-                s[t->deg[i]++] = j;
-        }
-        qsort(s, t->deg[i], sizeof *s, cmp_u32);
+        if (!has(d, (uint32_t)c, v))
+            d[c++] = v;
     }
+    qsort(d, set, sizeof *d, cmp_u32);
     return FED_OK;
 }
 
@@ -224,7 +223,7 @@ fed_err fed_gossip_topo_new(const char *spec, size_t n, uint64_t seed, fed_gossi
         goto out;
     }
     if (t->kind == TOPO_RANDOM)
-        e = build_random_sets(t);
+        e = build_random_offsets(t);
     else if (t->kind == TOPO_SMALLWORLD)
         e = build_smallworld(t);
     else if (t->kind == TOPO_STATIC)
@@ -275,16 +274,17 @@ int fed_gossip_topo_symmetric(const fed_gossip_topo *t)
 
 /* ---- per round ---- */
 
-/* random:K: K of member i's set, drawn from (seed, round, i). */
-static size_t random_out(const fed_gossip_topo *t, size_t i, uint64_t round, uint32_t *out)
+/* random:K: the round's K offsets, drawn from D with (seed, round): the
+ * same for every member, so each has K out- and K in-neighbours and the
+ * mixing stays doubly stochastic. */
+static size_t random_offsets(const fed_gossip_topo *t, uint64_t round, uint32_t *off)
 {
-    const uint32_t *s = t->adj + i * t->stride;
     uint32_t pick[FED_GOSSIP_RANDOM_SET_MAX];
-    size_t set = t->deg[i], k = (size_t)t->k < set ? (size_t)t->k : set;
+    size_t set = t->stride, k = (size_t)t->k < set ? (size_t)t->k : set;
     fed_rng r;
 
-    memcpy(pick, s, set * sizeof *s);
-    fed_rng_seed_stream(&r, t->seed ^ (round * 0x9e3779b97f4a7c15ULL), i);
+    memcpy(pick, t->adj, set * sizeof *pick);
+    fed_rng_seed_stream(&r, t->seed ^ (round * 0x9e3779b97f4a7c15ULL), 0x0ff5e7);
     for (size_t a = 0; a < k; a++) { /* a partial Fisher-Yates */
         size_t b = a + (size_t)fed_rng_below(&r, set - a);
         uint32_t x = pick[a];
@@ -292,7 +292,18 @@ static size_t random_out(const fed_gossip_topo *t, size_t i, uint64_t round, uin
         pick[a] = pick[b];
         pick[b] = x;
     }
-    memcpy(out, pick, k * sizeof *out);
+    memcpy(off, pick, k * sizeof *off);
+    return k;
+}
+
+static size_t random_list(const fed_gossip_topo *t, size_t i, uint64_t round, int in,
+                          uint32_t *out)
+{
+    uint32_t off[FED_GOSSIP_RANDOM_SET_MAX];
+    size_t k = random_offsets(t, round, off);
+
+    for (size_t a = 0; a < k; a++)
+        out[a] = (uint32_t)(in ? (i + t->n - off[a]) % t->n : (i + off[a]) % t->n);
     qsort(out, k, sizeof *out, cmp_u32);
     return k;
 }
@@ -331,7 +342,7 @@ size_t fed_gossip_topo_out(const fed_gossip_topo *t, size_t i, uint64_t round, u
             out[c++] = (uint32_t)(2 * i + 2);
         return c;
     case TOPO_RANDOM:
-        return random_out(t, i, round, out);
+        return random_list(t, i, round, 0, out);
     case TOPO_SMALLWORLD:
     case TOPO_STATIC:
         memcpy(out, t->adj + i * t->stride, t->deg[i] * sizeof *out);
@@ -342,24 +353,14 @@ size_t fed_gossip_topo_out(const fed_gossip_topo *t, size_t i, uint64_t round, u
 
 size_t fed_gossip_topo_in(const fed_gossip_topo *t, size_t i, uint64_t round, uint32_t *in)
 {
-    uint32_t buf[FED_GOSSIP_RANDOM_SET_MAX];
     size_t c = 0;
 
     if (fed_gossip_topo_symmetric(t))
         return fed_gossip_topo_out(t, i, round, in);
-    for (size_t j = 0; j < t->n; j++) {
-        if (j == i)
-            continue;
-        if (!has(t->adj + j * t->stride, t->deg[j], (uint32_t)i))
-            continue; /* not in j's set (random) or list (static) */
-        if (t->kind == TOPO_RANDOM) {
-            size_t k = random_out(t, j, round, buf);
-
-            if (has(buf, (uint32_t)k, (uint32_t)i))
-                in[c++] = (uint32_t)j;
-        } else if (has(t->adj + j * t->stride, t->deg[j], (uint32_t)i)) {
+    if (t->kind == TOPO_RANDOM)
+        return random_list(t, i, round, 1, in);
+    for (size_t j = 0; j < t->n; j++) /* static */
+        if (j != i && has(t->adj + j * t->stride, t->deg[j], (uint32_t)i))
             in[c++] = (uint32_t)j;
-        }
-    }
     return c;
 }

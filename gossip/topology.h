@@ -9,9 +9,11 @@
  *   full              everyone else
  *   ring              i-1 and i+1 (symmetric)
  *   random:K          K out-neighbours a round, drawn from a fixed set of
- *                     min(16, 4K, n-1) members: i+1 and others drawn once
- *                     from the seed (so the pairs a node keeps running sums
- *                     for stay few)
+ *                     min(16, 4K, n-1) members: i + d for the offsets d of
+ *                     a set D (1 and others drawn once from the seed), so
+ *                     the pairs a node keeps running sums for stay few; each
+ *                     round draws K offsets of D for everyone, so every
+ *                     member has K out- and K in-neighbours
  *   tree              parent (i-1)/2 and children 2i+1, 2i+2 (symmetric)
  *   smallworld:K,P    Watts-Strogatz: the ring lattice of K nearest (K even),
  *                     each edge rewired with probability P, kept symmetric

@@ -19,6 +19,7 @@
 #include "model/merge.h"
 #include "model/optim.h"
 #include "node/cli.h"
+#include "gossip/peers.h"
 #include "node/daemon.h"
 
 #define PATH_MAX_RUN 512
@@ -48,6 +49,11 @@ typedef struct run_cfg {
     char codec[32];
     char strategy[FED_MERGE_SPEC_MAX];
     double weight_cap;
+    char peers[PATH_MAX_RUN];
+    char topology[32];
+    char sync[16];
+    char mixing[16];
+    int final_mix;
     char mode[16];
     int buffer;
     int max_staleness;
@@ -68,7 +74,7 @@ typedef struct run_cfg {
 #define R(field, name, type, def, min, max, help)                              \
     FED_OPT_DEF(run_cfg, field, name, type, def, min, max, help)
 static const fed_opt run_opts[] = {
-    R(role, "role", FED_OPT_STR, "client", 0, 0, "aggregator or client"),
+    R(role, "role", FED_OPT_STR, "client", 0, 0, "aggregator, client or peer"),
     R(keys, "keys", FED_OPT_STR, "", 0, 0, "directory with node.key (fednode keygen)"),
     R(passphrase_file, "passphrase-file", FED_OPT_STR, "", 0, 0,
       "file whose first line unseals node.key (else $FEDNODE_PASSPHRASE)"),
@@ -76,8 +82,8 @@ static const fed_opt run_opts[] = {
       "allow-list file: NAME BASE64KEY per member (reloaded on SIGHUP)"),
     R(db, "db", FED_OPT_STR, "", 0, 0, "the node's database (rounds, checkpoints)"),
     R(listen, "listen", FED_OPT_STR, "tcp://0.0.0.0:7400", 0, 0,
-      "aggregator: address to listen on (port 0: any free port, see --port-file)"),
-    R(port_file, "port-file", FED_OPT_STR, "", 0, 0, "aggregator: write the bound port here"),
+      "aggregator, peer: address to listen on (port 0: any free port, see --port-file)"),
+    R(port_file, "port-file", FED_OPT_STR, "", 0, 0, "aggregator, peer: write the bound port here"),
     R(aggregator, "aggregator", FED_OPT_STR, "", 0, 0,
       "client: the aggregator's address, e.g. tcp://10.0.0.1:7400"),
     R(aggregator_key, "aggregator-key", FED_OPT_STR, "aggregator", 0, 0,
@@ -85,27 +91,38 @@ static const fed_opt run_opts[] = {
     R(data, "data", FED_OPT_STR, "fashion-mnist", 0, 0,
       "fashion-mnist, a directory of IDX files, or a CSV file"),
     R(partition, "partition", FED_OPT_STR, "iid", 0, 0,
-      "client: how --shard's K parts are cut: iid, dirichlet:ALPHA, shards:N"),
-    R(shard, "shard", FED_OPT_STR, "0/1", 0, 0, "client: train on part I (0-based) of K"),
+      "client, peer: how --shard's K parts are cut: iid, dirichlet:ALPHA, shards:N"),
+    R(shard, "shard", FED_OPT_STR, "0/1", 0, 0, "client, peer: train on part I (0-based) of K"),
     R(partition_seed, "partition-seed", FED_OPT_U64, "1", 0, 0,
       "seed of the partition (the same on every client)"),
     R(eval, "eval", FED_OPT_BOOL, "true", 0, 0,
-      "aggregator: evaluate each round on the test split of --data"),
-    R(model, "model", FED_OPT_STR, "mlp:256,128", 0, 0, "aggregator: logreg, mlp:W1,W2,... or cnn"),
-    R(rounds, "rounds", FED_OPT_INT, "10", 0, 1000000, "aggregator: rounds to run (0: forever)"),
+      "aggregator, peer: evaluate each round on the test split of --data"),
+    R(model, "model", FED_OPT_STR, "mlp:256,128", 0, 0, "aggregator, peer: logreg, mlp:W1,W2,... or cnn"),
+    R(rounds, "rounds", FED_OPT_INT, "10", 0, 1000000, "aggregator, peer: rounds to run (0: forever)"),
     R(local_epochs, "local-epochs", FED_OPT_INT, "1", 1, 1000,
-      "aggregator: epochs each client trains per round"),
-    R(batch, "batch", FED_OPT_INT, "64", 1, 4096, "aggregator: clients' batch size"),
-    R(lr, "lr", FED_OPT_DOUBLE, "0.05", 1e-9, 100, "aggregator: clients' learning rate"),
+      "aggregator, peer: epochs each client trains per round"),
+    R(batch, "batch", FED_OPT_INT, "64", 1, 4096, "aggregator, peer: clients' batch size"),
+    R(lr, "lr", FED_OPT_DOUBLE, "0.05", 1e-9, 100, "aggregator, peer: clients' learning rate"),
     R(optimizer, "optimizer", FED_OPT_STR, "sgd", 0, 0,
-      "aggregator: clients' optimizer, sgd or adam"),
+      "aggregator, peer: clients' optimizer, sgd or adam"),
     R(momentum, "momentum", FED_OPT_DOUBLE, "0.9", 0, 0.999,
-      "aggregator: clients' SGD momentum (0: plain SGD)"),
+      "aggregator, peer: clients' SGD momentum (0: plain SGD)"),
     R(codec, "codec", FED_OPT_STR, "f32", 0, 0, "aggregator: delta codec: f32, f16, q8, topk:F"),
     R(strategy, "strategy", FED_OPT_STR, "fedavg", 0, 0,
       "aggregator: merge strategy (fedavg, fedadam, median, krum:F, clip:N+..., see README)"),
     R(weight_cap, "weight-cap", FED_OPT_DOUBLE, "0", 0, 1,
       "aggregator: largest share of the weight one client may get (0: none)"),
+    R(peers, "peers", FED_OPT_STR, "", 0, 0,
+      "peer: file of NAME URL lines, where the other members listen"),
+    R(topology, "topology", FED_OPT_STR, "ring", 0, 0,
+      "peer: full, ring, random:K, tree, smallworld:K,P"),
+    R(sync, "sync", FED_OPT_STR, "bsp", 0, 0,
+      "peer: bsp (wait for the round's shares or --deadline-ms), ssp:S, asp:T or bap"),
+    R(mixing, "mixing", FED_OPT_STR, "pushsum", 0, 0,
+      "peer: pushsum (running sums), plain, metropolis or pairwise"),
+    R(final_mix, "final-mix", FED_OPT_INT, "3", 0, 1000,
+      "peer: rounds that only mix after the last training round, so the members end close "
+      "to one model"),
     R(mode, "mode", FED_OPT_STR, "sync", 0, 0,
       "aggregator: sync (rounds with a deadline) or async (FedBuff: merge every --buffer deltas)"),
     R(buffer, "buffer", FED_OPT_INT, "0", 0, FED_MERGE_DEFAULT_MAX_CLIENTS,
@@ -119,13 +136,13 @@ static const fed_opt run_opts[] = {
     R(fraction, "fraction", FED_OPT_DOUBLE, "1", 1e-6, 1,
       "aggregator: share of the waiting clients sampled each round"),
     R(deadline_ms, "deadline-ms", FED_OPT_INT, "60000", 1, 86400000,
-      "aggregator: a round closes this long after it started"),
+      "aggregator, peer: a round closes this long after it started"),
     R(poll_ms, "poll-ms", FED_OPT_INT, "5000", 1, 600000,
       "longest hold of a client's request before 'no round yet'"),
     R(gather_ms, "gather-ms", FED_OPT_INT, "1000", 0, 600000,
       "aggregator: after a round, start the next with --min-clients once this passed"),
     R(linger_ms, "linger-ms", FED_OPT_INT, "2000", 0, 600000,
-      "aggregator: keep answering this long after the last round"),
+      "aggregator, peer: keep answering this long after the last round"),
     R(retry_ms, "retry-ms", FED_OPT_INT, "2000", 1, 600000,
       "client: wait for an answer this much beyond --poll-ms before retrying"),
     R(max_clients, "max-clients", FED_OPT_INT, "64", 1, 4096,
@@ -143,6 +160,7 @@ static const fed_opt run_opts[] = {
 typedef struct run_state {
     fed_crypto_arena *arena;
     fed_crypto_allow *allow;
+    fed_gossip_peers *peers;
     fed_store *store;
     fed_backend *be;
     fed_pool *pool;
@@ -159,6 +177,7 @@ static void run_state_free(run_state *s)
     fed_pool_free(s->pool);
     fed_backend_free(s->be);
     fed_store_close(s->store);
+    fed_gossip_peers_free(s->peers);
     fed_crypto_allow_free(s->allow);
     fed_crypto_arena_free(s->arena);
 }
@@ -237,12 +256,35 @@ static int aggregator_key(const run_cfg *c, const run_state *s, fed_peer_id *out
     return 2;
 }
 
-static int load_data(const run_cfg *c, run_state *s, int client)
+static int load_peers(const run_cfg *c, run_state *s)
 {
-    int shard = 0, k = 1;
+    int line = 0;
     fed_err e;
 
-    if (client) {
+    if (!c->peers[0]) {
+        fed_cli_error("run: a peer needs --peers FILE (NAME URL per line)");
+        return 2;
+    }
+    if ((e = fed_gossip_peers_new(&s->peers)) == FED_OK)
+        e = fed_gossip_peers_load(s->peers, s->allow, c->peers, &line);
+    if (e != FED_OK) {
+        if (line)
+            fed_cli_error("run: %s:%d: %s", c->peers, line, fed_strerror(e));
+        else
+            fed_cli_error("run: %s: %s", c->peers, fed_strerror(e));
+        return 1;
+    }
+    return -1;
+}
+
+/* client: its shard; aggregator: the test split (input shape, evaluation);
+ * peer: both. */
+static int load_data(const run_cfg *c, run_state *s, fed_node_role role)
+{
+    int shard = 0, k = 1;
+    fed_err e = FED_OK;
+
+    if (role != FED_NODE_AGGREGATOR) {
         if (!fed_cli_parse_shard(c->shard, &shard, &k)) {
             fed_cli_error("run: --shard '%s': expected I/K with 0 <= I < K", c->shard);
             return 2;
@@ -252,11 +294,9 @@ static int load_data(const run_cfg *c, run_state *s, int client)
                                    &s->nidx);
         if (e == FED_OK && s->nidx == 0)
             e = FED_ERR_RANGE;
-    } else {
-        /* the aggregator learns the input shape from the data's test split
-           and evaluates on it when --eval */
-        e = fed_data_open(c->data, 0, &s->test);
     }
+    if (e == FED_OK && role != FED_NODE_CLIENT)
+        e = fed_data_open(c->data, 0, &s->test);
     if (e != FED_OK) {
         fed_cli_error("run: data %s: %s", c->data, fed_strerror(e));
         return 1;
@@ -285,30 +325,18 @@ static int check_round_options(const run_cfg *c, fed_node_config *nc)
     return -1;
 }
 
-static int fill_node_config(const run_cfg *c, run_state *s, fed_node_config *nc)
+static fed_node_role role_of(const run_cfg *c)
 {
-    int client = !strcmp(c->role, "client");
+    return !strcmp(c->role, "client")   ? FED_NODE_CLIENT
+           : !strcmp(c->role, "peer")   ? FED_NODE_PEER
+                                        : FED_NODE_AGGREGATOR;
+}
+
+/* The model and how it trains: the aggregator's clients', a peer's own. */
+static int fill_training(const run_cfg *c, run_state *s, fed_node_config *nc)
+{
     int rc;
 
-    fed_node_config_default(nc);
-    nc->role = client ? FED_NODE_CLIENT : FED_NODE_AGGREGATOR;
-    nc->seed = c->seed;
-    nc->be = s->be;
-    nc->pool = s->pool;
-    nc->shards = fed_pool_workers(s->pool) > 0 ? fed_pool_workers(s->pool) : 1;
-    nc->store = s->store;
-    nc->arena = s->arena;
-    nc->allow = s->allow;
-    nc->poll_ms = (uint64_t)c->poll_ms;
-    nc->wire.max_frame = (size_t)c->max_frame;
-    nc->wire.max_rx_streams = client ? 2 : (uint32_t)c->max_clients;
-    if (client) {
-        nc->train = s->train;
-        nc->shard = s->idx;
-        nc->shard_n = s->nidx;
-        nc->retry_ms = (uint64_t)c->retry_ms;
-        return aggregator_key(c, s, &nc->aggregator);
-    }
     if ((rc = check_round_options(c, nc)) >= 0)
         return rc;
     snprintf(nc->spec, sizeof nc->spec, "%s", c->model);
@@ -321,10 +349,17 @@ static int fill_node_config(const run_cfg *c, run_state *s, fed_node_config *nc)
     nc->batch = (uint32_t)c->batch;
     nc->lr = (float)c->lr;
     nc->momentum = (float)c->momentum;
+    nc->rounds = (uint32_t)c->rounds;
+    nc->deadline_ms = (uint64_t)c->deadline_ms;
+    nc->test = c->eval ? s->test : NULL;
+    return -1;
+}
+
+static int fill_aggregator(const run_cfg *c, fed_node_config *nc)
+{
     snprintf(nc->codec, sizeof nc->codec, "%s", c->codec);
     snprintf(nc->strategy, sizeof nc->strategy, "%s", c->strategy);
     nc->weight_cap = c->weight_cap;
-    nc->rounds = (uint32_t)c->rounds;
     if (strcmp(c->mode, "sync") != 0 && strcmp(c->mode, "async") != 0) {
         fed_cli_error("run: --mode '%s': sync or async", c->mode);
         return 2;
@@ -342,9 +377,54 @@ static int fill_node_config(const run_cfg *c, run_state *s, fed_node_config *nc)
     nc->min_clients = (uint32_t)c->min_clients;
     nc->wait_clients = (uint32_t)c->wait_clients;
     nc->gather_ms = (uint64_t)c->gather_ms;
-    nc->deadline_ms = (uint64_t)c->deadline_ms;
-    nc->test = c->eval ? s->test : NULL;
     return -1;
+}
+
+static int fill_peer(const run_cfg *c, const run_state *s, fed_node_config *nc)
+{
+    if (fed_node_peer_check(c->topology, c->sync, c->mixing) != FED_OK) {
+        fed_cli_error("run: --topology '%s', --sync '%s' or --mixing '%s' is not valid "
+                      "(see fednode run --help)", c->topology, c->sync, c->mixing);
+        return 2;
+    }
+    snprintf(nc->topology, sizeof nc->topology, "%s", c->topology);
+    snprintf(nc->sync, sizeof nc->sync, "%s", c->sync);
+    snprintf(nc->mixing, sizeof nc->mixing, "%s", c->mixing);
+    nc->final_mix = (uint32_t)c->final_mix;
+    nc->train = s->train;
+    nc->shard = s->idx;
+    nc->shard_n = s->nidx;
+    nc->retry_ms = (uint64_t)c->retry_ms;
+    return -1;
+}
+
+static int fill_node_config(const run_cfg *c, run_state *s, fed_node_config *nc)
+{
+    fed_node_role role = role_of(c);
+    int rc;
+
+    fed_node_config_default(nc);
+    nc->role = role;
+    nc->seed = c->seed;
+    nc->be = s->be;
+    nc->pool = s->pool;
+    nc->shards = fed_pool_workers(s->pool) > 0 ? fed_pool_workers(s->pool) : 1;
+    nc->store = s->store;
+    nc->arena = s->arena;
+    nc->allow = s->allow;
+    nc->poll_ms = (uint64_t)c->poll_ms;
+    nc->wire.max_frame = (size_t)c->max_frame;
+    nc->wire.max_rx_streams = role == FED_NODE_CLIENT ? 2 : (uint32_t)c->max_clients;
+    if (role == FED_NODE_CLIENT) {
+        nc->train = s->train;
+        nc->shard = s->idx;
+        nc->shard_n = s->nidx;
+        nc->retry_ms = (uint64_t)c->retry_ms;
+        return aggregator_key(c, s, &nc->aggregator);
+    }
+    if ((rc = fill_training(c, s, nc)) >= 0)
+        return rc;
+    return role == FED_NODE_PEER ? fill_peer(c, s, nc) : fill_aggregator(c, nc);
 }
 
 static int open_store(const run_cfg *c, run_state *s)
@@ -367,21 +447,23 @@ static int run_node(const run_cfg *c)
     run_state s;
     fed_node_config nc;
     fed_node_daemon_cfg dc;
-    int client = !strcmp(c->role, "client"), rc;
+    fed_node_role role = role_of(c);
+    int rc;
     int threads = c->threads ? c->threads : fed_cli_online_cores();
     fed_err e;
 
     memset(&s, 0, sizeof s);
-    if (!client && strcmp(c->role, "aggregator") != 0) {
-        fed_cli_error("run: --role '%s': aggregator or client", c->role);
+    if (strcmp(c->role, "client") && strcmp(c->role, "aggregator") && strcmp(c->role, "peer")) {
+        fed_cli_error("run: --role '%s': aggregator, client or peer", c->role);
         return 2;
     }
-    if (client && !c->aggregator[0]) {
+    if (role == FED_NODE_CLIENT && !c->aggregator[0]) {
         fed_cli_error("run: a client needs --aggregator ADDRESS");
         return 2;
     }
     if ((rc = load_identity(c, &s)) >= 0 || (rc = load_allow(c, &s)) >= 0 ||
-        (rc = load_data(c, &s, client)) >= 0 || (rc = open_store(c, &s)) >= 0)
+        (role == FED_NODE_PEER && (rc = load_peers(c, &s)) >= 0) ||
+        (rc = load_data(c, &s, role)) >= 0 || (rc = open_store(c, &s)) >= 0)
         goto out;
     if (fed_backend_cpu_new(1, &s.be) != FED_OK || fed_pool_new(threads, &s.pool) != FED_OK) {
         fed_cli_error("run: out of memory");
@@ -391,9 +473,10 @@ static int run_node(const run_cfg *c)
     if ((rc = fill_node_config(c, &s, &nc)) >= 0)
         goto out;
     memset(&dc, 0, sizeof dc);
-    dc.listen_url = client ? NULL : c->listen;
-    dc.peer_url = client ? c->aggregator : NULL;
-    dc.recv_contexts = client ? 1 : (uint32_t)c->max_clients;
+    dc.listen_url = role == FED_NODE_CLIENT ? NULL : c->listen;
+    dc.peer_url = role == FED_NODE_CLIENT ? c->aggregator : NULL;
+    dc.peers = s.peers;
+    dc.recv_contexts = role == FED_NODE_CLIENT ? 1 : (uint32_t)c->max_clients;
     dc.allow_path = c->allow;
     dc.allow = s.allow;
     dc.port_file = c->port_file[0] ? c->port_file : NULL;

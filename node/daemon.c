@@ -403,6 +403,18 @@ static fed_err open_transport(fed_node_daemon *d, const fed_node_config *nc)
         fed_log(FED_LOG_ERROR, "daemon: cannot dial %s: %s", dc->peer_url, fed_strerror(e));
         return e;
     }
+    for (size_t i = 0; dc->peers && i < fed_gossip_peers_count(dc->peers); i++) {
+        const uint8_t *key;
+        const char *url;
+
+        fed_gossip_peers_get(dc->peers, i, &key, &url);
+        if (!memcmp(key, fed_crypto_arena_pubkey(nc->arena), 32))
+            continue; /* ourselves */
+        if ((e = fed_gossip_tx_add_peer(d->tx, key, url)) != FED_OK) {
+            fed_log(FED_LOG_ERROR, "daemon: cannot dial %s: %s", url, fed_strerror(e));
+            return e;
+        }
+    }
     return FED_OK;
 }
 

@@ -15,17 +15,19 @@
 #include "core/err.h"
 #include "core/pool.h"
 #include "crypto/allow.h"
+#include "gossip/peers.h"
 #include "node/node.h"
 
 typedef struct fed_node_daemon_cfg {
     const char *listen_url;  /* aggregator: "tcp://0.0.0.0:7400"; NULL: dial only */
     const char *peer_url;    /* client: the aggregator's address */
+    const fed_gossip_peers *peers; /* peer: where the other members are */
     uint32_t recv_contexts;  /* requests held at once (aggregator: >= clients) */
     const char *allow_path;  /* reloaded on SIGHUP into cfg->allow; NULL: never */
     fed_crypto_allow *allow; /* the node's (nc->allow), reloaded in place */
     const char *port_file;   /* where to write the bound TCP port; NULL: nowhere */
-    uint64_t linger_ms;      /* aggregator: keep answering this long after the
-                                last round, so clients hear it is over */
+    uint64_t linger_ms;      /* aggregator, peer: keep answering this long after
+                                the last round, so the others hear it is over */
 } fed_node_daemon_cfg;
 
 /* Installs the signal handlers (SIGTERM, SIGINT, SIGHUP; SIGPIPE ignored)

@@ -163,6 +163,9 @@ typedef struct fed_node_config {
     char sync[16];                /* bsp (default), ssp:S, asp:T or bap */
     char mixing[16];              /* pushsum (default), plain, metropolis, pairwise */
     int mix_only;                 /* 1: no training; mix init (consensus runs) */
+    uint32_t final_mix;           /* after the last training round, this many
+                                     rounds that only mix, so the members end
+                                     close to one model; default 0 */
     const double *init;           /* mix only: the starting vector (init_dim) */
     size_t init_dim;
 

@@ -32,6 +32,7 @@ typedef enum mesh_mix { MIX_PUSHSUM, MIX_PLAIN, MIX_METROPOLIS, MIX_PAIRWISE } m
 /* What the node knows of each member (index = allow-list order). */
 typedef struct mesh_member {
     uint8_t key[32];
+    uint64_t seen_round;  /* the newest round of its SHAREs since this start */
     uint32_t missed;      /* rounds in a row it was waited for in vain (it
                              is suspected at 1, no longer waited for at 2;
                              any frame from it sets it back to 0) */
@@ -367,6 +368,13 @@ out:
 
 /* ---- rounds ---- */
 
+/* All rounds done: the training rounds, then the final mixing-only ones. */
+static int all_done(const fed_node *n)
+{
+    return n->cfg.rounds && n->round >= (uint64_t)n->cfg.rounds + n->cfg.final_mix;
+}
+
+
 static void evaluate(fed_node *n, fed_node_round_info *info)
 {
     node_mesh *p = n->mesh;
@@ -426,7 +434,7 @@ static fed_err finish_round(fed_node *n)
             (unsigned long long)round, info.merged, info.accuracy);
     if (n->cfg.on_round)
         n->cfg.on_round(n->cfg.observer, n, &info);
-    if (n->cfg.rounds && n->round >= n->cfg.rounds) {
+    if (all_done(n)) {
         p->state = MESH_DONE;
         n->finished = 1;
         return FED_OK;
@@ -591,12 +599,9 @@ static void catch_up(fed_node *n)
     node_mesh *p = n->mesh;
     uint64_t ahead = 0;
 
-    for (size_t k = 0; k < p->n; k++) {
-        uint64_t r = fed_gossip_ps_held_round(p->ps, p->mem[k].key);
-
-        if (k != p->self && r > ahead)
-            ahead = r;
-    }
+    for (size_t k = 0; k < p->n; k++)
+        if (k != p->self && p->mem[k].seen_round > ahead)
+            ahead = p->mem[k].seen_round;
     if (ahead > n->round + 1) {
         fed_log(FED_LOG_INFO, "peer: rejoining at round %llu, neighbours at %llu: skipping ahead",
                 (unsigned long long)n->round, (unsigned long long)ahead);
@@ -616,7 +621,7 @@ static fed_err begin_round(fed_node *n)
 
     if (p->rejoining)
         catch_up(n);
-    if (c->rounds && n->round >= c->rounds) {
+    if (all_done(n)) {
         p->state = MESH_DONE;
         n->finished = 1;
         return FED_OK;
@@ -625,8 +630,8 @@ static fed_err begin_round(fed_node *n)
     p->bytes_in0 = wc->bytes_in;
     p->bytes_out0 = wc->bytes_out;
     p->samples = 0;
-    if (c->mix_only)
-        return mix(n);
+    if (c->mix_only || (c->rounds && n->round >= c->rounds))
+        return mix(n); /* no training: consensus, or the final mixing rounds */
     memset(&j->set, 0, sizeof j->set);
     snprintf(j->set.spec, sizeof j->set.spec, "%s", c->spec);
     j->set.local_epochs = c->local_epochs;
@@ -715,6 +720,8 @@ static fed_err on_share(fed_node *n, node_open *op)
     if (e == FED_OK) {
         mesh_member *mb = &p->mem[k];
 
+        if (m->hdr.round > mb->seen_round)
+            mb->seen_round = m->hdr.round;
         mb->have_share = 1;
         memcpy(mb->header, m->header, FED_WIRE_HEADER_BYTES);
         memcpy(mb->digest, m->digest, sizeof mb->digest);

@@ -96,6 +96,7 @@ typedef struct mesh_opts {
     int train;
     const char *spec;
     uint64_t seed;
+    uint32_t final_mix;
 } mesh_opts;
 
 static void mesh_build(mesh *m, const mesh_opts *o)
@@ -152,6 +153,7 @@ static void mesh_build(mesh *m, const mesh_opts *o)
         c.be = be;
         c.allow = m->allow;
         c.rounds = o->rounds;
+        c.final_mix = o->final_mix;
         c.deadline_ms = o->deadline_ms;
         snprintf(c.topology, sizeof c.topology, "%s", o->topology);
         snprintf(c.sync, sizeof c.sync, "%s", o->sync ? o->sync : "bsp");

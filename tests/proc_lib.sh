@@ -1,0 +1,91 @@
+# proc_lib.sh - what the process tests (tests/test_*.sh) share: the skip
+# checks, a temporary directory and the processes started, removed and
+# killed on exit, and small helpers to start fednode, wait with a bound, and
+# read a node's database through `fednode status --json`. Sourced, never run.
+set -u
+FEDNODE=${FEDNODE:-./fednode}
+DATA=${FEDNODE_DATA:-/usr/share/datasets/fashion-mnist}
+if [ ! -x "$FEDNODE" ]; then echo "skipped: no $FEDNODE (run make)"; exit 77; fi
+if [ ! -e "$DATA/train-images-idx3-ubyte.gz" ] && [ ! -e "$DATA/train-images-idx3-ubyte" ]; then
+    echo "skipped: no Fashion-MNIST in $DATA"; exit 77
+fi
+TMP=$(mktemp -d) || exit 1
+PIDS=""
+cleanup() {
+    for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    if [ -n "${KEEP:-}" ]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM HUP
+FEDNODE_PASSPHRASE=   # the keys made here are not sealed
+FEDNODE_LOG=info      # the checks read info lines
+export FEDNODE_PASSPHRASE FEDNODE_LOG
+T0=$(date +%s)
+
+fail() {
+    echo "FAIL: $1"
+    for f in "$TMP"/*.log "$TMP"/*/*.log; do
+        [ -f "$f" ] || continue
+        echo "  -- ${f#"$TMP"/} (last lines)"
+        tail -n 12 "$f" | sed 's/^/  | /'
+    done
+    exit 1
+}
+ok() { echo "ok: $1"; }
+
+# start NAME ARGS...: fednode run ARGS in the background, output in
+# $TMP/NAME.log, its pid in $TMP/NAME.pid (and in PIDS, for cleanup)
+start() {
+    name=$1; shift
+    "$FEDNODE" run "$@" >"$TMP/$name.log" 2>&1 &
+    echo $! >"$TMP/$name.pid"
+    PIDS="$PIDS $!"
+}
+pid() { cat "$TMP/$1.pid"; }
+alive() { kill -0 "$(pid "$1")" 2>/dev/null; }
+# wait_for DESC SECONDS CMD...: until CMD succeeds, polling every 0.1 s
+wait_for() {
+    d=$1 n=$(($2 * 10)); shift 2
+    while [ "$n" -gt 0 ]; do
+        "$@" >/dev/null 2>&1 && return 0
+        sleep 0.1; n=$((n - 1))
+    done
+    fail "$d (waited $(($(date +%s) - T0)) s into the test)"
+}
+# logged NAME TEXT: TEXT is in NAME's log
+logged() { grep -q -- "$2" "$TMP/$1.log"; }
+# wait_exit NAME SECONDS: NAME must end within SECONDS; its status in $rc
+wait_exit() {
+    n=$(($2 * 10))
+    while alive "$1" && [ "$n" -gt 0 ]; do sleep 0.1; n=$((n - 1)); done
+    if alive "$1"; then kill -9 "$(pid "$1")"; fail "$1 ended within $2 s"; fi
+    wait "$(pid "$1")"; rc=$?
+}
+# exits0 NAME SECONDS: NAME ends within SECONDS with status 0
+exits0() { wait_exit "$1" "$2"; [ "$rc" -eq 0 ] || fail "$1 exited $rc, wanted 0"; }
+status() { "$FEDNODE" status --db "$1" --json; }
+# rows DB: status --json, one object a line
+rows() { status "$1" | tr '{' '\n'; }
+# nround DB N: how many rows of round N the rounds table has
+nround() { rows "$1" | grep -c "^\"round\":$2,\"start_ms\""; }
+# field DB N KEY: KEY's value in round N's row
+field() { rows "$1" | grep "^\"round\":$2,\"start_ms\"" | sed -n "s/.*\"$3\":\([^,}]*\).*/\1/p"; }
+# contrib DB N HEXKEY: "accepted,reason" of each of HEXKEY's contributions
+# to round N (N = '[0-9]*': any round)
+contrib() {
+    rows "$1" | grep "^\"round\":$2,\"key\":\"$3\"" |
+        sed -n 's/.*"accepted":\([a-z]*\),"reason":"\([^"]*\)".*/\1,\2/p'
+}
+counter() { status "$1" | sed -n "s/.*\"$2\":\([0-9]*\).*/\1/p"; }
+verify() { "$FEDNODE" verify --db "$1" >"$TMP/verify.out" 2>&1 || {
+    sed 's/^/  | /' "$TMP/verify.out"; fail "verify $1"; }; }
+keyhex() { "$FEDNODE" pubkey "$1" | base64 -d | od -An -v -tx1 | tr -d ' \n'; }
+# rounds_once DB LAST: rounds 1..LAST each exactly once, none after
+rounds_once() {
+    for r in $(seq 1 "$2"); do
+        [ "$(nround "$1" "$r")" -eq 1 ] || fail "$1 has round $r exactly once"
+    done
+    [ "$(nround "$1" $(($2 + 1)))" -eq 0 ] || fail "$1 has no round $(($2 + 1))"
+}
+
