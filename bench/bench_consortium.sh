@@ -75,8 +75,8 @@ done
 : >"$TMP/hwm"
 while :; do
     # shellcheck disable=SC2086
-    awk '/^VmHWM:/ { print FILENAME, $2 }
-         FILENAME ~ /stat$/ && $3 != "Z" { print FILENAME, $14 + $15 }' $STATUS_FILES \
+    awk -v t="$(now)" '/^VmHWM:/ { print FILENAME, $2, t }
+         FILENAME ~ /stat$/ && $3 != "Z" { print FILENAME, $14 + $15, t }' $STATUS_FILES \
         2>/dev/null >"$TMP/hwm.now"
     grep -q status "$TMP/hwm.now" || break
     cat "$TMP/hwm.now" >>"$TMP/hwm"
@@ -107,6 +107,14 @@ cli_max=$(awk -v f="/proc/$AGG/status" '$1 != f && $1 ~ /status$/ { if ($2 > m[$
 cli_mean=$(awk -v f="/proc/$AGG/status" '$1 != f && $1 ~ /status$/ { if ($2 > m[$1]) m[$1] = $2 }
     END { for (k in m) { s += m[k]; n++ } print n ? s / n : 0 }' "$TMP/hwm")
 hz=$(getconf CLK_TCK)
+# CPU over the rounds: the polls nearest inside [round 1 start, last merge]
+# (no process starts or ends in between), all 11 processes summed
+busy=$(awk -v a="$t_first" -v b="$t_last" -v hz="$hz" '$1 ~ /stat$/ && $3 >= a && $3 <= b {
+        sum[$3] += $2; if (!t0 || $3 < t0) t0 = $3; if ($3 > t1) t1 = $3 }
+    END { if (t1 > t0) printf "%.3f %.2f", (sum[t1] - sum[t0]) / hz, (sum[t1] - sum[t0]) / hz / (t1 - t0)
+          else print "nan nan" }' "$TMP/hwm")
+cpu_rounds=${busy% *}
+cores_busy=${busy#* }
 agg_cpu=$(awk -v f="/proc/$AGG/stat" -v hz="$hz" '$1 == f && $2 > m { m = $2 }
     END { printf "%.2f", m / hz }' "$TMP/hwm")
 cli_cpu=$(awk -v f="/proc/$AGG/stat" -v hz="$hz" '$1 != f && $1 ~ /stat$/ { if ($2 > m[$1]) m[$1] = $2 }
@@ -186,3 +194,6 @@ echo "each round, start to merge + gap to the next start (s): $rounds_line"
 printf 'CPU seconds over the job'"'"'s %.2f s: aggregator %s, the %d clients %s (%s of %d cores busy)\n' \
     "$(calc "$t_end - $t_launch")" "$agg_cpu" "$N" "$cli_cpu" \
     "$(calc "($agg_cpu + $cli_cpu) / ($t_end - $t_launch)" %.2f)" "$(nproc)"
+printf 'during the rounds: %s of %d cores busy with the job; CPU seconds per round %s, %s x the training'"'"'s (2 x packed)\n' \
+    "$cores_busy" "$(nproc)" "$(calc "$cpu_rounds / ($ROUNDS - 0.0)" %.3f)" \
+    "$(calc "$cpu_rounds / $ROUNDS / (2 * $packed)" %.2f)"
