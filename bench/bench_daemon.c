@@ -527,17 +527,28 @@ static fed_err one_round(bench *B, int slot)
 
     B->round++;
     memset(small, 0, sizeof small);
-    /* clients ask (NEXT): the aggregator holds the requests (untimed) */
-    for (int i = 0; i < NCLI; i++)
+    /* clients ask (NEXT): the aggregator holds the requests (untimed); each
+     * carries its client's index (requests may arrive in any order) */
+    for (int i = 0; i < NCLI; i++) {
+        small[0] = (uint8_t)i;
         if ((e = fed_gossip_tx_send(B->dial, fed_crypto_arena_pubkey(B->agg.arena), small,
                                     sizeof small, (uint64_t)i)) != FED_OK)
             return e;
+    }
     if ((e = collect(B->srv, FED_GOSSIP_TX_REQUEST, B->rx, NCLI)) != FED_OK)
         return e;
+    memset(B->held, 0, sizeof B->held);
     for (int i = 0; i < NCLI; i++) {
-        B->held[i] = B->rx[i].ev.req;
+        uint8_t who = B->rx[i].ev.len ? B->rx[i].ev.frame[0] : NCLI;
+
+        if (who < NCLI && !B->held[who])
+            B->held[who] = B->rx[i].ev.req;
+        else
+            e = FED_ERR_INTERNAL;
         fed_gossip_tx_event_done(B->srv, &B->rx[i].ev);
     }
+    if (e != FED_OK)
+        return e;
 
     /* ---- MODEL: the aggregator to its 10 clients ---- */
     t0 = now_s();
