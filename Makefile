@@ -10,7 +10,7 @@
 #   tests/long_*.{c,sh}     `make test-long`
 #   tests/fuzz/fuzz_*.c     libFuzzer targets (`make fuzz`); in `make test` each
 #                           replays its corpus through tests/fuzz/replay.c
-#   bench/bench_*.c         `make bench`
+#   bench/bench_*.c         `make bench`; bench/bench_*.sh run after them
 
 PREFIX  ?= /usr/local
 DESTDIR ?=
@@ -47,6 +47,7 @@ LONG_BINS  := $(LONG_SRCS:tests/%.c=$(BUILD)/tests/%)
 LONG_SH    := $(wildcard tests/long_*.sh)
 BENCH_SRCS := $(wildcard bench/bench_*.c)
 BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
+BENCH_SH   := $(wildcard bench/bench_*.sh)
 FUZZ_SRCS  := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_NAMES := $(FUZZ_SRCS:tests/fuzz/%.c=%)
 REPLAY_BINS:= $(FUZZ_NAMES:%=$(BUILD)/tests/replay_%)
@@ -121,6 +122,7 @@ tsan:
 
 bench: all $(BENCH_BINS)
 	$(Q)for b in $(BENCH_BINS); do echo "== $$b"; $$b || exit 1; done
+	$(Q)for s in $(BENCH_SH); do echo "== $$s"; sh $$s || exit 1; done
 
 # libFuzzer targets: clang -fsanitize=fuzzer,address; FUZZ_SECONDS each.
 FUZZ_SECONDS ?= 60

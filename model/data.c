@@ -100,7 +100,12 @@ out:
     return err;
 }
 
-/* ---- a byte source over a buffer: plain, or one or more gzip members ---- */
+/* ---- a byte source: plain, or one or more gzip members ---- */
+
+/* A file is read through a window of this many bytes, never whole: a
+ * client's peak memory is then the dataset alone, not the dataset plus the
+ * compressed file (26 MB for Fashion-MNIST's training images). */
+#define IDX_WINDOW ((size_t)256 << 10)
 
 typedef struct idx_src {
     const char *name;
@@ -111,6 +116,10 @@ typedef struct idx_src {
     int zinit;
     int ended; /* gzip: last member finished and no input left */
     z_stream zs;
+    /* a file read through the window buf = win (fd >= 0), else a buffer */
+    int fd;
+    uint8_t *win;      /* (IDX_WINDOW) */
+    uint64_t file_left; /* bytes of the file not read yet */
 } idx_src;
 
 static voidpf zalloc_hook(voidpf opaque, uInt items, uInt size)
@@ -125,13 +134,11 @@ static void zfree_hook(voidpf opaque, voidpf p)
     fed_free(p);
 }
 
-static fed_err src_init(idx_src *s, const char *name, const uint8_t *buf, size_t len)
+/* Plain or gzip, by the first two bytes of buf (a buffer, or the first
+ * window of a file). */
+static fed_err src_detect(idx_src *s)
 {
-    memset(s, 0, sizeof *s);
-    s->name = name;
-    s->buf = buf;
-    s->len = len;
-    if (len >= 2 && buf[0] == 0x1f && buf[1] == 0x8b) {
+    if (s->len >= 2 && s->buf[0] == 0x1f && s->buf[1] == 0x8b) {
         s->gz = 1;
         s->zs.zalloc = zalloc_hook;
         s->zs.zfree = zfree_hook;
@@ -139,11 +146,95 @@ static fed_err src_init(idx_src *s, const char *name, const uint8_t *buf, size_t
         switch (inflateInit2(&s->zs, 15 + 16)) {
         case Z_OK: break;
         case Z_MEM_ERROR: return FED_ERR_NOMEM;
-        default: return log_fail(FED_ERR_INTERNAL, name, "zlib inflateInit2 failed");
+        default: return log_fail(FED_ERR_INTERNAL, s->name, "zlib inflateInit2 failed");
         }
         s->zinit = 1;
     }
     return FED_OK;
+}
+
+static fed_err src_init(idx_src *s, const char *name, const uint8_t *buf, size_t len)
+{
+    memset(s, 0, sizeof *s);
+    s->name = name;
+    s->buf = buf;
+    s->len = len;
+    s->fd = -1;
+    return src_detect(s);
+}
+
+/* Up to cap bytes of the file into dst; *got < cap only at its end (a file
+ * that shrank while being read ends there). */
+static fed_err file_read(idx_src *s, uint8_t *dst, size_t cap, size_t *got)
+{
+    char eb[128];
+
+    *got = 0;
+    while (*got < cap && s->file_left > 0) {
+        size_t want = cap - *got < s->file_left ? cap - *got : (size_t)s->file_left;
+        ssize_t r = read(s->fd, dst + *got, want);
+
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return log_fail(FED_ERR_IO, s->name, "read failed: %s",
+                            strerror_r(errno, eb, sizeof eb));
+        if (r == 0) {
+            s->file_left = 0;
+            break;
+        }
+        *got += (size_t)r;
+        s->file_left -= (uint64_t)r;
+    }
+    return FED_OK;
+}
+
+/* Keep the keep bytes at the window's end (not yet used), move them to its
+ * front and fill the rest from the file; buf/len/pos describe the window. */
+static fed_err win_refill(idx_src *s, size_t keep)
+{
+    size_t got = 0;
+    fed_err err;
+
+    if (keep)
+        memmove(s->win, s->win + s->len - keep, keep);
+    err = file_read(s, s->win + keep, IDX_WINDOW - keep, &got);
+    s->buf = s->win;
+    s->len = keep + got;
+    s->pos = 0;
+    return err;
+}
+
+/* The file at path (a regular file of at most max bytes), read through a
+ * window. */
+static fed_err src_open(idx_src *s, const char *path, uint64_t max)
+{
+    char eb[128];
+    struct stat st;
+    fed_err err;
+    int e;
+
+    memset(s, 0, sizeof *s);
+    s->name = path;
+    s->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (s->fd < 0) {
+        e = errno;
+        return log_fail(e == ENOENT ? FED_ERR_NOTFOUND : e == EACCES ? FED_ERR_PERM : FED_ERR_IO,
+                        path, "cannot open: %s", strerror_r(e, eb, sizeof eb));
+    }
+    if (fstat(s->fd, &st) != 0)
+        return log_fail(FED_ERR_IO, path, "cannot stat: %s", strerror_r(errno, eb, sizeof eb));
+    if (!S_ISREG(st.st_mode))
+        return log_fail(FED_ERR_IO, path, "not a regular file");
+    if ((uint64_t)st.st_size > max)
+        return log_fail(FED_ERR_TOO_LARGE, path, "file of %lld bytes is over the limit of %llu",
+                        (long long)st.st_size, (unsigned long long)max);
+    if (!(s->win = fed_malloc(IDX_WINDOW)))
+        return FED_ERR_NOMEM;
+    s->file_left = (uint64_t)st.st_size;
+    if ((err = win_refill(s, 0)) != FED_OK)
+        return err;
+    return src_detect(s);
 }
 
 static void src_fini(idx_src *s)
@@ -151,10 +242,49 @@ static void src_fini(idx_src *s)
     if (s->zinit)
         inflateEnd(&s->zs);
     s->zinit = 0;
+    if (s->win)
+        fed_free(s->win);
+    s->win = NULL;
+    if (s->fd >= 0)
+        close(s->fd);
+    s->fd = -1;
 }
 
 /* Compressed bytes zlib has not consumed yet. */
-static size_t gz_pending(const idx_src *s) { return (s->len - s->pos) + s->zs.avail_in; }
+static uint64_t gz_pending(const idx_src *s)
+{
+    return (s->len - s->pos) + s->zs.avail_in + s->file_left;
+}
+
+/* Hand zlib the window's unread bytes, refilling it from the file first
+ * when zlib holds fewer than need bytes (it keeps those it holds). */
+static fed_err gz_feed(idx_src *s, size_t need)
+{
+    fed_err err;
+
+    if (s->zs.avail_in >= need)
+        return FED_OK;
+    if (s->fd >= 0 && s->pos == s->len && s->file_left > 0) {
+        size_t keep = s->zs.avail_in; /* at the window's end */
+
+        if ((err = win_refill(s, keep)) != FED_OK)
+            return err;
+        s->zs.next_in = (Bytef *)(uintptr_t)s->buf;
+        s->zs.avail_in = (uInt)s->len;
+        s->pos = s->len;
+        return FED_OK;
+    }
+    if (s->zs.avail_in == 0 && s->pos < s->len) {
+        size_t chunk = s->len - s->pos;
+
+        if (chunk > (1u << 30))
+            chunk = 1u << 30;
+        s->zs.next_in = (Bytef *)(uintptr_t)(s->buf + s->pos);
+        s->zs.avail_in = (uInt)chunk;
+        s->pos += chunk;
+    }
+    return FED_OK;
+}
 
 static fed_err gz_read(idx_src *s, uint8_t *dst, size_t want, size_t *got)
 {
@@ -162,17 +292,11 @@ static fed_err gz_read(idx_src *s, uint8_t *dst, size_t want, size_t *got)
     while (*got < want && !s->ended) {
         size_t room = want - *got;
         size_t before;
+        fed_err err;
         int rc;
 
-        if (s->zs.avail_in == 0 && s->pos < s->len) {
-            size_t chunk = s->len - s->pos;
-
-            if (chunk > (1u << 30))
-                chunk = 1u << 30;
-            s->zs.next_in = (Bytef *)(uintptr_t)(s->buf + s->pos);
-            s->zs.avail_in = (uInt)chunk;
-            s->pos += chunk;
-        }
+        if ((err = gz_feed(s, 1)) != FED_OK)
+            return err;
         if (room > (1u << 30))
             room = 1u << 30;
         s->zs.next_out = dst + *got;
@@ -181,7 +305,7 @@ static fed_err gz_read(idx_src *s, uint8_t *dst, size_t want, size_t *got)
         rc = inflate(&s->zs, Z_NO_FLUSH);
         *got += before - s->zs.avail_out;
         if (rc == Z_STREAM_END) {
-            size_t left = gz_pending(s);
+            uint64_t left = gz_pending(s);
 
             if (left == 0) {
                 s->ended = 1;
@@ -189,18 +313,12 @@ static fed_err gz_read(idx_src *s, uint8_t *dst, size_t want, size_t *got)
             }
             /* Another gzip member may follow (as `cat a.gz b.gz`); anything
              * else after the compressed data is garbage. */
-            if (s->zs.avail_in == 0) {
-                size_t chunk = s->len - s->pos;
-
-                if (chunk > (1u << 30))
-                    chunk = 1u << 30;
-                s->zs.next_in = (Bytef *)(uintptr_t)(s->buf + s->pos);
-                s->zs.avail_in = (uInt)chunk;
-                s->pos += chunk;
-            }
+            if ((err = gz_feed(s, 2)) != FED_OK)
+                return err;
             if (s->zs.avail_in < 2 || s->zs.next_in[0] != 0x1f || s->zs.next_in[1] != 0x8b)
                 return log_fail(FED_ERR_FORMAT, s->name,
-                                "%zu bytes of trailing garbage after the gzip data", left);
+                                "%llu bytes of trailing garbage after the gzip data",
+                                (unsigned long long)left);
             if (inflateReset(&s->zs) != Z_OK)
                 return log_fail(FED_ERR_INTERNAL, s->name, "zlib inflateReset failed");
             continue;
@@ -222,10 +340,12 @@ static fed_err gz_read(idx_src *s, uint8_t *dst, size_t want, size_t *got)
     return FED_OK;
 }
 
-/* Up to want bytes; *got < want only at the end of the data. */
+/* Up to want bytes; *got < want only at the end of the data. A plain
+ * file's bytes past the window are read straight into dst. */
 static fed_err src_read(idx_src *s, uint8_t *dst, size_t want, size_t *got)
 {
-    size_t n;
+    size_t n, more = 0;
+    fed_err err = FED_OK;
 
     if (s->gz)
         return gz_read(s, dst, want, got);
@@ -233,8 +353,10 @@ static fed_err src_read(idx_src *s, uint8_t *dst, size_t want, size_t *got)
     if (n)
         memcpy(dst, s->buf + s->pos, n);
     s->pos += n;
-    *got = n;
-    return FED_OK;
+    if (n < want && s->fd >= 0)
+        err = file_read(s, dst + n, want - n, &more);
+    *got = n + more;
+    return err;
 }
 
 /* ---- IDX ---- */
@@ -298,7 +420,7 @@ static fed_err idx_header(idx_src *s, int ndim, uint32_t dims[3])
 static fed_err idx_check_room(const idx_src *s, uint64_t bytes)
 {
     if (!s->gz) {
-        uint64_t left = s->len - s->pos;
+        uint64_t left = s->len - s->pos + s->file_left;
 
         if (left < bytes)
             return log_fail(FED_ERR_TRUNCATED, s->name, "IDX data has %llu of %llu bytes",
@@ -308,10 +430,10 @@ static fed_err idx_check_room(const idx_src *s, uint64_t bytes)
                             (unsigned long long)(left - bytes));
         return FED_OK;
     }
-    if (bytes > (uint64_t)gz_pending(s) * GZ_MAX_RATIO + GZ_SLACK)
+    if (bytes > gz_pending(s) * GZ_MAX_RATIO + GZ_SLACK)
         return log_fail(FED_ERR_TRUNCATED, s->name,
-                        "%zu gzip bytes cannot hold the %llu bytes the header claims",
-                        gz_pending(s), (unsigned long long)bytes);
+                        "%llu gzip bytes cannot hold the %llu bytes the header claims",
+                        (unsigned long long)gz_pending(s), (unsigned long long)bytes);
     return FED_OK;
 }
 
@@ -336,29 +458,21 @@ static fed_err idx_payload(idx_src *s, uint8_t *dst, size_t bytes)
     return FED_OK;
 }
 
-static fed_err parse_idx_named(const uint8_t *images, size_t images_len, const char *iname,
-                               const uint8_t *labels, size_t labels_len, const char *lname,
-                               fed_dataset **out)
+/* Images and labels from two sources (buffers or files), which the caller
+ * finishes. */
+static fed_err parse_idx_src(idx_src *si, idx_src *sl, fed_dataset **out)
 {
-    idx_src si, sl;
+    const char *iname = si->name, *lname = sl->name;
     uint32_t idims[3] = { 0 }, ldims[3] = { 0 };
     uint8_t *lab = NULL;
     fed_dataset *d = NULL;
     size_t features, bytes;
     fed_err err;
 
-    *out = NULL;
-    memset(&sl, 0, sizeof sl);
-    err = src_init(&si, iname, images, images_len);
+    err = idx_header(si, 3, idims);
     if (err)
         goto out;
-    err = src_init(&sl, lname, labels, labels_len);
-    if (err)
-        goto out;
-    err = idx_header(&si, 3, idims);
-    if (err)
-        goto out;
-    err = idx_header(&sl, 1, ldims);
+    err = idx_header(sl, 1, ldims);
     if (err)
         goto out;
     if (idims[0] != ldims[0]) {
@@ -368,9 +482,9 @@ static fed_err parse_idx_named(const uint8_t *images, size_t images_len, const c
     }
     features = (size_t)idims[1] * idims[2];
     bytes = features * idims[0];
-    err = idx_check_room(&si, bytes);
+    err = idx_check_room(si, bytes);
     if (!err)
-        err = idx_check_room(&sl, ldims[0]);
+        err = idx_check_room(sl, ldims[0]);
     if (err)
         goto out;
     d = fed_calloc(1, sizeof *d);
@@ -391,9 +505,9 @@ static fed_err parse_idx_named(const uint8_t *images, size_t images_len, const c
         err = FED_ERR_NOMEM;
         goto out;
     }
-    err = idx_payload(&si, d->x_u8, bytes);
+    err = idx_payload(si, d->x_u8, bytes);
     if (!err)
-        err = idx_payload(&sl, lab, d->n);
+        err = idx_payload(sl, lab, d->n);
     if (err)
         goto out;
     for (size_t i = 0; i < d->n; i++) {
@@ -409,32 +523,44 @@ static fed_err parse_idx_named(const uint8_t *images, size_t images_len, const c
 out:
     fed_free(lab);
     fed_data_free(d);
-    src_fini(&sl);
-    src_fini(&si);
     return err;
 }
 
 fed_err fed_data_parse_idx(const uint8_t *images, size_t images_len, const uint8_t *labels,
                            size_t labels_len, fed_dataset **out)
 {
-    return parse_idx_named(images, images_len, "<images buffer>", labels, labels_len,
-                           "<labels buffer>", out);
-}
-
-fed_err fed_data_load_idx(const char *images_path, const char *labels_path, fed_dataset **out)
-{
-    uint8_t *ib = NULL, *lb = NULL;
-    size_t il = 0, ll = 0;
+    idx_src si, sl;
     fed_err err;
 
     *out = NULL;
-    err = fed_data_read_file(images_path, FED_DATA_MAX_BYTES + 16, &ib, &il);
+    memset(&sl, 0, sizeof sl);
+    sl.fd = -1;
+    err = src_init(&si, "<images buffer>", images, images_len);
     if (!err)
-        err = fed_data_read_file(labels_path, FED_DATA_MAX_SAMPLES + 8, &lb, &ll);
+        err = src_init(&sl, "<labels buffer>", labels, labels_len);
     if (!err)
-        err = parse_idx_named(ib, il, images_path, lb, ll, labels_path, out);
-    fed_free(lb);
-    fed_free(ib);
+        err = parse_idx_src(&si, &sl, out);
+    src_fini(&sl);
+    src_fini(&si);
+    return err;
+}
+
+/* Both files are read through a window each, never whole. */
+fed_err fed_data_load_idx(const char *images_path, const char *labels_path, fed_dataset **out)
+{
+    idx_src si, sl;
+    fed_err err;
+
+    *out = NULL;
+    memset(&sl, 0, sizeof sl);
+    sl.fd = -1;
+    err = src_open(&si, images_path, FED_DATA_MAX_BYTES + 16);
+    if (!err)
+        err = src_open(&sl, labels_path, FED_DATA_MAX_SAMPLES + 8);
+    if (!err)
+        err = parse_idx_src(&si, &sl, out);
+    src_fini(&sl);
+    src_fini(&si);
     return err;
 }
 

@@ -50,7 +50,8 @@ typedef struct fed_dataset {
  * (count, rows*cols or total bytes over the FED_DATA_MAX_* limits, checked
  * before allocating), FED_ERR_SHAPE (image and label counts differ),
  * FED_ERR_RANGE (a label >= FED_DATA_IDX_CLASSES), FED_ERR_NOMEM. Nothing is
- * inflated past the header-implied size plus one byte. */
+ * inflated past the header-implied size plus one byte. Files are read through
+ * a 256 KiB window, never whole, so loading holds the dataset and little more. */
 FED_WUR fed_err fed_data_load_idx(const char *images_path, const char *labels_path,
                                   fed_dataset **out);
 /* Same on memory buffers (fuzz targets, tests). */

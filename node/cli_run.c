@@ -256,6 +256,24 @@ static int aggregator_key(const run_cfg *c, const run_state *s, fed_peer_id *out
     return 2;
 }
 
+/* A client or peer keeps only its shard: a copy of its samples, in shard
+ * order, replaces the whole training split (Fashion-MNIST: 4.7 of 47 MB at
+ * 10 shards), and the shard becomes 0..n-1. Training draws the same samples
+ * in the same order (it shuffles positions in the index list). */
+static fed_err keep_shard_only(run_state *s)
+{
+    fed_dataset *sub = NULL;
+    fed_err e = fed_data_subset(s->train, s->idx, s->nidx, &sub);
+
+    if (e != FED_OK)
+        return e;
+    fed_data_free(s->train);
+    s->train = sub;
+    for (size_t i = 0; i < s->nidx; i++)
+        s->idx[i] = (uint32_t)i;
+    return FED_OK;
+}
+
 static int load_peers(const run_cfg *c, run_state *s)
 {
     int line = 0;
@@ -294,6 +312,8 @@ static int load_data(const run_cfg *c, run_state *s, fed_node_role role)
                                    &s->nidx);
         if (e == FED_OK && s->nidx == 0)
             e = FED_ERR_RANGE;
+        if (e == FED_OK)
+            e = keep_shard_only(s);
     }
     if (e == FED_OK && role != FED_NODE_CLIENT)
         e = fed_data_open(c->data, 0, &s->test);

@@ -630,6 +630,86 @@ static void test_idx_files(void **state)
     free(g.p);
 }
 
+/* Files larger than the reader's window (data.c reads 256 KiB at a time):
+ * plain, and gzip as two members whose boundary falls one byte before and
+ * exactly at the window's end, give what the same bytes give from memory;
+ * a cut gzip file is TRUNCATED and bytes after it are FORMAT. */
+#define DATA_WINDOW (256u << 10)
+
+static void test_idx_files_windowed(void **state)
+{
+    const uint32_t n = 600, side = 28; /* 470,400 image bytes: about two windows */
+    buf im = idx_images(n, side, side), lb = idx_labels(n);
+    char ip[1024], lp[1024];
+    fed_dataset *ref = NULL, *d = NULL;
+    uint64_t x = 88172645463325252ull;
+
+    (void)state;
+    for (size_t i = 16; i < im.n; i++) { /* incompressible: the gzip is as long */
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        im.p[i] = (uint8_t)x;
+    }
+    tmp_path(ip, sizeof ip, "big");
+    tmp_path(lp, sizeof lp, "big-labels");
+    write_file(lp, lb.p, lb.n);
+    assert_err(fed_data_parse_idx(im.p, im.n, lb.p, lb.n, &ref), FED_OK);
+    write_file(ip, im.p, im.n);
+    assert_err(fed_data_load_idx(ip, lp, &d), FED_OK);
+    assert_memory_equal(d->x_u8, ref->x_u8, (size_t)n * side * side);
+    fed_data_free(d);
+    for (uint32_t end = DATA_WINDOW - 1; end <= DATA_WINDOW; end++) {
+        /* the first member's length k such that its gzip ends at `end` */
+        size_t k = end;
+        buf a, c, two;
+
+        for (;;) {
+            a = gz(im.p, k);
+            if (a.n <= end)
+                break;
+            k -= a.n - end;
+            free(a.p);
+        }
+        while (a.n < end) { /* stored blocks: one more input byte, one more output byte */
+            free(a.p);
+            a = gz(im.p, ++k);
+        }
+        assert_int_equal(a.n, end);
+        c = gz(im.p + k, im.n - k);
+        two = cat(a, c);
+        write_file(ip, two.p, two.n);
+        d = NULL;
+        assert_err(fed_data_load_idx(ip, lp, &d), FED_OK);
+        assert_memory_equal(d->x_u8, ref->x_u8, (size_t)n * side * side);
+        fed_data_free(d);
+        if (end == DATA_WINDOW) {
+            log_reset();
+            write_file(ip, two.p, two.n - 100);
+            assert_err(fed_data_load_idx(ip, lp, &d), FED_ERR_TRUNCATED);
+            assert_null(d);
+            assert_log_has(ip);
+            {
+                uint8_t xy[2] = {'x', 'y'};
+                buf g = cat(two, (buf){xy, sizeof xy});
+
+                write_file(ip, g.p, g.n);
+                log_reset();
+                assert_err(fed_data_load_idx(ip, lp, &d), FED_ERR_FORMAT);
+                assert_null(d);
+                assert_log_has("2 bytes of trailing garbage");
+                free(g.p);
+            }
+        }
+        free(a.p);
+        free(c.p);
+        free(two.p);
+    }
+    fed_data_free(ref);
+    free(im.p);
+    free(lb.p);
+}
+
 /* Every allocation of the parser (zlib's included) failed in turn: each
  * gives FED_ERR_NOMEM and no dataset; ASan proves nothing leaks. */
 static void test_idx_alloc_sweep(void **state)
@@ -1315,6 +1395,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_idx_rejects_oversized, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idx_gzip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idx_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idx_files_windowed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idx_alloc_sweep, setup, teardown),
         cmocka_unit_test_setup_teardown(test_csv_standardization, setup, teardown),
         cmocka_unit_test_setup_teardown(test_csv_rejects, setup, teardown),

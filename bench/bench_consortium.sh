@@ -1,0 +1,199 @@
+#!/bin/sh
+# bench_consortium.sh - the reference aggregator-mode job on 127.0.0.1: one
+# aggregator and 10 client `fednode run` processes (iid shards of
+# Fashion-MNIST, mlp:256,128, 1 local epoch of plain SGD lr 0.05 batch 64,
+# 10 rounds), printing accuracy, seconds per round, launch-to-connected
+# time and peak RSS next to the targets and a Python framework's figures,
+# and, in the same run, the 10 clients' training alone. Asserts nothing.
+# Keys are made afresh each run and a client's shuffling is seeded from its
+# key, so the accuracy moves a little (a few 0.001) from run to run.
+set -u
+FEDNODE=${FEDNODE:-./fednode}
+DATA=${FEDNODE_DATA:-/usr/share/datasets/fashion-mnist}
+N=10
+ROUNDS=10
+LIMIT_S=${BENCH_CONSORTIUM_LIMIT_S:-300} # the job is killed past this
+if [ ! -x "$FEDNODE" ]; then echo "bench_consortium: skipped: no $FEDNODE (run make)"; exit 0; fi
+if [ ! -e "$DATA/train-images-idx3-ubyte.gz" ] && [ ! -e "$DATA/train-images-idx3-ubyte" ]; then
+    echo "bench_consortium: skipped: no Fashion-MNIST in $DATA"; exit 0
+fi
+TMP=$(mktemp -d "${FEDNODE_BENCH_DIR:-/tmp}/fed_bench_consortium_XXXXXX") || exit 1
+PIDS=""
+cleanup() {
+    for p in $PIDS; do kill "$p" 2>/dev/null; done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+now() { date +%s.%N; }
+# stamp: each line of stdin prefixed with the wall-clock seconds it arrived
+stamp() { while IFS= read -r line; do echo "$(now) $line"; done; }
+# calc EXPR: awk arithmetic, printed with %.3f unless a format is given
+calc() { awk "BEGIN { printf \"${2:-%.3f}\", ($1) }"; }
+
+# ---- identities (not passphrase-sealed) and the allow-list ----
+: >"$TMP/allow.txt"
+for name in aggregator $(seq -f 'c%g' 0 $((N - 1))); do
+    env -u FEDNODE_PASSPHRASE "$FEDNODE" keygen --out "$TMP/$name" >/dev/null 2>&1 || {
+        echo "bench_consortium: keygen failed"; exit 1; }
+    echo "$name $("$FEDNODE" pubkey "$TMP/$name")" >>"$TMP/allow.txt"
+done
+
+# ---- the job ----
+# Peak RSS: VmHWM of every process, polled every 0.1 s (it only grows, so
+# the last reading before a process exits is its peak); CPU seconds
+# (utime + stime) likewise, the last reading kept.
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+mkfifo "$TMP/agg.fifo"
+stamp <"$TMP/agg.fifo" >"$TMP/agg.log" &
+STAMP=$!
+t_launch=$(now)
+"$FEDNODE" run --role aggregator --keys "$TMP/aggregator" --allow "$TMP/allow.txt" \
+    --db "$TMP/agg.db" --listen tcp://127.0.0.1:0 --port-file "$TMP/port" --data "$DATA" \
+    --model mlp:256,128 --optimizer sgd --momentum 0 --lr 0.05 --batch 64 --local-epochs 1 \
+    --rounds $ROUNDS --min-clients $N --wait-clients $N >/dev/null 2>"$TMP/agg.fifo" &
+AGG=$!
+PIDS="$AGG"
+i=0
+while [ ! -s "$TMP/port" ]; do
+    i=$((i + 1))
+    if [ $i -gt 1000 ] || ! kill -0 $AGG 2>/dev/null; then
+        echo "bench_consortium: the aggregator wrote no port file"; cat "$TMP/agg.log"; exit 1
+    fi
+    sleep 0.01
+done
+PORT=$(cat "$TMP/port")
+STATUS_FILES="/proc/$AGG/status /proc/$AGG/stat"
+for i in $(seq 0 $((N - 1))); do
+    "$FEDNODE" run --role client --keys "$TMP/c$i" --allow "$TMP/allow.txt" --db "$TMP/c$i.db" \
+        --aggregator "tcp://127.0.0.1:$PORT" --data "$DATA" --shard "$i/$N" \
+        >/dev/null 2>"$TMP/c$i.log" &
+    PIDS="$PIDS $!"
+    STATUS_FILES="$STATUS_FILES /proc/$!/status /proc/$!/stat"
+done
+: >"$TMP/hwm"
+while :; do
+    # shellcheck disable=SC2086
+    awk -v t="$(now)" '/^VmHWM:/ { print FILENAME, $2, t }
+         FILENAME ~ /stat$/ && $3 != "Z" { print FILENAME, $14 + $15, t }' $STATUS_FILES \
+        2>/dev/null >"$TMP/hwm.now"
+    grep -q status "$TMP/hwm.now" || break
+    cat "$TMP/hwm.now" >>"$TMP/hwm"
+    if [ "$(calc "$(now) - $t_launch" %d)" -gt "$LIMIT_S" ]; then
+        echo "bench_consortium: the job ran past ${LIMIT_S}s; stopping it"; exit 1
+    fi
+    sleep 0.1
+done
+t_end=$(now)
+for p in $PIDS; do wait "$p"; done
+wait $STAMP
+PIDS=""
+
+# ---- the job's figures ----
+t_first=$(awk '/round 1 starts/ { print $1; exit }' "$TMP/agg.log")
+t_last=$(awk -v r="round $ROUNDS merged" 'index($0, r) { print $1; exit }' "$TMP/agg.log")
+if [ -z "$t_first" ] || [ -z "$t_last" ]; then
+    echo "bench_consortium: the job did not finish $ROUNDS rounds"; cat "$TMP/agg.log"; exit 1
+fi
+acc=$("$FEDNODE" status --db "$TMP/agg.db" --json |
+    sed -n 's/^{[^[]*"rounds":\[{"round":'$ROUNDS',[^}]*"accuracy":\([0-9.]*\),.*/\1/p')
+acc=$(calc "${acc:-0}" %.4f)
+connect=$(calc "$t_first - $t_launch")
+per_round=$(calc "($t_last - $t_first) / $ROUNDS")
+agg_kib=$(awk -v f="/proc/$AGG/status" '$1 == f && $2 > m { m = $2 } END { print m + 0 }' "$TMP/hwm")
+cli_max=$(awk -v f="/proc/$AGG/status" '$1 != f && $1 ~ /status$/ { if ($2 > m[$1]) m[$1] = $2 }
+    END { for (k in m) if (m[k] > x) x = m[k]; print x + 0 }' "$TMP/hwm")
+cli_mean=$(awk -v f="/proc/$AGG/status" '$1 != f && $1 ~ /status$/ { if ($2 > m[$1]) m[$1] = $2 }
+    END { for (k in m) { s += m[k]; n++ } print n ? s / n : 0 }' "$TMP/hwm")
+hz=$(getconf CLK_TCK)
+# CPU over the rounds: the polls nearest inside [round 1 start, last merge]
+# (no process starts or ends in between), all 11 processes summed
+busy=$(awk -v a="$t_first" -v b="$t_last" -v hz="$hz" '$1 ~ /stat$/ && $3 >= a && $3 <= b {
+        sum[$3] += $2; if (!t0 || $3 < t0) t0 = $3; if ($3 > t1) t1 = $3 }
+    END { if (t1 > t0) printf "%.3f %.2f", (sum[t1] - sum[t0]) / hz, (sum[t1] - sum[t0]) / hz / (t1 - t0)
+          else print "nan nan" }' "$TMP/hwm")
+cpu_rounds=${busy% *}
+cores_busy=${busy#* }
+agg_cpu=$(awk -v f="/proc/$AGG/stat" -v hz="$hz" '$1 == f && $2 > m { m = $2 }
+    END { printf "%.2f", m / hz }' "$TMP/hwm")
+cli_cpu=$(awk -v f="/proc/$AGG/stat" -v hz="$hz" '$1 != f && $1 ~ /stat$/ { if ($2 > m[$1]) m[$1] = $2 }
+    END { for (k in m) s += m[k]; printf "%.2f", s / hz }' "$TMP/hwm")
+# each round: from its start to its merge, then the gap to the next start
+rounds_line=$(awk '/ starts with / { s[$6] = $1 } / merged / { m[$6] = $1 }
+    END { for (r = 1; r in m; r++) printf "%.3f%s", m[r] - s[r], ((r + 1) in s ? sprintf("+%.3f ", s[r + 1] - m[r]) : "") }' \
+    "$TMP/agg.log")
+
+# ---- training alone, in the same run ----
+# One `fednode train` per shard, same recipe, 1 epoch; each prints its
+# epoch's samples/s timed around the training loop alone (no loading, no
+# evaluation). Three ways of running the 10:
+#   packed   one at a time with 1 thread, summed and halved: the 2 cores'
+#            worth of the round's training work, nothing else running (the
+#            least any schedule of the 10 can take: the denominator of the
+#            target);
+#   serial   one at a time with the daemons' threads (0 = both cores);
+#   together all 10 started at once with the daemons' threads, as the 10
+#            client daemons train: the slowest one's epoch (it overlaps the
+#            others' start-up, so it is an upper figure).
+TRAIN="--data $DATA --model mlp:256,128 --optimizer sgd --momentum 0 --lr 0.05 --batch 64
+    --schedule const --epochs 1 --device cpu"
+epoch_s() { # FILE: seconds of the epoch in a train output
+    awk '/training samples/ { n = $0; sub(/.*\(/, "", n); sub(/ training.*/, "", n) }
+         /samples\/s/ { for (i = 1; i < NF; i++) if ($i == "samples/s") r = $(i + 1) }
+         END { if (r > 0) printf "%.4f", n / r; else print "nan" }' "$1"
+}
+packed=0 serial=0
+for i in $(seq 0 $((N - 1))); do
+    # shellcheck disable=SC2086
+    "$FEDNODE" train $TRAIN --shard "$i/$N" --threads 1 >"$TMP/t1.$i" 2>/dev/null
+    # shellcheck disable=SC2086
+    "$FEDNODE" train $TRAIN --shard "$i/$N" >"$TMP/t0.$i" 2>/dev/null
+    packed=$(calc "$packed + $(epoch_s "$TMP/t1.$i") / 2" %.4f)
+    serial=$(calc "$serial + $(epoch_s "$TMP/t0.$i")" %.4f)
+done
+for i in $(seq 0 $((N - 1))); do
+    # shellcheck disable=SC2086
+    "$FEDNODE" train $TRAIN --shard "$i/$N" >"$TMP/tc.$i" 2>/dev/null &
+    PIDS="$PIDS $!"
+done
+for p in $PIDS; do wait "$p"; done
+PIDS=""
+together=0
+for i in $(seq 0 $((N - 1))); do
+    e=$(epoch_s "$TMP/tc.$i")
+    together=$(calc "$e > $together ? $e : $together" %.4f)
+done
+
+# ---- report ----
+verdict() { [ "$(calc "$1" %d)" -eq 1 ] && echo "met" || echo "MISSED"; }
+mib() { calc "$1 / 1024" %.1f; }
+echo "bench_consortium: 1 aggregator + $N clients on 127.0.0.1, iid shards of Fashion-MNIST,"
+echo "  mlp:256,128, 1 local epoch of SGD (momentum 0) lr 0.05 batch 64, $ROUNDS rounds,"
+echo "  $(nproc) cores (load average before: $load_before); Python framework: the same job on this machine"
+printf '%-36s %10s %12s %12s  %s\n' "figure" "measured" "target" "Python fw" "verdict"
+printf '%-36s %10s %12s %12s  %s\n' "final test accuracy" "$acc" ">= 0.8157" "0.8157" \
+    "$(verdict "$acc >= 0.8157")"
+printf '%-36s %10s %12s %12s  %s\n' "seconds per round" "$per_round" "<= 0.50" "0.70" \
+    "$(verdict "$per_round <= 0.50")"
+printf '%-36s %10s %12s %12s  %s\n' "  / training alone (packed)" \
+    "$(calc "$per_round / $packed" %.2fx)" "<= 1.15x" "" "$(verdict "$per_round <= 1.15 * $packed")"
+printf '%-36s %10s %12s %12s  %s\n' "seconds from launch to 10 connected" "$connect" "<= 0.5" \
+    "7-8.6" "$(verdict "$connect <= 0.5")"
+printf '%-36s %10s %12s %12s  %s\n' "peak RSS of a client, MiB (largest)" "$(mib "$cli_max")" \
+    "<= 64" "334" "$(verdict "$cli_max <= 64 * 1024")"
+printf '%-36s %10s %12s %12s\n' "  (mean of the $N clients)" "$(mib "$cli_mean")" "" ""
+printf '%-36s %10s %12s %12s\n' "peak RSS of the aggregator, MiB" "$(mib "$agg_kib")" "" "420"
+echo "training alone per round (the $N shards' one epoch, no loading or evaluation):"
+printf '  packed   %.3f s  (one at a time, 1 thread, sum / 2 cores: the target'"'"'s denominator)\n' "$packed"
+printf '  serial   %.3f s  (one at a time, the daemons'"'"' threads, sum)\n' "$serial"
+printf '  together %.3f s  (all %d at once as the daemons run, the slowest)\n' "$together" "$N"
+printf '  rounds: %s per round, %s x packed, %s x together\n' "$per_round" \
+    "$(calc "$per_round / $packed" %.2f)" "$(calc "$per_round / $together" %.2f)"
+echo "each round, start to merge + gap to the next start (s): $rounds_line"
+printf 'CPU seconds over the job'"'"'s %.2f s: aggregator %s, the %d clients %s (%s of %d cores busy)\n' \
+    "$(calc "$t_end - $t_launch")" "$agg_cpu" "$N" "$cli_cpu" \
+    "$(calc "($agg_cpu + $cli_cpu) / ($t_end - $t_launch)" %.2f)" "$(nproc)"
+printf 'during the rounds: %s of %d cores busy with the job; CPU seconds per round %s, %s x the training'"'"'s (2 x packed)\n' \
+    "$cores_busy" "$(nproc)" "$(calc "$cpu_rounds / ($ROUNDS - 0.0)" %.3f)" \
+    "$(calc "$cpu_rounds / $ROUNDS / (2 * $packed)" %.2f)"
