@@ -600,6 +600,152 @@ static fed_err find_idx(const char *dir, const char *prefix, const char *kind, c
     return log_fail(FED_ERR_NOTFOUND, dir, "neither %s nor %s.gz found", path, path);
 }
 
+/* ---- the inflated copies of gzip IDX files (see data.h) ---- */
+
+static int ends_with_gz(const char *path)
+{
+    size_t n = strlen(path);
+
+    return n > 3 && strcmp(path + n - 3, ".gz") == 0;
+}
+
+/* The cache directory, made when missing; 0 when caching is off or fails. */
+static int cache_dir(char *dir, size_t size)
+{
+    const char *c = getenv("FEDNODE_CACHE"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+    int n;
+
+    if (c && !strcmp(c, "off"))
+        return 0;
+    if (c && *c)
+        n = snprintf(dir, size, "%s", c);
+    else if (x && *x)
+        n = snprintf(dir, size, "%s/fednode", x);
+    else if (h && *h)
+        n = snprintf(dir, size, "%s/.cache/fednode", h);
+    else
+        return 0;
+    if (n < 0 || (size_t)n >= size)
+        return 0;
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        /* $XDG_CACHE_HOME or ~/.cache itself may be missing */
+        char parent[4096];
+        char *slash;
+
+        snprintf(parent, sizeof parent, "%s", dir);
+        if ((slash = strrchr(parent, '/')) && slash != parent) {
+            *slash = 0;
+            (void)mkdir(parent, 0700);
+        }
+        if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+            return 0;
+    }
+    return 1;
+}
+
+/* DIR/NAME-SIZE-MTIME for gzip source src (NAME its basename less .gz). */
+static int cache_name(const char *dir, const char *src, char *out, size_t size)
+{
+    const char *base = strrchr(src, '/');
+    struct stat st;
+    int n;
+
+    base = base ? base + 1 : src;
+    if (stat(src, &st) != 0)
+        return 0;
+    n = snprintf(out, size, "%s/%.*s-%llx-%llx", dir, (int)(strlen(base) - 3), base,
+                 (unsigned long long)st.st_size,
+                 (unsigned long long)st.st_mtim.tv_sec * 1000000000ull +
+                     (unsigned long long)st.st_mtim.tv_nsec);
+    return n > 0 && (size_t)n < size;
+}
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return 0;
+        p += w;
+        len -= (size_t)w;
+    }
+    return 1;
+}
+
+static void put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8),
+    p[3] = (uint8_t)v;
+}
+
+/* Writes an IDX file atomically (a temporary name, then rename): u8 data
+ * of ndim dims. Best effort: 0 on any failure, nothing left behind. */
+static int write_idx(const char *path, int ndim, const uint32_t *dims, const uint8_t *data,
+                     size_t bytes)
+{
+    char tmp[4200];
+    uint8_t head[16];
+    int fd, ok;
+
+    snprintf(tmp, sizeof tmp, "%s.XXXXXX", path);
+    if ((fd = mkstemp(tmp)) < 0)
+        return 0;
+    put_be32(head, 0x0800u | (uint32_t)ndim);
+    for (int i = 0; i < ndim; i++)
+        put_be32(head + 4 + 4 * i, dims[i]);
+    ok = write_all(fd, head, 4 + 4 * (size_t)ndim) && write_all(fd, data, bytes);
+    ok = close(fd) == 0 && ok;
+    if (ok && rename(tmp, path) == 0)
+        return 1;
+    unlink(tmp);
+    return 0;
+}
+
+/* The inflated pair of d, for next time. */
+static void cache_store(const char *icache, const char *lcache, const fed_dataset *d)
+{
+    uint32_t idims[3] = {(uint32_t)d->n, (uint32_t)d->shape.h, (uint32_t)d->shape.w};
+    uint32_t ldims[1] = {(uint32_t)d->n};
+    uint8_t *lab = fed_malloc(d->n ? d->n : 1);
+
+    if (!lab || !d->x_u8 || d->shape.c != 1)
+        goto out;
+    for (size_t i = 0; i < d->n; i++)
+        lab[i] = (uint8_t)d->y[i];
+    if (write_idx(icache, 3, idims, d->x_u8, d->n * d->features) &&
+        write_idx(lcache, 1, ldims, lab, d->n))
+        fed_log(FED_LOG_INFO, "data: kept the inflated files as %s (and its labels)", icache);
+out:
+    fed_free(lab);
+}
+
+/* The pair from the cache when it holds it; else from the sources, then
+ * kept there when they were gzip. */
+static fed_err load_idx_cached(const char *ipath, const char *lpath, fed_dataset **out)
+{
+    char dir[4096], icache[4200], lcache[4200];
+    int cached = ends_with_gz(ipath) && ends_with_gz(lpath) && cache_dir(dir, sizeof dir) &&
+                 cache_name(dir, ipath, icache, sizeof icache) &&
+                 cache_name(dir, lpath, lcache, sizeof lcache);
+    fed_err err;
+
+    if (cached && is_file(icache) && is_file(lcache)) {
+        if (fed_data_load_idx(icache, lcache, out) == FED_OK)
+            return FED_OK;
+        fed_log(FED_LOG_WARN, "data: the cached %s did not read back; inflating the source",
+                icache);
+    }
+    err = fed_data_load_idx(ipath, lpath, out);
+    if (err == FED_OK && cached)
+        cache_store(icache, lcache, *out);
+    return err;
+}
+
 static fed_err open_idx_dir(const char *dir, int train, fed_dataset **out)
 {
     const char *prefix = train ? "train" : "t10k";
@@ -610,7 +756,7 @@ static fed_err open_idx_dir(const char *dir, int train, fed_dataset **out)
     if (!err)
         err = find_idx(dir, prefix, "labels-idx1", lpath, sizeof lpath);
     if (!err)
-        err = fed_data_load_idx(ipath, lpath, out);
+        err = load_idx_cached(ipath, lpath, out);
     if (!err)
         fed_log(FED_LOG_INFO, "data: %s: %zu samples of %dx%d, %d classes", ipath, (*out)->n,
                 (*out)->shape.h, (*out)->shape.w, (*out)->shape.classes);

@@ -83,7 +83,14 @@ FED_WUR fed_err fed_data_parse_csv(const char *buf, size_t len, const fed_csv_op
  * set, else FED_DATA_DEFAULT_DIR), a directory holding
  * {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] (plain preferred), or a
  * CSV path (see fed_data_open_csv for its test split). train selects the
- * split. A missing file or directory is FED_ERR_NOTFOUND. */
+ * split. A missing file or directory is FED_ERR_NOTFOUND.
+ * A gzip IDX pair is inflated once and kept, as plain IDX files, in
+ * $FEDNODE_CACHE (default $XDG_CACHE_HOME/fednode, else ~/.cache/fednode;
+ * "off" keeps nothing): later opens read those instead of inflating again
+ * (a quarter of a second per process for Fashion-MNIST's training split).
+ * Their names carry the source's size and modification time, so a changed
+ * source is never answered from an old copy, and they go through the same
+ * strict reader (a damaged copy is ignored and written anew). */
 FED_WUR fed_err fed_data_open(const char *what, int train, fed_dataset **out);
 /* The CSV part of fed_data_open: for train, path itself; for test, the
  * sibling "X.test.csv" of "X.csv" when it exists, standardized with the

@@ -37,6 +37,7 @@ typedef struct layer {
 #define MAX_SHARDS 64
 #define SPIN_NS 300000       /* how long a unit waits for its phase before sleeping */
 #define STEAL_WAIT_NS 200000 /* how long a piece may take to start before its units go */
+#define SPIN_MIN_NS 2000     /* the least either budget shrinks to */
 #define MAX_PHASES (MAX_LAYERS + 3)
 
 /* Buffers for the whole batch (max_batch rows); shard u owns rows
@@ -78,6 +79,12 @@ typedef struct step_run {
     /* a thread that waited long sleeps here (a core shared with other
      * processes must not be burnt spinning on a preempted unit) */
     atomic_int sleepers;
+    /* the spin and steal budgets in ns: halved each time one runs out (the
+     * other thread was preempted: the cores are shared, and spinning only
+     * burns what it waits for), doubled back, up to SPIN_NS and
+     * STEAL_WAIT_NS, each time a wait ends within it. Timing only: which
+     * thread runs a unit never changes a result. */
+    atomic_uint spin_ns, steal_ns;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int sync_ready;
@@ -417,6 +424,8 @@ fed_err fed_model_new(const char *spec, fed_model_shape in, fed_backend *be, fed
         goto out;
     }
     m->run.sync_ready = 1;
+    atomic_store(&m->run.spin_ns, SPIN_NS);
+    atomic_store(&m->run.steal_ns, STEAL_WAIT_NS);
     snprintf(m->spec, sizeof m->spec, "%s", spec);
     m->in = in;
     m->be = be;
@@ -831,21 +840,37 @@ static uint64_t now_ns(void)
  * sleeping thread takes long to wake), then sleep until the last unit of
  * the phase wakes us (a core shared with other processes must not be
  * burnt spinning on a preempted unit). */
+/* A wait of the budget *b (max its ceiling) ended: within it, or not. */
+static void budget_adapt(atomic_uint *b, int in_time, unsigned ceiling)
+{
+    unsigned v = atomic_load_explicit(b, memory_order_relaxed);
+
+    if (in_time && v < ceiling)
+        atomic_store_explicit(b, v * 2 < ceiling ? v * 2 : ceiling, memory_order_relaxed);
+    else if (!in_time && v > SPIN_MIN_NS)
+        atomic_store_explicit(b, v / 2 > SPIN_MIN_NS ? v / 2 : SPIN_MIN_NS,
+                              memory_order_relaxed);
+}
+
 static void wait_phase(step_run *r, atomic_int *done, int units)
 {
-    uint64_t t0 = 0;
+    uint64_t t0 = 0, budget = atomic_load_explicit(&r->spin_ns, memory_order_relaxed);
 
     for (;;) {
         for (int i = 0; i < 64; i++) {
-            if (atomic_load_explicit(done, memory_order_acquire) >= units)
+            if (atomic_load_explicit(done, memory_order_acquire) >= units) {
+                if (t0)
+                    budget_adapt(&r->spin_ns, 1, SPIN_NS);
                 return;
+            }
             cpu_relax();
         }
         if (!t0)
             t0 = now_ns();
-        else if (now_ns() - t0 > SPIN_NS)
+        else if (now_ns() - t0 > budget)
             break;
     }
+    budget_adapt(&r->spin_ns, 0, SPIN_NS);
     pthread_mutex_lock(&r->mu);
     atomic_fetch_add(&r->sleepers, 1);
     while (atomic_load(done) < units)
@@ -877,7 +902,7 @@ static int claim(step_run *r, int ph, int u)
  * would go to this thread if it took the others' units at once). */
 static int piece_started(step_run *r, int u, int *waited)
 {
-    uint64_t t0;
+    uint64_t t0, budget = atomic_load_explicit(&r->steal_ns, memory_order_relaxed);
 
     if (atomic_load(&r->started[u]))
         return 1;
@@ -885,12 +910,15 @@ static int piece_started(step_run *r, int u, int *waited)
         return 0;
     *waited = 1;
     t0 = now_ns();
-    while (now_ns() - t0 < STEAL_WAIT_NS)
+    while (now_ns() - t0 < budget)
         for (int i = 0; i < 64; i++) {
-            if (atomic_load_explicit(&r->started[u], memory_order_relaxed))
+            if (atomic_load_explicit(&r->started[u], memory_order_relaxed)) {
+                budget_adapt(&r->steal_ns, 1, STEAL_WAIT_NS);
                 return 1;
+            }
             cpu_relax();
         }
+    budget_adapt(&r->steal_ns, 0, STEAL_WAIT_NS);
     return atomic_load(&r->started[u]);
 }
 

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <dirent.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -291,6 +292,61 @@ static void test_gzip_equals_plain_real(void **state)
     assert_memory_equal(a->y, b->y, a->n * sizeof *a->y);
     fed_data_free(a);
     fed_data_free(b);
+}
+
+/* A gzip pair is inflated once into $FEDNODE_CACHE and read from there next
+ * time (the same bytes); a damaged copy is noticed by the strict reader,
+ * ignored and written anew; FEDNODE_CACHE=off keeps nothing. */
+static void test_inflated_cache(void **state)
+{
+    char dir[512], cmd[1200], path[1100];
+    fed_dataset *a = NULL, *b = NULL, *c = NULL;
+    char *saved = getenv("FEDNODE_CACHE") ? strdup(getenv("FEDNODE_CACHE")) : NULL;
+    FILE *f;
+    DIR *dh;
+    struct dirent *de;
+    int files = 0;
+
+    (void)state;
+    if (!have_fashion_mnist())
+        skip();
+    tmp_path(dir, sizeof dir, "cache");
+    setenv("FEDNODE_CACHE", dir, 1);
+    assert_err(fed_data_open("fashion-mnist", 0, &a), FED_OK);
+    assert_non_null(dh = opendir(dir));
+    while ((de = readdir(dh))) {
+        if (!strncmp(de->d_name, "t10k-images-idx3-ubyte-", 23))
+            snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        files += de->d_name[0] != '.';
+    }
+    closedir(dh);
+    assert_int_equal(files, 2);
+    assert_err(fed_data_open("fashion-mnist", 0, &b), FED_OK);
+    assert_int_equal(a->n, b->n);
+    assert_memory_equal(a->x_u8, b->x_u8, a->n * a->features);
+    assert_memory_equal(a->y, b->y, a->n * sizeof *a->y);
+    assert_non_null(f = fopen(path, "r+b")); /* cut the copy short */
+    assert_int_equal(ftruncate(fileno(f), 1000), 0);
+    fclose(f);
+    assert_err(fed_data_open("fashion-mnist", 0, &c), FED_OK);
+    assert_memory_equal(a->x_u8, c->x_u8, a->n * a->features);
+    fed_data_free(c);
+    assert_err(fed_data_open("fashion-mnist", 0, &c), FED_OK); /* from the new copy */
+    assert_memory_equal(a->x_u8, c->x_u8, a->n * a->features);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+    setenv("FEDNODE_CACHE", "off", 1);
+    fed_data_free(c);
+    assert_err(fed_data_open("fashion-mnist", 0, &c), FED_OK);
+    assert_int_equal(access(dir, F_OK), -1);
+    if (saved)
+        setenv("FEDNODE_CACHE", saved, 1);
+    else
+        unsetenv("FEDNODE_CACHE");
+    free(saved);
+    fed_data_free(a);
+    fed_data_free(b);
+    fed_data_free(c);
 }
 
 /* $FEDNODE_DATA redirects "fashion-mnist"; train and t10k files are picked
@@ -1390,6 +1446,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fashion_mnist, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gzip_equals_plain_real, setup, teardown),
         cmocka_unit_test_setup_teardown(test_open_env_and_dir, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_inflated_cache, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idx_parse_ok, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idx_rejects_plain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idx_rejects_oversized, setup, teardown),
