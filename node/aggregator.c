@@ -57,6 +57,9 @@ struct node_agg {
     fed_merge_input *inputs;
     fed_merge_result *results;
     int max_clients;
+    fed_store_round last_row;      /* the round just committed (its accuracy
+                                      is added once evaluated) */
+    uint64_t bytes_in0, bytes_out0; /* wire counters when the round started */
     uint64_t ctr_base[64]; /* wire counters the database held at start (earlier runs) */
 };
 
@@ -414,6 +417,8 @@ static fed_err start_round(fed_node *n)
     a->state = AGG_RUNNING;
     a->gathered = 0;
     a->round_start_ms = n->env.now_ms(n->env.self);
+    a->bytes_in0 = fed_wire_get_counters(n->wire)->bytes_in;
+    a->bytes_out0 = fed_wire_get_counters(n->wire)->bytes_out;
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_ROUND);
     (void)n->env.set_timer(n->env.self, a->round_start_ms + n->cfg.deadline_ms,
                            NODE_TIMER_DEADLINE);
@@ -604,14 +609,15 @@ static fed_err commit_round(fed_node *n, const fed_node_round_info *info, uint8_
     row.loss = info->loss;
     row.accuracy = info->accuracy;
     row.samples = info->samples;
-    row.bytes_in = fed_wire_get_counters(n->wire)->bytes_in;
-    row.bytes_out = fed_wire_get_counters(n->wire)->bytes_out;
+    row.bytes_in = fed_wire_get_counters(n->wire)->bytes_in - a->bytes_in0;
+    row.bytes_out = fed_wire_get_counters(n->wire)->bytes_out - a->bytes_out0;
     row.peers = info->merged;
     snprintf(row.strategy, sizeof row.strategy, "%s", fed_merge_spec(a->merge));
     memcpy(row.model_hash, hash, 32);
     if ((e = fed_store_put_round(st, &row)) != FED_OK)
         goto out;
-    e = fed_store_commit(st);
+    if ((e = fed_store_commit(st)) == FED_OK)
+        a->last_row = row;
 out:
     if (e != FED_OK)
         fed_store_rollback(st);
@@ -630,6 +636,29 @@ static void evaluate(fed_node *n, fed_node_round_info *info)
         return;
     info->loss = st.loss_sum / (double)st.samples;
     info->accuracy = (double)st.correct / (double)st.samples;
+}
+
+/* The round just committed, evaluated on the held-out data while its
+ * clients already train the next one (the model is the same until the next
+ * merge), its row completed with the figures, and reported. A crash before
+ * this leaves the committed row without them. */
+static void report_round(fed_node *n, fed_node_round_info *info)
+{
+    node_agg *a = n->agg;
+    fed_err e;
+
+    evaluate(n, info);
+    if (!isnan(info->accuracy)) {
+        a->last_row.loss = info->loss;
+        a->last_row.accuracy = info->accuracy;
+        if ((e = fed_store_put_round(n->cfg.store, &a->last_row)) != FED_OK)
+            fed_log(FED_LOG_WARN, "aggregator: recording round %llu's accuracy failed: %s",
+                    (unsigned long long)info->round, fed_strerror(e));
+        fed_log(FED_LOG_INFO, "aggregator: round %llu accuracy %.4f loss %.4f",
+                (unsigned long long)info->round, info->accuracy, info->loss);
+    }
+    if (n->cfg.on_round)
+        n->cfg.on_round(n->cfg.observer, n, info);
 }
 
 /* Results of the merge by part index (inputs skipped missing parts). */
@@ -671,31 +700,30 @@ static fed_err close_round(fed_node *n)
             info.samples += a->parts[i].samples;
         }
     }
-    evaluate(n, &info);
+    info.loss = info.accuracy = NAN; /* measured once the next round is out */
     if ((e = commit_round(n, &info, hash)) != FED_OK)
         goto fail;
     memcpy(info.model_hash, hash, 32);
     info.end_ms = fed_node_wall_ms(n);
     n->round = info.round;
-    fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing), accuracy %.4f",
-            (unsigned long long)info.round, info.merged, info.sampled, info.missing,
-            info.accuracy);
+    fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing)",
+            (unsigned long long)info.round, info.merged, info.sampled, info.missing);
     parts_clear(a);
     a->state = AGG_IDLE;
-    if (n->cfg.on_round)
-        n->cfg.on_round(n->cfg.observer, n, &info);
     if (n->cfg.rounds && n->round >= n->cfg.rounds) {
         a->state = AGG_DONE;
         n->finished = 1;
         finish_all(n);
-        return FED_OK;
+    } else if (is_async(n)) {
+        e = async_open_round(n);
+    } else {
+        fed_node_rx_drop_before(n, n->round + 1);
+        (void)n->env.set_timer(n->env.self, n->env.now_ms(n->env.self) + n->cfg.gather_ms,
+                               NODE_TIMER_ROUND);
+        e = maybe_start(n, 0);
     }
-    if (is_async(n))
-        return async_open_round(n);
-    fed_node_rx_drop_before(n, n->round + 1);
-    (void)n->env.set_timer(n->env.self, n->env.now_ms(n->env.self) + n->cfg.gather_ms,
-                           NODE_TIMER_ROUND);
-    return maybe_start(n, 0);
+    report_round(n, &info);
+    return e;
 fail:
     /* nothing was committed: the round is redone with whoever is waiting */
     fed_log(FED_LOG_ERROR, "aggregator: round %llu failed (%s); %zu of %zu deltas in",
@@ -734,6 +762,8 @@ static fed_err async_open_round(fed_node *n)
 
     a->state = AGG_RUNNING;
     a->round_start_ms = n->env.now_ms(n->env.self);
+    a->bytes_in0 = fed_wire_get_counters(n->wire)->bytes_in;
+    a->bytes_out0 = fed_wire_get_counters(n->wire)->bytes_out;
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_DEADLINE);
     if (n->round + 1 > n->cfg.max_staleness)
         fed_node_rx_drop_before(n, n->round + 1 - n->cfg.max_staleness);

@@ -341,7 +341,7 @@ fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
     node_client *c = n->client;
     node_train_job *j = &c->job;
     fed_node_round_info info;
-    fed_err e;
+    fed_err e, rec;
 
     if (job != &j->job)
         return FED_ERR_INTERNAL;
@@ -352,9 +352,14 @@ fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
         arm_retry(n, n->cfg.retry_ms);
         return j->err;
     }
-    if ((e = record_round(n)) != FED_OK)
+    /* the delta goes out first: the aggregator waits for it, and the
+       record's commit (an fsync) need not; a crash in between only means
+       this round is trained again if it is asked for again */
+    c->resends = 0;
+    e = send_delta(n);
+    if ((rec = record_round(n)) != FED_OK)
         fed_log(FED_LOG_ERROR, "client: recording round %llu failed: %s",
-                (unsigned long long)c->round, fed_strerror(e));
+                (unsigned long long)c->round, fed_strerror(rec));
     n->round = c->round;
     fed_free(c->global);
     c->global = NULL;
@@ -368,8 +373,7 @@ fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
     info.start_ms = c->train_start_ms;
     if (n->cfg.on_round)
         n->cfg.on_round(n->cfg.observer, n, &info);
-    c->resends = 0;
-    return send_delta(n);
+    return e;
 }
 
 /* ---- replies and timers ---- */
