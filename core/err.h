@@ -66,7 +66,8 @@
     X(FED_ERR_TOO_FEW, "too few inputs for this strategy")                     \
     /* rounds */                                                               \
     X(FED_ERR_LATE, "delta for a round that is closed")                        \
-    X(FED_ERR_ROLE, "message not expected by this role or state")
+    X(FED_ERR_ROLE, "message not expected by this role or state")              \
+    X(FED_ERR_EXPIRED, "entry past its expiry")
 
 typedef enum fed_err {
 #define FED_ERR_ENUM_(name, msg) name,

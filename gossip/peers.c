@@ -1,26 +1,129 @@
-/* peers.c - the peer table and its text format (peers.h). Owns the entries;
- * checks membership against the allow-list it is given, never changes it. */
+/* peers.c - the peer table, its text format and its signed entries
+ * (peers.h). Owns the entries; checks membership and signatures against the
+ * allow-list it is given, never changes it. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "core/alloc.h"
+#include "core/bytes.h"
 #include "core/log.h"
 #include "crypto/identity.h"
+#include "crypto/seal.h"
 #include "gossip/peers.h"
 
 #define PEERS_LINE_MAX 1023
 #define PEERS_FILE_MAX ((size_t)1 << 20)
+#define PEERS_MAX 4096
+#define ENTRY_DOMAIN "fednode peer entry v1"
 
 typedef struct peer_entry {
     uint8_t key[32];
     char url[FED_GOSSIP_URL_MAX + 1];
+    int is_signed;        /* learned from a PEERS frame; 0: a seed line */
+    fed_gossip_entry se;  /* the signed form */
 } peer_entry;
 
 struct fed_gossip_peers {
     peer_entry *e;
-    size_t n;
+    size_t n, cap;
 };
+
+/* ---- signed entries ---- */
+
+static int url_ok(const char *url)
+{
+    size_t n = strlen(url);
+
+    if (n < 1 || n > FED_GOSSIP_URL_MAX ||
+        (strncmp(url, "tcp://", 6) != 0 && strncmp(url, "ipc://", 6) != 0))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (url[i] < 0x21 || url[i] > 0x7e)
+            return 0;
+    return 1;
+}
+
+/* What the voucher signs: the domain, then the entry's bytes before the
+ * signature. */
+static void entry_digest(const uint8_t *bytes, size_t len, uint8_t digest[64])
+{
+    fed_crypto_digest((const uint8_t *)ENTRY_DOMAIN, sizeof ENTRY_DOMAIN - 1, bytes, len, digest);
+}
+
+static size_t entry_body(const fed_gossip_entry *e, uint8_t *out)
+{
+    size_t l = strlen(e->url);
+
+    memcpy(out, e->key, 32);
+    fed_put_u64le(out + 32, e->expiry);
+    memcpy(out + 40, e->voucher, 32);
+    out[72] = (uint8_t)l;
+    memcpy(out + 73, e->url, l);
+    return 73 + l;
+}
+
+fed_err fed_gossip_entry_sign(const fed_crypto_arena *voucher, const uint8_t key[32],
+                              const char *url, uint64_t expiry, fed_gossip_entry *out)
+{
+    uint8_t body[FED_GOSSIP_ENTRY_MAX], digest[64];
+    size_t len;
+
+    memset(out, 0, sizeof *out);
+    if (!url || !url_ok(url))
+        return FED_ERR_FORMAT;
+    memcpy(out->key, key, 32);
+    out->expiry = expiry;
+    memcpy(out->voucher, fed_crypto_arena_pubkey(voucher), 32);
+    snprintf(out->url, sizeof out->url, "%s", url);
+    len = entry_body(out, body);
+    entry_digest(body, len, digest);
+    return fed_crypto_arena_sign(voucher, digest, sizeof digest, out->sig);
+}
+
+size_t fed_gossip_entry_encode(const fed_gossip_entry *e, uint8_t *out)
+{
+    size_t len = entry_body(e, out);
+
+    memcpy(out + len, e->sig, 64);
+    return len + 64;
+}
+
+fed_err fed_gossip_entry_decode(const uint8_t *in, size_t len, fed_gossip_entry *e, size_t *used)
+{
+    size_t l;
+
+    memset(e, 0, sizeof *e);
+    if (len < 73 || (l = in[72]) < 1 || len < 73 + l + 64)
+        return FED_ERR_PAYLOAD;
+    memcpy(e->key, in, 32);
+    e->expiry = fed_get_u64le(in + 32);
+    memcpy(e->voucher, in + 40, 32);
+    memcpy(e->url, in + 73, l);
+    e->url[l] = 0;
+    if (strlen(e->url) != l || !url_ok(e->url))
+        return FED_ERR_PAYLOAD;
+    memcpy(e->sig, in + 73 + l, 64);
+    *used = 73 + l + 64;
+    return FED_OK;
+}
+
+fed_err fed_gossip_entry_verify(const fed_gossip_entry *e, const fed_crypto_allow *allow,
+                                uint64_t now_s)
+{
+    uint8_t body[FED_GOSSIP_ENTRY_MAX], digest[64];
+    size_t len;
+
+    if (e->expiry <= now_s)
+        return FED_ERR_EXPIRED;
+    if (!fed_crypto_allow_find(allow, e->voucher))
+        return FED_ERR_UNKNOWN_SENDER;
+    len = entry_body(e, body);
+    entry_digest(body, len, digest);
+    return fed_crypto_verify_digest(e->voucher, digest, e->sig);
+}
 
 fed_err fed_gossip_peers_new(fed_gossip_peers **out)
 {
@@ -81,13 +184,12 @@ static fed_err parse_line(const fed_crypto_allow *allow, const char *s, size_t l
         return FED_OK;
     if (k != 2)
         return line_error(line, err_line, FED_ERR_FORMAT, "expected NAME URL");
-    if (strlen(url) > FED_GOSSIP_URL_MAX ||
-        (strncmp(url, "tcp://", 6) != 0 && strncmp(url, "ipc://", 6) != 0))
+    if (!url_ok(url))
         return line_error(line, err_line, FED_ERR_FORMAT, "the URL is not tcp:// or ipc://");
     if (!member_key(allow, name, e->key))
         return line_error(line, err_line, FED_ERR_UNKNOWN_SENDER,
                           "not a member of the allow-list");
-    snprintf(e->url, sizeof e->url, "%s", url);
+    memcpy(e->url, url, strlen(url) + 1); /* url_ok: at most FED_GOSSIP_URL_MAX */
     *got = 1;
     return FED_OK;
 }
@@ -131,6 +233,7 @@ fed_err fed_gossip_peers_parse(fed_gossip_peers *p, const fed_crypto_allow *allo
     fed_free(p->e);
     p->e = e;
     p->n = n;
+    p->cap = cap;
     return FED_OK;
 }
 
@@ -163,6 +266,60 @@ out:
     fed_free(buf);
     fclose(f);
     return e;
+}
+
+fed_err fed_gossip_peers_learn(fed_gossip_peers *p, const fed_gossip_entry *e, int *changed)
+{
+    peer_entry *pe = NULL;
+
+    if (changed)
+        *changed = 0;
+    for (size_t i = 0; i < p->n; i++)
+        if (!memcmp(p->e[i].key, e->key, 32)) {
+            pe = &p->e[i];
+            break;
+        }
+    if (pe && pe->is_signed && pe->se.expiry >= e->expiry && !strcmp(pe->url, e->url))
+        return FED_OK; /* nothing newer */
+    if (!pe) {
+        if (p->n == PEERS_MAX)
+            return FED_ERR_FULL;
+        if (p->n == p->cap) {
+            size_t cap = p->cap ? 2 * p->cap : 16;
+            peer_entry *ne = fed_realloc(p->e, cap * sizeof *ne);
+
+            if (!ne)
+                return FED_ERR_NOMEM;
+            p->e = ne;
+            p->cap = cap;
+        }
+        pe = &p->e[p->n++];
+        memset(pe, 0, sizeof *pe);
+        memcpy(pe->key, e->key, 32);
+    }
+    if (changed)
+        *changed = strcmp(pe->url, e->url) != 0;
+    snprintf(pe->url, sizeof pe->url, "%s", e->url);
+    pe->is_signed = 1;
+    pe->se = *e;
+    return FED_OK;
+}
+
+int fed_gossip_peers_vouched(const fed_gossip_peers *p, const uint8_t key[32],
+                             const fed_crypto_allow *allow, uint64_t now_s)
+{
+    if (fed_crypto_allow_find(allow, key))
+        return 0;
+    for (size_t i = 0; i < p->n; i++)
+        if (p->e[i].is_signed && !memcmp(p->e[i].key, key, 32))
+            return memcmp(p->e[i].se.voucher, key, 32) != 0 &&
+                   fed_gossip_entry_verify(&p->e[i].se, allow, now_s) == FED_OK;
+    return 0;
+}
+
+const fed_gossip_entry *fed_gossip_peers_signed(const fed_gossip_peers *p, size_t i)
+{
+    return p->e[i].is_signed ? &p->e[i].se : NULL;
 }
 
 size_t fed_gossip_peers_count(const fed_gossip_peers *p) { return p->n; }

@@ -1,11 +1,28 @@
-/* peers.h - the peer table: where each member can be reached. Seeded from a
- * text file, one peer a line:
+/* peers.h - the peer table: where each peer can be reached, and the peers
+ * that members vouch for.
+ *
+ * Seeded from a text file, one peer a line:
  *     NAME URL        # an optional trailing comment
  * NAME is a member's name in the allow-list (or its base64 key), URL an NNG
  * address ("tcp://10.0.0.7:7400", "ipc:///run/fednode.sock"). Blank lines and
  * lines starting with '#' are skipped; lines are at most 1023 characters; a
- * member appears once. A peer not in the allow-list is refused (the table
- * says where members are, never who is one). */
+ * member appears once. A seed line for a key not in the allow-list is
+ * refused: the operator's file says where members are, never who is one.
+ *
+ * Grown by PEERS frames carrying signed entries (little-endian):
+ *   off   size  field
+ *     0     32  key: the peer's Ed25519 public key
+ *    32      8  expiry: Unix seconds after which the entry is void
+ *    40     32  voucher: the member whose signature follows
+ *    72      1  L: URL length, 1..255
+ *    73      L  URL (tcp:// or ipc://, printable ASCII)
+ *  73+L     64  Ed25519 signature by the voucher over
+ *               BLAKE2b-512("fednode peer entry v1" || bytes [0, 73+L))
+ * An entry counts while it has not expired and its voucher is in the
+ * allow-list (asked again each time, so a voucher removed by a SIGHUP
+ * reload takes its entries with it). A member vouching for itself
+ * publishes its address; a member vouching for another key makes that key
+ * a member too (fed_gossip_peers_vouched), where the node allows it. */
 #ifndef FED_GOSSIP_PEERS_H
 #define FED_GOSSIP_PEERS_H
 
@@ -14,10 +31,36 @@
 
 #include "core/err.h"
 #include "crypto/allow.h"
+#include "crypto/arena.h"
 
 #define FED_GOSSIP_URL_MAX 255
+#define FED_GOSSIP_ENTRY_MAX (73 + FED_GOSSIP_URL_MAX + 64)
 
 typedef struct fed_gossip_peers fed_gossip_peers;
+
+/* One signed entry, decoded. */
+typedef struct fed_gossip_entry {
+    uint8_t key[32];
+    uint64_t expiry;
+    uint8_t voucher[32];
+    char url[FED_GOSSIP_URL_MAX + 1];
+    uint8_t sig[64];
+} fed_gossip_entry;
+
+/* An entry for key at url until expiry, signed by the arena's identity (the
+ * voucher). FED_ERR_FORMAT for a bad URL, FED_ERR_KEY without an identity. */
+FED_WUR fed_err fed_gossip_entry_sign(const fed_crypto_arena *voucher, const uint8_t key[32],
+                                      const char *url, uint64_t expiry, fed_gossip_entry *out);
+/* Its bytes (at most FED_GOSSIP_ENTRY_MAX) into out; returns how many. */
+size_t fed_gossip_entry_encode(const fed_gossip_entry *e, uint8_t *out);
+/* One entry from the front of in: FED_ERR_PAYLOAD when short or malformed;
+ * *used gets its length. Checks no signature. */
+FED_WUR fed_err fed_gossip_entry_decode(const uint8_t *in, size_t len, fed_gossip_entry *e,
+                                        size_t *used);
+/* FED_OK when e counts at now_s: FED_ERR_EXPIRED, FED_ERR_UNKNOWN_SENDER
+ * (the voucher is not a member), FED_ERR_SIGNATURE. */
+FED_WUR fed_err fed_gossip_entry_verify(const fed_gossip_entry *e, const fed_crypto_allow *allow,
+                                        uint64_t now_s);
 
 FED_WUR fed_err fed_gossip_peers_new(fed_gossip_peers **out);
 void fed_gossip_peers_free(fed_gossip_peers *p);
@@ -33,9 +76,23 @@ FED_WUR fed_err fed_gossip_peers_parse(fed_gossip_peers *p, const fed_crypto_all
 FED_WUR fed_err fed_gossip_peers_load(fed_gossip_peers *p, const fed_crypto_allow *allow,
                                       const char *path, int *err_line);
 
+/* A signed entry into the table (the caller verified it): a new key, a new
+ * URL or a later expiry replaces what the table held for that key; *changed
+ * (may be NULL) says whether the URL is new. FED_ERR_NOMEM, FED_ERR_FULL
+ * (4096 entries). */
+FED_WUR fed_err fed_gossip_peers_learn(fed_gossip_peers *p, const fed_gossip_entry *e,
+                                       int *changed);
+/* Whether key is vouched for at now_s: not in the allow-list, with an entry
+ * by another key that verifies. */
+int fed_gossip_peers_vouched(const fed_gossip_peers *p, const uint8_t key[32],
+                             const fed_crypto_allow *allow, uint64_t now_s);
+
 size_t fed_gossip_peers_count(const fed_gossip_peers *p);
-/* The i-th entry (i < count), in file order. */
+/* The i-th entry (i < count): seed lines first, in file order, then the
+ * learned ones. */
 void fed_gossip_peers_get(const fed_gossip_peers *p, size_t i, const uint8_t **key,
                           const char **url);
+/* The i-th entry's signed form, or NULL for a seed line. */
+const fed_gossip_entry *fed_gossip_peers_signed(const fed_gossip_peers *p, size_t i);
 
 #endif

@@ -577,7 +577,8 @@ static fed_err check_recipient(const fed_wire *w, const fed_wire_hdr *h)
 {
     if (memcmp(h->recipient, fed_wire_self(w), 32) != 0)
         return FED_ERR_WRONG_RECIPIENT;
-    if ((h->type == FED_WIRE_HELLO || h->type == FED_WIRE_SHARE) && h->recipient_epoch == 0)
+    if ((h->type == FED_WIRE_HELLO || h->type == FED_WIRE_SHARE || h->type == FED_WIRE_PEERS) &&
+        h->recipient_epoch == 0)
         return FED_OK; /* the sender does not know our epoch (yet) */
     if (h->recipient_epoch < w->epoch)
         return FED_ERR_OLD_EPOCH;
@@ -680,7 +681,8 @@ static fed_err open_sealed(const fed_wire *w, fed_wire_ticket *t, uint8_t *frame
     }
     m->vector = payload + used;
     m->vector_len = plen - used;
-    if (t->hdr.type == FED_WIRE_PEERS && m->vector_len != (size_t)m->block.count * 32)
+    if (t->hdr.type == FED_WIRE_PEERS &&
+        m->vector_len < (size_t)m->block.count * FED_WIRE_PEER_ENTRY_MIN)
         return FED_ERR_PAYLOAD;
     return FED_OK;
 }

@@ -10,8 +10,9 @@
  *    40    32  recipient key
  *    72     8  sender epoch
  *    80     8  recipient epoch, as the sender last learned it (0 in a HELLO,
- *              and in a SHARE: push-sum totals only grow, so one replayed
- *              after the recipient restarted adds nothing it lacks)
+ *              and in a SHARE or PEERS: push-sum totals only grow and peer
+ *              entries are signed and expire, so one replayed after the
+ *              recipient restarted adds nothing it lacks)
  *    88     8  sequence number (per sender, recipient and sender epoch)
  *    96     8  round
  *   104    24  nonce (XChaCha20-Poly1305); in a CHUNK data frame instead:
@@ -29,7 +30,7 @@
  *                  the stream's first message(s) (gossip/stream.h)
  *   CHUNK data     header (flag DATA) || stream message(s) || MAC (16)
  * Payload of a sealed frame: a typed block (below), then the vector (codec
- * encoded; for PEERS, count x 32-byte keys). Nothing private (sample counts,
+ * encoded; for PEERS, count signed peer entries, gossip/peers.h). Nothing private (sample counts,
  * sizes of local data) is in the header.
  *
  * Typed blocks (little-endian; reserved bytes zero):
@@ -47,7 +48,8 @@
  *   DELTA  16   0 8 samples   8 8 base round (the model it started from)
  *   ACK     8   0 4 status (a fed_err; 0: accepted)  4 4 flags (FED_WIRE_ACK_*)
  *   SHARE  16   0 8 samples   8 8 push-sum weight (f64, finite, >= 0)
- *   PEERS   8   0 4 count of 32-byte keys that follow   4 4 reserved
+ *   PEERS   8   0 4 count of peer entries that follow (each at least
+ *               FED_WIRE_PEER_ENTRY_MIN bytes; gossip/peers.h)   4 4 reserved
  *   LEAVE   8   0 4 reason   4 4 reserved
  *   CHUNK  16   (PULL request) 0 8 stream id  8 4 chunk index wanted  12 4 reserved
  *
@@ -56,7 +58,7 @@
  * (FED_ERR_FRAME_MAGIC, FED_ERR_FRAME_VERSION); type and flags
  * (FED_ERR_FRAME_TYPE); declared length against the bytes
  * (TRUNCATED / TOO_LARGE); recipient is itself (FED_ERR_WRONG_RECIPIENT) and
- * its current epoch (FED_ERR_OLD_EPOCH; a HELLO or SHARE may say 0); sender is a member
+ * its current epoch (FED_ERR_OLD_EPOCH; a HELLO, SHARE or PEERS may say 0); sender is a member
  * (FED_ERR_UNKNOWN_SENDER); the replay window (FED_ERR_SENDER_EPOCH,
  * FED_ERR_REPLAY; the sequence is reserved here); the stream it belongs to or
  * starts (FED_ERR_STREAM, FED_ERR_STREAM_LIMIT). Then it opens the AEAD
@@ -116,6 +118,7 @@ typedef enum fed_wire_type {
 } fed_wire_type;
 #define FED_WIRE_TYPE_MAX 9
 
+#define FED_WIRE_PEER_ENTRY_MIN 138 /* a signed peer entry with a 1-byte URL */
 #define FED_WIRE_FLAG_STREAM 0x0001u /* MODEL, DELTA, SHARE: first frame of a stream */
 #define FED_WIRE_FLAG_PULL 0x0002u   /* CHUNK: a request for a stream's next chunk */
 #define FED_WIRE_FLAG_DATA 0x0004u   /* CHUNK: a chunk of a stream */

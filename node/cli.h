@@ -43,6 +43,8 @@ int fed_cli_parse_shard(const char *s, int *shard, int *k);
 int fed_cli_passphrase(const char *cmd, const char *file, char **pass, size_t *len);
 
 int fed_cli_train(int argc, char **argv);
+/* node/cli_keys.c: a member vouching for another key */
+int fed_cli_vouch(int argc, char **argv);
 /* node/cli_run.c: the daemon */
 int fed_cli_run(int argc, char **argv);
 int fed_cli_aggregate(int argc, char **argv);

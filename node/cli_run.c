@@ -53,6 +53,9 @@ typedef struct run_cfg {
     char topology[32];
     char sync[16];
     char mixing[16];
+    char advertise[256];
+    int vouch;
+    char publish[PATH_MAX_RUN];
     int final_mix;
     char mode[16];
     int buffer;
@@ -120,6 +123,14 @@ static const fed_opt run_opts[] = {
       "peer: bsp (wait for the round's shares or --deadline-ms), ssp:S, asp:T or bap"),
     R(mixing, "mixing", FED_OPT_STR, "pushsum", 0, 0,
       "peer: pushsum (running sums), plain, metropolis or pairwise"),
+    R(advertise, "advertise", FED_OPT_STR, "", 0, 0,
+      "peer: the address the others reach this peer at, spread in signed PEERS entries "
+      "(default: --listen, unless it says 0.0.0.0 or port 0)"),
+    R(vouch, "vouch", FED_OPT_BOOL, "false", 0, 0,
+      "peer: keys that members vouch for (fednode vouch) count as members"),
+    R(publish, "publish", FED_OPT_STR, "", 0, 0,
+      "peer: an entry file to spread (fednode vouch --out): a member's vouch for this peer, "
+      "or one this member signed"),
     R(final_mix, "final-mix", FED_OPT_INT, "3", 0, 1000,
       "peer: rounds that only mix after the last training round, so the members end close "
       "to one model"),
@@ -161,6 +172,7 @@ typedef struct run_state {
     fed_crypto_arena *arena;
     fed_crypto_allow *allow;
     fed_gossip_peers *peers;
+    fed_gossip_entry publish; /* --publish's entry */
     fed_store *store;
     fed_backend *be;
     fed_pool *pool;
@@ -400,8 +412,41 @@ static int fill_aggregator(const run_cfg *c, fed_node_config *nc)
     return -1;
 }
 
-static int fill_peer(const run_cfg *c, const run_state *s, fed_node_config *nc)
+/* --publish FILE: one signed entry (fednode vouch). */
+static int load_publish(const run_cfg *c, run_state *s)
 {
+    uint8_t *buf = NULL;
+    size_t len = 0, used = 0;
+    fed_err e = fed_data_read_file(c->publish, FED_GOSSIP_ENTRY_MAX, &buf, &len);
+
+    if (e == FED_OK && (fed_gossip_entry_decode(buf, len, &s->publish, &used) != FED_OK ||
+                        used != len))
+        e = FED_ERR_FORMAT;
+    fed_free(buf);
+    if (e != FED_OK) {
+        fed_cli_error("run: --publish %s: %s", c->publish, fed_strerror(e));
+        return 1;
+    }
+    return -1;
+}
+
+/* --advertise, or --listen when others can dial it as it is. */
+static void advertised_url(const run_cfg *c, char *out, size_t size)
+{
+    size_t n = strlen(c->listen);
+
+    if (c->advertise[0])
+        snprintf(out, size, "%s", c->advertise);
+    else if (!strstr(c->listen, "0.0.0.0") && !(n > 2 && !strcmp(c->listen + n - 2, ":0")))
+        snprintf(out, size, "%s", c->listen);
+    else
+        out[0] = 0;
+}
+
+static int fill_peer(const run_cfg *c, run_state *s, fed_node_config *nc)
+{
+    int rc;
+
     if (fed_node_peer_check(c->topology, c->sync, c->mixing) != FED_OK) {
         fed_cli_error("run: --topology '%s', --sync '%s' or --mixing '%s' is not valid "
                       "(see fednode run --help)", c->topology, c->sync, c->mixing);
@@ -411,6 +456,14 @@ static int fill_peer(const run_cfg *c, const run_state *s, fed_node_config *nc)
     snprintf(nc->sync, sizeof nc->sync, "%s", c->sync);
     snprintf(nc->mixing, sizeof nc->mixing, "%s", c->mixing);
     nc->final_mix = (uint32_t)c->final_mix;
+    advertised_url(c, nc->advertise, sizeof nc->advertise);
+    nc->vouch = c->vouch;
+    nc->peers = s->peers;
+    if (c->publish[0]) {
+        if ((rc = load_publish(c, s)) >= 0)
+            return rc;
+        nc->publish = &s->publish;
+    }
     nc->train = s->train;
     nc->shard = s->idx;
     nc->shard_n = s->nidx;

@@ -418,8 +418,21 @@ static fed_err open_transport(fed_node_daemon *d, const fed_node_config *nc)
     return FED_OK;
 }
 
-fed_err fed_node_daemon_run(const fed_node_daemon_cfg *dc, const fed_node_config *nc)
+/* A peer learned where key listens (a signed PEERS entry): dial it there. */
+static void on_address(void *ctx, const uint8_t key[32], const char *url)
 {
+    fed_node_daemon *d = ctx;
+    fed_err e = fed_gossip_tx_add_peer(d->tx, key, url);
+
+    if (e != FED_OK)
+        fed_log(FED_LOG_WARN, "daemon: cannot dial %s: %s", url, fed_strerror(e));
+    else
+        fed_log(FED_LOG_INFO, "daemon: dialing %s, learned from a peer", url);
+}
+
+fed_err fed_node_daemon_run(const fed_node_daemon_cfg *dc, const fed_node_config *nc_in)
+{
+    fed_node_config ncc = *nc_in, *nc = &ncc;
     fed_node_daemon d;
     fed_env env = {
         .now_ms = env_now_ms,
@@ -435,6 +448,8 @@ fed_err fed_node_daemon_run(const fed_node_daemon_cfg *dc, const fed_node_config
     fed_err e;
 
     memset(&d, 0, sizeof d);
+    nc->on_address = on_address;
+    nc->address_ctx = &d;
     d.dc = dc;
     d.pool = nc->pool;
     d.job_fd[0] = d.job_fd[1] = -1;

@@ -17,6 +17,7 @@ static const fed_cli_cmd commands[] = {
     {"verify", fed_cli_verify, "check a database: integrity, checkpoint chain, signatures"},
     {"keygen", fed_cli_keygen, "make a node identity: DIR/node.key (0600) and DIR/node.pub"},
     {"pubkey", fed_cli_pubkey, "print a node's public key (for allow-lists)"},
+    {"vouch", fed_cli_vouch, "sign an expiring entry that makes another key a peer (--vouch)"},
 };
 
 static void usage(FILE *out)

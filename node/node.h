@@ -67,6 +67,7 @@
 #include "core/pool.h"
 #include "crypto/allow.h"
 #include "crypto/arena.h"
+#include "gossip/peers.h"
 #include "gossip/wire.h"
 #include "model/backend.h"
 #include "model/data.h"
@@ -163,6 +164,16 @@ typedef struct fed_node_config {
     char sync[16];                /* bsp (default), ssp:S, asp:T or bap */
     char mixing[16];              /* pushsum (default), plain, metropolis, pairwise */
     int mix_only;                 /* 1: no training; mix init (consensus runs) */
+    char advertise[FED_GOSSIP_URL_MAX + 1]; /* where the others reach this peer,
+                                     published in signed PEERS entries; "": none */
+    int vouch;                    /* keys members vouch for count as members */
+    const fed_gossip_entry *publish; /* a signed entry this peer spreads: the
+                                     one a member signed for it, or one it
+                                     signed for another key (a voucher) */
+    fed_gossip_peers *peers;      /* the peer table (borrowed; NULL: its own) */
+    /* a new address learned for key (the daemon dials it); may be NULL */
+    void (*on_address)(void *ctx, const uint8_t key[32], const char *url);
+    void *address_ctx;
     uint32_t final_mix;           /* after the last training round, this many
                                      rounds that only mix, so the members end
                                      close to one model; default 0 */

@@ -44,6 +44,10 @@ typedef struct mesh_member {
 } mesh_member;
 
 struct node_mesh {
+    fed_gossip_peers *table;     /* cfg.peers, or own_table */
+    fed_gossip_peers *own_table;
+    int members_changed;         /* PEERS brought entries: rebuild at the round */
+    int advertise_now;           /* the members changed: spread the entries */
     fed_gossip_topo *topo;
     fed_gossip_ps *ps;
     mesh_member *mem;     /* (n) */
@@ -129,32 +133,133 @@ fed_err fed_node_peer_check(const char *topology, const char *sync, const char *
     return FED_OK;
 }
 
-/* The members in allow-list (key) order; self among them. */
-static fed_err load_members(fed_node *n)
+static int cmp_key(const void *a, const void *b) { return memcmp(a, b, 32); }
+
+static size_t member_of(const node_mesh *p, const uint8_t key[32]);
+
+/* Whether key counts as a member: in the allow-list, or vouched for by a
+ * member (where this node takes vouched keys, or it is this node itself). */
+static int counts_as_member(const fed_node *n, const uint8_t key[32], uint64_t now_s)
+{
+    if (fed_crypto_allow_find(n->cfg.allow, key))
+        return 1;
+    return (n->cfg.vouch || !memcmp(key, n->key, 32)) &&
+           fed_gossip_peers_vouched(n->mesh->table, key, n->cfg.allow, now_s);
+}
+
+/* The wire's membership test (fed_wire_set_member_fn). */
+static int wire_member(void *ctx, const uint8_t pk[32])
+{
+    fed_node *n = ctx;
+
+    return counts_as_member(n, pk, n->env.wall_s(n->env.self));
+}
+
+static fed_err grow_scratch(node_mesh *p, size_t n)
+{
+    uint32_t *nbr = fed_realloc(p->nbr, n * sizeof *nbr);
+    uint32_t *in = nbr ? fed_realloc(p->in, n * sizeof *in) : NULL;
+    uint8_t(*okeys)[32] = in ? fed_realloc(p->okeys, n * sizeof *okeys) : NULL;
+    double *frac = okeys ? fed_realloc(p->frac, n * sizeof *frac) : NULL;
+
+    if (nbr)
+        p->nbr = nbr;
+    if (in)
+        p->in = in;
+    if (okeys)
+        p->okeys = okeys;
+    if (frac)
+        p->frac = frac;
+    return frac ? FED_OK : FED_ERR_NOMEM;
+}
+
+/* The members: the allow-list and the keys that count as members by a
+ * voucher (see counts_as_member), in key order, this node among them. What
+ * the node knew of each carries over; the topology is built anew when the
+ * list changed (*changed). Every member computes the same list once it has
+ * heard the same entries; until then the rounds' liveness rule covers the
+ * difference, and the running sums keep every share's mass. */
+static fed_err rebuild_members(fed_node *n, int *changed)
 {
     node_mesh *p = n->mesh;
-    const fed_crypto_allow *al = n->cfg.allow;
+    const fed_node_config *c = &n->cfg;
+    size_t na = fed_crypto_allow_count(c->allow), nt = fed_gossip_peers_count(p->table), k = 0;
+    uint64_t now_s = n->env.wall_s(n->env.self);
+    uint8_t(*keys)[32] = fed_malloc((na + nt + 1) * 32);
+    mesh_member *mem = NULL;
+    fed_gossip_topo *topo = NULL;
+    size_t self = SIZE_MAX;
+    fed_err e = FED_OK;
 
-    p->n = fed_crypto_allow_count(al);
-    if (p->n < 2)
-        return FED_ERR_RANGE;
-    if (!(p->mem = fed_calloc(p->n, sizeof *p->mem)))
+    *changed = 0;
+    if (!keys)
         return FED_ERR_NOMEM;
-    p->self = SIZE_MAX;
-    for (size_t i = 0; i < p->n; i++) {
+    for (size_t i = 0; i < na; i++) {
         const char *name;
         const uint8_t *pk;
 
-        fed_crypto_allow_get(al, i, &name, &pk);
-        memcpy(p->mem[i].key, pk, 32);
-        if (!memcmp(pk, n->key, 32))
-            p->self = i;
+        fed_crypto_allow_get(c->allow, i, &name, &pk);
+        memcpy(keys[k++], pk, 32);
     }
-    if (p->self == SIZE_MAX) {
-        fed_log(FED_LOG_ERROR, "peer: this node's key is not in the allow-list");
-        return FED_ERR_UNKNOWN_SENDER;
+    for (size_t i = 0; i < nt; i++) {
+        const uint8_t *pk;
+        const char *url;
+
+        fed_gossip_peers_get(p->table, i, &pk, &url);
+        if (!fed_crypto_allow_find(c->allow, pk) && counts_as_member(n, pk, now_s))
+            memcpy(keys[k++], pk, 32);
     }
-    return FED_OK;
+    qsort(keys, k, 32, cmp_key);
+    if (p->mem && k == p->n) {
+        size_t i = 0;
+
+        while (i < k && !memcmp(keys[i], p->mem[i].key, 32))
+            i++;
+        if (i == k)
+            goto out; /* the same members */
+    }
+    for (size_t i = 0; i < k; i++)
+        if (!memcmp(keys[i], n->key, 32))
+            self = i;
+    if (self == SIZE_MAX) {
+        fed_log(FED_LOG_ERROR, "peer: this node is neither in the allow-list nor vouched for");
+        e = FED_ERR_UNKNOWN_SENDER;
+        goto out;
+    }
+    if (k < 2) {
+        e = FED_ERR_RANGE;
+        goto out;
+    }
+    if (!(mem = fed_calloc(k, sizeof *mem)) || (e = grow_scratch(p, k)) != FED_OK) {
+        e = e ? e : FED_ERR_NOMEM;
+        goto out;
+    }
+    if ((e = fed_gossip_topo_new(c->topology[0] ? c->topology : "ring", k,
+                                 fed_gossip_topo_seed(c->allow), &topo)) != FED_OK)
+        goto out;
+    for (size_t i = 0; i < k; i++) {
+        size_t old = p->mem ? member_of(p, keys[i]) : SIZE_MAX;
+
+        if (old != SIZE_MAX)
+            mem[i] = p->mem[old];
+        memcpy(mem[i].key, keys[i], 32);
+    }
+    if (p->mem)
+        fed_log(FED_LOG_INFO, "peer: %zu members now (%zu by a voucher)", k, k - na);
+    fed_free(p->mem);
+    fed_gossip_topo_free(p->topo);
+    p->mem = mem;
+    p->topo = topo;
+    p->n = k;
+    p->self = self;
+    mem = NULL;
+    topo = NULL;
+    *changed = 1;
+out:
+    fed_free(mem);
+    fed_gossip_topo_free(topo);
+    fed_free(keys);
+    return e;
 }
 
 static fed_err build_model_parts(fed_node *n)
@@ -193,17 +298,27 @@ fed_err fed_node_peer_new(fed_node *n)
 {
     const fed_node_config *c = &n->cfg;
     node_mesh *p = fed_calloc(1, sizeof *p);
+    int changed;
     fed_err e;
 
     if (!p)
         return FED_ERR_NOMEM;
     n->mesh = p;
+    if (c->peers) {
+        p->table = c->peers;
+    } else if ((e = fed_gossip_peers_new(&p->own_table)) != FED_OK) {
+        return e;
+    } else {
+        p->table = p->own_table;
+    }
+    if (c->publish && (e = fed_gossip_peers_learn(p->table, c->publish, NULL)) != FED_OK)
+        return e;
+    if (c->publish && memcmp(c->publish->key, n->key, 32) && c->on_address)
+        c->on_address(c->address_ctx, c->publish->key, c->publish->url); /* the one it vouched for */
     if ((e = parse_sync(c->sync, p)) != FED_OK || (e = parse_mixing(c->mixing, p)) != FED_OK ||
-        (e = load_members(n)) != FED_OK || (e = build_model_parts(n)) != FED_OK)
+        (e = rebuild_members(n, &changed)) != FED_OK || (e = build_model_parts(n)) != FED_OK)
         return e;
-    if ((e = fed_gossip_topo_new(c->topology[0] ? c->topology : "ring", p->n,
-                                 fed_gossip_topo_seed(c->allow), &p->topo)) != FED_OK)
-        return e;
+    fed_wire_set_member_fn(n->wire, wire_member, n);
     if (p->mix == MIX_METROPOLIS && !fed_gossip_topo_symmetric(p->topo)) {
         fed_log(FED_LOG_ERROR, "peer: metropolis weights need a symmetric topology, not %s",
                 c->topology);
@@ -217,11 +332,7 @@ fed_err fed_node_peer_new(fed_node *n)
         fed_gossip_ps_set_model(p->ps, p->model);
     p->trained = fed_malloc(p->dim * sizeof(float));
     p->sent = fed_calloc(p->dim, sizeof(float));
-    p->nbr = fed_malloc(p->n * sizeof *p->nbr);
-    p->in = fed_malloc(p->n * sizeof *p->in);
-    p->okeys = fed_malloc(p->n * sizeof *p->okeys);
-    p->frac = fed_malloc(p->n * sizeof *p->frac);
-    if (!p->trained || !p->sent || !p->nbr || !p->in || !p->okeys || !p->frac)
+    if (!p->trained || !p->sent)
         return FED_ERR_NOMEM;
     return FED_OK;
 }
@@ -234,6 +345,7 @@ void fed_node_peer_free(fed_node *n)
         return;
     fed_gossip_topo_free(p->topo);
     fed_gossip_ps_free(p->ps);
+    fed_gossip_peers_free(p->own_table);
     fed_model_free(p->eval);
     fed_free(p->mem);
     fed_free(p->model);
@@ -561,6 +673,99 @@ static fed_err send_share(fed_node *n, uint64_t round, size_t k)
     return fed_node_emit_vec(n, NULL, &h, &b, p->vec, len, &streamed);
 }
 
+/* ---- the peer table's gossip ---- */
+
+#define PEERS_EVERY 10       /* rounds between PEERS frames (and round 1) */
+#define PEERS_TTL_S 3600     /* a peer's own entry is good this long */
+#define PEERS_PER_FRAME 32   /* entries a PEERS frame carries at most */
+
+/* Its own signed entry, the one a member signed for it, and what the table
+ * holds signed that still counts: to this round's out-neighbours. */
+static void advertise(fed_node *n, uint64_t round, size_t m)
+{
+    node_mesh *p = n->mesh;
+    const fed_node_config *c = &n->cfg;
+    uint64_t now_s = n->env.wall_s(n->env.self);
+    uint8_t *buf = fed_malloc(PEERS_PER_FRAME * FED_GOSSIP_ENTRY_MAX);
+    fed_gossip_entry self;
+    size_t len = 0;
+    uint32_t count = 0;
+
+    if (!buf)
+        return;
+    if (c->advertise[0] &&
+        fed_gossip_entry_sign(c->arena, n->key, c->advertise, now_s + PEERS_TTL_S, &self) == FED_OK)
+        len += fed_gossip_entry_encode(&self, buf + len), count++;
+    if (c->publish)
+        len += fed_gossip_entry_encode(c->publish, buf + len), count++;
+    for (size_t i = 0; i < fed_gossip_peers_count(p->table) && count < PEERS_PER_FRAME; i++) {
+        const fed_gossip_entry *e = fed_gossip_peers_signed(p->table, i);
+
+        if (e && memcmp(e->key, n->key, 32) &&
+            fed_gossip_entry_verify(e, c->allow, now_s) == FED_OK)
+            len += fed_gossip_entry_encode(e, buf + len), count++;
+    }
+    for (size_t j = 0; count && j < m; j++) {
+        fed_wire_hdr h;
+        fed_wire_block b;
+
+        memset(&b, 0, sizeof b);
+        b.count = count;
+        if (fed_node_header(n, FED_WIRE_PEERS, p->mem[p->nbr[j]].key, round, 0, FED_CODEC_NONE,
+                            &h) == FED_OK &&
+            fed_node_emit(n, NULL, &h, &b, buf, len) != FED_OK)
+            break; /* logged; the next advertisement tries again */
+    }
+    fed_free(buf);
+}
+
+/* A PEERS frame: each entry that verifies, for a member (or, where this node
+ * takes vouched keys, any key), goes into the table; a new address is
+ * handed to the daemon to dial. */
+static fed_err on_peers(fed_node *n, node_open *op)
+{
+    node_mesh *p = n->mesh;
+    const fed_node_config *c = &n->cfg;
+    const fed_wire_msg *m = &op->msg;
+    uint64_t now_s = n->env.wall_s(n->env.self);
+    size_t at = 0, taken = 0, refused = 0;
+    fed_err e = FED_OK;
+
+    for (uint32_t i = 0; i < m->block.count && e == FED_OK; i++) {
+        fed_gossip_entry en;
+        size_t used = 0;
+        int changed = 0;
+
+        if ((e = fed_gossip_entry_decode(m->vector + at, m->vector_len - at, &en, &used)) != FED_OK)
+            break;
+        at += used;
+        if (!memcmp(en.key, n->key, 32))
+            continue;
+        if (fed_gossip_entry_verify(&en, c->allow, now_s) != FED_OK ||
+            (!fed_crypto_allow_find(c->allow, en.key) && !c->vouch)) {
+            refused++;
+            continue;
+        }
+        if (fed_gossip_peers_learn(p->table, &en, &changed) != FED_OK)
+            continue;
+        taken++;
+        p->members_changed = 1;
+        if (changed && c->on_address)
+            c->on_address(c->address_ctx, en.key, en.url);
+    }
+    if (e == FED_OK && at != m->vector_len)
+        e = FED_ERR_PAYLOAD;
+    if (refused)
+        fed_log(FED_LOG_INFO, "peer: %zu entries refused (expired, unsigned by a member, or "
+                "vouching off)", refused);
+    if (e != FED_OK)
+        fed_wire_note_reject(n->wire, &m->hdr, e);
+    (void)fed_node_ack(n, op->req, &m->hdr, e, 0);
+    op->req = NULL;
+    (void)taken;
+    return e;
+}
+
 /* Shares out, then wait (or not) for the in-neighbours'. */
 static fed_err mix(fed_node *n)
 {
@@ -569,6 +774,9 @@ static fed_err mix(fed_node *n)
     size_t m = fed_gossip_topo_out(p->topo, p->self, round, p->nbr);
     fed_err e = FED_OK;
 
+    if (round == 1 || round % PEERS_EVERY == 0 || p->advertise_now)
+        advertise(n, round, m);
+    p->advertise_now = 0;
     if (p->sync != SYNC_ASP || changed_enough(p)) {
         m = fractions(n, round, m);
         for (size_t j = 0; j < m; j++)
@@ -621,6 +829,14 @@ static fed_err begin_round(fed_node *n)
 
     if (p->rejoining)
         catch_up(n);
+    if (p->members_changed || c->vouch || c->publish) { /* vouches expire */
+        int changed = 0;
+
+        if ((e = rebuild_members(n, &changed)) != FED_OK)
+            fed_log(FED_LOG_ERROR, "peer: members: %s", fed_strerror(e));
+        p->members_changed = 0;
+        p->advertise_now |= changed;
+    }
     if (all_done(n)) {
         p->state = MESH_DONE;
         n->finished = 1;
@@ -759,6 +975,8 @@ fed_err fed_node_peer_on_msg(fed_node *n, node_open *op)
     }
     if (m->hdr.type == FED_WIRE_SHARE && op->req)
         return on_share(n, op);
+    if (m->hdr.type == FED_WIRE_PEERS && op->req)
+        return on_peers(n, op);
     if (m->hdr.type == FED_WIRE_ACK && !op->req)
         return on_ack(n, m);
     fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_ROLE);

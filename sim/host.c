@@ -53,6 +53,7 @@ const fed_peer_id *fed_sim_host_id(const fed_sim_host *h) { return &h->id; }
 uint32_t fed_sim_host_index(const fed_sim_host *h) { return h->index; }
 fed_node *fed_sim_host_node(const fed_sim_host *h) { return h->node; }
 fed_store *fed_sim_host_store(const fed_sim_host *h) { return h->store; }
+fed_crypto_arena *fed_sim_host_arena(const fed_sim_host *h) { return h->arena; }
 uint32_t fed_sim_host_start_failures(const fed_sim_host *h) { return h->start_failures; }
 
 static uint64_t host_wall_s(void *ctx)

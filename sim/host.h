@@ -32,6 +32,8 @@ uint32_t fed_sim_host_index(const fed_sim_host *h);
 /* The running node, or NULL while the host is down (or failed to start). */
 fed_node *fed_sim_host_node(const fed_sim_host *h);
 fed_store *fed_sim_host_store(const fed_sim_host *h);
+/* The host's identity (to sign with, as its operator would). */
+fed_crypto_arena *fed_sim_host_arena(const fed_sim_host *h);
 /* Starts that failed (the node could not be built or resume). */
 uint32_t fed_sim_host_start_failures(const fed_sim_host *h);
 

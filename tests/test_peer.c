@@ -33,6 +33,7 @@
 #define MAXR 800
 
 typedef struct mesh {
+    fed_gossip_entry vouch_entry; /* member 0's entry for the outsider */
     fed_sim_world *w;
     fed_crypto_allow *allow;
     fed_sim_host *h[MAXN];
@@ -97,6 +98,8 @@ typedef struct mesh_opts {
     const char *spec;
     uint64_t seed;
     uint32_t final_mix;
+    int outsider;  /* the last host is not in the allow-list: member 0 vouches for it */
+    int vouch;     /* members take vouched keys */
 } mesh_opts;
 
 static void mesh_build(mesh *m, const mesh_opts *o)
@@ -137,8 +140,9 @@ static void mesh_build(mesh *m, const mesh_opts *o)
         char name[16];
 
         snprintf(name, sizeof name, "peer%d", i);
-        assert_int_equal(fed_crypto_allow_add(m->allow, name, fed_sim_host_id(m->h[i])->key),
-                         FED_OK);
+        if (!o->outsider || i < o->n - 1)
+            assert_int_equal(fed_crypto_allow_add(m->allow, name, fed_sim_host_id(m->h[i])->key),
+                             FED_OK);
         for (int d = 0; d < DIM; d++) {
             m->init[i][d] = fed_rng_normal(&vr) * 5 + i;
             m->mean[d] += m->init[i][d] / o->n;
@@ -160,6 +164,15 @@ static void mesh_build(mesh *m, const mesh_opts *o)
         snprintf(c.mixing, sizeof c.mixing, "%s", o->mixing ? o->mixing : "pushsum");
         c.on_round = on_round;
         c.observer = m;
+        c.vouch = o->vouch;
+        if (o->outsider && i == 0) /* an hour from the world's clock at 0 */
+            assert_int_equal(fed_gossip_entry_sign(fed_sim_host_arena(m->h[0]),
+                                                   fed_sim_host_id(m->h[o->n - 1])->key,
+                                                   "tcp://sim:1", 1700000000 + 3600,
+                                                   &m->vouch_entry),
+                             FED_OK);
+        if (o->outsider && (i == 0 || i == o->n - 1))
+            c.publish = &m->vouch_entry; /* the voucher and the vouched spread it */
         if (o->train) {
             snprintf(c.spec, sizeof c.spec, "%s", o->spec);
             c.shape = train_set->shape;
@@ -206,6 +219,16 @@ static int min_done(const mesh *m)
     int lo = INT32_MAX;
 
     for (int i = 0; i < m->n; i++)
+        lo = m->done[i] < lo ? m->done[i] : lo;
+    return lo;
+}
+
+/* The fewest rounds done among the first four (the members). */
+static int min_done4(const mesh *m)
+{
+    int lo = INT32_MAX;
+
+    for (int i = 0; i < 4; i++)
         lo = m->done[i] < lo ? m->done[i] : lo;
     return lo;
 }
@@ -317,6 +340,52 @@ static void test_loss_running_sums_vs_plain(void **state)
     assert_true(err_plain > 1e-3);
 }
 
+/* A key outside the allow-list that member 0 vouches for: where the members
+ * take vouched keys, its PEERS entry spreads, every member counts it, and
+ * all five reach the exact mean of the five starting vectors; where they do
+ * not, its frames are refused (counted) and the four agree among themselves. */
+static void test_vouched_peer_joins(void **state)
+{
+    mesh_opts o = {.n = 5, .topology = "ring", .rounds = 300, .deadline_ms = 1000, .seed = 7,
+                   .outsider = 1, .vouch = 1};
+    double z[DIM], mean4[DIM] = {0}, worst = 0;
+    uint64_t refused = 0;
+    mesh m;
+
+    (void)state;
+    mesh_build(&m, &o);
+    run_to_round(&m, 300, 100000000);
+    printf("vouched peer: every estimate %.3g from the mean of all five\n", mesh_error(&m));
+    assert_true(mesh_error(&m) < 1e-6);
+    mesh_free(&m);
+
+    o.vouch = 0;
+    o.rounds = 200;
+    mesh_build(&m, &o);
+    for (int i = 0; i < 4; i++)
+        for (int d = 0; d < DIM; d++)
+            mean4[d] += m.init[i][d] / 4;
+    {
+        uint64_t t = 0;
+
+        while (min_done4(&m) < 200 && t < 100000000) {
+            t += 50;
+            assert_int_equal(fed_sim_world_run_until(m.w, t), FED_OK);
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(fed_node_peer_estimate(fed_sim_host_node(m.h[i]), z), FED_OK);
+        for (int d = 0; d < DIM; d++)
+            worst = fmax(worst, fabs(z[d] - mean4[d]));
+        refused += fed_node_wire_counters(fed_sim_host_node(m.h[i]))->rej_unknown_sender;
+    }
+    printf("vouching off: %llu frames of the outsider refused; the four %.3g from their own "
+           "mean\n", (unsigned long long)refused, worst);
+    assert_true(refused > 0);
+    assert_true(worst < 1e-6);
+    mesh_free(&m);
+}
+
 /* ---- with training ---- */
 
 static void test_training_crash_rejoin(void **state)
@@ -382,6 +451,7 @@ int main(void)
         cmocka_unit_test(test_mass_constant),
         cmocka_unit_test(test_loss_running_sums_vs_plain),
         cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_vouched_peer_joins),
         cmocka_unit_test(test_training_crash_rejoin),
     };
 

@@ -315,7 +315,7 @@ static void test_every_type_roundtrip(void **state)
 {
     world *W = *state;
     float x[64];
-    uint8_t vec[16 + 64 * 4];
+    uint8_t vec[512];
     fed_codec c32 = {FED_CODEC_F32, 0};
     uint64_t seq = 1;
 
@@ -331,10 +331,10 @@ static void test_every_type_roundtrip(void **state)
         if (t == FED_WIRE_MODEL || t == FED_WIRE_DELTA || t == FED_WIRE_SHARE) {
             assert_int_equal(fed_codec_encode(&c32, x, 64, NULL, vec, sizeof vec, &vlen), FED_OK);
             codec = FED_CODEC_F32;
-        } else if (t == FED_WIRE_PEERS) {
+        } else if (t == FED_WIRE_PEERS) { /* two entries' worth (the wire counts bytes) */
+            memset(vec, 0, 2 * FED_WIRE_PEER_ENTRY_MIN);
             memcpy(vec, fed_crypto_arena_pubkey(W->a.arena), 32);
-            memcpy(vec + 32, fed_crypto_arena_pubkey(W->c.arena), 32);
-            vlen = 64;
+            vlen = 2 * FED_WIRE_PEER_ENTRY_MIN;
         }
         len = build(W, &W->a, &W->b, t, seq++, vec, vlen, codec);
         expect_open(W, W->frame, len, FED_OK, NULL);
@@ -576,7 +576,7 @@ static void test_reject_payload(void **state)
     len = forge(W, W->a.arena, FED_WIRE_PEERS, 700, payload, 8);
     expect_open(W, W->frame, len, FED_ERR_PAYLOAD, "rej_payload");
     payload[4] = 0;
-    payload[0] = 3; /* PEERS says 3 keys, carries none */
+    payload[0] = 3; /* PEERS says 3 entries, carries none */
     len = forge(W, W->a.arena, FED_WIRE_PEERS, 701, payload, 8);
     expect_open(W, W->frame, len, FED_ERR_PAYLOAD, "rej_payload");
     len = forge(W, W->a.arena, FED_WIRE_MODEL, 702, payload, 16); /* shorter than its block */
