@@ -96,6 +96,11 @@ fed_err fed_node_agg_new(fed_node *n)
 
     if (!a)
         return FED_ERR_NOMEM;
+    /* a round takes as many clients as it is told to wait for */
+    if (c->min_clients > (uint32_t)mc.max_clients)
+        mc.max_clients = (int)c->min_clients;
+    if (c->wait_clients > (uint32_t)mc.max_clients)
+        mc.max_clients = (int)c->wait_clients;
     n->agg = a;
     a->max_clients = mc.max_clients;
     if ((e = fed_codec_parse(c->codec, &a->codec)) != FED_OK)
@@ -664,13 +669,13 @@ static void report_round(fed_node *n, fed_node_round_info *info)
 /* Results of the merge by part index (inputs skipped missing parts). */
 static void spread_results(node_agg *a, int count)
 {
-    fed_merge_result tmp[FED_MERGE_DEFAULT_MAX_CLIENTS];
     int k = count;
 
-    memcpy(tmp, a->results, (size_t)count * sizeof *tmp);
+    /* in place, from the end: input k-1 goes to part i >= k-1, and every
+       input still to move sits below where this one lands */
     for (size_t i = a->nparts; i-- > 0;)
         if (a->parts[i].got)
-            a->results[i] = tmp[--k];
+            a->results[i] = a->results[--k];
 }
 
 static fed_err close_round(fed_node *n)

@@ -27,7 +27,7 @@
 #include "sim/host.h"
 #include "sim/world.h"
 
-#define MAXC 16
+#define MAXC 160
 #define MAXR 8
 
 typedef struct fixture {
@@ -474,6 +474,25 @@ static void test_streamed_lossy(void **state)
     scen_free(&s);
 }
 
+/* A round waits for as many clients as it is told to (min_clients 150, past
+ * the merge's default table of 128): all 150 are merged. */
+static void test_more_than_128_clients(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 150, .spec = "logreg", .per_client = 20, .rounds = 1,
+                   .min_clients = 150, .deadline_ms = 600000, .seed = 41};
+    scen s;
+
+    if (!have_data(fx))
+        return;
+    scen_build(&s, fx, &o);
+    scen_run(&s, 600000);
+    assert_int_equal(s.commits[1], 1);
+    assert_int_equal(s.info[1].sampled, 150);
+    assert_int_equal(s.info[1].merged, 150);
+    scen_free(&s);
+}
+
 static void test_accuracy_10_clients(void **state)
 {
     const fixture *fx = *state;
@@ -742,6 +761,7 @@ int main(void)
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_async_fedbuff),
         cmocka_unit_test(test_streamed_transfers),
+        cmocka_unit_test(test_more_than_128_clients),
         cmocka_unit_test(test_streamed_lossy),
         cmocka_unit_test(test_accuracy_10_clients),
     };
