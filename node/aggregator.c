@@ -26,6 +26,19 @@ typedef struct agg_hold {
     uint64_t since_ms;
 } agg_hold;
 
+/* The held-out evaluation of a committed round, as a job on its own copy
+ * of the model (the loop goes on with the next round meanwhile). */
+typedef struct agg_eval {
+    fed_job job;
+    fed_model *model;          /* a copy of the global's spec, the round's params */
+    const fed_dataset *test;
+    fed_step_stats st;         /* out */
+    fed_err err;               /* out */
+    int busy;
+    fed_node_round_info info;  /* the round evaluated */
+    fed_store_round row;       /* its committed row, completed when done */
+} agg_eval;
+
 /* A client sampled for the current round. */
 typedef struct agg_part {
     uint8_t key[32];
@@ -59,6 +72,7 @@ struct node_agg {
     int max_clients;
     fed_store_round last_row;      /* the round just committed (its accuracy
                                       is added once evaluated) */
+    agg_eval ev;
     uint64_t bytes_in0, bytes_out0; /* wire counters when the round started */
     uint64_t ctr_base[64]; /* wire counters the database held at start (earlier runs) */
 };
@@ -145,6 +159,7 @@ void fed_node_agg_free(fed_node *n)
     fed_free(a->host);
     fed_merge_free(a->merge);
     fed_model_free(a->model);
+    fed_model_free(a->ev.model);
     fed_free(a);
     n->agg = NULL;
 }
@@ -643,20 +658,16 @@ static void evaluate(fed_node *n, fed_node_round_info *info)
     info->accuracy = (double)st.correct / (double)st.samples;
 }
 
-/* The round just committed, evaluated on the held-out data while its
- * clients already train the next one (the model is the same until the next
- * merge), its row completed with the figures, and reported. A crash before
- * this leaves the committed row without them. */
-static void report_round(fed_node *n, fed_node_round_info *info)
+/* The round's figures into its committed row, the log and the observer. A
+ * crash before this leaves the committed row without them. */
+static void finish_report(fed_node *n, fed_node_round_info *info, fed_store_round *row)
 {
-    node_agg *a = n->agg;
     fed_err e;
 
-    evaluate(n, info);
     if (!isnan(info->accuracy)) {
-        a->last_row.loss = info->loss;
-        a->last_row.accuracy = info->accuracy;
-        if ((e = fed_store_put_round(n->cfg.store, &a->last_row)) != FED_OK)
+        row->loss = info->loss;
+        row->accuracy = info->accuracy;
+        if ((e = fed_store_put_round(n->cfg.store, row)) != FED_OK)
             fed_log(FED_LOG_WARN, "aggregator: recording round %llu's accuracy failed: %s",
                     (unsigned long long)info->round, fed_strerror(e));
         fed_log(FED_LOG_INFO, "aggregator: round %llu accuracy %.4f loss %.4f",
@@ -664,6 +675,63 @@ static void report_round(fed_node *n, fed_node_round_info *info)
     }
     if (n->cfg.on_round)
         n->cfg.on_round(n->cfg.observer, n, info);
+}
+
+static void eval_job_run(fed_job *job)
+{
+    agg_eval *ev = (agg_eval *)job;
+
+    memset(&ev->st, 0, sizeof ev->st);
+    ev->err = fed_train_evaluate_all(ev->model, ev->test, &ev->st);
+}
+
+/* The round just committed is evaluated on the held-out data in a job, on
+ * a copy of its parameters, while the loop starts the next round (its last
+ * client's NEXT must not wait behind the evaluation). When a job is still
+ * busy (or none can be made), the loop evaluates itself. */
+static void report_round(fed_node *n, fed_node_round_info *info)
+{
+    node_agg *a = n->agg;
+    agg_eval *ev = &a->ev;
+    fed_err e = FED_ERR_BUSY;
+
+    if (!n->cfg.test) {
+        finish_report(n, info, &a->last_row);
+        return;
+    }
+    if (!ev->busy && !ev->model &&
+        fed_model_new(n->cfg.spec, n->cfg.shape, n->cfg.be, n->cfg.pool, n->cfg.shards, 256,
+                      &ev->model) != FED_OK)
+        ev->model = NULL; /* the loop evaluates itself */
+    if (!ev->busy && ev->model && fed_model_get_params(a->model, a->host) == FED_OK &&
+        fed_model_set_params(ev->model, a->host) == FED_OK) {
+        ev->job.fn = eval_job_run;
+        ev->job.user = n;
+        ev->test = n->cfg.test;
+        ev->info = *info;
+        ev->row = a->last_row;
+        ev->busy = 1;
+        if ((e = (fed_err)n->env.submit(n->env.self, &ev->job)) == FED_OK)
+            return;
+        ev->busy = 0;
+    }
+    evaluate(n, info);
+    finish_report(n, info, &a->last_row);
+}
+
+fed_err fed_node_agg_on_job(fed_node *n, fed_job *job)
+{
+    agg_eval *ev = &n->agg->ev;
+
+    if (job != &ev->job || !ev->busy)
+        return FED_ERR_INTERNAL;
+    ev->busy = 0;
+    if (ev->err == FED_OK && ev->st.samples) {
+        ev->info.loss = ev->st.loss_sum / (double)ev->st.samples;
+        ev->info.accuracy = (double)ev->st.correct / (double)ev->st.samples;
+    }
+    finish_report(n, &ev->info, &ev->row);
+    return ev->err;
 }
 
 /* Results of the merge by part index (inputs skipped missing parts). */

@@ -506,7 +506,7 @@ fed_err fed_node_on_job_done(fed_node *n, fed_job *job)
         return fed_node_client_on_job(n, job);
     if (n->cfg.role == FED_NODE_PEER)
         return fed_node_peer_on_job(n, job);
-    return FED_ERR_INTERNAL;
+    return fed_node_agg_on_job(n, job);
 }
 
 fed_err fed_node_on_timer(fed_node *n, uint32_t timer_id)

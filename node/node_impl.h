@@ -198,6 +198,8 @@ FED_WUR fed_err fed_node_agg_start(fed_node *n);
 /* An opened frame for the aggregator; op's vec may be taken (set NULL). */
 FED_WUR fed_err fed_node_agg_on_msg(fed_node *n, node_open *op);
 FED_WUR fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id);
+/* The round's evaluation job came back. */
+FED_WUR fed_err fed_node_agg_on_job(fed_node *n, fed_job *job);
 /* Before the delta of op is opened: where and how to decode it. */
 void fed_node_agg_prepare_open(fed_node *n, node_open *op);
 
