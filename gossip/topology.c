@@ -264,6 +264,106 @@ fed_err fed_gossip_topo_set_static(fed_gossip_topo *t, size_t i, const uint32_t 
     return FED_OK;
 }
 
+static int member_index(const fed_crypto_allow *allow, const char *name, size_t n, uint32_t *out)
+{
+    for (size_t i = 0; i < fed_crypto_allow_count(allow) && i < n; i++) {
+        const char *nm;
+        const uint8_t *pk;
+
+        fed_crypto_allow_get(allow, i, &nm, &pk);
+        if (!strcmp(nm, name)) {
+            *out = (uint32_t)i;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* One "NAME: N N ..." line into lists (stride n-1) and deg; blank or
+ * comment lines set nothing. */
+static fed_err static_line(const fed_gossip_topo *t, const fed_crypto_allow *allow, char *s,
+                           uint32_t *lists, uint32_t *deg, uint8_t *seen)
+{
+    char *colon, *tok, *save = NULL;
+    uint32_t i, j;
+
+    if ((tok = strchr(s, '#')))
+        *tok = 0;
+    if (!(colon = strchr(s, ':'))) {
+        for (char *c = s; *c; c++)
+            if (*c != ' ' && *c != '\t' && *c != '\r')
+                return FED_ERR_FORMAT;
+        return FED_OK;
+    }
+    *colon = 0;
+    if (!(tok = strtok_r(s, " \t\r", &save)) || strtok_r(NULL, " \t\r", &save))
+        return FED_ERR_FORMAT;
+    if (!member_index(allow, tok, t->n, &i))
+        return FED_ERR_UNKNOWN_SENDER;
+    if (seen[i]++)
+        return FED_ERR_FORMAT;
+    for (tok = strtok_r(colon + 1, " \t\r", &save); tok; tok = strtok_r(NULL, " \t\r", &save)) {
+        if (!member_index(allow, tok, t->n, &j))
+            return FED_ERR_UNKNOWN_SENDER;
+        if (j == i || has(lists + i * (t->n - 1), deg[i], j) || deg[i] == t->n - 1)
+            return FED_ERR_FORMAT;
+        lists[i * (t->n - 1) + deg[i]++] = j;
+    }
+    return FED_OK;
+}
+
+fed_err fed_gossip_topo_parse_static(fed_gossip_topo *t, const fed_crypto_allow *allow,
+                                     const char *text, size_t len, int *err_line)
+{
+    uint32_t *lists = NULL, *deg = NULL;
+    uint8_t *seen = NULL;
+    char line[4096];
+    size_t at = 0;
+    int ln = 0;
+    fed_err e = FED_OK;
+
+    if (err_line)
+        *err_line = 0;
+    if (t->kind != TOPO_STATIC)
+        return FED_ERR_INVAL;
+    lists = fed_calloc(t->n * (t->n - 1), sizeof *lists);
+    deg = fed_calloc(t->n, sizeof *deg);
+    seen = fed_calloc(t->n, 1);
+    if (!lists || !deg || !seen) {
+        e = FED_ERR_NOMEM;
+        goto out;
+    }
+    while (at < len && e == FED_OK) {
+        const char *nl = memchr(text + at, '\n', len - at);
+        size_t end = nl ? (size_t)(nl - text) : len;
+
+        ln++;
+        if (end - at >= sizeof line || memchr(text + at, 0, end - at))
+            e = FED_ERR_FORMAT;
+        else {
+            memcpy(line, text + at, end - at);
+            line[end - at] = 0;
+            e = static_line(t, allow, line, lists, deg, seen);
+        }
+        at = end + 1;
+    }
+    if (e != FED_OK) {
+        if (err_line)
+            *err_line = ln;
+        goto out;
+    }
+    for (size_t i = 0; i < t->n; i++) {
+        memcpy(t->adj + i * t->stride, lists + i * (t->n - 1), deg[i] * sizeof *lists);
+        t->deg[i] = deg[i];
+        qsort(t->adj + i * t->stride, deg[i], sizeof *t->adj, cmp_u32);
+    }
+out:
+    fed_free(lists);
+    fed_free(deg);
+    fed_free(seen);
+    return e;
+}
+
 size_t fed_gossip_topo_size(const fed_gossip_topo *t) { return t->n; }
 
 int fed_gossip_topo_symmetric(const fed_gossip_topo *t)

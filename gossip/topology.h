@@ -17,7 +17,12 @@
  *   tree              parent (i-1)/2 and children 2i+1, 2i+2 (symmetric)
  *   smallworld:K,P    Watts-Strogatz: the ring lattice of K nearest (K even),
  *                     each edge rewired with probability P, kept symmetric
- *   static            the lists given with fed_gossip_topo_set_static
+ *   static            the lists given with fed_gossip_topo_set_static, or read
+ *                     with fed_gossip_topo_parse_static from text every member
+ *                     holds the same copy of, one member a line:
+ *                         NAME: NEIGHBOUR NEIGHBOUR ...    # a comment
+ *                     (names as in the allow-list; a member with no line has
+ *                     no out-neighbours)
  * Metropolis weights need a symmetric topology (fed_gossip_topo_symmetric). */
 #ifndef FED_GOSSIP_TOPOLOGY_H
 #define FED_GOSSIP_TOPOLOGY_H
@@ -48,6 +53,14 @@ FED_WUR fed_err fed_gossip_topo_spec_check(const char *spec);
 /* static: member i's out-neighbours (copied; ids < n, not i, no repeats). */
 FED_WUR fed_err fed_gossip_topo_set_static(fed_gossip_topo *t, size_t i, const uint32_t *out,
                                            size_t count);
+
+/* static: every member's out-list from text (len bytes, above), names looked
+ * up in allow (member i = allow-list entry i). On error nothing changes and
+ * *err_line (may be NULL) says where: FED_ERR_FORMAT (syntax, a member
+ * twice, itself or a neighbour twice in a list), FED_ERR_UNKNOWN_SENDER (a
+ * name not in the list). */
+FED_WUR fed_err fed_gossip_topo_parse_static(fed_gossip_topo *t, const fed_crypto_allow *allow,
+                                             const char *text, size_t len, int *err_line);
 
 size_t fed_gossip_topo_size(const fed_gossip_topo *t);
 int fed_gossip_topo_symmetric(const fed_gossip_topo *t);

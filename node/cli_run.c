@@ -53,6 +53,7 @@ typedef struct run_cfg {
     char topology[32];
     char sync[16];
     char mixing[16];
+    char neighbours[PATH_MAX_RUN];
     char advertise[256];
     int vouch;
     char publish[PATH_MAX_RUN];
@@ -123,6 +124,9 @@ static const fed_opt run_opts[] = {
       "peer: bsp (wait for the round's shares or --deadline-ms), ssp:S, asp:T or bap"),
     R(mixing, "mixing", FED_OPT_STR, "pushsum", 0, 0,
       "peer: pushsum (running sums), plain, metropolis or pairwise"),
+    R(neighbours, "neighbours", FED_OPT_STR, "", 0, 0,
+      "peer, --topology static: file of every member's out-neighbours (NAME: NAME NAME ...), "
+      "the same on every member"),
     R(advertise, "advertise", FED_OPT_STR, "", 0, 0,
       "peer: the address the others reach this peer at, spread in signed PEERS entries "
       "(default: --listen, unless it says 0.0.0.0 or port 0)"),
@@ -173,6 +177,7 @@ typedef struct run_state {
     fed_crypto_allow *allow;
     fed_gossip_peers *peers;
     fed_gossip_entry publish; /* --publish's entry */
+    char *neighbours;         /* --neighbours' text, NUL-ended */
     fed_store *store;
     fed_backend *be;
     fed_pool *pool;
@@ -190,6 +195,7 @@ static void run_state_free(run_state *s)
     fed_backend_free(s->be);
     fed_store_close(s->store);
     fed_gossip_peers_free(s->peers);
+    fed_free(s->neighbours);
     fed_crypto_allow_free(s->allow);
     fed_crypto_arena_free(s->arena);
 }
@@ -463,6 +469,25 @@ static int fill_peer(const run_cfg *c, run_state *s, fed_node_config *nc)
         if ((rc = load_publish(c, s)) >= 0)
             return rc;
         nc->publish = &s->publish;
+    }
+    if (!strcmp(c->topology, "static")) {
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        fed_err e = c->neighbours[0] ? fed_data_read_file(c->neighbours, 1 << 20, &buf, &len)
+                                     : FED_ERR_NOTFOUND;
+
+        if (e == FED_OK && !(s->neighbours = fed_malloc(len + 1)))
+            e = FED_ERR_NOMEM;
+        if (e != FED_OK) {
+            fed_free(buf);
+            fed_cli_error("run: --topology static needs --neighbours FILE: %s",
+                          c->neighbours[0] ? fed_strerror(e) : "none given");
+            return 2;
+        }
+        memcpy(s->neighbours, buf, len);
+        s->neighbours[len] = 0;
+        fed_free(buf);
+        nc->neighbours = s->neighbours;
     }
     nc->train = s->train;
     nc->shard = s->idx;

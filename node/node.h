@@ -161,6 +161,8 @@ typedef struct fed_node_config {
        optimizer, lr, momentum), and so are rounds and deadline_ms (how long
        bsp waits for its in-neighbours) */
     char topology[32];            /* gossip/topology.h spec; default "ring" */
+    const char *neighbours;       /* static: every member's out-list, NUL-ended
+                                     text (gossip/topology.h); borrowed */
     char sync[16];                /* bsp (default), ssp:S, asp:T or bap */
     char mixing[16];              /* pushsum (default), plain, metropolis, pairwise */
     int mix_only;                 /* 1: no training; mix init (consensus runs) */

@@ -206,7 +206,8 @@ static fed_err rebuild_members(fed_node *n, int *changed)
         const char *url;
 
         fed_gossip_peers_get(p->table, i, &pk, &url);
-        if (!fed_crypto_allow_find(c->allow, pk) && counts_as_member(n, pk, now_s))
+        if (!fed_crypto_allow_find(c->allow, pk) && counts_as_member(n, pk, now_s) &&
+            strcmp(c->topology, "static") != 0) /* static lists name members only */
             memcpy(keys[k++], pk, 32);
     }
     qsort(keys, k, 32, cmp_key);
@@ -237,6 +238,18 @@ static fed_err rebuild_members(fed_node *n, int *changed)
     if ((e = fed_gossip_topo_new(c->topology[0] ? c->topology : "ring", k,
                                  fed_gossip_topo_seed(c->allow), &topo)) != FED_OK)
         goto out;
+    if (!strcmp(c->topology, "static")) {
+        int line = 0;
+
+        e = c->neighbours ? fed_gossip_topo_parse_static(topo, c->allow, c->neighbours,
+                                                          strlen(c->neighbours), &line)
+                          : FED_ERR_INVAL;
+        if (e != FED_OK) {
+            fed_log(FED_LOG_ERROR, "peer: the static neighbour lists, line %d: %s", line,
+                    fed_strerror(e));
+            goto out;
+        }
+    }
     for (size_t i = 0; i < k; i++) {
         size_t old = p->mem ? member_of(p, keys[i]) : SIZE_MAX;
 

@@ -99,6 +99,8 @@ typedef struct mesh_opts {
     uint64_t seed;
     uint32_t final_mix;
     int outsider;  /* the last host is not in the allow-list: member 0 vouches for it */
+    const char *neighbours; /* static: the lists */
+    size_t per_peer;        /* train: samples per peer (0: an IID share of all) */
     int vouch;     /* members take vouched keys */
 } mesh_opts;
 
@@ -165,6 +167,7 @@ static void mesh_build(mesh *m, const mesh_opts *o)
         c.on_round = on_round;
         c.observer = m;
         c.vouch = o->vouch;
+        c.neighbours = o->neighbours;
         if (o->outsider && i == 0) /* an hour from the world's clock at 0 */
             assert_int_equal(fed_gossip_entry_sign(fed_sim_host_arena(m->h[0]),
                                                    fed_sim_host_id(m->h[o->n - 1])->key,
@@ -180,6 +183,8 @@ static void mesh_build(mesh *m, const mesh_opts *o)
             assert_int_equal(fed_data_partition(train_set, "iid", i, o->n, o->seed, &m->idx[i],
                                                 &m->nidx[i]),
                              FED_OK);
+            if (o->per_peer && o->per_peer < m->nidx[i])
+                m->nidx[i] = o->per_peer;
             c.shard = m->idx[i];
             c.shard_n = m->nidx[i];
             c.test = test_set;
@@ -286,6 +291,86 @@ static void test_consensus_random3_64(void **state)
     r = consensus_rounds(&o, 1e-9, &err);
     printf("random:3 over 64 peers: within 1e-9 after %d rounds\n", r);
     assert_true(r > 0);
+}
+
+/* The error's contraction per round on the ring of 16, between rounds 100
+ * and 300 (the slowest mode dominates by then), is the second eigenvalue of
+ * its mixing matrix, circulant(1/3, 1/3, 1/3), within 10%. */
+static void test_ring_contraction(void **state)
+{
+    mesh_opts o = {.n = 16, .topology = "ring", .rounds = 300, .deadline_ms = 2000, .seed = 8};
+    double lambda2 = (1 + 2 * cos(2 * M_PI / 16)) / 3, e100, rate;
+    mesh m;
+
+    (void)state;
+    mesh_build(&m, &o);
+    run_to_round(&m, 100, 100000000);
+    e100 = mesh_error(&m);
+    run_to_round(&m, 300, 100000000);
+    rate = pow(mesh_error(&m) / e100, 1.0 / 200);
+    printf("ring of 16 peers: contraction %.5f a round, lambda2 %.5f\n", rate, lambda2);
+    assert_true(fabs(rate - lambda2) <= 0.1 * lambda2);
+    mesh_free(&m);
+}
+
+/* The other consistency models and mixings, and static lists: six training
+ * peers finish their rounds and end near one another; asp:T sends fewer
+ * shares than bsp. */
+static void test_sync_modes_and_mixings(void **state)
+{
+    struct {
+        const char *topology, *sync, *mixing, *neighbours;
+    } v[] = {
+        {"ring", "bsp", "pushsum", NULL},
+        {"ring", "ssp:1", "pushsum", NULL},
+        {"ring", "asp:0.3", "pushsum", NULL},
+        {"ring", "bap", "pushsum", NULL},
+        {"ring", "bsp", "metropolis", NULL},
+        {"random:2", "bsp", "pairwise", NULL},
+        {"static", "bsp", "pushsum",
+         "peer0: peer1 peer3\npeer1: peer2\npeer2: peer0 peer4\npeer3: peer4\npeer4: peer5\n"
+         "peer5: peer0\n"},
+    };
+    uint64_t sealed_bsp = 0;
+
+    (void)state;
+    if (!train_set) {
+        printf("skipped: no Fashion-MNIST\n");
+        return;
+    }
+    for (size_t k = 0; k < sizeof v / sizeof *v; k++) {
+        mesh_opts o = {.n = 6, .topology = v[k].topology, .sync = v[k].sync,
+                       .mixing = v[k].mixing, .neighbours = v[k].neighbours, .rounds = 8,
+                       .deadline_ms = 5000, .train = 1, .spec = "logreg", .per_peer = 300,
+                       .seed = 9};
+        double spread = 0, est[6][DIM];
+        uint64_t sealed = 0;
+        mesh m;
+
+        mesh_build(&m, &o);
+        run_to_round(&m, 8, 100000000);
+        for (int i = 0; i < m.n; i++) {
+            fed_node *nd = fed_sim_host_node(m.h[i]);
+            double *z = malloc(fed_node_peer_dim(nd) * sizeof *z);
+
+            assert_int_equal(m.done[i], 8);
+            assert_int_equal(fed_node_peer_estimate(nd, z), FED_OK);
+            memcpy(est[i], z, sizeof est[i]); /* the first weights */
+            free(z);
+            sealed += fed_node_wire_counters(nd)->sealed;
+        }
+        for (int i = 0; i < m.n; i++)
+            for (int d = 0; d < DIM; d++)
+                spread = fmax(spread, fabs(est[i][d] - est[0][d]));
+        printf("%-9s %-9s %-10s: 8 rounds, %llu frames sealed, estimates within %.3g\n",
+               v[k].topology, v[k].sync, v[k].mixing, (unsigned long long)sealed, spread);
+        assert_true(spread < 0.05);
+        if (k == 0)
+            sealed_bsp = sealed;
+        if (!strncmp(v[k].sync, "asp", 3))
+            assert_true(sealed < sealed_bsp);
+        mesh_free(&m);
+    }
 }
 
 /* Without loss, the sums of x and w over all nodes are the same at the end
@@ -449,6 +534,8 @@ int main(void)
         cmocka_unit_test(test_consensus_ring16),
         cmocka_unit_test(test_consensus_random3_64),
         cmocka_unit_test(test_mass_constant),
+        cmocka_unit_test(test_ring_contraction),
+        cmocka_unit_test(test_sync_modes_and_mixings),
         cmocka_unit_test(test_loss_running_sums_vs_plain),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_vouched_peer_joins),

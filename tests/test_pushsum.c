@@ -18,6 +18,7 @@
 
 #include "core/alloc.h"
 #include "core/rng.h"
+#include "crypto/allow.h"
 #include "gossip/pushsum.h"
 #include "gossip/topology.h"
 
@@ -331,6 +332,53 @@ static void test_topology_specs(void **state)
     fed_gossip_topo_free(t);
 }
 
+/* The static lists from text: names of the allow-list, member i = entry i;
+ * a bad line is named and changes nothing. */
+static void test_static_lists_from_text(void **state)
+{
+    fed_crypto_allow *al;
+    fed_gossip_topo *t;
+    uint32_t l[4];
+    int line = 0;
+    const char *good = "# who sends to whom\na: b c\nb: c   # a comment\n\nc: a\n";
+    const char *bad[] = {"a: b\na: c\n", "a: zz\n", "a: a\n", "a: b b\n", "a b c\n",
+                         "zz: a\n"};
+    const fed_err want[] = {FED_ERR_FORMAT, FED_ERR_UNKNOWN_SENDER, FED_ERR_FORMAT,
+                            FED_ERR_FORMAT, FED_ERR_FORMAT, FED_ERR_UNKNOWN_SENDER};
+    const int at[] = {2, 1, 1, 1, 1, 1};
+
+    (void)state;
+    assert_int_equal(fed_crypto_allow_new(&al), FED_OK);
+    {
+        const char *text = "a 7m74LiEOQEaAlN/dKHzHvKjKsZBvWn8JpgY20rqGnIE=\n"
+                           "b dsTAzewvfytWBtVAm0ORK7PEAdDCjFiTMXAUFjdiYhY=\n"
+                           "c gQIah0GEdPkiuUgoq9aVxg/t/bNWfb2Hh44wk9P6fG0=\n";
+
+        assert_int_equal(fed_crypto_allow_parse(al, text, strlen(text), NULL), FED_OK);
+    }
+    assert_int_equal(fed_gossip_topo_new("static", 3, 1, &t), FED_OK);
+    assert_int_equal(fed_gossip_topo_parse_static(t, al, good, strlen(good), &line), FED_OK);
+    for (size_t i = 0; i < 3; i++) { /* names map to allow-list order */
+        const char *name;
+        const uint8_t *pk;
+
+        fed_crypto_allow_get(al, i, &name, &pk);
+        if (!strcmp(name, "a")) {
+            assert_int_equal(fed_gossip_topo_out(t, i, 1, l), 2);
+        } else if (!strcmp(name, "c")) {
+            assert_int_equal(fed_gossip_topo_out(t, i, 1, l), 1);
+            assert_int_equal(fed_gossip_topo_in(t, i, 1, l), 2); /* from a and b */
+        }
+    }
+    for (int k = 0; k < 6; k++) {
+        assert_int_equal(fed_gossip_topo_parse_static(t, al, bad[k], strlen(bad[k]), &line),
+                         want[k]);
+        assert_int_equal(line, at[k]);
+    }
+    fed_gossip_topo_free(t);
+    fed_crypto_allow_free(al);
+}
+
 /* ---- state ---- */
 
 static void test_state_roundtrip(void **state)
@@ -417,6 +465,7 @@ int main(void)
         cmocka_unit_test(test_topologies),
         cmocka_unit_test(test_random_set_bounded),
         cmocka_unit_test(test_topology_specs),
+        cmocka_unit_test(test_static_lists_from_text),
         cmocka_unit_test(test_state_roundtrip),
         cmocka_unit_test(test_restarted_sender_rebased),
     };
