@@ -32,6 +32,8 @@ int fed_cli_load_options(const char *cmd, const char *synopsis, const struct fed
  * right OPENBLAS_CORETYPE (once: it is then set). Returns when no restart is
  * needed or it failed. */
 void fed_cli_maybe_reexec(const char *cmd, int argc, char **argv);
+/* The same for a program's own argv (NULL-terminated, argv[0] first). */
+void fed_cli_maybe_reexec_main(char **argv);
 int fed_cli_online_cores(void); /* 1..FED_CLI_MAX_THREADS */
 /* "I/K" with 0 <= I < K: 1 when s is one. */
 int fed_cli_parse_shard(const char *s, int *shard, int *k);

@@ -82,26 +82,31 @@ int fed_cli_load_options(const char *cmd, const char *synopsis, const fed_opt *t
 /* OpenBLAS chooses its kernels when the process loads it: if it fell back
  * to generic ones on this CPU, run this command again with the right
  * OPENBLAS_CORETYPE (set in the environment, so this happens once). */
-void fed_cli_maybe_reexec(const char *cmd, int argc, char **argv)
+void fed_cli_maybe_reexec_main(char **argv)
 {
     const char *core = fed_backend_cpu_suggest_coretype();
-    char **args;
 
     if (!core || getenv("FEDNODE_NO_REEXEC"))
         return;
-    args = fed_calloc((size_t)argc + 3, sizeof *args);
+    fed_log(FED_LOG_INFO, "OpenBLAS picked generic kernels on this CPU; restarting with "
+                          "OPENBLAS_CORETYPE=%s", core);
+    if (setenv("OPENBLAS_CORETYPE", core, 1) == 0)
+        execv("/proc/self/exe", argv);
+    fed_log(FED_LOG_WARN, "could not restart with OPENBLAS_CORETYPE=%s; going on", core);
+    unsetenv("OPENBLAS_CORETYPE");
+}
+
+void fed_cli_maybe_reexec(const char *cmd, int argc, char **argv)
+{
+    char **args = fed_calloc((size_t)argc + 3, sizeof *args);
+
     if (!args)
         return;
     args[0] = "fednode";
     args[1] = (char *)cmd;
     for (int i = 0; i < argc; i++)
         args[i + 2] = argv[i];
-    fed_log(FED_LOG_INFO, "OpenBLAS picked generic kernels on this CPU; restarting with "
-                          "OPENBLAS_CORETYPE=%s", core);
-    if (setenv("OPENBLAS_CORETYPE", core, 1) == 0)
-        execv("/proc/self/exe", args);
-    fed_log(FED_LOG_WARN, "could not restart with OPENBLAS_CORETYPE=%s; going on", core);
-    unsetenv("OPENBLAS_CORETYPE");
+    fed_cli_maybe_reexec_main(args);
     fed_free(args);
 }
 

@@ -46,7 +46,7 @@ fed_err fed_node_client_new(fed_node *n)
     memcpy(c->agg, n->cfg.aggregator.key, 32);
     c->job.job.user = n;
     n->client = c;
-    return FED_OK;
+    return fed_node_attack_parse(n->cfg.attack, &c->job.attack, &c->job.attack_param);
 }
 
 void fed_node_client_free(fed_node *n)

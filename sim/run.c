@@ -1,0 +1,463 @@
+/* run.c - a fedsim scenario end to end (run.h): hosts with fresh identities
+ * and in-memory databases, one allow-list, the shared data cut into shards,
+ * node configurations from the scenario, Byzantine clients, stragglers and
+ * crashes scheduled, then the world run in virtual time while the round
+ * observers make one row per round. Owns everything it builds; borrows the
+ * data and the pool. */
+#include <math.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/rng.h"
+#include "crypto/allow.h"
+#include "model/backend.h"
+#include "model/optim.h"
+#include "node/node.h"
+#include "sim/host.h"
+#include "sim/run.h"
+#include "sim/world.h"
+
+#define S(field, name, type, def, min, max, help)                                  \
+    FED_OPT_DEF(fed_sim_scenario, field, name, type, def, min, max, help)
+const fed_opt fed_sim_scenario_opts[] = {
+    S(nodes, "nodes", FED_OPT_INT, "8", 2, 100000, "clients (aggregator mode) or peers"),
+    S(mode, "mode", FED_OPT_STR, "aggregator", 0, 0, "aggregator or peer"),
+    S(topology, "topology", FED_OPT_STR, "ring", 0, 0,
+      "peer: full, ring, random:K, tree, smallworld:K,P"),
+    S(sample, "sample", FED_OPT_DOUBLE, "1", 1e-6, 1,
+      "aggregator: share of the clients sampled each round"),
+    S(partition, "partition", FED_OPT_STR, "iid", 0, 0, "iid, dirichlet:ALPHA or shards:N"),
+    S(data, "data", FED_OPT_STR, "fashion-mnist", 0, 0,
+      "fashion-mnist, a directory of IDX files, or a CSV file"),
+    S(model, "model", FED_OPT_STR, "logreg", 0, 0, "logreg, mlp:W1,W2,... or cnn"),
+    S(rounds, "rounds", FED_OPT_INT, "10", 1, 100000, "rounds to run"),
+    S(local_epochs, "local-epochs", FED_OPT_INT, "1", 1, 1000, "epochs of local training a round"),
+    S(batch, "batch", FED_OPT_INT, "64", 1, 4096, "batch size"),
+    S(lr, "lr", FED_OPT_DOUBLE, "0.05", 1e-9, 100, "learning rate"),
+    S(momentum, "momentum", FED_OPT_DOUBLE, "0.9", 0, 0.999, "SGD momentum (0: plain SGD)"),
+    S(optimizer, "optimizer", FED_OPT_STR, "sgd", 0, 0, "sgd or adam"),
+    S(strategy, "strategy", FED_OPT_STR, "fedavg", 0, 0,
+      "aggregator: merge strategy (fedavg, fedprox:MU, fedadam, median, trimmed:B, krum:F, ...)"),
+    S(sync, "sync", FED_OPT_STR, "bsp", 0, 0, "peer: bsp, ssp:S, asp:T or bap"),
+    S(codec, "codec", FED_OPT_STR, "f32", 0, 0, "aggregator: delta codec: f32, f16, q8, topk:F"),
+    S(loss, "loss", FED_OPT_DOUBLE, "0", 0, 1, "share of frames lost on every link"),
+    S(latency_ms, "latency-ms", FED_OPT_DOUBLE, "5", 0, 1e6, "one-way latency of a link"),
+    S(bandwidth_mbps, "bandwidth", FED_OPT_DOUBLE, "100", 0, 1e6,
+      "MB/s of a link (a frame of B bytes takes B / bandwidth; 0: unlimited)"),
+    S(gflops, "gflops", FED_OPT_DOUBLE, "5", 1e-6, 1e9,
+      "a node's training speed: virtual time = FLOPs / this"),
+    S(stragglers, "stragglers", FED_OPT_STR, "", 0, 0,
+      "FRACTION:SLOWDOWN: the last FRACTION of the nodes train SLOWDOWN times slower"),
+    S(byzantine, "byzantine", FED_OPT_STR, "", 0, 0,
+      "FRACTION:ATTACK: the first FRACTION of the clients send signflip:S, noise:SIGMA or zero"),
+    S(crash, "crash", FED_OPT_STR, "", 0, 0,
+      "NODE@SECONDS[,restart@SECONDS]: crash client/peer NODE (or agg), restart it later"),
+    S(deadline_ms, "deadline-ms", FED_OPT_INT, "60000", 1, 86400000, "a round's deadline"),
+    S(min_clients, "min-clients", FED_OPT_INT, "0", 0, 100000,
+      "aggregator: deltas a round needs at its deadline (0: one)"),
+    S(seed, "seed", FED_OPT_U64, "1", 0, 0, "every random choice of the run"),
+};
+#undef S
+const size_t fed_sim_scenario_nopts = sizeof fed_sim_scenario_opts / sizeof *fed_sim_scenario_opts;
+
+#define RUN_STEP_MS 100
+
+/* Per round, what the peers reported. */
+typedef struct peer_round {
+    int reports, measured;
+    double acc_sum, acc_min, acc_max;
+    uint32_t mixed;
+    double t_s;
+} peer_round;
+
+typedef struct sim_run {
+    const fed_sim_scenario *sc;
+    int peer_mode;
+    fed_sim_world *w;
+    fed_crypto_allow *allow;
+    fed_sim_host *agg;
+    fed_sim_host **h;      /* (nodes) clients or peers */
+    uint32_t **idx;        /* (nodes) their shards */
+    size_t *nidx;
+    peer_round *pr;        /* (rounds + 1) */
+    uint64_t next_row;     /* the next round to report */
+    uint64_t last_emitted; /* the last round reported */
+    fed_sim_row_fn on_row;
+    void *ctx;
+} sim_run;
+
+static void emit(sim_run *r, const fed_sim_row *row)
+{
+    r->last_emitted = row->round;
+    if (r->on_row)
+        r->on_row(r->ctx, row);
+}
+
+static uint64_t bytes_sent(const sim_run *r)
+{
+    fed_sim_counters c;
+
+    fed_sim_world_counters(r->w, &c);
+    return c.bytes_sent;
+}
+
+/* Peer rounds reach the output in order, once every peer reported (or at
+ * the end, flush). */
+static void emit_peer_rounds(sim_run *r, int flush)
+{
+    while (r->next_row <= (uint64_t)r->sc->rounds) {
+        peer_round *p = &r->pr[r->next_row];
+        fed_sim_row row;
+
+        if (!flush && p->reports < r->sc->nodes)
+            return;
+        if (!p->reports) {
+            r->next_row++;
+            continue;
+        }
+        memset(&row, 0, sizeof row);
+        row.round = r->next_row;
+        row.t_s = p->t_s;
+        row.accuracy = p->measured ? p->acc_sum / p->measured : NAN;
+        row.spread = p->measured ? p->acc_max - p->acc_min : NAN;
+        row.bytes = bytes_sent(r);
+        row.merged = p->mixed;
+        emit(r, &row);
+        r->next_row++;
+    }
+}
+
+static void on_round(void *ctx, const fed_node *n, const fed_node_round_info *info)
+{
+    sim_run *r = ctx;
+    double t_s = (double)fed_sim_world_now_us(r->w) / 1e6;
+
+    if (!r->peer_mode) {
+        fed_sim_row row;
+
+        if (fed_node_get_role(n) != FED_NODE_AGGREGATOR)
+            return;
+        memset(&row, 0, sizeof row);
+        row.round = info->round;
+        row.t_s = t_s;
+        row.accuracy = info->accuracy;
+        row.bytes = bytes_sent(r);
+        row.merged = info->merged;
+        emit(r, &row);
+        return;
+    }
+    if (info->round < 1 || info->round > (uint64_t)r->sc->rounds)
+        return;
+    {
+        peer_round *p = &r->pr[info->round];
+
+        p->reports++;
+        p->mixed += info->merged;
+        p->t_s = t_s > p->t_s ? t_s : p->t_s;
+        if (!isnan(info->accuracy)) {
+            if (!p->measured || info->accuracy < p->acc_min)
+                p->acc_min = info->accuracy;
+            if (!p->measured || info->accuracy > p->acc_max)
+                p->acc_max = info->accuracy;
+            p->acc_sum += info->accuracy;
+            p->measured++;
+        }
+    }
+    emit_peer_rounds(r, 0);
+}
+
+/* "F:REST": the fraction and what follows the colon. */
+static fed_err parse_fraction(const char *s, double *f, const char **rest)
+{
+    char *end;
+
+    *f = strtod(s, &end);
+    if (end == s || *end != ':' || !(*f >= 0 && *f <= 1))
+        return FED_ERR_SPEC;
+    *rest = end + 1;
+    return FED_OK;
+}
+
+/* Crash and restart events from "NODE@S[,restart@S]". */
+static fed_err schedule_crash(sim_run *r)
+{
+    const char *s = r->sc->crash;
+    char *end;
+    uint32_t index;
+    double at, back = -1;
+
+    if (!s[0])
+        return FED_OK;
+    if (!strncmp(s, "agg@", 4) && !r->peer_mode) {
+        index = fed_sim_host_index(r->agg);
+        s += 4;
+    } else {
+        long k = strtol(s, &end, 10);
+
+        if (end == s || *end != '@' || k < 0 || k >= r->sc->nodes)
+            return FED_ERR_SPEC;
+        index = fed_sim_host_index(r->h[k]);
+        s = end + 1;
+    }
+    at = strtod(s, &end);
+    if (end == s || !(at >= 0))
+        return FED_ERR_SPEC;
+    if (*end == ',') {
+        s = end + 1;
+        if (strncmp(s, "restart@", 8) != 0)
+            return FED_ERR_SPEC;
+        back = strtod(s + 8, &end);
+        if (end == s + 8 || !(back > at))
+            return FED_ERR_SPEC;
+    }
+    if (*end)
+        return FED_ERR_SPEC;
+    if (fed_sim_world_crash_at(r->w, index, (uint64_t)(at * 1000)) != FED_OK ||
+        (back >= 0 && fed_sim_world_restart_at(r->w, index, (uint64_t)(back * 1000)) != FED_OK))
+        return FED_ERR_NOMEM;
+    return FED_OK;
+}
+
+/* Settings every node shares. */
+static void base_config(const sim_run *r, fed_node_config *c, const fed_dataset *train,
+                        fed_backend *be)
+{
+    const fed_sim_scenario *sc = r->sc;
+    fed_optim_kind kind = FED_OPTIM_SGD;
+
+    fed_node_config_default(c);
+    c->seed = sc->seed;
+    c->be = be;
+    c->allow = r->allow;
+    snprintf(c->spec, sizeof c->spec, "%s", sc->model);
+    c->shape = train->shape;
+    c->local_epochs = (uint32_t)sc->local_epochs;
+    c->batch = (uint32_t)sc->batch;
+    if (fed_optim_kind_parse(sc->optimizer, &kind) != FED_OK)
+        kind = FED_OPTIM_SGD; /* fed_sim_run refused the name before */
+    c->optimizer = (uint8_t)kind;
+    c->lr = (float)sc->lr;
+    c->momentum = (float)sc->momentum;
+    c->rounds = (uint32_t)sc->rounds;
+    c->deadline_ms = (uint64_t)sc->deadline_ms;
+    c->on_round = on_round;
+    c->observer = (void *)r;
+}
+
+static fed_err attach_nodes(sim_run *r, const fed_dataset *train, const fed_dataset *test,
+                            fed_backend *be)
+{
+    const fed_sim_scenario *sc = r->sc;
+    double byz = 0, slow_f = 0, slow = 1;
+    const char *attack = "", *rest;
+    char *end;
+    fed_node_config c;
+    fed_err e;
+
+    if (sc->byzantine[0] && (r->peer_mode || parse_fraction(sc->byzantine, &byz, &attack) != FED_OK ||
+                             !attack[0] || fed_node_attack_check(attack) != FED_OK)) {
+        fed_log(FED_LOG_ERROR, "fedsim: --byzantine '%s': FRACTION:ATTACK, aggregator mode only",
+                sc->byzantine);
+        return FED_ERR_SPEC;
+    }
+    if (sc->stragglers[0]) {
+        if (parse_fraction(sc->stragglers, &slow_f, &rest) != FED_OK)
+            return FED_ERR_SPEC;
+        slow = strtod(rest, &end);
+        if (end == rest || *end || !(slow >= 1))
+            return FED_ERR_SPEC;
+    }
+    if (!r->peer_mode) {
+        base_config(r, &c, train, be);
+        c.role = FED_NODE_AGGREGATOR;
+        snprintf(c.strategy, sizeof c.strategy, "%s", sc->strategy);
+        snprintf(c.codec, sizeof c.codec, "%s", sc->codec);
+        c.sample_fraction = sc->sample;
+        c.wait_clients = (uint32_t)sc->nodes;
+        c.min_clients = (uint32_t)(sc->min_clients ? sc->min_clients : 1);
+        c.test = test;
+        if ((e = fed_sim_host_attach(r->agg, r->w, &c, NULL)) != FED_OK)
+            return e;
+    }
+    for (int i = 0; i < sc->nodes; i++) {
+        base_config(r, &c, train, be);
+        c.train = train;
+        c.shard = r->idx[i];
+        c.shard_n = r->nidx[i];
+        if (r->peer_mode) {
+            c.role = FED_NODE_PEER;
+            snprintf(c.topology, sizeof c.topology, "%s", sc->topology);
+            snprintf(c.sync, sizeof c.sync, "%s", sc->sync);
+            c.test = test;
+        } else {
+            c.role = FED_NODE_CLIENT;
+            c.aggregator = *fed_sim_host_id(r->agg);
+            if (i < (int)floor(byz * sc->nodes + 1e-9))
+                snprintf(c.attack, sizeof c.attack, "%s", attack);
+        }
+        if ((e = fed_sim_host_attach(r->h[i], r->w, &c, NULL)) != FED_OK)
+            return e;
+        if (i >= sc->nodes - (int)floor(slow_f * sc->nodes + 1e-9) &&
+            (e = fed_sim_world_set_slowdown(r->w, fed_sim_host_index(r->h[i]), slow)) != FED_OK)
+            return e;
+    }
+    return FED_OK;
+}
+
+static fed_err build_hosts(sim_run *r, const fed_dataset *train)
+{
+    const fed_sim_scenario *sc = r->sc;
+    fed_rng idr;
+    char name[32];
+    fed_err e;
+
+    fed_rng_seed_stream(&idr, sc->seed, 77);
+    if ((e = fed_crypto_allow_new(&r->allow)) != FED_OK)
+        return e;
+    if (!r->peer_mode) {
+        if ((e = fed_sim_host_new(&idr, &r->agg)) != FED_OK ||
+            (e = fed_crypto_allow_add(r->allow, "agg", fed_sim_host_id(r->agg)->key)) != FED_OK)
+            return e;
+    }
+    for (int i = 0; i < sc->nodes; i++) {
+        snprintf(name, sizeof name, "n%d", i);
+        if ((e = fed_sim_host_new(&idr, &r->h[i])) != FED_OK ||
+            (e = fed_crypto_allow_add(r->allow, name, fed_sim_host_id(r->h[i])->key)) != FED_OK ||
+            (e = fed_data_partition(train, sc->partition, i, sc->nodes, sc->seed, &r->idx[i],
+                                    &r->nidx[i])) != FED_OK)
+            return e;
+        if (!r->nidx[i]) {
+            fed_log(FED_LOG_ERROR, "fedsim: node %d's shard is empty (%s over %d nodes)", i,
+                    sc->partition, sc->nodes);
+            return FED_ERR_RANGE;
+        }
+    }
+    return FED_OK;
+}
+
+static int finished(const sim_run *r)
+{
+    fed_node *n;
+
+    if (!r->peer_mode)
+        return (n = fed_sim_host_node(r->agg)) && fed_node_finished(n);
+    for (int i = 0; i < r->sc->nodes; i++) {
+        n = fed_sim_host_node(r->h[i]);
+        if (n ? !fed_node_finished(n)
+              : fed_sim_world_node_up(r->w, fed_sim_host_index(r->h[i]))) /* not started yet */
+            return 0;
+    }
+    return 1;
+}
+
+/* sha256 of the final global model, or of every peer's estimate in turn. */
+static void final_hash(const sim_run *r, uint8_t out[32])
+{
+    crypto_hash_sha256_state st;
+    fed_node *n;
+
+    crypto_hash_sha256_init(&st);
+    if (!r->peer_mode && (n = fed_sim_host_node(r->agg))) {
+        size_t np = fed_node_nparams(n);
+        float *p = fed_malloc(np * sizeof *p);
+
+        if (p && fed_node_get_params(n, p) == FED_OK)
+            crypto_hash_sha256_update(&st, (const uint8_t *)p, np * sizeof *p);
+        fed_free(p);
+    }
+    for (int i = 0; r->peer_mode && i < r->sc->nodes; i++)
+        if ((n = fed_sim_host_node(r->h[i]))) {
+            size_t d = fed_node_peer_dim(n);
+            double *z = fed_malloc(d * sizeof *z);
+
+            if (z && fed_node_peer_estimate(n, z) == FED_OK)
+                crypto_hash_sha256_update(&st, (const uint8_t *)z, d * sizeof *z);
+            fed_free(z);
+        }
+    crypto_hash_sha256_final(&st, out);
+}
+
+static void run_free(sim_run *r)
+{
+    fed_sim_world_free(r->w); /* first: it waits for jobs */
+    fed_sim_host_free(r->agg);
+    for (int i = 0; r->h && i < r->sc->nodes; i++) {
+        fed_sim_host_free(r->h[i]);
+        fed_free(r->idx[i]);
+    }
+    fed_free(r->h);
+    fed_free(r->idx);
+    fed_free(r->nidx);
+    fed_free(r->pr);
+    fed_crypto_allow_free(r->allow);
+}
+
+fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train, const fed_dataset *test,
+                    fed_pool *pool, double max_virtual_s, fed_sim_row_fn on_row, void *ctx,
+                    uint8_t hash[32])
+{
+    sim_run r;
+    fed_sim_config wc;
+    fed_backend *be = NULL;
+    uint64_t t = 0;
+    fed_err e;
+
+    memset(&r, 0, sizeof r);
+    r.sc = sc;
+    r.on_row = on_row;
+    r.ctx = ctx;
+    r.next_row = 1;
+    r.peer_mode = !strcmp(sc->mode, "peer");
+    {
+        fed_optim_kind kind;
+
+        if ((!r.peer_mode && strcmp(sc->mode, "aggregator") != 0) ||
+            fed_optim_kind_parse(sc->optimizer, &kind) != FED_OK) {
+            fed_log(FED_LOG_ERROR, "fedsim: --mode '%s' or --optimizer '%s' is not known",
+                    sc->mode, sc->optimizer);
+            return FED_ERR_SPEC;
+        }
+    }
+    memset(&wc, 0, sizeof wc);
+    wc.seed = sc->seed;
+    wc.link.latency_ms = sc->latency_ms;
+    wc.link.jitter_ms = sc->latency_ms / 10;
+    wc.link.loss = sc->loss;
+    wc.link.bytes_per_ms = sc->bandwidth_mbps * 1000.0;
+    wc.flops_per_ms = sc->gflops * 1e6;
+    wc.epoch_base_s = 1700000000;
+    wc.pool = pool;
+    r.h = fed_calloc((size_t)sc->nodes, sizeof *r.h);
+    r.idx = fed_calloc((size_t)sc->nodes, sizeof *r.idx);
+    r.nidx = fed_calloc((size_t)sc->nodes, sizeof *r.nidx);
+    r.pr = fed_calloc((size_t)sc->rounds + 1, sizeof *r.pr);
+    if (!r.h || !r.idx || !r.nidx || !r.pr) {
+        e = FED_ERR_NOMEM;
+        goto out;
+    }
+    if ((e = fed_backend_cpu_new(1, &be)) != FED_OK ||
+        (e = fed_sim_world_new(&wc, &r.w)) != FED_OK || (e = build_hosts(&r, train)) != FED_OK ||
+        (e = attach_nodes(&r, train, test, be)) != FED_OK || (e = schedule_crash(&r)) != FED_OK)
+        goto out;
+    /* the aggregator's last row comes once that round's evaluation is back */
+    while ((!finished(&r) || (!r.peer_mode && r.last_emitted < (uint64_t)sc->rounds)) &&
+           t < (uint64_t)(max_virtual_s * 1000)) {
+        t += RUN_STEP_MS;
+        if ((e = fed_sim_world_run_until(r.w, t)) != FED_OK)
+            goto out;
+    }
+    if (r.peer_mode)
+        emit_peer_rounds(&r, 1);
+    if (!finished(&r))
+        e = FED_ERR_TIMEOUT;
+    if (hash)
+        final_hash(&r, hash);
+out:
+    run_free(&r);
+    fed_backend_free(be);
+    return e;
+}

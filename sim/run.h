@@ -1,0 +1,72 @@
+/* run.h - a whole fedsim scenario: the real node state machine on every
+ * simulated host (an aggregator and its clients, or peers), the data loaded
+ * once and shared, the faults scheduled, and one row per round reported.
+ * The same scenario and seed give the same rows and the same final model,
+ * bit for bit. */
+#ifndef FED_SIM_RUN_H
+#define FED_SIM_RUN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+#include "core/opt.h"
+#include "core/pool.h"
+#include "model/data.h"
+
+#define FED_SIM_STR 64
+
+/* Every option of a scenario, as flag and INI key (fed_sim_scenario_opts). */
+typedef struct fed_sim_scenario {
+    int nodes;                      /* clients or peers */
+    char mode[16];                  /* aggregator | peer */
+    char topology[32];              /* peer */
+    double sample;                  /* aggregator: share of clients a round */
+    char partition[FED_SIM_STR];    /* iid | dirichlet:ALPHA | shards:N */
+    char data[256];
+    char model[FED_SIM_STR];
+    int rounds, local_epochs, batch;
+    double lr, momentum;
+    char optimizer[16];
+    char strategy[FED_SIM_STR];     /* aggregator */
+    char sync[16];                  /* peer */
+    char codec[32];                 /* aggregator: the clients' deltas */
+    double loss;                    /* of every frame */
+    double latency_ms;
+    double bandwidth_mbps;          /* MB/s a link; 0: unlimited */
+    double gflops;                  /* a node's speed, for training's virtual time */
+    char stragglers[FED_SIM_STR];   /* FRACTION:SLOWDOWN */
+    char byzantine[FED_SIM_STR];    /* FRACTION:ATTACK (signflip:S, noise:SIGMA, zero) */
+    char crash[FED_SIM_STR];        /* NODE@SECONDS[,restart@SECONDS] */
+    int deadline_ms;
+    int min_clients;                /* aggregator; 0: every sampled client */
+    uint64_t seed;
+    int eval_every;                 /* peers evaluate every Nth round (and the last) */
+} fed_sim_scenario;
+
+extern const fed_opt fed_sim_scenario_opts[];
+extern const size_t fed_sim_scenario_nopts;
+
+/* One round, as fedsim prints it. */
+typedef struct fed_sim_row {
+    uint64_t round;
+    double t_s;        /* virtual seconds when it closed */
+    double accuracy;   /* aggregator: the global model; peers: their mean (NaN: not measured) */
+    double spread;     /* peers: max - min accuracy; aggregator: 0 */
+    uint64_t bytes;    /* every node's frame bytes sent so far */
+    uint32_t merged;   /* aggregator: deltas merged; peers: shares mixed, summed */
+} fed_sim_row;
+
+typedef void (*fed_sim_row_fn)(void *ctx, const fed_sim_row *row);
+
+/* Runs sc to its last round (or max_virtual_s). train/test are the shared
+ * data (borrowed); pool runs the jobs (NULL: inline). Each finished round
+ * goes to on_row, in order. final_hash (may be NULL) gets the sha256 of the
+ * final global model (aggregator) or of every peer's estimate in key order.
+ * FED_ERR_SPEC / BAD_VALUE for options that do not fit, FED_ERR_TIMEOUT when
+ * the rounds did not finish in max_virtual_s. */
+FED_WUR fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train,
+                            const fed_dataset *test, fed_pool *pool, double max_virtual_s,
+                            fed_sim_row_fn on_row, void *ctx, uint8_t final_hash[32]);
+
+#endif
