@@ -88,7 +88,7 @@ int main(int argc, char **argv)
     printf("fedsim: %d %s, %s, %s, %d rounds, seed %llu\n", sc.nodes,
            strcmp(sc.mode, "peer") ? "clients" : "peers", sc.model, sc.partition, sc.rounds,
            (unsigned long long)sc.seed);
-    e = fed_sim_run(&sc, train, test, pool, 1e7, on_row, &o, hash);
+    e = fed_sim_run(&sc, train, test, pool, 1e7, on_row, &o, hash, NULL);
     if (e != FED_OK) {
         fed_cli_error("fedsim: %s", fed_strerror(e));
         rc = 1;

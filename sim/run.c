@@ -56,6 +56,11 @@ const fed_opt fed_sim_scenario_opts[] = {
       "FRACTION:ATTACK: the first FRACTION of the clients send signflip:S, noise:SIGMA or zero"),
     S(crash, "crash", FED_OPT_STR, "", 0, 0,
       "NODE@SECONDS[,restart@SECONDS]: crash client/peer NODE (or agg), restart it later"),
+    S(loss_window, "loss-window", FED_OPT_STR, "", 0, 0,
+      "P@T1-T2: every link loses a share P of frames from T1 to T2 virtual seconds"),
+    S(partition_net, "partition-net", FED_OPT_STR, "", 0, 0,
+      "GROUPS@T1-T2: the nodes split into GROUPS (the aggregator with the first) that cannot "
+      "reach each other from T1 to T2 virtual seconds"),
     S(deadline_ms, "deadline-ms", FED_OPT_INT, "60000", 1, 86400000, "a round's deadline"),
     S(min_clients, "min-clients", FED_OPT_INT, "0", 0, 100000,
       "aggregator: deltas a round needs at its deadline (0: one)"),
@@ -179,6 +184,59 @@ static fed_err parse_fraction(const char *s, double *f, const char **rest)
     if (end == s || *end != ':' || !(*f >= 0 && *f <= 1))
         return FED_ERR_SPEC;
     *rest = end + 1;
+    return FED_OK;
+}
+
+/* "X@T1-T2" into x, t1 and t2 (seconds, t1 <= t2). */
+static fed_err parse_window(const char *s, double *x, double *t1, double *t2)
+{
+    char *end;
+
+    *x = strtod(s, &end);
+    if (end == s || *end != '@')
+        return FED_ERR_SPEC;
+    s = end + 1;
+    *t1 = strtod(s, &end);
+    if (end == s || *end != '-' || !(*t1 >= 0))
+        return FED_ERR_SPEC;
+    s = end + 1;
+    *t2 = strtod(s, &end);
+    if (end == s || *end || !(*t2 >= *t1))
+        return FED_ERR_SPEC;
+    return FED_OK;
+}
+
+/* --loss-window and --partition-net. */
+static fed_err schedule_network(sim_run *r)
+{
+    const fed_sim_scenario *sc = r->sc;
+    double x, t1, t2;
+    fed_err e;
+
+    if (sc->loss_window[0]) {
+        if (parse_window(sc->loss_window, &x, &t1, &t2) != FED_OK || !(x >= 0 && x <= 1))
+            return FED_ERR_SPEC;
+        if ((e = fed_sim_world_add_loss(r->w, x, (uint64_t)(t1 * 1000), (uint64_t)(t2 * 1000))) !=
+            FED_OK)
+            return e;
+    }
+    if (sc->partition_net[0]) {
+        size_t n = fed_sim_world_node_count(r->w);
+        uint32_t *group = NULL;
+
+        if (parse_window(sc->partition_net, &x, &t1, &t2) != FED_OK || x < 2 || x > sc->nodes ||
+            x != floor(x))
+            return FED_ERR_SPEC;
+        if (!(group = fed_calloc(n, sizeof *group)))
+            return FED_ERR_NOMEM;
+        for (int i = 0; i < sc->nodes; i++) /* the aggregator stays in group 0 */
+            group[fed_sim_host_index(r->h[i])] = (uint32_t)((size_t)i * (size_t)x / (size_t)sc->nodes);
+        e = fed_sim_world_add_partition(r->w, group, n, (uint64_t)(t1 * 1000),
+                                        (uint64_t)(t2 * 1000));
+        fed_free(group);
+        if (e != FED_OK)
+            return e;
+    }
     return FED_OK;
 }
 
@@ -398,7 +456,7 @@ static void run_free(sim_run *r)
 
 fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train, const fed_dataset *test,
                     fed_pool *pool, double max_virtual_s, fed_sim_row_fn on_row, void *ctx,
-                    uint8_t hash[32])
+                    uint8_t hash[32], fed_sim_counters *counters)
 {
     sim_run r;
     fed_sim_config wc;
@@ -441,7 +499,8 @@ fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train, const 
     }
     if ((e = fed_backend_cpu_new(1, &be)) != FED_OK ||
         (e = fed_sim_world_new(&wc, &r.w)) != FED_OK || (e = build_hosts(&r, train)) != FED_OK ||
-        (e = attach_nodes(&r, train, test, be)) != FED_OK || (e = schedule_crash(&r)) != FED_OK)
+        (e = attach_nodes(&r, train, test, be)) != FED_OK || (e = schedule_crash(&r)) != FED_OK ||
+        (e = schedule_network(&r)) != FED_OK)
         goto out;
     /* the aggregator's last row comes once that round's evaluation is back */
     while ((!finished(&r) || (!r.peer_mode && r.last_emitted < (uint64_t)sc->rounds)) &&
@@ -456,6 +515,8 @@ fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train, const 
         e = FED_ERR_TIMEOUT;
     if (hash)
         final_hash(&r, hash);
+    if (counters)
+        fed_sim_world_counters(r.w, counters);
 out:
     run_free(&r);
     fed_backend_free(be);

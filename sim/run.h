@@ -13,6 +13,7 @@
 #include "core/opt.h"
 #include "core/pool.h"
 #include "model/data.h"
+#include "sim/world.h"
 
 #define FED_SIM_STR 64
 
@@ -38,6 +39,8 @@ typedef struct fed_sim_scenario {
     char stragglers[FED_SIM_STR];   /* FRACTION:SLOWDOWN */
     char byzantine[FED_SIM_STR];    /* FRACTION:ATTACK (signflip:S, noise:SIGMA, zero) */
     char crash[FED_SIM_STR];        /* NODE@SECONDS[,restart@SECONDS] */
+    char loss_window[FED_SIM_STR];  /* P@T1-T2 */
+    char partition_net[FED_SIM_STR];/* GROUPS@T1-T2 */
     int deadline_ms;
     int min_clients;                /* aggregator; 0: every sampled client */
     uint64_t seed;
@@ -62,11 +65,13 @@ typedef void (*fed_sim_row_fn)(void *ctx, const fed_sim_row *row);
 /* Runs sc to its last round (or max_virtual_s). train/test are the shared
  * data (borrowed); pool runs the jobs (NULL: inline). Each finished round
  * goes to on_row, in order. final_hash (may be NULL) gets the sha256 of the
- * final global model (aggregator) or of every peer's estimate in key order.
+ * final global model (aggregator) or of every peer's estimate in key order,
+ * and counters (may be NULL) the network's figures (sim/world.h).
  * FED_ERR_SPEC / BAD_VALUE for options that do not fit, FED_ERR_TIMEOUT when
  * the rounds did not finish in max_virtual_s. */
 FED_WUR fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train,
                             const fed_dataset *test, fed_pool *pool, double max_virtual_s,
-                            fed_sim_row_fn on_row, void *ctx, uint8_t final_hash[32]);
+                            fed_sim_row_fn on_row, void *ctx, uint8_t final_hash[32],
+                            fed_sim_counters *counters);
 
 #endif

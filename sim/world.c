@@ -80,6 +80,11 @@ typedef struct sim_partition {
     uint64_t start_us, end_us;
 } sim_partition;
 
+typedef struct sim_loss_window {
+    double loss;
+    uint64_t start_us, end_us;
+} sim_loss_window;
+
 typedef struct sim_link_override {
     uint32_t from, to;
     fed_sim_link link;
@@ -98,6 +103,8 @@ struct fed_sim_world {
     size_t nslots;
     sim_partition *parts;
     size_t nparts;
+    sim_loss_window *lossw;
+    size_t nlossw;
     sim_link_override *links;
     size_t nlinks;
     fed_sim_counters c;
@@ -311,6 +318,18 @@ static int partitioned(const fed_sim_world *w, uint32_t a, uint32_t b)
     return 0;
 }
 
+/* The loss now: the link's, or a window's when it is higher. */
+static double window_loss(const fed_sim_world *w, double link_loss)
+{
+    double p = link_loss;
+
+    for (size_t i = 0; i < w->nlossw; i++)
+        if (w->now_us >= w->lossw[i].start_us && w->now_us < w->lossw[i].end_us &&
+            w->lossw[i].loss > p)
+            p = w->lossw[i].loss;
+    return p;
+}
+
 static void count_drop(fed_sim_world *w, size_t len, uint64_t *why)
 {
     w->c.frames_sent++;
@@ -345,7 +364,7 @@ static fed_err net_send(fed_sim_world *w, const sim_node *src, uint32_t dst, uin
         count_drop(w, len, &w->c.dropped_partition);
         return FED_OK;
     }
-    if (l->loss > 0 && fed_rng_uniform(&w->rng) < l->loss) {
+    if (window_loss(w, l->loss) > 0 && fed_rng_uniform(&w->rng) < window_loss(w, l->loss)) {
         count_drop(w, len, &w->c.dropped_loss);
         return FED_OK;
     }
@@ -644,6 +663,7 @@ void fed_sim_world_crash(fed_sim_world *w, uint32_t node)
         return;
     n->up = 0;
     n->inc++;
+    w->c.crashes++;
     n->busy_us = w->now_us;
     node_drop_state(w, n);
     record(w, FED_SIM_EV_CRASH, node, n->inc, 0, NULL, 0);
@@ -658,6 +678,7 @@ void fed_sim_world_restart(fed_sim_world *w, uint32_t node)
     if (n->up)
         return;
     n->up = 1;
+    w->c.restarts++;
     record(w, FED_SIM_EV_RESTART, node, n->inc, 0, NULL, 0);
     if (n->ops.on_restart)
         count_error(w, n->ops.on_restart(n->ctx));
@@ -813,6 +834,20 @@ fed_err fed_sim_world_add_partition(fed_sim_world *w, const uint32_t *group_of, 
     }
     memcpy(copy, group_of, n * sizeof(*copy));
     w->parts[w->nparts++] = (sim_partition){copy, n, ms_to_us(start_ms), ms_to_us(end_ms)};
+    return FED_OK;
+}
+
+fed_err fed_sim_world_add_loss(fed_sim_world *w, double loss, uint64_t start_ms,
+                               uint64_t end_ms)
+{
+    size_t cap = w->nlossw;
+    fed_err e;
+
+    if (!(loss >= 0 && loss <= 1) || end_ms < start_ms)
+        return FED_ERR_INVAL;
+    if ((e = grow((void **)&w->lossw, &cap, w->nlossw + 1, sizeof(*w->lossw))) != FED_OK)
+        return e;
+    w->lossw[w->nlossw++] = (sim_loss_window){loss, ms_to_us(start_ms), ms_to_us(end_ms)};
     return FED_OK;
 }
 
@@ -996,6 +1031,7 @@ void fed_sim_world_free(fed_sim_world *w)
     for (size_t i = 0; i < w->nparts; i++)
         fed_free(w->parts[i].group_of);
     fed_free(w->parts);
+    fed_free(w->lossw);
     fed_free(w->links);
     fed_free(w->heap);
     fed_free(w->nodes);

@@ -65,6 +65,7 @@ typedef struct fed_sim_counters {
     uint64_t jobs_done;
     uint64_t events;            /* events dispatched to nodes */
     uint64_t node_errors;       /* nonzero returns of node callbacks */
+    uint64_t crashes, restarts; /* of nodes that were up, down */
 } fed_sim_counters;
 
 /* What the trace hook sees for each dispatched event. */
@@ -111,6 +112,11 @@ FED_WUR fed_err fed_sim_world_set_slowdown(fed_sim_world *w, uint32_t node, doub
  * cut off. Copied. */
 FED_WUR fed_err fed_sim_world_add_partition(fed_sim_world *w, const uint32_t *group_of,
                                             size_t n, uint64_t start_ms, uint64_t end_ms);
+
+/* While start_ms <= now < end_ms every link loses this share of frames (or
+ * its own, when higher). FED_ERR_INVAL for a loss outside [0, 1]. */
+FED_WUR fed_err fed_sim_world_add_loss(fed_sim_world *w, double loss, uint64_t start_ms,
+                                       uint64_t end_ms);
 
 /* Crash now: the node's timers, queued events, in-flight frames (to and from
  * it) and unanswered requests are dropped, its running jobs waited for, then

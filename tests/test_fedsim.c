@@ -78,7 +78,7 @@ static void scenario(fed_sim_scenario *sc, const char *const *kv)
 static double last_accuracy(const fed_sim_scenario *sc, rows *rs, uint8_t hash[32])
 {
     memset(rs, 0, sizeof *rs);
-    assert_int_equal(fed_sim_run(sc, train, test, pool, 1e6, keep_row, rs, hash), FED_OK);
+    assert_int_equal(fed_sim_run(sc, train, test, pool, 1e6, keep_row, rs, hash, NULL), FED_OK);
     assert_int_equal(rs->n, sc->rounds);
     return rs->r[rs->n - 1].accuracy;
 }
@@ -141,12 +141,50 @@ static void test_byzantine_signflip(void **state)
     }
 }
 
+/* The fault study: a client crashed and restarted, a 30% loss window and a
+ * partition into two halves that heals; each fault really cost frames, and
+ * the final accuracy is within 2 points of the same run without them. */
+static void test_faults_heal(void **state)
+{
+    const char *clean_kv[] = {"nodes", "10", "rounds", "10", "momentum", "0", "deadline-ms",
+                              "100", "min-clients", "4", NULL};
+    const char *fault_kv[] = {"nodes", "10", "rounds", "10", "momentum", "0", "deadline-ms",
+                              "100", "min-clients", "4", "crash", "3@0.5,restart@3",
+                              "loss-window", "0.3@0.1-1", "partition-net", "2@1.5-2.5", NULL};
+    fed_sim_scenario sc;
+    fed_sim_counters c;
+    rows rs;
+    uint8_t h[32];
+    double clean, faulty;
+
+    (void)state;
+    if (!train)
+        skip();
+    scenario(&sc, clean_kv);
+    clean = last_accuracy(&sc, &rs, h);
+    scenario(&sc, fault_kv);
+    memset(&rs, 0, sizeof rs);
+    assert_int_equal(fed_sim_run(&sc, train, test, pool, 1e6, keep_row, &rs, h, &c), FED_OK);
+    assert_int_equal(rs.n, 10);
+    faulty = rs.r[9].accuracy;
+    printf("faults: %llu frames lost, %llu cut by the partition, %llu crash and %llu restart; "
+           "accuracy %.4f against %.4f clean\n", (unsigned long long)c.dropped_loss,
+           (unsigned long long)c.dropped_partition, (unsigned long long)c.crashes,
+           (unsigned long long)c.restarts, faulty, clean);
+    assert_true(c.dropped_loss > 0);
+    assert_true(c.dropped_partition > 0);
+    assert_int_equal(c.crashes, 1);
+    assert_int_equal(c.restarts, 1);
+    assert_true(fabs(faulty - clean) <= 0.02);
+}
+
 static void test_bad_specs(void **state)
 {
     const char *bad[][2] = {{"byzantine", "0.2"},      {"byzantine", "2:zero"},
                             {"byzantine", "0.2:flip"}, {"stragglers", "0.5:0.5"},
                             {"crash", "99@1"},         {"crash", "1@5,restart@2"},
-                            {"mode", "mesh"}};
+                            {"mode", "mesh"},          {"loss-window", "2@0-1"},
+                            {"partition-net", "1@0-1"}, {"partition-net", "2@3-1"}};
     fed_sim_scenario sc;
 
     (void)state;
@@ -156,7 +194,7 @@ static void test_bad_specs(void **state)
         const char *kv[] = {"nodes", "4", "rounds", "1", bad[i][0], bad[i][1], NULL};
 
         scenario(&sc, kv);
-        assert_int_equal(fed_sim_run(&sc, train, test, pool, 1e6, NULL, NULL, NULL),
+        assert_int_equal(fed_sim_run(&sc, train, test, pool, 1e6, NULL, NULL, NULL, NULL),
                          FED_ERR_SPEC);
     }
 }
@@ -167,6 +205,7 @@ int main(void)
         cmocka_unit_test(test_bad_specs),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_byzantine_signflip),
+        cmocka_unit_test(test_faults_heal),
     };
 
     return cmocka_run_group_tests(tests, setup, teardown);
