@@ -1,12 +1,19 @@
 #!/bin/sh
-# demo.sh - `make demo`'s main job (until the simulator lands): train
-# mlp:256,128 on Fashion-MNIST with fednode's defaults, one line per epoch,
-# then evaluate the saved model. Run from the source root after `make`.
+# demo.sh - `make demo`'s main job: fedsim runs 8 nodes on Fashion-MNIST
+# (mlp:256,128, 10 rounds of 1 local epoch) twice, as an aggregator with its
+# clients (FedAvg) and as peers gossiping over random:2, prints a row per
+# round of each, and draws both in demo.svg. Run from the source root after
+# `make`; every frame is sealed and opened, in virtual time.
 set -eu
-FEDNODE=${FEDNODE:-./fednode}
-OUT=${TMPDIR:-/tmp}/fednode-demo-model.bin
-echo "== fednode train --data fashion-mnist --model mlp:256,128 --epochs 10 --out $OUT"
-"$FEDNODE" train --data fashion-mnist --model mlp:256,128 --epochs 10 --out "$OUT"
-echo "== fednode eval --model $OUT --data fashion-mnist"
-"$FEDNODE" eval --model "$OUT" --data fashion-mnist
-rm -f "$OUT"
+FEDSIM=${FEDSIM:-./fedsim}
+OUT=${DEMO_OUT:-.}
+RECIPE="--nodes 8 --model mlp:256,128 --rounds 10 --local-epochs 1 --lr 0.05 --momentum 0.9"
+echo "== fedsim $RECIPE --mode aggregator --strategy fedavg"
+# shellcheck disable=SC2086
+"$FEDSIM" $RECIPE --mode aggregator --strategy fedavg --csv "$OUT/demo-fedavg.csv"
+echo "== fedsim $RECIPE --mode peer --topology random:2"
+# shellcheck disable=SC2086
+"$FEDSIM" $RECIPE --mode peer --topology random:2 --csv "$OUT/demo-gossip.csv" \
+    --compare "aggregator with FedAvg=$OUT/demo-fedavg.csv" --name "peers with push-sum gossip (random:2)" \
+    --svg "$OUT/demo.svg"
+echo "the chart is $OUT/demo.svg (rows in demo-fedavg.csv and demo-gossip.csv)"

@@ -1,8 +1,9 @@
 /* fedsim.c - main() of the simulator: a scenario from flags or an INI file
  * (--config, the same names), the data loaded once, the run in virtual time
- * (sim/run.h), one line per round on stdout and, with --csv, the same rows
- * in a file. Owns the command line and the output; decides nothing about a
- * node's behaviour. */
+ * (sim/run.h), one line per round on stdout; with --csv the same rows in a
+ * file, with --svg the charts of this run beside the --compare CSVs of
+ * earlier ones. Owns the command line and the output; decides nothing about
+ * a node's behaviour. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,17 +16,35 @@
 #include "core/pool.h"
 #include "model/data.h"
 #include "node/cli.h"
+#include "sim/chart.h"
 #include "sim/run.h"
 
 typedef struct out_ctx {
     FILE *csv;
     int quiet;
+    fed_sim_row *rows; /* (nrows) for the chart */
+    size_t nrows, cap;
 } out_ctx;
+
+static void keep(out_ctx *o, const fed_sim_row *row)
+{
+    if (o->nrows == o->cap) {
+        size_t cap = o->cap ? 2 * o->cap : 64;
+        fed_sim_row *r = fed_realloc(o->rows, cap * sizeof *r);
+
+        if (!r)
+            return; /* the chart lacks a row; the run goes on */
+        o->rows = r;
+        o->cap = cap;
+    }
+    o->rows[o->nrows++] = *row;
+}
 
 static void on_row(void *ctx, const fed_sim_row *row)
 {
     out_ctx *o = ctx;
 
+    keep(o, row);
     if (!o->quiet)
         printf("round %4llu  t %9.2f s  accuracy %.4f  spread %.4f  bytes %12llu  merged %u\n",
                (unsigned long long)row->round, row->t_s, row->accuracy, row->spread,
@@ -36,13 +55,94 @@ static void on_row(void *ctx, const fed_sim_row *row)
     fflush(stdout);
 }
 
+/* argv's "--NAME VALUE" (an output option, not the scenario's), taken out. */
+static const char *take_option(int *argc, char **argv, const char *name)
+{
+    for (int i = 1; i + 1 < *argc; i++)
+        if (!strcmp(argv[i], name)) {
+            const char *v = argv[i + 1];
+
+            memmove(&argv[i], &argv[i + 2], (size_t)(*argc - i - 1) * sizeof *argv);
+            *argc -= 2;
+            return v;
+        }
+    return NULL;
+}
+
+/* --svg: this run (named --name, else by its mode) and the --compare CSVs
+ * (comma-separated, each NAME=PATH or PATH, named by its file then). */
+static int write_chart(const char *svg, const char *compare, const char *this_name,
+                       const fed_sim_scenario *sc, const out_ctx *o)
+{
+    fed_sim_series s[FED_SIM_CHART_MAX_SERIES];
+    char list[1024], *save = NULL;
+    size_t n = 0;
+    fed_err e = FED_OK;
+    int rc = 0;
+
+    memset(s, 0, sizeof s);
+    snprintf(list, sizeof list, "%s", compare ? compare : "");
+    for (char *p = strtok_r(list, ",", &save); p && e == FED_OK; p = strtok_r(NULL, ",", &save)) {
+        const char *base = strrchr(p, '/') ? strrchr(p, '/') + 1 : p, *eq = strchr(p, '=');
+        char name[64];
+
+        if (n == FED_SIM_CHART_MAX_SERIES - 1) {
+            fed_cli_error("fedsim: at most %d runs to --compare", FED_SIM_CHART_MAX_SERIES - 1);
+            rc = 2;
+            goto out;
+        }
+        if (eq) {
+            snprintf(name, sizeof name, "%.*s", (int)(eq - p), p);
+            p = (char *)eq + 1;
+        } else {
+            snprintf(name, sizeof name, "%.*s", (int)strcspn(base, "."), base);
+        }
+        if ((e = fed_sim_series_load_csv(p, name, &s[n])) != FED_OK) {
+            fed_cli_error("fedsim: --compare %s: %s", p, fed_strerror(e));
+            rc = 1;
+            goto out;
+        }
+        n++;
+    }
+    if (this_name)
+        snprintf(s[n].name, sizeof s[n].name, "%s", this_name);
+    else
+        snprintf(s[n].name, sizeof s[n].name, "%.15s %.40s", sc->mode,
+                 strcmp(sc->mode, "peer") ? sc->strategy : sc->topology);
+    s[n].round = fed_malloc((o->nrows + 1) * sizeof(double));
+    s[n].accuracy = fed_malloc((o->nrows + 1) * sizeof(double));
+    s[n].bytes = fed_malloc((o->nrows + 1) * sizeof(double));
+    if (!s[n].round || !s[n].accuracy || !s[n].bytes) {
+        n++;
+        rc = 1;
+        goto out;
+    }
+    for (size_t i = 0; i < o->nrows; i++) {
+        s[n].round[i] = (double)o->rows[i].round;
+        s[n].accuracy[i] = o->rows[i].accuracy;
+        s[n].bytes[i] = (double)o->rows[i].bytes;
+    }
+    s[n].n = o->nrows;
+    n++;
+    if ((e = fed_sim_chart_svg(svg, "fedsim: test accuracy", s, n)) != FED_OK) {
+        fed_cli_error("fedsim: cannot write %s: %s", svg, fed_strerror(e));
+        rc = 1;
+    } else {
+        printf("wrote %s (%zu runs)\n", svg, n);
+    }
+out:
+    for (size_t k = 0; k < FED_SIM_CHART_MAX_SERIES; k++)
+        fed_sim_series_fini(&s[k]);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     fed_sim_scenario sc;
     fed_dataset *train = NULL, *test = NULL;
     fed_pool *pool = NULL;
     out_ctx o = {0};
-    const char *csv = NULL;
+    const char *csv, *svg, *compare, *name;
     uint8_t hash[32];
     char hex[65];
     int rc, threads = fed_cli_online_cores();
@@ -52,14 +152,13 @@ int main(int argc, char **argv)
     if (!getenv("FEDNODE_LOG")) /* a thousand nodes' info lines would drown the rows */
         fed_log_set_level(FED_LOG_WARN);
     fed_cli_maybe_reexec_main(argv);
-    for (int i = 1; i + 1 < argc; i++) /* output options, not the scenario's */
-        if (!strcmp(argv[i], "--csv")) {
-            csv = argv[i + 1];
-            memmove(&argv[i], &argv[i + 2], (size_t)(argc - i - 1) * sizeof *argv);
-            argc -= 2;
-            i--;
-        }
-    rc = fed_cli_load_options("fedsim", "[--config FILE] [--OPTION VALUE ...] [--csv FILE]",
+    csv = take_option(&argc, argv, "--csv"); /* output options, not the scenario's */
+    svg = take_option(&argc, argv, "--svg");
+    compare = take_option(&argc, argv, "--compare");
+    name = take_option(&argc, argv, "--name");
+    rc = fed_cli_load_options("fedsim",
+                              "[--config FILE] [--OPTION VALUE ...] [--csv FILE] [--svg FILE "
+                              "[--name NAME] [--compare [NAME=]A.csv,...]]",
                               fed_sim_scenario_opts, fed_sim_scenario_nopts, &sc, argc - 1,
                               argv + 1);
     if (rc >= 0)
@@ -96,12 +195,13 @@ int main(int argc, char **argv)
     }
     sodium_bin2hex(hex, sizeof hex, hash, sizeof hash);
     printf("final model sha256 %s\n", hex);
-    rc = 0;
+    rc = svg ? write_chart(svg, compare, name, &sc, &o) : 0;
 out:
     if (o.csv && fclose(o.csv) != 0 && rc == 0) {
         fed_cli_error("fedsim: writing %s failed", csv);
         rc = 1;
     }
+    fed_free(o.rows);
     fed_pool_free(pool);
     fed_data_free(train);
     fed_data_free(test);

@@ -10,7 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -18,6 +20,7 @@
 #include "core/opt.h"
 #include "core/pool.h"
 #include "model/data.h"
+#include "sim/chart.h"
 #include "sim/run.h"
 
 #define MAXROWS 64
@@ -178,6 +181,49 @@ static void test_faults_heal(void **state)
     assert_true(fabs(faulty - clean) <= 0.02);
 }
 
+/* fedsim's CSV reads back as written; the chart has one line per run in
+ * each panel; rows not in fedsim's columns are refused. */
+static void test_chart(void **state)
+{
+    const char *csv = "round,t_s,accuracy,spread,bytes,merged\n1,0.5,0.70,0,1000000,8\n"
+                      "2,1.0,0.80,0,2000000,8\n3,1.5,nan,0,3000000,8\n";
+    const char *bad[] = {"round,t\n1,2\n", "round,t_s,accuracy,spread,bytes,merged\n1,x,0,0,0,0\n",
+                         "round,t_s,accuracy,spread,bytes,merged\n1,1,1,1,1,1,1\n"};
+    fed_sim_series s[2];
+    char path[] = "/tmp/test_fedsim_XXXXXX";
+    char buf[8192];
+    size_t len;
+    FILE *f;
+    int fd, lines = 0;
+
+    (void)state;
+    assert_int_equal(fed_sim_series_parse_csv(csv, strlen(csv), "a", &s[0]), FED_OK);
+    assert_int_equal(s[0].n, 3);
+    assert_true(s[0].accuracy[1] == 0.80 && s[0].bytes[2] == 3000000 && isnan(s[0].accuracy[2]));
+    assert_int_equal(fed_sim_series_parse_csv(csv, strlen(csv), "b", &s[1]), FED_OK);
+    for (int i = 0; i < 3; i++) {
+        fed_sim_series t;
+
+        assert_int_equal(fed_sim_series_parse_csv(bad[i], strlen(bad[i]), "x", &t),
+                         FED_ERR_FORMAT);
+    }
+    assert_true((fd = mkstemp(path)) >= 0);
+    close(fd);
+    assert_int_equal(fed_sim_chart_svg(path, "t", s, 2), FED_OK);
+    assert_non_null(f = fopen(path, "r"));
+    len = fread(buf, 1, sizeof buf - 1, f);
+    buf[len] = 0;
+    fclose(f);
+    for (const char *p = buf; (p = strstr(p, "<polyline")); p++)
+        lines++;
+    assert_int_equal(lines, 4); /* two runs, two panels */
+    assert_non_null(strstr(buf, "</svg>"));
+    assert_int_equal(fed_sim_chart_svg(path, "t", s, 0), FED_ERR_INVAL);
+    unlink(path);
+    fed_sim_series_fini(&s[0]);
+    fed_sim_series_fini(&s[1]);
+}
+
 static void test_bad_specs(void **state)
 {
     const char *bad[][2] = {{"byzantine", "0.2"},      {"byzantine", "2:zero"},
@@ -202,6 +248,7 @@ static void test_bad_specs(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_chart),
         cmocka_unit_test(test_bad_specs),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_byzantine_signflip),

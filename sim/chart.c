@@ -1,0 +1,214 @@
+/* chart.c - fedsim's CSV read back and drawn as SVG (chart.h): two panels
+ * (accuracy against round, against MB sent), axes with round-number ticks,
+ * one coloured line per run and a legend. Owns the series it reads; prints
+ * only into the file it is given. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "model/data.h"
+#include "sim/chart.h"
+
+#define CSV_HEADER "round,t_s,accuracy,spread,bytes,merged"
+
+static const char *const colours[FED_SIM_CHART_MAX_SERIES] = {
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"};
+
+void fed_sim_series_fini(fed_sim_series *s)
+{
+    if (!s)
+        return;
+    fed_free(s->round);
+    fed_free(s->accuracy);
+    fed_free(s->bytes);
+    memset(s, 0, sizeof *s);
+}
+
+fed_err fed_sim_series_parse_csv(const char *text, size_t len, const char *name,
+                                 fed_sim_series *s)
+{
+    size_t lines = 0, at, cap;
+    fed_err e = FED_OK;
+
+    memset(s, 0, sizeof *s);
+    snprintf(s->name, sizeof s->name, "%s", name ? name : "");
+    if (len < sizeof CSV_HEADER - 1 || memcmp(text, CSV_HEADER, sizeof CSV_HEADER - 1) != 0)
+        return FED_ERR_FORMAT;
+    for (size_t i = 0; i < len; i++)
+        lines += text[i] == '\n';
+    if (lines > FED_SIM_CHART_MAX_POINTS)
+        return FED_ERR_TOO_LARGE;
+    cap = lines ? lines : 1;
+    s->round = fed_malloc(cap * sizeof *s->round);
+    s->accuracy = fed_malloc(cap * sizeof *s->accuracy);
+    s->bytes = fed_malloc(cap * sizeof *s->bytes);
+    if (!s->round || !s->accuracy || !s->bytes) {
+        fed_sim_series_fini(s);
+        return FED_ERR_NOMEM;
+    }
+    {
+        const char *nl = memchr(text, '\n', len); /* past the header */
+
+        at = nl ? (size_t)(nl - text) + 1 : len;
+    }
+    while (at < len && e == FED_OK) {
+        const char *nl = memchr(text + at, '\n', len - at);
+        size_t end = nl ? (size_t)(nl - text) : len;
+        char line[256];
+        double r, t, acc, spread, bytes;
+        unsigned merged;
+        char extra;
+
+        if (end > at) {
+            if (end - at >= sizeof line)
+                e = FED_ERR_FORMAT;
+            else {
+                memcpy(line, text + at, end - at);
+                line[end - at] = 0;
+                if (sscanf(line, "%lf,%lf,%lf,%lf,%lf,%u %c", &r, &t, &acc, &spread, &bytes,
+                           &merged, &extra) != 6 ||
+                    s->n >= cap)
+                    e = FED_ERR_FORMAT;
+                else {
+                    s->round[s->n] = r;
+                    s->accuracy[s->n] = acc;
+                    s->bytes[s->n] = bytes;
+                    s->n++;
+                }
+            }
+        }
+        at = end + 1;
+    }
+    if (e != FED_OK)
+        fed_sim_series_fini(s);
+    return e;
+}
+
+fed_err fed_sim_series_load_csv(const char *path, const char *name, fed_sim_series *s)
+{
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    fed_err e = fed_data_read_file(path, 64u << 20, &buf, &len);
+
+    memset(s, 0, sizeof *s);
+    if (e == FED_OK)
+        e = fed_sim_series_parse_csv((const char *)buf, len, name, s);
+    fed_free(buf);
+    return e;
+}
+
+/* ---- drawing ---- */
+
+typedef struct panel {
+    double x0, y0, w, h;       /* the plot area, in SVG units */
+    double xmin, xmax, ymin, ymax;
+} panel;
+
+/* A tick step of 1, 2 or 5 times a power of ten, giving about five ticks. */
+static double tick_step(double span)
+{
+    double raw = span / 5, p = pow(10, floor(log10(raw > 0 ? raw : 1)));
+
+    if (raw / p >= 5)
+        return 5 * p;
+    if (raw / p >= 2)
+        return 2 * p;
+    return p;
+}
+
+static double px(const panel *p, double x) { return p->x0 + (x - p->xmin) / (p->xmax - p->xmin) * p->w; }
+static double py(const panel *p, double y) { return p->y0 + p->h - (y - p->ymin) / (p->ymax - p->ymin) * p->h; }
+
+static void draw_axes(FILE *f, const panel *p, const char *xlabel, const char *ylabel)
+{
+    double sx = tick_step(p->xmax - p->xmin), sy = tick_step(p->ymax - p->ymin);
+
+    fprintf(f, "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' fill='none' stroke='#444'/>\n",
+            p->x0, p->y0, p->w, p->h);
+    for (double x = ceil(p->xmin / sx) * sx; x <= p->xmax + 1e-9; x += sx)
+        fprintf(f, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='#ddd'/>"
+                   "<text x='%.1f' y='%.1f' font-size='11' text-anchor='middle'>%g</text>\n",
+                px(p, x), p->y0, px(p, x), p->y0 + p->h, px(p, x), p->y0 + p->h + 14, x);
+    for (double y = ceil(p->ymin / sy) * sy; y <= p->ymax + 1e-9; y += sy)
+        fprintf(f, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='#ddd'/>"
+                   "<text x='%.1f' y='%.1f' font-size='11' text-anchor='end'>%g</text>\n",
+                p->x0, py(p, y), p->x0 + p->w, py(p, y), p->x0 - 4, py(p, y) + 4, y);
+    fprintf(f, "<text x='%.1f' y='%.1f' font-size='12' text-anchor='middle'>%s</text>\n",
+            p->x0 + p->w / 2, p->y0 + p->h + 32, xlabel);
+    fprintf(f, "<text x='%.1f' y='%.1f' font-size='12' text-anchor='middle' "
+               "transform='rotate(-90 %.1f %.1f)'>%s</text>\n",
+            p->x0 - 40, p->y0 + p->h / 2, p->x0 - 40, p->y0 + p->h / 2, ylabel);
+}
+
+static void draw_line(FILE *f, const panel *p, const double *x, const double *y, size_t n,
+                      const char *colour)
+{
+    int open = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(y[i]))
+            continue;
+        if (!open)
+            fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='2' points='", colour);
+        open = 1;
+        fprintf(f, " %.1f,%.1f", px(p, x[i]), py(p, y[i]));
+    }
+    if (open)
+        fprintf(f, "'/>\n");
+}
+
+fed_err fed_sim_chart_svg(const char *path, const char *title, const fed_sim_series *s,
+                          size_t n)
+{
+    panel pr = {70, 50, 380, 260, 0, 1, 1, 0}, pb = {540, 50, 380, 260, 0, 1, 1, 0};
+    FILE *f;
+
+    if (!path || !s || n < 1 || n > FED_SIM_CHART_MAX_SERIES)
+        return FED_ERR_INVAL;
+    for (size_t k = 0; k < n; k++)
+        for (size_t i = 0; i < s[k].n; i++) {
+            if (isnan(s[k].accuracy[i]))
+                continue;
+            pr.xmax = fmax(pr.xmax, s[k].round[i]);
+            pb.xmax = fmax(pb.xmax, s[k].bytes[i] / 1e6);
+            pr.ymin = fmin(pr.ymin, s[k].accuracy[i]);
+            pr.ymax = fmax(pr.ymax, s[k].accuracy[i]);
+        }
+    if (!(pr.ymax > pr.ymin)) {
+        pr.ymin = 0;
+        pr.ymax = 1;
+    }
+    {   /* a little room above and below, on 0.05 steps */
+        pr.ymin = fmax(0, floor((pr.ymin - 0.02) * 20) / 20);
+        pr.ymax = fmin(1, ceil((pr.ymax + 0.01) * 20) / 20);
+    }
+    pb.ymin = pr.ymin;
+    pb.ymax = pr.ymax;
+    if (!(f = fopen(path, "w")))
+        return FED_ERR_IO;
+    fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='960' height='%zu' "
+               "font-family='sans-serif'>\n<rect width='100%%' height='100%%' fill='white'/>\n",
+            (size_t)(380 + 18 * n));
+    fprintf(f, "<text x='480' y='24' font-size='15' text-anchor='middle'>%s</text>\n",
+            title ? title : "");
+    draw_axes(f, &pr, "round", "test accuracy");
+    draw_axes(f, &pb, "MB sent (all nodes)", "test accuracy");
+    for (size_t k = 0; k < n; k++) {
+        double *mb = fed_malloc((s[k].n ? s[k].n : 1) * sizeof *mb);
+
+        if (mb) {
+            for (size_t i = 0; i < s[k].n; i++)
+                mb[i] = s[k].bytes[i] / 1e6;
+            draw_line(f, &pb, mb, s[k].accuracy, s[k].n, colours[k]);
+        }
+        fed_free(mb);
+        draw_line(f, &pr, s[k].round, s[k].accuracy, s[k].n, colours[k]);
+        fprintf(f, "<rect x='70' y='%.1f' width='14' height='4' fill='%s'/>"
+                   "<text x='90' y='%.1f' font-size='12'>%s</text>\n",
+                360.0 + 18 * (double)k, colours[k], 366.0 + 18 * (double)k, s[k].name);
+    }
+    fprintf(f, "</svg>\n");
+    return fclose(f) == 0 ? FED_OK : FED_ERR_IO;
+}
