@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 
 #include <sodium.h>
 
@@ -22,6 +24,7 @@
 typedef struct out_ctx {
     FILE *csv;
     int quiet;
+    double t0, t_first; /* wall seconds at the start, and at the first row */
     fed_sim_row *rows; /* (nrows) for the chart */
     size_t nrows, cap;
 } out_ctx;
@@ -40,15 +43,27 @@ static void keep(out_ctx *o, const fed_sim_row *row)
     o->rows[o->nrows++] = *row;
 }
 
+static double wall_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 static void on_row(void *ctx, const fed_sim_row *row)
 {
     out_ctx *o = ctx;
+    double now = wall_s();
 
     keep(o, row);
+    if (!o->t_first)
+        o->t_first = now;
     if (!o->quiet)
-        printf("round %4llu  t %9.2f s  accuracy %.4f  spread %.4f  bytes %12llu  merged %u\n",
+        printf("round %4llu  t %9.2f s  accuracy %.4f  spread %.4f  bytes %12llu  merged %u"
+               "  (wall %.2f s)\n",
                (unsigned long long)row->round, row->t_s, row->accuracy, row->spread,
-               (unsigned long long)row->bytes, row->merged);
+               (unsigned long long)row->bytes, row->merged, now - o->t0);
     if (o->csv)
         fprintf(o->csv, "%llu,%.3f,%.6f,%.6f,%llu,%u\n", (unsigned long long)row->round,
                 row->t_s, row->accuracy, row->spread, (unsigned long long)row->bytes, row->merged);
@@ -187,6 +202,7 @@ int main(int argc, char **argv)
     printf("fedsim: %d %s, %s, %s, %d rounds, seed %llu\n", sc.nodes,
            strcmp(sc.mode, "peer") ? "clients" : "peers", sc.model, sc.partition, sc.rounds,
            (unsigned long long)sc.seed);
+    o.t0 = wall_s();
     e = fed_sim_run(&sc, train, test, pool, 1e7, on_row, &o, hash, NULL);
     if (e != FED_OK) {
         fed_cli_error("fedsim: %s", fed_strerror(e));
@@ -195,6 +211,16 @@ int main(int argc, char **argv)
     }
     sodium_bin2hex(hex, sizeof hex, hash, sizeof hash);
     printf("final model sha256 %s\n", hex);
+    {
+        struct rusage ru;
+        double end = wall_s();
+
+        getrusage(RUSAGE_SELF, &ru);
+        printf("wall %.2f s: %.2f s to the first round, then %.3f s a round; peak RSS %.0f MiB\n",
+               end - o.t0, o.t_first - o.t0,
+               o.nrows > 1 ? (end - o.t_first) / (double)(o.nrows - 1) : 0.0,
+               (double)ru.ru_maxrss / 1024.0);
+    }
     rc = svg ? write_chart(svg, compare, name, &sc, &o) : 0;
 out:
     if (o.csv && fclose(o.csv) != 0 && rc == 0) {

@@ -155,6 +155,10 @@ fed_err fed_sim_host_attach(fed_sim_host *h, fed_sim_world *w, const fed_node_co
     h->env = fed_sim_world_env(w, h->index);
     fed_store_opts_default(&so);
     so.sync = FED_STORE_SYNC_OFF;
+    if (!db_path) { /* thousands of in-memory databases: 4 KiB pages, not 64 KiB, */
+        so.page_size = 4096;
+        so.keep_last = 2; /* and the blobs of two checkpoints (a restart needs one) */
+    }
     so.wall_s = host_wall_s;
     so.clock_ctx = (void *)h->env;
     e = fed_store_open(db_path ? db_path : ":memory:", &so, &h->store);

@@ -64,6 +64,8 @@ const fed_opt fed_sim_scenario_opts[] = {
     S(deadline_ms, "deadline-ms", FED_OPT_INT, "60000", 1, 86400000, "a round's deadline"),
     S(min_clients, "min-clients", FED_OPT_INT, "0", 0, 100000,
       "aggregator: deltas a round needs at its deadline (0: one)"),
+    S(eval_peers, "eval-peers", FED_OPT_INT, "0", 0, 1000000,
+      "peer: how many peers evaluate each round (the first N; 0: all): their mean is printed"),
     S(seed, "seed", FED_OPT_U64, "1", 0, 0, "every random choice of the run"),
 };
 #undef S
@@ -350,7 +352,7 @@ static fed_err attach_nodes(sim_run *r, const fed_dataset *train, const fed_data
             c.role = FED_NODE_PEER;
             snprintf(c.topology, sizeof c.topology, "%s", sc->topology);
             snprintf(c.sync, sizeof c.sync, "%s", sc->sync);
-            c.test = test;
+            c.test = !sc->eval_peers || i < sc->eval_peers ? test : NULL;
         } else {
             c.role = FED_NODE_CLIENT;
             c.aggregator = *fed_sim_host_id(r->agg);

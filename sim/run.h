@@ -43,6 +43,7 @@ typedef struct fed_sim_scenario {
     char partition_net[FED_SIM_STR];/* GROUPS@T1-T2 */
     int deadline_ms;
     int min_clients;                /* aggregator; 0: every sampled client */
+    int eval_peers;                 /* peers that evaluate (the first N); 0: all */
     uint64_t seed;
     int eval_every;                 /* peers evaluate every Nth round (and the last) */
 } fed_sim_scenario;
