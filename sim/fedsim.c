@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <sodium.h>
 
@@ -20,9 +21,14 @@
 #include "node/cli.h"
 #include "sim/chart.h"
 #include "sim/run.h"
+#include "storage/store.h"
 
 typedef struct out_ctx {
     FILE *csv;
+    fed_store *db;      /* --db: the rows as a node database's rounds */
+    char label[32];     /* its strategy column */
+    int bar;            /* a progress bar on stderr (a terminal) */
+    int rounds;
     int quiet;
     double t0, t_first; /* wall seconds at the start, and at the first row */
     fed_sim_row *rows; /* (nrows) for the chart */
@@ -67,6 +73,31 @@ static void on_row(void *ctx, const fed_sim_row *row)
     if (o->csv)
         fprintf(o->csv, "%llu,%.3f,%.6f,%.6f,%llu,%u\n", (unsigned long long)row->round,
                 row->t_s, row->accuracy, row->spread, (unsigned long long)row->bytes, row->merged);
+    if (o->db) {
+        fed_store_round sr;
+        fed_err e;
+
+        memset(&sr, 0, sizeof sr);
+        sr.round = row->round;
+        sr.start_ms = sr.end_ms = (uint64_t)(row->t_s * 1000); /* virtual */
+        sr.loss = NAN;
+        sr.accuracy = row->accuracy;
+        sr.bytes_out = row->bytes;
+        sr.peers = row->merged;
+        snprintf(sr.strategy, sizeof sr.strategy, "%s", o->label);
+        if ((e = fed_store_put_round(o->db, &sr)) != FED_OK)
+            fed_log(FED_LOG_WARN, "fedsim: --db: round %llu: %s", (unsigned long long)row->round,
+                    fed_strerror(e));
+    }
+    if (o->bar) {
+        int w = 40, done = o->rounds ? (int)(row->round * (uint64_t)w / (uint64_t)o->rounds) : w;
+
+        fprintf(stderr, "\r[%.*s%*s] round %llu/%d", done,
+                "########################################", w - done, "",
+                (unsigned long long)row->round, o->rounds);
+        if (row->round >= (uint64_t)o->rounds)
+            fputc('\n', stderr);
+    }
     fflush(stdout);
 }
 
@@ -157,7 +188,7 @@ int main(int argc, char **argv)
     fed_dataset *train = NULL, *test = NULL;
     fed_pool *pool = NULL;
     out_ctx o = {0};
-    const char *csv, *svg, *compare, *name;
+    const char *csv, *svg, *compare, *name, *dbpath;
     uint8_t hash[32];
     char hex[65];
     int rc, threads = fed_cli_online_cores();
@@ -171,9 +202,10 @@ int main(int argc, char **argv)
     svg = take_option(&argc, argv, "--svg");
     compare = take_option(&argc, argv, "--compare");
     name = take_option(&argc, argv, "--name");
+    dbpath = take_option(&argc, argv, "--db");
     rc = fed_cli_load_options("fedsim",
                               "[--config FILE] [--OPTION VALUE ...] [--csv FILE] [--svg FILE "
-                              "[--name NAME] [--compare [NAME=]A.csv,...]]",
+                              "[--name NAME] [--compare [NAME=]A.csv,...]] [--db FILE]",
                               fed_sim_scenario_opts, fed_sim_scenario_nopts, &sc, argc - 1,
                               argv + 1);
     if (rc >= 0)
@@ -188,6 +220,14 @@ int main(int argc, char **argv)
     }
     if (o.csv)
         fprintf(o.csv, "round,t_s,accuracy,spread,bytes,merged\n");
+    if (dbpath && (e = fed_store_open(dbpath, NULL, &o.db)) != FED_OK) {
+        fed_cli_error("fedsim: --db %s: %s", dbpath, fed_strerror(e));
+        rc = 1;
+        goto out;
+    }
+    snprintf(o.label, sizeof o.label, "fedsim %.24s", strcmp(sc.mode, "peer") ? sc.strategy : sc.topology);
+    o.rounds = sc.rounds;
+    o.bar = isatty(fileno(stderr)) && !isatty(fileno(stdout)); /* rows go to a file: show progress */
     if ((e = fed_data_open(sc.data, 1, &train)) != FED_OK ||
         (e = fed_data_open(sc.data, 0, &test)) != FED_OK) {
         fed_cli_error("fedsim: data %s: %s", sc.data, fed_strerror(e));
@@ -228,6 +268,7 @@ out:
         rc = 1;
     }
     fed_free(o.rows);
+    fed_store_close(o.db);
     fed_pool_free(pool);
     fed_data_free(train);
     fed_data_free(test);

@@ -46,6 +46,8 @@ const fed_opt fed_sim_scenario_opts[] = {
     S(codec, "codec", FED_OPT_STR, "f32", 0, 0, "aggregator: delta codec: f32, f16, q8, topk:F"),
     S(loss, "loss", FED_OPT_DOUBLE, "0", 0, 1, "share of frames lost on every link"),
     S(latency_ms, "latency-ms", FED_OPT_DOUBLE, "5", 0, 1e6, "one-way latency of a link"),
+    S(jitter_ms, "jitter-ms", FED_OPT_DOUBLE, "0", 0, 1e6,
+      "standard deviation of a link's latency (normal); 0: fixed"),
     S(bandwidth_mbps, "bandwidth", FED_OPT_DOUBLE, "100", 0, 1e6,
       "MB/s of a link (a frame of B bytes takes B / bandwidth; 0: unlimited)"),
     S(gflops, "gflops", FED_OPT_DOUBLE, "5", 1e-6, 1e9,
@@ -56,6 +58,10 @@ const fed_opt fed_sim_scenario_opts[] = {
       "FRACTION:ATTACK: the first FRACTION of the clients send signflip:S, noise:SIGMA or zero"),
     S(crash, "crash", FED_OPT_STR, "", 0, 0,
       "NODE@SECONDS[,restart@SECONDS]: crash client/peer NODE (or agg), restart it later"),
+    S(crash_rate, "crash-rate", FED_OPT_DOUBLE, "0", 0, 1,
+      "each client or peer crashes with this probability a virtual second, back 1 s later"),
+    S(db_dir, "db-dir", FED_OPT_STR, "", 0, 0,
+      "keep each node's database in this directory (node-N.db); \"\": in memory"),
     S(loss_window, "loss-window", FED_OPT_STR, "", 0, 0,
       "P@T1-T2: every link loses a share P of frames from T1 to T2 virtual seconds"),
     S(partition_net, "partition-net", FED_OPT_STR, "", 0, 0,
@@ -91,6 +97,7 @@ typedef struct sim_run {
     uint32_t **idx;        /* (nodes) their shards */
     size_t *nidx;
     peer_round *pr;        /* (rounds + 1) */
+    fed_rng crash_rng;     /* --crash-rate's draws */
     uint64_t next_row;     /* the next round to report */
     uint64_t last_emitted; /* the last round reported */
     fed_sim_row_fn on_row;
@@ -316,6 +323,7 @@ static fed_err attach_nodes(sim_run *r, const fed_dataset *train, const fed_data
     const char *attack = "", *rest;
     char *end;
     fed_node_config c;
+    char path[512];
     fed_err e;
 
     if (sc->byzantine[0] && (r->peer_mode || parse_fraction(sc->byzantine, &byz, &attack) != FED_OK ||
@@ -340,7 +348,8 @@ static fed_err attach_nodes(sim_run *r, const fed_dataset *train, const fed_data
         c.wait_clients = (uint32_t)sc->nodes;
         c.min_clients = (uint32_t)(sc->min_clients ? sc->min_clients : 1);
         c.test = test;
-        if ((e = fed_sim_host_attach(r->agg, r->w, &c, NULL)) != FED_OK)
+        snprintf(path, sizeof path, "%s/aggregator.db", sc->db_dir);
+        if ((e = fed_sim_host_attach(r->agg, r->w, &c, sc->db_dir[0] ? path : NULL)) != FED_OK)
             return e;
     }
     for (int i = 0; i < sc->nodes; i++) {
@@ -359,7 +368,8 @@ static fed_err attach_nodes(sim_run *r, const fed_dataset *train, const fed_data
             if (i < (int)floor(byz * sc->nodes + 1e-9))
                 snprintf(c.attack, sizeof c.attack, "%s", attack);
         }
-        if ((e = fed_sim_host_attach(r->h[i], r->w, &c, NULL)) != FED_OK)
+        snprintf(path, sizeof path, "%s/node-%d.db", sc->db_dir, i);
+        if ((e = fed_sim_host_attach(r->h[i], r->w, &c, sc->db_dir[0] ? path : NULL)) != FED_OK)
             return e;
         if (i >= sc->nodes - (int)floor(slow_f * sc->nodes + 1e-9) &&
             (e = fed_sim_world_set_slowdown(r->w, fed_sim_host_index(r->h[i]), slow)) != FED_OK)
@@ -395,6 +405,23 @@ static fed_err build_hosts(sim_run *r, const fed_dataset *train)
                     sc->partition, sc->nodes);
             return FED_ERR_RANGE;
         }
+    }
+    return FED_OK;
+}
+
+/* --crash-rate: each up client or peer crashes with P a virtual second
+ * (P / 10 a step of 100 ms), and restarts a second later. */
+static fed_err random_crashes(sim_run *r, uint64_t t_ms)
+{
+    double p = r->sc->crash_rate * RUN_STEP_MS / 1000.0;
+
+    for (int i = 0; p > 0 && i < r->sc->nodes; i++) {
+        uint32_t k = fed_sim_host_index(r->h[i]);
+
+        if (fed_sim_world_node_up(r->w, k) && fed_rng_uniform(&r->crash_rng) < p &&
+            (fed_sim_world_crash_at(r->w, k, t_ms) != FED_OK ||
+             fed_sim_world_restart_at(r->w, k, t_ms + 1000) != FED_OK))
+            return FED_ERR_NOMEM;
     }
     return FED_OK;
 }
@@ -472,6 +499,7 @@ fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train, const 
     r.ctx = ctx;
     r.next_row = 1;
     r.peer_mode = !strcmp(sc->mode, "peer");
+    fed_rng_seed_stream(&r.crash_rng, sc->seed, 0xc4a5);
     {
         fed_optim_kind kind;
 
@@ -485,7 +513,7 @@ fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train, const 
     memset(&wc, 0, sizeof wc);
     wc.seed = sc->seed;
     wc.link.latency_ms = sc->latency_ms;
-    wc.link.jitter_ms = sc->latency_ms / 10;
+    wc.link.jitter_ms = sc->jitter_ms;
     wc.link.loss = sc->loss;
     wc.link.bytes_per_ms = sc->bandwidth_mbps * 1000.0;
     wc.flops_per_ms = sc->gflops * 1e6;
@@ -508,7 +536,7 @@ fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train, const 
     while ((!finished(&r) || (!r.peer_mode && r.last_emitted < (uint64_t)sc->rounds)) &&
            t < (uint64_t)(max_virtual_s * 1000)) {
         t += RUN_STEP_MS;
-        if ((e = fed_sim_world_run_until(r.w, t)) != FED_OK)
+        if ((e = random_crashes(&r, t)) != FED_OK || (e = fed_sim_world_run_until(r.w, t)) != FED_OK)
             goto out;
     }
     if (r.peer_mode)

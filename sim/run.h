@@ -34,11 +34,14 @@ typedef struct fed_sim_scenario {
     char codec[32];                 /* aggregator: the clients' deltas */
     double loss;                    /* of every frame */
     double latency_ms;
+    double jitter_ms;               /* standard deviation of a frame's latency; 0: fixed */
     double bandwidth_mbps;          /* MB/s a link; 0: unlimited */
     double gflops;                  /* a node's speed, for training's virtual time */
     char stragglers[FED_SIM_STR];   /* FRACTION:SLOWDOWN */
     char byzantine[FED_SIM_STR];    /* FRACTION:ATTACK (signflip:S, noise:SIGMA, zero) */
     char crash[FED_SIM_STR];        /* NODE@SECONDS[,restart@SECONDS] */
+    double crash_rate;              /* P: each node crashes with P a virtual second */
+    char db_dir[256];               /* node databases on disk here; "": in memory */
     char loss_window[FED_SIM_STR];  /* P@T1-T2 */
     char partition_net[FED_SIM_STR];/* GROUPS@T1-T2 */
     int deadline_ms;

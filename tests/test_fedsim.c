@@ -89,7 +89,7 @@ static double last_accuracy(const fed_sim_scenario *sc, rows *rs, uint8_t hash[3
 static void test_deterministic(void **state)
 {
     const char *agg[] = {"nodes", "6", "rounds", "3", "loss", "0.1", "stragglers", "0.2:3",
-                         "deadline-ms", "3000", NULL};
+                         "deadline-ms", "3000", "crash-rate", "0.5", "jitter-ms", "2", NULL};
     const char *peer[] = {"nodes", "6", "rounds", "4", "mode", "peer", "topology", "random:2",
                           "loss", "0.1", "deadline-ms", "2000", NULL};
     const char *const *which[] = {agg, peer};
