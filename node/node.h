@@ -180,6 +180,9 @@ typedef struct fed_node_config {
     /* a new address learned for key (the daemon dials it); may be NULL */
     void (*on_address)(void *ctx, const uint8_t key[32], const char *url);
     void *address_ctx;
+    uint32_t checkpoint_every;    /* a checkpoint every Nth round (and the last);
+                                     0 or 1: every round (default). Its push-sum
+                                     state is running totals for every neighbour */
     uint32_t final_mix;           /* after the last training round, this many
                                      rounds that only mix, so the members end
                                      close to one model; default 0 */

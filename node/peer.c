@@ -439,9 +439,17 @@ static fed_err commit_round(fed_node *n, uint64_t round, const fed_node_round_in
     fed_store_round row;
     fed_err e;
 
-    if ((e = fed_gossip_ps_save(p->ps, &ps, &ps_len)) != FED_OK)
+    int ckpt = n->cfg.checkpoint_every <= 1 || round % n->cfg.checkpoint_every == 0 ||
+               (n->cfg.rounds && round >= n->cfg.rounds);
+    double *est = fed_malloc(p->dim * sizeof *est);
+
+    if (!est)
+        return FED_ERR_NOMEM;
+    fed_gossip_ps_estimate_f64(p->ps, est); /* the round's model: its estimate */
+    crypto_hash_sha256(hash, (const uint8_t *)est, p->dim * sizeof *est);
+    fed_free(est);
+    if (ckpt && (e = fed_gossip_ps_save(p->ps, &ps, &ps_len)) != FED_OK)
         return e;
-    crypto_hash_sha256(hash, ps, ps_len);
     fed_node_state_encode(state, FED_NODE_PEER, round);
     if ((e = fed_store_begin(st)) != FED_OK)
         goto out;
@@ -475,7 +483,7 @@ static fed_err commit_round(fed_node *n, uint64_t round, const fed_node_round_in
     memcpy(row.model_hash, hash, 32);
     if (e == FED_OK)
         e = fed_store_put_round(st, &row);
-    if (e == FED_OK) {
+    if (e == FED_OK && ckpt) {
         fed_store_section sec[2] = {
             {FED_NODE_SEC_STATE, state, sizeof state},
             {NODE_SEC_PUSHSUM, ps, ps_len},

@@ -72,6 +72,8 @@ const fed_opt fed_sim_scenario_opts[] = {
       "aggregator: deltas a round needs at its deadline (0: one)"),
     S(eval_peers, "eval-peers", FED_OPT_INT, "0", 0, 1000000,
       "peer: how many peers evaluate each round (the first N; 0: all): their mean is printed"),
+    S(checkpoint_every, "checkpoint-every", FED_OPT_INT, "1", 1, 1000000,
+      "peer: a checkpoint every Nth round (a crashed peer resumes from the last)"),
     S(seed, "seed", FED_OPT_U64, "1", 0, 0, "every random choice of the run"),
 };
 #undef S
@@ -362,6 +364,7 @@ static fed_err attach_nodes(sim_run *r, const fed_dataset *train, const fed_data
             snprintf(c.topology, sizeof c.topology, "%s", sc->topology);
             snprintf(c.sync, sizeof c.sync, "%s", sc->sync);
             c.test = !sc->eval_peers || i < sc->eval_peers ? test : NULL;
+            c.checkpoint_every = (uint32_t)sc->checkpoint_every;
         } else {
             c.role = FED_NODE_CLIENT;
             c.aggregator = *fed_sim_host_id(r->agg);
