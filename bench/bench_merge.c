@@ -90,6 +90,7 @@ typedef struct scene {
     float **x;
     fed_merge_input *in;
     float *global;
+    fed_pool *pool; /* the merge's (fed_merge_config.pool): the daemon's two cores */
 } scene;
 
 static void scene_init(scene *s, fed_backend *be, int k, size_t d)
@@ -139,6 +140,7 @@ static double time_strategy(scene *s, const char *spec, int reps, unsigned char 
     double t[65];
 
     cfg.max_clients = s->k;
+    cfg.pool = s->pool;
     if (fed_merge_new(spec, s->d, &cfg, s->be, &m) != FED_OK) {
         fprintf(stderr, "bench_merge: cannot make %s\n", spec);
         exit(1);
@@ -291,6 +293,7 @@ static void run_scene(fed_backend *be, fed_pool *pool, int k, size_t d, double t
     int same;
 
     scene_init(&s, be, k, d);
+    s.pool = pool;
     snprintf(krum, sizeof krum, "krum:%d", f);
     snprintf(mkrum, sizeof mkrum, "multikrum:%d,%d", f, k - 2 * f);
     snprintf(bulyan, sizeof bulyan, "bulyan:%d", k >= 100 ? 10 : 1);
@@ -375,7 +378,8 @@ int main(void)
         fprintf(stderr, "bench_merge: setup failed\n");
         return 1;
     }
-    printf("bench_merge on %s (one thread)\n", be->device);
+    printf("bench_merge on %s (BLAS on one thread; weighted sums over the pool's %d threads)\n",
+           be->device, fed_pool_workers(pool) + 1);
     triad = triad_rate();
     printf("STREAM triad (float, 3 x %zu MiB): %.2f GB/s\n",
            TRIAD_FLOATS * sizeof(float) >> 20, triad / 1e9);

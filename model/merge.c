@@ -220,7 +220,7 @@ fed_err fed_merge_spec_check(const char *spec)
 
 fed_merge_config fed_merge_config_default(void)
 {
-    fed_merge_config c = {FED_MERGE_DEFAULT_MAX_CLIENTS, 0.0};
+    fed_merge_config c = {FED_MERGE_DEFAULT_MAX_CLIENTS, 0.0, NULL};
 
     return c;
 }
@@ -284,6 +284,7 @@ fed_err fed_merge_new(const char *spec, size_t nparams, const fed_merge_config *
     m->host = be->name && !strcmp(be->name, "cpu");
     m->max_clients = c.max_clients;
     m->weight_cap = c.weight_cap < 1.0 ? c.weight_cap : 0.0;
+    m->pool = c.pool;
     if ((e = alloc_common(m)) != FED_OK)
         goto out;
     if ((e = fed_merge_robust_alloc(m)) != FED_OK)
@@ -499,17 +500,48 @@ static void weighted_shares(fed_merge *m, int nv)
     }
 }
 
+/* One slice of D, a piece of the pool's: whole 16-float groups, each
+ * element summed as the unsplit call would (the same bits). */
+typedef struct wsum_slices {
+    fed_merge *m;
+    int nv, pieces;
+} wsum_slices;
+
+static void wsum_slice(void *ctx, size_t i)
+{
+    wsum_slices *ws = ctx;
+    fed_merge *m = ws->m;
+    size_t per = ((m->nparams + (size_t)ws->pieces - 1) / (size_t)ws->pieces + 15) & ~(size_t)15;
+    size_t from = i * per < m->nparams ? i * per : m->nparams;
+    size_t to = from + per < m->nparams ? from + per : m->nparams;
+    const float *p[FED_MERGE_SLICE_MAX_INPUTS];
+
+    for (int j = 0; j < ws->nv; j++)
+        p[j] = m->ptrs[j] + from;
+    if (to > from)
+        m->be->weighted_sum(m->be, m->delta + from, p, m->w, ws->nv, to - from);
+}
+
 /* D = sum p_i s_i d_i; FED_ERR_NAN when D is not finite (caller hunts). */
 static fed_err weighted_merge(fed_merge *m, int nv)
 {
     double chk;
+    int pieces = m->pool && m->host && nv <= FED_MERGE_SLICE_MAX_INPUTS
+                     ? fed_pool_workers(m->pool) + 1
+                     : 1;
 
     weighted_shares(m, nv);
     for (int j = 0; j < nv; j++) {
         m->ptrs[j] = m->valid[j]->delta;
         m->w[j] = m->valid[j]->share * (double)m->valid[j]->scale;
     }
-    m->be->weighted_sum(m->be, m->delta, m->ptrs, m->w, nv, m->nparams);
+    if (pieces > 1 && m->nparams >= (size_t)pieces * 4096) {
+        wsum_slices ws = {m, nv, pieces};
+
+        fed_pool_parallel_for(m->pool, (size_t)pieces, wsum_slice, &ws);
+    } else {
+        m->be->weighted_sum(m->be, m->delta, m->ptrs, m->w, nv, m->nparams);
+    }
     chk = m->be->sumsq(m->be, m->nparams, m->delta);
     return isfinite(chk) ? FED_OK : FED_ERR_NAN;
 }

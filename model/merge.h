@@ -101,6 +101,7 @@
 #include <stdint.h>
 
 #include "core/err.h"
+#include "core/pool.h"
 #include "model/backend.h"
 
 #define FED_MERGE_KEY_BYTES 32
@@ -113,6 +114,9 @@ typedef struct fed_merge_config {
     int max_clients;   /* most inputs one apply takes (scratch is sized by it), >= 1 */
     double weight_cap; /* largest share of the total weight one client may get,
                           in (0, 1); 0 (the default) or >= 1: no cap */
+    fed_pool *pool;    /* the weighted sum split over it (slices of whole cache
+                          lines, the same bits as one piece); NULL: one thread.
+                          Host backends only */
 } fed_merge_config;
 
 /* One client's delta. */

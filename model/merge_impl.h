@@ -50,6 +50,10 @@ typedef struct merge_row {
     fed_err err;
 } merge_row;
 
+/* The pool splits a weighted sum of at most this many inputs (a slice's
+ * pointers live on the stack). */
+#define FED_MERGE_SLICE_MAX_INPUTS 256
+
 struct fed_merge {
     merge_params p;
     char spec[FED_MERGE_SPEC_MAX];
@@ -58,6 +62,7 @@ struct fed_merge {
     int host;           /* be's pointers are host memory ("cpu") */
     int max_clients;
     double weight_cap;
+    fed_pool *pool;     /* the weighted sum's slices (host), or NULL */
 
     float *delta;       /* (nparams) device: the merged delta D */
     /* fedavgm */

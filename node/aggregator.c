@@ -105,7 +105,8 @@ fed_err fed_node_agg_new(fed_node *n)
     const fed_node_config *c = &n->cfg;
     node_agg *a = fed_calloc(1, sizeof *a);
     fed_merge_config mc = {.max_clients = FED_MERGE_DEFAULT_MAX_CLIENTS,
-                           .weight_cap = c->weight_cap};
+                           .weight_cap = c->weight_cap,
+                           .pool = c->pool};
     fed_err e;
 
     if (!a)

@@ -351,6 +351,32 @@ static void test_fedprox_zero_is_fedavg(void **state)
     clients_free(c);
 }
 
+/* The weighted sum split over a pool (two and three threads) gives the
+ * bits of the unsplit one, for a length that is no multiple of 16. */
+static void test_pool_split_same_bits(void **state)
+{
+    world *w = *state;
+    clients *c = clients_new(7, 40013);
+    fed_merge_config cfg = fed_merge_config_default();
+    fed_rng r;
+    float *a, *b;
+
+    fed_rng_seed(&r, 4);
+    fill_uniform(c, &r, -3.0f, 3.0f);
+    for (int i = 0; i < 7; i++)
+        c->in[i].weight = 1 + i * 5;
+    a = merge_once(w->be, "fedavg", c, c->x[0], NULL, FED_OK);
+    for (int t = 1; t <= 2; t++) {
+        assert_int_equal(fed_pool_new(t, &cfg.pool), FED_OK);
+        b = merge_once(w->be, "fedavg", c, c->x[0], &cfg, FED_OK);
+        assert_memory_equal(a, b, c->d * sizeof(float));
+        free(b);
+        fed_pool_free(cfg.pool);
+    }
+    free(a);
+    clients_free(c);
+}
+
 /* Reversing and rotating the inputs changes nothing, bit for bit. */
 static void test_order_independent(void **state)
 {
@@ -1248,6 +1274,7 @@ int main(void)
         cmocka_unit_test(test_fedavg_weight_cap),
         cmocka_unit_test(test_fedprox_zero_is_fedavg),
         cmocka_unit_test(test_order_independent),
+        cmocka_unit_test(test_pool_split_same_bits),
         cmocka_unit_test(test_order_fixed_by_key),
         cmocka_unit_test(test_adaptive_closed_forms),
         cmocka_unit_test(test_fedavgm_closed_form),
