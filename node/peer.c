@@ -749,7 +749,7 @@ static fed_err on_peers(fed_node *n, node_open *op)
     const fed_node_config *c = &n->cfg;
     const fed_wire_msg *m = &op->msg;
     uint64_t now_s = n->env.wall_s(n->env.self);
-    size_t at = 0, taken = 0, refused = 0;
+    size_t at = 0, refused = 0;
     fed_err e = FED_OK;
 
     for (uint32_t i = 0; i < m->block.count && e == FED_OK; i++) {
@@ -769,7 +769,6 @@ static fed_err on_peers(fed_node *n, node_open *op)
         }
         if (fed_gossip_peers_learn(p->table, &en, &changed) != FED_OK)
             continue;
-        taken++;
         p->members_changed = 1;
         if (changed && c->on_address)
             c->on_address(c->address_ctx, en.key, en.url);
@@ -783,7 +782,6 @@ static fed_err on_peers(fed_node *n, node_open *op)
         fed_wire_note_reject(n->wire, &m->hdr, e);
     (void)fed_node_ack(n, op->req, &m->hdr, e, 0);
     op->req = NULL;
-    (void)taken;
     return e;
 }
 
