@@ -16,5 +16,6 @@ run() {
 echo "bench_fedsim: $(nproc) cores"
 run "1,000 clients, 10% a round, mlp:256,128:" --nodes 1000 --sample 0.1 --model mlp:256,128 --rounds 4
 run "10,000 clients, 10% a round, logreg:" --nodes 10000 --sample 0.1 --model logreg --rounds 4
+run "  the same, --no-crypto:" --nodes 10000 --sample 0.1 --model logreg --rounds 4 --no-crypto
 run "1,000 peers, random:3, logreg:" --nodes 1000 --mode peer --topology random:3 --model logreg \
     --rounds 3 --eval-peers 10

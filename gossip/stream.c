@@ -153,6 +153,8 @@ fed_err fed_wire_stream_tx_new(fed_wire *w, const fed_wire_hdr *h, const fed_wir
     *out = NULL;
     if (h->type != FED_WIRE_MODEL && h->type != FED_WIRE_DELTA && h->type != FED_WIRE_SHARE)
         return FED_ERR_INVAL;
+    if (w->cfg.no_crypto)
+        return FED_ERR_UNSUPPORTED; /* streams are sealed end to end, always */
     if (!fed_crypto_arena_has_identity(w->arena))
         return FED_ERR_KEY;
     if (chunk_len == 0)
@@ -406,6 +408,8 @@ fed_err fed_wire_rx_pending(fed_wire *w, const fed_wire_hdr *h, fed_wire_stream_
     fed_wire_stream_rx *rx;
 
     *out = NULL;
+    if (w->cfg.no_crypto)
+        return FED_ERR_STREAM;
     if (w->rx_live >= w->cfg.max_rx_streams)
         return FED_ERR_STREAM_LIMIT;
     rx = fed_alloc_aligned(sizeof *rx + (size_t)w->cfg.max_rx_streams * sizeof rx->held[0]);

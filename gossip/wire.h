@@ -197,6 +197,11 @@ typedef struct fed_wire_cfg {
     size_t max_frame;          /* whole frames, protocol-wide (default 16 MiB) */
     uint32_t max_rx_streams;   /* reassemblies at once (default 4) */
     uint64_t max_stream_bytes; /* largest streamed vector (default 64 GiB) */
+    int no_crypto;             /* the simulator's largest runs only (fedsim
+                                  --no-crypto): sealed frames go in the clear,
+                                  unsigned, the seal's bytes zero; every check
+                                  before them still runs. No chunk streams.
+                                  Never between real nodes. */
 } fed_wire_cfg;
 
 /* An opened frame. Pointers point into the frame (opened in place). */

@@ -74,6 +74,8 @@ const fed_opt fed_sim_scenario_opts[] = {
       "peer: how many peers evaluate each round (the first N; 0: all): their mean is printed"),
     S(checkpoint_every, "checkpoint-every", FED_OPT_INT, "1", 1, 1000000,
       "peer: a checkpoint every Nth round (a crashed peer resumes from the last)"),
+    S(no_crypto, "no-crypto", FED_OPT_BOOL, "false", 0, 0,
+      "frames in the clear and unsigned, for the largest runs (the real seal is the default)"),
     S(seed, "seed", FED_OPT_U64, "1", 0, 0, "every random choice of the run"),
 };
 #undef S
@@ -315,6 +317,7 @@ static void base_config(const sim_run *r, fed_node_config *c, const fed_dataset 
     c->deadline_ms = (uint64_t)sc->deadline_ms;
     c->on_round = on_round;
     c->observer = (void *)r;
+    c->wire.no_crypto = sc->no_crypto;
 }
 
 static fed_err attach_nodes(sim_run *r, const fed_dataset *train, const fed_dataset *test,

@@ -48,6 +48,7 @@ typedef struct fed_sim_scenario {
     int min_clients;                /* aggregator; 0: every sampled client */
     int eval_peers;                 /* peers that evaluate (the first N); 0: all */
     int checkpoint_every;           /* peers checkpoint every Nth round */
+    int no_crypto;                  /* frames unsealed, unsigned (largest runs) */
     uint64_t seed;
     int eval_every;                 /* peers evaluate every Nth round (and the last) */
 } fed_sim_scenario;
