@@ -1,6 +1,7 @@
 /* cli_common.c - what every fednode subcommand shares: error printing and
  * the stderr log sink. The CLI is the one layer that may print. */
 #include <stdarg.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,7 @@ void fed_cli_error(const char *fmt, ...)
 {
     va_list ap;
 
-    fputs("fednode: ", stderr);
+    fprintf(stderr, "%s: ", program_invocation_short_name); /* fednode or fedsim */
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
@@ -29,7 +30,8 @@ void fed_cli_error(const char *fmt, ...)
 static void stderr_sink(void *ctx, fed_log_level level, const char *line)
 {
     (void)ctx;
-    fprintf(stderr, "fednode: %s: %s\n", fed_log_level_name(level), line);
+    fprintf(stderr, "%s: %s: %s\n", program_invocation_short_name, fed_log_level_name(level),
+            line);
 }
 
 void fed_cli_log_init(void)
@@ -57,8 +59,11 @@ int fed_cli_load_options(const char *cmd, const char *synopsis, const fed_opt *t
 
     for (int i = 0; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: fednode %s %s\n\noptions (also as KEY = VALUE in --config FILE):\n",
-                   cmd, synopsis);
+            if (strcmp(cmd, program_invocation_short_name) != 0) /* fednode CMD */
+                printf("usage: %s %s %s\n", program_invocation_short_name, cmd, synopsis);
+            else
+                printf("usage: %s %s\n", cmd, synopsis);
+            printf("\noptions (also as KEY = VALUE in --config FILE):\n");
             fed_opt_print_help(t, n, stdout);
             return 0;
         }
