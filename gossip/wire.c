@@ -319,6 +319,7 @@ void fed_wire_cfg_default(fed_wire_cfg *cfg)
     cfg->max_frame = FED_WIRE_MAX_FRAME_DEFAULT;
     cfg->max_rx_streams = 4;
     cfg->max_stream_bytes = (uint64_t)64 << 30;
+    cfg->no_crypto = 0;
 }
 
 fed_err fed_wire_new(const fed_wire_cfg *cfg, fed_crypto_arena *arena,
