@@ -88,4 +88,10 @@ rounds_once() {
     done
     [ "$(nround "$1" $(($2 + 1)))" -eq 0 ] || fail "$1 has no round $(($2 + 1))"
 }
-
+# test_key NAME DIR: the fixed test identity tests/keys/NAME (unsealed, for
+# tests only) into DIR/NAME, 0600 as a key file must be. The keys seed the
+# topologies and the shuffles, so fixed ones give the same run each time.
+test_key() {
+    mkdir -p "$2/$1" && cp "$(dirname "$0")/keys/$1/node.key" "$(dirname "$0")/keys/$1/node.pub" "$2/$1/" &&
+        chmod 700 "$2/$1" && chmod 600 "$2/$1/node.key" || fail "copy test key $1"
+}

@@ -22,10 +22,9 @@
 K=$TMP/keys
 mkdir -p "$K" "$TMP/a" "$TMP/b"
 : >"$K/allow.txt"
-for n in agg c0 c1 c2 c3 rogue; do
-    "$FEDNODE" keygen --out "$K/$n" >"$TMP/keygen.out" 2>&1 || {
-        sed 's/^/  | /' "$TMP/keygen.out"; fail "keygen $n"; }
-done
+for n in agg c0 c1 c2 c3; do test_key "$n" "$K"; done # fixed: the same run each time
+"$FEDNODE" keygen --out "$K/rogue" >"$TMP/keygen.out" 2>&1 || { # a fresh one
+    sed 's/^/  | /' "$TMP/keygen.out"; fail "keygen rogue"; }
 for n in agg c0 c1 c2 c3; do echo "$n $("$FEDNODE" pubkey "$K/$n")" >>"$K/allow.txt"; done
 # the rogue's own list names the aggregator and itself
 { grep '^agg ' "$K/allow.txt"; echo "rogue $("$FEDNODE" pubkey "$K/rogue")"; } >"$K/rogue-allow.txt"

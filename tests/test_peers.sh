@@ -30,15 +30,15 @@ free_ports() {
     echo "$base"
 }
 
+# Fixed test identities (proc_lib.sh's test_key): the same run each time.
 K=$TMP/keys
 mkdir -p "$K" "$TMP/a" "$TMP/b"
 : >"$K/allow.txt"
 for i in 0 1 2 3 4 5; do
-    "$FEDNODE" keygen --out "$K/p$i" >"$TMP/keygen.out" 2>&1 || {
-        sed 's/^/  | /' "$TMP/keygen.out"; fail "keygen p$i"; }
+    test_key "p$i" "$K"
     echo "p$i $("$FEDNODE" pubkey "$K/p$i")" >>"$K/allow.txt"
 done
-ok "keys for p0..p5"
+ok "keys for p0..p5 (tests/keys)"
 
 SETTINGS="--data fashion-mnist --threads 1 --model mlp:256,128 --optimizer sgd --momentum 0.9 \
 --lr 0.05 --batch 64 --local-epochs 1 --topology random:2 --sync bsp"
