@@ -1,11 +1,37 @@
 /* bytes.h - little-endian integers in byte buffers, for every file and wire
  * format we draw as a byte table. Portable (byte by byte), no alignment
- * needs; the compiler turns them into plain loads and stores. */
+ * needs; the compiler turns them into plain loads and stores. Also the one
+ * binary search over records kept in order of their leading 32-byte key. */
 #ifndef FED_CORE_BYTES_H
 #define FED_CORE_BYTES_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+
+/* In n records of size bytes each, sorted by the 32-byte key each begins
+ * with: the index of key (*found = 1), or where it would go (*found = 0). */
+static inline size_t fed_key_search(const void *base, size_t n, size_t size,
+                                    const uint8_t key[32], int *found)
+{
+    size_t lo = 0, hi = n;
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = memcmp((const uint8_t *)base + mid * size, key, 32);
+
+        if (c == 0) {
+            *found = 1;
+            return mid;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *found = 0;
+    return lo;
+}
 
 static inline void fed_put_u32le(uint8_t *p, uint32_t v)
 {

@@ -106,28 +106,6 @@ void fed_gossip_ps_estimate_f64(const fed_gossip_ps *ps, double *out)
 
 /* ---- pairs, kept sorted by key ---- */
 
-/* The index of key in a sorted array of records whose first field is the key. */
-static size_t search(const void *base, size_t n, size_t size, const uint8_t key[32], int *found)
-{
-    size_t lo = 0, hi = n;
-
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int c = memcmp((const uint8_t *)base + mid * size, key, 32);
-
-        if (c == 0) {
-            *found = 1;
-            return mid;
-        }
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    *found = 0;
-    return lo;
-}
-
 /* Room for one more record at index at; the new one zeroed, key set. */
 static fed_err insert(void **base, size_t *n, size_t *cap, size_t size, size_t at,
                       const uint8_t key[32])
@@ -156,7 +134,7 @@ static fed_err insert(void **base, size_t *n, size_t *cap, size_t size, size_t a
 static fed_err out_pair(fed_gossip_ps *ps, const uint8_t key[32], ps_out **out)
 {
     int found;
-    size_t at = search(ps->outs, ps->nout, sizeof *ps->outs, key, &found);
+    size_t at = fed_key_search(ps->outs, ps->nout, sizeof *ps->outs, key, &found);
     fed_err e;
 
     if (!found) {
@@ -178,7 +156,7 @@ static fed_err out_pair(fed_gossip_ps *ps, const uint8_t key[32], ps_out **out)
 static fed_err in_pair(fed_gossip_ps *ps, const uint8_t key[32], ps_in **out)
 {
     int found;
-    size_t at = search(ps->ins, ps->nin, sizeof *ps->ins, key, &found);
+    size_t at = fed_key_search(ps->ins, ps->nin, sizeof *ps->ins, key, &found);
     fed_err e = FED_ERR_NOMEM;
 
     if (!found) {
@@ -239,7 +217,7 @@ fed_err fed_gossip_ps_total(const fed_gossip_ps *ps, const uint8_t to[32], const
                             double *w)
 {
     int found;
-    size_t at = search(ps->outs, ps->nout, sizeof *ps->outs, to, &found);
+    size_t at = fed_key_search(ps->outs, ps->nout, sizeof *ps->outs, to, &found);
 
     if (!found)
         return FED_ERR_NOTFOUND;
@@ -317,7 +295,7 @@ size_t fed_gossip_ps_apply(fed_gossip_ps *ps)
 uint64_t fed_gossip_ps_last_round(const fed_gossip_ps *ps, const uint8_t from[32])
 {
     int found;
-    size_t at = search(ps->ins, ps->nin, sizeof *ps->ins, from, &found);
+    size_t at = fed_key_search(ps->ins, ps->nin, sizeof *ps->ins, from, &found);
 
     if (!found)
         return 0;

@@ -159,31 +159,10 @@ uint64_t fed_node_wall_ms(const fed_node *n)
 
 /* ---- sequence numbers ---- */
 
-static size_t peer_search(const fed_node *n, const uint8_t key[32], int *found)
-{
-    size_t lo = 0, hi = n->npeers;
-
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int c = memcmp(n->peers[mid].key, key, 32);
-
-        if (c == 0) {
-            *found = 1;
-            return mid;
-        }
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    *found = 0;
-    return lo;
-}
-
 fed_err fed_node_next_seq(fed_node *n, const uint8_t key[32], uint64_t *seq)
 {
     int found;
-    size_t i = peer_search(n, key, &found);
+    size_t i = fed_key_search(n->peers, n->npeers, sizeof *n->peers, key, &found);
 
     if (!found) {
         if (n->npeers == n->cap_peers) {

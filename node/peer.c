@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/bytes.h"
 #include "core/log.h"
 #include "gossip/pushsum.h"
 #include "gossip/topology.h"
@@ -376,20 +377,10 @@ void fed_node_peer_free(fed_node *n)
 
 static size_t member_of(const node_mesh *p, const uint8_t key[32])
 {
-    size_t lo = 0, hi = p->n;
+    int found;
+    size_t i = fed_key_search(p->mem, p->n, sizeof *p->mem, key, &found); /* key order */
 
-    while (lo < hi) { /* members are in key order */
-        size_t mid = lo + (hi - lo) / 2;
-        int c = memcmp(p->mem[mid].key, key, 32);
-
-        if (c == 0)
-            return mid;
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return SIZE_MAX;
+    return found ? i : SIZE_MAX;
 }
 
 /* ---- checkpoints ---- */
