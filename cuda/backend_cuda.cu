@@ -401,19 +401,20 @@ static void cu_chan_bias_bwd(fed_backend *be, float *dbias, const float *dy, int
 }
 
 __global__ void k_u8_to_f32(float *__restrict__ dst, const uint8_t *__restrict__ src, size_t n,
-                            float scale)
+                            float scale, float shift)
 {
     GRID_STRIDE(i, n)
-    dst[i] = __fmul_rn((float)src[i], scale);
+    dst[i] = __fadd_rn(__fmul_rn((float)src[i], scale), shift);
 }
 
-static void cu_u8_to_f32(fed_backend *be, float *dst, const uint8_t *src, size_t n, float scale)
+static void cu_u8_to_f32(fed_backend *be, float *dst, const uint8_t *src, size_t n, float scale,
+                         float shift)
 {
     cuda_ctx *c = enter(be);
 
     if (!n)
         return;
-    LAUNCH(k_u8_to_f32, grid_for(n), THREADS, c->stream)(dst, src, n, scale);
+    LAUNCH(k_u8_to_f32, grid_for(n), THREADS, c->stream)(dst, src, n, scale, shift);
     launched(c, "u8_to_f32");
 }
 

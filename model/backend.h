@@ -47,8 +47,11 @@ struct fed_backend {
     void (*relu_bwd)(fed_backend *be, float *dy, const float *y, size_t n);
     /* dbias (N) = sum over b of dy (B, N), or += when accumulate. */
     void (*bias_bwd)(fed_backend *be, float *dbias, const float *dy, int B, int N, int accumulate);
-    /* Images: dst (n) = src_u8 (n) * scale; src is a device copy of uint8. */
-    void (*u8_to_f32)(fed_backend *be, float *dst, const uint8_t *src, size_t n, float scale);
+    /* Images: dst (n) = src_u8 (n) * scale + shift, rounded after the
+     * product and after the sum (no fused multiply-add); src is a device
+     * copy of uint8. */
+    void (*u8_to_f32)(fed_backend *be, float *dst, const uint8_t *src, size_t n, float scale,
+                      float shift);
     /* Softmax cross-entropy fused with its gradient. logits (B, C) are
      * replaced by dlogits = (softmax - onehot(labels)) * grad_scale.
      * loss_sum (host) gets the summed loss, correct (host) the count of

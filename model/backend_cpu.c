@@ -190,11 +190,13 @@ static void cpu_chan_bias_bwd(fed_backend *be, float *restrict dbias, const floa
 }
 
 static void cpu_u8_to_f32(fed_backend *be, float *restrict dst, const uint8_t *restrict src,
-                          size_t n, float scale)
+                          size_t n, float scale, float shift)
 {
     (void)be;
-    for (size_t i = 0; i < n; i++)
-        dst[i] = (float)src[i] * scale;
+    for (size_t i = 0; i < n; i++) {
+        float v = (float)src[i] * scale; /* -std=c11: no contraction into an FMA */
+        dst[i] = v + shift;
+    }
 }
 
 /* One row of logits: returns log(sum(exp(z - max))) and the max and argmax

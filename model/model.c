@@ -699,7 +699,8 @@ static fed_err upload_rows(fed_model *m, int off, int n)
     if (b->x_u8) {
         err = be->upload(be, m->ws.x_u8 + at, b->x_u8 + at, cnt);
         if (err == FED_OK)
-            be->u8_to_f32(be, m->ws.x + at, m->ws.x_u8 + at, cnt, 1.0f / 255.0f);
+            be->u8_to_f32(be, m->ws.x + at, m->ws.x_u8 + at, cnt, FED_MODEL_PIXEL_SCALE,
+                          FED_MODEL_PIXEL_SHIFT);
     } else {
         err = be->upload(be, m->ws.x + at, b->x_f32 + at, cnt * sizeof(float));
     }

@@ -17,6 +17,7 @@
 
 #include "core/rng.h"
 #include "model/backend.h"
+#include "model/model.h"
 
 static fed_backend *be;
 static fed_rng rng;
@@ -167,9 +168,17 @@ static void test_u8_scale(void **state)
     (void)state;
     for (int i = 0; i < 300; i++)
         src[i] = (uint8_t)(i * 7);
-    be->u8_to_f32(be, dst, src, 300, 1.0f / 255.0f);
+    be->u8_to_f32(be, dst, src, 300, 1.0f / 255.0f, 0.0f);
     for (int i = 0; i < 300; i++)
         assert_true(fabs(dst[i] - src[i] / 255.0) < 1e-7);
+    /* the model's own map: 0 -> -1, 255 -> 1, centred and exact at the ends */
+    be->u8_to_f32(be, dst, src, 300, FED_MODEL_PIXEL_SCALE, FED_MODEL_PIXEL_SHIFT);
+    for (int i = 0; i < 300; i++)
+        assert_true(fabs(dst[i] - (src[i] / 127.5 - 1.0)) < 2e-7);
+    src[0] = 0;
+    src[1] = 255;
+    be->u8_to_f32(be, dst, src, 2, FED_MODEL_PIXEL_SCALE, FED_MODEL_PIXEL_SHIFT);
+    assert_true(dst[0] == -1.0f && dst[1] == 1.0f);
 }
 
 static void test_softmax_xent(void **state)

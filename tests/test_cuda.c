@@ -317,8 +317,8 @@ static void test_u8_to_f32(void **state)
     fed_rng_fill(&f->rng, h, n);
     raw_pair(f, h, n, &src_c, &src_g);
     pair_new(f, &dst, n, NULL);
-    f->cpu->u8_to_f32(f->cpu, dst.c, src_c, n, 1.0f / 255.0f);
-    f->gpu->u8_to_f32(f->gpu, dst.g, src_g, n, 1.0f / 255.0f);
+    f->cpu->u8_to_f32(f->cpu, dst.c, src_c, n, FED_MODEL_PIXEL_SCALE, FED_MODEL_PIXEL_SHIFT);
+    f->gpu->u8_to_f32(f->gpu, dst.g, src_g, n, FED_MODEL_PIXEL_SCALE, FED_MODEL_PIXEL_SHIFT);
     pair_exact(f, &dst, "u8_to_f32");
     pair_free(f, &dst);
     f->cpu->free(f->cpu, src_c);

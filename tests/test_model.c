@@ -573,8 +573,10 @@ static void test_eval_matches_train_loss(void **state)
 
     fed_rng_seed(&rng, 5);
     fed_rng_fill(&rng, x, (size_t)n * 784);
-    for (int i = 0; i < n * 784; i++)
-        xf[i] = x[i] * (1.0f / 255.0f);
+    for (int i = 0; i < n * 784; i++) {
+        float v = x[i] * FED_MODEL_PIXEL_SCALE; /* the u8 path's two roundings */
+        xf[i] = v + FED_MODEL_PIXEL_SHIFT;
+    }
     for (int i = 0; i < n; i++)
         y[i] = (int32_t)fed_rng_below(&rng, 10);
     fed_batch b = {.n = n, .x_u8 = x, .y = y}, bf = {.n = n, .x_f32 = xf, .y = y};
