@@ -49,10 +49,29 @@ done
     >/dev/null 2>&1 || { echo "bench_consortium: fednode train failed"; exit 1; }
 
 # ---- the job ----
-# Peak RSS: VmHWM of every process, polled every 0.1 s (it only grows, so
-# the last reading before a process exits is its peak); CPU seconds
-# (utime + stime) likewise, the last reading kept.
+# Nothing polls the processes while they run (a poller's forks took 35 ms
+# of CPU a round from the job): each daemon logs its own peak RSS and CPU
+# seconds when it exits (getrusage), and the two snapshots of the job's CPU
+# seconds (/proc/PID/stat utime + stime) are taken by the aggregator log's
+# reader when round 1 and the last round start (at the last merge some
+# clients have gone).
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+hz=$(getconf CLK_TCK)
+: >"$TMP/stat_files"
+cpu_now() { # the job's CPU seconds so far
+    # shellcheck disable=SC2046
+    awk -v hz="$hz" '{ s += $14 + $15 } END { printf "%.3f", s / hz }' $(cat "$TMP/stat_files") 2>/dev/null
+}
+# stamp: each line of stdin prefixed with the wall-clock seconds it arrived;
+# the first and last round's lines also with the job's CPU seconds then
+stamp() {
+    while IFS= read -r line; do
+        case "$line" in
+        *"round 1 starts"* | *"round $ROUNDS starts"*) echo "$(now) $line cpu $(cpu_now)" ;;
+        *) echo "$(now) $line" ;;
+        esac
+    done
+}
 mkfifo "$TMP/agg.fifo"
 stamp <"$TMP/agg.fifo" >"$TMP/agg.log" &
 STAMP=$!
@@ -63,6 +82,7 @@ t_launch=$(now)
     --rounds $ROUNDS --min-clients $N --wait-clients $N >/dev/null 2>"$TMP/agg.fifo" &
 AGG=$!
 PIDS="$AGG"
+echo "/proc/$AGG/stat" >>"$TMP/stat_files"
 i=0
 while [ ! -s "$TMP/port" ]; do
     i=$((i + 1))
@@ -72,31 +92,29 @@ while [ ! -s "$TMP/port" ]; do
     sleep 0.01
 done
 PORT=$(cat "$TMP/port")
-STATUS_FILES="/proc/$AGG/status /proc/$AGG/stat"
 for i in $(seq 0 $((N - 1))); do
     "$FEDNODE" run --role client --keys "$TMP/c$i" --allow "$TMP/allow.txt" --db "$TMP/c$i.db" \
         --aggregator "tcp://127.0.0.1:$PORT" --data "$DATA" --shard "$i/$N" \
         --threads "$CLIENT_THREADS" >/dev/null 2>"$TMP/c$i.log" &
     PIDS="$PIDS $!"
-    STATUS_FILES="$STATUS_FILES /proc/$!/status /proc/$!/stat"
+    echo "/proc/$!/stat" >>"$TMP/stat_files"
 done
-: >"$TMP/hwm"
-while :; do
-    # shellcheck disable=SC2086
-    awk -v t="$(now)" '/^VmHWM:/ { print FILENAME, $2, t }
-         FILENAME ~ /stat$/ && $3 != "Z" { print FILENAME, $14 + $15, t }' $STATUS_FILES \
-        2>/dev/null >"$TMP/hwm.now"
-    grep -q status "$TMP/hwm.now" || break
-    cat "$TMP/hwm.now" >>"$TMP/hwm"
-    if [ "$(calc "$(now) - $t_launch" %d)" -gt "$LIMIT_S" ]; then
-        echo "bench_consortium: the job ran past ${LIMIT_S}s; stopping it"; exit 1
-    fi
-    sleep 0.1
-done
+# a watchdog: the job is stopped past LIMIT_S
+# shellcheck disable=SC2086
+(
+    sleep "$LIMIT_S" &
+    s=$!
+    trap 'kill $s 2>/dev/null; exit 0' TERM
+    wait $s && kill $PIDS 2>/dev/null && echo "bench_consortium: the job ran past ${LIMIT_S}s; stopping it"
+) &
+WATCHDOG=$!
+failed=0
+for p in $PIDS; do wait "$p" || failed=1; done
 t_end=$(now)
-for p in $PIDS; do wait "$p"; done
+kill "$WATCHDOG" 2>/dev/null
 wait $STAMP
 PIDS=""
+[ $failed -eq 0 ] || { echo "bench_consortium: a process failed"; cat "$TMP/agg.log"; exit 1; }
 
 # ---- the job's figures ----
 t_first=$(awk '/round 1 starts/ { print $1; exit }' "$TMP/agg.log")
@@ -109,24 +127,26 @@ acc=$("$FEDNODE" status --db "$TMP/agg.db" --json |
 acc=$(calc "${acc:-0}" %.4f)
 connect=$(calc "$t_first - $t_launch")
 per_round=$(calc "($t_last - $t_first) / $ROUNDS")
-agg_kib=$(awk -v f="/proc/$AGG/status" '$1 == f && $2 > m { m = $2 } END { print m + 0 }' "$TMP/hwm")
-cli_max=$(awk -v f="/proc/$AGG/status" '$1 != f && $1 ~ /status$/ { if ($2 > m[$1]) m[$1] = $2 }
-    END { for (k in m) if (m[k] > x) x = m[k]; print x + 0 }' "$TMP/hwm")
-cli_mean=$(awk -v f="/proc/$AGG/status" '$1 != f && $1 ~ /status$/ { if ($2 > m[$1]) m[$1] = $2 }
-    END { for (k in m) { s += m[k]; n++ } print n ? s / n : 0 }' "$TMP/hwm")
-hz=$(getconf CLK_TCK)
-# CPU over the rounds: the polls nearest inside [round 1 start, last merge]
-# (no process starts or ends in between), all 11 processes summed
-busy=$(awk -v a="$t_first" -v b="$t_last" -v hz="$hz" '$1 ~ /stat$/ && $3 >= a && $3 <= b {
-        sum[$3] += $2; if (!t0 || $3 < t0) t0 = $3; if ($3 > t1) t1 = $3 }
-    END { if (t1 > t0) printf "%.3f %.2f", (sum[t1] - sum[t0]) / hz, (sum[t1] - sum[t0]) / hz / (t1 - t0)
-          else print "nan nan" }' "$TMP/hwm")
-cpu_rounds=${busy% *}
-cores_busy=${busy#* }
-agg_cpu=$(awk -v f="/proc/$AGG/stat" -v hz="$hz" '$1 == f && $2 > m { m = $2 }
-    END { printf "%.2f", m / hz }' "$TMP/hwm")
-cli_cpu=$(awk -v f="/proc/$AGG/stat" -v hz="$hz" '$1 != f && $1 ~ /stat$/ { if ($2 > m[$1]) m[$1] = $2 }
-    END { for (k in m) s += m[k]; printf "%.2f", s / hz }' "$TMP/hwm")
+# "daemon: done: peak RSS X MiB, CPU Y s" (the daemon's exit line)
+usage_of() { awk '/daemon: done: peak RSS/ { for (i = 1; i < NF; i++) { if ($i == "RSS") r = $(i + 1); if ($i == "CPU") c = $(i + 1) } }
+    END { print (r == "" ? "nan" : r), (c == "" ? "nan" : c) }' "$1"; }
+set -- $(usage_of "$TMP/agg.log")
+agg_mib=$1 agg_cpu=$2
+cli_max=0 cli_sum=0 cli_cpu=0
+for i in $(seq 0 $((N - 1))); do
+    set -- $(usage_of "$TMP/c$i.log")
+    cli_max=$(calc "$1 > $cli_max ? $1 : $cli_max" %.1f)
+    cli_sum=$(calc "$cli_sum + $1" %.1f)
+    cli_cpu=$(calc "$cli_cpu + $2" %.2f)
+done
+cli_mean=$(calc "$cli_sum / $N" %.1f)
+# CPU over rounds 1 to ROUNDS - 1: the snapshots on round 1's and the last
+# round's start lines
+t_lastst=$(awk -v r="round $ROUNDS starts" 'index($0, r) { print $1; exit }' "$TMP/agg.log")
+cpu0=$(awk '/round 1 starts/ { print $NF; exit }' "$TMP/agg.log")
+cpu1=$(awk -v r="round $ROUNDS starts" 'index($0, r) { print $NF; exit }' "$TMP/agg.log")
+cpu_rounds=$(calc "(${cpu1:-0} - ${cpu0:-0}) / ($ROUNDS - 1)")
+cores_busy=$(calc "(${cpu1:-0} - ${cpu0:-0}) / (${t_lastst:-0} - $t_first)" %.2f)
 # each round: from its start to its merge, then the gap to the next start
 rounds_line=$(awk '/ starts with / { s[$6] = $1 } / merged / { m[$6] = $1 }
     END { for (r = 1; r in m; r++) printf "%.3f%s", m[r] - s[r], ((r + 1) in s ? sprintf("+%.3f ", s[r + 1] - m[r]) : "") }' \
@@ -176,7 +196,6 @@ done
 
 # ---- report ----
 verdict() { [ "$(calc "$1" %d)" -eq 1 ] && echo "met" || echo "MISSED"; }
-mib() { calc "$1 / 1024" %.1f; }
 echo "bench_consortium: 1 aggregator + $N clients on 127.0.0.1, iid shards of Fashion-MNIST,"
 echo "  mlp:256,128, 1 local epoch of SGD (momentum 0) lr 0.05 batch 64, $ROUNDS rounds,"
 echo "  $(nproc) cores (load average before: $load_before); Python framework: the same job on this machine"
@@ -191,10 +210,10 @@ printf '%-36s %10s %12s %12s  %s\n' "  / training alone (together)" \
 printf '%-36s %10s\n' "  / training alone (packed, a floor)" "$(calc "$per_round / $packed" %.2fx)"
 printf '%-36s %10s %12s %12s  %s\n' "seconds from launch to 10 connected" "$connect" "<= 0.5" \
     "7-8.6" "$(verdict "$connect <= 0.5")"
-printf '%-36s %10s %12s %12s  %s\n' "peak RSS of a client, MiB (largest)" "$(mib "$cli_max")" \
+printf '%-36s %10s %12s %12s  %s\n' "peak RSS of a client, MiB (largest)" "$cli_max" \
     "<= 64" "334" "$(verdict "$cli_max <= 64 * 1024")"
-printf '%-36s %10s %12s %12s\n' "  (mean of the $N clients)" "$(mib "$cli_mean")" "" ""
-printf '%-36s %10s %12s %12s\n' "peak RSS of the aggregator, MiB" "$(mib "$agg_kib")" "" "420"
+printf '%-36s %10s %12s %12s\n' "  (mean of the $N clients)" "$cli_mean" "" ""
+printf '%-36s %10s %12s %12s\n' "peak RSS of the aggregator, MiB" "$agg_mib" "" "420"
 echo "training alone per round (the $N shards' one epoch, no loading or evaluation):"
 printf '  packed   %.3f s  (one at a time, 1 thread, sum / 2 cores: no contention, a floor)\n' "$packed"
 printf '  serial   %.3f s  (one at a time, the daemons'"'"' threads, sum)\n' "$serial"
@@ -205,6 +224,5 @@ echo "each round, start to merge + gap to the next start (s): $rounds_line"
 printf 'CPU seconds over the job'"'"'s %.2f s: aggregator %s, the %d clients %s (%s of %d cores busy)\n' \
     "$(calc "$t_end - $t_launch")" "$agg_cpu" "$N" "$cli_cpu" \
     "$(calc "($agg_cpu + $cli_cpu) / ($t_end - $t_launch)" %.2f)" "$(nproc)"
-printf 'during the rounds: %s of %d cores busy with the job; CPU seconds per round %s, %s x the training'"'"'s (2 x packed)\n' \
-    "$cores_busy" "$(nproc)" "$(calc "$cpu_rounds / ($ROUNDS - 0.0)" %.3f)" \
-    "$(calc "$cpu_rounds / $ROUNDS / (2 * $packed)" %.2f)"
+printf 'during rounds 1-%d: %s of %d cores busy with the job; CPU seconds per round %s, %s x the training'"'"'s (2 x packed)\n' \
+    $((ROUNDS - 1)) "$cores_busy" "$(nproc)" "$cpu_rounds" "$(calc "$cpu_rounds / (2 * $packed)" %.2f)"
