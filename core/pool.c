@@ -1,10 +1,16 @@
 /* pool.c - fixed-size pthread pool: one FIFO of caller-owned tasks and of
  * parallel-for groups, one mutex, two condition variables. Allocates only
  * the worker array at creation; a task or group never allocates.
- * A thread waiting on its parallel-for runs pieces of queued groups itself. */
+ * A thread waiting on its parallel-for runs pieces of queued groups itself.
+ * The idle lane is one more thread, started on first use, that lowers
+ * itself to SCHED_IDLE (nice 19 where that is refused) and runs only the
+ * idle FIFO. */
 #include "core/pool.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
 
@@ -22,7 +28,11 @@ struct fed_pool {
     pthread_mutex_t mu;
     pthread_cond_t work; /* a task or group was queued, or stopping */
     pthread_cond_t done; /* a group piece finished */
+    pthread_cond_t idle_work; /* an idle task was queued, or stopping */
     fed_pool_task *head, *tail;
+    fed_pool_task *idle_head, *idle_tail;
+    int idle_started;
+    pthread_t idle_thread;
     pool_group *ghead, *gtail;
     int stopping;
     int nworkers;
@@ -56,6 +66,30 @@ static void run_piece(fed_pool *p, pool_group *g, size_t index)
         pthread_cond_broadcast(&p->done);
 }
 
+/* Under the lock: task to the end of a FIFO. */
+static void push_task(fed_pool_task **head, fed_pool_task **tail, fed_pool_task *task)
+{
+    task->next_ = NULL;
+    if (*tail)
+        (*tail)->next_ = task;
+    else
+        *head = task;
+    *tail = task;
+}
+
+/* Under the lock: unlink the first task of a FIFO and run it unlocked. */
+static void run_task(fed_pool *p, fed_pool_task **head, fed_pool_task **tail)
+{
+    fed_pool_task *t = *head;
+
+    *head = t->next_;
+    if (!*head)
+        *tail = NULL;
+    pthread_mutex_unlock(&p->mu);
+    t->fn(t);
+    pthread_mutex_lock(&p->mu);
+}
+
 static void *worker_main(void *arg)
 {
     fed_pool *p = arg;
@@ -70,19 +104,42 @@ static void *worker_main(void *arg)
             continue;
         }
         if (p->head) {
-            fed_pool_task *t = p->head;
-
-            p->head = t->next_;
-            if (!p->head)
-                p->tail = NULL;
-            pthread_mutex_unlock(&p->mu);
-            t->fn(t);
-            pthread_mutex_lock(&p->mu);
+            run_task(p, &p->head, &p->tail);
             continue;
         }
         if (p->stopping)
             break;
         pthread_cond_wait(&p->work, &p->mu);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+/* The calling thread gives way to every other runnable thread: SCHED_IDLE,
+ * or the largest nice where that policy is refused. Lowering a priority
+ * needs no privilege; raising it again would, so the thread keeps it. */
+static void lower_own_priority(void)
+{
+    struct sched_param sp = {0};
+
+    if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp) != 0)
+        (void)setpriority(PRIO_PROCESS, (id_t)gettid(), 19);
+}
+
+static void *idle_main(void *arg)
+{
+    fed_pool *p = arg;
+
+    lower_own_priority();
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        if (p->idle_head) {
+            run_task(p, &p->idle_head, &p->idle_tail);
+            continue;
+        }
+        if (p->stopping)
+            break;
+        pthread_cond_wait(&p->idle_work, &p->mu);
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
@@ -102,6 +159,7 @@ fed_err fed_pool_new(int workers, fed_pool **out)
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->work, NULL);
     pthread_cond_init(&p->done, NULL);
+    pthread_cond_init(&p->idle_work, NULL);
     if (workers > 0) {
         p->threads = fed_calloc((size_t)workers, sizeof *p->threads);
         if (!p->threads)
@@ -129,9 +187,13 @@ void fed_pool_free(fed_pool *p)
     pthread_mutex_lock(&p->mu);
     p->stopping = 1;
     pthread_cond_broadcast(&p->work);
+    pthread_cond_broadcast(&p->idle_work);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->started; i++)
         pthread_join(p->threads[i], NULL);
+    if (p->idle_started)
+        pthread_join(p->idle_thread, NULL);
+    pthread_cond_destroy(&p->idle_work);
     pthread_cond_destroy(&p->done);
     pthread_cond_destroy(&p->work);
     pthread_mutex_destroy(&p->mu);
@@ -147,14 +209,29 @@ void fed_pool_submit(fed_pool *p, fed_pool_task *task)
         task->fn(task);
         return;
     }
-    task->next_ = NULL;
     pthread_mutex_lock(&p->mu);
-    if (p->tail)
-        p->tail->next_ = task;
-    else
-        p->head = task;
-    p->tail = task;
+    push_task(&p->head, &p->tail, task);
     pthread_cond_signal(&p->work);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void fed_pool_submit_idle(fed_pool *p, fed_pool_task *task)
+{
+    if (!p || p->nworkers == 0) {
+        task->fn(task);
+        return;
+    }
+    pthread_mutex_lock(&p->mu);
+    if (!p->idle_started) {
+        if (pthread_create(&p->idle_thread, NULL, idle_main, p) != 0) {
+            pthread_mutex_unlock(&p->mu);
+            fed_pool_submit(p, task); /* no idle thread: a worker runs it */
+            return;
+        }
+        p->idle_started = 1;
+    }
+    push_task(&p->idle_head, &p->idle_tail, task);
+    pthread_cond_signal(&p->idle_work);
     pthread_mutex_unlock(&p->mu);
 }
 

@@ -26,17 +26,36 @@ typedef struct agg_hold {
     uint64_t since_ms;
 } agg_hold;
 
-/* The held-out evaluation of a committed round, as a job on its own copy
- * of the model (the loop goes on with the next round meanwhile). */
+/* A committed round waiting for the evaluation: its parameters and row. */
+typedef struct agg_eval_wait {
+    float *params; /* (nparams) */
+    fed_node_round_info info;
+    fed_store_round row;
+} agg_eval_wait;
+
+/* At most this many rounds wait, and no more than AGG_EVAL_QUEUE_BYTES of
+ * their parameters (at least one); past that the oldest waiting round is
+ * reported without an accuracy. */
+#define AGG_EVAL_QUEUE_MAX 8
+#define AGG_EVAL_QUEUE_BYTES ((size_t)64 << 20)
+
+/* The held-out evaluation of a committed round, as an idle job on its own
+ * copy of the model (the loop goes on with the next round meanwhile, and
+ * training anywhere on the machine comes first). Rounds committed while it
+ * runs wait in a queue, evaluated in order once CPU time frees up (at the
+ * latest when the job ends). */
 typedef struct agg_eval {
     fed_job job;
-    fed_model *model;          /* a copy of the global's spec, the round's params */
+    fed_model *model;          /* a copy of the global's spec, the round's params;
+                                  no pool: it runs on one idle thread */
     const fed_dataset *test;
     fed_step_stats st;         /* out */
     fed_err err;               /* out */
     int busy;
     fed_node_round_info info;  /* the round evaluated */
     fed_store_round row;       /* its committed row, completed when done */
+    agg_eval_wait wait[AGG_EVAL_QUEUE_MAX]; /* a ring: nwait from head */
+    size_t head, nwait, cap_wait;             /* cap_wait: 0 until first used */
 } agg_eval;
 
 /* A client sampled for the current round. */
@@ -161,6 +180,8 @@ void fed_node_agg_free(fed_node *n)
     fed_merge_free(a->merge);
     fed_model_free(a->model);
     fed_model_free(a->ev.model);
+    for (size_t i = 0; i < AGG_EVAL_QUEUE_MAX; i++)
+        fed_free(a->ev.wait[i].params);
     fed_free(a);
     n->agg = NULL;
 }
@@ -686,36 +707,80 @@ static void eval_job_run(fed_job *job)
     ev->err = fed_train_evaluate_all(ev->model, ev->test, &ev->st);
 }
 
-/* The round just committed is evaluated on the held-out data in a job, on
- * a copy of its parameters, while the loop starts the next round (its last
- * client's NEXT must not wait behind the evaluation). When a job is still
- * busy (or none can be made), the loop evaluates itself. */
+/* params (nparams floats) into the evaluation model and the job out. */
+static fed_err eval_submit(fed_node *n, const float *params, const fed_node_round_info *info,
+                           const fed_store_round *row)
+{
+    agg_eval *ev = &n->agg->ev;
+    fed_err e = fed_model_set_params(ev->model, params);
+
+    if (e != FED_OK)
+        return e;
+    ev->job.fn = eval_job_run;
+    ev->job.user = n;
+    ev->job.idle = 1;
+    ev->test = n->cfg.test;
+    ev->info = *info;
+    ev->row = *row;
+    ev->busy = 1;
+    if ((e = (fed_err)n->env.submit(n->env.self, &ev->job)) != FED_OK)
+        ev->busy = 0;
+    return e;
+}
+
+/* The round waits for the evaluation in flight, after any that wait
+ * already; when the queue is full its oldest round is reported now,
+ * without an accuracy. */
+static fed_err eval_defer(fed_node *n, const fed_node_round_info *info)
+{
+    node_agg *a = n->agg;
+    agg_eval *ev = &a->ev;
+    size_t bytes = a->nparams * sizeof(float);
+    agg_eval_wait *w;
+
+    if (!ev->cap_wait) {
+        size_t fit = bytes ? AGG_EVAL_QUEUE_BYTES / bytes : AGG_EVAL_QUEUE_MAX;
+
+        ev->cap_wait = fit < 1 ? 1 : fit > AGG_EVAL_QUEUE_MAX ? AGG_EVAL_QUEUE_MAX : fit;
+    }
+    if (ev->nwait == ev->cap_wait) {
+        w = &ev->wait[ev->head];
+        fed_log(FED_LOG_INFO, "aggregator: round %llu is not evaluated: %zu newer rounds wait "
+                              "for the evaluation (no idle CPU)",
+                (unsigned long long)w->info.round, ev->nwait);
+        finish_report(n, &w->info, &w->row);
+        ev->head = (ev->head + 1) % ev->cap_wait;
+        ev->nwait--;
+    }
+    w = &ev->wait[(ev->head + ev->nwait) % ev->cap_wait];
+    if (!w->params && !(w->params = fed_malloc(bytes ? bytes : 1)))
+        return FED_ERR_NOMEM;
+    memcpy(w->params, a->host, bytes);
+    w->info = *info;
+    w->row = a->last_row;
+    ev->nwait++;
+    return FED_OK;
+}
+
+/* The round just committed is evaluated on the held-out data in an idle
+ * job, on a copy of its parameters, while the loop starts the next round
+ * (its last client's NEXT must not wait behind the evaluation). When no
+ * job can be made, the loop evaluates itself. */
 static void report_round(fed_node *n, fed_node_round_info *info)
 {
     node_agg *a = n->agg;
     agg_eval *ev = &a->ev;
-    fed_err e = FED_ERR_BUSY;
 
     if (!n->cfg.test) {
         finish_report(n, info, &a->last_row);
         return;
     }
-    if (!ev->busy && !ev->model &&
-        fed_model_new(n->cfg.spec, n->cfg.shape, n->cfg.be, n->cfg.pool, n->cfg.shards, 256,
-                      &ev->model) != FED_OK)
+    if (!ev->model && fed_model_new(n->cfg.spec, n->cfg.shape, n->cfg.be, NULL, n->cfg.shards,
+                                    256, &ev->model) != FED_OK)
         ev->model = NULL; /* the loop evaluates itself */
-    if (!ev->busy && ev->model && fed_model_get_params(a->model, a->host) == FED_OK &&
-        fed_model_set_params(ev->model, a->host) == FED_OK) {
-        ev->job.fn = eval_job_run;
-        ev->job.user = n;
-        ev->test = n->cfg.test;
-        ev->info = *info;
-        ev->row = a->last_row;
-        ev->busy = 1;
-        if ((e = (fed_err)n->env.submit(n->env.self, &ev->job)) == FED_OK)
-            return;
-        ev->busy = 0;
-    }
+    if (ev->model && fed_model_get_params(a->model, a->host) == FED_OK &&
+        (ev->busy ? eval_defer(n, info) : eval_submit(n, a->host, info, &a->last_row)) == FED_OK)
+        return;
     evaluate(n, info);
     finish_report(n, info, &a->last_row);
 }
@@ -723,6 +788,7 @@ static void report_round(fed_node *n, fed_node_round_info *info)
 fed_err fed_node_agg_on_job(fed_node *n, fed_job *job)
 {
     agg_eval *ev = &n->agg->ev;
+    fed_err e;
 
     if (job != &ev->job || !ev->busy)
         return FED_ERR_INTERNAL;
@@ -732,7 +798,19 @@ fed_err fed_node_agg_on_job(fed_node *n, fed_job *job)
         ev->info.accuracy = (double)ev->st.correct / (double)ev->st.samples;
     }
     finish_report(n, &ev->info, &ev->row);
-    return ev->err;
+    e = ev->err;
+    while (ev->nwait > 0) { /* the next waiting round, in order */
+        agg_eval_wait *w = &ev->wait[ev->head];
+        fed_node_round_info info = w->info;
+        fed_store_round row = w->row;
+
+        ev->head = (ev->head + 1) % ev->cap_wait;
+        ev->nwait--;
+        if (eval_submit(n, w->params, &info, &row) == FED_OK)
+            break;
+        finish_report(n, &info, &row); /* without an accuracy */
+    }
+    return e;
 }
 
 /* Results of the merge by part index (inputs skipped missing parts). */

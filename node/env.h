@@ -36,6 +36,8 @@ typedef struct fed_job fed_job;
 struct fed_job {
     void (*fn)(fed_job *job);
     void *user;
+    int idle; /* 1: may wait for CPU time nothing else wants (the daemon runs
+                 it on the pool's idle lane); the simulator ignores it */
 };
 
 /* Every int below is a fed_err (FED_OK == 0); the node may ignore failures of

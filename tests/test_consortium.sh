@@ -2,7 +2,8 @@
 # test_consortium.sh - aggregator mode end to end with real fednode processes
 # on 127.0.0.1 (keys, allow-lists, sealed frames over NNG, one database each).
 #  A. 1 aggregator + 4 clients on IID quarters of Fashion-MNIST, mlp:256,128,
-#     SGD momentum 0.9: test accuracy after round 5 >= 0.84; SIGTERM while
+#     SGD momentum 0.9: test accuracy after round 5 >= 0.84, every round
+#     evaluated (idle priority, queued); SIGTERM while
 #     round 6 runs: exit 0, nothing of round 6 committed, verify passes; the
 #     clients stop on SIGTERM with exit 0.
 #  B. --min-clients 3: a client killed (-9) mid-round 2, which merges the
@@ -67,6 +68,12 @@ for r in 1 2 3 4 5; do
 done
 acc=$(field "$TMP/a/agg.db" 5 accuracy)
 [ -n "$acc" ] || fail "A: round 5 has an accuracy"
+# The evaluation runs at idle priority and rounds wait for it in a queue
+# (up to 8), so on this busy host it lags, yet every round gets its accuracy.
+for r in 1 2 3 4 5; do
+    v=$(field "$TMP/a/agg.db" $r accuracy)
+    case "$v" in '' | null) fail "A: round $r has no accuracy" ;; esac
+done
 echo "A: test accuracy after each round:$(for r in 1 2 3 4 5; do printf ' %.4f' "$(field "$TMP/a/agg.db" $r accuracy)"; done)"
 awk -v a="$acc" 'BEGIN { exit !(a >= 0.84) }' || fail "A: accuracy after round 5 is $acc, wanted >= 0.84"
 ok "A: accuracy after round 5 $(printf '%.4f' "$acc") >= 0.84"

@@ -4,6 +4,8 @@
  * (coverage, nesting, tasks) and the options table (flags, INI, errors that
  * name the option, file and line). */
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -12,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -531,6 +534,61 @@ static void test_pool_submit(void **state)
     alarm(0);
 }
 
+/* Idle-lane tasks run one at a time, in order, on a thread whose policy is
+ * SCHED_IDLE (or whose nice is 19 where that is refused), never on the
+ * caller's; fed_pool_free waits for them; no workers: inline. */
+typedef struct idle_task {
+    fed_pool_task task;
+    int index;
+    int *order;
+    atomic_int *next;
+    pthread_t caller;
+    atomic_int *lowered, *elsewhere;
+} idle_task;
+
+static void idle_task_fn(fed_pool_task *t)
+{
+    idle_task *it = (idle_task *)t;
+    struct sched_param sp;
+    int policy = -1;
+
+    it->order[atomic_fetch_add(it->next, 1)] = it->index;
+    if (pthread_getschedparam(pthread_self(), &policy, &sp) == 0 &&
+        (policy == SCHED_IDLE || getpriority(PRIO_PROCESS, (id_t)gettid()) == 19))
+        atomic_fetch_add(it->lowered, 1);
+    if (!pthread_equal(pthread_self(), it->caller))
+        atomic_fetch_add(it->elsewhere, 1);
+}
+
+static void test_pool_idle_lane(void **state)
+{
+    const int workers[] = { 0, 2 };
+    idle_task tasks[16];
+    int order[16];
+
+    (void)state;
+    alarm(120);
+    for (size_t w = 0; w < 2; w++) {
+        fed_pool *p = NULL;
+        atomic_int next = 0, lowered = 0, elsewhere = 0;
+
+        assert_err(fed_pool_new(workers[w], &p), FED_OK);
+        for (int i = 0; i < 16; i++) {
+            tasks[i] = (idle_task){ .task.fn = idle_task_fn, .index = i, .order = order,
+                                    .next = &next, .caller = pthread_self(),
+                                    .lowered = &lowered, .elsewhere = &elsewhere };
+            fed_pool_submit_idle(p, &tasks[i].task);
+        }
+        fed_pool_free(p); /* waits for the idle lane too */
+        assert_int_equal(atomic_load(&next), 16);
+        for (int i = 0; i < 16; i++)
+            assert_int_equal(order[i], i);
+        assert_int_equal(atomic_load(&lowered), workers[w] ? 16 : 0);
+        assert_int_equal(atomic_load(&elsewhere), workers[w] ? 16 : 0);
+    }
+    alarm(0);
+}
+
 static void test_pool_errors(void **state)
 {
     fed_pool *p = (fed_pool *)1;
@@ -893,6 +951,7 @@ int main(void)
         cmocka_unit_test(test_rng_streams_fill_shuffle),
         cmocka_unit_test(test_pool_parallel_for),
         cmocka_unit_test(test_pool_submit),
+        cmocka_unit_test(test_pool_idle_lane),
         cmocka_unit_test(test_pool_errors),
         cmocka_unit_test(test_opt_defaults_and_types),
         cmocka_unit_test(test_opt_argv),
