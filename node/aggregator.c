@@ -622,6 +622,23 @@ static fed_err put_counters(fed_node *n)
     return fed_store_put_counters(n->cfg.store, c, nc);
 }
 
+fed_err fed_node_agg_stop(fed_node *n)
+{
+    fed_store *st = n->cfg.store;
+    fed_err e;
+
+    if ((e = fed_store_begin(st)) != FED_OK)
+        return e;
+    if ((e = put_counters(n)) == FED_OK)
+        e = fed_store_commit(st);
+    if (e != FED_OK) {
+        fed_store_rollback(st);
+        fed_log(FED_LOG_WARN, "aggregator: saving the counters at stop failed: %s",
+                fed_strerror(e));
+    }
+    return e;
+}
+
 /* Everything the round leaves in the database, in one transaction. */
 static fed_err commit_round(fed_node *n, const fed_node_round_info *info, uint8_t hash[32])
 {

@@ -273,6 +273,19 @@ static void drain_jobs(fed_node_daemon *d)
     }
 }
 
+/* A request that got no reply. The node needs no word of it (fed_env: a
+ * lost request is not reported; its timer asks again), but whoever runs the
+ * daemon does: a reply over the frame limit means two ends configured
+ * differently, and is said louder than a dropped link or a timeout. */
+static void log_send_failed(const fed_gossip_tx_event *ev)
+{
+    fed_log(ev->reason == FED_ERR_FRAME_TOO_LARGE || ev->reason == FED_ERR_NOMEM ? FED_LOG_WARN
+                                                                                 : FED_LOG_DEBUG,
+            "daemon: a request to %02x%02x%02x%02x got no reply: %s (%s)", ev->peer[0],
+            ev->peer[1], ev->peer[2], ev->peer[3], fed_strerror(ev->reason),
+            fed_errname(ev->reason));
+}
+
 static void drain_frames(fed_node_daemon *d)
 {
     fed_gossip_tx_event ev;
@@ -284,6 +297,8 @@ static void drain_frames(fed_node_daemon *d)
             e = fed_node_on_frame(d->node, (fed_req *)ev.req, ev.frame, ev.len);
         else if (ev.kind == FED_GOSSIP_TX_REPLY)
             e = fed_node_on_frame(d->node, NULL, ev.frame, ev.len);
+        else if (ev.kind == FED_GOSSIP_TX_SEND_FAILED)
+            log_send_failed(&ev);
         if (e != FED_OK)
             fed_log(FED_LOG_DEBUG, "daemon: frame: %s", fed_strerror(e));
         fed_gossip_tx_event_done(d->tx, &ev);
@@ -491,6 +506,11 @@ fed_err fed_node_daemon_run(const fed_node_daemon_cfg *dc, const fed_node_config
     e = loop(&d);
 out:
     wait_jobs(&d);
+    if (d.node && e == FED_OK) {
+        fed_err stop = fed_node_stop(d.node);
+
+        (void)stop; /* logged */
+    }
     fed_node_free(d.node);
     fed_gossip_tx_close(d.tx);
     if (d.job_fd[0] >= 0)

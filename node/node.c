@@ -489,6 +489,11 @@ fed_err fed_node_on_job_done(fed_node *n, fed_job *job)
     return fed_node_agg_on_job(n, job);
 }
 
+fed_err fed_node_stop(fed_node *n)
+{
+    return n->cfg.role == FED_NODE_AGGREGATOR ? fed_node_agg_stop(n) : FED_OK;
+}
+
 fed_err fed_node_on_timer(fed_node *n, uint32_t timer_id)
 {
     fed_node_rx_sweep(n);

@@ -223,6 +223,11 @@ FED_WUR fed_err fed_node_start(fed_node *n);
 FED_WUR fed_err fed_node_on_frame(fed_node *n, fed_req *req, const uint8_t *frame, size_t len);
 FED_WUR fed_err fed_node_on_timer(fed_node *n, uint32_t timer_id);
 FED_WUR fed_err fed_node_on_job_done(fed_node *n, fed_job *job);
+/* A graceful stop (the process ends on purpose, its jobs done): what the
+ * role holds only in memory goes to the database (the aggregator's wire
+ * counters, which a round's commit otherwise carries, so refusals after the
+ * last round are kept too). Not called at a crash. */
+FED_WUR fed_err fed_node_stop(fed_node *n);
 
 fed_node_role fed_node_get_role(const fed_node *n);
 const uint8_t *fed_node_key(const fed_node *n);

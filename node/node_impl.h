@@ -202,6 +202,7 @@ FED_WUR fed_err fed_node_attack_parse(const char *spec, int *kind, float *param)
 FED_WUR fed_err fed_node_agg_new(fed_node *n);
 void fed_node_agg_free(fed_node *n);
 FED_WUR fed_err fed_node_agg_start(fed_node *n);
+FED_WUR fed_err fed_node_agg_stop(fed_node *n);
 /* An opened frame for the aggregator; op's vec may be taken (set NULL). */
 FED_WUR fed_err fed_node_agg_on_msg(fed_node *n, node_open *op);
 FED_WUR fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id);

@@ -13,8 +13,9 @@
 #     restarted on its database: it resumes from round 3, the clients (never
 #     restarted) train round 4 again and carry on to round 5; a client whose
 #     key is not in the allow-list tries all along: counted
-#     (wire.rej_unknown_sender, across the restart), never a contribution;
-#     SIGTERM while idle: exit 0, verify passes.
+#     (wire.rej_unknown_sender, across the restart, refusals after the last
+#     round included), never a contribution; SIGTERM while idle: exit 0,
+#     verify passes.
 # Needs ./fednode (make) and Fashion-MNIST; exits 77 (skipped) without them.
 # KEEP=1 keeps the temporary directory (logs, databases) for a look.
 . "$(dirname "$0")/proc_lib.sh"
@@ -163,18 +164,19 @@ done
 ok "B: c0..c2 recorded rounds 1..5 each once"
 HR=$(keyhex "$K/rogue")
 [ -z "$(contrib "$DB" '[0-9]*' "$HR")" ] || fail "B: the rogue has no contribution"
-# the rogue's HELLOs each logged one line; the counter holds those before
-# each aggregator process's last commit (round 3, then round 5)
+# the rogue's HELLOs each logged one line; the counter holds those the
+# killed aggregator refused before its last commit (round 3) and every one
+# the restarted aggregator refused (its counters are saved at SIGTERM)
 hr8=$(echo "$HR" | cut -c1-8)
 drops() {
     awk -v stop="$2" -v k="dropped HELLO from $hr8 .*UNKNOWN_SENDER" \
         '$0 ~ stop { exit } $0 ~ k { n++ } END { print n + 0 }' "$TMP/$1.log"
 }
-d1=$(drops aggB "round 3 merged") d2=$(drops aggB2 "round 5 merged")
+d1=$(drops aggB "round 3 merged") d2=$(drops aggB2 "daemon: done")
 [ $((d1 + d2)) -ge 1 ] || fail "B: the aggregators logged the rogue's refused HELLOs"
 rej=$(counter "$DB" wire.rej_unknown_sender)
 [ "$rej" = $((d1 + d2)) ] ||
-    fail "B: wire.rej_unknown_sender is $rej, wanted $d1 + $d2 (the refusals before each last commit)"
+    fail "B: wire.rej_unknown_sender is $rej, wanted $d1 + $d2 (the refusals before the kill's last commit, and all after the restart)"
 ok "B: the rogue was refused, counted (wire.rej_unknown_sender $rej = $d1 + $d2 across the restart), never a contribution"
 verify "$DB"
 ok "B: verify passes on the aggregator's database"
