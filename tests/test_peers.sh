@@ -68,7 +68,7 @@ for i in 0 1 2 3 4 5; do
     rounds_once "$db" 9
     [ "$(field "$db" 7 samples)" -eq 0 ] || fail "A: p$i trained in round 7 (a mixing round)"
     acc=$(field "$db" 9 accuracy)
-    accs="$accs $acc"
+    accs="$accs $(printf "%.4f" "$acc")"
     awk -v a="$acc" 'BEGIN { exit !(a >= 0.84) }' || fail "A: p$i accuracy at the end is $acc, wanted >= 0.84"
     [ "$(contrib "$db" '[0-9]*' '[0-9a-f]*' | grep -c '^true')" -ge 9 ] ||
         fail "A: p$i recorded the neighbours it mixed with"
