@@ -16,6 +16,8 @@
 #     (wire.rej_unknown_sender, across the restart, refusals after the last
 #     round included), never a contribution; SIGTERM while idle: exit 0,
 #     verify passes.
+#  --db-sync with a bad value: exit 2, before anything is opened; in B, two
+#     clients commit with fsync (full), two without (normal, the default).
 # Needs ./fednode (make) and Fashion-MNIST; exits 77 (skipped) without them.
 # KEEP=1 keeps the temporary directory (logs, databases) for a look.
 . "$(dirname "$0")/proc_lib.sh"
@@ -31,6 +33,13 @@ for n in agg c0 c1 c2 c3; do echo "$n $("$FEDNODE" pubkey "$K/$n")" >>"$K/allow.
 # the rogue's own list names the aggregator and itself
 { grep '^agg ' "$K/allow.txt"; echo "rogue $("$FEDNODE" pubkey "$K/rogue")"; } >"$K/rogue-allow.txt"
 ok "keys for agg, c0..c3 (allow-listed) and rogue (not)"
+"$FEDNODE" run --role client --aggregator tcp://127.0.0.1:1 --db-sync sometimes \
+    --db "$TMP/x.db" >"$TMP/sync.out" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q "db-sync 'sometimes': full, normal or auto" "$TMP/sync.out" ||
+    fail "--db-sync sometimes is refused with exit 2 (got $rc: $(cat "$TMP/sync.out"))"
+[ ! -e "$TMP/x.db" ] || fail "--db-sync sometimes created no database"
+ok "--db-sync sometimes: refused (exit 2), no database made"
 
 COMMON="--data fashion-mnist --threads 1"
 SETTINGS="--model mlp:256,128 --optimizer sgd --momentum 0.9 --lr 0.05 --batch 64 --local-epochs 1"
@@ -98,7 +107,12 @@ PB=$(cat "$TMP/b/port")
 start rogue --role client --keys "$K/rogue" --allow "$K/rogue-allow.txt" --db "$TMP/b/rogue.db" \
     --aggregator "tcp://127.0.0.1:$PB" --aggregator-key agg --shard 0/4 $COMMON $POLLS
 # shellcheck disable=SC2086
-for i in 0 1 2 3; do client "Bc$i" b "$PB" "$i/4" $POLLS; done
+# c1 and c3 fsync every commit (--db-sync full), c0 and c2 keep the client default
+for i in 0 1 2 3; do
+    sync=auto
+    [ $((i % 2)) -eq 1 ] && sync=full
+    client "Bc$i" b "$PB" "$i/4" $POLLS --db-sync $sync
+done
 wait_for "B: round 2 starts" 30 logged aggB "round 2 starts"
 logged aggB "round 2 starts with 4 of 4" || fail "B: round 2 samples all 4 clients"
 kill -9 "$(pid Bc3)"
