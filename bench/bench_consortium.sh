@@ -56,9 +56,13 @@ done
 #            client daemons train: the slowest one's epoch, the round's
 #            training as the job runs it, less everything federated (the
 #            others' start-up, 30 ms with the data cache, overlaps it). Run
-#            just before the job and again just after it; the target's
-#            denominator is the mean of the two, since this machine's speed
-#            drifts by a few percent over a minute;
+#            just before the job and again just after it, since this
+#            machine's speed drifts by a few percent over a minute; the
+#            target's denominator is the lower of the two (the stricter: a
+#            reading caught by the others' start-up once gave 0.55 s against
+#            0.40). The first epoch's start to the last one's end was tried
+#            and rejected: the shell starts the 10 one after another, and
+#            their loading lands inside it (0.38-0.67 s);
 #   packed   one at a time with 1 thread, summed and halved: the 2 cores'
 #            worth of the round's training work with no contention at all
 #            (the least any schedule of the 10 could take);
@@ -195,7 +199,7 @@ rounds_line=$(awk '/ starts with / { s[$6] = $1 } / merged / { m[$6] = $1 }
 
 # ---- training alone, in the same run (the definitions are above the job) ----
 together_after=$(together_s after)
-together=$(calc "($together_before + $together_after) / 2" %.4f)
+together=$(calc "$together_before < $together_after ? $together_before : $together_after" %.4f)
 packed=0 serial=0
 for i in $(seq 0 $((N - 1))); do
     # shellcheck disable=SC2086
@@ -229,7 +233,7 @@ printf '%-36s %10s %12s %12s\n' "peak RSS of the aggregator, MiB" "$agg_mib" "" 
 echo "training alone per round (the $N shards' one epoch, no loading or evaluation):"
 printf '  packed   %.3f s  (one at a time, 1 thread, sum / 2 cores: no contention, a floor)\n' "$packed"
 printf '  serial   %.3f s  (one at a time, the daemons'"'"' threads, sum)\n' "$serial"
-printf '  together %.3f s  (all %d at once as the daemons run, the slowest; mean of %.3f before the job and %.3f after: the target'"'"'s denominator)\n' \
+printf '  together %.3f s  (all %d at once as the daemons run, the slowest epoch; the lower of %.3f before the job and %.3f after: the target'"'"'s denominator)\n' \
     "$together" "$N" "$together_before" "$together_after"
 printf '  rounds: %s per round, %s x packed, %s x together\n' "$per_round" \
     "$(calc "$per_round / $packed" %.2f)" "$(calc "$per_round / $together" %.2f)"
