@@ -20,6 +20,7 @@
 #include "core/rng.h"
 #include "crypto/allow.h"
 #include "crypto/arena.h"
+#include "crypto/seal.h"
 #include "gossip/transport.h"
 #include "gossip/wire.h"
 #include "model/backend.h"
@@ -449,7 +450,7 @@ static fed_err decode_frames(bench *B)
 }
 
 /* aggregator.c's commit_round: contributions, counters, the checkpoint
- * (parameters to LE, their sha256, the sections), the round row, commit. */
+ * (parameters to LE, their model hash, the sections), the round row, commit. */
 static fed_err store_round(bench *B)
 {
     const fed_wire_counters *wc = fed_wire_get_counters(B->agg.wire);
@@ -488,7 +489,7 @@ static fed_err store_round(bench *B)
         goto out;
     fed_node_floats_to_le(params, B->global, NPARAMS);
     fed_node_state_encode(st, FED_NODE_AGGREGATOR, B->round);
-    crypto_hash_sha256(hash, params, VEC_BYTES);
+    fed_crypto_model_hash(params, VEC_BYTES, hash);
     {
         fed_store_section sec[4] = {
             {FED_CKPT_SEC_SPEC, SPEC, strlen(SPEC)},

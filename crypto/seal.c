@@ -10,6 +10,11 @@
 
 #include "crypto/arena_impl.h"
 
+void fed_crypto_model_hash(const uint8_t *params, size_t len, uint8_t out[32])
+{
+    crypto_generichash_blake2b(out, 32, params, (unsigned long long)len, NULL, 0);
+}
+
 void fed_crypto_digest(const uint8_t *ad, size_t ad_len, const uint8_t *payload, size_t len,
                        uint8_t digest[FED_CRYPTO_DIGEST_BYTES])
 {

@@ -7,13 +7,14 @@
  * are buffered. Owns the global model and the held requests; never sees a
  * client's data. */
 #include <math.h>
-#include <sodium.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
 #include "core/bytes.h"
 #include "core/log.h"
+#include "crypto/seal.h"
 #include "core/rng.h"
 #include "node/node_impl.h"
 
@@ -589,7 +590,7 @@ static fed_err write_checkpoint(fed_node *n, uint8_t hash[32])
     fed_put_u32le(in + 8, (uint32_t)s.w);
     fed_put_u32le(in + 12, (uint32_t)s.classes);
     fed_node_state_encode(st, FED_NODE_AGGREGATOR, n->round + 1);
-    crypto_hash_sha256(hash, params, a->nparams * sizeof(float));
+    fed_crypto_model_hash(params, a->nparams * sizeof(float), hash);
     {
         fed_store_section sec[5] = {
             {FED_CKPT_SEC_SPEC, n->cfg.spec, strlen(n->cfg.spec)},

@@ -99,7 +99,7 @@ typedef struct fed_node_round_info {
     double loss;        /* client: mean training loss; aggregator: test loss or NaN */
     double accuracy;    /* aggregator: test accuracy, NaN without test data */
     uint64_t start_ms, end_ms; /* env->now_ms at start and commit */
-    uint8_t model_hash[32];    /* sha256 of the params as checkpointed (aggregator) */
+    uint8_t model_hash[32];    /* fed_crypto_model_hash of the params as checkpointed (aggregator) */
 } fed_node_round_info;
 
 /* Observers (tests, fedsim); may be NULL. Called on the loop thread. */

@@ -6,7 +6,6 @@
  * and a checkpoint. Owns the push-sum state, the topology and the member
  * list; never sees another peer's data. */
 #include <math.h>
-#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +13,7 @@
 #include "core/alloc.h"
 #include "core/bytes.h"
 #include "core/log.h"
+#include "crypto/seal.h"
 #include "gossip/pushsum.h"
 #include "gossip/topology.h"
 #include "node/node_impl.h"
@@ -437,7 +437,7 @@ static fed_err commit_round(fed_node *n, uint64_t round, const fed_node_round_in
     if (!est)
         return FED_ERR_NOMEM;
     fed_gossip_ps_estimate_f64(p->ps, est); /* the round's model: its estimate */
-    crypto_hash_sha256(hash, (const uint8_t *)est, p->dim * sizeof *est);
+    fed_crypto_model_hash((const uint8_t *)est, p->dim * sizeof *est, hash);
     fed_free(est);
     if (ckpt && (e = fed_gossip_ps_save(p->ps, &ps, &ps_len)) != FED_OK)
         return e;

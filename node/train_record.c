@@ -5,10 +5,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <sodium.h>
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "crypto/seal.h"
 #include "node/train_record.h"
 
 static void put_u32le(uint8_t *p, uint32_t v)
@@ -160,8 +160,8 @@ static fed_err write_round_and_ckpt(fed_store *st, const fed_node_record_round *
     row.accuracy = r->accuracy;
     row.samples = r->samples;
     snprintf(row.strategy, sizeof row.strategy, "%s", FED_NODE_STRATEGY_LOCAL);
-    /* the round's model: sha256 of the params section as stored */
-    crypto_hash_sha256(row.model_hash, s[2].data, (unsigned long long)s[2].len);
+    /* the round's model: the hash of the params section as stored */
+    fed_crypto_model_hash(s[2].data, s[2].len, row.model_hash);
     if ((e = fed_store_begin(st)) != FED_OK)
         return e;
     if ((e = fed_store_put_round(st, &row)) != FED_OK ||

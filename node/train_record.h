@@ -1,6 +1,6 @@
 /* train_record.h - `fednode train --db FILE`: a single node keeps the record
  * a federated one does. Each epoch is one round of the node's database (its
- * row: times, loss, test accuracy, samples, strategy "local", the sha256 of
+ * row: times, loss, test accuracy, samples, strategy "local", the hash of
  * the parameters) and one checkpoint, written in one transaction; `--resume`
  * loads the newest valid checkpoint and goes on from the next epoch, bit for
  * bit as if the run had never stopped (same data, seed and options).

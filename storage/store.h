@@ -127,7 +127,8 @@ typedef struct fed_store_round {
     uint64_t bytes_in, bytes_out;
     uint32_t peers;                 /* deltas merged (aggregator) or neighbours (peer) */
     char strategy[32];              /* "fedavg", "median", ... */
-    uint8_t model_hash[32];         /* sha256 of the round's parameters */
+    uint8_t model_hash[32];         /* BLAKE2b-256 of the round's parameters
+                                       (fed_crypto_model_hash) */
 } fed_store_round;
 
 /* Insert or replace round r->round (a round redone after a crash replaces). */
