@@ -3,13 +3,14 @@
  * this module keeps (DESIGN.md allows it); they are set once, by a test. */
 #include "core/alloc.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 static fed_alloc_fail_fn hook_fn;
 static void *hook_ctx;
-static unsigned long alloc_count;
+static atomic_ulong alloc_count; /* every thread allocates: counted atomically */
 static unsigned long fail_at;
 static int fail_sticky;
 
@@ -21,17 +22,21 @@ void fed_alloc_set_hook(fed_alloc_fail_fn fn, void *ctx)
 
 void fed_alloc_fail_nth(unsigned long n, int sticky)
 {
-    alloc_count = 0;
+    atomic_store_explicit(&alloc_count, 0, memory_order_relaxed);
     fail_at = n;
     fail_sticky = sticky;
 }
 
-unsigned long fed_alloc_count(void) { return alloc_count; }
+unsigned long fed_alloc_count(void)
+{
+    return atomic_load_explicit(&alloc_count, memory_order_relaxed);
+}
 
 static int should_fail(size_t size)
 {
-    alloc_count++;
-    if (fail_at && (alloc_count == fail_at || (fail_sticky && alloc_count > fail_at)))
+    unsigned long nth = atomic_fetch_add_explicit(&alloc_count, 1, memory_order_relaxed) + 1;
+
+    if (fail_at && (nth == fail_at || (fail_sticky && nth > fail_at)))
         return 1;
     return hook_fn ? hook_fn(hook_ctx, size) : 0;
 }
