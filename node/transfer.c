@@ -249,7 +249,8 @@ static void rx_sweep(fed_node *n, const uint8_t *sender, const fed_wire_stream_r
         int stale = sender ? r->st != keep && !memcmp(r->sender, sender, 32)
                            : now - r->last_ms > NODE_RX_IDLE_MS(n);
 
-        if (stale && !fed_wire_stream_rx_done(r->st) && !rx_busy(n, r))
+        /* rx_busy first: an open job may be writing the stream's state */
+        if (stale && !rx_busy(n, r) && !fed_wire_stream_rx_done(r->st))
             rx_close(n, p);
         else
             p = &r->next;
@@ -263,8 +264,8 @@ void fed_node_rx_drop_before(fed_node *n, uint64_t round)
     for (node_rx **p = &n->rxs; *p;) {
         node_rx *r = *p;
 
-        if (fed_wire_stream_rx_hdr(r->st)->round < round && !fed_wire_stream_rx_done(r->st) &&
-            !rx_busy(n, r))
+        if (fed_wire_stream_rx_hdr(r->st)->round < round && !rx_busy(n, r) &&
+            !fed_wire_stream_rx_done(r->st))
             rx_close(n, p);
         else
             p = &r->next;
@@ -382,7 +383,7 @@ fed_err fed_node_pull(fed_node *n, const fed_wire_stream_rx *st)
 fed_err fed_node_repull(fed_node *n, const uint8_t sender[32])
 {
     for (node_rx *r = n->rxs; r; r = r->next)
-        if (!memcmp(r->sender, sender, 32) && !fed_wire_stream_rx_done(r->st) && !rx_busy(n, r))
+        if (!memcmp(r->sender, sender, 32) && !rx_busy(n, r) && !fed_wire_stream_rx_done(r->st))
             return fed_node_pull(n, r->st);
     return FED_ERR_NOTFOUND;
 }
