@@ -48,6 +48,7 @@ struct node_mesh {
     fed_gossip_peers *table;     /* cfg.peers, or own_table */
     fed_gossip_peers *own_table;
     int members_changed;         /* PEERS brought entries: rebuild at the round */
+    uint64_t allow_gen;          /* the allow-list's generation at the last rebuild */
     int advertise_now;           /* the members changed: spread the entries */
     fed_gossip_topo *topo;
     fed_gossip_ps *ps;
@@ -708,13 +709,12 @@ static void advertise(fed_node *n, uint64_t round, size_t m)
     if (c->advertise[0] &&
         fed_gossip_entry_sign(c->arena, n->key, c->advertise, now_s + PEERS_TTL_S, &self) == FED_OK)
         len += fed_gossip_entry_encode(&self, buf + len), count++;
-    if (c->publish)
-        len += fed_gossip_entry_encode(c->publish, buf + len), count++;
+    /* the table holds --publish's entry too (learned at start), whoever its
+       key is; on_peers never stores another entry for our own key */
     for (size_t i = 0; i < fed_gossip_peers_count(p->table) && count < PEERS_PER_FRAME; i++) {
         const fed_gossip_entry *e = fed_gossip_peers_signed(p->table, i);
 
-        if (e && memcmp(e->key, n->key, 32) &&
-            fed_gossip_entry_verify(e, c->allow, now_s) == FED_OK)
+        if (e && fed_gossip_entry_verify(e, c->allow, now_s) == FED_OK)
             len += fed_gossip_entry_encode(e, buf + len), count++;
     }
     for (size_t j = 0; count && j < m; j++) {
@@ -839,11 +839,16 @@ static fed_err begin_round(fed_node *n)
 
     if (p->rejoining)
         catch_up(n);
-    if (p->members_changed || c->vouch || c->publish) { /* vouches expire */
+    /* PEERS entries came, vouches may have expired, or a SIGHUP reloaded
+       the allow-list (the daemon reloads the very list this node reads) */
+    if (p->members_changed || c->vouch || c->publish ||
+        fed_crypto_allow_generation(c->allow) != p->allow_gen) {
         int changed = 0;
 
         if ((e = rebuild_members(n, &changed)) != FED_OK)
             fed_log(FED_LOG_ERROR, "peer: members: %s", fed_strerror(e));
+        else
+            p->allow_gen = fed_crypto_allow_generation(c->allow);
         p->members_changed = 0;
         p->advertise_now |= changed;
     }
