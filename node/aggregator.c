@@ -85,7 +85,9 @@ struct node_agg {
     size_t nparts;
     uint8_t *model_vec;    /* the global vector, f32 encoded, this round */
     size_t model_vec_len, model_vec_cap;
-    float *host;           /* (nparams) scratch */
+    float *host;           /* (nparams) the global model's parameters on the host, fetched
+                              once at start and once after each merge; the checkpoint,
+                              the MODEL and the evaluation read them from here */
     float **dev;           /* (max_clients) device copies on a non-host backend */
     fed_merge_input *inputs;
     fed_merge_result *results;
@@ -271,7 +273,8 @@ fed_err fed_node_agg_start(fed_node *n)
     fed_rng_seed(&rng, n->cfg.seed);
     if ((e = fed_model_init(a->model, &rng)) != FED_OK)
         return e;
-    if ((e = resume(n)) != FED_OK || (e = load_counter_base(n)) != FED_OK)
+    if ((e = resume(n)) != FED_OK || (e = load_counter_base(n)) != FED_OK ||
+        (e = fed_model_get_params(a->model, a->host)) != FED_OK)
         return e;
     if (n->cfg.rounds && n->round >= n->cfg.rounds) {
         a->state = AGG_DONE;
@@ -385,10 +388,7 @@ static fed_err encode_global(fed_node *n)
 {
     node_agg *a = n->agg;
     fed_codec f32 = {.id = FED_CODEC_F32};
-    fed_err e = fed_model_get_params(a->model, a->host);
 
-    if (e != FED_OK)
-        return e;
     fed_node_tx_drop_all(n); /* streams of the old vector: their clients ask again */
     return fed_node_encode_vec(&f32, a->host, a->nparams, NULL, &a->model_vec, &a->model_vec_cap,
                                &a->model_vec_len);
@@ -577,8 +577,6 @@ static fed_err write_checkpoint(fed_node *n, uint8_t hash[32])
         e = FED_ERR_NOMEM;
         goto out;
     }
-    if ((e = fed_model_get_params(a->model, a->host)) != FED_OK)
-        goto out;
     fed_node_floats_to_le(params, a->host, a->nparams);
     if (sf) {
         if ((e = fed_merge_get_state(a->merge, state)) != FED_OK)
@@ -796,7 +794,7 @@ static void report_round(fed_node *n, fed_node_round_info *info)
     if (!ev->model && fed_model_new(n->cfg.spec, n->cfg.shape, n->cfg.be, NULL, n->cfg.shards,
                                     256, &ev->model) != FED_OK)
         ev->model = NULL; /* the loop evaluates itself */
-    if (ev->model && fed_model_get_params(a->model, a->host) == FED_OK &&
+    if (ev->model &&
         (ev->busy ? eval_defer(n, info) : eval_submit(n, a->host, info, &a->last_row)) == FED_OK)
         return;
     evaluate(n, info);
@@ -859,7 +857,7 @@ static fed_err close_round(fed_node *n)
     if ((e = gather_inputs(n, &count)) != FED_OK)
         goto fail;
     e = fed_merge_apply(a->merge, fed_model_params_dev(a->model), a->inputs, count, a->results);
-    if (e != FED_OK)
+    if (e != FED_OK || (e = fed_model_get_params(a->model, a->host)) != FED_OK)
         goto fail;
     spread_results(a, count);
     for (size_t i = 0; i < a->nparts; i++) {
@@ -895,7 +893,13 @@ static fed_err close_round(fed_node *n)
     report_round(n, &info);
     return e;
 fail:
-    /* nothing was committed: the round is redone with whoever is waiting */
+    /* nothing was committed: the round is redone with whoever is waiting,
+       from the model as it now is */
+    {
+        fed_err ignored = fed_model_get_params(a->model, a->host);
+
+        (void)ignored;
+    }
     fed_log(FED_LOG_ERROR, "aggregator: round %llu failed (%s); %zu of %zu deltas in",
             (unsigned long long)(n->round + 1), fed_strerror(e), parts_got(a), a->nparts);
     parts_clear(a);
