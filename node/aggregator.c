@@ -417,7 +417,6 @@ static fed_err send_model(fed_node *n, const agg_hold *h, const fed_wire_block *
 {
     node_agg *a = n->agg;
     fed_wire_hdr hdr;
-    int streamed;
     fed_err e = fed_node_header(n, FED_WIRE_MODEL, h->hdr.sender, n->round + 1,
                                 h->hdr.sender_epoch, FED_CODEC_F32, &hdr);
 
@@ -425,7 +424,7 @@ static fed_err send_model(fed_node *n, const agg_hold *h, const fed_wire_block *
         fed_node_refuse(n, h->req);
         return e;
     }
-    return fed_node_emit_vec(n, h->req, &hdr, b, a->model_vec, a->model_vec_len, &streamed);
+    return fed_node_emit_vec(n, h->req, &hdr, b, a->model_vec, a->model_vec_len);
 }
 
 /* Draw k of the waiting clients (in key order, then a partial shuffle with
@@ -476,15 +475,15 @@ static fed_err start_round(fed_node *n)
 }
 
 /* Start a round when enough clients wait: wait_clients at once, or
- * min_clients once the gather timer has fired (force). */
-static fed_err maybe_start(fed_node *n, int force)
+ * min_clients once the gather timer has fired (a->gathered). */
+static fed_err maybe_start(fed_node *n)
 {
     node_agg *a = n->agg;
     size_t want = n->cfg.wait_clients ? n->cfg.wait_clients : n->cfg.min_clients;
 
     if (a->state != AGG_IDLE)
         return FED_OK;
-    if (a->nholds >= want || ((force || a->gathered) && a->nholds >= n->cfg.min_clients))
+    if (a->nholds >= want || (a->gathered && a->nholds >= n->cfg.min_clients))
         return start_round(n);
     return FED_OK;
 }
@@ -888,7 +887,7 @@ static fed_err close_round(fed_node *n)
         fed_node_rx_drop_before(n, n->round + 1);
         (void)n->env.set_timer(n->env.self, n->env.now_ms(n->env.self) + n->cfg.gather_ms,
                                NODE_TIMER_ROUND);
-        e = maybe_start(n, 0);
+        e = maybe_start(n);
     }
     report_round(n, &info);
     return e;
@@ -1100,7 +1099,7 @@ fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
             return answer_with_model(n, req, &m->hdr); /* its MODEL was lost */
         if ((e = hold_add(n, req, &m->hdr)) != FED_OK)
             return e;
-        return maybe_start(n, 0);
+        return maybe_start(n);
     case FED_WIRE_DELTA:
         return is_async(n) ? on_delta_async(n, op) : on_delta(n, op);
     default:
@@ -1118,7 +1117,7 @@ fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
     switch (id) {
     case NODE_TIMER_ROUND:
         a->gathered = 1; /* clients that come later start the round too */
-        return maybe_start(n, 1);
+        return maybe_start(n);
     case NODE_TIMER_DEADLINE:
         if (a->state != AGG_RUNNING)
             return FED_OK;
@@ -1141,7 +1140,7 @@ fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
         parts_clear(a);
         a->state = AGG_IDLE;
         a->gathered = 1; /* min_clients will do, whenever they are back */
-        return maybe_start(n, 1);
+        return maybe_start(n);
     case NODE_TIMER_POLL: {
         uint64_t now = n->env.now_ms(n->env.self);
 

@@ -98,7 +98,6 @@ static fed_err send_delta(fed_node *n)
     node_train_job *j = &c->job;
     fed_wire_hdr h;
     fed_wire_block b;
-    int streamed;
     fed_err e = fed_node_header(n, FED_WIRE_DELTA, c->agg, c->round, c->agg_epoch,
                                 (uint16_t)j->codec.id, &h);
 
@@ -110,7 +109,7 @@ static fed_err send_delta(fed_node *n)
     c->state = CL_SENDING;
     c->out_type = FED_WIRE_DELTA;
     arm_retry(n, n->cfg.retry_ms);
-    return fed_node_emit_vec(n, NULL, &h, &b, j->vec, j->vec_len, &streamed);
+    return fed_node_emit_vec(n, NULL, &h, &b, j->vec, j->vec_len);
 }
 
 /* The delta's stream: the next chunk once the last one was taken. *sent

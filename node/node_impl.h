@@ -128,13 +128,12 @@ void fed_node_floats_from_le(float *dst, const uint8_t *src, size_t n);
 
 /* ---- transfer.c: vectors larger than one frame, as CHUNK streams ---- */
 /* As fed_node_emit, for a MODEL or DELTA with a vector: one sealed frame
- * when it fits max_frame, else the first frame of a stream to h->recipient
- * (*streamed = 1). A MODEL reply's recipient pulls the rest; a DELTA
+ * when it fits max_frame, else the first frame of a stream to h->recipient.
+ * A MODEL reply's recipient pulls the rest; a DELTA
  * request's sender pushes it with fed_node_tx_push as each ACK comes. The
  * vector is borrowed until the stream is dropped. */
 FED_WUR fed_err fed_node_emit_vec(fed_node *n, fed_req *req, fed_wire_hdr *h,
-                                  const fed_wire_block *b, const uint8_t *vec, size_t vlen,
-                                  int *streamed);
+                                  const fed_wire_block *b, const uint8_t *vec, size_t vlen);
 /* Sends the next CHUNK of the stream to `to` as a request; *done when
  * every frame was sent already (nothing is sent then). */
 FED_WUR fed_err fed_node_tx_push(fed_node *n, const uint8_t to[32], int *done);

@@ -658,7 +658,6 @@ static fed_err send_share(fed_node *n, uint64_t round, size_t k)
     fed_wire_hdr h;
     fed_wire_block b;
     double w;
-    int streamed;
     fed_err e;
 
     if ((e = fed_gossip_ps_total(p->ps, p->mem[k].key, &x, &w)) != FED_OK)
@@ -683,7 +682,7 @@ static fed_err send_share(fed_node *n, uint64_t round, size_t k)
     memset(&b, 0, sizeof b);
     b.samples = p->samples;
     b.weight = w;
-    return fed_node_emit_vec(n, NULL, &h, &b, p->vec, len, &streamed);
+    return fed_node_emit_vec(n, NULL, &h, &b, p->vec, len);
 }
 
 /* ---- the peer table's gossip ---- */

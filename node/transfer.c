@@ -136,13 +136,12 @@ static fed_err tx_begin(fed_node *n, const fed_wire_hdr *h, const fed_wire_block
 }
 
 fed_err fed_node_emit_vec(fed_node *n, fed_req *req, fed_wire_hdr *h, const fed_wire_block *b,
-                          const uint8_t *vec, size_t vlen, int *streamed)
+                          const uint8_t *vec, size_t vlen)
 {
     size_t payload = fed_wire_block_size(h->type) + vlen;
     node_tx *t;
     fed_err e;
 
-    *streamed = 0;
     if (fed_wire_frame_bytes(payload) <= fed_wire_config(n->wire)->max_frame)
         return fed_node_emit(n, req, h, b, vec, vlen);
     if ((e = tx_begin(n, h, b, vec, vlen, &t)) != FED_OK) {
@@ -151,7 +150,6 @@ fed_err fed_node_emit_vec(fed_node *n, fed_req *req, fed_wire_hdr *h, const fed_
         fed_node_refuse(n, req);
         return e;
     }
-    *streamed = 1;
     return fed_node_transmit(n, req, t->to, t->frame, t->frame_len);
 }
 
