@@ -481,17 +481,12 @@ static int fill_peer(const run_cfg *c, run_state *s, fed_node_config *nc)
         fed_err e = c->neighbours[0] ? fed_data_read_file(c->neighbours, 1 << 20, &buf, &len)
                                      : FED_ERR_NOTFOUND;
 
-        if (e == FED_OK && !(s->neighbours = fed_malloc(len + 1)))
-            e = FED_ERR_NOMEM;
         if (e != FED_OK) {
-            fed_free(buf);
             fed_cli_error("run: --topology static needs --neighbours FILE: %s",
                           c->neighbours[0] ? fed_strerror(e) : "none given");
             return 2;
         }
-        memcpy(s->neighbours, buf, len);
-        s->neighbours[len] = 0;
-        fed_free(buf);
+        s->neighbours = (char *)buf; /* fed_data_read_file ends it with a NUL */
         nc->neighbours = s->neighbours;
     }
     nc->train = s->train;

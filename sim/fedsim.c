@@ -86,7 +86,7 @@ static void on_row(void *ctx, const fed_sim_row *row)
         sr.peers = row->merged;
         snprintf(sr.strategy, sizeof sr.strategy, "%s", o->label);
         if ((e = fed_store_put_round(o->db, &sr)) != FED_OK)
-            fed_log(FED_LOG_WARN, "fedsim: --db: round %llu: %s", (unsigned long long)row->round,
+            fed_log(FED_LOG_WARN, "--db: round %llu: %s", (unsigned long long)row->round,
                     fed_strerror(e));
     }
     if (o->bar) {
@@ -133,7 +133,7 @@ static int write_chart(const char *svg, const char *compare, const char *this_na
         char name[64];
 
         if (n == FED_SIM_CHART_MAX_SERIES - 1) {
-            fed_cli_error("fedsim: at most %d runs to --compare", FED_SIM_CHART_MAX_SERIES - 1);
+            fed_cli_error("at most %d runs to --compare", FED_SIM_CHART_MAX_SERIES - 1);
             rc = 2;
             goto out;
         }
@@ -144,7 +144,7 @@ static int write_chart(const char *svg, const char *compare, const char *this_na
             snprintf(name, sizeof name, "%.*s", (int)strcspn(base, "."), base);
         }
         if ((e = fed_sim_series_load_csv(p, name, &s[n])) != FED_OK) {
-            fed_cli_error("fedsim: --compare %s: %s", p, fed_strerror(e));
+            fed_cli_error("--compare %s: %s", p, fed_strerror(e));
             rc = 1;
             goto out;
         }
@@ -171,7 +171,7 @@ static int write_chart(const char *svg, const char *compare, const char *this_na
     s[n].n = o->nrows;
     n++;
     if ((e = fed_sim_chart_svg(svg, "fedsim: test accuracy", s, n)) != FED_OK) {
-        fed_cli_error("fedsim: cannot write %s: %s", svg, fed_strerror(e));
+        fed_cli_error("cannot write %s: %s", svg, fed_strerror(e));
         rc = 1;
     } else {
         printf("wrote %s (%zu runs)\n", svg, n);
@@ -211,17 +211,17 @@ int main(int argc, char **argv)
     if (rc >= 0)
         return rc;
     if (sodium_init() < 0) {
-        fed_cli_error("fedsim: libsodium failed to start");
+        fed_cli_error("libsodium failed to start");
         return 1;
     }
     if (csv && !(o.csv = fopen(csv, "w"))) {
-        fed_cli_error("fedsim: cannot write %s", csv);
+        fed_cli_error("cannot write %s", csv);
         return 1;
     }
     if (o.csv)
         fprintf(o.csv, "round,t_s,accuracy,spread,bytes,merged\n");
     if (dbpath && (e = fed_store_open(dbpath, NULL, &o.db)) != FED_OK) {
-        fed_cli_error("fedsim: --db %s: %s", dbpath, fed_strerror(e));
+        fed_cli_error("--db %s: %s", dbpath, fed_strerror(e));
         rc = 1;
         goto out;
     }
@@ -230,12 +230,12 @@ int main(int argc, char **argv)
     o.bar = isatty(fileno(stderr)) && !isatty(fileno(stdout)); /* rows go to a file: show progress */
     if ((e = fed_data_open(sc.data, 1, &train)) != FED_OK ||
         (e = fed_data_open(sc.data, 0, &test)) != FED_OK) {
-        fed_cli_error("fedsim: data %s: %s", sc.data, fed_strerror(e));
+        fed_cli_error("data %s: %s", sc.data, fed_strerror(e));
         rc = 1;
         goto out;
     }
     if (fed_pool_new(threads, &pool) != FED_OK) {
-        fed_cli_error("fedsim: out of memory");
+        fed_cli_error("out of memory");
         rc = 1;
         goto out;
     }
@@ -245,7 +245,7 @@ int main(int argc, char **argv)
     o.t0 = wall_s();
     e = fed_sim_run(&sc, train, test, pool, 1e7, on_row, &o, hash, NULL);
     if (e != FED_OK) {
-        fed_cli_error("fedsim: %s", fed_strerror(e));
+        fed_cli_error("%s", fed_strerror(e));
         rc = 1;
         goto out;
     }
@@ -264,7 +264,7 @@ int main(int argc, char **argv)
     rc = svg ? write_chart(svg, compare, name, &sc, &o) : 0;
 out:
     if (o.csv && fclose(o.csv) != 0 && rc == 0) {
-        fed_cli_error("fedsim: writing %s failed", csv);
+        fed_cli_error("writing %s failed", csv);
         rc = 1;
     }
     fed_free(o.rows);

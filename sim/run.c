@@ -333,7 +333,7 @@ static fed_err attach_nodes(sim_run *r, const fed_dataset *train, const fed_data
 
     if (sc->byzantine[0] && (r->peer_mode || parse_fraction(sc->byzantine, &byz, &attack) != FED_OK ||
                              !attack[0] || fed_node_attack_check(attack) != FED_OK)) {
-        fed_log(FED_LOG_ERROR, "fedsim: --byzantine '%s': FRACTION:ATTACK, aggregator mode only",
+        fed_log(FED_LOG_ERROR, "sim: --byzantine '%s': FRACTION:ATTACK, aggregator mode only",
                 sc->byzantine);
         return FED_ERR_SPEC;
     }
@@ -407,7 +407,7 @@ static fed_err build_hosts(sim_run *r, const fed_dataset *train)
                                     &r->nidx[i])) != FED_OK)
             return e;
         if (!r->nidx[i]) {
-            fed_log(FED_LOG_ERROR, "fedsim: node %d's shard is empty (%s over %d nodes)", i,
+            fed_log(FED_LOG_ERROR, "sim: node %d's shard is empty (%s over %d nodes)", i,
                     sc->partition, sc->nodes);
             return FED_ERR_RANGE;
         }
@@ -511,7 +511,7 @@ fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train, const 
 
         if ((!r.peer_mode && strcmp(sc->mode, "aggregator") != 0) ||
             fed_optim_kind_parse(sc->optimizer, &kind) != FED_OK) {
-            fed_log(FED_LOG_ERROR, "fedsim: --mode '%s' or --optimizer '%s' is not known",
+            fed_log(FED_LOG_ERROR, "sim: --mode '%s' or --optimizer '%s' is not known",
                     sc->mode, sc->optimizer);
             return FED_ERR_SPEC;
         }

@@ -358,13 +358,15 @@ static fed_err net_send(fed_sim_world *w, const sim_node *src, uint32_t dst, uin
     const fed_sim_link *l = link_for(w, src->index, dst);
     sim_event ev = {0};
     sim_frame *f;
+    double loss;
     fed_err e;
 
     if (partitioned(w, src->index, dst)) {
         count_drop(w, len, &w->c.dropped_partition);
         return FED_OK;
     }
-    if (window_loss(w, l->loss) > 0 && fed_rng_uniform(&w->rng) < window_loss(w, l->loss)) {
+    loss = window_loss(w, l->loss);
+    if (loss > 0 && fed_rng_uniform(&w->rng) < loss) {
         count_drop(w, len, &w->c.dropped_loss);
         return FED_OK;
     }
