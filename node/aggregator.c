@@ -142,6 +142,11 @@ fed_err fed_node_agg_new(fed_node *n)
     a->max_clients = mc.max_clients;
     if ((e = fed_codec_parse(c->codec, &a->codec)) != FED_OK)
         return e;
+    if (a->codec.id == FED_CODEC_F64) { /* push-sum's codec: no client's DELTA decodes with it */
+        fed_log(FED_LOG_ERROR, "aggregator: codec f64 is for peers' shares; a DELTA takes f32, "
+                               "f16, q8 or topk:F");
+        return FED_ERR_CODEC;
+    }
     if ((e = fed_model_new(c->spec, c->shape, c->be, c->pool, c->shards, 256, &a->model)) != FED_OK)
         return e;
     a->nparams = fed_model_nparams(a->model);

@@ -489,6 +489,25 @@ static void run_free(sim_run *r)
     fed_crypto_allow_free(r->allow);
 }
 
+/* A node that could not start (a strategy, codec or topology its config
+ * names but the node refuses; logged at the refusal) would leave the run
+ * waiting until max_virtual_s: the run stops at once instead. */
+static fed_err check_started(const sim_run *r)
+{
+    for (int i = 0; i < r->sc->nodes + (r->peer_mode ? 0 : 1); i++) {
+        const fed_sim_host *h = i < r->sc->nodes ? r->h[i] : r->agg;
+
+        if (h && !fed_sim_host_node(h) && fed_sim_host_start_failures(h) > 0) {
+            if (i < r->sc->nodes)
+                fed_log(FED_LOG_ERROR, "sim: node %d could not start (the reason is logged above)", i);
+            else
+                fed_log(FED_LOG_ERROR, "sim: the aggregator could not start (the reason is logged above)");
+            return FED_ERR_BAD_VALUE;
+        }
+    }
+    return FED_OK;
+}
+
 fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train, const fed_dataset *test,
                     fed_pool *pool, double max_virtual_s, fed_sim_row_fn on_row, void *ctx,
                     uint8_t hash[32], fed_sim_counters *counters)
@@ -542,7 +561,8 @@ fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train, const 
     while ((!finished(&r) || (!r.peer_mode && r.last_emitted < (uint64_t)sc->rounds)) &&
            t < (uint64_t)(max_virtual_s * 1000)) {
         t += RUN_STEP_MS;
-        if ((e = random_crashes(&r, t)) != FED_OK || (e = fed_sim_world_run_until(r.w, t)) != FED_OK)
+        if ((e = random_crashes(&r, t)) != FED_OK || (e = fed_sim_world_run_until(r.w, t)) != FED_OK ||
+            (e = check_started(&r)) != FED_OK)
             goto out;
     }
     if (r.peer_mode)

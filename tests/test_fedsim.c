@@ -264,6 +264,23 @@ static void test_bad_specs(void **state)
         assert_int_equal(fed_sim_run(&sc, train, test, pool, 1e6, NULL, NULL, NULL, NULL),
                          FED_ERR_SPEC);
     }
+    /* settings the nodes themselves refuse at start: the run stops at once
+       (it used to wait out the virtual-time limit, a minute of wall time) */
+    {
+        const char *refused[][4] = {{"strategy", "bogus", "mode", "aggregator"},
+                                    {"codec", "f64", "mode", "aggregator"},
+                                    {"topology", "bogus", "mode", "peer"}};
+
+        for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+            const char *kv[] = {"nodes",        "4",          "rounds",     "1",
+                                refused[i][0], refused[i][1], refused[i][2], refused[i][3],
+                                NULL};
+
+            scenario(&sc, kv);
+            assert_int_equal(fed_sim_run(&sc, train, test, pool, 1e6, NULL, NULL, NULL, NULL),
+                             FED_ERR_BAD_VALUE);
+        }
+    }
 }
 
 int main(void)
