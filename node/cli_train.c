@@ -3,6 +3,7 @@
  * their printing (one line per epoch on stdout, a progress bar on stderr
  * when it is a terminal) and their timing; the work itself is model/train.c.
  * Never computes anything beyond formatting figures. */
+#include <errno.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -54,6 +55,8 @@ typedef struct train_cfg {
     char device[32];
     char db[512];
     int resume;
+    int eval;
+    double start_at;
 } train_cfg;
 
 #define T(field, name, type, def, min, max, help)                              \
@@ -88,6 +91,12 @@ static const fed_opt train_opts[] = {
       "node database: each epoch recorded as a round and a checkpoint"),
     T(resume, "resume", FED_OPT_BOOL, "false", 0, 0,
       "go on from --db's newest valid checkpoint (--epochs is the total)"),
+    T(eval, "eval", FED_OPT_BOOL, "true", 0, 0,
+      "evaluate on the test split after each epoch (--no-eval: neither load nor evaluate it)"),
+    T(start_at, "start-at", FED_OPT_DOUBLE, "0", 0, 1e11,
+      "Unix time (seconds) to begin the first epoch at, once loaded, so that runs started "
+      "apart train from one instant; the epoch's line then says how late it began "
+      "(0: at once)"),
 };
 #undef T
 #define NTRAIN_OPTS (sizeof train_opts / sizeof train_opts[0])
@@ -123,6 +132,27 @@ static double now_s(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double wall_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Sleeps until the Unix time at (seconds); at once if that has passed. */
+static void sleep_until(double at)
+{
+    struct timespec ts;
+
+    ts.tv_sec = (time_t)at;
+    ts.tv_nsec = (long)((at - (double)ts.tv_sec) * 1e9);
+    if (ts.tv_nsec >= 1000000000L)
+        ts.tv_nsec = 999999999L;
+    while (clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
 }
 
 static uint64_t wall_ms(void)
@@ -295,11 +325,17 @@ static int run_epochs(const train_cfg *c, train_world *w, fed_rng *shuffle)
         fed_trainer_set_progress(w->t, progress_bar, &bar);
     for (int e = w->first_epoch; e <= c->epochs; e++) {
         fed_step_stats tr = {0}, te = {0};
-        uint64_t start_ms = wall_ms();
-        double t0, secs;
+        int first = e == w->first_epoch && c->start_at > 0;
+        uint64_t start_ms;
+        double t0, secs, late = 0;
 
         bar.epoch = e;
         bar.last_pct = -1;
+        if (first) {
+            sleep_until(c->start_at);
+            late = wall_s() - c->start_at;
+        }
+        start_ms = wall_ms();
         t0 = now_s();
         err = fed_trainer_epoch(w->t, w->idx, w->nidx, shuffle, &tr);
         secs = now_s() - t0;
@@ -314,7 +350,10 @@ static int run_epochs(const train_cfg *c, train_world *w, fed_rng *shuffle)
         if (w->test)
             printf("  test_loss %.4f  test_acc %.4f", te.loss_sum / (double)te.samples,
                    (double)te.correct / (double)te.samples);
-        printf("  samples/s %.0f\n", secs > 0 ? (double)tr.samples / secs : 0.0);
+        printf("  samples/s %.0f", secs > 0 ? (double)tr.samples / secs : 0.0);
+        if (first)
+            printf("  start %+.4f", late);
+        printf("\n");
         fflush(stdout);
         if (record_epoch(c, w, shuffle, e, start_ms, &tr, &te) != 0)
             return 1;
@@ -408,7 +447,7 @@ static int train_main(const train_cfg *c, int argc, char **argv)
         rc = fail(c->data, err);
         goto out;
     }
-    if ((err = fed_data_open(c->data, 0, &w.test)) != FED_OK) {
+    if (c->eval && (err = fed_data_open(c->data, 0, &w.test)) != FED_OK) {
         rc = fail(c->data, err);
         goto out;
     }

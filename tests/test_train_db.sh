@@ -3,7 +3,9 @@
 # status / verify / export of that database, the refusals (a database that
 # already has rounds without --resume, --resume without --db, another model
 # on resume), --resume to 3 epochs giving round 3, and that run's round-3
-# model hash equal to an uninterrupted 3-epoch run's. Needs ./fednode (make)
+# model hash equal to an uninterrupted 3-epoch run's; --no-eval (no test
+# split loaded or scored) and --start-at (the first epoch waits for that
+# instant and says how late it began). Needs ./fednode (make)
 # and Fashion-MNIST; exits 77 (skipped) without them.
 set -u
 FEDNODE=${FEDNODE:-./fednode}
@@ -70,4 +72,23 @@ ok "uninterrupted 3 epochs into u.db" "$FEDNODE" train $RUN --epochs 3 --db "$TM
 u3=$(round_hash "$TMP/u.db" 3)
 [ "$h3" = "$u3" ] || { echo "  resumed $h3, uninterrupted $u3" >"$TMP/out"; fail "round 3 hashes equal"; }
 echo "ok: 2 epochs + resume == 3 epochs (round 3 model hash equal)"
+
+# shellcheck disable=SC2086
+ok "train with the test split" "$FEDNODE" train $RUN --epochs 1
+grep -q "test_acc" "$TMP/out" || fail "an epoch line has test_acc by default"
+# shellcheck disable=SC2086
+ok "train --no-eval" "$FEDNODE" train $RUN --epochs 1 --no-eval
+if grep -q "test" "$TMP/out"; then fail "--no-eval neither loads nor scores the test split"; fi
+echo "ok: --no-eval leaves the test split alone"
+at=$(($(date +%s) + 2))
+# shellcheck disable=SC2086
+ok "train --start-at (1-2 s ahead)" "$FEDNODE" train $RUN --epochs 2 --no-eval --start-at "$at"
+now=$(date +%s)
+[ "$now" -ge "$at" ] || fail "the run ended after --start-at"
+grep "epoch   1/2" "$TMP/out" | grep -q "start +0\.[0-9]*$" ||
+    fail "epoch 1 began at or just after --start-at"
+if grep "epoch   2/2" "$TMP/out" | grep -q "start"; then fail "only epoch 1 waits"; fi
+echo "ok: --start-at: $(grep -o 'start +[0-9.]*' "$TMP/out")"
+# shellcheck disable=SC2086
+refused "--start-at takes a number" 2 "not a number" "$FEDNODE" train $RUN --start-at soon
 echo "all checks passed"
