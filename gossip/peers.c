@@ -268,6 +268,21 @@ out:
     return e;
 }
 
+/* Whether e replaces what the table holds for its key: any signed entry
+ * replaces a seed line; between signed entries the later expiry wins (a
+ * peer re-signs its own with a later one, and a voucher re-vouches with
+ * one), and at equal expiry the greater URL, so that every peer keeps the
+ * same entry whatever order the gossip brings them in. An older entry
+ * replayed, or still going round after its key moved, changes nothing. */
+static int entry_newer(const peer_entry *pe, const fed_gossip_entry *e)
+{
+    if (!pe->is_signed)
+        return 1;
+    if (e->expiry != pe->se.expiry)
+        return e->expiry > pe->se.expiry;
+    return strcmp(e->url, pe->url) > 0;
+}
+
 fed_err fed_gossip_peers_learn(fed_gossip_peers *p, const fed_gossip_entry *e, int *changed)
 {
     peer_entry *pe = NULL;
@@ -279,8 +294,8 @@ fed_err fed_gossip_peers_learn(fed_gossip_peers *p, const fed_gossip_entry *e, i
             pe = &p->e[i];
             break;
         }
-    if (pe && pe->is_signed && pe->se.expiry >= e->expiry && !strcmp(pe->url, e->url))
-        return FED_OK; /* nothing newer */
+    if (pe && !entry_newer(pe, e))
+        return FED_OK;
     if (!pe) {
         if (p->n == PEERS_MAX)
             return FED_ERR_FULL;

@@ -76,10 +76,12 @@ FED_WUR fed_err fed_gossip_peers_parse(fed_gossip_peers *p, const fed_crypto_all
 FED_WUR fed_err fed_gossip_peers_load(fed_gossip_peers *p, const fed_crypto_allow *allow,
                                       const char *path, int *err_line);
 
-/* A signed entry into the table (the caller verified it): a new key, a new
- * URL or a later expiry replaces what the table held for that key; *changed
- * (may be NULL) says whether the URL is new. FED_ERR_NOMEM, FED_ERR_FULL
- * (4096 entries). */
+/* A signed entry into the table (the caller verified it). It replaces what
+ * the table held for its key when that was a seed line, or a signed entry
+ * with an earlier expiry (at equal expiry: a smaller URL), so an older entry
+ * replayed or still in circulation never moves a peer back; *changed (may
+ * be NULL) says whether the URL is new. FED_ERR_NOMEM, FED_ERR_FULL (4096
+ * entries). */
 FED_WUR fed_err fed_gossip_peers_learn(fed_gossip_peers *p, const fed_gossip_entry *e,
                                        int *changed);
 /* Whether key is vouched for at now_s: not in the allow-list, with an entry

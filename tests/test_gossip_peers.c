@@ -140,6 +140,32 @@ static void test_entry_roundtrip_and_verify(void **state)
                      FED_ERR_FORMAT);
 }
 
+/* The URL the table holds for key ("" if none). */
+static const char *url_of(const fed_gossip_peers *p, const uint8_t key[32])
+{
+    for (size_t i = 0; i < fed_gossip_peers_count(p); i++) {
+        const uint8_t *k;
+        const char *url;
+
+        fed_gossip_peers_get(p, i, &k, &url);
+        if (!memcmp(k, key, 32))
+            return url;
+    }
+    return "";
+}
+
+/* signer's entry for key at url until expiry into p: whether the URL moved */
+static int learn_url(fed_gossip_peers *p, const fed_crypto_arena *signer, const uint8_t *key,
+                     const char *url, uint64_t expiry)
+{
+    fed_gossip_entry e;
+    int changed = -1;
+
+    assert_int_equal(fed_gossip_entry_sign(signer, key, url, expiry, &e), FED_OK);
+    assert_int_equal(fed_gossip_peers_learn(p, &e, &changed), FED_OK);
+    return changed;
+}
+
 static void test_learn_and_vouched(void **state)
 {
     world *w = *state;
@@ -156,12 +182,20 @@ static void test_learn_and_vouched(void **state)
     assert_int_equal(changed, 1);
     assert_true(fed_gossip_peers_vouched(p, x, w->allow, NOW));
     assert_false(fed_gossip_peers_vouched(p, x, w->allow, NOW + 100)); /* expired */
-    /* the same again, or an older one: nothing changes */
+    /* the same again, or an older one with another address (replayed, or
+       still going round after x moved): nothing changes */
     assert_int_equal(fed_gossip_peers_learn(p, &e, &changed), FED_OK);
     assert_int_equal(changed, 0);
-    assert_int_equal(fed_gossip_entry_sign(w->a, x, "tcp://x:2", NOW + 50, &e), FED_OK);
-    assert_int_equal(fed_gossip_peers_learn(p, &e, &changed), FED_OK);
-    assert_int_equal(changed, 1); /* a new address is news, whatever its expiry */
+    assert_int_equal(learn_url(p, w->a, x, "tcp://x:0", NOW + 50), 0);
+    assert_string_equal(url_of(p, x), "tcp://x:1");
+    /* a later one moves it */
+    assert_int_equal(learn_url(p, w->a, x, "tcp://x:2", NOW + 200), 1);
+    assert_string_equal(url_of(p, x), "tcp://x:2");
+    /* two at the same expiry: the greater URL, whichever came first */
+    assert_int_equal(learn_url(p, w->a, x, "tcp://x:1", NOW + 200), 0);
+    assert_string_equal(url_of(p, x), "tcp://x:2");
+    assert_int_equal(learn_url(p, w->a, x, "tcp://x:3", NOW + 200), 1);
+    assert_string_equal(url_of(p, x), "tcp://x:3");
     assert_int_equal(fed_gossip_peers_count(p), 1);
     /* its voucher leaves the allow-list: no longer vouched for */
     assert_int_equal(fed_crypto_allow_new(&only_b), FED_OK);
