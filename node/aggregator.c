@@ -14,8 +14,8 @@
 #include "core/alloc.h"
 #include "core/bytes.h"
 #include "core/log.h"
-#include "crypto/seal.h"
 #include "core/rng.h"
+#include "crypto/seal.h"
 #include "node/node_impl.h"
 
 typedef enum agg_state { AGG_IDLE = 0, AGG_RUNNING = 1, AGG_DONE = 2 } agg_state;

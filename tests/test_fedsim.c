@@ -86,6 +86,23 @@ static double last_accuracy(const fed_sim_scenario *sc, rows *rs, uint8_t hash[3
     return rs->r[rs->n - 1].accuracy;
 }
 
+/* Runs scenarios x and y and asserts the same rows, bytes included, and
+ * the same final model; *last gets y's last row. */
+static void assert_same_runs(const char *const *x, const char *const *y, rows *last)
+{
+    fed_sim_scenario sc;
+    rows a;
+    uint8_t ha[32], hb[32];
+
+    scenario(&sc, x);
+    (void)last_accuracy(&sc, &a, ha);
+    scenario(&sc, y);
+    (void)last_accuracy(&sc, last, hb);
+    assert_int_equal(a.n, last->n);
+    assert_memory_equal(a.r, last->r, (size_t)a.n * sizeof a.r[0]);
+    assert_memory_equal(ha, hb, 32);
+}
+
 static void test_deterministic(void **state)
 {
     const char *agg[] = {"nodes", "6", "rounds", "3", "loss", "0.1", "stragglers", "0.2:3",
@@ -93,20 +110,13 @@ static void test_deterministic(void **state)
     const char *peer[] = {"nodes", "6", "rounds", "4", "mode", "peer", "topology", "random:2",
                           "loss", "0.1", "deadline-ms", "2000", NULL};
     const char *const *which[] = {agg, peer};
-    fed_sim_scenario sc;
-    rows a, b;
-    uint8_t ha[32], hb[32];
+    rows a;
 
     (void)state;
     if (!train)
         skip();
     for (int k = 0; k < 2; k++) {
-        scenario(&sc, which[k]);
-        (void)last_accuracy(&sc, &a, ha);
-        (void)last_accuracy(&sc, &b, hb);
-        assert_int_equal(a.n, b.n);
-        assert_memory_equal(a.r, b.r, (size_t)a.n * sizeof a.r[0]);
-        assert_memory_equal(ha, hb, 32);
+        assert_same_runs(which[k], which[k], &a);
         printf("%s: %d rounds twice, the same rows and model (round %d accuracy %.4f)\n",
                k ? "peer" : "aggregator", a.n, a.n, a.r[a.n - 1].accuracy);
     }
@@ -118,19 +128,12 @@ static void test_no_crypto_same_model(void **state)
 {
     const char *kv[] = {"nodes", "6", "rounds", "3", NULL};
     const char *kv_plain[] = {"nodes", "6", "rounds", "3", "no-crypto", "true", NULL};
-    fed_sim_scenario sc;
-    rows a, b;
-    uint8_t ha[32], hb[32];
+    rows b;
 
     (void)state;
     if (!train)
         skip();
-    scenario(&sc, kv);
-    (void)last_accuracy(&sc, &a, ha);
-    scenario(&sc, kv_plain);
-    (void)last_accuracy(&sc, &b, hb);
-    assert_memory_equal(a.r, b.r, (size_t)a.n * sizeof a.r[0]);
-    assert_memory_equal(ha, hb, 32);
+    assert_same_runs(kv, kv_plain, &b);
 }
 
 /* The robustness study of the fedsim issue: 20 clients, IID, logreg, 10
