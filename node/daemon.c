@@ -113,6 +113,15 @@ static uint64_t env_wall_s(void *self)
     return (uint64_t)time(NULL);
 }
 
+static uint64_t env_wall_ms(void *self)
+{
+    struct timespec ts;
+
+    (void)self;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
 static int env_send(void *self, const fed_peer_id *to, const uint8_t *frame, size_t len)
 {
     fed_node_daemon *d = self;
@@ -472,6 +481,7 @@ fed_err fed_node_daemon_run(const fed_node_daemon_cfg *dc, const fed_node_config
     fed_env env = {
         .now_ms = env_now_ms,
         .wall_s = env_wall_s,
+        .wall_ms = env_wall_ms,
         .send = env_send,
         .reply = env_reply,
         .set_timer = env_set_timer,

@@ -45,6 +45,7 @@ struct fed_job {
 typedef struct fed_env {
     uint64_t (*now_ms)(void *self);                 /* monotonic, for timers */
     uint64_t (*wall_s)(void *self);                 /* wall clock, for epochs */
+    uint64_t (*wall_ms)(void *self);                /* the same in ms, for the rows' times */
     /* a request to a peer, on that peer's own link; its reply comes back
        through fed_node_on_frame with req == NULL, or a timeout through on_timer */
     int      (*send)(void *self, const fed_peer_id *to, const uint8_t *frame, size_t len);

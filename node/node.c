@@ -154,7 +154,7 @@ const fed_wire_counters *fed_node_wire_counters(const fed_node *n)
 
 uint64_t fed_node_wall_ms(const fed_node *n)
 {
-    return n->env.wall_s(n->env.self) * 1000u + n->env.now_ms(n->env.self) % 1000u;
+    return n->env.wall_ms(n->env.self);
 }
 
 /* ---- sequence numbers ---- */

@@ -83,6 +83,7 @@ struct fed_node {
 };
 
 /* ---- node.c: the machinery both roles use ---- */
+/* Wall-clock ms (env.wall_ms), for the times rows record. */
 uint64_t fed_node_wall_ms(const fed_node *n);
 /* The next sequence number for a frame to key. */
 FED_WUR fed_err fed_node_next_seq(fed_node *n, const uint8_t key[32], uint64_t *seq);

@@ -411,6 +411,13 @@ static uint64_t env_wall_s(void *self)
     return n->w->cfg.epoch_base_s + n->w->now_us / 1000000;
 }
 
+static uint64_t env_wall_ms(void *self)
+{
+    sim_node *n = self;
+
+    return n->w->cfg.epoch_base_s * 1000u + n->w->now_us / 1000;
+}
+
 static int env_send(void *self, const fed_peer_id *to, const uint8_t *frame, size_t len)
 {
     sim_node *n = self;
@@ -744,6 +751,7 @@ fed_err fed_sim_world_add_node(fed_sim_world *w, const fed_peer_id *id,
     n->env = (fed_env){
         .now_ms = env_now_ms,
         .wall_s = env_wall_s,
+        .wall_ms = env_wall_ms,
         .send = env_send,
         .reply = env_reply,
         .set_timer = env_set_timer,

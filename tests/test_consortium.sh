@@ -3,7 +3,8 @@
 # on 127.0.0.1 (keys, allow-lists, sealed frames over NNG, one database each).
 #  A. 1 aggregator + 4 clients on IID quarters of Fashion-MNIST, mlp:256,128,
 #     SGD momentum 0.9: test accuracy after round 5 >= 0.84, every round
-#     evaluated (idle priority, queued); SIGTERM while
+#     evaluated (idle priority, queued), the rows' times in wall-clock order;
+#     SIGTERM while
 #     round 6 runs: exit 0, nothing of round 6 committed, verify passes; the
 #     clients stop on SIGTERM with exit 0.
 #  B. --min-clients 3: a client killed (-9) mid-round 2, which merges the
@@ -53,6 +54,7 @@ client() {
 }
 
 # ---- A: accuracy, then SIGTERM while a round runs
+t0_ms=$(date +%s%3N)
 # shellcheck disable=SC2086
 start aggA --role aggregator --keys "$K/agg" --allow "$K/allow.txt" --db "$TMP/a/agg.db" \
     --listen tcp://127.0.0.1:0 --port-file "$TMP/a/port" $COMMON $SETTINGS \
@@ -76,6 +78,17 @@ fi
 for r in 1 2 3 4 5; do
     [ "$(field "$TMP/a/agg.db" $r peers)" = 4 ] || fail "A: round $r merged 4 clients"
 done
+# each row's times are wall-clock ms, in order: a round starts once the
+# one before it has ended, and all of them inside this run
+prev=$t0_ms
+for r in 1 2 3 4 5; do
+    s=$(field "$TMP/a/agg.db" $r start_ms) e=$(field "$TMP/a/agg.db" $r end_ms)
+    [ "${s:-0}" -ge "$prev" ] && [ "${e:-0}" -ge "$s" ] ||
+        fail "A: round $r ran $s..$e ms, after round $((r - 1)) ended ($prev)"
+    prev=$e
+done
+[ "$prev" -le "$(date +%s%3N)" ] || fail "A: round 5 ended ($prev ms) before now"
+ok "A: the rounds' start and end times are wall-clock ms, in order"
 acc=$(field "$TMP/a/agg.db" 5 accuracy)
 [ -n "$acc" ] || fail "A: round 5 has an accuracy"
 # The evaluation runs at idle priority and rounds wait for it in a queue
