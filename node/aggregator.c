@@ -432,6 +432,32 @@ static fed_err send_model(fed_node *n, const agg_hold *h, const fed_wire_block *
     return fed_node_emit_vec(n, h->req, &hdr, b, a->model_vec, a->model_vec_len);
 }
 
+/* The round's MODEL to the first k held clients, sealed together (see
+ * broadcast.c). A client whose frame could not be sent goes missing. */
+static void send_models(fed_node *n, size_t k, const fed_wire_block *b)
+{
+    node_agg *a = n->agg;
+    node_cast *to = fed_malloc(k * sizeof *to);
+
+    if (!to) { /* one by one, then */
+        for (size_t i = 0; i < k; i++)
+            (void)send_model(n, &a->holds[i], b);
+        return;
+    }
+    for (size_t i = 0; i < k; i++) {
+        to[i].req = a->holds[i].req;
+        memcpy(to[i].to, a->holds[i].hdr.sender, 32);
+        to[i].recipient_epoch = a->holds[i].hdr.sender_epoch;
+    }
+    {
+        fed_err ignored = fed_node_broadcast(n, to, k, FED_WIRE_MODEL, n->round + 1,
+                                             FED_CODEC_F32, b, a->model_vec, a->model_vec_len);
+
+        (void)ignored; /* logged; those clients go missing */
+    }
+    fed_free(to);
+}
+
 /* Draw k of the waiting clients (in key order, then a partial shuffle with
  * the node's random stream), answer them with the MODEL, keep the rest. */
 static fed_err start_round(fed_node *n)
@@ -471,8 +497,7 @@ static fed_err start_round(fed_node *n)
                            NODE_TIMER_DEADLINE);
     fed_log(FED_LOG_INFO, "aggregator: round %llu starts with %zu of %zu waiting clients",
             (unsigned long long)(n->round + 1), k, a->nholds);
-    for (size_t i = 0; i < k; i++)
-        (void)send_model(n, &a->holds[i], &b); /* a failed send: the client goes missing */
+    send_models(n, k, &b);
     memmove(a->holds, a->holds + k, (a->nholds - k) * sizeof *a->holds);
     a->nholds -= k;
     arm_poll(n);

@@ -140,6 +140,7 @@ void fed_node_free(fed_node *n)
     fed_node_rx_free_all(n); /* ... whose buffers are ours */
     fed_free(n->peers);
     fed_free(n->txbuf);
+    fed_node_cast_free(n);
     fed_free(n);
 }
 

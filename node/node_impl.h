@@ -60,6 +60,7 @@ typedef struct node_rx node_rx; /* an incoming stream's buffer (transfer.c) */
 typedef struct node_agg node_agg;
 typedef struct node_client node_client;
 typedef struct node_mesh node_mesh;
+typedef struct node_cast_buf node_cast_buf;
 
 struct fed_node {
     fed_node_config cfg;
@@ -74,6 +75,7 @@ struct fed_node {
     node_rx *rxs;     /* streams being received */
     uint8_t *txbuf;   /* a sealed frame being built (cap_tx) */
     size_t cap_tx;
+    node_cast_buf *cast; /* frames a broadcast seals together (broadcast.c) */
     uint64_t round;   /* last round finished */
     int finished;
     int started;
@@ -126,6 +128,26 @@ FED_WUR fed_err fed_node_state_decode(const fed_store_ckpt *c, fed_node_role rol
                                       uint64_t *round);
 void fed_node_floats_to_le(uint8_t *dst, const float *src, size_t n);
 void fed_node_floats_from_le(float *dst, const uint8_t *src, size_t n);
+
+/* ---- broadcast.c: one vector to many recipients, sealed together ---- */
+/* A recipient: the request to answer (NULL: a request to `to`), and the
+ * epoch its header names. */
+typedef struct node_cast {
+    fed_req *req;
+    uint8_t to[32];
+    uint64_t recipient_epoch;
+} node_cast;
+/* As fed_node_header and fed_node_emit_vec for each of the k recipients
+ * in turn, with one type, round, codec, block and vector; but the frames
+ * are sealed together on cfg.pool and then sent together (in batches of
+ * at most 64 frames and 64 MiB; a vector that needs a stream goes one by
+ * one).
+ * A recipient whose frame could not be made or sent is refused and
+ * logged, and the others are still served: returns the first error. */
+FED_WUR fed_err fed_node_broadcast(fed_node *n, const node_cast *to, size_t k, uint8_t type,
+                                   uint64_t round, uint16_t codec, const fed_wire_block *b,
+                                   const uint8_t *vec, size_t vlen);
+void fed_node_cast_free(fed_node *n);
 
 /* ---- transfer.c: vectors larger than one frame, as CHUNK streams ---- */
 /* As fed_node_emit, for a MODEL or DELTA with a vector: one sealed frame
