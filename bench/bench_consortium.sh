@@ -142,13 +142,17 @@ cpu_now() { # the job's CPU seconds so far
     # shellcheck disable=SC2046
     awk -v hz="$hz" '{ s += $14 + $15 } END { printf "%.3f", s / hz }' $(cat "$TMP/stat_files") 2>/dev/null
 }
-# stamp: each line of stdin prefixed with the wall-clock seconds it arrived;
-# the first and last round's lines also with the job's CPU seconds then
+# stamp: the lines of stdin, those the figures need prefixed with the
+# wall-clock seconds they arrived (the first and last round's start also
+# with the job's CPU seconds then), the others with '-': a fork of date per
+# line took 0.5% of the cores from the job (each round's own times are in
+# the aggregator's database)
 stamp() {
     while IFS= read -r line; do
         case "$line" in
         *"round 1 starts"* | *"round $ROUNDS starts"*) echo "$(now) $line cpu $(cpu_now)" ;;
-        *) echo "$(now) $line" ;;
+        *"round $ROUNDS merged"*) echo "$(now) $line" ;;
+        *) echo "- $line" ;;
         esac
     done
 }
@@ -227,10 +231,11 @@ cpu0=$(awk '/round 1 starts/ { print $NF; exit }' "$TMP/agg.log")
 cpu1=$(awk -v r="round $ROUNDS starts" 'index($0, r) { print $NF; exit }' "$TMP/agg.log")
 cpu_rounds=$(calc "(${cpu1:-0} - ${cpu0:-0}) / ($ROUNDS - 1)")
 cores_busy=$(calc "(${cpu1:-0} - ${cpu0:-0}) / (${t_lastst:-0} - $t_first)" %.2f)
-# each round: from its start to its merge, then the gap to the next start
-rounds_line=$(awk '/ starts with / { s[$6] = $1 } / merged / { m[$6] = $1 }
-    END { for (r = 1; r in m; r++) printf "%.3f%s", m[r] - s[r], ((r + 1) in s ? sprintf("+%.3f ", s[r + 1] - m[r]) : "") }' \
-    "$TMP/agg.log")
+# each round from its row: start to merge, then the gap to the next start
+rounds_line=$("$FEDNODE" status --db "$TMP/agg.db" --json | tr '{' '\n' |
+    sed -n 's/^"round":\([0-9]*\),"start_ms":\([0-9]*\),"end_ms":\([0-9]*\),.*/\1 \2 \3/p' |
+    awk '{ s[$1] = $2; e[$1] = $3 }
+    END { for (r = 1; r in e; r++) printf "%.3f%s", (e[r] - s[r]) / 1000, ((r + 1) in s ? sprintf("+%.3f ", (s[r + 1] - e[r]) / 1000) : "") }')
 
 # ---- training alone, in the same run (the definitions are above the job) ----
 together_after=$(together_runs after)
