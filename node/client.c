@@ -57,7 +57,7 @@ void fed_node_client_free(fed_node *n)
         return;
     fed_free(c->global);
     fed_free(c->residual);
-    fed_free(c->job.vec);
+    fed_node_train_job_release(&c->job);
     fed_free(c);
     n->client = NULL;
 }

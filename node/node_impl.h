@@ -211,9 +211,17 @@ typedef struct node_train_job {
     double loss;
     uint64_t samples;
     fed_err err;
+    /* kept from round to round while the spec and batch stay the same: the
+       model (its parameters set afresh each round) and the trained copy */
+    fed_model *model;
+    char model_spec[FED_WIRE_SPEC_BYTES];
+    uint32_t model_batch;
+    float *trained;         /* (nparams) */
 } node_train_job;
 
 void fed_node_train_job_run(fed_job *job);
+/* Frees what the job keeps between rounds (and its vec). */
+void fed_node_train_job_release(node_train_job *j);
 
 enum { NODE_ATTACK_NONE = 0, NODE_ATTACK_SIGNFLIP, NODE_ATTACK_NOISE, NODE_ATTACK_ZERO };
 /* "", "signflip:S", "noise:SIGMA" or "zero" (S, SIGMA finite, > 0):

@@ -371,7 +371,7 @@ void fed_node_peer_free(fed_node *n)
     fed_free(p->okeys);
     fed_free(p->frac);
     fed_free(p->vec);
-    fed_free(p->job.vec);
+    fed_node_train_job_release(&p->job);
     fed_free(p);
     n->mesh = NULL;
 }

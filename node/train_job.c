@@ -1,9 +1,10 @@
 /* train_job.c - one round of local training as a pool job, for the client
- * (its encoded delta) and the peer (its trained parameters): a fresh model
- * and optimizer built from the round's settings, E epochs over the node's
- * shard, then the result. Touches only the job: never the node, the
+ * (its encoded delta) and the peer (its trained parameters): the round's
+ * parameters in a model kept while the settings' spec and batch stay the
+ * same, a fresh optimizer, E epochs over the node's shard, then the result. Touches only the job: never the node, the
  * network or the database. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -95,19 +96,49 @@ static fed_err encode_delta(node_train_job *j, float *p)
                                &j->vec_len);
 }
 
+void fed_node_train_job_release(node_train_job *j)
+{
+    fed_model_free(j->model);
+    fed_free(j->trained);
+    fed_free(j->vec);
+    j->model = NULL;
+    j->trained = NULL;
+    j->vec = NULL;
+    j->cap_vec = j->vec_len = 0;
+}
+
+/* The round's model: last round's when its spec and batch are the same (a
+ * fresh one costs its buffers' page faults each round), else a new one. */
+static fed_err round_model(node_train_job *j)
+{
+    fed_err e;
+
+    if (j->model && j->model_batch == j->set.batch && !strcmp(j->model_spec, j->set.spec))
+        return FED_OK;
+    fed_model_free(j->model);
+    fed_free(j->trained); /* sized for the old model */
+    j->model = NULL;
+    j->trained = NULL;
+    e = fed_model_new(j->set.spec, j->data->shape, j->be, j->pool, j->shards, (int)j->set.batch,
+                      &j->model);
+    if (e != FED_OK)
+        return e;
+    snprintf(j->model_spec, sizeof j->model_spec, "%s", j->set.spec);
+    j->model_batch = j->set.batch;
+    return FED_OK;
+}
+
 void fed_node_train_job_run(fed_job *job)
 {
     node_train_job *j = (node_train_job *)job;
-    fed_model *m = NULL;
+    fed_model *m;
     fed_optim *o = NULL;
     fed_optim_cfg oc;
-    float *p = NULL;
     fed_err e;
 
-    e = fed_model_new(j->set.spec, j->data->shape, j->be, j->pool, j->shards, (int)j->set.batch,
-                      &m);
-    if (e != FED_OK)
+    if ((e = round_model(j)) != FED_OK)
         goto out;
+    m = j->model;
     fed_optim_cfg_default(&oc, (fed_optim_kind)j->set.optimizer);
     oc.lr = j->set.lr;
     oc.prox_mu = j->set.mu;
@@ -125,16 +156,14 @@ void fed_node_train_job_run(fed_job *job)
         e = fed_model_get_params(m, j->params);
         goto out;
     }
-    if (!(p = fed_malloc(j->nparams * sizeof *p))) {
+    if (!j->trained && !(j->trained = fed_malloc(j->nparams * sizeof *j->trained))) {
         e = FED_ERR_NOMEM;
         goto out;
     }
-    if ((e = fed_model_get_params(m, p)) != FED_OK)
+    if ((e = fed_model_get_params(m, j->trained)) != FED_OK)
         goto out;
-    e = encode_delta(j, p);
+    e = encode_delta(j, j->trained);
 out:
-    fed_free(p);
     fed_optim_free(o);
-    fed_model_free(m);
     j->err = e;
 }

@@ -24,6 +24,7 @@
 #include "model/backend.h"
 #include "model/data.h"
 #include "node/node.h"
+#include "node/node_impl.h" /* the training job, tested alone */
 #include "sim/host.h"
 #include "sim/world.h"
 
@@ -736,6 +737,82 @@ static void run_for_hash(const fixture *fx, uint8_t hash[32], uint64_t *trace)
     scen_free(&s);
 }
 
+/* One round of local training in the job the client keeps: its model is
+ * reused while the spec and batch stay the same. Three rounds (two on
+ * mlp:32, then mlp:16) in one job give the same delta bytes as a fresh job
+ * each round; SGD momentum 0.9, so a momentum carried over would show. */
+static void train_one(node_train_job *j, const fixture *fx, const uint32_t *idx, size_t n,
+                      const char *spec, uint64_t round, const float *global, size_t np)
+{
+    j->set.local_epochs = 1;
+    j->set.batch = 32;
+    j->set.optimizer = FED_OPTIM_SGD;
+    j->set.lr = 0.05f;
+    j->set.momentum = 0.9f;
+    snprintf(j->set.spec, sizeof j->set.spec, "%s", spec);
+    j->round = round;
+    j->seed = 5;
+    j->be = fx->be;
+    j->pool = fx->pool;
+    j->shards = 1;
+    j->data = fx->train;
+    j->shard = idx;
+    j->shard_n = n;
+    j->global = global;
+    j->nparams = np;
+    j->codec.id = FED_CODEC_F32;
+    fed_node_train_job_run(&j->job);
+    assert_int_equal(j->err, FED_OK);
+}
+
+static void test_train_job_reuse(void **state)
+{
+    const fixture *fx = *state;
+    const char *specs[3] = {"mlp:32", "mlp:32", "mlp:16"};
+    uint32_t idx[256];
+    node_train_job kept;
+    uint8_t *first = NULL;
+    size_t first_len = 0;
+
+    if (!have_data(fx))
+        return;
+    for (uint32_t i = 0; i < 256; i++)
+        idx[i] = i * 7;
+    memset(&kept, 0, sizeof kept);
+    for (int r = 0; r < 3; r++) {
+        node_train_job fresh;
+        size_t np = 0;
+        float *g;
+        fed_rng rng;
+
+        assert_int_equal(fed_model_spec_nparams(specs[r], fx->train->shape, &np), FED_OK);
+        g = malloc(np * sizeof *g);
+        assert_non_null(g);
+        fed_rng_seed(&rng, 100 + (uint64_t)r);
+        for (size_t i = 0; i < np; i++)
+            g[i] = 0.05f * (float)fed_rng_normal(&rng);
+        memset(&fresh, 0, sizeof fresh);
+        train_one(&kept, fx, idx, 256, specs[r], (uint64_t)r + 1, g, np);
+        train_one(&fresh, fx, idx, 256, specs[r], (uint64_t)r + 1, g, np);
+        assert_true(kept.vec_len > np * sizeof(float));
+        assert_int_equal(kept.vec_len, fresh.vec_len);
+        assert_memory_equal(kept.vec, fresh.vec, kept.vec_len);
+        if (r == 0) {
+            first = malloc(kept.vec_len);
+            assert_non_null(first);
+            memcpy(first, kept.vec, kept.vec_len);
+            first_len = kept.vec_len;
+        } else if (r == 1) { /* the same model, another start: another delta */
+            assert_int_equal(kept.vec_len, first_len);
+            assert_memory_not_equal(kept.vec, first, first_len);
+        }
+        fed_node_train_job_release(&fresh);
+        free(g);
+    }
+    fed_node_train_job_release(&kept);
+    free(first);
+}
+
 static void test_determinism(void **state)
 {
     const fixture *fx = *state;
@@ -759,6 +836,7 @@ int main(void)
         cmocka_unit_test(test_crash_restart),
         cmocka_unit_test(test_non_member),
         cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_train_job_reuse),
         cmocka_unit_test(test_async_fedbuff),
         cmocka_unit_test(test_streamed_transfers),
         cmocka_unit_test(test_more_than_128_clients),
