@@ -4,7 +4,12 @@
 # Fashion-MNIST, mlp:256,128, 1 local epoch of plain SGD lr 0.05 batch 64,
 # 10 rounds), printing accuracy, seconds per round, launch-to-connected
 # time and peak RSS next to the targets and a Python framework's figures,
-# and, in the same run, the 10 clients' training alone. Asserts nothing.
+# and, in the same run, the 10 clients' training alone. The job runs
+# BENCH_JOBS times (3), each after a few runs of the training alone, with
+# one more set after the last, so both sides of the ratio are medians of
+# runs interleaved over the same minutes (this VM's speed drifts by several
+# per cent within a minute); the other targets take the worst job. Asserts
+# nothing.
 # Keys are made afresh each run and a client's shuffling is seeded from its
 # key, so the accuracy moves a little (a few 0.001) from run to run.
 set -u
@@ -60,12 +65,12 @@ done
 #            until its last delta. The start-up wake-up of 10 processes on
 #            2 cores falls inside it (each epoch line says how late it
 #            began: 0-30 ms), as it falls inside a round. Run TOGETHER_RUNS
-#            times before the job and as many after (this machine's speed
-#            drifts by a few percent over a minute, and how the scheduler
-#            first spreads 10 processes over 2 cores moves a run by +-5%);
-#            the target's denominator is their median, which a stray slow
-#            run does not move (one read 0.69 s among ten at 0.39-0.44,
-#            just after a job) and which sits below their mean (stricter);
+#            times before each job and as many after the last (how the
+#            scheduler first spreads 10 processes over 2 cores moves a run
+#            by +-5%); the target's denominator is their median, which a
+#            stray slow run does not move (one read 0.69 s among ten at
+#            0.39-0.44, just after a job) and which sits below their mean
+#            (stricter);
 #   staggered the same 10 started one after another by this shell with no
 #            common instant, the slowest one's epoch: shorter than
 #            together, since the first ones are well on before the last
@@ -75,7 +80,8 @@ done
 #            worth of the round's training work with no contention at all
 #            (the least any schedule of the 10 could take);
 #   serial   one at a time with the daemons' threads (CLIENT_THREADS).
-TOGETHER_RUNS=${BENCH_TOGETHER_RUNS:-5}
+TOGETHER_RUNS=${BENCH_TOGETHER_RUNS:-3}
+JOBS=${BENCH_JOBS:-3}
 TRAIN="--data $DATA --model mlp:256,128 --optimizer sgd --momentum 0 --lr 0.05 --batch 64
     --schedule const --epochs 1 --device cpu --no-eval"
 epoch_s() { # FILE: seconds of the epoch in a train output
@@ -125,123 +131,165 @@ together_runs() {
     for r in $(seq 1 "$TOGETHER_RUNS"); do printf '%s ' "$(together_s "$1$r")"; done
 }
 
-staggered=$(staggered_s staggered)
-together_before=$(together_runs before)
-
-# ---- the job ----
+# ---- the job (job J: its logs and databases in $TMP/jobJ, its figures
+# in $TMP/jobJ.fig, one line: see the end of job()) ----
 # Nothing polls the processes while they run (a poller's forks took 35 ms
 # of CPU a round from the job): each daemon logs its own peak RSS and CPU
 # seconds when it exits (getrusage), and the two snapshots of the job's CPU
 # seconds (/proc/PID/stat utime + stime) are taken by the aggregator log's
 # reader when round 1 and the last round start (at the last merge some
 # clients have gone).
-load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-hz=$(getconf CLK_TCK)
-: >"$TMP/stat_files"
-cpu_now() { # the job's CPU seconds so far
-    # shellcheck disable=SC2046
-    awk -v hz="$hz" '{ s += $14 + $15 } END { printf "%.3f", s / hz }' $(cat "$TMP/stat_files") 2>/dev/null
-}
-# stamp: the lines of stdin, those the figures need prefixed with the
-# wall-clock seconds they arrived (the first and last round's start also
-# with the job's CPU seconds then), the others with '-': a fork of date per
-# line took 0.5% of the cores from the job (each round's own times are in
-# the aggregator's database)
-stamp() {
-    while IFS= read -r line; do
-        case "$line" in
-        *"round 1 starts"* | *"round $ROUNDS starts"*) echo "$(now) $line cpu $(cpu_now)" ;;
-        *"round $ROUNDS merged"*) echo "$(now) $line" ;;
-        *) echo "- $line" ;;
-        esac
-    done
-}
-mkfifo "$TMP/agg.fifo"
-stamp <"$TMP/agg.fifo" >"$TMP/agg.log" &
-STAMP=$!
-t_launch=$(now)
-"$FEDNODE" run --role aggregator --keys "$TMP/aggregator" --allow "$TMP/allow.txt" \
-    --db "$TMP/agg.db" --listen tcp://127.0.0.1:0 --port-file "$TMP/port" --data "$DATA" \
-    --model mlp:256,128 --optimizer sgd --momentum 0 --lr 0.05 --batch 64 --local-epochs 1 \
-    --rounds $ROUNDS --min-clients $N --wait-clients $N >/dev/null 2>"$TMP/agg.fifo" &
-AGG=$!
-PIDS="$AGG"
-echo "/proc/$AGG/stat" >>"$TMP/stat_files"
-i=0
-while [ ! -s "$TMP/port" ]; do
-    i=$((i + 1))
-    if [ $i -gt 1000 ] || ! kill -0 $AGG 2>/dev/null; then
-        echo "bench_consortium: the aggregator wrote no port file"; cat "$TMP/agg.log"; exit 1
-    fi
-    sleep 0.01
-done
-PORT=$(cat "$TMP/port")
-for i in $(seq 0 $((N - 1))); do
-    "$FEDNODE" run --role client --keys "$TMP/c$i" --allow "$TMP/allow.txt" --db "$TMP/c$i.db" \
-        --aggregator "tcp://127.0.0.1:$PORT" --data "$DATA" --shard "$i/$N" \
-        --threads "$CLIENT_THREADS" >/dev/null 2>"$TMP/c$i.log" &
-    PIDS="$PIDS $!"
-    echo "/proc/$!/stat" >>"$TMP/stat_files"
-done
-# a watchdog: the job is stopped past LIMIT_S
-# shellcheck disable=SC2086
-(
-    sleep "$LIMIT_S" &
-    s=$!
-    trap 'kill $s 2>/dev/null; exit 0' TERM
-    wait $s && kill $PIDS 2>/dev/null && echo "bench_consortium: the job ran past ${LIMIT_S}s; stopping it"
-) &
-WATCHDOG=$!
-failed=0
-for p in $PIDS; do wait "$p" || failed=1; done
-t_end=$(now)
-kill "$WATCHDOG" 2>/dev/null
-wait $STAMP
-PIDS=""
-[ $failed -eq 0 ] || { echo "bench_consortium: a process failed"; cat "$TMP/agg.log"; exit 1; }
-
-# ---- the job's figures ----
-t_first=$(awk '/round 1 starts/ { print $1; exit }' "$TMP/agg.log")
-t_last=$(awk -v r="round $ROUNDS merged" 'index($0, r) { print $1; exit }' "$TMP/agg.log")
-if [ -z "$t_first" ] || [ -z "$t_last" ]; then
-    echo "bench_consortium: the job did not finish $ROUNDS rounds"; cat "$TMP/agg.log"; exit 1
-fi
-acc=$("$FEDNODE" status --db "$TMP/agg.db" --json |
-    sed -n 's/^{[^[]*"rounds":\[{"round":'$ROUNDS',[^}]*"accuracy":\([0-9.]*\),.*/\1/p')
-acc=$(calc "${acc:-0}" %.4f)
-connect=$(calc "$t_first - $t_launch")
-per_round=$(calc "($t_last - $t_first) / $ROUNDS")
 # "daemon: done: peak RSS X MiB, CPU Y s" (the daemon's exit line)
 usage_of() { awk '/daemon: done: peak RSS/ { for (i = 1; i < NF; i++) { if ($i == "RSS") r = $(i + 1); if ($i == "CPU") c = $(i + 1) } }
     END { print (r == "" ? "nan" : r), (c == "" ? "nan" : c) }' "$1"; }
-set -- $(usage_of "$TMP/agg.log")
-agg_mib=$1 agg_cpu=$2
-cli_max=0 cli_sum=0 cli_cpu=0
-for i in $(seq 0 $((N - 1))); do
-    set -- $(usage_of "$TMP/c$i.log")
-    cli_max=$(calc "$1 > $cli_max ? $1 : $cli_max" %.1f)
-    cli_sum=$(calc "$cli_sum + $1" %.1f)
-    cli_cpu=$(calc "$cli_cpu + $2" %.2f)
-done
-cli_mean=$(calc "$cli_sum / $N" %.1f)
-# CPU over rounds 1 to ROUNDS - 1: the snapshots on round 1's and the last
-# round's start lines
-t_lastst=$(awk -v r="round $ROUNDS starts" 'index($0, r) { print $1; exit }' "$TMP/agg.log")
-cpu0=$(awk '/round 1 starts/ { print $NF; exit }' "$TMP/agg.log")
-cpu1=$(awk -v r="round $ROUNDS starts" 'index($0, r) { print $NF; exit }' "$TMP/agg.log")
-cpu_rounds=$(calc "(${cpu1:-0} - ${cpu0:-0}) / ($ROUNDS - 1)")
-cores_busy=$(calc "(${cpu1:-0} - ${cpu0:-0}) / (${t_lastst:-0} - $t_first)" %.2f)
-# each round from its row: start to merge, then the gap to the next start
-rounds_line=$("$FEDNODE" status --db "$TMP/agg.db" --json | tr '{' '\n' |
-    sed -n 's/^"round":\([0-9]*\),"start_ms":\([0-9]*\),"end_ms":\([0-9]*\),.*/\1 \2 \3/p' |
-    awk '{ s[$1] = $2; e[$1] = $3 }
-    END { for (r = 1; r in e; r++) printf "%.3f%s", (e[r] - s[r]) / 1000, ((r + 1) in s ? sprintf("+%.3f ", (s[r + 1] - e[r]) / 1000) : "") }')
+hz=$(getconf CLK_TCK)
+# job J: one run of the job, its figures into $TMP/jobJ.fig
+job() {
+    J=$1
+    D=$TMP/job$J
+    mkdir -p "$D"
+    : >"$D/stat_files"
+    cpu_now() { # the job's CPU seconds so far
+        # shellcheck disable=SC2046
+        awk -v hz="$hz" '{ s += $14 + $15 } END { printf "%.3f", s / hz }' $(cat "$D/stat_files") 2>/dev/null
+    }
+    # stamp: the lines of stdin, those the figures need prefixed with the
+    # wall-clock seconds they arrived (the first and last round's start also
+    # with the job's CPU seconds then), the others with '-': a fork of date per
+    # line took 0.5% of the cores from the job (each round's own times are in
+    # the aggregator's database)
+    stamp() {
+        while IFS= read -r line; do
+            case "$line" in
+            *"round 1 starts"* | *"round $ROUNDS starts"*) echo "$(now) $line cpu $(cpu_now)" ;;
+            *"round $ROUNDS merged"*) echo "$(now) $line" ;;
+            *) echo "- $line" ;;
+            esac
+        done
+    }
+    mkfifo "$D/agg.fifo"
+    stamp <"$D/agg.fifo" >"$D/agg.log" &
+    STAMP=$!
+    t_launch=$(now)
+    "$FEDNODE" run --role aggregator --keys "$TMP/aggregator" --allow "$TMP/allow.txt" \
+        --db "$D/agg.db" --listen tcp://127.0.0.1:0 --port-file "$D/port" --data "$DATA" \
+        --model mlp:256,128 --optimizer sgd --momentum 0 --lr 0.05 --batch 64 --local-epochs 1 \
+        --rounds $ROUNDS --min-clients $N --wait-clients $N >/dev/null 2>"$D/agg.fifo" &
+    AGG=$!
+    PIDS="$AGG"
+    echo "/proc/$AGG/stat" >>"$D/stat_files"
+    i=0
+    while [ ! -s "$D/port" ]; do
+        i=$((i + 1))
+        if [ $i -gt 1000 ] || ! kill -0 $AGG 2>/dev/null; then
+            echo "bench_consortium: the aggregator wrote no port file"; cat "$D/agg.log"; exit 1
+        fi
+        sleep 0.01
+    done
+    PORT=$(cat "$D/port")
+    for i in $(seq 0 $((N - 1))); do
+        "$FEDNODE" run --role client --keys "$TMP/c$i" --allow "$TMP/allow.txt" --db "$D/c$i.db" \
+            --aggregator "tcp://127.0.0.1:$PORT" --data "$DATA" --shard "$i/$N" \
+            --threads "$CLIENT_THREADS" >/dev/null 2>"$D/c$i.log" &
+        PIDS="$PIDS $!"
+        echo "/proc/$!/stat" >>"$D/stat_files"
+    done
+    # a watchdog: the job is stopped past LIMIT_S
+    # shellcheck disable=SC2086
+    (
+        sleep "$LIMIT_S" &
+        s=$!
+        trap 'kill $s 2>/dev/null; exit 0' TERM
+        wait $s && kill $PIDS 2>/dev/null && echo "bench_consortium: the job ran past ${LIMIT_S}s; stopping it"
+    ) &
+    WATCHDOG=$!
+    failed=0
+    for p in $PIDS; do wait "$p" || failed=1; done
+    t_end=$(now)
+    kill "$WATCHDOG" 2>/dev/null
+    wait $STAMP
+    PIDS=""
+    [ $failed -eq 0 ] || { echo "bench_consortium: a process failed"; cat "$D/agg.log"; exit 1; }
 
-# ---- training alone, in the same run (the definitions are above the job) ----
-together_after=$(together_runs after)
-set -- $together_before $together_after
-together=$(printf '%s\n' "$@" | sort -n |
-    awk '{ v[NR] = $1 } END { printf "%.4f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+    # ---- the job's figures ----
+    t_first=$(awk '/round 1 starts/ { print $1; exit }' "$D/agg.log")
+    t_last=$(awk -v r="round $ROUNDS merged" 'index($0, r) { print $1; exit }' "$D/agg.log")
+    if [ -z "$t_first" ] || [ -z "$t_last" ]; then
+        echo "bench_consortium: the job did not finish $ROUNDS rounds"; cat "$D/agg.log"; exit 1
+    fi
+    acc=$("$FEDNODE" status --db "$D/agg.db" --json |
+        sed -n 's/^{[^[]*"rounds":\[{"round":'$ROUNDS',[^}]*"accuracy":\([0-9.]*\),.*/\1/p')
+    acc=$(calc "${acc:-0}" %.4f)
+    connect=$(calc "$t_first - $t_launch")
+    per_round=$(calc "($t_last - $t_first) / $ROUNDS")
+    # shellcheck disable=SC2046
+    set -- $(usage_of "$D/agg.log")
+    agg_mib=$1 agg_cpu=$2
+    cli_max=0 cli_sum=0 cli_cpu=0
+    for i in $(seq 0 $((N - 1))); do
+        # shellcheck disable=SC2046
+        set -- $(usage_of "$D/c$i.log")
+        cli_max=$(calc "$1 > $cli_max ? $1 : $cli_max" %.1f)
+        cli_sum=$(calc "$cli_sum + $1" %.1f)
+        cli_cpu=$(calc "$cli_cpu + $2" %.2f)
+    done
+    cli_mean=$(calc "$cli_sum / $N" %.1f)
+    # CPU over rounds 1 to ROUNDS - 1: the snapshots on round 1's and the last
+    # round's start lines
+    t_lastst=$(awk -v r="round $ROUNDS starts" 'index($0, r) { print $1; exit }' "$D/agg.log")
+    cpu0=$(awk '/round 1 starts/ { print $NF; exit }' "$D/agg.log")
+    cpu1=$(awk -v r="round $ROUNDS starts" 'index($0, r) { print $NF; exit }' "$D/agg.log")
+    cpu_rounds=$(calc "(${cpu1:-0} - ${cpu0:-0}) / ($ROUNDS - 1)")
+    cores_busy=$(calc "(${cpu1:-0} - ${cpu0:-0}) / (${t_lastst:-0} - $t_first)" %.2f)
+    # each round from its row: start to merge, then the gap to the next start
+    rounds_line=$("$FEDNODE" status --db "$D/agg.db" --json | tr '{' '\n' |
+        sed -n 's/^"round":\([0-9]*\),"start_ms":\([0-9]*\),"end_ms":\([0-9]*\),.*/\1 \2 \3/p' |
+        awk '{ s[$1] = $2; e[$1] = $3 }
+        END { for (r = 1; r in e; r++) printf "%.3f%s", (e[r] - s[r]) / 1000, ((r + 1) in s ? sprintf("+%.3f ", (s[r + 1] - e[r]) / 1000) : "") }')
+    echo "$per_round $acc $connect $cli_max $cli_mean $agg_mib $agg_cpu $cli_cpu $cpu_rounds" \
+        "$cores_busy $(calc "$t_end - $t_launch")" >"$TMP/job$J.fig"
+    echo "$rounds_line" >"$TMP/job$J.rounds"
+}
+
+# ---- the runs: training alone before each job, and after the last ----
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+staggered=$(staggered_s staggered)
+togethers=""
+for j in $(seq 1 "$JOBS"); do
+    togethers="$togethers $(together_runs "b$j")"
+    job "$j"
+done
+togethers="$togethers $(together_runs after)"
+
+# ---- the jobs' figures: the median of the jobs' seconds per round (and
+# the CPU figures of the job nearest it), the worst job's accuracy,
+# connect time and RSS ----
+# fig K: column K of every job's figures, in job order
+fig() { for j in $(seq 1 "$JOBS"); do awk -v k="$1" '{ printf "%s ", $k }' "$TMP/job$j.fig"; done; }
+median() { printf '%s\n' "$@" | sort -n |
+    awk '{ v[NR] = $1 } END { printf "%.4f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+lowest() { printf '%s\n' "$@" | sort -n | head -n 1; }
+highest() { printf '%s\n' "$@" | sort -n | tail -n 1; }
+per_rounds=$(fig 1)
+# shellcheck disable=SC2046,SC2086
+{
+    per_round=$(calc "$(median $per_rounds)")
+    acc=$(lowest $(fig 2)) connect=$(highest $(fig 3)) cli_max=$(highest $(fig 4))
+    cli_mean=$(calc "($(fig 5 | sed 's/ *$//; s/ / + /g')) / $JOBS" %.1f) agg_mib=$(highest $(fig 6))
+}
+# the job nearest the median: its CPU figures and round times
+mj=$(for j in $(seq 1 "$JOBS"); do
+    awk -v j="$j" -v m="$per_round" '{ d = $1 - m; print (d < 0 ? -d : d), j }' "$TMP/job$j.fig"
+done | sort -n | head -n 1 | cut -d' ' -f2)
+# shellcheck disable=SC2046
+set -- $(cat "$TMP/job$mj.fig")
+agg_cpu=$7 cli_cpu=$8 cpu_rounds=$9 cores_busy=${10} t_job=${11}
+rounds_line=$(cat "$TMP/job$mj.rounds")
+
+# ---- training alone: the denominator, and two other views ----
+# shellcheck disable=SC2086
+set -- $togethers
+together=$(median "$@")
 together_lo=$(echo "$@" | awk '{ m = $1; for (i = 2; i <= NF; i++) if ($i < m) m = $i; print m }')
 together_hi=$(echo "$@" | awk '{ m = $1; for (i = 2; i <= NF; i++) if ($i > m) m = $i; print m }')
 packed=0 serial=0
@@ -259,17 +307,19 @@ verdict() { [ "$(calc "$1" %d)" -eq 1 ] && echo "met" || echo "MISSED"; }
 echo "bench_consortium: 1 aggregator + $N clients on 127.0.0.1, iid shards of Fashion-MNIST,"
 echo "  mlp:256,128, 1 local epoch of SGD (momentum 0) lr 0.05 batch 64, $ROUNDS rounds,"
 echo "  $(nproc) cores (load average before: $load_before); Python framework: the same job on this machine"
-echo "  clients at --threads $CLIENT_THREADS; Fashion-MNIST read from the inflated copies an earlier start keeps"
+echo "  clients at --threads $CLIENT_THREADS; Fashion-MNIST read from the inflated copies an earlier start keeps;"
+echo "  the job $JOBS times: seconds per round their median, the other targets the worst of them"
 printf '%-36s %10s %12s %12s  %s\n' "figure" "measured" "target" "Python fw" "verdict"
-printf '%-36s %10s %12s %12s  %s\n' "final test accuracy" "$acc" ">= 0.8157" "0.8157" \
+printf '%-36s %10s %12s %12s  %s\n' "final test accuracy (lowest)" "$acc" ">= 0.8157" "0.8157" \
     "$(verdict "$acc >= 0.8157")"
 printf '%-36s %10s %12s %12s  %s\n' "seconds per round" "$per_round" "<= 0.50" "0.70" \
     "$(verdict "$per_round <= 0.50")"
+printf '%-36s %s\n' "  (each job's)" "$per_rounds"
 printf '%-36s %10s %12s %12s  %s\n' "  / training alone (together)" \
     "$(calc "$per_round / $together" %.2fx)" "<= 1.15x" "" "$(verdict "$per_round <= 1.15 * $together")"
 printf '%-36s %10s\n' "  / training alone (staggered)" "$(calc "$per_round / $staggered" %.2fx)"
 printf '%-36s %10s\n' "  / training alone (packed, a floor)" "$(calc "$per_round / $packed" %.2fx)"
-printf '%-36s %10s %12s %12s  %s\n' "seconds from launch to 10 connected" "$connect" "<= 0.5" \
+printf '%-36s %10s %12s %12s  %s\n' "seconds to 10 connected (slowest)" "$connect" "<= 0.5" \
     "7-8.6" "$(verdict "$connect <= 0.5")"
 printf '%-36s %10s %12s %12s  %s\n' "peak RSS of a client, MiB (largest)" "$cli_max" \
     "<= 64" "334" "$(verdict "$cli_max <= 64")"
@@ -277,16 +327,17 @@ printf '%-36s %10s %12s %12s\n' "  (mean of the $N clients)" "$cli_mean" "" ""
 printf '%-36s %10s %12s %12s\n' "peak RSS of the aggregator, MiB" "$agg_mib" "" "420"
 echo "training alone per round (the $N shards' one epoch, no loading or evaluation):"
 printf '  together  %.3f s  (all %d from one instant until the last ended: the target'"'"'s denominator;\n' "$together" "$N"
-printf '                     median of %d runs, %s to %s; before the job: %s; after: %s)\n' \
-    $((2 * TOGETHER_RUNS)) "$together_lo" "$together_hi" "$(echo $together_before)" "$(echo $together_after)"
+printf '                     median of %d runs, %s to %s; %s before each job and after the last: %s)\n' \
+    $(((JOBS + 1) * TOGETHER_RUNS)) "$together_lo" "$together_hi" "$TOGETHER_RUNS" "$(echo $togethers)"
 printf '  staggered %.3f s  (all %d started one by one, the slowest epoch)\n' "$staggered" "$N"
 printf '  packed    %.3f s  (one at a time, 1 thread, sum / 2 cores: no contention, a floor)\n' "$packed"
 printf '  serial    %.3f s  (one at a time, the daemons'"'"' threads, sum)\n' "$serial"
 printf '  rounds: %s per round, %s x packed, %s x together\n' "$per_round" \
     "$(calc "$per_round / $packed" %.2f)" "$(calc "$per_round / $together" %.2f)"
-echo "each round, start to merge + gap to the next start (s): $rounds_line"
-printf 'CPU seconds over the job'"'"'s %.2f s: aggregator %s, the %d clients %s (%s of %d cores busy)\n' \
-    "$(calc "$t_end - $t_launch")" "$agg_cpu" "$N" "$cli_cpu" \
-    "$(calc "($agg_cpu + $cli_cpu) / ($t_end - $t_launch)" %.2f)" "$(nproc)"
+echo "job $mj (the nearest the median), each round from its row, start to merge + gap to the next start (s):"
+echo "  $rounds_line"
+printf 'CPU seconds over job %s'"'"'s %.2f s: aggregator %s, the %d clients %s (%s of %d cores busy)\n' \
+    "$mj" "$t_job" "$agg_cpu" "$N" "$cli_cpu" \
+    "$(calc "($agg_cpu + $cli_cpu) / $t_job" %.2f)" "$(nproc)"
 printf 'during rounds 1-%d: %s of %d cores busy with the job; CPU seconds per round %s, %s x the training'"'"'s (2 x packed)\n' \
     $((ROUNDS - 1)) "$cores_busy" "$(nproc)" "$cpu_rounds" "$(calc "$cpu_rounds / (2 * $packed)" %.2f)"
