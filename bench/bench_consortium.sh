@@ -5,8 +5,8 @@
 # 10 rounds), printing accuracy, seconds per round, launch-to-connected
 # time and peak RSS next to the targets and a Python framework's figures,
 # and, in the same run, the 10 clients' training alone. The job runs
-# BENCH_JOBS times (3), each after a few runs of the training alone, with
-# one more set after the last, so both sides of the ratio are medians of
+# BENCH_JOBS times (5), each after TOGETHER_RUNS (2) runs of the training
+# alone, with as many after the last, so both sides of the ratio are medians of
 # runs interleaved over the same minutes (this VM's speed drifts by several
 # per cent within a minute); the other targets take the worst job. Asserts
 # nothing.
@@ -80,8 +80,8 @@ done
 #            worth of the round's training work with no contention at all
 #            (the least any schedule of the 10 could take);
 #   serial   one at a time with the daemons' threads (CLIENT_THREADS).
-TOGETHER_RUNS=${BENCH_TOGETHER_RUNS:-3}
-JOBS=${BENCH_JOBS:-3}
+TOGETHER_RUNS=${BENCH_TOGETHER_RUNS:-2}
+JOBS=${BENCH_JOBS:-5}
 TRAIN="--data $DATA --model mlp:256,128 --optimizer sgd --momentum 0 --lr 0.05 --batch 64
     --schedule const --epochs 1 --device cpu --no-eval"
 epoch_s() { # FILE: seconds of the epoch in a train output
