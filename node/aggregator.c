@@ -88,6 +88,9 @@ struct node_agg {
     float *host;           /* (nparams) the global model's parameters on the host, fetched
                               once at start and once after each merge; the checkpoint,
                               the MODEL and the evaluation read them from here */
+    float *committed;      /* (nparams) the last committed global, kept while a round
+                              merges: a failed commit puts it back */
+    float *committed_state;/* (merge state floats) the strategy's state with it, or NULL */
     float **dev;           /* (max_clients) device copies on a non-host backend */
     fed_merge_input *inputs;
     fed_merge_result *results;
@@ -112,12 +115,17 @@ static fed_err alloc_scratch(fed_node *n)
     node_agg *a = n->agg;
     size_t mc = (size_t)a->max_clients;
 
+    size_t sf = fed_merge_state_floats(a->merge);
+
     a->host = fed_malloc(a->nparams * sizeof(float));
+    a->committed = fed_malloc(a->nparams * sizeof(float));
+    a->committed_state = sf ? fed_malloc(sf * sizeof(float)) : NULL;
     a->dev = fed_calloc(mc, sizeof *a->dev);
     a->inputs = fed_calloc(mc, sizeof *a->inputs);
     a->results = fed_calloc(mc, sizeof *a->results);
     a->parts = fed_calloc(mc, sizeof *a->parts);
-    if (!a->host || !a->dev || !a->inputs || !a->results || !a->parts)
+    if (!a->host || !a->committed || (sf && !a->committed_state) || !a->dev || !a->inputs ||
+        !a->results || !a->parts)
         return FED_ERR_NOMEM;
     return FED_OK;
 }
@@ -185,6 +193,8 @@ void fed_node_agg_free(fed_node *n)
     fed_free(a->holds);
     fed_free(a->model_vec);
     fed_free(a->host);
+    fed_free(a->committed);
+    fed_free(a->committed_state);
     fed_merge_free(a->merge);
     fed_model_free(a->model);
     fed_model_free(a->ev.model);
@@ -870,6 +880,32 @@ static void spread_results(node_agg *a, int count)
             a->results[i] = a->results[--k];
 }
 
+/* Before a merge: the global and strategy state as committed (the host
+ * copy mirrors the model between rounds). */
+static fed_err keep_committed(fed_node *n)
+{
+    node_agg *a = n->agg;
+
+    memcpy(a->committed, a->host, a->nparams * sizeof(float));
+    return a->committed_state ? fed_merge_get_state(a->merge, a->committed_state) : FED_OK;
+}
+
+/* After a failed commit: the model and strategy as they were committed,
+ * not as the merge left them (the round's deltas would count twice). */
+static void back_to_committed(fed_node *n)
+{
+    node_agg *a = n->agg;
+    fed_err e;
+
+    memcpy(a->host, a->committed, a->nparams * sizeof(float));
+    e = fed_model_set_params(a->model, a->host);
+    if (e == FED_OK && a->committed_state)
+        e = fed_merge_set_state(a->merge, a->committed_state);
+    if (e != FED_OK) /* a device copy failed: the next try merges into what it holds */
+        fed_log(FED_LOG_ERROR, "aggregator: restoring the committed model failed: %s",
+                fed_strerror(e));
+}
+
 static fed_err close_round(fed_node *n)
 {
     node_agg *a = n->agg;
@@ -883,7 +919,7 @@ static fed_err close_round(fed_node *n)
     info.sampled = (uint32_t)a->nparts;
     info.start_ms = fed_node_wall_ms(n) - (n->env.now_ms(n->env.self) - a->round_start_ms);
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_DEADLINE);
-    if ((e = gather_inputs(n, &count)) != FED_OK)
+    if ((e = gather_inputs(n, &count)) != FED_OK || (e = keep_committed(n)) != FED_OK)
         goto fail;
     e = fed_merge_apply(a->merge, fed_model_params_dev(a->model), a->inputs, count, a->results);
     if (e != FED_OK || (e = fed_model_get_params(a->model, a->host)) != FED_OK)
@@ -923,12 +959,8 @@ static fed_err close_round(fed_node *n)
     return e;
 fail:
     /* nothing was committed: the round is redone with whoever is waiting,
-       from the model as it now is */
-    {
-        fed_err ignored = fed_model_get_params(a->model, a->host);
-
-        (void)ignored;
-    }
+       from the last committed global (its clients resend the same deltas) */
+    back_to_committed(n);
     fed_log(FED_LOG_ERROR, "aggregator: round %llu failed (%s); %zu of %zu deltas in",
             (unsigned long long)(n->round + 1), fed_strerror(e), parts_got(a), a->nparts);
     parts_clear(a);

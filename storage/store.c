@@ -554,14 +554,18 @@ static fed_err apply_pragmas(fed_store *st, int fresh, int readonly)
     if ((e = pragma_int(st, "PRAGMA page_size", &ps)) != FED_OK)
         return e;
     st->page_size = (int)ps;
-    if (st->opts.max_bytes) {
-        uint64_t pages = st->opts.max_bytes / (uint64_t)ps;
+    return st->opts.max_bytes ? fed_store_set_max_bytes(st, st->opts.max_bytes) : FED_OK;
+}
 
-        snprintf(sql, sizeof sql, "PRAGMA max_page_count = %" PRIu64, pages ? pages : 1);
-        if ((e = store_exec(st, sql)) != FED_OK)
-            return e;
-    }
-    return FED_OK;
+fed_err fed_store_set_max_bytes(fed_store *st, uint64_t bytes)
+{
+    /* SQLite's largest page count: 0 lifts the cap */
+    uint64_t pages = bytes ? bytes / (uint64_t)st->page_size : UINT64_C(4294967294);
+    char sql[64];
+
+    snprintf(sql, sizeof sql, "PRAGMA max_page_count = %" PRIu64, pages ? pages : 1);
+    st->opts.max_bytes = bytes;
+    return store_exec(st, sql);
 }
 
 static int valid_page_size(int ps)

@@ -101,6 +101,9 @@ int fed_store_schema(const fed_store *st);
  * as fed_store_open does. */
 FED_WUR fed_err fed_store_restart(fed_store *st);
 int fed_store_page_size(const fed_store *st);
+/* The cap on the file, as fed_store_opts.max_bytes, now (0: none); never
+ * below what the file holds already, so 1 stops it growing. */
+FED_WUR fed_err fed_store_set_max_bytes(fed_store *st, uint64_t bytes);
 
 /* The node key the database belongs to: set once; a different key later is
  * FED_ERR_KEY (one database, one node). get gives FED_ERR_NOTFOUND if unset. */

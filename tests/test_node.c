@@ -26,6 +26,7 @@
 #include "node/node.h"
 #include "node/node_impl.h" /* the training job, tested alone */
 #include "sim/host.h"
+#include "storage/store.h"
 #include "sim/world.h"
 
 #define MAXC 160
@@ -694,6 +695,56 @@ static void test_crash_restart(void **state)
 
 /* A client whose key is not in the allow-list: its frames are refused and
  * counted, it is never sampled, never merged, never recorded. */
+/* The aggregator's disk fills after round 1: round 2's commit fails
+ * (FED_ERR_FULL) again and again, nothing of it is committed, and round
+ * 3's MODEL, sealed beside each failing commit, is never sent: no client
+ * trains round 3 while the disk stays full (round 2 runs again, its
+ * clients resending their deltas). With room again, round 2 commits and
+ * rounds 3 and 4 follow, each the plain FedAvg of its deltas. */
+static void test_full_disk_aggregator(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 4, .spec = "logreg", .per_client = 100, .rounds = 4,
+                   .min_clients = 4, .deadline_ms = 20000, .seed = 13};
+    fed_store_round row;
+    fed_store *st;
+    scen s;
+
+    if (!have_data(fx))
+        return;
+    scen_build(&s, fx, &o);
+    capture_initial(&s);
+    step_until_commit(&s, 1);
+    st = fed_sim_host_store(s.agg);
+    assert_int_equal(fed_store_set_max_bytes(st, 1), FED_OK); /* no room to grow */
+    /* a few tries only (each takes ~25 virtual ms), so that every delta
+       taken fits the MAXC this test records */
+    assert_int_equal(fed_sim_world_run_until(s.w, fed_sim_world_now_us(s.w) / 1000 + 150),
+                     FED_OK);
+    assert_int_equal(s.commits[2], 0);
+    assert_int_equal(fed_store_get_round(st, 2, &row), FED_ERR_NOTFOUND);
+    assert_true(s.ndeltas[2] > 8); /* round 2 ran at least three times */
+    assert_int_equal(s.ndeltas[3], 0);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(fed_node_round(fed_sim_host_node(s.cl[i])), 2);
+    assert_int_equal(fed_store_set_max_bytes(st, 0), FED_OK);
+    scen_run(&s, 600000);
+    for (int r = 1; r <= 4; r++)
+        assert_int_equal(s.commits[r], 1);
+    assert_int_equal(s.info[2].merged, 4);
+    assert_int_equal(fed_store_get_round(st, 2, &row), FED_OK);
+    /* round 2 merged the last 4 deltas it took (earlier takes: the same
+       deltas resent) into the global of round 1, not into a failed merge */
+    for (int k = 0; k < s.ndeltas[2] - 4; k++)
+        free(s.deltas[2][k].delta);
+    memmove(s.deltas[2], s.deltas[2] + s.ndeltas[2] - 4, 4 * sizeof s.deltas[2][0]);
+    s.ndeltas[2] = 4;
+    expect_fedavg(&s, 2);
+    expect_fedavg(&s, 3);
+    expect_fedavg(&s, 4);
+    scen_free(&s);
+}
+
 static void test_non_member(void **state)
 {
     const fixture *fx = *state;
@@ -835,6 +886,7 @@ int main(void)
         cmocka_unit_test(test_straggler_late),
         cmocka_unit_test(test_crash_restart),
         cmocka_unit_test(test_non_member),
+        cmocka_unit_test(test_full_disk_aggregator),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_train_job_reuse),
         cmocka_unit_test(test_async_fedbuff),
