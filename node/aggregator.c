@@ -64,6 +64,7 @@ typedef struct agg_part {
     uint8_t key[32];
     int got;          /* its delta is in */
     uint64_t base;    /* the round it trained (< the round filled: stale, async) */
+    uint64_t epoch;   /* its sender epoch, as its delta said */
     uint64_t samples;
     float *delta;     /* (nparams) host, owned */
     uint8_t header[FED_WIRE_HEADER_BYTES];
@@ -83,8 +84,9 @@ struct node_agg {
     size_t nholds, cap_holds;
     agg_part *parts;       /* (nparts) sampled this round, sorted by key */
     size_t nparts;
-    uint8_t *model_vec;    /* the global vector, f32 encoded, this round */
+    uint8_t *model_vec;    /* the global vector, f32 encoded, for round model_vec_round */
     size_t model_vec_len, model_vec_cap;
+    uint64_t model_vec_round;
     float *host;           /* (nparams) the global model's parameters on the host, fetched
                               once at start and once after each merge; the checkpoint,
                               the MODEL and the evaluation read them from here */
@@ -398,15 +400,22 @@ static size_t sample_size(const fed_node *n, size_t waiting)
     return k;
 }
 
-/* The round's MODEL vector: the global parameters, f32 encoded. */
-static fed_err encode_global(fed_node *n)
+/* Round `round`'s MODEL vector: the global parameters, f32 encoded (once:
+ * a round sealed ahead encoded it at the last commit). */
+static fed_err encode_global(fed_node *n, uint64_t round)
 {
     node_agg *a = n->agg;
     fed_codec f32 = {.id = FED_CODEC_F32};
+    fed_err e;
 
+    if (a->model_vec_len && a->model_vec_round == round)
+        return FED_OK;
     fed_node_tx_drop_all(n); /* streams of the old vector: their clients ask again */
-    return fed_node_encode_vec(&f32, a->host, a->nparams, NULL, &a->model_vec, &a->model_vec_cap,
-                               &a->model_vec_len);
+    a->model_vec_len = 0;
+    e = fed_node_encode_vec(&f32, a->host, a->nparams, NULL, &a->model_vec, &a->model_vec_cap,
+                            &a->model_vec_len);
+    a->model_vec_round = e == FED_OK ? round : 0;
+    return e;
 }
 
 static void settings_of_round(const fed_node *n, fed_wire_block *b)
@@ -479,7 +488,7 @@ static fed_err start_round(fed_node *n)
     uint64_t seed;
     fed_err e;
 
-    if ((e = encode_global(n)) != FED_OK)
+    if ((e = encode_global(n, n->round + 1)) != FED_OK)
         return e;
     n->env.random(n->env.self, &seed, sizeof seed);
     fed_rng_seed(&rng, seed);
@@ -721,6 +730,59 @@ out:
     return e;
 }
 
+/* commit_round as one piece of the pool's work. */
+typedef struct agg_commit {
+    fed_node *n;
+    const fed_node_round_info *info;
+    uint8_t *hash;
+    fed_err err;
+} agg_commit;
+
+static void commit_piece(void *ctx)
+{
+    agg_commit *c = ctx;
+
+    c->err = commit_round(c->n, c->info, c->hash);
+}
+
+/* The round's commit, and beside it, on the pool, the next round's MODEL
+ * sealed for the clients whose deltas just came: they ask for it at once,
+ * and the next round samples them all whenever it takes every waiting
+ * client. Nothing is sent before start_round, after the commit is durable:
+ * sealing ahead only uses the core the commit (hashing, then fsync) leaves
+ * idle. The last round and async mode just commit. */
+static fed_err commit_sealing_ahead(fed_node *n, const fed_node_round_info *info,
+                                    uint8_t hash[32])
+{
+    node_agg *a = n->agg;
+    agg_commit c = {n, info, hash, FED_OK};
+    node_cast *to = NULL;
+    fed_wire_block b;
+    size_t k = 0;
+    fed_err ignored;
+
+    if (is_async(n) || (n->cfg.rounds && info->round >= n->cfg.rounds) ||
+        encode_global(n, info->round + 1) != FED_OK ||
+        !(to = fed_malloc((a->nparts ? a->nparts : 1) * sizeof *to))) {
+        commit_piece(&c);
+        return c.err;
+    }
+    for (size_t i = 0; i < a->nparts; i++) {
+        if (!a->parts[i].got)
+            continue;
+        to[k].req = NULL;
+        memcpy(to[k].to, a->parts[i].key, 32);
+        to[k].recipient_epoch = a->parts[i].epoch;
+        k++;
+    }
+    settings_of_round(n, &b);
+    ignored = fed_node_cast_ahead(n, to, k, FED_WIRE_MODEL, info->round + 1, FED_CODEC_F32, &b,
+                                  a->model_vec, a->model_vec_len, commit_piece, &c);
+    (void)ignored; /* nothing sealed ahead: start_round seals them all */
+    fed_free(to);
+    return c.err;
+}
+
 static void evaluate(fed_node *n, fed_node_round_info *info)
 {
     fed_step_stats st = {0};
@@ -898,6 +960,7 @@ static void back_to_committed(fed_node *n)
     fed_err e;
 
     memcpy(a->host, a->committed, a->nparams * sizeof(float));
+    a->model_vec_len = 0;
     e = fed_model_set_params(a->model, a->host);
     if (e == FED_OK && a->committed_state)
         e = fed_merge_set_state(a->merge, a->committed_state);
@@ -922,6 +985,7 @@ static fed_err close_round(fed_node *n)
     if ((e = gather_inputs(n, &count)) != FED_OK || (e = keep_committed(n)) != FED_OK)
         goto fail;
     e = fed_merge_apply(a->merge, fed_model_params_dev(a->model), a->inputs, count, a->results);
+    a->model_vec_len = 0; /* the global moved: no MODEL vector encoded yet */
     if (e != FED_OK || (e = fed_model_get_params(a->model, a->host)) != FED_OK)
         goto fail;
     spread_results(a, count);
@@ -934,7 +998,7 @@ static fed_err close_round(fed_node *n)
         }
     }
     info.loss = info.accuracy = NAN; /* measured once the next round is out */
-    if ((e = commit_round(n, &info, hash)) != FED_OK)
+    if ((e = commit_sealing_ahead(n, &info, hash)) != FED_OK)
         goto fail;
     memcpy(info.model_hash, hash, 32);
     info.end_ms = fed_node_wall_ms(n);
@@ -961,6 +1025,7 @@ fail:
     /* nothing was committed: the round is redone with whoever is waiting,
        from the last committed global (its clients resend the same deltas) */
     back_to_committed(n);
+    fed_node_cast_drop_ahead(n); /* the next round's, which will not come */
     fed_log(FED_LOG_ERROR, "aggregator: round %llu failed (%s); %zu of %zu deltas in",
             (unsigned long long)(n->round + 1), fed_strerror(e), parts_got(a), a->nparts);
     parts_clear(a);
@@ -1002,7 +1067,7 @@ static fed_err async_open_round(fed_node *n)
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_DEADLINE);
     if (n->round + 1 > n->cfg.max_staleness)
         fed_node_rx_drop_before(n, n->round + 1 - n->cfg.max_staleness);
-    if ((e = encode_global(n)) != FED_OK)
+    if ((e = encode_global(n, n->round + 1)) != FED_OK)
         return e;
     settings_of_round(n, &b);
     while (a->nholds) {
@@ -1072,6 +1137,7 @@ static fed_err take_delta(fed_node *n, node_open *op, agg_part *p)
 
     p->got = 1;
     p->base = m->hdr.round;
+    p->epoch = m->hdr.sender_epoch;
     p->samples = m->block.samples;
     p->delta = op->vec;
     op->vec = NULL;

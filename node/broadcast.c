@@ -5,9 +5,12 @@
  * made one by one on the loop thread it lets the first clients start
  * training while the last ones still wait, competing with them for the
  * cores; sealed together, every recipient starts within a few ms of the
- * others. Owns the frame buffers it keeps between broadcasts; the wire's
- * sequence numbers, sessions and nonces are still drawn on the loop
- * thread, in recipient order, exactly as one fed_node_emit each would. */
+ * others. Frames may also be sealed ahead, beside other work (the
+ * aggregator's commit), and sent by the broadcast that names their
+ * recipient, type and round. Owns the frame buffers it keeps between
+ * broadcasts; the wire's sequence numbers, sessions and nonces are still
+ * drawn on the loop thread, in recipient order, exactly as one
+ * fed_node_emit each would. */
 #include <string.h>
 
 #include "core/alloc.h"
@@ -15,23 +18,32 @@
 #include "node/node_impl.h"
 
 /* Frames sealed together: at most this many, holding at most this many
- * bytes (at least one frame); past either a broadcast goes out in batches. */
+ * bytes (at least one frame); past either a broadcast goes out in batches
+ * (and nothing is sealed ahead). */
 #define NODE_CAST_MAX_FRAMES 64
 #define NODE_CAST_BYTES ((size_t)64 << 20)
+
+/* One frame: the ticket made on the loop, sealed on the pool, sent (or
+ * dropped) on the loop; the ticket pins its session until then. */
+typedef struct cast_one {
+    fed_wire_ticket t;
+    uint8_t nonce[24]; /* drawn on the loop thread, in order */
+    uint8_t *frame;
+    size_t len;        /* out: the sealed frame's bytes */
+    fed_err err;       /* out */
+    int ready;         /* the ticket was made (and is still pinned) */
+} cast_one;
 
 struct node_cast_buf {
     uint8_t **frames; /* (nframes) each cap bytes */
     size_t nframes, cap;
+    /* frames sealed ahead: frames[0..nahead), for ahead_to[i] */
+    cast_one *ahead;
+    node_cast *ahead_to;
+    size_t nahead, cap_ahead;
+    uint8_t ahead_type;
+    uint64_t ahead_round;
 };
-
-/* One frame of a batch: the ticket made on the loop, sealed on the pool. */
-typedef struct cast_one {
-    fed_wire_ticket t;
-    uint8_t nonce[24]; /* drawn on the loop thread, in order */
-    size_t len;        /* out: the sealed frame's bytes */
-    fed_err err;       /* out */
-    int ready;         /* the ticket was made */
-} cast_one;
 
 typedef struct cast_batch {
     fed_node *n;
@@ -39,8 +51,29 @@ typedef struct cast_batch {
     const uint8_t *vec;
     size_t vlen;
     cast_one *one;
-    uint8_t **frames;
+    size_t k;
+    void (*beside)(void *ctx); /* piece k, when set */
+    void *beside_ctx;
 } cast_batch;
+
+/* The ticket's pin released: counted as sent when result is FED_OK. */
+static void cast_done(fed_node *n, cast_one *o, fed_err result)
+{
+    if (o->ready)
+        fed_wire_seal_done(n->wire, &o->t, result);
+    o->ready = 0;
+}
+
+void fed_node_cast_drop_ahead(fed_node *n)
+{
+    node_cast_buf *c = n->cast;
+
+    if (!c)
+        return;
+    for (size_t i = 0; i < c->nahead; i++)
+        cast_done(n, &c->ahead[i], FED_ERR_CLOSED);
+    c->nahead = 0;
+}
 
 void fed_node_cast_free(fed_node *n)
 {
@@ -48,14 +81,18 @@ void fed_node_cast_free(fed_node *n)
 
     if (!c)
         return;
+    fed_node_cast_drop_ahead(n);
     for (size_t i = 0; i < c->nframes; i++)
         fed_free(c->frames[i]);
     fed_free(c->frames);
+    fed_free(c->ahead);
+    fed_free(c->ahead_to);
     fed_free(c);
     n->cast = NULL;
 }
 
-/* At least want frames of cap bytes each. */
+/* At least want frames of cap bytes each (a larger cap than before drops
+ * every frame, those sealed ahead included). */
 static fed_err cast_reserve(fed_node *n, size_t want, size_t cap)
 {
     node_cast_buf *c = n->cast;
@@ -66,7 +103,8 @@ static fed_err cast_reserve(fed_node *n, size_t want, size_t cap)
             return FED_ERR_NOMEM;
         n->cast = c;
     }
-    if (cap > c->cap) { /* a larger vector than before: every frame again */
+    if (cap > c->cap) {
+        fed_node_cast_drop_ahead(n);
         for (size_t i = 0; i < c->nframes; i++)
             fed_free(c->frames[i]);
         c->nframes = 0;
@@ -91,16 +129,23 @@ static void cast_nonce(void *ctx, void *buf, size_t len)
     memcpy(buf, o->nonce, len < sizeof o->nonce ? len : sizeof o->nonce);
 }
 
-/* Pool piece i: block and vector into frame i, sealed. */
+/* Pool piece i: block and vector into frame i, sealed (or, past the last
+ * frame, the work done beside). */
 static void cast_seal(void *ctx, size_t i)
 {
     cast_batch *cb = ctx;
-    cast_one *o = &cb->one[i];
-    uint8_t *payload = fed_wire_payload(cb->frames[i]);
+    cast_one *o;
+    uint8_t *payload;
     size_t blen = 0;
 
+    if (i == cb->k) {
+        cb->beside(cb->beside_ctx);
+        return;
+    }
+    o = &cb->one[i];
     if (!o->ready)
         return;
+    payload = fed_wire_payload(o->frame);
     o->err = fed_wire_block_encode(o->t.hdr.type, cb->b, payload, o->t.hdr.payload_len, &blen);
     if (o->err == FED_OK && blen + cb->vlen != o->t.hdr.payload_len)
         o->err = FED_ERR_INTERNAL;
@@ -108,10 +153,10 @@ static void cast_seal(void *ctx, size_t i)
         return;
     if (cb->vlen)
         memcpy(payload + blen, cb->vec, cb->vlen);
-    o->err = fed_wire_seal_ticket(cb->n->wire, &o->t, cb->frames[i], cast_nonce, o, &o->len);
+    o->err = fed_wire_seal_ticket(cb->n->wire, &o->t, o->frame, cast_nonce, o, &o->len);
 }
 
-/* Loop thread: header, sequence, session and nonce of frame i. */
+/* Loop thread: header, sequence, session and nonce of one frame. */
 static fed_err cast_prepare(fed_node *n, const node_cast *to, uint8_t type, uint64_t round,
                             uint16_t codec, size_t payload_len, cast_one *o)
 {
@@ -127,33 +172,148 @@ static fed_err cast_prepare(fed_node *n, const node_cast *to, uint8_t type, uint
     return FED_OK;
 }
 
-static fed_err cast_batch_send(fed_node *n, const node_cast *to, size_t k, uint8_t type,
-                               uint64_t round, uint16_t codec, const fed_wire_block *b,
-                               const uint8_t *vec, size_t vlen, cast_one *one)
+/* Seals k frames into one[i].frame (set by the caller) on the pool, with
+ * beside (may be NULL) as one more piece. The tickets stay pinned. */
+static void cast_seal_all(fed_node *n, const node_cast *to, size_t k, uint8_t type,
+                          uint64_t round, uint16_t codec, const fed_wire_block *b,
+                          const uint8_t *vec, size_t vlen, cast_one *one,
+                          void (*beside)(void *ctx), void *beside_ctx)
 {
     size_t payload_len = fed_wire_block_size(type) + vlen;
-    cast_batch cb = {n, b, vec, vlen, one, n->cast->frames};
-    fed_err first = FED_OK;
+    cast_batch cb = {n, b, vec, vlen, one, k, beside, beside_ctx};
 
-    memset(one, 0, k * sizeof *one);
-    for (size_t i = 0; i < k; i++)
-        one[i].err = cast_prepare(n, &to[i], type, round, codec, payload_len, &one[i]);
-    fed_pool_parallel_for(n->cfg.pool, k, cast_seal, &cb);
     for (size_t i = 0; i < k; i++) {
-        fed_err e = one[i].err;
+        uint8_t *frame = one[i].frame;
 
-        if (one[i].ready)
-            fed_wire_seal_done(n->wire, &one[i].t, e);
-        if (e == FED_OK) {
-            e = fed_node_transmit(n, to[i].req, to[i].to, cb.frames[i], one[i].len);
-        } else {
-            fed_log(FED_LOG_ERROR, "node: sealing a %s frame failed: %s",
-                    fed_wire_type_name(type), fed_strerror(e));
-            fed_node_refuse(n, to[i].req);
+        memset(&one[i], 0, sizeof one[i]);
+        one[i].frame = frame;
+        one[i].err = cast_prepare(n, &to[i], type, round, codec, payload_len, &one[i]);
+    }
+    fed_pool_parallel_for(n->cfg.pool, k + (beside ? 1 : 0), cast_seal, &cb);
+}
+
+/* Loop thread: frame o to `to`, or its refusal. */
+static fed_err cast_send(fed_node *n, const node_cast *to, cast_one *o, uint8_t type)
+{
+    fed_err e = o->err;
+
+    cast_done(n, o, e);
+    if (e == FED_OK)
+        return fed_node_transmit(n, to->req, to->to, o->frame, o->len);
+    fed_log(FED_LOG_ERROR, "node: sealing a %s frame failed: %s", fed_wire_type_name(type),
+            fed_strerror(e));
+    fed_node_refuse(n, to->req);
+    return e;
+}
+
+/* Frames of at most this many bytes go in batches of this many. */
+static size_t cast_batch_size(size_t fbytes)
+{
+    size_t batch = NODE_CAST_BYTES / fbytes;
+
+    return batch == 0 ? 1 : batch > NODE_CAST_MAX_FRAMES ? NODE_CAST_MAX_FRAMES : batch;
+}
+
+fed_err fed_node_cast_ahead(fed_node *n, const node_cast *to, size_t k, uint8_t type,
+                            uint64_t round, uint16_t codec, const fed_wire_block *b,
+                            const uint8_t *vec, size_t vlen, void (*beside)(void *ctx),
+                            void *beside_ctx)
+{
+    size_t fbytes = fed_wire_frame_bytes(fed_wire_block_size(type) + vlen);
+    node_cast_buf *c;
+    fed_err e;
+
+    fed_node_cast_drop_ahead(n);
+    if (k == 0 || fbytes > fed_wire_config(n->wire)->max_frame || k > cast_batch_size(fbytes) ||
+        (e = cast_reserve(n, k, fbytes)) != FED_OK) {
+        beside(beside_ctx); /* nothing ahead, then */
+        return FED_OK;
+    }
+    c = n->cast;
+    if (k > c->cap_ahead) {
+        cast_one *a = fed_realloc(c->ahead, k * sizeof *a);
+        node_cast *t = a ? fed_realloc(c->ahead_to, k * sizeof *t) : NULL;
+
+        if (a)
+            c->ahead = a;
+        if (!t) {
+            beside(beside_ctx);
+            return FED_ERR_NOMEM;
         }
+        c->ahead_to = t;
+        c->cap_ahead = k;
+    }
+    for (size_t i = 0; i < k; i++)
+        c->ahead[i].frame = c->frames[i];
+    memcpy(c->ahead_to, to, k * sizeof *to);
+    cast_seal_all(n, to, k, type, round, codec, b, vec, vlen, c->ahead, beside, beside_ctx);
+    c->nahead = k;
+    c->ahead_type = type;
+    c->ahead_round = round;
+    return FED_OK;
+}
+
+/* The frame sealed ahead for `to` (same key and epoch), or NULL. */
+static cast_one *ahead_find(node_cast_buf *c, const node_cast *to, uint8_t type, uint64_t round)
+{
+    if (!c || c->ahead_type != type || c->ahead_round != round)
+        return NULL;
+    for (size_t i = 0; i < c->nahead; i++)
+        if (c->ahead[i].ready && c->ahead_to[i].recipient_epoch == to->recipient_epoch &&
+            !memcmp(c->ahead_to[i].to, to->to, 32))
+            return &c->ahead[i];
+    return NULL;
+}
+
+/* One by one, through fed_node_emit_vec (a stream, or a single frame). */
+static fed_err cast_one_by_one(fed_node *n, const node_cast *to, size_t k, uint8_t type,
+                               uint64_t round, uint16_t codec, const fed_wire_block *b,
+                               const uint8_t *vec, size_t vlen)
+{
+    fed_err e, first = FED_OK;
+
+    for (size_t i = 0; i < k; i++) {
+        fed_wire_hdr h;
+
+        e = fed_node_header(n, type, to[i].to, round, to[i].recipient_epoch, codec, &h);
+        if (e == FED_OK)
+            e = fed_node_emit_vec(n, to[i].req, &h, b, vec, vlen);
+        else
+            fed_node_refuse(n, to[i].req);
         if (e != FED_OK && first == FED_OK)
             first = e;
     }
+    return first;
+}
+
+/* Seals rest (nrest > 1) together, in batches, and sends each batch. */
+static fed_err cast_rest(fed_node *n, const node_cast *rest, size_t nrest, uint8_t type,
+                         uint64_t round, uint16_t codec, const fed_wire_block *b,
+                         const uint8_t *vec, size_t vlen)
+{
+    size_t fbytes = fed_wire_frame_bytes(fed_wire_block_size(type) + vlen);
+    size_t batch = cast_batch_size(fbytes);
+    cast_one *one = NULL;
+    fed_err e, first = FED_OK;
+
+    batch = batch > nrest ? nrest : batch;
+    if ((e = cast_reserve(n, batch, fbytes)) != FED_OK ||
+        !(one = fed_malloc(batch * sizeof *one))) {
+        for (size_t i = 0; i < nrest; i++)
+            fed_node_refuse(n, rest[i].req);
+        return e != FED_OK ? e : FED_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < nrest; i += batch) {
+        size_t m = nrest - i < batch ? nrest - i : batch;
+
+        for (size_t j = 0; j < m; j++)
+            one[j].frame = n->cast->frames[j];
+        cast_seal_all(n, rest + i, m, type, round, codec, b, vec, vlen, one, NULL, NULL);
+        for (size_t j = 0; j < m; j++)
+            if ((e = cast_send(n, &rest[i + j], &one[j], type)) != FED_OK && first == FED_OK)
+                first = e;
+    }
+    fed_free(one);
     return first;
 }
 
@@ -161,47 +321,37 @@ fed_err fed_node_broadcast(fed_node *n, const node_cast *to, size_t k, uint8_t t
                            uint64_t round, uint16_t codec, const fed_wire_block *b,
                            const uint8_t *vec, size_t vlen)
 {
-    size_t payload_len = fed_wire_block_size(type) + vlen;
-    size_t fbytes = fed_wire_frame_bytes(payload_len), batch;
-    cast_one *one = NULL;
+    size_t fbytes = fed_wire_frame_bytes(fed_wire_block_size(type) + vlen), nrest = 0;
+    node_cast *rest = NULL;
     fed_err e, first = FED_OK;
 
-    if (k == 0)
-        return FED_OK;
-    if (fbytes > fed_wire_config(n->wire)->max_frame || k == 1) {
-        /* a stream (each recipient pulls its own), or nothing to overlap */
-        for (size_t i = 0; i < k; i++) {
-            fed_wire_hdr h;
-
-            e = fed_node_header(n, type, to[i].to, round, to[i].recipient_epoch, codec, &h);
-            if (e == FED_OK)
-                e = fed_node_emit_vec(n, to[i].req, &h, b, vec, vlen);
-            else
-                fed_node_refuse(n, to[i].req);
-            if (e != FED_OK && first == FED_OK)
-                first = e;
-        }
-        return first;
+    if (fbytes > fed_wire_config(n->wire)->max_frame) { /* streams: each pulls its own */
+        fed_node_cast_drop_ahead(n);
+        return cast_one_by_one(n, to, k, type, round, codec, b, vec, vlen);
     }
-    batch = NODE_CAST_BYTES / fbytes;
-    batch = batch == 0 ? 1 : batch > NODE_CAST_MAX_FRAMES ? NODE_CAST_MAX_FRAMES : batch;
-    batch = batch > k ? k : batch;
-    if ((e = cast_reserve(n, batch, fbytes)) != FED_OK ||
-        !(one = fed_malloc(batch * sizeof *one))) {
-        e = e != FED_OK ? e : FED_ERR_NOMEM;
-        for (size_t i = 0; i < k; i++)
+    /* those sealed ahead go now (transmit copies them); the rest are sealed
+       together after */
+    for (size_t i = 0; i < k; i++) {
+        cast_one *o = ahead_find(n->cast, &to[i], type, round);
+
+        e = FED_OK;
+        if (o)
+            e = cast_send(n, &to[i], o, type);
+        else if (rest || (rest = fed_malloc(k * sizeof *rest)))
+            rest[nrest++] = to[i];
+        else {
+            e = FED_ERR_NOMEM;
             fed_node_refuse(n, to[i].req);
-        goto out;
-    }
-    for (size_t i = 0; i < k; i += batch) {
-        size_t m = k - i < batch ? k - i : batch;
-
-        e = cast_batch_send(n, to + i, m, type, round, codec, b, vec, vlen, one);
+        }
         if (e != FED_OK && first == FED_OK)
             first = e;
     }
-    e = first;
-out:
-    fed_free(one);
-    return e;
+    fed_node_cast_drop_ahead(n); /* the ones nobody took */
+    e = nrest == 1   ? cast_one_by_one(n, rest, 1, type, round, codec, b, vec, vlen)
+        : nrest > 1 ? cast_rest(n, rest, nrest, type, round, codec, b, vec, vlen)
+                    : FED_OK;
+    if (e != FED_OK && first == FED_OK)
+        first = e;
+    fed_free(rest);
+    return first;
 }

@@ -136,11 +136,11 @@ void fed_node_free(fed_node *n)
     }
     if (n->wire)
         fed_node_tx_drop_all(n);
+    fed_node_cast_free(n); /* unpins what was sealed ahead: before the wire */
     fed_wire_free(n->wire); /* closes the incoming streams ... */
     fed_node_rx_free_all(n); /* ... whose buffers are ours */
     fed_free(n->peers);
     fed_free(n->txbuf);
-    fed_node_cast_free(n);
     fed_free(n);
 }
 
