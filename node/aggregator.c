@@ -38,6 +38,9 @@ typedef struct agg_eval_wait {
  * their parameters (at least one); past that the oldest waiting round is
  * reported without an accuracy. */
 #define AGG_EVAL_QUEUE_MAX 8
+/* After a failed round (a failed commit), the next try waits gather_ms,
+ * then twice as long each time, up to this. */
+#define AGG_RETRY_MAX_MS 60000
 #define AGG_EVAL_QUEUE_BYTES ((size_t)64 << 20)
 
 /* The held-out evaluation of a committed round, as an idle job on its own
@@ -79,6 +82,8 @@ struct node_agg {
     size_t nparams;
     agg_state state;
     int gathered;          /* gather_ms passed since the last round: min_clients will do */
+    uint32_t failed;       /* rounds failed in a row (a full disk): the next try waits */
+    uint64_t retry_at_ms;  /* no round starts before this (now_ms), after a failure */
     uint64_t round_start_ms;
     agg_hold *holds;
     size_t nholds, cap_holds;
@@ -530,7 +535,7 @@ static fed_err maybe_start(fed_node *n)
     node_agg *a = n->agg;
     size_t want = n->cfg.wait_clients ? n->cfg.wait_clients : n->cfg.min_clients;
 
-    if (a->state != AGG_IDLE)
+    if (a->state != AGG_IDLE || n->env.now_ms(n->env.self) < a->retry_at_ms)
         return FED_OK;
     if (a->nholds >= want || (a->gathered && a->nholds >= n->cfg.min_clients))
         return start_round(n);
@@ -1001,6 +1006,8 @@ static fed_err close_round(fed_node *n)
     if ((e = commit_sealing_ahead(n, &info, hash)) != FED_OK)
         goto fail;
     memcpy(info.model_hash, hash, 32);
+    a->failed = 0;
+    a->retry_at_ms = 0;
     info.end_ms = fed_node_wall_ms(n);
     n->round = info.round;
     fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing)",
@@ -1026,16 +1033,28 @@ fail:
        from the last committed global (its clients resend the same deltas) */
     back_to_committed(n);
     fed_node_cast_drop_ahead(n); /* the next round's, which will not come */
-    fed_log(FED_LOG_ERROR, "aggregator: round %llu failed (%s); %zu of %zu deltas in",
-            (unsigned long long)(n->round + 1), fed_strerror(e), parts_got(a), a->nparts);
     parts_clear(a);
     if (is_async(n)) { /* the buffer is dropped; its clients train again */
+        fed_log(FED_LOG_ERROR, "aggregator: round %llu failed (%s)",
+                (unsigned long long)(n->round + 1), fed_strerror(e));
         (void)async_open_round(n);
         return e;
     }
+    /* the clients would resend at once and the commit fail again (a disk
+       stays full): each try waits twice as long, up to a minute */
+    a->failed++;
+    {
+        uint64_t wait = n->cfg.gather_ms ? n->cfg.gather_ms : 1000;
+
+        for (uint32_t i = 1; i < a->failed && wait < AGG_RETRY_MAX_MS; i++)
+            wait *= 2;
+        wait = wait < AGG_RETRY_MAX_MS ? wait : AGG_RETRY_MAX_MS;
+        a->retry_at_ms = n->env.now_ms(n->env.self) + wait;
+        fed_log(FED_LOG_ERROR, "aggregator: round %llu failed (%s); trying again in %llu ms",
+                (unsigned long long)(n->round + 1), fed_strerror(e), (unsigned long long)wait);
+    }
     a->state = AGG_IDLE;
-    (void)n->env.set_timer(n->env.self, n->env.now_ms(n->env.self) + n->cfg.gather_ms,
-                           NODE_TIMER_ROUND);
+    (void)n->env.set_timer(n->env.self, a->retry_at_ms, NODE_TIMER_ROUND);
     return e;
 }
 
