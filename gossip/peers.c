@@ -283,12 +283,12 @@ static int entry_newer(const peer_entry *pe, const fed_gossip_entry *e)
     return strcmp(e->url, pe->url) > 0;
 }
 
-fed_err fed_gossip_peers_learn(fed_gossip_peers *p, const fed_gossip_entry *e, int *changed)
+fed_err fed_gossip_peers_learn(fed_gossip_peers *p, const fed_gossip_entry *e, int *what)
 {
     peer_entry *pe = NULL;
 
-    if (changed)
-        *changed = 0;
+    if (what)
+        *what = FED_GOSSIP_KEPT;
     for (size_t i = 0; i < p->n; i++)
         if (!memcmp(p->e[i].key, e->key, 32)) {
             pe = &p->e[i];
@@ -312,8 +312,8 @@ fed_err fed_gossip_peers_learn(fed_gossip_peers *p, const fed_gossip_entry *e, i
         memset(pe, 0, sizeof *pe);
         memcpy(pe->key, e->key, 32);
     }
-    if (changed)
-        *changed = strcmp(pe->url, e->url) != 0;
+    if (what)
+        *what = strcmp(pe->url, e->url) ? FED_GOSSIP_MOVED : FED_GOSSIP_TAKEN;
     snprintf(pe->url, sizeof pe->url, "%s", e->url);
     pe->is_signed = 1;
     pe->se = *e;

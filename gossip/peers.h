@@ -76,14 +76,20 @@ FED_WUR fed_err fed_gossip_peers_parse(fed_gossip_peers *p, const fed_crypto_all
 FED_WUR fed_err fed_gossip_peers_load(fed_gossip_peers *p, const fed_crypto_allow *allow,
                                       const char *path, int *err_line);
 
+/* What fed_gossip_peers_learn did with an entry. */
+enum {
+    FED_GOSSIP_KEPT = 0,  /* nothing: the table's entry is as new or newer */
+    FED_GOSSIP_TAKEN = 1, /* stored, at the URL the table had */
+    FED_GOSSIP_MOVED = 2, /* stored, with a URL new for its key */
+};
 /* A signed entry into the table (the caller verified it). It replaces what
  * the table held for its key when that was a seed line, or a signed entry
  * with an earlier expiry (at equal expiry: a smaller URL), so an older entry
- * replayed or still in circulation never moves a peer back; *changed (may
- * be NULL) says whether the URL is new. FED_ERR_NOMEM, FED_ERR_FULL (4096
+ * replayed or still in circulation never moves a peer back; *what (may be
+ * NULL) gets a FED_GOSSIP_* above. FED_ERR_NOMEM, FED_ERR_FULL (4096
  * entries). */
 FED_WUR fed_err fed_gossip_peers_learn(fed_gossip_peers *p, const fed_gossip_entry *e,
-                                       int *changed);
+                                       int *what);
 /* Whether key is vouched for at now_s: not in the allow-list, with an entry
  * by another key that verifies. */
 int fed_gossip_peers_vouched(const fed_gossip_peers *p, const uint8_t key[32],

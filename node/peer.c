@@ -47,7 +47,7 @@ typedef struct mesh_member {
 struct node_mesh {
     fed_gossip_peers *table;     /* cfg.peers, or own_table */
     fed_gossip_peers *own_table;
-    int members_changed;         /* PEERS brought entries: rebuild at the round */
+    int members_changed;         /* PEERS brought new entries: rebuild at the round */
     uint64_t allow_gen;          /* the allow-list's generation at the last rebuild */
     int advertise_now;           /* the members changed: spread the entries */
     fed_gossip_topo *topo;
@@ -745,7 +745,7 @@ static fed_err on_peers(fed_node *n, node_open *op)
     for (uint32_t i = 0; i < m->block.count && e == FED_OK; i++) {
         fed_gossip_entry en;
         size_t used = 0;
-        int changed = 0;
+        int what = FED_GOSSIP_KEPT;
 
         if ((e = fed_gossip_entry_decode(m->vector + at, m->vector_len - at, &en, &used)) != FED_OK)
             break;
@@ -757,10 +757,10 @@ static fed_err on_peers(fed_node *n, node_open *op)
             refused++;
             continue;
         }
-        if (fed_gossip_peers_learn(p->table, &en, &changed) != FED_OK)
-            continue;
+        if (fed_gossip_peers_learn(p->table, &en, &what) != FED_OK || what == FED_GOSSIP_KEPT)
+            continue; /* what the table knew already: members stay as they are */
         p->members_changed = 1;
-        if (changed && c->on_address)
+        if (what == FED_GOSSIP_MOVED && c->on_address)
             c->on_address(c->address_ctx, en.key, en.url);
     }
     if (e == FED_OK && at != m->vector_len)

@@ -154,16 +154,16 @@ static const char *url_of(const fed_gossip_peers *p, const uint8_t key[32])
     return "";
 }
 
-/* signer's entry for key at url until expiry into p: whether the URL moved */
+/* signer's entry for key at url until expiry into p: what learn did */
 static int learn_url(fed_gossip_peers *p, const fed_crypto_arena *signer, const uint8_t *key,
                      const char *url, uint64_t expiry)
 {
     fed_gossip_entry e;
-    int changed = -1;
+    int what = -1;
 
     assert_int_equal(fed_gossip_entry_sign(signer, key, url, expiry, &e), FED_OK);
-    assert_int_equal(fed_gossip_peers_learn(p, &e, &changed), FED_OK);
-    return changed;
+    assert_int_equal(fed_gossip_peers_learn(p, &e, &what), FED_OK);
+    return what;
 }
 
 static void test_learn_and_vouched(void **state)
@@ -179,22 +179,24 @@ static void test_learn_and_vouched(void **state)
     assert_false(fed_gossip_peers_vouched(p, x, w->allow, NOW));
     assert_int_equal(fed_gossip_entry_sign(w->a, x, "tcp://x:1", NOW + 100, &e), FED_OK);
     assert_int_equal(fed_gossip_peers_learn(p, &e, &changed), FED_OK);
-    assert_int_equal(changed, 1);
+    assert_int_equal(changed, FED_GOSSIP_MOVED); /* a new key: a new URL */
     assert_true(fed_gossip_peers_vouched(p, x, w->allow, NOW));
     assert_false(fed_gossip_peers_vouched(p, x, w->allow, NOW + 100)); /* expired */
     /* the same again, or an older one with another address (replayed, or
        still going round after x moved): nothing changes */
     assert_int_equal(fed_gossip_peers_learn(p, &e, &changed), FED_OK);
-    assert_int_equal(changed, 0);
-    assert_int_equal(learn_url(p, w->a, x, "tcp://x:0", NOW + 50), 0);
+    assert_int_equal(changed, FED_GOSSIP_KEPT);
+    assert_int_equal(learn_url(p, w->a, x, "tcp://x:0", NOW + 50), FED_GOSSIP_KEPT);
     assert_string_equal(url_of(p, x), "tcp://x:1");
+    /* a later one at the same address is taken (its expiry), not a move */
+    assert_int_equal(learn_url(p, w->a, x, "tcp://x:1", NOW + 150), FED_GOSSIP_TAKEN);
     /* a later one moves it */
-    assert_int_equal(learn_url(p, w->a, x, "tcp://x:2", NOW + 200), 1);
+    assert_int_equal(learn_url(p, w->a, x, "tcp://x:2", NOW + 200), FED_GOSSIP_MOVED);
     assert_string_equal(url_of(p, x), "tcp://x:2");
     /* two at the same expiry: the greater URL, whichever came first */
-    assert_int_equal(learn_url(p, w->a, x, "tcp://x:1", NOW + 200), 0);
+    assert_int_equal(learn_url(p, w->a, x, "tcp://x:1", NOW + 200), FED_GOSSIP_KEPT);
     assert_string_equal(url_of(p, x), "tcp://x:2");
-    assert_int_equal(learn_url(p, w->a, x, "tcp://x:3", NOW + 200), 1);
+    assert_int_equal(learn_url(p, w->a, x, "tcp://x:3", NOW + 200), FED_GOSSIP_MOVED);
     assert_string_equal(url_of(p, x), "tcp://x:3");
     assert_int_equal(fed_gossip_peers_count(p), 1);
     /* its voucher leaves the allow-list: no longer vouched for */
