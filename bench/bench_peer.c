@@ -245,7 +245,7 @@ static fed_err cons_round(cons *t, uint64_t round)
             double w;
 
             if ((e = fed_gossip_ps_total(t->ps[i], t->key[t->nbr[j]], &x, &w)) != FED_OK ||
-                (e = fed_gossip_ps_receive(t->ps[t->nbr[j]], t->key[i], 1, round, x, w)) !=
+                (e = fed_gossip_ps_receive(t->ps[t->nbr[j]], t->key[i], 1, round, x, w, NULL)) !=
                     FED_OK)
                 return e;
         }

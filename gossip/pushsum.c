@@ -235,11 +235,13 @@ static int newer(uint64_t epoch, uint64_t round, uint64_t e0, uint64_t r0)
 }
 
 fed_err fed_gossip_ps_receive(fed_gossip_ps *ps, const uint8_t from[32], uint64_t epoch,
-                              uint64_t round, const double *x, double w)
+                              uint64_t round, const double *x, double w, int *taken)
 {
     ps_in *p;
     fed_err e;
 
+    if (taken)
+        *taken = 0;
     if (!isfinite(w) || w < 0)
         return FED_ERR_BAD_VALUE;
     for (size_t i = 0; i < ps->dim; i++)
@@ -261,6 +263,8 @@ fed_err fed_gossip_ps_receive(fed_gossip_ps *ps, const uint8_t from[32], uint64_
     p->held = 1;
     p->h_epoch = epoch;
     p->h_round = round;
+    if (taken)
+        *taken = 1;
     return FED_OK;
 }
 

@@ -75,9 +75,10 @@ FED_WUR fed_err fed_gossip_ps_total(const fed_gossip_ps *ps, const uint8_t to[32
 /* A total from `from` (epoch, round as its frame said): held, the newest
  * per sender, until apply. FED_ERR_BAD_VALUE for a non-finite or negative
  * weight or a non-finite x; FED_ERR_NOMEM, FED_ERR_FULL. Older than the
- * total held or taken: ignored (FED_OK). */
+ * total held or taken: ignored (FED_OK, and *taken, which may be NULL, 0;
+ * else 1). */
 FED_WUR fed_err fed_gossip_ps_receive(fed_gossip_ps *ps, const uint8_t from[32], uint64_t epoch,
-                                      uint64_t round, const double *x, double w);
+                                      uint64_t round, const double *x, double w, int *taken);
 /* Adds every total held, in sender-key order; returns how many. */
 size_t fed_gossip_ps_apply(fed_gossip_ps *ps);
 /* The round of the newest total seen from `from` (0: none). */

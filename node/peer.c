@@ -937,6 +937,7 @@ static fed_err on_share(fed_node *n, node_open *op)
     node_mesh *p = n->mesh;
     const fed_wire_msg *m = &op->msg;
     size_t k = member_of(p, m->hdr.sender);
+    int taken = 0;
     fed_err e;
 
     if (k == SIZE_MAX || k == p->self || !op->vec64) {
@@ -946,8 +947,8 @@ static fed_err on_share(fed_node *n, node_open *op)
         return FED_ERR_ROLE;
     }
     e = fed_gossip_ps_receive(p->ps, m->hdr.sender, m->hdr.sender_epoch, m->hdr.round, op->vec64,
-                              m->block.weight);
-    if (e == FED_OK) {
+                              m->block.weight, &taken);
+    if (e == FED_OK && taken) { /* not a resend or an overtaken share: the record's */
         mesh_member *mb = &p->mem[k];
 
         if (m->hdr.round > mb->seen_round)
@@ -956,7 +957,7 @@ static fed_err on_share(fed_node *n, node_open *op)
         memcpy(mb->header, m->header, FED_WIRE_HEADER_BYTES);
         memcpy(mb->digest, m->digest, sizeof mb->digest);
         memcpy(mb->sig, m->sig, sizeof mb->sig);
-    } else {
+    } else if (e != FED_OK) {
         fed_wire_note_reject(n->wire, &m->hdr, e);
     }
     (void)fed_node_ack(n, op->req, &m->hdr, e, 0);

@@ -94,7 +94,7 @@ static void net_round(net *t, uint64_t round)
             assert_int_equal(fed_gossip_ps_total(t->ps[i], t->key[out[j]], &x, &w), FED_OK);
             if (fed_rng_uniform(&t->loss_rng) < t->loss)
                 continue;
-            assert_int_equal(fed_gossip_ps_receive(t->ps[out[j]], t->key[i], 1, round, x, w),
+            assert_int_equal(fed_gossip_ps_receive(t->ps[out[j]], t->key[i], 1, round, x, w, NULL),
                              FED_OK);
         }
     }
@@ -413,10 +413,10 @@ static void test_state_roundtrip(void **state)
     {
         double nan_x[DIM] = {NAN};
 
-        assert_int_equal(fed_gossip_ps_receive(copy, t.key[0], 1, 9, nan_x, 1.0),
+        assert_int_equal(fed_gossip_ps_receive(copy, t.key[0], 1, 9, nan_x, 1.0, NULL),
                          FED_ERR_BAD_VALUE);
         memset(nan_x, 0, sizeof nan_x);
-        assert_int_equal(fed_gossip_ps_receive(copy, t.key[0], 1, 9, nan_x, -1.0),
+        assert_int_equal(fed_gossip_ps_receive(copy, t.key[0], 1, 9, nan_x, -1.0, NULL),
                          FED_ERR_BAD_VALUE);
     }
     fed_free(buf);
@@ -433,22 +433,28 @@ static void test_restarted_sender_rebased(void **state)
     uint8_t k[32] = {7};
     double x[DIM] = {0};
     double w0;
+    int taken = -1;
 
     (void)state;
     assert_int_equal(fed_gossip_ps_new(DIM, 0, &ps), FED_OK);
     x[0] = 4;
-    assert_int_equal(fed_gossip_ps_receive(ps, k, 1, 5, x, 2.0), FED_OK);
+    assert_int_equal(fed_gossip_ps_receive(ps, k, 1, 5, x, 2.0, NULL), FED_OK);
     assert_int_equal(fed_gossip_ps_apply(ps), 1);
     assert_true(fed_gossip_ps_w(ps) == 3.0);
     w0 = fed_gossip_ps_w(ps);
     x[0] = 1;
-    assert_int_equal(fed_gossip_ps_receive(ps, k, 2, 3, x, 0.5), FED_OK); /* epoch 2 */
+    assert_int_equal(fed_gossip_ps_receive(ps, k, 2, 3, x, 0.5, NULL), FED_OK); /* epoch 2 */
     assert_int_equal(fed_gossip_ps_apply(ps), 1);
     assert_true(fed_gossip_ps_w(ps) == w0);
     x[0] = 2;
-    assert_int_equal(fed_gossip_ps_receive(ps, k, 2, 4, x, 1.0), FED_OK);
-    assert_int_equal(fed_gossip_ps_receive(ps, k, 2, 4, x, 1.0), FED_OK); /* a resend */
-    assert_int_equal(fed_gossip_ps_receive(ps, k, 1, 9, x, 9.0), FED_OK); /* old epoch */
+    assert_int_equal(fed_gossip_ps_receive(ps, k, 2, 4, x, 1.0, &taken), FED_OK);
+    assert_int_equal(taken, 1);
+    /* a resend, then an old epoch: ignored, and said so (a peer must not
+       count either as the round's share) */
+    assert_int_equal(fed_gossip_ps_receive(ps, k, 2, 4, x, 1.0, &taken), FED_OK);
+    assert_int_equal(taken, 0);
+    assert_int_equal(fed_gossip_ps_receive(ps, k, 1, 9, x, 9.0, &taken), FED_OK);
+    assert_int_equal(taken, 0);
     assert_int_equal(fed_gossip_ps_apply(ps), 1);
     assert_true(fed_gossip_ps_w(ps) == w0 + 0.5);
     fed_gossip_ps_free(ps);
