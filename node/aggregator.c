@@ -38,10 +38,10 @@ typedef struct agg_eval_wait {
  * their parameters (at least one); past that the oldest waiting round is
  * reported without an accuracy. */
 #define AGG_EVAL_QUEUE_MAX 8
+#define AGG_EVAL_QUEUE_BYTES ((size_t)64 << 20)
 /* After a failed round (a failed commit), the next try waits gather_ms,
  * then twice as long each time, up to this. */
 #define AGG_RETRY_MAX_MS 60000
-#define AGG_EVAL_QUEUE_BYTES ((size_t)64 << 20)
 
 /* The held-out evaluation of a committed round, as an idle job on its own
  * copy of the model (the loop goes on with the next round meanwhile, and
@@ -89,9 +89,9 @@ struct node_agg {
     size_t nholds, cap_holds;
     agg_part *parts;       /* (nparts) sampled this round, sorted by key */
     size_t nparts;
-    uint8_t *model_vec;    /* the global vector, f32 encoded, for round model_vec_round */
+    uint8_t *model_vec;    /* host, f32 encoded for the MODEL; model_vec_len 0: not yet
+                              since host last changed */
     size_t model_vec_len, model_vec_cap;
-    uint64_t model_vec_round;
     float *host;           /* (nparams) the global model's parameters on the host, fetched
                               once at start and once after each merge; the checkpoint,
                               the MODEL and the evaluation read them from here */
@@ -120,9 +120,7 @@ static fed_err async_open_round(fed_node *n);
 static fed_err alloc_scratch(fed_node *n)
 {
     node_agg *a = n->agg;
-    size_t mc = (size_t)a->max_clients;
-
-    size_t sf = fed_merge_state_floats(a->merge);
+    size_t mc = (size_t)a->max_clients, sf = fed_merge_state_floats(a->merge);
 
     a->host = fed_malloc(a->nparams * sizeof(float));
     a->committed = fed_malloc(a->nparams * sizeof(float));
@@ -405,21 +403,21 @@ static size_t sample_size(const fed_node *n, size_t waiting)
     return k;
 }
 
-/* Round `round`'s MODEL vector: the global parameters, f32 encoded (once:
- * a round sealed ahead encoded it at the last commit). */
-static fed_err encode_global(fed_node *n, uint64_t round)
+/* The MODEL vector: the global parameters, f32 encoded, once per change
+ * of host (a round sealed ahead encoded it at the last commit). */
+static fed_err encode_global(fed_node *n)
 {
     node_agg *a = n->agg;
     fed_codec f32 = {.id = FED_CODEC_F32};
     fed_err e;
 
-    if (a->model_vec_len && a->model_vec_round == round)
+    if (a->model_vec_len)
         return FED_OK;
     fed_node_tx_drop_all(n); /* streams of the old vector: their clients ask again */
-    a->model_vec_len = 0;
     e = fed_node_encode_vec(&f32, a->host, a->nparams, NULL, &a->model_vec, &a->model_vec_cap,
                             &a->model_vec_len);
-    a->model_vec_round = e == FED_OK ? round : 0;
+    if (e != FED_OK)
+        a->model_vec_len = 0;
     return e;
 }
 
@@ -442,44 +440,37 @@ static void settings_of_round(const fed_node *n, fed_wire_block *b)
     s->deadline_ms = c->deadline_ms;
 }
 
-static fed_err send_model(fed_node *n, const agg_hold *h, const fed_wire_block *b)
+static node_cast cast_of(const agg_hold *h)
 {
-    node_agg *a = n->agg;
-    fed_wire_hdr hdr;
-    fed_err e = fed_node_header(n, FED_WIRE_MODEL, h->hdr.sender, n->round + 1,
-                                h->hdr.sender_epoch, FED_CODEC_F32, &hdr);
+    node_cast c = {.req = h->req, .recipient_epoch = h->hdr.sender_epoch};
 
-    if (e != FED_OK) {
-        fed_node_refuse(n, h->req);
-        return e;
-    }
-    return fed_node_emit_vec(n, h->req, &hdr, b, a->model_vec, a->model_vec_len);
+    memcpy(c.to, h->hdr.sender, 32);
+    return c;
 }
 
-/* The round's MODEL to the first k held clients, sealed together (see
- * broadcast.c). A client whose frame could not be sent goes missing. */
-static void send_models(fed_node *n, size_t k, const fed_wire_block *b)
+/* The MODEL of round n->round + 1 to holds[0..k), sealed together
+ * (broadcast.c). A client whose frame could not be sent goes missing, or
+ * asks again: returns the first such error. */
+static fed_err send_models(fed_node *n, const agg_hold *holds, size_t k, const fed_wire_block *b)
 {
     node_agg *a = n->agg;
-    node_cast *to = fed_malloc(k * sizeof *to);
+    node_cast one, *to;
+    fed_err e;
 
-    if (!to) { /* one by one, then */
+    if (k == 0)
+        return FED_OK;
+    if (!(to = k == 1 ? &one : fed_malloc(k * sizeof *to))) {
         for (size_t i = 0; i < k; i++)
-            (void)send_model(n, &a->holds[i], b);
-        return;
+            fed_node_refuse(n, holds[i].req);
+        return FED_ERR_NOMEM;
     }
-    for (size_t i = 0; i < k; i++) {
-        to[i].req = a->holds[i].req;
-        memcpy(to[i].to, a->holds[i].hdr.sender, 32);
-        to[i].recipient_epoch = a->holds[i].hdr.sender_epoch;
-    }
-    {
-        fed_err ignored = fed_node_broadcast(n, to, k, FED_WIRE_MODEL, n->round + 1,
-                                             FED_CODEC_F32, b, a->model_vec, a->model_vec_len);
-
-        (void)ignored; /* logged; those clients go missing */
-    }
-    fed_free(to);
+    for (size_t i = 0; i < k; i++)
+        to[i] = cast_of(&holds[i]);
+    e = fed_node_broadcast(n, to, k, FED_WIRE_MODEL, n->round + 1, FED_CODEC_F32, b,
+                           a->model_vec, a->model_vec_len);
+    if (to != &one)
+        fed_free(to);
+    return e;
 }
 
 /* Draw k of the waiting clients (in key order, then a partial shuffle with
@@ -493,7 +484,7 @@ static fed_err start_round(fed_node *n)
     uint64_t seed;
     fed_err e;
 
-    if ((e = encode_global(n, n->round + 1)) != FED_OK)
+    if ((e = encode_global(n)) != FED_OK)
         return e;
     n->env.random(n->env.self, &seed, sizeof seed);
     fed_rng_seed(&rng, seed);
@@ -521,7 +512,7 @@ static fed_err start_round(fed_node *n)
                            NODE_TIMER_DEADLINE);
     fed_log(FED_LOG_INFO, "aggregator: round %llu starts with %zu of %zu waiting clients",
             (unsigned long long)(n->round + 1), k, a->nholds);
-    send_models(n, k, &b);
+    (void)send_models(n, a->holds, k, &b); /* a failed send: the client goes missing */
     memmove(a->holds, a->holds + k, (a->nholds - k) * sizeof *a->holds);
     a->nholds -= k;
     arm_poll(n);
@@ -767,7 +758,7 @@ static fed_err commit_sealing_ahead(fed_node *n, const fed_node_round_info *info
     fed_err ignored;
 
     if (is_async(n) || (n->cfg.rounds && info->round >= n->cfg.rounds) ||
-        encode_global(n, info->round + 1) != FED_OK ||
+        encode_global(n) != FED_OK ||
         !(to = fed_malloc((a->nparts ? a->nparts : 1) * sizeof *to))) {
         commit_piece(&c);
         return c.err;
@@ -974,6 +965,18 @@ static void back_to_committed(fed_node *n)
                 fed_strerror(e));
 }
 
+/* How long the next try waits after a->failed failures in a row: the
+ * clients would resend at once and the commit fail again (a disk stays
+ * full), so gather_ms, then twice as long each time, up to a minute. */
+static uint64_t retry_wait_ms(const fed_node *n)
+{
+    uint64_t wait = n->cfg.gather_ms ? n->cfg.gather_ms : 1000;
+
+    for (uint32_t i = 1; i < n->agg->failed && wait < AGG_RETRY_MAX_MS; i++)
+        wait *= 2;
+    return wait < AGG_RETRY_MAX_MS ? wait : AGG_RETRY_MAX_MS;
+}
+
 static fed_err close_round(fed_node *n)
 {
     node_agg *a = n->agg;
@@ -1040,19 +1043,11 @@ fail:
         (void)async_open_round(n);
         return e;
     }
-    /* the clients would resend at once and the commit fail again (a disk
-       stays full): each try waits twice as long, up to a minute */
     a->failed++;
-    {
-        uint64_t wait = n->cfg.gather_ms ? n->cfg.gather_ms : 1000;
-
-        for (uint32_t i = 1; i < a->failed && wait < AGG_RETRY_MAX_MS; i++)
-            wait *= 2;
-        wait = wait < AGG_RETRY_MAX_MS ? wait : AGG_RETRY_MAX_MS;
-        a->retry_at_ms = n->env.now_ms(n->env.self) + wait;
-        fed_log(FED_LOG_ERROR, "aggregator: round %llu failed (%s); trying again in %llu ms",
-                (unsigned long long)(n->round + 1), fed_strerror(e), (unsigned long long)wait);
-    }
+    a->retry_at_ms = n->env.now_ms(n->env.self) + retry_wait_ms(n);
+    fed_log(FED_LOG_ERROR, "aggregator: round %llu failed (%s); trying again in %llu ms",
+            (unsigned long long)(n->round + 1), fed_strerror(e),
+            (unsigned long long)retry_wait_ms(n));
     a->state = AGG_IDLE;
     (void)n->env.set_timer(n->env.self, a->retry_at_ms, NODE_TIMER_ROUND);
     return e;
@@ -1066,7 +1061,7 @@ static fed_err answer_with_model(fed_node *n, fed_req *req, const fed_wire_hdr *
     fed_wire_block b;
 
     settings_of_round(n, &b);
-    return send_model(n, &now, &b);
+    return send_models(n, &now, 1, &b);
 }
 
 /* ---- async mode (FedBuff) ---- */
@@ -1086,14 +1081,11 @@ static fed_err async_open_round(fed_node *n)
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_DEADLINE);
     if (n->round + 1 > n->cfg.max_staleness)
         fed_node_rx_drop_before(n, n->round + 1 - n->cfg.max_staleness);
-    if ((e = encode_global(n, n->round + 1)) != FED_OK)
+    if ((e = encode_global(n)) != FED_OK)
         return e;
     settings_of_round(n, &b);
-    while (a->nholds) {
-        agg_hold h = a->holds[--a->nholds];
-
-        (void)send_model(n, &h, &b); /* a failed send: the client asks again */
-    }
+    (void)send_models(n, a->holds, a->nholds, &b); /* a failed send: the client asks again */
+    a->nholds = 0;
     arm_poll(n);
     return FED_OK;
 }
