@@ -155,13 +155,7 @@ static void sleep_until(double at)
         ;
 }
 
-static uint64_t wall_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
+static uint64_t wall_ms(void) { return (uint64_t)(wall_s() * 1000.0); }
 
 /* The learning-rate schedule of the command line, counted in epochs, into
  * steps for the optimizer. */

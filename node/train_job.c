@@ -1,8 +1,9 @@
 /* train_job.c - one round of local training as a pool job, for the client
  * (its encoded delta) and the peer (its trained parameters): the round's
  * parameters in a model kept while the settings' spec and batch stay the
- * same, a fresh optimizer, E epochs over the node's shard, then the result. Touches only the job: never the node, the
- * network or the database. */
+ * same, a fresh optimizer, E epochs over the node's shard, then the
+ * result. Touches only the job: never the node, the network or the
+ * database. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

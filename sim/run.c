@@ -489,22 +489,25 @@ static void run_free(sim_run *r)
     fed_crypto_allow_free(r->allow);
 }
 
+static int failed_to_start(const fed_sim_host *h)
+{
+    return h && !fed_sim_host_node(h) && fed_sim_host_start_failures(h) > 0;
+}
+
 /* A node that could not start (a strategy, codec or topology its config
  * names but the node refuses; logged at the refusal) would leave the run
  * waiting until max_virtual_s: the run stops at once instead. */
 static fed_err check_started(const sim_run *r)
 {
-    for (int i = 0; i < r->sc->nodes + (r->peer_mode ? 0 : 1); i++) {
-        const fed_sim_host *h = i < r->sc->nodes ? r->h[i] : r->agg;
-
-        if (h && !fed_sim_host_node(h) && fed_sim_host_start_failures(h) > 0) {
-            if (i < r->sc->nodes)
-                fed_log(FED_LOG_ERROR, "sim: node %d could not start (the reason is logged above)", i);
-            else
-                fed_log(FED_LOG_ERROR, "sim: the aggregator could not start (the reason is logged above)");
+    if (!r->peer_mode && failed_to_start(r->agg)) {
+        fed_log(FED_LOG_ERROR, "sim: the aggregator could not start (the reason is logged above)");
+        return FED_ERR_BAD_VALUE;
+    }
+    for (int i = 0; i < r->sc->nodes; i++)
+        if (failed_to_start(r->h[i])) {
+            fed_log(FED_LOG_ERROR, "sim: node %d could not start (the reason is logged above)", i);
             return FED_ERR_BAD_VALUE;
         }
-    }
     return FED_OK;
 }
 
