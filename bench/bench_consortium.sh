@@ -143,30 +143,30 @@ together_runs() {
 usage_of() { awk '/daemon: done: peak RSS/ { for (i = 1; i < NF; i++) { if ($i == "RSS") r = $(i + 1); if ($i == "CPU") c = $(i + 1) } }
     END { print (r == "" ? "nan" : r), (c == "" ? "nan" : c) }' "$1"; }
 hz=$(getconf CLK_TCK)
+cpu_now() { # the current job's ($D) CPU seconds so far
+    # shellcheck disable=SC2046
+    awk -v hz="$hz" '{ s += $14 + $15 } END { printf "%.3f", s / hz }' $(cat "$D/stat_files") 2>/dev/null
+}
+# stamp: the lines of stdin, those the figures need prefixed with the
+# wall-clock seconds they arrived (the first and last round's start also
+# with the job's CPU seconds then), the others with '-': a fork of date per
+# line took 0.5% of the cores from the job (each round's own times are in
+# the aggregator's database)
+stamp() {
+    while IFS= read -r line; do
+        case "$line" in
+        *"round 1 starts"* | *"round $ROUNDS starts"*) echo "$(now) $line cpu $(cpu_now)" ;;
+        *"round $ROUNDS merged"*) echo "$(now) $line" ;;
+        *) echo "- $line" ;;
+        esac
+    done
+}
 # job J: one run of the job, its figures into $TMP/jobJ.fig
 job() {
     J=$1
     D=$TMP/job$J
     mkdir -p "$D"
     : >"$D/stat_files"
-    cpu_now() { # the job's CPU seconds so far
-        # shellcheck disable=SC2046
-        awk -v hz="$hz" '{ s += $14 + $15 } END { printf "%.3f", s / hz }' $(cat "$D/stat_files") 2>/dev/null
-    }
-    # stamp: the lines of stdin, those the figures need prefixed with the
-    # wall-clock seconds they arrived (the first and last round's start also
-    # with the job's CPU seconds then), the others with '-': a fork of date per
-    # line took 0.5% of the cores from the job (each round's own times are in
-    # the aggregator's database)
-    stamp() {
-        while IFS= read -r line; do
-            case "$line" in
-            *"round 1 starts"* | *"round $ROUNDS starts"*) echo "$(now) $line cpu $(cpu_now)" ;;
-            *"round $ROUNDS merged"*) echo "$(now) $line" ;;
-            *) echo "- $line" ;;
-            esac
-        done
-    }
     mkfifo "$D/agg.fifo"
     stamp <"$D/agg.fifo" >"$D/agg.log" &
     STAMP=$!
