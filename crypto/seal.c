@@ -1,6 +1,6 @@
-/* seal.c - the sealed envelope: hash once, sign the digest, encrypt once in
- * place (see seal.h). Owns no state; keys come pinned from the arena.
- * Must never copy the payload, nor release plaintext whose AEAD tag or
+/* seal.c - the sealed envelope: hash the payload (or take its hash), sign
+ * the digest, encrypt once in place (see seal.h). Owns no state; keys come
+ * pinned from the arena. Must never copy the payload, nor release plaintext whose AEAD tag or
  * signature did not verify. */
 #include "crypto/seal.h"
 
@@ -29,15 +29,42 @@ void fed_crypto_digest(const uint8_t *ad, size_t ad_len, const uint8_t *payload,
     sodium_memzero(&st, sizeof st);
 }
 
+void fed_crypto_payload_hash(const uint8_t *payload, size_t len,
+                             uint8_t out[FED_CRYPTO_DIGEST_BYTES])
+{
+    fed_crypto_digest(NULL, 0, payload, len, out);
+}
+
+void fed_crypto_frame_digest(const uint8_t *ad, size_t ad_len,
+                             const uint8_t payload_hash[FED_CRYPTO_DIGEST_BYTES],
+                             uint8_t digest[FED_CRYPTO_DIGEST_BYTES])
+{
+    fed_crypto_digest(ad, ad_len, payload_hash, FED_CRYPTO_DIGEST_BYTES, digest);
+}
+
+/* The frame digest of (ad, payload). */
+static void frame_digest_of(const uint8_t *ad, size_t ad_len, const uint8_t *payload, size_t len,
+                            uint8_t digest[FED_CRYPTO_DIGEST_BYTES])
+{
+    uint8_t ph[FED_CRYPTO_DIGEST_BYTES];
+
+    fed_crypto_payload_hash(payload, len, ph);
+    fed_crypto_frame_digest(ad, ad_len, ph, digest);
+}
+
 fed_err fed_crypto_seal(const fed_crypto_arena *a, const fed_crypto_session *s, const uint8_t *ad,
                         size_t ad_len, const uint8_t nonce[FED_CRYPTO_NONCE_BYTES], uint8_t *buf,
-                        size_t len, uint8_t digest_out[FED_CRYPTO_DIGEST_BYTES])
+                        size_t len, const uint8_t *payload_hash,
+                        uint8_t digest_out[FED_CRYPTO_DIGEST_BYTES])
 {
     uint8_t digest[FED_CRYPTO_DIGEST_BYTES];
     uint8_t *sig = buf + len, *tag = buf + len + FED_CRYPTO_SIG_BYTES;
     fed_err err;
 
-    fed_crypto_digest(ad, ad_len, buf, len, digest);
+    if (payload_hash)
+        fed_crypto_frame_digest(ad, ad_len, payload_hash, digest);
+    else
+        frame_digest_of(ad, ad_len, buf, len, digest);
     err = fed_crypto_arena_sign(a, digest, sizeof digest, sig);
     if (err != FED_OK)
         return err;
@@ -65,7 +92,7 @@ fed_err fed_crypto_verify(const uint8_t pk[FED_CRYPTO_PK_BYTES], const uint8_t *
 {
     uint8_t digest[FED_CRYPTO_DIGEST_BYTES];
 
-    fed_crypto_digest(ad, ad_len, payload, len, digest);
+    frame_digest_of(ad, ad_len, payload, len, digest);
     return fed_crypto_verify_digest(pk, digest, sig);
 }
 
@@ -83,7 +110,7 @@ fed_err fed_crypto_open(const fed_crypto_session *s, const uint8_t *ad, size_t a
             out, NULL, ct, (unsigned long long)len + FED_CRYPTO_SIG_BYTES, tag, ad, ad_len, nonce,
             fed_crypto_session_rx(s)) != 0)
         return FED_ERR_AEAD;
-    fed_crypto_digest(ad, ad_len, out, len, digest);
+    frame_digest_of(ad, ad_len, out, len, digest);
     if (fed_crypto_verify_digest(fed_crypto_session_peer(s), digest, sig) != FED_OK) {
         sodium_memzero(out, len + FED_CRYPTO_SIG_BYTES);
         return FED_ERR_SIGNATURE;

@@ -1,6 +1,6 @@
 /* seal.h - the envelope: AEAD(payload || signature) with the frame header as
  * associated data.
- *   digest    = BLAKE2b-512(ad || payload)        (one pass, no concatenation)
+ *   digest    = BLAKE2b-512(ad || BLAKE2b-512(payload))
  *   signature = Ed25519(sender's key, digest)
  *   sealed    = XChaCha20-Poly1305-IETF(key, nonce, ad, payload || signature)
  * In memory a sealed buffer is: ciphertext (len + 64) || tag (16). Sealing is
@@ -9,6 +9,10 @@
  * there and the AEAD encrypts payload || signature once. The signature sits
  * inside the ciphertext, so an eavesdropper learns nothing from it, while
  * whoever later holds (ad, payload, signature) can check who sent it.
+ * The payload is hashed on its own, and that hash with the ad, so that one
+ * payload sent to many (the aggregator's MODEL to a round's clients) is
+ * hashed once, not once per recipient: each further frame costs the AEAD
+ * pass alone (wire version 2; version 1 signed BLAKE2b-512(ad || payload)).
  * The key is the sender's tx session key (crypto/arena.h). */
 #ifndef FED_CRYPTO_SEAL_H
 #define FED_CRYPTO_SEAL_H
@@ -30,18 +34,32 @@
  * model between the last delta and the next round's start. */
 void fed_crypto_model_hash(const uint8_t *params, size_t len, uint8_t out[32]);
 
-/* BLAKE2b-512 over ad || payload (either may be empty). */
+/* BLAKE2b-512 over ad || payload (either may be empty), in one pass: what
+ * a vouched peer entry's signature covers (gossip/peers.c). */
 void fed_crypto_digest(const uint8_t *ad, size_t ad_len, const uint8_t *payload, size_t len,
                        uint8_t digest[FED_CRYPTO_DIGEST_BYTES]);
 
+/* A sealed frame's two steps: BLAKE2b-512 of the payload (may be empty),
+ * then the digest signed, BLAKE2b-512(ad || payload_hash) (digest may be
+ * payload_hash). */
+void fed_crypto_payload_hash(const uint8_t *payload, size_t len,
+                             uint8_t out[FED_CRYPTO_DIGEST_BYTES]);
+void fed_crypto_frame_digest(const uint8_t *ad, size_t ad_len,
+                             const uint8_t payload_hash[FED_CRYPTO_DIGEST_BYTES],
+                             uint8_t digest[FED_CRYPTO_DIGEST_BYTES]);
+
 /* Seals buf in place for the session's peer: buf holds len payload bytes and
- * room for FED_CRYPTO_SEAL_OVERHEAD more. digest_out (may be NULL) gets the
- * digest that was signed. The session must be pinned. FED_ERR_KEY: the arena
- * has no identity. */
+ * room for FED_CRYPTO_SEAL_OVERHEAD more. payload_hash: the payload's
+ * fed_crypto_payload_hash when the caller has it (the same payload sealed
+ * for many), else NULL and it is computed; a wrong one makes a frame its
+ * recipient rejects (FED_ERR_SIGNATURE). digest_out (may be NULL) gets the
+ * digest that was signed. The session must be pinned. FED_ERR_KEY: the
+ * arena has no identity. */
 FED_WUR fed_err fed_crypto_seal(const fed_crypto_arena *a, const fed_crypto_session *s,
                                 const uint8_t *ad, size_t ad_len,
                                 const uint8_t nonce[FED_CRYPTO_NONCE_BYTES], uint8_t *buf,
-                                size_t len, uint8_t digest_out[FED_CRYPTO_DIGEST_BYTES]);
+                                size_t len, const uint8_t *payload_hash,
+                                uint8_t digest_out[FED_CRYPTO_DIGEST_BYTES]);
 
 /* Opens what the session's peer sealed: ct holds len + FED_CRYPTO_SEAL_OVERHEAD
  * bytes; payload || signature (len + FED_CRYPTO_SIG_BYTES bytes) is written

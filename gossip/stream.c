@@ -272,7 +272,7 @@ static fed_err seal_first(fed_wire *w, fed_wire_stream_tx *tx, fed_wire_hdr *h, 
     err = fed_crypto_session_get(w->arena, tx->h0.recipient, &s);
     if (err == FED_OK)
         err = fed_crypto_seal(w->arena, s, out, FED_WIRE_HEADER_BYTES, h->nonce,
-                              out + FED_WIRE_HEADER_BYTES, h->payload_len, NULL);
+                              out + FED_WIRE_HEADER_BYTES, h->payload_len, NULL, NULL);
     fed_crypto_session_put(w->arena, s);
     return err;
 }

@@ -509,7 +509,8 @@ fed_err fed_wire_seal_ticket(const fed_wire *w, fed_wire_ticket *t, uint8_t *fra
         return FED_OK;
     }
     err = fed_crypto_seal(w->arena, t->session, frame, FED_WIRE_HEADER_BYTES, t->hdr.nonce,
-                          frame + FED_WIRE_HEADER_BYTES, t->hdr.payload_len, NULL);
+                          frame + FED_WIRE_HEADER_BYTES, t->hdr.payload_len, t->payload_hash,
+                          NULL);
     *frame_len = err == FED_OK ? fed_wire_frame_bytes(t->hdr.payload_len) : 0;
     return err;
 }

@@ -3,7 +3,8 @@
  * Frame header (136 bytes, little-endian, plain, bound as associated data):
  *   off  size  field
  *     0     4  magic "FEDN"
- *     4     1  version = 1
+ *     4     1  version = 2 (1 signed BLAKE2b-512(header || payload); see
+ *              crypto/seal.h)
  *     5     1  type (fed_wire_type)
  *     6     2  flags (FED_WIRE_FLAG_*; others zero)
  *     8    32  sender key (Ed25519 public)
@@ -82,7 +83,7 @@
 #include "crypto/seal.h"
 
 #define FED_WIRE_MAGIC "FEDN"
-#define FED_WIRE_VERSION 1
+#define FED_WIRE_VERSION 2
 #define FED_WIRE_HEADER_BYTES 136
 #define FED_WIRE_SEAL_OVERHEAD (FED_WIRE_HEADER_BYTES + FED_CRYPTO_SEAL_OVERHEAD) /* 216 */
 #define FED_WIRE_MAC_BYTES 16
@@ -227,6 +228,9 @@ typedef struct fed_wire_ticket {
     size_t frame_len;
     fed_crypto_session *session;
     fed_wire_stream_rx *stream;
+    /* seal: the payload's fed_crypto_payload_hash, set by a caller sealing
+       one payload for many (NULL, as prepared: computed) */
+    const uint8_t *payload_hash;
 } fed_wire_ticket;
 
 /* Where a stream's bytes go: called once its first frame has opened (on the

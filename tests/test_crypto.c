@@ -253,7 +253,7 @@ static void seal_sample(pair *p, uint8_t *ad, uint8_t *nonce, uint8_t *buf, uint
     memset(nonce, 5, 24);
     for (int i = 0; i < PLEN; i++)
         buf[i] = (uint8_t)(i * 7);
-    assert_int_equal(fed_crypto_seal(p->a, p->ab, ad, 40, nonce, buf, PLEN, digest), FED_OK);
+    assert_int_equal(fed_crypto_seal(p->a, p->ab, ad, 40, nonce, buf, PLEN, NULL, digest), FED_OK);
 }
 
 static void test_seal_open_roundtrip(void **state)
@@ -271,9 +271,21 @@ static void test_seal_open_roundtrip(void **state)
     assert_int_equal(fed_crypto_open(p.ba, ad, 40, nonce, buf, out, PLEN, digest2, sig), FED_OK);
     assert_memory_equal(out, expect, PLEN);
     assert_memory_equal(digest, digest2, 64);
-    /* The signature is Ed25519 over BLAKE2b(ad || payload): an auditor can redo it. */
-    fed_crypto_digest(ad, 40, expect, PLEN, digest2);
-    assert_memory_equal(digest, digest2, 64);
+    /* The signature is Ed25519 over BLAKE2b-512(ad || BLAKE2b-512(payload)):
+       an auditor can redo it with any BLAKE2b. */
+    {
+        uint8_t inner[64];
+        crypto_generichash_blake2b_state st;
+
+        crypto_generichash_blake2b(inner, 64, expect, PLEN, NULL, 0);
+        crypto_generichash_blake2b_init(&st, NULL, 0, 64);
+        crypto_generichash_blake2b_update(&st, ad, 40);
+        crypto_generichash_blake2b_update(&st, inner, 64);
+        crypto_generichash_blake2b_final(&st, digest2, 64);
+        assert_memory_equal(digest, digest2, 64);
+        assert_int_equal(crypto_sign_verify_detached(sig, digest2, 64, fed_crypto_arena_pubkey(p.a)),
+                         0);
+    }
     assert_int_equal(fed_crypto_verify(fed_crypto_arena_pubkey(p.a), ad, 40, expect, PLEN, sig),
                      FED_OK);
     expect[3] ^= 1;
@@ -282,6 +294,36 @@ static void test_seal_open_roundtrip(void **state)
     /* In place works too. */
     assert_int_equal(fed_crypto_open(p.ba, ad, 40, nonce, buf, buf, PLEN, NULL, NULL), FED_OK);
     assert_memory_equal(buf, out, PLEN);
+    pair_close(&p);
+}
+
+/* One payload sealed for many: its hash, computed once and handed in, gives
+ * the very bytes sealing computes itself; a wrong one gives a frame the
+ * recipient rejects. */
+static void test_seal_payload_hash(void **state)
+{
+    pair p;
+    uint8_t ad[40], nonce[24], plain[PLEN], ph[64];
+    uint8_t a[PLEN + FED_CRYPTO_SEAL_OVERHEAD], b[PLEN + FED_CRYPTO_SEAL_OVERHEAD];
+    uint8_t out[PLEN + 64], da[64], db[64];
+
+    (void)state;
+    pair_open(&p);
+    seal_sample(&p, ad, nonce, a, da);
+    for (int i = 0; i < PLEN; i++)
+        plain[i] = (uint8_t)(i * 7);
+    fed_crypto_payload_hash(plain, PLEN, ph);
+    memcpy(b, plain, PLEN);
+    assert_int_equal(fed_crypto_seal(p.a, p.ab, ad, 40, nonce, b, PLEN, ph, db), FED_OK);
+    assert_memory_equal(da, db, 64);
+    assert_memory_equal(a, b, sizeof a);
+    assert_int_equal(fed_crypto_open(p.ba, ad, 40, nonce, b, out, PLEN, NULL, NULL), FED_OK);
+    assert_memory_equal(out, plain, PLEN);
+    ph[0] ^= 1;
+    memcpy(b, plain, PLEN);
+    assert_int_equal(fed_crypto_seal(p.a, p.ab, ad, 40, nonce, b, PLEN, ph, NULL), FED_OK);
+    assert_int_equal(fed_crypto_open(p.ba, ad, 40, nonce, b, out, PLEN, NULL, NULL),
+                     FED_ERR_SIGNATURE);
     pair_close(&p);
 }
 
@@ -337,7 +379,8 @@ static void test_seal_bad_signature_under_valid_aead(void **state)
     (void)state;
     pair_open(&p);
     memset(buf, 3, PLEN);
-    fed_crypto_digest(ad, 40, buf, PLEN, digest);
+    fed_crypto_payload_hash(buf, PLEN, digest);
+    fed_crypto_frame_digest(ad, 40, digest, digest);
     assert_int_equal(fed_crypto_arena_sign(eve, digest, 64, buf + PLEN), FED_OK);
     assert_int_equal(crypto_aead_xchacha20poly1305_ietf_encrypt_detached(
                          buf, buf + PLEN + 64, NULL, buf, PLEN + 64, ad, 40, NULL, nonce,
@@ -908,6 +951,7 @@ int main(void)
         cmocka_unit_test(test_slots),
         cmocka_unit_test(test_arena_alloc_failures),
         cmocka_unit_test(test_seal_open_roundtrip),
+        cmocka_unit_test(test_seal_payload_hash),
         cmocka_unit_test(test_seal_tampering),
         cmocka_unit_test(test_seal_bad_signature_under_valid_aead),
         cmocka_unit_test(test_replay_basic),

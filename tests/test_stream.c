@@ -635,7 +635,7 @@ static void test_bad_descriptor(void **state)
     assert_int_equal(fed_crypto_session_get(W->a.arena, fed_crypto_arena_pubkey(W->b.arena), &s),
                      FED_OK);
     assert_int_equal(fed_crypto_seal(W->a.arena, s, W->f[0], FED_WIRE_HEADER_BYTES,
-                                     W->f[0] + FED_WIRE_OFF_NONCE, p, plen0, NULL),
+                                     W->f[0] + FED_WIRE_OFF_NONCE, p, plen0, NULL, NULL),
                      FED_OK);
     fed_crypto_session_put(W->a.arena, s);
     expect_deliver(W, 0, FED_ERR_PAYLOAD, "rej_payload");

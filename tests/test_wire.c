@@ -208,7 +208,7 @@ static void test_header_roundtrip(void **state)
     h.payload_len = 0xdeadbeef;
     h.codec = 4;
     fed_wire_hdr_encode(&h, buf);
-    assert_memory_equal(buf, "FEDN\x01\x04\x01\x00", 8);
+    assert_memory_equal(buf, "FEDN\x02\x04\x01\x00", 8);
     assert_int_equal(buf[72], 0x08); /* little-endian */
     assert_int_equal(buf[128], 0xef);
     assert_int_equal(fed_wire_hdr_decode(buf, sizeof buf, &g), FED_OK);
@@ -406,9 +406,11 @@ static void test_reject_magic_version_type(void **state)
     W->frame[0] = 'X';
     expect_open(W, W->frame, len, FED_ERR_FRAME_MAGIC, "rej_magic");
     W->frame[0] = 'F';
-    W->frame[4] = 2;
+    W->frame[4] = 1; /* an older node's: it signed another digest */
     expect_open(W, W->frame, len, FED_ERR_FRAME_VERSION, "rej_version");
-    W->frame[4] = 1;
+    W->frame[4] = 3;
+    expect_open(W, W->frame, len, FED_ERR_FRAME_VERSION, "rej_version");
+    W->frame[4] = FED_WIRE_VERSION;
     W->frame[FED_WIRE_OFF_TYPE] = 0x42;
     expect_open(W, W->frame, len, FED_ERR_FRAME_TYPE, "rej_type");
     W->frame[FED_WIRE_OFF_TYPE] = FED_WIRE_ACK;
@@ -540,7 +542,8 @@ static size_t forge(world *W, fed_crypto_arena *signer, uint8_t type, uint64_t s
     fed_rng_fill(&W->rng, h.nonce, 24);
     fed_wire_hdr_encode(&h, W->frame);
     memcpy(p, payload, plen);
-    fed_crypto_digest(W->frame, FED_WIRE_HEADER_BYTES, p, plen, digest);
+    fed_crypto_payload_hash(p, plen, digest);
+    fed_crypto_frame_digest(W->frame, FED_WIRE_HEADER_BYTES, digest, digest);
     assert_int_equal(fed_crypto_arena_sign(signer, digest, 64, p + plen), FED_OK);
     assert_int_equal(fed_crypto_session_get(W->a.arena, fed_crypto_arena_pubkey(W->b.arena), &s),
                      FED_OK);

@@ -182,7 +182,7 @@ static void fuzz_sealed_by_member(const uint8_t *data, size_t size)
     memcpy(frame + len - tail, data + 4 + plen, tail);
     if (fed_crypto_session_get(fx.a, h.recipient, &s) != FED_OK ||
         fed_crypto_seal(fx.a, s, frame, FED_WIRE_HEADER_BYTES, h.nonce,
-                        frame + FED_WIRE_HEADER_BYTES, plen, NULL) != FED_OK)
+                        frame + FED_WIRE_HEADER_BYTES, plen, NULL, NULL) != FED_OK)
         abort();
     fed_crypto_session_put(fx.a, s);
     w = receiver();
