@@ -1,8 +1,9 @@
 /* broadcast.c - one typed block and vector sent to many recipients at
  * once (the aggregator's MODEL to a round's clients): every frame is
  * sealed on the pool first, then all are sent. Sealing is nearly all of
- * the work (a BLAKE2b and an AEAD pass over the vector per recipient), and
- * made one by one on the loop thread it lets the first clients start
+ * the work: one BLAKE2b pass over the payload, which every frame carries
+ * alike and is hashed once for all, then an AEAD pass per recipient. Made
+ * one by one on the loop thread, it lets the first clients start
  * training while the last ones still wait, competing with them for the
  * cores; sealed together, every recipient starts within a few ms of the
  * others. Frames may also be sealed ahead, beside other work (the
@@ -52,8 +53,13 @@ typedef struct cast_batch {
     size_t vlen;
     cast_one *one;
     size_t k;
-    void (*beside)(void *ctx); /* piece k, when set */
+    void (*beside)(void *ctx); /* run beside the sealing, when set */
     void *beside_ctx;
+    /* the payload (the same in every frame) hashed once, from frame
+       one[hashed_frame], when hashed */
+    uint8_t payload_hash[FED_CRYPTO_DIGEST_BYTES];
+    size_t hashed_frame;
+    int hashed;
 } cast_batch;
 
 /* The ticket's pin released: counted as sent when result is FED_OK. */
@@ -129,31 +135,71 @@ static void cast_nonce(void *ctx, void *buf, size_t len)
     memcpy(buf, o->nonce, len < sizeof o->nonce ? len : sizeof o->nonce);
 }
 
-/* Pool piece i: block and vector into frame i, sealed (or, past the last
- * frame, the work done beside). */
+/* Block and vector into o's payload. */
+static fed_err cast_encode(const cast_batch *cb, cast_one *o)
+{
+    uint8_t *payload = fed_wire_payload(o->frame);
+    size_t blen = 0;
+    fed_err e = fed_wire_block_encode(o->t.hdr.type, cb->b, payload, o->t.hdr.payload_len, &blen);
+
+    if (e == FED_OK && blen + cb->vlen != o->t.hdr.payload_len)
+        e = FED_ERR_INTERNAL;
+    if (e == FED_OK && cb->vlen)
+        memcpy(payload + blen, cb->vec, cb->vlen);
+    return e;
+}
+
+/* The payload every frame carries, encoded into the first frame that was
+ * prepared and hashed there once (for two frames or more). */
+static void cast_hash_payload(cast_batch *cb)
+{
+    size_t i = 0;
+    cast_one *o;
+
+    while (i < cb->k && !cb->one[i].ready)
+        i++;
+    if (cb->k < 2 || i == cb->k)
+        return;
+    o = &cb->one[i];
+    cb->hashed_frame = i;
+    if ((o->err = cast_encode(cb, o)) != FED_OK)
+        return;
+    fed_crypto_payload_hash(fed_wire_payload(o->frame), o->t.hdr.payload_len, cb->payload_hash);
+    cb->hashed = 1;
+}
+
+/* Pool piece i: frame i encoded (the hashed one already is) and sealed. */
 static void cast_seal(void *ctx, size_t i)
 {
     cast_batch *cb = ctx;
-    cast_one *o;
-    uint8_t *payload;
-    size_t blen = 0;
+    cast_one *o = &cb->one[i];
 
-    if (i == cb->k) {
-        cb->beside(cb->beside_ctx);
+    if (!o->ready || o->err != FED_OK)
         return;
-    }
-    o = &cb->one[i];
-    if (!o->ready)
+    if (!(cb->hashed && i == cb->hashed_frame) && (o->err = cast_encode(cb, o)) != FED_OK)
         return;
-    payload = fed_wire_payload(o->frame);
-    o->err = fed_wire_block_encode(o->t.hdr.type, cb->b, payload, o->t.hdr.payload_len, &blen);
-    if (o->err == FED_OK && blen + cb->vlen != o->t.hdr.payload_len)
-        o->err = FED_ERR_INTERNAL;
-    if (o->err != FED_OK)
-        return;
-    if (cb->vlen)
-        memcpy(payload + blen, cb->vec, cb->vlen);
+    o->t.payload_hash = cb->hashed ? cb->payload_hash : NULL;
     o->err = fed_wire_seal_ticket(cb->n->wire, &o->t, o->frame, cast_nonce, o, &o->len);
+}
+
+/* The payload hashed once, then every frame sealed on the pool. */
+static void cast_seal_frames(cast_batch *cb)
+{
+    cast_hash_payload(cb);
+    fed_pool_parallel_for(cb->n->cfg.pool, cb->k, cast_seal, cb);
+}
+
+/* Pool piece i of two: the work beside first (it starts at once, and the
+ * thread running it is the one that waits on its fsync), the sealing
+ * second, its frames spread over the pool in turn. */
+static void cast_beside_or_seal(void *ctx, size_t i)
+{
+    cast_batch *cb = ctx;
+
+    if (i == 0)
+        cb->beside(cb->beside_ctx);
+    else
+        cast_seal_frames(cb);
 }
 
 /* Loop thread: header, sequence, session and nonce of one frame. */
@@ -173,14 +219,15 @@ static fed_err cast_prepare(fed_node *n, const node_cast *to, uint8_t type, uint
 }
 
 /* Seals k frames into one[i].frame (set by the caller) on the pool, with
- * beside (may be NULL) as one more piece. The tickets stay pinned. */
+ * beside (may be NULL) run beside them. The tickets stay pinned. */
 static void cast_seal_all(fed_node *n, const node_cast *to, size_t k, uint8_t type,
                           uint64_t round, uint16_t codec, const fed_wire_block *b,
                           const uint8_t *vec, size_t vlen, cast_one *one,
                           void (*beside)(void *ctx), void *beside_ctx)
 {
     size_t payload_len = fed_wire_block_size(type) + vlen;
-    cast_batch cb = {n, b, vec, vlen, one, k, beside, beside_ctx};
+    cast_batch cb = {.n = n, .b = b, .vec = vec, .vlen = vlen, .one = one, .k = k,
+                     .beside = beside, .beside_ctx = beside_ctx};
 
     for (size_t i = 0; i < k; i++) {
         uint8_t *frame = one[i].frame;
@@ -189,7 +236,10 @@ static void cast_seal_all(fed_node *n, const node_cast *to, size_t k, uint8_t ty
         one[i].frame = frame;
         one[i].err = cast_prepare(n, &to[i], type, round, codec, payload_len, &one[i]);
     }
-    fed_pool_parallel_for(n->cfg.pool, k + (beside ? 1 : 0), cast_seal, &cb);
+    if (beside)
+        fed_pool_parallel_for(n->cfg.pool, 2, cast_beside_or_seal, &cb);
+    else
+        cast_seal_frames(&cb);
 }
 
 /* Loop thread: frame o to `to`, or its refusal. */
