@@ -180,6 +180,7 @@ static void cast_seal(void *ctx, size_t i)
         return;
     o->t.payload_hash = cb->hashed ? cb->payload_hash : NULL;
     o->err = fed_wire_seal_ticket(cb->n->wire, &o->t, o->frame, cast_nonce, o, &o->len);
+    o->t.payload_hash = NULL; /* cb's, gone with this broadcast; the ticket may stay */
 }
 
 /* The payload hashed once, then every frame sealed on the pool. */
