@@ -1,7 +1,7 @@
 /* seal.c - the sealed envelope: hash the payload (or take its hash), sign
  * the digest, encrypt once in place (see seal.h). Owns no state; keys come
- * pinned from the arena. Must never copy the payload, nor release plaintext whose AEAD tag or
- * signature did not verify. */
+ * pinned from the arena. Must never copy the payload, nor release
+ * plaintext whose AEAD tag or signature did not verify. */
 #include "crypto/seal.h"
 
 #include <string.h>

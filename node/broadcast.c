@@ -55,11 +55,10 @@ typedef struct cast_batch {
     size_t k;
     void (*beside)(void *ctx); /* run beside the sealing, when set */
     void *beside_ctx;
-    /* the payload (the same in every frame) hashed once, from frame
-       one[hashed_frame], when hashed */
+    /* the payload (the same in every frame), encoded into *encoded and
+       hashed there once; encoded is NULL when it was not */
     uint8_t payload_hash[FED_CRYPTO_DIGEST_BYTES];
-    size_t hashed_frame;
-    int hashed;
+    const cast_one *encoded;
 } cast_batch;
 
 /* The ticket's pin released: counted as sent when result is FED_OK. */
@@ -161,11 +160,10 @@ static void cast_hash_payload(cast_batch *cb)
     if (cb->k < 2 || i == cb->k)
         return;
     o = &cb->one[i];
-    cb->hashed_frame = i;
     if ((o->err = cast_encode(cb, o)) != FED_OK)
-        return;
+        return; /* its piece sees the error; the others hash their own */
     fed_crypto_payload_hash(fed_wire_payload(o->frame), o->t.hdr.payload_len, cb->payload_hash);
-    cb->hashed = 1;
+    cb->encoded = o;
 }
 
 /* Pool piece i: frame i encoded (the hashed one already is) and sealed. */
@@ -176,9 +174,9 @@ static void cast_seal(void *ctx, size_t i)
 
     if (!o->ready || o->err != FED_OK)
         return;
-    if (!(cb->hashed && i == cb->hashed_frame) && (o->err = cast_encode(cb, o)) != FED_OK)
+    if (o != cb->encoded && (o->err = cast_encode(cb, o)) != FED_OK)
         return;
-    o->t.payload_hash = cb->hashed ? cb->payload_hash : NULL;
+    o->t.payload_hash = cb->encoded ? cb->payload_hash : NULL;
     o->err = fed_wire_seal_ticket(cb->n->wire, &o->t, o->frame, cast_nonce, o, &o->len);
     o->t.payload_hash = NULL; /* cb's, gone with this broadcast; the ticket may stay */
 }

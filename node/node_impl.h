@@ -147,9 +147,8 @@ typedef struct node_cast {
 FED_WUR fed_err fed_node_broadcast(fed_node *n, const node_cast *to, size_t k, uint8_t type,
                                    uint64_t round, uint16_t codec, const fed_wire_block *b,
                                    const uint8_t *vec, size_t vlen);
-/* Seals the same frames for `to` ahead, on the pool, with beside(ctx) run
- * as one more piece of the same parallel work (the loop thread waits for
- * all of it); a later fed_node_broadcast of that type and round sends each
+/* Seals the same frames for `to` ahead, on the pool, with beside(ctx)
+ * started first beside them (the loop thread waits for all of it); a later fed_node_broadcast of that type and round sends each
  * frame whose recipient it names with the same epoch, and drops the
  * others. Nothing is sealed (beside just runs) for a stream or past one
  * batch. Only one set is kept: a new one drops the old. */

@@ -283,8 +283,8 @@ static void test_seal_open_roundtrip(void **state)
         crypto_generichash_blake2b_update(&st, inner, 64);
         crypto_generichash_blake2b_final(&st, digest2, 64);
         assert_memory_equal(digest, digest2, 64);
-        assert_int_equal(crypto_sign_verify_detached(sig, digest2, 64, fed_crypto_arena_pubkey(p.a)),
-                         0);
+        assert_int_equal(
+            crypto_sign_verify_detached(sig, digest2, 64, fed_crypto_arena_pubkey(p.a)), 0);
     }
     assert_int_equal(fed_crypto_verify(fed_crypto_arena_pubkey(p.a), ad, 40, expect, PLEN, sig),
                      FED_OK);
