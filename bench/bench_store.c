@@ -146,7 +146,7 @@ static void bench_checkpoint(const char *dir, size_t nparams, int reps)
     fed_store *st = NULL;
     sqlite3 *db;
     sqlite3_stmt *ins = NULL;
-    double best_ck = 1e30, best_bare = 1e30, best_load = 1e30, best_sha = 1e30;
+    double best_ck = 1e30, best_bare = 1e30, best_load = 1e30, best_hash = 1e30;
     fed_rng r;
     fed_err e;
 
@@ -173,7 +173,7 @@ static void bench_checkpoint(const char *dir, size_t nparams, int reps)
         uint8_t h[32];
         double t0, t;
 
-        /* the store: chunks + sha256 + chain row + retention, one transaction */
+        /* the store: chunks + BLAKE2b + chain row + retention, one transaction */
         t0 = now_s();
         if ((e = fed_store_checkpoint_write(st, (uint64_t)k + 1, s, 1, NULL)) != FED_OK)
             die("checkpoint_write", fed_strerror(e));
@@ -197,9 +197,9 @@ static void bench_checkpoint(const char *dir, size_t nparams, int reps)
         fed_store_ckpt_fini(&c);
 
         t0 = now_s();
-        crypto_hash_sha256(h, (const uint8_t *)params, bytes);
+        crypto_generichash(h, 32, (const uint8_t *)params, bytes, NULL, 0);
         t = now_s() - t0;
-        best_sha = t < best_sha ? t : best_sha;
+        best_hash = t < best_hash ? t : best_hash;
     }
     {
         double mb = (double)bytes / 1e6;
@@ -210,7 +210,7 @@ static void bench_checkpoint(const char *dir, size_t nparams, int reps)
         printf("  bare insert   %8.1f MB/s  (%.3f s)   store/bare x%.2f\n", mb / best_bare,
                best_bare, best_bare / best_ck);
         printf("  verified load %8.1f MB/s  (%.3f s)\n", mb / best_load, best_load);
-        printf("  sha256 alone  %8.1f MB/s\n", mb / best_sha);
+        printf("  BLAKE2b alone %8.1f MB/s  (the checkpoint's hash, version 2)\n", mb / best_hash);
     }
     sqlite3_finalize(ins);
     sqlite3_close(db);

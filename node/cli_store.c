@@ -260,7 +260,7 @@ static void print_ckpts_table(const status_data *d)
         return;
     }
     printf("  %6s  %7s  %-19s  %10s  %6s  %-16s  %-16s  %s\n", "id", "round", "written (UTC)",
-           "size", "chunks", "sha256", "previous", "blob");
+           "size", "chunks", "hash", "previous", "blob");
     for (size_t i = 0; i < d->nckpts; i++) {
         const fed_store_ckpt_row *r = &d->ckpts[i];
         char when[32], size[24], h[65], p[65];
@@ -352,7 +352,7 @@ static void print_status_json(const char *db, fed_store *st, const status_data *
         hex(p, r->prev_hash, 32);
         printf("%s{\"id\":%" PRIu64 ",\"round\":%" PRIu64 ",\"created_s\":%" PRIu64
                ",\"size\":%" PRIu64 ",\"chunks\":%" PRIu64 ",\"epoch\":%" PRIu64
-               ",\"sha256\":\"%s\",\"prev_sha256\":\"%s\",\"pruned\":%s}",
+               ",\"hash\":\"%s\",\"prev_hash\":\"%s\",\"pruned\":%s}",
                i ? "," : "", r->id, r->round, r->created_s, r->size, r->chunks, r->epoch, h, p,
                r->pruned ? "true" : "false");
     }

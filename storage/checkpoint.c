@@ -1,5 +1,5 @@
 /* checkpoint.c - hash-chained checkpoints: the byte format drawn in store.h,
- * written as chunk rows with a streamed sha256, verified on every load
+ * written as chunk rows with a streamed hash, verified on every load
  * (hash, header, chain link), retention that prunes blobs but never rows.
  * Owns nothing beyond the caller's fed_store_ckpt buffer. Never returns a
  * checkpoint it could not verify: faulty ones are logged and listed instead. */
@@ -50,6 +50,58 @@ static uint64_t get_u64(const uint8_t *p)
     for (int i = 7; i >= 0; i--)
         v = v << 8 | p[i];
     return v;
+}
+
+/* ------------------------------------------------------------ hashing -- */
+
+/* A checkpoint's hash, over all its bytes: BLAKE2b-256 from version 2,
+ * SHA-256 in version 1, which is still read. BLAKE2b takes a quarter of
+ * SHA-256's time here (0.93 against 3.4-4.4 ms a MB), and the aggregator's
+ * commit, which the next round's models wait for, hashes the whole model.
+ * A stored blob is hashed by its own version (bytes 8-11), so one written
+ * before the change verifies as it did and chains on to newer ones. */
+typedef struct ckpt_hash {
+    uint32_t version;
+    union {
+        crypto_generichash_state blake2b;
+        crypto_hash_sha256_state sha256;
+    } u;
+} ckpt_hash;
+
+static fed_err ckpt_hash_init(ckpt_hash *h, uint32_t version)
+{
+    h->version = version;
+    if (version == 1)
+        return crypto_hash_sha256_init(&h->u.sha256) == 0 ? FED_OK : FED_ERR_INTERNAL;
+    if (version == 2)
+        return crypto_generichash_init(&h->u.blake2b, NULL, 0, 32) == 0 ? FED_OK
+                                                                       : FED_ERR_INTERNAL;
+    return FED_ERR_VERSION;
+}
+
+/* The hash a stored blob is checked with, from its first chunk, which
+ * starts with the header whole, as every writer cuts it (at least 4 KiB). */
+static fed_err ckpt_hash_for_blob(ckpt_hash *h, const uint8_t *first, size_t len)
+{
+    if (len < 12 || memcmp(first, FED_CKPT_MAGIC, 8) != 0)
+        return FED_ERR_MAGIC;
+    return ckpt_hash_init(h, get_u32(first + 8));
+}
+
+static void ckpt_hash_update(ckpt_hash *h, const uint8_t *p, uint64_t n)
+{
+    if (h->version == 1)
+        crypto_hash_sha256_update(&h->u.sha256, p, (unsigned long long)n);
+    else
+        crypto_generichash_update(&h->u.blake2b, p, (unsigned long long)n);
+}
+
+static void ckpt_hash_final(ckpt_hash *h, uint8_t out[32])
+{
+    if (h->version == 1)
+        crypto_hash_sha256_final(&h->u.sha256, out);
+    else
+        crypto_generichash_final(&h->u.blake2b, out, 32);
 }
 
 /* ------------------------------------------------------------- layout -- */
@@ -109,7 +161,7 @@ static fed_err parse_header(const uint8_t *b, size_t have, uint64_t total, ckpt_
         return FED_ERR_TRUNCATED;
     if (memcmp(b, FED_CKPT_MAGIC, 8) != 0)
         return FED_ERR_MAGIC;
-    if (get_u32(b + 8) != FED_CKPT_VERSION)
+    if (get_u32(b + 8) < FED_CKPT_VERSION_MIN || get_u32(b + 8) > FED_CKPT_VERSION)
         return FED_ERR_VERSION;
     n = get_u32(b + 12);
     if (n < 1 || n > FED_CKPT_MAX_SECTIONS)
@@ -279,7 +331,7 @@ static fed_err last_row(fed_store *st, uint64_t *id, uint8_t hash[32])
 }
 
 static fed_err insert_chunks(fed_store *st, uint64_t id, const ckpt_src *c,
-                             crypto_hash_sha256_state *hs, uint64_t *nchunks)
+                             ckpt_hash *hs, uint64_t *nchunks)
 {
     uint64_t cb = st->opts.chunk_bytes, idx = 0;
     uint8_t *stage = NULL;
@@ -298,7 +350,7 @@ static fed_err insert_chunks(fed_store *st, uint64_t id, const ckpt_src *c,
             src_gather(c, a, b, stage);
             p = stage;
         }
-        crypto_hash_sha256_update(hs, p, b - a);
+        ckpt_hash_update(hs, p, b - a);
         if (!(q = store_stmt(st, SQ_CHUNK_INSERT, &e)))
             goto out;
         sqlite3_bind_int64(q, 1, (int64_t)id);
@@ -388,7 +440,7 @@ fed_err fed_store_checkpoint_write(fed_store *st, uint64_t round, const fed_stor
                                    size_t n, uint8_t hash[32])
 {
     uint8_t hdr[HDR_MAX], prev[32], h[32];
-    crypto_hash_sha256_state hs;
+    ckpt_hash hs;
     ckpt_src c;
     uint64_t id = 0, nchunks = 0;
     store_tx tx;
@@ -411,10 +463,10 @@ fed_err fed_store_checkpoint_write(fed_store *st, uint64_t round, const fed_stor
         goto out;
     id++;
     build_header(hdr, round, prev, &c);
-    crypto_hash_sha256_init(&hs);
-    if ((e = insert_chunks(st, id, &c, &hs, &nchunks)) != FED_OK)
+    if ((e = ckpt_hash_init(&hs, FED_CKPT_VERSION)) != FED_OK ||
+        (e = insert_chunks(st, id, &c, &hs, &nchunks)) != FED_OK)
         goto out;
-    crypto_hash_sha256_final(&hs, h);
+    ckpt_hash_final(&hs, h);
     if ((e = insert_row(st, id, round, c.total, nchunks, h, prev)) != FED_OK)
         goto out;
     e = apply_retention(st, id);
@@ -572,13 +624,15 @@ static fed_err check_chunk_list(fed_store *st, const fed_store_ckpt_row *r,
     return e;
 }
 
-/* Pass 2: stream every chunk through sha256. With dst, chunks land at their
+/* Pass 2: stream every chunk through the hash of the version the first one
+ * names (FED_ERR_MAGIC: it starts with no checkpoint's magic; FED_ERR_VERSION:
+ * a version this build does not know). With dst, chunks land at their
  * offsets in dst; without, each goes through scratch, and the first HDR_MAX
  * bytes are kept in hdr. */
 static fed_err read_chunks(fed_store *st, const fed_store_ckpt_row *r, uint8_t *dst,
                            uint8_t *scratch, uint8_t *hdr, uint8_t out_hash[32])
 {
-    crypto_hash_sha256_state hs;
+    ckpt_hash hs;
     sqlite3_blob *blob = NULL;
     fed_err e = FED_OK;
     sqlite3_stmt *q = store_stmt(st, SQ_CHUNK_LIST, &e);
@@ -587,7 +641,7 @@ static fed_err read_chunks(fed_store *st, const fed_store_ckpt_row *r, uint8_t *
 
     if (!q)
         return e;
-    crypto_hash_sha256_init(&hs);
+    hs.version = 0; /* set by the first chunk */
     sqlite3_bind_int64(q, 1, (int64_t)r->id);
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         int64_t rowid = sqlite3_column_int64(q, 0);
@@ -607,7 +661,9 @@ static fed_err read_chunks(fed_store *st, const fed_store_ckpt_row *r, uint8_t *
             e = store_err(st, rc, "read checkpoint chunk");
             break;
         }
-        crypto_hash_sha256_update(&hs, p, (unsigned long long)len);
+        if (pos == 0 && (e = ckpt_hash_for_blob(&hs, p, (size_t)len)) != FED_OK)
+            break;
+        ckpt_hash_update(&hs, p, (uint64_t)len);
         if (hdr && pos < HDR_MAX) {
             uint64_t k = HDR_MAX - pos < (uint64_t)len ? HDR_MAX - pos : (uint64_t)len;
 
@@ -619,8 +675,10 @@ static fed_err read_chunks(fed_store *st, const fed_store_ckpt_row *r, uint8_t *
         e = store_err(st, rc, "list checkpoint chunks");
     sqlite3_blob_close(blob);
     sqlite3_reset(q);
+    if (e == FED_OK && hs.version == 0)
+        e = FED_ERR_CORRUPT; /* no chunk: pass 1 says there are some */
     if (e == FED_OK)
-        crypto_hash_sha256_final(&hs, out_hash);
+        ckpt_hash_final(&hs, out_hash);
     return e;
 }
 
@@ -677,6 +735,15 @@ static fed_err verify_blob(fed_store *st, const fed_store_ckpt_row *r, fed_store
         goto out;
     }
     e = read_chunks(st, r, buf, scratch, out ? NULL : hdr, got);
+    if (e == FED_ERR_MAGIC) { /* overwritten, as no version of ours writes it */
+        add_fault(f, r, FED_ERR_CORRUPT, "header: no checkpoint magic");
+        e = FED_ERR_CORRUPT;
+        goto out;
+    }
+    if (e == FED_ERR_VERSION) { /* from a newer build, say */
+        add_fault(f, r, e, "header: %s", fed_strerror(e));
+        goto out;
+    }
     if (is_fault(e)) {
         add_fault(f, r, e, "chunk unreadable");
         goto out;
@@ -684,7 +751,7 @@ static fed_err verify_blob(fed_store *st, const fed_store_ckpt_row *r, fed_store
     if (e != FED_OK)
         goto out;
     if (memcmp(got, r->hash, 32) != 0) {
-        add_fault(f, r, FED_ERR_CORRUPT, "sha256 does not match");
+        add_fault(f, r, FED_ERR_CORRUPT, "hash does not match");
         e = FED_ERR_CORRUPT;
         goto out;
     }

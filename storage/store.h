@@ -190,16 +190,17 @@ FED_WUR fed_err fed_store_integrity_check(fed_store *st, char *msg, size_t cap);
 
 /* ---- checkpoints ----
  * A checkpoint is one byte string, stored as rows of at most chunk_bytes in
- * checkpoint_chunks; its sha256 (streamed over the chunks) and the previous
- * checkpoint's sha256 sit in its checkpoints row. The header binds the round
- * and the previous hash, so the hash covers the link.
+ * checkpoint_chunks; its hash (BLAKE2b-256, unkeyed, streamed over the
+ * chunks; SHA-256 in version 1, still read) and the previous checkpoint's
+ * hash sit in its checkpoints row. The header binds the round and the
+ * previous hash, so the hash covers the link.
  *
  *   offset       size  field (integers little-endian)
  *   0            8     magic "FEDCKPT\0"
- *   8            4     version (u32) = 1
+ *   8            4     version (u32) = 2 (1: the same bytes, hashed with SHA-256)
  *   12           4     section count S (u32), 1..FED_CKPT_MAX_SECTIONS
  *   16           8     round (u64)
- *   24           32    previous checkpoint's sha256 (zeros for the first)
+ *   24           32    previous checkpoint's hash (zeros for the first)
  *   56           8     total length T (u64), this header included
  *   64           40*S  section table: name (32 bytes, NUL-padded, 1..31
  *                      chars of [A-Za-z0-9._-]) and length (u64)
@@ -208,7 +209,8 @@ FED_WUR fed_err fed_store_integrity_check(fed_store *st, char *msg, size_t cap);
  *
  * Sections a node writes (a missing one means "start that part fresh"): */
 #define FED_CKPT_MAGIC "FEDCKPT"
-#define FED_CKPT_VERSION 1u
+#define FED_CKPT_VERSION 2u     /* written */
+#define FED_CKPT_VERSION_MIN 1u /* still read */
 #define FED_CKPT_MAX_SECTIONS 64
 #define FED_CKPT_NAME_MAX 32
 #define FED_CKPT_SEC_SPEC "model.spec"     /* model spec string, no NUL */
@@ -262,7 +264,7 @@ typedef struct fed_store_faults {
 
 /* Write a checkpoint of round from n sections (names unique) and apply the
  * retention policy (prunes only chunk rows). hash (may be NULL) gets its
- * sha256. Atomic: on failure nothing of it remains. */
+ * hash. Atomic: on failure nothing of it remains. */
 FED_WUR fed_err fed_store_checkpoint_write(fed_store *st, uint64_t round,
                                            const fed_store_section *s, size_t n,
                                            uint8_t hash[32]);

@@ -623,12 +623,13 @@ static void test_checkpoint_round_trip(void **state)
     assert_memory_equal(c.hash, h[2], 32);
     assert_memory_equal(c.prev_hash, h[1], 32);
     assert_ckpt_matches(&c, &x);
-    /* the stored bytes hash to the row's hash */
+    /* the stored bytes hash (BLAKE2b-256, unkeyed) to the row's hash */
     {
         uint8_t again[32];
         fed_store_ckpt p;
 
-        assert_int_equal(crypto_hash_sha256(again, c.buf, c.len), 0);
+        assert_int_equal(c.buf[8], FED_CKPT_VERSION);
+        assert_int_equal(crypto_generichash(again, 32, c.buf, c.len, NULL, 0), 0);
         assert_memory_equal(again, h[2], 32);
         assert_int_equal(fed_store_ckpt_parse(c.buf, c.len, &p), FED_OK);
         assert_int_equal(p.round, 30);
@@ -680,6 +681,116 @@ static void flip_chunk_byte(const char *path, int id, int idx)
     sqlite3_close(db);
 }
 
+/* Rewrite checkpoint id (one chunk of its blob's first 4096 bytes at least)
+ * as version 1 wrote it: version field 1, row hash its SHA-256. */
+static void make_version1(const char *path, int id, uint8_t sha[32])
+{
+    char sql[160];
+    sqlite3 *db = raw_open(path);
+    sqlite3_stmt *q = NULL;
+    sqlite3_blob *b = NULL;
+    crypto_hash_sha256_state hs;
+    const uint8_t one[4] = {1, 0, 0, 0};
+
+    snprintf(sql, sizeof sql, "SELECT rowid FROM checkpoint_chunks WHERE ckpt = %d AND idx = 0",
+             id);
+    assert_int_equal(sqlite3_blob_open(db, "main", "checkpoint_chunks", "data",
+                                       raw_int(db, sql), 1, &b), SQLITE_OK);
+    assert_int_equal(sqlite3_blob_write(b, one, 4, 8), SQLITE_OK);
+    sqlite3_blob_close(b);
+    crypto_hash_sha256_init(&hs);
+    snprintf(sql, sizeof sql, "SELECT data FROM checkpoint_chunks WHERE ckpt = %d ORDER BY idx",
+             id);
+    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &q, NULL), SQLITE_OK);
+    while (sqlite3_step(q) == SQLITE_ROW)
+        crypto_hash_sha256_update(&hs, sqlite3_column_blob(q, 0),
+                                  (unsigned long long)sqlite3_column_bytes(q, 0));
+    sqlite3_finalize(q);
+    crypto_hash_sha256_final(&hs, sha);
+    assert_int_equal(sqlite3_prepare_v2(db, "UPDATE checkpoints SET hash = ? WHERE id = ?", -1,
+                                        &q, NULL), SQLITE_OK);
+    sqlite3_bind_blob(q, 1, sha, 32, SQLITE_STATIC);
+    sqlite3_bind_int(q, 2, id);
+    assert_int_equal(sqlite3_step(q), SQLITE_DONE);
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+}
+
+/* A database written before BLAKE2b: its version-1 checkpoint (SHA-256)
+ * still verifies and loads, a new one chains onto it, and a version no
+ * build wrote is a fault that names it. */
+static void test_checkpoint_version1_still_read(void **state)
+{
+    char path[512];
+    test_clock clk = {85};
+    fed_store_opts o = opts_with_clock(&clk);
+    fed_store *st = NULL;
+    fed_store_ckpt c;
+    fed_store_faults f;
+    uint8_t v1[32];
+    sections x;
+    size_t n = 0;
+
+    (void)state;
+    fed_log_set_sink(quiet_sink, NULL);
+    fresh_db(path, sizeof path, "v1.db");
+    o.chunk_bytes = 4096;
+    o.keep_last = 0;
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    write_ckpts(st, 1, 1, 2);
+    fed_store_close(st);
+    make_version1(path, 1, v1);
+
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_store_latest_valid_checkpoint(st, &c, NULL), FED_OK);
+    assert_int_equal(c.id, 1);
+    assert_int_equal(c.buf[8], 1);
+    assert_memory_equal(c.hash, v1, 32);
+    make_sections(&x, 1, 2);
+    assert_ckpt_matches(&c, &x);
+    free_sections(&x);
+    fed_store_ckpt_fini(&c);
+    write_ckpts(st, 2, 1, 2); /* version 2, linked to the SHA-256 of version 1 */
+    assert_int_equal(fed_store_latest_valid_checkpoint(st, &c, NULL), FED_OK);
+    assert_int_equal(c.id, 2);
+    assert_int_equal(c.buf[8], FED_CKPT_VERSION);
+    assert_memory_equal(c.prev_hash, v1, 32);
+    fed_store_ckpt_fini(&c);
+    assert_int_equal(fed_store_verify_checkpoints(st, NULL, &n), FED_OK);
+    assert_int_equal(n, 2);
+    fed_store_close(st);
+
+    /* version 3 in checkpoint 1: no hash to check it with, so a fault */
+    {
+        sqlite3 *db = raw_open(path);
+        sqlite3_blob *b = NULL;
+        const uint8_t three = 3;
+
+        assert_int_equal(sqlite3_blob_open(db, "main", "checkpoint_chunks", "data",
+                                           raw_int(db, "SELECT rowid FROM checkpoint_chunks "
+                                                       "WHERE ckpt = 1 AND idx = 0"),
+                                           1, &b), SQLITE_OK);
+        assert_int_equal(sqlite3_blob_write(b, &three, 1, 8), SQLITE_OK);
+        sqlite3_blob_close(b);
+        sqlite3_close(db);
+    }
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    memset(&f, 0, sizeof f);
+    assert_int_equal(fed_store_verify_checkpoints(st, &f, &n), FED_ERR_CORRUPT);
+    assert_int_equal(f.n, 1);
+    assert_int_equal(f.v[0].id, 1);
+    assert_int_equal(f.v[0].err, FED_ERR_VERSION);
+    assert_non_null(strstr(f.v[0].what, "header"));
+    memset(&f, 0, sizeof f);
+    assert_int_equal(fed_store_checkpoint_of_round(st, 1, &c, &f), FED_ERR_NOTFOUND);
+    assert_int_equal(f.n, 1);
+    assert_int_equal(fed_store_latest_valid_checkpoint(st, &c, NULL), FED_OK);
+    assert_int_equal(c.id, 2);
+    fed_store_ckpt_fini(&c);
+    fed_store_close(st);
+    fed_log_set_sink(NULL, NULL);
+}
+
 static void test_corrupt_chunk_skipped(void **state)
 {
     char path[512];
@@ -714,7 +825,7 @@ static void test_corrupt_chunk_skipped(void **state)
     assert_int_equal(f.total, 1);
     assert_int_equal(f.v[0].id, 3);
     assert_int_equal(f.v[0].err, FED_ERR_CORRUPT);
-    assert_non_null(strstr(f.v[0].what, "sha256"));
+    assert_non_null(strstr(f.v[0].what, "hash does not match"));
 
     memset(&f, 0, sizeof f);
     assert_int_equal(fed_store_verify_checkpoints(st, &f, &n), FED_ERR_CORRUPT);
@@ -1097,7 +1208,9 @@ static void test_ckpt_parse_rejects(void **state)
     } while (0)
     MUTATE((void)0, FED_OK);
     MUTATE(b[0] = 'X', FED_ERR_MAGIC);
-    MUTATE(b[8] = 2, FED_ERR_VERSION);
+    MUTATE(b[8] = 0, FED_ERR_VERSION);
+    MUTATE(b[8] = 1, FED_OK); /* version 1: the same bytes, hashed with SHA-256 */
+    MUTATE(b[8] = 3, FED_ERR_VERSION);
     MUTATE(b[12] = 0, FED_ERR_FORMAT);              /* no sections */
     MUTATE(b[12] = 65, FED_ERR_FORMAT);             /* too many */
     MUTATE(b[12] = 4, FED_ERR_FORMAT);              /* table and total disagree */
@@ -1680,12 +1793,12 @@ static void test_cli(void **state)
     free(q);
     flip_chunk_byte(db, 2, 0);
     assert_int_equal(run_cli(fed_cli_verify, out, sizeof out, 2, "--db", db), 1);
-    assert_non_null(strstr(out, "checkpoint 2 (round 2): sha256 does not match"));
+    assert_non_null(strstr(out, "checkpoint 2 (round 2): hash does not match"));
     /* export of the newest still works; of the corrupt one, it refuses and says why */
     assert_int_equal(run_cli(fed_cli_export, out, sizeof out, 4, "--db", db, "--out", st2), 0);
     assert_int_equal(run_cli(fed_cli_export, out, sizeof out, 6, "--db", db, "--round", "2",
                              "--out", st2), 1);
-    assert_non_null(strstr(out, "checkpoint 2 (round 2) skipped: sha256 does not match"));
+    assert_non_null(strstr(out, "checkpoint 2 (round 2) skipped: hash does not match"));
     free(params);
     fed_log_set_sink(NULL, NULL);
 }
@@ -1702,6 +1815,7 @@ int main(void)
         cmocka_unit_test(test_contributions_read),
         cmocka_unit_test(test_transactions),
         cmocka_unit_test(test_checkpoint_round_trip),
+        cmocka_unit_test(test_checkpoint_version1_still_read),
         cmocka_unit_test(test_corrupt_chunk_skipped),
         cmocka_unit_test(test_chain_corruption),
         cmocka_unit_test(test_retention),
