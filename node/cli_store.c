@@ -168,8 +168,6 @@ static int keep_contrib(void *ctx, const fed_store_contrib *c)
     status_data *d = ctx;
     status_contrib *r;
 
-    if (c->round < d->from_round)
-        return 0;
     if (d->ncontribs == LIST_MAX) {
         d->contribs_left_out++;
         return 0;
@@ -199,9 +197,10 @@ static fed_err status_load(fed_store *st, const status_cfg *c, status_data *d)
             FED_OK ||
         (e = fed_store_list_peers(st, d->peers, LIST_MAX, &d->npeers)) != FED_OK)
         return e;
-    /* the contributions of the rounds shown (and of any later attempt) */
+    /* the contributions of the rounds shown (and of any later attempt),
+       read from the index, not the whole table */
     d->from_round = d->nrounds ? d->rounds[d->nrounds - 1].round : 0;
-    if ((e = fed_store_each_contribution(st, keep_contrib, d)) != FED_OK)
+    if ((e = fed_store_each_contribution(st, d->from_round, keep_contrib, d)) != FED_OK)
         return e;
     return fed_store_list_counters(st, d->counters, LIST_MAX, &d->ncounters);
 }
@@ -852,7 +851,7 @@ int fed_cli_verify(int argc, char **argv)
         printf("  ... and %zu more\n", faults.total - faults.n);
     bad |= e != FED_OK;
 
-    e = fed_store_each_contribution(st, check_signature, &tally);
+    e = fed_store_each_contribution(st, 0, check_signature, &tally);
     printf("contributions: %zu signatures ok, %zu bad, %zu missing (nothing received)%s%s\n",
            tally.ok, tally.bad, tally.unsigned_rows, e == FED_OK ? "" : "; ",
            e == FED_OK ? "" : fed_strerror(e));

@@ -60,7 +60,7 @@ static const char *const stmt_sql[SQ_COUNT_] = {
     [SQ_CONTRIB_PUT] = "INSERT INTO contributions(round, peer_key, digest, signature, header,"
                        " accepted, reason) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     [SQ_CONTRIB_EACH] = "SELECT round, peer_key, digest, signature, header, accepted, reason"
-                        " FROM contributions ORDER BY round, id",
+                        " FROM contributions WHERE round >= ?1 ORDER BY round, id",
     [SQ_PEER_PUT] = "INSERT INTO peers(key, addr, first_seen_ms, last_seen_ms, last_round, epoch)"
                     " VALUES(?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(key) DO UPDATE SET"
                     " addr = excluded.addr, last_seen_ms = excluded.last_seen_ms,"
@@ -804,7 +804,8 @@ fed_err fed_store_put_contribution(fed_store *st, const fed_store_contrib *c)
     return step_done(st, s, "write contribution");
 }
 
-fed_err fed_store_each_contribution(fed_store *st, fed_store_contrib_fn fn, void *ctx)
+fed_err fed_store_each_contribution(fed_store *st, uint64_t from_round, fed_store_contrib_fn fn,
+                                    void *ctx)
 {
     fed_err e = FED_OK;
     sqlite3_stmt *s = store_stmt(st, SQ_CONTRIB_EACH, &e);
@@ -813,6 +814,7 @@ fed_err fed_store_each_contribution(fed_store *st, fed_store_contrib_fn fn, void
 
     if (!s)
         return e;
+    sqlite3_bind_int64(s, 1, from_round > INT64_MAX ? INT64_MAX : (int64_t)from_round);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         memset(&c, 0, sizeof c);
         c.round = (uint64_t)sqlite3_column_int64(s, 0);

@@ -154,10 +154,12 @@ typedef struct fed_store_contrib {
 } fed_store_contrib;
 
 FED_WUR fed_err fed_store_put_contribution(fed_store *st, const fed_store_contrib *c);
-/* Calls fn for every contribution in (round, id) order; c->header is valid
+/* Calls fn for every contribution of rounds from_round on (0: all), in
+ * (round, id) order, read through the round index; c->header is valid
  * during the call only. fn returning nonzero stops with FED_OK. */
 typedef int (*fed_store_contrib_fn)(void *ctx, const fed_store_contrib *c);
-FED_WUR fed_err fed_store_each_contribution(fed_store *st, fed_store_contrib_fn fn, void *ctx);
+FED_WUR fed_err fed_store_each_contribution(fed_store *st, uint64_t from_round,
+                                            fed_store_contrib_fn fn, void *ctx);
 
 /* ---- peers ---- */
 typedef struct fed_store_peer {

@@ -549,8 +549,8 @@ static contrib_q contribution(scen *s, uint64_t round, const fed_sim_host *h)
     q.round = round;
     q.accepted = -1;
     memcpy(q.key, fed_sim_host_id(h)->key, 32);
-    assert_int_equal(fed_store_each_contribution(fed_sim_host_store(s->agg), find_contrib, &q),
-                     FED_OK);
+    assert_int_equal(fed_store_each_contribution(fed_sim_host_store(s->agg), round, find_contrib,
+                                                 &q), FED_OK);
     return q;
 }
 

@@ -542,8 +542,17 @@ static void test_contributions_read(void **state)
     (void)state;
     path_of(path, sizeof path, "rows.db"); /* written by the test before */
     assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
-    assert_int_equal(fed_store_each_contribution(st, count_contrib, &n), FED_OK);
+    assert_int_equal(fed_store_each_contribution(st, 0, count_contrib, &n), FED_OK);
     assert_int_equal(n, 1);
+    n = 0; /* it is of round 4 */
+    assert_int_equal(fed_store_each_contribution(st, 4, count_contrib, &n), FED_OK);
+    assert_int_equal(n, 1);
+    n = 0;
+    assert_int_equal(fed_store_each_contribution(st, 5, count_contrib, &n), FED_OK);
+    assert_int_equal(n, 0);
+    n = 0;
+    assert_int_equal(fed_store_each_contribution(st, UINT64_MAX, count_contrib, &n), FED_OK);
+    assert_int_equal(n, 0);
     fed_store_close(st);
 }
 
