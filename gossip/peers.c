@@ -23,6 +23,7 @@ typedef struct peer_entry {
     uint8_t key[32];
     char url[FED_GOSSIP_URL_MAX + 1];
     int is_signed;        /* learned from a PEERS frame; 0: a seed line */
+    int sig_ok;           /* se's signature verifies under its voucher's key */
     fed_gossip_entry se;  /* the signed form */
 } peer_entry;
 
@@ -110,19 +111,34 @@ fed_err fed_gossip_entry_decode(const uint8_t *in, size_t len, fed_gossip_entry 
     return FED_OK;
 }
 
-fed_err fed_gossip_entry_verify(const fed_gossip_entry *e, const fed_crypto_allow *allow,
-                                uint64_t now_s)
+/* The signature alone: whether the voucher named in e signed these bytes
+ * (which no later check can change; membership and expiry can). */
+static fed_err entry_sig_verify(const fed_gossip_entry *e)
 {
     uint8_t body[FED_GOSSIP_ENTRY_MAX], digest[64];
-    size_t len;
+    size_t len = entry_body(e, body);
 
+    entry_digest(body, len, digest);
+    return fed_crypto_verify_digest(e->voucher, digest, e->sig);
+}
+
+/* The checks that depend on the time and the allow-list, cheap. */
+static fed_err entry_still_valid(const fed_gossip_entry *e, const fed_crypto_allow *allow,
+                                 uint64_t now_s)
+{
     if (e->expiry <= now_s)
         return FED_ERR_EXPIRED;
     if (!fed_crypto_allow_find(allow, e->voucher))
         return FED_ERR_UNKNOWN_SENDER;
-    len = entry_body(e, body);
-    entry_digest(body, len, digest);
-    return fed_crypto_verify_digest(e->voucher, digest, e->sig);
+    return FED_OK;
+}
+
+fed_err fed_gossip_entry_verify(const fed_gossip_entry *e, const fed_crypto_allow *allow,
+                                uint64_t now_s)
+{
+    fed_err err = entry_still_valid(e, allow, now_s);
+
+    return err != FED_OK ? err : entry_sig_verify(e);
 }
 
 fed_err fed_gossip_peers_new(fed_gossip_peers **out)
@@ -316,10 +332,15 @@ fed_err fed_gossip_peers_learn(fed_gossip_peers *p, const fed_gossip_entry *e, i
         *what = strcmp(pe->url, e->url) ? FED_GOSSIP_MOVED : FED_GOSSIP_TAKEN;
     snprintf(pe->url, sizeof pe->url, "%s", e->url);
     pe->is_signed = 1;
+    pe->sig_ok = entry_sig_verify(e) == FED_OK; /* once: the bytes stay as they are */
     pe->se = *e;
     return FED_OK;
 }
 
+/* Asked for every frame a vouched-for peer sends, before it is opened: the
+ * signature's verdict is the one taken when the entry was learned, so this
+ * costs a scan and an allow-list lookup, not an Ed25519 verification that
+ * anyone claiming the key could make us repeat. */
 int fed_gossip_peers_vouched(const fed_gossip_peers *p, const uint8_t key[32],
                              const fed_crypto_allow *allow, uint64_t now_s)
 {
@@ -327,8 +348,8 @@ int fed_gossip_peers_vouched(const fed_gossip_peers *p, const uint8_t key[32],
         return 0;
     for (size_t i = 0; i < p->n; i++)
         if (p->e[i].is_signed && !memcmp(p->e[i].key, key, 32))
-            return memcmp(p->e[i].se.voucher, key, 32) != 0 &&
-                   fed_gossip_entry_verify(&p->e[i].se, allow, now_s) == FED_OK;
+            return memcmp(p->e[i].se.voucher, key, 32) != 0 && p->e[i].sig_ok &&
+                   entry_still_valid(&p->e[i].se, allow, now_s) == FED_OK;
     return 0;
 }
 

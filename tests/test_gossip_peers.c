@@ -210,6 +210,17 @@ static void test_learn_and_vouched(void **state)
     assert_int_equal(fed_gossip_entry_sign(w->x, x, "tcp://x:3", NOW + 500, &e), FED_OK);
     assert_int_equal(fed_gossip_peers_learn(p, &e, NULL), FED_OK);
     assert_false(fed_gossip_peers_vouched(p, x, w->allow, NOW));
+    /* learned unchecked (as --publish's own file is) with a forged
+       signature: taken as an address, never as a vouch */
+    assert_int_equal(fed_gossip_entry_sign(w->a, x, "tcp://x:4", NOW + 900, &e), FED_OK);
+    e.sig[0] ^= 1;
+    assert_int_equal(fed_gossip_peers_learn(p, &e, &changed), FED_OK);
+    assert_int_equal(changed, FED_GOSSIP_MOVED);
+    assert_false(fed_gossip_peers_vouched(p, x, w->allow, NOW));
+    /* the genuine one, later: vouched again */
+    assert_int_equal(fed_gossip_entry_sign(w->a, x, "tcp://x:4", NOW + 901, &e), FED_OK);
+    assert_int_equal(fed_gossip_peers_learn(p, &e, &changed), FED_OK);
+    assert_true(fed_gossip_peers_vouched(p, x, w->allow, NOW));
     fed_crypto_allow_free(only_b);
     fed_gossip_peers_free(p);
 }
