@@ -82,16 +82,19 @@ enum {
     FED_GOSSIP_TAKEN = 1, /* stored, at the URL the table had */
     FED_GOSSIP_MOVED = 2, /* stored, with a URL new for its key */
 };
-/* A signed entry into the table (the caller verified it). It replaces what
- * the table held for its key when that was a seed line, or a signed entry
- * with an earlier expiry (at equal expiry: a smaller URL), so an older entry
- * replayed or still in circulation never moves a peer back; *what (may be
- * NULL) gets a FED_GOSSIP_* above. FED_ERR_NOMEM, FED_ERR_FULL (4096
- * entries). */
+/* A signed entry into the table (a frame's entries verified by the caller;
+ * a node's own --publish file taken as it is). It replaces what the table
+ * held for its key when that was a seed line, or a signed entry with an
+ * earlier expiry (at equal expiry: a smaller URL), so an older entry
+ * replayed or still in circulation never moves a peer back. An entry taken
+ * has its signature checked once, here, and the verdict kept for
+ * fed_gossip_peers_vouched. *what (may be NULL) gets a FED_GOSSIP_* above.
+ * FED_ERR_NOMEM, FED_ERR_FULL (4096 entries). */
 FED_WUR fed_err fed_gossip_peers_learn(fed_gossip_peers *p, const fed_gossip_entry *e,
                                        int *what);
 /* Whether key is vouched for at now_s: not in the allow-list, with an entry
- * by another key that verifies. */
+ * by another key whose signature held when it was learned, not expired, and
+ * whose voucher is in allow now. No signature is verified here. */
 int fed_gossip_peers_vouched(const fed_gossip_peers *p, const uint8_t key[32],
                              const fed_crypto_allow *allow, uint64_t now_s);
 

@@ -470,14 +470,14 @@ static void on_address(void *ctx, const uint8_t key[32], const char *url)
  * aggregator's ten rounds (2.3 us each, measured). So blocks up to a frame
  * (capped at glibc's 32 MiB ceiling) come from the heap, and twice that may
  * stay free for the next round. Set once the data is loaded: the large
- * blocks of loading still go back. Nothing else in the process is changed. */
+ * blocks of loading still go back. Process-wide and kept to the exit: the
+ * daemon is what the process runs from here on. */
 static void keep_round_buffers(size_t max_frame)
 {
 #if defined(__GLIBC__)
-    size_t at = max_frame + ((size_t)64 << 10); /* a frame and its bookkeeping */
+    const size_t ceiling = (size_t)32 << 20, slack = (size_t)64 << 10;
+    size_t at = max_frame < ceiling - slack ? max_frame + slack : ceiling; /* and bookkeeping */
 
-    if (at > ((size_t)32 << 20))
-        at = (size_t)32 << 20;
     if (!mallopt(M_MMAP_THRESHOLD, (int)at) || !mallopt(M_TRIM_THRESHOLD, (int)(2 * at)))
         fed_log(FED_LOG_DEBUG, "daemon: malloc keeps its defaults");
 #else

@@ -68,6 +68,9 @@ typedef struct ckpt_hash {
     } u;
 } ckpt_hash;
 
+_Static_assert(FED_CKPT_VERSION_MIN == 1 && FED_CKPT_VERSION == 2,
+               "ckpt_hash_init hashes versions 1 and 2: teach it a new one");
+
 static fed_err ckpt_hash_init(ckpt_hash *h, uint32_t version)
 {
     h->version = version;

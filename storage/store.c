@@ -787,7 +787,8 @@ fed_err fed_store_put_contribution(fed_store *st, const fed_store_contrib *c)
     fed_err e = FED_OK;
     sqlite3_stmt *s;
 
-    if (c->header_len > FED_STORE_HEADER_MAX || (c->header_len && !c->header))
+    if (c->round > INT64_MAX || c->header_len > FED_STORE_HEADER_MAX ||
+        (c->header_len && !c->header))
         return FED_ERR_INVAL;
     s = store_stmt(st, SQ_CONTRIB_PUT, &e);
     if (!s)
@@ -810,11 +811,18 @@ fed_err fed_store_each_contribution(fed_store *st, uint64_t from_round, fed_stor
     fed_err e = FED_OK;
     sqlite3_stmt *s = store_stmt(st, SQ_CONTRIB_EACH, &e);
     fed_store_contrib c;
+    int64_t from = INT64_MAX; /* past any round put_contribution takes */
     int rc;
 
     if (!s)
         return e;
-    sqlite3_bind_int64(s, 1, from_round > INT64_MAX ? INT64_MAX : (int64_t)from_round);
+    /* 0 means every row: a round stored negative (only an edited database
+       has one) is still read, and verify still judges it */
+    if (from_round == 0)
+        from = INT64_MIN;
+    else if (from_round <= INT64_MAX)
+        from = (int64_t)from_round;
+    sqlite3_bind_int64(s, 1, from);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         memset(&c, 0, sizeof c);
         c.round = (uint64_t)sqlite3_column_int64(s, 0);

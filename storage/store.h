@@ -154,7 +154,7 @@ typedef struct fed_store_contrib {
 } fed_store_contrib;
 
 FED_WUR fed_err fed_store_put_contribution(fed_store *st, const fed_store_contrib *c);
-/* Calls fn for every contribution of rounds from_round on (0: all), in
+/* Calls fn for every contribution of rounds from_round on (0: every row), in
  * (round, id) order, read through the round index; c->header is valid
  * during the call only. fn returning nonzero stops with FED_OK. */
 typedef int (*fed_store_contrib_fn)(void *ctx, const fed_store_contrib *c);

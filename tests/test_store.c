@@ -472,6 +472,9 @@ static void test_rows_round_trip(void **state)
     assert_int_equal(fed_store_put_contribution(st, &k), FED_OK);
     k.header_len = FED_STORE_HEADER_MAX + 1;
     assert_int_equal(fed_store_put_contribution(st, &k), FED_ERR_INVAL);
+    k.header_len = sizeof hdr;
+    k.round = (uint64_t)INT64_MAX + 1; /* would be stored negative */
+    assert_int_equal(fed_store_put_contribution(st, &k), FED_ERR_INVAL);
 
     memset(&p, 0, sizeof p);
     memset(p.key, 7, 32);
@@ -552,6 +555,21 @@ static void test_contributions_read(void **state)
     assert_int_equal(n, 0);
     n = 0;
     assert_int_equal(fed_store_each_contribution(st, UINT64_MAX, count_contrib, &n), FED_OK);
+    assert_int_equal(n, 0);
+    fed_store_close(st);
+    /* a round edited to a negative one: every row (0) still reaches verify */
+    {
+        sqlite3 *db = raw_open(path);
+
+        raw_exec(db, "UPDATE contributions SET round = -1");
+        sqlite3_close(db);
+    }
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    n = 0;
+    assert_int_equal(fed_store_each_contribution(st, 0, count_contrib, &n), FED_OK);
+    assert_int_equal(n, 1);
+    n = 0;
+    assert_int_equal(fed_store_each_contribution(st, 1, count_contrib, &n), FED_OK);
     assert_int_equal(n, 0);
     fed_store_close(st);
 }
@@ -690,23 +708,33 @@ static void flip_chunk_byte(const char *path, int id, int idx)
     sqlite3_close(db);
 }
 
-/* Rewrite checkpoint id (one chunk of its blob's first 4096 bytes at least)
- * as version 1 wrote it: version field 1, row hash its SHA-256. */
-static void make_version1(const char *path, int id, uint8_t sha[32])
+/* Byte off of checkpoint id's first chunk set to v (its version is at 8). */
+static void poke_first_chunk(const char *path, int id, int off, uint8_t v)
 {
     char sql[160];
     sqlite3 *db = raw_open(path);
-    sqlite3_stmt *q = NULL;
     sqlite3_blob *b = NULL;
-    crypto_hash_sha256_state hs;
-    const uint8_t one[4] = {1, 0, 0, 0};
 
     snprintf(sql, sizeof sql, "SELECT rowid FROM checkpoint_chunks WHERE ckpt = %d AND idx = 0",
              id);
     assert_int_equal(sqlite3_blob_open(db, "main", "checkpoint_chunks", "data",
                                        raw_int(db, sql), 1, &b), SQLITE_OK);
-    assert_int_equal(sqlite3_blob_write(b, one, 4, 8), SQLITE_OK);
+    assert_int_equal(sqlite3_blob_write(b, &v, 1, off), SQLITE_OK);
     sqlite3_blob_close(b);
+    sqlite3_close(db);
+}
+
+/* Rewrite checkpoint id (one chunk of its blob's first 4096 bytes at least)
+ * as version 1 wrote it: version field 1, row hash its SHA-256. */
+static void make_version1(const char *path, int id, uint8_t sha[32])
+{
+    char sql[160];
+    sqlite3 *db;
+    sqlite3_stmt *q = NULL;
+    crypto_hash_sha256_state hs;
+
+    poke_first_chunk(path, id, 8, 1); /* the version's low byte; the others are 0 */
+    db = raw_open(path);
     crypto_hash_sha256_init(&hs);
     snprintf(sql, sizeof sql, "SELECT data FROM checkpoint_chunks WHERE ckpt = %d ORDER BY idx",
              id);
@@ -769,20 +797,23 @@ static void test_checkpoint_version1_still_read(void **state)
     assert_int_equal(n, 2);
     fed_store_close(st);
 
-    /* version 3 in checkpoint 1: no hash to check it with, so a fault */
-    {
-        sqlite3 *db = raw_open(path);
-        sqlite3_blob *b = NULL;
-        const uint8_t three = 3;
+    /* checkpoint 2 relabelled version 1, its row keeping the BLAKE2b hash:
+       hashed as version 1 says, it does not match */
+    poke_first_chunk(path, 2, 8, 1);
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    memset(&f, 0, sizeof f);
+    assert_int_equal(fed_store_latest_valid_checkpoint(st, &c, &f), FED_OK);
+    assert_int_equal(c.id, 1);
+    fed_store_ckpt_fini(&c);
+    assert_int_equal(f.n, 1);
+    assert_int_equal(f.v[0].id, 2);
+    assert_int_equal(f.v[0].err, FED_ERR_CORRUPT);
+    assert_non_null(strstr(f.v[0].what, "hash does not match"));
+    fed_store_close(st);
+    poke_first_chunk(path, 2, 8, FED_CKPT_VERSION); /* as written */
 
-        assert_int_equal(sqlite3_blob_open(db, "main", "checkpoint_chunks", "data",
-                                           raw_int(db, "SELECT rowid FROM checkpoint_chunks "
-                                                       "WHERE ckpt = 1 AND idx = 0"),
-                                           1, &b), SQLITE_OK);
-        assert_int_equal(sqlite3_blob_write(b, &three, 1, 8), SQLITE_OK);
-        sqlite3_blob_close(b);
-        sqlite3_close(db);
-    }
+    /* version 3 in checkpoint 1: no hash to check it with, so a fault */
+    poke_first_chunk(path, 1, 8, 3);
     assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
     memset(&f, 0, sizeof f);
     assert_int_equal(fed_store_verify_checkpoints(st, &f, &n), FED_ERR_CORRUPT);
@@ -1743,6 +1774,8 @@ static void test_cli(void **state)
     assert_non_null(strstr(out, "\"round\":3,"));
     assert_non_null(strstr(out, "\"counters\":{\"rej.aead\":1,\"rej.replay\":3}"));
     assert_non_null(strstr(out, "\"pruned\":false"));
+    assert_non_null(strstr(out, "\"hash\":\""));
+    assert_non_null(strstr(out, "\"prev_hash\":\""));
     assert_int_equal(run_cli(fed_cli_status, out, sizeof out, 0), 2);
     assert_int_equal(run_cli(fed_cli_status, out, sizeof out, 2, "--db", bin), 1); /* missing */
     assert_non_null(strstr(out, "not found"));
