@@ -2,7 +2,8 @@
  * clocks, randombytes_buf and the pool, and dispatches frames, timers and
  * finished jobs to the node one at a time on this thread. Owns the
  * transport, the timers and the job wrappers; the only process-wide state
- * is the signal self-pipe (DESIGN.md allows it). Never blocks on a job. */
+ * is the signal self-pipe (DESIGN.md allows it), beside glibc's malloc
+ * thresholds, set once (keep_round_buffers). Never blocks on a job. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
