@@ -299,42 +299,83 @@ static int entry_newer(const peer_entry *pe, const fed_gossip_entry *e)
     return strcmp(e->url, pe->url) > 0;
 }
 
-fed_err fed_gossip_peers_learn(fed_gossip_peers *p, const fed_gossip_entry *e, int *what)
+/* The slot of key in the table, NULL if none. */
+static peer_entry *find_entry(const fed_gossip_peers *p, const uint8_t key[32])
 {
-    peer_entry *pe = NULL;
+    for (size_t i = 0; i < p->n; i++)
+        if (!memcmp(p->e[i].key, key, 32))
+            return &p->e[i];
+    return NULL;
+}
+
+/* A new slot for key (its URL empty). */
+static fed_err add_entry(fed_gossip_peers *p, const uint8_t key[32], peer_entry **out)
+{
+    if (p->n == PEERS_MAX)
+        return FED_ERR_FULL;
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? 2 * p->cap : 16;
+        peer_entry *ne = fed_realloc(p->e, cap * sizeof *ne);
+
+        if (!ne)
+            return FED_ERR_NOMEM;
+        p->e = ne;
+        p->cap = cap;
+    }
+    *out = &p->e[p->n++];
+    memset(*out, 0, sizeof **out);
+    memcpy((*out)->key, key, 32);
+    return FED_OK;
+}
+
+/* learn and offer: e into the table when it is newer than what the table
+ * holds, its signature verified (only then) when check_sig, which refuses
+ * it on a bad one, or else verified once for the verdict kept. */
+static fed_err take_entry(fed_gossip_peers *p, const fed_gossip_entry *e, int check_sig,
+                          int *what)
+{
+    peer_entry *pe = find_entry(p, e->key);
+    int sig_ok;
+    fed_err err;
 
     if (what)
         *what = FED_GOSSIP_KEPT;
-    for (size_t i = 0; i < p->n; i++)
-        if (!memcmp(p->e[i].key, e->key, 32)) {
-            pe = &p->e[i];
-            break;
-        }
     if (pe && !entry_newer(pe, e))
         return FED_OK;
-    if (!pe) {
-        if (p->n == PEERS_MAX)
-            return FED_ERR_FULL;
-        if (p->n == p->cap) {
-            size_t cap = p->cap ? 2 * p->cap : 16;
-            peer_entry *ne = fed_realloc(p->e, cap * sizeof *ne);
-
-            if (!ne)
-                return FED_ERR_NOMEM;
-            p->e = ne;
-            p->cap = cap;
-        }
-        pe = &p->e[p->n++];
-        memset(pe, 0, sizeof *pe);
-        memcpy(pe->key, e->key, 32);
-    }
+    sig_ok = entry_sig_verify(e) == FED_OK; /* once: the bytes stay as they are */
+    if (check_sig && !sig_ok)
+        return FED_ERR_SIGNATURE;
+    if (!pe && (err = add_entry(p, e->key, &pe)) != FED_OK)
+        return err;
     if (what)
         *what = strcmp(pe->url, e->url) ? FED_GOSSIP_MOVED : FED_GOSSIP_TAKEN;
     snprintf(pe->url, sizeof pe->url, "%s", e->url);
     pe->is_signed = 1;
-    pe->sig_ok = entry_sig_verify(e) == FED_OK; /* once: the bytes stay as they are */
+    pe->sig_ok = sig_ok;
     pe->se = *e;
     return FED_OK;
+}
+
+fed_err fed_gossip_peers_learn(fed_gossip_peers *p, const fed_gossip_entry *e, int *what)
+{
+    return take_entry(p, e, 0, what);
+}
+
+fed_err fed_gossip_peers_offer(fed_gossip_peers *p, const fed_gossip_entry *e,
+                               const fed_crypto_allow *allow, uint64_t now_s, int *what)
+{
+    fed_err err = entry_still_valid(e, allow, now_s);
+
+    if (what)
+        *what = FED_GOSSIP_KEPT;
+    return err != FED_OK ? err : take_entry(p, e, 1, what);
+}
+
+/* Whether the slot's signed entry counts at now_s: its signature held when
+ * it was learned, it has not expired, its voucher is in allow. */
+static int entry_counts(const peer_entry *pe, const fed_crypto_allow *allow, uint64_t now_s)
+{
+    return pe->is_signed && pe->sig_ok && entry_still_valid(&pe->se, allow, now_s) == FED_OK;
 }
 
 /* Asked for every frame a vouched-for peer sends, before it is opened: the
@@ -344,18 +385,17 @@ fed_err fed_gossip_peers_learn(fed_gossip_peers *p, const fed_gossip_entry *e, i
 int fed_gossip_peers_vouched(const fed_gossip_peers *p, const uint8_t key[32],
                              const fed_crypto_allow *allow, uint64_t now_s)
 {
-    if (fed_crypto_allow_find(allow, key))
+    const peer_entry *pe;
+
+    if (fed_crypto_allow_find(allow, key) || !(pe = find_entry(p, key)))
         return 0;
-    for (size_t i = 0; i < p->n; i++)
-        if (p->e[i].is_signed && !memcmp(p->e[i].key, key, 32))
-            return memcmp(p->e[i].se.voucher, key, 32) != 0 && p->e[i].sig_ok &&
-                   entry_still_valid(&p->e[i].se, allow, now_s) == FED_OK;
-    return 0;
+    return memcmp(pe->se.voucher, key, 32) != 0 && entry_counts(pe, allow, now_s);
 }
 
-const fed_gossip_entry *fed_gossip_peers_signed(const fed_gossip_peers *p, size_t i)
+const fed_gossip_entry *fed_gossip_peers_valid(const fed_gossip_peers *p, size_t i,
+                                               const fed_crypto_allow *allow, uint64_t now_s)
 {
-    return p->e[i].is_signed ? &p->e[i].se : NULL;
+    return entry_counts(&p->e[i], allow, now_s) ? &p->e[i].se : NULL;
 }
 
 size_t fed_gossip_peers_count(const fed_gossip_peers *p) { return p->n; }

@@ -82,15 +82,23 @@ enum {
     FED_GOSSIP_TAKEN = 1, /* stored, at the URL the table had */
     FED_GOSSIP_MOVED = 2, /* stored, with a URL new for its key */
 };
-/* A signed entry into the table (a frame's entries verified by the caller;
- * a node's own --publish file taken as it is). It replaces what the table
- * held for its key when that was a seed line, or a signed entry with an
- * earlier expiry (at equal expiry: a smaller URL), so an older entry
- * replayed or still in circulation never moves a peer back. An entry taken
- * has its signature checked once, here, and the verdict kept for
- * fed_gossip_peers_vouched. *what (may be NULL) gets a FED_GOSSIP_* above.
- * FED_ERR_NOMEM, FED_ERR_FULL (4096 entries). */
+/* A signed entry into the table, taken as it is (a node's own --publish
+ * file). It replaces what the table held for its key when that was a seed
+ * line, or a signed entry with an earlier expiry (at equal expiry: a
+ * smaller URL), so an older entry replayed or still in circulation never
+ * moves a peer back. An entry taken has its signature verified once, here,
+ * and the verdict kept: only one that held counts (fed_gossip_peers_valid,
+ * _vouched). *what (may be NULL) gets a FED_GOSSIP_* above. FED_ERR_NOMEM,
+ * FED_ERR_FULL (4096 entries). */
 FED_WUR fed_err fed_gossip_peers_learn(fed_gossip_peers *p, const fed_gossip_entry *e,
+                                       int *what);
+/* learn for an entry from the network: refused unless unexpired at now_s
+ * and vouched by a member of allow (FED_ERR_EXPIRED, _UNKNOWN_SENDER), and,
+ * when it would change the table, unless its signature verifies
+ * (FED_ERR_SIGNATURE; the table unchanged). An entry the table holds as new
+ * or newer costs no verification: peers re-advertise theirs every round. */
+FED_WUR fed_err fed_gossip_peers_offer(fed_gossip_peers *p, const fed_gossip_entry *e,
+                                       const fed_crypto_allow *allow, uint64_t now_s,
                                        int *what);
 /* Whether key is vouched for at now_s: not in the allow-list, with an entry
  * by another key whose signature held when it was learned, not expired, and
@@ -103,7 +111,10 @@ size_t fed_gossip_peers_count(const fed_gossip_peers *p);
  * learned ones. */
 void fed_gossip_peers_get(const fed_gossip_peers *p, size_t i, const uint8_t **key,
                           const char **url);
-/* The i-th entry's signed form, or NULL for a seed line. */
-const fed_gossip_entry *fed_gossip_peers_signed(const fed_gossip_peers *p, size_t i);
+/* The i-th entry's signed form while it counts at now_s (its signature held
+ * when learned, not expired, its voucher in allow); NULL otherwise, and for
+ * a seed line. */
+const fed_gossip_entry *fed_gossip_peers_valid(const fed_gossip_peers *p, size_t i,
+                                               const fed_crypto_allow *allow, uint64_t now_s);
 
 #endif

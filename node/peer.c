@@ -711,9 +711,9 @@ static void advertise(fed_node *n, uint64_t round, size_t m)
     /* the table holds --publish's entry too (learned at start), whoever its
        key is; on_peers never stores another entry for our own key */
     for (size_t i = 0; i < fed_gossip_peers_count(p->table) && count < PEERS_PER_FRAME; i++) {
-        const fed_gossip_entry *e = fed_gossip_peers_signed(p->table, i);
+        const fed_gossip_entry *e = fed_gossip_peers_valid(p->table, i, c->allow, now_s);
 
-        if (e && fed_gossip_entry_verify(e, c->allow, now_s) == FED_OK)
+        if (e)
             len += fed_gossip_entry_encode(e, buf + len), count++;
     }
     for (size_t j = 0; count && j < m; j++) {
@@ -746,18 +746,21 @@ static fed_err on_peers(fed_node *n, node_open *op)
         fed_gossip_entry en;
         size_t used = 0;
         int what = FED_GOSSIP_KEPT;
+        fed_err err;
 
         if ((e = fed_gossip_entry_decode(m->vector + at, m->vector_len - at, &en, &used)) != FED_OK)
             break;
         at += used;
         if (!memcmp(en.key, n->key, 32))
             continue;
-        if (fed_gossip_entry_verify(&en, c->allow, now_s) != FED_OK ||
-            (!fed_crypto_allow_find(c->allow, en.key) && !c->vouch)) {
+        if (!fed_crypto_allow_find(c->allow, en.key) && !c->vouch) {
             refused++;
             continue;
         }
-        if (fed_gossip_peers_learn(p->table, &en, &what) != FED_OK || what == FED_GOSSIP_KEPT)
+        err = fed_gossip_peers_offer(p->table, &en, c->allow, now_s, &what);
+        if (err == FED_ERR_EXPIRED || err == FED_ERR_UNKNOWN_SENDER || err == FED_ERR_SIGNATURE)
+            refused++;
+        if (err != FED_OK || what == FED_GOSSIP_KEPT)
             continue; /* what the table knew already: members stay as they are */
         p->members_changed = 1;
         if (what == FED_GOSSIP_MOVED && c->on_address)

@@ -80,7 +80,7 @@ static void test_seed_file(void **state)
     fed_gossip_peers_get(p, 1, &key, &url);
     assert_memory_equal(key, fed_crypto_arena_pubkey(w->b), 32);
     assert_string_equal(url, "ipc:///run/b");
-    assert_null(fed_gossip_peers_signed(p, 0));
+    assert_null(fed_gossip_peers_valid(p, 0, w->allow, NOW));
     {
         const char *bad[] = {"c tcp://h:1\n",           /* not a member */
                              "a tcp://h:1\na tcp://h:2\n", /* twice */
@@ -225,12 +225,56 @@ static void test_learn_and_vouched(void **state)
     fed_gossip_peers_free(p);
 }
 
+/* Entries from the network: refused with the reason when expired, vouched
+ * by a non-member or forged (the table unchanged), taken when they verify;
+ * one the table holds as new or newer changes nothing, forged or not. */
+static void test_offer(void **state)
+{
+    world *w = *state;
+    const uint8_t *x = fed_crypto_arena_pubkey(w->x);
+    fed_gossip_peers *p;
+    fed_gossip_entry e;
+    int what = -1;
+
+    assert_int_equal(fed_gossip_peers_new(&p), FED_OK);
+    assert_int_equal(fed_gossip_entry_sign(w->a, x, "tcp://x:1", NOW + 100, &e), FED_OK);
+    assert_int_equal(fed_gossip_peers_offer(p, &e, w->allow, NOW + 100, &what),
+                     FED_ERR_EXPIRED);
+    assert_int_equal(what, FED_GOSSIP_KEPT);
+    e.sig[5] ^= 1;
+    assert_int_equal(fed_gossip_peers_offer(p, &e, w->allow, NOW, &what), FED_ERR_SIGNATURE);
+    assert_int_equal(fed_gossip_peers_count(p), 0);
+    e.sig[5] ^= 1;
+    assert_int_equal(fed_gossip_peers_offer(p, &e, w->allow, NOW, &what), FED_OK);
+    assert_int_equal(what, FED_GOSSIP_MOVED);
+    assert_non_null(fed_gossip_peers_valid(p, 0, w->allow, NOW));
+    assert_true(fed_gossip_peers_vouched(p, x, w->allow, NOW));
+    e.sig[5] ^= 1; /* the same entry forged: not newer, nothing changes */
+    assert_int_equal(fed_gossip_peers_offer(p, &e, w->allow, NOW, &what), FED_OK);
+    assert_int_equal(what, FED_GOSSIP_KEPT);
+    assert_true(fed_gossip_peers_vouched(p, x, w->allow, NOW));
+    /* a newer one, forged: refused, the table keeps the genuine entry */
+    assert_int_equal(fed_gossip_entry_sign(w->a, x, "tcp://x:2", NOW + 200, &e), FED_OK);
+    e.sig[5] ^= 1;
+    assert_int_equal(fed_gossip_peers_offer(p, &e, w->allow, NOW, &what), FED_ERR_SIGNATURE);
+    assert_string_equal(url_of(p, x), "tcp://x:1");
+    /* vouched by x, not a member */
+    assert_int_equal(fed_gossip_entry_sign(w->x, x, "tcp://x:3", NOW + 300, &e), FED_OK);
+    assert_int_equal(fed_gossip_peers_offer(p, &e, w->allow, NOW, &what),
+                     FED_ERR_UNKNOWN_SENDER);
+    assert_string_equal(url_of(p, x), "tcp://x:1");
+    /* the valid entry stops counting when it expires */
+    assert_null(fed_gossip_peers_valid(p, 0, w->allow, NOW + 100));
+    fed_gossip_peers_free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_seed_file),
         cmocka_unit_test(test_entry_roundtrip_and_verify),
         cmocka_unit_test(test_learn_and_vouched),
+        cmocka_unit_test(test_offer),
     };
 
     return cmocka_run_group_tests(tests, setup, teardown);
