@@ -497,7 +497,8 @@ fed_err fed_wire_seal_prepare(fed_wire *w, fed_wire_hdr *h, size_t cap, size_t p
 }
 
 fed_err fed_wire_seal_ticket(const fed_wire *w, fed_wire_ticket *t, uint8_t *frame,
-                             fed_random_fn rnd, void *rnd_ctx, size_t *frame_len)
+                             const uint8_t *payload_hash, fed_random_fn rnd, void *rnd_ctx,
+                             size_t *frame_len)
 {
     fed_err err;
 
@@ -509,8 +510,7 @@ fed_err fed_wire_seal_ticket(const fed_wire *w, fed_wire_ticket *t, uint8_t *fra
         return FED_OK;
     }
     err = fed_crypto_seal(w->arena, t->session, frame, FED_WIRE_HEADER_BYTES, t->hdr.nonce,
-                          frame + FED_WIRE_HEADER_BYTES, t->hdr.payload_len, t->payload_hash,
-                          NULL);
+                          frame + FED_WIRE_HEADER_BYTES, t->hdr.payload_len, payload_hash, NULL);
     *frame_len = err == FED_OK ? fed_wire_frame_bytes(t->hdr.payload_len) : 0;
     return err;
 }
@@ -534,7 +534,7 @@ fed_err fed_wire_seal(fed_wire *w, fed_wire_hdr *h, uint8_t *frame, size_t cap, 
     *frame_len = 0;
     if (err != FED_OK)
         return err;
-    err = fed_wire_seal_ticket(w, &t, frame, rnd, rnd_ctx, frame_len);
+    err = fed_wire_seal_ticket(w, &t, frame, NULL, rnd, rnd_ctx, frame_len);
     fed_wire_seal_done(w, &t, err);
     if (err == FED_OK)
         memcpy(h->nonce, t.hdr.nonce, sizeof h->nonce);

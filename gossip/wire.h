@@ -228,9 +228,6 @@ typedef struct fed_wire_ticket {
     size_t frame_len;
     fed_crypto_session *session;
     fed_wire_stream_rx *stream;
-    /* seal: the payload's fed_crypto_payload_hash, set by a caller sealing
-       one payload for many (NULL, as prepared: computed) */
-    const uint8_t *payload_hash;
 } fed_wire_ticket;
 
 /* Where a stream's bytes go: called once its first frame has opened (on the
@@ -310,11 +307,14 @@ FED_WUR fed_err fed_wire_seal(fed_wire *w, fed_wire_hdr *h, uint8_t *frame, size
                               size_t payload_len, fed_random_fn rnd, void *rnd_ctx,
                               size_t *frame_len);
 /* The same in three steps, for sealing in a job: prepare (loop: checks,
- * pins the session, fills h), seal (any thread), done (loop: unpins, counts). */
+ * pins the session, fills h), seal (any thread), done (loop: unpins, counts).
+ * payload_hash (may be NULL: computed) is the payload's
+ * fed_crypto_payload_hash, from a caller sealing one payload for many. */
 FED_WUR fed_err fed_wire_seal_prepare(fed_wire *w, fed_wire_hdr *h, size_t cap, size_t payload_len,
                                       fed_wire_ticket *t);
 FED_WUR fed_err fed_wire_seal_ticket(const fed_wire *w, fed_wire_ticket *t, uint8_t *frame,
-                                     fed_random_fn rnd, void *rnd_ctx, size_t *frame_len);
+                                     const uint8_t *payload_hash, fed_random_fn rnd,
+                                     void *rnd_ctx, size_t *frame_len);
 void fed_wire_seal_done(fed_wire *w, fed_wire_ticket *t, fed_err result);
 /* Typed block + a copy of vector, sealed: for small frames. */
 FED_WUR fed_err fed_wire_build(fed_wire *w, fed_wire_hdr *h, const fed_wire_block *b,

@@ -454,12 +454,12 @@ static node_cast cast_of(const agg_hold *h)
 static fed_err send_models(fed_node *n, const agg_hold *holds, size_t k, const fed_wire_block *b)
 {
     node_agg *a = n->agg;
-    node_cast one, *to;
+    node_cast *to;
     fed_err e;
 
     if (k == 0)
         return FED_OK;
-    if (!(to = k == 1 ? &one : fed_malloc(k * sizeof *to))) {
+    if (!(to = fed_malloc(k * sizeof *to))) {
         for (size_t i = 0; i < k; i++)
             fed_node_refuse(n, holds[i].req);
         return FED_ERR_NOMEM;
@@ -468,8 +468,7 @@ static fed_err send_models(fed_node *n, const agg_hold *holds, size_t k, const f
         to[i] = cast_of(&holds[i]);
     e = fed_node_broadcast(n, to, k, FED_WIRE_MODEL, n->round + 1, FED_CODEC_F32, b,
                            a->model_vec, a->model_vec_len);
-    if (to != &one)
-        fed_free(to);
+    fed_free(to);
     return e;
 }
 
@@ -605,23 +604,26 @@ static fed_err gather_inputs(fed_node *n, int *count)
     return FED_OK;
 }
 
-/* The checkpoint sections of the round just merged. */
+/* The checkpoint sections of the round just merged. Its parameters are the
+ * f32 MODEL vector's body, encoded already (encode_global): the same
+ * little-endian floats. */
 static fed_err write_checkpoint(fed_node *n, uint8_t hash[32])
 {
     node_agg *a = n->agg;
     size_t sf = fed_merge_state_floats(a->merge);
     uint8_t in[16], st[FED_NODE_STATE_BYTES];
-    uint8_t *params = fed_malloc(a->nparams * sizeof(float));
+    const uint8_t *params = a->model_vec + FED_CODEC_HEADER_BYTES;
     uint8_t *merge = sf ? fed_malloc(sf * sizeof(float)) : NULL;
     float *state = sf ? fed_malloc(sf * sizeof(float)) : NULL;
     fed_model_shape s = n->cfg.shape;
     fed_err e = FED_OK;
 
-    if (!params || (sf && (!merge || !state))) {
+    if (a->model_vec_len != FED_CODEC_HEADER_BYTES + a->nparams * sizeof(float))
+        return FED_ERR_INTERNAL; /* commit_sealing_ahead encodes it first */
+    if (sf && (!merge || !state)) {
         e = FED_ERR_NOMEM;
         goto out;
     }
-    fed_node_floats_to_le(params, a->host, a->nparams);
     if (sf) {
         if ((e = fed_merge_get_state(a->merge, state)) != FED_OK)
             goto out;
@@ -644,7 +646,6 @@ static fed_err write_checkpoint(fed_node *n, uint8_t hash[32])
         e = fed_store_checkpoint_write(n->cfg.store, n->round + 1, sec, sf ? 5 : 4, NULL);
     }
 out:
-    fed_free(params);
     fed_free(merge);
     fed_free(state);
     return e;
@@ -746,7 +747,8 @@ static void commit_piece(void *ctx)
  * and the next round samples them all whenever it takes every waiting
  * client. Nothing is sent before start_round, after the commit is durable:
  * sealing ahead only uses the core the commit (hashing, then fsync) leaves
- * idle. The last round and async mode just commit. */
+ * idle. The last round and async mode just commit. The model is encoded
+ * first, here on the loop: the checkpoint stores that vector's floats. */
 static fed_err commit_sealing_ahead(fed_node *n, const fed_node_round_info *info,
                                     uint8_t hash[32])
 {
@@ -755,10 +757,10 @@ static fed_err commit_sealing_ahead(fed_node *n, const fed_node_round_info *info
     node_cast *to = NULL;
     fed_wire_block b;
     size_t k = 0;
-    fed_err ignored;
 
+    if ((c.err = encode_global(n)) != FED_OK)
+        return c.err;
     if (is_async(n) || (n->cfg.rounds && info->round >= n->cfg.rounds) ||
-        encode_global(n) != FED_OK ||
         !(to = fed_malloc((a->nparts ? a->nparts : 1) * sizeof *to))) {
         commit_piece(&c);
         return c.err;
@@ -772,9 +774,8 @@ static fed_err commit_sealing_ahead(fed_node *n, const fed_node_round_info *info
         k++;
     }
     settings_of_round(n, &b);
-    ignored = fed_node_cast_ahead(n, to, k, FED_WIRE_MODEL, info->round + 1, FED_CODEC_F32, &b,
-                                  a->model_vec, a->model_vec_len, commit_piece, &c);
-    (void)ignored; /* nothing sealed ahead: start_round seals them all */
+    fed_node_cast_ahead(n, to, k, FED_WIRE_MODEL, info->round + 1, FED_CODEC_F32, &b,
+                        a->model_vec, a->model_vec_len, commit_piece, &c);
     fed_free(to);
     return c.err;
 }
@@ -982,6 +983,7 @@ static fed_err close_round(fed_node *n)
     node_agg *a = n->agg;
     fed_node_round_info info;
     uint8_t hash[32];
+    uint64_t wait_ms;
     int count = 0;
     fed_err e;
 
@@ -1044,10 +1046,10 @@ fail:
         return e;
     }
     a->failed++;
-    a->retry_at_ms = n->env.now_ms(n->env.self) + retry_wait_ms(n);
+    wait_ms = retry_wait_ms(n);
+    a->retry_at_ms = n->env.now_ms(n->env.self) + wait_ms;
     fed_log(FED_LOG_ERROR, "aggregator: round %llu failed (%s); trying again in %llu ms",
-            (unsigned long long)(n->round + 1), fed_strerror(e),
-            (unsigned long long)retry_wait_ms(n));
+            (unsigned long long)(n->round + 1), fed_strerror(e), (unsigned long long)wait_ms);
     a->state = AGG_IDLE;
     (void)n->env.set_timer(n->env.self, a->retry_at_ms, NODE_TIMER_ROUND);
     return e;

@@ -38,13 +38,18 @@ typedef struct cast_one {
 struct node_cast_buf {
     uint8_t **frames; /* (nframes) each cap bytes */
     size_t nframes, cap;
-    /* frames sealed ahead: frames[0..nahead), for ahead_to[i] */
+    /* frames sealed ahead: frames[0..nahead), each ticket's header naming
+       its recipient, epoch, type and round */
     cast_one *ahead;
-    node_cast *ahead_to;
     size_t nahead, cap_ahead;
-    uint8_t ahead_type;
-    uint64_t ahead_round;
 };
+
+/* The payload every frame of a broadcast carries alike, hashed once for
+ * all its batches (fed_crypto_payload_hash). */
+typedef struct cast_payload {
+    uint8_t hash[FED_CRYPTO_DIGEST_BYTES];
+    int hashed;
+} cast_payload;
 
 typedef struct cast_batch {
     fed_node *n;
@@ -55,10 +60,8 @@ typedef struct cast_batch {
     size_t k;
     void (*beside)(void *ctx); /* run beside the sealing, when set */
     void *beside_ctx;
-    /* the payload (the same in every frame), encoded into *encoded and
-       hashed there once; encoded is NULL when it was not */
-    uint8_t payload_hash[FED_CRYPTO_DIGEST_BYTES];
-    const cast_one *encoded;
+    cast_payload *pl;
+    const cast_one *encoded; /* the frame whose payload was hashed, or NULL */
 } cast_batch;
 
 /* The ticket's pin released: counted as sent when result is FED_OK. */
@@ -91,7 +94,6 @@ void fed_node_cast_free(fed_node *n)
         fed_free(c->frames[i]);
     fed_free(c->frames);
     fed_free(c->ahead);
-    fed_free(c->ahead_to);
     fed_free(c);
     n->cast = NULL;
 }
@@ -148,8 +150,9 @@ static fed_err cast_encode(const cast_batch *cb, cast_one *o)
     return e;
 }
 
-/* The payload every frame carries, encoded into the first frame that was
- * prepared and hashed there once (for two frames or more). */
+/* The payload every frame carries, unless an earlier batch hashed it:
+ * encoded into the first frame that was prepared and hashed there once
+ * (for two frames or more). */
 static void cast_hash_payload(cast_batch *cb)
 {
     size_t i = 0;
@@ -157,12 +160,13 @@ static void cast_hash_payload(cast_batch *cb)
 
     while (i < cb->k && !cb->one[i].ready)
         i++;
-    if (cb->k < 2 || i == cb->k)
+    if (cb->pl->hashed || cb->k < 2 || i == cb->k)
         return;
     o = &cb->one[i];
     if ((o->err = cast_encode(cb, o)) != FED_OK)
         return; /* its piece sees the error; the others hash their own */
-    fed_crypto_payload_hash(fed_wire_payload(o->frame), o->t.hdr.payload_len, cb->payload_hash);
+    fed_crypto_payload_hash(fed_wire_payload(o->frame), o->t.hdr.payload_len, cb->pl->hash);
+    cb->pl->hashed = 1;
     cb->encoded = o;
 }
 
@@ -176,9 +180,8 @@ static void cast_seal(void *ctx, size_t i)
         return;
     if (o != cb->encoded && (o->err = cast_encode(cb, o)) != FED_OK)
         return;
-    o->t.payload_hash = cb->encoded ? cb->payload_hash : NULL;
-    o->err = fed_wire_seal_ticket(cb->n->wire, &o->t, o->frame, cast_nonce, o, &o->len);
-    o->t.payload_hash = NULL; /* cb's, gone with this broadcast; the ticket may stay */
+    o->err = fed_wire_seal_ticket(cb->n->wire, &o->t, o->frame,
+                                  cb->pl->hashed ? cb->pl->hash : NULL, cast_nonce, o, &o->len);
 }
 
 /* The payload hashed once, then every frame sealed on the pool. */
@@ -218,15 +221,16 @@ static fed_err cast_prepare(fed_node *n, const node_cast *to, uint8_t type, uint
 }
 
 /* Seals k frames into one[i].frame (set by the caller) on the pool, with
- * beside (may be NULL) run beside them. The tickets stay pinned. */
+ * beside (may be NULL) run beside them; pl carries the payload's hash from
+ * batch to batch. The tickets stay pinned. */
 static void cast_seal_all(fed_node *n, const node_cast *to, size_t k, uint8_t type,
                           uint64_t round, uint16_t codec, const fed_wire_block *b,
-                          const uint8_t *vec, size_t vlen, cast_one *one,
+                          const uint8_t *vec, size_t vlen, cast_one *one, cast_payload *pl,
                           void (*beside)(void *ctx), void *beside_ctx)
 {
     size_t payload_len = fed_wire_block_size(type) + vlen;
     cast_batch cb = {.n = n, .b = b, .vec = vec, .vlen = vlen, .one = one, .k = k,
-                     .beside = beside, .beside_ctx = beside_ctx};
+                     .beside = beside, .beside_ctx = beside_ctx, .pl = pl};
 
     for (size_t i = 0; i < k; i++) {
         uint8_t *frame = one[i].frame;
@@ -263,54 +267,58 @@ static size_t cast_batch_size(size_t fbytes)
     return batch == 0 ? 1 : batch > NODE_CAST_MAX_FRAMES ? NODE_CAST_MAX_FRAMES : batch;
 }
 
-fed_err fed_node_cast_ahead(fed_node *n, const node_cast *to, size_t k, uint8_t type,
-                            uint64_t round, uint16_t codec, const fed_wire_block *b,
-                            const uint8_t *vec, size_t vlen, void (*beside)(void *ctx),
-                            void *beside_ctx)
+/* Room for k frames sealed ahead, in frames[0..k). */
+static fed_err ahead_reserve(fed_node *n, size_t k, size_t fbytes)
 {
-    size_t fbytes = fed_wire_frame_bytes(fed_wire_block_size(type) + vlen);
     node_cast_buf *c;
-    fed_err e;
+    fed_err e = cast_reserve(n, k, fbytes);
 
-    fed_node_cast_drop_ahead(n);
-    if (k == 0 || fbytes > fed_wire_config(n->wire)->max_frame || k > cast_batch_size(fbytes) ||
-        (e = cast_reserve(n, k, fbytes)) != FED_OK) {
-        beside(beside_ctx); /* nothing ahead, then */
-        return FED_OK;
-    }
+    if (e != FED_OK)
+        return e;
     c = n->cast;
     if (k > c->cap_ahead) {
         cast_one *a = fed_realloc(c->ahead, k * sizeof *a);
-        node_cast *t = a ? fed_realloc(c->ahead_to, k * sizeof *t) : NULL;
 
-        if (a)
-            c->ahead = a;
-        if (!t) {
-            beside(beside_ctx);
+        if (!a)
             return FED_ERR_NOMEM;
-        }
-        c->ahead_to = t;
+        c->ahead = a;
         c->cap_ahead = k;
     }
     for (size_t i = 0; i < k; i++)
         c->ahead[i].frame = c->frames[i];
-    memcpy(c->ahead_to, to, k * sizeof *to);
-    cast_seal_all(n, to, k, type, round, codec, b, vec, vlen, c->ahead, beside, beside_ctx);
-    c->nahead = k;
-    c->ahead_type = type;
-    c->ahead_round = round;
     return FED_OK;
 }
 
-/* The frame sealed ahead for `to` (same key and epoch), or NULL. */
+void fed_node_cast_ahead(fed_node *n, const node_cast *to, size_t k, uint8_t type,
+                         uint64_t round, uint16_t codec, const fed_wire_block *b,
+                         const uint8_t *vec, size_t vlen, void (*beside)(void *ctx),
+                         void *beside_ctx)
+{
+    size_t fbytes = fed_wire_frame_bytes(fed_wire_block_size(type) + vlen);
+    cast_payload pl = {.hashed = 0};
+
+    fed_node_cast_drop_ahead(n);
+    if (k == 0 || fbytes > fed_wire_config(n->wire)->max_frame || k > cast_batch_size(fbytes) ||
+        ahead_reserve(n, k, fbytes) != FED_OK) {
+        beside(beside_ctx); /* nothing ahead: the broadcast seals them all */
+        return;
+    }
+    cast_seal_all(n, to, k, type, round, codec, b, vec, vlen, n->cast->ahead, &pl, beside,
+                  beside_ctx);
+    n->cast->nahead = k;
+}
+
+/* The frame sealed ahead for `to` (same key and epoch), type and round, or
+ * NULL: as its ticket's header says. */
 static cast_one *ahead_find(node_cast_buf *c, const node_cast *to, uint8_t type, uint64_t round)
 {
-    if (!c || c->ahead_type != type || c->ahead_round != round)
-        return NULL;
-    for (size_t i = 0; i < c->nahead; i++)
-        if (c->ahead[i].ready && c->ahead_to[i].recipient_epoch == to->recipient_epoch &&
-            !memcmp(c->ahead_to[i].to, to->to, 32))
+    for (size_t i = 0; c && i < c->nahead; i++) {
+        const fed_wire_hdr *h = &c->ahead[i].t.hdr;
+
+        if (c->ahead[i].ready && h->type == type && h->round == round &&
+            h->recipient_epoch == to->recipient_epoch && !memcmp(h->recipient, to->to, 32))
             return &c->ahead[i];
+    }
     return NULL;
 }
 
@@ -342,6 +350,7 @@ static fed_err cast_rest(fed_node *n, const node_cast *rest, size_t nrest, uint8
 {
     size_t fbytes = fed_wire_frame_bytes(fed_wire_block_size(type) + vlen);
     size_t batch = cast_batch_size(fbytes);
+    cast_payload pl = {.hashed = 0};
     cast_one *one = NULL;
     fed_err e, first = FED_OK;
 
@@ -357,13 +366,25 @@ static fed_err cast_rest(fed_node *n, const node_cast *rest, size_t nrest, uint8
 
         for (size_t j = 0; j < m; j++)
             one[j].frame = n->cast->frames[j];
-        cast_seal_all(n, rest + i, m, type, round, codec, b, vec, vlen, one, NULL, NULL);
+        cast_seal_all(n, rest + i, m, type, round, codec, b, vec, vlen, one, &pl, NULL, NULL);
         for (size_t j = 0; j < m; j++)
             if ((e = cast_send(n, &rest[i + j], &one[j], type)) != FED_OK && first == FED_OK)
                 first = e;
     }
     fed_free(one);
     return first;
+}
+
+/* One frame as any other (fed_node_emit_vec), more sealed together. */
+static fed_err cast_sealed_here(fed_node *n, const node_cast *to, size_t k, uint8_t type,
+                                uint64_t round, uint16_t codec, const fed_wire_block *b,
+                                const uint8_t *vec, size_t vlen)
+{
+    if (k == 0)
+        return FED_OK;
+    if (k == 1)
+        return cast_one_by_one(n, to, 1, type, round, codec, b, vec, vlen);
+    return cast_rest(n, to, k, type, round, codec, b, vec, vlen);
 }
 
 fed_err fed_node_broadcast(fed_node *n, const node_cast *to, size_t k, uint8_t type,
@@ -378,6 +399,8 @@ fed_err fed_node_broadcast(fed_node *n, const node_cast *to, size_t k, uint8_t t
         fed_node_cast_drop_ahead(n);
         return cast_one_by_one(n, to, k, type, round, codec, b, vec, vlen);
     }
+    if (!n->cast || !n->cast->nahead) /* none sealed ahead: all sealed here */
+        return cast_sealed_here(n, to, k, type, round, codec, b, vec, vlen);
     /* those sealed ahead go now (transmit copies them); the rest are sealed
        together after */
     for (size_t i = 0; i < k; i++) {
@@ -396,9 +419,7 @@ fed_err fed_node_broadcast(fed_node *n, const node_cast *to, size_t k, uint8_t t
             first = e;
     }
     fed_node_cast_drop_ahead(n); /* the ones nobody took */
-    e = nrest == 1   ? cast_one_by_one(n, rest, 1, type, round, codec, b, vec, vlen)
-        : nrest > 1 ? cast_rest(n, rest, nrest, type, round, codec, b, vec, vlen)
-                    : FED_OK;
+    e = cast_sealed_here(n, rest, nrest, type, round, codec, b, vec, vlen);
     if (e != FED_OK && first == FED_OK)
         first = e;
     fed_free(rest);

@@ -148,14 +148,16 @@ FED_WUR fed_err fed_node_broadcast(fed_node *n, const node_cast *to, size_t k, u
                                    uint64_t round, uint16_t codec, const fed_wire_block *b,
                                    const uint8_t *vec, size_t vlen);
 /* Seals the same frames for `to` ahead, on the pool, with beside(ctx)
- * started first beside them (the loop thread waits for all of it); a later fed_node_broadcast of that type and round sends each
- * frame whose recipient it names with the same epoch, and drops the
- * others. Nothing is sealed (beside just runs) for a stream or past one
- * batch. Only one set is kept: a new one drops the old. */
-FED_WUR fed_err fed_node_cast_ahead(fed_node *n, const node_cast *to, size_t k, uint8_t type,
-                                    uint64_t round, uint16_t codec, const fed_wire_block *b,
-                                    const uint8_t *vec, size_t vlen, void (*beside)(void *ctx),
-                                    void *beside_ctx);
+ * started first beside them (the loop thread waits for all of it); a later
+ * fed_node_broadcast of that type and round sends each frame whose
+ * recipient it names with the same epoch, and drops the others. Nothing is
+ * sealed (beside just runs) for a stream, past one batch or out of memory:
+ * the broadcast then seals them itself. Only one set is kept: a new one
+ * drops the old. */
+void fed_node_cast_ahead(fed_node *n, const node_cast *to, size_t k, uint8_t type,
+                         uint64_t round, uint16_t codec, const fed_wire_block *b,
+                         const uint8_t *vec, size_t vlen, void (*beside)(void *ctx),
+                         void *beside_ctx);
 /* Drops the frames sealed ahead (their sequence numbers go unused). */
 void fed_node_cast_drop_ahead(fed_node *n);
 void fed_node_cast_free(fed_node *n);
@@ -225,8 +227,6 @@ typedef struct node_train_job {
     /* kept from round to round while the spec and batch stay the same: the
        model (its parameters set afresh each round) and the trained copy */
     fed_model *model;
-    char model_spec[FED_WIRE_SPEC_BYTES];
-    uint32_t model_batch;
     float *trained;         /* (nparams) */
 } node_train_job;
 

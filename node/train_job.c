@@ -5,7 +5,6 @@
  * result. Touches only the job: never the node, the network or the
  * database. */
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,21 +111,15 @@ void fed_node_train_job_release(node_train_job *j)
  * fresh one costs its buffers' page faults each round), else a new one. */
 static fed_err round_model(node_train_job *j)
 {
-    fed_err e;
-
-    if (j->model && j->model_batch == j->set.batch && !strcmp(j->model_spec, j->set.spec))
+    if (j->model && fed_model_max_batch(j->model) == (int)j->set.batch &&
+        !strcmp(fed_model_spec(j->model), j->set.spec))
         return FED_OK;
     fed_model_free(j->model);
     fed_free(j->trained); /* sized for the old model */
     j->model = NULL;
     j->trained = NULL;
-    e = fed_model_new(j->set.spec, j->data->shape, j->be, j->pool, j->shards, (int)j->set.batch,
-                      &j->model);
-    if (e != FED_OK)
-        return e;
-    snprintf(j->model_spec, sizeof j->model_spec, "%s", j->set.spec);
-    j->model_batch = j->set.batch;
-    return FED_OK;
+    return fed_model_new(j->set.spec, j->data->shape, j->be, j->pool, j->shards,
+                         (int)j->set.batch, &j->model);
 }
 
 void fed_node_train_job_run(fed_job *job)
