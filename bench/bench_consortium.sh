@@ -35,8 +35,6 @@ trap cleanup EXIT
 trap 'exit 1' INT TERM
 
 now() { date +%s.%N; }
-# stamp: each line of stdin prefixed with the wall-clock seconds it arrived
-stamp() { while IFS= read -r line; do echo "$(now) $line"; done; }
 # calc EXPR: awk arithmetic, printed with %.3f unless a format is given
 calc() { awk "BEGIN { printf \"${2:-%.3f}\", ($1) }"; }
 
