@@ -100,10 +100,6 @@ int fed_cli_keygen(int argc, char **argv)
     size_t pass_len = 0;
     int npos = 0, rc;
 
-    if (sodium_init() < 0) {
-        fed_cli_error("keygen: libsodium failed to start");
-        return 1;
-    }
     pos = fed_calloc((size_t)argc + 1, sizeof *pos);
     if (!pos) {
         fed_cli_error("keygen: out of memory");
@@ -150,10 +146,7 @@ int fed_cli_pubkey(int argc, char **argv)
         rc = 2;
     }
     if (rc < 0) {
-        if (sodium_init() < 0) {
-            fed_cli_error("pubkey: libsodium failed to start");
-            rc = 1;
-        } else if ((err = fed_crypto_pubkey_load(pos[0], pk)) != FED_OK) {
+        if ((err = fed_crypto_pubkey_load(pos[0], pk)) != FED_OK) {
             fed_cli_error("pubkey: %s: %s", pos[0],
                           err == FED_ERR_NOTFOUND ? "no node.pub or node.key there"
                                                   : fed_strerror(err));
@@ -244,8 +237,8 @@ int fed_cli_vouch(int argc, char **argv)
     size_t pass_len = 0;
     int npos = 0, rc;
 
-    if (!pos || sodium_init() < 0) {
-        fed_cli_error("vouch: cannot start");
+    if (!pos) {
+        fed_cli_error("vouch: out of memory");
         fed_free(pos);
         return 1;
     }

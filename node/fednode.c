@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "node/cli.h"
 
 static const fed_cli_cmd commands[] = {
@@ -38,6 +40,13 @@ int main(int argc, char **argv)
         return 0;
     }
     fed_cli_log_init();
+    /* Before any subcommand: a passphrase read into guarded memory, a key
+       loaded, a hash taken all need libsodium started, whatever path gets
+       there first. */
+    if (sodium_init() < 0) {
+        fed_cli_error("libsodium failed to start");
+        return 1;
+    }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name))
             return commands[i].fn(argc - 2, argv + 2);
