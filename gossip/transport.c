@@ -1,8 +1,10 @@
 /* transport.c - the NNG req0/rep0 transport behind gossip/transport.h.
- * Owns the listener socket and its receive contexts (slots), one req0 socket
- * per peer, one context per outgoing request (calls), and the event queue that
- * NNG's callbacks fill and the loop thread drains. Callbacks only queue and
- * re-arm; they never call back into the node, and never block. */
+ * Owns the listener socket and its receive contexts (slots), the table of
+ * its connections (for the connection cap and the stall deadline), one req0
+ * socket per peer, one context per outgoing request (calls), and the event
+ * queue that NNG's callbacks fill and the loop thread drains. Callbacks only
+ * queue, count and re-arm; they never call back into the node, and never
+ * block. */
 #include "gossip/transport.h"
 
 #include <assert.h>
@@ -45,9 +47,17 @@ struct fed_gossip_tx_req {
     fed_gossip_tx *tx;
     nng_ctx ctx;
     nng_aio *aio;
-    nng_msg *msg; /* received, until next() hands it to an event */
-    int state;    /* slot_state; written under tx->mu */
+    nng_msg *msg;  /* received, until next() hands it to an event */
+    nng_pipe pipe; /* the connection the request came on (under tx->mu) */
+    int state;     /* slot_state; written under tx->mu */
 };
+
+/* A connection to the listener. */
+typedef struct conn {
+    nng_pipe pipe;
+    uint64_t last_ms; /* when it connected, or delivered its last request */
+    uint32_t owed;    /* its requests received and not yet answered */
+} conn;
 
 enum call_state { CALL_SEND = 1, CALL_RECV, CALL_DONE };
 
@@ -81,6 +91,9 @@ struct fed_gossip_tx {
     nng_listener listener;
     fed_gossip_tx_req *slots; /* (recv_contexts) */
     uint32_t nslots;
+    conn *conns;              /* (max_conns), the first nconns in use; under mu */
+    uint32_t nconns;
+    nng_aio *sweep;           /* wakes every sweep period: stalls, NNG's drops */
 
     peer **peers; /* loop thread */
     size_t npeers, cap_peers;
@@ -126,6 +139,14 @@ static fed_err err_from_nng(int rv)
     default:
         return FED_ERR_IO;
     }
+}
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 static void wake_set(fed_gossip_tx *tx)
@@ -202,6 +223,133 @@ static void take_aio_msg_and_free(nng_aio *aio)
         nng_msg_free(m);
 }
 
+/* ---- the listener's connections ---- */
+
+static conn *conn_find_locked(fed_gossip_tx *tx, nng_pipe p)
+{
+    for (uint32_t i = 0; i < tx->nconns; i++)
+        if (nng_pipe_id(tx->conns[i].pipe) == nng_pipe_id(p))
+            return &tx->conns[i];
+    return NULL;
+}
+
+/* A whole request came on p: it is not stalled, and is owed a reply. */
+static void conn_delivered_locked(fed_gossip_tx *tx, nng_pipe p)
+{
+    conn *c = conn_find_locked(tx, p);
+
+    if (c != NULL) {
+        c->owed++;
+        c->last_ms = mono_ms();
+    }
+}
+
+/* A request from p was answered or refused. */
+static void conn_answered_locked(fed_gossip_tx *tx, nng_pipe p)
+{
+    conn *c = conn_find_locked(tx, p);
+
+    if (c != NULL && c->owed > 0) {
+        c->owed--;
+        c->last_ms = mono_ms(); /* its stall clock starts after the answer */
+    }
+}
+
+/* NNG's pipe events on the listener: a connection over max_conns is closed
+ * before it is added (NNG lets ADD_PRE reject a pipe so); a removed one
+ * leaves the table. */
+static void pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+    fed_gossip_tx *tx = arg;
+    int surplus = 0;
+
+    pthread_mutex_lock(&tx->mu);
+    if (ev == NNG_PIPE_EV_ADD_PRE) {
+        if (tx->nconns >= tx->cfg.max_conns) {
+            surplus = 1;
+            tx->ctr.conn_refused++;
+        } else {
+            tx->conns[tx->nconns++] = (conn){.pipe = p, .last_ms = mono_ms(), .owed = 0};
+        }
+    } else if (ev == NNG_PIPE_EV_REM_POST) {
+        conn *c = conn_find_locked(tx, p);
+
+        if (c != NULL)
+            *c = tx->conns[--tx->nconns];
+    }
+    pthread_mutex_unlock(&tx->mu);
+    if (surplus) {
+        fed_log(FED_LOG_DEBUG, "transport: connection over the cap (%u) closed",
+                tx->cfg.max_conns);
+        nng_pipe_close(p);
+    }
+}
+
+/* NNG's own drops on the listener (bad handshakes; messages over the limit
+ * and its other connection errors), from its statistics. */
+static void read_listener_stats(fed_gossip_tx *tx)
+{
+    nng_stat *all, *l, *st;
+    uint64_t proto = 0, other = 0;
+
+    if (nng_stats_get(&all) != 0)
+        return;
+    if ((l = nng_stat_find_listener(all, tx->listener)) != NULL) {
+        if ((st = nng_stat_find(l, "proto")) != NULL)
+            proto = nng_stat_value(st);
+        if ((st = nng_stat_find(l, "other")) != NULL)
+            other = nng_stat_value(st);
+    }
+    nng_stats_free(all);
+    pthread_mutex_lock(&tx->mu);
+    tx->ctr.conn_handshake = proto;
+    tx->ctr.conn_dropped = other;
+    pthread_mutex_unlock(&tx->mu);
+}
+
+static uint32_t sweep_period_ms(const fed_gossip_tx *tx)
+{
+    uint32_t p = tx->cfg.stall_ms / 4;
+
+    return p < 10 ? 10 : p > 1000 ? 1000 : p;
+}
+
+/* Every sweep period: close connections silent past stall_ms that are owed
+ * nothing, and read NNG's drop counts. At most 64 closed a sweep. */
+static void sweep_cb(void *arg)
+{
+    fed_gossip_tx *tx = arg;
+    nng_pipe idle[64];
+    size_t n = 0;
+    uint64_t now = mono_ms();
+    int rearm;
+
+    pthread_mutex_lock(&tx->mu);
+    for (uint32_t i = 0; i < tx->nconns && n < sizeof idle / sizeof idle[0]; i++) {
+        conn *c = &tx->conns[i];
+
+        if (c->owed == 0 && now - c->last_ms >= tx->cfg.stall_ms) {
+            idle[n++] = c->pipe;
+            c->last_ms = now; /* counted once, whenever NNG removes it */
+            tx->ctr.conn_stalled++;
+        }
+    }
+    rearm = !tx->closing && nng_aio_result(tx->sweep) == 0;
+    if (rearm)
+        tx->arming++;
+    pthread_mutex_unlock(&tx->mu);
+    for (size_t i = 0; i < n; i++)
+        nng_pipe_close(idle[i]);
+    if (n > 0)
+        fed_log(FED_LOG_DEBUG, "transport: closed %zu connection(s) silent for %u ms", n,
+                tx->cfg.stall_ms);
+    if (rearm) {
+        read_listener_stats(tx);
+        nng_sleep_aio((nng_duration)sweep_period_ms(tx), tx->sweep);
+        arming_end(tx);
+    }
+}
+
 /* ---- incoming requests (rep0 slots) ---- */
 
 static void slot_cb(void *arg)
@@ -217,6 +365,7 @@ static void slot_cb(void *arg)
             take_aio_msg_and_free(s->aio);
             tx->ctr.reply_failed++;
         }
+        conn_answered_locked(tx, s->pipe);
         s->state = SLOT_RECV;
         rearm = !tx->closing;
     } else if (s->state == SLOT_RECV) {
@@ -228,6 +377,8 @@ static void slot_cb(void *arg)
                 nng_msg_free(m);
             } else {
                 s->msg = m;
+                s->pipe = nng_msg_get_pipe(m);
+                conn_delivered_locked(tx, s->pipe);
                 s->state = SLOT_QUEUED;
                 queue_push_locked(tx, &s->q);
             }
@@ -301,7 +452,14 @@ static fed_err listen_open(fed_gossip_tx *tx, const char *url)
         goto nng_fail;
     tx->rep_open = 1;
     if ((rv = nng_socket_set_size(tx->rep, NNG_OPT_RECVMAXSZ,
-                                  tx->cfg.max_frame + FED_GOSSIP_TX_RECV_MARGIN)) != 0)
+                                  tx->cfg.recv_max + FED_GOSSIP_TX_RECV_MARGIN)) != 0)
+        goto nng_fail;
+    tx->conns = fed_calloc(tx->cfg.max_conns, sizeof *tx->conns);
+    if (tx->conns == NULL)
+        return FED_ERR_NOMEM;
+    if ((rv = nng_pipe_notify(tx->rep, NNG_PIPE_EV_ADD_PRE, pipe_cb, tx)) != 0 ||
+        (rv = nng_pipe_notify(tx->rep, NNG_PIPE_EV_REM_POST, pipe_cb, tx)) != 0 ||
+        (rv = nng_aio_alloc(&tx->sweep, sweep_cb, tx)) != 0)
         goto nng_fail;
     if ((rv = nng_listener_create(&tx->listener, tx->rep, url)) != 0) {
         rv = rv == NNG_ENOMEM ? rv : NNG_EADDRINVAL; /* unknown scheme, bad address */
@@ -328,6 +486,7 @@ static fed_err listen_open(fed_gossip_tx *tx, const char *url)
         slot_set_state(tx, &tx->slots[i], SLOT_RECV);
         nng_ctx_recv(tx->slots[i].ctx, tx->slots[i].aio);
     }
+    nng_sleep_aio((nng_duration)sweep_period_ms(tx), tx->sweep);
     return FED_OK;
 
 nng_fail:
@@ -593,6 +752,7 @@ void fed_gossip_tx_refuse(fed_gossip_tx *tx, fed_gossip_tx_req *req)
     assert(req != NULL && req->tx == tx && req->state == SLOT_HELD);
     pthread_mutex_lock(&tx->mu);
     tx->ctr.refused++;
+    conn_answered_locked(tx, req->pipe);
     pthread_mutex_unlock(&tx->mu);
     /* Closing the context forgets the request; the requester hears nothing. */
     nng_ctx_close(req->ctx);
@@ -645,17 +805,17 @@ static int event_from_slot(fed_gossip_tx *tx, fed_gossip_tx_req *s, fed_gossip_t
     s->msg = NULL;
     s->state = SLOT_HELD;
     len = nng_msg_len(m);
-    if (len > tx->cfg.max_frame)
+    if (len > tx->cfg.recv_max)
         tx->ctr.rx_oversize++;
     else {
         tx->ctr.requests_in++;
         tx->ctr.bytes_in += len;
     }
     pthread_mutex_unlock(&tx->mu);
-    if (len > tx->cfg.max_frame) {
+    if (len > tx->cfg.recv_max) {
         nng_msg_free(m);
         fed_log(FED_LOG_WARN, "transport: dropped a %zu-byte request (limit %zu)", len,
-                tx->cfg.max_frame);
+                tx->cfg.recv_max);
         fed_gossip_tx_refuse(tx, s);
         return 0;
     }
@@ -747,6 +907,8 @@ void fed_gossip_tx_cfg_default(fed_gossip_tx_cfg *cfg)
     cfg->reconnect_ms = FED_GOSSIP_TX_RECONNECT_MS_DEFAULT;
     cfg->max_inflight = FED_GOSSIP_TX_MAX_INFLIGHT_DEFAULT;
     cfg->expire_ms = FED_GOSSIP_TX_EXPIRE_MS_DEFAULT;
+    cfg->max_conns = FED_GOSSIP_TX_MAX_CONNS_DEFAULT;
+    cfg->stall_ms = FED_GOSSIP_TX_STALL_MS_DEFAULT;
 }
 
 static fed_err cfg_fill(const fed_gossip_tx_cfg *in, fed_gossip_tx_cfg *out)
@@ -765,7 +927,15 @@ static fed_err cfg_fill(const fed_gossip_tx_cfg *in, fed_gossip_tx_cfg *out)
         out->max_inflight = d.max_inflight;
     if (out->expire_ms == 0)
         out->expire_ms = d.expire_ms;
+    if (out->recv_max == 0)
+        out->recv_max = out->max_frame;
+    if (out->max_conns == 0)
+        out->max_conns = d.max_conns;
+    if (out->stall_ms == 0)
+        out->stall_ms = d.stall_ms;
     out->listen_url = NULL;
+    if (out->recv_max > out->max_frame || out->max_conns > 65536 || out->stall_ms > INT32_MAX)
+        return FED_ERR_RANGE;
     if (out->max_frame > FED_WIRE_MAX_FRAME_LIMIT || out->recv_contexts > 65536 ||
         out->reconnect_ms > FED_GOSSIP_TX_RECONNECT_MAX_MS || out->expire_ms > INT32_MAX)
         return FED_ERR_RANGE;
@@ -829,6 +999,8 @@ void fed_gossip_tx_close(fed_gossip_tx *tx)
     for (call *c = tx->calls; c != NULL; c = c->lnext)
         if (c->aio != NULL)
             nng_aio_stop(c->aio);
+    if (tx->sweep != NULL)
+        nng_aio_stop(tx->sweep);
     if (tx->rep_open) {
         /* NNG 1.5.2 can deadlock closing a rep0 socket while a pipe is
          * still finishing a receive it started for one of our contexts
@@ -862,6 +1034,9 @@ void fed_gossip_tx_close(fed_gossip_tx *tx)
     }
     fed_free(tx->peers);
     fed_free(tx->slots);
+    if (tx->sweep != NULL)
+        nng_aio_free(tx->sweep);
+    fed_free(tx->conns);
     if (tx->efd >= 0)
         close(tx->efd);
     if (tx->cv_ok)

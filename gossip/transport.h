@@ -48,6 +48,22 @@
  *   longer than max_frame that still fits the margin is dropped here (a
  *   REQUEST is refused, a REPLY becomes SEND_FAILED FED_ERR_FRAME_TOO_LARGE)
  *   and counted in rx_oversize.
+ * - What a stranger can make the listener hold (it cannot be authenticated
+ *   before a whole frame is in: NNG allocates a message's declared length as
+ *   soon as its 8-byte length arrives) is bounded three ways:
+ *   recv_max, the largest request the listener takes (the node sizes it to
+ *   its own traffic: a model's largest vector, not the protocol's limit);
+ *   max_conns, connections at once (a surplus one is closed as it arrives,
+ *   counted in conn_refused); stall_ms, after which a connection that
+ *   delivered no whole request and is owed no reply is closed (counted in
+ *   conn_stalled). NNG 1.5.2 does not say whether a connection is part way
+ *   through a message, so an idle one is closed too: a client's dialer
+ *   reconnects at once, and a request it sends meanwhile waits for that.
+ *   Worst case held: max_conns * (recv_max + margin), for at most stall_ms.
+ *   Drops NNG makes itself are read from its listener statistics:
+ *   conn_handshake (bad handshakes: protocol errors) and conn_dropped
+ *   (a message over the limit; NNG 1.5.2 counts it with its other
+ *   connection errors, a far end that hung up among them).
  * - recv_contexts bounds the incoming requests held at once (delivered and not
  *   yet answered, plus being answered). Further requests wait inside NNG and
  *   TCP. An aggregator that holds its clients' NEXT until a round starts needs
@@ -72,6 +88,8 @@
 #define FED_GOSSIP_TX_RECONNECT_MAX_MS 1000
 #define FED_GOSSIP_TX_MAX_INFLIGHT_DEFAULT 4096
 #define FED_GOSSIP_TX_EXPIRE_MS_DEFAULT 60000
+#define FED_GOSSIP_TX_MAX_CONNS_DEFAULT 128
+#define FED_GOSSIP_TX_STALL_MS_DEFAULT 30000
 #define FED_GOSSIP_TX_EMPTY FED_ERR_BUSY /* fed_gossip_tx_next: no event now */
 
 typedef struct fed_gossip_tx fed_gossip_tx;
@@ -85,6 +103,9 @@ typedef struct fed_gossip_tx_cfg {
     uint32_t reconnect_ms;  /* first redial interval (0: 20 ms; doubles up to 1 s) */
     uint32_t max_inflight;  /* outgoing requests not yet completed (0: 4096) */
     uint32_t expire_ms;     /* outgoing request backstop (0: 60 s) */
+    size_t recv_max;        /* largest request the listener takes (0: max_frame) */
+    uint32_t max_conns;     /* listener connections at once (0: 128) */
+    uint32_t stall_ms;      /* close a silent connection owed nothing after (0: 30 s) */
 } fed_gossip_tx_cfg;
 
 typedef enum fed_gossip_tx_kind {
@@ -119,6 +140,11 @@ typedef struct fed_gossip_tx_counters {
     uint64_t rx_oversize;  /* over max_frame, within the margin: dropped */
     uint64_t bytes_out;    /* frame bytes of requests and replies sent */
     uint64_t bytes_in;     /* frame bytes of requests and replies delivered */
+    uint64_t conn_refused;   /* listener connections over max_conns, closed */
+    uint64_t conn_stalled;   /* listener connections silent past stall_ms, closed */
+    uint64_t conn_handshake; /* NNG: connections with a bad handshake */
+    uint64_t conn_dropped;   /* NNG: connections closed on an error: a message
+                                over the limit, or the far end gone */
 } fed_gossip_tx_counters;
 
 /* Fills the defaults above (listen_url NULL). */

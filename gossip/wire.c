@@ -409,6 +409,15 @@ const char *fed_wire_counter_name(size_t i)
     return i < fed_wire_counter_count() ? counter_names[i] : NULL;
 }
 
+void fed_wire_set_conn_counters(fed_wire *w, uint64_t refused, uint64_t stalled,
+                                uint64_t handshake, uint64_t dropped)
+{
+    w->counters.conn_refused = refused;
+    w->counters.conn_stalled = stalled;
+    w->counters.conn_handshake = handshake;
+    w->counters.conn_dropped = dropped;
+}
+
 uint64_t fed_wire_counter_value(const fed_wire_counters *c, size_t i)
 {
     const uint64_t *v = (const uint64_t *)(const void *)c;

@@ -184,7 +184,8 @@ typedef struct fed_wire_counters {
     X(streams_failed) X(rej_truncated) X(rej_magic) X(rej_version) X(rej_too_large) X(rej_type) \
     X(rej_wrong_recipient) X(rej_old_epoch) X(rej_unknown_sender) X(rej_sender_epoch)          \
     X(rej_replay) X(rej_busy) X(rej_aead) X(rej_signature) X(rej_payload) X(rej_stream)        \
-    X(rej_stream_limit) X(rej_codec) X(rej_nan) X(rej_other)
+    X(rej_stream_limit) X(rej_codec) X(rej_nan) X(rej_other) X(conn_refused) X(conn_stalled)   \
+    X(conn_handshake) X(conn_dropped)
 #define FED_WIRE_COUNTER_FIELD_(name) uint64_t name;
     FED_WIRE_COUNTER_LIST(FED_WIRE_COUNTER_FIELD_)
 #undef FED_WIRE_COUNTER_FIELD_
@@ -270,6 +271,12 @@ const char *fed_wire_counter_name(size_t i);
 /* "HELLO", "MODEL", ...; "?" for an unknown type. */
 const char *fed_wire_type_name(uint8_t type);
 uint64_t fed_wire_counter_value(const fed_wire_counters *c, size_t i);
+/* The transport's connection drops (gossip/transport.h: connections over
+ * the cap, stalled, with a bad handshake, dropped by NNG on an error), this
+ * run's totals: kept with the frame rejections so they are stored and shown
+ * alike. */
+void fed_wire_set_conn_counters(fed_wire *w, uint64_t refused, uint64_t stalled,
+                                uint64_t handshake, uint64_t dropped);
 /* Counts and logs a rejection decided above the wire (a codec error found
  * while decoding the vector, say). */
 void fed_wire_note_reject(fed_wire *w, const fed_wire_hdr *h, fed_err err);

@@ -71,6 +71,8 @@ typedef struct run_cfg {
     int linger_ms;
     int retry_ms;
     int max_clients;
+    int max_connections;
+    int conn_stall_ms;
     uint64_t max_frame;
     uint64_t seed;
     int threads;
@@ -167,6 +169,10 @@ static const fed_opt run_opts[] = {
       "client: wait for an answer this much beyond --poll-ms before retrying"),
     R(max_clients, "max-clients", FED_OPT_INT, "64", 1, 4096,
       "aggregator: requests held at once (at least the number of clients)"),
+    R(max_connections, "max-connections", FED_OPT_INT, "0", 0, 65536,
+      "aggregator, peer: connections at once, past which one is closed (0: max-clients + 64)"),
+    R(conn_stall_ms, "conn-stall-ms", FED_OPT_INT, "30000", 100, 3600000,
+      "aggregator, peer: close a connection silent this long that is owed no answer"),
     R(max_frame, "max-frame", FED_OPT_U64, "16777216", 1024, 1073741824,
       "largest frame in bytes, the same on every node; larger models go in chunks"),
     R(seed, "seed", FED_OPT_U64, "1", 0, 0, "seed of initialization and shuffling"),
@@ -609,6 +615,9 @@ static int run_node(const run_cfg *c)
     dc.allow = s.allow;
     dc.port_file = c->port_file[0] ? c->port_file : NULL;
     dc.linger_ms = (uint64_t)c->linger_ms;
+    dc.max_conns = c->max_connections ? (uint32_t)c->max_connections
+                                      : (uint32_t)c->max_clients + 64;
+    dc.conn_stall_ms = (uint32_t)c->conn_stall_ms;
     if ((e = fed_node_daemon_signals()) == FED_OK)
         e = fed_node_daemon_run(&dc, &nc);
     rc = e == FED_OK ? 0 : 1;

@@ -369,6 +369,16 @@ static fed_err write_port(const fed_node_daemon *d)
     return FED_OK;
 }
 
+/* The transport's connection drops, beside the node's frame rejections. */
+static void note_conn_drops(fed_node_daemon *d)
+{
+    fed_gossip_tx_counters c;
+
+    fed_gossip_tx_get_counters(d->tx, &c);
+    fed_node_set_conn_counters(d->node, c.conn_refused, c.conn_stalled, c.conn_handshake,
+                               c.conn_dropped);
+}
+
 static fed_err loop(fed_node_daemon *d)
 {
     uint64_t finished_at = 0;
@@ -390,6 +400,7 @@ static fed_err loop(fed_node_daemon *d)
         drain_jobs(d);
         drain_frames(d);
         fire_timers(d);
+        note_conn_drops(d);
         if (fed_node_finished(d->node)) {
             if (fed_node_get_role(d->node) == FED_NODE_CLIENT)
                 return FED_OK;
@@ -421,6 +432,9 @@ static fed_err open_transport(fed_node_daemon *d, const fed_node_config *nc)
     fed_gossip_tx_cfg_default(&tc);
     tc.listen_url = dc->listen_url;
     tc.max_frame = nc->wire.max_frame ? nc->wire.max_frame : FED_WIRE_MAX_FRAME_DEFAULT;
+    tc.recv_max = fed_node_recv_limit(nc);
+    tc.max_conns = dc->max_conns;
+    tc.stall_ms = dc->conn_stall_ms;
     if (dc->recv_contexts)
         tc.recv_contexts = dc->recv_contexts;
     if ((e = fed_gossip_tx_open(&tc, &d->tx)) != FED_OK) {
@@ -428,8 +442,17 @@ static fed_err open_transport(fed_node_daemon *d, const fed_node_config *nc)
                 dc->listen_url ? dc->listen_url : "(none)", fed_strerror(e));
         return e;
     }
-    if (dc->listen_url && (e = write_port(d)) != FED_OK)
-        return e;
+    if (dc->listen_url) {
+        fed_log(FED_LOG_INFO,
+                "daemon: listening: requests up to %zu bytes, %u connections at once, "
+                "a silent one closed after %u ms: at most %.1f MiB held for strangers",
+                tc.recv_max, dc->max_conns ? dc->max_conns : FED_GOSSIP_TX_MAX_CONNS_DEFAULT,
+                dc->conn_stall_ms ? dc->conn_stall_ms : FED_GOSSIP_TX_STALL_MS_DEFAULT,
+                (double)(dc->max_conns ? dc->max_conns : FED_GOSSIP_TX_MAX_CONNS_DEFAULT) *
+                    (double)(tc.recv_max + FED_GOSSIP_TX_RECV_MARGIN) / 1048576.0);
+        if ((e = write_port(d)) != FED_OK)
+            return e;
+    }
     if (dc->peer_url &&
         (e = fed_gossip_tx_add_peer(d->tx, nc->aggregator.key, dc->peer_url)) != FED_OK) {
         fed_log(FED_LOG_ERROR, "daemon: cannot dial %s: %s", dc->peer_url, fed_strerror(e));
@@ -468,21 +491,24 @@ static void on_address(void *ctx, const uint8_t key[32], const char *url)
  * block freed) from fresh mappings and gives the kernel back whatever lies
  * free past twice that, so each round paid again a page fault per 4 KiB to
  * have that memory back, zeroed: in the consortium bench, 28,000 in the
- * aggregator's ten rounds (2.3 us each, measured). So blocks up to a frame
- * (capped at glibc's 32 MiB ceiling) come from the heap, and twice that may
- * stay free for the next round. Set once the data is loaded: the large
- * blocks of loading still go back. Process-wide and kept to the exit: the
- * daemon is what the process runs from here on. */
-static void keep_round_buffers(size_t max_frame)
+ * aggregator's ten rounds (2.3 us each, measured). So blocks up to the
+ * node's own largest frame (fed_node_recv_limit: sized by its model, capped
+ * at glibc's 32 MiB ceiling) come from the heap, and twice that may stay
+ * free for the next round. What a stranger sends beyond that is mapped and
+ * unmapped, never kept: retention follows the node's round, not the largest
+ * frame anyone sent. Set once the data is loaded: the large blocks of
+ * loading still go back. Process-wide and kept to the exit: the daemon is
+ * what the process runs from here on. */
+static void keep_round_buffers(size_t frame)
 {
 #if defined(__GLIBC__)
     const size_t ceiling = (size_t)32 << 20, slack = (size_t)64 << 10;
-    size_t at = max_frame < ceiling - slack ? max_frame + slack : ceiling; /* and bookkeeping */
+    size_t at = frame < ceiling - slack ? frame + slack : ceiling; /* and bookkeeping */
 
     if (!mallopt(M_MMAP_THRESHOLD, (int)at) || !mallopt(M_TRIM_THRESHOLD, (int)(2 * at)))
         fed_log(FED_LOG_DEBUG, "daemon: malloc keeps its defaults");
 #else
-    (void)max_frame;
+    (void)frame;
 #endif
 }
 
@@ -532,7 +558,7 @@ fed_err fed_node_daemon_run(const fed_node_daemon_cfg *dc, const fed_node_config
     env.self = &d;
     if (!d.pool)
         return FED_ERR_INVAL;
-    keep_round_buffers(nc->wire.max_frame ? nc->wire.max_frame : FED_WIRE_MAX_FRAME_DEFAULT);
+    keep_round_buffers(fed_node_recv_limit(nc));
     if (pthread_mutex_init(&d.mu, NULL) != 0)
         return FED_ERR_NOMEM;
     if (pipe(d.job_fd) < 0 || set_nonblock_cloexec(d.job_fd[0]) != FED_OK ||

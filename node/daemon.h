@@ -28,6 +28,9 @@ typedef struct fed_node_daemon_cfg {
     const char *port_file;   /* where to write the bound TCP port; NULL: nowhere */
     uint64_t linger_ms;      /* aggregator, peer: keep answering this long after
                                 the last round, so the others hear it is over */
+    uint32_t max_conns;      /* listener: connections at once (0: transport's default) */
+    uint32_t conn_stall_ms;  /* listener: close a silent connection owed nothing
+                                after this (0: transport's default) */
 } fed_node_daemon_cfg;
 
 /* Installs the signal handlers (SIGTERM, SIGINT, SIGHUP; SIGPIPE ignored)

@@ -148,6 +148,26 @@ fed_node_role fed_node_get_role(const fed_node *n) { return n->cfg.role; }
 const uint8_t *fed_node_key(const fed_node *n) { return n->key; }
 uint64_t fed_node_round(const fed_node *n) { return n->round; }
 int fed_node_finished(const fed_node *n) { return n->finished; }
+#define FED_NODE_RECV_SLACK ((size_t)64 << 10) /* typed block, PEERS frames */
+
+size_t fed_node_recv_limit(const fed_node_config *cfg)
+{
+    size_t max = cfg->wire.max_frame ? cfg->wire.max_frame : FED_WIRE_MAX_FRAME_DEFAULT;
+    size_t np = 0, need;
+
+    if (max <= FED_NODE_RECV_SLACK || !cfg->spec[0] || fed_model_spec_nparams(cfg->spec, cfg->shape, &np) != FED_OK ||
+        np > (max - FED_NODE_RECV_SLACK) / sizeof(double))
+        return max;
+    need = fed_wire_frame_bytes(np * sizeof(double) + FED_NODE_RECV_SLACK);
+    return need < max ? need : max;
+}
+
+void fed_node_set_conn_counters(fed_node *n, uint64_t refused, uint64_t stalled,
+                                uint64_t handshake, uint64_t dropped)
+{
+    fed_wire_set_conn_counters(n->wire, refused, stalled, handshake, dropped);
+}
+
 const fed_wire_counters *fed_node_wire_counters(const fed_node *n)
 {
     return fed_wire_get_counters(n->wire);

@@ -235,6 +235,16 @@ const uint8_t *fed_node_key(const fed_node *n);
 uint64_t fed_node_round(const fed_node *n);
 /* Aggregator: all rounds done. Client: told training is over. */
 int fed_node_finished(const fed_node *n);
+/* The largest request a listening node's own protocol brings it (a vector
+ * of its model in the widest codec, f64, with room for the typed block and
+ * the envelope), capped by the protocol's max_frame; max_frame itself when
+ * the model is not known (a client learns it from the aggregator). The
+ * daemon takes no larger request from anyone. */
+size_t fed_node_recv_limit(const fed_node_config *cfg);
+/* The transport's connection drops (daemon), into the wire's counters. */
+void fed_node_set_conn_counters(fed_node *n, uint64_t refused, uint64_t stalled,
+                                uint64_t handshake, uint64_t dropped);
+
 /* Aggregator: the global model's parameters (nparams host floats). */
 size_t fed_node_nparams(const fed_node *n);
 FED_WUR fed_err fed_node_get_params(const fed_node *n, float *dst);

@@ -10,7 +10,10 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -627,6 +630,189 @@ static void test_close_in_flight(void **state)
 }
 
 /* Bad configurations and listen addresses, with their exact errors. */
+/* ---- strangers: raw TCP that speaks just enough SP to be let in ---- */
+
+/* A TCP connection to port; with hello, it sends req0's SP handshake
+ * (0, 'S', 'P', 0, protocol 0x0030 big-endian, 0, 0). */
+static int raw_connect(uint16_t port, int hello)
+{
+    static const uint8_t sp_req0[8] = {0, 'S', 'P', 0, 0x00, 0x30, 0, 0};
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    assert_true(fd >= 0);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    if (hello)
+        assert_int_equal(write(fd, sp_req0, sizeof sp_req0), (ssize_t)sizeof sp_req0);
+    return fd;
+}
+
+/* Announces a message of len bytes (the 8-byte big-endian length NNG reads
+ * first) and sends only some of it. */
+static void raw_start_message(int fd, uint64_t len)
+{
+    uint8_t hdr[8 + 16] = {0};
+
+    for (int i = 0; i < 8; i++)
+        hdr[i] = (uint8_t)(len >> (56 - 8 * i));
+    assert_int_equal(write(fd, hdr, sizeof hdr), (ssize_t)sizeof hdr);
+}
+
+/* 1 when the server closed fd within ms (its handshake read and dropped). */
+static int raw_closed_within(int fd, int ms)
+{
+    uint64_t end = now_ms() + (uint64_t)ms;
+    uint8_t buf[64];
+
+    for (;;) {
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        uint64_t t = now_ms();
+        ssize_t r;
+
+        if (t >= end)
+            return 0;
+        if (poll(&pf, 1, (int)(end - t)) <= 0)
+            continue;
+        r = read(fd, buf, sizeof buf);
+        if (r <= 0)
+            return 1;
+    }
+}
+
+static fed_gossip_tx *open_guarded(size_t recv_max, uint32_t max_conns, uint32_t stall_ms,
+                                   uint16_t *port, char url[64])
+{
+    fed_gossip_tx_cfg cfg;
+    fed_gossip_tx *tx = NULL;
+
+    fed_gossip_tx_cfg_default(&cfg);
+    cfg.listen_url = "tcp://127.0.0.1:0";
+    cfg.max_frame = 4 * SMALL_FRAME;
+    cfg.recv_max = recv_max;
+    cfg.max_conns = max_conns;
+    cfg.stall_ms = stall_ms;
+    assert_int_equal(fed_gossip_tx_open(&cfg, &tx), FED_OK);
+    assert_int_equal(fed_gossip_tx_bound_port(tx, port), FED_OK);
+    snprintf(url, 64, "tcp://127.0.0.1:%u", (unsigned)*port);
+    return tx;
+}
+
+/* Waits (bounded) until field of tx's counters reaches want. */
+#define WAIT_COUNTER(tx, field, want)                                                        \
+    do {                                                                                     \
+        fed_gossip_tx_counters c_;                                                           \
+        uint64_t end_ = now_ms() + WAIT_MS;                                                  \
+        for (;;) {                                                                           \
+            fed_gossip_tx_get_counters(tx, &c_);                                             \
+            if (c_.field >= (want) || now_ms() > end_)                                       \
+                break;                                                                       \
+            usleep(10000);                                                                   \
+        }                                                                                    \
+        assert_int_equal(c_.field, (want));                                                  \
+    } while (0)
+
+/* A connection that starts a message and stalls is closed after stall_ms;
+ * one whose request is held is not, however long the answer takes. */
+static void test_stalled_connections_closed(void **state)
+{
+    char url[64];
+    uint8_t key[32], buf[100];
+    uint16_t port;
+    fed_gossip_tx *srv = open_guarded(SMALL_FRAME, 16, 200, &port, url), *cli;
+    fed_gossip_tx_event ev;
+    fed_gossip_tx_req *held;
+    int fd[3];
+
+    (void)state;
+    for (int i = 0; i < 3; i++) {
+        fd[i] = raw_connect(port, 1);
+        raw_start_message(fd[i], SMALL_FRAME); /* within the limit: NNG holds it */
+    }
+    for (int i = 0; i < 3; i++) {
+        assert_true(raw_closed_within(fd[i], WAIT_MS));
+        close(fd[i]);
+    }
+    WAIT_COUNTER(srv, conn_stalled, 3);
+
+    /* a held request outlives the stall deadline many times over */
+    fill(buf, sizeof buf, 9);
+    cli = open_tx(NULL, 4 * SMALL_FRAME, 0);
+    key_of(key, 1);
+    assert_int_equal(fed_gossip_tx_add_peer(cli, key, url), FED_OK);
+    assert_int_equal(fed_gossip_tx_send(cli, key, buf, sizeof buf, 7), FED_OK);
+    expect_request(srv, &ev);
+    held = ev.req;
+    fed_gossip_tx_event_done(srv, &ev);
+    usleep(1000 * 1000); /* five stall deadlines */
+    assert_int_equal(fed_gossip_tx_reply(srv, held, buf, 10), FED_OK);
+    assert_true(wait_event(cli, &ev, WAIT_MS));
+    assert_int_equal(ev.kind, FED_GOSSIP_TX_REPLY);
+    assert_int_equal(ev.token, 7);
+    assert_int_equal(ev.len, 10);
+    fed_gossip_tx_event_done(cli, &ev);
+    WAIT_COUNTER(srv, conn_stalled, 3);
+    fed_gossip_tx_close(cli);
+    fed_gossip_tx_close(srv);
+}
+
+/* max_conns: the connection over the cap is closed as it arrives, and a
+ * place freed is a place taken; bad handshakes and messages over the
+ * receive limit are counted from NNG's statistics. */
+static void test_connection_cap_and_drops(void **state)
+{
+    char url[64];
+    uint8_t key[32], buf[100];
+    uint16_t port;
+    fed_gossip_tx *srv = open_guarded(SMALL_FRAME, 3, 60000, &port, url), *cli;
+    fed_gossip_tx_event ev;
+    fed_gossip_tx_counters before;
+    int fd[4], bad;
+
+    (void)state;
+    for (int i = 0; i < 4; i++)
+        fd[i] = raw_connect(port, 1);
+    assert_true(raw_closed_within(fd[3], WAIT_MS)); /* the fourth */
+    for (int i = 0; i < 3; i++)
+        assert_false(raw_closed_within(fd[i], QUIET_MS));
+    WAIT_COUNTER(srv, conn_refused, 1);
+
+    fill(buf, sizeof buf, 3);
+    cli = open_tx(NULL, 4 * SMALL_FRAME, 0);
+    key_of(key, 1);
+    assert_int_equal(fed_gossip_tx_add_peer(cli, key, url), FED_OK);
+    expect_quiet(srv); /* its dialer is turned away too */
+    close(fd[0]);
+    assert_int_equal(fed_gossip_tx_send(cli, key, buf, sizeof buf, 1), FED_OK);
+    expect_request(srv, &ev);
+    assert_int_equal(fed_gossip_tx_reply(srv, ev.req, buf, 1), FED_OK);
+    fed_gossip_tx_event_done(srv, &ev);
+    assert_true(wait_event(cli, &ev, WAIT_MS));
+    assert_int_equal(ev.kind, FED_GOSSIP_TX_REPLY);
+    fed_gossip_tx_event_done(cli, &ev);
+    fed_gossip_tx_close(cli);
+    close(fd[1]);
+    close(fd[2]);
+    close(fd[3]);
+
+    bad = raw_connect(port, 0);
+    assert_int_equal(write(bad, "GET / HTTP/1.0\r\n\r\n", 18), 18);
+    assert_true(raw_closed_within(bad, WAIT_MS));
+    close(bad);
+    WAIT_COUNTER(srv, conn_handshake, 1);
+
+    /* NNG counts a message over the limit with its other connection
+       errors (a far end gone): the count before, once settled, plus one */
+    usleep(1200 * 1000); /* a sweep after the closes above */
+    fed_gossip_tx_get_counters(srv, &before);
+    bad = raw_connect(port, 1);
+    raw_start_message(bad, (uint64_t)16 << 20); /* far over recv_max */
+    assert_true(raw_closed_within(bad, WAIT_MS));
+    WAIT_COUNTER(srv, conn_dropped, before.conn_dropped + 1);
+    close(bad);
+    fed_gossip_tx_close(srv);
+}
+
 static void test_bad_config(void **state)
 {
     char url[64];
@@ -753,6 +939,8 @@ int main(void)
         cmocka_unit_test(test_expire_and_full),
         cmocka_unit_test(test_peers),
         cmocka_unit_test(test_close_in_flight),
+        cmocka_unit_test(test_stalled_connections_closed),
+        cmocka_unit_test(test_connection_cap_and_drops),
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_alloc_failures),
     };
