@@ -5,6 +5,7 @@
  * crashed and restarted, the aggregator crashed after round 3; a non-member
  * rejected; the same seed twice gives the same model. Skips without data. */
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -754,6 +755,168 @@ static void test_full_disk_aggregator(void **state)
     scen_free(&s);
 }
 
+/* ---- the accuracy of a round evaluated on a full disk ---- */
+
+/* The aggregator's lines about accuracy, kept for the test to read (a
+ * store's warning may come from the pool's thread: the commit). */
+typedef struct acc_log {
+    pthread_mutex_t mu;
+    char lines[64][256];
+    int n;
+} acc_log;
+
+static void acc_sink(void *ctx, fed_log_level level, const char *line)
+{
+    acc_log *l = ctx;
+
+    (void)level;
+    if (!strstr(line, "accuracy"))
+        return;
+    pthread_mutex_lock(&l->mu);
+    if (l->n < 64)
+        snprintf(l->lines[l->n++], sizeof l->lines[0], "%s", line);
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* Lines that hold both a and b. */
+static int acc_lines(acc_log *l, const char *a, const char *b)
+{
+    int k = 0;
+
+    pthread_mutex_lock(&l->mu);
+    for (int i = 0; i < l->n; i++)
+        k += strstr(l->lines[i], a) && strstr(l->lines[i], b);
+    pthread_mutex_unlock(&l->mu);
+    return k;
+}
+
+/* Steps until round r is committed (its row is in the database) and then
+ * fills the disk before the round's evaluation ends (a later event: the
+ * job's), and steps on until the evaluation was reported. */
+static void full_disk_at_evaluation(scen *s, fed_store *st, uint64_t r)
+{
+    fed_store_round row;
+
+    while (fed_store_get_round(st, r, &row) != FED_OK) {
+        int did = 0;
+
+        assert_int_equal(fed_sim_world_step(s->w, &did), FED_OK);
+        assert_true(did);
+    }
+    assert_int_equal(s->commits[r], 0); /* committed, not evaluated yet */
+    assert_true(isnan(row.accuracy));
+    fed_store_set_disk_full(st, 1);
+    step_until_commit(s, (int)r);
+    assert_false(isnan(s->info[r].accuracy));
+    /* the write failed: the row is still without it */
+    assert_int_equal(fed_store_get_round(st, r, &row), FED_OK);
+    assert_true(isnan(row.accuracy));
+}
+
+/* The disk fills between round 2's commit and its evaluation: the accuracy
+ * cannot be written, and the disk is freed right after. The figures were
+ * kept: round 3's commit is followed by their write (before round 3's own
+ * evaluation), so round 2's row ends with exactly the accuracy and loss
+ * reported, and the log says it failed, was kept and then recorded. Every
+ * other round has its own figures. */
+static void test_full_disk_accuracy_kept(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 4, .spec = "logreg", .per_client = 100, .rounds = 4,
+                   .min_clients = 4, .deadline_ms = 20000, .seed = 17, .evaluate = 1};
+    fed_log_level level = fed_log_get_level();
+    acc_log *l = calloc(1, sizeof *l);
+    fed_store_round row;
+    fed_store *st;
+    scen s;
+
+    if (!have_data(fx)) {
+        free(l);
+        return;
+    }
+    assert_non_null(l);
+    pthread_mutex_init(&l->mu, NULL);
+    fed_log_set_level(FED_LOG_INFO);
+    fed_log_set_sink(acc_sink, l);
+    scen_build(&s, fx, &o);
+    st = fed_sim_host_store(s.agg);
+    full_disk_at_evaluation(&s, st, 2);
+    fed_store_set_disk_full(st, 0);
+    /* written with round 3's commit, before round 3 is evaluated */
+    while (fed_store_get_round(st, 3, &row) != FED_OK) {
+        int did = 0;
+
+        assert_int_equal(fed_sim_world_step(s.w, &did), FED_OK);
+        assert_true(did);
+    }
+    assert_int_equal(s.commits[3], 0);
+    assert_int_equal(fed_store_get_round(st, 2, &row), FED_OK);
+    assert_true(row.accuracy == s.info[2].accuracy);
+    scen_run(&s, 600000);
+    fed_log_set_sink(NULL, NULL);
+    fed_log_set_level(level);
+
+    for (uint64_t r = 1; r <= 4; r++) {
+        assert_int_equal(s.commits[r], 1);
+        assert_int_equal(fed_store_get_round(st, r, &row), FED_OK);
+        assert_true(row.accuracy > 0.1);
+        assert_true(row.accuracy == s.info[r].accuracy);
+        assert_true(row.loss == s.info[r].loss);
+    }
+    assert_int_equal(acc_lines(l, "recording round 2's accuracy failed", "kept"), 1);
+    assert_int_equal(acc_lines(l, "round 2's accuracy", "recorded"), 1);
+    assert_int_equal(acc_lines(l, "accuracy failed", ""), 1); /* no other round's */
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+    scen_free(&s);
+}
+
+/* The same at the last round: no commit follows, so the figures kept are
+ * written when the aggregator stops (the disk has room again by then). */
+static void test_full_disk_accuracy_at_stop(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 3, .spec = "logreg", .per_client = 100, .rounds = 2,
+                   .min_clients = 3, .deadline_ms = 20000, .seed = 19, .evaluate = 1};
+    fed_log_level level = fed_log_get_level();
+    acc_log *l = calloc(1, sizeof *l);
+    fed_store_round row;
+    fed_store *st;
+    scen s;
+
+    if (!have_data(fx)) {
+        free(l);
+        return;
+    }
+    assert_non_null(l);
+    pthread_mutex_init(&l->mu, NULL);
+    fed_log_set_level(FED_LOG_INFO);
+    fed_log_set_sink(acc_sink, l);
+    scen_build(&s, fx, &o);
+    st = fed_sim_host_store(s.agg);
+    full_disk_at_evaluation(&s, st, 2);
+    fed_store_set_disk_full(st, 0);
+    scen_run(&s, 600000);
+    assert_true(fed_node_finished(fed_sim_host_node(s.agg)));
+    assert_int_equal(fed_store_get_round(st, 2, &row), FED_OK);
+    assert_true(isnan(row.accuracy)); /* nothing wrote since */
+    assert_int_equal(acc_lines(l, "round 2's accuracy", "recorded"), 0);
+    assert_int_equal(fed_node_stop(fed_sim_host_node(s.agg)), FED_OK);
+    fed_log_set_sink(NULL, NULL);
+    fed_log_set_level(level);
+    assert_int_equal(fed_store_get_round(st, 2, &row), FED_OK);
+    assert_true(row.accuracy == s.info[2].accuracy);
+    assert_true(row.loss == s.info[2].loss);
+    assert_int_equal(fed_store_get_round(st, 1, &row), FED_OK);
+    assert_true(row.accuracy == s.info[1].accuracy);
+    assert_int_equal(acc_lines(l, "recording round 2's accuracy failed", "kept"), 1);
+    assert_int_equal(acc_lines(l, "round 2's accuracy", "recorded"), 1);
+    assert_int_equal(acc_lines(l, "lost", ""), 0);
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+    scen_free(&s);
+}
+
 static void test_non_member(void **state)
 {
     const fixture *fx = *state;
@@ -896,6 +1059,8 @@ int main(void)
         cmocka_unit_test(test_crash_restart),
         cmocka_unit_test(test_non_member),
         cmocka_unit_test(test_full_disk_aggregator),
+        cmocka_unit_test(test_full_disk_accuracy_kept),
+        cmocka_unit_test(test_full_disk_accuracy_at_stop),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_train_job_reuse),
         cmocka_unit_test(test_async_fedbuff),
