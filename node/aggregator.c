@@ -90,7 +90,9 @@ struct node_agg {
     fed_codec codec;       /* what clients answer with */
     size_t nparams;
     agg_state state;
-    int gathered;          /* gather_ms passed since the last round: min_clients will do */
+    int gathered;          /* gather_ms passed since the last round (or, before round 1,
+                              since the first client came): min_clients will do */
+    int first_armed;       /* the gather timer was armed for round 1 (arm_first_gather) */
     uint32_t failed;       /* rounds failed in a row (a full disk): the next try waits */
     uint64_t retry_at_ms;  /* no round starts before this (now_ms), after a failure */
     uint64_t round_start_ms;
@@ -528,6 +530,22 @@ static fed_err start_round(fed_node *n)
     a->nholds -= k;
     arm_poll(n);
     return FED_OK;
+}
+
+/* A fresh aggregator's first client: round 1 starts with min_clients once
+ * gather_ms passed from now, as a later round does from the close of the
+ * one before (a resumed aggregator arms it at start). From the first
+ * client, not from start: clients coming a while after the aggregator
+ * still get gather_ms for wait_clients to gather. */
+static void arm_first_gather(fed_node *n)
+{
+    node_agg *a = n->agg;
+
+    if (a->first_armed || n->round > 0 || a->state != AGG_IDLE)
+        return;
+    a->first_armed = 1;
+    (void)n->env.set_timer(n->env.self, n->env.now_ms(n->env.self) + n->cfg.gather_ms,
+                           NODE_TIMER_ROUND);
 }
 
 /* Start a round when enough clients wait: wait_clients at once, or
@@ -1318,6 +1336,7 @@ fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
             return answer_with_model(n, req, &m->hdr); /* its MODEL was lost */
         if ((e = hold_add(n, req, &m->hdr)) != FED_OK)
             return e;
+        arm_first_gather(n);
         return maybe_start(n);
     case FED_WIRE_DELTA:
         return is_async(n) ? on_delta_async(n, op) : on_delta(n, op);

@@ -3,7 +3,10 @@
  * databases. FedAvg bit for bit against a weighted mean computed here;
  * accuracy after 5 rounds; a client dropped past the deadline, a client
  * crashed and restarted, the aggregator crashed after round 3; a non-member
- * rejected; the same seed twice gives the same model. Skips without data. */
+ * rejected; a full disk at a round's commit, and at its evaluation (the
+ * accuracy kept and written later); round 1 starting gather_ms after the
+ * first client when fewer than wait_clients come; the same seed twice gives
+ * the same model. Skips without data. */
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -45,6 +48,7 @@ typedef struct scen_opts {
     size_t per_client;   /* samples per client; 0: an IID share of everything */
     int uneven;          /* client i gets (i + 1) * per_client */
     uint32_t rounds, min_clients;
+    uint32_t wait_clients; /* 0: clients */
     uint64_t deadline_ms;
     uint64_t seed;
     int rogue;           /* one more client whose key is not a member */
@@ -231,7 +235,7 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
     ac.shape = fx->train->shape;
     ac.rounds = o->rounds;
     ac.min_clients = o->min_clients;
-    ac.wait_clients = (uint32_t)o->clients;
+    ac.wait_clients = o->wait_clients ? o->wait_clients : (uint32_t)o->clients;
     ac.deadline_ms = o->deadline_ms;
     ac.async_k = o->async_k;
     ac.wire.max_frame = o->max_frame;
@@ -755,6 +759,44 @@ static void test_full_disk_aggregator(void **state)
     scen_free(&s);
 }
 
+/* A fresh aggregator told to wait for 4 clients (min_clients 2) gets 3,
+ * coming late: their requests take 2 s to arrive, client 2's 2.5 s. Round 1
+ * starts gather_ms (1 s) after the first came, with all 3 (not at once when
+ * 2 wait, nor never, waiting for a fourth), and both rounds complete. */
+static void test_first_round_after_gather(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 3, .spec = "logreg", .per_client = 100, .rounds = 2,
+                   .min_clients = 2, .wait_clients = 4, .deadline_ms = 20000, .seed = 23};
+    fed_sim_link late = {.latency_ms = 2000, .bytes_per_ms = 100000};
+    uint64_t base_ms = 1700000000ull * 1000, start_ms;
+    uint32_t ai;
+    scen s;
+
+    if (!have_data(fx))
+        return;
+    scen_build(&s, fx, &o);
+    ai = fed_sim_host_index(s.agg);
+    for (int i = 0; i < 3; i++) {
+        late.latency_ms = i == 2 ? 2500 : 2000;
+        assert_int_equal(fed_sim_world_set_link(s.w, fed_sim_host_index(s.cl[i]), ai, &late),
+                         FED_OK);
+    }
+    scen_run(&s, 600000);
+    assert_int_equal(s.commits[1], 1);
+    assert_int_equal(s.info[1].sampled, 3);
+    assert_int_equal(s.info[1].merged, 3);
+    /* virtual time: the first request came at 2 s, the third at 2.5 s */
+    start_ms = s.info[1].start_ms - base_ms;
+    printf("first round: started at %llu ms\n", (unsigned long long)start_ms);
+    assert_true(start_ms >= 3000 && start_ms < 3100);
+    /* round 2 follows the rule after a round (gather_ms from round 1's close):
+       its clients' NEXTs, 2 s on the way, find the timer fired */
+    assert_int_equal(s.commits[2], 1);
+    assert_true(s.info[2].merged >= 2);
+    scen_free(&s);
+}
+
 /* ---- the accuracy of a round evaluated on a full disk ---- */
 
 /* The aggregator's lines about accuracy, kept for the test to read (a
@@ -1061,6 +1103,7 @@ int main(void)
         cmocka_unit_test(test_full_disk_aggregator),
         cmocka_unit_test(test_full_disk_accuracy_kept),
         cmocka_unit_test(test_full_disk_accuracy_at_stop),
+        cmocka_unit_test(test_first_round_after_gather),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_train_job_reuse),
         cmocka_unit_test(test_async_fedbuff),
