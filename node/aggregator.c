@@ -62,6 +62,15 @@ typedef struct agg_eval {
     size_t head, nwait, cap_wait;             /* cap_wait: 0 until first used */
 } agg_eval;
 
+/* A round's measured figures whose write to its row failed (a full disk):
+ * kept until a write goes through (the next commit, the next round's
+ * figures, or stop), so a reported accuracy is never only in the log. */
+typedef struct agg_pending {
+    fed_store_round *rows; /* (n) committed rows with their loss and accuracy */
+    size_t n, cap;
+    uint32_t tries;        /* failed writes of the oldest one */
+} agg_pending;
+
 /* A client sampled for the current round. */
 typedef struct agg_part {
     uint8_t key[32];
@@ -81,7 +90,9 @@ struct node_agg {
     fed_codec codec;       /* what clients answer with */
     size_t nparams;
     agg_state state;
-    int gathered;          /* gather_ms passed since the last round: min_clients will do */
+    int gathered;          /* gather_ms passed since the last round (or, before round 1,
+                              since the first client came): min_clients will do */
+    int first_armed;       /* the gather timer was armed for round 1 (arm_first_gather) */
     uint32_t failed;       /* rounds failed in a row (a full disk): the next try waits */
     uint64_t retry_at_ms;  /* no round starts before this (now_ms), after a failure */
     uint64_t round_start_ms;
@@ -105,6 +116,7 @@ struct node_agg {
     fed_store_round last_row;      /* the round just committed (its accuracy
                                       is added once evaluated) */
     agg_eval ev;
+    agg_pending pending;   /* figures not in their rows yet */
     uint64_t bytes_in0, bytes_out0; /* wire counters when the round started */
     uint64_t ctr_base[64]; /* wire counters the database held at start (earlier runs) */
 };
@@ -114,6 +126,7 @@ static int backend_is_host(const fed_backend *be) { return strcmp(be->name, "cpu
 static int is_async(const fed_node *n) { return n->cfg.async_k > 0; }
 
 static fed_err async_open_round(fed_node *n);
+static fed_err flush_pending(fed_node *n);
 
 /* ---- building and resuming ---- */
 
@@ -205,6 +218,7 @@ void fed_node_agg_free(fed_node *n)
     fed_model_free(a->ev.model);
     for (size_t i = 0; i < AGG_EVAL_QUEUE_MAX; i++)
         fed_free(a->ev.wait[i].params);
+    fed_free(a->pending.rows);
     fed_free(a);
     n->agg = NULL;
 }
@@ -518,6 +532,22 @@ static fed_err start_round(fed_node *n)
     return FED_OK;
 }
 
+/* A fresh aggregator's first client: round 1 starts with min_clients once
+ * gather_ms passed from now, as a later round does from the close of the
+ * one before (a resumed aggregator arms it at start). From the first
+ * client, not from start: clients coming a while after the aggregator
+ * still get gather_ms for wait_clients to gather. */
+static void arm_first_gather(fed_node *n)
+{
+    node_agg *a = n->agg;
+
+    if (a->first_armed || n->round > 0 || a->state != AGG_IDLE)
+        return;
+    a->first_armed = 1;
+    (void)n->env.set_timer(n->env.self, n->env.now_ms(n->env.self) + n->cfg.gather_ms,
+                           NODE_TIMER_ROUND);
+}
+
 /* Start a round when enough clients wait: wait_clients at once, or
  * min_clients once the gather timer has fired (a->gathered). */
 static fed_err maybe_start(fed_node *n)
@@ -668,11 +698,18 @@ static fed_err put_counters(fed_node *n)
 
 fed_err fed_node_agg_stop(fed_node *n)
 {
+    node_agg *a = n->agg;
     fed_store *st = n->cfg.store;
-    fed_err e;
+    fed_err e, pe = flush_pending(n);
 
+    if (pe != FED_OK) /* the last chance: the figures go to the log at least */
+        for (size_t i = 0; i < a->pending.n; i++)
+            fed_log(FED_LOG_ERROR, "aggregator: round %llu's accuracy %.4f loss %.4f is lost "
+                                   "at stop: %s",
+                    (unsigned long long)a->pending.rows[i].round, a->pending.rows[i].accuracy,
+                    a->pending.rows[i].loss, fed_strerror(pe));
     if ((e = fed_store_begin(st)) != FED_OK)
-        return e;
+        goto out;
     if ((e = put_counters(n)) == FED_OK)
         e = fed_store_commit(st);
     if (e != FED_OK) {
@@ -680,7 +717,8 @@ fed_err fed_node_agg_stop(fed_node *n)
         fed_log(FED_LOG_WARN, "aggregator: saving the counters at stop failed: %s",
                 fed_strerror(e));
     }
-    return e;
+out:
+    return pe != FED_OK ? pe : e;
 }
 
 /* Everything the round leaves in the database, in one transaction. */
@@ -794,18 +832,75 @@ static void evaluate(fed_node *n, fed_node_round_info *info)
     info->accuracy = (double)st.correct / (double)st.samples;
 }
 
-/* The round's figures into its committed row, the log and the observer. A
- * crash before this leaves the committed row without them. */
-static void finish_report(fed_node *n, fed_node_round_info *info, fed_store_round *row)
+/* Writes every pending row, oldest first, in one transaction: all of them
+ * or, on failure, none (they stay pending for the next try). */
+static fed_err flush_pending(fed_node *n)
 {
+    agg_pending *p = &n->agg->pending;
+    fed_store *st = n->cfg.store;
     fed_err e;
 
+    if (p->n == 0)
+        return FED_OK;
+    if ((e = fed_store_begin(st)) != FED_OK)
+        goto out;
+    for (size_t i = 0; i < p->n && e == FED_OK; i++)
+        e = fed_store_put_round(st, &p->rows[i]);
+    if (e == FED_OK)
+        e = fed_store_commit(st);
+out:
+    if (e != FED_OK) {
+        fed_store_rollback(st);
+        p->tries++;
+        return e;
+    }
+    for (size_t i = 0; i < p->n; i++)
+        if (p->tries) /* written now, after the failures logged */
+            fed_log(FED_LOG_INFO, "aggregator: round %llu's accuracy %.4f recorded, the "
+                                  "database taking writes again (%u failed tries)",
+                    (unsigned long long)p->rows[i].round, p->rows[i].accuracy, p->tries);
+    p->n = 0;
+    p->tries = 0;
+    return FED_OK;
+}
+
+/* row (its loss and accuracy set) to the pending rows, then every pending
+ * row to the database. */
+static fed_err record_figures(fed_node *n, const fed_store_round *row)
+{
+    agg_pending *p = &n->agg->pending;
+    fed_err e;
+
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? 2 * p->cap : 4;
+        fed_store_round *r = fed_realloc(p->rows, cap * sizeof *r);
+
+        if (!r) { /* no room to keep it: one try, now */
+            if ((e = fed_store_put_round(n->cfg.store, row)) != FED_OK)
+                fed_log(FED_LOG_ERROR, "aggregator: round %llu's accuracy is lost: %s",
+                        (unsigned long long)row->round, fed_strerror(e));
+            return e;
+        }
+        p->rows = r;
+        p->cap = cap;
+    }
+    p->rows[p->n++] = *row;
+    if ((e = flush_pending(n)) != FED_OK)
+        fed_log(FED_LOG_WARN, "aggregator: recording round %llu's accuracy failed: %s; kept "
+                              "with %zu pending, written at the next commit or stop",
+                (unsigned long long)row->round, fed_strerror(e), p->n);
+    return e;
+}
+
+/* The round's figures into its committed row (or, while the database takes
+ * no writes, kept until it does: record_figures), the log and the observer.
+ * A crash before they are written leaves the committed row without them. */
+static void finish_report(fed_node *n, fed_node_round_info *info, fed_store_round *row)
+{
     if (!isnan(info->accuracy)) {
         row->loss = info->loss;
         row->accuracy = info->accuracy;
-        if ((e = fed_store_put_round(n->cfg.store, row)) != FED_OK)
-            fed_log(FED_LOG_WARN, "aggregator: recording round %llu's accuracy failed: %s",
-                    (unsigned long long)info->round, fed_strerror(e));
+        (void)record_figures(n, row); /* logged */
         fed_log(FED_LOG_INFO, "aggregator: round %llu accuracy %.4f loss %.4f",
                 (unsigned long long)info->round, info->accuracy, info->loss);
     }
@@ -1013,6 +1108,7 @@ static fed_err close_round(fed_node *n)
     memcpy(info.model_hash, hash, 32);
     a->failed = 0;
     a->retry_at_ms = 0;
+    (void)flush_pending(n); /* the disk took a commit: earlier rounds' figures too */
     info.end_ms = fed_node_wall_ms(n);
     n->round = info.round;
     fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing)",
@@ -1240,6 +1336,7 @@ fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
             return answer_with_model(n, req, &m->hdr); /* its MODEL was lost */
         if ((e = hold_add(n, req, &m->hdr)) != FED_OK)
             return e;
+        arm_first_gather(n);
         return maybe_start(n);
     case FED_WIRE_DELTA:
         return is_async(n) ? on_delta_async(n, op) : on_delta(n, op);

@@ -162,7 +162,8 @@ static const fed_opt run_opts[] = {
     R(poll_ms, "poll-ms", FED_OPT_INT, "5000", 1, 600000,
       "longest hold of a client's request before 'no round yet'"),
     R(gather_ms, "gather-ms", FED_OPT_INT, "1000", 0, 600000,
-      "aggregator: after a round, start the next with --min-clients once this passed"),
+      "aggregator: start a round with --min-clients once this passed since the last round "
+      "(round 1: since the first client came)"),
     R(linger_ms, "linger-ms", FED_OPT_INT, "2000", 0, 600000,
       "aggregator, peer: keep answering this long after the last round"),
     R(retry_ms, "retry-ms", FED_OPT_INT, "2000", 1, 600000,

@@ -139,8 +139,9 @@ typedef struct fed_node_config {
     uint32_t min_clients;         /* deltas needed to merge; default 1 */
     uint32_t wait_clients;        /* waiting clients that start a round at once;
                                      default min_clients */
-    uint64_t gather_ms;           /* after a round, start with >= min_clients
-                                     waiting once this passed; default 1000 */
+    uint64_t gather_ms;           /* start with >= min_clients waiting once this
+                                     passed since the last round closed (round 1:
+                                     since the first client came); default 1000 */
     uint64_t deadline_ms;         /* round deadline from its start; default 60000 */
     uint64_t poll_ms;             /* longest hold of a HELLO/NEXT; default 5000 */
     const fed_dataset *test;      /* held-out data; NULL: no evaluation */

@@ -129,9 +129,14 @@ fed_err store_err(fed_store *st, int rc, const char *what)
 {
     fed_err e = map_rc(rc);
 
-    if (e != FED_OK)
+    if (st && st->disk_full && rc == SQLITE_CONSTRAINT_COMMITHOOK) {
+        e = FED_ERR_FULL; /* fed_store_set_disk_full's refusal */
+        fed_log(FED_LOG_WARN, "store: %s: %s (%s)", what, sqlite3_errstr(SQLITE_FULL),
+                fed_errname(e));
+    } else if (e != FED_OK) {
         fed_log(FED_LOG_WARN, "store: %s: %s (%s)", what,
                 st && st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(rc), fed_errname(e));
+    }
     /* SQLite may roll back by itself after FULL, IOERR, NOMEM, BUSY. */
     if (st && st->db && st->in_tx && sqlite3_get_autocommit(st->db))
         st->in_tx = 0;
@@ -566,6 +571,18 @@ fed_err fed_store_set_max_bytes(fed_store *st, uint64_t bytes)
     snprintf(sql, sizeof sql, "PRAGMA max_page_count = %" PRIu64, pages ? pages : 1);
     st->opts.max_bytes = bytes;
     return store_exec(st, sql);
+}
+
+/* The commit hook: nonzero turns the commit into a rollback. */
+static int refuse_commit(void *ctx)
+{
+    return ((const fed_store *)ctx)->disk_full;
+}
+
+void fed_store_set_disk_full(fed_store *st, int full)
+{
+    st->disk_full = full != 0;
+    sqlite3_commit_hook(st->db, full ? refuse_commit : NULL, full ? st : NULL);
 }
 
 static int valid_page_size(int ps)

@@ -47,6 +47,7 @@ struct fed_store {
     int page_size;
     int in_tx;        /* inside fed_store_begin .. commit */
     uint64_t sp_seq;  /* savepoint names */
+    int disk_full;    /* fed_store_set_disk_full: the commit hook refuses */
 };
 
 /* SQLite result code -> fed_err, logging what (and SQLite's message) when not OK. */

@@ -3,8 +3,12 @@
  * databases. FedAvg bit for bit against a weighted mean computed here;
  * accuracy after 5 rounds; a client dropped past the deadline, a client
  * crashed and restarted, the aggregator crashed after round 3; a non-member
- * rejected; the same seed twice gives the same model. Skips without data. */
+ * rejected; a full disk at a round's commit, and at its evaluation (the
+ * accuracy kept and written later); round 1 starting gather_ms after the
+ * first client when fewer than wait_clients come; the same seed twice gives
+ * the same model. Skips without data. */
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -44,6 +48,7 @@ typedef struct scen_opts {
     size_t per_client;   /* samples per client; 0: an IID share of everything */
     int uneven;          /* client i gets (i + 1) * per_client */
     uint32_t rounds, min_clients;
+    uint32_t wait_clients; /* 0: clients */
     uint64_t deadline_ms;
     uint64_t seed;
     int rogue;           /* one more client whose key is not a member */
@@ -230,7 +235,7 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
     ac.shape = fx->train->shape;
     ac.rounds = o->rounds;
     ac.min_clients = o->min_clients;
-    ac.wait_clients = (uint32_t)o->clients;
+    ac.wait_clients = o->wait_clients ? o->wait_clients : (uint32_t)o->clients;
     ac.deadline_ms = o->deadline_ms;
     ac.async_k = o->async_k;
     ac.wire.max_frame = o->max_frame;
@@ -754,6 +759,206 @@ static void test_full_disk_aggregator(void **state)
     scen_free(&s);
 }
 
+/* A fresh aggregator told to wait for 4 clients (min_clients 2) gets 3,
+ * coming late: their requests take 2 s to arrive, client 2's 2.5 s. Round 1
+ * starts gather_ms (1 s) after the first came, with all 3 (not at once when
+ * 2 wait, nor never, waiting for a fourth), and both rounds complete. */
+static void test_first_round_after_gather(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 3, .spec = "logreg", .per_client = 100, .rounds = 2,
+                   .min_clients = 2, .wait_clients = 4, .deadline_ms = 20000, .seed = 23};
+    fed_sim_link late = {.latency_ms = 2000, .bytes_per_ms = 100000};
+    uint64_t base_ms = 1700000000ull * 1000, start_ms;
+    uint32_t ai;
+    scen s;
+
+    if (!have_data(fx))
+        return;
+    scen_build(&s, fx, &o);
+    ai = fed_sim_host_index(s.agg);
+    for (int i = 0; i < 3; i++) {
+        late.latency_ms = i == 2 ? 2500 : 2000;
+        assert_int_equal(fed_sim_world_set_link(s.w, fed_sim_host_index(s.cl[i]), ai, &late),
+                         FED_OK);
+    }
+    scen_run(&s, 600000);
+    assert_int_equal(s.commits[1], 1);
+    assert_int_equal(s.info[1].sampled, 3);
+    assert_int_equal(s.info[1].merged, 3);
+    /* virtual time: the first request came at 2 s, the third at 2.5 s */
+    start_ms = s.info[1].start_ms - base_ms;
+    printf("first round: started at %llu ms\n", (unsigned long long)start_ms);
+    assert_true(start_ms >= 3000 && start_ms < 3100);
+    /* round 2 follows the rule after a round (gather_ms from round 1's close):
+       its clients' NEXTs, 2 s on the way, find the timer fired */
+    assert_int_equal(s.commits[2], 1);
+    assert_true(s.info[2].merged >= 2);
+    scen_free(&s);
+}
+
+/* ---- the accuracy of a round evaluated on a full disk ---- */
+
+/* The aggregator's lines about accuracy, kept for the test to read (a
+ * store's warning may come from the pool's thread: the commit). */
+typedef struct acc_log {
+    pthread_mutex_t mu;
+    char lines[64][256];
+    int n;
+} acc_log;
+
+static void acc_sink(void *ctx, fed_log_level level, const char *line)
+{
+    acc_log *l = ctx;
+
+    (void)level;
+    if (!strstr(line, "accuracy"))
+        return;
+    pthread_mutex_lock(&l->mu);
+    if (l->n < 64)
+        snprintf(l->lines[l->n++], sizeof l->lines[0], "%s", line);
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* Lines that hold both a and b. */
+static int acc_lines(acc_log *l, const char *a, const char *b)
+{
+    int k = 0;
+
+    pthread_mutex_lock(&l->mu);
+    for (int i = 0; i < l->n; i++)
+        k += strstr(l->lines[i], a) && strstr(l->lines[i], b);
+    pthread_mutex_unlock(&l->mu);
+    return k;
+}
+
+/* Steps until round r is committed (its row is in the database) and then
+ * fills the disk before the round's evaluation ends (a later event: the
+ * job's), and steps on until the evaluation was reported. */
+static void full_disk_at_evaluation(scen *s, fed_store *st, uint64_t r)
+{
+    fed_store_round row;
+
+    while (fed_store_get_round(st, r, &row) != FED_OK) {
+        int did = 0;
+
+        assert_int_equal(fed_sim_world_step(s->w, &did), FED_OK);
+        assert_true(did);
+    }
+    assert_int_equal(s->commits[r], 0); /* committed, not evaluated yet */
+    assert_true(isnan(row.accuracy));
+    fed_store_set_disk_full(st, 1);
+    step_until_commit(s, (int)r);
+    assert_false(isnan(s->info[r].accuracy));
+    /* the write failed: the row is still without it */
+    assert_int_equal(fed_store_get_round(st, r, &row), FED_OK);
+    assert_true(isnan(row.accuracy));
+}
+
+/* The disk fills between round 2's commit and its evaluation: the accuracy
+ * cannot be written, and the disk is freed right after. The figures were
+ * kept: round 3's commit is followed by their write (before round 3's own
+ * evaluation), so round 2's row ends with exactly the accuracy and loss
+ * reported, and the log says it failed, was kept and then recorded. Every
+ * other round has its own figures. */
+static void test_full_disk_accuracy_kept(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 4, .spec = "logreg", .per_client = 100, .rounds = 4,
+                   .min_clients = 4, .deadline_ms = 20000, .seed = 17, .evaluate = 1};
+    fed_log_level level = fed_log_get_level();
+    acc_log *l = calloc(1, sizeof *l);
+    fed_store_round row;
+    fed_store *st;
+    scen s;
+
+    if (!have_data(fx)) {
+        free(l);
+        return;
+    }
+    assert_non_null(l);
+    pthread_mutex_init(&l->mu, NULL);
+    fed_log_set_level(FED_LOG_INFO);
+    fed_log_set_sink(acc_sink, l);
+    scen_build(&s, fx, &o);
+    st = fed_sim_host_store(s.agg);
+    full_disk_at_evaluation(&s, st, 2);
+    fed_store_set_disk_full(st, 0);
+    /* written with round 3's commit, before round 3 is evaluated */
+    while (fed_store_get_round(st, 3, &row) != FED_OK) {
+        int did = 0;
+
+        assert_int_equal(fed_sim_world_step(s.w, &did), FED_OK);
+        assert_true(did);
+    }
+    assert_int_equal(s.commits[3], 0);
+    assert_int_equal(fed_store_get_round(st, 2, &row), FED_OK);
+    assert_true(row.accuracy == s.info[2].accuracy);
+    scen_run(&s, 600000);
+    fed_log_set_sink(NULL, NULL);
+    fed_log_set_level(level);
+
+    for (uint64_t r = 1; r <= 4; r++) {
+        assert_int_equal(s.commits[r], 1);
+        assert_int_equal(fed_store_get_round(st, r, &row), FED_OK);
+        assert_true(row.accuracy > 0.1);
+        assert_true(row.accuracy == s.info[r].accuracy);
+        assert_true(row.loss == s.info[r].loss);
+    }
+    assert_int_equal(acc_lines(l, "recording round 2's accuracy failed", "kept"), 1);
+    assert_int_equal(acc_lines(l, "round 2's accuracy", "recorded"), 1);
+    assert_int_equal(acc_lines(l, "accuracy failed", ""), 1); /* no other round's */
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+    scen_free(&s);
+}
+
+/* The same at the last round: no commit follows, so the figures kept are
+ * written when the aggregator stops (the disk has room again by then). */
+static void test_full_disk_accuracy_at_stop(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 3, .spec = "logreg", .per_client = 100, .rounds = 2,
+                   .min_clients = 3, .deadline_ms = 20000, .seed = 19, .evaluate = 1};
+    fed_log_level level = fed_log_get_level();
+    acc_log *l = calloc(1, sizeof *l);
+    fed_store_round row;
+    fed_store *st;
+    scen s;
+
+    if (!have_data(fx)) {
+        free(l);
+        return;
+    }
+    assert_non_null(l);
+    pthread_mutex_init(&l->mu, NULL);
+    fed_log_set_level(FED_LOG_INFO);
+    fed_log_set_sink(acc_sink, l);
+    scen_build(&s, fx, &o);
+    st = fed_sim_host_store(s.agg);
+    full_disk_at_evaluation(&s, st, 2);
+    fed_store_set_disk_full(st, 0);
+    scen_run(&s, 600000);
+    assert_true(fed_node_finished(fed_sim_host_node(s.agg)));
+    assert_int_equal(fed_store_get_round(st, 2, &row), FED_OK);
+    assert_true(isnan(row.accuracy)); /* nothing wrote since */
+    assert_int_equal(acc_lines(l, "round 2's accuracy", "recorded"), 0);
+    assert_int_equal(fed_node_stop(fed_sim_host_node(s.agg)), FED_OK);
+    fed_log_set_sink(NULL, NULL);
+    fed_log_set_level(level);
+    assert_int_equal(fed_store_get_round(st, 2, &row), FED_OK);
+    assert_true(row.accuracy == s.info[2].accuracy);
+    assert_true(row.loss == s.info[2].loss);
+    assert_int_equal(fed_store_get_round(st, 1, &row), FED_OK);
+    assert_true(row.accuracy == s.info[1].accuracy);
+    assert_int_equal(acc_lines(l, "recording round 2's accuracy failed", "kept"), 1);
+    assert_int_equal(acc_lines(l, "round 2's accuracy", "recorded"), 1);
+    assert_int_equal(acc_lines(l, "lost", ""), 0);
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+    scen_free(&s);
+}
+
 static void test_non_member(void **state)
 {
     const fixture *fx = *state;
@@ -896,6 +1101,9 @@ int main(void)
         cmocka_unit_test(test_crash_restart),
         cmocka_unit_test(test_non_member),
         cmocka_unit_test(test_full_disk_aggregator),
+        cmocka_unit_test(test_full_disk_accuracy_kept),
+        cmocka_unit_test(test_full_disk_accuracy_at_stop),
+        cmocka_unit_test(test_first_round_after_gather),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_train_job_reuse),
         cmocka_unit_test(test_async_fedbuff),

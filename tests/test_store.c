@@ -1155,6 +1155,58 @@ static void test_full_disk(void **state)
     fed_log_set_sink(NULL, NULL);
 }
 
+/* fed_store_set_disk_full: while set, every write fails FED_ERR_FULL and
+ * leaves nothing, in or out of a transaction, a row replaced in place too
+ * (which a max_bytes cap lets through); reads work; cleared, writes work. */
+static void test_disk_full_switch(void **state)
+{
+    char path[512];
+    test_clock clk = {400};
+    fed_store_opts o = opts_with_clock(&clk);
+    fed_store *st = NULL;
+    fed_store_round r, want, got;
+    sections x;
+
+    (void)state;
+    fed_log_set_sink(quiet_sink, NULL);
+    fresh_db(path, sizeof path, "diskfull.db");
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    fill_round(&want, 1);
+    assert_int_equal(fed_store_put_round(st, &want), FED_OK);
+
+    fed_store_set_disk_full(st, 1);
+    r = want;
+    r.accuracy = 0.875;
+    assert_int_equal(fed_store_put_round(st, &r), FED_ERR_FULL);
+    assert_int_equal(fed_store_begin(st), FED_OK);
+    fill_round(&r, 2);
+    assert_int_equal(fed_store_put_round(st, &r), FED_OK);
+    assert_int_equal(fed_store_commit(st), FED_ERR_FULL);
+    assert_false(fed_store_in_tx(st));
+    make_sections(&x, 2, 1);
+    assert_int_equal(fed_store_checkpoint_write(st, 2, x.s, 3, NULL), FED_ERR_FULL);
+    free_sections(&x);
+    assert_int_equal(fed_store_get_round(st, 1, &got), FED_OK);
+    assert_memory_equal(&got, &want, sizeof got);
+    assert_int_equal(fed_store_get_round(st, 2, &got), FED_ERR_NOTFOUND);
+    {
+        fed_store_ckpt_row rows[2];
+        size_t n = 1;
+
+        assert_int_equal(fed_store_list_checkpoints(st, rows, 2, &n), FED_OK);
+        assert_int_equal(n, 0);
+    }
+
+    fed_store_set_disk_full(st, 0);
+    r = want;
+    r.accuracy = 0.875;
+    assert_int_equal(fed_store_put_round(st, &r), FED_OK);
+    assert_int_equal(fed_store_get_round(st, 1, &got), FED_OK);
+    assert_true(got.accuracy == 0.875);
+    fed_store_close(st);
+    fed_log_set_sink(NULL, NULL);
+}
+
 /* -------------------------------------------------- allocation faults -- */
 
 static void test_alloc_failures(void **state)
@@ -1863,6 +1915,7 @@ int main(void)
         cmocka_unit_test(test_retention),
         cmocka_unit_test(test_readonly),
         cmocka_unit_test(test_full_disk),
+        cmocka_unit_test(test_disk_full_switch),
         cmocka_unit_test(test_alloc_failures),
         cmocka_unit_test(test_ckpt_parse_rejects),
         cmocka_unit_test(test_safetensors_round_trip),
