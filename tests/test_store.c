@@ -1544,6 +1544,7 @@ static void test_safetensors_rejects(void **state)
     size_t len;
 
     (void)state;
+    fed_log_set_sink(quiet_sink, NULL); /* the messages: test_safetensors_layout_messages */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fed_err e;
 
@@ -1587,6 +1588,95 @@ static void test_safetensors_rejects(void **state)
     b[3] = 0, b[7] = 0x80;
     assert_int_equal(fed_store_safetensors_parse(b, len, &f), FED_ERR_TOO_LARGE);
     free(b);
+    fed_log_set_sink(NULL, NULL);
+}
+
+/* The last line logged at ERROR, for the messages below. */
+static void last_error_sink(void *ctx, fed_log_level level, const char *line)
+{
+    if (level >= FED_LOG_ERROR)
+        snprintf(ctx, 512, "%s", line);
+}
+
+/* A header that lies about its offsets is refused with the tensor's name,
+ * its offsets and what they contradict; a file read from a path is named. */
+static void test_safetensors_layout_messages(void **state)
+{
+    static const struct {
+        const char *json;
+        size_t data;
+        fed_err want;
+        const char *msg;
+    } cases[] = {
+        {"{\"fc1.weight\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8,
+         FED_ERR_FORMAT, "safetensors: tensor 'fc1.weight': data_offsets [8, 0] end before "
+                         "they begin"},
+        {"{\"fc1.weight\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,999999]}}", 16,
+         FED_ERR_FORMAT, "safetensors: tensor 'fc1.weight': data_offsets [0, 999999] hold "
+                         "999999 bytes, F32 shape [4] needs 16"},
+        {"{\"fc1.weight\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,8]}}", 8,
+         FED_ERR_FORMAT, "safetensors: tensor 'fc1.weight': data_offsets [0, 8] hold 8 bytes, "
+                         "F32 shape [2, 3] needs 24"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],"
+         "\"data_offsets\":[0,8]}}", 8,
+         FED_ERR_FORMAT, "safetensors: tensor 'a': shape [4294967296, 4294967296] has over "
+                         "2^53 elements"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+         "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12,
+         FED_ERR_FORMAT, "safetensors: tensor 'b': data_offsets [4, 12] overlap tensor 'a' "
+                         "[0, 8]"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+         "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[12,20]}}", 20,
+         FED_ERR_FORMAT, "safetensors: tensor 'b': data_offsets [12, 20] leave bytes [8, 12) "
+                         "to no tensor"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 16,
+         FED_ERR_FORMAT, "safetensors: tensor 'a': data_offsets [8, 16] leave bytes [0, 8) to "
+                         "no tensor"},
+        {"{\"fc1.weight\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 4,
+         FED_ERR_TRUNCATED, "safetensors: tensor 'fc1.weight': data_offsets [0, 16] past the "
+                            "data section (4 bytes)"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 12,
+         FED_ERR_FORMAT, "safetensors: data section of 12 bytes, the tensors end at 8 (last "
+                         "'a')"},
+        {"{}", 4, FED_ERR_FORMAT, "safetensors: no tensors, yet a data section of 4 bytes"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+         "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 16,
+         FED_ERR_FORMAT, "safetensors: tensor 'a' given twice"},
+    };
+    char line[512], path[512], want[600];
+    fed_store_st_file f;
+    uint8_t *b;
+    size_t len;
+    FILE *fp;
+
+    (void)state;
+    fed_log_set_sink(last_error_sink, line);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fed_err e;
+
+        line[0] = '\0';
+        b = st_file(cases[i].json, cases[i].data, &len);
+        e = fed_store_safetensors_parse(b, len, &f);
+        free(b);
+        if (e != cases[i].want || strcmp(line, cases[i].msg) != 0)
+            fail_msg("case %zu: got %s \"%s\", want %s \"%s\"", i, fed_errname(e), line,
+                     fed_errname(cases[i].want), cases[i].msg);
+    }
+    /* read from a file: the path leads the message */
+    snprintf(path, sizeof path, "/tmp/test_store_st_%d.safetensors", (int)getpid());
+    b = st_file(cases[7].json, cases[7].data, &len);
+    fp = fopen(path, "wb");
+    assert_non_null(fp);
+    assert_int_equal(fwrite(b, 1, len, fp), len);
+    assert_int_equal(fclose(fp), 0);
+    free(b);
+    line[0] = '\0';
+    assert_int_equal(fed_store_safetensors_read(path, &f), FED_ERR_TRUNCATED);
+    unlink(path);
+    fed_log_set_sink(NULL, NULL);
+    snprintf(want, sizeof want, "%s: tensor 'fc1.weight': data_offsets [0, 16] past the data "
+             "section (4 bytes)", path);
+    assert_string_equal(line, want);
 }
 
 static void test_safetensors_alloc_failures(void **state)
@@ -1868,6 +1958,7 @@ int main(void)
         cmocka_unit_test(test_safetensors_round_trip),
         cmocka_unit_test(test_safetensors_model),
         cmocka_unit_test(test_safetensors_rejects),
+        cmocka_unit_test(test_safetensors_layout_messages),
         cmocka_unit_test(test_safetensors_alloc_failures),
         cmocka_unit_test(test_cli),
     };
