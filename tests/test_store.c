@@ -913,6 +913,65 @@ static void test_corrupt_chunk_skipped(void **state)
     fed_log_set_sink(NULL, NULL);
 }
 
+/* Damage at the SQLite level (a b-tree page overwritten) is told apart from
+ * a hash or chain mismatch: FED_ERR_DB_DAMAGED, integrity_check's problems
+ * counted and quoted, and checkpoints faulted as unreadable, not as lying. */
+static void test_damaged_file(void **state)
+{
+    char path[512], msg[1024];
+    test_clock clk = {90};
+    fed_store_opts o = opts_with_clock(&clk);
+    fed_store *st = NULL;
+    fed_store_faults f;
+    sqlite3 *db;
+    sqlite3_stmt *q;
+    int64_t page = 0, root = 0;
+    size_t n = 99;
+    FILE *fp;
+    uint8_t junk[16];
+
+    (void)state;
+    fed_log_set_sink(quiet_sink, NULL);
+    fresh_db(path, sizeof path, "damaged.db");
+    o.chunk_bytes = 4096;
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    write_ckpts(st, 1, 2, 2);
+    fed_store_close(st);
+    /* overwrite the header of checkpoint_chunks' root page */
+    db = raw_open(path);
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT (SELECT page_size FROM pragma_page_size), "
+                                            "rootpage FROM sqlite_schema WHERE name = "
+                                            "'checkpoint_chunks'", -1, &q, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+    page = sqlite3_column_int64(q, 0);
+    root = sqlite3_column_int64(q, 1);
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+    assert_true(page > 0 && root > 1);
+    memset(junk, 0xff, sizeof junk);
+    fp = fopen(path, "r+b");
+    assert_non_null(fp);
+    assert_int_equal(fseek(fp, (long)((root - 1) * page), SEEK_SET), 0);
+    assert_int_equal(fwrite(junk, 1, sizeof junk, fp), sizeof junk);
+    assert_int_equal(fclose(fp), 0);
+
+    o.flags = FED_STORE_READONLY;
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_store_integrity_check(st, msg, sizeof msg), FED_ERR_DB_DAMAGED);
+    if (!strstr(msg, "database file damaged") || !strstr(msg, " problem") ||
+        !strstr(msg, "btreeInitPage"))
+        fail_msg("integrity_check said \"%s\"", msg);
+    memset(&f, 0, sizeof f);
+    assert_int_equal(fed_store_verify_checkpoints(st, &f, &n), FED_ERR_DB_DAMAGED);
+    assert_int_equal(n, 0); /* nothing could be read, so nothing was hashed */
+    assert_int_equal(f.total, 2);
+    assert_int_equal(f.v[0].err, FED_ERR_DB_DAMAGED);
+    assert_string_equal(f.v[0].what, "chunk rows unreadable: database file damaged");
+    assert_null(strstr(fed_strerror(FED_ERR_DB_DAMAGED), "hash"));
+    fed_store_close(st);
+    fed_log_set_sink(NULL, NULL);
+}
+
 static void test_chain_corruption(void **state)
 {
     char path[512];
@@ -1949,6 +2008,7 @@ int main(void)
         cmocka_unit_test(test_checkpoint_round_trip),
         cmocka_unit_test(test_checkpoint_version1_still_read),
         cmocka_unit_test(test_corrupt_chunk_skipped),
+        cmocka_unit_test(test_damaged_file),
         cmocka_unit_test(test_chain_corruption),
         cmocka_unit_test(test_retention),
         cmocka_unit_test(test_readonly),
