@@ -67,7 +67,9 @@
     /* rounds */                                                               \
     X(FED_ERR_LATE, "delta for a round that is closed")                        \
     X(FED_ERR_ROLE, "message not expected by this role or state")              \
-    X(FED_ERR_EXPIRED, "entry past its expiry")
+    X(FED_ERR_EXPIRED, "entry past its expiry")                                \
+    /* storage, appended so the codes above keep their values */              \
+    X(FED_ERR_DB_DAMAGED, "database file damaged (SQLite found corruption)")
 
 typedef enum fed_err {
 #define FED_ERR_ENUM_(name, msg) name,

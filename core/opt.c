@@ -235,7 +235,9 @@ fed_err fed_opt_parse_argv(const fed_opt *t, size_t n, void *cfg, int argc, char
 }
 
 /* libinih plumbing: a reader over a memory buffer that counts lines, so the
- * handler can name the line of a bad key. */
+ * handler can name the line of a bad key. first[i] is the line that set
+ * option i (0: not yet): sections do not change names, so a key given twice
+ * anywhere in the file is refused rather than the last one winning. */
 typedef struct ini_state {
     const fed_opt *t;
     size_t n;
@@ -243,9 +245,10 @@ typedef struct ini_state {
     const char *label;
     const char *p, *end;
     int line;
-    int long_line;
+    int indented; /* the line starts with a space or tab */
     fed_err err;
     fed_opt_error *e;
+    int *first;
 } ini_state;
 
 static char *ini_read_line(char *str, int num, void *stream)
@@ -256,6 +259,7 @@ static char *ini_read_line(char *str, int num, void *stream)
     if (s->p >= s->end || s->err)
         return NULL;
     s->line++;
+    s->indented = *s->p == ' ' || *s->p == '\t';
     while (s->p < s->end && *s->p != '\n') {
         if (*s->p == '\0') {
             s->err = opt_fail(s->e, FED_ERR_FORMAT, "%s:%d: NUL byte in config", s->label,
@@ -278,29 +282,49 @@ static char *ini_read_line(char *str, int num, void *stream)
 static int ini_on_value(void *user, const char *section, const char *name, const char *value)
 {
     ini_state *s = user;
+    const fed_opt *o = fed_opt_find(s->t, s->n, name);
+    int *first = o ? &s->first[o - s->t] : NULL;
     char where[600];
 
     (void)section;
     if (s->err)
         return 0;
     snprintf(where, sizeof where, "%s:%d", s->label, s->line);
-    s->err = fed_opt_set(s->t, s->n, s->cfg, name, value, where, s->e);
+    if (first && *first && s->indented) /* libinih: an indented line continues the key */
+        s->err = opt_fail(s->e, FED_ERR_FORMAT,
+                          "%s: indented line continues option '%s' from line %d "
+                          "(a value is one line)", where, name, *first);
+    else if (first && *first)
+        s->err = opt_fail(s->e, FED_ERR_EXISTS, "%s: option '%s' given twice (first at line %d)",
+                          where, name, *first);
+    else
+        s->err = fed_opt_set(s->t, s->n, s->cfg, name, value, where, s->e);
+    if (s->err == FED_OK)
+        *first = s->line;
     return s->err == FED_OK;
 }
 
 fed_err fed_opt_parse_ini_buf(const fed_opt *t, size_t n, void *cfg, const char *buf,
                               size_t len, const char *label, fed_opt_error *e)
 {
-    ini_state s = {t, n, cfg, label, buf, buf + len, 0, 0, FED_OK, e};
-    int rc = ini_parse_stream(ini_read_line, &s, ini_on_value, &s);
+    ini_state s = {t, n, cfg, label, buf, buf + len, 0, 0, FED_OK, e, NULL};
+    fed_err err;
+    int rc;
 
-    if (s.err)
-        return s.err;
-    if (rc > 0)
-        return opt_fail(e, FED_ERR_FORMAT, "%s:%d: syntax error", label, rc);
-    if (rc < 0)
+    s.first = fed_calloc(n ? n : 1, sizeof *s.first);
+    if (!s.first)
         return opt_fail(e, FED_ERR_NOMEM, "%s: out of memory while parsing", label);
-    return FED_OK;
+    rc = ini_parse_stream(ini_read_line, &s, ini_on_value, &s);
+    if (s.err)
+        err = s.err;
+    else if (rc > 0)
+        err = opt_fail(e, FED_ERR_FORMAT, "%s:%d: syntax error", label, rc);
+    else if (rc < 0)
+        err = opt_fail(e, FED_ERR_NOMEM, "%s: out of memory while parsing", label);
+    else
+        err = FED_OK;
+    fed_free(s.first);
+    return err;
 }
 
 fed_err fed_opt_parse_ini(const fed_opt *t, size_t n, void *cfg, const char *path,

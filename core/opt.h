@@ -53,7 +53,9 @@ FED_WUR fed_err fed_opt_parse_argv(const fed_opt *t, size_t n, void *cfg, int ar
                                    char **argv, char **pos, int *npos, fed_opt_error *e);
 
 /* Parse an INI file or buffer: keys are option names; section headers are
- * allowed and do not change names. Errors name the file, line and key. */
+ * allowed and do not change names, so a key may appear once per file (a
+ * second one is FED_ERR_EXISTS, naming both lines). Errors name the file,
+ * line and key. */
 FED_WUR fed_err fed_opt_parse_ini(const fed_opt *t, size_t n, void *cfg, const char *path,
                                   fed_opt_error *e);
 FED_WUR fed_err fed_opt_parse_ini_buf(const fed_opt *t, size_t n, void *cfg, const char *buf,

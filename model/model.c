@@ -8,6 +8,7 @@
 #include <ctype.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -207,25 +208,59 @@ static void add_pool(plan *p, int c, int h, int w)
     l->out_numel = c * l->out_h * l->out_w;
 }
 
+static fed_err spec_fail(char *why, size_t cap, fed_err err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* err, with why (cap bytes; may be NULL) saying what was wrong. */
+static fed_err spec_fail(char *why, size_t cap, fed_err err, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (why && cap) {
+        va_start(ap, fmt);
+        vsnprintf(why, cap, fmt, ap);
+        va_end(ap);
+    }
+    return err;
+}
+
 /* "256,128": widths in [1, MAX_MLP_WIDTH], at most MAX_LAYERS - 1. */
-static fed_err parse_widths(const char *s, int *widths, int *count)
+static fed_err parse_widths(const char *spec, const char *s, int *widths, int *count, char *why,
+                            size_t cap)
 {
     *count = 0;
     for (;;) {
+        const char *start = s;
         long v = 0;
-        int digits = 0;
 
-        while (isdigit((unsigned char)*s) && digits < 8) {
-            v = v * 10 + (*s++ - '0');
-            digits++;
+        while (isdigit((unsigned char)*s)) {
+            if (v <= MAX_MLP_WIDTH) /* past the limit: counted, not kept */
+                v = v * 10 + (*s - '0');
+            s++;
         }
-        if (!digits || v < 1 || v > MAX_MLP_WIDTH || *count >= MAX_LAYERS - 1)
-            return FED_ERR_SPEC;
+        if (s == start)
+            return spec_fail(why, cap, FED_ERR_SPEC,
+                             "model spec '%s': layer %d: expected a width (digits)", spec,
+                             *count + 1);
+        if (*count >= MAX_LAYERS - 1)
+            return spec_fail(why, cap, FED_ERR_SPEC,
+                             "model spec '%s': more than %d hidden layers", spec,
+                             MAX_LAYERS - 1);
+        if (v < 1)
+            return spec_fail(why, cap, FED_ERR_SPEC,
+                             "model spec '%s': layer %d width %.*s is below the minimum 1", spec,
+                             *count + 1, (int)(s - start), start);
+        if (v > MAX_MLP_WIDTH)
+            return spec_fail(why, cap, FED_ERR_SPEC,
+                             "model spec '%s': layer %d width %.*s exceeds the limit %d", spec,
+                             *count + 1, (int)(s - start), start, MAX_MLP_WIDTH);
         widths[(*count)++] = (int)v;
         if (*s == '\0')
             return FED_OK;
         if (*s++ != ',')
-            return FED_ERR_SPEC;
+            return spec_fail(why, cap, FED_ERR_SPEC,
+                             "model spec '%s': layer %d: '%c' after the width, expected ','",
+                             spec, *count, s[-1]);
     }
 }
 
@@ -250,23 +285,40 @@ static fed_err plan_cnn(plan *p, fed_model_shape in)
     return FED_OK;
 }
 
-static fed_err make_plan(const char *spec, fed_model_shape in, plan *p)
+/* why (cap bytes; may be NULL) gets what was wrong on failure. */
+static fed_err make_plan(const char *spec, fed_model_shape in, plan *p, char *why,
+                         size_t cap)
 {
     memset(p, 0, sizeof *p);
-    if (!spec || strlen(spec) >= FED_MODEL_SPEC_MAX)
-        return FED_ERR_SPEC;
+    if (why && cap)
+        why[0] = '\0';
+    if (!spec)
+        return spec_fail(why, cap, FED_ERR_SPEC, "no model spec");
+    if (strlen(spec) >= FED_MODEL_SPEC_MAX)
+        return spec_fail(why, cap, FED_ERR_SPEC,
+                         "model spec '%.40s...' is %zu bytes, the limit is %d", spec,
+                         strlen(spec), FED_MODEL_SPEC_MAX - 1);
     if (in.c < 1 || in.h < 1 || in.w < 1 || in.classes < 2 || in.classes > 65536 ||
         (long)in.c * in.h * in.w > (1L << 24))
-        return FED_ERR_SHAPE;
+        return spec_fail(why, cap, FED_ERR_SHAPE,
+                         "model spec '%s': input %dx%dx%d with %d classes is outside the limits "
+                         "(at most %ld values, 2 to 65536 classes)", spec, in.c, in.h, in.w,
+                         in.classes, 1L << 24);
     if (!strcmp(spec, "logreg")) {
         add_linear(p, 0, in.c, in.h, in.w, in.classes, 0);
         return FED_OK;
     }
-    if (!strcmp(spec, "cnn"))
-        return plan_cnn(p, in);
+    if (!strcmp(spec, "cnn")) {
+        fed_err err = plan_cnn(p, in);
+
+        if (err != FED_OK)
+            spec_fail(why, cap, err, "model spec 'cnn': input %dx%d is too small for its two "
+                      "5x5 convolutions and 2x2 pools", in.h, in.w);
+        return err;
+    }
     if (!strncmp(spec, "mlp:", 4)) {
         int widths[MAX_LAYERS], count, c = in.c, h = in.h, w = in.w;
-        fed_err err = parse_widths(spec + 4, widths, &count);
+        fed_err err = parse_widths(spec, spec + 4, widths, &count, why, cap);
 
         if (err != FED_OK)
             return err;
@@ -277,22 +329,36 @@ static fed_err make_plan(const char *spec, fed_model_shape in, plan *p)
         add_linear(p, 2 * count, c, h, w, in.classes, 0);
         return FED_OK;
     }
-    return FED_ERR_SPEC;
+    return spec_fail(why, cap, FED_ERR_SPEC,
+                     "model spec '%s' is none of logreg, mlp:W1,W2,... or cnn", spec);
 }
 
-fed_err fed_model_spec_nparams(const char *spec, fed_model_shape in, size_t *nparams)
+static fed_err spec_nparams(const char *spec, fed_model_shape in, size_t *nparams, char *why,
+                            size_t cap)
 {
     plan *p = fed_malloc(sizeof *p);
     fed_err err;
 
     *nparams = 0;
     if (!p)
-        return FED_ERR_NOMEM;
-    err = make_plan(spec, in, p);
+        return spec_fail(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
+    err = make_plan(spec, in, p, why, cap);
     if (err == FED_OK)
         *nparams = p->nparams;
     fed_free(p);
     return err;
+}
+
+fed_err fed_model_spec_nparams(const char *spec, fed_model_shape in, size_t *nparams)
+{
+    return spec_nparams(spec, in, nparams, NULL, 0);
+}
+
+fed_err fed_model_spec_explain(const char *spec, fed_model_shape in, char *why, size_t cap)
+{
+    size_t n;
+
+    return spec_nparams(spec, in, &n, why, cap);
 }
 
 fed_err fed_model_spec_check(const char *spec, fed_model_shape in)
@@ -385,6 +451,7 @@ fed_err fed_model_new(const char *spec, fed_model_shape in, fed_backend *be, fed
 {
     fed_model *m = NULL;
     plan *p = NULL;
+    char why[256];
     fed_err err;
 
     *out = NULL;
@@ -393,10 +460,9 @@ fed_err fed_model_new(const char *spec, fed_model_shape in, fed_backend *be, fed
     p = fed_malloc(sizeof *p);
     if (!p)
         return FED_ERR_NOMEM;
-    err = make_plan(spec, in, p);
+    err = make_plan(spec, in, p, why, sizeof why);
     if (err != FED_OK) {
-        fed_log(FED_LOG_ERROR, "model: bad spec '%s' for input %dx%dx%d, %d classes: %s",
-                spec ? spec : "(null)", in.c, in.h, in.w, in.classes, fed_strerror(err));
+        fed_log(FED_LOG_ERROR, "%s", why);
         goto out;
     }
     if (has_conv(p) && (!be->chan_bias_act_fwd || !be->chan_bias_bwd)) {

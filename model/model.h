@@ -88,6 +88,11 @@ void fed_model_free(fed_model *m);
 
 /* Check a spec string without building anything. */
 FED_WUR fed_err fed_model_spec_check(const char *spec, fed_model_shape in);
+/* fed_model_spec_check, with what was wrong in why (cap bytes), e.g.
+ * "model spec 'mlp:99999999': layer 1 width 99999999 exceeds the limit 65536".
+ * Nothing is logged: the caller says it where it fits. */
+FED_WUR fed_err fed_model_spec_explain(const char *spec, fed_model_shape in, char *why,
+                                       size_t cap);
 /* The parameter count a spec gives for inputs of shape in. */
 FED_WUR fed_err fed_model_spec_nparams(const char *spec, fed_model_shape in, size_t *nparams);
 

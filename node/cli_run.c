@@ -385,14 +385,15 @@ static fed_node_role role_of(const run_cfg *c)
 /* The model and how it trains: the aggregator's clients', a peer's own. */
 static int fill_training(const run_cfg *c, run_state *s, fed_node_config *nc)
 {
+    char why[256];
     int rc;
 
     if ((rc = check_round_options(c, nc)) >= 0)
         return rc;
     snprintf(nc->spec, sizeof nc->spec, "%s", c->model);
     nc->shape = s->test->shape;
-    if (fed_model_spec_check(c->model, nc->shape) != FED_OK) {
-        fed_cli_error("run: --model '%s' is not a model for this data", c->model);
+    if (fed_model_spec_explain(c->model, nc->shape, why, sizeof why) != FED_OK) {
+        fed_cli_error("run: --model: %s", why);
         return 2;
     }
     nc->local_epochs = (uint32_t)c->local_epochs;

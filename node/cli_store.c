@@ -820,10 +820,11 @@ int fed_cli_verify(int argc, char **argv)
     fed_store_faults faults;
     fed_store_ckpt_row rows[1];
     sig_tally tally = {0, 0, 0};
-    char msg[256];
+    char msg[1024], chain[64];
     size_t blobs = 0, nrows = 0;
     int rc = fed_cli_load_options("verify", "--db FILE", verify_opts, 1, &c, argc, argv), bad = 0;
-    fed_err e;
+    int damaged = 0; /* SQLite found the file damaged: not a hash or chain mismatch */
+    fed_err e, le;
 
     if (rc >= 0)
         return rc;
@@ -836,14 +837,18 @@ int fed_cli_verify(int argc, char **argv)
     e = fed_store_integrity_check(st, msg, sizeof msg);
     printf("integrity_check: %s\n", e == FED_OK ? "ok" : msg[0] ? msg : fed_strerror(e));
     bad |= e != FED_OK;
+    damaged |= e == FED_ERR_DB_DAMAGED;
 
     memset(&faults, 0, sizeof faults);
     e = fed_store_verify_checkpoints(st, &faults, &blobs);
-    if (fed_store_list_checkpoints(st, rows, 1, &nrows) != FED_OK)
-        nrows = 0;
-    printf("checkpoints: %" PRIu64 " in the chain, %zu stored blobs hashed: %s\n",
-           nrows ? rows[0].id : 0, blobs,
+    le = fed_store_list_checkpoints(st, rows, 1, &nrows);
+    if (le == FED_OK)
+        snprintf(chain, sizeof chain, "%" PRIu64 " in the chain", nrows ? rows[0].id : 0);
+    else
+        snprintf(chain, sizeof chain, "chain unreadable");
+    printf("checkpoints: %s, %zu stored blobs hashed: %s\n", chain, blobs,
            e == FED_OK ? "chain and hashes ok" : fed_strerror(e));
+    damaged |= e == FED_ERR_DB_DAMAGED || le == FED_ERR_DB_DAMAGED;
     for (size_t i = 0; i < faults.n; i++)
         printf("  checkpoint %" PRIu64 " (round %" PRIu64 "): %s\n", faults.v[i].id,
                faults.v[i].round, faults.v[i].what);
@@ -856,8 +861,13 @@ int fed_cli_verify(int argc, char **argv)
            tally.ok, tally.bad, tally.unsigned_rows, e == FED_OK ? "" : "; ",
            e == FED_OK ? "" : fed_strerror(e));
     bad |= e != FED_OK || tally.bad;
+    damaged |= e == FED_ERR_DB_DAMAGED;
 
-    printf("%s\n", bad ? "FAULTS FOUND" : "all checks passed");
+    if (damaged)
+        printf("FAULTS FOUND: the database file %s is damaged (SQLite-level corruption, "
+               "not a hash or chain mismatch): restore it from a copy\n", c.db);
+    else
+        printf("%s\n", bad ? "FAULTS FOUND" : "all checks passed");
     fed_store_close(st);
     return bad ? 1 : 0;
 }

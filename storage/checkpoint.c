@@ -619,6 +619,10 @@ static fed_err check_chunk_list(fed_store *st, const fed_store_ckpt_row *r,
     if (e == FED_OK && rc != SQLITE_DONE)
         e = store_err(st, rc, "list checkpoint chunks");
     sqlite3_reset(q);
+    if (e == FED_ERR_DB_DAMAGED) {
+        add_fault(f, r, e, "chunk rows unreadable: database file damaged");
+        return e;
+    }
     if (e == FED_ERR_CORRUPT || (e == FED_OK && (idx != r->chunks || sum != r->size))) {
         add_fault(f, r, FED_ERR_CORRUPT, "chunk rows do not add up (%" PRIu64 " of %" PRIu64
                   ", %" PRIu64 " of %" PRIu64 " bytes)", idx, r->chunks, sum, r->size);
@@ -702,10 +706,12 @@ static fed_err check_header(const fed_store_ckpt_row *r, const uint8_t *hdr, siz
     return FED_OK;
 }
 
+/* A fault of this checkpoint: skip it (an older one may load). A damaged
+ * database file counts, as it did when SQLite's corruption read as ours. */
 static int is_fault(fed_err e)
 {
     return e == FED_ERR_CORRUPT || e == FED_ERR_FORMAT || e == FED_ERR_MAGIC ||
-           e == FED_ERR_VERSION || e == FED_ERR_TRUNCATED;
+           e == FED_ERR_VERSION || e == FED_ERR_TRUNCATED || e == FED_ERR_DB_DAMAGED;
 }
 
 /* Verify r's blob (hash, header) and, with out, load it. */
@@ -745,6 +751,10 @@ static fed_err verify_blob(fed_store *st, const fed_store_ckpt_row *r, fed_store
     }
     if (e == FED_ERR_VERSION) { /* from a newer build, say */
         add_fault(f, r, e, "header: %s", fed_strerror(e));
+        goto out;
+    }
+    if (e == FED_ERR_DB_DAMAGED) {
+        add_fault(f, r, e, "chunk unreadable: database file damaged");
         goto out;
     }
     if (is_fault(e)) {
@@ -876,7 +886,7 @@ fed_err fed_store_verify_checkpoints(fed_store *st, fed_store_faults *faults, si
 {
     uint8_t prev[32];
     uint64_t last = 0;
-    size_t nblobs = 0, nfaults = 0;
+    size_t nblobs = 0, nfaults = 0, ndamaged = 0;
     int began = read_begin(st);
     fed_err e = FED_OK;
 
@@ -918,9 +928,10 @@ fed_err fed_store_verify_checkpoints(fed_store *st, fed_store_faults *faults, si
         }
         if (!r.pruned) {
             e = verify_blob(st, &r, NULL, faults);
-            nblobs++;
+            nblobs += e != FED_ERR_DB_DAMAGED; /* unread: not hashed */
             if (is_fault(e)) {
                 nfaults++;
+                ndamaged += e == FED_ERR_DB_DAMAGED;
                 e = FED_OK;
             } else if (e != FED_OK) {
                 break;
@@ -933,6 +944,6 @@ fed_err fed_store_verify_checkpoints(fed_store *st, fed_store_faults *faults, si
     if (checked)
         *checked = nblobs;
     if (e == FED_OK && nfaults)
-        e = FED_ERR_CORRUPT;
+        e = ndamaged ? FED_ERR_DB_DAMAGED : FED_ERR_CORRUPT;
     return e;
 }

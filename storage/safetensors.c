@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -605,8 +606,8 @@ static fed_err parse_tensor(jp *j, fed_store_st_tensor *t)
             seen |= 4;
             if ((e = parse_uint_array(j, off, 2, &n)) != FED_OK)
                 return e;
-            if (n != 2 || off[0] > off[1])
-                return FED_ERR_FORMAT;
+            if (n != 2)
+                return FED_ERR_FORMAT; /* end < begin: check_layout, which names it */
             t->begin = off[0];
             t->end = off[1];
         } else {
@@ -775,6 +776,7 @@ tail:
 
 typedef struct span {
     uint64_t begin, end;
+    const fed_store_st_tensor *t;
 } span;
 
 static int cmp_span(const void *a, const void *b)
@@ -793,16 +795,51 @@ static int cmp_name(const void *a, const void *b)
     return strcmp((*x)->name, (*y)->name);
 }
 
-/* Sizes match shapes; names unique; the tensors tile [0, data_len). */
-static fed_err check_layout(const fed_store_st_file *f)
+/* "[2, 3]" into out (cap bytes), cut short with "..." if need be. */
+static void fmt_shape(char *out, size_t cap, const fed_store_st_tensor *t)
+{
+    size_t n = (size_t)snprintf(out, cap, "[");
+
+    for (int k = 0; k < t->ndim && n < cap; k++)
+        n += (size_t)snprintf(out + n, cap - n, "%s%llu", k ? ", " : "",
+                              (unsigned long long)t->shape[k]);
+    if (n < cap)
+        snprintf(out + n, cap - n, "]");
+}
+
+static fed_err layout_fail(const char *label, fed_err e, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Logs "label: what" and returns e. */
+static fed_err layout_fail(const char *label, fed_err e, const char *fmt, ...)
+{
+    char what[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    fed_log(FED_LOG_ERROR, "%s: %s", label, what);
+    return e;
+}
+
+#define OFFS(t) (unsigned long long)(t)->begin, (unsigned long long)(t)->end
+
+/* Sizes match shapes; names unique; the tensors tile [0, data_len). Each
+ * refusal is logged with the tensor's name and offsets. */
+static fed_err check_layout(const fed_store_st_file *f, const char *label)
 {
     const fed_store_st_tensor **byname = NULL;
     span *s = NULL;
     uint64_t pos = 0;
+    char shape[128];
     fed_err e = FED_OK;
 
     if (!f->ntensors)
-        return f->data_len ? FED_ERR_FORMAT : FED_OK;
+        return f->data_len ? layout_fail(label, FED_ERR_FORMAT,
+                                         "no tensors, yet a data section of %zu bytes",
+                                         f->data_len)
+                           : FED_OK;
     s = fed_malloc(f->ntensors * sizeof *s);
     byname = fed_malloc(f->ntensors * sizeof *byname);
     if (!s || !byname) {
@@ -813,45 +850,75 @@ static fed_err check_layout(const fed_store_st_file *f)
         const fed_store_st_tensor *t = &f->tensors[i];
         uint64_t numel = 1;
 
+        if (t->end < t->begin) {
+            e = layout_fail(label, FED_ERR_FORMAT,
+                            "tensor '%s': data_offsets [%llu, %llu] end before they begin",
+                            t->name, OFFS(t));
+            goto out;
+        }
+        fmt_shape(shape, sizeof shape, t);
         for (int k = 0; k < t->ndim; k++) {
             if (t->shape[k] && numel > JSON_INT_MAX / t->shape[k]) {
-                e = FED_ERR_FORMAT;
+                e = layout_fail(label, FED_ERR_FORMAT,
+                                "tensor '%s': shape %s has over 2^53 elements", t->name, shape);
                 goto out;
             }
             numel *= t->shape[k];
         }
         if (numel > JSON_INT_MAX / 4 || t->end - t->begin != numel * 4) {
-            e = FED_ERR_FORMAT;
+            e = layout_fail(label, FED_ERR_FORMAT,
+                            "tensor '%s': data_offsets [%llu, %llu] hold %llu bytes, F32 shape "
+                            "%s needs %llu",
+                            t->name, OFFS(t), (unsigned long long)(t->end - t->begin), shape,
+                            (unsigned long long)numel * 4);
             goto out;
         }
-        s[i] = (span){t->begin, t->end};
+        s[i] = (span){t->begin, t->end, t};
         byname[i] = t;
     }
     qsort(byname, f->ntensors, sizeof *byname, cmp_name);
     for (size_t i = 1; i < f->ntensors; i++)
         if (!strcmp(byname[i - 1]->name, byname[i]->name)) {
-            e = FED_ERR_FORMAT;
+            e = layout_fail(label, FED_ERR_FORMAT, "tensor '%s' given twice", byname[i]->name);
             goto out;
         }
     qsort(s, f->ntensors, sizeof *s, cmp_span);
     for (size_t i = 0; i < f->ntensors; i++) {
-        if (s[i].begin != pos) { /* a gap or an overlap */
-            e = FED_ERR_FORMAT;
+        if (s[i].begin < pos) {
+            e = layout_fail(label, FED_ERR_FORMAT,
+                            "tensor '%s': data_offsets [%llu, %llu] overlap tensor '%s' "
+                            "[%llu, %llu]",
+                            s[i].t->name, OFFS(s[i].t), s[i - 1].t->name, OFFS(s[i - 1].t));
+            goto out;
+        }
+        if (s[i].begin > pos) {
+            e = layout_fail(label, FED_ERR_FORMAT,
+                            "tensor '%s': data_offsets [%llu, %llu] leave bytes [%llu, %llu) "
+                            "to no tensor",
+                            s[i].t->name, OFFS(s[i].t), (unsigned long long)pos,
+                            (unsigned long long)s[i].begin);
             goto out;
         }
         pos = s[i].end;
     }
     if (pos > f->data_len)
-        e = FED_ERR_TRUNCATED;
+        e = layout_fail(label, FED_ERR_TRUNCATED,
+                        "tensor '%s': data_offsets [%llu, %llu] past the data section "
+                        "(%zu bytes)",
+                        s[f->ntensors - 1].t->name, OFFS(s[f->ntensors - 1].t), f->data_len);
     else if (pos < f->data_len)
-        e = FED_ERR_FORMAT; /* bytes no tensor owns */
+        e = layout_fail(label, FED_ERR_FORMAT,
+                        "data section of %zu bytes, the tensors end at %llu (last '%s')",
+                        f->data_len, (unsigned long long)pos, s[f->ntensors - 1].t->name);
 out:
     fed_free(s);
     fed_free(byname);
     return e;
 }
 
-fed_err fed_store_safetensors_parse(const uint8_t *buf, size_t len, fed_store_st_file *out)
+/* label names the bytes in the log ("x.safetensors"). */
+static fed_err st_parse(const uint8_t *buf, size_t len, const char *label,
+                        fed_store_st_file *out)
 {
     uint64_t n = 0;
     jp j;
@@ -878,10 +945,15 @@ fed_err fed_store_safetensors_parse(const uint8_t *buf, size_t len, fed_store_st
     out->data_len = len - 8 - (size_t)n;
     e = parse_json(&j, out);
     if (e == FED_OK)
-        e = check_layout(out);
+        e = check_layout(out, label);
     if (e != FED_OK)
         fed_store_safetensors_fini(out);
     return e;
+}
+
+fed_err fed_store_safetensors_parse(const uint8_t *buf, size_t len, fed_store_st_file *out)
+{
+    return st_parse(buf, len, "safetensors", out);
 }
 
 fed_err fed_store_safetensors_read(const char *path, fed_store_st_file *out)
@@ -917,7 +989,7 @@ fed_err fed_store_safetensors_read(const char *path, fed_store_st_file *out)
         }
         got += (size_t)r;
     }
-    if ((e = fed_store_safetensors_parse(buf, got, out)) == FED_OK) {
+    if ((e = st_parse(buf, got, path, out)) == FED_OK) {
         out->owned = buf;
         buf = NULL;
     }

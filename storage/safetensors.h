@@ -26,7 +26,10 @@
  * bytes than N or the offsets claim -> FED_ERR_TRUNCATED; a dtype other than
  * F32 -> FED_ERR_UNSUPPORTED. Matching against a model's table: a missing,
  * extra or differently shaped tensor -> FED_ERR_SHAPE; a spec that differs
- * -> FED_ERR_SPEC; a NaN or infinity -> FED_ERR_NAN. */
+ * -> FED_ERR_SPEC; a NaN or infinity -> FED_ERR_NAN. A layout refusal is
+ * logged with the file (or "safetensors" for a buffer), the tensor and its
+ * offsets, e.g. "x.safetensors: tensor '0.weight': data_offsets [0, 999999]
+ * past the data section (4096 bytes)". */
 #ifndef FED_STORAGE_SAFETENSORS_H
 #define FED_STORAGE_SAFETENSORS_H
 

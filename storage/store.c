@@ -111,8 +111,8 @@ static fed_err map_rc(int rc)
     case SQLITE_PERM:
     case SQLITE_AUTH:
         return FED_ERR_PERM;
-    case SQLITE_CORRUPT:
-        return FED_ERR_CORRUPT;
+    case SQLITE_CORRUPT: /* the file, not our hashes: not FED_ERR_CORRUPT */
+        return FED_ERR_DB_DAMAGED;
     case SQLITE_NOTADB:
         return FED_ERR_MAGIC;
     case SQLITE_IOERR:
@@ -978,9 +978,32 @@ fed_err fed_store_get_counter(fed_store *st, const char *name, uint64_t *value)
 
 /* ---------------------------------------------------------- integrity -- */
 
+#define INTEGRITY_SHOWN 3 /* problems quoted in msg; the rest counted */
+
+/* Adds each line of t (a row of integrity_check: one problem, or several
+ * joined by newlines, after a "*** in database main ***" heading) to msg. */
+static void integrity_lines(const char *t, char *msg, size_t cap, size_t *n)
+{
+    while (*t) {
+        size_t len = strcspn(t, "\n");
+
+        if (len && strncmp(t, "*** ", 4) != 0) {
+            if (*n < INTEGRITY_SHOWN && msg && cap) {
+                size_t used = strlen(msg);
+
+                snprintf(msg + used, cap - used, "\n  %.*s", (int)len, t);
+            }
+            (*n)++;
+        }
+        t += len + (t[len] == '\n');
+    }
+}
+
 fed_err fed_store_integrity_check(fed_store *st, char *msg, size_t cap)
 {
     sqlite3_stmt *s = NULL;
+    char lines[1024] = "";
+    size_t n = 0;
     int rc = sqlite3_prepare_v2(st->db, "PRAGMA integrity_check", -1, &s, NULL);
     fed_err e = FED_OK;
 
@@ -988,20 +1011,27 @@ fed_err fed_store_integrity_check(fed_store *st, char *msg, size_t cap)
         msg[0] = '\0';
     if (rc != SQLITE_OK)
         return store_err(st, rc, "integrity_check");
-    rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW) {
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         const char *t = (const char *)sqlite3_column_text(s, 0);
 
+        if (!t || strcmp(t, "ok") != 0)
+            integrity_lines(t ? t : "?", lines, sizeof lines, &n);
+    }
+    if (rc != SQLITE_DONE) /* it may stop on the damage after reporting some */
+        e = store_err(st, rc, "integrity_check");
+    if (n) {
+        e = FED_ERR_DB_DAMAGED;
         if (msg && cap)
-            snprintf(msg, cap, "%s", t ? t : "");
-        if (!t || strcmp(t, "ok") != 0) {
-            fed_log(FED_LOG_ERROR, "store: integrity_check: %s", t ? t : "?");
-            e = FED_ERR_CORRUPT;
-        }
-    } else {
-        e = rc == SQLITE_DONE ? FED_ERR_DB : store_err(st, rc, "integrity_check");
-        if (e == FED_ERR_CORRUPT && msg && cap)
-            snprintf(msg, cap, "%s", sqlite3_errmsg(st->db));
+            snprintf(msg, cap, "%s: %zu problem%s%s%s%s", fed_strerror(e), n,
+                     n == 1 ? "" : "s", rc != SQLITE_DONE ? " before the check stopped" : "",
+                     lines, n > INTEGRITY_SHOWN ? "\n  ..." : "");
+        fed_log(FED_LOG_ERROR, "store: integrity_check: %zu problem%s, first:%s", n,
+                n == 1 ? "" : "s", lines);
+    } else if (e != FED_OK && msg && cap) {
+        snprintf(msg, cap, "%s: the check stopped: %s", fed_strerror(e),
+                 sqlite3_errmsg(st->db));
+    } else if (msg && cap) {
+        snprintf(msg, cap, "ok");
     }
     sqlite3_finalize(s);
     return e;

@@ -9,7 +9,8 @@
  * a database that cannot be written gives FED_ERR_READONLY, a full disk or
  * the max_bytes cap FED_ERR_FULL, a lock held too long FED_ERR_BUSY, a file
  * that is not ours FED_ERR_MAGIC, a schema newer than this build knows
- * FED_ERR_SCHEMA; other SQLite failures FED_ERR_DB (logged with SQLite's
+ * FED_ERR_SCHEMA, a file SQLite finds damaged (SQLITE_CORRUPT)
+ * FED_ERR_DB_DAMAGED; other SQLite failures FED_ERR_DB (logged with SQLite's
  * message). A failed call inside a transaction leaves the transaction open
  * (roll it back) unless SQLite itself rolled it back (FULL, NOMEM, IO).
  *
@@ -192,8 +193,10 @@ FED_WUR fed_err fed_store_list_counters(fed_store *st, fed_store_counter *out, s
                                         size_t *n);
 FED_WUR fed_err fed_store_get_counter(fed_store *st, const char *name, uint64_t *value);
 
-/* PRAGMA integrity_check: FED_OK when "ok", else FED_ERR_CORRUPT with the
- * first message in msg (may be NULL). */
+/* PRAGMA integrity_check: FED_OK when "ok", else FED_ERR_DB_DAMAGED (the
+ * file is damaged at the SQLite level: not a hash or chain mismatch) with
+ * msg (may be NULL) saying so, the number of problems and the first few, one
+ * per line: "database file damaged (...): 3 problems\n  Page 9: ...". */
 FED_WUR fed_err fed_store_integrity_check(fed_store *st, char *msg, size_t cap);
 
 /* ---- checkpoints ----
@@ -290,7 +293,8 @@ FED_WUR fed_err fed_store_list_checkpoints(fed_store *st, fed_store_ckpt_row *ou
 /* Check the whole chain (ids consecutive from 1, each prev_hash the previous
  * hash) and the hash of every blob still stored, one chunk at a time.
  * *checked (may be NULL) gets the number of blobs hashed. FED_ERR_CORRUPT
- * when any fault was found (listed in faults). */
+ * when any fault was found (listed in faults), FED_ERR_DB_DAMAGED when SQLite
+ * could not read some of it (the file is damaged). */
 FED_WUR fed_err fed_store_verify_checkpoints(fed_store *st, fed_store_faults *faults,
                                              size_t *checked);
 

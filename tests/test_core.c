@@ -856,6 +856,30 @@ static void test_opt_ini(void **state)
                    FED_ERR_TOO_LARGE);
         assert_has(e.msg, "long.ini:1");
     }
+    {
+        /* a key given twice: refused with both lines, in one section or two
+           (sections do not change names) */
+        const char *t = "epochs = 4\n; note\nlr = 0.5\nepochs = 5\n";
+
+        defaults(&c);
+        assert_err(fed_opt_parse_ini_buf(table, NT, &c, t, strlen(t), "config.ini", &e),
+                   FED_ERR_EXISTS);
+        assert_string_equal(e.msg, "config.ini:4: option 'epochs' given twice (first at line 1)");
+        t = "[train]\nlr = 0.5\n[node]\nname = a\nlr = 0.25\n";
+        assert_err(fed_opt_parse_ini_buf(table, NT, &c, t, strlen(t), "run.ini", &e),
+                   FED_ERR_EXISTS);
+        assert_string_equal(e.msg, "run.ini:5: option 'lr' given twice (first at line 2)");
+        /* an indented line is libinih's continuation of the key before it */
+        t = "name = a\n  epochs = 3\n";
+        assert_err(fed_opt_parse_ini_buf(table, NT, &c, t, strlen(t), "run.ini", &e),
+                   FED_ERR_FORMAT);
+        assert_has(e.msg, "run.ini:2: indented line continues option 'name' from line 1");
+        /* each parse starts afresh: the same key in two files is fine */
+        t = "epochs = 6\n";
+        assert_err(fed_opt_parse_ini_buf(table, NT, &c, t, strlen(t), "a.ini", &e), FED_OK);
+        assert_err(fed_opt_parse_ini_buf(table, NT, &c, t, strlen(t), "b.ini", &e), FED_OK);
+        assert_int_equal(c.epochs, 6);
+    }
     /* an empty buffer sets nothing */
     defaults(&c);
     assert_err(fed_opt_parse_ini_buf(table, NT, &c, "", 0, "empty.ini", &e), FED_OK);

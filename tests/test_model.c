@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "core/alloc.h"
+#include "core/log.h"
 #include "core/pool.h"
 #include "core/rng.h"
 #include "model/backend.h"
@@ -402,6 +403,65 @@ static void test_spec_errors(void **state)
     assert_null(m);
     assert_int_equal(fed_model_new("mlp:4", in, w->be, NULL, 1, 0, &m), FED_ERR_INVAL);
     assert_null(m);
+}
+
+/* The last line logged, for the messages below. */
+static void last_line_sink(void *ctx, fed_log_level level, const char *line)
+{
+    (void)level;
+    snprintf(ctx, 512, "%s", line);
+}
+
+static void expect_why(const char *spec, fed_model_shape in, fed_err want, const char *msg)
+{
+    char why[256];
+
+    memset(why, 'x', sizeof why);
+    assert_int_equal(fed_model_spec_explain(spec, in, why, sizeof why), want);
+    if (strcmp(why, msg) != 0)
+        fail_msg("spec '%s': got \"%s\", want \"%s\"", spec, why, msg);
+}
+
+/* A refused spec says what is wrong and the limit it broke. */
+static void test_spec_messages(void **state)
+{
+    fed_model_shape in = {1, 28, 28, 10};
+    fed_backend *be = NULL;
+    fed_model *m = (fed_model *)1;
+    char line[512] = "";
+
+    (void)state;
+    expect_why("mlp:99999999", in, FED_ERR_SPEC,
+               "model spec 'mlp:99999999': layer 1 width 99999999 exceeds the limit 65536");
+    expect_why("mlp:64,65537", in, FED_ERR_SPEC,
+               "model spec 'mlp:64,65537': layer 2 width 65537 exceeds the limit 65536");
+    expect_why("mlp:123456789012345678901234567890", in, FED_ERR_SPEC,
+               "model spec 'mlp:123456789012345678901234567890': layer 1 width "
+               "123456789012345678901234567890 exceeds the limit 65536");
+    expect_why("mlp:8,0", in, FED_ERR_SPEC,
+               "model spec 'mlp:8,0': layer 2 width 0 is below the minimum 1");
+    expect_why("mlp:1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16", in, FED_ERR_SPEC,
+               "model spec 'mlp:1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16': more than 15 hidden "
+               "layers");
+    expect_why("mlp:12,", in, FED_ERR_SPEC,
+               "model spec 'mlp:12,': layer 2: expected a width (digits)");
+    expect_why("mlp:3x", in, FED_ERR_SPEC,
+               "model spec 'mlp:3x': layer 1: 'x' after the width, expected ','");
+    expect_why("cnn2", in, FED_ERR_SPEC,
+               "model spec 'cnn2' is none of logreg, mlp:W1,W2,... or cnn");
+    expect_why("cnn", (fed_model_shape){1, 8, 8, 10}, FED_ERR_SHAPE,
+               "model spec 'cnn': input 8x8 is too small for its two 5x5 convolutions and 2x2 "
+               "pools");
+    expect_why("mlp:65536", in, FED_OK, "");
+    /* fed_model_new logs the same words */
+    assert_int_equal(fed_backend_cpu_new(1, &be), FED_OK);
+    fed_log_set_sink(last_line_sink, line);
+    assert_int_equal(fed_model_new("mlp:99999999", in, be, NULL, 1, 8, &m), FED_ERR_SPEC);
+    fed_log_set_sink(NULL, NULL);
+    fed_backend_free(be);
+    assert_null(m);
+    assert_string_equal(line, "model spec 'mlp:99999999': layer 1 width 99999999 exceeds "
+                              "the limit 65536");
 }
 
 /* ------------------------------------------------------------ init -- */
@@ -961,6 +1021,7 @@ int main(void)
         cmocka_unit_test(test_spec_mlp_layout),
         cmocka_unit_test(test_spec_cnn_layout),
         cmocka_unit_test(test_spec_errors),
+        cmocka_unit_test(test_spec_messages),
         cmocka_unit_test(test_init_bounds_and_seed),
         cmocka_unit_test(test_grad_logreg),
         cmocka_unit_test(test_grad_mlp),

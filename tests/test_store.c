@@ -913,6 +913,65 @@ static void test_corrupt_chunk_skipped(void **state)
     fed_log_set_sink(NULL, NULL);
 }
 
+/* Damage at the SQLite level (a b-tree page overwritten) is told apart from
+ * a hash or chain mismatch: FED_ERR_DB_DAMAGED, integrity_check's problems
+ * counted and quoted, and checkpoints faulted as unreadable, not as lying. */
+static void test_damaged_file(void **state)
+{
+    char path[512], msg[1024];
+    test_clock clk = {90};
+    fed_store_opts o = opts_with_clock(&clk);
+    fed_store *st = NULL;
+    fed_store_faults f;
+    sqlite3 *db;
+    sqlite3_stmt *q;
+    int64_t page = 0, root = 0;
+    size_t n = 99;
+    FILE *fp;
+    uint8_t junk[16];
+
+    (void)state;
+    fed_log_set_sink(quiet_sink, NULL);
+    fresh_db(path, sizeof path, "damaged.db");
+    o.chunk_bytes = 4096;
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    write_ckpts(st, 1, 2, 2);
+    fed_store_close(st);
+    /* overwrite the header of checkpoint_chunks' root page */
+    db = raw_open(path);
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT (SELECT page_size FROM pragma_page_size), "
+                                            "rootpage FROM sqlite_schema WHERE name = "
+                                            "'checkpoint_chunks'", -1, &q, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+    page = sqlite3_column_int64(q, 0);
+    root = sqlite3_column_int64(q, 1);
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+    assert_true(page > 0 && root > 1);
+    memset(junk, 0xff, sizeof junk);
+    fp = fopen(path, "r+b");
+    assert_non_null(fp);
+    assert_int_equal(fseek(fp, (long)((root - 1) * page), SEEK_SET), 0);
+    assert_int_equal(fwrite(junk, 1, sizeof junk, fp), sizeof junk);
+    assert_int_equal(fclose(fp), 0);
+
+    o.flags = FED_STORE_READONLY;
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_store_integrity_check(st, msg, sizeof msg), FED_ERR_DB_DAMAGED);
+    if (!strstr(msg, "database file damaged") || !strstr(msg, " problem") ||
+        !strstr(msg, "btreeInitPage"))
+        fail_msg("integrity_check said \"%s\"", msg);
+    memset(&f, 0, sizeof f);
+    assert_int_equal(fed_store_verify_checkpoints(st, &f, &n), FED_ERR_DB_DAMAGED);
+    assert_int_equal(n, 0); /* nothing could be read, so nothing was hashed */
+    assert_int_equal(f.total, 2);
+    assert_int_equal(f.v[0].err, FED_ERR_DB_DAMAGED);
+    assert_string_equal(f.v[0].what, "chunk rows unreadable: database file damaged");
+    assert_null(strstr(fed_strerror(FED_ERR_DB_DAMAGED), "hash"));
+    fed_store_close(st);
+    fed_log_set_sink(NULL, NULL);
+}
+
 static void test_chain_corruption(void **state)
 {
     char path[512];
@@ -1596,6 +1655,7 @@ static void test_safetensors_rejects(void **state)
     size_t len;
 
     (void)state;
+    fed_log_set_sink(quiet_sink, NULL); /* the messages: test_safetensors_layout_messages */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fed_err e;
 
@@ -1639,6 +1699,95 @@ static void test_safetensors_rejects(void **state)
     b[3] = 0, b[7] = 0x80;
     assert_int_equal(fed_store_safetensors_parse(b, len, &f), FED_ERR_TOO_LARGE);
     free(b);
+    fed_log_set_sink(NULL, NULL);
+}
+
+/* The last line logged at ERROR, for the messages below. */
+static void last_error_sink(void *ctx, fed_log_level level, const char *line)
+{
+    if (level >= FED_LOG_ERROR)
+        snprintf(ctx, 512, "%s", line);
+}
+
+/* A header that lies about its offsets is refused with the tensor's name,
+ * its offsets and what they contradict; a file read from a path is named. */
+static void test_safetensors_layout_messages(void **state)
+{
+    static const struct {
+        const char *json;
+        size_t data;
+        fed_err want;
+        const char *msg;
+    } cases[] = {
+        {"{\"fc1.weight\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8,
+         FED_ERR_FORMAT, "safetensors: tensor 'fc1.weight': data_offsets [8, 0] end before "
+                         "they begin"},
+        {"{\"fc1.weight\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,999999]}}", 16,
+         FED_ERR_FORMAT, "safetensors: tensor 'fc1.weight': data_offsets [0, 999999] hold "
+                         "999999 bytes, F32 shape [4] needs 16"},
+        {"{\"fc1.weight\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,8]}}", 8,
+         FED_ERR_FORMAT, "safetensors: tensor 'fc1.weight': data_offsets [0, 8] hold 8 bytes, "
+                         "F32 shape [2, 3] needs 24"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],"
+         "\"data_offsets\":[0,8]}}", 8,
+         FED_ERR_FORMAT, "safetensors: tensor 'a': shape [4294967296, 4294967296] has over "
+                         "2^53 elements"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+         "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12,
+         FED_ERR_FORMAT, "safetensors: tensor 'b': data_offsets [4, 12] overlap tensor 'a' "
+                         "[0, 8]"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+         "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[12,20]}}", 20,
+         FED_ERR_FORMAT, "safetensors: tensor 'b': data_offsets [12, 20] leave bytes [8, 12) "
+                         "to no tensor"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 16,
+         FED_ERR_FORMAT, "safetensors: tensor 'a': data_offsets [8, 16] leave bytes [0, 8) to "
+                         "no tensor"},
+        {"{\"fc1.weight\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 4,
+         FED_ERR_TRUNCATED, "safetensors: tensor 'fc1.weight': data_offsets [0, 16] past the "
+                            "data section (4 bytes)"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 12,
+         FED_ERR_FORMAT, "safetensors: data section of 12 bytes, the tensors end at 8 (last "
+                         "'a')"},
+        {"{}", 4, FED_ERR_FORMAT, "safetensors: no tensors, yet a data section of 4 bytes"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+         "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 16,
+         FED_ERR_FORMAT, "safetensors: tensor 'a' given twice"},
+    };
+    char line[512], path[512], want[600];
+    fed_store_st_file f;
+    uint8_t *b;
+    size_t len;
+    FILE *fp;
+
+    (void)state;
+    fed_log_set_sink(last_error_sink, line);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fed_err e;
+
+        line[0] = '\0';
+        b = st_file(cases[i].json, cases[i].data, &len);
+        e = fed_store_safetensors_parse(b, len, &f);
+        free(b);
+        if (e != cases[i].want || strcmp(line, cases[i].msg) != 0)
+            fail_msg("case %zu: got %s \"%s\", want %s \"%s\"", i, fed_errname(e), line,
+                     fed_errname(cases[i].want), cases[i].msg);
+    }
+    /* read from a file: the path leads the message */
+    snprintf(path, sizeof path, "/tmp/test_store_st_%d.safetensors", (int)getpid());
+    b = st_file(cases[7].json, cases[7].data, &len);
+    fp = fopen(path, "wb");
+    assert_non_null(fp);
+    assert_int_equal(fwrite(b, 1, len, fp), len);
+    assert_int_equal(fclose(fp), 0);
+    free(b);
+    line[0] = '\0';
+    assert_int_equal(fed_store_safetensors_read(path, &f), FED_ERR_TRUNCATED);
+    unlink(path);
+    fed_log_set_sink(NULL, NULL);
+    snprintf(want, sizeof want, "%s: tensor 'fc1.weight': data_offsets [0, 16] past the data "
+             "section (4 bytes)", path);
+    assert_string_equal(line, want);
 }
 
 static void test_safetensors_alloc_failures(void **state)
@@ -1911,6 +2060,7 @@ int main(void)
         cmocka_unit_test(test_checkpoint_round_trip),
         cmocka_unit_test(test_checkpoint_version1_still_read),
         cmocka_unit_test(test_corrupt_chunk_skipped),
+        cmocka_unit_test(test_damaged_file),
         cmocka_unit_test(test_chain_corruption),
         cmocka_unit_test(test_retention),
         cmocka_unit_test(test_readonly),
@@ -1921,6 +2071,7 @@ int main(void)
         cmocka_unit_test(test_safetensors_round_trip),
         cmocka_unit_test(test_safetensors_model),
         cmocka_unit_test(test_safetensors_rejects),
+        cmocka_unit_test(test_safetensors_layout_messages),
         cmocka_unit_test(test_safetensors_alloc_failures),
         cmocka_unit_test(test_cli),
     };

@@ -67,6 +67,28 @@ h3=$(round_hash "$TMP/n.db" 3)
 [ -n "$h3" ] || fail "status shows round 3"
 echo "ok: round 3 recorded ($h3)"
 ok "verify after resume" "$FEDNODE" verify --db "$TMP/n.db"
+# Damage the file at the SQLite level: the b-tree header of every page past
+# the first three (sqlite_schema, meta and its index stay readable, so it
+# opens). verify must say the file is damaged, quote integrity_check, and not
+# call it a hash or chain mismatch.
+cp "$TMP/n.db" "$TMP/d.db"
+psize=$(od -An -tu1 -j16 -N2 "$TMP/d.db" | awk '{print $1 == 0 && $2 == 1 ? 65536 : $1 * 256 + $2}')
+pages=$(($(wc -c <"$TMP/d.db") / psize))
+p=4
+while [ "$p" -le "$pages" ]; do
+    printf '\377\377\377\377\377\377\377\377\377\377\377\377' |
+        dd of="$TMP/d.db" bs=1 seek=$(((p - 1) * psize)) conv=notrunc 2>/dev/null
+    p=$((p + 1))
+done
+refused "verify of a damaged database file" 1 "database file damaged" \
+    "$FEDNODE" verify --db "$TMP/d.db"
+grep -q "^integrity_check: database file damaged (SQLite found corruption): [0-9]* problem" \
+    "$TMP/out" || fail "verify counts integrity_check's problems"
+grep -q "btreeInitPage" "$TMP/out" || fail "verify quotes integrity_check's lines"
+grep -q "^FAULTS FOUND: the database file .*d.db is damaged (SQLite-level corruption" \
+    "$TMP/out" || fail "verify's summary says the file is damaged"
+if grep -q "hash or chain mismatch)$" "$TMP/out"; then fail "damage is not a hash mismatch"; fi
+echo "ok: verify tells a damaged file from a hash or chain mismatch ($pages pages of $psize)"
 # shellcheck disable=SC2086
 ok "uninterrupted 3 epochs into u.db" "$FEDNODE" train $RUN --epochs 3 --db "$TMP/u.db"
 u3=$(round_hash "$TMP/u.db" 3)
