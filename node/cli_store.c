@@ -828,10 +828,6 @@ int fed_cli_verify(int argc, char **argv)
 
     if (rc >= 0)
         return rc;
-    if (sodium_init() < 0) {
-        fed_cli_error("verify: libsodium failed to start");
-        return 1;
-    }
     if ((rc = open_db("verify", c.db, FED_STORE_READONLY, &st)) >= 0)
         return rc;
     e = fed_store_integrity_check(st, msg, sizeof msg);

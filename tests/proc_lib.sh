@@ -95,3 +95,22 @@ test_key() {
     mkdir -p "$2/$1" && cp "$(dirname "$0")/keys/$1/node.key" "$(dirname "$0")/keys/$1/node.pub" "$2/$1/" &&
         chmod 700 "$2/$1" && chmod 600 "$2/$1/node.key" || fail "copy test key $1"
 }
+# stranger PORT SECONDS HEX LEN GARBAGE: a raw TCP connection to PORT on
+# 127.0.0.1 (bash's /dev/tcp: see need_bash) that sends the bytes HEX (an SP
+# handshake: $SP_REQ0 is req0's), LEN as an 8-byte big-endian message length,
+# GARBAGE random bytes of the message, then holds the connection SECONDS;
+# in the background, its pid in SPIDS
+stranger() {
+    bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$0" || exit 0
+        printf "$2" >&3 2>/dev/null
+        len=$3; i=56; while [ $i -ge 0 ]; do
+            printf "\\$(printf %03o $(( (len >> i) & 255 )))" >&3 2>/dev/null; i=$((i - 8)); done
+        [ "$4" -gt 0 ] && head -c "$4" /dev/urandom >&3 2>/dev/null
+        sleep "$1"' "$1" "$2" "$3" "$4" "$5" &
+    SPIDS="$SPIDS $!"
+}
+# strangers_done: wait for the strangers alone (not the aggregator)
+strangers_done() { for p in $SPIDS; do wait "$p"; done; SPIDS=""; }
+SPIDS=""
+SP_REQ0='\000SP\000\000\060\000\000'
+need_bash() { command -v bash >/dev/null 2>&1 || { echo "skipped: no bash (for /dev/tcp)"; exit 77; }; }

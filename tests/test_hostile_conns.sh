@@ -16,7 +16,7 @@
 # clients run two rounds on it, and status shows every counter.
 # Needs ./fednode, bash and Fashion-MNIST; exits 77 (skipped) without them.
 . "$(dirname "$0")/proc_lib.sh"
-command -v bash >/dev/null 2>&1 || { echo "skipped: no bash (for /dev/tcp)"; exit 77; }
+need_bash
 
 K=$TMP/keys
 mkdir -p "$K"
@@ -33,35 +33,19 @@ rss() { sed -n 's/^VmRSS:[^0-9]*\([0-9]*\) kB/\1/p' "/proc/$(pid agg)/status"; }
 sleep 1
 rss0=$(rss)
 
-# stranger SECONDS HEX LEN-BYTES GARBAGE-BYTES: a connection that sends the
-# SP handshake bytes HEX (req0's unless told), an 8-byte length, GARBAGE
-# bytes of the message, and holds the connection SECONDS
-stranger() {
-    bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$0" || exit 0
-        printf "$2" >&3 2>/dev/null
-        len=$3; i=56; while [ $i -ge 0 ]; do
-            printf "\\$(printf %03o $(( (len >> i) & 255 )))" >&3 2>/dev/null; i=$((i - 8)); done
-        [ "$4" -gt 0 ] && head -c "$4" /dev/urandom >&3 2>/dev/null
-        sleep "$1"' "$port" "$1" "$2" "$3" "$4" &
-    SPIDS="$SPIDS $!"
-}
-# strangers_done: wait for the strangers alone (not the aggregator)
-strangers_done() { for p in $SPIDS; do wait "$p"; done; SPIDS=""; }
-SPIDS=""
-SP='\000SP\000\000\060\000\000'
 wave() { # COUNT SECONDS HEX LEN GARBAGE, 15 at a time (under the cap)
     n=$1; shift
     while [ "$n" -gt 0 ]; do
-        k=0; while [ $k -lt 15 ] && [ "$n" -gt 0 ]; do stranger "$@"; k=$((k + 1)); n=$((n - 1)); done
+        k=0; while [ $k -lt 15 ] && [ "$n" -gt 0 ]; do stranger "$port" "$@"; k=$((k + 1)); n=$((n - 1)); done
         strangers_done
     done
 }
-wave 40 1 "$SP" 16777216 65536      # announce 16 MiB: dropped at once
-wave 40 1 "$SP" 120000 120000       # whole frames of garbage
-wave 40 3 "$SP" 128000 4096         # stall inside the limit: closed after 1 s
+wave 40 1 "$SP_REQ0" 16777216 65536      # announce 16 MiB: dropped at once
+wave 40 1 "$SP_REQ0" 120000 120000       # whole frames of garbage
+wave 40 3 "$SP_REQ0" 128000 4096         # stall inside the limit: closed after 1 s
 wave 10 1 'GET / HTTP/1.1\r\n\r\n' 0 0 # not SP at all
 peak=$(rss)
-n=0; while [ $n -lt 30 ]; do stranger 3 "$SP" 0 0; n=$((n + 1)); done # over the cap
+n=0; while [ $n -lt 30 ]; do stranger "$port" 3 "$SP_REQ0" 0 0; n=$((n + 1)); done # over the cap
 sleep 1
 during=$(rss)
 strangers_done
