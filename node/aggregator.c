@@ -1085,6 +1085,7 @@ static fed_err close_round(fed_node *n)
     memset(&info, 0, sizeof info);
     info.round = n->round + 1;
     info.sampled = (uint32_t)a->nparts;
+    info.lr = n->cfg.lr;
     info.start_ms = fed_node_wall_ms(n) - (n->env.now_ms(n->env.self) - a->round_start_ms);
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_DEADLINE);
     if ((e = gather_inputs(n, &count)) != FED_OK || (e = keep_committed(n)) != FED_OK)

@@ -367,6 +367,7 @@ fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
     info.round = c->round;
     info.samples = j->samples;
     info.loss = j->loss;
+    info.lr = j->set.lr;
     info.accuracy = NAN;
     info.end_ms = fed_node_wall_ms(n);
     info.start_ms = c->train_start_ms;

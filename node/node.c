@@ -20,7 +20,7 @@ void fed_node_config_default(fed_node_config *cfg)
     cfg->local_epochs = 1;
     cfg->batch = 64;
     cfg->optimizer = FED_OPTIM_SGD;
-    cfg->lr = 0.05f;
+    cfg->lr = 0; /* the optimizer's own (fed_optim_default_lr) */
     cfg->momentum = 0.9f;
     snprintf(cfg->codec, sizeof cfg->codec, "f32");
     snprintf(cfg->strategy, sizeof cfg->strategy, "fedavg");
@@ -57,15 +57,20 @@ static fed_err check_config(const fed_node_config *c)
     return FED_OK;
 }
 
-fed_err fed_node_new(const fed_node_config *cfg, const fed_env *env, fed_node **out)
+fed_err fed_node_new(const fed_node_config *given, const fed_env *env, fed_node **out)
 {
+    fed_node_config resolved;
+    const fed_node_config *cfg = &resolved;
     fed_node *n;
     fed_wire_cfg wc;
     fed_err e;
 
     *out = NULL;
-    if (!cfg || !env)
+    if (!given || !env)
         return FED_ERR_INVAL;
+    resolved = *given;
+    /* lr 0: the optimizer's own, the same rate fednode train would use */
+    resolved.lr = fed_optim_resolve_lr((fed_optim_kind)given->optimizer, given->lr);
     if ((e = check_config(cfg)) != FED_OK) {
         fed_log(FED_LOG_ERROR, "node: unusable configuration: %s", fed_strerror(e));
         return e;

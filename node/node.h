@@ -99,6 +99,9 @@ typedef struct fed_node_round_info {
     double loss;        /* client: mean training loss; aggregator: test loss or NaN */
     double accuracy;    /* aggregator: test accuracy, NaN without test data */
     uint64_t start_ms, end_ms; /* env->now_ms at start and commit */
+    float lr;           /* the learning rate of the round's training: the one
+                           its MODEL asked for (aggregator), trained at (client,
+                           peer); 0 for a round that only mixed */
     uint8_t model_hash[32];    /* fed_crypto_model_hash of the params as checkpointed (aggregator) */
 } fed_node_round_info;
 
@@ -127,7 +130,8 @@ typedef struct fed_node_config {
     uint32_t local_epochs;        /* default 1 */
     uint32_t batch;               /* default 64 */
     uint8_t optimizer;            /* fed_optim_kind, default SGD (momentum 0.9) */
-    float lr;                     /* default 0.05 */
+    float lr;                     /* 0 (default): the optimizer's own,
+                                     fed_optim_default_lr */
     float momentum;               /* SGD's, in [0, 1); default 0.9 */
     char codec[32];               /* the clients' delta codec, default "f32" */
     char strategy[FED_MERGE_SPEC_MAX]; /* default "fedavg" */

@@ -542,6 +542,7 @@ static fed_err finish_round(fed_node *n)
         }
     info.merged = (uint32_t)fed_gossip_ps_apply(p->ps);
     info.samples = p->samples;
+    info.lr = p->samples ? n->cfg.lr : 0;
     if (p->model)
         fed_gossip_ps_estimate(p->ps, p->model);
     evaluate(n, &info);

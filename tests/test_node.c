@@ -56,6 +56,8 @@ typedef struct scen_opts {
     uint32_t async_k;    /* FedBuff's K; 0: synchronous rounds */
     size_t max_frame;    /* the protocol's largest frame; 0: the default */
     double loss;         /* of every link */
+    int adam;            /* the aggregator's optimizer: Adam (else SGD) */
+    float lr;            /* the aggregator's lr; 0: the default (the optimizer's own) */
 } scen_opts;
 
 /* What the observers saw. */
@@ -83,6 +85,7 @@ typedef struct scen {
     delta_rec deltas[MAXR + 1][MAXC + 1];
     int ndeltas[MAXR + 1];
     uint64_t first_round_after_restart;
+    float client_lr[MAXR + 1];     /* the rate a client reported training round r at */
     int crash_agg_after;           /* crash the aggregator once it committed this round */
     int agg_crashed;
 } scen;
@@ -130,7 +133,11 @@ static void on_round(void *ctx, const fed_node *n, const fed_node_round_info *r)
 {
     scen *s = ctx;
 
-    if (fed_node_get_role(n) != FED_NODE_AGGREGATOR || r->round > MAXR)
+    if (r->round > MAXR)
+        return;
+    if (fed_node_get_role(n) == FED_NODE_CLIENT)
+        s->client_lr[r->round] = r->lr;
+    if (fed_node_get_role(n) != FED_NODE_AGGREGATOR)
         return;
     s->info[r->round] = *r;
     s->commits[r->round]++;
@@ -238,6 +245,10 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
     ac.wait_clients = o->wait_clients ? o->wait_clients : (uint32_t)o->clients;
     ac.deadline_ms = o->deadline_ms;
     ac.async_k = o->async_k;
+    if (o->adam)
+        ac.optimizer = FED_OPTIM_ADAM;
+    if (o->lr > 0)
+        ac.lr = o->lr;
     ac.wire.max_frame = o->max_frame;
     ac.wire.max_rx_streams = (uint32_t)total;
     ac.test = o->evaluate ? fx->test : NULL;
@@ -260,6 +271,7 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
         cc.allow = s->allow;
         cc.wire.max_frame = o->max_frame;
         cc.observer = s;
+        cc.on_round = on_round;
         assert_int_equal(fed_sim_host_attach(s->cl[i], s->w, &cc, NULL), FED_OK);
     }
 }
@@ -1078,6 +1090,35 @@ static void test_train_job_reuse(void **state)
     free(first);
 }
 
+/* An aggregator whose lr is left at its default (0, as fednode run and
+ * fedsim leave it without --lr) sends its optimizer's own rate in the
+ * round's settings: with Adam every client trains at 0.002, not SGD's 0.05;
+ * with SGD at 0.05; a rate that was set wins. */
+static void test_default_lr(void **state)
+{
+    const fixture *fx = *state;
+    static const struct {
+        int adam;
+        float lr, want;
+    } cases[] = {{1, 0, 0.002f}, {0, 0, 0.05f}, {1, 0.01f, 0.01f}};
+
+    if (!have_data(fx))
+        return;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        scen_opts o = {.clients = 2, .spec = "logreg", .per_client = 60, .rounds = 1,
+                       .min_clients = 2, .deadline_ms = 60000, .seed = 5,
+                       .adam = cases[i].adam, .lr = cases[i].lr};
+        scen s;
+
+        scen_build(&s, fx, &o);
+        scen_run(&s, 600000);
+        assert_int_equal(s.commits[1], 1);
+        assert_true(s.info[1].lr == cases[i].want);    /* what the MODEL asked for */
+        assert_true(s.client_lr[1] == cases[i].want);  /* what a client trained at */
+        scen_free(&s);
+    }
+}
+
 static void test_determinism(void **state)
 {
     const fixture *fx = *state;
@@ -1105,6 +1146,7 @@ int main(void)
         cmocka_unit_test(test_full_disk_accuracy_at_stop),
         cmocka_unit_test(test_first_round_after_gather),
         cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_default_lr),
         cmocka_unit_test(test_train_job_reuse),
         cmocka_unit_test(test_async_fedbuff),
         cmocka_unit_test(test_streamed_transfers),
