@@ -66,7 +66,7 @@ void fed_node_client_free(fed_node *n)
 
 static void arm_retry(fed_node *n, uint64_t after_ms)
 {
-    (void)n->env.set_timer(n->env.self, n->env.now_ms(n->env.self) + after_ms, NODE_TIMER_RETRY);
+    fed_node_arm_in(n, after_ms, NODE_TIMER_RETRY); /* a failure stops the node */
 }
 
 /* HELLO (to whatever epoch the aggregator is in now) or NEXT. */

@@ -240,6 +240,14 @@ const uint8_t *fed_node_key(const fed_node *n);
 uint64_t fed_node_round(const fed_node *n);
 /* Aggregator: all rounds done. Client: told training is over. */
 int fed_node_finished(const fed_node *n);
+/* Timers a node holds armed at once, at most (its ids are 1..this): an
+ * environment's timer table this large never fills. */
+#define FED_NODE_MAX_TIMERS 4
+/* FED_OK, or why the node can no longer work and must be stopped: the
+ * environment refused to arm one of its timers (set_timer failed; the node
+ * logged which), without which a round would stall. The daemon stops with
+ * this error. */
+fed_err fed_node_failed(const fed_node *n);
 /* The largest request a listening node's own protocol brings it (a vector
  * of its model in the widest codec, f64, with room for the typed block and
  * the envelope), capped by the protocol's max_frame; max_frame itself when

@@ -505,17 +505,37 @@ static int failed_to_start(const fed_sim_host *h)
 /* A node that could not start (a strategy, codec or topology its config
  * names but the node refuses; logged at the refusal) would leave the run
  * waiting until max_virtual_s: the run stops at once instead. */
+/* A node that failed (fed_node_failed: a timer it could not arm) stops
+ * the run, as it stops the daemon. */
+static fed_err node_failed(const fed_sim_host *h)
+{
+    const fed_node *n = fed_sim_host_node(h);
+
+    return n ? fed_node_failed(n) : FED_OK;
+}
+
 static fed_err check_started(const sim_run *r)
 {
+    fed_err e;
+
     if (!r->peer_mode && failed_to_start(r->agg)) {
         fed_log(FED_LOG_ERROR, "sim: the aggregator could not start (the reason is logged above)");
         return FED_ERR_BAD_VALUE;
     }
-    for (int i = 0; i < r->sc->nodes; i++)
+    if (!r->peer_mode && (e = node_failed(r->agg)) != FED_OK) {
+        fed_log(FED_LOG_ERROR, "sim: the aggregator failed (%s): stopping", fed_strerror(e));
+        return e;
+    }
+    for (int i = 0; i < r->sc->nodes; i++) {
         if (failed_to_start(r->h[i])) {
             fed_log(FED_LOG_ERROR, "sim: node %d could not start (the reason is logged above)", i);
             return FED_ERR_BAD_VALUE;
         }
+        if ((e = node_failed(r->h[i])) != FED_OK) {
+            fed_log(FED_LOG_ERROR, "sim: node %d failed (%s): stopping", i, fed_strerror(e));
+            return e;
+        }
+    }
     return FED_OK;
 }
 
