@@ -127,7 +127,7 @@ static const fed_opt run_opts[] = {
     R(peers, "peers", FED_OPT_STR, "", 0, 0,
       "peer: file of NAME URL lines, where the other members listen"),
     R(topology, "topology", FED_OPT_STR, "ring", 0, 0,
-      "peer: full, ring, random:K, tree, smallworld:K,P"),
+      "peer: full, ring, random:K, tree, smallworld:K,P or static (see --neighbours)"),
     R(sync, "sync", FED_OPT_STR, "bsp", 0, 0,
       "peer: bsp (wait for the round's shares or --deadline-ms), ssp:S, asp:T or bap"),
     R(mixing, "mixing", FED_OPT_STR, "pushsum", 0, 0,
