@@ -72,7 +72,19 @@ check-tools:
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo "  CC    $<"
-	$(Q)$(CC) $(CFLAGS) -c $< -o $@
+	$(Q)$(CC) $(CFLAGS) $(OBJ_CFLAGS) -c $< -o $@
+
+# The plugin's folder, PREFIX/lib/fednode, is compiled into the programs
+# (model/backend.c), so `make install PREFIX=/opt/x` installs it where the
+# installed fednode looks. $(BUILD)/prefix holds the PREFIX backend.o was
+# built for: a different one rebuilds it.
+PREFIX_STAMP := $(BUILD)/prefix
+ifeq ($(filter clean,$(MAKECMDGOALS)),)
+$(shell mkdir -p $(BUILD) && { [ "$$(cat $(PREFIX_STAMP) 2>/dev/null)" = '$(PREFIX)' ] || \
+  printf '%s\n' '$(PREFIX)' >$(PREFIX_STAMP); })
+endif
+$(BUILD)/model/backend.o: $(PREFIX_STAMP)
+$(BUILD)/model/backend.o: OBJ_CFLAGS = -DFED_PREFIX='"$(PREFIX)"'
 
 $(LIB): $(LIB_OBJS)
 	@mkdir -p $(dir $@)

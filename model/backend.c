@@ -1,6 +1,8 @@
 /* backend.c - choosing a backend: "auto", "cpu", "cuda" or "cuda:N".
  * Finds the CUDA plugin libfedcuda.so with dlopen (next to the executable,
- * then in $FEDNODE_PLUGIN_DIR, then in PREFIX/lib/fednode) and falls back to
+ * then in $FEDNODE_PLUGIN_DIR, then in ../lib/fednode from the executable's
+ * folder, then in PREFIX/lib/fednode, PREFIX the one `make install` was
+ * given: the Makefile defines FED_PREFIX) and falls back to
  * the CPU under "auto". The plugin stays loaded for the process's life (a
  * backend may still point into it); this file never computes anything. */
 #include <dlfcn.h>
@@ -68,12 +70,15 @@ static void *try_dlopen(const char *dir, char *tried, size_t tried_len)
 }
 
 /* The plugin from the first of: the executable's folder (and its build/
- * folder, for a source tree), $FEDNODE_PLUGIN_DIR, PREFIX/lib/fednode. */
+ * folder, for a source tree), $FEDNODE_PLUGIN_DIR, ../lib/fednode from the
+ * executable's folder (an installed tree, wherever it was moved or staged),
+ * PREFIX/lib/fednode. */
 static void *find_plugin(char *tried, size_t tried_len)
 {
-    char exe[PATH_MAX];
+    char exe[PATH_MAX], dir[PATH_MAX];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     const char *env = getenv("FEDNODE_PLUGIN_DIR");
+    int have_exe = 0;
     void *h = NULL;
 
     tried[0] = '\0';
@@ -83,16 +88,17 @@ static void *find_plugin(char *tried, size_t tried_len)
         exe[len] = '\0';
         slash = strrchr(exe, '/');
         if (slash) {
-            char build[PATH_MAX];
-
             *slash = '\0';
+            have_exe = 1;
             h = try_dlopen(exe, tried, tried_len);
-            if (!h && snprintf(build, sizeof build, "%s/build", exe) < (int)sizeof build)
-                h = try_dlopen(build, tried, tried_len);
+            if (!h && snprintf(dir, sizeof dir, "%s/build", exe) < (int)sizeof dir)
+                h = try_dlopen(dir, tried, tried_len);
         }
     }
     if (!h && env && *env)
         h = try_dlopen(env, tried, tried_len);
+    if (!h && have_exe && snprintf(dir, sizeof dir, "%s/../lib/fednode", exe) < (int)sizeof dir)
+        h = try_dlopen(dir, tried, tried_len);
     if (!h)
         h = try_dlopen(FED_PREFIX "/lib/fednode", tried, tried_len);
     return h;

@@ -27,11 +27,21 @@ struct fed_optim {
     int pieces;
 };
 
+float fed_optim_default_lr(fed_optim_kind kind)
+{
+    return (float)(kind == FED_OPTIM_ADAM ? FED_OPTIM_ADAM_LR : FED_OPTIM_SGD_LR);
+}
+
+float fed_optim_resolve_lr(fed_optim_kind kind, double lr)
+{
+    return lr == 0 ? fed_optim_default_lr(kind) : (float)lr;
+}
+
 void fed_optim_cfg_default(fed_optim_cfg *cfg, fed_optim_kind kind)
 {
     memset(cfg, 0, sizeof *cfg);
     cfg->kind = kind;
-    cfg->lr = kind == FED_OPTIM_ADAM ? 1e-3f : 0.05f;
+    cfg->lr = fed_optim_default_lr(kind);
     cfg->momentum = kind == FED_OPTIM_ADAM ? 0.0f : 0.9f;
     cfg->beta1 = 0.9f;
     cfg->beta2 = 0.999f;

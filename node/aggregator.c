@@ -318,8 +318,7 @@ fed_err fed_node_agg_start(fed_node *n)
     if (is_async(n))
         return async_open_round(n);
     if (n->round > 0) /* resumed after a round: as close_round would go on */
-        (void)n->env.set_timer(n->env.self, n->env.now_ms(n->env.self) + n->cfg.gather_ms,
-                               NODE_TIMER_ROUND);
+        return fed_node_arm_in(n, n->cfg.gather_ms, NODE_TIMER_ROUND);
     return FED_OK;
 }
 
@@ -336,7 +335,7 @@ static void arm_poll(fed_node *n)
     if (first == UINT64_MAX)
         (void)n->env.cancel_timer(n->env.self, NODE_TIMER_POLL);
     else
-        (void)n->env.set_timer(n->env.self, first + n->cfg.poll_ms, NODE_TIMER_POLL);
+        fed_node_arm(n, first + n->cfg.poll_ms, NODE_TIMER_POLL); /* a failure stops the node */
 }
 
 static void hold_remove(node_agg *a, size_t i)
@@ -521,8 +520,9 @@ static fed_err start_round(fed_node *n)
     a->bytes_in0 = fed_wire_get_counters(n->wire)->bytes_in;
     a->bytes_out0 = fed_wire_get_counters(n->wire)->bytes_out;
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_ROUND);
-    (void)n->env.set_timer(n->env.self, a->round_start_ms + n->cfg.deadline_ms,
-                           NODE_TIMER_DEADLINE);
+    if ((e = fed_node_arm(n, a->round_start_ms + n->cfg.deadline_ms, NODE_TIMER_DEADLINE)) !=
+        FED_OK)
+        return e; /* the node stops: a round without its deadline could wait forever */
     fed_log(FED_LOG_INFO, "aggregator: round %llu starts with %zu of %zu waiting clients",
             (unsigned long long)(n->round + 1), k, a->nholds);
     (void)send_models(n, a->holds, k, &b); /* a failed send: the client goes missing */
@@ -544,8 +544,7 @@ static void arm_first_gather(fed_node *n)
     if (a->first_armed || n->round > 0 || a->state != AGG_IDLE)
         return;
     a->first_armed = 1;
-    (void)n->env.set_timer(n->env.self, n->env.now_ms(n->env.self) + n->cfg.gather_ms,
-                           NODE_TIMER_ROUND);
+    fed_node_arm_in(n, n->cfg.gather_ms, NODE_TIMER_ROUND); /* a failure stops the node */
 }
 
 /* Start a round when enough clients wait: wait_clients at once, or
@@ -1085,6 +1084,7 @@ static fed_err close_round(fed_node *n)
     memset(&info, 0, sizeof info);
     info.round = n->round + 1;
     info.sampled = (uint32_t)a->nparts;
+    info.lr = n->cfg.lr;
     info.start_ms = fed_node_wall_ms(n) - (n->env.now_ms(n->env.self) - a->round_start_ms);
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_DEADLINE);
     if ((e = gather_inputs(n, &count)) != FED_OK || (e = keep_committed(n)) != FED_OK)
@@ -1123,9 +1123,8 @@ static fed_err close_round(fed_node *n)
         e = async_open_round(n);
     } else {
         fed_node_rx_drop_before(n, n->round + 1);
-        (void)n->env.set_timer(n->env.self, n->env.now_ms(n->env.self) + n->cfg.gather_ms,
-                               NODE_TIMER_ROUND);
-        e = maybe_start(n);
+        if ((e = fed_node_arm_in(n, n->cfg.gather_ms, NODE_TIMER_ROUND)) == FED_OK)
+            e = maybe_start(n);
     }
     report_round(n, &info);
     return e;
@@ -1147,7 +1146,7 @@ fail:
     fed_log(FED_LOG_ERROR, "aggregator: round %llu failed (%s); trying again in %llu ms",
             (unsigned long long)(n->round + 1), fed_strerror(e), (unsigned long long)wait_ms);
     a->state = AGG_IDLE;
-    (void)n->env.set_timer(n->env.self, a->retry_at_ms, NODE_TIMER_ROUND);
+    fed_node_arm(n, a->retry_at_ms, NODE_TIMER_ROUND); /* a failure stops the node */
     return e;
 }
 
@@ -1304,9 +1303,8 @@ static fed_err on_delta_async(fed_node *n, node_open *op)
     p = &a->parts[a->nparts++];
     memcpy(p->key, m->hdr.sender, 32);
     e = take_delta(n, op, p);
-    if (a->nparts == 1)
-        (void)n->env.set_timer(n->env.self, n->env.now_ms(n->env.self) + n->cfg.deadline_ms,
-                               NODE_TIMER_DEADLINE);
+    if (a->nparts == 1 && fed_node_arm_in(n, n->cfg.deadline_ms, NODE_TIMER_DEADLINE) != FED_OK)
+        return n->failed;
     if (a->nparts >= n->cfg.async_k)
         return close_round(n);
     return e;
@@ -1361,11 +1359,8 @@ fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
             return FED_OK;
         if (parts_got(a) >= n->cfg.min_clients)
             return close_round(n);
-        if (is_async(n)) { /* too few buffered yet: keep filling */
-            (void)n->env.set_timer(n->env.self, n->env.now_ms(n->env.self) + n->cfg.deadline_ms,
-                                   NODE_TIMER_DEADLINE);
-            return FED_OK;
-        }
+        if (is_async(n)) /* too few buffered yet: keep filling */
+            return fed_node_arm_in(n, n->cfg.deadline_ms, NODE_TIMER_DEADLINE);
         fed_log(FED_LOG_WARN, "aggregator: round %llu deadline with %zu of %u deltas needed;"
                 " starting it again", (unsigned long long)(n->round + 1), parts_got(a),
                 n->cfg.min_clients);

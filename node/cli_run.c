@@ -113,7 +113,8 @@ static const fed_opt run_opts[] = {
     R(local_epochs, "local-epochs", FED_OPT_INT, "1", 1, 1000,
       "aggregator, peer: epochs each client trains per round"),
     R(batch, "batch", FED_OPT_INT, "64", 1, 4096, "aggregator, peer: clients' batch size"),
-    R(lr, "lr", FED_OPT_DOUBLE, "0.05", 1e-9, 100, "aggregator, peer: clients' learning rate"),
+    R(lr, "lr", FED_OPT_DOUBLE, "0", 0, 100,
+      "aggregator, peer: clients' learning rate (" FED_OPTIM_LR_HELP ")"),
     R(optimizer, "optimizer", FED_OPT_STR, "sgd", 0, 0,
       "aggregator, peer: clients' optimizer, sgd or adam"),
     R(momentum, "momentum", FED_OPT_DOUBLE, "0.9", 0, 0.999,
@@ -126,7 +127,7 @@ static const fed_opt run_opts[] = {
     R(peers, "peers", FED_OPT_STR, "", 0, 0,
       "peer: file of NAME URL lines, where the other members listen"),
     R(topology, "topology", FED_OPT_STR, "ring", 0, 0,
-      "peer: full, ring, random:K, tree, smallworld:K,P"),
+      "peer: full, ring, random:K, tree, smallworld:K,P or static (see --neighbours)"),
     R(sync, "sync", FED_OPT_STR, "bsp", 0, 0,
       "peer: bsp (wait for the round's shares or --deadline-ms), ssp:S, asp:T or bap"),
     R(mixing, "mixing", FED_OPT_STR, "pushsum", 0, 0,
@@ -398,7 +399,7 @@ static int fill_training(const run_cfg *c, run_state *s, fed_node_config *nc)
     }
     nc->local_epochs = (uint32_t)c->local_epochs;
     nc->batch = (uint32_t)c->batch;
-    nc->lr = (float)c->lr;
+    nc->lr = (float)c->lr; /* 0: the node takes the optimizer's own */
     nc->momentum = (float)c->momentum;
     nc->rounds = (uint32_t)c->rounds;
     nc->deadline_ms = (uint64_t)c->deadline_ms;

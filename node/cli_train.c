@@ -28,10 +28,6 @@
 #include "node/train_record.h"
 
 #define MAX_THREADS FED_CLI_MAX_THREADS
-/* The command line's learning rates when --lr is not given (measured on
- * Fashion-MNIST, mlp:256,128, batch 64, cosine, 10 epochs: see README). */
-#define CLI_ADAM_LR "0.002"
-#define CLI_SGD_LR "0.05"
 
 /* ------------------------------------------------------------ options -- */
 
@@ -68,7 +64,7 @@ static const fed_opt train_opts[] = {
     T(epochs, "epochs", FED_OPT_INT, "10", 1, 100000, "passes over the (shard of the) data"),
     T(batch, "batch", FED_OPT_INT, "64", 1, 65536, "samples per step"),
     T(lr, "lr", FED_OPT_DOUBLE, "0", 0, 100,
-      "learning rate; 0 = the optimizer's own (adam " CLI_ADAM_LR ", sgd " CLI_SGD_LR ")"),
+      "learning rate (" FED_OPTIM_LR_HELP ")"),
     T(optimizer, "optimizer", FED_OPT_STR, "adam", 0, 0, "adam or sgd"),
     T(momentum, "momentum", FED_OPT_DOUBLE, "0.9", 0, 0.999, "SGD momentum"),
     T(weight_decay, "weight-decay", FED_OPT_DOUBLE, "0", 0, 1,
@@ -247,7 +243,7 @@ static int check_train_cfg(const train_cfg *c, fed_optim_cfg *oc, int *shard, in
         return 2;
     }
     fed_optim_cfg_default(oc, kind);
-    oc->lr = (float)(c->lr > 0 ? c->lr : atof(kind == FED_OPTIM_ADAM ? CLI_ADAM_LR : CLI_SGD_LR));
+    oc->lr = fed_optim_resolve_lr(kind, c->lr);
     if (kind == FED_OPTIM_SGD)
         oc->momentum = (float)c->momentum;
     oc->weight_decay = (float)c->weight_decay;

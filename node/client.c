@@ -66,7 +66,7 @@ void fed_node_client_free(fed_node *n)
 
 static void arm_retry(fed_node *n, uint64_t after_ms)
 {
-    (void)n->env.set_timer(n->env.self, n->env.now_ms(n->env.self) + after_ms, NODE_TIMER_RETRY);
+    fed_node_arm_in(n, after_ms, NODE_TIMER_RETRY); /* a failure stops the node */
 }
 
 /* HELLO (to whatever epoch the aggregator is in now) or NEXT. */
@@ -367,6 +367,7 @@ fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
     info.round = c->round;
     info.samples = j->samples;
     info.loss = j->loss;
+    info.lr = j->set.lr;
     info.accuracy = NAN;
     info.end_ms = fed_node_wall_ms(n);
     info.start_ms = c->train_start_ms;

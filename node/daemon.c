@@ -25,7 +25,9 @@
 #include "gossip/transport.h"
 #include "node/daemon.h"
 
-#define DAEMON_MAX_TIMERS 16
+/* One slot per timer id the node has: set_timer never finds it full (the
+ * node stops with an error if it ever did, rather than lose a timer). */
+#define DAEMON_MAX_TIMERS FED_NODE_MAX_TIMERS
 #define DAEMON_MAX_WAIT_MS 1000
 
 /* The signal self-pipe: written by the handler, read by the loop. */
@@ -382,6 +384,7 @@ static void note_conn_drops(fed_node_daemon *d)
 static fed_err loop(fed_node_daemon *d)
 {
     uint64_t finished_at = 0;
+    fed_err e;
     struct pollfd pf[3] = {
         {.fd = fed_gossip_tx_wake_fd(d->tx), .events = POLLIN},
         {.fd = d->job_fd[0], .events = POLLIN},
@@ -389,8 +392,14 @@ static fed_err loop(fed_node_daemon *d)
     };
 
     for (;;) {
-        int rc = poll(pf, sig_pipe[0] >= 0 ? 3 : 2, next_wait_ms(d));
+        int rc;
 
+        if ((e = fed_node_failed(d->node)) != FED_OK) { /* before waiting on it */
+            fed_log(FED_LOG_ERROR, "daemon: the node cannot go on (%s): stopping",
+                    fed_strerror(e));
+            return e;
+        }
+        rc = poll(pf, sig_pipe[0] >= 0 ? 3 : 2, next_wait_ms(d));
         if (rc < 0 && errno != EINTR)
             return FED_ERR_IO;
         if (sig_pipe[0] >= 0 && drain_signals(d)) {

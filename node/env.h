@@ -41,7 +41,9 @@ struct fed_job {
 };
 
 /* Every int below is a fed_err (FED_OK == 0); the node may ignore failures of
- * cancel_timer (FED_ERR_NOTFOUND: not armed or already fired). */
+ * cancel_timer (FED_ERR_NOTFOUND: not armed or already fired). A failed
+ * set_timer stops the node (fed_node_failed): an environment keeps room for
+ * FED_NODE_MAX_TIMERS armed at once. */
 typedef struct fed_env {
     uint64_t (*now_ms)(void *self);                 /* monotonic, for timers */
     uint64_t (*wall_s)(void *self);                 /* wall clock, for epochs */

@@ -9,7 +9,7 @@
 
 static const fed_cli_cmd commands[] = {
     /* one line per subcommand, in the order --help lists them */
-    {"run", fed_cli_run, "run a node (--role aggregator|client) until training is over"},
+    {"run", fed_cli_run, "run a node (--role aggregator|client|peer) until training is over"},
     {"aggregate", fed_cli_aggregate, "run an aggregator (run --role aggregator)"},
     {"train", fed_cli_train, "train a model locally on a dataset"},
     {"eval", fed_cli_eval, "evaluate a saved model on a dataset"},

@@ -20,7 +20,7 @@ void fed_node_config_default(fed_node_config *cfg)
     cfg->local_epochs = 1;
     cfg->batch = 64;
     cfg->optimizer = FED_OPTIM_SGD;
-    cfg->lr = 0.05f;
+    cfg->lr = 0; /* the optimizer's own (fed_optim_default_lr) */
     cfg->momentum = 0.9f;
     snprintf(cfg->codec, sizeof cfg->codec, "f32");
     snprintf(cfg->strategy, sizeof cfg->strategy, "fedavg");
@@ -57,15 +57,20 @@ static fed_err check_config(const fed_node_config *c)
     return FED_OK;
 }
 
-fed_err fed_node_new(const fed_node_config *cfg, const fed_env *env, fed_node **out)
+fed_err fed_node_new(const fed_node_config *given, const fed_env *env, fed_node **out)
 {
+    fed_node_config resolved;
+    const fed_node_config *cfg = &resolved;
     fed_node *n;
     fed_wire_cfg wc;
     fed_err e;
 
     *out = NULL;
-    if (!cfg || !env)
+    if (!given || !env)
         return FED_ERR_INVAL;
+    resolved = *given;
+    /* lr 0: the optimizer's own, the same rate fednode train would use */
+    resolved.lr = fed_optim_resolve_lr((fed_optim_kind)given->optimizer, given->lr);
     if ((e = check_config(cfg)) != FED_OK) {
         fed_log(FED_LOG_ERROR, "node: unusable configuration: %s", fed_strerror(e));
         return e;
@@ -148,6 +153,43 @@ fed_node_role fed_node_get_role(const fed_node *n) { return n->cfg.role; }
 const uint8_t *fed_node_key(const fed_node *n) { return n->key; }
 uint64_t fed_node_round(const fed_node *n) { return n->round; }
 int fed_node_finished(const fed_node *n) { return n->finished; }
+fed_err fed_node_failed(const fed_node *n) { return n->failed; }
+
+const char *fed_node_timer_name(uint32_t id)
+{
+    switch (id) {
+    case NODE_TIMER_ROUND:
+        return "round";
+    case NODE_TIMER_DEADLINE:
+        return "deadline";
+    case NODE_TIMER_POLL:
+        return "poll";
+    case NODE_TIMER_RETRY:
+        return "retry";
+    default:
+        return "unknown";
+    }
+}
+
+fed_err fed_node_arm(fed_node *n, uint64_t at_ms, uint32_t id)
+{
+    fed_err e = (fed_err)n->env.set_timer(n->env.self, at_ms, id);
+
+    if (e == FED_OK)
+        return FED_OK;
+    fed_log(FED_LOG_ERROR,
+            "node: the %s timer (id %u) could not be armed: %s; without it round %llu would "
+            "stall, so the node stops",
+            fed_node_timer_name(id), id, fed_strerror(e), (unsigned long long)(n->round + 1));
+    if (n->failed == FED_OK)
+        n->failed = e;
+    return e;
+}
+
+fed_err fed_node_arm_in(fed_node *n, uint64_t after_ms, uint32_t id)
+{
+    return fed_node_arm(n, n->env.now_ms(n->env.self) + after_ms, id);
+}
 #define FED_NODE_RECV_SLACK ((size_t)64 << 10) /* typed block, PEERS frames */
 
 size_t fed_node_recv_limit(const fed_node_config *cfg)

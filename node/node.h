@@ -99,6 +99,9 @@ typedef struct fed_node_round_info {
     double loss;        /* client: mean training loss; aggregator: test loss or NaN */
     double accuracy;    /* aggregator: test accuracy, NaN without test data */
     uint64_t start_ms, end_ms; /* env->now_ms at start and commit */
+    float lr;           /* the learning rate of the round's training: the one
+                           its MODEL asked for (aggregator), trained at (client,
+                           peer); 0 for a round that only mixed */
     uint8_t model_hash[32];    /* fed_crypto_model_hash of the params as checkpointed (aggregator) */
 } fed_node_round_info;
 
@@ -127,7 +130,8 @@ typedef struct fed_node_config {
     uint32_t local_epochs;        /* default 1 */
     uint32_t batch;               /* default 64 */
     uint8_t optimizer;            /* fed_optim_kind, default SGD (momentum 0.9) */
-    float lr;                     /* default 0.05 */
+    float lr;                     /* 0 (default): the optimizer's own,
+                                     fed_optim_default_lr */
     float momentum;               /* SGD's, in [0, 1); default 0.9 */
     char codec[32];               /* the clients' delta codec, default "f32" */
     char strategy[FED_MERGE_SPEC_MAX]; /* default "fedavg" */
@@ -236,6 +240,14 @@ const uint8_t *fed_node_key(const fed_node *n);
 uint64_t fed_node_round(const fed_node *n);
 /* Aggregator: all rounds done. Client: told training is over. */
 int fed_node_finished(const fed_node *n);
+/* Timers a node holds armed at once, at most (its ids are 1..this): an
+ * environment's timer table this large never fills. */
+#define FED_NODE_MAX_TIMERS 4
+/* FED_OK, or why the node can no longer work and must be stopped: the
+ * environment refused to arm one of its timers (set_timer failed; the node
+ * logged which), without which a round would stall. The daemon stops with
+ * this error. */
+fed_err fed_node_failed(const fed_node *n);
 /* The largest request a listening node's own protocol brings it (a vector
  * of its model in the widest codec, f64, with room for the typed block and
  * the envelope), capped by the protocol's max_frame; max_frame itself when

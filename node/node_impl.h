@@ -18,7 +18,12 @@ enum {
     NODE_TIMER_DEADLINE = 2, /* aggregator: close the round */
     NODE_TIMER_POLL = 3,     /* aggregator: answer holds older than poll_ms */
     NODE_TIMER_RETRY = 4,    /* client: no answer in time */
+    NODE_TIMER_COUNT         /* one past the last id: an environment's timer
+                                table of this many never fills */
 };
+
+_Static_assert(NODE_TIMER_COUNT - 1 == FED_NODE_MAX_TIMERS,
+               "FED_NODE_MAX_TIMERS is the number of timer ids");
 
 /* Frames at most this large are opened inline; larger ones as a job. */
 #define NODE_INLINE_OPEN_BYTES (64u << 10)
@@ -79,12 +84,23 @@ struct fed_node {
     uint64_t round;   /* last round finished */
     int finished;
     int started;
+    fed_err failed;   /* why it stopped working (fed_node_failed); FED_OK */
     node_agg *agg;
     node_client *client;
     node_mesh *mesh;
 };
 
 /* ---- node.c: the machinery both roles use ---- */
+/* Arms timer id for at_ms (fed_env's set_timer): the one way the node arms
+ * a timer. A timer that cannot be armed would stall the round without a
+ * word, so a failure is handled here: logged as an error naming the timer,
+ * and the node marked failed (fed_node_failed) for whoever runs it to stop
+ * it. Returns the failure too, for callers that pass errors on. */
+fed_err fed_node_arm(fed_node *n, uint64_t at_ms, uint32_t id);
+/* The same, after_ms from now. */
+fed_err fed_node_arm_in(fed_node *n, uint64_t after_ms, uint32_t id);
+/* "round", "deadline", "poll", "retry" (or "unknown"), for messages. */
+const char *fed_node_timer_name(uint32_t id);
 /* Wall-clock ms (env.wall_ms), for the times rows record. */
 uint64_t fed_node_wall_ms(const fed_node *n);
 /* The next sequence number for a frame to key. */

@@ -518,7 +518,7 @@ static void evaluate(fed_node *n, fed_node_round_info *info)
 static void next_round_soon(fed_node *n)
 {
     n->mesh->state = MESH_IDLE;
-    (void)n->env.set_timer(n->env.self, n->env.now_ms(n->env.self), NODE_TIMER_ROUND);
+    fed_node_arm_in(n, 0, NODE_TIMER_ROUND); /* a failure stops the node */
 }
 
 /* The totals that came are added; the round is recorded. */
@@ -542,6 +542,7 @@ static fed_err finish_round(fed_node *n)
         }
     info.merged = (uint32_t)fed_gossip_ps_apply(p->ps);
     info.samples = p->samples;
+    info.lr = p->samples ? n->cfg.lr : 0;
     if (p->model)
         fed_gossip_ps_estimate(p->ps, p->model);
     evaluate(n, &info);
@@ -806,8 +807,8 @@ static fed_err mix(fed_node *n)
     p->state = MESH_WAITING;
     if (may_finish(n))
         return finish_round(n);
-    (void)n->env.set_timer(n->env.self, p->round_start_ms + n->cfg.deadline_ms,
-                           NODE_TIMER_DEADLINE);
+    if (fed_node_arm(n, p->round_start_ms + n->cfg.deadline_ms, NODE_TIMER_DEADLINE) != FED_OK)
+        return n->failed; /* the node stops: bsp would wait forever */
     return e;
 }
 
@@ -915,8 +916,7 @@ fed_err fed_node_peer_on_job(fed_node *n, fed_job *job)
     if (j->err != FED_OK) {
         fed_log(FED_LOG_ERROR, "peer: training round %llu failed: %s",
                 (unsigned long long)(n->round + 1), fed_strerror(j->err));
-        (void)n->env.set_timer(n->env.self, n->env.now_ms(n->env.self) + n->cfg.retry_ms,
-                               NODE_TIMER_ROUND);
+        fed_node_arm_in(n, n->cfg.retry_ms, NODE_TIMER_ROUND); /* a failure stops the node */
         p->state = MESH_IDLE;
         return j->err;
     }

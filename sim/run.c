@@ -37,7 +37,7 @@ const fed_opt fed_sim_scenario_opts[] = {
     S(rounds, "rounds", FED_OPT_INT, "10", 1, 100000, "rounds to run"),
     S(local_epochs, "local-epochs", FED_OPT_INT, "1", 1, 1000, "epochs of local training a round"),
     S(batch, "batch", FED_OPT_INT, "64", 1, 4096, "batch size"),
-    S(lr, "lr", FED_OPT_DOUBLE, "0.05", 1e-9, 100, "learning rate"),
+    S(lr, "lr", FED_OPT_DOUBLE, "0", 0, 100, "learning rate (" FED_OPTIM_LR_HELP ")"),
     S(momentum, "momentum", FED_OPT_DOUBLE, "0.9", 0, 0.999, "SGD momentum (0: plain SGD)"),
     S(optimizer, "optimizer", FED_OPT_STR, "sgd", 0, 0, "sgd or adam"),
     S(strategy, "strategy", FED_OPT_STR, "fedavg", 0, 0,
@@ -88,6 +88,7 @@ typedef struct peer_round {
     int reports, measured;
     double acc_sum, acc_min, acc_max;
     uint32_t mixed;
+    float lr;
     double t_s;
 } peer_round;
 
@@ -104,6 +105,7 @@ typedef struct sim_run {
     fed_rng crash_rng;     /* --crash-rate's draws */
     uint64_t next_row;     /* the next round to report */
     uint64_t last_emitted; /* the last round reported */
+    float client_lr;       /* the rate the last client to report trained at */
     fed_sim_row_fn on_row;
     void *ctx;
 } sim_run;
@@ -144,6 +146,7 @@ static void emit_peer_rounds(sim_run *r, int flush)
         row.spread = p->measured ? p->acc_max - p->acc_min : NAN;
         row.bytes = bytes_sent(r);
         row.merged = p->mixed;
+        row.lr = p->lr;
         emit(r, &row);
         r->next_row++;
     }
@@ -157,14 +160,17 @@ static void on_round(void *ctx, const fed_node *n, const fed_node_round_info *in
     if (!r->peer_mode) {
         fed_sim_row row;
 
-        if (fed_node_get_role(n) != FED_NODE_AGGREGATOR)
+        if (fed_node_get_role(n) != FED_NODE_AGGREGATOR) {
+            r->client_lr = info->lr;
             return;
+        }
         memset(&row, 0, sizeof row);
         row.round = info->round;
         row.t_s = t_s;
         row.accuracy = info->accuracy;
         row.bytes = bytes_sent(r);
         row.merged = info->merged;
+        row.lr = r->client_lr;
         emit(r, &row);
         return;
     }
@@ -175,6 +181,8 @@ static void on_round(void *ctx, const fed_node *n, const fed_node_round_info *in
 
         p->reports++;
         p->mixed += info->merged;
+        if (info->lr > 0)
+            p->lr = info->lr;
         p->t_s = t_s > p->t_s ? t_s : p->t_s;
         if (!isnan(info->accuracy)) {
             if (!p->measured || info->accuracy < p->acc_min)
@@ -311,7 +319,7 @@ static void base_config(const sim_run *r, fed_node_config *c, const fed_dataset 
     if (fed_optim_kind_parse(sc->optimizer, &kind) != FED_OK)
         kind = FED_OPTIM_SGD; /* fed_sim_run refused the name before */
     c->optimizer = (uint8_t)kind;
-    c->lr = (float)sc->lr;
+    c->lr = (float)sc->lr; /* 0: the node takes the optimizer's own */
     c->momentum = (float)sc->momentum;
     c->rounds = (uint32_t)sc->rounds;
     c->deadline_ms = (uint64_t)sc->deadline_ms;
@@ -497,17 +505,37 @@ static int failed_to_start(const fed_sim_host *h)
 /* A node that could not start (a strategy, codec or topology its config
  * names but the node refuses; logged at the refusal) would leave the run
  * waiting until max_virtual_s: the run stops at once instead. */
+/* A node that failed (fed_node_failed: a timer it could not arm) stops
+ * the run, as it stops the daemon. */
+static fed_err node_failed(const fed_sim_host *h)
+{
+    const fed_node *n = fed_sim_host_node(h);
+
+    return n ? fed_node_failed(n) : FED_OK;
+}
+
 static fed_err check_started(const sim_run *r)
 {
+    fed_err e;
+
     if (!r->peer_mode && failed_to_start(r->agg)) {
         fed_log(FED_LOG_ERROR, "sim: the aggregator could not start (the reason is logged above)");
         return FED_ERR_BAD_VALUE;
     }
-    for (int i = 0; i < r->sc->nodes; i++)
+    if (!r->peer_mode && (e = node_failed(r->agg)) != FED_OK) {
+        fed_log(FED_LOG_ERROR, "sim: the aggregator failed (%s): stopping", fed_strerror(e));
+        return e;
+    }
+    for (int i = 0; i < r->sc->nodes; i++) {
         if (failed_to_start(r->h[i])) {
             fed_log(FED_LOG_ERROR, "sim: node %d could not start (the reason is logged above)", i);
             return FED_ERR_BAD_VALUE;
         }
+        if ((e = node_failed(r->h[i])) != FED_OK) {
+            fed_log(FED_LOG_ERROR, "sim: node %d failed (%s): stopping", i, fed_strerror(e));
+            return e;
+        }
+    }
     return FED_OK;
 }
 

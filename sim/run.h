@@ -45,12 +45,11 @@ typedef struct fed_sim_scenario {
     char loss_window[FED_SIM_STR];  /* P@T1-T2 */
     char partition_net[FED_SIM_STR];/* GROUPS@T1-T2 */
     int deadline_ms;
-    int min_clients;                /* aggregator; 0: every sampled client */
+    int min_clients;                /* aggregator: deltas a round needs; 0: one */
     int eval_peers;                 /* peers that evaluate (the first N); 0: all */
     int checkpoint_every;           /* peers checkpoint every Nth round */
     int no_crypto;                  /* frames unsealed, unsigned (largest runs) */
     uint64_t seed;
-    int eval_every;                 /* peers evaluate every Nth round (and the last) */
 } fed_sim_scenario;
 
 extern const fed_opt fed_sim_scenario_opts[];
@@ -64,6 +63,8 @@ typedef struct fed_sim_row {
     double spread;     /* peers: max - min accuracy; aggregator: 0 */
     uint64_t bytes;    /* every node's frame bytes sent so far */
     uint32_t merged;   /* aggregator: deltas merged; peers: shares mixed, summed */
+    float lr;          /* the learning rate clients (peers) trained at: the
+                          last client's report so far; 0: none trained */
 } fed_sim_row;
 
 typedef void (*fed_sim_row_fn)(void *ctx, const fed_sim_row *row);

@@ -136,6 +136,41 @@ static void test_no_crypto_same_model(void **state)
     assert_same_runs(kv, kv_plain, &b);
 }
 
+/* --lr not given: clients and peers train at their optimizer's own rate
+ * (fed_optim_default_lr: Adam 0.002, SGD 0.05), the rate fednode train
+ * uses; a given --lr wins. The rate is the one each client reported
+ * having trained at, from the settings its MODEL carried. */
+static void test_default_lr(void **state)
+{
+    static const struct {
+        const char *mode, *optimizer, *lr;
+        float want;
+    } cases[] = {
+        {"aggregator", "adam", NULL, 0.002f},
+        {"peer", "adam", NULL, 0.002f},
+        {"aggregator", "sgd", NULL, 0.05f},
+        {"aggregator", "adam", "0.01", 0.01f},
+    };
+    fed_sim_scenario sc;
+    rows rs;
+    uint8_t h[32];
+
+    (void)state;
+    if (!train)
+        skip();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *kv[] = {"nodes", "2", "rounds", "1", "mode", cases[i].mode,
+                            "optimizer", cases[i].optimizer,
+                            cases[i].lr ? "lr" : NULL, cases[i].lr, NULL};
+
+        scenario(&sc, kv);
+        (void)last_accuracy(&sc, &rs, h);
+        printf("%s, --optimizer %s, --lr %s: trained at %g\n", cases[i].mode,
+               cases[i].optimizer, cases[i].lr ? cases[i].lr : "(default)", (double)rs.r[0].lr);
+        assert_true(rs.r[0].lr == cases[i].want);
+    }
+}
+
 /* The robustness study of the fedsim issue: 20 clients, IID, logreg, 10
  * rounds of 1 local epoch (plain SGD, lr 0.05); 4 send -10 x their delta. */
 static void test_byzantine_signflip(void **state)
@@ -292,6 +327,7 @@ int main(void)
         cmocka_unit_test(test_chart),
         cmocka_unit_test(test_bad_specs),
         cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_default_lr),
         cmocka_unit_test(test_no_crypto_same_model),
         cmocka_unit_test(test_byzantine_signflip),
         cmocka_unit_test(test_faults_heal),

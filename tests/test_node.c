@@ -56,6 +56,8 @@ typedef struct scen_opts {
     uint32_t async_k;    /* FedBuff's K; 0: synchronous rounds */
     size_t max_frame;    /* the protocol's largest frame; 0: the default */
     double loss;         /* of every link */
+    int adam;            /* the aggregator's optimizer: Adam (else SGD) */
+    float lr;            /* the aggregator's lr; 0: the default (the optimizer's own) */
 } scen_opts;
 
 /* What the observers saw. */
@@ -83,6 +85,7 @@ typedef struct scen {
     delta_rec deltas[MAXR + 1][MAXC + 1];
     int ndeltas[MAXR + 1];
     uint64_t first_round_after_restart;
+    float client_lr[MAXR + 1];     /* the rate a client reported training round r at */
     int crash_agg_after;           /* crash the aggregator once it committed this round */
     int agg_crashed;
 } scen;
@@ -130,7 +133,11 @@ static void on_round(void *ctx, const fed_node *n, const fed_node_round_info *r)
 {
     scen *s = ctx;
 
-    if (fed_node_get_role(n) != FED_NODE_AGGREGATOR || r->round > MAXR)
+    if (r->round > MAXR)
+        return;
+    if (fed_node_get_role(n) == FED_NODE_CLIENT)
+        s->client_lr[r->round] = r->lr;
+    if (fed_node_get_role(n) != FED_NODE_AGGREGATOR)
         return;
     s->info[r->round] = *r;
     s->commits[r->round]++;
@@ -238,6 +245,10 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
     ac.wait_clients = o->wait_clients ? o->wait_clients : (uint32_t)o->clients;
     ac.deadline_ms = o->deadline_ms;
     ac.async_k = o->async_k;
+    if (o->adam)
+        ac.optimizer = FED_OPTIM_ADAM;
+    if (o->lr > 0)
+        ac.lr = o->lr;
     ac.wire.max_frame = o->max_frame;
     ac.wire.max_rx_streams = (uint32_t)total;
     ac.test = o->evaluate ? fx->test : NULL;
@@ -260,6 +271,7 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
         cc.allow = s->allow;
         cc.wire.max_frame = o->max_frame;
         cc.observer = s;
+        cc.on_round = on_round;
         assert_int_equal(fed_sim_host_attach(s->cl[i], s->w, &cc, NULL), FED_OK);
     }
 }
@@ -1078,6 +1090,119 @@ static void test_train_job_reuse(void **state)
     free(first);
 }
 
+/* An aggregator whose lr is left at its default (0, as fednode run and
+ * fedsim leave it without --lr) sends its optimizer's own rate in the
+ * round's settings: with Adam every client trains at 0.002, not SGD's 0.05;
+ * with SGD at 0.05; a rate that was set wins. */
+static void test_default_lr(void **state)
+{
+    const fixture *fx = *state;
+    static const struct {
+        int adam;
+        float lr, want;
+    } cases[] = {{1, 0, 0.002f}, {0, 0, 0.05f}, {1, 0.01f, 0.01f}};
+
+    if (!have_data(fx))
+        return;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        scen_opts o = {.clients = 2, .spec = "logreg", .per_client = 60, .rounds = 1,
+                       .min_clients = 2, .deadline_ms = 60000, .seed = 5,
+                       .adam = cases[i].adam, .lr = cases[i].lr};
+        scen s;
+
+        scen_build(&s, fx, &o);
+        scen_run(&s, 600000);
+        assert_int_equal(s.commits[1], 1);
+        assert_true(s.info[1].lr == cases[i].want);    /* what the MODEL asked for */
+        assert_true(s.client_lr[1] == cases[i].want);  /* what a client trained at */
+        scen_free(&s);
+    }
+}
+
+/* ---- a timer the environment cannot arm ---- */
+
+static int timer_refusals;
+
+static int refuse_timer(void *self, uint64_t at_ms, uint32_t timer_id)
+{
+    (void)self;
+    (void)at_ms;
+    (void)timer_id;
+    timer_refusals++;
+    return FED_ERR_FULL;
+}
+
+typedef struct err_log {
+    pthread_mutex_t mu;
+    char line[256]; /* the first ERROR line that speaks of a timer */
+} err_log;
+
+static void err_sink(void *ctx, fed_log_level level, const char *line)
+{
+    err_log *l = ctx;
+
+    if (level < FED_LOG_ERROR || !strstr(line, "timer"))
+        return;
+    pthread_mutex_lock(&l->mu);
+    if (!l->line[0])
+        snprintf(l->line, sizeof l->line, "%s", line);
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* set_timer fails (as the daemon's table would, full) once the nodes are
+ * up: for the aggregator, arming the poll timer for the first client's
+ * held HELLO; for a client, arming its retry once its delta is out. The
+ * failure is not lost: an ERROR names the timer, the node reports itself
+ * failed with set_timer's error, and no round is committed on a lost
+ * timer. */
+static void test_timer_refused(void **state)
+{
+    const fixture *fx = *state;
+    static const struct {
+        int client; /* the client's set_timer fails, else the aggregator's */
+        const char *name;
+    } cases[] = {{0, "the poll timer"}, {1, "the retry timer"}};
+
+    if (!have_data(fx))
+        return;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        scen_opts o = {.clients = 2, .spec = "logreg", .per_client = 60, .rounds = 2,
+                       .min_clients = 2, .wait_clients = 3, .deadline_ms = 60000, .seed = 9};
+        err_log *l = calloc(1, sizeof *l);
+        fed_log_level level = fed_log_get_level();
+        fed_node *a, *c, *victim;
+        scen s;
+
+        assert_non_null(l);
+        pthread_mutex_init(&l->mu, NULL);
+        scen_build(&s, fx, &o);
+        assert_int_equal(fed_sim_world_run_until(s.w, 0), FED_OK); /* every node up */
+        a = fed_sim_host_node(s.agg);
+        c = fed_sim_host_node(s.cl[0]);
+        assert_non_null(a);
+        assert_non_null(c);
+        assert_int_equal(fed_node_failed(a), FED_OK);
+        victim = cases[i].client ? c : a;
+        victim->env.set_timer = refuse_timer;
+        timer_refusals = 0;
+        fed_log_set_sink(err_sink, l);
+        fed_log_set_level(FED_LOG_ERROR);
+        assert_int_equal(fed_sim_world_run_until(s.w, 30000), FED_OK);
+        fed_log_set_sink(NULL, NULL);
+        fed_log_set_level(level);
+        printf("%s refused: %s\n", cases[i].client ? "client" : "aggregator", l->line);
+        assert_true(timer_refusals > 0);
+        assert_int_equal(fed_node_failed(victim), FED_ERR_FULL);
+        assert_int_equal(fed_node_failed(cases[i].client ? a : c), FED_OK);
+        assert_non_null(strstr(l->line, cases[i].name));
+        if (!cases[i].client)
+            assert_int_equal(s.commits[1], 0); /* round 1 never started */
+        pthread_mutex_destroy(&l->mu);
+        free(l);
+        scen_free(&s);
+    }
+}
+
 static void test_determinism(void **state)
 {
     const fixture *fx = *state;
@@ -1105,6 +1230,8 @@ int main(void)
         cmocka_unit_test(test_full_disk_accuracy_at_stop),
         cmocka_unit_test(test_first_round_after_gather),
         cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_default_lr),
+        cmocka_unit_test(test_timer_refused),
         cmocka_unit_test(test_train_job_reuse),
         cmocka_unit_test(test_async_fedbuff),
         cmocka_unit_test(test_streamed_transfers),

@@ -2,7 +2,8 @@
  * their update rules (PyTorch's SGD with momentum, weight decay and
  * Nesterov; Adam and AdamW), the learning-rate schedules, FedProx's term,
  * the fused train step against forward_backward + step, checkpointed state,
- * and the parsers' rejects. */
+ * the parsers' rejects, and the one default learning rate per optimizer
+ * that every program's --lr 0 resolves to. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -295,6 +296,30 @@ static void test_parse_rejects(void **state)
     assert_int_equal(fed_optim_kind_parse("rmsprop", &k), FED_ERR_BAD_VALUE);
 }
 
+/* Adam 0.002, SGD 0.05: what fednode train, fednode run and fedsim give an
+ * optimizer when --lr is not given (0), and fed_optim_cfg_default's rate;
+ * an explicit rate wins; a bad one is left for the caller to refuse. */
+static void test_default_lr(void **state)
+{
+    fed_optim_cfg cfg;
+
+    (void)state;
+    assert_true(fed_optim_default_lr(FED_OPTIM_ADAM) == 0.002f);
+    assert_true(fed_optim_default_lr(FED_OPTIM_SGD) == 0.05f);
+    assert_true(fed_optim_resolve_lr(FED_OPTIM_ADAM, 0) == 0.002f);
+    assert_true(fed_optim_resolve_lr(FED_OPTIM_SGD, 0) == 0.05f);
+    assert_true(fed_optim_resolve_lr(FED_OPTIM_ADAM, 0.01) == 0.01f);
+    assert_true(fed_optim_resolve_lr(FED_OPTIM_SGD, 0.3) == 0.3f);
+    assert_true(fed_optim_resolve_lr(FED_OPTIM_ADAM, -1) == -1.0f);
+    assert_true(isnan(fed_optim_resolve_lr(FED_OPTIM_SGD, NAN)));
+    fed_optim_cfg_default(&cfg, FED_OPTIM_ADAM);
+    assert_true(cfg.lr == 0.002f);
+    fed_optim_cfg_default(&cfg, FED_OPTIM_SGD);
+    assert_true(cfg.lr == 0.05f);
+    /* the help texts say the same numbers */
+    assert_string_equal(FED_OPTIM_LR_HELP, "0: the optimizer's own, sgd 0.05, adam 0.002");
+}
+
 static void test_bad_cfg(void **state)
 {
     world *w = *state;
@@ -471,7 +496,7 @@ int main(void)
         cmocka_unit_test(test_prox_term),          cmocka_unit_test(test_schedules),
         cmocka_unit_test(test_parse_rejects),      cmocka_unit_test(test_bad_cfg),
         cmocka_unit_test(test_fused_step_matches), cmocka_unit_test(test_state_round_trip),
-        cmocka_unit_test(test_alloc_failures),
+        cmocka_unit_test(test_alloc_failures),     cmocka_unit_test(test_default_lr),
     };
 
     return cmocka_run_group_tests(tests, setup, teardown);
