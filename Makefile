@@ -3,8 +3,11 @@
 # runs every unit and integration test; `make asan` the unit tests under
 # ASan + UBSan; `make demo` installs what is missing and runs the main job.
 # Layout conventions this file relies on (so a new module needs no edit here):
-#   <module>/*.c            library code, into build/libfednode.a
-#   node/fednode.c, sim/fedsim.c   the programs' main()s
+#   <module>/*.c            library code, into build/libfednode.a (no CLI)
+#   app/fednode.c, app/fedsim.c    the programs' main()s
+#   app/*.c                 the subcommands and the CLI helpers both programs
+#                           share, into build/libfedapp.a: linked into the
+#                           programs and into the tests named in CLI_TESTS only
 #   tests/test_*.c          one cmocka binary per module, run by `make test`
 #   tests/test_*.sh         process tests, run by `make test` after the binaries
 #   tests/long_*.{c,sh}     `make test-long`
@@ -33,10 +36,15 @@ LDLIBS  := $(BLAS_LIBS) -lsodium -lnng -lsqlite3 -linih -lz -lcmocka -ldl -lm -p
 CORE_LDLIBS := $(BLAS_LIBS) -linih -lz -ldl -lm -pthread
 
 MODULES   := core model crypto gossip storage node sim
-PROG_SRCS := node/fednode.c sim/fedsim.c
-LIB_SRCS  := $(filter-out $(PROG_SRCS),$(wildcard $(addsuffix /*.c,$(MODULES))))
+PROG_SRCS := app/fednode.c app/fedsim.c
+LIB_SRCS  := $(wildcard $(addsuffix /*.c,$(MODULES)))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 LIB       := $(BUILD)/libfednode.a
+APP_SRCS  := $(filter-out $(PROG_SRCS),$(wildcard app/*.c))
+APP_OBJS  := $(APP_SRCS:%.c=$(BUILD)/%.o)
+APPLIB    := $(BUILD)/libfedapp.a
+# the tests that exercise subcommands and link the CLI (no other test does)
+CLI_TESTS := test_crypto test_store test_train_record
 PROGS     := $(foreach p,$(PROG_SRCS),$(if $(wildcard $(p)),$(notdir $(p:.c=))))
 
 TEST_SRCS  := $(wildcard tests/test_*.c)
@@ -90,17 +98,22 @@ $(LIB): $(LIB_OBJS)
 	@mkdir -p $(dir $@)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-fednode: $(BUILD)/node/fednode.o $(LIB)
+$(APPLIB): $(APP_OBJS)
+	@mkdir -p $(dir $@)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+fednode: $(BUILD)/app/fednode.o $(APPLIB) $(LIB)
 	@echo "  LD    $@"
 	$(Q)$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) -rdynamic
 
-fedsim: $(BUILD)/sim/fedsim.o $(LIB)
+fedsim: $(BUILD)/app/fedsim.o $(APPLIB) $(LIB)
 	@echo "  LD    $@"
 	$(Q)$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
-$(BUILD)/tests/%: $(BUILD)/tests/%.o $(TESTLIB_OBJS) $(LIB)
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(TESTLIB_OBJS) $(APPLIB) $(LIB)
 	@echo "  LD    $@"
-	$(Q)$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) $(filter %.o,$^) $(if $(filter $(CLI_TESTS),$(notdir $@)),$(APPLIB)) \
+	  $(LIB) -o $@ $(LDLIBS)
 
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIB)
 	@echo "  LD    $@"

@@ -24,7 +24,7 @@
 #include "crypto/identity.h"
 #include "crypto/replay.h"
 #include "crypto/seal.h"
-#include "node/cli.h"
+#include "app/cli.h"
 
 /* ---- helpers ---- */
 

@@ -33,10 +33,10 @@ rss() { sed -n 's/^VmRSS:[^0-9]*\([0-9]*\) kB/\1/p' "/proc/$(pid agg)/status"; }
 sleep 1
 rss0=$(rss)
 
-wave() { # COUNT SECONDS HEX LEN GARBAGE, 15 at a time (under the cap)
+wave() { # COUNT SECONDS HEX LEN GARBAGE, 8 at a time (two waves fit the cap)
     n=$1; shift
     while [ "$n" -gt 0 ]; do
-        k=0; while [ $k -lt 15 ] && [ "$n" -gt 0 ]; do stranger "$port" "$@"; k=$((k + 1)); n=$((n - 1)); done
+        k=0; while [ $k -lt 8 ] && [ "$n" -gt 0 ]; do stranger "$port" "$@"; k=$((k + 1)); n=$((n - 1)); done
         strangers_done
     done
 }

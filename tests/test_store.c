@@ -28,7 +28,7 @@
 #include "model/backend.h"
 #include "model/io.h"
 #include "model/model.h"
-#include "node/cli.h"
+#include "app/cli.h"
 #include "storage/safetensors.h"
 #include "storage/store.h"
 

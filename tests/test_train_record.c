@@ -25,7 +25,7 @@
 #include "model/model.h"
 #include "model/optim.h"
 #include "model/train.h"
-#include "node/train_record.h"
+#include "app/train_record.h"
 #include "storage/store.h"
 
 #define SEED 7u

@@ -1,8 +1,8 @@
-/* cli.h - the fednode subcommands. Each lives in its own node/cli_*.c and is
- * listed once in node/fednode.c's table. A subcommand gets argv after its
+/* cli.h - the fednode subcommands. Each lives in its own app/cli_*.c and is
+ * listed once in app/fednode.c's table. A subcommand gets argv after its
  * name and returns the process exit status (0 ok, 1 failure, 2 usage). */
-#ifndef FED_NODE_CLI_H
-#define FED_NODE_CLI_H
+#ifndef FED_APP_CLI_H
+#define FED_APP_CLI_H
 
 #include <stddef.h>
 
@@ -45,18 +45,18 @@ int fed_cli_parse_shard(const char *s, int *shard, int *k);
 int fed_cli_passphrase(const char *cmd, const char *file, char **pass, size_t *len);
 
 int fed_cli_train(int argc, char **argv);
-/* node/cli_keys.c: a member vouching for another key */
+/* app/cli_keys.c: a member vouching for another key */
 int fed_cli_vouch(int argc, char **argv);
-/* node/cli_run.c: the daemon */
+/* app/cli_run.c: the daemon */
 int fed_cli_run(int argc, char **argv);
 int fed_cli_aggregate(int argc, char **argv);
 int fed_cli_eval(int argc, char **argv);
-/* node/cli_store.c: the node's database */
+/* app/cli_store.c: the node's database */
 int fed_cli_status(int argc, char **argv);
 int fed_cli_export(int argc, char **argv);
 int fed_cli_import(int argc, char **argv);
 int fed_cli_verify(int argc, char **argv);
-/* node/cli_keys.c: node identity */
+/* app/cli_keys.c: node identity */
 int fed_cli_keygen(int argc, char **argv);
 int fed_cli_pubkey(int argc, char **argv);
 

@@ -9,7 +9,7 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "crypto/seal.h"
-#include "node/train_record.h"
+#include "app/train_record.h"
 
 static void put_u32le(uint8_t *p, uint32_t v)
 {

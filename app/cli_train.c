@@ -24,8 +24,8 @@
 #include "model/model.h"
 #include "model/optim.h"
 #include "model/train.h"
-#include "node/cli.h"
-#include "node/train_record.h"
+#include "app/cli.h"
+#include "app/train_record.h"
 
 #define MAX_THREADS FED_CLI_MAX_THREADS
 

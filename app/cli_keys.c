@@ -16,7 +16,7 @@
 #include "crypto/arena.h"
 #include "crypto/identity.h"
 #include "gossip/peers.h"
-#include "node/cli.h"
+#include "app/cli.h"
 
 #define DIR_MAX 1024
 

@@ -14,7 +14,7 @@
 
 #include "crypto/identity.h"
 #include "model/backend.h"
-#include "node/cli.h"
+#include "app/cli.h"
 
 void fed_cli_error(const char *fmt, ...)
 {

@@ -5,7 +5,7 @@
 
 #include <sodium.h>
 
-#include "node/cli.h"
+#include "app/cli.h"
 
 static const fed_cli_cmd commands[] = {
     /* one line per subcommand, in the order --help lists them */

@@ -17,8 +17,8 @@
  *   24      32    shuffle rng state after those epochs: s[0..3] (u64 each)
  *   56      8     samples per epoch (u64): the shard's size, for a check
  */
-#ifndef FED_NODE_TRAIN_RECORD_H
-#define FED_NODE_TRAIN_RECORD_H
+#ifndef FED_APP_TRAIN_RECORD_H
+#define FED_APP_TRAIN_RECORD_H
 
 #include <stdint.h>
 

@@ -18,7 +18,7 @@
 #include "model/data.h"
 #include "model/merge.h"
 #include "model/optim.h"
-#include "node/cli.h"
+#include "app/cli.h"
 #include "gossip/peers.h"
 #include "node/daemon.h"
 

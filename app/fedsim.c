@@ -18,7 +18,7 @@
 #include "core/log.h"
 #include "core/pool.h"
 #include "model/data.h"
-#include "node/cli.h"
+#include "app/cli.h"
 #include "sim/chart.h"
 #include "sim/run.h"
 #include "storage/store.h"
