@@ -1,7 +1,10 @@
-/* bytes.h - little-endian integers in byte buffers, for every file and wire
- * format we draw as a byte table. Portable (byte by byte), no alignment
- * needs; the compiler turns them into plain loads and stores. Also the one
- * binary search over records kept in order of their leading 32-byte key. */
+/* bytes.h - little-endian integers and floats in byte buffers, for every
+ * file and wire format we draw as a byte table (the one codec: no module
+ * keeps its own put_u32 or get_u64). Portable (byte by byte), no alignment
+ * needs; the compiler turns them into plain loads and stores, and the float
+ * arrays are one memcpy on a little-endian host. Floats travel as their IEEE
+ * bits, so NaNs and signed zeros pass unchanged. Also the one binary search
+ * over records kept in order of their leading 32-byte key. */
 #ifndef FED_CORE_BYTES_H
 #define FED_CORE_BYTES_H
 
@@ -33,6 +36,17 @@ static inline size_t fed_key_search(const void *base, size_t n, size_t size,
     return lo;
 }
 
+static inline void fed_put_u16le(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static inline uint16_t fed_get_u16le(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+
 static inline void fed_put_u32le(uint8_t *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++)
@@ -61,6 +75,101 @@ static inline uint64_t fed_get_u64le(const uint8_t *p)
     for (int i = 7; i >= 0; i--)
         v = (v << 8) | p[i];
     return v;
+}
+
+/* ---- floats: their bits, and those bits little-endian ---- */
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define FED_HOST_LE 1
+#else
+#define FED_HOST_LE 0
+#endif
+
+static inline uint32_t fed_f32_bits(float f)
+{
+    uint32_t u;
+
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static inline float fed_f32_from_bits(uint32_t u)
+{
+    float f;
+
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint64_t fed_f64_bits(double d)
+{
+    uint64_t u;
+
+    memcpy(&u, &d, 8);
+    return u;
+}
+
+static inline double fed_f64_from_bits(uint64_t u)
+{
+    double d;
+
+    memcpy(&d, &u, 8);
+    return d;
+}
+
+static inline void fed_put_f32le(uint8_t *p, float f) { fed_put_u32le(p, fed_f32_bits(f)); }
+
+static inline float fed_get_f32le(const uint8_t *p) { return fed_f32_from_bits(fed_get_u32le(p)); }
+
+static inline void fed_put_f64le(uint8_t *p, double d) { fed_put_u64le(p, fed_f64_bits(d)); }
+
+static inline double fed_get_f64le(const uint8_t *p) { return fed_f64_from_bits(fed_get_u64le(p)); }
+
+/* n floats into 4n bytes; dst may be src itself (in place), not overlap it
+ * otherwise. */
+static inline void fed_put_f32le_n(uint8_t *dst, const float *src, size_t n)
+{
+    if (FED_HOST_LE) {
+        if ((const void *)dst != (const void *)src && n)
+            memcpy(dst, src, n * 4);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        fed_put_f32le(dst + 4 * i, src[i]);
+}
+
+/* 4n bytes into n floats; the same aliasing rule. */
+static inline void fed_get_f32le_n(float *dst, const uint8_t *src, size_t n)
+{
+    if (FED_HOST_LE) {
+        if ((const void *)dst != (const void *)src && n)
+            memcpy(dst, src, n * 4);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        dst[i] = fed_get_f32le(src + 4 * i);
+}
+
+static inline void fed_put_f64le_n(uint8_t *dst, const double *src, size_t n)
+{
+    if (FED_HOST_LE) {
+        if ((const void *)dst != (const void *)src && n)
+            memcpy(dst, src, n * 8);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        fed_put_f64le(dst + 8 * i, src[i]);
+}
+
+static inline void fed_get_f64le_n(double *dst, const uint8_t *src, size_t n)
+{
+    if (FED_HOST_LE) {
+        if ((const void *)dst != (const void *)src && n)
+            memcpy(dst, src, n * 8);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        dst[i] = fed_get_f64le(src + 8 * i);
 }
 
 #endif
