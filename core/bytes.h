@@ -1,8 +1,8 @@
 /* bytes.h - little-endian integers and floats in byte buffers, for every
  * file and wire format we draw as a byte table (the one codec: no module
- * keeps its own put_u32 or get_u64). Portable (byte by byte), no alignment
- * needs; the compiler turns them into plain loads and stores, and the float
- * arrays are one memcpy on a little-endian host. Floats travel as their IEEE
+ * keeps its own put_u32 or get_u64). Portable, no alignment needs: a
+ * memcpy on a little-endian host, byte by byte elsewhere, so every field is
+ * a plain load or store even in vectorized loops. Floats travel as their IEEE
  * bits, so NaNs and signed zeros pass unchanged. Also the one binary search
  * over records kept in order of their leading 32-byte key. */
 #ifndef FED_CORE_BYTES_H
@@ -11,6 +11,14 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+
+/* On a little-endian host a field is one memcpy, which compilers keep a plain
+ * load or store even inside loops they vectorize; elsewhere, byte by byte. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define FED_HOST_LE 1
+#else
+#define FED_HOST_LE 0
+#endif
 
 /* In n records of size bytes each, sorted by the 32-byte key each begins
  * with: the index of key (*found = 1), or where it would go (*found = 0). */
@@ -38,23 +46,41 @@ static inline size_t fed_key_search(const void *base, size_t n, size_t size,
 
 static inline void fed_put_u16le(uint8_t *p, uint16_t v)
 {
+    if (FED_HOST_LE) {
+        memcpy(p, &v, 2);
+        return;
+    }
     p[0] = (uint8_t)v;
     p[1] = (uint8_t)(v >> 8);
 }
 
 static inline uint16_t fed_get_u16le(const uint8_t *p)
 {
+    if (FED_HOST_LE) {
+        uint16_t v;
+
+        memcpy(&v, p, 2);
+        return v;
+    }
     return (uint16_t)(p[0] | (p[1] << 8));
 }
 
 static inline void fed_put_u32le(uint8_t *p, uint32_t v)
 {
+    if (FED_HOST_LE) {
+        memcpy(p, &v, 4);
+        return;
+    }
     for (int i = 0; i < 4; i++)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
 static inline void fed_put_u64le(uint8_t *p, uint64_t v)
 {
+    if (FED_HOST_LE) {
+        memcpy(p, &v, 8);
+        return;
+    }
     for (int i = 0; i < 8; i++)
         p[i] = (uint8_t)(v >> (8 * i));
 }
@@ -63,6 +89,10 @@ static inline uint32_t fed_get_u32le(const uint8_t *p)
 {
     uint32_t v = 0;
 
+    if (FED_HOST_LE) {
+        memcpy(&v, p, 4);
+        return v;
+    }
     for (int i = 3; i >= 0; i--)
         v = (v << 8) | p[i];
     return v;
@@ -72,18 +102,16 @@ static inline uint64_t fed_get_u64le(const uint8_t *p)
 {
     uint64_t v = 0;
 
+    if (FED_HOST_LE) {
+        memcpy(&v, p, 8);
+        return v;
+    }
     for (int i = 7; i >= 0; i--)
         v = (v << 8) | p[i];
     return v;
 }
 
 /* ---- floats: their bits, and those bits little-endian ---- */
-
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-#define FED_HOST_LE 1
-#else
-#define FED_HOST_LE 0
-#endif
 
 static inline uint32_t fed_f32_bits(float f)
 {
