@@ -153,51 +153,44 @@ static inline void fed_put_f64le(uint8_t *p, double d) { fed_put_u64le(p, fed_f6
 
 static inline double fed_get_f64le(const uint8_t *p) { return fed_f64_from_bits(fed_get_u64le(p)); }
 
-/* n floats into 4n bytes; dst may be src itself (in place), not overlap it
- * otherwise. */
-static inline void fed_put_f32le_n(uint8_t *dst, const float *src, size_t n)
+/* n values of width bytes (2, 4 or 8) between host order and little-endian,
+ * either way (it is the same byte reversal); dst may be src itself (in
+ * place), and must not overlap it otherwise. */
+static inline void fed_le_array(void *dst, const void *src, size_t n, size_t width)
 {
     if (FED_HOST_LE) {
-        if ((const void *)dst != (const void *)src && n)
-            memcpy(dst, src, n * 4);
+        if (dst != src && n)
+            memcpy(dst, src, n * width);
         return;
     }
-    for (size_t i = 0; i < n; i++)
-        fed_put_f32le(dst + 4 * i, src[i]);
+    for (size_t i = 0; i < n; i++) {
+        uint8_t t[8];
+
+        memcpy(t, (const uint8_t *)src + i * width, width);
+        for (size_t k = 0; k < width; k++)
+            ((uint8_t *)dst)[i * width + k] = t[width - 1 - k];
+    }
 }
 
-/* 4n bytes into n floats; the same aliasing rule. */
+/* n floats into 4n bytes, and back; the aliasing rule of fed_le_array. */
+static inline void fed_put_f32le_n(uint8_t *dst, const float *src, size_t n)
+{
+    fed_le_array(dst, src, n, 4);
+}
+
 static inline void fed_get_f32le_n(float *dst, const uint8_t *src, size_t n)
 {
-    if (FED_HOST_LE) {
-        if ((const void *)dst != (const void *)src && n)
-            memcpy(dst, src, n * 4);
-        return;
-    }
-    for (size_t i = 0; i < n; i++)
-        dst[i] = fed_get_f32le(src + 4 * i);
+    fed_le_array(dst, src, n, 4);
 }
 
 static inline void fed_put_f64le_n(uint8_t *dst, const double *src, size_t n)
 {
-    if (FED_HOST_LE) {
-        if ((const void *)dst != (const void *)src && n)
-            memcpy(dst, src, n * 8);
-        return;
-    }
-    for (size_t i = 0; i < n; i++)
-        fed_put_f64le(dst + 8 * i, src[i]);
+    fed_le_array(dst, src, n, 8);
 }
 
 static inline void fed_get_f64le_n(double *dst, const uint8_t *src, size_t n)
 {
-    if (FED_HOST_LE) {
-        if ((const void *)dst != (const void *)src && n)
-            memcpy(dst, src, n * 8);
-        return;
-    }
-    for (size_t i = 0; i < n; i++)
-        dst[i] = fed_get_f64le(src + 8 * i);
+    fed_le_array(dst, src, n, 8);
 }
 
 #endif
