@@ -15,12 +15,14 @@
 #include <sodium.h>
 
 #include "core/alloc.h"
+#include "core/bytes.h"
 #include "core/log.h"
 #include "core/opt.h"
 #include "model/backend.h"
 #include "model/io.h"
 #include "model/model.h"
 #include "app/cli.h"
+#include "node/ckpt_model.h"
 #include "storage/safetensors.h"
 #include "storage/store.h"
 
@@ -413,58 +415,32 @@ out:
 
 /* ------------------------------------------------ model <-> checkpoint -- */
 
-static uint32_t get_u32le(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static void put_u32le(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
 /* The model a checkpoint describes, built on the CPU with its parameters. */
 static fed_err model_from_ckpt(const fed_store_ckpt *c, fed_backend *be, fed_model **out)
 {
-    const fed_store_section *spec = fed_store_ckpt_find(c, FED_CKPT_SEC_SPEC);
-    const fed_store_section *in = fed_store_ckpt_find(c, FED_CKPT_SEC_INPUT);
-    const fed_store_section *par = fed_store_ckpt_find(c, FED_CKPT_SEC_PARAMS);
-    char text[FED_MODEL_SPEC_MAX];
-    fed_model_shape shape;
+    fed_node_model_view v;
     fed_model *m = NULL;
     float *p = NULL;
-    size_t n;
     fed_err e;
 
     *out = NULL;
-    if (!spec || !in || !par || spec->len == 0 || spec->len >= sizeof text || in->len != 16) {
-        fed_log(FED_LOG_ERROR, "checkpoint %" PRIu64 " has no model (sections %s, %s, %s)",
-                c->id, FED_CKPT_SEC_SPEC, FED_CKPT_SEC_INPUT, FED_CKPT_SEC_PARAMS);
+    if ((e = fed_node_model_sec_decode(c, &v)) != FED_OK) {
+        fed_log(FED_LOG_ERROR, "checkpoint %" PRIu64 " has no model (sections %s, %s, %s): %s",
+                c->id, FED_CKPT_SEC_SPEC, FED_CKPT_SEC_INPUT, FED_CKPT_SEC_PARAMS,
+                fed_strerror(e));
         return FED_ERR_NOTFOUND;
     }
-    memcpy(text, spec->data, spec->len);
-    text[spec->len] = '\0';
-    shape.c = (int)get_u32le(in->data);
-    shape.h = (int)get_u32le((const uint8_t *)in->data + 4);
-    shape.w = (int)get_u32le((const uint8_t *)in->data + 8);
-    shape.classes = (int)get_u32le((const uint8_t *)in->data + 12);
-    if ((e = fed_model_new(text, shape, be, NULL, 1, 1, &m)) != FED_OK)
+    if ((e = fed_model_new(v.spec, v.shape, be, NULL, 1, 1, &m)) != FED_OK)
         return e;
-    n = fed_model_nparams(m);
-    if (par->len != n * sizeof(float)) {
+    if (v.nparams != fed_model_nparams(m)) {
         e = FED_ERR_SHAPE;
         goto out;
     }
-    if (!(p = fed_malloc(par->len))) {
+    if (!(p = fed_malloc(v.nparams ? v.nparams * sizeof *p : 1))) {
         e = FED_ERR_NOMEM;
         goto out;
     }
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u = get_u32le((const uint8_t *)par->data + 4 * i);
-
-        memcpy(&p[i], &u, 4);
-    }
+    fed_get_f32le_n(p, v.params, v.nparams);
     e = fed_model_set_params(m, p);
 out:
     fed_free(p);
@@ -650,21 +626,23 @@ static int import_target(const import_cfg *c, const fed_store_st_file *f, char *
 }
 
 /* Writes m (and its spec and input shape) as a checkpoint into path. */
-static fed_err import_to_db(const import_cfg *c, fed_model *m, const float *p, uint64_t *round,
+static fed_err import_to_db(const import_cfg *c, const fed_model *m, uint64_t *round,
                             uint64_t *id)
 {
     fed_store_opts o;
     fed_store *st = NULL;
     fed_store_ckpt_row last;
-    fed_model_shape sh = fed_model_input(m);
-    uint8_t in[16];
-    size_t n = 0;
+    fed_node_model_sec ms;
+    uint8_t *params = NULL;
+    size_t n = 0, plen = 0;
     fed_err e;
 
+    if ((e = fed_node_model_params_le(m, &params, &plen)) != FED_OK)
+        return e;
     fed_store_opts_default(&o);
     o.flags = FED_STORE_NO_EPOCH; /* a tool, not the node starting */
     if ((e = fed_store_open(c->db, &o, &st)) != FED_OK)
-        return e;
+        goto out;
     if ((e = fed_store_list_checkpoints(st, &last, 1, &n)) != FED_OK)
         goto out;
     if (c->round[0]) {
@@ -675,26 +653,16 @@ static fed_err import_to_db(const import_cfg *c, fed_model *m, const float *p, u
     } else {
         *round = n ? last.round + 1 : 0;
     }
-    put_u32le(in, (uint32_t)sh.c);
-    put_u32le(in + 4, (uint32_t)sh.h);
-    put_u32le(in + 8, (uint32_t)sh.w);
-    put_u32le(in + 12, (uint32_t)sh.classes);
-    {
-        /* parameters as stored: f32 little-endian, the model's layout */
-        fed_store_section s[3] = {
-            {FED_CKPT_SEC_SPEC, fed_model_spec(m), strlen(fed_model_spec(m))},
-            {FED_CKPT_SEC_INPUT, in, sizeof in},
-            {FED_CKPT_SEC_PARAMS, p, fed_model_nparams(m) * sizeof(float)},
-        };
-
-        e = fed_store_checkpoint_write(st, *round, s, 3, NULL);
-    }
+    fed_node_model_sec_encode(&ms, fed_model_spec(m), fed_model_input(m), params,
+                              plen / sizeof(float));
+    e = fed_store_checkpoint_write(st, *round, ms.s, FED_NODE_MODEL_SECTIONS, NULL);
     if (e == FED_OK)
         e = fed_store_list_checkpoints(st, &last, 1, &n);
     if (e == FED_OK)
         *id = last.id;
 out:
     fed_store_close(st);
+    fed_free(params);
     return e;
 }
 
@@ -760,7 +728,7 @@ int fed_cli_import(int argc, char **argv)
     if (c.db[0]) {
         uint64_t round = 0, id = 0;
 
-        if ((e = import_to_db(&c, m, p, &round, &id)) != FED_OK) {
+        if ((e = import_to_db(&c, m, &round, &id)) != FED_OK) {
             fed_cli_error("import: writing a checkpoint into %s: %s", c.db, fed_strerror(e));
             goto out;
         }

@@ -5,61 +5,12 @@
 #include <stdio.h>
 #include <string.h>
 
-
 #include "core/alloc.h"
+#include "core/bytes.h"
 #include "core/log.h"
 #include "crypto/seal.h"
 #include "app/train_record.h"
-
-static void put_u32le(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_u64le(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_u32le(const uint8_t *p)
-{
-    uint32_t v = 0;
-
-    for (int i = 3; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static uint64_t get_u64le(const uint8_t *p)
-{
-    uint64_t v = 0;
-
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-/* n floats as f32 little-endian bytes (dst may alias src). */
-static void floats_to_le(uint8_t *dst, const float *src, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-
-        memcpy(&u, &src[i], 4);
-        put_u32le(dst + 4 * i, u);
-    }
-}
-
-static void floats_from_le(float *dst, const uint8_t *src, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u = get_u32le(src + 4 * i);
-
-        memcpy(&dst[i], &u, 4);
-    }
-}
+#include "node/ckpt_model.h"
 
 fed_err fed_node_record_open(const char *path, fed_store **out)
 {
@@ -79,44 +30,16 @@ fed_err fed_node_record_last_round(fed_store *st, uint64_t *round)
     return e;
 }
 
-static void encode_input(uint8_t in[16], fed_model_shape s)
-{
-    put_u32le(in, (uint32_t)s.c);
-    put_u32le(in + 4, (uint32_t)s.h);
-    put_u32le(in + 8, (uint32_t)s.w);
-    put_u32le(in + 12, (uint32_t)s.classes);
-}
-
 static void encode_train_state(uint8_t b[FED_NODE_TRAIN_STATE_BYTES], uint64_t epochs,
                                const fed_rng *rng, uint64_t samples)
 {
     memset(b, 0, FED_NODE_TRAIN_STATE_BYTES);
     memcpy(b, FED_NODE_TRAIN_MAGIC, sizeof FED_NODE_TRAIN_MAGIC);
-    put_u32le(b + 8, FED_NODE_TRAIN_VERSION);
-    put_u64le(b + 16, epochs);
+    fed_put_u32le(b + 8, FED_NODE_TRAIN_VERSION);
+    fed_put_u64le(b + 16, epochs);
     for (int i = 0; i < 4; i++)
-        put_u64le(b + 24 + 8 * i, rng->s[i]);
-    put_u64le(b + 56, samples);
-}
-
-/* The params section (f32 LE) of m into a new buffer of *len bytes. */
-static fed_err encode_params(const fed_model *m, uint8_t **out, size_t *len)
-{
-    size_t n = fed_model_nparams(m);
-    float *p = fed_malloc(n * sizeof *p);
-    fed_err e;
-
-    *out = NULL;
-    if (!p)
-        return FED_ERR_NOMEM;
-    if ((e = fed_model_get_params(m, p)) != FED_OK) {
-        fed_free(p);
-        return e;
-    }
-    floats_to_le((uint8_t *)p, p, n);
-    *out = (uint8_t *)p;
-    *len = n * sizeof(float);
-    return FED_OK;
+        fed_put_u64le(b + 24 + 8 * i, rng->s[i]);
+    fed_put_u64le(b + 56, samples);
 }
 
 /* The optim section: i64 LE step, then the state as f32 LE. */
@@ -135,8 +58,8 @@ static fed_err encode_optim(const fed_optim *o, uint8_t **out, size_t *len)
     }
     if ((e = fed_optim_get_state(o, f, &step)) != FED_OK)
         goto out;
-    put_u64le(b, (uint64_t)(int64_t)step);
-    floats_to_le(b + 8, f, n);
+    fed_put_u64le(b, (uint64_t)(int64_t)step);
+    fed_put_f32le_n(b + 8, f, n);
     *out = b;
     *len = 8 + n * sizeof(float);
     b = NULL;
@@ -177,33 +100,29 @@ fed_err fed_node_record_epoch(fed_store *st, const fed_model *m, const fed_optim
                               const fed_rng *shuffle, uint64_t epoch_samples,
                               const fed_node_record_round *r)
 {
-    uint8_t in[16], ts[FED_NODE_TRAIN_STATE_BYTES];
+    uint8_t ts[FED_NODE_TRAIN_STATE_BYTES];
     uint8_t *params = NULL, *optim = NULL;
-    size_t plen = 0, olen = 0, ns = 4;
-    const char *spec;
+    size_t plen = 0, olen = 0;
+    fed_node_model_sec ms;
     fed_err e;
 
     if (!st || !m || !shuffle || !r || r->epoch == 0)
         return FED_ERR_INVAL;
-    spec = fed_model_spec(m);
-    encode_input(in, fed_model_input(m));
     encode_train_state(ts, r->epoch, shuffle, epoch_samples);
-    if ((e = encode_params(m, &params, &plen)) != FED_OK)
+    if ((e = fed_node_model_params_le(m, &params, &plen)) != FED_OK)
         goto out;
     if (o && (e = encode_optim(o, &optim, &olen)) != FED_OK)
         goto out;
+    fed_node_model_sec_encode(&ms, fed_model_spec(m), fed_model_input(m), params,
+                              plen / sizeof(float));
     {
-        fed_store_section s[5] = {
-            {FED_CKPT_SEC_SPEC, spec, strlen(spec)},
-            {FED_CKPT_SEC_INPUT, in, sizeof in},
-            {FED_CKPT_SEC_PARAMS, params, plen},
+        fed_store_section s[FED_NODE_MODEL_SECTIONS + 2] = {
+            ms.s[0], ms.s[1], ms.s[2],
             {FED_NODE_SEC_TRAIN, ts, sizeof ts},
             {FED_CKPT_SEC_OPTIM, optim, olen},
         };
 
-        if (o)
-            ns = 5;
-        e = write_round_and_ckpt(st, r, s, ns);
+        e = write_round_and_ckpt(st, r, s, FED_NODE_MODEL_SECTIONS + (o ? 2 : 1));
     }
 out:
     fed_free(params);
@@ -214,19 +133,17 @@ out:
 /* ------------------------------------------------------------ resume -- */
 
 typedef struct ckpt_view {
-    const fed_store_section *spec, *input, *params, *optim, *train;
+    fed_node_model_view model;
+    const fed_store_section *optim, *train;
 } ckpt_view;
 
 static fed_err find_sections(const fed_store_ckpt *c, ckpt_view *v)
 {
-    v->spec = fed_store_ckpt_find(c, FED_CKPT_SEC_SPEC);
-    v->input = fed_store_ckpt_find(c, FED_CKPT_SEC_INPUT);
-    v->params = fed_store_ckpt_find(c, FED_CKPT_SEC_PARAMS);
+    fed_err e = fed_node_model_sec_decode(c, &v->model);
+
     v->optim = fed_store_ckpt_find(c, FED_CKPT_SEC_OPTIM);
     v->train = fed_store_ckpt_find(c, FED_NODE_SEC_TRAIN);
-    if (!v->spec || !v->input || !v->params || !v->train || v->spec->len == 0 ||
-        v->spec->len >= FED_MODEL_SPEC_MAX || v->input->len != 16 ||
-        v->train->len != FED_NODE_TRAIN_STATE_BYTES) {
+    if (e != FED_OK || !v->train || v->train->len != FED_NODE_TRAIN_STATE_BYTES) {
         fed_log(FED_LOG_ERROR, "checkpoint %llu is not a training checkpoint (sections %s, %s, "
                 "%s, %s)", (unsigned long long)c->id, FED_CKPT_SEC_SPEC, FED_CKPT_SEC_INPUT,
                 FED_CKPT_SEC_PARAMS, FED_NODE_SEC_TRAIN);
@@ -239,7 +156,7 @@ static fed_err check_train_state(const uint8_t *b)
 {
     if (memcmp(b, FED_NODE_TRAIN_MAGIC "\0\0", 8) != 0)
         return FED_ERR_MAGIC;
-    if (get_u32le(b + 8) != FED_NODE_TRAIN_VERSION)
+    if (fed_get_u32le(b + 8) != FED_NODE_TRAIN_VERSION)
         return FED_ERR_VERSION;
     return FED_OK;
 }
@@ -247,30 +164,10 @@ static fed_err check_train_state(const uint8_t *b)
 /* Stored spec and shape into found, compared with m's. */
 static fed_err check_model(const ckpt_view *v, const fed_model *m, fed_node_record_found *f)
 {
-    const uint8_t *in = v->input->data;
-    fed_model_shape want = fed_model_input(m);
-
-    memcpy(f->spec, v->spec->data, v->spec->len);
-    f->spec[v->spec->len] = '\0';
-    f->shape.c = (int)get_u32le(in);
-    f->shape.h = (int)get_u32le(in + 4);
-    f->shape.w = (int)get_u32le(in + 8);
-    f->shape.classes = (int)get_u32le(in + 12);
-    if (strcmp(f->spec, fed_model_spec(m)) != 0) {
-        fed_log(FED_LOG_ERROR, "checkpoint %llu holds model %s, not %s",
-                (unsigned long long)f->ckpt_id, f->spec, fed_model_spec(m));
-        return FED_ERR_SPEC;
-    }
-    if (f->shape.c != want.c || f->shape.h != want.h || f->shape.w != want.w ||
-        f->shape.classes != want.classes) {
-        fed_log(FED_LOG_ERROR, "checkpoint %llu holds input %dx%dx%d/%d, not %dx%dx%d/%d",
-                (unsigned long long)f->ckpt_id, f->shape.c, f->shape.h, f->shape.w,
-                f->shape.classes, want.c, want.h, want.w, want.classes);
-        return FED_ERR_SHAPE;
-    }
-    if (v->params->len != fed_model_nparams(m) * sizeof(float))
-        return FED_ERR_SHAPE;
-    return FED_OK;
+    memcpy(f->spec, v->model.spec, sizeof f->spec);
+    f->shape = v->model.shape;
+    return fed_node_model_view_match(&v->model, "train", f->ckpt_id, fed_model_spec(m),
+                                     fed_model_input(m), fed_model_nparams(m));
 }
 
 static fed_err check_optim(const ckpt_view *v, const fed_optim *o)
@@ -297,18 +194,18 @@ static fed_err apply(const ckpt_view *v, fed_model *m, fed_optim *o, fed_rng *rn
 
     if (!buf)
         return FED_ERR_NOMEM;
-    floats_from_le(buf, v->params->data, np);
+    fed_get_f32le_n(buf, v->model.params, np);
     if ((e = fed_model_set_params(m, buf)) != FED_OK)
         goto out;
     if (o) {
         const uint8_t *ob = v->optim->data;
 
-        floats_from_le(buf, ob + 8, no);
-        if ((e = fed_optim_set_state(o, buf, (long)(int64_t)get_u64le(ob))) != FED_OK)
+        fed_get_f32le_n(buf, ob + 8, no);
+        if ((e = fed_optim_set_state(o, buf, (long)(int64_t)fed_get_u64le(ob))) != FED_OK)
             goto out;
     }
     for (int i = 0; i < 4; i++)
-        rng->s[i] = get_u64le(tb + 24 + 8 * i);
+        rng->s[i] = fed_get_u64le(tb + 24 + 8 * i);
 out:
     fed_free(buf);
     return e;
@@ -333,8 +230,8 @@ fed_err fed_node_record_resume(fed_store *st, fed_model *m, fed_optim *o, fed_rn
     if ((e = find_sections(&c, &v)) != FED_OK ||
         (e = check_train_state(v.train->data)) != FED_OK)
         goto out;
-    f->epochs_done = get_u64le((const uint8_t *)v.train->data + 16);
-    f->samples = get_u64le((const uint8_t *)v.train->data + 56);
+    f->epochs_done = fed_get_u64le((const uint8_t *)v.train->data + 16);
+    f->samples = fed_get_u64le((const uint8_t *)v.train->data + 56);
     if ((e = check_model(&v, m, f)) != FED_OK || (e = check_optim(&v, o)) != FED_OK)
         goto out;
     e = apply(&v, m, o, shuffle);

@@ -15,6 +15,7 @@
 #include <sodium.h>
 
 #include "core/alloc.h"
+#include "core/bytes.h"
 #include "core/log.h"
 #include "core/pool.h"
 #include "core/rng.h"
@@ -26,6 +27,7 @@
 #include "model/backend.h"
 #include "model/codec.h"
 #include "model/merge.h"
+#include "node/ckpt_model.h"
 #include "node/node_impl.h"
 #include "storage/store.h"
 
@@ -456,7 +458,9 @@ static fed_err store_round(bench *B)
     const fed_wire_counters *wc = fed_wire_get_counters(B->agg.wire);
     size_t nc = fed_wire_counter_count();
     fed_store_counter c[64];
-    uint8_t st[FED_NODE_STATE_BYTES], in[16] = {1, 0, 0, 0, 28, 0, 0, 0, 28, 0, 0, 0, 10};
+    uint8_t st[FED_NODE_STATE_BYTES];
+    fed_model_shape shape = {.c = 1, .h = 28, .w = 28, .classes = 10};
+    fed_node_model_sec ms;
     uint8_t *params = fed_malloc(VEC_BYTES);
     fed_store_round row;
     uint8_t hash[32];
@@ -487,14 +491,13 @@ static fed_err store_round(bench *B)
     }
     if ((e = fed_store_put_counters(B->store, c, nc)) != FED_OK)
         goto out;
-    fed_node_floats_to_le(params, B->global, NPARAMS);
+    fed_put_f32le_n(params, B->global, NPARAMS);
     fed_node_state_encode(st, FED_NODE_AGGREGATOR, B->round);
     fed_crypto_model_hash(params, VEC_BYTES, hash);
+    fed_node_model_sec_encode(&ms, SPEC, shape, params, NPARAMS);
     {
         fed_store_section sec[4] = {
-            {FED_CKPT_SEC_SPEC, SPEC, strlen(SPEC)},
-            {FED_CKPT_SEC_INPUT, in, sizeof in},
-            {FED_CKPT_SEC_PARAMS, params, VEC_BYTES},
+            ms.s[0], ms.s[1], ms.s[2],
             {FED_NODE_SEC_STATE, st, sizeof st},
         };
         if ((e = fed_store_checkpoint_write(B->store, B->round, sec, 4, NULL)) != FED_OK)

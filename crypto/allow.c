@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "core/alloc.h"
+#include "core/bytes.h"
 #include "core/log.h"
 #include "crypto/identity.h"
 
@@ -17,10 +18,12 @@
 #define FILE_MAX_BYTES (16u << 20)
 
 typedef struct member {
-    uint8_t pk[FED_CRYPTO_PK_BYTES];
+    uint8_t pk[FED_CRYPTO_PK_BYTES]; /* first: the key fed_key_search orders by */
     char name[FED_CRYPTO_NAME_MAX + 1];
     int line;
 } member;
+_Static_assert(FED_CRYPTO_PK_BYTES == 32 && offsetof(member, pk) == 0,
+               "members are fed_key_search records");
 
 struct fed_crypto_allow {
     member *m; /* (n) sorted by pk */
@@ -253,12 +256,14 @@ out:
 fed_err fed_crypto_allow_add(fed_crypto_allow *al, const char *name,
                              const uint8_t pk[FED_CRYPTO_PK_BYTES])
 {
-    size_t len = strlen(name), at = 0;
+    size_t len = strlen(name), at;
     member *grown;
+    int found;
 
     if (!name_ok(name, len))
         return FED_ERR_FORMAT;
-    if (fed_crypto_allow_find(al, pk))
+    at = fed_key_search(al->m, al->n, sizeof *al->m, pk, &found);
+    if (found)
         return FED_ERR_EXISTS;
     for (size_t i = 0; i < al->n; i++)
         if (strcmp(al->m[i].name, name) == 0)
@@ -267,8 +272,6 @@ fed_err fed_crypto_allow_add(fed_crypto_allow *al, const char *name,
     if (!grown)
         return FED_ERR_NOMEM;
     al->m = grown;
-    while (at < al->n && memcmp(al->m[at].pk, pk, FED_CRYPTO_PK_BYTES) < 0)
-        at++;
     memmove(al->m + at + 1, al->m + at, (al->n - at) * sizeof *al->m);
     memset(&al->m[at], 0, sizeof al->m[at]);
     memcpy(al->m[at].pk, pk, FED_CRYPTO_PK_BYTES);
@@ -280,20 +283,10 @@ fed_err fed_crypto_allow_add(fed_crypto_allow *al, const char *name,
 
 const char *fed_crypto_allow_find(const fed_crypto_allow *al, const uint8_t pk[FED_CRYPTO_PK_BYTES])
 {
-    size_t lo = 0, hi = al->n;
+    int found;
+    size_t at = fed_key_search(al->m, al->n, sizeof *al->m, pk, &found);
 
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int c = memcmp(al->m[mid].pk, pk, FED_CRYPTO_PK_BYTES);
-
-        if (c == 0)
-            return al->m[mid].name;
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return NULL;
+    return found ? al->m[at].name : NULL;
 }
 
 size_t fed_crypto_allow_count(const fed_crypto_allow *al) { return al->n; }

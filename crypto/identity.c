@@ -13,6 +13,7 @@
 
 #include <sodium.h>
 
+#include "core/bytes.h"
 #include "core/log.h"
 #include "crypto/arena_impl.h"
 
@@ -59,21 +60,6 @@ fed_err fed_crypto_pk_from_base64(const char *text, size_t len, uint8_t pk[FED_C
 }
 
 /* ---- little helpers ---- */
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
 
 static fed_err join_path(char *buf, size_t cap, const char *dir, const char *name)
 {
@@ -189,8 +175,8 @@ static fed_err build_keyfile(fed_crypto_arena *a, const char *pass, size_t pass_
     if (!pwcost_ok(cost->opslimit, cost->memlimit))
         return FED_ERR_INVAL;
     rnd(rnd_ctx, hdr + KF_SALT, crypto_pwhash_SALTBYTES);
-    put_u64(hdr + KF_OPS, cost->opslimit);
-    put_u64(hdr + KF_MEM, cost->memlimit);
+    fed_put_u64le(hdr + KF_OPS, cost->opslimit);
+    fed_put_u64le(hdr + KF_MEM, cost->memlimit);
     rnd(rnd_ctx, hdr + KF_NONCE, crypto_aead_xchacha20poly1305_ietf_NPUBBYTES);
     err = derive_pass_key(a, pass, pass_len, hdr + KF_SALT, cost->opslimit, cost->memlimit);
     if (err == FED_OK &&
@@ -337,7 +323,7 @@ static fed_err check_header(const char *path, const uint8_t *hdr, size_t got)
 static fed_err unseal_seed(fed_crypto_arena *a, const char *path, const uint8_t *file,
                            const char *pass, size_t pass_len)
 {
-    uint64_t ops = get_u64(file + KF_OPS), mem = get_u64(file + KF_MEM);
+    uint64_t ops = fed_get_u64le(file + KF_OPS), mem = fed_get_u64le(file + KF_MEM);
     fed_err err;
 
     if (!pass || !pass_len) {

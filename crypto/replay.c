@@ -1,13 +1,15 @@
 /* replay.c - per-peer 1024-wide replay windows with reserve/commit/release.
- * Owns a sorted array of windows (one per peer seen), binary-searched by
- * public key. Must never move a window on a reservation alone: only a commit
- * (an opened, authentic frame) may slide it or change its epoch. */
+ * Owns the windows (one per peer seen) behind an index sorted by public key
+ * and binary-searched with fed_key_search. Must never move a window on a
+ * reservation alone: only a commit (an opened, authentic frame) may slide
+ * it or change its epoch. */
 #include "crypto/replay.h"
 
 #include <assert.h>
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/bytes.h"
 
 #define BITS_WORDS (FED_CRYPTO_REPLAY_WINDOW / 64)
 
@@ -16,7 +18,6 @@ typedef struct pending {
 } pending;
 
 typedef struct window {
-    uint8_t peer[32];
     int has_epoch; /* something was committed */
     uint64_t epoch;
     uint64_t top;              /* highest committed sequence */
@@ -25,8 +26,15 @@ typedef struct window {
     pending pend[FED_CRYPTO_REPLAY_PENDING];
 } window;
 
+/* An index entry: a fed_key_search record (key first); the window lives
+ * apart, at one address while the index grows and shifts. */
+typedef struct slot {
+    uint8_t peer[32];
+    window *w;
+} slot;
+
 struct fed_crypto_replay {
-    window **w; /* (n) sorted by peer */
+    slot *s; /* (n) sorted by peer */
     size_t n, cap;
 };
 
@@ -41,66 +49,44 @@ void fed_crypto_replay_free(fed_crypto_replay *r)
     if (!r)
         return;
     for (size_t i = 0; i < r->n; i++)
-        fed_free(r->w[i]);
-    fed_free(r->w);
+        fed_free(r->s[i].w);
+    fed_free(r->s);
     fed_free(r);
-}
-
-/* Index of peer, or where it would be inserted (with *found = 0). */
-static size_t search(const fed_crypto_replay *r, const uint8_t *peer, int *found)
-{
-    size_t lo = 0, hi = r->n;
-
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int c = memcmp(r->w[mid]->peer, peer, 32);
-
-        if (c == 0) {
-            *found = 1;
-            return mid;
-        }
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    *found = 0;
-    return lo;
 }
 
 static window *find(const fed_crypto_replay *r, const uint8_t *peer)
 {
     int found;
-    size_t i = search(r, peer, &found);
+    size_t i = fed_key_search(r->s, r->n, sizeof *r->s, peer, &found);
 
-    return found ? r->w[i] : NULL;
+    return found ? r->s[i].w : NULL;
 }
 
 static fed_err find_or_add(fed_crypto_replay *r, const uint8_t *peer, window **out)
 {
     int found;
-    size_t i = search(r, peer, &found);
+    size_t i = fed_key_search(r->s, r->n, sizeof *r->s, peer, &found);
     window *w;
 
     if (found) {
-        *out = r->w[i];
+        *out = r->s[i].w;
         return FED_OK;
     }
     if (r->n == r->cap) {
         size_t cap = r->cap ? r->cap * 2 : 8;
-        window **grown = fed_realloc(r->w, cap * sizeof *grown);
+        slot *grown = fed_realloc(r->s, cap * sizeof *grown);
 
         if (!grown)
             return FED_ERR_NOMEM;
-        r->w = grown;
+        r->s = grown;
         r->cap = cap;
     }
     w = fed_calloc(1, sizeof *w);
     if (!w)
         return FED_ERR_NOMEM;
-    memcpy(w->peer, peer, 32);
-    memmove(r->w + i + 1, r->w + i, (r->n - i) * sizeof *r->w);
-    r->w[i] = w;
+    memmove(r->s + i + 1, r->s + i, (r->n - i) * sizeof *r->s);
+    memcpy(r->s[i].peer, peer, 32);
+    r->s[i].w = w;
     r->n++;
     *out = w;
     return FED_OK;
@@ -228,13 +214,13 @@ uint64_t fed_crypto_replay_epoch(const fed_crypto_replay *r, const uint8_t peer[
 void fed_crypto_replay_forget(fed_crypto_replay *r, const uint8_t peer[32])
 {
     int found;
-    size_t i = search(r, peer, &found);
+    size_t i = fed_key_search(r->s, r->n, sizeof *r->s, peer, &found);
 
     if (!found)
         return;
-    assert(r->w[i]->npending == 0);
-    fed_free(r->w[i]);
-    memmove(r->w + i, r->w + i + 1, (r->n - i - 1) * sizeof *r->w);
+    assert(r->s[i].w->npending == 0);
+    fed_free(r->s[i].w);
+    memmove(r->s + i, r->s + i + 1, (r->n - i - 1) * sizeof *r->s);
     r->n--;
 }
 

@@ -310,26 +310,16 @@ uint64_t fed_gossip_ps_last_round(const fed_gossip_ps *ps, const uint8_t from[32
 
 static uint8_t *put_f64s(uint8_t *p, const double *v, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        uint64_t u;
-
-        memcpy(&u, &v[i], 8);
-        fed_put_u64le(p, u);
-        p += 8;
-    }
-    return p;
+    fed_put_f64le_n(p, v, n);
+    return p + 8 * n;
 }
 
 static const uint8_t *get_f64s(const uint8_t *p, double *v, size_t n, int *ok)
 {
-    for (size_t i = 0; i < n; i++) {
-        uint64_t u = fed_get_u64le(p);
-
-        memcpy(&v[i], &u, 8);
+    fed_get_f64le_n(v, p, n);
+    for (size_t i = 0; i < n; i++)
         *ok &= isfinite(v[i]) != 0;
-        p += 8;
-    }
-    return p;
+    return p + 8 * n;
 }
 
 static size_t state_bytes(size_t dim, size_t nout, size_t nin)

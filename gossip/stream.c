@@ -12,6 +12,7 @@
 #include <sodium.h>
 
 #include "core/alloc.h"
+#include "core/bytes.h"
 #include "core/log.h"
 #include "gossip/wire_impl.h"
 
@@ -227,10 +228,10 @@ static void write_first_payload(fed_wire_stream_tx *tx, uint8_t *p)
     uint8_t *d = p + tx->block_len, *mem = fed_crypto_slot_mem(tx->slot);
 
     memcpy(p, tx->block, tx->block_len);
-    fed_wire_put_u64(d + D_ID, tx->id);
-    fed_wire_put_u64(d + D_TOTAL, tx->total);
-    fed_wire_put_u32(d + D_CHUNK, tx->chunk_len);
-    fed_wire_put_u32(d + D_COUNT, tx->chunks);
+    fed_put_u64le(d + D_ID, tx->id);
+    fed_put_u64le(d + D_TOTAL, tx->total);
+    fed_put_u32le(d + D_CHUNK, tx->chunk_len);
+    fed_put_u32le(d + D_COUNT, tx->chunks);
     memcpy(d + D_KEY, mem + SLOT_TX_KEY, 32);
     memcpy(d + D_MAC, mem + SLOT_TX_MAC, 32);
     memcpy(d + D_HEADER, tx->ss_header, 24);
@@ -320,8 +321,8 @@ static void chunk_header(fed_wire *w, const fed_wire_stream_tx *tx, uint32_t i, 
     h->seq = seq;
     memcpy(h->sender, fed_wire_self(w), 32);
     memset(h->nonce, 0, sizeof h->nonce);
-    fed_wire_put_u64(h->nonce, tx->id);
-    fed_wire_put_u32(h->nonce + 8, i);
+    fed_put_u64le(h->nonce, tx->id);
+    fed_put_u32le(h->nonce + 8, i);
     h->payload_len = (uint32_t)messages_bytes(tx->total, tx->chunk_len, tx->chunks, i);
 }
 
@@ -375,12 +376,12 @@ fed_err fed_wire_stream_tx_restamp(fed_wire *w, fed_wire_stream_tx *tx, uint8_t 
     if (fed_wire_hdr_decode(frame, len, &h) != FED_OK || len < FED_WIRE_HEADER_BYTES)
         return FED_ERR_INVAL;
     if (h.type == FED_WIRE_CHUNK && h.flags == FED_WIRE_FLAG_DATA) {
-        uint32_t i = fed_wire_get_u32(h.nonce + 8);
+        uint32_t i = fed_get_u32le(h.nonce + 8);
 
-        if (fed_wire_get_u64(h.nonce) != tx->id || i == 0 || i >= tx->next ||
+        if (fed_get_u64le(h.nonce) != tx->id || i == 0 || i >= tx->next ||
             len != FED_WIRE_HEADER_BYTES + (size_t)h.payload_len + FED_WIRE_MAC_BYTES)
             return FED_ERR_INVAL;
-        fed_wire_put_u64(frame + FED_WIRE_OFF_SEQ, seq);
+        fed_put_u64le(frame + FED_WIRE_OFF_SEQ, seq);
         header_mac(frame, fed_crypto_slot_mem(tx->slot) + SLOT_TX_MAC,
                    frame + FED_WIRE_HEADER_BYTES + h.payload_len);
         return FED_OK;
@@ -450,7 +451,7 @@ size_t fed_wire_stream_count(const fed_wire *w)
 
 fed_err fed_wire_rx_claim(fed_wire *w, const fed_wire_hdr *h, fed_wire_stream_rx **out)
 {
-    fed_wire_stream_rx *rx = fed_wire_stream_find(w, h->sender, fed_wire_get_u64(h->nonce));
+    fed_wire_stream_rx *rx = fed_wire_stream_find(w, h->sender, fed_get_u64le(h->nonce));
 
     *out = NULL;
     if (!rx || rx->broken || rx->closing)
@@ -474,10 +475,10 @@ static fed_err take_descriptor(const fed_wire *w, fed_wire_stream_rx *rx, uint8_
             sodium_memzero(d, d_len);
         return FED_ERR_PAYLOAD;
     }
-    rx->id = fed_wire_get_u64(d + D_ID);
-    rx->total = fed_wire_get_u64(d + D_TOTAL);
-    rx->chunk_len = fed_wire_get_u32(d + D_CHUNK);
-    rx->chunks = fed_wire_get_u32(d + D_COUNT);
+    rx->id = fed_get_u64le(d + D_ID);
+    rx->total = fed_get_u64le(d + D_TOTAL);
+    rx->chunk_len = fed_get_u32le(d + D_CHUNK);
+    rx->chunks = fed_get_u32le(d + D_COUNT);
     if (rx->total == 0 || rx->total > w->cfg.max_stream_bytes || rx->chunk_len == 0 ||
         rx->chunk_len > fed_wire_stream_chunk_max(w, rx->hdr0.type) ||
         div_up(rx->total, rx->chunk_len) != rx->chunks)
@@ -593,7 +594,7 @@ fed_err fed_wire_rx_data(const fed_wire *w, fed_wire_stream_rx *rx, const uint8_
 {
     const fed_wire_hdr *h = &m->hdr;
     uint8_t mac[FED_WIRE_MAC_BYTES], ad[FED_WIRE_HEADER_BYTES];
-    uint32_t i = fed_wire_get_u32(h->nonce + 8);
+    uint32_t i = fed_get_u32le(h->nonce + 8);
     fed_err err;
 
     (void)w;

@@ -9,57 +9,9 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/bytes.h"
 #include "core/log.h"
 #include "gossip/wire_impl.h"
-
-/* ---- little-endian fields ---- */
-
-void fed_wire_put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-void fed_wire_put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-uint32_t fed_wire_get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}
-
-uint64_t fed_wire_get_u64(const uint8_t *p)
-{
-    return (uint64_t)fed_wire_get_u32(p) | ((uint64_t)fed_wire_get_u32(p + 4) << 32);
-}
-
-static void put_u16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static uint16_t get_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
-
-static void put_f32(uint8_t *p, float f)
-{
-    uint32_t u;
-
-    memcpy(&u, &f, 4);
-    fed_wire_put_u32(p, u);
-}
-
-static float get_f32(const uint8_t *p)
-{
-    uint32_t u = fed_wire_get_u32(p);
-    float f;
-
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 static int all_zero(const uint8_t *p, size_t n)
 {
@@ -77,17 +29,17 @@ void fed_wire_hdr_encode(const fed_wire_hdr *h, uint8_t out[FED_WIRE_HEADER_BYTE
     memcpy(out, FED_WIRE_MAGIC, 4);
     out[4] = FED_WIRE_VERSION;
     out[FED_WIRE_OFF_TYPE] = h->type;
-    put_u16(out + FED_WIRE_OFF_FLAGS, h->flags);
+    fed_put_u16le(out + FED_WIRE_OFF_FLAGS, h->flags);
     memcpy(out + FED_WIRE_OFF_SENDER, h->sender, 32);
     memcpy(out + FED_WIRE_OFF_RECIPIENT, h->recipient, 32);
-    fed_wire_put_u64(out + FED_WIRE_OFF_SENDER_EPOCH, h->sender_epoch);
-    fed_wire_put_u64(out + FED_WIRE_OFF_RECIPIENT_EPOCH, h->recipient_epoch);
-    fed_wire_put_u64(out + FED_WIRE_OFF_SEQ, h->seq);
-    fed_wire_put_u64(out + FED_WIRE_OFF_ROUND, h->round);
+    fed_put_u64le(out + FED_WIRE_OFF_SENDER_EPOCH, h->sender_epoch);
+    fed_put_u64le(out + FED_WIRE_OFF_RECIPIENT_EPOCH, h->recipient_epoch);
+    fed_put_u64le(out + FED_WIRE_OFF_SEQ, h->seq);
+    fed_put_u64le(out + FED_WIRE_OFF_ROUND, h->round);
     memcpy(out + FED_WIRE_OFF_NONCE, h->nonce, 24);
-    fed_wire_put_u32(out + FED_WIRE_OFF_LEN, h->payload_len);
-    put_u16(out + FED_WIRE_OFF_CODEC, h->codec);
-    put_u16(out + 134, 0);
+    fed_put_u32le(out + FED_WIRE_OFF_LEN, h->payload_len);
+    fed_put_u16le(out + FED_WIRE_OFF_CODEC, h->codec);
+    fed_put_u16le(out + 134, 0);
 }
 
 static int flags_ok(uint8_t type, uint16_t flags)
@@ -111,22 +63,22 @@ fed_err fed_wire_hdr_decode(const uint8_t *buf, size_t len, fed_wire_hdr *h)
         return FED_ERR_FRAME_VERSION;
     memset(h, 0, sizeof *h);
     h->type = buf[FED_WIRE_OFF_TYPE];
-    h->flags = get_u16(buf + FED_WIRE_OFF_FLAGS);
+    h->flags = fed_get_u16le(buf + FED_WIRE_OFF_FLAGS);
     if (h->type < 1 || h->type > FED_WIRE_TYPE_MAX || !flags_ok(h->type, h->flags) ||
-        get_u16(buf + 134) != 0)
+        fed_get_u16le(buf + 134) != 0)
         return FED_ERR_FRAME_TYPE;
     if (h->flags == FED_WIRE_FLAG_DATA && h->type == FED_WIRE_CHUNK &&
         !all_zero(buf + FED_WIRE_OFF_NONCE + 12, 12))
         return FED_ERR_FRAME_TYPE;
     memcpy(h->sender, buf + FED_WIRE_OFF_SENDER, 32);
     memcpy(h->recipient, buf + FED_WIRE_OFF_RECIPIENT, 32);
-    h->sender_epoch = fed_wire_get_u64(buf + FED_WIRE_OFF_SENDER_EPOCH);
-    h->recipient_epoch = fed_wire_get_u64(buf + FED_WIRE_OFF_RECIPIENT_EPOCH);
-    h->seq = fed_wire_get_u64(buf + FED_WIRE_OFF_SEQ);
-    h->round = fed_wire_get_u64(buf + FED_WIRE_OFF_ROUND);
+    h->sender_epoch = fed_get_u64le(buf + FED_WIRE_OFF_SENDER_EPOCH);
+    h->recipient_epoch = fed_get_u64le(buf + FED_WIRE_OFF_RECIPIENT_EPOCH);
+    h->seq = fed_get_u64le(buf + FED_WIRE_OFF_SEQ);
+    h->round = fed_get_u64le(buf + FED_WIRE_OFF_ROUND);
     memcpy(h->nonce, buf + FED_WIRE_OFF_NONCE, 24);
-    h->payload_len = fed_wire_get_u32(buf + FED_WIRE_OFF_LEN);
-    h->codec = get_u16(buf + FED_WIRE_OFF_CODEC);
+    h->payload_len = fed_get_u32le(buf + FED_WIRE_OFF_LEN);
+    h->codec = fed_get_u16le(buf + FED_WIRE_OFF_CODEC);
     return FED_OK;
 }
 
@@ -171,17 +123,17 @@ static void encode_settings(const fed_wire_settings *s, uint8_t *out)
 {
     memset(out, 0, FED_WIRE_SPEC_BYTES);
     memcpy(out, s->spec, strnlen(s->spec, FED_WIRE_SPEC_BYTES - 1));
-    fed_wire_put_u32(out + 128, s->local_epochs);
-    fed_wire_put_u32(out + 132, s->batch);
+    fed_put_u32le(out + 128, s->local_epochs);
+    fed_put_u32le(out + 132, s->batch);
     out[136] = s->optimizer;
     out[137] = 0;
-    put_u16(out + 138, s->codec);
-    put_f32(out + 140, s->fraction);
-    put_f32(out + 144, s->lr);
-    put_f32(out + 148, s->mu);
-    fed_wire_put_u64(out + 152, s->deadline_ms);
-    put_f32(out + 160, s->momentum);
-    fed_wire_put_u32(out + 164, 0);
+    fed_put_u16le(out + 138, s->codec);
+    fed_put_f32le(out + 140, s->fraction);
+    fed_put_f32le(out + 144, s->lr);
+    fed_put_f32le(out + 148, s->mu);
+    fed_put_u64le(out + 152, s->deadline_ms);
+    fed_put_f32le(out + 160, s->momentum);
+    fed_put_u32le(out + 164, 0);
 }
 
 static int decode_settings(const uint8_t *in, fed_wire_settings *s)
@@ -189,15 +141,15 @@ static int decode_settings(const uint8_t *in, fed_wire_settings *s)
     if (in[137] != 0 || !all_zero(in + 164, 4))
         return 0;
     memcpy(s->spec, in, FED_WIRE_SPEC_BYTES);
-    s->local_epochs = fed_wire_get_u32(in + 128);
-    s->batch = fed_wire_get_u32(in + 132);
+    s->local_epochs = fed_get_u32le(in + 128);
+    s->batch = fed_get_u32le(in + 132);
     s->optimizer = in[136];
-    s->codec = get_u16(in + 138);
-    s->fraction = get_f32(in + 140);
-    s->lr = get_f32(in + 144);
-    s->mu = get_f32(in + 148);
-    s->deadline_ms = fed_wire_get_u64(in + 152);
-    s->momentum = get_f32(in + 160);
+    s->codec = fed_get_u16le(in + 138);
+    s->fraction = fed_get_f32le(in + 140);
+    s->lr = fed_get_f32le(in + 144);
+    s->mu = fed_get_f32le(in + 148);
+    s->deadline_ms = fed_get_u64le(in + 152);
+    s->momentum = fed_get_f32le(in + 160);
     return settings_ok(s);
 }
 
@@ -205,7 +157,6 @@ fed_err fed_wire_block_encode(uint8_t type, const fed_wire_block *b, uint8_t *ou
                               size_t *len)
 {
     size_t n = fed_wire_block_size(type);
-    uint64_t u;
 
     *len = 0;
     if (n == 0)
@@ -216,35 +167,34 @@ fed_err fed_wire_block_encode(uint8_t type, const fed_wire_block *b, uint8_t *ou
     switch (type) {
     case FED_WIRE_HELLO:
         out[0] = b->role;
-        fed_wire_put_u64(out + 8, b->caps);
+        fed_put_u64le(out + 8, b->caps);
         break;
-    case FED_WIRE_NEXT: fed_wire_put_u64(out, b->round_ref); break;
+    case FED_WIRE_NEXT: fed_put_u64le(out, b->round_ref); break;
     case FED_WIRE_MODEL:
         if (!settings_ok(&b->settings))
             return FED_ERR_INVAL;
-        fed_wire_put_u64(out, b->samples);
+        fed_put_u64le(out, b->samples);
         encode_settings(&b->settings, out + 8);
         break;
     case FED_WIRE_DELTA:
-        fed_wire_put_u64(out, b->samples);
-        fed_wire_put_u64(out + 8, b->round_ref);
+        fed_put_u64le(out, b->samples);
+        fed_put_u64le(out + 8, b->round_ref);
         break;
     case FED_WIRE_ACK:
-        fed_wire_put_u32(out, b->status);
-        fed_wire_put_u32(out + 4, b->ack_flags);
+        fed_put_u32le(out, b->status);
+        fed_put_u32le(out + 4, b->ack_flags);
         break;
     case FED_WIRE_SHARE:
         if (!isfinite(b->weight) || b->weight < 0)
             return FED_ERR_INVAL;
-        fed_wire_put_u64(out, b->samples);
-        memcpy(&u, &b->weight, 8);
-        fed_wire_put_u64(out + 8, u);
+        fed_put_u64le(out, b->samples);
+        fed_put_f64le(out + 8, b->weight);
         break;
-    case FED_WIRE_PEERS: fed_wire_put_u32(out, b->count); break;
-    case FED_WIRE_LEAVE: fed_wire_put_u32(out, b->reason); break;
+    case FED_WIRE_PEERS: fed_put_u32le(out, b->count); break;
+    case FED_WIRE_LEAVE: fed_put_u32le(out, b->reason); break;
     case FED_WIRE_CHUNK:
-        fed_wire_put_u64(out, b->stream_id);
-        fed_wire_put_u32(out + 8, b->chunk_index);
+        fed_put_u64le(out, b->stream_id);
+        fed_put_u32le(out + 8, b->chunk_index);
         break;
     default: return FED_ERR_INVAL;
     }
@@ -256,7 +206,6 @@ fed_err fed_wire_block_decode(uint8_t type, const uint8_t *in, size_t len, fed_w
                               size_t *used)
 {
     size_t n = fed_wire_block_size(type);
-    uint64_t u;
     int ok = 1;
 
     memset(b, 0, sizeof *b);
@@ -266,42 +215,41 @@ fed_err fed_wire_block_decode(uint8_t type, const uint8_t *in, size_t len, fed_w
     switch (type) {
     case FED_WIRE_HELLO:
         b->role = in[0];
-        b->caps = fed_wire_get_u64(in + 8);
+        b->caps = fed_get_u64le(in + 8);
         ok = all_zero(in + 1, 7) && b->role >= FED_WIRE_ROLE_PEER &&
              b->role <= FED_WIRE_ROLE_AGGREGATOR;
         break;
-    case FED_WIRE_NEXT: b->round_ref = fed_wire_get_u64(in); break;
+    case FED_WIRE_NEXT: b->round_ref = fed_get_u64le(in); break;
     case FED_WIRE_MODEL:
-        b->samples = fed_wire_get_u64(in);
+        b->samples = fed_get_u64le(in);
         ok = decode_settings(in + 8, &b->settings);
         break;
     case FED_WIRE_DELTA:
-        b->samples = fed_wire_get_u64(in);
-        b->round_ref = fed_wire_get_u64(in + 8);
+        b->samples = fed_get_u64le(in);
+        b->round_ref = fed_get_u64le(in + 8);
         break;
     case FED_WIRE_ACK:
-        b->status = fed_wire_get_u32(in);
-        b->ack_flags = fed_wire_get_u32(in + 4);
+        b->status = fed_get_u32le(in);
+        b->ack_flags = fed_get_u32le(in + 4);
         ok = b->status < FED_ERR_COUNT_ &&
              (b->ack_flags & ~FED_WIRE_ACK_FLAGS) == 0;
         break;
     case FED_WIRE_SHARE:
-        b->samples = fed_wire_get_u64(in);
-        u = fed_wire_get_u64(in + 8);
-        memcpy(&b->weight, &u, 8);
+        b->samples = fed_get_u64le(in);
+        b->weight = fed_get_f64le(in + 8);
         ok = isfinite(b->weight) && b->weight >= 0;
         break;
     case FED_WIRE_PEERS:
-        b->count = fed_wire_get_u32(in);
+        b->count = fed_get_u32le(in);
         ok = all_zero(in + 4, 4);
         break;
     case FED_WIRE_LEAVE:
-        b->reason = fed_wire_get_u32(in);
+        b->reason = fed_get_u32le(in);
         ok = all_zero(in + 4, 4);
         break;
     case FED_WIRE_CHUNK:
-        b->stream_id = fed_wire_get_u64(in);
-        b->chunk_index = fed_wire_get_u32(in + 8);
+        b->stream_id = fed_get_u64le(in);
+        b->chunk_index = fed_get_u32le(in + 8);
         ok = all_zero(in + 12, 4);
         break;
     default: ok = 0;

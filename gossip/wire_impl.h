@@ -28,12 +28,6 @@ struct fed_wire {
 /* Counts and logs one rejection (h may be NULL before the header decoded). */
 void fed_wire_count_reject(fed_wire *w, const fed_wire_hdr *h, fed_err err);
 
-/* Reads a little-endian field. */
-uint64_t fed_wire_get_u64(const uint8_t *p);
-uint32_t fed_wire_get_u32(const uint8_t *p);
-void fed_wire_put_u64(uint8_t *p, uint64_t v);
-void fed_wire_put_u32(uint8_t *p, uint32_t v);
-
 /* ---- stream hooks (stream.c) ---- */
 
 /* precheck, first frame: a pending stream holding a slot.

@@ -12,68 +12,11 @@
 #include <string.h>
 
 #include "core/alloc.h"
-
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-#define HOST_LE 1
-#else
-#define HOST_LE 0
-#endif
+#include "core/bytes.h"
 
 #define Q8_MAX_INPUT 1e38f
 #define Q8_MAX_SCALE 2e36f
 #define Q8_TINY 0x1p-100f
-
-/* ---- little-endian access ---- */
-
-static void put_u16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint16_t get_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-    return (uint64_t)get_u32(p) | ((uint64_t)get_u32(p + 4) << 32);
-}
-
-static uint32_t f32_bits(float f)
-{
-    uint32_t u;
-
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-static float bits_f32(uint32_t u)
-{
-    float f;
-
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static void put_f32(uint8_t *p, float f) { put_u32(p, f32_bits(f)); }
-
-static float get_f32(const uint8_t *p) { return bits_f32(get_u32(p)); }
 
 static int nonfinite_bits(uint32_t u) { return (u & 0x7f800000u) == 0x7f800000u; }
 
@@ -174,9 +117,9 @@ static void put_header(uint8_t *out, fed_codec_id id, uint32_t param, size_t n)
 {
     out[0] = (uint8_t)id;
     out[1] = FED_CODEC_VERSION;
-    put_u16(out + 2, 0);
-    put_u32(out + 4, param);
-    put_u64(out + 8, (uint64_t)n);
+    fed_put_u16le(out + 2, 0);
+    fed_put_u32le(out + 4, param);
+    fed_put_u64le(out + 8, (uint64_t)n);
 }
 
 /* ---- f16 ---- */
@@ -184,12 +127,12 @@ static void put_header(uint8_t *out, fed_codec_id id, uint32_t param, size_t n)
 /* binary32 -> binary16, round to nearest even; overflow gives infinity. */
 static uint16_t f32_to_f16(float f)
 {
-    uint32_t x = f32_bits(f), sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    uint32_t x = fed_f32_bits(f), sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
 
     if (ax >= 0x47800000u) /* >= 65536: infinity */
         return (uint16_t)(sign | 0x7c00u);
     if (ax < 0x38800000u) {               /* below 2^-14: a subnormal half (or the least normal) */
-        float v = bits_f32(ax) * 0x1p24f; /* exact */
+        float v = fed_f32_from_bits(ax) * 0x1p24f; /* exact */
 
         return (uint16_t)(sign | (uint32_t)lrintf(v));
     }
@@ -207,7 +150,7 @@ static float f16_to_f32(uint16_t h)
 
         return sign ? -v : v;
     }
-    return bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+    return fed_f32_from_bits(sign | ((e + 112u) << 23) | (m << 13));
 }
 
 /* ---- encoders ---- */
@@ -217,19 +160,11 @@ static int any_nonfinite(const float *x, size_t n)
     uint32_t bad = 0;
 
     for (size_t i = 0; i < n; i++)
-        bad |= nonfinite_bits(f32_bits(x[i]));
+        bad |= nonfinite_bits(fed_f32_bits(x[i]));
     return bad != 0;
 }
 
-static void encode_f32(const float *x, size_t n, uint8_t *body)
-{
-    if (HOST_LE) {
-        memcpy(body, x, n * 4);
-        return;
-    }
-    for (size_t i = 0; i < n; i++)
-        put_f32(body + 4 * i, x[i]);
-}
+static void encode_f32(const float *x, size_t n, uint8_t *body) { fed_put_f32le_n(body, x, n); }
 
 static fed_err encode_f16(const float *x, size_t n, uint8_t *body)
 {
@@ -238,7 +173,7 @@ static fed_err encode_f16(const float *x, size_t n, uint8_t *body)
 
         if ((h & 0x7fffu) == 0x7c00u)
             return FED_ERR_RANGE;
-        put_u16(body + 2 * i, h);
+        fed_put_u16le(body + 2 * i, h);
     }
     return FED_OK;
 }
@@ -258,7 +193,7 @@ static fed_err encode_q8(const float *x, size_t n, uint8_t *body)
             scale = m / 127.0f;
             inv = 1.0f / scale;
         }
-        put_f32(body, scale);
+        fed_put_f32le(body, scale);
         body += 4;
         for (size_t i = 0; i < len; i++) {
             long q = lrintf(xb[i] * inv);
@@ -273,17 +208,8 @@ static fed_err encode_q8(const float *x, size_t n, uint8_t *body)
 
 static fed_err encode_f64_from_f32(const float *x, size_t n, uint8_t *body)
 {
-    for (size_t i = 0; i < n; i++) {
-        double d = x[i];
-        uint64_t u;
-
-        if (HOST_LE) {
-            memcpy(body + 8 * i, &d, 8);
-        } else {
-            memcpy(&u, &d, 8);
-            put_u64(body + 8 * i, u);
-        }
-    }
+    for (size_t i = 0; i < n; i++)
+        fed_put_f64le(body + 8 * i, (double)x[i]);
     return FED_OK;
 }
 
@@ -304,11 +230,11 @@ static fed_err topk_threshold(const float *x, const float *r, size_t n, size_t k
         goto out;
     }
     for (size_t i = 0; i < n; i++)
-        hi[(f32_bits(acc_at(x, r, i)) & 0x7fffffffu) >> 16]++;
+        hi[(fed_f32_bits(acc_at(x, r, i)) & 0x7fffffffu) >> 16]++;
     for (b = (1u << 15) - 1; cum + hi[b] < k; b--)
         cum += hi[b];
     for (size_t i = 0; i < n; i++) {
-        uint32_t u = f32_bits(acc_at(x, r, i)) & 0x7fffffffu;
+        uint32_t u = fed_f32_bits(acc_at(x, r, i)) & 0x7fffffffu;
 
         if ((u >> 16) == b)
             lo[u & 0xffffu]++;
@@ -331,7 +257,7 @@ static fed_err encode_topk(const fed_codec *c, const float *x, size_t n, float *
     fed_err err;
 
     for (size_t i = 0; i < n; i++)
-        if (nonfinite_bits(f32_bits(acc_at(x, r, i))))
+        if (nonfinite_bits(fed_f32_bits(acc_at(x, r, i))))
             return FED_ERR_NAN;
     if (k == 0)
         return FED_OK;
@@ -341,14 +267,14 @@ static fed_err encode_topk(const fed_codec *c, const float *x, size_t n, float *
     ties = k - above;
     for (size_t i = 0; i < n; i++) {
         float xi = x[i], ri = r ? r[i] : 0.0f, a = xi + ri;
-        uint32_t u = f32_bits(a) & 0x7fffffffu;
+        uint32_t u = fed_f32_bits(a) & 0x7fffffffu;
         int take = u > t || (u == t && ties > 0);
 
         if (take) {
             if (u == t)
                 ties--;
-            put_u32(idx + 4 * j, (uint32_t)i);
-            put_f32(val + 4 * j, a);
+            fed_put_u32le(idx + 4 * j, (uint32_t)i);
+            fed_put_f32le(val + 4 * j, a);
             j++;
             if (r) { /* TwoSum: a + e == xi + ri exactly */
                 float bv = a - xi, e = (xi - (a - bv)) + (ri - bv);
@@ -411,16 +337,7 @@ fed_err fed_codec_encode_f64(const double *x, size_t n, uint8_t *out, size_t cap
     for (size_t i = 0; i < n; i++)
         if (!isfinite(x[i]))
             return FED_ERR_NAN;
-    if (HOST_LE) {
-        memcpy(body, x, n * 8);
-    } else {
-        for (size_t i = 0; i < n; i++) {
-            uint64_t u;
-
-            memcpy(&u, &x[i], 8);
-            put_u64(body + 8 * i, u);
-        }
-    }
+    fed_put_f64le_n(body, x, n);
     put_header(out, FED_CODEC_F64, 0, n);
     *len = need;
     return FED_OK;
@@ -431,10 +348,10 @@ fed_err fed_codec_encode_f64(const double *x, size_t n, uint8_t *out, size_t cap
 fed_err fed_codec_peek(const uint8_t *in, size_t len, fed_codec_id *id, uint64_t *n)
 {
     if (len < FED_CODEC_HEADER_BYTES || in[0] == FED_CODEC_NONE || in[0] >= FED_CODEC_COUNT_ ||
-        in[1] != FED_CODEC_VERSION || get_u16(in + 2) != 0)
+        in[1] != FED_CODEC_VERSION || fed_get_u16le(in + 2) != 0)
         return FED_ERR_CODEC;
     *id = (fed_codec_id)in[0];
-    *n = get_u64(in + 8);
+    *n = fed_get_u64le(in + 8);
     return FED_OK;
 }
 
@@ -451,7 +368,7 @@ static fed_err check_encoding(const uint8_t *in, size_t len, fed_codec_id expect
         return err;
     if ((expect != FED_CODEC_NONE && *id != expect) || got_n != (uint64_t)n)
         return FED_ERR_CODEC;
-    param = get_u32(in + 4);
+    param = fed_get_u32le(in + 4);
     if (*id == FED_CODEC_Q8) {
         if (param != FED_CODEC_Q8_BLOCK)
             return FED_ERR_CODEC;
@@ -470,13 +387,9 @@ static fed_err decode_f32(const uint8_t *body, size_t n, float *x)
 {
     uint32_t bad = 0;
 
-    if (HOST_LE)
-        memcpy(x, body, n * 4);
-    else
-        for (size_t i = 0; i < n; i++)
-            x[i] = get_f32(body + 4 * i);
+    fed_get_f32le_n(x, body, n);
     for (size_t i = 0; i < n; i++)
-        bad |= nonfinite_bits(f32_bits(x[i]));
+        bad |= nonfinite_bits(fed_f32_bits(x[i]));
     return bad ? FED_ERR_NAN : FED_OK;
 }
 
@@ -485,7 +398,7 @@ static fed_err decode_f16(const uint8_t *body, size_t n, float *x)
     uint32_t bad = 0;
 
     for (size_t i = 0; i < n; i++) {
-        uint16_t h = get_u16(body + 2 * i);
+        uint16_t h = fed_get_u16le(body + 2 * i);
 
         bad |= (h & 0x7c00u) == 0x7c00u;
         x[i] = f16_to_f32(h);
@@ -497,10 +410,10 @@ static fed_err decode_q8(const uint8_t *body, size_t n, float *x)
 {
     for (size_t b0 = 0; b0 < n; b0 += FED_CODEC_Q8_BLOCK) {
         size_t len = n - b0 < FED_CODEC_Q8_BLOCK ? n - b0 : FED_CODEC_Q8_BLOCK;
-        float scale = get_f32(body);
+        float scale = fed_get_f32le(body);
         uint32_t bad = 0;
 
-        if (nonfinite_bits(f32_bits(scale)))
+        if (nonfinite_bits(fed_f32_bits(scale)))
             return FED_ERR_NAN;
         if (!(scale >= 0) || scale > Q8_MAX_SCALE)
             return FED_ERR_CODEC;
@@ -525,14 +438,14 @@ static fed_err decode_topk(const uint8_t *body, size_t k, size_t n, float *x)
 
     memset(x, 0, n * sizeof *x);
     for (size_t j = 0; j < k; j++) {
-        uint32_t i = get_u32(idx + 4 * j);
-        uint32_t u = get_u32(val + 4 * j);
+        uint32_t i = fed_get_u32le(idx + 4 * j);
+        uint32_t u = fed_get_u32le(val + 4 * j);
 
         if (i >= n || (j > 0 && i <= prev))
             return FED_ERR_CODEC;
         if (nonfinite_bits(u))
             return FED_ERR_NAN;
-        x[i] = bits_f32(u);
+        x[i] = fed_f32_from_bits(u);
         prev = i;
     }
     return FED_OK;
@@ -541,10 +454,8 @@ static fed_err decode_topk(const uint8_t *body, size_t k, size_t n, float *x)
 static fed_err decode_f64_to_f32(const uint8_t *body, size_t n, float *x)
 {
     for (size_t i = 0; i < n; i++) {
-        uint64_t u = get_u64(body + 8 * i);
-        double d;
+        double d = fed_get_f64le(body + 8 * i);
 
-        memcpy(&d, &u, 8);
         if (!isfinite(d))
             return FED_ERR_NAN;
         if (fabs(d) > (double)FLT_MAX)
@@ -567,7 +478,7 @@ fed_err fed_codec_decode(const uint8_t *in, size_t len, fed_codec_id expect, flo
     case FED_CODEC_F64: return decode_f64_to_f32(body, n, x);
     case FED_CODEC_F16: return decode_f16(body, n, x);
     case FED_CODEC_Q8: return decode_q8(body, n, x);
-    case FED_CODEC_TOPK: return decode_topk(body, get_u32(in + 4), n, x);
+    case FED_CODEC_TOPK: return decode_topk(body, fed_get_u32le(in + 4), n, x);
     default: return FED_ERR_CODEC;
     }
 }
@@ -581,15 +492,7 @@ fed_err fed_codec_decode_f64(const uint8_t *in, size_t len, double *x, size_t n)
 
     if (err != FED_OK)
         return err;
-    if (HOST_LE) {
-        memcpy(x, body, n * 8);
-    } else {
-        for (size_t i = 0; i < n; i++) {
-            uint64_t u = get_u64(body + 8 * i);
-
-            memcpy(&x[i], &u, 8);
-        }
-    }
+    fed_get_f64le_n(x, body, n);
     for (size_t i = 0; i < n; i++)
         bad |= !isfinite(x[i]);
     return bad ? FED_ERR_NAN : FED_OK;

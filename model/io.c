@@ -13,29 +13,8 @@
 #include <zlib.h>
 
 #include "core/alloc.h"
+#include "core/bytes.h"
 #include "core/log.h"
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-    return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
-}
 
 /* zlib's crc32 takes a uInt length: feed it in pieces. */
 static uint32_t crc_of(const uint8_t *buf, size_t len)
@@ -68,26 +47,21 @@ fed_err fed_model_file_encode(const fed_model *m, uint8_t *buf, size_t cap, size
     if (cap < size)
         return FED_ERR_RANGE;
     memcpy(buf, FED_MODEL_FILE_MAGIC, 8);
-    put_u32(buf + 8, FED_MODEL_FILE_VERSION);
-    put_u32(buf + 12, (uint32_t)L);
-    put_u32(buf + 16, (uint32_t)in.c);
-    put_u32(buf + 20, (uint32_t)in.h);
-    put_u32(buf + 24, (uint32_t)in.w);
-    put_u32(buf + 28, (uint32_t)in.classes);
-    put_u64(buf + 32, n);
+    fed_put_u32le(buf + 8, FED_MODEL_FILE_VERSION);
+    fed_put_u32le(buf + 12, (uint32_t)L);
+    fed_put_u32le(buf + 16, (uint32_t)in.c);
+    fed_put_u32le(buf + 20, (uint32_t)in.h);
+    fed_put_u32le(buf + 24, (uint32_t)in.w);
+    fed_put_u32le(buf + 28, (uint32_t)in.classes);
+    fed_put_u64le(buf + 32, n);
     memcpy(buf + FED_MODEL_FILE_HEADER, spec, L);
     p = buf + FED_MODEL_FILE_HEADER + L;
     /* Download straight into the file image, then fix the byte order. */
     err = fed_model_get_params(m, (float *)(void *)p);
     if (err != FED_OK)
         return err;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t bits;
-
-        memcpy(&bits, p + 4 * i, 4);
-        put_u32(p + 4 * i, bits);
-    }
-    put_u32(p + 4 * n, crc_of(buf, size - 4));
+    fed_put_f32le_n(p, (const float *)(const void *)p, n);
+    fed_put_u32le(p + 4 * n, crc_of(buf, size - 4));
     *len = size;
     return FED_OK;
 }
@@ -107,13 +81,13 @@ fed_err fed_model_file_parse(const uint8_t *buf, size_t len, fed_model_file *out
         return FED_ERR_MAGIC;
     if (len < FED_MODEL_FILE_HEADER)
         return FED_ERR_TRUNCATED;
-    version = get_u32(buf + 8);
+    version = fed_get_u32le(buf + 8);
     if (version != FED_MODEL_FILE_VERSION)
         return FED_ERR_VERSION;
-    L = get_u32(buf + 12);
+    L = fed_get_u32le(buf + 12);
     if (L < 1 || L >= FED_MODEL_SPEC_MAX)
         return FED_ERR_TOO_LARGE;
-    n = get_u64(buf + 32);
+    n = fed_get_u64le(buf + 32);
     /* the file's own length bounds N before anything is allocated */
     if (n > (len - FED_MODEL_FILE_HEADER) / 4)
         return FED_ERR_TRUNCATED;
@@ -122,18 +96,18 @@ fed_err fed_model_file_parse(const uint8_t *buf, size_t len, fed_model_file *out
         return FED_ERR_TRUNCATED;
     if (len > need)
         return FED_ERR_FORMAT;
-    if (get_u32(buf + need - 4) != crc_of(buf, need - 4))
+    if (fed_get_u32le(buf + need - 4) != crc_of(buf, need - 4))
         return FED_ERR_CORRUPT;
     memcpy(out->spec, buf + FED_MODEL_FILE_HEADER, L);
     out->spec[L] = '\0';
     if (strlen(out->spec) != L)
         return FED_ERR_SPEC;
-    shape.c = (int)(get_u32(buf + 16) & 0x7fffffff);
-    shape.h = (int)(get_u32(buf + 20) & 0x7fffffff);
-    shape.w = (int)(get_u32(buf + 24) & 0x7fffffff);
-    shape.classes = (int)(get_u32(buf + 28) & 0x7fffffff);
-    if (get_u32(buf + 16) > 0x7fffffff || get_u32(buf + 20) > 0x7fffffff ||
-        get_u32(buf + 24) > 0x7fffffff || get_u32(buf + 28) > 0x7fffffff)
+    shape.c = (int)(fed_get_u32le(buf + 16) & 0x7fffffff);
+    shape.h = (int)(fed_get_u32le(buf + 20) & 0x7fffffff);
+    shape.w = (int)(fed_get_u32le(buf + 24) & 0x7fffffff);
+    shape.classes = (int)(fed_get_u32le(buf + 28) & 0x7fffffff);
+    if (fed_get_u32le(buf + 16) > 0x7fffffff || fed_get_u32le(buf + 20) > 0x7fffffff ||
+        fed_get_u32le(buf + 24) > 0x7fffffff || fed_get_u32le(buf + 28) > 0x7fffffff)
         return FED_ERR_SHAPE;
     out->shape = shape;
     err = fed_model_spec_check(out->spec, shape);
@@ -149,10 +123,8 @@ fed_err fed_model_file_parse(const uint8_t *buf, size_t len, fed_model_file *out
         return FED_ERR_NOMEM;
     out->nparams = (size_t)n;
     for (size_t i = 0; i < n; i++) {
-        uint32_t bits = get_u32(buf + FED_MODEL_FILE_HEADER + L + 4 * i);
-        float v;
+        float v = fed_get_f32le(buf + FED_MODEL_FILE_HEADER + L + 4 * i);
 
-        memcpy(&v, &bits, 4);
         if (!isfinite(v)) {
             fed_model_file_fini(out);
             return FED_ERR_NAN;

@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "crypto/seal.h"
+#include "node/ckpt_model.h"
 #include "node/node_impl.h"
 
 typedef enum agg_state { AGG_IDLE = 0, AGG_RUNNING = 1, AGG_DONE = 2 } agg_state;
@@ -228,7 +229,8 @@ static fed_err resume(fed_node *n)
 {
     node_agg *a = n->agg;
     fed_store_ckpt ck;
-    const fed_store_section *spec, *params, *merge;
+    fed_node_model_view v;
+    const fed_store_section *merge;
     size_t sf = fed_merge_state_floats(a->merge);
     float *state = NULL;
     uint64_t round = 0;
@@ -240,23 +242,21 @@ static fed_err resume(fed_node *n)
         return FED_OK;
     if (e != FED_OK)
         return e;
-    spec = fed_store_ckpt_find(&ck, FED_CKPT_SEC_SPEC);
-    params = fed_store_ckpt_find(&ck, FED_CKPT_SEC_PARAMS);
     merge = fed_store_ckpt_find(&ck, FED_CKPT_SEC_MERGE);
     if ((e = fed_node_state_decode(&ck, FED_NODE_AGGREGATOR, &round)) != FED_OK)
         goto out;
-    if (!spec || spec->len != strlen(n->cfg.spec) || memcmp(spec->data, n->cfg.spec, spec->len)) {
-        fed_log(FED_LOG_ERROR, "aggregator: the checkpoint holds another model than %s",
-                n->cfg.spec);
-        e = FED_ERR_SPEC;
-        goto out;
-    }
-    if (!params || params->len != a->nparams * sizeof(float) ||
-        (sf && (!merge || merge->len != sf * sizeof(float)))) {
+    if ((e = fed_node_model_sec_decode(&ck, &v)) != FED_OK) {
         e = FED_ERR_FORMAT;
         goto out;
     }
-    fed_node_floats_from_le(a->host, params->data, a->nparams);
+    if ((e = fed_node_model_view_match(&v, "aggregator", ck.id, n->cfg.spec, n->cfg.shape,
+                                       a->nparams)) != FED_OK)
+        goto out;
+    if (sf && (!merge || merge->len != sf * sizeof(float))) {
+        e = FED_ERR_FORMAT;
+        goto out;
+    }
+    fed_get_f32le_n(a->host, v.params, a->nparams);
     if ((e = fed_model_set_params(a->model, a->host)) != FED_OK)
         goto out;
     if (sf) {
@@ -264,7 +264,7 @@ static fed_err resume(fed_node *n)
             e = FED_ERR_NOMEM;
             goto out;
         }
-        fed_node_floats_from_le(state, merge->data, sf);
+        fed_get_f32le_n(state, merge->data, sf);
         if ((e = fed_merge_set_state(a->merge, state)) != FED_OK)
             goto out;
     }
@@ -640,11 +640,11 @@ static fed_err write_checkpoint(fed_node *n, uint8_t hash[32])
 {
     node_agg *a = n->agg;
     size_t sf = fed_merge_state_floats(a->merge);
-    uint8_t in[16], st[FED_NODE_STATE_BYTES];
+    uint8_t st[FED_NODE_STATE_BYTES];
     const uint8_t *params = a->model_vec + FED_CODEC_HEADER_BYTES;
+    fed_node_model_sec ms;
     uint8_t *merge = sf ? fed_malloc(sf * sizeof(float)) : NULL;
     float *state = sf ? fed_malloc(sf * sizeof(float)) : NULL;
-    fed_model_shape s = n->cfg.shape;
     fed_err e = FED_OK;
 
     if (a->model_vec_len != FED_CODEC_HEADER_BYTES + a->nparams * sizeof(float))
@@ -656,23 +656,19 @@ static fed_err write_checkpoint(fed_node *n, uint8_t hash[32])
     if (sf) {
         if ((e = fed_merge_get_state(a->merge, state)) != FED_OK)
             goto out;
-        fed_node_floats_to_le(merge, state, sf);
+        fed_put_f32le_n(merge, state, sf);
     }
-    fed_put_u32le(in, (uint32_t)s.c);
-    fed_put_u32le(in + 4, (uint32_t)s.h);
-    fed_put_u32le(in + 8, (uint32_t)s.w);
-    fed_put_u32le(in + 12, (uint32_t)s.classes);
+    fed_node_model_sec_encode(&ms, n->cfg.spec, n->cfg.shape, params, a->nparams);
     fed_node_state_encode(st, FED_NODE_AGGREGATOR, n->round + 1);
     fed_crypto_model_hash(params, a->nparams * sizeof(float), hash);
     {
-        fed_store_section sec[5] = {
-            {FED_CKPT_SEC_SPEC, n->cfg.spec, strlen(n->cfg.spec)},
-            {FED_CKPT_SEC_INPUT, in, sizeof in},
-            {FED_CKPT_SEC_PARAMS, params, a->nparams * sizeof(float)},
+        fed_store_section sec[FED_NODE_MODEL_SECTIONS + 2] = {
+            ms.s[0], ms.s[1], ms.s[2],
             {FED_NODE_SEC_STATE, st, sizeof st},
             {FED_CKPT_SEC_MERGE, merge, sf * sizeof(float)},
         };
-        e = fed_store_checkpoint_write(n->cfg.store, n->round + 1, sec, sf ? 5 : 4, NULL);
+        e = fed_store_checkpoint_write(n->cfg.store, n->round + 1, sec,
+                                       FED_NODE_MODEL_SECTIONS + (sf ? 2 : 1), NULL);
     }
 out:
     fed_free(merge);

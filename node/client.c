@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/bytes.h"
 #include "core/log.h"
 #include "node/node_impl.h"
 
@@ -169,7 +170,7 @@ static fed_err resume(fed_node *n)
             if (!(c->residual = fed_malloc(r->len)))
                 e = FED_ERR_NOMEM;
             else
-                fed_node_floats_from_le(c->residual, r->data, c->nparams);
+                fed_get_f32le_n(c->residual, r->data, c->nparams);
         }
     }
     if (e != FED_OK)
@@ -307,7 +308,7 @@ static fed_err record_round(fed_node *n)
     if (j->residual) {
         if (!(res = fed_malloc(c->nparams * sizeof(float))))
             return FED_ERR_NOMEM;
-        fed_node_floats_to_le(res, c->residual, c->nparams);
+        fed_put_f32le_n(res, c->residual, c->nparams);
         ns = 2;
     }
     memset(&row, 0, sizeof row);

@@ -628,22 +628,3 @@ fed_err fed_node_state_decode(const fed_store_ckpt *c, fed_node_role role, uint6
     *round = fed_get_u64le(b + 16);
     return *round == c->round ? FED_OK : FED_ERR_FORMAT;
 }
-
-void fed_node_floats_to_le(uint8_t *dst, const float *src, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-
-        memcpy(&u, &src[i], 4);
-        fed_put_u32le(dst + 4 * i, u);
-    }
-}
-
-void fed_node_floats_from_le(float *dst, const uint8_t *src, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u = fed_get_u32le(src + 4 * i);
-
-        memcpy(&dst[i], &u, 4);
-    }
-}

@@ -142,8 +142,6 @@ FED_WUR fed_err fed_node_encode_vec(const fed_codec *c, const float *x, size_t n
 void fed_node_state_encode(uint8_t out[FED_NODE_STATE_BYTES], fed_node_role role, uint64_t round);
 FED_WUR fed_err fed_node_state_decode(const fed_store_ckpt *c, fed_node_role role,
                                       uint64_t *round);
-void fed_node_floats_to_le(uint8_t *dst, const float *src, size_t n);
-void fed_node_floats_from_le(float *dst, const uint8_t *src, size_t n);
 
 /* ---- broadcast.c: one vector to many recipients, sealed together ---- */
 /* A recipient: the request to answer (NULL: a request to `to`), and the

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/bytes.h"
 #include "core/log.h"
 #include "core/rng.h"
 
@@ -153,8 +154,7 @@ static uint64_t fnv_u64(uint64_t h, uint64_t v)
 {
     uint8_t b[8];
 
-    for (int i = 0; i < 8; i++)
-        b[i] = (uint8_t)(v >> (8 * i));
+    fed_put_u64le(b, v);
     return fnv_bytes(h, b, 8);
 }
 

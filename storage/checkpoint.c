@@ -11,6 +11,7 @@
 #include <sodium.h>
 
 #include "core/alloc.h"
+#include "core/bytes.h"
 #include "core/log.h"
 #include "storage/store_impl.h"
 
@@ -19,38 +20,6 @@
 #define HDR_MAX (HDR_FIXED + HDR_ENTRY * FED_CKPT_MAX_SECTIONS)
 
 static const uint8_t zero_hash[32];
-
-/* --------------------------------------------------------- byte order -- */
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    uint32_t v = 0;
-
-    for (int i = 3; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
 
 /* ------------------------------------------------------------ hashing -- */
 
@@ -88,7 +57,7 @@ static fed_err ckpt_hash_for_blob(ckpt_hash *h, const uint8_t *first, size_t len
 {
     if (len < 12 || memcmp(first, FED_CKPT_MAGIC, 8) != 0)
         return FED_ERR_MAGIC;
-    return ckpt_hash_init(h, get_u32(first + 8));
+    return ckpt_hash_init(h, fed_get_u32le(first + 8));
 }
 
 static void ckpt_hash_update(ckpt_hash *h, const uint8_t *p, uint64_t n)
@@ -164,14 +133,14 @@ static fed_err parse_header(const uint8_t *b, size_t have, uint64_t total, ckpt_
         return FED_ERR_TRUNCATED;
     if (memcmp(b, FED_CKPT_MAGIC, 8) != 0)
         return FED_ERR_MAGIC;
-    if (get_u32(b + 8) < FED_CKPT_VERSION_MIN || get_u32(b + 8) > FED_CKPT_VERSION)
+    if (fed_get_u32le(b + 8) < FED_CKPT_VERSION_MIN || fed_get_u32le(b + 8) > FED_CKPT_VERSION)
         return FED_ERR_VERSION;
-    n = get_u32(b + 12);
+    n = fed_get_u32le(b + 12);
     if (n < 1 || n > FED_CKPT_MAX_SECTIONS)
         return FED_ERR_FORMAT;
-    h->round = get_u64(b + 16);
+    h->round = fed_get_u64le(b + 16);
     memcpy(h->prev, b + 24, 32);
-    h->total = get_u64(b + 56);
+    h->total = fed_get_u64le(b + 56);
     if (h->total != total)
         return FED_ERR_FORMAT;
     if (have < HDR_FIXED + HDR_ENTRY * (size_t)n)
@@ -192,7 +161,7 @@ static fed_err parse_header(const uint8_t *b, size_t have, uint64_t total, ckpt_
         for (uint32_t j = 0; j < i; j++)
             if (!strcmp(h->names[i], h->names[j]))
                 return FED_ERR_FORMAT;
-        h->len[i] = get_u64(ent + FED_CKPT_NAME_MAX);
+        h->len[i] = fed_get_u64le(ent + FED_CKPT_NAME_MAX);
     }
     if ((e = layout_offsets(n, h->len, h->off, &end)) != FED_OK)
         return FED_ERR_FORMAT;
@@ -426,16 +395,16 @@ static void build_header(uint8_t *h, uint64_t round, const uint8_t prev[32], con
 {
     memset(h, 0, c->hdr_len);
     memcpy(h, FED_CKPT_MAGIC, 8);
-    put_u32(h + 8, FED_CKPT_VERSION);
-    put_u32(h + 12, (uint32_t)c->n);
-    put_u64(h + 16, round);
+    fed_put_u32le(h + 8, FED_CKPT_VERSION);
+    fed_put_u32le(h + 12, (uint32_t)c->n);
+    fed_put_u64le(h + 16, round);
     memcpy(h + 24, prev, 32);
-    put_u64(h + 56, c->total);
+    fed_put_u64le(h + 56, c->total);
     for (size_t i = 0; i < c->n; i++) {
         uint8_t *ent = h + HDR_FIXED + HDR_ENTRY * i;
 
         memcpy(ent, c->s[i].name, strlen(c->s[i].name));
-        put_u64(ent + FED_CKPT_NAME_MAX, c->len[i]);
+        fed_put_u64le(ent + FED_CKPT_NAME_MAX, c->len[i]);
     }
 }
 

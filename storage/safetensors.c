@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/bytes.h"
 #include "core/log.h"
 #include "storage/safetensors.h"
 
@@ -21,34 +22,15 @@
 
 /* ------------------------------------------------------------ floats -- */
 
-static void f32_to_le(uint8_t *dst, const float *src, size_t n)
-{
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    memcpy(dst, src, n * 4);
-#else
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-
-        memcpy(&u, &src[i], 4);
-        for (int k = 0; k < 4; k++)
-            dst[4 * i + k] = (uint8_t)(u >> (8 * k));
-    }
-#endif
-}
-
 /* Decodes n floats; returns 0 if any is NaN or infinite. */
 static int le_to_f32(float *dst, const uint8_t *src, size_t n)
 {
     int finite = 1;
 
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u = (uint32_t)src[4 * i] | (uint32_t)src[4 * i + 1] << 8 |
-                     (uint32_t)src[4 * i + 2] << 16 | (uint32_t)src[4 * i + 3] << 24;
-
-        memcpy(&dst[i], &u, 4);
-        if ((u & 0x7f800000u) == 0x7f800000u)
+    fed_get_f32le_n(dst, src, n);
+    for (size_t i = 0; i < n; i++)
+        if ((fed_f32_bits(dst[i]) & 0x7f800000u) == 0x7f800000u)
             finite = 0;
-    }
     return finite;
 }
 
@@ -195,12 +177,6 @@ static fed_err build_header(const fed_store_st_model *m, sbuf *b, uint64_t *data
     return FED_OK;
 }
 
-static void put_u64le(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
 fed_err fed_store_safetensors_size(const fed_store_st_model *m, size_t *len)
 {
     uint64_t data = 0;
@@ -229,11 +205,11 @@ fed_err fed_store_safetensors_encode(const fed_store_st_model *m, uint8_t **out,
         fed_free(b.p);
         return FED_ERR_NOMEM;
     }
-    put_u64le(buf, b.n);
+    fed_put_u64le(buf, b.n);
     memcpy(buf + 8, b.p, b.n);
     p = buf + 8 + b.n;
     for (int i = 0; i < m->nt; i++) {
-        f32_to_le(p, m->params + m->t[i].offset, m->t[i].numel);
+        fed_put_f32le_n(p, m->params + m->t[i].offset, m->t[i].numel);
         p += m->t[i].numel * 4;
     }
     *len = 8 + b.n + (size_t)data;
@@ -284,7 +260,7 @@ static fed_err write_floats(int fd, const float *src, size_t n, uint8_t *tmp, si
         size_t k = n - i < tmp_floats ? n - i : tmp_floats;
         fed_err e;
 
-        f32_to_le(tmp, src + i, k);
+        fed_put_f32le_n(tmp, src + i, k);
         if ((e = write_all(fd, tmp, k * 4)) != FED_OK)
             return e;
     }
@@ -319,7 +295,7 @@ fed_err fed_store_safetensors_save(const char *path, const fed_store_st_model *m
         fed_log(FED_LOG_ERROR, "safetensors: cannot create %s: %s", tmp, strerror(errno));
         goto out;
     }
-    put_u64le(len8, b.n);
+    fed_put_u64le(len8, b.n);
     if ((e = write_all(fd, len8, 8)) != FED_OK || (e = write_all(fd, b.p, b.n)) != FED_OK)
         goto out;
     for (int i = 0; i < m->nt && e == FED_OK; i++)
@@ -929,8 +905,7 @@ static fed_err st_parse(const uint8_t *buf, size_t len, const char *label,
         return FED_ERR_INVAL;
     if (len < 8)
         return FED_ERR_TRUNCATED;
-    for (int i = 7; i >= 0; i--)
-        n = n << 8 | buf[i];
+    n = fed_get_u64le(buf);
     if (n > FED_ST_HEADER_MAX)
         return FED_ERR_TOO_LARGE;
     if (n > len - 8)

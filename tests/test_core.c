@@ -2,7 +2,8 @@
  * filter, the allocation hook, the RNG (a fixed sequence checked against an
  * independent reference, and the distributions' moments), the thread pool
  * (coverage, nesting, tasks) and the options table (flags, INI, errors that
- * name the option, file and line). */
+ * name the option, file and line), and bytes.h's little-endian codec (fixed
+ * byte images, float bits, arrays in place) and its 32-byte key search. */
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -20,6 +21,7 @@
 #include <cmocka.h>
 
 #include "core/alloc.h"
+#include "core/bytes.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/opt.h"
@@ -963,6 +965,133 @@ static void test_opt_load_and_help(void **state)
     assert_has(help, "--epochs N");
 }
 
+/* ---- bytes.h ---- */
+
+static void test_bytes_integers(void **state)
+{
+    static const uint8_t img[8] = {0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
+    uint8_t b[10];
+
+    (void)state;
+    memset(b, 0xee, sizeof b);
+    fed_put_u16le(b + 1, 0x0708);
+    assert_memory_equal(b + 1, img, 2);
+    assert_int_equal(b[0], 0xee);
+    assert_int_equal(b[3], 0xee);
+    assert_int_equal(fed_get_u16le(img), 0x0708);
+    fed_put_u32le(b + 1, 0x05060708u);
+    assert_memory_equal(b + 1, img, 4);
+    assert_int_equal(b[5], 0xee);
+    assert_int_equal(fed_get_u32le(img), 0x05060708u);
+    fed_put_u64le(b + 1, 0x0102030405060708ull);
+    assert_memory_equal(b + 1, img, 8);
+    assert_int_equal(b[9], 0xee);
+    assert_true(fed_get_u64le(img) == 0x0102030405060708ull);
+    /* the top bits survive (no sign extension, no truncation) */
+    fed_put_u16le(b, 0xffff);
+    assert_int_equal(fed_get_u16le(b), 0xffff);
+    fed_put_u32le(b, 0xfffffffeu);
+    assert_int_equal(fed_get_u32le(b), 0xfffffffeu);
+    fed_put_u64le(b, UINT64_MAX - 1);
+    assert_true(fed_get_u64le(b) == UINT64_MAX - 1);
+}
+
+static void test_bytes_floats(void **state)
+{
+    static const uint8_t one_f32[4] = {0x00, 0x00, 0x80, 0x3f};
+    static const uint8_t neg2_f64[8] = {0, 0, 0, 0, 0, 0, 0x00, 0xc0};
+    uint8_t b[8];
+    float nan_f = fed_f32_from_bits(0x7fc00123u);
+
+    (void)state;
+    fed_put_f32le(b, 1.0f);
+    assert_memory_equal(b, one_f32, 4);
+    assert_true(fed_get_f32le(one_f32) == 1.0f);
+    fed_put_f64le(b, -2.0);
+    assert_memory_equal(b, neg2_f64, 8);
+    assert_true(fed_get_f64le(neg2_f64) == -2.0);
+    /* bits, not values: a NaN's payload and a negative zero pass unchanged */
+    fed_put_f32le(b, nan_f);
+    assert_int_equal(fed_get_u32le(b), 0x7fc00123u);
+    assert_int_equal(fed_f32_bits(fed_get_f32le(b)), 0x7fc00123u);
+    fed_put_f32le(b, -0.0f);
+    assert_int_equal(fed_get_u32le(b), 0x80000000u);
+    fed_put_f64le(b, fed_f64_from_bits(0x7ff8000000000abcull));
+    assert_true(fed_f64_bits(fed_get_f64le(b)) == 0x7ff8000000000abcull);
+}
+
+static void test_bytes_float_arrays(void **state)
+{
+    float f[5] = {1.0f, -2.5f, 0.0f, 3e-39f /* subnormal */, 65504.0f}, g[5];
+    double d[3] = {1.0, -1e300, 5e-324}, e[3];
+    uint8_t b[40];
+    union {
+        float f[5];
+        uint8_t b[20];
+    } u;
+
+    (void)state;
+    fed_put_f32le_n(b, f, 5);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(fed_get_u32le(b + 4 * i), fed_f32_bits(f[i]));
+    fed_get_f32le_n(g, b, 5);
+    assert_memory_equal(g, f, sizeof f);
+    fed_put_f64le_n(b, d, 3);
+    for (int i = 0; i < 3; i++)
+        assert_true(fed_get_u64le(b + 8 * i) == fed_f64_bits(d[i]));
+    fed_get_f64le_n(e, b, 3);
+    assert_memory_equal(e, d, sizeof d);
+    /* in place, both ways, and n = 0 touches nothing */
+    memcpy(u.f, f, sizeof f);
+    fed_put_f32le_n(u.b, u.f, 5);
+    fed_put_f32le_n(b, f, 5);
+    assert_memory_equal(u.b, b, 20);
+    fed_get_f32le_n(u.f, u.b, 5);
+    assert_memory_equal(u.f, f, sizeof f);
+    fed_put_f32le_n(NULL, NULL, 0);
+    fed_get_f64le_n(NULL, NULL, 0);
+}
+
+typedef struct keyrec {
+    uint8_t key[32];
+    int v;
+} keyrec;
+
+static void test_bytes_key_search(void **state)
+{
+    keyrec r[4];
+    uint8_t k[32];
+    int found = -1;
+
+    (void)state;
+    memset(r, 0, sizeof r);
+    for (int i = 0; i < 4; i++) {
+        r[i].key[0] = (uint8_t)(10 * (i + 1)); /* 10, 20, 30, 40 */
+        r[i].key[31] = 7;
+        r[i].v = i;
+    }
+    memset(k, 0, sizeof k);
+    assert_int_equal(fed_key_search(r, 0, sizeof *r, k, &found), 0);
+    assert_int_equal(found, 0);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(fed_key_search(r, 4, sizeof *r, r[i].key, &found), (size_t)i);
+        assert_int_equal(found, 1);
+    }
+    /* absent keys: where they would go, by all 32 bytes */
+    k[0] = 5;
+    assert_int_equal(fed_key_search(r, 4, sizeof *r, k, &found), 0);
+    assert_int_equal(found, 0);
+    k[0] = 20; /* below 20..7 in the last byte */
+    assert_int_equal(fed_key_search(r, 4, sizeof *r, k, &found), 1);
+    assert_int_equal(found, 0);
+    k[31] = 8;
+    assert_int_equal(fed_key_search(r, 4, sizeof *r, k, &found), 2);
+    assert_int_equal(found, 0);
+    k[0] = 41;
+    assert_int_equal(fed_key_search(r, 4, sizeof *r, k, &found), 4);
+    assert_int_equal(found, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -981,6 +1110,10 @@ int main(void)
         cmocka_unit_test(test_opt_argv),
         cmocka_unit_test(test_opt_ini),
         cmocka_unit_test(test_opt_load_and_help),
+        cmocka_unit_test(test_bytes_integers),
+        cmocka_unit_test(test_bytes_floats),
+        cmocka_unit_test(test_bytes_float_arrays),
+        cmocka_unit_test(test_bytes_key_search),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -6,7 +6,9 @@
  * rejected; a full disk at a round's commit, and at its evaluation (the
  * accuracy kept and written later); round 1 starting gather_ms after the
  * first client when fewer than wait_clients come; the same seed twice gives
- * the same model. Skips without data. */
+ * the same model. Skips without data. Also, without data, the checkpoint's
+ * model sections (node/ckpt_model.h): a round trip, their byte image, and
+ * every malformed or mismatched section refused. */
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -21,12 +23,14 @@
 #include <sodium.h>
 
 #include "core/alloc.h"
+#include "core/bytes.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/pool.h"
 #include "core/rng.h"
 #include "model/backend.h"
 #include "model/data.h"
+#include "node/ckpt_model.h"
 #include "node/node.h"
 #include "node/node_impl.h" /* the training job, tested alone */
 #include "sim/host.h"
@@ -1217,6 +1221,119 @@ static void test_determinism(void **state)
     assert_true(t1 == t2);
 }
 
+/* ---- the model sections of a checkpoint ---- */
+
+/* A loaded checkpoint holding n sections (as fed_store_ckpt_find sees it). */
+static void ckpt_of(fed_store_ckpt *c, const fed_store_section *s, size_t n)
+{
+    memset(c, 0, sizeof *c);
+    c->id = 7;
+    c->nsections = n;
+    memcpy(c->sections, s, n * sizeof *s);
+}
+
+static void test_ckpt_model_sections(void **state)
+{
+    static const uint8_t input[16] = {1, 0, 0, 0, 28, 0, 0, 0, 28, 0, 0, 0, 10, 0, 0, 0};
+    fed_model_shape shape = {.c = 1, .h = 28, .w = 28, .classes = 10}, other = shape;
+    float host[5] = {1.5f, -0.0f, 3e-39f, -2.25f, 1e30f}, back[5];
+    uint8_t le[20], bad_in[16], *pl = NULL;
+    char longspec[FED_MODEL_SPEC_MAX + 1];
+    fed_node_model_sec ms;
+    fed_node_model_view v;
+    fed_store_section s[3];
+    fed_store_ckpt c;
+    fed_backend *be = NULL;
+    fed_model *m = NULL;
+    size_t plen = 0;
+
+    (void)state;
+    /* round trip: the sections every writer puts first, in their order */
+    fed_put_f32le_n(le, host, 5);
+    fed_node_model_sec_encode(&ms, "mlp:4", shape, le, 5);
+    assert_string_equal(ms.s[0].name, FED_CKPT_SEC_SPEC);
+    assert_int_equal(ms.s[0].len, 5);
+    assert_memory_equal(ms.s[0].data, "mlp:4", 5);
+    assert_string_equal(ms.s[1].name, FED_CKPT_SEC_INPUT);
+    assert_int_equal(ms.s[1].len, 16);
+    assert_memory_equal(ms.s[1].data, input, 16);
+    assert_string_equal(ms.s[2].name, FED_CKPT_SEC_PARAMS);
+    assert_ptr_equal(ms.s[2].data, le);
+    assert_int_equal(ms.s[2].len, 20);
+    ckpt_of(&c, ms.s, 3);
+    assert_int_equal(fed_node_model_sec_decode(&c, &v), FED_OK);
+    assert_string_equal(v.spec, "mlp:4");
+    assert_memory_equal(&v.shape, &shape, sizeof shape);
+    assert_int_equal(v.nparams, 5);
+    fed_get_f32le_n(back, v.params, v.nparams);
+    assert_memory_equal(back, host, sizeof host);
+    assert_int_equal(fed_node_model_view_match(&v, "test", c.id, "mlp:4", shape, 5), FED_OK);
+    /* ... against another model */
+    assert_int_equal(fed_node_model_view_match(&v, "test", c.id, "mlp:8", shape, 5),
+                     FED_ERR_SPEC);
+    other.classes = 5;
+    assert_int_equal(fed_node_model_view_match(&v, "test", c.id, "mlp:4", other, 5),
+                     FED_ERR_SHAPE);
+    assert_int_equal(fed_node_model_view_match(&v, "test", c.id, "mlp:4", shape, 6),
+                     FED_ERR_SHAPE);
+
+    /* malformed sections, one at a time */
+    memcpy(s, ms.s, sizeof s);
+    ckpt_of(&c, s, 2); /* no params */
+    assert_int_equal(fed_node_model_sec_decode(&c, &v), FED_ERR_NOTFOUND);
+    assert_null(v.params);
+    s[0].len = 0; /* empty spec */
+    ckpt_of(&c, s, 3);
+    assert_int_equal(fed_node_model_sec_decode(&c, &v), FED_ERR_FORMAT);
+    s[0].data = "mlp\0:4"; /* a NUL inside */
+    s[0].len = 6;
+    ckpt_of(&c, s, 3);
+    assert_int_equal(fed_node_model_sec_decode(&c, &v), FED_ERR_FORMAT);
+    memset(longspec, 'a', sizeof longspec);
+    s[0].data = longspec; /* FED_MODEL_SPEC_MAX bytes leave no room for the NUL */
+    s[0].len = FED_MODEL_SPEC_MAX;
+    ckpt_of(&c, s, 3);
+    assert_int_equal(fed_node_model_sec_decode(&c, &v), FED_ERR_FORMAT);
+    s[0].len = FED_MODEL_SPEC_MAX - 1; /* the longest that fits */
+    ckpt_of(&c, s, 3);
+    assert_int_equal(fed_node_model_sec_decode(&c, &v), FED_OK);
+    assert_int_equal(strlen(v.spec), FED_MODEL_SPEC_MAX - 1);
+    s[0] = ms.s[0];
+    s[1].len = 15; /* input cut short */
+    ckpt_of(&c, s, 3);
+    assert_int_equal(fed_node_model_sec_decode(&c, &v), FED_ERR_FORMAT);
+    memcpy(bad_in, input, 16);
+    fed_put_u32le(bad_in + 12, 0x80000000u); /* no int holds it */
+    s[1].data = bad_in;
+    s[1].len = 16;
+    ckpt_of(&c, s, 3);
+    assert_int_equal(fed_node_model_sec_decode(&c, &v), FED_ERR_SHAPE);
+    s[1] = ms.s[1];
+    s[2].len = 19; /* not whole floats */
+    ckpt_of(&c, s, 3);
+    assert_int_equal(fed_node_model_sec_decode(&c, &v), FED_ERR_FORMAT);
+
+    /* a model's parameters in the params section's form */
+    assert_int_equal(fed_backend_cpu_new(1, &be), FED_OK);
+    assert_int_equal(fed_model_new("logreg", shape, be, NULL, 1, 1, &m), FED_OK);
+    assert_int_equal(fed_node_model_params_le(m, &pl, &plen), FED_OK);
+    assert_int_equal(plen, fed_model_nparams(m) * sizeof(float));
+    {
+        float *p = fed_malloc(plen), *q = fed_malloc(plen);
+
+        assert_non_null(p);
+        assert_non_null(q);
+        assert_int_equal(fed_model_get_params(m, p), FED_OK);
+        fed_get_f32le_n(q, pl, plen / sizeof(float));
+        assert_memory_equal(p, q, plen);
+        fed_free(p);
+        fed_free(q);
+    }
+    fed_free(pl);
+    fed_model_free(m);
+    fed_backend_free(be);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1238,6 +1355,7 @@ int main(void)
         cmocka_unit_test(test_more_than_128_clients),
         cmocka_unit_test(test_streamed_lossy),
         cmocka_unit_test(test_accuracy_10_clients),
+        cmocka_unit_test(test_ckpt_model_sections),
     };
 
     if (sodium_init() < 0)
