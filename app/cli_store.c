@@ -23,7 +23,7 @@
 #include "model/model.h"
 #include "app/cli.h"
 #include "node/ckpt_model.h"
-#include "storage/safetensors.h"
+#include "model/safetensors.h"
 #include "storage/store.h"
 
 #define PATH_MAX_CLI 1024

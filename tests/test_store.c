@@ -29,7 +29,7 @@
 #include "model/io.h"
 #include "model/model.h"
 #include "app/cli.h"
-#include "storage/safetensors.h"
+#include "model/safetensors.h"
 #include "storage/store.h"
 
 /* ------------------------------------------------------------ helpers -- */

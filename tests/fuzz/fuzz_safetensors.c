@@ -9,7 +9,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
-#include "storage/safetensors.h"
+#include "model/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -30,8 +30,8 @@
  * logged with the file (or "safetensors" for a buffer), the tensor and its
  * offsets, e.g. "x.safetensors: tensor '0.weight': data_offsets [0, 999999]
  * past the data section (4096 bytes)". */
-#ifndef FED_STORAGE_SAFETENSORS_H
-#define FED_STORAGE_SAFETENSORS_H
+#ifndef FED_MODEL_SAFETENSORS_H
+#define FED_MODEL_SAFETENSORS_H
 
 #include <stddef.h>
 #include <stdint.h>

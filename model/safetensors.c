@@ -16,7 +16,7 @@
 #include "core/alloc.h"
 #include "core/bytes.h"
 #include "core/log.h"
-#include "storage/safetensors.h"
+#include "model/safetensors.h"
 
 #define JSON_INT_MAX ((1ull << 53) - 1) /* integers JSON readers keep exact */
 
