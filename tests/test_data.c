@@ -700,57 +700,90 @@ static void test_idx_files_windowed(void **state)
     free(lb.p);
 }
 
+/* The sweeps' attempts (fed_test_alloc_sweep): a dataset made is freed, a
+ * failure must leave none. */
+typedef struct sweep {
+    buf gi, gl;
+    const char *ip, *lp, *text;
+    const fed_csv_opts *o;
+    const fed_dataset *d;
+    const char *scheme;
+} sweep;
+
+static fed_err made(fed_err e, fed_dataset *d)
+{
+    if (e == FED_OK)
+        fed_data_free(d);
+    else
+        assert_null(d);
+    return e;
+}
+
+static fed_err try_parse_idx(void *ctx)
+{
+    const sweep *s = ctx;
+    fed_dataset *d = (fed_dataset *)1;
+    fed_err e = fed_data_parse_idx(s->gi.p, s->gi.n, s->gl.p, s->gl.n, &d);
+
+    return made(e, d);
+}
+
+static fed_err try_load_idx(void *ctx)
+{
+    const sweep *s = ctx;
+    fed_dataset *d = (fed_dataset *)1;
+    fed_err e = fed_data_load_idx(s->ip, s->lp, &d);
+
+    return made(e, d);
+}
+
+static fed_err try_parse_csv(void *ctx)
+{
+    const sweep *s = ctx;
+    fed_dataset *d = (fed_dataset *)1;
+    fed_err e = fed_data_parse_csv(s->text, strlen(s->text), s->o, &d);
+
+    return made(e, d);
+}
+
+static fed_err try_partition(void *ctx)
+{
+    const sweep *s = ctx;
+    uint32_t *idx = (uint32_t *)1;
+    size_t cnt = 9;
+    fed_err e = fed_data_partition(s->d, s->scheme, 1, 4, 3, &idx, &cnt);
+
+    if (e == FED_OK) {
+        fed_free(idx);
+    } else {
+        assert_null(idx);
+        assert_int_equal(cnt, 0);
+    }
+    return e;
+}
+
 /* Every allocation of the parser (zlib's included) failed in turn: each
  * gives FED_ERR_NOMEM and no dataset; ASan proves nothing leaks. */
 static void test_idx_alloc_sweep(void **state)
 {
     buf im = idx_images(20, 5, 5), lb = idx_labels(20);
-    buf gi = gz(im.p, im.n), gl = gz(lb.p, lb.n);
     char ip[1024], lp[1024];
-    unsigned long n;
-    int sticky;
+    sweep s = {.gi = gz(im.p, im.n), .gl = gz(lb.p, lb.n), .ip = ip, .lp = lp};
 
     (void)state;
     fed_test_path(ip, sizeof ip, "i.gz");
     fed_test_path(lp, sizeof lp, "l");
-    write_file(ip, gi.p, gi.n);
+    write_file(ip, s.gi.p, s.gi.n);
     write_file(lp, lb.p, lb.n);
-    for (sticky = 0; sticky < 2; sticky++) {
-        for (n = 1; n < 200; n++) {
-            fed_dataset *d = (fed_dataset *)1;
-            fed_err e;
-
-            fed_alloc_fail_nth(n, sticky);
-            e = fed_data_parse_idx(gi.p, gi.n, gl.p, gl.n, &d);
-            fed_alloc_fail_nth(0, 0);
-            if (e == FED_OK) {
-                fed_data_free(d);
-                break;
-            }
-            assert_err(e, FED_ERR_NOMEM);
-            assert_null(d);
-        }
-        assert_true(n > 4 && n < 200); /* datasets, zlib state and window failed */
-        for (n = 1; n < 200; n++) {
-            fed_dataset *d = (fed_dataset *)1;
-            fed_err e;
-
-            fed_alloc_fail_nth(n, sticky);
-            e = fed_data_load_idx(ip, lp, &d);
-            fed_alloc_fail_nth(0, 0);
-            if (e == FED_OK) {
-                fed_data_free(d);
-                break;
-            }
-            assert_err(e, FED_ERR_NOMEM);
-            assert_null(d);
-        }
-        assert_true(n > 4 && n < 200);
+    for (int sticky = 0; sticky < 2; sticky++) {
+        /* datasets, zlib state and window failed */
+        assert_true(fed_test_alloc_sweep(try_parse_idx, &s, sticky, 200) > 4);
+        assert_true(fed_test_alloc_sweep(try_load_idx, &s, sticky, 200) > 4);
     }
     free(im.p);
     free(lb.p);
-    free(gi.p);
-    free(gl.p);
+    free(s.gi.p);
+    free(s.gl.p);
 }
 
 /* ---------------------------------------------------------------- CSV -- */
@@ -997,31 +1030,16 @@ static void test_csv_open(void **state)
 
 static void test_csv_alloc_sweep(void **state)
 {
-    const char *text = "a,label,b\n1,0,2\n3,1,4\n5,2,7\n";
     fed_csv_opts o = { NULL, NULL };
+    sweep s = {.text = "a,label,b\n1,0,2\n3,1,4\n5,2,7\n", .o = &o};
     char stats[1024];
-    unsigned long n;
 
     (void)state;
     fed_test_path(stats, sizeof stats, "s");
     write_text(stats, "0,1\n0,2\n");
     for (int with_stats = 0; with_stats < 2; with_stats++) {
         o.stats_path = with_stats ? stats : NULL;
-        for (n = 1; n < 100; n++) {
-            fed_dataset *d = (fed_dataset *)1;
-            fed_err e;
-
-            fed_alloc_fail_nth(n, 0);
-            e = fed_data_parse_csv(text, strlen(text), &o, &d);
-            fed_alloc_fail_nth(0, 0);
-            if (e == FED_OK) {
-                fed_data_free(d);
-                break;
-            }
-            assert_err(e, FED_ERR_NOMEM);
-            assert_null(d);
-        }
-        assert_true(n > 3 && n < 100);
+        assert_true(fed_test_alloc_sweep(try_parse_csv, &s, 0, 100) > 3);
     }
 }
 
@@ -1262,28 +1280,12 @@ static void test_partition_alloc_sweep(void **state)
 {
     const char *schemes[] = { "iid", "dirichlet:0.5", "shards:2" };
     fed_dataset *d = label_set(500, 10);
+    sweep s = {.d = d};
 
     (void)state;
-    for (size_t s = 0; s < 3; s++) {
-        unsigned long n;
-
-        for (n = 1; n < 50; n++) {
-            uint32_t *idx = (uint32_t *)1;
-            size_t cnt = 9;
-            fed_err e;
-
-            fed_alloc_fail_nth(n, 0);
-            e = fed_data_partition(d, schemes[s], 1, 4, 3, &idx, &cnt);
-            fed_alloc_fail_nth(0, 0);
-            if (e == FED_OK) {
-                fed_free(idx);
-                break;
-            }
-            assert_err(e, FED_ERR_NOMEM);
-            assert_null(idx);
-            assert_int_equal(cnt, 0);
-        }
-        assert_true(n > 1 && n < 50);
+    for (size_t k = 0; k < 3; k++) {
+        s.scheme = schemes[k];
+        assert_true(fed_test_alloc_sweep(try_partition, &s, 0, 50) > 1);
     }
     label_set_free(d);
 }
