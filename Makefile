@@ -7,6 +7,7 @@
 #   node/fednode.c, sim/fedsim.c   the programs' main()s
 #   tests/test_*.c          one cmocka binary per module, run by `make test`
 #   tests/test_*.sh         process tests, run by `make test` after the binaries
+#   tests/support/*.c       helpers linked into every test binary (support.h)
 #   tests/long_*.{c,sh}     `make test-long`
 #   tests/fuzz/fuzz_*.c     libFuzzer targets (`make fuzz`); in `make test` each
 #                           replays its tracked corpus, tests/fuzz/corpus/NAME,
