@@ -10,9 +10,11 @@
 #                           programs and into the tests named in CLI_TESTS only
 #   tests/test_*.c          one cmocka binary per module, run by `make test`
 #   tests/test_*.sh         process tests, run by `make test` after the binaries
+#   tests/support/*.c       helpers linked into every test binary (support.h)
 #   tests/long_*.{c,sh}     `make test-long`
 #   tests/fuzz/fuzz_*.c     libFuzzer targets (`make fuzz`); in `make test` each
-#                           replays its corpus through tests/fuzz/replay.c
+#                           replays its tracked corpus, tests/fuzz/corpus/NAME,
+#                           through tests/fuzz/replay.c
 #   bench/bench_*.c         `make bench`; bench/bench_*.sh run after them
 
 PREFIX  ?= /usr/local
@@ -150,6 +152,10 @@ bench: all $(BENCH_BINS)
 	$(Q)for s in $(BENCH_SH); do echo "== $$s"; sh $$s || exit 1; done
 
 # libFuzzer targets: clang -fsanitize=fuzzer,address; FUZZ_SECONDS each.
+# Each starts from the tracked tests/fuzz/corpus/NAME and writes what it finds
+# to build-fuzz/corpus/NAME, never to the tracked folder `make test` replays
+# (so a clean clone tests what this one does). To keep new inputs, merge them
+# in and commit: build-fuzz/bin/NAME -merge=1 tests/fuzz/corpus/NAME build-fuzz/corpus/NAME
 FUZZ_SECONDS ?= 60
 fuzz:
 	$(Q)$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang OPT=-O1 \
@@ -158,10 +164,10 @@ fuzz:
 	$(Q)for n in $(FUZZ_NAMES); do \
 	  clang -std=c11 -O1 -g -D_GNU_SOURCE -I. $(BLAS_CFLAGS) -fsanitize=fuzzer,address,undefined \
 	    tests/fuzz/$$n.c build-fuzz/libfednode.a -o build-fuzz/bin/$$n $(LDLIBS) || exit 1; \
-	  mkdir -p tests/fuzz/corpus/$$n; \
+	  mkdir -p build-fuzz/corpus/$$n; \
 	  echo "== fuzz $$n for $(FUZZ_SECONDS)s"; \
 	  build-fuzz/bin/$$n -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
-	    tests/fuzz/corpus/$$n || exit 1; \
+	    build-fuzz/corpus/$$n $$(test -d tests/fuzz/corpus/$$n && echo tests/fuzz/corpus/$$n) || exit 1; \
 	done
 
 # ---- CUDA plugin ----

@@ -1,20 +1,44 @@
 #!/bin/sh
-# run.sh - runs test binaries and scripts in order, prints each result and a
-# closing "N passed, N failed" line; exits non-zero when any failed.
-# A test that exits 77 was skipped (and says why on its own output).
+# run.sh - runs test binaries and scripts in order, prints each one's output
+# and a closing "N passed, N failed, N skipped" line that counts test cases;
+# exits non-zero when any failed.
+# A cmocka binary counts the cases its own summary lists ("[  PASSED  ] N
+# test(s).", "[  SKIPPED ] N ...", "[  FAILED  ] N ..."); one that exits
+# non-zero without a summary (a crash), or with one that lists no failure,
+# adds one failed case. Anything else (a process test, a fuzz replay) is one
+# case: exit 0 passed, exit 77 skipped (it says why on its own output).
 pass=0; fail=0; skip=0; failed=""
+CMOCKA_MESSAGE_OUTPUT=stdout; export CMOCKA_MESSAGE_OUTPUT
+out=$(mktemp) || exit 1
+trap 'rm -f "$out" "$out.rc"' EXIT
+trap 'exit 1' INT TERM HUP
+# count KIND: N from the summary line "[  KIND  ] N test(s)..." (0: none)
+count() {
+    sed -n "s/.*\[ *$1 *\] \([0-9][0-9]*\) test(s).*/\1/p" "$out" |
+        awk '{ n += $1 } END { print n + 0 }'
+}
 for t in "$@"; do
     case "$t" in
     *.sh) cmd="sh $t" ;;
     *) cmd="$t" ;;
     esac
     echo "== $t"
-    $cmd
-    rc=$?
-    if [ $rc -eq 0 ]; then pass=$((pass + 1))
-    elif [ $rc -eq 77 ]; then skip=$((skip + 1))
-    else fail=$((fail + 1)); failed="$failed $t"
+    { $cmd 2>&1; echo $? >"$out.rc"; } | tee "$out"
+    rc=$(cat "$out.rc")
+    if grep -q '^\[==========\] [0-9][0-9]* test(s) run\.' "$out"; then
+        p=$(count PASSED); f=$(count FAILED); s=$(count SKIPPED)
+        if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+            echo "$t: exit status $rc after a summary with no failure"
+            f=1
+        fi
+    elif [ "$rc" -eq 0 ]; then p=1 f=0 s=0
+    elif [ "$rc" -eq 77 ]; then p=0 f=0 s=1
+    else
+        echo "$t: exit status $rc (no cmocka summary)"
+        p=0 f=1 s=0
     fi
+    pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + s))
+    [ "$f" -gt 0 ] && failed="$failed $t"
 done
 [ -n "$failed" ] && echo "failed:$failed"
 echo "$pass passed, $fail failed, $skip skipped"

@@ -27,6 +27,7 @@
 #include "core/opt.h"
 #include "core/pool.h"
 #include "core/rng.h"
+#include "tests/support/support.h"
 
 #define assert_err(got, want) assert_string_equal(fed_errname(got), fed_errname(want))
 
@@ -591,6 +592,19 @@ static void test_pool_idle_lane(void **state)
     alarm(0);
 }
 
+static fed_err try_pool_new(void *ctx)
+{
+    fed_pool *p = (fed_pool *)1;
+    fed_err e = fed_pool_new(3, &p);
+
+    (void)ctx;
+    if (e == FED_OK)
+        fed_pool_free(p);
+    else
+        assert_null(p);
+    return e;
+}
+
 static void test_pool_errors(void **state)
 {
     fed_pool *p = (fed_pool *)1;
@@ -600,19 +614,8 @@ static void test_pool_errors(void **state)
     assert_err(fed_pool_new(-1, &p), FED_ERR_INVAL);
     assert_null(p);
     assert_err(fed_pool_new(100000, &p), FED_ERR_INVAL);
-    for (n = 1; n < 10; n++) {
-        fed_err e;
-
-        fed_alloc_fail_nth(n, 0);
-        e = fed_pool_new(3, &p);
-        fed_alloc_fail_nth(0, 0);
-        if (e == FED_OK)
-            break;
-        assert_err(e, FED_ERR_NOMEM);
-        assert_null(p);
-    }
+    n = fed_test_alloc_sweep(try_pool_new, NULL, 0, 10);
     assert_int_equal(n, 3); /* the pool, then its thread array */
-    fed_pool_free(p);
 }
 
 /* ------------------------------------------------------------- options -- */

@@ -7,7 +7,6 @@
  * checkpoint at or after the last round the child reported, byte for byte. */
 #include <errno.h>
 #include <poll.h>
-#include <ftw.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -26,11 +25,11 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "storage/store.h"
+#include "tests/support/support.h"
 
 #define KILLS 50
 #define SEED 0x6b696c6c39ull /* "kill9" */
 
-static char tmpdir[256];
 
 /* The sections of round r: sizes and bytes derived from r alone, so the
  * parent can check any checkpoint the child left. */
@@ -219,14 +218,6 @@ static void check_after_kill(const char *path, uint64_t *known, uint64_t *epoch)
     fed_store_close(st);
 }
 
-static int rm_cb(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 static void test_kill9(void **state)
 {
     char path[512];
@@ -235,7 +226,7 @@ static void test_kill9(void **state)
     int kills_mid_run = 0;
 
     (void)state;
-    snprintf(path, sizeof path, "%s/node.db", tmpdir);
+    fed_test_path(path, sizeof path, "node.db");
     fed_rng_seed(&rng, SEED);
     for (int k = 0; k < KILLS; k++) {
         int fds[2], status = 0, count = 0;
@@ -281,33 +272,12 @@ static void test_kill9(void **state)
     assert_true(kills_mid_run >= KILLS / 2);
 }
 
-static int setup_dir(void **state)
-{
-    (void)state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/fed_test_crash_XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-/* Runs even when the test failed. */
-static int teardown_dir(void **state)
-{
-    (void)state;
-    return nftw(tmpdir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static void quiet_sink(void *ctx, fed_log_level level, const char *line)
-{
-    (void)ctx;
-    (void)level;
-    (void)line;
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kill9),
     };
 
-    fed_log_set_sink(quiet_sink, NULL);
-    return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
+    fed_test_log_quiet();
+    return cmocka_run_group_tests(tests, fed_test_tmpdir_setup, fed_test_tmpdir_teardown);
 }

@@ -25,6 +25,7 @@
 #include "crypto/replay.h"
 #include "crypto/seal.h"
 #include "app/cli.h"
+#include "tests/support/support.h"
 
 /* ---- helpers ---- */
 
@@ -41,28 +42,6 @@ static fed_crypto_arena *node_new(uint64_t seed)
 
 static const fed_crypto_pwcost fast_cost = {1, 8192}; /* crypto_pwhash's minimum */
 
-static char tmpdir[256];
-
-static int make_tmpdir(void **state)
-{
-    (void)state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/fed_test_crypto_XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int remove_tmpdir(void **state)
-{
-    char cmd[512];
-
-    (void)state;
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
-static void subdir(char *out, size_t cap, const char *name)
-{
-    snprintf(out, cap, "%s/%s", tmpdir, name);
-}
 
 /* ---- arena and sessions ---- */
 
@@ -201,24 +180,23 @@ static void test_slots(void **state)
     fed_crypto_arena_free(a);
 }
 
+static fed_err try_arena_new(void *ctx)
+{
+    fed_crypto_arena *a = NULL;
+    fed_err err = fed_crypto_arena_new(NULL, &a);
+
+    (void)ctx;
+    if (err == FED_OK)
+        fed_crypto_arena_free(a);
+    else
+        assert_null(a);
+    return err;
+}
+
 static void test_arena_alloc_failures(void **state)
 {
     (void)state;
-    for (unsigned long n = 1;; n++) {
-        fed_crypto_arena *a = NULL;
-        fed_err err;
-
-        fed_alloc_fail_nth(n, 1);
-        err = fed_crypto_arena_new(NULL, &a);
-        fed_alloc_fail_nth(0, 0);
-        if (err == FED_OK) {
-            fed_crypto_arena_free(a);
-            assert_true(n > 1);
-            break;
-        }
-        assert_int_equal(err, FED_ERR_NOMEM);
-        assert_null(a);
-    }
+    assert_true(fed_test_alloc_sweep(try_arena_new, NULL, 1, 100) > 1);
 }
 
 /* ---- the envelope ---- */
@@ -544,7 +522,7 @@ static void test_keyfile_plain_roundtrip(void **state)
 
     (void)state;
     fed_rng_seed(&rng, 1);
-    subdir(dir, sizeof dir, "plain");
+    fed_test_path(dir, sizeof dir, "plain");
     assert_int_equal(fed_crypto_identity_save(a, dir, NULL, 0, NULL, fed_rng_random, &rng), FED_OK);
     snprintf(path, sizeof path, "%s/node.key", dir);
     assert_int_equal(stat(path, &st), 0);
@@ -572,7 +550,7 @@ static void test_keyfile_loose_permissions(void **state)
 
     (void)state;
     fed_rng_seed(&rng, 2);
-    subdir(dir, sizeof dir, "loose");
+    fed_test_path(dir, sizeof dir, "loose");
     assert_int_equal(fed_crypto_identity_save(a, dir, NULL, 0, NULL, fed_rng_random, &rng), FED_OK);
     snprintf(path, sizeof path, "%s/node.key", dir);
     assert_int_equal(chmod(path, 0640), 0);
@@ -588,7 +566,7 @@ static void test_keyfile_loose_permissions(void **state)
     assert_int_equal(fed_crypto_identity_load(a, dir, NULL, 0), FED_OK);
     assert_int_equal(fed_crypto_pubkey_load(dir, pk), FED_OK);
     assert_memory_equal(pk, fed_crypto_arena_pubkey(a), 32);
-    subdir(dir, sizeof dir, "absent");
+    fed_test_path(dir, sizeof dir, "absent");
     assert_int_equal(fed_crypto_identity_load(a, dir, NULL, 0), FED_ERR_NOTFOUND);
     fed_crypto_arena_free(a);
 }
@@ -605,7 +583,7 @@ static void test_keyfile_passphrase(void **state)
 
     (void)state;
     fed_rng_seed(&rng, 3);
-    subdir(dir, sizeof dir, "sealed");
+    fed_test_path(dir, sizeof dir, "sealed");
     assert_int_equal(
         fed_crypto_identity_save(a, dir, pass, strlen(pass), &fast_cost, fed_rng_random, &rng),
         FED_OK);
@@ -662,7 +640,7 @@ static void test_keyfile_malformed(void **state)
 
     (void)state;
     fed_rng_seed(&rng, 4);
-    subdir(dir, sizeof dir, "bad");
+    fed_test_path(dir, sizeof dir, "bad");
     assert_int_equal(fed_crypto_identity_save(a, dir, NULL, 0, NULL, fed_rng_random, &rng), FED_OK);
     snprintf(path, sizeof path, "%s/node.key", dir);
     f = fopen(path, "rb");
@@ -712,7 +690,7 @@ static void test_keyfile_default_cost(void **state)
 
     (void)state;
     fed_rng_seed(&rng, 5);
-    subdir(dir, sizeof dir, "interactive");
+    fed_test_path(dir, sizeof dir, "interactive");
     assert_int_equal(fed_crypto_identity_save(a, dir, "pw", 2, NULL, fed_rng_random, &rng), FED_OK);
     assert_int_equal(fed_crypto_arena_new(NULL, &b), FED_OK);
     assert_int_equal(fed_crypto_identity_load(b, dir, "pw", 2), FED_OK);
@@ -727,7 +705,7 @@ static void test_passphrase_read(void **state)
     size_t len = 0;
 
     (void)state;
-    subdir(path, sizeof path, "pass1");
+    fed_test_path(path, sizeof path, "pass1");
     write_file(path, "secret\nignored\n", 15, 0600);
     assert_int_equal(fed_crypto_passphrase_read(path, buf, sizeof buf, &len), FED_OK);
     assert_int_equal(len, 6);
@@ -739,7 +717,7 @@ static void test_passphrase_read(void **state)
     assert_int_equal(fed_crypto_passphrase_read(path, buf, sizeof buf, &len), FED_ERR_FORMAT);
     write_file(path, "0123456789012345678901234567890123456789", 40, 0600);
     assert_int_equal(fed_crypto_passphrase_read(path, buf, sizeof buf, &len), FED_ERR_TOO_LARGE);
-    subdir(path, sizeof path, "nope");
+    fed_test_path(path, sizeof path, "nope");
     assert_int_equal(fed_crypto_passphrase_read(path, buf, sizeof buf, &len), FED_ERR_NOTFOUND);
 }
 
@@ -754,9 +732,9 @@ static void test_cli_keygen_and_pubkey(void **state)
     struct stat st;
 
     (void)state;
-    subdir(dir, sizeof dir, "cli/deeper/n1");
-    subdir(dir2, sizeof dir2, "cli/n2");
-    subdir(pw, sizeof pw, "cli-pass");
+    fed_test_path(dir, sizeof dir, "cli/deeper/n1");
+    fed_test_path(dir2, sizeof dir2, "cli/n2");
+    fed_test_path(pw, sizeof pw, "cli-pass");
     write_file(pw, "hunter2\n", 8, 0600);
     assert_int_equal(fed_cli_keygen(4, argv1), 0);
     snprintf(path, sizeof path, "%s/node.key", dir);
@@ -886,7 +864,7 @@ static void test_allow_reload_keeps_old_on_error(void **state)
     (void)state;
     key_text(51, k1, p1);
     key_text(52, k2, p2);
-    subdir(path, sizeof path, "allow.txt");
+    fed_test_path(path, sizeof path, "allow.txt");
     snprintf(text, sizeof text, "one %s\n", k1);
     write_file(path, text, strlen(text), 0644);
     assert_int_equal(fed_crypto_allow_new(&al), FED_OK);
@@ -910,34 +888,39 @@ static void test_allow_reload_keeps_old_on_error(void **state)
     assert_int_equal(fed_crypto_allow_add(al, "three", p1), FED_ERR_EXISTS);
     assert_int_equal(fed_crypto_allow_add(al, "bad name", PA), FED_ERR_FORMAT);
     assert_int_equal(fed_crypto_allow_count(al), 2);
-    subdir(path, sizeof path, "missing.txt");
+    fed_test_path(path, sizeof path, "missing.txt");
     assert_int_equal(fed_crypto_allow_load(al, path, &line), FED_ERR_NOTFOUND);
     fed_crypto_allow_free(al);
 }
 
+typedef struct allow_parse_try {
+    char k1[45], k2[45], text[512];
+    fed_crypto_allow *al;
+} allow_parse_try;
+
+/* A parse that failed added nobody. */
+static fed_err try_allow_parse(void *ctx)
+{
+    allow_parse_try *t = ctx;
+    fed_err err = fed_crypto_allow_parse(t->al, t->text, strlen(t->text), NULL);
+
+    if (err != FED_OK)
+        assert_int_equal(fed_crypto_allow_count(t->al), 0);
+    return err;
+}
+
 static void test_allow_alloc_failures(void **state)
 {
-    char k1[45], k2[45], text[512];
-    fed_crypto_allow *al = NULL;
+    allow_parse_try t;
 
     (void)state;
-    key_text(61, k1, NULL);
-    key_text(62, k2, NULL);
-    snprintf(text, sizeof text, "a %s\nb %s\n", k1, k2);
-    assert_int_equal(fed_crypto_allow_new(&al), FED_OK);
-    for (unsigned long n = 1;; n++) {
-        fed_err err;
-
-        fed_alloc_fail_nth(n, 1);
-        err = fed_crypto_allow_parse(al, text, strlen(text), NULL);
-        fed_alloc_fail_nth(0, 0);
-        if (err == FED_OK)
-            break;
-        assert_int_equal(err, FED_ERR_NOMEM);
-        assert_int_equal(fed_crypto_allow_count(al), 0);
-    }
-    assert_int_equal(fed_crypto_allow_count(al), 2);
-    fed_crypto_allow_free(al);
+    key_text(61, t.k1, NULL);
+    key_text(62, t.k2, NULL);
+    snprintf(t.text, sizeof t.text, "a %s\nb %s\n", t.k1, t.k2);
+    assert_int_equal(fed_crypto_allow_new(&t.al), FED_OK);
+    fed_test_alloc_sweep(try_allow_parse, &t, 1, 100);
+    assert_int_equal(fed_crypto_allow_count(t.al), 2);
+    fed_crypto_allow_free(t.al);
 }
 
 int main(void)
@@ -973,5 +956,5 @@ int main(void)
     };
 
     fed_log_set_level(FED_LOG_ERROR + 1);
-    return cmocka_run_group_tests(tests, make_tmpdir, remove_tmpdir);
+    return cmocka_run_group_tests(tests, fed_test_tmpdir_setup, fed_test_tmpdir_teardown);
 }

@@ -22,29 +22,9 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "model/data.h"
+#include "tests/support/support.h"
 
 /* ------------------------------------------------------------ helpers -- */
-
-static char g_log[16384];
-
-static void capture_sink(void *ctx, fed_log_level level, const char *line)
-{
-    size_t used = strlen(g_log);
-
-    (void)ctx;
-    (void)level;
-    snprintf(g_log + used, sizeof g_log - used, "%s\n", line);
-}
-
-static void log_reset(void) { g_log[0] = 0; }
-
-static void assert_log_has(const char *needle)
-{
-    if (!strstr(g_log, needle)) {
-        print_error("log lacks '%s'; log was:\n%s", needle, g_log);
-        fail();
-    }
-}
 
 #define assert_err(got, want) assert_string_equal(fed_errname(got), fed_errname(want))
 
@@ -136,19 +116,6 @@ static buf cat(buf a, buf c)
     return b;
 }
 
-static char g_tmp[256];
-
-static void make_tmpdir(void)
-{
-    strcpy(g_tmp, "/tmp/test_data.XXXXXX");
-    assert_non_null(mkdtemp(g_tmp));
-}
-
-static void tmp_path(char *out, size_t size, const char *name)
-{
-    snprintf(out, size, "%s/%s", g_tmp, name);
-}
-
 static void write_file(const char *path, const void *p, size_t n)
 {
     FILE *f = fopen(path, "wb");
@@ -160,22 +127,12 @@ static void write_file(const char *path, const void *p, size_t n)
 
 static void write_text(const char *path, const char *s) { write_file(path, s, strlen(s)); }
 
-static void rm_tmpdir(void)
-{
-    char cmd[512];
-
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
-    assert_int_equal(system(cmd), 0);
-}
-
 static int setup(void **state)
 {
     (void)state;
-    fed_log_set_sink(capture_sink, NULL);
+    fed_test_log_capture(FED_LOG_DEBUG);
     fed_log_set_level(FED_LOG_DEBUG);
-    log_reset();
-    make_tmpdir();
-    return 0;
+    return fed_test_tmpdir_setup(state);
 }
 
 static int teardown(void **state)
@@ -183,27 +140,8 @@ static int teardown(void **state)
     (void)state;
     fed_alloc_fail_nth(0, 0);
     fed_alloc_set_hook(NULL, NULL);
-    rm_tmpdir();
-    fed_log_set_sink(NULL, NULL);
-    return 0;
-}
-
-static const char *data_dir(void)
-{
-    const char *d = getenv("FEDNODE_DATA");
-
-    return d && *d ? d : FED_DATA_DEFAULT_DIR;
-}
-
-static int have_fashion_mnist(void)
-{
-    char p[1024];
-
-    snprintf(p, sizeof p, "%s/train-labels-idx1-ubyte.gz", data_dir());
-    if (access(p, R_OK) == 0)
-        return 1;
-    snprintf(p, sizeof p, "%s/train-labels-idx1-ubyte", data_dir());
-    return access(p, R_OK) == 0;
+    fed_test_log_default();
+    return fed_test_tmpdir_teardown(state);
 }
 
 /* ------------------------------------------------------ Fashion-MNIST -- */
@@ -214,10 +152,7 @@ static void test_fashion_mnist(void **state)
     long hist[10] = { 0 };
 
     (void)state;
-    if (!have_fashion_mnist()) {
-        print_message("Fashion-MNIST not found in %s: skipped\n", data_dir());
-        skip();
-    }
+    fed_test_need_fashion(fed_test_fashion_present());
     assert_err(fed_data_open("fashion-mnist", 1, &d), FED_OK);
     assert_int_equal(d->n, 60000);
     assert_int_equal(d->shape.c, 1);
@@ -274,18 +209,18 @@ static void test_gzip_equals_plain_real(void **state)
     fed_dataset *a = NULL, *b = NULL;
 
     (void)state;
-    snprintf(src, sizeof src, "%s/t10k-images-idx3-ubyte.gz", data_dir());
+    snprintf(src, sizeof src, "%s/t10k-images-idx3-ubyte.gz", fed_test_data_dir());
     if (access(src, R_OK) != 0) {
-        print_message("%s not found: skipped\n", src);
+        print_message("skipped: %s not found\n", src);
         skip();
     }
     for (int i = 0; i < 2; i++) {
-        snprintf(src, sizeof src, "%s/%s.gz", data_dir(), names[i]);
-        tmp_path(dst, sizeof dst, names[i]);
+        snprintf(src, sizeof src, "%s/%s.gz", fed_test_data_dir(), names[i]);
+        fed_test_path(dst, sizeof dst, names[i]);
         gunzip_to(src, dst);
     }
-    assert_err(fed_data_open(data_dir(), 0, &a), FED_OK);
-    assert_err(fed_data_open(g_tmp, 0, &b), FED_OK);
+    assert_err(fed_data_open(fed_test_data_dir(), 0, &a), FED_OK);
+    assert_err(fed_data_open(fed_test_tmpdir(), 0, &b), FED_OK);
     assert_int_equal(a->n, b->n);
     assert_int_equal(a->features, b->features);
     assert_memory_equal(a->x_u8, b->x_u8, a->n * a->features);
@@ -308,9 +243,8 @@ static void test_inflated_cache(void **state)
     int files = 0;
 
     (void)state;
-    if (!have_fashion_mnist())
-        skip();
-    tmp_path(dir, sizeof dir, "cache");
+    fed_test_need_fashion(fed_test_fashion_present());
+    fed_test_path(dir, sizeof dir, "cache");
     setenv("FEDNODE_CACHE", dir, 1);
     assert_err(fed_data_open("fashion-mnist", 0, &a), FED_OK);
     assert_non_null(dh = opendir(dir));
@@ -362,15 +296,15 @@ static void test_open_env_and_dir(void **state)
     (void)state;
     if (old)
         saved = strdup(old);
-    tmp_path(p, sizeof p, "train-images-idx3-ubyte");
+    fed_test_path(p, sizeof p, "train-images-idx3-ubyte");
     write_file(p, ti.p, ti.n);
-    tmp_path(p, sizeof p, "train-labels-idx1-ubyte");
+    fed_test_path(p, sizeof p, "train-labels-idx1-ubyte");
     write_file(p, tl.p, tl.n);
-    tmp_path(p, sizeof p, "t10k-images-idx3-ubyte.gz");
+    fed_test_path(p, sizeof p, "t10k-images-idx3-ubyte.gz");
     write_file(p, vig.p, vig.n);
-    tmp_path(p, sizeof p, "t10k-labels-idx1-ubyte");
+    fed_test_path(p, sizeof p, "t10k-labels-idx1-ubyte");
     write_file(p, vl.p, vl.n);
-    assert_int_equal(setenv("FEDNODE_DATA", g_tmp, 1), 0);
+    assert_int_equal(setenv("FEDNODE_DATA", fed_test_tmpdir(), 1), 0);
     assert_err(fed_data_open("fashion-mnist", 1, &d), FED_OK);
     assert_int_equal(d->n, 5);
     assert_int_equal(d->shape.h, 2);
@@ -391,17 +325,17 @@ static void test_open_env_and_dir(void **state)
     }
 
     /* A directory without the files, and a path that is nothing. */
-    tmp_path(p, sizeof p, "empty");
+    fed_test_path(p, sizeof p, "empty");
     assert_int_equal(mkdir(p, 0700), 0);
-    log_reset();
+    fed_test_log_reset();
     d = (fed_dataset *)1;
     assert_err(fed_data_open(p, 1, &d), FED_ERR_NOTFOUND);
     assert_null(d);
-    assert_log_has("train-images-idx3-ubyte");
-    log_reset();
-    tmp_path(p, sizeof p, "nothing-here");
+    fed_test_log_has("train-images-idx3-ubyte");
+    fed_test_log_reset();
+    fed_test_path(p, sizeof p, "nothing-here");
     assert_err(fed_data_open(p, 1, &d), FED_ERR_NOTFOUND);
-    assert_log_has("nothing-here");
+    fed_test_log_has("nothing-here");
     free(ti.p);
     free(tl.p);
     free(vi.p);
@@ -415,11 +349,11 @@ static void expect_idx(buf im, buf lb, fed_err want, const char *log_needle)
 {
     fed_dataset *d = (fed_dataset *)1;
 
-    log_reset();
+    fed_test_log_reset();
     assert_err(fed_data_parse_idx(im.p, im.n, lb.p, lb.n, &d), want);
     assert_null(d);
     if (log_needle)
-        assert_log_has(log_needle);
+        fed_test_log_has(log_needle);
 }
 
 static void test_idx_parse_ok(void **state)
@@ -640,9 +574,9 @@ static void test_idx_files(void **state)
     fed_dataset *a = NULL, *b = NULL;
 
     (void)state;
-    tmp_path(ip, sizeof ip, "imgs");
-    tmp_path(lp, sizeof lp, "labs");
-    tmp_path(gp, sizeof gp, "imgs.gz");
+    fed_test_path(ip, sizeof ip, "imgs");
+    fed_test_path(lp, sizeof lp, "labs");
+    fed_test_path(gp, sizeof gp, "imgs.gz");
     write_file(ip, im.p, im.n);
     write_file(lp, lb.p, lb.n);
     g = gz(im.p, im.n);
@@ -653,28 +587,28 @@ static void test_idx_files(void **state)
     fed_data_free(a);
     fed_data_free(b);
     write_file(ip, im.p, im.n - 3);
-    log_reset();
+    fed_test_log_reset();
     a = (fed_dataset *)1;
     assert_err(fed_data_load_idx(ip, lp, &a), FED_ERR_TRUNCATED);
     assert_null(a);
-    assert_log_has(ip);
-    assert_log_has("93 of 96 bytes");
-    log_reset();
+    fed_test_log_has(ip);
+    fed_test_log_has("93 of 96 bytes");
+    fed_test_log_reset();
     assert_err(fed_data_load_idx(ip, "/nonexistent/labels", &a), FED_ERR_NOTFOUND);
-    assert_log_has("/nonexistent/labels: cannot open");
-    log_reset();
-    assert_err(fed_data_load_idx(g_tmp, lp, &a), FED_ERR_IO);
-    assert_log_has("not a regular file");
+    fed_test_log_has("/nonexistent/labels: cannot open");
+    fed_test_log_reset();
+    assert_err(fed_data_load_idx(fed_test_tmpdir(), lp, &a), FED_ERR_IO);
+    fed_test_log_has("not a regular file");
     /* the whole-file reader's size limit, checked before reading */
     {
         uint8_t *fb = (uint8_t *)1;
         size_t fl = 5;
 
-        log_reset();
+        fed_test_log_reset();
         assert_err(fed_data_read_file(lp, 13, &fb, &fl), FED_ERR_TOO_LARGE);
         assert_null(fb);
         assert_int_equal(fl, 0);
-        assert_log_has("file of 14 bytes is over the limit of 13");
+        fed_test_log_has("file of 14 bytes is over the limit of 13");
         assert_err(fed_data_read_file(lp, 14, &fb, &fl), FED_OK);
         assert_int_equal(fl, 14);
         assert_int_equal(fb[14], 0);
@@ -707,8 +641,8 @@ static void test_idx_files_windowed(void **state)
         x ^= x << 17;
         im.p[i] = (uint8_t)x;
     }
-    tmp_path(ip, sizeof ip, "big");
-    tmp_path(lp, sizeof lp, "big-labels");
+    fed_test_path(ip, sizeof ip, "big");
+    fed_test_path(lp, sizeof lp, "big-labels");
     write_file(lp, lb.p, lb.n);
     assert_err(fed_data_parse_idx(im.p, im.n, lb.p, lb.n, &ref), FED_OK);
     write_file(ip, im.p, im.n);
@@ -740,20 +674,20 @@ static void test_idx_files_windowed(void **state)
         assert_memory_equal(d->x_u8, ref->x_u8, (size_t)n * side * side);
         fed_data_free(d);
         if (end == DATA_WINDOW) {
-            log_reset();
+            fed_test_log_reset();
             write_file(ip, two.p, two.n - 100);
             assert_err(fed_data_load_idx(ip, lp, &d), FED_ERR_TRUNCATED);
             assert_null(d);
-            assert_log_has(ip);
+            fed_test_log_has(ip);
             {
                 uint8_t xy[2] = {'x', 'y'};
                 buf g = cat(two, (buf){xy, sizeof xy});
 
                 write_file(ip, g.p, g.n);
-                log_reset();
+                fed_test_log_reset();
                 assert_err(fed_data_load_idx(ip, lp, &d), FED_ERR_FORMAT);
                 assert_null(d);
-                assert_log_has("2 bytes of trailing garbage");
+                fed_test_log_has("2 bytes of trailing garbage");
                 free(g.p);
             }
         }
@@ -766,57 +700,90 @@ static void test_idx_files_windowed(void **state)
     free(lb.p);
 }
 
+/* The sweeps' attempts (fed_test_alloc_sweep): a dataset made is freed, a
+ * failure must leave none. */
+typedef struct sweep {
+    buf gi, gl;
+    const char *ip, *lp, *text;
+    const fed_csv_opts *o;
+    const fed_dataset *d;
+    const char *scheme;
+} sweep;
+
+static fed_err made(fed_err e, fed_dataset *d)
+{
+    if (e == FED_OK)
+        fed_data_free(d);
+    else
+        assert_null(d);
+    return e;
+}
+
+static fed_err try_parse_idx(void *ctx)
+{
+    const sweep *s = ctx;
+    fed_dataset *d = (fed_dataset *)1;
+    fed_err e = fed_data_parse_idx(s->gi.p, s->gi.n, s->gl.p, s->gl.n, &d);
+
+    return made(e, d);
+}
+
+static fed_err try_load_idx(void *ctx)
+{
+    const sweep *s = ctx;
+    fed_dataset *d = (fed_dataset *)1;
+    fed_err e = fed_data_load_idx(s->ip, s->lp, &d);
+
+    return made(e, d);
+}
+
+static fed_err try_parse_csv(void *ctx)
+{
+    const sweep *s = ctx;
+    fed_dataset *d = (fed_dataset *)1;
+    fed_err e = fed_data_parse_csv(s->text, strlen(s->text), s->o, &d);
+
+    return made(e, d);
+}
+
+static fed_err try_partition(void *ctx)
+{
+    const sweep *s = ctx;
+    uint32_t *idx = (uint32_t *)1;
+    size_t cnt = 9;
+    fed_err e = fed_data_partition(s->d, s->scheme, 1, 4, 3, &idx, &cnt);
+
+    if (e == FED_OK) {
+        fed_free(idx);
+    } else {
+        assert_null(idx);
+        assert_int_equal(cnt, 0);
+    }
+    return e;
+}
+
 /* Every allocation of the parser (zlib's included) failed in turn: each
  * gives FED_ERR_NOMEM and no dataset; ASan proves nothing leaks. */
 static void test_idx_alloc_sweep(void **state)
 {
     buf im = idx_images(20, 5, 5), lb = idx_labels(20);
-    buf gi = gz(im.p, im.n), gl = gz(lb.p, lb.n);
     char ip[1024], lp[1024];
-    unsigned long n;
-    int sticky;
+    sweep s = {.gi = gz(im.p, im.n), .gl = gz(lb.p, lb.n), .ip = ip, .lp = lp};
 
     (void)state;
-    tmp_path(ip, sizeof ip, "i.gz");
-    tmp_path(lp, sizeof lp, "l");
-    write_file(ip, gi.p, gi.n);
+    fed_test_path(ip, sizeof ip, "i.gz");
+    fed_test_path(lp, sizeof lp, "l");
+    write_file(ip, s.gi.p, s.gi.n);
     write_file(lp, lb.p, lb.n);
-    for (sticky = 0; sticky < 2; sticky++) {
-        for (n = 1; n < 200; n++) {
-            fed_dataset *d = (fed_dataset *)1;
-            fed_err e;
-
-            fed_alloc_fail_nth(n, sticky);
-            e = fed_data_parse_idx(gi.p, gi.n, gl.p, gl.n, &d);
-            fed_alloc_fail_nth(0, 0);
-            if (e == FED_OK) {
-                fed_data_free(d);
-                break;
-            }
-            assert_err(e, FED_ERR_NOMEM);
-            assert_null(d);
-        }
-        assert_true(n > 4 && n < 200); /* datasets, zlib state and window failed */
-        for (n = 1; n < 200; n++) {
-            fed_dataset *d = (fed_dataset *)1;
-            fed_err e;
-
-            fed_alloc_fail_nth(n, sticky);
-            e = fed_data_load_idx(ip, lp, &d);
-            fed_alloc_fail_nth(0, 0);
-            if (e == FED_OK) {
-                fed_data_free(d);
-                break;
-            }
-            assert_err(e, FED_ERR_NOMEM);
-            assert_null(d);
-        }
-        assert_true(n > 4 && n < 200);
+    for (int sticky = 0; sticky < 2; sticky++) {
+        /* datasets, zlib state and window failed */
+        assert_true(fed_test_alloc_sweep(try_parse_idx, &s, sticky, 200) > 4);
+        assert_true(fed_test_alloc_sweep(try_load_idx, &s, sticky, 200) > 4);
     }
     free(im.p);
     free(lb.p);
-    free(gi.p);
-    free(gl.p);
+    free(s.gi.p);
+    free(s.gl.p);
 }
 
 /* ---------------------------------------------------------------- CSV -- */
@@ -825,7 +792,7 @@ static fed_dataset *csv_ok(const char *text, const fed_csv_opts *opts)
 {
     fed_dataset *d = NULL;
 
-    log_reset();
+    fed_test_log_reset();
     assert_err(fed_data_parse_csv(text, strlen(text), opts, &d), FED_OK);
     assert_non_null(d);
     return d;
@@ -835,11 +802,11 @@ static void expect_csv(const char *text, fed_err want, const char *log_needle)
 {
     fed_dataset *d = (fed_dataset *)1;
 
-    log_reset();
+    fed_test_log_reset();
     assert_err(fed_data_parse_csv(text, strlen(text), NULL, &d), want);
     assert_null(d);
     if (log_needle)
-        assert_log_has(log_needle);
+        fed_test_log_has(log_needle);
 }
 
 static float stdz(double x, double mean, double sd) { return (float)((x - mean) / sd); }
@@ -946,9 +913,9 @@ static void test_csv_rejects(void **state)
         assert_err(fed_data_parse_csv(t, sizeof t - 2, NULL, &d), FED_OK);
         assert_int_equal(d->n, 2);
         fed_data_free(d);
-        log_reset();
+        fed_test_log_reset();
         assert_err(fed_data_parse_csv(t, sizeof t - 1, NULL, &d), FED_ERR_FORMAT);
-        assert_log_has(":4: 1 fields, the header has 2");
+        fed_test_log_has(":4: 1 fields, the header has 2");
         assert_null(d);
     }
     /* Too many columns: refused while reading the header. */
@@ -970,9 +937,9 @@ static void test_csv_stats_file(void **state)
     size_t features = 0;
 
     (void)state;
-    tmp_path(csv, sizeof csv, "t.csv");
-    tmp_path(stats, sizeof stats, "stats.csv");
-    tmp_path(out, sizeof out, "written.csv");
+    fed_test_path(csv, sizeof csv, "t.csv");
+    fed_test_path(stats, sizeof stats, "stats.csv");
+    fed_test_path(out, sizeof out, "written.csv");
     write_text(csv, "f1,f2,label\n1,10,0\n3,30,1\n");
     /* Given statistics win over the file's own. */
     write_text(stats, "mean,std\n0,2\n10,4\n");
@@ -998,21 +965,21 @@ static void test_csv_stats_file(void **state)
     /* Bad statistics files. */
     o.stats_path = stats;
     write_text(stats, "0,1\n");
-    log_reset();
+    fed_test_log_reset();
     d = (fed_dataset *)1;
     assert_err(fed_data_load_csv(csv, &o, &d), FED_ERR_SHAPE);
     assert_null(d);
-    assert_log_has("1 features, the data has 2");
+    fed_test_log_has("1 features, the data has 2");
     write_text(stats, "0,1\n0,1\n0,1\n");
     assert_err(fed_data_load_csv(csv, &o, &d), FED_ERR_SHAPE);
     write_text(stats, "0,1\n0,0\n");
-    log_reset();
+    fed_test_log_reset();
     assert_err(fed_data_load_csv(csv, &o, &d), FED_ERR_RANGE);
-    assert_log_has("stats.csv:2: column 2: std must be > 0");
+    fed_test_log_has("stats.csv:2: column 2: std must be > 0");
     write_text(stats, "0,1\n0,1e-300\n");
-    log_reset();
+    fed_test_log_reset();
     assert_err(fed_data_load_csv(csv, &o, &d), FED_ERR_RANGE);
-    assert_log_has("t.csv:2: feature 2: 10 does not standardize");
+    fed_test_log_has("t.csv:2: feature 2: 10 does not standardize");
     write_text(stats, "0,1\nx,1\n");
     assert_err(fed_data_load_csv(csv, &o, &d), FED_ERR_NOT_NUMERIC);
     write_text(stats, "0,1\n0,1,2\n");
@@ -1022,9 +989,9 @@ static void test_csv_stats_file(void **state)
     o.stats_path = "/nonexistent/stats";
     assert_err(fed_data_load_csv(csv, &o, &d), FED_ERR_NOTFOUND);
     assert_null(d);
-    log_reset();
+    fed_test_log_reset();
     assert_err(fed_data_load_csv("/nonexistent/x.csv", NULL, &d), FED_ERR_NOTFOUND);
-    assert_log_has("/nonexistent/x.csv");
+    fed_test_log_has("/nonexistent/x.csv");
 }
 
 /* fed_data_open on a CSV: train is the file; test is X.test.csv when it
@@ -1035,13 +1002,13 @@ static void test_csv_open(void **state)
     fed_dataset *tr = NULL, *te = NULL;
 
     (void)state;
-    tmp_path(csv, sizeof csv, "d.csv");
-    tmp_path(tst, sizeof tst, "d.test.csv");
+    fed_test_path(csv, sizeof csv, "d.csv");
+    fed_test_path(tst, sizeof tst, "d.test.csv");
     write_text(csv, "f,label\n1,0\n3,1\n");
     assert_err(fed_data_open(csv, 1, &tr), FED_OK);
-    log_reset();
+    fed_test_log_reset();
     assert_err(fed_data_open(csv, 0, &te), FED_OK);
-    assert_log_has("no separate test file");
+    fed_test_log_has("no separate test file");
     assert_int_equal(te->n, 2);
     assert_memory_equal(tr->x_f32, te->x_f32, 2 * sizeof(float));
     fed_data_free(te);
@@ -1054,40 +1021,25 @@ static void test_csv_open(void **state)
     fed_data_free(te);
     write_text(tst, "f,g,label\n5,1,0\n");
     te = (fed_dataset *)1;
-    log_reset();
+    fed_test_log_reset();
     assert_err(fed_data_open(csv, 0, &te), FED_ERR_SHAPE);
     assert_null(te);
-    assert_log_has("d.test.csv: 2 features, the training file has 1");
+    fed_test_log_has("d.test.csv: 2 features, the training file has 1");
     fed_data_free(tr);
 }
 
 static void test_csv_alloc_sweep(void **state)
 {
-    const char *text = "a,label,b\n1,0,2\n3,1,4\n5,2,7\n";
     fed_csv_opts o = { NULL, NULL };
+    sweep s = {.text = "a,label,b\n1,0,2\n3,1,4\n5,2,7\n", .o = &o};
     char stats[1024];
-    unsigned long n;
 
     (void)state;
-    tmp_path(stats, sizeof stats, "s");
+    fed_test_path(stats, sizeof stats, "s");
     write_text(stats, "0,1\n0,2\n");
     for (int with_stats = 0; with_stats < 2; with_stats++) {
         o.stats_path = with_stats ? stats : NULL;
-        for (n = 1; n < 100; n++) {
-            fed_dataset *d = (fed_dataset *)1;
-            fed_err e;
-
-            fed_alloc_fail_nth(n, 0);
-            e = fed_data_parse_csv(text, strlen(text), &o, &d);
-            fed_alloc_fail_nth(0, 0);
-            if (e == FED_OK) {
-                fed_data_free(d);
-                break;
-            }
-            assert_err(e, FED_ERR_NOMEM);
-            assert_null(d);
-        }
-        assert_true(n > 3 && n < 100);
+        assert_true(fed_test_alloc_sweep(try_parse_csv, &s, 0, 100) > 3);
     }
 }
 
@@ -1298,12 +1250,12 @@ static void test_partition_errors(void **state)
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char quoted[64];
 
-        log_reset();
+        fed_test_log_reset();
         assert_err(fed_data_partition(d, bad[i], 0, 2, 1, &idx, &n), FED_ERR_BAD_VALUE);
         assert_null(idx);
         assert_int_equal(n, 0);
         snprintf(quoted, sizeof quoted, "'%s'", bad[i]);
-        assert_log_has(quoted);
+        fed_test_log_has(quoted);
         assert_err(fed_data_parse_scheme(bad[i], &sc), FED_ERR_BAD_VALUE);
     }
     assert_err(fed_data_partition(d, NULL, 0, 2, 1, &idx, &n), FED_ERR_BAD_VALUE);
@@ -1313,14 +1265,14 @@ static void test_partition_errors(void **state)
     assert_err(fed_data_parse_scheme("shards:3", &sc), FED_OK);
     assert_int_equal(sc.kind, FED_DATA_SHARDS);
     assert_int_equal(sc.shards, 3);
-    log_reset();
+    fed_test_log_reset();
     assert_err(fed_data_partition(d, "iid", 2, 2, 1, &idx, &n), FED_ERR_RANGE);
-    assert_log_has("shard 2/2");
+    fed_test_log_has("shard 2/2");
     assert_err(fed_data_partition(d, "iid", -1, 2, 1, &idx, &n), FED_ERR_RANGE);
     assert_err(fed_data_partition(d, "iid", 0, 0, 1, &idx, &n), FED_ERR_RANGE);
-    log_reset();
+    fed_test_log_reset();
     assert_err(fed_data_partition(d, "shards:6", 0, 17, 1, &idx, &n), FED_ERR_RANGE);
-    assert_log_has("only 100 samples");
+    fed_test_log_has("only 100 samples");
     label_set_free(d);
 }
 
@@ -1328,28 +1280,12 @@ static void test_partition_alloc_sweep(void **state)
 {
     const char *schemes[] = { "iid", "dirichlet:0.5", "shards:2" };
     fed_dataset *d = label_set(500, 10);
+    sweep s = {.d = d};
 
     (void)state;
-    for (size_t s = 0; s < 3; s++) {
-        unsigned long n;
-
-        for (n = 1; n < 50; n++) {
-            uint32_t *idx = (uint32_t *)1;
-            size_t cnt = 9;
-            fed_err e;
-
-            fed_alloc_fail_nth(n, 0);
-            e = fed_data_partition(d, schemes[s], 1, 4, 3, &idx, &cnt);
-            fed_alloc_fail_nth(0, 0);
-            if (e == FED_OK) {
-                fed_free(idx);
-                break;
-            }
-            assert_err(e, FED_ERR_NOMEM);
-            assert_null(idx);
-            assert_int_equal(cnt, 0);
-        }
-        assert_true(n > 1 && n < 50);
+    for (size_t k = 0; k < 3; k++) {
+        s.scheme = schemes[k];
+        assert_true(fed_test_alloc_sweep(try_partition, &s, 0, 50) > 1);
     }
     label_set_free(d);
 }

@@ -22,6 +22,7 @@
 #include "model/data.h"
 #include "sim/chart.h"
 #include "sim/run.h"
+#include "tests/support/support.h"
 
 #define MAXROWS 64
 
@@ -47,11 +48,7 @@ static int setup(void **state)
     fed_log_set_level(FED_LOG_ERROR);
     if (fed_pool_new(2, &pool) != FED_OK)
         return -1;
-    if (fed_data_open("fashion-mnist", 1, &train) != FED_OK ||
-        fed_data_open("fashion-mnist", 0, &test) != FED_OK) {
-        fed_data_free(train);
-        train = NULL;
-    }
+    fed_test_fashion_open(&train, &test); /* the tests skip without */
     return 0;
 }
 
@@ -113,8 +110,7 @@ static void test_deterministic(void **state)
     rows a;
 
     (void)state;
-    if (!train)
-        skip();
+    fed_test_need_fashion(train != NULL);
     for (int k = 0; k < 2; k++) {
         assert_same_runs(which[k], which[k], &a);
         printf("%s: %d rounds twice, the same rows and model (round %d accuracy %.4f)\n",
@@ -131,8 +127,7 @@ static void test_no_crypto_same_model(void **state)
     rows b;
 
     (void)state;
-    if (!train)
-        skip();
+    fed_test_need_fashion(train != NULL);
     assert_same_runs(kv, kv_plain, &b);
 }
 
@@ -183,8 +178,7 @@ static void test_byzantine_signflip(void **state)
     double clean;
 
     (void)state;
-    if (!train)
-        skip();
+    fed_test_need_fashion(train != NULL);
     scenario(&sc, clean_kv);
     clean = last_accuracy(&sc, &rs, h);
     printf("clean fedavg: %.4f\n", clean);
@@ -220,8 +214,7 @@ static void test_faults_heal(void **state)
     double clean, faulty;
 
     (void)state;
-    if (!train)
-        skip();
+    fed_test_need_fashion(train != NULL);
     scenario(&sc, clean_kv);
     clean = last_accuracy(&sc, &rs, h);
     scenario(&sc, fault_kv);
@@ -293,8 +286,7 @@ static void test_bad_specs(void **state)
     fed_sim_scenario sc;
 
     (void)state;
-    if (!train)
-        skip();
+    fed_test_need_fashion(train != NULL);
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         const char *kv[] = {"nodes", "4", "rounds", "1", bad[i][0], bad[i][1], NULL};
 

@@ -22,24 +22,14 @@
 #include "core/rng.h"
 #include "model/backend.h"
 #include "model/merge.h"
+#include "tests/support/support.h"
 
 /* ------------------------------------------------------------- world -- */
 
 typedef struct world {
     fed_backend *be;       /* the CPU backend */
     fed_backend hostcopy;  /* its table under another name: merge stages via download/upload */
-    char last_log[512];
-    int log_lines;
 } world;
-
-static void capture(void *ctx, fed_log_level level, const char *line)
-{
-    world *w = ctx;
-
-    (void)level;
-    snprintf(w->last_log, sizeof w->last_log, "%s", line);
-    w->log_lines++;
-}
 
 static int world_setup(void **state)
 {
@@ -49,7 +39,7 @@ static int world_setup(void **state)
         return -1;
     w->hostcopy = *w->be;
     w->hostcopy.name = "hostcopy";
-    fed_log_set_sink(capture, w);
+    fed_test_log_capture(FED_LOG_DEBUG);
     fed_log_set_level(FED_LOG_DEBUG);
     *state = w;
     return 0;
@@ -59,7 +49,7 @@ static int world_teardown(void **state)
 {
     world *w = *state;
 
-    fed_log_set_sink(NULL, NULL);
+    fed_test_log_default();
     fed_backend_free(w->be);
     free(w);
     return 0;
@@ -200,12 +190,12 @@ static void test_spec_grammar(void **state)
             fail_msg("rejected good spec \"%s\"", good[i]);
     }
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        w->last_log[0] = '\0';
+        fed_test_log_reset();
         if (fed_merge_spec_check(bad[i]) != FED_ERR_BAD_VALUE)
             fail_msg("accepted bad spec \"%s\"", bad[i]);
-        assert_non_null(strstr(w->last_log, "merge: bad strategy"));
-        if (bad[i][0] && !strstr(w->last_log, bad[i]))
-            fail_msg("log line \"%s\" does not name \"%s\"", w->last_log, bad[i]);
+        assert_non_null(strstr(fed_test_log_last(), "merge: bad strategy"));
+        if (bad[i][0] && !strstr(fed_test_log_last(), bad[i]))
+            fail_msg("log line \"%s\" does not name \"%s\"", fed_test_log_last(), bad[i]);
     }
     assert_int_equal(fed_merge_spec_check(NULL), FED_ERR_BAD_VALUE);
     assert_int_equal(fed_merge_new("nope", 10, NULL, w->be, &m), FED_ERR_BAD_VALUE);
@@ -1228,42 +1218,47 @@ static void test_staged_backend_same_bits(void **state)
 
 /* ------------------------------------------------------- allocations -- */
 
+typedef struct merge_try {
+    world *w;
+    const char *spec;
+    clients *c;
+} merge_try;
+
+/* fed_merge_new with an allocation failing; once it succeeds, apply with
+ * every allocation failing, which changes nothing: apply never allocates. */
+static fed_err try_merge_new(void *ctx)
+{
+    const merge_try *t = ctx;
+    fed_merge *m = NULL;
+    float g[500] = {0};
+    fed_err e = fed_merge_new(t->spec, 500, NULL, t->w->be, &m);
+
+    if (e != FED_OK) {
+        assert_null(m);
+        return e;
+    }
+    fed_alloc_fail_nth(1, 1);
+    e = fed_merge_apply(m, g, t->c->in, t->c->n, t->c->res);
+    fed_alloc_fail_nth(0, 0);
+    assert_int_equal(e, FED_OK);
+    fed_merge_free(m);
+    return FED_OK;
+}
+
 static void test_alloc_failure_sweep(void **state)
 {
-    world *w = *state;
     static const char *specs[] = {"fedavg", "fedavgm", "fedadam", "median", "trimmed:0.1",
                                   "krum:1", "multikrum:1,2", "bulyan:1", "clip:1+fedyogi"};
-    const size_t d = 500;
-    clients *c = clients_new(7, d);
+    merge_try t = {.w = *state, .c = clients_new(7, 500)};
     fed_rng r;
 
     fed_rng_seed(&r, 14);
-    fill_uniform(c, &r, -1.0f, 1.0f);
+    fill_uniform(t.c, &r, -1.0f, 1.0f);
     for (size_t s = 0; s < sizeof specs / sizeof specs[0]; s++) {
-        for (unsigned long nth = 1;; nth++) {
-            fed_merge *m = NULL;
-            fed_err e;
-            float g[500] = {0};
-
-            fed_alloc_fail_nth(nth, 1);
-            e = fed_merge_new(specs[s], d, NULL, w->be, &m);
-            fed_alloc_fail_nth(0, 0);
-            if (e == FED_ERR_NOMEM) {
-                assert_null(m);
-                continue;
-            }
-            assert_int_equal(e, FED_OK);
-            assert_true(nth > 1);
-            /* apply never allocates: every allocation failing changes nothing. */
-            fed_alloc_fail_nth(1, 1);
-            e = fed_merge_apply(m, g, c->in, c->n, c->res);
-            fed_alloc_fail_nth(0, 0);
-            assert_int_equal(e, FED_OK);
-            fed_merge_free(m);
-            break;
-        }
+        t.spec = specs[s];
+        assert_true(fed_test_alloc_sweep(try_merge_new, &t, 1, 1000) > 1);
     }
-    clients_free(c);
+    clients_free(t.c);
 }
 
 int main(void)

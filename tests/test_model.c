@@ -24,6 +24,7 @@
 #include "model/model.h"
 #include "model/optim.h"
 #include "model/train.h"
+#include "tests/support/support.h"
 
 /* ------------------------------------------------- double reference -- */
 
@@ -405,13 +406,6 @@ static void test_spec_errors(void **state)
     assert_null(m);
 }
 
-/* The last line logged, for the messages below. */
-static void last_line_sink(void *ctx, fed_log_level level, const char *line)
-{
-    (void)level;
-    snprintf(ctx, 512, "%s", line);
-}
-
 static void expect_why(const char *spec, fed_model_shape in, fed_err want, const char *msg)
 {
     char why[256];
@@ -428,7 +422,6 @@ static void test_spec_messages(void **state)
     fed_model_shape in = {1, 28, 28, 10};
     fed_backend *be = NULL;
     fed_model *m = (fed_model *)1;
-    char line[512] = "";
 
     (void)state;
     expect_why("mlp:99999999", in, FED_ERR_SPEC,
@@ -455,13 +448,13 @@ static void test_spec_messages(void **state)
     expect_why("mlp:65536", in, FED_OK, "");
     /* fed_model_new logs the same words */
     assert_int_equal(fed_backend_cpu_new(1, &be), FED_OK);
-    fed_log_set_sink(last_line_sink, line);
+    fed_test_log_capture(FED_LOG_DEBUG);
     assert_int_equal(fed_model_new("mlp:99999999", in, be, NULL, 1, 8, &m), FED_ERR_SPEC);
-    fed_log_set_sink(NULL, NULL);
     fed_backend_free(be);
     assert_null(m);
-    assert_string_equal(line, "model spec 'mlp:99999999': layer 1 width 99999999 exceeds "
-                              "the limit 65536");
+    assert_string_equal(fed_test_log_last(), "model spec 'mlp:99999999': layer 1 width 99999999 "
+                                             "exceeds the limit 65536");
+    fed_test_log_default();
 }
 
 /* ------------------------------------------------------------ init -- */
@@ -986,32 +979,33 @@ static void test_trainer_rejects(void **state)
 
 /* ------------------------------------------------ allocation failures -- */
 
+typedef struct model_try {
+    world *w;
+    const char *spec;
+} model_try;
+
+static fed_err try_model_new(void *ctx)
+{
+    const model_try *t = ctx;
+    fed_model *m = (fed_model *)1;
+    fed_err e = fed_model_new(t->spec, (fed_model_shape){1, 28, 28, 10}, t->w->be, t->w->pool, 2,
+                              8, &m);
+
+    if (e == FED_OK)
+        fed_model_free(m);
+    else
+        assert_null(m);
+    return e;
+}
+
 static void test_alloc_failure_sweep(void **state)
 {
-    world *w = *state;
     static const char *specs[] = {"mlp:16,8", "cnn"};
+    model_try t = {.w = *state};
 
     for (int s = 0; s < 2; s++) {
-        fed_model_shape in = {1, 28, 28, 10};
-        int ok = 0;
-
-        for (unsigned long nth = 1; nth < 500 && !ok; nth++) {
-            fed_model *m = (fed_model *)1;
-            fed_err e;
-
-            fed_alloc_fail_nth(nth, 0);
-            e = fed_model_new(specs[s], in, w->be, w->pool, 2, 8, &m);
-            fed_alloc_fail_nth(0, 0);
-            if (e == FED_OK) {
-                ok = 1;
-                assert_true(nth > 10);
-            } else {
-                assert_int_equal(e, FED_ERR_NOMEM);
-                assert_null(m);
-            }
-            fed_model_free(e == FED_OK ? m : NULL);
-        }
-        assert_true(ok);
+        t.spec = specs[s];
+        assert_true(fed_test_alloc_sweep(try_model_new, &t, 0, 500) > 10);
     }
 }
 

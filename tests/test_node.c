@@ -10,7 +10,6 @@
  * model sections (node/ckpt_model.h): a round trip, their byte image, and
  * every malformed or mismatched section refused. */
 #include <math.h>
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -36,6 +35,7 @@
 #include "sim/host.h"
 #include "storage/store.h"
 #include "sim/world.h"
+#include "tests/support/support.h"
 
 #define MAXC 160
 #define MAXR 8
@@ -103,11 +103,7 @@ static int setup(void **state)
     *state = fx;
     if (fed_backend_cpu_new(1, &fx->be) != FED_OK || fed_pool_new(2, &fx->pool) != FED_OK)
         return -1;
-    if (fed_data_open("fashion-mnist", 1, &fx->train) != FED_OK ||
-        fed_data_open("fashion-mnist", 0, &fx->test) != FED_OK) {
-        fed_data_free(fx->train);
-        fx->train = NULL;
-    }
+    fed_test_fashion_open(&fx->train, &fx->test); /* the tests skip without */
     return 0;
 }
 
@@ -120,14 +116,6 @@ static int teardown(void **state)
     fed_pool_free(fx->pool);
     fed_backend_free(fx->be);
     free(fx);
-    return 0;
-}
-
-static int have_data(const fixture *fx)
-{
-    if (fx->train)
-        return 1;
-    printf("skipped: no Fashion-MNIST at $FEDNODE_DATA or %s\n", FED_DATA_DEFAULT_DIR);
     return 0;
 }
 
@@ -380,8 +368,7 @@ static void test_fedavg_bit_exact(void **state)
                    .min_clients = 8, .deadline_ms = 60000, .seed = 11};
     scen s;
 
-    if (!have_data(fx))
-        return;
+    fed_test_need_fashion(fx->train != NULL);
     scen_build(&s, fx, &o);
     capture_initial(&s);
     scen_run(&s, 600000);
@@ -409,8 +396,7 @@ static void test_async_fedbuff(void **state)
     int stale = 0, in_rounds[MAXC + 1] = {0};
     scen s;
 
-    if (!have_data(fx))
-        return;
+    fed_test_need_fashion(fx->train != NULL);
     scen_build(&s, fx, &o);
     capture_initial(&s);
     scen_run(&s, 600000);
@@ -449,8 +435,7 @@ static void test_streamed_transfers(void **state)
     scen whole, chunked;
     const fed_wire_counters *wa, *wc;
 
-    if (!have_data(fx))
-        return;
+    fed_test_need_fashion(fx->train != NULL);
     scen_build(&whole, fx, &o);
     scen_run(&whole, 600000);
     o.max_frame = 4096;
@@ -485,8 +470,7 @@ static void test_streamed_lossy(void **state)
     const fed_wire_counters *wa;
     scen s;
 
-    if (!have_data(fx))
-        return;
+    fed_test_need_fashion(fx->train != NULL);
     scen_build(&s, fx, &o);
     scen_run(&s, 3600000);
     for (int r = 1; r <= 3; r++) {
@@ -511,8 +495,7 @@ static void test_more_than_128_clients(void **state)
                    .min_clients = 150, .deadline_ms = 600000, .seed = 41};
     scen s;
 
-    if (!have_data(fx))
-        return;
+    fed_test_need_fashion(fx->train != NULL);
     scen_build(&s, fx, &o);
     scen_run(&s, 600000);
     assert_int_equal(s.commits[1], 1);
@@ -530,8 +513,7 @@ static void test_accuracy_10_clients(void **state)
                    .deadline_ms = 120000, .seed = 1, .evaluate = 1};
     scen s;
 
-    if (!have_data(fx))
-        return;
+    fed_test_need_fashion(fx->train != NULL);
     scen_build(&s, fx, &o);
     scen_run(&s, 3600000);
     for (int r = 1; r <= 5; r++) {
@@ -601,8 +583,7 @@ static void test_dropped_client(void **state)
     contrib_q q;
     scen s;
 
-    if (!have_data(fx))
-        return;
+    fed_test_need_fashion(fx->train != NULL);
     scen_build(&s, fx, &o);
     c2 = fed_sim_host_index(s.cl[2]);
     ai = fed_sim_host_index(s.agg);
@@ -648,8 +629,7 @@ static void test_straggler_late(void **state)
     uint32_t c0;
     scen s;
 
-    if (!have_data(fx))
-        return;
+    fed_test_need_fashion(fx->train != NULL);
     scen_build(&s, fx, &o);
     c0 = fed_sim_host_index(s.cl[0]);
     assert_int_equal(fed_sim_world_set_slowdown(s.w, c0, 5000), FED_OK); /* ~9 s */
@@ -682,8 +662,7 @@ static void test_crash_restart(void **state)
     uint32_t c1;
     scen s;
 
-    if (!have_data(fx))
-        return;
+    fed_test_need_fashion(fx->train != NULL);
     scen_build(&s, fx, &o);
     s.crash_agg_after = 3;
     c1 = fed_sim_host_index(s.cl[1]);
@@ -740,8 +719,7 @@ static void test_full_disk_aggregator(void **state)
     fed_store *st;
     scen s;
 
-    if (!have_data(fx))
-        return;
+    fed_test_need_fashion(fx->train != NULL);
     scen_build(&s, fx, &o);
     capture_initial(&s);
     step_until_commit(&s, 1);
@@ -789,8 +767,7 @@ static void test_first_round_after_gather(void **state)
     uint32_t ai;
     scen s;
 
-    if (!have_data(fx))
-        return;
+    fed_test_need_fashion(fx->train != NULL);
     scen_build(&s, fx, &o);
     ai = fed_sim_host_index(s.agg);
     for (int i = 0; i < 3; i++) {
@@ -814,39 +791,6 @@ static void test_first_round_after_gather(void **state)
 }
 
 /* ---- the accuracy of a round evaluated on a full disk ---- */
-
-/* The aggregator's lines about accuracy, kept for the test to read (a
- * store's warning may come from the pool's thread: the commit). */
-typedef struct acc_log {
-    pthread_mutex_t mu;
-    char lines[64][256];
-    int n;
-} acc_log;
-
-static void acc_sink(void *ctx, fed_log_level level, const char *line)
-{
-    acc_log *l = ctx;
-
-    (void)level;
-    if (!strstr(line, "accuracy"))
-        return;
-    pthread_mutex_lock(&l->mu);
-    if (l->n < 64)
-        snprintf(l->lines[l->n++], sizeof l->lines[0], "%s", line);
-    pthread_mutex_unlock(&l->mu);
-}
-
-/* Lines that hold both a and b. */
-static int acc_lines(acc_log *l, const char *a, const char *b)
-{
-    int k = 0;
-
-    pthread_mutex_lock(&l->mu);
-    for (int i = 0; i < l->n; i++)
-        k += strstr(l->lines[i], a) && strstr(l->lines[i], b);
-    pthread_mutex_unlock(&l->mu);
-    return k;
-}
 
 /* Steps until round r is committed (its row is in the database) and then
  * fills the disk before the round's evaluation ends (a later event: the
@@ -883,19 +827,13 @@ static void test_full_disk_accuracy_kept(void **state)
     scen_opts o = {.clients = 4, .spec = "logreg", .per_client = 100, .rounds = 4,
                    .min_clients = 4, .deadline_ms = 20000, .seed = 17, .evaluate = 1};
     fed_log_level level = fed_log_get_level();
-    acc_log *l = calloc(1, sizeof *l);
     fed_store_round row;
     fed_store *st;
     scen s;
 
-    if (!have_data(fx)) {
-        free(l);
-        return;
-    }
-    assert_non_null(l);
-    pthread_mutex_init(&l->mu, NULL);
+    fed_test_need_fashion(fx->train != NULL);
     fed_log_set_level(FED_LOG_INFO);
-    fed_log_set_sink(acc_sink, l);
+    fed_test_log_capture(FED_LOG_INFO); /* a store's warning may come from the pool's thread */
     scen_build(&s, fx, &o);
     st = fed_sim_host_store(s.agg);
     full_disk_at_evaluation(&s, st, 2);
@@ -911,7 +849,6 @@ static void test_full_disk_accuracy_kept(void **state)
     assert_int_equal(fed_store_get_round(st, 2, &row), FED_OK);
     assert_true(row.accuracy == s.info[2].accuracy);
     scen_run(&s, 600000);
-    fed_log_set_sink(NULL, NULL);
     fed_log_set_level(level);
 
     for (uint64_t r = 1; r <= 4; r++) {
@@ -921,11 +858,10 @@ static void test_full_disk_accuracy_kept(void **state)
         assert_true(row.accuracy == s.info[r].accuracy);
         assert_true(row.loss == s.info[r].loss);
     }
-    assert_int_equal(acc_lines(l, "recording round 2's accuracy failed", "kept"), 1);
-    assert_int_equal(acc_lines(l, "round 2's accuracy", "recorded"), 1);
-    assert_int_equal(acc_lines(l, "accuracy failed", ""), 1); /* no other round's */
-    pthread_mutex_destroy(&l->mu);
-    free(l);
+    assert_int_equal(fed_test_log_count("recording round 2's accuracy failed", "kept"), 1);
+    assert_int_equal(fed_test_log_count("round 2's accuracy", "recorded"), 1);
+    assert_int_equal(fed_test_log_count("accuracy failed", ""), 1); /* no other round's */
+    fed_test_log_default();
     scen_free(&s);
 }
 
@@ -937,19 +873,13 @@ static void test_full_disk_accuracy_at_stop(void **state)
     scen_opts o = {.clients = 3, .spec = "logreg", .per_client = 100, .rounds = 2,
                    .min_clients = 3, .deadline_ms = 20000, .seed = 19, .evaluate = 1};
     fed_log_level level = fed_log_get_level();
-    acc_log *l = calloc(1, sizeof *l);
     fed_store_round row;
     fed_store *st;
     scen s;
 
-    if (!have_data(fx)) {
-        free(l);
-        return;
-    }
-    assert_non_null(l);
-    pthread_mutex_init(&l->mu, NULL);
+    fed_test_need_fashion(fx->train != NULL);
     fed_log_set_level(FED_LOG_INFO);
-    fed_log_set_sink(acc_sink, l);
+    fed_test_log_capture(FED_LOG_INFO); /* a store's warning may come from the pool's thread */
     scen_build(&s, fx, &o);
     st = fed_sim_host_store(s.agg);
     full_disk_at_evaluation(&s, st, 2);
@@ -958,20 +888,18 @@ static void test_full_disk_accuracy_at_stop(void **state)
     assert_true(fed_node_finished(fed_sim_host_node(s.agg)));
     assert_int_equal(fed_store_get_round(st, 2, &row), FED_OK);
     assert_true(isnan(row.accuracy)); /* nothing wrote since */
-    assert_int_equal(acc_lines(l, "round 2's accuracy", "recorded"), 0);
+    assert_int_equal(fed_test_log_count("round 2's accuracy", "recorded"), 0);
     assert_int_equal(fed_node_stop(fed_sim_host_node(s.agg)), FED_OK);
-    fed_log_set_sink(NULL, NULL);
     fed_log_set_level(level);
     assert_int_equal(fed_store_get_round(st, 2, &row), FED_OK);
     assert_true(row.accuracy == s.info[2].accuracy);
     assert_true(row.loss == s.info[2].loss);
     assert_int_equal(fed_store_get_round(st, 1, &row), FED_OK);
     assert_true(row.accuracy == s.info[1].accuracy);
-    assert_int_equal(acc_lines(l, "recording round 2's accuracy failed", "kept"), 1);
-    assert_int_equal(acc_lines(l, "round 2's accuracy", "recorded"), 1);
-    assert_int_equal(acc_lines(l, "lost", ""), 0);
-    pthread_mutex_destroy(&l->mu);
-    free(l);
+    assert_int_equal(fed_test_log_count("recording round 2's accuracy failed", "kept"), 1);
+    assert_int_equal(fed_test_log_count("round 2's accuracy", "recorded"), 1);
+    assert_int_equal(fed_test_log_count("lost", "accuracy"), 0);
+    fed_test_log_default();
     scen_free(&s);
 }
 
@@ -984,8 +912,7 @@ static void test_non_member(void **state)
     uint64_t stored = 0;
     scen s;
 
-    if (!have_data(fx))
-        return;
+    fed_test_need_fashion(fx->train != NULL);
     scen_build(&s, fx, &o);
     scen_run(&s, 600000);
     assert_int_equal(s.commits[2], 1);
@@ -1055,8 +982,7 @@ static void test_train_job_reuse(void **state)
     uint8_t *first = NULL;
     size_t first_len = 0;
 
-    if (!have_data(fx))
-        return;
+    fed_test_need_fashion(fx->train != NULL);
     for (uint32_t i = 0; i < 256; i++)
         idx[i] = i * 7;
     memset(&kept, 0, sizeof kept);
@@ -1213,8 +1139,7 @@ static void test_determinism(void **state)
     uint8_t h1[32], h2[32];
     uint64_t t1, t2;
 
-    if (!have_data(fx))
-        return;
+    fed_test_need_fashion(fx->train != NULL);
     run_for_hash(fx, h1, &t1);
     run_for_hash(fx, h2, &t2);
     assert_memory_equal(h1, h2, 32);

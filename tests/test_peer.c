@@ -27,6 +27,7 @@
 #include "node/node.h"
 #include "sim/host.h"
 #include "sim/world.h"
+#include "tests/support/support.h"
 
 #define MAXN 64
 #define DIM 6
@@ -57,11 +58,7 @@ static int setup(void **state)
     (void)state;
     if (fed_backend_cpu_new(1, &be) != FED_OK || fed_pool_new(2, &pool) != FED_OK)
         return -1;
-    if (fed_data_open("fashion-mnist", 1, &train_set) != FED_OK ||
-        fed_data_open("fashion-mnist", 0, &test_set) != FED_OK) {
-        fed_data_free(train_set);
-        train_set = NULL;
-    }
+    fed_test_fashion_open(&train_set, &test_set); /* the training tests skip without */
     return 0;
 }
 
@@ -334,10 +331,7 @@ static void test_sync_modes_and_mixings(void **state)
     uint64_t sealed_bsp = 0;
 
     (void)state;
-    if (!train_set) {
-        printf("skipped: no Fashion-MNIST\n");
-        return;
-    }
+    fed_test_need_fashion(train_set != NULL);
     for (size_t k = 0; k < sizeof v / sizeof *v; k++) {
         mesh_opts o = {.n = 6, .topology = v[k].topology, .sync = v[k].sync,
                        .mixing = v[k].mixing, .neighbours = v[k].neighbours, .rounds = 8,
@@ -480,10 +474,7 @@ static void test_training_crash_rejoin(void **state)
     mesh m;
 
     (void)state;
-    if (!train_set) {
-        printf("skipped: no Fashion-MNIST\n");
-        return;
-    }
+    fed_test_need_fashion(train_set != NULL);
     mesh_build(&m, &o);
     run_to_round(&m, 3, 100000000);
     {

@@ -14,22 +14,6 @@
 # Needs ./fednode and Fashion-MNIST; exits 77 (skipped) without them.
 . "$(dirname "$0")/proc_lib.sh"
 
-# six TCP ports nobody listens on (ports are in /proc/net/tcp in hex)
-free_ports() {
-    used=$(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk 'NR > 1 { split($2, a, ":"); print a[2] }')
-    base=$((30000 + $$ % 20000))
-    while :; do
-        clash=0
-        for i in 0 1 2 3 4 5; do
-            hex=$(printf '%04X' $((base + i)))
-            echo "$used" | grep -q "^$hex\$" && clash=1
-        done
-        [ $clash -eq 0 ] && break
-        base=$((base + 7))
-    done
-    echo "$base"
-}
-
 # Fixed test identities (proc_lib.sh's test_key): the same run each time.
 K=$TMP/keys
 mkdir -p "$K" "$TMP/a" "$TMP/b"
@@ -55,11 +39,44 @@ peers_file() {
     for i in 0 1 2 3 4 5; do echo "p$i tcp://127.0.0.1:$((BASE + i))" >>"$TMP/$1/peers.txt"; done
 }
 has_round() { [ "$(nround "$1" "$2")" -ge 1 ]; }
+# six PHASE DIR ARGS...: the six peers PHASE0..PHASE5, in DIR, on BASE+0..5.
+# Each peer's file must name the others' ports before any starts, so these
+# cannot be port 0; each peer writes the port it bound (--port-file) once it
+# listens, and when one could not bind (another process took the port),
+# the six start again on other ports. BASE stays below the ephemeral range.
+six() {
+    ph=$1 dir=$2; shift 2
+    for try in 1 2 3 4 5; do
+        BASE=$((20000 + ($$ * 7 + try * 1009) % 10000))
+        peers_file "$dir"
+        for i in 0 1 2 3 4 5; do
+            rm -f "$TMP/$dir/port$i"
+            peer "$ph$i" "$dir" "$i" --port-file "$TMP/$dir/port$i" "$@"
+        done
+        n=300 up=0 dead=""
+        while [ "$n" -gt 0 ] && [ "$up" -lt 6 ] && [ -z "$dead" ]; do
+            sleep 0.1; n=$((n - 1)) up=0
+            for i in 0 1 2 3 4 5; do
+                [ -s "$TMP/$dir/port$i" ] && up=$((up + 1))
+                alive "$ph$i" || dead="$ph$i"
+            done
+        done
+        if [ "$up" -eq 6 ]; then
+            for i in 0 1 2 3 4 5; do
+                [ "$(cat "$TMP/$dir/port$i")" -eq $((BASE + i)) ] || fail "$ph$i listens on port $((BASE + i))"
+            done
+            return 0
+        fi
+        [ -n "$dead" ] && logged "$dead" "cannot listen" || fail "$ph: the six peers listen within 30 s"
+        echo "$ph: $dead could not listen on its port (try $try); the six start again elsewhere"
+        for i in 0 1 2 3 4 5; do kill -9 "$(pid "$ph$i")" 2>/dev/null; wait "$(pid "$ph$i")" 2>/dev/null; done
+        rm -f "$TMP/$dir"/p*.db*
+    done
+    fail "$ph: the six peers found free ports in 5 tries"
+}
 
 # ---- A: six peers, six rounds
-BASE=$(free_ports)
-peers_file a
-for i in 0 1 2 3 4 5; do peer "A$i" a "$i" --rounds 6 --final-mix 3 --deadline-ms 30000; done
+six A a --rounds 6 --final-mix 3 --deadline-ms 30000
 for i in 0 1 2 3 4 5; do exits0 "A$i" 60; done
 ok "A: the six peers finished 6 training and 3 mixing rounds and exited 0"
 accs=""
@@ -77,9 +94,7 @@ echo "A: test accuracy after 6 training rounds (and 3 mixing):$accs"
 ok "A: every peer >= 0.84, rounds 1..9 once each, neighbours recorded"
 
 # ---- B: two killed at round 3, the others finish, one restarted rejoins
-BASE=$(free_ports)
-peers_file b
-for i in 0 1 2 3 4 5; do peer "B$i" b "$i" --rounds 8 --final-mix 0 --deadline-ms 3000; done
+six B b --rounds 8 --final-mix 0 --deadline-ms 3000
 wait_for "B: p4 and p5 committed round 3" 60 sh -c \
     "$FEDNODE status --db $TMP/b/p4.db --json | grep -q '\"round\":3,' &&
      $FEDNODE status --db $TMP/b/p5.db --json | grep -q '\"round\":3,'"
@@ -88,7 +103,8 @@ wait_exit B4 5
 wait_exit B5 5
 ok "B: p4 and p5 killed (-9) after committing round 3"
 wait_for "B: p0 reached round 5 without them" 90 has_round "$TMP/b/p0.db" 5
-peer B5r b 5 --rounds 8 --final-mix 0 --deadline-ms 3000
+peer B5r b 5 --rounds 8 --final-mix 0 --deadline-ms 3000 --port-file "$TMP/b/port5r"
+wait_for "B: the restarted p5 listens on its port again" 20 test -s "$TMP/b/port5r"
 for i in 0 1 2 3; do exits0 "B$i" 90; done
 ok "B: p0..p3 finished 8 rounds without p4 and with p5 away, then back"
 exits0 B5r 90

@@ -6,7 +6,6 @@
  * Every file lives in a fresh temp dir removed at the end. */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -31,37 +30,10 @@
 #include "app/cli.h"
 #include "model/safetensors.h"
 #include "storage/store.h"
+#include "tests/support/support.h"
 
 /* ------------------------------------------------------------ helpers -- */
 
-static char tmpdir[256];
-
-static int rm_cb(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static int setup_dir(void **state)
-{
-    (void)state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/fed_test_store_XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int teardown_dir(void **state)
-{
-    (void)state;
-    chmod(tmpdir, 0700);
-    return nftw(tmpdir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static void path_of(char *out, size_t cap, const char *name)
-{
-    snprintf(out, cap, "%s/%s", tmpdir, name);
-}
 
 static void remove_db(const char *path)
 {
@@ -77,7 +49,7 @@ static void remove_db(const char *path)
 /* A fresh database path for one test (removes leftovers). */
 static void fresh_db(char *out, size_t cap, const char *name)
 {
-    path_of(out, cap, name);
+    fed_test_path(out, cap, name);
     remove_db(out);
 }
 
@@ -214,14 +186,6 @@ static void write_ckpts(fed_store *st, uint64_t from, uint64_t n, size_t scale)
     }
 }
 
-/* Quiet sink: faults are expected in several tests. */
-static void quiet_sink(void *ctx, fed_log_level level, const char *line)
-{
-    (void)ctx;
-    (void)level;
-    (void)line;
-}
-
 /* ------------------------------------------------------ schema, epoch -- */
 
 static void test_open_empty_file(void **state)
@@ -331,7 +295,7 @@ static void test_not_ours(void **state)
     FILE *f;
 
     (void)state;
-    fed_log_set_sink(quiet_sink, NULL);
+    fed_test_log_quiet();
     fresh_db(path, sizeof path, "other.db");
     db = raw_open(path);
     raw_exec(db, "CREATE TABLE notes(x)");
@@ -354,7 +318,7 @@ static void test_not_ours(void **state)
     sqlite3_close(db);
     assert_int_equal(fed_store_open(path, NULL, &st), FED_ERR_SCHEMA);
 
-    path_of(path, sizeof path, "no/such/dir/x.db");
+    fed_test_path(path, sizeof path, "no/such/dir/x.db");
     assert_int_equal(fed_store_open(path, NULL, &st), FED_ERR_IO);
     fed_log_set_sink(NULL, NULL);
 }
@@ -417,7 +381,7 @@ static void test_node_key(void **state)
     (void)state;
     memset(k1, 1, 32);
     memset(k2, 2, 32);
-    fed_log_set_sink(quiet_sink, NULL);
+    fed_test_log_quiet();
     assert_int_equal(fed_store_open(":memory:", NULL, &st), FED_OK);
     assert_int_equal(fed_store_node_key(st, got), FED_ERR_NOTFOUND);
     assert_int_equal(fed_store_set_node_key(st, k1), FED_OK);
@@ -543,7 +507,7 @@ static void test_contributions_read(void **state)
     int n = 0;
 
     (void)state;
-    path_of(path, sizeof path, "rows.db"); /* written by the test before */
+    fed_test_path(path, sizeof path, "rows.db"); /* written by the test before */
     assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
     assert_int_equal(fed_store_each_contribution(st, 0, count_contrib, &n), FED_OK);
     assert_int_equal(n, 1);
@@ -769,7 +733,7 @@ static void test_checkpoint_version1_still_read(void **state)
     size_t n = 0;
 
     (void)state;
-    fed_log_set_sink(quiet_sink, NULL);
+    fed_test_log_quiet();
     fresh_db(path, sizeof path, "v1.db");
     o.chunk_bytes = 4096;
     o.keep_last = 0;
@@ -843,7 +807,7 @@ static void test_corrupt_chunk_skipped(void **state)
     size_t n;
 
     (void)state;
-    fed_log_set_sink(quiet_sink, NULL);
+    fed_test_log_quiet();
     fresh_db(path, sizeof path, "corrupt.db");
     o.chunk_bytes = 4096;
     o.keep_last = 0;
@@ -931,7 +895,7 @@ static void test_damaged_file(void **state)
     uint8_t junk[16];
 
     (void)state;
-    fed_log_set_sink(quiet_sink, NULL);
+    fed_test_log_quiet();
     fresh_db(path, sizeof path, "damaged.db");
     o.chunk_bytes = 4096;
     assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
@@ -983,7 +947,7 @@ static void test_chain_corruption(void **state)
     sqlite3 *db;
 
     (void)state;
-    fed_log_set_sink(quiet_sink, NULL);
+    fed_test_log_quiet();
     fresh_db(path, sizeof path, "chain.db");
     o.keep_last = 0;
     assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
@@ -1091,7 +1055,7 @@ static void test_readonly(void **state)
     sections x;
 
     (void)state;
-    fed_log_set_sink(quiet_sink, NULL);
+    fed_test_log_quiet();
     fresh_db(path, sizeof path, "ro.db");
     assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
     fill_round(&r, 1);
@@ -1124,13 +1088,13 @@ static void test_readonly(void **state)
     }
 
     /* a read-only open of a missing file does not create it */
-    path_of(path, sizeof path, "ro-missing.db");
+    fed_test_path(path, sizeof path, "ro-missing.db");
     o.flags = FED_STORE_READONLY;
     assert_int_equal(fed_store_open(path, &o, &st), FED_ERR_NOTFOUND);
     assert_int_equal(access(path, F_OK), -1);
 
     /* nothing committed was lost */
-    path_of(path, sizeof path, "ro.db");
+    fed_test_path(path, sizeof path, "ro.db");
     o.flags = 0;
     assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
     assert_int_equal(fed_store_get_round(st, 1, &r), FED_OK);
@@ -1154,7 +1118,7 @@ static void test_full_disk(void **state)
     char msg[64];
 
     (void)state;
-    fed_log_set_sink(quiet_sink, NULL);
+    fed_test_log_quiet();
     fresh_db(path, sizeof path, "full.db");
     o.max_bytes = 48u * 65536; /* 3 MiB */
     o.keep_last = 0;
@@ -1227,7 +1191,7 @@ static void test_disk_full_switch(void **state)
     sections x;
 
     (void)state;
-    fed_log_set_sink(quiet_sink, NULL);
+    fed_test_log_quiet();
     fresh_db(path, sizeof path, "diskfull.db");
     assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
     fill_round(&want, 1);
@@ -1280,7 +1244,7 @@ static void test_alloc_failures(void **state)
     fed_err e;
 
     (void)state;
-    fed_log_set_sink(quiet_sink, NULL);
+    fed_test_log_quiet();
     fresh_db(path, sizeof path, "alloc.db");
     o.chunk_bytes = 4096;
     o.keep_last = 0;
@@ -1467,7 +1431,7 @@ static void test_safetensors_round_trip(void **state)
     memset(q, 0xff, sizeof q);
     assert_int_equal(fed_store_safetensors_to_params(&f, st_table, ST_NT, "mlp:8", q), FED_OK);
     assert_memory_equal(p, q, sizeof p); /* bit-exact, -0.0 and subnormals too */
-    fed_log_set_sink(quiet_sink, NULL);
+    fed_test_log_quiet();
     assert_int_equal(fed_store_safetensors_to_params(&f, st_table, ST_NT, "cnn", q),
                      FED_ERR_SPEC);
     assert_int_equal(fed_store_safetensors_to_params(&f, st_table, ST_NT - 1, NULL, q),
@@ -1493,15 +1457,15 @@ static void test_safetensors_round_trip(void **state)
     fed_free(buf);
 
     /* through a file */
-    path_of(path, sizeof path, "m.safetensors");
+    fed_test_path(path, sizeof path, "m.safetensors");
     assert_int_equal(fed_store_safetensors_save(path, &m), FED_OK);
     assert_int_equal(fed_store_safetensors_read(path, &f), FED_OK);
     memset(q, 0, sizeof q);
     assert_int_equal(fed_store_safetensors_to_params(&f, st_table, ST_NT, NULL, q), FED_OK);
     assert_memory_equal(p, q, sizeof p);
     fed_store_safetensors_fini(&f);
-    path_of(path, sizeof path, "missing/m.safetensors");
-    fed_log_set_sink(quiet_sink, NULL);
+    fed_test_path(path, sizeof path, "missing/m.safetensors");
+    fed_test_log_quiet();
     assert_int_equal(fed_store_safetensors_read(path, &f), FED_ERR_NOTFOUND);
     assert_int_equal(fed_store_safetensors_save(path, &m), FED_ERR_NOTFOUND);
     fed_log_set_sink(NULL, NULL);
@@ -1655,7 +1619,7 @@ static void test_safetensors_rejects(void **state)
     size_t len;
 
     (void)state;
-    fed_log_set_sink(quiet_sink, NULL); /* the messages: test_safetensors_layout_messages */
+    fed_test_log_quiet(); /* the messages: test_safetensors_layout_messages */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fed_err e;
 
@@ -1700,13 +1664,6 @@ static void test_safetensors_rejects(void **state)
     assert_int_equal(fed_store_safetensors_parse(b, len, &f), FED_ERR_TOO_LARGE);
     free(b);
     fed_log_set_sink(NULL, NULL);
-}
-
-/* The last line logged at ERROR, for the messages below. */
-static void last_error_sink(void *ctx, fed_log_level level, const char *line)
-{
-    if (level >= FED_LOG_ERROR)
-        snprintf(ctx, 512, "%s", line);
 }
 
 /* A header that lies about its offsets is refused with the tensor's name,
@@ -1754,40 +1711,40 @@ static void test_safetensors_layout_messages(void **state)
          "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 16,
          FED_ERR_FORMAT, "safetensors: tensor 'a' given twice"},
     };
-    char line[512], path[512], want[600];
+    char path[512], want[600];
     fed_store_st_file f;
     uint8_t *b;
     size_t len;
     FILE *fp;
 
     (void)state;
-    fed_log_set_sink(last_error_sink, line);
+    fed_test_log_capture(FED_LOG_ERROR);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fed_err e;
 
-        line[0] = '\0';
+        fed_test_log_reset();
         b = st_file(cases[i].json, cases[i].data, &len);
         e = fed_store_safetensors_parse(b, len, &f);
         free(b);
-        if (e != cases[i].want || strcmp(line, cases[i].msg) != 0)
-            fail_msg("case %zu: got %s \"%s\", want %s \"%s\"", i, fed_errname(e), line,
-                     fed_errname(cases[i].want), cases[i].msg);
+        if (e != cases[i].want || strcmp(fed_test_log_last(), cases[i].msg) != 0)
+            fail_msg("case %zu: got %s \"%s\", want %s \"%s\"", i, fed_errname(e),
+                     fed_test_log_last(), fed_errname(cases[i].want), cases[i].msg);
     }
     /* read from a file: the path leads the message */
-    snprintf(path, sizeof path, "/tmp/test_store_st_%d.safetensors", (int)getpid());
+    fed_test_path(path, sizeof path, "st.safetensors");
     b = st_file(cases[7].json, cases[7].data, &len);
     fp = fopen(path, "wb");
     assert_non_null(fp);
     assert_int_equal(fwrite(b, 1, len, fp), len);
     assert_int_equal(fclose(fp), 0);
     free(b);
-    line[0] = '\0';
+    fed_test_log_reset();
     assert_int_equal(fed_store_safetensors_read(path, &f), FED_ERR_TRUNCATED);
     unlink(path);
-    fed_log_set_sink(NULL, NULL);
     snprintf(want, sizeof want, "%s: tensor 'fc1.weight': data_offsets [0, 16] past the data "
              "section (4 bytes)", path);
-    assert_string_equal(line, want);
+    assert_string_equal(fed_test_log_last(), want);
+    fed_test_log_default();
 }
 
 static void test_safetensors_alloc_failures(void **state)
@@ -1845,7 +1802,7 @@ static int run_cli(fed_cli_fn fn, char *out, size_t cap, int argc, ...)
         argv[i] = va_arg(ap, char *);
     va_end(ap);
     argv[argc] = NULL;
-    path_of(path, sizeof path, "cli.out");
+    fed_test_path(path, sizeof path, "cli.out");
     fflush(stdout);
     fflush(stderr);
     saved = dup(1);
@@ -1957,13 +1914,13 @@ static void test_cli(void **state)
     sqlite3 *raw;
 
     (void)state;
-    fed_log_set_sink(quiet_sink, NULL);
+    fed_test_log_quiet();
     assert_int_equal(sodium_init() < 0, 0);
-    path_of(db, sizeof db, "node.db");
-    path_of(db2, sizeof db2, "import.db");
-    path_of(st1, sizeof st1, "a.safetensors");
-    path_of(st2, sizeof st2, "b.safetensors");
-    path_of(bin, sizeof bin, "m.bin");
+    fed_test_path(db, sizeof db, "node.db");
+    fed_test_path(db2, sizeof db2, "import.db");
+    fed_test_path(st1, sizeof st1, "a.safetensors");
+    fed_test_path(st2, sizeof st2, "b.safetensors");
+    fed_test_path(bin, sizeof bin, "m.bin");
     make_node_db(db, "mlp:32,16", in, &params, &np);
 
     assert_int_equal(run_cli(fed_cli_status, out, sizeof out, 2, "--db", db), 0);
@@ -2076,5 +2033,5 @@ int main(void)
         cmocka_unit_test(test_cli),
     };
 
-    return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
+    return cmocka_run_group_tests(tests, fed_test_tmpdir_setup, fed_test_tmpdir_teardown);
 }

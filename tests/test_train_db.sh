@@ -15,7 +15,7 @@ if [ ! -e "$DATA/train-images-idx3-ubyte.gz" ] && [ ! -e "$DATA/train-images-idx
     echo "skipped: no Fashion-MNIST in $DATA"; exit 77
 fi
 if ! "$FEDNODE" train --help 2>/dev/null | grep -q -- "--resume"; then
-    echo "skipped: $FEDNODE train has no --db/--resume yet"; exit 77
+    echo "FAIL: $FEDNODE train --help lists no --resume"; exit 1
 fi
 TMP=$(mktemp -d) || exit 1
 trap 'rm -rf "$TMP"' EXIT

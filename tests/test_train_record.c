@@ -27,6 +27,7 @@
 #include "model/train.h"
 #include "app/train_record.h"
 #include "storage/store.h"
+#include "tests/support/support.h"
 
 #define SEED 7u
 #define BATCH 32
@@ -37,7 +38,6 @@ typedef struct world {
     fed_dataset *train, *test;
     uint32_t *idx;
     size_t nidx;
-    char dir[64];
     int ndb;
 } world;
 
@@ -60,13 +60,11 @@ static int setup(void **state)
     if (!w)
         return -1;
     *state = w;
-    snprintf(w->dir, sizeof w->dir, "/tmp/test_train_record.XXXXXX");
-    if (!mkdtemp(w->dir) || fed_backend_cpu_new(1, &w->be) != FED_OK)
+    if (fed_test_tmpdir_setup(NULL) != 0 || fed_backend_cpu_new(1, &w->be) != FED_OK)
         return -1;
-    if (fed_data_open("fashion-mnist", 1, &w->train) != FED_OK)
-        return 0; /* tests skip */
+    if (!fed_test_fashion_open(&w->train, &full))
+        return 0; /* the tests skip */
     if (fed_data_partition(w->train, "iid", 0, 50, 1, &w->idx, &w->nidx) != FED_OK ||
-        fed_data_open("fashion-mnist", 0, &full) != FED_OK ||
         fed_data_partition(full, "iid", 0, 20, 1, &tidx, &tn) != FED_OK ||
         fed_data_subset(full, tidx, tn, &w->test) != FED_OK)
         return -1;
@@ -78,30 +76,23 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     world *w = *state;
-    char cmd[128];
 
     fed_free(w->idx);
     fed_data_free(w->test);
     fed_data_free(w->train);
     fed_backend_free(w->be);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", w->dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", w->dir);
+    if (fed_test_tmpdir_teardown(NULL) != 0)
+        fprintf(stderr, "could not remove %s\n", fed_test_tmpdir());
     free(w);
-    return 0;
-}
-
-static int have_data(const world *w)
-{
-    if (w->train)
-        return 1;
-    printf("skipped: no Fashion-MNIST at $FEDNODE_DATA or %s\n", FED_DATA_DEFAULT_DIR);
     return 0;
 }
 
 static void db_path(world *w, char *out, size_t cap)
 {
-    snprintf(out, cap, "%s/n%d.db", w->dir, w->ndb++);
+    char name[32];
+
+    snprintf(name, sizeof name, "n%d.db", w->ndb++);
+    fed_test_path(out, cap, name);
 }
 
 static void run_new(world *w, run *r, const char *spec, fed_optim_kind kind)
@@ -185,8 +176,7 @@ static void records_rounds_and_checkpoints(void **state)
     float *p;
     run r;
 
-    if (!have_data(w))
-        return;
+    fed_test_need_fashion(w->train != NULL);
     db_path(w, path, sizeof path);
     assert_int_equal(fed_node_record_open(path, &st), FED_OK);
     assert_int_equal(fed_node_record_last_round(st, &last), FED_OK);
@@ -239,8 +229,7 @@ static void resume_is_bit_exact(void **state)
     float *a, *b;
     run r;
 
-    if (!have_data(w))
-        return;
+    fed_test_need_fashion(w->train != NULL);
     /* uninterrupted: 4 epochs */
     db_path(w, pa, sizeof pa);
     make_db(w, pa, "mlp:16", TOTAL_EPOCHS);
@@ -289,8 +278,7 @@ static void mismatch_is_refused(void **state)
     float *p0, *p1;
     run r;
 
-    if (!have_data(w))
-        return;
+    fed_test_need_fashion(w->train != NULL);
     db_path(w, path, sizeof path);
     make_db(w, path, "mlp:16", 1);
     assert_int_equal(fed_node_record_open(path, &st), FED_OK);
@@ -342,8 +330,7 @@ static void corrupt_latest_falls_back(void **state)
     uint64_t last = 0;
     run r;
 
-    if (!have_data(w))
-        return;
+    fed_test_need_fashion(w->train != NULL);
     db_path(w, path, sizeof path);
     make_db(w, path, "mlp:16", 3);
     assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
