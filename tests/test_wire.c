@@ -520,6 +520,11 @@ static void test_settings_malformed(void **state)
     n = field(f, 12, 0, "ab", 2);
     len = splice(buf, len, M_EPOCHS, f, n);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
+    /* a known field of another length (the optimizer in 2 bytes) */
+    len = model_bytes(buf, sizeof buf);
+    len = splice(buf, len, 181, (const uint8_t *)"", 1);
+    buf[172 + 4] = 2;
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
     /* a known field missing (the last: momentum) */
     len = model_bytes(buf, sizeof buf);
     buf[8] = (uint8_t)(buf[8] - 12);
