@@ -69,7 +69,9 @@
     X(FED_ERR_ROLE, "message not expected by this role or state")              \
     X(FED_ERR_EXPIRED, "entry past its expiry")                                \
     /* storage, appended so the codes above keep their values */              \
-    X(FED_ERR_DB_DAMAGED, "database file damaged (SQLite found corruption)")
+    X(FED_ERR_DB_DAMAGED, "database file damaged (SQLite found corruption)")  \
+    /* frames, appended likewise */                                            \
+    X(FED_ERR_FIELD_REQUIRED, "frame has a required field this node does not know")
 
 typedef enum fed_err {
 #define FED_ERR_ENUM_(name, msg) name,

@@ -89,7 +89,7 @@ size_t fed_wire_block_size(uint8_t type)
     switch (type) {
     case FED_WIRE_HELLO: return 16;
     case FED_WIRE_NEXT: return 8;
-    case FED_WIRE_MODEL: return 176;
+    case FED_WIRE_MODEL: return FED_WIRE_MODEL_BLOCK_BYTES;
     case FED_WIRE_DELTA: return 16;
     case FED_WIRE_ACK: return 8;
     case FED_WIRE_SHARE: return 16;
@@ -119,38 +119,144 @@ static int settings_ok(const fed_wire_settings *s)
            isfinite(s->fraction) && s->fraction >= 0 && s->fraction <= 1;
 }
 
-static void encode_settings(const fed_wire_settings *s, uint8_t *out)
+/* ---- MODEL settings fields (wire.h draws them) ---- */
+
+/* Each known tag's value length (the spec's is its most: 1 to that). */
+static const uint32_t field_len[FED_WIRE_SET_TAG_MAX + 1] = {
+    [FED_WIRE_SET_SPEC] = FED_WIRE_SPEC_BYTES,
+    [FED_WIRE_SET_LOCAL_EPOCHS] = 4,
+    [FED_WIRE_SET_BATCH] = 4,
+    [FED_WIRE_SET_OPTIMIZER] = 1,
+    [FED_WIRE_SET_CODEC] = 2,
+    [FED_WIRE_SET_FRACTION] = 4,
+    [FED_WIRE_SET_LR] = 4,
+    [FED_WIRE_SET_MU] = 4,
+    [FED_WIRE_SET_DEADLINE] = 8,
+    [FED_WIRE_SET_MOMENTUM] = 4,
+};
+
+#define SETTINGS_BYTES (FED_WIRE_MODEL_BLOCK_BYTES - 12)
+_Static_assert(SETTINGS_BYTES == FED_WIRE_SET_TAG_MAX * FED_WIRE_FIELD_HEAD_BYTES +
+                                     FED_WIRE_SPEC_BYTES + 4 + 4 + 1 + 2 + 4 + 4 + 4 + 8 + 4,
+               "FED_WIRE_MODEL_BLOCK_BYTES is 12 bytes and every known field");
+_Static_assert(FED_WIRE_MODEL_BLOCK_BYTES <= FED_WIRE_BLOCK_MAX, "a MODEL block fits");
+
+/* A field's head at p, marked required; returns where its value goes. */
+static uint8_t *field_head(uint8_t *p, uint16_t tag)
 {
-    memset(out, 0, FED_WIRE_SPEC_BYTES);
-    memcpy(out, s->spec, strnlen(s->spec, FED_WIRE_SPEC_BYTES - 1));
-    fed_put_u32le(out + 128, s->local_epochs);
-    fed_put_u32le(out + 132, s->batch);
-    out[136] = s->optimizer;
-    out[137] = 0;
-    fed_put_u16le(out + 138, s->codec);
-    fed_put_f32le(out + 140, s->fraction);
-    fed_put_f32le(out + 144, s->lr);
-    fed_put_f32le(out + 148, s->mu);
-    fed_put_u64le(out + 152, s->deadline_ms);
-    fed_put_f32le(out + 160, s->momentum);
-    fed_put_u32le(out + 164, 0);
+    fed_put_u16le(p, tag);
+    fed_put_u16le(p + 2, FED_WIRE_FIELD_REQUIRED);
+    fed_put_u32le(p + 4, field_len[tag]);
+    return p + FED_WIRE_FIELD_HEAD_BYTES;
 }
 
-static int decode_settings(const uint8_t *in, fed_wire_settings *s)
+/* Every known field, in tag order, into out (SETTINGS_BYTES). */
+static void encode_settings(const fed_wire_settings *s, uint8_t *out)
 {
-    if (in[137] != 0 || !all_zero(in + 164, 4))
+    uint8_t *p = field_head(out, FED_WIRE_SET_SPEC);
+
+    memset(p, 0, FED_WIRE_SPEC_BYTES);
+    memcpy(p, s->spec, strnlen(s->spec, FED_WIRE_SPEC_BYTES - 1));
+    p = field_head(p + FED_WIRE_SPEC_BYTES, FED_WIRE_SET_LOCAL_EPOCHS);
+    fed_put_u32le(p, s->local_epochs);
+    p = field_head(p + 4, FED_WIRE_SET_BATCH);
+    fed_put_u32le(p, s->batch);
+    p = field_head(p + 4, FED_WIRE_SET_OPTIMIZER);
+    p[0] = s->optimizer;
+    p = field_head(p + 1, FED_WIRE_SET_CODEC);
+    fed_put_u16le(p, s->codec);
+    p = field_head(p + 2, FED_WIRE_SET_FRACTION);
+    fed_put_f32le(p, s->fraction);
+    p = field_head(p + 4, FED_WIRE_SET_LR);
+    fed_put_f32le(p, s->lr);
+    p = field_head(p + 4, FED_WIRE_SET_MU);
+    fed_put_f32le(p, s->mu);
+    p = field_head(p + 4, FED_WIRE_SET_DEADLINE);
+    fed_put_u64le(p, s->deadline_ms);
+    p = field_head(p + 8, FED_WIRE_SET_MOMENTUM);
+    fed_put_f32le(p, s->momentum);
+}
+
+/* The spec's value: 1 to FED_WIRE_SPEC_BYTES bytes, NUL-terminated, zeros
+ * after the NUL (spec_ok checks the characters). */
+static int take_spec(const uint8_t *v, uint32_t len, fed_wire_settings *s)
+{
+    size_t n;
+
+    if (len == 0 || len > FED_WIRE_SPEC_BYTES)
         return 0;
-    memcpy(s->spec, in, FED_WIRE_SPEC_BYTES);
-    s->local_epochs = fed_get_u32le(in + 128);
-    s->batch = fed_get_u32le(in + 132);
-    s->optimizer = in[136];
-    s->codec = fed_get_u16le(in + 138);
-    s->fraction = fed_get_f32le(in + 140);
-    s->lr = fed_get_f32le(in + 144);
-    s->mu = fed_get_f32le(in + 148);
-    s->deadline_ms = fed_get_u64le(in + 152);
-    s->momentum = fed_get_f32le(in + 160);
-    return settings_ok(s);
+    n = strnlen((const char *)v, len);
+    if (n == len || !all_zero(v + n, len - n))
+        return 0;
+    memset(s->spec, 0, sizeof s->spec);
+    memcpy(s->spec, v, n);
+    return 1;
+}
+
+/* A known field's value (length already checked) into s. */
+static int take_field(uint16_t tag, const uint8_t *v, uint32_t len, fed_wire_settings *s)
+{
+    switch (tag) {
+    case FED_WIRE_SET_SPEC: return take_spec(v, len, s);
+    case FED_WIRE_SET_LOCAL_EPOCHS: s->local_epochs = fed_get_u32le(v); break;
+    case FED_WIRE_SET_BATCH: s->batch = fed_get_u32le(v); break;
+    case FED_WIRE_SET_OPTIMIZER: s->optimizer = v[0]; break;
+    case FED_WIRE_SET_CODEC: s->codec = fed_get_u16le(v); break;
+    case FED_WIRE_SET_FRACTION: s->fraction = fed_get_f32le(v); break;
+    case FED_WIRE_SET_LR: s->lr = fed_get_f32le(v); break;
+    case FED_WIRE_SET_MU: s->mu = fed_get_f32le(v); break;
+    case FED_WIRE_SET_DEADLINE: s->deadline_ms = fed_get_u64le(v); break;
+    case FED_WIRE_SET_MOMENTUM: s->momentum = fed_get_f32le(v); break;
+    default: return 0;
+    }
+    return 1;
+}
+
+/* The MODEL block at in (len bytes there): *used its bytes. Unknown fields
+ * are skipped unless required (*refused their tag). */
+static fed_err decode_model(const uint8_t *in, size_t len, fed_wire_block *b, size_t *used)
+{
+    uint32_t seen = 0, all = ((1u << (FED_WIRE_SET_TAG_MAX + 1)) - 1) & ~1u;
+    uint32_t prev = 0;
+    size_t total, at = 12;
+
+    if (len < 12)
+        return FED_ERR_PAYLOAD;
+    b->samples = fed_get_u64le(in);
+    total = fed_get_u32le(in + 8);
+    if (total > FED_WIRE_SETTINGS_MAX || total > len - 12)
+        return FED_ERR_PAYLOAD;
+    total += 12;
+    while (at < total) {
+        uint16_t tag, flags;
+        uint32_t flen;
+
+        if (total - at < FED_WIRE_FIELD_HEAD_BYTES)
+            return FED_ERR_PAYLOAD; /* a truncated field head */
+        tag = fed_get_u16le(in + at);
+        flags = fed_get_u16le(in + at + 2);
+        flen = fed_get_u32le(in + at + 4);
+        at += FED_WIRE_FIELD_HEAD_BYTES;
+        if (tag <= prev || (flags & ~FED_WIRE_FIELD_REQUIRED) || flen > total - at)
+            return FED_ERR_PAYLOAD; /* repeated or out of order, flags, overlong */
+        prev = tag;
+        if (tag > FED_WIRE_SET_TAG_MAX) {
+            if (flags & FED_WIRE_FIELD_REQUIRED) {
+                b->refused_tag = tag;
+                return FED_ERR_FIELD_REQUIRED;
+            }
+        } else if ((tag != FED_WIRE_SET_SPEC && flen != field_len[tag]) ||
+                   !take_field(tag, in + at, flen, &b->settings)) {
+            return FED_ERR_PAYLOAD;
+        } else {
+            seen |= 1u << tag;
+        }
+        at += flen;
+    }
+    if (seen != all || !settings_ok(&b->settings))
+        return FED_ERR_PAYLOAD;
+    *used = total;
+    return FED_OK;
 }
 
 fed_err fed_wire_block_encode(uint8_t type, const fed_wire_block *b, uint8_t *out, size_t cap,
@@ -174,7 +280,8 @@ fed_err fed_wire_block_encode(uint8_t type, const fed_wire_block *b, uint8_t *ou
         if (!settings_ok(&b->settings))
             return FED_ERR_INVAL;
         fed_put_u64le(out, b->samples);
-        encode_settings(&b->settings, out + 8);
+        fed_put_u32le(out + 8, SETTINGS_BYTES);
+        encode_settings(&b->settings, out + 12);
         break;
     case FED_WIRE_DELTA:
         fed_put_u64le(out, b->samples);
@@ -210,6 +317,8 @@ fed_err fed_wire_block_decode(uint8_t type, const uint8_t *in, size_t len, fed_w
 
     memset(b, 0, sizeof *b);
     *used = 0;
+    if (type == FED_WIRE_MODEL) /* variable: settings fields */
+        return decode_model(in, len, b, used);
     if (n == 0 || len < n)
         return FED_ERR_PAYLOAD;
     switch (type) {
@@ -220,10 +329,6 @@ fed_err fed_wire_block_decode(uint8_t type, const uint8_t *in, size_t len, fed_w
              b->role <= FED_WIRE_ROLE_AGGREGATOR;
         break;
     case FED_WIRE_NEXT: b->round_ref = fed_get_u64le(in); break;
-    case FED_WIRE_MODEL:
-        b->samples = fed_get_u64le(in);
-        ok = decode_settings(in + 8, &b->settings);
-        break;
     case FED_WIRE_DELTA:
         b->samples = fed_get_u64le(in);
         b->round_ref = fed_get_u64le(in + 8);
@@ -389,7 +494,8 @@ static uint64_t *reject_counter(fed_wire_counters *c, fed_err err)
     case FED_ERR_BUSY: return &c->rej_busy;
     case FED_ERR_AEAD: return &c->rej_aead;
     case FED_ERR_SIGNATURE: return &c->rej_signature;
-    case FED_ERR_PAYLOAD: return &c->rej_payload;
+    case FED_ERR_PAYLOAD:
+    case FED_ERR_FIELD_REQUIRED: return &c->rej_payload;
     case FED_ERR_STREAM: return &c->rej_stream;
     case FED_ERR_STREAM_LIMIT: return &c->rej_stream_limit;
     case FED_ERR_CODEC: return &c->rej_codec;
@@ -417,6 +523,15 @@ void fed_wire_count_reject(fed_wire *w, const fed_wire_hdr *h, fed_err err)
     else
         fed_log(FED_LOG_INFO, "wire: dropped a frame: %s (%s)", fed_strerror(err),
                 fed_errname(err));
+}
+
+/* A frame of another wire version (its header is not decoded): counted,
+ * and logged with both versions, the operator's clue to upgrade a node. */
+static void reject_version(fed_wire *w, uint8_t version)
+{
+    w->counters.rej_version++;
+    fed_log(FED_LOG_WARN, "wire: dropped a frame: version %u, this node speaks %u", version,
+            FED_WIRE_VERSION);
 }
 
 void fed_wire_note_reject(fed_wire *w, const fed_wire_hdr *h, fed_err err)
@@ -611,7 +726,10 @@ fed_err fed_wire_precheck(fed_wire *w, const uint8_t *frame, size_t len, fed_wir
             fed_wire_rx_settle_data(w, t->stream, err);
         if (t->reserved)
             fed_crypto_replay_release(w->replay, t->hdr.sender, t->hdr.sender_epoch, t->hdr.seq);
-        fed_wire_count_reject(w, have_hdr ? &t->hdr : NULL, err);
+        if (err == FED_ERR_FRAME_VERSION)
+            reject_version(w, frame[4]);
+        else
+            fed_wire_count_reject(w, have_hdr ? &t->hdr : NULL, err);
         memset(t, 0, sizeof *t);
     }
     return err;
@@ -693,6 +811,10 @@ fed_err fed_wire_finish(fed_wire *w, fed_wire_ticket *t, fed_err result, fed_wir
         w->counters.opened++;
         w->counters.bytes_in += t->frame_len;
     } else {
+        if (result == FED_ERR_FIELD_REQUIRED && m)
+            fed_log(FED_LOG_INFO, "wire: %s settings field tag %u is marked required; wire "
+                    "version %u does not know it", fed_wire_type_name(h->type),
+                    (unsigned)m->block.refused_tag, FED_WIRE_VERSION);
         fed_wire_count_reject(w, h, result);
         if (m) {
             m->stream = NULL;

@@ -3,8 +3,10 @@
  * Frame header (136 bytes, little-endian, plain, bound as associated data):
  *   off  size  field
  *     0     4  magic "FEDN"
- *     4     1  version = 2 (1 signed BLAKE2b-512(header || payload); see
- *              crypto/seal.h)
+ *     4     1  version = 3 (2 had a fixed 176-byte MODEL block; 1 signed
+ *              BLAKE2b-512(header || payload), see crypto/seal.h). A frame
+ *              of another version is refused (rej_version) and logged
+ *              with both versions
  *     5     1  type (fed_wire_type)
  *     6     2  flags (FED_WIRE_FLAG_*; others zero)
  *     8    32  sender key (Ed25519 public)
@@ -37,15 +39,36 @@
  * Typed blocks (little-endian; reserved bytes zero):
  *   HELLO  16   0 1 role (FED_WIRE_ROLE_*)  1 7 reserved  8 8 capabilities
  *   NEXT    8   0 8 last round the client finished (0: none)
- *   MODEL 176   0 8 samples behind the model
- *               8 128 model spec, NUL-padded printable ASCII (model/model.h)
- *             136 4 local epochs   140 4 batch size
- *             144 1 optimizer (fed_optim_kind)  145 1 reserved
- *             146 2 codec for the DELTA (fed_codec_id)
- *             148 4 topk fraction (f32, in [0, 1])
- *             152 4 learning rate (f32 > 0)  156 4 proximal mu (f32 >= 0)
- *             160 8 deadline in ms (0: none)
- *             168 4 SGD momentum (f32 in [0, 1); 0: plain SGD)  172 4 reserved
+ *   MODEL 12+S  0 8 samples behind the model
+ *               8 4 S, bytes of settings fields that follow (at most
+ *                   FED_WIRE_SETTINGS_MAX)
+ *              12 S settings fields, in strictly increasing tag order (so
+ *                   no tag twice), each:
+ *                     0 2 tag (FED_WIRE_SET_*; 0 is never a tag)
+ *                     2 2 flags: FED_WIRE_FIELD_REQUIRED, others zero
+ *                     4 4 length L of the value
+ *                     8 L value
+ *                   A field whose tag this node does not know is skipped,
+ *                   unless it is marked required: then the frame is
+ *                   refused (FED_ERR_FIELD_REQUIRED, counted as
+ *                   rej_payload, the tag logged). Every known field must
+ *                   be present, with exactly its length:
+ *                     tag  L    value
+ *                       1  1..128 model spec (model/model.h), printable
+ *                                 ASCII, NUL-terminated, zeros after the
+ *                                 NUL (this node pads it to 128)
+ *                       2  4    local epochs (u32)
+ *                       3  4    batch size (u32)
+ *                       4  1    optimizer (fed_optim_kind)
+ *                       5  2    codec for the DELTA (fed_codec_id)
+ *                       6  4    topk fraction (f32, in [0, 1])
+ *                       7  4    learning rate (f32 > 0)
+ *                       8  4    proximal mu (f32 >= 0)
+ *                       9  8    deadline in ms (u64; 0: none)
+ *                      10  4    SGD momentum (f32 in [0, 1); 0: plain SGD)
+ *                   This node writes all ten, marked required, in that
+ *                   order: its MODEL block is FED_WIRE_MODEL_BLOCK_BYTES
+ *                   (255); one from a newer node may be longer.
  *   DELTA  16   0 8 samples   8 8 base round (the model it started from)
  *   ACK     8   0 4 status (a fed_err; 0: accepted)  4 4 flags (FED_WIRE_ACK_*)
  *   SHARE  16   0 8 samples   8 8 push-sum weight (f64, finite, >= 0)
@@ -64,7 +87,7 @@
  * FED_ERR_REPLAY; the sequence is reserved here); the stream it belongs to or
  * starts (FED_ERR_STREAM, FED_ERR_STREAM_LIMIT). Then it opens the AEAD
  * (FED_ERR_AEAD), verifies the signature (FED_ERR_SIGNATURE), parses the typed
- * block (FED_ERR_PAYLOAD), and commits the sequence - or releases it on any
+ * block (FED_ERR_PAYLOAD, FED_ERR_FIELD_REQUIRED), and commits the sequence - or releases it on any
  * failure. Each rejection bumps its counter and logs one line.
  *
  * Threading: a fed_wire belongs to its node's loop thread, except
@@ -83,12 +106,18 @@
 #include "crypto/seal.h"
 
 #define FED_WIRE_MAGIC "FEDN"
-#define FED_WIRE_VERSION 2
+#define FED_WIRE_VERSION 3
 #define FED_WIRE_HEADER_BYTES 136
 #define FED_WIRE_SEAL_OVERHEAD (FED_WIRE_HEADER_BYTES + FED_CRYPTO_SEAL_OVERHEAD) /* 216 */
 #define FED_WIRE_MAC_BYTES 16
 #define FED_WIRE_SPEC_BYTES 128
-#define FED_WIRE_BLOCK_MAX 176
+/* MODEL settings fields (the table above). */
+#define FED_WIRE_SETTINGS_MAX 1024 /* bytes of fields a MODEL block may carry */
+#define FED_WIRE_FIELD_HEAD_BYTES 8
+#define FED_WIRE_FIELD_REQUIRED 0x0001u /* a receiver that does not know the tag refuses */
+#define FED_WIRE_MODEL_BLOCK_BYTES 255 /* the MODEL block this node writes */
+/* The largest typed block a receiver takes (a MODEL full of fields). */
+#define FED_WIRE_BLOCK_MAX (12 + FED_WIRE_SETTINGS_MAX)
 #define FED_WIRE_MAX_FRAME_DEFAULT ((size_t)16 << 20)
 #define FED_WIRE_MAX_FRAME_LIMIT ((size_t)1 << 30)
 #define FED_WIRE_MIN_FRAME 1024
@@ -105,6 +134,20 @@
 #define FED_WIRE_OFF_NONCE 104
 #define FED_WIRE_OFF_LEN 128
 #define FED_WIRE_OFF_CODEC 132
+
+typedef enum fed_wire_setting_tag {
+    FED_WIRE_SET_SPEC = 1,
+    FED_WIRE_SET_LOCAL_EPOCHS = 2,
+    FED_WIRE_SET_BATCH = 3,
+    FED_WIRE_SET_OPTIMIZER = 4,
+    FED_WIRE_SET_CODEC = 5,
+    FED_WIRE_SET_FRACTION = 6,
+    FED_WIRE_SET_LR = 7,
+    FED_WIRE_SET_MU = 8,
+    FED_WIRE_SET_DEADLINE = 9,
+    FED_WIRE_SET_MOMENTUM = 10,
+} fed_wire_setting_tag;
+#define FED_WIRE_SET_TAG_MAX 10
 
 typedef enum fed_wire_type {
     FED_WIRE_HELLO = 1,
@@ -175,6 +218,8 @@ typedef struct fed_wire_block {
     uint64_t stream_id;         /* CHUNK pull */
     uint32_t chunk_index;       /* CHUNK pull */
     fed_wire_settings settings; /* MODEL */
+    uint16_t refused_tag;       /* MODEL refused with FED_ERR_FIELD_REQUIRED: the
+                                   required field's tag this node does not know */
 } fed_wire_block;
 
 /* clang-format off */
@@ -288,13 +333,19 @@ void fed_wire_hdr_encode(const fed_wire_hdr *h, uint8_t out[FED_WIRE_HEADER_BYTE
  * allowed for the type, reserved bytes set). */
 FED_WUR fed_err fed_wire_hdr_decode(const uint8_t *buf, size_t len, fed_wire_hdr *h);
 
-/* The typed block's size for type (0 for an unknown type). */
+/* The size of the typed block this node encodes for type (0 for an unknown
+ * type). A MODEL block received may be longer (settings fields this node
+ * does not know): fed_wire_block_decode's *used says. */
 size_t fed_wire_block_size(uint8_t type);
 /* FED_ERR_TOO_LARGE: cap too small; FED_ERR_INVAL: unknown type or a field
  * that would not decode. */
 FED_WUR fed_err fed_wire_block_encode(uint8_t type, const fed_wire_block *b, uint8_t *out,
                                       size_t cap, size_t *len);
-/* FED_ERR_PAYLOAD: too short, reserved bytes set, or a field out of range. */
+/* FED_ERR_PAYLOAD: too short, reserved bytes set, or a field out of range
+ * (MODEL: a settings field truncated, overlong, repeated or out of order,
+ * a known one missing or of the wrong length); FED_ERR_FIELD_REQUIRED: a
+ * MODEL settings field this node does not know, marked required (its tag
+ * in b->refused_tag). */
 FED_WUR fed_err fed_wire_block_decode(uint8_t type, const uint8_t *in, size_t len,
                                       fed_wire_block *b, size_t *used);
 

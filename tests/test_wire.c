@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -185,6 +186,37 @@ static void expect_open(world *W, uint8_t *frame, size_t len, fed_err want, cons
         assert_int_equal(after.opened, before.opened);
 }
 
+/* The last log line, captured while a test needs it. */
+static struct {
+    char last[512];
+    char all[2048]; /* every line, each ending in a newline */
+    int lines;
+} logged;
+
+static void capture(void *ctx, fed_log_level level, const char *line)
+{
+    (void)ctx;
+    (void)level;
+    size_t at = strlen(logged.all);
+
+    snprintf(logged.last, sizeof logged.last, "%s", line);
+    snprintf(logged.all + at, sizeof logged.all - at, "%s\n", line);
+    logged.lines++;
+}
+
+static void log_start(void)
+{
+    memset(&logged, 0, sizeof logged);
+    fed_log_set_sink(capture, NULL);
+    fed_log_set_level(FED_LOG_DEBUG);
+}
+
+static void log_stop(void)
+{
+    fed_log_set_sink(NULL, NULL);
+    fed_log_set_level(FED_LOG_ERROR + 1);
+}
+
 /* ---- header and blocks ---- */
 
 static void test_header_roundtrip(void **state)
@@ -208,7 +240,7 @@ static void test_header_roundtrip(void **state)
     h.payload_len = 0xdeadbeef;
     h.codec = 4;
     fed_wire_hdr_encode(&h, buf);
-    assert_memory_equal(buf, "FEDN\x02\x04\x01\x00", 8);
+    assert_memory_equal(buf, "FEDN\x03\x04\x01\x00", 8);
     assert_int_equal(buf[72], 0x08); /* little-endian */
     assert_int_equal(buf[128], 0xef);
     assert_int_equal(fed_wire_hdr_decode(buf, sizeof buf, &g), FED_OK);
@@ -265,15 +297,29 @@ static void expect_block_bad(uint8_t type, void (*spoil)(uint8_t *buf))
 
 static void spoil_hello_role(uint8_t *b) { b[0] = 9; }
 static void spoil_hello_reserved(uint8_t *b) { b[3] = 1; }
-static void spoil_model_spec(uint8_t *b) { memset(b + 8, 'a', 128); }
-static void spoil_model_spec_char(uint8_t *b) { b[9] = '\n'; }
-static void spoil_model_lr(uint8_t *b) { memset(b + 8 + 144, 0, 4); }
-static void spoil_model_mu(uint8_t *b) { memset(b + 8 + 148, 0xff, 4); } /* NaN */
+/* MODEL block offsets as this node writes it (wire.h): samples, S, then
+ * each field's head (8) and value in tag order. */
+#define M_SPEC 20      /* spec value (128) */
+#define M_EPOCHS 148   /* epochs field head */
+#define M_LR 211       /* lr value */
+#define M_MU 223       /* mu value */
+#define M_MOM_HEAD 243 /* momentum field head */
+#define M_MOM 251      /* momentum value */
+static void spoil_model_spec(uint8_t *b) { memset(b + M_SPEC, 'a', 128); } /* no NUL */
+static void spoil_model_spec_char(uint8_t *b) { b[M_SPEC + 1] = '\n'; }
+static void spoil_model_spec_tail(uint8_t *b) { b[M_SPEC + 127] = 'x'; } /* after the NUL */
+static void spoil_model_lr(uint8_t *b) { memset(b + M_LR, 0, 4); }
+static void spoil_model_mu(uint8_t *b) { memset(b + M_MU, 0xff, 4); } /* NaN */
 static void spoil_model_momentum(uint8_t *b) /* 1.0: momentum must stay below 1 */
 {
-    b[8 + 160] = 0x00, b[8 + 161] = 0x00, b[8 + 162] = 0x80, b[8 + 163] = 0x3f;
+    b[M_MOM] = 0x00, b[M_MOM + 1] = 0x00, b[M_MOM + 2] = 0x80, b[M_MOM + 3] = 0x3f;
 }
-static void spoil_model_reserved(uint8_t *b) { b[8 + 165] = 1; }
+static void spoil_model_flags(uint8_t *b) { b[M_EPOCHS + 2] = 0x02; } /* an unknown flag */
+static void spoil_model_tag_zero(uint8_t *b) { b[M_EPOCHS] = 0; }
+static void spoil_model_order(uint8_t *b) { b[M_EPOCHS] = 1; } /* the spec's tag again */
+static void spoil_model_known_len(uint8_t *b) { b[M_EPOCHS + 4] = 3; } /* epochs in 3 bytes */
+static void spoil_model_overlong(uint8_t *b) { b[M_MOM_HEAD + 4] = 5; } /* past S */
+static void spoil_model_settings_len(uint8_t *b) { b[8] = 0xff; } /* S past the block */
 static void spoil_ack_status(uint8_t *b) { b[0] = 200; }
 static void spoil_ack_flags(uint8_t *b) { b[4] = 0x80; }
 static void spoil_share_weight(uint8_t *b)
@@ -297,7 +343,13 @@ static void test_blocks_rejected(void **state)
     expect_block_bad(FED_WIRE_MODEL, spoil_model_lr);
     expect_block_bad(FED_WIRE_MODEL, spoil_model_mu);
     expect_block_bad(FED_WIRE_MODEL, spoil_model_momentum);
-    expect_block_bad(FED_WIRE_MODEL, spoil_model_reserved);
+    expect_block_bad(FED_WIRE_MODEL, spoil_model_spec_tail);
+    expect_block_bad(FED_WIRE_MODEL, spoil_model_flags);
+    expect_block_bad(FED_WIRE_MODEL, spoil_model_tag_zero);
+    expect_block_bad(FED_WIRE_MODEL, spoil_model_order);
+    expect_block_bad(FED_WIRE_MODEL, spoil_model_known_len);
+    expect_block_bad(FED_WIRE_MODEL, spoil_model_overlong);
+    expect_block_bad(FED_WIRE_MODEL, spoil_model_settings_len);
     expect_block_bad(FED_WIRE_ACK, spoil_ack_status);
     expect_block_bad(FED_WIRE_ACK, spoil_ack_flags);
     expect_block_bad(FED_WIRE_SHARE, spoil_share_weight);
@@ -307,6 +359,196 @@ static void test_blocks_rejected(void **state)
     assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
                      FED_ERR_INVAL);
     assert_int_equal(fed_wire_block_encode(0, &b, buf, sizeof buf, &len), FED_ERR_INVAL);
+}
+
+/* ---- MODEL settings fields ---- */
+
+/* The sample MODEL block as this node writes it; returns its length. */
+static size_t model_bytes(uint8_t *buf, size_t cap)
+{
+    fed_wire_block b;
+    size_t len = 0;
+
+    sample_block(FED_WIRE_MODEL, &b);
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, cap, &len), FED_OK);
+    assert_int_equal(len, FED_WIRE_MODEL_BLOCK_BYTES);
+    return len;
+}
+
+/* Inserts n bytes at offset at of a MODEL block of len bytes, counting them
+ * in S (the settings length); returns the new length. */
+static size_t splice(uint8_t *buf, size_t len, size_t at, const uint8_t *ins, size_t n)
+{
+    uint32_t S = (uint32_t)buf[8] | (uint32_t)buf[9] << 8 | (uint32_t)buf[10] << 16 |
+                 (uint32_t)buf[11] << 24;
+
+    memmove(buf + at + n, buf + at, len - at);
+    memcpy(buf + at, ins, n);
+    S += (uint32_t)n;
+    buf[8] = (uint8_t)S, buf[9] = (uint8_t)(S >> 8), buf[10] = (uint8_t)(S >> 16);
+    buf[11] = (uint8_t)(S >> 24);
+    return len + n;
+}
+
+/* A field's bytes: tag, flags, length, value (n <= 8). */
+static size_t field(uint8_t *out, uint16_t tag, uint16_t flags, const char *val, uint32_t n)
+{
+    out[0] = (uint8_t)tag, out[1] = (uint8_t)(tag >> 8);
+    out[2] = (uint8_t)flags, out[3] = (uint8_t)(flags >> 8);
+    out[4] = (uint8_t)n, out[5] = (uint8_t)(n >> 8), out[6] = (uint8_t)(n >> 16);
+    out[7] = (uint8_t)(n >> 24);
+    memcpy(out + 8, val, n);
+    return 8 + n;
+}
+
+static void test_settings_fields_roundtrip(void **state)
+{
+    fed_wire_block b, g;
+    uint8_t buf[FED_WIRE_BLOCK_MAX + 64];
+    size_t len = 0, used = 0;
+
+    (void)state;
+    /* every field, each value distinct, back as it went */
+    memset(&b, 0, sizeof b);
+    b.samples = 0x0102030405060708ULL;
+    memset(b.settings.spec, 'x', FED_WIRE_SPEC_BYTES - 1); /* the longest spec */
+    b.settings.local_epochs = 0x11223344;
+    b.settings.batch = 0x55667788;
+    b.settings.optimizer = 0x9a;
+    b.settings.codec = 0xbcde;
+    b.settings.fraction = 0.125f;
+    b.settings.lr = 3.5f;
+    b.settings.mu = 0.25f;
+    b.settings.deadline_ms = 0xf0e0d0c0b0a09080ULL;
+    b.settings.momentum = 0.75f;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
+    assert_int_equal(len, FED_WIRE_MODEL_BLOCK_BYTES);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_OK);
+    assert_int_equal(used, len);
+    assert_memory_equal(&g, &b, sizeof b);
+    /* the layout of wire.h: S, then the spec field first, required */
+    assert_int_equal(buf[8] | buf[9] << 8, FED_WIRE_MODEL_BLOCK_BYTES - 12);
+    assert_memory_equal(buf + 12, "\x01\x00\x01\x00\x80\x00\x00\x00", 8);
+    assert_memory_equal(buf + M_EPOCHS, "\x02\x00\x01\x00\x04\x00\x00\x00\x44\x33\x22\x11", 12);
+    assert_memory_equal(buf + M_MOM_HEAD, "\x0a\x00\x01\x00\x04\x00\x00\x00", 8);
+    /* a spec sent in its own length (no padding) reads the same */
+    {
+        uint8_t s2[FED_WIRE_BLOCK_MAX];
+        size_t l2 = model_bytes(s2, sizeof s2);
+        fed_wire_block e;
+
+        sample_block(FED_WIRE_MODEL, &e);
+        /* "mlp:128,64" + NUL = 11 bytes: drop 117 bytes of padding */
+        memmove(s2 + M_SPEC + 11, s2 + M_SPEC + 128, l2 - M_SPEC - 128);
+        l2 -= 117;
+        s2[16] = 11;
+        s2[8] = (uint8_t)(FED_WIRE_MODEL_BLOCK_BYTES - 12 - 117);
+        assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, s2, l2 + 5, &g, &used), FED_OK);
+        assert_int_equal(used, l2);
+        assert_memory_equal(&g, &e, sizeof e);
+        s2[M_SPEC + 10] = 'x'; /* no NUL left in its 11 bytes */
+        assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, s2, l2, &g, &used),
+                         FED_ERR_PAYLOAD);
+    }
+}
+
+static void test_settings_unknown_fields(void **state)
+{
+    fed_wire_block b, g;
+    uint8_t buf[FED_WIRE_BLOCK_MAX + 64], f[32];
+    size_t len, n, used = 0;
+
+    (void)state;
+    sample_block(FED_WIRE_MODEL, &b);
+    /* unknown, not required, between known ones and at the end: skipped */
+    len = model_bytes(buf, sizeof buf);
+    n = field(f, 11, 0, "abc", 3);
+    len = splice(buf, len, len, f, n);
+    n = field(f, 0x7fff, 0, "", 0);
+    len = splice(buf, len, len, f, n);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len + 16, &g, &used), FED_OK);
+    assert_int_equal(used, len); /* what follows starts after the unknown fields */
+    assert_memory_equal(&g, &b, sizeof b);
+    /* the same field marked required: refused, and its tag said */
+    len = model_bytes(buf, sizeof buf);
+    n = field(f, 11, FED_WIRE_FIELD_REQUIRED, "abc", 3);
+    len = splice(buf, len, len, f, n);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used),
+                     FED_ERR_FIELD_REQUIRED);
+    assert_int_equal(g.refused_tag, 11);
+    assert_int_equal(used, 0);
+}
+
+static void test_settings_malformed(void **state)
+{
+    fed_wire_block g;
+    uint8_t buf[FED_WIRE_BLOCK_MAX + 64], f[32];
+    size_t len, n, used = 0;
+
+    (void)state;
+    /* truncated: the block shorter than 12 + S, or cut inside a field */
+    len = model_bytes(buf, sizeof buf);
+    for (size_t cut = 0; cut < len; cut += 7)
+        assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, cut, &g, &used),
+                         FED_ERR_PAYLOAD);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len - 1, &g, &used),
+                     FED_ERR_PAYLOAD);
+    /* a truncated field head at the end of S */
+    n = field(f, 12, 0, "", 0);
+    len = splice(buf, len, len, f, 4);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
+    /* an unknown field's length past S (overlong) */
+    len = model_bytes(buf, sizeof buf);
+    n = field(f, 12, 0, "abcd", 4);
+    f[4] = 5;
+    len = splice(buf, len, len, f, n);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len + 8, &g, &used),
+                     FED_ERR_PAYLOAD);
+    /* a known field twice (epochs again right after itself) */
+    len = model_bytes(buf, sizeof buf);
+    memcpy(f, buf + M_EPOCHS, 12);
+    len = splice(buf, len, M_EPOCHS + 12, f, 12);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
+    /* an unknown field twice */
+    len = model_bytes(buf, sizeof buf);
+    n = field(f, 12, 0, "ab", 2);
+    len = splice(buf, len, len, f, n);
+    len = splice(buf, len, len, f, n);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
+    /* out of tag order */
+    len = model_bytes(buf, sizeof buf);
+    n = field(f, 12, 0, "ab", 2);
+    len = splice(buf, len, M_EPOCHS, f, n);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
+    /* a known field of another length (the optimizer in 2 bytes) */
+    len = model_bytes(buf, sizeof buf);
+    len = splice(buf, len, 181, (const uint8_t *)"", 1);
+    buf[172 + 4] = 2;
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
+    /* a known field missing (the last: momentum) */
+    len = model_bytes(buf, sizeof buf);
+    buf[8] = (uint8_t)(buf[8] - 12);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len - 12, &g, &used),
+                     FED_ERR_PAYLOAD);
+    /* S over FED_WIRE_SETTINGS_MAX, even with the bytes there */
+    {
+        static uint8_t big[12 + FED_WIRE_SETTINGS_MAX + 16];
+        uint32_t S = FED_WIRE_SETTINGS_MAX + 4;
+
+        len = model_bytes(big, sizeof big);
+        big[len] = 12; /* an unknown, optional field filling the rest */
+        big[len + 4] = (uint8_t)(S - (len - 12) - 8);
+        big[len + 5] = (uint8_t)((S - (len - 12) - 8) >> 8);
+        big[8] = (uint8_t)S, big[9] = (uint8_t)(S >> 8);
+        assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, big, 12 + S, &g, &used),
+                         FED_ERR_PAYLOAD);
+        S -= 4; /* at the limit: taken */
+        big[len + 4] = (uint8_t)(S - (len - 12) - 8);
+        big[len + 5] = (uint8_t)((S - (len - 12) - 8) >> 8);
+        big[8] = (uint8_t)S, big[9] = (uint8_t)(S >> 8);
+        assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, big, 12 + S, &g, &used), FED_OK);
+        assert_int_equal(used, FED_WIRE_BLOCK_MAX);
+    }
 }
 
 /* ---- sealed frames ---- */
@@ -408,8 +650,15 @@ static void test_reject_magic_version_type(void **state)
     W->frame[0] = 'F';
     W->frame[4] = 1; /* an older node's: it signed another digest */
     expect_open(W, W->frame, len, FED_ERR_FRAME_VERSION, "rej_version");
-    W->frame[4] = 3;
+    /* a version-2 node (fixed MODEL block): refused, both versions logged */
+    log_start();
+    W->frame[4] = 2;
     expect_open(W, W->frame, len, FED_ERR_FRAME_VERSION, "rej_version");
+    assert_string_equal(logged.last, "wire: dropped a frame: version 2, this node speaks 3");
+    W->frame[4] = 4;
+    expect_open(W, W->frame, len, FED_ERR_FRAME_VERSION, "rej_version");
+    assert_string_equal(logged.last, "wire: dropped a frame: version 4, this node speaks 3");
+    log_stop();
     W->frame[4] = FED_WIRE_VERSION;
     W->frame[FED_WIRE_OFF_TYPE] = 0x42;
     expect_open(W, W->frame, len, FED_ERR_FRAME_TYPE, "rej_type");
@@ -586,6 +835,55 @@ static void test_reject_payload(void **state)
     expect_open(W, W->frame, len, FED_ERR_PAYLOAD, "rej_payload");
 }
 
+/* A sealed MODEL whose settings carry fields this node does not know. */
+static void test_model_unknown_fields_in_frame(void **state)
+{
+    world *W = *state;
+    uint8_t payload[FED_WIRE_BLOCK_MAX + 64], f[32];
+    fed_wire_block want;
+    fed_wire_msg m;
+    size_t blen, n, len;
+
+    sample_block(FED_WIRE_MODEL, &want);
+    /* optional: skipped, the rest decoded, the vector found after it */
+    blen = model_bytes(payload, sizeof payload);
+    n = field(f, 40, 0, "future", 6);
+    blen = splice(payload, blen, blen, f, n);
+    memcpy(payload + blen, "VECTOR", 6);
+    len = forge(W, W->a.arena, FED_WIRE_MODEL, 710, payload, blen + 6);
+    assert_int_equal(fed_wire_open(W->b.w, W->frame, len, &m), FED_OK);
+    assert_memory_equal(&m.block, &want, sizeof want);
+    assert_int_equal(m.vector_len, 6);
+    assert_memory_equal(m.vector, "VECTOR", 6);
+    /* required: refused as a payload error, its tag logged */
+    blen = model_bytes(payload, sizeof payload);
+    n = field(f, 0x0123, FED_WIRE_FIELD_REQUIRED, "future", 6);
+    blen = splice(payload, blen, blen, f, n);
+    len = forge(W, W->a.arena, FED_WIRE_MODEL, 711, payload, blen);
+    log_start();
+    expect_open(W, W->frame, len, FED_ERR_FIELD_REQUIRED, "rej_payload");
+    assert_non_null(strstr(logged.all, "wire: MODEL settings field tag 291 is marked required; "
+                                       "wire version 3 does not know it\n"));
+    assert_non_null(strstr(logged.last, "(FED_ERR_FIELD_REQUIRED)"));
+    log_stop();
+    /* open_ticket alone (it may run in a job) logs nothing, but says the tag */
+    len = forge(W, W->a.arena, FED_WIRE_MODEL, 712, payload, blen);
+    log_start();
+    {
+        fed_wire_ticket t;
+        fed_err e;
+
+        assert_int_equal(fed_wire_precheck(W->b.w, W->frame, len, &t), FED_OK);
+        e = fed_wire_open_ticket(W->b.w, &t, W->frame, len, &m);
+        assert_int_equal(e, FED_ERR_FIELD_REQUIRED);
+        assert_int_equal(m.block.refused_tag, 0x0123);
+        assert_int_equal(logged.lines, 0);
+        assert_int_equal(fed_wire_finish(W->b.w, &t, e, &m), FED_ERR_FIELD_REQUIRED);
+        assert_int_equal(logged.lines, 2);
+    }
+    log_stop();
+}
+
 static void test_reject_nan_and_codec(void **state)
 {
     /* The wire opens the frame; the vector's decoder refuses it and the
@@ -724,6 +1022,9 @@ int main(void)
         cmocka_unit_test(test_header_roundtrip),
         cmocka_unit_test(test_blocks_roundtrip),
         cmocka_unit_test(test_blocks_rejected),
+        cmocka_unit_test(test_settings_fields_roundtrip),
+        cmocka_unit_test(test_settings_unknown_fields),
+        cmocka_unit_test(test_settings_malformed),
         cmocka_unit_test(test_every_type_roundtrip),
         cmocka_unit_test(test_frames_are_deterministic_per_seed),
         cmocka_unit_test(test_reject_sizes),
@@ -734,6 +1035,7 @@ int main(void)
         cmocka_unit_test(test_reject_tampering),
         cmocka_unit_test(test_reject_bad_signature),
         cmocka_unit_test(test_reject_payload),
+        cmocka_unit_test(test_model_unknown_fields_in_frame),
         cmocka_unit_test(test_reject_nan_and_codec),
         cmocka_unit_test(test_ticket_split),
         cmocka_unit_test(test_seal_limits),

@@ -10,7 +10,9 @@
  *      what lies behind the AEAD (blocks, stream descriptors, first chunks)
  *      is fuzzed too
  * Identities and RNG seeds are fixed, so the seed corpus (valid sealed frames
- * and streams, written by building this file with -DFUZZ_FRAME_GEN) opens. */
+ * and streams, written by building this file with -DFUZZ_FRAME_GEN) opens.
+ * Seeds named v3-* are wire version 3; the others are version 2 and must
+ * be refused cleanly (rej_version). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -307,7 +309,7 @@ int main(int argc, char **argv)
         if (fed_wire_build(wa, &h, &b, vec, vlen, frame, sizeof frame, fed_rng_random, &rng,
                            &len) != FED_OK)
             abort();
-        snprintf(name, sizeof name, "sealed-type%d", t);
+        snprintf(name, sizeof name, "v3-sealed-type%d", t);
         save(argv[1], name, 0, frame, len);
     }
     /* streams: a first frame and its chunks, as a list */
@@ -335,7 +337,7 @@ int main(int argc, char **argv)
             at += 2 + len;
         }
         fed_wire_stream_tx_free(wa, tx);
-        snprintf(name, sizeof name, "stream-%d", s);
+        snprintf(name, sizeof name, "v3-stream-%d", s);
         save(argv[1], name, 1, list, at);
     }
     /* codec encodings and a typed block */
@@ -363,7 +365,7 @@ int main(int argc, char **argv)
             abort();
         buf[2] = (uint8_t)(16 + len);
         buf[3] = (uint8_t)((16 + len) >> 8);
-        save(argv[1], "member-delta", 3, buf, 4 + 16 + len);
+        save(argv[1], "v3-member-delta", 3, buf, 4 + 16 + len);
     }
     {
         /* reuse stream-0's descriptor: open its first frame with b's session */
@@ -399,7 +401,7 @@ int main(int argc, char **argv)
          * the harness rebuilds identically (seq and nonce are zeroed in it) */
         memcpy(out + 4 + plen, frame + FED_WIRE_HEADER_BYTES + plen + FED_CRYPTO_SEAL_OVERHEAD,
                len - FED_WIRE_HEADER_BYTES - plen - FED_CRYPTO_SEAL_OVERHEAD);
-        save(argv[1], "member-stream-first", 3, out,
+        save(argv[1], "v3-member-stream-first", 3, out,
              4 + len - FED_WIRE_HEADER_BYTES - FED_CRYPTO_SEAL_OVERHEAD);
         fed_wire_stream_tx_free(wa, tx);
     }
