@@ -46,7 +46,7 @@ APP_SRCS  := $(filter-out $(PROG_SRCS),$(wildcard app/*.c))
 APP_OBJS  := $(APP_SRCS:%.c=$(BUILD)/%.o)
 APPLIB    := $(BUILD)/libfedapp.a
 # the tests that exercise subcommands and link the CLI (no other test does)
-CLI_TESTS := test_crypto test_store test_train_record
+CLI_TESTS := test_crypto test_store test_train_record test_fedsim
 PROGS     := $(foreach p,$(PROG_SRCS),$(if $(wildcard $(p)),$(notdir $(p:.c=))))
 
 TEST_SRCS  := $(wildcard tests/test_*.c)

@@ -50,6 +50,11 @@ int fed_cli_vouch(int argc, char **argv);
 /* app/cli_run.c: the daemon */
 int fed_cli_run(int argc, char **argv);
 int fed_cli_aggregate(int argc, char **argv);
+/* The shared settings (node/settings.h) `fednode run` would take from argv
+ * (defaults, --config FILE, flags), for tests that hold fedsim beside it.
+ * out is left alone on an error. */
+struct fed_node_settings;
+int fed_cli_run_settings(int argc, char **argv, struct fed_node_settings *out);
 int fed_cli_eval(int argc, char **argv);
 /* app/cli_store.c: the node's database */
 int fed_cli_status(int argc, char **argv);

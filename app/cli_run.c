@@ -21,10 +21,12 @@
 #include "app/cli.h"
 #include "gossip/peers.h"
 #include "node/daemon.h"
+#include "node/settings.h"
 
 #define PATH_MAX_RUN 512
 
 typedef struct run_cfg {
+    fed_node_settings s; /* what fedsim takes too (node/settings.h) */
     char role[16];
     char keys[PATH_MAX_RUN];
     char passphrase_file[PATH_MAX_RUN];
@@ -35,46 +37,21 @@ typedef struct run_cfg {
     char port_file[PATH_MAX_RUN];
     char aggregator[256];
     char aggregator_key[128];
-    char data[PATH_MAX_RUN];
-    char partition[64];
     char shard[32];
     uint64_t partition_seed;
     int eval;
-    char model[FED_MODEL_SPEC_MAX];
-    int rounds;
-    int local_epochs;
-    int batch;
-    double lr;
-    double momentum;
-    char optimizer[16];
-    char codec[32];
-    char strategy[FED_MERGE_SPEC_MAX];
-    double weight_cap;
     char peers[PATH_MAX_RUN];
-    char topology[32];
-    char sync[16];
-    char mixing[16];
     char neighbours[PATH_MAX_RUN];
     char advertise[256];
     int vouch;
     char publish[PATH_MAX_RUN];
-    int final_mix;
-    char mode[16];
-    int buffer;
-    int max_staleness;
-    int min_clients;
-    int wait_clients;
-    double fraction;
-    int deadline_ms;
     int poll_ms;
-    int gather_ms;
     int linger_ms;
     int retry_ms;
     int max_clients;
     int max_connections;
     int conn_stall_ms;
     uint64_t max_frame;
-    uint64_t seed;
     int threads;
 } run_cfg;
 
@@ -99,39 +76,13 @@ static const fed_opt run_opts[] = {
       "client: the aggregator's address, e.g. tcp://10.0.0.1:7400"),
     R(aggregator_key, "aggregator-key", FED_OPT_STR, "aggregator", 0, 0,
       "client: the aggregator's name in the allow-list, or its base64 key"),
-    R(data, "data", FED_OPT_STR, "fashion-mnist", 0, 0,
-      "fashion-mnist, a directory of IDX files, or a CSV file"),
-    R(partition, "partition", FED_OPT_STR, "iid", 0, 0,
-      "client, peer: how --shard's K parts are cut: iid, dirichlet:ALPHA, shards:N"),
     R(shard, "shard", FED_OPT_STR, "0/1", 0, 0, "client, peer: train on part I (0-based) of K"),
     R(partition_seed, "partition-seed", FED_OPT_U64, "1", 0, 0,
       "seed of the partition (the same on every client)"),
     R(eval, "eval", FED_OPT_BOOL, "true", 0, 0,
       "aggregator, peer: evaluate each round on the test split of --data"),
-    R(model, "model", FED_OPT_STR, "mlp:256,128", 0, 0, "aggregator, peer: logreg, mlp:W1,W2,... or cnn"),
-    R(rounds, "rounds", FED_OPT_INT, "10", 0, 1000000, "aggregator, peer: rounds to run (0: forever)"),
-    R(local_epochs, "local-epochs", FED_OPT_INT, "1", 1, 1000,
-      "aggregator, peer: epochs each client trains per round"),
-    R(batch, "batch", FED_OPT_INT, "64", 1, 4096, "aggregator, peer: clients' batch size"),
-    R(lr, "lr", FED_OPT_DOUBLE, "0", 0, 100,
-      "aggregator, peer: clients' learning rate (" FED_OPTIM_LR_HELP ")"),
-    R(optimizer, "optimizer", FED_OPT_STR, "sgd", 0, 0,
-      "aggregator, peer: clients' optimizer, sgd or adam"),
-    R(momentum, "momentum", FED_OPT_DOUBLE, "0.9", 0, 0.999,
-      "aggregator, peer: clients' SGD momentum (0: plain SGD)"),
-    R(codec, "codec", FED_OPT_STR, "f32", 0, 0, "aggregator: delta codec: f32, f16, q8, topk:F"),
-    R(strategy, "strategy", FED_OPT_STR, "fedavg", 0, 0,
-      "aggregator: merge strategy (fedavg, fedadam, median, krum:F, clip:N+..., see README)"),
-    R(weight_cap, "weight-cap", FED_OPT_DOUBLE, "0", 0, 1,
-      "aggregator: largest share of the weight one client may get (0: none)"),
     R(peers, "peers", FED_OPT_STR, "", 0, 0,
       "peer: file of NAME URL lines, where the other members listen"),
-    R(topology, "topology", FED_OPT_STR, "ring", 0, 0,
-      "peer: full, ring, random:K, tree, smallworld:K,P or static (see --neighbours)"),
-    R(sync, "sync", FED_OPT_STR, "bsp", 0, 0,
-      "peer: bsp (wait for the round's shares or --deadline-ms), ssp:S, asp:T or bap"),
-    R(mixing, "mixing", FED_OPT_STR, "pushsum", 0, 0,
-      "peer: pushsum (running sums), plain, metropolis or pairwise"),
     R(neighbours, "neighbours", FED_OPT_STR, "", 0, 0,
       "peer, --topology static: file of every member's out-neighbours (NAME: NAME NAME ...), "
       "the same on every member"),
@@ -143,28 +94,8 @@ static const fed_opt run_opts[] = {
     R(publish, "publish", FED_OPT_STR, "", 0, 0,
       "peer: an entry file to spread (fednode vouch --out): a member's vouch for this peer, "
       "or one this member signed"),
-    R(final_mix, "final-mix", FED_OPT_INT, "3", 0, 1000,
-      "peer: rounds that only mix after the last training round, so the members end close "
-      "to one model"),
-    R(mode, "mode", FED_OPT_STR, "sync", 0, 0,
-      "aggregator: sync (rounds with a deadline) or async (FedBuff: merge every --buffer deltas)"),
-    R(buffer, "buffer", FED_OPT_INT, "0", 0, FED_MERGE_DEFAULT_MAX_CLIENTS,
-      "aggregator, async: deltas buffered per merge (0: --min-clients)"),
-    R(max_staleness, "max-staleness", FED_OPT_INT, "10", 0, 1000000,
-      "aggregator, async: rounds a delta may lag behind and still be merged"),
-    R(min_clients, "min-clients", FED_OPT_INT, "1", 1, 100000,
-      "aggregator: deltas needed to merge a round"),
-    R(wait_clients, "wait-clients", FED_OPT_INT, "0", 0, 100000,
-      "aggregator: clients waiting that start a round at once (0: --min-clients)"),
-    R(fraction, "fraction", FED_OPT_DOUBLE, "1", 1e-6, 1,
-      "aggregator: share of the waiting clients sampled each round"),
-    R(deadline_ms, "deadline-ms", FED_OPT_INT, "60000", 1, 86400000,
-      "aggregator, peer: a round closes this long after it started"),
     R(poll_ms, "poll-ms", FED_OPT_INT, "5000", 1, 600000,
       "longest hold of a client's request before 'no round yet'"),
-    R(gather_ms, "gather-ms", FED_OPT_INT, "1000", 0, 600000,
-      "aggregator: start a round with --min-clients once this passed since the last round "
-      "(round 1: since the first client came)"),
     R(linger_ms, "linger-ms", FED_OPT_INT, "2000", 0, 600000,
       "aggregator, peer: keep answering this long after the last round"),
     R(retry_ms, "retry-ms", FED_OPT_INT, "2000", 1, 600000,
@@ -177,9 +108,9 @@ static const fed_opt run_opts[] = {
       "aggregator, peer: close a connection silent this long that is owed no answer"),
     R(max_frame, "max-frame", FED_OPT_U64, "16777216", 1024, 1073741824,
       "largest frame in bytes, the same on every node; larger models go in chunks"),
-    R(seed, "seed", FED_OPT_U64, "1", 0, 0, "seed of initialization and shuffling"),
     R(threads, "threads", FED_OPT_INT, "0", 0, FED_CLI_MAX_THREADS,
       "threads for training and opening frames; 0 = every online core"),
+    FED_NODE_SETTINGS_OPTS(run_cfg, s),
 };
 #undef R
 #define NRUN_OPTS (sizeof run_opts / sizeof run_opts[0])
@@ -338,8 +269,8 @@ static int load_data(const run_cfg *c, run_state *s, fed_node_role role)
             fed_cli_error("run: --shard '%s': expected I/K with 0 <= I < K", c->shard);
             return 2;
         }
-        if ((e = fed_data_open(c->data, 1, &s->train)) == FED_OK)
-            e = fed_data_partition(s->train, c->partition, shard, k, c->partition_seed, &s->idx,
+        if ((e = fed_data_open(c->s.data, 1, &s->train)) == FED_OK)
+            e = fed_data_partition(s->train, c->s.partition, shard, k, c->partition_seed, &s->idx,
                                    &s->nidx);
         if (e == FED_OK && s->nidx == 0)
             e = FED_ERR_RANGE;
@@ -347,33 +278,33 @@ static int load_data(const run_cfg *c, run_state *s, fed_node_role role)
             e = keep_shard_only(s);
     }
     if (e == FED_OK && role != FED_NODE_CLIENT)
-        e = fed_data_open(c->data, 0, &s->test);
+        e = fed_data_open(c->s.data, 0, &s->test);
     if (e != FED_OK) {
-        fed_cli_error("run: data %s: %s", c->data, fed_strerror(e));
+        fed_cli_error("run: data %s: %s", c->s.data, fed_strerror(e));
         return 1;
     }
     return -1;
 }
 
-static int check_round_options(const run_cfg *c, fed_node_config *nc)
+/* The shared settings (node/settings.h) into nc; wait-clients 0: every
+ * member of the allow-list but this node. */
+static int check_round_options(const run_cfg *c, const run_state *s, fed_node_config *nc)
 {
-    fed_codec codec;
-    fed_optim_kind kind;
+    size_t members = fed_crypto_allow_count(s->allow);
+    const char *bad = NULL;
 
-    if (fed_optim_kind_parse(c->optimizer, &kind) != FED_OK) {
-        fed_cli_error("run: --optimizer '%s': sgd or adam", c->optimizer);
-        return 2;
-    }
-    if (fed_codec_parse(c->codec, &codec) != FED_OK || codec.id == FED_CODEC_F64) {
-        fed_cli_error("run: --codec '%s': f32, f16, q8 or topk:FRACTION", c->codec);
-        return 2;
-    }
-    if (fed_merge_spec_check(c->strategy) != FED_OK) {
-        fed_cli_error("run: --strategy '%s' is not a strategy (see README)", c->strategy);
-        return 2;
-    }
-    nc->optimizer = (uint8_t)kind;
-    return -1;
+    if (fed_node_settings_apply(&c->s, members > 1 ? (uint32_t)(members - 1) : 0, nc, &bad) ==
+        FED_OK)
+        return -1;
+    if (!strcmp(bad, "optimizer"))
+        fed_cli_error("run: --optimizer '%s': sgd or adam", c->s.optimizer);
+    else if (!strcmp(bad, "codec"))
+        fed_cli_error("run: --codec '%s': f32, f16, q8 or topk:FRACTION", c->s.codec);
+    else if (!strcmp(bad, "strategy"))
+        fed_cli_error("run: --strategy '%s' is not a strategy (see README)", c->s.strategy);
+    else
+        fed_cli_error("run: --mode '%s': sync or async", c->s.mode);
+    return 2;
 }
 
 static fed_node_role role_of(const run_cfg *c)
@@ -389,46 +320,25 @@ static int fill_training(const run_cfg *c, run_state *s, fed_node_config *nc)
     char why[256];
     int rc;
 
-    if ((rc = check_round_options(c, nc)) >= 0)
+    if ((rc = check_round_options(c, s, nc)) >= 0)
         return rc;
-    snprintf(nc->spec, sizeof nc->spec, "%s", c->model);
     nc->shape = s->test->shape;
-    if (fed_model_spec_explain(c->model, nc->shape, why, sizeof why) != FED_OK) {
+    if (fed_model_spec_explain(c->s.model, nc->shape, why, sizeof why) != FED_OK) {
         fed_cli_error("run: --model: %s", why);
         return 2;
     }
-    nc->local_epochs = (uint32_t)c->local_epochs;
-    nc->batch = (uint32_t)c->batch;
-    nc->lr = (float)c->lr; /* 0: the node takes the optimizer's own */
-    nc->momentum = (float)c->momentum;
-    nc->rounds = (uint32_t)c->rounds;
-    nc->deadline_ms = (uint64_t)c->deadline_ms;
     nc->test = c->eval ? s->test : NULL;
     return -1;
 }
 
 static int fill_aggregator(const run_cfg *c, fed_node_config *nc)
 {
-    snprintf(nc->codec, sizeof nc->codec, "%s", c->codec);
-    snprintf(nc->strategy, sizeof nc->strategy, "%s", c->strategy);
-    nc->weight_cap = c->weight_cap;
-    if (strcmp(c->mode, "sync") != 0 && strcmp(c->mode, "async") != 0) {
-        fed_cli_error("run: --mode '%s': sync or async", c->mode);
+    (void)c;
+    if (nc->async_k > FED_MERGE_DEFAULT_MAX_CLIENTS) {
+        fed_cli_error("run: async merges at most %d deltas at once",
+                      FED_MERGE_DEFAULT_MAX_CLIENTS);
         return 2;
     }
-    if (!strcmp(c->mode, "async")) {
-        nc->async_k = (uint32_t)(c->buffer ? c->buffer : c->min_clients);
-        if (nc->async_k > FED_MERGE_DEFAULT_MAX_CLIENTS) {
-            fed_cli_error("run: async merges at most %d deltas at once",
-                          FED_MERGE_DEFAULT_MAX_CLIENTS);
-            return 2;
-        }
-    }
-    nc->max_staleness = (uint32_t)c->max_staleness;
-    nc->sample_fraction = c->fraction;
-    nc->min_clients = (uint32_t)c->min_clients;
-    nc->wait_clients = (uint32_t)c->wait_clients;
-    nc->gather_ms = (uint64_t)c->gather_ms;
     return -1;
 }
 
@@ -467,15 +377,11 @@ static int fill_peer(const run_cfg *c, run_state *s, fed_node_config *nc)
 {
     int rc;
 
-    if (fed_node_peer_check(c->topology, c->sync, c->mixing) != FED_OK) {
+    if (fed_node_peer_check(c->s.topology, c->s.sync, c->s.mixing) != FED_OK) {
         fed_cli_error("run: --topology '%s', --sync '%s' or --mixing '%s' is not valid "
-                      "(see fednode run --help)", c->topology, c->sync, c->mixing);
+                      "(see fednode run --help)", c->s.topology, c->s.sync, c->s.mixing);
         return 2;
     }
-    snprintf(nc->topology, sizeof nc->topology, "%s", c->topology);
-    snprintf(nc->sync, sizeof nc->sync, "%s", c->sync);
-    snprintf(nc->mixing, sizeof nc->mixing, "%s", c->mixing);
-    nc->final_mix = (uint32_t)c->final_mix;
     advertised_url(c, nc->advertise, sizeof nc->advertise);
     nc->vouch = c->vouch;
     nc->peers = s->peers;
@@ -484,7 +390,7 @@ static int fill_peer(const run_cfg *c, run_state *s, fed_node_config *nc)
             return rc;
         nc->publish = &s->publish;
     }
-    if (!strcmp(c->topology, "static")) {
+    if (!strcmp(c->s.topology, "static")) {
         uint8_t *buf = NULL;
         size_t len = 0;
         fed_err e = c->neighbours[0] ? fed_data_read_file(c->neighbours, 1 << 20, &buf, &len)
@@ -512,7 +418,7 @@ static int fill_node_config(const run_cfg *c, run_state *s, fed_node_config *nc)
 
     fed_node_config_default(nc);
     nc->role = role;
-    nc->seed = c->seed;
+    nc->seed = c->s.seed; /* a client's too: it takes no round settings */
     nc->be = s->be;
     nc->pool = s->pool;
     nc->shards = fed_pool_workers(s->pool) > 0 ? fed_pool_workers(s->pool) : 1;
@@ -647,6 +553,24 @@ static int run_with_role(const char *cmd, const char *role, int argc, char **arg
 }
 
 int fed_cli_run(int argc, char **argv) { return run_with_role("run", NULL, argc, argv); }
+
+int fed_cli_run_settings(int argc, char **argv, fed_node_settings *out)
+{
+    run_cfg cfg;
+    fed_opt_error e;
+    char **pos = fed_calloc((size_t)argc + 1, sizeof *pos);
+    int npos = 0;
+    fed_err err;
+
+    if (!pos)
+        return FED_ERR_NOMEM;
+    memset(&cfg, 0, sizeof cfg);
+    err = fed_opt_load(run_opts, NRUN_OPTS, &cfg, argc, argv, pos, &npos, &e);
+    fed_free(pos);
+    if (err == FED_OK)
+        *out = cfg.s;
+    return err;
+}
 
 int fed_cli_aggregate(int argc, char **argv)
 {

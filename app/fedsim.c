@@ -153,8 +153,8 @@ static int write_chart(const char *svg, const char *compare, const char *this_na
     if (this_name)
         snprintf(s[n].name, sizeof s[n].name, "%s", this_name);
     else
-        snprintf(s[n].name, sizeof s[n].name, "%.15s %.40s", sc->mode,
-                 strcmp(sc->mode, "peer") ? sc->strategy : sc->topology);
+        snprintf(s[n].name, sizeof s[n].name, "%.15s %.40s", sc->role,
+                 strcmp(sc->role, "peer") ? sc->s.strategy : sc->s.topology);
     s[n].round = fed_malloc((o->nrows + 1) * sizeof(double));
     s[n].accuracy = fed_malloc((o->nrows + 1) * sizeof(double));
     s[n].bytes = fed_malloc((o->nrows + 1) * sizeof(double));
@@ -210,6 +210,7 @@ int main(int argc, char **argv)
                               argv + 1);
     if (rc >= 0)
         return rc;
+    fed_sim_scenario_settle(&sc); /* the old --mode aggregator|peer */
     if (sodium_init() < 0) {
         fed_cli_error("libsodium failed to start");
         return 1;
@@ -225,12 +226,12 @@ int main(int argc, char **argv)
         rc = 1;
         goto out;
     }
-    snprintf(o.label, sizeof o.label, "fedsim %.24s", strcmp(sc.mode, "peer") ? sc.strategy : sc.topology);
-    o.rounds = sc.rounds;
+    snprintf(o.label, sizeof o.label, "fedsim %.24s", strcmp(sc.role, "peer") ? sc.s.strategy : sc.s.topology);
+    o.rounds = sc.s.rounds;
     o.bar = isatty(fileno(stderr)) && !isatty(fileno(stdout)); /* rows go to a file: show progress */
-    if ((e = fed_data_open(sc.data, 1, &train)) != FED_OK ||
-        (e = fed_data_open(sc.data, 0, &test)) != FED_OK) {
-        fed_cli_error("data %s: %s", sc.data, fed_strerror(e));
+    if ((e = fed_data_open(sc.s.data, 1, &train)) != FED_OK ||
+        (e = fed_data_open(sc.s.data, 0, &test)) != FED_OK) {
+        fed_cli_error("data %s: %s", sc.s.data, fed_strerror(e));
         rc = 1;
         goto out;
     }
@@ -240,8 +241,8 @@ int main(int argc, char **argv)
         goto out;
     }
     printf("fedsim: %d %s, %s, %s, %d rounds, seed %llu\n", sc.nodes,
-           strcmp(sc.mode, "peer") ? "clients" : "peers", sc.model, sc.partition, sc.rounds,
-           (unsigned long long)sc.seed);
+           strcmp(sc.role, "peer") ? "clients" : "peers", sc.s.model, sc.s.partition, sc.s.rounds,
+           (unsigned long long)sc.s.seed);
     o.t0 = wall_s();
     e = fed_sim_run(&sc, train, test, pool, 1e7, on_row, &o, hash, NULL);
     if (e != FED_OK) {

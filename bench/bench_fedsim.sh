@@ -14,8 +14,8 @@ run() {
     "$FEDSIM" "$@" 2>/dev/null | tail -n 1 || echo "failed"
 }
 echo "bench_fedsim: $(nproc) cores"
-run "1,000 clients, 10% a round, mlp:256,128:" --nodes 1000 --sample 0.1 --model mlp:256,128 --rounds 4
-run "10,000 clients, 10% a round, logreg:" --nodes 10000 --sample 0.1 --model logreg --rounds 4
-run "  the same, --no-crypto:" --nodes 10000 --sample 0.1 --model logreg --rounds 4 --no-crypto
-run "1,000 peers, random:3, logreg:" --nodes 1000 --mode peer --topology random:3 --model logreg \
+run "1,000 clients, 10% a round, mlp:256,128:" --nodes 1000 --fraction 0.1 --model mlp:256,128 --rounds 4
+run "10,000 clients, 10% a round, logreg:" --nodes 10000 --fraction 0.1 --model logreg --rounds 4
+run "  the same, --no-crypto:" --nodes 10000 --fraction 0.1 --model logreg --rounds 4 --no-crypto
+run "1,000 peers, random:3, logreg:" --nodes 1000 --role peer --topology random:3 --model logreg \
     --rounds 3 --eval-peers 10

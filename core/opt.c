@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "core/alloc.h"
+#include "core/log.h"
 
 static fed_err opt_fail(fed_opt_error *e, fed_err err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -30,12 +31,41 @@ static fed_err opt_fail(fed_opt_error *e, fed_err err, const char *fmt, ...)
     return err;
 }
 
-const fed_opt *fed_opt_find(const fed_opt *t, size_t n, const char *name)
+static const fed_opt *find_exact(const fed_opt *t, size_t n, const char *name)
 {
     for (size_t i = 0; i < n; i++)
         if (strcmp(t[i].name, name) == 0)
             return &t[i];
     return NULL;
+}
+
+const fed_opt *fed_opt_find(const fed_opt *t, size_t n, const char *name)
+{
+    const fed_opt *o = find_exact(t, n, name);
+
+    return o && o->alias_of ? find_exact(t, n, o->alias_of) : o;
+}
+
+/* name's option, through an alias with one warning (flag: "--old is
+ * deprecated", INI: "file:3: key 'old' is deprecated"). warned (one flag per
+ * entry, may be NULL) keeps it to one warning per alias per parse. */
+static const fed_opt *resolve(const fed_opt *t, size_t n, const char *name, const char *where,
+                              int flag, unsigned char *warned)
+{
+    const fed_opt *o = find_exact(t, n, name);
+
+    if (!o || !o->alias_of)
+        return o;
+    if (!warned || !warned[o - t]) {
+        if (flag)
+            fed_log(FED_LOG_WARN, "--%s is deprecated: use --%s", name, o->alias_of);
+        else
+            fed_log(FED_LOG_WARN, "%s: key '%s' is deprecated: use '%s'", where, name,
+                    o->alias_of);
+        if (warned)
+            warned[o - t] = 1;
+    }
+    return find_exact(t, n, o->alias_of);
 }
 
 static int parse_bool(const char *v, int *out)
@@ -132,7 +162,7 @@ static fed_err set_value(const fed_opt *o, void *cfg, const char *v, const char 
 fed_err fed_opt_set(const fed_opt *t, size_t n, void *cfg, const char *name, const char *value,
                     const char *where, fed_opt_error *e)
 {
-    const fed_opt *o = fed_opt_find(t, n, name);
+    const fed_opt *o = resolve(t, n, name, where, where[0] == '-', NULL);
 
     if (!o)
         return opt_fail(e, FED_ERR_UNKNOWN_OPTION, "%s: unknown option '%s'", where, name);
@@ -145,6 +175,8 @@ fed_err fed_opt_defaults(const fed_opt *t, size_t n, void *cfg, fed_opt_error *e
         const char *def = t[i].def;
         fed_err err;
 
+        if (t[i].alias_of)
+            continue;
         if (!def || !*def) {
             char *field = (char *)cfg + t[i].offset;
 
@@ -169,7 +201,12 @@ fed_err fed_opt_defaults(const fed_opt *t, size_t n, void *cfg, fed_opt_error *e
 static fed_err parse_argv(const fed_opt *t, size_t n, void *cfg, int argc, char **argv,
                           char **pos, int *npos, fed_opt_error *e, int skip_config)
 {
+    unsigned char *warned = fed_calloc(n ? n : 1, 1);
+    fed_err err = FED_OK;
     int only_pos = 0;
+
+    if (!warned)
+        return opt_fail(e, FED_ERR_NOMEM, "out of memory while parsing options");
 
     *npos = 0;
     for (int i = 0; i < argc; i++) {
@@ -191,27 +228,33 @@ static fed_err parse_argv(const fed_opt *t, size_t n, void *cfg, int argc, char 
         a += 2;
         eq = strchr(a, '=');
         len = eq ? (size_t)(eq - a) : strlen(a);
-        if (len >= sizeof name)
-            return opt_fail(e, FED_ERR_UNKNOWN_OPTION, "unknown option '--%.40s...'", a);
+        if (len >= sizeof name) {
+            err = opt_fail(e, FED_ERR_UNKNOWN_OPTION, "unknown option '--%.40s...'", a);
+            break;
+        }
         memcpy(name, a, len);
         name[len] = '\0';
         snprintf(where, sizeof where, "--%s", name);
-        o = fed_opt_find(t, n, name);
+        o = resolve(t, n, name, where, 1, warned);
         if (!o && skip_config && strcmp(name, "config") == 0) {
-            if (!eq && ++i >= argc)
-                return opt_fail(e, FED_ERR_BAD_VALUE, "option '--config' needs a value");
+            if (!eq && ++i >= argc) {
+                err = opt_fail(e, FED_ERR_BAD_VALUE, "option '--config' needs a value");
+                break;
+            }
             continue;
         }
         if (!o && !eq && strncmp(name, "no-", 3) == 0) {
-            o = fed_opt_find(t, n, name + 3);
+            o = resolve(t, n, name + 3, where, 1, warned);
             if (o && o->type == FED_OPT_BOOL) {
                 *(int *)((char *)cfg + o->offset) = 0;
                 continue;
             }
             o = NULL;
         }
-        if (!o)
-            return opt_fail(e, FED_ERR_UNKNOWN_OPTION, "unknown option '--%s'", name);
+        if (!o) {
+            err = opt_fail(e, FED_ERR_UNKNOWN_OPTION, "unknown option '--%s'", name);
+            break;
+        }
         if (eq) {
             value = eq + 1;
         } else if (o->type == FED_OPT_BOOL) {
@@ -219,13 +262,14 @@ static fed_err parse_argv(const fed_opt *t, size_t n, void *cfg, int argc, char 
         } else if (i + 1 < argc) {
             value = argv[++i];
         } else {
-            return opt_fail(e, FED_ERR_BAD_VALUE, "option '--%s' needs a value", name);
+            err = opt_fail(e, FED_ERR_BAD_VALUE, "option '--%s' needs a value", name);
+            break;
         }
-        fed_err err = set_value(o, cfg, value, where, e);
-        if (err)
-            return err;
+        if ((err = set_value(o, cfg, value, where, e)) != FED_OK)
+            break;
     }
-    return FED_OK;
+    fed_free(warned);
+    return err;
 }
 
 fed_err fed_opt_parse_argv(const fed_opt *t, size_t n, void *cfg, int argc, char **argv,
@@ -249,6 +293,7 @@ typedef struct ini_state {
     fed_err err;
     fed_opt_error *e;
     int *first;
+    unsigned char *warned; /* (n) an alias warned about already */
 } ini_state;
 
 static char *ini_read_line(char *str, int num, void *stream)
@@ -282,14 +327,17 @@ static char *ini_read_line(char *str, int num, void *stream)
 static int ini_on_value(void *user, const char *section, const char *name, const char *value)
 {
     ini_state *s = user;
-    const fed_opt *o = fed_opt_find(s->t, s->n, name);
-    int *first = o ? &s->first[o - s->t] : NULL;
+    const fed_opt *o;
+    int *first;
     char where[600];
 
     (void)section;
     if (s->err)
         return 0;
     snprintf(where, sizeof where, "%s:%d", s->label, s->line);
+    /* an alias and its option share one slot: both in a file is a key twice */
+    o = resolve(s->t, s->n, name, where, 0, s->warned);
+    first = o ? &s->first[o - s->t] : NULL;
     if (first && *first && s->indented) /* libinih: an indented line continues the key */
         s->err = opt_fail(s->e, FED_ERR_FORMAT,
                           "%s: indented line continues option '%s' from line %d "
@@ -297,8 +345,10 @@ static int ini_on_value(void *user, const char *section, const char *name, const
     else if (first && *first)
         s->err = opt_fail(s->e, FED_ERR_EXISTS, "%s: option '%s' given twice (first at line %d)",
                           where, name, *first);
+    else if (!o)
+        s->err = opt_fail(s->e, FED_ERR_UNKNOWN_OPTION, "%s: unknown option '%s'", where, name);
     else
-        s->err = fed_opt_set(s->t, s->n, s->cfg, name, value, where, s->e);
+        s->err = set_value(o, s->cfg, value, where, s->e);
     if (s->err == FED_OK)
         *first = s->line;
     return s->err == FED_OK;
@@ -307,13 +357,17 @@ static int ini_on_value(void *user, const char *section, const char *name, const
 fed_err fed_opt_parse_ini_buf(const fed_opt *t, size_t n, void *cfg, const char *buf,
                               size_t len, const char *label, fed_opt_error *e)
 {
-    ini_state s = {t, n, cfg, label, buf, buf + len, 0, 0, FED_OK, e, NULL};
+    ini_state s = {t, n, cfg, label, buf, buf + len, 0, 0, FED_OK, e, NULL, NULL};
     fed_err err;
     int rc;
 
     s.first = fed_calloc(n ? n : 1, sizeof *s.first);
-    if (!s.first)
+    s.warned = fed_calloc(n ? n : 1, 1);
+    if (!s.first || !s.warned) {
+        fed_free(s.first);
+        fed_free(s.warned);
         return opt_fail(e, FED_ERR_NOMEM, "%s: out of memory while parsing", label);
+    }
     rc = ini_parse_stream(ini_read_line, &s, ini_on_value, &s);
     if (s.err)
         err = s.err;
@@ -324,6 +378,7 @@ fed_err fed_opt_parse_ini_buf(const fed_opt *t, size_t n, void *cfg, const char 
     else
         err = FED_OK;
     fed_free(s.first);
+    fed_free(s.warned);
     return err;
 }
 
@@ -400,6 +455,8 @@ void fed_opt_print_help(const fed_opt *t, size_t n, FILE *out)
     for (size_t i = 0; i < n; i++) {
         char flag[64];
 
+        if (t[i].alias_of) /* deprecated spellings are not advertised */
+            continue;
         snprintf(flag, sizeof flag, "--%s%s", t[i].name, type_name(t[i].type));
         fprintf(out, "  %-24s %s", flag, t[i].help ? t[i].help : "");
         if (t[i].def && *t[i].def)

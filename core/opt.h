@@ -26,11 +26,20 @@ typedef struct fed_opt {
     const char *def;  /* default as text; NULL or "" means zero / empty */
     double min, max;  /* numeric bounds, checked when min < max */
     const char *help;
+    const char *alias_of; /* a deprecated spelling: the canonical option's name
+                             (FED_OPT_ALIAS); every other field is unused. Set
+                             through it, the value goes to that option and
+                             fed_log warns once naming the new spelling */
 } fed_opt;
 
 /* Shorthand for tables: FED_OPT_DEF(cfgtype, field, "name", TYPE, "def", min, max, "help"). */
 #define FED_OPT_DEF(T, field, name, type, def, min, max, help)                 \
-    { name, type, offsetof(T, field), sizeof(((T *)0)->field), def, min, max, help }
+    { name, type, offsetof(T, field), sizeof(((T *)0)->field), def, min, max, help, NULL }
+
+/* A deprecated spelling kept working: FED_OPT_ALIAS("sample", "fraction").
+ * Flags and INI keys both accept it; --help does not list it. */
+#define FED_OPT_ALIAS(old, canonical)                                          \
+    { old, FED_OPT_STR, 0, 0, NULL, 0, 0, NULL, canonical }
 
 typedef struct fed_opt_error {
     char msg[512]; /* e.g. "run.ini:12: unknown key 'lrr'" */
@@ -43,6 +52,7 @@ FED_WUR fed_err fed_opt_defaults(const fed_opt *t, size_t n, void *cfg, fed_opt_
 FED_WUR fed_err fed_opt_set(const fed_opt *t, size_t n, void *cfg, const char *name,
                             const char *value, const char *where, fed_opt_error *e);
 
+/* The option named name; an alias's canonical option (no warning). */
 const fed_opt *fed_opt_find(const fed_opt *t, size_t n, const char *name);
 
 /* Parse argv[0..argc): "--name value", "--name=value", "--flag", "--no-flag".

@@ -25,25 +25,8 @@
     FED_OPT_DEF(fed_sim_scenario, field, name, type, def, min, max, help)
 const fed_opt fed_sim_scenario_opts[] = {
     S(nodes, "nodes", FED_OPT_INT, "8", 2, 100000, "clients (aggregator mode) or peers"),
-    S(mode, "mode", FED_OPT_STR, "aggregator", 0, 0, "aggregator or peer"),
-    S(topology, "topology", FED_OPT_STR, "ring", 0, 0,
-      "peer: full, ring, random:K, tree, smallworld:K,P"),
-    S(sample, "sample", FED_OPT_DOUBLE, "1", 1e-6, 1,
-      "aggregator: share of the clients sampled each round"),
-    S(partition, "partition", FED_OPT_STR, "iid", 0, 0, "iid, dirichlet:ALPHA or shards:N"),
-    S(data, "data", FED_OPT_STR, "fashion-mnist", 0, 0,
-      "fashion-mnist, a directory of IDX files, or a CSV file"),
-    S(model, "model", FED_OPT_STR, "logreg", 0, 0, "logreg, mlp:W1,W2,... or cnn"),
-    S(rounds, "rounds", FED_OPT_INT, "10", 1, 100000, "rounds to run"),
-    S(local_epochs, "local-epochs", FED_OPT_INT, "1", 1, 1000, "epochs of local training a round"),
-    S(batch, "batch", FED_OPT_INT, "64", 1, 4096, "batch size"),
-    S(lr, "lr", FED_OPT_DOUBLE, "0", 0, 100, "learning rate (" FED_OPTIM_LR_HELP ")"),
-    S(momentum, "momentum", FED_OPT_DOUBLE, "0.9", 0, 0.999, "SGD momentum (0: plain SGD)"),
-    S(optimizer, "optimizer", FED_OPT_STR, "sgd", 0, 0, "sgd or adam"),
-    S(strategy, "strategy", FED_OPT_STR, "fedavg", 0, 0,
-      "aggregator: merge strategy (fedavg, fedprox:MU, fedadam, median, trimmed:B, krum:F, ...)"),
-    S(sync, "sync", FED_OPT_STR, "bsp", 0, 0, "peer: bsp, ssp:S, asp:T or bap"),
-    S(codec, "codec", FED_OPT_STR, "f32", 0, 0, "aggregator: delta codec: f32, f16, q8, topk:F"),
+    S(role, "role", FED_OPT_STR, "aggregator", 0, 0,
+      "aggregator (an aggregator and --nodes clients) or peer (--nodes peers, no aggregator)"),
     S(loss, "loss", FED_OPT_DOUBLE, "0", 0, 1, "share of frames lost on every link"),
     S(latency_ms, "latency-ms", FED_OPT_DOUBLE, "5", 0, 1e6, "one-way latency of a link"),
     S(jitter_ms, "jitter-ms", FED_OPT_DOUBLE, "0", 0, 1e6,
@@ -67,19 +50,26 @@ const fed_opt fed_sim_scenario_opts[] = {
     S(partition_net, "partition-net", FED_OPT_STR, "", 0, 0,
       "GROUPS@T1-T2: the nodes split into GROUPS (the aggregator with the first) that cannot "
       "reach each other from T1 to T2 virtual seconds"),
-    S(deadline_ms, "deadline-ms", FED_OPT_INT, "60000", 1, 86400000, "a round's deadline"),
-    S(min_clients, "min-clients", FED_OPT_INT, "0", 0, 100000,
-      "aggregator: deltas a round needs at its deadline (0: one)"),
     S(eval_peers, "eval-peers", FED_OPT_INT, "0", 0, 1000000,
       "peer: how many peers evaluate each round (the first N; 0: all): their mean is printed"),
     S(checkpoint_every, "checkpoint-every", FED_OPT_INT, "1", 1, 1000000,
       "peer: a checkpoint every Nth round (a crashed peer resumes from the last)"),
     S(no_crypto, "no-crypto", FED_OPT_BOOL, "false", 0, 0,
       "frames in the clear and unsigned, for the largest runs (the real seal is the default)"),
-    S(seed, "seed", FED_OPT_U64, "1", 0, 0, "every random choice of the run"),
+    FED_NODE_SETTINGS_OPTS(fed_sim_scenario, s),
 };
 #undef S
 const size_t fed_sim_scenario_nopts = sizeof fed_sim_scenario_opts / sizeof *fed_sim_scenario_opts;
+
+void fed_sim_scenario_settle(fed_sim_scenario *sc)
+{
+    if (strcmp(sc->s.mode, "aggregator") != 0 && strcmp(sc->s.mode, "peer") != 0)
+        return;
+    fed_log(FED_LOG_WARN, "--mode %s is deprecated: use --role %s (--mode is sync or async)",
+            sc->s.mode, sc->s.mode);
+    snprintf(sc->role, sizeof sc->role, "%s", sc->s.mode);
+    snprintf(sc->s.mode, sizeof sc->s.mode, "sync");
+}
 
 #define RUN_STEP_MS 100
 
@@ -129,7 +119,7 @@ static uint64_t bytes_sent(const sim_run *r)
  * the end, flush). */
 static void emit_peer_rounds(sim_run *r, int flush)
 {
-    while (r->next_row <= (uint64_t)r->sc->rounds) {
+    while (r->next_row <= (uint64_t)r->sc->s.rounds) {
         peer_round *p = &r->pr[r->next_row];
         fed_sim_row row;
 
@@ -174,7 +164,7 @@ static void on_round(void *ctx, const fed_node *n, const fed_node_round_info *in
         emit(r, &row);
         return;
     }
-    if (info->round < 1 || info->round > (uint64_t)r->sc->rounds)
+    if (info->round < 1 || info->round > (uint64_t)r->sc->s.rounds)
         return;
     {
         peer_round *p = &r->pr[info->round];
@@ -301,28 +291,19 @@ static fed_err schedule_crash(sim_run *r)
     return FED_OK;
 }
 
-/* Settings every node shares. */
+/* Settings every node shares: the scenario's fed_node_settings (checked by
+ * fed_sim_run before), wait-clients 0 meaning every one of --nodes. */
 static void base_config(const sim_run *r, fed_node_config *c, const fed_dataset *train,
                         fed_backend *be)
 {
     const fed_sim_scenario *sc = r->sc;
-    fed_optim_kind kind = FED_OPTIM_SGD;
 
     fed_node_config_default(c);
-    c->seed = sc->seed;
+    if (fed_node_settings_apply(&sc->s, (uint32_t)sc->nodes, c, NULL) != FED_OK)
+        fed_log(FED_LOG_ERROR, "sim: settings refused after the check"); /* not reached */
     c->be = be;
     c->allow = r->allow;
-    snprintf(c->spec, sizeof c->spec, "%s", sc->model);
     c->shape = train->shape;
-    c->local_epochs = (uint32_t)sc->local_epochs;
-    c->batch = (uint32_t)sc->batch;
-    if (fed_optim_kind_parse(sc->optimizer, &kind) != FED_OK)
-        kind = FED_OPTIM_SGD; /* fed_sim_run refused the name before */
-    c->optimizer = (uint8_t)kind;
-    c->lr = (float)sc->lr; /* 0: the node takes the optimizer's own */
-    c->momentum = (float)sc->momentum;
-    c->rounds = (uint32_t)sc->rounds;
-    c->deadline_ms = (uint64_t)sc->deadline_ms;
     c->on_round = on_round;
     c->observer = (void *)r;
     c->wire.no_crypto = sc->no_crypto;
@@ -355,11 +336,6 @@ static fed_err attach_nodes(sim_run *r, const fed_dataset *train, const fed_data
     if (!r->peer_mode) {
         base_config(r, &c, train, be);
         c.role = FED_NODE_AGGREGATOR;
-        snprintf(c.strategy, sizeof c.strategy, "%s", sc->strategy);
-        snprintf(c.codec, sizeof c.codec, "%s", sc->codec);
-        c.sample_fraction = sc->sample;
-        c.wait_clients = (uint32_t)sc->nodes;
-        c.min_clients = (uint32_t)(sc->min_clients ? sc->min_clients : 1);
         c.test = test;
         snprintf(path, sizeof path, "%s/aggregator.db", sc->db_dir);
         if ((e = fed_sim_host_attach(r->agg, r->w, &c, sc->db_dir[0] ? path : NULL)) != FED_OK)
@@ -372,8 +348,6 @@ static fed_err attach_nodes(sim_run *r, const fed_dataset *train, const fed_data
         c.shard_n = r->nidx[i];
         if (r->peer_mode) {
             c.role = FED_NODE_PEER;
-            snprintf(c.topology, sizeof c.topology, "%s", sc->topology);
-            snprintf(c.sync, sizeof c.sync, "%s", sc->sync);
             c.test = !sc->eval_peers || i < sc->eval_peers ? test : NULL;
             c.checkpoint_every = (uint32_t)sc->checkpoint_every;
         } else {
@@ -399,7 +373,7 @@ static fed_err build_hosts(sim_run *r, const fed_dataset *train)
     char name[32];
     fed_err e;
 
-    fed_rng_seed_stream(&idr, sc->seed, 77);
+    fed_rng_seed_stream(&idr, sc->s.seed, 77);
     if ((e = fed_crypto_allow_new(&r->allow)) != FED_OK)
         return e;
     if (!r->peer_mode) {
@@ -411,12 +385,12 @@ static fed_err build_hosts(sim_run *r, const fed_dataset *train)
         snprintf(name, sizeof name, "n%d", i);
         if ((e = fed_sim_host_new(&idr, &r->h[i])) != FED_OK ||
             (e = fed_crypto_allow_add(r->allow, name, fed_sim_host_id(r->h[i])->key)) != FED_OK ||
-            (e = fed_data_partition(train, sc->partition, i, sc->nodes, sc->seed, &r->idx[i],
+            (e = fed_data_partition(train, sc->s.partition, i, sc->nodes, sc->s.seed, &r->idx[i],
                                     &r->nidx[i])) != FED_OK)
             return e;
         if (!r->nidx[i]) {
             fed_log(FED_LOG_ERROR, "sim: node %d's shard is empty (%s over %d nodes)", i,
-                    sc->partition, sc->nodes);
+                    sc->s.partition, sc->nodes);
             return FED_ERR_RANGE;
         }
     }
@@ -554,20 +528,27 @@ fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train, const 
     r.on_row = on_row;
     r.ctx = ctx;
     r.next_row = 1;
-    r.peer_mode = !strcmp(sc->mode, "peer");
-    fed_rng_seed_stream(&r.crash_rng, sc->seed, 0xc4a5);
+    r.peer_mode = !strcmp(sc->role, "peer");
+    fed_rng_seed_stream(&r.crash_rng, sc->s.seed, 0xc4a5);
     {
-        fed_optim_kind kind;
+        fed_node_config probe;
+        const char *bad = NULL;
 
-        if ((!r.peer_mode && strcmp(sc->mode, "aggregator") != 0) ||
-            fed_optim_kind_parse(sc->optimizer, &kind) != FED_OK) {
-            fed_log(FED_LOG_ERROR, "sim: --mode '%s' or --optimizer '%s' is not known",
-                    sc->mode, sc->optimizer);
+        fed_node_config_default(&probe);
+        if (!r.peer_mode && strcmp(sc->role, "aggregator") != 0)
+            bad = "role";
+        else if (sc->s.rounds < 1)
+            bad = "rounds"; /* 0 (forever) has no end to simulate */
+        else if (fed_node_settings_apply(&sc->s, (uint32_t)sc->nodes, &probe, &bad) != FED_OK &&
+                 !bad)
+            bad = "settings";
+        if (bad) {
+            fed_log(FED_LOG_ERROR, "sim: --%s is not valid here (see fedsim --help)", bad);
             return FED_ERR_SPEC;
         }
     }
     memset(&wc, 0, sizeof wc);
-    wc.seed = sc->seed;
+    wc.seed = sc->s.seed;
     wc.link.latency_ms = sc->latency_ms;
     wc.link.jitter_ms = sc->jitter_ms;
     wc.link.loss = sc->loss;
@@ -578,7 +559,7 @@ fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train, const 
     r.h = fed_calloc((size_t)sc->nodes, sizeof *r.h);
     r.idx = fed_calloc((size_t)sc->nodes, sizeof *r.idx);
     r.nidx = fed_calloc((size_t)sc->nodes, sizeof *r.nidx);
-    r.pr = fed_calloc((size_t)sc->rounds + 1, sizeof *r.pr);
+    r.pr = fed_calloc((size_t)sc->s.rounds + 1, sizeof *r.pr);
     if (!r.h || !r.idx || !r.nidx || !r.pr) {
         e = FED_ERR_NOMEM;
         goto out;
@@ -589,7 +570,7 @@ fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train, const 
         (e = schedule_network(&r)) != FED_OK)
         goto out;
     /* the aggregator's last row comes once that round's evaluation is back */
-    while ((!finished(&r) || (!r.peer_mode && r.last_emitted < (uint64_t)sc->rounds)) &&
+    while ((!finished(&r) || (!r.peer_mode && r.last_emitted < (uint64_t)sc->s.rounds)) &&
            t < (uint64_t)(max_virtual_s * 1000)) {
         t += RUN_STEP_MS;
         if ((e = random_crashes(&r, t)) != FED_OK || (e = fed_sim_world_run_until(r.w, t)) != FED_OK ||

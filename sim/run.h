@@ -13,25 +13,16 @@
 #include "core/opt.h"
 #include "core/pool.h"
 #include "model/data.h"
+#include "node/settings.h"
 #include "sim/world.h"
 
 #define FED_SIM_STR 64
 
 /* Every option of a scenario, as flag and INI key (fed_sim_scenario_opts). */
 typedef struct fed_sim_scenario {
+    fed_node_settings s;            /* what `fednode run` takes too (node/settings.h) */
     int nodes;                      /* clients or peers */
-    char mode[16];                  /* aggregator | peer */
-    char topology[32];              /* peer */
-    double sample;                  /* aggregator: share of clients a round */
-    char partition[FED_SIM_STR];    /* iid | dirichlet:ALPHA | shards:N */
-    char data[256];
-    char model[FED_SIM_STR];
-    int rounds, local_epochs, batch;
-    double lr, momentum;
-    char optimizer[16];
-    char strategy[FED_SIM_STR];     /* aggregator */
-    char sync[16];                  /* peer */
-    char codec[32];                 /* aggregator: the clients' deltas */
+    char role[16];                  /* aggregator (and clients) | peer */
     double loss;                    /* of every frame */
     double latency_ms;
     double jitter_ms;               /* standard deviation of a frame's latency; 0: fixed */
@@ -44,16 +35,18 @@ typedef struct fed_sim_scenario {
     char db_dir[256];               /* node databases on disk here; "": in memory */
     char loss_window[FED_SIM_STR];  /* P@T1-T2 */
     char partition_net[FED_SIM_STR];/* GROUPS@T1-T2 */
-    int deadline_ms;
-    int min_clients;                /* aggregator: deltas a round needs; 0: one */
     int eval_peers;                 /* peers that evaluate (the first N); 0: all */
     int checkpoint_every;           /* peers checkpoint every Nth round */
     int no_crypto;                  /* frames unsealed, unsigned (largest runs) */
-    uint64_t seed;
 } fed_sim_scenario;
 
 extern const fed_opt fed_sim_scenario_opts[];
 extern const size_t fed_sim_scenario_nopts;
+
+/* The old spelling --mode aggregator|peer (before --mode meant sync or
+ * async in both programs): moves it to role, sets mode to sync and warns
+ * naming --role. Call after the options are loaded. */
+void fed_sim_scenario_settle(fed_sim_scenario *sc);
 
 /* One round, as fedsim prints it. */
 typedef struct fed_sim_row {

@@ -891,6 +891,78 @@ static void test_opt_ini(void **state)
     assert_int_equal(c.epochs, 10);
 }
 
+/* A deprecated spelling (FED_OPT_ALIAS) sets its canonical option, as a flag
+ * (--old, --old=V, --no-old for a boolean), an INI key and through
+ * fed_opt_set; each parse warns once naming the new spelling; an alias and
+ * its option in one file is a key given twice; --help lists only the new. */
+static const fed_opt alias_table[] = {
+    FED_OPT_DEF(test_cfg, verbose, "verbose", FED_OPT_BOOL, "1", 0, 0, "talk more"),
+    FED_OPT_DEF(test_cfg, lr, "lr", FED_OPT_DOUBLE, "0.05", 0, 10, "learning rate"),
+    FED_OPT_ALIAS("rate", "lr"),
+    FED_OPT_ALIAS("chatty", "verbose"),
+};
+#define NA (sizeof alias_table / sizeof *alias_table)
+
+static void test_opt_alias(void **state)
+{
+    test_cfg c;
+    fed_opt_error e;
+    log_rec r;
+    fed_log_level saved = fed_log_get_level();
+    char *argv[] = {"--rate", "0.5", "--rate=0.25", "--no-chatty"};
+    char *pos[4];
+    int npos = 0;
+    const char *ini = "rate = 0.125\n";
+    const char *both = "lr = 1\nrate = 2\n";
+    char buf[4096] = {0};
+    FILE *f = fmemopen(buf, sizeof buf, "w");
+
+    (void)state;
+    memset(&r, 0, sizeof r);
+    fed_log_set_sink(rec_sink, &r);
+    fed_log_set_level(FED_LOG_INFO);
+    memset(&e, 0, sizeof e);
+    memset(&c, 0, sizeof c);
+    assert_err(fed_opt_defaults(alias_table, NA, &c, &e), FED_OK);
+    assert_true(c.lr == 0.05); /* the alias has no default of its own to apply */
+    assert_ptr_equal(fed_opt_find(alias_table, NA, "rate"), &alias_table[1]);
+
+    assert_err(fed_opt_parse_argv(alias_table, NA, &c, 4, argv, pos, &npos, &e), FED_OK);
+    assert_true(c.lr == 0.25);
+    assert_int_equal(c.verbose, 0);
+    assert_int_equal(npos, 0);
+    assert_int_equal(r.calls, 2); /* --rate twice, --chatty once: one warning each */
+    assert_int_equal(r.last_level, FED_LOG_WARN);
+    assert_string_equal(r.last, "--chatty is deprecated: use --verbose");
+
+    r.calls = 0;
+    assert_err(fed_opt_parse_ini_buf(alias_table, NA, &c, ini, strlen(ini), "run.ini", &e),
+               FED_OK);
+    assert_true(c.lr == 0.125);
+    assert_int_equal(r.calls, 1);
+    assert_string_equal(r.last, "run.ini:1: key 'rate' is deprecated: use 'lr'");
+
+    assert_err(fed_opt_parse_ini_buf(alias_table, NA, &c, both, strlen(both), "run.ini", &e),
+               FED_ERR_EXISTS);
+    assert_non_null(strstr(e.msg, "given twice"));
+
+    r.calls = 0;
+    assert_err(fed_opt_set(alias_table, NA, &c, "rate", "3", "--rate", &e), FED_OK);
+    assert_true(c.lr == 3);
+    assert_int_equal(r.calls, 1);
+    assert_err(fed_opt_set(alias_table, NA, &c, "rate", "11", "--rate", &e), FED_ERR_RANGE);
+    assert_non_null(strstr(e.msg, "'lr'")); /* errors name the option it sets */
+
+    assert_non_null(f);
+    fed_opt_print_help(alias_table, NA, f);
+    fclose(f);
+    assert_non_null(strstr(buf, "--lr"));
+    assert_null(strstr(buf, "--rate"));
+    assert_null(strstr(buf, "--chatty"));
+    fed_log_set_sink(NULL, NULL);
+    fed_log_set_level(saved);
+}
+
 static void test_opt_load_and_help(void **state)
 {
     char path[] = "/tmp/test_core.XXXXXX";
@@ -1113,6 +1185,7 @@ int main(void)
         cmocka_unit_test(test_opt_argv),
         cmocka_unit_test(test_opt_ini),
         cmocka_unit_test(test_opt_load_and_help),
+        cmocka_unit_test(test_opt_alias),
         cmocka_unit_test(test_bytes_integers),
         cmocka_unit_test(test_bytes_floats),
         cmocka_unit_test(test_bytes_float_arrays),

@@ -22,9 +22,15 @@
 #include "model/data.h"
 #include "sim/chart.h"
 #include "sim/run.h"
+#include "app/cli.h"
 #include "tests/support/support.h"
 
 #define MAXROWS 64
+
+typedef struct log_rec_t { /* the warnings logged */
+    int n;
+    char last[512];
+} log_rec_t;
 
 static fed_dataset *train, *test;
 static fed_pool *pool;
@@ -69,6 +75,7 @@ static void scenario(fed_sim_scenario *sc, const char *const *kv)
     memset(&e, 0, sizeof e);
     assert_int_equal(fed_opt_defaults(fed_sim_scenario_opts, fed_sim_scenario_nopts, sc, &e),
                      FED_OK);
+    snprintf(sc->s.model, sizeof sc->s.model, "logreg"); /* the tests' model unless they say */
     for (int i = 0; kv[i]; i += 2)
         assert_int_equal(fed_opt_set(fed_sim_scenario_opts, fed_sim_scenario_nopts, sc, kv[i],
                                      kv[i + 1], "test", &e),
@@ -79,7 +86,7 @@ static double last_accuracy(const fed_sim_scenario *sc, rows *rs, uint8_t hash[3
 {
     memset(rs, 0, sizeof *rs);
     assert_int_equal(fed_sim_run(sc, train, test, pool, 1e6, keep_row, rs, hash, NULL), FED_OK);
-    assert_int_equal(rs->n, sc->rounds);
+    assert_int_equal(rs->n, sc->s.rounds);
     return rs->r[rs->n - 1].accuracy;
 }
 
@@ -104,7 +111,7 @@ static void test_deterministic(void **state)
 {
     const char *agg[] = {"nodes", "6", "rounds", "3", "loss", "0.1", "stragglers", "0.2:3",
                          "deadline-ms", "3000", "crash-rate", "0.5", "jitter-ms", "2", NULL};
-    const char *peer[] = {"nodes", "6", "rounds", "4", "mode", "peer", "topology", "random:2",
+    const char *peer[] = {"nodes", "6", "rounds", "4", "role", "peer", "topology", "random:2",
                           "loss", "0.1", "deadline-ms", "2000", NULL};
     const char *const *which[] = {agg, peer};
     rows a;
@@ -138,7 +145,7 @@ static void test_no_crypto_same_model(void **state)
 static void test_default_lr(void **state)
 {
     static const struct {
-        const char *mode, *optimizer, *lr;
+        const char *role, *optimizer, *lr;
         float want;
     } cases[] = {
         {"aggregator", "adam", NULL, 0.002f},
@@ -154,13 +161,13 @@ static void test_default_lr(void **state)
     if (!train)
         skip();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const char *kv[] = {"nodes", "2", "rounds", "1", "mode", cases[i].mode,
+        const char *kv[] = {"nodes", "2", "rounds", "1", "role", cases[i].role,
                             "optimizer", cases[i].optimizer,
                             cases[i].lr ? "lr" : NULL, cases[i].lr, NULL};
 
         scenario(&sc, kv);
         (void)last_accuracy(&sc, &rs, h);
-        printf("%s, --optimizer %s, --lr %s: trained at %g\n", cases[i].mode,
+        printf("%s, --optimizer %s, --lr %s: trained at %g\n", cases[i].role,
                cases[i].optimizer, cases[i].lr ? cases[i].lr : "(default)", (double)rs.r[0].lr);
         assert_true(rs.r[0].lr == cases[i].want);
     }
@@ -276,12 +283,142 @@ static void test_chart(void **state)
     fed_sim_series_fini(&s[1]);
 }
 
+
+/* The settings fednode run and fedsim share (node/settings.h) start equal:
+ * an empty argv through both tables gives the same fed_node_settings. */
+static void test_shared_defaults(void **state)
+{
+    fed_node_settings a, b;
+    fed_sim_scenario sc;
+    fed_opt_error e;
+    char *none[] = {NULL};
+    char *pos[1];
+    int npos = 0;
+
+    (void)state;
+    memset(&a, 0, sizeof a);
+    memset(&sc, 0, sizeof sc);
+    assert_int_equal(fed_cli_run_settings(0, none, &a), FED_OK);
+    assert_int_equal(fed_opt_load(fed_sim_scenario_opts, fed_sim_scenario_nopts, &sc, 0, none,
+                                  pos, &npos, &e),
+                     FED_OK);
+    b = sc.s;
+    assert_string_equal(a.model, b.model);
+    assert_int_equal(a.min_clients, b.min_clients);
+    assert_int_equal(a.final_mix, b.final_mix);
+    assert_true(a.fraction == b.fraction);
+    assert_string_equal(a.mode, "sync");
+    assert_memory_equal(&a, &b, sizeof a);
+}
+
+static log_rec_t warned;
+
+static void rec_sink(void *ctx, fed_log_level level, const char *line)
+{
+    (void)ctx;
+    if (level == FED_LOG_WARN) {
+        warned.n++;
+        snprintf(warned.last, sizeof warned.last, "%s", line);
+    }
+}
+
+/* Each old spelling still works, as a flag and an INI key, and warns once
+ * naming the new: --sample (both programs) sets --fraction; fedsim's
+ * --mode aggregator|peer sets --role (mode back to sync), while --mode
+ * sync|async means what it means in fednode run. */
+static void test_deprecated_spellings(void **state)
+{
+    fed_sim_scenario sc;
+    fed_node_settings ns;
+    fed_opt_error e;
+    char *argv[] = {"--sample", "0.25", "--mode", "peer"};
+    char *argv_async[] = {"--mode", "async", "--role", "aggregator"};
+    char *pos[4];
+    int npos = 0;
+    const char *ini = "sample = 0.5\nmode = aggregator\n";
+    fed_log_level saved = fed_log_get_level();
+
+    (void)state;
+    fed_log_set_sink(rec_sink, NULL);
+    fed_log_set_level(FED_LOG_WARN);
+    memset(&warned, 0, sizeof warned);
+    memset(&e, 0, sizeof e);
+    assert_int_equal(fed_opt_load(fed_sim_scenario_opts, fed_sim_scenario_nopts, &sc, 4, argv,
+                                  pos, &npos, &e),
+                     FED_OK);
+    assert_true(sc.s.fraction == 0.25);
+    assert_int_equal(warned.n, 1);
+    assert_string_equal(warned.last, "--sample is deprecated: use --fraction");
+    fed_sim_scenario_settle(&sc);
+    assert_string_equal(sc.role, "peer");
+    assert_string_equal(sc.s.mode, "sync");
+    assert_int_equal(warned.n, 2);
+    assert_non_null(strstr(warned.last, "use --role peer"));
+
+    memset(&warned, 0, sizeof warned);
+    assert_int_equal(fed_opt_defaults(fed_sim_scenario_opts, fed_sim_scenario_nopts, &sc, &e),
+                     FED_OK);
+    snprintf(sc.role, sizeof sc.role, "peer");
+    assert_int_equal(fed_opt_parse_ini_buf(fed_sim_scenario_opts, fed_sim_scenario_nopts, &sc,
+                                           ini, strlen(ini), "sim.ini", &e),
+                     FED_OK);
+    fed_sim_scenario_settle(&sc);
+    assert_true(sc.s.fraction == 0.5);
+    assert_string_equal(sc.role, "aggregator");
+    assert_string_equal(sc.s.mode, "sync");
+    assert_int_equal(warned.n, 2);
+
+    memset(&warned, 0, sizeof warned);
+    assert_int_equal(fed_opt_load(fed_sim_scenario_opts, fed_sim_scenario_nopts, &sc, 4,
+                                  argv_async, pos, &npos, &e),
+                     FED_OK);
+    fed_sim_scenario_settle(&sc);
+    assert_string_equal(sc.s.mode, "async");
+    assert_string_equal(sc.role, "aggregator");
+    assert_int_equal(warned.n, 0);
+
+    /* fednode run takes --sample too, into the same field */
+    assert_int_equal(fed_cli_run_settings(2, argv, &ns), FED_OK);
+    assert_true(ns.fraction == 0.25);
+    assert_int_equal(warned.n, 1);
+    fed_log_set_sink(NULL, NULL);
+    fed_log_set_level(saved);
+}
+
+/* --mode async runs in fedsim as in fednode run (FedBuff: a merge every
+ * --buffer deltas), and fedsim's peers take --final-mix: rounds that only
+ * mix after the last one change (and draw together) the final estimates. */
+static void test_async_and_final_mix(void **state)
+{
+    const char *async_kv[] = {"nodes", "4", "rounds", "2", "mode", "async", "buffer", "2", NULL};
+    const char *mix0[] = {"nodes", "4", "rounds", "2", "role", "peer", "final-mix", "0", NULL};
+    const char *mix3[] = {"nodes", "4", "rounds", "2", "role", "peer", "final-mix", "3", NULL};
+    fed_sim_scenario sc;
+    rows rs;
+    uint8_t h0[32], h3[32], hs[32];
+
+    (void)state;
+    if (!train)
+        skip();
+    scenario(&sc, async_kv);
+    (void)last_accuracy(&sc, &rs, hs);
+    assert_int_equal(rs.n, 2);
+    assert_int_equal(rs.r[0].merged, 2); /* a merge every --buffer deltas */
+    scenario(&sc, mix0);
+    (void)last_accuracy(&sc, &rs, h0);
+    scenario(&sc, mix3);
+    (void)last_accuracy(&sc, &rs, h3);
+    assert_memory_not_equal(h0, h3, 32);
+}
+
 static void test_bad_specs(void **state)
 {
     const char *bad[][2] = {{"byzantine", "0.2"},      {"byzantine", "2:zero"},
                             {"byzantine", "0.2:flip"}, {"stragglers", "0.5:0.5"},
                             {"crash", "99@1"},         {"crash", "1@5,restart@2"},
-                            {"mode", "mesh"},          {"loss-window", "2@0-1"},
+                            {"role", "mesh"},          {"mode", "mesh"},
+                            {"rounds", "0"},           {"strategy", "bogus"},
+                            {"codec", "f64"},          {"loss-window", "2@0-1"},
                             {"partition-net", "1@0-1"}, {"partition-net", "2@3-1"}};
     fed_sim_scenario sc;
 
@@ -297,9 +434,7 @@ static void test_bad_specs(void **state)
     /* settings the nodes themselves refuse at start: the run stops at once
        (it used to wait out the virtual-time limit, a minute of wall time) */
     {
-        const char *refused[][4] = {{"strategy", "bogus", "mode", "aggregator"},
-                                    {"codec", "f64", "mode", "aggregator"},
-                                    {"topology", "bogus", "mode", "peer"}};
+        const char *refused[][4] = {{"topology", "bogus", "role", "peer"}};
 
         for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
             const char *kv[] = {"nodes",        "4",          "rounds",     "1",
@@ -317,6 +452,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chart),
+        cmocka_unit_test(test_shared_defaults),
+        cmocka_unit_test(test_deprecated_spellings),
+        cmocka_unit_test(test_async_and_final_mix),
         cmocka_unit_test(test_bad_specs),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_default_lr),

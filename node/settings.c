@@ -1,0 +1,55 @@
+/* settings.c - the shared settings (settings.h) into a node's config: the
+ * one place both programs check and copy them. */
+#include "node/settings.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "model/codec.h"
+
+fed_err fed_node_settings_apply(const fed_node_settings *s, uint32_t nclients,
+                                fed_node_config *c, const char **bad)
+{
+    fed_optim_kind kind;
+    fed_codec codec;
+    const char *dummy;
+
+    if (!bad)
+        bad = &dummy;
+    *bad = NULL;
+    if (fed_optim_kind_parse(s->optimizer, &kind) != FED_OK)
+        *bad = "optimizer";
+    else if (fed_codec_parse(s->codec, &codec) != FED_OK || codec.id == FED_CODEC_F64)
+        *bad = "codec";
+    else if (fed_merge_spec_check(s->strategy) != FED_OK)
+        *bad = "strategy";
+    else if (strcmp(s->mode, "sync") != 0 && strcmp(s->mode, "async") != 0)
+        *bad = "mode";
+    if (*bad)
+        return FED_ERR_SPEC;
+    snprintf(c->spec, sizeof c->spec, "%s", s->model);
+    c->local_epochs = (uint32_t)s->local_epochs;
+    c->batch = (uint32_t)s->batch;
+    c->optimizer = (uint8_t)kind;
+    c->lr = (float)s->lr; /* 0: the node takes the optimizer's own */
+    c->momentum = (float)s->momentum;
+    c->rounds = (uint32_t)s->rounds;
+    c->deadline_ms = (uint64_t)s->deadline_ms;
+    c->seed = s->seed;
+    snprintf(c->codec, sizeof c->codec, "%s", s->codec);
+    snprintf(c->strategy, sizeof c->strategy, "%s", s->strategy);
+    c->weight_cap = s->weight_cap;
+    c->sample_fraction = s->fraction;
+    c->min_clients = (uint32_t)s->min_clients;
+    c->wait_clients = s->wait_clients ? (uint32_t)s->wait_clients : nclients;
+    c->gather_ms = (uint64_t)s->gather_ms;
+    c->async_k = 0;
+    if (!strcmp(s->mode, "async"))
+        c->async_k = (uint32_t)(s->buffer ? s->buffer : s->min_clients);
+    c->max_staleness = (uint32_t)s->max_staleness;
+    snprintf(c->topology, sizeof c->topology, "%s", s->topology);
+    snprintf(c->sync, sizeof c->sync, "%s", s->sync);
+    snprintf(c->mixing, sizeof c->mixing, "%s", s->mixing);
+    c->final_mix = (uint32_t)s->final_mix;
+    return FED_OK;
+}

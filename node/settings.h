@@ -1,0 +1,115 @@
+/* settings.h - the settings `fednode run` and `fedsim` share: one name
+ * (flag --NAME and INI key NAME), one meaning, one default and one help
+ * line each, declared once in FED_NODE_SETTINGS_OPTS. Each program embeds a
+ * fed_node_settings in its own config struct and puts the entries into its
+ * option table beside its own options (core/opt.h), so neither can drift.
+ * fed_node_settings_apply turns them into a fed_node_config's fields. */
+#ifndef FED_NODE_SETTINGS_H
+#define FED_NODE_SETTINGS_H
+
+#include <stdint.h>
+
+#include "core/opt.h"
+#include "model/merge.h"
+#include "model/model.h"
+#include "model/optim.h"
+#include "node/node.h"
+
+typedef struct fed_node_settings {
+    char data[256];
+    char partition[64];
+    char model[FED_MODEL_SPEC_MAX];
+    int rounds;
+    int local_epochs;
+    int batch;
+    double lr;
+    char optimizer[16];
+    double momentum;
+    char codec[32];
+    char strategy[FED_MERGE_SPEC_MAX];
+    double weight_cap;
+    char mode[16];          /* sync | async */
+    int buffer;
+    int max_staleness;
+    double fraction;
+    int min_clients;
+    int wait_clients;       /* 0: every client */
+    int deadline_ms;
+    int gather_ms;
+    char topology[32];
+    char sync[16];
+    char mixing[16];
+    int final_mix;
+    uint64_t seed;
+} fed_node_settings;
+
+/* The entries for a config struct T holding a fed_node_settings as member m:
+ * static const fed_opt t[] = { FED_NODE_SETTINGS_OPTS(T, m), own options... }. */
+#define FED_NODE_SETTINGS_OPTS(T, m)                                                             \
+    FED_OPT_DEF(T, m.data, "data", FED_OPT_STR, "fashion-mnist", 0, 0,                           \
+                "fashion-mnist, a directory of IDX files, or a CSV file"),                       \
+    FED_OPT_DEF(T, m.partition, "partition", FED_OPT_STR, "iid", 0, 0,                           \
+                "client, peer: how the training split is cut into parts (fednode: --shard's K; " \
+                "fedsim: one per node): iid, dirichlet:ALPHA, shards:N"),                        \
+    FED_OPT_DEF(T, m.model, "model", FED_OPT_STR, "mlp:256,128", 0, 0,                           \
+                "aggregator, peer: logreg, mlp:W1,W2,... or cnn"),                               \
+    FED_OPT_DEF(T, m.rounds, "rounds", FED_OPT_INT, "10", 0, 1000000,                            \
+                "aggregator, peer: rounds to run (0: forever; fedsim needs an end)"),            \
+    FED_OPT_DEF(T, m.local_epochs, "local-epochs", FED_OPT_INT, "1", 1, 1000,                    \
+                "aggregator, peer: epochs each client (peer) trains per round"),                 \
+    FED_OPT_DEF(T, m.batch, "batch", FED_OPT_INT, "64", 1, 4096,                                 \
+                "aggregator, peer: the training batch size"),                                    \
+    FED_OPT_DEF(T, m.lr, "lr", FED_OPT_DOUBLE, "0", 0, 100,                                      \
+                "aggregator, peer: the training learning rate (" FED_OPTIM_LR_HELP ")"),        \
+    FED_OPT_DEF(T, m.optimizer, "optimizer", FED_OPT_STR, "sgd", 0, 0,                           \
+                "aggregator, peer: the training optimizer, sgd or adam"),                        \
+    FED_OPT_DEF(T, m.momentum, "momentum", FED_OPT_DOUBLE, "0.9", 0, 0.999,                      \
+                "aggregator, peer: the training SGD momentum (0: plain SGD)"),                   \
+    FED_OPT_DEF(T, m.codec, "codec", FED_OPT_STR, "f32", 0, 0,                                   \
+                "aggregator: the clients' delta codec: f32, f16, q8, topk:F"),                   \
+    FED_OPT_DEF(T, m.strategy, "strategy", FED_OPT_STR, "fedavg", 0, 0,                          \
+                "aggregator: merge strategy (fedavg, fedprox:MU, fedadam, median, trimmed:B, "   \
+                "krum:F, clip:N+..., see README)"),                                              \
+    FED_OPT_DEF(T, m.weight_cap, "weight-cap", FED_OPT_DOUBLE, "0", 0, 1,                        \
+                "aggregator: largest share of the merge weight one client may get (0: none)"),   \
+    FED_OPT_DEF(T, m.mode, "mode", FED_OPT_STR, "sync", 0, 0,                                    \
+                "aggregator: sync (rounds with a deadline) or async (FedBuff: merge every "      \
+                "--buffer deltas)"),                                                             \
+    FED_OPT_DEF(T, m.buffer, "buffer", FED_OPT_INT, "0", 0, FED_MERGE_DEFAULT_MAX_CLIENTS,       \
+                "aggregator, async: deltas buffered per merge (0: --min-clients)"),              \
+    FED_OPT_DEF(T, m.max_staleness, "max-staleness", FED_OPT_INT, "10", 0, 1000000,              \
+                "aggregator, async: rounds a delta may lag behind and still be merged"),         \
+    FED_OPT_DEF(T, m.fraction, "fraction", FED_OPT_DOUBLE, "1", 1e-6, 1,                         \
+                "aggregator: share of the waiting clients sampled each round"),                  \
+    FED_OPT_DEF(T, m.min_clients, "min-clients", FED_OPT_INT, "1", 1, 100000,                    \
+                "aggregator: deltas needed to merge a round"),                                   \
+    FED_OPT_DEF(T, m.wait_clients, "wait-clients", FED_OPT_INT, "0", 0, 100000,                  \
+                "aggregator: clients waiting that start a round at once (0: every client: "      \
+                "fednode: each member of --allow but itself; fedsim: --nodes)"),                 \
+    FED_OPT_DEF(T, m.deadline_ms, "deadline-ms", FED_OPT_INT, "60000", 1, 86400000,              \
+                "aggregator, peer: a round closes this long after it started"),                  \
+    FED_OPT_DEF(T, m.gather_ms, "gather-ms", FED_OPT_INT, "1000", 0, 600000,                     \
+                "aggregator: start a round with --min-clients once this passed since the last "  \
+                "round (round 1: since the first client came)"),                                 \
+    FED_OPT_DEF(T, m.topology, "topology", FED_OPT_STR, "ring", 0, 0,                            \
+                "peer: full, ring, random:K, tree, smallworld:K,P or static (fednode only: "     \
+                "see --neighbours)"),                                                            \
+    FED_OPT_DEF(T, m.sync, "sync", FED_OPT_STR, "bsp", 0, 0,                                     \
+                "peer: bsp (wait for the round's shares or --deadline-ms), ssp:S, asp:T or bap"), \
+    FED_OPT_DEF(T, m.mixing, "mixing", FED_OPT_STR, "pushsum", 0, 0,                             \
+                "peer: pushsum (running sums), plain, metropolis or pairwise"),                  \
+    FED_OPT_DEF(T, m.final_mix, "final-mix", FED_OPT_INT, "3", 0, 1000,                          \
+                "peer: rounds that only mix after the last training round, so the members "     \
+                "end close to one model"),                                                       \
+    FED_OPT_DEF(T, m.seed, "seed", FED_OPT_U64, "1", 0, 0,                                       \
+                "seed of initialization and shuffling (fedsim: of every random choice)"),        \
+    FED_OPT_ALIAS("sample", "fraction")
+
+/* The round settings into c (after fed_node_config_default): model, training,
+ * merge, rounds, async and peer fields. wait_clients 0 becomes nclients (every
+ * client; 0: unknown, then --min-clients). *bad names the setting that does
+ * not parse (FED_ERR_SPEC). */
+FED_WUR fed_err fed_node_settings_apply(const fed_node_settings *s, uint32_t nclients,
+                                        fed_node_config *c, const char **bad);
+
+#endif
