@@ -97,16 +97,19 @@ test_key() {
 }
 # stranger PORT SECONDS HEX LEN GARBAGE: a raw TCP connection to PORT on
 # 127.0.0.1 (bash's /dev/tcp: see need_bash) that sends the bytes HEX (an SP
-# handshake: $SP_REQ0 is req0's), LEN as an 8-byte big-endian message length,
-# GARBAGE random bytes of the message, then holds the connection SECONDS;
-# in the background, its pid in SPIDS
+# handshake: $SP_REQ0 is req0's), LEN as an 8-byte big-endian message length
+# (LEN '-': none, the connection then idles), GARBAGE random bytes of the
+# message, then holds the connection SECONDS; in the background, its pid in
+# SPIDS. Every byte but the garbage is ready before it connects.
 stranger() {
+    lenhex="" i=56
+    while [ "$4" != - ] && [ $i -ge 0 ]; do # octal escapes, without a fork
+        b=$((($4 >> i) & 255)); lenhex="$lenhex\\$((b / 64))$((b / 8 % 8))$((b % 8))"; i=$((i - 8))
+    done
     bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$0" || exit 0
-        printf "$2" >&3 2>/dev/null
-        len=$3; i=56; while [ $i -ge 0 ]; do
-            printf "\\$(printf %03o $(( (len >> i) & 255 )))" >&3 2>/dev/null; i=$((i - 8)); done
+        printf "$2$3" >&3 2>/dev/null
         [ "$4" -gt 0 ] && head -c "$4" /dev/urandom >&3 2>/dev/null
-        sleep "$1"' "$1" "$2" "$3" "$4" "$5" &
+        sleep "$1"' "$1" "$2" "$3" "$lenhex" "$5" &
     SPIDS="$SPIDS $!"
 }
 # strangers_done: wait for the strangers alone (not the aggregator)

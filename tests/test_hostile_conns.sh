@@ -7,7 +7,7 @@
 #    allocating (conn_dropped);
 #  - 40 that send whole frames of garbage: refused as bad magic (rej_magic);
 #  - 40 that announce a message within the limit and stall: closed after
-#    --conn-stall-ms (conn_stalled);
+#    --conn-stall-ms, 3 s (conn_stalled); the others deliver well within it;
 #  - 10 with a bad handshake (conn_handshake: NNG 1.5.2 counts one only when
 #    its listener is waiting on an accept, so a burst counts as fewer);
 #  - 30 at once over --max-connections 16: the surplus closed (conn_refused;
@@ -24,10 +24,10 @@ mkdir -p "$K"
 for n in agg c0 c1; do test_key "$n" "$K"; echo "$n $("$FEDNODE" pubkey "$K/$n")" >>"$K/allow.txt"; done
 start agg --role aggregator --keys "$K/agg" --allow "$K/allow.txt" --db "$TMP/agg.db" \
     --listen tcp://127.0.0.1:0 --port-file "$TMP/port" --model logreg --rounds 2 \
-    --min-clients 2 --wait-clients 2 --threads 1 --max-connections 16 --conn-stall-ms 1000
+    --min-clients 2 --wait-clients 2 --threads 1 --max-connections 16 --conn-stall-ms 3000
 wait_for "aggregator writes its port" 30 test -s "$TMP/port"
 port=$(cat "$TMP/port")
-logged agg "requests up to 128552 bytes, 16 connections at once" ||
+logged agg "requests up to 128552 bytes, 16 connections at once, a silent one closed after 3000 ms" ||
     fail "the aggregator states its limits (requests up to 128552 bytes, 16 connections)"
 rss() { sed -n 's/^VmRSS:[^0-9]*\([0-9]*\) kB/\1/p' "/proc/$(pid agg)/status"; }
 sleep 1
@@ -42,10 +42,10 @@ wave() { # COUNT SECONDS HEX LEN GARBAGE, 8 at a time (two waves fit the cap)
 }
 wave 40 1 "$SP_REQ0" 16777216 65536      # announce 16 MiB: dropped at once
 wave 40 1 "$SP_REQ0" 120000 120000       # whole frames of garbage
-wave 40 3 "$SP_REQ0" 128000 4096         # stall inside the limit: closed after 1 s
+wave 40 5 "$SP_REQ0" 128000 4096         # stall inside the limit: closed after 3 s
 wave 10 1 'GET / HTTP/1.1\r\n\r\n' 0 0 # not SP at all
 peak=$(rss)
-n=0; while [ $n -lt 30 ]; do stranger "$port" 3 "$SP_REQ0" 0 0; n=$((n + 1)); done # over the cap
+n=0; while [ $n -lt 30 ]; do stranger "$port" 5 "$SP_REQ0" - 0; n=$((n + 1)); done # over the cap, idle
 sleep 1
 during=$(rss)
 strangers_done
