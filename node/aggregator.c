@@ -44,7 +44,7 @@ static fed_err alloc_scratch(fed_node *n)
     return FED_OK;
 }
 
-fed_err fed_node_agg_new(fed_node *n)
+static fed_err fed_node_agg_new(fed_node *n)
 {
     const fed_node_config *c = &n->cfg;
     node_agg *a = fed_calloc(1, sizeof *a);
@@ -86,7 +86,7 @@ static void parts_clear(node_agg *a)
     a->nparts = 0;
 }
 
-void fed_node_agg_free(fed_node *n)
+static void fed_node_agg_free(fed_node *n)
 {
     node_agg *a = n->agg;
 
@@ -190,7 +190,7 @@ static fed_err load_counter_base(fed_node *n)
     return FED_OK;
 }
 
-fed_err fed_node_agg_start(fed_node *n)
+static fed_err fed_node_agg_start(fed_node *n)
 {
     node_agg *a = n->agg;
     fed_rng rng;
@@ -584,7 +584,7 @@ static fed_err put_counters(fed_node *n)
     return fed_store_put_counters(n->cfg.store, c, nc);
 }
 
-fed_err fed_node_agg_stop(fed_node *n)
+static fed_err fed_node_agg_stop(fed_node *n)
 {
     node_agg *a = n->agg;
     fed_store *st = n->cfg.store;
@@ -850,7 +850,7 @@ fed_err fed_node_agg_answer_model(fed_node *n, fed_req *req, const fed_wire_hdr 
 
 /* ---- frames ---- */
 
-void fed_node_agg_prepare_open(fed_node *n, node_open *op)
+static void fed_node_agg_prepare_open(fed_node *n, node_open *op)
 {
     op->expect_n = n->agg->nparams;
     op->expect_codec = (uint16_t)n->agg->codec.id;
@@ -932,7 +932,7 @@ static fed_err on_delta(fed_node *n, node_open *op)
     return e;
 }
 
-fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
+static fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
 {
     node_agg *a = n->agg;
     const fed_wire_msg *m = &op->msg;
@@ -968,7 +968,7 @@ fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
     }
 }
 
-fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
+static fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
 {
     node_agg *a = n->agg;
 
@@ -1021,3 +1021,26 @@ fed_err fed_node_get_params(const fed_node *n, float *dst)
         return FED_ERR_ROLE;
     return fed_model_get_params(n->agg->model, dst);
 }
+
+/* The aggregator's part of fed_node_new's configuration check. */
+static fed_err fed_node_agg_check(const fed_node_config *c)
+{
+    if (!(c->sample_fraction > 0 && c->sample_fraction <= 1) || c->min_clients < 1 ||
+        c->local_epochs < 1 || c->batch < 1 || !(c->lr > 0) ||
+        !(c->momentum >= 0 && c->momentum < 1) || c->poll_ms == 0 || c->deadline_ms == 0 ||
+        c->async_k > FED_MERGE_DEFAULT_MAX_CLIENTS)
+        return FED_ERR_BAD_VALUE;
+    return FED_OK;
+}
+
+const node_role_ops fed_node_agg_ops = {
+    .check = fed_node_agg_check,
+    .create = fed_node_agg_new,
+    .destroy = fed_node_agg_free,
+    .start = fed_node_agg_start,
+    .stop = fed_node_agg_stop,
+    .prepare_open = fed_node_agg_prepare_open,
+    .on_msg = fed_node_agg_on_msg,
+    .on_timer = fed_node_agg_on_timer,
+    .on_job = fed_node_agg_on_job,
+};

@@ -132,6 +132,8 @@ fed_err fed_node_agg_async_on_ask(fed_node *n, fed_req *req, const fed_wire_hdr 
 fed_err fed_node_agg_async_on_delta(fed_node *n, node_open *op);
 
 /* ---- agg_eval.c: the evaluation queue and the pending figures ---- */
+/* The round's evaluation job came back. */
+fed_err fed_node_agg_on_job(fed_node *n, fed_job *job);
 fed_err fed_node_agg_flush_pending(fed_node *n);
 void fed_node_agg_report_round(fed_node *n, fed_node_round_info *info);
 /* What the evaluation and the pending figures hold (a is being freed). */

@@ -107,7 +107,7 @@ static fed_err build_model_parts(fed_node *n)
     return e;
 }
 
-fed_err fed_node_peer_new(fed_node *n)
+static fed_err fed_node_peer_new(fed_node *n)
 {
     const fed_node_config *c = &n->cfg;
     node_mesh *p = fed_calloc(1, sizeof *p);
@@ -142,7 +142,7 @@ fed_err fed_node_peer_new(fed_node *n)
     return FED_OK;
 }
 
-void fed_node_peer_free(fed_node *n)
+static void fed_node_peer_free(fed_node *n)
 {
     node_mesh *p = n->mesh;
 
@@ -569,7 +569,7 @@ static fed_err begin_round(fed_node *n)
     return e;
 }
 
-fed_err fed_node_peer_start(fed_node *n)
+static fed_err fed_node_peer_start(fed_node *n)
 {
     fed_err e = resume(n);
 
@@ -578,7 +578,7 @@ fed_err fed_node_peer_start(fed_node *n)
     return begin_round(n);
 }
 
-fed_err fed_node_peer_on_job(fed_node *n, fed_job *job)
+static fed_err fed_node_peer_on_job(fed_node *n, fed_job *job)
 {
     node_mesh *p = n->mesh;
     node_train_job *j = &p->job;
@@ -603,7 +603,7 @@ fed_err fed_node_peer_on_job(fed_node *n, fed_job *job)
 
 /* ---- frames ---- */
 
-void fed_node_peer_prepare_open(fed_node *n, node_open *op)
+static void fed_node_peer_prepare_open(fed_node *n, node_open *op)
 {
     op->expect_n = n->mesh->dim;
     op->expect_codec = FED_CODEC_F64;
@@ -654,7 +654,7 @@ static fed_err on_ack(fed_node *n, const fed_wire_msg *m)
     return fed_node_tx_push(n, m->hdr.sender, &done);
 }
 
-fed_err fed_node_peer_on_msg(fed_node *n, node_open *op)
+static fed_err fed_node_peer_on_msg(fed_node *n, node_open *op)
 {
     node_mesh *p = n->mesh;
     const fed_wire_msg *m = &op->msg;
@@ -678,7 +678,7 @@ fed_err fed_node_peer_on_msg(fed_node *n, node_open *op)
     return FED_ERR_ROLE;
 }
 
-fed_err fed_node_peer_on_timer(fed_node *n, uint32_t id)
+static fed_err fed_node_peer_on_timer(fed_node *n, uint32_t id)
 {
     node_mesh *p = n->mesh;
 
@@ -715,3 +715,24 @@ fed_err fed_node_peer_mass(const fed_node *n, double *x, double *w)
     *w = fed_gossip_ps_w(n->mesh->ps);
     return FED_OK;
 }
+
+/* The peer's part of fed_node_new's configuration check. */
+static fed_err fed_node_peer_check_config(const fed_node_config *c)
+{
+    return c->deadline_ms > 0 && c->local_epochs >= 1 && c->batch >= 1 && c->lr > 0 &&
+                   c->momentum >= 0 && c->momentum < 1
+               ? FED_OK
+               : FED_ERR_BAD_VALUE;
+}
+
+const node_role_ops fed_node_peer_ops = {
+    .check = fed_node_peer_check_config,
+    .create = fed_node_peer_new,
+    .destroy = fed_node_peer_free,
+    .start = fed_node_peer_start,
+    .stop = NULL, /* nothing to save */
+    .prepare_open = fed_node_peer_prepare_open,
+    .on_msg = fed_node_peer_on_msg,
+    .on_timer = fed_node_peer_on_timer,
+    .on_job = fed_node_peer_on_job,
+};
