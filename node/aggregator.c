@@ -1,11 +1,10 @@
 /* aggregator.c - the aggregator role: holds clients' HELLO/NEXT until a
  * round starts, samples the round's clients, answers them with the round's
  * MODEL, collects their DELTAs until all came or the deadline, merges them
- * (fed_merge, in client-key order), evaluates, and commits the round row,
- * contributions, counters and a checkpoint in one transaction; in async
- * mode (FedBuff) answers every request at once and merges whenever K deltas
- * are buffered. Owns the global model and the held requests; never sees a
- * client's data. */
+ * (fed_merge, in client-key order), and commits the round row,
+ * contributions, counters and a checkpoint in one transaction. Async mode
+ * (FedBuff) is agg_async.c, the evaluation agg_eval.c. Owns the global
+ * model and the held requests; never sees a client's data. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,117 +16,13 @@
 #include "core/rng.h"
 #include "crypto/seal.h"
 #include "node/ckpt_model.h"
-#include "node/node_impl.h"
+#include "node/aggregator_impl.h"
 
-typedef enum agg_state { AGG_IDLE = 0, AGG_RUNNING = 1, AGG_DONE = 2 } agg_state;
-
-/* A HELLO or NEXT held until a round starts (or poll_ms passes). */
-typedef struct agg_hold {
-    fed_req *req;
-    fed_wire_hdr hdr; /* the request's header: who, which epoch */
-    uint64_t since_ms;
-} agg_hold;
-
-/* A committed round waiting for the evaluation: its parameters and row. */
-typedef struct agg_eval_wait {
-    float *params; /* (nparams) */
-    fed_node_round_info info;
-    fed_store_round row;
-} agg_eval_wait;
-
-/* At most this many rounds wait, and no more than AGG_EVAL_QUEUE_BYTES of
- * their parameters (at least one); past that the oldest waiting round is
- * reported without an accuracy. */
-#define AGG_EVAL_QUEUE_MAX 8
-#define AGG_EVAL_QUEUE_BYTES ((size_t)64 << 20)
 /* After a failed round (a failed commit), the next try waits gather_ms,
  * then twice as long each time, up to this. */
 #define AGG_RETRY_MAX_MS 60000
 
-/* The held-out evaluation of a committed round, as an idle job on its own
- * copy of the model (the loop goes on with the next round meanwhile, and
- * training anywhere on the machine comes first). Rounds committed while it
- * runs wait in a queue, evaluated in order once CPU time frees up (at the
- * latest when the job ends). */
-typedef struct agg_eval {
-    fed_job job;
-    fed_model *model;          /* a copy of the global's spec, the round's params;
-                                  no pool: it runs on one idle thread */
-    const fed_dataset *test;
-    fed_step_stats st;         /* out */
-    fed_err err;               /* out */
-    int busy;
-    fed_node_round_info info;  /* the round evaluated */
-    fed_store_round row;       /* its committed row, completed when done */
-    agg_eval_wait wait[AGG_EVAL_QUEUE_MAX]; /* a ring: nwait from head */
-    size_t head, nwait, cap_wait;             /* cap_wait: 0 until first used */
-} agg_eval;
-
-/* A round's measured figures whose write to its row failed (a full disk):
- * kept until a write goes through (the next commit, the next round's
- * figures, or stop), so a reported accuracy is never only in the log. */
-typedef struct agg_pending {
-    fed_store_round *rows; /* (n) committed rows with their loss and accuracy */
-    size_t n, cap;
-    uint32_t tries;        /* failed writes of the oldest one */
-} agg_pending;
-
-/* A client sampled for the current round. */
-typedef struct agg_part {
-    uint8_t key[32];
-    int got;          /* its delta is in */
-    uint64_t base;    /* the round it trained (< the round filled: stale, async) */
-    uint64_t epoch;   /* its sender epoch, as its delta said */
-    uint64_t samples;
-    float *delta;     /* (nparams) host, owned */
-    uint8_t header[FED_WIRE_HEADER_BYTES];
-    uint8_t digest[FED_CRYPTO_DIGEST_BYTES];
-    uint8_t sig[FED_CRYPTO_SIG_BYTES];
-} agg_part;
-
-struct node_agg {
-    fed_model *model;      /* the global model, on cfg.be */
-    fed_merge *merge;
-    fed_codec codec;       /* what clients answer with */
-    size_t nparams;
-    agg_state state;
-    int gathered;          /* gather_ms passed since the last round (or, before round 1,
-                              since the first client came): min_clients will do */
-    int first_armed;       /* the gather timer was armed for round 1 (arm_first_gather) */
-    uint32_t failed;       /* rounds failed in a row (a full disk): the next try waits */
-    uint64_t retry_at_ms;  /* no round starts before this (now_ms), after a failure */
-    uint64_t round_start_ms;
-    agg_hold *holds;
-    size_t nholds, cap_holds;
-    agg_part *parts;       /* (nparts) sampled this round, sorted by key */
-    size_t nparts;
-    uint8_t *model_vec;    /* host, f32 encoded for the MODEL; model_vec_len 0: not yet
-                              since host last changed */
-    size_t model_vec_len, model_vec_cap;
-    float *host;           /* (nparams) the global model's parameters on the host, fetched
-                              once at start and once after each merge; the checkpoint,
-                              the MODEL and the evaluation read them from here */
-    float *committed;      /* (nparams) the last committed global, kept while a round
-                              merges: a failed commit puts it back */
-    float *committed_state;/* (merge state floats) the strategy's state with it, or NULL */
-    float **dev;           /* (max_clients) device copies on a non-host backend */
-    fed_merge_input *inputs;
-    fed_merge_result *results;
-    int max_clients;
-    fed_store_round last_row;      /* the round just committed (its accuracy
-                                      is added once evaluated) */
-    agg_eval ev;
-    agg_pending pending;   /* figures not in their rows yet */
-    uint64_t bytes_in0, bytes_out0; /* wire counters when the round started */
-    uint64_t ctr_base[64]; /* wire counters the database held at start (earlier runs) */
-};
-
 static int backend_is_host(const fed_backend *be) { return strcmp(be->name, "cpu") == 0; }
-
-static int is_async(const fed_node *n) { return n->cfg.async_k > 0; }
-
-static fed_err async_open_round(fed_node *n);
-static fed_err flush_pending(fed_node *n);
 
 /* ---- building and resuming ---- */
 
@@ -149,7 +44,7 @@ static fed_err alloc_scratch(fed_node *n)
     return FED_OK;
 }
 
-fed_err fed_node_agg_new(fed_node *n)
+static fed_err fed_node_agg_new(fed_node *n)
 {
     const fed_node_config *c = &n->cfg;
     node_agg *a = fed_calloc(1, sizeof *a);
@@ -191,7 +86,7 @@ static void parts_clear(node_agg *a)
     a->nparts = 0;
 }
 
-void fed_node_agg_free(fed_node *n)
+static void fed_node_agg_free(fed_node *n)
 {
     node_agg *a = n->agg;
 
@@ -216,10 +111,7 @@ void fed_node_agg_free(fed_node *n)
     fed_free(a->committed_state);
     fed_merge_free(a->merge);
     fed_model_free(a->model);
-    fed_model_free(a->ev.model);
-    for (size_t i = 0; i < AGG_EVAL_QUEUE_MAX; i++)
-        fed_free(a->ev.wait[i].params);
-    fed_free(a->pending.rows);
+    fed_node_agg_eval_free(a);
     fed_free(a);
     n->agg = NULL;
 }
@@ -298,7 +190,7 @@ static fed_err load_counter_base(fed_node *n)
     return FED_OK;
 }
 
-fed_err fed_node_agg_start(fed_node *n)
+static fed_err fed_node_agg_start(fed_node *n)
 {
     node_agg *a = n->agg;
     fed_rng rng;
@@ -315,16 +207,16 @@ fed_err fed_node_agg_start(fed_node *n)
         n->finished = 1;
         return FED_OK;
     }
-    if (is_async(n))
-        return async_open_round(n);
-    if (n->round > 0) /* resumed after a round: as close_round would go on */
+    if (fed_node_agg_is_async(n))
+        return fed_node_agg_async_open(n);
+    if (n->round > 0) /* resumed after a round: as fed_node_agg_close_round would go on */
         return fed_node_arm_in(n, n->cfg.gather_ms, NODE_TIMER_ROUND);
     return FED_OK;
 }
 
 /* ---- holds ---- */
 
-static void arm_poll(fed_node *n)
+void fed_node_agg_arm_poll(fed_node *n)
 {
     node_agg *a = n->agg;
     uint64_t first = UINT64_MAX;
@@ -344,7 +236,7 @@ static void hold_remove(node_agg *a, size_t i)
 }
 
 /* A client asks for work: replace its older hold (that request is over). */
-static fed_err hold_add(fed_node *n, fed_req *req, const fed_wire_hdr *h)
+fed_err fed_node_agg_hold_add(fed_node *n, fed_req *req, const fed_wire_hdr *h)
 {
     node_agg *a = n->agg;
 
@@ -369,7 +261,7 @@ static fed_err hold_add(fed_node *n, fed_req *req, const fed_wire_hdr *h)
     a->holds[a->nholds].hdr = *h;
     a->holds[a->nholds].since_ms = n->env.now_ms(n->env.self);
     a->nholds++;
-    arm_poll(n);
+    fed_node_agg_arm_poll(n);
     return FED_OK;
 }
 
@@ -418,7 +310,7 @@ static size_t sample_size(const fed_node *n, size_t waiting)
 
 /* The MODEL vector: the global parameters, f32 encoded, once per change
  * of host (a round sealed ahead encoded it at the last commit). */
-static fed_err encode_global(fed_node *n)
+fed_err fed_node_agg_encode_global(fed_node *n)
 {
     node_agg *a = n->agg;
     fed_codec f32 = {.id = FED_CODEC_F32};
@@ -434,7 +326,7 @@ static fed_err encode_global(fed_node *n)
     return e;
 }
 
-static void settings_of_round(const fed_node *n, fed_wire_block *b)
+void fed_node_agg_settings(const fed_node *n, fed_wire_block *b)
 {
     const fed_node_config *c = &n->cfg;
     fed_wire_settings *s = &b->settings;
@@ -464,7 +356,8 @@ static node_cast cast_of(const agg_hold *h)
 /* The MODEL of round n->round + 1 to holds[0..k), sealed together
  * (broadcast.c). A client whose frame could not be sent goes missing, or
  * asks again: returns the first such error. */
-static fed_err send_models(fed_node *n, const agg_hold *holds, size_t k, const fed_wire_block *b)
+fed_err fed_node_agg_send_models(fed_node *n, const agg_hold *holds, size_t k,
+                                 const fed_wire_block *b)
 {
     node_agg *a = n->agg;
     node_cast *to;
@@ -496,7 +389,7 @@ static fed_err start_round(fed_node *n)
     uint64_t seed;
     fed_err e;
 
-    if ((e = encode_global(n)) != FED_OK)
+    if ((e = fed_node_agg_encode_global(n)) != FED_OK)
         return e;
     n->env.random(n->env.self, &seed, sizeof seed);
     fed_rng_seed(&rng, seed);
@@ -508,7 +401,7 @@ static fed_err start_round(fed_node *n)
         a->holds[i] = a->holds[j];
         a->holds[j] = t;
     }
-    settings_of_round(n, &b);
+    fed_node_agg_settings(n, &b);
     parts_clear(a);
     for (size_t i = 0; i < k; i++)
         memcpy(a->parts[i].key, a->holds[i].hdr.sender, 32);
@@ -525,10 +418,10 @@ static fed_err start_round(fed_node *n)
         return e; /* the node stops: a round without its deadline could wait forever */
     fed_log(FED_LOG_INFO, "aggregator: round %llu starts with %zu of %zu waiting clients",
             (unsigned long long)(n->round + 1), k, a->nholds);
-    (void)send_models(n, a->holds, k, &b); /* a failed send: the client goes missing */
+    (void)fed_node_agg_send_models(n, a->holds, k, &b); /* a failed send: the client goes missing */
     memmove(a->holds, a->holds + k, (a->nholds - k) * sizeof *a->holds);
     a->nholds -= k;
-    arm_poll(n);
+    fed_node_agg_arm_poll(n);
     return FED_OK;
 }
 
@@ -563,7 +456,7 @@ static fed_err maybe_start(fed_node *n)
 
 /* ---- closing a round ---- */
 
-static agg_part *part_find(node_agg *a, const uint8_t key[32])
+agg_part *fed_node_agg_part_find(node_agg *a, const uint8_t key[32])
 {
     for (size_t i = 0; i < a->nparts; i++)
         if (!memcmp(a->parts[i].key, key, 32))
@@ -634,7 +527,7 @@ static fed_err gather_inputs(fed_node *n, int *count)
 }
 
 /* The checkpoint sections of the round just merged. Its parameters are the
- * f32 MODEL vector's body, encoded already (encode_global): the same
+ * f32 MODEL vector's body, encoded already (fed_node_agg_encode_global): the same
  * little-endian floats. */
 static fed_err write_checkpoint(fed_node *n, uint8_t hash[32])
 {
@@ -691,11 +584,11 @@ static fed_err put_counters(fed_node *n)
     return fed_store_put_counters(n->cfg.store, c, nc);
 }
 
-fed_err fed_node_agg_stop(fed_node *n)
+static fed_err fed_node_agg_stop(fed_node *n)
 {
     node_agg *a = n->agg;
     fed_store *st = n->cfg.store;
-    fed_err e, pe = flush_pending(n);
+    fed_err e, pe = fed_node_agg_flush_pending(n);
 
     if (pe != FED_OK) /* the last chance: the figures go to the log at least */
         for (size_t i = 0; i < a->pending.n; i++)
@@ -791,9 +684,9 @@ static fed_err commit_sealing_ahead(fed_node *n, const fed_node_round_info *info
     fed_wire_block b;
     size_t k = 0;
 
-    if ((c.err = encode_global(n)) != FED_OK)
+    if ((c.err = fed_node_agg_encode_global(n)) != FED_OK)
         return c.err;
-    if (is_async(n) || (n->cfg.rounds && info->round >= n->cfg.rounds) ||
+    if (fed_node_agg_is_async(n) || (n->cfg.rounds && info->round >= n->cfg.rounds) ||
         !(to = fed_malloc((a->nparts ? a->nparts : 1) * sizeof *to))) {
         commit_piece(&c);
         return c.err;
@@ -806,215 +699,11 @@ static fed_err commit_sealing_ahead(fed_node *n, const fed_node_round_info *info
         to[k].recipient_epoch = a->parts[i].epoch;
         k++;
     }
-    settings_of_round(n, &b);
+    fed_node_agg_settings(n, &b);
     fed_node_cast_ahead(n, to, k, FED_WIRE_MODEL, info->round + 1, FED_CODEC_F32, &b,
                         a->model_vec, a->model_vec_len, commit_piece, &c);
     fed_free(to);
     return c.err;
-}
-
-static void evaluate(fed_node *n, fed_node_round_info *info)
-{
-    fed_step_stats st = {0};
-
-    info->loss = NAN;
-    info->accuracy = NAN;
-    if (!n->cfg.test)
-        return;
-    if (fed_train_evaluate_all(n->agg->model, n->cfg.test, &st) != FED_OK || st.samples == 0)
-        return;
-    info->loss = st.loss_sum / (double)st.samples;
-    info->accuracy = (double)st.correct / (double)st.samples;
-}
-
-/* Writes every pending row, oldest first, in one transaction: all of them
- * or, on failure, none (they stay pending for the next try). */
-static fed_err flush_pending(fed_node *n)
-{
-    agg_pending *p = &n->agg->pending;
-    fed_store *st = n->cfg.store;
-    fed_err e;
-
-    if (p->n == 0)
-        return FED_OK;
-    if ((e = fed_store_begin(st)) != FED_OK)
-        goto out;
-    for (size_t i = 0; i < p->n && e == FED_OK; i++)
-        e = fed_store_put_round(st, &p->rows[i]);
-    if (e == FED_OK)
-        e = fed_store_commit(st);
-out:
-    if (e != FED_OK) {
-        fed_store_rollback(st);
-        p->tries++;
-        return e;
-    }
-    for (size_t i = 0; i < p->n; i++)
-        if (p->tries) /* written now, after the failures logged */
-            fed_log(FED_LOG_INFO, "aggregator: round %llu's accuracy %.4f recorded, the "
-                                  "database taking writes again (%u failed tries)",
-                    (unsigned long long)p->rows[i].round, p->rows[i].accuracy, p->tries);
-    p->n = 0;
-    p->tries = 0;
-    return FED_OK;
-}
-
-/* row (its loss and accuracy set) to the pending rows, then every pending
- * row to the database. */
-static fed_err record_figures(fed_node *n, const fed_store_round *row)
-{
-    agg_pending *p = &n->agg->pending;
-    fed_err e;
-
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? 2 * p->cap : 4;
-        fed_store_round *r = fed_realloc(p->rows, cap * sizeof *r);
-
-        if (!r) { /* no room to keep it: one try, now */
-            if ((e = fed_store_put_round(n->cfg.store, row)) != FED_OK)
-                fed_log(FED_LOG_ERROR, "aggregator: round %llu's accuracy is lost: %s",
-                        (unsigned long long)row->round, fed_strerror(e));
-            return e;
-        }
-        p->rows = r;
-        p->cap = cap;
-    }
-    p->rows[p->n++] = *row;
-    if ((e = flush_pending(n)) != FED_OK)
-        fed_log(FED_LOG_WARN, "aggregator: recording round %llu's accuracy failed: %s; kept "
-                              "with %zu pending, written at the next commit or stop",
-                (unsigned long long)row->round, fed_strerror(e), p->n);
-    return e;
-}
-
-/* The round's figures into its committed row (or, while the database takes
- * no writes, kept until it does: record_figures), the log and the observer.
- * A crash before they are written leaves the committed row without them. */
-static void finish_report(fed_node *n, fed_node_round_info *info, fed_store_round *row)
-{
-    if (!isnan(info->accuracy)) {
-        row->loss = info->loss;
-        row->accuracy = info->accuracy;
-        (void)record_figures(n, row); /* logged */
-        fed_log(FED_LOG_INFO, "aggregator: round %llu accuracy %.4f loss %.4f",
-                (unsigned long long)info->round, info->accuracy, info->loss);
-    }
-    if (n->cfg.on_round)
-        n->cfg.on_round(n->cfg.observer, n, info);
-}
-
-static void eval_job_run(fed_job *job)
-{
-    agg_eval *ev = (agg_eval *)job;
-
-    memset(&ev->st, 0, sizeof ev->st);
-    ev->err = fed_train_evaluate_all(ev->model, ev->test, &ev->st);
-}
-
-/* params (nparams floats) into the evaluation model and the job out. */
-static fed_err eval_submit(fed_node *n, const float *params, const fed_node_round_info *info,
-                           const fed_store_round *row)
-{
-    agg_eval *ev = &n->agg->ev;
-    fed_err e = fed_model_set_params(ev->model, params);
-
-    if (e != FED_OK)
-        return e;
-    ev->job.fn = eval_job_run;
-    ev->job.user = n;
-    ev->job.idle = 1;
-    ev->test = n->cfg.test;
-    ev->info = *info;
-    ev->row = *row;
-    ev->busy = 1;
-    if ((e = (fed_err)n->env.submit(n->env.self, &ev->job)) != FED_OK)
-        ev->busy = 0;
-    return e;
-}
-
-/* The round waits for the evaluation in flight, after any that wait
- * already; when the queue is full its oldest round is reported now,
- * without an accuracy. */
-static fed_err eval_defer(fed_node *n, const fed_node_round_info *info)
-{
-    node_agg *a = n->agg;
-    agg_eval *ev = &a->ev;
-    size_t bytes = a->nparams * sizeof(float);
-    agg_eval_wait *w;
-
-    if (!ev->cap_wait) {
-        size_t fit = bytes ? AGG_EVAL_QUEUE_BYTES / bytes : AGG_EVAL_QUEUE_MAX;
-
-        ev->cap_wait = fit < 1 ? 1 : fit > AGG_EVAL_QUEUE_MAX ? AGG_EVAL_QUEUE_MAX : fit;
-    }
-    if (ev->nwait == ev->cap_wait) {
-        w = &ev->wait[ev->head];
-        fed_log(FED_LOG_INFO, "aggregator: round %llu is not evaluated: %zu newer rounds wait "
-                              "for the evaluation (no idle CPU)",
-                (unsigned long long)w->info.round, ev->nwait);
-        finish_report(n, &w->info, &w->row);
-        ev->head = (ev->head + 1) % ev->cap_wait;
-        ev->nwait--;
-    }
-    w = &ev->wait[(ev->head + ev->nwait) % ev->cap_wait];
-    if (!w->params && !(w->params = fed_malloc(bytes ? bytes : 1)))
-        return FED_ERR_NOMEM;
-    memcpy(w->params, a->host, bytes);
-    w->info = *info;
-    w->row = a->last_row;
-    ev->nwait++;
-    return FED_OK;
-}
-
-/* The round just committed is evaluated on the held-out data in an idle
- * job, on a copy of its parameters, while the loop starts the next round
- * (its last client's NEXT must not wait behind the evaluation). When no
- * job can be made, the loop evaluates itself. */
-static void report_round(fed_node *n, fed_node_round_info *info)
-{
-    node_agg *a = n->agg;
-    agg_eval *ev = &a->ev;
-
-    if (!n->cfg.test) {
-        finish_report(n, info, &a->last_row);
-        return;
-    }
-    if (!ev->model && fed_model_new(n->cfg.spec, n->cfg.shape, n->cfg.be, NULL, n->cfg.shards,
-                                    256, &ev->model) != FED_OK)
-        ev->model = NULL; /* the loop evaluates itself */
-    if (ev->model &&
-        (ev->busy ? eval_defer(n, info) : eval_submit(n, a->host, info, &a->last_row)) == FED_OK)
-        return;
-    evaluate(n, info);
-    finish_report(n, info, &a->last_row);
-}
-
-fed_err fed_node_agg_on_job(fed_node *n, fed_job *job)
-{
-    agg_eval *ev = &n->agg->ev;
-    fed_err e;
-
-    if (job != &ev->job || !ev->busy)
-        return FED_ERR_INTERNAL;
-    ev->busy = 0;
-    if (ev->err == FED_OK && ev->st.samples) {
-        ev->info.loss = ev->st.loss_sum / (double)ev->st.samples;
-        ev->info.accuracy = (double)ev->st.correct / (double)ev->st.samples;
-    }
-    finish_report(n, &ev->info, &ev->row);
-    e = ev->err;
-    while (ev->nwait > 0) { /* the next waiting round, in order */
-        agg_eval_wait *w = &ev->wait[ev->head];
-        fed_node_round_info info = w->info;
-        fed_store_round row = w->row;
-
-        ev->head = (ev->head + 1) % ev->cap_wait;
-        ev->nwait--;
-        if (eval_submit(n, w->params, &info, &row) == FED_OK)
-            break;
-        finish_report(n, &info, &row); /* without an accuracy */
-    }
-    return e;
 }
 
 /* Results of the merge by part index (inputs skipped missing parts). */
@@ -1068,7 +757,7 @@ static uint64_t retry_wait_ms(const fed_node *n)
     return wait < AGG_RETRY_MAX_MS ? wait : AGG_RETRY_MAX_MS;
 }
 
-static fed_err close_round(fed_node *n)
+fed_err fed_node_agg_close_round(fed_node *n)
 {
     node_agg *a = n->agg;
     fed_node_round_info info;
@@ -1104,7 +793,7 @@ static fed_err close_round(fed_node *n)
     memcpy(info.model_hash, hash, 32);
     a->failed = 0;
     a->retry_at_ms = 0;
-    (void)flush_pending(n); /* the disk took a commit: earlier rounds' figures too */
+    (void)fed_node_agg_flush_pending(n); /* the disk took a commit: earlier rounds' figures too */
     info.end_ms = fed_node_wall_ms(n);
     n->round = info.round;
     fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing)",
@@ -1115,14 +804,14 @@ static fed_err close_round(fed_node *n)
         a->state = AGG_DONE;
         n->finished = 1;
         finish_all(n);
-    } else if (is_async(n)) {
-        e = async_open_round(n);
+    } else if (fed_node_agg_is_async(n)) {
+        e = fed_node_agg_async_open(n);
     } else {
         fed_node_rx_drop_before(n, n->round + 1);
         if ((e = fed_node_arm_in(n, n->cfg.gather_ms, NODE_TIMER_ROUND)) == FED_OK)
             e = maybe_start(n);
     }
-    report_round(n, &info);
+    fed_node_agg_report_round(n, &info);
     return e;
 fail:
     /* nothing was committed: the round is redone with whoever is waiting,
@@ -1130,10 +819,10 @@ fail:
     back_to_committed(n);
     fed_node_cast_drop_ahead(n); /* the next round's, which will not come */
     parts_clear(a);
-    if (is_async(n)) { /* the buffer is dropped; its clients train again */
+    if (fed_node_agg_is_async(n)) { /* the buffer is dropped; its clients train again */
         fed_log(FED_LOG_ERROR, "aggregator: round %llu failed (%s)",
                 (unsigned long long)(n->round + 1), fed_strerror(e));
-        (void)async_open_round(n);
+        (void)fed_node_agg_async_open(n);
         return e;
     }
     a->failed++;
@@ -1148,61 +837,27 @@ fail:
 
 /* The MODEL of the round being filled, answering req now (async: every
  * ask; sync: a sampled client that asks again, having lost it). */
-static fed_err answer_with_model(fed_node *n, fed_req *req, const fed_wire_hdr *h)
+fed_err fed_node_agg_answer_model(fed_node *n, fed_req *req, const fed_wire_hdr *h)
 {
     agg_hold now = {.req = req, .hdr = *h};
     fed_wire_block b;
 
-    settings_of_round(n, &b);
-    return send_models(n, &now, 1, &b);
+    fed_node_agg_settings(n, &b);
+    return fed_node_agg_send_models(n, &now, 1, &b);
 }
 
 /* ---- async mode (FedBuff) ---- */
 
-/* Round n->round + 1 takes deltas from now on: clients waiting for it get
- * the global model now. */
-static fed_err async_open_round(fed_node *n)
-{
-    node_agg *a = n->agg;
-    fed_wire_block b;
-    fed_err e;
-
-    a->state = AGG_RUNNING;
-    a->round_start_ms = n->env.now_ms(n->env.self);
-    a->bytes_in0 = fed_wire_get_counters(n->wire)->bytes_in;
-    a->bytes_out0 = fed_wire_get_counters(n->wire)->bytes_out;
-    (void)n->env.cancel_timer(n->env.self, NODE_TIMER_DEADLINE);
-    if (n->round + 1 > n->cfg.max_staleness)
-        fed_node_rx_drop_before(n, n->round + 1 - n->cfg.max_staleness);
-    if ((e = encode_global(n)) != FED_OK)
-        return e;
-    settings_of_round(n, &b);
-    (void)send_models(n, a->holds, a->nholds, &b); /* a failed send: the client asks again */
-    a->nholds = 0;
-    arm_poll(n);
-    return FED_OK;
-}
-
-/* A HELLO or NEXT: the model now, unless the client has trained this round
- * already (its delta is buffered, or it says so): then at the next merge. */
-static fed_err async_on_ask(fed_node *n, fed_req *req, const fed_wire_hdr *h)
-{
-    node_agg *a = n->agg;
-    if (part_find(a, h->sender) || h->round > n->round)
-        return hold_add(n, req, h);
-    return answer_with_model(n, req, h);
-}
-
 /* ---- frames ---- */
 
-void fed_node_agg_prepare_open(fed_node *n, node_open *op)
+static void fed_node_agg_prepare_open(fed_node *n, node_open *op)
 {
     op->expect_n = n->agg->nparams;
     op->expect_codec = (uint16_t)n->agg->codec.id;
 }
 
 /* A late or unexpected delta: recorded, answered, never merged. */
-static fed_err refuse_delta(fed_node *n, node_open *op, fed_err why, uint32_t flags)
+fed_err fed_node_agg_refuse_delta(fed_node *n, node_open *op, fed_err why, uint32_t flags)
 {
     const fed_wire_msg *m = &op->msg;
     agg_part p;
@@ -1224,7 +879,7 @@ static fed_err refuse_delta(fed_node *n, node_open *op, fed_err why, uint32_t fl
 }
 
 /* A resend of a delta already in: answered, the first one kept. */
-static fed_err ack_duplicate(fed_node *n, node_open *op)
+fed_err fed_node_agg_ack_duplicate(fed_node *n, node_open *op)
 {
     fed_err e = fed_node_ack(n, op->req, &op->msg.hdr, FED_OK, FED_WIRE_ACK_DUPLICATE);
 
@@ -1233,7 +888,7 @@ static fed_err ack_duplicate(fed_node *n, node_open *op)
 }
 
 /* op's delta into part p (taken from op), then ACK. */
-static fed_err take_delta(fed_node *n, node_open *op, agg_part *p)
+fed_err fed_node_agg_take_delta(fed_node *n, node_open *op, agg_part *p)
 {
     node_agg *a = n->agg;
     const fed_wire_msg *m = &op->msg;
@@ -1264,49 +919,20 @@ static fed_err on_delta(fed_node *n, node_open *op)
     fed_err e;
 
     if (a->state != AGG_RUNNING || m->hdr.round != n->round + 1)
-        return refuse_delta(n, op, FED_ERR_LATE, 0);
-    if (!(p = part_find(a, m->hdr.sender)))
-        return refuse_delta(n, op, FED_ERR_ROLE, 0);
+        return fed_node_agg_refuse_delta(n, op, FED_ERR_LATE, 0);
+    if (!(p = fed_node_agg_part_find(a, m->hdr.sender)))
+        return fed_node_agg_refuse_delta(n, op, FED_ERR_ROLE, 0);
     if (p->got)
-        return ack_duplicate(n, op);
+        return fed_node_agg_ack_duplicate(n, op);
     if (m->block.samples == 0)
-        return refuse_delta(n, op, FED_ERR_PAYLOAD, 0);
-    e = take_delta(n, op, p);
+        return fed_node_agg_refuse_delta(n, op, FED_ERR_PAYLOAD, 0);
+    e = fed_node_agg_take_delta(n, op, p);
     if (parts_got(a) == a->nparts)
-        return close_round(n);
+        return fed_node_agg_close_round(n);
     return e;
 }
 
-/* Async: any member's delta of a round at most max_staleness old goes into
- * the buffer (one per client); K of them close the round. */
-static fed_err on_delta_async(fed_node *n, node_open *op)
-{
-    node_agg *a = n->agg;
-    const fed_wire_msg *m = &op->msg;
-    uint64_t filling = n->round + 1;
-    agg_part *p;
-    fed_err e;
-
-    if (a->state != AGG_RUNNING || m->hdr.round > filling ||
-        filling - m->hdr.round > n->cfg.max_staleness)
-        return refuse_delta(n, op, FED_ERR_LATE, 0);
-    if ((p = part_find(a, m->hdr.sender)))
-        return ack_duplicate(n, op);
-    if (m->block.samples == 0)
-        return refuse_delta(n, op, FED_ERR_PAYLOAD, 0);
-    if (a->nparts == (size_t)a->max_clients) /* async_k <= max_clients: never */
-        return refuse_delta(n, op, FED_ERR_FULL, 0);
-    p = &a->parts[a->nparts++];
-    memcpy(p->key, m->hdr.sender, 32);
-    e = take_delta(n, op, p);
-    if (a->nparts == 1 && fed_node_arm_in(n, n->cfg.deadline_ms, NODE_TIMER_DEADLINE) != FED_OK)
-        return n->failed;
-    if (a->nparts >= n->cfg.async_k)
-        return close_round(n);
-    return e;
-}
-
-fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
+static fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
 {
     node_agg *a = n->agg;
     const fed_wire_msg *m = &op->msg;
@@ -1324,16 +950,16 @@ fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
         op->req = NULL;
         if (a->state == AGG_DONE)
             return fed_node_ack(n, req, &m->hdr, FED_OK, FED_WIRE_ACK_FINISHED);
-        if (is_async(n))
-            return async_on_ask(n, req, &m->hdr);
-        if (a->state == AGG_RUNNING && (p = part_find(a, m->hdr.sender)) && !p->got)
-            return answer_with_model(n, req, &m->hdr); /* its MODEL was lost */
-        if ((e = hold_add(n, req, &m->hdr)) != FED_OK)
+        if (fed_node_agg_is_async(n))
+            return fed_node_agg_async_on_ask(n, req, &m->hdr);
+        if (a->state == AGG_RUNNING && (p = fed_node_agg_part_find(a, m->hdr.sender)) && !p->got)
+            return fed_node_agg_answer_model(n, req, &m->hdr); /* its MODEL was lost */
+        if ((e = fed_node_agg_hold_add(n, req, &m->hdr)) != FED_OK)
             return e;
         arm_first_gather(n);
         return maybe_start(n);
     case FED_WIRE_DELTA:
-        return is_async(n) ? on_delta_async(n, op) : on_delta(n, op);
+        return fed_node_agg_is_async(n) ? fed_node_agg_async_on_delta(n, op) : on_delta(n, op);
     default:
         op->req = NULL;
         fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_ROLE);
@@ -1342,7 +968,7 @@ fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
     }
 }
 
-fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
+static fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
 {
     node_agg *a = n->agg;
 
@@ -1354,8 +980,8 @@ fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
         if (a->state != AGG_RUNNING)
             return FED_OK;
         if (parts_got(a) >= n->cfg.min_clients)
-            return close_round(n);
-        if (is_async(n)) /* too few buffered yet: keep filling */
+            return fed_node_agg_close_round(n);
+        if (fed_node_agg_is_async(n)) /* too few buffered yet: keep filling */
             return fed_node_arm_in(n, n->cfg.deadline_ms, NODE_TIMER_DEADLINE);
         fed_log(FED_LOG_WARN, "aggregator: round %llu deadline with %zu of %u deltas needed;"
                 " starting it again", (unsigned long long)(n->round + 1), parts_got(a),
@@ -1376,7 +1002,7 @@ fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
         for (size_t i = a->nholds; i-- > 0;)
             if (a->holds[i].since_ms + n->cfg.poll_ms <= now)
                 (void)answer_no_round(n, i, FED_WIRE_ACK_NO_ROUND);
-        arm_poll(n);
+        fed_node_agg_arm_poll(n);
         return FED_OK;
     }
     default:
@@ -1395,3 +1021,26 @@ fed_err fed_node_get_params(const fed_node *n, float *dst)
         return FED_ERR_ROLE;
     return fed_model_get_params(n->agg->model, dst);
 }
+
+/* The aggregator's part of fed_node_new's configuration check. */
+static fed_err fed_node_agg_check(const fed_node_config *c)
+{
+    if (!(c->sample_fraction > 0 && c->sample_fraction <= 1) || c->min_clients < 1 ||
+        c->local_epochs < 1 || c->batch < 1 || !(c->lr > 0) ||
+        !(c->momentum >= 0 && c->momentum < 1) || c->poll_ms == 0 || c->deadline_ms == 0 ||
+        c->async_k > FED_MERGE_DEFAULT_MAX_CLIENTS)
+        return FED_ERR_BAD_VALUE;
+    return FED_OK;
+}
+
+const node_role_ops fed_node_agg_ops = {
+    .check = fed_node_agg_check,
+    .create = fed_node_agg_new,
+    .destroy = fed_node_agg_free,
+    .start = fed_node_agg_start,
+    .stop = fed_node_agg_stop,
+    .prepare_open = fed_node_agg_prepare_open,
+    .on_msg = fed_node_agg_on_msg,
+    .on_timer = fed_node_agg_on_timer,
+    .on_job = fed_node_agg_on_job,
+};

@@ -38,7 +38,7 @@ struct node_client {
     node_train_job job;
 };
 
-fed_err fed_node_client_new(fed_node *n)
+static fed_err fed_node_client_new(fed_node *n)
 {
     node_client *c = fed_calloc(1, sizeof *c);
 
@@ -50,7 +50,7 @@ fed_err fed_node_client_new(fed_node *n)
     return fed_node_attack_parse(n->cfg.attack, &c->job.attack, &c->job.attack_param);
 }
 
-void fed_node_client_free(fed_node *n)
+static void fed_node_client_free(fed_node *n)
 {
     node_client *c = n->client;
 
@@ -179,7 +179,7 @@ static fed_err resume(fed_node *n)
     return e;
 }
 
-fed_err fed_node_client_start(fed_node *n)
+static fed_err fed_node_client_start(fed_node *n)
 {
     fed_err e = resume(n);
 
@@ -336,7 +336,7 @@ static fed_err record_round(fed_node *n)
     return e;
 }
 
-fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
+static fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
 {
     node_client *c = n->client;
     node_train_job *j = &c->job;
@@ -410,14 +410,14 @@ static fed_err on_ack(fed_node *n, const fed_wire_msg *m)
     return FED_OK; /* an answer to a request we gave up on */
 }
 
-void fed_node_client_prepare_open(fed_node *n, node_open *op)
+static void fed_node_client_prepare_open(fed_node *n, node_open *op)
 {
     op->expect_n = 0; /* from the MODEL's spec */
     op->shape = n->cfg.train->shape;
     op->expect_codec = FED_CODEC_NONE;
 }
 
-fed_err fed_node_client_on_msg(fed_node *n, node_open *op)
+static fed_err fed_node_client_on_msg(fed_node *n, node_open *op)
 {
     node_client *c = n->client;
     const fed_wire_msg *m = &op->msg;
@@ -444,7 +444,7 @@ fed_err fed_node_client_on_msg(fed_node *n, node_open *op)
     }
 }
 
-fed_err fed_node_client_on_timer(fed_node *n, uint32_t id)
+static fed_err fed_node_client_on_timer(fed_node *n, uint32_t id)
 {
     node_client *c = n->client;
 
@@ -474,3 +474,21 @@ fed_err fed_node_client_on_timer(fed_node *n, uint32_t id)
         return FED_OK;
     }
 }
+
+/* The client's part of fed_node_new's configuration check. */
+static fed_err fed_node_client_check(const fed_node_config *c)
+{
+    return c->train && c->shard && c->shard_n ? FED_OK : FED_ERR_INVAL;
+}
+
+const node_role_ops fed_node_client_ops = {
+    .check = fed_node_client_check,
+    .create = fed_node_client_new,
+    .destroy = fed_node_client_free,
+    .start = fed_node_client_start,
+    .stop = NULL, /* nothing to save */
+    .prepare_open = fed_node_client_prepare_open,
+    .on_msg = fed_node_client_on_msg,
+    .on_timer = fed_node_client_on_timer,
+    .on_job = fed_node_client_on_job,
+};

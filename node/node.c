@@ -1,8 +1,9 @@
 /* node.c - the node state machine's common machinery: building a node for
  * its role, sequence numbers per recipient, sealing and sending frames,
  * opening received frames (inline when small, as a job when large) and the
- * node.state checkpoint section. The roles live in aggregator.c and
- * client.c. Never touches a socket, clock or random source: only fed_env. */
+ * node.state checkpoint section. The roles live in aggregator.c, client.c
+ * and peer.c, each behind its node_role_ops, chosen once here. Never
+ * touches a socket, clock or random source: only fed_env. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -34,33 +35,31 @@ void fed_node_config_default(fed_node_config *cfg)
     cfg->max_staleness = 10;
 }
 
-static fed_err check_config(const fed_node_config *c)
+/* The roles by fed_node_role: each role's file defines its entry. */
+static const node_role_ops *const node_roles[] = {
+    [FED_NODE_CLIENT] = &fed_node_client_ops,
+    [FED_NODE_AGGREGATOR] = &fed_node_agg_ops,
+    [FED_NODE_PEER] = &fed_node_peer_ops,
+};
+
+/* The common part of the configuration, then the role's (*ops: its table). */
+static fed_err check_config(const fed_node_config *c, const node_role_ops **ops)
 {
     if (!c->store || !c->arena || !c->allow || !c->be)
         return FED_ERR_INVAL;
     if (!fed_crypto_arena_has_identity(c->arena))
         return FED_ERR_KEY;
-    if (c->role == FED_NODE_CLIENT)
-        return c->train && c->shard && c->shard_n ? FED_OK : FED_ERR_INVAL;
-    if (c->role == FED_NODE_PEER)
-        return c->deadline_ms > 0 && c->local_epochs >= 1 && c->batch >= 1 && c->lr > 0 &&
-                       c->momentum >= 0 && c->momentum < 1
-                   ? FED_OK
-                   : FED_ERR_BAD_VALUE;
-    if (c->role != FED_NODE_AGGREGATOR)
+    if ((unsigned)c->role >= sizeof node_roles / sizeof *node_roles || !node_roles[c->role])
         return FED_ERR_INVAL;
-    if (!(c->sample_fraction > 0 && c->sample_fraction <= 1) || c->min_clients < 1 ||
-        c->local_epochs < 1 || c->batch < 1 || !(c->lr > 0) ||
-        !(c->momentum >= 0 && c->momentum < 1) || c->poll_ms == 0 || c->deadline_ms == 0 ||
-        c->async_k > FED_MERGE_DEFAULT_MAX_CLIENTS)
-        return FED_ERR_BAD_VALUE;
-    return FED_OK;
+    *ops = node_roles[c->role];
+    return (*ops)->check(c);
 }
 
 fed_err fed_node_new(const fed_node_config *given, const fed_env *env, fed_node **out)
 {
     fed_node_config resolved;
     const fed_node_config *cfg = &resolved;
+    const node_role_ops *ops = NULL;
     fed_node *n;
     fed_wire_cfg wc;
     fed_err e;
@@ -71,13 +70,14 @@ fed_err fed_node_new(const fed_node_config *given, const fed_env *env, fed_node 
     resolved = *given;
     /* lr 0: the optimizer's own, the same rate fednode train would use */
     resolved.lr = fed_optim_resolve_lr((fed_optim_kind)given->optimizer, given->lr);
-    if ((e = check_config(cfg)) != FED_OK) {
+    if ((e = check_config(cfg, &ops)) != FED_OK) {
         fed_log(FED_LOG_ERROR, "node: unusable configuration: %s", fed_strerror(e));
         return e;
     }
     if (!(n = fed_calloc(1, sizeof *n)))
         return FED_ERR_NOMEM;
     n->cfg = *cfg;
+    n->ops = ops;
     n->env = *env;
     memcpy(n->key, fed_crypto_arena_pubkey(cfg->arena), 32);
     fed_wire_cfg_default(&wc); /* a zero field of cfg->wire: its default */
@@ -94,12 +94,7 @@ fed_err fed_node_new(const fed_node_config *given, const fed_env *env, fed_node 
     fed_node_rx_init(n);
     if ((e = fed_store_set_node_key(cfg->store, n->key)) != FED_OK)
         goto out;
-    if (cfg->role == FED_NODE_AGGREGATOR)
-        e = fed_node_agg_new(n);
-    else if (cfg->role == FED_NODE_PEER)
-        e = fed_node_peer_new(n);
-    else
-        e = fed_node_client_new(n);
+    e = n->ops->create(n);
 out:
     if (e != FED_OK) {
         fed_node_free(n);
@@ -124,9 +119,7 @@ void fed_node_free(fed_node *n)
 {
     if (!n)
         return;
-    fed_node_agg_free(n);
-    fed_node_client_free(n);
-    fed_node_peer_free(n);
+    n->ops->destroy(n);
     while (n->opens) {
         node_open *op = n->opens;
 
@@ -475,12 +468,7 @@ static fed_err open_done(fed_node *n, node_open *op)
     }
     if ((e = fed_node_transfer_on_msg(n, op, &handled)), handled)
         return e;
-    if (n->cfg.role == FED_NODE_AGGREGATOR)
-        e = fed_node_agg_on_msg(n, op);
-    else if (n->cfg.role == FED_NODE_PEER)
-        e = fed_node_peer_on_msg(n, op);
-    else
-        e = fed_node_client_on_msg(n, op);
+    e = n->ops->on_msg(n, op);
     fed_node_transfer_done(n, op);
     return e;
 }
@@ -507,12 +495,7 @@ fed_err fed_node_on_frame(fed_node *n, fed_req *req, const uint8_t *frame, size_
     }
     op->job.fn = open_job;
     op->job.user = op;
-    if (n->cfg.role == FED_NODE_AGGREGATOR)
-        fed_node_agg_prepare_open(n, op);
-    else if (n->cfg.role == FED_NODE_PEER)
-        fed_node_peer_prepare_open(n, op);
-    else
-        fed_node_client_prepare_open(n, op);
+    n->ops->prepare_open(n, op);
     if (len > NODE_INLINE_OPEN_BYTES) {
         op->next = n->opens;
         n->opens = op;
@@ -545,26 +528,18 @@ fed_err fed_node_on_job_done(fed_node *n, fed_job *job)
         fed_node_open_free(op);
         return e;
     }
-    if (n->cfg.role == FED_NODE_CLIENT)
-        return fed_node_client_on_job(n, job);
-    if (n->cfg.role == FED_NODE_PEER)
-        return fed_node_peer_on_job(n, job);
-    return fed_node_agg_on_job(n, job);
+    return n->ops->on_job(n, job);
 }
 
 fed_err fed_node_stop(fed_node *n)
 {
-    return n->cfg.role == FED_NODE_AGGREGATOR ? fed_node_agg_stop(n) : FED_OK;
+    return n->ops->stop ? n->ops->stop(n) : FED_OK;
 }
 
 fed_err fed_node_on_timer(fed_node *n, uint32_t timer_id)
 {
     fed_node_rx_sweep(n);
-    if (n->cfg.role == FED_NODE_AGGREGATOR)
-        return fed_node_agg_on_timer(n, timer_id);
-    if (n->cfg.role == FED_NODE_PEER)
-        return fed_node_peer_on_timer(n, timer_id);
-    return fed_node_client_on_timer(n, timer_id);
+    return n->ops->on_timer(n, timer_id);
 }
 
 fed_err fed_node_start(fed_node *n)
@@ -572,11 +547,7 @@ fed_err fed_node_start(fed_node *n)
     if (n->started)
         return FED_ERR_INVAL;
     n->started = 1;
-    if (n->cfg.role == FED_NODE_AGGREGATOR)
-        return fed_node_agg_start(n);
-    if (n->cfg.role == FED_NODE_PEER)
-        return fed_node_peer_start(n);
-    return fed_node_client_start(n);
+    return n->ops->start(n);
 }
 
 fed_err fed_node_encode_vec(const fed_codec *c, const float *x, size_t n, float *residual,

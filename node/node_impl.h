@@ -1,6 +1,7 @@
 /* node_impl.h - internals shared by node/node.c (common machinery: sequence
- * numbers, sealing and sending, opening frames as jobs, checkpoint state),
- * node/aggregator.c and node/client.c. Not a public header. */
+ * numbers, sealing and sending, opening frames as jobs, checkpoint state)
+ * and the rest of node/: the roles' operation tables among them. Not a
+ * public header. */
 #ifndef FED_NODE_NODE_IMPL_H
 #define FED_NODE_NODE_IMPL_H
 
@@ -66,9 +67,11 @@ typedef struct node_agg node_agg;
 typedef struct node_client node_client;
 typedef struct node_mesh node_mesh;
 typedef struct node_cast_buf node_cast_buf;
+typedef struct node_role_ops node_role_ops;
 
 struct fed_node {
     fed_node_config cfg;
+    const node_role_ops *ops; /* cfg.role's */
     fed_env env;
     fed_wire *wire;
     uint8_t key[32];
@@ -253,38 +256,33 @@ enum { NODE_ATTACK_NONE = 0, NODE_ATTACK_SIGNFLIP, NODE_ATTACK_NOISE, NODE_ATTAC
  * FED_ERR_SPEC otherwise. */
 FED_WUR fed_err fed_node_attack_parse(const char *spec, int *kind, float *param);
 
-/* ---- aggregator.c ---- */
-FED_WUR fed_err fed_node_agg_new(fed_node *n);
-void fed_node_agg_free(fed_node *n);
-FED_WUR fed_err fed_node_agg_start(fed_node *n);
-FED_WUR fed_err fed_node_agg_stop(fed_node *n);
-/* An opened frame for the aggregator; op's vec may be taken (set NULL). */
-FED_WUR fed_err fed_node_agg_on_msg(fed_node *n, node_open *op);
-FED_WUR fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id);
-/* The round's evaluation job came back. */
-FED_WUR fed_err fed_node_agg_on_job(fed_node *n, fed_job *job);
-/* Before the delta of op is opened: where and how to decode it. */
-void fed_node_agg_prepare_open(fed_node *n, node_open *op);
-
 /* ---- client.c ---- */
-FED_WUR fed_err fed_node_client_new(fed_node *n);
-void fed_node_client_free(fed_node *n);
-FED_WUR fed_err fed_node_client_start(fed_node *n);
-FED_WUR fed_err fed_node_client_on_msg(fed_node *n, node_open *op);
-FED_WUR fed_err fed_node_client_on_timer(fed_node *n, uint32_t id);
-/* A job of the client came back (training). */
-FED_WUR fed_err fed_node_client_on_job(fed_node *n, fed_job *job);
-void fed_node_client_prepare_open(fed_node *n, node_open *op);
 /* A chunk of its MODEL came: the rest is coming, give it time. */
 void fed_node_client_pulling(fed_node *n);
 
-/* ---- peer.c ---- */
-FED_WUR fed_err fed_node_peer_new(fed_node *n);
-void fed_node_peer_free(fed_node *n);
-FED_WUR fed_err fed_node_peer_start(fed_node *n);
-FED_WUR fed_err fed_node_peer_on_msg(fed_node *n, node_open *op);
-FED_WUR fed_err fed_node_peer_on_timer(fed_node *n, uint32_t id);
-FED_WUR fed_err fed_node_peer_on_job(fed_node *n, fed_job *job);
-void fed_node_peer_prepare_open(fed_node *n, node_open *op);
+/* ---- the roles: one table of operations each (aggregator.c, client.c,
+ * peer.c), chosen once by fed_node_new from cfg.role ---- */
+struct node_role_ops {
+    /* The role's part of the configuration (the common part passed). */
+    fed_err (*check)(const fed_node_config *c);
+    /* The role's state (n->agg, n->client or n->mesh); destroy frees it,
+     * also when create failed half way, and when there is none. */
+    fed_err (*create)(fed_node *n);
+    void (*destroy)(fed_node *n);
+    fed_err (*start)(fed_node *n);
+    /* Saves what the role keeps at stop; NULL: nothing to save. */
+    fed_err (*stop)(fed_node *n);
+    /* Before op is opened: where and how to decode its vector. */
+    void (*prepare_open)(fed_node *n, node_open *op);
+    /* An opened frame for the role; op's vec may be taken (set NULL). */
+    fed_err (*on_msg)(fed_node *n, node_open *op);
+    fed_err (*on_timer)(fed_node *n, uint32_t id);
+    /* A job of the role came back (training, evaluation). */
+    fed_err (*on_job)(fed_node *n, fed_job *job);
+};
+
+extern const node_role_ops fed_node_agg_ops;
+extern const node_role_ops fed_node_client_ops;
+extern const node_role_ops fed_node_peer_ops;
 
 #endif

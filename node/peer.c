@@ -3,8 +3,9 @@
  * its push-sum state, sends its round's out-neighbours their running totals
  * (SHARE requests, answered ACK), waits as its consistency model says, adds
  * the totals that came in sender-key order, evaluates, and commits the round
- * and a checkpoint. Owns the push-sum state, the topology and the member
- * list; never sees another peer's data. */
+ * and a checkpoint. Owns the push-sum state and the topology; the member
+ * list and its PEERS gossip are peer_members.c. Never sees another peer's
+ * data. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,70 +17,9 @@
 #include "crypto/seal.h"
 #include "gossip/pushsum.h"
 #include "gossip/topology.h"
-#include "node/node_impl.h"
+#include "node/peer_impl.h"
 
 #define NODE_SEC_PUSHSUM "pushsum"
-
-typedef enum mesh_state {
-    MESH_IDLE = 0,     /* between rounds (the next starts on NODE_TIMER_ROUND) */
-    MESH_TRAINING = 1, /* the training job runs */
-    MESH_WAITING = 2,  /* shares sent; waiting for the in-neighbours' */
-    MESH_DONE = 3,
-} mesh_state;
-
-typedef enum mesh_sync { SYNC_BSP, SYNC_SSP, SYNC_ASP, SYNC_BAP } mesh_sync;
-typedef enum mesh_mix { MIX_PUSHSUM, MIX_PLAIN, MIX_METROPOLIS, MIX_PAIRWISE } mesh_mix;
-
-/* What the node knows of each member (index = allow-list order). */
-typedef struct mesh_member {
-    uint8_t key[32];
-    uint64_t seen_round;  /* the newest round of its SHAREs since this start */
-    uint32_t missed;      /* rounds in a row it was waited for in vain (it
-                             is suspected at 1, no longer waited for at 2;
-                             any frame from it sets it back to 0) */
-    /* its newest SHARE, for the record of the round that adds it */
-    int have_share;
-    uint8_t header[FED_WIRE_HEADER_BYTES];
-    uint8_t digest[FED_CRYPTO_DIGEST_BYTES];
-    uint8_t sig[FED_CRYPTO_SIG_BYTES];
-} mesh_member;
-
-struct node_mesh {
-    fed_gossip_peers *table;     /* cfg.peers, or own_table */
-    fed_gossip_peers *own_table;
-    int members_changed;         /* PEERS brought new entries: rebuild at the round */
-    uint64_t allow_gen;          /* the allow-list's generation at the last rebuild */
-    int advertise_now;           /* the members changed: spread the entries */
-    fed_gossip_topo *topo;
-    fed_gossip_ps *ps;
-    mesh_member *mem;     /* (n) */
-    size_t n, self;
-    mesh_state state;
-    int rejoining;        /* resumed from a checkpoint, not yet in step */
-    mesh_sync sync;
-    uint32_t ssp_lag;     /* ssp:S */
-    double asp_thresh;    /* asp:T */
-    mesh_mix mix;
-    size_t dim;
-    float *model;         /* (dim) the estimate: where training starts */
-    float *trained;       /* (dim) the job's result */
-    float *sent;          /* (dim) asp: the model at the last send */
-    int sent_once;
-    uint32_t *nbr;        /* (n) scratch: neighbour ids */
-    uint32_t *in;         /* (n) this round's in-neighbours */
-    size_t nin;
-    uint8_t (*okeys)[32]; /* (n) scratch: out-neighbour keys */
-    double *frac;         /* (n) scratch */
-    uint8_t *vec;         /* SHARE vector scratch (f64) */
-    size_t cap_vec;
-    uint64_t round_start_ms;
-    uint64_t bytes_in0, bytes_out0;
-    double loss;
-    uint64_t samples;
-    fed_model *eval;      /* the model evaluated on cfg.test, or NULL */
-    double flops;         /* per sample, for the simulator's clock */
-    node_train_job job;
-};
 
 /* ---- configuration ---- */
 
@@ -135,148 +75,6 @@ fed_err fed_node_peer_check(const char *topology, const char *sync, const char *
     return FED_OK;
 }
 
-static int cmp_key(const void *a, const void *b) { return memcmp(a, b, 32); }
-
-static size_t member_of(const node_mesh *p, const uint8_t key[32]);
-
-/* Whether key counts as a member: in the allow-list, or vouched for by a
- * member (where this node takes vouched keys, or it is this node itself). */
-static int counts_as_member(const fed_node *n, const uint8_t key[32], uint64_t now_s)
-{
-    if (fed_crypto_allow_find(n->cfg.allow, key))
-        return 1;
-    return (n->cfg.vouch || !memcmp(key, n->key, 32)) &&
-           fed_gossip_peers_vouched(n->mesh->table, key, n->cfg.allow, now_s);
-}
-
-/* The wire's membership test (fed_wire_set_member_fn). */
-static int wire_member(void *ctx, const uint8_t pk[32])
-{
-    fed_node *n = ctx;
-
-    return counts_as_member(n, pk, n->env.wall_s(n->env.self));
-}
-
-static fed_err grow_scratch(node_mesh *p, size_t n)
-{
-    uint32_t *nbr = fed_realloc(p->nbr, n * sizeof *nbr);
-    uint32_t *in = nbr ? fed_realloc(p->in, n * sizeof *in) : NULL;
-    uint8_t(*okeys)[32] = in ? fed_realloc(p->okeys, n * sizeof *okeys) : NULL;
-    double *frac = okeys ? fed_realloc(p->frac, n * sizeof *frac) : NULL;
-
-    if (nbr)
-        p->nbr = nbr;
-    if (in)
-        p->in = in;
-    if (okeys)
-        p->okeys = okeys;
-    if (frac)
-        p->frac = frac;
-    return frac ? FED_OK : FED_ERR_NOMEM;
-}
-
-/* The members: the allow-list and the keys that count as members by a
- * voucher (see counts_as_member), in key order, this node among them. What
- * the node knew of each carries over; the topology is built anew when the
- * list changed (*changed). Every member computes the same list once it has
- * heard the same entries; until then the rounds' liveness rule covers the
- * difference, and the running sums keep every share's mass. */
-static fed_err rebuild_members(fed_node *n, int *changed)
-{
-    node_mesh *p = n->mesh;
-    const fed_node_config *c = &n->cfg;
-    size_t na = fed_crypto_allow_count(c->allow), nt = fed_gossip_peers_count(p->table), k = 0;
-    uint64_t now_s = n->env.wall_s(n->env.self);
-    uint8_t(*keys)[32] = fed_malloc((na + nt + 1) * 32);
-    mesh_member *mem = NULL;
-    fed_gossip_topo *topo = NULL;
-    size_t self = SIZE_MAX;
-    fed_err e = FED_OK;
-
-    *changed = 0;
-    if (!keys)
-        return FED_ERR_NOMEM;
-    for (size_t i = 0; i < na; i++) {
-        const char *name;
-        const uint8_t *pk;
-
-        fed_crypto_allow_get(c->allow, i, &name, &pk);
-        memcpy(keys[k++], pk, 32);
-    }
-    for (size_t i = 0; i < nt; i++) {
-        const uint8_t *pk;
-        const char *url;
-
-        fed_gossip_peers_get(p->table, i, &pk, &url);
-        if (!fed_crypto_allow_find(c->allow, pk) && counts_as_member(n, pk, now_s) &&
-            strcmp(c->topology, "static") != 0) /* static lists name members only */
-            memcpy(keys[k++], pk, 32);
-    }
-    qsort(keys, k, 32, cmp_key);
-    if (p->mem && k == p->n) {
-        size_t i = 0;
-
-        while (i < k && !memcmp(keys[i], p->mem[i].key, 32))
-            i++;
-        if (i == k)
-            goto out; /* the same members */
-    }
-    for (size_t i = 0; i < k; i++)
-        if (!memcmp(keys[i], n->key, 32))
-            self = i;
-    if (self == SIZE_MAX) {
-        fed_log(FED_LOG_ERROR, "peer: this node is neither in the allow-list nor vouched for");
-        e = FED_ERR_UNKNOWN_SENDER;
-        goto out;
-    }
-    if (k < 2) {
-        e = FED_ERR_RANGE;
-        goto out;
-    }
-    if (!(mem = fed_calloc(k, sizeof *mem)) || (e = grow_scratch(p, k)) != FED_OK) {
-        e = e ? e : FED_ERR_NOMEM;
-        goto out;
-    }
-    if ((e = fed_gossip_topo_new(c->topology[0] ? c->topology : "ring", k,
-                                 fed_gossip_topo_seed(c->allow), &topo)) != FED_OK)
-        goto out;
-    if (!strcmp(c->topology, "static")) {
-        int line = 0;
-
-        e = c->neighbours ? fed_gossip_topo_parse_static(topo, c->allow, c->neighbours,
-                                                          strlen(c->neighbours), &line)
-                          : FED_ERR_INVAL;
-        if (e != FED_OK) {
-            fed_log(FED_LOG_ERROR, "peer: the static neighbour lists, line %d: %s", line,
-                    fed_strerror(e));
-            goto out;
-        }
-    }
-    for (size_t i = 0; i < k; i++) {
-        size_t old = p->mem ? member_of(p, keys[i]) : SIZE_MAX;
-
-        if (old != SIZE_MAX)
-            mem[i] = p->mem[old];
-        memcpy(mem[i].key, keys[i], 32);
-    }
-    if (p->mem)
-        fed_log(FED_LOG_INFO, "peer: %zu members now (%zu by a voucher)", k, k - na);
-    fed_free(p->mem);
-    fed_gossip_topo_free(p->topo);
-    p->mem = mem;
-    p->topo = topo;
-    p->n = k;
-    p->self = self;
-    mem = NULL;
-    topo = NULL;
-    *changed = 1;
-out:
-    fed_free(mem);
-    fed_gossip_topo_free(topo);
-    fed_free(keys);
-    return e;
-}
-
 static fed_err build_model_parts(fed_node *n)
 {
     node_mesh *p = n->mesh;
@@ -309,7 +107,7 @@ static fed_err build_model_parts(fed_node *n)
     return e;
 }
 
-fed_err fed_node_peer_new(fed_node *n)
+static fed_err fed_node_peer_new(fed_node *n)
 {
     const fed_node_config *c = &n->cfg;
     node_mesh *p = fed_calloc(1, sizeof *p);
@@ -319,21 +117,13 @@ fed_err fed_node_peer_new(fed_node *n)
     if (!p)
         return FED_ERR_NOMEM;
     n->mesh = p;
-    if (c->peers) {
-        p->table = c->peers;
-    } else if ((e = fed_gossip_peers_new(&p->own_table)) != FED_OK) {
+    if ((e = fed_node_peer_table_open(n)) != FED_OK)
         return e;
-    } else {
-        p->table = p->own_table;
-    }
-    if (c->publish && (e = fed_gossip_peers_learn(p->table, c->publish, NULL)) != FED_OK)
-        return e;
-    if (c->publish && memcmp(c->publish->key, n->key, 32) && c->on_address)
-        c->on_address(c->address_ctx, c->publish->key, c->publish->url); /* the one it vouched for */
     if ((e = parse_sync(c->sync, p)) != FED_OK || (e = parse_mixing(c->mixing, p)) != FED_OK ||
-        (e = rebuild_members(n, &changed)) != FED_OK || (e = build_model_parts(n)) != FED_OK)
+        (e = fed_node_peer_rebuild_members(n, &changed)) != FED_OK ||
+        (e = build_model_parts(n)) != FED_OK)
         return e;
-    fed_wire_set_member_fn(n->wire, wire_member, n);
+    fed_wire_set_member_fn(n->wire, fed_node_peer_wire_member, n);
     if (p->mix == MIX_METROPOLIS && !fed_gossip_topo_symmetric(p->topo)) {
         fed_log(FED_LOG_ERROR, "peer: metropolis weights need a symmetric topology, not %s",
                 c->topology);
@@ -352,7 +142,7 @@ fed_err fed_node_peer_new(fed_node *n)
     return FED_OK;
 }
 
-void fed_node_peer_free(fed_node *n)
+static void fed_node_peer_free(fed_node *n)
 {
     node_mesh *p = n->mesh;
 
@@ -374,14 +164,6 @@ void fed_node_peer_free(fed_node *n)
     fed_node_train_job_release(&p->job);
     fed_free(p);
     n->mesh = NULL;
-}
-
-static size_t member_of(const node_mesh *p, const uint8_t key[32])
-{
-    int found;
-    size_t i = fed_key_search(p->mem, p->n, sizeof *p->mem, key, &found); /* key order */
-
-    return found ? i : SIZE_MAX;
 }
 
 /* ---- checkpoints ---- */
@@ -498,7 +280,6 @@ static int all_done(const fed_node *n)
 {
     return n->cfg.rounds && n->round >= (uint64_t)n->cfg.rounds + n->cfg.final_mix;
 }
-
 
 static void evaluate(fed_node *n, fed_node_round_info *info)
 {
@@ -686,99 +467,6 @@ static fed_err send_share(fed_node *n, uint64_t round, size_t k)
     return fed_node_emit_vec(n, NULL, &h, &b, p->vec, len);
 }
 
-/* ---- the peer table's gossip ---- */
-
-#define PEERS_EVERY 10       /* rounds between PEERS frames (and round 1) */
-#define PEERS_TTL_S 3600     /* a peer's own entry is good this long */
-#define PEERS_PER_FRAME 32   /* entries a PEERS frame carries at most */
-
-/* Its own signed entry, the one a member signed for it, and what the table
- * holds signed that still counts: to this round's out-neighbours. */
-static void advertise(fed_node *n, uint64_t round, size_t m)
-{
-    node_mesh *p = n->mesh;
-    const fed_node_config *c = &n->cfg;
-    uint64_t now_s = n->env.wall_s(n->env.self);
-    uint8_t *buf = fed_malloc(PEERS_PER_FRAME * FED_GOSSIP_ENTRY_MAX);
-    fed_gossip_entry self;
-    size_t len = 0;
-    uint32_t count = 0;
-
-    if (!buf)
-        return;
-    if (c->advertise[0] &&
-        fed_gossip_entry_sign(c->arena, n->key, c->advertise, now_s + PEERS_TTL_S, &self) == FED_OK)
-        len += fed_gossip_entry_encode(&self, buf + len), count++;
-    /* the table holds --publish's entry too (learned at start), whoever its
-       key is; on_peers never stores another entry for our own key */
-    for (size_t i = 0; i < fed_gossip_peers_count(p->table) && count < PEERS_PER_FRAME; i++) {
-        const fed_gossip_entry *e = fed_gossip_peers_valid(p->table, i, c->allow, now_s);
-
-        if (e)
-            len += fed_gossip_entry_encode(e, buf + len), count++;
-    }
-    for (size_t j = 0; count && j < m; j++) {
-        fed_wire_hdr h;
-        fed_wire_block b;
-
-        memset(&b, 0, sizeof b);
-        b.count = count;
-        if (fed_node_header(n, FED_WIRE_PEERS, p->mem[p->nbr[j]].key, round, 0, FED_CODEC_NONE,
-                            &h) == FED_OK &&
-            fed_node_emit(n, NULL, &h, &b, buf, len) != FED_OK)
-            break; /* logged; the next advertisement tries again */
-    }
-    fed_free(buf);
-}
-
-/* A PEERS frame: each entry that verifies, for a member (or, where this node
- * takes vouched keys, any key), goes into the table; a new address is
- * handed to the daemon to dial. */
-static fed_err on_peers(fed_node *n, node_open *op)
-{
-    node_mesh *p = n->mesh;
-    const fed_node_config *c = &n->cfg;
-    const fed_wire_msg *m = &op->msg;
-    uint64_t now_s = n->env.wall_s(n->env.self);
-    size_t at = 0, refused = 0;
-    fed_err e = FED_OK;
-
-    for (uint32_t i = 0; i < m->block.count && e == FED_OK; i++) {
-        fed_gossip_entry en;
-        size_t used = 0;
-        int what = FED_GOSSIP_KEPT;
-        fed_err err;
-
-        if ((e = fed_gossip_entry_decode(m->vector + at, m->vector_len - at, &en, &used)) != FED_OK)
-            break;
-        at += used;
-        if (!memcmp(en.key, n->key, 32))
-            continue;
-        if (!fed_crypto_allow_find(c->allow, en.key) && !c->vouch) {
-            refused++;
-            continue;
-        }
-        err = fed_gossip_peers_offer(p->table, &en, c->allow, now_s, &what);
-        if (err == FED_ERR_EXPIRED || err == FED_ERR_UNKNOWN_SENDER || err == FED_ERR_SIGNATURE)
-            refused++;
-        if (err != FED_OK || what == FED_GOSSIP_KEPT)
-            continue; /* what the table knew already: members stay as they are */
-        p->members_changed = 1;
-        if (what == FED_GOSSIP_MOVED && c->on_address)
-            c->on_address(c->address_ctx, en.key, en.url);
-    }
-    if (e == FED_OK && at != m->vector_len)
-        e = FED_ERR_PAYLOAD;
-    if (refused)
-        fed_log(FED_LOG_INFO, "peer: %zu entries refused (expired, unsigned by a member, or "
-                "vouching off)", refused);
-    if (e != FED_OK)
-        fed_wire_note_reject(n->wire, &m->hdr, e);
-    (void)fed_node_ack(n, op->req, &m->hdr, e, 0);
-    op->req = NULL;
-    return e;
-}
-
 /* Shares out, then wait (or not) for the in-neighbours'. */
 static fed_err mix(fed_node *n)
 {
@@ -787,9 +475,7 @@ static fed_err mix(fed_node *n)
     size_t m = fed_gossip_topo_out(p->topo, p->self, round, p->nbr);
     fed_err e = FED_OK;
 
-    if (round == 1 || round % PEERS_EVERY == 0 || p->advertise_now)
-        advertise(n, round, m);
-    p->advertise_now = 0;
+    fed_node_peer_advertise_due(n, round, m);
     if (p->sync != SYNC_ASP || changed_enough(p)) {
         m = fractions(n, round, m);
         for (size_t j = 0; j < m; j++)
@@ -842,19 +528,7 @@ static fed_err begin_round(fed_node *n)
 
     if (p->rejoining)
         catch_up(n);
-    /* PEERS entries came, vouches may have expired, or a SIGHUP reloaded
-       the allow-list (the daemon reloads the very list this node reads) */
-    if (p->members_changed || c->vouch || c->publish ||
-        fed_crypto_allow_generation(c->allow) != p->allow_gen) {
-        int changed = 0;
-
-        if ((e = rebuild_members(n, &changed)) != FED_OK)
-            fed_log(FED_LOG_ERROR, "peer: members: %s", fed_strerror(e));
-        else
-            p->allow_gen = fed_crypto_allow_generation(c->allow);
-        p->members_changed = 0;
-        p->advertise_now |= changed;
-    }
+    fed_node_peer_refresh_members(n);
     if (all_done(n)) {
         p->state = MESH_DONE;
         n->finished = 1;
@@ -895,7 +569,7 @@ static fed_err begin_round(fed_node *n)
     return e;
 }
 
-fed_err fed_node_peer_start(fed_node *n)
+static fed_err fed_node_peer_start(fed_node *n)
 {
     fed_err e = resume(n);
 
@@ -904,7 +578,7 @@ fed_err fed_node_peer_start(fed_node *n)
     return begin_round(n);
 }
 
-fed_err fed_node_peer_on_job(fed_node *n, fed_job *job)
+static fed_err fed_node_peer_on_job(fed_node *n, fed_job *job)
 {
     node_mesh *p = n->mesh;
     node_train_job *j = &p->job;
@@ -929,7 +603,7 @@ fed_err fed_node_peer_on_job(fed_node *n, fed_job *job)
 
 /* ---- frames ---- */
 
-void fed_node_peer_prepare_open(fed_node *n, node_open *op)
+static void fed_node_peer_prepare_open(fed_node *n, node_open *op)
 {
     op->expect_n = n->mesh->dim;
     op->expect_codec = FED_CODEC_F64;
@@ -939,7 +613,7 @@ static fed_err on_share(fed_node *n, node_open *op)
 {
     node_mesh *p = n->mesh;
     const fed_wire_msg *m = &op->msg;
-    size_t k = member_of(p, m->hdr.sender);
+    size_t k = fed_node_peer_member_of(p, m->hdr.sender);
     int taken = 0;
     fed_err e;
 
@@ -980,11 +654,11 @@ static fed_err on_ack(fed_node *n, const fed_wire_msg *m)
     return fed_node_tx_push(n, m->hdr.sender, &done);
 }
 
-fed_err fed_node_peer_on_msg(fed_node *n, node_open *op)
+static fed_err fed_node_peer_on_msg(fed_node *n, node_open *op)
 {
     node_mesh *p = n->mesh;
     const fed_wire_msg *m = &op->msg;
-    size_t k = member_of(p, m->hdr.sender);
+    size_t k = fed_node_peer_member_of(p, m->hdr.sender);
 
     if (k != SIZE_MAX) {
         if (p->mem[k].missed >= 2)
@@ -994,7 +668,7 @@ fed_err fed_node_peer_on_msg(fed_node *n, node_open *op)
     if (m->hdr.type == FED_WIRE_SHARE && op->req)
         return on_share(n, op);
     if (m->hdr.type == FED_WIRE_PEERS && op->req)
-        return on_peers(n, op);
+        return fed_node_peer_on_peers(n, op);
     if (m->hdr.type == FED_WIRE_ACK && !op->req)
         return on_ack(n, m);
     fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_ROLE);
@@ -1004,7 +678,7 @@ fed_err fed_node_peer_on_msg(fed_node *n, node_open *op)
     return FED_ERR_ROLE;
 }
 
-fed_err fed_node_peer_on_timer(fed_node *n, uint32_t id)
+static fed_err fed_node_peer_on_timer(fed_node *n, uint32_t id)
 {
     node_mesh *p = n->mesh;
 
@@ -1041,3 +715,24 @@ fed_err fed_node_peer_mass(const fed_node *n, double *x, double *w)
     *w = fed_gossip_ps_w(n->mesh->ps);
     return FED_OK;
 }
+
+/* The peer's part of fed_node_new's configuration check. */
+static fed_err fed_node_peer_check_config(const fed_node_config *c)
+{
+    return c->deadline_ms > 0 && c->local_epochs >= 1 && c->batch >= 1 && c->lr > 0 &&
+                   c->momentum >= 0 && c->momentum < 1
+               ? FED_OK
+               : FED_ERR_BAD_VALUE;
+}
+
+const node_role_ops fed_node_peer_ops = {
+    .check = fed_node_peer_check_config,
+    .create = fed_node_peer_new,
+    .destroy = fed_node_peer_free,
+    .start = fed_node_peer_start,
+    .stop = NULL, /* nothing to save */
+    .prepare_open = fed_node_peer_prepare_open,
+    .on_msg = fed_node_peer_on_msg,
+    .on_timer = fed_node_peer_on_timer,
+    .on_job = fed_node_peer_on_job,
+};

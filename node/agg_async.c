@@ -1,0 +1,71 @@
+/* agg_async.c - the aggregator's async mode (FedBuff): every ask answered
+ * with the global model at once, any member's delta at most max_staleness
+ * rounds old buffered (one per client), K of them closing the round. Never
+ * holds a request for sampling: that is the synchronous rounds' way. */
+#include <string.h>
+
+#include "node/aggregator_impl.h"
+
+/* Round n->round + 1 takes deltas from now on: clients waiting for it get
+ * the global model now. */
+fed_err fed_node_agg_async_open(fed_node *n)
+{
+    node_agg *a = n->agg;
+    fed_wire_block b;
+    fed_err e;
+
+    a->state = AGG_RUNNING;
+    a->round_start_ms = n->env.now_ms(n->env.self);
+    a->bytes_in0 = fed_wire_get_counters(n->wire)->bytes_in;
+    a->bytes_out0 = fed_wire_get_counters(n->wire)->bytes_out;
+    (void)n->env.cancel_timer(n->env.self, NODE_TIMER_DEADLINE);
+    if (n->round + 1 > n->cfg.max_staleness)
+        fed_node_rx_drop_before(n, n->round + 1 - n->cfg.max_staleness);
+    if ((e = fed_node_agg_encode_global(n)) != FED_OK)
+        return e;
+    fed_node_agg_settings(n, &b);
+    /* a failed send: the client asks again */
+    (void)fed_node_agg_send_models(n, a->holds, a->nholds, &b);
+    a->nholds = 0;
+    fed_node_agg_arm_poll(n);
+    return FED_OK;
+}
+
+/* A HELLO or NEXT: the model now, unless the client has trained this round
+ * already (its delta is buffered, or it says so): then at the next merge. */
+fed_err fed_node_agg_async_on_ask(fed_node *n, fed_req *req, const fed_wire_hdr *h)
+{
+    node_agg *a = n->agg;
+    if (fed_node_agg_part_find(a, h->sender) || h->round > n->round)
+        return fed_node_agg_hold_add(n, req, h);
+    return fed_node_agg_answer_model(n, req, h);
+}
+
+/* Async: any member's delta of a round at most max_staleness old goes into
+ * the buffer (one per client); K of them close the round. */
+fed_err fed_node_agg_async_on_delta(fed_node *n, node_open *op)
+{
+    node_agg *a = n->agg;
+    const fed_wire_msg *m = &op->msg;
+    uint64_t filling = n->round + 1;
+    agg_part *p;
+    fed_err e;
+
+    if (a->state != AGG_RUNNING || m->hdr.round > filling ||
+        filling - m->hdr.round > n->cfg.max_staleness)
+        return fed_node_agg_refuse_delta(n, op, FED_ERR_LATE, 0);
+    if ((p = fed_node_agg_part_find(a, m->hdr.sender)))
+        return fed_node_agg_ack_duplicate(n, op);
+    if (m->block.samples == 0)
+        return fed_node_agg_refuse_delta(n, op, FED_ERR_PAYLOAD, 0);
+    if (a->nparts == (size_t)a->max_clients) /* async_k <= max_clients: never */
+        return fed_node_agg_refuse_delta(n, op, FED_ERR_FULL, 0);
+    p = &a->parts[a->nparts++];
+    memcpy(p->key, m->hdr.sender, 32);
+    e = fed_node_agg_take_delta(n, op, p);
+    if (a->nparts == 1 && fed_node_arm_in(n, n->cfg.deadline_ms, NODE_TIMER_DEADLINE) != FED_OK)
+        return n->failed;
+    if (a->nparts >= n->cfg.async_k)
+        return fed_node_agg_close_round(n);
+    return e;
+}

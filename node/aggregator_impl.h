@@ -1,0 +1,142 @@
+/* aggregator_impl.h - internals shared by the aggregator role's files:
+ * aggregator.c (role setup, resume, holds, sampling, commit, frames),
+ * agg_async.c (FedBuff) and agg_eval.c (the evaluation queue and the pending
+ * figures). Not a public header: nothing outside these three includes it. */
+#ifndef FED_NODE_AGGREGATOR_IMPL_H
+#define FED_NODE_AGGREGATOR_IMPL_H
+
+#include "node/node_impl.h"
+
+typedef enum agg_state { AGG_IDLE = 0, AGG_RUNNING = 1, AGG_DONE = 2 } agg_state;
+
+/* A HELLO or NEXT held until a round starts (or poll_ms passes). */
+typedef struct agg_hold {
+    fed_req *req;
+    fed_wire_hdr hdr; /* the request's header: who, which epoch */
+    uint64_t since_ms;
+} agg_hold;
+
+/* A committed round waiting for the evaluation: its parameters and row. */
+typedef struct agg_eval_wait {
+    float *params; /* (nparams) */
+    fed_node_round_info info;
+    fed_store_round row;
+} agg_eval_wait;
+
+/* At most this many rounds wait, and no more than AGG_EVAL_QUEUE_BYTES of
+ * their parameters (at least one); past that the oldest waiting round is
+ * reported without an accuracy. */
+#define AGG_EVAL_QUEUE_MAX 8
+#define AGG_EVAL_QUEUE_BYTES ((size_t)64 << 20)
+
+/* The held-out evaluation of a committed round, as an idle job on its own
+ * copy of the model (the loop goes on with the next round meanwhile, and
+ * training anywhere on the machine comes first). Rounds committed while it
+ * runs wait in a queue, evaluated in order once CPU time frees up (at the
+ * latest when the job ends). */
+typedef struct agg_eval {
+    fed_job job;
+    fed_model *model;          /* a copy of the global's spec, the round's params;
+                                  no pool: it runs on one idle thread */
+    const fed_dataset *test;
+    fed_step_stats st;         /* out */
+    fed_err err;               /* out */
+    int busy;
+    fed_node_round_info info;  /* the round evaluated */
+    fed_store_round row;       /* its committed row, completed when done */
+    agg_eval_wait wait[AGG_EVAL_QUEUE_MAX]; /* a ring: nwait from head */
+    size_t head, nwait, cap_wait;             /* cap_wait: 0 until first used */
+} agg_eval;
+
+/* A round's measured figures whose write to its row failed (a full disk):
+ * kept until a write goes through (the next commit, the next round's
+ * figures, or stop), so a reported accuracy is never only in the log. */
+typedef struct agg_pending {
+    fed_store_round *rows; /* (n) committed rows with their loss and accuracy */
+    size_t n, cap;
+    uint32_t tries;        /* failed writes of the oldest one */
+} agg_pending;
+
+/* A client sampled for the current round. */
+typedef struct agg_part {
+    uint8_t key[32];
+    int got;          /* its delta is in */
+    uint64_t base;    /* the round it trained (< the round filled: stale, async) */
+    uint64_t epoch;   /* its sender epoch, as its delta said */
+    uint64_t samples;
+    float *delta;     /* (nparams) host, owned */
+    uint8_t header[FED_WIRE_HEADER_BYTES];
+    uint8_t digest[FED_CRYPTO_DIGEST_BYTES];
+    uint8_t sig[FED_CRYPTO_SIG_BYTES];
+} agg_part;
+
+struct node_agg {
+    fed_model *model;      /* the global model, on cfg.be */
+    fed_merge *merge;
+    fed_codec codec;       /* what clients answer with */
+    size_t nparams;
+    agg_state state;
+    int gathered;          /* gather_ms passed since the last round (or, before round 1,
+                              since the first client came): min_clients will do */
+    int first_armed;       /* the gather timer was armed for round 1 (arm_first_gather) */
+    uint32_t failed;       /* rounds failed in a row (a full disk): the next try waits */
+    uint64_t retry_at_ms;  /* no round starts before this (now_ms), after a failure */
+    uint64_t round_start_ms;
+    agg_hold *holds;
+    size_t nholds, cap_holds;
+    agg_part *parts;       /* (nparts) sampled this round, sorted by key */
+    size_t nparts;
+    uint8_t *model_vec;    /* host, f32 encoded for the MODEL; model_vec_len 0: not yet
+                              since host last changed */
+    size_t model_vec_len, model_vec_cap;
+    float *host;           /* (nparams) the global model's parameters on the host, fetched
+                              once at start and once after each merge; the checkpoint,
+                              the MODEL and the evaluation read them from here */
+    float *committed;      /* (nparams) the last committed global, kept while a round
+                              merges: a failed commit puts it back */
+    float *committed_state;/* (merge state floats) the strategy's state with it, or NULL */
+    float **dev;           /* (max_clients) device copies on a non-host backend */
+    fed_merge_input *inputs;
+    fed_merge_result *results;
+    int max_clients;
+    fed_store_round last_row;      /* the round just committed (its accuracy
+                                      is added once evaluated) */
+    agg_eval ev;
+    agg_pending pending;   /* figures not in their rows yet */
+    uint64_t bytes_in0, bytes_out0; /* wire counters when the round started */
+    uint64_t ctr_base[64]; /* wire counters the database held at start (earlier runs) */
+};
+
+static inline int fed_node_agg_is_async(const fed_node *n) { return n->cfg.async_k > 0; }
+
+/* ---- aggregator.c ---- */
+void fed_node_agg_arm_poll(fed_node *n);
+/* Holds the HELLO or NEXT req (header h) until a round starts. */
+fed_err fed_node_agg_hold_add(fed_node *n, fed_req *req, const fed_wire_hdr *h);
+fed_err fed_node_agg_encode_global(fed_node *n);
+/* The settings block of the round's MODEL. */
+void fed_node_agg_settings(const fed_node *n, fed_wire_block *b);
+fed_err fed_node_agg_send_models(fed_node *n, const agg_hold *holds, size_t k,
+                                 const fed_wire_block *b);
+fed_err fed_node_agg_answer_model(fed_node *n, fed_req *req, const fed_wire_hdr *h);
+agg_part *fed_node_agg_part_find(node_agg *a, const uint8_t key[32]);
+fed_err fed_node_agg_refuse_delta(fed_node *n, node_open *op, fed_err why, uint32_t flags);
+fed_err fed_node_agg_ack_duplicate(fed_node *n, node_open *op);
+fed_err fed_node_agg_take_delta(fed_node *n, node_open *op, agg_part *p);
+/* Merge, commit, report; then the next round (or the end). */
+fed_err fed_node_agg_close_round(fed_node *n);
+
+/* ---- agg_async.c: FedBuff ---- */
+fed_err fed_node_agg_async_open(fed_node *n);
+fed_err fed_node_agg_async_on_ask(fed_node *n, fed_req *req, const fed_wire_hdr *h);
+fed_err fed_node_agg_async_on_delta(fed_node *n, node_open *op);
+
+/* ---- agg_eval.c: the evaluation queue and the pending figures ---- */
+/* The round's evaluation job came back. */
+fed_err fed_node_agg_on_job(fed_node *n, fed_job *job);
+fed_err fed_node_agg_flush_pending(fed_node *n);
+void fed_node_agg_report_round(fed_node *n, fed_node_round_info *info);
+/* What the evaluation and the pending figures hold (a is being freed). */
+void fed_node_agg_eval_free(node_agg *a);
+
+#endif

@@ -1,0 +1,93 @@
+/* peer_impl.h - internals shared by the peer role's files: peer.c (rounds,
+ * push-sum, checkpoints, frames) and peer_members.c (the member list and the
+ * PEERS gossip). Not a public header: nothing outside these two includes it. */
+#ifndef FED_NODE_PEER_IMPL_H
+#define FED_NODE_PEER_IMPL_H
+
+#include "crypto/seal.h"
+#include "gossip/peers.h"
+#include "gossip/pushsum.h"
+#include "gossip/topology.h"
+#include "node/node_impl.h"
+
+
+typedef enum mesh_state {
+    MESH_IDLE = 0,     /* between rounds (the next starts on NODE_TIMER_ROUND) */
+    MESH_TRAINING = 1, /* the training job runs */
+    MESH_WAITING = 2,  /* shares sent; waiting for the in-neighbours' */
+    MESH_DONE = 3,
+} mesh_state;
+
+typedef enum mesh_sync { SYNC_BSP, SYNC_SSP, SYNC_ASP, SYNC_BAP } mesh_sync;
+typedef enum mesh_mix { MIX_PUSHSUM, MIX_PLAIN, MIX_METROPOLIS, MIX_PAIRWISE } mesh_mix;
+
+/* What the node knows of each member (index = allow-list order). */
+typedef struct mesh_member {
+    uint8_t key[32];
+    uint64_t seen_round;  /* the newest round of its SHAREs since this start */
+    uint32_t missed;      /* rounds in a row it was waited for in vain (it
+                             is suspected at 1, no longer waited for at 2;
+                             any frame from it sets it back to 0) */
+    /* its newest SHARE, for the record of the round that adds it */
+    int have_share;
+    uint8_t header[FED_WIRE_HEADER_BYTES];
+    uint8_t digest[FED_CRYPTO_DIGEST_BYTES];
+    uint8_t sig[FED_CRYPTO_SIG_BYTES];
+} mesh_member;
+
+struct node_mesh {
+    fed_gossip_peers *table;     /* cfg.peers, or own_table */
+    fed_gossip_peers *own_table;
+    int members_changed;         /* PEERS brought new entries: rebuild at the round */
+    uint64_t allow_gen;          /* the allow-list's generation at the last rebuild */
+    int advertise_now;           /* the members changed: spread the entries */
+    fed_gossip_topo *topo;
+    fed_gossip_ps *ps;
+    mesh_member *mem;     /* (n) */
+    size_t n, self;
+    mesh_state state;
+    int rejoining;        /* resumed from a checkpoint, not yet in step */
+    mesh_sync sync;
+    uint32_t ssp_lag;     /* ssp:S */
+    double asp_thresh;    /* asp:T */
+    mesh_mix mix;
+    size_t dim;
+    float *model;         /* (dim) the estimate: where training starts */
+    float *trained;       /* (dim) the job's result */
+    float *sent;          /* (dim) asp: the model at the last send */
+    int sent_once;
+    uint32_t *nbr;        /* (n) scratch: neighbour ids */
+    uint32_t *in;         /* (n) this round's in-neighbours */
+    size_t nin;
+    uint8_t (*okeys)[32]; /* (n) scratch: out-neighbour keys */
+    double *frac;         /* (n) scratch */
+    uint8_t *vec;         /* SHARE vector scratch (f64) */
+    size_t cap_vec;
+    uint64_t round_start_ms;
+    uint64_t bytes_in0, bytes_out0;
+    double loss;
+    uint64_t samples;
+    fed_model *eval;      /* the model evaluated on cfg.test, or NULL */
+    double flops;         /* per sample, for the simulator's clock */
+    node_train_job job;
+};
+
+/* ---- peer_members.c ---- */
+/* p->table: cfg.peers or a table of its own, --publish's entry learned. */
+fed_err fed_node_peer_table_open(fed_node *n);
+/* The member list anew from the allow-list and the table (*changed: it
+ * differs from the one before, and the topology was rebuilt). */
+fed_err fed_node_peer_rebuild_members(fed_node *n, int *changed);
+/* At a round's start: rebuild the members when anything they come from
+ * may have changed (logged on failure: the old list stays). */
+void fed_node_peer_refresh_members(fed_node *n);
+/* The wire's membership test (fed_wire_set_member_fn); ctx is the node. */
+int fed_node_peer_wire_member(void *ctx, const uint8_t pk[32]);
+/* key's index in p->mem, or SIZE_MAX. */
+size_t fed_node_peer_member_of(const node_mesh *p, const uint8_t key[32]);
+/* PEERS to round's m out-neighbours (p->nbr) when one is due. */
+void fed_node_peer_advertise_due(fed_node *n, uint64_t round, size_t m);
+/* A PEERS request: its entries into the table, answered. */
+fed_err fed_node_peer_on_peers(fed_node *n, node_open *op);
+
+#endif
