@@ -121,7 +121,7 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIB)
 	@echo "  LD    $@"
 	$(Q)$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
-$(BUILD)/tests/replay_%: $(BUILD)/tests/fuzz/%.o $(BUILD)/tests/fuzz/replay.o $(LIB)
+$(BUILD)/tests/replay_%: $(BUILD)/tests/fuzz/%.o $(BUILD)/tests/fuzz/replay.o $(APPLIB) $(LIB)
 	@echo "  LD    $@"
 	$(Q)$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
@@ -159,11 +159,11 @@ bench: all $(BENCH_BINS)
 FUZZ_SECONDS ?= 60
 fuzz:
 	$(Q)$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang OPT=-O1 \
-	  CFLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer" build-fuzz/libfednode.a
+	  CFLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer" build-fuzz/libfednode.a build-fuzz/libfedapp.a
 	$(Q)mkdir -p build-fuzz/bin
 	$(Q)for n in $(FUZZ_NAMES); do \
 	  clang -std=c11 -O1 -g -D_GNU_SOURCE -I. $(BLAS_CFLAGS) -fsanitize=fuzzer,address,undefined \
-	    tests/fuzz/$$n.c build-fuzz/libfednode.a -o build-fuzz/bin/$$n $(LDLIBS) || exit 1; \
+	    tests/fuzz/$$n.c build-fuzz/libfedapp.a build-fuzz/libfednode.a -o build-fuzz/bin/$$n $(LDLIBS) || exit 1; \
 	  mkdir -p build-fuzz/corpus/$$n; \
 	  echo "== fuzz $$n for $(FUZZ_SECONDS)s"; \
 	  build-fuzz/bin/$$n -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \

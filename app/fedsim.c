@@ -19,7 +19,7 @@
 #include "core/pool.h"
 #include "model/data.h"
 #include "app/cli.h"
-#include "sim/chart.h"
+#include "app/chart.h"
 #include "sim/run.h"
 #include "storage/store.h"
 
@@ -120,7 +120,7 @@ static const char *take_option(int *argc, char **argv, const char *name)
 static int write_chart(const char *svg, const char *compare, const char *this_name,
                        const fed_sim_scenario *sc, const out_ctx *o)
 {
-    fed_sim_series s[FED_SIM_CHART_MAX_SERIES];
+    fed_chart_series s[FED_CHART_MAX_SERIES];
     char list[1024], *save = NULL;
     size_t n = 0;
     fed_err e = FED_OK;
@@ -132,8 +132,8 @@ static int write_chart(const char *svg, const char *compare, const char *this_na
         const char *base = strrchr(p, '/') ? strrchr(p, '/') + 1 : p, *eq = strchr(p, '=');
         char name[64];
 
-        if (n == FED_SIM_CHART_MAX_SERIES - 1) {
-            fed_cli_error("at most %d runs to --compare", FED_SIM_CHART_MAX_SERIES - 1);
+        if (n == FED_CHART_MAX_SERIES - 1) {
+            fed_cli_error("at most %d runs to --compare", FED_CHART_MAX_SERIES - 1);
             rc = 2;
             goto out;
         }
@@ -143,7 +143,7 @@ static int write_chart(const char *svg, const char *compare, const char *this_na
         } else {
             snprintf(name, sizeof name, "%.*s", (int)strcspn(base, "."), base);
         }
-        if ((e = fed_sim_series_load_csv(p, name, &s[n])) != FED_OK) {
+        if ((e = fed_chart_series_load_csv(p, name, &s[n])) != FED_OK) {
             fed_cli_error("--compare %s: %s", p, fed_strerror(e));
             rc = 1;
             goto out;
@@ -170,15 +170,15 @@ static int write_chart(const char *svg, const char *compare, const char *this_na
     }
     s[n].n = o->nrows;
     n++;
-    if ((e = fed_sim_chart_svg(svg, "fedsim: test accuracy", s, n)) != FED_OK) {
+    if ((e = fed_chart_svg(svg, "fedsim: test accuracy", s, n)) != FED_OK) {
         fed_cli_error("cannot write %s: %s", svg, fed_strerror(e));
         rc = 1;
     } else {
         printf("wrote %s (%zu runs)\n", svg, n);
     }
 out:
-    for (size_t k = 0; k < FED_SIM_CHART_MAX_SERIES; k++)
-        fed_sim_series_fini(&s[k]);
+    for (size_t k = 0; k < FED_CHART_MAX_SERIES; k++)
+        fed_chart_series_fini(&s[k]);
     return rc;
 }
 

@@ -20,7 +20,7 @@
 #include "core/opt.h"
 #include "core/pool.h"
 #include "model/data.h"
-#include "sim/chart.h"
+#include "app/chart.h"
 #include "sim/run.h"
 #include "app/cli.h"
 #include "tests/support/support.h"
@@ -248,7 +248,7 @@ static void test_chart(void **state)
                       "2,1.0,0.80,0,2000000,8\n3,1.5,nan,0,3000000,8\n";
     const char *bad[] = {"round,t\n1,2\n", "round,t_s,accuracy,spread,bytes,merged\n1,x,0,0,0,0\n",
                          "round,t_s,accuracy,spread,bytes,merged\n1,1,1,1,1,1,1\n"};
-    fed_sim_series s[2];
+    fed_chart_series s[2];
     char path[] = "/tmp/test_fedsim_XXXXXX";
     char buf[8192];
     size_t len;
@@ -256,19 +256,19 @@ static void test_chart(void **state)
     int fd, lines = 0;
 
     (void)state;
-    assert_int_equal(fed_sim_series_parse_csv(csv, strlen(csv), "a", &s[0]), FED_OK);
+    assert_int_equal(fed_chart_series_parse_csv(csv, strlen(csv), "a", &s[0]), FED_OK);
     assert_int_equal(s[0].n, 3);
     assert_true(s[0].accuracy[1] == 0.80 && s[0].bytes[2] == 3000000 && isnan(s[0].accuracy[2]));
-    assert_int_equal(fed_sim_series_parse_csv(csv, strlen(csv), "b", &s[1]), FED_OK);
+    assert_int_equal(fed_chart_series_parse_csv(csv, strlen(csv), "b", &s[1]), FED_OK);
     for (int i = 0; i < 3; i++) {
-        fed_sim_series t;
+        fed_chart_series t;
 
-        assert_int_equal(fed_sim_series_parse_csv(bad[i], strlen(bad[i]), "x", &t),
+        assert_int_equal(fed_chart_series_parse_csv(bad[i], strlen(bad[i]), "x", &t),
                          FED_ERR_FORMAT);
     }
     assert_true((fd = mkstemp(path)) >= 0);
     close(fd);
-    assert_int_equal(fed_sim_chart_svg(path, "t", s, 2), FED_OK);
+    assert_int_equal(fed_chart_svg(path, "t", s, 2), FED_OK);
     assert_non_null(f = fopen(path, "r"));
     len = fread(buf, 1, sizeof buf - 1, f);
     buf[len] = 0;
@@ -277,10 +277,10 @@ static void test_chart(void **state)
         lines++;
     assert_int_equal(lines, 4); /* two runs, two panels */
     assert_non_null(strstr(buf, "</svg>"));
-    assert_int_equal(fed_sim_chart_svg(path, "t", s, 0), FED_ERR_INVAL);
+    assert_int_equal(fed_chart_svg(path, "t", s, 0), FED_ERR_INVAL);
     unlink(path);
-    fed_sim_series_fini(&s[0]);
-    fed_sim_series_fini(&s[1]);
+    fed_chart_series_fini(&s[0]);
+    fed_chart_series_fini(&s[1]);
 }
 
 

@@ -5,18 +5,18 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "sim/chart.h"
+#include "app/chart.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    fed_sim_series s;
+    fed_chart_series s;
 
-    if (fed_sim_series_parse_csv((const char *)data, size, "fuzz", &s) == FED_OK) {
+    if (fed_chart_series_parse_csv((const char *)data, size, "fuzz", &s) == FED_OK) {
         if (s.n > size)
             abort();
-        fed_sim_series_fini(&s);
+        fed_chart_series_fini(&s);
     }
     return 0;
 }

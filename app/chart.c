@@ -9,14 +9,14 @@
 
 #include "core/alloc.h"
 #include "model/data.h"
-#include "sim/chart.h"
+#include "app/chart.h"
 
 #define CSV_HEADER "round,t_s,accuracy,spread,bytes,merged"
 
-static const char *const colours[FED_SIM_CHART_MAX_SERIES] = {
+static const char *const colours[FED_CHART_MAX_SERIES] = {
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"};
 
-void fed_sim_series_fini(fed_sim_series *s)
+void fed_chart_series_fini(fed_chart_series *s)
 {
     if (!s)
         return;
@@ -26,8 +26,8 @@ void fed_sim_series_fini(fed_sim_series *s)
     memset(s, 0, sizeof *s);
 }
 
-fed_err fed_sim_series_parse_csv(const char *text, size_t len, const char *name,
-                                 fed_sim_series *s)
+fed_err fed_chart_series_parse_csv(const char *text, size_t len, const char *name,
+                                 fed_chart_series *s)
 {
     size_t lines = 0, at, cap;
     fed_err e = FED_OK;
@@ -38,14 +38,14 @@ fed_err fed_sim_series_parse_csv(const char *text, size_t len, const char *name,
         return FED_ERR_FORMAT;
     for (size_t i = 0; i < len; i++)
         lines += text[i] == '\n';
-    if (lines > FED_SIM_CHART_MAX_POINTS)
+    if (lines > FED_CHART_MAX_POINTS)
         return FED_ERR_TOO_LARGE;
     cap = lines ? lines : 1;
     s->round = fed_malloc(cap * sizeof *s->round);
     s->accuracy = fed_malloc(cap * sizeof *s->accuracy);
     s->bytes = fed_malloc(cap * sizeof *s->bytes);
     if (!s->round || !s->accuracy || !s->bytes) {
-        fed_sim_series_fini(s);
+        fed_chart_series_fini(s);
         return FED_ERR_NOMEM;
     }
     {
@@ -82,11 +82,11 @@ fed_err fed_sim_series_parse_csv(const char *text, size_t len, const char *name,
         at = end + 1;
     }
     if (e != FED_OK)
-        fed_sim_series_fini(s);
+        fed_chart_series_fini(s);
     return e;
 }
 
-fed_err fed_sim_series_load_csv(const char *path, const char *name, fed_sim_series *s)
+fed_err fed_chart_series_load_csv(const char *path, const char *name, fed_chart_series *s)
 {
     uint8_t *buf = NULL;
     size_t len = 0;
@@ -94,7 +94,7 @@ fed_err fed_sim_series_load_csv(const char *path, const char *name, fed_sim_seri
 
     memset(s, 0, sizeof *s);
     if (e == FED_OK)
-        e = fed_sim_series_parse_csv((const char *)buf, len, name, s);
+        e = fed_chart_series_parse_csv((const char *)buf, len, name, s);
     fed_free(buf);
     return e;
 }
@@ -159,13 +159,13 @@ static void draw_line(FILE *f, const panel *p, const double *x, const double *y,
         fprintf(f, "'/>\n");
 }
 
-fed_err fed_sim_chart_svg(const char *path, const char *title, const fed_sim_series *s,
+fed_err fed_chart_svg(const char *path, const char *title, const fed_chart_series *s,
                           size_t n)
 {
     panel pr = {70, 50, 380, 260, 0, 1, 1, 0}, pb = {540, 50, 380, 260, 0, 1, 1, 0};
     FILE *f;
 
-    if (!path || !s || n < 1 || n > FED_SIM_CHART_MAX_SERIES)
+    if (!path || !s || n < 1 || n > FED_CHART_MAX_SERIES)
         return FED_ERR_INVAL;
     for (size_t k = 0; k < n; k++)
         for (size_t i = 0; i < s[k].n; i++) {

@@ -1,0 +1,39 @@
+/* chart.h - the programs' pictures (fedsim's; the status page's to come):
+ * accuracy against round and against bytes sent, one line per run, written
+ * as SVG by our own code (no library). In app/ so that both programs can
+ * draw without one depending on the simulator.
+ * A run's rows are fedsim's CSV columns: round, t_s, accuracy, spread,
+ * bytes, merged (header line first). */
+#ifndef FED_APP_CHART_H
+#define FED_APP_CHART_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+
+#define FED_CHART_MAX_SERIES 8
+#define FED_CHART_MAX_POINTS 100000
+
+typedef struct fed_chart_series {
+    char name[64];
+    size_t n;
+    double *round, *accuracy, *bytes; /* (n) each */
+} fed_chart_series;
+
+/* Reads one run from fedsim's CSV (name: what the legend says).
+ * FED_ERR_NOTFOUND, FED_ERR_IO, FED_ERR_FORMAT (not fedsim's columns, a bad
+ * number), FED_ERR_TOO_LARGE, FED_ERR_NOMEM. */
+FED_WUR fed_err fed_chart_series_load_csv(const char *path, const char *name, fed_chart_series *s);
+/* The same from text. */
+FED_WUR fed_err fed_chart_series_parse_csv(const char *text, size_t len, const char *name,
+                                         fed_chart_series *s);
+void fed_chart_series_fini(fed_chart_series *s);
+
+/* Writes the two charts of n series (1..FED_CHART_MAX_SERIES) to path as
+ * SVG: accuracy against round, and against megabytes sent. Rows with no
+ * accuracy (NaN) are left out. FED_ERR_INVAL, FED_ERR_IO. */
+FED_WUR fed_err fed_chart_svg(const char *path, const char *title, const fed_chart_series *s,
+                                  size_t n);
+
+#endif
