@@ -47,7 +47,9 @@ static fed_err fed_node_client_new(fed_node *n)
     memcpy(c->agg, n->cfg.aggregator.key, 32);
     c->job.job.user = n;
     n->client = c;
-    return fed_node_attack_parse(n->cfg.attack, &c->job.attack, &c->job.attack_param);
+    c->job.tamper_delta = n->cfg.tamper_delta;
+    c->job.tamper_ctx = n->cfg.tamper_ctx;
+    return FED_OK;
 }
 
 static void fed_node_client_free(fed_node *n)

@@ -159,10 +159,12 @@ typedef struct fed_node_config {
     const uint32_t *shard;        /* (shard_n) indices into train (borrowed) */
     size_t shard_n;
     uint64_t retry_ms;            /* answer wait beyond poll_ms; default 2000 */
-    char attack[32];              /* the simulator's Byzantine client: its delta
-                                     becomes -S x itself ("signflip:S"), noise
-                                     N(0, SIGMA^2) ("noise:SIGMA") or zeros
-                                     ("zero"); "": honest (default) */
+    /* simulator only: NULL in every real node; fedsim's Byzantine clients
+       (sim/attack.h) use it. Called with tamper_ctx, the round and the
+       client's delta (trained - global, n floats) before it is encoded, in
+       the training job (off the loop): it may change the delta in place. */
+    void (*tamper_delta)(void *ctx, uint64_t round, float *delta, size_t n);
+    void *tamper_ctx;
     uint32_t delta_retries;       /* DELTA resends before HELLO; default 3 */
 
     /* peer (no aggregator): every member in the allow-list is a peer; the
@@ -268,9 +270,6 @@ const fed_wire_counters *fed_node_wire_counters(const fed_node *n);
 size_t fed_node_peer_dim(const fed_node *n);
 FED_WUR fed_err fed_node_peer_estimate(const fed_node *n, double *out);
 FED_WUR fed_err fed_node_peer_mass(const fed_node *n, double *x, double *w);
-/* Checks a Byzantine client's attack ("signflip:S", "noise:SIGMA", "zero"
- * or ""): FED_ERR_SPEC. */
-FED_WUR fed_err fed_node_attack_check(const char *spec);
 /* Checks peer-mode specs (topology, sync, mixing): FED_ERR_SPEC. */
 FED_WUR fed_err fed_node_peer_check(const char *topology, const char *sync, const char *mixing);
 

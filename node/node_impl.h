@@ -233,8 +233,10 @@ typedef struct node_train_job {
     float *residual;        /* (nparams) topk error feedback, or NULL */
     float *params;          /* (nparams) peer: the trained parameters go here;
                                NULL: the encoded delta goes to vec */
-    int attack;             /* NODE_ATTACK_*: what a Byzantine client sends */
-    float attack_param;
+    /* cfg.tamper_delta and its ctx (simulator only; NULL: the delta as
+       trained) */
+    void (*tamper_delta)(void *ctx, uint64_t round, float *delta, size_t n);
+    void *tamper_ctx;
     /* out */
     uint8_t *vec;           /* the encoded delta (vec_len of cap_vec) */
     size_t vec_len, cap_vec;
@@ -251,10 +253,6 @@ void fed_node_train_job_run(fed_job *job);
 /* Frees what the job keeps between rounds (and its vec). */
 void fed_node_train_job_release(node_train_job *j);
 
-enum { NODE_ATTACK_NONE = 0, NODE_ATTACK_SIGNFLIP, NODE_ATTACK_NOISE, NODE_ATTACK_ZERO };
-/* "", "signflip:S", "noise:SIGMA" or "zero" (S, SIGMA finite, > 0):
- * FED_ERR_SPEC otherwise. */
-FED_WUR fed_err fed_node_attack_parse(const char *spec, int *kind, float *param);
 
 /* ---- client.c ---- */
 /* A chunk of its MODEL came: the rest is coming, give it time. */

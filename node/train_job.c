@@ -5,7 +5,6 @@
  * result. Touches only the job: never the node, the network or the
  * database. */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -28,70 +27,14 @@ static fed_err train_epochs(node_train_job *j, fed_model *m, fed_optim *o, doubl
     return e;
 }
 
-fed_err fed_node_attack_parse(const char *spec, int *kind, float *param)
-{
-    char *end;
-    double v;
-
-    *kind = NODE_ATTACK_NONE;
-    *param = 0;
-    if (!spec || !spec[0])
-        return FED_OK;
-    if (!strcmp(spec, "zero")) {
-        *kind = NODE_ATTACK_ZERO;
-        return FED_OK;
-    }
-    if (!strncmp(spec, "signflip:", 9) || !strncmp(spec, "noise:", 6)) {
-        const char *num = spec[0] == 's' ? spec + 9 : spec + 6;
-
-        v = strtod(num, &end);
-        if (end == num || *end || !isfinite(v) || !(v > 0) || v > 1e6)
-            return FED_ERR_SPEC;
-        *kind = spec[0] == 's' ? NODE_ATTACK_SIGNFLIP : NODE_ATTACK_NOISE;
-        *param = (float)v;
-        return FED_OK;
-    }
-    return FED_ERR_SPEC;
-}
-
-fed_err fed_node_attack_check(const char *spec)
-{
-    int kind;
-    float param;
-
-    return fed_node_attack_parse(spec, &kind, &param);
-}
-
-/* A Byzantine client's delta in place of the honest one (the simulator's
- * robustness studies). */
-static void attack_delta(const node_train_job *j, float *d)
-{
-    fed_rng r;
-
-    switch (j->attack) {
-    case NODE_ATTACK_SIGNFLIP:
-        for (size_t i = 0; i < j->nparams; i++)
-            d[i] *= -j->attack_param;
-        break;
-    case NODE_ATTACK_NOISE:
-        fed_rng_seed_stream(&r, j->seed ^ 0xbad, j->round);
-        for (size_t i = 0; i < j->nparams; i++)
-            d[i] = j->attack_param * (float)fed_rng_normal(&r);
-        break;
-    case NODE_ATTACK_ZERO:
-        memset(d, 0, j->nparams * sizeof *d);
-        break;
-    default:
-        break;
-    }
-}
-
-/* delta = trained - global, encoded with the round's codec. */
+/* delta = trained - global (then the simulator's tamper hook, if any),
+ * encoded with the round's codec. */
 static fed_err encode_delta(node_train_job *j, float *p)
 {
     for (size_t i = 0; i < j->nparams; i++)
         p[i] -= j->global[i];
-    attack_delta(j, p);
+    if (j->tamper_delta)
+        j->tamper_delta(j->tamper_ctx, j->round, p, j->nparams);
     return fed_node_encode_vec(&j->codec, p, j->nparams, j->residual, &j->vec, &j->cap_vec,
                                &j->vec_len);
 }

@@ -17,6 +17,7 @@
 #include "model/backend.h"
 #include "model/optim.h"
 #include "node/node.h"
+#include "sim/attack.h"
 #include "sim/host.h"
 #include "sim/run.h"
 #include "sim/world.h"
@@ -91,6 +92,7 @@ typedef struct sim_run {
     fed_sim_host **h;      /* (nodes) clients or peers */
     uint32_t **idx;        /* (nodes) their shards */
     size_t *nidx;
+    fed_sim_attack *attack; /* (nodes) --byzantine: each client's tamper_ctx */
     peer_round *pr;        /* (rounds + 1) */
     fed_rng crash_rng;     /* --crash-rate's draws */
     uint64_t next_row;     /* the next round to report */
@@ -315,13 +317,14 @@ static fed_err attach_nodes(sim_run *r, const fed_dataset *train, const fed_data
     const fed_sim_scenario *sc = r->sc;
     double byz = 0, slow_f = 0, slow = 1;
     const char *attack = "", *rest;
+    fed_sim_attack a = {0};
     char *end;
     fed_node_config c;
     char path[512];
     fed_err e;
 
     if (sc->byzantine[0] && (r->peer_mode || parse_fraction(sc->byzantine, &byz, &attack) != FED_OK ||
-                             !attack[0] || fed_node_attack_check(attack) != FED_OK)) {
+                             !attack[0] || fed_sim_attack_parse(attack, &a) != FED_OK)) {
         fed_log(FED_LOG_ERROR, "sim: --byzantine '%s': FRACTION:ATTACK, aggregator mode only",
                 sc->byzantine);
         return FED_ERR_SPEC;
@@ -353,8 +356,10 @@ static fed_err attach_nodes(sim_run *r, const fed_dataset *train, const fed_data
         } else {
             c.role = FED_NODE_CLIENT;
             c.aggregator = *fed_sim_host_id(r->agg);
-            if (i < (int)floor(byz * sc->nodes + 1e-9))
-                snprintf(c.attack, sizeof c.attack, "%s", attack);
+            if (i < (int)floor(byz * sc->nodes + 1e-9)) {
+                r->attack[i] = a;
+                fed_sim_attack_install(&r->attack[i], &c, fed_sim_host_id(r->h[i])->key);
+            }
         }
         snprintf(path, sizeof path, "%s/node-%d.db", sc->db_dir, i);
         if ((e = fed_sim_host_attach(r->h[i], r->w, &c, sc->db_dir[0] ? path : NULL)) != FED_OK)
@@ -467,6 +472,7 @@ static void run_free(sim_run *r)
     fed_free(r->h);
     fed_free(r->idx);
     fed_free(r->nidx);
+    fed_free(r->attack);
     fed_free(r->pr);
     fed_crypto_allow_free(r->allow);
 }
@@ -559,8 +565,9 @@ fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train, const 
     r.h = fed_calloc((size_t)sc->nodes, sizeof *r.h);
     r.idx = fed_calloc((size_t)sc->nodes, sizeof *r.idx);
     r.nidx = fed_calloc((size_t)sc->nodes, sizeof *r.nidx);
+    r.attack = fed_calloc((size_t)sc->nodes, sizeof *r.attack);
     r.pr = fed_calloc((size_t)sc->s.rounds + 1, sizeof *r.pr);
-    if (!r.h || !r.idx || !r.nidx || !r.pr) {
+    if (!r.h || !r.idx || !r.nidx || !r.attack || !r.pr) {
         e = FED_ERR_NOMEM;
         goto out;
     }

@@ -6,7 +6,8 @@
  * rejected; a full disk at a round's commit, and at its evaluation (the
  * accuracy kept and written later); round 1 starting gather_ms after the
  * first client when fewer than wait_clients come; the same seed twice gives
- * the same model. Skips without data. Also, without data, the checkpoint's
+ * the same model; a client without the simulator's tamper hook sends its
+ * delta untouched. Skips without data. Also, without data, the checkpoint's
  * model sections (node/ckpt_model.h): a round trip, their byte image, and
  * every malformed or mismatched section refused. */
 #include <math.h>
@@ -1020,6 +1021,87 @@ static void test_train_job_reuse(void **state)
     free(first);
 }
 
+/* What a tamper hook saw: the round, the length and a copy of the delta. */
+typedef struct tamper_seen {
+    int calls, zero;
+    uint64_t round;
+    size_t n;
+    float *delta;
+} tamper_seen;
+
+static void tamper_record(void *ctx, uint64_t round, float *delta, size_t n)
+{
+    tamper_seen *t = ctx;
+
+    t->calls++;
+    t->round = round;
+    t->n = n;
+    t->delta = malloc(n * sizeof *delta);
+    assert_non_null(t->delta);
+    memcpy(t->delta, delta, n * sizeof *delta);
+    if (t->zero)
+        memset(delta, 0, n * sizeof *delta);
+}
+
+/* The simulator's tamper hook (fed_node_config.tamper_delta): NULL by
+ * default, and a client job without one sends its delta untouched: the same
+ * bytes as with a hook that only looks, and they decode to exactly the
+ * trained - global that hook saw (round and length its own). A hook that
+ * changes the delta changes what is sent. */
+static void test_no_tamper_hook(void **state)
+{
+    const fixture *fx = *state;
+    fed_node_config cfg;
+    uint32_t idx[128];
+    node_train_job plain, looked, zeroed;
+    tamper_seen seen = {0}, zero = {.zero = 1};
+    size_t np = 0;
+    float *g, *got;
+    fed_rng rng;
+
+    fed_node_config_default(&cfg);
+    assert_null(cfg.tamper_delta);
+    assert_null(cfg.tamper_ctx);
+    fed_test_need_fashion(fx->train != NULL);
+    for (uint32_t i = 0; i < 128; i++)
+        idx[i] = i * 5;
+    assert_int_equal(fed_model_spec_nparams("mlp:16", fx->train->shape, &np), FED_OK);
+    g = malloc(np * sizeof *g);
+    got = malloc(np * sizeof *got);
+    assert_true(g && got);
+    fed_rng_seed(&rng, 9);
+    for (size_t i = 0; i < np; i++)
+        g[i] = 0.05f * (float)fed_rng_normal(&rng);
+    memset(&plain, 0, sizeof plain);
+    memset(&looked, 0, sizeof looked);
+    memset(&zeroed, 0, sizeof zeroed);
+    looked.tamper_delta = zeroed.tamper_delta = tamper_record;
+    looked.tamper_ctx = &seen;
+    zeroed.tamper_ctx = &zero;
+    train_one(&plain, fx, idx, 128, "mlp:16", 3, g, np);
+    train_one(&looked, fx, idx, 128, "mlp:16", 3, g, np);
+    train_one(&zeroed, fx, idx, 128, "mlp:16", 3, g, np);
+    assert_int_equal(seen.calls, 1);
+    assert_int_equal(seen.round, 3);
+    assert_int_equal(seen.n, np);
+    assert_int_equal(plain.vec_len, looked.vec_len);
+    assert_memory_equal(plain.vec, looked.vec, plain.vec_len);
+    assert_int_equal(fed_codec_decode(plain.vec, plain.vec_len, FED_CODEC_F32, got, np), FED_OK);
+    assert_memory_equal(got, seen.delta, np * sizeof *got);
+    assert_memory_not_equal(got, g, np * sizeof *got); /* a delta, not the model */
+    assert_int_equal(fed_codec_decode(zeroed.vec, zeroed.vec_len, FED_CODEC_F32, got, np), FED_OK);
+    assert_memory_equal(zero.delta, seen.delta, np * sizeof *got); /* the same training */
+    for (size_t i = 0; i < np; i++)
+        assert_true(got[i] == 0.0f);
+    fed_node_train_job_release(&plain);
+    fed_node_train_job_release(&looked);
+    fed_node_train_job_release(&zeroed);
+    free(seen.delta);
+    free(zero.delta);
+    free(got);
+    free(g);
+}
+
 /* An aggregator whose lr is left at its default (0, as fednode run and
  * fedsim leave it without --lr) sends its optimizer's own rate in the
  * round's settings: with Adam every client trains at 0.002, not SGD's 0.05;
@@ -1252,6 +1334,7 @@ int main(void)
         cmocka_unit_test(test_default_lr),
         cmocka_unit_test(test_timer_refused),
         cmocka_unit_test(test_train_job_reuse),
+        cmocka_unit_test(test_no_tamper_hook),
         cmocka_unit_test(test_async_fedbuff),
         cmocka_unit_test(test_streamed_transfers),
         cmocka_unit_test(test_more_than_128_clients),
