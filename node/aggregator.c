@@ -128,15 +128,12 @@ static fed_err resume(fed_node *n)
     uint64_t round = 0;
     fed_err e;
 
-    memset(&ck, 0, sizeof ck);
-    e = fed_store_latest_valid_checkpoint(n->cfg.store, &ck, NULL);
+    e = fed_node_resume_latest(n, &ck, &round);
     if (e == FED_ERR_NOTFOUND)
         return FED_OK;
     if (e != FED_OK)
-        return e;
-    merge = fed_store_ckpt_find(&ck, FED_CKPT_SEC_MERGE);
-    if ((e = fed_node_state_decode(&ck, FED_NODE_AGGREGATOR, &round)) != FED_OK)
         goto out;
+    merge = fed_store_ckpt_find(&ck, FED_CKPT_SEC_MERGE);
     if ((e = fed_node_model_sec_decode(&ck, &v)) != FED_OK) {
         e = FED_ERR_FORMAT;
         goto out;

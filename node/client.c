@@ -158,11 +158,10 @@ static fed_err resume(fed_node *n)
     uint64_t round = 0;
     fed_err e;
 
-    memset(&ck, 0, sizeof ck);
-    e = fed_store_latest_valid_checkpoint(n->cfg.store, &ck, NULL);
+    e = fed_node_resume_latest(n, &ck, &round);
     if (e == FED_ERR_NOTFOUND)
         return FED_OK;
-    if (e == FED_OK && (e = fed_node_state_decode(&ck, FED_NODE_CLIENT, &round)) == FED_OK) {
+    if (e == FED_OK) {
         const fed_store_section *r = fed_store_ckpt_find(&ck, FED_CKPT_SEC_RESIDUAL);
         node_client *c = n->client;
 

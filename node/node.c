@@ -580,6 +580,16 @@ void fed_node_state_encode(uint8_t out[FED_NODE_STATE_BYTES], fed_node_role role
     fed_put_u64le(out + 16, round);
 }
 
+fed_err fed_node_resume_latest(fed_node *n, fed_store_ckpt *ck, uint64_t *round)
+{
+    fed_err e;
+
+    memset(ck, 0, sizeof *ck);
+    if ((e = fed_store_latest_valid_checkpoint(n->cfg.store, ck, NULL)) != FED_OK)
+        return e;
+    return fed_node_state_decode(ck, n->cfg.role, round);
+}
+
 fed_err fed_node_state_decode(const fed_store_ckpt *c, fed_node_role role, uint64_t *round)
 {
     const fed_store_section *s = fed_store_ckpt_find(c, FED_NODE_SEC_STATE);

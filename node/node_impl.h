@@ -145,6 +145,11 @@ FED_WUR fed_err fed_node_encode_vec(const fed_codec *c, const float *x, size_t n
 void fed_node_state_encode(uint8_t out[FED_NODE_STATE_BYTES], fed_node_role role, uint64_t round);
 FED_WUR fed_err fed_node_state_decode(const fed_store_ckpt *c, fed_node_role role,
                                       uint64_t *round);
+/* Every role's resume starts here: the newest checkpoint that verifies into
+ * ck (zeroed first; the caller finis it, whatever this returns) and the
+ * round its node.state names for this node's role. FED_ERR_NOTFOUND: none
+ * (a fresh node); else the load's or the state's error. */
+FED_WUR fed_err fed_node_resume_latest(fed_node *n, fed_store_ckpt *ck, uint64_t *round);
 
 /* ---- broadcast.c: one vector to many recipients, sealed together ---- */
 /* A recipient: the request to answer (NULL: a request to `to`), and the

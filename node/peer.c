@@ -176,12 +176,9 @@ static fed_err resume(fed_node *n)
     uint64_t round = 0;
     fed_err e;
 
-    memset(&ck, 0, sizeof ck);
-    e = fed_store_latest_valid_checkpoint(n->cfg.store, &ck, NULL);
+    e = fed_node_resume_latest(n, &ck, &round);
     if (e == FED_ERR_NOTFOUND)
         return FED_OK;
-    if (e == FED_OK)
-        e = fed_node_state_decode(&ck, FED_NODE_PEER, &round);
     if (e == FED_OK && !(s = fed_store_ckpt_find(&ck, NODE_SEC_PUSHSUM)))
         e = FED_ERR_FORMAT;
     if (e == FED_OK)
