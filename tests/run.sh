@@ -7,10 +7,13 @@
 # non-zero without a summary (a crash), or with one that lists no failure,
 # adds one failed case. Anything else (a process test, a fuzz replay) is one
 # case: exit 0 passed, exit 77 skipped (it says why on its own output).
+# Before the closing line it repeats why each failed test failed (its FAIL
+# lines, or its last lines), so the tail of a long log shows the cause.
 pass=0; fail=0; skip=0; failed=""
 CMOCKA_MESSAGE_OUTPUT=stdout; export CMOCKA_MESSAGE_OUTPUT
 out=$(mktemp) || exit 1
-trap 'rm -f "$out" "$out.rc"' EXIT
+why=$(mktemp) || exit 1
+trap 'rm -f "$out" "$out.rc" "$why"' EXIT
 trap 'exit 1' INT TERM HUP
 # count KIND: N from the summary line "[  KIND  ] N test(s)..." (0: none)
 count() {
@@ -38,8 +41,17 @@ for t in "$@"; do
         p=0 f=1 s=0
     fi
     pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + s))
-    [ "$f" -gt 0 ] && failed="$failed $t"
+    if [ "$f" -gt 0 ]; then
+        failed="$failed $t"
+        echo "-- $t" >>"$why"
+        { grep -E '^(FAIL|\[  (FAILED|ERROR) )' "$out" || tail -n 8 "$out"; } |
+            head -n 20 >>"$why"
+    fi
 done
-[ -n "$failed" ] && echo "failed:$failed"
+if [ -n "$failed" ]; then
+    echo "== why they failed"
+    cat "$why"
+    echo "failed:$failed"
+fi
 echo "$pass passed, $fail failed, $skip skipped"
 [ $fail -eq 0 ]

@@ -8,8 +8,8 @@
 #  - 40 that send whole frames of garbage: refused as bad magic (rej_magic);
 #  - 40 that announce a message within the limit and stall: closed after
 #    --conn-stall-ms, 3 s (conn_stalled); the others deliver well within it;
-#  - 10 with a bad handshake (conn_handshake: NNG 1.5.2 counts one only when
-#    its listener is waiting on an accept, so a burst counts as fewer);
+#  - 10 with a bad handshake, one after another (conn_handshake: NNG 1.5.2
+#    counts one only when its listener is waiting on an accept);
 #  - 30 at once over --max-connections 16: the surplus closed (conn_refused;
 #    the stalled ones closed meanwhile free places, so fewer than 14);
 # then its resident memory is within 16 MiB of where it was before, two
@@ -43,7 +43,9 @@ wave() { # COUNT SECONDS HEX LEN GARBAGE, 8 at a time (two waves fit the cap)
 wave 40 1 "$SP_REQ0" 16777216 65536      # announce 16 MiB: dropped at once
 wave 40 1 "$SP_REQ0" 120000 120000       # whole frames of garbage
 wave 40 5 "$SP_REQ0" 128000 4096         # stall inside the limit: closed after 3 s
-wave 10 1 'GET / HTTP/1.1\r\n\r\n' 0 0 # not SP at all
+# not SP at all, one at a time: NNG counts a bad handshake only while its
+# listener waits on an accept, and it rests 100 ms after each it counts
+n=0; while [ $n -lt 10 ]; do stranger "$port" 0.3 'GET / HTTP/1.1\r\n\r\n' 0 0; strangers_done; n=$((n + 1)); done
 peak=$(rss)
 n=0; while [ $n -lt 30 ]; do stranger "$port" 5 "$SP_REQ0" - 0; n=$((n + 1)); done # over the cap, idle
 sleep 1
@@ -64,18 +66,20 @@ exits0 c0 30
 exits0 c1 30
 rounds_once "$TMP/agg.db" 2
 ok "two clients ran two rounds on it afterwards"
-# at_least NAME N: status counter wire.NAME >= N
+# at_least NAME N: status counter wire.NAME >= N; each is printed first
 at_least() {
     v=$(counter "$TMP/agg.db" "wire.$1")
-    [ -n "$v" ] && [ "$v" -ge "$2" ] || fail "status: wire.$1 = '$v', want >= $2"
+    [ -n "$v" ] && [ "$v" -ge "$2" ] || bad="$bad wire.$1 = '$v', want >= $2;"
     printf ' %s=%s' "$1" "$v"
 }
+bad=""
 printf 'status counters:'
 at_least conn_dropped 40
 at_least rej_magic 40
 at_least conn_stalled 40
-at_least conn_handshake 1
+at_least conn_handshake 5 # of 10: each should count; a loaded host may miss some
 at_least conn_refused 1 # exact counts are test_transport's: here stalls free places too
 echo
+[ -z "$bad" ] || fail "status:$bad"
 ok "status counts each kind of drop"
 echo "all checks passed in $(($(date +%s) - T0)) s"
