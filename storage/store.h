@@ -50,6 +50,7 @@
 #define FED_STORE_PAGE_SIZE 65536
 #define FED_STORE_CHUNK_BYTES (16u << 20) /* checkpoint bytes per chunk row */
 #define FED_STORE_CHUNK_MIN 4096u
+#define FED_STORE_CACHE_KIB 2048 /* SQLite's page cache per open, at most */
 
 typedef struct fed_store fed_store;
 
@@ -102,6 +103,9 @@ int fed_store_schema(const fed_store *st);
  * as fed_store_open does. */
 FED_WUR fed_err fed_store_restart(fed_store *st);
 int fed_store_page_size(const fed_store *st);
+/* Heap bytes SQLite's page cache holds for this open now: at most about
+ * FED_STORE_CACHE_KIB KiB once a transaction ends (a big one spills past). */
+size_t fed_store_cache_bytes(fed_store *st);
 /* The cap on the file, as fed_store_opts.max_bytes, now (0: none); never
  * below what the file holds already, so 1 stops it growing. */
 FED_WUR fed_err fed_store_set_max_bytes(fed_store *st, uint64_t bytes);
