@@ -27,26 +27,33 @@ void fed_cli_error(const char *fmt, ...)
     fputc('\n', stderr);
 }
 
-static void stderr_sink(void *ctx, fed_log_level level, const char *line)
-{
-    (void)ctx;
-    fprintf(stderr, "%s: %s: %s\n", program_invocation_short_name, fed_log_level_name(level),
-            line);
-}
-
 void fed_cli_log_init(void)
 {
     const char *lvl = getenv("FEDNODE_LOG");
+    fed_log_level level;
 
-    fed_log_set_sink(stderr_sink, NULL);
-    if (!lvl)
-        return;
-    if (!strcmp(lvl, "debug"))
-        fed_log_set_level(FED_LOG_DEBUG);
-    else if (!strcmp(lvl, "warn"))
-        fed_log_set_level(FED_LOG_WARN);
-    else if (!strcmp(lvl, "error"))
-        fed_log_set_level(FED_LOG_ERROR);
+    fed_log_use_stream(2, FED_LOG_TEXT, program_invocation_short_name);
+    if (lvl && fed_log_level_parse(lvl, &level) == 0)
+        fed_log_set_level(level);
+}
+
+int fed_cli_log_apply(const char *cmd, const fed_cli_log_opts *o)
+{
+    fed_log_format format;
+    fed_log_level level;
+
+    if (fed_log_format_parse(o->format, &format) != 0) {
+        fed_cli_error("%s: --log-format '%s': text or json", cmd, o->format);
+        return 2;
+    }
+    if (o->level[0] && fed_log_level_parse(o->level, &level) != 0) {
+        fed_cli_error("%s: --log-level '%s': debug, info, warn or error", cmd, o->level);
+        return 2;
+    }
+    fed_log_use_stream(2, format, program_invocation_short_name);
+    if (o->level[0])
+        fed_log_set_level(level);
+    return -1;
 }
 
 int fed_cli_load_options(const char *cmd, const char *synopsis, const fed_opt *t, size_t n,
