@@ -146,6 +146,28 @@ static void run_state_free(run_state *s)
     fed_crypto_arena_free(s->arena);
 }
 
+/* The node's name in JSON log lines: its own in the allow-list (once that
+ * is loaded), else the first bytes of its key. */
+static void log_node_name(const run_state *s)
+{
+    const uint8_t *own = fed_crypto_arena_pubkey(s->arena);
+    char hex[17];
+
+    for (size_t i = 0; s->allow && i < fed_crypto_allow_count(s->allow); i++) {
+        const char *name;
+        const uint8_t *pk;
+
+        fed_crypto_allow_get(s->allow, i, &name, &pk);
+        if (!memcmp(pk, own, 32)) {
+            fed_log_stream_set_node(name);
+            return;
+        }
+    }
+    for (int i = 0; i < 8; i++)
+        snprintf(hex + 2 * i, 3, "%02x", own[i]);
+    fed_log_stream_set_node(hex);
+}
+
 static int load_identity(const run_cfg *c, run_state *s)
 {
     fed_crypto_arena_cfg ac;
@@ -174,29 +196,8 @@ static int load_identity(const run_cfg *c, run_state *s)
         fed_cli_error("run: %s/%s: %s", c->keys, FED_CRYPTO_KEYFILE, fed_strerror(e));
         return 1;
     }
+    log_node_name(s);
     return -1;
-}
-
-/* The node's name in JSON log lines: its own in the allow-list, else the
- * first bytes of its key. */
-static void log_node_name(const run_state *s)
-{
-    const uint8_t *own = fed_crypto_arena_pubkey(s->arena);
-    char hex[17];
-
-    for (size_t i = 0; i < fed_crypto_allow_count(s->allow); i++) {
-        const char *name;
-        const uint8_t *pk;
-
-        fed_crypto_allow_get(s->allow, i, &name, &pk);
-        if (!memcmp(pk, own, 32)) {
-            fed_log_stream_set_node(name);
-            return;
-        }
-    }
-    for (int i = 0; i < 8; i++)
-        snprintf(hex + 2 * i, 3, "%02x", own[i]);
-    fed_log_stream_set_node(hex);
 }
 
 static int load_allow(const run_cfg *c, run_state *s)
