@@ -614,7 +614,11 @@ int fed_cli_export(int argc, char **argv)
     {
         int nt = 0;
         const fed_tensor_info *t = fed_model_tensors(m, &nt);
-        fed_store_st_model sm = {fed_model_spec(m), fed_model_input(m), t, nt, p};
+        fed_model_shape in = fed_model_input(m);
+        /* a CSV's samples are (1, 1, features); images have rows */
+        fed_store_st_model sm = {fed_model_spec(m), in, t, nt, p,
+                                 in.c == 1 && in.h == 1 ? FED_ST_INPUT_STANDARDIZED
+                                                        : FED_ST_INPUT_PIXELS};
 
         if ((e = fed_store_safetensors_save(c.out, &sm)) != FED_OK) {
             fed_cli_error("export: writing %s: %s", c.out, fed_strerror(e));
