@@ -37,6 +37,12 @@ typedef struct fed_cli_log_opts {
 /* Applies them to the stderr sink; -1 to go on, 2 on a bad value (printed,
  * naming cmd). */
 int fed_cli_log_apply(const char *cmd, const fed_cli_log_opts *o);
+/* --help (or -h) in argv: prints "usage: PROGRAM [CMD] synopsis" and, when
+ * n > 0, title and the table's lines; --help-man: the same as man(7) roff
+ * (the build writes the man pages' option sections with it). 1 when it
+ * printed, else 0. */
+int fed_cli_help(const char *cmd, const char *synopsis, const char *title,
+                 const struct fed_opt *t, size_t n, int argc, char **argv);
 /* Options for a subcommand: defaults, then --config FILE, then the flags;
  * --help prints the table. Returns -1 to go on, else the exit status
  * (0 after --help, 2 on a bad option or a stray argument, 1 out of memory). */

@@ -56,6 +56,37 @@ int fed_cli_log_apply(const char *cmd, const fed_cli_log_opts *o)
     return -1;
 }
 
+int fed_cli_help(const char *cmd, const char *synopsis, const char *title, const fed_opt *t,
+                 size_t n, int argc, char **argv)
+{
+    const char *prog = program_invocation_short_name; /* fednode or fedsim */
+    int sub = strcmp(cmd, prog) != 0;                  /* fednode CMD */
+
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--help-man")) {
+            printf(".PP\n.B \"%s%s%s\"\n", prog, sub ? " " : "", sub ? cmd : "");
+            fed_opt_man_text(stdout, synopsis);
+            printf("\n");
+            if (n) {
+                printf(".PP\n");
+                fed_opt_man_text(stdout, title);
+                printf(":\n");
+                fed_opt_print_man(t, n, stdout);
+            }
+            return 1;
+        }
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: %s%s%s %s\n", prog, sub ? " " : "", sub ? cmd : "", synopsis);
+            if (n) {
+                printf("\n%s:\n", title);
+                fed_opt_print_help(t, n, stdout);
+            }
+            return 1;
+        }
+    }
+    return 0;
+}
+
 int fed_cli_load_options(const char *cmd, const char *synopsis, const fed_opt *t, size_t n,
                          void *cfg, int argc, char **argv)
 {
@@ -64,16 +95,9 @@ int fed_cli_load_options(const char *cmd, const char *synopsis, const fed_opt *t
     int npos = 0, rc = -1;
     fed_err err;
 
-    for (int i = 0; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            if (strcmp(cmd, program_invocation_short_name) != 0) /* fednode CMD */
-                printf("usage: %s %s %s\n", program_invocation_short_name, cmd, synopsis);
-            else
-                printf("usage: %s %s\n", cmd, synopsis);
-            printf("\noptions (also as KEY = VALUE in --config FILE):\n");
-            fed_opt_print_help(t, n, stdout);
-            return 0;
-        }
+    if (fed_cli_help(cmd, synopsis, "options (also as KEY = VALUE in --config FILE)", t, n,
+                     argc, argv))
+        return 0;
     pos = fed_calloc((size_t)argc + 1, sizeof *pos);
     if (!pos) {
         fed_cli_error("%s: out of memory", cmd);
