@@ -4,8 +4,8 @@
  * that are not UTF-8, random bytes, a line at the 1 KiB cut), the message
  * comes back whole (valid UTF-8 as it was, the rest as U+FFFD), the fields
  * read from it (component, round) are right, a small buffer cuts the
- * message and never the object; text lines keep their old form; levels and
- * formats parse. */
+ * message and never the object; text lines keep their old form, with the
+ * syslog level prefix on the journal's stream; levels and formats parse. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -204,6 +205,23 @@ static void test_stream_sink(void **state)
     assert_true(n > 0);
     buf[n] = 0;
     assert_string_equal(buf, "fedtest: info: daemon: hello\n");
+    { /* the journal's stream (as $JOURNAL_STREAM names it): each line says its level */
+        struct stat st;
+        char js[64];
+
+        assert_int_equal(fstat(fd[1], &st), 0);
+        snprintf(js, sizeof js, "%llu:%llu", (unsigned long long)st.st_dev,
+                 (unsigned long long)st.st_ino);
+        setenv("JOURNAL_STREAM", js, 1);
+        fed_log_use_stream(fd[1], FED_LOG_TEXT, "fedtest");
+        fed_log(FED_LOG_WARN, "w");
+        fed_log(FED_LOG_DEBUG, "d");
+        n = read(fd[0], buf, sizeof buf - 1);
+        assert_true(n > 0);
+        buf[n] = 0;
+        assert_string_equal(buf, "<4>fedtest: warn: w\n<7>fedtest: debug: d\n");
+        unsetenv("JOURNAL_STREAM");
+    }
     fed_log_use_stream(fd[1], FED_LOG_JSON, "fedtest");
     fed_log_stream_set_node("c\"1");
     fed_log(FED_LOG_WARN, "client: round %d: \"%s\"", 9, "\xff\x01");
