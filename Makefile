@@ -48,6 +48,7 @@ APPLIB    := $(BUILD)/libfedapp.a
 # the tests that exercise subcommands and link the CLI (no other test does)
 CLI_TESTS := test_crypto test_store test_train_record test_fedsim
 PROGS     := $(foreach p,$(PROG_SRCS),$(if $(wildcard $(p)),$(notdir $(p:.c=))))
+MAN_PAGES := $(PROGS:%=$(BUILD)/man/%.1)
 
 TEST_SRCS  := $(wildcard tests/test_*.c)
 TEST_BINS  := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
@@ -73,7 +74,7 @@ CUDA_PLUGIN := $(if $(and $(NVCC),$(CUDA_SRCS)),$(BUILD)/libfedcuda.so)
 .PHONY: all test test-unit test-long asan tsan bench fuzz demo deps install clean \
         check-tools gpu-bundle
 
-all: check-tools $(PROGS) $(CUDA_PLUGIN)
+all: check-tools $(PROGS) $(CUDA_PLUGIN) $(MAN_PAGES)
 
 check-tools:
 	@printf 'fednode build: cc %s, nvcc %s\n' "$$($(CC) -dumpversion 2>/dev/null)" \
@@ -203,16 +204,36 @@ $(BUILD)/bench/bench_cuda: $(BUILD)/bench/bench_cuda.o $(CUDA_HOST_OBJS)
 gpu-bundle:
 	$(Q)sh scripts/gpu-bundle.sh gpu-bundle
 
+# ---- man pages: docs/man/PROG.1.in with its option sections written by
+# `PROG --help-man` from the tables --help prints, so they never drift ----
+MAN_DATE  := $(shell git log -1 --format=%cs 2>/dev/null || date +%F)
+$(BUILD)/man/%.1: docs/man/%.1.in %
+	@mkdir -p $(dir $@)
+	@echo "  MAN   $@"
+	$(Q)FEDNODE_NO_REEXEC=1 ./$* --help-man >$@.opts
+	$(Q)sed -e 's/@DATE@/$(MAN_DATE)/' -e '/^@OPTIONS@$$/r $@.opts' -e '/^@OPTIONS@$$/d' \
+	  $< >$@.tmp && mv $@.tmp $@ && rm -f $@.opts
+
 # ---- install, deps, demo ----
+# The systemd unit's ExecStart names /usr/local/bin/fednode: installed with
+# this PREFIX's bin instead.
+MANDIR          ?= $(PREFIX)/share/man
+SYSTEMD_UNITDIR ?= $(PREFIX)/lib/systemd/system
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/fednode
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/fednode \
+	  $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(SYSTEMD_UNITDIR)
 	install -m 0755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/
 	$(if $(CUDA_PLUGIN),install -m 0755 $(CUDA_PLUGIN) $(DESTDIR)$(PREFIX)/lib/fednode/)
+	install -m 0644 $(MAN_PAGES) $(DESTDIR)$(MANDIR)/man1/
+	sed 's|/usr/local/bin/|$(PREFIX)/bin/|g' examples/systemd/fednode@.service \
+	  >$(DESTDIR)$(SYSTEMD_UNITDIR)/fednode@.service
+	chmod 0644 $(DESTDIR)$(SYSTEMD_UNITDIR)/fednode@.service
 
 deps:
 	$(Q)sh scripts/deps.sh
 
-demo: deps
+demo:
+	$(Q)sh scripts/deps.sh demo
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)sh scripts/demo.sh
 

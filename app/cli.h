@@ -18,8 +18,31 @@ typedef struct fed_cli_cmd {
 
 /* Prints "fednode: " + message to stderr: the CLI layer may print. */
 void fed_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* Installs the stderr log sink at the level FEDNODE_LOG names (default info). */
+/* Installs the stderr log sink (text) at the level FEDNODE_LOG names
+ * (default info). */
 void fed_cli_log_init(void);
+/* --log-format and --log-level in a command's option table (the daemon's):
+ * FED_CLI_LOG_OPTS(cfgtype, member) beside its own options, then
+ * fed_cli_log_apply once they are loaded. */
+typedef struct fed_cli_log_opts {
+    char format[8];
+    char level[8];
+} fed_cli_log_opts;
+#define FED_CLI_LOG_OPTS(T, m)                                                                   \
+    FED_OPT_DEF(T, m.format, "log-format", FED_OPT_STR, "text", 0, 0,                            \
+                "text (PROGRAM: LEVEL: MESSAGE) or json (one object a line: time, level, node, " \
+                "component, round, message)"),                                                   \
+    FED_OPT_DEF(T, m.level, "log-level", FED_OPT_STR, "", 0, 0,                                  \
+                "debug, info, warn or error (default: $FEDNODE_LOG, else info)")
+/* Applies them to the stderr sink; -1 to go on, 2 on a bad value (printed,
+ * naming cmd). */
+int fed_cli_log_apply(const char *cmd, const fed_cli_log_opts *o);
+/* --help (or -h) in argv: prints "usage: PROGRAM [CMD] synopsis" and, when
+ * n > 0, title and the table's lines; --help-man: the same as man(7) roff
+ * (the build writes the man pages' option sections with it). 1 when it
+ * printed, else 0. */
+int fed_cli_help(const char *cmd, const char *synopsis, const char *title,
+                 const struct fed_opt *t, size_t n, int argc, char **argv);
 /* Options for a subcommand: defaults, then --config FILE, then the flags;
  * --help prints the table. Returns -1 to go on, else the exit status
  * (0 after --help, 2 on a bad option or a stray argument, 1 out of memory). */

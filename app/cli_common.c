@@ -27,26 +27,64 @@ void fed_cli_error(const char *fmt, ...)
     fputc('\n', stderr);
 }
 
-static void stderr_sink(void *ctx, fed_log_level level, const char *line)
-{
-    (void)ctx;
-    fprintf(stderr, "%s: %s: %s\n", program_invocation_short_name, fed_log_level_name(level),
-            line);
-}
-
 void fed_cli_log_init(void)
 {
     const char *lvl = getenv("FEDNODE_LOG");
+    fed_log_level level;
 
-    fed_log_set_sink(stderr_sink, NULL);
-    if (!lvl)
-        return;
-    if (!strcmp(lvl, "debug"))
-        fed_log_set_level(FED_LOG_DEBUG);
-    else if (!strcmp(lvl, "warn"))
-        fed_log_set_level(FED_LOG_WARN);
-    else if (!strcmp(lvl, "error"))
-        fed_log_set_level(FED_LOG_ERROR);
+    fed_log_use_stream(2, FED_LOG_TEXT, program_invocation_short_name);
+    if (lvl && fed_log_level_parse(lvl, &level) == 0)
+        fed_log_set_level(level);
+}
+
+int fed_cli_log_apply(const char *cmd, const fed_cli_log_opts *o)
+{
+    fed_log_format format;
+    fed_log_level level;
+
+    if (fed_log_format_parse(o->format, &format) != 0) {
+        fed_cli_error("%s: --log-format '%s': text or json", cmd, o->format);
+        return 2;
+    }
+    if (o->level[0] && fed_log_level_parse(o->level, &level) != 0) {
+        fed_cli_error("%s: --log-level '%s': debug, info, warn or error", cmd, o->level);
+        return 2;
+    }
+    fed_log_use_stream(2, format, program_invocation_short_name);
+    if (o->level[0])
+        fed_log_set_level(level);
+    return -1;
+}
+
+int fed_cli_help(const char *cmd, const char *synopsis, const char *title, const fed_opt *t,
+                 size_t n, int argc, char **argv)
+{
+    const char *prog = program_invocation_short_name; /* fednode or fedsim */
+    int sub = strcmp(cmd, prog) != 0;                  /* fednode CMD */
+
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--help-man")) {
+            printf(".PP\n.B \"%s%s%s\"\n", prog, sub ? " " : "", sub ? cmd : "");
+            fed_opt_man_text(stdout, synopsis);
+            printf("\n");
+            if (n) {
+                printf(".PP\n");
+                fed_opt_man_text(stdout, title);
+                printf(":\n");
+                fed_opt_print_man(t, n, stdout);
+            }
+            return 1;
+        }
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: %s%s%s %s\n", prog, sub ? " " : "", sub ? cmd : "", synopsis);
+            if (n) {
+                printf("\n%s:\n", title);
+                fed_opt_print_help(t, n, stdout);
+            }
+            return 1;
+        }
+    }
+    return 0;
 }
 
 int fed_cli_load_options(const char *cmd, const char *synopsis, const fed_opt *t, size_t n,
@@ -57,16 +95,9 @@ int fed_cli_load_options(const char *cmd, const char *synopsis, const fed_opt *t
     int npos = 0, rc = -1;
     fed_err err;
 
-    for (int i = 0; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            if (strcmp(cmd, program_invocation_short_name) != 0) /* fednode CMD */
-                printf("usage: %s %s %s\n", program_invocation_short_name, cmd, synopsis);
-            else
-                printf("usage: %s %s\n", cmd, synopsis);
-            printf("\noptions (also as KEY = VALUE in --config FILE):\n");
-            fed_opt_print_help(t, n, stdout);
-            return 0;
-        }
+    if (fed_cli_help(cmd, synopsis, "options (also as KEY = VALUE in --config FILE)", t, n,
+                     argc, argv))
+        return 0;
     pos = fed_calloc((size_t)argc + 1, sizeof *pos);
     if (!pos) {
         fed_cli_error("%s: out of memory", cmd);

@@ -46,15 +46,8 @@ static int parse(const char *cmd, const char *synopsis, const fed_opt *t, size_t
     fed_opt_error e = {{0}};
     fed_err err;
 
-    for (int i = 0; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: fednode %s %s\n", cmd, synopsis);
-            if (n) {
-                printf("\noptions:\n");
-                fed_opt_print_help(t, n, stdout);
-            }
-            return 0;
-        }
+    if (fed_cli_help(cmd, synopsis, "options", t, n, argc, argv))
+        return 0;
     err = fed_opt_defaults(t, n, cfg, &e);
     if (err == FED_OK)
         err = fed_opt_parse_argv(t, n, cfg, argc, argv, pos, npos, &e);

@@ -53,6 +53,7 @@ typedef struct run_cfg {
     int conn_stall_ms;
     uint64_t max_frame;
     int threads;
+    fed_cli_log_opts log;
 } run_cfg;
 
 #define R(field, name, type, def, min, max, help)                              \
@@ -111,6 +112,7 @@ static const fed_opt run_opts[] = {
     R(threads, "threads", FED_OPT_INT, "0", 0, FED_CLI_MAX_THREADS,
       "threads for training and opening frames; 0 = every online core"),
     FED_NODE_SETTINGS_OPTS(run_cfg, s),
+    FED_CLI_LOG_OPTS(run_cfg, log),
 };
 #undef R
 #define NRUN_OPTS (sizeof run_opts / sizeof run_opts[0])
@@ -144,6 +146,28 @@ static void run_state_free(run_state *s)
     fed_crypto_arena_free(s->arena);
 }
 
+/* The node's name in JSON log lines: its own in the allow-list (once that
+ * is loaded), else the first bytes of its key. */
+static void log_node_name(const run_state *s)
+{
+    const uint8_t *own = fed_crypto_arena_pubkey(s->arena);
+    char hex[17];
+
+    for (size_t i = 0; s->allow && i < fed_crypto_allow_count(s->allow); i++) {
+        const char *name;
+        const uint8_t *pk;
+
+        fed_crypto_allow_get(s->allow, i, &name, &pk);
+        if (!memcmp(pk, own, 32)) {
+            fed_log_stream_set_node(name);
+            return;
+        }
+    }
+    for (int i = 0; i < 8; i++)
+        snprintf(hex + 2 * i, 3, "%02x", own[i]);
+    fed_log_stream_set_node(hex);
+}
+
 static int load_identity(const run_cfg *c, run_state *s)
 {
     fed_crypto_arena_cfg ac;
@@ -172,6 +196,7 @@ static int load_identity(const run_cfg *c, run_state *s)
         fed_cli_error("run: %s/%s: %s", c->keys, FED_CRYPTO_KEYFILE, fed_strerror(e));
         return 1;
     }
+    log_node_name(s);
     return -1;
 }
 
@@ -193,6 +218,7 @@ static int load_allow(const run_cfg *c, run_state *s)
             fed_cli_error("run: %s: %s", c->allow, fed_strerror(e));
         return 1;
     }
+    log_node_name(s);
     return -1;
 }
 
@@ -549,6 +575,8 @@ static int run_with_role(const char *cmd, const char *role, int argc, char **arg
         return rc;
     if (role)
         snprintf(cfg.role, sizeof cfg.role, "%s", role);
+    if ((rc = fed_cli_log_apply(cmd, &cfg.log)) >= 0)
+        return rc;
     return run_node(&cfg);
 }
 

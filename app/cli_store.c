@@ -6,11 +6,13 @@
  * signatures). Owns their options and printing only; never writes to a
  * database it was asked to inspect (status, export, verify open it read-only). */
 #include <inttypes.h>
+#include <signal.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <sodium.h>
 
@@ -124,6 +126,8 @@ typedef struct status_cfg {
     int json;
     int rounds;
     int checkpoints;
+    int watch;
+    double interval;
 } status_cfg;
 
 #define S(field, name, type, def, min, max, help)                              \
@@ -134,6 +138,10 @@ static const fed_opt status_opts[] = {
     S(rounds, "rounds", FED_OPT_INT, "10", 1, LIST_MAX, "how many of the last rounds"),
     S(checkpoints, "checkpoints", FED_OPT_INT, "10", 1, LIST_MAX,
       "how many of the last checkpoints"),
+    S(watch, "watch", FED_OPT_BOOL, "false", 0, 0,
+      "redraw the tables in place every --interval seconds until Ctrl-C (with --json: one "
+      "object a line)"),
+    S(interval, "interval", FED_OPT_DOUBLE, "2", 0.1, 86400, "seconds between --watch's redraws"),
 };
 #undef S
 
@@ -377,28 +385,25 @@ static void print_status_json(const char *db, fed_store *st, const status_data *
     printf("}}\n");
 }
 
-int fed_cli_status(int argc, char **argv)
+/* The tables (or the JSON) of c->db once: 0, or 1 when it could not be read. */
+static int status_once(const status_cfg *c)
 {
-    status_cfg c;
     status_data d;
     fed_store *st = NULL;
-    int rc = fed_cli_load_options("status", "--db FILE [--json]", status_opts,
-                           sizeof status_opts / sizeof status_opts[0], &c, argc, argv);
+    int rc;
     fed_err e;
 
-    if (rc >= 0)
+    if ((rc = open_db("status", c->db, FED_STORE_READONLY, &st)) >= 0)
         return rc;
-    if ((rc = open_db("status", c.db, FED_STORE_READONLY, &st)) >= 0)
-        return rc;
-    if ((e = status_load(st, &c, &d)) != FED_OK) {
-        fed_cli_error("status: reading %s: %s", c.db, fed_strerror(e));
+    if ((e = status_load(st, c, &d)) != FED_OK) {
+        fed_cli_error("status: reading %s: %s", c->db, fed_strerror(e));
         rc = 1;
         goto out;
     }
-    if (c.json) {
-        print_status_json(c.db, st, &d);
+    if (c->json) {
+        print_status_json(c->db, st, &d);
     } else {
-        printf("database %s: schema %d, epoch %" PRIu64 ", page size %d\n", c.db,
+        printf("database %s: schema %d, epoch %" PRIu64 ", page size %d\n", c->db,
                fed_store_schema(st), fed_store_epoch(st), fed_store_page_size(st));
         print_rounds_table(&d);
         print_contribs_table(&d);
@@ -411,6 +416,81 @@ out:
     status_data_free(&d);
     fed_store_close(st);
     return rc;
+}
+
+static volatile sig_atomic_t watch_stop;
+
+static void on_watch_stop(int sig)
+{
+    (void)sig;
+    watch_stop = 1;
+}
+
+/* --watch: the tables again every interval until SIGINT or SIGTERM. On a
+ * terminal each frame goes in one write that homes the cursor and clears
+ * the screen first, so it redraws in place; elsewhere (a pipe, a file)
+ * frames follow one another, and with --json each is one line. A database
+ * not there yet, or one that cannot be read for a moment, is said in the
+ * frame and tried again. */
+static int status_watch(const status_cfg *c)
+{
+    struct sigaction sa;
+    int tty = isatty(STDOUT_FILENO), frames = 0;
+
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_watch_stop;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    setvbuf(stdout, NULL, _IOFBF, 1 << 20); /* a frame is one write */
+    while (!watch_stop) {
+        double whole;
+        struct timespec ts = {0, 0};
+        char when[32];
+
+        if (!c->json) {
+            fmt_time_ms(when, sizeof when, (uint64_t)time(NULL) * 1000);
+            printf("%s%severy %.1f s, %s UTC (Ctrl-C to stop)\n", tty ? "\033[H\033[2J" : "",
+                   frames && !tty ? "\n" : "", c->interval, when);
+        }
+        if (access(c->db, F_OK) != 0 && c->json) {
+            printf("{\"db\":");
+            json_str(stdout, c->db);
+            printf(",\"waiting\":true}\n");
+        } else if (access(c->db, F_OK) != 0) {
+            printf("waiting for %s to appear\n", c->db);
+        } else
+            (void)status_once(c); /* a failed read is said on stderr; next frame tries again */
+        fflush(stdout);
+        frames++;
+        ts.tv_nsec = (long)(modf(c->interval, &whole) * 1e9);
+        ts.tv_sec = (time_t)whole;
+        while (!watch_stop && nanosleep(&ts, &ts) != 0) {
+        }
+    }
+    if (tty && !c->json)
+        fputs("\n", stdout);
+    fflush(stdout);
+    return 0;
+}
+
+int fed_cli_status(int argc, char **argv)
+{
+    status_cfg c;
+    int rc = fed_cli_load_options("status", "--db FILE [--json] [--watch [--interval S]]",
+                                  status_opts, sizeof status_opts / sizeof status_opts[0], &c,
+                                  argc, argv);
+
+    if (rc >= 0)
+        return rc;
+    if (c.watch) {
+        if (!c.db[0]) {
+            fed_cli_error("status: --db FILE is required");
+            return 2;
+        }
+        return status_watch(&c);
+    }
+    return status_once(&c);
 }
 
 /* ------------------------------------------------ model <-> checkpoint -- */
@@ -534,7 +614,11 @@ int fed_cli_export(int argc, char **argv)
     {
         int nt = 0;
         const fed_tensor_info *t = fed_model_tensors(m, &nt);
-        fed_store_st_model sm = {fed_model_spec(m), fed_model_input(m), t, nt, p};
+        fed_model_shape in = fed_model_input(m);
+        /* a CSV's samples are (1, 1, features); images have rows */
+        fed_store_st_model sm = {fed_model_spec(m), in, t, nt, p,
+                                 in.c == 1 && in.h == 1 ? FED_ST_INPUT_STANDARDIZED
+                                                        : FED_ST_INPUT_PIXELS};
 
         if ((e = fed_store_safetensors_save(c.out, &sm)) != FED_OK) {
             fed_cli_error("export: writing %s: %s", c.out, fed_strerror(e));

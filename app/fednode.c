@@ -1,11 +1,13 @@
 /* fednode.c - main(): dispatch to a subcommand from the table below.
  * Owns nothing; each subcommand sets up and tears down its own world. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <sodium.h>
 
 #include "app/cli.h"
+#include "core/opt.h"
 
 static const fed_cli_cmd commands[] = {
     /* one line per subcommand, in the order --help lists them */
@@ -29,8 +31,30 @@ static void usage(FILE *out)
         fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
 }
 
+/* --help-man: every command's section of fednode(1), as man(7) roff (the
+ * build puts it in the page; each command prints its own usage and options
+ * from its table, as its --help does). */
+static int help_man(void)
+{
+    char arg[] = "--help-man", *args[] = {arg, NULL};
+
+    setenv("FEDNODE_NO_REEXEC", "1", 1); /* no command may restart the process */
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        printf(".SS \"fednode %s\"\n", commands[i].name);
+        fed_opt_man_text(stdout, commands[i].summary);
+        printf(".\n");
+        fflush(stdout);
+        if (commands[i].fn(1, args) != 0)
+            return 1;
+        fflush(stdout);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 2 && !strcmp(argv[1], "--help-man"))
+        return help_man();
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -16,6 +16,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "core/opt.h"
 #include "core/pool.h"
 #include "model/data.h"
 #include "app/cli.h"
@@ -101,9 +102,33 @@ static void on_row(void *ctx, const fed_sim_row *row)
     fflush(stdout);
 }
 
+/* The output options: flags only (not the scenario's, not INI keys), taken
+ * out of argv before the scenario's table reads the rest. This table is
+ * their --help and man page; take_option finds them by its names. */
+typedef struct out_opts {
+    char csv[1], svg[1], name[1], compare[1], db[1]; /* never filled: names and help only */
+} out_opts;
+enum { OUT_CSV, OUT_SVG, OUT_NAME, OUT_COMPARE, OUT_DB, NOUT };
+#define O(field, name, help) FED_OPT_DEF(out_opts, field, name, FED_OPT_STR, "", 0, 0, help)
+static const fed_opt fedsim_out_opts[NOUT] = {
+    [OUT_CSV] = O(csv, "csv", "write each round's row (round, t_s, accuracy, spread, bytes, "
+                              "merged) to this CSV file"),
+    [OUT_SVG] = O(svg, "svg", "draw accuracy against round and against bytes in this SVG file"),
+    [OUT_NAME] = O(name, "name", "this run's name in --svg's legend (default: its role and "
+                                 "strategy or topology)"),
+    [OUT_COMPARE] = O(compare, "compare", "earlier runs' CSV files to draw beside it in --svg, "
+                                          "comma-separated, each NAME=PATH or PATH"),
+    [OUT_DB] = O(db, "db", "keep the rounds as a node database that fednode status reads"),
+};
+#undef O
+#define OUT_TITLE "output options (flags only, not INI keys)"
+
 /* argv's "--NAME VALUE" (an output option, not the scenario's), taken out. */
-static const char *take_option(int *argc, char **argv, const char *name)
+static const char *take_option(int *argc, char **argv, const char *opt)
 {
+    char name[64];
+
+    snprintf(name, sizeof name, "--%s", opt);
     for (int i = 1; i + 1 < *argc; i++)
         if (!strcmp(argv[i], name)) {
             const char *v = argv[i + 1];
@@ -198,16 +223,31 @@ int main(int argc, char **argv)
     if (!getenv("FEDNODE_LOG")) /* a thousand nodes' info lines would drown the rows */
         fed_log_set_level(FED_LOG_WARN);
     fed_cli_maybe_reexec_main(argv);
-    csv = take_option(&argc, argv, "--csv"); /* output options, not the scenario's */
-    svg = take_option(&argc, argv, "--svg");
-    compare = take_option(&argc, argv, "--compare");
-    name = take_option(&argc, argv, "--name");
-    dbpath = take_option(&argc, argv, "--db");
+    csv = take_option(&argc, argv, fedsim_out_opts[OUT_CSV].name);
+    svg = take_option(&argc, argv, fedsim_out_opts[OUT_SVG].name);
+    compare = take_option(&argc, argv, fedsim_out_opts[OUT_COMPARE].name);
+    name = take_option(&argc, argv, fedsim_out_opts[OUT_NAME].name);
+    dbpath = take_option(&argc, argv, fedsim_out_opts[OUT_DB].name);
     rc = fed_cli_load_options("fedsim",
                               "[--config FILE] [--OPTION VALUE ...] [--csv FILE] [--svg FILE "
                               "[--name NAME] [--compare [NAME=]A.csv,...]] [--db FILE]",
                               fed_sim_scenario_opts, fed_sim_scenario_nopts, &sc, argc - 1,
                               argv + 1);
+    if (rc == 0) { /* --help (or --help-man): the output options after the scenario's */
+        int man = 0;
+
+        for (int i = 1; i < argc; i++)
+            man |= !strcmp(argv[i], "--help-man");
+        if (man) {
+            printf(".PP\n");
+            fed_opt_man_text(stdout, OUT_TITLE);
+            printf(":\n");
+            fed_opt_print_man(fedsim_out_opts, NOUT, stdout);
+        } else {
+            printf("\n%s:\n", OUT_TITLE);
+            fed_opt_print_help(fedsim_out_opts, NOUT, stdout);
+        }
+    }
     if (rc >= 0)
         return rc;
     fed_sim_scenario_settle(&sc); /* the old --mode aggregator|peer */

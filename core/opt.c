@@ -464,3 +464,82 @@ void fed_opt_print_help(const fed_opt *t, size_t n, FILE *out)
         fputc('\n', out);
     }
 }
+
+/* One word (no blanks) as roff into w (cap bytes): its length. */
+static size_t man_word(const char *s, size_t n, char *w, size_t cap)
+{
+    size_t k = 0;
+
+    for (size_t i = 0; i < n && k + 3 < cap; i++) {
+        if (s[i] == '\\')
+            w[k++] = '\\', w[k++] = 'e';
+        else if (s[i] == '-')
+            w[k++] = '\\', w[k++] = '-';
+        else
+            w[k++] = s[i];
+    }
+    w[k] = '\0';
+    return k;
+}
+
+void fed_opt_man_text(FILE *out, const char *s)
+{
+    enum { WIDTH = 78 };
+    size_t col = 0;
+
+    while (*s) {
+        char w[256];
+        size_t n = strcspn(s, " \t\n"), len;
+        int sentence_end;
+
+        if (n == 0) { /* blanks between words: one space, where the line goes on */
+            s++;
+            continue;
+        }
+        len = man_word(s, n, w, sizeof w);
+        sentence_end = n > 1 && strchr(".?!", s[n - 1]) && s[n] != '\0' &&
+                       strncmp(s, "e.g.", n) != 0 && strncmp(s, "i.e.", n) != 0;
+        if (col && col + 1 + len > WIDTH) {
+            fputc('\n', out);
+            col = 0;
+        }
+        if (col) {
+            fputc(' ', out);
+            col++;
+        } else if (w[0] == '.' || w[0] == '\'') {
+            fputs("\\&", out); /* not a request */
+            col += 2;
+        }
+        fputs(w, out);
+        col += len;
+        s += n;
+        if (sentence_end) { /* a new sentence on a new line, as roff wants */
+            fputc('\n', out);
+            col = 0;
+        }
+    }
+}
+
+void fed_opt_print_man(const fed_opt *t, size_t n, FILE *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        const char *type = type_name(t[i].type);
+        char word[256], text[2048];
+
+        if (t[i].alias_of)
+            continue;
+        snprintf(text, sizeof text, "--%s", t[i].name);
+        man_word(text, strlen(text), word, sizeof word);
+        fprintf(out, ".TP\n\\fB%s\\fR", word);
+        if (*type)
+            fprintf(out, " \\fI%s\\fR", type + 1);
+        fputc('\n', out);
+        snprintf(text, sizeof text, "%s%s%s%s", t[i].help ? t[i].help : "",
+                 t[i].def && *t[i].def ? " (default " : "", t[i].def ? t[i].def : "",
+                 t[i].def && *t[i].def ? ")" : "");
+        if (text[0]) {
+            fed_opt_man_text(out, text);
+            fputc('\n', out);
+        }
+    }
+}

@@ -78,5 +78,12 @@ FED_WUR fed_err fed_opt_load(const fed_opt *t, size_t n, void *cfg, int argc, ch
 
 /* One line per option: flag, type, default, help. The caller picks the stream. */
 void fed_opt_print_help(const fed_opt *t, size_t n, FILE *out);
+/* The same options as man(7) roff, for the man pages the build writes: per
+ * option a .TP paragraph, the flag and type (as --help shows them) its tag,
+ * the help and default its text. */
+void fed_opt_print_man(const fed_opt *t, size_t n, FILE *out);
+/* Text as roff text: backslashes as \e, hyphens as \- (so they copy as
+ * ASCII), a line that would start with '.' or '\'' guarded by \&. */
+void fed_opt_man_text(FILE *out, const char *s);
 
 #endif

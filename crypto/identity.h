@@ -61,7 +61,10 @@ FED_WUR fed_err fed_crypto_identity_save(fed_crypto_arena *a, const char *dir, c
                                          size_t pass_len, const fed_crypto_pwcost *cost,
                                          fed_random_fn rnd, void *rnd_ctx);
 /* Loads DIR/node.key into a (replacing its identity). FED_ERR_NOTFOUND;
- * FED_ERR_PERM: group/other may access it, or another user owns it;
+ * FED_ERR_PERM: group/other may access it, or another user owns it (but
+ * in $CREDENTIALS_DIRECTORY, systemd's copy of a LoadCredential= file, root
+ * may own it and the group may read it: the ACL mask systemd's read grant
+ * to the service's user shows as);
  * FED_ERR_PASSPHRASE: sealed and pass is missing or wrong; FED_ERR_KEY:
  * malformed file; FED_ERR_IO. */
 FED_WUR fed_err fed_crypto_identity_load(fed_crypto_arena *a, const char *dir, const char *pass,

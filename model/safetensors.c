@@ -121,6 +121,27 @@ static fed_err check_model(const fed_store_st_model *m)
     return FED_OK;
 }
 
+/* How the input is fed (fed_store_st_model.input_kind), after the shape. */
+static void put_input_kind(sbuf *b, int kind)
+{
+    char t[160];
+
+    if (kind == FED_ST_INPUT_PIXELS) {
+        snprintf(t, sizeof t, ",\"fednode.input_dtype\":\"uint8\",\"fednode.input_scale\":"
+                 "\"%.17g\",\"fednode.input_shift\":\"%.17g\"", (double)FED_MODEL_PIXEL_SCALE,
+                 (double)FED_MODEL_PIXEL_SHIFT);
+        sb_str(b, t);
+        sb_str(b, ",\"fednode.input_transform\":");
+        sb_json(b, "x = byte * fednode.input_scale + fednode.input_shift = byte / 127.5 - 1, "
+                   "in [-1, 1] (torchvision: ToTensor() then Normalize((0.5,), (0.5,))); "
+                   "logreg and mlp take x flattened, x.flatten(1)");
+    } else if (kind == FED_ST_INPUT_STANDARDIZED) {
+        sb_str(b, ",\"fednode.input_transform\":");
+        sb_json(b, "each CSV feature standardized, (x - mean) / std, with the training file's "
+                   "own mean and population std (std 1 for a constant column)");
+    }
+}
+
 /* The JSON header, padded with spaces to a multiple of 8. *data_len gets
  * the bytes after it. */
 static fed_err build_header(const fed_store_st_model *m, sbuf *b, uint64_t *data_len)
@@ -142,6 +163,7 @@ static fed_err build_header(const fed_store_st_model *m, sbuf *b, uint64_t *data
             snprintf(t, sizeof t, "%s\"fednode.input\":\"%d,%d,%d\",\"fednode.classes\":\"%d\"",
                      m->spec ? "," : "", m->input.c, m->input.h, m->input.w, m->input.classes);
             sb_str(b, t);
+            put_input_kind(b, m->input_kind);
         }
         sb_str(b, "}");
         first = 0;

@@ -8,7 +8,11 @@
  *   0       8     N: header length (u64 little-endian), 2 <= N <= 100 MiB
  *   8       N     JSON header, UTF-8, padded with spaces to a multiple of 8:
  *                 {"__metadata__":{"fednode.spec":"mlp:256,128",
- *                                  "fednode.input":"1,28,28","fednode.classes":"10"},
+ *                                  "fednode.input":"1,28,28","fednode.classes":"10",
+ *                                  "fednode.input_dtype":"uint8",
+ *                                  "fednode.input_scale":"0.0078431372549019607",
+ *                                  "fednode.input_shift":"-1",
+ *                                  "fednode.input_transform":"x = byte / 127.5 - 1 ..."},
  *                  "0.weight":{"dtype":"F32","shape":[256,784],
  *                              "data_offsets":[0,802816]}, ...}
  *   8+N     ...   data: each tensor's elements, row-major, little-endian,
@@ -52,7 +56,17 @@ typedef struct fed_store_st_model {
     const fed_tensor_info *t;   /* (nt) tensors; offsets in floats into params */
     int nt;
     const float *params;
+    /* How the input is fed (needs classes > 0), so a user of the file feeds
+     * it as training did: FED_ST_INPUT_PIXELS, pixel bytes scaled by
+     * FED_MODEL_PIXEL_SCALE and shifted by FED_MODEL_PIXEL_SHIFT
+     * ("fednode.input_dtype" uint8, "fednode.input_scale", "fednode.input_shift"
+     * and the "fednode.input_transform" text); FED_ST_INPUT_STANDARDIZED, CSV
+     * features standardized with the training file's statistics (the text
+     * only); FED_ST_INPUT_UNSAID (0): no keys. The importer ignores them. */
+    int input_kind;
 } fed_store_st_model;
+
+enum { FED_ST_INPUT_UNSAID = 0, FED_ST_INPUT_PIXELS = 1, FED_ST_INPUT_STANDARDIZED = 2 };
 
 typedef struct fed_store_st_tensor {
     char name[FED_ST_NAME_MAX];

@@ -24,6 +24,7 @@
 #include "core/log.h"
 #include "gossip/transport.h"
 #include "node/daemon.h"
+#include "node/sdnotify.h"
 
 /* One slot per timer id the node has: set_timer never finds it full (the
  * node stops with an error if it ever did, rather than lose a timer). */
@@ -60,6 +61,7 @@ struct fed_node_daemon {
     pthread_mutex_t mu;      /* guards done */
     daemon_job *done;        /* finished, in completion order (reversed) */
     int running;             /* jobs submitted and not yet handed back */
+    fed_sd_notify sd;        /* systemd's $NOTIFY_SOCKET (node/sdnotify.h) */
 };
 
 static void on_signal(int sig)
@@ -381,6 +383,38 @@ static void note_conn_drops(fed_node_daemon *d)
                                c.conn_dropped);
 }
 
+/* The loop's wait, cut short to ping systemd's watchdog in time. */
+static int sd_wait_ms(const fed_node_daemon *d, int wait)
+{
+    uint32_t due = fed_sd_notify_due_ms(&d->sd, env_now_ms((void *)d));
+
+    return due < (uint32_t)wait ? (int)due : wait;
+}
+
+/* READY=1 once the transport listens or dials and the node has started. */
+static void sd_ready(fed_node_daemon *d)
+{
+    char msg[512];
+
+    snprintf(msg, sizeof msg, "READY=1\nSTATUS=%s %s", d->dc->listen_url ? "listening on"
+             : "dialing", d->dc->listen_url ? d->dc->listen_url
+             : d->dc->peer_url ? d->dc->peer_url : "its peers");
+    if (fed_sd_notify_send(&d->sd, msg) != FED_OK)
+        fed_log(FED_LOG_WARN, "daemon: could not tell $NOTIFY_SOCKET it is ready");
+    d->sd.last_ping_ms = env_now_ms(d);
+}
+
+/* STOPPING=1 as the daemon ends (a signal, its last round, a failure: with
+ * why), before it waits for its jobs. */
+static void sd_stopping(fed_node_daemon *d, fed_err e)
+{
+    char msg[256];
+
+    snprintf(msg, sizeof msg, "STOPPING=1\nSTATUS=%s%s", e == FED_OK ? "stopping" : "failed: ",
+             e == FED_OK ? "" : fed_strerror(e));
+    (void)fed_sd_notify_send(&d->sd, msg);
+}
+
 static fed_err loop(fed_node_daemon *d)
 {
     uint64_t finished_at = 0;
@@ -399,13 +433,14 @@ static fed_err loop(fed_node_daemon *d)
                     fed_strerror(e));
             return e;
         }
-        rc = poll(pf, sig_pipe[0] >= 0 ? 3 : 2, next_wait_ms(d));
+        rc = poll(pf, sig_pipe[0] >= 0 ? 3 : 2, sd_wait_ms(d, next_wait_ms(d)));
         if (rc < 0 && errno != EINTR)
             return FED_ERR_IO;
         if (sig_pipe[0] >= 0 && drain_signals(d)) {
             fed_log(FED_LOG_INFO, "daemon: stopping on a signal");
             return FED_OK;
         }
+        (void)fed_sd_notify_watchdog(&d->sd, env_now_ms(d)); /* the loop is alive */
         drain_jobs(d);
         drain_frames(d);
         fire_timers(d);
@@ -570,6 +605,8 @@ fed_err fed_node_daemon_run(const fed_node_daemon_cfg *dc, const fed_node_config
     keep_round_buffers(fed_node_recv_limit(nc));
     if (pthread_mutex_init(&d.mu, NULL) != 0)
         return FED_ERR_NOMEM;
+    if ((e = fed_sd_notify_open(&d.sd)) != FED_OK) /* a bad one is said, not fatal */
+        fed_log(FED_LOG_WARN, "daemon: $NOTIFY_SOCKET: %s; systemd is not told", fed_strerror(e));
     if (pipe(d.job_fd) < 0 || set_nonblock_cloexec(d.job_fd[0]) != FED_OK ||
         set_nonblock_cloexec(d.job_fd[1]) != FED_OK) {
         e = FED_ERR_IO;
@@ -580,8 +617,10 @@ fed_err fed_node_daemon_run(const fed_node_daemon_cfg *dc, const fed_node_config
     if ((e = fed_node_new(nc, &env, &d.node)) != FED_OK ||
         (e = fed_node_start(d.node)) != FED_OK)
         goto out;
+    sd_ready(&d);
     e = loop(&d);
 out:
+    sd_stopping(&d, e);
     wait_jobs(&d);
     if (d.node && e == FED_OK) {
         fed_err stop = fed_node_stop(d.node);
@@ -595,6 +634,7 @@ out:
     if (d.job_fd[1] >= 0)
         close(d.job_fd[1]);
     pthread_mutex_destroy(&d.mu);
+    fed_sd_notify_close(&d.sd);
     log_usage();
     return e;
 }

@@ -1,10 +1,20 @@
 #!/bin/sh
-# deps.sh - install the Debian packages fednode needs, only those missing.
-# Runs apt-get as root, or through sudo; prints what it does. The CUDA toolkit
-# is not a Debian package here: the Makefile finds nvcc on its own.
+# deps.sh [demo] - install the Debian packages fednode needs, only those
+# missing: with "demo" what `make demo` needs (build fednode and fedsim, and
+# Fashion-MNIST), else what `make test` needs too. Runs apt-get as root, or
+# through sudo; prints what it does. The CUDA toolkit is not a Debian package
+# here: the Makefile finds nvcc on its own.
 set -eu
-PKGS="build-essential pkg-config clang libclang-rt-14-dev libopenblas-dev libsodium-dev
-libnng-dev libsqlite3-dev sqlite3 libcmocka-dev zlib1g-dev libinih-dev dataset-fashion-mnist"
+DEMO_PKGS="build-essential pkg-config libopenblas-dev libsodium-dev libnng-dev libsqlite3-dev
+libcmocka-dev zlib1g-dev libinih-dev dataset-fashion-mnist"
+TEST_PKGS="clang libclang-rt-14-dev sqlite3"
+# the service tests: strace and systemd-analyze (test_systemd.sh, test_install.sh),
+# mandoc (test_man.sh), /bin/kill (the unit's ExecReload), PyTorch (test_export_torch.sh)
+TEST_PKGS="$TEST_PKGS strace systemd mandoc procps python3-torch"
+case "${1:-all}" in
+demo) PKGS=$DEMO_PKGS ;;
+*) PKGS="$DEMO_PKGS $TEST_PKGS" ;;
+esac
 missing=""
 for p in $PKGS; do
     status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)

@@ -903,6 +903,44 @@ static const fed_opt alias_table[] = {
 };
 #define NA (sizeof alias_table / sizeof *alias_table)
 
+/* --help-man's roff: flags and hyphens as \-, backslashes as \e, a line
+ * that would start with '.' or '\'' guarded, text lines under 80 bytes, a
+ * new sentence on a new line, aliases not listed. */
+static void test_opt_man(void **state)
+{
+    typedef struct {
+        int n;
+        char s[32];
+    } man_cfg;
+    static const fed_opt t[] = {
+        FED_OPT_DEF(man_cfg, n, "max-n", FED_OPT_INT, "4", 0, 9,
+                    "how many. .dots and 'quotes start lines here; a \\ backslash, e.g. this "
+                    "and a long tail of words to wrap past eighty columns of roff text at last"),
+        FED_OPT_DEF(man_cfg, s, "name", FED_OPT_STR, "", 0, 0, ""),
+        FED_OPT_ALIAS("old-n", "max-n"),
+    };
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    char *line, *save = NULL;
+    int lines = 0;
+
+    (void)state;
+    assert_non_null(f);
+    fed_opt_print_man(t, 3, f);
+    fclose(f);
+    assert_has(buf, ".TP\n\\fB\\-\\-max\\-n\\fR \\fIN\\fR\nhow many.\n\\&.dots and 'quotes");
+    assert_has(buf, "a \\e backslash, e.g. this");
+    assert_has(buf, "(default 4)\n.TP\n\\fB\\-\\-name\\fR \\fIS\\fR\n");
+    assert_null(strstr(buf, "old"));
+    for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save), lines++) {
+        assert_true(strlen(line) < 80);
+        assert_true(line[0] != '\'' && (line[0] != '.' || !strcmp(line, ".TP")));
+    }
+    assert_true(lines >= 6);
+    free(buf);
+}
+
 static void test_opt_alias(void **state)
 {
     test_cfg c;
@@ -1186,6 +1224,7 @@ int main(void)
         cmocka_unit_test(test_opt_ini),
         cmocka_unit_test(test_opt_load_and_help),
         cmocka_unit_test(test_opt_alias),
+        cmocka_unit_test(test_opt_man),
         cmocka_unit_test(test_bytes_integers),
         cmocka_unit_test(test_bytes_floats),
         cmocka_unit_test(test_bytes_float_arrays),

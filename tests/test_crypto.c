@@ -568,6 +568,22 @@ static void test_keyfile_loose_permissions(void **state)
     assert_memory_equal(pk, fed_crypto_arena_pubkey(a), 32);
     fed_test_path(dir, sizeof dir, "absent");
     assert_int_equal(fed_crypto_identity_load(a, dir, NULL, 0), FED_ERR_NOTFOUND);
+    /* systemd's credential: 0400 with a read ACL shows as 0440; only in
+       $CREDENTIALS_DIRECTORY, and never readable or writable by others */
+    fed_test_path(dir, sizeof dir, "loose");
+    assert_int_equal(chmod(path, 0440), 0);
+    unsetenv("CREDENTIALS_DIRECTORY");
+    assert_int_equal(fed_crypto_identity_load(a, dir, NULL, 0), FED_ERR_PERM);
+    setenv("CREDENTIALS_DIRECTORY", fed_test_tmpdir(), 1); /* another folder */
+    assert_int_equal(fed_crypto_identity_load(a, dir, NULL, 0), FED_ERR_PERM);
+    setenv("CREDENTIALS_DIRECTORY", dir, 1);
+    assert_int_equal(fed_crypto_identity_load(a, dir, NULL, 0), FED_OK);
+    assert_memory_equal(pk, fed_crypto_arena_pubkey(a), 32);
+    assert_int_equal(chmod(path, 0460), 0); /* the group may write: refused */
+    assert_int_equal(fed_crypto_identity_load(a, dir, NULL, 0), FED_ERR_PERM);
+    assert_int_equal(chmod(path, 0444), 0); /* anyone may read: refused */
+    assert_int_equal(fed_crypto_identity_load(a, dir, NULL, 0), FED_ERR_PERM);
+    unsetenv("CREDENTIALS_DIRECTORY");
     fed_crypto_arena_free(a);
 }
 

@@ -1433,7 +1433,7 @@ static void st_fill(float *p, uint64_t seed)
 
 static fed_store_st_model st_model(const float *p)
 {
-    fed_store_st_model m = {"mlp:8", {1, 3, 3, 5}, st_table, ST_NT, p};
+    fed_store_st_model m = {"mlp:8", {1, 3, 3, 5}, st_table, ST_NT, p, FED_ST_INPUT_UNSAID};
 
     return m;
 }
@@ -1523,6 +1523,48 @@ static void test_safetensors_round_trip(void **state)
     fed_log_set_sink(NULL, NULL);
 }
 
+/* The input scaling in the metadata: pixels say dtype, scale, shift and the
+ * transform; a CSV model the standardization; the importer reads past both. */
+static void test_safetensors_input_kind(void **state)
+{
+    float p[ST_NPARAMS], q[ST_NPARAMS];
+    fed_store_st_model m;
+    fed_store_st_file f;
+    uint8_t *buf = NULL;
+    size_t len = 0, size = 0;
+    const char *pixels =
+        "\"fednode.classes\":\"5\",\"fednode.input_dtype\":\"uint8\","
+        "\"fednode.input_scale\":\"0.0078431377187371254\",\"fednode.input_shift\":\"-1\","
+        "\"fednode.input_transform\":\"x = byte * fednode.input_scale + fednode.input_shift = "
+        "byte / 127.5 - 1, in [-1, 1] (torchvision: ToTensor() then Normalize((0.5,), (0.5,))); "
+        "logreg and mlp take x flattened, x.flatten(1)\"},";
+    const char *csv = "\"fednode.input_transform\":\"each CSV feature standardized";
+
+    (void)state;
+    st_fill(p, 2);
+    for (int kind = FED_ST_INPUT_PIXELS; kind <= FED_ST_INPUT_STANDARDIZED; kind++) {
+        m = st_model(p);
+        m.input_kind = kind;
+        assert_int_equal(fed_store_safetensors_size(&m, &size), FED_OK);
+        assert_int_equal(fed_store_safetensors_encode(&m, &buf, &len), FED_OK);
+        assert_int_equal(len, size);
+        if (kind == FED_ST_INPUT_PIXELS)
+            assert_non_null(memmem(buf, len, pixels, strlen(pixels)));
+        else
+            assert_non_null(memmem(buf, len, csv, strlen(csv)));
+        assert_null(memmem(buf, len, kind == FED_ST_INPUT_PIXELS ? "CSV" : "input_scale",
+                           kind == FED_ST_INPUT_PIXELS ? 3 : 11));
+        assert_int_equal(fed_store_safetensors_parse(buf, len, &f), FED_OK);
+        assert_string_equal(f.spec, "mlp:8");
+        assert_int_equal(f.input.classes, 5);
+        assert_int_equal(fed_store_safetensors_to_params(&f, st_table, ST_NT, "mlp:8", q), FED_OK);
+        assert_memory_equal(p, q, sizeof p);
+        fed_store_safetensors_fini(&f);
+        fed_free(buf);
+        buf = NULL;
+    }
+}
+
 /* A real model's table (the names PyTorch's nn.Sequential gives). */
 static void test_safetensors_model(void **state)
 {
@@ -1554,7 +1596,7 @@ static void test_safetensors_model(void **state)
         assert_non_null(p);
         assert_non_null(q);
         assert_int_equal(fed_model_get_params(mod, p), FED_OK);
-        m = (fed_store_st_model){fed_model_spec(mod), in, t, nt, p};
+        m = (fed_store_st_model){fed_model_spec(mod), in, t, nt, p, FED_ST_INPUT_UNSAID};
         assert_int_equal(fed_store_safetensors_encode(&m, &buf, &len), FED_OK);
         assert_int_equal(fed_store_safetensors_parse(buf, len, &f), FED_OK);
         assert_string_equal(f.tensors[0].name, "0.weight");
@@ -2078,6 +2120,7 @@ int main(void)
         cmocka_unit_test(test_disk_full_switch),
         cmocka_unit_test(test_alloc_failures),
         cmocka_unit_test(test_ckpt_parse_rejects),
+        cmocka_unit_test(test_safetensors_input_kind),
         cmocka_unit_test(test_safetensors_round_trip),
         cmocka_unit_test(test_safetensors_model),
         cmocka_unit_test(test_safetensors_rejects),

@@ -82,7 +82,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (e != FED_OK)
         abort();
     {
-        fed_store_st_model m = {f.spec[0] ? f.spec : NULL, f.input, t, (int)f.ntensors, p};
+        fed_store_st_model m = {f.spec[0] ? f.spec : NULL, f.input, t, (int)f.ntensors, p,
+                                FED_ST_INPUT_UNSAID};
 
         if (fed_store_safetensors_encode(&m, &out, &len) != FED_OK)
             goto out;

@@ -1,0 +1,39 @@
+# A stand-in for the `safetensors` package's safe_open (pip install
+# safetensors), which Debian 12 does not ship: only what the README's two
+# lines use (keys, get_tensor, metadata, as a context manager), F32 only,
+# read with json and torch.frombuffer. tests/test_export_torch.sh puts it on
+# PYTHONPATH only when the real package cannot be imported.
+import json
+
+import torch
+
+
+class safe_open:
+    def __init__(self, filename, framework="pt", device="cpu"):
+        assert framework == "pt" and device == "cpu"
+        with open(filename, "rb") as f:
+            raw = f.read()
+        n = int.from_bytes(raw[:8], "little")
+        header = json.loads(raw[8:8 + n])
+        self._metadata = header.pop("__metadata__", None)
+        self._tensors = {}
+        for name, info in header.items():
+            assert info["dtype"] == "F32", info["dtype"]
+            begin, end = info["data_offsets"]
+            data = bytearray(raw[8 + n + begin:8 + n + end])
+            self._tensors[name] = torch.frombuffer(data, dtype=torch.float32).reshape(info["shape"])
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def keys(self):
+        return list(self._tensors)
+
+    def get_tensor(self, name):
+        return self._tensors[name]
+
+    def metadata(self):
+        return self._metadata

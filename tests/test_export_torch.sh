@@ -1,0 +1,71 @@
+#!/bin/sh
+# test_export_torch.sh - a model `fednode export` writes scores in PyTorch as
+# it does in fednode when fed as its metadata says: the two lines README.md
+# shows (the python block after its "test_export_torch.sh runs" marker) run
+# here as they stand, on the Fashion-MNIST test split, and their accuracy
+# equals the one `fednode train` reported for the same checkpoint (within
+# 0.002: float sums in another order). The same images fed as [0, 1], as most
+# tutorials do, score lower: printed, and checked to be below. Skips (77)
+# without /usr/bin/python3 with torch (Debian: python3-torch) or without
+# Fashion-MNIST. Without the `safetensors` package (not in Debian 12) a
+# stand-in for its safe_open (tests/support/py/) is put on PYTHONPATH.
+. "$(dirname "$0")/proc_lib.sh"
+
+PY=/usr/bin/python3
+if [ ! -x "$PY" ]; then echo "skipped: no $PY"; exit 77; fi
+if ! "$PY" -c 'import torch' 2>/dev/null; then
+    echo "skipped: $PY has no torch (Debian: apt-get install python3-torch)"; exit 77
+fi
+if ! "$PY" -c 'import safetensors' 2>/dev/null; then
+    PYTHONPATH="$(cd "$(dirname "$0")" && pwd)/support/py"; export PYTHONPATH
+    echo "note: no safetensors package; using the stand-in in tests/support/py"
+fi
+
+FEDNODE_NO_REEXEC=1 "$FEDNODE" train --model mlp:256,128 --epochs 1 --db "$TMP/n.db" \
+    >"$TMP/train.log" 2>&1 || fail "fednode train"
+acc_fednode=$(sed -n 's/.*test_acc \([0-9.]*\).*/\1/p' "$TMP/train.log" | tail -n 1)
+[ -n "$acc_fednode" ] || fail "fednode train printed its test accuracy"
+"$FEDNODE" export --db "$TMP/n.db" --out "$TMP/model.safetensors" >"$TMP/export.log" 2>&1 ||
+    fail "fednode export"
+
+# the README's block: the python fence after the marker line
+awk '/test_export_torch.sh runs/ { m = 1; next } m && /^```python/ { p = 1; next }
+     p && /^```/ { exit } p { print }' README.md >"$TMP/readme_lines.py"
+[ "$(grep -c . "$TMP/readme_lines.py")" -eq 2 ] || {
+    cat "$TMP/readme_lines.py"; fail "README.md shows two lines of PyTorch after the marker"; }
+
+cat >"$TMP/score.py" <<PYEOF
+import gzip, os, sys, torch
+from torch import nn
+from safetensors import safe_open
+
+def idx(name):
+    d = "$DATA"
+    p = os.path.join(d, name)
+    raw = open(p, "rb").read() if os.path.exists(p) else gzip.open(p + ".gz").read()
+    ndim = raw[3]
+    shape = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    return torch.frombuffer(bytearray(raw[4 + 4 * ndim:]), dtype=torch.uint8).reshape(shape)
+
+x = idx("t10k-images-idx3-ubyte")               # uint8 pixels, (10000, 28, 28)
+y = idx("t10k-labels-idx1-ubyte").long()
+os.chdir("$TMP")
+net = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
+with torch.no_grad():
+    exec(open("readme_lines.py").read())
+    print("meta", m["fednode.input_scale"], m["fednode.input_shift"], m["fednode.input_dtype"])
+    print("acc %.4f" % acc)
+    print("acc01 %.4f" % (net(x.flatten(1) / 255.0).argmax(1) == y).float().mean())
+PYEOF
+"$PY" "$TMP/score.py" >"$TMP/score.log" 2>&1 || { cat "$TMP/score.log"; fail "the README's lines run"; }
+acc=$(sed -n 's/^acc \([0-9.]*\)$/\1/p' "$TMP/score.log")
+acc01=$(sed -n 's/^acc01 \([0-9.]*\)$/\1/p' "$TMP/score.log")
+grep -q '^meta 0.0078431377187371254 -1 uint8$' "$TMP/score.log" || {
+    cat "$TMP/score.log"; fail "the metadata says the input scaling"; }
+ok "the exported file's metadata: input_scale 2/255, input_shift -1, uint8 pixels"
+awk -v a="$acc" -v b="$acc_fednode" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.002) }' ||
+    fail "PyTorch scores $acc with the README's lines, fednode $acc_fednode"
+ok "PyTorch with the README's two lines: $acc; fednode: $acc_fednode"
+awk -v a="$acc01" -v b="$acc" 'BEGIN { exit !(a < b - 0.01) }' ||
+    fail "pixels in [0, 1] score lower ($acc01 against $acc)"
+ok "fed pixels in [0, 1] instead, as tutorials do: $acc01"
