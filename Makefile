@@ -212,7 +212,8 @@ install: all
 deps:
 	$(Q)sh scripts/deps.sh
 
-demo: deps
+demo:
+	$(Q)sh scripts/deps.sh demo
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)sh scripts/demo.sh
 

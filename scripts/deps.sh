@@ -1,10 +1,21 @@
 #!/bin/sh
-# deps.sh - install the Debian packages fednode needs, only those missing.
-# Runs apt-get as root, or through sudo; prints what it does. The CUDA toolkit
-# is not a Debian package here: the Makefile finds nvcc on its own.
+# deps.sh [demo] - install the Debian packages fednode needs, only those
+# missing: everything `make test` needs (the default: `make deps`), or, with
+# "demo", only what building fednode and running the demo need (`make demo`:
+# no clang, Prometheus, Chromium or curl). Runs apt-get as root, or through
+# sudo; prints what it does. The CUDA toolkit is not a Debian package here:
+# the Makefile finds nvcc on its own.
 set -eu
-PKGS="build-essential pkg-config clang libclang-rt-14-dev libopenblas-dev libsodium-dev
-libnng-dev libsqlite3-dev sqlite3 libcmocka-dev zlib1g-dev libinih-dev dataset-fashion-mnist"
+BUILD_PKGS="build-essential pkg-config libopenblas-dev libsodium-dev libnng-dev libsqlite3-dev
+libcmocka-dev zlib1g-dev libinih-dev libmicrohttpd-dev dataset-fashion-mnist"
+# the tests besides: ASan/UBSan/TSan, the sqlite3 shell, and for --http's
+# process tests a real Prometheus (promtool with it), headless Chromium, curl
+TEST_PKGS="clang libclang-rt-14-dev sqlite3 prometheus chromium curl"
+case "${1:-test}" in
+demo) PKGS=$BUILD_PKGS ;;
+test) PKGS="$BUILD_PKGS $TEST_PKGS" ;;
+*) echo "usage: deps.sh [demo|test]" >&2; exit 2 ;;
+esac
 missing=""
 for p in $PKGS; do
     status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
