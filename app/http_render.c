@@ -456,7 +456,9 @@ static void page_members(FILE *f, const fed_node_snap *s, const fed_http_db *db)
         if (md && md->last_round) {
             fprintf(f, "<td>%" PRIu64 "</td><td class='%s'>", md->last_round,
                     md->accepted ? "ok" : "bad");
-            fed_http_html(f, md->accepted ? "merged" : md->reason[0] ? md->reason : "refused");
+            fed_http_html(f, md->accepted ? (s->role == FED_NODE_PEER ? "mixed" : "merged")
+                             : md->reason[0]  ? md->reason
+                                              : "refused");
             fputs("</td></tr>\n", f);
         } else {
             fputs("<td>-</td><td>none recorded</td></tr>\n", f);
