@@ -9,7 +9,7 @@
  * nothing, 10 MB of headers, a byte a second, 200 scrapes at once) while
  * the publisher keeps its pace.
  *
- * Also a tool for tests/test_http.sh: `test_http --hostile PORT SECONDS`
+ * Also a tool for tests/test_http_hostile.sh: `test_http --hostile PORT SECONDS`
  * runs the same hostile clients against a running fednode and prints what
  * happened (exit 0 when every check held). */
 #include <arpa/inet.h>
@@ -858,7 +858,30 @@ static void test_server_hostile(void **state)
     server = NULL;
 }
 
-/* ---- tool mode for tests/test_http.sh ---- */
+/* Listening beyond loopback is said, as a warning; on loopback it is not. */
+static void test_beyond_loopback_warns(void **state)
+{
+    fed_http_cfg c;
+    fed_http *h = NULL;
+
+    (void)state;
+    memset(&c, 0, sizeof c);
+    c.board = board;
+    fed_test_log_capture(FED_LOG_WARN);
+    c.addr = "127.0.0.1:0";
+    assert_int_equal(fed_http_start(&c, &h), FED_OK);
+    fed_http_stop(h);
+    assert_int_equal(fed_test_log_count("reachable beyond this machine", ""), 0);
+    c.addr = "0.0.0.0:0";
+    assert_int_equal(fed_http_start(&c, &h), FED_OK);
+    fed_http_stop(h);
+    fed_test_log_has("is reachable beyond this machine");
+    c.addr = "example.org:80";
+    assert_int_equal(fed_http_start(&c, &h), FED_ERR_INVAL);
+    assert_null(h);
+}
+
+/* ---- tool mode for tests/test_http_hostile.sh ---- */
 
 static int hostile_main(int argc, char **argv)
 {
@@ -887,6 +910,7 @@ int main(int argc, char **argv)
                                         fed_test_tmpdir_teardown),
         cmocka_unit_test_setup_teardown(test_server_races, board_setup, board_teardown),
         cmocka_unit_test_setup_teardown(test_server_hostile, board_setup, board_teardown),
+        cmocka_unit_test_setup_teardown(test_beyond_loopback_warns, board_setup, board_teardown),
     };
 
     if (argc > 1 && !strcmp(argv[1], "--hostile"))
