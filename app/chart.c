@@ -159,13 +159,30 @@ static void draw_line(FILE *f, const panel *p, const double *x, const double *y,
         fprintf(f, "'/>\n");
 }
 
-fed_err fed_chart_svg(const char *path, const char *title, const fed_chart_series *s,
-                          size_t n)
+void fed_chart_xml_text(FILE *f, const char *s)
+{
+    for (; s && *s; s++) {
+        switch (*s) {
+        case '<': fputs("&lt;", f); break;
+        case '>': fputs("&gt;", f); break;
+        case '&': fputs("&amp;", f); break;
+        case '"': fputs("&quot;", f); break;
+        case '\'': fputs("&#39;", f); break;
+        default:
+            if ((unsigned char)*s < 0x20 && *s != '\t' && *s != '\n')
+                fputc('?', f); /* not allowed in XML 1.0 */
+            else
+                fputc(*s, f);
+        }
+    }
+}
+
+fed_err fed_chart_svg_write(FILE *f, const char *title, const char *xlabel_bytes,
+                            const fed_chart_series *s, size_t n)
 {
     panel pr = {70, 50, 380, 260, 0, 1, 1, 0}, pb = {540, 50, 380, 260, 0, 1, 1, 0};
-    FILE *f;
 
-    if (!path || !s || n < 1 || n > FED_CHART_MAX_SERIES)
+    if (!f || !s || n < 1 || n > FED_CHART_MAX_SERIES)
         return FED_ERR_INVAL;
     for (size_t k = 0; k < n; k++)
         for (size_t i = 0; i < s[k].n; i++) {
@@ -186,15 +203,14 @@ fed_err fed_chart_svg(const char *path, const char *title, const fed_chart_serie
     }
     pb.ymin = pr.ymin;
     pb.ymax = pr.ymax;
-    if (!(f = fopen(path, "w")))
-        return FED_ERR_IO;
     fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='960' height='%zu' "
                "font-family='sans-serif'>\n<rect width='100%%' height='100%%' fill='white'/>\n",
             (size_t)(380 + 18 * n));
-    fprintf(f, "<text x='480' y='24' font-size='15' text-anchor='middle'>%s</text>\n",
-            title ? title : "");
+    fprintf(f, "<text x='480' y='24' font-size='15' text-anchor='middle'>");
+    fed_chart_xml_text(f, title);
+    fprintf(f, "</text>\n");
     draw_axes(f, &pr, "round", "test accuracy");
-    draw_axes(f, &pb, "MB sent (all nodes)", "test accuracy");
+    draw_axes(f, &pb, xlabel_bytes ? xlabel_bytes : "MB sent (all nodes)", "test accuracy");
     for (size_t k = 0; k < n; k++) {
         double *mb = fed_malloc((s[k].n ? s[k].n : 1) * sizeof *mb);
 
@@ -206,9 +222,27 @@ fed_err fed_chart_svg(const char *path, const char *title, const fed_chart_serie
         fed_free(mb);
         draw_line(f, &pr, s[k].round, s[k].accuracy, s[k].n, colours[k]);
         fprintf(f, "<rect x='70' y='%.1f' width='14' height='4' fill='%s'/>"
-                   "<text x='90' y='%.1f' font-size='12'>%s</text>\n",
-                360.0 + 18 * (double)k, colours[k], 366.0 + 18 * (double)k, s[k].name);
+                   "<text x='90' y='%.1f' font-size='12'>",
+                360.0 + 18 * (double)k, colours[k], 366.0 + 18 * (double)k);
+        fed_chart_xml_text(f, s[k].name);
+        fprintf(f, "</text>\n");
     }
     fprintf(f, "</svg>\n");
-    return fclose(f) == 0 ? FED_OK : FED_ERR_IO;
+    return ferror(f) ? FED_ERR_IO : FED_OK;
+}
+
+fed_err fed_chart_svg(const char *path, const char *title, const fed_chart_series *s,
+                          size_t n)
+{
+    FILE *f;
+    fed_err e;
+
+    if (!path || !s || n < 1 || n > FED_CHART_MAX_SERIES)
+        return FED_ERR_INVAL;
+    if (!(f = fopen(path, "w")))
+        return FED_ERR_IO;
+    e = fed_chart_svg_write(f, title, NULL, s, n);
+    if (fclose(f) != 0 && e == FED_OK)
+        e = FED_ERR_IO;
+    return e;
 }

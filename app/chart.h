@@ -1,4 +1,5 @@
-/* chart.h - the programs' pictures (fedsim's; the status page's to come):
+/* chart.h - the programs' pictures (fedsim's, and the status page of
+ * `fednode run --http`):
  * accuracy against round and against bytes sent, one line per run, written
  * as SVG by our own code (no library). In app/ so that both programs can
  * draw without one depending on the simulator.
@@ -9,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "core/err.h"
 
@@ -35,5 +37,14 @@ void fed_chart_series_fini(fed_chart_series *s);
  * accuracy (NaN) are left out. FED_ERR_INVAL, FED_ERR_IO. */
 FED_WUR fed_err fed_chart_svg(const char *path, const char *title, const fed_chart_series *s,
                                   size_t n);
+/* The same SVG element to f (the status page inlines it); xlabel_bytes
+ * names the second panel's x axis (NULL: "MB sent (all nodes)"). The title
+ * and the series' names are escaped. FED_ERR_INVAL, FED_ERR_IO (f's error
+ * flag). */
+FED_WUR fed_err fed_chart_svg_write(FILE *f, const char *title, const char *xlabel_bytes,
+                                    const fed_chart_series *s, size_t n);
+/* s as XML text (and attribute) content: < > & " ' escaped, control
+ * characters XML cannot carry as '?'. NULL writes nothing. */
+void fed_chart_xml_text(FILE *f, const char *s);
 
 #endif

@@ -5,6 +5,9 @@
 #define FED_APP_CLI_H
 
 #include <stddef.h>
+#include <stdio.h>
+
+#include "core/err.h"
 
 struct fed_opt;
 
@@ -81,6 +84,12 @@ int fed_cli_run_settings(int argc, char **argv, struct fed_node_settings *out);
 int fed_cli_eval(int argc, char **argv);
 /* app/cli_store.c: the node's database */
 int fed_cli_status(int argc, char **argv);
+/* What `status --json` prints for st (db: the path it names; the last
+ * `rounds` rounds and `checkpoints` checkpoints), to f: GET /status.json of
+ * --http serves it. FED_ERR_NOMEM or the store's error (nothing written). */
+struct fed_store;
+fed_err fed_cli_status_json(FILE *f, const char *db, struct fed_store *st, int rounds,
+                            int checkpoints);
 int fed_cli_export(int argc, char **argv);
 int fed_cli_import(int argc, char **argv);
 int fed_cli_verify(int argc, char **argv);

@@ -19,6 +19,7 @@
 #include "model/merge.h"
 #include "model/optim.h"
 #include "app/cli.h"
+#include "app/http.h"
 #include "gossip/peers.h"
 #include "node/daemon.h"
 #include "node/settings.h"
@@ -54,6 +55,7 @@ typedef struct run_cfg {
     uint64_t max_frame;
     int threads;
     fed_cli_log_opts log;
+    char http[256];
 } run_cfg;
 
 #define R(field, name, type, def, min, max, help)                              \
@@ -98,7 +100,8 @@ static const fed_opt run_opts[] = {
     R(poll_ms, "poll-ms", FED_OPT_INT, "5000", 1, 600000,
       "longest hold of a client's request before 'no round yet'"),
     R(linger_ms, "linger-ms", FED_OPT_INT, "2000", 0, 600000,
-      "aggregator, peer: keep answering this long after the last round"),
+      "aggregator, peer: keep answering this long after the last round (a client with "
+      "--http: stay up this long at the end, to be scraped)"),
     R(retry_ms, "retry-ms", FED_OPT_INT, "2000", 1, 600000,
       "client: wait for an answer this much beyond --poll-ms before retrying"),
     R(max_clients, "max-clients", FED_OPT_INT, "64", 1, 4096,
@@ -111,6 +114,9 @@ static const fed_opt run_opts[] = {
       "largest frame in bytes, the same on every node; larger models go in chunks"),
     R(threads, "threads", FED_OPT_INT, "0", 0, FED_CLI_MAX_THREADS,
       "threads for training and opening frames; 0 = every online core"),
+    FED_OPT_DEF_IMPLICIT(run_cfg, http, "http", "", FED_HTTP_DEFAULT_ADDR,
+                         "serve a status page, /metrics (Prometheus), /status.json and /healthz "
+                         "at http://HOST:PORT, read-only (none unless given)"),
     FED_NODE_SETTINGS_OPTS(run_cfg, s),
     FED_CLI_LOG_OPTS(run_cfg, log),
 };
@@ -505,6 +511,36 @@ static int open_store(const run_cfg *c, run_state *s)
     return -1;
 }
 
+/* The daemon, with --http's server beside it while it runs. */
+static fed_err run_daemon(const run_cfg *c, fed_node_daemon_cfg *dc, const fed_node_config *nc)
+{
+    fed_node_snap_board *board = NULL;
+    fed_http *http = NULL;
+    fed_http_cfg hc;
+    fed_err e;
+
+    if ((e = fed_node_daemon_signals()) != FED_OK)
+        return e;
+    if (c->http[0]) {
+        memset(&hc, 0, sizeof hc);
+        hc.addr = c->http;
+        hc.db_path = c->db;
+        if ((e = fed_node_snap_board_new(&board)) == FED_OK) {
+            hc.board = board;
+            e = fed_http_start(&hc, &http);
+        }
+        if (e != FED_OK) {
+            fed_node_snap_board_free(board);
+            return e;
+        }
+        dc->board = board;
+    }
+    e = fed_node_daemon_run(dc, nc);
+    fed_http_stop(http);
+    fed_node_snap_board_free(board);
+    return e;
+}
+
 static int run_node(const run_cfg *c)
 {
     run_state s;
@@ -523,6 +559,17 @@ static int run_node(const run_cfg *c)
     if (role == FED_NODE_CLIENT && !c->aggregator[0]) {
         fed_cli_error("run: a client needs --aggregator ADDRESS");
         return 2;
+    }
+    if (c->http[0]) {
+        struct sockaddr_storage sa;
+        socklen_t salen;
+        int loopback;
+
+        if (fed_http_parse_addr(c->http, &sa, &salen, &loopback) != FED_OK) {
+            fed_cli_error("run: --http '%s': expected http://HOST:PORT, HOST:PORT or PORT "
+                          "(HOST an IPv4 address, localhost or [IPv6])", c->http);
+            return 2;
+        }
     }
     {
         fed_store_sync sync;
@@ -553,8 +600,7 @@ static int run_node(const run_cfg *c)
     dc.max_conns = c->max_connections ? (uint32_t)c->max_connections
                                       : (uint32_t)c->max_clients + 64;
     dc.conn_stall_ms = (uint32_t)c->conn_stall_ms;
-    if ((e = fed_node_daemon_signals()) == FED_OK)
-        e = fed_node_daemon_run(&dc, &nc);
+    e = run_daemon(c, &dc, &nc);
     rc = e == FED_OK ? 0 : 1;
     if (e != FED_OK)
         fed_cli_error("run: %s", fed_strerror(e));

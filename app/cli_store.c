@@ -320,69 +320,85 @@ static void print_counters_table(const status_data *d)
         printf("  %-*s  %12" PRIu64 "\n", (int)w, d->counters[i].name, d->counters[i].value);
 }
 
-static void print_status_json(const char *db, fed_store *st, const status_data *d)
+static void print_status_json(FILE *f, const char *db, fed_store *st, const status_data *d)
 {
     char h[65], p[65];
 
-    printf("{\"db\":");
-    json_str(stdout, db);
-    printf(",\"schema\":%d,\"epoch\":%" PRIu64 ",\"rounds\":[", fed_store_schema(st),
+    fprintf(f, "{\"db\":");
+    json_str(f, db);
+    fprintf(f, ",\"schema\":%d,\"epoch\":%" PRIu64 ",\"rounds\":[", fed_store_schema(st),
            fed_store_epoch(st));
     for (size_t i = 0; i < d->nrounds; i++) {
         const fed_store_round *r = &d->rounds[i];
 
         hex(h, r->model_hash, 32);
-        printf("%s{\"round\":%" PRIu64 ",\"start_ms\":%" PRIu64 ",\"end_ms\":%" PRIu64
+        fprintf(f, "%s{\"round\":%" PRIu64 ",\"start_ms\":%" PRIu64 ",\"end_ms\":%" PRIu64
                ",\"loss\":", i ? "," : "", r->round, r->start_ms, r->end_ms);
-        json_real(stdout, r->loss);
-        printf(",\"accuracy\":");
-        json_real(stdout, r->accuracy);
-        printf(",\"samples\":%" PRIu64 ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64
+        json_real(f, r->loss);
+        fprintf(f, ",\"accuracy\":");
+        json_real(f, r->accuracy);
+        fprintf(f, ",\"samples\":%" PRIu64 ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64
                ",\"peers\":%" PRIu32 ",\"strategy\":", r->samples, r->bytes_in, r->bytes_out,
                r->peers);
-        json_str(stdout, r->strategy);
-        printf(",\"model_hash\":\"%s\"}", h);
+        json_str(f, r->strategy);
+        fprintf(f, ",\"model_hash\":\"%s\"}", h);
     }
-    printf("],\"contributions\":[");
+    fprintf(f, "],\"contributions\":[");
     for (size_t i = 0; i < d->ncontribs; i++) {
         const status_contrib *c = &d->contribs[i];
 
         hex(h, c->key, 32);
-        printf("%s{\"round\":%" PRIu64 ",\"key\":\"%s\",\"accepted\":%s,\"reason\":",
+        fprintf(f, "%s{\"round\":%" PRIu64 ",\"key\":\"%s\",\"accepted\":%s,\"reason\":",
                i ? "," : "", c->round, h, c->accepted ? "true" : "false");
-        json_str(stdout, c->reason);
-        printf("}");
+        json_str(f, c->reason);
+        fprintf(f, "}");
     }
-    printf("],\"contributions_left_out\":%zu,\"checkpoints\":[", d->contribs_left_out);
+    fprintf(f, "],\"contributions_left_out\":%zu,\"checkpoints\":[", d->contribs_left_out);
     for (size_t i = 0; i < d->nckpts; i++) {
         const fed_store_ckpt_row *r = &d->ckpts[i];
 
         hex(h, r->hash, 32);
         hex(p, r->prev_hash, 32);
-        printf("%s{\"id\":%" PRIu64 ",\"round\":%" PRIu64 ",\"created_s\":%" PRIu64
+        fprintf(f, "%s{\"id\":%" PRIu64 ",\"round\":%" PRIu64 ",\"created_s\":%" PRIu64
                ",\"size\":%" PRIu64 ",\"chunks\":%" PRIu64 ",\"epoch\":%" PRIu64
                ",\"hash\":\"%s\",\"prev_hash\":\"%s\",\"pruned\":%s}",
                i ? "," : "", r->id, r->round, r->created_s, r->size, r->chunks, r->epoch, h, p,
                r->pruned ? "true" : "false");
     }
-    printf("],\"peers\":[");
+    fprintf(f, "],\"peers\":[");
     for (size_t i = 0; i < d->npeers; i++) {
         const fed_store_peer *q = &d->peers[i];
 
         hex(h, q->key, 32);
-        printf("%s{\"key\":\"%s\",\"addr\":", i ? "," : "", h);
-        json_str(stdout, q->addr);
-        printf(",\"first_seen_ms\":%" PRIu64 ",\"last_seen_ms\":%" PRIu64 ",\"last_round\":%"
+        fprintf(f, "%s{\"key\":\"%s\",\"addr\":", i ? "," : "", h);
+        json_str(f, q->addr);
+        fprintf(f, ",\"first_seen_ms\":%" PRIu64 ",\"last_seen_ms\":%" PRIu64 ",\"last_round\":%"
                PRIu64 ",\"epoch\":%" PRIu64 "}", q->first_seen_ms, q->last_seen_ms,
                q->last_round, q->epoch);
     }
-    printf("],\"counters\":{");
+    fprintf(f, "],\"counters\":{");
     for (size_t i = 0; i < d->ncounters; i++) {
-        printf("%s", i ? "," : "");
-        json_str(stdout, d->counters[i].name);
-        printf(":%" PRIu64, d->counters[i].value);
+        fprintf(f, "%s", i ? "," : "");
+        json_str(f, d->counters[i].name);
+        fprintf(f, ":%" PRIu64, d->counters[i].value);
     }
-    printf("}}\n");
+    fprintf(f, "}}\n");
+}
+
+/* GET /status.json of `fednode run --http` (app/http.c): the document above. */
+fed_err fed_cli_status_json(FILE *f, const char *db, fed_store *st, int rounds, int checkpoints)
+{
+    status_cfg c;
+    status_data d;
+    fed_err e;
+
+    memset(&c, 0, sizeof c);
+    c.rounds = rounds;
+    c.checkpoints = checkpoints;
+    if ((e = status_load(st, &c, &d)) == FED_OK)
+        print_status_json(f, db, st, &d);
+    status_data_free(&d);
+    return e;
 }
 
 /* The tables (or the JSON) of c->db once: 0, or 1 when it could not be read. */
@@ -401,7 +417,7 @@ static int status_once(const status_cfg *c)
         goto out;
     }
     if (c->json) {
-        print_status_json(c->db, st, &d);
+        print_status_json(stdout, c->db, st, &d);
     } else {
         printf("database %s: schema %d, epoch %" PRIu64 ", page size %d\n", c->db,
                fed_store_schema(st), fed_store_epoch(st), fed_store_page_size(st));

@@ -10,6 +10,12 @@
 # runs interleaved over the same minutes (this VM's speed drifts by several
 # per cent within a minute); the other targets take the worst job. Asserts
 # nothing.
+# With BENCH_HTTP=1 (the default; 0: off) each job is followed by the same job
+# with --http on every node and all 11 scraped every second (one curl a
+# second fetching every /metrics, as a Prometheus would), so the two sides
+# are interleaved too; it prints both medians of seconds per round, whether
+# their difference lies within the runs' own spread, and the CPU seconds
+# the nodes' HTTP threads used (each daemon logs its own at exit).
 # Keys are made afresh each run and a client's shuffling is seeded from its
 # key, so the accuracy moves a little (a few 0.001) from run to run.
 set -u
@@ -21,6 +27,10 @@ ROUNDS=10
 # (--threads 1); a client alone on its machine would use them all (0).
 CLIENT_THREADS=${BENCH_CLIENT_THREADS:-1}
 LIMIT_S=${BENCH_CONSORTIUM_LIMIT_S:-300} # the job is killed past this
+HTTP_RUNS=${BENCH_HTTP:-1}
+if [ "$HTTP_RUNS" = 1 ] && ! command -v curl >/dev/null 2>&1; then
+    echo "bench_consortium: no curl: the runs with --http are left out"; HTTP_RUNS=0
+fi
 if [ ! -x "$FEDNODE" ]; then echo "bench_consortium: skipped: no $FEDNODE (run make)"; exit 0; fi
 if [ ! -e "$DATA/train-images-idx3-ubyte.gz" ] && [ ! -e "$DATA/train-images-idx3-ubyte" ]; then
     echo "bench_consortium: skipped: no Fashion-MNIST in $DATA"; exit 0
@@ -159,9 +169,29 @@ stamp() {
         esac
     done
 }
-# job J: one run of the job, its figures into $TMP/jobJ.fig
+# "http: served N requests, ...; the HTTP thread used X s CPU" (exit line)
+http_of() { awk '/http: served/ { for (i = 1; i < NF; i++) { if ($i == "served") n = $(i + 1); if ($i == "used") c = $(i + 1) } }
+    END { print (n == "" ? 0 : n), (c == "" ? "nan" : c) }' "$1"; }
+# scrape D: every second, one curl fetching every node's /metrics (their
+# ports from the logs' "http: serving" lines), until killed
+scrape() {
+    urls="" n=0
+    while :; do
+        if [ "$n" -lt $((N + 1)) ]; then
+            urls=$(sed -n 's|.*http: serving \(http://[^/]*\)/ .*|\1/metrics|p' "$1"/*.log 2>/dev/null)
+            n=$(echo "$urls" | grep -c metrics)
+        fi
+        # shellcheck disable=SC2086
+        [ "$n" -gt 0 ] && curl -s --max-time 1 $urls >/dev/null 2>&1
+        sleep 1
+    done
+}
+# job J [http]: one run of the job, its figures into $TMP/jobJ.fig; with
+# "http", every node serves --http and is scraped every second
 job() {
     J=$1
+    H=""
+    [ "${2:-}" = http ] && H="--http 127.0.0.1:0"
     D=$TMP/job$J
     mkdir -p "$D"
     : >"$D/stat_files"
@@ -172,7 +202,7 @@ job() {
     "$FEDNODE" run --role aggregator --keys "$TMP/aggregator" --allow "$TMP/allow.txt" \
         --db "$D/agg.db" --listen tcp://127.0.0.1:0 --port-file "$D/port" --data "$DATA" \
         --model mlp:256,128 --optimizer sgd --momentum 0 --lr 0.05 --batch 64 --local-epochs 1 \
-        --rounds $ROUNDS --min-clients $N --wait-clients $N >/dev/null 2>"$D/agg.fifo" &
+        --rounds $ROUNDS --min-clients $N --wait-clients $N $H >/dev/null 2>"$D/agg.fifo" &
     AGG=$!
     PIDS="$AGG"
     echo "/proc/$AGG/stat" >>"$D/stat_files"
@@ -188,10 +218,15 @@ job() {
     for i in $(seq 0 $((N - 1))); do
         "$FEDNODE" run --role client --keys "$TMP/c$i" --allow "$TMP/allow.txt" --db "$D/c$i.db" \
             --aggregator "tcp://127.0.0.1:$PORT" --data "$DATA" --shard "$i/$N" \
-            --threads "$CLIENT_THREADS" >/dev/null 2>"$D/c$i.log" &
+            --threads "$CLIENT_THREADS" $H ${H:+--linger-ms 0} >/dev/null 2>"$D/c$i.log" &
         PIDS="$PIDS $!"
         echo "/proc/$!/stat" >>"$D/stat_files"
     done
+    SCRAPER=""
+    if [ -n "$H" ]; then
+        scrape "$D" &
+        SCRAPER=$!
+    fi
     # a watchdog: the job is stopped past LIMIT_S
     # shellcheck disable=SC2086
     (
@@ -205,6 +240,7 @@ job() {
     for p in $PIDS; do wait "$p" || failed=1; done
     t_end=$(now)
     kill "$WATCHDOG" 2>/dev/null
+    [ -z "$SCRAPER" ] || kill "$SCRAPER" 2>/dev/null
     wait $STAMP
     PIDS=""
     [ $failed -eq 0 ] || { echo "bench_consortium: a process failed"; cat "$D/agg.log"; exit 1; }
@@ -247,6 +283,18 @@ job() {
     echo "$per_round $acc $connect $cli_max $cli_mean $agg_mib $agg_cpu $cli_cpu $cpu_rounds" \
         "$cores_busy $(calc "$t_end - $t_launch")" >"$TMP/job$J.fig"
     echo "$rounds_line" >"$TMP/job$J.rounds"
+    if [ -n "$H" ]; then # the HTTP threads' requests and CPU seconds
+        # shellcheck disable=SC2046
+        set -- $(http_of "$D/agg.log")
+        h_req=$1 h_agg=$2 h_cli=0
+        for i in $(seq 0 $((N - 1))); do
+            # shellcheck disable=SC2046
+            set -- $(http_of "$D/c$i.log")
+            h_req=$((h_req + $1))
+            h_cli=$(calc "$h_cli + $2" %.4f)
+        done
+        echo "$h_agg $h_cli $h_req" >"$TMP/job$J.http"
+    fi
 }
 
 # ---- the runs: training alone before each job, and after the last ----
@@ -256,6 +304,7 @@ togethers=""
 for j in $(seq 1 "$JOBS"); do
     togethers="$togethers $(together_runs "b$j")"
     job "$j"
+    [ "$HTTP_RUNS" != 1 ] || job "h$j" http
 done
 togethers="$togethers $(together_runs after)"
 
@@ -339,3 +388,23 @@ printf 'CPU seconds over job %s'"'"'s %.2f s: aggregator %s, the %d clients %s (
     "$(calc "($agg_cpu + $cli_cpu) / $t_job" %.2f)" "$(nproc)"
 printf 'during rounds 1-%d: %s of %d cores busy with the job; CPU seconds per round %s, %s x the training'"'"'s (2 x packed)\n' \
     $((ROUNDS - 1)) "$cores_busy" "$(nproc)" "$cpu_rounds" "$(calc "$cpu_rounds / (2 * $packed)" %.2f)"
+if [ "$HTTP_RUNS" = 1 ]; then
+    # shellcheck disable=SC2046,SC2086
+    {
+        h_rounds=$(for j in $(seq 1 "$JOBS"); do awk '{ printf "%s ", $1 }' "$TMP/jobh$j.fig"; done)
+        h_med=$(calc "$(median $h_rounds)")
+        spread=$(calc "$(highest $per_rounds) - $(lowest $per_rounds)")
+        h_spread=$(calc "$(highest $h_rounds) - $(lowest $h_rounds)")
+        diff=$(calc "$h_med - $per_round")
+        h_agg=$(median $(for j in $(seq 1 "$JOBS"); do cut -d' ' -f1 "$TMP/jobh$j.http"; done))
+        h_cli=$(median $(for j in $(seq 1 "$JOBS"); do cut -d' ' -f2 "$TMP/jobh$j.http"; done))
+        h_req=$(median $(for j in $(seq 1 "$JOBS"); do cut -d' ' -f3 "$TMP/jobh$j.http"; done))
+    }
+    echo "with --http on all $((N + 1)) nodes, each scraped every second (BENCH_HTTP=0: off), each such job right after one without:"
+    printf '  seconds per round, median  %s with, %s without: %s (the runs'"'"' own spread: %s with, %s without)  %s\n' \
+        "$h_med" "$per_round" "$diff" "$h_spread" "$spread" \
+        "$(verdict "($diff < 0 ? 0 - ($diff) : $diff) <= ($spread > $h_spread ? $spread : $h_spread)")"
+    printf '  %-34s %s\n' "(each job's, with --http)" "$h_rounds"
+    printf '  HTTP threads'"'"' CPU seconds a job (median): aggregator %s, the %d clients together %s; %.0f requests a job\n' \
+        "$h_agg" "$N" "$h_cli" "$h_req"
+fi

@@ -259,6 +259,8 @@ static fed_err parse_argv(const fed_opt *t, size_t n, void *cfg, int argc, char 
             value = eq + 1;
         } else if (o->type == FED_OPT_BOOL) {
             value = "1";
+        } else if (o->implicit && (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)) {
+            value = o->implicit;
         } else if (i + 1 < argc) {
             value = argv[++i];
         } else {
@@ -461,6 +463,8 @@ void fed_opt_print_help(const fed_opt *t, size_t n, FILE *out)
         fprintf(out, "  %-24s %s", flag, t[i].help ? t[i].help : "");
         if (t[i].def && *t[i].def)
             fprintf(out, " (default %s)", t[i].def);
+        if (t[i].implicit)
+            fprintf(out, " (given bare: %s)", t[i].implicit);
         fputc('\n', out);
     }
 }

@@ -30,16 +30,27 @@ typedef struct fed_opt {
                              (FED_OPT_ALIAS); every other field is unused. Set
                              through it, the value goes to that option and
                              fed_log warns once naming the new spelling */
+    const char *implicit; /* FED_OPT_STR: the value of a bare --NAME (no '=',
+                             and no value follows: the next argument is
+                             another option or there is none); NULL: a
+                             value is required (FED_OPT_DEF_IMPLICIT) */
 } fed_opt;
 
 /* Shorthand for tables: FED_OPT_DEF(cfgtype, field, "name", TYPE, "def", min, max, "help"). */
 #define FED_OPT_DEF(T, field, name, type, def, min, max, help)                 \
-    { name, type, offsetof(T, field), sizeof(((T *)0)->field), def, min, max, help, NULL }
+    { name, type, offsetof(T, field), sizeof(((T *)0)->field), def, min, max, help, NULL, NULL }
+
+/* A string option that may also be given bare: "--http" alone sets
+ * implicit, "--http ADDR" sets ADDR (FED_OPT_DEF_IMPLICIT(T, http, "http",
+ * "", "http://127.0.0.1:9464", "help")). */
+#define FED_OPT_DEF_IMPLICIT(T, field, name, def, implicit, help)              \
+    { name, FED_OPT_STR, offsetof(T, field), sizeof(((T *)0)->field), def, 0, 0, help, NULL,  \
+      implicit }
 
 /* A deprecated spelling kept working: FED_OPT_ALIAS("sample", "fraction").
  * Flags and INI keys both accept it; --help does not list it. */
 #define FED_OPT_ALIAS(old, canonical)                                          \
-    { old, FED_OPT_STR, 0, 0, NULL, 0, 0, NULL, canonical }
+    { old, FED_OPT_STR, 0, 0, NULL, 0, 0, NULL, canonical, NULL }
 
 typedef struct fed_opt_error {
     char msg[512]; /* e.g. "run.ini:12: unknown key 'lrr'" */

@@ -504,6 +504,20 @@ static uint64_t *reject_counter(fed_wire_counters *c, fed_err err)
     }
 }
 
+fed_err fed_wire_counter_reason(size_t i)
+{
+    fed_wire_counters probe;
+    const uint64_t *base = (const uint64_t *)(const void *)&probe;
+
+    for (int e = 1; e < FED_ERR_COUNT_; e++) {
+        const uint64_t *p = reject_counter(&probe, (fed_err)e);
+
+        if (p != &probe.rej_other && (size_t)(p - base) == i)
+            return (fed_err)e;
+    }
+    return FED_OK;
+}
+
 const char *fed_wire_type_name(uint8_t type)
 {
     static const char *const names[] = {"?",   "HELLO", "NEXT",  "MODEL", "DELTA",

@@ -316,6 +316,10 @@ const char *fed_wire_counter_name(size_t i);
 /* "HELLO", "MODEL", ...; "?" for an unknown type. */
 const char *fed_wire_type_name(uint8_t type);
 uint64_t fed_wire_counter_value(const fed_wire_counters *c, size_t i);
+/* The fed_err a rejection counter (rej_*) counts, the first where several
+ * share one (rej_payload: FED_ERR_PAYLOAD); FED_OK for a counter that is no
+ * rejection and for rej_other (whatever has no counter of its own). */
+fed_err fed_wire_counter_reason(size_t i);
 /* The transport's connection drops (gossip/transport.h: connections over
  * the cap, stalled, with a bad handshake, dropped by NNG on an error), this
  * run's totals: kept with the frame rejections so they are stored and shown

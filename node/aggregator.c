@@ -453,6 +453,18 @@ static fed_err maybe_start(fed_node *n)
 
 /* ---- closing a round ---- */
 
+void fed_node_agg_progress(const fed_node *n, fed_node_progress *out)
+{
+    const node_agg *a = n->agg;
+
+    out->round_open = a->state == AGG_RUNNING;
+    out->round_due_ms = out->round_open ? a->round_start_ms + n->cfg.deadline_ms : 0;
+    out->commit_failures = a->failed;
+    out->clients_waiting = (uint32_t)a->nholds;
+    for (size_t i = 0; out->round_open && i < a->nparts; i++)
+        out->clients_training += !a->parts[i].got;
+}
+
 agg_part *fed_node_agg_part_find(node_agg *a, const uint8_t key[32])
 {
     for (size_t i = 0; i < a->nparts; i++)

@@ -62,6 +62,12 @@ struct fed_node_daemon {
     daemon_job *done;        /* finished, in completion order (reversed) */
     int running;             /* jobs submitted and not yet handed back */
     fed_sd_notify sd;        /* systemd's $NOTIFY_SOCKET (node/sdnotify.h) */
+    /* dc->board's: the config the snapshots read, the observers wrapped */
+    const fed_node_config *nc;
+    uint64_t started_wall_ms;
+    fed_node_round_fn user_on_round;
+    fed_node_delta_fn user_on_delta;
+    void *user_observer;
 };
 
 static void on_signal(int sig)
@@ -415,6 +421,50 @@ static void sd_stopping(fed_node_daemon *d, fed_err e)
     (void)fed_sd_notify_send(&d->sd, msg);
 }
 
+/* ---- the snapshot for --http (dc->board) ---- */
+
+static void publish(fed_node_daemon *d)
+{
+    fed_node_snap_src src = {d->node, d->nc, d->dc->peer_url, d->started_wall_ms};
+
+    if (d->dc->board && d->node && fed_node_snap_update(d->dc->board, &src) != FED_OK)
+        fed_log(FED_LOG_DEBUG, "daemon: no memory for the status snapshot; the last one stays");
+}
+
+static void on_round_snap(void *ctx, const fed_node *n, const fed_node_round_info *r)
+{
+    fed_node_daemon *d = ctx;
+
+    fed_node_snap_note_round(d->dc->board, r);
+    if (d->user_on_round)
+        d->user_on_round(d->user_observer, n, r);
+}
+
+static void on_delta_fwd(void *ctx, const fed_node *n, uint64_t round, uint64_t base_round,
+                         const uint8_t key[32], const float *delta, size_t nparams,
+                         uint64_t samples)
+{
+    fed_node_daemon *d = ctx;
+
+    d->user_on_delta(d->user_observer, n, round, base_round, key, delta, nparams, samples);
+}
+
+/* The observers go through the daemon, which counts the rounds for the
+ * snapshot, then calls the caller's. */
+static void wrap_observers(fed_node_daemon *d, fed_node_config *nc)
+{
+    d->nc = nc;
+    d->started_wall_ms = env_wall_ms(d);
+    if (!d->dc->board)
+        return;
+    d->user_on_round = nc->on_round;
+    d->user_on_delta = nc->on_delta;
+    d->user_observer = nc->observer;
+    nc->on_round = on_round_snap;
+    nc->on_delta = nc->on_delta ? on_delta_fwd : NULL;
+    nc->observer = d;
+}
+
 static fed_err loop(fed_node_daemon *d)
 {
     uint64_t finished_at = 0;
@@ -445,8 +495,10 @@ static fed_err loop(fed_node_daemon *d)
         drain_frames(d);
         fire_timers(d);
         note_conn_drops(d);
+        publish(d);
         if (fed_node_finished(d->node)) {
-            if (fed_node_get_role(d->node) == FED_NODE_CLIENT)
+            /* a client lingers only to be seen finished (--http's board) */
+            if (fed_node_get_role(d->node) == FED_NODE_CLIENT && !d->dc->board)
                 return FED_OK;
             if (!finished_at)
                 finished_at = env_now_ms(d);
@@ -600,6 +652,7 @@ fed_err fed_node_daemon_run(const fed_node_daemon_cfg *dc, const fed_node_config
     d.pool = nc->pool;
     d.job_fd[0] = d.job_fd[1] = -1;
     env.self = &d;
+    wrap_observers(&d, nc);
     if (!d.pool)
         return FED_ERR_INVAL;
     keep_round_buffers(fed_node_recv_limit(nc));
@@ -618,6 +671,7 @@ fed_err fed_node_daemon_run(const fed_node_daemon_cfg *dc, const fed_node_config
         (e = fed_node_start(d.node)) != FED_OK)
         goto out;
     sd_ready(&d);
+    publish(&d);
     e = loop(&d);
 out:
     sd_stopping(&d, e);

@@ -17,6 +17,7 @@
 #include "crypto/allow.h"
 #include "gossip/peers.h"
 #include "node/node.h"
+#include "node/snapshot.h"
 
 typedef struct fed_node_daemon_cfg {
     const char *listen_url;  /* aggregator: "tcp://0.0.0.0:7400"; NULL: dial only */
@@ -27,10 +28,16 @@ typedef struct fed_node_daemon_cfg {
     fed_crypto_allow *allow; /* the node's (nc->allow), reloaded in place */
     const char *port_file;   /* where to write the bound TCP port; NULL: nowhere */
     uint64_t linger_ms;      /* aggregator, peer: keep answering this long after
-                                the last round, so the others hear it is over */
+                                the last round, so the others hear it is over;
+                                a client with a board: stay up this long after
+                                it is told training is over, so its last state
+                                is seen (scraped) */
     uint32_t max_conns;      /* listener: connections at once (0: transport's default) */
     uint32_t conn_stall_ms;  /* listener: close a silent connection owed nothing
                                 after this (0: transport's default) */
+    fed_node_snap_board *board; /* where the loop publishes the node's snapshot
+                                   after each turn that changed it (--http's
+                                   pages read it); NULL: nowhere */
 } fed_node_daemon_cfg;
 
 /* Installs the signal handlers (SIGTERM, SIGINT, SIGHUP; SIGPIPE ignored)

@@ -148,6 +148,18 @@ uint64_t fed_node_round(const fed_node *n) { return n->round; }
 int fed_node_finished(const fed_node *n) { return n->finished; }
 fed_err fed_node_failed(const fed_node *n) { return n->failed; }
 
+void fed_node_get_progress(const fed_node *n, fed_node_progress *out)
+{
+    memset(out, 0, sizeof *out);
+    out->round = n->round;
+    out->finished = n->finished;
+    out->failed = n->failed;
+    if (n->agg)
+        fed_node_agg_progress(n, out);
+    else if (n->mesh)
+        fed_node_peer_progress(n, out);
+}
+
 const char *fed_node_timer_name(uint32_t id)
 {
     switch (id) {

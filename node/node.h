@@ -242,6 +242,21 @@ const uint8_t *fed_node_key(const fed_node *n);
 uint64_t fed_node_round(const fed_node *n);
 /* Aggregator: all rounds done. Client: told training is over. */
 int fed_node_finished(const fed_node *n);
+/* Where the node stands, for a status page or a health check (the daemon
+ * copies it into the snapshot it publishes; node/snapshot.h). */
+typedef struct fed_node_progress {
+    uint64_t round;            /* the last round finished (fed_node_round) */
+    int finished;              /* fed_node_finished */
+    fed_err failed;            /* fed_node_failed */
+    int round_open;            /* aggregator: a round runs; peer: trains or waits */
+    uint64_t round_due_ms;     /* env.now_ms by which the open round closes at the
+                                  latest (its deadline); 0: none due (none open,
+                                  or one training, whose time no deadline bounds) */
+    uint32_t commit_failures;  /* aggregator: rounds whose commit failed in a row */
+    uint32_t clients_waiting;  /* aggregator: clients holding a request */
+    uint32_t clients_training; /* aggregator: sampled clients whose delta is not in */
+} fed_node_progress;
+void fed_node_get_progress(const fed_node *n, fed_node_progress *out);
 /* Timers a node holds armed at once, at most (its ids are 1..this): an
  * environment's timer table this large never fills. */
 #define FED_NODE_MAX_TIMERS 4

@@ -259,6 +259,10 @@ void fed_node_train_job_run(fed_job *job);
 void fed_node_train_job_release(node_train_job *j);
 
 
+/* ---- the roles' parts of fed_node_get_progress (aggregator.c, peer.c) ---- */
+void fed_node_agg_progress(const fed_node *n, fed_node_progress *out);
+void fed_node_peer_progress(const fed_node *n, fed_node_progress *out);
+
 /* ---- client.c ---- */
 /* A chunk of its MODEL came: the rest is coming, give it time. */
 void fed_node_client_pulling(fed_node *n);

@@ -566,6 +566,14 @@ static fed_err begin_round(fed_node *n)
     return e;
 }
 
+void fed_node_peer_progress(const fed_node *n, fed_node_progress *out)
+{
+    const node_mesh *p = n->mesh;
+
+    out->round_open = p->state == MESH_TRAINING || p->state == MESH_WAITING;
+    out->round_due_ms = p->state == MESH_WAITING ? p->round_start_ms + n->cfg.deadline_ms : 0;
+}
+
 static fed_err fed_node_peer_start(fed_node *n)
 {
     fed_err e = resume(n);

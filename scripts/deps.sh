@@ -1,19 +1,23 @@
 #!/bin/sh
 # deps.sh [demo] - install the Debian packages fednode needs, only those
-# missing: with "demo" what `make demo` needs (build fednode and fedsim, and
-# Fashion-MNIST), else what `make test` needs too. Runs apt-get as root, or
+# missing: everything `make test` needs (the default: `make deps`), or, with
+# "demo", only what building fednode and running the demo need (`make demo`:
+# no clang, Prometheus, Chromium, strace or PyTorch). Runs apt-get as root, or
 # through sudo; prints what it does. The CUDA toolkit is not a Debian package
 # here: the Makefile finds nvcc on its own.
 set -eu
-DEMO_PKGS="build-essential pkg-config libopenblas-dev libsodium-dev libnng-dev libsqlite3-dev
-libcmocka-dev zlib1g-dev libinih-dev dataset-fashion-mnist"
-TEST_PKGS="clang libclang-rt-14-dev sqlite3"
+BUILD_PKGS="build-essential pkg-config libopenblas-dev libsodium-dev libnng-dev libsqlite3-dev
+libcmocka-dev zlib1g-dev libinih-dev libmicrohttpd-dev dataset-fashion-mnist"
+# the tests besides: ASan/UBSan/TSan, the sqlite3 shell, and for --http's
+# process tests a real Prometheus (promtool with it), headless Chromium, curl
+TEST_PKGS="clang libclang-rt-14-dev sqlite3 prometheus chromium curl"
 # the service tests: strace and systemd-analyze (test_systemd.sh, test_install.sh),
 # mandoc (test_man.sh), /bin/kill (the unit's ExecReload), PyTorch (test_export_torch.sh)
 TEST_PKGS="$TEST_PKGS strace systemd mandoc procps python3-torch"
-case "${1:-all}" in
-demo) PKGS=$DEMO_PKGS ;;
-*) PKGS="$DEMO_PKGS $TEST_PKGS" ;;
+case "${1:-test}" in
+demo) PKGS=$BUILD_PKGS ;;
+test) PKGS="$BUILD_PKGS $TEST_PKGS" ;;
+*) echo "usage: deps.sh [demo|test]" >&2; exit 2 ;;
 esac
 missing=""
 for p in $PKGS; do

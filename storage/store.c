@@ -202,13 +202,26 @@ fed_err fed_store_begin(fed_store *st)
     return e;
 }
 
+double store_mono_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void fed_store_get_stats(const fed_store *st, fed_store_stats *out) { *out = st->stats; }
+
 fed_err fed_store_commit(fed_store *st)
 {
+    double t0 = store_mono_s();
     fed_err e;
 
     if (!st->in_tx)
         return FED_ERR_INVAL;
     e = store_exec(st, "COMMIT");
+    st->stats.commits++;
+    st->stats.commit_s += store_mono_s() - t0;
     if (e != FED_OK && !sqlite3_get_autocommit(st->db))
         (void)sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
     st->in_tx = 0;

@@ -106,6 +106,17 @@ int fed_store_page_size(const fed_store *st);
 /* Heap bytes SQLite's page cache holds for this open now: at most about
  * FED_STORE_CACHE_KIB KiB once a transaction ends (a big one spills past). */
 size_t fed_store_cache_bytes(fed_store *st);
+/* Time this open spent writing checkpoints (fed_store_checkpoint_write) and
+ * committing transactions (fed_store_commit, the fsync included), measured
+ * on CLOCK_MONOTONIC: what the status page and /metrics show. Nothing the
+ * store decides depends on them. */
+typedef struct fed_store_stats {
+    uint64_t ckpt_writes;
+    double ckpt_write_s;
+    uint64_t commits;
+    double commit_s;
+} fed_store_stats;
+void fed_store_get_stats(const fed_store *st, fed_store_stats *out);
 /* The cap on the file, as fed_store_opts.max_bytes, now (0: none); never
  * below what the file holds already, so 1 stops it growing. */
 FED_WUR fed_err fed_store_set_max_bytes(fed_store *st, uint64_t bytes);

@@ -48,6 +48,7 @@ struct fed_store {
     int in_tx;        /* inside fed_store_begin .. commit */
     uint64_t sp_seq;  /* savepoint names */
     int disk_full;    /* fed_store_set_disk_full: the commit hook refuses */
+    fed_store_stats stats; /* fed_store_get_stats */
 };
 
 /* SQLite result code -> fed_err, logging what (and SQLite's message) when not OK. */
@@ -69,5 +70,7 @@ FED_WUR fed_err store_tx_enter(fed_store *st, store_tx *tx);
 FED_WUR fed_err store_tx_leave(fed_store *st, store_tx *tx, fed_err err);
 
 uint64_t store_wall_s(const fed_store *st);
+/* CLOCK_MONOTONIC in seconds: what fed_store_stats times (never a result). */
+double store_mono_s(void);
 
 #endif

@@ -941,6 +941,55 @@ static void test_opt_man(void **state)
     free(buf);
 }
 
+/* A string option that may be given bare (FED_OPT_DEF_IMPLICIT): alone, or
+ * followed by another option, it takes its implicit value; a value given
+ * wins; --help says what bare means. */
+typedef struct implicit_cfg {
+    char http[64];
+    int verbose;
+} implicit_cfg;
+
+static const fed_opt implicit_table[] = {
+    FED_OPT_DEF_IMPLICIT(implicit_cfg, http, "http", "", "http://127.0.0.1:9464", "serve"),
+    FED_OPT_DEF(implicit_cfg, verbose, "verbose", FED_OPT_BOOL, "0", 0, 0, "talk"),
+};
+
+static void test_opt_implicit(void **state)
+{
+    implicit_cfg c;
+    fed_opt_error e;
+    char *pos[8];
+    int npos;
+    char *bare_end[] = {"--http"};
+    char *bare_mid[] = {"--http", "--verbose"};
+    char *given[] = {"--http", "9000", "--verbose"};
+    char *eq[] = {"--http=0.0.0.0:1"};
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f;
+
+    (void)state;
+    assert_err(fed_opt_defaults(implicit_table, 2, &c, &e), FED_OK);
+    assert_string_equal(c.http, "");
+    assert_err(fed_opt_parse_argv(implicit_table, 2, &c, 1, bare_end, pos, &npos, &e), FED_OK);
+    assert_string_equal(c.http, "http://127.0.0.1:9464");
+    assert_err(fed_opt_defaults(implicit_table, 2, &c, &e), FED_OK);
+    assert_err(fed_opt_parse_argv(implicit_table, 2, &c, 2, bare_mid, pos, &npos, &e), FED_OK);
+    assert_string_equal(c.http, "http://127.0.0.1:9464");
+    assert_int_equal(c.verbose, 1);
+    assert_err(fed_opt_parse_argv(implicit_table, 2, &c, 3, given, pos, &npos, &e), FED_OK);
+    assert_string_equal(c.http, "9000");
+    assert_int_equal(npos, 0);
+    assert_err(fed_opt_parse_argv(implicit_table, 2, &c, 1, eq, pos, &npos, &e), FED_OK);
+    assert_string_equal(c.http, "0.0.0.0:1");
+    f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    fed_opt_print_help(implicit_table, 2, f);
+    fclose(f);
+    assert_has(buf, "(given bare: http://127.0.0.1:9464)");
+    free(buf);
+}
+
 static void test_opt_alias(void **state)
 {
     test_cfg c;
@@ -1225,6 +1274,7 @@ int main(void)
         cmocka_unit_test(test_opt_load_and_help),
         cmocka_unit_test(test_opt_alias),
         cmocka_unit_test(test_opt_man),
+        cmocka_unit_test(test_opt_implicit),
         cmocka_unit_test(test_bytes_integers),
         cmocka_unit_test(test_bytes_floats),
         cmocka_unit_test(test_bytes_float_arrays),

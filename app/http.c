@@ -1,0 +1,528 @@
+/* http.c - the `--http` server (http.h): libmicrohttpd driven from a thread
+ * of our own (its epoll fd and a stop pipe under poll), so that the same
+ * thread that answers can also close connections past their deadlines
+ * between two turns of libmicrohttpd (a header trickled a byte a second
+ * keeps its inactivity timeout at bay; our deadline does not care). Every
+ * answer is rendered whole into memory (http_render.c) from the node's
+ * snapshot and a read-only database connection this thread owns. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "app/cli.h"
+#include "app/http.h"
+#include "core/alloc.h"
+#include "core/log.h"
+
+/* One connection libmicrohttpd holds, as this file tracks it. */
+typedef struct http_conn {
+    struct http_conn *prev, *next;
+    int fd;
+    uint64_t since_ms; /* the start of its current wait: for a whole request
+                          (since it connected or got its last answer), or for
+                          its answer to be taken */
+    int busy;          /* a request is in; its answer goes out */
+    int cut;           /* shut down for its deadline */
+} http_conn;
+
+struct fed_http {
+    fed_http_cfg cfg;
+    char db_path[4096];
+    struct MHD_Daemon *mhd;
+    pthread_t thread;
+    int started;
+    int stop_pipe[2];
+    uint16_t port;
+    fed_store *st;      /* read-only, this thread's */
+    http_conn *conns;   /* the thread's (and MHD_stop_daemon's, after it) */
+    uint32_t nconns;
+    uint64_t requests, cut, refused_big;
+    double cpu_s;       /* the thread's, at its last answer */
+};
+
+static int marker; /* *req_cls once a request was seen */
+
+static uint64_t now_ms(void) { return fed_node_snap_now_ms(); }
+
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ----------------------------------------------------------- addresses -- */
+
+fed_err fed_http_parse_addr(const char *addr, struct sockaddr_storage *sa, socklen_t *salen,
+                            int *loopback)
+{
+    char buf[256], *host, *port, *end;
+    unsigned long p;
+
+    memset(sa, 0, sizeof *sa);
+    if (!addr || strlen(addr) >= sizeof buf)
+        return FED_ERR_INVAL;
+    if (!strncmp(addr, "http://", 7))
+        addr += 7;
+    snprintf(buf, sizeof buf, "%s", addr);
+    if (buf[0] && buf[strlen(buf) - 1] == '/')
+        buf[strlen(buf) - 1] = 0;
+    if (buf[0] == '[') { /* [IPv6]:PORT */
+        char *close = strchr(buf, ']');
+
+        if (!close || close[1] != ':')
+            return FED_ERR_INVAL;
+        *close = 0;
+        host = buf + 1;
+        port = close + 2;
+    } else if ((port = strrchr(buf, ':'))) {
+        *port++ = 0;
+        host = buf;
+    } else {
+        host = "127.0.0.1";
+        port = buf;
+    }
+    if (!*port || *port < '0' || *port > '9')
+        return FED_ERR_INVAL;
+    errno = 0;
+    p = strtoul(port, &end, 10);
+    if (*end || errno || p > 65535)
+        return FED_ERR_INVAL;
+    if (!strcmp(host, "localhost"))
+        host = "127.0.0.1";
+    if (buf[0] == '[') {
+        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)sa;
+
+        if (inet_pton(AF_INET6, host, &s6->sin6_addr) != 1)
+            return FED_ERR_INVAL;
+        s6->sin6_family = AF_INET6;
+        s6->sin6_port = htons((uint16_t)p);
+        *salen = sizeof *s6;
+        *loopback = IN6_IS_ADDR_LOOPBACK(&s6->sin6_addr);
+    } else {
+        struct sockaddr_in *s4 = (struct sockaddr_in *)sa;
+
+        if (inet_pton(AF_INET, host, &s4->sin_addr) != 1)
+            return FED_ERR_INVAL;
+        s4->sin_family = AF_INET;
+        s4->sin_port = htons((uint16_t)p);
+        *salen = sizeof *s4;
+        *loopback = (ntohl(s4->sin_addr.s_addr) >> 24) == 127;
+    }
+    return FED_OK;
+}
+
+/* ------------------------------------------------------------ answers -- */
+
+static enum MHD_Result send_answer(struct MHD_Connection *c, unsigned status, const char *type,
+                                   char *body, size_t len)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    enum MHD_Result ok;
+
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(r, "Content-Security-Policy",
+                            "default-src 'none'; style-src 'unsafe-inline'; "
+                            "frame-ancestors 'none'");
+    if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+    ok = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, const char *text)
+{
+    size_t n = strlen(text);
+    char *b = malloc(n + 1);
+
+    if (!b)
+        return MHD_NO;
+    memcpy(b, text, n + 1);
+    return send_answer(c, status, "text/plain; charset=utf-8", b, n);
+}
+
+/* The read-only database, opened on first use (and again after a failure). */
+static fed_store *db(fed_http *h)
+{
+    fed_store_opts o;
+
+    if (h->st || !h->db_path[0])
+        return h->st;
+    fed_store_opts_default(&o);
+    o.flags = FED_STORE_READONLY;
+    o.busy_timeout_ms = 1000;
+    if (fed_store_open(h->db_path, &o, &h->st) != FED_OK)
+        h->st = NULL;
+    return h->st;
+}
+
+typedef enum page_kind { PAGE_ROOT, PAGE_METRICS, PAGE_STATUS, PAGE_HEALTH, PAGE_NONE } page_kind;
+
+static page_kind page_of(const char *url)
+{
+    return !strcmp(url, "/")              ? PAGE_ROOT
+           : !strcmp(url, "/metrics")     ? PAGE_METRICS
+           : !strcmp(url, "/status.json") ? PAGE_STATUS
+           : !strcmp(url, "/healthz")     ? PAGE_HEALTH
+                                          : PAGE_NONE;
+}
+
+/* Renders the page into memory and sends it. */
+static enum MHD_Result serve(fed_http *h, struct MHD_Connection *c, page_kind k)
+{
+    const fed_node_snap *s = fed_node_snap_acquire(h->cfg.board);
+    uint64_t beat = fed_node_snap_heartbeat_ms(h->cfg.board);
+    char *body = NULL, why[256];
+    size_t len = 0;
+    unsigned status = MHD_HTTP_OK;
+    const char *type = "text/plain; charset=utf-8";
+    int healthy = fed_http_health(s, beat, now_ms(), why, sizeof why);
+    fed_http_proc proc;
+    fed_http_db dv;
+    FILE *f = open_memstream(&body, &len);
+
+    memset(&dv, 0, sizeof dv);
+    memset(&proc, 0, sizeof proc);
+    if (!f) {
+        fed_node_snap_release(h->cfg.board, s);
+        return send_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n");
+    }
+    if (k == PAGE_ROOT || k == PAGE_METRICS) {
+        fed_store *st = db(h);
+
+        if (st && fed_http_db_load(st, h->db_path, s, k == PAGE_ROOT ? FED_HTTP_CHART_ROUNDS : 1,
+                                   &dv) != FED_OK)
+            dv.ok = 0;
+        fed_http_proc_read(&proc);
+        proc.http_cpu_s = thread_cpu_s();
+        proc.requests = h->requests;
+        proc.cut = h->cut;
+    }
+    switch (k) {
+    case PAGE_ROOT:
+        type = "text/html; charset=utf-8";
+        fed_http_page(f, s, &dv, &proc, healthy, why, h->cfg.refresh_s);
+        break;
+    case PAGE_METRICS:
+        type = "text/plain; version=0.0.4; charset=utf-8";
+        fed_http_metrics(f, s, &dv, &proc);
+        break;
+    case PAGE_STATUS: {
+        fed_store *st = db(h);
+
+        type = "application/json";
+        if (!st || fed_cli_status_json(f, h->db_path, st, 10, 10) != FED_OK) {
+            status = MHD_HTTP_SERVICE_UNAVAILABLE;
+            type = "text/plain; charset=utf-8";
+            fputs("the database cannot be read\n", f);
+        }
+        break;
+    }
+    case PAGE_HEALTH:
+        status = healthy ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE;
+        fprintf(f, "%s\n", why);
+        break;
+    case PAGE_NONE:
+        break;
+    }
+    fed_http_db_fini(&dv);
+    fed_node_snap_release(h->cfg.board, s);
+    if (fclose(f) != 0 || !body) {
+        free(body);
+        return send_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n");
+    }
+    if (len > FED_HTTP_ANSWER_MAX) {
+        free(body);
+        h->refused_big++;
+        return send_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "answer over its size limit\n");
+    }
+    return send_answer(c, status, type, body, len);
+}
+
+static http_conn *conn_of(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+    return ci ? ci->socket_context : NULL;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_size, void **req_cls)
+{
+    fed_http *h = cls;
+    http_conn *hc = conn_of(c);
+    page_kind k;
+    enum MHD_Result r;
+
+    (void)version;
+    (void)upload_data;
+    (void)upload_size;
+    if (*req_cls) /* a body goes on arriving: the answer is queued already */
+        return MHD_YES;
+    *req_cls = &marker;
+    if (hc) {
+        hc->busy = 1;
+        hc->since_ms = now_ms();
+    }
+    h->requests++;
+    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
+        r = send_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "read-only: GET or HEAD\n");
+    else if ((k = page_of(url)) == PAGE_NONE)
+        r = send_text(c, MHD_HTTP_NOT_FOUND, "not found: /, /metrics, /status.json, /healthz\n");
+    else
+        r = serve(h, c, k);
+    h->cpu_s = thread_cpu_s();
+    return r;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    http_conn *hc = conn_of(c);
+
+    (void)cls;
+    (void)req_cls;
+    (void)toe;
+    if (hc) {
+        hc->busy = 0;
+        hc->since_ms = now_ms();
+    }
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    fed_http *h = cls;
+
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        http_conn *hc = fed_calloc(1, sizeof *hc);
+
+        *socket_context = hc;
+        if (!hc)
+            return; /* untracked: libmicrohttpd's own timeout still closes it */
+        hc->fd = ci ? ci->connect_fd : -1;
+        hc->since_ms = now_ms();
+        hc->next = h->conns;
+        if (h->conns)
+            h->conns->prev = hc;
+        h->conns = hc;
+        h->nconns++;
+    } else {
+        http_conn *hc = *socket_context;
+
+        if (!hc)
+            return;
+        if (hc->prev)
+            hc->prev->next = hc->next;
+        else
+            h->conns = hc->next;
+        if (hc->next)
+            hc->next->prev = hc->prev;
+        h->nconns--;
+        fed_free(hc);
+        *socket_context = NULL;
+    }
+}
+
+__attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const char *fmt,
+                                                               va_list ap)
+{
+    char line[512];
+    size_t n;
+
+    (void)cls;
+    vsnprintf(line, sizeof line, fmt, ap);
+    n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+        line[--n] = 0;
+    fed_log(FED_LOG_DEBUG, "http: %s", line);
+}
+
+/* --------------------------------------------------------- the thread -- */
+
+/* Shuts down the connections past their deadline (libmicrohttpd then sees
+ * them end and frees them); returns the ms until the next deadline. */
+static uint64_t cut_overdue(fed_http *h)
+{
+    uint64_t now = now_ms(), next = UINT64_MAX;
+
+    for (http_conn *hc = h->conns; hc; hc = hc->next) {
+        uint64_t due = hc->since_ms + h->cfg.request_ms;
+
+        if (hc->cut || hc->fd < 0)
+            continue;
+        if (now >= due) {
+            (void)shutdown(hc->fd, SHUT_RDWR);
+            hc->cut = 1;
+            h->cut++;
+            fed_log(FED_LOG_DEBUG, "http: closed a connection %s for %u ms",
+                    hc->busy ? "that did not take its answer" : "that sent no whole request",
+                    h->cfg.request_ms);
+        } else if (due - now < next) {
+            next = due - now;
+        }
+    }
+    return next;
+}
+
+static void *run(void *arg)
+{
+    fed_http *h = arg;
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+    struct pollfd pf[2] = {{.fd = di ? di->epoll_fd : -1, .events = POLLIN},
+                           {.fd = h->stop_pipe[0], .events = POLLIN}};
+    sigset_t all;
+
+    sigfillset(&all); /* signals are the main thread's (the daemon's self-pipe) */
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    for (;;) {
+        MHD_UNSIGNED_LONG_LONG mt = 0;
+        uint64_t wait = 1000, next = cut_overdue(h);
+
+        if (MHD_get_timeout(h->mhd, &mt) == MHD_YES && mt < wait)
+            wait = mt;
+        if (next < wait)
+            wait = next;
+        if (poll(pf, 2, (int)wait) < 0 && errno != EINTR)
+            break;
+        if (pf[1].revents)
+            break;
+        MHD_run(h->mhd);
+    }
+    h->cpu_s = thread_cpu_s(); /* read after the join */
+    return NULL;
+}
+
+fed_err fed_http_start(const fed_http_cfg *cfg, fed_http **out)
+{
+    struct sockaddr_storage sa;
+    socklen_t salen = 0;
+    int loopback = 0;
+    fed_http *h;
+    const union MHD_DaemonInfo *di;
+    char shown[300];
+
+    *out = NULL;
+    if (!cfg->board || fed_http_parse_addr(cfg->addr, &sa, &salen, &loopback) != FED_OK)
+        return FED_ERR_INVAL;
+    if (!(h = fed_calloc(1, sizeof *h)))
+        return FED_ERR_NOMEM;
+    h->cfg = *cfg;
+    h->stop_pipe[0] = h->stop_pipe[1] = -1;
+    if (!h->cfg.max_conns)
+        h->cfg.max_conns = FED_HTTP_MAX_CONNS;
+    if (!h->cfg.conn_memory)
+        h->cfg.conn_memory = FED_HTTP_CONN_MEMORY;
+    if (!h->cfg.idle_s)
+        h->cfg.idle_s = FED_HTTP_IDLE_S;
+    if (!h->cfg.request_ms)
+        h->cfg.request_ms = FED_HTTP_REQUEST_MS;
+    if (!h->cfg.refresh_s)
+        h->cfg.refresh_s = 5;
+    if (cfg->db_path)
+        snprintf(h->db_path, sizeof h->db_path, "%s", cfg->db_path);
+    h->cfg.addr = NULL;
+    h->cfg.db_path = NULL;
+    if (pipe2(h->stop_pipe, O_CLOEXEC) != 0) {
+        fed_free(h);
+        return FED_ERR_IO;
+    }
+    h->mhd = MHD_start_daemon(
+        MHD_USE_EPOLL | (sa.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0), 0, NULL, NULL,
+        on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)h->cfg.max_conns,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)h->cfg.conn_memory,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)h->cfg.idle_s,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)256,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, MHD_OPTION_END);
+    if (!h->mhd) {
+        fed_log(FED_LOG_ERROR, "http: cannot listen on %s", cfg->addr);
+        fed_http_stop(h);
+        return FED_ERR_IO;
+    }
+    di = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    h->port = di ? di->port : 0;
+    if (sa.ss_family == AF_INET6) {
+        char a[INET6_ADDRSTRLEN];
+
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&sa)->sin6_addr, a, sizeof a);
+        snprintf(shown, sizeof shown, "http://[%s]:%u", a, h->port);
+    } else {
+        char a[INET_ADDRSTRLEN];
+
+        inet_ntop(AF_INET, &((struct sockaddr_in *)&sa)->sin_addr, a, sizeof a);
+        snprintf(shown, sizeof shown, "http://%s:%u", a, h->port);
+    }
+    if (pthread_create(&h->thread, NULL, run, h) != 0) {
+        fed_http_stop(h);
+        return FED_ERR_NOMEM;
+    }
+    h->started = 1;
+    fed_log(FED_LOG_INFO,
+            "http: serving %s/ (/metrics, /status.json, /healthz): up to %u connections of "
+            "%u KiB, idle ones closed after %u s, a request or answer that takes %u ms cut",
+            shown, h->cfg.max_conns, h->cfg.conn_memory >> 10, h->cfg.idle_s,
+            h->cfg.request_ms);
+    if (!loopback)
+        fed_log(FED_LOG_WARN,
+                "http: %s is reachable beyond this machine: anyone who can connect reads the "
+                "node's status, members and metrics (no authentication); bind it to 127.0.0.1 "
+                "unless that is meant", shown);
+    *out = h;
+    return FED_OK;
+}
+
+uint16_t fed_http_port(const fed_http *h) { return h ? h->port : 0; }
+
+void fed_http_stop(fed_http *h)
+{
+    if (!h)
+        return;
+    if (h->started) {
+        char c = 1;
+
+        if (write(h->stop_pipe[1], &c, 1) < 0) {
+            /* the pipe cannot be full: one byte, once */
+        }
+        pthread_join(h->thread, NULL);
+        fed_log(FED_LOG_INFO,
+                "http: served %" PRIu64 " requests, cut %" PRIu64
+                " connections for their deadline; the HTTP thread used %.3f s CPU",
+                h->requests, h->cut, h->cpu_s);
+    }
+    if (h->mhd)
+        MHD_stop_daemon(h->mhd);
+    fed_store_close(h->st);
+    if (h->stop_pipe[0] >= 0)
+        close(h->stop_pipe[0]);
+    if (h->stop_pipe[1] >= 0)
+        close(h->stop_pipe[1]);
+    fed_free(h);
+}

@@ -1,0 +1,919 @@
+/* test_http.c - `fednode run --http` (app/http.h) without a node: the
+ * Prometheus exposition of a snapshot (every line of the text format,
+ * counters, the histogram, label escaping), the status page with hostile
+ * strings everywhere an outside string goes, /healthz's verdicts, the
+ * address forms, the database's last contribution per member; then the
+ * server itself on 127.0.0.1 with a thread publishing snapshots as fast as
+ * it can while client threads scrape every page (`make tsan` runs this:
+ * the handlers read only the snapshot), and hostile clients (one that sends
+ * nothing, 10 MB of headers, a byte a second, 200 scrapes at once) while
+ * the publisher keeps its pace.
+ *
+ * Also a tool for tests/test_http_hostile.sh: `test_http --hostile PORT SECONDS`
+ * runs the same hostile clients against a running fednode and prints what
+ * happened (exit 0 when every check held). */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "app/http.h"
+#include "core/alloc.h"
+#include "core/log.h"
+#include "storage/store.h"
+#include "tests/support/support.h"
+
+#define HOSTILE "<script>alert(\"x\")</script>&'\\\n"
+
+/* ------------------------------------------------------- a tiny client -- */
+
+static uint64_t ms_now(void) { return fed_node_snap_now_ms(); }
+
+static int dial(uint16_t port)
+{
+    struct sockaddr_in a;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    if (fd < 0)
+        return -1;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static int send_all(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+
+        if (k <= 0)
+            return -1;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* GET path: the status (0: no answer) and the body (malloc'd) in *body. */
+static int http_get(uint16_t port, const char *path, char **body, size_t *blen)
+{
+    char req[256], *buf = NULL;
+    size_t len = 0, cap = 0;
+    int fd = dial(port), status = 0;
+
+    if (body)
+        *body = NULL;
+    if (fd < 0)
+        return 0;
+    snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+             path);
+    if (send_all(fd, req, strlen(req)) == 0) {
+        for (;;) {
+            ssize_t k;
+
+            if (len + 4096 + 1 > cap) {
+                char *nb = realloc(buf, cap = cap ? 2 * cap : 65536);
+
+                if (!nb)
+                    break;
+                buf = nb;
+            }
+            if ((k = recv(fd, buf + len, cap - len - 1, 0)) <= 0)
+                break;
+            len += (size_t)k;
+        }
+    }
+    close(fd);
+    if (buf) {
+        char *sep;
+
+        buf[len] = 0;
+        if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1)
+            status = 0;
+        if (body && (sep = strstr(buf, "\r\n\r\n"))) {
+            *body = strdup(sep + 4);
+            if (blen)
+                *blen = len - (size_t)(sep + 4 - buf);
+        }
+    }
+    free(buf);
+    return status;
+}
+
+/* Waits up to ms for fd to be closed by the far end: 1 closed, 0 not. */
+static int closed_within(int fd, int ms)
+{
+    uint64_t end = ms_now() + (uint64_t)ms;
+    char b[4096];
+
+    while (ms_now() < end) {
+        struct pollfd pf = {fd, POLLIN, 0};
+
+        if (poll(&pf, 1, 100) > 0) {
+            ssize_t k = recv(fd, b, sizeof b, MSG_DONTWAIT);
+
+            if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+                return 1;
+        }
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------ the hostiles -- */
+
+typedef struct hostile_result {
+    int idle_closed;       /* the connection that sent nothing was closed */
+    int big_refused;       /* 10 MB of headers: the server stopped it */
+    int trickle_cut;       /* a byte a second: closed */
+    int scrapes, scrapes_ok;
+    double seconds;
+} hostile_result;
+
+typedef struct scrape_arg {
+    uint16_t port;
+    int ok;
+} scrape_arg;
+
+static void *scrape(void *arg)
+{
+    scrape_arg *a = arg;
+    char *body = NULL;
+
+    a->ok = http_get(a->port, "/metrics", &body, NULL) == 200 && body &&
+            strstr(body, "fednode_rounds_completed_total") != NULL;
+    free(body);
+    return NULL;
+}
+
+typedef struct big_arg {
+    uint16_t port;
+    int refused;
+} big_arg;
+
+/* 10 MB of headers: refused (an error status, or the connection closed
+ * under it) long before the end. */
+static void *big_headers(void *arg)
+{
+    big_arg *a = arg;
+    int fd = dial(a->port);
+    char line[1024];
+    size_t sent = 0;
+
+    if (fd < 0)
+        return NULL;
+    memset(line, 'a', sizeof line);
+    memcpy(line, "X-Fill: ", 8);
+    line[sizeof line - 2] = '\r';
+    line[sizeof line - 1] = '\n';
+    if (send_all(fd, "GET /metrics HTTP/1.1\r\nHost: x\r\n", 32) == 0)
+        while (sent < (size_t)10 << 20 && send_all(fd, line, sizeof line) == 0)
+            sent += sizeof line;
+    a->refused = sent < (size_t)10 << 20;
+    if (!a->refused) { /* all went in: the answer must be an error */
+        char b[64] = {0};
+        int st = 0;
+
+        (void)send_all(fd, "\r\n", 2);
+        if (recv(fd, b, sizeof b - 1, 0) > 0 && sscanf(b, "HTTP/1.%*d %d", &st) == 1)
+            a->refused = st >= 400;
+    }
+    close(fd);
+    return NULL;
+}
+
+typedef struct trickle_arg {
+    uint16_t port;
+    int seconds;
+    int cut;
+} trickle_arg;
+
+/* A request's headers a byte a second: cut before it ends. */
+static void *trickle(void *arg)
+{
+    trickle_arg *a = arg;
+    const char *req = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
+                      "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+    int fd = dial(a->port);
+
+    if (fd < 0)
+        return NULL;
+    for (int i = 0; i < a->seconds * 10 && req[i / 10]; i++) {
+        char b[64];
+        ssize_t k;
+
+        if (i % 10 == 0 && send(fd, req + i / 10, 1, MSG_NOSIGNAL) != 1) {
+            a->cut = 1;
+            break;
+        }
+        k = recv(fd, b, sizeof b, MSG_DONTWAIT);
+        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+            a->cut = 1;
+            break;
+        }
+        usleep(100000);
+    }
+    close(fd);
+    return NULL;
+}
+
+/* The four hostile clients at once against port; each waits at most
+ * seconds for its verdict. */
+static void run_hostiles(uint16_t port, int seconds, int nscrapes, hostile_result *r)
+{
+    pthread_t tb, tt, *ts = calloc((size_t)nscrapes, sizeof *ts);
+    scrape_arg *sa = calloc((size_t)nscrapes, sizeof *sa);
+    big_arg ba = {port, 0};
+    trickle_arg ta = {port, seconds, 0};
+    uint64_t t0 = ms_now();
+    int idle = dial(port);
+
+    memset(r, 0, sizeof *r);
+    pthread_create(&tb, NULL, big_headers, &ba);
+    pthread_create(&tt, NULL, trickle, &ta);
+    for (int i = 0; ts && sa && i < nscrapes; i++) {
+        sa[i].port = port;
+        if (pthread_create(&ts[i], NULL, scrape, &sa[i]) != 0)
+            ts[i] = 0;
+    }
+    for (int i = 0; ts && sa && i < nscrapes; i++)
+        if (ts[i]) {
+            pthread_join(ts[i], NULL);
+            r->scrapes++;
+            r->scrapes_ok += sa[i].ok;
+        }
+    r->idle_closed = idle >= 0 && closed_within(idle, seconds * 1000);
+    if (idle >= 0)
+        close(idle);
+    pthread_join(tb, NULL);
+    pthread_join(tt, NULL);
+    r->big_refused = ba.refused;
+    r->trickle_cut = ta.cut;
+    r->seconds = (double)(ms_now() - t0) / 1000.0;
+    free(ts);
+    free(sa);
+}
+
+/* ------------------------------------------------------- fixtures -- */
+
+static void fill_snap(fed_node_snap *s)
+{
+    memset(s, 0, sizeof *s);
+    s->role = FED_NODE_AGGREGATOR;
+    memset(s->key, 7, 32);
+    snprintf(s->name, sizeof s->name, "%s", HOSTILE);
+    s->started_wall_ms = 1700000000000ull;
+    s->deadline_ms = 60000;
+    s->progress.round = 3;
+    s->progress.round_open = 1;
+    s->progress.clients_waiting = 1;
+    s->progress.clients_training = 2;
+    s->rounds_run = 3;
+    s->dur_bucket[2] = 1; /* 0.5 s */
+    s->dur_bucket[4] = 2; /* 2.5 s */
+    s->dur_sum_s = 4.75;
+    s->have_last = 1;
+    s->last.round = 3;
+    s->last.sampled = 4;
+    s->last.merged = 2;
+    s->last.missing = 1;
+    s->last.accuracy = 0.8125;
+    s->last.loss = 0.5;
+    s->deltas_merged = 9;
+    s->deltas_missing = 1;
+    s->deltas_refused = 2;
+    s->wire.bytes_out = 1000;
+    s->wire.bytes_in = 2000;
+    s->wire.rej_unknown_sender = 5;
+    s->wire.rej_replay = 1;
+    s->wire.conn_refused = 3;
+    s->store.ckpt_writes = 3;
+    s->store.ckpt_write_s = 0.25;
+}
+
+static fed_node_snap_member members[2];
+
+static void fill_members(void)
+{
+    memset(members, 0, sizeof members);
+    snprintf(members[0].name, sizeof members[0].name, "%s", HOSTILE);
+    memset(members[0].key, 1, 32);
+    snprintf(members[0].addr, sizeof members[0].addr, "tcp://%s:1", HOSTILE);
+    snprintf(members[1].name, sizeof members[1].name, "plain");
+    memset(members[1].key, 2, 32);
+}
+
+static char *render(void (*fn)(FILE *, void *), void *ctx)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+
+    assert_non_null(f);
+    fn(f, ctx);
+    assert_int_equal(fclose(f), 0);
+    return buf;
+}
+
+typedef struct render_ctx {
+    const fed_node_snap *s;
+    const fed_http_db *db;
+    fed_http_proc p;
+} render_ctx;
+
+static void do_metrics(FILE *f, void *ctx)
+{
+    render_ctx *c = ctx;
+
+    fed_http_metrics(f, c->s, c->db, &c->p);
+}
+
+static void do_page(FILE *f, void *ctx)
+{
+    render_ctx *c = ctx;
+
+    fed_http_page(f, c->s, c->db, &c->p, 0, "round 4 is overdue: " HOSTILE, 5);
+}
+
+static fed_store_round rounds[3];
+static fed_http_member_db mdb[2];
+
+static void fill_db(fed_http_db *db)
+{
+    memset(db, 0, sizeof *db);
+    memset(rounds, 0, sizeof rounds);
+    memset(mdb, 0, sizeof mdb);
+    for (int i = 0; i < 3; i++) {
+        rounds[i].round = (uint64_t)(3 - i);
+        rounds[i].start_ms = 1700000000000ull + (uint64_t)i * 1000;
+        rounds[i].end_ms = rounds[i].start_ms + 500;
+        rounds[i].accuracy = 0.7 + 0.05 * (2 - i);
+        rounds[i].loss = 0.6;
+        snprintf(rounds[i].strategy, sizeof rounds[i].strategy, "<b>median</b>");
+    }
+    mdb[0].last_round = 3;
+    snprintf(mdb[0].reason, sizeof mdb[0].reason, "%s", "<i>krum</i>");
+    mdb[0].last_merged = 1;
+    mdb[1].last_round = 3;
+    mdb[1].accepted = 1;
+    mdb[1].last_merged = 3;
+    db->ok = 1;
+    db->rounds = rounds;
+    db->nrounds = 3;
+    db->member = mdb;
+    db->window_from = 1;
+    db->db_bytes = 4096;
+}
+
+/* ------------------------------------------------------------ tests -- */
+
+/* Every line of the exposition is a comment (# HELP / # TYPE) or a sample
+ * NAME[{LABELS}] VALUE, each family's TYPE before its samples and once. */
+static void check_exposition(const char *text)
+{
+    char types[64][96];
+    int ntypes = 0;
+    const char *p = text;
+
+    while (*p) {
+        const char *nl = strchr(p, '\n');
+        char line[1024], name[96];
+        size_t n;
+
+        assert_non_null(nl);
+        n = (size_t)(nl - p);
+        assert_true(n < sizeof line);
+        memcpy(line, p, n);
+        line[n] = 0;
+        p = nl + 1;
+        if (!strncmp(line, "# HELP ", 7))
+            continue;
+        if (!strncmp(line, "# TYPE ", 7)) {
+            char type[32];
+
+            assert_int_equal(sscanf(line + 7, "%95s %31s", name, type), 2);
+            assert_true(!strcmp(type, "counter") || !strcmp(type, "gauge") ||
+                        !strcmp(type, "histogram") || !strcmp(type, "summary"));
+            for (int i = 0; i < ntypes; i++)
+                assert_string_not_equal(types[i], name);
+            assert_true(ntypes < 64);
+            snprintf(types[ntypes++], sizeof types[0], "%s", name);
+            if (!strcmp(type, "counter"))
+                assert_non_null(strstr(name, "_total"));
+            continue;
+        }
+        assert_true(line[0] == 'f'); /* fednode_ */
+        assert_int_equal(strncmp(line, "fednode_", 8), 0);
+        {
+            size_t k = strcspn(line, "{ ");
+            int known = 0;
+
+            memcpy(name, line, k);
+            name[k] = 0;
+            for (int i = 0; i < ntypes; i++) {
+                size_t tl = strlen(types[i]);
+
+                if (!strncmp(name, types[i], tl) &&
+                    (!name[tl] || !strcmp(name + tl, "_bucket") || !strcmp(name + tl, "_sum") ||
+                     !strcmp(name + tl, "_count")))
+                    known = 1;
+            }
+            assert_true(known);
+            if (line[k] == '{') { /* labels: no raw newline, quotes balanced */
+                const char *q = line + k + 1;
+                int in = 0;
+
+                for (; *q && !(*q == '}' && !in); q++) {
+                    if (*q == '\\' && in)
+                        q++;
+                    else if (*q == '"')
+                        in = !in;
+                }
+                assert_int_equal(*q, '}');
+                k = (size_t)(q - line) + 1;
+            }
+            assert_int_equal(line[k], ' ');
+            {
+                char *end;
+
+                (void)strtod(line + k + 1, &end);
+                assert_true(*end == 0 || !strcmp(line + k + 1, "NaN") ||
+                            !strcmp(line + k + 1, "+Inf"));
+            }
+        }
+    }
+}
+
+static void test_metrics(void **state)
+{
+    fed_node_snap s;
+    fed_http_db db;
+    render_ctx c;
+    char *t;
+
+    (void)state;
+    fill_snap(&s);
+    fill_members();
+    s.member = members;
+    s.nmembers = 2;
+    fill_db(&db);
+    memset(&c, 0, sizeof c);
+    c.s = &s;
+    c.db = &db;
+    c.p.cpu_s = 1.5;
+    c.p.rss_bytes = 1 << 20;
+    t = render(do_metrics, &c);
+    check_exposition(t);
+    assert_non_null(strstr(t, "\nfednode_rounds_completed_total 3\n"));
+    assert_non_null(strstr(t, "fednode_frames_rejected_total{reason=\"unknown_sender\"} 5\n"));
+    assert_non_null(strstr(t, "fednode_frames_rejected_total{reason=\"replay\"} 1\n"));
+    assert_non_null(strstr(t, "fednode_frames_rejected_total{reason=\"frame_truncated\"} 0\n"));
+    assert_non_null(strstr(t, "fednode_frames_rejected_total{reason=\"other\"} 0\n"));
+    assert_non_null(strstr(t, "fednode_connections_closed_total{reason=\"refused\"} 3\n"));
+    /* the histogram is cumulative and ends with +Inf = count */
+    assert_non_null(strstr(t, "fednode_round_duration_seconds_bucket{le=\"0.25\"} 0\n"));
+    assert_non_null(strstr(t, "fednode_round_duration_seconds_bucket{le=\"0.5\"} 1\n"));
+    assert_non_null(strstr(t, "fednode_round_duration_seconds_bucket{le=\"2.5\"} 3\n"));
+    assert_non_null(strstr(t, "fednode_round_duration_seconds_bucket{le=\"+Inf\"} 3\n"));
+    assert_non_null(strstr(t, "fednode_round_duration_seconds_count 3\n"));
+    assert_non_null(strstr(t, "fednode_last_round_accuracy_ratio 0.8125\n"));
+    assert_non_null(strstr(t, "fednode_clients{state=\"connected\"} 3\n"));
+    assert_non_null(strstr(t, "fednode_clients{state=\"refused\"} 1\n"));
+    assert_non_null(strstr(t, "fednode_client_deltas_total{outcome=\"refused\"} 2\n"));
+    assert_non_null(strstr(t, "fednode_client_rounds_since_merged{client=\"plain\"} 0\n"));
+    /* a hostile name: escaped in the label, never a raw newline or quote */
+    assert_non_null(strstr(t, "fednode_client_rounds_since_merged{client=\"<script>alert("
+                              "\\\"x\\\")</script>&'\\\\\\n\"} 2\n"));
+    assert_non_null(strstr(t, "fednode_checkpoint_write_seconds_count 3\n"));
+    assert_non_null(strstr(t, "fednode_database_bytes 4096\n"));
+    assert_non_null(strstr(t, "fednode_cpu_seconds_total 1.5\n"));
+    /* no key material: neither the node's key nor a member's, in hex */
+    assert_null(strstr(t, "0707070707"));
+    assert_null(strstr(t, "0101010101"));
+    free(t);
+    /* a client: no clients' families; without a database, no database's */
+    s.role = FED_NODE_CLIENT;
+    s.have_last = 0;
+    c.db = NULL;
+    t = render(do_metrics, &c);
+    check_exposition(t);
+    assert_null(strstr(t, "fednode_clients"));
+    assert_null(strstr(t, "fednode_database_bytes"));
+    assert_null(strstr(t, "fednode_last_round_accuracy_ratio"));
+    free(t);
+}
+
+/* Every outside string on the page is escaped: no element but ours. */
+static void test_page_escapes(void **state)
+{
+    fed_node_snap s;
+    fed_http_db db;
+    render_ctx c;
+    char *t;
+
+    (void)state;
+    fill_snap(&s);
+    fill_members();
+    s.member = members;
+    s.nmembers = 2;
+    fill_db(&db);
+    memset(&c, 0, sizeof c);
+    c.s = &s;
+    c.db = &db;
+    t = render(do_page, &c);
+    assert_null(strstr(t, "<script"));
+    assert_null(strstr(t, "<b>"));
+    assert_null(strstr(t, "<i>"));
+    assert_non_null(strstr(t, "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;&#39;\\"));
+    assert_non_null(strstr(t, "tcp://&lt;script&gt;"));
+    assert_non_null(strstr(t, "&lt;b&gt;median&lt;/b&gt;"));
+    assert_non_null(strstr(t, "&lt;i&gt;krum&lt;/i&gt;"));
+    /* what the browser test looks for */
+    assert_non_null(strstr(t, "<table id='rounds'>"));
+    assert_non_null(strstr(t, "data-round='3'"));
+    assert_non_null(strstr(t, "<table id='members'>"));
+    assert_non_null(strstr(t, "<svg xmlns='http://www.w3.org/2000/svg'"));
+    assert_non_null(strstr(t, "<polyline"));
+    assert_non_null(strstr(t, "http-equiv='refresh'"));
+    assert_null(strstr(t, "src="));  /* nothing loaded from elsewhere */
+    assert_null(strstr(t, "href='http")); /* links stay on the node */
+    free(t);
+    /* before the first snapshot */
+    c.s = NULL;
+    c.db = NULL;
+    t = render(do_page, &c);
+    assert_non_null(strstr(t, "starting"));
+    free(t);
+}
+
+static void test_health(void **state)
+{
+    fed_node_snap s;
+    char why[256];
+    uint64_t now = 100000;
+
+    (void)state;
+    fill_snap(&s);
+    assert_int_equal(fed_http_health(NULL, 0, now, why, sizeof why), 0);
+    assert_non_null(strstr(why, "starting"));
+    s.progress.round_due_ms = now + 1000;
+    assert_int_equal(fed_http_health(&s, now - 500, now, why, sizeof why), 1);
+    assert_non_null(strstr(why, "round 4 runs"));
+    /* the loop stopped turning */
+    assert_int_equal(fed_http_health(&s, now - FED_HTTP_STALE_MS - 1, now, why, sizeof why), 0);
+    assert_non_null(strstr(why, "has not turned"));
+    /* the round is past its deadline and the grace */
+    s.progress.round_due_ms = now - FED_HTTP_OVERDUE_MS - 1;
+    assert_int_equal(fed_http_health(&s, now, now, why, sizeof why), 0);
+    assert_non_null(strstr(why, "overdue"));
+    s.progress.round_due_ms = 0;
+    s.progress.commit_failures = 2;
+    assert_int_equal(fed_http_health(&s, now, now, why, sizeof why), 0);
+    assert_non_null(strstr(why, "commits failed"));
+    s.progress.commit_failures = 0;
+    s.progress.failed = FED_ERR_FULL;
+    assert_int_equal(fed_http_health(&s, now, now, why, sizeof why), 0);
+    s.progress.failed = FED_OK;
+    s.progress.finished = 1;
+    assert_int_equal(fed_http_health(&s, now, now, why, sizeof why), 1);
+    assert_non_null(strstr(why, "finished"));
+}
+
+static void test_addr(void **state)
+{
+    struct sockaddr_storage sa;
+    socklen_t len;
+    int lo;
+
+    (void)state;
+    assert_int_equal(fed_http_parse_addr(FED_HTTP_DEFAULT_ADDR, &sa, &len, &lo), FED_OK);
+    assert_true(lo);
+    assert_int_equal(ntohs(((struct sockaddr_in *)&sa)->sin_port), 9464);
+    assert_int_equal(fed_http_parse_addr("9464", &sa, &len, &lo), FED_OK);
+    assert_true(lo);
+    assert_int_equal(fed_http_parse_addr("localhost:0/", &sa, &len, &lo), FED_OK);
+    assert_true(lo);
+    assert_int_equal(fed_http_parse_addr("0.0.0.0:9464", &sa, &len, &lo), FED_OK);
+    assert_false(lo);
+    assert_int_equal(fed_http_parse_addr("http://[::1]:9464", &sa, &len, &lo), FED_OK);
+    assert_true(lo);
+    assert_int_equal(sa.ss_family, AF_INET6);
+    assert_int_equal(fed_http_parse_addr("[::]:1", &sa, &len, &lo), FED_OK);
+    assert_false(lo);
+    assert_int_equal(fed_http_parse_addr("example.org:80", &sa, &len, &lo), FED_ERR_INVAL);
+    assert_int_equal(fed_http_parse_addr("127.0.0.1:65536", &sa, &len, &lo), FED_ERR_INVAL);
+    assert_int_equal(fed_http_parse_addr("127.0.0.1:", &sa, &len, &lo), FED_ERR_INVAL);
+    assert_int_equal(fed_http_parse_addr("[::1]9464", &sa, &len, &lo), FED_ERR_INVAL);
+    assert_int_equal(fed_http_parse_addr("", &sa, &len, &lo), FED_ERR_INVAL);
+}
+
+/* Each member's last contribution and last merge, from a real database. */
+static void test_db_members(void **state)
+{
+    char path[512];
+    fed_store *st = NULL;
+    fed_node_snap s;
+    fed_http_db d;
+    static const struct {
+        uint64_t round;
+        int who, accepted;
+        const char *reason;
+    } rows[] = {{1, 0, 1, ""}, {1, 1, 1, ""}, {2, 0, 1, ""}, {2, 1, 0, "missing"},
+                {3, 0, 0, "krum"}, {3, 1, 0, "missing"}};
+
+    (void)state;
+    fed_test_path(path, sizeof path, "http.db");
+    assert_int_equal(fed_store_open(path, NULL, &st), FED_OK);
+    assert_int_equal(fed_store_begin(st), FED_OK);
+    for (uint64_t r = 1; r <= 3; r++) {
+        fed_store_round row;
+
+        memset(&row, 0, sizeof row);
+        row.round = r;
+        row.accuracy = NAN;
+        row.loss = NAN;
+        assert_int_equal(fed_store_put_round(st, &row), FED_OK);
+    }
+    fill_members();
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        fed_store_contrib c;
+
+        memset(&c, 0, sizeof c);
+        c.round = rows[i].round;
+        memcpy(c.peer_key, members[rows[i].who].key, 32);
+        c.accepted = rows[i].accepted;
+        snprintf(c.reason, sizeof c.reason, "%s", rows[i].reason);
+        assert_int_equal(fed_store_put_contribution(st, &c), FED_OK);
+    }
+    assert_int_equal(fed_store_commit(st), FED_OK);
+    memset(&s, 0, sizeof s);
+    s.member = members;
+    s.nmembers = 2;
+    assert_int_equal(fed_http_db_load(st, path, &s, 10, &d), FED_OK);
+    assert_true(d.ok);
+    assert_int_equal(d.nrounds, 3);
+    assert_int_equal(d.rounds[0].round, 3);
+    assert_int_equal(d.member[0].last_round, 3);
+    assert_false(d.member[0].accepted);
+    assert_string_equal(d.member[0].reason, "krum");
+    assert_int_equal(d.member[0].last_merged, 2);
+    assert_int_equal(d.member[1].last_merged, 1);
+    assert_string_equal(d.member[1].reason, "missing");
+    assert_true(d.db_bytes > 0);
+    fed_http_db_fini(&d);
+    fed_store_close(st);
+}
+
+/* ---- the server against a publisher ---- */
+
+typedef struct publisher {
+    fed_node_snap_board *b;
+    int stop;          /* __atomic */
+    uint64_t published; /* __atomic */
+    uint64_t worst_ms; /* the longest one publish took */
+    int failed;        /* a publish failed (read after the join) */
+} publisher;
+
+static void *publish_loop(void *arg)
+{
+    publisher *p = arg;
+    fed_node_snap s;
+
+    fill_snap(&s);
+    fill_members();
+    while (!__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
+        uint64_t t0 = ms_now(), dt;
+        fed_node_round_info r;
+
+        s.progress.round++;
+        s.wire.bytes_out += 100;
+        memset(&r, 0, sizeof r);
+        r.start_ms = 0;
+        r.end_ms = 300;
+        r.sampled = 2;
+        r.merged = 2;
+        fed_node_snap_note_round(p->b, &r); /* the loop's side, too */
+        if (fed_node_snap_publish(p->b, &s, members, 2) != FED_OK)
+            p->failed = 1;
+        dt = ms_now() - t0;
+        if (dt > p->worst_ms)
+            p->worst_ms = dt;
+        __atomic_add_fetch(&p->published, 1, __ATOMIC_RELEASE);
+        usleep(200);
+    }
+    return NULL;
+}
+
+typedef struct getter {
+    uint16_t port;
+    int n, ok;
+} getter;
+
+static void *get_loop(void *arg)
+{
+    getter *g = arg;
+    static const char *const paths[] = {"/metrics", "/", "/healthz", "/status.json", "/nope"};
+    static const int want[] = {200, 200, 200, 503, 404};
+
+    for (int i = 0; i < g->n; i++) {
+        int k = i % 5, st = http_get(g->port, paths[k], NULL, NULL);
+
+        g->ok += st == want[k];
+    }
+    return NULL;
+}
+
+static fed_node_snap_board *board;
+static fed_http *server;
+
+static uint16_t start_server(uint32_t request_ms, uint32_t idle_s)
+{
+    fed_http_cfg c;
+
+    memset(&c, 0, sizeof c);
+    c.addr = "127.0.0.1:0";
+    c.board = board;
+    c.db_path = "/nonexistent/fednode-test.db"; /* status.json: 503 */
+    c.request_ms = request_ms;
+    c.idle_s = idle_s;
+    assert_int_equal(fed_http_start(&c, &server), FED_OK);
+    assert_true(fed_http_port(server) > 0);
+    return fed_http_port(server);
+}
+
+static int board_setup(void **state)
+{
+    (void)state;
+    fed_test_log_quiet();
+    return fed_node_snap_board_new(&board) == FED_OK ? 0 : -1;
+}
+
+static int board_teardown(void **state)
+{
+    (void)state;
+    fed_http_stop(server);
+    server = NULL;
+    fed_node_snap_board_free(board);
+    board = NULL;
+    fed_test_log_default();
+    return 0;
+}
+
+static void test_server_races(void **state)
+{
+    publisher p = {board, 0, 0, 0, 0};
+    pthread_t tp, tg[4];
+    getter g[4];
+    uint16_t port;
+    char *body = NULL;
+
+    (void)state;
+    port = start_server(0, 0);
+    /* before the first snapshot: starting, 503 */
+    assert_int_equal(http_get(port, "/healthz", &body, NULL), 503);
+    assert_non_null(strstr(body, "starting"));
+    free(body);
+    assert_int_equal(pthread_create(&tp, NULL, publish_loop, &p), 0);
+    while (!__atomic_load_n(&p.published, __ATOMIC_ACQUIRE))
+        usleep(1000);
+    for (int i = 0; i < 4; i++) {
+        g[i].port = port;
+        g[i].n = 50;
+        g[i].ok = 0;
+        assert_int_equal(pthread_create(&tg[i], NULL, get_loop, &g[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(tg[i], NULL);
+        assert_int_equal(g[i].ok, g[i].n);
+    }
+    __atomic_store_n(&p.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(tp, NULL);
+    assert_false(p.failed);
+    assert_true(p.published > 10);
+    /* a POST is refused; the page names the node */
+    {
+        int fd = dial(port);
+        char b[256] = {0};
+        const char *req = "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
+                          "Connection: close\r\n\r\nabc";
+
+        assert_true(fd >= 0);
+        assert_int_equal(send_all(fd, req, strlen(req)), 0);
+        assert_true(recv(fd, b, sizeof b - 1, 0) > 0);
+        assert_non_null(strstr(b, " 405 "));
+        close(fd);
+    }
+    assert_int_equal(http_get(port, "/", &body, NULL), 200);
+    assert_non_null(strstr(body, "&lt;script&gt;"));
+    assert_null(strstr(body, "<script"));
+    free(body);
+    fed_http_stop(server);
+    server = NULL;
+}
+
+static void test_server_hostile(void **state)
+{
+    publisher p = {board, 0, 0, 0, 0};
+    pthread_t tp;
+    hostile_result r;
+    uint16_t port;
+
+    (void)state;
+    port = start_server(1500, 2); /* short deadlines, for a short test */
+    assert_int_equal(pthread_create(&tp, NULL, publish_loop, &p), 0);
+    run_hostiles(port, 8, 200, &r);
+    __atomic_store_n(&p.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(tp, NULL);
+    print_message("hostile: idle closed %d, 10 MB headers refused %d, trickle cut %d, "
+                  "%d/%d scrapes ok in %.1f s; the publisher's slowest publish %llu ms\n",
+                  r.idle_closed, r.big_refused, r.trickle_cut, r.scrapes_ok, r.scrapes,
+                  r.seconds, (unsigned long long)p.worst_ms);
+    assert_true(r.idle_closed);
+    assert_true(r.big_refused);
+    assert_true(r.trickle_cut);
+    assert_int_equal(r.scrapes_ok, 200);
+    assert_true(p.worst_ms < 500); /* the loop's side never waits on HTTP */
+    /* still serving */
+    assert_int_equal(http_get(port, "/healthz", NULL, NULL), 200);
+    fed_http_stop(server);
+    server = NULL;
+}
+
+/* Listening beyond loopback is said, as a warning; on loopback it is not. */
+static void test_beyond_loopback_warns(void **state)
+{
+    fed_http_cfg c;
+    fed_http *h = NULL;
+
+    (void)state;
+    memset(&c, 0, sizeof c);
+    c.board = board;
+    fed_test_log_capture(FED_LOG_WARN);
+    c.addr = "127.0.0.1:0";
+    assert_int_equal(fed_http_start(&c, &h), FED_OK);
+    fed_http_stop(h);
+    assert_int_equal(fed_test_log_count("reachable beyond this machine", ""), 0);
+    c.addr = "0.0.0.0:0";
+    assert_int_equal(fed_http_start(&c, &h), FED_OK);
+    fed_http_stop(h);
+    fed_test_log_has("is reachable beyond this machine");
+    c.addr = "example.org:80";
+    assert_int_equal(fed_http_start(&c, &h), FED_ERR_INVAL);
+    assert_null(h);
+}
+
+/* ---- tool mode for tests/test_http_hostile.sh ---- */
+
+static int hostile_main(int argc, char **argv)
+{
+    hostile_result r;
+    int port, seconds;
+
+    if (argc != 4 || (port = atoi(argv[2])) <= 0 || port > 65535 || (seconds = atoi(argv[3])) <= 0) {
+        fprintf(stderr, "usage: test_http --hostile PORT SECONDS\n");
+        return 2;
+    }
+    run_hostiles((uint16_t)port, seconds, 200, &r);
+    printf("hostile: idle_closed=%d big_refused=%d trickle_cut=%d scrapes_ok=%d/%d "
+           "seconds=%.1f\n",
+           r.idle_closed, r.big_refused, r.trickle_cut, r.scrapes_ok, r.scrapes, r.seconds);
+    return r.idle_closed && r.big_refused && r.trickle_cut && r.scrapes_ok == r.scrapes ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_metrics),
+        cmocka_unit_test(test_page_escapes),
+        cmocka_unit_test(test_health),
+        cmocka_unit_test(test_addr),
+        cmocka_unit_test_setup_teardown(test_db_members, fed_test_tmpdir_setup,
+                                        fed_test_tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_server_races, board_setup, board_teardown),
+        cmocka_unit_test_setup_teardown(test_server_hostile, board_setup, board_teardown),
+        cmocka_unit_test_setup_teardown(test_beyond_loopback_warns, board_setup, board_teardown),
+    };
+
+    if (argc > 1 && !strcmp(argv[1], "--hostile"))
+        return hostile_main(argc, argv);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
