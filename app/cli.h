@@ -61,6 +61,8 @@ int fed_cli_status(int argc, char **argv);
 int fed_cli_export(int argc, char **argv);
 int fed_cli_import(int argc, char **argv);
 int fed_cli_verify(int argc, char **argv);
+/* app/cli_privacy.c: the RDP accountant (privacy/rdp.h) */
+int fed_cli_privacy(int argc, char **argv);
 /* app/cli_keys.c: node identity */
 int fed_cli_keygen(int argc, char **argv);
 int fed_cli_pubkey(int argc, char **argv);
