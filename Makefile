@@ -37,7 +37,7 @@ override CFLAGS += -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -I. $(BLAS_CFLAGS) -
 LDLIBS  := $(BLAS_LIBS) -lsodium -lnng -lsqlite3 -lmicrohttpd -linih -lz -lcmocka -ldl -lm -pthread
 CORE_LDLIBS := $(BLAS_LIBS) -linih -lz -ldl -lm -pthread
 
-MODULES   := core model crypto gossip storage node sim
+MODULES   := core model crypto gossip storage node sim privacy
 PROG_SRCS := app/fednode.c app/fedsim.c
 LIB_SRCS  := $(wildcard $(addsuffix /*.c,$(MODULES)))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
@@ -46,7 +46,7 @@ APP_SRCS  := $(filter-out $(PROG_SRCS),$(wildcard app/*.c))
 APP_OBJS  := $(APP_SRCS:%.c=$(BUILD)/%.o)
 APPLIB    := $(BUILD)/libfedapp.a
 # the tests that exercise subcommands and link the CLI (no other test does)
-CLI_TESTS := test_crypto test_store test_train_record test_fedsim test_http
+CLI_TESTS := test_crypto test_store test_train_record test_fedsim test_http test_privacy
 PROGS     := $(foreach p,$(PROG_SRCS),$(if $(wildcard $(p)),$(notdir $(p:.c=))))
 MAN_PAGES := $(PROGS:%=$(BUILD)/man/%.1)
 

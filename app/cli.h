@@ -93,6 +93,8 @@ fed_err fed_cli_status_json(FILE *f, const char *db, struct fed_store *st, int r
 int fed_cli_export(int argc, char **argv);
 int fed_cli_import(int argc, char **argv);
 int fed_cli_verify(int argc, char **argv);
+/* app/cli_privacy.c: the RDP accountant (privacy/rdp.h) */
+int fed_cli_privacy(int argc, char **argv);
 /* app/cli_keys.c: node identity */
 int fed_cli_keygen(int argc, char **argv);
 int fed_cli_pubkey(int argc, char **argv);

@@ -13,17 +13,21 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/opt.h"
 #include "core/pool.h"
 #include "core/rng.h"
+#include "crypto/keystream.h"
 #include "model/backend.h"
 #include "model/data.h"
 #include "model/io.h"
 #include "model/model.h"
 #include "model/optim.h"
 #include "model/train.h"
+#include "privacy/rdp.h"
 #include "app/cli.h"
 #include "app/train_record.h"
 
@@ -53,6 +57,10 @@ typedef struct train_cfg {
     int resume;
     int eval;
     double start_at;
+    int dp_sgd;
+    double dp_sgd_clip;
+    double dp_sgd_noise;
+    double dp_delta;
 } train_cfg;
 
 #define T(field, name, type, def, min, max, help)                              \
@@ -93,6 +101,15 @@ static const fed_opt train_opts[] = {
       "Unix time (seconds) to begin the first epoch at, once loaded, so that runs started "
       "apart train from one instant; the epoch's line then says how late it began "
       "(0: at once)"),
+    T(dp_sgd, "dp-sgd", FED_OPT_BOOL, "false", 0, 0,
+      "DP-SGD: Poisson-sampled batches (rate batch / samples), each sample's gradient "
+      "clipped, Gaussian noise from the CSPRNG; epsilon printed after each epoch (CPU only)"),
+    T(dp_sgd_clip, "dp-sgd-clip", FED_OPT_DOUBLE, "1", 1e-6, 1e6,
+      "DP-SGD: the L2 bound C of each sample's gradient"),
+    T(dp_sgd_noise, "dp-sgd-noise", FED_OPT_DOUBLE, "1", 0, 1e6,
+      "DP-SGD: the noise multiplier z (noise standard deviation z C on the summed gradient)"),
+    T(dp_delta, "dp-delta", FED_OPT_DOUBLE, "1e-5", 0, 0,
+      "DP-SGD: the delta of the (epsilon, delta) printed, in (0, 1)"),
 };
 #undef T
 #define NTRAIN_OPTS (sizeof train_opts / sizeof train_opts[0])
@@ -210,10 +227,12 @@ typedef struct train_world {
     fed_trainer *t;
     fed_store *st;    /* --db, or NULL */
     int first_epoch;  /* 1, or the one after --resume's checkpoint */
+    fed_crypto_keystream csprng; /* --dp-sgd's noise and sampling */
 } train_world;
 
 static void train_world_fini(train_world *w)
 {
+    fed_crypto_keystream_wipe(&w->csprng);
     fed_store_close(w->st);
     fed_trainer_free(w->t);
     fed_optim_free(w->o);
@@ -229,6 +248,12 @@ static int fail(const char *what, fed_err err)
 {
     fed_cli_error("train: %s: %s", what, fed_strerror(err));
     return 1;
+}
+
+static void sysrandom(void *ctx, void *buf, size_t len)
+{
+    (void)ctx;
+    randombytes_buf(buf, len);
 }
 
 /* Checks what can be checked before loading anything. */
@@ -262,6 +287,16 @@ static int check_train_cfg(const train_cfg *c, fed_optim_cfg *oc, int *shard, in
         fed_cli_error("train: --resume needs --db FILE");
         return 2;
     }
+    if (c->dp_sgd && c->db[0]) {
+        fed_cli_error("train: --dp-sgd with --db is not supported yet: the database would not "
+                      "keep the privacy spent, and a --resume would forget it");
+        return 2;
+    }
+    if (c->dp_sgd && fed_rdp_check_delta(c->dp_delta) != FED_OK) {
+        fed_cli_error("train: --dp-delta %g: delta must lie strictly between 0 and 1",
+                      c->dp_delta);
+        return 2;
+    }
     if (!fed_cli_parse_shard(c->shard, shard, k)) {
         fed_cli_error("train: --shard: '%s' is not I/K with 0 <= I < K", c->shard);
         return 2;
@@ -286,7 +321,27 @@ static void print_header(const train_cfg *c, const train_world *w, const fed_opt
     printf(" weight-decay %g, schedule %s, seed %llu\n", oc->weight_decay, c->schedule,
            (unsigned long long)c->seed);
     printf("# device %s, %d thread%s\n", w->be->device, threads, threads == 1 ? "" : "s");
+    if (c->dp_sgd)
+        printf("# DP-SGD: clip %g, noise multiplier %g, Poisson sampling at q = %g, %ld steps "
+               "per epoch, delta %g; noise and sampling from the CSPRNG (ChaCha20 keyed by "
+               "libsodium)\n",
+               c->dp_sgd_clip, c->dp_sgd_noise, fed_trainer_dp_rate(w->t, w->nidx),
+               fed_train_batches(w->nidx, c->batch), c->dp_delta);
     fflush(stdout);
+}
+
+/* --dp-sgd: the epsilon spent so far (RDP accountant, default orders). */
+static void print_epsilon(const train_cfg *c, const train_world *w)
+{
+    double eps = INFINITY, order = NAN;
+
+    if (!c->dp_sgd)
+        return;
+    if (fed_rdp_sgm_epsilon(fed_trainer_dp_rate(w->t, w->nidx), c->dp_sgd_noise,
+                            (uint64_t)fed_trainer_dp_steps(w->t), c->dp_delta, NULL, 0, &eps,
+                            &order) != FED_OK)
+        eps = INFINITY;
+    printf("  epsilon %.4g", eps);
 }
 
 /* --db: the epoch's round row and checkpoint, one transaction. */
@@ -340,6 +395,7 @@ static int run_epochs(const train_cfg *c, train_world *w, fed_rng *shuffle)
         if (w->test)
             printf("  test_loss %.4f  test_acc %.4f", te.loss_sum / (double)te.samples,
                    (double)te.correct / (double)te.samples);
+        print_epsilon(c, w);
         printf("  samples/s %.0f", secs > 0 ? (double)tr.samples / secs : 0.0);
         if (first)
             printf("  start %+.4f", late);
@@ -429,6 +485,12 @@ static int train_main(const train_cfg *c, int argc, char **argv)
     }
     if (strcmp(w.be->name, "cpu") != 0)
         threads = 1;
+    if (c->dp_sgd && strcmp(w.be->name, "cpu") != 0) {
+        fed_cli_error("train: --dp-sgd runs on the CPU backend only (the %s backend has no "
+                      "DP-SGD parity test yet): add --device cpu", w.be->name);
+        rc = 2;
+        goto out;
+    }
     if ((err = fed_pool_new(threads - 1, &w.pool)) != FED_OK) {
         rc = fail("thread pool", err);
         goto out;
@@ -451,7 +513,10 @@ static int train_main(const train_cfg *c, int argc, char **argv)
         rc = 1;
         goto out;
     }
-    if ((err = fed_model_new(c->model, w.train->shape, w.be, w.pool, threads, c->batch,
+    /* a Poisson draw is batch on average: room for 6 standard deviations more
+       (a larger one runs in pieces) */
+    if ((err = fed_model_new(c->model, w.train->shape, w.be, w.pool, threads,
+                             c->dp_sgd ? c->batch + (int)(6 * sqrt(c->batch)) + 8 : c->batch,
                              &w.m)) != FED_OK) {
         rc = fail(c->model, err);
         goto out;
@@ -465,6 +530,16 @@ static int train_main(const train_cfg *c, int argc, char **argv)
         (err = fed_trainer_new(w.m, w.o, w.train, c->batch, &w.t)) != FED_OK) {
         rc = fail("setting up", err);
         goto out;
+    }
+    if (c->dp_sgd) {
+        fed_trainer_dp dp = {(float)c->dp_sgd_clip, (float)c->dp_sgd_noise,
+                             fed_crypto_keystream_random, &w.csprng};
+
+        fed_crypto_keystream_init(&w.csprng, sysrandom, NULL);
+        if ((err = fed_trainer_set_dp(w.t, &dp)) != FED_OK) {
+            rc = fail("--dp-sgd", err);
+            goto out;
+        }
     }
     print_header(c, &w, &oc, threads);
     if ((rc = resume(c, &w, &shuffle)) != 0)

@@ -39,7 +39,7 @@ typedef struct layer {
 #define SPIN_NS 300000       /* how long a unit waits for its phase before sleeping */
 #define STEAL_WAIT_NS 200000 /* how long a piece may take to start before its units go */
 #define SPIN_MIN_NS 2000     /* the least either budget shrinks to */
-#define MAX_PHASES (MAX_LAYERS + 3)
+#define MAX_PHASES (2 * MAX_LAYERS + 3)
 
 /* Buffers for the whole batch (max_batch rows); shard u owns rows
  * [off[u], off[u] + n[u]) of each. */
@@ -53,6 +53,10 @@ typedef struct workspace {
     float *d[2];                /* (max_batch, max out_numel): gradients ping-pong */
     float *ones;                /* (max_batch) of 1.0: bias gradients as a GEMM */
     float *dcol[MAX_SHARDS];    /* (max col_numel) per unit: one image at a time */
+    /* DP-SGD (CPU only): each sample's squared gradient norm, and per unit a
+       convolution's weight gradient of one sample, (max out_c * in_c*k*k) */
+    double *norm2;              /* (max_batch), host */
+    float *dgw[MAX_SHARDS];
 } workspace;
 
 /* The step in flight. Pool piece p runs unit p of every phase, so a unit's
@@ -70,6 +74,13 @@ typedef struct step_run {
     float grad_scale;
     fed_model_update_fn update;
     void *update_ctx;
+    /* DP-SGD (fed_model_dp_grads): phases after the forward, one per layer,
+       that measure each sample's gradient norm and scale its dlogits by
+       min(1, dp_clip / norm) * dp_scale; the weight gradients are then added
+       to the buffer when accumulate */
+    int dp, accumulate;
+    float dp_clip, dp_scale;
+    int bwd0; /* the first backward phase: fwd_phases (+ nlayers with dp) */
     int off[MAX_SHARDS], n[MAX_SHARDS];
     double loss[MAX_SHARDS];
     int correct[MAX_SHARDS];
@@ -396,8 +407,11 @@ static void ws_fini(fed_model *m, workspace *w)
     dev_free(be, w->d[0]);
     dev_free(be, w->d[1]);
     dev_free(be, w->ones);
-    for (int u = 0; u < MAX_SHARDS; u++)
+    for (int u = 0; u < MAX_SHARDS; u++) {
         dev_free(be, w->dcol[u]);
+        dev_free(be, w->dgw[u]);
+    }
+    fed_free(w->norm2);
 }
 
 static fed_err ws_init(fed_model *m, workspace *w)
@@ -432,6 +446,18 @@ static fed_err ws_init(fed_model *m, workspace *w)
     for (int u = 0; maxcol && u < m->shards; u++)
         if ((err = dev_alloc(be, maxcol * sizeof(float), &w->dcol[u])))
             return err;
+    if (!strcmp(be->name, "cpu")) { /* DP-SGD's buffers: the CPU backend only */
+        size_t maxgw = 0;
+
+        if (!(w->norm2 = fed_calloc(cap, sizeof *w->norm2)))
+            return FED_ERR_NOMEM;
+        for (int l = 0; l < m->nlayers; l++)
+            if (m->layers[l].kind == LAYER_CONV && m->layers[l].b_off - m->layers[l].w_off > maxgw)
+                maxgw = m->layers[l].b_off - m->layers[l].w_off; /* out_c * in_c*k*k */
+        for (int u = 0; maxgw && u < m->shards; u++)
+            if ((err = dev_alloc(be, maxgw * sizeof(float), &w->dgw[u])))
+                return err;
+    }
     if ((err = dev_alloc(be, cap * maxout * sizeof(float), &w->d[0])) ||
         (err = dev_alloc(be, cap * maxout * sizeof(float), &w->d[1])))
         return err;
@@ -680,7 +706,8 @@ static void weight_grads(fed_model *m, int l, int u, const float *dy, int n)
     const layer *ly = &m->layers[l];
     const float *x = l > 0 ? m->ws.act[l - 1] : m->ws.x;
     float *dW = m->grads + ly->w_off, *db = m->grads + ly->b_off;
-    int r0, r1;
+    int r0, r1, acc = m->run.accumulate;
+    float beta = acc ? 1.0f : 0.0f;
 
     if (ly->kind == LAYER_POOL)
         return;
@@ -691,10 +718,10 @@ static void weight_grads(fed_model *m, int l, int u, const float *dy, int n)
         int in = ly->in_numel, out = ly->out_numel;
 
         /* dW[r0:r1] (r, in) = dy[:, r0:r1]^T (r, n) x (n, in) */
-        be->gemm(be, 1, 0, r1 - r0, in, n, 1.0f, dy + r0, out, x, in, 0.0f,
+        be->gemm(be, 1, 0, r1 - r0, in, n, 1.0f, dy + r0, out, x, in, beta,
                  dW + (size_t)r0 * in, in);
         /* db[r0:r1] = dy[:, r0:r1]^T ones (n) */
-        be->gemm(be, 1, 0, r1 - r0, 1, n, 1.0f, dy + r0, out, m->ws.ones, 1, 0.0f, db + r0, 1);
+        be->gemm(be, 1, 0, r1 - r0, 1, n, 1.0f, dy + r0, out, m->ws.ones, 1, beta, db + r0, 1);
         return;
     }
     {
@@ -705,13 +732,13 @@ static void weight_grads(fed_model *m, int l, int u, const float *dy, int n)
 
             /* dW[r0:r1] (r, ckk) += dy_i[r0:r1] (r, P) col_i^T (P, ckk) */
             be->gemm(be, 0, 1, r1 - r0, ckk, P, 1.0f, dyi, P,
-                     m->ws.col[l] + (size_t)i * ly->col_numel, P, i ? 1.0f : 0.0f,
+                     m->ws.col[l] + (size_t)i * ly->col_numel, P, i || acc ? 1.0f : 0.0f,
                      dW + (size_t)r0 * ckk, ckk);
             if (r1 - r0 < ly->out_c)
-                be->chan_bias_bwd(be, db + r0, dyi, 1, r1 - r0, P, i > 0);
+                be->chan_bias_bwd(be, db + r0, dyi, 1, r1 - r0, P, i > 0 || acc);
         }
         if (r1 - r0 == ly->out_c) /* all channels: one call over the batch */
-            be->chan_bias_bwd(be, db, dy, n, ly->out_c, P, 0);
+            be->chan_bias_bwd(be, db, dy, n, ly->out_c, P, acc);
     }
 }
 
@@ -842,6 +869,82 @@ static void forward_unit(fed_model *m, int f, int u)
     }
 }
 
+static double sumsq_f(const float *x, size_t n)
+{
+    double s = 0.0;
+
+    for (size_t i = 0; i < n; i++)
+        s += (double)x[i] * x[i];
+    return s;
+}
+
+/* DP-SGD's phases, one per layer l from the last, unit u's own rows: layer
+ * l's part of each sample's squared gradient norm, then the input gradient
+ * into the layer below (a phase per layer, as the backward's: the gradient
+ * buffers are laid out per layer, so one unit's rows of one layer overlap
+ * another's rows of the next); after layer 0, each sample's dlogits scaled
+ * by min(1, clip / norm) * scale. Linear layer: sample i's weight gradient is
+ * dy_i x_i^T, so its squared norm is |dy_i|^2 |x_i|^2, and its bias's
+ * |dy_i|^2, with no per-sample gradient made. Convolution: sample i's weight
+ * gradient dy_i (out_c, P) col_i^T (P, ckk) is made, one at a time in the
+ * unit's scratch, and its bias's is dy_i summed over P. Reads the CPU
+ * backend's buffers directly (DP-SGD is CPU only). The backward phases then
+ * run from the scaled dlogits: backpropagation is linear in them, so each
+ * layer's gradient becomes sum_i scale_i g_i. */
+static void dp_unit(fed_model *m, int l, int u)
+{
+    step_run *r = &m->run;
+    fed_backend *be = m->be;
+    const layer *ly = &m->layers[l];
+    int L = m->nlayers, off = r->off[u], n = r->n[u], C = m->in.classes;
+    double *norm2 = m->ws.norm2 + off;
+    float *dy = l == L - 1 ? m->ws.act[L - 1] : m->ws.d[(L - 2 - l) & 1];
+    float *dx = m->ws.d[(L - 1 - l) & 1], *dl;
+    const float *x = l > 0 ? m->ws.act[l - 1] : m->ws.x;
+
+    if (n == 0 || r->err[u] != FED_OK)
+        return;
+    if (l == L - 1)
+        for (int i = 0; i < n; i++)
+            norm2[i] = 0.0;
+    if (ly->kind == LAYER_LINEAR) {
+        for (int i = 0; i < n; i++)
+            norm2[i] += sumsq_f(dy + (size_t)(off + i) * ly->out_numel, ly->out_numel) *
+                        (sumsq_f(x + (size_t)(off + i) * ly->in_numel, ly->in_numel) + 1.0);
+    } else if (ly->kind == LAYER_CONV) {
+        int ckk = ly->in_c * ly->k * ly->k, P = ly->out_h * ly->out_w;
+
+        for (int i = 0; i < n; i++) {
+            const float *dyi = dy + (size_t)(off + i) * ly->out_numel;
+
+            be->gemm(be, 0, 1, ly->out_c, ckk, P, 1.0f, dyi, P,
+                     m->ws.col[l] + (size_t)(off + i) * ly->col_numel, P, 0.0f, m->ws.dgw[u],
+                     ckk);
+            norm2[i] += sumsq_f(m->ws.dgw[u], (size_t)ly->out_c * ckk);
+            for (int c = 0; c < ly->out_c; c++) {
+                double b = 0.0;
+
+                for (int p = 0; p < P; p++)
+                    b += dyi[(size_t)c * P + p];
+                norm2[i] += b * b;
+            }
+        }
+    }
+    if (l > 0) {
+        input_grads(m, l, u, dy, dx, off, n);
+        return;
+    }
+    dl = m->ws.act[L - 1] + (size_t)off * C;
+    for (int i = 0; i < n; i++) {
+        double norm = sqrt(norm2[i]);
+        float f = (float)((norm > r->dp_clip ? r->dp_clip / norm : 1.0) * r->dp_scale);
+
+        norm2[i] = norm; /* kept for the caller */
+        for (int c = 0; c < C; c++)
+            dl[(size_t)i * C + c] *= f;
+    }
+}
+
 /* The update of layer l's parameters in unit u's rows (the rows whose
  * gradients the same unit computed): weights, then biases. */
 static void update_rows(fed_model *m, int l, int u)
@@ -865,11 +968,15 @@ static void run_unit(fed_model *m, int ph, int u)
 {
     step_run *r = &m->run;
     int L = m->nlayers, ntotal = r->off[m->shards - 1] + r->n[m->shards - 1];
-    int l = L - 1 - (ph - r->fwd_phases);
+    int l = L - 1 - (ph - r->bwd0);
     float *dy, *dx;
 
     if (ph < r->fwd_phases) {
         forward_unit(m, ph, u);
+        return;
+    }
+    if (ph < r->bwd0) {
+        dp_unit(m, L - 1 - (ph - r->fwd_phases), u);
         return;
     }
     dy = l == L - 1 ? m->ws.act[L - 1] : m->ws.d[(L - 2 - l) & 1];
@@ -1032,12 +1139,14 @@ static fed_err run_batch(fed_model *m, const fed_batch *b, int train, fed_model_
 
     r->batch = b;
     r->train = train;
-    r->grad_scale = 1.0f / (float)b->n;
+    /* DP-SGD wants each sample's gradient of its own loss */
+    r->grad_scale = r->dp ? 1.0f : 1.0f / (float)b->n;
     r->update = update;
     r->update_ctx = update_ctx;
     /* a column split of layer 0 pays when it is linear and shared out */
     r->fwd_phases = m->shards > 1 && m->layers[0].kind == LAYER_LINEAR ? 3 : 1;
-    r->nphases = r->fwd_phases + (train ? m->nlayers : 0);
+    r->bwd0 = r->fwd_phases + (train && r->dp ? m->nlayers : 0);
+    r->nphases = r->bwd0 + (train ? m->nlayers : 0);
     for (int u = 0; u < S; u++) {
         r->off[u] = (int)((long)b->n * u / S);
         r->n[u] = (int)((long)b->n * (u + 1) / S) - r->off[u];
@@ -1081,6 +1190,36 @@ fed_err fed_model_train_step(fed_model *m, const fed_batch *b, fed_step_stats *s
 fed_err fed_model_forward_backward(fed_model *m, const fed_batch *b, fed_step_stats *st)
 {
     return fed_model_train_step(m, b, st, NULL, NULL);
+}
+
+fed_err fed_model_dp_grads(fed_model *m, const fed_batch *b, float clip, float scale,
+                           int accumulate, float *norms, fed_step_stats *st)
+{
+    step_run *r = &m->run;
+    fed_err err;
+
+    if (strcmp(m->be->name, "cpu") != 0 || !m->ws.norm2)
+        return FED_ERR_UNSUPPORTED;
+    if (!(clip > 0.0f) || !isfinite(clip) || !(scale >= 0.0f) || !isfinite(scale) || !b)
+        return FED_ERR_INVAL;
+    if (b->n == 0) { /* an empty Poisson draw: nothing to add */
+        if (!accumulate)
+            m->be->fill(m->be, m->grads, 0.0f, m->nparams);
+        return FED_OK;
+    }
+    if ((err = check_batch(m, b, m->max_batch)) != FED_OK)
+        return err;
+    r->dp = 1;
+    r->accumulate = accumulate != 0;
+    r->dp_clip = clip;
+    r->dp_scale = scale;
+    err = run_batch(m, b, 1, NULL, NULL, st);
+    r->dp = 0;
+    r->accumulate = 0;
+    if (err == FED_OK && norms)
+        for (int i = 0; i < b->n; i++)
+            norms[i] = (float)m->ws.norm2[i];
+    return err;
 }
 
 fed_err fed_model_evaluate(fed_model *m, const fed_batch *b, fed_step_stats *st)

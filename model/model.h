@@ -133,6 +133,18 @@ FED_WUR fed_err fed_model_forward_backward(fed_model *m, const fed_batch *b, fed
 typedef void (*fed_model_update_fn)(void *ctx, size_t lo, size_t hi);
 FED_WUR fed_err fed_model_train_step(fed_model *m, const fed_batch *b, fed_step_stats *st,
                                      fed_model_update_fn update, void *ctx);
+/* DP-SGD's gradient (Abadi et al. 2016) of batch b (0 <= n <= max_batch):
+ * each sample's gradient g_i, of its own loss, clipped to L2 norm clip
+ * (g_i min(1, clip / |g_i|)), summed, times scale, into the gradient buffer,
+ * or added to it when accumulate (a batch in pieces). norms (n floats, may
+ * be NULL) gets each |g_i| before clipping. No model copy per sample: a
+ * linear layer's per-sample norm is |dy_i| |(x_i, 1)|, a convolution's comes
+ * from its per-sample weight gradient (one GEMM per sample, as the batch's
+ * own gradient costs). An empty batch adds nothing (writes zeros). The
+ * noise, the sampling and the step are the caller's (model/dp.h,
+ * fed_trainer_set_dp). CPU backend only: FED_ERR_UNSUPPORTED elsewhere. */
+FED_WUR fed_err fed_model_dp_grads(fed_model *m, const fed_batch *b, float clip, float scale,
+                                   int accumulate, float *norms, fed_step_stats *st);
 /* Forward only, any n >= 1 (run in pieces of max_batch): loss, accuracy and
  * samples added to st. */
 FED_WUR fed_err fed_model_evaluate(fed_model *m, const fed_batch *b, fed_step_stats *st);

@@ -1,7 +1,9 @@
 /* train.c - the local training loop of train.h: shuffle, gather, step,
- * evaluate. Owns the staging buffers and the shuffled index copy of one
- * trainer; allocates only in fed_trainer_new. Never prints, never reads a
- * clock, never draws randomness except from the rng it is handed. */
+ * evaluate, and DP-SGD's loop (Poisson draw, clipped gradients in pieces,
+ * noise, step). Owns the staging buffers and the shuffled index copy of one
+ * trainer; allocates only in fed_trainer_new and fed_trainer_set_dp. Never
+ * prints, never reads a clock, never draws randomness except from the rng
+ * and the random source it is handed. */
 #include "model/train.h"
 
 #include <math.h>
@@ -9,6 +11,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "model/dp.h"
 
 struct fed_trainer {
     fed_model *m;
@@ -17,10 +20,14 @@ struct fed_trainer {
     int batch;
     void *x_stage;      /* (batch, features) uint8 or float */
     int32_t *y_stage;   /* (batch) */
-    uint32_t *order;    /* (cap) shuffled copy of the epoch's indices */
+    uint32_t *order;    /* (cap) shuffled copy of the epoch's indices, or DP's draw */
     size_t cap;
+    int stage;          /* samples the staging buffers hold */
     fed_train_progress_fn progress;
     void *progress_ctx;
+    int dp;             /* DP-SGD: fed_trainer_set_dp */
+    fed_trainer_dp dpc;
+    long dp_steps;
 };
 
 long fed_train_batches(size_t n, int batch)
@@ -52,6 +59,7 @@ fed_err fed_trainer_new(fed_model *m, fed_optim *o, const fed_dataset *d, int ba
     t->o = o;
     t->d = d;
     t->batch = batch;
+    t->stage = batch;
     elem = d->x_u8 ? 1 : sizeof(float);
     t->x_stage = fed_alloc_aligned((size_t)batch * d->features * elem);
     t->y_stage = fed_malloc((size_t)batch * sizeof *t->y_stage);
@@ -91,6 +99,112 @@ static fed_err check_indices(const fed_trainer *t, const uint32_t *idx, size_t n
     return FED_OK;
 }
 
+fed_err fed_trainer_set_dp(fed_trainer *t, const fed_trainer_dp *dp)
+{
+    int room = fed_model_max_batch(t->m);
+    size_t elem = t->d->x_u8 ? 1 : sizeof(float);
+    void *x;
+    int32_t *y;
+
+    if (!t->o || !dp || !dp->random || !(dp->clip > 0.0f) || !isfinite(dp->clip) ||
+        !(dp->noise >= 0.0f) || !isfinite(dp->noise))
+        return FED_ERR_INVAL;
+    if (strcmp(fed_model_backend(t->m)->name, "cpu") != 0)
+        return FED_ERR_UNSUPPORTED;
+    if (room > t->stage) { /* a Poisson draw runs over the batch size: stage up to max_batch */
+        x = fed_alloc_aligned((size_t)room * t->d->features * elem);
+        y = fed_malloc((size_t)room * sizeof *y);
+        if (!x || !y) {
+            fed_free(x);
+            fed_free(y);
+            return FED_ERR_NOMEM;
+        }
+        fed_free(t->x_stage);
+        fed_free(t->y_stage);
+        t->x_stage = x;
+        t->y_stage = y;
+        t->stage = room;
+    }
+    t->dpc = *dp;
+    t->dp = 1;
+    return FED_OK;
+}
+
+long fed_trainer_dp_steps(const fed_trainer *t)
+{
+    return t->dp_steps;
+}
+
+double fed_trainer_dp_rate(const fed_trainer *t, size_t n)
+{
+    return n == 0 ? 0.0 : n <= (size_t)t->batch ? 1.0 : (double)t->batch / (double)n;
+}
+
+/* One DP-SGD step over idx[0..n): a Poisson draw at rate q = batch / n, the
+ * clipped gradients of the draw (in pieces of the staging room) divided by
+ * the expected batch q n, noise of standard deviation noise * clip / (q n)
+ * on every parameter, the optimizer's step. An empty draw steps on the noise
+ * alone, as the accounting assumes. */
+static fed_err dp_step(fed_trainer *t, const uint32_t *idx, size_t n, fed_step_stats *st)
+{
+    double q = fed_trainer_dp_rate(t, n), expected = q * (double)n;
+    float scale = (float)(1.0 / expected);
+    size_t k = fed_dp_poisson(t->dpc.random, t->dpc.random_ctx, idx, n, q, t->order);
+    fed_model *m = t->m;
+    fed_err err;
+
+    for (size_t off = 0; off < k || off == 0; off += (size_t)t->stage) {
+        int bn = k - off < (size_t)t->stage ? (int)(k - off) : t->stage;
+        fed_batch b = {0};
+
+        if (bn > 0)
+            fed_data_gather(t->d, t->order + off, bn, t->x_stage, t->y_stage, &b);
+        else
+            b.y = t->y_stage;
+        err = fed_model_dp_grads(m, &b, t->dpc.clip, scale, off > 0, NULL, st);
+        if (err != FED_OK)
+            return err;
+        if (k == 0)
+            break;
+    }
+    err = fed_dp_add_noise(t->dpc.random, t->dpc.random_ctx, fed_model_grads_dev(m),
+                           fed_model_nparams(m), (double)t->dpc.noise * t->dpc.clip / expected);
+    if (err == FED_OK)
+        err = fed_optim_step(t->o, m);
+    if (err == FED_OK)
+        t->dp_steps++;
+    return err;
+}
+
+static fed_err dp_steps(fed_trainer *t, const uint32_t *idx, size_t n, long steps,
+                        fed_step_stats *st)
+{
+    fed_err err;
+
+    for (long s = 0; s < steps && n; s++) {
+        fed_step_stats one = {0};
+
+        if ((err = dp_step(t, idx, n, &one)) != FED_OK)
+            return err;
+        if (!isfinite(one.loss_sum)) {
+            fed_log(FED_LOG_ERROR, "train: loss is not finite after %ld steps (lr too high?)",
+                    fed_optim_steps(t->o));
+            return FED_ERR_NAN;
+        }
+        if (st) {
+            st->loss_sum += one.loss_sum;
+            st->correct += one.correct;
+            st->samples += one.samples;
+        }
+        if (t->progress) {
+            size_t done = (size_t)(s + 1) * (size_t)t->batch;
+
+            t->progress(t->progress_ctx, (long)(done < n ? done : n), (long)n);
+        }
+    }
+    return FED_OK;
+}
+
 fed_err fed_trainer_steps(fed_trainer *t, const uint32_t *idx, size_t n, long steps,
                           fed_rng *rng, fed_step_stats *st)
 {
@@ -101,6 +215,8 @@ fed_err fed_trainer_steps(fed_trainer *t, const uint32_t *idx, size_t n, long st
         return FED_ERR_INVAL;
     if ((err = check_indices(t, idx, n)) != FED_OK)
         return err;
+    if (t->dp)
+        return dp_steps(t, idx, n, steps, st);
     if (n)
         memcpy(t->order, idx, n * sizeof *idx);
     fed_rng_shuffle_u32(rng, t->order, n);

@@ -41,6 +41,32 @@ FED_WUR fed_err fed_trainer_epoch(fed_trainer *t, const uint32_t *idx, size_t n,
 FED_WUR fed_err fed_trainer_steps(fed_trainer *t, const uint32_t *idx, size_t n, long steps,
                                   fed_rng *rng, fed_step_stats *st);
 
+/* DP-SGD (Abadi et al. 2016) for every step from now on. Each step draws
+ * its batch by Poisson sampling from the call's idx[0..n): every sample
+ * with probability q = batch / n (1 when n <= batch), from random, not from
+ * the rng the calls are handed; clips each sample's gradient to clip
+ * (fed_model_dp_grads), sums, adds Gaussian noise of standard deviation
+ * noise * clip to the sum (fed_dp_add_noise, from random), divides by the
+ * expected batch q n, and takes the optimizer's step. An epoch is
+ * ceil(n / batch) such steps (one pass in expectation); a draw larger than
+ * the model's max_batch runs in pieces (the staging buffers grow to it).
+ * The spent privacy is the subsampled Gaussian's at rate q, noise
+ * multiplier noise, over fed_trainer_dp_steps steps (privacy/rdp.h).
+ * random must be the node's CSPRNG for the result to be private (model/dp.h).
+ * CPU backend only (FED_ERR_UNSUPPORTED); FED_ERR_INVAL for clip <= 0,
+ * noise < 0, no random or a trainer without an optimizer. */
+typedef struct fed_trainer_dp {
+    float clip;           /* C > 0: the L2 bound of each sample's gradient */
+    float noise;          /* z >= 0: the noise multiplier */
+    fed_random_fn random; /* noise and sampling */
+    void *random_ctx;
+} fed_trainer_dp;
+FED_WUR fed_err fed_trainer_set_dp(fed_trainer *t, const fed_trainer_dp *dp);
+/* DP-SGD steps taken so far. */
+long fed_trainer_dp_steps(const fed_trainer *t);
+/* The sampling rate a DP step over n samples uses: batch / n, at most 1. */
+double fed_trainer_dp_rate(const fed_trainer *t, size_t n);
+
 /* Loss and accuracy of m over the samples idx[0..n) of the trainer's
  * dataset, or over all of it when idx is NULL; added to st. */
 FED_WUR fed_err fed_trainer_evaluate(fed_trainer *t, const uint32_t *idx, size_t n,

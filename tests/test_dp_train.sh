@@ -1,0 +1,55 @@
+#!/bin/sh
+# test_dp_train.sh - `fednode train --dp-sgd` end to end on a shard of
+# Fashion-MNIST: it trains (logreg, 2 epochs), prints its DP-SGD settings and
+# after each epoch the epsilon that `fednode privacy` gives for the same
+# sampling rate, noise multiplier, steps and delta; the refusals (--dp-sgd
+# with --db, a --dp-delta outside (0, 1), a bad --dp-sgd-clip). Needs
+# ./fednode (make) and Fashion-MNIST; exits 77 (skipped) without them.
+set -u
+FEDNODE=${FEDNODE:-./fednode}
+DATA=${FEDNODE_DATA:-/usr/share/datasets/fashion-mnist}
+if [ ! -x "$FEDNODE" ]; then echo "skipped: no $FEDNODE (run make)"; exit 77; fi
+if [ ! -e "$DATA/train-images-idx3-ubyte.gz" ] && [ ! -e "$DATA/train-images-idx3-ubyte" ]; then
+    echo "skipped: no Fashion-MNIST in $DATA"; exit 77
+fi
+TMP=$(mktemp -d) || exit 1
+trap 'rm -rf "$TMP"' EXIT
+RUN="--data $DATA --model logreg --shard 0/20 --threads 2 --device cpu --batch 50 --no-eval"
+DP="--dp-sgd --dp-sgd-clip 0.5 --dp-sgd-noise 1.1 --dp-delta 1e-5"
+
+fail() { echo "FAIL: $1"; sed 's/^/  | /' "$TMP/out"; exit 1; }
+refused() {
+    d=$1 want=$2 text=$3; shift 3
+    "$@" >"$TMP/out" 2>&1; rc=$?
+    [ $rc -eq "$want" ] || fail "$d (exit $rc, wanted $want)"
+    grep -q -- "$text" "$TMP/out" || fail "$d (no '$text' in the output)"
+    echo "ok: $d"
+}
+
+# shellcheck disable=SC2086
+"$FEDNODE" train $RUN $DP --epochs 2 --optimizer sgd --lr 0.1 >"$TMP/out" 2>&1 ||
+    fail "train --dp-sgd (exit $?)"
+grep -q "^# DP-SGD: clip 0.5, noise multiplier 1.1, Poisson sampling at q = 0.0166667, 60 steps per epoch" \
+    "$TMP/out" || fail "the DP-SGD header"
+[ "$(grep -c '^epoch .* epsilon ' "$TMP/out")" -eq 2 ] || fail "epsilon on both epoch lines"
+echo "ok: train --dp-sgd: 2 epochs, each with its epsilon"
+for e in 1 2; do
+    got=$(awk -v e="$e/2" '$1 == "epoch" && $2 == e { for (i = 1; i < NF; i++) if ($i == "epsilon") print $(i + 1) }' "$TMP/out")
+    want=$("$FEDNODE" privacy --q 0.0166667 --sigma 1.1 --steps $((60 * e)) --delta 1e-5 |
+        awk '$1 == "epsilon" { printf "%.4g\n", $2 }')
+    # the printed q is rounded: compare to 3 figures
+    awk -v g="$got" -v w="$want" 'BEGIN { exit !(g > 0 && (g - w) * (g - w) < (1e-3 * w) ^ 2) }' ||
+        fail "epoch $e: epsilon $got, fednode privacy gives $want"
+    echo "ok: epoch $e's epsilon $got = fednode privacy's for $((60 * e)) steps"
+done
+grep -q "test_acc" "$TMP/out" && fail "--no-eval evaluated"
+# shellcheck disable=SC2086
+refused "--dp-sgd with --db is refused" 2 "--dp-sgd with --db" \
+    "$FEDNODE" train $RUN $DP --epochs 1 --db "$TMP/n.db"
+# shellcheck disable=SC2086
+refused "--dp-delta 1 is refused" 2 "delta must lie strictly between 0 and 1" \
+    "$FEDNODE" train $RUN --dp-sgd --dp-delta 1 --epochs 1
+# shellcheck disable=SC2086
+refused "--dp-sgd-clip 0 is refused" 2 "dp-sgd-clip" \
+    "$FEDNODE" train $RUN --dp-sgd --dp-sgd-clip 0 --epochs 1
+echo "all checks passed"
