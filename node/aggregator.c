@@ -410,8 +410,7 @@ static fed_err start_round(fed_node *n)
     a->bytes_in0 = fed_wire_get_counters(n->wire)->bytes_in;
     a->bytes_out0 = fed_wire_get_counters(n->wire)->bytes_out;
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_ROUND);
-    if ((e = fed_node_arm(n, a->round_start_ms + n->cfg.deadline_ms, NODE_TIMER_DEADLINE)) !=
-        FED_OK)
+    if ((e = fed_node_agg_arm_deadline(n, a->round_start_ms + n->cfg.deadline_ms)) != FED_OK)
         return e; /* the node stops: a round without its deadline could wait forever */
     fed_log(FED_LOG_INFO, "aggregator: round %llu starts with %zu of %zu waiting clients",
             (unsigned long long)(n->round + 1), k, a->nholds);
@@ -451,6 +450,20 @@ static fed_err maybe_start(fed_node *n)
     return FED_OK;
 }
 
+fed_err fed_node_agg_arm_deadline(fed_node *n, uint64_t at_ms)
+{
+    fed_err e = fed_node_arm(n, at_ms, NODE_TIMER_DEADLINE);
+
+    n->agg->deadline_at_ms = e == FED_OK ? at_ms : 0;
+    return e;
+}
+
+void fed_node_agg_cancel_deadline(fed_node *n)
+{
+    (void)n->env.cancel_timer(n->env.self, NODE_TIMER_DEADLINE);
+    n->agg->deadline_at_ms = 0;
+}
+
 /* ---- closing a round ---- */
 
 void fed_node_agg_progress(const fed_node *n, fed_node_progress *out)
@@ -458,7 +471,7 @@ void fed_node_agg_progress(const fed_node *n, fed_node_progress *out)
     const node_agg *a = n->agg;
 
     out->round_open = a->state == AGG_RUNNING;
-    out->round_due_ms = out->round_open ? a->round_start_ms + n->cfg.deadline_ms : 0;
+    out->round_due_ms = out->round_open ? a->deadline_at_ms : 0;
     out->commit_failures = a->failed;
     out->clients_waiting = (uint32_t)a->nholds;
     for (size_t i = 0; out->round_open && i < a->nparts; i++)
@@ -780,7 +793,7 @@ fed_err fed_node_agg_close_round(fed_node *n)
     info.sampled = (uint32_t)a->nparts;
     info.lr = n->cfg.lr;
     info.start_ms = fed_node_wall_ms(n) - (n->env.now_ms(n->env.self) - a->round_start_ms);
-    (void)n->env.cancel_timer(n->env.self, NODE_TIMER_DEADLINE);
+    fed_node_agg_cancel_deadline(n);
     if ((e = gather_inputs(n, &count)) != FED_OK || (e = keep_committed(n)) != FED_OK)
         goto fail;
     e = fed_merge_apply(a->merge, fed_model_params_dev(a->model), a->inputs, count, a->results);
@@ -986,12 +999,13 @@ static fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
         a->gathered = 1; /* clients that come later start the round too */
         return maybe_start(n);
     case NODE_TIMER_DEADLINE:
+        a->deadline_at_ms = 0; /* fired */
         if (a->state != AGG_RUNNING)
             return FED_OK;
         if (parts_got(a) >= n->cfg.min_clients)
             return fed_node_agg_close_round(n);
         if (fed_node_agg_is_async(n)) /* too few buffered yet: keep filling */
-            return fed_node_arm_in(n, n->cfg.deadline_ms, NODE_TIMER_DEADLINE);
+            return fed_node_agg_arm_deadline(n, n->env.now_ms(n->env.self) + n->cfg.deadline_ms);
         fed_log(FED_LOG_WARN, "aggregator: round %llu deadline with %zu of %u deltas needed;"
                 " starting it again", (unsigned long long)(n->round + 1), parts_got(a),
                 n->cfg.min_clients);

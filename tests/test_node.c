@@ -422,6 +422,44 @@ static void test_async_fedbuff(void **state)
     scen_free(&s);
 }
 
+/* An async round has no deadline until its first delta: what the aggregator
+ * reports as due (for /healthz) is the deadline armed, never one already
+ * past while the round waits for clients that train longer than it. */
+static void test_async_due_is_armed_deadline(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 2, .spec = "mlp:256,128", .per_client = 6000, .rounds = 2,
+                   .min_clients = 1, .deadline_ms = 1000, .seed = 5, .async_k = 2};
+    int open_steps = 0, armed_steps = 0;
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    scen_build(&s, fx, &o);
+    for (uint64_t t = 100; t <= 60000; t += 100) {
+        fed_node *a;
+        fed_node_progress p;
+        uint64_t now;
+
+        assert_int_equal(fed_sim_world_run_until(s.w, t), FED_OK);
+        a = fed_sim_host_node(s.agg);
+        if (!a || fed_node_finished(a))
+            break;
+        fed_node_get_progress(a, &p);
+        now = fed_sim_world_now_us(s.w) / 1000;
+        open_steps += p.round_open;
+        armed_steps += p.round_due_ms != 0;
+        if (p.round_due_ms && p.round_due_ms + 100 < now)
+            fail_msg("t=%llu ms: round %llu reported due at %llu ms, already past",
+                     (unsigned long long)now, (unsigned long long)p.round + 1,
+                     (unsigned long long)p.round_due_ms);
+    }
+    printf("async due: open %d steps of 100 ms, a deadline armed in %d, round %llu\n",
+           open_steps, armed_steps, (unsigned long long)fed_node_round(fed_sim_host_node(s.agg)));
+    assert_true(fed_node_finished(fed_sim_host_node(s.agg)));
+    assert_true(open_steps > 20); /* clients trained for seconds: the rounds stayed open */
+    scen_free(&s);
+}
+
 /* With 4 KiB frames the logreg's 31 KB MODEL and DELTA go as CHUNK streams
  * (pulled and pushed chunk by chunk): every round is bit for bit the one
  * of the same run in whole frames. That run's round-2 MODELs were sealed
@@ -1336,6 +1374,7 @@ int main(void)
         cmocka_unit_test(test_train_job_reuse),
         cmocka_unit_test(test_no_tamper_hook),
         cmocka_unit_test(test_async_fedbuff),
+        cmocka_unit_test(test_async_due_is_armed_deadline),
         cmocka_unit_test(test_streamed_transfers),
         cmocka_unit_test(test_more_than_128_clients),
         cmocka_unit_test(test_streamed_lossy),
