@@ -1,9 +1,10 @@
 /* node.c - the node state machine's common machinery: building a node for
  * its role, sequence numbers per recipient, sealing and sending frames,
  * opening received frames (inline when small, as a job when large), the
- * node.state checkpoint section and the learning rate of each round. The roles live in aggregator.c, client.c
- * and peer.c, each behind its node_role_ops, chosen once here. Never
- * touches a socket, clock or random source: only fed_env. */
+ * node.state checkpoint section and each round's learning rate. The roles
+ * live in aggregator.c, client.c and peer.c, each behind its node_role_ops,
+ * chosen once here. Never touches a socket, clock or random source: only
+ * fed_env. */
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -90,6 +91,7 @@ fed_err fed_node_new(const fed_node_config *given, const fed_env *env, fed_node 
 {
     fed_node_config resolved;
     const fed_node_config *cfg = &resolved;
+    fed_optim_cfg sched;
     const node_role_ops *ops = NULL;
     fed_node *n;
     fed_wire_cfg wc;
@@ -105,12 +107,13 @@ fed_err fed_node_new(const fed_node_config *given, const fed_env *env, fed_node 
         fed_log(FED_LOG_ERROR, "node: unusable configuration: %s", fed_strerror(e));
         return e;
     }
+    if ((e = round_schedule(cfg, &sched)) != FED_OK)
+        return e;
     if (!(n = fed_calloc(1, sizeof *n)))
         return FED_ERR_NOMEM;
     n->cfg = *cfg;
     n->ops = ops;
-    if ((e = round_schedule(cfg, &n->lr_sched)) != FED_OK)
-        goto out;
+    n->lr_sched = sched;
     n->env = *env;
     memcpy(n->key, fed_crypto_arena_pubkey(cfg->arena), 32);
     fed_wire_cfg_default(&wc); /* a zero field of cfg->wire: its default */
