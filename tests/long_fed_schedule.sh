@@ -47,7 +47,8 @@ sim() {
 col() { awk -v f="$2" '$1 == "round" { for (i = 1; i < NF; i++) if ($i == f) v = $(i + 1) } END { print v }' "$1"; }
 best() { awk '$1 == "round" && $7 > b { b = $7; r = $2 } END { printf "%s@%s", b, r }' "$1"; }
 
-echo "recipe: fedsim $RUN"
+# shellcheck disable=SC2086
+echo "recipe: fedsim" $RUN
 printf '%-5s  %-14s  %-8s  %-8s  %-8s  %-12s\n' seed "fedavg best" "fedavg" "peers" "spread" "peers-fedavg"
 for seed in 1 2 3; do
     sim "$TMP/avg$seed" --seed "$seed" || { fail=1; continue; }
