@@ -4,12 +4,14 @@
 # 0.002, cosine, batch 64) reaches 0.8975 test accuracy (seed 1; seeds 1-4
 # mean 0.8952). Ten IID clients of the same model in fedsim, FedAvg, one
 # local epoch a round, with README's recipe (a learning-rate schedule across
-# the rounds, sent in each round's settings) must reach at least 0.885 (that
-# mean less 1 point) within 40 rounds, for seeds 1, 2 and 3. Ten peers on the
-# same shards (push-sum on random:3, bsp), with the same settings and rounds,
-# must end (round 40, the peers' mean) within 1 point of FedAvg's round-40
-# figure of the same seed. Prints the table. Skips (77) without the data
-# set. About 5 minutes on 2 cores.
+# the rounds, sent in each round's settings) must end 40 rounds at 0.885 or
+# more (that mean less 1 point), for seeds 1, 2 and 3: the model after the
+# last round, not only a good round on the way (at a fixed rate the rounds
+# swing: seed 2 touched 0.8874 on the way yet ended at 0.8848). Ten peers on
+# the same shards (push-sum on random:3, bsp), with the same settings and
+# rounds, must end (round 40, the peers' mean) within 1 point of FedAvg's
+# round-40 figure of the same seed. Prints the table. Skips (77) without the
+# data set. Seven minutes of CPU (two cores; ten minutes on a busy host).
 set -u
 FEDSIM=${FEDSIM:-./fedsim}
 DATA=${FEDNODE_DATA:-/usr/share/datasets/fashion-mnist}
@@ -59,10 +61,10 @@ for seed in 1 2 3; do
     printf '%-5s  %-14s  %-8s  %-8s  %-8s  %-12s\n' "$seed" "$b" "$a" "$p" "$s" "$d"
     lr1=$(awk '$1 == "round" && $2 == 1 { for (i = 1; i < NF; i++) if ($i == "lr") print $(i + 1) }' "$TMP/avg$seed")
     [ "$lr1" = "0.01667" ] || { echo "FAIL seed $seed: round 1 trained at lr '$lr1', wanted 0.05 / 3 (warm-up)"; fail=1; }
-    awk -v b="${b%@*}" -v t=$TARGET 'BEGIN { exit !(b >= t) }' ||
-        { echo "FAIL seed $seed: FedAvg reached ${b%@*} < $TARGET in 40 rounds"; fail=1; }
+    awk -v a="$a" -v t=$TARGET 'BEGIN { exit !(a >= t) }' ||
+        { echo "FAIL seed $seed: FedAvg ended at $a < $TARGET after 40 rounds (best ${b%@*})"; fail=1; }
     awk -v d="$d" 'BEGIN { exit !(d >= -0.01 && d <= 0.01) }' ||
         { echo "FAIL seed $seed: the peers ended at $p, not within 1 point of FedAvg's $a"; fail=1; }
 done
-[ $fail -eq 0 ] && echo "ok   FedAvg >= $TARGET within 40 rounds for seeds 1-3; peers within 1 point of it"
+[ $fail -eq 0 ] && echo "ok   FedAvg >= $TARGET after 40 rounds for seeds 1-3; peers within 1 point of it"
 exit $fail
