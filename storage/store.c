@@ -39,9 +39,10 @@ static const char *const migrations[FED_STORE_SCHEMA_VERSION] = {
     " first_seen_ms INTEGER NOT NULL, last_seen_ms INTEGER NOT NULL,"
     " last_round INTEGER NOT NULL);"
     "CREATE TABLE counters(name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL);",
-    /* -> v2: which epoch wrote a checkpoint; a peer's last known epoch */
-    "ALTER TABLE checkpoints ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;"
-    "ALTER TABLE peers ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;",
+    /* -> v2: which epoch wrote a checkpoint; a peer's last known epoch
+       (parenthesized: one element, two statements) */
+    ("ALTER TABLE checkpoints ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;"
+     "ALTER TABLE peers ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;"),
     /* -> v3: the learning rate a round trained at (NULL: none recorded) */
     "ALTER TABLE rounds ADD COLUMN lr REAL;",
 };
