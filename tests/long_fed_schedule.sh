@@ -11,7 +11,7 @@
 # the same shards (push-sum on random:3, bsp), with the same settings and
 # rounds, must end (round 40, the peers' mean) within 1 point of FedAvg's
 # round-40 figure of the same seed. Prints the table. Skips (77) without the
-# data set. Seven minutes of CPU (two cores; ten minutes on a busy host).
+# data set. Seven minutes of CPU (two cores; 10-16 minutes on a busy host).
 set -u
 FEDSIM=${FEDSIM:-./fedsim}
 DATA=${FEDNODE_DATA:-/usr/share/datasets/fashion-mnist}
