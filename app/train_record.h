@@ -1,7 +1,7 @@
 /* train_record.h - `fednode train --db FILE`: a single node keeps the record
  * a federated one does. Each epoch is one round of the node's database (its
- * row: times, loss, test accuracy, samples, strategy "local", the hash of
- * the parameters) and one checkpoint, written in one transaction; `--resume`
+ * row: times, loss, test accuracy, samples, the rate of its first step,
+ * strategy "local", the hash of the parameters) and one checkpoint, written in one transaction; `--resume`
  * loads the newest valid checkpoint and goes on from the next epoch, bit for
  * bit as if the run had never stopped (same data, seed and options).
  *
@@ -41,6 +41,7 @@ typedef struct fed_node_record_round {
     double loss;              /* mean training loss over the epoch */
     double accuracy;          /* test accuracy; NaN when not measured */
     uint64_t samples;         /* training samples seen in the epoch */
+    double lr;                /* the learning rate of its first step */
 } fed_node_record_round;
 
 /* What resume found (filled as far as it got, also on a mismatch, so the

@@ -62,7 +62,8 @@
  *                       4  1    optimizer (fed_optim_kind)
  *                       5  2    codec for the DELTA (fed_codec_id)
  *                       6  4    topk fraction (f32, in [0, 1])
- *                       7  4    learning rate (f32 > 0)
+ *                       7  4    learning rate (f32 > 0): this round's,
+ *                                 on the sender's schedule
  *                       8  4    proximal mu (f32 >= 0)
  *                       9  8    deadline in ms (u64; 0: none)
  *                      10  4    SGD momentum (f32 in [0, 1); 0: plain SGD)

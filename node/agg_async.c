@@ -23,7 +23,7 @@ fed_err fed_node_agg_async_open(fed_node *n)
         fed_node_rx_drop_before(n, n->round + 1 - n->cfg.max_staleness);
     if ((e = fed_node_agg_encode_global(n)) != FED_OK)
         return e;
-    fed_node_agg_settings(n, &b);
+    fed_node_agg_settings(n, n->round + 1, &b); /* the rate of merge n->round + 1 */
     /* a failed send: the client asks again */
     (void)fed_node_agg_send_models(n, a->holds, a->nholds, &b);
     a->nholds = 0;

@@ -323,7 +323,7 @@ fed_err fed_node_agg_encode_global(fed_node *n)
     return e;
 }
 
-void fed_node_agg_settings(const fed_node *n, fed_wire_block *b)
+void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b)
 {
     const fed_node_config *c = &n->cfg;
     fed_wire_settings *s = &b->settings;
@@ -336,7 +336,7 @@ void fed_node_agg_settings(const fed_node *n, fed_wire_block *b)
     s->optimizer = c->optimizer;
     s->codec = (uint16_t)n->agg->codec.id;
     s->fraction = n->agg->codec.fraction;
-    s->lr = c->lr;
+    s->lr = fed_node_round_lr(n, round);
     s->momentum = c->momentum;
     s->mu = (float)fed_merge_prox_mu(n->agg->merge);
     s->deadline_ms = c->deadline_ms;
@@ -398,7 +398,7 @@ static fed_err start_round(fed_node *n)
         a->holds[i] = a->holds[j];
         a->holds[j] = t;
     }
-    fed_node_agg_settings(n, &b);
+    fed_node_agg_settings(n, n->round + 1, &b);
     parts_clear(a);
     for (size_t i = 0; i < k; i++)
         memcpy(a->parts[i].key, a->holds[i].hdr.sender, 32);
@@ -663,6 +663,7 @@ static fed_err commit_round(fed_node *n, const fed_node_round_info *info, uint8_
     row.bytes_in = fed_wire_get_counters(n->wire)->bytes_in - a->bytes_in0;
     row.bytes_out = fed_wire_get_counters(n->wire)->bytes_out - a->bytes_out0;
     row.peers = info->merged;
+    row.lr = info->lr;
     snprintf(row.strategy, sizeof row.strategy, "%s", fed_merge_spec(a->merge));
     memcpy(row.model_hash, hash, 32);
     if ((e = fed_store_put_round(st, &row)) != FED_OK)
@@ -721,7 +722,7 @@ static fed_err commit_sealing_ahead(fed_node *n, const fed_node_round_info *info
         to[k].recipient_epoch = a->parts[i].epoch;
         k++;
     }
-    fed_node_agg_settings(n, &b);
+    fed_node_agg_settings(n, info->round + 1, &b);
     fed_node_cast_ahead(n, to, k, FED_WIRE_MODEL, info->round + 1, FED_CODEC_F32, &b,
                         a->model_vec, a->model_vec_len, commit_piece, &c);
     fed_free(to);
@@ -791,7 +792,7 @@ fed_err fed_node_agg_close_round(fed_node *n)
     memset(&info, 0, sizeof info);
     info.round = n->round + 1;
     info.sampled = (uint32_t)a->nparts;
-    info.lr = n->cfg.lr;
+    info.lr = fed_node_round_lr(n, info.round);
     info.start_ms = fed_node_wall_ms(n) - (n->env.now_ms(n->env.self) - a->round_start_ms);
     fed_node_agg_cancel_deadline(n);
     if ((e = gather_inputs(n, &count)) != FED_OK || (e = keep_committed(n)) != FED_OK)
@@ -864,7 +865,7 @@ fed_err fed_node_agg_answer_model(fed_node *n, fed_req *req, const fed_wire_hdr 
     agg_hold now = {.req = req, .hdr = *h};
     fed_wire_block b;
 
-    fed_node_agg_settings(n, &b);
+    fed_node_agg_settings(n, n->round + 1, &b);
     return fed_node_agg_send_models(n, &now, 1, &b);
 }
 

@@ -120,8 +120,8 @@ void fed_node_agg_cancel_deadline(fed_node *n);
 /* Holds the HELLO or NEXT req (header h) until a round starts. */
 fed_err fed_node_agg_hold_add(fed_node *n, fed_req *req, const fed_wire_hdr *h);
 fed_err fed_node_agg_encode_global(fed_node *n);
-/* The settings block of the round's MODEL. */
-void fed_node_agg_settings(const fed_node *n, fed_wire_block *b);
+/* The settings block of round's MODEL (its learning rate is the round's). */
+void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b);
 fed_err fed_node_agg_send_models(fed_node *n, const agg_hold *holds, size_t k,
                                  const fed_wire_block *b);
 fed_err fed_node_agg_answer_model(fed_node *n, fed_req *req, const fed_wire_hdr *h);

@@ -249,6 +249,7 @@ static fed_err commit_round(fed_node *n, uint64_t round, const fed_node_round_in
     row.bytes_in = wc->bytes_in - p->bytes_in0;
     row.bytes_out = wc->bytes_out - p->bytes_out0;
     row.peers = info->merged;
+    row.lr = info->lr; /* 0 (NULL) for a round that only mixed */
     snprintf(row.strategy, sizeof row.strategy, "%s %s", n->cfg.mixing[0] ? n->cfg.mixing : "pushsum",
              n->cfg.sync[0] ? n->cfg.sync : "bsp");
     memcpy(row.model_hash, hash, 32);
@@ -320,7 +321,7 @@ static fed_err finish_round(fed_node *n)
         }
     info.merged = (uint32_t)fed_gossip_ps_apply(p->ps);
     info.samples = p->samples;
-    info.lr = p->samples ? n->cfg.lr : 0;
+    info.lr = p->samples ? fed_node_round_lr(n, round) : 0;
     if (p->model)
         fed_gossip_ps_estimate(p->ps, p->model);
     evaluate(n, &info);
@@ -542,7 +543,7 @@ static fed_err begin_round(fed_node *n)
     j->set.local_epochs = c->local_epochs;
     j->set.batch = c->batch;
     j->set.optimizer = c->optimizer;
-    j->set.lr = c->lr;
+    j->set.lr = fed_node_round_lr(n, n->round + 1); /* every peer's rate of this round */
     j->set.momentum = c->momentum;
     j->job.fn = fed_node_train_job_run;
     j->job.user = n;

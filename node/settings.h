@@ -23,6 +23,8 @@ typedef struct fed_node_settings {
     int local_epochs;
     int batch;
     double lr;
+    char lr_schedule[32];
+    int lr_warmup;
     char optimizer[16];
     double momentum;
     char codec[32];
@@ -61,6 +63,12 @@ typedef struct fed_node_settings {
                 "aggregator, peer: the training batch size"),                                    \
     FED_OPT_DEF(T, m.lr, "lr", FED_OPT_DOUBLE, "0", 0, 100,                                      \
                 "aggregator, peer: the training learning rate (" FED_OPTIM_LR_HELP ")"),        \
+    FED_OPT_DEF(T, m.lr_schedule, "lr-schedule", FED_OPT_STR, "const", 0, 0,                 \
+                "aggregator, peer: the rate across rounds: const, step:ROUNDS,GAMMA (times "     \
+                "GAMMA every ROUNDS rounds) or cosine (down to 0 over --rounds); sent in each "  \
+                "round's settings"),                                                             \
+    FED_OPT_DEF(T, m.lr_warmup, "lr-warmup", FED_OPT_INT, "0", 0, 1000000,                       \
+                "aggregator, peer: rounds of linear warm-up (up to --lr) before --lr-schedule"), \
     FED_OPT_DEF(T, m.optimizer, "optimizer", FED_OPT_STR, "sgd", 0, 0,                           \
                 "aggregator, peer: the training optimizer, sgd or adam"),                        \
     FED_OPT_DEF(T, m.momentum, "momentum", FED_OPT_DOUBLE, "0.9", 0, 0.999,                      \

@@ -39,14 +39,20 @@ static const char *const migrations[FED_STORE_SCHEMA_VERSION] = {
     " first_seen_ms INTEGER NOT NULL, last_seen_ms INTEGER NOT NULL,"
     " last_round INTEGER NOT NULL);"
     "CREATE TABLE counters(name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL);",
-    /* -> v2: which epoch wrote a checkpoint; a peer's last known epoch */
-    "ALTER TABLE checkpoints ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;"
-    "ALTER TABLE peers ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;",
+    /* -> v2: which epoch wrote a checkpoint; a peer's last known epoch
+       (parenthesized: one element, two statements) */
+    ("ALTER TABLE checkpoints ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;"
+     "ALTER TABLE peers ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;"),
+    /* -> v3: the learning rate a round trained at (NULL: none recorded) */
+    "ALTER TABLE rounds ADD COLUMN lr REAL;",
 };
 
-#define ROUND_COLS                                                             \
+#define ROUND_COLS_V2                                                          \
     "round, start_ms, end_ms, loss, accuracy, samples, bytes_in, bytes_out, peers, " \
     "strategy, model_hash"
+#define ROUND_COLS ROUND_COLS_V2 ", lr"
+/* a v2 file opened read-only: the rounds as they are, without a rate */
+#define ROUND_COLS_READ_V2 ROUND_COLS_V2 ", NULL"
 #define CKPT_COLS "id, round, created_s, size, chunks, hash, prev_hash, pruned, epoch"
 
 static const char *const stmt_sql[SQ_COUNT_] = {
@@ -54,9 +60,11 @@ static const char *const stmt_sql[SQ_COUNT_] = {
     [SQ_META_PUT] = "INSERT INTO meta(key, value) VALUES(?1, ?2)"
                     " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
     [SQ_ROUND_PUT] = "INSERT OR REPLACE INTO rounds(" ROUND_COLS ")"
-                     " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                     " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
     [SQ_ROUND_GET] = "SELECT " ROUND_COLS " FROM rounds WHERE round = ?1",
     [SQ_ROUND_LAST] = "SELECT " ROUND_COLS " FROM rounds ORDER BY round DESC LIMIT ?1",
+    [SQ_ROUND_GET_V2] = "SELECT " ROUND_COLS_READ_V2 " FROM rounds WHERE round = ?1",
+    [SQ_ROUND_LAST_V2] = "SELECT " ROUND_COLS_READ_V2 " FROM rounds ORDER BY round DESC LIMIT ?1",
     [SQ_CONTRIB_PUT] = "INSERT INTO contributions(round, peer_key, digest, signature, header,"
                        " accepted, reason) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     [SQ_CONTRIB_EACH] = "SELECT round, peer_key, digest, signature, header, accepted, reason"
@@ -664,7 +672,7 @@ fed_err fed_store_open(const char *path, const fed_store_opts *o, fed_store **ou
     }
     if ((e = check_identity(st, &version)) != FED_OK)
         goto out;
-    if (readonly && version < FED_STORE_SCHEMA_VERSION) {
+    if (readonly && version < FED_STORE_SCHEMA_READ_MIN) {
         fed_log(FED_LOG_ERROR, "store: %s has schema %" PRId64 " (this build: %d); open it"
                 " read-write once to migrate", path, version, FED_STORE_SCHEMA_VERSION);
         e = version == 0 ? FED_ERR_NOTFOUND : FED_ERR_SCHEMA;
@@ -771,6 +779,10 @@ fed_err fed_store_put_round(fed_store *st, const fed_store_round *r)
     sqlite3_bind_text(s, 10, r->strategy, (int)strnlen(r->strategy, sizeof r->strategy),
                       SQLITE_STATIC);
     sqlite3_bind_blob(s, 11, r->model_hash, 32, SQLITE_STATIC);
+    if (r->lr > 0 && isfinite(r->lr))
+        sqlite3_bind_double(s, 12, r->lr);
+    else
+        sqlite3_bind_null(s, 12);
     return step_done(st, s, "write round");
 }
 
@@ -788,12 +800,21 @@ static void read_round(sqlite3_stmt *s, fed_store_round *r)
     r->peers = (uint32_t)sqlite3_column_int64(s, 8);
     copy_text(r->strategy, sizeof r->strategy, sqlite3_column_text(s, 9));
     copy_blob(r->model_hash, 32, s, 10);
+    r->lr = sqlite3_column_type(s, 11) == SQLITE_NULL ? 0 : sqlite3_column_double(s, 11);
+}
+
+/* A read of rounds: a v2 file (read-only, not migrated) has no lr column. */
+static store_stmt_id round_read(const fed_store *st, store_stmt_id id)
+{
+    if (st->schema >= 3)
+        return id;
+    return id == SQ_ROUND_GET ? SQ_ROUND_GET_V2 : SQ_ROUND_LAST_V2;
 }
 
 fed_err fed_store_get_round(fed_store *st, uint64_t round, fed_store_round *out)
 {
     fed_err e = FED_OK;
-    sqlite3_stmt *s = store_stmt(st, SQ_ROUND_GET, &e);
+    sqlite3_stmt *s = store_stmt(st, round_read(st, SQ_ROUND_GET), &e);
     int rc;
 
     if (!s)
@@ -811,7 +832,7 @@ fed_err fed_store_get_round(fed_store *st, uint64_t round, fed_store_round *out)
 fed_err fed_store_last_rounds(fed_store *st, fed_store_round *out, size_t cap, size_t *n)
 {
     fed_err e = FED_OK;
-    sqlite3_stmt *s = store_stmt(st, SQ_ROUND_LAST, &e);
+    sqlite3_stmt *s = store_stmt(st, round_read(st, SQ_ROUND_LAST), &e);
     int rc;
 
     *n = 0;

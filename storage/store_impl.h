@@ -17,6 +17,8 @@ typedef enum store_stmt_id {
     SQ_ROUND_PUT,
     SQ_ROUND_GET,
     SQ_ROUND_LAST,
+    SQ_ROUND_GET_V2,  /* a v2 file opened read-only: no lr column */
+    SQ_ROUND_LAST_V2,
     SQ_CONTRIB_PUT,
     SQ_CONTRIB_EACH,
     SQ_PEER_PUT,

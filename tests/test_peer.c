@@ -4,8 +4,9 @@
  * stay constant round after round; with 20% of frames lost the running sums
  * still reach the exact mean while plain push-sum does not. With training:
  * 6 peers on IID shards of Fashion-MNIST learn, a peer crashed at round 3
- * resumes from its checkpoint and rejoins, the others go on past it, and
- * the same seed gives the same models. Skips the training parts without
+ * resumes from its checkpoint and rejoins, the others go on past it, every
+ * peer (the restarted one too) trains each round at the rate the schedule
+ * gives that round, and the same seed gives the same models. Skips the training parts without
  * the data. */
 #include <math.h>
 #include <setjmp.h>
@@ -27,6 +28,7 @@
 #include "node/node.h"
 #include "sim/host.h"
 #include "sim/world.h"
+#include "storage/store.h"
 #include "tests/support/support.h"
 
 #define MAXN 64
@@ -47,6 +49,7 @@ typedef struct mesh {
     int done[MAXN];                 /* rounds finished by node i */
     double acc[MAXN];               /* its last accuracy */
     int commits[MAXN][16];
+    float lr[MAXN][16];             /* the rate node i reported round r at */
 } mesh;
 
 static fed_backend *be;
@@ -80,8 +83,10 @@ static void on_round(void *ctx, const fed_node *n, const fed_node_round_info *r)
         if (fed_sim_host_node(m->h[i]) == n) {
             m->done[i] = (int)r->round;
             m->acc[i] = r->accuracy;
-            if (r->round < 16)
+            if (r->round < 16) {
                 m->commits[i][r->round]++;
+                m->lr[i][r->round] = r->lr;
+            }
         }
 }
 
@@ -99,6 +104,8 @@ typedef struct mesh_opts {
     const char *neighbours; /* static: the lists */
     size_t per_peer;        /* train: samples per peer (0: an IID share of all) */
     int vouch;     /* members take vouched keys */
+    const char *lr_schedule; /* train: the rate across rounds; NULL: const */
+    uint32_t lr_warmup;
 } mesh_opts;
 
 static void mesh_build(mesh *m, const mesh_opts *o)
@@ -185,6 +192,9 @@ static void mesh_build(mesh *m, const mesh_opts *o)
             c.shard = m->idx[i];
             c.shard_n = m->nidx[i];
             c.test = test_set;
+            if (o->lr_schedule)
+                snprintf(c.lr_schedule, sizeof c.lr_schedule, "%s", o->lr_schedule);
+            c.lr_warmup = o->lr_warmup;
         } else {
             c.mix_only = 1;
             c.init = m->init[i];
@@ -470,7 +480,10 @@ static void test_vouched_peer_joins(void **state)
 static void test_training_crash_rejoin(void **state)
 {
     mesh_opts o = {.n = 6, .topology = "random:2", .rounds = 6, .deadline_ms = 30000,
-                   .train = 1, .spec = "mlp:64", .seed = 5};
+                   .train = 1, .spec = "mlp:64", .seed = 5, .lr_schedule = "step:2,0.5",
+                   .lr_warmup = 1};
+    /* SGD's 0.05: one round of warm-up at half, then halved every 2 rounds */
+    static const float want_lr[7] = {0, 0.025f, 0.05f, 0.05f, 0.025f, 0.025f, 0.0125f};
     mesh m;
 
     (void)state;
@@ -493,6 +506,21 @@ static void test_training_crash_rejoin(void **state)
     assert_int_equal(fed_sim_host_start_failures(m.h[2]), 0);
     for (int r = 1; r <= 3; r++) /* resumed after round 3, not from the start */
         assert_int_equal(m.commits[2][r], 1);
+    /* every peer trained each round at the same rate, the one its round
+       number gives, the restarted one too; its rows hold it */
+    for (int i = 0; i < m.n; i++)
+        for (int r = 1; r <= 6; r++) {
+            fed_store_round row;
+
+            if (!m.commits[i][r]) /* the restarted peer may skip to its neighbours' round */
+                continue;
+            if (m.lr[i][r] != want_lr[r])
+                fail_msg("peer %d round %d at lr %g, wanted %g", i, r, (double)m.lr[i][r],
+                         (double)want_lr[r]);
+            assert_int_equal(fed_store_get_round(fed_sim_host_store(m.h[i]), (uint64_t)r, &row),
+                             FED_OK);
+            assert_true(row.lr == (double)want_lr[r]);
+        }
     mesh_free(&m);
 }
 
