@@ -302,7 +302,7 @@ static void load_step(fed_gossip_ar_member *m)
     fed_gossip_ar_xfers(&m->plan, m->me, m->step, m->send, &m->nsend, m->recv, &m->nrecv);
 }
 
-fed_err fed_gossip_ar_member_new(const fed_gossip_ar_plan *p, uint32_t me, const float *model,
+fed_err fed_gossip_ar_member_new(const fed_gossip_ar_plan *p, uint32_t me, const double *model,
                                  double weight, fed_gossip_ar_member **out)
 {
     fed_gossip_ar_member *m = NULL;
@@ -334,7 +334,7 @@ fed_err fed_gossip_ar_member_new(const fed_gossip_ar_plan *p, uint32_t me, const
     if (m->cap && !(m->held = fed_calloc(m->cap, sizeof *m->held)))
         goto out;
     for (size_t i = 0; i + 1 < p->dim; i++)
-        m->acc[i] = weight * (double)model[i];
+        m->acc[i] = weight * model[i];
     m->acc[p->dim - 1] = weight;
     load_step(m);
     *out = m;
@@ -391,8 +391,6 @@ fed_err fed_gossip_ar_member_receive(fed_gossip_ar_member *m, uint32_t from, uin
 
     if (fresh)
         *fresh = 0;
-    if (s < m->step)
-        return FED_ERR_ROLE;
     fed_gossip_ar_xfers(&m->plan, m->me, s, m->tmp, &ns, m->tmp + fan, &nr);
     for (size_t i = 0; i < nr; i++)
         if (m->tmp[fan + i].peer == from)
@@ -401,8 +399,8 @@ fed_err fed_gossip_ar_member_receive(fed_gossip_ar_member *m, uint32_t from, uin
         return FED_ERR_ROLE;
     if (len != want->len)
         return FED_ERR_SHAPE;
-    if (find_held(m, s, from))
-        return FED_OK;
+    if (s < m->step || find_held(m, s, from))
+        return FED_OK; /* a second copy (its ACK was lost): applied or held already */
     for (size_t i = 0; i < len; i++)
         if (!isfinite(data[i]))
             return FED_ERR_BAD_VALUE;

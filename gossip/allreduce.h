@@ -104,7 +104,7 @@ typedef struct fed_gossip_ar_member fed_gossip_ar_member;
  * FED_ERR_BAD_VALUE for a weight not finite and > 0 or a model value not
  * finite, FED_ERR_NOMEM. */
 FED_WUR fed_err fed_gossip_ar_member_new(const fed_gossip_ar_plan *p, uint32_t me,
-                                         const float *model, double weight,
+                                         const double *model, double weight,
                                          fed_gossip_ar_member **out);
 void fed_gossip_ar_member_free(fed_gossip_ar_member *m);
 
@@ -117,10 +117,11 @@ FED_WUR fed_err fed_gossip_ar_member_send(const fed_gossip_ar_member *m, size_t 
                                           fed_gossip_ar_xfer *x, const double **data);
 size_t fed_gossip_ar_member_nsend(const fed_gossip_ar_member *m);
 /* A range from `from` for step s: copied and kept until step s is applied.
- * FED_ERR_ROLE when step s has no such receive from `from` (or s is past),
- * FED_ERR_SHAPE for a length other than the receive's, FED_ERR_BAD_VALUE for
- * a non-finite value, FED_ERR_NOMEM. A second copy of a receive already
- * held: FED_OK, ignored (*fresh, which may be NULL, says which). */
+ * FED_ERR_ROLE when step s has no such receive from `from`, FED_ERR_SHAPE
+ * for a length other than the receive's, FED_ERR_BAD_VALUE for a non-finite
+ * value, FED_ERR_NOMEM. A second copy of a receive already held or applied
+ * (a resend whose ACK was lost): FED_OK, ignored (*fresh, which may be
+ * NULL, says which). */
 FED_WUR fed_err fed_gossip_ar_member_receive(fed_gossip_ar_member *m, uint32_t from, uint32_t s,
                                              const double *data, size_t len, int *fresh);
 /* Whether every receive of the current step has arrived. */

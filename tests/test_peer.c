@@ -47,6 +47,8 @@ typedef struct mesh {
     int done[MAXN];                 /* rounds finished by node i */
     double acc[MAXN];               /* its last accuracy */
     int commits[MAXN][16];
+    uint8_t hash[MAXN][32];         /* its last round's model hash */
+    uint8_t hashes[MAXN][16][32];   /* each round's */
 } mesh;
 
 static fed_backend *be;
@@ -80,6 +82,9 @@ static void on_round(void *ctx, const fed_node *n, const fed_node_round_info *r)
         if (fed_sim_host_node(m->h[i]) == n) {
             m->done[i] = (int)r->round;
             m->acc[i] = r->accuracy;
+            memcpy(m->hash[i], r->model_hash, 32);
+            if (r->round < 16)
+                memcpy(m->hashes[i][r->round], r->model_hash, 32);
             if (r->round < 16)
                 m->commits[i][r->round]++;
         }
@@ -496,6 +501,114 @@ static void test_training_crash_rejoin(void **state)
     mesh_free(&m);
 }
 
+/* --mixing allreduce, one round with training off: every member's
+ * estimate (and model hash) the same bits, equal to the mean of the
+ * starting vectors. Returns the estimates in est (n x DIM). */
+static uint64_t allreduce_round(const char *topo, int n, double loss, uint64_t seed,
+                                double est[MAXN][DIM])
+{
+    uint64_t sealed = 0;
+    mesh_opts o = {.n = n, .topology = topo, .mixing = "allreduce", .loss = loss, .rounds = 1,
+                   .deadline_ms = 2000, .seed = seed};
+    mesh m;
+
+    mesh_build(&m, &o);
+    run_to_round(&m, 1, 100000000);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(fed_node_peer_estimate(fed_sim_host_node(m.h[i]), est[i]), FED_OK);
+        assert_memory_equal(est[i], est[0], sizeof est[0]);
+        assert_memory_equal(m.hash[i], m.hash[0], 32);
+        for (int d = 0; d < DIM; d++)
+            assert_true(fabs(est[i][d] - m.mean[d]) < 1e-12 * (1 + fabs(m.mean[d])));
+        sealed += fed_node_wire_counters(fed_sim_host_node(m.h[i]))->sealed;
+    }
+    mesh_free(&m);
+    return sealed;
+}
+
+/* n = 2..17 peers in the simulator, sealed frames, each all-reduce
+ * schedule: one round gives every member the same bits, the exact mean. */
+static void test_allreduce_exact(void **state)
+{
+    static const char *topos[] = {"ring", "tree", "tree:3", "butterfly"};
+    double est[MAXN][DIM];
+
+    (void)state;
+    for (size_t t = 0; t < sizeof topos / sizeof *topos; t++)
+        for (int n = 2; n <= 17; n++)
+            allreduce_round(topos[t], n, 0, 40 + (uint64_t)n, est);
+}
+
+/* 20% of frames lost: slices are sent again until ACKed, and the round
+ * ends with the very bits of the run without loss; the same seed twice
+ * gives the same bits. */
+static void test_allreduce_loss(void **state)
+{
+    static const char *topos[] = {"ring", "tree", "butterfly"};
+    static const int ns[] = {5, 8, 13};
+    double clean[MAXN][DIM], lossy[MAXN][DIM], again[MAXN][DIM];
+
+    (void)state;
+    for (size_t t = 0; t < sizeof topos / sizeof *topos; t++)
+        for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
+            uint64_t f0 = allreduce_round(topos[t], ns[k], 0, 9, clean);
+            uint64_t f1 = allreduce_round(topos[t], ns[k], 0.2, 9, lossy);
+
+            (void)allreduce_round(topos[t], ns[k], 0.2, 9, again);
+            printf("allreduce %-9s n=%2d: %llu frames sealed, %llu with 20%% loss, same bits\n",
+                   topos[t], ns[k], (unsigned long long)f0, (unsigned long long)f1);
+            assert_true(f1 > f0); /* slices (or ACKs) were lost and sent again */
+            assert_memory_equal(lossy, clean, (size_t)ns[k] * sizeof clean[0]);
+            assert_memory_equal(again, lossy, (size_t)ns[k] * sizeof clean[0]);
+        }
+}
+
+/* Training: 6 peers on Fashion-MNIST shards, all-reduce each round on each
+ * schedule: every member commits the same model hash every round, and
+ * they learn. */
+static void test_allreduce_training(void **state)
+{
+    static const char *topos[] = {"ring", "tree", "butterfly"};
+
+    (void)state;
+    fed_test_need_fashion(train_set != NULL);
+    for (size_t t = 0; t < sizeof topos / sizeof *topos; t++) {
+        mesh_opts o = {.n = 6, .topology = topos[t], .mixing = "allreduce", .rounds = 3,
+                       .deadline_ms = 5000, .train = 1, .spec = "logreg", .per_peer = 300,
+                       .seed = 9};
+        mesh m;
+
+        mesh_build(&m, &o);
+        for (int r = 1; r <= 3; r++) {
+            run_to_round(&m, r, 100000000);
+            for (int i = 0; i < m.n; i++) /* a barrier: nobody two rounds ahead */
+                assert_true(m.done[i] == r || m.done[i] == r + 1);
+        }
+        for (int r = 1; r <= 3; r++)
+            for (int i = 0; i < m.n; i++)
+                assert_memory_equal(m.hashes[i][r], m.hashes[0][r], 32);
+        printf("allreduce %-9s 6 peers trained: round 3 accuracy %.4f on every one\n", topos[t],
+               m.acc[0]);
+        for (int i = 0; i < m.n; i++)
+            assert_true(m.acc[i] == m.acc[0] && m.acc[0] > 0.6);
+        mesh_free(&m);
+    }
+}
+
+/* What all-reduce refuses: a sync mode other than bsp, a gossip topology. */
+static void test_allreduce_settings(void **state)
+{
+    (void)state;
+    assert_int_equal(fed_node_peer_check("ring", "bsp", "allreduce"), FED_OK);
+    assert_int_equal(fed_node_peer_check("tree:4", "bsp", "allreduce"), FED_OK);
+    assert_int_equal(fed_node_peer_check("butterfly", "bsp", "allreduce"), FED_OK);
+    assert_int_equal(fed_node_peer_check("ring", "ssp:2", "allreduce"), FED_ERR_UNSUPPORTED);
+    assert_int_equal(fed_node_peer_check("ring", "asp:0.1", "allreduce"), FED_ERR_UNSUPPORTED);
+    assert_int_equal(fed_node_peer_check("ring", "bap", "allreduce"), FED_ERR_UNSUPPORTED);
+    assert_int_equal(fed_node_peer_check("random:3", "bsp", "allreduce"), FED_ERR_SPEC);
+    assert_int_equal(fed_node_peer_check("butterfly", "bsp", "pushsum"), FED_ERR_SPEC);
+}
+
 /* The same seed twice: the same estimates, bit for bit. */
 static void test_determinism(void **state)
 {
@@ -529,6 +642,10 @@ int main(void)
         cmocka_unit_test(test_sync_modes_and_mixings),
         cmocka_unit_test(test_loss_running_sums_vs_plain),
         cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_allreduce_settings),
+        cmocka_unit_test(test_allreduce_exact),
+        cmocka_unit_test(test_allreduce_loss),
+        cmocka_unit_test(test_allreduce_training),
         cmocka_unit_test(test_vouched_peer_joins),
         cmocka_unit_test(test_training_crash_rejoin),
     };
