@@ -681,9 +681,12 @@ static fed_err check_recipient(const fed_wire *w, const fed_wire_hdr *h)
     if (memcmp(h->recipient, fed_wire_self(w), 32) != 0)
         return FED_ERR_WRONG_RECIPIENT;
     if ((h->type == FED_WIRE_HELLO || h->type == FED_WIRE_SHARE || h->type == FED_WIRE_SLICE ||
-         h->type == FED_WIRE_PEERS) &&
+         h->type == FED_WIRE_PEERS ||
+         (h->type == FED_WIRE_CHUNK && h->flags == FED_WIRE_FLAG_DATA)) &&
         h->recipient_epoch == 0)
-        return FED_OK; /* the sender does not know our epoch (yet) */
+        return FED_OK; /* the sender does not know our epoch (yet); a chunk of a
+                          SHARE or SLICE stream says what its first frame said,
+                          and only a stream this epoch took can take it */
     if (h->recipient_epoch < w->epoch)
         return FED_ERR_OLD_EPOCH;
     if (h->recipient_epoch > w->epoch)

@@ -13,6 +13,7 @@
  *    40    32  recipient key
  *    72     8  sender epoch
  *    80     8  recipient epoch, as the sender last learned it (0 in a HELLO,
+ *              in the CHUNK data frames of a stream whose first frame said 0,
  *              and in a SHARE, SLICE or PEERS: push-sum totals only grow,
  *              peer entries are signed and expire, and a restarted member
  *              holds no all-reduce a replayed slice could enter, so one

@@ -108,6 +108,7 @@ typedef struct mesh_opts {
     const char *neighbours; /* static: the lists */
     size_t per_peer;        /* train: samples per peer (0: an IID share of all) */
     int vouch;     /* members take vouched keys */
+    size_t max_frame;       /* 0: the default */
 } mesh_opts;
 
 static void mesh_build(mesh *m, const mesh_opts *o)
@@ -174,6 +175,7 @@ static void mesh_build(mesh *m, const mesh_opts *o)
         c.observer = m;
         c.vouch = o->vouch;
         c.neighbours = o->neighbours;
+        c.wire.max_frame = o->max_frame;
         if (o->outsider && i == 0) /* an hour from the world's clock at 0 */
             assert_int_equal(fed_gossip_entry_sign(fed_sim_host_arena(m->h[0]),
                                                    fed_sim_host_id(m->h[o->n - 1])->key,
@@ -599,6 +601,43 @@ static void test_allreduce_training(void **state)
     }
 }
 
+/* Slices larger than a frame go as CHUNK streams: 4 trained peers (logreg,
+ * 7,850 parameters: ring slices of about 16 kB) with 4 kB frames commit,
+ * round after round, the very hashes of the run with whole frames. */
+static void test_allreduce_chunked(void **state)
+{
+    static const char *topos[] = {"ring", "butterfly"};
+
+    (void)state;
+    fed_test_need_fashion(train_set != NULL);
+    for (size_t t = 0; t < sizeof topos / sizeof *topos; t++) {
+        uint8_t whole[MAXN][16][32];
+        uint64_t streams = 0;
+
+        for (int k = 0; k < 2; k++) {
+            mesh_opts o = {.n = 4, .topology = topos[t], .mixing = "allreduce", .rounds = 2,
+                           .deadline_ms = 5000, .train = 1, .spec = "logreg", .per_peer = 200,
+                           .seed = 3, .max_frame = k ? 4096 : 0};
+            mesh m;
+
+            mesh_build(&m, &o);
+            run_to_round(&m, 2, 100000000);
+            for (int i = 0; i < m.n; i++) {
+                for (int r = 1; r <= 2; r++)
+                    assert_memory_equal(m.hashes[i][r], k ? whole[0][r] : m.hashes[0][r], 32);
+                if (k)
+                    streams += fed_node_wire_counters(fed_sim_host_node(m.h[i]))->streams_done;
+            }
+            if (!k)
+                memcpy(whole, m.hashes, sizeof whole);
+            mesh_free(&m);
+        }
+        printf("allreduce %-9s 4 peers, 4 kB frames: %llu slices went as streams, the same "
+               "hashes as whole frames\n", topos[t], (unsigned long long)streams);
+        assert_true(streams > 0);
+    }
+}
+
 /* A ring of 5 with member 2 killed at each step of round 1's all-reduce
  * (crash times spread over the round as a run without a crash took it):
  * nobody hangs, every survivor ends both rounds by the step deadlines, and
@@ -706,6 +745,7 @@ int main(void)
         cmocka_unit_test(test_allreduce_exact),
         cmocka_unit_test(test_allreduce_loss),
         cmocka_unit_test(test_allreduce_training),
+        cmocka_unit_test(test_allreduce_chunked),
         cmocka_unit_test(test_allreduce_killed_each_step),
         cmocka_unit_test(test_vouched_peer_joins),
         cmocka_unit_test(test_training_crash_rejoin),
