@@ -415,6 +415,11 @@ static int fill_peer(const run_cfg *c, run_state *s, fed_node_config *nc)
 {
     int rc;
 
+    if (fed_node_peer_check(c->s.topology, c->s.sync, c->s.mixing) == FED_ERR_UNSUPPORTED) {
+        fed_cli_error("run: --mixing allreduce is a barrier by nature: --sync '%s' cannot go "
+                      "with it (use --sync bsp)", c->s.sync);
+        return 2;
+    }
     if (fed_node_peer_check(c->s.topology, c->s.sync, c->s.mixing) != FED_OK) {
         fed_cli_error("run: --topology '%s', --sync '%s' or --mixing '%s' is not valid "
                       "(see fednode run --help)", c->s.topology, c->s.sync, c->s.mixing);

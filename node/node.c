@@ -431,13 +431,25 @@ static void open_job(fed_job *job)
             return; /* a chunk in; the vector is not whole yet */
         fed_node_rx_whole_msg(op);
     }
-    if (m->hdr.type == FED_WIRE_SHARE) { /* push-sum totals, in double */
-        want = op->expect_n;
+    if (m->hdr.type == FED_WIRE_SHARE || m->hdr.type == FED_WIRE_SLICE) {
+        /* push-sum totals, all-reduce ranges: in double */
+        want = m->hdr.type == FED_WIRE_SLICE ? op->expect_max : op->expect_n;
         if (!want || m->hdr.codec != FED_CODEC_F64) {
             op->result = !want ? FED_ERR_ROLE : FED_ERR_CODEC;
             return;
         }
-        if (!(op->vec64 = fed_malloc(want * sizeof *op->vec64))) {
+        if (m->hdr.type == FED_WIRE_SLICE) { /* a range: at most expect_n */
+            fed_codec_id id;
+            uint64_t got = 0;
+
+            if ((e = fed_codec_peek(m->vector, m->vector_len, &id, &got)) != FED_OK ||
+                got > want) {
+                op->result = e != FED_OK ? e : FED_ERR_CODEC;
+                return;
+            }
+            want = (size_t)got;
+        }
+        if (!(op->vec64 = fed_malloc(want ? want * sizeof *op->vec64 : 1))) {
             op->result = FED_ERR_NOMEM;
             return;
         }

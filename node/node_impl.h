@@ -51,6 +51,7 @@ typedef struct node_open {
     fed_err result;         /* of open_ticket, then of decoding */
     /* decoding the vector (in the job): */
     size_t expect_n;        /* entries expected; 0: from a MODEL's spec */
+    size_t expect_max;      /* a SLICE: at most this many entries */
     fed_model_shape shape;  /* for a MODEL's spec */
     uint16_t expect_codec;  /* FED_CODEC_NONE: any */
     float *vec;             /* (vec_n) decoded, owned until taken */

@@ -101,11 +101,12 @@ typedef struct fed_node_settings {
                 "round (round 1: since the first client came)"),                                 \
     FED_OPT_DEF(T, m.topology, "topology", FED_OPT_STR, "ring", 0, 0,                            \
                 "peer: full, ring, random:K, tree, smallworld:K,P or static (fednode only: "     \
-                "see --neighbours)"),                                                            \
+                "see --neighbours); with --mixing allreduce: ring, tree, tree:K or butterfly"),                                                            \
     FED_OPT_DEF(T, m.sync, "sync", FED_OPT_STR, "bsp", 0, 0,                                     \
                 "peer: bsp (wait for the round's shares or --deadline-ms), ssp:S, asp:T or bap"), \
     FED_OPT_DEF(T, m.mixing, "mixing", FED_OPT_STR, "pushsum", 0, 0,                             \
-                "peer: pushsum (running sums), plain, metropolis or pairwise"),                  \
+                "peer: pushsum (running sums), plain, metropolis, pairwise, or allreduce (the "  \
+                "exact weighted mean every round; --sync bsp only)"),                  \
     FED_OPT_DEF(T, m.final_mix, "final-mix", FED_OPT_INT, "3", 0, 1000,                          \
                 "peer: rounds that only mix after the last training round, so the members "     \
                 "end close to one model"),                                                       \
