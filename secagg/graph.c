@@ -21,9 +21,23 @@ static const char GRAPH_LABEL[] = "fednode secagg graph v1";
 
 uint32_t fed_secagg_threshold(uint32_t k) { return k / 2 + 1; }
 
+static double log_binom_term(uint32_t k, uint32_t j, double dropout)
+{
+    return lgamma((double)k + 1) - lgamma((double)j + 1) - lgamma((double)(k - j) + 1) +
+           j * log1p(-dropout) + (double)(k - j) * log(dropout);
+}
+
+/* n Pr[Bin(k, q) < t], q = 1 - P, summed from the terms next to t outward,
+ * where the binomial's mode (about k q) is not: for P < 1/2 the lower tail
+ * sum_{j<t} from j = t - 1 down, for P >= 1/2 one minus the upper tail
+ * sum_{j>=t} from j = t up. Each term comes from its neighbour (C(k,j-1)
+ * q^(j-1) P^(k-j+1) = C(k,j) q^j P^(k-j) j / (k-j+1) P / q), and they
+ * shrink away from the mode, so the sum stops once a term is under 1e-17 of
+ * it: the rest is below rounding. That keeps fed_secagg_degree's search at
+ * O(k) work, and a first term that underflows means a tail that does. */
 double fed_secagg_fail_bound(uint32_t n, uint32_t k, uint32_t t, double dropout)
 {
-    double s = 0, lq, lp;
+    double s = 0, term;
 
     if (t == 0)
         return 0;
@@ -33,12 +47,27 @@ double fed_secagg_fail_bound(uint32_t n, uint32_t k, uint32_t t, double dropout)
         return 0;
     if (dropout >= 1)
         return 1;
-    lq = log1p(-dropout); /* log(1 - P): a neighbour stays */
-    lp = log(dropout);
-    for (uint32_t j = 0; j < t; j++) {
-        double lc = lgamma((double)k + 1) - lgamma((double)j + 1) - lgamma((double)(k - j) + 1);
+    if (dropout < 0.5) {
+        double down = dropout / (1 - dropout);
 
-        s += exp(lc + j * lq + (double)(k - j) * lp);
+        term = exp(log_binom_term(k, t - 1, dropout));
+        for (uint32_t j = t - 1;; j--) {
+            s += term;
+            if (j == 0 || term < s * 1e-17)
+                break;
+            term *= (double)j / (double)(k - j + 1) * down;
+        }
+    } else {
+        double up = (1 - dropout) / dropout, upper = 0;
+
+        term = exp(log_binom_term(k, t, dropout));
+        for (uint32_t j = t;; j++) {
+            upper += term;
+            if (j == k || term < upper * 1e-17)
+                break;
+            term *= (double)(k - j) / (double)(j + 1) * up;
+        }
+        s = 1 - upper;
     }
     s *= n;
     return s < 1 ? s : 1;
@@ -51,7 +80,9 @@ fed_err fed_secagg_degree(uint32_t n, double dropout, uint32_t *k, uint32_t *t, 
     if (n < 2 || n > FED_SECAGG_MAX_CLIENTS || !(dropout >= 0) || !(dropout < 1) || !k || !t)
         return FED_ERR_INVAL;
     /* From 2: H(1, n) is a matching, and each pair's sum would be revealed. */
-    for (uint32_t c = n > 2 ? 2 : 1; c < n; c++) {
+    /* With P >= 1/2 a client keeps more than half its neighbours with
+     * probability 1/2 at best: no k reaches the target. */
+    for (uint32_t c = n > 2 ? 2 : 1; c < n && dropout < 0.5; c++) {
         if (((uint64_t)n * c) & 1)
             continue;
         if (fed_secagg_fail_bound(n, c, fed_secagg_threshold(c), dropout) <=

@@ -679,6 +679,26 @@ static void test_degree_formula(void **state)
                                                   pinned[i].p) > FED_SECAGG_FAIL_TARGET);
         }
     }
+    /* the tail summed from the top term down agrees with the plain sum */
+    for (uint32_t kk = 2; kk < 300; kk += 37)
+        for (double p = 0.05; p < 0.9; p += 0.2) {
+            uint32_t tt = fed_secagg_threshold(kk);
+            double plain = 0;
+
+            for (uint32_t j = 0; j < tt; j++)
+                plain += exp(lgamma(kk + 1.0) - lgamma(j + 1.0) - lgamma(kk - j + 1.0) +
+                             j * log1p(-p) + (kk - j) * log(p));
+            assert_true(fabs(fed_secagg_fail_bound(1, kk, tt, p) - plain) <= 1e-12 * plain + 1e-300);
+        }
+    /* the largest cohorts: near P = 1/2 no k reaches the target (complete
+     * graph); at 1/2 and above the search does not run */
+    assert_int_equal(fed_secagg_degree(FED_SECAGG_MAX_CLIENTS, 0.45, &k, &t, &pf), FED_OK);
+    assert_true(k < FED_SECAGG_MAX_CLIENTS - 1 && pf <= FED_SECAGG_FAIL_TARGET);
+    assert_int_equal(fed_secagg_degree(FED_SECAGG_MAX_CLIENTS, 0.499, &k, &t, &pf), FED_OK);
+    assert_int_equal(k, FED_SECAGG_MAX_CLIENTS - 1);
+    assert_int_equal(fed_secagg_degree(FED_SECAGG_MAX_CLIENTS, 0.6, &k, &t, &pf), FED_OK);
+    assert_int_equal(k, FED_SECAGG_MAX_CLIENTS - 1);
+    assert_true(pf == 1);
     assert_int_equal(fed_secagg_degree(1, 0.1, &k, &t, &pf), FED_ERR_INVAL);
     assert_int_equal(fed_secagg_degree(10, 1.0, &k, &t, &pf), FED_ERR_INVAL);
 }
