@@ -120,7 +120,8 @@ static void test_shamir_known_answers(void **state)
     fed_secagg_share_encode(&one, enc);
     assert_memory_equal(enc, one_bytes, sizeof enc);
     assert_int_equal(fed_secagg_share_decode(enc, sizeof enc, &sh[0]), FED_OK);
-    assert_memory_equal(&sh[0], &one, sizeof one);
+    assert_int_equal(sh[0].x, one.x); /* field by field: the struct has padding */
+    assert_memory_equal(sh[0].y, one.y, sizeof one.y);
     assert_int_equal(fed_secagg_share_decode(enc, sizeof enc - 1, &sh[0]), FED_ERR_TRUNCATED);
     enc[36] = 0xff; /* y[4] = p */
     assert_int_equal(fed_secagg_share_decode(enc, sizeof enc, &sh[0]), FED_ERR_FORMAT);
