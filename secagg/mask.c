@@ -155,28 +155,29 @@ fed_err fed_secagg_mask_expand(const uint8_t key[FED_SECAGG_KEY_BYTES], int sign
     static const uint8_t zero[FED_SECAGG_CHUNK_WORDS * 4];
     static const uint8_t nonce[crypto_stream_chacha20_ietf_NONCEBYTES];
     uint8_t ks[FED_SECAGG_CHUNK_WORDS * 4];
-    uint32_t w[FED_SECAGG_CHUNK_WORDS];
     const uint32_t blocks = FED_SECAGG_CHUNK_WORDS * 4 / 64;
 
     if (sign != 1 && sign != -1)
         return FED_ERR_INVAL;
     if (n > FED_SECAGG_MAX_WORDS)
         return FED_ERR_TOO_LARGE;
+    /* Key stream, vector chunk and the zeros it is XORed onto stay in L1
+     * (3 x 4 KiB); the words are read little-endian straight from the key
+     * stream (a plain load on a little-endian host, so the loop vectorizes). */
     for (size_t at = 0, chunk = 0; at < n; at += FED_SECAGG_CHUNK_WORDS, chunk++) {
         size_t m = n - at < FED_SECAGG_CHUNK_WORDS ? n - at : FED_SECAGG_CHUNK_WORDS;
         size_t bytes = (m * 4 + 63) / 64 * 64; /* whole blocks: the stream ends on one */
+        uint32_t *dst = vec + at;
 
         crypto_stream_chacha20_ietf_xor_ic(ks, zero, bytes, nonce, (uint32_t)(chunk * blocks), key);
-        fed_le_array(w, ks, m, 4);
         if (sign > 0)
             for (size_t i = 0; i < m; i++)
-                vec[at + i] += w[i];
+                dst[i] += fed_get_u32le(ks + 4 * i);
         else
             for (size_t i = 0; i < m; i++)
-                vec[at + i] -= w[i];
+                dst[i] -= fed_get_u32le(ks + 4 * i);
     }
     sodium_memzero(ks, sizeof ks);
-    sodium_memzero(w, sizeof w);
     return FED_OK;
 }
 

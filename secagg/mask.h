@@ -40,7 +40,7 @@
 #include "crypto/arena.h"
 
 #define FED_SECAGG_KEY_BYTES 32 /* X25519 keys and mask seeds */
-#define FED_SECAGG_CHUNK_WORDS 4096
+#define FED_SECAGG_CHUNK_WORDS 1024
 #define FED_SECAGG_MAX_WORDS ((size_t)1 << 32) /* 2^32 blocks x 64 bytes / 4 */
 
 /* What every seed of one round is bound to. */
