@@ -9,6 +9,7 @@
 
 #include "core/alloc.h"
 #include "core/bytes.h"
+#include "secagg/mask_impl.h"
 
 /* The slot's layout: mask secret key | share-sealing secret key | self seed. */
 enum { OFF_MASK_SK = 0, OFF_ENC_SK = 32, OFF_SELF = 64, SLOT_USED = 96 };
@@ -88,21 +89,26 @@ int fed_secagg_pair_sign(const uint8_t a[FED_SECAGG_KEY_BYTES],
     return memcmp(a, b, FED_SECAGG_KEY_BYTES) < 0 ? 1 : -1;
 }
 
+void fed_secagg_ctx_encode(const fed_secagg_ctx *c, uint8_t out[FED_SECAGG_CTX_BYTES])
+{
+    memcpy(out, c->agg_pk, 32);
+    fed_put_u64le(out + 32, c->epoch);
+    fed_put_u64le(out + 40, c->round);
+    fed_put_u32le(out + 48, c->try_no);
+}
+
 static void hash_ctx(crypto_generichash_state *st, const fed_secagg_ctx *c)
 {
-    uint8_t b[8 + 8 + 4];
+    uint8_t b[FED_SECAGG_CTX_BYTES];
 
-    fed_put_u64le(b, c->epoch);
-    fed_put_u64le(b + 8, c->round);
-    fed_put_u32le(b + 16, c->try_no);
-    crypto_generichash_update(st, c->agg_pk, sizeof c->agg_pk);
+    fed_secagg_ctx_encode(c, b);
     crypto_generichash_update(st, b, sizeof b);
 }
 
-fed_err fed_secagg_pair_seed(const uint8_t my_sk[FED_SECAGG_KEY_BYTES],
-                             const uint8_t my_pk[FED_SECAGG_KEY_BYTES],
-                             const uint8_t their_pk[FED_SECAGG_KEY_BYTES], const fed_secagg_ctx *c,
-                             uint8_t seed[FED_SECAGG_KEY_BYTES])
+fed_err fed_secagg_dh_kdf(const char *label, const uint8_t my_sk[FED_SECAGG_KEY_BYTES],
+                          const uint8_t my_pk[FED_SECAGG_KEY_BYTES],
+                          const uint8_t their_pk[FED_SECAGG_KEY_BYTES], const fed_secagg_ctx *c,
+                          uint8_t out[FED_SECAGG_KEY_BYTES])
 {
     uint8_t shared[crypto_scalarmult_BYTES];
     crypto_generichash_state st;
@@ -122,17 +128,25 @@ fed_err fed_secagg_pair_seed(const uint8_t my_sk[FED_SECAGG_KEY_BYTES],
     lo = fed_secagg_pair_sign(my_pk, their_pk) > 0 ? my_pk : their_pk;
     hi = lo == my_pk ? their_pk : my_pk;
     crypto_generichash_init(&st, shared, sizeof shared, FED_SECAGG_KEY_BYTES);
-    crypto_generichash_update(&st, (const uint8_t *)PAIR_LABEL, sizeof PAIR_LABEL - 1);
+    crypto_generichash_update(&st, (const uint8_t *)label, strlen(label));
     crypto_generichash_update(&st, lo, FED_SECAGG_KEY_BYTES);
     crypto_generichash_update(&st, hi, FED_SECAGG_KEY_BYTES);
     hash_ctx(&st, c);
-    crypto_generichash_final(&st, seed, FED_SECAGG_KEY_BYTES);
+    crypto_generichash_final(&st, out, FED_SECAGG_KEY_BYTES);
 out:
     if (err != FED_OK)
-        sodium_memzero(seed, FED_SECAGG_KEY_BYTES);
+        sodium_memzero(out, FED_SECAGG_KEY_BYTES);
     sodium_memzero(shared, sizeof shared);
     sodium_memzero(&st, sizeof st);
     return err;
+}
+
+fed_err fed_secagg_pair_seed(const uint8_t my_sk[FED_SECAGG_KEY_BYTES],
+                             const uint8_t my_pk[FED_SECAGG_KEY_BYTES],
+                             const uint8_t their_pk[FED_SECAGG_KEY_BYTES], const fed_secagg_ctx *c,
+                             uint8_t seed[FED_SECAGG_KEY_BYTES])
+{
+    return fed_secagg_dh_kdf(PAIR_LABEL, my_sk, my_pk, their_pk, c, seed);
 }
 
 void fed_secagg_self_seed_key(const uint8_t self_seed[FED_SECAGG_KEY_BYTES],

@@ -51,6 +51,11 @@ typedef struct fed_secagg_ctx {
     uint32_t try_no; /* the round's try (a failed round runs again) */
 } fed_secagg_ctx;
 
+/* The context as bytes, for hashes, signatures and associated data:
+ * agg_pk (32) | epoch u64le | round u64le | try u32le. */
+#define FED_SECAGG_CTX_BYTES (32 + 8 + 8 + 4)
+void fed_secagg_ctx_encode(const fed_secagg_ctx *c, uint8_t out[FED_SECAGG_CTX_BYTES]);
+
 /* A client's secrets for one round: the mask key pair, the key pair its
  * shares are sealed to, and the self-mask seed. The three secrets share one
  * arena slot; the public keys are plain memory. */

@@ -3,7 +3,8 @@
  * t-subset of a share set, tampered shares caught, and t - 1 shares that say
  * nothing of the secret (a chi-square test that fails on a leaky split); the
  * mask PRG's pinned output, its bindings (round, try, epoch, aggregator,
- * pair) and its refusals; clients that mask, drop out and are unmasked from
+ * pair) and its refusals; a neighbour's shares sealed so that they open for
+ * it, at their place in the round, only; clients that mask, drop out and are unmasked from
  * Shamir shares to the exact sum of the survivors' quantized inputs; what
  * one masked vector looks like (uniform words, no correlation with the
  * input); quantization within its stated bound; the degree formula against
@@ -27,6 +28,7 @@
 #include "secagg/graph.h"
 #include "secagg/mask.h"
 #include "secagg/quant.h"
+#include "secagg/seal.h"
 #include "secagg/shamir.h"
 #include "tests/support/support.h"
 
@@ -348,6 +350,98 @@ static void test_prg_chunks(void **state)
     assert_memory_equal(u, w, sizeof w);
 }
 
+/* ---- sealed shares ---- */
+
+static void test_seal(void **state)
+{
+    fed_crypto_arena *a;
+    fed_secagg_keys *alice, *bob, *eve;
+    fed_secagg_share s1[3], s2[3], o1, o2;
+    fed_secagg_route rt = {.sender = 4, .recipient = 9, .x = 10}, other;
+    fed_secagg_ctx c, d;
+    uint8_t box[FED_SECAGG_SEALED_BYTES], bad[FED_SECAGG_SEALED_BYTES + 1], seed[32] = {5};
+    uint32_t xs[3] = {10, 11, 12};
+    fed_rng r;
+
+    (void)state;
+    fill_ctx(&c);
+    fed_rng_seed(&r, 88);
+    assert_int_equal(fed_crypto_arena_new(NULL, &a), FED_OK);
+    assert_int_equal(fed_secagg_keys_new(a, fed_rng_random, &r, &alice), FED_OK);
+    assert_int_equal(fed_secagg_keys_new(a, fed_rng_random, &r, &bob), FED_OK);
+    assert_int_equal(fed_secagg_keys_new(a, fed_rng_random, &r, &eve), FED_OK);
+    assert_int_equal(fed_secagg_shamir_split(seed, 2, 3, xs, fed_rng_random, &r, s1), FED_OK);
+    assert_int_equal(fed_secagg_shamir_split(seed, 2, 3, xs, fed_rng_random, &r, s2), FED_OK);
+    assert_int_equal(fed_secagg_seal(a, alice, fed_secagg_keys_enc_pk(bob), &c, &rt, &s1[0],
+                                     &s2[0], fed_rng_random, &r, box),
+                     FED_OK);
+    assert_int_equal(fed_secagg_open(a, bob, fed_secagg_keys_enc_pk(alice), &c, &rt, box,
+                                     sizeof box, &o1, &o2),
+                     FED_OK);
+    assert_int_equal(o1.x, 10);
+    assert_memory_equal(o1.y, s1[0].y, sizeof o1.y);
+    assert_memory_equal(o2.y, s2[0].y, sizeof o2.y);
+    /* every byte altered: refused */
+    for (size_t i = 0; i < sizeof box; i++) {
+        memcpy(bad, box, sizeof box);
+        bad[i] ^= 0x20;
+        assert_int_equal(fed_secagg_open(a, bob, fed_secagg_keys_enc_pk(alice), &c, &rt, bad,
+                                         sizeof box, &o1, &o2),
+                         FED_ERR_AEAD);
+        assert_true(sodium_is_zero((const uint8_t *)&o1, sizeof o1));
+    }
+    /* another round, try, sender, recipient or share index: refused */
+    for (int f = 0; f < 5; f++) {
+        d = c;
+        other = rt;
+        if (f == 0)
+            d.round++;
+        if (f == 1)
+            d.try_no++;
+        if (f == 2)
+            other.sender++;
+        if (f == 3)
+            other.recipient++;
+        if (f == 4)
+            other.x++;
+        assert_int_equal(fed_secagg_open(a, bob, fed_secagg_keys_enc_pk(alice), &d, &other, box,
+                                         sizeof box, &o1, &o2),
+                         FED_ERR_AEAD);
+    }
+    /* another recipient's key, or the sender's claimed key swapped */
+    assert_int_equal(fed_secagg_open(a, eve, fed_secagg_keys_enc_pk(alice), &c, &rt, box,
+                                     sizeof box, &o1, &o2),
+                     FED_ERR_AEAD);
+    assert_int_equal(fed_secagg_open(a, bob, fed_secagg_keys_enc_pk(eve), &c, &rt, box, sizeof box,
+                                     &o1, &o2),
+                     FED_ERR_AEAD);
+    /* lengths, low-order keys, shares that do not carry the route's index */
+    memcpy(bad, box, sizeof box);
+    assert_int_equal(fed_secagg_open(a, bob, fed_secagg_keys_enc_pk(alice), &c, &rt, bad,
+                                     sizeof box - 1, &o1, &o2),
+                     FED_ERR_TRUNCATED);
+    assert_int_equal(fed_secagg_open(a, bob, fed_secagg_keys_enc_pk(alice), &c, &rt, bad,
+                                     sizeof bad, &o1, &o2),
+                     FED_ERR_TOO_LARGE);
+    memset(bad, 0, 32);
+    assert_int_equal(fed_secagg_seal(a, alice, bad, &c, &rt, &s1[0], &s2[0], fed_rng_random, &r,
+                                     box),
+                     FED_ERR_KEY);
+    assert_int_equal(fed_secagg_seal(a, alice, fed_secagg_keys_enc_pk(alice), &c, &rt, &s1[0],
+                                     &s2[0], fed_rng_random, &r, box),
+                     FED_ERR_KEY);
+    assert_int_equal(fed_secagg_seal(a, alice, fed_secagg_keys_enc_pk(bob), &c, &rt, &s1[1],
+                                     &s2[0], fed_rng_random, &r, box),
+                     FED_ERR_INVAL);
+    assert_int_equal(fed_crypto_slots_free(a), 16 - 3); /* every key slot given back */
+    fed_secagg_share_wipe(s1, 3);
+    fed_secagg_share_wipe(s2, 3);
+    fed_secagg_keys_free(a, alice);
+    fed_secagg_keys_free(a, bob);
+    fed_secagg_keys_free(a, eve);
+    fed_crypto_arena_free(a);
+}
+
 /* ---- clients that mask, and an aggregator that unmasks ---- */
 
 enum { NC = 12, DIM = 9000 };
@@ -398,9 +492,20 @@ static void cohort_build(cohort *co, fed_secagg_quant *qs, const fed_secagg_ctx 
         assert_int_equal(fed_secagg_shamir_split(fed_secagg_keys_mask_sk(co->keys[i]), co->t,
                                                  co->k, xs, fed_rng_random, r, s2),
                          FED_OK);
+        /* each neighbour's two shares sealed for it, opened by it */
         for (uint32_t d = 0; d < co->k; d++) {
-            co->self_sh[i][nb[d]] = s1[d];
-            co->key_sh[i][nb[d]] = s2[d];
+            uint8_t box[FED_SECAGG_SEALED_BYTES];
+            fed_secagg_route rt = {.sender = (uint32_t)i, .recipient = nb[d], .x = nb[d] + 1};
+
+            assert_int_equal(fed_secagg_seal(co->arena, co->keys[i],
+                                             fed_secagg_keys_enc_pk(co->keys[nb[d]]), c, &rt,
+                                             &s1[d], &s2[d], fed_rng_random, r, box),
+                             FED_OK);
+            assert_int_equal(fed_secagg_open(co->arena, co->keys[nb[d]],
+                                             fed_secagg_keys_enc_pk(co->keys[i]), c, &rt, box,
+                                             sizeof box, &co->self_sh[i][nb[d]],
+                                             &co->key_sh[i][nb[d]]),
+                             FED_OK);
         }
         for (int e = 0; e < DIM; e++)
             co->x[i][e] = (float)(fed_rng_normal(r) * 0.05 + (e % 7 == 0 ? 0.1 : 0));
@@ -820,6 +925,7 @@ int main(void)
         cmocka_unit_test(test_shamir_t_minus_one_uniform),
         cmocka_unit_test(test_prg_known_answer),
         cmocka_unit_test(test_prg_chunks),
+        cmocka_unit_test(test_seal),
         cmocka_unit_test(test_masked_sum_exact),
         cmocka_unit_test(test_masked_vector_says_nothing),
         cmocka_unit_test(test_quant),
