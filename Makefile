@@ -37,7 +37,7 @@ override CFLAGS += -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -I. $(BLAS_CFLAGS) -
 LDLIBS  := $(BLAS_LIBS) -lsodium -lnng -lsqlite3 -lmicrohttpd -linih -lz -lcmocka -ldl -lm -pthread
 CORE_LDLIBS := $(BLAS_LIBS) -linih -lz -ldl -lm -pthread
 
-MODULES   := core model crypto gossip storage node sim privacy
+MODULES   := core model crypto secagg gossip storage node sim privacy
 PROG_SRCS := app/fednode.c app/fedsim.c
 LIB_SRCS  := $(wildcard $(addsuffix /*.c,$(MODULES)))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
