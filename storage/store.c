@@ -42,11 +42,18 @@ static const char *const migrations[FED_STORE_SCHEMA_VERSION] = {
     /* -> v2: which epoch wrote a checkpoint; a peer's last known epoch */
     "ALTER TABLE checkpoints ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE peers ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;",
+    /* -> v3: DP-SGD's privacy spent at this site (its accountant), and the
+       epsilon after each round */
+    "CREATE TABLE dp_charges(id INTEGER PRIMARY KEY, round INTEGER NOT NULL,"
+    " at_ms INTEGER NOT NULL, q REAL NOT NULL, sigma REAL NOT NULL, steps INTEGER NOT NULL,"
+    " delta REAL NOT NULL, epsilon REAL);"
+    "ALTER TABLE rounds ADD COLUMN epsilon REAL;",
 };
 
 #define ROUND_COLS                                                             \
     "round, start_ms, end_ms, loss, accuracy, samples, bytes_in, bytes_out, peers, " \
-    "strategy, model_hash"
+    "strategy, model_hash, epsilon"
+#define DP_COLS "round, at_ms, q, sigma, steps, delta, epsilon"
 #define CKPT_COLS "id, round, created_s, size, chunks, hash, prev_hash, pruned, epoch"
 
 static const char *const stmt_sql[SQ_COUNT_] = {
@@ -54,9 +61,11 @@ static const char *const stmt_sql[SQ_COUNT_] = {
     [SQ_META_PUT] = "INSERT INTO meta(key, value) VALUES(?1, ?2)"
                     " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
     [SQ_ROUND_PUT] = "INSERT OR REPLACE INTO rounds(" ROUND_COLS ")"
-                     " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                     " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
     [SQ_ROUND_GET] = "SELECT " ROUND_COLS " FROM rounds WHERE round = ?1",
     [SQ_ROUND_LAST] = "SELECT " ROUND_COLS " FROM rounds ORDER BY round DESC LIMIT ?1",
+    [SQ_DP_PUT] = "INSERT INTO dp_charges(" DP_COLS ") VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    [SQ_DP_EACH] = "SELECT " DP_COLS " FROM dp_charges ORDER BY id",
     [SQ_CONTRIB_PUT] = "INSERT INTO contributions(round, peer_key, digest, signature, header,"
                        " accepted, reason) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     [SQ_CONTRIB_EACH] = "SELECT round, peer_key, digest, signature, header, accepted, reason"
@@ -188,6 +197,9 @@ uint64_t store_wall_s(const fed_store *st)
 
 /* ------------------------------------------------------- transactions -- */
 
+/* After a durable transaction: the open's own synchronous setting again. */
+static void restore_sync(fed_store *st);
+
 fed_err fed_store_begin(fed_store *st)
 {
     fed_err e;
@@ -212,6 +224,28 @@ double store_mono_s(void)
 
 void fed_store_get_stats(const fed_store *st, fed_store_stats *out) { *out = st->stats; }
 
+static const char *const sync_sql[] = {
+    "PRAGMA synchronous = FULL",
+    "PRAGMA synchronous = NORMAL",
+    "PRAGMA synchronous = OFF",
+};
+
+fed_err fed_store_begin_durable(fed_store *st)
+{
+    fed_err e;
+
+    if (st->in_tx)
+        return FED_ERR_INVAL;
+    /* the setting holds for the connection: back to the open's at commit */
+    if (st->opts.sync != FED_STORE_SYNC_FULL &&
+        (e = store_exec(st, sync_sql[FED_STORE_SYNC_FULL])) != FED_OK)
+        return e;
+    st->durable = st->opts.sync != FED_STORE_SYNC_FULL;
+    if ((e = fed_store_begin(st)) != FED_OK)
+        restore_sync(st);
+    return e;
+}
+
 fed_err fed_store_commit(fed_store *st)
 {
     double t0 = store_mono_s();
@@ -225,6 +259,7 @@ fed_err fed_store_commit(fed_store *st)
     if (e != FED_OK && !sqlite3_get_autocommit(st->db))
         (void)sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
     st->in_tx = 0;
+    restore_sync(st);
     return e;
 }
 
@@ -235,6 +270,17 @@ void fed_store_rollback(fed_store *st)
     if (!sqlite3_get_autocommit(st->db))
         (void)sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
     st->in_tx = 0;
+    restore_sync(st);
+}
+
+static void restore_sync(fed_store *st)
+{
+    if (!st->durable)
+        return;
+    st->durable = 0;
+    if (sqlite3_exec(st->db, sync_sql[st->opts.sync], NULL, NULL, NULL) != SQLITE_OK)
+        fed_log(FED_LOG_WARN, "store: restoring the synchronous setting failed: %s",
+                sqlite3_errmsg(st->db));
 }
 
 int fed_store_in_tx(const fed_store *st) { return st->in_tx; }
@@ -546,11 +592,6 @@ static fed_err read_epoch(fed_store *st)
 
 static fed_err apply_pragmas(fed_store *st, int fresh, int readonly)
 {
-    static const char *const sync_sql[] = {
-        "PRAGMA synchronous = FULL",
-        "PRAGMA synchronous = NORMAL",
-        "PRAGMA synchronous = OFF",
-    };
     char sql[96];
     int64_t ps = 0;
     fed_err e;
@@ -771,6 +812,7 @@ fed_err fed_store_put_round(fed_store *st, const fed_store_round *r)
     sqlite3_bind_text(s, 10, r->strategy, (int)strnlen(r->strategy, sizeof r->strategy),
                       SQLITE_STATIC);
     sqlite3_bind_blob(s, 11, r->model_hash, 32, SQLITE_STATIC);
+    bind_real_or_null(s, 12, r->epsilon > 0 ? r->epsilon : NAN);
     return step_done(st, s, "write round");
 }
 
@@ -788,6 +830,56 @@ static void read_round(sqlite3_stmt *s, fed_store_round *r)
     r->peers = (uint32_t)sqlite3_column_int64(s, 8);
     copy_text(r->strategy, sizeof r->strategy, sqlite3_column_text(s, 9));
     copy_blob(r->model_hash, 32, s, 10);
+    r->epsilon = sqlite3_column_type(s, 11) == SQLITE_NULL ? 0 : sqlite3_column_double(s, 11);
+}
+
+/* ---------------------------------------------------------- dp charges -- */
+
+fed_err fed_store_put_dp_charge(fed_store *st, const fed_store_dp_charge *c)
+{
+    fed_err e = FED_OK;
+    sqlite3_stmt *s;
+
+    if (!(c->q >= 0 && c->q <= 1) || !(c->sigma >= 0) || !isfinite(c->sigma) ||
+        !(c->delta > 0 && c->delta < 1) || c->steps > INT64_MAX)
+        return FED_ERR_INVAL;
+    if (!(s = store_stmt(st, SQ_DP_PUT, &e)))
+        return e;
+    sqlite3_bind_int64(s, 1, (int64_t)c->round);
+    sqlite3_bind_int64(s, 2, (int64_t)c->at_ms);
+    sqlite3_bind_double(s, 3, c->q);
+    sqlite3_bind_double(s, 4, c->sigma);
+    sqlite3_bind_int64(s, 5, (int64_t)c->steps);
+    sqlite3_bind_double(s, 6, c->delta);
+    bind_real_or_null(s, 7, c->epsilon);
+    return step_done(st, s, "write dp charge");
+}
+
+fed_err fed_store_each_dp_charge(fed_store *st, fed_store_dp_fn fn, void *ctx)
+{
+    fed_err e = FED_OK;
+    sqlite3_stmt *s = store_stmt(st, SQ_DP_EACH, &e);
+    fed_store_dp_charge c;
+    int rc;
+
+    if (!s)
+        return e;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        memset(&c, 0, sizeof c);
+        c.round = (uint64_t)sqlite3_column_int64(s, 0);
+        c.at_ms = (uint64_t)sqlite3_column_int64(s, 1);
+        c.q = sqlite3_column_double(s, 2);
+        c.sigma = sqlite3_column_double(s, 3);
+        c.steps = (uint64_t)sqlite3_column_int64(s, 4);
+        c.delta = sqlite3_column_double(s, 5);
+        c.epsilon = column_real_or_nan(s, 6);
+        if (fn(ctx, &c))
+            break;
+    }
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        e = store_err(st, rc, "read dp charges");
+    sqlite3_reset(s);
+    return e;
 }
 
 fed_err fed_store_get_round(fed_store *st, uint64_t round, fed_store_round *out)

@@ -17,6 +17,8 @@ typedef enum store_stmt_id {
     SQ_ROUND_PUT,
     SQ_ROUND_GET,
     SQ_ROUND_LAST,
+    SQ_DP_PUT,
+    SQ_DP_EACH,
     SQ_CONTRIB_PUT,
     SQ_CONTRIB_EACH,
     SQ_PEER_PUT,
@@ -48,6 +50,7 @@ struct fed_store {
     int in_tx;        /* inside fed_store_begin .. commit */
     uint64_t sp_seq;  /* savepoint names */
     int disk_full;    /* fed_store_set_disk_full: the commit hook refuses */
+    int durable;      /* fed_store_begin_durable raised synchronous to FULL */
     fed_store_stats stats; /* fed_store_get_stats */
 };
 

@@ -265,12 +265,13 @@ static void test_migrate_from_v1(void **state)
     sqlite3_close(db);
 
     assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
-    assert_int_equal(fed_store_schema(st), 2);
+    assert_int_equal(fed_store_schema(st), FED_STORE_SCHEMA_VERSION);
     assert_int_equal(fed_store_epoch(st), 5001);
     assert_int_equal(fed_store_get_round(st, 7, &r), FED_OK);
     assert_string_equal(r.strategy, "median");
     assert_int_equal(r.samples, 100);
     assert_true(r.loss == 0.25);
+    assert_true(r.epsilon == 0); /* the v3 column, NULL */
     assert_int_equal(fed_store_list_peers(st, p, 4, &n), FED_OK);
     assert_int_equal(n, 1);
     assert_string_equal(p[0].addr, "tcp://10.0.0.1:7000");
@@ -279,12 +280,78 @@ static void test_migrate_from_v1(void **state)
     fed_store_close(st);
 
     db = raw_open(path);
-    assert_int_equal(raw_int(db, "PRAGMA user_version"), 2);
-    assert_int_equal(raw_int(db, "SELECT value FROM meta WHERE key = 'schema_version'"), 2);
+    assert_int_equal(raw_int(db, "PRAGMA user_version"), 3);
+    assert_int_equal(raw_int(db, "SELECT value FROM meta WHERE key = 'schema_version'"), 3);
+    assert_int_equal(raw_int(db, "SELECT count(*) FROM dp_charges"), 0);
     assert_int_equal(raw_int(db, "SELECT epoch FROM checkpoints WHERE id = 1"), 5001);
     /* a v1 file keeps the page size it was made with */
     assert_int_equal(raw_int(db, "PRAGMA page_size"), 4096);
     sqlite3_close(db);
+}
+
+typedef struct dp_seen {
+    fed_store_dp_charge c[4];
+    size_t n;
+} dp_seen;
+
+static int keep_dp(void *ctx, const fed_store_dp_charge *c)
+{
+    dp_seen *d = ctx;
+
+    if (d->n < 4)
+        d->c[d->n++] = *c;
+    return 0;
+}
+
+/* DP charges: rows back in the order made, out-of-range values refused, a
+ * durable transaction's rows kept across a reopen and a rolled-back one's
+ * gone, and the store usable as before after either. */
+static void test_dp_charges(void **state)
+{
+    char path[512];
+    test_clock clk = {100};
+    fed_store_opts o = opts_with_clock(&clk);
+    fed_store *st = NULL;
+    fed_store_dp_charge c = {3, 1234, 0.25, 1.5, 60, 1e-5, 2.5}, bad;
+    dp_seen d = {0};
+
+    (void)state;
+    fresh_db(path, sizeof path, "dp.db");
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_store_begin_durable(st), FED_OK);
+    assert_int_equal(fed_store_begin_durable(st), FED_ERR_INVAL); /* one at a time */
+    assert_int_equal(fed_store_put_dp_charge(st, &c), FED_OK);
+    assert_int_equal(fed_store_commit(st), FED_OK);
+    c.round = 4;
+    c.epsilon = NAN;
+    assert_int_equal(fed_store_begin_durable(st), FED_OK);
+    assert_int_equal(fed_store_put_dp_charge(st, &c), FED_OK);
+    fed_store_rollback(st); /* not made */
+    c.steps = 7;
+    assert_int_equal(fed_store_put_dp_charge(st, &c), FED_OK); /* a transaction of its own */
+    bad = c;
+    bad.q = 1.5;
+    assert_int_equal(fed_store_put_dp_charge(st, &bad), FED_ERR_INVAL);
+    bad = c;
+    bad.sigma = INFINITY;
+    assert_int_equal(fed_store_put_dp_charge(st, &bad), FED_ERR_INVAL);
+    bad = c;
+    bad.delta = 1;
+    assert_int_equal(fed_store_put_dp_charge(st, &bad), FED_ERR_INVAL);
+    fed_store_close(st);
+
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_store_each_dp_charge(st, keep_dp, &d), FED_OK);
+    assert_int_equal(d.n, 2);
+    assert_int_equal(d.c[0].round, 3);
+    assert_int_equal(d.c[0].at_ms, 1234);
+    assert_true(d.c[0].q == 0.25 && d.c[0].sigma == 1.5 && d.c[0].delta == 1e-5);
+    assert_int_equal(d.c[0].steps, 60);
+    assert_true(d.c[0].epsilon == 2.5);
+    assert_int_equal(d.c[1].round, 4);
+    assert_int_equal(d.c[1].steps, 7);
+    assert_true(isnan(d.c[1].epsilon));
+    fed_store_close(st);
 }
 
 static void test_not_ours(void **state)
@@ -2102,6 +2169,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_open_empty_file),
         cmocka_unit_test(test_migrate_from_v1),
+        cmocka_unit_test(test_dp_charges),
         cmocka_unit_test(test_not_ours),
         cmocka_unit_test(test_epoch_rule),
         cmocka_unit_test(test_node_key),
