@@ -20,12 +20,7 @@
 . "$(dirname "$0")/proc_lib.sh"
 
 K=$TMP/keys
-mkdir -p "$K"
-: >"$K/allow.txt"
-for n in agg c0 c1 c2; do
-    test_key "$n" "$K"
-    echo "$n $("$FEDNODE" pubkey "$K/$n")" >>"$K/allow.txt"
-done
+allow_keys "$K" agg c0 c1 c2
 C2=$(keyhex "$K/c2")
 C1=$(keyhex "$K/c1")
 COMMON="--data fashion-mnist --threads 1"
