@@ -1126,6 +1126,9 @@ static fed_err fed_node_agg_check(const fed_node_config *c)
         !(c->momentum >= 0 && c->momentum < 1) || c->poll_ms == 0 || c->deadline_ms == 0 ||
         c->async_k > FED_MERGE_DEFAULT_MAX_CLIENTS)
         return FED_ERR_BAD_VALUE;
+    if (c->require_dp_sgd && (!(c->dp_clip > 0) || !isfinite(c->dp_clip) ||
+                              !(c->dp_noise >= 0) || !isfinite(c->dp_noise)))
+        return FED_ERR_BAD_VALUE; /* the MODEL's DP-SGD field would not encode */
     return FED_OK;
 }
 
