@@ -11,6 +11,8 @@
 #include "model/data.h"
 #include "app/chart.h"
 
+/* fedsim's CSV: these columns, then lr (the round's learning rate); a file
+ * without the lr column, written before it came, reads the same */
 #define CSV_HEADER "round,t_s,accuracy,spread,bytes,merged"
 
 static const char *const colours[FED_CHART_MAX_SERIES] = {
@@ -30,12 +32,20 @@ fed_err fed_chart_series_parse_csv(const char *text, size_t len, const char *nam
                                  fed_chart_series *s)
 {
     size_t lines = 0, at, cap;
+    int has_lr;
     fed_err e = FED_OK;
 
     memset(s, 0, sizeof *s);
     snprintf(s->name, sizeof s->name, "%s", name ? name : "");
     if (len < sizeof CSV_HEADER - 1 || memcmp(text, CSV_HEADER, sizeof CSV_HEADER - 1) != 0)
         return FED_ERR_FORMAT;
+    has_lr = len >= sizeof CSV_HEADER + 2 && !memcmp(text + sizeof CSV_HEADER - 1, ",lr", 3);
+    {
+        size_t after = sizeof CSV_HEADER - 1 + (has_lr ? 3 : 0);
+
+        if (after < len && text[after] != '\n' && text[after] != '\r')
+            return FED_ERR_FORMAT; /* another column than lr */
+    }
     for (size_t i = 0; i < len; i++)
         lines += text[i] == '\n';
     if (lines > FED_CHART_MAX_POINTS)
@@ -57,7 +67,7 @@ fed_err fed_chart_series_parse_csv(const char *text, size_t len, const char *nam
         const char *nl = memchr(text + at, '\n', len - at);
         size_t end = nl ? (size_t)(nl - text) : len;
         char line[256];
-        double r, t, acc, spread, bytes;
+        double r, t, acc, spread, bytes, lr;
         unsigned merged;
         char extra;
 
@@ -67,9 +77,12 @@ fed_err fed_chart_series_parse_csv(const char *text, size_t len, const char *nam
             else {
                 memcpy(line, text + at, end - at);
                 line[end - at] = 0;
-                if (sscanf(line, "%lf,%lf,%lf,%lf,%lf,%u %c", &r, &t, &acc, &spread, &bytes,
-                           &merged, &extra) != 6 ||
-                    s->n >= cap)
+                int ok = has_lr ? sscanf(line, "%lf,%lf,%lf,%lf,%lf,%u,%lf %c", &r, &t, &acc,
+                                         &spread, &bytes, &merged, &lr, &extra) == 7
+                                  : sscanf(line, "%lf,%lf,%lf,%lf,%lf,%u %c", &r, &t, &acc,
+                                           &spread, &bytes, &merged, &extra) == 6;
+
+                if (!ok || s->n >= cap)
                     e = FED_ERR_FORMAT;
                 else {
                     s->round[s->n] = r;

@@ -334,6 +334,12 @@ static int check_round_options(const run_cfg *c, const run_state *s, fed_node_co
         fed_cli_error("run: --codec '%s': f32, f16, q8 or topk:FRACTION", c->s.codec);
     else if (!strcmp(bad, "strategy"))
         fed_cli_error("run: --strategy '%s' is not a strategy (see README)", c->s.strategy);
+    else if (!strcmp(bad, "lr-schedule"))
+        fed_cli_error("run: --lr-schedule '%s': const, step:ROUNDS,GAMMA or cosine (cosine needs"
+                      " --rounds)", c->s.lr_schedule);
+    else if (!strcmp(bad, "lr-warmup"))
+        fed_cli_error("run: --lr-warmup %d leaves no round of --lr-schedule %s in %d rounds",
+                      c->s.lr_warmup, c->s.lr_schedule, c->s.rounds);
     else
         fed_cli_error("run: --mode '%s': sync or async", c->s.mode);
     return 2;
@@ -409,6 +415,11 @@ static int fill_peer(const run_cfg *c, run_state *s, fed_node_config *nc)
 {
     int rc;
 
+    if (fed_node_peer_check(c->s.topology, c->s.sync, c->s.mixing) == FED_ERR_UNSUPPORTED) {
+        fed_cli_error("run: --mixing allreduce is a barrier by nature: --sync '%s' cannot go "
+                      "with it (use --sync bsp)", c->s.sync);
+        return 2;
+    }
     if (fed_node_peer_check(c->s.topology, c->s.sync, c->s.mixing) != FED_OK) {
         fed_cli_error("run: --topology '%s', --sync '%s' or --mixing '%s' is not valid "
                       "(see fednode run --help)", c->s.topology, c->s.sync, c->s.mixing);

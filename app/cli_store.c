@@ -234,12 +234,12 @@ static void print_rounds_table(const status_data *d)
         printf("  none\n");
         return;
     }
-    printf("  %7s  %-19s  %8s  %8s  %7s  %10s  %10s  %10s  %5s  %-10s  %s\n", "round",
+    printf("  %7s  %-19s  %8s  %8s  %7s  %10s  %10s  %10s  %5s  %9s  %-10s  %s\n", "round",
            "ended (UTC)", "secs", "loss", "acc", "samples", "bytes in", "bytes out", "peers",
-           "strategy", "epsilon");
+           "lr", "strategy", "epsilon");
     for (size_t i = 0; i < d->nrounds; i++) {
         const fed_store_round *r = &d->rounds[i];
-        char when[32], loss[24], acc[24], in[24], out[24], eps[24];
+        char when[32], loss[24], acc[24], in[24], out[24], lr[24], eps[24];
         double secs = r->end_ms >= r->start_ms ? (double)(r->end_ms - r->start_ms) / 1000 : 0;
 
         fmt_time_ms(when, sizeof when, r->end_ms);
@@ -248,9 +248,14 @@ static void print_rounds_table(const status_data *d)
         fmt_real(eps, sizeof eps, r->epsilon > 0 ? r->epsilon : NAN, 4, "");
         fmt_bytes(in, sizeof in, r->bytes_in);
         fmt_bytes(out, sizeof out, r->bytes_out);
+        if (r->lr > 0)
+            snprintf(lr, sizeof lr, "%.4g", r->lr);
+        else
+            snprintf(lr, sizeof lr, "-"); /* none recorded: mixing only, or an older node */
         printf("  %7" PRIu64 "  %-19s  %8.2f  %8s  %7s  %10" PRIu64 "  %10s  %10s  %5" PRIu32
-               "  %-10s  %s\n",
-               r->round, when, secs, loss, acc, r->samples, in, out, r->peers, r->strategy, eps);
+               "  %9s  %-10s  %s\n",
+               r->round, when, secs, loss, acc, r->samples, in, out, r->peers, lr, r->strategy,
+               eps);
     }
 }
 
@@ -368,6 +373,8 @@ static void print_status_json(FILE *f, const char *db, fed_store *st, const stat
                ",\"peers\":%" PRIu32 ",\"strategy\":", r->samples, r->bytes_in, r->bytes_out,
                r->peers);
         json_str(f, r->strategy);
+        fprintf(f, ",\"lr\":");
+        json_real(f, r->lr > 0 ? r->lr : NAN);
         fprintf(f, ",\"epsilon\":");
         json_real(f, r->epsilon > 0 ? r->epsilon : NAN);
         fprintf(f, ",\"model_hash\":\"%s\"}", h);

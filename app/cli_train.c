@@ -46,6 +46,7 @@ typedef struct train_cfg {
     double weight_decay;
     int nesterov;
     char schedule[64];
+    int lr_warmup;
     int threads;
     uint64_t seed;
     char partition[64];
@@ -81,6 +82,8 @@ static const fed_opt train_opts[] = {
     T(schedule, "schedule", FED_OPT_STR, "cosine", 0, 0,
       "learning-rate schedule: const, step:EPOCHS,GAMMA (times GAMMA every EPOCHS "
       "epochs) or cosine (down to 0 over the run)"),
+    T(lr_warmup, "lr-warmup", FED_OPT_INT, "0", 0, 100000,
+      "epochs of linear warm-up (up to --lr) before --schedule begins"),
     T(threads, "threads", FED_OPT_INT, "0", 0, MAX_THREADS,
       "threads splitting each batch (CPU); 0 = every online core"),
     T(seed, "seed", FED_OPT_U64, "1", 0, 0, "seed of initialization and shuffling"),
@@ -169,23 +172,6 @@ static void sleep_until(double at)
 }
 
 static uint64_t wall_ms(void) { return (uint64_t)(wall_s() * 1000.0); }
-
-/* The learning-rate schedule of the command line, counted in epochs, into
- * steps for the optimizer. */
-static fed_err schedule_to_steps(const char *text, int epochs, long per_epoch, fed_optim_cfg *oc)
-{
-    fed_err err = fed_optim_sched_parse(text, oc);
-
-    if (err != FED_OK)
-        return err;
-    if (oc->sched == FED_SCHED_STEP)
-        oc->step_size *= per_epoch;
-    else if (oc->sched == FED_SCHED_COSINE && strcmp(text, "cosine") == 0)
-        oc->total_steps = (long)epochs * per_epoch;
-    else if (oc->sched == FED_SCHED_COSINE)
-        return FED_ERR_BAD_VALUE; /* "cosine:N" is the library's step count: not here */
-    return FED_OK;
-}
 
 typedef struct progress {
     int epoch, epochs;
@@ -281,9 +267,14 @@ static int check_train_cfg(const train_cfg *c, fed_optim_cfg *oc, int *shard, in
         return 2;
     }
     probe = *oc;
-    if (schedule_to_steps(c->schedule, c->epochs, 1, &probe) != FED_OK) {
+    if (fed_optim_sched_of_run(c->schedule, c->epochs, 0, 1, &probe) != FED_OK) {
         fed_cli_error("train: --schedule: '%s' is not const, step:EPOCHS,GAMMA or cosine",
                       c->schedule);
+        return 2;
+    }
+    if (fed_optim_sched_of_run(c->schedule, c->epochs, c->lr_warmup, 1, &probe) != FED_OK) {
+        fed_cli_error("train: --lr-warmup %d leaves no epoch of --schedule %s in %d epochs",
+                      c->lr_warmup, c->schedule, c->epochs);
         return 2;
     }
     if (c->resume && !c->db[0]) {
@@ -316,8 +307,10 @@ static void print_header(const train_cfg *c, const train_world *w, const fed_opt
     printf("), %d epochs, batch %d, %s lr %g", c->epochs, c->batch, c->optimizer, oc->lr);
     if (oc->kind == FED_OPTIM_SGD)
         printf(" momentum %g%s", oc->momentum, oc->nesterov ? " nesterov" : "");
-    printf(" weight-decay %g, schedule %s, seed %llu\n", oc->weight_decay, c->schedule,
-           (unsigned long long)c->seed);
+    printf(" weight-decay %g, schedule %s", oc->weight_decay, c->schedule);
+    if (c->lr_warmup)
+        printf(" after %d warm-up epoch%s", c->lr_warmup, c->lr_warmup == 1 ? "" : "s");
+    printf(", seed %llu\n", (unsigned long long)c->seed);
     printf("# device %s, %d thread%s\n", w->be->device, threads, threads == 1 ? "" : "s");
     if (c->dp_sgd)
         printf("# DP-SGD: clip %g, noise multiplier %g, Poisson sampling at q = %g, %ld steps "
@@ -349,12 +342,13 @@ static void print_epsilon(const train_cfg *c, const train_world *w)
 
 /* --db: the epoch's round row and checkpoint, one transaction. */
 static int record_epoch(const train_cfg *c, train_world *w, const fed_rng *shuffle, int e,
-                        uint64_t start_ms, const fed_step_stats *tr, const fed_step_stats *te)
+                        uint64_t start_ms, float lr, const fed_step_stats *tr,
+                        const fed_step_stats *te)
 {
     fed_node_record_round r = {(uint64_t)e, start_ms, wall_ms(),
                                tr->loss_sum / (double)tr->samples,
                                w->test ? (double)te->correct / (double)te->samples : NAN,
-                               (uint64_t)tr->samples, NULL, 0, 0, 0};
+                               (uint64_t)tr->samples, lr, NULL, 0, 0, 0};
     fed_err err;
 
     if (!w->st)
@@ -383,6 +377,7 @@ static int run_epochs(const train_cfg *c, train_world *w, fed_rng *shuffle)
         int first = e == w->first_epoch && c->start_at > 0;
         uint64_t start_ms;
         double t0, secs, late = 0;
+        float lr = fed_optim_lr(w->o); /* the epoch's first step's */
 
         bar.epoch = e;
         bar.last_pct = -1;
@@ -411,7 +406,7 @@ static int run_epochs(const train_cfg *c, train_world *w, fed_rng *shuffle)
             printf("  start %+.4f", late);
         printf("\n");
         fflush(stdout);
-        if (record_epoch(c, w, shuffle, e, start_ms, &tr, &te) != 0)
+        if (record_epoch(c, w, shuffle, e, start_ms, lr, &tr, &te) != 0)
             return 1;
     }
     return 0;
@@ -542,8 +537,8 @@ static int train_main(const train_cfg *c, int argc, char **argv)
     }
     fed_rng_seed_stream(&init, c->seed, 0);
     fed_rng_seed_stream(&shuffle, c->seed, 1);
-    if ((err = schedule_to_steps(c->schedule, c->epochs, fed_train_batches(w.nidx, c->batch),
-                                 &oc)) != FED_OK ||
+    if ((err = fed_optim_sched_of_run(c->schedule, c->epochs, c->lr_warmup,
+                                      fed_train_batches(w.nidx, c->batch), &oc)) != FED_OK ||
         (err = fed_model_init(w.m, &init)) != FED_OK ||
         (err = fed_optim_new(&oc, w.m, &w.o)) != FED_OK ||
         (err = fed_trainer_new(w.m, w.o, w.train, c->batch, &w.t)) != FED_OK) {

@@ -68,12 +68,13 @@ static void on_row(void *ctx, const fed_sim_row *row)
         o->t_first = now;
     if (!o->quiet)
         printf("round %4llu  t %9.2f s  accuracy %.4f  spread %.4f  bytes %12llu  merged %u"
-               "  (wall %.2f s)\n",
+               "  lr %.4g  (wall %.2f s)\n",
                (unsigned long long)row->round, row->t_s, row->accuracy, row->spread,
-               (unsigned long long)row->bytes, row->merged, now - o->t0);
+               (unsigned long long)row->bytes, row->merged, (double)row->lr, now - o->t0);
     if (o->csv)
-        fprintf(o->csv, "%llu,%.3f,%.6f,%.6f,%llu,%u\n", (unsigned long long)row->round,
-                row->t_s, row->accuracy, row->spread, (unsigned long long)row->bytes, row->merged);
+        fprintf(o->csv, "%llu,%.3f,%.6f,%.6f,%llu,%u,%.6g\n", (unsigned long long)row->round,
+                row->t_s, row->accuracy, row->spread, (unsigned long long)row->bytes, row->merged,
+                (double)row->lr);
     if (o->db) {
         fed_store_round sr;
         fed_err e;
@@ -85,6 +86,7 @@ static void on_row(void *ctx, const fed_sim_row *row)
         sr.accuracy = row->accuracy;
         sr.bytes_out = row->bytes;
         sr.peers = row->merged;
+        sr.lr = row->lr;
         snprintf(sr.strategy, sizeof sr.strategy, "%s", o->label);
         if ((e = fed_store_put_round(o->db, &sr)) != FED_OK)
             fed_log(FED_LOG_WARN, "--db: round %llu: %s", (unsigned long long)row->round,
@@ -260,7 +262,7 @@ int main(int argc, char **argv)
         return 1;
     }
     if (o.csv)
-        fprintf(o.csv, "round,t_s,accuracy,spread,bytes,merged\n");
+        fprintf(o.csv, "round,t_s,accuracy,spread,bytes,merged,lr\n");
     if (dbpath && (e = fed_store_open(dbpath, NULL, &o.db)) != FED_OK) {
         fed_cli_error("--db %s: %s", dbpath, fed_strerror(e));
         rc = 1;

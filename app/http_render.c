@@ -331,8 +331,11 @@ static void metrics_clients(FILE *f, const fed_node_snap *s, const fed_http_db *
            "256 rounds), by its name in the allow-list.");
     for (size_t i = 0; i < s->nmembers; i++) {
         const fed_http_member_db *m = &db->member[i];
-        uint64_t since = m->last_merged ? latest - m->last_merged
-                                        : latest - db->window_from + (latest ? 1 : 0);
+        /* a commit may land between the two reads (last_merged past latest),
+         * and before the first commit nothing is missed yet: never wraps */
+        uint64_t since = m->last_merged
+                             ? (latest > m->last_merged ? latest - m->last_merged : 0)
+                             : (latest >= db->window_from ? latest - db->window_from + 1 : 0);
 
         sample_l(f, "fednode_client_rounds_since_merged", "client", s->member[i].name, since);
     }

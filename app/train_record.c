@@ -82,6 +82,7 @@ static fed_err write_round_and_ckpt(fed_store *st, const fed_node_record_round *
     row.loss = r->loss;
     row.accuracy = r->accuracy;
     row.samples = r->samples;
+    row.lr = r->lr;
     snprintf(row.strategy, sizeof row.strategy, "%s", FED_NODE_STRATEGY_LOCAL);
     /* the round's model: the hash of the params section as stored */
     fed_crypto_model_hash(s[2].data, s[2].len, row.model_hash);

@@ -1,8 +1,9 @@
 /* train_record.h - `fednode train --db FILE`: a single node keeps the record
  * a federated one does. Each epoch is one round of the node's database (its
- * row: times, loss, test accuracy, samples, strategy "local", the hash of
- * the parameters, with --dp-sgd the epsilon spent and the epoch's privacy
- * charge) and one checkpoint, written in one transaction; `--resume`
+ * row: times, loss, test accuracy, samples, the rate of its first step,
+ * strategy "local", the hash of the parameters, with --dp-sgd the epsilon
+ * spent and the epoch's privacy charge) and one checkpoint, written in one
+ * transaction; `--resume`
  * loads the newest valid checkpoint and goes on from the next epoch, bit for
  * bit as if the run had never stopped (same data, seed and options).
  *
@@ -43,6 +44,7 @@ typedef struct fed_node_record_round {
     double loss;              /* mean training loss over the epoch */
     double accuracy;          /* test accuracy; NaN when not measured */
     uint64_t samples;         /* training samples seen in the epoch */
+    double lr;                /* the learning rate of its first step */
     /* DP-SGD: the epoch's privacy charge (dp_steps steps at rate dp_q, noise
        multiplier dp_sigma), made in the same transaction, fsynced; dp NULL:
        none. On failure dp must be loaded again (node/dp_account.h). */

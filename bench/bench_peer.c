@@ -20,6 +20,18 @@
  *    simulator (sim/world.h, sim/host.h), in the steady state of rounds 2..4;
  *    and why they differ (SHAREs carry K f64 running totals, a client one
  *    f32 delta).
+ * 3. Exact all-reduce (gossip/allreduce.h) for n = 8, 64 and 1,000 at logreg's
+ *    length: ring, tree and butterfly run in-process in lockstep (every
+ *    member's sends of a step delivered, then every member advances), the
+ *    result checked against the key-order mean (one round, every member the
+ *    same bits); bytes a peer sends a round, as payload (f64) and as sealed
+ *    SLICE frames, the ring's payload against 2(n-1)/n of the model; wall
+ *    time a round with 100 MB/s links and 5 ms latency, modelled as the sum
+ *    over steps of 5 ms + the most bytes one member sends in the step / 100
+ *    MB/s. Next to push-sum on random:3 (rounds to 1e-6 measured here, 8
+ *    doubles; each round K = 3 SHAREs of the whole vector, one latency) and
+ *    the aggregator (one f32 MODEL down and one f32 DELTA up a client, the
+ *    aggregator's link carrying n of each).
  * Prints figures and ratios; asserts nothing about time. */
 #include <malloc.h>
 #include <math.h>
@@ -34,6 +46,7 @@
 #include "core/pool.h"
 #include "core/rng.h"
 #include "crypto/allow.h"
+#include "gossip/allreduce.h"
 #include "gossip/pushsum.h"
 #include "gossip/topology.h"
 #include "gossip/wire.h"
@@ -916,8 +929,172 @@ static void part_bytes(const fed_dataset *train, size_t nparams)
     fed_backend_free(be);
 }
 
-int main(void)
+
+/* ---- 3. exact all-reduce ---- */
+
+#define LINK_BYTES_PER_MS 100000.0 /* 100 MB/s */
+#define LINK_LATENCY_MS 5.0
+
+typedef struct ar_figures {
+    uint32_t steps;
+    double payload_max, payload_mean; /* bytes a peer sends a round, f64 ranges */
+    double frames_max;                /* the same as sealed SLICE frames */
+    double wall_ms;                   /* the lockstep model */
+    double err;                       /* max |result - key-order mean|, relative */
+    int same_bits;
+} ar_figures;
+
+static size_t slice_frame(size_t elems)
 {
+    fed_codec f64 = {.id = FED_CODEC_F64};
+    size_t body = 0;
+
+    if (fed_codec_size(&f64, elems, &body) != FED_OK)
+        die("codec size", FED_ERR_INTERNAL);
+    return fed_wire_frame_bytes(fed_wire_block_size(FED_WIRE_SLICE) + body);
+}
+
+static fed_err run_allreduce(const char *spec, uint32_t n, size_t dim, ar_figures *f)
+{
+    fed_gossip_ar_plan plan;
+    fed_gossip_ar_member **m = NULL;
+    double *v = fed_malloc(dim * sizeof *v), *mean = fed_calloc(dim, sizeof *mean);
+    double *pay = fed_calloc(n, sizeof *pay), *fr = fed_calloc(n, sizeof *fr);
+    float *out = fed_malloc(dim * sizeof *out), *first = fed_malloc(dim * sizeof *first);
+    fed_gossip_ar_xfer *sx = NULL;
+    fed_err e = FED_ERR_NOMEM;
+
+    memset(f, 0, sizeof *f);
+    if (!v || !mean || !pay || !fr || !out || !first)
+        goto out;
+    if ((e = fed_gossip_ar_plan_init(&plan, spec, n, dim)) != FED_OK)
+        goto out;
+    e = FED_ERR_NOMEM;
+    if (!(m = fed_calloc(n, sizeof *m)) ||
+        !(sx = fed_calloc(fed_gossip_ar_fanout(&plan), sizeof *sx)))
+        goto out;
+    for (uint32_t i = 0; i < n; i++) {
+        start_vector(SEED, i, dim, v);
+        for (size_t d = 0; d < dim; d++)
+            mean[d] += v[d] / n;
+        if ((e = fed_gossip_ar_member_new(&plan, i, v, 1.0, &m[i])) != FED_OK)
+            goto out;
+    }
+    f->steps = fed_gossip_ar_steps(&plan);
+    for (uint32_t s = 0; s < f->steps; s++) {
+        double step_max = 0;
+
+        for (uint32_t i = 0; i < n; i++) { /* every send of the step delivered */
+            double bytes = 0;
+
+            for (size_t k = 0; k < fed_gossip_ar_member_nsend(m[i]); k++) {
+                fed_gossip_ar_xfer x;
+                const double *d;
+
+                if ((e = fed_gossip_ar_member_send(m[i], k, &x, &d)) != FED_OK ||
+                    (e = fed_gossip_ar_member_receive(m[x.peer], i, s, d, x.len, NULL)) != FED_OK)
+                    goto out;
+                bytes += (double)slice_frame(x.len);
+                pay[i] += 8.0 * (double)x.len;
+                fr[i] += (double)slice_frame(x.len);
+            }
+            step_max = bytes > step_max ? bytes : step_max;
+        }
+        f->wall_ms += LINK_LATENCY_MS + step_max / LINK_BYTES_PER_MS;
+        for (uint32_t i = 0; i < n; i++) /* then every member advances */
+            if ((e = fed_gossip_ar_member_advance(m[i])) != FED_OK)
+                goto out;
+    }
+    f->same_bits = 1;
+    for (uint32_t i = 0; i < n; i++) {
+        if ((e = fed_gossip_ar_member_result(m[i], i ? out : first, NULL)) != FED_OK)
+            goto out;
+        if (i && memcmp(out, first, dim * sizeof *out) != 0)
+            f->same_bits = 0;
+        f->payload_max = pay[i] > f->payload_max ? pay[i] : f->payload_max;
+        f->frames_max = fr[i] > f->frames_max ? fr[i] : f->frames_max;
+        f->payload_mean += pay[i] / n;
+    }
+    for (size_t d = 0; d < dim; d++) {
+        double r = fabs((double)first[d] - mean[d]) / (1.0 + fabs(mean[d]));
+
+        f->err = r > f->err ? r : f->err;
+    }
+out:
+    for (uint32_t i = 0; m && i < n; i++)
+        fed_gossip_ar_member_free(m[i]);
+    fed_free(m);
+    fed_free(sx);
+    fed_free(v);
+    fed_free(mean);
+    fed_free(pay);
+    fed_free(fr);
+    fed_free(out);
+    fed_free(first);
+    return e;
+}
+
+static void part_allreduce(size_t dim)
+{
+    static const uint32_t ns[] = {8, 64, NPEERS};
+    static const char *const specs[] = {"ring", "tree", "butterfly"};
+    fed_codec f32 = {.id = FED_CODEC_F32}, f64 = {.id = FED_CODEC_F64};
+    size_t b32 = 0, b64 = 0, share, model_frame;
+    double model64 = 8.0 * (double)dim;
+
+    if (fed_codec_size(&f32, dim, &b32) != FED_OK || fed_codec_size(&f64, dim, &b64) != FED_OK)
+        die("codec size", FED_ERR_INTERNAL);
+    share = fed_wire_frame_bytes(fed_wire_block_size(FED_WIRE_SHARE) + b64);
+    model_frame = fed_wire_frame_bytes(FED_WIRE_MODEL_BLOCK_BYTES + b32);
+    printf("\n== 3. exact all-reduce at logreg's length (%zu parameters; ranges travel as f64, "
+           "%.0f bytes the whole model),\n", dim, model64);
+    printf("next to push-sum random:3 (rounds to 1e-6 measured here, 8 doubles) and an "
+           "aggregator; wall time a round\n");
+    printf("with 100 MB/s links and 5 ms latency (all-reduce: the sum over steps of 5 ms + the "
+           "most bytes one member sends in it)\n");
+    printf("%6s %-10s %7s %6s %14s %14s %9s %14s %11s %10s\n", "n", "mixing", "rounds", "steps",
+           "payload/peer", "frames/peer", "payload/", "total to mean", "wall/round", "error f32");
+    printf("%6s %-10s %7s %6s %14s %14s %9s %14s %11s %10s\n", "", "", "", "", "(max B)", "(max B)",
+           "model", "(B/peer)", "(ms)", "");
+    for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
+        uint32_t n = ns[k];
+        cons_result ps;
+        fed_err e;
+
+        for (size_t t = 0; t < sizeof specs / sizeof *specs; t++) {
+            ar_figures f;
+
+            if ((e = run_allreduce(specs[t], n, dim, &f)) != FED_OK)
+                die("all-reduce", e);
+            printf("%6u %-10s %7d %6u %14.0f %14.0f %9.4f %14.0f %11.1f %10.2g%s\n", n, specs[t], 1,
+                   f.steps, f.payload_max, f.frames_max, f.payload_max / model64, f.frames_max,
+                   f.wall_ms, f.err, f.same_bits ? "" : "  NOT THE SAME BITS");
+            if (!strcmp(specs[t], "ring"))
+                printf("%6s %-10s   the ring's payload: %.4f of the model, bound 2(n-1)/n = %.4f "
+                       "(mean %.4f); frame overhead %.2f%%\n", "", "", f.payload_max / model64,
+                       2.0 * (n - 1) / n, f.payload_mean / model64,
+                       100.0 * (f.frames_max - f.payload_max) / f.payload_max);
+        }
+        if ((e = run_consensus("random:3", n, SHORT_DIM, MAX_ROUNDS, &ps)) != FED_OK)
+            die("push-sum", e);
+        printf("%6u %-10s %7d %6d %14.0f %14.0f %9.4f %14.0f %11.1f %10s\n", n, "push-sum:3",
+               ps.rounds, 1, ps.frames_mean * (double)b64, ps.frames_mean * (double)share,
+               ps.frames_mean * (double)b64 / model64, ps.rounds * ps.frames_mean * (double)share,
+               LINK_LATENCY_MS + ps.frames_mean * (double)share / LINK_BYTES_PER_MS, "<1e-6");
+        printf("%6u %-10s %7d %6d %14.0f %14.0f %9s %14.0f %11.1f %10s\n", n, "aggregator", 1, 2,
+               (double)b32, (double)fed_wire_frame_bytes(16 + b32), "(f32)",
+               (double)fed_wire_frame_bytes(16 + b32),
+               2 * LINK_LATENCY_MS + (double)n * (double)(model_frame + fed_wire_frame_bytes(16 + b32)) /
+                   LINK_BYTES_PER_MS, "exact");
+    }
+    printf("(aggregator: a client sends one f32 DELTA; the aggregator's link carries n MODELs and "
+           "n DELTAs, which sets its wall time)\n");
+}
+
+/* `bench_peer allreduce`: part 3 alone. */
+int main(int argc, char **argv)
+{
+    int only_ar = argc > 1 && !strcmp(argv[1], "allreduce");
     fed_dataset *train = NULL;
     double t0 = now_s();
     fed_model_shape shape = {.c = 1, .h = 28, .w = 28, .classes = 10};
@@ -931,8 +1108,11 @@ int main(void)
         die("logreg's size", e);
     printf("bench_peer: logreg on (%d, %d, %d) -> %d classes: %zu parameters\n", shape.c, shape.h,
            shape.w, shape.classes, nparams);
-    part_consensus(nparams);
-    part_bytes(train, nparams);
+    if (!only_ar) {
+        part_consensus(nparams);
+        part_bytes(train, nparams);
+    }
+    part_allreduce(nparams);
     printf("\nbench_peer: %.1f s in all\n", now_s() - t0);
     fed_data_free(train);
     return 0;

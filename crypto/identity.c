@@ -285,12 +285,17 @@ static int in_credentials_dir(const char *path)
     const char *cd = getenv("CREDENTIALS_DIRECTORY");
     char want[PATH_MAX], dir[PATH_MAX], got[PATH_MAX];
     const char *slash = strrchr(path, '/');
+    struct stat ds;
 
     if (!cd || !cd[0] || !slash || (size_t)(slash - path) >= sizeof dir)
         return 0;
     memcpy(dir, path, (size_t)(slash - path));
     dir[slash - path] = '\0';
-    return realpath(cd, want) && realpath(dir[0] ? dir : "/", got) && !strcmp(want, got);
+    if (!realpath(cd, want) || !realpath(dir[0] ? dir : "/", got) || strcmp(want, got))
+        return 0;
+    /* as systemd makes it: root's (or ours), nobody else may add a file */
+    return stat(want, &ds) == 0 && S_ISDIR(ds.st_mode) && !(ds.st_mode & 022) &&
+           (ds.st_uid == 0 || ds.st_uid == geteuid());
 }
 
 /* Opens path for reading after checking it is a regular file of ours that

@@ -47,7 +47,8 @@ static int flags_ok(uint8_t type, uint16_t flags)
     switch (type) {
     case FED_WIRE_MODEL:
     case FED_WIRE_DELTA:
-    case FED_WIRE_SHARE: return (flags & ~FED_WIRE_FLAG_STREAM) == 0;
+    case FED_WIRE_SHARE:
+    case FED_WIRE_SLICE: return (flags & ~FED_WIRE_FLAG_STREAM) == 0;
     case FED_WIRE_CHUNK: return flags == FED_WIRE_FLAG_PULL || flags == FED_WIRE_FLAG_DATA;
     default: return flags == 0;
     }
@@ -96,6 +97,7 @@ size_t fed_wire_block_size(uint8_t type)
     case FED_WIRE_PEERS: return 8;
     case FED_WIRE_LEAVE: return 8;
     case FED_WIRE_CHUNK: return 16;
+    case FED_WIRE_SLICE: return 16;
     default: return 0;
     }
 }
@@ -331,6 +333,10 @@ fed_err fed_wire_block_encode(uint8_t type, const fed_wire_block *b, uint8_t *ou
         fed_put_u64le(out, b->samples);
         fed_put_f64le(out + 8, b->weight);
         break;
+    case FED_WIRE_SLICE:
+        fed_put_u64le(out, b->step);
+        fed_put_u64le(out + 8, 0);
+        break;
     case FED_WIRE_PEERS: fed_put_u32le(out, b->count); break;
     case FED_WIRE_LEAVE: fed_put_u32le(out, b->reason); break;
     case FED_WIRE_CHUNK:
@@ -377,6 +383,10 @@ fed_err fed_wire_block_decode(uint8_t type, const uint8_t *in, size_t len, fed_w
         b->samples = fed_get_u64le(in);
         b->weight = fed_get_f64le(in + 8);
         ok = isfinite(b->weight) && b->weight >= 0;
+        break;
+    case FED_WIRE_SLICE:
+        b->step = fed_get_u64le(in);
+        ok = all_zero(in + 8, 8);
         break;
     case FED_WIRE_PEERS:
         b->count = fed_get_u32le(in);
@@ -555,7 +565,7 @@ fed_err fed_wire_counter_reason(size_t i)
 const char *fed_wire_type_name(uint8_t type)
 {
     static const char *const names[] = {"?",   "HELLO", "NEXT",  "MODEL", "DELTA",
-                                        "ACK", "SHARE", "PEERS", "LEAVE", "CHUNK"};
+                                        "ACK", "SHARE", "PEERS", "LEAVE", "CHUNK", "SLICE"};
 
     return type <= FED_WIRE_TYPE_MAX ? names[type] : "?";
 }
@@ -704,9 +714,13 @@ static fed_err check_recipient(const fed_wire *w, const fed_wire_hdr *h)
 {
     if (memcmp(h->recipient, fed_wire_self(w), 32) != 0)
         return FED_ERR_WRONG_RECIPIENT;
-    if ((h->type == FED_WIRE_HELLO || h->type == FED_WIRE_SHARE || h->type == FED_WIRE_PEERS) &&
+    if ((h->type == FED_WIRE_HELLO || h->type == FED_WIRE_SHARE || h->type == FED_WIRE_SLICE ||
+         h->type == FED_WIRE_PEERS ||
+         (h->type == FED_WIRE_CHUNK && h->flags == FED_WIRE_FLAG_DATA)) &&
         h->recipient_epoch == 0)
-        return FED_OK; /* the sender does not know our epoch (yet) */
+        return FED_OK; /* the sender does not know our epoch (yet); a chunk of a
+                          SHARE or SLICE stream says what its first frame said,
+                          and only a stream this epoch took can take it */
     if (h->recipient_epoch < w->epoch)
         return FED_ERR_OLD_EPOCH;
     if (h->recipient_epoch > w->epoch)

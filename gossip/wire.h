@@ -13,9 +13,11 @@
  *    40    32  recipient key
  *    72     8  sender epoch
  *    80     8  recipient epoch, as the sender last learned it (0 in a HELLO,
- *              and in a SHARE or PEERS: push-sum totals only grow and peer
- *              entries are signed and expire, so one replayed after the
- *              recipient restarted adds nothing it lacks)
+ *              in the CHUNK data frames of a stream whose first frame said 0,
+ *              and in a SHARE, SLICE or PEERS: push-sum totals only grow,
+ *              peer entries are signed and expire, and a restarted member
+ *              holds no all-reduce a replayed slice could enter, so one
+ *              replayed after the recipient restarted adds nothing it lacks)
  *    88     8  sequence number (per sender, recipient and sender epoch)
  *    96     8  round
  *   104    24  nonce (XChaCha20-Poly1305); in a CHUNK data frame instead:
@@ -28,7 +30,7 @@
  * Three kinds of frame:
  *   sealed         header || AEAD(payload || signature) || tag
  *                  (136 + len + 80 bytes; crypto/seal.h)
- *   stream first   a sealed MODEL, DELTA or SHARE with FED_WIRE_FLAG_STREAM
+ *   stream first   a sealed MODEL, DELTA, SHARE or SLICE with FED_WIRE_FLAG_STREAM
  *                  whose payload is typed block || stream descriptor, then
  *                  the stream's first message(s) (gossip/stream.h)
  *   CHUNK data     header (flag DATA) || stream message(s) || MAC (16)
@@ -62,7 +64,8 @@
  *                       4  1    optimizer (fed_optim_kind)
  *                       5  2    codec for the DELTA (fed_codec_id)
  *                       6  4    topk fraction (f32, in [0, 1])
- *                       7  4    learning rate (f32 > 0)
+ *                       7  4    learning rate (f32 > 0): this round's,
+ *                                 on the sender's schedule
  *                       8  4    proximal mu (f32 >= 0)
  *                       9  8    deadline in ms (u64; 0: none)
  *                      10  4    SGD momentum (f32 in [0, 1); 0: plain SGD)
@@ -84,6 +87,9 @@
  *               the round in the header (FED_ERR_DP_BUDGET, FED_ERR_DP_REQUIRED)
  *               instead of sending a delta; the aggregator records it and ACKs
  *   CHUNK  16   (PULL request) 0 8 stream id  8 4 chunk index wanted  12 4 reserved
+ *   SLICE  16   0 8 all-reduce step (gossip/allreduce.h)  8 8 reserved; the
+ *               vector (f64) is the range that step sends, the weight inside
+ *               it as the last element of the whole (never in the block)
  *
  * The receiver checks, in this order, before any expensive work: size limits
  * (FED_ERR_FRAME_TOO_LARGE, FED_ERR_FRAME_TRUNCATED); magic and version
@@ -169,8 +175,9 @@ typedef enum fed_wire_type {
     FED_WIRE_PEERS = 7,
     FED_WIRE_LEAVE = 8,
     FED_WIRE_CHUNK = 9,
+    FED_WIRE_SLICE = 10,
 } fed_wire_type;
-#define FED_WIRE_TYPE_MAX 9
+#define FED_WIRE_TYPE_MAX 10
 
 #define FED_WIRE_PEER_ENTRY_MIN 138 /* a signed peer entry with a 1-byte URL */
 #define FED_WIRE_FLAG_STREAM 0x0001u /* MODEL, DELTA, SHARE: first frame of a stream */
@@ -220,6 +227,7 @@ typedef struct fed_wire_settings {
 /* A decoded typed block; which fields mean something depends on the type. */
 typedef struct fed_wire_block {
     uint64_t samples;           /* MODEL, DELTA, SHARE */
+    uint64_t step;              /* SLICE */
     uint64_t round_ref;         /* NEXT: last round finished; DELTA: base round */
     double weight;              /* SHARE */
     uint32_t status;            /* ACK */

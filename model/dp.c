@@ -130,6 +130,9 @@ fed_err fed_dp_add_noise(fed_random_fn rnd, void *ctx, float *x, size_t n, doubl
         }
         i += take;
     }
+    /* the bits that make the noise would let one take it off again */
+    explicit_bzero(buf, sizeof buf);
+    explicit_bzero(&slow, sizeof slow);
     return FED_OK;
 }
 
@@ -154,10 +157,12 @@ size_t fed_dp_poisson(fed_random_fn rnd, void *ctx, const uint32_t *idx, size_t 
         double gap = floor(log(uniform(&d)) / l1q);
 
         if (gap >= (double)(n - i))
-            return k;
+            break;
         i += (size_t)gap;
         out[k++] = idx[i++];
         if (i >= n)
-            return k;
+            break;
     }
+    explicit_bzero(&d, sizeof d); /* which samples were drawn stays private too */
+    return k;
 }

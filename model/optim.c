@@ -112,6 +112,28 @@ fed_err fed_optim_sched_parse(const char *text, fed_optim_cfg *cfg)
     return FED_ERR_BAD_VALUE;
 }
 
+fed_err fed_optim_sched_of_run(const char *text, long units, long warmup, long per_unit,
+                               fed_optim_cfg *cfg)
+{
+    fed_err err;
+
+    if (units < 0 || warmup < 0 || per_unit < 1 || warmup > (1L << 40) / per_unit ||
+        units > (1L << 40) / per_unit)
+        return FED_ERR_BAD_VALUE;
+    if ((err = fed_optim_sched_parse(text, cfg)) != FED_OK)
+        return err;
+    if (cfg->sched == FED_SCHED_COSINE && strcmp(text, "cosine") != 0)
+        return FED_ERR_BAD_VALUE; /* "cosine:N" is the library's step count: not a run's */
+    if (cfg->sched == FED_SCHED_COSINE && units <= warmup)
+        return FED_ERR_BAD_VALUE; /* no run's length, or nothing left after the warm-up */
+    if (cfg->sched == FED_SCHED_STEP)
+        cfg->step_size *= per_unit;
+    else if (cfg->sched == FED_SCHED_COSINE)
+        cfg->total_steps = units * per_unit;
+    cfg->warmup_steps = warmup * per_unit;
+    return FED_OK;
+}
+
 static fed_err check_cfg(const fed_optim_cfg *c)
 {
     if (!(c->lr >= 0.0f && c->lr < 1e3f) || !(c->weight_decay >= 0.0f) || !(c->prox_mu >= 0.0f))
@@ -127,6 +149,8 @@ static fed_err check_cfg(const fed_optim_cfg *c)
     if (c->sched == FED_SCHED_STEP && (c->step_size < 1 || !(c->gamma > 0.0f)))
         return FED_ERR_INVAL;
     if (c->sched == FED_SCHED_COSINE && c->total_steps < 0)
+        return FED_ERR_INVAL;
+    if (c->warmup_steps < 0)
         return FED_ERR_INVAL;
     return FED_OK;
 }
@@ -182,26 +206,36 @@ void fed_optim_free(fed_optim *o)
     fed_free(o);
 }
 
-float fed_optim_lr(const fed_optim *o)
+float fed_optim_sched_lr(const fed_optim_cfg *c, long step)
 {
-    const fed_optim_cfg *c = &o->cfg;
+    long w = c->warmup_steps > 0 ? c->warmup_steps : 0, t;
 
+    if (step < 0)
+        step = 0;
+    if (step < w)
+        return (float)((double)c->lr * (double)(step + 1) / (double)(w + 1));
+    t = step - w;
     switch (c->sched) {
     case FED_SCHED_STEP:
-        return c->lr * powf(c->gamma, (float)(o->steps / c->step_size));
+        return c->step_size > 0 ? c->lr * powf(c->gamma, (float)(t / c->step_size)) : c->lr;
     case FED_SCHED_COSINE: {
-        double t;
+        long total = c->total_steps - w;
+        double x;
 
         if (c->total_steps <= 0)
             return c->lr;
-        t = o->steps < c->total_steps ? (double)o->steps / (double)c->total_steps : 1.0;
-        return (float)(c->lr * 0.5 * (1.0 + cos(M_PI * t)));
+        if (total <= 0)
+            return 0.0f;
+        x = t < total ? (double)t / (double)total : 1.0;
+        return (float)(c->lr * 0.5 * (1.0 + cos(M_PI * x)));
     }
     case FED_SCHED_CONST:
     default:
         return c->lr;
     }
 }
+
+float fed_optim_lr(const fed_optim *o) { return fed_optim_sched_lr(&o->cfg, o->steps); }
 
 long fed_optim_steps(const fed_optim *o) { return o->steps; }
 

@@ -1,7 +1,10 @@
 /* optim.h - local optimizers over a model's flat buffers: SGD (momentum,
  * weight decay, Nesterov) and Adam, learning-rate schedules (constant, step,
- * cosine), and FedProx's proximal term as an option of the step. The state
- * (moments, step count) is exported as flat floats for checkpoints. */
+ * cosine, each after an optional linear warm-up), and FedProx's proximal
+ * term as an option of the step. The state (moments, step count) is
+ * exported as flat floats for checkpoints. A schedule is a pure function of
+ * a step count (fed_optim_sched_lr): the optimizer counts its steps, a node
+ * counts rounds (node/node.h), with the same code. */
 #ifndef FED_MODEL_OPTIM_H
 #define FED_MODEL_OPTIM_H
 
@@ -11,10 +14,14 @@
 #include "model/model.h"
 
 typedef enum fed_optim_kind { FED_OPTIM_SGD = 0, FED_OPTIM_ADAM = 1 } fed_optim_kind;
+/* The rate at step s (0-based): with W = warmup_steps > 0, lr * (s + 1) /
+ * (W + 1) while s < W (rising linearly towards lr), then the schedule below
+ * at t = s - W, as if the run began after the warm-up. */
 typedef enum fed_sched_kind {
     FED_SCHED_CONST = 0,
-    FED_SCHED_STEP = 1,   /* lr * gamma^(floor(step / step_size)) */
-    FED_SCHED_COSINE = 2, /* lr * (1 + cos(pi * step / total)) / 2 */
+    FED_SCHED_STEP = 1,   /* lr * gamma^(floor(t / step_size)) */
+    FED_SCHED_COSINE = 2, /* lr * (1 + cos(pi * t / (total - W))) / 2; 0 from
+                             t = total - W on */
 } fed_sched_kind;
 
 typedef struct fed_optim_cfg {
@@ -27,7 +34,9 @@ typedef struct fed_optim_cfg {
     fed_sched_kind sched;
     long step_size;     /* STEP: steps between decays */
     float gamma;        /* STEP: decay factor */
-    long total_steps;   /* COSINE: steps over which lr falls to 0 */
+    long total_steps;   /* COSINE: steps over which lr falls to 0, the
+                           warm-up included */
+    long warmup_steps;  /* steps of linear warm-up before the schedule; 0: none */
     float prox_mu;      /* FedProx: > 0 adds mu (w - w0) to the gradient */
 } fed_optim_cfg;
 
@@ -58,6 +67,18 @@ FED_WUR fed_err fed_optim_kind_parse(const char *name, fed_optim_kind *out);
  * leaves total_steps 0 for the caller to fill in (the run's length; while
  * it is 0 the rate stays constant). Anything else: FED_ERR_BAD_VALUE. */
 FED_WUR fed_err fed_optim_sched_parse(const char *text, fed_optim_cfg *cfg);
+/* A schedule as a run's options give it, counted in the run's units
+ * (fednode train's epochs, a node's rounds), into cfg's steps: "const",
+ * "step:UNITS,GAMMA" (times GAMMA every UNITS units after the warm-up) or
+ * "cosine" (down to 0 at the end of the run: over units units), after
+ * warmup units of linear warm-up; per_unit steps make one unit. "cosine:N"
+ * (a step count) is not a run's: FED_ERR_BAD_VALUE, as is cosine without a
+ * run's length (units 0) or with no unit left after the warm-up, and a
+ * warm-up below 0. */
+FED_WUR fed_err fed_optim_sched_of_run(const char *text, long units, long warmup, long per_unit,
+                                       fed_optim_cfg *cfg);
+/* The rate cfg's schedule gives at step (0-based; see fed_sched_kind). */
+float fed_optim_sched_lr(const fed_optim_cfg *cfg, long step);
 
 FED_WUR fed_err fed_optim_new(const fed_optim_cfg *cfg, fed_model *m, fed_optim **out);
 void fed_optim_free(fed_optim *o);

@@ -18,12 +18,12 @@ fed_err fed_node_agg_async_open(fed_node *n)
     a->round_start_ms = n->env.now_ms(n->env.self);
     a->bytes_in0 = fed_wire_get_counters(n->wire)->bytes_in;
     a->bytes_out0 = fed_wire_get_counters(n->wire)->bytes_out;
-    (void)n->env.cancel_timer(n->env.self, NODE_TIMER_DEADLINE);
+    fed_node_agg_cancel_deadline(n); /* armed by the round's first delta */
     if (n->round + 1 > n->cfg.max_staleness)
         fed_node_rx_drop_before(n, n->round + 1 - n->cfg.max_staleness);
     if ((e = fed_node_agg_encode_global(n)) != FED_OK)
         return e;
-    fed_node_agg_settings(n, &b);
+    fed_node_agg_settings(n, n->round + 1, &b); /* the rate of merge n->round + 1 */
     /* a failed send: the client asks again */
     (void)fed_node_agg_send_models(n, a->holds, a->nholds, &b);
     a->nholds = 0;
@@ -63,7 +63,8 @@ fed_err fed_node_agg_async_on_delta(fed_node *n, node_open *op)
     p = &a->parts[a->nparts++];
     memcpy(p->key, m->hdr.sender, 32);
     e = fed_node_agg_take_delta(n, op, p);
-    if (a->nparts == 1 && fed_node_arm_in(n, n->cfg.deadline_ms, NODE_TIMER_DEADLINE) != FED_OK)
+    if (a->nparts == 1 &&
+        fed_node_agg_arm_deadline(n, n->env.now_ms(n->env.self) + n->cfg.deadline_ms) != FED_OK)
         return n->failed;
     if (a->nparts >= n->cfg.async_k)
         return fed_node_agg_close_round(n);

@@ -323,7 +323,7 @@ fed_err fed_node_agg_encode_global(fed_node *n)
     return e;
 }
 
-void fed_node_agg_settings(const fed_node *n, fed_wire_block *b)
+void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b)
 {
     const fed_node_config *c = &n->cfg;
     fed_wire_settings *s = &b->settings;
@@ -336,7 +336,7 @@ void fed_node_agg_settings(const fed_node *n, fed_wire_block *b)
     s->optimizer = c->optimizer;
     s->codec = (uint16_t)n->agg->codec.id;
     s->fraction = n->agg->codec.fraction;
-    s->lr = c->lr;
+    s->lr = fed_node_round_lr(n, round);
     s->momentum = c->momentum;
     s->mu = (float)fed_merge_prox_mu(n->agg->merge);
     s->deadline_ms = c->deadline_ms;
@@ -403,7 +403,7 @@ static fed_err start_round(fed_node *n)
         a->holds[i] = a->holds[j];
         a->holds[j] = t;
     }
-    fed_node_agg_settings(n, &b);
+    fed_node_agg_settings(n, n->round + 1, &b);
     parts_clear(a);
     for (size_t i = 0; i < k; i++)
         memcpy(a->parts[i].key, a->holds[i].hdr.sender, 32);
@@ -415,8 +415,7 @@ static fed_err start_round(fed_node *n)
     a->bytes_in0 = fed_wire_get_counters(n->wire)->bytes_in;
     a->bytes_out0 = fed_wire_get_counters(n->wire)->bytes_out;
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_ROUND);
-    if ((e = fed_node_arm(n, a->round_start_ms + n->cfg.deadline_ms, NODE_TIMER_DEADLINE)) !=
-        FED_OK)
+    if ((e = fed_node_agg_arm_deadline(n, a->round_start_ms + n->cfg.deadline_ms)) != FED_OK)
         return e; /* the node stops: a round without its deadline could wait forever */
     fed_log(FED_LOG_INFO, "aggregator: round %llu starts with %zu of %zu waiting clients",
             (unsigned long long)(n->round + 1), k, a->nholds);
@@ -456,6 +455,20 @@ static fed_err maybe_start(fed_node *n)
     return FED_OK;
 }
 
+fed_err fed_node_agg_arm_deadline(fed_node *n, uint64_t at_ms)
+{
+    fed_err e = fed_node_arm(n, at_ms, NODE_TIMER_DEADLINE);
+
+    n->agg->deadline_at_ms = e == FED_OK ? at_ms : 0;
+    return e;
+}
+
+void fed_node_agg_cancel_deadline(fed_node *n)
+{
+    (void)n->env.cancel_timer(n->env.self, NODE_TIMER_DEADLINE);
+    n->agg->deadline_at_ms = 0;
+}
+
 /* ---- closing a round ---- */
 
 void fed_node_agg_progress(const fed_node *n, fed_node_progress *out)
@@ -463,7 +476,7 @@ void fed_node_agg_progress(const fed_node *n, fed_node_progress *out)
     const node_agg *a = n->agg;
 
     out->round_open = a->state == AGG_RUNNING;
-    out->round_due_ms = out->round_open ? a->round_start_ms + n->cfg.deadline_ms : 0;
+    out->round_due_ms = out->round_open ? a->deadline_at_ms : 0;
     out->commit_failures = a->failed;
     out->clients_waiting = (uint32_t)a->nholds;
     for (size_t i = 0; out->round_open && i < a->nparts; i++)
@@ -685,6 +698,7 @@ static fed_err commit_round(fed_node *n, const fed_node_round_info *info, uint8_
     row.bytes_in = fed_wire_get_counters(n->wire)->bytes_in - a->bytes_in0;
     row.bytes_out = fed_wire_get_counters(n->wire)->bytes_out - a->bytes_out0;
     row.peers = info->merged;
+    row.lr = info->lr;
     snprintf(row.strategy, sizeof row.strategy, "%s", fed_merge_spec(a->merge));
     memcpy(row.model_hash, hash, 32);
     if ((e = fed_store_put_round(st, &row)) != FED_OK)
@@ -743,7 +757,7 @@ static fed_err commit_sealing_ahead(fed_node *n, const fed_node_round_info *info
         to[k].recipient_epoch = a->parts[i].epoch;
         k++;
     }
-    fed_node_agg_settings(n, &b);
+    fed_node_agg_settings(n, info->round + 1, &b);
     fed_node_cast_ahead(n, to, k, FED_WIRE_MODEL, info->round + 1, FED_CODEC_F32, &b,
                         a->model_vec, a->model_vec_len, commit_piece, &c);
     fed_free(to);
@@ -813,9 +827,9 @@ fed_err fed_node_agg_close_round(fed_node *n)
     memset(&info, 0, sizeof info);
     info.round = n->round + 1;
     info.sampled = (uint32_t)a->nparts;
-    info.lr = n->cfg.lr;
+    info.lr = fed_node_round_lr(n, info.round);
     info.start_ms = fed_node_wall_ms(n) - (n->env.now_ms(n->env.self) - a->round_start_ms);
-    (void)n->env.cancel_timer(n->env.self, NODE_TIMER_DEADLINE);
+    fed_node_agg_cancel_deadline(n);
     if ((e = gather_inputs(n, &count)) != FED_OK || (e = keep_committed(n)) != FED_OK)
         goto fail;
     e = fed_merge_apply(a->merge, fed_model_params_dev(a->model), a->inputs, count, a->results);
@@ -893,7 +907,7 @@ fed_err fed_node_agg_answer_model(fed_node *n, fed_req *req, const fed_wire_hdr 
     agg_hold now = {.req = req, .hdr = *h};
     fed_wire_block b;
 
-    fed_node_agg_settings(n, &b);
+    fed_node_agg_settings(n, n->round + 1, &b);
     return fed_node_agg_send_models(n, &now, 1, &b);
 }
 
@@ -1070,12 +1084,13 @@ static fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
         a->gathered = 1; /* clients that come later start the round too */
         return maybe_start(n);
     case NODE_TIMER_DEADLINE:
+        a->deadline_at_ms = 0; /* fired */
         if (a->state != AGG_RUNNING)
             return FED_OK;
         if (parts_got(a) >= n->cfg.min_clients)
             return fed_node_agg_close_round(n);
         if (fed_node_agg_is_async(n)) /* too few buffered yet: keep filling */
-            return fed_node_arm_in(n, n->cfg.deadline_ms, NODE_TIMER_DEADLINE);
+            return fed_node_agg_arm_deadline(n, n->env.now_ms(n->env.self) + n->cfg.deadline_ms);
         fed_log(FED_LOG_WARN, "aggregator: round %llu deadline with %zu of %u deltas needed;"
                 " starting it again", (unsigned long long)(n->round + 1), parts_got(a),
                 n->cfg.min_clients);

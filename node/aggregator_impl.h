@@ -84,6 +84,7 @@ struct node_agg {
     uint32_t failed;       /* rounds failed in a row (a full disk): the next try waits */
     uint64_t retry_at_ms;  /* no round starts before this (now_ms), after a failure */
     uint64_t round_start_ms;
+    uint64_t deadline_at_ms; /* when the armed deadline timer fires (0: none armed) */
     agg_hold *holds;
     size_t nholds, cap_holds;
     agg_part *parts;       /* (nparts) sampled this round, sorted by key */
@@ -113,11 +114,16 @@ static inline int fed_node_agg_is_async(const fed_node *n) { return n->cfg.async
 
 /* ---- aggregator.c ---- */
 void fed_node_agg_arm_poll(fed_node *n);
+/* The round's deadline timer, armed for at_ms or cancelled; what
+ * fed_node_agg_progress reports as due (an async round has none until its
+ * first delta). */
+fed_err fed_node_agg_arm_deadline(fed_node *n, uint64_t at_ms);
+void fed_node_agg_cancel_deadline(fed_node *n);
 /* Holds the HELLO or NEXT req (header h) until a round starts. */
 fed_err fed_node_agg_hold_add(fed_node *n, fed_req *req, const fed_wire_hdr *h);
 fed_err fed_node_agg_encode_global(fed_node *n);
-/* The settings block of the round's MODEL. */
-void fed_node_agg_settings(const fed_node *n, fed_wire_block *b);
+/* The settings block of round's MODEL (its learning rate is the round's). */
+void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b);
 fed_err fed_node_agg_send_models(fed_node *n, const agg_hold *holds, size_t k,
                                  const fed_wire_block *b);
 fed_err fed_node_agg_answer_model(fed_node *n, fed_req *req, const fed_wire_hdr *h);

@@ -420,6 +420,7 @@ static fed_err record_round(fed_node *n)
     row.loss = j->loss;
     row.accuracy = NAN;
     row.samples = j->samples;
+    row.lr = j->set.lr; /* what the round's MODEL said */
     row.peers = 1;
     snprintf(row.strategy, sizeof row.strategy, "client");
     {

@@ -1,9 +1,12 @@
 /* node.c - the node state machine's common machinery: building a node for
  * its role, sequence numbers per recipient, sealing and sending frames,
- * opening received frames (inline when small, as a job when large) and the
- * node.state checkpoint section. The roles live in aggregator.c, client.c
- * and peer.c, each behind its node_role_ops, chosen once here. Never
- * touches a socket, clock or random source: only fed_env. */
+ * opening received frames (inline when small, as a job when large), the
+ * node.state checkpoint section and each round's learning rate. The roles
+ * live in aggregator.c, client.c and peer.c, each behind its node_role_ops,
+ * chosen once here. Never touches a socket, clock or random source: only
+ * fed_env. */
+#include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -58,10 +61,40 @@ static fed_err check_config(const fed_node_config *c, const node_role_ops **ops)
     return (*ops)->check(c);
 }
 
+/* cfg's rate across rounds (aggregator, peer: they send or train at it; a
+ * client trains at what each MODEL says and keeps none). */
+static fed_err round_schedule(const fed_node_config *cfg, fed_optim_cfg *out)
+{
+    const char *text = cfg->lr_schedule[0] ? cfg->lr_schedule : "const";
+
+    fed_optim_cfg_default(out, (fed_optim_kind)cfg->optimizer);
+    out->lr = cfg->lr;
+    if (cfg->role == FED_NODE_CLIENT)
+        return FED_OK;
+    if (fed_optim_sched_of_run(text, cfg->rounds, cfg->lr_warmup, 1, out) != FED_OK) {
+        fed_log(FED_LOG_ERROR, "node: lr schedule '%s' with %u warm-up rounds does not fit %u"
+                " rounds (cosine needs rounds past the warm-up)", text, cfg->lr_warmup,
+                cfg->rounds);
+        return FED_ERR_BAD_VALUE;
+    }
+    return FED_OK;
+}
+
+float fed_node_round_lr(const fed_node *n, uint64_t round)
+{
+    long step = round > 1 ? (round - 1 < (uint64_t)LONG_MAX ? (long)(round - 1) : LONG_MAX) : 0;
+    float lr = fed_optim_sched_lr(&n->lr_sched, step);
+
+    /* the wire's rate is > 0: one that underflowed (gamma^k over very many
+       rounds) goes as the smallest normal float, which trains nothing too */
+    return lr > 0 ? lr : FLT_MIN;
+}
+
 fed_err fed_node_new(const fed_node_config *given, const fed_env *env, fed_node **out)
 {
     fed_node_config resolved;
     const fed_node_config *cfg = &resolved;
+    fed_optim_cfg sched;
     const node_role_ops *ops = NULL;
     fed_node *n;
     fed_wire_cfg wc;
@@ -77,10 +110,13 @@ fed_err fed_node_new(const fed_node_config *given, const fed_env *env, fed_node 
         fed_log(FED_LOG_ERROR, "node: unusable configuration: %s", fed_strerror(e));
         return e;
     }
+    if ((e = round_schedule(cfg, &sched)) != FED_OK)
+        return e;
     if (!(n = fed_calloc(1, sizeof *n)))
         return FED_ERR_NOMEM;
     n->cfg = *cfg;
     n->ops = ops;
+    n->lr_sched = sched;
     n->env = *env;
     memcpy(n->key, fed_crypto_arena_pubkey(cfg->arena), 32);
     fed_wire_cfg_default(&wc); /* a zero field of cfg->wire: its default */
@@ -398,13 +434,25 @@ static void open_job(fed_job *job)
             return; /* a chunk in; the vector is not whole yet */
         fed_node_rx_whole_msg(op);
     }
-    if (m->hdr.type == FED_WIRE_SHARE) { /* push-sum totals, in double */
-        want = op->expect_n;
+    if (m->hdr.type == FED_WIRE_SHARE || m->hdr.type == FED_WIRE_SLICE) {
+        /* push-sum totals, all-reduce ranges: in double */
+        want = m->hdr.type == FED_WIRE_SLICE ? op->expect_max : op->expect_n;
         if (!want || m->hdr.codec != FED_CODEC_F64) {
             op->result = !want ? FED_ERR_ROLE : FED_ERR_CODEC;
             return;
         }
-        if (!(op->vec64 = fed_malloc(want * sizeof *op->vec64))) {
+        if (m->hdr.type == FED_WIRE_SLICE) { /* a range: at most expect_n */
+            fed_codec_id id;
+            uint64_t got = 0;
+
+            if ((e = fed_codec_peek(m->vector, m->vector_len, &id, &got)) != FED_OK ||
+                got > want) {
+                op->result = e != FED_OK ? e : FED_ERR_CODEC;
+                return;
+            }
+            want = (size_t)got;
+        }
+        if (!(op->vec64 = fed_malloc(want ? want * sizeof *op->vec64 : 1))) {
             op->result = FED_ERR_NOMEM;
             return;
         }

@@ -133,6 +133,20 @@ typedef struct fed_node_config {
     uint8_t optimizer;            /* fed_optim_kind, default SGD (momentum 0.9) */
     float lr;                     /* 0 (default): the optimizer's own,
                                      fed_optim_default_lr */
+    char lr_schedule[32];         /* the rate across rounds (aggregator,
+                                     peer): "const" ("" too: the default),
+                                     "step:ROUNDS,GAMMA" or "cosine" (down
+                                     towards 0 at round `rounds`), the names
+                                     of model/optim.h's fed_optim_sched_of_run
+                                     counted in rounds. Round r trains at
+                                     fed_optim_sched_lr at step r - 1: every
+                                     peer computes the same rate from the
+                                     round, and async mode's rounds are its
+                                     merges. The rate goes in each round's
+                                     MODEL; a client trains at what it says */
+    uint32_t lr_warmup;           /* rounds of linear warm-up before the
+                                     schedule: round r <= W trains at
+                                     lr * r / (W + 1); default 0 */
     float momentum;               /* SGD's, in [0, 1); default 0.9 */
     char codec[32];               /* the clients' delta codec, default "f32" */
     char strategy[FED_MERGE_SPEC_MAX]; /* default "fedavg" */

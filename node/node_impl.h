@@ -51,6 +51,7 @@ typedef struct node_open {
     fed_err result;         /* of open_ticket, then of decoding */
     /* decoding the vector (in the job): */
     size_t expect_n;        /* entries expected; 0: from a MODEL's spec */
+    size_t expect_max;      /* a SLICE: at most this many entries */
     fed_model_shape shape;  /* for a MODEL's spec */
     uint16_t expect_codec;  /* FED_CODEC_NONE: any */
     float *vec;             /* (vec_n) decoded, owned until taken */
@@ -88,6 +89,7 @@ struct fed_node {
     int finished;
     int started;
     fed_err failed;   /* why it stopped working (fed_node_failed); FED_OK */
+    fed_optim_cfg lr_sched; /* cfg's lr, lr_schedule and lr_warmup, in rounds */
     node_agg *agg;
     node_client *client;
     node_mesh *mesh;
@@ -104,6 +106,9 @@ fed_err fed_node_arm(fed_node *n, uint64_t at_ms, uint32_t id);
 fed_err fed_node_arm_in(fed_node *n, uint64_t after_ms, uint32_t id);
 /* "round", "deadline", "poll", "retry" (or "unknown"), for messages. */
 const char *fed_node_timer_name(uint32_t id);
+/* The learning rate round (1-based) trains at: cfg.lr on cfg.lr_schedule
+ * after cfg.lr_warmup rounds, the schedule's step being round - 1. */
+float fed_node_round_lr(const fed_node *n, uint64_t round);
 /* Wall-clock ms (env.wall_ms), for the times rows record. */
 uint64_t fed_node_wall_ms(const fed_node *n);
 /* The next sequence number for a frame to key. */

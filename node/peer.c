@@ -59,9 +59,24 @@ static fed_err parse_mixing(const char *s, node_mesh *p)
         p->mix = MIX_METROPOLIS;
     else if (!strcmp(s, "pairwise"))
         p->mix = MIX_PAIRWISE;
+    else if (!strcmp(s, "allreduce"))
+        p->mix = MIX_ALLREDUCE;
     else
         return FED_ERR_SPEC;
     return FED_OK;
+}
+
+/* All-reduce is a barrier by nature: bsp only, on its own topologies. */
+static fed_err check_allreduce(const node_mesh *p, const char *topology)
+{
+    fed_gossip_ar_topo t;
+    uint32_t k;
+
+    if (p->mix != MIX_ALLREDUCE)
+        return FED_OK;
+    if (p->sync != SYNC_BSP)
+        return FED_ERR_UNSUPPORTED;
+    return fed_gossip_ar_parse(topology, &t, &k);
 }
 
 fed_err fed_node_peer_check(const char *topology, const char *sync, const char *mixing)
@@ -69,10 +84,20 @@ fed_err fed_node_peer_check(const char *topology, const char *sync, const char *
     node_mesh p;
 
     memset(&p, 0, sizeof p);
-    if (fed_gossip_topo_spec_check(topology) != FED_OK || parse_sync(sync, &p) != FED_OK ||
-        parse_mixing(mixing, &p) != FED_OK)
+    if (parse_sync(sync, &p) != FED_OK || parse_mixing(mixing, &p) != FED_OK)
         return FED_ERR_SPEC;
-    return FED_OK;
+    if (p.mix == MIX_ALLREDUCE)
+        return check_allreduce(&p, topology);
+    return fed_gossip_topo_spec_check(topology) != FED_OK ? FED_ERR_SPEC : FED_OK;
+}
+
+const char *fed_node_peer_gossip_topology(const fed_node_config *c)
+{
+    /* all-reduce schedules are not gossip topologies: the member list and
+       the topology object of push-sum stay on a plain ring */
+    if (!strcmp(c->mixing, "allreduce"))
+        return "ring";
+    return c->topology[0] ? c->topology : "ring";
 }
 
 static fed_err build_model_parts(fed_node *n)
@@ -119,8 +144,18 @@ static fed_err fed_node_peer_new(fed_node *n)
     n->mesh = p;
     if ((e = fed_node_peer_table_open(n)) != FED_OK)
         return e;
-    if ((e = parse_sync(c->sync, p)) != FED_OK || (e = parse_mixing(c->mixing, p)) != FED_OK ||
-        (e = fed_node_peer_rebuild_members(n, &changed)) != FED_OK ||
+    if ((e = parse_sync(c->sync, p)) != FED_OK || (e = parse_mixing(c->mixing, p)) != FED_OK)
+        return e;
+    if ((e = check_allreduce(p, c->topology)) != FED_OK) {
+        fed_log(FED_LOG_ERROR, e == FED_ERR_UNSUPPORTED
+                    ? "peer: --mixing allreduce is a barrier by nature: --sync %s cannot go "
+                      "with it (use bsp)"
+                    : "peer: --mixing allreduce takes --topology ring, tree, tree:K or butterfly, "
+                      "not %s",
+                e == FED_ERR_UNSUPPORTED ? c->sync : c->topology);
+        return e;
+    }
+    if ((e = fed_node_peer_rebuild_members(n, &changed)) != FED_OK ||
         (e = build_model_parts(n)) != FED_OK)
         return e;
     fed_wire_set_member_fn(n->wire, fed_node_peer_wire_member, n);
@@ -161,6 +196,7 @@ static void fed_node_peer_free(fed_node *n)
     fed_free(p->okeys);
     fed_free(p->frac);
     fed_free(p->vec);
+    fed_node_peer_ar_free(p);
     fed_node_train_job_release(&p->job);
     fed_free(p);
     n->mesh = NULL;
@@ -249,6 +285,7 @@ static fed_err commit_round(fed_node *n, uint64_t round, const fed_node_round_in
     row.bytes_in = wc->bytes_in - p->bytes_in0;
     row.bytes_out = wc->bytes_out - p->bytes_out0;
     row.peers = info->merged;
+    row.lr = info->lr; /* 0 (NULL) for a round that only mixed */
     snprintf(row.strategy, sizeof row.strategy, "%s %s", n->cfg.mixing[0] ? n->cfg.mixing : "pushsum",
              n->cfg.sync[0] ? n->cfg.sync : "bsp");
     memcpy(row.model_hash, hash, 32);
@@ -299,8 +336,9 @@ static void next_round_soon(fed_node *n)
     fed_node_arm_in(n, 0, NODE_TIMER_ROUND); /* a failure stops the node */
 }
 
-/* The totals that came are added; the round is recorded. */
-static fed_err finish_round(fed_node *n)
+/* The totals that came are added (or the all-reduce's mean is in); the
+ * round is recorded. */
+fed_err fed_node_peer_finish_round(fed_node *n)
 {
     node_mesh *p = n->mesh;
     uint64_t round = n->round + 1;
@@ -319,8 +357,10 @@ static fed_err finish_round(fed_node *n)
             p->mem[k].have_share = 0;
         }
     info.merged = (uint32_t)fed_gossip_ps_apply(p->ps);
+    if (p->mix == MIX_ALLREDUCE)
+        info.merged = p->ar_merged;
     info.samples = p->samples;
-    info.lr = p->samples ? n->cfg.lr : 0;
+    info.lr = p->samples ? fed_node_round_lr(n, round) : 0;
     if (p->model)
         fed_gossip_ps_estimate(p->ps, p->model);
     evaluate(n, &info);
@@ -472,6 +512,8 @@ static fed_err mix(fed_node *n)
     size_t m = fed_gossip_topo_out(p->topo, p->self, round, p->nbr);
     fed_err e = FED_OK;
 
+    if (p->mix == MIX_ALLREDUCE)
+        return fed_node_peer_ar_begin(n);
     fed_node_peer_advertise_due(n, round, m);
     if (p->sync != SYNC_ASP || changed_enough(p)) {
         m = fractions(n, round, m);
@@ -489,7 +531,7 @@ static fed_err mix(fed_node *n)
     p->nin = fed_gossip_topo_in(p->topo, p->self, round, p->in);
     p->state = MESH_WAITING;
     if (may_finish(n))
-        return finish_round(n);
+        return fed_node_peer_finish_round(n);
     if (fed_node_arm(n, p->round_start_ms + n->cfg.deadline_ms, NODE_TIMER_DEADLINE) != FED_OK)
         return n->failed; /* the node stops: bsp would wait forever */
     return e;
@@ -542,7 +584,7 @@ static fed_err begin_round(fed_node *n)
     j->set.local_epochs = c->local_epochs;
     j->set.batch = c->batch;
     j->set.optimizer = c->optimizer;
-    j->set.lr = c->lr;
+    j->set.lr = fed_node_round_lr(n, n->round + 1); /* every peer's rate of this round */
     j->set.momentum = c->momentum;
     j->job.fn = fed_node_train_job_run;
     j->job.user = n;
@@ -611,6 +653,7 @@ static fed_err fed_node_peer_on_job(fed_node *n, fed_job *job)
 static void fed_node_peer_prepare_open(fed_node *n, node_open *op)
 {
     op->expect_n = n->mesh->dim;
+    op->expect_max = n->mesh->dim + 1; /* a SLICE: a range of the model and its weight */
     op->expect_codec = FED_CODEC_F64;
 }
 
@@ -645,7 +688,7 @@ static fed_err on_share(fed_node *n, node_open *op)
     (void)fed_node_ack(n, op->req, &m->hdr, e, 0);
     op->req = NULL;
     if (e == FED_OK && p->state == MESH_WAITING && may_finish(n))
-        return finish_round(n);
+        return fed_node_peer_finish_round(n);
     return e;
 }
 
@@ -653,7 +696,10 @@ static fed_err on_share(fed_node *n, node_open *op)
 static fed_err on_ack(fed_node *n, const fed_wire_msg *m)
 {
     int done = 1;
+    fed_err e;
 
+    if (fed_node_peer_ar_on_ack(n, m, &e))
+        return e;
     if (m->block.status != FED_OK || !fed_node_tx_active(n, m->hdr.sender))
         return FED_OK;
     return fed_node_tx_push(n, m->hdr.sender, &done);
@@ -672,6 +718,8 @@ static fed_err fed_node_peer_on_msg(fed_node *n, node_open *op)
     }
     if (m->hdr.type == FED_WIRE_SHARE && op->req)
         return on_share(n, op);
+    if (m->hdr.type == FED_WIRE_SLICE && op->req)
+        return fed_node_peer_ar_on_slice(n, op);
     if (m->hdr.type == FED_WIRE_PEERS && op->req)
         return fed_node_peer_on_peers(n, op);
     if (m->hdr.type == FED_WIRE_ACK && !op->req)
@@ -690,13 +738,17 @@ static fed_err fed_node_peer_on_timer(fed_node *n, uint32_t id)
     switch (id) {
     case NODE_TIMER_ROUND:
         return p->state == MESH_IDLE ? begin_round(n) : FED_OK;
+    case NODE_TIMER_RETRY:
+        return fed_node_peer_ar_on_retry(n);
     case NODE_TIMER_DEADLINE:
         if (p->state != MESH_WAITING)
             return FED_OK;
+        if (p->mix == MIX_ALLREDUCE)
+            return fed_node_peer_ar_on_deadline(n);
         if (!may_finish(n))
             note_missing(n, p->sync == SYNC_BSP ? n->round + 1
                             : n->round + 1 > p->ssp_lag ? n->round + 1 - p->ssp_lag : 0);
-        return finish_round(n);
+        return fed_node_peer_finish_round(n);
     default:
         return FED_ERR_INVAL;
     }

@@ -5,6 +5,7 @@
 #define FED_NODE_PEER_IMPL_H
 
 #include "crypto/seal.h"
+#include "gossip/allreduce.h"
 #include "gossip/peers.h"
 #include "gossip/pushsum.h"
 #include "gossip/topology.h"
@@ -19,7 +20,15 @@ typedef enum mesh_state {
 } mesh_state;
 
 typedef enum mesh_sync { SYNC_BSP, SYNC_SSP, SYNC_ASP, SYNC_BAP } mesh_sync;
-typedef enum mesh_mix { MIX_PUSHSUM, MIX_PLAIN, MIX_METROPOLIS, MIX_PAIRWISE } mesh_mix;
+typedef enum mesh_mix {
+    MIX_PUSHSUM,
+    MIX_PLAIN,
+    MIX_METROPOLIS,
+    MIX_PAIRWISE,
+    MIX_ALLREDUCE /* exact: peer_allreduce.c */
+} mesh_mix;
+
+typedef struct ar_out ar_out; /* a slice sent or waiting (peer_allreduce.c) */
 
 /* What the node knows of each member (index = allow-list order). */
 typedef struct mesh_member {
@@ -70,7 +79,35 @@ struct node_mesh {
     fed_model *eval;      /* the model evaluated on cfg.test, or NULL */
     double flops;         /* per sample, for the simulator's clock */
     node_train_job job;
+    /* mixing allreduce (peer_allreduce.c) */
+    fed_gossip_ar_plan ar_plan;
+    fed_gossip_ar_member *ar;  /* this round's run, NULL when none */
+    uint32_t ar_sent;          /* steps whose sends are queued */
+    ar_out *ar_q;              /* slices not yet ACKed, in send order */
+    size_t ar_nq, ar_capq;
+    double *ar_buf;            /* (dim + 1) scratch */
+    uint32_t ar_merged;        /* members whose models the round's mean holds,
+                                  besides this one (0: the run failed) */
 };
+
+/* ---- peer.c ---- */
+/* The gossip topology's spec (cfg.topology; a ring under all-reduce). */
+const char *fed_node_peer_gossip_topology(const fed_node_config *c);
+/* The round's end: what was mixed in, evaluation, the record, the next round. */
+fed_err fed_node_peer_finish_round(fed_node *n);
+
+/* ---- peer_allreduce.c ---- */
+/* After training: this round's all-reduce starts (its first sends out). */
+fed_err fed_node_peer_ar_begin(fed_node *n);
+/* A SLICE request: taken into the run, ACKed (BUSY: not in that round yet). */
+fed_err fed_node_peer_ar_on_slice(fed_node *n, node_open *op);
+/* An ACK: 1 when it answered one of our slices (*e: what handling it gave). */
+int fed_node_peer_ar_on_ack(fed_node *n, const fed_wire_msg *m, fed_err *e);
+/* NODE_TIMER_RETRY: slices with no ACK go again. */
+fed_err fed_node_peer_ar_on_retry(fed_node *n);
+/* NODE_TIMER_DEADLINE: a step stalled; the round ends with the own model. */
+fed_err fed_node_peer_ar_on_deadline(fed_node *n);
+void fed_node_peer_ar_free(node_mesh *p);
 
 /* ---- peer_members.c ---- */
 /* p->table: cfg.peers or a table of its own, --publish's entry learned. */

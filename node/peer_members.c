@@ -132,7 +132,7 @@ fed_err fed_node_peer_rebuild_members(fed_node *n, int *changed)
         e = e ? e : FED_ERR_NOMEM;
         goto out;
     }
-    if ((e = fed_gossip_topo_new(c->topology[0] ? c->topology : "ring", k,
+    if ((e = fed_gossip_topo_new(fed_node_peer_gossip_topology(c), k,
                                  fed_gossip_topo_seed(c->allow), &topo)) != FED_OK)
         goto out;
     if (!strcmp(c->topology, "static")) {

@@ -11,6 +11,7 @@ fed_err fed_node_settings_apply(const fed_node_settings *s, uint32_t nclients,
                                 fed_node_config *c, const char **bad)
 {
     fed_optim_kind kind;
+    fed_optim_cfg sched;
     fed_codec codec;
     const char *dummy;
 
@@ -19,6 +20,10 @@ fed_err fed_node_settings_apply(const fed_node_settings *s, uint32_t nclients,
     *bad = NULL;
     if (fed_optim_kind_parse(s->optimizer, &kind) != FED_OK)
         *bad = "optimizer";
+    else if (fed_optim_sched_of_run(s->lr_schedule, s->rounds, 0, 1, &sched) != FED_OK)
+        *bad = "lr-schedule"; /* cosine also needs --rounds */
+    else if (fed_optim_sched_of_run(s->lr_schedule, s->rounds, s->lr_warmup, 1, &sched) != FED_OK)
+        *bad = "lr-warmup"; /* no round of a cosine left after it */
     else if (fed_codec_parse(s->codec, &codec) != FED_OK || codec.id == FED_CODEC_F64)
         *bad = "codec";
     else if (fed_merge_spec_check(s->strategy) != FED_OK)
@@ -33,6 +38,8 @@ fed_err fed_node_settings_apply(const fed_node_settings *s, uint32_t nclients,
     c->optimizer = (uint8_t)kind;
     c->lr = (float)s->lr; /* 0: the node takes the optimizer's own */
     c->momentum = (float)s->momentum;
+    snprintf(c->lr_schedule, sizeof c->lr_schedule, "%s", s->lr_schedule);
+    c->lr_warmup = (uint32_t)s->lr_warmup;
     c->rounds = (uint32_t)s->rounds;
     c->deadline_ms = (uint64_t)s->deadline_ms;
     c->seed = s->seed;

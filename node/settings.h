@@ -23,6 +23,8 @@ typedef struct fed_node_settings {
     int local_epochs;
     int batch;
     double lr;
+    char lr_schedule[32];
+    int lr_warmup;
     char optimizer[16];
     double momentum;
     char codec[32];
@@ -67,6 +69,12 @@ typedef struct fed_node_settings {
                 "aggregator, peer: the training batch size"),                                    \
     FED_OPT_DEF(T, m.lr, "lr", FED_OPT_DOUBLE, "0", 0, 100,                                      \
                 "aggregator, peer: the training learning rate (" FED_OPTIM_LR_HELP ")"),        \
+    FED_OPT_DEF(T, m.lr_schedule, "lr-schedule", FED_OPT_STR, "const", 0, 0,                 \
+                "aggregator, peer: the rate across rounds: const, step:ROUNDS,GAMMA (times "     \
+                "GAMMA every ROUNDS rounds) or cosine (down to 0 over --rounds); sent in each "  \
+                "round's settings"),                                                             \
+    FED_OPT_DEF(T, m.lr_warmup, "lr-warmup", FED_OPT_INT, "0", 0, 1000000,                       \
+                "aggregator, peer: rounds of linear warm-up (up to --lr) before --lr-schedule"), \
     FED_OPT_DEF(T, m.optimizer, "optimizer", FED_OPT_STR, "sgd", 0, 0,                           \
                 "aggregator, peer: the training optimizer, sgd or adam"),                        \
     FED_OPT_DEF(T, m.momentum, "momentum", FED_OPT_DOUBLE, "0.9", 0, 0.999,                      \
@@ -99,11 +107,12 @@ typedef struct fed_node_settings {
                 "round (round 1: since the first client came)"),                                 \
     FED_OPT_DEF(T, m.topology, "topology", FED_OPT_STR, "ring", 0, 0,                            \
                 "peer: full, ring, random:K, tree, smallworld:K,P or static (fednode only: "     \
-                "see --neighbours)"),                                                            \
+                "see --neighbours); with --mixing allreduce: ring, tree, tree:K or butterfly"),                                                            \
     FED_OPT_DEF(T, m.sync, "sync", FED_OPT_STR, "bsp", 0, 0,                                     \
                 "peer: bsp (wait for the round's shares or --deadline-ms), ssp:S, asp:T or bap"), \
     FED_OPT_DEF(T, m.mixing, "mixing", FED_OPT_STR, "pushsum", 0, 0,                             \
-                "peer: pushsum (running sums), plain, metropolis or pairwise"),                  \
+                "peer: pushsum (running sums), plain, metropolis, pairwise, or allreduce (the "  \
+                "exact weighted mean every round; --sync bsp only)"),                  \
     FED_OPT_DEF(T, m.final_mix, "final-mix", FED_OPT_INT, "3", 0, 1000,                          \
                 "peer: rounds that only mix after the last training round, so the members "     \
                 "end close to one model"),                                                       \

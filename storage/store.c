@@ -39,20 +39,28 @@ static const char *const migrations[FED_STORE_SCHEMA_VERSION] = {
     " first_seen_ms INTEGER NOT NULL, last_seen_ms INTEGER NOT NULL,"
     " last_round INTEGER NOT NULL);"
     "CREATE TABLE counters(name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL);",
-    /* -> v2: which epoch wrote a checkpoint; a peer's last known epoch */
-    "ALTER TABLE checkpoints ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;"
-    "ALTER TABLE peers ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;",
-    /* -> v3: DP-SGD's privacy spent at this site (its accountant), and the
+    /* -> v2: which epoch wrote a checkpoint; a peer's last known epoch
+       (parenthesized: one element, two statements) */
+    ("ALTER TABLE checkpoints ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;"
+     "ALTER TABLE peers ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;"),
+    /* -> v3: the learning rate a round trained at (NULL: none recorded) */
+    "ALTER TABLE rounds ADD COLUMN lr REAL;",
+    /* -> v4: DP-SGD's privacy spent at this site (its accountant), and the
        epsilon after each round */
-    "CREATE TABLE dp_charges(id INTEGER PRIMARY KEY, round INTEGER NOT NULL,"
-    " at_ms INTEGER NOT NULL, q REAL NOT NULL, sigma REAL NOT NULL, steps INTEGER NOT NULL,"
-    " delta REAL NOT NULL, epsilon REAL);"
-    "ALTER TABLE rounds ADD COLUMN epsilon REAL;",
+    ("CREATE TABLE dp_charges(id INTEGER PRIMARY KEY, round INTEGER NOT NULL,"
+     " at_ms INTEGER NOT NULL, q REAL NOT NULL, sigma REAL NOT NULL, steps INTEGER NOT NULL,"
+     " delta REAL NOT NULL, epsilon REAL);"
+     "ALTER TABLE rounds ADD COLUMN epsilon REAL;"),
 };
 
-#define ROUND_COLS                                                             \
+#define ROUND_COLS_V2                                                          \
     "round, start_ms, end_ms, loss, accuracy, samples, bytes_in, bytes_out, peers, " \
-    "strategy, model_hash, epsilon"
+    "strategy, model_hash"
+#define ROUND_COLS ROUND_COLS_V2 ", lr, epsilon"
+/* a v2 or v3 file opened read-only: the rounds as they are, without a rate
+   (v2) or an epsilon */
+#define ROUND_COLS_READ_V2 ROUND_COLS_V2 ", NULL, NULL"
+#define ROUND_COLS_READ_V3 ROUND_COLS_V2 ", lr, NULL"
 #define DP_COLS "round, at_ms, q, sigma, steps, delta, epsilon"
 #define CKPT_COLS "id, round, created_s, size, chunks, hash, prev_hash, pruned, epoch"
 
@@ -61,9 +69,13 @@ static const char *const stmt_sql[SQ_COUNT_] = {
     [SQ_META_PUT] = "INSERT INTO meta(key, value) VALUES(?1, ?2)"
                     " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
     [SQ_ROUND_PUT] = "INSERT OR REPLACE INTO rounds(" ROUND_COLS ")"
-                     " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                     " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
     [SQ_ROUND_GET] = "SELECT " ROUND_COLS " FROM rounds WHERE round = ?1",
     [SQ_ROUND_LAST] = "SELECT " ROUND_COLS " FROM rounds ORDER BY round DESC LIMIT ?1",
+    [SQ_ROUND_GET_V2] = "SELECT " ROUND_COLS_READ_V2 " FROM rounds WHERE round = ?1",
+    [SQ_ROUND_LAST_V2] = "SELECT " ROUND_COLS_READ_V2 " FROM rounds ORDER BY round DESC LIMIT ?1",
+    [SQ_ROUND_GET_V3] = "SELECT " ROUND_COLS_READ_V3 " FROM rounds WHERE round = ?1",
+    [SQ_ROUND_LAST_V3] = "SELECT " ROUND_COLS_READ_V3 " FROM rounds ORDER BY round DESC LIMIT ?1",
     [SQ_DP_PUT] = "INSERT INTO dp_charges(" DP_COLS ") VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     [SQ_DP_EACH] = "SELECT " DP_COLS " FROM dp_charges ORDER BY id",
     [SQ_CONTRIB_PUT] = "INSERT INTO contributions(round, peer_key, digest, signature, header,"
@@ -705,7 +717,7 @@ fed_err fed_store_open(const char *path, const fed_store_opts *o, fed_store **ou
     }
     if ((e = check_identity(st, &version)) != FED_OK)
         goto out;
-    if (readonly && version < FED_STORE_SCHEMA_VERSION) {
+    if (readonly && version < FED_STORE_SCHEMA_READ_MIN) {
         fed_log(FED_LOG_ERROR, "store: %s has schema %" PRId64 " (this build: %d); open it"
                 " read-write once to migrate", path, version, FED_STORE_SCHEMA_VERSION);
         e = version == 0 ? FED_ERR_NOTFOUND : FED_ERR_SCHEMA;
@@ -812,7 +824,11 @@ fed_err fed_store_put_round(fed_store *st, const fed_store_round *r)
     sqlite3_bind_text(s, 10, r->strategy, (int)strnlen(r->strategy, sizeof r->strategy),
                       SQLITE_STATIC);
     sqlite3_bind_blob(s, 11, r->model_hash, 32, SQLITE_STATIC);
-    bind_real_or_null(s, 12, r->epsilon > 0 ? r->epsilon : NAN);
+    if (r->lr > 0 && isfinite(r->lr))
+        sqlite3_bind_double(s, 12, r->lr);
+    else
+        sqlite3_bind_null(s, 12);
+    bind_real_or_null(s, 13, r->epsilon > 0 ? r->epsilon : NAN);
     return step_done(st, s, "write round");
 }
 
@@ -830,7 +846,8 @@ static void read_round(sqlite3_stmt *s, fed_store_round *r)
     r->peers = (uint32_t)sqlite3_column_int64(s, 8);
     copy_text(r->strategy, sizeof r->strategy, sqlite3_column_text(s, 9));
     copy_blob(r->model_hash, 32, s, 10);
-    r->epsilon = sqlite3_column_type(s, 11) == SQLITE_NULL ? 0 : sqlite3_column_double(s, 11);
+    r->lr = sqlite3_column_type(s, 11) == SQLITE_NULL ? 0 : sqlite3_column_double(s, 11);
+    r->epsilon = sqlite3_column_type(s, 12) == SQLITE_NULL ? 0 : sqlite3_column_double(s, 12);
 }
 
 /* ---------------------------------------------------------- dp charges -- */
@@ -858,11 +875,13 @@ fed_err fed_store_put_dp_charge(fed_store *st, const fed_store_dp_charge *c)
 fed_err fed_store_each_dp_charge(fed_store *st, fed_store_dp_fn fn, void *ctx)
 {
     fed_err e = FED_OK;
-    sqlite3_stmt *s = store_stmt(st, SQ_DP_EACH, &e);
+    sqlite3_stmt *s;
     fed_store_dp_charge c;
     int rc;
 
-    if (!s)
+    if (st->schema < 4) /* an older file opened read-only: no charges */
+        return FED_OK;
+    if (!(s = store_stmt(st, SQ_DP_EACH, &e)))
         return e;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         memset(&c, 0, sizeof c);
@@ -882,10 +901,21 @@ fed_err fed_store_each_dp_charge(fed_store *st, fed_store_dp_fn fn, void *ctx)
     return e;
 }
 
+/* A read of rounds: a v2 or v3 file (read-only, not migrated) lacks lr and
+ * epsilon, or epsilon. */
+static store_stmt_id round_read(const fed_store *st, store_stmt_id id)
+{
+    if (st->schema >= 4)
+        return id;
+    if (st->schema == 3)
+        return id == SQ_ROUND_GET ? SQ_ROUND_GET_V3 : SQ_ROUND_LAST_V3;
+    return id == SQ_ROUND_GET ? SQ_ROUND_GET_V2 : SQ_ROUND_LAST_V2;
+}
+
 fed_err fed_store_get_round(fed_store *st, uint64_t round, fed_store_round *out)
 {
     fed_err e = FED_OK;
-    sqlite3_stmt *s = store_stmt(st, SQ_ROUND_GET, &e);
+    sqlite3_stmt *s = store_stmt(st, round_read(st, SQ_ROUND_GET), &e);
     int rc;
 
     if (!s)
@@ -903,7 +933,7 @@ fed_err fed_store_get_round(fed_store *st, uint64_t round, fed_store_round *out)
 fed_err fed_store_last_rounds(fed_store *st, fed_store_round *out, size_t cap, size_t *n)
 {
     fed_err e = FED_OK;
-    sqlite3_stmt *s = store_stmt(st, SQ_ROUND_LAST, &e);
+    sqlite3_stmt *s = store_stmt(st, round_read(st, SQ_ROUND_LAST), &e);
     int rc;
 
     *n = 0;

@@ -28,11 +28,15 @@
  *       counters(name PK, value)
  *   v2  checkpoints.epoch (the node epoch that wrote it), peers.epoch (the
  *       peer's last known epoch).
- *   v3  dp_charges(id PK, round, at_ms, q, sigma, steps, delta, epsilon):
+ *   v3  rounds.lr (the learning rate the round trained at; NULL: none).
+ *   v4  dp_charges(id PK, round, at_ms, q, sigma, steps, delta, epsilon):
  *       DP-SGD's releases at this site, one row each (a round trained
  *       again is charged again), the accountant's whole state;
- *       rounds.epsilon (NULL: no DP). Older files are migrated forward at
- *       open.
+ *       rounds.epsilon (NULL: no DP).
+ * Older files are migrated forward at a read-write open. A read-only open
+ * takes files from FED_STORE_SCHEMA_READ_MIN on as they are (a v2 file's
+ * rounds read with lr 0, a v3 file's with epsilon 0 and no charges), so `fednode status` reads an old node's database
+ * without changing it.
  *
  * Page size: a new file gets FED_STORE_PAGE_SIZE (64 KiB). Checkpoints are
  * written as large blobs, stored as overflow-page chains: 16 times fewer
@@ -51,7 +55,8 @@
 #include "core/err.h"
 
 #define FED_STORE_APP_ID 0x4645444Eu /* "FEDN" */
-#define FED_STORE_SCHEMA_VERSION 3
+#define FED_STORE_SCHEMA_VERSION 4
+#define FED_STORE_SCHEMA_READ_MIN 2 /* the oldest a read-only open takes */
 #define FED_STORE_PAGE_SIZE 65536
 #define FED_STORE_CHUNK_BYTES (16u << 20) /* checkpoint bytes per chunk row */
 #define FED_STORE_CHUNK_MIN 4096u
@@ -165,6 +170,9 @@ typedef struct fed_store_round {
     char strategy[32];              /* "fedavg", "median", ... */
     uint8_t model_hash[32];         /* BLAKE2b-256 of the round's parameters
                                        (fed_crypto_model_hash) */
+    double lr;                      /* the learning rate the round trained at
+                                       (aggregator: the one its MODEL asked
+                                       for); 0: none (stored as NULL) */
     double epsilon;                 /* DP-SGD: the site's epsilon spent after this
                                        round; 0 (or NaN): none, stored NULL, read 0 */
 } fed_store_round;

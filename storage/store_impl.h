@@ -17,6 +17,10 @@ typedef enum store_stmt_id {
     SQ_ROUND_PUT,
     SQ_ROUND_GET,
     SQ_ROUND_LAST,
+    SQ_ROUND_GET_V2,  /* a v2 file opened read-only: no lr column */
+    SQ_ROUND_LAST_V2,
+    SQ_ROUND_GET_V3,  /* a v3 file opened read-only: no epsilon column */
+    SQ_ROUND_LAST_V3,
     SQ_DP_PUT,
     SQ_DP_EACH,
     SQ_CONTRIB_PUT,

@@ -17,6 +17,8 @@
 #     (wire.rej_unknown_sender, across the restart, refusals after the last
 #     round included), never a contribution; SIGTERM while idle: exit 0,
 #     verify passes.
+#     With --lr-schedule step:2,0.5, every round's row (aggregator and
+#     clients, across the restart) holds the rate it trained at.
 #  --db-sync with a bad value: exit 2, before anything is opened; in B, two
 #     clients commit with fsync (full), two without (normal, the default).
 # Needs ./fednode (make) and Fashion-MNIST; exits 77 (skipped) without them.
@@ -110,7 +112,7 @@ ok "A: the 4 clients exited 0 on SIGTERM"
 # a rogue client; min-clients 3, short deadline and polls
 AGGB="--role aggregator --keys $K/agg --allow $K/allow.txt --db $TMP/b/agg.db $COMMON $SETTINGS
       --rounds 5 --min-clients 3 --wait-clients 4 --deadline-ms 5000 --gather-ms 300
-      --poll-ms 1000 --linger-ms 30000"
+      --poll-ms 1000 --linger-ms 30000 --lr-schedule step:2,0.5"
 POLLS="--poll-ms 1000 --retry-ms 1000"
 # shellcheck disable=SC2086
 start aggB $AGGB --listen tcp://127.0.0.1:0 --port-file "$TMP/b/port"
@@ -189,6 +191,17 @@ for i in 0 1 2; do
     rounds_once "$TMP/b/c$i.db" 5
 done
 ok "B: c0..c2 recorded rounds 1..5 each once"
+# --lr-schedule step:2,0.5 from 0.05: each round's MODEL carried its rate,
+# the restarted aggregator's too (rounds 4, 5), and each client trained at it
+for r in 1 2 3 4 5; do
+    want=$(awk -v r=$r 'BEGIN { printf "%.4g", 0.05 * 0.5 ^ int((r - 1) / 2) }')
+    for db in agg c0 c1 c2; do
+        got=$(field "$TMP/b/$db.db" $r lr)
+        [ "$(awk -v v="$got" 'BEGIN { printf "%.4g", v }')" = "$want" ] ||
+            fail "B: $db's round $r trained at lr $want (status says '$got')"
+    done
+done
+ok "B: rounds 1..5 at lr 0.05 0.05 0.025 0.025 0.0125 (step:2,0.5) in the aggregator's and the clients' rows"
 HR=$(keyhex "$K/rogue")
 [ -z "$(contrib "$DB" '[0-9]*' "$HR")" ] || fail "B: the rogue has no contribution"
 # the rogue's HELLOs each logged one line; the counter holds those the

@@ -577,6 +577,9 @@ static void test_keyfile_loose_permissions(void **state)
     setenv("CREDENTIALS_DIRECTORY", fed_test_tmpdir(), 1); /* another folder */
     assert_int_equal(fed_crypto_identity_load(a, dir, NULL, 0), FED_ERR_PERM);
     setenv("CREDENTIALS_DIRECTORY", dir, 1);
+    assert_int_equal(chmod(dir, 0770), 0); /* a folder others may add files to: refused */
+    assert_int_equal(fed_crypto_identity_load(a, dir, NULL, 0), FED_ERR_PERM);
+    assert_int_equal(chmod(dir, 0700), 0);
     assert_int_equal(fed_crypto_identity_load(a, dir, NULL, 0), FED_OK);
     assert_memory_equal(pk, fed_crypto_arena_pubkey(a), 32);
     assert_int_equal(chmod(path, 0460), 0); /* the group may write: refused */

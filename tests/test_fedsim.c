@@ -246,8 +246,13 @@ static void test_chart(void **state)
 {
     const char *csv = "round,t_s,accuracy,spread,bytes,merged\n1,0.5,0.70,0,1000000,8\n"
                       "2,1.0,0.80,0,2000000,8\n3,1.5,nan,0,3000000,8\n";
+    /* as fedsim writes it now, each round's lr last */
+    const char *csv_lr = "round,t_s,accuracy,spread,bytes,merged,lr\n1,0.5,0.70,0,1000000,8,0.05\n"
+                         "2,1.0,0.80,0,2000000,8,0.025\n";
     const char *bad[] = {"round,t\n1,2\n", "round,t_s,accuracy,spread,bytes,merged\n1,x,0,0,0,0\n",
-                         "round,t_s,accuracy,spread,bytes,merged\n1,1,1,1,1,1,1\n"};
+                         "round,t_s,accuracy,spread,bytes,merged\n1,1,1,1,1,1,1\n",
+                         "round,t_s,accuracy,spread,bytes,merged,lr\n1,1,1,1,1,1\n",
+                         "round,t_s,accuracy,spread,bytes,merged,loss\n1,1,1,1,1,1,1\n"};
     fed_chart_series s[2];
     char path[] = "/tmp/test_fedsim_XXXXXX";
     char buf[8192];
@@ -259,8 +264,12 @@ static void test_chart(void **state)
     assert_int_equal(fed_chart_series_parse_csv(csv, strlen(csv), "a", &s[0]), FED_OK);
     assert_int_equal(s[0].n, 3);
     assert_true(s[0].accuracy[1] == 0.80 && s[0].bytes[2] == 3000000 && isnan(s[0].accuracy[2]));
+    assert_int_equal(fed_chart_series_parse_csv(csv_lr, strlen(csv_lr), "b", &s[1]), FED_OK);
+    assert_int_equal(s[1].n, 2);
+    assert_true(s[1].accuracy[1] == 0.80 && s[1].bytes[1] == 2000000);
+    fed_chart_series_fini(&s[1]);
     assert_int_equal(fed_chart_series_parse_csv(csv, strlen(csv), "b", &s[1]), FED_OK);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 5; i++) {
         fed_chart_series t;
 
         assert_int_equal(fed_chart_series_parse_csv(bad[i], strlen(bad[i]), "x", &t),

@@ -643,6 +643,28 @@ static void test_db_members(void **state)
     (void)state;
     fed_test_path(path, sizeof path, "http.db");
     assert_int_equal(fed_store_open(path, NULL, &st), FED_OK);
+    /* before the first commit nobody has missed a round: 0, not 2^64 - 1 */
+    fill_members();
+    memset(&s, 0, sizeof s);
+    s.role = FED_NODE_AGGREGATOR;
+    s.member = members;
+    s.nmembers = 2;
+    assert_int_equal(fed_http_db_load(st, path, &s, 10, &d), FED_OK);
+    assert_int_equal(d.nrounds, 0);
+    {
+        render_ctx c;
+        char *t;
+
+        memset(&c, 0, sizeof c);
+        c.s = &s;
+        c.db = &d;
+        t = render(do_metrics, &c);
+        check_exposition(t);
+        assert_non_null(strstr(t, "fednode_client_rounds_since_merged{client=\"plain\"} 0\n"));
+        assert_null(strstr(t, "18446744073709551615"));
+        free(t);
+    }
+    fed_http_db_fini(&d);
     assert_int_equal(fed_store_begin(st), FED_OK);
     for (uint64_t r = 1; r <= 3; r++) {
         fed_store_round row;

@@ -7,9 +7,12 @@
  * accuracy kept and written later); round 1 starting gather_ms after the
  * first client when fewer than wait_clients come; the same seed twice gives
  * the same model; a client without the simulator's tamper hook sends its
- * delta untouched; a DP-SGD client whose charge cannot be committed (full
- * disk) sends nothing, and one that crashed after a charge is charged again
- * for the round it trains again. Skips without data. Also, without data, the checkpoint's
+ * delta untouched; a learning-rate schedule across rounds (sync, and
+ * FedBuff's merges): each round's MODEL carries its rate, and every client
+ * trains at exactly that rate; a DP-SGD client whose charge cannot be
+ * committed (full disk) sends nothing, and one that crashed after a charge
+ * is charged again for the round it trains again. Skips without data. Also,
+ * without data, the checkpoint's
  * model sections (node/ckpt_model.h): a round trip, their byte image, and
  * every malformed or mismatched section refused. */
 #include <math.h>
@@ -66,6 +69,8 @@ typedef struct scen_opts {
     double loss;         /* of every link */
     int adam;            /* the aggregator's optimizer: Adam (else SGD) */
     float lr;            /* the aggregator's lr; 0: the default (the optimizer's own) */
+    const char *lr_schedule; /* the aggregator's; NULL: const */
+    uint32_t lr_warmup;
     int dp_client;       /* client dp_client - 1 runs DP-SGD (defaults); 0: none */
 } scen_opts;
 
@@ -246,6 +251,9 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
         ac.optimizer = FED_OPTIM_ADAM;
     if (o->lr > 0)
         ac.lr = o->lr;
+    if (o->lr_schedule)
+        snprintf(ac.lr_schedule, sizeof ac.lr_schedule, "%s", o->lr_schedule);
+    ac.lr_warmup = o->lr_warmup;
     ac.wire.max_frame = o->max_frame;
     ac.wire.max_rx_streams = (uint32_t)total;
     ac.test = o->evaluate ? fx->test : NULL;
@@ -424,6 +432,44 @@ static void test_async_fedbuff(void **state)
            in_rounds[1], in_rounds[2], in_rounds[3]);
     assert_true(stale > 0);
     assert_true(in_rounds[0] > in_rounds[3]);
+    scen_free(&s);
+}
+
+/* An async round has no deadline until its first delta: what the aggregator
+ * reports as due (for /healthz) is the deadline armed, never one already
+ * past while the round waits for clients that train longer than it. */
+static void test_async_due_is_armed_deadline(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 2, .spec = "mlp:256,128", .per_client = 6000, .rounds = 2,
+                   .min_clients = 1, .deadline_ms = 1000, .seed = 5, .async_k = 2};
+    int open_steps = 0, armed_steps = 0;
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    scen_build(&s, fx, &o);
+    for (uint64_t t = 100; t <= 60000; t += 100) {
+        fed_node *a;
+        fed_node_progress p;
+        uint64_t now;
+
+        assert_int_equal(fed_sim_world_run_until(s.w, t), FED_OK);
+        a = fed_sim_host_node(s.agg);
+        if (!a || fed_node_finished(a))
+            break;
+        fed_node_get_progress(a, &p);
+        now = fed_sim_world_now_us(s.w) / 1000;
+        open_steps += p.round_open;
+        armed_steps += p.round_due_ms != 0;
+        if (p.round_due_ms && p.round_due_ms + 100 < now)
+            fail_msg("t=%llu ms: round %llu reported due at %llu ms, already past",
+                     (unsigned long long)now, (unsigned long long)p.round + 1,
+                     (unsigned long long)p.round_due_ms);
+    }
+    printf("async due: open %d steps of 100 ms, a deadline armed in %d, round %llu\n",
+           open_steps, armed_steps, (unsigned long long)fed_node_round(fed_sim_host_node(s.agg)));
+    assert_true(fed_node_finished(fed_sim_host_node(s.agg)));
+    assert_true(open_steps > 20); /* clients trained for seconds: the rounds stayed open */
     scen_free(&s);
 }
 
@@ -1244,6 +1290,143 @@ static void test_default_lr(void **state)
     }
 }
 
+/* The delta client c would send for a round trained at lr from global g:
+ * the client's own training job (its shuffle seed: the config's seed and
+ * the key's low 6 bytes), decoded. */
+static void train_as_client(const scen *s, int c, uint64_t round, const float *g, float lr,
+                            float *out)
+{
+    const uint8_t *k = fed_sim_host_id(s->cl[c])->key;
+    node_train_job j;
+
+    memset(&j, 0, sizeof j);
+    snprintf(j.set.spec, sizeof j.set.spec, "%s", s->o.spec);
+    j.set.local_epochs = 1;
+    j.set.batch = 64;
+    j.set.optimizer = FED_OPTIM_SGD;
+    j.set.lr = lr;
+    j.set.momentum = 0.9f;
+    j.round = round;
+    j.seed = s->o.seed ^ ((uint64_t)k[0] | (uint64_t)k[1] << 8 | (uint64_t)k[2] << 16 |
+                          (uint64_t)k[3] << 24 | (uint64_t)k[4] << 32 | (uint64_t)k[5] << 40);
+    j.be = s->fx->be;
+    j.shards = 1;
+    j.data = s->fx->train;
+    j.shard = s->idx[c];
+    j.shard_n = s->nidx[c];
+    j.global = g;
+    j.nparams = s->nparams;
+    j.codec.id = FED_CODEC_F32;
+    fed_node_train_job_run(&j.job);
+    assert_int_equal(j.err, FED_OK);
+    assert_int_equal(fed_codec_decode(j.vec, j.vec_len, FED_CODEC_F32, out, s->nparams), FED_OK);
+    fed_node_train_job_release(&j);
+}
+
+static int client_of(const scen *s, const uint8_t key[32])
+{
+    for (int c = 0; c < s->ncl; c++)
+        if (!memcmp(key, fed_sim_host_id(s->cl[c])->key, 32))
+            return c;
+    fail_msg("a delta from no client");
+    return -1;
+}
+
+/* Every delta merged into round r is, bit for bit, its client's training
+ * of the model of the round it was trained on (b) at want[b]: the rate that
+ * round's MODEL carried. Trained at another rate it would differ. */
+static void expect_trained_at(const scen *s, int r, const float *want)
+{
+    float *got = malloc(s->nparams * sizeof(float));
+
+    assert_non_null(got);
+    for (int k = 0; k < s->ndeltas[r]; k++) {
+        const delta_rec *d = &s->deltas[r][k];
+        int c = client_of(s, d->key);
+
+        train_as_client(s, c, d->base, s->params[d->base - 1], want[d->base], got);
+        assert_memory_equal(got, d->delta, s->nparams * sizeof(float));
+        train_as_client(s, c, d->base, s->params[d->base - 1], want[d->base] * 0.5f, got);
+        assert_memory_not_equal(got, d->delta, s->nparams * sizeof(float));
+    }
+    free(got);
+}
+
+/* The rate of each round, as the schedule says (node/node.h's lr_schedule,
+ * lr_warmup), in the round's MODEL: with cosine over 4 rounds after 1 round
+ * of warm-up from 0.1, rounds 1..4 train at 0.05, 0.1, 0.075 and 0.025
+ * (0.1 (1 + cos(pi k / 3)) / 2 for k = 0, 1, 2 after the warm-up). The
+ * aggregator reports and records (its rounds table) each round's rate,
+ * every client reports and records the same, and every merged delta is that
+ * client's training at exactly that rate. FedBuff (async) counts merges:
+ * step:1,0.5 halves the rate at each merge, and a stale delta was trained
+ * at the rate of the round it started from. */
+static void test_lr_schedule(void **state)
+{
+    const fixture *fx = *state;
+    static const float want_sync[5] = {0, 0.05f, 0.1f, 0.075f, 0.025f};
+    static const float want_async[7] = {0, 0.1f, 0.05f, 0.025f, 0.0125f, 0.00625f, 0.003125f};
+    scen_opts o = {.clients = 3, .spec = "logreg", .per_client = 60, .rounds = 4,
+                   .min_clients = 3, .deadline_ms = 60000, .seed = 13, .lr = 0.1f,
+                   .lr_schedule = "cosine", .lr_warmup = 1};
+    scen s;
+    int stale = 0;
+
+    fed_test_need_fashion(fx->train != NULL);
+    scen_build(&s, fx, &o);
+    capture_initial(&s);
+    scen_run(&s, 600000);
+    for (int r = 1; r <= 4; r++) {
+        fed_store_round row;
+
+        assert_int_equal(s.commits[r], 1);
+        assert_int_equal(s.ndeltas[r], 3);
+        if (fabsf(s.info[r].lr - want_sync[r]) > 1e-8f || fabsf(s.client_lr[r] - want_sync[r]) > 1e-8f)
+            fail_msg("round %d: aggregator %.9f, client %.9f, wanted %.9f", r,
+                     (double)s.info[r].lr, (double)s.client_lr[r], (double)want_sync[r]);
+        assert_int_equal(fed_store_get_round(fed_sim_host_store(s.agg), (uint64_t)r, &row), FED_OK);
+        assert_true(row.lr == (double)s.info[r].lr);
+        for (int c = 0; c < s.ncl; c++) {
+            assert_int_equal(fed_store_get_round(fed_sim_host_store(s.cl[c]), (uint64_t)r, &row),
+                             FED_OK);
+            assert_true(row.lr == (double)s.info[r].lr);
+        }
+    }
+    /* each merged delta trained at the round's rate, from the round's model */
+    {
+        float want[5];
+
+        for (int r = 0; r <= 4; r++)
+            want[r] = s.info[r].lr;
+        for (int r = 1; r <= 4; r++)
+            expect_trained_at(&s, r, want);
+    }
+    scen_free(&s);
+
+    /* async: the rate of merge r, halved each merge */
+    {
+        scen_opts a = {.clients = 3, .spec = "logreg", .per_client = 300, .uneven = 1,
+                       .rounds = 6, .min_clients = 1, .deadline_ms = 600000, .seed = 21,
+                       .async_k = 2, .lr = 0.1f, .lr_schedule = "step:1,0.5"};
+
+        scen_build(&s, fx, &a);
+        capture_initial(&s);
+        scen_run(&s, 600000);
+        for (int r = 1; r <= 6; r++) {
+            assert_int_equal(s.commits[r], 1);
+            assert_true(fabsf(s.info[r].lr - want_async[r]) <= 1e-9f);
+            if (s.client_lr[r] != 0) /* a round some client was sent */
+                assert_true(s.client_lr[r] == s.info[r].lr);
+            expect_trained_at(&s, r, want_async);
+            for (int k = 0; k < s.ndeltas[r]; k++)
+                stale += s.deltas[r][k].base < (uint64_t)r;
+        }
+        printf("async: %d stale deltas, each trained at its own round's rate\n", stale);
+        assert_true(stale > 0);
+        scen_free(&s);
+    }
+}
+
 /* ---- a timer the environment cannot arm ---- */
 
 static int timer_refusals;
@@ -1447,10 +1630,12 @@ int main(void)
         cmocka_unit_test(test_first_round_after_gather),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_default_lr),
+        cmocka_unit_test(test_lr_schedule),
         cmocka_unit_test(test_timer_refused),
         cmocka_unit_test(test_train_job_reuse),
         cmocka_unit_test(test_no_tamper_hook),
         cmocka_unit_test(test_async_fedbuff),
+        cmocka_unit_test(test_async_due_is_armed_deadline),
         cmocka_unit_test(test_streamed_transfers),
         cmocka_unit_test(test_more_than_128_clients),
         cmocka_unit_test(test_streamed_lossy),

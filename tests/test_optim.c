@@ -1,6 +1,7 @@
 /* test_optim.c - the optimizers against double-precision transcriptions of
  * their update rules (PyTorch's SGD with momentum, weight decay and
- * Nesterov; Adam and AdamW), the learning-rate schedules, FedProx's term,
+ * Nesterov; Adam and AdamW), the learning-rate schedules (per step, and per
+ * round or epoch of a run with a warm-up: fed_optim_sched_of_run), FedProx's term,
  * the fused train step against forward_backward + step, checkpointed state,
  * the parsers' rejects, and the one default learning rate per optimizer
  * that every program's --lr 0 resolves to. */
@@ -273,6 +274,86 @@ static void test_schedules(void **state)
     fed_model_free(m);
 }
 
+/* A schedule counted in a run's units (fed_optim_sched_of_run), as a node
+ * counts rounds: the rate of each round of 10 (step r - 1), each value
+ * worked out here by hand. Warm-up: round r <= W at lr r / (W + 1), then
+ * the schedule as if the run began after it (cosine over the rounds left,
+ * above 0 at the last round; step's decays counted from the warm-up's end). */
+static void test_run_schedules(void **state)
+{
+    static const struct {
+        const char *text;
+        long warmup;
+        double want[10];
+    } cases[] = {
+        {"const", 0, {0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1}},
+        {"const", 1, {0.05, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1}},
+        {"step:4,0.5", 0, {0.1, 0.1, 0.1, 0.1, 0.05, 0.05, 0.05, 0.05, 0.025, 0.025}},
+        {"step:4,0.5", 2, {0.1 / 3, 0.2 / 3, 0.1, 0.1, 0.1, 0.1, 0.05, 0.05, 0.05, 0.05}},
+        /* cosine over 10: 0.1 (1 + cos(pi (r - 1) / 10)) / 2 */
+        {"cosine", 0, {0.1, 0.0975528258, 0.0904508497, 0.0793892626, 0.0654508497, 0.05,
+                       0.0345491503, 0.0206107374, 0.0095491503, 0.0024471742}},
+        /* 4 rounds of warm-up, then cosine over the 6 left: cos(pi k / 6) */
+        {"cosine", 4, {0.02, 0.04, 0.06, 0.08, 0.1, 0.0933012702, 0.075, 0.05, 0.025,
+                       0.0066987298}},
+    };
+    fed_optim_cfg cfg;
+
+    (void)state;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fed_optim_cfg_default(&cfg, FED_OPTIM_SGD);
+        cfg.lr = 0.1f;
+        assert_int_equal(fed_optim_sched_of_run(cases[i].text, 10, cases[i].warmup, 1, &cfg),
+                         FED_OK);
+        for (long r = 1; r <= 10; r++) {
+            float got = fed_optim_sched_lr(&cfg, r - 1);
+
+            if (fabs(got - cases[i].want[r - 1]) > 1e-7 || !(got > 0))
+                fail_msg("%s, warm-up %ld: round %ld at %.10f, wanted %.10f", cases[i].text,
+                         cases[i].warmup, r, (double)got, cases[i].want[r - 1]);
+        }
+    }
+    /* in fednode train's units: 3 steps an epoch, 4 epochs, 1 of warm-up */
+    fed_optim_cfg_default(&cfg, FED_OPTIM_SGD);
+    assert_int_equal(fed_optim_sched_of_run("step:2,0.5", 4, 1, 3, &cfg), FED_OK);
+    assert_int_equal(cfg.step_size, 6);
+    assert_int_equal(cfg.warmup_steps, 3);
+    assert_int_equal(fed_optim_sched_of_run("cosine", 4, 1, 3, &cfg), FED_OK);
+    assert_int_equal(cfg.total_steps, 12);
+    assert_int_equal(cfg.warmup_steps, 3);
+    /* what is not a run's schedule */
+    assert_int_equal(fed_optim_sched_of_run("cosine", 0, 0, 1, &cfg), FED_ERR_BAD_VALUE);
+    assert_int_equal(fed_optim_sched_of_run("cosine", 5, 5, 1, &cfg), FED_ERR_BAD_VALUE);
+    assert_int_equal(fed_optim_sched_of_run("cosine:10", 10, 0, 1, &cfg), FED_ERR_BAD_VALUE);
+    assert_int_equal(fed_optim_sched_of_run("const", 10, -1, 1, &cfg), FED_ERR_BAD_VALUE);
+    assert_int_equal(fed_optim_sched_of_run("linear", 10, 0, 1, &cfg), FED_ERR_BAD_VALUE);
+    assert_int_equal(fed_optim_sched_of_run("const", 0, 3, 1, &cfg), FED_OK); /* forever */
+    assert_int_equal(fed_optim_sched_of_run("step:2,0.5", 0, 0, 1, &cfg), FED_OK);
+}
+
+/* The optimizer's rate follows the same function as it counts its steps,
+ * warm-up included. */
+static void test_optim_warmup(void **state)
+{
+    world *w = *state;
+    fed_model *m = small_model(w, 1, 1);
+    fed_optim_cfg cfg;
+    fed_optim *o = NULL;
+    static const float want[] = {0.1f, 0.2f, 0.3f, 0.3f, 0.15f, 0.15f};
+
+    fed_optim_cfg_default(&cfg, FED_OPTIM_SGD);
+    cfg.lr = 0.3f;
+    assert_int_equal(fed_optim_sched_of_run("step:2,0.5", 3, 2, 1, &cfg), FED_OK);
+    assert_int_equal(fed_optim_new(&cfg, m, &o), FED_OK);
+    for (int s = 0; s < 6; s++) {
+        assert_true(fabsf(fed_optim_lr(o) - want[s]) < 1e-7f);
+        assert_true(fed_optim_lr(o) == fed_optim_sched_lr(&cfg, s));
+        assert_int_equal(fed_optim_step(o, m), FED_OK);
+    }
+    fed_optim_free(o);
+    fed_model_free(m);
+}
+
 static void test_parse_rejects(void **state)
 {
     static const char *bad[] = {"", "cos", "cosine:", "cosine:0", "cosine:-3", "cosine:5x",
@@ -494,6 +575,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sgd_rules),          cmocka_unit_test(test_adam_rules),
         cmocka_unit_test(test_prox_term),          cmocka_unit_test(test_schedules),
+        cmocka_unit_test(test_run_schedules),      cmocka_unit_test(test_optim_warmup),
         cmocka_unit_test(test_parse_rejects),      cmocka_unit_test(test_bad_cfg),
         cmocka_unit_test(test_fused_step_matches), cmocka_unit_test(test_state_round_trip),
         cmocka_unit_test(test_alloc_failures),     cmocka_unit_test(test_default_lr),

@@ -114,6 +114,7 @@ static void fill_round(fed_store_round *r, uint64_t round)
     r->peers = (uint32_t)(round % 7);
     snprintf(r->strategy, sizeof r->strategy, "fedavg");
     memset(r->model_hash, (int)(round & 0xff), 32);
+    r->lr = 0.03125 * (double)round; /* exact in binary: JSON prints it as is */
 }
 
 /* Sections with content derived from (seed): sizes chosen so chunks of 4096
@@ -214,6 +215,7 @@ static void test_open_empty_file(void **state)
     assert_int_equal(raw_int(db, "PRAGMA page_size"), FED_STORE_PAGE_SIZE);
     assert_int_equal(raw_int(db, "SELECT value FROM meta WHERE key = 'schema_version'"),
                      FED_STORE_SCHEMA_VERSION);
+    assert_int_equal(raw_int(db, "SELECT count(*) FROM dp_charges"), 0); /* v4 */
     assert_int_equal(raw_int(db, "SELECT value FROM meta WHERE key = 'epoch'"), 1700000000);
     assert_int_equal(raw_int(db, "SELECT count(*) FROM pragma_journal_mode WHERE"
                                  " journal_mode = 'wal'"), 1);
@@ -271,7 +273,6 @@ static void test_migrate_from_v1(void **state)
     assert_string_equal(r.strategy, "median");
     assert_int_equal(r.samples, 100);
     assert_true(r.loss == 0.25);
-    assert_true(r.epsilon == 0); /* the v3 column, NULL */
     assert_int_equal(fed_store_list_peers(st, p, 4, &n), FED_OK);
     assert_int_equal(n, 1);
     assert_string_equal(p[0].addr, "tcp://10.0.0.1:7000");
@@ -280,13 +281,97 @@ static void test_migrate_from_v1(void **state)
     fed_store_close(st);
 
     db = raw_open(path);
-    assert_int_equal(raw_int(db, "PRAGMA user_version"), 3);
-    assert_int_equal(raw_int(db, "SELECT value FROM meta WHERE key = 'schema_version'"), 3);
-    assert_int_equal(raw_int(db, "SELECT count(*) FROM dp_charges"), 0);
+    assert_int_equal(raw_int(db, "PRAGMA user_version"), FED_STORE_SCHEMA_VERSION);
+    assert_int_equal(raw_int(db, "SELECT value FROM meta WHERE key = 'schema_version'"),
+                     FED_STORE_SCHEMA_VERSION);
     assert_int_equal(raw_int(db, "SELECT epoch FROM checkpoints WHERE id = 1"), 5001);
     /* a v1 file keeps the page size it was made with */
     assert_int_equal(raw_int(db, "PRAGMA page_size"), 4096);
     sqlite3_close(db);
+}
+
+/* A v2 file (v1 and the v2 step, as shipped): its rounds have no lr. */
+static const char *const v2_step =
+    "ALTER TABLE checkpoints ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE peers ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;"
+    "PRAGMA user_version = 2; UPDATE meta SET value = 2 WHERE key = 'schema_version';";
+
+static void make_v2(char *path, size_t cap, const char *name)
+{
+    sqlite3 *db;
+
+    fresh_db(path, cap, name);
+    db = raw_open(path);
+    raw_exec(db, v1_schema);
+    raw_exec(db, v2_step);
+    sqlite3_close(db);
+}
+
+/* v3 adds rounds.lr. A v2 database opened read-only (fednode status of an
+ * older node) is read as it is: not changed, its rounds with lr 0 (none
+ * recorded); opened read-write it is migrated, its rows kept with lr NULL,
+ * and a round written then keeps its rate (0: NULL). */
+static void test_migrate_from_v2(void **state)
+{
+    char path[512];
+    test_clock clk = {100};
+    fed_store_opts o = opts_with_clock(&clk);
+    fed_store *st = NULL;
+    fed_store_round r, last[4];
+    size_t n = 0;
+    sqlite3 *db;
+
+    (void)state;
+    make_v2(path, sizeof path, "v2.db");
+    o.flags = FED_STORE_READONLY;
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_store_schema(st), 2);
+    assert_int_equal(fed_store_get_round(st, 7, &r), FED_OK);
+    assert_string_equal(r.strategy, "median");
+    assert_true(r.accuracy == 0.75);
+    assert_true(r.lr == 0);
+    assert_int_equal(fed_store_last_rounds(st, last, 4, &n), FED_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(last[0].round, 7);
+    assert_true(last[0].lr == 0);
+    fed_store_close(st);
+    db = raw_open(path);
+    assert_int_equal(raw_int(db, "PRAGMA user_version"), 2); /* left as it was */
+    sqlite3_close(db);
+
+    o.flags = 0;
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_store_schema(st), FED_STORE_SCHEMA_VERSION);
+    assert_int_equal(fed_store_get_round(st, 7, &r), FED_OK);
+    assert_int_equal(r.samples, 100);
+    assert_true(r.lr == 0);
+    r.round = 8;
+    r.lr = 0.0375;
+    assert_int_equal(fed_store_put_round(st, &r), FED_OK);
+    r.round = 9;
+    r.lr = 0; /* a round that trained nothing (a peer's mixing round) */
+    assert_int_equal(fed_store_put_round(st, &r), FED_OK);
+    assert_int_equal(fed_store_get_round(st, 8, &r), FED_OK);
+    assert_true(r.lr == 0.0375);
+    assert_int_equal(fed_store_last_rounds(st, last, 4, &n), FED_OK);
+    assert_int_equal(n, 3);
+    assert_true(last[0].lr == 0 && last[1].lr == 0.0375 && last[2].lr == 0);
+    fed_store_close(st);
+    db = raw_open(path);
+    assert_int_equal(raw_int(db, "PRAGMA user_version"), FED_STORE_SCHEMA_VERSION);
+    assert_int_equal(raw_int(db, "SELECT count(*) FROM rounds WHERE lr IS NULL"), 2);
+    assert_int_equal(raw_int(db, "SELECT count(*) FROM rounds WHERE lr = 0.0375"), 1);
+    sqlite3_close(db);
+
+    /* a v1 file is still refused read-only: open it read-write once */
+    fed_test_log_quiet();
+    fresh_db(path, sizeof path, "v1ro.db");
+    db = raw_open(path);
+    raw_exec(db, v1_schema);
+    sqlite3_close(db);
+    o.flags = FED_STORE_READONLY;
+    assert_int_equal(fed_store_open(path, &o, &st), FED_ERR_SCHEMA);
+    fed_log_set_sink(NULL, NULL);
 }
 
 typedef struct dp_seen {
@@ -352,6 +437,32 @@ static void test_dp_charges(void **state)
     assert_int_equal(d.c[1].steps, 7);
     assert_true(isnan(d.c[1].epsilon));
     fed_store_close(st);
+
+    /* a v3 file (rounds.lr, no DP) opened read-only: rounds without an
+       epsilon, no charges, the file left as it was */
+    {
+        fed_store_round r;
+        sqlite3 *db;
+
+        make_v2(path, sizeof path, "v3.db");
+        db = raw_open(path);
+        raw_exec(db, "ALTER TABLE rounds ADD COLUMN lr REAL; UPDATE rounds SET lr = 0.5;"
+                     "PRAGMA user_version = 3; UPDATE meta SET value = 3"
+                     " WHERE key = 'schema_version';");
+        sqlite3_close(db);
+        o.flags = FED_STORE_READONLY;
+        assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+        assert_int_equal(fed_store_schema(st), 3);
+        assert_int_equal(fed_store_get_round(st, 7, &r), FED_OK);
+        assert_true(r.lr == 0.5 && r.epsilon == 0);
+        d.n = 0;
+        assert_int_equal(fed_store_each_dp_charge(st, keep_dp, &d), FED_OK);
+        assert_int_equal(d.n, 0);
+        fed_store_close(st);
+        db = raw_open(path);
+        assert_int_equal(raw_int(db, "PRAGMA user_version"), 3);
+        sqlite3_close(db);
+    }
 }
 
 static void test_not_ours(void **state)
@@ -2095,6 +2206,17 @@ static void test_cli(void **state)
     assert_non_null(strstr(out, "\"pruned\":false"));
     assert_non_null(strstr(out, "\"hash\":\""));
     assert_non_null(strstr(out, "\"prev_hash\":\""));
+    assert_non_null(strstr(out, "\"strategy\":\"fedavg\",\"lr\":0.09375,")); /* round 3 */
+    assert_int_equal(run_cli(fed_cli_status, out, sizeof out, 2, "--db", db), 0);
+    assert_non_null(strstr(out, "  0.09375  fedavg      -\n")); /* no epsilon: no DP */
+    /* a v2 database (an older node's): read as it is, its rounds without a rate */
+    make_v2(db2, sizeof db2, "old.db");
+    assert_int_equal(run_cli(fed_cli_status, out, sizeof out, 2, "--db", db2), 0);
+    assert_non_null(strstr(out, "schema 2"));
+    assert_non_null(strstr(out, "        -  median      -\n"));
+    assert_int_equal(run_cli(fed_cli_status, out, sizeof out, 3, "--db", db2, "--json"), 0);
+    assert_non_null(strstr(out, "\"strategy\":\"median\",\"lr\":null,"));
+    fed_test_path(db2, sizeof db2, "import.db");
     assert_int_equal(run_cli(fed_cli_status, out, sizeof out, 0), 2);
     assert_int_equal(run_cli(fed_cli_status, out, sizeof out, 2, "--db", bin), 1); /* missing */
     assert_non_null(strstr(out, "not found"));
@@ -2170,6 +2292,7 @@ int main(void)
         cmocka_unit_test(test_open_empty_file),
         cmocka_unit_test(test_migrate_from_v1),
         cmocka_unit_test(test_dp_charges),
+        cmocka_unit_test(test_migrate_from_v2),
         cmocka_unit_test(test_not_ours),
         cmocka_unit_test(test_epoch_rule),
         cmocka_unit_test(test_node_key),

@@ -5,7 +5,8 @@
 # on resume), --resume to 3 epochs giving round 3, and that run's round-3
 # model hash equal to an uninterrupted 3-epoch run's; --no-eval (no test
 # split loaded or scored) and --start-at (the first epoch waits for that
-# instant and says how late it began). Needs ./fednode (make)
+# instant and says how late it began); each epoch's rate in its row, with
+# and without --lr-warmup. Needs ./fednode (make)
 # and Fashion-MNIST; exits 77 (skipped) without them.
 set -u
 FEDNODE=${FEDNODE:-./fednode}
@@ -45,6 +46,26 @@ grep -q "local" "$TMP/out" || fail "status shows strategy local"
 [ "$("$FEDNODE" status --db "$TMP/n.db" --json | grep -o '"round":[0-9]*,"start' | wc -l)" -eq 2 ] ||
     fail "status --json lists 2 rounds"
 echo "ok: status --json lists rounds 1..2"
+# each epoch's row holds the rate of its first step: Adam's 0.002 (const);
+# with one epoch of warm-up (--lr-warmup 1: 47 steps of 64 of the 3000
+# samples) epoch 1 starts at 0.002 / 48 and epoch 2 at 0.002
+# round_lr DB N: lr of round N from status --json, to 4 digits
+round_lr() {
+    "$FEDNODE" status --db "$1" --json | tr '{' '\n' | grep "\"round\":$2," |
+        sed -n 's/.*"lr":\([0-9.e-]*\).*/\1/p' | awk '{ printf "%.4g", $1 }'
+}
+[ "$(round_lr "$TMP/n.db" 1),$(round_lr "$TMP/n.db" 2)" = "0.002,0.002" ] ||
+    fail "the rounds' lr is 0.002 (got $(round_lr "$TMP/n.db" 1),$(round_lr "$TMP/n.db" 2))"
+# shellcheck disable=SC2086
+ok "train 2 epochs, 1 of warm-up, into w.db" "$FEDNODE" train $RUN --epochs 2 --lr-warmup 1 \
+    --db "$TMP/w.db"
+grep -q "schedule const after 1 warm-up epoch" "$TMP/out" || fail "train says the warm-up"
+[ "$(round_lr "$TMP/w.db" 1),$(round_lr "$TMP/w.db" 2)" = "4.167e-05,0.002" ] ||
+    fail "warm-up: lr 0.002/48, then 0.002 (got $(round_lr "$TMP/w.db" 1),$(round_lr "$TMP/w.db" 2))"
+echo "ok: status shows each epoch's rate: 0.002 0.002; with --lr-warmup 1: 4.167e-05 0.002"
+# shellcheck disable=SC2086
+refused "--lr-warmup that leaves cosine no epoch" 2 "lr-warmup" \
+    "$FEDNODE" train --data fashion-mnist --model logreg --epochs 2 --lr-warmup 2 --db "$TMP/x.db"
 ok "verify --db n.db" "$FEDNODE" verify --db "$TMP/n.db"
 ok "export --db n.db --out m.safetensors" "$FEDNODE" export --db "$TMP/n.db" --out "$TMP/m.safetensors"
 [ -s "$TMP/m.safetensors" ] || fail "m.safetensors written"

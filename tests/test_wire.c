@@ -133,6 +133,7 @@ static void sample_block(uint8_t type, fed_wire_block *b)
         b->samples = 77;
         b->weight = 0.375;
         break;
+    case FED_WIRE_SLICE: b->step = 11; break;
     case FED_WIRE_PEERS: b->count = 2; break;
     case FED_WIRE_LEAVE: b->reason = 3; break;
     case FED_WIRE_CHUNK:
@@ -248,7 +249,7 @@ static void test_header_roundtrip(void **state)
     assert_int_equal(fed_wire_hdr_decode(buf, sizeof buf - 1, &g), FED_ERR_FRAME_TRUNCATED);
     buf[5] = 0;
     assert_int_equal(fed_wire_hdr_decode(buf, sizeof buf, &g), FED_ERR_FRAME_TYPE);
-    buf[5] = 10;
+    buf[5] = FED_WIRE_TYPE_MAX + 1;
     assert_int_equal(fed_wire_hdr_decode(buf, sizeof buf, &g), FED_ERR_FRAME_TYPE);
     buf[5] = FED_WIRE_ACK; /* ACK takes no flags */
     assert_int_equal(fed_wire_hdr_decode(buf, sizeof buf, &g), FED_ERR_FRAME_TYPE);
@@ -609,7 +610,8 @@ static void test_every_type_roundtrip(void **state)
         fed_wire_msg m;
         float y[64];
 
-        if (t == FED_WIRE_MODEL || t == FED_WIRE_DELTA || t == FED_WIRE_SHARE) {
+        if (t == FED_WIRE_MODEL || t == FED_WIRE_DELTA || t == FED_WIRE_SHARE ||
+            t == FED_WIRE_SLICE) {
             assert_int_equal(fed_codec_encode(&c32, x, 64, NULL, vec, sizeof vec, &vlen), FED_OK);
             codec = FED_CODEC_F32;
         } else if (t == FED_WIRE_PEERS) { /* two entries' worth (the wire counts bytes) */

@@ -299,7 +299,8 @@ int main(int argc, char **argv)
             strcpy(b.settings.spec, "mlp:16");
             b.settings.lr = 0.1f;
         }
-        if (t == FED_WIRE_MODEL || t == FED_WIRE_DELTA || t == FED_WIRE_SHARE) {
+        if (t == FED_WIRE_MODEL || t == FED_WIRE_DELTA || t == FED_WIRE_SHARE ||
+            t == FED_WIRE_SLICE) {
             fed_codec *c = &codecs[t % 5];
 
             if (fed_codec_encode(c, x, 300, NULL, vec, sizeof vec, &vlen) != FED_OK)

@@ -1,0 +1,440 @@
+/* test_allreduce.c - the all-reduce schedules (gossip/allreduce.h) run
+ * in-process: n simulated members pass messages (delivered in a shuffled
+ * order, some twice), and for n = 2..17 on ring, tree, tree:3 and butterfly
+ * every member ends with bit-identical parameters equal to the weighted mean
+ * computed in one place in the schedule's fixed order (and to the plain
+ * key-order mean to rounding); the ring sends 2(n-1)/n of the vector per
+ * member; bad receives are refused by name. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/rng.h"
+#include "gossip/allreduce.h"
+
+typedef struct msg {
+    uint32_t from, to, step;
+    size_t len;
+    double *data;
+} msg;
+
+typedef struct sim {
+    fed_gossip_ar_plan plan;
+    uint32_t n;
+    size_t len;
+    float **x;     /* (n)(len) the models */
+    double *w;     /* (n) the weights */
+    fed_gossip_ar_member **m;
+    int *sent;     /* (n) the current step's sends are out */
+    msg *q;
+    size_t nq, capq;
+    size_t payload_max, payload_total;
+} sim;
+
+static void sim_init(sim *s, const char *spec, uint32_t n, size_t len, uint64_t seed)
+{
+    fed_rng r;
+
+    memset(s, 0, sizeof *s);
+    assert_int_equal(fed_gossip_ar_plan_init(&s->plan, spec, n, len), FED_OK);
+    s->n = n;
+    s->len = len;
+    s->x = calloc(n, sizeof *s->x);
+    s->w = calloc(n, sizeof *s->w);
+    s->m = calloc(n, sizeof *s->m);
+    s->sent = calloc(n, sizeof *s->sent);
+    fed_rng_seed(&r, seed);
+    for (uint32_t i = 0; i < n; i++) {
+        double *xd = calloc(len ? len : 1, sizeof *xd);
+
+        s->x[i] = calloc(len ? len : 1, sizeof(float));
+        for (size_t j = 0; j < len; j++)
+            /* magnitudes over 2^-20..2^20, so the order of summing shows
+               in the bits (sums of w * x with integer w are otherwise exact) */
+            s->x[i][j] = (float)ldexp(fed_rng_normal(&r) + (double)i,
+                                      (int)fed_rng_below(&r, 41) - 20);
+        s->w[i] = (double)(1 + fed_rng_below(&r, 600)); /* sample counts */
+        for (size_t j = 0; j < len; j++)
+            xd[j] = (double)s->x[i][j]; /* a trained model enters as doubles */
+        assert_int_equal(fed_gossip_ar_member_new(&s->plan, i, xd, s->w[i], &s->m[i]), FED_OK);
+        free(xd);
+    }
+}
+
+static void sim_free(sim *s)
+{
+    for (size_t i = 0; i < s->nq; i++)
+        free(s->q[i].data);
+    for (uint32_t i = 0; i < s->n; i++) {
+        fed_gossip_ar_member_free(s->m[i]);
+        free(s->x[i]);
+    }
+    free(s->q);
+    free(s->x);
+    free(s->w);
+    free(s->m);
+    free(s->sent);
+}
+
+static void push(sim *s, uint32_t from, const fed_gossip_ar_xfer *x, uint32_t step,
+                 const double *data)
+{
+    msg *q;
+
+    if (s->nq == s->capq) {
+        s->capq = s->capq ? 2 * s->capq : 64;
+        s->q = realloc(s->q, s->capq * sizeof *s->q);
+        assert_non_null(s->q);
+    }
+    q = &s->q[s->nq++];
+    q->from = from;
+    q->to = x->peer;
+    q->step = step;
+    q->len = x->len;
+    q->data = malloc(x->len ? x->len * sizeof(double) : 1);
+    if (x->len)
+        memcpy(q->data, data, x->len * sizeof(double));
+}
+
+/* Runs the schedule: members send when they enter a step, messages are
+ * delivered in a random order (one in eight delivered twice), members
+ * advance when ready. Returns the rounds of delivery it took. */
+static unsigned sim_run(sim *s, uint64_t seed)
+{
+    fed_rng r;
+    unsigned rounds = 0;
+    size_t *sent_elems = calloc(s->n, sizeof *sent_elems);
+
+    fed_rng_seed_stream(&r, seed, 7);
+    for (;;) {
+        int all_done = 1, moved = 0;
+
+        for (uint32_t i = 0; i < s->n; i++) {
+            fed_gossip_ar_member *m = s->m[i];
+
+            if (fed_gossip_ar_member_done(m))
+                continue;
+            all_done = 0;
+            if (!s->sent[i]) {
+                for (size_t k = 0; k < fed_gossip_ar_member_nsend(m); k++) {
+                    fed_gossip_ar_xfer x;
+                    const double *d;
+
+                    assert_int_equal(fed_gossip_ar_member_send(m, k, &x, &d), FED_OK);
+                    push(s, i, &x, fed_gossip_ar_member_step(m), d);
+                    sent_elems[i] += x.len;
+                }
+                s->sent[i] = 1;
+                moved = 1;
+            }
+        }
+        if (all_done)
+            break;
+        /* deliver about half of the queue, in random order */
+        for (size_t left = s->nq / 2 + 1; left > 0 && s->nq > 0; left--) {
+            size_t k = (size_t)fed_rng_below(&r, s->nq);
+            msg q = s->q[k];
+            int fresh = -1;
+
+            assert_int_equal(fed_gossip_ar_member_receive(s->m[q.to], q.from, q.step, q.data,
+                                                          q.len, &fresh),
+                             FED_OK);
+            assert_int_equal(fresh, 1);
+            if (fed_rng_below(&r, 8) == 0) { /* a duplicate: ignored */
+                assert_int_equal(fed_gossip_ar_member_receive(s->m[q.to], q.from, q.step,
+                                                              q.data, q.len, &fresh),
+                                 FED_OK);
+                assert_int_equal(fresh, 0);
+            }
+            free(q.data);
+            s->q[k] = s->q[--s->nq];
+            moved = 1;
+        }
+        for (uint32_t i = 0; i < s->n; i++)
+            while (fed_gossip_ar_member_ready(s->m[i])) {
+                assert_int_equal(fed_gossip_ar_member_advance(s->m[i]), FED_OK);
+                s->sent[i] = 0;
+                moved = 1;
+                if (fed_gossip_ar_member_nsend(s->m[i]))
+                    break; /* send before going on */
+            }
+        assert_true(moved); /* never stuck */
+        rounds++;
+        assert_true(rounds < 100000);
+    }
+    assert_int_equal(s->nq, 0);
+    for (uint32_t i = 0; i < s->n; i++) {
+        assert_int_equal(fed_gossip_ar_member_payload(&s->plan, i), sent_elems[i]);
+        if (sent_elems[i] > s->payload_max)
+            s->payload_max = sent_elems[i];
+        s->payload_total += sent_elems[i];
+    }
+    free(sent_elems);
+    return rounds;
+}
+
+/* ---- the reference: the same sums computed in one place ---- */
+
+static double v_of(const sim *s, uint32_t i, size_t e)
+{
+    return e < s->len ? s->w[i] * (double)s->x[i][e] : s->w[i];
+}
+
+static double tree_sum(const sim *s, uint32_t i, size_t e, uint32_t k)
+{
+    double acc = v_of(s, i, e);
+
+    for (uint64_t c = (uint64_t)i * k + 1; c <= (uint64_t)i * k + k && c < s->n; c++)
+        acc = acc + tree_sum(s, (uint32_t)c, e, k);
+    return acc;
+}
+
+static double ref_sum(const sim *s, size_t e)
+{
+    uint32_t n = s->n;
+
+    if (s->plan.topo == FED_GOSSIP_AR_RING) {
+        uint32_t c = 0;
+        double acc;
+
+        for (uint32_t q = 0; q < n; q++) { /* which slice holds e */
+            size_t off, len;
+
+            fed_gossip_ar_slice(&s->plan, q, &off, &len);
+            if (e >= off && e < off + len)
+                c = q;
+        }
+        acc = v_of(s, c, e);
+        for (uint32_t j = 1; j < n; j++)
+            acc = acc + v_of(s, (c + j) % n, e);
+        return acc;
+    }
+    if (s->plan.topo == FED_GOSSIP_AR_TREE)
+        return tree_sum(s, 0, e, s->plan.arity);
+    {
+        uint32_t p = 1;
+        double a[32], b[32];
+
+        while (p * 2 <= n)
+            p *= 2;
+        assert_true(p <= 32);
+        for (uint32_t i = 0; i < p; i++)
+            a[i] = i + p < n ? v_of(s, i, e) + v_of(s, i + p, e) : v_of(s, i, e);
+        for (uint32_t d = p / 2; d >= 1; d /= 2) {
+            for (uint32_t i = 0; i < p; i++)
+                b[i] = a[i] + a[i ^ d];
+            memcpy(a, b, sizeof a);
+        }
+        return a[0];
+    }
+}
+
+static void check_result(const sim *s)
+{
+    size_t len = s->len;
+    float *first = calloc(len ? len : 1, sizeof *first);
+    float *got = calloc(len ? len : 1, sizeof *got);
+    double wsum = 0, w;
+
+    for (uint32_t i = 0; i < s->n; i++)
+        wsum += s->w[i];
+    assert_int_equal(fed_gossip_ar_member_result(s->m[0], first, &w), FED_OK);
+    assert_true(w == wsum);
+    for (uint32_t i = 1; i < s->n; i++) {
+        assert_int_equal(fed_gossip_ar_member_result(s->m[i], got, &w), FED_OK);
+        assert_memory_equal(got, first, len * sizeof *got); /* the same bits */
+        assert_memory_equal(fed_gossip_ar_member_sums(s->m[i]), fed_gossip_ar_member_sums(s->m[0]),
+                            (len + 1) * sizeof(double));
+    }
+    for (size_t e = 0; e < len; e++) {
+        double naive = 0;
+        float ref = (float)(ref_sum(s, e) / ref_sum(s, len));
+
+        double rs = ref_sum(s, e);
+
+        assert_true(ref_sum(s, len) == wsum);
+        /* the sums themselves, in double, bit for bit */
+        assert_true(memcmp(&rs, &fed_gossip_ar_member_sums(s->m[0])[e], sizeof rs) == 0);
+        assert_true(memcmp(&ref, &first[e], sizeof ref) == 0);
+        for (uint32_t i = 0; i < s->n; i++)
+            naive += s->w[i] * (double)s->x[i][e];
+        naive /= wsum;
+        {
+            double mag = 0;
+
+            for (uint32_t i = 0; i < s->n; i++)
+                mag += s->w[i] * fabs((double)s->x[i][e]);
+            assert_true(fabs((double)first[e] - naive) <= 1e-6 * (fabs(naive) + mag / wsum));
+        }
+    }
+    free(first);
+    free(got);
+}
+
+static void run_topology(const char *spec)
+{
+    static const size_t lens[] = {1, 5, 37, 256};
+
+    for (uint32_t n = 2; n <= 17; n++)
+        for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+            sim s;
+
+            sim_init(&s, spec, n, lens[li], 1000 * n + li);
+            (void)sim_run(&s, n + 31 * li);
+            check_result(&s);
+            sim_free(&s);
+        }
+}
+
+static void test_ring(void **st)
+{
+    (void)st;
+    run_topology("ring");
+}
+
+static void test_tree(void **st)
+{
+    (void)st;
+    run_topology("tree");
+}
+
+static void test_tree3(void **st)
+{
+    (void)st;
+    run_topology("tree:3");
+    run_topology("tree:16");
+}
+
+static void test_butterfly(void **st)
+{
+    (void)st;
+    run_topology("butterfly");
+}
+
+/* The ring's payload: 2(n-1) slices per member, 2(n-1)/n of the vector
+ * (model and weight) when n divides it, within two elements otherwise. */
+static void test_ring_payload(void **st)
+{
+    (void)st;
+    for (uint32_t n = 2; n <= 17; n++) {
+        size_t dims[] = {(size_t)n * 60, (size_t)n * 60 + 7};
+
+        for (int k = 0; k < 2; k++) {
+            sim s;
+            size_t dim = dims[k], ceil_slice = (dim + n - 1) / n;
+
+            sim_init(&s, "ring", n, dim - 1, 77 + n);
+            assert_int_equal(fed_gossip_ar_steps(&s.plan), 2 * (n - 1));
+            (void)sim_run(&s, 5);
+            check_result(&s);
+            assert_int_equal(s.payload_total, (size_t)2 * (n - 1) * dim);
+            assert_true(s.payload_max <= (size_t)2 * (n - 1) * ceil_slice);
+            assert_true((double)s.payload_max < 2.0 * (n - 1) / n * (double)dim + 2.0);
+            if (dim % n == 0)
+                assert_int_equal(s.payload_max, (size_t)2 * (n - 1) * dim / n);
+            sim_free(&s);
+        }
+    }
+}
+
+static void test_step_counts(void **st)
+{
+    fed_gossip_ar_plan p;
+
+    (void)st;
+    assert_int_equal(fed_gossip_ar_plan_init(&p, "butterfly", 8, 10), FED_OK);
+    assert_int_equal(fed_gossip_ar_steps(&p), 6);
+    assert_int_equal(fed_gossip_ar_plan_init(&p, "butterfly", 11, 10), FED_OK);
+    assert_int_equal(fed_gossip_ar_steps(&p), 8);
+    assert_int_equal(fed_gossip_ar_plan_init(&p, "tree", 7, 10), FED_OK);
+    assert_int_equal(fed_gossip_ar_steps(&p), 4);
+    assert_int_equal(fed_gossip_ar_plan_init(&p, "tree:3", 13, 10), FED_OK);
+    assert_int_equal(fed_gossip_ar_steps(&p), 4);
+    assert_int_equal(fed_gossip_ar_plan_init(&p, "ring", 1, 10), FED_OK);
+    assert_int_equal(fed_gossip_ar_steps(&p), 0);
+    assert_int_equal(fed_gossip_ar_plan_init(&p, "ring", 0, 10), FED_ERR_RANGE);
+}
+
+static void test_specs(void **st)
+{
+    fed_gossip_ar_topo t;
+    uint32_t k;
+    static const char *bad[] = {"", "star", "tree:", "tree:1", "tree:x", "tree:2x",
+                                "tree:65", "ring:2", "butterfly:2", "tree:-3"};
+
+    (void)st;
+    assert_int_equal(fed_gossip_ar_parse("tree", &t, &k), FED_OK);
+    assert_int_equal(t, FED_GOSSIP_AR_TREE);
+    assert_int_equal(k, 2);
+    assert_int_equal(fed_gossip_ar_parse("tree:5", &t, &k), FED_OK);
+    assert_int_equal(k, 5);
+    assert_int_equal(fed_gossip_ar_parse("ring", &t, &k), FED_OK);
+    assert_int_equal(t, FED_GOSSIP_AR_RING);
+    assert_int_equal(fed_gossip_ar_parse("butterfly", &t, &k), FED_OK);
+    assert_int_equal(t, FED_GOSSIP_AR_BUTTERFLY);
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        assert_int_equal(fed_gossip_ar_parse(bad[i], &t, &k), FED_ERR_SPEC);
+}
+
+/* What a member refuses: a receive it does not expect, of the wrong length,
+ * with a NaN, for a step past; advancing early; a non-positive weight. */
+static void test_refusals(void **st)
+{
+    fed_gossip_ar_plan p;
+    fed_gossip_ar_member *m;
+    double x[4] = {1, 2, 3, 4};
+    double d[5] = {1, 1, 1, 1, 1};
+    size_t off, len;
+    float out[4];
+
+    (void)st;
+    assert_int_equal(fed_gossip_ar_plan_init(&p, "ring", 4, 4), FED_OK);
+    assert_int_equal(fed_gossip_ar_member_new(&p, 1, x, 0.0, &m), FED_ERR_BAD_VALUE);
+    assert_int_equal(fed_gossip_ar_member_new(&p, 4, x, 1.0, &m), FED_ERR_RANGE);
+    assert_int_equal(fed_gossip_ar_member_new(&p, 1, x, 2.0, &m), FED_OK);
+    /* member 1 takes from member 0 only, slice 0 at step 0 */
+    fed_gossip_ar_slice(&p, 0, &off, &len);
+    assert_int_equal(fed_gossip_ar_member_receive(m, 2, 0, d, len, NULL), FED_ERR_ROLE);
+    assert_int_equal(fed_gossip_ar_member_receive(m, 0, 0, d, len + 1, NULL), FED_ERR_SHAPE);
+    d[0] = NAN;
+    assert_int_equal(fed_gossip_ar_member_receive(m, 0, 0, d, len, NULL), FED_ERR_BAD_VALUE);
+    d[0] = 1;
+    assert_int_equal(fed_gossip_ar_member_receive(m, 0, 99, d, len, NULL), FED_ERR_ROLE);
+    assert_true(fed_gossip_ar_member_waits_for(m, 0));
+    assert_int_equal(fed_gossip_ar_member_advance(m), FED_ERR_BUSY);
+    assert_int_equal(fed_gossip_ar_member_result(m, out, NULL), FED_ERR_BUSY);
+    assert_int_equal(fed_gossip_ar_member_receive(m, 0, 0, d, len, NULL), FED_OK);
+    assert_false(fed_gossip_ar_member_waits_for(m, 0));
+    assert_int_equal(fed_gossip_ar_member_advance(m), FED_OK);
+    {
+        int fresh = -1; /* a resend of one applied: taken as a copy, ignored */
+
+        assert_int_equal(fed_gossip_ar_member_receive(m, 0, 0, d, len, &fresh), FED_OK);
+        assert_int_equal(fresh, 0);
+        assert_int_equal(fed_gossip_ar_member_receive(m, 2, 0, d, len, NULL), FED_ERR_ROLE);
+    }
+    fed_gossip_ar_member_free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_specs),
+        cmocka_unit_test(test_step_counts),
+        cmocka_unit_test(test_ring),
+        cmocka_unit_test(test_tree),
+        cmocka_unit_test(test_tree3),
+        cmocka_unit_test(test_butterfly),
+        cmocka_unit_test(test_ring_payload),
+        cmocka_unit_test(test_refusals),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
