@@ -476,6 +476,7 @@ static int fill_node_config(const run_cfg *c, run_state *s, fed_node_config *nc)
         nc->shard = s->idx;
         nc->shard_n = s->nidx;
         nc->retry_ms = (uint64_t)c->retry_ms;
+        fed_node_settings_apply_dp(&c->s, nc);
         return aggregator_key(c, s, &nc->aggregator);
     }
     if ((rc = fill_training(c, s, nc)) >= 0)
@@ -570,6 +571,14 @@ static int run_node(const run_cfg *c)
     if (role == FED_NODE_CLIENT && !c->aggregator[0]) {
         fed_cli_error("run: a client needs --aggregator ADDRESS");
         return 2;
+    }
+    {
+        const char *why = fed_node_settings_dp_misuse(&c->s, role);
+
+        if (why) {
+            fed_cli_error("run: %s", why);
+            return 2;
+        }
     }
     if (c->http[0]) {
         struct sockaddr_storage sa;

@@ -162,6 +162,8 @@ typedef struct status_data {
     size_t nrounds, nckpts, npeers, ncounters, ncontribs;
     uint64_t from_round;
     size_t contribs_left_out; /* beyond LIST_MAX */
+    uint64_t dp_charges;      /* DP-SGD releases charged, and the last one */
+    fed_store_dp_charge dp_last;
 } status_data;
 
 static void status_data_free(status_data *d)
@@ -190,6 +192,15 @@ static int keep_contrib(void *ctx, const fed_store_contrib *c)
     return 0;
 }
 
+static int keep_dp_charge(void *ctx, const fed_store_dp_charge *c)
+{
+    status_data *d = ctx;
+
+    d->dp_charges++;
+    d->dp_last = *c;
+    return 0;
+}
+
 static fed_err status_load(fed_store *st, const status_cfg *c, status_data *d)
 {
     fed_err e;
@@ -210,7 +221,8 @@ static fed_err status_load(fed_store *st, const status_cfg *c, status_data *d)
     /* the contributions of the rounds shown (and of any later attempt),
        read from the index, not the whole table */
     d->from_round = d->nrounds ? d->rounds[d->nrounds - 1].round : 0;
-    if ((e = fed_store_each_contribution(st, d->from_round, keep_contrib, d)) != FED_OK)
+    if ((e = fed_store_each_contribution(st, d->from_round, keep_contrib, d)) != FED_OK ||
+        (e = fed_store_each_dp_charge(st, keep_dp_charge, d)) != FED_OK)
         return e;
     return fed_store_list_counters(st, d->counters, LIST_MAX, &d->ncounters);
 }
@@ -222,17 +234,18 @@ static void print_rounds_table(const status_data *d)
         printf("  none\n");
         return;
     }
-    printf("  %7s  %-19s  %8s  %8s  %7s  %10s  %10s  %10s  %5s  %9s  %s\n", "round",
+    printf("  %7s  %-19s  %8s  %8s  %7s  %10s  %10s  %10s  %5s  %9s  %-10s  %s\n", "round",
            "ended (UTC)", "secs", "loss", "acc", "samples", "bytes in", "bytes out", "peers",
-           "lr", "strategy");
+           "lr", "strategy", "epsilon");
     for (size_t i = 0; i < d->nrounds; i++) {
         const fed_store_round *r = &d->rounds[i];
-        char when[32], loss[24], acc[24], in[24], out[24], lr[24];
+        char when[32], loss[24], acc[24], in[24], out[24], lr[24], eps[24];
         double secs = r->end_ms >= r->start_ms ? (double)(r->end_ms - r->start_ms) / 1000 : 0;
 
         fmt_time_ms(when, sizeof when, r->end_ms);
         fmt_real(loss, sizeof loss, r->loss, 4, "");
         fmt_real(acc, sizeof acc, 100 * r->accuracy, 2, "%");
+        fmt_real(eps, sizeof eps, r->epsilon > 0 ? r->epsilon : NAN, 4, "");
         fmt_bytes(in, sizeof in, r->bytes_in);
         fmt_bytes(out, sizeof out, r->bytes_out);
         if (r->lr > 0)
@@ -240,9 +253,23 @@ static void print_rounds_table(const status_data *d)
         else
             snprintf(lr, sizeof lr, "-"); /* none recorded: mixing only, or an older node */
         printf("  %7" PRIu64 "  %-19s  %8.2f  %8s  %7s  %10" PRIu64 "  %10s  %10s  %5" PRIu32
-               "  %9s  %s\n",
-               r->round, when, secs, loss, acc, r->samples, in, out, r->peers, lr, r->strategy);
+               "  %9s  %-10s  %s\n",
+               r->round, when, secs, loss, acc, r->samples, in, out, r->peers, lr, r->strategy,
+               eps);
     }
+}
+
+/* DP-SGD at this site: what its accountant holds. */
+static void print_privacy(const status_data *d)
+{
+    const fed_store_dp_charge *l = &d->dp_last;
+
+    if (!d->dp_charges)
+        return;
+    printf("\nprivacy (DP-SGD at this site, RDP accountant)\n");
+    printf("  epsilon %.4f at delta %g spent in %" PRIu64 " releases; the last: round %" PRIu64
+           ", %" PRIu64 " steps at q %.4g, noise multiplier %g\n",
+           l->epsilon, l->delta, d->dp_charges, l->round, l->steps, l->q, l->sigma);
 }
 
 static void print_contribs_table(const status_data *d)
@@ -348,9 +375,20 @@ static void print_status_json(FILE *f, const char *db, fed_store *st, const stat
         json_str(f, r->strategy);
         fprintf(f, ",\"lr\":");
         json_real(f, r->lr > 0 ? r->lr : NAN);
+        fprintf(f, ",\"epsilon\":");
+        json_real(f, r->epsilon > 0 ? r->epsilon : NAN);
         fprintf(f, ",\"model_hash\":\"%s\"}", h);
     }
-    fprintf(f, "],\"contributions\":[");
+    if (d->dp_charges) {
+        fprintf(f, "],\"privacy\":{\"releases\":%" PRIu64 ",\"epsilon\":", d->dp_charges);
+        json_real(f, d->dp_last.epsilon);
+        fprintf(f, ",\"delta\":");
+        json_real(f, d->dp_last.delta);
+        fprintf(f, "}");
+    } else {
+        fprintf(f, "]");
+    }
+    fprintf(f, ",\"contributions\":[");
     for (size_t i = 0; i < d->ncontribs; i++) {
         const status_contrib *c = &d->contribs[i];
 
@@ -429,6 +467,7 @@ static int status_once(const status_cfg *c)
         printf("database %s: schema %d, epoch %" PRIu64 ", page size %d\n", c->db,
                fed_store_schema(st), fed_store_epoch(st), fed_store_page_size(st));
         print_rounds_table(&d);
+        print_privacy(&d);
         print_contribs_table(&d);
         print_ckpts_table(&d);
         print_peers_table(&d);

@@ -214,11 +214,14 @@ typedef struct train_world {
     fed_store *st;    /* --db, or NULL */
     int first_epoch;  /* 1, or the one after --resume's checkpoint */
     fed_crypto_keystream csprng; /* --dp-sgd's noise and sampling */
+    fed_dp_account *acct; /* --dp-sgd with --db: the privacy spent, kept there */
+    long dp_steps_done;   /* DP-SGD steps charged to acct so far in this run */
 } train_world;
 
 static void train_world_fini(train_world *w)
 {
     fed_crypto_keystream_wipe(&w->csprng);
+    fed_dp_account_free(w->acct);
     fed_store_close(w->st);
     fed_trainer_free(w->t);
     fed_optim_free(w->o);
@@ -278,11 +281,6 @@ static int check_train_cfg(const train_cfg *c, fed_optim_cfg *oc, int *shard, in
         fed_cli_error("train: --resume needs --db FILE");
         return 2;
     }
-    if (c->dp_sgd && c->db[0]) {
-        fed_cli_error("train: --dp-sgd with --db is not supported yet: the database would not "
-                      "keep the privacy spent, and a --resume would forget it");
-        return 2;
-    }
     if (c->dp_sgd && fed_rdp_check_delta(c->dp_delta) != FED_OK) {
         fed_cli_error("train: --dp-delta %g: delta must lie strictly between 0 and 1",
                       c->dp_delta);
@@ -323,14 +321,19 @@ static void print_header(const train_cfg *c, const train_world *w, const fed_opt
     fflush(stdout);
 }
 
-/* --dp-sgd: the epsilon spent so far (RDP accountant, default orders). */
+/* --dp-sgd: the epsilon spent so far (RDP accountant, default orders); with
+ * --db, what the database holds with this epoch's steps charged. */
 static void print_epsilon(const train_cfg *c, const train_world *w)
 {
     double eps = INFINITY, order = NAN;
 
     if (!c->dp_sgd)
         return;
-    if (fed_rdp_sgm_epsilon(fed_trainer_dp_rate(w->t, w->nidx), c->dp_sgd_noise,
+    if (w->acct)
+        eps = fed_dp_account_preview(w->acct, fed_trainer_dp_rate(w->t, w->nidx),
+                                     c->dp_sgd_noise,
+                                     (uint64_t)(fed_trainer_dp_steps(w->t) - w->dp_steps_done));
+    else if (fed_rdp_sgm_epsilon(fed_trainer_dp_rate(w->t, w->nidx), c->dp_sgd_noise,
                             (uint64_t)fed_trainer_dp_steps(w->t), c->dp_delta, NULL, 0, &eps,
                             &order) != FED_OK)
         eps = INFINITY;
@@ -345,13 +348,20 @@ static int record_epoch(const train_cfg *c, train_world *w, const fed_rng *shuff
     fed_node_record_round r = {(uint64_t)e, start_ms, wall_ms(),
                                tr->loss_sum / (double)tr->samples,
                                w->test ? (double)te->correct / (double)te->samples : NAN,
-                               (uint64_t)tr->samples, lr};
+                               (uint64_t)tr->samples, lr, NULL, 0, 0, 0};
     fed_err err;
 
     if (!w->st)
         return 0;
+    if (w->acct) {
+        r.dp = w->acct;
+        r.dp_q = fed_trainer_dp_rate(w->t, w->nidx);
+        r.dp_sigma = c->dp_sgd_noise;
+        r.dp_steps = (uint64_t)(fed_trainer_dp_steps(w->t) - w->dp_steps_done);
+    }
     if ((err = fed_node_record_epoch(w->st, w->m, w->o, shuffle, w->nidx, &r)) != FED_OK)
-        return fail(c->db, err);
+        return fail(c->db, err); /* the run stops: the account is not used again */
+    w->dp_steps_done = fed_trainer_dp_steps(w->t);
     return 0;
 }
 
@@ -418,6 +428,15 @@ static int open_db(const train_cfg *c, train_world *w)
                       "or give another --db", c->db, (unsigned long long)last);
         return 2;
     }
+    if (!c->dp_sgd)
+        return 0;
+    if ((err = fed_dp_account_new(c->dp_delta, &w->acct)) != FED_OK ||
+        (err = fed_dp_account_load(w->acct, w->st)) != FED_OK)
+        return fail(c->db, err);
+    if (fed_dp_account_charges(w->acct))
+        printf("# %s: epsilon %.4g spent already (delta %g, %llu releases); this run adds to "
+               "it\n", c->db, fed_dp_account_epsilon(w->acct), c->dp_delta,
+               (unsigned long long)fed_dp_account_charges(w->acct));
     return 0;
 }
 

@@ -86,8 +86,13 @@ static fed_err write_round_and_ckpt(fed_store *st, const fed_node_record_round *
     snprintf(row.strategy, sizeof row.strategy, "%s", FED_NODE_STRATEGY_LOCAL);
     /* the round's model: the hash of the params section as stored */
     fed_crypto_model_hash(s[2].data, s[2].len, row.model_hash);
-    if ((e = fed_store_begin(st)) != FED_OK)
+    if ((e = r->dp ? fed_store_begin_durable(st) : fed_store_begin(st)) != FED_OK)
         return e;
+    if (r->dp && (e = fed_dp_account_charge(r->dp, st, r->epoch, r->end_ms, r->dp_q,
+                                            r->dp_sigma, r->dp_steps, &row.epsilon)) != FED_OK) {
+        fed_store_rollback(st);
+        return e;
+    }
     if ((e = fed_store_put_round(st, &row)) != FED_OK ||
         (e = fed_store_checkpoint_write(st, r->epoch, s, ns, NULL)) != FED_OK ||
         (e = fed_store_commit(st)) != FED_OK) {

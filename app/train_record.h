@@ -1,7 +1,9 @@
 /* train_record.h - `fednode train --db FILE`: a single node keeps the record
  * a federated one does. Each epoch is one round of the node's database (its
  * row: times, loss, test accuracy, samples, the rate of its first step,
- * strategy "local", the hash of the parameters) and one checkpoint, written in one transaction; `--resume`
+ * strategy "local", the hash of the parameters, with --dp-sgd the epsilon
+ * spent and the epoch's privacy charge) and one checkpoint, written in one
+ * transaction; `--resume`
  * loads the newest valid checkpoint and goes on from the next epoch, bit for
  * bit as if the run had never stopped (same data, seed and options).
  *
@@ -26,6 +28,7 @@
 #include "core/rng.h"
 #include "model/model.h"
 #include "model/optim.h"
+#include "node/dp_account.h"
 #include "storage/store.h"
 
 #define FED_NODE_SEC_TRAIN "train.state"
@@ -42,6 +45,12 @@ typedef struct fed_node_record_round {
     double accuracy;          /* test accuracy; NaN when not measured */
     uint64_t samples;         /* training samples seen in the epoch */
     double lr;                /* the learning rate of its first step */
+    /* DP-SGD: the epoch's privacy charge (dp_steps steps at rate dp_q, noise
+       multiplier dp_sigma), made in the same transaction, fsynced; dp NULL:
+       none. On failure dp must be loaded again (node/dp_account.h). */
+    fed_dp_account *dp;
+    double dp_q, dp_sigma;
+    uint64_t dp_steps;
 } fed_node_record_round;
 
 /* What resume found (filled as far as it got, also on a mismatch, so the

@@ -71,7 +71,10 @@
     /* storage, appended so the codes above keep their values */              \
     X(FED_ERR_DB_DAMAGED, "database file damaged (SQLite found corruption)")  \
     /* frames, appended likewise */                                            \
-    X(FED_ERR_FIELD_REQUIRED, "frame has a required field this node does not know")
+    X(FED_ERR_FIELD_REQUIRED, "frame has a required field this node does not know") \
+    /* differential privacy, appended likewise */                              \
+    X(FED_ERR_DP_BUDGET, "the round would exceed this site's privacy budget")    \
+    X(FED_ERR_DP_REQUIRED, "the aggregator requires DP-SGD, which this site does not run")
 
 typedef enum fed_err {
 #define FED_ERR_ENUM_(name, msg) name,

@@ -114,11 +114,20 @@ static int spec_ok(const char *spec)
     return 1;
 }
 
+static int dp_ok(const fed_wire_settings *s)
+{
+    if (s->dp_flags & ~FED_WIRE_DP_REQUIRED)
+        return 0;
+    if (!(s->dp_flags & FED_WIRE_DP_REQUIRED))
+        return s->dp_clip == 0 && s->dp_noise == 0;
+    return isfinite(s->dp_clip) && s->dp_clip > 0 && isfinite(s->dp_noise) && s->dp_noise >= 0;
+}
+
 static int settings_ok(const fed_wire_settings *s)
 {
     return spec_ok(s->spec) && isfinite(s->lr) && s->lr > 0 && isfinite(s->mu) && s->mu >= 0 &&
            isfinite(s->momentum) && s->momentum >= 0 && s->momentum < 1 &&
-           isfinite(s->fraction) && s->fraction >= 0 && s->fraction <= 1;
+           isfinite(s->fraction) && s->fraction >= 0 && s->fraction <= 1 && dp_ok(s);
 }
 
 /* ---- MODEL settings fields (wire.h draws them) ---- */
@@ -135,13 +144,24 @@ static const uint32_t field_len[FED_WIRE_SET_TAG_MAX + 1] = {
     [FED_WIRE_SET_MU] = 4,
     [FED_WIRE_SET_DEADLINE] = 8,
     [FED_WIRE_SET_MOMENTUM] = 4,
+    [FED_WIRE_SET_DP_SGD] = 12,
 };
 
 #define SETTINGS_BYTES (FED_WIRE_MODEL_BLOCK_BYTES - 12)
 _Static_assert(SETTINGS_BYTES == FED_WIRE_SET_TAG_MAX * FED_WIRE_FIELD_HEAD_BYTES +
-                                     FED_WIRE_SPEC_BYTES + 4 + 4 + 1 + 2 + 4 + 4 + 4 + 8 + 4,
+                                     FED_WIRE_SPEC_BYTES + 4 + 4 + 1 + 2 + 4 + 4 + 4 + 8 + 4 +
+                                     12,
                "FED_WIRE_MODEL_BLOCK_BYTES is 12 bytes and every known field");
 _Static_assert(FED_WIRE_MODEL_BLOCK_BYTES <= FED_WIRE_BLOCK_MAX, "a MODEL block fits");
+
+/* A field's head at p, marked required or not; returns where its value goes. */
+static uint8_t *field_head_flags(uint8_t *p, uint16_t tag, uint16_t flags)
+{
+    fed_put_u16le(p, tag);
+    fed_put_u16le(p + 2, flags);
+    fed_put_u32le(p + 4, field_len[tag]);
+    return p + FED_WIRE_FIELD_HEAD_BYTES;
+}
 
 /* A field's head at p, marked required; returns where its value goes. */
 static uint8_t *field_head(uint8_t *p, uint16_t tag)
@@ -177,6 +197,13 @@ static void encode_settings(const fed_wire_settings *s, uint8_t *out)
     fed_put_u64le(p, s->deadline_ms);
     p = field_head(p + 8, FED_WIRE_SET_MOMENTUM);
     fed_put_f32le(p, s->momentum);
+    /* required only when it requires DP-SGD: a node that does not know the
+       field may then not train the round without it */
+    p = field_head_flags(p + 4, FED_WIRE_SET_DP_SGD,
+                         (s->dp_flags & FED_WIRE_DP_REQUIRED) ? FED_WIRE_FIELD_REQUIRED : 0);
+    fed_put_u32le(p, s->dp_flags);
+    fed_put_f32le(p + 4, s->dp_clip);
+    fed_put_f32le(p + 8, s->dp_noise);
 }
 
 /* The spec's value: 1 to FED_WIRE_SPEC_BYTES bytes, NUL-terminated, zeros
@@ -209,6 +236,11 @@ static int take_field(uint16_t tag, const uint8_t *v, uint32_t len, fed_wire_set
     case FED_WIRE_SET_MU: s->mu = fed_get_f32le(v); break;
     case FED_WIRE_SET_DEADLINE: s->deadline_ms = fed_get_u64le(v); break;
     case FED_WIRE_SET_MOMENTUM: s->momentum = fed_get_f32le(v); break;
+    case FED_WIRE_SET_DP_SGD:
+        s->dp_flags = fed_get_u32le(v);
+        s->dp_clip = fed_get_f32le(v + 4);
+        s->dp_noise = fed_get_f32le(v + 8);
+        break;
     default: return 0;
     }
     return 1;
@@ -218,7 +250,9 @@ static int take_field(uint16_t tag, const uint8_t *v, uint32_t len, fed_wire_set
  * are skipped unless required (*refused their tag). */
 static fed_err decode_model(const uint8_t *in, size_t len, fed_wire_block *b, size_t *used)
 {
-    uint32_t seen = 0, all = ((1u << (FED_WIRE_SET_TAG_MAX + 1)) - 1) & ~1u;
+    /* every field up to FED_WIRE_SET_MOMENTUM must be there; DP-SGD may be
+       missing (a node before it: no requirement) */
+    uint32_t seen = 0, all = ((1u << (FED_WIRE_SET_MOMENTUM + 1)) - 1) & ~1u;
     uint32_t prev = 0;
     size_t total, at = 12;
 
@@ -255,7 +289,7 @@ static fed_err decode_model(const uint8_t *in, size_t len, fed_wire_block *b, si
         }
         at += flen;
     }
-    if (seen != all || !settings_ok(&b->settings))
+    if ((seen & all) != all || !settings_ok(&b->settings))
         return FED_ERR_PAYLOAD;
     *used = total;
     return FED_OK;

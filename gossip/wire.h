@@ -69,15 +69,23 @@
  *                       8  4    proximal mu (f32 >= 0)
  *                       9  8    deadline in ms (u64; 0: none)
  *                      10  4    SGD momentum (f32 in [0, 1); 0: plain SGD)
- *                   This node writes all ten, marked required, in that
- *                   order: its MODEL block is FED_WIRE_MODEL_BLOCK_BYTES
- *                   (255); one from a newer node may be longer.
+ *                      11  12   DP-SGD: flags u32 (FED_WIRE_DP_REQUIRED, others
+ *                                 zero), clip f32 > 0 and noise multiplier
+ *                                 f32 >= 0 when required, else both 0. The
+ *                                 one field that may be absent (a node
+ *                                 before it: nothing required)
+ *                   This node writes all eleven in that order, 1-10 marked
+ *                   required, 11 marked required when it requires DP-SGD:
+ *                   its MODEL block is FED_WIRE_MODEL_BLOCK_BYTES (275);
+ *                   one from a newer node may be longer.
  *   DELTA  16   0 8 samples   8 8 base round (the model it started from)
  *   ACK     8   0 4 status (a fed_err; 0: accepted)  4 4 flags (FED_WIRE_ACK_*)
  *   SHARE  16   0 8 samples   8 8 push-sum weight (f64, finite, >= 0)
  *   PEERS   8   0 4 count of peer entries that follow (each at least
  *               FED_WIRE_PEER_ENTRY_MIN bytes; gossip/peers.h)   4 4 reserved
- *   LEAVE   8   0 4 reason   4 4 reserved
+ *   LEAVE   8   0 4 reason (a fed_err)   4 4 reserved. A client declines
+ *               the round in the header (FED_ERR_DP_BUDGET, FED_ERR_DP_REQUIRED)
+ *               instead of sending a delta; the aggregator records it and ACKs
  *   CHUNK  16   (PULL request) 0 8 stream id  8 4 chunk index wanted  12 4 reserved
  *   SLICE  16   0 8 all-reduce step (gossip/allreduce.h)  8 8 reserved; the
  *               vector (f64) is the range that step sends, the weight inside
@@ -121,7 +129,7 @@
 #define FED_WIRE_SETTINGS_MAX 1024 /* bytes of fields a MODEL block may carry */
 #define FED_WIRE_FIELD_HEAD_BYTES 8
 #define FED_WIRE_FIELD_REQUIRED 0x0001u /* a receiver that does not know the tag refuses */
-#define FED_WIRE_MODEL_BLOCK_BYTES 255 /* the MODEL block this node writes */
+#define FED_WIRE_MODEL_BLOCK_BYTES 275 /* the MODEL block this node writes */
 /* The largest typed block a receiver takes (a MODEL full of fields). */
 #define FED_WIRE_BLOCK_MAX (12 + FED_WIRE_SETTINGS_MAX)
 #define FED_WIRE_MAX_FRAME_DEFAULT ((size_t)16 << 20)
@@ -152,8 +160,10 @@ typedef enum fed_wire_setting_tag {
     FED_WIRE_SET_MU = 8,
     FED_WIRE_SET_DEADLINE = 9,
     FED_WIRE_SET_MOMENTUM = 10,
+    FED_WIRE_SET_DP_SGD = 11,
 } fed_wire_setting_tag;
-#define FED_WIRE_SET_TAG_MAX 10
+#define FED_WIRE_SET_TAG_MAX 11
+#define FED_WIRE_DP_REQUIRED 0x1u /* DP-SGD field: the round must be trained with it */
 
 typedef enum fed_wire_type {
     FED_WIRE_HELLO = 1,
@@ -209,6 +219,9 @@ typedef struct fed_wire_settings {
     float mu; /* FedProx's proximal term, 0: off */
     float momentum; /* SGD momentum in [0, 1); 0: plain SGD; ignored by Adam */
     uint64_t deadline_ms;
+    uint32_t dp_flags; /* FED_WIRE_DP_REQUIRED: train with DP-SGD at ... */
+    float dp_clip;     /* ... this clip C and */
+    float dp_noise;    /* ... at least this noise multiplier */
 } fed_wire_settings;
 
 /* A decoded typed block; which fields mean something depends on the type. */

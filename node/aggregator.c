@@ -340,6 +340,11 @@ void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b)
     s->momentum = c->momentum;
     s->mu = (float)fed_merge_prox_mu(n->agg->merge);
     s->deadline_ms = c->deadline_ms;
+    if (c->require_dp_sgd) {
+        s->dp_flags = FED_WIRE_DP_REQUIRED;
+        s->dp_clip = c->dp_clip;
+        s->dp_noise = c->dp_noise;
+    }
 }
 
 static node_cast cast_of(const agg_hold *h)
@@ -495,6 +500,35 @@ static size_t parts_got(const node_agg *a)
     return got;
 }
 
+/* Parts that answered: a delta, or a refusal. */
+static size_t parts_answered(const node_agg *a)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < a->nparts; i++)
+        n += a->parts[i].got || a->parts[i].refused;
+    return n;
+}
+
+/* Every sampled client answered, with enough deltas to merge (as before
+ * refusals: every part a delta; with refusals: at least min_clients). */
+static int round_complete(const fed_node *n)
+{
+    size_t got = parts_got(n->agg);
+
+    return parts_answered(n->agg) == n->agg->nparts && got > 0 &&
+           (got == n->agg->nparts || got >= n->cfg.min_clients);
+}
+
+/* What the contributions table says of a part without a delta. */
+static const char *absent_reason(const agg_part *p, char *buf, size_t cap)
+{
+    if (!p->refused)
+        return "missing";
+    snprintf(buf, cap, "declined %s", fed_errname((int)p->refused));
+    return buf;
+}
+
 static fed_err put_contribution(fed_node *n, uint64_t round, const agg_part *p, int accepted,
                                 const char *reason)
 {
@@ -503,7 +537,7 @@ static fed_err put_contribution(fed_node *n, uint64_t round, const agg_part *p, 
     memset(&c, 0, sizeof c);
     c.round = round;
     memcpy(c.peer_key, p->key, 32);
-    if (p->got) {
+    if (p->got || p->refused) {
         memcpy(c.digest, p->digest, sizeof c.digest);
         memcpy(c.signature, p->sig, sizeof c.signature);
         c.header = p->header;
@@ -644,9 +678,10 @@ static fed_err commit_round(fed_node *n, const fed_node_round_info *info, uint8_
     for (size_t i = 0; i < a->nparts; i++) {
         const agg_part *p = &a->parts[i];
         int used = p->got && a->results[i].verdict <= FED_MERGE_USED_COORDS;
+        char why[64];
 
         e = put_contribution(n, info->round, p, used,
-                             !p->got ? "missing"
+                             !p->got ? absent_reason(p, why, sizeof why)
                                      : used ? "" : fed_merge_verdict_name(a->results[i].verdict));
         if (e != FED_OK)
             goto out;
@@ -803,7 +838,9 @@ fed_err fed_node_agg_close_round(fed_node *n)
         goto fail;
     spread_results(a, count);
     for (size_t i = 0; i < a->nparts; i++) {
-        if (!a->parts[i].got) {
+        if (a->parts[i].refused) {
+            info.refused++;
+        } else if (!a->parts[i].got) {
             info.missing++;
         } else if (a->results[i].verdict <= FED_MERGE_USED_COORDS) {
             info.merged++;
@@ -819,8 +856,13 @@ fed_err fed_node_agg_close_round(fed_node *n)
     (void)fed_node_agg_flush_pending(n); /* the disk took a commit: earlier rounds' figures too */
     info.end_ms = fed_node_wall_ms(n);
     n->round = info.round;
-    fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing)",
-            (unsigned long long)info.round, info.merged, info.sampled, info.missing);
+    if (info.refused)
+        fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing, %u declined)",
+                (unsigned long long)info.round, info.merged, info.sampled, info.missing,
+                info.refused);
+    else
+        fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing)",
+                (unsigned long long)info.round, info.merged, info.sampled, info.missing);
     parts_clear(a);
     a->state = AGG_IDLE;
     if (n->cfg.rounds && n->round >= n->cfg.rounds) {
@@ -950,7 +992,46 @@ static fed_err on_delta(fed_node *n, node_open *op)
     if (m->block.samples == 0)
         return fed_node_agg_refuse_delta(n, op, FED_ERR_PAYLOAD, 0);
     e = fed_node_agg_take_delta(n, op, p);
-    if (parts_got(a) == a->nparts)
+    if (round_complete(n))
+        return fed_node_agg_close_round(n);
+    return e;
+}
+
+/* A LEAVE: the client declines the round (its privacy budget is spent, it
+ * cannot train with DP-SGD as the round requires). Recorded with its
+ * reason, header and signature, and ACKed; a sampled client's part of the
+ * running round is then answered, so the round closes without waiting for
+ * it (with at least min_clients deltas; else at the deadline). */
+static fed_err on_leave(fed_node *n, node_open *op)
+{
+    node_agg *a = n->agg;
+    const fed_wire_msg *m = &op->msg;
+    agg_part one, *p = NULL;
+    char why[64];
+    fed_err e = FED_OK;
+
+    if (!fed_node_agg_is_async(n) && a->state == AGG_RUNNING && m->hdr.round == n->round + 1)
+        p = fed_node_agg_part_find(a, m->hdr.sender);
+    if (p && p->got) /* its delta is in already: that stands */
+        return fed_node_agg_ack_duplicate(n, op);
+    if (!p) { /* no part of a running round: recorded at once */
+        memset(&one, 0, sizeof one);
+        memcpy(one.key, m->hdr.sender, 32);
+        p = &one;
+    }
+    p->refused = m->block.reason ? m->block.reason : (uint32_t)FED_ERR_ROLE;
+    memcpy(p->header, m->header, FED_WIRE_HEADER_BYTES);
+    memcpy(p->digest, m->digest, sizeof p->digest);
+    memcpy(p->sig, m->sig, sizeof p->sig);
+    fed_log(FED_LOG_INFO, "aggregator: a client declined round %llu: %s",
+            (unsigned long long)m->hdr.round, fed_strerror((int)p->refused));
+    if (p == &one &&
+        (e = put_contribution(n, m->hdr.round, p, 0, absent_reason(p, why, sizeof why))) != FED_OK)
+        fed_log(FED_LOG_WARN, "aggregator: recording a declined round failed: %s",
+                fed_strerror(e));
+    e = fed_node_ack(n, op->req, &m->hdr, FED_OK, 0);
+    op->req = NULL;
+    if (p != &one && round_complete(n))
         return fed_node_agg_close_round(n);
     return e;
 }
@@ -975,7 +1056,8 @@ static fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
             return fed_node_ack(n, req, &m->hdr, FED_OK, FED_WIRE_ACK_FINISHED);
         if (fed_node_agg_is_async(n))
             return fed_node_agg_async_on_ask(n, req, &m->hdr);
-        if (a->state == AGG_RUNNING && (p = fed_node_agg_part_find(a, m->hdr.sender)) && !p->got)
+        if (a->state == AGG_RUNNING && (p = fed_node_agg_part_find(a, m->hdr.sender)) &&
+            !p->got && !p->refused)
             return fed_node_agg_answer_model(n, req, &m->hdr); /* its MODEL was lost */
         if ((e = fed_node_agg_hold_add(n, req, &m->hdr)) != FED_OK)
             return e;
@@ -983,6 +1065,8 @@ static fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
         return maybe_start(n);
     case FED_WIRE_DELTA:
         return fed_node_agg_is_async(n) ? fed_node_agg_async_on_delta(n, op) : on_delta(n, op);
+    case FED_WIRE_LEAVE:
+        return on_leave(n, op);
     default:
         op->req = NULL;
         fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_ROLE);
@@ -1012,9 +1096,12 @@ static fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
                 n->cfg.min_clients);
         {
             /* record who was missing, keep nothing of the attempt */
+            char why[64];
+
             for (size_t i = 0; i < a->nparts; i++)
                 if (!a->parts[i].got)
-                    (void)put_contribution(n, n->round + 1, &a->parts[i], 0, "missing");
+                    (void)put_contribution(n, n->round + 1, &a->parts[i], 0,
+                                           absent_reason(&a->parts[i], why, sizeof why));
         }
         parts_clear(a);
         a->state = AGG_IDLE;
@@ -1054,6 +1141,9 @@ static fed_err fed_node_agg_check(const fed_node_config *c)
         !(c->momentum >= 0 && c->momentum < 1) || c->poll_ms == 0 || c->deadline_ms == 0 ||
         c->async_k > FED_MERGE_DEFAULT_MAX_CLIENTS)
         return FED_ERR_BAD_VALUE;
+    if (c->require_dp_sgd && (!(c->dp_clip > 0) || !isfinite(c->dp_clip) ||
+                              !(c->dp_noise >= 0) || !isfinite(c->dp_noise)))
+        return FED_ERR_BAD_VALUE; /* the MODEL's DP-SGD field would not encode */
     return FED_OK;
 }
 

@@ -61,6 +61,8 @@ typedef struct agg_pending {
 typedef struct agg_part {
     uint8_t key[32];
     int got;          /* its delta is in */
+    uint32_t refused; /* nonzero: it declined the round with this fed_err (a LEAVE,
+                         whose header, digest and signature are kept below) */
     uint64_t base;    /* the round it trained (< the round filled: stale, async) */
     uint64_t epoch;   /* its sender epoch, as its delta said */
     uint64_t samples;

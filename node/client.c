@@ -2,7 +2,11 @@
  * round's MODEL for E local epochs on its own shard (a job), answers with
  * its delta and sample count, sealed, and asks NEXT. One request out at a
  * time, each on a retry timer. Owns its shard's training state between
- * rounds (topk residual); its data never leaves it, only deltas do. */
+ * rounds (topk residual); its data never leaves it, only deltas do.
+ * With DP-SGD (cfg.dp_sgd) it also owns the site's accountant
+ * (node/dp_account.h): each round's epsilon is committed, fsynced, before
+ * its delta is sent, and a round that would pass the budget, or that
+ * requires DP-SGD this site does not run, is declined with a LEAVE. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -10,6 +14,8 @@
 #include "core/alloc.h"
 #include "core/bytes.h"
 #include "core/log.h"
+#include "crypto/keystream.h"
+#include "node/dp_account.h"
 #include "node/node_impl.h"
 
 typedef enum client_state {
@@ -35,6 +41,11 @@ struct node_client {
     char flops_spec[FED_WIRE_SPEC_BYTES];
     double flops_per_sample;
     uint64_t train_start_ms;
+    uint32_t leave_reason; /* the LEAVE out (state CL_SENDING, out_type LEAVE) */
+    fed_dp_account *acct;  /* cfg.dp_sgd: the site's accountant */
+    fed_crypto_keystream ks; /* cfg.dp_sgd: DP-SGD's noise and sampling, keyed from
+                                env.random; used by the training job only */
+    double epsilon;        /* cfg.dp_sgd: spent after the last round charged */
     node_train_job job;
 };
 
@@ -49,6 +60,13 @@ static fed_err fed_node_client_new(fed_node *n)
     n->client = c;
     c->job.tamper_delta = n->cfg.tamper_delta;
     c->job.tamper_ctx = n->cfg.tamper_ctx;
+    if (n->cfg.dp_sgd) {
+        fed_err e = fed_dp_account_new(n->cfg.dp_delta, &c->acct);
+
+        if (e != FED_OK)
+            return e; /* fed_node_new frees the half-built role */
+        fed_crypto_keystream_init(&c->ks, n->env.random, n->env.self);
+    }
     return FED_OK;
 }
 
@@ -61,6 +79,8 @@ static void fed_node_client_free(fed_node *n)
     fed_free(c->global);
     fed_free(c->residual);
     fed_node_train_job_release(&c->job);
+    fed_dp_account_free(c->acct);
+    fed_crypto_keystream_wipe(&c->ks);
     fed_free(c);
     n->client = NULL;
 }
@@ -113,6 +133,26 @@ static fed_err send_delta(fed_node *n)
     c->out_type = FED_WIRE_DELTA;
     arm_retry(n, n->cfg.retry_ms);
     return fed_node_emit_vec(n, NULL, &h, &b, j->vec, j->vec_len);
+}
+
+/* Declines the round in the header with reason (a LEAVE); the aggregator
+ * records it and ACKs, then the client asks NEXT. */
+static fed_err send_leave(fed_node *n)
+{
+    node_client *c = n->client;
+    fed_wire_hdr h;
+    fed_wire_block b;
+    fed_err e = fed_node_header(n, FED_WIRE_LEAVE, c->agg, c->round, c->agg_epoch,
+                                FED_CODEC_NONE, &h);
+
+    if (e != FED_OK)
+        return e;
+    memset(&b, 0, sizeof b);
+    b.reason = c->leave_reason;
+    c->state = CL_SENDING;
+    c->out_type = FED_WIRE_LEAVE;
+    arm_retry(n, n->cfg.retry_ms);
+    return fed_node_emit(n, NULL, &h, &b, NULL, 0);
 }
 
 /* The delta's stream: the next chunk once the last one was taken. *sent
@@ -182,10 +222,22 @@ static fed_err resume(fed_node *n)
 
 static fed_err fed_node_client_start(fed_node *n)
 {
+    node_client *c = n->client;
     fed_err e = resume(n);
 
     if (e != FED_OK)
         return e;
+    if (c->acct) {
+        if ((e = fed_dp_account_load(c->acct, n->cfg.store)) != FED_OK) {
+            fed_log(FED_LOG_ERROR, "client: cannot read the privacy spent: %s", fed_strerror(e));
+            return e;
+        }
+        c->epsilon = fed_dp_account_epsilon(c->acct);
+        fed_log(FED_LOG_INFO, "client: DP-SGD, clip %g, noise multiplier %g, delta %g: "
+                "epsilon %.4f spent in %llu releases so far; budget %.4g (0: none)",
+                (double)n->cfg.dp_clip, (double)n->cfg.dp_noise, n->cfg.dp_delta, c->epsilon,
+                (unsigned long long)fed_dp_account_charges(c->acct), n->cfg.dp_budget);
+    }
     return ask(n, FED_WIRE_HELLO);
 }
 
@@ -220,6 +272,45 @@ static fed_err settings_ok(const fed_wire_settings *s)
         return FED_ERR_PAYLOAD;
     if (s->codec == FED_CODEC_TOPK && !(s->fraction > 0 && s->fraction <= 1))
         return FED_ERR_PAYLOAD;
+    return FED_OK;
+}
+
+/* DP-SGD for the round of settings s into j, or why the round must be
+ * declined: the round requires DP-SGD and this site does not run it, or it
+ * would take the site past its budget. A required round trains at its clip
+ * and the larger of the two noise multipliers. */
+static fed_err dp_plan(fed_node *n, const fed_wire_settings *s, node_train_job *j)
+{
+    node_client *c = n->client;
+    const fed_node_config *cfg = &n->cfg;
+    double q, next;
+    uint64_t steps;
+
+    j->dp_on = 0;
+    if (!cfg->dp_sgd)
+        return (s->dp_flags & FED_WIRE_DP_REQUIRED) ? FED_ERR_DP_REQUIRED : FED_OK;
+    memset(&j->dp, 0, sizeof j->dp);
+    j->dp.clip = cfg->dp_clip;
+    j->dp.noise = cfg->dp_noise;
+    if (s->dp_flags & FED_WIRE_DP_REQUIRED) {
+        j->dp.clip = s->dp_clip;
+        if (s->dp_noise > j->dp.noise)
+            j->dp.noise = s->dp_noise;
+    }
+    j->dp.random = fed_crypto_keystream_random;
+    j->dp.random_ctx = &c->ks;
+    j->dp_on = 1;
+    if (!(cfg->dp_budget > 0))
+        return FED_OK;
+    q = fed_dp_account_rate(cfg->shard_n, s->batch);
+    steps = fed_dp_account_round_steps(cfg->shard_n, s->batch, s->local_epochs);
+    next = fed_dp_account_preview(c->acct, q, j->dp.noise, steps);
+    if (next > cfg->dp_budget) {
+        fed_log(FED_LOG_WARN, "client: round %llu would take epsilon from %.4f to %.4f, past "
+                "the budget %.4g: declined", (unsigned long long)c->round, c->epsilon, next,
+                cfg->dp_budget);
+        return FED_ERR_DP_BUDGET;
+    }
     return FED_OK;
 }
 
@@ -262,6 +353,16 @@ static fed_err on_model(fed_node *n, node_open *op)
     op->vec = NULL;
     c->round = m->hdr.round;
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_RETRY);
+    if ((e = dp_plan(n, &m->block.settings, j)) != FED_OK) {
+        if (e == FED_ERR_DP_REQUIRED)
+            fed_log(FED_LOG_WARN, "client: round %llu requires DP-SGD (clip %g, noise %g); this "
+                    "site runs without --dp-sgd: declined", (unsigned long long)c->round,
+                    (double)m->block.settings.dp_clip, (double)m->block.settings.dp_noise);
+        c->leave_reason = (uint32_t)e;
+        c->resends = 0;
+        j->vec_len = 0; /* nothing of this round to resend */
+        return send_leave(n);
+    }
 
     j->job.fn = fed_node_train_job_run;
     j->job.user = n;
@@ -327,12 +428,23 @@ static fed_err record_round(fed_node *n)
             {FED_NODE_SEC_STATE, state, sizeof state},
             {FED_CKPT_SEC_RESIDUAL, res, c->nparams * sizeof(float)},
         };
-        if ((e = fed_store_begin(st)) == FED_OK &&
-            (e = fed_store_put_round(st, &row)) == FED_OK &&
+        double eps = 0;
+
+        /* a DP round's charge is fsynced whatever --db-sync says */
+        e = j->dp_on ? fed_store_begin_durable(st) : fed_store_begin(st);
+        if (e == FED_OK && j->dp_on)
+            e = fed_dp_account_charge(c->acct, st, c->round, row.end_ms, j->dp_rate,
+                                      (double)j->dp.noise, (uint64_t)j->dp_steps, &eps);
+        row.epsilon = eps;
+        if (e == FED_OK && (e = fed_store_put_round(st, &row)) == FED_OK &&
             (e = fed_store_checkpoint_write(st, c->round, sec, ns, NULL)) == FED_OK)
             e = fed_store_commit(st);
         if (e != FED_OK)
             fed_store_rollback(st);
+        if (j->dp_on && e == FED_OK)
+            c->epsilon = eps;
+        else if (j->dp_on && fed_dp_account_load(c->acct, st) != FED_OK)
+            fed_log(FED_LOG_ERROR, "client: re-reading the privacy spent failed");
     }
     fed_free(res);
     return e;
@@ -354,14 +466,32 @@ static fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
         arm_retry(n, n->cfg.retry_ms);
         return j->err;
     }
-    /* the delta goes out first: the aggregator waits for it, and the
-       record's commit (an fsync) need not; a crash in between only means
-       this round is trained again if it is asked for again */
     c->resends = 0;
-    e = send_delta(n);
-    if ((rec = record_round(n)) != FED_OK)
-        fed_log(FED_LOG_ERROR, "client: recording round %llu failed: %s",
-                (unsigned long long)c->round, fed_strerror(rec));
+    if (j->dp_on) {
+        /* DP-SGD: the round's epsilon is charged and fsynced before the
+           delta leaves, so no crash, full disk or restart forgets a
+           release; a round that cannot be charged is not sent */
+        if ((rec = record_round(n)) != FED_OK) {
+            fed_log(FED_LOG_ERROR, "client: charging round %llu's privacy failed: %s; its "
+                    "delta is not sent", (unsigned long long)c->round, fed_strerror(rec));
+            j->vec_len = 0;
+            c->state = CL_IDLE;
+            arm_retry(n, n->cfg.retry_ms);
+            return rec;
+        }
+        fed_log(FED_LOG_INFO, "client: round %llu: %ld DP-SGD steps at q %.4g, noise %g: "
+                "epsilon %.4f spent (delta %g)", (unsigned long long)c->round, j->dp_steps,
+                j->dp_rate, (double)j->dp.noise, c->epsilon, n->cfg.dp_delta);
+        e = send_delta(n);
+    } else {
+        /* the delta goes out first: the aggregator waits for it, and the
+           record's commit (an fsync) need not; a crash in between only
+           means this round is trained again if it is asked for again */
+        e = send_delta(n);
+        if ((rec = record_round(n)) != FED_OK)
+            fed_log(FED_LOG_ERROR, "client: recording round %llu failed: %s",
+                    (unsigned long long)c->round, fed_strerror(rec));
+    }
     n->round = c->round;
     fed_free(c->global);
     c->global = NULL;
@@ -454,6 +584,11 @@ static fed_err fed_node_client_on_timer(fed_node *n, uint32_t id)
         return FED_ERR_INVAL;
     switch (c->state) {
     case CL_SENDING:
+        if (c->out_type == FED_WIRE_LEAVE) {
+            if (c->resends++ < n->cfg.delta_retries)
+                return send_leave(n);
+            return ask(n, FED_WIRE_HELLO);
+        }
         if (c->resends < n->cfg.delta_retries) {
             c->resends++;
             fed_log(FED_LOG_INFO, "client: no answer to the delta of round %llu; resending",
@@ -480,7 +615,14 @@ static fed_err fed_node_client_on_timer(fed_node *n, uint32_t id)
 /* The client's part of fed_node_new's configuration check. */
 static fed_err fed_node_client_check(const fed_node_config *c)
 {
-    return c->train && c->shard && c->shard_n ? FED_OK : FED_ERR_INVAL;
+    if (!c->train || !c->shard || !c->shard_n)
+        return FED_ERR_INVAL;
+    if (c->dp_sgd && (!(c->dp_clip > 0) || !(c->dp_noise >= 0) || !isfinite(c->dp_noise) ||
+                      !(c->dp_delta > 0 && c->dp_delta < 1) || !(c->dp_budget >= 0)))
+        return FED_ERR_BAD_VALUE;
+    if (c->dp_sgd && strcmp(c->be->name, "cpu") != 0)
+        return FED_ERR_UNSUPPORTED; /* DP-SGD has no parity test on another backend */
+    return FED_OK;
 }
 
 const node_role_ops fed_node_client_ops = {

@@ -36,6 +36,9 @@ void fed_node_config_default(fed_node_config *cfg)
     cfg->retry_ms = 2000;
     cfg->delta_retries = 3;
     cfg->max_staleness = 10;
+    cfg->dp_clip = 1.0f;
+    cfg->dp_noise = 1.0f;
+    cfg->dp_delta = 1e-5;
 }
 
 /* The roles by fed_node_role: each role's file defines its entry. */

@@ -95,6 +95,7 @@ typedef struct fed_node_round_info {
     uint32_t sampled;   /* clients sent the round's MODEL */
     uint32_t merged;    /* deltas merged */
     uint32_t missing;   /* sampled, no delta by the close */
+    uint32_t refused;   /* sampled, declined the round (a LEAVE) */
     uint64_t samples;   /* behind the merged deltas (client: trained on) */
     double loss;        /* client: mean training loss; aggregator: test loss or NaN */
     double accuracy;    /* aggregator: test accuracy, NaN without test data */
@@ -180,6 +181,21 @@ typedef struct fed_node_config {
     void (*tamper_delta)(void *ctx, uint64_t round, float *delta, size_t n);
     void *tamper_ctx;
     uint32_t delta_retries;       /* DELTA resends before HELLO; default 3 */
+    /* DP-SGD (node/dp_account.h): a client with dp_sgd trains each round
+       with it (CPU backend), noise from env.random through a ChaCha20
+       keystream, and charges the round's epsilon to its database, durably,
+       before its delta leaves; a round that would take the total past
+       dp_budget (0: none) is refused with a LEAVE (FED_ERR_DP_BUDGET). An
+       aggregator with require_dp_sgd puts dp_clip and dp_noise into every
+       MODEL as required; a client without dp_sgd refuses such a round
+       (FED_ERR_DP_REQUIRED) and one with dp_sgd trains at that clip and the
+       larger of the two noise multipliers. */
+    int dp_sgd;
+    float dp_clip;                /* C > 0; default 1 */
+    float dp_noise;               /* z >= 0; default 1 */
+    double dp_delta;              /* in (0, 1); default 1e-5 */
+    double dp_budget;             /* epsilon; 0: no budget */
+    int require_dp_sgd;           /* aggregator */
 
     /* peer (no aggregator): every member in the allow-list is a peer; the
        round's settings above are its own (spec, local_epochs, batch,

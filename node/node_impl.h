@@ -247,7 +247,12 @@ typedef struct node_train_job {
        trained) */
     void (*tamper_delta)(void *ctx, uint64_t round, float *delta, size_t n);
     void *tamper_ctx;
+    int dp_on;              /* client: DP-SGD with dp (its random: the client's
+                               keystream, touched only by this job while it runs) */
+    fed_trainer_dp dp;
     /* out */
+    long dp_steps;          /* DP-SGD steps taken, and their sampling rate */
+    double dp_rate;
     uint8_t *vec;           /* the encoded delta (vec_len of cap_vec) */
     size_t vec_len, cap_vec;
     double loss;

@@ -58,5 +58,29 @@ fed_err fed_node_settings_apply(const fed_node_settings *s, uint32_t nclients,
     snprintf(c->sync, sizeof c->sync, "%s", s->sync);
     snprintf(c->mixing, sizeof c->mixing, "%s", s->mixing);
     c->final_mix = (uint32_t)s->final_mix;
+    fed_node_settings_apply_dp(s, c);
     return FED_OK;
+}
+
+void fed_node_settings_apply_dp(const fed_node_settings *s, fed_node_config *c)
+{
+    c->dp_sgd = s->dp_sgd;
+    c->dp_clip = (float)s->dp_sgd_clip;
+    c->dp_noise = (float)s->dp_sgd_noise;
+    c->dp_delta = s->dp_delta;
+    c->dp_budget = s->dp_budget;
+    c->require_dp_sgd = s->require_dp_sgd;
+}
+
+const char *fed_node_settings_dp_misuse(const fed_node_settings *s, fed_node_role role)
+{
+    if (s->dp_budget > 0 && !s->dp_sgd)
+        return "--dp-budget-epsilon needs --dp-sgd (the budget is DP-SGD's epsilon)";
+    if (s->dp_sgd && role == FED_NODE_PEER)
+        return "--dp-sgd is not implemented for peers yet (clients only)";
+    if (s->dp_sgd && role == FED_NODE_AGGREGATOR)
+        return "--dp-sgd is a client's setting; an aggregator asks for it with --require-dp-sgd";
+    if (s->require_dp_sgd && role != FED_NODE_AGGREGATOR)
+        return "--require-dp-sgd is an aggregator's setting";
+    return NULL;
 }

@@ -43,6 +43,12 @@ typedef struct fed_node_settings {
     char mixing[16];
     int final_mix;
     uint64_t seed;
+    int dp_sgd;
+    double dp_sgd_clip;
+    double dp_sgd_noise;
+    double dp_delta;
+    double dp_budget;
+    int require_dp_sgd;
 } fed_node_settings;
 
 /* The entries for a config struct T holding a fed_node_settings as member m:
@@ -112,6 +118,24 @@ typedef struct fed_node_settings {
                 "end close to one model"),                                                       \
     FED_OPT_DEF(T, m.seed, "seed", FED_OPT_U64, "1", 0, 0,                                       \
                 "seed of initialization and shuffling (fedsim: of every random choice)"),        \
+    FED_OPT_DEF(T, m.dp_sgd, "dp-sgd", FED_OPT_BOOL, "false", 0, 0,                              \
+                "client: train every round with DP-SGD (Poisson-sampled batches, each sample's " \
+                "gradient clipped, Gaussian noise); the epsilon spent is charged to the "        \
+                "database, durably, before the delta leaves (CPU backend only)"),                \
+    FED_OPT_DEF(T, m.dp_sgd_clip, "dp-sgd-clip", FED_OPT_DOUBLE, "1", 1e-6, 1e6,                  \
+                "client: DP-SGD's L2 bound C of each sample's gradient; aggregator with "        \
+                "--require-dp-sgd: the C every client must train with"),                         \
+    FED_OPT_DEF(T, m.dp_sgd_noise, "dp-sgd-noise", FED_OPT_DOUBLE, "1", 0, 1e6,                  \
+                "client: DP-SGD's noise multiplier z (noise z C on the summed gradient); "       \
+                "aggregator with --require-dp-sgd: the least z a client may train with"),        \
+    FED_OPT_DEF(T, m.dp_delta, "dp-delta", FED_OPT_DOUBLE, "1e-5", 1e-300, 0.999999,             \
+                "client: the delta of the (epsilon, delta) the site accounts"),                  \
+    FED_OPT_DEF(T, m.dp_budget, "dp-budget-epsilon", FED_OPT_DOUBLE, "0", 0, 1e6,                \
+                "client, with --dp-sgd: the epsilon the site may spend in all; a round that "    \
+                "would exceed it is refused, and the aggregator records why (0: no budget)"),   \
+    FED_OPT_DEF(T, m.require_dp_sgd, "require-dp-sgd", FED_OPT_BOOL, "false", 0, 0,              \
+                "aggregator: every round requires DP-SGD at --dp-sgd-clip and at least "         \
+                "--dp-sgd-noise; a client that cannot comply refuses the round (recorded)"),     \
     FED_OPT_ALIAS("sample", "fraction")
 
 /* The round settings into c (after fed_node_config_default): model, training,
@@ -120,5 +144,11 @@ typedef struct fed_node_settings {
  * not parse (FED_ERR_SPEC). */
 FED_WUR fed_err fed_node_settings_apply(const fed_node_settings *s, uint32_t nclients,
                                         fed_node_config *c, const char **bad);
+/* The DP settings alone (a client of fednode run takes no others). */
+void fed_node_settings_apply_dp(const fed_node_settings *s, fed_node_config *c);
+/* Why the DP settings do not fit a node of role (NULL: they do); fedsim,
+ * whose one settings block serves every node, asks for the client role
+ * and the aggregator's --require-dp-sgd apart. */
+const char *fed_node_settings_dp_misuse(const fed_node_settings *s, fed_node_role role);
 
 #endif

@@ -18,10 +18,19 @@ static fed_err train_epochs(node_train_job *j, fed_model *m, fed_optim *o, doubl
     fed_err e;
 
     fed_rng_seed_stream(&rng, j->seed, j->round);
+    j->dp_steps = 0;
+    j->dp_rate = 0;
     if ((e = fed_trainer_new(m, o, j->data, (int)j->set.batch, &t)) != FED_OK)
         return e;
+    if (j->dp_on && (e = fed_trainer_set_dp(t, &j->dp)) != FED_OK)
+        goto out;
     for (uint32_t ep = 0; ep < j->set.local_epochs && e == FED_OK; ep++)
         e = fed_trainer_epoch(t, j->shard, j->shard_n, &rng, &st);
+    if (j->dp_on) { /* what the round spent, for the client's charge */
+        j->dp_steps = fed_trainer_dp_steps(t);
+        j->dp_rate = fed_trainer_dp_rate(t, j->shard_n);
+    }
+out:
     fed_trainer_free(t);
     *loss = st.samples ? st.loss_sum / (double)st.samples : NAN;
     return e;

@@ -552,6 +552,22 @@ fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train, const 
             fed_log(FED_LOG_ERROR, "sim: --%s is not valid here (see fedsim --help)", bad);
             return FED_ERR_SPEC;
         }
+        /* one settings block for every node: --dp-sgd goes to the clients,
+           --require-dp-sgd to the aggregator */
+        {
+            fed_node_settings clients = sc->s;
+
+            clients.require_dp_sgd = r.peer_mode && sc->s.require_dp_sgd;
+            bad = fed_node_settings_dp_misuse(&clients, r.peer_mode ? FED_NODE_PEER
+                                                                    : FED_NODE_CLIENT);
+        }
+        if (bad) {
+            fed_log(FED_LOG_ERROR, "sim: %s", bad);
+            return FED_ERR_SPEC;
+        }
+        if (sc->s.dp_sgd)
+            fed_log(FED_LOG_WARN, "sim: DP-SGD's noise comes from each node's seeded stream, so "
+                    "the run repeats: it shows what DP-SGD costs, and is not private");
     }
     memset(&wc, 0, sizeof wc);
     wc.seed = sc->s.seed;

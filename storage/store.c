@@ -45,14 +45,23 @@ static const char *const migrations[FED_STORE_SCHEMA_VERSION] = {
      "ALTER TABLE peers ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;"),
     /* -> v3: the learning rate a round trained at (NULL: none recorded) */
     "ALTER TABLE rounds ADD COLUMN lr REAL;",
+    /* -> v4: DP-SGD's privacy spent at this site (its accountant), and the
+       epsilon after each round */
+    ("CREATE TABLE dp_charges(id INTEGER PRIMARY KEY, round INTEGER NOT NULL,"
+     " at_ms INTEGER NOT NULL, q REAL NOT NULL, sigma REAL NOT NULL, steps INTEGER NOT NULL,"
+     " delta REAL NOT NULL, epsilon REAL);"
+     "ALTER TABLE rounds ADD COLUMN epsilon REAL;"),
 };
 
 #define ROUND_COLS_V2                                                          \
     "round, start_ms, end_ms, loss, accuracy, samples, bytes_in, bytes_out, peers, " \
     "strategy, model_hash"
-#define ROUND_COLS ROUND_COLS_V2 ", lr"
-/* a v2 file opened read-only: the rounds as they are, without a rate */
-#define ROUND_COLS_READ_V2 ROUND_COLS_V2 ", NULL"
+#define ROUND_COLS ROUND_COLS_V2 ", lr, epsilon"
+/* a v2 or v3 file opened read-only: the rounds as they are, without a rate
+   (v2) or an epsilon */
+#define ROUND_COLS_READ_V2 ROUND_COLS_V2 ", NULL, NULL"
+#define ROUND_COLS_READ_V3 ROUND_COLS_V2 ", lr, NULL"
+#define DP_COLS "round, at_ms, q, sigma, steps, delta, epsilon"
 #define CKPT_COLS "id, round, created_s, size, chunks, hash, prev_hash, pruned, epoch"
 
 static const char *const stmt_sql[SQ_COUNT_] = {
@@ -60,11 +69,15 @@ static const char *const stmt_sql[SQ_COUNT_] = {
     [SQ_META_PUT] = "INSERT INTO meta(key, value) VALUES(?1, ?2)"
                     " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
     [SQ_ROUND_PUT] = "INSERT OR REPLACE INTO rounds(" ROUND_COLS ")"
-                     " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                     " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
     [SQ_ROUND_GET] = "SELECT " ROUND_COLS " FROM rounds WHERE round = ?1",
     [SQ_ROUND_LAST] = "SELECT " ROUND_COLS " FROM rounds ORDER BY round DESC LIMIT ?1",
     [SQ_ROUND_GET_V2] = "SELECT " ROUND_COLS_READ_V2 " FROM rounds WHERE round = ?1",
     [SQ_ROUND_LAST_V2] = "SELECT " ROUND_COLS_READ_V2 " FROM rounds ORDER BY round DESC LIMIT ?1",
+    [SQ_ROUND_GET_V3] = "SELECT " ROUND_COLS_READ_V3 " FROM rounds WHERE round = ?1",
+    [SQ_ROUND_LAST_V3] = "SELECT " ROUND_COLS_READ_V3 " FROM rounds ORDER BY round DESC LIMIT ?1",
+    [SQ_DP_PUT] = "INSERT INTO dp_charges(" DP_COLS ") VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    [SQ_DP_EACH] = "SELECT " DP_COLS " FROM dp_charges ORDER BY id",
     [SQ_CONTRIB_PUT] = "INSERT INTO contributions(round, peer_key, digest, signature, header,"
                        " accepted, reason) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     [SQ_CONTRIB_EACH] = "SELECT round, peer_key, digest, signature, header, accepted, reason"
@@ -196,6 +209,9 @@ uint64_t store_wall_s(const fed_store *st)
 
 /* ------------------------------------------------------- transactions -- */
 
+/* After a durable transaction: the open's own synchronous setting again. */
+static void restore_sync(fed_store *st);
+
 fed_err fed_store_begin(fed_store *st)
 {
     fed_err e;
@@ -220,6 +236,28 @@ double store_mono_s(void)
 
 void fed_store_get_stats(const fed_store *st, fed_store_stats *out) { *out = st->stats; }
 
+static const char *const sync_sql[] = {
+    "PRAGMA synchronous = FULL",
+    "PRAGMA synchronous = NORMAL",
+    "PRAGMA synchronous = OFF",
+};
+
+fed_err fed_store_begin_durable(fed_store *st)
+{
+    fed_err e;
+
+    if (st->in_tx)
+        return FED_ERR_INVAL;
+    /* the setting holds for the connection: back to the open's at commit */
+    if (st->opts.sync != FED_STORE_SYNC_FULL &&
+        (e = store_exec(st, sync_sql[FED_STORE_SYNC_FULL])) != FED_OK)
+        return e;
+    st->durable = st->opts.sync != FED_STORE_SYNC_FULL;
+    if ((e = fed_store_begin(st)) != FED_OK)
+        restore_sync(st);
+    return e;
+}
+
 fed_err fed_store_commit(fed_store *st)
 {
     double t0 = store_mono_s();
@@ -233,6 +271,7 @@ fed_err fed_store_commit(fed_store *st)
     if (e != FED_OK && !sqlite3_get_autocommit(st->db))
         (void)sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
     st->in_tx = 0;
+    restore_sync(st);
     return e;
 }
 
@@ -243,6 +282,17 @@ void fed_store_rollback(fed_store *st)
     if (!sqlite3_get_autocommit(st->db))
         (void)sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
     st->in_tx = 0;
+    restore_sync(st);
+}
+
+static void restore_sync(fed_store *st)
+{
+    if (!st->durable)
+        return;
+    st->durable = 0;
+    if (sqlite3_exec(st->db, sync_sql[st->opts.sync], NULL, NULL, NULL) != SQLITE_OK)
+        fed_log(FED_LOG_WARN, "store: restoring the synchronous setting failed: %s",
+                sqlite3_errmsg(st->db));
 }
 
 int fed_store_in_tx(const fed_store *st) { return st->in_tx; }
@@ -554,11 +604,6 @@ static fed_err read_epoch(fed_store *st)
 
 static fed_err apply_pragmas(fed_store *st, int fresh, int readonly)
 {
-    static const char *const sync_sql[] = {
-        "PRAGMA synchronous = FULL",
-        "PRAGMA synchronous = NORMAL",
-        "PRAGMA synchronous = OFF",
-    };
     char sql[96];
     int64_t ps = 0;
     fed_err e;
@@ -783,6 +828,7 @@ fed_err fed_store_put_round(fed_store *st, const fed_store_round *r)
         sqlite3_bind_double(s, 12, r->lr);
     else
         sqlite3_bind_null(s, 12);
+    bind_real_or_null(s, 13, r->epsilon > 0 ? r->epsilon : NAN);
     return step_done(st, s, "write round");
 }
 
@@ -801,13 +847,68 @@ static void read_round(sqlite3_stmt *s, fed_store_round *r)
     copy_text(r->strategy, sizeof r->strategy, sqlite3_column_text(s, 9));
     copy_blob(r->model_hash, 32, s, 10);
     r->lr = sqlite3_column_type(s, 11) == SQLITE_NULL ? 0 : sqlite3_column_double(s, 11);
+    r->epsilon = sqlite3_column_type(s, 12) == SQLITE_NULL ? 0 : sqlite3_column_double(s, 12);
 }
 
-/* A read of rounds: a v2 file (read-only, not migrated) has no lr column. */
+/* ---------------------------------------------------------- dp charges -- */
+
+fed_err fed_store_put_dp_charge(fed_store *st, const fed_store_dp_charge *c)
+{
+    fed_err e = FED_OK;
+    sqlite3_stmt *s;
+
+    if (!(c->q >= 0 && c->q <= 1) || !(c->sigma >= 0) || !isfinite(c->sigma) ||
+        !(c->delta > 0 && c->delta < 1) || c->steps > INT64_MAX)
+        return FED_ERR_INVAL;
+    if (!(s = store_stmt(st, SQ_DP_PUT, &e)))
+        return e;
+    sqlite3_bind_int64(s, 1, (int64_t)c->round);
+    sqlite3_bind_int64(s, 2, (int64_t)c->at_ms);
+    sqlite3_bind_double(s, 3, c->q);
+    sqlite3_bind_double(s, 4, c->sigma);
+    sqlite3_bind_int64(s, 5, (int64_t)c->steps);
+    sqlite3_bind_double(s, 6, c->delta);
+    bind_real_or_null(s, 7, c->epsilon);
+    return step_done(st, s, "write dp charge");
+}
+
+fed_err fed_store_each_dp_charge(fed_store *st, fed_store_dp_fn fn, void *ctx)
+{
+    fed_err e = FED_OK;
+    sqlite3_stmt *s;
+    fed_store_dp_charge c;
+    int rc;
+
+    if (st->schema < 4) /* an older file opened read-only: no charges */
+        return FED_OK;
+    if (!(s = store_stmt(st, SQ_DP_EACH, &e)))
+        return e;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        memset(&c, 0, sizeof c);
+        c.round = (uint64_t)sqlite3_column_int64(s, 0);
+        c.at_ms = (uint64_t)sqlite3_column_int64(s, 1);
+        c.q = sqlite3_column_double(s, 2);
+        c.sigma = sqlite3_column_double(s, 3);
+        c.steps = (uint64_t)sqlite3_column_int64(s, 4);
+        c.delta = sqlite3_column_double(s, 5);
+        c.epsilon = column_real_or_nan(s, 6);
+        if (fn(ctx, &c))
+            break;
+    }
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        e = store_err(st, rc, "read dp charges");
+    sqlite3_reset(s);
+    return e;
+}
+
+/* A read of rounds: a v2 or v3 file (read-only, not migrated) lacks lr and
+ * epsilon, or epsilon. */
 static store_stmt_id round_read(const fed_store *st, store_stmt_id id)
 {
-    if (st->schema >= 3)
+    if (st->schema >= 4)
         return id;
+    if (st->schema == 3)
+        return id == SQ_ROUND_GET ? SQ_ROUND_GET_V3 : SQ_ROUND_LAST_V3;
     return id == SQ_ROUND_GET ? SQ_ROUND_GET_V2 : SQ_ROUND_LAST_V2;
 }
 

@@ -29,9 +29,13 @@
  *   v2  checkpoints.epoch (the node epoch that wrote it), peers.epoch (the
  *       peer's last known epoch).
  *   v3  rounds.lr (the learning rate the round trained at; NULL: none).
+ *   v4  dp_charges(id PK, round, at_ms, q, sigma, steps, delta, epsilon):
+ *       DP-SGD's releases at this site, one row each (a round trained
+ *       again is charged again), the accountant's whole state;
+ *       rounds.epsilon (NULL: no DP).
  * Older files are migrated forward at a read-write open. A read-only open
  * takes files from FED_STORE_SCHEMA_READ_MIN on as they are (a v2 file's
- * rounds read with lr 0), so `fednode status` reads an old node's database
+ * rounds read with lr 0, a v3 file's with epsilon 0 and no charges), so `fednode status` reads an old node's database
  * without changing it.
  *
  * Page size: a new file gets FED_STORE_PAGE_SIZE (64 KiB). Checkpoints are
@@ -51,7 +55,7 @@
 #include "core/err.h"
 
 #define FED_STORE_APP_ID 0x4645444Eu /* "FEDN" */
-#define FED_STORE_SCHEMA_VERSION 3
+#define FED_STORE_SCHEMA_VERSION 4
 #define FED_STORE_SCHEMA_READ_MIN 2 /* the oldest a read-only open takes */
 #define FED_STORE_PAGE_SIZE 65536
 #define FED_STORE_CHUNK_BYTES (16u << 20) /* checkpoint bytes per chunk row */
@@ -145,6 +149,12 @@ FED_WUR fed_err fed_store_node_key(fed_store *st, uint8_t key[32]);
  * written. rollback is fine without a transaction. in_tx: between begin and
  * commit/rollback (SQLite rolling back by itself after FULL ends it too). */
 FED_WUR fed_err fed_store_begin(fed_store *st);
+/* begin, with this transaction's commit made durable whatever the open's
+ * sync mode (PRAGMA synchronous = FULL for it: the WAL is fsynced before
+ * commit returns; the open's own mode is back after commit or rollback).
+ * For what must survive a power cut before the node acts on it: a privacy
+ * charge before its delta leaves. */
+FED_WUR fed_err fed_store_begin_durable(fed_store *st);
 FED_WUR fed_err fed_store_commit(fed_store *st);
 void fed_store_rollback(fed_store *st);
 int fed_store_in_tx(const fed_store *st);
@@ -163,6 +173,8 @@ typedef struct fed_store_round {
     double lr;                      /* the learning rate the round trained at
                                        (aggregator: the one its MODEL asked
                                        for); 0: none (stored as NULL) */
+    double epsilon;                 /* DP-SGD: the site's epsilon spent after this
+                                       round; 0 (or NaN): none, stored NULL, read 0 */
 } fed_store_round;
 
 /* Insert or replace round r->round (a round redone after a crash replaces). */
@@ -170,6 +182,27 @@ FED_WUR fed_err fed_store_put_round(fed_store *st, const fed_store_round *r);
 FED_WUR fed_err fed_store_get_round(fed_store *st, uint64_t round, fed_store_round *out);
 /* The cap newest rounds, newest first; *n set to how many. */
 FED_WUR fed_err fed_store_last_rounds(fed_store *st, fed_store_round *out, size_t cap, size_t *n);
+
+/* ---- DP-SGD's privacy charges (the site's accountant) ----
+ * One row per release: its subsampled Gaussian (rate q, noise multiplier
+ * sigma) run steps times, and, for the record, the delta the node accounts at
+ * and the epsilon spent in all after it (NaN: not given). The total is
+ * recomputed from every row (privacy/rdp.h composes them). */
+typedef struct fed_store_dp_charge {
+    uint64_t round;
+    uint64_t at_ms;   /* wall clock */
+    double q, sigma;
+    uint64_t steps;
+    double delta;
+    double epsilon;
+} fed_store_dp_charge;
+
+/* FED_ERR_INVAL: q outside [0, 1], sigma negative or not finite, delta
+ * outside (0, 1). */
+FED_WUR fed_err fed_store_put_dp_charge(fed_store *st, const fed_store_dp_charge *c);
+/* fn for every charge in the order made; nonzero stops with FED_OK. */
+typedef int (*fed_store_dp_fn)(void *ctx, const fed_store_dp_charge *c);
+FED_WUR fed_err fed_store_each_dp_charge(fed_store *st, fed_store_dp_fn fn, void *ctx);
 
 /* ---- contributions ---- */
 #define FED_STORE_HEADER_MAX 1024

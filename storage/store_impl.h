@@ -19,6 +19,10 @@ typedef enum store_stmt_id {
     SQ_ROUND_LAST,
     SQ_ROUND_GET_V2,  /* a v2 file opened read-only: no lr column */
     SQ_ROUND_LAST_V2,
+    SQ_ROUND_GET_V3,  /* a v3 file opened read-only: no epsilon column */
+    SQ_ROUND_LAST_V3,
+    SQ_DP_PUT,
+    SQ_DP_EACH,
     SQ_CONTRIB_PUT,
     SQ_CONTRIB_EACH,
     SQ_PEER_PUT,
@@ -50,6 +54,7 @@ struct fed_store {
     int in_tx;        /* inside fed_store_begin .. commit */
     uint64_t sp_seq;  /* savepoint names */
     int disk_full;    /* fed_store_set_disk_full: the commit hook refuses */
+    int durable;      /* fed_store_begin_durable raised synchronous to FULL */
     fed_store_stats stats; /* fed_store_get_stats */
 };
 

@@ -95,6 +95,16 @@ test_key() {
     mkdir -p "$2/$1" && cp "$(dirname "$0")/keys/$1/node.key" "$(dirname "$0")/keys/$1/node.pub" "$2/$1/" &&
         chmod 700 "$2/$1" && chmod 600 "$2/$1/node.key" || fail "copy test key $1"
 }
+# allow_keys DIR NAME...: the fixed test identities NAME... into DIR (as
+# test_key) and DIR/allow.txt naming them all
+allow_keys() {
+    d=$1; shift
+    mkdir -p "$d" && : >"$d/allow.txt" || fail "make $d"
+    for n in "$@"; do
+        test_key "$n" "$d"
+        echo "$n $("$FEDNODE" pubkey "$d/$n")" >>"$d/allow.txt"
+    done
+}
 # stranger PORT SECONDS HEX LEN GARBAGE: a raw TCP connection to PORT on
 # 127.0.0.1 (bash's /dev/tcp: see need_bash) that sends the bytes HEX (an SP
 # handshake: $SP_REQ0 is req0's), LEN as an 8-byte big-endian message length

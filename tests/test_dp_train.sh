@@ -2,8 +2,10 @@
 # test_dp_train.sh - `fednode train --dp-sgd` end to end on a shard of
 # Fashion-MNIST: it trains (logreg, 2 epochs), prints its DP-SGD settings and
 # after each epoch the epsilon that `fednode privacy` gives for the same
-# sampling rate, noise multiplier, steps and delta; the refusals (--dp-sgd
-# with --db, a --dp-delta outside (0, 1), a bad --dp-sgd-clip). Needs
+# sampling rate, noise multiplier, steps and delta; with --db, the epsilon
+# spent kept in the database across a --resume (the resumed run goes on from
+# it, status shows it); the refusals (a --dp-delta outside (0, 1), a bad
+# --dp-sgd-clip). Needs
 # ./fednode (make) and Fashion-MNIST; exits 77 (skipped) without them.
 set -u
 FEDNODE=${FEDNODE:-./fednode}
@@ -43,9 +45,28 @@ for e in 1 2; do
     echo "ok: epoch $e's epsilon $got = fednode privacy's for $((60 * e)) steps"
 done
 grep -q "test_acc" "$TMP/out" && fail "--no-eval evaluated"
+# --db: epoch 1, then --resume for epoch 2; the second run starts from the
+# epsilon the first one spent, and its epoch 2 is epoch 1's steps plus its own
 # shellcheck disable=SC2086
-refused "--dp-sgd with --db is refused" 2 "--dp-sgd with --db" \
-    "$FEDNODE" train $RUN $DP --epochs 1 --db "$TMP/n.db"
+"$FEDNODE" train $RUN $DP --epochs 1 --optimizer sgd --lr 0.1 --db "$TMP/n.db" >"$TMP/out" 2>&1 ||
+    fail "train --dp-sgd --db (exit $?)"
+e1=$(awk '$1 == "epoch" { for (i = 1; i < NF; i++) if ($i == "epsilon") print $(i + 1) }' "$TMP/out")
+# shellcheck disable=SC2086
+"$FEDNODE" train $RUN $DP --epochs 2 --optimizer sgd --lr 0.1 --db "$TMP/n.db" --resume \
+    >"$TMP/out" 2>&1 || fail "train --dp-sgd --db --resume (exit $?)"
+grep -q "^# $TMP/n.db: epsilon $e1 spent already (delta 1e-05, 1 releases)" "$TMP/out" ||
+    fail "the resumed run starts from epoch 1's epsilon $e1"
+e2=$(awk '$1 == "epoch" && $2 == "2/2" { for (i = 1; i < NF; i++) if ($i == "epsilon") print $(i + 1) }' "$TMP/out")
+want=$("$FEDNODE" privacy --q 0.0166667 --sigma 1.1 --steps 120 --delta 1e-5 |
+    awk '$1 == "epsilon" { printf "%.4g\n", $2 }')
+awk -v g="$e2" -v w="$want" 'BEGIN { exit !(g > 0 && (g - w) * (g - w) < (1e-3 * w) ^ 2) }' ||
+    fail "resumed epoch 2: epsilon $e2, fednode privacy gives $want for 120 steps"
+want4=$("$FEDNODE" privacy --q 0.016666666666666666 --sigma 1.1 --steps 120 --delta 1e-5 |
+    awk '$1 == "epsilon" { printf "%.4f\n", $2 }')
+"$FEDNODE" status --db "$TMP/n.db" >"$TMP/out" 2>&1 || fail "status"
+grep -q "epsilon $want4 at delta 1e-05 spent in 2 releases" "$TMP/out" ||
+    fail "status shows epsilon $want4 spent in 2 releases"
+echo "ok: --db keeps the epsilon across --resume: $e1 after epoch 1, $e2 after epoch 2 (= fednode privacy's for 120 steps)"
 # shellcheck disable=SC2086
 refused "--dp-delta 1 is refused" 2 "delta must lie strictly between 0 and 1" \
     "$FEDNODE" train $RUN --dp-sgd --dp-delta 1 --epochs 1

@@ -9,7 +9,10 @@
  * the same model; a client without the simulator's tamper hook sends its
  * delta untouched; a learning-rate schedule across rounds (sync, and
  * FedBuff's merges): each round's MODEL carries its rate, and every client
- * trains at exactly that rate. Skips without data. Also, without data, the checkpoint's
+ * trains at exactly that rate; a DP-SGD client whose charge cannot be
+ * committed (full disk) sends nothing, and one that crashed after a charge
+ * is charged again for the round it trains again. Skips without data. Also,
+ * without data, the checkpoint's
  * model sections (node/ckpt_model.h): a round trip, their byte image, and
  * every malformed or mismatched section refused. */
 #include <math.h>
@@ -37,6 +40,7 @@
 #include "node/node_impl.h" /* the training job, tested alone */
 #include "sim/host.h"
 #include "storage/store.h"
+#include "privacy/rdp.h"
 #include "sim/world.h"
 #include "tests/support/support.h"
 
@@ -67,6 +71,7 @@ typedef struct scen_opts {
     float lr;            /* the aggregator's lr; 0: the default (the optimizer's own) */
     const char *lr_schedule; /* the aggregator's; NULL: const */
     uint32_t lr_warmup;
+    int dp_client;       /* client dp_client - 1 runs DP-SGD (defaults); 0: none */
 } scen_opts;
 
 /* What the observers saw. */
@@ -272,6 +277,7 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
         cc.wire.max_frame = o->max_frame;
         cc.observer = s;
         cc.on_round = on_round;
+        cc.dp_sgd = o->dp_client == i + 1;
         assert_int_equal(fed_sim_host_attach(s->cl[i], s->w, &cc, NULL), FED_OK);
     }
 }
@@ -743,6 +749,115 @@ static void test_crash_restart(void **state)
         assert_int_equal(fed_store_last_rounds(fed_sim_host_store(s.agg), rows, 8, &n), FED_OK);
         assert_int_equal(n, 5);
     }
+    scen_free(&s);
+}
+
+typedef struct dp_rounds {
+    uint64_t round[8];
+    uint64_t steps;
+    double q, epsilon;
+    int n;
+} dp_rounds;
+
+static int keep_dp_round(void *ctx, const fed_store_dp_charge *c)
+{
+    dp_rounds *d = ctx;
+
+    if (d->n < 8)
+        d->round[d->n] = c->round;
+    d->n++;
+    d->steps += c->steps;
+    d->q = c->q;
+    d->epsilon = c->epsilon;
+    return 0;
+}
+
+static dp_rounds dp_charged(const fed_sim_host *h)
+{
+    dp_rounds d;
+
+    memset(&d, 0, sizeof d);
+    assert_int_equal(fed_store_each_dp_charge(fed_sim_host_store(h), keep_dp_round, &d), FED_OK);
+    return d;
+}
+
+/* DP-SGD at client 0 (noise from the simulator's seeded stream). Its disk
+ * is full when round 1's training ends: the charge cannot be committed, so
+ * its delta is not sent (none arrives, nothing is charged); with room again
+ * it trains round 1 again, is charged and merged. Then its link is cut and
+ * it crashes right after charging round 2 (the delta lost on the way):
+ * restarted, it trains round 2 again and is charged again. Its database
+ * ends with the charges of rounds 1, 2, 2, 3 and the epsilon of all their
+ * steps; every round merged its delta once. */
+static void test_dp_client_charges(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 3, .spec = "logreg", .per_client = 100, .rounds = 3,
+                   .min_clients = 3, .deadline_ms = 20000, .seed = 31, .dp_client = 1};
+    fed_sim_link dead = {.latency_ms = 5, .loss = 1.0};
+    fed_sim_link ok = {.latency_ms = 5, .jitter_ms = 1, .bytes_per_ms = 100000};
+    uint32_t c0, ai;
+    dp_rounds d;
+    double want = 0;
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    scen_build(&s, fx, &o);
+    c0 = fed_sim_host_index(s.cl[0]);
+    ai = fed_sim_host_index(s.agg);
+    assert_int_equal(fed_sim_world_run_until(s.w, 0), FED_OK); /* every node up */
+    fed_store_set_disk_full(fed_sim_host_store(s.cl[0]), 1);
+    assert_int_equal(fed_sim_world_run_until(s.w, 1500), FED_OK);
+    assert_int_equal(s.ndeltas[1], 2); /* the other two */
+    assert_false(delta_from(&s, 1, s.cl[0]));
+    assert_int_equal(dp_charged(s.cl[0]).n, 0);
+    fed_store_set_disk_full(fed_sim_host_store(s.cl[0]), 0);
+    step_until_commit(&s, 1);
+    assert_true(delta_from(&s, 1, s.cl[0]));
+    d = dp_charged(s.cl[0]);
+    assert_int_equal(d.n, 1);
+    assert_int_equal(d.round[0], 1);
+    /* round 2: once its MODEL is out, the client's frames are lost, and it
+       crashes once it has charged the round */
+    for (int k = 0; k < 100000; k++) {
+        fed_node_progress pr;
+        int did = 0;
+
+        fed_node_get_progress(fed_sim_host_node(s.agg), &pr);
+        if (pr.round == 1 && pr.round_open)
+            break;
+        assert_int_equal(fed_sim_world_step(s.w, &did), FED_OK);
+        assert_true(did);
+    }
+    assert_int_equal(fed_sim_world_set_link(s.w, c0, ai, &dead), FED_OK);
+    for (int k = 0; dp_charged(s.cl[0]).n < 2; k++) {
+        int did = 0;
+
+        assert_true(k < 100000);
+        assert_int_equal(fed_sim_world_step(s.w, &did), FED_OK);
+        assert_true(did);
+    }
+    fed_sim_world_crash(s.w, c0);
+    assert_int_equal(fed_sim_world_set_link(s.w, c0, ai, &ok), FED_OK);
+    assert_int_equal(fed_sim_world_restart_at(s.w, c0, fed_sim_world_now_us(s.w) / 1000 + 1000),
+                     FED_OK);
+    scen_run(&s, 600000);
+    for (int r = 1; r <= 3; r++) {
+        assert_int_equal(s.commits[r], 1);
+        assert_int_equal(s.info[r].merged, 3);
+        assert_true(delta_from(&s, r, s.cl[0]));
+    }
+    d = dp_charged(s.cl[0]);
+    assert_int_equal(d.n, 4);
+    assert_int_equal(d.round[0], 1);
+    assert_int_equal(d.round[1], 2);
+    assert_int_equal(d.round[2], 2);
+    assert_int_equal(d.round[3], 3);
+    assert_int_equal(d.steps, 4 * 2); /* ceil(100 / 64) steps a round */
+    assert_true(d.q == 0.64);
+    assert_int_equal(fed_rdp_sgm_epsilon(0.64, 1.0, d.steps, 1e-5, NULL, 0, &want, NULL), FED_OK);
+    assert_true(fabs(d.epsilon - want) <= 1e-12 * want);
+    assert_int_equal(dp_charged(s.cl[1]).n, 0); /* no DP there */
     scen_free(&s);
 }
 
@@ -1507,6 +1622,7 @@ int main(void)
         cmocka_unit_test(test_dropped_client),
         cmocka_unit_test(test_straggler_late),
         cmocka_unit_test(test_crash_restart),
+        cmocka_unit_test(test_dp_client_charges),
         cmocka_unit_test(test_non_member),
         cmocka_unit_test(test_full_disk_aggregator),
         cmocka_unit_test(test_full_disk_accuracy_kept),

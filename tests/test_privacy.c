@@ -19,7 +19,9 @@
 
 #include "core/err.h"
 #include "core/rng.h"
+#include "node/dp_account.h"
 #include "privacy/rdp.h"
+#include "storage/store.h"
 #include "app/cli.h"
 #include "tests/support/support.h"
 
@@ -622,6 +624,63 @@ static void test_cli_refusals(void **state)
     assert_has(out, "no noise multiplier");
 }
 
+/* The site's accountant over a database: charges compose as one run of
+ * their total steps (the same mechanism), a preview is the charge's total
+ * before it is made, a reload gives the same epsilon, and another mechanism
+ * (other q, sigma) adds up order by order. */
+static void test_site_account(void **state)
+{
+    char path[512];
+    fed_store_opts o;
+    fed_store *st = NULL;
+    fed_dp_account *a = NULL, *b = NULL;
+    double eps = 0, want = 0, pre, rdp[FED_RDP_DEFAULT_NORDERS] = {0};
+    fed_rdp_sgm p1 = {0.01, 1.1}, p2 = {0.05, 2.0};
+    fed_rdp_mech m1 = {fed_rdp_sgm_step, &p1}, m2 = {fed_rdp_sgm_step, &p2};
+
+    (void)state;
+    fed_test_path(path, sizeof path, "account.db");
+    remove(path);
+    fed_store_opts_default(&o);
+    o.sync = FED_STORE_SYNC_NORMAL;
+    assert_int_equal(fed_dp_account_new(0, &a), FED_ERR_RANGE);
+    assert_int_equal(fed_dp_account_new(1e-5, &a), FED_OK);
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_dp_account_load(a, st), FED_OK);
+    assert_true(fed_dp_account_epsilon(a) == 0);
+    for (uint64_t r = 1; r <= 3; r++) {
+        pre = fed_dp_account_preview(a, 0.01, 1.1, 100);
+        assert_int_equal(fed_dp_account_charge(a, st, r, 1000 * r, 0.01, 1.1, 100, &eps),
+                         FED_OK);
+        assert_true(eps == pre && eps == fed_dp_account_epsilon(a));
+    }
+    assert_int_equal(fed_rdp_sgm_epsilon(0.01, 1.1, 300, 1e-5, NULL, 0, &want, NULL), FED_OK);
+    assert_true(fabs(eps - want) <= 1e-12 * want);
+    /* another mechanism: the RDP vectors add */
+    assert_int_equal(fed_dp_account_charge(a, st, 4, 4000, 0.05, 2.0, 50, &eps), FED_OK);
+    fed_rdp_compose(&m1, 300, fed_rdp_default_orders, FED_RDP_DEFAULT_NORDERS, rdp);
+    fed_rdp_compose(&m2, 50, fed_rdp_default_orders, FED_RDP_DEFAULT_NORDERS, rdp);
+    want = fed_rdp_epsilon(fed_rdp_default_orders, rdp, FED_RDP_DEFAULT_NORDERS, 1e-5, NULL);
+    assert_true(fabs(eps - want) <= 1e-12 * want);
+    assert_true(isinf(fed_dp_account_preview(a, 0.05, 0, 1))); /* no noise */
+    assert_int_equal(fed_dp_account_charge(a, st, 5, 5000, 2.0, 1, 1, NULL), FED_ERR_RANGE);
+    /* what a restart sees */
+    fed_store_close(st);
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_dp_account_new(1e-5, &b), FED_OK);
+    assert_int_equal(fed_dp_account_load(b, st), FED_OK);
+    assert_int_equal(fed_dp_account_charges(b), 4);
+    assert_true(fed_dp_account_epsilon(b) == eps);
+    /* a round's steps and rate */
+    assert_int_equal(fed_dp_account_round_steps(6000, 100, 2), 120);
+    assert_int_equal(fed_dp_account_round_steps(6001, 100, 1), 61);
+    assert_true(fed_dp_account_rate(6000, 100) == 100.0 / 6000);
+    assert_true(fed_dp_account_rate(50, 100) == 1.0);
+    fed_dp_account_free(a);
+    fed_dp_account_free(b);
+    fed_store_close(st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -639,6 +698,7 @@ int main(void)
         cmocka_unit_test(test_property),
         cmocka_unit_test(test_cli),
         cmocka_unit_test(test_cli_refusals),
+        cmocka_unit_test(test_site_account),
     };
 
     fed_test_log_quiet();

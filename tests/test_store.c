@@ -215,6 +215,7 @@ static void test_open_empty_file(void **state)
     assert_int_equal(raw_int(db, "PRAGMA page_size"), FED_STORE_PAGE_SIZE);
     assert_int_equal(raw_int(db, "SELECT value FROM meta WHERE key = 'schema_version'"),
                      FED_STORE_SCHEMA_VERSION);
+    assert_int_equal(raw_int(db, "SELECT count(*) FROM dp_charges"), 0); /* v4 */
     assert_int_equal(raw_int(db, "SELECT value FROM meta WHERE key = 'epoch'"), 1700000000);
     assert_int_equal(raw_int(db, "SELECT count(*) FROM pragma_journal_mode WHERE"
                                  " journal_mode = 'wal'"), 1);
@@ -340,7 +341,7 @@ static void test_migrate_from_v2(void **state)
 
     o.flags = 0;
     assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
-    assert_int_equal(fed_store_schema(st), 3);
+    assert_int_equal(fed_store_schema(st), FED_STORE_SCHEMA_VERSION);
     assert_int_equal(fed_store_get_round(st, 7, &r), FED_OK);
     assert_int_equal(r.samples, 100);
     assert_true(r.lr == 0);
@@ -357,7 +358,7 @@ static void test_migrate_from_v2(void **state)
     assert_true(last[0].lr == 0 && last[1].lr == 0.0375 && last[2].lr == 0);
     fed_store_close(st);
     db = raw_open(path);
-    assert_int_equal(raw_int(db, "PRAGMA user_version"), 3);
+    assert_int_equal(raw_int(db, "PRAGMA user_version"), FED_STORE_SCHEMA_VERSION);
     assert_int_equal(raw_int(db, "SELECT count(*) FROM rounds WHERE lr IS NULL"), 2);
     assert_int_equal(raw_int(db, "SELECT count(*) FROM rounds WHERE lr = 0.0375"), 1);
     sqlite3_close(db);
@@ -371,6 +372,97 @@ static void test_migrate_from_v2(void **state)
     o.flags = FED_STORE_READONLY;
     assert_int_equal(fed_store_open(path, &o, &st), FED_ERR_SCHEMA);
     fed_log_set_sink(NULL, NULL);
+}
+
+typedef struct dp_seen {
+    fed_store_dp_charge c[4];
+    size_t n;
+} dp_seen;
+
+static int keep_dp(void *ctx, const fed_store_dp_charge *c)
+{
+    dp_seen *d = ctx;
+
+    if (d->n < 4)
+        d->c[d->n++] = *c;
+    return 0;
+}
+
+/* DP charges: rows back in the order made, out-of-range values refused, a
+ * durable transaction's rows kept across a reopen and a rolled-back one's
+ * gone, and the store usable as before after either. */
+static void test_dp_charges(void **state)
+{
+    char path[512];
+    test_clock clk = {100};
+    fed_store_opts o = opts_with_clock(&clk);
+    fed_store *st = NULL;
+    fed_store_dp_charge c = {3, 1234, 0.25, 1.5, 60, 1e-5, 2.5}, bad;
+    dp_seen d = {0};
+
+    (void)state;
+    fresh_db(path, sizeof path, "dp.db");
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_store_begin_durable(st), FED_OK);
+    assert_int_equal(fed_store_begin_durable(st), FED_ERR_INVAL); /* one at a time */
+    assert_int_equal(fed_store_put_dp_charge(st, &c), FED_OK);
+    assert_int_equal(fed_store_commit(st), FED_OK);
+    c.round = 4;
+    c.epsilon = NAN;
+    assert_int_equal(fed_store_begin_durable(st), FED_OK);
+    assert_int_equal(fed_store_put_dp_charge(st, &c), FED_OK);
+    fed_store_rollback(st); /* not made */
+    c.steps = 7;
+    assert_int_equal(fed_store_put_dp_charge(st, &c), FED_OK); /* a transaction of its own */
+    bad = c;
+    bad.q = 1.5;
+    assert_int_equal(fed_store_put_dp_charge(st, &bad), FED_ERR_INVAL);
+    bad = c;
+    bad.sigma = INFINITY;
+    assert_int_equal(fed_store_put_dp_charge(st, &bad), FED_ERR_INVAL);
+    bad = c;
+    bad.delta = 1;
+    assert_int_equal(fed_store_put_dp_charge(st, &bad), FED_ERR_INVAL);
+    fed_store_close(st);
+
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_store_each_dp_charge(st, keep_dp, &d), FED_OK);
+    assert_int_equal(d.n, 2);
+    assert_int_equal(d.c[0].round, 3);
+    assert_int_equal(d.c[0].at_ms, 1234);
+    assert_true(d.c[0].q == 0.25 && d.c[0].sigma == 1.5 && d.c[0].delta == 1e-5);
+    assert_int_equal(d.c[0].steps, 60);
+    assert_true(d.c[0].epsilon == 2.5);
+    assert_int_equal(d.c[1].round, 4);
+    assert_int_equal(d.c[1].steps, 7);
+    assert_true(isnan(d.c[1].epsilon));
+    fed_store_close(st);
+
+    /* a v3 file (rounds.lr, no DP) opened read-only: rounds without an
+       epsilon, no charges, the file left as it was */
+    {
+        fed_store_round r;
+        sqlite3 *db;
+
+        make_v2(path, sizeof path, "v3.db");
+        db = raw_open(path);
+        raw_exec(db, "ALTER TABLE rounds ADD COLUMN lr REAL; UPDATE rounds SET lr = 0.5;"
+                     "PRAGMA user_version = 3; UPDATE meta SET value = 3"
+                     " WHERE key = 'schema_version';");
+        sqlite3_close(db);
+        o.flags = FED_STORE_READONLY;
+        assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+        assert_int_equal(fed_store_schema(st), 3);
+        assert_int_equal(fed_store_get_round(st, 7, &r), FED_OK);
+        assert_true(r.lr == 0.5 && r.epsilon == 0);
+        d.n = 0;
+        assert_int_equal(fed_store_each_dp_charge(st, keep_dp, &d), FED_OK);
+        assert_int_equal(d.n, 0);
+        fed_store_close(st);
+        db = raw_open(path);
+        assert_int_equal(raw_int(db, "PRAGMA user_version"), 3);
+        sqlite3_close(db);
+    }
 }
 
 static void test_not_ours(void **state)
@@ -2116,12 +2208,12 @@ static void test_cli(void **state)
     assert_non_null(strstr(out, "\"prev_hash\":\""));
     assert_non_null(strstr(out, "\"strategy\":\"fedavg\",\"lr\":0.09375,")); /* round 3 */
     assert_int_equal(run_cli(fed_cli_status, out, sizeof out, 2, "--db", db), 0);
-    assert_non_null(strstr(out, "  0.09375  fedavg\n"));
+    assert_non_null(strstr(out, "  0.09375  fedavg      -\n")); /* no epsilon: no DP */
     /* a v2 database (an older node's): read as it is, its rounds without a rate */
     make_v2(db2, sizeof db2, "old.db");
     assert_int_equal(run_cli(fed_cli_status, out, sizeof out, 2, "--db", db2), 0);
     assert_non_null(strstr(out, "schema 2"));
-    assert_non_null(strstr(out, "        -  median\n"));
+    assert_non_null(strstr(out, "        -  median      -\n"));
     assert_int_equal(run_cli(fed_cli_status, out, sizeof out, 3, "--db", db2, "--json"), 0);
     assert_non_null(strstr(out, "\"strategy\":\"median\",\"lr\":null,"));
     fed_test_path(db2, sizeof db2, "import.db");
@@ -2199,6 +2291,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_open_empty_file),
         cmocka_unit_test(test_migrate_from_v1),
+        cmocka_unit_test(test_dp_charges),
         cmocka_unit_test(test_migrate_from_v2),
         cmocka_unit_test(test_not_ours),
         cmocka_unit_test(test_epoch_rule),

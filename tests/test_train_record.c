@@ -124,7 +124,7 @@ static void train_epochs(world *w, run *r, fed_store *st, uint64_t first, uint64
 {
     for (uint64_t e = first; e <= last; e++) {
         fed_step_stats tr = {0}, te = {0};
-        fed_node_record_round rec;
+        fed_node_record_round rec = {0};
 
         assert_int_equal(fed_trainer_epoch(r->t, w->idx, w->nidx, &r->shuffle, &tr), FED_OK);
         assert_int_equal(fed_train_evaluate_all(r->m, w->test, &te), FED_OK);

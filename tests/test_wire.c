@@ -444,6 +444,7 @@ static void test_settings_fields_roundtrip(void **state)
         l2 -= 117;
         s2[16] = 11;
         s2[8] = (uint8_t)(FED_WIRE_MODEL_BLOCK_BYTES - 12 - 117);
+        s2[9] = (uint8_t)((FED_WIRE_MODEL_BLOCK_BYTES - 12 - 117) >> 8);
         assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, s2, l2 + 5, &g, &used), FED_OK);
         assert_int_equal(used, l2);
         assert_memory_equal(&g, &e, sizeof e);
@@ -451,6 +452,44 @@ static void test_settings_fields_roundtrip(void **state)
         assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, s2, l2, &g, &used),
                          FED_ERR_PAYLOAD);
     }
+}
+
+/* The DP-SGD field (tag 11): marked required only when it requires DP-SGD,
+ * its values back as they went, its absence (an older sender) no
+ * requirement, and bad values refused. */
+static void test_settings_dp_field(void **state)
+{
+    fed_wire_block b, g;
+    uint8_t buf[FED_WIRE_BLOCK_MAX + 64];
+    size_t len = 0, used = 0, at;
+
+    (void)state;
+    sample_block(FED_WIRE_MODEL, &b);
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
+    at = len - 20; /* the last field's head */
+    assert_memory_equal(buf + at, "\x0b\x00\x00\x00\x0c\x00\x00\x00", 8);
+    b.settings.dp_flags = FED_WIRE_DP_REQUIRED;
+    b.settings.dp_clip = 1.5f;
+    b.settings.dp_noise = 0.75f;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
+    assert_int_equal(len, FED_WIRE_MODEL_BLOCK_BYTES);
+    assert_memory_equal(buf + at, "\x0b\x00\x01\x00\x0c\x00\x00\x00\x01\x00\x00\x00", 12);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_OK);
+    assert_memory_equal(&g, &b, sizeof b);
+    /* a block without it (S 20 shorter): decodes, nothing required */
+    buf[8] = (uint8_t)(len - 12 - 20);
+    buf[9] = (uint8_t)((len - 12 - 20) >> 8);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_OK);
+    assert_int_equal(used, len - 20);
+    assert_int_equal(g.settings.dp_flags, 0);
+    /* required with a clip of 0, or values without the flag: refused */
+    b.settings.dp_clip = 0;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+    b.settings.dp_flags = 0;
+    b.settings.dp_clip = 1;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
 }
 
 static void test_settings_unknown_fields(void **state)
@@ -463,7 +502,7 @@ static void test_settings_unknown_fields(void **state)
     sample_block(FED_WIRE_MODEL, &b);
     /* unknown, not required, between known ones and at the end: skipped */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 11, 0, "abc", 3);
+    n = field(f, 12, 0, "abc", 3);
     len = splice(buf, len, len, f, n);
     n = field(f, 0x7fff, 0, "", 0);
     len = splice(buf, len, len, f, n);
@@ -472,11 +511,11 @@ static void test_settings_unknown_fields(void **state)
     assert_memory_equal(&g, &b, sizeof b);
     /* the same field marked required: refused, and its tag said */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 11, FED_WIRE_FIELD_REQUIRED, "abc", 3);
+    n = field(f, 12, FED_WIRE_FIELD_REQUIRED, "abc", 3);
     len = splice(buf, len, len, f, n);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used),
                      FED_ERR_FIELD_REQUIRED);
-    assert_int_equal(g.refused_tag, 11);
+    assert_int_equal(g.refused_tag, 12);
     assert_int_equal(used, 0);
 }
 
@@ -1026,6 +1065,7 @@ int main(void)
         cmocka_unit_test(test_blocks_rejected),
         cmocka_unit_test(test_settings_fields_roundtrip),
         cmocka_unit_test(test_settings_unknown_fields),
+        cmocka_unit_test(test_settings_dp_field),
         cmocka_unit_test(test_settings_malformed),
         cmocka_unit_test(test_every_type_roundtrip),
         cmocka_unit_test(test_frames_are_deterministic_per_seed),

@@ -1,0 +1,156 @@
+#!/bin/sh
+# test_dp_budget.sh - DP-SGD in a client's rounds, with real fednode
+# processes on 127.0.0.1 (logreg on tenths of Fashion-MNIST: 6000 samples a
+# site, batch 100, noise multiplier 1, delta 1e-5: 60 steps at q = 1/60 a
+# round, epsilon 1.4852, 1.6860, 1.8597, 2.0194 after rounds 1..4).
+#  A. A budget stops a site: c2's --dp-budget-epsilon 1.9 allows three
+#     releases. It is killed (-9) right after its first release (its charge
+#     logged, its delta sent) and restarted on its database: it starts from
+#     the epsilon it had spent, not from 0; whatever round it trains again
+#     is charged again. After its third release it declines every round
+#     (FED_ERR_DP_BUDGET, recorded by the aggregator as a contribution with
+#     its reason and signature), the other two carry on through round 6,
+#     and each site's epsilon is what `fednode privacy` gives for its steps.
+#  B. --require-dp-sgd: a client without --dp-sgd declines every round
+#     (FED_ERR_DP_REQUIRED, recorded); one with --dp-sgd and a larger noise
+#     multiplier than required trains at its own; the refusals of flags that
+#     do not fit the role.
+# Needs ./fednode (make) and Fashion-MNIST; exits 77 (skipped) without them.
+# KEEP=1 keeps the temporary directory (logs, databases) for a look.
+. "$(dirname "$0")/proc_lib.sh"
+
+K=$TMP/keys
+allow_keys "$K" agg c0 c1 c2
+C2=$(keyhex "$K/c2")
+C1=$(keyhex "$K/c1")
+COMMON="--data fashion-mnist --threads 1"
+SETTINGS="--model logreg --optimizer sgd --lr 0.1 --batch 100 --local-epochs 1"
+DP="--dp-sgd --dp-sgd-clip 1 --dp-sgd-noise 1 --dp-delta 1e-5"
+# client NAME DIR PORT SHARD ARGS...
+client() {
+    name=$1 dir=$2 port=$3 shard=$4; shift 4
+    # shellcheck disable=SC2086
+    start "$name" --role client --keys "$K/${name#?}" --allow "$K/allow.txt" \
+        --db "$TMP/$dir/${name#?}.db" --aggregator "tcp://127.0.0.1:$port" --aggregator-key agg \
+        --partition iid --shard "$shard" $COMMON "$@"
+}
+# eps STEPS: what fednode privacy gives for STEPS steps at q = 1/60, noise 1
+eps() {
+    "$FEDNODE" privacy --q 0.016666666666666666 --sigma 1 --steps "$1" --delta 1e-5 |
+        awk '$1 == "epsilon" { printf "%.4f\n", $2 }'
+}
+# charges NAME: the releases NAME logged (its round's charge lines)
+charges() { grep -c "DP-SGD steps at q" "$TMP/$1.log"; }
+# spent DB: the site's epsilon as status shows it (4 decimals)
+spent() {
+    status "$1" | sed -n 's/.*"privacy":{"releases":[0-9]*,"epsilon":\([^,]*\),.*/\1/p' |
+        awk '{ printf "%.4f\n", $1 }'
+}
+releases() { status "$1" | sed -n 's/.*"privacy":{"releases":\([0-9]*\),.*/\1/p'; }
+
+# ---- refusals of flags that do not fit the role (before anything is opened)
+refused() {
+    d=$1 text=$2; shift 2
+    "$FEDNODE" run "$@" >"$TMP/refused.out" 2>&1
+    rc=$?
+    [ $rc -eq 2 ] && grep -q -- "$text" "$TMP/refused.out" ||
+        fail "$d: exit 2 and '$text' (got $rc: $(cat "$TMP/refused.out"))"
+    ok "$d"
+}
+refused "--dp-budget-epsilon without --dp-sgd is refused" "needs --dp-sgd" \
+    --role client --aggregator tcp://127.0.0.1:1 --db "$TMP/x.db" --dp-budget-epsilon 1
+refused "--dp-sgd on an aggregator is refused" "is a client's setting" \
+    --role aggregator --db "$TMP/x.db" --dp-sgd
+refused "--require-dp-sgd on a client is refused" "is an aggregator's setting" \
+    --role client --aggregator tcp://127.0.0.1:1 --db "$TMP/x.db" --require-dp-sgd
+refused "--dp-sgd on a peer is refused" "not implemented for peers" \
+    --role peer --db "$TMP/x.db" --dp-sgd
+[ ! -e "$TMP/x.db" ] || fail "the refusals created no database"
+
+# ---- A: a budget stops a site; a kill -9 does not reset its spent epsilon
+mkdir -p "$TMP/a"
+# shellcheck disable=SC2086
+start aggA --role aggregator --keys "$K/agg" --allow "$K/allow.txt" --db "$TMP/a/agg.db" \
+    --listen tcp://127.0.0.1:0 --port-file "$TMP/a/port" $COMMON $SETTINGS \
+    --rounds 6 --min-clients 2 --deadline-ms 4000 --gather-ms 300
+wait_for "aggregator A wrote its port" 20 test -s "$TMP/a/port"
+PA=$(cat "$TMP/a/port")
+# shellcheck disable=SC2086
+client Ac0 a "$PA" 0/10 $DP
+# shellcheck disable=SC2086
+client Ac1 a "$PA" 1/10 $DP
+# shellcheck disable=SC2086
+client Ac2 a "$PA" 2/10 $DP --dp-budget-epsilon 1.9
+# right after c2's first release: its charge is committed before the
+# delta goes, so poll tightly and kill at once
+n=0
+until grep -q "DP-SGD steps at q" "$TMP/Ac2.log" 2>/dev/null; do
+    n=$((n + 1)); [ $n -lt 200000 ] || fail "A: c2 released a round"
+done
+kill -9 "$(pid Ac2)"
+wait "$(pid Ac2)" 2>/dev/null
+before=$(charges Ac2)
+last=$(sed -n 's/.*DP-SGD steps at q .*: epsilon \([0-9.]*\) spent.*/\1/p' "$TMP/Ac2.log" | tail -n 1)
+[ "$last" = "$(eps $((60 * before)))" ] || fail "A: c2's epsilon $last after $before releases"
+ok "A: c2 killed (-9) right after release $before (epsilon $last)"
+mv "$TMP/Ac2.log" "$TMP/Ac2-first.log"
+# shellcheck disable=SC2086
+client Ac2 a "$PA" 2/10 $DP --dp-budget-epsilon 1.9
+wait_for "A: c2 restarted and read its accountant" 20 logged Ac2 "releases so far"
+logged Ac2 "epsilon $last spent in $before releases so far" ||
+    fail "A: c2 resumed from epsilon $last ($before releases), not from 0"
+ok "A: c2 restarted: epsilon $last in $before releases, as before the kill"
+wait_for "A: round 6 merged" 60 logged aggA "round 6 merged"
+exits0 aggA 20
+for c in Ac0 Ac1 Ac2; do exits0 "$c" 20; done
+total=$(($(charges Ac2-first) + $(charges Ac2)))
+[ "$total" -eq 3 ] || fail "A: c2 released 3 rounds in all (got $total)"
+[ "$(releases "$TMP/a/c2.db")" -eq 3 ] || fail "A: c2's database holds its 3 releases"
+[ "$(spent "$TMP/a/c2.db")" = "$(eps 180)" ] || fail "A: c2 spent $(eps 180)"
+logged Ac2 "past the budget 1.9: declined" || fail "A: c2 declined a round over its budget"
+ok "A: c2 released 3 rounds (epsilon $(spent "$TMP/a/c2.db") <= 1.9), then declined"
+declined=$(contrib "$TMP/a/agg.db" '[0-9]*' "$C2" | grep -c "^false,declined FED_ERR_DP_BUDGET$")
+[ "$declined" -ge 1 ] || fail "A: the aggregator recorded c2's refusals with their reason"
+rounds_once "$TMP/a/agg.db" 6
+for r in 4 5 6; do
+    [ "$(contrib "$TMP/a/agg.db" $r "$C2")" = "false,declined FED_ERR_DP_BUDGET" ] ||
+        fail "A: round $r: c2's refusal recorded"
+    [ "$(field "$TMP/a/agg.db" $r peers)" = 2 ] || fail "A: round $r merged the other 2"
+done
+logged aggA "round 6 merged 2 of 3 (0 missing, 1 declined)" || fail "A: round 6's log line"
+ok "A: rounds 1..6 committed; c2's refusals recorded in $declined rounds (4..6 among them), the others merged"
+for c in c0 c1; do
+    [ "$(releases "$TMP/a/$c.db")" -eq 6 ] || fail "A: $c released 6 rounds"
+    [ "$(spent "$TMP/a/$c.db")" = "$(eps 360)" ] || fail "A: $c spent $(eps 360)"
+    [ "$(field "$TMP/a/$c.db" 6 epsilon | awk '{ printf "%.4f\n", $1 }')" = "$(eps 360)" ] ||
+        fail "A: $c's round 6 row holds its epsilon"
+done
+ok "A: c0 and c1 spent epsilon $(eps 360) in 6 rounds, in their rounds rows and status"
+verify "$TMP/a/agg.db"
+ok "A: verify passes (the refusals' signatures included)"
+
+# ---- B: --require-dp-sgd
+mkdir -p "$TMP/b"
+# shellcheck disable=SC2086
+start aggB --role aggregator --keys "$K/agg" --allow "$K/allow.txt" --db "$TMP/b/agg.db" \
+    --listen tcp://127.0.0.1:0 --port-file "$TMP/b/port" $COMMON $SETTINGS \
+    --rounds 2 --min-clients 1 --wait-clients 2 --require-dp-sgd --dp-sgd-clip 0.5 \
+    --dp-sgd-noise 1
+wait_for "aggregator B wrote its port" 20 test -s "$TMP/b/port"
+PB=$(cat "$TMP/b/port")
+client Bc0 b "$PB" 0/10 --dp-sgd --dp-sgd-noise 2
+client Bc1 b "$PB" 1/10
+wait_for "B: round 2 merged" 40 logged aggB "round 2 merged"
+exits0 aggB 20
+for c in Bc0 Bc1; do exits0 "$c" 20; done
+for r in 1 2; do
+    [ "$(contrib "$TMP/b/agg.db" $r "$C1")" = "false,declined FED_ERR_DP_REQUIRED" ] ||
+        fail "B: round $r: c1's refusal recorded"
+done
+logged Bc1 "requires DP-SGD (clip 0.5, noise 1); this site runs without --dp-sgd: declined" ||
+    fail "B: c1 said why it declined"
+[ "$(charges Bc0)" -eq 2 ] && logged Bc0 "round 2: 60 DP-SGD steps at q 0.01667, noise 2:" ||
+    fail "B: c0 trained both rounds with DP-SGD at its own noise 2"
+[ "$(releases "$TMP/b/c1.db")" = "" ] || fail "B: c1 charged nothing"
+ok "B: --require-dp-sgd: c1 (no --dp-sgd) declined both rounds, recorded; c0 trained at noise 2"
+echo "all checks passed"
