@@ -473,43 +473,8 @@ static void test_property(void **state)
 
 /* ------------------------------------------------------------------ CLI -- */
 
-/* Runs fednode privacy with stdout and stderr into out; its exit status. */
-static int run_privacy(char *out, size_t cap, int argc, ...)
-{
-    char *argv[24], path[512];
-    va_list ap;
-    int saved, saved_err, fd, rc;
-    ssize_t n;
-
-    assert_true(argc < 24);
-    va_start(ap, argc);
-    for (int i = 0; i < argc; i++)
-        argv[i] = va_arg(ap, char *);
-    va_end(ap);
-    argv[argc] = NULL;
-    fed_test_path(path, sizeof path, "cli.out");
-    fflush(stdout);
-    fflush(stderr);
-    saved = dup(1);
-    saved_err = dup(2);
-    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    assert_true(saved >= 0 && saved_err >= 0 && fd >= 0);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    close(fd);
-    rc = fed_cli_privacy(argc, argv);
-    fflush(stdout);
-    fflush(stderr);
-    dup2(saved, 1);
-    dup2(saved_err, 2);
-    close(saved);
-    close(saved_err);
-    fd = open(path, O_RDONLY);
-    n = read(fd, out, cap - 1);
-    close(fd);
-    out[n > 0 ? n : 0] = '\0';
-    return rc;
-}
+/* fednode privacy with stdout and stderr into out; its exit status. */
+#define run_privacy(out, cap, ...) fed_test_run_cli(fed_cli_privacy, out, cap, __VA_ARGS__)
 
 static void assert_has(const char *hay, const char *needle)
 {

@@ -2060,44 +2060,6 @@ static void test_safetensors_alloc_failures(void **state)
 
 /* ---------------------------------------------------------------- CLI -- */
 
-/* Runs a subcommand with stdout and stderr into out; returns its exit status. */
-static int run_cli(fed_cli_fn fn, char *out, size_t cap, int argc, ...)
-{
-    char *argv[16], path[512];
-    va_list ap;
-    int saved, saved_err, fd, rc;
-    ssize_t n;
-
-    assert_true(argc < 16);
-    va_start(ap, argc);
-    for (int i = 0; i < argc; i++)
-        argv[i] = va_arg(ap, char *);
-    va_end(ap);
-    argv[argc] = NULL;
-    fed_test_path(path, sizeof path, "cli.out");
-    fflush(stdout);
-    fflush(stderr);
-    saved = dup(1);
-    saved_err = dup(2);
-    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    assert_true(saved >= 0 && saved_err >= 0 && fd >= 0);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    close(fd);
-    rc = fn(argc, argv);
-    fflush(stdout);
-    fflush(stderr);
-    dup2(saved, 1);
-    dup2(saved_err, 2);
-    close(saved);
-    close(saved_err);
-    fd = open(path, O_RDONLY);
-    n = read(fd, out, cap - 1);
-    close(fd);
-    out[n > 0 ? n : 0] = '\0';
-    return rc;
-}
-
 static void put_u32(uint8_t *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++)
@@ -2195,34 +2157,34 @@ static void test_cli(void **state)
     fed_test_path(bin, sizeof bin, "m.bin");
     make_node_db(db, "mlp:32,16", in, &params, &np);
 
-    assert_int_equal(run_cli(fed_cli_status, out, sizeof out, 2, "--db", db), 0);
+    assert_int_equal(fed_test_run_cli(fed_cli_status, out, sizeof out, 2, "--db", db), 0);
     assert_non_null(strstr(out, "fedavg"));
     assert_non_null(strstr(out, "rej.replay"));
     assert_non_null(strstr(out, "tcp://127.0.0.1:7003"));
     assert_non_null(strstr(out, "2023-11-14 22:13:23")); /* round 3 ended */
-    assert_int_equal(run_cli(fed_cli_status, out, sizeof out, 3, "--db", db, "--json"), 0);
+    assert_int_equal(fed_test_run_cli(fed_cli_status, out, sizeof out, 3, "--db", db, "--json"), 0);
     assert_non_null(strstr(out, "\"round\":3,"));
     assert_non_null(strstr(out, "\"counters\":{\"rej.aead\":1,\"rej.replay\":3}"));
     assert_non_null(strstr(out, "\"pruned\":false"));
     assert_non_null(strstr(out, "\"hash\":\""));
     assert_non_null(strstr(out, "\"prev_hash\":\""));
     assert_non_null(strstr(out, "\"strategy\":\"fedavg\",\"lr\":0.09375,")); /* round 3 */
-    assert_int_equal(run_cli(fed_cli_status, out, sizeof out, 2, "--db", db), 0);
+    assert_int_equal(fed_test_run_cli(fed_cli_status, out, sizeof out, 2, "--db", db), 0);
     assert_non_null(strstr(out, "  0.09375  fedavg      -\n")); /* no epsilon: no DP */
     /* a v2 database (an older node's): read as it is, its rounds without a rate */
     make_v2(db2, sizeof db2, "old.db");
-    assert_int_equal(run_cli(fed_cli_status, out, sizeof out, 2, "--db", db2), 0);
+    assert_int_equal(fed_test_run_cli(fed_cli_status, out, sizeof out, 2, "--db", db2), 0);
     assert_non_null(strstr(out, "schema 2"));
     assert_non_null(strstr(out, "        -  median      -\n"));
-    assert_int_equal(run_cli(fed_cli_status, out, sizeof out, 3, "--db", db2, "--json"), 0);
+    assert_int_equal(fed_test_run_cli(fed_cli_status, out, sizeof out, 3, "--db", db2, "--json"), 0);
     assert_non_null(strstr(out, "\"strategy\":\"median\",\"lr\":null,"));
     fed_test_path(db2, sizeof db2, "import.db");
-    assert_int_equal(run_cli(fed_cli_status, out, sizeof out, 0), 2);
-    assert_int_equal(run_cli(fed_cli_status, out, sizeof out, 2, "--db", bin), 1); /* missing */
+    assert_int_equal(fed_test_run_cli(fed_cli_status, out, sizeof out, 0), 2);
+    assert_int_equal(fed_test_run_cli(fed_cli_status, out, sizeof out, 2, "--db", bin), 1); /* missing */
     assert_non_null(strstr(out, "not found"));
 
     /* export -> import (model file) -> bit-exact */
-    assert_int_equal(run_cli(fed_cli_export, out, sizeof out, 4, "--db", db, "--out", st1), 0);
+    assert_int_equal(fed_test_run_cli(fed_cli_export, out, sizeof out, 4, "--db", db, "--out", st1), 0);
     assert_non_null(strstr(out, "round 3"));
     assert_int_equal(fed_store_safetensors_read(st1, &f), FED_OK);
     assert_string_equal(f.spec, "mlp:32,16");
@@ -2230,16 +2192,16 @@ static void test_cli(void **state)
     assert_int_equal(f.tensors[4].shape[0], 10);
     assert_int_equal(f.tensors[4].shape[1], 16);
     fed_store_safetensors_fini(&f);
-    assert_int_equal(run_cli(fed_cli_import, out, sizeof out, 4, "--in", st1, "--out", bin), 0);
+    assert_int_equal(fed_test_run_cli(fed_cli_import, out, sizeof out, 4, "--in", st1, "--out", bin), 0);
     assert_int_equal(fed_model_file_read(bin, &mf), FED_OK);
     assert_int_equal(mf.nparams, np);
     assert_memory_equal(mf.params, params, np * sizeof *params);
     fed_model_file_fini(&mf);
 
     /* import into a database, export again: the same file, byte for byte */
-    assert_int_equal(run_cli(fed_cli_import, out, sizeof out, 4, "--in", st1, "--db", db2), 0);
+    assert_int_equal(fed_test_run_cli(fed_cli_import, out, sizeof out, 4, "--in", st1, "--db", db2), 0);
     assert_non_null(strstr(out, "checkpoint 1 of round 0"));
-    assert_int_equal(run_cli(fed_cli_export, out, sizeof out, 6, "--db", db2, "--round", "0",
+    assert_int_equal(fed_test_run_cli(fed_cli_export, out, sizeof out, 6, "--db", db2, "--round", "0",
                              "--out", st2), 0);
     {
         FILE *a = fopen(st1, "rb"), *b = fopen(st2, "rb");
@@ -2255,31 +2217,31 @@ static void test_cli(void **state)
         fclose(a);
         fclose(b);
     }
-    assert_int_equal(run_cli(fed_cli_export, out, sizeof out, 6, "--db", db, "--round", "9",
+    assert_int_equal(fed_test_run_cli(fed_cli_export, out, sizeof out, 6, "--db", db, "--round", "9",
                              "--out", st2), 1);
-    assert_int_equal(run_cli(fed_cli_export, out, sizeof out, 2, "--db", db), 2);
-    assert_int_equal(run_cli(fed_cli_import, out, sizeof out, 6, "--in", st1, "--out", bin,
+    assert_int_equal(fed_test_run_cli(fed_cli_export, out, sizeof out, 2, "--db", db), 2);
+    assert_int_equal(fed_test_run_cli(fed_cli_import, out, sizeof out, 6, "--in", st1, "--out", bin,
                              "--model", "logreg"), 2);
-    assert_int_equal(run_cli(fed_cli_import, out, sizeof out, 2, "--in", st1), 2);
+    assert_int_equal(fed_test_run_cli(fed_cli_import, out, sizeof out, 2, "--in", st1), 2);
 
     /* verify: all good, then a forged signature, then a corrupt chunk */
-    assert_int_equal(run_cli(fed_cli_verify, out, sizeof out, 2, "--db", db), 0);
+    assert_int_equal(fed_test_run_cli(fed_cli_verify, out, sizeof out, 2, "--db", db), 0);
     assert_non_null(strstr(out, "3 signatures ok, 0 bad"));
     assert_non_null(strstr(out, "all checks passed"));
     raw = raw_open(db);
     raw_exec(raw, "UPDATE contributions SET digest = zeroblob(64) WHERE round = 2");
     sqlite3_close(raw);
-    assert_int_equal(run_cli(fed_cli_verify, out, sizeof out, 2, "--db", db), 1);
+    assert_int_equal(fed_test_run_cli(fed_cli_verify, out, sizeof out, 2, "--db", db), 1);
     assert_non_null(strstr(out, "2 signatures ok, 1 bad"));
     assert_non_null(strstr(out, "bad signature: round 2"));
     make_node_db(db, "mlp:32,16", in, &q, &np);
     free(q);
     flip_chunk_byte(db, 2, 0);
-    assert_int_equal(run_cli(fed_cli_verify, out, sizeof out, 2, "--db", db), 1);
+    assert_int_equal(fed_test_run_cli(fed_cli_verify, out, sizeof out, 2, "--db", db), 1);
     assert_non_null(strstr(out, "checkpoint 2 (round 2): hash does not match"));
     /* export of the newest still works; of the corrupt one, it refuses and says why */
-    assert_int_equal(run_cli(fed_cli_export, out, sizeof out, 4, "--db", db, "--out", st2), 0);
-    assert_int_equal(run_cli(fed_cli_export, out, sizeof out, 6, "--db", db, "--round", "2",
+    assert_int_equal(fed_test_run_cli(fed_cli_export, out, sizeof out, 4, "--db", db, "--out", st2), 0);
+    assert_int_equal(fed_test_run_cli(fed_cli_export, out, sizeof out, 6, "--db", db, "--round", "2",
                              "--out", st2), 1);
     assert_non_null(strstr(out, "checkpoint 2 (round 2) skipped: hash does not match"));
     free(params);

@@ -1,5 +1,6 @@
 /* support.c - what the test binaries share; see support.h. */
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -221,4 +222,44 @@ unsigned long fed_test_alloc_sweep(fed_test_alloc_try attempt, void *ctx, int st
     }
     fail_msg("no attempt with allocation 1 to %lu failing succeeded", limit - 1);
     return 0;
+}
+
+/* ---- a subcommand in this process ---- */
+
+int fed_test_run_cli(int (*fn)(int, char **), char *out, size_t cap, int argc, ...)
+{
+    char *argv[32], path[512];
+    va_list ap;
+    int saved, saved_err, fd, rc;
+    ssize_t n;
+
+    assert_true(argc >= 0 && argc < 32 && cap > 0);
+    va_start(ap, argc);
+    for (int i = 0; i < argc; i++)
+        argv[i] = va_arg(ap, char *);
+    va_end(ap);
+    argv[argc] = NULL;
+    fed_test_path(path, sizeof path, "cli.out");
+    fflush(stdout);
+    fflush(stderr);
+    saved = dup(1);
+    saved_err = dup(2);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    assert_true(saved >= 0 && saved_err >= 0 && fd >= 0);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    close(fd);
+    rc = fn(argc, argv);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(saved, 1);
+    dup2(saved_err, 2);
+    close(saved);
+    close(saved_err);
+    fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    n = read(fd, out, cap - 1);
+    close(fd);
+    out[n > 0 ? n : 0] = '\0';
+    return rc;
 }

@@ -70,4 +70,11 @@ typedef fed_err (*fed_test_alloc_try)(void *ctx);
 unsigned long fed_test_alloc_sweep(fed_test_alloc_try attempt, void *ctx, int sticky,
                                    unsigned long limit);
 
+/* ---- a subcommand in this process ---- */
+
+/* Runs fn (a subcommand's main: fed_cli_status, fed_cli_privacy...) on the
+ * argc (< 32) strings that follow, its stdout and stderr into out (cap
+ * bytes, NUL-terminated, cut to fit); returns its exit status. */
+int fed_test_run_cli(int (*fn)(int, char **), char *out, size_t cap, int argc, ...);
+
 #endif
