@@ -191,7 +191,14 @@ typedef enum fed_wire_type {
 #define FED_WIRE_ACK_NO_ROUND 0x1u  /* aggregator: no round yet, ask again */
 #define FED_WIRE_ACK_DUPLICATE 0x2u /* already had it; dropped */
 #define FED_WIRE_ACK_FINISHED 0x4u  /* aggregator: training is over, stop asking */
-#define FED_WIRE_ACK_FLAGS (FED_WIRE_ACK_NO_ROUND | FED_WIRE_ACK_DUPLICATE | FED_WIRE_ACK_FINISHED)
+/* An ACK of a SLICE carries the slice's all-reduce step + 1 in its high 16
+ * bits (0: not said), so a late ACK of a resent copy of an earlier step is
+ * told from the ACK of the slice in flight to the same member. */
+#define FED_WIRE_ACK_STEP_MASK 0xffff0000u
+#define FED_WIRE_ACK_STEP(step) ((uint32_t)((((uint64_t)(step) + 1) & 0xffffu) << 16))
+#define FED_WIRE_ACK_FLAGS                                                                  \
+    (FED_WIRE_ACK_NO_ROUND | FED_WIRE_ACK_DUPLICATE | FED_WIRE_ACK_FINISHED |               \
+     FED_WIRE_ACK_STEP_MASK)
 
 typedef struct fed_wire_hdr {
     uint8_t type; /* fed_wire_type */

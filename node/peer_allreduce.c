@@ -18,7 +18,8 @@
 #include "node/peer_impl.h"
 
 struct ar_out {
-    uint32_t to;     /* member index */
+    uint8_t to[32];  /* the recipient's key: the member list may be rebuilt (a
+                        reload, a member expired) while a slice waits */
     uint64_t round, step;
     uint8_t *vec;    /* the encoded range (f64), owned */
     size_t len;
@@ -55,15 +56,14 @@ static void drop_entry(node_mesh *p, size_t i)
 
 static fed_err emit(fed_node *n, const ar_out *o)
 {
-    node_mesh *p = n->mesh;
     fed_wire_hdr h;
     fed_wire_block b;
     fed_err e;
 
     /* addressed to any epoch (0): a restarted member holds no all-reduce a
        replayed slice could enter (gossip/wire.h) */
-    if ((e = fed_node_header(n, FED_WIRE_SLICE, p->mem[o->to].key, o->round, 0, FED_CODEC_F64,
-                             &h)) != FED_OK)
+    if ((e = fed_node_header(n, FED_WIRE_SLICE, o->to, o->round, 0, FED_CODEC_F64, &h)) !=
+        FED_OK)
         return e;
     memset(&b, 0, sizeof b);
     b.step = o->step;
@@ -81,14 +81,15 @@ static void pump(fed_node *n)
         int busy = 0;
 
         for (size_t j = 0; j < i && !busy; j++)
-            busy = p->ar_q[j].to == o->to;
+            busy = !memcmp(p->ar_q[j].to, o->to, 32);
         if (!busy && !o->inflight) {
             fed_err e = emit(n, o);
 
             if (e != FED_OK)
-                fed_log(FED_LOG_WARN, "peer: slice of round %llu step %llu to member %u: %s "
+                fed_log(FED_LOG_WARN, "peer: slice of round %llu step %llu to member %zu: %s "
                         "(sent again later)", (unsigned long long)o->round,
-                        (unsigned long long)o->step, o->to, fed_strerror(e));
+                        (unsigned long long)o->step, fed_node_peer_member_of(p, o->to),
+                        fed_strerror(e));
             o->inflight = 1;
         }
         any = 1;
@@ -131,7 +132,7 @@ static fed_err queue_sends(fed_node *n)
             fed_free(o->vec);
             return e;
         }
-        o->to = x.peer;
+        memcpy(o->to, p->mem[x.peer].key, 32);
         o->round = n->round + 1;
         o->step = fed_gossip_ar_member_step(p->ar);
         o->len = len;
@@ -216,7 +217,10 @@ fed_err fed_node_peer_ar_begin(fed_node *n)
 
 static fed_err answer(fed_node *n, node_open *op, fed_err status)
 {
-    fed_err e = fed_node_ack(n, op->req, &op->msg.hdr, status, 0);
+    /* the step goes back with the ACK: a late ACK of a resent copy of an
+       earlier step must not end the slice now in flight (gossip/wire.h) */
+    fed_err e = fed_node_ack(n, op->req, &op->msg.hdr, status,
+                             FED_WIRE_ACK_STEP(op->msg.block.step));
 
     op->req = NULL;
     return e;
@@ -242,10 +246,10 @@ fed_err fed_node_peer_ar_on_slice(fed_node *n, node_open *op)
         return answer(n, op, m->hdr.round + 1 == cur ? FED_OK : FED_ERR_LATE);
     if (m->hdr.round > cur || !p->ar) /* not there yet: asked again later */
         return answer(n, op, FED_ERR_BUSY);
-    e = fed_gossip_ar_member_receive(p->ar, (uint32_t)k, (uint32_t)m->block.step, op->vec64,
-                                     op->vec_n, &fresh);
-    if (m->block.step > UINT32_MAX)
-        e = FED_ERR_ROLE;
+    e = m->block.step > UINT32_MAX
+            ? FED_ERR_ROLE /* checked before it is cut to 32 bits */
+            : fed_gossip_ar_member_receive(p->ar, (uint32_t)k, (uint32_t)m->block.step,
+                                           op->vec64, op->vec_n, &fresh);
     if (e != FED_OK) {
         fed_wire_note_reject(n->wire, &m->hdr, e);
         fed_log(FED_LOG_WARN, "peer: slice of round %llu step %llu from member %zu refused: %s",
@@ -266,10 +270,13 @@ int fed_node_peer_ar_on_ack(fed_node *n, const fed_wire_msg *m, fed_err *out)
 
     *out = FED_OK;
     for (i = 0; i < p->ar_nq; i++)
-        if (p->ar_q[i].to == k)
+        if (!memcmp(p->ar_q[i].to, m->hdr.sender, 32))
             break;
     if (k == SIZE_MAX || i == p->ar_nq || !p->ar_q[i].inflight || p->ar_q[i].round != m->hdr.round)
         return 0;
+    if ((m->block.ack_flags & FED_WIRE_ACK_STEP_MASK) &&
+        (m->block.ack_flags & FED_WIRE_ACK_STEP_MASK) != FED_WIRE_ACK_STEP(p->ar_q[i].step))
+        return 1; /* the ACK of an earlier step's resent copy: not this slice's */
     if (status == FED_OK && fed_node_tx_active(n, m->hdr.sender)) {
         int done = 1;
 
@@ -300,8 +307,8 @@ fed_err fed_node_peer_ar_on_retry(fed_node *n)
 
         if (!o->inflight)
             continue;
-        if (fed_node_tx_active(n, p->mem[o->to].key)) {
-            if (fed_node_tx_resend(n, p->mem[o->to].key) != FED_OK)
+        if (fed_node_tx_active(n, o->to)) {
+            if (fed_node_tx_resend(n, o->to) != FED_OK)
                 o->inflight = 0;
         } else {
             o->inflight = 0; /* the whole slice again, with a fresh sequence */

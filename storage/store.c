@@ -785,6 +785,16 @@ static void bind_real_or_null(sqlite3_stmt *s, int i, double v)
         sqlite3_bind_null(s, i);
 }
 
+/* An epsilon: +inf (a release without noise) is stored as it is, never as
+ * NULL, which reads back as "no DP": only NaN and 0 mean none. */
+static void bind_epsilon(sqlite3_stmt *s, int i, double eps)
+{
+    if (eps > 0)
+        sqlite3_bind_double(s, i, eps);
+    else
+        sqlite3_bind_null(s, i);
+}
+
 static double column_real_or_nan(sqlite3_stmt *s, int i)
 {
     return sqlite3_column_type(s, i) == SQLITE_NULL ? NAN : sqlite3_column_double(s, i);
@@ -828,7 +838,7 @@ fed_err fed_store_put_round(fed_store *st, const fed_store_round *r)
         sqlite3_bind_double(s, 12, r->lr);
     else
         sqlite3_bind_null(s, 12);
-    bind_real_or_null(s, 13, r->epsilon > 0 ? r->epsilon : NAN);
+    bind_epsilon(s, 13, r->epsilon);
     return step_done(st, s, "write round");
 }
 
@@ -868,7 +878,7 @@ fed_err fed_store_put_dp_charge(fed_store *st, const fed_store_dp_charge *c)
     sqlite3_bind_double(s, 4, c->sigma);
     sqlite3_bind_int64(s, 5, (int64_t)c->steps);
     sqlite3_bind_double(s, 6, c->delta);
-    bind_real_or_null(s, 7, c->epsilon);
+    bind_epsilon(s, 7, c->epsilon);
     return step_done(st, s, "write dp charge");
 }
 

@@ -414,6 +414,17 @@ static void test_dp_charges(void **state)
     fed_store_rollback(st); /* not made */
     c.steps = 7;
     assert_int_equal(fed_store_put_dp_charge(st, &c), FED_OK); /* a transaction of its own */
+    c.round = 5; /* a release without noise: unbounded, never "no DP" */
+    c.epsilon = INFINITY;
+    assert_int_equal(fed_store_put_dp_charge(st, &c), FED_OK);
+    {
+        fed_store_round r = {.round = 5, .loss = NAN, .accuracy = NAN, .epsilon = INFINITY}, got;
+
+        assert_int_equal(fed_store_put_round(st, &r), FED_OK);
+        assert_int_equal(fed_store_get_round(st, 5, &got), FED_OK);
+        assert_true(isinf(got.epsilon) && got.epsilon > 0);
+    }
+    c.round = 4;
     bad = c;
     bad.q = 1.5;
     assert_int_equal(fed_store_put_dp_charge(st, &bad), FED_ERR_INVAL);
@@ -427,7 +438,8 @@ static void test_dp_charges(void **state)
 
     assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
     assert_int_equal(fed_store_each_dp_charge(st, keep_dp, &d), FED_OK);
-    assert_int_equal(d.n, 2);
+    assert_int_equal(d.n, 3);
+    assert_true(isinf(d.c[2].epsilon));
     assert_int_equal(d.c[0].round, 3);
     assert_int_equal(d.c[0].at_ms, 1234);
     assert_true(d.c[0].q == 0.25 && d.c[0].sigma == 1.5 && d.c[0].delta == 1e-5);
