@@ -145,22 +145,36 @@ typedef struct hostile_result {
     int idle_closed;       /* the connection that sent nothing was closed */
     int big_refused;       /* 10 MB of headers: the server stopped it */
     int trickle_cut;       /* a byte a second: closed */
-    int scrapes, scrapes_ok;
+    int scrapes, scrapes_ok, scrapes_retried;
     double seconds;
 } hostile_result;
 
 typedef struct scrape_arg {
     uint16_t port;
     int ok;
+    int retried; /* closed unanswered at first: the connection cap's edge */
 } scrape_arg;
 
+/* One scrape, asked again (at most twice) when the connection is closed
+ * with no answer at all: libmicrohttpd closes a connection it accepted in a
+ * burst past its cap before it stops accepting, and Prometheus asks again at
+ * its next interval. An answer that is not 200 is not asked again. */
 static void *scrape(void *arg)
 {
     scrape_arg *a = arg;
     char *body = NULL;
+    int status = 0;
 
-    a->ok = http_get(a->port, "/metrics", &body, NULL) == 200 && body &&
-            strstr(body, "fednode_rounds_completed_total") != NULL;
+    for (int t = 0; t < 3 && status == 0; t++) {
+        if (t) {
+            a->retried++;
+            usleep(100000);
+        }
+        free(body);
+        body = NULL;
+        status = http_get(a->port, "/metrics", &body, NULL);
+    }
+    a->ok = status == 200 && body && strstr(body, "fednode_rounds_completed_total") != NULL;
     free(body);
     return NULL;
 }
@@ -260,6 +274,7 @@ static void run_hostiles(uint16_t port, int seconds, int nscrapes, hostile_resul
             pthread_join(ts[i], NULL);
             r->scrapes++;
             r->scrapes_ok += sa[i].ok;
+            r->scrapes_retried += sa[i].retried > 0;
         }
     r->idle_closed = idle >= 0 && closed_within(idle, seconds * 1000);
     if (idle >= 0)
@@ -868,9 +883,10 @@ static void test_server_hostile(void **state)
     __atomic_store_n(&p.stop, 1, __ATOMIC_RELEASE);
     pthread_join(tp, NULL);
     print_message("hostile: idle closed %d, 10 MB headers refused %d, trickle cut %d, "
-                  "%d/%d scrapes ok in %.1f s; the publisher's slowest publish %llu ms\n",
+                  "%d/%d scrapes ok (%d asked again) in %.1f s; the publisher's slowest "
+                  "publish %llu ms\n",
                   r.idle_closed, r.big_refused, r.trickle_cut, r.scrapes_ok, r.scrapes,
-                  r.seconds, (unsigned long long)p.worst_ms);
+                  r.scrapes_retried, r.seconds, (unsigned long long)p.worst_ms);
     assert_true(r.idle_closed);
     assert_true(r.big_refused);
     assert_true(r.trickle_cut);
@@ -918,8 +934,9 @@ static int hostile_main(int argc, char **argv)
     }
     run_hostiles((uint16_t)port, seconds, 200, &r);
     printf("hostile: idle_closed=%d big_refused=%d trickle_cut=%d scrapes_ok=%d/%d "
-           "seconds=%.1f\n",
-           r.idle_closed, r.big_refused, r.trickle_cut, r.scrapes_ok, r.scrapes, r.seconds);
+           "asked_again=%d seconds=%.1f\n",
+           r.idle_closed, r.big_refused, r.trickle_cut, r.scrapes_ok, r.scrapes,
+           r.scrapes_retried, r.seconds);
     return r.idle_closed && r.big_refused && r.trickle_cut && r.scrapes_ok == r.scrapes ? 0 : 1;
 }
 
