@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/bytes.h"
 #include "core/log.h"
 #include "core/rng.h"
 #include "crypto/allow.h"
@@ -18,6 +19,7 @@
 #include "model/optim.h"
 #include "node/node.h"
 #include "sim/attack.h"
+#include "sim/comm.h"
 #include "sim/host.h"
 #include "sim/run.h"
 #include "sim/world.h"
@@ -32,6 +34,9 @@ const fed_opt fed_sim_scenario_opts[] = {
     S(latency_ms, "latency-ms", FED_OPT_DOUBLE, "5", 0, 1e6, "one-way latency of a link"),
     S(jitter_ms, "jitter-ms", FED_OPT_DOUBLE, "0", 0, 1e6,
       "standard deviation of a link's latency (normal); 0: fixed"),
+    S(latency_floor_ms, "latency-floor-ms", FED_OPT_DOUBLE, "1", 0, 1e6,
+      "no frame arrives sooner than this after it was sent (jitter or not): the lookahead that "
+      "lets ranks under mpirun run apart"),
     S(bandwidth_mbps, "bandwidth", FED_OPT_DOUBLE, "100", 0, 1e6,
       "MB/s of a link (a frame of B bytes takes B / bandwidth; 0: unlimited)"),
     S(gflops, "gflops", FED_OPT_DOUBLE, "5", 1e-6, 1e9,
@@ -73,17 +78,38 @@ void fed_sim_scenario_settle(fed_sim_scenario *sc)
 }
 
 #define RUN_STEP_MS 100
+#define NO_NODE UINT32_MAX
+#define ID_STREAM (77ull << 32)    /* + 0 the aggregator, + 1 + i node i */
+#define CRASH_STREAM (0xc4a5ull << 32) /* + i: node i's --crash-rate draws */
+#define ACC_ONE 4294967296.0 /* accuracies summed as integers of 2^-32 */
 
-/* Per round, what the peers reported. */
-typedef struct peer_round {
-    int reports, measured;
-    double acc_sum, acc_min, acc_max;
-    uint32_t mixed;
+/* Per round, what the clients or peers reported: sums that come out the
+ * same in any order (and over any split of the nodes across ranks). */
+typedef struct round_sum {
+    uint32_t reports, measured, mixed;
+    uint32_t lr_node; /* the lowest node that reported a rate; NO_NODE: none */
     float lr;
-    double t_s;
-} peer_round;
+    uint64_t acc_fx;  /* sum of round(accuracy * 2^32) */
+    double acc_min, acc_max;
+    uint64_t t_us;    /* the latest report */
+    int dirty;        /* local: reported since the last sync */
+} round_sum;
 
-typedef struct sim_run {
+/* The aggregator's row of a round, before its bytes and rate are known. */
+typedef struct agg_row {
+    uint64_t round, t_us;
+    double accuracy;
+    uint32_t merged;
+} agg_row;
+
+typedef struct sim_run sim_run;
+
+typedef struct node_obs { /* each node's observer: the run and its number */
+    sim_run *r;
+    uint32_t i;
+} node_obs;
+
+struct sim_run {
     const fed_sim_scenario *sc;
     int peer_mode;
     fed_sim_world *w;
@@ -93,99 +119,298 @@ typedef struct sim_run {
     uint32_t **idx;        /* (nodes) their shards */
     size_t *nidx;
     fed_sim_attack *attack; /* (nodes) --byzantine: each client's tamper_ctx */
-    peer_round *pr;        /* (rounds + 1) */
-    fed_rng crash_rng;     /* --crash-rate's draws */
-    uint64_t next_row;     /* the next round to report */
+    node_obs *obs;         /* (nodes + 1) the observers; [nodes] the aggregator */
+    fed_rng *crash_rng;    /* (nodes) --crash-rate's draws, one stream a node */
+    round_sum *local;      /* (rounds + 1) this rank's reports since the last sync */
+    round_sum *all;        /* (rounds + 1) everyone's, merged at each sync */
+    agg_row *rows;         /* the aggregator's rows not yet emitted */
+    size_t nrows, cap_rows;
+    uint64_t next_row;     /* peers: the next round to report */
     uint64_t last_emitted; /* the last round reported */
-    float client_lr;       /* the rate the last client to report trained at */
+    float last_lr;         /* the last row's rate */
     fed_sim_row_fn on_row;
     void *ctx;
-} sim_run;
+};
 
 static void emit(sim_run *r, const fed_sim_row *row)
 {
     r->last_emitted = row->round;
+    r->last_lr = row->lr;
     if (r->on_row)
         r->on_row(r->ctx, row);
 }
 
-static uint64_t bytes_sent(const sim_run *r)
+static void round_sum_clear(round_sum *p)
 {
-    fed_sim_counters c;
-
-    fed_sim_world_counters(r->w, &c);
-    return c.bytes_sent;
+    memset(p, 0, sizeof *p);
+    p->lr_node = NO_NODE;
 }
 
-/* Peer rounds reach the output in order, once every peer reported (or at
- * the end, flush). */
-static void emit_peer_rounds(sim_run *r, int flush)
+static void round_sum_merge(round_sum *to, const round_sum *from)
 {
-    while (r->next_row <= (uint64_t)r->sc->s.rounds) {
-        peer_round *p = &r->pr[r->next_row];
-        fed_sim_row row;
-
-        if (!flush && p->reports < r->sc->nodes)
-            return;
-        if (!p->reports) {
-            r->next_row++;
-            continue;
-        }
-        memset(&row, 0, sizeof row);
-        row.round = r->next_row;
-        row.t_s = p->t_s;
-        row.accuracy = p->measured ? p->acc_sum / p->measured : NAN;
-        row.spread = p->measured ? p->acc_max - p->acc_min : NAN;
-        row.bytes = bytes_sent(r);
-        row.merged = p->mixed;
-        row.lr = p->lr;
-        emit(r, &row);
-        r->next_row++;
+    if (from->measured) {
+        if (!to->measured || from->acc_min < to->acc_min)
+            to->acc_min = from->acc_min;
+        if (!to->measured || from->acc_max > to->acc_max)
+            to->acc_max = from->acc_max;
     }
+    to->reports += from->reports;
+    to->measured += from->measured;
+    to->mixed += from->mixed;
+    to->acc_fx += from->acc_fx;
+    if (from->lr_node < to->lr_node) {
+        to->lr_node = from->lr_node;
+        to->lr = from->lr;
+    }
+    if (from->t_us > to->t_us)
+        to->t_us = from->t_us;
 }
 
 static void on_round(void *ctx, const fed_node *n, const fed_node_round_info *info)
 {
-    sim_run *r = ctx;
-    double t_s = (double)fed_sim_world_now_us(r->w) / 1e6;
+    node_obs *o = ctx;
+    sim_run *r = o->r;
+    uint64_t now = fed_sim_world_now_us(r->w);
+    round_sum one;
 
-    if (!r->peer_mode) {
-        fed_sim_row row;
+    if (!r->peer_mode && fed_node_get_role(n) == FED_NODE_AGGREGATOR) {
+        agg_row *a;
 
-        if (fed_node_get_role(n) != FED_NODE_AGGREGATOR) {
-            r->client_lr = info->lr;
-            return;
+        if (r->nrows == r->cap_rows) {
+            size_t cap = r->cap_rows ? 2 * r->cap_rows : 16;
+            agg_row *p = fed_realloc(r->rows, cap * sizeof *p);
+
+            if (!p) {
+                fed_log(FED_LOG_ERROR, "sim: no memory for round %llu's row",
+                        (unsigned long long)info->round);
+                return;
+            }
+            r->rows = p;
+            r->cap_rows = cap;
         }
-        memset(&row, 0, sizeof row);
-        row.round = info->round;
-        row.t_s = t_s;
-        row.accuracy = info->accuracy;
-        row.bytes = bytes_sent(r);
-        row.merged = info->merged;
-        row.lr = r->client_lr;
-        emit(r, &row);
+        a = &r->rows[r->nrows++];
+        a->round = info->round;
+        a->t_us = now;
+        a->accuracy = info->accuracy;
+        a->merged = info->merged;
         return;
     }
     if (info->round < 1 || info->round > (uint64_t)r->sc->s.rounds)
         return;
-    {
-        peer_round *p = &r->pr[info->round];
-
-        p->reports++;
-        p->mixed += info->merged;
-        if (info->lr > 0)
-            p->lr = info->lr;
-        p->t_s = t_s > p->t_s ? t_s : p->t_s;
+    round_sum_clear(&one);
+    one.t_us = now;
+    if (info->lr > 0) {
+        one.lr_node = o->i;
+        one.lr = info->lr;
+    }
+    if (r->peer_mode) {
+        one.reports = 1;
+        one.mixed = info->merged;
         if (!isnan(info->accuracy)) {
-            if (!p->measured || info->accuracy < p->acc_min)
-                p->acc_min = info->accuracy;
-            if (!p->measured || info->accuracy > p->acc_max)
-                p->acc_max = info->accuracy;
-            p->acc_sum += info->accuracy;
-            p->measured++;
+            one.measured = 1;
+            one.acc_min = one.acc_max = info->accuracy;
+            one.acc_fx = (uint64_t)llround(info->accuracy * ACC_ONE);
         }
     }
-    emit_peer_rounds(r, 0);
+    round_sum_merge(&r->local[info->round], &one);
+    r->local[info->round].dirty = 1;
+}
+
+/* What a rank tells the others at each sync: its dirty rounds and its
+ * aggregator rows, in little-endian records. */
+enum { REC_ROUND = 1, REC_AGG = 2, REC_BYTES = 64 };
+
+static void put_round(uint8_t *p, uint64_t round, const round_sum *s)
+{
+    p[0] = REC_ROUND;
+    fed_put_u64le(p + 1, round);
+    fed_put_u32le(p + 9, s->reports);
+    fed_put_u32le(p + 13, s->measured);
+    fed_put_u32le(p + 17, s->mixed);
+    fed_put_u32le(p + 21, s->lr_node);
+    fed_put_f32le(p + 25, s->lr);
+    fed_put_u64le(p + 29, s->acc_fx);
+    fed_put_f64le(p + 37, s->acc_min);
+    fed_put_f64le(p + 45, s->acc_max);
+    fed_put_u64le(p + 53, s->t_us);
+}
+
+static void get_round(const uint8_t *p, round_sum *s)
+{
+    round_sum_clear(s);
+    s->reports = fed_get_u32le(p + 9);
+    s->measured = fed_get_u32le(p + 13);
+    s->mixed = fed_get_u32le(p + 17);
+    s->lr_node = fed_get_u32le(p + 21);
+    s->lr = fed_get_f32le(p + 25);
+    s->acc_fx = fed_get_u64le(p + 29);
+    s->acc_min = fed_get_f64le(p + 37);
+    s->acc_max = fed_get_f64le(p + 45);
+    s->t_us = fed_get_u64le(p + 53);
+}
+
+static void put_agg(uint8_t *p, const agg_row *a)
+{
+    p[0] = REC_AGG;
+    fed_put_u64le(p + 1, a->round);
+    fed_put_u64le(p + 9, a->t_us);
+    fed_put_f64le(p + 17, a->accuracy);
+    fed_put_u32le(p + 25, a->merged);
+}
+
+/* This rank's news since the last sync, as records; clears it. */
+static fed_err pack_news(sim_run *r, uint8_t **out, size_t *len)
+{
+    size_t n = r->nrows;
+    uint8_t *buf, *p;
+
+    for (int k = 1; k <= r->sc->s.rounds; k++)
+        n += r->local[k].dirty != 0;
+    *out = NULL;
+    *len = 0;
+    if (!n)
+        return FED_OK;
+    if (!(buf = fed_calloc(n, REC_BYTES)))
+        return FED_ERR_NOMEM;
+    p = buf;
+    for (int k = 1; k <= r->sc->s.rounds; k++)
+        if (r->local[k].dirty) {
+            put_round(p, (uint64_t)k, &r->local[k]);
+            round_sum_clear(&r->local[k]);
+            p += REC_BYTES;
+        }
+    for (size_t i = 0; i < r->nrows; i++, p += REC_BYTES)
+        put_agg(p, &r->rows[i]);
+    r->nrows = 0;
+    *out = buf;
+    *len = n * REC_BYTES;
+    return FED_OK;
+}
+
+/* Everyone's news into r->all and, for the aggregator's, r->rows (one rank
+ * holds the aggregator: its rows come in their order). */
+static fed_err merge_news(sim_run *r, const uint8_t *buf, size_t len)
+{
+    for (size_t off = 0; off + REC_BYTES <= len; off += REC_BYTES) {
+        const uint8_t *p = buf + off;
+        uint64_t round = fed_get_u64le(p + 1);
+
+        if (p[0] == REC_ROUND && round >= 1 && round <= (uint64_t)r->sc->s.rounds) {
+            round_sum s;
+
+            get_round(p, &s);
+            round_sum_merge(&r->all[round], &s);
+        } else if (p[0] == REC_AGG) {
+            agg_row a = {round, fed_get_u64le(p + 9), fed_get_f64le(p + 17),
+                         fed_get_u32le(p + 25)};
+
+            if (r->nrows == r->cap_rows) {
+                size_t cap = r->cap_rows ? 2 * r->cap_rows : 16;
+                agg_row *q = fed_realloc(r->rows, cap * sizeof *q);
+
+                if (!q)
+                    return FED_ERR_NOMEM;
+                r->rows = q;
+                r->cap_rows = cap;
+            }
+            r->rows[r->nrows++] = a;
+        } else {
+            return FED_ERR_FORMAT;
+        }
+    }
+    return FED_OK;
+}
+
+/* The rows due now: the aggregator's (their rate from the lowest client
+ * that reported training that round, else the last row's), or the peers'
+ * rounds every peer reported (flush: any reported), in order; each with the
+ * bytes every node sent up to its time, summed over the ranks. */
+static fed_err emit_due(sim_run *r, const fed_sim_comm *comm, int flush)
+{
+    fed_sim_row *due = NULL;
+    uint64_t *bytes = NULL;
+    size_t n = 0, cap = r->peer_mode ? (size_t)r->sc->s.rounds + 1 : r->nrows + 1;
+    fed_err e = FED_OK;
+
+    if (!(due = fed_calloc(cap, sizeof *due)) || !(bytes = fed_calloc(cap, sizeof *bytes))) {
+        e = FED_ERR_NOMEM;
+        goto out;
+    }
+    if (!r->peer_mode) {
+        for (size_t i = 0; i < r->nrows; i++) {
+            fed_sim_row *row = &due[n++];
+
+            row->round = r->rows[i].round;
+            row->t_s = (double)r->rows[i].t_us / 1e6;
+            row->accuracy = r->rows[i].accuracy;
+            row->merged = r->rows[i].merged;
+            bytes[n - 1] = r->rows[i].t_us;
+        }
+        r->nrows = 0;
+    } else {
+        for (uint64_t k = r->next_row; k <= (uint64_t)r->sc->s.rounds; k++) {
+            const round_sum *p = &r->all[k];
+            fed_sim_row *row;
+
+            if (!flush && p->reports < (uint32_t)r->sc->nodes)
+                break;
+            r->next_row = k + 1;
+            if (!p->reports)
+                continue;
+            row = &due[n++];
+            row->round = k;
+            row->t_s = (double)p->t_us / 1e6;
+            row->accuracy = p->measured ? (double)p->acc_fx / ACC_ONE / p->measured : NAN;
+            row->spread = p->measured ? p->acc_max - p->acc_min : NAN;
+            row->merged = p->mixed;
+            row->lr = p->lr_node != NO_NODE ? p->lr : 0;
+            bytes[n - 1] = p->t_us;
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        bytes[i] = fed_sim_world_bytes_at(r->w, bytes[i]);
+    if (n && (e = fed_sim_comm_allreduce(comm, bytes, n, FED_SIM_SUM)) != FED_OK)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        due[i].bytes = bytes[i];
+        if (!r->peer_mode) {
+            const round_sum *p = due[i].round <= (uint64_t)r->sc->s.rounds ? &r->all[due[i].round]
+                                                                            : NULL;
+
+            due[i].lr = p && p->lr_node != NO_NODE ? p->lr : r->last_lr;
+        }
+        if (fed_sim_comm_rank(comm) == 0)
+            emit(r, &due[i]);
+        else
+            r->last_emitted = due[i].round, r->last_lr = due[i].lr;
+    }
+out:
+    fed_free(due);
+    fed_free(bytes);
+    return e;
+}
+
+/* At the end of a step (every rank at virtual time t_us): the news shared,
+ * the rows due emitted, the byte marks no row can need again dropped. */
+static fed_err sync_rows(sim_run *r, const fed_sim_comm *comm, uint64_t t_us, int flush)
+{
+    uint8_t *mine = NULL, *all = NULL;
+    size_t mine_len, all_len;
+    uint64_t keep = t_us;
+    fed_err e;
+
+    if ((e = pack_news(r, &mine, &mine_len)) != FED_OK ||
+        (e = fed_sim_comm_allgather(comm, mine, mine_len, &all, &all_len)) != FED_OK ||
+        (e = merge_news(r, all, all_len)) != FED_OK || (e = emit_due(r, comm, flush)) != FED_OK)
+        goto out;
+    for (uint64_t k = r->next_row; r->peer_mode && k <= (uint64_t)r->sc->s.rounds; k++)
+        if (r->all[k].reports && r->all[k].t_us < keep)
+            keep = r->all[k].t_us;
+    fed_sim_world_bytes_forget(r->w, keep);
+out:
+    fed_free(mine);
+    fed_free(all);
+    return e;
 }
 
 /* "F:REST": the fraction and what follows the colon. */
@@ -295,8 +520,8 @@ static fed_err schedule_crash(sim_run *r)
 
 /* Settings every node shares: the scenario's fed_node_settings (checked by
  * fed_sim_run before), wait-clients 0 meaning every one of --nodes. */
-static void base_config(const sim_run *r, fed_node_config *c, const fed_dataset *train,
-                        fed_backend *be)
+static void base_config(sim_run *r, fed_node_config *c, const fed_dataset *train,
+                        fed_backend *be, int i)
 {
     const fed_sim_scenario *sc = r->sc;
 
@@ -307,7 +532,7 @@ static void base_config(const sim_run *r, fed_node_config *c, const fed_dataset 
     c->allow = r->allow;
     c->shape = train->shape;
     c->on_round = on_round;
-    c->observer = (void *)r;
+    c->observer = &r->obs[i];
     c->wire.no_crypto = sc->no_crypto;
 }
 
@@ -337,7 +562,7 @@ static fed_err attach_nodes(sim_run *r, const fed_dataset *train, const fed_data
             return FED_ERR_SPEC;
     }
     if (!r->peer_mode) {
-        base_config(r, &c, train, be);
+        base_config(r, &c, train, be, sc->nodes);
         c.role = FED_NODE_AGGREGATOR;
         c.test = test;
         snprintf(path, sizeof path, "%s/aggregator.db", sc->db_dir);
@@ -345,7 +570,7 @@ static fed_err attach_nodes(sim_run *r, const fed_dataset *train, const fed_data
             return e;
     }
     for (int i = 0; i < sc->nodes; i++) {
-        base_config(r, &c, train, be);
+        base_config(r, &c, train, be, i);
         c.train = train;
         c.shard = r->idx[i];
         c.shard_n = r->nidx[i];
@@ -378,16 +603,17 @@ static fed_err build_hosts(sim_run *r, const fed_dataset *train)
     char name[32];
     fed_err e;
 
-    fed_rng_seed_stream(&idr, sc->s.seed, 77);
     if ((e = fed_crypto_allow_new(&r->allow)) != FED_OK)
         return e;
     if (!r->peer_mode) {
+        fed_rng_seed_stream(&idr, sc->s.seed, ID_STREAM);
         if ((e = fed_sim_host_new(&idr, &r->agg)) != FED_OK ||
             (e = fed_crypto_allow_add(r->allow, "agg", fed_sim_host_id(r->agg)->key)) != FED_OK)
             return e;
     }
     for (int i = 0; i < sc->nodes; i++) {
         snprintf(name, sizeof name, "n%d", i);
+        fed_rng_seed_stream(&idr, sc->s.seed, ID_STREAM + 1 + (uint64_t)i);
         if ((e = fed_sim_host_new(&idr, &r->h[i])) != FED_OK ||
             (e = fed_crypto_allow_add(r->allow, name, fed_sim_host_id(r->h[i])->key)) != FED_OK ||
             (e = fed_data_partition(train, sc->s.partition, i, sc->nodes, sc->s.seed, &r->idx[i],
@@ -411,7 +637,7 @@ static fed_err random_crashes(sim_run *r, uint64_t t_ms)
     for (int i = 0; p > 0 && i < r->sc->nodes; i++) {
         uint32_t k = fed_sim_host_index(r->h[i]);
 
-        if (fed_sim_world_node_up(r->w, k) && fed_rng_uniform(&r->crash_rng) < p &&
+        if (fed_sim_world_node_up(r->w, k) && fed_rng_uniform(&r->crash_rng[i]) < p &&
             (fed_sim_world_crash_at(r->w, k, t_ms) != FED_OK ||
              fed_sim_world_restart_at(r->w, k, t_ms + 1000) != FED_OK))
             return FED_ERR_NOMEM;
@@ -434,7 +660,8 @@ static int finished(const sim_run *r)
     return 1;
 }
 
-/* sha256 of the final global model, or of every peer's estimate in turn. */
+/* sha256 of the final global model; for peers, of every peer's estimate's
+ * sha256 in node order (32 bytes a peer, whichever rank holds it). */
 static void final_hash(const sim_run *r, uint8_t out[32])
 {
     crypto_hash_sha256_state st;
@@ -453,9 +680,12 @@ static void final_hash(const sim_run *r, uint8_t out[32])
         if ((n = fed_sim_host_node(r->h[i]))) {
             size_t d = fed_node_peer_dim(n);
             double *z = fed_malloc(d * sizeof *z);
+            uint8_t one[32];
 
-            if (z && fed_node_peer_estimate(n, z) == FED_OK)
-                crypto_hash_sha256_update(&st, (const uint8_t *)z, d * sizeof *z);
+            if (z && fed_node_peer_estimate(n, z) == FED_OK) {
+                crypto_hash_sha256(one, (const uint8_t *)z, d * sizeof *z);
+                crypto_hash_sha256_update(&st, one, sizeof one);
+            }
             fed_free(z);
         }
     crypto_hash_sha256_final(&st, out);
@@ -473,7 +703,11 @@ static void run_free(sim_run *r)
     fed_free(r->idx);
     fed_free(r->nidx);
     fed_free(r->attack);
-    fed_free(r->pr);
+    fed_free(r->obs);
+    fed_free(r->crash_rng);
+    fed_free(r->local);
+    fed_free(r->all);
+    fed_free(r->rows);
     fed_crypto_allow_free(r->allow);
 }
 
@@ -535,7 +769,6 @@ fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train, const 
     r.ctx = ctx;
     r.next_row = 1;
     r.peer_mode = !strcmp(sc->role, "peer");
-    fed_rng_seed_stream(&r.crash_rng, sc->s.seed, 0xc4a5);
     {
         fed_node_config probe;
         const char *bad = NULL;
@@ -573,6 +806,7 @@ fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train, const 
     wc.seed = sc->s.seed;
     wc.link.latency_ms = sc->latency_ms;
     wc.link.jitter_ms = sc->jitter_ms;
+    wc.link.floor_ms = sc->latency_floor_ms;
     wc.link.loss = sc->loss;
     wc.link.bytes_per_ms = sc->bandwidth_mbps * 1000.0;
     wc.flops_per_ms = sc->gflops * 1e6;
@@ -582,10 +816,21 @@ fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train, const 
     r.idx = fed_calloc((size_t)sc->nodes, sizeof *r.idx);
     r.nidx = fed_calloc((size_t)sc->nodes, sizeof *r.nidx);
     r.attack = fed_calloc((size_t)sc->nodes, sizeof *r.attack);
-    r.pr = fed_calloc((size_t)sc->s.rounds + 1, sizeof *r.pr);
-    if (!r.h || !r.idx || !r.nidx || !r.attack || !r.pr) {
+    r.obs = fed_calloc((size_t)sc->nodes + 1, sizeof *r.obs);
+    r.crash_rng = fed_calloc((size_t)sc->nodes, sizeof *r.crash_rng);
+    r.local = fed_calloc((size_t)sc->s.rounds + 1, sizeof *r.local);
+    r.all = fed_calloc((size_t)sc->s.rounds + 1, sizeof *r.all);
+    if (!r.h || !r.idx || !r.nidx || !r.attack || !r.obs || !r.crash_rng || !r.local || !r.all) {
         e = FED_ERR_NOMEM;
         goto out;
+    }
+    for (int i = 0; i <= sc->nodes; i++)
+        r.obs[i] = (node_obs){&r, (uint32_t)i};
+    for (int i = 0; i < sc->nodes; i++)
+        fed_rng_seed_stream(&r.crash_rng[i], sc->s.seed, CRASH_STREAM + (uint64_t)i);
+    for (int k = 0; k <= sc->s.rounds; k++) {
+        round_sum_clear(&r.local[k]);
+        round_sum_clear(&r.all[k]);
     }
     if ((e = fed_backend_cpu_new(1, &be)) != FED_OK ||
         (e = fed_sim_world_new(&wc, &r.w)) != FED_OK || (e = build_hosts(&r, train)) != FED_OK ||
@@ -597,11 +842,11 @@ fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train, const 
            t < (uint64_t)(max_virtual_s * 1000)) {
         t += RUN_STEP_MS;
         if ((e = random_crashes(&r, t)) != FED_OK || (e = fed_sim_world_run_until(r.w, t)) != FED_OK ||
-            (e = check_started(&r)) != FED_OK)
+            (e = check_started(&r)) != FED_OK || (e = sync_rows(&r, NULL, t * 1000, 0)) != FED_OK)
             goto out;
     }
-    if (r.peer_mode)
-        emit_peer_rounds(&r, 1);
+    if ((e = sync_rows(&r, NULL, t * 1000, 1)) != FED_OK)
+        goto out;
     if (!finished(&r))
         e = FED_ERR_TIMEOUT;
     if (hash)

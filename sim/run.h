@@ -26,6 +26,7 @@ typedef struct fed_sim_scenario {
     double loss;                    /* of every frame */
     double latency_ms;
     double jitter_ms;               /* standard deviation of a frame's latency; 0: fixed */
+    double latency_floor_ms;        /* a frame's least latency */
     double bandwidth_mbps;          /* MB/s a link; 0: unlimited */
     double gflops;                  /* a node's speed, for training's virtual time */
     char stragglers[FED_SIM_STR];   /* FRACTION:SLOWDOWN */

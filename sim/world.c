@@ -20,9 +20,13 @@ enum { CLS_JOB = 0, CLS_OTHER = 1 }; /* at equal time, job completions first */
 
 #define NO_SLOT UINT32_MAX
 
+/* Who queued an event, as its tie-break key: a node (its index), or the
+ * world's schedule for a node (ORIGIN_SCHED + the node's index). */
+#define ORIGIN_SCHED (1ull << 32)
+
 typedef struct sim_event {
     uint64_t t_us;
-    uint64_t k1, k2; /* jobs: (node, submit seq); others: (insertion seq, 0) */
+    uint64_t k1, k2; /* jobs: (node, submit seq); others: (origin, origin's seq) */
     uint8_t cls, type;
     uint32_t node, node_inc; /* target and its incarnation when queued */
     uint32_t timer_id;
@@ -64,6 +68,9 @@ typedef struct sim_node {
     void *ctx;
     fed_env env;
     fed_rng rng;
+    fed_rng net; /* its frames' loss and jitter draws */
+    uint64_t ev_seq;    /* events it queued (frames, timers): their tie-break */
+    uint64_t sched_seq; /* events the world scheduled for it */
     int up;
     uint32_t inc;
     uint64_t busy_us;
@@ -91,11 +98,14 @@ typedef struct sim_link_override {
     fed_sim_link link;
 } sim_link_override;
 
+typedef struct sim_bytes_mark {
+    uint64_t t_us, bytes; /* bytes sent at times <= t_us */
+} sim_bytes_mark;
+
 struct fed_sim_world {
     fed_sim_config cfg;
-    fed_rng rng; /* the network's stream */
     uint64_t now_us;
-    uint64_t seq, timer_gen;
+    uint64_t timer_gen;
     sim_event *heap;
     size_t nheap, cap_heap;
     sim_node **nodes;
@@ -109,6 +119,9 @@ struct fed_sim_world {
     sim_link_override *links;
     size_t nlinks;
     fed_sim_counters c;
+    sim_bytes_mark *marks; /* bytes sent by time, since the last forget */
+    size_t nmarks, cap_marks;
+    uint64_t bytes_base;   /* bytes sent before marks[0] */
     uint64_t hash;
     fed_sim_trace_fn trace;
     void *trace_ctx;
@@ -199,10 +212,6 @@ static fed_err heap_push(fed_sim_world *w, sim_event *ev)
 
     if (e)
         return e;
-    if (ev->cls == CLS_OTHER) {
-        ev->k1 = w->seq++;
-        ev->k2 = 0;
-    }
     i = w->nheap++;
     while (i > 0) {
         size_t parent = (i - 1) / 2;
@@ -330,20 +339,37 @@ static double window_loss(const fed_sim_world *w, double link_loss)
     return p;
 }
 
-static void count_drop(fed_sim_world *w, size_t len, uint64_t *why)
+/* Counts a frame's bytes as sent now, and marks them by time. */
+static void count_sent(fed_sim_world *w, size_t len)
 {
     w->c.frames_sent++;
     w->c.bytes_sent += len;
+    if (w->nmarks && w->marks[w->nmarks - 1].t_us == w->now_us) {
+        w->marks[w->nmarks - 1].bytes = w->c.bytes_sent;
+        return;
+    }
+    if (grow((void **)&w->marks, &w->cap_marks, w->nmarks + 1, sizeof(*w->marks)) != FED_OK) {
+        /* no memory for the mark: the bytes count at the next one */
+        return;
+    }
+    w->marks[w->nmarks++] = (sim_bytes_mark){w->now_us, w->c.bytes_sent};
+}
+
+static void count_drop(fed_sim_world *w, size_t len, uint64_t *why)
+{
+    count_sent(w, len);
     w->c.frames_dropped++;
     (*why)++;
 }
 
-static uint64_t link_delay_us(fed_sim_world *w, const fed_sim_link *l, size_t len)
+static uint64_t link_delay_us(fed_rng *net, const fed_sim_link *l, size_t len)
 {
     double ms = l->latency_ms;
 
     if (l->jitter_ms > 0)
-        ms += l->jitter_ms * fed_rng_normal(&w->rng);
+        ms += l->jitter_ms * fed_rng_normal(net);
+    if (ms < l->floor_ms)
+        ms = l->floor_ms;
     if (ms < 0)
         ms = 0;
     if (l->bytes_per_ms > 0)
@@ -351,8 +377,17 @@ static uint64_t link_delay_us(fed_sim_world *w, const fed_sim_link *l, size_t le
     return (uint64_t)llround(ms * 1000.0);
 }
 
+/* The least delay a frame on this link can have, in whole microseconds. */
+static uint64_t link_floor_us(const fed_sim_link *l)
+{
+    double ms = l->jitter_ms > 0 ? l->floor_ms
+                                 : (l->latency_ms > l->floor_ms ? l->latency_ms : l->floor_ms);
+
+    return ms > 0 ? (uint64_t)llround(ms * 1000.0) : 0;
+}
+
 /* A frame from src to dst (incarnation dst_inc): lost, cut off, or queued. */
-static fed_err net_send(fed_sim_world *w, const sim_node *src, uint32_t dst, uint32_t dst_inc,
+static fed_err net_send(fed_sim_world *w, sim_node *src, uint32_t dst, uint32_t dst_inc,
                         int is_reply, const uint8_t *frame, size_t len)
 {
     const fed_sim_link *l = link_for(w, src->index, dst);
@@ -366,7 +401,7 @@ static fed_err net_send(fed_sim_world *w, const sim_node *src, uint32_t dst, uin
         return FED_OK;
     }
     loss = window_loss(w, l->loss);
-    if (loss > 0 && fed_rng_uniform(&w->rng) < loss) {
+    if (loss > 0 && fed_rng_uniform(&src->net) < loss) {
         count_drop(w, len, &w->c.dropped_loss);
         return FED_OK;
     }
@@ -379,8 +414,10 @@ static fed_err net_send(fed_sim_world *w, const sim_node *src, uint32_t dst, uin
     f->len = len;
     if (len)
         memcpy(f->data, frame, len);
-    ev.t_us = w->now_us + link_delay_us(w, l, len);
+    ev.t_us = w->now_us + link_delay_us(&src->net, l, len);
     ev.cls = CLS_OTHER;
+    ev.k1 = src->index;
+    ev.k2 = src->ev_seq++;
     ev.type = EV_FRAME;
     ev.node = dst;
     ev.node_inc = dst_inc;
@@ -390,8 +427,7 @@ static fed_err net_send(fed_sim_world *w, const sim_node *src, uint32_t dst, uin
         fed_free(f);
         return e;
     }
-    w->c.frames_sent++;
-    w->c.bytes_sent += len;
+    count_sent(w, len);
     return FED_OK;
 }
 
@@ -505,6 +541,8 @@ static int env_set_timer(void *self, uint64_t at_ms, uint32_t timer_id)
     }
     ev.t_us = at < w->now_us ? w->now_us : at;
     ev.cls = CLS_OTHER;
+    ev.k1 = n->index;
+    ev.k2 = n->ev_seq++;
     ev.type = EV_TIMER;
     ev.node = n->index;
     ev.node_inc = n->inc;
@@ -700,6 +738,8 @@ static fed_err queue_node_event(fed_sim_world *w, uint32_t node, int type, uint6
     assert(node < w->nnodes && "no such node");
     ev.t_us = t_us < w->now_us ? w->now_us : t_us;
     ev.cls = CLS_OTHER;
+    ev.k1 = ORIGIN_SCHED + node;
+    ev.k2 = w->nodes[node]->sched_seq++;
     ev.type = (uint8_t)type;
     ev.node = node;
     ev.node_inc = w->nodes[node]->inc;
@@ -748,6 +788,7 @@ fed_err fed_sim_world_add_node(fed_sim_world *w, const fed_peer_id *id,
     n->slowdown = 1.0;
     n->busy_us = w->now_us;
     fed_rng_seed_stream(&n->rng, w->cfg.seed, (uint64_t)n->index + 1);
+    fed_rng_seed_stream(&n->net, w->cfg.seed, FED_SIM_NET_STREAM + n->index);
     n->env = (fed_env){
         .now_ms = env_now_ms,
         .wall_s = env_wall_s,
@@ -1021,7 +1062,6 @@ fed_err fed_sim_world_new(const fed_sim_config *cfg, fed_sim_world **out)
     w->cfg = *cfg;
     if (!(w->cfg.flops_per_ms > 0))
         w->cfg.flops_per_ms = 1e6;
-    fed_rng_seed_stream(&w->rng, cfg->seed, 0);
     w->hash = 14695981039346656037ull;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
@@ -1043,6 +1083,7 @@ void fed_sim_world_free(fed_sim_world *w)
     fed_free(w->parts);
     fed_free(w->lossw);
     fed_free(w->links);
+    fed_free(w->marks);
     fed_free(w->heap);
     fed_free(w->nodes);
     fed_free(w->slots);
@@ -1075,4 +1116,45 @@ void fed_sim_world_set_trace(fed_sim_world *w, fed_sim_trace_fn fn, void *ctx)
 {
     w->trace = fn;
     w->trace_ctx = ctx;
+}
+
+uint64_t fed_sim_world_bytes_at(const fed_sim_world *w, uint64_t t_us)
+{
+    size_t lo = 0, hi = w->nmarks; /* the first mark after t_us */
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+
+        if (w->marks[mid].t_us <= t_us)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo ? w->marks[lo - 1].bytes : w->bytes_base;
+}
+
+void fed_sim_world_bytes_forget(fed_sim_world *w, uint64_t t_us)
+{
+    size_t k = 0;
+
+    while (k < w->nmarks && w->marks[k].t_us < t_us)
+        k++;
+    if (!k)
+        return;
+    w->bytes_base = w->marks[k - 1].bytes;
+    memmove(w->marks, w->marks + k, (w->nmarks - k) * sizeof(*w->marks));
+    w->nmarks -= k;
+}
+
+uint64_t fed_sim_world_lookahead_us(const fed_sim_world *w)
+{
+    uint64_t best = link_floor_us(&w->cfg.link);
+
+    for (size_t i = 0; i < w->nlinks; i++) {
+        uint64_t f = link_floor_us(&w->links[i].link);
+
+        if (f < best)
+            best = f;
+    }
+    return best;
 }

@@ -15,6 +15,10 @@
 
 typedef struct fed_sim_world fed_sim_world;
 
+/* Equal times are broken by who queued the event and how many it queued
+ * before (job completions first, by node and submit order), never by the
+ * order the world happened to queue them in. */
+
 /* How the world drives a node: the future fed_node plugs in here unchanged.
  * ctx is the node's; callbacks run on the loop thread in event order. Any of
  * them may be NULL (the event is then consumed silently). A nonzero return of
@@ -34,17 +38,22 @@ typedef struct fed_sim_node_ops {
 } fed_sim_node_ops;
 
 /* One direction of a link. A frame of B bytes sent at t arrives at
- * t + max(0, latency_ms + jitter_ms * N(0,1)) + B / bytes_per_ms, or is lost
- * with probability loss. */
+ * t + max(floor_ms, 0, latency_ms + jitter_ms * N(0,1)) + B / bytes_per_ms,
+ * or is lost with probability loss. The draws come from the sender's own
+ * network stream (seed, FED_SIM_NET_STREAM + its index), so they do not
+ * depend on what other nodes did meanwhile. */
 typedef struct fed_sim_link {
     double latency_ms;
     double jitter_ms;     /* standard deviation; 0: fixed latency */
+    double floor_ms;      /* no frame arrives sooner (the lookahead across ranks) */
     double loss;          /* in [0, 1] */
     double bytes_per_ms;  /* 0: unlimited bandwidth */
 } fed_sim_link;
 
+#define FED_SIM_NET_STREAM (1ull << 40)
+
 typedef struct fed_sim_config {
-    uint64_t seed;        /* the world stream (network) and one stream per node */
+    uint64_t seed;        /* one stream per node, and one per node for its frames */
     fed_sim_link link;    /* every link, unless fed_sim_world_set_link overrides */
     double flops_per_ms;  /* node speed for charge(); <= 0 means 1e6 (1 GFLOP/s) */
     uint64_t epoch_base_s;/* wall_s() = epoch_base_s + now_ms / 1000 */
@@ -143,5 +152,15 @@ void fed_sim_world_counters(const fed_sim_world *w, fed_sim_counters *out);
  * two runs of the same scenario and seed give the same value. */
 uint64_t fed_sim_world_trace_hash(const fed_sim_world *w);
 void fed_sim_world_set_trace(fed_sim_world *w, fed_sim_trace_fn fn, void *ctx);
+
+/* Bytes sent (counters.bytes_sent) by the events at times <= t_us; exact
+ * for t_us at or after the last forget, else the count at that forget. */
+uint64_t fed_sim_world_bytes_at(const fed_sim_world *w, uint64_t t_us);
+/* Drops the marks bytes_at needs only for times before t_us. */
+void fed_sim_world_bytes_forget(fed_sim_world *w, uint64_t t_us);
+/* The least delay any frame can take (every link's floor, or its latency
+ * when it has no jitter), in microseconds: 0 when a frame can arrive at the
+ * time it was sent. */
+uint64_t fed_sim_world_lookahead_us(const fed_sim_world *w);
 
 #endif

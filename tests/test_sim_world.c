@@ -1,5 +1,6 @@
 /* test_sim_world.c - sim/world: virtual-time order with stable ties, latency,
  * jitter, bandwidth and loss, partitions that heal, timers and cancel,
+ * a latency floor, bytes by send time,
  * request/reply between toy nodes, jobs completed in a fixed order whatever
  * the pool does, crash and restart, same seed => same trace, 1,000 gossiping
  * nodes, and allocation failures. */
@@ -323,6 +324,43 @@ static void test_latency_bandwidth_jitter(void **state)
     /* got_ms is floored to whole ms: mean sits near 19.5 */
     assert_true(mean > 19.0 && mean < 20.1);
     assert_true(sd > 4.5 && sd < 5.5);
+    scene_free(&s);
+}
+
+/* The latency floor: a jitter that would bring frames in at once brings
+ * none in before the floor; the lookahead is the least floor over the
+ * links (or a jitter-free link's latency); bytes_at counts by send time. */
+static void test_floor_lookahead_bytes(void **state)
+{
+    fed_sim_config cfg = {.seed = 9, .link = {.latency_ms = 1, .jitter_ms = 10, .floor_ms = 3}};
+    fed_sim_link fixed = {.latency_ms = 2.5};
+    scene s;
+    int below = 0, at_floor = 0;
+
+    (void)state;
+    scene_new(&s, &cfg, 3, NULL);
+    s.toys[0].start_sends = 2000;
+    s.toys[0].target = 1;
+    s.toys[0].frame_len = 10;
+    s.toys[1].mode = MODE_SINK;
+    assert_int_equal(fed_sim_world_lookahead_us(s.w), 3000);
+    assert_err(fed_sim_world_set_link(s.w, 2, 1, &fixed), FED_OK);
+    assert_int_equal(fed_sim_world_lookahead_us(s.w), 2500);
+    assert_err(fed_sim_world_run_until(s.w, 1000), FED_OK);
+    assert_int_equal(s.toys[1].requests, 2000);
+    for (int i = 0; i < 2000; i++) {
+        below += s.toys[1].got_ms[i] < 3;
+        at_floor += s.toys[1].got_ms[i] == 3;
+    }
+    assert_int_equal(below, 0);
+    assert_true(at_floor > 600); /* N(1, 10) <= 3 ms: 58% of the draws */
+    assert_int_equal(fed_sim_world_bytes_at(s.w, 0), 20000);
+    assert_err(toy_send_byte(&s.toys[2], 1, 7, 100), FED_OK); /* at 1000 ms */
+    assert_int_equal(fed_sim_world_bytes_at(s.w, 999999), 20000);
+    assert_int_equal(fed_sim_world_bytes_at(s.w, 1000000), 20100);
+    fed_sim_world_bytes_forget(s.w, 1000000);
+    assert_int_equal(fed_sim_world_bytes_at(s.w, 5), 20000);
+    assert_int_equal(fed_sim_world_bytes_at(s.w, 2000000), 20100);
     scene_free(&s);
 }
 
@@ -835,6 +873,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_order_and_ties),
+        cmocka_unit_test(test_floor_lookahead_bytes),
         cmocka_unit_test(test_latency_bandwidth_jitter),
         cmocka_unit_test(test_loss),
         cmocka_unit_test(test_partition_heals),
