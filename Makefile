@@ -1,5 +1,6 @@
 # fednode - build, test, bench and install.
-# `make` builds fednode (and libfedcuda.so when nvcc is found); `make test`
+# `make` builds fednode (and libfedcuda.so when nvcc is found; with MPI when
+# mpicc is found); `make test`
 # runs every unit and integration test; `make asan` the unit tests under
 # ASan + UBSan; `make demo` installs what is missing and runs the main job.
 # Layout conventions this file relies on (so a new module needs no edit here):
@@ -37,9 +38,22 @@ override CFLAGS += -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -I. $(BLAS_CFLAGS) -
 LDLIBS  := $(BLAS_LIBS) -lsodium -lnng -lsqlite3 -lmicrohttpd -linih -lz -lcmocka -ldl -lm -pthread
 CORE_LDLIBS := $(BLAS_LIBS) -linih -lz -ldl -lm -pthread
 
-MODULES   := core model crypto secagg gossip storage node sim privacy
+# ---- MPI: mpicc (Open MPI) on PATH. mpi/mpi_*.c include mpi.h: built
+# (with mpicc's flags, into libfednode.a, libmpi linked into everything) when
+# mpicc is found; mpi/none.c stands in for them otherwise. `make MPICC=`
+# builds without (asan, tsan and fuzz do). HAVE_MPI is 1 or empty;
+# $(BUILD)/have_mpi holds 1 or 0 for the process tests.
+MPICC ?= $(shell command -v mpicc 2>/dev/null)
+HAVE_MPI   := $(if $(MPICC),1)
+MPI_CFLAGS := $(if $(HAVE_MPI),$(shell $(MPICC) --showme:compile 2>/dev/null))
+MPI_LIBS   := $(if $(HAVE_MPI),$(shell $(MPICC) --showme:link 2>/dev/null))
+MPI_SRCS   := $(if $(HAVE_MPI),$(wildcard mpi/mpi_*.c),mpi/none.c)
+LDLIBS     += $(MPI_LIBS)
+
+MODULES   := core model crypto secagg gossip storage node sim privacy mpi
 PROG_SRCS := app/fednode.c app/fedsim.c
-LIB_SRCS  := $(wildcard $(addsuffix /*.c,$(MODULES)))
+LIB_SRCS  := $(filter-out $(wildcard mpi/mpi_*.c) mpi/none.c,$(wildcard $(addsuffix /*.c,$(MODULES)))) \
+             $(MPI_SRCS)
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 LIB       := $(BUILD)/libfednode.a
 APP_SRCS  := $(filter-out $(PROG_SRCS),$(wildcard app/*.c))
@@ -77,8 +91,9 @@ CUDA_PLUGIN := $(if $(and $(NVCC),$(CUDA_SRCS)),$(BUILD)/libfedcuda.so)
 all: check-tools $(PROGS) $(CUDA_PLUGIN) $(MAN_PAGES)
 
 check-tools:
-	@printf 'fednode build: cc %s, nvcc %s\n' "$$($(CC) -dumpversion 2>/dev/null)" \
-	  "$(if $(NVCC),✓ $(NVCC),✗ (CUDA plugin skipped))"
+	@printf 'fednode build: cc %s, nvcc %s, mpicc %s\n' "$$($(CC) -dumpversion 2>/dev/null)" \
+	  "$(if $(NVCC),✓ $(NVCC),✗ (CUDA plugin skipped))" \
+	  "$(if $(HAVE_MPI),✓ $(MPICC),✗ (MPI sites skipped; make deps installs Open MPI))"
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -97,9 +112,17 @@ endif
 $(BUILD)/model/backend.o: $(PREFIX_STAMP)
 $(BUILD)/model/backend.o: OBJ_CFLAGS = -DFED_PREFIX='"$(PREFIX)"'
 
-$(LIB): $(LIB_OBJS)
+# whether this build has MPI (for the process tests); a change remakes $(LIB)
+MPI_STAMP := $(BUILD)/have_mpi
+ifeq ($(filter clean,$(MAKECMDGOALS)),)
+$(shell mkdir -p $(BUILD) && { [ "$$(cat $(MPI_STAMP) 2>/dev/null)" = '$(if $(HAVE_MPI),1,0)' ] || \
+  echo '$(if $(HAVE_MPI),1,0)' >$(MPI_STAMP); })
+endif
+$(BUILD)/mpi/mpi_%.o: OBJ_CFLAGS = $(MPI_CFLAGS)
+
+$(LIB): $(LIB_OBJS) $(MPI_STAMP)
 	@mkdir -p $(dir $@)
-	$(Q)rm -f $@ && ar rcs $@ $^
+	$(Q)rm -f $@ && ar rcs $@ $(filter %.o,$^)
 
 $(APPLIB): $(APP_OBJS)
 	@mkdir -p $(dir $@)
@@ -135,7 +158,7 @@ test-long: all $(LONG_BINS)
 
 # ASan + UBSan with clang over the unit tests (process tests stay in `make test`).
 asan:
-	$(Q)$(MAKE) --no-print-directory BUILD=build-asan CC=clang OPT=-O1 \
+	$(Q)$(MAKE) --no-print-directory BUILD=build-asan CC=clang OPT=-O1 MPICC= \
 	  CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
 	  build-asan/libfednode.a $(TEST_BINS:$(BUILD)/%=build-asan/%) $(REPLAY_BINS:$(BUILD)/%=build-asan/%)
 	$(Q)ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
@@ -143,7 +166,7 @@ asan:
 	  $(REPLAY_BINS:$(BUILD)/%=build-asan/%)
 
 tsan:
-	$(Q)$(MAKE) --no-print-directory BUILD=build-tsan CC=clang OPT=-O1 \
+	$(Q)$(MAKE) --no-print-directory BUILD=build-tsan CC=clang OPT=-O1 MPICC= \
 	  CFLAGS="-fsanitize=thread -fno-omit-frame-pointer" \
 	  $(TEST_BINS:$(BUILD)/%=build-tsan/%)
 	$(Q)BUILD=build-tsan sh tests/run.sh $(TEST_BINS:$(BUILD)/%=build-tsan/%)
@@ -159,7 +182,7 @@ bench: all $(BENCH_BINS)
 # in and commit: build-fuzz/bin/NAME -merge=1 tests/fuzz/corpus/NAME build-fuzz/corpus/NAME
 FUZZ_SECONDS ?= 60
 fuzz:
-	$(Q)$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang OPT=-O1 \
+	$(Q)$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang OPT=-O1 MPICC= \
 	  CFLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer" build-fuzz/libfednode.a build-fuzz/libfedapp.a
 	$(Q)mkdir -p build-fuzz/bin
 	$(Q)for n in $(FUZZ_NAMES); do \

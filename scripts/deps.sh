@@ -8,6 +8,9 @@
 set -eu
 BUILD_PKGS="build-essential pkg-config libopenblas-dev libsodium-dev libnng-dev libsqlite3-dev
 libcmocka-dev zlib1g-dev libinih-dev libmicrohttpd-dev dataset-fashion-mnist"
+# Open MPI: mpicc to build the MPI parts, mpirun to run a site over several
+# processes (and the MPI tests); without them make builds and tests the rest
+BUILD_PKGS="$BUILD_PKGS libopenmpi-dev openmpi-bin"
 # the tests besides: ASan/UBSan/TSan, the sqlite3 shell, and for --http's
 # process tests a real Prometheus (promtool with it), headless Chromium, curl
 TEST_PKGS="clang libclang-rt-14-dev sqlite3 prometheus chromium curl"

@@ -77,6 +77,21 @@ contrib() {
     rows "$1" | grep "^\"round\":$2,\"key\":\"$3\"" |
         sed -n 's/.*"accepted":\([a-z]*\),"reason":"\([^"]*\)".*/\1,\2/p'
 }
+# need_mpi: skip (77) unless mpirun is on PATH and this fednode was built
+# with MPI ($BUILD/have_mpi, written by make); sets MPIRUN to mpirun with
+# --oversubscribe (two cores run the ranks) on this host only. As root (CI)
+# it sets the two variables Open MPI reads to allow that.
+need_mpi() {
+    command -v mpirun >/dev/null 2>&1 ||
+        { echo "skipped: no mpirun (make deps installs openmpi-bin)"; exit 77; }
+    [ "$(cat "${BUILD:-build}/have_mpi" 2>/dev/null)" = 1 ] ||
+        { echo "skipped: fednode built without MPI (no mpicc; make deps installs libopenmpi-dev)"; exit 77; }
+    if [ "$(id -u)" -eq 0 ]; then
+        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+        export OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
+    fi
+    MPIRUN="mpirun --oversubscribe --host 127.0.0.1:64 --mca btl self,vader"
+}
 counter() { status "$1" | sed -n "s/.*\"$2\":\([0-9]*\).*/\1/p"; }
 verify() { "$FEDNODE" verify --db "$1" >"$TMP/verify.out" 2>&1 || {
     sed 's/^/  | /' "$TMP/verify.out"; fail "verify $1"; }; }

@@ -1,0 +1,199 @@
+/* mpi_coll.c - the collective of mpi/coll.h over MPI_COMM_WORLD (Open MPI):
+ * the sum as a reduce-scatter into fixed slices, each summed by its owner in
+ * rank order, then an all-gather, all with non-blocking point-to-point calls
+ * polled against a deadline (Open MPI 4.1 has no fault tolerance: a dead
+ * rank would block a blocking call forever). Owns MPI's init and finalize
+ * and the scratch of the owner's slice; never aborts on its own. */
+#include <limits.h>
+#include <mpi.h>
+#include <sched.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "mpi/coll.h"
+
+enum { TAG_SCATTER = 0x6c1, TAG_GATHER = 0x6c2 };
+#define BCAST_PIECE ((size_t)1 << 30) /* bytes per MPI_Ibcast (counts are int) */
+
+typedef struct mpi_coll {
+    int rank, size;
+    float *scratch;     /* (size, slice) the owner's slice from every rank */
+    size_t scratch_cap; /* floats */
+    MPI_Request *req;   /* (2 * size) */
+} mpi_coll;
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Until every request of req[0..n) is done or the deadline passes. Polls:
+   a few yields, then 50 us sleeps (MPI progresses inside MPI_Testall). */
+static fed_err wait_all(MPI_Request *req, int n, uint64_t deadline, const char *what)
+{
+    struct timespec nap = {0, 50000};
+    int done = 0;
+
+    for (unsigned polls = 0;; polls++) {
+        if (MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+            return FED_ERR_IO;
+        if (done)
+            return FED_OK;
+        if (mono_ms() >= deadline) {
+            fed_log(FED_LOG_ERROR, "mpi: %s not done by its deadline: a rank died or stalls",
+                    what);
+            return FED_ERR_TIMEOUT;
+        }
+        if (polls < 64)
+            sched_yield();
+        else
+            nanosleep(&nap, NULL);
+    }
+}
+
+static fed_err mpi_allreduce(void *self, float *buf, size_t n, uint32_t timeout_ms)
+{
+    mpi_coll *c = self;
+    uint64_t deadline = mono_ms() + timeout_ms;
+    size_t lo, hi, own, cap, slo, shi;
+    int nreq = 0;
+    fed_err e;
+
+    if (c->size == 1)
+        return FED_OK;
+    fed_coll_slice(n, 0, c->size, &lo, &hi);
+    if (hi - lo > INT_MAX)
+        return FED_ERR_TOO_LARGE;
+    fed_coll_slice(n, c->rank, c->size, &lo, &hi);
+    own = hi - lo;
+    cap = own * (size_t)c->size;
+    if (cap > c->scratch_cap) {
+        float *s = fed_malloc((cap ? cap : 1) * sizeof *s);
+
+        if (!s)
+            return FED_ERR_NOMEM;
+        fed_free(c->scratch);
+        c->scratch = s;
+        c->scratch_cap = cap;
+    }
+    /* reduce-scatter: rank q's copy of my slice lands in scratch row q */
+    for (int q = 0; q < c->size; q++) {
+        if (q == c->rank)
+            continue;
+        fed_coll_slice(n, q, c->size, &slo, &shi);
+        MPI_Irecv(c->scratch + (size_t)q * own, (int)own, MPI_FLOAT, q, TAG_SCATTER,
+                  MPI_COMM_WORLD, &c->req[nreq++]);
+        MPI_Isend(buf + slo, (int)(shi - slo), MPI_FLOAT, q, TAG_SCATTER, MPI_COMM_WORLD,
+                  &c->req[nreq++]);
+    }
+    if ((e = wait_all(c->req, nreq, deadline, "allreduce (reduce-scatter)")) != FED_OK)
+        return e;
+    memcpy(c->scratch + (size_t)c->rank * own, buf + lo, own * sizeof *buf);
+    /* the sum of my slice, in rank order whatever order the parts came in */
+    for (size_t i = 0; i < own; i++) {
+        float s = c->scratch[i];
+
+        for (int q = 1; q < c->size; q++)
+            s += c->scratch[(size_t)q * own + i];
+        buf[lo + i] = s;
+    }
+    /* all-gather: every owner's summed slice to every rank */
+    nreq = 0;
+    for (int q = 0; q < c->size; q++) {
+        if (q == c->rank)
+            continue;
+        fed_coll_slice(n, q, c->size, &slo, &shi);
+        MPI_Irecv(buf + slo, (int)(shi - slo), MPI_FLOAT, q, TAG_GATHER, MPI_COMM_WORLD,
+                  &c->req[nreq++]);
+        MPI_Isend(buf + lo, (int)own, MPI_FLOAT, q, TAG_GATHER, MPI_COMM_WORLD,
+                  &c->req[nreq++]);
+    }
+    return wait_all(c->req, nreq, deadline, "allreduce (all-gather)");
+}
+
+static fed_err mpi_bcast(void *self, void *buf, size_t len, uint32_t timeout_ms)
+{
+    mpi_coll *c = self;
+    uint64_t deadline = mono_ms() + timeout_ms;
+    fed_err e;
+
+    if (c->size == 1)
+        return FED_OK;
+    for (size_t off = 0; off < len || off == 0; off += BCAST_PIECE) {
+        size_t k = len - off < BCAST_PIECE ? len - off : BCAST_PIECE;
+
+        MPI_Ibcast((char *)buf + off, (int)k, MPI_BYTE, 0, MPI_COMM_WORLD, &c->req[0]);
+        if ((e = wait_all(c->req, 1, deadline, "broadcast")) != FED_OK)
+            return e;
+        if (len == 0)
+            break;
+    }
+    return FED_OK;
+}
+
+static void mpi_abort(void *self, int code)
+{
+    (void)self;
+    MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+static void mpi_close(void *self)
+{
+    mpi_coll *c = self;
+    int fin = 0;
+
+    if (!c)
+        return;
+    fed_free(c->scratch);
+    fed_free(c->req);
+    fed_free(c);
+    if (MPI_Finalized(&fin) == MPI_SUCCESS && !fin)
+        MPI_Finalize();
+}
+
+static const fed_coll_ops mpi_ops = {
+    .name = "mpi",
+    .allreduce_sum = mpi_allreduce,
+    .bcast = mpi_bcast,
+    .abort = mpi_abort,
+    .close = mpi_close,
+};
+
+int fed_coll_mpi_built(void)
+{
+    return 1;
+}
+
+fed_err fed_coll_mpi_open(int *argc, char ***argv, fed_coll **out)
+{
+    mpi_coll *c = NULL;
+    int provided = 0, inited = 0;
+
+    *out = NULL;
+    if (MPI_Initialized(&inited) != MPI_SUCCESS || inited)
+        return FED_ERR_BUSY; /* once per process */
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+        return FED_ERR_IO;
+    if (provided < MPI_THREAD_SERIALIZED) {
+        fed_log(FED_LOG_ERROR, "mpi: the library gives thread level %d; a pool thread "
+                               "makes the calls, which needs MPI_THREAD_SERIALIZED", provided);
+        MPI_Finalize();
+        return FED_ERR_UNSUPPORTED;
+    }
+    if (!(c = fed_calloc(1, sizeof *c))) {
+        MPI_Finalize();
+        return FED_ERR_NOMEM;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &c->size);
+    if (!(c->req = fed_calloc(2 * (size_t)c->size, sizeof *c->req))) {
+        mpi_close(c);
+        return FED_ERR_NOMEM;
+    }
+    return fed_coll_new(&mpi_ops, c, c->rank, c->size, out);
+}
