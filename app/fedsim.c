@@ -15,12 +15,16 @@
 #include <sodium.h>
 
 #include "core/alloc.h"
+#include "core/bytes.h"
 #include "core/log.h"
 #include "core/opt.h"
 #include "core/pool.h"
 #include "model/data.h"
 #include "app/cli.h"
 #include "app/chart.h"
+#include "mpi/coll.h"
+#include "mpi/simcomm.h"
+#include "sim/comm.h"
 #include "sim/run.h"
 #include "storage/store.h"
 
@@ -209,9 +213,51 @@ out:
     return rc;
 }
 
+/* Under mpirun: MPI and the comm the ranks simulate through; the pool's
+ * threads shared by the ranks on this host. 0, or 1 after an error. */
+static int open_ranks(int *argc, char ***argv, fed_coll **coll, fed_sim_comm **comm, int *threads)
+{
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    fed_err e;
+
+    if ((e = fed_coll_mpi_open(argc, argv, coll)) != FED_OK) {
+        fed_cli_error("started by mpirun, but %s", e == FED_ERR_UNSUPPORTED
+                      ? "this fedsim was built without MPI (make deps installs Open MPI)"
+                      : "MPI would not start");
+        return 1;
+    }
+    if ((e = fed_mpi_sim_comm_new(comm)) != FED_OK) {
+        fed_cli_error("MPI: %s", fed_strerror(e));
+        return 1;
+    }
+    if (local && atoi(local) > 1)
+        *threads = *threads / atoi(local) > 1 ? *threads / atoi(local) : 1;
+    return 0;
+}
+
+/* Each rank's peak RSS, printed by rank 0 (every rank calls it). */
+static void print_rss(const fed_sim_comm *comm)
+{
+    struct rusage ru;
+    uint8_t mine[8], *all = NULL;
+    size_t len = 0;
+
+    getrusage(RUSAGE_SELF, &ru);
+    fed_put_u64le(mine, (uint64_t)ru.ru_maxrss);
+    if (fed_sim_comm_allgather(comm, mine, sizeof mine, &all, &len) != FED_OK)
+        return;
+    for (size_t k = 0; fed_sim_comm_rank(comm) == 0 && k + 8 <= len; k += 8)
+        printf("rank %zu of %d: peak RSS %.1f MiB\n", k / 8, fed_sim_comm_size(comm),
+               (double)fed_get_u64le(all + k) / 1024.0);
+    fed_free(all);
+}
+
 int main(int argc, char **argv)
 {
     fed_sim_scenario sc;
+    fed_coll *coll = NULL;
+    fed_sim_comm *comm = NULL;
+    int rank = 0;
     fed_dataset *train = NULL, *test = NULL;
     fed_pool *pool = NULL;
     out_ctx o = {0};
@@ -257,6 +303,13 @@ int main(int argc, char **argv)
         fed_cli_error("libsodium failed to start");
         return 1;
     }
+    if (fed_coll_mpi_launched() && open_ranks(&argc, &argv, &coll, &comm, &threads) != 0) {
+        rc = 1;
+        goto out;
+    }
+    rank = fed_sim_comm_rank(comm);
+    if (rank != 0) /* rank 0 writes the rows, the files and the chart */
+        csv = svg = dbpath = NULL, o.quiet = 1;
     if (csv && !(o.csv = fopen(csv, "w"))) {
         fed_cli_error("cannot write %s", csv);
         return 1;
@@ -270,9 +323,10 @@ int main(int argc, char **argv)
     }
     snprintf(o.label, sizeof o.label, "fedsim %.24s", strcmp(sc.role, "peer") ? sc.s.strategy : sc.s.topology);
     o.rounds = sc.s.rounds;
-    o.bar = isatty(fileno(stderr)) && !isatty(fileno(stdout)); /* rows go to a file: show progress */
+    o.bar = rank == 0 && isatty(fileno(stderr)) && !isatty(fileno(stdout)); /* rows go to a file: show progress */
     if ((e = fed_data_open(sc.s.data, 1, &train)) != FED_OK ||
-        (e = fed_data_open(sc.s.data, 0, &test)) != FED_OK) {
+        (fed_sim_rank_needs_test(&sc, rank, fed_sim_comm_size(comm)) &&
+         (e = fed_data_open(sc.s.data, 0, &test)) != FED_OK)) {
         fed_cli_error("data %s: %s", sc.s.data, fed_strerror(e));
         rc = 1;
         goto out;
@@ -282,27 +336,38 @@ int main(int argc, char **argv)
         rc = 1;
         goto out;
     }
-    printf("fedsim: %d %s, %s, %s, %d rounds, seed %llu\n", sc.nodes,
-           strcmp(sc.role, "peer") ? "clients" : "peers", sc.s.model, sc.s.partition, sc.s.rounds,
-           (unsigned long long)sc.s.seed);
+    if (rank == 0)
+        printf("fedsim: %d %s, %s, %s, %d rounds, seed %llu%s\n", sc.nodes,
+               strcmp(sc.role, "peer") ? "clients" : "peers", sc.s.model, sc.s.partition,
+               sc.s.rounds, (unsigned long long)sc.s.seed, comm ? ", across ranks" : "");
+    if (comm && rank == 0)
+        printf("fedsim: %d ranks (node i on rank i %% %d), %d pool threads each\n", comm->size,
+               comm->size, threads);
     o.t0 = wall_s();
-    e = fed_sim_run(&sc, train, test, pool, 1e7, on_row, &o, hash, NULL);
+    if (comm)
+        e = fed_sim_run_ranks(&sc, &train, test, pool, comm, 1e7, on_row, &o, hash, NULL);
+    else
+        e = fed_sim_run(&sc, train, test, pool, 1e7, on_row, &o, hash, NULL);
     if (e != FED_OK) {
-        fed_cli_error("%s", fed_strerror(e));
+        fed_cli_error("%s%s", fed_strerror(e), comm ? " (ending every rank)" : "");
         rc = 1;
         goto out;
     }
     sodium_bin2hex(hex, sizeof hex, hash, sizeof hash);
-    printf("final model sha256 %s\n", hex);
+    if (rank == 0)
+        printf("final model sha256 %s\n", hex);
     {
         struct rusage ru;
         double end = wall_s();
 
         getrusage(RUSAGE_SELF, &ru);
-        printf("wall %.2f s: %.2f s to the first round, then %.3f s a round; peak RSS %.0f MiB\n",
-               end - o.t0, o.t_first - o.t0,
-               o.nrows > 1 ? (end - o.t_first) / (double)(o.nrows - 1) : 0.0,
-               (double)ru.ru_maxrss / 1024.0);
+        if (rank == 0)
+            printf("wall %.2f s: %.2f s to the first round, then %.3f s a round; peak RSS %.0f MiB"
+                   "\n", end - o.t0, o.t_first - o.t0,
+                   o.nrows > 1 ? (end - o.t_first) / (double)(o.nrows - 1) : 0.0,
+                   (double)ru.ru_maxrss / 1024.0);
+        if (comm)
+            print_rss(comm);
     }
     rc = svg ? write_chart(svg, compare, name, &sc, &o) : 0;
 out:
@@ -315,5 +380,9 @@ out:
     fed_pool_free(pool);
     fed_data_free(train);
     fed_data_free(test);
+    if (coll && rc != 0)
+        fed_coll_abort(coll, rc); /* the other ranks wait in a collective */
+    fed_mpi_sim_comm_free(comm);
+    fed_coll_free(coll);
     return rc;
 }

@@ -130,6 +130,10 @@ struct sim_run {
     float last_lr;         /* the last row's rate */
     fed_sim_row_fn on_row;
     void *ctx;
+    const fed_sim_comm *comm; /* the ranks (NULL: one process) */
+    fed_peer_id *ids;      /* (hosts) every host's identity, by world index */
+    fed_dataset *own;      /* across ranks: this rank's nodes' samples only */
+    fed_model_shape shape;
 };
 
 static void emit(sim_run *r, const fed_sim_row *row)
@@ -413,6 +417,12 @@ out:
     return e;
 }
 
+/* Node i's place in the world: after the aggregator's (0), if any. */
+static uint32_t node_index(const sim_run *r, int i)
+{
+    return (uint32_t)i + (r->peer_mode ? 0u : 1u);
+}
+
 /* "F:REST": the fraction and what follows the colon. */
 static fed_err parse_fraction(const char *s, double *f, const char **rest)
 {
@@ -468,7 +478,7 @@ static fed_err schedule_network(sim_run *r)
         if (!(group = fed_calloc(n, sizeof *group)))
             return FED_ERR_NOMEM;
         for (int i = 0; i < sc->nodes; i++) /* the aggregator stays in group 0 */
-            group[fed_sim_host_index(r->h[i])] = (uint32_t)((size_t)i * (size_t)x / (size_t)sc->nodes);
+            group[node_index(r, i)] = (uint32_t)((size_t)i * (size_t)x / (size_t)sc->nodes);
         e = fed_sim_world_add_partition(r->w, group, n, (uint64_t)(t1 * 1000),
                                         (uint64_t)(t2 * 1000));
         fed_free(group);
@@ -489,14 +499,14 @@ static fed_err schedule_crash(sim_run *r)
     if (!s[0])
         return FED_OK;
     if (!strncmp(s, "agg@", 4) && !r->peer_mode) {
-        index = fed_sim_host_index(r->agg);
+        index = 0;
         s += 4;
     } else {
         long k = strtol(s, &end, 10);
 
         if (end == s || *end != '@' || k < 0 || k >= r->sc->nodes)
             return FED_ERR_SPEC;
-        index = fed_sim_host_index(r->h[k]);
+        index = node_index(r, (int)k);
         s = end + 1;
     }
     at = strtod(s, &end);
@@ -530,12 +540,20 @@ static void base_config(sim_run *r, fed_node_config *c, const fed_dataset *train
         fed_log(FED_LOG_ERROR, "sim: settings refused after the check"); /* not reached */
     c->be = be;
     c->allow = r->allow;
-    c->shape = train->shape;
+    (void)train;
+    c->shape = r->shape;
     c->on_round = on_round;
     c->observer = &r->obs[i];
     c->wire.no_crypto = sc->no_crypto;
 }
 
+static int owns(const sim_run *r, uint32_t index)
+{
+    return (int)(index % (uint32_t)fed_sim_comm_size(r->comm)) == fed_sim_comm_rank(r->comm);
+}
+
+/* Into the world, in index order: this rank's hosts with their nodes,
+ * the others' as shadows (their identity only). */
 static fed_err attach_nodes(sim_run *r, const fed_dataset *train, const fed_dataset *test,
                             fed_backend *be)
 {
@@ -561,7 +579,9 @@ static fed_err attach_nodes(sim_run *r, const fed_dataset *train, const fed_data
         if (end == rest || *end || !(slow >= 1))
             return FED_ERR_SPEC;
     }
-    if (!r->peer_mode) {
+    if (!r->peer_mode && !r->agg && (e = fed_sim_world_add_remote(r->w, &r->ids[0], NULL)))
+        return e;
+    if (r->agg) {
         base_config(r, &c, train, be, sc->nodes);
         c.role = FED_NODE_AGGREGATOR;
         c.test = test;
@@ -570,6 +590,11 @@ static fed_err attach_nodes(sim_run *r, const fed_dataset *train, const fed_data
             return e;
     }
     for (int i = 0; i < sc->nodes; i++) {
+        if (!r->h[i]) {
+            if ((e = fed_sim_world_add_remote(r->w, &r->ids[node_index(r, i)], NULL)) != FED_OK)
+                return e;
+            continue;
+        }
         base_config(r, &c, train, be, i);
         c.train = train;
         c.shard = r->idx[i];
@@ -580,7 +605,7 @@ static fed_err attach_nodes(sim_run *r, const fed_dataset *train, const fed_data
             c.checkpoint_every = (uint32_t)sc->checkpoint_every;
         } else {
             c.role = FED_NODE_CLIENT;
-            c.aggregator = *fed_sim_host_id(r->agg);
+            c.aggregator = r->ids[0];
             if (i < (int)floor(byz * sc->nodes + 1e-9)) {
                 r->attack[i] = a;
                 fed_sim_attack_install(&r->attack[i], &c, fed_sim_host_id(r->h[i])->key);
@@ -590,52 +615,137 @@ static fed_err attach_nodes(sim_run *r, const fed_dataset *train, const fed_data
         if ((e = fed_sim_host_attach(r->h[i], r->w, &c, sc->db_dir[0] ? path : NULL)) != FED_OK)
             return e;
         if (i >= sc->nodes - (int)floor(slow_f * sc->nodes + 1e-9) &&
-            (e = fed_sim_world_set_slowdown(r->w, fed_sim_host_index(r->h[i]), slow)) != FED_OK)
+            (e = fed_sim_world_set_slowdown(r->w, node_index(r, i), slow)) != FED_OK)
             return e;
     }
     return FED_OK;
 }
 
+/* Every rank's identities into r->ids (index u32 and key, a record each). */
+static fed_err share_ids(sim_run *r, size_t nhosts)
+{
+    uint8_t *mine = NULL, *all = NULL, *p;
+    size_t n = 0, all_len = 0;
+    fed_err e = FED_OK;
+
+    for (size_t k = 0; k < nhosts; k++)
+        n += owns(r, (uint32_t)k);
+    if (n && !(mine = fed_malloc(n * 36)))
+        return FED_ERR_NOMEM;
+    p = mine;
+    for (size_t k = 0; k < nhosts; k++)
+        if (owns(r, (uint32_t)k)) {
+            fed_put_u32le(p, (uint32_t)k);
+            memcpy(p + 4, r->ids[k].key, 32);
+            p += 36;
+        }
+    if ((e = fed_sim_comm_allgather(r->comm, mine, n * 36, &all, &all_len)) != FED_OK)
+        goto out;
+    if (all_len != nhosts * 36) {
+        e = FED_ERR_FORMAT;
+        goto out;
+    }
+    for (size_t off = 0; off < all_len; off += 36) {
+        uint32_t k = fed_get_u32le(all + off);
+
+        if (k >= nhosts) {
+            e = FED_ERR_FORMAT;
+            goto out;
+        }
+        memcpy(r->ids[k].key, all + off + 4, 32);
+    }
+out:
+    fed_free(mine);
+    fed_free(all);
+    return e;
+}
+
+/* This rank's hosts (identities from their own streams), every host's
+ * identity in the allow-list, this rank's nodes' shards. */
 static fed_err build_hosts(sim_run *r, const fed_dataset *train)
 {
     const fed_sim_scenario *sc = r->sc;
+    size_t nhosts = (size_t)sc->nodes + (r->peer_mode ? 0 : 1);
     fed_rng idr;
     char name[32];
     fed_err e;
 
     if ((e = fed_crypto_allow_new(&r->allow)) != FED_OK)
         return e;
-    if (!r->peer_mode) {
+    if (!(r->ids = fed_calloc(nhosts, sizeof *r->ids)))
+        return FED_ERR_NOMEM;
+    if (!r->peer_mode && owns(r, 0)) {
         fed_rng_seed_stream(&idr, sc->s.seed, ID_STREAM);
-        if ((e = fed_sim_host_new(&idr, &r->agg)) != FED_OK ||
-            (e = fed_crypto_allow_add(r->allow, "agg", fed_sim_host_id(r->agg)->key)) != FED_OK)
+        if ((e = fed_sim_host_new(&idr, &r->agg)) != FED_OK)
             return e;
+        r->ids[0] = *fed_sim_host_id(r->agg);
     }
     for (int i = 0; i < sc->nodes; i++) {
-        snprintf(name, sizeof name, "n%d", i);
+        if (!owns(r, node_index(r, i)))
+            continue;
         fed_rng_seed_stream(&idr, sc->s.seed, ID_STREAM + 1 + (uint64_t)i);
         if ((e = fed_sim_host_new(&idr, &r->h[i])) != FED_OK ||
-            (e = fed_crypto_allow_add(r->allow, name, fed_sim_host_id(r->h[i])->key)) != FED_OK ||
             (e = fed_data_partition(train, sc->s.partition, i, sc->nodes, sc->s.seed, &r->idx[i],
                                     &r->nidx[i])) != FED_OK)
             return e;
+        r->ids[node_index(r, i)] = *fed_sim_host_id(r->h[i]);
         if (!r->nidx[i]) {
             fed_log(FED_LOG_ERROR, "sim: node %d's shard is empty (%s over %d nodes)", i,
                     sc->s.partition, sc->nodes);
             return FED_ERR_RANGE;
         }
     }
+    if (fed_sim_comm_size(r->comm) > 1 && (e = share_ids(r, nhosts)) != FED_OK)
+        return e;
+    if (!r->peer_mode && (e = fed_crypto_allow_add(r->allow, "agg", r->ids[0].key)) != FED_OK)
+        return e;
+    for (int i = 0; i < sc->nodes; i++) {
+        snprintf(name, sizeof name, "n%d", i);
+        if ((e = fed_crypto_allow_add(r->allow, name, r->ids[node_index(r, i)].key)) != FED_OK)
+            return e;
+    }
     return FED_OK;
 }
 
+/* Only this rank's nodes' samples, in one dataset of their own (each
+ * node's shard then the run of its samples there, in the same order, so
+ * training sees the same samples); the whole set is freed. */
+static fed_err keep_own_samples(sim_run *r, fed_dataset **train)
+{
+    size_t total = 0, off = 0;
+    uint32_t *all = NULL;
+    fed_err e = FED_OK;
+
+    for (int i = 0; i < r->sc->nodes; i++)
+        total += r->nidx[i];
+    if (total) {
+        if (!(all = fed_malloc(total * sizeof *all)))
+            return FED_ERR_NOMEM;
+        for (int i = 0; i < r->sc->nodes; i++) {
+            memcpy(all + off, r->idx[i], r->nidx[i] * sizeof *all);
+            for (size_t j = 0; j < r->nidx[i]; j++)
+                r->idx[i][j] = (uint32_t)(off + j);
+            off += r->nidx[i];
+        }
+        e = fed_data_subset(*train, all, total, &r->own);
+        fed_free(all);
+    }
+    if (e == FED_OK) {
+        fed_data_free(*train);
+        *train = NULL;
+    }
+    return e;
+}
+
 /* --crash-rate: each up client or peer crashes with P a virtual second
- * (P / 10 a step of 100 ms), and restarts a second later. */
+ * (P / 10 a step of 100 ms), and restarts a second later. Every rank draws
+ * for every node (from the node's stream), so each knows every crash. */
 static fed_err random_crashes(sim_run *r, uint64_t t_ms)
 {
     double p = r->sc->crash_rate * RUN_STEP_MS / 1000.0;
 
     for (int i = 0; p > 0 && i < r->sc->nodes; i++) {
-        uint32_t k = fed_sim_host_index(r->h[i]);
+        uint32_t k = node_index(r, i);
 
         if (fed_sim_world_node_up(r->w, k) && fed_rng_uniform(&r->crash_rng[i]) < p &&
             (fed_sim_world_crash_at(r->w, k, t_ms) != FED_OK ||
@@ -645,16 +755,19 @@ static fed_err random_crashes(sim_run *r, uint64_t t_ms)
     return FED_OK;
 }
 
-static int finished(const sim_run *r)
+/* This rank's nodes are done (the aggregator, or every peer). */
+static int finished_here(const sim_run *r)
 {
     fed_node *n;
 
     if (!r->peer_mode)
-        return (n = fed_sim_host_node(r->agg)) && fed_node_finished(n);
+        return !r->agg || ((n = fed_sim_host_node(r->agg)) && fed_node_finished(n));
     for (int i = 0; i < r->sc->nodes; i++) {
+        if (!r->h[i])
+            continue;
         n = fed_sim_host_node(r->h[i]);
         if (n ? !fed_node_finished(n)
-              : fed_sim_world_node_up(r->w, fed_sim_host_index(r->h[i]))) /* not started yet */
+              : fed_sim_world_node_up(r->w, node_index(r, i))) /* not started yet */
             return 0;
     }
     return 1;
@@ -662,33 +775,53 @@ static int finished(const sim_run *r)
 
 /* sha256 of the final global model; for peers, of every peer's estimate's
  * sha256 in node order (32 bytes a peer, whichever rank holds it). */
-static void final_hash(const sim_run *r, uint8_t out[32])
+static fed_err final_hash(const sim_run *r, uint8_t out[32])
 {
     crypto_hash_sha256_state st;
-    fed_node *n;
+    uint8_t *mine = NULL, *all = NULL;
+    size_t n = 0, all_len = 0;
+    fed_node *node;
+    fed_err e = FED_OK;
 
     crypto_hash_sha256_init(&st);
-    if (!r->peer_mode && (n = fed_sim_host_node(r->agg))) {
-        size_t np = fed_node_nparams(n);
+    if (!r->peer_mode && r->agg && (node = fed_sim_host_node(r->agg))) {
+        size_t np = fed_node_nparams(node);
         float *p = fed_malloc(np * sizeof *p);
 
-        if (p && fed_node_get_params(n, p) == FED_OK)
+        if (p && fed_node_get_params(node, p) == FED_OK)
             crypto_hash_sha256_update(&st, (const uint8_t *)p, np * sizeof *p);
         fed_free(p);
     }
-    for (int i = 0; r->peer_mode && i < r->sc->nodes; i++)
-        if ((n = fed_sim_host_node(r->h[i]))) {
-            size_t d = fed_node_peer_dim(n);
-            double *z = fed_malloc(d * sizeof *z);
-            uint8_t one[32];
+    if (r->peer_mode) {
+        if (!(mine = fed_calloc((size_t)r->sc->nodes, 36)))
+            return FED_ERR_NOMEM;
+        for (int i = 0; i < r->sc->nodes; i++)
+            if (r->h[i] && (node = fed_sim_host_node(r->h[i]))) {
+                size_t d = fed_node_peer_dim(node);
+                double *z = fed_malloc(d * sizeof *z);
 
-            if (z && fed_node_peer_estimate(n, z) == FED_OK) {
-                crypto_hash_sha256(one, (const uint8_t *)z, d * sizeof *z);
-                crypto_hash_sha256_update(&st, one, sizeof one);
+                if (z && fed_node_peer_estimate(node, z) == FED_OK) {
+                    fed_put_u32le(mine + 36 * n, (uint32_t)i);
+                    crypto_hash_sha256(mine + 36 * n + 4, (const uint8_t *)z, d * sizeof *z);
+                    n++;
+                }
+                fed_free(z);
             }
-            fed_free(z);
-        }
+        if ((e = fed_sim_comm_allgather(r->comm, mine, 36 * n, &all, &all_len)) != FED_OK)
+            goto out;
+        /* in node order: node i's record, wherever it came from */
+        for (int i = 0; i < r->sc->nodes; i++)
+            for (size_t off = 0; off + 36 <= all_len; off += 36)
+                if (fed_get_u32le(all + off) == (uint32_t)i) {
+                    crypto_hash_sha256_update(&st, all + off + 4, 32);
+                    break;
+                }
+    }
     crypto_hash_sha256_final(&st, out);
+out:
+    fed_free(mine);
+    fed_free(all);
+    return e;
 }
 
 static void run_free(sim_run *r)
@@ -699,6 +832,8 @@ static void run_free(sim_run *r)
         fed_sim_host_free(r->h[i]);
         fed_free(r->idx[i]);
     }
+    fed_free(r->ids);
+    fed_data_free(r->own);
     fed_free(r->h);
     fed_free(r->idx);
     fed_free(r->nidx);
@@ -723,7 +858,7 @@ static int failed_to_start(const fed_sim_host *h)
  * the run, as it stops the daemon. */
 static fed_err node_failed(const fed_sim_host *h)
 {
-    const fed_node *n = fed_sim_host_node(h);
+    const fed_node *n = h ? fed_sim_host_node(h) : NULL;
 
     return n ? fed_node_failed(n) : FED_OK;
 }
@@ -753,55 +888,76 @@ static fed_err check_started(const sim_run *r)
     return FED_OK;
 }
 
-fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train, const fed_dataset *test,
-                    fed_pool *pool, double max_virtual_s, fed_sim_row_fn on_row, void *ctx,
-                    uint8_t hash[32], fed_sim_counters *counters)
+/* The scenario's settings, checked once for every node. */
+static fed_err check_scenario(const fed_sim_scenario *sc, int peer_mode)
+{
+    fed_node_config probe;
+    const char *bad = NULL;
+
+    fed_node_config_default(&probe);
+    if (!peer_mode && strcmp(sc->role, "aggregator") != 0)
+        bad = "role";
+    else if (sc->s.rounds < 1)
+        bad = "rounds"; /* 0 (forever) has no end to simulate */
+    else if (fed_node_settings_apply(&sc->s, (uint32_t)sc->nodes, &probe, &bad) != FED_OK && !bad)
+        bad = "settings";
+    if (bad) {
+        fed_log(FED_LOG_ERROR, "sim: --%s is not valid here (see fedsim --help)", bad);
+        return FED_ERR_SPEC;
+    }
+    /* one settings block for every node: --dp-sgd goes to the clients,
+       --require-dp-sgd to the aggregator */
+    {
+        fed_node_settings clients = sc->s;
+
+        clients.require_dp_sgd = peer_mode && sc->s.require_dp_sgd;
+        bad = fed_node_settings_dp_misuse(&clients, peer_mode ? FED_NODE_PEER : FED_NODE_CLIENT);
+    }
+    if (bad) {
+        fed_log(FED_LOG_ERROR, "sim: %s", bad);
+        return FED_ERR_SPEC;
+    }
+    if (sc->s.dp_sgd)
+        fed_log(FED_LOG_WARN, "sim: DP-SGD's noise comes from each node's seeded stream, so "
+                "the run repeats: it shows what DP-SGD costs, and is not private");
+    return FED_OK;
+}
+
+/* Whether every rank is done, and the worst error any rank met (each logs
+ * its own): one reduction a step. */
+static fed_err step_status(sim_run *r, int *done)
+{
+    uint64_t v[2] = {!finished_here(r), (uint64_t)check_started(r)};
+    fed_err e = fed_sim_comm_allreduce(r->comm, v, 2, FED_SIM_MAX);
+
+    *done = !v[0];
+    return e != FED_OK ? e : (fed_err)v[1];
+}
+
+static fed_err run(const fed_sim_scenario *sc, const fed_dataset *train, fed_dataset **own_train,
+                   const fed_dataset *test, fed_pool *pool, const fed_sim_comm *comm,
+                   double max_virtual_s, fed_sim_row_fn on_row, void *ctx, uint8_t hash[32],
+                   fed_sim_counters *counters)
 {
     sim_run r;
     fed_sim_config wc;
     fed_backend *be = NULL;
     uint64_t t = 0;
+    int done = 0;
     fed_err e;
 
     memset(&r, 0, sizeof r);
     r.sc = sc;
     r.on_row = on_row;
     r.ctx = ctx;
+    r.comm = comm;
     r.next_row = 1;
     r.peer_mode = !strcmp(sc->role, "peer");
-    {
-        fed_node_config probe;
-        const char *bad = NULL;
-
-        fed_node_config_default(&probe);
-        if (!r.peer_mode && strcmp(sc->role, "aggregator") != 0)
-            bad = "role";
-        else if (sc->s.rounds < 1)
-            bad = "rounds"; /* 0 (forever) has no end to simulate */
-        else if (fed_node_settings_apply(&sc->s, (uint32_t)sc->nodes, &probe, &bad) != FED_OK &&
-                 !bad)
-            bad = "settings";
-        if (bad) {
-            fed_log(FED_LOG_ERROR, "sim: --%s is not valid here (see fedsim --help)", bad);
-            return FED_ERR_SPEC;
-        }
-        /* one settings block for every node: --dp-sgd goes to the clients,
-           --require-dp-sgd to the aggregator */
-        {
-            fed_node_settings clients = sc->s;
-
-            clients.require_dp_sgd = r.peer_mode && sc->s.require_dp_sgd;
-            bad = fed_node_settings_dp_misuse(&clients, r.peer_mode ? FED_NODE_PEER
-                                                                    : FED_NODE_CLIENT);
-        }
-        if (bad) {
-            fed_log(FED_LOG_ERROR, "sim: %s", bad);
-            return FED_ERR_SPEC;
-        }
-        if (sc->s.dp_sgd)
-            fed_log(FED_LOG_WARN, "sim: DP-SGD's noise comes from each node's seeded stream, so "
-                    "the run repeats: it shows what DP-SGD costs, and is not private");
-    }
+    if ((e = check_scenario(sc, r.peer_mode)) != FED_OK)
+        return e;
+    if (!train)
+        train = *own_train;
+    r.shape = train->shape;
     memset(&wc, 0, sizeof wc);
     wc.seed = sc->s.seed;
     wc.link.latency_ms = sc->latency_ms;
@@ -812,6 +968,7 @@ fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train, const 
     wc.flops_per_ms = sc->gflops * 1e6;
     wc.epoch_base_s = 1700000000;
     wc.pool = pool;
+    wc.comm = comm;
     r.h = fed_calloc((size_t)sc->nodes, sizeof *r.h);
     r.idx = fed_calloc((size_t)sc->nodes, sizeof *r.idx);
     r.nidx = fed_calloc((size_t)sc->nodes, sizeof *r.nidx);
@@ -832,29 +989,70 @@ fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train, const 
         round_sum_clear(&r.local[k]);
         round_sum_clear(&r.all[k]);
     }
-    if ((e = fed_backend_cpu_new(1, &be)) != FED_OK ||
-        (e = fed_sim_world_new(&wc, &r.w)) != FED_OK || (e = build_hosts(&r, train)) != FED_OK ||
-        (e = attach_nodes(&r, train, test, be)) != FED_OK || (e = schedule_crash(&r)) != FED_OK ||
-        (e = schedule_network(&r)) != FED_OK)
+    if ((e = fed_backend_cpu_new(1, &be)) != FED_OK || (e = fed_sim_world_new(&wc, &r.w)) != FED_OK)
+        goto out;
+    if (comm && !fed_sim_world_lookahead_us(r.w)) {
+        fed_log(FED_LOG_ERROR, "sim: across ranks a frame needs a least delay (the lookahead): "
+                "give --latency-floor-ms above 0 (or --latency-ms above 0 without jitter)");
+        e = FED_ERR_SPEC;
+        goto out;
+    }
+    if ((e = build_hosts(&r, train)) != FED_OK ||
+        (own_train && *own_train && (e = keep_own_samples(&r, own_train)) != FED_OK) ||
+        (e = attach_nodes(&r, r.own ? r.own : train, test, be)) != FED_OK ||
+        (e = schedule_crash(&r)) != FED_OK || (e = schedule_network(&r)) != FED_OK)
         goto out;
     /* the aggregator's last row comes once that round's evaluation is back */
-    while ((!finished(&r) || (!r.peer_mode && r.last_emitted < (uint64_t)sc->s.rounds)) &&
+    while ((!done || (!r.peer_mode && r.last_emitted < (uint64_t)sc->s.rounds)) &&
            t < (uint64_t)(max_virtual_s * 1000)) {
         t += RUN_STEP_MS;
         if ((e = random_crashes(&r, t)) != FED_OK || (e = fed_sim_world_run_until(r.w, t)) != FED_OK ||
-            (e = check_started(&r)) != FED_OK || (e = sync_rows(&r, NULL, t * 1000, 0)) != FED_OK)
+            (e = step_status(&r, &done)) != FED_OK || (e = sync_rows(&r, comm, t * 1000, 0)) != FED_OK)
             goto out;
     }
-    if ((e = sync_rows(&r, NULL, t * 1000, 1)) != FED_OK)
+    if ((e = sync_rows(&r, comm, t * 1000, 1)) != FED_OK || (e = step_status(&r, &done)) != FED_OK)
         goto out;
-    if (!finished(&r))
-        e = FED_ERR_TIMEOUT;
-    if (hash)
-        final_hash(&r, hash);
-    if (counters)
+    if (hash && (e = final_hash(&r, hash)) != FED_OK)
+        goto out;
+    if (counters) {
         fed_sim_world_counters(r.w, counters);
+        if ((e = fed_sim_comm_allreduce(comm, (uint64_t *)counters,
+                                        sizeof *counters / sizeof(uint64_t), FED_SIM_SUM)) != FED_OK)
+            goto out;
+    }
+    if (!done)
+        e = FED_ERR_TIMEOUT;
 out:
     run_free(&r);
     fed_backend_free(be);
     return e;
+}
+
+fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train, const fed_dataset *test,
+                    fed_pool *pool, double max_virtual_s, fed_sim_row_fn on_row, void *ctx,
+                    uint8_t hash[32], fed_sim_counters *counters)
+{
+    return run(sc, train, NULL, test, pool, NULL, max_virtual_s, on_row, ctx, hash, counters);
+}
+
+fed_err fed_sim_run_ranks(const fed_sim_scenario *sc, fed_dataset **train,
+                          const fed_dataset *test, fed_pool *pool, const fed_sim_comm *comm,
+                          double max_virtual_s, fed_sim_row_fn on_row, void *ctx,
+                          uint8_t hash[32], fed_sim_counters *counters)
+{
+    if (!train || !*train)
+        return FED_ERR_INVAL;
+    return run(sc, NULL, train, test, pool, comm, max_virtual_s, on_row, ctx, hash, counters);
+}
+
+int fed_sim_rank_needs_test(const fed_sim_scenario *sc, int rank, int size)
+{
+    int peer_mode = !strcmp(sc->role, "peer");
+
+    if (!peer_mode)
+        return rank == 0; /* the aggregator is node 0 */
+    for (int i = rank; i < sc->nodes; i += size)
+        if (!sc->eval_peers || i < sc->eval_peers)
+            return 1;
+    return 0;
 }

@@ -75,4 +75,23 @@ FED_WUR fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train
                             fed_sim_row_fn on_row, void *ctx, uint8_t final_hash[32],
                             fed_sim_counters *counters);
 
+/* fed_sim_run split across the ranks of comm (sim/comm.h; NULL: one
+ * process): rank k runs the hosts whose world index i (the aggregator 0,
+ * then the clients; or the peers) has i % size == k, and every rank runs
+ * the same virtual time in windows of the lookahead (FED_ERR_SPEC when it
+ * is 0: see --latency-floor-ms). train is taken: once this rank's shards
+ * are cut from it into a dataset of their samples only, it is freed and
+ * *train set to NULL. test may be NULL on a rank fed_sim_rank_needs_test
+ * says needs none. Rows go to on_row on rank 0 only; hash and counters
+ * (summed over ranks) come to every rank. The rows, hash and counters are
+ * the same for any number of ranks, and the same as fed_sim_run's. A rank
+ * that fails returns while the others wait: the caller aborts the job. */
+FED_WUR fed_err fed_sim_run_ranks(const fed_sim_scenario *sc, fed_dataset **train,
+                                  const fed_dataset *test, fed_pool *pool,
+                                  const struct fed_sim_comm *comm, double max_virtual_s,
+                                  fed_sim_row_fn on_row, void *ctx, uint8_t final_hash[32],
+                                  fed_sim_counters *counters);
+/* Whether rank of size runs a node that evaluates on the test set. */
+int fed_sim_rank_needs_test(const fed_sim_scenario *sc, int rank, int size);
+
 #endif

@@ -14,6 +14,7 @@
 #include "core/bytes.h"
 #include "core/log.h"
 #include "core/rng.h"
+#include "sim/comm.h"
 
 enum { EV_START = 1, EV_FRAME, EV_TIMER, EV_JOB, EV_CRASH, EV_RESTART };
 enum { CLS_JOB = 0, CLS_OTHER = 1 }; /* at equal time, job completions first */
@@ -71,6 +72,7 @@ typedef struct sim_node {
     fed_rng net; /* its frames' loss and jitter draws */
     uint64_t ev_seq;    /* events it queued (frames, timers): their tie-break */
     uint64_t sched_seq; /* events the world scheduled for it */
+    int local;          /* run by this rank; else a shadow: id, up, incarnation */
     int up;
     uint32_t inc;
     uint64_t busy_us;
@@ -125,6 +127,9 @@ struct fed_sim_world {
     uint64_t hash;
     fed_sim_trace_fn trace;
     void *trace_ctx;
+    int rank, nranks;
+    uint8_t **out;         /* (nranks) frames for each rank's nodes, this window */
+    size_t *out_len, *out_cap;
     pthread_mutex_t mu;
     pthread_cond_t cv;
 };
@@ -386,6 +391,86 @@ static uint64_t link_floor_us(const fed_sim_link *l)
     return ms > 0 ? (uint64_t)llround(ms * 1000.0) : 0;
 }
 
+/* A frame for a node another rank runs, as it crosses at the window's end:
+ *   0 t_us u64 | 8 origin u64 | 16 origin seq u64 | 24 dst u32 | 28 dst_inc u32
+ *   32 src u32 | 36 src_inc u32 | 40 is_reply u8 | 41 len u64 | 49 the frame */
+#define XFRAME_HEAD 49
+
+static fed_err outbox_put(fed_sim_world *w, sim_node *src, uint32_t dst, uint32_t dst_inc,
+                          int is_reply, const uint8_t *frame, size_t len, uint64_t t_us)
+{
+    int k = (int)(dst % (uint32_t)w->nranks);
+    size_t need = w->out_len[k] + XFRAME_HEAD + len;
+    uint8_t *p;
+    fed_err e;
+
+    if (need < len)
+        return FED_ERR_TOO_LARGE;
+    if ((e = grow((void **)&w->out[k], &w->out_cap[k], need, 1)) != FED_OK)
+        return e;
+    p = w->out[k] + w->out_len[k];
+    fed_put_u64le(p, t_us);
+    fed_put_u64le(p + 8, src->index);
+    fed_put_u64le(p + 16, src->ev_seq++);
+    fed_put_u32le(p + 24, dst);
+    fed_put_u32le(p + 28, dst_inc);
+    fed_put_u32le(p + 32, src->index);
+    fed_put_u32le(p + 36, src->inc);
+    p[40] = (uint8_t)is_reply;
+    fed_put_u64le(p + 41, (uint64_t)len);
+    if (len)
+        memcpy(p + XFRAME_HEAD, frame, len);
+    w->out_len[k] = need;
+    count_sent(w, len);
+    return FED_OK;
+}
+
+/* What the other ranks sent this one's nodes, into the heap: the keys came
+ * with them, so the order is the one a single process would keep. */
+static fed_err inbox_take(fed_sim_world *w, const uint8_t *buf, size_t len)
+{
+    size_t off = 0;
+
+    while (off < len) {
+        const uint8_t *p = buf + off;
+        sim_event ev = {0};
+        sim_frame *f;
+        uint64_t flen;
+        fed_err e;
+
+        if (len - off < XFRAME_HEAD)
+            return FED_ERR_FRAME_TRUNCATED;
+        flen = fed_get_u64le(p + 41);
+        if (flen > len - off - XFRAME_HEAD)
+            return FED_ERR_FRAME_TRUNCATED;
+        ev.t_us = fed_get_u64le(p);
+        ev.cls = CLS_OTHER;
+        ev.k1 = fed_get_u64le(p + 8);
+        ev.k2 = fed_get_u64le(p + 16);
+        ev.type = EV_FRAME;
+        ev.node = fed_get_u32le(p + 24);
+        ev.node_inc = fed_get_u32le(p + 28);
+        if (ev.node >= w->nnodes || !w->nodes[ev.node]->local ||
+            fed_get_u32le(p + 32) >= w->nnodes || ev.t_us < w->now_us)
+            return FED_ERR_FORMAT;
+        if (!(f = fed_malloc(sizeof(*f) + flen)))
+            return FED_ERR_NOMEM;
+        f->is_reply = p[40] != 0;
+        f->src = fed_get_u32le(p + 32);
+        f->src_inc = fed_get_u32le(p + 36);
+        f->len = (size_t)flen;
+        if (flen)
+            memcpy(f->data, p + XFRAME_HEAD, flen);
+        ev.ptr = f;
+        if ((e = heap_push(w, &ev)) != FED_OK) {
+            fed_free(f);
+            return e;
+        }
+        off += XFRAME_HEAD + (size_t)flen;
+    }
+    return FED_OK;
+}
+
 /* A frame from src to dst (incarnation dst_inc): lost, cut off, or queued. */
 static fed_err net_send(fed_sim_world *w, sim_node *src, uint32_t dst, uint32_t dst_inc,
                         int is_reply, const uint8_t *frame, size_t len)
@@ -405,6 +490,9 @@ static fed_err net_send(fed_sim_world *w, sim_node *src, uint32_t dst, uint32_t 
         count_drop(w, len, &w->c.dropped_loss);
         return FED_OK;
     }
+    if (!w->nodes[dst]->local)
+        return outbox_put(w, src, dst, dst_inc, is_reply, frame, len,
+                          w->now_us + link_delay_us(&src->net, l, len));
     f = fed_malloc(sizeof(*f) + len);
     if (!f)
         return FED_ERR_NOMEM;
@@ -710,6 +798,8 @@ void fed_sim_world_crash(fed_sim_world *w, uint32_t node)
         return;
     n->up = 0;
     n->inc++;
+    if (!n->local)
+        return; /* another rank's: only its state, to check frames against */
     w->c.crashes++;
     n->busy_us = w->now_us;
     node_drop_state(w, n);
@@ -725,6 +815,8 @@ void fed_sim_world_restart(fed_sim_world *w, uint32_t node)
     if (n->up)
         return;
     n->up = 1;
+    if (!n->local)
+        return;
     w->c.restarts++;
     record(w, FED_SIM_EV_RESTART, node, n->inc, 0, NULL, 0);
     if (n->ops.on_restart)
@@ -756,13 +848,19 @@ fed_err fed_sim_world_restart_at(fed_sim_world *w, uint32_t node, uint64_t t_ms)
     return queue_node_event(w, node, EV_RESTART, ms_to_us(t_ms));
 }
 
-fed_err fed_sim_world_add_node(fed_sim_world *w, const fed_peer_id *id,
-                               const fed_sim_node_ops *ops, void *ctx, uint32_t *index_out)
+int fed_sim_world_owns(const fed_sim_world *w, uint32_t node)
+{
+    return (int)(node % (uint32_t)w->nranks) == w->rank;
+}
+
+/* A node of this rank (ops set) or a shadow of another rank's (ops NULL). */
+static fed_err add_node(fed_sim_world *w, const fed_peer_id *id, const fed_sim_node_ops *ops,
+                        void *ctx, uint32_t *index_out)
 {
     sim_node *n = NULL;
     fed_err e;
 
-    if (!w || !id || !ops)
+    if (!w || !id || (ops != NULL) != fed_sim_world_owns(w, (uint32_t)w->nnodes))
         return FED_ERR_INVAL;
     if (w->nnodes >= NO_SLOT - 1)
         return FED_ERR_FULL;
@@ -782,8 +880,10 @@ fed_err fed_sim_world_add_node(fed_sim_world *w, const fed_peer_id *id,
     n->w = w;
     n->index = (uint32_t)w->nnodes;
     n->id = *id;
-    n->ops = *ops;
+    if (ops)
+        n->ops = *ops;
     n->ctx = ctx;
+    n->local = ops != NULL;
     n->up = 1;
     n->slowdown = 1.0;
     n->busy_us = w->now_us;
@@ -803,7 +903,10 @@ fed_err fed_sim_world_add_node(fed_sim_world *w, const fed_peer_id *id,
         .self = n,
     };
     w->nodes[w->nnodes++] = n;
-    e = queue_node_event(w, n->index, EV_START, w->now_us);
+    if (n->local)
+        e = queue_node_event(w, n->index, EV_START, w->now_us);
+    else
+        n->sched_seq++; /* the start's key, as on its own rank */
     if (e) {
         w->nnodes--;
         goto out;
@@ -815,6 +918,19 @@ fed_err fed_sim_world_add_node(fed_sim_world *w, const fed_peer_id *id,
 out:
     fed_free(n);
     return e;
+}
+
+fed_err fed_sim_world_add_node(fed_sim_world *w, const fed_peer_id *id,
+                               const fed_sim_node_ops *ops, void *ctx, uint32_t *index_out)
+{
+    if (!ops)
+        return FED_ERR_INVAL;
+    return add_node(w, id, ops, ctx, index_out);
+}
+
+fed_err fed_sim_world_add_remote(fed_sim_world *w, const fed_peer_id *id, uint32_t *index_out)
+{
+    return add_node(w, id, NULL, NULL, index_out);
 }
 
 size_t fed_sim_world_node_count(const fed_sim_world *w)
@@ -1018,12 +1134,63 @@ fed_err fed_sim_world_step(fed_sim_world *w, int *did)
     return FED_OK;
 }
 
+/* Every rank's frames for this one's nodes in, this one's out. */
+static fed_err exchange(fed_sim_world *w)
+{
+    const fed_sim_comm *c = w->cfg.comm;
+    uint8_t *in = NULL;
+    size_t in_len = 0;
+    fed_err e = c->alltoall(c->ctx, w->out, w->out_len, &in, &in_len);
+
+    for (int k = 0; k < w->nranks; k++)
+        w->out_len[k] = 0;
+    if (e == FED_OK)
+        e = inbox_take(w, in, in_len);
+    fed_free(in);
+    return e;
+}
+
+/* Conservative windows across ranks: from the earliest event any rank
+ * holds, each rank runs its events up to a lookahead later (no frame sent
+ * in the window can arrive inside it), then the frames that cross ranks are
+ * exchanged; until every rank is past t. */
+static fed_err run_windows(fed_sim_world *w, uint64_t t)
+{
+    uint64_t look = fed_sim_world_lookahead_us(w);
+    int did;
+    fed_err e;
+
+    if (!look)
+        return FED_ERR_INVAL;
+    for (;;) {
+        uint64_t next = w->nheap ? w->heap[0].t_us : UINT64_MAX, end;
+
+        if ((e = fed_sim_comm_allreduce(w->cfg.comm, &next, 1, FED_SIM_MIN)) != FED_OK)
+            return e;
+        if (next > t)
+            break;
+        end = next + look - 1 < t ? next + look - 1 : t;
+        while (w->nheap && w->heap[0].t_us <= end)
+            if ((e = fed_sim_world_step(w, &did)) != FED_OK)
+                return e;
+        if (w->now_us < end)
+            w->now_us = end;
+        if ((e = exchange(w)) != FED_OK)
+            return e;
+    }
+    if (w->now_us < t)
+        w->now_us = t;
+    return FED_OK;
+}
+
 fed_err fed_sim_world_run_until(fed_sim_world *w, uint64_t t_ms)
 {
     uint64_t t = ms_to_us(t_ms);
     int did;
     fed_err e;
 
+    if (w->nranks > 1)
+        return run_windows(w, t);
     while (w->nheap && w->heap[0].t_us <= t) {
         e = fed_sim_world_step(w, &did);
         if (e)
@@ -1060,6 +1227,22 @@ fed_err fed_sim_world_new(const fed_sim_config *cfg, fed_sim_world **out)
     if (!w)
         return FED_ERR_NOMEM;
     w->cfg = *cfg;
+    w->rank = fed_sim_comm_rank(cfg->comm);
+    w->nranks = fed_sim_comm_size(cfg->comm);
+    if (w->nranks < 1 || w->rank < 0 || w->rank >= w->nranks) {
+        fed_free(w);
+        return FED_ERR_INVAL;
+    }
+    w->out = fed_calloc((size_t)w->nranks, sizeof(*w->out));
+    w->out_len = fed_calloc((size_t)w->nranks, sizeof(*w->out_len));
+    w->out_cap = fed_calloc((size_t)w->nranks, sizeof(*w->out_cap));
+    if (!w->out || !w->out_len || !w->out_cap) {
+        fed_free(w->out);
+        fed_free(w->out_len);
+        fed_free(w->out_cap);
+        fed_free(w);
+        return FED_ERR_NOMEM;
+    }
     if (!(w->cfg.flops_per_ms > 0))
         w->cfg.flops_per_ms = 1e6;
     w->hash = 14695981039346656037ull;
@@ -1084,6 +1267,11 @@ void fed_sim_world_free(fed_sim_world *w)
     fed_free(w->lossw);
     fed_free(w->links);
     fed_free(w->marks);
+    for (int k = 0; k < w->nranks; k++)
+        fed_free(w->out[k]);
+    fed_free(w->out);
+    fed_free(w->out_len);
+    fed_free(w->out_cap);
     fed_free(w->heap);
     fed_free(w->nodes);
     fed_free(w->slots);

@@ -58,6 +58,12 @@ typedef struct fed_sim_config {
     double flops_per_ms;  /* node speed for charge(); <= 0 means 1e6 (1 GFLOP/s) */
     uint64_t epoch_base_s;/* wall_s() = epoch_base_s + now_ms / 1000 */
     fed_pool *pool;       /* runs job->fn; NULL runs it inline at submit. Not owned */
+    /* the ranks this world is split across (sim/comm.h; borrowed); NULL:
+       one process. Node i belongs to rank i % size; every rank adds every
+       node, in the same order, its own with add_node and the others' with
+       add_remote, and schedules every crash and restart (another rank's
+       node only changes state, so frames can be checked against it) */
+    const struct fed_sim_comm *comm;
 } fed_sim_config;
 
 typedef struct fed_sim_counters {
@@ -102,6 +108,12 @@ void fed_sim_world_free(fed_sim_world *w);
 FED_WUR fed_err fed_sim_world_add_node(fed_sim_world *w, const fed_peer_id *id,
                                        const fed_sim_node_ops *ops, void *ctx,
                                        uint32_t *index_out);
+/* A node another rank runs (see fed_sim_config.comm): only its identity,
+ * and whether it is up, kept here. */
+FED_WUR fed_err fed_sim_world_add_remote(fed_sim_world *w, const fed_peer_id *id,
+                                         uint32_t *index_out);
+/* 1 when node (an index, added or still to add) is this rank's. */
+int fed_sim_world_owns(const fed_sim_world *w, uint32_t node);
 size_t fed_sim_world_node_count(const fed_sim_world *w);
 /* The node's env; valid as long as the world. */
 const fed_env *fed_sim_world_env(const fed_sim_world *w, uint32_t node);
@@ -138,7 +150,11 @@ void fed_sim_world_restart(fed_sim_world *w, uint32_t node);
 FED_WUR fed_err fed_sim_world_crash_at(fed_sim_world *w, uint32_t node, uint64_t t_ms);
 FED_WUR fed_err fed_sim_world_restart_at(fed_sim_world *w, uint32_t node, uint64_t t_ms);
 
-/* Process events with time <= t_ms in order, then set the clock to t_ms. */
+/* Process events with time <= t_ms in order, then set the clock to t_ms.
+ * Across ranks (a collective call: every rank with the same t_ms) in
+ * windows of the lookahead, exchanging the frames that cross ranks at each
+ * window's end; FED_ERR_INVAL when the lookahead is 0. step and run_idle
+ * are for one process only. */
 FED_WUR fed_err fed_sim_world_run_until(fed_sim_world *w, uint64_t t_ms);
 /* Process events until none is left (callers make sure it ends). */
 FED_WUR fed_err fed_sim_world_run_idle(fed_sim_world *w);
