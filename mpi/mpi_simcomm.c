@@ -14,6 +14,7 @@ typedef struct simcomm {
     fed_sim_comm c;
     int *scount, *sdispl, *rcount, *rdispl; /* (size) each */
     long long *slen, *rlen;                 /* (size) each */
+    long long *shead, *rhead;               /* (3 * size) each: exchange's counts */
 } simcomm;
 
 /* Displacements for count[0..n): FED_ERR_TOO_LARGE past INT_MAX in all. */
@@ -32,22 +33,42 @@ static fed_err displs(const long long *len, int n, int *count, int *displ, size_
     return FED_OK;
 }
 
-static fed_err sc_alltoall(void *ctx, uint8_t *const *send, const size_t *send_len,
+/* One MPI_Alltoall of (bytes for you, my least time, my bytes in all) a
+ * pair, then the bytes with MPI_Alltoallv unless no rank sends any. */
+static fed_err sc_exchange(void *ctx, uint8_t *const *send, const size_t *send_len, uint64_t *min,
                            uint8_t **recv, size_t *recv_len)
 {
     simcomm *s = ctx;
     int n = s->c.size;
     uint8_t *sbuf = NULL, *rbuf = NULL;
     size_t stotal, rtotal;
+    long long mine = 0, anyone = 0;
     fed_err e;
 
     *recv = NULL;
     *recv_len = 0;
-    for (int k = 0; k < n; k++)
-        s->slen[k] = send_len[k] > (size_t)LLONG_MAX ? -1 : (long long)send_len[k];
-    if (MPI_Alltoall(s->slen, 1, MPI_LONG_LONG, s->rlen, 1, MPI_LONG_LONG, MPI_COMM_WORLD) !=
+    for (int k = 0; k < n; k++) {
+        if (send_len[k] > (size_t)INT_MAX)
+            return FED_ERR_TOO_LARGE;
+        mine += (long long)send_len[k];
+    }
+    for (int k = 0; k < n; k++) {
+        s->shead[3 * k] = (long long)send_len[k];
+        s->shead[3 * k + 1] = (long long)(*min > (uint64_t)LLONG_MAX ? LLONG_MAX : *min);
+        s->shead[3 * k + 2] = mine;
+    }
+    if (MPI_Alltoall(s->shead, 3, MPI_LONG_LONG, s->rhead, 3, MPI_LONG_LONG, MPI_COMM_WORLD) !=
         MPI_SUCCESS)
         return FED_ERR_IO;
+    for (int k = 0; k < n; k++) {
+        s->slen[k] = (long long)send_len[k];
+        s->rlen[k] = s->rhead[3 * k];
+        if ((uint64_t)s->rhead[3 * k + 1] < *min)
+            *min = (uint64_t)s->rhead[3 * k + 1];
+        anyone += s->rhead[3 * k + 2];
+    }
+    if (!anyone)
+        return FED_OK;
     if ((e = displs(s->slen, n, s->scount, s->sdispl, &stotal)) != FED_OK ||
         (e = displs(s->rlen, n, s->rcount, s->rdispl, &rtotal)) != FED_OK) {
         fed_log(FED_LOG_ERROR, "mpi: a window's frames are over 2 GiB: use more ranks");
@@ -134,9 +155,12 @@ fed_err fed_mpi_sim_comm_new(fed_sim_comm **out)
     s->rdispl = fed_calloc(n, sizeof *s->rdispl);
     s->slen = fed_calloc(n, sizeof *s->slen);
     s->rlen = fed_calloc(n, sizeof *s->rlen);
-    s->c = (fed_sim_comm){.rank = rank, .size = size, .ctx = s, .alltoall = sc_alltoall,
+    s->shead = fed_calloc(3 * n, sizeof *s->shead);
+    s->rhead = fed_calloc(3 * n, sizeof *s->rhead);
+    s->c = (fed_sim_comm){.rank = rank, .size = size, .ctx = s, .exchange = sc_exchange,
                           .allgather = sc_allgather, .allreduce = sc_allreduce};
-    if (!s->scount || !s->sdispl || !s->rcount || !s->rdispl || !s->slen || !s->rlen) {
+    if (!s->scount || !s->sdispl || !s->rcount || !s->rdispl || !s->slen || !s->rlen ||
+        !s->shead || !s->rhead) {
         fed_mpi_sim_comm_free(&s->c);
         return FED_ERR_NOMEM;
     }
@@ -156,5 +180,7 @@ void fed_mpi_sim_comm_free(fed_sim_comm *c)
     fed_free(s->rdispl);
     fed_free(s->slen);
     fed_free(s->rlen);
+    fed_free(s->shead);
+    fed_free(s->rhead);
     fed_free(s);
 }

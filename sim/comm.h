@@ -19,9 +19,11 @@ typedef struct fed_sim_comm {
     int rank, size;
     void *ctx;
     /* send[k] (send_len[k] bytes) goes to rank k; *recv gets (fed_malloc'd,
-       NULL when empty) what every rank sent this one, in rank order */
-    fed_err (*alltoall)(void *ctx, uint8_t *const *send, const size_t *send_len, uint8_t **recv,
-                        size_t *recv_len);
+       NULL when empty) what every rank sent this one, in rank order; *min
+       becomes the least of every rank's *min (one window's end: the
+       frames, and the time of the earliest event anywhere) */
+    fed_err (*exchange)(void *ctx, uint8_t *const *send, const size_t *send_len, uint64_t *min,
+                        uint8_t **recv, size_t *recv_len);
     /* every rank's buf, in rank order, on every rank (fed_malloc'd) */
     fed_err (*allgather)(void *ctx, const uint8_t *buf, size_t len, uint8_t **all,
                          size_t *all_len);

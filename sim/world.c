@@ -130,6 +130,7 @@ struct fed_sim_world {
     int rank, nranks;
     uint8_t **out;         /* (nranks) frames for each rank's nodes, this window */
     size_t *out_len, *out_cap;
+    uint64_t out_min;      /* the earliest arrival in out */
     pthread_mutex_t mu;
     pthread_cond_t cv;
 };
@@ -421,6 +422,8 @@ static fed_err outbox_put(fed_sim_world *w, sim_node *src, uint32_t dst, uint32_
     if (len)
         memcpy(p + XFRAME_HEAD, frame, len);
     w->out_len[k] = need;
+    if (t_us < w->out_min)
+        w->out_min = t_us;
     count_sent(w, len);
     return FED_OK;
 }
@@ -1134,16 +1137,23 @@ fed_err fed_sim_world_step(fed_sim_world *w, int *did)
     return FED_OK;
 }
 
-/* Every rank's frames for this one's nodes in, this one's out. */
-static fed_err exchange(fed_sim_world *w)
+/* A window's end: this rank's frames out, every rank's for its nodes in,
+ * and *next from this rank's earliest event (or frame sent) to every
+ * rank's. */
+static fed_err exchange(fed_sim_world *w, uint64_t *next)
 {
     const fed_sim_comm *c = w->cfg.comm;
     uint8_t *in = NULL;
     size_t in_len = 0;
-    fed_err e = c->alltoall(c->ctx, w->out, w->out_len, &in, &in_len);
+    fed_err e;
 
+    *next = w->nheap ? w->heap[0].t_us : UINT64_MAX;
+    if (w->out_min < *next)
+        *next = w->out_min;
+    e = c->exchange(c->ctx, w->out, w->out_len, next, &in, &in_len);
     for (int k = 0; k < w->nranks; k++)
         w->out_len[k] = 0;
+    w->out_min = UINT64_MAX;
     if (e == FED_OK)
         e = inbox_take(w, in, in_len);
     fed_free(in);
@@ -1153,29 +1163,27 @@ static fed_err exchange(fed_sim_world *w)
 /* Conservative windows across ranks: from the earliest event any rank
  * holds, each rank runs its events up to a lookahead later (no frame sent
  * in the window can arrive inside it), then the frames that cross ranks are
- * exchanged; until every rank is past t. */
+ * exchanged, with the next earliest time; until every rank is past t. One
+ * collective a window. */
 static fed_err run_windows(fed_sim_world *w, uint64_t t)
 {
-    uint64_t look = fed_sim_world_lookahead_us(w);
+    uint64_t look = fed_sim_world_lookahead_us(w), next;
     int did;
     fed_err e;
 
     if (!look)
         return FED_ERR_INVAL;
-    for (;;) {
-        uint64_t next = w->nheap ? w->heap[0].t_us : UINT64_MAX, end;
+    if ((e = exchange(w, &next)) != FED_OK)
+        return e;
+    while (next <= t) {
+        uint64_t end = next + look - 1 < t ? next + look - 1 : t;
 
-        if ((e = fed_sim_comm_allreduce(w->cfg.comm, &next, 1, FED_SIM_MIN)) != FED_OK)
-            return e;
-        if (next > t)
-            break;
-        end = next + look - 1 < t ? next + look - 1 : t;
         while (w->nheap && w->heap[0].t_us <= end)
             if ((e = fed_sim_world_step(w, &did)) != FED_OK)
                 return e;
         if (w->now_us < end)
             w->now_us = end;
-        if ((e = exchange(w)) != FED_OK)
+        if ((e = exchange(w, &next)) != FED_OK)
             return e;
     }
     if (w->now_us < t)
@@ -1243,6 +1251,7 @@ fed_err fed_sim_world_new(const fed_sim_config *cfg, fed_sim_world **out)
         fed_free(w);
         return FED_ERR_NOMEM;
     }
+    w->out_min = UINT64_MAX;
     if (!(w->cfg.flops_per_ms > 0))
         w->cfg.flops_per_ms = 1e6;
     w->hash = 14695981039346656037ull;

@@ -1,0 +1,49 @@
+#!/bin/sh
+# test_fedsim_mpi.sh - fedsim across ranks (issue 26): the same scenario
+# under `mpirun -np R fedsim` for R = 1, 2 and 3 gives the same CSV rows and
+# final model hash as one plain process, for 200 clients of an aggregator
+# and for 64 peers on random:3, each with a crash (and restart) and a loss
+# window (the peers with jitter above the latency floor too); each rank
+# prints its peak RSS; a scenario with no lookahead is refused under mpirun.
+# Skips without mpirun or an MPI build.
+. tests/proc_lib.sh
+need_mpi
+FEDSIM=${FEDSIM:-./fedsim}
+[ -x "$FEDSIM" ] || { echo "skipped: no $FEDSIM (run make)"; exit 77; }
+FEDNODE_LOG=warn; export FEDNODE_LOG
+
+# same NAME ARGS...: plain, then R = 1, 2, 3: the same CSV and hash
+same() {
+    name=$1; shift
+    "$FEDSIM" "$@" --csv "$TMP/$name-plain.csv" >"$TMP/$name-plain.log" 2>&1 ||
+        fail "$name: plain fedsim"
+    want=$(grep "final model sha256" "$TMP/$name-plain.log")
+    [ -n "$want" ] || fail "$name: no hash"
+    rows=$(($(wc -l <"$TMP/$name-plain.csv") - 1))
+    for r in 1 2 3; do
+        $MPIRUN -np $r "$FEDSIM" "$@" --csv "$TMP/$name-$r.csv" >"$TMP/$name-$r.log" 2>&1 ||
+            fail "$name: mpirun -np $r fedsim"
+        cmp -s "$TMP/$name-plain.csv" "$TMP/$name-$r.csv" ||
+            { diff "$TMP/$name-plain.csv" "$TMP/$name-$r.csv" | head; fail "$name: R=$r rows differ"; }
+        got=$(grep "final model sha256" "$TMP/$name-$r.log")
+        [ "$got" = "$want" ] || fail "$name: R=$r hash '$got', plain '$want'"
+        [ "$(grep -c "^rank [0-9]* of $r: peak RSS" "$TMP/$name-$r.log")" -eq "$r" ] ||
+            fail "$name: R=$r: not one peak RSS line a rank"
+    done
+    ok "$name: $rows rows and ${want#final model } the same for plain and R = 1, 2, 3"
+    sed 's/^/  /' "$TMP/$name-plain.csv"
+    grep "peak RSS" "$TMP/$name-3.log" | sed 's/^/  R=3 /'
+}
+
+same agg200 --nodes 200 --rounds 2 --model logreg --crash 7@0.05,restart@0.2 \
+    --loss-window 0.2@0.01-0.1 --deadline-ms 300 --min-clients 100
+same peer64 --nodes 64 --role peer --topology random:3 --rounds 2 --model logreg \
+    --crash 5@0.05,restart@0.4 --loss-window 0.3@0.02-0.3 --jitter-ms 2 --deadline-ms 500
+
+# no lookahead: jitter with no floor could bring a frame in at once
+if $MPIRUN -np 2 "$FEDSIM" --nodes 4 --rounds 1 --model logreg --jitter-ms 2 \
+    --latency-floor-ms 0 >"$TMP/nolook.log" 2>&1; then
+    fail "a scenario with no lookahead ran across ranks"
+fi
+grep -q "latency-floor-ms above 0" "$TMP/nolook.log" || fail "no lookahead: not said why"
+ok "no lookahead (jitter, --latency-floor-ms 0): refused under mpirun, saying why"
