@@ -998,8 +998,8 @@ static fed_err run(const fed_sim_scenario *sc, const fed_dataset *train, fed_dat
         goto out;
     }
     if ((e = build_hosts(&r, train)) != FED_OK ||
-        (own_train && *own_train && (e = keep_own_samples(&r, own_train)) != FED_OK) ||
-        (e = attach_nodes(&r, r.own ? r.own : train, test, be)) != FED_OK ||
+        (own_train && (e = keep_own_samples(&r, own_train)) != FED_OK) ||
+        (e = attach_nodes(&r, own_train ? r.own : train, test, be)) != FED_OK ||
         (e = schedule_crash(&r)) != FED_OK || (e = schedule_network(&r)) != FED_OK)
         goto out;
     /* the aggregator's last row comes once that round's evaluation is back */
