@@ -3,12 +3,15 @@
  * a latency floor, bytes by send time,
  * request/reply between toy nodes, jobs completed in a fixed order whatever
  * the pool does, crash and restart, same seed => same trace, 1,000 gossiping
- * nodes, and allocation failures. */
+ * nodes, a world split over ranks (threads) showing each node what one
+ * world shows it, and allocation failures. */
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -19,6 +22,7 @@
 #include "core/err.h"
 #include "core/pool.h"
 #include "node/env.h"
+#include "sim/comm.h"
 #include "sim/world.h"
 
 #define assert_err(got, want) assert_string_equal(fed_errname(got), fed_errname(want))
@@ -824,6 +828,235 @@ static void test_thousand_nodes(void **state)
     assert_true(c.dropped_loss > 0);
 }
 
+/* -------------------------------------------------------------- ranks -- */
+
+/* sim/comm.h between threads of this process: each call posts its part,
+ * waits for every rank, reads the others', and waits again before the
+ * parts may go. */
+#define NRANKS_MAX 4
+
+typedef struct fake_net {
+    int size;
+    pthread_barrier_t bar;
+    uint8_t *const *send[NRANKS_MAX];
+    const size_t *send_len[NRANKS_MAX];
+    uint64_t min[NRANKS_MAX];
+    const uint8_t *buf[NRANKS_MAX];
+    size_t len[NRANKS_MAX];
+    uint64_t *v[NRANKS_MAX];
+} fake_net;
+
+typedef struct fake_rank {
+    fed_sim_comm c;
+    fake_net *net;
+} fake_rank;
+
+static fed_err fake_exchange(void *ctx, uint8_t *const *send, const size_t *send_len,
+                             uint64_t *min, uint8_t **recv, size_t *recv_len)
+{
+    fake_rank *r = ctx;
+    fake_net *n = r->net;
+    int me = r->c.rank;
+    size_t total = 0;
+
+    n->send[me] = send;
+    n->send_len[me] = send_len;
+    n->min[me] = *min;
+    pthread_barrier_wait(&n->bar);
+    for (int k = 0; k < n->size; k++) {
+        total += n->send_len[k][me];
+        if (n->min[k] < *min)
+            *min = n->min[k];
+    }
+    *recv = total ? fed_malloc(total) : NULL;
+    *recv_len = 0;
+    for (int k = 0; k < n->size && (*recv || !total); k++) {
+        if (n->send_len[k][me])
+            memcpy(*recv + *recv_len, n->send[k][me], n->send_len[k][me]);
+        *recv_len += n->send_len[k][me];
+    }
+    pthread_barrier_wait(&n->bar);
+    return total && !*recv ? FED_ERR_NOMEM : FED_OK;
+}
+
+static fed_err fake_allgather(void *ctx, const uint8_t *buf, size_t len, uint8_t **all,
+                              size_t *all_len)
+{
+    fake_rank *r = ctx;
+    fake_net *n = r->net;
+    size_t total = 0;
+
+    n->buf[r->c.rank] = buf;
+    n->len[r->c.rank] = len;
+    pthread_barrier_wait(&n->bar);
+    for (int k = 0; k < n->size; k++)
+        total += n->len[k];
+    *all = total ? fed_malloc(total) : NULL;
+    *all_len = 0;
+    for (int k = 0; k < n->size && *all; k++) {
+        if (n->len[k])
+            memcpy(*all + *all_len, n->buf[k], n->len[k]);
+        *all_len += n->len[k];
+    }
+    pthread_barrier_wait(&n->bar);
+    return total && !*all ? FED_ERR_NOMEM : FED_OK;
+}
+
+static fed_err fake_allreduce(void *ctx, uint64_t *v, size_t count, fed_sim_op op)
+{
+    fake_rank *r = ctx;
+    fake_net *n = r->net;
+    uint64_t *mine = malloc(count * sizeof(*mine));
+
+    if (!mine)
+        return FED_ERR_NOMEM;
+    memcpy(mine, v, count * sizeof(*mine));
+    n->v[r->c.rank] = mine;
+    pthread_barrier_wait(&n->bar);
+    for (size_t i = 0; i < count; i++)
+        for (int k = 0; k < n->size; k++) {
+            uint64_t x = n->v[k][i];
+
+            if (k == 0)
+                v[i] = x;
+            else if (op == FED_SIM_SUM)
+                v[i] += x;
+            else if (op == FED_SIM_MIN ? x < v[i] : x > v[i])
+                v[i] = x;
+        }
+    pthread_barrier_wait(&n->bar);
+    free(mine);
+    return FED_OK;
+}
+
+/* One rank of a gossip scene: every node added (its own as toys, the
+ * others as shadows), node 3 crashed at 150 ms and back at 700, then
+ * 1.2 virtual seconds in steps of 100 ms. */
+typedef struct rank_run {
+    fake_rank fr;
+    const fed_sim_comm *comm; /* NULL: one process */
+    uint32_t n;
+    toy *toys;
+    toy_shared sh;
+    fed_sim_counters c;
+    fed_err e;
+} rank_run;
+
+static void *rank_main(void *arg)
+{
+    rank_run *rr = arg;
+    fed_sim_config cfg = {.seed = 11, .link = {.latency_ms = 2, .jitter_ms = 3, .floor_ms = 1,
+                                               .loss = 0.05, .bytes_per_ms = 1000},
+                          .comm = rr->comm};
+    fed_sim_world *w = NULL;
+    fed_err e;
+
+    if ((e = fed_sim_world_new(&cfg, &w)) != FED_OK)
+        goto out;
+    for (uint32_t i = 0; i < rr->n && !e; i++) {
+        toy *t = &rr->toys[i];
+
+        if (!fed_sim_world_owns(w, i)) {
+            e = fed_sim_world_add_remote(w, &rr->sh.ids[i], NULL);
+            continue;
+        }
+        t->w = w;
+        t->index = i;
+        t->sh = &rr->sh;
+        t->mode = MODE_GOSSIP;
+        t->gossip_rounds = 8;
+        if ((e = fed_sim_world_add_node(w, &rr->sh.ids[i], &toy_ops, t, NULL)) == FED_OK)
+            t->env = fed_sim_world_env(w, i);
+    }
+    if (!e && (e = fed_sim_world_crash_at(w, 3, 150)) == FED_OK)
+        e = fed_sim_world_restart_at(w, 3, 700);
+    for (uint64_t t = 100; !e && t <= 1200; t += 100)
+        e = fed_sim_world_run_until(w, t);
+    if (!e)
+        fed_sim_world_counters(w, &rr->c);
+out:
+    fed_sim_world_free(w);
+    rr->e = e;
+    return NULL;
+}
+
+/* The same gossip, crash and loss in one world and split over 2 and 3
+ * ranks (threads here; MPI in fedsim): every node sees the same frames at
+ * the same virtual times, and the counters summed over ranks are the same. */
+static void test_ranks_same_as_one(void **state)
+{
+    enum { N = 24 };
+    fed_peer_id ids[N];
+    rank_run one;
+    toy *want;
+
+    (void)state;
+    for (uint32_t i = 0; i < N; i++)
+        make_id(&ids[i], i);
+    memset(&one, 0, sizeof(one));
+    one.n = N;
+    one.toys = want = calloc(N, sizeof(*want));
+    assert_non_null(want);
+    one.sh = (toy_shared){ids, N};
+    rank_main(&one);
+    assert_err(one.e, FED_OK);
+    assert_true(one.c.dropped_loss > 0 && one.c.dropped_down > 0);
+    for (int size = 2; size <= 3; size++) {
+        fake_net net;
+        rank_run rr[NRANKS_MAX];
+        pthread_t th[NRANKS_MAX];
+        fed_sim_counters sum;
+
+        memset(&net, 0, sizeof(net));
+        memset(rr, 0, sizeof(rr));
+        memset(&sum, 0, sizeof(sum));
+        net.size = size;
+        assert_int_equal(pthread_barrier_init(&net.bar, NULL, (unsigned)size), 0);
+        for (int k = 0; k < size; k++) {
+            rr[k].fr.c = (fed_sim_comm){.rank = k, .size = size, .ctx = &rr[k].fr,
+                                        .exchange = fake_exchange,
+                                        .allgather = fake_allgather,
+                                        .allreduce = fake_allreduce};
+            rr[k].fr.net = &net;
+            rr[k].comm = &rr[k].fr.c;
+            rr[k].n = N;
+            rr[k].toys = calloc(N, sizeof(toy));
+            assert_non_null(rr[k].toys);
+            rr[k].sh = (toy_shared){ids, N};
+            assert_int_equal(pthread_create(&th[k], NULL, rank_main, &rr[k]), 0);
+        }
+        for (int k = 0; k < size; k++)
+            assert_int_equal(pthread_join(th[k], NULL), 0);
+        pthread_barrier_destroy(&net.bar);
+        for (int k = 0; k < size; k++) {
+            const uint64_t *a = (const uint64_t *)&rr[k].c;
+            uint64_t *b = (uint64_t *)&sum;
+
+            assert_err(rr[k].e, FED_OK);
+            for (size_t f = 0; f < sizeof(sum) / sizeof(uint64_t); f++)
+                b[f] += a[f];
+        }
+        for (uint32_t i = 0; i < N; i++) {
+            const toy *got = &rr[i % (uint32_t)size].toys[i];
+
+            assert_int_equal(got->requests, want[i].requests);
+            assert_int_equal(got->replies, want[i].replies);
+            assert_int_equal(got->timers, want[i].timers);
+            assert_int_equal(got->crashes, want[i].crashes);
+            assert_memory_equal(got->got, want[i].got, (size_t)want[i].requests);
+            assert_memory_equal(got->got_ms, want[i].got_ms,
+                                (size_t)want[i].requests * sizeof(uint64_t));
+        }
+        assert_memory_equal(&sum, &one.c, sizeof(sum));
+        printf("%d ranks: the %d nodes saw what one world showed them (%llu frames, %llu lost, "
+               "%llu to a crashed node)\n", size, N, (unsigned long long)sum.frames_sent,
+               (unsigned long long)sum.dropped_loss, (unsigned long long)sum.dropped_down);
+        for (int k = 0; k < size; k++)
+            free(rr[k].toys);
+    }
+    free(want);
+}
+
 /* ----------------------------------------------------- alloc failures -- */
 
 static void test_alloc_failures(void **state)
@@ -884,6 +1117,7 @@ int main(void)
         cmocka_unit_test(test_crash_waits_for_jobs),
         cmocka_unit_test(test_same_seed_same_trace),
         cmocka_unit_test(test_thousand_nodes),
+        cmocka_unit_test(test_ranks_same_as_one),
         cmocka_unit_test(test_alloc_failures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
