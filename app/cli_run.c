@@ -5,6 +5,7 @@
  * ranks, node/site.h) rank 0 runs the node and the other ranks train with
  * it. Owns these commands' option table and their error messages; computes
  * nothing itself. */
+#include <signal.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -654,6 +655,11 @@ static int run_rank(const run_cfg *c, fed_coll *coll)
     fed_err e;
 
     memset(&s, 0, sizeof s);
+    /* a stop (mpirun forwards SIGTERM and SIGINT to every rank) is rank 0's
+       to carry out: it finishes the round, commits, then tells this rank */
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
     snprintf(name, sizeof name, "rank%d", fed_coll_rank(coll));
     fed_log_stream_set_node(name);
     if ((r = load_data(c, &s, role_of(c))) >= 0)
@@ -720,9 +726,8 @@ static int run_site(const run_cfg *c)
             rc = run_rank(c, coll);
             goto out;
         }
-        fed_log(FED_LOG_INFO, "site: rank 0 of %d: this process is the node; the others "
-                "train with it (each step %d ranks' batches)", fed_coll_size(coll),
-                fed_coll_size(coll));
+        fed_log(FED_LOG_INFO, "site: rank 0 of %d: this process is the node; the other "
+                "ranks train each round with it", fed_coll_size(coll));
     }
     rc = run_node(c, coll);
     if (fed_coll_size(coll) > 1 && fed_node_site_stop(coll) != FED_OK && rc == 0)
