@@ -6,7 +6,7 @@
 #     of every 100-sample step): the aggregator's test accuracy after round
 #     3 is within 0.3 point of B's.
 #  B. The same job with the site as one process at the doubled batch
-#     (--rank-batch 100).
+#     (--rank-batch 100); the site's training loss each round is A's to 1e-4.
 #  C. A again: the aggregator's final model is bit-identical to A's, the
 #     site's losses the same (the ranks' sums go in a fixed order).
 #  F. R = 1 equals today's client: the site under `mpirun -np 1` and as a
@@ -104,6 +104,14 @@ accA=$(accuracy "$TMP/a/agg.db") accB=$(accuracy "$TMP/b/agg.db")
 awk -v a="$accA" -v b="$accB" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0.7 && d <= 0.003) }' ||
     fail "A's accuracy $accA within 0.3 point of B's $accB (and above 0.7)"
 ok "A ($accA, site of 2 ranks at batch 50 each) and B ($accB, one process at batch 100): within 0.3 point"
+# the same steps: the site's training loss (both ranks' shares) each round is
+# B's to float rounding (one rank's half alone, or other steps, would not be)
+for r in 1 2 3; do
+    la=$(field "$TMP/a/c0.db" $r loss) lb=$(field "$TMP/b/c0.db" $r loss)
+    awk -v a="$la" -v b="$lb" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b > 0 && d <= 1e-4 * b) }' ||
+        fail "A's round $r training loss $la is B's $lb to 1e-4"
+done
+ok "A's training loss each round is B's to 1e-4 (the site takes the one process's steps)"
 run_job c mpi
 cmp -s "$TMP/a/final.safetensors" "$TMP/c/final.safetensors" ||
     fail "C: the final model is bit-identical to A's"
