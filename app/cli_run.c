@@ -1,8 +1,11 @@
 /* cli_run.c - `fednode run` (a daemon in the role --role names) and
  * `fednode aggregate` (run --role aggregator): options from flags or an INI
  * file (--config, same names), the node's identity, allow-list, database,
- * data and pool, handed to node/daemon.c. Owns these commands' option table
- * and their error messages; computes nothing itself. */
+ * data and pool, handed to node/daemon.c. Under mpirun (a site of several
+ * ranks, node/site.h) rank 0 runs the node and the other ranks train with
+ * it. Owns these commands' option table and their error messages; computes
+ * nothing itself. */
+#include <signal.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,8 +24,10 @@
 #include "app/cli.h"
 #include "app/http.h"
 #include "gossip/peers.h"
+#include "mpi/coll.h"
 #include "node/daemon.h"
 #include "node/settings.h"
+#include "node/site.h"
 
 #define PATH_MAX_RUN 512
 
@@ -54,6 +59,8 @@ typedef struct run_cfg {
     int conn_stall_ms;
     uint64_t max_frame;
     int threads;
+    int rank_batch;
+    int mpi_timeout_ms;
     fed_cli_log_opts log;
     char http[256];
 } run_cfg;
@@ -114,6 +121,12 @@ static const fed_opt run_opts[] = {
       "largest frame in bytes, the same on every node; larger models go in chunks"),
     R(threads, "threads", FED_OPT_INT, "0", 0, FED_CLI_MAX_THREADS,
       "threads for training and opening frames; 0 = every online core"),
+    R(rank_batch, "rank-batch", FED_OPT_INT, "0", 0, 4096,
+      "client, peer: the batch each of this site's processes trains on (0: the round's "
+      "--batch); under mpirun -np R each step takes R times it"),
+    R(mpi_timeout_ms, "mpi-timeout-ms", FED_OPT_INT, "60000", 100, 3600000,
+      "client, peer under mpirun: the deadline of each step's exchange between the site's "
+      "processes; past it the job ends with an error (a process died or stalls)"),
     FED_OPT_DEF_IMPLICIT(run_cfg, http, "http", "", FED_HTTP_DEFAULT_ADDR,
                          "serve a status page, /metrics (Prometheus), /status.json and /healthz "
                          "at http://HOST:PORT, read-only (none unless given)"),
@@ -553,7 +566,7 @@ static fed_err run_daemon(const run_cfg *c, fed_node_daemon_cfg *dc, const fed_n
     return e;
 }
 
-static int run_node(const run_cfg *c)
+static int run_node(const run_cfg *c, fed_coll *coll)
 {
     run_state s;
     fed_node_config nc;
@@ -608,6 +621,8 @@ static int run_node(const run_cfg *c)
     }
     if ((rc = fill_node_config(c, &s, &nc)) >= 0)
         goto out;
+    nc.coll = coll;
+    nc.rank_batch = (uint32_t)c->rank_batch;
     memset(&dc, 0, sizeof dc);
     dc.listen_url = role == FED_NODE_CLIENT ? NULL : c->listen;
     dc.peer_url = role == FED_NODE_CLIENT ? c->aggregator : NULL;
@@ -629,6 +644,99 @@ out:
     return rc;
 }
 
+/* A rank beyond 0 of a site under mpirun: the same data and shard as rank
+ * 0 (no identity, no database, no network), training what rank 0 says. */
+static int run_rank(const run_cfg *c, fed_coll *coll)
+{
+    run_state s;
+    fed_node_site_rank_cfg rc;
+    int threads = c->threads ? c->threads : fed_cli_online_cores(), r;
+    char name[32];
+    fed_err e;
+
+    memset(&s, 0, sizeof s);
+    /* a stop (mpirun forwards SIGTERM and SIGINT to every rank) is rank 0's
+       to carry out: it finishes the round, commits, then tells this rank */
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    snprintf(name, sizeof name, "rank%d", fed_coll_rank(coll));
+    fed_log_stream_set_node(name);
+    if ((r = load_data(c, &s, role_of(c))) >= 0)
+        goto out;
+    if (fed_backend_cpu_new(1, &s.be) != FED_OK || fed_pool_new(threads, &s.pool) != FED_OK) {
+        fed_cli_error("run: out of memory");
+        r = 1;
+        goto out;
+    }
+    memset(&rc, 0, sizeof rc);
+    rc.coll = coll;
+    rc.timeout_ms = (uint32_t)c->mpi_timeout_ms;
+    rc.be = s.be;
+    rc.pool = s.pool;
+    rc.shards = fed_pool_workers(s.pool) > 0 ? fed_pool_workers(s.pool) : 1;
+    rc.train = s.train;
+    rc.shard = s.idx;
+    rc.shard_n = s.nidx;
+    fed_log(FED_LOG_INFO, "site: rank %d of %d: %zu samples of shard %s, waiting for rank 0",
+            fed_coll_rank(coll), fed_coll_size(coll), s.nidx, c->shard);
+    e = fed_node_site_rank_run(&rc);
+    r = e == FED_OK ? 0 : 1;
+out:
+    if (r > 0) /* rank 0 would wait for this rank forever: end the job */
+        fed_coll_abort(coll, r);
+    run_state_free(&s);
+    return r;
+}
+
+/* A node, or under mpirun a site of several processes: MPI started here
+ * (after the re-exec, before any thread), rank 0 the node, the others
+ * run_rank; rank 0 tells them to stop however the node ends. */
+static int run_site(const run_cfg *c)
+{
+    fed_coll *coll = NULL;
+    int rc;
+    fed_err e;
+
+    if (!fed_coll_mpi_launched())
+        return run_node(c, NULL);
+    if (!fed_coll_mpi_built()) {
+        fed_cli_error("run: started by mpirun, but this fednode was built without MPI (no "
+                      "mpicc at build time: make deps, then make)");
+        return 2;
+    }
+    if ((e = fed_coll_mpi_open(NULL, NULL, &coll)) != FED_OK) {
+        fed_cli_error("run: MPI did not start: %s", fed_strerror(e));
+        return 1;
+    }
+    fed_coll_set_timeout(coll, (uint32_t)c->mpi_timeout_ms);
+    if (fed_coll_size(coll) > 1) {
+        /* every rank has the same options: each refuses alike */
+        if (role_of(c) == FED_NODE_AGGREGATOR) {
+            fed_cli_error("run: an aggregator is one process: run it without mpirun -np");
+            rc = 2;
+            goto out;
+        }
+        if (c->s.dp_sgd) {
+            fed_cli_error("run: --dp-sgd on a site of several processes is not supported yet");
+            rc = 2;
+            goto out;
+        }
+        if (fed_coll_rank(coll) != 0) {
+            rc = run_rank(c, coll);
+            goto out;
+        }
+        fed_log(FED_LOG_INFO, "site: rank 0 of %d: this process is the node; the other "
+                "ranks train each round with it", fed_coll_size(coll));
+    }
+    rc = run_node(c, coll);
+    if (fed_coll_size(coll) > 1 && fed_node_site_stop(coll) != FED_OK && rc == 0)
+        rc = 1;
+out:
+    fed_coll_free(coll);
+    return rc;
+}
+
 static int run_with_role(const char *cmd, const char *role, int argc, char **argv)
 {
     run_cfg cfg;
@@ -643,7 +751,7 @@ static int run_with_role(const char *cmd, const char *role, int argc, char **arg
         snprintf(cfg.role, sizeof cfg.role, "%s", role);
     if ((rc = fed_cli_log_apply(cmd, &cfg.log)) >= 0)
         return rc;
-    return run_node(&cfg);
+    return run_site(&cfg);
 }
 
 int fed_cli_run(int argc, char **argv) { return run_with_role("run", NULL, argc, argv); }

@@ -25,6 +25,9 @@ struct fed_trainer {
     int stage;          /* samples the staging buffers hold */
     fed_train_progress_fn progress;
     void *progress_ctx;
+    int rank, size;     /* fed_trainer_set_ranks; 0 of 1 alone */
+    fed_train_reduce_fn reduce;
+    void *reduce_ctx;
     int dp;             /* DP-SGD: fed_trainer_set_dp */
     fed_trainer_dp dpc;
     long dp_steps;
@@ -60,6 +63,7 @@ fed_err fed_trainer_new(fed_model *m, fed_optim *o, const fed_dataset *d, int ba
     t->d = d;
     t->batch = batch;
     t->stage = batch;
+    t->size = 1;
     elem = d->x_u8 ? 1 : sizeof(float);
     t->x_stage = fed_alloc_aligned((size_t)batch * d->features * elem);
     t->y_stage = fed_malloc((size_t)batch * sizeof *t->y_stage);
@@ -106,6 +110,8 @@ fed_err fed_trainer_set_dp(fed_trainer *t, const fed_trainer_dp *dp)
     void *x;
     int32_t *y;
 
+    if (t->size > 1)
+        return FED_ERR_UNSUPPORTED;
     if (!t->o || !dp || !dp->random || !(dp->clip > 0.0f) || !isfinite(dp->clip) ||
         !(dp->noise >= 0.0f) || !isfinite(dp->noise))
         return FED_ERR_INVAL;
@@ -127,6 +133,21 @@ fed_err fed_trainer_set_dp(fed_trainer *t, const fed_trainer_dp *dp)
     }
     t->dpc = *dp;
     t->dp = 1;
+    return FED_OK;
+}
+
+fed_err fed_trainer_set_ranks(fed_trainer *t, int rank, int size, fed_train_reduce_fn reduce,
+                              void *ctx)
+{
+    if (size < 1 || rank < 0 || rank >= size || (size > 1 && !reduce) ||
+        (long)size * t->batch > (long)INT32_MAX)
+        return FED_ERR_INVAL;
+    if (size > 1 && (t->dp || strcmp(fed_model_backend(t->m)->name, "cpu") != 0))
+        return FED_ERR_UNSUPPORTED;
+    t->rank = rank;
+    t->size = size;
+    t->reduce = reduce;
+    t->reduce_ctx = ctx;
     return FED_OK;
 }
 
@@ -205,9 +226,36 @@ static fed_err dp_steps(fed_trainer *t, const uint32_t *idx, size_t n, long step
     return FED_OK;
 }
 
+/* One data-parallel step over the global batch order[0..gbn): this rank's
+ * share's gradient, weighted by share / gbn, summed over the ranks, then
+ * the optimizer's step. A rank whose share is empty adds zeros. */
+static fed_err rank_step(fed_trainer *t, const uint32_t *order, size_t gbn, fed_step_stats *s)
+{
+    size_t lo = gbn * (size_t)t->rank / (size_t)t->size;
+    size_t hi = gbn * (size_t)(t->rank + 1) / (size_t)t->size;
+    size_t np = fed_model_nparams(t->m);
+    float *g = fed_model_grads_dev(t->m), w = (float)(hi - lo) / (float)gbn;
+    fed_batch b;
+    fed_err err;
+
+    if (hi > lo) {
+        fed_data_gather(t->d, order + lo, (int)(hi - lo), t->x_stage, t->y_stage, &b);
+        if ((err = fed_model_forward_backward(t->m, &b, s)) != FED_OK)
+            return err;
+        for (size_t i = 0; i < np; i++)
+            g[i] *= w;
+    } else {
+        memset(g, 0, np * sizeof *g);
+    }
+    if ((err = t->reduce(t->reduce_ctx, g, np)) != FED_OK)
+        return err;
+    return fed_optim_step(t->o, t->m);
+}
+
 fed_err fed_trainer_steps(fed_trainer *t, const uint32_t *idx, size_t n, long steps,
                           fed_rng *rng, fed_step_stats *st)
 {
+    size_t global = (size_t)t->batch * (size_t)t->size;
     fed_err err;
     long done = 0;
 
@@ -220,14 +268,19 @@ fed_err fed_trainer_steps(fed_trainer *t, const uint32_t *idx, size_t n, long st
     if (n)
         memcpy(t->order, idx, n * sizeof *idx);
     fed_rng_shuffle_u32(rng, t->order, n);
-    for (size_t off = 0; off < n && done < steps; off += (size_t)t->batch, done++) {
-        int bn = n - off < (size_t)t->batch ? (int)(n - off) : t->batch;
+    for (size_t off = 0; off < n && done < steps; off += global, done++) {
+        int bn = n - off < global ? (int)(n - off) : (int)global;
         fed_step_stats s = {0};
         fed_batch b;
 
-        fed_data_gather(t->d, t->order + off, bn, t->x_stage, t->y_stage, &b);
-        if ((err = fed_optim_train_step(t->o, t->m, &b, &s)) != FED_OK)
-            return err;
+        if (t->size > 1) {
+            if ((err = rank_step(t, t->order + off, (size_t)bn, &s)) != FED_OK)
+                return err;
+        } else {
+            fed_data_gather(t->d, t->order + off, bn, t->x_stage, t->y_stage, &b);
+            if ((err = fed_optim_train_step(t->o, t->m, &b, &s)) != FED_OK)
+                return err;
+        }
         if (!isfinite(s.loss_sum)) {
             fed_log(FED_LOG_ERROR, "train: loss is not finite after %ld steps (lr too high?)",
                     fed_optim_steps(t->o));
@@ -247,7 +300,7 @@ fed_err fed_trainer_steps(fed_trainer *t, const uint32_t *idx, size_t n, long st
 fed_err fed_trainer_epoch(fed_trainer *t, const uint32_t *idx, size_t n, fed_rng *rng,
                           fed_step_stats *st)
 {
-    return fed_trainer_steps(t, idx, n, fed_train_batches(n, t->batch), rng, st);
+    return fed_trainer_steps(t, idx, n, fed_train_batches(n, t->batch * t->size), rng, st);
 }
 
 fed_err fed_trainer_evaluate(fed_trainer *t, const uint32_t *idx, size_t n, fed_step_stats *st)

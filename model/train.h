@@ -62,6 +62,22 @@ typedef struct fed_trainer_dp {
     void *random_ctx;
 } fed_trainer_dp;
 FED_WUR fed_err fed_trainer_set_dp(fed_trainer *t, const fed_trainer_dp *dp);
+/* Data parallel over ranks (one site run as several processes): the sum of
+ * buf[0..n) over every rank, in an order fixed for a given rank count, left
+ * in buf on every rank (mpi/coll.h's fed_coll_allreduce_sum fills it). */
+typedef fed_err (*fed_train_reduce_fn)(void *ctx, float *buf, size_t n);
+/* From now on this trainer is rank `rank` of `size`: every rank shuffles
+ * alike (the same rng and indices), each step covers a global batch of
+ * size * batch samples of which this rank takes the share
+ * [gbn rank / size, gbn (rank + 1) / size), its gradient weighted by its
+ * share of the global batch and summed over ranks by reduce before the
+ * optimizer steps, so every rank takes the steps one process would take at
+ * the global batch (to rounding: the sum's order differs). size 1 leaves
+ * the trainer as it was. CPU backend only; not with DP-SGD
+ * (FED_ERR_UNSUPPORTED). */
+FED_WUR fed_err fed_trainer_set_ranks(fed_trainer *t, int rank, int size,
+                                      fed_train_reduce_fn reduce, void *ctx);
+
 /* DP-SGD steps taken so far. */
 long fed_trainer_dp_steps(const fed_trainer *t);
 /* The sampling rate a DP step over n samples uses: batch / n, at most 1. */

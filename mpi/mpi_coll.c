@@ -32,27 +32,35 @@ static uint64_t mono_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-/* Until every request of req[0..n) is done or the deadline passes. Polls:
-   a few yields, then 50 us sleeps (MPI progresses inside MPI_Testall). */
+/* Until every request of req[0..n) is done or the deadline passes. MPI
+   moves a large message in pieces only while it is polled (MPI_Testall), so
+   the first WAIT_SPIN_MS poll back to back (yielding the core to whoever
+   else wants it); after that the wait is for a slower rank, or for the next
+   round, and naps grow from 50 us to 10 ms. */
+#define WAIT_SPIN_MS 5
 static fed_err wait_all(MPI_Request *req, int n, uint64_t deadline, const char *what)
 {
-    struct timespec nap = {0, 50000};
+    uint64_t start = mono_ms(), now;
     int done = 0;
 
-    for (unsigned polls = 0;; polls++) {
+    for (;;) {
         if (MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
             return FED_ERR_IO;
         if (done)
             return FED_OK;
-        if (mono_ms() >= deadline) {
+        if ((now = mono_ms()) >= deadline) {
             fed_log(FED_LOG_ERROR, "mpi: %s not done by its deadline: a rank died or stalls",
                     what);
             return FED_ERR_TIMEOUT;
         }
-        if (polls < 64)
+        if (now - start < WAIT_SPIN_MS) {
             sched_yield();
-        else
+        } else {
+            long us = now - start < 100 ? 50 : now - start < 2000 ? 1000 : 10000;
+            struct timespec nap = {0, us * 1000};
+
             nanosleep(&nap, NULL);
+        }
     }
 }
 

@@ -367,6 +367,9 @@ static fed_err on_model(fed_node *n, node_open *op)
     j->job.fn = fed_node_train_job_run;
     j->job.user = n;
     j->set = m->block.settings;
+    if (n->cfg.rank_batch) /* a site's own batch per rank (node/site.h) */
+        j->set.batch = n->cfg.rank_batch;
+    j->coll = n->cfg.coll;
     j->round = c->round;
     j->seed = n->cfg.seed ^ ((uint64_t)n->key[0] | (uint64_t)n->key[1] << 8 |
                              (uint64_t)n->key[2] << 16 | (uint64_t)n->key[3] << 24 |

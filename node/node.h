@@ -73,6 +73,7 @@
 #include "model/data.h"
 #include "model/merge.h"
 #include "model/model.h"
+#include "mpi/coll.h"
 #include "node/env.h"
 #include "storage/store.h"
 
@@ -123,6 +124,12 @@ typedef struct fed_node_config {
     fed_backend *be;
     fed_pool *pool;               /* NULL: single-threaded models */
     int shards;                   /* >= 1 */
+    /* a site run as several processes (node/site.h): rank 0's collective
+       with the other ranks (borrowed; NULL or one rank: this process alone),
+       and each rank's batch (0: the round's; a site of R ranks steps on R
+       times it) */
+    fed_coll *coll;
+    uint32_t rank_batch;
 
     /* the model and the round's settings (aggregator; a client learns them
        from each MODEL) */

@@ -239,6 +239,7 @@ typedef struct node_train_job {
     size_t shard_n;
     const float *global;    /* (nparams) where training starts */
     size_t nparams;
+    fed_coll *coll;         /* a site's ranks (node/site.h); NULL: alone */
     fed_codec codec;        /* client: the delta's codec */
     float *residual;        /* (nparams) topk error feedback, or NULL */
     float *params;          /* (nparams) peer: the trained parameters go here;
@@ -265,6 +266,15 @@ typedef struct node_train_job {
 } node_train_job;
 
 void fed_node_train_job_run(fed_job *job);
+/* node/site.c: a site's ranks in a training job. The ranks the job trains
+ * over (1: alone); the trainer's gradient sum over them and the epoch's
+ * stats summed likewise (a failure ends the job, see node/site.h); rank
+ * 0's announcement of the job to the others (its header and j->global). */
+int fed_node_site_ranks(const node_train_job *j);
+fed_err fed_node_site_reduce(void *ctx, float *buf, size_t n);
+FED_WUR fed_err fed_node_site_sum_stats(fed_coll *c, fed_step_stats *st);
+FED_WUR fed_err fed_node_site_announce(const node_train_job *j);
+FED_WUR fed_err fed_node_site_failed(const node_train_job *j, fed_err e);
 /* Frees what the job keeps between rounds (and its vec). */
 void fed_node_train_job_release(node_train_job *j);
 

@@ -582,7 +582,8 @@ static fed_err begin_round(fed_node *n)
     memset(&j->set, 0, sizeof j->set);
     snprintf(j->set.spec, sizeof j->set.spec, "%s", c->spec);
     j->set.local_epochs = c->local_epochs;
-    j->set.batch = c->batch;
+    j->set.batch = c->rank_batch ? c->rank_batch : c->batch;
+    j->coll = c->coll;
     j->set.optimizer = c->optimizer;
     j->set.lr = fed_node_round_lr(n, n->round + 1); /* every peer's rate of this round */
     j->set.momentum = c->momentum;

@@ -24,8 +24,14 @@ static fed_err train_epochs(node_train_job *j, fed_model *m, fed_optim *o, doubl
         return e;
     if (j->dp_on && (e = fed_trainer_set_dp(t, &j->dp)) != FED_OK)
         goto out;
+    if (fed_node_site_ranks(j) > 1 &&
+        (e = fed_trainer_set_ranks(t, fed_coll_rank(j->coll), fed_coll_size(j->coll),
+                                   fed_node_site_reduce, j->coll)) != FED_OK)
+        goto out;
     for (uint32_t ep = 0; ep < j->set.local_epochs && e == FED_OK; ep++)
         e = fed_trainer_epoch(t, j->shard, j->shard_n, &rng, &st);
+    if (e == FED_OK && fed_node_site_ranks(j) > 1) /* every rank's share of the loss */
+        e = fed_node_site_sum_stats(j->coll, &st);
     if (j->dp_on) { /* what the round spent, for the client's charge */
         j->dp_steps = fed_trainer_dp_steps(t);
         j->dp_rate = fed_trainer_dp_rate(t, j->shard_n);
@@ -82,9 +88,16 @@ void fed_node_train_job_run(fed_job *job)
     fed_optim_cfg oc;
     fed_err e;
 
+    if (fed_node_site_ranks(j) > 1 && fed_coll_rank(j->coll) == 0 &&
+        (e = fed_node_site_announce(j)) != FED_OK)
+        goto out;
     if ((e = round_model(j)) != FED_OK)
         goto out;
     m = j->model;
+    if (fed_model_nparams(m) != j->nparams) {
+        e = FED_ERR_SHAPE;
+        goto out;
+    }
     fed_optim_cfg_default(&oc, (fed_optim_kind)j->set.optimizer);
     oc.lr = j->set.lr;
     oc.prox_mu = j->set.mu;
@@ -111,5 +124,7 @@ void fed_node_train_job_run(fed_job *job)
     e = encode_delta(j, j->trained);
 out:
     fed_optim_free(o);
+    if (e != FED_OK && fed_node_site_ranks(j) > 1) /* the other ranks cannot go on alone */
+        e = fed_node_site_failed(j, e);
     j->err = e;
 }

@@ -90,6 +90,7 @@ need_mpi() {
         OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
         export OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
     fi
+    # shellcheck disable=SC2034 # read by the tests that source this
     MPIRUN="mpirun --oversubscribe --host 127.0.0.1:64 --mca btl self,vader"
 }
 counter() { status "$1" | sed -n "s/.*\"$2\":\([0-9]*\).*/\1/p"; }

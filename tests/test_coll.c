@@ -1,13 +1,19 @@
 /* test_coll.c - the collective's shell and one-rank transport (mpi/coll.h):
  * slices cover [0, n) in rank order, as equal as can be; the bytes one
  * allreduce sends; the local transport leaves buffers as they are; a bad
- * table is refused and its transport closed. The MPI transport itself runs
- * under mpirun in tests/test_mpi_site.sh. */
+ * table is refused and its transport closed. With MPI built and mpirun
+ * present, the binary runs itself as 3 ranks (--mpi-child): every rank's sum
+ * of buffers of sizes 0..100003 (uneven slices) is bit for bit the rank-order
+ * sum, with values whose sum depends on the order; a broadcast of 3 MB
+ * arrives whole. (A site over the transport: tests/test_mpi_site.sh.) */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -87,11 +93,105 @@ static void test_bad_table(void **state)
     assert_int_equal(closed, 1);
 }
 
-int main(void)
+/* rank r's value at i: rank 0 near 1e8 (a float step of 8 there), the
+ * others 3: in rank order each 3 rounds away (1e8), in any other order two
+ * 3s meet first and their 6 shows (1e8 + 8) */
+static float part(int r, size_t i)
 {
+    return r == 0 ? 1e8f + 8.0f * (float)(i % 7) : 3.0f;
+}
+
+/* --mpi-child: the checks each rank runs; 0 when all held on this rank. */
+static int mpi_child(int argc, char **argv)
+{
+    static const size_t sizes[] = {0, 1, 2, 3, 5, 1000, 100003};
+    fed_coll *c = NULL;
+    int bad = 0, rank, size;
+
+    if (fed_coll_mpi_open(&argc, &argv, &c) != FED_OK) {
+        fprintf(stderr, "test_coll: MPI did not start\n");
+        return 1;
+    }
+    rank = fed_coll_rank(c);
+    size = fed_coll_size(c);
+    fed_coll_set_timeout(c, 30000);
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t n = sizes[k];
+        float *buf = malloc((n ? n : 1) * sizeof *buf);
+
+        for (size_t i = 0; i < n; i++)
+            buf[i] = part(rank, i);
+        if (fed_coll_allreduce_sum(c, buf, n) != FED_OK)
+            bad++;
+        for (size_t i = 0; i < n; i++) {
+            float want = part(0, i);
+
+            for (int r = 1; r < size; r++)
+                want += part(r, i);
+            if (memcmp(&want, &buf[i], sizeof want) != 0) {
+                if (bad++ < 3)
+                    fprintf(stderr, "rank %d: n %zu, [%zu] = %.9g, want %.9g\n", rank, n, i,
+                            (double)buf[i], (double)want);
+            }
+        }
+        free(buf);
+    }
+    {
+        size_t len = 3u << 20;
+        unsigned char *b = malloc(len);
+
+        for (size_t i = 0; i < len; i++)
+            b[i] = rank == 0 ? (unsigned char)(i * 7 + 1) : 0;
+        if (fed_coll_bcast(c, b, len) != FED_OK)
+            bad++;
+        for (size_t i = 0; i < len; i++)
+            if (b[i] != (unsigned char)(i * 7 + 1)) {
+                bad++;
+                break;
+            }
+        free(b);
+    }
+    if (bad)
+        fprintf(stderr, "test_coll: rank %d of %d: %d checks failed\n", rank, size, bad);
+    fed_coll_free(c);
+    return bad ? 1 : 0;
+}
+
+static void test_mpi_three_ranks(void **state)
+{
+    char self[4096], cmd[8192];
+    ssize_t k;
+    int rc;
+
+    (void)state;
+    if (!fed_coll_mpi_built() || system("command -v mpirun >/dev/null 2>&1") != 0) {
+        printf("skipped: no MPI build or no mpirun\n");
+        skip();
+    }
+    k = readlink("/proc/self/exe", self, sizeof self - 1);
+    assert_true(k > 0);
+    self[k] = '\0';
+    if (getuid() == 0) {
+        setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+        setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    }
+    snprintf(cmd, sizeof cmd,
+             "mpirun --oversubscribe --host 127.0.0.1:64 --mca btl self,vader -np 3 '%s' "
+             "--mpi-child", self);
+    rc = system(cmd);
+    assert_int_equal(rc, 0);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && !strcmp(argv[1], "--mpi-child"))
+        return mpi_child(argc, argv);
+    {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_slices),   cmocka_unit_test(test_bytes),
         cmocka_unit_test(test_local),    cmocka_unit_test(test_bad_table),
+        cmocka_unit_test(test_mpi_three_ranks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
+    }
 }

@@ -4,6 +4,7 @@
  * across runs and shard counts, the trainer, the model file, and
  * allocation failures. */
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -931,6 +932,159 @@ static void test_trainer_epochs(void **state)
     toy_free(d);
 }
 
+/* ---- data parallel: three ranks as threads, summing through a barrier ---- */
+
+#define RANKS 3
+typedef struct rank_world {
+    pthread_barrier_t bar;
+    float *bufs[RANKS];
+    const fed_dataset *d;
+    const uint32_t *idx;
+    world *w;
+    float *params[RANKS]; /* out */
+    long steps[RANKS];
+} rank_world;
+
+typedef struct rank_ctx {
+    rank_world *rw;
+    int rank;
+} rank_ctx;
+
+/* every rank's buffer summed in rank order, as mpi/coll.h's sum does */
+static fed_err barrier_sum(void *ctx, float *buf, size_t n)
+{
+    rank_ctx *rc = ctx;
+    rank_world *rw = rc->rw;
+    float *sum = malloc(n * sizeof *sum);
+
+    rw->bufs[rc->rank] = buf;
+    pthread_barrier_wait(&rw->bar);
+    for (size_t i = 0; i < n; i++) {
+        sum[i] = rw->bufs[0][i];
+        for (int r = 1; r < RANKS; r++)
+            sum[i] += rw->bufs[r][i];
+    }
+    pthread_barrier_wait(&rw->bar);
+    memcpy(buf, sum, n * sizeof *sum);
+    free(sum);
+    return FED_OK;
+}
+
+/* 2 epochs over 250 samples at 8 a rank (24 a step: 11 steps, the last
+ * 10 = 3 + 3 + 4), then one over 2 samples (rank 0's share empty). */
+static void train_as(rank_world *rw, int rank, int size, int batch, float *out, long *steps,
+                     rank_ctx *rc)
+{
+    fed_model *m = make_model(rw->w, "mlp:16", rw->d->shape, 1, batch, 5);
+    fed_optim_cfg cfg;
+    fed_optim *o = NULL;
+    fed_trainer *t = NULL;
+    fed_rng shuffle;
+
+    fed_optim_cfg_default(&cfg, FED_OPTIM_SGD);
+    cfg.momentum = 0.9f;
+    assert_int_equal(fed_optim_new(&cfg, m, &o), FED_OK);
+    assert_int_equal(fed_trainer_new(m, o, rw->d, batch, &t), FED_OK);
+    if (size > 1)
+        assert_int_equal(fed_trainer_set_ranks(t, rank, size, barrier_sum, rc), FED_OK);
+    fed_rng_seed(&shuffle, 99);
+    for (int ep = 0; ep < 2; ep++)
+        assert_int_equal(fed_trainer_epoch(t, rw->idx, 250, &shuffle, NULL), FED_OK);
+    assert_int_equal(fed_trainer_epoch(t, rw->idx, 2, &shuffle, NULL), FED_OK);
+    *steps = fed_optim_steps(o);
+    assert_int_equal(fed_model_get_params(m, out), FED_OK);
+    fed_trainer_free(t);
+    fed_optim_free(o);
+    fed_model_free(m);
+}
+
+static void *rank_main(void *arg)
+{
+    rank_ctx *rc = arg;
+
+    train_as(rc->rw, rc->rank, RANKS, 8, rc->rw->params[rc->rank], &rc->rw->steps[rc->rank], rc);
+    return NULL;
+}
+
+static void test_trainer_ranks(void **state)
+{
+    world *w = *state;
+    rank_world rw;
+    rank_ctx rc[RANKS];
+    pthread_t th[RANKS];
+    fed_rng rng;
+    fed_dataset *d;
+    uint32_t idx[250];
+    float *one;
+    long steps1;
+    size_t np;
+    double worst = 0;
+
+    fed_rng_seed(&rng, 21);
+    d = toy_dataset(250, &rng);
+    for (int i = 0; i < 250; i++)
+        idx[i] = (uint32_t)i;
+    memset(&rw, 0, sizeof rw);
+    rw.d = d;
+    rw.idx = idx;
+    rw.w = w;
+    {
+        fed_model *m = make_model(w, "mlp:16", d->shape, 1, 24, 5);
+
+        np = fed_model_nparams(m);
+        fed_model_free(m);
+    }
+    one = malloc(np * sizeof *one);
+    for (int r = 0; r < RANKS; r++)
+        rw.params[r] = malloc(np * sizeof(float));
+    /* one process at the global batch */
+    train_as(&rw, 0, 1, 24, one, &steps1, NULL);
+    assert_int_equal(steps1, 11 + 11 + 1);
+    pthread_barrier_init(&rw.bar, NULL, RANKS);
+    for (int r = 0; r < RANKS; r++) {
+        rc[r].rw = &rw;
+        rc[r].rank = r;
+        assert_int_equal(pthread_create(&th[r], NULL, rank_main, &rc[r]), 0);
+    }
+    for (int r = 0; r < RANKS; r++)
+        pthread_join(th[r], NULL);
+    pthread_barrier_destroy(&rw.bar);
+    for (int r = 0; r < RANKS; r++) {
+        assert_int_equal(rw.steps[r], steps1); /* the same steps */
+        assert_memory_equal(rw.params[r], rw.params[0], np * sizeof(float)); /* bit for bit */
+    }
+    for (size_t i = 0; i < np; i++) { /* the one process's, to rounding */
+        double e = fabs((double)rw.params[0][i] - (double)one[i]);
+
+        worst = e > worst ? e : worst;
+    }
+    assert_true(worst < 1e-4);
+    {
+        fed_model *m = make_model(w, "mlp:16", d->shape, 1, 8, 5);
+        fed_optim_cfg cfg;
+        fed_optim *o = NULL;
+        fed_trainer *t = NULL;
+        fed_trainer_dp dp = {.clip = 1, .noise = 1, .random = NULL};
+
+        fed_optim_cfg_default(&cfg, FED_OPTIM_SGD);
+        assert_int_equal(fed_optim_new(&cfg, m, &o), FED_OK);
+        assert_int_equal(fed_trainer_new(m, o, d, 8, &t), FED_OK);
+        assert_int_equal(fed_trainer_set_ranks(t, 0, 0, barrier_sum, NULL), FED_ERR_INVAL);
+        assert_int_equal(fed_trainer_set_ranks(t, 2, 2, barrier_sum, NULL), FED_ERR_INVAL);
+        assert_int_equal(fed_trainer_set_ranks(t, 0, 2, NULL, NULL), FED_ERR_INVAL);
+        assert_int_equal(fed_trainer_set_ranks(t, 0, 1, NULL, NULL), FED_OK);
+        assert_int_equal(fed_trainer_set_ranks(t, 1, 2, barrier_sum, NULL), FED_OK);
+        assert_int_equal(fed_trainer_set_dp(t, &dp), FED_ERR_UNSUPPORTED);
+        fed_trainer_free(t);
+        fed_optim_free(o);
+        fed_model_free(m);
+    }
+    for (int r = 0; r < RANKS; r++)
+        free(rw.params[r]);
+    free(one);
+    toy_free(d);
+}
+
 static void test_trainer_rejects(void **state)
 {
     world *w = *state;
@@ -1029,6 +1183,7 @@ int main(void)
         cmocka_unit_test(test_file_rejects),
         cmocka_unit_test(test_trainer_epochs),
         cmocka_unit_test(test_trainer_rejects),
+        cmocka_unit_test(test_trainer_ranks),
         cmocka_unit_test(test_alloc_failure_sweep),
     };
 
