@@ -3,8 +3,9 @@
 # under `mpirun -np R fedsim` for R = 1, 2 and 3 gives the same CSV rows and
 # final model hash as one plain process, for 200 clients of an aggregator
 # and for 64 peers on random:3, each with a crash (and restart) and a loss
-# window (the peers with jitter above the latency floor too); each rank
-# prints its peak RSS; a scenario with no lookahead is refused under mpirun.
+# window (the peers with jitter above the latency floor too), and 20
+# clients with Byzantine ones, stragglers, random crashes and a partition
+# for R = 2; each rank prints its peak RSS; a scenario with no lookahead is refused under mpirun.
 # Skips without mpirun or an MPI build.
 . tests/proc_lib.sh
 need_mpi
@@ -12,7 +13,7 @@ FEDSIM=${FEDSIM:-./fedsim}
 [ -x "$FEDSIM" ] || { echo "skipped: no $FEDSIM (run make)"; exit 77; }
 FEDNODE_LOG=warn; export FEDNODE_LOG
 
-# same NAME ARGS...: plain, then R = 1, 2, 3: the same CSV and hash
+# same NAME ARGS...: plain, then R = 1, 2, 3 (RANKS): the same CSV and hash
 same() {
     name=$1; shift
     "$FEDSIM" "$@" --csv "$TMP/$name-plain.csv" >"$TMP/$name-plain.log" 2>&1 ||
@@ -20,7 +21,7 @@ same() {
     want=$(grep "final model sha256" "$TMP/$name-plain.log")
     [ -n "$want" ] || fail "$name: no hash"
     rows=$(($(wc -l <"$TMP/$name-plain.csv") - 1))
-    for r in 1 2 3; do
+    for r in ${RANKS:-1 2 3}; do
         $MPIRUN -np $r "$FEDSIM" "$@" --csv "$TMP/$name-$r.csv" >"$TMP/$name-$r.log" 2>&1 ||
             fail "$name: mpirun -np $r fedsim"
         cmp -s "$TMP/$name-plain.csv" "$TMP/$name-$r.csv" ||
@@ -30,15 +31,21 @@ same() {
         [ "$(grep -c "^rank [0-9]* of $r: peak RSS" "$TMP/$name-$r.log")" -eq "$r" ] ||
             fail "$name: R=$r: not one peak RSS line a rank"
     done
-    ok "$name: $rows rows and ${want#final model } the same for plain and R = 1, 2, 3"
+    ok "$name: $rows rows and ${want#final model } the same for plain and R = ${RANKS:-1 2 3}"
     sed 's/^/  /' "$TMP/$name-plain.csv"
-    grep "peak RSS" "$TMP/$name-3.log" | sed 's/^/  R=3 /'
+    grep "peak RSS" "$TMP/$name-$r.log" | sed "s/^/  R=$r /"
 }
 
 same agg200 --nodes 200 --rounds 2 --model logreg --crash 7@0.05,restart@0.2 \
     --loss-window 0.2@0.01-0.1 --deadline-ms 300 --min-clients 100
 same peer64 --nodes 64 --role peer --topology random:3 --rounds 2 --model logreg \
     --crash 5@0.05,restart@0.4 --loss-window 0.3@0.02-0.3 --jitter-ms 2 --deadline-ms 500
+
+# the other faults across 2 ranks: Byzantine clients against median,
+# stragglers, random crashes, a partition that heals, jitter
+RANKS=2 same faults20 --nodes 20 --rounds 3 --model logreg --byzantine 0.2:signflip:10 \
+    --strategy median --stragglers 0.2:3 --crash-rate 0.3 --partition-net 2@0.1-0.5 \
+    --deadline-ms 300 --min-clients 4 --jitter-ms 1
 
 # no lookahead: jitter with no floor could bring a frame in at once
 if $MPIRUN -np 2 "$FEDSIM" --nodes 4 --rounds 1 --model logreg --jitter-ms 2 \
