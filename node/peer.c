@@ -720,6 +720,8 @@ static fed_err fed_node_peer_on_msg(fed_node *n, node_open *op)
         return on_share(n, op);
     if (m->hdr.type == FED_WIRE_SLICE && op->req)
         return fed_node_peer_ar_on_slice(n, op);
+    if ((m->hdr.type == FED_WIRE_AR_ABORT || m->hdr.type == FED_WIRE_AR_VERIFY) && op->req)
+        return fed_node_peer_ar_on_control(n, op);
     if (m->hdr.type == FED_WIRE_PEERS && op->req)
         return fed_node_peer_on_peers(n, op);
     if (m->hdr.type == FED_WIRE_ACK && !op->req)
