@@ -565,7 +565,8 @@ static fed_err begin_round(fed_node *n)
     node_train_job *j = &p->job;
     fed_err e;
 
-    if (p->rejoining)
+    if (p->rejoining || p->mix == MIX_ALLREDUCE) /* all-reduce: a member left behind (cut
+                                                     off, stalled) skips to the others' round */
         catch_up(n);
     fed_node_peer_refresh_members(n);
     if (all_done(n)) {

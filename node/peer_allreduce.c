@@ -420,6 +420,13 @@ static fed_err start_attempt(fed_node *n)
     double weight = p->samples ? (double)p->samples : 1.0;
     fed_err e;
 
+    for (size_t k = 0; k < p->n; k++)
+        if (k != p->self && p->mem[k].seen_round > round) {
+            fed_log(FED_LOG_WARN, "peer: all-reduce of round %llu: member %zu is at round %llu "
+                    "already: this round ends with this member's own model, it rejoins there",
+                    (unsigned long long)round, k, (unsigned long long)p->mem[k].seen_round);
+            return finish(n, 0);
+        }
     p->ar_nids = 0;
     for (size_t k = 0; k < p->n; k++) {
         p->ar_rank[k] = p->ar_left[k] ? UINT32_MAX : p->ar_nids;
@@ -629,6 +636,8 @@ fed_err fed_node_peer_ar_on_control(fed_node *n, node_open *op)
         (void)answer(n, op, FED_ERR_ROLE);
         return FED_ERR_ROLE;
     }
+    if (m->hdr.round > p->mem[k].seen_round)
+        p->mem[k].seen_round = m->hdr.round;
     e = placement(n, m->hdr.round, m->block.attempt, &stale);
     if (e != FED_OK || stale)
         return answer(n, op, e);
@@ -667,7 +676,8 @@ int fed_node_peer_ar_on_ack(fed_node *n, const fed_wire_msg *m, fed_err *out)
         return 1;
     }
     if (status != FED_OK)
-        fed_log(FED_LOG_WARN, "peer: member %zu refused our %s of round %llu: %s", k,
+        fed_log(status == FED_ERR_LATE ? FED_LOG_INFO : FED_LOG_WARN, /* it moved on */
+                "peer: member %zu refused our %s of round %llu: %s", k,
                 fed_wire_type_name(o->type), (unsigned long long)o->round, fed_strerror(status));
     drop_entry(p, i);
     pump(n);

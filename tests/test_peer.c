@@ -753,6 +753,47 @@ static void test_allreduce_killed_each_step(void **state)
     killed_each_step(0.2);
 }
 
+/* A ring of 5 with member 2 cut off from the others for the first 1.5 s:
+ * the four leave it out and go on over themselves (each round the mean of
+ * the four), it ends its rounds alone; once the link is back it skips to
+ * the others' round and rejoins: from then on all five commit one hash a
+ * round, and the five hold the same bits, the mean of all five starting
+ * vectors (the four's mean weighed four times, its own once). */
+static void test_allreduce_rejoin(void **state)
+{
+    mesh_opts o = {.n = 5, .topology = "ring", .mixing = "allreduce", .rounds = 12,
+                   .deadline_ms = 300, .seed = 5};
+    uint32_t groups[5] = {0, 0, 1, 0, 0};
+    double z[MAXN][DIM];
+    int joined = 0;
+    mesh m;
+
+    (void)state;
+    mesh_build(&m, &o);
+    assert_int_equal(fed_sim_world_add_partition(m.w, groups, 5, 0, 1500), FED_OK);
+    run_to_round(&m, 12, 100000);
+    for (int r = 1; r <= 12 && !joined; r++) {
+        int same = 1;
+
+        for (int i = 0; i < 5; i++)
+            same &= m.commits[i][r] == 1 && !memcmp(m.hashes[i][r], m.hashes[0][r], 32);
+        joined = same ? r : 0;
+    }
+    assert_true(joined > 1); /* not the first round: it was cut off */
+    for (int r = joined; r <= 12; r++)
+        for (int i = 0; i < 5; i++)
+            assert_memory_equal(m.hashes[i][r], m.hashes[0][r], 32);
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(fed_node_peer_estimate(fed_sim_host_node(m.h[i]), z[i]), FED_OK);
+        assert_memory_equal(z[i], z[0], sizeof z[0]);
+    }
+    for (int d = 0; d < DIM; d++)
+        assert_true(fabs(z[0][d] - m.mean[d]) < 1e-12 * (1 + fabs(m.mean[d])));
+    printf("ring of 5, member 2 cut off for 1.5 s: all five hold one model hash from round %d "
+           "of 12 on, the mean of all five\n", joined);
+    mesh_free(&m);
+}
+
 /* What all-reduce refuses: a sync mode other than bsp, a gossip topology. */
 static void test_allreduce_settings(void **state)
 {
@@ -806,6 +847,7 @@ int main(void)
         cmocka_unit_test(test_allreduce_training),
         cmocka_unit_test(test_allreduce_chunked),
         cmocka_unit_test(test_allreduce_killed_each_step),
+        cmocka_unit_test(test_allreduce_rejoin),
         cmocka_unit_test(test_vouched_peer_joins),
         cmocka_unit_test(test_training_crash_rejoin),
     };
