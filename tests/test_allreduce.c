@@ -4,7 +4,11 @@
  * every member ends with bit-identical parameters equal to the weighted mean
  * computed in one place in the schedule's fixed order (and to the plain
  * key-order mean to rounding); the ring sends 2(n-1)/n of the vector per
- * member; bad receives are refused by name. */
+ * member; bad receives are refused by name. Groups: the grid schedule
+ * puts every member in exactly one group a round, the same group in every
+ * member's view, at most G members where n factors so, and ceil(log_G n)
+ * rounds of weighted group means (no training between) give every member
+ * the exact mean, for n up to 1,000. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -423,6 +427,110 @@ static void test_refusals(void **st)
     fed_gossip_ar_member_free(m);
 }
 
+/* Groups: n members with random vectors and weight 1, d = the cycle's
+ * rounds of group all-reduces (each group's weighted sum in member order;
+ * each member then holds the group's mean and its total weight): every
+ * member ends within 1e-12 of the mean; every member's view of its group
+ * is its members' view; d = ceil(log_G n) for n that factor into radices
+ * <= G, and groups are never larger than G then. */
+static uint32_t ceil_log(uint32_t n, uint32_t g)
+{
+    uint32_t d = 0;
+
+    for (uint64_t p = 1; p < n; p *= g)
+        d++;
+    return d;
+}
+
+static void groups_exact(uint32_t n, uint32_t g, uint64_t seed)
+{
+    enum { L = 3 };
+    double *x = calloc((size_t)n * L, sizeof *x), *w = calloc(n, sizeof *w), mean[L] = {0};
+    double *nx = calloc((size_t)n * L, sizeof *nx), *nw = calloc(n, sizeof *nw);
+    uint32_t *grp = calloc(n, sizeof *grp), *other = calloc(n, sizeof *other);
+    uint32_t r[FED_GOSSIP_AR_MAX_RADICES], d = fed_gossip_ar_radices(n, g, r), cnt, c2;
+    uint32_t maxg = 0;
+    double err = 0;
+    fed_rng rng;
+
+    assert_non_null(x);
+    assert_non_null(nx);
+    assert_non_null(grp);
+    assert_non_null(other);
+    fed_rng_seed(&rng, seed);
+    for (uint32_t i = 0; i < n; i++) {
+        w[i] = 1;
+        for (int e = 0; e < L; e++) {
+            x[(size_t)i * L + e] = fed_rng_normal(&rng) * 10;
+            mean[e] += x[(size_t)i * L + e] / n;
+        }
+    }
+    for (uint32_t t = 1; t <= d; t++) {
+        for (uint32_t i = 0; i < n; i++) {
+            double s[L] = {0}, W = 0;
+
+            assert_int_equal(fed_gossip_ar_group(n, g, seed, t, i, grp, &cnt), FED_OK);
+            maxg = cnt > maxg ? cnt : maxg;
+            for (uint32_t k = 0; k < cnt; k++) { /* the same group in every member's view */
+                assert_int_equal(fed_gossip_ar_group(n, g, seed, t, grp[k], other, &c2), FED_OK);
+                assert_int_equal(c2, cnt);
+                assert_memory_equal(other, grp, cnt * sizeof *grp);
+                if (k)
+                    assert_true(grp[k] > grp[k - 1]);
+            }
+            for (uint32_t k = 0; k < cnt; k++) {
+                W += w[grp[k]];
+                for (int e = 0; e < L; e++)
+                    s[e] += w[grp[k]] * x[(size_t)grp[k] * L + e];
+            }
+            nw[i] = W;
+            for (int e = 0; e < L; e++)
+                nx[(size_t)i * L + e] = s[e] / W;
+        }
+        memcpy(x, nx, (size_t)n * L * sizeof *x);
+        memcpy(w, nw, n * sizeof *w);
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        assert_true(w[i] == n);
+        for (int e = 0; e < L; e++) {
+            double a = fabs(x[(size_t)i * L + e] - mean[e]);
+
+            err = a > err ? a : err;
+        }
+    }
+    assert_true(err < 1e-12);
+    printf("groups of %2u, n = %4u: exact mean (max error %.1e) after %u rounds (ceil(log_G n) "
+           "= %u), groups of at most %u\n", g, n, err, d, ceil_log(n, g), maxg);
+    free(x);
+    free(nx);
+    free(w);
+    free(nw);
+    free(grp);
+    free(other);
+}
+
+static void test_groups(void **st)
+{
+    static const uint32_t cases[][2] = {{8, 16}, {64, 16}, {1000, 16}, {12, 4}, {27, 3},
+                                        {100, 10}, {6, 4}, {30, 16}};
+    uint32_t r[FED_GOSSIP_AR_MAX_RADICES], d;
+
+    (void)st;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        uint32_t n = cases[i][0], g = cases[i][1];
+
+        d = fed_gossip_ar_radices(n, g, r);
+        assert_int_equal(d, ceil_log(n, g));
+        for (uint32_t t = 0; t < d; t++)
+            assert_true(r[t] <= g);
+        groups_exact(n, g, 7 + i);
+    }
+    groups_exact(17, 4, 3); /* prime: one group of 17, one round */
+    assert_int_equal(fed_gossip_ar_radices(17, 4, r), 1);
+    assert_int_equal(r[0], 17);
+    assert_int_equal(fed_gossip_ar_radices(1, 4, r), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -434,6 +542,7 @@ int main(void)
         cmocka_unit_test(test_butterfly),
         cmocka_unit_test(test_ring_payload),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_groups),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
