@@ -155,6 +155,11 @@ static fed_err fed_node_peer_new(fed_node *n)
                 e == FED_ERR_UNSUPPORTED ? c->sync : c->topology);
         return e;
     }
+    if (c->group_size && (p->mix != MIX_ALLREDUCE || c->group_size < 2)) {
+        fed_log(FED_LOG_ERROR, "peer: --group-size %u needs --mixing allreduce and at least 2",
+                c->group_size);
+        return FED_ERR_SPEC;
+    }
     if ((e = fed_node_peer_rebuild_members(n, &changed)) != FED_OK ||
         (e = build_model_parts(n)) != FED_OK)
         return e;

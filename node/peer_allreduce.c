@@ -17,11 +17,12 @@
  * it gave up, a member adds every abort of that attempt it hears; then it
  * starts the next attempt over the members no abort named. A member that
  * finished an attempt hashes its result with the members' keys and passes
- * the hash to both ring neighbours in AR_VERIFY, with a row: how many
- * members in a row, ending with the sender (coming forward) or beginning
- * with it (going back), hold that hash; a member whose two rows together
- * span the attempt takes the mean (every member holds it) and says so to
- * both neighbours; a hash unlike its own gives the attempt up; a verification that has not
+ * the hash in AR_VERIFY to the members 1, 2, 4, ... after it in the ring
+ * (the first its ring neighbour), with a row: how many members in a row,
+ * ending with the sender, finished with that hash; rows double each hop, a
+ * member whose row spans the attempt takes the mean (every member holds
+ * it) and says so to the same members; a hash unlike its own gives the
+ * attempt up; a verification that has not
  * come round a deadline after the last step was due, with no abort heard,
  * takes the mean too (every member finished with it; a dead one broke the
  * row). Step s is due s + 1 deadlines after the attempt began, so the
@@ -79,13 +80,14 @@ void fed_node_peer_ar_free(node_mesh *p)
     fed_free(p->ar_q);
     fed_free(p->ar_buf);
     fed_free(p->ar_left);
+    fed_free(p->ar_grp);
     fed_free(p->ar_ids);
     fed_free(p->ar_rank);
     fed_gossip_ar_member_free(p->ar);
     p->ar_q = NULL;
     p->ar_nq = p->ar_capq = p->ar_capn = 0;
     p->ar = NULL;
-    p->ar_left = NULL;
+    p->ar_left = p->ar_grp = NULL;
     p->ar_ids = p->ar_rank = NULL;
 }
 
@@ -226,6 +228,7 @@ static fed_err finish(fed_node *n, int complete)
             p->ar_buf[i] = sums[i] / w;
         fed_gossip_ps_set(p->ps, p->ar_buf, 1.0); /* estimate = the mean, bit for bit */
         p->ar_merged = p->ar_nids - 1;
+        p->ar_carry = w;
     } else {
         p->ar_merged = 0; /* its own model goes on */
     }
@@ -235,8 +238,9 @@ static fed_err finish(fed_node *n, int complete)
     return fed_node_peer_finish_round(n);
 }
 
-/* An AR_ABORT naming every member left out, to every member but this one
- * (those left out too: they learn they are out). */
+/* An AR_ABORT naming every member of the group left out, to every member
+ * of the group but this one (those left out too: they learn they are
+ * out). */
 static fed_err send_aborts(fed_node *n)
 {
     node_mesh *p = n->mesh;
@@ -245,7 +249,7 @@ static fed_err send_aborts(fed_node *n)
     fed_err e = FED_OK;
 
     for (size_t k = 0; k < p->n; k++)
-        cnt += p->ar_left[k] != 0;
+        cnt += p->ar_grp[k] && p->ar_left[k];
     memset(&b, 0, sizeof b);
     b.attempt = p->ar_attempt;
     b.count = (uint32_t)cnt;
@@ -253,12 +257,12 @@ static fed_err send_aborts(fed_node *n)
         uint8_t *keys = NULL;
         size_t at = 0;
 
-        if (k == p->self)
+        if (k == p->self || !p->ar_grp[k])
             continue;
         if (cnt && !(keys = fed_malloc(cnt * 32)))
             return FED_ERR_NOMEM;
         for (size_t j = 0; j < p->n; j++)
-            if (p->ar_left[j]) {
+            if (p->ar_grp[j] && p->ar_left[j]) {
                 memcpy(keys + at, p->mem[j].key, 32);
                 at += 32;
             }
@@ -309,43 +313,47 @@ static fed_err send_row(fed_node *n, uint32_t to, uint64_t row)
                    FED_CODEC_NONE);
 }
 
-/* The rows grown from what the neighbours said: the mean taken once the
- * row coming forward and the one going back together span the attempt
- * (every member finished with our hash); a hash unlike ours gives the
- * attempt up. */
+/* The row grown from what members 2^k before said (k = 0: the ring
+ * neighbour): a member that knows the 2^k members ending with it finished
+ * with its hash, told that the r ending 2^k before it did, knows 2^k + r;
+ * a row that spans the attempt (from anyone) is the whole. Then the row to
+ * members 2^k after it, for each 2^k it covers (once), and the whole to all
+ * of them; a hash unlike ours gives the attempt up; the whole takes the
+ * mean. Rows double each hop: ceil(log2 n) hops in lockstep. */
 static fed_err verify_step(fed_node *n)
 {
     node_mesh *p = n->mesh;
     uint32_t me = p->ar_rank[p->self], nn = p->ar_nids;
-    uint32_t next = p->ar_ids[(me + 1) % nn], prev = p->ar_ids[(me + nn - 1) % nn];
-    uint64_t f, b;
-    int all;
+    uint64_t row = p->ar_row ? p->ar_row : 1;
     fed_err e;
 
-    if ((p->ar_prev_row && memcmp(p->ar_prev_hash, p->ar_hash, 32)) ||
-        (p->ar_next_row && memcmp(p->ar_next_hash, p->ar_hash, 32))) {
-        fed_log(FED_LOG_WARN, "peer: all-reduce of round %llu attempt %u: a ring neighbour "
-                "holds another result: redone", (unsigned long long)(n->round + 1),
-                p->ar_attempt);
-        return give_up(n);
+    for (uint32_t k = 0; k < 32 && (1ull << k) < nn; k++)
+        if (p->ar_rx[k] && memcmp(p->ar_rx_hash[k], p->ar_hash, 32)) {
+            fed_log(FED_LOG_WARN, "peer: all-reduce of round %llu attempt %u: member %u holds "
+                    "another result: redone", (unsigned long long)(n->round + 1), p->ar_attempt,
+                    p->ar_ids[(me + nn - (uint32_t)(1ull << k)) % nn]);
+            return give_up(n);
+        }
+    for (uint32_t k = 0; k < 32 && (1ull << k) < nn; k++) {
+        uint64_t d = 1ull << k;
+
+        if (p->ar_rx[k] >= nn)
+            row = nn;
+        else if (p->ar_rx[k] && row >= d && d + p->ar_rx[k] > row)
+            row = d + p->ar_rx[k] < nn ? d + p->ar_rx[k] : nn;
     }
-    f = p->ar_prev_row + 1 < nn ? p->ar_prev_row + 1 : nn;
-    b = p->ar_next_row + 1 < nn ? p->ar_next_row + 1 : nn;
-    all = f + b - 1 >= nn;
-    if (all)
-        f = b = nn;
-    if (f > p->ar_row) {
-        p->ar_row = f;
-        if ((e = send_row(n, next, f)) != FED_OK)
-            return e;
-    }
-    if (nn > 2 && b > p->ar_brow) {
-        p->ar_brow = b;
-        if ((e = send_row(n, prev, b)) != FED_OK)
-            return e;
+    p->ar_row = row;
+    for (uint32_t k = 0; k < 32 && (1ull << k) < nn; k++) {
+        uint64_t d = 1ull << k;
+
+        if ((row >= d && !p->ar_tx[k]) || (row >= nn && p->ar_tx[k] < nn)) {
+            p->ar_tx[k] = row;
+            if ((e = send_row(n, p->ar_ids[(me + d) % nn], row)) != FED_OK)
+                return e;
+        }
     }
     pump(n);
-    return all ? finish(n, 1) : FED_OK;
+    return row >= nn ? finish(n, 1) : FED_OK;
 }
 
 /* The run done: its result hashed with the members' keys, the verification
@@ -369,7 +377,8 @@ static fed_err verify_begin(fed_node *n)
     fed_crypto_model_hash(buf, len, p->ar_hash);
     fed_free(buf);
     p->ar_phase = AR_VERIFY;
-    p->ar_row = p->ar_brow = 0;
+    p->ar_row = 0;
+    memset(p->ar_tx, 0, sizeof p->ar_tx);
     end = p->ar_t0 + (uint64_t)(fed_gossip_ar_steps(&p->ar_plan) + 2) * n->cfg.deadline_ms;
     if (end < n->env.now_ms(n->env.self) + 2 * n->cfg.deadline_ms)
         end = n->env.now_ms(n->env.self) + 2 * n->cfg.deadline_ms;
@@ -417,7 +426,9 @@ static fed_err start_attempt(fed_node *n)
 {
     node_mesh *p = n->mesh;
     uint64_t round = n->round + 1;
-    double weight = p->samples ? (double)p->samples : 1.0;
+    /* a trained model stands for its samples; in groups, a mean for the
+       weight of what it averaged (the grid's exactness rests on it) */
+    double weight = p->samples ? (double)p->samples : n->cfg.group_size ? p->ar_carry : 1.0;
     fed_err e;
 
     for (size_t k = 0; k < p->n; k++)
@@ -429,8 +440,10 @@ static fed_err start_attempt(fed_node *n)
         }
     p->ar_nids = 0;
     for (size_t k = 0; k < p->n; k++) {
-        p->ar_rank[k] = p->ar_left[k] ? UINT32_MAX : p->ar_nids;
-        if (!p->ar_left[k])
+        int in = p->ar_grp[k] && !p->ar_left[k];
+
+        p->ar_rank[k] = in ? p->ar_nids : UINT32_MAX;
+        if (in)
             p->ar_ids[p->ar_nids++] = (uint32_t)k;
     }
     if (p->ar_left[p->self] || p->ar_nids < 2 || p->ar_attempt > p->n) {
@@ -452,7 +465,9 @@ static fed_err start_attempt(fed_node *n)
         return e;
     p->ar_sent = 0;
     p->ar_t0 = n->env.now_ms(n->env.self);
-    p->ar_row = p->ar_brow = p->ar_prev_row = p->ar_next_row = 0;
+    p->ar_row = 0;
+    memset(p->ar_rx, 0, sizeof p->ar_rx);
+    memset(p->ar_tx, 0, sizeof p->ar_tx);
     p->ar_phase = AR_RUN;
     return progress(n);
 }
@@ -465,20 +480,36 @@ fed_err fed_node_peer_ar_begin(fed_node *n)
     for (size_t i = p->ar_nq; i-- > 0;)
         if (p->ar_q[i].round + 1 < n->round + 1)
             drop_entry(p, i);
+    uint32_t cnt = 0;
+    fed_err e;
+
     if (p->ar_capn < p->n) {
         fed_free(p->ar_left);
+        fed_free(p->ar_grp);
         fed_free(p->ar_ids);
         fed_free(p->ar_rank);
         p->ar_left = fed_calloc(p->n, 1);
+        p->ar_grp = fed_calloc(p->n, 1);
         p->ar_ids = fed_calloc(p->n, sizeof *p->ar_ids);
         p->ar_rank = fed_calloc(p->n, sizeof *p->ar_rank);
-        p->ar_capn = p->ar_left && p->ar_ids && p->ar_rank ? p->n : 0;
+        p->ar_capn = p->ar_left && p->ar_grp && p->ar_ids && p->ar_rank ? p->n : 0;
         if (!p->ar_capn)
             return FED_ERR_NOMEM;
     }
     if (!p->ar_buf && !(p->ar_buf = fed_malloc((p->dim + 1) * sizeof *p->ar_buf)))
         return FED_ERR_NOMEM;
+    if (!(p->ar_carry > 0))
+        p->ar_carry = 1.0;
     memset(p->ar_left, 0, p->n); /* a member left out last round is back */
+    memset(p->ar_grp, 1, p->n);
+    if (n->cfg.group_size) { /* this round's group, from the grid all compute */
+        if ((e = fed_gossip_ar_group((uint32_t)p->n, n->cfg.group_size, n->cfg.seed,
+                                     n->round + 1, (uint32_t)p->self, p->ar_ids, &cnt)) != FED_OK)
+            return e;
+        memset(p->ar_grp, 0, p->n);
+        for (uint32_t i = 0; i < cnt; i++)
+            p->ar_grp[p->ar_ids[i]] = 1;
+    }
     p->ar_attempt = 0;
     p->state = MESH_WAITING;
     return start_attempt(n);
@@ -570,7 +601,7 @@ static fed_err on_abort(fed_node *n, node_open *op, size_t k)
     for (uint32_t i = 0; i < m->block.count; i++) {
         size_t j = fed_node_peer_member_of(p, m->vector + (size_t)i * 32);
 
-        if (j != SIZE_MAX && !p->ar_left[j]) {
+        if (j != SIZE_MAX && p->ar_grp[j] && !p->ar_left[j]) {
             p->ar_left[j] = 1;
             grew = 1;
         }
@@ -592,33 +623,27 @@ static fed_err on_abort(fed_node *n, node_open *op, size_t k)
     return give_up(n);
 }
 
-/* An AR_VERIFY from a ring neighbour: the row it says, coming forward
- * (from the member before) or going back (from the one after). */
+/* An AR_VERIFY from the member 2^k before this one: the row it says. */
 static fed_err on_verify(fed_node *n, node_open *op, size_t k)
 {
     node_mesh *p = n->mesh;
     const fed_wire_msg *m = &op->msg;
-    uint32_t me, nn = p->ar_nids;
-    uint64_t *row;
-    uint8_t *hash;
+    uint32_t nn = p->ar_nids, dist, lvl = 0;
 
     if (p->ar_phase == AR_ABORT)
         return answer(n, op, FED_OK);
-    me = p->ar_rank[p->self];
-    if (p->ar_ids[(me + nn - 1) % nn] == k) {
-        row = &p->ar_prev_row;
-        hash = p->ar_prev_hash;
-    } else if (p->ar_ids[(me + 1) % nn] == k) {
-        row = &p->ar_next_row;
-        hash = p->ar_next_hash;
-    } else {
+    if (p->ar_rank[k] == UINT32_MAX)
         return answer(n, op, FED_ERR_ROLE);
-    }
+    dist = (p->ar_rank[p->self] + nn - p->ar_rank[k]) % nn;
+    while (lvl < 31 && (1u << lvl) < dist)
+        lvl++;
+    if (dist == 0 || (1u << lvl) != dist)
+        return answer(n, op, FED_ERR_ROLE);
     (void)answer(n, op, FED_OK);
-    if (m->block.in_row <= *row)
+    if (m->block.in_row <= p->ar_rx[lvl])
         return FED_OK; /* a resend, or overtaken */
-    *row = m->block.in_row;
-    memcpy(hash, m->block.result_hash, 32);
+    p->ar_rx[lvl] = m->block.in_row;
+    memcpy(p->ar_rx_hash[lvl], m->block.result_hash, 32);
     return p->ar_phase == AR_VERIFY ? verify_step(n) : FED_OK;
 }
 
@@ -641,6 +666,10 @@ fed_err fed_node_peer_ar_on_control(fed_node *n, node_open *op)
     e = placement(n, m->hdr.round, m->block.attempt, &stale);
     if (e != FED_OK || stale)
         return answer(n, op, e);
+    if (!p->ar_grp[k]) { /* another group's member: not ours to hear */
+        fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_ROLE);
+        return answer(n, op, FED_ERR_ROLE);
+    }
     if (m->hdr.type == FED_WIRE_AR_ABORT)
         return on_abort(n, op, k);
     return on_verify(n, op, k);

@@ -93,17 +93,17 @@ struct node_mesh {
     uint32_t ar_attempt;       /* this round's attempt: 0, then each redo */
     size_t ar_capn;            /* room in the three arrays below */
     uint8_t *ar_left;          /* (n) members left out of this round */
+    uint8_t *ar_grp;           /* (n) members of this round's group (cfg.group_size) */
+    double ar_carry;           /* groups: the weight the last mean stands for */
     uint32_t *ar_ids;          /* (n) the attempt's members, in key order */
     uint32_t *ar_rank;         /* (n) a member's place in ar_ids, UINT32_MAX: out */
     uint32_t ar_nids;
     uint64_t ar_t0;            /* when the attempt started (env ms) */
     uint8_t ar_hash[32];       /* the attempt's result: keys and sums hashed */
     uint64_t ar_row;           /* members in a row, ending here, whose hash is ours */
-    uint64_t ar_brow;          /* ... beginning here (the row going back) */
-    uint64_t ar_prev_row;      /* what the member before said (0: nothing yet) */
-    uint64_t ar_next_row;      /* what the member after said (0: nothing yet) */
-    uint8_t ar_prev_hash[32];
-    uint8_t ar_next_hash[32];
+    uint64_t ar_rx[32];        /* the row member (rank - 2^k) said (0: nothing yet) */
+    uint8_t ar_rx_hash[32][32];/* ... and its hash */
+    uint64_t ar_tx[32];        /* the row sent to member (rank + 2^k) (0: none yet) */
 };
 
 /* ---- peer.c ---- */

@@ -12,7 +12,9 @@
  * trained peers commit the same hash every round; a member killed at each
  * ring step hangs nobody: the survivors agree whom to leave out, redo the
  * round and hold one model, the mean of the survivors (or of all, when it
- * died after its part was in). Skips the training parts without
+ * died after its part was in); a member cut off rejoins; --group-size:
+ * the exact mean after ceil(log_G n) rounds, a slow group holds up no
+ * other. Skips the training parts without
  * the data. */
 #include <math.h>
 #include <setjmp.h>
@@ -29,6 +31,7 @@
 #include "core/pool.h"
 #include "core/rng.h"
 #include "crypto/allow.h"
+#include "gossip/allreduce.h"
 #include "model/backend.h"
 #include "model/data.h"
 #include "node/node.h"
@@ -58,6 +61,9 @@ typedef struct mesh {
     float lr[MAXN][16];             /* the rate node i reported round r at */
     uint8_t hash[MAXN][32];         /* its last round's model hash */
     uint8_t hashes[MAXN][16][32];   /* each round's */
+    uint64_t end_ms[MAXN][16];      /* when node i ended round r */
+    uint64_t snap_round;            /* the round whose estimates go to snap */
+    double snap[MAXN][DIM];
 } mesh;
 
 static fed_backend *be;
@@ -96,6 +102,9 @@ static void on_round(void *ctx, const fed_node *n, const fed_node_round_info *r)
                 memcpy(m->hashes[i][r->round], r->model_hash, 32);
                 m->commits[i][r->round]++;
                 m->lr[i][r->round] = r->lr;
+                m->end_ms[i][r->round] = r->end_ms;
+                if (r->round == m->snap_round)
+                    assert_int_equal(fed_node_peer_estimate(n, m->snap[i]), FED_OK);
             }
         }
 }
@@ -117,6 +126,7 @@ typedef struct mesh_opts {
     const char *lr_schedule; /* train: the rate across rounds; NULL: const */
     uint32_t lr_warmup;
     size_t max_frame;       /* 0: the default */
+    uint32_t group_size;    /* allreduce: groups of at most this (0: none) */
 } mesh_opts;
 
 static void mesh_build(mesh *m, const mesh_opts *o)
@@ -184,6 +194,7 @@ static void mesh_build(mesh *m, const mesh_opts *o)
         c.vouch = o->vouch;
         c.neighbours = o->neighbours;
         c.wire.max_frame = o->max_frame;
+        c.group_size = o->group_size;
         if (o->outsider && i == 0) /* an hour from the world's clock at 0 */
             assert_int_equal(fed_gossip_entry_sign(fed_sim_host_arena(m->h[0]),
                                                    fed_sim_host_id(m->h[o->n - 1])->key,
@@ -794,6 +805,90 @@ static void test_allreduce_rejoin(void **state)
     mesh_free(&m);
 }
 
+/* --group-size G, no training: n members in groups of at most G by the
+ * grid all compute from the seed, each group all-reducing alone. After
+ * ceil(log_G n) rounds every member holds the exact mean (to 1e-12: the
+ * groups sum in different orders); after one round, every member of a
+ * group the same bits. With the links of round 1's group of member 0 made
+ * 40 times slower, the other groups end round 1 before it: a slow group
+ * holds up nobody else. */
+static void test_allreduce_groups(void **state)
+{
+    static const struct { int n; uint32_t g; const char *topo; int rounds; } cases[] = {
+        {12, 4, "ring", 2}, {16, 4, "butterfly", 2}, {27, 3, "tree", 3}, {8, 16, "ring", 1}};
+
+    (void)state;
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        mesh_opts o = {.n = cases[c].n, .topology = cases[c].topo, .mixing = "allreduce",
+                       .rounds = (uint32_t)cases[c].rounds, .deadline_ms = 2000, .seed = 21,
+                       .group_size = cases[c].g};
+        double z[DIM], err = 0;
+        mesh m;
+
+        mesh_build(&m, &o);
+        m.snap_round = (uint64_t)cases[c].rounds - 1;
+        run_to_round(&m, cases[c].rounds, 100000000);
+        if (cases[c].rounds > 1) { /* a round short: not there yet */
+            double e1 = 0;
+
+            for (int i = 0; i < m.n; i++)
+                for (int d = 0; d < DIM; d++)
+                    e1 = fmax(e1, fabs(m.snap[i][d] - m.mean[d]));
+            assert_true(e1 > 1e-3);
+        }
+        for (int i = 0; i < m.n; i++) {
+            assert_int_equal(fed_node_peer_estimate(fed_sim_host_node(m.h[i]), z), FED_OK);
+            for (int d = 0; d < DIM; d++) {
+                double a = fabs(z[d] - m.mean[d]) / (1 + fabs(m.mean[d]));
+
+                err = a > err ? a : err;
+            }
+        }
+        printf("groups of %2u, %2d peers (%s): the exact mean on every one after %d rounds "
+               "(largest relative error %.1e)\n", cases[c].g, m.n, cases[c].topo,
+               cases[c].rounds, err);
+        assert_true(err < 1e-12);
+        mesh_free(&m);
+    }
+    { /* a slow group */
+        mesh_opts o = {.n = 12, .topology = "ring", .mixing = "allreduce", .rounds = 1,
+                       .deadline_ms = 5000, .seed = 21, .group_size = 4};
+        uint32_t grp[MAXN], cnt = 0;
+        uint64_t slow = 0, fast = 0;
+        uint8_t in[MAXN] = {0};
+        fed_sim_link l;
+        mesh m;
+
+        mesh_build(&m, &o);
+        assert_int_equal(fed_gossip_ar_group(12, 4, 21, 1, 0, grp, &cnt), FED_OK);
+        memset(&l, 0, sizeof l);
+        l.latency_ms = 200;
+        l.bytes_per_ms = 100000;
+        for (uint32_t a = 0; a < cnt; a++) {
+            in[grp[a]] = 1;
+            for (uint32_t b = 0; b < cnt; b++)
+                if (a != b)
+                    assert_int_equal(fed_sim_world_set_link(m.w, fed_sim_host_index(m.h[grp[a]]),
+                                                            fed_sim_host_index(m.h[grp[b]]), &l),
+                                     FED_OK);
+        }
+        run_to_round(&m, 1, 100000000);
+        for (int i = 0; i < m.n; i++) {
+            uint64_t t = m.end_ms[i][1];
+
+            if (in[i])
+                slow = slow > t ? slow : t;
+            else
+                fast = fast > t ? fast : t;
+        }
+        printf("groups of 4, 12 peers, one group's links 200 ms: the other groups end round 1 "
+               "at %llu ms, the slow one at %llu ms\n", (unsigned long long)(fast - 1700000000000ull),
+               (unsigned long long)(slow - 1700000000000ull));
+        assert_true(fast < slow);
+        mesh_free(&m);
+    }
+}
+
 /* What all-reduce refuses: a sync mode other than bsp, a gossip topology. */
 static void test_allreduce_settings(void **state)
 {
@@ -848,6 +943,7 @@ int main(void)
         cmocka_unit_test(test_allreduce_chunked),
         cmocka_unit_test(test_allreduce_killed_each_step),
         cmocka_unit_test(test_allreduce_rejoin),
+        cmocka_unit_test(test_allreduce_groups),
         cmocka_unit_test(test_vouched_peer_joins),
         cmocka_unit_test(test_training_crash_rejoin),
     };
