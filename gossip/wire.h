@@ -208,7 +208,10 @@ typedef enum fed_wire_type {
 #define FED_WIRE_ACK_FINISHED 0x4u  /* aggregator: training is over, stop asking */
 /* An ACK of a SLICE carries the slice's all-reduce step + 1 in its high 16
  * bits (0: not said), so a late ACK of a resent copy of an earlier step is
- * told from the ACK of the slice in flight to the same member. */
+ * told from the ACK of the slice in flight to the same member. In a redo
+ * (attempt > 0), and for AR_ABORT and AR_VERIFY, the value is a 16-bit fold
+ * of step and attempt (of attempt, of attempt and row): node/peer_allreduce.c's
+ * ack_tag. */
 #define FED_WIRE_ACK_STEP_MASK 0xffff0000u
 #define FED_WIRE_ACK_STEP(step) ((uint32_t)((((uint64_t)(step) + 1) & 0xffffu) << 16))
 #define FED_WIRE_ACK_FLAGS                                                                  \
