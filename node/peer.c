@@ -548,15 +548,17 @@ static fed_err mix(fed_node *n)
 static void catch_up(fed_node *n)
 {
     node_mesh *p = n->mesh;
-    uint64_t ahead = 0;
+    /* all-reduce groups: another group's member may legitimately be a round
+       ahead; only two rounds ahead says this one is left behind */
+    uint64_t ahead = 0, slack = !p->rejoining && p->mix == MIX_ALLREDUCE && n->cfg.group_size;
 
     for (size_t k = 0; k < p->n; k++)
         if (k != p->self && p->mem[k].seen_round > ahead)
             ahead = p->mem[k].seen_round;
-    if (ahead > n->round + 1) {
+    if (ahead > n->round + 1 + slack) {
         fed_log(FED_LOG_INFO, "peer: rejoining at round %llu, neighbours at %llu: skipping ahead",
                 (unsigned long long)n->round, (unsigned long long)ahead);
-        n->round = ahead - 1;
+        n->round = ahead - 1 - slack;
     }
     if (ahead > 0)
         p->rejoining = 0;

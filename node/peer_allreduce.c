@@ -431,8 +431,9 @@ static fed_err start_attempt(fed_node *n)
     double weight = p->samples ? (double)p->samples : n->cfg.group_size ? p->ar_carry : 1.0;
     fed_err e;
 
-    for (size_t k = 0; k < p->n; k++)
-        if (k != p->self && p->mem[k].seen_round > round) {
+    for (size_t k = 0; k < p->n; k++) /* (groups: another group's member may be a round
+                                          ahead by right; two rounds is left behind) */
+        if (k != p->self && p->mem[k].seen_round > round + (n->cfg.group_size ? 1 : 0)) {
             fed_log(FED_LOG_WARN, "peer: all-reduce of round %llu: member %zu is at round %llu "
                     "already: this round ends with this member's own model, it rejoins there",
                     (unsigned long long)round, k, (unsigned long long)p->mem[k].seen_round);
