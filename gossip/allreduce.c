@@ -476,6 +476,39 @@ fed_err fed_gossip_ar_member_result(const fed_gossip_ar_member *m, float *out, d
     return FED_OK;
 }
 
+/* ---- verification rows ---- */
+
+uint32_t fed_gossip_ar_row_levels(uint32_t n)
+{
+    uint32_t k = 0;
+
+    while (k < 32 && (1ull << k) < n)
+        k++;
+    return k;
+}
+
+uint64_t fed_gossip_ar_row(uint32_t n, uint64_t row, const uint64_t *rx, const uint8_t *same)
+{
+    uint32_t levels = fed_gossip_ar_row_levels(n);
+
+    for (uint32_t k = 0; k < levels; k++)
+        if (rx[k] && !same[k])
+            return 0;
+    if (row < 1)
+        row = 1;
+    /* ascending: a level usable at all (row >= 2^k) was usable before the
+       larger ones raised the row, and what it adds does not depend on it */
+    for (uint32_t k = 0; k < levels; k++) {
+        uint64_t d = 1ull << k;
+
+        if (rx[k] >= n)
+            row = n;
+        else if (rx[k] && row >= d && d + rx[k] > row)
+            row = d + rx[k] < n ? d + rx[k] : n;
+    }
+    return row < n ? row : n;
+}
+
 /* ---- groups ---- */
 
 uint32_t fed_gossip_ar_radices(uint32_t n, uint32_t g, uint32_t r[FED_GOSSIP_AR_MAX_RADICES])

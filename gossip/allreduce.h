@@ -140,6 +140,19 @@ FED_WUR fed_err fed_gossip_ar_member_result(const fed_gossip_ar_member *m, float
 /* Elements this member sends over the whole schedule (for the payload bound). */
 size_t fed_gossip_ar_member_payload(const fed_gossip_ar_plan *p, uint32_t me);
 
+/* ---- the fault rule's verification rows (node/peer_allreduce.c) ----
+ * A member whose run is done knows a row of r >= 1 members, ending with it
+ * in key order (wrapping), that finished with its result's hash. It tells
+ * the members 2^k after it (k < fed_gossip_ar_row_levels) its row; one
+ * told by the member 2^k before it that the rx[k] ending there did, and
+ * knowing a row of at least 2^k itself, knows 2^k + rx[k] (at most n). A
+ * row of n, from anyone, means every member finished with that hash. */
+uint32_t fed_gossip_ar_row_levels(uint32_t n);
+/* The row a member of n knows now, from its row so far (>= 1) and rx[k]
+ * (0: nothing heard) with same[k] (its hash is the member's own) for each
+ * level; 0 when a heard hash differs (the attempt is redone). */
+uint64_t fed_gossip_ar_row(uint32_t n, uint64_t row, const uint64_t *rx, const uint8_t *same);
+
 /* ---- groups (Moshpit-style averaging for large n) ----
  * n members split each round into groups by a grid every member can
  * compute: n is factored into radices r_0, r_1, ..., r_{d-1} (greedily the

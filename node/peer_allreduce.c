@@ -324,26 +324,23 @@ static fed_err verify_step(fed_node *n)
 {
     node_mesh *p = n->mesh;
     uint32_t me = p->ar_rank[p->self], nn = p->ar_nids;
-    uint64_t row = p->ar_row ? p->ar_row : 1;
+    uint32_t levels = fed_gossip_ar_row_levels(nn);
+    uint8_t same[32];
+    uint64_t row;
     fed_err e;
 
-    for (uint32_t k = 0; k < 32 && (1ull << k) < nn; k++)
-        if (p->ar_rx[k] && memcmp(p->ar_rx_hash[k], p->ar_hash, 32)) {
-            fed_log(FED_LOG_WARN, "peer: all-reduce of round %llu attempt %u: member %u holds "
-                    "another result: redone", (unsigned long long)(n->round + 1), p->ar_attempt,
-                    p->ar_ids[(me + nn - (uint32_t)(1ull << k)) % nn]);
-            return give_up(n);
-        }
-    for (uint32_t k = 0; k < 32 && (1ull << k) < nn; k++) {
-        uint64_t d = 1ull << k;
-
-        if (p->ar_rx[k] >= nn)
-            row = nn;
-        else if (p->ar_rx[k] && row >= d && d + p->ar_rx[k] > row)
-            row = d + p->ar_rx[k] < nn ? d + p->ar_rx[k] : nn;
+    for (uint32_t k = 0; k < levels; k++)
+        same[k] = !p->ar_rx[k] || !memcmp(p->ar_rx_hash[k], p->ar_hash, 32);
+    if (!(row = fed_gossip_ar_row(nn, p->ar_row, p->ar_rx, same))) {
+        for (uint32_t k = 0; k < levels; k++)
+            if (!same[k])
+                fed_log(FED_LOG_WARN, "peer: all-reduce of round %llu attempt %u: member %u "
+                        "holds another result: redone", (unsigned long long)(n->round + 1),
+                        p->ar_attempt, p->ar_ids[(me + nn - (uint32_t)(1ull << k)) % nn]);
+        return give_up(n);
     }
     p->ar_row = row;
-    for (uint32_t k = 0; k < 32 && (1ull << k) < nn; k++) {
+    for (uint32_t k = 0; k < levels; k++) {
         uint64_t d = 1ull << k;
 
         if ((row >= d && !p->ar_tx[k]) || (row >= nn && p->ar_tx[k] < nn)) {
