@@ -29,7 +29,9 @@
  * member stalled nearest a dead one gives up a deadline before those
  * stalled behind it, and its abort reaches them first. A member named
  * in an abort ends the round with its own model and is back at the next:
- * every round starts over all members. */
+ * every round starts over all members. With cfg.group_size the round's
+ * members are this member's group of the grid (fed_gossip_ar_group), and
+ * all of the above is the group's. */
 #include <stdio.h>
 #include <string.h>
 
