@@ -28,7 +28,9 @@
  *    SLICE frames, the ring's payload against 2(n-1)/n of the model; wall
  *    time a round with 100 MB/s links and 5 ms latency, modelled as the sum
  *    over steps of 5 ms + the most bytes one member sends in the step / 100
- *    MB/s. Next to push-sum on random:3 (rounds to 1e-6 measured here, 8
+ *    MB/s, plus the fault rule's check (AR_VERIFY rows, ceil(log2 n) hops);
+ *    groups of 16 (--group-size: ceil(log_16 n) rounds of group all-reduces,
+ *    weights carried, ring or butterfly inside). Next to push-sum on random:3 (rounds to 1e-6 measured here, 8
  *    doubles; each round K = 3 SHAREs of the whole vector, one latency) and
  *    the aggregator (one f32 MODEL down and one f32 DELTA up a client, the
  *    aggregator's link carrying n of each).
@@ -936,7 +938,8 @@ static void part_bytes(const fed_dataset *train, size_t nparams)
 #define LINK_LATENCY_MS 5.0
 
 typedef struct ar_figures {
-    uint32_t steps;
+    uint32_t rounds;                  /* to the exact mean */
+    uint32_t steps;                   /* a round's (the largest group's) */
     double payload_max, payload_mean; /* bytes a peer sends a round, f64 ranges */
     double frames_max;                /* the same as sealed SLICE frames */
     double wall_ms;                   /* the lockstep model */
@@ -954,82 +957,173 @@ static size_t slice_frame(size_t elems)
     return fed_wire_frame_bytes(fed_wire_block_size(FED_WIRE_SLICE) + body);
 }
 
-static fed_err run_allreduce(const char *spec, uint32_t n, size_t dim, ar_figures *f)
+/* One all-reduce in lockstep over the members ids[0..cnt) (every send of a
+ * step delivered, then every member advances): x[ids[i]] (dim doubles)
+ * weighted by w[ids[i]] in, the mean and the total weight out; bytes each
+ * sends added to pay (f64 ranges) and fr (sealed SLICE frames); *wall the
+ * lockstep model's time; *steps the plan's. */
+static fed_err ar_lockstep(const char *spec, const uint32_t *ids, uint32_t cnt, size_t dim,
+                           double **x, double *w, double *pay, double *fr, double *wall,
+                           uint32_t *steps)
 {
     fed_gossip_ar_plan plan;
     fed_gossip_ar_member **m = NULL;
-    double *v = fed_malloc(dim * sizeof *v), *mean = fed_calloc(dim, sizeof *mean);
-    double *pay = fed_calloc(n, sizeof *pay), *fr = fed_calloc(n, sizeof *fr);
-    float *out = fed_malloc(dim * sizeof *out), *first = fed_malloc(dim * sizeof *first);
-    fed_gossip_ar_xfer *sx = NULL;
-    fed_err e = FED_ERR_NOMEM;
+    fed_err e;
 
-    memset(f, 0, sizeof *f);
-    if (!v || !mean || !pay || !fr || !out || !first)
-        goto out;
-    if ((e = fed_gossip_ar_plan_init(&plan, spec, n, dim)) != FED_OK)
-        goto out;
-    e = FED_ERR_NOMEM;
-    if (!(m = fed_calloc(n, sizeof *m)) ||
-        !(sx = fed_calloc(fed_gossip_ar_fanout(&plan), sizeof *sx)))
-        goto out;
-    for (uint32_t i = 0; i < n; i++) {
-        start_vector(SEED, i, dim, v);
-        for (size_t d = 0; d < dim; d++)
-            mean[d] += v[d] / n;
-        if ((e = fed_gossip_ar_member_new(&plan, i, v, 1.0, &m[i])) != FED_OK)
+    *wall = 0;
+    *steps = 0;
+    if (cnt < 2)
+        return FED_OK;
+    if ((e = fed_gossip_ar_plan_init(&plan, spec, cnt, dim)) != FED_OK)
+        return e;
+    if (!(m = fed_calloc(cnt, sizeof *m)))
+        return FED_ERR_NOMEM;
+    for (uint32_t i = 0; i < cnt; i++)
+        if ((e = fed_gossip_ar_member_new(&plan, i, x[ids[i]], w[ids[i]], &m[i])) != FED_OK)
             goto out;
-    }
-    f->steps = fed_gossip_ar_steps(&plan);
-    for (uint32_t s = 0; s < f->steps; s++) {
+    *steps = fed_gossip_ar_steps(&plan);
+    for (uint32_t s = 0; s < *steps; s++) {
         double step_max = 0;
 
-        for (uint32_t i = 0; i < n; i++) { /* every send of the step delivered */
+        for (uint32_t i = 0; i < cnt; i++) { /* every send of the step delivered */
             double bytes = 0;
 
             for (size_t k = 0; k < fed_gossip_ar_member_nsend(m[i]); k++) {
-                fed_gossip_ar_xfer x;
+                fed_gossip_ar_xfer xf;
                 const double *d;
 
-                if ((e = fed_gossip_ar_member_send(m[i], k, &x, &d)) != FED_OK ||
-                    (e = fed_gossip_ar_member_receive(m[x.peer], i, s, d, x.len, NULL)) != FED_OK)
+                if ((e = fed_gossip_ar_member_send(m[i], k, &xf, &d)) != FED_OK ||
+                    (e = fed_gossip_ar_member_receive(m[xf.peer], i, s, d, xf.len, NULL)) !=
+                        FED_OK)
                     goto out;
-                bytes += (double)slice_frame(x.len);
-                pay[i] += 8.0 * (double)x.len;
-                fr[i] += (double)slice_frame(x.len);
+                bytes += (double)slice_frame(xf.len);
+                pay[ids[i]] += 8.0 * (double)xf.len;
+                fr[ids[i]] += (double)slice_frame(xf.len);
             }
             step_max = bytes > step_max ? bytes : step_max;
         }
-        f->wall_ms += LINK_LATENCY_MS + step_max / LINK_BYTES_PER_MS;
-        for (uint32_t i = 0; i < n; i++) /* then every member advances */
+        *wall += LINK_LATENCY_MS + step_max / LINK_BYTES_PER_MS;
+        for (uint32_t i = 0; i < cnt; i++) /* then every member advances */
             if ((e = fed_gossip_ar_member_advance(m[i])) != FED_OK)
                 goto out;
     }
+    for (uint32_t i = 0; i < cnt; i++) {
+        const double *sums = fed_gossip_ar_member_sums(m[i]);
+
+        w[ids[i]] = sums[dim];
+        for (size_t d = 0; d < dim; d++)
+            x[ids[i]][d] = sums[d] / sums[dim];
+    }
+out:
+    for (uint32_t i = 0; m && i < cnt; i++)
+        fed_gossip_ar_member_free(m[i]);
+    fed_free(m);
+    return e;
+}
+
+/* The fault rule's check after a run (node/peer_allreduce.c): each member
+ * sends its result's hash and row to the members 1, 2, 4, ... after it
+ * (AR_VERIFY, 48 bytes, ACKed), once when its row first covers that
+ * distance and once more with the whole: in lockstep the rows double each
+ * hop, ceil(log2 cnt) hops. Adds the bytes to fr, returns the time. */
+static double verify_pass(const uint32_t *ids, uint32_t cnt, double *fr)
+{
+    double frame = (double)fed_wire_frame_bytes(fed_wire_block_size(FED_WIRE_AR_VERIFY));
+    double ack = (double)fed_wire_frame_bytes(fed_wire_block_size(FED_WIRE_ACK));
+    uint32_t levels = 0;
+
+    while ((1ull << levels) < cnt)
+        levels++;
+    for (uint32_t i = 0; i < cnt; i++)
+        fr[ids[i]] += 2.0 * levels * (frame + ack);
+    return (double)levels * LINK_LATENCY_MS;
+}
+
+/* n members, each its own start vector and weight 1; groups 0: one
+ * all-reduce of all (spec); groups G: ceil(log_G n) rounds of group
+ * all-reduces (spec inside each), the next round's group weights carried. */
+static fed_err run_allreduce(const char *spec, uint32_t n, uint32_t groups, size_t dim,
+                             ar_figures *f)
+{
+    double **x = fed_calloc(n, sizeof *x), *w = fed_calloc(n, sizeof *w);
+    double *mean = fed_calloc(dim, sizeof *mean), *pay = fed_calloc(n, sizeof *pay);
+    double *fr = fed_calloc(n, sizeof *fr);
+    uint32_t *ids = fed_calloc(n, sizeof *ids), r[FED_GOSSIP_AR_MAX_RADICES];
+    float *first = fed_malloc(dim * sizeof *first);
+    fed_err e = FED_ERR_NOMEM;
+
+    memset(f, 0, sizeof *f);
+    if (!x || !w || !mean || !pay || !fr || !ids || !first)
+        goto out;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!(x[i] = fed_malloc(dim * sizeof *x[i])))
+            goto out;
+        start_vector(SEED, i, dim, x[i]);
+        w[i] = 1;
+        for (size_t d = 0; d < dim; d++)
+            mean[d] += x[i][d] / n;
+    }
+    f->rounds = groups ? fed_gossip_ar_radices(n, groups, r) : 1;
+    for (uint32_t t = 1; t <= f->rounds; t++) {
+        double round_wall = 0;
+        uint8_t *done = fed_calloc(n, 1);
+
+        if (!done)
+            goto out;
+        for (uint32_t i = 0; i < n; i++) { /* each group once */
+            uint32_t cnt = n, steps = 0;
+            double wall = 0;
+
+            if (done[i])
+                continue;
+            if (groups) {
+                if ((e = fed_gossip_ar_group(n, groups, SEED, t, i, ids, &cnt)) != FED_OK) {
+                    fed_free(done);
+                    goto out;
+                }
+            } else {
+                for (uint32_t k = 0; k < n; k++)
+                    ids[k] = k;
+            }
+            for (uint32_t k = 0; k < cnt; k++)
+                done[ids[k]] = 1;
+            if ((e = ar_lockstep(spec, ids, cnt, dim, x, w, pay, fr, &wall, &steps)) != FED_OK) {
+                fed_free(done);
+                goto out;
+            }
+            wall += verify_pass(ids, cnt, fr);
+            round_wall = wall > round_wall ? wall : round_wall;
+            f->steps = steps > f->steps ? steps : f->steps;
+        }
+        fed_free(done);
+        f->wall_ms += round_wall; /* the groups run side by side; rounds one after another */
+    }
     f->same_bits = 1;
     for (uint32_t i = 0; i < n; i++) {
-        if ((e = fed_gossip_ar_member_result(m[i], i ? out : first, NULL)) != FED_OK)
-            goto out;
-        if (i && memcmp(out, first, dim * sizeof *out) != 0)
-            f->same_bits = 0;
+        for (size_t d = 0; d < dim; d++) {
+            float v = (float)x[i][d];
+            double rel = fabs((double)v - mean[d]) / (1.0 + fabs(mean[d]));
+
+            if (!i)
+                first[d] = v;
+            else if (memcmp(&v, &first[d], sizeof v))
+                f->same_bits = 0;
+            f->err = rel > f->err ? rel : f->err;
+        }
         f->payload_max = pay[i] > f->payload_max ? pay[i] : f->payload_max;
         f->frames_max = fr[i] > f->frames_max ? fr[i] : f->frames_max;
         f->payload_mean += pay[i] / n;
     }
-    for (size_t d = 0; d < dim; d++) {
-        double r = fabs((double)first[d] - mean[d]) / (1.0 + fabs(mean[d]));
-
-        f->err = r > f->err ? r : f->err;
-    }
+    e = FED_OK;
 out:
-    for (uint32_t i = 0; m && i < n; i++)
-        fed_gossip_ar_member_free(m[i]);
-    fed_free(m);
-    fed_free(sx);
-    fed_free(v);
+    for (uint32_t i = 0; x && i < n; i++)
+        fed_free(x[i]);
+    fed_free(x);
+    fed_free(w);
     fed_free(mean);
     fed_free(pay);
     fed_free(fr);
-    fed_free(out);
+    fed_free(ids);
     fed_free(first);
     return e;
 }
@@ -1037,7 +1131,9 @@ out:
 static void part_allreduce(size_t dim)
 {
     static const uint32_t ns[] = {8, 64, NPEERS};
-    static const char *const specs[] = {"ring", "tree", "butterfly"};
+    static const struct { const char *name, *spec; uint32_t groups; } kinds[] = {
+        {"ring", "ring", 0}, {"tree", "tree", 0}, {"butterfly", "butterfly", 0},
+        {"g16 ring", "ring", 16}, {"g16 bfly", "butterfly", 16}};
     fed_codec f32 = {.id = FED_CODEC_F32}, f64 = {.id = FED_CODEC_F64};
     size_t b32 = 0, b64 = 0, share, model_frame;
     double model64 = 8.0 * (double)dim;
@@ -1048,47 +1144,54 @@ static void part_allreduce(size_t dim)
     model_frame = fed_wire_frame_bytes(FED_WIRE_MODEL_BLOCK_BYTES + b32);
     printf("\n== 3. exact all-reduce at logreg's length (%zu parameters; ranges travel as f64, "
            "%.0f bytes the whole model),\n", dim, model64);
-    printf("next to push-sum random:3 (rounds to 1e-6 measured here, 8 doubles) and an "
-           "aggregator; wall time a round\n");
+    printf("groups of 16 (--group-size 16: ceil(log_16 n) rounds of group all-reduces, ring or "
+           "butterfly inside),\nnext to push-sum random:3 (rounds to 1e-6 measured here, 8 "
+           "doubles) and an aggregator; wall time a round\n");
     printf("with 100 MB/s links and 5 ms latency (all-reduce: the sum over steps of 5 ms + the "
-           "most bytes one member sends in it)\n");
-    printf("%6s %-10s %7s %6s %14s %14s %9s %14s %11s %10s\n", "n", "mixing", "rounds", "steps",
-           "payload/peer", "frames/peer", "payload/", "total to mean", "wall/round", "error f32");
-    printf("%6s %-10s %7s %6s %14s %14s %9s %14s %11s %10s\n", "", "", "", "", "(max B)", "(max B)",
-           "model", "(B/peer)", "(ms)", "");
+           "most bytes one member sends in it,\nthen the fault rule's check: ceil(log2 members) "
+           "hops of AR_VERIFY rows); bytes to the mean are a peer's over all the\n"
+           "rounds it takes (payload: the f64 ranges; frames: the sealed SLICEs, and the "
+           "AR_VERIFYs with their ACKs)\n");
+    printf("%6s %-10s %7s %6s %14s %14s %9s %11s %10s\n", "n", "mixing", "rounds", "steps",
+           "payload/peer", "frames/peer", "payload/", "wall/round", "error f32");
+    printf("%6s %-10s %7s %6s %14s %14s %9s %11s %10s\n", "", "", "to mean", "/round",
+           "to mean (B)", "to mean (B)", "model", "(ms)", "");
     for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
         uint32_t n = ns[k];
         cons_result ps;
         fed_err e;
 
-        for (size_t t = 0; t < sizeof specs / sizeof *specs; t++) {
+        for (size_t t = 0; t < sizeof kinds / sizeof *kinds; t++) {
             ar_figures f;
 
-            if ((e = run_allreduce(specs[t], n, dim, &f)) != FED_OK)
+            if ((e = run_allreduce(kinds[t].spec, n, kinds[t].groups, dim, &f)) != FED_OK)
                 die("all-reduce", e);
-            printf("%6u %-10s %7d %6u %14.0f %14.0f %9.4f %14.0f %11.1f %10.2g%s\n", n, specs[t], 1,
-                   f.steps, f.payload_max, f.frames_max, f.payload_max / model64, f.frames_max,
-                   f.wall_ms, f.err, f.same_bits ? "" : "  NOT THE SAME BITS");
-            if (!strcmp(specs[t], "ring"))
-                printf("%6s %-10s   the ring's payload: %.4f of the model, bound 2(n-1)/n = %.4f "
-                       "(mean %.4f); frame overhead %.2f%%\n", "", "", f.payload_max / model64,
-                       2.0 * (n - 1) / n, f.payload_mean / model64,
+            printf("%6u %-10s %7u %6u %14.0f %14.0f %9.4f %11.1f %10.2g%s\n", n, kinds[t].name,
+                   f.rounds, f.steps, f.payload_max, f.frames_max, f.payload_max / model64,
+                   f.wall_ms / f.rounds, f.err,
+                   f.same_bits || kinds[t].groups ? "" : "  NOT THE SAME BITS");
+            if (!strcmp(kinds[t].name, "ring"))
+                printf("%6s %-10s   the ring's payload: %.4f of the model and its weight (%zu "
+                       "doubles), bound 2(n-1)/n = %.4f (mean %.4f);\n%6s %-10s   frame overhead "
+                       "(the SLICEs' seals, the AR_VERIFYs and their ACKs) %.2f%%\n", "", "",
+                       f.payload_max / (model64 + 8), dim + 1, 2.0 * (n - 1) / n,
+                       f.payload_mean / (model64 + 8), "", "",
                        100.0 * (f.frames_max - f.payload_max) / f.payload_max);
         }
         if ((e = run_consensus("random:3", n, SHORT_DIM, MAX_ROUNDS, &ps)) != FED_OK)
             die("push-sum", e);
-        printf("%6u %-10s %7d %6d %14.0f %14.0f %9.4f %14.0f %11.1f %10s\n", n, "push-sum:3",
-               ps.rounds, 1, ps.frames_mean * (double)b64, ps.frames_mean * (double)share,
-               ps.frames_mean * (double)b64 / model64, ps.rounds * ps.frames_mean * (double)share,
+        printf("%6u %-10s %7d %6d %14.0f %14.0f %9.4f %11.1f %10s\n", n, "push-sum:3", ps.rounds,
+               1, ps.rounds * ps.frames_mean * (double)b64,
+               ps.rounds * ps.frames_mean * (double)share, ps.frames_mean * (double)b64 / model64,
                LINK_LATENCY_MS + ps.frames_mean * (double)share / LINK_BYTES_PER_MS, "<1e-6");
-        printf("%6u %-10s %7d %6d %14.0f %14.0f %9s %14.0f %11.1f %10s\n", n, "aggregator", 1, 2,
+        printf("%6u %-10s %7d %6d %14.0f %14.0f %9s %11.1f %10s\n", n, "aggregator", 1, 2,
                (double)b32, (double)fed_wire_frame_bytes(16 + b32), "(f32)",
-               (double)fed_wire_frame_bytes(16 + b32),
                2 * LINK_LATENCY_MS + (double)n * (double)(model_frame + fed_wire_frame_bytes(16 + b32)) /
                    LINK_BYTES_PER_MS, "exact");
     }
     printf("(aggregator: a client sends one f32 DELTA; the aggregator's link carries n MODELs and "
-           "n DELTAs, which sets its wall time)\n");
+           "n DELTAs, which sets its wall time;\n groups: every member ends within float "
+           "rounding of the mean, not the same bits: the groups sum in different orders)\n");
 }
 
 /* `bench_peer allreduce`: part 3 alone. */

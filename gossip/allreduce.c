@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/rng.h"
 #include "gossip/allreduce.h"
 
 fed_err fed_gossip_ar_parse(const char *spec, fed_gossip_ar_topo *topo, uint32_t *arity)
@@ -473,4 +474,112 @@ fed_err fed_gossip_ar_member_result(const fed_gossip_ar_member *m, float *out, d
     if (weight)
         *weight = w;
     return FED_OK;
+}
+
+/* ---- verification rows ---- */
+
+uint32_t fed_gossip_ar_row_levels(uint32_t n)
+{
+    uint32_t k = 0;
+
+    while (k < 32 && (1ull << k) < n)
+        k++;
+    return k;
+}
+
+uint64_t fed_gossip_ar_row(uint32_t n, uint64_t row, const uint64_t *rx, const uint8_t *same)
+{
+    uint32_t levels = fed_gossip_ar_row_levels(n);
+
+    for (uint32_t k = 0; k < levels; k++)
+        if (rx[k] && !same[k])
+            return 0;
+    if (row < 1)
+        row = 1;
+    /* ascending: a level usable at all (row >= 2^k) was usable before the
+       larger ones raised the row, and what it adds does not depend on it */
+    for (uint32_t k = 0; k < levels; k++) {
+        uint64_t d = 1ull << k;
+
+        if (rx[k] >= n)
+            row = n;
+        else if (rx[k] && row >= d && d + rx[k] > row)
+            row = d + rx[k] < n ? d + rx[k] : n;
+    }
+    return row < n ? row : n;
+}
+
+/* ---- groups ---- */
+
+uint32_t fed_gossip_ar_radices(uint32_t n, uint32_t g, uint32_t r[FED_GOSSIP_AR_MAX_RADICES])
+{
+    uint32_t d = 0, m = n;
+
+    while (m > 1 && d < FED_GOSSIP_AR_MAX_RADICES) {
+        uint32_t f = 0;
+
+        for (uint32_t k = g < m ? g : m; k >= 2 && !f; k--)
+            if (m % k == 0)
+                f = k;
+        for (uint32_t k = 2; !f; k++) /* no divisor in 2..g: the smallest prime */
+            if (m % k == 0)
+                f = k;
+        r[d++] = f;
+        m /= f;
+    }
+    return d;
+}
+
+fed_err fed_gossip_ar_group(uint32_t n, uint32_t g, uint64_t seed, uint64_t round, uint32_t me,
+                            uint32_t *out, uint32_t *cnt)
+{
+    uint32_t r[FED_GOSSIP_AR_MAX_RADICES], d, dig;
+    uint32_t *perm = NULL, *at = NULL;
+    uint64_t below = 1, pos, base;
+    fed_rng rng;
+    fed_err e = FED_ERR_NOMEM;
+
+    *cnt = 0;
+    if (me >= n || g < 2 || round < 1)
+        return FED_ERR_RANGE;
+    d = fed_gossip_ar_radices(n, g, r);
+    if (d == 0) { /* one member */
+        out[0] = me;
+        *cnt = 1;
+        return FED_OK;
+    }
+    dig = (uint32_t)((round - 1) % d);
+    if (!(perm = fed_malloc((size_t)n * sizeof *perm)) || !(at = fed_malloc((size_t)n * sizeof *at)))
+        goto out;
+    /* the cycle's permutation: position -> member (Fisher-Yates) */
+    fed_rng_seed_stream(&rng, seed, (round - 1) / d);
+    for (uint32_t i = 0; i < n; i++)
+        perm[i] = i;
+    for (uint32_t i = n - 1; i > 0; i--) {
+        uint32_t j = (uint32_t)fed_rng_below(&rng, (uint64_t)i + 1), t = perm[i];
+
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        at[perm[i]] = i;
+    for (uint32_t t = 0; t < dig; t++)
+        below *= r[t];
+    pos = at[me];
+    base = pos - (pos / below % r[dig]) * below; /* digit dig cleared */
+    for (uint32_t v = 0; v < r[dig]; v++)
+        out[(*cnt)++] = perm[base + v * below];
+    /* increasing member order (key order): a short insertion sort */
+    for (uint32_t i = 1; i < *cnt; i++)
+        for (uint32_t j = i; j > 0 && out[j - 1] > out[j]; j--) {
+            uint32_t t = out[j];
+
+            out[j] = out[j - 1];
+            out[j - 1] = t;
+        }
+    e = FED_OK;
+out:
+    fed_free(perm);
+    fed_free(at);
+    return e;
 }

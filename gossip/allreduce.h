@@ -140,4 +140,40 @@ FED_WUR fed_err fed_gossip_ar_member_result(const fed_gossip_ar_member *m, float
 /* Elements this member sends over the whole schedule (for the payload bound). */
 size_t fed_gossip_ar_member_payload(const fed_gossip_ar_plan *p, uint32_t me);
 
+/* ---- the fault rule's verification rows (node/peer_allreduce.c) ----
+ * A member whose run is done knows a row of r >= 1 members, ending with it
+ * in key order (wrapping), that finished with its result's hash. It tells
+ * the members 2^k after it (k < fed_gossip_ar_row_levels) its row; one
+ * told by the member 2^k before it that the rx[k] ending there did, and
+ * knowing a row of at least 2^k itself, knows 2^k + rx[k] (at most n). A
+ * row of n, from anyone, means every member finished with that hash. */
+uint32_t fed_gossip_ar_row_levels(uint32_t n);
+/* The row a member of n knows now, from its row so far (>= 1) and rx[k]
+ * (0: nothing heard) with same[k] (its hash is the member's own) for each
+ * level; 0 when a heard hash differs (the attempt is redone). */
+uint64_t fed_gossip_ar_row(uint32_t n, uint64_t row, const uint64_t *rx, const uint8_t *same);
+
+/* ---- groups (Moshpit-style averaging for large n) ----
+ * n members split each round into groups by a grid every member can
+ * compute: n is factored into radices r_0, r_1, ..., r_{d-1} (greedily the
+ * largest divisor <= G of what is left; where what is left has no divisor
+ * in 2..G, its smallest prime factor, a group larger than G); a cycle of d
+ * rounds places the members at the positions of a permutation drawn from
+ * (seed, cycle); round t of the cycle groups the members whose positions,
+ * written in those radices, differ only in digit t. With no training
+ * between them, d rounds of group all-reduces (each weighted by the total
+ * weight of what its members hold) leave every member the exact mean: the
+ * grid is full, so digit t's groups join disjoint sub-grids that together
+ * cover the next. d = ceil(log_G n) whenever n factors into radices <= G. */
+#define FED_GOSSIP_AR_MAX_RADICES 32
+
+/* The radices for n members and groups of at most g (g >= 2); their count
+ * (the rounds of a cycle), at most FED_GOSSIP_AR_MAX_RADICES. */
+uint32_t fed_gossip_ar_radices(uint32_t n, uint32_t g, uint32_t r[FED_GOSSIP_AR_MAX_RADICES]);
+/* Member me's group in round (1-based) for seed: its members in increasing
+ * order into out (room for n), their count in *cnt. FED_ERR_RANGE for
+ * me >= n or g < 2, FED_ERR_NOMEM. */
+FED_WUR fed_err fed_gossip_ar_group(uint32_t n, uint32_t g, uint64_t seed, uint64_t round,
+                                    uint32_t me, uint32_t *out, uint32_t *cnt);
+
 #endif

@@ -65,7 +65,7 @@ fed_err fed_wire_hdr_decode(const uint8_t *buf, size_t len, fed_wire_hdr *h)
     memset(h, 0, sizeof *h);
     h->type = buf[FED_WIRE_OFF_TYPE];
     h->flags = fed_get_u16le(buf + FED_WIRE_OFF_FLAGS);
-    if (h->type < 1 || h->type > FED_WIRE_TYPE_MAX || !flags_ok(h->type, h->flags) ||
+    if (!FED_WIRE_TYPE_KNOWN(h->type) || !flags_ok(h->type, h->flags) ||
         fed_get_u16le(buf + 134) != 0)
         return FED_ERR_FRAME_TYPE;
     if (h->flags == FED_WIRE_FLAG_DATA && h->type == FED_WIRE_CHUNK &&
@@ -98,6 +98,8 @@ size_t fed_wire_block_size(uint8_t type)
     case FED_WIRE_LEAVE: return 8;
     case FED_WIRE_CHUNK: return 16;
     case FED_WIRE_SLICE: return 16;
+    case FED_WIRE_AR_ABORT: return 16;
+    case FED_WIRE_AR_VERIFY: return 48;
     default: return 0;
     }
 }
@@ -343,6 +345,15 @@ fed_err fed_wire_block_encode(uint8_t type, const fed_wire_block *b, uint8_t *ou
         fed_put_u64le(out, b->stream_id);
         fed_put_u32le(out + 8, b->chunk_index);
         break;
+    case FED_WIRE_AR_ABORT:
+        fed_put_u64le(out, b->attempt);
+        fed_put_u32le(out + 8, b->count);
+        break;
+    case FED_WIRE_AR_VERIFY:
+        fed_put_u64le(out, b->attempt);
+        fed_put_u64le(out + 8, b->in_row);
+        memcpy(out + 16, b->result_hash, 32);
+        break;
     default: return FED_ERR_INVAL;
     }
     *len = n;
@@ -400,6 +411,17 @@ fed_err fed_wire_block_decode(uint8_t type, const uint8_t *in, size_t len, fed_w
         b->stream_id = fed_get_u64le(in);
         b->chunk_index = fed_get_u32le(in + 8);
         ok = all_zero(in + 12, 4);
+        break;
+    case FED_WIRE_AR_ABORT:
+        b->attempt = fed_get_u64le(in);
+        b->count = fed_get_u32le(in + 8);
+        ok = all_zero(in + 12, 4);
+        break;
+    case FED_WIRE_AR_VERIFY:
+        b->attempt = fed_get_u64le(in);
+        b->in_row = fed_get_u64le(in + 8);
+        memcpy(b->result_hash, in + 16, 32);
+        ok = b->in_row >= 1;
         break;
     default: ok = 0;
     }
@@ -567,6 +589,10 @@ const char *fed_wire_type_name(uint8_t type)
     static const char *const names[] = {"?",   "HELLO", "NEXT",  "MODEL", "DELTA",
                                         "ACK", "SHARE", "PEERS", "LEAVE", "CHUNK", "SLICE"};
 
+    if (type == FED_WIRE_AR_ABORT)
+        return "AR_ABORT";
+    if (type == FED_WIRE_AR_VERIFY)
+        return "AR_VERIFY";
     return type <= FED_WIRE_TYPE_MAX ? names[type] : "?";
 }
 
@@ -609,7 +635,7 @@ fed_err fed_wire_seal_prepare(fed_wire *w, fed_wire_hdr *h, size_t cap, size_t p
     memset(t, 0, sizeof *t);
     if (!fed_crypto_arena_has_identity(w->arena))
         return FED_ERR_KEY;
-    if (h->type < 1 || h->type > FED_WIRE_TYPE_MAX || !flags_ok(h->type, h->flags) ||
+    if (!FED_WIRE_TYPE_KNOWN(h->type) || !flags_ok(h->type, h->flags) ||
         (h->flags & (FED_WIRE_FLAG_STREAM | FED_WIRE_FLAG_DATA)))
         return FED_ERR_INVAL;
     if (payload_len > w->cfg.max_frame - FED_WIRE_SEAL_OVERHEAD)
@@ -715,7 +741,8 @@ static fed_err check_recipient(const fed_wire *w, const fed_wire_hdr *h)
     if (memcmp(h->recipient, fed_wire_self(w), 32) != 0)
         return FED_ERR_WRONG_RECIPIENT;
     if ((h->type == FED_WIRE_HELLO || h->type == FED_WIRE_SHARE || h->type == FED_WIRE_SLICE ||
-         h->type == FED_WIRE_PEERS ||
+         h->type == FED_WIRE_PEERS || h->type == FED_WIRE_AR_ABORT ||
+         h->type == FED_WIRE_AR_VERIFY ||
          (h->type == FED_WIRE_CHUNK && h->flags == FED_WIRE_FLAG_DATA)) &&
         h->recipient_epoch == 0)
         return FED_OK; /* the sender does not know our epoch (yet); a chunk of a

@@ -14,9 +14,10 @@
  *    72     8  sender epoch
  *    80     8  recipient epoch, as the sender last learned it (0 in a HELLO,
  *              in the CHUNK data frames of a stream whose first frame said 0,
- *              and in a SHARE, SLICE or PEERS: push-sum totals only grow,
- *              peer entries are signed and expire, and a restarted member
- *              holds no all-reduce a replayed slice could enter, so one
+ *              and in a SHARE, SLICE, AR_ABORT, AR_VERIFY or PEERS: push-sum
+ *              totals only grow, peer entries are signed and expire, and a
+ *              restarted member holds no all-reduce a replayed frame could
+ *              enter, so one
  *              replayed after the recipient restarted adds nothing it lacks)
  *    88     8  sequence number (per sender, recipient and sender epoch)
  *    96     8  round
@@ -89,7 +90,15 @@
  *   CHUNK  16   (PULL request) 0 8 stream id  8 4 chunk index wanted  12 4 reserved
  *   SLICE  16   0 8 all-reduce step (gossip/allreduce.h)  8 8 reserved; the
  *               vector (f64) is the range that step sends, the weight inside
- *               it as the last element of the whole (never in the block)
+ *               it as the last element of the whole (never in the block).
+ *               The step's high 32 bits are the round's attempt (a redo
+ *               over fewer members is attempt 1, 2, ...)
+ *   AR_ABORT 16 0 8 attempt given up  8 4 count of member keys that follow
+ *               (32 bytes each: the members to leave out)  12 4 reserved;
+ *               codec 0
+ *   AR_VERIFY 48 0 8 attempt  8 8 members in a row, ending with the
+ *               sender, whose results match (1..n)  16 32 the result's hash
+ *               (BLAKE2b-256 of the members' keys and the sums); codec 0
  *
  * The receiver checks, in this order, before any expensive work: size limits
  * (FED_ERR_FRAME_TOO_LARGE, FED_ERR_FRAME_TRUNCATED); magic and version
@@ -176,8 +185,14 @@ typedef enum fed_wire_type {
     FED_WIRE_LEAVE = 8,
     FED_WIRE_CHUNK = 9,
     FED_WIRE_SLICE = 10,
+    FED_WIRE_AR_ABORT = 17,  /* all-reduce: an attempt given up (node/peer_allreduce.c) */
+    FED_WIRE_AR_VERIFY = 18, /* all-reduce: a result's hash, passed round the ring */
 } fed_wire_type;
 #define FED_WIRE_TYPE_MAX 10
+/* Known types: 1..FED_WIRE_TYPE_MAX and the all-reduce pair 17, 18. */
+#define FED_WIRE_TYPE_KNOWN(t)                                                             \
+    (((t) >= 1 && (t) <= FED_WIRE_TYPE_MAX) || (t) == FED_WIRE_AR_ABORT ||                 \
+     (t) == FED_WIRE_AR_VERIFY)
 
 #define FED_WIRE_PEER_ENTRY_MIN 138 /* a signed peer entry with a 1-byte URL */
 #define FED_WIRE_FLAG_STREAM 0x0001u /* MODEL, DELTA, SHARE: first frame of a stream */
@@ -193,7 +208,10 @@ typedef enum fed_wire_type {
 #define FED_WIRE_ACK_FINISHED 0x4u  /* aggregator: training is over, stop asking */
 /* An ACK of a SLICE carries the slice's all-reduce step + 1 in its high 16
  * bits (0: not said), so a late ACK of a resent copy of an earlier step is
- * told from the ACK of the slice in flight to the same member. */
+ * told from the ACK of the slice in flight to the same member. In a redo
+ * (attempt > 0), and for AR_ABORT and AR_VERIFY, the value is a 16-bit fold
+ * of step and attempt (of attempt, of attempt and row): node/peer_allreduce.c's
+ * ack_tag. */
 #define FED_WIRE_ACK_STEP_MASK 0xffff0000u
 #define FED_WIRE_ACK_STEP(step) ((uint32_t)((((uint64_t)(step) + 1) & 0xffffu) << 16))
 #define FED_WIRE_ACK_FLAGS                                                                  \
@@ -246,6 +264,9 @@ typedef struct fed_wire_block {
     uint64_t stream_id;         /* CHUNK pull */
     uint32_t chunk_index;       /* CHUNK pull */
     fed_wire_settings settings; /* MODEL */
+    uint64_t attempt;           /* AR_ABORT, AR_VERIFY */
+    uint64_t in_row;            /* AR_VERIFY */
+    uint8_t result_hash[32];    /* AR_VERIFY */
     uint16_t refused_tag;       /* MODEL refused with FED_ERR_FIELD_REQUIRED: the
                                    required field's tag this node does not know */
 } fed_wire_block;

@@ -213,6 +213,7 @@ typedef struct fed_node_config {
                                      text (gossip/topology.h); borrowed */
     char sync[16];                /* bsp (default), ssp:S, asp:T or bap */
     char mixing[16];              /* pushsum (default), plain, metropolis, pairwise */
+    uint32_t group_size;          /* allreduce: groups of at most this a round (0: none) */
     int mix_only;                 /* 1: no training; mix init (consensus runs) */
     char advertise[FED_GOSSIP_URL_MAX + 1]; /* where the others reach this peer,
                                      published in signed PEERS entries; "": none */

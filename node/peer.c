@@ -155,6 +155,11 @@ static fed_err fed_node_peer_new(fed_node *n)
                 e == FED_ERR_UNSUPPORTED ? c->sync : c->topology);
         return e;
     }
+    if (c->group_size && (p->mix != MIX_ALLREDUCE || c->group_size < 2)) {
+        fed_log(FED_LOG_ERROR, "peer: --group-size %u needs --mixing allreduce and at least 2",
+                c->group_size);
+        return FED_ERR_SPEC;
+    }
     if ((e = fed_node_peer_rebuild_members(n, &changed)) != FED_OK ||
         (e = build_model_parts(n)) != FED_OK)
         return e;
@@ -543,15 +548,17 @@ static fed_err mix(fed_node *n)
 static void catch_up(fed_node *n)
 {
     node_mesh *p = n->mesh;
-    uint64_t ahead = 0;
+    /* all-reduce groups: another group's member may legitimately be a round
+       ahead; only two rounds ahead says this one is left behind */
+    uint64_t ahead = 0, slack = !p->rejoining && p->mix == MIX_ALLREDUCE && n->cfg.group_size;
 
     for (size_t k = 0; k < p->n; k++)
         if (k != p->self && p->mem[k].seen_round > ahead)
             ahead = p->mem[k].seen_round;
-    if (ahead > n->round + 1) {
+    if (ahead > n->round + 1 + slack) {
         fed_log(FED_LOG_INFO, "peer: rejoining at round %llu, neighbours at %llu: skipping ahead",
                 (unsigned long long)n->round, (unsigned long long)ahead);
-        n->round = ahead - 1;
+        n->round = ahead - 1 - slack;
     }
     if (ahead > 0)
         p->rejoining = 0;
@@ -565,7 +572,8 @@ static fed_err begin_round(fed_node *n)
     node_train_job *j = &p->job;
     fed_err e;
 
-    if (p->rejoining)
+    if (p->rejoining || p->mix == MIX_ALLREDUCE) /* all-reduce: a member left behind (cut
+                                                     off, stalled) skips to the others' round */
         catch_up(n);
     fed_node_peer_refresh_members(n);
     if (all_done(n)) {
@@ -721,6 +729,8 @@ static fed_err fed_node_peer_on_msg(fed_node *n, node_open *op)
         return on_share(n, op);
     if (m->hdr.type == FED_WIRE_SLICE && op->req)
         return fed_node_peer_ar_on_slice(n, op);
+    if ((m->hdr.type == FED_WIRE_AR_ABORT || m->hdr.type == FED_WIRE_AR_VERIFY) && op->req)
+        return fed_node_peer_ar_on_control(n, op);
     if (m->hdr.type == FED_WIRE_PEERS && op->req)
         return fed_node_peer_on_peers(n, op);
     if (m->hdr.type == FED_WIRE_ACK && !op->req)

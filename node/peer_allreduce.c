@@ -5,23 +5,51 @@
  * request (sealed and signed like every frame, a CHUNK stream when larger
  * than a frame), answered by ACK; slices wait in one queue, at most one in
  * flight per recipient, and are sent again after ar_retry_ms until ACKed, so
- * lost frames are made good. A receiver not yet in that round answers BUSY
- * (sent again later), one already past it OK (it had it). Every step has a
- * deadline (cfg.deadline_ms): a member that misses it ends the round with
- * its own model and logs whom it waited for; the rule by which the members
- * agree on whom to leave out and redo the round is not built yet. */
+ * lost frames are made good. A receiver not yet in that round or attempt
+ * answers BUSY (sent again later), one already past it OK (it had it).
+ *
+ * The fault rule (docs/DESIGN.md, "All-reduce faults"): a round is a run of
+ * attempts over shrinking member sets. Every step has a deadline
+ * (cfg.deadline_ms); a member that misses it gives the attempt up, leaves
+ * out the members it waited for, and tells every member so in an AR_ABORT
+ * naming whom it leaves out; a member that hears an abort of its attempt
+ * gives it up too and passes on the union it knows. For one deadline after
+ * it gave up, a member adds every abort of that attempt it hears; then it
+ * starts the next attempt over the members no abort named. A member that
+ * finished an attempt hashes its result with the members' keys and passes
+ * the hash in AR_VERIFY to the members 1, 2, 4, ... after it in the ring
+ * (the first its ring neighbour), with a row: how many members in a row,
+ * ending with the sender, finished with that hash; rows double each hop, a
+ * member whose row spans the attempt takes the mean (every member holds
+ * it) and says so to the same members; a hash unlike its own gives the
+ * attempt up; a verification that has not
+ * come round a deadline after the last step was due, with no abort heard,
+ * takes the mean too (every member finished with it; a dead one broke the
+ * row). Step s is due s + 1 deadlines after the attempt began, so the
+ * member stalled nearest a dead one gives up a deadline before those
+ * stalled behind it, and its abort reaches them first. A member named
+ * in an abort ends the round with its own model and is back at the next:
+ * every round starts over all members. With cfg.group_size the round's
+ * members are this member's group of the grid (fed_gossip_ar_group), and
+ * all of the above is the group's. */
 #include <stdio.h>
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/bytes.h"
 #include "core/log.h"
 #include "node/peer_impl.h"
 
+enum { AR_RUN = 1, AR_VERIFY, AR_ABORT };
+
 struct ar_out {
     uint8_t to[32];  /* the recipient's key: the member list may be rebuilt (a
-                        reload, a member expired) while a slice waits */
-    uint64_t round, step;
-    uint8_t *vec;    /* the encoded range (f64), owned */
+                        reload, a member expired) while a frame waits */
+    uint8_t type;    /* SLICE, AR_ABORT, AR_VERIFY */
+    uint16_t codec;
+    uint64_t round, attempt;
+    fed_wire_block b;
+    uint8_t *vec;    /* the encoded range (f64) or the keys left out, owned */
     size_t len;
     int inflight;    /* sent, no ACK yet */
 };
@@ -35,16 +63,34 @@ static uint64_t retry_ms(const fed_node *n)
     return n->cfg.retry_ms && n->cfg.retry_ms < r ? n->cfg.retry_ms : r;
 }
 
+/* What a frame's ACK echoes (FED_WIRE_ACK_STEP's 16 bits): the step and
+ * attempt of a SLICE (the step alone in attempt 0), the attempt of an
+ * abort, the attempt and row of a verification. */
+static uint32_t ack_tag(uint8_t type, const fed_wire_block *b)
+{
+    uint64_t v = type == FED_WIRE_SLICE      ? b->step
+                 : type == FED_WIRE_AR_ABORT ? 0xa000000000000000ull ^ b->attempt
+                                             : 0xb000000000000000ull ^ b->attempt << 16 ^ b->in_row;
+
+    return FED_WIRE_ACK_STEP((v ^ v >> 16 ^ v >> 32 ^ v >> 48) & 0xffffu);
+}
+
 void fed_node_peer_ar_free(node_mesh *p)
 {
     for (size_t i = 0; i < p->ar_nq; i++)
         fed_free(p->ar_q[i].vec);
     fed_free(p->ar_q);
     fed_free(p->ar_buf);
+    fed_free(p->ar_left);
+    fed_free(p->ar_grp);
+    fed_free(p->ar_ids);
+    fed_free(p->ar_rank);
     fed_gossip_ar_member_free(p->ar);
     p->ar_q = NULL;
-    p->ar_nq = p->ar_capq = 0;
+    p->ar_nq = p->ar_capq = p->ar_capn = 0;
     p->ar = NULL;
+    p->ar_left = p->ar_grp = NULL;
+    p->ar_ids = p->ar_rank = NULL;
 }
 
 static void drop_entry(node_mesh *p, size_t i)
@@ -54,23 +100,19 @@ static void drop_entry(node_mesh *p, size_t i)
     p->ar_nq--;
 }
 
-static fed_err emit(fed_node *n, const ar_out *o)
+static fed_err emit(fed_node *n, ar_out *o)
 {
     fed_wire_hdr h;
-    fed_wire_block b;
     fed_err e;
 
     /* addressed to any epoch (0): a restarted member holds no all-reduce a
-       replayed slice could enter (gossip/wire.h) */
-    if ((e = fed_node_header(n, FED_WIRE_SLICE, o->to, o->round, 0, FED_CODEC_F64, &h)) !=
-        FED_OK)
+       replayed frame could enter (gossip/wire.h) */
+    if ((e = fed_node_header(n, o->type, o->to, o->round, 0, o->codec, &h)) != FED_OK)
         return e;
-    memset(&b, 0, sizeof b);
-    b.step = o->step;
-    return fed_node_emit_vec(n, NULL, &h, &b, o->vec, o->len);
+    return fed_node_emit_vec(n, NULL, &h, &o->b, o->vec, o->len);
 }
 
-/* Sends the first slice waiting for each recipient with none in flight. */
+/* Sends the first frame waiting for each recipient with none in flight. */
 static void pump(fed_node *n)
 {
     node_mesh *p = n->mesh;
@@ -86,10 +128,9 @@ static void pump(fed_node *n)
             fed_err e = emit(n, o);
 
             if (e != FED_OK)
-                fed_log(FED_LOG_WARN, "peer: slice of round %llu step %llu to member %zu: %s "
-                        "(sent again later)", (unsigned long long)o->round,
-                        (unsigned long long)o->step, fed_node_peer_member_of(p, o->to),
-                        fed_strerror(e));
+                fed_log(FED_LOG_WARN, "peer: %s of round %llu to member %zu: %s (sent again "
+                        "later)", fed_wire_type_name(o->type), (unsigned long long)o->round,
+                        fed_node_peer_member_of(p, o->to), fed_strerror(e));
             o->inflight = 1;
         }
         any = 1;
@@ -98,7 +139,52 @@ static void pump(fed_node *n)
         (void)fed_node_arm_in(n, retry_ms(n), NODE_TIMER_RETRY);
 }
 
-/* The current step's sends into the queue. */
+/* A new entry at the queue's end (zeroed but for what is given); vec is
+ * taken. */
+static fed_err enqueue(node_mesh *p, uint8_t type, const uint8_t to[32], uint64_t round,
+                       const fed_wire_block *b, uint8_t *vec, size_t len, uint16_t codec)
+{
+    ar_out *o;
+
+    if (p->ar_nq == p->ar_capq) {
+        size_t cap = p->ar_capq ? 2 * p->ar_capq : 16;
+        ar_out *q = fed_realloc(p->ar_q, cap * sizeof *q);
+
+        if (!q) {
+            fed_free(vec);
+            return FED_ERR_NOMEM;
+        }
+        p->ar_q = q;
+        p->ar_capq = cap;
+    }
+    o = &p->ar_q[p->ar_nq++];
+    memset(o, 0, sizeof *o);
+    memcpy(o->to, to, 32);
+    o->type = type;
+    o->codec = codec;
+    o->round = round;
+    o->attempt = p->ar_attempt;
+    o->b = *b;
+    o->vec = vec;
+    o->len = len;
+    return FED_OK;
+}
+
+/* Drops this round's waiting slices and verifications (aborts stay: the
+ * others must hear them). */
+static void drop_attempt(fed_node *n)
+{
+    node_mesh *p = n->mesh;
+
+    for (size_t i = p->ar_nq; i-- > 0;)
+        if (p->ar_q[i].round == n->round + 1 && p->ar_q[i].type != FED_WIRE_AR_ABORT) {
+            if (p->ar_q[i].inflight && fed_node_tx_active(n, p->ar_q[i].to))
+                fed_node_tx_drop(n, p->ar_q[i].to);
+            drop_entry(p, i);
+        }
+}
+
+/* The current step's sends into the queue, ranks turned into members. */
 static fed_err queue_sends(fed_node *n)
 {
     node_mesh *p = n->mesh;
@@ -107,58 +193,197 @@ static fed_err queue_sends(fed_node *n)
 
     for (size_t i = 0; i < ns; i++) {
         fed_gossip_ar_xfer x;
+        fed_wire_block b;
         const double *d;
         size_t need = 0, len = 0;
-        ar_out *o;
+        uint8_t *vec;
         fed_err e;
 
         if ((e = fed_gossip_ar_member_send(p->ar, i, &x, &d)) != FED_OK ||
             (e = fed_codec_size(&f64, x.len, &need)) != FED_OK)
             return e;
-        if (p->ar_nq == p->ar_capq) {
-            size_t cap = p->ar_capq ? 2 * p->ar_capq : 16;
-            ar_out *q = fed_realloc(p->ar_q, cap * sizeof *q);
-
-            if (!q)
-                return FED_ERR_NOMEM;
-            p->ar_q = q;
-            p->ar_capq = cap;
-        }
-        o = &p->ar_q[p->ar_nq];
-        memset(o, 0, sizeof *o);
-        if (!(o->vec = fed_malloc(need)))
+        if (!(vec = fed_malloc(need)))
             return FED_ERR_NOMEM;
-        if ((e = fed_codec_encode_f64(d, x.len, o->vec, need, &len)) != FED_OK) {
-            fed_free(o->vec);
+        if ((e = fed_codec_encode_f64(d, x.len, vec, need, &len)) != FED_OK) {
+            fed_free(vec);
             return e;
         }
-        memcpy(o->to, p->mem[x.peer].key, 32);
-        o->round = n->round + 1;
-        o->step = fed_gossip_ar_member_step(p->ar);
-        o->len = len;
-        p->ar_nq++;
+        memset(&b, 0, sizeof b);
+        b.step = (uint64_t)p->ar_attempt << 32 | fed_gossip_ar_member_step(p->ar);
+        if ((e = enqueue(p, FED_WIRE_SLICE, p->mem[p->ar_ids[x.peer]].key, n->round + 1, &b, vec,
+                         len, FED_CODEC_F64)) != FED_OK)
+            return e;
     }
     return FED_OK;
 }
 
-/* The mean in, the run over, the round recorded. */
+/* The round over: the mean in (complete), or this member's own model. */
 static fed_err finish(fed_node *n, int complete)
 {
     node_mesh *p = n->mesh;
-    const double *sums = fed_gossip_ar_member_sums(p->ar);
-    double w = sums[p->dim];
 
     if (complete) {
+        const double *sums = fed_gossip_ar_member_sums(p->ar);
+        double w = sums[p->dim];
+
         for (size_t i = 0; i < p->dim; i++)
             p->ar_buf[i] = sums[i] / w;
         fed_gossip_ps_set(p->ps, p->ar_buf, 1.0); /* estimate = the mean, bit for bit */
-        p->ar_merged = p->n - 1;
+        p->ar_merged = p->ar_nids - 1;
+        p->ar_carry = w;
     } else {
         p->ar_merged = 0; /* its own model goes on */
     }
     fed_gossip_ar_member_free(p->ar);
     p->ar = NULL;
+    p->ar_phase = 0;
     return fed_node_peer_finish_round(n);
+}
+
+/* An AR_ABORT naming every member of the group left out, to every member
+ * of the group but this one (those left out too: they learn they are
+ * out). */
+static fed_err send_aborts(fed_node *n)
+{
+    node_mesh *p = n->mesh;
+    size_t cnt = 0;
+    fed_wire_block b;
+    fed_err e = FED_OK;
+
+    for (size_t k = 0; k < p->n; k++)
+        cnt += p->ar_grp[k] && p->ar_left[k];
+    memset(&b, 0, sizeof b);
+    b.attempt = p->ar_attempt;
+    b.count = (uint32_t)cnt;
+    for (size_t k = 0; k < p->n && e == FED_OK; k++) {
+        uint8_t *keys = NULL;
+        size_t at = 0;
+
+        if (k == p->self || !p->ar_grp[k])
+            continue;
+        if (cnt && !(keys = fed_malloc(cnt * 32)))
+            return FED_ERR_NOMEM;
+        for (size_t j = 0; j < p->n; j++)
+            if (p->ar_grp[j] && p->ar_left[j]) {
+                memcpy(keys + at, p->mem[j].key, 32);
+                at += 32;
+            }
+        e = enqueue(p, FED_WIRE_AR_ABORT, p->mem[k].key, n->round + 1, &b, keys, at,
+                    FED_CODEC_NONE);
+    }
+    return e;
+}
+
+/* The attempt given up: its frames dropped, the abort told, the window
+ * (one deadline) for the others' open. */
+static fed_err give_up(fed_node *n)
+{
+    node_mesh *p = n->mesh;
+    fed_err e;
+
+    fed_gossip_ar_member_free(p->ar);
+    p->ar = NULL;
+    p->ar_phase = AR_ABORT;
+    drop_attempt(n);
+    if ((e = send_aborts(n)) != FED_OK)
+        return e;
+    pump(n);
+    return fed_node_arm_in(n, n->cfg.deadline_ms, NODE_TIMER_DEADLINE);
+}
+
+/* A row to a ring neighbour (an AR_VERIFY waiting for it, not yet sent, is
+ * brought up to date instead). */
+static fed_err send_row(fed_node *n, uint32_t to, uint64_t row)
+{
+    node_mesh *p = n->mesh;
+    fed_wire_block b;
+
+    for (size_t i = 0; i < p->ar_nq; i++) {
+        ar_out *o = &p->ar_q[i];
+
+        if (o->type == FED_WIRE_AR_VERIFY && !o->inflight && o->round == n->round + 1 &&
+            !memcmp(o->to, p->mem[to].key, 32)) {
+            o->b.in_row = row;
+            return FED_OK;
+        }
+    }
+    memset(&b, 0, sizeof b);
+    b.attempt = p->ar_attempt;
+    b.in_row = row;
+    memcpy(b.result_hash, p->ar_hash, 32);
+    return enqueue(p, FED_WIRE_AR_VERIFY, p->mem[to].key, n->round + 1, &b, NULL, 0,
+                   FED_CODEC_NONE);
+}
+
+/* The row grown from what members 2^k before said (k = 0: the ring
+ * neighbour): a member that knows the 2^k members ending with it finished
+ * with its hash, told that the r ending 2^k before it did, knows 2^k + r;
+ * a row that spans the attempt (from anyone) is the whole. Then the row to
+ * members 2^k after it, for each 2^k it covers (once), and the whole to all
+ * of them; a hash unlike ours gives the attempt up; the whole takes the
+ * mean. Rows double each hop: ceil(log2 n) hops in lockstep. */
+static fed_err verify_step(fed_node *n)
+{
+    node_mesh *p = n->mesh;
+    uint32_t me = p->ar_rank[p->self], nn = p->ar_nids;
+    uint32_t levels = fed_gossip_ar_row_levels(nn);
+    uint8_t same[32];
+    uint64_t row;
+    fed_err e;
+
+    for (uint32_t k = 0; k < levels; k++)
+        same[k] = !p->ar_rx[k] || !memcmp(p->ar_rx_hash[k], p->ar_hash, 32);
+    if (!(row = fed_gossip_ar_row(nn, p->ar_row, p->ar_rx, same))) {
+        for (uint32_t k = 0; k < levels; k++)
+            if (!same[k])
+                fed_log(FED_LOG_WARN, "peer: all-reduce of round %llu attempt %u: member %u "
+                        "holds another result: redone", (unsigned long long)(n->round + 1),
+                        p->ar_attempt, p->ar_ids[(me + nn - (uint32_t)(1ull << k)) % nn]);
+        return give_up(n);
+    }
+    p->ar_row = row;
+    for (uint32_t k = 0; k < levels; k++) {
+        uint64_t d = 1ull << k;
+
+        if ((row >= d && !p->ar_tx[k]) || (row >= nn && p->ar_tx[k] < nn)) {
+            p->ar_tx[k] = row;
+            if ((e = send_row(n, p->ar_ids[(me + d) % nn], row)) != FED_OK)
+                return e;
+        }
+    }
+    pump(n);
+    return row >= nn ? finish(n, 1) : FED_OK;
+}
+
+/* The run done: its result hashed with the members' keys, the verification
+ * begun. It has until a deadline after the last step's deadline (by then a
+ * member stalled anywhere has given up and its abort has come) and at
+ * least two deadlines to come round. */
+static fed_err verify_begin(fed_node *n)
+{
+    node_mesh *p = n->mesh;
+    const double *sums = fed_gossip_ar_member_sums(p->ar);
+    size_t nk = (size_t)p->ar_nids * 32, len = nk + (p->dim + 1) * 8;
+    uint8_t *buf = fed_malloc(len);
+    uint64_t end;
+    fed_err e;
+
+    if (!buf)
+        return FED_ERR_NOMEM;
+    for (uint32_t r = 0; r < p->ar_nids; r++)
+        memcpy(buf + (size_t)r * 32, p->mem[p->ar_ids[r]].key, 32);
+    fed_put_f64le_n(buf + nk, sums, p->dim + 1);
+    fed_crypto_model_hash(buf, len, p->ar_hash);
+    fed_free(buf);
+    p->ar_phase = AR_VERIFY;
+    p->ar_row = 0;
+    memset(p->ar_tx, 0, sizeof p->ar_tx);
+    end = p->ar_t0 + (uint64_t)(fed_gossip_ar_steps(&p->ar_plan) + 2) * n->cfg.deadline_ms;
+    if (end < n->env.now_ms(n->env.self) + 2 * n->cfg.deadline_ms)
+        end = n->env.now_ms(n->env.self) + 2 * n->cfg.deadline_ms;
+    if ((e = fed_node_arm(n, end, NODE_TIMER_DEADLINE)) != FED_OK)
+        return e;
+    return verify_step(n);
 }
 
 /* Sends each step's ranges, applies the receives that are in, step after
@@ -168,18 +393,22 @@ static fed_err progress(fed_node *n)
     node_mesh *p = n->mesh;
     fed_err e = FED_OK;
 
-    while (p->ar) {
+    while (p->ar && p->ar_phase == AR_RUN) {
         uint32_t s = fed_gossip_ar_member_step(p->ar);
 
         if (fed_gossip_ar_member_done(p->ar)) {
             pump(n);
-            return finish(n, 1);
+            return verify_begin(n);
         }
         if (p->ar_sent <= s) {
             if ((e = queue_sends(n)) != FED_OK)
                 break;
             p->ar_sent = s + 1;
-            if ((e = fed_node_arm_in(n, n->cfg.deadline_ms, NODE_TIMER_DEADLINE)) != FED_OK)
+            /* step s is due (s + 1) deadlines after the attempt began: the
+               member stalled nearest a dead one gives up first, a deadline
+               before those stalled behind it */
+            if ((e = fed_node_arm(n, p->ar_t0 + (uint64_t)(s + 1) * n->cfg.deadline_ms,
+                                  NODE_TIMER_DEADLINE)) != FED_OK)
                 break;
         }
         if (!fed_gossip_ar_member_ready(p->ar))
@@ -191,39 +420,132 @@ static fed_err progress(fed_node *n)
     return e;
 }
 
-fed_err fed_node_peer_ar_begin(fed_node *n)
+/* An attempt over the members no abort named. */
+static fed_err start_attempt(fed_node *n)
 {
     node_mesh *p = n->mesh;
-    double weight = p->samples ? (double)p->samples : 1.0;
+    uint64_t round = n->round + 1;
+    /* a trained model stands for its samples; in groups, a mean for the
+       weight of what it averaged (the grid's exactness rests on it) */
+    double weight = p->samples ? (double)p->samples : n->cfg.group_size ? p->ar_carry : 1.0;
     fed_err e;
 
-    /* slices of rounds before the last are of no use to anyone now */
-    for (size_t i = p->ar_nq; i-- > 0;)
-        if (p->ar_q[i].round + 1 < n->round + 1)
-            drop_entry(p, i);
-    if ((e = fed_gossip_ar_plan_init(&p->ar_plan, n->cfg.topology, (uint32_t)p->n, p->dim)) !=
-        FED_OK)
+    for (size_t k = 0; k < p->n; k++) /* (groups: another group's member may be a round
+                                          ahead by right; two rounds is left behind) */
+        if (k != p->self && p->mem[k].seen_round > round + (n->cfg.group_size ? 1 : 0)) {
+            fed_log(FED_LOG_WARN, "peer: all-reduce of round %llu: member %zu is at round %llu "
+                    "already: this round ends with this member's own model, it rejoins there",
+                    (unsigned long long)round, k, (unsigned long long)p->mem[k].seen_round);
+            return finish(n, 0);
+        }
+    p->ar_nids = 0;
+    for (size_t k = 0; k < p->n; k++) {
+        int in = p->ar_grp[k] && !p->ar_left[k];
+
+        p->ar_rank[k] = in ? p->ar_nids : UINT32_MAX;
+        if (in)
+            p->ar_ids[p->ar_nids++] = (uint32_t)k;
+    }
+    if (p->ar_left[p->self] || p->ar_nids < 2 || p->ar_attempt > p->n) {
+        fed_log(FED_LOG_WARN, "peer: all-reduce of round %llu: %s: the round ends with this "
+                "member's own model", (unsigned long long)round,
+                p->ar_left[p->self] ? "the others left this member out"
+                : p->ar_nids < 2    ? "no other member is left"
+                                    : "too many attempts");
+        return finish(n, 0);
+    }
+    if (p->ar_attempt)
+        fed_log(FED_LOG_INFO, "peer: all-reduce of round %llu redone (attempt %u) over %u "
+                "members", (unsigned long long)round, p->ar_attempt, p->ar_nids);
+    if ((e = fed_gossip_ar_plan_init(&p->ar_plan, n->cfg.topology, p->ar_nids, p->dim)) != FED_OK)
         return e;
-    if (!p->ar_buf && !(p->ar_buf = fed_malloc((p->dim + 1) * sizeof *p->ar_buf)))
-        return FED_ERR_NOMEM;
     fed_gossip_ps_estimate_f64(p->ps, p->ar_buf); /* the trained model, in double */
-    if ((e = fed_gossip_ar_member_new(&p->ar_plan, (uint32_t)p->self, p->ar_buf, weight,
+    if ((e = fed_gossip_ar_member_new(&p->ar_plan, p->ar_rank[p->self], p->ar_buf, weight,
                                       &p->ar)) != FED_OK)
         return e;
     p->ar_sent = 0;
-    p->state = MESH_WAITING;
+    p->ar_t0 = n->env.now_ms(n->env.self);
+    p->ar_row = 0;
+    memset(p->ar_rx, 0, sizeof p->ar_rx);
+    memset(p->ar_tx, 0, sizeof p->ar_tx);
+    p->ar_phase = AR_RUN;
     return progress(n);
+}
+
+fed_err fed_node_peer_ar_begin(fed_node *n)
+{
+    node_mesh *p = n->mesh;
+
+    /* frames of rounds before the last are of no use to anyone now */
+    for (size_t i = p->ar_nq; i-- > 0;)
+        if (p->ar_q[i].round + 1 < n->round + 1)
+            drop_entry(p, i);
+    uint32_t cnt = 0;
+    fed_err e;
+
+    if (p->ar_capn < p->n) {
+        fed_free(p->ar_left);
+        fed_free(p->ar_grp);
+        fed_free(p->ar_ids);
+        fed_free(p->ar_rank);
+        p->ar_left = fed_calloc(p->n, 1);
+        p->ar_grp = fed_calloc(p->n, 1);
+        p->ar_ids = fed_calloc(p->n, sizeof *p->ar_ids);
+        p->ar_rank = fed_calloc(p->n, sizeof *p->ar_rank);
+        p->ar_capn = p->ar_left && p->ar_grp && p->ar_ids && p->ar_rank ? p->n : 0;
+        if (!p->ar_capn)
+            return FED_ERR_NOMEM;
+    }
+    if (!p->ar_buf && !(p->ar_buf = fed_malloc((p->dim + 1) * sizeof *p->ar_buf)))
+        return FED_ERR_NOMEM;
+    if (!(p->ar_carry > 0))
+        p->ar_carry = 1.0;
+    memset(p->ar_left, 0, p->n); /* a member left out last round is back */
+    memset(p->ar_grp, 1, p->n);
+    if (n->cfg.group_size) { /* this round's group, from the grid all compute */
+        if ((e = fed_gossip_ar_group((uint32_t)p->n, n->cfg.group_size, n->cfg.seed,
+                                     n->round + 1, (uint32_t)p->self, p->ar_ids, &cnt)) != FED_OK)
+            return e;
+        memset(p->ar_grp, 0, p->n);
+        for (uint32_t i = 0; i < cnt; i++)
+            p->ar_grp[p->ar_ids[i]] = 1;
+    }
+    p->ar_attempt = 0;
+    p->state = MESH_WAITING;
+    return start_attempt(n);
 }
 
 static fed_err answer(fed_node *n, node_open *op, fed_err status)
 {
-    /* the step goes back with the ACK: a late ACK of a resent copy of an
-       earlier step must not end the slice now in flight (gossip/wire.h) */
+    /* the step (or attempt) goes back with the ACK: a late ACK of a resent
+       copy of an earlier frame must not end the one now in flight
+       (gossip/wire.h) */
     fed_err e = fed_node_ack(n, op->req, &op->msg.hdr, status,
-                             FED_WIRE_ACK_STEP(op->msg.block.step));
+                             ack_tag(op->msg.hdr.type, &op->msg.block));
 
     op->req = NULL;
     return e;
+}
+
+/* Where a frame of (round, attempt) stands against this member's run:
+ * FED_OK to take it; else the answer (*stale: OK, it is of no use now). */
+static fed_err placement(fed_node *n, uint64_t round, uint64_t attempt, int *stale)
+{
+    node_mesh *p = n->mesh;
+    uint64_t cur = n->round + 1;
+
+    *stale = 0;
+    if (round < cur) { /* it was in the round this node finished, or is late */
+        *stale = 1;
+        return round + 1 == cur ? FED_OK : FED_ERR_LATE;
+    }
+    if (round > cur || !p->ar_phase || attempt > p->ar_attempt)
+        return FED_ERR_BUSY; /* not there yet: asked again later */
+    if (attempt < p->ar_attempt) {
+        *stale = 1;
+        return FED_OK;
+    }
+    return FED_OK;
 }
 
 fed_err fed_node_peer_ar_on_slice(fed_node *n, node_open *op)
@@ -231,8 +553,8 @@ fed_err fed_node_peer_ar_on_slice(fed_node *n, node_open *op)
     node_mesh *p = n->mesh;
     const fed_wire_msg *m = &op->msg;
     size_t k = fed_node_peer_member_of(p, m->hdr.sender);
-    uint64_t cur = n->round + 1;
-    int fresh = 0;
+    uint64_t attempt = m->block.step >> 32;
+    int fresh = 0, stale;
     fed_err e;
 
     if (p->mix != MIX_ALLREDUCE || k == SIZE_MAX || k == p->self || !op->vec64) {
@@ -242,13 +564,14 @@ fed_err fed_node_peer_ar_on_slice(fed_node *n, node_open *op)
     }
     if (m->hdr.round > p->mem[k].seen_round)
         p->mem[k].seen_round = m->hdr.round;
-    if (m->hdr.round < cur) /* it was in the round this node finished, or is late */
-        return answer(n, op, m->hdr.round + 1 == cur ? FED_OK : FED_ERR_LATE);
-    if (m->hdr.round > cur || !p->ar) /* not there yet: asked again later */
-        return answer(n, op, FED_ERR_BUSY);
-    e = m->block.step > UINT32_MAX
-            ? FED_ERR_ROLE /* checked before it is cut to 32 bits */
-            : fed_gossip_ar_member_receive(p->ar, (uint32_t)k, (uint32_t)m->block.step,
+    e = placement(n, m->hdr.round, attempt, &stale);
+    if (e != FED_OK || stale)
+        return answer(n, op, e);
+    if (p->ar_phase == AR_ABORT || !p->ar) /* the attempt given up here */
+        return answer(n, op, FED_OK);
+    e = p->ar_rank[k] == UINT32_MAX
+            ? FED_ERR_ROLE /* left out here: it hears the abort */
+            : fed_gossip_ar_member_receive(p->ar, p->ar_rank[k], (uint32_t)m->block.step,
                                            op->vec64, op->vec_n, &fresh);
     if (e != FED_OK) {
         fed_wire_note_reject(n->wire, &m->hdr, e);
@@ -262,11 +585,102 @@ fed_err fed_node_peer_ar_on_slice(fed_node *n, node_open *op)
     return e;
 }
 
+/* An AR_ABORT: the members it names left out; this attempt given up (if it
+ * was not already), the union passed on when it grew. */
+static fed_err on_abort(fed_node *n, node_open *op, size_t k)
+{
+    node_mesh *p = n->mesh;
+    const fed_wire_msg *m = &op->msg;
+    int grew = 0;
+
+    if ((uint64_t)m->block.count * 32 != m->vector_len || m->hdr.codec != FED_CODEC_NONE) {
+        fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_PAYLOAD);
+        (void)answer(n, op, FED_ERR_PAYLOAD);
+        return FED_ERR_PAYLOAD;
+    }
+    for (uint32_t i = 0; i < m->block.count; i++) {
+        size_t j = fed_node_peer_member_of(p, m->vector + (size_t)i * 32);
+
+        if (j != SIZE_MAX && p->ar_grp[j] && !p->ar_left[j]) {
+            p->ar_left[j] = 1;
+            grew = 1;
+        }
+    }
+    (void)answer(n, op, FED_OK);
+    fed_log(FED_LOG_INFO, "peer: member %zu gave up round %llu attempt %llu, leaving out %u "
+            "member(s)", k, (unsigned long long)m->hdr.round,
+            (unsigned long long)m->block.attempt, m->block.count);
+    if (m->block.attempt > p->ar_attempt) /* behind it: its attempt is ours now */
+        p->ar_attempt = (uint32_t)m->block.attempt;
+    else if (p->ar_phase == AR_ABORT) {
+        if (!grew)
+            return FED_OK;
+        drop_attempt(n); /* nothing but aborts waits; tell the grown union */
+        (void)send_aborts(n);
+        pump(n);
+        return FED_OK;
+    }
+    return give_up(n);
+}
+
+/* An AR_VERIFY from the member 2^k before this one: the row it says. */
+static fed_err on_verify(fed_node *n, node_open *op, size_t k)
+{
+    node_mesh *p = n->mesh;
+    const fed_wire_msg *m = &op->msg;
+    uint32_t nn = p->ar_nids, dist, lvl = 0;
+
+    if (p->ar_phase == AR_ABORT)
+        return answer(n, op, FED_OK);
+    if (p->ar_rank[k] == UINT32_MAX)
+        return answer(n, op, FED_ERR_ROLE);
+    dist = (p->ar_rank[p->self] + nn - p->ar_rank[k]) % nn;
+    while (lvl < 31 && (1u << lvl) < dist)
+        lvl++;
+    if (dist == 0 || (1u << lvl) != dist)
+        return answer(n, op, FED_ERR_ROLE);
+    (void)answer(n, op, FED_OK);
+    if (m->block.in_row <= p->ar_rx[lvl])
+        return FED_OK; /* a resend, or overtaken */
+    p->ar_rx[lvl] = m->block.in_row;
+    memcpy(p->ar_rx_hash[lvl], m->block.result_hash, 32);
+    return p->ar_phase == AR_VERIFY ? verify_step(n) : FED_OK;
+}
+
+fed_err fed_node_peer_ar_on_control(fed_node *n, node_open *op)
+{
+    node_mesh *p = n->mesh;
+    const fed_wire_msg *m = &op->msg;
+    size_t k = fed_node_peer_member_of(p, m->hdr.sender);
+    int stale;
+    fed_err e;
+
+    if (p->mix != MIX_ALLREDUCE || k == SIZE_MAX || k == p->self ||
+        m->block.attempt > UINT32_MAX) {
+        fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_ROLE);
+        (void)answer(n, op, FED_ERR_ROLE);
+        return FED_ERR_ROLE;
+    }
+    if (m->hdr.round > p->mem[k].seen_round)
+        p->mem[k].seen_round = m->hdr.round;
+    e = placement(n, m->hdr.round, m->block.attempt, &stale);
+    if (e != FED_OK || stale)
+        return answer(n, op, e);
+    if (!p->ar_grp[k]) { /* another group's member: not ours to hear */
+        fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_ROLE);
+        return answer(n, op, FED_ERR_ROLE);
+    }
+    if (m->hdr.type == FED_WIRE_AR_ABORT)
+        return on_abort(n, op, k);
+    return on_verify(n, op, k);
+}
+
 int fed_node_peer_ar_on_ack(fed_node *n, const fed_wire_msg *m, fed_err *out)
 {
     node_mesh *p = n->mesh;
     size_t k = fed_node_peer_member_of(p, m->hdr.sender), i;
     fed_err status = (fed_err)m->block.status;
+    ar_out *o;
 
     *out = FED_OK;
     for (i = 0; i < p->ar_nq; i++)
@@ -274,9 +688,10 @@ int fed_node_peer_ar_on_ack(fed_node *n, const fed_wire_msg *m, fed_err *out)
             break;
     if (k == SIZE_MAX || i == p->ar_nq || !p->ar_q[i].inflight || p->ar_q[i].round != m->hdr.round)
         return 0;
+    o = &p->ar_q[i];
     if ((m->block.ack_flags & FED_WIRE_ACK_STEP_MASK) &&
-        (m->block.ack_flags & FED_WIRE_ACK_STEP_MASK) != FED_WIRE_ACK_STEP(p->ar_q[i].step))
-        return 1; /* the ACK of an earlier step's resent copy: not this slice's */
+        (m->block.ack_flags & FED_WIRE_ACK_STEP_MASK) != ack_tag(o->type, &o->b))
+        return 1; /* the ACK of an earlier frame's resent copy: not this one's */
     if (status == FED_OK && fed_node_tx_active(n, m->hdr.sender)) {
         int done = 1;
 
@@ -286,13 +701,13 @@ int fed_node_peer_ar_on_ack(fed_node *n, const fed_wire_msg *m, fed_err *out)
     }
     fed_node_tx_drop(n, m->hdr.sender);
     if (status == FED_ERR_BUSY) {
-        p->ar_q[i].inflight = 0; /* sent again at the retry */
+        o->inflight = 0; /* sent again at the retry */
         return 1;
     }
     if (status != FED_OK)
-        fed_log(FED_LOG_WARN, "peer: member %zu refused our slice of round %llu step %llu: %s",
-                k, (unsigned long long)p->ar_q[i].round, (unsigned long long)p->ar_q[i].step,
-                fed_strerror(status));
+        fed_log(status == FED_ERR_LATE ? FED_LOG_INFO : FED_LOG_WARN, /* it moved on */
+                "peer: member %zu refused our %s of round %llu: %s", k,
+                fed_wire_type_name(o->type), (unsigned long long)o->round, fed_strerror(status));
     drop_entry(p, i);
     pump(n);
     return 1;
@@ -311,7 +726,7 @@ fed_err fed_node_peer_ar_on_retry(fed_node *n)
             if (fed_node_tx_resend(n, o->to) != FED_OK)
                 o->inflight = 0;
         } else {
-            o->inflight = 0; /* the whole slice again, with a fresh sequence */
+            o->inflight = 0; /* the whole frame again, with a fresh sequence */
         }
     }
     pump(n);
@@ -324,14 +739,29 @@ fed_err fed_node_peer_ar_on_deadline(fed_node *n)
     char who[128];
     size_t at = 0;
 
-    if (!p->ar)
+    switch (p->ar_phase) {
+    case AR_RUN:
+        who[0] = 0;
+        for (uint32_t r = 0; r < p->ar_nids; r++)
+            if (fed_gossip_ar_member_waits_for(p->ar, r)) {
+                p->ar_left[p->ar_ids[r]] = 1;
+                if (at + 12 < sizeof who)
+                    at += (size_t)snprintf(who + at, sizeof who - at, " %u", p->ar_ids[r]);
+            }
+        fed_log(FED_LOG_WARN, "peer: all-reduce of round %llu attempt %u stalled at step %u "
+                "waiting for member(s)%s: given up, they are left out",
+                (unsigned long long)(n->round + 1), p->ar_attempt,
+                fed_gossip_ar_member_step(p->ar), who);
+        return give_up(n);
+    case AR_VERIFY:
+        fed_log(FED_LOG_WARN, "peer: all-reduce of round %llu attempt %u: the verification did "
+                "not come round (a member died after its run), no abort heard: the mean "
+                "taken", (unsigned long long)(n->round + 1), p->ar_attempt);
+        return finish(n, 1);
+    case AR_ABORT:
+        p->ar_attempt++;
+        return start_attempt(n);
+    default:
         return FED_OK;
-    who[0] = 0;
-    for (size_t k = 0; k < p->n && at + 12 < sizeof who; k++)
-        if (fed_gossip_ar_member_waits_for(p->ar, (uint32_t)k))
-            at += (size_t)snprintf(who + at, sizeof who - at, " %zu", k);
-    fed_log(FED_LOG_WARN, "peer: all-reduce of round %llu stalled at step %u waiting for "
-            "member(s)%s: the round ends with this member's own model",
-            (unsigned long long)(n->round + 1), fed_gossip_ar_member_step(p->ar), who);
-    return finish(n, 0);
+    }
 }

@@ -88,6 +88,22 @@ struct node_mesh {
     double *ar_buf;            /* (dim + 1) scratch */
     uint32_t ar_merged;        /* members whose models the round's mean holds,
                                   besides this one (0: the run failed) */
+    /* the fault rule (peer_allreduce.c, docs/DESIGN.md) */
+    int ar_phase;              /* 0: not begun; AR_RUN, AR_VERIFY, AR_ABORT */
+    uint32_t ar_attempt;       /* this round's attempt: 0, then each redo */
+    size_t ar_capn;            /* room in the three arrays below */
+    uint8_t *ar_left;          /* (n) members left out of this round */
+    uint8_t *ar_grp;           /* (n) members of this round's group (cfg.group_size) */
+    double ar_carry;           /* groups: the weight the last mean stands for */
+    uint32_t *ar_ids;          /* (n) the attempt's members, in key order */
+    uint32_t *ar_rank;         /* (n) a member's place in ar_ids, UINT32_MAX: out */
+    uint32_t ar_nids;
+    uint64_t ar_t0;            /* when the attempt started (env ms) */
+    uint8_t ar_hash[32];       /* the attempt's result: keys and sums hashed */
+    uint64_t ar_row;           /* members in a row, ending here, whose hash is ours */
+    uint64_t ar_rx[32];        /* the row member (rank - 2^k) said (0: nothing yet) */
+    uint8_t ar_rx_hash[32][32];/* ... and its hash */
+    uint64_t ar_tx[32];        /* the row sent to member (rank + 2^k) (0: none yet) */
 };
 
 /* ---- peer.c ---- */
@@ -105,8 +121,12 @@ fed_err fed_node_peer_ar_on_slice(fed_node *n, node_open *op);
 int fed_node_peer_ar_on_ack(fed_node *n, const fed_wire_msg *m, fed_err *e);
 /* NODE_TIMER_RETRY: slices with no ACK go again. */
 fed_err fed_node_peer_ar_on_retry(fed_node *n);
-/* NODE_TIMER_DEADLINE: a step stalled; the round ends with the own model. */
+/* NODE_TIMER_DEADLINE: a step stalled (the attempt is given up), the
+ * verification window closed (the result is taken), or the abort window
+ * closed (the round is redone over the rest). */
 fed_err fed_node_peer_ar_on_deadline(fed_node *n);
+/* An AR_ABORT or AR_VERIFY request. */
+fed_err fed_node_peer_ar_on_control(fed_node *n, node_open *op);
 void fed_node_peer_ar_free(node_mesh *p);
 
 /* ---- peer_members.c ---- */

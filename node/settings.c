@@ -58,6 +58,7 @@ fed_err fed_node_settings_apply(const fed_node_settings *s, uint32_t nclients,
     snprintf(c->sync, sizeof c->sync, "%s", s->sync);
     snprintf(c->mixing, sizeof c->mixing, "%s", s->mixing);
     c->final_mix = (uint32_t)s->final_mix;
+    c->group_size = (uint32_t)s->group_size;
     fed_node_settings_apply_dp(s, c);
     return FED_OK;
 }

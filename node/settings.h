@@ -49,6 +49,7 @@ typedef struct fed_node_settings {
     double dp_delta;
     double dp_budget;
     int require_dp_sgd;
+    int group_size;         /* peer, allreduce: groups of at most this (0: none) */
 } fed_node_settings;
 
 /* The entries for a config struct T holding a fed_node_settings as member m:
@@ -136,6 +137,11 @@ typedef struct fed_node_settings {
     FED_OPT_DEF(T, m.require_dp_sgd, "require-dp-sgd", FED_OPT_BOOL, "false", 0, 0,              \
                 "aggregator: every round requires DP-SGD at --dp-sgd-clip and at least "         \
                 "--dp-sgd-noise; a client that cannot comply refuses the round (recorded)"),     \
+    FED_OPT_DEF(T, m.group_size, "group-size", FED_OPT_INT, "0", 0, 65536,                       \
+                "peer, --mixing allreduce: each round the members split into groups of at "     \
+                "most this many by a grid all compute from --seed, each group all-reduces "     \
+                "alone; ceil(log_G n) rounds without training give the exact mean (0: one "     \
+                "group of all)"),                                                                \
     FED_OPT_ALIAS("sample", "fraction")
 
 /* The round settings into c (after fed_node_config_default): model, training,

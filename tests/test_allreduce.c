@@ -4,7 +4,13 @@
  * every member ends with bit-identical parameters equal to the weighted mean
  * computed in one place in the schedule's fixed order (and to the plain
  * key-order mean to rounding); the ring sends 2(n-1)/n of the vector per
- * member; bad receives are refused by name. */
+ * member; bad receives are refused by name. Groups: the grid schedule
+ * puts every member in exactly one group a round, the same group in every
+ * member's view, at most G members where n factors so, and ceil(log_G n)
+ * rounds of weighted group means (no training between) give every member
+ * the exact mean, for n up to 1,000. The fault rule's verification rows
+ * span n after ceil(log2 n) hops, never with a member silent, and a
+ * different hash gives a redo. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -423,6 +429,187 @@ static void test_refusals(void **st)
     fed_gossip_ar_member_free(m);
 }
 
+/* Groups: n members with random vectors and weight 1, d = the cycle's
+ * rounds of group all-reduces (each group's weighted sum in member order;
+ * each member then holds the group's mean and its total weight): every
+ * member ends within 1e-12 of the mean; every member's view of its group
+ * is its members' view; d = ceil(log_G n) for n that factor into radices
+ * <= G, and groups are never larger than G then. */
+static uint32_t ceil_log(uint32_t n, uint32_t g)
+{
+    uint32_t d = 0;
+
+    for (uint64_t p = 1; p < n; p *= g)
+        d++;
+    return d;
+}
+
+static void groups_exact(uint32_t n, uint32_t g, uint64_t seed)
+{
+    enum { L = 3 };
+    double *x = calloc((size_t)n * L, sizeof *x), *w = calloc(n, sizeof *w), mean[L] = {0};
+    double *nx = calloc((size_t)n * L, sizeof *nx), *nw = calloc(n, sizeof *nw);
+    uint32_t *grp = calloc(n, sizeof *grp), *other = calloc(n, sizeof *other);
+    uint32_t r[FED_GOSSIP_AR_MAX_RADICES], d = fed_gossip_ar_radices(n, g, r), cnt, c2;
+    uint32_t maxg = 0;
+    double err = 0;
+    fed_rng rng;
+
+    assert_non_null(x);
+    assert_non_null(nx);
+    assert_non_null(grp);
+    assert_non_null(other);
+    fed_rng_seed(&rng, seed);
+    for (uint32_t i = 0; i < n; i++) {
+        w[i] = 1;
+        for (int e = 0; e < L; e++) {
+            x[(size_t)i * L + e] = fed_rng_normal(&rng) * 10;
+            mean[e] += x[(size_t)i * L + e] / n;
+        }
+    }
+    for (uint32_t t = 1; t <= d; t++) {
+        for (uint32_t i = 0; i < n; i++) {
+            double s[L] = {0}, W = 0;
+
+            assert_int_equal(fed_gossip_ar_group(n, g, seed, t, i, grp, &cnt), FED_OK);
+            maxg = cnt > maxg ? cnt : maxg;
+            for (uint32_t k = 0; k < cnt; k++) { /* the same group in every member's view */
+                assert_int_equal(fed_gossip_ar_group(n, g, seed, t, grp[k], other, &c2), FED_OK);
+                assert_int_equal(c2, cnt);
+                assert_memory_equal(other, grp, cnt * sizeof *grp);
+                if (k)
+                    assert_true(grp[k] > grp[k - 1]);
+            }
+            for (uint32_t k = 0; k < cnt; k++) {
+                W += w[grp[k]];
+                for (int e = 0; e < L; e++)
+                    s[e] += w[grp[k]] * x[(size_t)grp[k] * L + e];
+            }
+            nw[i] = W;
+            for (int e = 0; e < L; e++)
+                nx[(size_t)i * L + e] = s[e] / W;
+        }
+        memcpy(x, nx, (size_t)n * L * sizeof *x);
+        memcpy(w, nw, n * sizeof *w);
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        assert_true(w[i] == n);
+        for (int e = 0; e < L; e++) {
+            double a = fabs(x[(size_t)i * L + e] - mean[e]);
+
+            err = a > err ? a : err;
+        }
+    }
+    assert_true(err < 1e-12);
+    printf("groups of %2u, n = %4u: exact mean (max error %.1e) after %u rounds (ceil(log_G n) "
+           "= %u), groups of at most %u\n", g, n, err, d, ceil_log(n, g), maxg);
+    free(x);
+    free(nx);
+    free(w);
+    free(nw);
+    free(grp);
+    free(other);
+}
+
+static void test_groups(void **st)
+{
+    static const uint32_t cases[][2] = {{8, 16}, {64, 16}, {1000, 16}, {12, 4}, {27, 3},
+                                        {100, 10}, {6, 4}, {30, 16}};
+    uint32_t r[FED_GOSSIP_AR_MAX_RADICES], d;
+
+    (void)st;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        uint32_t n = cases[i][0], g = cases[i][1];
+
+        d = fed_gossip_ar_radices(n, g, r);
+        assert_int_equal(d, ceil_log(n, g));
+        for (uint32_t t = 0; t < d; t++)
+            assert_true(r[t] <= g);
+        groups_exact(n, g, 7 + i);
+    }
+    groups_exact(17, 4, 3); /* prime: one group of 17, one round */
+    assert_int_equal(fed_gossip_ar_radices(17, 4, r), 1);
+    assert_int_equal(r[0], 17);
+    assert_int_equal(fed_gossip_ar_radices(1, 4, r), 0);
+}
+
+/* The verification rows in lockstep (every member done at hop 0; each hop
+ * every member sends its row to the members 2^k after it once the row
+ * covers 2^k, and the whole row once it has it): for n = 2..17 and 1,000
+ * every member knows the whole row after ceil(log2 n) hops and not before;
+ * with one member silent (it died after its run) no member ever claims
+ * the whole row; a different hash heard gives 0 (a redo). */
+static uint32_t rows_lockstep(uint32_t n, uint32_t silent, uint32_t max_hops)
+{
+    uint32_t levels = fed_gossip_ar_row_levels(n), hop;
+    uint64_t *row = calloc(n, sizeof *row), *rx = calloc((size_t)n * 32, sizeof *rx);
+    uint64_t *tx = calloc((size_t)n * 32, sizeof *tx), *nrx = calloc((size_t)n * 32, sizeof *nrx);
+    uint8_t same[32];
+
+    assert_non_null(row);
+    assert_non_null(rx);
+    assert_non_null(tx);
+    assert_non_null(nrx);
+    memset(same, 1, sizeof same);
+    for (uint32_t i = 0; i < n; i++)
+        row[i] = 1;
+    for (hop = 0; hop < max_hops; hop++) {
+        int all = 1;
+
+        for (uint32_t i = 0; i < n; i++)
+            all &= row[i] == n;
+        if (all)
+            break;
+        memcpy(nrx, rx, (size_t)n * 32 * sizeof *rx);
+        for (uint32_t i = 0; i < n; i++)
+            for (uint32_t k = 0; k < levels; k++) {
+                uint64_t d = 1ull << k;
+
+                if (i != silent && ((row[i] >= d && !tx[i * 32 + k]) ||
+                                    (row[i] >= n && tx[i * 32 + k] < n))) {
+                    tx[i * 32 + k] = row[i];
+                    nrx[((i + d) % n) * 32 + k] = row[i];
+                }
+            }
+        memcpy(rx, nrx, (size_t)n * 32 * sizeof *rx);
+        for (uint32_t i = 0; i < n; i++) {
+            row[i] = fed_gossip_ar_row(n, row[i], rx + (size_t)i * 32, same);
+            assert_true(row[i] >= 1 && row[i] <= n);
+            if (silent < n)
+                assert_true(row[i] < n); /* the silent member's part never heard */
+        }
+    }
+    free(row);
+    free(rx);
+    free(tx);
+    free(nrx);
+    return hop;
+}
+
+static void test_verify_rows(void **st)
+{
+    uint64_t rx[32] = {0};
+    uint8_t same[32];
+
+    (void)st;
+    for (uint32_t n = 2; n <= 17; n++)
+        assert_int_equal(rows_lockstep(n, UINT32_MAX, 64), fed_gossip_ar_row_levels(n));
+    assert_int_equal(rows_lockstep(1000, UINT32_MAX, 64), 10);
+    for (uint32_t n = 3; n <= 17; n += 7)
+        for (uint32_t d = 0; d < n; d++)
+            assert_int_equal(rows_lockstep(n, d, 40), 40); /* never the whole row */
+    memset(same, 1, sizeof same);
+    rx[1] = 3;
+    assert_int_equal(fed_gossip_ar_row(8, 1, rx, same), 1); /* 2 before: needs a row of 2 */
+    assert_int_equal(fed_gossip_ar_row(8, 2, rx, same), 5);
+    rx[0] = 8;
+    assert_int_equal(fed_gossip_ar_row(8, 1, rx, same), 8); /* the whole row, from anyone */
+    same[1] = 0;
+    assert_int_equal(fed_gossip_ar_row(8, 2, rx, same), 0); /* another hash: redone */
+    printf("verification rows: the whole row after ceil(log2 n) hops for n = 2..17 and 1,000 "
+           "(10 hops); a silent member keeps every row short of n\n");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -434,6 +621,8 @@ int main(void)
         cmocka_unit_test(test_butterfly),
         cmocka_unit_test(test_ring_payload),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_groups),
+        cmocka_unit_test(test_verify_rows),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

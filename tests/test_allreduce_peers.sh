@@ -9,6 +9,11 @@
 #  B. FedAvg with an aggregator, the same six shards (the six keys as
 #     clients) and recipe, 3 rounds: the peers' accuracy after round 3 is
 #     within 0.3 point of the aggregator's.
+#  C. The fault rule between processes: four peers (logreg, --deadline-ms
+#     2000, 4 rounds), one killed (kill -9) once it recorded round 1: the
+#     three others give the stalled all-reduce up, agree to leave it out,
+#     redo each round over themselves, and exit 0 having recorded rounds
+#     1..4 once, with one model hash a round on all three.
 # Needs ./fednode and Fashion-MNIST; exits 77 (skipped) without them.
 . "$(dirname "$0")/proc_lib.sh"
 
@@ -25,35 +30,43 @@ SETTINGS="--data fashion-mnist --threads 1 --model mlp:256,128 --optimizer sgd -
 --lr 0.05 --batch 64 --local-epochs 1 --mixing allreduce --topology ring --sync bsp \
 --rounds 3 --final-mix 0 --deadline-ms 30000"
 
-# Each peer's file must name the others' ports before any starts; when one
-# could not bind (another process took the port), the six start again on
-# other ports (as test_peers.sh does).
-for try in 1 2 3 4 5; do
-    BASE=$((20000 + ($$ * 11 + try * 1013) % 10000))
-    : >"$TMP/a/peers.txt"
-    for i in 0 1 2 3 4 5; do echo "p$i tcp://127.0.0.1:$((BASE + i))" >>"$TMP/a/peers.txt"; done
-    for i in 0 1 2 3 4 5; do
-        rm -f "$TMP/a/port$i"
-        # shellcheck disable=SC2086
-        start "A$i" --role peer --keys "$K/p$i" --allow "$K/allow.txt" --peers "$TMP/a/peers.txt" \
-            --listen "tcp://127.0.0.1:$((BASE + i))" --db "$TMP/a/p$i.db" --partition iid \
-            --shard "$i/6" --port-file "$TMP/a/port$i" $SETTINGS
-    done
-    n=300 up=0 dead=""
-    while [ "$n" -gt 0 ] && [ "$up" -lt 6 ] && [ -z "$dead" ]; do
-        sleep 0.1; n=$((n - 1)) up=0
-        for i in 0 1 2 3 4 5; do
-            [ -s "$TMP/a/port$i" ] && up=$((up + 1))
-            alive "A$i" || dead="A$i"
+# peers TAG DIR N SETTINGS...: peers p0..p(N-1) as processes TAG0.., in DIR,
+# shard i/N. Each peer's file must name the others' ports before any starts;
+# when one could not bind (another process took the port), the N start
+# again on other ports (as test_peers.sh does).
+peers() {
+    tag=$1 dir=$2 np=$3; shift 3
+    ids=$(seq 0 $((np - 1)))
+    for try in 1 2 3 4 5; do
+        BASE=$((20000 + ($$ * 11 + try * 1013 + np * 97) % 10000))
+        : >"$dir/peers.txt"
+        for i in $ids; do echo "p$i tcp://127.0.0.1:$((BASE + i))" >>"$dir/peers.txt"; done
+        for i in $ids; do
+            rm -f "$dir/port$i"
+            start "$tag$i" --role peer --keys "$K/p$i" --allow "$dir/allow.txt" \
+                --peers "$dir/peers.txt" --listen "tcp://127.0.0.1:$((BASE + i))" \
+                --db "$dir/p$i.db" --partition iid --shard "$i/$np" --port-file "$dir/port$i" "$@"
         done
+        n=300 up=0 dead=""
+        while [ "$n" -gt 0 ] && [ "$up" -lt "$np" ] && [ -z "$dead" ]; do
+            sleep 0.1; n=$((n - 1)) up=0
+            for i in $ids; do
+                [ -s "$dir/port$i" ] && up=$((up + 1))
+                alive "$tag$i" || dead="$tag$i"
+            done
+        done
+        [ "$up" -eq "$np" ] && return 0
+        [ -n "$dead" ] && logged "$dead" "cannot listen" || fail "the $np peers listen within 30 s"
+        echo "$dead could not listen on its port (try $try); the $np start again elsewhere"
+        for i in $ids; do kill -9 "$(pid "$tag$i")" 2>/dev/null; wait "$(pid "$tag$i")" 2>/dev/null; done
+        rm -f "$dir"/p*.db*
     done
-    [ "$up" -eq 6 ] && break
-    [ -n "$dead" ] && logged "$dead" "cannot listen" || fail "the six peers listen within 30 s"
-    echo "$dead could not listen on its port (try $try); the six start again elsewhere"
-    for i in 0 1 2 3 4 5; do kill -9 "$(pid "A$i")" 2>/dev/null; wait "$(pid "A$i")" 2>/dev/null; done
-    rm -f "$TMP/a"/p*.db*
-done
-[ "$up" -eq 6 ] || fail "the six peers found free ports in 5 tries"
+    fail "the $np peers found free ports in 5 tries"
+}
+
+cp "$K/allow.txt" "$TMP/a/allow.txt"
+# shellcheck disable=SC2086
+peers A "$TMP/a" 6 $SETTINGS
 
 for i in 0 1 2 3 4 5; do exits0 "A$i" 120; done
 ok "the six peers finished 3 all-reduce rounds and exited 0"
@@ -99,4 +112,28 @@ echo "after 3 rounds: all-reduce peers $(printf "%.4f" "$a0"), FedAvg with an ag
 awk -v a="$a0" -v f="$fa" 'BEGIN { d = a - f; if (d < 0) d = -d; exit !(d <= 0.003) }' ||
     fail "B: the peers' accuracy $a0 is within 0.3 point of FedAvg's $fa"
 ok "B: the all-reduce peers reach FedAvg's accuracy (within 0.3 point)"
+# ---- C: a peer killed; the others leave it out and go on
+mkdir -p "$TMP/c"
+head -n 4 "$K/allow.txt" >"$TMP/c/allow.txt"
+peers C "$TMP/c" 4 --data fashion-mnist --threads 1 --model logreg --optimizer sgd --lr 0.05 \
+    --batch 64 --local-epochs 1 --mixing allreduce --topology ring --sync bsp --rounds 4 \
+    --final-mix 0 --deadline-ms 2000
+wait_for "C: p2 recorded round 1" 60 sh -c "$FEDNODE status --db $TMP/c/p2.db --json | tr '{' '\n' | grep -q '^\"round\":1,\"start_ms\"'"
+kill -9 "$(pid C2)"
+t_kill=$(date +%s)
+for i in 0 1 3; do exits0 "C$i" 90; done
+ok "C: p2 killed after round 1; p0, p1, p3 finished 4 rounds $(($(date +%s) - t_kill)) s later and exited 0"
+for i in 0 1 3; do
+    logged "C$i" "left out\|gave up round" || fail "C: p$i gave an all-reduce up or heard it given up"
+    rounds_once "$TMP/c/p$i.db" 4
+done
+logged C0 "redone (attempt 1) over 3 members" || fail "C: p0 redid a round over the three"
+for r in 1 2 3 4; do
+    h0=$(field "$TMP/c/p0.db" "$r" model_hash)
+    [ -n "$h0" ] || fail "C: p0 recorded round $r's model hash"
+    for i in 1 3; do
+        [ "$(field "$TMP/c/p$i.db" "$r" model_hash)" = "$h0" ] || fail "C: p$i's round $r model hash is p0's"
+    done
+done
+ok "C: one model hash a round on the three survivors, rounds 1..4 once each, $(printf "%.4f" "$(field "$TMP/c/p0.db" 4 accuracy)") after round 4"
 echo "all checks passed in $(($(date +%s) - T0)) s"

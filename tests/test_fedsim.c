@@ -125,6 +125,22 @@ static void test_deterministic(void **state)
     }
 }
 
+/* --mixing allreduce in fedsim: six peers on a ring with 10% loss and peer 2
+ * crashed for a while, twice with one seed: the same rows and model. */
+static void test_deterministic_allreduce(void **state)
+{
+    const char *kv[] = {"nodes", "6", "rounds", "3", "role", "peer", "mixing", "allreduce",
+                        "topology", "ring", "loss", "0.1", "deadline-ms", "1500", "crash",
+                        "2@1.5,restart@4", NULL};
+    rows a;
+
+    (void)state;
+    fed_test_need_fashion(train != NULL);
+    assert_same_runs(kv, kv, &a);
+    printf("peer allreduce: %d rounds twice (over at %.2f s), the same rows and model (round %d "
+           "accuracy %.4f)\n", a.n, a.r[a.n - 1].t_s, a.n, a.r[a.n - 1].accuracy);
+}
+
 /* --no-crypto changes what the frames carry around the numbers, never the
  * numbers: the same rows (bytes included: the seal's place stays) and model. */
 static void test_no_crypto_same_model(void **state)
@@ -466,6 +482,7 @@ int main(void)
         cmocka_unit_test(test_async_and_final_mix),
         cmocka_unit_test(test_bad_specs),
         cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_deterministic_allreduce),
         cmocka_unit_test(test_default_lr),
         cmocka_unit_test(test_no_crypto_same_model),
         cmocka_unit_test(test_byzantine_signflip),

@@ -10,8 +10,11 @@
  * allreduce: n = 2..17 on ring, tree, tree:3 and butterfly end a round with
  * the same bits, the exact mean; with 20% loss the same bits as without;
  * trained peers commit the same hash every round; a member killed at each
- * ring step hangs nobody and leaves each survivor the mean or its own
- * vector. Skips the training parts without
+ * ring step hangs nobody: the survivors agree whom to leave out, redo the
+ * round and hold one model, the mean of the survivors (or of all, when it
+ * died after its part was in); a member cut off rejoins; --group-size:
+ * the exact mean after ceil(log_G n) rounds, a slow group holds up no
+ * other. Skips the training parts without
  * the data. */
 #include <math.h>
 #include <setjmp.h>
@@ -28,6 +31,7 @@
 #include "core/pool.h"
 #include "core/rng.h"
 #include "crypto/allow.h"
+#include "gossip/allreduce.h"
 #include "model/backend.h"
 #include "model/data.h"
 #include "node/node.h"
@@ -57,6 +61,9 @@ typedef struct mesh {
     float lr[MAXN][16];             /* the rate node i reported round r at */
     uint8_t hash[MAXN][32];         /* its last round's model hash */
     uint8_t hashes[MAXN][16][32];   /* each round's */
+    uint64_t end_ms[MAXN][16];      /* when node i ended round r */
+    uint64_t snap_round;            /* the round whose estimates go to snap */
+    double snap[MAXN][DIM];
 } mesh;
 
 static fed_backend *be;
@@ -95,6 +102,9 @@ static void on_round(void *ctx, const fed_node *n, const fed_node_round_info *r)
                 memcpy(m->hashes[i][r->round], r->model_hash, 32);
                 m->commits[i][r->round]++;
                 m->lr[i][r->round] = r->lr;
+                m->end_ms[i][r->round] = r->end_ms;
+                if (r->round == m->snap_round)
+                    assert_int_equal(fed_node_peer_estimate(n, m->snap[i]), FED_OK);
             }
         }
 }
@@ -116,6 +126,7 @@ typedef struct mesh_opts {
     const char *lr_schedule; /* train: the rate across rounds; NULL: const */
     uint32_t lr_warmup;
     size_t max_frame;       /* 0: the default */
+    uint32_t group_size;    /* allreduce: groups of at most this (0: none) */
 } mesh_opts;
 
 static void mesh_build(mesh *m, const mesh_opts *o)
@@ -183,6 +194,7 @@ static void mesh_build(mesh *m, const mesh_opts *o)
         c.vouch = o->vouch;
         c.neighbours = o->neighbours;
         c.wire.max_frame = o->max_frame;
+        c.group_size = o->group_size;
         if (o->outsider && i == 0) /* an hour from the world's clock at 0 */
             assert_int_equal(fed_gossip_entry_sign(fed_sim_host_arena(m->h[0]),
                                                    fed_sim_host_id(m->h[o->n - 1])->key,
@@ -537,13 +549,15 @@ static void test_training_crash_rejoin(void **state)
 
 /* --mixing allreduce, one round with training off: every member's
  * estimate (and model hash) the same bits, equal to the mean of the
- * starting vectors. Returns the estimates in est (n x DIM). */
+ * starting vectors. Returns the estimates in est (n x DIM) and the frames
+ * sealed; *lost (may be NULL): frames the network lost. */
 static uint64_t allreduce_round(const char *topo, int n, double loss, uint64_t seed,
-                                double est[MAXN][DIM])
+                                double est[MAXN][DIM], uint64_t *lost)
 {
     uint64_t sealed = 0;
     mesh_opts o = {.n = n, .topology = topo, .mixing = "allreduce", .loss = loss, .rounds = 1,
                    .deadline_ms = 2000, .seed = seed};
+    fed_sim_counters wc;
     mesh m;
 
     mesh_build(&m, &o);
@@ -556,6 +570,9 @@ static uint64_t allreduce_round(const char *topo, int n, double loss, uint64_t s
             assert_true(fabs(est[i][d] - m.mean[d]) < 1e-12 * (1 + fabs(m.mean[d])));
         sealed += fed_node_wire_counters(fed_sim_host_node(m.h[i]))->sealed;
     }
+    fed_sim_world_counters(m.w, &wc);
+    if (lost)
+        *lost = wc.dropped_loss;
     mesh_free(&m);
     return sealed;
 }
@@ -570,7 +587,7 @@ static void test_allreduce_exact(void **state)
     (void)state;
     for (size_t t = 0; t < sizeof topos / sizeof *topos; t++)
         for (int n = 2; n <= 17; n++)
-            allreduce_round(topos[t], n, 0, 40 + (uint64_t)n, est);
+            allreduce_round(topos[t], n, 0, 40 + (uint64_t)n, est, NULL);
 }
 
 /* 20% of frames lost: slices are sent again until ACKed, and the round
@@ -585,13 +602,14 @@ static void test_allreduce_loss(void **state)
     (void)state;
     for (size_t t = 0; t < sizeof topos / sizeof *topos; t++)
         for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
-            uint64_t f0 = allreduce_round(topos[t], ns[k], 0, 9, clean);
-            uint64_t f1 = allreduce_round(topos[t], ns[k], 0.2, 9, lossy);
+            uint64_t lost = 0, f0 = allreduce_round(topos[t], ns[k], 0, 9, clean, NULL);
+            uint64_t f1 = allreduce_round(topos[t], ns[k], 0.2, 9, lossy, &lost);
 
-            (void)allreduce_round(topos[t], ns[k], 0.2, 9, again);
-            printf("allreduce %-9s n=%2d: %llu frames sealed, %llu with 20%% loss, same bits\n",
-                   topos[t], ns[k], (unsigned long long)f0, (unsigned long long)f1);
-            assert_true(f1 > f0); /* slices (or ACKs) were lost and sent again */
+            (void)allreduce_round(topos[t], ns[k], 0.2, 9, again, NULL);
+            printf("allreduce %-9s n=%2d: %llu frames sealed, %llu with 20%% loss (%llu lost), "
+                   "same bits\n", topos[t], ns[k], (unsigned long long)f0,
+                   (unsigned long long)f1, (unsigned long long)lost);
+            assert_true(lost > 0); /* frames were lost and sent again */
             assert_memory_equal(lossy, clean, (size_t)ns[k] * sizeof clean[0]);
             assert_memory_equal(again, lossy, (size_t)ns[k] * sizeof clean[0]);
         }
@@ -666,31 +684,44 @@ static void test_allreduce_chunked(void **state)
     }
 }
 
-/* A ring of 5 with member 2 killed at each step of round 1's all-reduce
+/* A ring of 5 with member 2 killed at each step of round 1's all-reduce (and
+ * a tree and a butterfly of 5)
  * (crash times spread over the round as a run without a crash took it):
- * nobody hangs, every survivor ends both rounds by the step deadlines, and
- * each holds either the exact mean of all five or its own vector, never a
- * partial sum. (The agreed redo over the survivors is not built yet.) */
-static void test_allreduce_killed_each_step(void **state)
+ * nobody hangs; the survivors end both rounds within the deadlines the
+ * fault rule allows (a stalled attempt, the abort window, the redo), each
+ * round with one model hash on all four, and hold the same bits: the mean
+ * of the four survivors' vectors when member 2 died before its part was
+ * sent, else the mean of all five (it died after). Without loss and with
+ * 20% of frames lost (the ring). */
+static void killed_each_step(const char *topo, double loss)
 {
-    mesh_opts o = {.n = 5, .topology = "ring", .mixing = "allreduce", .rounds = 2,
-                   .deadline_ms = 300, .seed = 12};
-    uint64_t t_round;
-    int steps = 2 * (o.n - 1);
+    mesh_opts o = {.n = 5, .topology = topo, .mixing = "allreduce", .rounds = 2,
+                   .deadline_ms = 300, .seed = 12, .loss = loss};
+    uint64_t t_round, bound;
+    fed_gossip_ar_plan plan;
+    int steps, fours = 0;
+    double mean4[DIM];
     mesh m;
 
-    (void)state;
+    assert_int_equal(fed_gossip_ar_plan_init(&plan, topo, 5, DIM), FED_OK);
+    steps = (int)fed_gossip_ar_steps(&plan);
     mesh_build(&m, &o);
     run_to_round(&m, 1, 100000000);
     t_round = fed_sim_world_now_us(m.w) / 1000;
+    for (int d = 0; d < DIM; d++) /* the survivors' mean, summed in ring order */
+        mean4[d] = (((m.init[0][d] + m.init[1][d]) + m.init[3][d]) + m.init[4][d]) / 4;
     mesh_free(&m);
+    /* a round: the stalled attempt (its last step due), the abort window,
+       the verification's window at worst, and the redo */
+    bound = 2 * ((uint64_t)(steps + 2) * o.deadline_ms + 2 * o.deadline_ms + t_round);
     for (int k = 0; k <= steps; k++) {
         uint64_t at = (uint64_t)k * t_round / (uint64_t)steps;
-        int whole = 0, own = 0;
+        double z[MAXN][DIM];
+        int is4 = 1, is5 = 1, first = -1;
 
         mesh_build(&m, &o);
         assert_int_equal(fed_sim_world_crash_at(m.w, fed_sim_host_index(m.h[2]), at), FED_OK);
-        for (uint64_t t = 0; t < 20 * (uint64_t)steps * o.deadline_ms; t += 50) {
+        for (uint64_t t = 0; t < 4 * bound; t += 50) {
             int lo = INT32_MAX;
 
             for (int i = 0; i < m.n; i++) /* the survivors */
@@ -699,25 +730,176 @@ static void test_allreduce_killed_each_step(void **state)
                 break;
             assert_int_equal(fed_sim_world_run_until(m.w, t), FED_OK);
         }
+        assert_true(fed_sim_world_now_us(m.w) / 1000 <= bound + 50);
         for (int i = 0; i < m.n; i++) {
-            double z[DIM];
-            int is_mean = 1, is_own = 1;
-
             if (i == 2)
                 continue;
             assert_int_equal(m.done[i], 2);
+            assert_int_equal(fed_node_peer_estimate(fed_sim_host_node(m.h[i]), z[i]), FED_OK);
+            if (first < 0) {
+                first = i;
+                for (int d = 0; d < DIM; d++) {
+                    is4 &= fabs(z[i][d] - mean4[d]) < 1e-12 * (1 + fabs(mean4[d]));
+                    is5 &= fabs(z[i][d] - m.mean[d]) < 1e-12 * (1 + fabs(m.mean[d]));
+                }
+            }
+            assert_memory_equal(z[i], z[first], sizeof z[i]);
+            for (int r = 1; r <= 2; r++)
+                assert_memory_equal(m.hashes[i][r], m.hashes[first][r], 32);
+        }
+        assert_true(is4 || is5);
+        if (k == 0)
+            assert_true(is4); /* dead before it sent anything */
+        fours += is4;
+        printf("%-9s of 5, %2.0f%% loss, member 2 killed at %3llu ms (step ~%d of %d): the 4 "
+               "survivors hold the mean of %s, both rounds over at %llu ms (bound %llu)\n",
+               topo, 100 * loss, (unsigned long long)at, k, steps, is4 ? "the four" : "all five",
+               (unsigned long long)(fed_sim_world_now_us(m.w) / 1000),
+               (unsigned long long)bound);
+        mesh_free(&m);
+    }
+    if (!strcmp(topo, "ring")) /* a ring member's part is in only near the end */
+        assert_true(fours >= steps / 2);
+}
+
+static void test_allreduce_killed_each_step(void **state)
+{
+    (void)state;
+    killed_each_step("ring", 0);
+    killed_each_step("ring", 0.2);
+    killed_each_step("tree", 0);
+    killed_each_step("butterfly", 0);
+}
+
+/* A ring of 5 with member 2 cut off from the others for the first 1.5 s:
+ * the four leave it out and go on over themselves (each round the mean of
+ * the four), it ends its rounds alone; once the link is back it skips to
+ * the others' round and rejoins: from then on all five commit one hash a
+ * round, and the five hold the same bits, the mean of all five starting
+ * vectors (the four's mean weighed four times, its own once). */
+static void test_allreduce_rejoin(void **state)
+{
+    mesh_opts o = {.n = 5, .topology = "ring", .mixing = "allreduce", .rounds = 12,
+                   .deadline_ms = 300, .seed = 5};
+    uint32_t groups[5] = {0, 0, 1, 0, 0};
+    double z[MAXN][DIM];
+    int joined = 0;
+    mesh m;
+
+    (void)state;
+    mesh_build(&m, &o);
+    assert_int_equal(fed_sim_world_add_partition(m.w, groups, 5, 0, 1500), FED_OK);
+    run_to_round(&m, 12, 100000);
+    for (int r = 1; r <= 12 && !joined; r++) {
+        int same = 1;
+
+        for (int i = 0; i < 5; i++)
+            same &= m.commits[i][r] == 1 && !memcmp(m.hashes[i][r], m.hashes[0][r], 32);
+        joined = same ? r : 0;
+    }
+    assert_true(joined > 1); /* not the first round: it was cut off */
+    for (int r = joined; r <= 12; r++)
+        for (int i = 0; i < 5; i++)
+            assert_memory_equal(m.hashes[i][r], m.hashes[0][r], 32);
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(fed_node_peer_estimate(fed_sim_host_node(m.h[i]), z[i]), FED_OK);
+        assert_memory_equal(z[i], z[0], sizeof z[0]);
+    }
+    for (int d = 0; d < DIM; d++)
+        assert_true(fabs(z[0][d] - m.mean[d]) < 1e-12 * (1 + fabs(m.mean[d])));
+    printf("ring of 5, member 2 cut off for 1.5 s: all five hold one model hash from round %d "
+           "of 12 on, the mean of all five\n", joined);
+    mesh_free(&m);
+}
+
+/* --group-size G, no training: n members in groups of at most G by the
+ * grid all compute from the seed, each group all-reducing alone. After
+ * ceil(log_G n) rounds every member holds the exact mean (to 1e-12: the
+ * groups sum in different orders). With the links of round 1's group of
+ * member 0 made 40 times slower, the other groups end round 1 before it (a
+ * slow group holds up nobody else), and round 2, whose groups wait for its
+ * members, still ends with the exact mean. */
+static void test_allreduce_groups(void **state)
+{
+    static const struct { int n; uint32_t g; const char *topo; int rounds; } cases[] = {
+        {12, 4, "ring", 2}, {16, 4, "butterfly", 2}, {27, 3, "tree", 3}, {8, 16, "ring", 1}};
+
+    (void)state;
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        mesh_opts o = {.n = cases[c].n, .topology = cases[c].topo, .mixing = "allreduce",
+                       .rounds = (uint32_t)cases[c].rounds, .deadline_ms = 2000, .seed = 21,
+                       .group_size = cases[c].g};
+        double z[DIM], err = 0;
+        mesh m;
+
+        mesh_build(&m, &o);
+        m.snap_round = (uint64_t)cases[c].rounds - 1;
+        run_to_round(&m, cases[c].rounds, 100000000);
+        if (cases[c].rounds > 1) { /* a round short: not there yet */
+            double e1 = 0;
+
+            for (int i = 0; i < m.n; i++)
+                for (int d = 0; d < DIM; d++)
+                    e1 = fmax(e1, fabs(m.snap[i][d] - m.mean[d]));
+            assert_true(e1 > 1e-3);
+        }
+        for (int i = 0; i < m.n; i++) {
             assert_int_equal(fed_node_peer_estimate(fed_sim_host_node(m.h[i]), z), FED_OK);
             for (int d = 0; d < DIM; d++) {
-                is_mean &= fabs(z[d] - m.mean[d]) < 1e-12 * (1 + fabs(m.mean[d]));
-                is_own &= z[d] == m.init[i][d];
+                double a = fabs(z[d] - m.mean[d]) / (1 + fabs(m.mean[d]));
+
+                err = a > err ? a : err;
             }
-            assert_true(is_mean || is_own);
-            whole += is_mean;
-            own += is_own;
         }
-        printf("ring of 5, member 2 killed at %3llu ms (step ~%d of %d): %d survivors hold the "
-               "mean, %d their own vector, at %llu ms\n", (unsigned long long)at, k, steps, whole,
-               own, (unsigned long long)(fed_sim_world_now_us(m.w) / 1000));
+        printf("groups of %2u, %2d peers (%s): the exact mean on every one after %d rounds "
+               "(largest relative error %.1e)\n", cases[c].g, m.n, cases[c].topo,
+               cases[c].rounds, err);
+        assert_true(err < 1e-12);
+        mesh_free(&m);
+    }
+    { /* a slow group */
+        mesh_opts o = {.n = 12, .topology = "ring", .mixing = "allreduce", .rounds = 2,
+                       .deadline_ms = 5000, .seed = 21, .group_size = 4};
+        uint32_t grp[MAXN], cnt = 0;
+        uint64_t slow = 0, fast = 0;
+        double z[DIM], err = 0;
+        uint8_t in[MAXN] = {0};
+        fed_sim_link l;
+        mesh m;
+
+        mesh_build(&m, &o);
+        assert_int_equal(fed_gossip_ar_group(12, 4, 21, 1, 0, grp, &cnt), FED_OK);
+        memset(&l, 0, sizeof l);
+        l.latency_ms = 200;
+        l.bytes_per_ms = 100000;
+        for (uint32_t a = 0; a < cnt; a++) {
+            in[grp[a]] = 1;
+            for (uint32_t b = 0; b < cnt; b++)
+                if (a != b)
+                    assert_int_equal(fed_sim_world_set_link(m.w, fed_sim_host_index(m.h[grp[a]]),
+                                                            fed_sim_host_index(m.h[grp[b]]), &l),
+                                     FED_OK);
+        }
+        run_to_round(&m, 2, 100000000);
+        for (int i = 0; i < m.n; i++) { /* round 2 waited for the slow members: exact */
+            assert_int_equal(fed_node_peer_estimate(fed_sim_host_node(m.h[i]), z), FED_OK);
+            for (int d = 0; d < DIM; d++)
+                err = fmax(err, fabs(z[d] - m.mean[d]) / (1 + fabs(m.mean[d])));
+        }
+        assert_true(err < 1e-12);
+        for (int i = 0; i < m.n; i++) {
+            uint64_t t = m.end_ms[i][1];
+
+            if (in[i])
+                slow = slow > t ? slow : t;
+            else
+                fast = fast > t ? fast : t;
+        }
+        printf("groups of 4, 12 peers, one group's links 200 ms: the other groups end round 1 "
+               "at %llu ms, the slow one at %llu ms; round 2 the exact mean (%.1e)\n",
+               (unsigned long long)(fast - 1700000000000ull),
+               (unsigned long long)(slow - 1700000000000ull), err);
+        assert_true(fast < slow);
         mesh_free(&m);
     }
 }
@@ -775,6 +957,8 @@ int main(void)
         cmocka_unit_test(test_allreduce_training),
         cmocka_unit_test(test_allreduce_chunked),
         cmocka_unit_test(test_allreduce_killed_each_step),
+        cmocka_unit_test(test_allreduce_rejoin),
+        cmocka_unit_test(test_allreduce_groups),
         cmocka_unit_test(test_vouched_peer_joins),
         cmocka_unit_test(test_training_crash_rejoin),
     };
