@@ -163,6 +163,7 @@ static void on_round(void *ctx, const fed_node *n, const fed_node_round_info *in
         row.bytes = bytes_sent(r);
         row.merged = info->merged;
         row.lr = r->client_lr;
+        row.epsilon = info->epsilon;
         emit(r, &row);
         return;
     }
@@ -558,6 +559,10 @@ fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train, const 
             fed_node_settings clients = sc->s;
 
             clients.require_dp_sgd = r.peer_mode && sc->s.require_dp_sgd;
+            if (!r.peer_mode) { /* DP-FedAvg's settings are the aggregator's */
+                clients.dp_client_clip = clients.dp_target_epsilon = 0;
+                clients.dp_client_quantile = 0;
+            }
             bad = fed_node_settings_dp_misuse(&clients, r.peer_mode ? FED_NODE_PEER
                                                                     : FED_NODE_CLIENT);
         }
@@ -568,6 +573,10 @@ fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train, const 
         if (sc->s.dp_sgd)
             fed_log(FED_LOG_WARN, "sim: DP-SGD's noise comes from each node's seeded stream, so "
                     "the run repeats: it shows what DP-SGD costs, and is not private");
+        if (sc->s.dp_client_clip > 0)
+            fed_log(FED_LOG_WARN, "sim: DP-FedAvg's noise and draw come from the aggregator's "
+                    "seeded stream, so the run repeats: it shows what DP-FedAvg costs, and is "
+                    "not private");
     }
     memset(&wc, 0, sizeof wc);
     wc.seed = sc->s.seed;
