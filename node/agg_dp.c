@@ -4,9 +4,9 @@
  * equal weight, Gaussian noise on the sum, the fixed denominator (the
  * expected cohort), the clip's geometric update, and each round's charge to
  * the aggregator's own accountant (node/dp_account.h) in the round's
- * transaction. Noise and the draw come from a ChaCha20 keystream keyed from
- * env.random (libsodium in the daemon; a seeded stream in fedsim, whose runs
- * are then not private). The aggregator adds the noise: it is trusted for
+ * transaction. Noise and the draw come from the keystream
+ * (crypto/keystream.h) keyed from env.random (libsodium in the daemon; a
+ * seeded stream in fedsim, whose runs are then not private). The aggregator adds the noise: it is trusted for
  * client-level DP, and epsilon holds against everyone who sees the models
  * it releases. Never touches a client's delta beyond reading it. */
 #include <math.h>

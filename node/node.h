@@ -185,8 +185,8 @@ typedef struct fed_node_config {
     void *tamper_ctx;
     uint32_t delta_retries;       /* DELTA resends before HELLO; default 3 */
     /* DP-SGD (node/dp_account.h): a client with dp_sgd trains each round
-       with it (CPU backend), noise from env.random through a ChaCha20
-       keystream, and charges the round's epsilon to its database, durably,
+       with it (CPU backend), noise from env.random through a keystream
+       (crypto/keystream.h), and charges the round's epsilon to its database, durably,
        before its delta leaves; a round that would take the total past
        dp_budget (0: none) is refused with a LEAVE (FED_ERR_DP_BUDGET). An
        aggregator with require_dp_sgd puts dp_clip and dp_noise into every
