@@ -1199,6 +1199,15 @@ static fed_err fed_node_agg_check(const fed_node_config *c)
     if (c->require_dp_sgd && (!(c->dp_clip > 0) || !isfinite(c->dp_clip) ||
                               !(c->dp_noise >= 0) || !isfinite(c->dp_noise)))
         return FED_ERR_BAD_VALUE; /* the MODEL's DP-SGD field would not encode */
+    if (!(c->dp_client_clip >= 0) || !isfinite(c->dp_client_clip))
+        return FED_ERR_BAD_VALUE;
+    if (c->dp_client_clip > 0 &&
+        (!(c->dp_client_noise >= 0) || !isfinite(c->dp_client_noise) ||
+         !(c->dp_target_eps >= 0) || !isfinite(c->dp_target_eps) ||
+         !(c->dp_client_quantile >= 0 && c->dp_client_quantile < 1) ||
+         !(c->dp_client_clip_lr >= 0) || !isfinite(c->dp_client_clip_lr) ||
+         !(c->dp_delta > 0 && c->dp_delta < 1)))
+        return FED_ERR_BAD_VALUE; /* DP-FedAvg's settings */
     return FED_OK;
 }
 
