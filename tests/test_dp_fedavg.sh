@@ -112,32 +112,32 @@ agg() {
         --listen tcp://127.0.0.1:0 --port-file "$TMP/port" $COMMON $SETTINGS $DPF \
         --rounds "$2" --min-clients 3 --deadline-ms 60000 --gather-ms 200
 }
-refused() {
-    d=$1 text=$2; shift 2
-    "$FEDNODE" run "$@" >"$TMP/refused.out" 2>&1
-    rc=$?
-    [ $rc -eq 2 ] && grep -q -- "$text" "$TMP/refused.out" ||
-        fail "$d: exit 2 and '$text' (got $rc: $(cat "$TMP/refused.out"))"
-    ok "$d"
+# clients PREFIX: the three clients c0..c2, as processes PREFIX0..PREFIX2
+clients() {
+    for i in 0 1 2; do
+        # shellcheck disable=SC2086
+        start "$1$i" --role client --keys "$K/c$i" --allow "$K/allow.txt" --db "$TMP/c$i.db" \
+            --aggregator "tcp://127.0.0.1:$P" --aggregator-key agg --partition iid \
+            --shard "$i/10" $COMMON
+    done
 }
 refused "--dp-client-clip on a client is refused" "is an aggregator's setting" --role client \
     --aggregator tcp://127.0.0.1:1 --dp-client-clip 1
 refused "--dp-target-epsilon without --dp-client-clip is refused" "need --dp-client-clip" \
     --role aggregator --dp-target-epsilon 3
+# row_eps ROUND WANT: the aggregator's row ROUND holds epsilon WANT (4 decimals)
+row_eps() {
+    got=$(field "$TMP/agg.db" "$1" epsilon | awk '{ printf "%.4f\n", $1 }')
+    [ "$got" = "$2" ] || fail "round $1's row: epsilon $got, fednode privacy $2"
+}
 agg agg1 2
 wait_for "the aggregator wrote its port" 30 test -s "$TMP/port"
 P=$(cat "$TMP/port")
-for i in 0 1 2; do
-    # shellcheck disable=SC2086
-    start "c$i" --role client --keys "$K/c$i" --allow "$K/allow.txt" --db "$TMP/c$i.db" \
-        --aggregator "tcp://127.0.0.1:$P" --aggregator-key agg --partition iid --shard "$i/10" \
-        $COMMON
-done
+clients c
 wait_for "round 2 committed" 120 logged agg1 "round 2 merged"
 exits0 agg1 60
 e2=$(eps 1 1.5 2)
-got=$(field "$TMP/agg.db" 2 epsilon | awk '{ printf "%.4f\n", $1 }')
-[ "$got" = "$e2" ] || fail "round 2's row: epsilon $got, fednode privacy $e2"
+row_eps 2 "$e2"
 grep -q "round 2 merged 3 of 3 .* client-level epsilon $e2" "$TMP/agg1.log" ||
     fail "the log says round 2's epsilon $e2"
 ok "aggregator (daemon): round 2's epsilon $e2 in its row and log"
@@ -148,17 +148,11 @@ logged agg2 "DP-FedAvg resumes at epsilon $e2 (2 rounds charged)" ||
     fail "the restarted aggregator resumes at epsilon $e2"
 P=$(cat "$TMP/port")
 for i in 0 1 2; do exits0 "c$i" 60 2>/dev/null || true; done
-for i in 0 1 2; do
-    # shellcheck disable=SC2086
-    start "d$i" --role client --keys "$K/c$i" --allow "$K/allow.txt" --db "$TMP/c$i.db" \
-        --aggregator "tcp://127.0.0.1:$P" --aggregator-key agg --partition iid --shard "$i/10" \
-        $COMMON
-done
+clients d
 wait_for "round 3 committed" 120 logged agg2 "round 3 merged"
 exits0 agg2 60
 e3=$(eps 1 1.5 3)
-got=$(field "$TMP/agg.db" 3 epsilon | awk '{ printf "%.4f\n", $1 }')
-[ "$got" = "$e3" ] || fail "round 3's row after a restart: epsilon $got, fednode privacy $e3"
+row_eps 3 "$e3"
 "$FEDNODE" status --db "$TMP/agg.db" | grep -q "epsilon $e3 at delta 1e-05 spent in 3 rounds" ||
     fail "status shows epsilon $e3 in 3 rounds"
 "$FEDNODE" status --db "$TMP/agg.db" | grep -q "client-level DP-FedAvg by this aggregator.*trusted" ||
