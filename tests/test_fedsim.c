@@ -283,6 +283,7 @@ static void test_chart(void **state)
         assert_true(s[1].epsilon[0] == 1.25 && s[1].epsilon[1] == 1.5 && s[1].accuracy[1] == 0.80);
         assert_int_equal(fed_chart_series_parse_csv(bad_eps, strlen(bad_eps), "x", &t),
                          FED_ERR_FORMAT);
+        fed_chart_series_fini(&s[0]);
         assert_int_equal(fed_chart_series_parse_csv(csv, strlen(csv), "n", &s[0]), FED_OK);
         assert_true(s[0].epsilon[0] == 0); /* no column: no DP */
         assert_non_null(m = open_memstream(&svg, &svg_len));
