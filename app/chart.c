@@ -11,8 +11,9 @@
 #include "model/data.h"
 #include "app/chart.h"
 
-/* fedsim's CSV: these columns, then lr (the round's learning rate); a file
- * without the lr column, written before it came, reads the same */
+/* fedsim's CSV: these columns, then lr (the round's learning rate), then
+ * epsilon (DP-FedAvg's, 0 without); a file without the lr or epsilon
+ * column, written before they came, reads the same */
 #define CSV_HEADER "round,t_s,accuracy,spread,bytes,merged"
 
 static const char *const colours[FED_CHART_MAX_SERIES] = {
@@ -25,6 +26,7 @@ void fed_chart_series_fini(fed_chart_series *s)
     fed_free(s->round);
     fed_free(s->accuracy);
     fed_free(s->bytes);
+    fed_free(s->epsilon);
     memset(s, 0, sizeof *s);
 }
 
@@ -32,7 +34,7 @@ fed_err fed_chart_series_parse_csv(const char *text, size_t len, const char *nam
                                  fed_chart_series *s)
 {
     size_t lines = 0, at, cap;
-    int has_lr;
+    int has_lr, has_eps = 0;
     fed_err e = FED_OK;
 
     memset(s, 0, sizeof *s);
@@ -43,8 +45,12 @@ fed_err fed_chart_series_parse_csv(const char *text, size_t len, const char *nam
     {
         size_t after = sizeof CSV_HEADER - 1 + (has_lr ? 3 : 0);
 
+        if (has_lr && len >= after + 8 && !memcmp(text + after, ",epsilon", 8)) {
+            has_eps = 1;
+            after += 8;
+        }
         if (after < len && text[after] != '\n' && text[after] != '\r')
-            return FED_ERR_FORMAT; /* another column than lr */
+            return FED_ERR_FORMAT; /* another column than lr and epsilon */
     }
     for (size_t i = 0; i < len; i++)
         lines += text[i] == '\n';
@@ -54,7 +60,8 @@ fed_err fed_chart_series_parse_csv(const char *text, size_t len, const char *nam
     s->round = fed_malloc(cap * sizeof *s->round);
     s->accuracy = fed_malloc(cap * sizeof *s->accuracy);
     s->bytes = fed_malloc(cap * sizeof *s->bytes);
-    if (!s->round || !s->accuracy || !s->bytes) {
+    s->epsilon = fed_malloc(cap * sizeof *s->epsilon);
+    if (!s->round || !s->accuracy || !s->bytes || !s->epsilon) {
         fed_chart_series_fini(s);
         return FED_ERR_NOMEM;
     }
@@ -67,7 +74,7 @@ fed_err fed_chart_series_parse_csv(const char *text, size_t len, const char *nam
         const char *nl = memchr(text + at, '\n', len - at);
         size_t end = nl ? (size_t)(nl - text) : len;
         char line[256];
-        double r, t, acc, spread, bytes, lr;
+        double r, t, acc, spread, bytes, lr, eps = 0;
         unsigned merged;
         char extra;
 
@@ -77,8 +84,11 @@ fed_err fed_chart_series_parse_csv(const char *text, size_t len, const char *nam
             else {
                 memcpy(line, text + at, end - at);
                 line[end - at] = 0;
-                int ok = has_lr ? sscanf(line, "%lf,%lf,%lf,%lf,%lf,%u,%lf %c", &r, &t, &acc,
-                                         &spread, &bytes, &merged, &lr, &extra) == 7
+                int ok = has_eps ? sscanf(line, "%lf,%lf,%lf,%lf,%lf,%u,%lf,%lf %c", &r, &t,
+                                          &acc, &spread, &bytes, &merged, &lr, &eps,
+                                          &extra) == 8
+                         : has_lr ? sscanf(line, "%lf,%lf,%lf,%lf,%lf,%u,%lf %c", &r, &t, &acc,
+                                           &spread, &bytes, &merged, &lr, &extra) == 7
                                   : sscanf(line, "%lf,%lf,%lf,%lf,%lf,%u %c", &r, &t, &acc,
                                            &spread, &bytes, &merged, &extra) == 6;
 
@@ -88,6 +98,7 @@ fed_err fed_chart_series_parse_csv(const char *text, size_t len, const char *nam
                     s->round[s->n] = r;
                     s->accuracy[s->n] = acc;
                     s->bytes[s->n] = bytes;
+                    s->epsilon[s->n] = isfinite(eps) && eps > 0 ? eps : 0;
                     s->n++;
                 }
             }
@@ -190,10 +201,29 @@ void fed_chart_xml_text(FILE *f, const char *s)
     }
 }
 
-fed_err fed_chart_svg_write(FILE *f, const char *title, const char *xlabel_bytes,
-                            const fed_chart_series *s, size_t n)
+/* The series' last measured accuracy (NaN: none). */
+static double last_accuracy(const fed_chart_series *s)
+{
+    for (size_t i = s->n; i-- > 0;)
+        if (!isnan(s->accuracy[i]))
+            return s->accuracy[i];
+    return NAN;
+}
+
+/* Whether a series has an epsilon (a DP-FedAvg run). */
+static int has_epsilon(const fed_chart_series *s)
+{
+    for (size_t i = 0; s->epsilon && i < s->n; i++)
+        if (s->epsilon[i] > 0)
+            return 1;
+    return 0;
+}
+
+fed_err fed_chart_svg_write_x(FILE *f, const char *title, fed_chart_x x, const char *xlabel,
+                              const fed_chart_series *s, size_t n)
 {
     panel pr = {70, 50, 380, 260, 0, 1, 1, 0}, pb = {540, 50, 380, 260, 0, 1, 1, 0};
+    int eps = x == FED_CHART_X_EPSILON;
 
     if (!f || !s || n < 1 || n > FED_CHART_MAX_SERIES)
         return FED_ERR_INVAL;
@@ -202,7 +232,8 @@ fed_err fed_chart_svg_write(FILE *f, const char *title, const char *xlabel_bytes
             if (isnan(s[k].accuracy[i]))
                 continue;
             pr.xmax = fmax(pr.xmax, s[k].round[i]);
-            pb.xmax = fmax(pb.xmax, s[k].bytes[i] / 1e6);
+            pb.xmax = fmax(pb.xmax, eps ? (s[k].epsilon ? s[k].epsilon[i] : 0)
+                                        : s[k].bytes[i] / 1e6);
             pr.ymin = fmin(pr.ymin, s[k].accuracy[i]);
             pr.ymax = fmax(pr.ymax, s[k].accuracy[i]);
         }
@@ -223,13 +254,21 @@ fed_err fed_chart_svg_write(FILE *f, const char *title, const char *xlabel_bytes
     fed_chart_xml_text(f, title);
     fprintf(f, "</text>\n");
     draw_axes(f, &pr, "round", "test accuracy");
-    draw_axes(f, &pb, xlabel_bytes ? xlabel_bytes : "MB sent (all nodes)", "test accuracy");
+    draw_axes(f, &pb, xlabel ? xlabel : eps ? "epsilon (client-level)" : "MB sent (all nodes)",
+              "test accuracy");
     for (size_t k = 0; k < n; k++) {
         double *mb = fed_malloc((s[k].n ? s[k].n : 1) * sizeof *mb);
 
-        if (mb) {
+        if (mb && eps && !has_epsilon(&s[k])) { /* no DP: its final accuracy, dashed */
+            double acc = last_accuracy(&s[k]);
+
+            if (!isnan(acc))
+                fprintf(f, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='%s' "
+                           "stroke-width='2' stroke-dasharray='6,4'/>\n",
+                        pb.x0, py(&pb, acc), pb.x0 + pb.w, py(&pb, acc), colours[k]);
+        } else if (mb) {
             for (size_t i = 0; i < s[k].n; i++)
-                mb[i] = s[k].bytes[i] / 1e6;
+                mb[i] = eps ? s[k].epsilon[i] : s[k].bytes[i] / 1e6;
             draw_line(f, &pb, mb, s[k].accuracy, s[k].n, colours[k]);
         }
         fed_free(mb);
@@ -244,8 +283,20 @@ fed_err fed_chart_svg_write(FILE *f, const char *title, const char *xlabel_bytes
     return ferror(f) ? FED_ERR_IO : FED_OK;
 }
 
+fed_err fed_chart_svg_write(FILE *f, const char *title, const char *xlabel_bytes,
+                            const fed_chart_series *s, size_t n)
+{
+    return fed_chart_svg_write_x(f, title, FED_CHART_X_BYTES, xlabel_bytes, s, n);
+}
+
 fed_err fed_chart_svg(const char *path, const char *title, const fed_chart_series *s,
                           size_t n)
+{
+    return fed_chart_svg_x(path, title, FED_CHART_X_BYTES, s, n);
+}
+
+fed_err fed_chart_svg_x(const char *path, const char *title, fed_chart_x x,
+                        const fed_chart_series *s, size_t n)
 {
     FILE *f;
     fed_err e;
@@ -254,7 +305,7 @@ fed_err fed_chart_svg(const char *path, const char *title, const fed_chart_serie
         return FED_ERR_INVAL;
     if (!(f = fopen(path, "w")))
         return FED_ERR_IO;
-    e = fed_chart_svg_write(f, title, NULL, s, n);
+    e = fed_chart_svg_write_x(f, title, x, NULL, s, n);
     if (fclose(f) != 0 && e == FED_OK)
         e = FED_ERR_IO;
     return e;

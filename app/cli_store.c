@@ -259,13 +259,30 @@ static void print_rounds_table(const status_data *d)
     }
 }
 
-/* DP-SGD at this site: what its accountant holds. */
+/* Whether the charges are an aggregator's DP-FedAvg (its rounds' strategy
+ * says dp+...), not a site's DP-SGD. */
+static int client_level(const status_data *d)
+{
+    return d->nrounds && !strncmp(d->rounds[0].strategy, "dp+", 3);
+}
+
+/* DP-SGD at this site, or DP-FedAvg at this aggregator: what its
+ * accountant holds. */
 static void print_privacy(const status_data *d)
 {
     const fed_store_dp_charge *l = &d->dp_last;
 
     if (!d->dp_charges)
         return;
+    if (client_level(d)) {
+        printf("\nprivacy (client-level DP-FedAvg by this aggregator, RDP accountant; the "
+               "aggregator adds the noise, so it is trusted: epsilon holds against everyone who "
+               "sees the models it releases)\n");
+        printf("  epsilon %.4f at delta %g spent in %" PRIu64 " rounds; the last: round %" PRIu64
+               ", clients sampled at q %.4g, noise multiplier %g\n",
+               l->epsilon, l->delta, d->dp_charges, l->round, l->q, l->sigma);
+        return;
+    }
     printf("\nprivacy (DP-SGD at this site, RDP accountant)\n");
     printf("  epsilon %.4f at delta %g spent in %" PRIu64 " releases; the last: round %" PRIu64
            ", %" PRIu64 " steps at q %.4g, noise multiplier %g\n",
@@ -384,7 +401,7 @@ static void print_status_json(FILE *f, const char *db, fed_store *st, const stat
         json_real(f, d->dp_last.epsilon);
         fprintf(f, ",\"delta\":");
         json_real(f, d->dp_last.delta);
-        fprintf(f, "}");
+        fprintf(f, ",\"level\":\"%s\"}", client_level(d) ? "client" : "site");
     } else {
         fprintf(f, "]");
     }

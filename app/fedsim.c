@@ -72,13 +72,15 @@ static void on_row(void *ctx, const fed_sim_row *row)
         o->t_first = now;
     if (!o->quiet)
         printf("round %4llu  t %9.2f s  accuracy %.4f  spread %.4f  bytes %12llu  merged %u"
-               "  lr %.4g  (wall %.2f s)\n",
+               "  lr %.4g%s%.*f  (wall %.2f s)\n",
                (unsigned long long)row->round, row->t_s, row->accuracy, row->spread,
-               (unsigned long long)row->bytes, row->merged, (double)row->lr, now - o->t0);
+               (unsigned long long)row->bytes, row->merged, (double)row->lr,
+               row->epsilon > 0 ? "  epsilon " : "", row->epsilon > 0 ? 4 : 0,
+               row->epsilon > 0 ? row->epsilon : 0.0, now - o->t0);
     if (o->csv)
-        fprintf(o->csv, "%llu,%.3f,%.6f,%.6f,%llu,%u,%.6g\n", (unsigned long long)row->round,
+        fprintf(o->csv, "%llu,%.3f,%.6f,%.6f,%llu,%u,%.6g,%.6g\n", (unsigned long long)row->round,
                 row->t_s, row->accuracy, row->spread, (unsigned long long)row->bytes, row->merged,
-                (double)row->lr);
+                (double)row->lr, row->epsilon);
     if (o->db) {
         fed_store_round sr;
         fed_err e;
@@ -91,6 +93,7 @@ static void on_row(void *ctx, const fed_sim_row *row)
         sr.bytes_out = row->bytes;
         sr.peers = row->merged;
         sr.lr = row->lr;
+        sr.epsilon = row->epsilon;
         snprintf(sr.strategy, sizeof sr.strategy, "%s", o->label);
         if ((e = fed_store_put_round(o->db, &sr)) != FED_OK)
             fed_log(FED_LOG_WARN, "--db: round %llu: %s", (unsigned long long)row->round,
@@ -112,19 +115,23 @@ static void on_row(void *ctx, const fed_sim_row *row)
  * out of argv before the scenario's table reads the rest. This table is
  * their --help and man page; take_option finds them by its names. */
 typedef struct out_opts {
-    char csv[1], svg[1], name[1], compare[1], db[1]; /* never filled: names and help only */
+    char csv[1], svg[1], name[1], compare[1], db[1], svg_x[1]; /* never filled: names and help */
 } out_opts;
-enum { OUT_CSV, OUT_SVG, OUT_NAME, OUT_COMPARE, OUT_DB, NOUT };
+enum { OUT_CSV, OUT_SVG, OUT_NAME, OUT_COMPARE, OUT_DB, OUT_SVG_X, NOUT };
 #define O(field, name, help) FED_OPT_DEF(out_opts, field, name, FED_OPT_STR, "", 0, 0, help)
 static const fed_opt fedsim_out_opts[NOUT] = {
     [OUT_CSV] = O(csv, "csv", "write each round's row (round, t_s, accuracy, spread, bytes, "
-                              "merged) to this CSV file"),
-    [OUT_SVG] = O(svg, "svg", "draw accuracy against round and against bytes in this SVG file"),
+                              "merged, lr, epsilon) to this CSV file"),
+    [OUT_SVG] = O(svg, "svg", "draw accuracy against round and against bytes (or --svg-x) in "
+                              "this SVG file"),
     [OUT_NAME] = O(name, "name", "this run's name in --svg's legend (default: its role and "
                                  "strategy or topology)"),
     [OUT_COMPARE] = O(compare, "compare", "earlier runs' CSV files to draw beside it in --svg, "
                                           "comma-separated, each NAME=PATH or PATH"),
     [OUT_DB] = O(db, "db", "keep the rounds as a node database that fednode status reads"),
+    [OUT_SVG_X] = O(svg_x, "svg-x", "--svg's second panel: bytes (default) or epsilon (accuracy "
+                                    "against DP-FedAvg's epsilon; a run without DP is a dashed "
+                                    "line at its final accuracy)"),
 };
 #undef O
 #define OUT_TITLE "output options (flags only, not INI keys)"
@@ -148,8 +155,8 @@ static const char *take_option(int *argc, char **argv, const char *opt)
 
 /* --svg: this run (named --name, else by its mode) and the --compare CSVs
  * (comma-separated, each NAME=PATH or PATH, named by its file then). */
-static int write_chart(const char *svg, const char *compare, const char *this_name,
-                       const fed_sim_scenario *sc, const out_ctx *o)
+static int write_chart(const char *svg, fed_chart_x x, const char *compare,
+                       const char *this_name, const fed_sim_scenario *sc, const out_ctx *o)
 {
     fed_chart_series s[FED_CHART_MAX_SERIES];
     char list[1024], *save = NULL;
@@ -189,7 +196,8 @@ static int write_chart(const char *svg, const char *compare, const char *this_na
     s[n].round = fed_malloc((o->nrows + 1) * sizeof(double));
     s[n].accuracy = fed_malloc((o->nrows + 1) * sizeof(double));
     s[n].bytes = fed_malloc((o->nrows + 1) * sizeof(double));
-    if (!s[n].round || !s[n].accuracy || !s[n].bytes) {
+    s[n].epsilon = fed_malloc((o->nrows + 1) * sizeof(double));
+    if (!s[n].round || !s[n].accuracy || !s[n].bytes || !s[n].epsilon) {
         n++;
         rc = 1;
         goto out;
@@ -198,10 +206,11 @@ static int write_chart(const char *svg, const char *compare, const char *this_na
         s[n].round[i] = (double)o->rows[i].round;
         s[n].accuracy[i] = o->rows[i].accuracy;
         s[n].bytes[i] = (double)o->rows[i].bytes;
+        s[n].epsilon[i] = o->rows[i].epsilon;
     }
     s[n].n = o->nrows;
     n++;
-    if ((e = fed_chart_svg(svg, "fedsim: test accuracy", s, n)) != FED_OK) {
+    if ((e = fed_chart_svg_x(svg, "fedsim: test accuracy", x, s, n)) != FED_OK) {
         fed_cli_error("cannot write %s: %s", svg, fed_strerror(e));
         rc = 1;
     } else {
@@ -261,7 +270,8 @@ int main(int argc, char **argv)
     fed_dataset *train = NULL, *test = NULL;
     fed_pool *pool = NULL;
     out_ctx o = {0};
-    const char *csv, *svg, *compare, *name, *dbpath;
+    const char *csv, *svg, *compare, *name, *dbpath, *svg_x;
+    fed_chart_x chart_x = FED_CHART_X_BYTES;
     uint8_t hash[32];
     char hex[65];
     int rc, threads = fed_cli_online_cores();
@@ -276,9 +286,16 @@ int main(int argc, char **argv)
     compare = take_option(&argc, argv, fedsim_out_opts[OUT_COMPARE].name);
     name = take_option(&argc, argv, fedsim_out_opts[OUT_NAME].name);
     dbpath = take_option(&argc, argv, fedsim_out_opts[OUT_DB].name);
+    svg_x = take_option(&argc, argv, fedsim_out_opts[OUT_SVG_X].name);
+    if (svg_x && !strcmp(svg_x, "epsilon")) {
+        chart_x = FED_CHART_X_EPSILON;
+    } else if (svg_x && strcmp(svg_x, "bytes") != 0) {
+        fed_cli_error("--svg-x '%s': bytes or epsilon", svg_x);
+        return 2;
+    }
     rc = fed_cli_load_options("fedsim",
                               "[--config FILE] [--OPTION VALUE ...] [--csv FILE] [--svg FILE "
-                              "[--name NAME] [--compare [NAME=]A.csv,...]] [--db FILE]",
+                              "[--name NAME] [--compare [NAME=]A.csv,...] [--svg-x bytes|epsilon]] [--db FILE]",
                               fed_sim_scenario_opts, fed_sim_scenario_nopts, &sc, argc - 1,
                               argv + 1);
     if (rc == 0) { /* --help (or --help-man): the output options after the scenario's */
@@ -315,7 +332,7 @@ int main(int argc, char **argv)
         return 1;
     }
     if (o.csv)
-        fprintf(o.csv, "round,t_s,accuracy,spread,bytes,merged,lr\n");
+        fprintf(o.csv, "round,t_s,accuracy,spread,bytes,merged,lr,epsilon\n");
     if (dbpath && (e = fed_store_open(dbpath, NULL, &o.db)) != FED_OK) {
         fed_cli_error("--db %s: %s", dbpath, fed_strerror(e));
         rc = 1;
@@ -369,7 +386,7 @@ int main(int argc, char **argv)
         if (comm)
             print_rss(comm);
     }
-    rc = svg ? write_chart(svg, compare, name, &sc, &o) : 0;
+    rc = svg ? write_chart(svg, chart_x, compare, name, &sc, &o) : 0;
 out:
     if (o.csv && fclose(o.csv) != 0 && rc == 0) {
         fed_cli_error("writing %s failed", csv);

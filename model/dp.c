@@ -38,10 +38,14 @@ static double uniform(draws *d)
 #define ZIG_V 9.91256303526217e-3    /* each strip's area */
 
 static double zig_x[ZIG_C + 1], zig_r[ZIG_C];
-/* the fast path in 24-bit integers and floats: a point m (0..2^24-1) of
-   strip i lies in its rectangle when m < zig_k[i], at (m + 1/2) zig_w[i] */
-static uint32_t zig_k[ZIG_C];
-static float zig_w[ZIG_C];
+static double zig_f[ZIG_C + 1]; /* exp(-x_i^2 / 2): the density at each strip's edge */
+/* the fast path in 24-bit integers and floats, indexed by a draw's low 8
+   bits (the strip i, then the sign): a point m (0..2^24-1) of strip i lies
+   in its rectangle when m < zig_k[i], at (m + 1/2) zig_w[i], negated when
+   the sign bit is set (the table holds -zig_w[i] there: the same bits as
+   negating the product) */
+static uint32_t zig_k[2 * ZIG_C];
+static float zig_w[2 * ZIG_C];
 static pthread_once_t zig_once = PTHREAD_ONCE_INIT;
 
 static void zig_init(void)
@@ -55,11 +59,14 @@ static void zig_init(void)
         zig_x[i] = sqrt(-2.0 * log(ZIG_V / zig_x[i - 1] + f));
         f = exp(-0.5 * zig_x[i] * zig_x[i]);
     }
+    for (int i = 0; i <= ZIG_C; i++)
+        zig_f[i] = exp(-0.5 * zig_x[i] * zig_x[i]);
     for (int i = 0; i < ZIG_C; i++) {
         zig_r[i] = zig_x[i + 1] / zig_x[i];
         /* (m + 1/2) / 2^24 < r[i]  <=>  m < r[i] 2^24 - 1/2 */
-        zig_k[i] = (uint32_t)ceil(zig_r[i] * 0x1.0p24 - 0.5);
+        zig_k[i] = zig_k[i + ZIG_C] = (uint32_t)ceil(zig_r[i] * 0x1.0p24 - 0.5);
         zig_w[i] = (float)(zig_x[i] * 0x1.0p-24);
+        zig_w[i + ZIG_C] = -zig_w[i];
     }
 }
 
@@ -68,7 +75,7 @@ static void zig_init(void)
 static double zig_slow(draws *d, double u, unsigned i)
 {
     for (;;) {
-        double x, f0, f1;
+        double x;
 
         if (i == 0) { /* the tail beyond R (Marsaglia 1964) */
             double t, y;
@@ -79,10 +86,10 @@ static double zig_slow(draws *d, double u, unsigned i)
             } while (-2.0 * y < t * t);
             return u < 0 ? t - ZIG_R : ZIG_R - t;
         }
+        /* the wedge: a uniform height between the strip's two edges' densities
+           falls under the density at x (one exp, the edges from the table) */
         x = u * zig_x[i];
-        f0 = exp(-0.5 * (zig_x[i] * zig_x[i] - x * x));
-        f1 = exp(-0.5 * (zig_x[i + 1] * zig_x[i + 1] - x * x));
-        if (f1 + uniform(d) * (f0 - f1) < 1.0)
+        if (zig_f[i + 1] + uniform(d) * (zig_f[i] - zig_f[i + 1]) < exp(-0.5 * x * x))
             return x;
         /* rejected: a new point, at full precision */
         {
@@ -94,6 +101,34 @@ static double zig_slow(draws *d, double u, unsigned i)
                 return u * zig_x[i];
         }
     }
+}
+
+/* One point from 32 random bits: 7 choose the strip, 1 the sign, 24 the
+ * point (the float the noise lands in keeps no more). */
+static inline float zig_one(uint32_t h, draws *slow)
+{
+    uint32_t m = h >> 8, t = h & (2 * ZIG_C - 1);
+
+    if (m < zig_k[t]) /* inside strip t's rectangle: about 98.8% of draws */
+        return ((float)m + 0.5f) * zig_w[t];
+    return (float)zig_slow(slow, ((double)m + 0.5) * 0x1.0p-24 * (h & 0x80 ? -1 : 1),
+                           h & (ZIG_C - 1));
+}
+
+/* x[j] += sd * noise for j < take from buf's 32-bit halves, each word's low
+ * half first (two at a time: no variable shift per point). */
+static void noise_block(const uint64_t *buf, size_t take, float *x, float sd, draws *slow)
+{
+    size_t j;
+
+    for (j = 0; j + 2 <= take; j += 2) {
+        uint64_t w = buf[j >> 1];
+
+        x[j] += sd * zig_one((uint32_t)w, slow);
+        x[j + 1] += sd * zig_one((uint32_t)(w >> 32), slow);
+    }
+    if (j < take)
+        x[j] += sd * zig_one((uint32_t)buf[j >> 1], slow);
 }
 
 fed_err fed_dp_add_noise(fed_random_fn rnd, void *ctx, float *x, size_t n, double std)
@@ -109,25 +144,7 @@ fed_err fed_dp_add_noise(fed_random_fn rnd, void *ctx, float *x, size_t n, doubl
         size_t take = n - i < 2 * BLOCK ? n - i : 2 * BLOCK;
 
         rnd(ctx, buf, (take + 1) / 2 * sizeof *buf);
-        for (size_t j = 0; j < take; j++) {
-            /* 32 random bits: 7 choose the strip, 1 the sign, 24 the point
-               (the float the noise lands in keeps no more) */
-            uint32_t h = (uint32_t)(buf[j >> 1] >> (32 * (j & 1))), m = h >> 8, bits;
-            unsigned s = h & (ZIG_C - 1);
-            float v;
-
-            if (m < zig_k[s]) { /* inside strip s's rectangle: about 98.8% of draws */
-                v = ((float)m + 0.5f) * zig_w[s];
-                /* the sign without a branch (a random one mispredicts half the time) */
-                memcpy(&bits, &v, sizeof bits);
-                bits ^= (h & 0x80u) << 24;
-                memcpy(&v, &bits, sizeof v);
-            } else {
-                v = (float)zig_slow(&slow, ((double)m + 0.5) * 0x1.0p-24 * (h & 0x80 ? -1 : 1),
-                                    s);
-            }
-            x[i + j] += sd * v;
-        }
+        noise_block(buf, take, x + i, sd, &slow);
         i += take;
     }
     /* the bits that make the noise would let one take it off again */

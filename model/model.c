@@ -57,6 +57,13 @@ typedef struct workspace {
        convolution's weight gradient of one sample, (max out_c * in_c*k*k) */
     double *norm2;              /* (max_batch), host */
     float *dgw[MAX_SHARDS];
+    /* DP-SGD on a model of linear layers only: layer l's output gradient
+       (max_batch, out_numel) for l < nlayers - 1, kept from the norm phases
+       and scaled row by row there, so the backward needs no second pass of
+       input gradients; allocated at the first fed_model_dp_grads (a model
+       that never trains with DP-SGD holds none) */
+    float *dpd[MAX_LAYERS];
+    int dpd_on;
 } workspace;
 
 /* The step in flight. Pool piece p runs unit p of every phase, so a unit's
@@ -412,6 +419,8 @@ static void ws_fini(fed_model *m, workspace *w)
         dev_free(be, w->dgw[u]);
     }
     fed_free(w->norm2);
+    for (int l = 0; l < MAX_LAYERS; l++)
+        dev_free(be, w->dpd[l]);
 }
 
 static fed_err ws_init(fed_model *m, workspace *w)
@@ -898,8 +907,9 @@ static void dp_unit(fed_model *m, int l, int u)
     const layer *ly = &m->layers[l];
     int L = m->nlayers, off = r->off[u], n = r->n[u], C = m->in.classes;
     double *norm2 = m->ws.norm2 + off;
-    float *dy = l == L - 1 ? m->ws.act[L - 1] : m->ws.d[(L - 2 - l) & 1];
-    float *dx = m->ws.d[(L - 1 - l) & 1], *dl;
+    int kept = m->ws.dpd_on; /* the output gradients kept per layer */
+    float *dy = l == L - 1 ? m->ws.act[L - 1] : kept ? m->ws.dpd[l] : m->ws.d[(L - 2 - l) & 1];
+    float *dx = l == 0 ? NULL : kept ? m->ws.dpd[l - 1] : m->ws.d[(L - 1 - l) & 1], *dl;
     const float *x = l > 0 ? m->ws.act[l - 1] : m->ws.x;
 
     if (n == 0 || r->err[u] != FED_OK)
@@ -942,6 +952,15 @@ static void dp_unit(fed_model *m, int l, int u)
         norm2[i] = norm; /* kept for the caller */
         for (int c = 0; c < C; c++)
             dl[(size_t)i * C + c] *= f;
+        /* the kept gradients of the layers below, by the same factor: what
+           the backward from the scaled dlogits would give (it is linear in
+           them, the ReLU masks fixed) */
+        for (int k = 0; kept && k < L - 1; k++) {
+            float *row = m->ws.dpd[k] + (size_t)(off + i) * m->layers[k].out_numel;
+
+            for (int j = 0; j < m->layers[k].out_numel; j++)
+                row[j] *= f;
+        }
     }
 }
 
@@ -977,6 +996,10 @@ static void run_unit(fed_model *m, int ph, int u)
     }
     if (ph < r->bwd0) {
         dp_unit(m, L - 1 - (ph - r->fwd_phases), u);
+        return;
+    }
+    if (r->dp && m->ws.dpd_on) { /* every layer's output gradient is kept, scaled */
+        weight_grads(m, l, u, l == L - 1 ? m->ws.act[L - 1] : m->ws.dpd[l], ntotal);
         return;
     }
     dy = l == L - 1 ? m->ws.act[L - 1] : m->ws.d[(L - 2 - l) & 1];
@@ -1192,6 +1215,27 @@ fed_err fed_model_forward_backward(fed_model *m, const fed_batch *b, fed_step_st
     return fed_model_train_step(m, b, st, NULL, NULL);
 }
 
+/* At the first DP-SGD step of a model of linear layers: the buffers of the
+ * output gradients kept per layer (workspace.dpd). Other models recompute
+ * the input gradients in the backward, as a plain step does. */
+static fed_err dp_keep_grads(fed_model *m)
+{
+    fed_err err;
+
+    if (m->ws.dpd_on)
+        return FED_OK;
+    for (int l = 0; l < m->nlayers; l++)
+        if (m->layers[l].kind != LAYER_LINEAR)
+            return FED_OK;
+    for (int l = 0; l + 1 < m->nlayers; l++)
+        if (!m->ws.dpd[l] &&
+            (err = dev_alloc(m->be, (size_t)m->max_batch * m->layers[l].out_numel * sizeof(float),
+                             &m->ws.dpd[l])) != FED_OK)
+            return err;
+    m->ws.dpd_on = 1;
+    return FED_OK;
+}
+
 fed_err fed_model_dp_grads(fed_model *m, const fed_batch *b, float clip, float scale,
                            int accumulate, float *norms, fed_step_stats *st)
 {
@@ -1208,6 +1252,8 @@ fed_err fed_model_dp_grads(fed_model *m, const fed_batch *b, float clip, float s
         return FED_OK;
     }
     if ((err = check_batch(m, b, m->max_batch)) != FED_OK)
+        return err;
+    if ((err = dp_keep_grads(m)) != FED_OK)
         return err;
     r->dp = 1;
     r->accumulate = accumulate != 0;

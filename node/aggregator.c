@@ -74,7 +74,9 @@ static fed_err fed_node_agg_new(fed_node *n)
     a->nparams = fed_model_nparams(a->model);
     if ((e = fed_merge_new(c->strategy, a->nparams, &mc, c->be, &a->merge)) != FED_OK)
         return e;
-    return alloc_scratch(n);
+    if ((e = alloc_scratch(n)) != FED_OK)
+        return e;
+    return fed_node_agg_dp_new(n);
 }
 
 static void parts_clear(node_agg *a)
@@ -112,6 +114,7 @@ static void fed_node_agg_free(fed_node *n)
     fed_merge_free(a->merge);
     fed_model_free(a->model);
     fed_node_agg_eval_free(a);
+    fed_node_agg_dp_free(a);
     fed_free(a);
     n->agg = NULL;
 }
@@ -130,7 +133,7 @@ static fed_err resume(fed_node *n)
 
     e = fed_node_resume_latest(n, &ck, &round);
     if (e == FED_ERR_NOTFOUND)
-        return FED_OK;
+        return fed_node_agg_dp_start(n, NULL);
     if (e != FED_OK)
         goto out;
     merge = fed_store_ckpt_find(&ck, FED_CKPT_SEC_MERGE);
@@ -160,6 +163,7 @@ static fed_err resume(fed_node *n)
     n->round = round;
     fed_log(FED_LOG_INFO, "aggregator: resumed from the checkpoint of round %llu (epoch %llu)",
             (unsigned long long)round, (unsigned long long)fed_wire_epoch(n->wire));
+    e = fed_node_agg_dp_start(n, &ck);
 out:
     if (e != FED_OK)
         fed_log(FED_LOG_ERROR, "aggregator: cannot resume from checkpoint %llu: %s",
@@ -393,15 +397,24 @@ static fed_err start_round(fed_node *n)
 
     if ((e = fed_node_agg_encode_global(n)) != FED_OK)
         return e;
-    n->env.random(n->env.self, &seed, sizeof seed);
-    fed_rng_seed(&rng, seed);
     qsort(a->holds, a->nholds, sizeof *a->holds, hold_cmp);
-    for (size_t i = 0; i < k; i++) {
-        size_t j = i + (size_t)fed_rng_below(&rng, a->nholds - i);
-        agg_hold t = a->holds[i];
+    if (a->dp) { /* DP-FedAvg: Poisson, never redrawn */
+        k = fed_node_agg_dp_sample(n, a->holds, a->nholds);
+        if (k < n->cfg.min_clients)
+            fed_log(FED_LOG_INFO, "aggregator: round %llu: the Poisson draw took %zu clients, "
+                                  "fewer than --min-clients %u; not redrawn (a redraw would void "
+                                  "the accounting): the round runs with them",
+                    (unsigned long long)(n->round + 1), k, n->cfg.min_clients);
+    } else {
+        n->env.random(n->env.self, &seed, sizeof seed);
+        fed_rng_seed(&rng, seed);
+        for (size_t i = 0; i < k; i++) {
+            size_t j = i + (size_t)fed_rng_below(&rng, a->nholds - i);
+            agg_hold t = a->holds[i];
 
-        a->holds[i] = a->holds[j];
-        a->holds[j] = t;
+            a->holds[i] = a->holds[j];
+            a->holds[j] = t;
+        }
     }
     fed_node_agg_settings(n, n->round + 1, &b);
     parts_clear(a);
@@ -423,6 +436,8 @@ static fed_err start_round(fed_node *n)
     memmove(a->holds, a->holds + k, (a->nholds - k) * sizeof *a->holds);
     a->nholds -= k;
     fed_node_agg_arm_poll(n);
+    if (a->dp && k == 0) /* nobody drawn: the round releases its noise at once */
+        return fed_node_agg_close_round(n);
     return FED_OK;
 }
 
@@ -516,6 +531,8 @@ static int round_complete(const fed_node *n)
 {
     size_t got = parts_got(n->agg);
 
+    if (n->agg->dp) /* DP-FedAvg: the draw stands, whoever of it answered */
+        return parts_answered(n->agg) == n->agg->nparts;
     return parts_answered(n->agg) == n->agg->nparts && got > 0 &&
            (got == n->agg->nparts || got >= n->cfg.min_clients);
 }
@@ -611,13 +628,20 @@ static fed_err write_checkpoint(fed_node *n, uint8_t hash[32])
     fed_node_state_encode(st, FED_NODE_AGGREGATOR, n->round + 1);
     fed_crypto_model_hash(params, a->nparams * sizeof(float), hash);
     {
-        fed_store_section sec[FED_NODE_MODEL_SECTIONS + 2] = {
+        uint8_t clip[8];
+        fed_store_section sec[FED_NODE_MODEL_SECTIONS + 3] = {
             ms.s[0], ms.s[1], ms.s[2],
             {FED_NODE_SEC_STATE, st, sizeof st},
-            {FED_CKPT_SEC_MERGE, merge, sf * sizeof(float)},
         };
-        e = fed_store_checkpoint_write(n->cfg.store, n->round + 1, sec,
-                                       FED_NODE_MODEL_SECTIONS + (sf ? 2 : 1), NULL);
+        size_t ns = FED_NODE_MODEL_SECTIONS + 1;
+
+        if (sf)
+            sec[ns++] = (fed_store_section){FED_CKPT_SEC_MERGE, merge, sf * sizeof(float)};
+        if (a->dp) { /* the clip the next round uses */
+            fed_put_f64le(clip, fed_node_agg_dp_clip_next(a));
+            sec[ns++] = (fed_store_section){AGG_CKPT_SEC_DP, clip, sizeof clip};
+        }
+        e = fed_store_checkpoint_write(n->cfg.store, n->round + 1, sec, ns, NULL);
     }
 out:
     fed_free(merge);
@@ -671,10 +695,14 @@ static fed_err commit_round(fed_node *n, const fed_node_round_info *info, uint8_
     node_agg *a = n->agg;
     fed_store *st = n->cfg.store;
     fed_store_round row;
+    double eps = 0;
     fed_err e;
 
-    if ((e = fed_store_begin(st)) != FED_OK)
+    /* a DP-FedAvg round's charge is fsynced whatever --db-sync says */
+    if ((e = a->dp ? fed_store_begin_durable(st) : fed_store_begin(st)) != FED_OK)
         return e;
+    if (a->dp && (e = fed_node_agg_dp_charge(n, info->round, fed_node_wall_ms(n), &eps)) != FED_OK)
+        goto out;
     for (size_t i = 0; i < a->nparts; i++) {
         const agg_part *p = &a->parts[i];
         int used = p->got && a->results[i].verdict <= FED_MERGE_USED_COORDS;
@@ -699,7 +727,9 @@ static fed_err commit_round(fed_node *n, const fed_node_round_info *info, uint8_
     row.bytes_out = fed_wire_get_counters(n->wire)->bytes_out - a->bytes_out0;
     row.peers = info->merged;
     row.lr = info->lr;
-    snprintf(row.strategy, sizeof row.strategy, "%s", fed_merge_spec(a->merge));
+    row.epsilon = eps;
+    snprintf(row.strategy, sizeof row.strategy, "%s%s", a->dp ? "dp+" : "",
+             fed_merge_spec(a->merge));
     memcpy(row.model_hash, hash, 32);
     if ((e = fed_store_put_round(st, &row)) != FED_OK)
         goto out;
@@ -708,6 +738,8 @@ static fed_err commit_round(fed_node *n, const fed_node_round_info *info, uint8_
 out:
     if (e != FED_OK)
         fed_store_rollback(st);
+    if (a->dp)
+        fed_node_agg_dp_committed(n, e == FED_OK, eps);
     return e;
 }
 
@@ -821,6 +853,7 @@ fed_err fed_node_agg_close_round(fed_node *n)
     fed_node_round_info info;
     uint8_t hash[32];
     uint64_t wait_ms;
+    uint32_t unclipped = 0;
     int count = 0;
     fed_err e;
 
@@ -830,13 +863,27 @@ fed_err fed_node_agg_close_round(fed_node *n)
     info.lr = fed_node_round_lr(n, info.round);
     info.start_ms = fed_node_wall_ms(n) - (n->env.now_ms(n->env.self) - a->round_start_ms);
     fed_node_agg_cancel_deadline(n);
-    if ((e = gather_inputs(n, &count)) != FED_OK || (e = keep_committed(n)) != FED_OK)
-        goto fail;
-    e = fed_merge_apply(a->merge, fed_model_params_dev(a->model), a->inputs, count, a->results);
-    a->model_vec_len = 0; /* the global moved: no MODEL vector encoded yet */
-    if (e != FED_OK || (e = fed_model_get_params(a->model, a->host)) != FED_OK)
-        goto fail;
-    spread_results(a, count);
+    if (a->dp) { /* DP-FedAvg: one noised mean, merged as the strategy's only input */
+        fed_merge_result one;
+
+        info.dp_clip = fed_node_agg_dp_clip(a);
+        if ((e = keep_committed(n)) != FED_OK ||
+            (e = fed_node_agg_dp_aggregate(n, &a->inputs[0], &unclipped)) != FED_OK)
+            goto fail;
+        e = fed_merge_apply(a->merge, fed_model_params_dev(a->model), a->inputs, 1, &one);
+        a->model_vec_len = 0;
+        if (e != FED_OK || (e = fed_model_get_params(a->model, a->host)) != FED_OK)
+            goto fail;
+    } else {
+        if ((e = gather_inputs(n, &count)) != FED_OK || (e = keep_committed(n)) != FED_OK)
+            goto fail;
+        e = fed_merge_apply(a->merge, fed_model_params_dev(a->model), a->inputs, count,
+                            a->results);
+        a->model_vec_len = 0; /* the global moved: no MODEL vector encoded yet */
+        if (e != FED_OK || (e = fed_model_get_params(a->model, a->host)) != FED_OK)
+            goto fail;
+        spread_results(a, count);
+    }
     for (size_t i = 0; i < a->nparts; i++) {
         if (a->parts[i].refused) {
             info.refused++;
@@ -851,12 +898,20 @@ fed_err fed_node_agg_close_round(fed_node *n)
     if ((e = commit_sealing_ahead(n, &info, hash)) != FED_OK)
         goto fail;
     memcpy(info.model_hash, hash, 32);
+    if (a->dp)
+        info.epsilon = fed_node_agg_dp_epsilon(a);
     a->failed = 0;
     a->retry_at_ms = 0;
     (void)fed_node_agg_flush_pending(n); /* the disk took a commit: earlier rounds' figures too */
     info.end_ms = fed_node_wall_ms(n);
     n->round = info.round;
-    if (info.refused)
+    if (a->dp)
+        fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing, %u declined), "
+                              "%u within clip %.6g (next %.6g), client-level epsilon %.4f (delta %g)",
+                (unsigned long long)info.round, info.merged, info.sampled, info.missing,
+                info.refused, unclipped, info.dp_clip, fed_node_agg_dp_clip(a), info.epsilon,
+                n->cfg.dp_delta);
+    else if (info.refused)
         fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing, %u declined)",
                 (unsigned long long)info.round, info.merged, info.sampled, info.missing,
                 info.refused);
@@ -1087,7 +1142,7 @@ static fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
         a->deadline_at_ms = 0; /* fired */
         if (a->state != AGG_RUNNING)
             return FED_OK;
-        if (parts_got(a) >= n->cfg.min_clients)
+        if (parts_got(a) >= n->cfg.min_clients || a->dp) /* DP: never redrawn */
             return fed_node_agg_close_round(n);
         if (fed_node_agg_is_async(n)) /* too few buffered yet: keep filling */
             return fed_node_agg_arm_deadline(n, n->env.now_ms(n->env.self) + n->cfg.deadline_ms);
@@ -1144,6 +1199,15 @@ static fed_err fed_node_agg_check(const fed_node_config *c)
     if (c->require_dp_sgd && (!(c->dp_clip > 0) || !isfinite(c->dp_clip) ||
                               !(c->dp_noise >= 0) || !isfinite(c->dp_noise)))
         return FED_ERR_BAD_VALUE; /* the MODEL's DP-SGD field would not encode */
+    if (!(c->dp_client_clip >= 0) || !isfinite(c->dp_client_clip))
+        return FED_ERR_BAD_VALUE;
+    if (c->dp_client_clip > 0 &&
+        (!(c->dp_client_noise >= 0) || !isfinite(c->dp_client_noise) ||
+         !(c->dp_target_eps >= 0) || !isfinite(c->dp_target_eps) ||
+         !(c->dp_client_quantile >= 0 && c->dp_client_quantile < 1) ||
+         !(c->dp_client_clip_lr >= 0) || !isfinite(c->dp_client_clip_lr) ||
+         !(c->dp_delta > 0 && c->dp_delta < 1)))
+        return FED_ERR_BAD_VALUE; /* DP-FedAvg's settings */
     return FED_OK;
 }
 

@@ -9,6 +9,13 @@
 
 typedef enum agg_state { AGG_IDLE = 0, AGG_RUNNING = 1, AGG_DONE = 2 } agg_state;
 
+/* DP-FedAvg's state (agg_dp.c); NULL when off. */
+typedef struct agg_dp agg_dp;
+
+/* The aggregator checkpoint's DP-FedAvg section: the clipping norm the next
+ * round uses, f64 LE (adaptive clipping moves it). */
+#define AGG_CKPT_SEC_DP "dp.clip"
+
 /* A HELLO or NEXT held until a round starts (or poll_ms passes). */
 typedef struct agg_hold {
     fed_req *req;
@@ -108,6 +115,7 @@ struct node_agg {
     agg_pending pending;   /* figures not in their rows yet */
     uint64_t bytes_in0, bytes_out0; /* wire counters when the round started */
     uint64_t ctr_base[64]; /* wire counters the database held at start (earlier runs) */
+    agg_dp *dp;            /* DP-FedAvg (cfg.dp_client_clip > 0), else NULL */
 };
 
 static inline int fed_node_agg_is_async(const fed_node *n) { return n->cfg.async_k > 0; }
@@ -138,6 +146,33 @@ fed_err fed_node_agg_close_round(fed_node *n);
 fed_err fed_node_agg_async_open(fed_node *n);
 fed_err fed_node_agg_async_on_ask(fed_node *n, fed_req *req, const fed_wire_hdr *h);
 fed_err fed_node_agg_async_on_delta(fed_node *n, node_open *op);
+
+/* ---- agg_dp.c: DP-FedAvg ---- */
+/* Sets a->dp up when cfg.dp_client_clip > 0 (after the model and merge):
+ * checks the mode and strategy, calibrates z for --dp-target-epsilon,
+ * splits it for adaptive clipping, keys the noise. */
+fed_err fed_node_agg_dp_new(fed_node *n);
+void fed_node_agg_dp_free(node_agg *a);
+/* At start: the charges of earlier runs, and the clip from ck's section
+ * (ck may be NULL: none). */
+fed_err fed_node_agg_dp_start(fed_node *n, const fed_store_ckpt *ck);
+/* The round's Poisson draw over holds[0..nholds) (sorted by key): each in
+ * with probability q, never redrawn; the drawn moved to the front, their
+ * count returned. */
+size_t fed_node_agg_dp_sample(fed_node *n, agg_hold *holds, size_t nholds);
+/* The round's parts clipped, summed with equal weight, noised and divided
+ * by the expected cohort into *in (one merge input, weight 1); a->results
+ * per part; *unclipped the parts within the clip. Adaptive: the next clip
+ * is computed, taken by fed_node_agg_dp_committed. */
+fed_err fed_node_agg_dp_aggregate(fed_node *n, fed_merge_input *in, uint32_t *unclipped);
+/* The round's charge (q, z, one step) inside the commit's transaction;
+ * *eps the total after it. */
+fed_err fed_node_agg_dp_charge(fed_node *n, uint64_t round, uint64_t at_ms, double *eps);
+/* The commit went through (ok: epsilon and the next clip taken) or not. */
+void fed_node_agg_dp_committed(fed_node *n, int ok, double eps);
+double fed_node_agg_dp_clip(const node_agg *a);
+double fed_node_agg_dp_clip_next(const node_agg *a);
+double fed_node_agg_dp_epsilon(const node_agg *a);
 
 /* ---- agg_eval.c: the evaluation queue and the pending figures ---- */
 /* The round's evaluation job came back. */

@@ -39,6 +39,8 @@ void fed_node_config_default(fed_node_config *cfg)
     cfg->dp_clip = 1.0f;
     cfg->dp_noise = 1.0f;
     cfg->dp_delta = 1e-5;
+    cfg->dp_client_noise = 1.0;
+    cfg->dp_client_clip_lr = 0.2;
 }
 
 /* The roles by fed_node_role: each role's file defines its entry. */

@@ -105,6 +105,9 @@ typedef struct fed_node_round_info {
                            its MODEL asked for (aggregator), trained at (client,
                            peer); 0 for a round that only mixed */
     uint8_t model_hash[32];    /* fed_crypto_model_hash of the params as checkpointed (aggregator) */
+    double epsilon;     /* aggregator with DP-FedAvg: client-level epsilon spent
+                           after this round (at dp_delta); 0: no DP-FedAvg */
+    double dp_clip;     /* aggregator with DP-FedAvg: the clip the round used */
 } fed_node_round_info;
 
 /* Observers (tests, fedsim); may be NULL. Called on the loop thread. */
@@ -189,8 +192,8 @@ typedef struct fed_node_config {
     void *tamper_ctx;
     uint32_t delta_retries;       /* DELTA resends before HELLO; default 3 */
     /* DP-SGD (node/dp_account.h): a client with dp_sgd trains each round
-       with it (CPU backend), noise from env.random through a ChaCha20
-       keystream, and charges the round's epsilon to its database, durably,
+       with it (CPU backend), noise from env.random through a keystream
+       (crypto/keystream.h), and charges the round's epsilon to its database, durably,
        before its delta leaves; a round that would take the total past
        dp_budget (0: none) is refused with a LEAVE (FED_ERR_DP_BUDGET). An
        aggregator with require_dp_sgd puts dp_clip and dp_noise into every
@@ -203,6 +206,22 @@ typedef struct fed_node_config {
     double dp_delta;              /* in (0, 1); default 1e-5 */
     double dp_budget;             /* epsilon; 0: no budget */
     int require_dp_sgd;           /* aggregator */
+    /* DP-FedAvg (node/agg_dp.c; client-level DP, McMahan et al. 2018): an
+       aggregator with dp_client_clip > 0 samples each waiting client with
+       probability sample_fraction (Poisson; a small draw is never redrawn:
+       the round runs with it), clips each delta to the clip, sums them with
+       equal weight, adds Gaussian noise of standard deviation z times the
+       clip, divides by the expected cohort sample_fraction * wait_clients,
+       and charges the round (q = sample_fraction, z) to its database;
+       synchronous rounds and a weighted strategy (fedavg, fedavgm, fedprox,
+       fedadam, ...) only. dp_delta is the delta it accounts at. */
+    double dp_client_clip;        /* C (adaptive: its start); 0: off (default) */
+    double dp_client_noise;       /* z; default 1 */
+    double dp_target_eps;         /* > 0: z calibrated so `rounds` rounds spend
+                                     this (rounds must be > 0); 0: dp_client_noise */
+    double dp_client_quantile;    /* adaptive clipping's target quantile gamma
+                                     in (0, 1); 0: a fixed clip (default) */
+    double dp_client_clip_lr;     /* adaptive clipping's eta; default 0.2 */
 
     /* peer (no aggregator): every member in the allow-list is a peer; the
        round's settings above are its own (spec, local_epochs, batch,

@@ -71,6 +71,11 @@ void fed_node_settings_apply_dp(const fed_node_settings *s, fed_node_config *c)
     c->dp_delta = s->dp_delta;
     c->dp_budget = s->dp_budget;
     c->require_dp_sgd = s->require_dp_sgd;
+    c->dp_client_clip = s->dp_client_clip;
+    c->dp_client_noise = s->dp_client_noise;
+    c->dp_target_eps = s->dp_target_epsilon;
+    c->dp_client_quantile = s->dp_client_quantile;
+    c->dp_client_clip_lr = s->dp_client_clip_lr;
 }
 
 const char *fed_node_settings_dp_misuse(const fed_node_settings *s, fed_node_role role)
@@ -83,5 +88,10 @@ const char *fed_node_settings_dp_misuse(const fed_node_settings *s, fed_node_rol
         return "--dp-sgd is a client's setting; an aggregator asks for it with --require-dp-sgd";
     if (s->require_dp_sgd && role != FED_NODE_AGGREGATOR)
         return "--require-dp-sgd is an aggregator's setting";
+    if ((s->dp_client_clip > 0 || s->dp_target_epsilon > 0 || s->dp_client_quantile > 0) &&
+        role != FED_NODE_AGGREGATOR)
+        return "--dp-client-clip (DP-FedAvg) is an aggregator's setting";
+    if ((s->dp_target_epsilon > 0 || s->dp_client_quantile > 0) && !(s->dp_client_clip > 0))
+        return "--dp-target-epsilon and --dp-client-quantile need --dp-client-clip (DP-FedAvg)";
     return NULL;
 }

@@ -50,6 +50,11 @@ typedef struct fed_node_settings {
     double dp_budget;
     int require_dp_sgd;
     int group_size;         /* peer, allreduce: groups of at most this (0: none) */
+    double dp_client_clip;
+    double dp_client_noise;
+    double dp_target_epsilon;
+    double dp_client_quantile;
+    double dp_client_clip_lr;
 } fed_node_settings;
 
 /* The entries for a config struct T holding a fed_node_settings as member m:
@@ -130,7 +135,7 @@ typedef struct fed_node_settings {
                 "client: DP-SGD's noise multiplier z (noise z C on the summed gradient); "       \
                 "aggregator with --require-dp-sgd: the least z a client may train with"),        \
     FED_OPT_DEF(T, m.dp_delta, "dp-delta", FED_OPT_DOUBLE, "1e-5", 1e-300, 0.999999,             \
-                "client: the delta of the (epsilon, delta) the site accounts"),                  \
+                "client: the delta of the (epsilon, delta) the site accounts; aggregator: DP-FedAvg's"),                  \
     FED_OPT_DEF(T, m.dp_budget, "dp-budget-epsilon", FED_OPT_DOUBLE, "0", 0, 1e6,                \
                 "client, with --dp-sgd: the epsilon the site may spend in all; a round that "    \
                 "would exceed it is refused, and the aggregator records why (0: no budget)"),   \
@@ -142,6 +147,22 @@ typedef struct fed_node_settings {
                 "most this many by a grid all compute from --seed, each group all-reduces "     \
                 "alone; ceil(log_G n) rounds without training give the exact mean (0: one "     \
                 "group of all)"),                                                                \
+    FED_OPT_DEF(T, m.dp_client_clip, "dp-client-clip", FED_OPT_DOUBLE, "0", 0, 1e6,               \
+                "aggregator: DP-FedAvg (client-level DP; the aggregator adds the noise and is "  \
+                "trusted): clients Poisson-sampled at --fraction, each delta clipped to this "  \
+                "L2 norm, equal weights over the expected cohort, Gaussian noise; 0: off"),      \
+    FED_OPT_DEF(T, m.dp_client_noise, "dp-client-noise", FED_OPT_DOUBLE, "1", 0, 1e6,            \
+                "aggregator, DP-FedAvg: the noise multiplier z (noise z C on the summed "        \
+                "clipped deltas)"),                                                              \
+    FED_OPT_DEF(T, m.dp_target_epsilon, "dp-target-epsilon", FED_OPT_DOUBLE, "0", 0, 1e6,        \
+                "aggregator, DP-FedAvg: calibrate z so that --rounds rounds spend this epsilon " \
+                "at --dp-delta (0: --dp-client-noise)"),                                         \
+    FED_OPT_DEF(T, m.dp_client_quantile, "dp-client-quantile", FED_OPT_DOUBLE, "0", 0, 0.999999, \
+                "aggregator, DP-FedAvg: adaptive clipping towards this quantile of the update "  \
+                "norms, --dp-client-clip its start (0: a fixed clip)"),                          \
+    FED_OPT_DEF(T, m.dp_client_clip_lr, "dp-client-clip-lr", FED_OPT_DOUBLE, "0.2", 0, 100,      \
+                "aggregator, DP-FedAvg with --dp-client-quantile: the clip's geometric step "    \
+                "eta (C <- C exp(-eta (unclipped share - quantile)))"),                          \
     FED_OPT_ALIAS("sample", "fraction")
 
 /* The round settings into c (after fed_node_config_default): model, training,

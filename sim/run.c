@@ -100,6 +100,7 @@ typedef struct agg_row {
     uint64_t round, t_us;
     double accuracy;
     uint32_t merged;
+    double epsilon; /* DP-FedAvg's client-level epsilon after the round; 0: none */
 } agg_row;
 
 typedef struct sim_run sim_run;
@@ -197,6 +198,7 @@ static void on_round(void *ctx, const fed_node *n, const fed_node_round_info *in
         a->t_us = now;
         a->accuracy = info->accuracy;
         a->merged = info->merged;
+        a->epsilon = info->epsilon;
         return;
     }
     if (info->round < 1 || info->round > (uint64_t)r->sc->s.rounds)
@@ -260,6 +262,7 @@ static void put_agg(uint8_t *p, const agg_row *a)
     fed_put_u64le(p + 9, a->t_us);
     fed_put_f64le(p + 17, a->accuracy);
     fed_put_u32le(p + 25, a->merged);
+    fed_put_f64le(p + 29, a->epsilon);
 }
 
 /* This rank's news since the last sync, as records; clears it. */
@@ -306,7 +309,7 @@ static fed_err merge_news(sim_run *r, const uint8_t *buf, size_t len)
             round_sum_merge(&r->all[round], &s);
         } else if (p[0] == REC_AGG) {
             agg_row a = {round, fed_get_u64le(p + 9), fed_get_f64le(p + 17),
-                         fed_get_u32le(p + 25)};
+                         fed_get_u32le(p + 25), fed_get_f64le(p + 29)};
 
             if (r->nrows == r->cap_rows) {
                 size_t cap = r->cap_rows ? 2 * r->cap_rows : 16;
@@ -348,6 +351,7 @@ static fed_err emit_due(sim_run *r, const fed_sim_comm *comm, int flush)
             row->t_s = (double)r->rows[i].t_us / 1e6;
             row->accuracy = r->rows[i].accuracy;
             row->merged = r->rows[i].merged;
+            row->epsilon = r->rows[i].epsilon;
             bytes[n - 1] = r->rows[i].t_us;
         }
         r->nrows = 0;
@@ -911,6 +915,10 @@ static fed_err check_scenario(const fed_sim_scenario *sc, int peer_mode)
         fed_node_settings clients = sc->s;
 
         clients.require_dp_sgd = peer_mode && sc->s.require_dp_sgd;
+        if (!peer_mode) { /* DP-FedAvg's settings are the aggregator's */
+            clients.dp_client_clip = clients.dp_target_epsilon = 0;
+            clients.dp_client_quantile = 0;
+        }
         bad = fed_node_settings_dp_misuse(&clients, peer_mode ? FED_NODE_PEER : FED_NODE_CLIENT);
     }
     if (bad) {
@@ -920,6 +928,10 @@ static fed_err check_scenario(const fed_sim_scenario *sc, int peer_mode)
     if (sc->s.dp_sgd)
         fed_log(FED_LOG_WARN, "sim: DP-SGD's noise comes from each node's seeded stream, so "
                 "the run repeats: it shows what DP-SGD costs, and is not private");
+    if (sc->s.dp_client_clip > 0)
+        fed_log(FED_LOG_WARN, "sim: DP-FedAvg's noise and draw come from the aggregator's "
+                "seeded stream, so the run repeats: it shows what DP-FedAvg costs, and is "
+                "not private");
     return FED_OK;
 }
 

@@ -59,6 +59,8 @@ typedef struct fed_sim_row {
     uint32_t merged;   /* aggregator: deltas merged; peers: shares mixed, summed */
     float lr;          /* the learning rate clients (peers) trained at: the
                           last client's report so far; 0: none trained */
+    double epsilon;    /* aggregator with DP-FedAvg: client-level epsilon spent
+                          after the round; 0: no DP-FedAvg */
 } fed_sim_row;
 
 typedef void (*fed_sim_row_fn)(void *ctx, const fed_sim_row *row);

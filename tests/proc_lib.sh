@@ -143,3 +143,13 @@ strangers_done() { for p in $SPIDS; do wait "$p"; done; SPIDS=""; }
 SPIDS=""
 SP_REQ0='\000SP\000\000\060\000\000'
 need_bash() { command -v bash >/dev/null 2>&1 || { echo "skipped: no bash (for /dev/tcp)"; exit 77; }; }
+# refused DESC TEXT ARGS...: `fednode run ARGS` refuses its flags (exit 2,
+# TEXT in what it says) before it opens anything
+refused() {
+    d=$1 text=$2; shift 2
+    "$FEDNODE" run "$@" >"$TMP/refused.out" 2>&1
+    rc=$?
+    [ $rc -eq 2 ] && grep -q -- "$text" "$TMP/refused.out" ||
+        fail "$d: exit 2 and '$text' (got $rc: $(cat "$TMP/refused.out"))"
+    ok "$d"
+}

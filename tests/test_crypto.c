@@ -23,6 +23,7 @@
 #include "crypto/arena_impl.h"
 #include "crypto/identity.h"
 #include "crypto/replay.h"
+#include "crypto/keystream.h"
 #include "crypto/seal.h"
 #include "app/cli.h"
 #include "tests/support/support.h"
@@ -942,6 +943,64 @@ static void test_allow_alloc_failures(void **state)
     fed_crypto_allow_free(t.al);
 }
 
+/* A seed source of fixed bytes 7i + 1: the keystream's key is known. */
+static void ks_seed(void *ctx, void *buf, size_t len)
+{
+    (void)ctx;
+    for (size_t i = 0; i < len; i++)
+        ((uint8_t *)buf)[i] = (uint8_t)(7 * i + 1);
+}
+
+/* The keystream: ChaCha20's request r is crypto_stream_chacha20 under the
+ * nonce r (LE); AES-256-CTR's is libsodium's AES-256-GCM ciphertext of
+ * zeros under the same key and the IV r (LE, then 4 zero bytes), for
+ * lengths across the 8-block loop, the single blocks and a partial one;
+ * the two ciphers differ; wipe clears the key. */
+static void test_keystream(void **state)
+{
+    static const size_t lens[] = {100003, 5, 4096, 0, 127, 129};
+    static uint8_t got[100003], want[100003 + 16], zeros[100003];
+    uint8_t key[32], nonce[12];
+    fed_crypto_keystream ks;
+    unsigned long long clen;
+
+    (void)state;
+    ks_seed(NULL, key, sizeof key);
+    fed_crypto_keystream_init_cipher(&ks, ks_seed, NULL, 0);
+    assert_int_equal(ks.aes, 0);
+    for (size_t r = 0; r < sizeof lens / sizeof lens[0]; r++) {
+        memset(nonce, 0, sizeof nonce);
+        nonce[0] = (uint8_t)r;
+        fed_crypto_keystream_random(&ks, got, lens[r]);
+        crypto_stream_chacha20(want, lens[r], nonce, key);
+        if (lens[r])
+            assert_memory_equal(got, want, lens[r]);
+    }
+    fed_crypto_keystream_wipe(&ks);
+    if (!fed_crypto_keystream_has_aes() || !crypto_aead_aes256gcm_is_available()) {
+        printf("# keystream: this CPU has no AES instructions: the AES path is not checked\n");
+        return;
+    }
+    fed_crypto_keystream_init(&ks, ks_seed, NULL);
+    assert_int_equal(ks.aes, 1);
+    for (size_t r = 0; r < sizeof lens / sizeof lens[0]; r++) {
+        memset(nonce, 0, sizeof nonce);
+        nonce[0] = (uint8_t)r;
+        fed_crypto_keystream_random(&ks, got, lens[r]);
+        assert_int_equal(crypto_aead_aes256gcm_encrypt(want, &clen, zeros, lens[r], NULL, 0, NULL,
+                                                       nonce, key), 0);
+        if (lens[r])
+            assert_memory_equal(got, want, lens[r]);
+    }
+    crypto_stream_chacha20(want, 64, (const uint8_t[12]){0}, key);
+    fed_crypto_keystream_wipe(&ks);
+    fed_crypto_keystream_init(&ks, ks_seed, NULL);
+    fed_crypto_keystream_random(&ks, got, 64);
+    assert_memory_not_equal(got, want, 64);
+    fed_crypto_keystream_wipe(&ks);
+    assert_true(sodium_is_zero(ks.key, sizeof ks.key) && sodium_is_zero(ks.rk, sizeof ks.rk));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -972,6 +1031,7 @@ int main(void)
         cmocka_unit_test(test_allow_errors),
         cmocka_unit_test(test_allow_reload_keeps_old_on_error),
         cmocka_unit_test(test_allow_alloc_failures),
+        cmocka_unit_test(test_keystream),
     };
 
     fed_log_set_level(FED_LOG_ERROR + 1);

@@ -49,14 +49,6 @@ spent() {
 releases() { status "$1" | sed -n 's/.*"privacy":{"releases":\([0-9]*\),.*/\1/p'; }
 
 # ---- refusals of flags that do not fit the role (before anything is opened)
-refused() {
-    d=$1 text=$2; shift 2
-    "$FEDNODE" run "$@" >"$TMP/refused.out" 2>&1
-    rc=$?
-    [ $rc -eq 2 ] && grep -q -- "$text" "$TMP/refused.out" ||
-        fail "$d: exit 2 and '$text' (got $rc: $(cat "$TMP/refused.out"))"
-    ok "$d"
-}
 refused "--dp-budget-epsilon without --dp-sgd is refused" "needs --dp-sgd" \
     --role client --aggregator tcp://127.0.0.1:1 --db "$TMP/x.db" --dp-budget-epsilon 1
 refused "--dp-sgd on an aggregator is refused" "is a client's setting" \

@@ -284,6 +284,34 @@ static void test_chart(void **state)
     assert_int_equal(s[1].n, 2);
     assert_true(s[1].accuracy[1] == 0.80 && s[1].bytes[1] == 2000000);
     fed_chart_series_fini(&s[1]);
+    {   /* DP-FedAvg's epsilon after lr; the chart against it */
+        const char *csv_eps = "round,t_s,accuracy,spread,bytes,merged,lr,epsilon\n"
+                              "1,0.5,0.70,0,1000000,8,0.05,1.25\n2,1.0,0.80,0,2000000,8,0.05,1.5\n";
+        const char *bad_eps = "round,t_s,accuracy,spread,bytes,merged,lr,epsilon\n1,1,1,1,1,1,1\n";
+        fed_chart_series t;
+        char *svg = NULL;
+        size_t svg_len = 0;
+        FILE *m;
+
+        assert_int_equal(fed_chart_series_parse_csv(csv_eps, strlen(csv_eps), "e", &s[1]),
+                         FED_OK);
+        assert_int_equal(s[1].n, 2);
+        assert_true(s[1].epsilon[0] == 1.25 && s[1].epsilon[1] == 1.5 && s[1].accuracy[1] == 0.80);
+        assert_int_equal(fed_chart_series_parse_csv(bad_eps, strlen(bad_eps), "x", &t),
+                         FED_ERR_FORMAT);
+        fed_chart_series_fini(&s[0]);
+        assert_int_equal(fed_chart_series_parse_csv(csv, strlen(csv), "n", &s[0]), FED_OK);
+        assert_true(s[0].epsilon[0] == 0); /* no column: no DP */
+        assert_non_null(m = open_memstream(&svg, &svg_len));
+        assert_int_equal(fed_chart_svg_write_x(m, "t", FED_CHART_X_EPSILON, NULL, s, 2), FED_OK);
+        fclose(m);
+        assert_non_null(strstr(svg, "epsilon (client-level)"));
+        assert_non_null(strstr(svg, "stroke-dasharray")); /* the run without DP */
+        free(svg);
+        fed_chart_series_fini(&s[0]);
+        fed_chart_series_fini(&s[1]);
+    }
+    assert_int_equal(fed_chart_series_parse_csv(csv, strlen(csv), "a", &s[0]), FED_OK);
     assert_int_equal(fed_chart_series_parse_csv(csv, strlen(csv), "b", &s[1]), FED_OK);
     for (int i = 0; i < 5; i++) {
         fed_chart_series t;

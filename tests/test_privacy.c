@@ -20,6 +20,7 @@
 #include "core/err.h"
 #include "core/rng.h"
 #include "node/dp_account.h"
+#include "privacy/dpfedavg.h"
 #include "privacy/rdp.h"
 #include "storage/store.h"
 #include "app/cli.h"
@@ -646,6 +647,39 @@ static void test_site_account(void **state)
     fed_store_close(st);
 }
 
+/* DP-FedAvg's arithmetic: the clip factor; adaptive clipping's direction
+ * (a clip that every update exceeds, bbar 0 against gamma 0.5, grows; one
+ * that none exceeds, bbar 1, shrinks; at the quantile it stays), its size
+ * exp(eta gamma); Andrew et al.'s noise split: z 1 with count noise 1 gives
+ * the update 1/sqrt(1 - 1/4) = 1.1547005383792517, and composing the two
+ * back (z_delta^-2 + (2 sigma_b)^-2) gives z again; refusals. */
+static void test_dp_fedavg(void **state)
+{
+    double zd = 0, c = 1;
+
+    (void)state;
+    assert_true(fed_dp_fedavg_scale(0, 1) == 1);
+    assert_true(fed_dp_fedavg_scale(0.5, 1) == 1);
+    assert_true(fed_dp_fedavg_scale(4, 1) == 0.25);
+    assert_true(fed_dp_fedavg_clip_next(1, 0.2, 0, 0.5) > 1);
+    assert_true(fed_dp_fedavg_clip_next(1, 0.2, 1, 0.5) < 1);
+    assert_true(fed_dp_fedavg_clip_next(1, 0.2, 0.5, 0.5) == 1);
+    assert_close(fed_dp_fedavg_clip_next(2, 0.2, 0, 0.5), 2 * exp(0.1), 1e-15, 0);
+    for (int i = 0; i < 50; i++) /* every update of norm 10 clipped: C climbs past it */
+        c = fed_dp_fedavg_clip_next(c, 0.2, c < 10 ? 0 : 1, 0.5);
+    assert_true(c > 10 && c < 10 * exp(0.1) + 1e-9);
+    assert_int_equal(fed_dp_fedavg_split(1, 1, &zd), FED_OK);
+    assert_close(zd, 1.1547005383792517, 1e-15, 0);
+    assert_close(1 / sqrt(1 / (zd * zd) + 1 / 4.0), 1, 1e-15, 0);
+    assert_int_equal(fed_dp_fedavg_split(1.3, 0, &zd), FED_OK);
+    assert_true(zd == 1.3);
+    assert_int_equal(fed_dp_fedavg_split(0, 5, &zd), FED_OK);
+    assert_true(zd == 0);
+    assert_int_equal(fed_dp_fedavg_split(1, 0.5, &zd), FED_ERR_RANGE); /* 2 sigma_b = z */
+    assert_int_equal(fed_dp_fedavg_split(-1, 1, &zd), FED_ERR_RANGE);
+    assert_int_equal(fed_dp_fedavg_split(1, NAN, &zd), FED_ERR_RANGE);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -664,6 +698,7 @@ int main(void)
         cmocka_unit_test(test_cli),
         cmocka_unit_test(test_cli_refusals),
         cmocka_unit_test(test_site_account),
+        cmocka_unit_test(test_dp_fedavg),
     };
 
     fed_test_log_quiet();

@@ -1,0 +1,286 @@
+/* agg_dp.c - the aggregator's DP-FedAvg (client-level differential privacy,
+ * McMahan et al. 2018; adaptive clipping of Andrew et al. 2021): the
+ * Poisson draw of a round's clients, each delta clipped and summed with
+ * equal weight, Gaussian noise on the sum, the fixed denominator (the
+ * expected cohort), the clip's geometric update, and each round's charge to
+ * the aggregator's own accountant (node/dp_account.h) in the round's
+ * transaction. Noise and the draw come from the keystream
+ * (crypto/keystream.h) keyed from env.random (libsodium in the daemon; a
+ * seeded stream in fedsim, whose runs are then not private). The aggregator adds the noise: it is trusted for
+ * client-level DP, and epsilon holds against everyone who sees the models
+ * it releases. Never touches a client's delta beyond reading it. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/bytes.h"
+#include "core/log.h"
+#include "crypto/keystream.h"
+#include "model/dp.h"
+#include "node/aggregator_impl.h"
+#include "node/dp_account.h"
+#include "privacy/dpfedavg.h"
+#include "privacy/rdp.h"
+
+/* Andrew et al. (2021) take the count's noise as the expected cohort / 20. */
+#define AGG_DP_COUNT_NOISE_SHARE 20.0
+
+struct agg_dp {
+    fed_dp_account *acct;
+    fed_crypto_keystream ks;
+    double q;          /* each client's sampling probability */
+    double z;          /* the round's noise multiplier, as accounted */
+    double z_delta;    /* the update's share of it (z without adaptive clipping) */
+    double sigma_b;    /* the count's noise standard deviation (adaptive) */
+    double cohort;     /* the expected cohort q N: the fixed denominator */
+    double clip;       /* C of the round being filled */
+    double clip_next;  /* C after it (adaptive), committed with its checkpoint */
+    double epsilon;    /* spent after the last committed round */
+    float *sum;        /* (nparams) the noised mean of the round */
+};
+
+static int robust_strategy(const char *spec)
+{
+    static const char *const robust[] = {"median", "trimmed", "krum", "multikrum", "bulyan"};
+    const char *s = strchr(spec, '+');
+
+    s = s ? s + 1 : spec; /* past clip:NORM+ */
+    for (size_t i = 0; i < sizeof robust / sizeof robust[0]; i++)
+        if (!strncmp(s, robust[i], strlen(robust[i])))
+            return 1;
+    return 0;
+}
+
+fed_err fed_node_agg_dp_new(fed_node *n)
+{
+    const fed_node_config *c = &n->cfg;
+    node_agg *a = n->agg;
+    agg_dp *d;
+    double eps = 0, order = 0;
+    fed_err e;
+
+    if (!(c->dp_client_clip > 0))
+        return FED_OK;
+    if (fed_node_agg_is_async(n) || robust_strategy(c->strategy)) {
+        fed_log(FED_LOG_ERROR, "aggregator: DP-FedAvg (--dp-client-clip) takes synchronous "
+                               "rounds and a weighted strategy (fedavg, fedavgm, fedprox, "
+                               "fedadam, ...), not %s", fed_node_agg_is_async(n) ? "--mode async"
+                                                                                 : c->strategy);
+        return FED_ERR_INVAL;
+    }
+    if (c->wait_clients == 0) {
+        fed_log(FED_LOG_ERROR, "aggregator: DP-FedAvg needs the population's size "
+                               "(--wait-clients, or the allow-list's members)");
+        return FED_ERR_INVAL;
+    }
+    if (!(d = fed_calloc(1, sizeof *d)))
+        return FED_ERR_NOMEM;
+    a->dp = d;
+    d->q = c->sample_fraction;
+    d->cohort = c->sample_fraction * (double)c->wait_clients;
+    d->clip = d->clip_next = c->dp_client_clip;
+    d->z = c->dp_client_noise;
+    if (c->dp_target_eps > 0) {
+        if (c->rounds == 0) {
+            fed_log(FED_LOG_ERROR, "aggregator: --dp-target-epsilon needs --rounds (the "
+                                   "rounds it is spread over)");
+            return FED_ERR_INVAL;
+        }
+        e = fed_rdp_sgm_calibrate(d->q, c->rounds, c->dp_delta, c->dp_target_eps, NULL, 0,
+                                  &d->z, &eps, &order);
+        if (e != FED_OK) {
+            fed_log(FED_LOG_ERROR, "aggregator: no noise multiplier reaches epsilon %g in %u "
+                                   "rounds at q %g: %s", c->dp_target_eps, c->rounds, d->q,
+                    fed_strerror(e));
+            return e;
+        }
+    }
+    if (c->dp_client_quantile > 0)
+        d->sigma_b = d->cohort / AGG_DP_COUNT_NOISE_SHARE;
+    if ((e = fed_dp_fedavg_split(d->z, d->sigma_b, &d->z_delta)) != FED_OK) {
+        fed_log(FED_LOG_ERROR, "aggregator: adaptive clipping's count noise (sigma %g, the "
+                               "expected cohort %g / 20) must exceed z / 2 = %g: more clients "
+                               "a round or less noise", d->sigma_b, d->cohort, d->z / 2);
+        return e;
+    }
+    if ((e = fed_dp_account_new(c->dp_delta, &d->acct)) != FED_OK)
+        return e;
+    if (!(d->sum = fed_malloc(a->nparams * sizeof *d->sum)))
+        return FED_ERR_NOMEM;
+    fed_crypto_keystream_init(&d->ks, n->env.random, n->env.self);
+    fed_log(FED_LOG_INFO, "aggregator: DP-FedAvg (client-level; the aggregator adds the noise "
+                          "and is trusted): q %g of %u clients (expected cohort %.4g), clip %g%s, "
+                          "noise multiplier %.6g%s (update %.6g, count sigma %.4g), delta %g",
+            d->q, c->wait_clients, d->cohort, d->clip,
+            c->dp_client_quantile > 0 ? " (adaptive)" : "", d->z,
+            c->dp_target_eps > 0 ? " (calibrated)" : "", d->z_delta, d->sigma_b, c->dp_delta);
+    if (c->dp_target_eps > 0)
+        fed_log(FED_LOG_INFO, "aggregator: z %.6g spends epsilon %.6g (order %g) in %u rounds",
+                d->z, eps, order, c->rounds);
+    return FED_OK;
+}
+
+void fed_node_agg_dp_free(node_agg *a)
+{
+    agg_dp *d = a->dp;
+
+    if (!d)
+        return;
+    fed_dp_account_free(d->acct);
+    fed_crypto_keystream_wipe(&d->ks);
+    fed_free(d->sum);
+    fed_free(d);
+    a->dp = NULL;
+}
+
+fed_err fed_node_agg_dp_start(fed_node *n, const fed_store_ckpt *ck)
+{
+    agg_dp *d = n->agg->dp;
+    const fed_store_section *s = ck ? fed_store_ckpt_find(ck, AGG_CKPT_SEC_DP) : NULL;
+    fed_err e;
+
+    if (!d)
+        return FED_OK;
+    if ((e = fed_dp_account_load(d->acct, n->cfg.store)) != FED_OK)
+        return e;
+    d->epsilon = fed_dp_account_epsilon(d->acct);
+    if (s && s->len == 8) {
+        double clip = fed_get_f64le(s->data);
+
+        if (clip > 0 && isfinite(clip))
+            d->clip = d->clip_next = clip;
+    }
+    if (fed_dp_account_charges(d->acct))
+        fed_log(FED_LOG_INFO, "aggregator: DP-FedAvg resumes at epsilon %.4f (%llu rounds "
+                              "charged), clip %g", d->epsilon,
+                (unsigned long long)fed_dp_account_charges(d->acct), d->clip);
+    return FED_OK;
+}
+
+/* A uniform in [0, 1) from the keystream (53 bits). */
+static double ks_uniform(agg_dp *d)
+{
+    uint8_t b[8];
+
+    fed_crypto_keystream_random(&d->ks, b, sizeof b);
+    return (double)(fed_get_u64le(b) >> 11) * 0x1p-53;
+}
+
+size_t fed_node_agg_dp_sample(fed_node *n, agg_hold *holds, size_t nholds)
+{
+    agg_dp *d = n->agg->dp;
+    size_t k = 0;
+
+    for (size_t i = 0; i < nholds; i++) /* in key order: one draw each */
+        if (ks_uniform(d) < d->q) {
+            agg_hold t = holds[k];
+
+            holds[k++] = holds[i];
+            holds[i] = t;
+        }
+    if (k > (size_t)n->agg->max_clients) {
+        fed_log(FED_LOG_WARN, "aggregator: the Poisson draw took %zu clients, more than a round "
+                              "holds (%d): the rest wait (raise --wait-clients)", k,
+                n->agg->max_clients);
+        k = (size_t)n->agg->max_clients;
+    }
+    return k;
+}
+
+fed_err fed_node_agg_dp_aggregate(fed_node *n, fed_merge_input *in, uint32_t *unclipped)
+{
+    node_agg *a = n->agg;
+    agg_dp *d = a->dp;
+    const fed_node_config *c = &n->cfg;
+    float count = 0;
+    fed_err e;
+
+    memset(d->sum, 0, a->nparams * sizeof *d->sum);
+    *unclipped = 0;
+    for (size_t i = 0; i < a->nparts; i++) { /* parts are in key order */
+        const agg_part *p = &a->parts[i];
+        fed_merge_result *r = &a->results[i];
+        double ss = 0, norm, s;
+        float sf;
+
+        memset(r, 0, sizeof *r);
+        r->verdict = FED_MERGE_SKIPPED;
+        r->norm = -1;
+        if (!p->got)
+            continue;
+        for (size_t j = 0; j < a->nparams; j++)
+            ss += (double)p->delta[j] * p->delta[j];
+        norm = sqrt(ss);
+        if (!isfinite(norm)) {
+            r->verdict = FED_MERGE_REJECTED_NAN;
+            r->err = FED_ERR_NAN;
+            continue;
+        }
+        s = fed_dp_fedavg_scale(norm, d->clip);
+        sf = (float)s;
+        *unclipped += norm <= d->clip;
+        for (size_t j = 0; j < a->nparams; j++)
+            d->sum[j] += sf * p->delta[j];
+        r->verdict = FED_MERGE_USED;
+        r->share = 1.0 / d->cohort;
+        r->norm = norm;
+        r->clip_scale = sf;
+    }
+    if ((e = fed_dp_add_noise(fed_crypto_keystream_random, &d->ks, d->sum, a->nparams,
+                              d->z_delta * d->clip)) != FED_OK)
+        return e;
+    {
+        float inv = (float)(1.0 / d->cohort);
+
+        for (size_t j = 0; j < a->nparams; j++)
+            d->sum[j] *= inv;
+    }
+    d->clip_next = d->clip;
+    if (c->dp_client_quantile > 0) {
+        count = (float)*unclipped;
+        if ((e = fed_dp_add_noise(fed_crypto_keystream_random, &d->ks, &count, 1, d->sigma_b)) !=
+            FED_OK)
+            return e;
+        d->clip_next = fed_dp_fedavg_clip_next(d->clip, c->dp_client_clip_lr,
+                                               (double)count / d->cohort, c->dp_client_quantile);
+    }
+    memset(in, 0, sizeof *in);
+    in->weight = 1;
+    if (strcmp(c->be->name, "cpu") == 0) {
+        in->delta = d->sum;
+        return FED_OK;
+    }
+    if (!a->dev[0] &&
+        (e = c->be->alloc(c->be, a->nparams * sizeof(float), (void **)&a->dev[0])) != FED_OK)
+        return e;
+    if ((e = c->be->upload(c->be, a->dev[0], d->sum, a->nparams * sizeof(float))) != FED_OK)
+        return e;
+    in->delta = a->dev[0];
+    return FED_OK;
+}
+
+fed_err fed_node_agg_dp_charge(fed_node *n, uint64_t round, uint64_t at_ms, double *eps)
+{
+    agg_dp *d = n->agg->dp;
+
+    return fed_dp_account_charge(d->acct, n->cfg.store, round, at_ms, d->q, d->z, 1, eps);
+}
+
+void fed_node_agg_dp_committed(fed_node *n, int ok, double eps)
+{
+    agg_dp *d = n->agg->dp;
+
+    if (ok) {
+        d->epsilon = eps;
+        d->clip = d->clip_next;
+    } else {
+        d->clip_next = d->clip;
+        if (fed_dp_account_load(d->acct, n->cfg.store) != FED_OK)
+            fed_log(FED_LOG_ERROR, "aggregator: re-reading the privacy spent failed");
+    }
+}
+
+double fed_node_agg_dp_clip(const node_agg *a) { return a->dp->clip; }
+double fed_node_agg_dp_clip_next(const node_agg *a) { return a->dp->clip_next; }
+double fed_node_agg_dp_epsilon(const node_agg *a) { return a->dp->epsilon; }

@@ -1,0 +1,161 @@
+#!/bin/sh
+# test_dp_fedavg.sh - DP-FedAvg (client-level DP) on the aggregator.
+#  A. fedsim, 20 clients on logreg, q = 0.5, z = 1, clip 1, 5 rounds: each
+#     row's epsilon (stdout and CSV) is what `fednode privacy` gives for q,
+#     z and that many rounds; the run says its noise is not private; the
+#     same seed repeats the same model.
+#  B. --dp-target-epsilon 4 over 5 rounds: the calibrated z spends at most 4,
+#     and within 1e-3 of it.
+#  C. Adaptive clipping (Andrew et al. 2021, quantile 0.5; 40 clients, so
+#     the count's noise, cohort / 20 = 1, exceeds z / 2): a clip far below
+#     every update's norm grows every round, one far above shrinks; with 20
+#     clients (count noise 0.5 = z / 2) the aggregator refuses to start.
+#  D. A Poisson draw below --min-clients is not redrawn: the round runs and
+#     says so.
+#  E. fedsim --svg-x epsilon draws accuracy against epsilon.
+#  F. Real processes: an aggregator with DP-FedAvg (q = 1, z = 1.5) and three
+#     clients, 2 rounds, then the aggregator restarted for round 3 on its
+#     database: it resumes at the epsilon of 2 rounds and ends at that of 3,
+#     each row's epsilon in `status`, which says the aggregator is trusted
+#     for client-level DP; the refusals of settings that do not fit.
+# Needs ./fednode, ./fedsim and Fashion-MNIST; exits 77 (skipped) without.
+. "$(dirname "$0")/proc_lib.sh"
+FEDSIM=${FEDSIM:-./fedsim}
+[ -x "$FEDSIM" ] || { echo "skipped: no $FEDSIM (run make)"; exit 77; }
+SIM="--data fashion-mnist --model logreg --nodes 20 --rounds 5 --fraction 0.5"
+
+# eps Q Z STEPS: fednode privacy's epsilon, 4 decimals
+eps() {
+    "$FEDNODE" privacy --q "$1" --sigma "$2" --steps "$3" --delta 1e-5 |
+        awk '$1 == "epsilon" { printf "%.4f\n", $2 }'
+}
+
+# ---- A
+# shellcheck disable=SC2086
+"$FEDSIM" $SIM --dp-client-clip 1 --dp-client-noise 1 --csv "$TMP/a.csv" >"$TMP/a.out" 2>&1 ||
+    fail "fedsim DP-FedAvg exited $?"
+grep -q "DP-FedAvg's noise and draw come from the aggregator's seeded stream.*not private" \
+    "$TMP/a.out" || fail "fedsim says its DP-FedAvg run is not private"
+head -n 1 "$TMP/a.csv" | grep -qx "round,t_s,accuracy,spread,bytes,merged,lr,epsilon" ||
+    fail "the CSV's header has epsilon"
+for r in 1 2 3 4 5; do
+    want=$(eps 0.5 1 "$r")
+    got=$(awk -F, -v r="$r" '$1 == r { printf "%.4f\n", $8 }' "$TMP/a.csv")
+    [ "$got" = "$want" ] || fail "round $r: CSV epsilon $got, fednode privacy $want"
+    grep -q "^round *$r .* epsilon $want " "$TMP/a.out" || fail "round $r's row shows epsilon $want"
+done
+ok "DP-FedAvg's epsilon after each of 5 rounds = fednode privacy's (q 0.5, z 1): $want at 5"
+# shellcheck disable=SC2086
+"$FEDSIM" $SIM --dp-client-clip 1 --dp-client-noise 1 >"$TMP/a2.out" 2>&1 || fail "rerun"
+[ "$(grep sha256 "$TMP/a.out")" = "$(grep sha256 "$TMP/a2.out")" ] ||
+    fail "the same seed repeats the same model"
+ok "the same seed gives the same model (a seeded, not private, run)"
+
+# ---- B
+# shellcheck disable=SC2086
+FEDNODE_LOG=info "$FEDSIM" $SIM --dp-client-clip 1 --dp-target-epsilon 4 --csv "$TMP/b.csv" \
+    >"$TMP/b.out" 2>&1 || fail "fedsim --dp-target-epsilon exited $?"
+z=$(sed -n 's/.*aggregator: z \([0-9.e+-]*\) spends epsilon.*/\1/p' "$TMP/b.out")
+got=$(awk -F, '$1 == 5 { print $8 }' "$TMP/b.csv")
+awk -v e="$got" 'BEGIN { exit !(e <= 4 && e > 3.999) }' ||
+    fail "--dp-target-epsilon 4: 5 rounds spent $got (z $z)"
+ok "--dp-target-epsilon 4: z $z, 5 rounds spend $got"
+
+# ---- C
+clips() { sed -n 's/.*within clip \([0-9.e+-]*\) (next \([0-9.e+-]*\)).*/\1 \2/p' "$1"; }
+for c in 0.001 1000; do
+    # shellcheck disable=SC2086
+    FEDNODE_LOG=info "$FEDSIM" $SIM --nodes 40 --dp-client-clip $c --dp-client-quantile 0.5 \
+        >"$TMP/c$c.out" 2>&1 || fail "fedsim adaptive clip $c exited $?"
+    [ "$(clips "$TMP/c$c.out" | wc -l)" -eq 5 ] || fail "five rounds' clips for $c"
+done
+clips "$TMP/c0.001.out" | awk '{ if (!($2 > $1)) exit 1 }' ||
+    fail "a clip below every norm grows: $(clips "$TMP/c0.001.out" | tr '\n' ' ')"
+clips "$TMP/c1000.out" | awk '{ if (!($2 < $1)) exit 1 }' ||
+    fail "a clip above every norm shrinks: $(clips "$TMP/c1000.out" | tr '\n' ' ')"
+ok "adaptive clipping: 0.001 grows to $(clips "$TMP/c0.001.out" | tail -n 1 | cut -d' ' -f2), 1000 shrinks to $(clips "$TMP/c1000.out" | tail -n 1 | cut -d' ' -f2)"
+
+# shellcheck disable=SC2086
+FEDNODE_LOG=info "$FEDSIM" $SIM --dp-client-clip 1 --dp-client-quantile 0.5 >"$TMP/c.out" 2>&1 &&
+    fail "adaptive clipping with count noise 0.5 = z / 2 ran"
+grep -q "must exceed z / 2" "$TMP/c.out" || fail "the refusal says the count noise must exceed z / 2"
+ok "adaptive clipping refused where the count's noise cannot carry its share"
+
+# ---- D
+# shellcheck disable=SC2086
+FEDNODE_LOG=info "$FEDSIM" --data fashion-mnist --model logreg --nodes 20 --rounds 3 \
+    --fraction 0.1 --min-clients 3 --dp-client-clip 1 >"$TMP/d.out" 2>&1 ||
+    fail "fedsim small draws exited $?"
+grep -q "the Poisson draw took [0-2] clients, fewer than --min-clients 3; not redrawn.*the round runs" \
+    "$TMP/d.out" || fail "a draw below --min-clients is run, not redrawn, and said so"
+[ "$(grep -c '^round ' "$TMP/d.out")" -eq 3 ] || fail "three rounds ran"
+ok "a draw below --min-clients runs, not redrawn: $(grep -c 'not redrawn' "$TMP/d.out") of 3 rounds"
+
+# ---- E
+# shellcheck disable=SC2086
+"$FEDSIM" $SIM --svg "$TMP/e.svg" --svg-x epsilon --compare "DP z 1=$TMP/a.csv" \
+    --csv "$TMP/e.csv" >"$TMP/e.out" 2>&1 || fail "fedsim --svg exited $?"
+grep -q "epsilon (client-level)" "$TMP/e.svg" || fail "--svg-x epsilon labels its axis"
+grep -q "stroke-dasharray" "$TMP/e.svg" || fail "the run without DP is a dashed line"
+awk -F, 'NR > 1 && $8 != 0 { exit 1 }' "$TMP/e.csv" || fail "a run without DP has epsilon 0"
+ok "--svg-x epsilon: accuracy against epsilon, the run without DP dashed"
+
+# ---- F
+K=$TMP/keys
+allow_keys "$K" agg c0 c1 c2
+COMMON="--data fashion-mnist --threads 1"
+SETTINGS="--model logreg --optimizer sgd --lr 0.1 --batch 100 --local-epochs 1"
+DPF="--dp-client-clip 1 --dp-client-noise 1.5 --fraction 1"
+agg() {
+    # shellcheck disable=SC2086
+    start "$1" --role aggregator --keys "$K/agg" --allow "$K/allow.txt" --db "$TMP/agg.db" \
+        --listen tcp://127.0.0.1:0 --port-file "$TMP/port" $COMMON $SETTINGS $DPF \
+        --rounds "$2" --min-clients 3 --deadline-ms 60000 --gather-ms 200
+}
+# clients PREFIX: the three clients c0..c2, as processes PREFIX0..PREFIX2
+clients() {
+    for i in 0 1 2; do
+        # shellcheck disable=SC2086
+        start "$1$i" --role client --keys "$K/c$i" --allow "$K/allow.txt" --db "$TMP/c$i.db" \
+            --aggregator "tcp://127.0.0.1:$P" --aggregator-key agg --partition iid \
+            --shard "$i/10" $COMMON
+    done
+}
+refused "--dp-client-clip on a client is refused" "is an aggregator's setting" --role client \
+    --aggregator tcp://127.0.0.1:1 --dp-client-clip 1
+refused "--dp-target-epsilon without --dp-client-clip is refused" "need --dp-client-clip" \
+    --role aggregator --dp-target-epsilon 3
+# row_eps ROUND WANT: the aggregator's row ROUND holds epsilon WANT (4 decimals)
+row_eps() {
+    got=$(field "$TMP/agg.db" "$1" epsilon | awk '{ printf "%.4f\n", $1 }')
+    [ "$got" = "$2" ] || fail "round $1's row: epsilon $got, fednode privacy $2"
+}
+agg agg1 2
+wait_for "the aggregator wrote its port" 30 test -s "$TMP/port"
+P=$(cat "$TMP/port")
+clients c
+wait_for "round 2 committed" 120 logged agg1 "round 2 merged"
+exits0 agg1 60
+e2=$(eps 1 1.5 2)
+row_eps 2 "$e2"
+grep -q "round 2 merged 3 of 3 .* client-level epsilon $e2" "$TMP/agg1.log" ||
+    fail "the log says round 2's epsilon $e2"
+ok "aggregator (daemon): round 2's epsilon $e2 in its row and log"
+rm -f "$TMP/port"
+agg agg2 3
+wait_for "the restarted aggregator wrote its port" 30 test -s "$TMP/port"
+logged agg2 "DP-FedAvg resumes at epsilon $e2 (2 rounds charged)" ||
+    fail "the restarted aggregator resumes at epsilon $e2"
+P=$(cat "$TMP/port")
+for i in 0 1 2; do exits0 "c$i" 60 2>/dev/null || true; done
+clients d
+wait_for "round 3 committed" 120 logged agg2 "round 3 merged"
+exits0 agg2 60
+e3=$(eps 1 1.5 3)
+row_eps 3 "$e3"
+"$FEDNODE" status --db "$TMP/agg.db" | grep -q "epsilon $e3 at delta 1e-05 spent in 3 rounds" ||
+    fail "status shows epsilon $e3 in 3 rounds"
+"$FEDNODE" status --db "$TMP/agg.db" | grep -q "client-level DP-FedAvg by this aggregator.*trusted" ||
+    fail "status says the aggregator is trusted for client-level DP"
+ok "restarted: resumes at $e2, round 3 ends at $e3 (= fednode privacy, q 1, z 1.5)"
+echo "passed ($(($(date +%s) - T0)) s)"
