@@ -39,6 +39,11 @@ void fed_node_config_default(fed_node_config *cfg)
     cfg->dp_clip = 1.0f;
     cfg->dp_noise = 1.0f;
     cfg->dp_delta = 1e-5;
+    cfg->secagg_dropout = 0.1;
+    cfg->secagg_max_weight = 1000;
+    cfg->secagg_bits = 16;
+    cfg->secagg_range = 1;
+    cfg->secagg_stage_ms = 10000;
 }
 
 /* The roles by fed_node_role: each role's file defines its entry. */
@@ -210,6 +215,8 @@ const char *fed_node_timer_name(uint32_t id)
         return "poll";
     case NODE_TIMER_RETRY:
         return "retry";
+    case NODE_TIMER_STAGE:
+        return "stage";
     default:
         return "unknown";
     }

@@ -196,6 +196,17 @@ typedef struct fed_node_config {
     double dp_delta;              /* in (0, 1); default 1e-5 */
     double dp_budget;             /* epsilon; 0: no budget */
     int require_dp_sgd;           /* aggregator */
+    /* secure aggregation (node/secagg_agg.c, secagg_client.c): an aggregator
+       with secagg runs every synchronous round as the protocol's stages and
+       learns only the sum of its clients' quantized, weighted deltas; a
+       client follows what each MODEL says (field 12) */
+    int secagg;
+    double secagg_dropout;        /* the dropout rate a round survives; default 0.1 */
+    double secagg_max_weight;     /* a client's weight cap in samples; default 1000 */
+    uint32_t secagg_bits;         /* quantized bits; default 16 */
+    double secagg_range;          /* per-coordinate clip; default 1 */
+    uint64_t secagg_stage_ms;     /* each stage's deadline (the masked input's:
+                                     deadline_ms); default 10000 */
 
     /* peer (no aggregator): every member in the allow-list is a peer; the
        round's settings above are its own (spec, local_epochs, batch,
@@ -289,7 +300,7 @@ typedef struct fed_node_progress {
 void fed_node_get_progress(const fed_node *n, fed_node_progress *out);
 /* Timers a node holds armed at once, at most (its ids are 1..this): an
  * environment's timer table this large never fills. */
-#define FED_NODE_MAX_TIMERS 4
+#define FED_NODE_MAX_TIMERS 5
 /* FED_OK, or why the node can no longer work and must be stopped: the
  * environment refused to arm one of its timers (set_timer failed; the node
  * logged which), without which a round would stall. The daemon stops with

@@ -378,17 +378,20 @@ static fed_err build_hosts(sim_run *r, const fed_dataset *train)
     char name[32];
     fed_err e;
 
+    /* secure aggregation: a slot per neighbour's shares (k < nodes) */
+    uint32_t slots = sc->s.secagg ? 16 + (uint32_t)sc->nodes + 4 : 0;
+
     fed_rng_seed_stream(&idr, sc->s.seed, 77);
     if ((e = fed_crypto_allow_new(&r->allow)) != FED_OK)
         return e;
     if (!r->peer_mode) {
-        if ((e = fed_sim_host_new(&idr, &r->agg)) != FED_OK ||
+        if ((e = fed_sim_host_new_slots(&idr, slots, &r->agg)) != FED_OK ||
             (e = fed_crypto_allow_add(r->allow, "agg", fed_sim_host_id(r->agg)->key)) != FED_OK)
             return e;
     }
     for (int i = 0; i < sc->nodes; i++) {
         snprintf(name, sizeof name, "n%d", i);
-        if ((e = fed_sim_host_new(&idr, &r->h[i])) != FED_OK ||
+        if ((e = fed_sim_host_new_slots(&idr, slots, &r->h[i])) != FED_OK ||
             (e = fed_crypto_allow_add(r->allow, name, fed_sim_host_id(r->h[i])->key)) != FED_OK ||
             (e = fed_data_partition(train, sc->s.partition, i, sc->nodes, sc->s.seed, &r->idx[i],
                                     &r->nidx[i])) != FED_OK)

@@ -466,7 +466,7 @@ static void test_settings_dp_field(void **state)
     (void)state;
     sample_block(FED_WIRE_MODEL, &b);
     assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
-    at = len - 20; /* the last field's head */
+    at = len - 20 - 36; /* its head (secure aggregation's field follows) */
     assert_memory_equal(buf + at, "\x0b\x00\x00\x00\x0c\x00\x00\x00", 8);
     b.settings.dp_flags = FED_WIRE_DP_REQUIRED;
     b.settings.dp_clip = 1.5f;
@@ -476,11 +476,11 @@ static void test_settings_dp_field(void **state)
     assert_memory_equal(buf + at, "\x0b\x00\x01\x00\x0c\x00\x00\x00\x01\x00\x00\x00", 12);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_OK);
     assert_memory_equal(&g, &b, sizeof b);
-    /* a block without it (S 20 shorter): decodes, nothing required */
-    buf[8] = (uint8_t)(len - 12 - 20);
-    buf[9] = (uint8_t)((len - 12 - 20) >> 8);
+    /* a block without it nor field 12 (S 56 shorter): decodes, nothing required */
+    buf[8] = (uint8_t)(len - 12 - 56);
+    buf[9] = (uint8_t)((len - 12 - 56) >> 8);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_OK);
-    assert_int_equal(used, len - 20);
+    assert_int_equal(used, len - 56);
     assert_int_equal(g.settings.dp_flags, 0);
     /* required with a clip of 0, or values without the flag: refused */
     b.settings.dp_clip = 0;
@@ -502,7 +502,7 @@ static void test_settings_unknown_fields(void **state)
     sample_block(FED_WIRE_MODEL, &b);
     /* unknown, not required, between known ones and at the end: skipped */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 12, 0, "abc", 3);
+    n = field(f, 13, 0, "abc", 3);
     len = splice(buf, len, len, f, n);
     n = field(f, 0x7fff, 0, "", 0);
     len = splice(buf, len, len, f, n);
@@ -511,11 +511,11 @@ static void test_settings_unknown_fields(void **state)
     assert_memory_equal(&g, &b, sizeof b);
     /* the same field marked required: refused, and its tag said */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 12, FED_WIRE_FIELD_REQUIRED, "abc", 3);
+    n = field(f, 13, FED_WIRE_FIELD_REQUIRED, "abc", 3);
     len = splice(buf, len, len, f, n);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used),
                      FED_ERR_FIELD_REQUIRED);
-    assert_int_equal(g.refused_tag, 12);
+    assert_int_equal(g.refused_tag, 13);
     assert_int_equal(used, 0);
 }
 
@@ -534,12 +534,12 @@ static void test_settings_malformed(void **state)
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len - 1, &g, &used),
                      FED_ERR_PAYLOAD);
     /* a truncated field head at the end of S */
-    n = field(f, 12, 0, "", 0);
+    n = field(f, 13, 0, "", 0);
     len = splice(buf, len, len, f, 4);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
     /* an unknown field's length past S (overlong) */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 12, 0, "abcd", 4);
+    n = field(f, 13, 0, "abcd", 4);
     f[4] = 5;
     len = splice(buf, len, len, f, n);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len + 8, &g, &used),
@@ -551,13 +551,13 @@ static void test_settings_malformed(void **state)
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
     /* an unknown field twice */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 12, 0, "ab", 2);
+    n = field(f, 13, 0, "ab", 2);
     len = splice(buf, len, len, f, n);
     len = splice(buf, len, len, f, n);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
     /* out of tag order */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 12, 0, "ab", 2);
+    n = field(f, 13, 0, "ab", 2);
     len = splice(buf, len, M_EPOCHS, f, n);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
     /* a known field of another length (the optimizer in 2 bytes) */
@@ -576,7 +576,7 @@ static void test_settings_malformed(void **state)
         uint32_t S = FED_WIRE_SETTINGS_MAX + 4;
 
         len = model_bytes(big, sizeof big);
-        big[len] = 12; /* an unknown, optional field filling the rest */
+        big[len] = 13; /* an unknown, optional field filling the rest */
         big[len + 4] = (uint8_t)(S - (len - 12) - 8);
         big[len + 5] = (uint8_t)((S - (len - 12) - 8) >> 8);
         big[8] = (uint8_t)S, big[9] = (uint8_t)(S >> 8);
