@@ -207,6 +207,14 @@ typedef struct fed_node_config {
     double secagg_range;          /* per-coordinate clip; default 1 */
     uint64_t secagg_stage_ms;     /* each stage's deadline (the masked input's:
                                      deadline_ms); default 10000 */
+    /* simulator only (the tests' cheating aggregator): NULL in every real
+       node. Called on the aggregator's loop with sa_tamper_ctx for each
+       stage request it took (inbound 1: the request's vector, to look at)
+       and each answer it is about to send (inbound 0: a copy, which it may
+       change), with the client's key and the frame type */
+    void (*sa_tamper)(void *ctx, int inbound, uint8_t type, const uint8_t key[32], uint8_t *vec,
+                      size_t len);
+    void *sa_tamper_ctx;
 
     /* peer (no aggregator): every member in the allow-list is a peer; the
        round's settings above are its own (spec, local_epochs, batch,

@@ -207,6 +207,8 @@ const char *fed_node_sa_agg_fate(const node_sa_agg *s, size_t i)
     if (!s || i >= s->nm)
         return "missing";
     st = s->m[i].stage_in;
+    if (s->stage != SA_DONE && s->stage != SA_NONE && st >= s->stage)
+        return "secagg: try failed closed";
     return fate[st < 0 ? 0 : st > 5 ? 5 : st];
 }
 
@@ -263,6 +265,19 @@ static fed_err answer(fed_node *n, sa_member *m, uint8_t type, uint32_t count, c
     memset(&b, 0, sizeof b);
     b.sa_try = s->try_no;
     b.sa_count = count;
+    if (n->cfg.sa_tamper) { /* the simulator's cheating aggregator: a copy */
+        uint8_t *cp = fed_malloc(len + 1);
+
+        if (!cp) {
+            fed_node_refuse(n, req);
+            return FED_ERR_NOMEM;
+        }
+        memcpy(cp, vec, len);
+        n->cfg.sa_tamper(n->cfg.sa_tamper_ctx, 0, type, h.recipient, cp, len);
+        e = fed_node_emit(n, req, &h, &b, cp, len);
+        fed_free(cp);
+        return e;
+    }
     return fed_node_emit(n, req, &h, &b, vec, len);
 }
 
@@ -823,6 +838,9 @@ fed_err fed_node_sa_agg_on_msg(fed_node *n, node_open *op)
         return refuse(n, op, own, own);
     if ((e = take(n, m, part, msg)) != FED_OK)
         return refuse(n, op, e == FED_ERR_NOMEM ? e : own, e);
+    if (n->cfg.sa_tamper)
+        n->cfg.sa_tamper(n->cfg.sa_tamper_ctx, 1, msg->hdr.type, msg->hdr.sender, msg->vector,
+                         msg->vector_len);
     m->stage_in = st;
     fed_node_refuse(n, m->held);
     m->held_hdr = msg->hdr;
