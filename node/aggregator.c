@@ -726,6 +726,13 @@ static fed_err commit_round(fed_node *n, const fed_node_round_info *info, uint8_
     }
     if ((e = put_counters(n)) != FED_OK || (e = write_checkpoint(n, hash)) != FED_OK)
         goto out;
+    if (a->sa) {
+        fed_store_secagg_try t;
+
+        fed_node_sa_agg_row(n, &t, "");
+        if ((e = fed_store_put_secagg_try(st, &t)) != FED_OK)
+            goto out;
+    }
     memset(&row, 0, sizeof row);
     row.round = info->round;
     row.start_ms = info->start_ms;

@@ -353,6 +353,32 @@ static fed_err answer_stage(fed_node *n, sa_member *m, int st)
     }
 }
 
+/* ---- the record ---- */
+
+static uint32_t count_flags(const uint8_t *f, uint32_t n);
+
+void fed_node_sa_agg_row(const fed_node *n, fed_store_secagg_try *t, const char *outcome)
+{
+    const node_sa_agg *s = n->agg->sa;
+
+    memset(t, 0, sizeof *t);
+    t->round = s->round;
+    t->try_no = s->try_no;
+    t->at_ms = fed_node_wall_ms(n);
+    t->sampled = (uint32_t)s->nm;
+    t->keyed = s->n1;
+    t->k = s->k;
+    t->t = s->t;
+    if (s->u2) {
+        t->shared = count_flags(s->u2, s->n1);
+        t->masked = count_flags(s->u3, s->n1);
+        t->signed_ = count_flags(s->u4, s->n1);
+    }
+    for (size_t i = 0; i < s->nm; i++)
+        t->unmasked += s->m[i].stage_in >= SA_UNMASK;
+    snprintf(t->outcome, sizeof t->outcome, "%s", outcome);
+}
+
 /* ---- failing closed ---- */
 
 /* The try fails: every held request is told, nothing of it is kept, and
@@ -362,9 +388,17 @@ static fed_err fail(fed_node *n, const char *why)
     node_agg *a = n->agg;
     node_sa_agg *s = a->sa;
 
+    fed_store_secagg_try row;
+    char outcome[160];
+    fed_err e;
+
     fed_log(FED_LOG_WARN, "secagg: round %llu try %u failed closed at stage %s: %s; no sum "
             "released, the round runs again with fresh keys",
             (unsigned long long)s->round, s->try_no, stage_name[s->stage], why);
+    snprintf(outcome, sizeof outcome, "failed at %s: %s", stage_name[s->stage], why);
+    fed_node_sa_agg_row(n, &row, outcome);
+    if ((e = fed_store_put_secagg_try(n->cfg.store, &row)) != FED_OK)
+        fed_log(FED_LOG_WARN, "secagg: recording the failed try: %s", fed_strerror(e));
     for (size_t i = 0; i < s->nm; i++) {
         sa_member *m = &s->m[i];
 

@@ -36,6 +36,8 @@ const float *fed_node_sa_agg_mean(const node_sa_agg *s, double *weight);
 /* What the contributions table says of part i's secure aggregation
  * (who dropped at which stage); "" for one in the sum. */
 const char *fed_node_sa_agg_fate(const node_sa_agg *s, size_t i);
+/* The try's row for the database (outcome "" when it committed). */
+void fed_node_sa_agg_row(const fed_node *n, fed_store_secagg_try *t, const char *outcome);
 /* The round is over (committed or dropped): secrets wiped. */
 void fed_node_sa_agg_end(fed_node *n);
 

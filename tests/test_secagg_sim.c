@@ -375,6 +375,20 @@ static int find_contrib(void *ctx, const fed_store_contrib *c)
     return 0;
 }
 
+typedef struct tries_q {
+    fed_store_secagg_try t[8];
+    int n;
+} tries_q;
+
+static int keep_try(void *ctx, const fed_store_secagg_try *t)
+{
+    tries_q *q = ctx;
+
+    if (q->n < 8)
+        q->t[q->n++] = *t;
+    return 0;
+}
+
 static contrib_q contribution(scen *s, uint64_t round, int c)
 {
     contrib_q q;
@@ -463,8 +477,25 @@ static void test_too_many_fail_closed(void **state)
     assert_int_equal(s.commits[1], 1);
     assert_int_equal(s.info[1].merged, 8);
     assert_int_equal(s.info[1].sampled, 8);
-    /* the failed try left its record: a survivor's row says so */
+    /* the failed try left its record: a survivor's row says so, and the
+       tries' table holds both, the first failed at the masked input */
     assert_int_equal(contribution(&s, 1, 15).rows, 2);
+    {
+        tries_q q = {.n = 0};
+
+        assert_int_equal(fed_store_each_secagg_try(fed_sim_host_store(s.agg), 1, keep_try, &q),
+                         FED_OK);
+        assert_int_equal(q.n, 2);
+        assert_int_equal(q.t[0].try_no, 0);
+        assert_int_equal(q.t[0].keyed, NCL);
+        assert_int_equal(q.t[0].shared, NCL);
+        assert_int_equal(q.t[0].masked, 8);
+        assert_true(!strncmp(q.t[0].outcome, "failed at masked input", 22));
+        assert_int_equal(q.t[1].try_no, 1);
+        assert_int_equal(q.t[1].masked, 8);
+        assert_int_equal(q.t[1].unmasked, 8);
+        assert_string_equal(q.t[1].outcome, "");
+    }
     assert_int_equal(s.both_kinds, 0);
     scen_free(&s);
 }
