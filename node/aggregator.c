@@ -432,7 +432,12 @@ static fed_err start_round(fed_node *n)
     a->bytes_in0 = fed_wire_get_counters(n->wire)->bytes_in;
     a->bytes_out0 = fed_wire_get_counters(n->wire)->bytes_out;
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_ROUND);
-    if ((e = fed_node_agg_arm_deadline(n, a->round_start_ms + n->cfg.deadline_ms)) != FED_OK)
+    /* a secure round's stages bound it instead: the masked input waits
+       deadline_ms, each other stage secagg_stage_ms (the timer only says
+       when it is due, for the health check) */
+    if ((e = fed_node_agg_arm_deadline(n, a->round_start_ms + n->cfg.deadline_ms +
+                                              (a->sa ? 4 * n->cfg.secagg_stage_ms : 0))) !=
+        FED_OK)
         return e; /* the node stops: a round without its deadline could wait forever */
     fed_log(FED_LOG_INFO, "aggregator: round %llu starts with %zu of %zu waiting clients",
             (unsigned long long)(n->round + 1), k, a->nholds);

@@ -256,6 +256,12 @@ typedef struct fed_node_config {
     void *observer;
 } fed_node_config;
 
+/* Arena slots (crypto/arena.h) a client of a secure round with k neighbours
+ * needs beyond the wire's: its keys, one per neighbour's pair of shares,
+ * and two for a derivation in flight. A client refuses a round without them
+ * (logged); an environment that builds arenas sizes them with this. */
+#define FED_NODE_SECAGG_SLOTS(k) ((uint32_t)(k) + 3u)
+
 /* Defaults as documented above; role and the borrowed pointers are left
  * for the caller. */
 void fed_node_config_default(fed_node_config *cfg);

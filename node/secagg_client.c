@@ -25,7 +25,9 @@
 /* The request out (or what the client waits for). */
 enum { SC_NONE = 0, SC_KEYS, SC_SHARES, SC_TRAINING, SC_MASKED, SC_CONSIST, SC_UNMASK };
 
-/* Resends of one stage's request before the client gives the round up. */
+/* Resends of one stage's request before the client gives the round up,
+ * beyond those the round's deadline accounts for (a held request is asked
+ * again every retry_ms while the others train). */
 #define SC_MAX_RESENDS 64
 
 struct node_sa_client {
@@ -48,7 +50,7 @@ struct node_sa_client {
     size_t req_len, req_cap;
     uint32_t req_count;
     uint8_t req_type;
-    uint32_t resends;
+    uint32_t resends, max_resends;
     uint32_t *masked;       /* (words) */
     size_t words;
 };
@@ -153,7 +155,7 @@ fed_err fed_node_sa_client_retry(fed_node *n, int *gave_up)
     *gave_up = 0;
     if (s->stage == SC_TRAINING) /* nothing out: the training job will go on */
         return FED_OK;
-    if (s->resends++ >= SC_MAX_RESENDS) {
+    if (s->resends++ >= s->max_resends) {
         fed_log(FED_LOG_WARN, "client: secagg round %llu: no answer from the aggregator; the "
                 "round is dropped", (unsigned long long)s->round);
         round_clear(n, s);
@@ -183,6 +185,9 @@ fed_err fed_node_sa_client_begin(fed_node *n, const fed_wire_msg *model)
     s->q.bits = st->sa_bits;
     s->max_weight = st->sa_max_weight;
     s->dropout = st->sa_dropout;
+    s->max_resends = SC_MAX_RESENDS;
+    if (n->cfg.retry_ms && st->deadline_ms / n->cfg.retry_ms < UINT32_MAX - SC_MAX_RESENDS)
+        s->max_resends += (uint32_t)(st->deadline_ms / n->cfg.retry_ms);
     if ((e = fed_secagg_keys_new(n->cfg.arena, n->env.random, n->env.self, &s->keys)) != FED_OK ||
         (e = req_room(s, SA_KEYS_REQ_BYTES)) != FED_OK)
         goto fail;
@@ -235,10 +240,10 @@ static fed_err on_key_list(fed_node *n, const fed_wire_msg *m)
     fed_secagg_graph_seed(m->vector, m->vector_len, s->seed);
     if ((e = fed_secagg_graph_new(s->seed, count, s->k, &s->g)) != FED_OK)
         return e;
-    if (fed_crypto_slots_free(a) < s->k + 2) {
+    if (fed_crypto_slots_free(a) < FED_NODE_SECAGG_SLOTS(s->k) - 1) { /* its keys: taken */
         fed_log(FED_LOG_ERROR, "client: secagg round %llu needs %u arena slots for its "
-                "neighbours' shares; %u free", (unsigned long long)s->round, s->k + 2,
-                fed_crypto_slots_free(a));
+                "neighbours' shares; %u free", (unsigned long long)s->round,
+                FED_NODE_SECAGG_SLOTS(s->k) - 1, fed_crypto_slots_free(a));
         return FED_ERR_FULL;
     }
     nb = fed_secagg_graph_neighbours(s->g, s->me);

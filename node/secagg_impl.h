@@ -6,10 +6,6 @@
 
 #include "node/node_impl.h"
 
-/* Arena slots a client needs beyond the wire's: its keys, one per
- * neighbour's pair of shares, and two for a derivation in flight. */
-#define FED_NODE_SA_SLOTS(k) ((k) + 3u)
-
 typedef struct node_sa_agg node_sa_agg;
 typedef struct node_sa_client node_sa_client;
 

@@ -379,7 +379,7 @@ static fed_err build_hosts(sim_run *r, const fed_dataset *train)
     fed_err e;
 
     /* secure aggregation: a slot per neighbour's shares (k < nodes) */
-    uint32_t slots = sc->s.secagg ? 16 + (uint32_t)sc->nodes + 4 : 0;
+    uint32_t slots = sc->s.secagg ? 16 + FED_NODE_SECAGG_SLOTS(sc->nodes) : 0;
 
     fed_rng_seed_stream(&idr, sc->s.seed, 77);
     if ((e = fed_crypto_allow_new(&r->allow)) != FED_OK)

@@ -274,10 +274,10 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
     fed_sim_world_set_trace(s->w, trace, s);
     assert_int_equal(fed_crypto_allow_new(&s->allow), FED_OK);
     fed_rng_seed_stream(&idrng, 11, 77);
-    assert_int_equal(fed_sim_host_new_slots(&idrng, 16 + NCL + 4, &s->agg), FED_OK);
+    assert_int_equal(fed_sim_host_new_slots(&idrng, 16 + FED_NODE_SECAGG_SLOTS(NCL), &s->agg), FED_OK);
     assert_int_equal(fed_crypto_allow_add(s->allow, "agg", fed_sim_host_id(s->agg)->key), FED_OK);
     for (int i = 0; i < NCL; i++) {
-        assert_int_equal(fed_sim_host_new_slots(&idrng, 16 + NCL + 4, &s->cl[i]), FED_OK);
+        assert_int_equal(fed_sim_host_new_slots(&idrng, 16 + FED_NODE_SECAGG_SLOTS(NCL), &s->cl[i]), FED_OK);
         snprintf(name, sizeof name, "c%d", i);
         assert_int_equal(fed_crypto_allow_add(s->allow, name, fed_sim_host_id(s->cl[i])->key),
                          FED_OK);
