@@ -211,9 +211,10 @@ typedef struct fed_node_config {
        node. Called on the aggregator's loop with sa_tamper_ctx for each
        stage request it took (inbound 1: the request's vector, to look at)
        and each answer it is about to send (inbound 0: a copy, which it may
-       change), with the client's key and the frame type */
+       change or shorten, *len and *count with it), with the client's key
+       and the frame type */
     void (*sa_tamper)(void *ctx, int inbound, uint8_t type, const uint8_t key[32], uint8_t *vec,
-                      size_t len);
+                      size_t *len, uint32_t *count);
     void *sa_tamper_ctx;
 
     /* peer (no aggregator): every member in the allow-list is a peer; the

@@ -176,6 +176,19 @@ void fed_node_sa_agg_end(fed_node *n)
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_STAGE);
 }
 
+/* The L2 clip of a "clip:NORM+..." strategy (model/merge.h), 0 without:
+ * under secure aggregation each client applies it to its own delta, where
+ * the aggregator could only clip the mean. */
+static float strategy_clip(const char *spec)
+{
+    double v;
+
+    if (strncmp(spec, "clip:", 5) != 0 || sscanf(spec + 5, "%lf", &v) != 1 || !(v > 0) ||
+        !isfinite(v))
+        return 0;
+    return (float)v;
+}
+
 void fed_node_sa_agg_settings(const fed_node *n, uint64_t round, fed_wire_settings *st)
 {
     const node_sa_agg *s = n->agg->sa;
@@ -184,7 +197,7 @@ void fed_node_sa_agg_settings(const fed_node *n, uint64_t round, fed_wire_settin
     st->sa_try = s && s->round == round ? s->try_no : 0;
     st->sa_bits = n->cfg.secagg_bits;
     st->sa_range = (float)n->cfg.secagg_range;
-    st->sa_clip = 0;
+    st->sa_clip = strategy_clip(n->cfg.strategy);
     st->sa_max_weight = (float)n->cfg.secagg_max_weight;
     st->sa_dropout = (float)n->cfg.secagg_dropout;
 }
@@ -272,9 +285,11 @@ static fed_err answer(fed_node *n, sa_member *m, uint8_t type, uint32_t count, c
             fed_node_refuse(n, req);
             return FED_ERR_NOMEM;
         }
+        size_t clen = len;
+
         memcpy(cp, vec, len);
-        n->cfg.sa_tamper(n->cfg.sa_tamper_ctx, 0, type, h.recipient, cp, len);
-        e = fed_node_emit(n, req, &h, &b, cp, len);
+        n->cfg.sa_tamper(n->cfg.sa_tamper_ctx, 0, type, h.recipient, cp, &clen, &b.sa_count);
+        e = fed_node_emit(n, req, &h, &b, cp, clen <= len ? clen : len);
         fed_free(cp);
         return e;
     }
@@ -872,9 +887,13 @@ fed_err fed_node_sa_agg_on_msg(fed_node *n, node_open *op)
         return refuse(n, op, own, own);
     if ((e = take(n, m, part, msg)) != FED_OK)
         return refuse(n, op, e == FED_ERR_NOMEM ? e : own, e);
-    if (n->cfg.sa_tamper)
+    if (n->cfg.sa_tamper) {
+        size_t len = msg->vector_len;
+        uint32_t count = msg->block.sa_count;
+
         n->cfg.sa_tamper(n->cfg.sa_tamper_ctx, 1, msg->hdr.type, msg->hdr.sender, msg->vector,
-                         msg->vector_len);
+                         &len, &count);
+    }
     m->stage_in = st;
     fed_node_refuse(n, m->held);
     m->held_hdr = msg->hdr;

@@ -402,17 +402,26 @@ fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, size_t npara
         fed_free(x);
         return FED_ERR_NOMEM;
     }
-    /* clipped into the range, then weighted: each value in [-r, r]; the
+    /* the L2 clip the aggregator's strategy names (clip:NORM+), then each
+       value into the range, then weighted: each value in [-r, r]; the
        weight, 2 r w / W - r, one more coordinate */
-    for (size_t i = 0; i < nparams; i++) {
-        double v = delta[i] > r ? r : delta[i] < -r ? -r : delta[i];
+    double l2 = fed_secagg_clip_scale(&s->q, delta, nparams);
 
+    for (size_t i = 0; i < nparams; i++) {
+        double v = l2 * delta[i];
+
+        v = v > r ? r : v < -r ? -r : v;
         x[i] = (float)(v * f);
     }
     x[nparams] = (float)(2 * r * f - r);
     n->env.random(n->env.self, &seed, sizeof seed);
     fed_rng_seed(&rng, seed);
-    e = fed_secagg_quantize(&s->q, x, s->words, &rng, s->masked);
+    {
+        fed_secagg_quant q = s->q; /* clipped above: the weight word is no delta */
+
+        q.clip_norm = 0;
+        e = fed_secagg_quantize(&q, x, s->words, &rng, s->masked);
+    }
     sodium_memzero(x, s->words * sizeof *x);
     fed_free(x);
     if (e != FED_OK)

@@ -5,7 +5,8 @@
  * fail the try closed and the round runs again; a client the aggregator
  * names dropped refuses to reveal anything; a cheating aggregator (the
  * simulator's sa_tamper hook: survivor lists that differ between
- * neighbours, a key replayed from an earlier round) never obtains both
+ * neighbours, a key replayed from an earlier round, another key list and
+ * so another graph for half the clients) never obtains both
  * kinds of share of one client; FedAvg with secure aggregation ends 5
  * rounds within 0.3 point of the plain run; a client's masked words are
  * uniform (chi-square) and uncorrelated with its true delta. Skips without
@@ -72,6 +73,7 @@ typedef struct scen {
     sa_key_entry old_key;    /* the victim's round-1 keys */
     int have_old;
     int replayed;            /* KEYS answers sent with the replayed key */
+    int graphs_shown;        /* KEYS answers with another list (cheat 4) */
     uint64_t round_now;
     /* masked words and true delta of client 0, round 1 */
     uint32_t *masked0;
@@ -158,10 +160,27 @@ typedef struct list_keep {
 static list_keep g_list; /* the running try's key list (one scenario at a time) */
 
 static void sa_hook(void *ctx, int inbound, uint8_t type, const uint8_t key[32], uint8_t *vec,
-                    size_t len)
+                    size_t *lenp, uint32_t *count)
 {
     scen *s = ctx;
     int from = client_of(s, key);
+    size_t len = *lenp;
+
+    if (!inbound && type == FED_WIRE_SA_KEYS && s->cheat == 4 && s->round_now == 1 &&
+        from % 2 == 0 && len >= 3 * SA_KEY_ENTRY_BYTES && s->graphs_shown < NCL / 2) {
+        /* another graph for half the clients: the list without its last
+           entry (or the one before, when the last is the recipient) */
+        size_t last = len / SA_KEY_ENTRY_BYTES - 1;
+
+        if (client_of(s, vec + last * SA_KEY_ENTRY_BYTES) == from) {
+            memmove(vec + (last - 1) * SA_KEY_ENTRY_BYTES, vec + last * SA_KEY_ENTRY_BYTES,
+                    SA_KEY_ENTRY_BYTES);
+        }
+        *lenp = len - SA_KEY_ENTRY_BYTES;
+        *count = *count - 1;
+        s->graphs_shown++;
+        return;
+    }
 
     if (!inbound && type == FED_WIRE_SA_KEYS) {
         g_list.n = (uint32_t)(len / SA_KEY_ENTRY_BYTES);
@@ -564,6 +583,27 @@ static void test_replayed_key(void **state)
     scen_free(&s);
 }
 
+/* Half the clients are shown a key list one entry short (another graph):
+ * their shares go to neighbours of a graph the others do not have, which
+ * the aggregator cannot route, and their survivor signatures bind another
+ * graph seed; the aggregator never holds both kinds of share of a client,
+ * and the round still commits. */
+static void test_different_graphs(void **state)
+{
+    const fixture *fx = *state;
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    memset(&s, 0, sizeof s);
+    build(&s, fx, 1, 1, 4, 100, 0);
+    s.cheat = 4;
+    run(&s, 400000);
+    assert_true(s.graphs_shown > 0);
+    assert_int_equal(s.both_kinds, 0);
+    assert_int_equal(s.commits[1], 1);
+    scen_free(&s);
+}
+
 /* FedAvg with secure aggregation within 0.3 point of the plain run after
  * 5 rounds; and client 0's masked words: uniform, uncorrelated with its
  * delta. */
@@ -625,6 +665,7 @@ int main(void)
         cmocka_unit_test(test_named_dropped_refuses),
         cmocka_unit_test(test_split_survivor_lists),
         cmocka_unit_test(test_replayed_key),
+        cmocka_unit_test(test_different_graphs),
         cmocka_unit_test(test_accuracy_and_leak),
     };
 
