@@ -41,8 +41,8 @@ void fed_node_config_default(fed_node_config *cfg)
     cfg->dp_delta = 1e-5;
     cfg->secagg_dropout = 0.1;
     cfg->secagg_max_weight = 1000;
-    cfg->secagg_bits = 16;
-    cfg->secagg_range = 1;
+    cfg->secagg_bits = 20;
+    cfg->secagg_range = 4;
     cfg->secagg_stage_ms = 10000;
 }
 

@@ -203,8 +203,8 @@ typedef struct fed_node_config {
     int secagg;
     double secagg_dropout;        /* the dropout rate a round survives; default 0.1 */
     double secagg_max_weight;     /* a client's weight cap in samples; default 1000 */
-    uint32_t secagg_bits;         /* quantized bits; default 16 */
-    double secagg_range;          /* per-coordinate clip; default 1 */
+    uint32_t secagg_bits;         /* quantized bits; default 20 (4096 clients fit) */
+    double secagg_range;          /* per-coordinate clip; default 4 */
     uint64_t secagg_stage_ms;     /* each stage's deadline (the masked input's:
                                      deadline_ms); default 10000 */
     /* simulator only (the tests' cheating aggregator): NULL in every real

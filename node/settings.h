@@ -151,10 +151,10 @@ typedef struct fed_node_settings {
     FED_OPT_DEF(T, m.secagg_max_weight, "secagg-max-weight", FED_OPT_DOUBLE, "1000", 1, 1e9,     \
                 "aggregator, --secagg: a client's weight cap in samples (each client caps its "  \
                 "own; --weight-cap needs the total, which nobody sees)"),                        \
-    FED_OPT_DEF(T, m.secagg_bits, "secagg-bits", FED_OPT_INT, "16", 1, 31,                       \
+    FED_OPT_DEF(T, m.secagg_bits, "secagg-bits", FED_OPT_INT, "20", 1, 31,                       \
                 "aggregator, --secagg: bits of each quantized coordinate (clients x "            \
                 "(2^bits - 1) must stay below 2^32)"),                                           \
-    FED_OPT_DEF(T, m.secagg_range, "secagg-range", FED_OPT_DOUBLE, "1", 1e-9, 1e9,               \
+    FED_OPT_DEF(T, m.secagg_range, "secagg-range", FED_OPT_DOUBLE, "4", 1e-9, 1e9,               \
                 "aggregator, --secagg: each delta coordinate is clipped into [-range, range] "   \
                 "before quantization"),                                                          \
     FED_OPT_DEF(T, m.secagg_stage_ms, "secagg-stage-ms", FED_OPT_INT, "10000", 1, 86400000,      \
