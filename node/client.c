@@ -358,7 +358,7 @@ static fed_err on_secure_model(fed_node *n, node_open *op)
     node_train_job *j = &c->job;
     fed_err e;
 
-    if (m->block.settings.codec != FED_CODEC_F32 || m->block.settings.dp_flags) {
+    if (m->block.settings.codec != FED_CODEC_F32) { /* an aggregator sends no other */
         fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_PAYLOAD);
         return FED_ERR_PAYLOAD;
     }
