@@ -140,6 +140,14 @@ static void sample_block(uint8_t type, fed_wire_block *b)
         b->stream_id = 0xfeedfacecafebeefULL;
         b->chunk_index = 9;
         break;
+    case FED_WIRE_SA_KEYS:
+    case FED_WIRE_SA_SHARES:
+    case FED_WIRE_SA_MASKED:
+    case FED_WIRE_SA_CONSIST:
+    case FED_WIRE_SA_UNMASK:
+        b->sa_try = type;
+        b->sa_count = 1000u + type;
+        break;
     }
 }
 
@@ -294,6 +302,50 @@ static void expect_block_bad(uint8_t type, void (*spoil)(uint8_t *buf))
     assert_int_equal(fed_wire_block_encode(type, &b, buf, sizeof buf, &len), FED_OK);
     spoil(buf);
     assert_int_equal(fed_wire_block_decode(type, buf, len, &g, &used), FED_ERR_PAYLOAD);
+}
+
+static void spoil_sa_reserved(uint8_t *b) { b[12] = 1; }
+
+/* Secure aggregation's blocks: reserved bytes refused; MODEL field 12
+ * back as it went when on, marked required, and all zero when off. */
+static void test_secagg_blocks(void **state)
+{
+    fed_wire_block b, g;
+    uint8_t buf[FED_WIRE_BLOCK_MAX + 64];
+    size_t len = 0, used = 0, at;
+
+    (void)state;
+    for (uint8_t t = FED_WIRE_SA_KEYS; t <= FED_WIRE_SA_UNMASK; t++)
+        expect_block_bad(t, spoil_sa_reserved);
+    sample_block(FED_WIRE_MODEL, &b);
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
+    at = len - 36; /* field 12's head */
+    assert_memory_equal(buf + at, "\x0c\x00\x00\x00\x1c\x00\x00\x00\x00\x00\x00\x00", 12);
+    b.settings.sa_on = 1;
+    b.settings.sa_try = 2;
+    b.settings.sa_bits = 20;
+    b.settings.sa_range = 4;
+    b.settings.sa_clip = 1.5f;
+    b.settings.sa_max_weight = 1000;
+    b.settings.sa_dropout = 0.1f;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
+    assert_int_equal(len, FED_WIRE_MODEL_BLOCK_BYTES);
+    assert_memory_equal(buf + at, "\x0c\x00\x01\x00\x1c\x00\x00\x00\x01\x00\x00\x00", 12);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_OK);
+    assert_memory_equal(&g, &b, sizeof b);
+    /* out of range: refused */
+    b.settings.sa_bits = 33;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+    b.settings.sa_bits = 20;
+    b.settings.sa_dropout = 1;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+    /* values without "on": refused */
+    b.settings.sa_dropout = 0.1f;
+    b.settings.sa_on = 0;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
 }
 
 static void spoil_hello_role(uint8_t *b) { b[0] = 9; }
@@ -1066,6 +1118,7 @@ int main(void)
         cmocka_unit_test(test_settings_fields_roundtrip),
         cmocka_unit_test(test_settings_unknown_fields),
         cmocka_unit_test(test_settings_dp_field),
+        cmocka_unit_test(test_secagg_blocks),
         cmocka_unit_test(test_settings_malformed),
         cmocka_unit_test(test_every_type_roundtrip),
         cmocka_unit_test(test_frames_are_deterministic_per_seed),
