@@ -2,7 +2,8 @@
 # test_secagg_procs.sh - secure aggregation with real fednode processes on
 # 127.0.0.1: an aggregator with --secagg and 5 clients (logreg, 3 local
 # epochs, IID fifths of Fashion-MNIST, 5 rounds; logreg, since an MLP's
-# rounds amplify any tiny difference and would compare noise). Client c0 is killed (-9) the moment its log
+# rounds amplify any tiny difference and would compare noise; c0 trains on
+# everything, so its masked input comes late). Client c0 is killed (-9) the moment its log
 # says its shares went out in round 1, before its masked input can leave:
 # round 1 still completes with the other 4 (c0's pairwise masks removed
 # from its neighbours' shares), c0's row says it dropped after sharing, the
@@ -19,11 +20,11 @@ mkdir -p "$TMP/s" "$TMP/p"
 COMMON="--data fashion-mnist --threads 1"
 SETTINGS="--model logreg --optimizer sgd --momentum 0.9 --lr 0.05 --batch 64 --local-epochs 3
           --rounds 5 --min-clients 4 --deadline-ms 4000 --poll-ms 1000"
-# client RUN NAME I: client NAME on shard I/5 of run RUN's aggregator
+# client RUN NAME SHARD: client NAME on shard SHARD (I/K) of run RUN's aggregator
 client() {
     start "$1$2" --role client --keys "$K/$2" --allow "$K/allow.txt" --db "$TMP/$1/$2.db" \
         --aggregator "tcp://127.0.0.1:$(cat "$TMP/$1/port")" --aggregator-key agg \
-        --partition iid --shard "$3/5" --poll-ms 1000 --retry-ms 1000 $COMMON
+        --partition iid --shard "$3" --poll-ms 1000 --retry-ms 1000 $COMMON
 }
 
 # ---- secure: c0 dies after its shares went out
@@ -32,8 +33,12 @@ start aggS --role aggregator --keys "$K/agg" --allow "$K/allow.txt" --db "$TMP/s
     --listen tcp://127.0.0.1:0 --port-file "$TMP/s/port" $COMMON $SETTINGS \
     --wait-clients 5 --gather-ms 2000 --secagg --secagg-stage-ms 3000 --linger-ms 3000
 wait_for "the secure aggregator wrote its port" 20 test -s "$TMP/s/port"
-i=0
-for n in c0 c1 c2 c3 p0; do client s $n $i; i=$((i + 1)); done
+# c0 trains on all of the training set, five times the others' work: its
+# shares go out at once, its masked input only seconds later, long after
+# the test has killed it (however loaded the host)
+client s c0 0/1
+i=1
+for n in c1 c2 c3 p0; do client s $n $i/5; i=$((i + 1)); done
 wait_for "c0's shares went out in round 1" 60 logged sc0 "secagg round 1: shares out"
 kill -9 "$(pid sc0)"
 ok "c0 killed as its shares went out"
@@ -62,7 +67,7 @@ start aggP --role aggregator --keys "$K/agg" --allow "$K/allow.txt" --db "$TMP/p
     --gather-ms 300 --linger-ms 3000
 wait_for "the plain aggregator wrote its port" 20 test -s "$TMP/p/port"
 i=1
-for n in c1 c2 c3 p0; do client p $n $i; i=$((i + 1)); done
+for n in c1 c2 c3 p0; do client p $n $i/5; i=$((i + 1)); done
 exits0 aggP 120
 acc_p=$(field "$TMP/p/agg.db" 5 accuracy)
 echo "accuracy after round 5: secure $acc_s, plain $acc_p"
