@@ -206,6 +206,10 @@ static int load_identity(const run_cfg *c, run_state *s)
        client at once */
     if ((uint32_t)(2 * c->max_clients + 8) > ac.slots)
         ac.slots = (uint32_t)(2 * c->max_clients + 8);
+    /* secure aggregation: a client keeps a slot per neighbour's shares (the
+       aggregator decides k: room for rounds of up to 128 clients) */
+    if (ac.slots < 16 + FED_NODE_SECAGG_SLOTS(128))
+        ac.slots = 16 + FED_NODE_SECAGG_SLOTS(128);
     e = fed_crypto_arena_new(&ac, &s->arena);
     if (e == FED_OK)
         e = fed_crypto_identity_load(s->arena, c->keys, pass, plen);

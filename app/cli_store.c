@@ -164,10 +164,13 @@ typedef struct status_data {
     size_t contribs_left_out; /* beyond LIST_MAX */
     uint64_t dp_charges;      /* DP-SGD releases charged, and the last one */
     fed_store_dp_charge dp_last;
+    fed_store_secagg_try *tries; /* secure aggregation's tries of the rounds shown */
+    size_t ntries;
 } status_data;
 
 static void status_data_free(status_data *d)
 {
+    fed_free(d->tries);
     fed_free(d->contribs);
     fed_free(d->rounds);
     fed_free(d->ckpts);
@@ -201,6 +204,16 @@ static int keep_dp_charge(void *ctx, const fed_store_dp_charge *c)
     return 0;
 }
 
+static int keep_try(void *ctx, const fed_store_secagg_try *t)
+{
+    status_data *d = ctx;
+
+    if (d->ntries == LIST_MAX)
+        return 1;
+    d->tries[d->ntries++] = *t;
+    return 0;
+}
+
 static fed_err status_load(fed_store *st, const status_cfg *c, status_data *d)
 {
     fed_err e;
@@ -211,7 +224,8 @@ static fed_err status_load(fed_store *st, const status_cfg *c, status_data *d)
     d->peers = fed_calloc(LIST_MAX, sizeof *d->peers);
     d->counters = fed_calloc(LIST_MAX, sizeof *d->counters);
     d->contribs = fed_calloc(LIST_MAX, sizeof *d->contribs);
-    if (!d->rounds || !d->ckpts || !d->peers || !d->counters || !d->contribs)
+    d->tries = fed_calloc(LIST_MAX, sizeof *d->tries);
+    if (!d->rounds || !d->ckpts || !d->peers || !d->counters || !d->contribs || !d->tries)
         return FED_ERR_NOMEM;
     if ((e = fed_store_last_rounds(st, d->rounds, (size_t)c->rounds, &d->nrounds)) != FED_OK ||
         (e = fed_store_list_checkpoints(st, d->ckpts, (size_t)c->checkpoints, &d->nckpts)) !=
@@ -222,7 +236,8 @@ static fed_err status_load(fed_store *st, const status_cfg *c, status_data *d)
        read from the index, not the whole table */
     d->from_round = d->nrounds ? d->rounds[d->nrounds - 1].round : 0;
     if ((e = fed_store_each_contribution(st, d->from_round, keep_contrib, d)) != FED_OK ||
-        (e = fed_store_each_dp_charge(st, keep_dp_charge, d)) != FED_OK)
+        (e = fed_store_each_dp_charge(st, keep_dp_charge, d)) != FED_OK ||
+        (e = fed_store_each_secagg_try(st, d->from_round, keep_try, d)) != FED_OK)
         return e;
     return fed_store_list_counters(st, d->counters, LIST_MAX, &d->ncounters);
 }
@@ -287,6 +302,25 @@ static void print_privacy(const status_data *d)
     printf("  epsilon %.4f at delta %g spent in %" PRIu64 " releases; the last: round %" PRIu64
            ", %" PRIu64 " steps at q %.4g, noise multiplier %g\n",
            l->epsilon, l->delta, d->dp_charges, l->round, l->steps, l->q, l->sigma);
+}
+
+/* Secure aggregation's tries: how many clients reached each stage. */
+static void print_secagg(const status_data *d)
+{
+    if (!d->ntries)
+        return;
+    printf("\nsecure aggregation (tries of rounds %" PRIu64 " on; each client's fate is in "
+           "contributions)\n", d->from_round);
+    printf("  %7s  %3s  %7s  %5s  %4s  %4s  %6s  %6s  %6s  %8s  %s\n", "round", "try", "sampled",
+           "keyed", "k", "t", "shared", "masked", "signed", "unmasked", "outcome");
+    for (size_t i = 0; i < d->ntries; i++) {
+        const fed_store_secagg_try *t = &d->tries[i];
+
+        printf("  %7" PRIu64 "  %3" PRIu32 "  %7" PRIu32 "  %5" PRIu32 "  %4" PRIu32 "  %4" PRIu32
+               "  %6" PRIu32 "  %6" PRIu32 "  %6" PRIu32 "  %8" PRIu32 "  %s\n",
+               t->round, t->try_no, t->sampled, t->keyed, t->k, t->t, t->shared, t->masked,
+               t->signed_, t->unmasked, t->outcome[0] ? t->outcome : "committed");
+    }
 }
 
 static void print_contribs_table(const status_data *d)
@@ -405,6 +439,19 @@ static void print_status_json(FILE *f, const char *db, fed_store *st, const stat
     } else {
         fprintf(f, "]");
     }
+    fprintf(f, ",\"secagg\":[");
+    for (size_t i = 0; i < d->ntries; i++) {
+        const fed_store_secagg_try *t = &d->tries[i];
+
+        fprintf(f, "%s{\"round\":%" PRIu64 ",\"try\":%" PRIu32 ",\"sampled\":%" PRIu32
+               ",\"keyed\":%" PRIu32 ",\"k\":%" PRIu32 ",\"t\":%" PRIu32 ",\"shared\":%" PRIu32
+               ",\"masked\":%" PRIu32 ",\"signed\":%" PRIu32 ",\"unmasked\":%" PRIu32
+               ",\"outcome\":", i ? "," : "", t->round, t->try_no, t->sampled, t->keyed, t->k,
+               t->t, t->shared, t->masked, t->signed_, t->unmasked);
+        json_str(f, t->outcome);
+        fprintf(f, "}");
+    }
+    fprintf(f, "]");
     fprintf(f, ",\"contributions\":[");
     for (size_t i = 0; i < d->ncontribs; i++) {
         const status_contrib *c = &d->contribs[i];
@@ -485,6 +532,7 @@ static int status_once(const status_cfg *c)
                fed_store_schema(st), fed_store_epoch(st), fed_store_page_size(st));
         print_rounds_table(&d);
         print_privacy(&d);
+        print_secagg(&d);
         print_contribs_table(&d);
         print_ckpts_table(&d);
         print_peers_table(&d);

@@ -5,9 +5,11 @@
  * (target under 10% of its masking), and the aggregator's unmasking (one self mask per
  * survivor and k pair masks per dropped client, with the Shamir combines:
  * target at most 1.2x its passes). k is the degree fed_secagg_degree gives
- * n clients at the dropout rate. Primitives only: the protocol's stages
- * (messages, sealing, bytes per client) are not wired yet. Best of REPS
- * runs on a shared machine; nothing asserts a time. */
+ * n clients at the dropout rate. Beside each line, the plain round measured
+ * in the same run: the aggregator's sum of n f32 deltas, and the bytes a
+ * client sends and receives in a round, secure (every stage's frame, from
+ * node/secagg_msg.h's formats) against plain (MODEL, DELTA, ACK, NEXT).
+ * Best of REPS runs on a shared machine; nothing asserts a time. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -18,6 +20,8 @@
 #include "core/alloc.h"
 #include "core/rng.h"
 #include "crypto/arena.h"
+#include "gossip/wire.h"
+#include "node/secagg_msg.h"
 #include "secagg/graph.h"
 #include "secagg/mask.h"
 #include "secagg/seal.h"
@@ -51,6 +55,37 @@ static double chacha_pass(uint32_t *v, size_t n)
     return best;
 }
 
+/* Bytes of a sealed frame with a 16-byte typed block and len bytes after it. */
+static double frame16(double len) { return FED_WIRE_SEAL_OVERHEAD + 16 + len; }
+
+/* What one client sends and receives in a round of d parameters: plain
+ * (MODEL, DELTA and its ACK, NEXT) and secure (MODEL, then each stage's
+ * request and answer; the DELTA replaced by the masked words), n clients
+ * in the list, k neighbours, s survivors. */
+static void round_bytes(double d, double n, double k, double s, double *plain, double *secure)
+{
+    double model = FED_WIRE_SEAL_OVERHEAD + FED_WIRE_MODEL_BLOCK_BYTES + 16 + 4 * d;
+    double ack = FED_WIRE_SEAL_OVERHEAD + 8, next = FED_WIRE_SEAL_OVERHEAD + 8;
+
+    *plain = model + frame16(16 + 4 * d) + ack + next;
+    *secure = model + frame16(SA_KEYS_REQ_BYTES) + frame16(n * SA_KEY_ENTRY_BYTES) +
+              frame16(k * SA_SEALED_ENTRY_BYTES) + frame16(4 + n + k * SA_SEALED_ENTRY_BYTES) +
+              frame16(4 * (d + 1)) + frame16(n) + frame16(64) + frame16(s * SA_SIG_ENTRY_BYTES) +
+              frame16(k * SA_UNMASK_ENTRY_BYTES) + ack + next;
+}
+
+/* The plain aggregator's part: the sum of m f32 deltas of n floats. */
+static double plain_sum(float *acc, const float *x, size_t n, uint32_t m)
+{
+    double t = now_s();
+
+    memset(acc, 0, n * sizeof *acc);
+    for (uint32_t i = 0; i < m; i++)
+        for (size_t j = 0; j < n; j++)
+            acc[j] += x[j] * 0.5f;
+    return now_s() - t;
+}
+
 typedef struct client {
     fed_secagg_keys *keys;
     uint8_t pk[32];
@@ -70,6 +105,7 @@ int main(void)
     fed_crypto_arena *a = NULL;
     fed_rng rng;
     uint32_t *v = NULL;
+    float *fa = NULL, *fx = NULL;
     client *cl = NULL;
     uint8_t (*pks)[32] = NULL;
     int rc = 1;
@@ -80,9 +116,11 @@ int main(void)
     fed_crypto_arena_cfg_default(&cfg);
     cfg.slots = 1100;
     v = fed_alloc_aligned(dims[1] * sizeof *v);
+    fa = fed_calloc(dims[1], sizeof *fa);
+    fx = fed_calloc(dims[1], sizeof *fx);
     cl = fed_calloc(CLIENTS, sizeof *cl);
     pks = fed_calloc(CLIENTS, sizeof *pks);
-    if (!v || !cl || !pks || fed_crypto_arena_new(&cfg, &a) != FED_OK)
+    if (!v || !fa || !fx || !cl || !pks || fed_crypto_arena_new(&cfg, &a) != FED_OK)
         goto out;
     for (int i = 0; i < CLIENTS; i++) {
         if (fed_secagg_keys_new(a, fed_rng_random, &rng, &cl[i].keys) != FED_OK)
@@ -90,8 +128,8 @@ int main(void)
         memcpy(cl[i].pk, fed_secagg_keys_mask_pk(cl[i].keys), 32);
         memcpy(pks[i], cl[i].pk, 32);
     }
-    printf("bench_secagg: secagg/ primitives only (the protocol is not wired yet); best of %d\n",
-           REPS);
+    printf("bench_secagg: a secure round's parts against one ChaCha20 pass and the plain round; "
+           "best of %d\n", REPS);
     for (size_t di = 0; di < 2; di++) {
         size_t n = dims[di];
         double pass = chacha_pass(v, n);
@@ -125,7 +163,8 @@ int main(void)
         for (size_t ni = 0; ni < 3; ni++)
             for (size_t pi = 0; pi < 3; pi++) {
                 uint32_t nc = ns[ni], k, t, dropped = (uint32_t)(nc * drops[pi] + 0.5);
-                double pf, mask = 1e9, keys = 1e9, seal = 1e9, unmask, combine = 1e9;
+                double pf, mask = 1e9, keys = 1e9, split = 1e9, seal = 1e9, unmask,
+                       combine = 1e9, plain_agg, bplain, bsecure;
                 int timed;
                 fed_secagg_share *sh = NULL;
                 fed_secagg_ctx c = {.epoch = 1, .round = 1};
@@ -150,10 +189,16 @@ int main(void)
                     }
                     s = now_s() - s;
                     mask = s < mask ? s : mask;
-                    /* keys and the two splits a client makes */
+                    /* its keys, then the two splits a client makes */
                     s = now_s();
-                    if (fed_secagg_keys_new(a, fed_rng_random, &rng, &fresh) != FED_OK ||
-                        fed_secagg_shamir_split(fed_secagg_keys_self_seed(fresh), t, k, NULL,
+                    if (fed_secagg_keys_new(a, fed_rng_random, &rng, &fresh) != FED_OK) {
+                        fed_free(sh);
+                        goto out;
+                    }
+                    s = now_s() - s;
+                    keys = s < keys ? s : keys;
+                    s = now_s();
+                    if (fed_secagg_shamir_split(fed_secagg_keys_self_seed(fresh), t, k, NULL,
                                                 fed_rng_random, &rng, sh) != FED_OK ||
                         fed_secagg_shamir_split(fed_secagg_keys_mask_sk(fresh), t, k, NULL,
                                                 fed_rng_random, &rng, sh) != FED_OK) {
@@ -162,7 +207,7 @@ int main(void)
                         goto out;
                     }
                     s = now_s() - s;
-                    keys = s < keys ? s : keys;
+                    split = s < split ? s : split;
                     /* each neighbour's pair of shares sealed for it */
                     s = now_s();
                     for (uint32_t j = 0; j < k; j++) {
@@ -212,16 +257,19 @@ int main(void)
                     unmask = (mask / (k + 1)) * ((nc - dropped) + (double)dropped * k) +
                              nc * combine;
                 }
+                plain_agg = plain_sum(fa, fx, n, nc - dropped);
+                round_bytes((double)n, nc, k, nc - dropped, &bplain, &bsecure);
                 {
                     double passes = (nc - dropped) + (double)dropped * k;
 
                     printf("  n %4u drop %2.0f%% k %3u t %3u: client mask %7.1f ms = %.2fx its "
-                           "%u passes, keys+shares %.3f ms + seal %.3f ms = %.1f%% of mask; "
-                           "aggregator %8.1f ms%s = %.2fx its %.0f passes (combines %.1f ms)\n",
+                           "%u passes, keys %.3f ms + shares %.3f ms + seal %.3f ms = %.1f%% of "
+                           "mask; aggregator %8.1f ms%s = %.2fx its %.0f passes (combines "
+                           "%.1f ms; plain sum %.1f ms); bytes/client %.0f = %.3fx plain %.0f\n",
                            nc, drops[pi] * 100, k, t, mask * 1e3, mask / ((k + 1) * pass), k + 1,
-                           keys * 1e3, seal * 1e3, 100 * (keys + seal) / mask, unmask * 1e3,
-                           timed ? "" : " (est.)", unmask / (passes * pass), passes,
-                           nc * combine * 1e3);
+                           keys * 1e3, split * 1e3, seal * 1e3, 100 * (keys + split + seal) / mask,
+                           unmask * 1e3, timed ? "" : " (est.)", unmask / (passes * pass), passes,
+                           nc * combine * 1e3, plain_agg * 1e3, bsecure, bsecure / bplain, bplain);
                 }
             }
     }
@@ -232,6 +280,8 @@ out:
     fed_free(cl);
     fed_free(pks);
     fed_free(v);
+    fed_free(fa);
+    fed_free(fx);
     fed_crypto_arena_free(a);
     if (rc)
         fprintf(stderr, "bench_secagg: failed\n");

@@ -74,7 +74,15 @@
     X(FED_ERR_FIELD_REQUIRED, "frame has a required field this node does not know") \
     /* differential privacy, appended likewise */                              \
     X(FED_ERR_DP_BUDGET, "the round would exceed this site's privacy budget")    \
-    X(FED_ERR_DP_REQUIRED, "the aggregator requires DP-SGD, which this site does not run")
+    X(FED_ERR_DP_REQUIRED, "the aggregator requires DP-SGD, which this site does not run") \
+    /* secure aggregation (node/secagg_*.c): each message's own rejection */   \
+    X(FED_ERR_SA_KEYS, "secure aggregation: bad or unexpected KEYS message")   \
+    X(FED_ERR_SA_SHARES, "secure aggregation: bad or unexpected SHARES message") \
+    X(FED_ERR_SA_MASKED, "secure aggregation: bad or unexpected MASKED message") \
+    X(FED_ERR_SA_CONSIST, "secure aggregation: bad or unexpected CONSIST message") \
+    X(FED_ERR_SA_UNMASK, "secure aggregation: bad or unexpected UNMASK message") \
+    X(FED_ERR_SA_FAILED, "secure aggregation: round failed closed (a secret has fewer than t live holders)") \
+    X(FED_ERR_SA_DROPPED, "secure aggregation: this client was named dropped, or the survivors' graph is split")
 
 typedef enum fed_err {
 #define FED_ERR_ENUM_(name, msg) name,

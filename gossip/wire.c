@@ -100,6 +100,11 @@ size_t fed_wire_block_size(uint8_t type)
     case FED_WIRE_SLICE: return 16;
     case FED_WIRE_AR_ABORT: return 16;
     case FED_WIRE_AR_VERIFY: return 48;
+    case FED_WIRE_SA_KEYS:
+    case FED_WIRE_SA_SHARES:
+    case FED_WIRE_SA_MASKED:
+    case FED_WIRE_SA_CONSIST:
+    case FED_WIRE_SA_UNMASK: return 16;
     default: return 0;
     }
 }
@@ -125,11 +130,14 @@ static int dp_ok(const fed_wire_settings *s)
     return isfinite(s->dp_clip) && s->dp_clip > 0 && isfinite(s->dp_noise) && s->dp_noise >= 0;
 }
 
+static int secagg_ok(const fed_wire_settings *s);
+
 static int settings_ok(const fed_wire_settings *s)
 {
     return spec_ok(s->spec) && isfinite(s->lr) && s->lr > 0 && isfinite(s->mu) && s->mu >= 0 &&
            isfinite(s->momentum) && s->momentum >= 0 && s->momentum < 1 &&
-           isfinite(s->fraction) && s->fraction >= 0 && s->fraction <= 1 && dp_ok(s);
+           isfinite(s->fraction) && s->fraction >= 0 && s->fraction <= 1 && dp_ok(s) &&
+           secagg_ok(s);
 }
 
 /* ---- MODEL settings fields (wire.h draws them) ---- */
@@ -147,12 +155,13 @@ static const uint32_t field_len[FED_WIRE_SET_TAG_MAX + 1] = {
     [FED_WIRE_SET_DEADLINE] = 8,
     [FED_WIRE_SET_MOMENTUM] = 4,
     [FED_WIRE_SET_DP_SGD] = 12,
+    [FED_WIRE_SET_SECAGG] = 28,
 };
 
 #define SETTINGS_BYTES (FED_WIRE_MODEL_BLOCK_BYTES - 12)
 _Static_assert(SETTINGS_BYTES == FED_WIRE_SET_TAG_MAX * FED_WIRE_FIELD_HEAD_BYTES +
                                      FED_WIRE_SPEC_BYTES + 4 + 4 + 1 + 2 + 4 + 4 + 4 + 8 + 4 +
-                                     12,
+                                     12 + 28,
                "FED_WIRE_MODEL_BLOCK_BYTES is 12 bytes and every known field");
 _Static_assert(FED_WIRE_MODEL_BLOCK_BYTES <= FED_WIRE_BLOCK_MAX, "a MODEL block fits");
 
@@ -173,6 +182,8 @@ static uint8_t *field_head(uint8_t *p, uint16_t tag)
     fed_put_u32le(p + 4, field_len[tag]);
     return p + FED_WIRE_FIELD_HEAD_BYTES;
 }
+
+static void encode_secagg(const fed_wire_settings *s, uint8_t *out);
 
 /* Every known field, in tag order, into out (SETTINGS_BYTES). */
 static void encode_settings(const fed_wire_settings *s, uint8_t *out)
@@ -206,6 +217,35 @@ static void encode_settings(const fed_wire_settings *s, uint8_t *out)
     fed_put_u32le(p, s->dp_flags);
     fed_put_f32le(p + 4, s->dp_clip);
     fed_put_f32le(p + 8, s->dp_noise);
+    encode_secagg(s, p + 12);
+}
+
+/* Field 12, after the others: required when the round runs secure
+ * aggregation (a node that does not know it may not take part), all zero
+ * and optional when it does not. */
+static void encode_secagg(const fed_wire_settings *s, uint8_t *out)
+{
+    uint8_t *p = field_head_flags(out, FED_WIRE_SET_SECAGG,
+                                  s->sa_on ? FED_WIRE_FIELD_REQUIRED : 0);
+
+    fed_put_u32le(p, s->sa_on);
+    fed_put_u32le(p + 4, s->sa_try);
+    fed_put_u32le(p + 8, s->sa_bits);
+    fed_put_f32le(p + 12, s->sa_range);
+    fed_put_f32le(p + 16, s->sa_clip);
+    fed_put_f32le(p + 20, s->sa_max_weight);
+    fed_put_f32le(p + 24, s->sa_dropout);
+}
+
+static int secagg_ok(const fed_wire_settings *s)
+{
+    if (!s->sa_on)
+        return s->sa_try == 0 && s->sa_bits == 0 && s->sa_range == 0 && s->sa_clip == 0 &&
+               s->sa_max_weight == 0 && s->sa_dropout == 0;
+    return s->sa_on == 1 && s->sa_bits >= 1 && s->sa_bits <= 32 && isfinite(s->sa_range) &&
+           s->sa_range > 0 && isfinite(s->sa_clip) && s->sa_clip >= 0 &&
+           isfinite(s->sa_max_weight) && s->sa_max_weight > 0 && isfinite(s->sa_dropout) &&
+           s->sa_dropout >= 0 && s->sa_dropout < 1;
 }
 
 /* The spec's value: 1 to FED_WIRE_SPEC_BYTES bytes, NUL-terminated, zeros
@@ -243,6 +283,15 @@ static int take_field(uint16_t tag, const uint8_t *v, uint32_t len, fed_wire_set
         s->dp_clip = fed_get_f32le(v + 4);
         s->dp_noise = fed_get_f32le(v + 8);
         break;
+    case FED_WIRE_SET_SECAGG:
+        s->sa_on = fed_get_u32le(v);
+        s->sa_try = fed_get_u32le(v + 4);
+        s->sa_bits = fed_get_u32le(v + 8);
+        s->sa_range = fed_get_f32le(v + 12);
+        s->sa_clip = fed_get_f32le(v + 16);
+        s->sa_max_weight = fed_get_f32le(v + 20);
+        s->sa_dropout = fed_get_f32le(v + 24);
+        return s->sa_on <= 1;
     default: return 0;
     }
     return 1;
@@ -354,6 +403,14 @@ fed_err fed_wire_block_encode(uint8_t type, const fed_wire_block *b, uint8_t *ou
         fed_put_u64le(out + 8, b->in_row);
         memcpy(out + 16, b->result_hash, 32);
         break;
+    case FED_WIRE_SA_KEYS:
+    case FED_WIRE_SA_SHARES:
+    case FED_WIRE_SA_MASKED:
+    case FED_WIRE_SA_CONSIST:
+    case FED_WIRE_SA_UNMASK:
+        fed_put_u32le(out, b->sa_try);
+        fed_put_u32le(out + 4, b->sa_count);
+        break;
     default: return FED_ERR_INVAL;
     }
     *len = n;
@@ -422,6 +479,15 @@ fed_err fed_wire_block_decode(uint8_t type, const uint8_t *in, size_t len, fed_w
         b->in_row = fed_get_u64le(in + 8);
         memcpy(b->result_hash, in + 16, 32);
         ok = b->in_row >= 1;
+        break;
+    case FED_WIRE_SA_KEYS:
+    case FED_WIRE_SA_SHARES:
+    case FED_WIRE_SA_MASKED:
+    case FED_WIRE_SA_CONSIST:
+    case FED_WIRE_SA_UNMASK:
+        b->sa_try = fed_get_u32le(in);
+        b->sa_count = fed_get_u32le(in + 4);
+        ok = all_zero(in + 8, 8);
         break;
     default: ok = 0;
     }
@@ -565,6 +631,11 @@ static uint64_t *reject_counter(fed_wire_counters *c, fed_err err)
     case FED_ERR_STREAM: return &c->rej_stream;
     case FED_ERR_STREAM_LIMIT: return &c->rej_stream_limit;
     case FED_ERR_CODEC: return &c->rej_codec;
+    case FED_ERR_SA_KEYS: return &c->rej_sa_keys;
+    case FED_ERR_SA_SHARES: return &c->rej_sa_shares;
+    case FED_ERR_SA_MASKED: return &c->rej_sa_masked;
+    case FED_ERR_SA_CONSIST: return &c->rej_sa_consist;
+    case FED_ERR_SA_UNMASK: return &c->rej_sa_unmask;
     case FED_ERR_NAN: return &c->rej_nan;
     default: return &c->rej_other;
     }
@@ -587,13 +658,11 @@ fed_err fed_wire_counter_reason(size_t i)
 const char *fed_wire_type_name(uint8_t type)
 {
     static const char *const names[] = {"?",   "HELLO", "NEXT",  "MODEL", "DELTA",
-                                        "ACK", "SHARE", "PEERS", "LEAVE", "CHUNK", "SLICE"};
+                                        "ACK", "SHARE", "PEERS", "LEAVE", "CHUNK", "SLICE",
+                                        "SA_KEYS", "SA_SHARES", "SA_MASKED", "SA_CONSIST",
+                                        "SA_UNMASK", "?", "AR_ABORT", "AR_VERIFY"};
 
-    if (type == FED_WIRE_AR_ABORT)
-        return "AR_ABORT";
-    if (type == FED_WIRE_AR_VERIFY)
-        return "AR_VERIFY";
-    return type <= FED_WIRE_TYPE_MAX ? names[type] : "?";
+    return FED_WIRE_TYPE_KNOWN(type) ? names[type] : "?";
 }
 
 void fed_wire_count_reject(fed_wire *w, const fed_wire_hdr *h, fed_err err)

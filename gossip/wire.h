@@ -75,9 +75,14 @@
  *                                 f32 >= 0 when required, else both 0. The
  *                                 one field that may be absent (a node
  *                                 before it: nothing required)
- *                   This node writes all eleven in that order, 1-10 marked
+ *                      12  28   secure aggregation: on u32 (1), try u32,
+ *                                 bits u32 (1..32), range f32 > 0, L2 clip
+ *                                 f32 >= 0, max weight f32 > 0, dropout
+ *                                 f32 in [0, 1). Absent or all zero: off;
+ *                                 marked required when on
+ *                   This node writes all twelve in that order, 1-10 marked
  *                   required, 11 marked required when it requires DP-SGD:
- *                   its MODEL block is FED_WIRE_MODEL_BLOCK_BYTES (275);
+ *                   its MODEL block is FED_WIRE_MODEL_BLOCK_BYTES (311);
  *                   one from a newer node may be longer.
  *   DELTA  16   0 8 samples   8 8 base round (the model it started from)
  *   ACK     8   0 4 status (a fed_err; 0: accepted)  4 4 flags (FED_WIRE_ACK_*)
@@ -88,6 +93,9 @@
  *               the round in the header (FED_ERR_DP_BUDGET, FED_ERR_DP_REQUIRED)
  *               instead of sending a delta; the aggregator records it and ACKs
  *   CHUNK  16   (PULL request) 0 8 stream id  8 4 chunk index wanted  12 4 reserved
+ *   SA_*   16   0 4 try   4 4 count of entries in the vector   8 8 reserved
+ *               (node/secagg_msg.h draws each stage's vector, request and
+ *               answer; the answer has the request's type)
  *   SLICE  16   0 8 all-reduce step (gossip/allreduce.h)  8 8 reserved; the
  *               vector (f64) is the range that step sends, the weight inside
  *               it as the last element of the whole (never in the block).
@@ -138,7 +146,7 @@
 #define FED_WIRE_SETTINGS_MAX 1024 /* bytes of fields a MODEL block may carry */
 #define FED_WIRE_FIELD_HEAD_BYTES 8
 #define FED_WIRE_FIELD_REQUIRED 0x0001u /* a receiver that does not know the tag refuses */
-#define FED_WIRE_MODEL_BLOCK_BYTES 275 /* the MODEL block this node writes */
+#define FED_WIRE_MODEL_BLOCK_BYTES 311 /* the MODEL block this node writes */
 /* The largest typed block a receiver takes (a MODEL full of fields). */
 #define FED_WIRE_BLOCK_MAX (12 + FED_WIRE_SETTINGS_MAX)
 #define FED_WIRE_MAX_FRAME_DEFAULT ((size_t)16 << 20)
@@ -170,8 +178,9 @@ typedef enum fed_wire_setting_tag {
     FED_WIRE_SET_DEADLINE = 9,
     FED_WIRE_SET_MOMENTUM = 10,
     FED_WIRE_SET_DP_SGD = 11,
+    FED_WIRE_SET_SECAGG = 12,
 } fed_wire_setting_tag;
-#define FED_WIRE_SET_TAG_MAX 11
+#define FED_WIRE_SET_TAG_MAX 12
 #define FED_WIRE_DP_REQUIRED 0x1u /* DP-SGD field: the round must be trained with it */
 
 typedef enum fed_wire_type {
@@ -185,14 +194,22 @@ typedef enum fed_wire_type {
     FED_WIRE_LEAVE = 8,
     FED_WIRE_CHUNK = 9,
     FED_WIRE_SLICE = 10,
+    /* secure aggregation's stages (node/secagg_agg.c, secagg_client.c): each a
+       client's request the aggregator holds, and its answer, of one type */
+    FED_WIRE_SA_KEYS = 11,
+    FED_WIRE_SA_SHARES = 12,
+    FED_WIRE_SA_MASKED = 13,
+    FED_WIRE_SA_CONSIST = 14,
+    FED_WIRE_SA_UNMASK = 15,
     FED_WIRE_AR_ABORT = 17,  /* all-reduce: an attempt given up (node/peer_allreduce.c) */
     FED_WIRE_AR_VERIFY = 18, /* all-reduce: a result's hash, passed round the ring */
 } fed_wire_type;
-#define FED_WIRE_TYPE_MAX 10
-/* Known types: 1..FED_WIRE_TYPE_MAX and the all-reduce pair 17, 18. */
+#define FED_WIRE_TYPE_MAX 18
+/* Known types: 1..15 and the all-reduce pair 17, 18 (16 is unused). */
 #define FED_WIRE_TYPE_KNOWN(t)                                                             \
-    (((t) >= 1 && (t) <= FED_WIRE_TYPE_MAX) || (t) == FED_WIRE_AR_ABORT ||                 \
+    (((t) >= 1 && (t) <= FED_WIRE_SA_UNMASK) || (t) == FED_WIRE_AR_ABORT ||                 \
      (t) == FED_WIRE_AR_VERIFY)
+#define FED_WIRE_IS_SA(t) ((t) >= FED_WIRE_SA_KEYS && (t) <= FED_WIRE_SA_UNMASK)
 
 #define FED_WIRE_PEER_ENTRY_MIN 138 /* a signed peer entry with a 1-byte URL */
 #define FED_WIRE_FLAG_STREAM 0x0001u /* MODEL, DELTA, SHARE: first frame of a stream */
@@ -247,6 +264,14 @@ typedef struct fed_wire_settings {
     uint32_t dp_flags; /* FED_WIRE_DP_REQUIRED: train with DP-SGD at ... */
     float dp_clip;     /* ... this clip C and */
     float dp_noise;    /* ... at least this noise multiplier */
+    /* secure aggregation (field 12; absent: off) */
+    uint32_t sa_on;         /* 1: the round runs secure aggregation */
+    uint32_t sa_try;        /* the round's try (a failed one runs again) */
+    uint32_t sa_bits;       /* quantized words in [0, 2^bits - 1] */
+    float sa_range;         /* each coordinate clipped into [-range, range] */
+    float sa_clip;          /* L2 clip before the range (0: none) */
+    float sa_max_weight;    /* a client's weight cap, in samples */
+    float sa_dropout;       /* the dropout rate the graph's degree survives */
 } fed_wire_settings;
 
 /* A decoded typed block; which fields mean something depends on the type. */
@@ -259,6 +284,8 @@ typedef struct fed_wire_block {
     uint32_t ack_flags;         /* ACK */
     uint32_t count;             /* PEERS */
     uint32_t reason;            /* LEAVE */
+    uint32_t sa_try;            /* SA_*: the round's try */
+    uint32_t sa_count;          /* SA_*: entries in the vector */
     uint8_t role;               /* HELLO */
     uint64_t caps;              /* HELLO */
     uint64_t stream_id;         /* CHUNK pull */
@@ -279,7 +306,8 @@ typedef struct fed_wire_counters {
     X(rej_wrong_recipient) X(rej_old_epoch) X(rej_unknown_sender) X(rej_sender_epoch)          \
     X(rej_replay) X(rej_busy) X(rej_aead) X(rej_signature) X(rej_payload) X(rej_stream)        \
     X(rej_stream_limit) X(rej_codec) X(rej_nan) X(rej_other) X(conn_refused) X(conn_stalled)   \
-    X(conn_handshake) X(conn_dropped)
+    X(conn_handshake) X(conn_dropped) X(rej_sa_keys) X(rej_sa_shares) X(rej_sa_masked)         \
+    X(rej_sa_consist) X(rej_sa_unmask)
 #define FED_WIRE_COUNTER_FIELD_(name) uint64_t name;
     FED_WIRE_COUNTER_LIST(FED_WIRE_COUNTER_FIELD_)
 #undef FED_WIRE_COUNTER_FIELD_

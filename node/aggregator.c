@@ -17,6 +17,7 @@
 #include "crypto/seal.h"
 #include "node/ckpt_model.h"
 #include "node/aggregator_impl.h"
+#include "node/secagg_impl.h"
 
 /* After a failed round (a failed commit), the next try waits gather_ms,
  * then twice as long each time, up to this. */
@@ -76,6 +77,19 @@ static fed_err fed_node_agg_new(fed_node *n)
         return e;
     if ((e = alloc_scratch(n)) != FED_OK)
         return e;
+    if (c->secagg) {
+        const char *why = fed_node_sa_agg_misfit(c, a->nparams, (size_t)a->max_clients);
+
+        if (!why && c->dp_client_clip > 0)
+            why = "--secagg with DP-FedAvg (--dp-client-clip) is not built yet: the aggregator "
+                  "clips each delta, which it cannot see under masking; use one of the two";
+        if (why) {
+            fed_log(FED_LOG_ERROR, "aggregator: %s", why);
+            return FED_ERR_UNSUPPORTED;
+        }
+        if ((e = fed_node_sa_agg_new(n, &a->sa)) != FED_OK)
+            return e;
+    }
     return fed_node_agg_dp_new(n);
 }
 
@@ -99,6 +113,7 @@ static void fed_node_agg_free(fed_node *n)
        its own when it closes) */
     if (a->parts)
         parts_clear(a);
+    fed_node_sa_agg_free(n, a->sa);
     for (int i = 0; a->dev && i < a->max_clients; i++)
         if (a->dev[i])
             n->cfg.be->free(n->cfg.be, a->dev[i]);
@@ -349,6 +364,8 @@ void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b)
         s->dp_clip = c->dp_clip;
         s->dp_noise = c->dp_noise;
     }
+    if (n->agg->sa)
+        fed_node_sa_agg_settings(n, round, s);
 }
 
 static node_cast cast_of(const agg_hold *h)
@@ -416,19 +433,26 @@ static fed_err start_round(fed_node *n)
             a->holds[j] = t;
         }
     }
-    fed_node_agg_settings(n, n->round + 1, &b);
     parts_clear(a);
     for (size_t i = 0; i < k; i++)
         memcpy(a->parts[i].key, a->holds[i].hdr.sender, 32);
     a->nparts = k;
     qsort(a->parts, k, sizeof *a->parts, part_cmp);
+    if (a->sa && (e = fed_node_sa_agg_begin(n)) != FED_OK)
+        return e;
+    fed_node_agg_settings(n, n->round + 1, &b);
     a->state = AGG_RUNNING;
     a->gathered = 0;
     a->round_start_ms = n->env.now_ms(n->env.self);
     a->bytes_in0 = fed_wire_get_counters(n->wire)->bytes_in;
     a->bytes_out0 = fed_wire_get_counters(n->wire)->bytes_out;
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_ROUND);
-    if ((e = fed_node_agg_arm_deadline(n, a->round_start_ms + n->cfg.deadline_ms)) != FED_OK)
+    /* a secure round's stages bound it instead: the masked input waits
+       deadline_ms, each other stage secagg_stage_ms (the timer only says
+       when it is due, for the health check) */
+    if ((e = fed_node_agg_arm_deadline(n, a->round_start_ms + n->cfg.deadline_ms +
+                                              (a->sa ? 4 * n->cfg.secagg_stage_ms : 0))) !=
+        FED_OK)
         return e; /* the node stops: a round without its deadline could wait forever */
     fed_log(FED_LOG_INFO, "aggregator: round %llu starts with %zu of %zu waiting clients",
             (unsigned long long)(n->round + 1), k, a->nholds);
@@ -538,8 +562,10 @@ static int round_complete(const fed_node *n)
 }
 
 /* What the contributions table says of a part without a delta. */
-static const char *absent_reason(const agg_part *p, char *buf, size_t cap)
+static const char *absent_reason(const fed_node *n, const agg_part *p, char *buf, size_t cap)
 {
+    if (!p->refused && n->agg->sa)
+        return fed_node_sa_agg_fate(n->agg->sa, (size_t)(p - n->agg->parts));
     if (!p->refused)
         return "missing";
     snprintf(buf, cap, "declined %s", fed_errname((int)p->refused));
@@ -573,6 +599,25 @@ static fed_err gather_inputs(fed_node *n, int *count)
     int k = 0;
     fed_err e;
 
+    if (a->sa) { /* one input: the unmasked mean, with the summed weight */
+        double w = 0;
+        const float *mean = fed_node_sa_agg_mean(a->sa, &w);
+
+        memset(&a->inputs[0], 0, sizeof a->inputs[0]);
+        if (backend_is_host(be)) {
+            a->inputs[0].delta = (float *)mean;
+        } else {
+            if (!a->dev[0] &&
+                (e = be->alloc(be, a->nparams * sizeof(float), (void **)&a->dev[0])) != FED_OK)
+                return e;
+            if ((e = be->upload(be, a->dev[0], mean, a->nparams * sizeof(float))) != FED_OK)
+                return e;
+            a->inputs[0].delta = a->dev[0];
+        }
+        a->inputs[0].weight = w;
+        *count = 1;
+        return FED_OK;
+    }
     for (size_t i = 0; i < a->nparts; i++) {
         agg_part *p = &a->parts[i];
         fed_merge_input *in = &a->inputs[k];
@@ -709,13 +754,20 @@ static fed_err commit_round(fed_node *n, const fed_node_round_info *info, uint8_
         char why[64];
 
         e = put_contribution(n, info->round, p, used,
-                             !p->got ? absent_reason(p, why, sizeof why)
+                             !p->got ? absent_reason(n, p, why, sizeof why)
                                      : used ? "" : fed_merge_verdict_name(a->results[i].verdict));
         if (e != FED_OK)
             goto out;
     }
     if ((e = put_counters(n)) != FED_OK || (e = write_checkpoint(n, hash)) != FED_OK)
         goto out;
+    if (a->sa) {
+        fed_store_secagg_try t;
+
+        fed_node_sa_agg_row(n, &t, "");
+        if ((e = fed_store_put_secagg_try(st, &t)) != FED_OK)
+            goto out;
+    }
     memset(&row, 0, sizeof row);
     row.round = info->round;
     row.start_ms = info->start_ms;
@@ -882,7 +934,12 @@ fed_err fed_node_agg_close_round(fed_node *n)
         a->model_vec_len = 0; /* the global moved: no MODEL vector encoded yet */
         if (e != FED_OK || (e = fed_model_get_params(a->model, a->host)) != FED_OK)
             goto fail;
-        spread_results(a, count);
+        if (a->sa) { /* each client in the sum was merged through it */
+            for (size_t i = 0; i < a->nparts; i++)
+                a->results[i].verdict = FED_MERGE_USED;
+        } else {
+            spread_results(a, count);
+        }
     }
     for (size_t i = 0; i < a->nparts; i++) {
         if (a->parts[i].refused) {
@@ -919,6 +976,7 @@ fed_err fed_node_agg_close_round(fed_node *n)
         fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing)",
                 (unsigned long long)info.round, info.merged, info.sampled, info.missing);
     parts_clear(a);
+    fed_node_sa_agg_end(n);
     a->state = AGG_IDLE;
     if (n->cfg.rounds && n->round >= n->cfg.rounds) {
         a->state = AGG_DONE;
@@ -939,6 +997,7 @@ fail:
     back_to_committed(n);
     fed_node_cast_drop_ahead(n); /* the next round's, which will not come */
     parts_clear(a);
+    fed_node_sa_agg_end(n);
     if (fed_node_agg_is_async(n)) { /* the buffer is dropped; its clients train again */
         fed_log(FED_LOG_ERROR, "aggregator: round %llu failed (%s)",
                 (unsigned long long)(n->round + 1), fed_strerror(e));
@@ -953,6 +1012,22 @@ fail:
     a->state = AGG_IDLE;
     fed_node_arm(n, a->retry_at_ms, NODE_TIMER_ROUND); /* a failure stops the node */
     return e;
+}
+
+fed_err fed_node_agg_abandon_round(fed_node *n)
+{
+    node_agg *a = n->agg;
+    char why[64];
+
+    for (size_t i = 0; i < a->nparts; i++) /* who dropped where, in the record */
+        (void)put_contribution(n, n->round + 1, &a->parts[i], 0,
+                               absent_reason(n, &a->parts[i], why, sizeof why));
+    fed_node_agg_cancel_deadline(n);
+    fed_node_sa_agg_end(n);
+    parts_clear(a);
+    a->state = AGG_IDLE;
+    a->gathered = 1; /* min_clients will do, whenever they are back */
+    return maybe_start(n);
 }
 
 /* The MODEL of the round being filled, answering req now (async: every
@@ -1081,7 +1156,7 @@ static fed_err on_leave(fed_node *n, node_open *op)
     fed_log(FED_LOG_INFO, "aggregator: a client declined round %llu: %s",
             (unsigned long long)m->hdr.round, fed_strerror((int)p->refused));
     if (p == &one &&
-        (e = put_contribution(n, m->hdr.round, p, 0, absent_reason(p, why, sizeof why))) != FED_OK)
+        (e = put_contribution(n, m->hdr.round, p, 0, absent_reason(n, p, why, sizeof why))) != FED_OK)
         fed_log(FED_LOG_WARN, "aggregator: recording a declined round failed: %s",
                 fed_strerror(e));
     e = fed_node_ack(n, op->req, &m->hdr, FED_OK, 0);
@@ -1112,7 +1187,7 @@ static fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
         if (fed_node_agg_is_async(n))
             return fed_node_agg_async_on_ask(n, req, &m->hdr);
         if (a->state == AGG_RUNNING && (p = fed_node_agg_part_find(a, m->hdr.sender)) &&
-            !p->got && !p->refused)
+            !p->got && !p->refused && (!a->sa || !fed_node_sa_agg_keys_closed(a->sa)))
             return fed_node_agg_answer_model(n, req, &m->hdr); /* its MODEL was lost */
         if ((e = fed_node_agg_hold_add(n, req, &m->hdr)) != FED_OK)
             return e;
@@ -1122,6 +1197,14 @@ static fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
         return fed_node_agg_is_async(n) ? fed_node_agg_async_on_delta(n, op) : on_delta(n, op);
     case FED_WIRE_LEAVE:
         return on_leave(n, op);
+    case FED_WIRE_SA_KEYS:
+    case FED_WIRE_SA_SHARES:
+    case FED_WIRE_SA_MASKED:
+    case FED_WIRE_SA_CONSIST:
+    case FED_WIRE_SA_UNMASK:
+        if (a->sa)
+            return fed_node_sa_agg_on_msg(n, op);
+        __attribute__((fallthrough)); /* no secure rounds here */
     default:
         op->req = NULL;
         fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_ROLE);
@@ -1138,9 +1221,11 @@ static fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
     case NODE_TIMER_ROUND:
         a->gathered = 1; /* clients that come later start the round too */
         return maybe_start(n);
+    case NODE_TIMER_STAGE:
+        return fed_node_sa_agg_on_timer(n);
     case NODE_TIMER_DEADLINE:
         a->deadline_at_ms = 0; /* fired */
-        if (a->state != AGG_RUNNING)
+        if (a->state != AGG_RUNNING || a->sa) /* secure rounds: the stages' deadlines */
             return FED_OK;
         if (parts_got(a) >= n->cfg.min_clients || a->dp) /* DP: never redrawn */
             return fed_node_agg_close_round(n);
@@ -1156,7 +1241,7 @@ static fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
             for (size_t i = 0; i < a->nparts; i++)
                 if (!a->parts[i].got)
                     (void)put_contribution(n, n->round + 1, &a->parts[i], 0,
-                                           absent_reason(&a->parts[i], why, sizeof why));
+                                           absent_reason(n, &a->parts[i], why, sizeof why));
         }
         parts_clear(a);
         a->state = AGG_IDLE;

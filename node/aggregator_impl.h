@@ -116,6 +116,7 @@ struct node_agg {
     uint64_t bytes_in0, bytes_out0; /* wire counters when the round started */
     uint64_t ctr_base[64]; /* wire counters the database held at start (earlier runs) */
     agg_dp *dp;            /* DP-FedAvg (cfg.dp_client_clip > 0), else NULL */
+    struct node_sa_agg *sa; /* cfg.secagg: the round's secure aggregation (secagg_agg.c) */
 };
 
 static inline int fed_node_agg_is_async(const fed_node *n) { return n->cfg.async_k > 0; }
@@ -141,6 +142,9 @@ fed_err fed_node_agg_ack_duplicate(fed_node *n, node_open *op);
 fed_err fed_node_agg_take_delta(fed_node *n, node_open *op, agg_part *p);
 /* Merge, commit, report; then the next round (or the end). */
 fed_err fed_node_agg_close_round(fed_node *n);
+/* The running round is dropped, nothing merged (secure aggregation failed
+ * closed): it starts again with whoever asks. */
+fed_err fed_node_agg_abandon_round(fed_node *n);
 
 /* ---- agg_async.c: FedBuff ---- */
 fed_err fed_node_agg_async_open(fed_node *n);

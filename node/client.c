@@ -17,6 +17,7 @@
 #include "crypto/keystream.h"
 #include "node/dp_account.h"
 #include "node/node_impl.h"
+#include "node/secagg_impl.h"
 
 typedef enum client_state {
     CL_IDLE = 0,     /* nothing out (start, or between retries) */
@@ -24,6 +25,7 @@ typedef enum client_state {
     CL_TRAINING = 2, /* the training job runs */
     CL_SENDING = 3,  /* a DELTA is out */
     CL_DONE = 4,     /* the aggregator said training is over */
+    CL_SECAGG = 5,   /* trained; a secure-aggregation stage is out */
 } client_state;
 
 
@@ -46,6 +48,8 @@ struct node_client {
     fed_crypto_keystream ks; /* cfg.dp_sgd: DP-SGD's noise and sampling, keyed from
                                 env.random; used by the training job only */
     double epsilon;        /* cfg.dp_sgd: spent after the last round charged */
+    int secure;            /* the round in training runs secure aggregation: its
+                              delta never leaves in the clear */
     node_train_job job;
 };
 
@@ -60,6 +64,12 @@ static fed_err fed_node_client_new(fed_node *n)
     n->client = c;
     c->job.tamper_delta = n->cfg.tamper_delta;
     c->job.tamper_ctx = n->cfg.tamper_ctx;
+    {
+        fed_err e = fed_node_sa_client_new(n, &n->client_sa);
+
+        if (e != FED_OK)
+            return e;
+    }
     if (n->cfg.dp_sgd) {
         fed_err e = fed_dp_account_new(n->cfg.dp_delta, &c->acct);
 
@@ -81,6 +91,8 @@ static void fed_node_client_free(fed_node *n)
     fed_node_train_job_release(&c->job);
     fed_dp_account_free(c->acct);
     fed_crypto_keystream_wipe(&c->ks);
+    fed_node_sa_client_free(n, n->client_sa);
+    n->client_sa = NULL;
     fed_free(c);
     n->client = NULL;
 }
@@ -314,17 +326,72 @@ static fed_err dp_plan(fed_node *n, const fed_wire_settings *s, node_train_job *
     return FED_OK;
 }
 
+static fed_err on_model_train(fed_node *n, node_open *op);
+
+/* The trained delta of the round (the job's f32 vector) into secure
+ * aggregation's masked input. */
+static fed_err secure_trained(fed_node *n)
+{
+    node_client *c = n->client;
+    node_train_job *j = &c->job;
+    float *d = fed_malloc((c->nparams ? c->nparams : 1) * sizeof *d);
+    fed_err e;
+
+    if (!d)
+        return FED_ERR_NOMEM;
+    e = fed_codec_decode(j->vec, j->vec_len, FED_CODEC_F32, d, c->nparams);
+    if (e == FED_OK)
+        e = fed_node_sa_client_trained(n, d, c->nparams, j->samples);
+    fed_free(d);
+    if (e != FED_OK)
+        fed_node_sa_client_abort(n);
+    return e;
+}
+
+/* A MODEL of a secure round: its keys go out beside the training (or, for
+ * a new try of the round it trained already, the same delta is masked
+ * afresh). The delta never leaves in the clear. */
+static fed_err on_secure_model(fed_node *n, node_open *op)
+{
+    node_client *c = n->client;
+    const fed_wire_msg *m = &op->msg;
+    node_train_job *j = &c->job;
+    fed_err e;
+
+    if (m->block.settings.codec != FED_CODEC_F32) { /* an aggregator sends no other */
+        fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_PAYLOAD);
+        return FED_ERR_PAYLOAD;
+    }
+    if (m->hdr.round == n->round && c->round == n->round && c->secure && j->vec_len &&
+        op->vec_n == c->nparams) {
+        fed_log(FED_LOG_INFO, "client: secagg round %llu try %u: masking its delta afresh",
+                (unsigned long long)c->round, m->block.settings.sa_try);
+        (void)n->env.cancel_timer(n->env.self, NODE_TIMER_RETRY);
+        if ((e = fed_node_sa_client_begin(n, m)) != FED_OK)
+            return e;
+        c->state = CL_SECAGG;
+        if ((e = secure_trained(n)) != FED_OK)
+            (void)ask(n, FED_WIRE_NEXT);
+        return e;
+    }
+    c->secure = 1;
+    if ((e = on_model_train(n, op)) != FED_OK || c->state != CL_TRAINING)
+        return e;
+    return fed_node_sa_client_begin(n, m);
+}
+
 /* A MODEL for round r: take its vector and start training. */
 static fed_err on_model(fed_node *n, node_open *op)
 {
     node_client *c = n->client;
     const fed_wire_msg *m = &op->msg;
     node_train_job *j = &c->job;
-    double flops = 0;
-    fed_err e;
 
     if (c->state != CL_ASKING)
         return FED_OK; /* an answer to a request we gave up on */
+    if (m->block.settings.sa_on)
+        return on_secure_model(n, op);
+    c->secure = 0;
     if (m->hdr.round == n->round && c->round == n->round && j->vec_len) {
         /* the aggregator runs this round again: the delta we sent was lost */
         fed_log(FED_LOG_INFO, "client: round %llu again; resending its delta",
@@ -332,6 +399,18 @@ static fed_err on_model(fed_node *n, node_open *op)
         c->resends = 0;
         return send_delta(n);
     }
+    return on_model_train(n, op);
+}
+
+/* The MODEL's vector taken, the training job submitted. */
+static fed_err on_model_train(fed_node *n, node_open *op)
+{
+    node_client *c = n->client;
+    const fed_wire_msg *m = &op->msg;
+    node_train_job *j = &c->job;
+    double flops = 0;
+    fed_err e;
+
     if (m->hdr.round <= n->round) /* the aggregator lost it (restart, deadline): redo it */
         fed_log(FED_LOG_INFO, "client: round %llu again", (unsigned long long)m->hdr.round);
     if ((e = settings_ok(&m->block.settings)) != FED_OK) {
@@ -470,7 +549,20 @@ static fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
         return j->err;
     }
     c->resends = 0;
-    if (j->dp_on) {
+    if (c->secure) {
+        /* secure aggregation: the delta goes only into the masked input */
+        if ((rec = record_round(n)) != FED_OK)
+            fed_log(FED_LOG_ERROR, "client: recording round %llu failed: %s",
+                    (unsigned long long)c->round, fed_strerror(rec));
+        if (fed_node_sa_client_active(n->client_sa)) {
+            c->state = CL_SECAGG;
+            e = secure_trained(n);
+        } else {
+            e = FED_OK;
+        }
+        if (!fed_node_sa_client_active(n->client_sa))
+            e = ask(n, FED_WIRE_NEXT); /* the round was dropped meanwhile */
+    } else if (j->dp_on) {
         /* DP-SGD: the round's epsilon is charged and fsynced before the
            delta leaves, so no crash, full disk or restart forgets a
            release; a round that cannot be charged is not sent */
@@ -570,6 +662,20 @@ static fed_err fed_node_client_on_msg(fed_node *n, node_open *op)
     c->agg_epoch = m->hdr.sender_epoch;
     if (c->state == CL_DONE)
         return FED_OK;
+    if (FED_WIRE_IS_SA(m->hdr.type) ||
+        (m->hdr.type == FED_WIRE_ACK && fed_node_sa_client_active(n->client_sa) &&
+         !(m->block.ack_flags & FED_WIRE_ACK_FINISHED) &&
+         (c->state == CL_TRAINING || c->state == CL_SECAGG))) {
+        int done = 0;
+        fed_err e;
+
+        if (!fed_node_sa_client_active(n->client_sa))
+            return FED_OK; /* an answer to a stage given up on */
+        e = fed_node_sa_client_on_reply(n, op, &done);
+        if (done && c->state != CL_TRAINING)
+            return ask(n, FED_WIRE_NEXT);
+        return e;
+    }
     switch (m->hdr.type) {
     case FED_WIRE_MODEL: return on_model(n, op);
     case FED_WIRE_ACK: return on_ack(n, m);
@@ -585,6 +691,15 @@ static fed_err fed_node_client_on_timer(fed_node *n, uint32_t id)
 
     if (id != NODE_TIMER_RETRY)
         return FED_ERR_INVAL;
+    if (fed_node_sa_client_active(n->client_sa) &&
+        (c->state == CL_TRAINING || c->state == CL_SECAGG)) {
+        int gave_up = 0;
+        fed_err e = fed_node_sa_client_retry(n, &gave_up);
+
+        if (gave_up && c->state != CL_TRAINING)
+            return ask(n, FED_WIRE_HELLO);
+        return e;
+    }
     switch (c->state) {
     case CL_SENDING:
         if (c->out_type == FED_WIRE_LEAVE) {

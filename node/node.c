@@ -41,6 +41,11 @@ void fed_node_config_default(fed_node_config *cfg)
     cfg->dp_delta = 1e-5;
     cfg->dp_client_noise = 1.0;
     cfg->dp_client_clip_lr = 0.2;
+    cfg->secagg_dropout = 0.1;
+    cfg->secagg_max_weight = 1000;
+    cfg->secagg_bits = 20;
+    cfg->secagg_range = 4;
+    cfg->secagg_stage_ms = 10000;
 }
 
 /* The roles by fed_node_role: each role's file defines its entry. */
@@ -212,6 +217,8 @@ const char *fed_node_timer_name(uint32_t id)
         return "poll";
     case NODE_TIMER_RETRY:
         return "retry";
+    case NODE_TIMER_STAGE:
+        return "stage";
     default:
         return "unknown";
     }

@@ -222,6 +222,26 @@ typedef struct fed_node_config {
     double dp_client_quantile;    /* adaptive clipping's target quantile gamma
                                      in (0, 1); 0: a fixed clip (default) */
     double dp_client_clip_lr;     /* adaptive clipping's eta; default 0.2 */
+    /* secure aggregation (node/secagg_agg.c, secagg_client.c): an aggregator
+       with secagg runs every synchronous round as the protocol's stages and
+       learns only the sum of its clients' quantized, weighted deltas; a
+       client follows what each MODEL says (field 12) */
+    int secagg;
+    double secagg_dropout;        /* the dropout rate a round survives; default 0.1 */
+    double secagg_max_weight;     /* a client's weight cap in samples; default 1000 */
+    uint32_t secagg_bits;         /* quantized bits; default 20 (4096 clients fit) */
+    double secagg_range;          /* per-coordinate clip; default 4 */
+    uint64_t secagg_stage_ms;     /* each stage's deadline (the masked input's:
+                                     deadline_ms); default 10000 */
+    /* simulator only (the tests' cheating aggregator): NULL in every real
+       node. Called on the aggregator's loop with sa_tamper_ctx for each
+       stage request it took (inbound 1: the request's vector, to look at)
+       and each answer it is about to send (inbound 0: a copy, which it may
+       change or shorten, *len and *count with it), with the client's key
+       and the frame type */
+    void (*sa_tamper)(void *ctx, int inbound, uint8_t type, const uint8_t key[32], uint8_t *vec,
+                      size_t *len, uint32_t *count);
+    void *sa_tamper_ctx;
 
     /* peer (no aggregator): every member in the allow-list is a peer; the
        round's settings above are its own (spec, local_epochs, batch,
@@ -263,6 +283,12 @@ typedef struct fed_node_config {
     fed_node_delta_fn on_delta;
     void *observer;
 } fed_node_config;
+
+/* Arena slots (crypto/arena.h) a client of a secure round with k neighbours
+ * needs beyond the wire's: its keys, one per neighbour's pair of shares,
+ * and two for a derivation in flight. A client refuses a round without them
+ * (logged); an environment that builds arenas sizes them with this. */
+#define FED_NODE_SECAGG_SLOTS(k) ((uint32_t)(k) + 3u)
 
 /* Defaults as documented above; role and the borrowed pointers are left
  * for the caller. */
@@ -316,7 +342,7 @@ typedef struct fed_node_progress {
 void fed_node_get_progress(const fed_node *n, fed_node_progress *out);
 /* Timers a node holds armed at once, at most (its ids are 1..this): an
  * environment's timer table this large never fills. */
-#define FED_NODE_MAX_TIMERS 4
+#define FED_NODE_MAX_TIMERS 5
 /* FED_OK, or why the node can no longer work and must be stopped: the
  * environment refused to arm one of its timers (set_timer failed; the node
  * logged which), without which a round would stall. The daemon stops with

@@ -19,6 +19,7 @@ enum {
     NODE_TIMER_DEADLINE = 2, /* aggregator: close the round */
     NODE_TIMER_POLL = 3,     /* aggregator: answer holds older than poll_ms */
     NODE_TIMER_RETRY = 4,    /* client: no answer in time */
+    NODE_TIMER_STAGE = 5,    /* aggregator: a secure-aggregation stage's deadline */
     NODE_TIMER_COUNT         /* one past the last id: an environment's timer
                                 table of this many never fills */
 };
@@ -92,6 +93,7 @@ struct fed_node {
     fed_optim_cfg lr_sched; /* cfg's lr, lr_schedule and lr_warmup, in rounds */
     node_agg *agg;
     node_client *client;
+    struct node_sa_client *client_sa; /* client: secure aggregation's round (secagg_client.c) */
     node_mesh *mesh;
 };
 

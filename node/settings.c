@@ -76,6 +76,12 @@ void fed_node_settings_apply_dp(const fed_node_settings *s, fed_node_config *c)
     c->dp_target_eps = s->dp_target_epsilon;
     c->dp_client_quantile = s->dp_client_quantile;
     c->dp_client_clip_lr = s->dp_client_clip_lr;
+    c->secagg = s->secagg;
+    c->secagg_dropout = s->secagg_dropout;
+    c->secagg_max_weight = s->secagg_max_weight;
+    c->secagg_bits = (uint32_t)s->secagg_bits;
+    c->secagg_range = s->secagg_range;
+    c->secagg_stage_ms = (uint64_t)s->secagg_stage_ms;
 }
 
 const char *fed_node_settings_dp_misuse(const fed_node_settings *s, fed_node_role role)

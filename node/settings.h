@@ -55,6 +55,12 @@ typedef struct fed_node_settings {
     double dp_target_epsilon;
     double dp_client_quantile;
     double dp_client_clip_lr;
+    int secagg;
+    double secagg_dropout;
+    double secagg_max_weight;
+    int secagg_bits;
+    double secagg_range;
+    int secagg_stage_ms;
 } fed_node_settings;
 
 /* The entries for a config struct T holding a fed_node_settings as member m:
@@ -163,6 +169,24 @@ typedef struct fed_node_settings {
     FED_OPT_DEF(T, m.dp_client_clip_lr, "dp-client-clip-lr", FED_OPT_DOUBLE, "0.2", 0, 100,      \
                 "aggregator, DP-FedAvg with --dp-client-quantile: the clip's geometric step "    \
                 "eta (C <- C exp(-eta (unclipped share - quantile)))"),                          \
+    FED_OPT_DEF(T, m.secagg, "secagg", FED_OPT_BOOL, "false", 0, 0,                              \
+                "aggregator: secure aggregation (SecAgg+): it learns only the sum of each "      \
+                "round's quantized, weighted deltas; sync rounds, FedAvg family, f32 codec"),    \
+    FED_OPT_DEF(T, m.secagg_dropout, "secagg-dropout", FED_OPT_DOUBLE, "0.1", 0, 0.99,           \
+                "aggregator, --secagg: the dropout rate a round must survive (sets the "         \
+                "neighbour graph's degree k so a round fails with probability <= 1e-6)"),       \
+    FED_OPT_DEF(T, m.secagg_max_weight, "secagg-max-weight", FED_OPT_DOUBLE, "1000", 1, 1e9,     \
+                "aggregator, --secagg: a client's weight cap in samples (each client caps its "  \
+                "own; --weight-cap needs the total, which nobody sees)"),                        \
+    FED_OPT_DEF(T, m.secagg_bits, "secagg-bits", FED_OPT_INT, "20", 1, 31,                       \
+                "aggregator, --secagg: bits of each quantized coordinate (clients x "            \
+                "(2^bits - 1) must stay below 2^32)"),                                           \
+    FED_OPT_DEF(T, m.secagg_range, "secagg-range", FED_OPT_DOUBLE, "4", 1e-9, 1e9,               \
+                "aggregator, --secagg: each delta coordinate is clipped into [-range, range] "   \
+                "before quantization"),                                                          \
+    FED_OPT_DEF(T, m.secagg_stage_ms, "secagg-stage-ms", FED_OPT_INT, "10000", 1, 86400000,      \
+                "aggregator, --secagg: each stage's deadline (the masked input's: "              \
+                "--deadline-ms)"),                                                               \
     FED_OPT_ALIAS("sample", "fraction")
 
 /* The round settings into c (after fed_node_config_default): model, training,

@@ -21,6 +21,11 @@ struct fed_sim_host {
 
 fed_err fed_sim_host_new(fed_rng *rng, fed_sim_host **out)
 {
+    return fed_sim_host_new_slots(rng, 0, out);
+}
+
+fed_err fed_sim_host_new_slots(fed_rng *rng, uint32_t slots, fed_sim_host **out)
+{
     fed_sim_host *h = fed_calloc(1, sizeof *h);
     fed_crypto_arena_cfg ac;
     fed_err e;
@@ -29,6 +34,8 @@ fed_err fed_sim_host_new(fed_rng *rng, fed_sim_host **out)
     if (!h)
         return FED_ERR_NOMEM;
     fed_crypto_arena_cfg_default(&ac);
+    if (slots > ac.slots)
+        ac.slots = slots;
     if ((e = fed_crypto_arena_new(&ac, &h->arena)) != FED_OK ||
         (e = fed_crypto_arena_generate(h->arena, fed_rng_random, rng)) != FED_OK) {
         fed_sim_host_free(h);

@@ -17,6 +17,9 @@ typedef struct fed_sim_host fed_sim_host;
 
 /* A machine with a fresh identity drawn from rng (not yet in a world). */
 FED_WUR fed_err fed_sim_host_new(fed_rng *rng, fed_sim_host **out);
+/* The same with an arena of `slots` secret slots (0: the default), for
+ * secure aggregation's shares (node/node.h's FED_NODE_SECAGG_SLOTS). */
+FED_WUR fed_err fed_sim_host_new_slots(fed_rng *rng, uint32_t slots, fed_sim_host **out);
 /* Frees the node, database and identity; NULL fine. Free the world first
  * (it waits for jobs and owns the requests). */
 void fed_sim_host_free(fed_sim_host *h);

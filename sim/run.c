@@ -674,13 +674,16 @@ static fed_err build_hosts(sim_run *r, const fed_dataset *train)
     char name[32];
     fed_err e;
 
+    /* secure aggregation: a slot per neighbour's shares (k < nodes) */
+    uint32_t slots = sc->s.secagg ? 16 + FED_NODE_SECAGG_SLOTS(sc->nodes) : 0;
+
     if ((e = fed_crypto_allow_new(&r->allow)) != FED_OK)
         return e;
     if (!(r->ids = fed_calloc(nhosts, sizeof *r->ids)))
         return FED_ERR_NOMEM;
     if (!r->peer_mode && owns(r, 0)) {
         fed_rng_seed_stream(&idr, sc->s.seed, ID_STREAM);
-        if ((e = fed_sim_host_new(&idr, &r->agg)) != FED_OK)
+        if ((e = fed_sim_host_new_slots(&idr, slots, &r->agg)) != FED_OK)
             return e;
         r->ids[0] = *fed_sim_host_id(r->agg);
     }
@@ -688,7 +691,7 @@ static fed_err build_hosts(sim_run *r, const fed_dataset *train)
         if (!owns(r, node_index(r, i)))
             continue;
         fed_rng_seed_stream(&idr, sc->s.seed, ID_STREAM + 1 + (uint64_t)i);
-        if ((e = fed_sim_host_new(&idr, &r->h[i])) != FED_OK ||
+        if ((e = fed_sim_host_new_slots(&idr, slots, &r->h[i])) != FED_OK ||
             (e = fed_data_partition(train, sc->s.partition, i, sc->nodes, sc->s.seed, &r->idx[i],
                                     &r->nidx[i])) != FED_OK)
             return e;

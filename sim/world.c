@@ -131,6 +131,8 @@ struct fed_sim_world {
     uint8_t **out;         /* (nranks) frames for each rank's nodes, this window */
     size_t *out_len, *out_cap;
     uint64_t out_min;      /* the earliest arrival in out */
+    fed_sim_send_filter send_filter;
+    void *send_filter_ctx;
     pthread_mutex_t mu;
     pthread_cond_t cv;
 };
@@ -558,6 +560,10 @@ static int env_send(void *self, const fed_peer_id *to, const uint8_t *frame, siz
     dst = lookup(w, to);
     if (dst == NO_SLOT)
         return FED_ERR_NOTFOUND;
+    if (w->send_filter && w->send_filter(w->send_filter_ctx, n->index, frame, len)) {
+        count_drop(w, len, &w->c.dropped_down);
+        return FED_OK;
+    }
     if (!w->nodes[dst]->up) {
         count_drop(w, len, &w->c.dropped_down);
         return FED_OK;
@@ -1307,6 +1313,12 @@ void fed_sim_world_counters(const fed_sim_world *w, fed_sim_counters *out)
 uint64_t fed_sim_world_trace_hash(const fed_sim_world *w)
 {
     return w->hash;
+}
+
+void fed_sim_world_set_send_filter(fed_sim_world *w, fed_sim_send_filter fn, void *ctx)
+{
+    w->send_filter = fn;
+    w->send_filter_ctx = ctx;
 }
 
 void fed_sim_world_set_trace(fed_sim_world *w, fed_sim_trace_fn fn, void *ctx)

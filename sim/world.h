@@ -168,6 +168,12 @@ void fed_sim_world_counters(const fed_sim_world *w, fed_sim_counters *out);
  * two runs of the same scenario and seed give the same value. */
 uint64_t fed_sim_world_trace_hash(const fed_sim_world *w);
 void fed_sim_world_set_trace(fed_sim_world *w, fed_sim_trace_fn fn, void *ctx);
+/* A test's look at each request a node sends (its plain header tells the
+ * type and round): nonzero drops it, as if the sender had died before it
+ * left (the filter may schedule that death with fed_sim_world_crash_at at
+ * the current time). Called inside the sender's env.send. */
+typedef int (*fed_sim_send_filter)(void *ctx, uint32_t node, const uint8_t *frame, size_t len);
+void fed_sim_world_set_send_filter(fed_sim_world *w, fed_sim_send_filter fn, void *ctx);
 
 /* Bytes sent (counters.bytes_sent) by the events at times <= t_us; exact
  * for t_us at or after the last forget, else the count at that forget. */

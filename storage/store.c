@@ -51,6 +51,13 @@ static const char *const migrations[FED_STORE_SCHEMA_VERSION] = {
      " at_ms INTEGER NOT NULL, q REAL NOT NULL, sigma REAL NOT NULL, steps INTEGER NOT NULL,"
      " delta REAL NOT NULL, epsilon REAL);"
      "ALTER TABLE rounds ADD COLUMN epsilon REAL;"),
+    /* -> v5: secure aggregation's tries, one row each (the clients' fates
+       and their signed masked inputs are contributions rows) */
+    "CREATE TABLE secagg_tries(id INTEGER PRIMARY KEY, round INTEGER NOT NULL,"
+    " try INTEGER NOT NULL, at_ms INTEGER NOT NULL, sampled INTEGER NOT NULL,"
+    " keyed INTEGER NOT NULL, k INTEGER NOT NULL, t INTEGER NOT NULL,"
+    " shared INTEGER NOT NULL, masked INTEGER NOT NULL, signed INTEGER NOT NULL,"
+    " unmasked INTEGER NOT NULL, outcome TEXT NOT NULL);",
 };
 
 #define ROUND_COLS_V2                                                          \
@@ -62,6 +69,8 @@ static const char *const migrations[FED_STORE_SCHEMA_VERSION] = {
 #define ROUND_COLS_READ_V2 ROUND_COLS_V2 ", NULL, NULL"
 #define ROUND_COLS_READ_V3 ROUND_COLS_V2 ", lr, NULL"
 #define DP_COLS "round, at_ms, q, sigma, steps, delta, epsilon"
+#define SA_COLS                                                                \
+    "round, try, at_ms, sampled, keyed, k, t, shared, masked, signed, unmasked, outcome"
 #define CKPT_COLS "id, round, created_s, size, chunks, hash, prev_hash, pruned, epoch"
 
 static const char *const stmt_sql[SQ_COUNT_] = {
@@ -78,6 +87,9 @@ static const char *const stmt_sql[SQ_COUNT_] = {
     [SQ_ROUND_LAST_V3] = "SELECT " ROUND_COLS_READ_V3 " FROM rounds ORDER BY round DESC LIMIT ?1",
     [SQ_DP_PUT] = "INSERT INTO dp_charges(" DP_COLS ") VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     [SQ_DP_EACH] = "SELECT " DP_COLS " FROM dp_charges ORDER BY id",
+    [SQ_SA_PUT] = "INSERT INTO secagg_tries(" SA_COLS ")"
+                  " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+    [SQ_SA_EACH] = "SELECT " SA_COLS " FROM secagg_tries WHERE round >= ?1 ORDER BY id",
     [SQ_CONTRIB_PUT] = "INSERT INTO contributions(round, peer_key, digest, signature, header,"
                        " accepted, reason) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     [SQ_CONTRIB_EACH] = "SELECT round, peer_key, digest, signature, header, accepted, reason"
@@ -907,6 +919,59 @@ fed_err fed_store_each_dp_charge(fed_store *st, fed_store_dp_fn fn, void *ctx)
     }
     if (rc != SQLITE_ROW && rc != SQLITE_DONE)
         e = store_err(st, rc, "read dp charges");
+    sqlite3_reset(s);
+    return e;
+}
+
+/* ------------------------------------------------------ secagg tries -- */
+
+fed_err fed_store_put_secagg_try(fed_store *st, const fed_store_secagg_try *t)
+{
+    fed_err e = FED_OK;
+    sqlite3_stmt *s;
+    const uint32_t *v = &t->sampled;
+
+    if (!(s = store_stmt(st, SQ_SA_PUT, &e)))
+        return e;
+    sqlite3_bind_int64(s, 1, (int64_t)t->round);
+    sqlite3_bind_int64(s, 2, t->try_no);
+    sqlite3_bind_int64(s, 3, (int64_t)t->at_ms);
+    for (int i = 0; i < 8; i++)
+        sqlite3_bind_int64(s, 4 + i, v[i]);
+    sqlite3_bind_text(s, 12, t->outcome, -1, SQLITE_TRANSIENT);
+    return step_done(st, s, "write secagg try");
+}
+
+fed_err fed_store_each_secagg_try(fed_store *st, uint64_t from_round, fed_store_secagg_fn fn,
+                                  void *ctx)
+{
+    fed_err e = FED_OK;
+    sqlite3_stmt *s;
+    fed_store_secagg_try t;
+    int rc;
+
+    if (st->schema < 5) /* an older file opened read-only: none */
+        return FED_OK;
+    if (!(s = store_stmt(st, SQ_SA_EACH, &e)))
+        return e;
+    sqlite3_bind_int64(s, 1, (int64_t)from_round);
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        uint32_t *v = &t.sampled;
+        const unsigned char *txt;
+
+        memset(&t, 0, sizeof t);
+        t.round = (uint64_t)sqlite3_column_int64(s, 0);
+        t.try_no = (uint32_t)sqlite3_column_int64(s, 1);
+        t.at_ms = (uint64_t)sqlite3_column_int64(s, 2);
+        for (int i = 0; i < 8; i++)
+            v[i] = (uint32_t)sqlite3_column_int64(s, 3 + i);
+        txt = sqlite3_column_text(s, 11);
+        snprintf(t.outcome, sizeof t.outcome, "%s", txt ? (const char *)txt : "");
+        if (fn(ctx, &t))
+            break;
+    }
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        e = store_err(st, rc, "read secagg tries");
     sqlite3_reset(s);
     return e;
 }

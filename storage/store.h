@@ -33,6 +33,12 @@
  *       DP-SGD's releases at this site, one row each (a round trained
  *       again is charged again), the accountant's whole state;
  *       rounds.epsilon (NULL: no DP).
+ *   v5  secagg_tries(id PK, round, try, at_ms, sampled, keyed, k, t, shared,
+ *       masked, signed, unmasked, outcome): secure aggregation's tries at an
+ *       aggregator, one row each, with how many clients were at each stage
+ *       and the outcome ("" committed, else why it failed closed). Each
+ *       client's fate and its signed masked input are its contributions
+ *       row (reason "" in the sum, "secagg: ..." where it dropped).
  * Older files are migrated forward at a read-write open. A read-only open
  * takes files from FED_STORE_SCHEMA_READ_MIN on as they are (a v2 file's
  * rounds read with lr 0, a v3 file's with epsilon 0 and no charges), so `fednode status` reads an old node's database
@@ -55,7 +61,7 @@
 #include "core/err.h"
 
 #define FED_STORE_APP_ID 0x4645444Eu /* "FEDN" */
-#define FED_STORE_SCHEMA_VERSION 4
+#define FED_STORE_SCHEMA_VERSION 5
 #define FED_STORE_SCHEMA_READ_MIN 2 /* the oldest a read-only open takes */
 #define FED_STORE_PAGE_SIZE 65536
 #define FED_STORE_CHUNK_BYTES (16u << 20) /* checkpoint bytes per chunk row */
@@ -203,6 +209,23 @@ FED_WUR fed_err fed_store_put_dp_charge(fed_store *st, const fed_store_dp_charge
 /* fn for every charge in the order made; nonzero stops with FED_OK. */
 typedef int (*fed_store_dp_fn)(void *ctx, const fed_store_dp_charge *c);
 FED_WUR fed_err fed_store_each_dp_charge(fed_store *st, fed_store_dp_fn fn, void *ctx);
+
+/* ---- secure aggregation's tries (aggregator) ---- */
+typedef struct fed_store_secagg_try {
+    uint64_t round;
+    uint32_t try_no;
+    uint64_t at_ms;   /* wall clock at its end */
+    /* clients: sampled, in the key list, k and t, and at each later stage */
+    uint32_t sampled, keyed, k, t, shared, masked, signed_, unmasked;
+    char outcome[160]; /* "" committed; else why it failed closed */
+} fed_store_secagg_try;
+
+FED_WUR fed_err fed_store_put_secagg_try(fed_store *st, const fed_store_secagg_try *t);
+typedef int (*fed_store_secagg_fn)(void *ctx, const fed_store_secagg_try *t);
+/* fn for each try of rounds >= from_round, in the order written; nonzero
+ * stops with FED_OK. None from a file before v5. */
+FED_WUR fed_err fed_store_each_secagg_try(fed_store *st, uint64_t from_round,
+                                          fed_store_secagg_fn fn, void *ctx);
 
 /* ---- contributions ---- */
 #define FED_STORE_HEADER_MAX 1024

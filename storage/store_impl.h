@@ -23,6 +23,8 @@ typedef enum store_stmt_id {
     SQ_ROUND_LAST_V3,
     SQ_DP_PUT,
     SQ_DP_EACH,
+    SQ_SA_PUT,
+    SQ_SA_EACH,
     SQ_CONTRIB_PUT,
     SQ_CONTRIB_EACH,
     SQ_PEER_PUT,

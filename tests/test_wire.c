@@ -149,6 +149,14 @@ static void sample_block(uint8_t type, fed_wire_block *b)
         b->in_row = 5;
         memset(b->result_hash, 0x5c, sizeof b->result_hash);
         break;
+    case FED_WIRE_SA_KEYS:
+    case FED_WIRE_SA_SHARES:
+    case FED_WIRE_SA_MASKED:
+    case FED_WIRE_SA_CONSIST:
+    case FED_WIRE_SA_UNMASK:
+        b->sa_try = type;
+        b->sa_count = 1000u + type;
+        break;
     }
 }
 
@@ -281,6 +289,8 @@ static void test_blocks_roundtrip(void **state)
         uint8_t buf[FED_WIRE_BLOCK_MAX + 8];
         size_t len = 0, used = 0;
 
+        if (!FED_WIRE_TYPE_KNOWN(t))
+            continue;
         sample_block(t, &b);
         assert_int_equal(fed_wire_block_encode(t, &b, buf, sizeof buf, &len), FED_OK);
         assert_int_equal(len, fed_wire_block_size(t));
@@ -294,7 +304,7 @@ static void test_blocks_roundtrip(void **state)
 }
 
 /* The all-reduce pair, 17 and 18: known types, their blocks round-trip;
- * 11 and 19 are not known. */
+ * 16 and 19 are not known. */
 static void test_ar_types(void **state)
 {
     static const uint8_t types[] = {FED_WIRE_AR_ABORT, FED_WIRE_AR_VERIFY};
@@ -320,8 +330,10 @@ static void test_ar_types(void **state)
             assert_int_equal(fed_wire_block_decode(t, buf, len, &g, &used), FED_ERR_PAYLOAD);
         }
     }
-    assert_false(FED_WIRE_TYPE_KNOWN(11));
+    assert_false(FED_WIRE_TYPE_KNOWN(16));
     assert_false(FED_WIRE_TYPE_KNOWN(19));
+    assert_string_equal(fed_wire_type_name(16), "?");
+    assert_string_equal(fed_wire_type_name(FED_WIRE_SA_UNMASK), "SA_UNMASK");
     assert_string_equal(fed_wire_type_name(FED_WIRE_AR_VERIFY), "AR_VERIFY");
 }
 
@@ -335,6 +347,50 @@ static void expect_block_bad(uint8_t type, void (*spoil)(uint8_t *buf))
     assert_int_equal(fed_wire_block_encode(type, &b, buf, sizeof buf, &len), FED_OK);
     spoil(buf);
     assert_int_equal(fed_wire_block_decode(type, buf, len, &g, &used), FED_ERR_PAYLOAD);
+}
+
+static void spoil_sa_reserved(uint8_t *b) { b[12] = 1; }
+
+/* Secure aggregation's blocks: reserved bytes refused; MODEL field 12
+ * back as it went when on, marked required, and all zero when off. */
+static void test_secagg_blocks(void **state)
+{
+    fed_wire_block b, g;
+    uint8_t buf[FED_WIRE_BLOCK_MAX + 64];
+    size_t len = 0, used = 0, at;
+
+    (void)state;
+    for (uint8_t t = FED_WIRE_SA_KEYS; t <= FED_WIRE_SA_UNMASK; t++)
+        expect_block_bad(t, spoil_sa_reserved);
+    sample_block(FED_WIRE_MODEL, &b);
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
+    at = len - 36; /* field 12's head */
+    assert_memory_equal(buf + at, "\x0c\x00\x00\x00\x1c\x00\x00\x00\x00\x00\x00\x00", 12);
+    b.settings.sa_on = 1;
+    b.settings.sa_try = 2;
+    b.settings.sa_bits = 20;
+    b.settings.sa_range = 4;
+    b.settings.sa_clip = 1.5f;
+    b.settings.sa_max_weight = 1000;
+    b.settings.sa_dropout = 0.1f;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
+    assert_int_equal(len, FED_WIRE_MODEL_BLOCK_BYTES);
+    assert_memory_equal(buf + at, "\x0c\x00\x01\x00\x1c\x00\x00\x00\x01\x00\x00\x00", 12);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_OK);
+    assert_memory_equal(&g, &b, sizeof b);
+    /* out of range: refused */
+    b.settings.sa_bits = 33;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+    b.settings.sa_bits = 20;
+    b.settings.sa_dropout = 1;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+    /* values without "on": refused */
+    b.settings.sa_dropout = 0.1f;
+    b.settings.sa_on = 0;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
 }
 
 static void spoil_hello_role(uint8_t *b) { b[0] = 9; }
@@ -507,7 +563,7 @@ static void test_settings_dp_field(void **state)
     (void)state;
     sample_block(FED_WIRE_MODEL, &b);
     assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
-    at = len - 20; /* the last field's head */
+    at = len - 20 - 36; /* its head (secure aggregation's field follows) */
     assert_memory_equal(buf + at, "\x0b\x00\x00\x00\x0c\x00\x00\x00", 8);
     b.settings.dp_flags = FED_WIRE_DP_REQUIRED;
     b.settings.dp_clip = 1.5f;
@@ -517,11 +573,11 @@ static void test_settings_dp_field(void **state)
     assert_memory_equal(buf + at, "\x0b\x00\x01\x00\x0c\x00\x00\x00\x01\x00\x00\x00", 12);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_OK);
     assert_memory_equal(&g, &b, sizeof b);
-    /* a block without it (S 20 shorter): decodes, nothing required */
-    buf[8] = (uint8_t)(len - 12 - 20);
-    buf[9] = (uint8_t)((len - 12 - 20) >> 8);
+    /* a block without it nor field 12 (S 56 shorter): decodes, nothing required */
+    buf[8] = (uint8_t)(len - 12 - 56);
+    buf[9] = (uint8_t)((len - 12 - 56) >> 8);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_OK);
-    assert_int_equal(used, len - 20);
+    assert_int_equal(used, len - 56);
     assert_int_equal(g.settings.dp_flags, 0);
     /* required with a clip of 0, or values without the flag: refused */
     b.settings.dp_clip = 0;
@@ -543,7 +599,7 @@ static void test_settings_unknown_fields(void **state)
     sample_block(FED_WIRE_MODEL, &b);
     /* unknown, not required, between known ones and at the end: skipped */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 12, 0, "abc", 3);
+    n = field(f, 13, 0, "abc", 3);
     len = splice(buf, len, len, f, n);
     n = field(f, 0x7fff, 0, "", 0);
     len = splice(buf, len, len, f, n);
@@ -552,11 +608,11 @@ static void test_settings_unknown_fields(void **state)
     assert_memory_equal(&g, &b, sizeof b);
     /* the same field marked required: refused, and its tag said */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 12, FED_WIRE_FIELD_REQUIRED, "abc", 3);
+    n = field(f, 13, FED_WIRE_FIELD_REQUIRED, "abc", 3);
     len = splice(buf, len, len, f, n);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used),
                      FED_ERR_FIELD_REQUIRED);
-    assert_int_equal(g.refused_tag, 12);
+    assert_int_equal(g.refused_tag, 13);
     assert_int_equal(used, 0);
 }
 
@@ -575,12 +631,12 @@ static void test_settings_malformed(void **state)
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len - 1, &g, &used),
                      FED_ERR_PAYLOAD);
     /* a truncated field head at the end of S */
-    n = field(f, 12, 0, "", 0);
+    n = field(f, 13, 0, "", 0);
     len = splice(buf, len, len, f, 4);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
     /* an unknown field's length past S (overlong) */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 12, 0, "abcd", 4);
+    n = field(f, 13, 0, "abcd", 4);
     f[4] = 5;
     len = splice(buf, len, len, f, n);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len + 8, &g, &used),
@@ -592,13 +648,13 @@ static void test_settings_malformed(void **state)
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
     /* an unknown field twice */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 12, 0, "ab", 2);
+    n = field(f, 13, 0, "ab", 2);
     len = splice(buf, len, len, f, n);
     len = splice(buf, len, len, f, n);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
     /* out of tag order */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 12, 0, "ab", 2);
+    n = field(f, 13, 0, "ab", 2);
     len = splice(buf, len, M_EPOCHS, f, n);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
     /* a known field of another length (the optimizer in 2 bytes) */
@@ -617,7 +673,7 @@ static void test_settings_malformed(void **state)
         uint32_t S = FED_WIRE_SETTINGS_MAX + 4;
 
         len = model_bytes(big, sizeof big);
-        big[len] = 12; /* an unknown, optional field filling the rest */
+        big[len] = 13; /* an unknown, optional field filling the rest */
         big[len + 4] = (uint8_t)(S - (len - 12) - 8);
         big[len + 5] = (uint8_t)((S - (len - 12) - 8) >> 8);
         big[8] = (uint8_t)S, big[9] = (uint8_t)(S >> 8);
@@ -651,6 +707,8 @@ static void test_every_type_roundtrip(void **state)
         fed_wire_msg m;
         float y[64];
 
+        if (!FED_WIRE_TYPE_KNOWN(t))
+            continue;
         if (t == FED_WIRE_MODEL || t == FED_WIRE_DELTA || t == FED_WIRE_SHARE ||
             t == FED_WIRE_SLICE) {
             assert_int_equal(fed_codec_encode(&c32, x, 64, NULL, vec, sizeof vec, &vlen), FED_OK);
@@ -1108,6 +1166,7 @@ int main(void)
         cmocka_unit_test(test_settings_fields_roundtrip),
         cmocka_unit_test(test_settings_unknown_fields),
         cmocka_unit_test(test_settings_dp_field),
+        cmocka_unit_test(test_secagg_blocks),
         cmocka_unit_test(test_settings_malformed),
         cmocka_unit_test(test_every_type_roundtrip),
         cmocka_unit_test(test_frames_are_deterministic_per_seed),

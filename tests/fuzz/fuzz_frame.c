@@ -289,6 +289,8 @@ int main(int argc, char **argv)
         uint8_t vec[16 + 300 * 8];
         size_t vlen = 0, len = 0;
 
+        if (!FED_WIRE_TYPE_KNOWN(t))
+            continue;
         memset(&b, 0, sizeof b);
         hdr_for(&h, t, t);
         if (t == FED_WIRE_HELLO)

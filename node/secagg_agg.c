@@ -1,0 +1,910 @@
+/* secagg_agg.c - the aggregator's side of secure aggregation inside one
+ * synchronous round: it holds each stage's requests until the stage's
+ * inputs are in or its deadline passes, answers them (the key list, each
+ * client's sealed shares, the survivors, their signatures), sums the masked
+ * inputs, rebuilds from t shares each survivor's self seed and each dropped
+ * client's mask key, removes the masks and checks the sum's range. It never
+ * holds a client's unmasked vector; a secret with fewer than t live holders
+ * fails the round closed (no partial sum), and the round runs again with
+ * a fresh try. */
+#include <math.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/bytes.h"
+#include "core/log.h"
+#include "node/aggregator_impl.h"
+#include "node/secagg_impl.h"
+#include "node/secagg_msg.h"
+#include "secagg/graph.h"
+#include "secagg/quant.h"
+
+enum { SA_NONE = 0, SA_KEYS, SA_SHARES, SA_MASKED, SA_CONSIST, SA_UNMASK, SA_DONE };
+
+static const char *const stage_name[] = {"", "keys", "shares", "masked input", "consistency",
+                                         "unmasking", "done"};
+
+typedef struct sa_member {
+    int stage_in;           /* the last stage whose input it gave (0: none) */
+    int idx;                /* its index in the key list; -1: not in it */
+    sa_key_entry ke;
+    uint8_t *shares;        /* its SHARES request's vector (count entries) */
+    uint32_t nshares;
+    uint32_t *masked;       /* (words) its masked input */
+    uint8_t surv_sig[64];
+    sa_unmask_entry *unmask;
+    uint32_t nunmask;
+    fed_req *held;          /* its request of the running stage, held */
+    fed_wire_hdr held_hdr;
+} sa_member;
+
+struct node_sa_agg {
+    int stage;
+    uint64_t round;         /* the round of try_no */
+    uint32_t try_no;
+    fed_secagg_ctx ctx;
+    fed_secagg_quant q;
+    sa_member *m;           /* (nm) by part index */
+    size_t nm;
+    uint32_t n1;            /* clients in the key list */
+    uint32_t *part_of;      /* (n1) list index -> part index */
+    uint8_t *list;          /* the KEYS answer (n1 entries) */
+    uint8_t seed[32];       /* graph seed */
+    fed_secagg_graph *g;
+    uint32_t k, t;
+    uint8_t *u2, *u3, *u4;  /* (n1) flags */
+    size_t words;           /* nparams + 1 */
+    uint32_t *sum;          /* (words) */
+    float *mean;            /* (nparams) the unmasked mean */
+    double weight;
+};
+
+/* ---- configuration ---- */
+
+const char *fed_node_sa_agg_misfit(const fed_node_config *c, size_t nparams, size_t max_clients)
+{
+    static const char *const robust[] = {"median", "trimmed", "krum", "bulyan"};
+    fed_secagg_quant q = {.clip_norm = 0, .range = c->secagg_range, .bits = c->secagg_bits};
+    size_t frame = fed_wire_frame_bytes(16 + (nparams + 1) * 4);
+    size_t max_frame = c->wire.max_frame ? c->wire.max_frame : FED_WIRE_MAX_FRAME_DEFAULT;
+
+    if (c->async_k)
+        return "--secagg needs synchronous rounds: async (FedBuff) merges deltas one by one, "
+               "which masking hides; use --mode sync";
+    for (size_t i = 0; i < sizeof robust / sizeof *robust; i++)
+        if (strstr(c->strategy, robust[i]))
+            return "--secagg hides individual updates, which median, trimmed mean, Krum and "
+                   "Bulyan need; use fedavg, fedavgm, fedadam, fedyogi or fedadagrad (with "
+                   "clip:NORM+ if you want a bound)";
+    if (strcmp(c->codec, "f32") != 0)
+        return "--secagg quantizes deltas itself (--secagg-bits); the f16, q8 and top-k codecs "
+               "do not apply: use --codec f32";
+    if (fed_secagg_quant_check(&q, (uint32_t)(max_clients < 65535 ? max_clients : 65535), NULL,
+                               0) != FED_OK)
+        return "--secagg: clients x (2^secagg-bits - 1) must stay below 2^32: lower "
+               "--secagg-bits or the number of clients a round takes";
+    if (frame > max_frame)
+        return "--secagg: a masked vector must fit one frame: raise --max-frame or use a "
+               "smaller model";
+    if (max_clients > SA_MAX_CLIENTS)
+        return "--secagg: at most 4096 clients a round";
+    return NULL;
+}
+
+fed_err fed_node_sa_agg_new(fed_node *n, node_sa_agg **out)
+{
+    node_sa_agg *s = fed_calloc(1, sizeof *s);
+    size_t mc = (size_t)n->agg->max_clients;
+
+    *out = NULL;
+    if (!s)
+        return FED_ERR_NOMEM;
+    s->words = n->agg->nparams + 1;
+    s->m = fed_calloc(mc, sizeof *s->m);
+    s->mean = fed_malloc(n->agg->nparams * sizeof(float) + 1);
+    s->sum = fed_malloc(s->words * sizeof(uint32_t));
+    if (!s->m || !s->mean || !s->sum) {
+        fed_free(s->m);
+        fed_free(s->mean);
+        fed_free(s->sum);
+        fed_free(s);
+        return FED_ERR_NOMEM;
+    }
+    s->q.range = n->cfg.secagg_range;
+    s->q.bits = n->cfg.secagg_bits;
+    *out = s;
+    return FED_OK;
+}
+
+static void member_clear(sa_member *m)
+{
+    fed_free(m->shares);
+    fed_free(m->masked);
+    if (m->unmask) {
+        for (uint32_t i = 0; i < m->nunmask; i++)
+            fed_secagg_share_wipe(&m->unmask[i].share, 1);
+        fed_free(m->unmask);
+    }
+    memset(m, 0, sizeof *m);
+    m->idx = -1;
+}
+
+/* Everything of the try, held requests forgotten (the caller answered
+ * them, or they belong to a transport that is gone). */
+static void try_clear(node_sa_agg *s)
+{
+    for (size_t i = 0; i < s->nm; i++)
+        member_clear(&s->m[i]);
+    s->nm = 0;
+    fed_free(s->part_of);
+    fed_free(s->list);
+    fed_free(s->u2);
+    fed_free(s->u3);
+    fed_free(s->u4);
+    s->part_of = NULL;
+    s->list = NULL;
+    s->u2 = s->u3 = s->u4 = NULL;
+    fed_secagg_graph_free(s->g);
+    s->g = NULL;
+    s->n1 = s->k = s->t = 0;
+    s->stage = SA_NONE;
+}
+
+void fed_node_sa_agg_free(fed_node *n, node_sa_agg *s)
+{
+    (void)n;
+    if (!s)
+        return;
+    try_clear(s);
+    fed_free(s->m);
+    fed_free(s->mean);
+    fed_free(s->sum);
+    fed_free(s);
+}
+
+void fed_node_sa_agg_end(fed_node *n)
+{
+    node_sa_agg *s = n->agg->sa;
+
+    if (!s)
+        return;
+    for (size_t i = 0; i < s->nm; i++)
+        fed_node_refuse(n, s->m[i].held);
+    try_clear(s);
+    (void)n->env.cancel_timer(n->env.self, NODE_TIMER_STAGE);
+}
+
+/* The L2 clip of a "clip:NORM+..." strategy (model/merge.h), 0 without:
+ * under secure aggregation each client applies it to its own delta, where
+ * the aggregator could only clip the mean. */
+static float strategy_clip(const char *spec)
+{
+    double v;
+
+    if (strncmp(spec, "clip:", 5) != 0 || sscanf(spec + 5, "%lf", &v) != 1 || !(v > 0) ||
+        !isfinite(v))
+        return 0;
+    return (float)v;
+}
+
+void fed_node_sa_agg_settings(const fed_node *n, uint64_t round, fed_wire_settings *st)
+{
+    const node_sa_agg *s = n->agg->sa;
+
+    st->sa_on = 1;
+    st->sa_try = s && s->round == round ? s->try_no : 0;
+    st->sa_bits = n->cfg.secagg_bits;
+    st->sa_range = (float)n->cfg.secagg_range;
+    st->sa_clip = strategy_clip(n->cfg.strategy);
+    st->sa_max_weight = (float)n->cfg.secagg_max_weight;
+    st->sa_dropout = (float)n->cfg.secagg_dropout;
+}
+
+int fed_node_sa_agg_keys_closed(const node_sa_agg *s) { return s->stage > SA_KEYS; }
+
+const float *fed_node_sa_agg_mean(const node_sa_agg *s, double *weight)
+{
+    *weight = s->weight;
+    return s->mean;
+}
+
+const char *fed_node_sa_agg_fate(const node_sa_agg *s, size_t i)
+{
+    static const char *const fate[] = {
+        "secagg: no keys", "secagg: dropped before sharing", "secagg: dropped after sharing",
+        "secagg: dropped after its masked input", "secagg: dropped before unmasking", ""};
+    int st;
+
+    if (!s || i >= s->nm)
+        return "missing";
+    st = s->m[i].stage_in;
+    if (s->stage != SA_DONE && s->stage != SA_NONE && st >= s->stage)
+        return "secagg: try failed closed";
+    return fate[st < 0 ? 0 : st > 5 ? 5 : st];
+}
+
+static fed_err arm_stage(fed_node *n, uint64_t ms)
+{
+    return fed_node_arm_in(n, ms, NODE_TIMER_STAGE);
+}
+
+fed_err fed_node_sa_agg_begin(fed_node *n)
+{
+    node_agg *a = n->agg;
+    node_sa_agg *s = a->sa;
+
+    fed_node_sa_agg_end(n);
+    if (s->round != n->round + 1) {
+        s->round = n->round + 1;
+        s->try_no = 0;
+    } else {
+        s->try_no++;
+    }
+    memcpy(s->ctx.agg_pk, n->key, 32);
+    s->ctx.epoch = fed_wire_epoch(n->wire);
+    s->ctx.round = s->round;
+    s->ctx.try_no = s->try_no;
+    s->nm = a->nparts;
+    for (size_t i = 0; i < s->nm; i++)
+        s->m[i].idx = -1;
+    s->stage = SA_KEYS;
+    fed_log(FED_LOG_INFO, "secagg: round %llu try %u: %zu clients, stage keys",
+            (unsigned long long)s->round, s->try_no, s->nm);
+    return arm_stage(n, n->cfg.secagg_stage_ms);
+}
+
+/* ---- answers ---- */
+
+static fed_err answer(fed_node *n, sa_member *m, uint8_t type, uint32_t count, const uint8_t *vec,
+                      size_t len)
+{
+    node_sa_agg *s = n->agg->sa;
+    fed_req *req = m->held;
+    fed_wire_hdr h;
+    fed_wire_block b;
+    fed_err e;
+
+    m->held = NULL;
+    if (!req)
+        return FED_OK;
+    e = fed_node_header(n, type, m->held_hdr.sender, s->round, m->held_hdr.sender_epoch,
+                        FED_CODEC_NONE, &h);
+    if (e != FED_OK) {
+        fed_node_refuse(n, req);
+        return e;
+    }
+    memset(&b, 0, sizeof b);
+    b.sa_try = s->try_no;
+    b.sa_count = count;
+    if (n->cfg.sa_tamper) { /* the simulator's cheating aggregator: a copy */
+        uint8_t *cp = fed_malloc(len + 1);
+
+        if (!cp) {
+            fed_node_refuse(n, req);
+            return FED_ERR_NOMEM;
+        }
+        size_t clen = len;
+
+        memcpy(cp, vec, len);
+        n->cfg.sa_tamper(n->cfg.sa_tamper_ctx, 0, type, h.recipient, cp, &clen, &b.sa_count);
+        e = fed_node_emit(n, req, &h, &b, cp, clen <= len ? clen : len);
+        fed_free(cp);
+        return e;
+    }
+    return fed_node_emit(n, req, &h, &b, vec, len);
+}
+
+/* The SHARES answer of list index j: the U2 flags, then what U2 sealed
+ * for j, in sender order. */
+static fed_err answer_inbox(fed_node *n, sa_member *m)
+{
+    node_sa_agg *s = n->agg->sa;
+    size_t cap = 4 + s->n1 + (size_t)s->k * SA_SEALED_ENTRY_BYTES, at;
+    uint8_t *v = fed_malloc(cap);
+    uint32_t count = 0;
+    fed_err e;
+
+    if (!v)
+        return FED_ERR_NOMEM;
+    fed_put_u32le(v, s->n1);
+    memcpy(v + 4, s->u2, s->n1);
+    at = 4 + s->n1;
+    for (uint32_t i = 0; i < s->n1; i++) {
+        const sa_member *o = &s->m[s->part_of[i]];
+
+        if (!s->u2[i])
+            continue;
+        for (uint32_t j = 0; j < o->nshares; j++) {
+            const uint8_t *p = o->shares + (size_t)j * SA_SEALED_ENTRY_BYTES;
+
+            if (fed_get_u32le(p) != (uint32_t)m->idx || at + SA_SEALED_ENTRY_BYTES > cap)
+                continue;
+            fed_put_u32le(v + at, i);
+            memcpy(v + at + 4, p + 4, FED_SECAGG_SEALED_BYTES);
+            at += SA_SEALED_ENTRY_BYTES;
+            count++;
+        }
+    }
+    e = answer(n, m, FED_WIRE_SA_SHARES, count, v, at);
+    fed_free(v);
+    return e;
+}
+
+static fed_err answer_sigs(fed_node *n, sa_member *m)
+{
+    node_sa_agg *s = n->agg->sa;
+    uint8_t *v = fed_malloc((size_t)s->n1 * SA_SIG_ENTRY_BYTES + 1);
+    uint32_t count = 0;
+    fed_err e;
+
+    if (!v)
+        return FED_ERR_NOMEM;
+    for (uint32_t i = 0; i < s->n1; i++) {
+        if (!s->u4[i])
+            continue;
+        fed_put_u32le(v + (size_t)count * SA_SIG_ENTRY_BYTES, i);
+        memcpy(v + (size_t)count * SA_SIG_ENTRY_BYTES + 4, s->m[s->part_of[i]].surv_sig, 64);
+        count++;
+    }
+    e = answer(n, m, FED_WIRE_SA_CONSIST, count, v, (size_t)count * SA_SIG_ENTRY_BYTES);
+    fed_free(v);
+    return e;
+}
+
+/* The answer of stage st to member m (held), which is past it. */
+static fed_err answer_stage(fed_node *n, sa_member *m, int st)
+{
+    node_sa_agg *s = n->agg->sa;
+
+    switch (st) {
+    case SA_KEYS:
+        return answer(n, m, FED_WIRE_SA_KEYS, s->n1, s->list, (size_t)s->n1 * SA_KEY_ENTRY_BYTES);
+    case SA_SHARES: return answer_inbox(n, m);
+    case SA_MASKED: return answer(n, m, FED_WIRE_SA_MASKED, s->n1, s->u3, s->n1);
+    case SA_CONSIST: return answer_sigs(n, m);
+    default: return FED_OK;
+    }
+}
+
+/* ---- the record ---- */
+
+static uint32_t count_flags(const uint8_t *f, uint32_t n);
+
+void fed_node_sa_agg_row(const fed_node *n, fed_store_secagg_try *t, const char *outcome)
+{
+    const node_sa_agg *s = n->agg->sa;
+
+    memset(t, 0, sizeof *t);
+    t->round = s->round;
+    t->try_no = s->try_no;
+    t->at_ms = fed_node_wall_ms(n);
+    t->sampled = (uint32_t)s->nm;
+    t->keyed = s->n1;
+    t->k = s->k;
+    t->t = s->t;
+    if (s->u2) {
+        t->shared = count_flags(s->u2, s->n1);
+        t->masked = count_flags(s->u3, s->n1);
+        t->signed_ = count_flags(s->u4, s->n1);
+    }
+    for (size_t i = 0; i < s->nm; i++)
+        t->unmasked += s->m[i].stage_in >= SA_UNMASK;
+    snprintf(t->outcome, sizeof t->outcome, "%s", outcome);
+}
+
+/* ---- failing closed ---- */
+
+/* The try fails: every held request is told, nothing of it is kept, and
+ * the round starts again (fresh keys: try + 1) with whoever asks. */
+static fed_err fail(fed_node *n, const char *why)
+{
+    node_agg *a = n->agg;
+    node_sa_agg *s = a->sa;
+
+    fed_store_secagg_try row;
+    char outcome[160];
+    fed_err e;
+
+    fed_log(FED_LOG_WARN, "secagg: round %llu try %u failed closed at stage %s: %s; no sum "
+            "released, the round runs again with fresh keys",
+            (unsigned long long)s->round, s->try_no, stage_name[s->stage], why);
+    snprintf(outcome, sizeof outcome, "failed at %s: %s", stage_name[s->stage], why);
+    fed_node_sa_agg_row(n, &row, outcome);
+    if ((e = fed_store_put_secagg_try(n->cfg.store, &row)) != FED_OK)
+        fed_log(FED_LOG_WARN, "secagg: recording the failed try: %s", fed_strerror(e));
+    for (size_t i = 0; i < s->nm; i++) {
+        sa_member *m = &s->m[i];
+
+        if (m->held) {
+            (void)fed_node_ack(n, m->held, &m->held_hdr, FED_ERR_SA_FAILED, 0);
+            m->held = NULL;
+        }
+    }
+    fed_node_agg_abandon_round(n);
+    return FED_ERR_SA_FAILED;
+}
+
+/* ---- stage ends ---- */
+
+static uint32_t count_flags(const uint8_t *f, uint32_t n)
+{
+    uint32_t c = 0;
+
+    for (uint32_t i = 0; i < n; i++)
+        c += f[i];
+    return c;
+}
+
+static fed_err end_keys(fed_node *n)
+{
+    node_sa_agg *s = n->agg->sa;
+    uint32_t n1 = 0;
+    double pf = 0;
+    fed_err e;
+
+    for (size_t i = 0; i < s->nm; i++)
+        n1 += s->m[i].stage_in >= SA_KEYS;
+    if (n1 < 2 || n1 < n->cfg.min_clients)
+        return fail(n, "too few clients sent keys");
+    if (!(s->part_of = fed_malloc(n1 * sizeof *s->part_of)) ||
+        !(s->list = fed_malloc((size_t)n1 * SA_KEY_ENTRY_BYTES)) || !(s->u2 = fed_calloc(n1, 1)) ||
+        !(s->u3 = fed_calloc(n1, 1)) || !(s->u4 = fed_calloc(n1, 1)))
+        return FED_ERR_NOMEM;
+    s->n1 = 0;
+    for (size_t i = 0; i < s->nm; i++) { /* parts are in key order: so is the list */
+        if (s->m[i].stage_in < SA_KEYS)
+            continue;
+        s->m[i].idx = (int)s->n1;
+        s->part_of[s->n1] = (uint32_t)i;
+        sa_put_key_entry(s->list + (size_t)s->n1 * SA_KEY_ENTRY_BYTES, &s->m[i].ke);
+        s->n1++;
+    }
+    if ((e = fed_secagg_degree(n1, n->cfg.secagg_dropout, &s->k, &s->t, &pf)) != FED_OK)
+        return fail(n, "no degree for this many clients");
+    fed_secagg_graph_seed(s->list, (size_t)n1 * SA_KEY_ENTRY_BYTES, s->seed);
+    if ((e = fed_secagg_graph_new(s->seed, n1, s->k, &s->g)) != FED_OK)
+        return fail(n, fed_strerror(e));
+    fed_log(FED_LOG_INFO, "secagg: round %llu: %u clients in the key list, k %u, t %u "
+            "(fails for lack of shares with probability <= %.2g at dropout %.2f)",
+            (unsigned long long)s->round, n1, s->k, s->t, pf, n->cfg.secagg_dropout);
+    s->stage = SA_SHARES;
+    for (size_t i = 0; i < s->nm; i++)
+        if (s->m[i].held)
+            (void)answer_stage(n, &s->m[i], SA_KEYS);
+    return arm_stage(n, n->cfg.secagg_stage_ms);
+}
+
+static fed_err end_shares(fed_node *n)
+{
+    node_sa_agg *s = n->agg->sa;
+    uint32_t n2;
+
+    for (uint32_t i = 0; i < s->n1; i++)
+        s->u2[i] = s->m[s->part_of[i]].stage_in >= SA_SHARES;
+    n2 = count_flags(s->u2, s->n1);
+    if (n2 < 2 || n2 < n->cfg.min_clients)
+        return fail(n, "too few clients shared");
+    s->stage = SA_MASKED;
+    for (size_t i = 0; i < s->nm; i++)
+        if (s->m[i].held)
+            (void)answer_stage(n, &s->m[i], SA_SHARES);
+    /* the masked input comes after training: the round's deadline */
+    return arm_stage(n, n->cfg.deadline_ms);
+}
+
+/* Every secret the unmasking needs has at least t holders in alive. */
+static int enough_holders(const node_sa_agg *s, const uint8_t *alive, uint32_t *short_of)
+{
+    for (uint32_t i = 0; i < s->n1; i++) {
+        if (!s->u2[i])
+            continue;
+        /* its holders: its neighbours in U2 (they hold its shares) and alive */
+        uint32_t c = 0;
+        const uint32_t *nb = fed_secagg_graph_neighbours(s->g, i);
+
+        for (uint32_t j = 0; j < s->k; j++)
+            c += s->u2[nb[j]] && alive[nb[j]];
+        if (c < s->t) {
+            *short_of = i;
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static fed_err end_masked(fed_node *n)
+{
+    node_sa_agg *s = n->agg->sa;
+    uint32_t n3, who = 0;
+    char why[96];
+
+    for (uint32_t i = 0; i < s->n1; i++)
+        s->u3[i] = s->u2[i] && s->m[s->part_of[i]].stage_in >= SA_MASKED;
+    n3 = count_flags(s->u3, s->n1);
+    if (n3 < 2 || n3 < n->cfg.min_clients)
+        return fail(n, "too few masked inputs");
+    if (!enough_holders(s, s->u3, &who)) {
+        snprintf(why, sizeof why, "client %u's secret has fewer than t = %u live holders", who,
+                 s->t);
+        return fail(n, why);
+    }
+    s->stage = SA_CONSIST;
+    for (size_t i = 0; i < s->nm; i++)
+        if (s->m[i].held)
+            (void)answer_stage(n, &s->m[i], SA_MASKED);
+    return arm_stage(n, n->cfg.secagg_stage_ms);
+}
+
+static fed_err end_consist(fed_node *n)
+{
+    node_sa_agg *s = n->agg->sa;
+    uint32_t who = 0;
+    char why[96];
+
+    for (uint32_t i = 0; i < s->n1; i++)
+        s->u4[i] = s->u3[i] && s->m[s->part_of[i]].stage_in >= SA_CONSIST;
+    if (!enough_holders(s, s->u4, &who)) {
+        snprintf(why, sizeof why, "client %u's secret has fewer than t = %u signed holders", who,
+                 s->t);
+        return fail(n, why);
+    }
+    s->stage = SA_UNMASK;
+    for (size_t i = 0; i < s->nm; i++)
+        if (s->m[i].held)
+            (void)answer_stage(n, &s->m[i], SA_CONSIST);
+    return arm_stage(n, n->cfg.secagg_stage_ms);
+}
+
+/* The secret of list index owner of kind from the revealed shares, into
+ * out (an arena slot's memory). FED_ERR_TOO_FEW: fewer than t. */
+static fed_err rebuild(node_sa_agg *s, uint32_t owner, uint8_t kind, fed_secagg_share *buf,
+                       uint8_t out[32])
+{
+    size_t m = 0;
+
+    for (uint32_t i = 0; i < s->n1; i++) {
+        const sa_member *h = &s->m[s->part_of[i]];
+
+        if (h->stage_in < SA_UNMASK)
+            continue;
+        for (uint32_t j = 0; j < h->nunmask; j++)
+            if (h->unmask[j].owner == owner && h->unmask[j].kind == kind)
+                buf[m++] = h->unmask[j].share;
+    }
+    if (m < s->t) {
+        fed_secagg_share_wipe(buf, m);
+        return FED_ERR_TOO_FEW;
+    }
+    fed_err e = fed_secagg_shamir_combine(buf, m, s->t, out);
+
+    fed_secagg_share_wipe(buf, m);
+    return e;
+}
+
+/* Sum, unmask, check, dequantize: the round's mean and weight. */
+static fed_err unmask(fed_node *n, char *why, size_t cap)
+{
+    node_agg *a = n->agg;
+    node_sa_agg *s = a->sa;
+    fed_crypto_arena *ar = n->cfg.arena;
+    fed_crypto_slot *slot = NULL;
+    fed_secagg_share *buf = fed_malloc(((size_t)s->k + 1) * sizeof *buf);
+    float *deq = NULL;
+    uint32_t m3 = count_flags(s->u3, s->n1);
+    uint64_t top = (uint64_t)m3 * ((s->q.bits >= 32 ? 0 : (UINT64_C(1) << s->q.bits)) - 1);
+    fed_err e = FED_OK;
+
+    if (!buf || !(deq = fed_malloc(s->words * sizeof *deq))) {
+        e = FED_ERR_NOMEM;
+        goto out;
+    }
+    if ((e = fed_crypto_slot_take(ar, &slot)) != FED_OK)
+        goto out;
+    memset(s->sum, 0, s->words * sizeof *s->sum);
+    for (uint32_t i = 0; i < s->n1; i++) {
+        const uint32_t *v = s->m[s->part_of[i]].masked;
+
+        if (!s->u3[i])
+            continue;
+        for (size_t w = 0; w < s->words; w++)
+            s->sum[w] += v[w];
+    }
+    for (uint32_t i = 0; i < s->n1 && e == FED_OK; i++) {
+        const sa_key_entry *ke = &s->m[s->part_of[i]].ke;
+        uint8_t *sec = fed_crypto_slot_mem(slot);
+
+        if (!s->u2[i])
+            continue;
+        if (s->u3[i]) { /* a survivor: its self mask goes */
+            if ((e = rebuild(s, i, SA_KIND_SELF, buf, sec)) != FED_OK) {
+                snprintf(why, cap, "client %u's self seed: %s", i, fed_strerror(e));
+                break;
+            }
+            e = fed_secagg_mask_self(ar, sec, ke->mask_pk, &s->ctx, -1, s->sum, s->words);
+        } else { /* dropped after sharing: its masks with the survivors go */
+            const uint32_t *nb = fed_secagg_graph_neighbours(s->g, i);
+
+            if ((e = rebuild(s, i, SA_KIND_KEY, buf, sec)) != FED_OK) {
+                snprintf(why, cap, "client %u's mask key: %s", i, fed_strerror(e));
+                break;
+            }
+            for (uint32_t j = 0; j < s->k && e == FED_OK; j++) {
+                const sa_key_entry *o = &s->m[s->part_of[nb[j]]].ke;
+
+                if (!s->u3[nb[j]])
+                    continue;
+                e = fed_secagg_mask_pair(ar, sec, ke->mask_pk, o->mask_pk, &s->ctx,
+                                         -fed_secagg_pair_sign(o->mask_pk, ke->mask_pk), s->sum,
+                                         s->words);
+            }
+        }
+        sodium_memzero(sec, 32);
+        if (e != FED_OK && !why[0])
+            snprintf(why, cap, "unmasking client %u: %s", i, fed_strerror(e));
+    }
+    if (e != FED_OK)
+        goto out;
+    for (size_t w = 0; w < s->words; w++)
+        if (s->sum[w] > top) {
+            snprintf(why, cap, "the sum's coordinate %zu (%u) is out of range (at most %llu): "
+                     "a client sent a bad input", w, s->sum[w], (unsigned long long)top);
+            e = FED_ERR_RANGE;
+            goto out;
+        }
+    if ((e = fed_secagg_dequantize(&s->q, s->sum, s->words, m3, deq)) != FED_OK)
+        goto out;
+    /* the weight coordinate carries 2 r w / W - r per client */
+    s->weight = ((double)deq[s->words - 1] + (double)m3 * s->q.range) / (2 * s->q.range);
+    if (!(s->weight > 0)) {
+        snprintf(why, cap, "the summed weight is %g", s->weight);
+        e = FED_ERR_RANGE;
+        goto out;
+    }
+    for (size_t w = 0; w + 1 < s->words; w++)
+        s->mean[w] = (float)((double)deq[w] / s->weight);
+    s->weight *= n->cfg.secagg_max_weight;
+out:
+    fed_crypto_slot_release(ar, slot);
+    if (buf)
+        fed_free(buf);
+    fed_free(deq);
+    return e;
+}
+
+static fed_err end_unmask(fed_node *n)
+{
+    node_agg *a = n->agg;
+    node_sa_agg *s = a->sa;
+    char why[160] = "";
+    fed_err e;
+
+    (void)n->env.cancel_timer(n->env.self, NODE_TIMER_STAGE);
+    s->stage = SA_DONE;
+    if ((e = unmask(n, why, sizeof why)) != FED_OK) {
+        s->stage = SA_UNMASK;
+        return fail(n, why[0] ? why : fed_strerror(e));
+    }
+    for (uint32_t i = 0; i < s->n1; i++)
+        if (s->u3[i])
+            a->parts[s->part_of[i]].got = 1;
+    fed_log(FED_LOG_INFO, "secagg: round %llu try %u unmasked: %u in the sum, %u dropped after "
+            "sharing", (unsigned long long)s->round, s->try_no, count_flags(s->u3, s->n1),
+            count_flags(s->u2, s->n1) - count_flags(s->u3, s->n1));
+    return fed_node_agg_close_round(n);
+}
+
+/* Ends the running stage when every input it waits for is in. */
+static fed_err maybe_end(fed_node *n, int timer)
+{
+    node_sa_agg *s = n->agg->sa;
+    size_t want = 0, got = 0;
+
+    for (size_t i = 0; i < s->nm; i++) {
+        const sa_member *m = &s->m[i];
+        int in_stage = s->stage == SA_KEYS ? 1
+                       : m->idx < 0        ? 0
+                       : s->stage == SA_SHARES ? 1
+                       : s->stage == SA_MASKED ? s->u2[m->idx]
+                       : s->stage == SA_CONSIST ? s->u3[m->idx]
+                                                : s->u4[m->idx];
+
+        want += in_stage != 0;
+        got += in_stage && m->stage_in >= s->stage;
+    }
+    if (!timer && got < want)
+        return FED_OK;
+    switch (s->stage) {
+    case SA_KEYS: return end_keys(n);
+    case SA_SHARES: return end_shares(n);
+    case SA_MASKED: return end_masked(n);
+    case SA_CONSIST: return end_consist(n);
+    case SA_UNMASK: return end_unmask(n);
+    default: return FED_OK;
+    }
+}
+
+fed_err fed_node_sa_agg_on_timer(fed_node *n)
+{
+    node_sa_agg *s = n->agg->sa;
+
+    if (!s || s->stage == SA_NONE || s->stage == SA_DONE || n->agg->state != AGG_RUNNING)
+        return FED_OK;
+    fed_log(FED_LOG_INFO, "secagg: round %llu stage %s deadline", (unsigned long long)s->round,
+            stage_name[s->stage]);
+    return maybe_end(n, 1);
+}
+
+/* ---- requests ---- */
+
+static int stage_of(uint8_t type) { return type - FED_WIRE_SA_KEYS + SA_KEYS; }
+
+static fed_err refuse(fed_node *n, node_open *op, fed_err why, fed_err status)
+{
+    fed_wire_note_reject(n->wire, &op->msg.hdr, why);
+    (void)fed_node_ack(n, op->req, &op->msg.hdr, status, 0);
+    op->req = NULL;
+    return why;
+}
+
+/* The stage's input from m: checked, kept. */
+static fed_err take(fed_node *n, sa_member *m, size_t part, const fed_wire_msg *msg)
+{
+    node_sa_agg *s = n->agg->sa;
+    const fed_wire_block *b = &msg->block;
+    fed_err e;
+
+    switch (msg->hdr.type) {
+    case FED_WIRE_SA_KEYS:
+        if ((e = sa_parse_keys_req(msg->vector, msg->vector_len, b->sa_count, m->ke.mask_pk,
+                                   m->ke.enc_pk, m->ke.sig)) != FED_OK)
+            return e;
+        memcpy(m->ke.id, n->agg->parts[part].key, 32);
+        if (!sa_keys_verify(m->ke.id, &s->ctx, m->ke.mask_pk, m->ke.enc_pk, m->ke.sig))
+            return FED_ERR_SA_KEYS;
+        return FED_OK;
+    case FED_WIRE_SA_SHARES: {
+        sa_sealed_entry *en;
+        const uint32_t *nb;
+
+        if (b->sa_count != s->k)
+            return FED_ERR_SA_SHARES;
+        if (!(en = fed_malloc((size_t)s->k * sizeof *en)))
+            return FED_ERR_NOMEM;
+        e = sa_parse_sealed(msg->vector, msg->vector_len, b->sa_count, s->n1, en);
+        nb = fed_secagg_graph_neighbours(s->g, (uint32_t)m->idx);
+        for (uint32_t j = 0; e == FED_OK && j < s->k; j++)
+            if (en[j].index != nb[j]) /* one pair for each neighbour, no other */
+                e = FED_ERR_SA_SHARES;
+        fed_free(en);
+        if (e != FED_OK)
+            return e;
+        if (!(m->shares = fed_malloc(msg->vector_len)))
+            return FED_ERR_NOMEM;
+        memcpy(m->shares, msg->vector, msg->vector_len);
+        m->nshares = b->sa_count;
+        return FED_OK;
+    }
+    case FED_WIRE_SA_MASKED: {
+        agg_part *p = &n->agg->parts[part];
+
+        if (b->sa_count != s->words || msg->vector_len != s->words * 4)
+            return FED_ERR_SA_MASKED;
+        if (!(m->masked = fed_malloc(s->words * sizeof *m->masked)))
+            return FED_ERR_NOMEM;
+        for (size_t w = 0; w < s->words; w++)
+            m->masked[w] = fed_get_u32le(msg->vector + 4 * w);
+        /* the signed masked input, for the record (contributions) */
+        memcpy(p->header, msg->header, FED_WIRE_HEADER_BYTES);
+        memcpy(p->digest, msg->digest, sizeof p->digest);
+        memcpy(p->sig, msg->sig, sizeof p->sig);
+        p->epoch = msg->hdr.sender_epoch;
+        p->base = msg->hdr.round;
+        return FED_OK;
+    }
+    case FED_WIRE_SA_CONSIST:
+        if (b->sa_count != 1 || msg->vector_len != 64)
+            return FED_ERR_SA_CONSIST;
+        if (!sa_survivors_verify(m->ke.id, &s->ctx, s->seed, s->u3, s->n1, msg->vector))
+            return FED_ERR_SA_CONSIST;
+        memcpy(m->surv_sig, msg->vector, 64);
+        return FED_OK;
+    case FED_WIRE_SA_UNMASK: {
+        sa_unmask_entry *en;
+
+        if (b->sa_count > s->k)
+            return FED_ERR_SA_UNMASK;
+        if (!(en = fed_calloc((size_t)b->sa_count + 1, sizeof *en)))
+            return FED_ERR_NOMEM;
+        e = sa_parse_unmask(msg->vector, msg->vector_len, b->sa_count, s->n1, en);
+        for (uint32_t j = 0; e == FED_OK && j < b->sa_count; j++) {
+            uint32_t o = en[j].owner;
+
+            /* only a neighbour's, only one that shared, only the kind its
+               fate calls for, carrying the holder's own x */
+            if (!fed_secagg_graph_has_edge(s->g, (uint32_t)m->idx, o) || !s->u2[o] ||
+                en[j].kind != (s->u3[o] ? SA_KIND_SELF : SA_KIND_KEY) ||
+                en[j].share.x != (uint32_t)m->idx + 1)
+                e = FED_ERR_SA_UNMASK;
+        }
+        if (e != FED_OK) {
+            for (uint32_t j = 0; j < b->sa_count; j++)
+                fed_secagg_share_wipe(&en[j].share, 1);
+            fed_free(en);
+            return e;
+        }
+        m->unmask = en;
+        m->nunmask = b->sa_count;
+        return FED_OK;
+    }
+    default: return FED_ERR_ROLE;
+    }
+}
+
+fed_err fed_node_sa_agg_on_msg(fed_node *n, node_open *op)
+{
+    node_agg *a = n->agg;
+    node_sa_agg *s = a->sa;
+    const fed_wire_msg *msg = &op->msg;
+    int st = stage_of(msg->hdr.type);
+    fed_err own = (fed_err)(FED_ERR_SA_KEYS + (st - SA_KEYS));
+    agg_part *p;
+    sa_member *m;
+    size_t part;
+    fed_err e;
+
+    /* the cheap checks first: secure rounds, this round and try, a part */
+    if (!s || a->state != AGG_RUNNING || msg->hdr.round != n->round + 1 ||
+        msg->block.sa_try != s->try_no || s->stage == SA_NONE)
+        return refuse(n, op, own, FED_ERR_LATE);
+    if (!(p = fed_node_agg_part_find(a, msg->hdr.sender)))
+        return refuse(n, op, own, FED_ERR_ROLE);
+    part = (size_t)(p - a->parts);
+    m = &s->m[part];
+    if (st > s->stage || (st > SA_KEYS && m->idx < 0))
+        return refuse(n, op, own, own); /* too early, or not in the list */
+    if (st < s->stage || m->stage_in >= st) {
+        /* a re-asked request: the same answer (or, once its stage is
+           over, the stage's answer at once) */
+        fed_node_refuse(n, m->held);
+        m->held = op->req;
+        m->held_hdr = msg->hdr;
+        op->req = NULL;
+        if (st == SA_UNMASK) {
+            fed_req *r = m->held;
+
+            m->held = NULL;
+            return fed_node_ack(n, r, &msg->hdr, FED_OK, FED_WIRE_ACK_DUPLICATE);
+        }
+        if (st < s->stage)
+            return answer_stage(n, m, st);
+        return FED_OK;
+    }
+    /* st == stage, its first input from m; those who should give it only */
+    if ((st == SA_MASKED && !s->u2[m->idx]) || (st == SA_CONSIST && !s->u3[m->idx]) ||
+        (st == SA_UNMASK && !s->u4[m->idx]))
+        return refuse(n, op, own, own);
+    if ((e = take(n, m, part, msg)) != FED_OK)
+        return refuse(n, op, e == FED_ERR_NOMEM ? e : own, e);
+    if (n->cfg.sa_tamper) {
+        size_t len = msg->vector_len;
+        uint32_t count = msg->block.sa_count;
+
+        n->cfg.sa_tamper(n->cfg.sa_tamper_ctx, 1, msg->hdr.type, msg->hdr.sender, msg->vector,
+                         &len, &count);
+    }
+    m->stage_in = st;
+    fed_node_refuse(n, m->held);
+    m->held_hdr = msg->hdr;
+    m->held = op->req;
+    op->req = NULL;
+    if (st == SA_UNMASK) { /* answered at once: nothing more comes to it */
+        fed_req *r = m->held;
+
+        m->held = NULL;
+        if ((e = fed_node_ack(n, r, &msg->hdr, FED_OK, 0)) != FED_OK)
+            return e;
+    }
+    return maybe_end(n, 0);
+}

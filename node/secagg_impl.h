@@ -1,0 +1,59 @@
+/* secagg_impl.h - what the aggregator and client roles call of secure
+ * aggregation's stages (node/secagg_agg.c, node/secagg_client.c). Not a
+ * public header. */
+#ifndef FED_NODE_SECAGG_IMPL_H
+#define FED_NODE_SECAGG_IMPL_H
+
+#include "node/node_impl.h"
+
+typedef struct node_sa_agg node_sa_agg;
+typedef struct node_sa_client node_sa_client;
+
+/* ---- secagg_agg.c ---- */
+/* Why cfg cannot run secure aggregation (NULL: it can): async, a robust
+ * strategy, a lossy codec, quantization that would wrap, a vector over one
+ * frame. */
+const char *fed_node_sa_agg_misfit(const fed_node_config *cfg, size_t nparams, size_t max_clients);
+FED_WUR fed_err fed_node_sa_agg_new(fed_node *n, node_sa_agg **out);
+void fed_node_sa_agg_free(fed_node *n, node_sa_agg *s);
+/* The round's parts are drawn (n->agg->parts): a fresh try begins. */
+FED_WUR fed_err fed_node_sa_agg_begin(fed_node *n);
+/* The MODEL's field 12 for round (its running try; 0 for a later round). */
+void fed_node_sa_agg_settings(const fed_node *n, uint64_t round, fed_wire_settings *s);
+/* 1 once the key list is drawn: a part that asks for its MODEL again is
+ * then out of this try. */
+int fed_node_sa_agg_keys_closed(const node_sa_agg *s);
+/* A stage's request (types FED_WIRE_SA_*). */
+FED_WUR fed_err fed_node_sa_agg_on_msg(fed_node *n, node_open *op);
+/* NODE_TIMER_STAGE fired. */
+FED_WUR fed_err fed_node_sa_agg_on_timer(fed_node *n);
+/* The unmasked mean and its weight (after the round's last stage). */
+const float *fed_node_sa_agg_mean(const node_sa_agg *s, double *weight);
+/* What the contributions table says of part i's secure aggregation
+ * (who dropped at which stage); "" for one in the sum. */
+const char *fed_node_sa_agg_fate(const node_sa_agg *s, size_t i);
+/* The try's row for the database (outcome "" when it committed). */
+void fed_node_sa_agg_row(const fed_node *n, fed_store_secagg_try *t, const char *outcome);
+/* The round is over (committed or dropped): secrets wiped. */
+void fed_node_sa_agg_end(fed_node *n);
+
+/* ---- secagg_client.c ---- */
+FED_WUR fed_err fed_node_sa_client_new(fed_node *n, node_sa_client **out);
+void fed_node_sa_client_free(fed_node *n, node_sa_client *s);
+/* A MODEL with field 12 came for round: keys out (beside the training). */
+FED_WUR fed_err fed_node_sa_client_begin(fed_node *n, const fed_wire_msg *model);
+/* The round's training is done: the delta (floats, n) and its samples. */
+FED_WUR fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, size_t nparams,
+                                           uint64_t samples);
+/* A reply of a stage (an SA_* answer or an ACK) while one is out;
+ * *done once the round's part is over (then the client asks NEXT). */
+FED_WUR fed_err fed_node_sa_client_on_reply(fed_node *n, node_open *op, int *done);
+/* The retry timer: the stage's request again (fresh sequence); *gave_up
+ * when retries ran out (the round is dropped). */
+FED_WUR fed_err fed_node_sa_client_retry(fed_node *n, int *gave_up);
+/* 1 while a secure round is under way for this client. */
+int fed_node_sa_client_active(const node_sa_client *s);
+/* Drops the round (secrets wiped). */
+void fed_node_sa_client_abort(fed_node *n);
+
+#endif

@@ -1,0 +1,673 @@
+/* test_secagg_sim.c - secure aggregation through whole rounds in the
+ * simulated world: an aggregator and 20 clients on real Fashion-MNIST
+ * shards. A client that dies before each stage's message (one test per
+ * stage) leaves a round that still commits the right sum; too many deaths
+ * fail the try closed and the round runs again; a client the aggregator
+ * names dropped refuses to reveal anything; a cheating aggregator (the
+ * simulator's sa_tamper hook: survivor lists that differ between
+ * neighbours, a key replayed from an earlier round, another key list and
+ * so another graph for half the clients) never obtains both
+ * kinds of share of one client; FedAvg with secure aggregation ends 5
+ * rounds within 0.3 point of the plain run; a client's masked words are
+ * uniform (chi-square) and uncorrelated with its true delta. Skips without
+ * the data. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/alloc.h"
+#include "core/bytes.h"
+#include "core/err.h"
+#include "core/pool.h"
+#include "model/backend.h"
+#include "model/data.h"
+#include "node/node.h"
+#include "node/secagg_msg.h"
+#include "sim/host.h"
+#include "sim/world.h"
+#include "storage/store.h"
+#include "tests/support/support.h"
+
+#define NCL 20
+#define MAXR 6
+
+typedef struct fixture {
+    fed_dataset *train, *test;
+    fed_backend *be;
+    fed_pool *pool;
+} fixture;
+
+typedef struct scen {
+    const fixture *fx;
+    fed_sim_world *w;
+    fed_crypto_allow *allow;
+    fed_sim_host *agg, *cl[NCL];
+    uint32_t *idx[NCL];
+    size_t nidx[NCL];
+    int ncl;
+    size_t nparams;
+    int commits[MAXR + 1];
+    fed_node_round_info info[MAXR + 1];
+    /* deaths: the first drop_count clients die before sending drop_type in
+       round drop_round */
+    uint8_t drop_type;
+    uint64_t drop_round;
+    int drop_count;
+    int dropped[NCL];
+    /* what the aggregator took: UNMASK kinds per (round, try, owner key) */
+    int both_kinds;          /* a client whose two kinds of share both came */
+    uint8_t kind_seen[MAXR + 1][4][NCL]; /* by owner's client index: bit kind */
+    int unmask_from[NCL];    /* UNMASK requests taken, by sender */
+    int consist_from[NCL];
+    /* cheating */
+    int cheat;               /* 1: a victim named dropped to itself; 2: to half its
+                                neighbours; 3: a round-1 key replayed in round 2 */
+    int victim;
+    sa_key_entry old_key;    /* the victim's round-1 keys */
+    int have_old;
+    int replayed;            /* KEYS answers sent with the replayed key */
+    int graphs_shown;        /* KEYS answers with another list (cheat 4) */
+    uint64_t round_now;
+    /* masked words and true delta of client 0, round 1 */
+    uint32_t *masked0;
+    float *delta0;
+    size_t words0;
+} scen;
+
+static int setup(void **state)
+{
+    fixture *fx = calloc(1, sizeof *fx);
+
+    if (!fx)
+        return -1;
+    *state = fx;
+    if (fed_backend_cpu_new(1, &fx->be) != FED_OK || fed_pool_new(2, &fx->pool) != FED_OK)
+        return -1;
+    fed_test_fashion_open(&fx->train, &fx->test);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *fx = *state;
+
+    fed_data_free(fx->train);
+    fed_data_free(fx->test);
+    fed_pool_free(fx->pool);
+    fed_backend_free(fx->be);
+    free(fx);
+    return 0;
+}
+
+static int client_of(const scen *s, const uint8_t key[32])
+{
+    for (int i = 0; i < s->ncl; i++)
+        if (!memcmp(fed_sim_host_id(s->cl[i])->key, key, 32))
+            return i;
+    return -1;
+}
+
+static int client_at(const scen *s, uint32_t node)
+{
+    for (int i = 0; i < s->ncl; i++)
+        if (fed_sim_host_index(s->cl[i]) == node)
+            return i;
+    return -1;
+}
+
+static void on_round(void *ctx, const fed_node *n, const fed_node_round_info *r)
+{
+    scen *s = ctx;
+
+    if (fed_node_get_role(n) != FED_NODE_AGGREGATOR || r->round > MAXR)
+        return;
+    s->info[r->round] = *r;
+    s->commits[r->round]++;
+}
+
+/* The deaths: a planned client's request of drop_type never leaves, and
+ * it crashes at once (it does not come back). */
+static int drop_filter(void *ctx, uint32_t node, const uint8_t *frame, size_t len)
+{
+    scen *s = ctx;
+    int c;
+
+    if (len < FED_WIRE_HEADER_BYTES || !s->drop_count || frame[FED_WIRE_OFF_TYPE] != s->drop_type ||
+        fed_get_u64le(frame + FED_WIRE_OFF_ROUND) != s->drop_round)
+        return 0;
+    c = client_at(s, node);
+    if (c < 0 || c >= s->drop_count || s->dropped[c])
+        return 0;
+    s->dropped[c] = 1;
+    assert_int_equal(fed_sim_world_crash_at(s->w, node, fed_sim_world_now_us(s->w) / 1000),
+                     FED_OK);
+    return 1;
+}
+
+/* Neighbour order is the list's: the owner's list index -> client index,
+ * through the key list the aggregator sent (kept from its KEYS answer). */
+typedef struct list_keep {
+    uint8_t ids[NCL][32];
+    uint32_t n;
+} list_keep;
+static list_keep g_list; /* the running try's key list (one scenario at a time) */
+
+static void sa_hook(void *ctx, int inbound, uint8_t type, const uint8_t key[32], uint8_t *vec,
+                    size_t *lenp, uint32_t *count)
+{
+    scen *s = ctx;
+    int from = client_of(s, key);
+    size_t len = *lenp;
+
+    if (!inbound && type == FED_WIRE_SA_KEYS && s->cheat == 4 && s->round_now == 1 &&
+        from % 2 == 0 && len >= 3 * SA_KEY_ENTRY_BYTES && s->graphs_shown < NCL / 2) {
+        /* another graph for half the clients: the list without its last
+           entry (or the one before, when the last is the recipient) */
+        size_t last = len / SA_KEY_ENTRY_BYTES - 1;
+
+        if (client_of(s, vec + last * SA_KEY_ENTRY_BYTES) == from) {
+            memmove(vec + (last - 1) * SA_KEY_ENTRY_BYTES, vec + last * SA_KEY_ENTRY_BYTES,
+                    SA_KEY_ENTRY_BYTES);
+        }
+        *lenp = len - SA_KEY_ENTRY_BYTES;
+        *count = *count - 1;
+        s->graphs_shown++;
+        return;
+    }
+
+    if (!inbound && type == FED_WIRE_SA_KEYS) {
+        g_list.n = (uint32_t)(len / SA_KEY_ENTRY_BYTES);
+        for (uint32_t i = 0; i < g_list.n && i < NCL; i++)
+            memcpy(g_list.ids[i], vec + (size_t)i * SA_KEY_ENTRY_BYTES, 32);
+        if (s->cheat == 3) {
+            for (uint32_t i = 0; i < g_list.n; i++) {
+                uint8_t *p = vec + (size_t)i * SA_KEY_ENTRY_BYTES;
+
+                if (client_of(s, p) != s->victim)
+                    continue;
+                if (s->round_now == 1 && !s->have_old) { /* kept for later */
+                    memcpy(s->old_key.mask_pk, p + 32, 32);
+                    memcpy(s->old_key.enc_pk, p + 64, 32);
+                    memcpy(s->old_key.sig, p + 96, 64);
+                    s->have_old = 1;
+                } else if (s->round_now == 2 && s->have_old && s->replayed < NCL) {
+                    /* replayed in round 2's first try (every recipient) */
+                    s->replayed++;
+                    memcpy(p + 32, s->old_key.mask_pk, 32);
+                    memcpy(p + 64, s->old_key.enc_pk, 32);
+                    memcpy(p + 96, s->old_key.sig, 64);
+                }
+            }
+        }
+        return;
+    }
+    if (!inbound && type == FED_WIRE_SA_MASKED && (s->cheat == 1 || s->cheat == 2)) {
+        /* the survivor list each client sees: the victim named dropped to
+           itself (1), or to every other recipient (2) */
+        for (uint32_t i = 0; i < g_list.n && i < len; i++) {
+            if (client_of(s, g_list.ids[i]) != s->victim)
+                continue;
+            if ((s->cheat == 1 && from == s->victim) || (s->cheat == 2 && from % 2 == 0))
+                vec[i] = 0;
+        }
+        return;
+    }
+    if (!inbound)
+        return;
+    if (type == FED_WIRE_SA_MASKED && from == 0 && s->round_now == 1 && !s->masked0) {
+        s->words0 = len / 4;
+        s->masked0 = malloc(len);
+        for (size_t w = 0; w < s->words0; w++)
+            s->masked0[w] = fed_get_u32le(vec + 4 * w);
+    }
+    if (type == FED_WIRE_SA_CONSIST && from >= 0)
+        s->consist_from[from]++;
+    if (type == FED_WIRE_SA_UNMASK && from >= 0) {
+        s->unmask_from[from]++;
+        if (getenv("SA_DEBUG"))
+            fprintf(stderr, "unmask from %d round %llu (%zu bytes)\n", from,
+                    (unsigned long long)s->round_now, len);
+        for (size_t at = 0; at + SA_UNMASK_ENTRY_BYTES <= len; at += SA_UNMASK_ENTRY_BYTES) {
+            uint32_t owner = fed_get_u32le(vec + at);
+            uint8_t kind = vec[at + 4];
+            int oc = owner < g_list.n ? client_of(s, g_list.ids[owner]) : -1;
+            uint64_t r = s->round_now;
+
+            if (oc < 0 || r > MAXR)
+                continue;
+            s->kind_seen[r][0][oc] |= (uint8_t)(1u << kind);
+            if ((s->kind_seen[r][0][oc] & 6) == 6)
+                s->both_kinds++;
+        }
+    }
+}
+
+static void record_delta0(void *ctx, uint64_t round, float *delta, size_t n)
+{
+    scen *s = ctx;
+
+    if (round == 1 && !s->delta0) {
+        s->delta0 = malloc(n * sizeof(float));
+        memcpy(s->delta0, delta, n * sizeof(float));
+    }
+}
+
+static void trace(void *ctx, uint64_t t_us, fed_sim_event_kind kind, uint32_t node, uint64_t a,
+                  uint64_t b)
+{
+    scen *s = ctx;
+    fed_node *ag = fed_sim_host_node(s->agg);
+
+    (void)t_us, (void)kind, (void)node, (void)a, (void)b;
+    if (ag) /* the round the aggregator runs, for the hook's records */
+        s->round_now = fed_node_round(ag) + 1;
+}
+
+static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint32_t min_clients,
+                  size_t per_client, int evaluate)
+{
+    fed_sim_config wc;
+    fed_node_config ac, cc;
+    fed_rng idrng;
+    char name[32];
+
+    s->fx = fx;
+    s->ncl = NCL;
+    memset(&wc, 0, sizeof wc);
+    wc.seed = 11;
+    wc.link.latency_ms = 5;
+    wc.link.jitter_ms = 1;
+    wc.link.bytes_per_ms = 100000;
+    wc.flops_per_ms = 5e6;
+    wc.epoch_base_s = 1700000000;
+    wc.pool = fx->pool;
+    assert_int_equal(fed_sim_world_new(&wc, &s->w), FED_OK);
+    fed_sim_world_set_send_filter(s->w, drop_filter, s);
+    fed_sim_world_set_trace(s->w, trace, s);
+    assert_int_equal(fed_crypto_allow_new(&s->allow), FED_OK);
+    fed_rng_seed_stream(&idrng, 11, 77);
+    assert_int_equal(fed_sim_host_new_slots(&idrng, 16 + FED_NODE_SECAGG_SLOTS(NCL), &s->agg), FED_OK);
+    assert_int_equal(fed_crypto_allow_add(s->allow, "agg", fed_sim_host_id(s->agg)->key), FED_OK);
+    for (int i = 0; i < NCL; i++) {
+        assert_int_equal(fed_sim_host_new_slots(&idrng, 16 + FED_NODE_SECAGG_SLOTS(NCL), &s->cl[i]), FED_OK);
+        snprintf(name, sizeof name, "c%d", i);
+        assert_int_equal(fed_crypto_allow_add(s->allow, name, fed_sim_host_id(s->cl[i])->key),
+                         FED_OK);
+    }
+    assert_int_equal(fed_model_spec_nparams("logreg", fx->train->shape, &s->nparams), FED_OK);
+    fed_node_config_default(&ac);
+    ac.role = FED_NODE_AGGREGATOR;
+    ac.seed = 3;
+    ac.be = fx->be;
+    snprintf(ac.spec, sizeof ac.spec, "logreg");
+    ac.shape = fx->train->shape;
+    ac.rounds = rounds;
+    ac.min_clients = min_clients;
+    ac.wait_clients = NCL;
+    ac.deadline_ms = 30000;
+    ac.test = evaluate ? fx->test : NULL;
+    ac.allow = s->allow;
+    ac.on_round = on_round;
+    ac.observer = s;
+    ac.secagg = secagg;
+    ac.secagg_stage_ms = 3000;
+    ac.sa_tamper = sa_hook;
+    ac.sa_tamper_ctx = s;
+    assert_int_equal(fed_sim_host_attach(s->agg, s->w, &ac, NULL), FED_OK);
+    for (int i = 0; i < NCL; i++) {
+        s->idx[i] = fed_malloc(per_client * sizeof(uint32_t));
+        for (size_t k = 0; k < per_client; k++)
+            s->idx[i][k] = (uint32_t)(((size_t)i * per_client + k) % fx->train->n);
+        s->nidx[i] = per_client;
+        fed_node_config_default(&cc);
+        cc.role = FED_NODE_CLIENT;
+        cc.seed = 3;
+        cc.be = fx->be;
+        cc.aggregator = *fed_sim_host_id(s->agg);
+        cc.train = fx->train;
+        cc.shard = s->idx[i];
+        cc.shard_n = s->nidx[i];
+        cc.allow = s->allow;
+        if (i == 0) { /* its true delta, untouched, for the leak test */
+            cc.tamper_delta = record_delta0;
+            cc.tamper_ctx = s;
+        }
+        assert_int_equal(fed_sim_host_attach(s->cl[i], s->w, &cc, NULL), FED_OK);
+    }
+}
+
+static void run(scen *s, uint64_t limit_ms)
+{
+    uint64_t t = 0;
+
+    while (t < limit_ms) {
+        fed_node *a;
+
+        t += 1000;
+        assert_int_equal(fed_sim_world_run_until(s->w, t), FED_OK);
+        a = fed_sim_host_node(s->agg);
+        if (a && fed_node_finished(a))
+            break;
+    }
+    assert_int_equal(fed_sim_world_run_until(s->w, t + 5000), FED_OK);
+}
+
+static void scen_free(scen *s)
+{
+    fed_sim_world_free(s->w);
+    fed_sim_host_free(s->agg);
+    for (int i = 0; i < NCL; i++) {
+        fed_sim_host_free(s->cl[i]);
+        fed_free(s->idx[i]);
+    }
+    fed_crypto_allow_free(s->allow);
+    free(s->masked0);
+    free(s->delta0);
+}
+
+typedef struct contrib_q {
+    uint64_t round;
+    uint8_t key[32];
+    int accepted;
+    char reason[64];
+    int rows;
+    int signed_rows; /* rows carrying a header and signature */
+} contrib_q;
+
+static int find_contrib(void *ctx, const fed_store_contrib *c)
+{
+    contrib_q *q = ctx;
+
+    if (c->round == q->round && !memcmp(c->peer_key, q->key, 32)) {
+        q->accepted = c->accepted;
+        snprintf(q->reason, sizeof q->reason, "%s", c->reason);
+        q->rows++;
+        q->signed_rows += c->header_len > 0;
+    }
+    return 0;
+}
+
+typedef struct tries_q {
+    fed_store_secagg_try t[8];
+    int n;
+} tries_q;
+
+static int keep_try(void *ctx, const fed_store_secagg_try *t)
+{
+    tries_q *q = ctx;
+
+    if (q->n < 8)
+        q->t[q->n++] = *t;
+    return 0;
+}
+
+static contrib_q contribution(scen *s, uint64_t round, int c)
+{
+    contrib_q q;
+
+    memset(&q, 0, sizeof q);
+    q.round = round;
+    q.accepted = -1;
+    memcpy(q.key, fed_sim_host_id(s->cl[c])->key, 32);
+    assert_int_equal(fed_store_each_contribution(fed_sim_host_store(s->agg), round, find_contrib,
+                                                 &q), FED_OK);
+    return q;
+}
+
+/* One client dies before sending stage `type` of round 1; the round
+ * commits with `merged` clients in the sum, the dead one's row says
+ * `fate`, and round 2 runs with the rest. */
+static void drop_one(const fixture *fx, uint8_t type, uint32_t merged, const char *fate)
+{
+    scen s;
+    contrib_q q;
+
+    fed_test_need_fashion(fx->train != NULL);
+    memset(&s, 0, sizeof s);
+    build(&s, fx, 1, 2, 10, 100, 1);
+    s.drop_type = type;
+    s.drop_round = 1;
+    s.drop_count = 1;
+    run(&s, 400000);
+    assert_true(s.dropped[0]);
+    assert_int_equal(s.commits[1], 1);
+    assert_int_equal(s.info[1].merged, merged);
+    print_message("round 1 accuracy %.4f\n", s.info[1].accuracy);
+    assert_true(s.info[1].accuracy > 0.35); /* the right sum (a wrong one fails the range check) */
+    q = contribution(&s, 1, 0);
+    assert_int_equal(q.accepted, merged == NCL ? 1 : 0);
+    assert_string_equal(q.reason, fate);
+    q = contribution(&s, 1, 1);
+    assert_int_equal(q.accepted, 1);
+    assert_int_equal(q.signed_rows, 1); /* its signed masked input is kept */
+    assert_int_equal(s.commits[2], 1);
+    assert_int_equal(s.info[2].merged, NCL - 1);
+    assert_int_equal(s.both_kinds, 0);
+    scen_free(&s);
+}
+
+static void test_drop_before_keys(void **state)
+{
+    drop_one(*state, FED_WIRE_SA_KEYS, NCL - 1, "secagg: no keys");
+}
+
+static void test_drop_before_shares(void **state)
+{
+    drop_one(*state, FED_WIRE_SA_SHARES, NCL - 1, "secagg: dropped before sharing");
+}
+
+static void test_drop_before_masked(void **state)
+{
+    drop_one(*state, FED_WIRE_SA_MASKED, NCL - 1, "secagg: dropped after sharing");
+}
+
+static void test_drop_before_consist(void **state)
+{
+    drop_one(*state, FED_WIRE_SA_CONSIST, NCL, "");
+}
+
+static void test_drop_before_unmask(void **state)
+{
+    drop_one(*state, FED_WIRE_SA_UNMASK, NCL, "");
+}
+
+/* Twelve of 20 die before their masked input: the survivors' secrets have
+ * fewer than t = 10 live holders, so the try fails closed (nothing
+ * merged); round 1 runs again with the 8 left and commits. */
+static void test_too_many_fail_closed(void **state)
+{
+    const fixture *fx = *state;
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    memset(&s, 0, sizeof s);
+    build(&s, fx, 1, 1, 8, 100, 0);
+    s.drop_type = FED_WIRE_SA_MASKED;
+    s.drop_round = 1;
+    s.drop_count = 12;
+    run(&s, 400000);
+    assert_int_equal(s.commits[1], 1);
+    assert_int_equal(s.info[1].merged, 8);
+    assert_int_equal(s.info[1].sampled, 8);
+    /* the failed try left its record: a survivor's row says so, and the
+       tries' table holds both, the first failed at the masked input */
+    assert_int_equal(contribution(&s, 1, 15).rows, 2);
+    {
+        tries_q q = {.n = 0};
+
+        assert_int_equal(fed_store_each_secagg_try(fed_sim_host_store(s.agg), 1, keep_try, &q),
+                         FED_OK);
+        assert_int_equal(q.n, 2);
+        assert_int_equal(q.t[0].try_no, 0);
+        assert_int_equal(q.t[0].keyed, NCL);
+        assert_int_equal(q.t[0].shared, NCL);
+        assert_int_equal(q.t[0].masked, 8);
+        assert_true(!strncmp(q.t[0].outcome, "failed at masked input", 22));
+        assert_int_equal(q.t[1].try_no, 1);
+        assert_int_equal(q.t[1].masked, 8);
+        assert_int_equal(q.t[1].unmasked, 8);
+        assert_string_equal(q.t[1].outcome, "");
+    }
+    assert_int_equal(s.both_kinds, 0);
+    scen_free(&s);
+}
+
+/* The aggregator names a live client dropped to that client: it refuses
+ * to go on (no signature, no share), and the round still commits. */
+static void test_named_dropped_refuses(void **state)
+{
+    const fixture *fx = *state;
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    memset(&s, 0, sizeof s);
+    build(&s, fx, 1, 1, 10, 100, 0);
+    s.cheat = 1;
+    s.victim = 5;
+    run(&s, 400000);
+    assert_int_equal(s.consist_from[5], 0);
+    assert_int_equal(s.unmask_from[5], 0);
+    assert_int_equal(s.consist_from[6], 1);
+    assert_int_equal(s.commits[1], 1);
+    assert_int_equal(s.both_kinds, 0);
+    scen_free(&s);
+}
+
+/* Half the clients are told a live client dropped, the others that it is
+ * alive: whatever each side does, the aggregator never holds both kinds
+ * of share of any client. */
+static void test_split_survivor_lists(void **state)
+{
+    const fixture *fx = *state;
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    memset(&s, 0, sizeof s);
+    build(&s, fx, 1, 1, 4, 100, 0);
+    s.cheat = 2;
+    s.victim = 3;
+    run(&s, 400000);
+    assert_int_equal(s.both_kinds, 0);
+    /* those told the victim dropped signed a list the aggregator could not
+       show t of their neighbours signing too: no mask-key share of the
+       live victim ever came; the try failed closed and the round went on */
+    assert_int_equal(s.kind_seen[1][0][3] & (1u << SA_KIND_KEY), 0);
+    assert_int_equal(s.commits[1], 1);
+    scen_free(&s);
+}
+
+/* Round 2's key list carries the victim's round-1 keys: every client
+ * refuses the list (the signature binds round and try), the try fails
+ * closed, and round 2 runs again with fresh keys. */
+static void test_replayed_key(void **state)
+{
+    const fixture *fx = *state;
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    memset(&s, 0, sizeof s);
+    build(&s, fx, 1, 2, 10, 100, 0);
+    s.cheat = 3;
+    s.victim = 7;
+    run(&s, 400000);
+    assert_true(s.have_old);
+    assert_int_equal(s.commits[2], 1);
+    assert_int_equal(s.both_kinds, 0);
+    scen_free(&s);
+}
+
+/* Half the clients are shown a key list one entry short (another graph):
+ * their shares go to neighbours of a graph the others do not have, which
+ * the aggregator cannot route, and their survivor signatures bind another
+ * graph seed; the aggregator never holds both kinds of share of a client,
+ * and the round still commits. */
+static void test_different_graphs(void **state)
+{
+    const fixture *fx = *state;
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    memset(&s, 0, sizeof s);
+    build(&s, fx, 1, 1, 4, 100, 0);
+    s.cheat = 4;
+    run(&s, 400000);
+    assert_true(s.graphs_shown > 0);
+    assert_int_equal(s.both_kinds, 0);
+    assert_int_equal(s.commits[1], 1);
+    scen_free(&s);
+}
+
+/* FedAvg with secure aggregation within 0.3 point of the plain run after
+ * 5 rounds; and client 0's masked words: uniform, uncorrelated with its
+ * delta. */
+static void test_accuracy_and_leak(void **state)
+{
+    const fixture *fx = *state;
+    scen plain, sec;
+    double chi2 = 0, sx = 0, sy = 0, sxx = 0, syy = 0, sxy = 0, r;
+    uint32_t bins[256] = {0};
+    size_t n;
+
+    fed_test_need_fashion(fx->train != NULL);
+    memset(&plain, 0, sizeof plain);
+    build(&plain, fx, 0, 5, 10, 300, 1);
+    run(&plain, 600000);
+    memset(&sec, 0, sizeof sec);
+    build(&sec, fx, 1, 5, 10, 300, 1);
+    run(&sec, 600000);
+    assert_int_equal(plain.commits[5], 1);
+    assert_int_equal(sec.commits[5], 1);
+    print_message("accuracy after 5 rounds: plain %.4f, secagg %.4f\n", plain.info[5].accuracy,
+                  sec.info[5].accuracy);
+    assert_true(fabs(plain.info[5].accuracy - sec.info[5].accuracy) <= 0.003);
+
+    assert_non_null(sec.masked0);
+    assert_non_null(sec.delta0);
+    n = sec.words0 - 1; /* the parameters (the weight is the last word) */
+    assert_int_equal(n, sec.nparams);
+    for (size_t i = 0; i < n; i++) {
+        double x = sec.masked0[i], y = sec.delta0[i];
+
+        bins[sec.masked0[i] >> 24]++;
+        sx += x, sy += y, sxx += x * x, syy += y * y, sxy += x * y;
+    }
+    for (int b = 0; b < 256; b++) {
+        double e = (double)n / 256, d = bins[b] - e;
+
+        chi2 += d * d / e;
+    }
+    /* 255 degrees of freedom: the 99.99th percentile is about 350 */
+    print_message("masked words: chi-square %.1f (255 df)\n", chi2);
+    assert_true(chi2 < 350);
+    r = (n * sxy - sx * sy) / sqrt((n * sxx - sx * sx) * (n * syy - sy * sy));
+    print_message("correlation with the true delta: %.4f (n %zu)\n", r, n);
+    assert_true(fabs(r) < 4 / sqrt((double)n)); /* 4 standard errors of 0 */
+    scen_free(&plain);
+    scen_free(&sec);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_drop_before_keys),
+        cmocka_unit_test(test_drop_before_shares),
+        cmocka_unit_test(test_drop_before_masked),
+        cmocka_unit_test(test_drop_before_consist),
+        cmocka_unit_test(test_drop_before_unmask),
+        cmocka_unit_test(test_too_many_fail_closed),
+        cmocka_unit_test(test_named_dropped_refuses),
+        cmocka_unit_test(test_split_survivor_lists),
+        cmocka_unit_test(test_replayed_key),
+        cmocka_unit_test(test_different_graphs),
+        cmocka_unit_test(test_accuracy_and_leak),
+    };
+
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
