@@ -532,6 +532,30 @@ static fed_err record_round(fed_node *n)
     return e;
 }
 
+/* A DP-SGD round whose charge did not commit: its delta is not sent (nor
+ * masked), and the client asks again later. */
+static fed_err dp_not_sent(fed_node *n, fed_err why)
+{
+    node_client *c = n->client;
+
+    fed_log(FED_LOG_ERROR, "client: charging round %llu's privacy failed: %s; its delta is "
+            "not sent", (unsigned long long)c->round, fed_strerror(why));
+    c->job.vec_len = 0;
+    c->state = CL_IDLE;
+    arm_retry(n, n->cfg.retry_ms);
+    return why;
+}
+
+static void dp_log_spent(const fed_node *n)
+{
+    const node_client *c = n->client;
+    const node_train_job *j = &c->job;
+
+    fed_log(FED_LOG_INFO, "client: round %llu: %ld DP-SGD steps at q %.4g, noise %g: "
+            "epsilon %.4f spent (delta %g)", (unsigned long long)c->round, j->dp_steps,
+            j->dp_rate, (double)j->dp.noise, c->epsilon, n->cfg.dp_delta);
+}
+
 static fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
 {
     node_client *c = n->client;
@@ -551,9 +575,15 @@ static fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
     c->resends = 0;
     if (c->secure) {
         /* secure aggregation: the delta goes only into the masked input */
-        if ((rec = record_round(n)) != FED_OK)
+        if ((rec = record_round(n)) != FED_OK && j->dp_on) {
+            fed_node_sa_client_abort(n); /* not masked in either */
+            return dp_not_sent(n, rec);
+        }
+        if (rec != FED_OK)
             fed_log(FED_LOG_ERROR, "client: recording round %llu failed: %s",
                     (unsigned long long)c->round, fed_strerror(rec));
+        if (j->dp_on)
+            dp_log_spent(n);
         if (fed_node_sa_client_active(n->client_sa)) {
             c->state = CL_SECAGG;
             e = secure_trained(n);
@@ -566,17 +596,9 @@ static fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
         /* DP-SGD: the round's epsilon is charged and fsynced before the
            delta leaves, so no crash, full disk or restart forgets a
            release; a round that cannot be charged is not sent */
-        if ((rec = record_round(n)) != FED_OK) {
-            fed_log(FED_LOG_ERROR, "client: charging round %llu's privacy failed: %s; its "
-                    "delta is not sent", (unsigned long long)c->round, fed_strerror(rec));
-            j->vec_len = 0;
-            c->state = CL_IDLE;
-            arm_retry(n, n->cfg.retry_ms);
-            return rec;
-        }
-        fed_log(FED_LOG_INFO, "client: round %llu: %ld DP-SGD steps at q %.4g, noise %g: "
-                "epsilon %.4f spent (delta %g)", (unsigned long long)c->round, j->dp_steps,
-                j->dp_rate, (double)j->dp.noise, c->epsilon, n->cfg.dp_delta);
+        if ((rec = record_round(n)) != FED_OK)
+            return dp_not_sent(n, rec);
+        dp_log_spent(n);
         e = send_delta(n);
     } else {
         /* the delta goes out first: the aggregator waits for it, and the

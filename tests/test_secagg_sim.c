@@ -28,8 +28,10 @@
 #include "core/pool.h"
 #include "model/backend.h"
 #include "model/data.h"
+#include "node/dp_account.h"
 #include "node/node.h"
 #include "node/secagg_msg.h"
+#include "privacy/rdp.h"
 #include "sim/host.h"
 #include "sim/world.h"
 #include "storage/store.h"
@@ -37,6 +39,9 @@
 
 #define NCL 20
 #define MAXR 6
+#define DPS_CLIENTS 10 /* DP-SGD with secure aggregation */
+#define DPS_ROUNDS 3
+#define DPS_N 1200
 
 typedef struct fixture {
     fed_dataset *train, *test;
@@ -53,6 +58,12 @@ typedef struct scen {
     size_t nidx[NCL];
     int ncl;
     size_t nparams;
+    /* set before build: DP-SGD at every client (dp_noise its z, clip 1), and
+       DP-FedAvg on the aggregator (dp_client_clip its C, dp_client_noise z) */
+    int dp_sgd;
+    float dp_noise;
+    double dp_client_clip, dp_client_noise;
+    int nclients;            /* 0: NCL */
     int commits[MAXR + 1];
     fed_node_round_info info[MAXR + 1];
     /* deaths: the first drop_count clients die before sending drop_type in
@@ -279,7 +290,7 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
     char name[32];
 
     s->fx = fx;
-    s->ncl = NCL;
+    s->ncl = s->nclients ? s->nclients : NCL;
     memset(&wc, 0, sizeof wc);
     wc.seed = 11;
     wc.link.latency_ms = 5;
@@ -295,7 +306,7 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
     fed_rng_seed_stream(&idrng, 11, 77);
     assert_int_equal(fed_sim_host_new_slots(&idrng, 16 + FED_NODE_SECAGG_SLOTS(NCL), &s->agg), FED_OK);
     assert_int_equal(fed_crypto_allow_add(s->allow, "agg", fed_sim_host_id(s->agg)->key), FED_OK);
-    for (int i = 0; i < NCL; i++) {
+    for (int i = 0; i < s->ncl; i++) {
         assert_int_equal(fed_sim_host_new_slots(&idrng, 16 + FED_NODE_SECAGG_SLOTS(NCL), &s->cl[i]), FED_OK);
         snprintf(name, sizeof name, "c%d", i);
         assert_int_equal(fed_crypto_allow_add(s->allow, name, fed_sim_host_id(s->cl[i])->key),
@@ -310,7 +321,10 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
     ac.shape = fx->train->shape;
     ac.rounds = rounds;
     ac.min_clients = min_clients;
-    ac.wait_clients = NCL;
+    ac.wait_clients = (uint32_t)s->ncl;
+    ac.dp_client_clip = s->dp_client_clip;
+    if (s->dp_client_clip > 0)
+        ac.dp_client_noise = s->dp_client_noise;
     ac.deadline_ms = 30000;
     ac.test = evaluate ? fx->test : NULL;
     ac.allow = s->allow;
@@ -321,7 +335,7 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
     ac.sa_tamper = sa_hook;
     ac.sa_tamper_ctx = s;
     assert_int_equal(fed_sim_host_attach(s->agg, s->w, &ac, NULL), FED_OK);
-    for (int i = 0; i < NCL; i++) {
+    for (int i = 0; i < s->ncl; i++) {
         s->idx[i] = fed_malloc(per_client * sizeof(uint32_t));
         for (size_t k = 0; k < per_client; k++)
             s->idx[i][k] = (uint32_t)(((size_t)i * per_client + k) % fx->train->n);
@@ -335,6 +349,9 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
         cc.shard = s->idx[i];
         cc.shard_n = s->nidx[i];
         cc.allow = s->allow;
+        cc.dp_sgd = s->dp_sgd;
+        if (s->dp_sgd)
+            cc.dp_noise = s->dp_noise;
         if (i == 0) { /* its true delta, untouched, for the leak test */
             cc.tamper_delta = record_delta0;
             cc.tamper_ctx = s;
@@ -653,6 +670,63 @@ static void test_accuracy_and_leak(void **state)
     scen_free(&sec);
 }
 
+/* The epsilon client i's database holds (its accountant over its charges). */
+static double site_epsilon(const scen *s, int i)
+{
+    fed_dp_account *a = NULL;
+    double eps;
+
+    assert_int_equal(fed_dp_account_new(1e-5, &a), FED_OK);
+    assert_int_equal(fed_dp_account_load(a, fed_sim_host_store(s->cl[i])), FED_OK);
+    assert_int_equal(fed_dp_account_charges(a), DPS_ROUNDS);
+    eps = fed_dp_account_epsilon(a);
+    fed_dp_account_free(a);
+    return eps;
+}
+
+/* DP-SGD at every site together with secure aggregation: 10 clients of
+ * 600 samples, z 1, clip 1, 3 rounds. Each site ends with the epsilon
+ * DP-SGD alone gives it (the run without secure aggregation, and the
+ * accountant's for q = 64 / 600 over 3 rounds of 10 steps), and the model
+ * within 0.5 point of DP-SGD without secure aggregation. */
+static void test_dp_sgd_with_secagg(void **state)
+{
+    const fixture *fx = *state;
+    scen plain, sec;
+    double want;
+
+    fed_test_need_fashion(fx->train != NULL);
+    assert_int_equal(fed_rdp_sgm_epsilon(fed_dp_account_rate(DPS_N, 64), 1.0,
+                                         DPS_ROUNDS * fed_dp_account_round_steps(DPS_N, 64, 1),
+                                         1e-5, NULL, 0, &want, NULL), FED_OK);
+    memset(&plain, 0, sizeof plain);
+    memset(&sec, 0, sizeof sec);
+    plain.nclients = sec.nclients = DPS_CLIENTS;
+    plain.dp_sgd = sec.dp_sgd = 1;
+    plain.dp_noise = sec.dp_noise = 1;
+    build(&plain, fx, 0, DPS_ROUNDS, DPS_CLIENTS, DPS_N, 1);
+    run(&plain, 600000);
+    build(&sec, fx, 1, DPS_ROUNDS, DPS_CLIENTS, DPS_N, 1);
+    run(&sec, 600000);
+    assert_int_equal(plain.commits[DPS_ROUNDS], 1);
+    assert_int_equal(sec.commits[DPS_ROUNDS], 1);
+    assert_int_equal(sec.info[DPS_ROUNDS].merged, DPS_CLIENTS);
+    for (int i = 0; i < DPS_CLIENTS; i++) {
+        double ep = site_epsilon(&plain, i), es = site_epsilon(&sec, i);
+
+        if (i == 0)
+            print_message("site 0's epsilon: DP-SGD %.6f, with secagg %.6f, accountant %.6f\n",
+                          ep, es, want);
+        assert_true(fabs(es - want) <= 1e-9 * want);
+        assert_true(fabs(ep - want) <= 1e-9 * want);
+    }
+    print_message("accuracy after %d rounds: DP-SGD %.4f, DP-SGD with secagg %.4f\n",
+                  DPS_ROUNDS, plain.info[DPS_ROUNDS].accuracy, sec.info[DPS_ROUNDS].accuracy);
+    assert_true(fabs(plain.info[DPS_ROUNDS].accuracy - sec.info[DPS_ROUNDS].accuracy) <= 0.005);
+    scen_free(&plain);
+    scen_free(&sec);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -667,6 +741,7 @@ int main(void)
         cmocka_unit_test(test_replayed_key),
         cmocka_unit_test(test_different_graphs),
         cmocka_unit_test(test_accuracy_and_leak),
+        cmocka_unit_test(test_dp_sgd_with_secagg),
     };
 
     return cmocka_run_group_tests(tests, setup, teardown);
