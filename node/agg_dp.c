@@ -8,7 +8,16 @@
  * (crypto/keystream.h) keyed from env.random (libsodium in the daemon; a
  * seeded stream in fedsim, whose runs are then not private). The aggregator adds the noise: it is trusted for
  * client-level DP, and epsilon holds against everyone who sees the models
- * it releases. Never touches a client's delta beyond reading it. */
+ * it releases. Never touches a client's delta beyond reading it.
+ *
+ * With secure aggregation (cfg.secagg) the aggregator sees no delta: each
+ * client clips its own to the round's secagg clip (field 12: C less the
+ * most quantization can add, so the sum as dequantized moves by at most C
+ * when one client joins or leaves) at weight 1 (the secagg weight cap is 1),
+ * and the aggregator noises the unmasked sum, so it is trusted for
+ * client-level DP as without. A try that fails closed ends the round with
+ * the noise alone (the draw stands: a new draw would void the accounting).
+ * Adaptive clipping, which needs each client's unclipped bit, is refused. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -20,6 +29,7 @@
 #include "model/dp.h"
 #include "node/aggregator_impl.h"
 #include "node/dp_account.h"
+#include "node/secagg_impl.h"
 #include "privacy/dpfedavg.h"
 #include "privacy/rdp.h"
 
@@ -36,6 +46,7 @@ struct agg_dp {
     double cohort;     /* the expected cohort q N: the fixed denominator */
     double clip;       /* C of the round being filled */
     double clip_next;  /* C after it (adaptive), committed with its checkpoint */
+    double sa_clip;    /* with secagg: the clip each client applies itself */
     double epsilon;    /* spent after the last committed round */
     float *sum;        /* (nparams) the noised mean of the round */
 };
@@ -50,6 +61,35 @@ static int robust_strategy(const char *spec)
         if (!strncmp(s, robust[i], strlen(robust[i])))
             return 1;
     return 0;
+}
+
+/* With secagg: the clip each client applies to its own delta, so that
+ * its contribution to the dequantized sum stays within C. Stochastic
+ * rounding moves each coordinate by less than one step 2 range / L
+ * (secagg/quant.h), so by less than sqrt(nparams) steps in L2; the float
+ * products on the way cost a relative 2^-22 at most. Adaptive clipping
+ * would need each client's unclipped bit as one more masked coordinate,
+ * which is not built: refused. */
+static fed_err secagg_clip(const fed_node *n, agg_dp *d)
+{
+    const fed_node_config *c = &n->cfg;
+    double step = 2 * c->secagg_range / (ldexp(1.0, (int)c->secagg_bits) - 1);
+
+    if (c->dp_client_quantile > 0) {
+        fed_log(FED_LOG_ERROR, "aggregator: adaptive clipping (--dp-client-quantile) with "
+                               "--secagg is not built: the aggregator cannot count the "
+                               "unclipped updates it never sees; use a fixed --dp-client-clip");
+        return FED_ERR_UNSUPPORTED;
+    }
+    d->sa_clip = d->clip * (1 - 0x1p-22) - sqrt((double)n->agg->nparams) * step;
+    if (!(d->sa_clip > d->clip / 2)) {
+        fed_log(FED_LOG_ERROR, "aggregator: --secagg-bits %u are too few for --dp-client-clip "
+                               "%g: quantizing %zu parameters may move a delta by %g in L2; "
+                               "raise --secagg-bits or --dp-client-clip", c->secagg_bits,
+                d->clip, n->agg->nparams, sqrt((double)n->agg->nparams) * step);
+        return FED_ERR_RANGE;
+    }
+    return FED_OK;
 }
 
 fed_err fed_node_agg_dp_new(fed_node *n)
@@ -96,6 +136,8 @@ fed_err fed_node_agg_dp_new(fed_node *n)
             return e;
         }
     }
+    if (c->secagg && (e = secagg_clip(n, d)) != FED_OK)
+        return e;
     if (c->dp_client_quantile > 0)
         d->sigma_b = d->cohort / AGG_DP_COUNT_NOISE_SHARE;
     if ((e = fed_dp_fedavg_split(d->z, d->sigma_b, &d->z_delta)) != FED_OK) {
@@ -188,6 +230,29 @@ size_t fed_node_agg_dp_sample(fed_node *n, agg_hold *holds, size_t nholds)
     return k;
 }
 
+/* With secagg: the unmasked sum of the clipped deltas (each at weight 1,
+ * so the summed weight is the count in it), none when the try failed. */
+static void secagg_sum(node_agg *a)
+{
+    agg_dp *d = a->dp;
+    double w = 0;
+    const float *mean;
+
+    if (!fed_node_sa_agg_unmasked(a->sa))
+        return;
+    mean = fed_node_sa_agg_mean(a->sa, &w);
+    for (size_t j = 0; j < a->nparams; j++)
+        d->sum[j] = (float)((double)mean[j] * w);
+    for (size_t i = 0; i < a->nparts; i++) {
+        fed_merge_result *r = &a->results[i];
+
+        memset(r, 0, sizeof *r);
+        r->verdict = a->parts[i].got ? FED_MERGE_USED : FED_MERGE_SKIPPED;
+        r->share = a->parts[i].got ? 1.0 / d->cohort : 0;
+        r->norm = -1; /* unseen: each client clipped its own */
+    }
+}
+
 fed_err fed_node_agg_dp_aggregate(fed_node *n, fed_merge_input *in, uint32_t *unclipped)
 {
     node_agg *a = n->agg;
@@ -198,7 +263,9 @@ fed_err fed_node_agg_dp_aggregate(fed_node *n, fed_merge_input *in, uint32_t *un
 
     memset(d->sum, 0, a->nparams * sizeof *d->sum);
     *unclipped = 0;
-    for (size_t i = 0; i < a->nparts; i++) { /* parts are in key order */
+    if (a->sa)
+        secagg_sum(a);
+    for (size_t i = 0; i < a->nparts && !a->sa; i++) { /* parts are in key order */
         const agg_part *p = &a->parts[i];
         fed_merge_result *r = &a->results[i];
         double ss = 0, norm, s;
@@ -284,3 +351,4 @@ void fed_node_agg_dp_committed(fed_node *n, int ok, double eps)
 double fed_node_agg_dp_clip(const node_agg *a) { return a->dp->clip; }
 double fed_node_agg_dp_clip_next(const node_agg *a) { return a->dp->clip_next; }
 double fed_node_agg_dp_epsilon(const node_agg *a) { return a->dp->epsilon; }
+double fed_node_agg_dp_secagg_clip(const node_agg *a) { return a->dp->sa_clip; }

@@ -80,9 +80,6 @@ static fed_err fed_node_agg_new(fed_node *n)
     if (c->secagg) {
         const char *why = fed_node_sa_agg_misfit(c, a->nparams, (size_t)a->max_clients);
 
-        if (!why && c->dp_client_clip > 0)
-            why = "--secagg with DP-FedAvg (--dp-client-clip) is not built yet: the aggregator "
-                  "clips each delta, which it cannot see under masking; use one of the two";
         if (why) {
             fed_log(FED_LOG_ERROR, "aggregator: %s", why);
             return FED_ERR_UNSUPPORTED;
@@ -761,7 +758,7 @@ static fed_err commit_round(fed_node *n, const fed_node_round_info *info, uint8_
     }
     if ((e = put_counters(n)) != FED_OK || (e = write_checkpoint(n, hash)) != FED_OK)
         goto out;
-    if (a->sa) {
+    if (a->sa && fed_node_sa_agg_unmasked(a->sa)) { /* (a failed try has its row) */
         fed_store_secagg_try t;
 
         fed_node_sa_agg_row(n, &t, "");
@@ -962,7 +959,13 @@ fed_err fed_node_agg_close_round(fed_node *n)
     (void)fed_node_agg_flush_pending(n); /* the disk took a commit: earlier rounds' figures too */
     info.end_ms = fed_node_wall_ms(n);
     n->round = info.round;
-    if (a->dp)
+    if (a->dp && a->sa)
+        fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing, %u declined), "
+                              "each clipped by its client to %.6g (secagg), client-level epsilon "
+                              "%.4f (delta %g)", (unsigned long long)info.round, info.merged,
+                info.sampled, info.missing, info.refused, fed_node_agg_dp_secagg_clip(a),
+                info.epsilon, n->cfg.dp_delta);
+    else if (a->dp)
         fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing, %u declined), "
                               "%u within clip %.6g (next %.6g), client-level epsilon %.4f (delta %g)",
                 (unsigned long long)info.round, info.merged, info.sampled, info.missing,

@@ -177,6 +177,9 @@ void fed_node_agg_dp_committed(fed_node *n, int ok, double eps);
 double fed_node_agg_dp_clip(const node_agg *a);
 double fed_node_agg_dp_clip_next(const node_agg *a);
 double fed_node_agg_dp_epsilon(const node_agg *a);
+/* With secagg: the L2 clip each client applies to its own delta (the round's
+ * clip less what quantization may add). */
+double fed_node_agg_dp_secagg_clip(const node_agg *a);
 
 /* ---- agg_eval.c: the evaluation queue and the pending figures ---- */
 /* The round's evaluation job came back. */

@@ -189,6 +189,13 @@ static float strategy_clip(const char *spec)
     return (float)v;
 }
 
+/* A client's weight cap: with DP-FedAvg 1 (equal weights), else
+ * --secagg-max-weight samples. */
+static double weight_cap(const fed_node *n)
+{
+    return n->agg->dp ? 1 : n->cfg.secagg_max_weight;
+}
+
 void fed_node_sa_agg_settings(const fed_node *n, uint64_t round, fed_wire_settings *st)
 {
     const node_sa_agg *s = n->agg->sa;
@@ -198,11 +205,22 @@ void fed_node_sa_agg_settings(const fed_node *n, uint64_t round, fed_wire_settin
     st->sa_bits = n->cfg.secagg_bits;
     st->sa_range = (float)n->cfg.secagg_range;
     st->sa_clip = strategy_clip(n->cfg.strategy);
-    st->sa_max_weight = (float)n->cfg.secagg_max_weight;
+    if (n->agg->dp) { /* DP-FedAvg: each client clips its own delta (rounded down) */
+        double c = fed_node_agg_dp_secagg_clip(n->agg);
+        float f = (float)c;
+
+        if ((double)f > c)
+            f = nextafterf(f, 0);
+        if (!(st->sa_clip > 0) || f < st->sa_clip)
+            st->sa_clip = f;
+    }
+    st->sa_max_weight = (float)weight_cap(n);
     st->sa_dropout = (float)n->cfg.secagg_dropout;
 }
 
 int fed_node_sa_agg_keys_closed(const node_sa_agg *s) { return s->stage > SA_KEYS; }
+
+int fed_node_sa_agg_unmasked(const node_sa_agg *s) { return s->stage == SA_DONE; }
 
 const float *fed_node_sa_agg_mean(const node_sa_agg *s, double *weight)
 {
@@ -397,7 +415,9 @@ void fed_node_sa_agg_row(const fed_node *n, fed_store_secagg_try *t, const char 
 /* ---- failing closed ---- */
 
 /* The try fails: every held request is told, nothing of it is kept, and
- * the round starts again (fresh keys: try + 1) with whoever asks. */
+ * the round starts again (fresh keys: try + 1) with whoever asks. With
+ * DP-FedAvg the draw stands instead (a new one would void the accounting):
+ * the round closes with its noise alone. */
 static fed_err fail(fed_node *n, const char *why)
 {
     node_agg *a = n->agg;
@@ -408,8 +428,9 @@ static fed_err fail(fed_node *n, const char *why)
     fed_err e;
 
     fed_log(FED_LOG_WARN, "secagg: round %llu try %u failed closed at stage %s: %s; no sum "
-            "released, the round runs again with fresh keys",
-            (unsigned long long)s->round, s->try_no, stage_name[s->stage], why);
+            "released, %s", (unsigned long long)s->round, s->try_no, stage_name[s->stage], why,
+            a->dp ? "the draw stands (DP-FedAvg): the round releases its noise alone"
+                  : "the round runs again with fresh keys");
     snprintf(outcome, sizeof outcome, "failed at %s: %s", stage_name[s->stage], why);
     fed_node_sa_agg_row(n, &row, outcome);
     if ((e = fed_store_put_secagg_try(n->cfg.store, &row)) != FED_OK)
@@ -422,6 +443,8 @@ static fed_err fail(fed_node *n, const char *why)
             m->held = NULL;
         }
     }
+    if (a->dp)
+        return fed_node_agg_close_round(n);
     fed_node_agg_abandon_round(n);
     return FED_ERR_SA_FAILED;
 }
@@ -664,7 +687,7 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
     }
     for (size_t w = 0; w + 1 < s->words; w++)
         s->mean[w] = (float)((double)deq[w] / s->weight);
-    s->weight *= n->cfg.secagg_max_weight;
+    s->weight *= weight_cap(n);
 out:
     fed_crypto_slot_release(ar, slot);
     if (buf)

@@ -29,6 +29,8 @@ FED_WUR fed_err fed_node_sa_agg_on_msg(fed_node *n, node_open *op);
 FED_WUR fed_err fed_node_sa_agg_on_timer(fed_node *n);
 /* The unmasked mean and its weight (after the round's last stage). */
 const float *fed_node_sa_agg_mean(const node_sa_agg *s, double *weight);
+/* 1 once the try's sum is unmasked (0 after a try failed closed). */
+int fed_node_sa_agg_unmasked(const node_sa_agg *s);
 /* What the contributions table says of part i's secure aggregation
  * (who dropped at which stage); "" for one in the sum. */
 const char *fed_node_sa_agg_fate(const node_sa_agg *s, size_t i);

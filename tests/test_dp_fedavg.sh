@@ -13,6 +13,9 @@
 #  D. A Poisson draw below --min-clients is not redrawn: the round runs and
 #     says so.
 #  E. fedsim --svg-x epsilon draws accuracy against epsilon.
+#  G. With --secagg (each client clips its own delta, the aggregator noises
+#     the unmasked sum): A's rows' merged counts and epsilon, accuracy within
+#     0.5 point; adaptive clipping, and bits too few for the clip, refused.
 #  F. Real processes: an aggregator with DP-FedAvg (q = 1, z = 1.5) and three
 #     clients, 2 rounds, then the aggregator restarted for round 3 on its
 #     database: it resumes at the epsilon of 2 rounds and ends at that of 3,
@@ -99,6 +102,31 @@ grep -q "epsilon (client-level)" "$TMP/e.svg" || fail "--svg-x epsilon labels it
 grep -q "stroke-dasharray" "$TMP/e.svg" || fail "the run without DP is a dashed line"
 awk -F, 'NR > 1 && $8 != 0 { exit 1 }' "$TMP/e.csv" || fail "a run without DP has epsilon 0"
 ok "--svg-x epsilon: accuracy against epsilon, the run without DP dashed"
+
+# ---- G
+# shellcheck disable=SC2086
+"$FEDSIM" $SIM --dp-client-clip 1 --dp-client-noise 1 --secagg --csv "$TMP/g.csv" \
+    >"$TMP/g.out" 2>&1 || fail "fedsim DP-FedAvg with --secagg exited $?"
+cut -d, -f1,6,8 "$TMP/a.csv" >"$TMP/a.cut"
+cut -d, -f1,6,8 "$TMP/g.csv" >"$TMP/g.cut"
+cmp -s "$TMP/a.cut" "$TMP/g.cut" ||
+    fail "with --secagg each round merges as many and spends as much: $(tr '\n' ' ' <"$TMP/g.cut")"
+acc_a=$(awk -F, '$1 == 5 { print $3 }' "$TMP/a.csv")
+acc_g=$(awk -F, '$1 == 5 { print $3 }' "$TMP/g.csv")
+awk -v a="$acc_a" -v g="$acc_g" 'BEGIN { d = a - g; exit !(d < 0.005 && d > -0.005) }' ||
+    fail "DP-FedAvg with --secagg: accuracy $acc_g, without $acc_a"
+ok "DP-FedAvg with --secagg: the same epsilon each round ($want at 5), accuracy $acc_g (without: $acc_a)"
+# shellcheck disable=SC2086
+"$FEDSIM" $SIM --nodes 40 --dp-client-clip 1 --dp-client-quantile 0.5 --secagg \
+    >"$TMP/g2.out" 2>&1 && fail "adaptive clipping with --secagg ran"
+grep -q "adaptive clipping (--dp-client-quantile) with --secagg is not built" "$TMP/g2.out" ||
+    fail "the refusal of adaptive clipping with --secagg says why: $(tail -n 2 "$TMP/g2.out")"
+# shellcheck disable=SC2086
+"$FEDSIM" $SIM --dp-client-clip 1 --secagg --secagg-bits 8 >"$TMP/g3.out" 2>&1 &&
+    fail "DP-FedAvg with --secagg-bits 8 ran"
+grep -q "secagg-bits 8 are too few for --dp-client-clip" "$TMP/g3.out" ||
+    fail "too few bits for the clip are refused: $(tail -n 2 "$TMP/g3.out")"
+ok "with --secagg: adaptive clipping refused, and bits too few for the clip"
 
 # ---- F
 K=$TMP/keys

@@ -62,7 +62,7 @@ typedef struct scen {
        DP-FedAvg on the aggregator (dp_client_clip its C, dp_client_noise z) */
     int dp_sgd;
     float dp_noise;
-    double dp_client_clip, dp_client_noise;
+    double dp_client_clip, dp_client_noise, fraction; /* fraction 0: the default */
     int nclients;            /* 0: NCL */
     int commits[MAXR + 1];
     fed_node_round_info info[MAXR + 1];
@@ -325,6 +325,8 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
     ac.dp_client_clip = s->dp_client_clip;
     if (s->dp_client_clip > 0)
         ac.dp_client_noise = s->dp_client_noise;
+    if (s->fraction > 0)
+        ac.sample_fraction = s->fraction;
     ac.deadline_ms = 30000;
     ac.test = evaluate ? fx->test : NULL;
     ac.allow = s->allow;
@@ -727,6 +729,64 @@ static void test_dp_sgd_with_secagg(void **state)
     scen_free(&sec);
 }
 
+/* DP-FedAvg with secure aggregation: 20 clients drawn at q 0.5, clip 1,
+ * z 1. Each client clips its own delta at weight 1; the aggregator noises
+ * the unmasked sum. Three rounds spend what the run without secure
+ * aggregation spends (the accountant's epsilon for q 0.5, z 1, r rounds),
+ * the model within 0.5 point of it. Then clients 0..11 die before their
+ * masked input in round 1: the try fails closed and, the draw standing,
+ * round 1 releases its noise alone (nothing merged, its epsilon charged);
+ * round 2 runs with the clients left. */
+static void test_dp_fedavg_with_secagg(void **state)
+{
+    const fixture *fx = *state;
+    scen plain, sec, drop;
+
+    fed_test_need_fashion(fx->train != NULL);
+    memset(&plain, 0, sizeof plain);
+    memset(&sec, 0, sizeof sec);
+    memset(&drop, 0, sizeof drop);
+    plain.dp_client_clip = sec.dp_client_clip = drop.dp_client_clip = 1;
+    plain.dp_client_noise = sec.dp_client_noise = drop.dp_client_noise = 1;
+    plain.fraction = sec.fraction = drop.fraction = 0.5;
+    build(&plain, fx, 0, DPS_ROUNDS, 2, 300, 1);
+    run(&plain, 600000);
+    build(&sec, fx, 1, DPS_ROUNDS, 2, 300, 1);
+    run(&sec, 600000);
+    for (int r = 1; r <= DPS_ROUNDS; r++) {
+        double want;
+
+        assert_int_equal(fed_rdp_sgm_epsilon(0.5, 1.0, (uint64_t)r, 1e-5, NULL, 0, &want, NULL),
+                         FED_OK);
+        assert_int_equal(sec.commits[r], 1);
+        assert_int_equal(plain.commits[r], 1);
+        assert_int_equal(sec.info[r].merged, plain.info[r].merged);
+        assert_true(sec.info[r].merged > 0);
+        assert_true(fabs(sec.info[r].epsilon - want) <= 1e-9 * want);
+        assert_true(fabs(plain.info[r].epsilon - want) <= 1e-9 * want);
+    }
+    print_message("DP-FedAvg after %d rounds: epsilon %.4f both; accuracy %.4f, with secagg "
+                  "%.4f\n", DPS_ROUNDS, sec.info[DPS_ROUNDS].epsilon,
+                  plain.info[DPS_ROUNDS].accuracy, sec.info[DPS_ROUNDS].accuracy);
+    assert_true(fabs(plain.info[DPS_ROUNDS].accuracy - sec.info[DPS_ROUNDS].accuracy) <= 0.005);
+
+    build(&drop, fx, 1, 2, 2, 100, 0);
+    drop.drop_type = FED_WIRE_SA_MASKED;
+    drop.drop_round = 1;
+    drop.drop_count = 12;
+    run(&drop, 600000);
+    assert_int_equal(drop.commits[1], 1);
+    assert_int_equal(drop.info[1].merged, 0);
+    assert_true(drop.info[1].sampled > 0);
+    assert_true(fabs(drop.info[1].epsilon - sec.info[1].epsilon) <= 1e-12);
+    assert_int_equal(drop.commits[2], 1);
+    assert_true(drop.info[2].merged > 0);
+    assert_true(fabs(drop.info[2].epsilon - sec.info[2].epsilon) <= 1e-12);
+    scen_free(&plain);
+    scen_free(&sec);
+    scen_free(&drop);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -742,6 +802,7 @@ int main(void)
         cmocka_unit_test(test_different_graphs),
         cmocka_unit_test(test_accuracy_and_leak),
         cmocka_unit_test(test_dp_sgd_with_secagg),
+        cmocka_unit_test(test_dp_fedavg_with_secagg),
     };
 
     return cmocka_run_group_tests(tests, setup, teardown);
