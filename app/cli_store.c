@@ -296,6 +296,9 @@ static void print_privacy(const status_data *d)
         printf("  epsilon %.4f at delta %g spent in %" PRIu64 " rounds; the last: round %" PRIu64
                ", clients sampled at q %.4g, noise multiplier %g\n",
                l->epsilon, l->delta, d->dp_charges, l->round, l->q, l->sigma);
+        if (d->ntries)
+            printf("  with secure aggregation: each client clips its own delta and the "
+                   "aggregator adds the noise after unmasking, so the same holds\n");
         return;
     }
     printf("\nprivacy (DP-SGD at this site, RDP accountant)\n");

@@ -20,7 +20,9 @@
 #     clients, 2 rounds, then the aggregator restarted for round 3 on its
 #     database: it resumes at the epsilon of 2 rounds and ends at that of 3,
 #     each row's epsilon in `status`, which says the aggregator is trusted
-#     for client-level DP; the refusals of settings that do not fit.
+#     for client-level DP; the refusals of settings that do not fit. Then a
+#     fresh aggregator with --secagg too: one round of the three, its
+#     epsilon, and status saying the noise is added after unmasking.
 # Needs ./fednode, ./fedsim and Fashion-MNIST; exits 77 (skipped) without.
 . "$(dirname "$0")/proc_lib.sh"
 FEDSIM=${FEDSIM:-./fedsim}
@@ -186,4 +188,25 @@ row_eps 3 "$e3"
 "$FEDNODE" status --db "$TMP/agg.db" | grep -q "client-level DP-FedAvg by this aggregator.*trusted" ||
     fail "status says the aggregator is trusted for client-level DP"
 ok "restarted: resumes at $e2, round 3 ends at $e3 (= fednode privacy, q 1, z 1.5)"
+
+# the same with --secagg: a fresh aggregator database, one round
+for i in 0 1 2; do exits0 "d$i" 60 2>/dev/null || true; done
+rm -f "$TMP/port" "$TMP"/c?.db
+# shellcheck disable=SC2086
+start aggs --role aggregator --keys "$K/agg" --allow "$K/allow.txt" --db "$TMP/aggs.db" \
+    --listen tcp://127.0.0.1:0 --port-file "$TMP/port" $COMMON $SETTINGS $DPF --secagg \
+    --rounds 1 --min-clients 3 --deadline-ms 60000 --gather-ms 200
+wait_for "the secagg aggregator wrote its port" 30 test -s "$TMP/port"
+P=$(cat "$TMP/port")
+clients s
+wait_for "the secure round committed" 120 logged aggs "round 1 merged"
+exits0 aggs 60
+e1=$(eps 1 1.5 1)
+grep -q "round 1 merged 3 of 3 .* each clipped by its client to 0.99.* (secagg), client-level epsilon $e1" \
+    "$TMP/aggs.log" || fail "the secure round's log: $(grep 'round 1 merged' "$TMP/aggs.log")"
+[ "$(field "$TMP/aggs.db" 1 epsilon | awk '{ printf "%.4f\n", $1 }')" = "$e1" ] ||
+    fail "the secure round's row holds epsilon $e1"
+"$FEDNODE" status --db "$TMP/aggs.db" | grep -q "with secure aggregation: .*noise after unmasking" ||
+    fail "status says the aggregator adds the noise after unmasking"
+ok "aggregator (daemon) with --secagg: 3 clients each clipped their own delta, epsilon $e1, status says who is trusted"
 echo "passed ($(($(date +%s) - T0)) s)"
