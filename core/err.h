@@ -82,7 +82,8 @@
     X(FED_ERR_SA_CONSIST, "secure aggregation: bad or unexpected CONSIST message") \
     X(FED_ERR_SA_UNMASK, "secure aggregation: bad or unexpected UNMASK message") \
     X(FED_ERR_SA_FAILED, "secure aggregation: round failed closed (a secret has fewer than t live holders)") \
-    X(FED_ERR_SA_DROPPED, "secure aggregation: this client was named dropped, or the survivors' graph is split")
+    X(FED_ERR_SA_DROPPED, "secure aggregation: this client was named dropped, or the survivors' graph is split") \
+    X(FED_ERR_SA_REVEALED, "secure aggregation: this round's delta was in a sum already revealed; masking it again could expose a client")
 
 typedef enum fed_err {
 #define FED_ERR_ENUM_(name, msg) name,

@@ -690,8 +690,14 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
     s->weight *= weight_cap(n);
 out:
     fed_crypto_slot_release(ar, slot);
-    if (buf)
+    if (buf) { /* rebuilt shares */
+        sodium_memzero(buf, ((size_t)s->k + 1) * sizeof *buf);
         fed_free(buf);
+    }
+    if (e != FED_OK) { /* a failed try keeps no sum, not even a partial one */
+        sodium_memzero(s->sum, s->words * sizeof *s->sum);
+        sodium_memzero(s->mean, (s->words - 1) * sizeof *s->mean);
+    }
     fed_free(deq);
     return e;
 }

@@ -53,6 +53,13 @@ struct node_sa_client {
     uint32_t resends, max_resends;
     uint32_t *masked;       /* (words) */
     size_t words;
+    /* the last round whose unmask shares went out (0: none) and the
+       survivors of that sum: a later try of the round (the same delta masked
+       afresh) reveals only for exactly those survivors, since two sums over
+       different sets would expose the clients in one and not the other */
+    uint64_t revealed;
+    uint8_t (*revealed_ids)[32];
+    uint32_t nrevealed;
 };
 
 fed_err fed_node_sa_client_new(fed_node *n, node_sa_client **out)
@@ -85,6 +92,8 @@ static void round_clear(fed_node *n, node_sa_client *s)
     s->stage = SC_NONE;
     s->trained = s->inbox = 0;
     s->n1 = s->k = s->t = 0;
+    if (s->req)
+        sodium_memzero(s->req, s->req_cap); /* an UNMASK request holds shares */
     s->req_len = 0;
 }
 
@@ -94,10 +103,12 @@ void fed_node_sa_client_free(fed_node *n, node_sa_client *s)
         return;
     round_clear(n, s);
     fed_free(s->req);
+    fed_free(s->revealed_ids);
     fed_free(s);
 }
 
 int fed_node_sa_client_active(const node_sa_client *s) { return s && s->stage != SC_NONE; }
+
 
 void fed_node_sa_client_abort(fed_node *n)
 {
@@ -108,11 +119,16 @@ void fed_node_sa_client_abort(fed_node *n)
 
 static fed_err req_room(node_sa_client *s, size_t len)
 {
-    if (len > s->req_cap) {
-        uint8_t *p = fed_realloc(s->req, len);
+    if (len > s->req_cap) { /* no realloc: the old buffer is wiped, not left behind */
+        uint8_t *p = fed_malloc(len);
 
         if (!p)
             return FED_ERR_NOMEM;
+        if (s->req) {
+            memcpy(p, s->req, s->req_len);
+            sodium_memzero(s->req, s->req_cap);
+            fed_free(s->req);
+        }
         s->req = p;
         s->req_cap = len;
     }
@@ -226,6 +242,15 @@ static fed_err on_key_list(fed_node *n, const fed_wire_msg *m)
         if (!sa_keys_verify(s->list[i].id, &s->ctx, s->list[i].mask_pk, s->list[i].enc_pk,
                             s->list[i].sig))
             return FED_ERR_SA_KEYS; /* a key not signed for this round, try and aggregator */
+        /* every identity a member this client knows: else the aggregator
+           could invent neighbours and hold both kinds of a client's shares */
+        if (n->cfg.allow && !fed_crypto_allow_find(n->cfg.allow, s->list[i].id) &&
+            memcmp(s->list[i].id, n->key, 32) != 0) {
+            fed_log(FED_LOG_WARN, "client: secagg round %llu: the key list names a client "
+                    "outside this node's allow-list; refusing the round",
+                    (unsigned long long)s->round);
+            return FED_ERR_SA_KEYS;
+        }
         if (!memcmp(s->list[i].id, n->key, 32))
             found = i;
     }
@@ -467,17 +492,71 @@ static fed_err on_survivors(fed_node *n, const fed_wire_msg *m)
     return start_stage(n, SC_CONSIST, FED_WIRE_SA_CONSIST, 1);
 }
 
+/* Whether survivor i of this try was a survivor of the sum revealed
+ * earlier in this round. */
+static int was_revealed(const node_sa_client *s, uint32_t i)
+{
+    for (uint32_t j = 0; j < s->nrevealed; j++)
+        if (!memcmp(s->revealed_ids[j], s->list[i].id, 32))
+            return 1;
+    return 0;
+}
+
+/* A later try of a round whose sum this client helped unmask masks the
+ * same delta again: it reveals only when this try's survivors are exactly
+ * that sum's (else the two sums' difference is a client's delta). */
+static fed_err same_survivors_as_revealed(const node_sa_client *s)
+{
+    uint32_t survivors = 0, known = 0;
+
+    if (s->revealed != s->round)
+        return FED_OK;
+    for (uint32_t i = 0; i < s->n1; i++)
+        if (s->u3[i]) {
+            survivors++;
+            known += (uint32_t)was_revealed(s, i);
+        }
+    if (survivors == known && known == s->nrevealed) /* the same set (keys are unique) */
+        return FED_OK;
+    fed_log(FED_LOG_WARN, "client: secagg round %llu try %u: its delta was in a sum revealed in "
+            "an earlier try over other survivors; refusing to reveal again (the two sums' "
+            "difference would expose a client)", (unsigned long long)s->round, s->try_no);
+    return FED_ERR_SA_REVEALED;
+}
+
+/* Keeps this try's survivors as the round's revealed sum. */
+static fed_err remember_revealed(node_sa_client *s)
+{
+    uint32_t k = 0;
+    uint8_t (*ids)[32] = fed_malloc(((size_t)s->n1 + 1) * sizeof *ids);
+
+    if (!ids)
+        return FED_ERR_NOMEM;
+    for (uint32_t i = 0; i < s->n1; i++)
+        if (s->u3[i])
+            memcpy(ids[k++], s->list[i].id, 32);
+    fed_free(s->revealed_ids);
+    s->revealed_ids = ids;
+    s->nrevealed = k;
+    s->revealed = s->round;
+    return FED_OK;
+}
+
 /* The consistency check: at least t neighbours signed the same survivor
  * list; then one share per neighbour in U2, of the kind its fate says. */
 static fed_err on_signatures(fed_node *n, const fed_wire_msg *m)
 {
     node_sa_client *s = n->client_sa;
     uint32_t count = m->block.sa_count, good = 0, out = 0;
-    uint32_t *idx = fed_malloc(((size_t)count + 1) * sizeof *idx);
-    const uint8_t **sig = fed_malloc(((size_t)count + 1) * sizeof *sig);
+    uint32_t *idx = NULL;
+    const uint8_t **sig = NULL;
     const uint32_t *nb;
     fed_err e;
 
+    if (count > s->n1) /* checked before the count sizes anything */
+        return FED_ERR_SA_CONSIST;
+    idx = fed_malloc(((size_t)count + 1) * sizeof *idx);
+    sig = fed_malloc(((size_t)count + 1) * sizeof *sig);
     if (!idx || !sig) {
         e = FED_ERR_NOMEM;
         goto out;
@@ -495,6 +574,8 @@ static fed_err on_signatures(fed_node *n, const fed_wire_msg *m)
         e = FED_ERR_SA_CONSIST;
         goto out;
     }
+    if ((e = same_survivors_as_revealed(s)) != FED_OK)
+        goto out;
     if ((e = req_room(s, (size_t)s->k * SA_UNMASK_ENTRY_BYTES + 1)) != FED_OK)
         goto out;
     nb = fed_secagg_graph_neighbours(s->g, s->me);
@@ -513,6 +594,8 @@ static fed_err on_signatures(fed_node *n, const fed_wire_msg *m)
         out++;
     }
     s->req_len = (size_t)out * SA_UNMASK_ENTRY_BYTES;
+    if ((e = remember_revealed(s)) != FED_OK)
+        goto out;
     e = start_stage(n, SC_UNMASK, FED_WIRE_SA_UNMASK, out);
 out:
     fed_free(idx);
