@@ -114,6 +114,17 @@ fed_err fed_node_agg_dp_new(fed_node *n)
                                "(--wait-clients, or the allow-list's members)");
         return FED_ERR_INVAL;
     }
+    if (c->allow) { /* a draw cut to fit would let one client push another out */
+        size_t members = fed_crypto_allow_count(c->allow) -
+                         (fed_crypto_allow_find(c->allow, n->key) != NULL);
+
+        if (members > (size_t)a->max_clients) {
+            fed_log(FED_LOG_ERROR, "aggregator: DP-FedAvg: the allow-list has %zu clients but a "
+                    "round holds at most %d; a draw could be cut, which the accounting does "
+                    "not cover: raise --wait-clients to %zu", members, a->max_clients, members);
+            return FED_ERR_INVAL;
+        }
+    }
     if (!(d = fed_calloc(1, sizeof *d)))
         return FED_ERR_NOMEM;
     a->dp = d;
@@ -259,6 +270,7 @@ fed_err fed_node_agg_dp_aggregate(fed_node *n, fed_merge_input *in, uint32_t *un
     agg_dp *d = a->dp;
     const fed_node_config *c = &n->cfg;
     float count = 0;
+    uint32_t used = 0;
     fed_err e;
 
     memset(d->sum, 0, a->nparams * sizeof *d->sum);
@@ -287,6 +299,7 @@ fed_err fed_node_agg_dp_aggregate(fed_node *n, fed_merge_input *in, uint32_t *un
         s = fed_dp_fedavg_scale(norm, d->clip);
         sf = (float)s;
         *unclipped += norm <= d->clip;
+        used++;
         for (size_t j = 0; j < a->nparams; j++)
             d->sum[j] += sf * p->delta[j];
         r->verdict = FED_MERGE_USED;
@@ -305,12 +318,15 @@ fed_err fed_node_agg_dp_aggregate(fed_node *n, fed_merge_input *in, uint32_t *un
     }
     d->clip_next = d->clip;
     if (c->dp_client_quantile > 0) {
-        count = (float)*unclipped;
+        /* centred, b_i - 1/2 (sensitivity 1/2), as the noise split assumes;
+           the share is the noised sum over the expected cohort, plus 1/2 */
+        count = (float)((double)*unclipped - 0.5 * used);
         if ((e = fed_dp_add_noise(fed_crypto_keystream_random, &d->ks, &count, 1, d->sigma_b)) !=
             FED_OK)
             return e;
         d->clip_next = fed_dp_fedavg_clip_next(d->clip, c->dp_client_clip_lr,
-                                               (double)count / d->cohort, c->dp_client_quantile);
+                                               (double)count / d->cohort + 0.5,
+                                               c->dp_client_quantile);
     }
     memset(in, 0, sizeof *in);
     in->weight = 1;

@@ -155,6 +155,23 @@ refused "--dp-client-clip on a client is refused" "is an aggregator's setting" -
     --aggregator tcp://127.0.0.1:1 --dp-client-clip 1
 refused "--dp-target-epsilon without --dp-client-clip is refused" "need --dp-client-clip" \
     --role aggregator --dp-target-epsilon 3
+# 133 clients in the allow-list, a round that holds 128 (--wait-clients 2):
+# a Poisson draw could be cut to fit, and then one client could push another out (sensitivity 2C)
+cp "$K/allow.txt" "$TMP/big-allow.txt"
+i=0
+while [ $i -lt 130 ]; do
+    "$FEDNODE" keygen --out "$TMP/big/$i" >/dev/null 2>&1 || fail "keygen $i"
+    echo "x$i $("$FEDNODE" pubkey "$TMP/big/$i")" >>"$TMP/big-allow.txt"
+    i=$((i + 1))
+done
+# shellcheck disable=SC2086
+"$FEDNODE" run --role aggregator --keys "$K/agg" --allow "$TMP/big-allow.txt" \
+    --db "$TMP/big.db" --listen tcp://127.0.0.1:0 $COMMON $SETTINGS $DPF --wait-clients 2 \
+    --min-clients 2 >"$TMP/big.out" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -q "raise --wait-clients to 133" "$TMP/big.out" ||
+    fail "an allow-list larger than a round: exit 1, saying why (got $rc: $(tail -n 2 "$TMP/big.out"))"
+ok "DP-FedAvg with more members than a round holds is refused (exit 1, says --wait-clients 133)"
 # row_eps ROUND WANT: the aggregator's row ROUND holds epsilon WANT (4 decimals)
 row_eps() {
     got=$(field "$TMP/agg.db" "$1" epsilon | awk '{ printf "%.4f\n", $1 }')
