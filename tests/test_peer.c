@@ -127,6 +127,10 @@ typedef struct mesh_opts {
     uint32_t lr_warmup;
     size_t max_frame;       /* 0: the default */
     uint32_t group_size;    /* allreduce: groups of at most this (0: none) */
+    /* allreduce: member tamper_who's result goes through this hook (NULL: none) */
+    void (*ar_tamper)(void *ctx, uint64_t round, uint32_t attempt, double *sums, size_t n);
+    void *ar_tamper_ctx;
+    int tamper_who;
 } mesh_opts;
 
 static void mesh_build(mesh *m, const mesh_opts *o)
@@ -195,6 +199,10 @@ static void mesh_build(mesh *m, const mesh_opts *o)
         c.neighbours = o->neighbours;
         c.wire.max_frame = o->max_frame;
         c.group_size = o->group_size;
+        if (o->ar_tamper && i == o->tamper_who) {
+            c.ar_tamper = o->ar_tamper;
+            c.ar_tamper_ctx = o->ar_tamper_ctx;
+        }
         if (o->outsider && i == 0) /* an hour from the world's clock at 0 */
             assert_int_equal(fed_gossip_entry_sign(fed_sim_host_arena(m->h[0]),
                                                    fed_sim_host_id(m->h[o->n - 1])->key,
@@ -771,6 +779,76 @@ static void test_allreduce_killed_each_step(void **state)
     killed_each_step("butterfly", 0);
 }
 
+/* The faulty member of the hash-mismatch test: round 1's result changed
+ * (its first sum nudged by 1e-9, as a float difference would), in attempt
+ * 0 only (once) or in every attempt. */
+typedef struct ar_fault {
+    int every;      /* every attempt of round 1, not only the first */
+    int calls;      /* runs it changed */
+} ar_fault;
+
+static void ar_fault_hook(void *ctx, uint64_t round, uint32_t attempt, double *sums, size_t n)
+{
+    ar_fault *f = ctx;
+
+    assert_true(n == DIM + 1);
+    if (round != 1 || (attempt && !f->every))
+        return;
+    sums[0] += 1e-9;
+    f->calls++;
+}
+
+/* One member (2 of 5) ends round 1's run with a result unlike the others'
+ * (fed_node_config.ar_tamper), once or in every attempt, on each schedule:
+ * its ring neighbour (3) sees the hash differ and leaves it out, it leaves
+ * its own neighbour (1) out in turn, and the redo over 0, 3 and 4 ends
+ * with one model on the three, the mean of their three vectors, while 1
+ * and 2 keep their own; nobody hangs, and round 2 (no fault) ends with one
+ * model hash on all five. */
+static void test_allreduce_mismatch(void **state)
+{
+    static const char *topos[] = {"ring", "tree", "butterfly"};
+
+    (void)state;
+    for (size_t t = 0; t < sizeof topos / sizeof *topos; t++)
+        for (int every = 0; every <= 1; every++) {
+            ar_fault f = {.every = every};
+            mesh_opts o = {.n = 5, .topology = topos[t], .mixing = "allreduce", .rounds = 2,
+                           .deadline_ms = 300, .seed = 12, .ar_tamper = ar_fault_hook,
+                           .ar_tamper_ctx = &f, .tamper_who = 2};
+            static const int in3[3] = {0, 3, 4};
+            double mean3[DIM];
+            mesh m;
+
+            mesh_build(&m, &o);
+            m.snap_round = 1; /* round 1's estimates */
+            run_to_round(&m, 2, 20000);
+            for (int d = 0; d < DIM; d++)
+                mean3[d] = (m.init[0][d] + m.init[3][d] + m.init[4][d]) / 3;
+            assert_int_equal(f.calls, 1); /* the redo was over the three */
+            for (int i = 0; i < 5; i++) {
+                assert_int_equal(m.commits[i][1], 1);
+                assert_int_equal(m.commits[i][2], 1);
+                assert_memory_equal(m.hashes[i][2], m.hashes[0][2], 32);
+            }
+            for (int k = 0; k < 3; k++) {
+                int i = in3[k];
+
+                assert_memory_equal(m.hashes[i][1], m.hashes[0][1], 32);
+                assert_memory_equal(m.snap[i], m.snap[0], sizeof m.snap[0]);
+                for (int d = 0; d < DIM; d++)
+                    assert_true(fabs(m.snap[i][d] - mean3[d]) < 1e-12 * (1 + fabs(mean3[d])));
+            }
+            for (int i = 1; i <= 2; i++) /* left out: their own */
+                assert_memory_equal(m.snap[i], m.init[i], sizeof m.init[i]);
+            printf("allreduce %-9s of 5, member 2's result off by 1e-9 %s: round 1 ends with "
+                   "one model on 0, 3, 4 and 1, 2 keep their own; round 2 one hash on all five "
+                   "at %llu ms\n", topos[t], every ? "in every attempt" : "once",
+                   (unsigned long long)(fed_sim_world_now_us(m.w) / 1000));
+            mesh_free(&m);
+        }
+}
+
 /* A ring of 5 with member 2 cut off from the others for the first 1.5 s:
  * the four leave it out and go on over themselves (each round the mean of
  * the four), it ends its rounds alone; once the link is back it skips to
@@ -958,6 +1036,7 @@ int main(void)
         cmocka_unit_test(test_allreduce_chunked),
         cmocka_unit_test(test_allreduce_killed_each_step),
         cmocka_unit_test(test_allreduce_rejoin),
+        cmocka_unit_test(test_allreduce_mismatch),
         cmocka_unit_test(test_allreduce_groups),
         cmocka_unit_test(test_vouched_peer_joins),
         cmocka_unit_test(test_training_crash_rejoin),
