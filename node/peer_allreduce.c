@@ -362,9 +362,9 @@ static fed_err verify_step(fed_node *n)
 
 /* The run done: its result (the sums, into ar_buf, where finish takes the
  * mean from; the simulator's ar_tamper may change them) hashed with the
- * members' keys, the verification begun. It has until a deadline after the last step's deadline (by then a
- * member stalled anywhere has given up and its abort has come) and at
- * least two deadlines to come round. */
+ * members' keys, the verification begun. It has until a deadline after the
+ * last step's deadline of any member (by then a member stalled anywhere has
+ * given up and its abort has come) to come round. */
 static fed_err verify_begin(fed_node *n)
 {
     node_mesh *p = n->mesh;
@@ -386,9 +386,14 @@ static fed_err verify_begin(fed_node *n)
     p->ar_phase = AR_VERIFY;
     p->ar_row = 0;
     memset(p->ar_tx, 0, sizeof p->ar_tx);
-    end = p->ar_t0 + (uint64_t)(fed_gossip_ar_steps(&p->ar_plan) + 2) * n->cfg.deadline_ms;
-    if (end < n->env.now_ms(n->env.self) + 2 * n->cfg.deadline_ms)
-        end = n->env.now_ms(n->env.self) + 2 * n->cfg.deadline_ms;
+    /* every member's vector is in this result, so every member began the
+       attempt by now, and one that stalls gives up by its last step's
+       deadline, at most `steps` deadlines from now: its abort has come a
+       deadline after that */
+    end = n->env.now_ms(n->env.self) + (uint64_t)(fed_gossip_ar_steps(&p->ar_plan) + 1) *
+                                           n->cfg.deadline_ms;
+    if (end < p->ar_t0 + (uint64_t)(fed_gossip_ar_steps(&p->ar_plan) + 2) * n->cfg.deadline_ms)
+        end = p->ar_t0 + (uint64_t)(fed_gossip_ar_steps(&p->ar_plan) + 2) * n->cfg.deadline_ms;
     if ((e = fed_node_arm(n, end, NODE_TIMER_DEADLINE)) != FED_OK)
         return e;
     return verify_step(n);
