@@ -1063,6 +1063,41 @@ static void test_allreduce_groups(void **state)
     }
 }
 
+/* --group-size 4 over 16 members, no training, with member 5 restarted
+ * from its checkpoint between rounds 1 and 2 (down 200 ms, well within the
+ * deadline: its round-2 group waits for it): after round 2 every member
+ * holds the exact mean, so it came back with the weight its round-1 mean
+ * stands for (the group's 4), not 1. */
+static void test_allreduce_groups_restart(void **state)
+{
+    mesh_opts o = {.n = 16, .topology = "ring", .mixing = "allreduce", .rounds = 2,
+                   .deadline_ms = 2000, .seed = 21, .group_size = 4};
+    double z[DIM], err = 0;
+    uint64_t t;
+    mesh m;
+
+    (void)state;
+    mesh_build(&m, &o);
+    for (t = 1; m.done[5] < 1 && t < 100000; t++)
+        assert_int_equal(fed_sim_world_run_until(m.w, t), FED_OK);
+    assert_int_equal(m.done[5], 1);
+    assert_int_equal(fed_sim_world_crash_at(m.w, fed_sim_host_index(m.h[5]), t), FED_OK);
+    assert_int_equal(fed_sim_world_restart_at(m.w, fed_sim_host_index(m.h[5]), t + 200), FED_OK);
+    run_to_round(&m, 2, 100000);
+    assert_int_equal(fed_sim_host_start_failures(m.h[5]), 0);
+    assert_int_equal(m.commits[5][1], 1); /* resumed after round 1, not from the start */
+    assert_int_equal(m.commits[5][2], 1);
+    for (int i = 0; i < m.n; i++) {
+        assert_int_equal(fed_node_peer_estimate(fed_sim_host_node(m.h[i]), z), FED_OK);
+        for (int d = 0; d < DIM; d++)
+            err = fmax(err, fabs(z[d] - m.mean[d]) / (1 + fabs(m.mean[d])));
+    }
+    printf("groups of 4, 16 peers, member 5 restarted between rounds 1 and 2: the exact mean on "
+           "every one after round 2 (largest relative error %.1e)\n", err);
+    assert_true(err < 1e-12);
+    mesh_free(&m);
+}
+
 /* What all-reduce refuses: a sync mode other than bsp, a gossip topology. */
 static void test_allreduce_settings(void **state)
 {
@@ -1120,6 +1155,7 @@ int main(void)
         cmocka_unit_test(test_allreduce_mismatch),
         cmocka_unit_test(test_allreduce_two_killed),
         cmocka_unit_test(test_allreduce_groups),
+        cmocka_unit_test(test_allreduce_groups_restart),
         cmocka_unit_test(test_vouched_peer_joins),
         cmocka_unit_test(test_training_crash_rejoin),
     };
