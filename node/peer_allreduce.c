@@ -23,9 +23,10 @@
  * member whose row spans the attempt takes the mean (every member holds
  * it) and says so to the same members; a hash unlike its own gives the
  * attempt up, leaving out its sender; a verification that has not
- * come round a deadline after the last step was due, with no abort heard,
- * takes the mean too (every member finished with it; a dead one broke the
- * row). Step s is due s + 1 deadlines after the attempt began, so the
+ * come round steps + 1 deadlines after the run ended here (every member
+ * began before that, so one stalled anywhere has given up and its abort
+ * has come), with no abort heard, takes the mean too (every member
+ * finished with it; a dead one broke the row). Step s is due s + 1 deadlines after the attempt began, so the
  * member stalled nearest a dead one gives up a deadline before those
  * stalled behind it, and its abort reaches them first. A member named
  * in an abort ends the round with its own model and is back at the next:
