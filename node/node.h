@@ -253,6 +253,14 @@ typedef struct fed_node_config {
     char sync[16];                /* bsp (default), ssp:S, asp:T or bap */
     char mixing[16];              /* pushsum (default), plain, metropolis, pairwise */
     uint32_t group_size;          /* allreduce: groups of at most this a round (0: none) */
+    /* simulator only (the tests' faulty all-reduce member): NULL in every
+       real node. Called with ar_tamper_ctx when this member's all-reduce
+       run of (round, attempt) is done, on its sums (n doubles, the total
+       weight last) before it hashes them: it may change them, and the
+       member then holds (and, if the round's check passes, takes) what it
+       left */
+    void (*ar_tamper)(void *ctx, uint64_t round, uint32_t attempt, double *sums, size_t n);
+    void *ar_tamper_ctx;
     int mix_only;                 /* 1: no training; mix init (consensus runs) */
     char advertise[FED_GOSSIP_URL_MAX + 1]; /* where the others reach this peer,
                                      published in signed PEERS entries; "": none */

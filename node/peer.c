@@ -20,6 +20,9 @@
 #include "node/peer_impl.h"
 
 #define NODE_SEC_PUSHSUM "pushsum"
+/* all-reduce with groups: the weight the model stands for (ar_carry), f64 LE;
+   absent (another mixing, an older checkpoint): 1 */
+#define NODE_SEC_AR_CARRY "allreduce.carry"
 
 /* ---- configuration ---- */
 
@@ -224,6 +227,14 @@ static fed_err resume(fed_node *n)
         e = FED_ERR_FORMAT;
     if (e == FED_OK)
         e = fed_gossip_ps_load(p->ps, s->data, s->len);
+    if (e == FED_OK && (s = fed_store_ckpt_find(&ck, NODE_SEC_AR_CARRY))) {
+        double w = s->len == 8 ? fed_get_f64le(s->data) : 0;
+
+        if (w > 0 && isfinite(w))
+            p->ar_carry = w;
+        else
+            e = FED_ERR_FORMAT;
+    }
     if (e == FED_OK) {
         n->round = round;
         p->rejoining = 1;
@@ -246,7 +257,7 @@ static fed_err commit_round(fed_node *n, uint64_t round, const fed_node_round_in
     node_mesh *p = n->mesh;
     fed_store *st = n->cfg.store;
     const fed_wire_counters *wc = fed_wire_get_counters(n->wire);
-    uint8_t state[FED_NODE_STATE_BYTES], *ps = NULL;
+    uint8_t state[FED_NODE_STATE_BYTES], *ps = NULL, carry[8];
     size_t ps_len = 0;
     fed_store_round row;
     fed_err e;
@@ -297,11 +308,14 @@ static fed_err commit_round(fed_node *n, uint64_t round, const fed_node_round_in
     if (e == FED_OK)
         e = fed_store_put_round(st, &row);
     if (e == FED_OK && ckpt) {
-        fed_store_section sec[2] = {
+        fed_store_section sec[3] = {
             {FED_NODE_SEC_STATE, state, sizeof state},
             {NODE_SEC_PUSHSUM, ps, ps_len},
+            {NODE_SEC_AR_CARRY, carry, sizeof carry},
         };
-        e = fed_store_checkpoint_write(st, round, sec, 2, NULL);
+
+        fed_put_f64le(carry, p->ar_carry > 0 ? p->ar_carry : 1.0);
+        e = fed_store_checkpoint_write(st, round, sec, p->mix == MIX_ALLREDUCE ? 3 : 2, NULL);
     }
     if (e == FED_OK)
         e = fed_store_commit(st);

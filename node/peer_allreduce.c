@@ -22,10 +22,11 @@
  * ending with the sender, finished with that hash; rows double each hop, a
  * member whose row spans the attempt takes the mean (every member holds
  * it) and says so to the same members; a hash unlike its own gives the
- * attempt up; a verification that has not
- * come round a deadline after the last step was due, with no abort heard,
- * takes the mean too (every member finished with it; a dead one broke the
- * row). Step s is due s + 1 deadlines after the attempt began, so the
+ * attempt up, leaving out its sender; a verification that has not
+ * come round steps + 1 deadlines after the run ended here (every member
+ * began before that, so one stalled anywhere has given up and its abort
+ * has come), with no abort heard, takes the mean too (every member
+ * finished with it; a dead one broke the row). Step s is due s + 1 deadlines after the attempt began, so the
  * member stalled nearest a dead one gives up a deadline before those
  * stalled behind it, and its abort reaches them first. A member named
  * in an abort ends the round with its own model and is back at the next:
@@ -222,12 +223,11 @@ static fed_err finish(fed_node *n, int complete)
 {
     node_mesh *p = n->mesh;
 
-    if (complete) {
-        const double *sums = fed_gossip_ar_member_sums(p->ar);
-        double w = sums[p->dim];
+    if (complete) { /* ar_buf holds the sums verify_begin hashed */
+        double w = p->ar_buf[p->dim];
 
         for (size_t i = 0; i < p->dim; i++)
-            p->ar_buf[i] = sums[i] / w;
+            p->ar_buf[i] /= w;
         fed_gossip_ps_set(p->ps, p->ar_buf, 1.0); /* estimate = the mean, bit for bit */
         p->ar_merged = p->ar_nids - 1;
         p->ar_carry = w;
@@ -335,10 +335,16 @@ static fed_err verify_step(fed_node *n)
         same[k] = !p->ar_rx[k] || !memcmp(p->ar_rx_hash[k], p->ar_hash, 32);
     if (!(row = fed_gossip_ar_row(nn, p->ar_row, p->ar_rx, same))) {
         for (uint32_t k = 0; k < levels; k++)
-            if (!same[k])
+            if (!same[k]) { /* which of the two is wrong, neither can tell: the
+                               one that told it is left out, and it leaves this
+                               one out in turn (the redo runs without either) */
+                uint32_t who = p->ar_ids[(me + nn - (uint32_t)(1ull << k)) % nn];
+
+                p->ar_left[who] = 1;
                 fed_log(FED_LOG_WARN, "peer: all-reduce of round %llu attempt %u: member %u "
-                        "holds another result: redone", (unsigned long long)(n->round + 1),
-                        p->ar_attempt, p->ar_ids[(me + nn - (uint32_t)(1ull << k)) % nn]);
+                        "holds another result: redone without it",
+                        (unsigned long long)(n->round + 1), p->ar_attempt, who);
+            }
         return give_up(n);
     }
     p->ar_row = row;
@@ -355,14 +361,14 @@ static fed_err verify_step(fed_node *n)
     return row >= nn ? finish(n, 1) : FED_OK;
 }
 
-/* The run done: its result hashed with the members' keys, the verification
- * begun. It has until a deadline after the last step's deadline (by then a
- * member stalled anywhere has given up and its abort has come) and at
- * least two deadlines to come round. */
+/* The run done: its result (the sums, into ar_buf, where finish takes the
+ * mean from; the simulator's ar_tamper may change them) hashed with the
+ * members' keys, the verification begun. It has until a deadline after the
+ * last step's deadline of any member (by then a member stalled anywhere has
+ * given up and its abort has come) to come round. */
 static fed_err verify_begin(fed_node *n)
 {
     node_mesh *p = n->mesh;
-    const double *sums = fed_gossip_ar_member_sums(p->ar);
     size_t nk = (size_t)p->ar_nids * 32, len = nk + (p->dim + 1) * 8;
     uint8_t *buf = fed_malloc(len);
     uint64_t end;
@@ -370,17 +376,25 @@ static fed_err verify_begin(fed_node *n)
 
     if (!buf)
         return FED_ERR_NOMEM;
+    memcpy(p->ar_buf, fed_gossip_ar_member_sums(p->ar), (p->dim + 1) * sizeof *p->ar_buf);
+    if (n->cfg.ar_tamper)
+        n->cfg.ar_tamper(n->cfg.ar_tamper_ctx, n->round + 1, p->ar_attempt, p->ar_buf, p->dim + 1);
     for (uint32_t r = 0; r < p->ar_nids; r++)
         memcpy(buf + (size_t)r * 32, p->mem[p->ar_ids[r]].key, 32);
-    fed_put_f64le_n(buf + nk, sums, p->dim + 1);
+    fed_put_f64le_n(buf + nk, p->ar_buf, p->dim + 1);
     fed_crypto_model_hash(buf, len, p->ar_hash);
     fed_free(buf);
     p->ar_phase = AR_VERIFY;
     p->ar_row = 0;
     memset(p->ar_tx, 0, sizeof p->ar_tx);
-    end = p->ar_t0 + (uint64_t)(fed_gossip_ar_steps(&p->ar_plan) + 2) * n->cfg.deadline_ms;
-    if (end < n->env.now_ms(n->env.self) + 2 * n->cfg.deadline_ms)
-        end = n->env.now_ms(n->env.self) + 2 * n->cfg.deadline_ms;
+    /* every member's vector is in this result, so every member began the
+       attempt by now, and one that stalls gives up by its last step's
+       deadline, at most `steps` deadlines from now: its abort has come a
+       deadline after that */
+    end = n->env.now_ms(n->env.self) + (uint64_t)(fed_gossip_ar_steps(&p->ar_plan) + 1) *
+                                           n->cfg.deadline_ms;
+    if (end < p->ar_t0 + (uint64_t)(fed_gossip_ar_steps(&p->ar_plan) + 2) * n->cfg.deadline_ms)
+        end = p->ar_t0 + (uint64_t)(fed_gossip_ar_steps(&p->ar_plan) + 2) * n->cfg.deadline_ms;
     if ((e = fed_node_arm(n, end, NODE_TIMER_DEADLINE)) != FED_OK)
         return e;
     return verify_step(n);
@@ -431,8 +445,10 @@ static fed_err start_attempt(fed_node *n)
     fed_err e;
 
     for (size_t k = 0; k < p->n; k++) /* (groups: another group's member may be a round
-                                          ahead by right; two rounds is left behind) */
-        if (k != p->self && p->mem[k].seen_round > round + (n->cfg.group_size ? 1 : 0)) {
+                                          ahead by right; two rounds is left behind; so
+                                          may a member left out of this round) */
+        if (k != p->self && !p->ar_left[k] &&
+            p->mem[k].seen_round > round + (n->cfg.group_size ? 1 : 0)) {
             fed_log(FED_LOG_WARN, "peer: all-reduce of round %llu: member %zu is at round %llu "
                     "already: this round ends with this member's own model, it rejoins there",
                     (unsigned long long)round, k, (unsigned long long)p->mem[k].seen_round);

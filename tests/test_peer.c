@@ -12,7 +12,10 @@
  * trained peers commit the same hash every round; a member killed at each
  * ring step hangs nobody: the survivors agree whom to leave out, redo the
  * round and hold one model, the mean of the survivors (or of all, when it
- * died after its part was in); a member cut off rejoins; --group-size:
+ * died after its part was in); two members killed on both sides of a live
+ * one, at any pair of steps, split nobody; a member whose result differs
+ * is caught by the hash check and the round redone without it; a member
+ * cut off rejoins; --group-size:
  * the exact mean after ceil(log_G n) rounds, a slow group holds up no
  * other. Skips the training parts without
  * the data. */
@@ -127,6 +130,10 @@ typedef struct mesh_opts {
     uint32_t lr_warmup;
     size_t max_frame;       /* 0: the default */
     uint32_t group_size;    /* allreduce: groups of at most this (0: none) */
+    /* allreduce: member tamper_who's result goes through this hook (NULL: none) */
+    void (*ar_tamper)(void *ctx, uint64_t round, uint32_t attempt, double *sums, size_t n);
+    void *ar_tamper_ctx;
+    int tamper_who;
 } mesh_opts;
 
 static void mesh_build(mesh *m, const mesh_opts *o)
@@ -195,6 +202,10 @@ static void mesh_build(mesh *m, const mesh_opts *o)
         c.neighbours = o->neighbours;
         c.wire.max_frame = o->max_frame;
         c.group_size = o->group_size;
+        if (o->ar_tamper && i == o->tamper_who) {
+            c.ar_tamper = o->ar_tamper;
+            c.ar_tamper_ctx = o->ar_tamper_ctx;
+        }
         if (o->outsider && i == 0) /* an hour from the world's clock at 0 */
             assert_int_equal(fed_gossip_entry_sign(fed_sim_host_arena(m->h[0]),
                                                    fed_sim_host_id(m->h[o->n - 1])->key,
@@ -771,6 +782,154 @@ static void test_allreduce_killed_each_step(void **state)
     killed_each_step("butterfly", 0);
 }
 
+/* The faulty member of the hash-mismatch test: round 1's result changed
+ * (its first sum nudged by 1e-9, as a float difference would), in attempt
+ * 0 only (once) or in every attempt. */
+typedef struct ar_fault {
+    int every;      /* every attempt of round 1, not only the first */
+    int calls;      /* runs it changed */
+} ar_fault;
+
+static void ar_fault_hook(void *ctx, uint64_t round, uint32_t attempt, double *sums, size_t n)
+{
+    ar_fault *f = ctx;
+
+    assert_true(n == DIM + 1);
+    if (round != 1 || (attempt && !f->every))
+        return;
+    sums[0] += 1e-9;
+    f->calls++;
+}
+
+/* One member (2 of 5) ends round 1's run with a result unlike the others'
+ * (fed_node_config.ar_tamper), once or in every attempt, on each schedule:
+ * its ring neighbour (3) sees the hash differ and leaves it out, it leaves
+ * its own neighbour (1) out in turn, and the redo over 0, 3 and 4 ends
+ * with one model on the three, the mean of their three vectors, while 1
+ * and 2 keep their own; nobody hangs, and round 2 (no fault) ends with one
+ * model hash on all five. */
+static void test_allreduce_mismatch(void **state)
+{
+    static const char *topos[] = {"ring", "tree", "butterfly"};
+
+    (void)state;
+    for (size_t t = 0; t < sizeof topos / sizeof *topos; t++)
+        for (int every = 0; every <= 1; every++) {
+            ar_fault f = {.every = every};
+            mesh_opts o = {.n = 5, .topology = topos[t], .mixing = "allreduce", .rounds = 2,
+                           .deadline_ms = 300, .seed = 12, .ar_tamper = ar_fault_hook,
+                           .ar_tamper_ctx = &f, .tamper_who = 2};
+            static const int in3[3] = {0, 3, 4};
+            double mean3[DIM];
+            mesh m;
+
+            mesh_build(&m, &o);
+            m.snap_round = 1; /* round 1's estimates */
+            run_to_round(&m, 2, 20000);
+            for (int d = 0; d < DIM; d++)
+                mean3[d] = (m.init[0][d] + m.init[3][d] + m.init[4][d]) / 3;
+            assert_int_equal(f.calls, 1); /* the redo was over the three */
+            for (int i = 0; i < 5; i++) {
+                assert_int_equal(m.commits[i][1], 1);
+                assert_int_equal(m.commits[i][2], 1);
+                assert_memory_equal(m.hashes[i][2], m.hashes[0][2], 32);
+            }
+            for (int k = 0; k < 3; k++) {
+                int i = in3[k];
+
+                assert_memory_equal(m.hashes[i][1], m.hashes[0][1], 32);
+                assert_memory_equal(m.snap[i], m.snap[0], sizeof m.snap[0]);
+                for (int d = 0; d < DIM; d++)
+                    assert_true(fabs(m.snap[i][d] - mean3[d]) < 1e-12 * (1 + fabs(mean3[d])));
+            }
+            for (int i = 1; i <= 2; i++) /* left out: their own */
+                assert_memory_equal(m.snap[i], m.init[i], sizeof m.init[i]);
+            printf("allreduce %-9s of 5, member 2's result off by 1e-9 %s: round 1 ends with "
+                   "one model on 0, 3, 4 and 1, 2 keep their own; round 2 one hash on all five "
+                   "at %llu ms\n", topos[t], every ? "in every attempt" : "once",
+                   (unsigned long long)(fed_sim_world_now_us(m.w) / 1000));
+            mesh_free(&m);
+        }
+}
+
+/* A ring of n (7, 20% of frames lost) with members 2 and 4, the two beside
+ * live member 3, killed at each pair of step times of round 1's all-reduce
+ * (each from before the round to after its end, the same time or not):
+ * nobody hangs, and the survivors end rounds 1 and 2 each with one model
+ * hash on all of them, the same bits. Returns the runs that split. */
+static int two_killed(int n, double loss, uint64_t seed)
+{
+    mesh_opts o = {.n = n, .topology = "ring", .mixing = "allreduce", .rounds = 2,
+                   .deadline_ms = 300, .seed = seed, .loss = loss};
+    int alive[MAXN], na = 0;
+    uint64_t t_round, bound, worst = 0;
+    fed_gossip_ar_plan plan;
+    int steps, splits = 0;
+    mesh m;
+
+    for (int i = 0; i < n; i++)
+        if (i != 2 && i != 4)
+            alive[na++] = i;
+    assert_int_equal(fed_gossip_ar_plan_init(&plan, "ring", (uint32_t)n, DIM), FED_OK);
+    steps = (int)fed_gossip_ar_steps(&plan);
+    mesh_build(&m, &o);
+    run_to_round(&m, 1, 100000000);
+    t_round = fed_sim_world_now_us(m.w) / 1000;
+    mesh_free(&m);
+    bound = 4 * ((uint64_t)(steps + 2) * o.deadline_ms + 2 * o.deadline_ms + t_round);
+    for (int a = 0; a <= steps; a++)
+        for (int b = 0; b <= steps; b++) {
+            double z[MAXN][DIM];
+            int split = 0;
+
+            mesh_build(&m, &o);
+            assert_int_equal(fed_sim_world_crash_at(m.w, fed_sim_host_index(m.h[2]),
+                                                    (uint64_t)a * t_round / (uint64_t)steps),
+                             FED_OK);
+            assert_int_equal(fed_sim_world_crash_at(m.w, fed_sim_host_index(m.h[4]),
+                                                    (uint64_t)b * t_round / (uint64_t)steps),
+                             FED_OK);
+            for (uint64_t t = 0; t < 2 * bound; t += 50) {
+                int lo = INT32_MAX;
+
+                for (int k = 0; k < na; k++)
+                    lo = m.done[alive[k]] < lo ? m.done[alive[k]] : lo;
+                if (lo >= 2)
+                    break;
+                assert_int_equal(fed_sim_world_run_until(m.w, t), FED_OK);
+            }
+            worst = fed_sim_world_now_us(m.w) / 1000 > worst ? fed_sim_world_now_us(m.w) / 1000
+                                                              : worst;
+            for (int k = 0; k < na; k++) {
+                int i = alive[k];
+
+                assert_int_equal(m.done[i], 2);
+                assert_int_equal(fed_node_peer_estimate(fed_sim_host_node(m.h[i]), z[i]), FED_OK);
+                for (int r = 1; r <= 2; r++)
+                    split |= memcmp(m.hashes[i][r], m.hashes[0][r], 32) != 0;
+                split |= memcmp(z[i], z[0], sizeof z[0]) != 0;
+            }
+            if (split)
+                printf("ring of %d, %.0f%% loss, seed %llu, members 2 and 4 killed at steps ~%d "
+                       "and ~%d: the survivors hold different models\n", n, 100 * loss,
+                       (unsigned long long)seed, a, b);
+            splits += split;
+            mesh_free(&m);
+        }
+    printf("ring of %d, %.0f%% loss, members 2 and 4 killed at each pair of %d step times: %d "
+           "of %d runs split, the last over by %llu ms (bound %llu)\n", n, 100 * loss,
+           steps + 1, splits, (steps + 1) * (steps + 1), (unsigned long long)worst,
+           (unsigned long long)bound);
+    assert_true(worst <= bound + 50);
+    return splits;
+}
+
+static void test_allreduce_two_killed(void **state)
+{
+    (void)state;
+    assert_int_equal(two_killed(7, 0.2, 14), 0);
+}
+
 /* A ring of 5 with member 2 cut off from the others for the first 1.5 s:
  * the four leave it out and go on over themselves (each round the mean of
  * the four), it ends its rounds alone; once the link is back it skips to
@@ -904,6 +1063,41 @@ static void test_allreduce_groups(void **state)
     }
 }
 
+/* --group-size 4 over 16 members, no training, with member 5 restarted
+ * from its checkpoint between rounds 1 and 2 (down 200 ms, well within the
+ * deadline: its round-2 group waits for it): after round 2 every member
+ * holds the exact mean, so it came back with the weight its round-1 mean
+ * stands for (the group's 4), not 1. */
+static void test_allreduce_groups_restart(void **state)
+{
+    mesh_opts o = {.n = 16, .topology = "ring", .mixing = "allreduce", .rounds = 2,
+                   .deadline_ms = 2000, .seed = 21, .group_size = 4};
+    double z[DIM], err = 0;
+    uint64_t t;
+    mesh m;
+
+    (void)state;
+    mesh_build(&m, &o);
+    for (t = 1; m.done[5] < 1 && t < 100000; t++)
+        assert_int_equal(fed_sim_world_run_until(m.w, t), FED_OK);
+    assert_int_equal(m.done[5], 1);
+    assert_int_equal(fed_sim_world_crash_at(m.w, fed_sim_host_index(m.h[5]), t), FED_OK);
+    assert_int_equal(fed_sim_world_restart_at(m.w, fed_sim_host_index(m.h[5]), t + 200), FED_OK);
+    run_to_round(&m, 2, 100000);
+    assert_int_equal(fed_sim_host_start_failures(m.h[5]), 0);
+    assert_int_equal(m.commits[5][1], 1); /* resumed after round 1, not from the start */
+    assert_int_equal(m.commits[5][2], 1);
+    for (int i = 0; i < m.n; i++) {
+        assert_int_equal(fed_node_peer_estimate(fed_sim_host_node(m.h[i]), z), FED_OK);
+        for (int d = 0; d < DIM; d++)
+            err = fmax(err, fabs(z[d] - m.mean[d]) / (1 + fabs(m.mean[d])));
+    }
+    printf("groups of 4, 16 peers, member 5 restarted between rounds 1 and 2: the exact mean on "
+           "every one after round 2 (largest relative error %.1e)\n", err);
+    assert_true(err < 1e-12);
+    mesh_free(&m);
+}
+
 /* What all-reduce refuses: a sync mode other than bsp, a gossip topology. */
 static void test_allreduce_settings(void **state)
 {
@@ -958,7 +1152,10 @@ int main(void)
         cmocka_unit_test(test_allreduce_chunked),
         cmocka_unit_test(test_allreduce_killed_each_step),
         cmocka_unit_test(test_allreduce_rejoin),
+        cmocka_unit_test(test_allreduce_mismatch),
+        cmocka_unit_test(test_allreduce_two_killed),
         cmocka_unit_test(test_allreduce_groups),
+        cmocka_unit_test(test_allreduce_groups_restart),
         cmocka_unit_test(test_vouched_peer_joins),
         cmocka_unit_test(test_training_crash_rejoin),
     };
