@@ -34,7 +34,7 @@ typedef struct sa_member {
     uint32_t nshares;
     uint32_t *masked;       /* (words) its masked input */
     uint8_t surv_sig[64];
-    sa_unmask_entry *unmask;
+    sa_unmask_entry *unmask; /* guarded memory (the revealed shares) */
     uint32_t nunmask;
     fed_req *held;          /* its request of the running stage, held */
     fed_wire_hdr held_hdr;
@@ -122,11 +122,7 @@ static void member_clear(sa_member *m)
 {
     fed_free(m->shares);
     fed_free(m->masked);
-    if (m->unmask) {
-        for (uint32_t i = 0; i < m->nunmask; i++)
-            fed_secagg_share_wipe(&m->unmask[i].share, 1);
-        fed_free(m->unmask);
-    }
+    fed_crypto_guarded_free(m->unmask); /* wiped */
     memset(m, 0, sizeof *m);
     m->idx = -1;
 }
@@ -590,7 +586,7 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
     node_sa_agg *s = a->sa;
     fed_crypto_arena *ar = n->cfg.arena;
     fed_crypto_slot *slot = NULL;
-    fed_secagg_share *buf = fed_malloc(((size_t)s->k + 1) * sizeof *buf);
+    fed_secagg_share *buf = fed_crypto_guarded_alloc((size_t)s->k + 1, sizeof *buf);
     float *deq = NULL;
     uint32_t m3 = count_flags(s->u3, s->n1);
     uint64_t top = (uint64_t)m3 * ((s->q.bits >= 32 ? 0 : (UINT64_C(1) << s->q.bits)) - 1);
@@ -667,8 +663,7 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
     s->weight *= n->cfg.secagg_max_weight;
 out:
     fed_crypto_slot_release(ar, slot);
-    if (buf)
-        fed_free(buf);
+    fed_crypto_guarded_free(buf);
     fed_free(deq);
     return e;
 }
@@ -815,7 +810,7 @@ static fed_err take(fed_node *n, sa_member *m, size_t part, const fed_wire_msg *
 
         if (b->sa_count > s->k)
             return FED_ERR_SA_UNMASK;
-        if (!(en = fed_calloc((size_t)b->sa_count + 1, sizeof *en)))
+        if (!(en = fed_crypto_guarded_alloc((size_t)b->sa_count + 1, sizeof *en)))
             return FED_ERR_NOMEM;
         e = sa_parse_unmask(msg->vector, msg->vector_len, b->sa_count, s->n1, en);
         for (uint32_t j = 0; e == FED_OK && j < b->sa_count; j++) {
@@ -829,9 +824,7 @@ static fed_err take(fed_node *n, sa_member *m, size_t part, const fed_wire_msg *
                 e = FED_ERR_SA_UNMASK;
         }
         if (e != FED_OK) {
-            for (uint32_t j = 0; j < b->sa_count; j++)
-                fed_secagg_share_wipe(&en[j].share, 1);
-            fed_free(en);
+            fed_crypto_guarded_free(en); /* wiped */
             return e;
         }
         m->unmask = en;
