@@ -587,6 +587,7 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
     fed_crypto_arena *ar = n->cfg.arena;
     fed_crypto_slot *slot = NULL;
     fed_secagg_share *buf = fed_crypto_guarded_alloc((size_t)s->k + 1, sizeof *buf);
+    fed_secagg_maskset *ms = NULL; /* every mask to remove: one blocked walk */
     float *deq = NULL;
     uint32_t m3 = count_flags(s->u3, s->n1);
     uint64_t top = (uint64_t)m3 * ((s->q.bits >= 32 ? 0 : (UINT64_C(1) << s->q.bits)) - 1);
@@ -596,7 +597,9 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
         e = FED_ERR_NOMEM;
         goto out;
     }
-    if ((e = fed_crypto_slot_take(ar, &slot)) != FED_OK)
+    if ((e = fed_crypto_slot_take(ar, &slot)) != FED_OK ||
+        (e = fed_secagg_maskset_new(m3 + (size_t)(count_flags(s->u2, s->n1) - m3) * s->k,
+                                    &ms)) != FED_OK)
         goto out;
     memset(s->sum, 0, s->words * sizeof *s->sum);
     for (uint32_t i = 0; i < s->n1; i++) {
@@ -618,7 +621,7 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
                 snprintf(why, cap, "client %u's self seed: %s", i, fed_strerror(e));
                 break;
             }
-            e = fed_secagg_mask_self(ar, sec, ke->mask_pk, &s->ctx, -1, s->sum, s->words);
+            e = fed_secagg_maskset_add_self(ms, sec, ke->mask_pk, &s->ctx, -1);
         } else { /* dropped after sharing: its masks with the survivors go */
             const uint32_t *nb = fed_secagg_graph_neighbours(s->g, i);
 
@@ -631,16 +634,15 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
 
                 if (!s->u3[nb[j]])
                     continue;
-                e = fed_secagg_mask_pair(ar, sec, ke->mask_pk, o->mask_pk, &s->ctx,
-                                         -fed_secagg_pair_sign(o->mask_pk, ke->mask_pk), s->sum,
-                                         s->words);
+                e = fed_secagg_maskset_add_pair(ms, sec, ke->mask_pk, o->mask_pk, &s->ctx,
+                                                -fed_secagg_pair_sign(o->mask_pk, ke->mask_pk));
             }
         }
         sodium_memzero(sec, 32);
         if (e != FED_OK && !why[0])
             snprintf(why, cap, "unmasking client %u: %s", i, fed_strerror(e));
     }
-    if (e != FED_OK)
+    if (e != FED_OK || (e = fed_secagg_maskset_apply(ms, s->sum, s->words)) != FED_OK)
         goto out;
     for (size_t w = 0; w < s->words; w++)
         if (s->sum[w] > top) {
@@ -663,6 +665,7 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
     s->weight *= n->cfg.secagg_max_weight;
 out:
     fed_crypto_slot_release(ar, slot);
+    fed_secagg_maskset_free(ms); /* the seeds wiped */
     fed_crypto_guarded_free(buf);
     fed_free(deq);
     return e;
