@@ -46,6 +46,7 @@ struct node_sa_client {
     fed_secagg_graph *g;
     uint8_t *u2, *u3;       /* (n1) */
     fed_crypto_slot **rx;   /* (k) by neighbour position: self share, key share */
+    uint8_t (*sealk)[32];   /* (k) guarded: each neighbour's sealing key, both ways */
     uint8_t *req;           /* the request's vector, resent as it is */
     size_t req_len, req_cap;
     uint8_t *reveal;        /* (k entries) the UNMASK request: guarded memory */
@@ -86,6 +87,8 @@ static void round_clear(fed_node *n, node_sa_client *s)
     s->masked = NULL;
     fed_crypto_guarded_free(s->reveal); /* the shares revealed: wiped */
     s->reveal = NULL;
+    fed_crypto_guarded_free(s->sealk);
+    s->sealk = NULL;
     s->out = s->req;
     s->stage = SC_NONE;
     s->trained = s->inbox = 0;
@@ -255,6 +258,7 @@ static fed_err on_key_list(fed_node *n, const fed_wire_msg *m)
     nb = fed_secagg_graph_neighbours(s->g, s->me);
     if (!(s->rx = fed_calloc(s->k, sizeof *s->rx)) || !(xs = fed_malloc(s->k * sizeof *xs)) ||
         !(sh = fed_crypto_guarded_alloc(2 * (size_t)s->k, sizeof *sh)) ||
+        !(s->sealk = fed_crypto_guarded_alloc(s->k, sizeof *s->sealk)) ||
         (e = req_room(s, (size_t)s->k * SA_SEALED_ENTRY_BYTES)) != FED_OK) {
         e = FED_ERR_NOMEM;
         goto out;
@@ -273,8 +277,11 @@ static fed_err on_key_list(fed_node *n, const fed_wire_msg *m)
         uint8_t *p = s->req + (size_t)j * SA_SEALED_ENTRY_BYTES;
 
         fed_put_u32le(p, nb[j]);
-        e = fed_secagg_seal(a, s->keys, s->list[nb[j]].enc_pk, &s->ctx, &r, &self_sh[j],
-                            &key_sh[j], n->env.random, n->env.self, p + 4);
+        /* one X25519 a neighbour: the key opens its shares for this client too */
+        if ((e = fed_secagg_seal_key(s->keys, s->list[nb[j]].enc_pk, &s->ctx, s->sealk[j])) ==
+            FED_OK)
+            e = fed_secagg_seal_with(s->sealk[j], &s->ctx, &r, &self_sh[j], &key_sh[j],
+                                     n->env.random, n->env.self, p + 4);
     }
     if (e != FED_OK)
         goto out;
@@ -337,8 +344,8 @@ static fed_err on_inbox(fed_node *n, const fed_wire_msg *m)
         if ((e = fed_crypto_slot_take(a, &s->rx[p])) != FED_OK)
             break;
         sh = (fed_secagg_share *)(void *)fed_crypto_slot_mem(s->rx[p]);
-        e = fed_secagg_open(a, s->keys, s->list[en[i].index].enc_pk, &s->ctx, &r,
-                            en[i].sealed, FED_SECAGG_SEALED_BYTES, &sh[0], &sh[1]);
+        e = fed_secagg_open_with(s->sealk[p], &s->ctx, &r, en[i].sealed, FED_SECAGG_SEALED_BYTES,
+                                 &sh[0], &sh[1]);
         if (e != FED_OK)
             e = FED_ERR_SA_SHARES;
         got++;

@@ -462,6 +462,36 @@ static void test_seal(void **state)
     assert_int_equal(fed_secagg_open(a, bob, fed_secagg_keys_enc_pk(eve), &c, &rt, box, sizeof box,
                                      &o1, &o2),
                      FED_ERR_AEAD);
+    /* one key a pair, both ways: alice's derivation opens what bob sealed
+       back with his (the route tells the directions apart) */
+    {
+        uint8_t ka[32], kb[32];
+        fed_secagg_route back = {.sender = 9, .recipient = 4, .x = 10};
+
+        assert_int_equal(fed_secagg_seal_key(alice, fed_secagg_keys_enc_pk(bob), &c, ka), FED_OK);
+        assert_int_equal(fed_secagg_seal_key(bob, fed_secagg_keys_enc_pk(alice), &c, kb), FED_OK);
+        assert_memory_equal(ka, kb, 32);
+        assert_int_equal(fed_secagg_open_with(ka, &c, &rt, box, sizeof box, &o1, &o2), FED_OK);
+        assert_memory_equal(o2.y, s2[0].y, sizeof o2.y);
+        assert_int_equal(fed_secagg_seal_with(kb, &c, &back, &s1[0], &s2[0], fed_rng_random, &r,
+                                              box),
+                         FED_OK);
+        assert_int_equal(fed_secagg_open_with(ka, &c, &rt, box, sizeof box, &o1, &o2),
+                         FED_ERR_AEAD);
+        assert_int_equal(fed_secagg_open_with(ka, &c, &back, box, sizeof box, &o1, &o2), FED_OK);
+        assert_memory_equal(o1.y, s1[0].y, sizeof o1.y);
+        assert_int_equal(fed_secagg_open(a, alice, fed_secagg_keys_enc_pk(bob), &c, &back, box,
+                                         sizeof box, &o1, &o2),
+                         FED_OK);
+        assert_int_equal(fed_secagg_seal_with(ka, &c, &back, &s1[1], &s2[0], fed_rng_random, &r,
+                                              box),
+                         FED_ERR_INVAL);
+        sodium_memzero(ka, 32);
+        sodium_memzero(kb, 32);
+        assert_int_equal(fed_secagg_seal(a, alice, fed_secagg_keys_enc_pk(bob), &c, &rt, &s1[0],
+                                         &s2[0], fed_rng_random, &r, box),
+                         FED_OK);
+    }
     /* lengths, low-order keys, shares that do not carry the route's index */
     memcpy(bad, box, sizeof box);
     assert_int_equal(fed_secagg_open(a, bob, fed_secagg_keys_enc_pk(alice), &c, &rt, bad,
