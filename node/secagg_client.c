@@ -83,6 +83,8 @@ static void round_clear(fed_node *n, node_sa_client *s)
     fed_free(s->u2);
     fed_free(s->u3);
     s->u2 = s->u3 = NULL;
+    if (s->masked) /* still its quantized input, unmasked */
+        sodium_memzero(s->masked, s->words * sizeof *s->masked);
     fed_free(s->masked);
     s->masked = NULL;
     fed_crypto_guarded_free(s->reveal); /* the shares revealed: wiped */
