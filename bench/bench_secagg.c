@@ -1,10 +1,12 @@
 /* bench_secagg.c - secure aggregation's primitives (secagg/) against the
  * one ChaCha20 pass over the same vector, measured alone in the same run:
- * a client's masking (self mask and k pair masks: k + 1 passes, target
- * at most 1.2x those passes), its keys, Shamir shares and their sealing
- * (target under 10% of its masking), and the aggregator's unmasking (one self mask per
- * survivor and k pair masks per dropped client, with the Shamir combines:
- * target at most 1.2x its passes). k is the degree fed_secagg_degree gives
+ * a client's masking (self mask and k pair masks: k + 1 passes of
+ * ChaCha20, walked block by block, with one X25519 a pair seed; target at
+ * most 1.2x those passes), its keys, Shamir shares, their sealing (one
+ * X25519 a neighbour) and the opening of its neighbours' (under the same
+ * keys; target under 10% of its masking), and the aggregator's unmasking
+ * (one self mask per survivor and k pair masks per dropped client in one
+ * walk, with the Shamir combines: target at most 1.2x its passes). k is the degree fed_secagg_degree gives
  * n clients at the dropout rate. Beside each line, the plain round measured
  * in the same run: the aggregator's sum of n f32 deltas, and the bytes a
  * client sends and receives in a round, secure (every stage's frame, from
