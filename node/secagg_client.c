@@ -46,7 +46,8 @@ struct node_sa_client {
     fed_secagg_graph *g;
     uint8_t *u2, *u3;       /* (n1) */
     fed_crypto_slot **rx;   /* (k) by neighbour position: self share, key share */
-    uint8_t (*sealk)[32];   /* (k) guarded: each neighbour's sealing key, both ways */
+    uint8_t (*sealk)[32];   /* (k) guarded: each neighbour's sealing key, both ways,
+                               from sealing (stage 2) to opening (stage 3) */
     uint8_t *req;           /* the request's vector, resent as it is */
     size_t req_len, req_cap;
     uint8_t *reveal;        /* (k entries) the UNMASK request: guarded memory */
@@ -358,6 +359,10 @@ static fed_err on_inbox(fed_node *n, const fed_wire_msg *m)
         e = FED_ERR_SA_SHARES; /* a neighbour in U2 whose shares were kept from it */
     if (e != FED_OK)
         goto out;
+    /* the sealing keys are done with: their mapping goes now, not at the
+       round's end (a simulator runs thousands of clients in one process) */
+    fed_crypto_guarded_free(s->sealk);
+    s->sealk = NULL;
     s->inbox = 1;
     if (s->trained)
         e = send_masked(n);
