@@ -1,10 +1,12 @@
 /* bench_secagg.c - secure aggregation's primitives (secagg/) against the
  * one ChaCha20 pass over the same vector, measured alone in the same run:
- * a client's masking (self mask and k pair masks: k + 1 passes, target
- * at most 1.2x those passes), its keys, Shamir shares and their sealing
- * (target under 10% of its masking), and the aggregator's unmasking (one self mask per
- * survivor and k pair masks per dropped client, with the Shamir combines:
- * target at most 1.2x its passes). k is the degree fed_secagg_degree gives
+ * a client's masking (self mask and k pair masks: k + 1 passes of
+ * ChaCha20, walked block by block, with one X25519 a pair seed; target at
+ * most 1.2x those passes), its keys, Shamir shares, their sealing (one
+ * X25519 a neighbour) and the opening of its neighbours' (under the same
+ * keys; target under 10% of its masking), and the aggregator's unmasking
+ * (one self mask per survivor and k pair masks per dropped client in one
+ * walk, with the Shamir combines: target at most 1.2x its passes). k is the degree fed_secagg_degree gives
  * n clients at the dropout rate. Beside each line, the plain round measured
  * in the same run: the aggregator's sum of n f32 deltas, and the bytes a
  * client sends and receives in a round, secure (every stage's frame, from
@@ -92,9 +94,29 @@ typedef struct client {
 } client;
 
 #define CLIENTS 1000
-/* Timed directly up to this many passes, estimated from the client's
- * per-pass time beyond (tens of thousands of passes would take minutes). */
-#define MAX_TIMED_PASSES 1500
+/* The aggregator's unmasking is timed directly up to this many words of
+ * mask (passes x vector: about 12 s here), estimated beyond from the
+ * client's per-pass time (62,800 passes of 1M words would take minutes). */
+#define MAX_TIMED_WORDS 7e9
+
+/* One X25519 (variable base), best of 50: what each pair seed and each
+ * sealing key costs before its BLAKE2b. */
+static double x25519_once(const client *cl)
+{
+    uint8_t out[32];
+    double best = 1e9;
+
+    for (int r = 0; r < 50; r++) {
+        double t = now_s();
+
+        if (crypto_scalarmult(out, fed_secagg_keys_mask_sk(cl[0].keys), cl[1].pk) != 0)
+            return -1;
+        t = now_s() - t;
+        best = t < best ? t : best;
+    }
+    sodium_memzero(out, sizeof out);
+    return best;
+}
 
 int main(void)
 {
@@ -108,6 +130,8 @@ int main(void)
     float *fa = NULL, *fx = NULL;
     client *cl = NULL;
     uint8_t (*pks)[32] = NULL;
+    fed_secagg_share *sh = NULL; /* one line's shares, sealing keys and boxes */
+    uint8_t (*sk)[32] = NULL, *boxes = NULL;
     int rc = 1;
 
     if (sodium_init() < 0)
@@ -130,6 +154,8 @@ int main(void)
     }
     printf("bench_secagg: a secure round's parts against one ChaCha20 pass and the plain round; "
            "best of %d\n", REPS);
+    printf("one X25519 %.1f us: each pair seed (in the masking) and each sealing key (in the "
+           "seal) is one, the keys two\n", x25519_once(cl) * 1e6);
     for (size_t di = 0; di < 2; di++) {
         size_t n = dims[di];
         double pass = chacha_pass(v, n);
@@ -163,10 +189,9 @@ int main(void)
         for (size_t ni = 0; ni < 3; ni++)
             for (size_t pi = 0; pi < 3; pi++) {
                 uint32_t nc = ns[ni], k, t, dropped = (uint32_t)(nc * drops[pi] + 0.5);
-                double pf, mask = 1e9, keys = 1e9, split = 1e9, seal = 1e9, unmask,
+                double pf, mask = 1e9, keys = 1e9, split = 1e9, seal = 1e9, open = 1e9, unmask,
                        combine = 1e9, plain_agg, bplain, bsecure;
                 int timed;
-                fed_secagg_share *sh = NULL;
                 fed_secagg_ctx c = {.epoch = 1, .round = 1};
                 uint8_t seed[32];
 
@@ -175,7 +200,9 @@ int main(void)
                 /* the reference again beside each line: the machine is shared */
                 pass = chacha_pass(v, n);
                 sh = fed_calloc(k, sizeof *sh);
-                if (!sh)
+                sk = fed_crypto_guarded_alloc(k, sizeof *sk);
+                boxes = fed_malloc((size_t)k * FED_SECAGG_SEALED_BYTES);
+                if (!sh || !sk || !boxes)
                     goto out;
                 for (int r = 0; r < REPS; r++) {
                     double s = now_s();
@@ -183,18 +210,14 @@ int main(void)
 
                     /* client 0, with clients 1 .. k as its neighbours (k < CLIENTS) */
                     if (fed_secagg_mask_input(a, cl[0].keys, &c, (const uint8_t(*)[32])pks + 1, k,
-                                              v, n) != FED_OK) {
-                        fed_free(sh);
+                                              v, n) != FED_OK)
                         goto out;
-                    }
                     s = now_s() - s;
                     mask = s < mask ? s : mask;
                     /* its keys, then the two splits a client makes */
                     s = now_s();
-                    if (fed_secagg_keys_new(a, fed_rng_random, &rng, &fresh) != FED_OK) {
-                        fed_free(sh);
+                    if (fed_secagg_keys_new(a, fed_rng_random, &rng, &fresh) != FED_OK)
                         goto out;
-                    }
                     s = now_s() - s;
                     keys = s < keys ? s : keys;
                     s = now_s();
@@ -203,56 +226,94 @@ int main(void)
                         fed_secagg_shamir_split(fed_secagg_keys_mask_sk(fresh), t, k, NULL,
                                                 fed_rng_random, &rng, sh) != FED_OK) {
                         fed_secagg_keys_free(a, fresh);
-                        fed_free(sh);
                         goto out;
                     }
                     s = now_s() - s;
                     split = s < split ? s : split;
-                    /* each neighbour's pair of shares sealed for it */
+                    /* each neighbour's pair of shares sealed for it, under
+                       the pair's key (one X25519), kept to open what the
+                       neighbour seals back (as node/secagg_client.c does) */
                     s = now_s();
                     for (uint32_t j = 0; j < k; j++) {
-                        uint8_t box[FED_SECAGG_SEALED_BYTES];
                         fed_secagg_route rt = {.sender = 0, .recipient = j + 1, .x = sh[j].x};
 
-                        if (fed_secagg_seal(a, fresh, fed_secagg_keys_enc_pk(cl[j + 1].keys), &c,
-                                            &rt, &sh[j], &sh[j], fed_rng_random, &rng,
-                                            box) != FED_OK) {
+                        if (fed_secagg_seal_key(fresh, fed_secagg_keys_enc_pk(cl[j + 1].keys), &c,
+                                                sk[j]) != FED_OK ||
+                            fed_secagg_seal_with(sk[j], &c, &rt, &sh[j], &sh[j], fed_rng_random,
+                                                 &rng,
+                                                 boxes + (size_t)j * FED_SECAGG_SEALED_BYTES) !=
+                                FED_OK) {
                             fed_secagg_keys_free(a, fresh);
-                            fed_free(sh);
                             goto out;
                         }
                     }
                     s = now_s() - s;
                     seal = s < seal ? s : seal;
+                    /* the k pairs a client opens, under the same keys */
+                    s = now_s();
+                    for (uint32_t j = 0; j < k; j++) {
+                        fed_secagg_route rt = {.sender = 0, .recipient = j + 1, .x = sh[j].x};
+                        fed_secagg_share o1, o2;
+
+                        if (fed_secagg_open_with(sk[j], &c, &rt,
+                                                 boxes + (size_t)j * FED_SECAGG_SEALED_BYTES,
+                                                 FED_SECAGG_SEALED_BYTES, &o1, &o2) != FED_OK) {
+                            fed_secagg_keys_free(a, fresh);
+                            goto out;
+                        }
+                        fed_secagg_share_wipe(&o1, 1);
+                        fed_secagg_share_wipe(&o2, 1);
+                    }
+                    s = now_s() - s;
+                    open = s < open ? s : open;
                     fed_secagg_keys_free(a, fresh);
                     s = now_s();
-                    if (fed_secagg_shamir_combine(sh, t, t, seed) != FED_OK) {
-                        fed_free(sh);
+                    if (fed_secagg_shamir_combine(sh, t, t, seed) != FED_OK)
                         goto out;
-                    }
                     s = now_s() - s;
                     combine = s < combine ? s : combine;
                 }
                 fed_secagg_share_wipe(sh, k);
                 fed_free(sh);
+                fed_crypto_guarded_free(sk);
+                fed_free(boxes);
+                sh = NULL;
+                sk = NULL;
+                boxes = NULL;
                 /* The aggregator: one self mask per survivor, k pair masks
                  * per dropped client, one combine per client (the combine
                  * measured above). */
-                timed = (nc - dropped) + (double)dropped * k <= MAX_TIMED_PASSES;
+                timed = ((nc - dropped) + (double)dropped * k) * (double)n <= MAX_TIMED_WORDS;
                 if (timed) {
-                    double s = now_s();
+                    /* as node/secagg_agg.c's unmask: every seed into one
+                       mask set, then one blocked walk over the sum; best
+                       of REPS up to 1e9 words, once beyond */
+                    int reps = ((nc - dropped) + (double)dropped * k) * (double)n <= 1e9 ? REPS : 1;
 
-                    for (uint32_t i = 0; i < nc - dropped; i++)
-                        if (fed_secagg_mask_self(a, fed_secagg_keys_self_seed(cl[i].keys),
-                                                 cl[i].pk, &c, -1, v, n) != FED_OK)
+                    unmask = 1e9;
+                    for (int r = 0; r < reps; r++) {
+                        double s = now_s();
+                        fed_secagg_maskset *ms = NULL;
+                        fed_err e =
+                            fed_secagg_maskset_new((nc - dropped) + (size_t)dropped * k, &ms);
+
+                        for (uint32_t i = 0; e == FED_OK && i < nc - dropped; i++)
+                            e = fed_secagg_maskset_add_self(
+                                ms, fed_secagg_keys_self_seed(cl[i].keys), cl[i].pk, &c, -1);
+                        for (uint32_t i = 0; e == FED_OK && i < dropped; i++)
+                            for (uint32_t j = 0; e == FED_OK && j < k; j++)
+                                e = fed_secagg_maskset_add_pair(
+                                    ms, fed_secagg_keys_mask_sk(cl[i].keys), cl[i].pk,
+                                    pks[(i + 1 + j) % CLIENTS], &c, -1);
+                        if (e == FED_OK)
+                            e = fed_secagg_maskset_apply(ms, v, n);
+                        fed_secagg_maskset_free(ms);
+                        if (e != FED_OK)
                             goto out;
-                    for (uint32_t i = 0; i < dropped; i++)
-                        for (uint32_t j = 0; j < k; j++)
-                            if (fed_secagg_mask_pair(a, fed_secagg_keys_mask_sk(cl[i].keys),
-                                                     cl[i].pk, pks[(i + 1 + j) % CLIENTS], &c, -1,
-                                                     v, n) != FED_OK)
-                                goto out;
-                    unmask = now_s() - s + nc * combine;
+                        s = now_s() - s;
+                        unmask = s < unmask ? s : unmask;
+                    }
+                    unmask += nc * combine;
                 } else {
                     unmask = (mask / (k + 1)) * ((nc - dropped) + (double)dropped * k) +
                              nc * combine;
@@ -263,11 +324,12 @@ int main(void)
                     double passes = (nc - dropped) + (double)dropped * k;
 
                     printf("  n %4u drop %2.0f%% k %3u t %3u: client mask %7.1f ms = %.2fx its "
-                           "%u passes, keys %.3f ms + shares %.3f ms + seal %.3f ms = %.1f%% of "
-                           "mask; aggregator %8.1f ms%s = %.2fx its %.0f passes (combines "
+                           "%u passes, keys %.3f ms + shares %.3f ms + seal %.3f ms + open %.3f ms "
+                           "= %.1f%% of mask; aggregator %8.1f ms%s = %.2fx its %.0f passes (combines "
                            "%.1f ms; plain sum %.1f ms); bytes/client %.0f = %.3fx plain %.0f\n",
                            nc, drops[pi] * 100, k, t, mask * 1e3, mask / ((k + 1) * pass), k + 1,
-                           keys * 1e3, split * 1e3, seal * 1e3, 100 * (keys + split + seal) / mask,
+                           keys * 1e3, split * 1e3, seal * 1e3, open * 1e3,
+                           100 * (keys + split + seal + open) / mask,
                            unmask * 1e3, timed ? "" : " (est.)", unmask / (passes * pass), passes,
                            nc * combine * 1e3, plain_agg * 1e3, bsecure, bsecure / bplain, bplain);
                 }
@@ -275,6 +337,9 @@ int main(void)
     }
     rc = 0;
 out:
+    fed_free(sh);
+    fed_crypto_guarded_free(sk);
+    fed_free(boxes);
     for (int i = 0; cl && i < CLIENTS; i++)
         fed_secagg_keys_free(a, cl[i].keys);
     fed_free(cl);

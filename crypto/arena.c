@@ -318,3 +318,21 @@ void fed_crypto_slot_release(fed_crypto_arena *a, fed_crypto_slot *s)
 uint8_t *fed_crypto_slot_mem(fed_crypto_slot *s) { return (uint8_t *)s; }
 
 uint32_t fed_crypto_slots_free(const fed_crypto_arena *a) { return a->slots_free; }
+
+void *fed_crypto_guarded_alloc(size_t count, size_t size)
+{
+    void *p;
+
+    if (!count || !size)
+        return NULL;
+    p = sodium_allocarray(count, size);
+    if (p)
+        sodium_memzero(p, count * size);
+    return p;
+}
+
+void fed_crypto_guarded_free(void *p)
+{
+    if (p)
+        sodium_free(p); /* sodium_free wipes the region before unmapping it */
+}

@@ -83,4 +83,13 @@ void fed_crypto_slot_release(fed_crypto_arena *a, fed_crypto_slot *s);
 uint8_t *fed_crypto_slot_mem(fed_crypto_slot *s);
 uint32_t fed_crypto_slots_free(const fed_crypto_arena *a);
 
+/* Guarded memory outside the arena for a secret too large for a slot and
+ * alive for one step (a client's freshly split shares, the seeds of one
+ * masking, the shares an aggregator rebuilds from): count x size bytes,
+ * zeroed, in their own sodium_malloc mapping (guard pages, locked where
+ * the host allows). NULL when out of memory, on overflow or for zero
+ * bytes. fed_crypto_guarded_free wipes and unmaps; NULL is fine. */
+void *fed_crypto_guarded_alloc(size_t count, size_t size);
+void fed_crypto_guarded_free(void *p);
+
 #endif

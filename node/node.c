@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "core/alloc.h"
 #include "core/bytes.h"
 #include "core/log.h"
@@ -154,6 +156,8 @@ void fed_node_open_free(node_open *op)
 {
     if (!op)
         return;
+    if (op->frame && op->msg.hdr.type == FED_WIRE_SA_UNMASK)
+        sodium_memzero(op->frame, op->len); /* it carried revealed shares, in the clear */
     fed_free(op->frame);
     fed_free(op->vec);
     fed_free(op->rx_buf);

@@ -34,7 +34,7 @@ typedef struct sa_member {
     uint32_t nshares;
     uint32_t *masked;       /* (words) its masked input */
     uint8_t surv_sig[64];
-    sa_unmask_entry *unmask;
+    sa_unmask_entry *unmask; /* guarded memory (the revealed shares) */
     uint32_t nunmask;
     fed_req *held;          /* its request of the running stage, held */
     fed_wire_hdr held_hdr;
@@ -122,11 +122,7 @@ static void member_clear(sa_member *m)
 {
     fed_free(m->shares);
     fed_free(m->masked);
-    if (m->unmask) {
-        for (uint32_t i = 0; i < m->nunmask; i++)
-            fed_secagg_share_wipe(&m->unmask[i].share, 1);
-        fed_free(m->unmask);
-    }
+    fed_crypto_guarded_free(m->unmask); /* wiped */
     memset(m, 0, sizeof *m);
     m->idx = -1;
 }
@@ -613,7 +609,8 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
     node_sa_agg *s = a->sa;
     fed_crypto_arena *ar = n->cfg.arena;
     fed_crypto_slot *slot = NULL;
-    fed_secagg_share *buf = fed_malloc(((size_t)s->k + 1) * sizeof *buf);
+    fed_secagg_share *buf = fed_crypto_guarded_alloc((size_t)s->k + 1, sizeof *buf);
+    fed_secagg_maskset *ms = NULL; /* every mask to remove: one blocked walk */
     float *deq = NULL;
     uint32_t m3 = count_flags(s->u3, s->n1);
     uint64_t top = (uint64_t)m3 * ((s->q.bits >= 32 ? 0 : (UINT64_C(1) << s->q.bits)) - 1);
@@ -623,7 +620,9 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
         e = FED_ERR_NOMEM;
         goto out;
     }
-    if ((e = fed_crypto_slot_take(ar, &slot)) != FED_OK)
+    if ((e = fed_crypto_slot_take(ar, &slot)) != FED_OK ||
+        (e = fed_secagg_maskset_new(m3 + (size_t)(count_flags(s->u2, s->n1) - m3) * s->k,
+                                    &ms)) != FED_OK)
         goto out;
     memset(s->sum, 0, s->words * sizeof *s->sum);
     for (uint32_t i = 0; i < s->n1; i++) {
@@ -645,7 +644,7 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
                 snprintf(why, cap, "client %u's self seed: %s", i, fed_strerror(e));
                 break;
             }
-            e = fed_secagg_mask_self(ar, sec, ke->mask_pk, &s->ctx, -1, s->sum, s->words);
+            e = fed_secagg_maskset_add_self(ms, sec, ke->mask_pk, &s->ctx, -1);
         } else { /* dropped after sharing: its masks with the survivors go */
             const uint32_t *nb = fed_secagg_graph_neighbours(s->g, i);
 
@@ -658,16 +657,15 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
 
                 if (!s->u3[nb[j]])
                     continue;
-                e = fed_secagg_mask_pair(ar, sec, ke->mask_pk, o->mask_pk, &s->ctx,
-                                         -fed_secagg_pair_sign(o->mask_pk, ke->mask_pk), s->sum,
-                                         s->words);
+                e = fed_secagg_maskset_add_pair(ms, sec, ke->mask_pk, o->mask_pk, &s->ctx,
+                                                -fed_secagg_pair_sign(o->mask_pk, ke->mask_pk));
             }
         }
         sodium_memzero(sec, 32);
         if (e != FED_OK && !why[0])
             snprintf(why, cap, "unmasking client %u: %s", i, fed_strerror(e));
     }
-    if (e != FED_OK)
+    if (e != FED_OK || (e = fed_secagg_maskset_apply(ms, s->sum, s->words)) != FED_OK)
         goto out;
     for (size_t w = 0; w < s->words; w++)
         if (s->sum[w] > top) {
@@ -690,10 +688,8 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
     s->weight *= weight_cap(n);
 out:
     fed_crypto_slot_release(ar, slot);
-    if (buf) { /* rebuilt shares */
-        sodium_memzero(buf, ((size_t)s->k + 1) * sizeof *buf);
-        fed_free(buf);
-    }
+    fed_secagg_maskset_free(ms); /* the seeds wiped */
+    fed_crypto_guarded_free(buf);
     if (e != FED_OK) { /* a failed try keeps no sum, not even a partial one */
         sodium_memzero(s->sum, s->words * sizeof *s->sum);
         sodium_memzero(s->mean, (s->words - 1) * sizeof *s->mean);
@@ -844,7 +840,7 @@ static fed_err take(fed_node *n, sa_member *m, size_t part, const fed_wire_msg *
 
         if (b->sa_count > s->k)
             return FED_ERR_SA_UNMASK;
-        if (!(en = fed_calloc((size_t)b->sa_count + 1, sizeof *en)))
+        if (!(en = fed_crypto_guarded_alloc((size_t)b->sa_count + 1, sizeof *en)))
             return FED_ERR_NOMEM;
         e = sa_parse_unmask(msg->vector, msg->vector_len, b->sa_count, s->n1, en);
         for (uint32_t j = 0; e == FED_OK && j < b->sa_count; j++) {
@@ -858,9 +854,7 @@ static fed_err take(fed_node *n, sa_member *m, size_t part, const fed_wire_msg *
                 e = FED_ERR_SA_UNMASK;
         }
         if (e != FED_OK) {
-            for (uint32_t j = 0; j < b->sa_count; j++)
-                fed_secagg_share_wipe(&en[j].share, 1);
-            fed_free(en);
+            fed_crypto_guarded_free(en); /* wiped */
             return e;
         }
         m->unmask = en;

@@ -46,8 +46,12 @@ struct node_sa_client {
     fed_secagg_graph *g;
     uint8_t *u2, *u3;       /* (n1) */
     fed_crypto_slot **rx;   /* (k) by neighbour position: self share, key share */
+    uint8_t (*sealk)[32];   /* (k) guarded: each neighbour's sealing key, both ways,
+                               from sealing (stage 2) to opening (stage 3) */
     uint8_t *req;           /* the request's vector, resent as it is */
     size_t req_len, req_cap;
+    uint8_t *reveal;        /* (k entries) the UNMASK request: guarded memory */
+    const uint8_t *out;     /* what send_req sends: req, or reveal */
     uint32_t req_count;
     uint8_t req_type;
     uint32_t resends, max_resends;
@@ -87,8 +91,15 @@ static void round_clear(fed_node *n, node_sa_client *s)
     fed_free(s->u2);
     fed_free(s->u3);
     s->u2 = s->u3 = NULL;
+    if (s->masked) /* still its quantized input, unmasked */
+        sodium_memzero(s->masked, s->words * sizeof *s->masked);
     fed_free(s->masked);
     s->masked = NULL;
+    fed_crypto_guarded_free(s->reveal); /* the shares revealed: wiped */
+    s->reveal = NULL;
+    fed_crypto_guarded_free(s->sealk);
+    s->sealk = NULL;
+    s->out = s->req;
     s->stage = SC_NONE;
     s->trained = s->inbox = 0;
     s->n1 = s->k = s->t = 0;
@@ -133,6 +144,7 @@ static fed_err req_room(node_sa_client *s, size_t len)
         s->req_cap = len;
     }
     s->req_len = len;
+    s->out = s->req;
     return FED_OK;
 }
 
@@ -150,7 +162,7 @@ static fed_err send_req(fed_node *n)
     b.sa_try = s->try_no;
     b.sa_count = s->req_count;
     fed_node_arm_in(n, n->cfg.retry_ms, NODE_TIMER_RETRY); /* a failure stops the node */
-    return fed_node_emit(n, NULL, &h, &b, s->req, s->req_len);
+    return fed_node_emit(n, NULL, &h, &b, s->out, s->req_len);
 }
 
 static fed_err start_stage(fed_node *n, int stage, uint8_t type, uint32_t count)
@@ -225,7 +237,7 @@ static fed_err on_key_list(fed_node *n, const fed_wire_msg *m)
 {
     node_sa_client *s = n->client_sa;
     fed_crypto_arena *a = n->cfg.arena;
-    fed_secagg_share *self_sh = NULL, *key_sh = NULL;
+    fed_secagg_share *sh = NULL, *self_sh, *key_sh; /* (2k) guarded */
     uint32_t *xs = NULL;
     const uint32_t *nb;
     uint32_t count = m->block.sa_count, found = UINT32_MAX;
@@ -273,12 +285,14 @@ static fed_err on_key_list(fed_node *n, const fed_wire_msg *m)
     }
     nb = fed_secagg_graph_neighbours(s->g, s->me);
     if (!(s->rx = fed_calloc(s->k, sizeof *s->rx)) || !(xs = fed_malloc(s->k * sizeof *xs)) ||
-        !(self_sh = fed_malloc(s->k * sizeof *self_sh)) ||
-        !(key_sh = fed_malloc(s->k * sizeof *key_sh)) ||
+        !(sh = fed_crypto_guarded_alloc(2 * (size_t)s->k, sizeof *sh)) ||
+        !(s->sealk = fed_crypto_guarded_alloc(s->k, sizeof *s->sealk)) ||
         (e = req_room(s, (size_t)s->k * SA_SEALED_ENTRY_BYTES)) != FED_OK) {
         e = FED_ERR_NOMEM;
         goto out;
     }
+    self_sh = sh;
+    key_sh = sh + s->k;
     for (uint32_t j = 0; j < s->k; j++)
         xs[j] = nb[j] + 1; /* the holder's index + 1 */
     if ((e = fed_secagg_shamir_split(fed_secagg_keys_self_seed(s->keys), s->t, s->k, xs,
@@ -291,8 +305,11 @@ static fed_err on_key_list(fed_node *n, const fed_wire_msg *m)
         uint8_t *p = s->req + (size_t)j * SA_SEALED_ENTRY_BYTES;
 
         fed_put_u32le(p, nb[j]);
-        e = fed_secagg_seal(a, s->keys, s->list[nb[j]].enc_pk, &s->ctx, &r, &self_sh[j],
-                            &key_sh[j], n->env.random, n->env.self, p + 4);
+        /* one X25519 a neighbour: the key opens its shares for this client too */
+        if ((e = fed_secagg_seal_key(s->keys, s->list[nb[j]].enc_pk, &s->ctx, s->sealk[j])) ==
+            FED_OK)
+            e = fed_secagg_seal_with(s->sealk[j], &s->ctx, &r, &self_sh[j], &key_sh[j],
+                                     n->env.random, n->env.self, p + 4);
     }
     if (e != FED_OK)
         goto out;
@@ -300,12 +317,7 @@ static fed_err on_key_list(fed_node *n, const fed_wire_msg *m)
     fed_log(FED_LOG_INFO, "client: secagg round %llu: shares out to %u neighbours (k %u, t %u)",
             (unsigned long long)s->round, s->k, s->k, s->t);
 out:
-    if (self_sh)
-        fed_secagg_share_wipe(self_sh, s->k);
-    if (key_sh)
-        fed_secagg_share_wipe(key_sh, s->k);
-    fed_free(self_sh);
-    fed_free(key_sh);
+    fed_crypto_guarded_free(sh); /* wiped on every path */
     fed_free(xs);
     return e;
 }
@@ -360,8 +372,8 @@ static fed_err on_inbox(fed_node *n, const fed_wire_msg *m)
         if ((e = fed_crypto_slot_take(a, &s->rx[p])) != FED_OK)
             break;
         sh = (fed_secagg_share *)(void *)fed_crypto_slot_mem(s->rx[p]);
-        e = fed_secagg_open(a, s->keys, s->list[en[i].index].enc_pk, &s->ctx, &r,
-                            en[i].sealed, FED_SECAGG_SEALED_BYTES, &sh[0], &sh[1]);
+        e = fed_secagg_open_with(s->sealk[p], &s->ctx, &r, en[i].sealed, FED_SECAGG_SEALED_BYTES,
+                                 &sh[0], &sh[1]);
         if (e != FED_OK)
             e = FED_ERR_SA_SHARES;
         got++;
@@ -372,6 +384,10 @@ static fed_err on_inbox(fed_node *n, const fed_wire_msg *m)
         e = FED_ERR_SA_SHARES; /* a neighbour in U2 whose shares were kept from it */
     if (e != FED_OK)
         goto out;
+    /* the sealing keys are done with: their mapping goes now, not at the
+       round's end (a simulator runs thousands of clients in one process) */
+    fed_crypto_guarded_free(s->sealk);
+    s->sealk = NULL;
     s->inbox = 1;
     if (s->trained)
         e = send_masked(n);
@@ -448,6 +464,8 @@ fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, size_t npara
         e = fed_secagg_quantize(&q, x, s->words, &rng, s->masked);
     }
     sodium_memzero(x, s->words * sizeof *x);
+    sodium_memzero(&seed, sizeof seed); /* the rounding's draws */
+    sodium_memzero(&rng, sizeof rng);
     fed_free(x);
     if (e != FED_OK)
         return e;
@@ -576,8 +594,11 @@ static fed_err on_signatures(fed_node *n, const fed_wire_msg *m)
     }
     if ((e = same_survivors_as_revealed(s)) != FED_OK)
         goto out;
-    if ((e = req_room(s, (size_t)s->k * SA_UNMASK_ENTRY_BYTES + 1)) != FED_OK)
+    fed_crypto_guarded_free(s->reveal);
+    if (!(s->reveal = fed_crypto_guarded_alloc((size_t)s->k, SA_UNMASK_ENTRY_BYTES))) {
+        e = FED_ERR_NOMEM;
         goto out;
+    }
     nb = fed_secagg_graph_neighbours(s->g, s->me);
     for (uint32_t p = 0; p < s->k; p++) {
         const fed_secagg_share *sh;
@@ -589,10 +610,11 @@ static fed_err on_signatures(fed_node *n, const fed_wire_msg *m)
         en.owner = nb[p];
         en.kind = s->u3[nb[p]] ? SA_KIND_SELF : SA_KIND_KEY; /* never both */
         en.share = sh[s->u3[nb[p]] ? 0 : 1];
-        sa_put_unmask_entry(s->req + (size_t)out * SA_UNMASK_ENTRY_BYTES, &en);
+        sa_put_unmask_entry(s->reveal + (size_t)out * SA_UNMASK_ENTRY_BYTES, &en);
         fed_secagg_share_wipe(&en.share, 1);
         out++;
     }
+    s->out = s->reveal;
     s->req_len = (size_t)out * SA_UNMASK_ENTRY_BYTES;
     if ((e = remember_revealed(s)) != FED_OK)
         goto out;

@@ -163,35 +163,142 @@ void fed_secagg_self_seed_key(const uint8_t self_seed[FED_SECAGG_KEY_BYTES],
     sodium_memzero(&st, sizeof st);
 }
 
+/* The block one walk adds every seed's stream into: whole ChaCha20 blocks
+ * (16 words each), and the block, its stream and the zeros the stream is
+ * XORed onto stay in L1. */
+#define BLOCK_WORDS FED_SECAGG_CHUNK_WORDS
+
+struct fed_secagg_maskset {
+    uint8_t (*seed)[FED_SECAGG_KEY_BYTES]; /* (cap) guarded memory */
+    int8_t *sign;                          /* (cap) */
+    size_t n, cap;
+};
+
+/* dst[i] += or -= word i of ks, i < w. A whole block goes through a loop of
+ * constant count over restrict pointers, which -O2's cheap vectorizer
+ * takes (an unknown count it leaves scalar: a quarter more time). */
+static void add_words(uint32_t *restrict dst, const uint8_t *restrict ks, int sign, size_t w)
+{
+    if (w == BLOCK_WORDS && sign > 0)
+        for (size_t i = 0; i < BLOCK_WORDS; i++)
+            dst[i] += fed_get_u32le(ks + 4 * i);
+    else if (w == BLOCK_WORDS)
+        for (size_t i = 0; i < BLOCK_WORDS; i++)
+            dst[i] -= fed_get_u32le(ks + 4 * i);
+    else if (sign > 0)
+        for (size_t i = 0; i < w; i++)
+            dst[i] += fed_get_u32le(ks + 4 * i);
+    else
+        for (size_t i = 0; i < w; i++)
+            dst[i] -= fed_get_u32le(ks + 4 * i);
+}
+
+/* vec[i] += or -= word i of each seed's stream, for i < n (n checked). */
+static void expand_many(const uint8_t (*seed)[FED_SECAGG_KEY_BYTES], const int8_t *sign,
+                        size_t m, uint32_t *vec, size_t n)
+{
+    static const uint8_t zero[BLOCK_WORDS * 4];
+    static const uint8_t nonce[crypto_stream_chacha20_ietf_NONCEBYTES];
+    uint8_t ks[BLOCK_WORDS * 4];
+
+    for (size_t at = 0; at < n; at += BLOCK_WORDS) {
+        size_t w = n - at < BLOCK_WORDS ? n - at : BLOCK_WORDS;
+        size_t bytes = (w * 4 + 63) / 64 * 64; /* whole blocks: the stream ends on one */
+        uint32_t *dst = vec + at;
+        uint32_t ic = (uint32_t)(at / 16); /* the ChaCha20 block word `at` starts */
+
+        for (size_t j = 0; j < m; j++) {
+            crypto_stream_chacha20_ietf_xor_ic(ks, zero, bytes, nonce, ic, seed[j]);
+            add_words(dst, ks, sign[j], w);
+        }
+    }
+    sodium_memzero(ks, sizeof ks);
+}
+
 fed_err fed_secagg_mask_expand(const uint8_t key[FED_SECAGG_KEY_BYTES], int sign, uint32_t *vec,
                                size_t n)
 {
-    static const uint8_t zero[FED_SECAGG_CHUNK_WORDS * 4];
-    static const uint8_t nonce[crypto_stream_chacha20_ietf_NONCEBYTES];
-    uint8_t ks[FED_SECAGG_CHUNK_WORDS * 4];
-    const uint32_t blocks = FED_SECAGG_CHUNK_WORDS * 4 / 64;
+    int8_t sg = (int8_t)sign;
 
     if (sign != 1 && sign != -1)
         return FED_ERR_INVAL;
     if (n > FED_SECAGG_MAX_WORDS)
         return FED_ERR_TOO_LARGE;
-    /* Key stream, vector chunk and the zeros it is XORed onto stay in L1
-     * (3 x 4 KiB); the words are read little-endian straight from the key
-     * stream (a plain load on a little-endian host, so the loop vectorizes). */
-    for (size_t at = 0, chunk = 0; at < n; at += FED_SECAGG_CHUNK_WORDS, chunk++) {
-        size_t m = n - at < FED_SECAGG_CHUNK_WORDS ? n - at : FED_SECAGG_CHUNK_WORDS;
-        size_t bytes = (m * 4 + 63) / 64 * 64; /* whole blocks: the stream ends on one */
-        uint32_t *dst = vec + at;
+    expand_many((const uint8_t(*)[FED_SECAGG_KEY_BYTES])key, &sg, 1, vec, n);
+    return FED_OK;
+}
 
-        crypto_stream_chacha20_ietf_xor_ic(ks, zero, bytes, nonce, (uint32_t)(chunk * blocks), key);
-        if (sign > 0)
-            for (size_t i = 0; i < m; i++)
-                dst[i] += fed_get_u32le(ks + 4 * i);
-        else
-            for (size_t i = 0; i < m; i++)
-                dst[i] -= fed_get_u32le(ks + 4 * i);
+fed_err fed_secagg_maskset_new(size_t cap, fed_secagg_maskset **out)
+{
+    fed_secagg_maskset *ms = fed_calloc(1, sizeof *ms);
+
+    *out = NULL;
+    if (!ms)
+        return FED_ERR_NOMEM;
+    ms->cap = cap;
+    ms->seed = fed_crypto_guarded_alloc(cap ? cap : 1, FED_SECAGG_KEY_BYTES);
+    ms->sign = fed_calloc(cap ? cap : 1, sizeof *ms->sign);
+    if (!ms->seed || !ms->sign) {
+        fed_secagg_maskset_free(ms);
+        return FED_ERR_NOMEM;
     }
-    sodium_memzero(ks, sizeof ks);
+    *out = ms;
+    return FED_OK;
+}
+
+void fed_secagg_maskset_free(fed_secagg_maskset *ms)
+{
+    if (!ms)
+        return;
+    fed_crypto_guarded_free(ms->seed); /* wiped */
+    fed_free(ms->sign);
+    fed_free(ms);
+}
+
+size_t fed_secagg_maskset_count(const fed_secagg_maskset *ms) { return ms->n; }
+
+static fed_err maskset_room(const fed_secagg_maskset *ms, int sign)
+{
+    if (sign != 1 && sign != -1)
+        return FED_ERR_INVAL;
+    return ms->n < ms->cap ? FED_OK : FED_ERR_FULL;
+}
+
+fed_err fed_secagg_maskset_add_pair(fed_secagg_maskset *ms,
+                                    const uint8_t my_sk[FED_SECAGG_KEY_BYTES],
+                                    const uint8_t my_pk[FED_SECAGG_KEY_BYTES],
+                                    const uint8_t their_pk[FED_SECAGG_KEY_BYTES],
+                                    const fed_secagg_ctx *c, int sign)
+{
+    fed_err err = maskset_room(ms, sign);
+
+    if (err == FED_OK)
+        err = fed_secagg_pair_seed(my_sk, my_pk, their_pk, c, ms->seed[ms->n]);
+    if (err != FED_OK)
+        return err;
+    ms->sign[ms->n++] = (int8_t)sign;
+    return FED_OK;
+}
+
+fed_err fed_secagg_maskset_add_self(fed_secagg_maskset *ms,
+                                    const uint8_t self_seed[FED_SECAGG_KEY_BYTES],
+                                    const uint8_t owner_pk[FED_SECAGG_KEY_BYTES],
+                                    const fed_secagg_ctx *c, int sign)
+{
+    fed_err err = maskset_room(ms, sign);
+
+    if (err != FED_OK)
+        return err;
+    fed_secagg_self_seed_key(self_seed, owner_pk, c, ms->seed[ms->n]);
+    ms->sign[ms->n++] = (int8_t)sign;
+    return FED_OK;
+}
+
+fed_err fed_secagg_maskset_apply(const fed_secagg_maskset *ms, uint32_t *vec, size_t n)
+{
+    if (n > FED_SECAGG_MAX_WORDS)
+        return FED_ERR_TOO_LARGE;
+    expand_many((const uint8_t(*)[FED_SECAGG_KEY_BYTES])ms->seed, ms->sign, ms->n, vec, n);
     return FED_OK;
 }
 
@@ -234,11 +341,19 @@ fed_err fed_secagg_mask_input(fed_crypto_arena *a, const fed_secagg_keys *keys,
                               const uint8_t (*nbr_pk)[FED_SECAGG_KEY_BYTES], size_t k,
                               uint32_t *vec, size_t n)
 {
+    fed_secagg_maskset *ms = NULL;
     fed_err err;
 
-    err = fed_secagg_mask_self(a, fed_secagg_keys_self_seed(keys), keys->mask_pk, c, 1, vec, n);
+    (void)a; /* the k + 1 seeds outgrow a slot: the mask set guards them */
+    if ((err = fed_secagg_maskset_new(k + 1, &ms)) != FED_OK)
+        return err;
+    err = fed_secagg_maskset_add_self(ms, fed_secagg_keys_self_seed(keys), keys->mask_pk, c, 1);
     for (size_t j = 0; j < k && err == FED_OK; j++)
-        err = fed_secagg_mask_pair(a, fed_secagg_keys_mask_sk(keys), keys->mask_pk, nbr_pk[j], c,
-                                   fed_secagg_pair_sign(keys->mask_pk, nbr_pk[j]), vec, n);
+        err = fed_secagg_maskset_add_pair(ms, fed_secagg_keys_mask_sk(keys), keys->mask_pk,
+                                          nbr_pk[j], c,
+                                          fed_secagg_pair_sign(keys->mask_pk, nbr_pk[j]));
+    if (err == FED_OK)
+        err = fed_secagg_maskset_apply(ms, vec, n);
+    fed_secagg_maskset_free(ms);
     return err;
 }

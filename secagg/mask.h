@@ -18,8 +18,13 @@
  * every key is used for one vector only); word i of the mask is bytes
  * [4i, 4i+4) of the key stream, little-endian. The stream is made
  * FED_SECAGG_CHUNK_WORDS at a time into a stack buffer, added into the
- * vector and wiped: no whole mask vector ever exists, and the derived seed
- * lives in an arena slot for the pass only. A vector holds at most
+ * vector and wiped: no whole mask vector ever exists. Many masks go in
+ * together (a mask set): the vector is walked once, block by block, and
+ * each seed's stream for the block (its ChaCha20 counter addressed to the
+ * block's offset) is added while the block is hot in L1, rather than one
+ * pass over the whole vector per seed; the words are the same either way.
+ * Derived seeds live in an arena slot (one mask) or the mask set's own
+ * guarded memory (many), and are wiped after use. A vector holds at most
  * FED_SECAGG_MAX_WORDS words (ChaCha20-IETF's 32-bit block counter).
  *
  * Signs. A client adds its self mask and, for each neighbour, the pair mask
@@ -96,6 +101,33 @@ void fed_secagg_self_seed_key(const uint8_t self_seed[FED_SECAGG_KEY_BYTES],
 FED_WUR fed_err fed_secagg_mask_expand(const uint8_t key[FED_SECAGG_KEY_BYTES], int sign,
                                        uint32_t *vec, size_t n);
 
+/* Many masks' seeds and signs, in guarded memory (crypto/arena.h's
+ * fed_crypto_guarded_alloc), expanded into one vector together. */
+typedef struct fed_secagg_maskset fed_secagg_maskset;
+
+/* Room for cap seeds. FED_ERR_NOMEM. */
+FED_WUR fed_err fed_secagg_maskset_new(size_t cap, fed_secagg_maskset **out);
+/* Wipes the seeds and frees; NULL is fine. */
+void fed_secagg_maskset_free(fed_secagg_maskset *ms);
+size_t fed_secagg_maskset_count(const fed_secagg_maskset *ms);
+/* The pair seed of (my_sk, my_pk) and their_pk (fed_secagg_pair_seed), with
+ * sign; or the self-mask key of self_seed (fed_secagg_self_seed_key).
+ * FED_ERR_FULL past cap, FED_ERR_INVAL for a sign other than +-1,
+ * FED_ERR_KEY as fed_secagg_pair_seed. */
+FED_WUR fed_err fed_secagg_maskset_add_pair(fed_secagg_maskset *ms,
+                                            const uint8_t my_sk[FED_SECAGG_KEY_BYTES],
+                                            const uint8_t my_pk[FED_SECAGG_KEY_BYTES],
+                                            const uint8_t their_pk[FED_SECAGG_KEY_BYTES],
+                                            const fed_secagg_ctx *c, int sign);
+FED_WUR fed_err fed_secagg_maskset_add_self(fed_secagg_maskset *ms,
+                                            const uint8_t self_seed[FED_SECAGG_KEY_BYTES],
+                                            const uint8_t owner_pk[FED_SECAGG_KEY_BYTES],
+                                            const fed_secagg_ctx *c, int sign);
+/* Every mask of the set into vec (n words), block by block: the same words
+ * as fed_secagg_mask_expand of each seed in turn. FED_ERR_TOO_LARGE for n
+ * over FED_SECAGG_MAX_WORDS. */
+FED_WUR fed_err fed_secagg_maskset_apply(const fed_secagg_maskset *ms, uint32_t *vec, size_t n);
+
 /* The pair mask of (my_sk, my_pk) and their_pk, sign times, into vec; its
  * seed is derived into an arena slot and wiped after the pass. */
 FED_WUR fed_err fed_secagg_mask_pair(fed_crypto_arena *a, const uint8_t my_sk[FED_SECAGG_KEY_BYTES],
@@ -107,9 +139,10 @@ FED_WUR fed_err fed_secagg_mask_self(fed_crypto_arena *a,
                                      const uint8_t self_seed[FED_SECAGG_KEY_BYTES],
                                      const uint8_t owner_pk[FED_SECAGG_KEY_BYTES],
                                      const fed_secagg_ctx *c, int sign, uint32_t *vec, size_t n);
-/* A client's whole masking of its quantized input: its self mask, then the
+/* A client's whole masking of its quantized input: its self mask and the
  * pair mask with each of its k neighbours' mask keys (nbr_pk), each with its
- * sign: k + 1 passes over vec. On failure vec is partly masked: drop it. */
+ * sign: k + 1 seeds in a mask set, one blocked walk over vec. On failure vec
+ * is untouched or partly masked: drop it. */
 FED_WUR fed_err fed_secagg_mask_input(fed_crypto_arena *a, const fed_secagg_keys *keys,
                                       const fed_secagg_ctx *c,
                                       const uint8_t (*nbr_pk)[FED_SECAGG_KEY_BYTES], size_t k,

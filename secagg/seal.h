@@ -40,6 +40,26 @@ typedef struct fed_secagg_route {
     uint32_t x;         /* the share index both shares carry */
 } fed_secagg_route;
 
+/* The pair's sealing key (the X25519 + BLAKE2b above) into key, guarded
+ * memory the caller keeps and wipes. It is the same for both clients of a
+ * pair, so one derivation seals a client's shares for a neighbour and
+ * opens the neighbour's for it (the route in the associated data keeps the
+ * two directions apart; each seal draws its own nonce). FED_ERR_KEY: an
+ * all-zero shared secret or the client's own key (key wiped). */
+FED_WUR fed_err fed_secagg_seal_key(const fed_secagg_keys *me,
+                                    const uint8_t their_enc_pk[FED_SECAGG_KEY_BYTES],
+                                    const fed_secagg_ctx *c, uint8_t key[FED_SECAGG_KEY_BYTES]);
+/* fed_secagg_seal and fed_secagg_open under a key fed_secagg_seal_key gave. */
+FED_WUR fed_err fed_secagg_seal_with(const uint8_t key[FED_SECAGG_KEY_BYTES],
+                                     const fed_secagg_ctx *c, const fed_secagg_route *route,
+                                     const fed_secagg_share *self_share,
+                                     const fed_secagg_share *key_share, fed_random_fn rnd,
+                                     void *rnd_ctx, uint8_t out[FED_SECAGG_SEALED_BYTES]);
+FED_WUR fed_err fed_secagg_open_with(const uint8_t key[FED_SECAGG_KEY_BYTES],
+                                     const fed_secagg_ctx *c, const fed_secagg_route *route,
+                                     const uint8_t *in, size_t len, fed_secagg_share *self_share,
+                                     fed_secagg_share *key_share);
+
 /* Seals self_share and key_share (both with x == route->x, else
  * FED_ERR_INVAL) for the client whose share-sealing key is their_enc_pk.
  * FED_ERR_KEY: an all-zero shared secret or the sender's own key;

@@ -241,6 +241,7 @@ out:
     if (err != FED_OK && seed)
         sodium_memzero(seed, FED_SECAGG_SEED_BYTES);
     sodium_memzero(f, sizeof f);
+    sodium_memzero(&bad, sizeof bad);
     fed_free(pts);
     fed_free(buf);
     return err;

@@ -181,6 +181,26 @@ static void test_slots(void **state)
     fed_crypto_arena_free(a);
 }
 
+/* Guarded memory beside the arena: zeroed, usable to its end, none for
+ * zero bytes or a product that overflows. */
+static void test_guarded(void **state)
+{
+    uint8_t *p;
+
+    (void)state;
+    assert_int_equal(sodium_init() < 0, 0);
+    p = fed_crypto_guarded_alloc(3, 100);
+    assert_non_null(p);
+    for (int i = 0; i < 300; i++)
+        assert_int_equal(p[i], 0);
+    memset(p, 0xab, 300);
+    fed_crypto_guarded_free(p);
+    fed_crypto_guarded_free(NULL);
+    assert_null(fed_crypto_guarded_alloc(0, 8));
+    assert_null(fed_crypto_guarded_alloc(8, 0));
+    assert_null(fed_crypto_guarded_alloc(SIZE_MAX / 2, 4));
+}
+
 static fed_err try_arena_new(void *ctx)
 {
     fed_crypto_arena *a = NULL;
@@ -1010,6 +1030,7 @@ int main(void)
         cmocka_unit_test(test_session_bad_peers),
         cmocka_unit_test(test_session_cache_lru_and_pins),
         cmocka_unit_test(test_slots),
+        cmocka_unit_test(test_guarded),
         cmocka_unit_test(test_arena_alloc_failures),
         cmocka_unit_test(test_seal_open_roundtrip),
         cmocka_unit_test(test_seal_payload_hash),

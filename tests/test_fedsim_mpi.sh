@@ -3,9 +3,10 @@
 # under `mpirun -np R fedsim` for R = 1, 2 and 3 gives the same CSV rows and
 # final model hash as one plain process, for 200 clients of an aggregator
 # and for 64 peers on random:3, each with a crash (and restart) and a loss
-# window (the peers with jitter above the latency floor too), and 20
-# clients with Byzantine ones, stragglers, random crashes and a partition
-# for R = 2; each rank prints its peak RSS; a scenario with no lookahead is refused under mpirun.
+# window (the peers with jitter above the latency floor too), 20 clients
+# with Byzantine ones, stragglers, random crashes and a partition for R = 2,
+# and 20 clients under --secagg with one crashed after sharing; each rank
+# prints its peak RSS; a scenario with no lookahead is refused under mpirun.
 # Skips without mpirun or an MPI build.
 . tests/proc_lib.sh
 need_mpi
@@ -46,6 +47,17 @@ same peer64 --nodes 64 --role peer --topology random:3 --rounds 2 --model logreg
 RANKS=2 same faults20 --nodes 20 --rounds 3 --model logreg --byzantine 0.2:signflip:10 \
     --strategy median --stragglers 0.2:3 --crash-rate 0.3 --partition-net 2@0.1-0.5 \
     --deadline-ms 300 --min-clients 4 --jitter-ms 1
+
+# secure aggregation across ranks: 20 clients, client 7 crashes after its
+# shares went out, so round 1 unmasks without it (its pair masks removed
+# through t of its neighbours' shares, wherever they run)
+FEDNODE_LOG=info same secagg20 --nodes 20 --rounds 3 --model logreg --secagg --crash 7@0.03 \
+    --deadline-ms 300 --min-clients 4
+for r in plain ${RANKS:-1 2 3}; do
+    grep -q "round 1 try 0 unmasked: 19 in the sum, 1 dropped after sharing" \
+        "$TMP/secagg20-$r.log" || fail "secagg20 ($r): the crash did not land after sharing"
+done
+ok "secagg20: the client that crashed after sharing is unmasked out alike for plain and R = ${RANKS:-1 2 3}"
 
 # no lookahead: jitter with no floor could bring a frame in at once
 if $MPIRUN -np 2 "$FEDSIM" --nodes 4 --rounds 1 --model logreg --jitter-ms 2 \

@@ -350,6 +350,53 @@ static void test_prg_chunks(void **state)
     assert_memory_equal(u, w, sizeof w);
 }
 
+/* A mask set walks the vector once, block by block, with every seed; the
+ * words are those of each seed's own pass, in any order, and its limits
+ * hold (room, signs, length). */
+static void test_maskset(void **state)
+{
+    enum { N = 2 * FED_SECAGG_CHUNK_WORDS + 123, M = 4 };
+    static uint32_t u[N], w[N];
+    uint8_t own[32], nbr[M][32];
+    const fed_secagg_ctx c = {.epoch = 3, .round = 9, .try_no = 1};
+    fed_secagg_maskset *ms = NULL;
+
+    (void)state;
+    for (int i = 0; i < 32; i++) {
+        own[i] = (uint8_t)(i * 7 + 1);
+        for (int j = 0; j < M; j++)
+            nbr[j][i] = (uint8_t)(i * 13 + j * 31 + 5);
+    }
+    for (size_t i = 0; i < N; i++)
+        u[i] = w[i] = (uint32_t)i * 2654435761u;
+    assert_int_equal(fed_secagg_maskset_new(M + 1, &ms), FED_OK);
+    assert_int_equal(fed_secagg_maskset_add_self(ms, own, nbr[0], &c, 1), FED_OK);
+    for (int j = 1; j < M; j++) {
+        uint8_t seed[32];
+        int sign = j % 2 ? -1 : 1;
+
+        assert_int_equal(fed_secagg_maskset_add_pair(ms, own, nbr[0], nbr[j], &c, sign), FED_OK);
+        assert_int_equal(fed_secagg_pair_seed(own, nbr[0], nbr[j], &c, seed), FED_OK);
+        assert_int_equal(fed_secagg_mask_expand(seed, sign, w, N), FED_OK);
+    }
+    {
+        uint8_t key[32];
+
+        fed_secagg_self_seed_key(own, nbr[0], &c, key);
+        assert_int_equal(fed_secagg_mask_expand(key, 1, w, N), FED_OK);
+    }
+    assert_int_equal(fed_secagg_maskset_count(ms), M);
+    assert_int_equal(fed_secagg_maskset_apply(ms, u, N), FED_OK);
+    assert_memory_equal(u, w, sizeof u);
+    assert_int_equal(fed_secagg_maskset_add_pair(ms, own, nbr[0], nbr[0], &c, 1), FED_ERR_KEY);
+    assert_int_equal(fed_secagg_maskset_add_self(ms, own, nbr[0], &c, 0), FED_ERR_INVAL);
+    assert_int_equal(fed_secagg_maskset_add_self(ms, own, nbr[0], &c, 1), FED_OK);
+    assert_int_equal(fed_secagg_maskset_add_self(ms, own, nbr[0], &c, 1), FED_ERR_FULL);
+    assert_int_equal(fed_secagg_maskset_apply(ms, u, FED_SECAGG_MAX_WORDS + 1), FED_ERR_TOO_LARGE);
+    fed_secagg_maskset_free(ms);
+    fed_secagg_maskset_free(NULL);
+}
+
 /* ---- sealed shares ---- */
 
 static void test_seal(void **state)
@@ -415,6 +462,36 @@ static void test_seal(void **state)
     assert_int_equal(fed_secagg_open(a, bob, fed_secagg_keys_enc_pk(eve), &c, &rt, box, sizeof box,
                                      &o1, &o2),
                      FED_ERR_AEAD);
+    /* one key a pair, both ways: alice's derivation opens what bob sealed
+       back with his (the route tells the directions apart) */
+    {
+        uint8_t ka[32], kb[32];
+        fed_secagg_route back = {.sender = 9, .recipient = 4, .x = 10};
+
+        assert_int_equal(fed_secagg_seal_key(alice, fed_secagg_keys_enc_pk(bob), &c, ka), FED_OK);
+        assert_int_equal(fed_secagg_seal_key(bob, fed_secagg_keys_enc_pk(alice), &c, kb), FED_OK);
+        assert_memory_equal(ka, kb, 32);
+        assert_int_equal(fed_secagg_open_with(ka, &c, &rt, box, sizeof box, &o1, &o2), FED_OK);
+        assert_memory_equal(o2.y, s2[0].y, sizeof o2.y);
+        assert_int_equal(fed_secagg_seal_with(kb, &c, &back, &s1[0], &s2[0], fed_rng_random, &r,
+                                              box),
+                         FED_OK);
+        assert_int_equal(fed_secagg_open_with(ka, &c, &rt, box, sizeof box, &o1, &o2),
+                         FED_ERR_AEAD);
+        assert_int_equal(fed_secagg_open_with(ka, &c, &back, box, sizeof box, &o1, &o2), FED_OK);
+        assert_memory_equal(o1.y, s1[0].y, sizeof o1.y);
+        assert_int_equal(fed_secagg_open(a, alice, fed_secagg_keys_enc_pk(bob), &c, &back, box,
+                                         sizeof box, &o1, &o2),
+                         FED_OK);
+        assert_int_equal(fed_secagg_seal_with(ka, &c, &back, &s1[1], &s2[0], fed_rng_random, &r,
+                                              box),
+                         FED_ERR_INVAL);
+        sodium_memzero(ka, 32);
+        sodium_memzero(kb, 32);
+        assert_int_equal(fed_secagg_seal(a, alice, fed_secagg_keys_enc_pk(bob), &c, &rt, &s1[0],
+                                         &s2[0], fed_rng_random, &r, box),
+                         FED_OK);
+    }
     /* lengths, low-order keys, shares that do not carry the route's index */
     memcpy(bad, box, sizeof box);
     assert_int_equal(fed_secagg_open(a, bob, fed_secagg_keys_enc_pk(alice), &c, &rt, bad,
@@ -925,6 +1002,7 @@ int main(void)
         cmocka_unit_test(test_shamir_t_minus_one_uniform),
         cmocka_unit_test(test_prg_known_answer),
         cmocka_unit_test(test_prg_chunks),
+        cmocka_unit_test(test_maskset),
         cmocka_unit_test(test_seal),
         cmocka_unit_test(test_masked_sum_exact),
         cmocka_unit_test(test_masked_vector_says_nothing),
