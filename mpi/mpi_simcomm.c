@@ -33,6 +33,15 @@ static fed_err displs(const long long *len, int n, int *count, int *displ, size_
     return FED_OK;
 }
 
+/* A failure on this rank alone between collectives: the other ranks would
+ * wait in the next one for ever (they have no deadline), so the job ends. */
+static fed_err one_rank_failed(fed_err e, const char *what)
+{
+    fed_log(FED_LOG_ERROR, "mpi: %s (%s): ending the job", what, fed_strerror(e));
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return e;
+}
+
 /* One MPI_Alltoall of (bytes for you, my least time, my bytes in all) a
  * pair, then the bytes with MPI_Alltoallv unless no rank sends any. */
 static fed_err sc_exchange(void *ctx, uint8_t *const *send, const size_t *send_len, uint64_t *min,
@@ -49,7 +58,8 @@ static fed_err sc_exchange(void *ctx, uint8_t *const *send, const size_t *send_l
     *recv_len = 0;
     for (int k = 0; k < n; k++) {
         if (send_len[k] > (size_t)INT_MAX)
-            return FED_ERR_TOO_LARGE;
+            return one_rank_failed(FED_ERR_TOO_LARGE,
+                                   "a window's frames to one rank are over 2 GiB: use more ranks");
         mine += (long long)send_len[k];
     }
     for (int k = 0; k < n; k++) {
@@ -70,14 +80,12 @@ static fed_err sc_exchange(void *ctx, uint8_t *const *send, const size_t *send_l
     if (!anyone)
         return FED_OK;
     if ((e = displs(s->slen, n, s->scount, s->sdispl, &stotal)) != FED_OK ||
-        (e = displs(s->rlen, n, s->rcount, s->rdispl, &rtotal)) != FED_OK) {
-        fed_log(FED_LOG_ERROR, "mpi: a window's frames are over 2 GiB: use more ranks");
-        return e;
-    }
+        (e = displs(s->rlen, n, s->rcount, s->rdispl, &rtotal)) != FED_OK)
+        return one_rank_failed(e, "a window's frames are over 2 GiB: use more ranks");
     /* one send buffer in rank order (MPI wants one) */
     if ((stotal && !(sbuf = fed_malloc(stotal))) || (rtotal && !(rbuf = fed_malloc(rtotal)))) {
         fed_free(sbuf);
-        return FED_ERR_NOMEM;
+        return one_rank_failed(FED_ERR_NOMEM, "no memory for a window's frames");
     }
     for (int k = 0; k < n; k++)
         if (send_len[k])
@@ -111,7 +119,7 @@ static fed_err sc_allgather(void *ctx, const uint8_t *buf, size_t len, uint8_t *
     if ((e = displs(s->rlen, s->c.size, s->rcount, s->rdispl, &total)) != FED_OK)
         return e;
     if (total && !(rbuf = fed_malloc(total)))
-        return FED_ERR_NOMEM;
+        return one_rank_failed(FED_ERR_NOMEM, "no memory for the gathered rows");
     if (MPI_Allgatherv(buf, (int)len, MPI_BYTE, rbuf, s->rcount, s->rdispl, MPI_BYTE,
                        MPI_COMM_WORLD) != MPI_SUCCESS) {
         fed_free(rbuf);
