@@ -76,6 +76,9 @@ typedef struct scen {
     int both_kinds;          /* a client whose two kinds of share both came */
     uint8_t kind_seen[MAXR + 1][4][NCL]; /* by owner's client index: bit kind */
     int unmask_from[NCL];    /* UNMASK requests taken, by sender */
+    int shares_from[NCL];    /* SHARES requests taken, by sender */
+    int narrow0;             /* client 0's allow-list lacks client 5 */
+    fed_crypto_allow *allow0;
     int consist_from[NCL];
     /* cheating */
     int cheat;               /* 1: a victim named dropped to itself; 2: to half its
@@ -240,6 +243,8 @@ static void sa_hook(void *ctx, int inbound, uint8_t type, const uint8_t key[32],
     }
     if (type == FED_WIRE_SA_CONSIST && from >= 0)
         s->consist_from[from]++;
+    if (type == FED_WIRE_SA_SHARES && from >= 0)
+        s->shares_from[from]++;
     if (type == FED_WIRE_SA_UNMASK && from >= 0) {
         s->unmask_from[from]++;
         if (getenv("SA_DEBUG"))
@@ -312,6 +317,18 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
         assert_int_equal(fed_crypto_allow_add(s->allow, name, fed_sim_host_id(s->cl[i])->key),
                          FED_OK);
     }
+    if (s->narrow0) { /* everyone but client 5 */
+        assert_int_equal(fed_crypto_allow_new(&s->allow0), FED_OK);
+        assert_int_equal(fed_crypto_allow_add(s->allow0, "agg", fed_sim_host_id(s->agg)->key),
+                         FED_OK);
+        for (int i = 0; i < s->ncl; i++) {
+            snprintf(name, sizeof name, "c%d", i);
+            if (i != 5)
+                assert_int_equal(fed_crypto_allow_add(s->allow0, name,
+                                                      fed_sim_host_id(s->cl[i])->key),
+                                 FED_OK);
+        }
+    }
     assert_int_equal(fed_model_spec_nparams("logreg", fx->train->shape, &s->nparams), FED_OK);
     fed_node_config_default(&ac);
     ac.role = FED_NODE_AGGREGATOR;
@@ -350,7 +367,7 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
         cc.train = fx->train;
         cc.shard = s->idx[i];
         cc.shard_n = s->nidx[i];
-        cc.allow = s->allow;
+        cc.allow = i == 0 && s->allow0 ? s->allow0 : s->allow;
         cc.dp_sgd = s->dp_sgd;
         if (s->dp_sgd)
             cc.dp_noise = s->dp_noise;
@@ -387,6 +404,7 @@ static void scen_free(scen *s)
         fed_free(s->idx[i]);
     }
     fed_crypto_allow_free(s->allow);
+    fed_crypto_allow_free(s->allow0);
     free(s->masked0);
     free(s->delta0);
 }
@@ -534,6 +552,27 @@ static void test_too_many_fail_closed(void **state)
         assert_int_equal(q.t[1].unmasked, 8);
         assert_string_equal(q.t[1].outcome, "");
     }
+    assert_int_equal(s.both_kinds, 0);
+    scen_free(&s);
+}
+
+/* A key list naming a client outside client 0's allow-list (as an
+ * aggregator inventing neighbours would): client 0 refuses the round before
+ * it shares anything, and the round commits with the others. */
+static void test_key_list_non_member(void **state)
+{
+    const fixture *fx = *state;
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    memset(&s, 0, sizeof s);
+    s.narrow0 = 1;
+    build(&s, fx, 1, 1, 10, 100, 0);
+    run(&s, 400000);
+    assert_int_equal(s.shares_from[0], 0);
+    assert_true(s.shares_from[1] >= 1);
+    assert_int_equal(s.commits[1], 1);
+    assert_int_equal(s.info[1].merged, NCL - 1);
     assert_int_equal(s.both_kinds, 0);
     scen_free(&s);
 }
@@ -797,6 +836,7 @@ int main(void)
         cmocka_unit_test(test_drop_before_unmask),
         cmocka_unit_test(test_too_many_fail_closed),
         cmocka_unit_test(test_named_dropped_refuses),
+        cmocka_unit_test(test_key_list_non_member),
         cmocka_unit_test(test_split_survivor_lists),
         cmocka_unit_test(test_replayed_key),
         cmocka_unit_test(test_different_graphs),
