@@ -235,7 +235,8 @@ typedef struct fed_node_config {
                                      deadline_ms); default 10000 */
     /* simulator only (the tests' cheating aggregator): NULL in every real
        node. Called on the aggregator's loop with sa_tamper_ctx for each
-       stage request it took (inbound 1: the request's vector, to look at)
+       stage request it takes (inbound 1: the request's vector, to look at or
+       to change in place, as a client sending a bad input would)
        and each answer it is about to send (inbound 0: a copy, which it may
        change or shorten, *len and *count with it), with the client's key
        and the frame type */

@@ -908,15 +908,15 @@ fed_err fed_node_sa_agg_on_msg(fed_node *n, node_open *op)
     if ((st == SA_MASKED && !s->u2[m->idx]) || (st == SA_CONSIST && !s->u3[m->idx]) ||
         (st == SA_UNMASK && !s->u4[m->idx]))
         return refuse(n, op, own, own);
-    if ((e = take(n, m, part, msg)) != FED_OK)
-        return refuse(n, op, e == FED_ERR_NOMEM ? e : own, e);
-    if (n->cfg.sa_tamper) {
+    if (n->cfg.sa_tamper) { /* before take: a test's bad input goes in as sent */
         size_t len = msg->vector_len;
         uint32_t count = msg->block.sa_count;
 
         n->cfg.sa_tamper(n->cfg.sa_tamper_ctx, 1, msg->hdr.type, msg->hdr.sender, msg->vector,
                          &len, &count);
     }
+    if ((e = take(n, m, part, msg)) != FED_OK)
+        return refuse(n, op, e == FED_ERR_NOMEM ? e : own, e);
     m->stage_in = st;
     fed_node_refuse(n, m->held);
     m->held_hdr = msg->hdr;

@@ -78,6 +78,9 @@ typedef struct scen {
     int unmask_from[NCL];    /* UNMASK requests taken, by sender */
     int shares_from[NCL];    /* SHARES requests taken, by sender */
     int narrow0;             /* client 0's allow-list lacks client 5 */
+    int bad_input;           /* client 3's first masked input pushed out of range */
+    int drop_late;           /* the deaths only once some shares were revealed */
+    int any_unmask;
     fed_crypto_allow *allow0;
     int consist_from[NCL];
     /* cheating */
@@ -154,7 +157,8 @@ static int drop_filter(void *ctx, uint32_t node, const uint8_t *frame, size_t le
     int c;
 
     if (len < FED_WIRE_HEADER_BYTES || !s->drop_count || frame[FED_WIRE_OFF_TYPE] != s->drop_type ||
-        fed_get_u64le(frame + FED_WIRE_OFF_ROUND) != s->drop_round)
+        fed_get_u64le(frame + FED_WIRE_OFF_ROUND) != s->drop_round ||
+        (s->drop_late && !s->any_unmask))
         return 0;
     c = client_at(s, node);
     if (c < 0 || c >= s->drop_count || s->dropped[c])
@@ -241,12 +245,17 @@ static void sa_hook(void *ctx, int inbound, uint8_t type, const uint8_t key[32],
         for (size_t w = 0; w < s->words0; w++)
             s->masked0[w] = fed_get_u32le(vec + 4 * w);
     }
+    if (type == FED_WIRE_SA_MASKED && from == 3 && s->bad_input == 1 && len >= 4) {
+        fed_put_u32le(vec, fed_get_u32le(vec) + 0x80000000u); /* the sum out of range */
+        s->bad_input = 2;
+    }
     if (type == FED_WIRE_SA_CONSIST && from >= 0)
         s->consist_from[from]++;
     if (type == FED_WIRE_SA_SHARES && from >= 0)
         s->shares_from[from]++;
     if (type == FED_WIRE_SA_UNMASK && from >= 0) {
         s->unmask_from[from]++;
+        s->any_unmask = 1;
         if (getenv("SA_DEBUG"))
             fprintf(stderr, "unmask from %d round %llu (%zu bytes)\n", from,
                     (unsigned long long)s->round_now, len);
@@ -577,6 +586,39 @@ static void test_key_list_non_member(void **state)
     scen_free(&s);
 }
 
+/* A try fails after its sum was unmasked (client 3's input out of range),
+ * and client 0 dies before the next try's keys: the others would
+ * mask the same deltas again over 19 survivors, and the two sums would
+ * differ by client 0's delta. Each reveals only once in the round, so the
+ * aggregator never gets a second sum (the round stalls instead). */
+static void test_no_second_sum_over_other_survivors(void **state)
+{
+    const fixture *fx = *state;
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    memset(&s, 0, sizeof s);
+    s.bad_input = 1;
+    s.drop_type = FED_WIRE_SA_KEYS; /* the next try's first request */
+    s.drop_round = 1;
+    s.drop_count = 1;
+    s.drop_late = 1;
+    build(&s, fx, 1, 1, 10, 100, 0);
+    run(&s, 120000);
+    print_message("bad input %d, client 0 died %d, unmask from 1: %d, consist from 1: %d, "
+                  "round 1 commits %d\n", s.bad_input, s.dropped[0], s.unmask_from[1],
+                  s.consist_from[1], s.commits[1]);
+    assert_int_equal(s.bad_input, 2);
+    assert_true(s.dropped[0]);
+    assert_int_equal(s.unmask_from[0], 1); /* try 0, before it died */
+    for (int i = 1; i < NCL; i++)
+        assert_int_equal(s.unmask_from[i], 1); /* try 0 only */
+    assert_true(s.consist_from[1] >= 2);   /* it went on to the consistency round again */
+    assert_int_equal(s.commits[1], 0);
+    assert_int_equal(s.both_kinds, 0);
+    scen_free(&s);
+}
+
 /* The aggregator names a live client dropped to that client: it refuses
  * to go on (no signature, no share), and the round still commits. */
 static void test_named_dropped_refuses(void **state)
@@ -837,6 +879,7 @@ int main(void)
         cmocka_unit_test(test_too_many_fail_closed),
         cmocka_unit_test(test_named_dropped_refuses),
         cmocka_unit_test(test_key_list_non_member),
+        cmocka_unit_test(test_no_second_sum_over_other_survivors),
         cmocka_unit_test(test_split_survivor_lists),
         cmocka_unit_test(test_replayed_key),
         cmocka_unit_test(test_different_graphs),
