@@ -388,21 +388,7 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
     }
 }
 
-static void run(scen *s, uint64_t limit_ms)
-{
-    uint64_t t = 0;
-
-    while (t < limit_ms) {
-        fed_node *a;
-
-        t += 1000;
-        assert_int_equal(fed_sim_world_run_until(s->w, t), FED_OK);
-        a = fed_sim_host_node(s->agg);
-        if (a && fed_node_finished(a))
-            break;
-    }
-    assert_int_equal(fed_sim_world_run_until(s->w, t + 5000), FED_OK);
-}
+static void run(scen *s, uint64_t limit_ms) { fed_test_sim_run(s->w, s->agg, limit_ms, 5000); }
 
 static void scen_free(scen *s)
 {

@@ -16,6 +16,8 @@
 #include <cmocka.h>
 
 #include "core/alloc.h"
+#include "sim/host.h"
+#include "sim/world.h"
 #include "tests/support/support.h"
 
 /* ------------------------------------------------- temporary directory -- */
@@ -262,4 +264,22 @@ int fed_test_run_cli(int (*fn)(int, char **), char *out, size_t cap, int argc, .
     close(fd);
     out[n > 0 ? n : 0] = '\0';
     return rc;
+}
+
+/* ---- a simulated federation ---- */
+
+void fed_test_sim_run(fed_sim_world *w, fed_sim_host *agg, uint64_t limit_ms, uint64_t tail_ms)
+{
+    uint64_t t = 0;
+
+    while (t < limit_ms) {
+        fed_node *a;
+
+        t += 1000;
+        assert_int_equal(fed_sim_world_run_until(w, t), FED_OK);
+        a = fed_sim_host_node(agg);
+        if (a && fed_node_finished(a))
+            break;
+    }
+    assert_int_equal(fed_sim_world_run_until(w, t + tail_ms), FED_OK);
 }

@@ -77,4 +77,13 @@ unsigned long fed_test_alloc_sweep(fed_test_alloc_try attempt, void *ctx, int st
  * bytes, NUL-terminated, cut to fit); returns its exit status. */
 int fed_test_run_cli(int (*fn)(int, char **), char *out, size_t cap, int argc, ...);
 
+/* ---- a simulated federation ---- */
+
+struct fed_sim_world;
+struct fed_sim_host;
+/* Runs w a second of virtual time at a time until agg's node finished (or
+ * limit_ms passed), then tail_ms longer so the clients hear so. */
+void fed_test_sim_run(struct fed_sim_world *w, struct fed_sim_host *agg, uint64_t limit_ms,
+                      uint64_t tail_ms);
+
 #endif
