@@ -983,7 +983,8 @@ static int load_plugin(fixture *f, char *why, size_t why_len)
 }
 
 /* FEDNODE_CUDA_QUICK=1 leaves out the epochs; FEDNODE_CUDA_FILTER=PATTERN
- * runs the matching tests only (cmocka's * and ?). */
+ * runs the matching tests only, FEDNODE_CUDA_SKIP=PATTERN all but those
+ * (cmocka's * and ?). */
 int main(void)
 {
     fixture fx;
@@ -1043,6 +1044,8 @@ int main(void)
     printf("test_cuda: %s against the CPU backend\n", fx.gpu->device);
     if (getenv("FEDNODE_CUDA_FILTER"))
         cmocka_set_test_filter(getenv("FEDNODE_CUDA_FILTER"));
+    if (getenv("FEDNODE_CUDA_SKIP"))
+        cmocka_set_skip_filter(getenv("FEDNODE_CUDA_SKIP"));
     failed = cmocka_run_group_tests(tests, NULL, NULL);
     fed_backend_free(fx.cpu);
     fed_backend_free(fx.gpu);
