@@ -186,6 +186,22 @@ int main(void)
                "%.3f ms = %.2fx (X25519 and BLAKE2b included), one self-mask pass %.3f ms = %.2fx\n",
                n, pass * 1e3, n * 4 / 1048576.0 / pass, one_pair * 1e3, one_pair / pass,
                one_self * 1e3, one_self / pass);
+        {
+            /* Each neighbour costs the masking one X25519 beside its pass
+             * (the pair seed) and the sealing one more (the pair's key),
+             * whatever the vector's length: the masking stays within 1.2x
+             * its passes only while a pass outweighs X / (1.2 - e) (e: a
+             * mask pass's expansion alone), and the rest under 10% of the
+             * masking only while a pass outweighs about 9 X. */
+            double x = x25519_once(cl), e = one_self / pass, per_word = pass / (double)n;
+            double need_mask = e < 1.2 ? x / (1.2 - e) : 1e9, need_rest = 9 * x;
+            double need = need_mask > need_rest ? need_mask : need_rest;
+
+            printf("  floor: two X25519 a neighbour = %.2f of this pass; the 1.2x masking target "
+                   "needs a pass of %.0f us, the 10%% one %.0f us: both hold from about %.0fk "
+                   "words on this host\n",
+                   2 * x / pass, need_mask * 1e6, need_rest * 1e6, need / per_word / 1e3);
+        }
         for (size_t ni = 0; ni < 3; ni++)
             for (size_t pi = 0; pi < 3; pi++) {
                 uint32_t nc = ns[ni], k, t, dropped = (uint32_t)(nc * drops[pi] + 0.5);

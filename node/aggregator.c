@@ -896,6 +896,26 @@ static uint64_t retry_wait_ms(const fed_node *n)
     return wait < AGG_RETRY_MAX_MS ? wait : AGG_RETRY_MAX_MS;
 }
 
+/* A secure round whose sum is unmasked (or void) and whose commit failed:
+ * the clients revealed their shares once for this round, so the protocol
+ * never runs again over their deltas; the round stays open, its sum kept,
+ * and the round timer commits it again after the usual wait. */
+static fed_err commit_later(fed_node *n, fed_err why)
+{
+    node_agg *a = n->agg;
+    uint64_t wait_ms;
+
+    a->failed++;
+    wait_ms = retry_wait_ms(n);
+    a->retry_at_ms = n->env.now_ms(n->env.self) + wait_ms;
+    a->commit_again = 1;
+    fed_log(FED_LOG_ERROR, "aggregator: round %llu's commit failed (%s); its secure sum is kept "
+            "and committed again in %llu ms", (unsigned long long)(n->round + 1),
+            fed_strerror(why), (unsigned long long)wait_ms);
+    fed_node_arm(n, a->retry_at_ms, NODE_TIMER_ROUND); /* a failure stops the node */
+    return why;
+}
+
 fed_err fed_node_agg_close_round(fed_node *n)
 {
     node_agg *a = n->agg;
@@ -923,6 +943,13 @@ fed_err fed_node_agg_close_round(fed_node *n)
         a->model_vec_len = 0;
         if (e != FED_OK || (e = fed_model_get_params(a->model, a->host)) != FED_OK)
             goto fail;
+    } else if (a->sa && fed_node_sa_agg_void(a->sa)) {
+        /* the secure try failed after its clients revealed their shares:
+           no update, the model and strategy stay as committed */
+        for (size_t i = 0; i < a->nparts; i++) {
+            memset(&a->results[i], 0, sizeof a->results[i]);
+            a->results[i].verdict = FED_MERGE_SKIPPED;
+        }
     } else {
         if ((e = gather_inputs(n, &count)) != FED_OK || (e = keep_committed(n)) != FED_OK)
             goto fail;
@@ -971,6 +998,10 @@ fed_err fed_node_agg_close_round(fed_node *n)
                 (unsigned long long)info.round, info.merged, info.sampled, info.missing,
                 info.refused, unclipped, info.dp_clip, fed_node_agg_dp_clip(a), info.epsilon,
                 n->cfg.dp_delta);
+    else if (a->sa && fed_node_sa_agg_void(a->sa))
+        fed_log(FED_LOG_WARN, "aggregator: round %llu closed with no update: its secure sum "
+                "failed after the clients revealed their shares (%u sampled)",
+                (unsigned long long)info.round, info.sampled);
     else if (info.refused)
         fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing, %u declined)",
                 (unsigned long long)info.round, info.merged, info.sampled, info.missing,
@@ -999,6 +1030,8 @@ fail:
        from the last committed global (its clients resend the same deltas) */
     back_to_committed(n);
     fed_node_cast_drop_ahead(n); /* the next round's, which will not come */
+    if (a->sa && (fed_node_sa_agg_unmasked(a->sa) || fed_node_sa_agg_void(a->sa)))
+        return commit_later(n, e);
     parts_clear(a);
     fed_node_sa_agg_end(n);
     if (fed_node_agg_is_async(n)) { /* the buffer is dropped; its clients train again */
@@ -1164,6 +1197,8 @@ static fed_err on_leave(fed_node *n, node_open *op)
                 fed_strerror(e));
     e = fed_node_ack(n, op->req, &m->hdr, FED_OK, 0);
     op->req = NULL;
+    if (p != &one && a->sa && p->refused == (uint32_t)FED_ERR_SA_REVEALED)
+        return fed_node_sa_agg_revealed_before(n);
     if (p != &one && round_complete(n))
         return fed_node_agg_close_round(n);
     return e;
@@ -1222,6 +1257,12 @@ static fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
 
     switch (id) {
     case NODE_TIMER_ROUND:
+        if (a->commit_again) {
+            if (a->state != AGG_RUNNING || n->env.now_ms(n->env.self) < a->retry_at_ms)
+                return FED_OK; /* another round timer, earlier than the retry */
+            a->commit_again = 0;
+            return fed_node_agg_close_round(n);
+        }
         a->gathered = 1; /* clients that come later start the round too */
         return maybe_start(n);
     case NODE_TIMER_STAGE:

@@ -90,6 +90,8 @@ struct node_agg {
     int first_armed;       /* the gather timer was armed for round 1 (arm_first_gather) */
     uint32_t failed;       /* rounds failed in a row (a full disk): the next try waits */
     uint64_t retry_at_ms;  /* no round starts before this (now_ms), after a failure */
+    int commit_again;      /* a secure round's commit failed after its sum was
+                              unmasked: the round timer commits it again */
     uint64_t round_start_ms;
     uint64_t deadline_at_ms; /* when the armed deadline timer fires (0: none armed) */
     agg_hold *holds;

@@ -362,6 +362,18 @@ static fed_err on_secure_model(fed_node *n, node_open *op)
         fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_PAYLOAD);
         return FED_ERR_PAYLOAD;
     }
+    if (fed_node_sa_client_revealed(n->client_sa, m->hdr.round)) {
+        /* its delta is in a sum revealed already (the aggregator restarted
+           after unmasking, or a hostile one asks again): declined, which
+           tells the aggregator to close the round with no update */
+        fed_log(FED_LOG_WARN, "client: secagg round %llu try %u: it revealed its shares of this "
+                "round already; declined (a second sum over other survivors would expose a "
+                "client's delta)", (unsigned long long)m->hdr.round, m->block.settings.sa_try);
+        c->round = m->hdr.round;
+        c->leave_reason = (uint32_t)FED_ERR_SA_REVEALED;
+        c->resends = 0;
+        return send_leave(n);
+    }
     if (m->hdr.round == n->round && c->round == n->round && c->secure && j->vec_len &&
         op->vec_n == c->nparams) {
         fed_log(FED_LOG_INFO, "client: secagg round %llu try %u: masking its delta afresh",

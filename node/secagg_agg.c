@@ -55,6 +55,8 @@ struct node_sa_agg {
     fed_secagg_graph *g;
     uint32_t k, t;
     uint8_t *u2, *u3, *u4;  /* (n1) flags */
+    int void_sum;           /* the try failed after clients revealed their shares:
+                               the round closes with no update, no other try */
     size_t words;           /* nparams + 1 */
     uint32_t *sum;          /* (words) */
     float *mean;            /* (nparams) the unmasked mean */
@@ -146,6 +148,7 @@ static void try_clear(node_sa_agg *s)
     s->g = NULL;
     s->n1 = s->k = s->t = 0;
     s->stage = SA_NONE;
+    s->void_sum = 0;
 }
 
 void fed_node_sa_agg_free(fed_node *n, node_sa_agg *s)
@@ -217,6 +220,8 @@ void fed_node_sa_agg_settings(const fed_node *n, uint64_t round, fed_wire_settin
 int fed_node_sa_agg_keys_closed(const node_sa_agg *s) { return s->stage > SA_KEYS; }
 
 int fed_node_sa_agg_unmasked(const node_sa_agg *s) { return s->stage == SA_DONE; }
+
+int fed_node_sa_agg_void(const node_sa_agg *s) { return s->void_sum; }
 
 const float *fed_node_sa_agg_mean(const node_sa_agg *s, double *weight)
 {
@@ -410,11 +415,17 @@ void fed_node_sa_agg_row(const fed_node *n, fed_store_secagg_try *t, const char 
 
 /* ---- failing closed ---- */
 
-/* The try fails: every held request is told, nothing of it is kept, and
- * the round starts again (fresh keys: try + 1) with whoever asks. With
- * DP-FedAvg the draw stands instead (a new one would void the accounting):
- * the round closes with its noise alone. */
-static fed_err fail(fed_node *n, const char *why)
+/* The try fails: every held request is told, nothing of it is kept. Before
+ * any client revealed its shares the round starts again (fresh keys: try +
+ * 1) with whoever asks. Once they revealed (the try failed while or after
+ * unmasking: too few shares, a sum out of range) it never does: a second
+ * try would mask the same deltas again, and two sums over different
+ * survivors would give away a client's delta; the round closes with no
+ * update and the next round trains afresh. With DP-FedAvg the draw stands
+ * in either case (a new one would void the accounting): the round closes
+ * with its noise alone. revealed: the clients revealed this round's shares
+ * to an earlier aggregator process (one of them says so). */
+static fed_err fail_try(fed_node *n, const char *why, int revealed)
 {
     node_agg *a = n->agg;
     node_sa_agg *s = a->sa;
@@ -423,10 +434,14 @@ static fed_err fail(fed_node *n, const char *why)
     char outcome[160];
     fed_err e;
 
+    revealed = revealed || s->stage >= SA_UNMASK;
+    (void)n->env.cancel_timer(n->env.self, NODE_TIMER_STAGE);
     fed_log(FED_LOG_WARN, "secagg: round %llu try %u failed closed at stage %s: %s; no sum "
             "released, %s", (unsigned long long)s->round, s->try_no, stage_name[s->stage], why,
-            a->dp ? "the draw stands (DP-FedAvg): the round releases its noise alone"
-                  : "the round runs again with fresh keys");
+            a->dp      ? "the draw stands (DP-FedAvg): the round releases its noise alone"
+            : revealed ? "the clients revealed their shares: the round closes with no update "
+                         "(no second sum over the same deltas)"
+                       : "the round runs again with fresh keys");
     snprintf(outcome, sizeof outcome, "failed at %s: %s", stage_name[s->stage], why);
     fed_node_sa_agg_row(n, &row, outcome);
     if ((e = fed_store_put_secagg_try(n->cfg.store, &row)) != FED_OK)
@@ -439,10 +454,24 @@ static fed_err fail(fed_node *n, const char *why)
             m->held = NULL;
         }
     }
-    if (a->dp)
+    s->void_sum = revealed;
+    if (a->dp || revealed)
         return fed_node_agg_close_round(n);
     fed_node_agg_abandon_round(n);
     return FED_ERR_SA_FAILED;
+}
+
+static fed_err fail(fed_node *n, const char *why) { return fail_try(n, why, 0); }
+
+fed_err fed_node_sa_agg_revealed_before(fed_node *n)
+{
+    node_sa_agg *s = n->agg->sa;
+
+    if (!s || s->stage == SA_NONE || s->stage == SA_DONE || s->void_sum ||
+        n->agg->state != AGG_RUNNING)
+        return FED_OK;
+    return fail_try(n, "a client revealed its shares of this round to an earlier aggregator "
+                    "process", 1);
 }
 
 /* ---- stage ends ---- */
@@ -754,7 +783,8 @@ fed_err fed_node_sa_agg_on_timer(fed_node *n)
 {
     node_sa_agg *s = n->agg->sa;
 
-    if (!s || s->stage == SA_NONE || s->stage == SA_DONE || n->agg->state != AGG_RUNNING)
+    if (!s || s->stage == SA_NONE || s->stage == SA_DONE || s->void_sum ||
+        n->agg->state != AGG_RUNNING)
         return FED_OK;
     fed_log(FED_LOG_INFO, "secagg: round %llu stage %s deadline", (unsigned long long)s->round,
             stage_name[s->stage]);
@@ -879,7 +909,7 @@ fed_err fed_node_sa_agg_on_msg(fed_node *n, node_open *op)
 
     /* the cheap checks first: secure rounds, this round and try, a part */
     if (!s || a->state != AGG_RUNNING || msg->hdr.round != n->round + 1 ||
-        msg->block.sa_try != s->try_no || s->stage == SA_NONE)
+        msg->block.sa_try != s->try_no || s->stage == SA_NONE || s->void_sum)
         return refuse(n, op, own, FED_ERR_LATE);
     if (!(p = fed_node_agg_part_find(a, msg->hdr.sender)))
         return refuse(n, op, own, FED_ERR_ROLE);

@@ -57,13 +57,11 @@ struct node_sa_client {
     uint32_t resends, max_resends;
     uint32_t *masked;       /* (words) */
     size_t words;
-    /* the last round whose unmask shares went out (0: none) and the
-       survivors of that sum: a later try of the round (the same delta masked
-       afresh) reveals only for exactly those survivors, since two sums over
-       different sets would expose the clients in one and not the other */
+    /* the last round whose unmask shares went out (0: none): the client
+       never reveals twice in a round, and declines a later try of it (the
+       same delta masked afresh; two sums over different survivors would
+       expose the clients in one and not the other) */
     uint64_t revealed;
-    uint8_t (*revealed_ids)[32];
-    uint32_t nrevealed;
 };
 
 fed_err fed_node_sa_client_new(fed_node *n, node_sa_client **out)
@@ -114,7 +112,6 @@ void fed_node_sa_client_free(fed_node *n, node_sa_client *s)
         return;
     round_clear(n, s);
     fed_free(s->req);
-    fed_free(s->revealed_ids);
     fed_free(s);
 }
 
@@ -510,54 +507,9 @@ static fed_err on_survivors(fed_node *n, const fed_wire_msg *m)
     return start_stage(n, SC_CONSIST, FED_WIRE_SA_CONSIST, 1);
 }
 
-/* Whether survivor i of this try was a survivor of the sum revealed
- * earlier in this round. */
-static int was_revealed(const node_sa_client *s, uint32_t i)
+int fed_node_sa_client_revealed(const node_sa_client *s, uint64_t round)
 {
-    for (uint32_t j = 0; j < s->nrevealed; j++)
-        if (!memcmp(s->revealed_ids[j], s->list[i].id, 32))
-            return 1;
-    return 0;
-}
-
-/* A later try of a round whose sum this client helped unmask masks the
- * same delta again: it reveals only when this try's survivors are exactly
- * that sum's (else the two sums' difference is a client's delta). */
-static fed_err same_survivors_as_revealed(const node_sa_client *s)
-{
-    uint32_t survivors = 0, known = 0;
-
-    if (s->revealed != s->round)
-        return FED_OK;
-    for (uint32_t i = 0; i < s->n1; i++)
-        if (s->u3[i]) {
-            survivors++;
-            known += (uint32_t)was_revealed(s, i);
-        }
-    if (survivors == known && known == s->nrevealed) /* the same set (keys are unique) */
-        return FED_OK;
-    fed_log(FED_LOG_WARN, "client: secagg round %llu try %u: its delta was in a sum revealed in "
-            "an earlier try over other survivors; refusing to reveal again (the two sums' "
-            "difference would expose a client)", (unsigned long long)s->round, s->try_no);
-    return FED_ERR_SA_REVEALED;
-}
-
-/* Keeps this try's survivors as the round's revealed sum. */
-static fed_err remember_revealed(node_sa_client *s)
-{
-    uint32_t k = 0;
-    uint8_t (*ids)[32] = fed_malloc(((size_t)s->n1 + 1) * sizeof *ids);
-
-    if (!ids)
-        return FED_ERR_NOMEM;
-    for (uint32_t i = 0; i < s->n1; i++)
-        if (s->u3[i])
-            memcpy(ids[k++], s->list[i].id, 32);
-    fed_free(s->revealed_ids);
-    s->revealed_ids = ids;
-    s->nrevealed = k;
-    s->revealed = s->round;
-    return FED_OK;
+    return s && round && s->revealed == round;
 }
 
 /* The consistency check: at least t neighbours signed the same survivor
@@ -592,8 +544,10 @@ static fed_err on_signatures(fed_node *n, const fed_wire_msg *m)
         e = FED_ERR_SA_CONSIST;
         goto out;
     }
-    if ((e = same_survivors_as_revealed(s)) != FED_OK)
+    if (s->revealed == s->round) { /* (the client declines a later try before) */
+        e = FED_ERR_SA_REVEALED;
         goto out;
+    }
     fed_crypto_guarded_free(s->reveal);
     if (!(s->reveal = fed_crypto_guarded_alloc((size_t)s->k, SA_UNMASK_ENTRY_BYTES))) {
         e = FED_ERR_NOMEM;
@@ -616,8 +570,7 @@ static fed_err on_signatures(fed_node *n, const fed_wire_msg *m)
     }
     s->out = s->reveal;
     s->req_len = (size_t)out * SA_UNMASK_ENTRY_BYTES;
-    if ((e = remember_revealed(s)) != FED_OK)
-        goto out;
+    s->revealed = s->round;
     e = start_stage(n, SC_UNMASK, FED_WIRE_SA_UNMASK, out);
 out:
     fed_free(idx);

@@ -7,7 +7,10 @@
  * simulator's sa_tamper hook: survivor lists that differ between
  * neighbours, a key replayed from an earlier round, another key list and
  * so another graph for half the clients) never obtains both
- * kinds of share of one client; FedAvg with secure aggregation ends 5
+ * kinds of share of one client; a try that fails once the clients revealed
+ * their shares (a bad input, an aggregator restarted before its commit)
+ * closes the round with no update and never asks them again, and a failed
+ * commit keeps the unmasked sum; FedAvg with secure aggregation ends 5
  * rounds within 0.3 point of the plain run; a client's masked words are
  * uniform (chi-square) and uncorrelated with its true delta. Skips without
  * the data. */
@@ -30,6 +33,7 @@
 #include "model/data.h"
 #include "node/dp_account.h"
 #include "node/node.h"
+#include "node/node_impl.h" /* NODE_TIMER_ROUND, the aggregator's retry */
 #include "node/secagg_msg.h"
 #include "privacy/rdp.h"
 #include "sim/host.h"
@@ -81,6 +85,17 @@ typedef struct scen {
     int bad_input;           /* client 3's first masked input pushed out of range */
     int drop_late;           /* the deaths only once some shares were revealed */
     int any_unmask;
+    int unmask_in[MAXR + 1][NCL]; /* UNMASK requests taken, by round and sender */
+    /* the aggregator's model: before round 1 (params0) and once round 1
+       committed (params1), when keep_params is set */
+    int keep_params;
+    float *params0, *params1;
+    /* the aggregator's store: writes fail (a full disk) from the moment its
+       try's first UNMASK is in until the round timer retries (disk_full 1
+       armed, 2 full, 3 cleared) */
+    int disk_full;
+    int crash_agg;           /* 1: the aggregator dies at round 1's first revealed
+                                share and restarts 2 s later (2: done) */
     fed_crypto_allow *allow0;
     int consist_from[NCL];
     /* cheating */
@@ -147,6 +162,10 @@ static void on_round(void *ctx, const fed_node *n, const fed_node_round_info *r)
         return;
     s->info[r->round] = *r;
     s->commits[r->round]++;
+    if (s->keep_params && r->round == 1 && !s->params1) {
+        s->params1 = malloc(fed_node_nparams(n) * sizeof(float));
+        assert_int_equal(fed_node_get_params(n, s->params1), FED_OK);
+    }
 }
 
 /* The deaths: a planned client's request of drop_type never leaves, and
@@ -255,6 +274,19 @@ static void sa_hook(void *ctx, int inbound, uint8_t type, const uint8_t key[32],
         s->shares_from[from]++;
     if (type == FED_WIRE_SA_UNMASK && from >= 0) {
         s->unmask_from[from]++;
+        if (s->round_now <= MAXR)
+            s->unmask_in[s->round_now][from]++;
+        if (s->crash_agg == 1 && s->round_now == 1) {
+            uint64_t now = fed_sim_world_now_us(s->w) / 1000;
+
+            assert_int_equal(fed_sim_world_crash_at(s->w, 0, now), FED_OK);
+            assert_int_equal(fed_sim_world_restart_at(s->w, 0, now + 2000), FED_OK);
+            s->crash_agg = 2;
+        }
+        if (s->disk_full == 1) { /* the sum's commit will fail */
+            fed_store_set_disk_full(fed_sim_host_store(s->agg), 1);
+            s->disk_full = 2;
+        }
         s->any_unmask = 1;
         if (getenv("SA_DEBUG"))
             fprintf(stderr, "unmask from %d round %llu (%zu bytes)\n", from,
@@ -293,6 +325,15 @@ static void trace(void *ctx, uint64_t t_us, fed_sim_event_kind kind, uint32_t no
     (void)t_us, (void)kind, (void)node, (void)a, (void)b;
     if (ag) /* the round the aggregator runs, for the hook's records */
         s->round_now = fed_node_round(ag) + 1;
+    if (ag && s->keep_params && !s->params0 && fed_node_round(ag) == 0) {
+        s->params0 = malloc(fed_node_nparams(ag) * sizeof(float));
+        assert_int_equal(fed_node_get_params(ag, s->params0), FED_OK);
+    }
+    if (ag && s->disk_full == 2 && kind == FED_SIM_EV_TIMER && node == 0 &&
+        a == NODE_TIMER_ROUND) {
+        fed_store_set_disk_full(fed_sim_host_store(s->agg), 0); /* freed before the retry */
+        s->disk_full = 3;
+    }
 }
 
 static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint32_t min_clients,
@@ -402,6 +443,8 @@ static void scen_free(scen *s)
     fed_crypto_allow_free(s->allow0);
     free(s->masked0);
     free(s->delta0);
+    free(s->params0);
+    free(s->params1);
 }
 
 typedef struct contrib_q {
@@ -572,37 +615,124 @@ static void test_key_list_non_member(void **state)
     scen_free(&s);
 }
 
-/* A try fails after its sum was unmasked (client 3's input out of range),
- * and client 0 dies before the next try's keys: the others would
- * mask the same deltas again over 19 survivors, and the two sums would
- * differ by client 0's delta. Each reveals only once in the round, so the
- * aggregator never gets a second sum (the round stalls instead). */
-static void test_no_second_sum_over_other_survivors(void **state)
+/* A try fails after its sum was unmasked (client 3's input pushed out of
+ * range): the clients revealed their shares, so round 1 never runs a second
+ * try over the same deltas (two sums over different survivors would give
+ * one away): it closes with no update, the model as it was, and its try's
+ * record says why. Client 0 dies before round 2's keys; round 2 trains
+ * afresh and commits with the other 19. */
+static void test_bad_input_closes_round(void **state)
 {
     const fixture *fx = *state;
     scen s;
+    tries_q q = {.n = 0};
 
     fed_test_need_fashion(fx->train != NULL);
     memset(&s, 0, sizeof s);
     s.bad_input = 1;
-    s.drop_type = FED_WIRE_SA_KEYS; /* the next try's first request */
-    s.drop_round = 1;
+    s.keep_params = 1;
+    s.drop_type = FED_WIRE_SA_KEYS;
+    s.drop_round = 2;
     s.drop_count = 1;
     s.drop_late = 1;
-    build(&s, fx, 1, 1, 10, 100, 0);
-    run(&s, 120000);
-    print_message("bad input %d, client 0 died %d, unmask from 1: %d, consist from 1: %d, "
-                  "round 1 commits %d\n", s.bad_input, s.dropped[0], s.unmask_from[1],
-                  s.consist_from[1], s.commits[1]);
+    build(&s, fx, 1, 2, 10, 100, 1);
+    run(&s, 400000);
     assert_int_equal(s.bad_input, 2);
     assert_true(s.dropped[0]);
-    assert_int_equal(s.unmask_from[0], 1); /* try 0, before it died */
-    for (int i = 1; i < NCL; i++)
-        assert_int_equal(s.unmask_from[i], 1); /* try 0 only */
-    assert_true(s.consist_from[1] >= 2);   /* it went on to the consistency round again */
-    assert_int_equal(s.commits[1], 0);
+    assert_int_equal(s.commits[1], 1);
+    assert_int_equal(s.info[1].merged, 0);
+    assert_int_equal(s.info[1].sampled, NCL);
+    assert_non_null(s.params0);
+    assert_non_null(s.params1);
+    assert_memory_equal(s.params0, s.params1, s.nparams * sizeof(float)); /* no update */
+    for (int i = 0; i < NCL; i++)
+        assert_int_equal(s.unmask_in[1][i], 1); /* one try in round 1, one reveal each */
+    assert_int_equal(fed_store_each_secagg_try(fed_sim_host_store(s.agg), 1, keep_try, &q),
+                     FED_OK);
+    assert_int_equal(q.n, 2); /* rounds 1 and 2: one try each */
+    assert_int_equal(q.t[0].round, 1);
+    assert_int_equal(q.t[1].round, 2);
+    assert_string_equal(q.t[1].outcome, "");
+    print_message("round 1's try: %s\n", q.t[0].outcome);
+    assert_true(!strncmp(q.t[0].outcome, "failed at unmasking: the sum's coordinate", 41));
+    assert_int_equal(contribution(&s, 1, 5).accepted, 0);
+    assert_int_equal(s.commits[2], 1);
+    assert_int_equal(s.info[2].merged, NCL - 1);
+    print_message("accuracy: round 1 %.4f (the model as it was), round 2 %.4f\n",
+                  s.info[1].accuracy, s.info[2].accuracy);
+    assert_true(s.info[2].accuracy > 0.35);
     assert_int_equal(s.both_kinds, 0);
     scen_free(&s);
+}
+
+/* The aggregator dies as round 1's first revealed share comes in and
+ * restarts: it runs round 1 afresh, and each client that revealed its
+ * shares of round 1 declines the new try (its delta is in a sum already),
+ * so round 1 closes with no update, and round 2 commits with everyone. */
+static void test_aggregator_restart_after_unmask(void **state)
+{
+    const fixture *fx = *state;
+    scen s;
+    contrib_q c;
+    tries_q q = {.n = 0};
+
+    fed_test_need_fashion(fx->train != NULL);
+    memset(&s, 0, sizeof s);
+    s.crash_agg = 1;
+    s.keep_params = 1;
+    build(&s, fx, 1, 2, 10, 100, 0);
+    run(&s, 400000);
+    assert_int_equal(s.crash_agg, 2);
+    assert_int_equal(s.commits[1], 1);
+    assert_int_equal(s.info[1].merged, 0);
+    assert_true(s.info[1].refused >= 1);
+    assert_non_null(s.params1);
+    assert_memory_equal(s.params0, s.params1, s.nparams * sizeof(float));
+    for (int i = 0; i < NCL; i++)
+        assert_true(s.unmask_in[1][i] <= 1); /* never a second reveal in round 1 */
+    c = contribution(&s, 1, 0);
+    print_message("round 1: %u declined; client 0's row: %s\n", s.info[1].refused, c.reason);
+    assert_int_equal(fed_store_each_secagg_try(fed_sim_host_store(s.agg), 1, keep_try, &q),
+                     FED_OK);
+    assert_true(q.n >= 2);
+    assert_true(strstr(q.t[0].outcome, "earlier aggregator process") != NULL);
+    assert_int_equal(s.commits[2], 1);
+    assert_int_equal(s.info[2].merged, NCL);
+    assert_int_equal(s.both_kinds, 0);
+    scen_free(&s);
+}
+
+/* The aggregator's disk is full from round 1's first revealed share until
+ * its retry: the commit of the unmasked sum fails, the sum is kept and
+ * committed on the retry, with no second try and no second reveal. */
+static void test_commit_failure_keeps_sum(void **state)
+{
+    const fixture *fx = *state;
+    scen s, plain;
+
+    fed_test_need_fashion(fx->train != NULL);
+    memset(&s, 0, sizeof s);
+    s.disk_full = 1;
+    s.keep_params = 1;
+    build(&s, fx, 1, 1, 10, 100, 0);
+    run(&s, 400000);
+    assert_int_equal(s.disk_full, 3);
+    assert_int_equal(s.commits[1], 1);
+    assert_int_equal(s.info[1].merged, NCL);
+    for (int i = 0; i < NCL; i++)
+        assert_int_equal(s.unmask_in[1][i], 1);
+    /* the same sum as a run whose disk never filled */
+    memset(&plain, 0, sizeof plain);
+    plain.keep_params = 1;
+    build(&plain, fx, 1, 1, 10, 100, 0);
+    run(&plain, 400000);
+    assert_int_equal(plain.commits[1], 1);
+    assert_non_null(s.params1);
+    assert_non_null(plain.params1);
+    assert_memory_equal(s.params1, plain.params1, s.nparams * sizeof(float));
+    assert_int_equal(s.both_kinds, 0);
+    scen_free(&s);
+    scen_free(&plain);
 }
 
 /* The aggregator names a live client dropped to that client: it refuses
@@ -865,7 +995,9 @@ int main(void)
         cmocka_unit_test(test_too_many_fail_closed),
         cmocka_unit_test(test_named_dropped_refuses),
         cmocka_unit_test(test_key_list_non_member),
-        cmocka_unit_test(test_no_second_sum_over_other_survivors),
+        cmocka_unit_test(test_bad_input_closes_round),
+        cmocka_unit_test(test_commit_failure_keeps_sum),
+        cmocka_unit_test(test_aggregator_restart_after_unmask),
         cmocka_unit_test(test_split_survivor_lists),
         cmocka_unit_test(test_replayed_key),
         cmocka_unit_test(test_different_graphs),
