@@ -626,9 +626,9 @@ static fed_err on_abort(fed_node *n, node_open *op, size_t k)
     fed_log(FED_LOG_INFO, "peer: member %zu gave up round %llu attempt %llu, leaving out %u "
             "member(s)", k, (unsigned long long)m->hdr.round,
             (unsigned long long)m->block.attempt, m->block.count);
-    if (m->block.attempt > p->ar_attempt) /* behind it: its attempt is ours now */
-        p->ar_attempt = (uint32_t)m->block.attempt;
-    else if (p->ar_phase == AR_ABORT) {
+    /* (an abort of a later attempt never gets here: placement answers it
+       BUSY, and it is heard again once this member reaches that attempt) */
+    if (p->ar_phase == AR_ABORT) {
         if (!grew)
             return FED_OK;
         drop_attempt(n); /* nothing but aborts waits; tell the grown union */
