@@ -37,6 +37,7 @@
 #include "node/dp_account.h"
 #include "node/node.h"
 #include "node/node_impl.h" /* NODE_TIMER_ROUND, the aggregator's retry */
+#include "node/secagg_impl.h" /* fed_node_sa_agg_misfit */
 #include "node/secagg_msg.h"
 #include "privacy/rdp.h"
 #include "sim/host.h"
@@ -849,6 +850,34 @@ static void test_streamed_masked_input(void **state)
     scen_free(&whole);
 }
 
+/* The configuration check: a masked vector over a frame is no longer
+ * refused (it streams); one over the largest stream is, and so is one over
+ * a frame with --no-crypto (streams are always sealed). */
+static void test_streamed_misfit(void **state)
+{
+    fed_node_config c;
+    const char *why;
+
+    (void)state;
+    fed_node_config_default(&c);
+    c.role = FED_NODE_AGGREGATOR;
+    c.secagg = 1;
+    c.wire.max_frame = 16384;
+    assert_null(fed_node_sa_agg_misfit(&c, 7850, NCL));
+    c.wire.max_stream_bytes = 4 * 7850; /* one word short */
+    why = fed_node_sa_agg_misfit(&c, 7850, NCL);
+    assert_non_null(why);
+    assert_non_null(strstr(why, "max_stream_bytes"));
+    c.wire.max_stream_bytes = 4 * 7851;
+    assert_null(fed_node_sa_agg_misfit(&c, 7850, NCL));
+    c.wire.no_crypto = 1;
+    why = fed_node_sa_agg_misfit(&c, 7850, NCL);
+    assert_non_null(why);
+    assert_non_null(strstr(why, "--no-crypto"));
+    c.wire.max_frame = 0; /* 16 MiB: whole */
+    assert_null(fed_node_sa_agg_misfit(&c, 7850, NCL));
+}
+
 /* The same streams over links that lose 10% of frames once training is
  * under way (from 3 s on), the aggregator taking a stream from every client
  * at once (as fednode's --max-clients): chunks, their ACKs and the re-asks
@@ -1199,6 +1228,7 @@ int main(void)
         cmocka_unit_test(test_key_list_non_member),
         cmocka_unit_test(test_bad_input_closes_round),
         cmocka_unit_test(test_commit_failure_keeps_sum),
+        cmocka_unit_test(test_streamed_misfit),
         cmocka_unit_test(test_streamed_masked_input),
         cmocka_unit_test(test_streamed_wrong_size),
         cmocka_unit_test(test_streamed_lossy),
