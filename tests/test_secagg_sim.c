@@ -120,6 +120,9 @@ typedef struct scen {
     size_t max_frame;
     uint32_t rx_streams; /* the aggregator's reassemblies at once (0: 4) */
     int chunks_out, masked_streams, reasks;
+    /* a client whose first CHUNK data frame of round 1 is lost (index + 1;
+       0: none), and the stream first frames it sent after that loss */
+    int lose_chunk, chunk_lost, restreams;
     /* a client that announces a masked input of the wrong size in round 1
        (liar + 1; 0: none): its own stream is held back (lie 1) until the
        test sends the bad one in its place (lie 2); its first frame goes out
@@ -200,6 +203,15 @@ static int drop_filter(void *ctx, uint32_t node, const uint8_t *frame, size_t le
         /* a masked stage's request asked again once its stream was out: an
            empty SA_MASKED (a whole masked input is over 30 KB) */
         s->reasks += type == FED_WIRE_SA_MASKED && !flags && len < 1024;
+        if (s->lose_chunk && c == s->lose_chunk - 1 &&
+            fed_get_u64le(frame + FED_WIRE_OFF_ROUND) == 1) {
+            s->restreams += s->chunk_lost && type == FED_WIRE_SA_MASKED &&
+                            (flags & FED_WIRE_FLAG_STREAM);
+            if (!s->chunk_lost && type == FED_WIRE_CHUNK && flags == FED_WIRE_FLAG_DATA) {
+                s->chunk_lost = 1; /* its last chunk: lost on the way */
+                return 1;
+            }
+        }
         if (s->liar && c == s->liar - 1 && fed_get_u64le(frame + FED_WIRE_OFF_ROUND) == 1 &&
             (type == FED_WIRE_SA_MASKED ||
              (type == FED_WIRE_CHUNK && flags == FED_WIRE_FLAG_DATA))) {
@@ -793,9 +805,11 @@ static float *run_for_model(scen *s)
 /* With 16 KiB frames on every node, logreg's masked input (7,851 words, 31
  * KB) goes as a CHUNK stream, each chunk pushed once the last was ACKed and
  * the stage's answer the reply to the last; one client dies after its
- * masked input in round 1. Both rounds commit, and the model is bit for bit
- * the one of the same run in whole frames (the masks cancel exactly, and
- * the rounding's draws do not depend on the frames sent). */
+ * masked input in round 1, and client 4's last chunk of round 1 is lost:
+ * its re-ask is answered FED_ERR_STREAM (the input is not in) and it
+ * streams the input again. Both rounds commit, and the model is bit for
+ * bit the one of the same run in whole frames (the masks cancel exactly,
+ * and the rounding's draws do not depend on the frames sent). */
 static void test_streamed_masked_input(void **state)
 {
     const fixture *fx = *state;
@@ -810,6 +824,7 @@ static void test_streamed_masked_input(void **state)
 
         memset(x, 0, sizeof *x);
         x->max_frame = k ? 16384 : 0;
+        x->lose_chunk = k ? 5 : 0;
         build(x, fx, 1, 2, 10, 100, 1);
         x->drop_type = FED_WIRE_SA_CONSIST;
         x->drop_round = 1;
@@ -820,9 +835,10 @@ static void test_streamed_masked_input(void **state)
     wa = fed_node_wire_counters(fed_sim_host_node(s.agg));
     print_message("16 KiB frames: %d masked streams, %d CHUNK data frames, %d re-asks from "
                   "clients; the aggregator took %llu streams (%llu failed); accuracy %.4f, whole "
-                  "frames %.4f\n", s.masked_streams, s.chunks_out, s.reasks,
+                  "frames %.4f; client 4 streamed again %d times after its lost chunk\n",
+                  s.masked_streams, s.chunks_out, s.reasks,
                   (unsigned long long)wa->streams_done, (unsigned long long)wa->streams_failed,
-                  s.info[2].accuracy, whole.info[2].accuracy);
+                  s.info[2].accuracy, whole.info[2].accuracy, s.restreams);
     for (int r = 1; r <= 2; r++) {
         assert_int_equal(s.commits[r], 1);
         assert_int_equal(whole.commits[r], 1);
@@ -835,10 +851,15 @@ static void test_streamed_masked_input(void **state)
     assert_true(s.masked_streams >= 2 * NCL - 1);
     assert_true(s.chunks_out >= 2 * NCL - 1);
     assert_true(s.reasks >= 1); /* held answers asked again while others streamed */
+    assert_int_equal(s.chunk_lost, 1);
+    assert_true(s.restreams >= 1); /* client 4 streamed its input again */
     assert_int_equal(whole.masked_streams, 0);
     assert_int_equal(whole.chunks_out, 0);
     assert_true(wa->streams_done >= 2 * NCL - 1);
     assert_int_equal(wa->rej_sa_masked, 0);
+    /* the aggregator's hook saw client 0's whole assembled vector */
+    assert_non_null(s.masked0);
+    assert_int_equal(s.words0, s.nparams + 1);
     /* the signed masked input kept, as for a whole frame */
     q = contribution(&s, 1, 1);
     assert_int_equal(q.accepted, 1);
