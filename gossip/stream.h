@@ -6,7 +6,7 @@
  * exactly the state init_push builds after drawing the header itself (a test
  * keeps proving it), so the simulator stays deterministic.
  *
- * First frame: a sealed MODEL, DELTA or SHARE with FED_WIRE_FLAG_STREAM whose
+ * First frame: a sealed MODEL, DELTA, SHARE, SLICE or SA_MASKED with FED_WIRE_FLAG_STREAM whose
  * payload is its typed block followed by this descriptor (little-endian):
  *   off  size  field
  *     0     8  stream id (drawn by the sender; names the stream in CHUNK frames)
@@ -66,7 +66,7 @@ size_t fed_wire_stream_chunk_max(const fed_wire *w, uint8_t type);
 /* ---- sender (loop thread: it pins sessions and counts) ---- */
 
 /* A stream of data (total >= 1 bytes, borrowed until the last frame is made)
- * to h->recipient. h gives type (MODEL, DELTA or SHARE), recipient, epochs,
+ * to h->recipient. h gives type (MODEL, DELTA, SHARE, SLICE or SA_MASKED), recipient, epochs,
  * round and codec; b is the typed block. chunk_len 0 picks the largest that
  * fits. Takes an arena slot: FED_ERR_STREAM_LIMIT when none is free. */
 FED_WUR fed_err fed_wire_stream_tx_new(fed_wire *w, const fed_wire_hdr *h, const fed_wire_block *b,

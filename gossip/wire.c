@@ -48,7 +48,9 @@ static int flags_ok(uint8_t type, uint16_t flags)
     case FED_WIRE_MODEL:
     case FED_WIRE_DELTA:
     case FED_WIRE_SHARE:
-    case FED_WIRE_SLICE: return (flags & ~FED_WIRE_FLAG_STREAM) == 0;
+    case FED_WIRE_SLICE:
+    case FED_WIRE_SA_MASKED: /* the one secure-aggregation stage that streams */
+        return (flags & ~FED_WIRE_FLAG_STREAM) == 0;
     case FED_WIRE_CHUNK: return flags == FED_WIRE_FLAG_PULL || flags == FED_WIRE_FLAG_DATA;
     default: return flags == 0;
     }

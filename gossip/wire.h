@@ -31,7 +31,8 @@
  * Three kinds of frame:
  *   sealed         header || AEAD(payload || signature) || tag
  *                  (136 + len + 80 bytes; crypto/seal.h)
- *   stream first   a sealed MODEL, DELTA, SHARE or SLICE with FED_WIRE_FLAG_STREAM
+ *   stream first   a sealed MODEL, DELTA, SHARE, SLICE or SA_MASKED (a client's
+ *                  masked input; no other SA_* type) with FED_WIRE_FLAG_STREAM
  *                  whose payload is typed block || stream descriptor, then
  *                  the stream's first message(s) (gossip/stream.h)
  *   CHUNK data     header (flag DATA) || stream message(s) || MAC (16)
@@ -212,7 +213,7 @@ typedef enum fed_wire_type {
 #define FED_WIRE_IS_SA(t) ((t) >= FED_WIRE_SA_KEYS && (t) <= FED_WIRE_SA_UNMASK)
 
 #define FED_WIRE_PEER_ENTRY_MIN 138 /* a signed peer entry with a 1-byte URL */
-#define FED_WIRE_FLAG_STREAM 0x0001u /* MODEL, DELTA, SHARE: first frame of a stream */
+#define FED_WIRE_FLAG_STREAM 0x0001u /* MODEL, DELTA, SHARE, SLICE, SA_MASKED: a stream's first */
 #define FED_WIRE_FLAG_PULL 0x0002u   /* CHUNK: a request for a stream's next chunk */
 #define FED_WIRE_FLAG_DATA 0x0004u   /* CHUNK: a chunk of a stream */
 

@@ -64,12 +64,6 @@ static fed_err fed_node_client_new(fed_node *n)
     n->client = c;
     c->job.tamper_delta = n->cfg.tamper_delta;
     c->job.tamper_ctx = n->cfg.tamper_ctx;
-    {
-        fed_err e = fed_node_sa_client_new(n, &n->client_sa);
-
-        if (e != FED_OK)
-            return e;
-    }
     if (n->cfg.dp_sgd) {
         fed_err e = fed_dp_account_new(n->cfg.dp_delta, &c->acct);
 
@@ -77,7 +71,9 @@ static fed_err fed_node_client_new(fed_node *n)
             return e; /* fed_node_new frees the half-built role */
         fed_crypto_keystream_init(&c->ks, n->env.random, n->env.self);
     }
-    return FED_OK;
+    /* after DP-SGD's keystream, so that one is still keyed from the node's
+       first draw */
+    return fed_node_sa_client_new(n, &n->client_sa);
 }
 
 static void fed_node_client_free(fed_node *n)

@@ -192,11 +192,11 @@ void fed_node_cast_drop_ahead(fed_node *n);
 void fed_node_cast_free(fed_node *n);
 
 /* ---- transfer.c: vectors larger than one frame, as CHUNK streams ---- */
-/* As fed_node_emit, for a MODEL or DELTA with a vector: one sealed frame
- * when it fits max_frame, else the first frame of a stream to h->recipient.
- * A MODEL reply's recipient pulls the rest; a DELTA
- * request's sender pushes it with fed_node_tx_push as each ACK comes. The
- * vector is borrowed until the stream is dropped. */
+/* As fed_node_emit, for a MODEL, DELTA or SA_MASKED with a vector: one
+ * sealed frame when it fits max_frame, else the first frame of a stream to
+ * h->recipient. A MODEL reply's recipient pulls the rest; a DELTA or
+ * SA_MASKED request's sender pushes it with fed_node_tx_push as each ACK
+ * comes. The vector is borrowed until the stream is dropped. */
 FED_WUR fed_err fed_node_emit_vec(fed_node *n, fed_req *req, fed_wire_hdr *h,
                                   const fed_wire_block *b, const uint8_t *vec, size_t vlen);
 /* Sends the next CHUNK of the stream to `to` as a request; *done when
@@ -205,6 +205,9 @@ FED_WUR fed_err fed_node_tx_push(fed_node *n, const uint8_t to[32], int *done);
 /* Sends the last frame of the stream to `to` again, with a fresh sequence. */
 FED_WUR fed_err fed_node_tx_resend(fed_node *n, const uint8_t to[32]);
 int fed_node_tx_active(fed_node *n, const uint8_t to[32]);
+/* A stream to `to` whose every frame was sent (its last one awaits its
+ * answer). */
+int fed_node_tx_sent_all(fed_node *n, const uint8_t to[32]);
 void fed_node_tx_drop(fed_node *n, const uint8_t to[32]);
 void fed_node_tx_drop_all(fed_node *n);
 /* Asks the sender of st for its next chunk. */

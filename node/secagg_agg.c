@@ -69,8 +69,12 @@ const char *fed_node_sa_agg_misfit(const fed_node_config *c, size_t nparams, siz
 {
     static const char *const robust[] = {"median", "trimmed", "krum", "bulyan"};
     fed_secagg_quant q = {.clip_norm = 0, .range = c->secagg_range, .bits = c->secagg_bits};
-    size_t frame = fed_wire_frame_bytes(16 + (nparams + 1) * 4);
     size_t max_frame = c->wire.max_frame ? c->wire.max_frame : FED_WIRE_MAX_FRAME_DEFAULT;
+    fed_wire_cfg wc;
+
+    fed_wire_cfg_default(&wc);
+    if (c->wire.max_stream_bytes)
+        wc.max_stream_bytes = c->wire.max_stream_bytes;
 
     if (c->async_k)
         return "--secagg needs synchronous rounds: async (FedBuff) merges deltas one by one, "
@@ -87,9 +91,15 @@ const char *fed_node_sa_agg_misfit(const fed_node_config *c, size_t nparams, siz
                                0) != FED_OK)
         return "--secagg: clients x (2^secagg-bits - 1) must stay below 2^32: lower "
                "--secagg-bits or the number of clients a round takes";
-    if (frame > max_frame)
-        return "--secagg: a masked vector must fit one frame: raise --max-frame or use a "
+    /* a masked vector larger than a frame streams (node/transfer.c), as a
+       DELTA does: the bound is the largest stream a node takes */
+    if ((uint64_t)nparams + 1 > wc.max_stream_bytes / 4)
+        return "--secagg: the masked vector (4 bytes a parameter) is over the largest stream "
+               "a node takes (wire.max_stream_bytes, 64 GiB by default): raise it or use a "
                "smaller model";
+    if (c->wire.no_crypto && fed_wire_frame_bytes(16 + (nparams + 1) * 4) > max_frame)
+        return "--secagg with --no-crypto: the masked vector is over one frame and would "
+               "stream, and streams are always sealed: drop --no-crypto or use a smaller model";
     if (max_clients > SA_MAX_CLIENTS)
         return "--secagg: at most 4096 clients a round";
     return NULL;
@@ -938,6 +948,14 @@ fed_err fed_node_sa_agg_on_msg(fed_node *n, node_open *op)
     if ((st == SA_MASKED && !s->u2[m->idx]) || (st == SA_CONSIST && !s->u3[m->idx]) ||
         (st == SA_UNMASK && !s->u4[m->idx]))
         return refuse(n, op, own, own);
+    if (st == SA_MASKED && !msg->stream && msg->block.sa_count == 0 && msg->vector_len == 0) {
+        /* a re-ask once its streamed input was out, which is not in (lost,
+           or its last frame still opening): it streams it again */
+        fed_req *r = op->req;
+
+        op->req = NULL;
+        return fed_node_ack(n, r, &msg->hdr, FED_ERR_STREAM, 0);
+    }
     if (n->cfg.sa_tamper) { /* before take: a test's bad input goes in as sent */
         size_t len = msg->vector_len;
         uint32_t count = msg->block.sa_count;

@@ -4,11 +4,12 @@
  * checked and the round's graph drawn from it; its self seed and mask key
  * Shamir-split among its neighbours and sealed for each; the neighbours'
  * shares opened and kept in the arena; its trained delta clipped, weighted,
- * quantized and masked; the survivor list checked (named dropped, or a
- * split graph: it refuses) and signed, t neighbours' signatures on the same
- * list required; then for each neighbour one share, never both kinds. Its
- * secrets live in arena slots and are wiped when the round ends or fails;
- * nothing of them is written to disk or logged. */
+ * quantized and masked (sent as a CHUNK stream when over a frame); the
+ * survivor list checked (named dropped, or a split graph: it refuses) and
+ * signed, t neighbours' signatures on the same list required; then for
+ * each neighbour one share, never both kinds. Its secrets live in arena
+ * slots and are wiped when the round ends or fails; nothing of them is
+ * written to disk or logged. */
 #include <math.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 #include "core/alloc.h"
 #include "core/bytes.h"
 #include "core/log.h"
+#include "crypto/keystream.h"
 #include "node/secagg_impl.h"
 #include "node/secagg_msg.h"
 #include "secagg/graph.h"
@@ -29,6 +31,9 @@ enum { SC_NONE = 0, SC_KEYS, SC_SHARES, SC_TRAINING, SC_MASKED, SC_CONSIST, SC_U
  * beyond those the round's deadline accounts for (a held request is asked
  * again every retry_ms while the others train). */
 #define SC_MAX_RESENDS 64
+/* Resends of one frame of a streamed masked input, with no ACK, before the
+ * stream starts afresh (the aggregator dropped an idle reassembly). */
+#define SC_STREAM_RESENDS 3
 
 struct node_sa_client {
     int stage;
@@ -55,6 +60,8 @@ struct node_sa_client {
     uint32_t req_count;
     uint8_t req_type;
     uint32_t resends, max_resends;
+    int streamed;           /* the masked input went as a CHUNK stream (transfer.c) */
+    uint32_t stuck;         /* resends of the stream's frame since its last ACK */
     uint32_t *masked;       /* (words) */
     size_t words;
     /* the last round whose unmask shares went out (0: none): the client
@@ -62,13 +69,28 @@ struct node_sa_client {
        same delta masked afresh; two sums over different survivors would
        expose the clients in one and not the other) */
     uint64_t revealed;
+    /* the stochastic rounding's draws: keyed once, when the node is made,
+       so they do not depend on how many frames (nonces) went before (a
+       masked input in whole frames or in a stream rounds alike) */
+    fed_crypto_keystream ks;
 };
 
 fed_err fed_node_sa_client_new(fed_node *n, node_sa_client **out)
 {
-    (void)n;
     *out = fed_calloc(1, sizeof **out);
-    return *out ? FED_OK : FED_ERR_NOMEM;
+    if (!*out)
+        return FED_ERR_NOMEM;
+    fed_crypto_keystream_init(&(*out)->ks, n->env.random, n->env.self);
+    return FED_OK;
+}
+
+/* Drops the masked input's stream (it borrows s->req). */
+static void stream_end(fed_node *n, node_sa_client *s)
+{
+    if (s->streamed)
+        fed_node_tx_drop(n, n->cfg.aggregator.key);
+    s->streamed = 0;
+    s->stuck = 0;
 }
 
 /* Wipes and drops everything of the round. */
@@ -76,6 +98,7 @@ static void round_clear(fed_node *n, node_sa_client *s)
 {
     fed_crypto_arena *a = n->cfg.arena;
 
+    stream_end(n, s);
     fed_secagg_keys_free(a, s->keys);
     s->keys = NULL;
     for (uint32_t i = 0; s->rx && i < s->k; i++)
@@ -112,6 +135,7 @@ void fed_node_sa_client_free(fed_node *n, node_sa_client *s)
         return;
     round_clear(n, s);
     fed_free(s->req);
+    fed_crypto_keystream_wipe(&s->ks);
     fed_free(s);
 }
 
@@ -159,7 +183,80 @@ static fed_err send_req(fed_node *n)
     b.sa_try = s->try_no;
     b.sa_count = s->req_count;
     fed_node_arm_in(n, n->cfg.retry_ms, NODE_TIMER_RETRY); /* a failure stops the node */
-    return fed_node_emit(n, NULL, &h, &b, s->out, s->req_len);
+    if (s->req_type != FED_WIRE_SA_MASKED)
+        return fed_node_emit(n, NULL, &h, &b, s->out, s->req_len);
+    /* the masked input: a CHUNK stream when over a frame, as a DELTA; its
+       answer comes as the reply to its last frame */
+    stream_end(n, s);
+    e = fed_node_emit_vec(n, NULL, &h, &b, s->out, s->req_len);
+    s->streamed = fed_node_tx_active(n, n->cfg.aggregator.key);
+    return e;
+}
+
+/* Asks again for the masked stage's answer once the whole stream went out:
+ * an SA_MASKED with no entries, which the aggregator holds as the request
+ * of (client, round, try, stage) when it has the input, or answers
+ * FED_ERR_STREAM when it has not (the client streams it again). */
+static fed_err reask_masked(fed_node *n)
+{
+    node_sa_client *s = n->client_sa;
+    fed_wire_hdr h;
+    fed_wire_block b;
+    fed_err e = fed_node_header(n, FED_WIRE_SA_MASKED, n->cfg.aggregator.key, s->round,
+                                s->ctx.epoch, FED_CODEC_NONE, &h);
+
+    if (e != FED_OK)
+        return e;
+    memset(&b, 0, sizeof b);
+    b.sa_try = s->try_no;
+    fed_node_arm_in(n, n->cfg.retry_ms, NODE_TIMER_RETRY); /* a failure stops the node */
+    return fed_node_emit(n, NULL, &h, &b, NULL, 0);
+}
+
+/* A retry of a streamed masked input: the frame in flight again (a few
+ * times, then the stream afresh), or, once every frame is out, a re-ask. */
+static fed_err retry_stream(fed_node *n)
+{
+    node_sa_client *s = n->client_sa;
+    const uint8_t *agg = n->cfg.aggregator.key;
+
+    if (!fed_node_tx_active(n, agg))
+        return send_req(n);
+    if (fed_node_tx_sent_all(n, agg))
+        return reask_masked(n);
+    if (s->stuck++ >= SC_STREAM_RESENDS)
+        return send_req(n);
+    fed_node_arm_in(n, n->cfg.retry_ms, NODE_TIMER_RETRY); /* a failure stops the node */
+    return fed_node_tx_resend(n, agg);
+}
+
+/* An ACK while the masked input streams: the next frame once the last one
+ * was taken; the stream again when the aggregator lacks it. *used: the ACK
+ * was the stream's. */
+static fed_err stream_ack(fed_node *n, const fed_wire_msg *m, int *used)
+{
+    node_sa_client *s = n->client_sa;
+    int done = 1;
+    fed_err e;
+
+    *used = 0;
+    if (s->stage != SC_MASKED || !s->streamed)
+        return FED_OK;
+    if (m->block.status == FED_ERR_STREAM && !(m->block.ack_flags & FED_WIRE_ACK_NO_ROUND)) {
+        /* its re-ask's answer: the input is not in */
+        *used = 1;
+        return send_req(n);
+    }
+    if (m->block.status != FED_OK)
+        return FED_OK;
+    *used = 1;
+    if ((e = fed_node_tx_push(n, n->cfg.aggregator.key, &done)) != FED_OK)
+        return e; /* the retry timer resends */
+    if (!done) {
+        s->stuck = 0;
+        fed_node_arm_in(n, n->cfg.retry_ms, NODE_TIMER_RETRY); /* a failure stops the node */
+    }
+    return FED_OK;
 }
 
 static fed_err start_stage(fed_node *n, int stage, uint8_t type, uint32_t count)
@@ -187,6 +284,8 @@ fed_err fed_node_sa_client_retry(fed_node *n, int *gave_up)
         *gave_up = 1;
         return FED_ERR_TIMEOUT;
     }
+    if (s->stage == SC_MASKED && s->streamed)
+        return retry_stream(n);
     return send_req(n);
 }
 
@@ -452,7 +551,7 @@ fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, size_t npara
         x[i] = (float)(v * f);
     }
     x[nparams] = (float)(2 * r * f - r);
-    n->env.random(n->env.self, &seed, sizeof seed);
+    fed_crypto_keystream_random(&s->ks, &seed, sizeof seed);
     fed_rng_seed(&rng, seed);
     {
         fed_secagg_quant q = s->q; /* clipped above: the weight word is no delta */
@@ -588,6 +687,10 @@ fed_err fed_node_sa_client_on_reply(fed_node *n, node_open *op, int *done)
     if (m->hdr.round != s->round || s->stage == SC_NONE || s->stage == SC_TRAINING)
         return FED_OK; /* an answer to a request given up on */
     if (m->hdr.type == FED_WIRE_ACK) {
+        int used = 0;
+
+        if ((e = stream_ack(n, m, &used)) != FED_OK || used)
+            return e;
         if (m->block.status != FED_OK) {
             fed_log(FED_LOG_WARN, "client: secagg round %llu try %u ended by the aggregator: %s",
                     (unsigned long long)s->round, s->try_no, fed_strerror((int)m->block.status));
@@ -608,7 +711,10 @@ fed_err fed_node_sa_client_on_reply(fed_node *n, node_open *op, int *done)
     switch (s->stage) {
     case SC_KEYS: e = on_key_list(n, m); break;
     case SC_SHARES: e = on_inbox(n, m); break;
-    case SC_MASKED: e = on_survivors(n, m); break;
+    case SC_MASKED:
+        stream_end(n, s); /* its answer came: every frame was taken */
+        e = on_survivors(n, m);
+        break;
     case SC_CONSIST: e = on_signatures(n, m); break;
     default: return FED_OK;
     }

@@ -18,7 +18,12 @@
  *                     strictly increasing, each a neighbour of the sender
  *            answer   u32 n | n flags (1: the client shared, U2) |
  *                     count x (sender index u32 | sealed pair 128)
- *   MASKED   request  count u32 words (the masked input; its last word the weight)
+ *   MASKED   request  count u32 words (the masked input; its last word the weight),
+ *                     count = nparams + 1. Over a frame it goes as a CHUNK stream
+ *                     (node/transfer.c), as a DELTA does: the answer is the reply
+ *                     to its last frame; once every frame is out, a request with
+ *                     count 0 and no vector asks again (answered ACK
+ *                     FED_ERR_STREAM while the input is not in: stream it again)
  *            answer   n flags (1: the client's masked input is in, U3), count n
  *   CONSIST  request  signature 64 over the survivor list                (count 1)
  *            answer   count x (index u32 | signature 64), indices increasing

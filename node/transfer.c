@@ -1,8 +1,9 @@
 /* transfer.c - MODEL and DELTA vectors larger than one frame, as CHUNK
  * streams (gossip/stream.h): a MODEL reply is the stream's first frame and
  * its recipient pulls each next chunk with a CHUNK PULL request; a DELTA
- * request is the first frame and its sender pushes each next chunk as a
- * CHUNK request once the previous one was ACKed. Owns the node's outgoing
+ * request (or a secure round's masked input, SA_MASKED) is the first frame
+ * and its sender pushes each next chunk as a CHUNK request once the
+ * previous one was ACKed. Owns the node's outgoing
  * streams (one per recipient, with the last frame kept for a resend) and
  * the buffers it lends the wire for incoming ones; never looks at a vector. */
 #include <stddef.h>
@@ -181,6 +182,13 @@ fed_err fed_node_tx_resend(fed_node *n, const uint8_t to[32])
 
 int fed_node_tx_active(fed_node *n, const uint8_t to[32]) { return tx_find(n, to) != NULL; }
 
+int fed_node_tx_sent_all(fed_node *n, const uint8_t to[32])
+{
+    const node_tx *t = tx_find(n, to);
+
+    return t && fed_wire_stream_tx_done(t->st);
+}
+
 /* A recipient asks for chunk i of the stream we send it: the next frame, or
  * the last one again; anything else is answered FED_ERR_STREAM (with
  * NO_ROUND, so it asks for the model anew). */
@@ -291,6 +299,19 @@ static fed_err rx_dst(void *ctx, const fed_wire_msg *first, uint64_t total, uint
     fed_err e;
 
     (void)ctx;
+    if (first->hdr.type == FED_WIRE_SA_MASKED) {
+        /* a masked input: nparams + 1 words of 4 bytes, exactly (a
+           client's node expects none: it takes no requests) */
+        if (!op->expect_n)
+            return FED_ERR_ROLE;
+        if (first->block.sa_count != (uint64_t)op->expect_n + 1 ||
+            total != ((uint64_t)op->expect_n + 1) * 4)
+            return FED_ERR_SA_MASKED;
+        if (!(op->rx_buf = fed_malloc((size_t)total)))
+            return FED_ERR_NOMEM;
+        *dst = op->rx_buf;
+        return FED_OK;
+    }
     if ((e = fed_node_expected_entries(op, &want)) != FED_OK)
         return e;
     /* no codec takes more than 8 bytes an entry (topk at fraction 1) */
@@ -304,8 +325,8 @@ static fed_err rx_dst(void *ctx, const fed_wire_msg *first, uint64_t total, uint
 
 void fed_node_rx_init(fed_node *n) { fed_wire_set_stream_dst(n->wire, rx_dst, n); }
 
-/* In the job, once a stream is complete: op->msg describes the whole MODEL
- * or DELTA (first header, typed block, vector, digest, signature). */
+/* In the job, once a stream is complete: op->msg describes the whole MODEL,
+ * DELTA or SA_MASKED (first header, typed block, vector, digest, signature). */
 void fed_node_rx_whole_msg(node_open *op)
 {
     fed_wire_msg *m = &op->msg;
@@ -397,8 +418,8 @@ fed_err fed_node_transfer_on_msg(fed_node *n, node_open *op, int *handled)
         node_rx *r;
         fed_err e;
 
-        /* clients push DELTAs to the aggregator, which answers MODELs;
-           peers push SHAREs to each other */
+        /* clients push DELTAs and masked inputs to the aggregator, which
+           answers MODELs; peers push SHAREs to each other */
         if ((op->req != NULL) != (n->cfg.role != FED_NODE_CLIENT)) {
             fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_ROLE);
             fed_wire_stream_close(n->wire, m->stream);

@@ -270,6 +270,15 @@ static void test_header_roundtrip(void **state)
     assert_int_equal(fed_wire_hdr_decode(buf, sizeof buf, &g), FED_ERR_FRAME_TYPE);
     buf[5] = FED_WIRE_ACK; /* ACK takes no flags */
     assert_int_equal(fed_wire_hdr_decode(buf, sizeof buf, &g), FED_ERR_FRAME_TYPE);
+    /* of secure aggregation's types only the masked input streams */
+    for (uint8_t t = FED_WIRE_SA_KEYS; t <= FED_WIRE_SA_UNMASK; t++) {
+        buf[5] = t;
+        assert_int_equal(fed_wire_hdr_decode(buf, sizeof buf, &g),
+                         t == FED_WIRE_SA_MASKED ? FED_OK : FED_ERR_FRAME_TYPE);
+    }
+    buf[5] = FED_WIRE_SA_MASKED;
+    buf[6] = FED_WIRE_FLAG_PULL;
+    assert_int_equal(fed_wire_hdr_decode(buf, sizeof buf, &g), FED_ERR_FRAME_TYPE);
     buf[5] = FED_WIRE_CHUNK;
     buf[6] = FED_WIRE_FLAG_PULL | FED_WIRE_FLAG_DATA;
     assert_int_equal(fed_wire_hdr_decode(buf, sizeof buf, &g), FED_ERR_FRAME_TYPE);
