@@ -183,10 +183,10 @@ bench: all $(BENCH_BINS)
 FUZZ_SECONDS ?= 60
 fuzz:
 	$(Q)$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang OPT=-O1 MPICC= \
-	  CFLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer" build-fuzz/libfednode.a build-fuzz/libfedapp.a
+	  CFLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" build-fuzz/libfednode.a build-fuzz/libfedapp.a
 	$(Q)mkdir -p build-fuzz/bin
 	$(Q)for n in $(FUZZ_NAMES); do \
-	  clang -std=c11 -O1 -g -D_GNU_SOURCE -I. $(BLAS_CFLAGS) -fsanitize=fuzzer,address,undefined \
+	  clang -std=c11 -O1 -g -D_GNU_SOURCE -I. $(BLAS_CFLAGS) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	    tests/fuzz/$$n.c build-fuzz/libfedapp.a build-fuzz/libfednode.a -o build-fuzz/bin/$$n $(LDLIBS) || exit 1; \
 	  mkdir -p build-fuzz/corpus/$$n; \
 	  echo "== fuzz $$n for $(FUZZ_SECONDS)s"; \

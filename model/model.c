@@ -316,8 +316,9 @@ static fed_err make_plan(const char *spec, fed_model_shape in, plan *p, char *wh
         return spec_fail(why, cap, FED_ERR_SPEC,
                          "model spec '%.40s...' is %zu bytes, the limit is %d", spec,
                          strlen(spec), FED_MODEL_SPEC_MAX - 1);
+    /* (c x h first: with it at most 2^24, times w cannot overflow) */
     if (in.c < 1 || in.h < 1 || in.w < 1 || in.classes < 2 || in.classes > 65536 ||
-        (long)in.c * in.h * in.w > (1L << 24))
+        (long)in.c * in.h > (1L << 24) || (long)in.c * in.h * in.w > (1L << 24))
         return spec_fail(why, cap, FED_ERR_SHAPE,
                          "model spec '%s': input %dx%dx%d with %d classes is outside the limits "
                          "(at most %ld values, 2 to 65536 classes)", spec, in.c, in.h, in.w,

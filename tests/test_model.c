@@ -3,6 +3,7 @@
  * independent double-precision reference (see grad_check), determinism
  * across runs and shard counts, the trainer, the model file, and
  * allocation failures. */
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -400,6 +401,13 @@ static void test_spec_errors(void **state)
     assert_int_equal(fed_model_spec_check("cnn", csv), FED_ERR_SHAPE);
     assert_int_equal(fed_model_spec_check("mlp:16", csv), FED_OK);
     assert_int_equal(fed_model_spec_check("logreg", (fed_model_shape){1, 28, 28, 1}),
+                     FED_ERR_SHAPE);
+    /* dimensions whose product overflows 64 bits (a hostile model file's
+       header) are refused, not wrapped into a small count */
+    assert_int_equal(fed_model_spec_check("logreg",
+                                          (fed_model_shape){INT_MAX, INT_MAX, INT_MAX, 10}),
+                     FED_ERR_SHAPE);
+    assert_int_equal(fed_model_spec_check("mlp:4", (fed_model_shape){4096, 4096, 2, 10}),
                      FED_ERR_SHAPE);
     assert_int_equal(fed_model_new("mlp:0", in, w->be, NULL, 1, 8, &m), FED_ERR_SPEC);
     assert_null(m);
