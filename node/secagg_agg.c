@@ -949,7 +949,7 @@ fed_err fed_node_sa_agg_on_msg(fed_node *n, node_open *op)
         (st == SA_UNMASK && !s->u4[m->idx]))
         return refuse(n, op, own, own);
     if (st == SA_MASKED && !msg->stream && msg->block.sa_count == 0 && msg->vector_len == 0) {
-        /* a re-ask once its streamed input was out, which is not in (lost,
+        /* a re-ask once its input was out (a frame or a stream), which is not in (lost,
            or its last frame still opening): it streams it again */
         fed_req *r = op->req;
 

@@ -61,6 +61,8 @@ struct node_sa_client {
     uint8_t req_type;
     uint32_t resends, max_resends;
     int streamed;           /* the masked input went as a CHUNK stream (transfer.c) */
+    int masked_out;         /* the masked input went out whole once: a retry re-asks
+                               with an empty SA_MASKED rather than resending it */
     uint32_t stuck;         /* resends of the stream's frame since its last ACK */
     uint32_t *masked;       /* (words) */
     size_t words;
@@ -91,6 +93,7 @@ static void stream_end(fed_node *n, node_sa_client *s)
         fed_node_tx_drop(n, n->cfg.aggregator.key);
     s->streamed = 0;
     s->stuck = 0;
+    s->masked_out = 0;
 }
 
 /* Wipes and drops everything of the round. */
@@ -190,13 +193,16 @@ static fed_err send_req(fed_node *n)
     stream_end(n, s);
     e = fed_node_emit_vec(n, NULL, &h, &b, s->out, s->req_len);
     s->streamed = fed_node_tx_active(n, n->cfg.aggregator.key);
+    s->masked_out = e == FED_OK && !s->streamed;
     return e;
 }
 
-/* Asks again for the masked stage's answer once the whole stream went out:
- * an SA_MASKED with no entries, which the aggregator holds as the request
- * of (client, round, try, stage) when it has the input, or answers
- * FED_ERR_STREAM when it has not (the client streams it again). */
+/* Asks again for the masked stage's answer once the whole input went out
+ * (one frame, or every frame of its stream): an SA_MASKED with no entries,
+ * which the aggregator holds as the request of (client, round, try, stage)
+ * when it has the input, or answers FED_ERR_STREAM when it has not (the
+ * client sends it again). The others may train for a while: a retry every
+ * retry_ms costs a header, not the whole vector. */
 static fed_err reask_masked(fed_node *n)
 {
     node_sa_client *s = n->client_sa;
@@ -240,14 +246,14 @@ static fed_err stream_ack(fed_node *n, const fed_wire_msg *m, int *used)
     fed_err e;
 
     *used = 0;
-    if (s->stage != SC_MASKED || !s->streamed)
+    if (s->stage != SC_MASKED || (!s->streamed && !s->masked_out))
         return FED_OK;
     if (m->block.status == FED_ERR_STREAM && !(m->block.ack_flags & FED_WIRE_ACK_NO_ROUND)) {
         /* its re-ask's answer: the input is not in */
         *used = 1;
         return send_req(n);
     }
-    if (m->block.status != FED_OK)
+    if (m->block.status != FED_OK || !s->streamed)
         return FED_OK;
     *used = 1;
     if ((e = fed_node_tx_push(n, n->cfg.aggregator.key, &done)) != FED_OK)
@@ -286,6 +292,8 @@ fed_err fed_node_sa_client_retry(fed_node *n, int *gave_up)
     }
     if (s->stage == SC_MASKED && s->streamed)
         return retry_stream(n);
+    if (s->stage == SC_MASKED && s->masked_out)
+        return reask_masked(n);
     return send_req(n);
 }
 

@@ -120,6 +120,7 @@ typedef struct scen {
     size_t max_frame;
     uint32_t rx_streams; /* the aggregator's reassemblies at once (0: 4) */
     int chunks_out, masked_streams, reasks;
+    int masked_whole;        /* SA_MASKED frames carrying a whole masked input */
     /* a client whose first CHUNK data frame of round 1 is lost (index + 1;
        0: none), and the stream first frames it sent after that loss */
     int lose_chunk, chunk_lost, restreams;
@@ -203,6 +204,7 @@ static int drop_filter(void *ctx, uint32_t node, const uint8_t *frame, size_t le
         /* a masked stage's request asked again once its stream was out: an
            empty SA_MASKED (a whole masked input is over 30 KB) */
         s->reasks += type == FED_WIRE_SA_MASKED && !flags && len < 1024;
+        s->masked_whole += type == FED_WIRE_SA_MASKED && !flags && len >= 1024;
         if (s->lose_chunk && c == s->lose_chunk - 1 &&
             fed_get_u64le(frame + FED_WIRE_OFF_ROUND) == 1) {
             s->restreams += s->chunk_lost && type == FED_WIRE_SA_MASKED &&
@@ -718,6 +720,27 @@ static void test_bad_input_closes_round(void **state)
                   s.info[1].accuracy, s.info[2].accuracy);
     assert_true(s.info[2].accuracy > 0.35);
     assert_int_equal(s.both_kinds, 0);
+    scen_free(&s);
+}
+
+/* Client 7 trains 15,000 times slower than the others, who wait for it in
+ * the masked stage: each re-asks for the stage's answer every retry with an
+ * empty request, and sends its whole masked input once. */
+static void test_masked_input_sent_once(void **state)
+{
+    const fixture *fx = *state;
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    memset(&s, 0, sizeof s);
+    build(&s, fx, 1, 1, 10, 100, 0);
+    assert_int_equal(fed_sim_world_set_slowdown(s.w, 1 + 7, 15000.0), FED_OK);
+    run(&s, 400000);
+    print_message("whole masked inputs sent %d, re-asks %d\n", s.masked_whole, s.reasks);
+    assert_int_equal(s.commits[1], 1);
+    assert_int_equal(s.info[1].merged, NCL);
+    assert_true(s.reasks >= NCL - 1); /* the others asked again while 7 trained */
+    assert_int_equal(s.masked_whole, NCL);
     scen_free(&s);
 }
 
@@ -1249,6 +1272,7 @@ int main(void)
         cmocka_unit_test(test_key_list_non_member),
         cmocka_unit_test(test_bad_input_closes_round),
         cmocka_unit_test(test_commit_failure_keeps_sum),
+        cmocka_unit_test(test_masked_input_sent_once),
         cmocka_unit_test(test_streamed_misfit),
         cmocka_unit_test(test_streamed_masked_input),
         cmocka_unit_test(test_streamed_wrong_size),
