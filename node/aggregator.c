@@ -758,10 +758,12 @@ static fed_err commit_round(fed_node *n, const fed_node_round_info *info, uint8_
     }
     if ((e = put_counters(n)) != FED_OK || (e = write_checkpoint(n, hash)) != FED_OK)
         goto out;
-    if (a->sa && fed_node_sa_agg_unmasked(a->sa)) { /* (a failed try has its row) */
+    if (a->sa && (fed_node_sa_agg_unmasked(a->sa) || fed_node_sa_agg_void(a->sa))) {
+        /* the try's row with the round (a try failed before masked inputs
+           were out wrote its own) */
         fed_store_secagg_try t;
 
-        fed_node_sa_agg_row(n, &t, "");
+        fed_node_sa_agg_row(n, &t, fed_node_sa_agg_outcome(a->sa));
         if ((e = fed_store_put_secagg_try(st, &t)) != FED_OK)
             goto out;
     }
@@ -926,6 +928,7 @@ fed_err fed_node_agg_close_round(fed_node *n)
     int count = 0;
     fed_err e;
 
+    a->commit_again = 0; /* (a retry pending is this one) */
     memset(&info, 0, sizeof info);
     info.round = n->round + 1;
     info.sampled = (uint32_t)a->nparts;
@@ -944,8 +947,11 @@ fed_err fed_node_agg_close_round(fed_node *n)
         if (e != FED_OK || (e = fed_model_get_params(a->model, a->host)) != FED_OK)
             goto fail;
     } else if (a->sa && fed_node_sa_agg_void(a->sa)) {
-        /* the secure try failed after its clients revealed their shares:
-           no update, the model and strategy stay as committed */
+        /* the secure try failed once masked inputs were out: no update,
+           the model and strategy stay as committed (kept, so that a failed
+           commit restores these and not an older copy) */
+        if ((e = keep_committed(n)) != FED_OK)
+            goto fail;
         for (size_t i = 0; i < a->nparts; i++) {
             memset(&a->results[i], 0, sizeof a->results[i]);
             a->results[i].verdict = FED_MERGE_SKIPPED;
@@ -1153,6 +1159,8 @@ static fed_err on_delta(fed_node *n, node_open *op)
         return fed_node_agg_refuse_delta(n, op, FED_ERR_LATE, 0);
     if (!(p = fed_node_agg_part_find(a, m->hdr.sender)))
         return fed_node_agg_refuse_delta(n, op, FED_ERR_ROLE, 0);
+    if (a->sa) /* a secure round takes masked inputs only */
+        return fed_node_agg_refuse_delta(n, op, FED_ERR_ROLE, 0);
     if (p->got)
         return fed_node_agg_ack_duplicate(n, op);
     if (m->block.samples == 0)
@@ -1197,9 +1205,10 @@ static fed_err on_leave(fed_node *n, node_open *op)
                 fed_strerror(e));
     e = fed_node_ack(n, op->req, &m->hdr, FED_OK, 0);
     op->req = NULL;
-    if (p != &one && a->sa && p->refused == (uint32_t)FED_ERR_SA_REVEALED)
+    if (p != &one && a->sa && p->refused == (uint32_t)FED_ERR_SA_REVEALED &&
+        !fed_node_sa_agg_keys_closed(a->sa)) /* later on, it is a dropout */
         return fed_node_sa_agg_revealed_before(n);
-    if (p != &one && round_complete(n))
+    if (p != &one && !a->commit_again && round_complete(n))
         return fed_node_agg_close_round(n);
     return e;
 }
@@ -1257,10 +1266,9 @@ static fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
 
     switch (id) {
     case NODE_TIMER_ROUND:
-        if (a->commit_again) {
-            if (a->state != AGG_RUNNING || n->env.now_ms(n->env.self) < a->retry_at_ms)
+        if (a->commit_again && a->state == AGG_RUNNING) {
+            if (n->env.now_ms(n->env.self) < a->retry_at_ms)
                 return FED_OK; /* another round timer, earlier than the retry */
-            a->commit_again = 0;
             return fed_node_agg_close_round(n);
         }
         a->gathered = 1; /* clients that come later start the round too */

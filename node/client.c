@@ -358,13 +358,17 @@ static fed_err on_secure_model(fed_node *n, node_open *op)
         fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_PAYLOAD);
         return FED_ERR_PAYLOAD;
     }
-    if (fed_node_sa_client_revealed(n->client_sa, m->hdr.round)) {
-        /* its delta is in a sum revealed already (the aggregator restarted
-           after unmasking, or a hostile one asks again): declined, which
-           tells the aggregator to close the round with no update */
-        fed_log(FED_LOG_WARN, "client: secagg round %llu try %u: it revealed its shares of this "
-                "round already; declined (a second sum over other survivors would expose a "
-                "client's delta)", (unsigned long long)m->hdr.round, m->block.settings.sa_try);
+    if (fed_node_sa_client_took_part(n->client_sa, m->hdr.round) ||
+        (m->hdr.round == n->round && !(c->round == n->round && j->vec_len))) {
+        /* its masked input of this round went out already (the aggregator
+           restarted, or a hostile one asks again), or it trained this round
+           before it restarted (its record is durable before the masked
+           input leaves, so it may have): declined, which tells the
+           aggregator to close the round with no update */
+        fed_log(FED_LOG_WARN, "client: secagg round %llu try %u: its masked input of this round "
+                "went out already (or may have, before a restart); declined (a second sum "
+                "over the same deltas would expose a client's)", (unsigned long long)m->hdr.round,
+                m->block.settings.sa_try);
         c->round = m->hdr.round;
         c->leave_reason = (uint32_t)FED_ERR_SA_REVEALED;
         c->resends = 0;
@@ -521,7 +525,9 @@ static fed_err record_round(fed_node *n)
         double eps = 0;
 
         /* a DP round's charge is fsynced whatever --db-sync says */
-        e = j->dp_on ? fed_store_begin_durable(st) : fed_store_begin(st);
+        /* (so is a secure round's: after a restart the record says its
+           masked input may have gone out, and the round is declined) */
+        e = j->dp_on || c->secure ? fed_store_begin_durable(st) : fed_store_begin(st);
         if (e == FED_OK && j->dp_on)
             e = fed_dp_account_charge(c->acct, st, c->round, row.end_ms, j->dp_rate,
                                       (double)j->dp.noise, (uint64_t)j->dp_steps, &eps);
@@ -546,8 +552,9 @@ static fed_err dp_not_sent(fed_node *n, fed_err why)
 {
     node_client *c = n->client;
 
-    fed_log(FED_LOG_ERROR, "client: charging round %llu's privacy failed: %s; its delta is "
-            "not sent", (unsigned long long)c->round, fed_strerror(why));
+    fed_log(FED_LOG_ERROR, "client: recording round %llu%s failed: %s; its delta is not sent",
+            (unsigned long long)c->round, c->job.dp_on ? " (its privacy charge)" : "",
+            fed_strerror(why));
     c->job.vec_len = 0;
     c->state = CL_IDLE;
     arm_retry(n, n->cfg.retry_ms);
@@ -583,13 +590,12 @@ static fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
     c->resends = 0;
     if (c->secure) {
         /* secure aggregation: the delta goes only into the masked input */
-        if ((rec = record_round(n)) != FED_OK && j->dp_on) {
-            fed_node_sa_client_abort(n); /* not masked in either */
+        if ((rec = record_round(n)) != FED_OK) {
+            /* the record (and a DP charge) is durable before the masked
+               input leaves, or the input does not leave */
+            fed_node_sa_client_abort(n);
             return dp_not_sent(n, rec);
         }
-        if (rec != FED_OK)
-            fed_log(FED_LOG_ERROR, "client: recording round %llu failed: %s",
-                    (unsigned long long)c->round, fed_strerror(rec));
         if (j->dp_on)
             dp_log_spent(n);
         if (fed_node_sa_client_active(n->client_sa)) {

@@ -55,8 +55,9 @@ struct node_sa_agg {
     fed_secagg_graph *g;
     uint32_t k, t;
     uint8_t *u2, *u3, *u4;  /* (n1) flags */
-    int void_sum;           /* the try failed after clients revealed their shares:
-                               the round closes with no update, no other try */
+    int void_sum;           /* the try failed once masked inputs were out: the
+                               round closes with no update, no other try */
+    char outcome[160];      /* why, for the try's row (written with the round) */
     size_t words;           /* nparams + 1 */
     uint32_t *sum;          /* (words) */
     float *mean;            /* (nparams) the unmasked mean */
@@ -159,6 +160,7 @@ static void try_clear(node_sa_agg *s)
     s->n1 = s->k = s->t = 0;
     s->stage = SA_NONE;
     s->void_sum = 0;
+    s->outcome[0] = '\0';
 }
 
 void fed_node_sa_agg_free(fed_node *n, node_sa_agg *s)
@@ -232,6 +234,11 @@ int fed_node_sa_agg_keys_closed(const node_sa_agg *s) { return s->stage > SA_KEY
 int fed_node_sa_agg_unmasked(const node_sa_agg *s) { return s->stage == SA_DONE; }
 
 int fed_node_sa_agg_void(const node_sa_agg *s) { return s->void_sum; }
+
+const char *fed_node_sa_agg_outcome(const node_sa_agg *s)
+{
+    return s->void_sum ? s->outcome : "";
+}
 
 const float *fed_node_sa_agg_mean(const node_sa_agg *s, double *weight)
 {
@@ -426,15 +433,16 @@ void fed_node_sa_agg_row(const fed_node *n, fed_store_secagg_try *t, const char 
 /* ---- failing closed ---- */
 
 /* The try fails: every held request is told, nothing of it is kept. Before
- * any client revealed its shares the round starts again (fresh keys: try +
- * 1) with whoever asks. Once they revealed (the try failed while or after
- * unmasking: too few shares, a sum out of range) it never does: a second
- * try would mask the same deltas again, and two sums over different
- * survivors would give away a client's delta; the round closes with no
- * update and the next round trains afresh. With DP-FedAvg the draw stands
- * in either case (a new one would void the accounting): the round closes
- * with its noise alone. revealed: the clients revealed this round's shares
- * to an earlier aggregator process (one of them says so). */
+ * any masked input went out (keys, shares) the round starts again (fresh
+ * keys: try + 1) with whoever asks. From the masked-input stage on it never
+ * does: a second try would mask the same deltas again, and two sums over
+ * different sets (the first unmasked by neighbours' shares even without
+ * some clients' own reveals) would give deltas away; each such client
+ * declines a later try, and the round closes with no update (void) and
+ * the next round trains afresh. With DP-FedAvg the draw stands in either
+ * case (a new one would void the accounting): the round closes with its
+ * noise alone. revealed: the clients sent their inputs of this round to an
+ * earlier aggregator process (one of them says so). */
 static fed_err fail_try(fed_node *n, const char *why, int revealed)
 {
     node_agg *a = n->agg;
@@ -444,18 +452,22 @@ static fed_err fail_try(fed_node *n, const char *why, int revealed)
     char outcome[160];
     fed_err e;
 
-    revealed = revealed || s->stage >= SA_UNMASK;
+    revealed = revealed || s->stage >= SA_MASKED;
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_STAGE);
     fed_log(FED_LOG_WARN, "secagg: round %llu try %u failed closed at stage %s: %s; no sum "
             "released, %s", (unsigned long long)s->round, s->try_no, stage_name[s->stage], why,
             a->dp      ? "the draw stands (DP-FedAvg): the round releases its noise alone"
-            : revealed ? "the clients revealed their shares: the round closes with no update "
-                         "(no second sum over the same deltas)"
+            : revealed ? "masked inputs were out: the round closes with no update (no second "
+                         "sum over the same deltas)"
                        : "the round runs again with fresh keys");
     snprintf(outcome, sizeof outcome, "failed at %s: %s", stage_name[s->stage], why);
-    fed_node_sa_agg_row(n, &row, outcome);
-    if ((e = fed_store_put_secagg_try(n->cfg.store, &row)) != FED_OK)
-        fed_log(FED_LOG_WARN, "secagg: recording the failed try: %s", fed_strerror(e));
+    if (revealed) { /* its row goes with the round's commit */
+        snprintf(s->outcome, sizeof s->outcome, "%s", outcome);
+    } else {
+        fed_node_sa_agg_row(n, &row, outcome);
+        if ((e = fed_store_put_secagg_try(n->cfg.store, &row)) != FED_OK)
+            fed_log(FED_LOG_WARN, "secagg: recording the failed try: %s", fed_strerror(e));
+    }
     for (size_t i = 0; i < s->nm; i++) {
         sa_member *m = &s->m[i];
 

@@ -66,11 +66,12 @@ struct node_sa_client {
     uint32_t stuck;         /* resends of the stream's frame since its last ACK */
     uint32_t *masked;       /* (words) */
     size_t words;
-    /* the last round whose unmask shares went out (0: none): the client
-       never reveals twice in a round, and declines a later try of it (the
-       same delta masked afresh; two sums over different survivors would
-       expose the clients in one and not the other) */
-    uint64_t revealed;
+    /* the last round whose masked input went out, and whose unmask shares
+       went out (0: none): the client declines a later try of that round
+       (the same delta masked afresh; two sums over different sets would
+       expose the clients in one and not the other), and never reveals twice
+       in a round */
+    uint64_t masked_round, revealed;
     /* the stochastic rounding's draws: keyed once, when the node is made,
        so they do not depend on how many frames (nonces) went before (a
        masked input in whole frames or in a stream rounds alike) */
@@ -519,6 +520,7 @@ static fed_err send_masked(fed_node *n)
     e = fed_secagg_mask_input(n->cfg.arena, s->keys, &s->ctx, (const uint8_t(*)[32])pk, kk,
                               s->masked, s->words);
     fed_free(pk);
+    s->masked_round = s->round; /* from here on it takes no later try of the round */
     if (e != FED_OK || (e = req_room(s, s->words * 4)) != FED_OK)
         return e;
     for (size_t w = 0; w < s->words; w++)
@@ -614,9 +616,9 @@ static fed_err on_survivors(fed_node *n, const fed_wire_msg *m)
     return start_stage(n, SC_CONSIST, FED_WIRE_SA_CONSIST, 1);
 }
 
-int fed_node_sa_client_revealed(const node_sa_client *s, uint64_t round)
+int fed_node_sa_client_took_part(const node_sa_client *s, uint64_t round)
 {
-    return s && round && s->revealed == round;
+    return s && round && (s->masked_round == round || s->revealed == round);
 }
 
 /* The consistency check: at least t neighbours signed the same survivor

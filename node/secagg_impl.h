@@ -31,9 +31,11 @@ FED_WUR fed_err fed_node_sa_agg_on_timer(fed_node *n);
 const float *fed_node_sa_agg_mean(const node_sa_agg *s, double *weight);
 /* 1 once the try's sum is unmasked (0 after a try failed closed). */
 int fed_node_sa_agg_unmasked(const node_sa_agg *s);
-/* 1 once the try failed after its clients revealed their shares: the
- * round closes with no update (fed_node_agg_close_round keeps the model). */
+/* 1 once the try failed from the masked-input stage on: the round closes
+ * with no update (fed_node_agg_close_round keeps the model). */
 int fed_node_sa_agg_void(const node_sa_agg *s);
+/* The try's outcome for its row: "" when unmasked, why when void. */
+const char *fed_node_sa_agg_outcome(const node_sa_agg *s);
 /* A client of the running try declined it, having revealed its shares of
  * this round before (to an aggregator process that then stopped): the try
  * fails and the round closes with no update. */
@@ -62,9 +64,9 @@ FED_WUR fed_err fed_node_sa_client_on_reply(fed_node *n, node_open *op, int *don
 FED_WUR fed_err fed_node_sa_client_retry(fed_node *n, int *gave_up);
 /* 1 while a secure round is under way for this client. */
 int fed_node_sa_client_active(const node_sa_client *s);
-/* 1 once the client revealed its shares in round: it takes no later try
- * of that round (its delta is in a sum already). */
-int fed_node_sa_client_revealed(const node_sa_client *s, uint64_t round);
+/* 1 once the client's masked input of round went out (in this process):
+ * it takes no later try of that round (its delta may be in a sum already). */
+int fed_node_sa_client_took_part(const node_sa_client *s, uint64_t round);
 /* Drops the round (secrets wiped). */
 void fed_node_sa_client_abort(fed_node *n);
 

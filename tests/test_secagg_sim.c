@@ -2,7 +2,7 @@
  * simulated world: an aggregator and 20 clients on real Fashion-MNIST
  * shards. A client that dies before each stage's message (one test per
  * stage) leaves a round that still commits the right sum; too many deaths
- * fail the try closed and the round runs again; a client the aggregator
+ * fail the try closed (no update) and the next round commits; a client the aggregator
  * names dropped refuses to reveal anything; a cheating aggregator (the
  * simulator's sa_tamper hook: survivor lists that differ between
  * neighbours, a key replayed from an earlier round, another key list and
@@ -613,41 +613,47 @@ static void test_drop_before_unmask(void **state)
 
 /* Twelve of 20 die before their masked input: the survivors' secrets have
  * fewer than t = 10 live holders, so the try fails closed (nothing
- * merged); round 1 runs again with the 8 left and commits. */
+ * merged). The 8 left sent their masked inputs, so round 1 never runs a
+ * second try over those deltas: it closes with no update, and round 2,
+ * trained afresh with fresh keys, commits with the 8. */
 static void test_too_many_fail_closed(void **state)
 {
     const fixture *fx = *state;
     scen s;
+    tries_q q = {.n = 0};
 
     fed_test_need_fashion(fx->train != NULL);
     memset(&s, 0, sizeof s);
-    build(&s, fx, 1, 1, 8, 100, 0);
+    s.keep_params = 1;
+    build(&s, fx, 1, 2, 8, 100, 0);
     s.drop_type = FED_WIRE_SA_MASKED;
     s.drop_round = 1;
     s.drop_count = 12;
     run(&s, 400000);
     assert_int_equal(s.commits[1], 1);
-    assert_int_equal(s.info[1].merged, 8);
-    assert_int_equal(s.info[1].sampled, 8);
+    assert_int_equal(s.info[1].merged, 0);
+    assert_memory_equal(s.params0, s.params1, s.nparams * sizeof(float)); /* no update */
+    assert_int_equal(s.commits[2], 1);
+    assert_int_equal(s.info[2].merged, 8);
+    assert_int_equal(s.info[2].sampled, 8);
     /* the failed try left its record: a survivor's row says so, and the
-       tries' table holds both, the first failed at the masked input */
-    assert_int_equal(contribution(&s, 1, 15).rows, 2);
-    {
-        tries_q q = {.n = 0};
-
-        assert_int_equal(fed_store_each_secagg_try(fed_sim_host_store(s.agg), 1, keep_try, &q),
-                         FED_OK);
-        assert_int_equal(q.n, 2);
-        assert_int_equal(q.t[0].try_no, 0);
-        assert_int_equal(q.t[0].keyed, NCL);
-        assert_int_equal(q.t[0].shared, NCL);
-        assert_int_equal(q.t[0].masked, 8);
-        assert_true(!strncmp(q.t[0].outcome, "failed at masked input", 22));
-        assert_int_equal(q.t[1].try_no, 1);
-        assert_int_equal(q.t[1].masked, 8);
-        assert_int_equal(q.t[1].unmasked, 8);
-        assert_string_equal(q.t[1].outcome, "");
-    }
+       tries' table holds both rounds', the first failed at the masked input */
+    assert_int_equal(contribution(&s, 1, 15).rows, 1);
+    assert_int_equal(contribution(&s, 1, 15).accepted, 0);
+    assert_int_equal(fed_store_each_secagg_try(fed_sim_host_store(s.agg), 1, keep_try, &q),
+                     FED_OK);
+    assert_int_equal(q.n, 2);
+    assert_int_equal(q.t[0].round, 1);
+    assert_int_equal(q.t[0].try_no, 0);
+    assert_int_equal(q.t[0].keyed, NCL);
+    assert_int_equal(q.t[0].shared, NCL);
+    assert_int_equal(q.t[0].masked, 8);
+    print_message("round 1's try: %s\n", q.t[0].outcome);
+    assert_true(!strncmp(q.t[0].outcome, "failed at masked input", 22));
+    assert_int_equal(q.t[1].round, 2);
+    assert_int_equal(q.t[1].masked, 8);
+    assert_int_equal(q.t[1].unmasked, 8);
+    assert_string_equal(q.t[1].outcome, "");
     assert_int_equal(s.both_kinds, 0);
     scen_free(&s);
 }
@@ -720,6 +726,42 @@ static void test_bad_input_closes_round(void **state)
                   s.info[1].accuracy, s.info[2].accuracy);
     assert_true(s.info[2].accuracy > 0.35);
     assert_int_equal(s.both_kinds, 0);
+    scen_free(&s);
+}
+
+/* A void round (client 3's bad input) whose commit fails (the disk full
+ * from the first revealed share until the retry): the retried commit keeps
+ * the model as it was before round 1, not some other copy, and round 2
+ * commits with everyone. */
+static void test_void_round_commit_failure(void **state)
+{
+    const fixture *fx = *state;
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    memset(&s, 0, sizeof s);
+    s.bad_input = 1;
+    s.disk_full = 1;
+    s.keep_params = 1;
+    build(&s, fx, 1, 2, 10, 100, 0);
+    run(&s, 400000);
+    assert_int_equal(s.bad_input, 2);
+    assert_int_equal(s.disk_full, 3);
+    assert_int_equal(s.commits[1], 1);
+    assert_int_equal(s.info[1].merged, 0);
+    assert_non_null(s.params1);
+    assert_memory_equal(s.params0, s.params1, s.nparams * sizeof(float));
+    assert_int_equal(s.commits[2], 1);
+    assert_int_equal(s.info[2].merged, NCL);
+    {
+        tries_q q = {.n = 0}; /* the void try's row went in with the round */
+
+        assert_int_equal(fed_store_each_secagg_try(fed_sim_host_store(s.agg), 1, keep_try, &q),
+                         FED_OK);
+        assert_true(q.n >= 1);
+        assert_int_equal(q.t[0].round, 1);
+        assert_true(!strncmp(q.t[0].outcome, "failed at unmasking", 19));
+    }
     scen_free(&s);
 }
 
@@ -1273,6 +1315,7 @@ int main(void)
         cmocka_unit_test(test_bad_input_closes_round),
         cmocka_unit_test(test_commit_failure_keeps_sum),
         cmocka_unit_test(test_masked_input_sent_once),
+        cmocka_unit_test(test_void_round_commit_failure),
         cmocka_unit_test(test_streamed_misfit),
         cmocka_unit_test(test_streamed_masked_input),
         cmocka_unit_test(test_streamed_wrong_size),
