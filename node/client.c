@@ -546,9 +546,10 @@ static fed_err record_round(fed_node *n)
     return e;
 }
 
-/* A DP-SGD round whose charge did not commit: its delta is not sent (nor
- * masked), and the client asks again later. */
-static fed_err dp_not_sent(fed_node *n, fed_err why)
+/* A round whose record did not commit (a DP-SGD round's charge, or a
+ * secure round's record, both durable before anything leaves): its delta
+ * is not sent (nor masked), and the client asks again later. */
+static fed_err not_sent_unrecorded(fed_node *n, fed_err why)
 {
     node_client *c = n->client;
 
@@ -594,7 +595,7 @@ static fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
             /* the record (and a DP charge) is durable before the masked
                input leaves, or the input does not leave */
             fed_node_sa_client_abort(n);
-            return dp_not_sent(n, rec);
+            return not_sent_unrecorded(n, rec);
         }
         if (j->dp_on)
             dp_log_spent(n);
@@ -611,7 +612,7 @@ static fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
            delta leaves, so no crash, full disk or restart forgets a
            release; a round that cannot be charged is not sent */
         if ((rec = record_round(n)) != FED_OK)
-            return dp_not_sent(n, rec);
+            return not_sent_unrecorded(n, rec);
         dp_log_spent(n);
         e = send_delta(n);
     } else {

@@ -66,12 +66,11 @@ struct node_sa_client {
     uint32_t stuck;         /* resends of the stream's frame since its last ACK */
     uint32_t *masked;       /* (words) */
     size_t words;
-    /* the last round whose masked input went out, and whose unmask shares
-       went out (0: none): the client declines a later try of that round
-       (the same delta masked afresh; two sums over different sets would
-       expose the clients in one and not the other), and never reveals twice
-       in a round */
-    uint64_t masked_round, revealed;
+    /* the last round whose masked input went out (0: none): the client
+       declines a later try of that round (the same delta masked afresh; two
+       sums over different sets would expose the clients in one and not the
+       other), so it reveals at most once a round */
+    uint64_t masked_round;
     /* the stochastic rounding's draws: keyed once, when the node is made,
        so they do not depend on how many frames (nonces) went before (a
        masked input in whole frames or in a stream rounds alike) */
@@ -173,20 +172,33 @@ static fed_err req_room(node_sa_client *s, size_t len)
     return FED_OK;
 }
 
+/* The header and typed block of a stage's request (type, count entries);
+ * the retry timer armed for it. */
+static fed_err stage_header(fed_node *n, uint8_t type, uint32_t count, fed_wire_hdr *h,
+                            fed_wire_block *b)
+{
+    node_sa_client *s = n->client_sa;
+    fed_err e = fed_node_header(n, type, n->cfg.aggregator.key, s->round, s->ctx.epoch,
+                                FED_CODEC_NONE, h);
+
+    if (e != FED_OK)
+        return e;
+    memset(b, 0, sizeof *b);
+    b->sa_try = s->try_no;
+    b->sa_count = count;
+    fed_node_arm_in(n, n->cfg.retry_ms, NODE_TIMER_RETRY); /* a failure stops the node */
+    return FED_OK;
+}
+
 static fed_err send_req(fed_node *n)
 {
     node_sa_client *s = n->client_sa;
     fed_wire_hdr h;
     fed_wire_block b;
-    fed_err e = fed_node_header(n, s->req_type, n->cfg.aggregator.key, s->round, s->ctx.epoch,
-                                FED_CODEC_NONE, &h);
+    fed_err e = stage_header(n, s->req_type, s->req_count, &h, &b);
 
     if (e != FED_OK)
         return e;
-    memset(&b, 0, sizeof b);
-    b.sa_try = s->try_no;
-    b.sa_count = s->req_count;
-    fed_node_arm_in(n, n->cfg.retry_ms, NODE_TIMER_RETRY); /* a failure stops the node */
     if (s->req_type != FED_WIRE_SA_MASKED)
         return fed_node_emit(n, NULL, &h, &b, s->out, s->req_len);
     /* the masked input: a CHUNK stream when over a frame, as a DELTA; its
@@ -206,18 +218,11 @@ static fed_err send_req(fed_node *n)
  * retry_ms costs a header, not the whole vector. */
 static fed_err reask_masked(fed_node *n)
 {
-    node_sa_client *s = n->client_sa;
     fed_wire_hdr h;
     fed_wire_block b;
-    fed_err e = fed_node_header(n, FED_WIRE_SA_MASKED, n->cfg.aggregator.key, s->round,
-                                s->ctx.epoch, FED_CODEC_NONE, &h);
+    fed_err e = stage_header(n, FED_WIRE_SA_MASKED, 0, &h, &b);
 
-    if (e != FED_OK)
-        return e;
-    memset(&b, 0, sizeof b);
-    b.sa_try = s->try_no;
-    fed_node_arm_in(n, n->cfg.retry_ms, NODE_TIMER_RETRY); /* a failure stops the node */
-    return fed_node_emit(n, NULL, &h, &b, NULL, 0);
+    return e != FED_OK ? e : fed_node_emit(n, NULL, &h, &b, NULL, 0);
 }
 
 /* A retry of a streamed masked input: the frame in flight again (a few
@@ -618,7 +623,7 @@ static fed_err on_survivors(fed_node *n, const fed_wire_msg *m)
 
 int fed_node_sa_client_took_part(const node_sa_client *s, uint64_t round)
 {
-    return s && round && (s->masked_round == round || s->revealed == round);
+    return s && round && s->masked_round == round;
 }
 
 /* The consistency check: at least t neighbours signed the same survivor
@@ -653,10 +658,6 @@ static fed_err on_signatures(fed_node *n, const fed_wire_msg *m)
         e = FED_ERR_SA_CONSIST;
         goto out;
     }
-    if (s->revealed == s->round) { /* (the client declines a later try before) */
-        e = FED_ERR_SA_REVEALED;
-        goto out;
-    }
     fed_crypto_guarded_free(s->reveal);
     if (!(s->reveal = fed_crypto_guarded_alloc((size_t)s->k, SA_UNMASK_ENTRY_BYTES))) {
         e = FED_ERR_NOMEM;
@@ -679,7 +680,6 @@ static fed_err on_signatures(fed_node *n, const fed_wire_msg *m)
     }
     s->out = s->reveal;
     s->req_len = (size_t)out * SA_UNMASK_ENTRY_BYTES;
-    s->revealed = s->round;
     e = start_stage(n, SC_UNMASK, FED_WIRE_SA_UNMASK, out);
 out:
     fed_free(idx);
