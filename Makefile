@@ -85,7 +85,7 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_SRCS := $(wildcard cuda/*.cu)
 CUDA_PLUGIN := $(if $(and $(NVCC),$(CUDA_SRCS)),$(BUILD)/libfedcuda.so)
 
-.PHONY: all test test-unit test-long asan tsan bench fuzz demo deps install clean \
+.PHONY: all test test-unit test-long asan tsan bench fuzz demo deps install clean docs-figures \
         check-tools gpu-bundle
 
 all: check-tools $(PROGS) $(CUDA_PLUGIN) $(MAN_PAGES)
@@ -259,6 +259,11 @@ demo:
 	$(Q)sh scripts/deps.sh demo
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)sh scripts/demo.sh
+
+# The figures README.md and docs/*.md quote, rerun here (scripts/docs-figures.sh;
+# `make docs-figures FIGURES=long` adds make test-long and make bench).
+docs-figures: all
+	$(Q)sh scripts/docs-figures.sh $(FIGURES)
 
 clean:
 	rm -rf $(BUILD) build-asan build-tsan build-fuzz fednode fedsim

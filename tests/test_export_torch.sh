@@ -1,7 +1,8 @@
 #!/bin/sh
 # test_export_torch.sh - a model `fednode export` writes scores in PyTorch as
-# it does in fednode when fed as its metadata says: the two lines README.md
-# shows (the python block after its "test_export_torch.sh runs" marker) run
+# it does in fednode when fed as its metadata says: the two lines
+# docs/model-formats.md shows (the python block after its "test_export_torch.sh
+# runs" marker) run
 # here as they stand, on the Fashion-MNIST test split, and their accuracy
 # equals the one `fednode train` reported for the same checkpoint (within
 # 0.002: float sums in another order). The same images fed as [0, 1], as most
@@ -28,11 +29,11 @@ acc_fednode=$(sed -n 's/.*test_acc \([0-9.]*\).*/\1/p' "$TMP/train.log" | tail -
 "$FEDNODE" export --db "$TMP/n.db" --out "$TMP/model.safetensors" >"$TMP/export.log" 2>&1 ||
     fail "fednode export"
 
-# the README's block: the python fence after the marker line
+# docs/model-formats.md's block: the python fence after the marker line
 awk '/test_export_torch.sh runs/ { m = 1; next } m && /^```python/ { p = 1; next }
-     p && /^```/ { exit } p { print }' README.md >"$TMP/readme_lines.py"
-[ "$(grep -c . "$TMP/readme_lines.py")" -eq 2 ] || {
-    cat "$TMP/readme_lines.py"; fail "README.md shows two lines of PyTorch after the marker"; }
+     p && /^```/ { exit } p { print }' "$(dirname "$0")/../docs/model-formats.md" >"$TMP/doc_lines.py"
+[ "$(grep -c . "$TMP/doc_lines.py")" -eq 2 ] || {
+    cat "$TMP/doc_lines.py"; fail "docs/model-formats.md shows two lines of PyTorch after the marker"; }
 
 cat >"$TMP/score.py" <<PYEOF
 import gzip, os, sys, torch
@@ -52,20 +53,20 @@ y = idx("t10k-labels-idx1-ubyte").long()
 os.chdir("$TMP")
 net = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
 with torch.no_grad():
-    exec(open("readme_lines.py").read())
+    exec(open("doc_lines.py").read())
     print("meta", m["fednode.input_scale"], m["fednode.input_shift"], m["fednode.input_dtype"])
     print("acc %.4f" % acc)
     print("acc01 %.4f" % (net(x.flatten(1) / 255.0).argmax(1) == y).float().mean())
 PYEOF
-"$PY" "$TMP/score.py" >"$TMP/score.log" 2>&1 || { cat "$TMP/score.log"; fail "the README's lines run"; }
+"$PY" "$TMP/score.py" >"$TMP/score.log" 2>&1 || { cat "$TMP/score.log"; fail "the doc's lines run"; }
 acc=$(sed -n 's/^acc \([0-9.]*\)$/\1/p' "$TMP/score.log")
 acc01=$(sed -n 's/^acc01 \([0-9.]*\)$/\1/p' "$TMP/score.log")
 grep -q '^meta 0.0078431377187371254 -1 uint8$' "$TMP/score.log" || {
     cat "$TMP/score.log"; fail "the metadata says the input scaling"; }
 ok "the exported file's metadata: input_scale 2/255, input_shift -1, uint8 pixels"
 awk -v a="$acc" -v b="$acc_fednode" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.002) }' ||
-    fail "PyTorch scores $acc with the README's lines, fednode $acc_fednode"
-ok "PyTorch with the README's two lines: $acc; fednode: $acc_fednode"
+    fail "PyTorch scores $acc with the doc's lines, fednode $acc_fednode"
+ok "PyTorch with docs/model-formats.md's two lines: $acc; fednode: $acc_fednode"
 awk -v a="$acc01" -v b="$acc" 'BEGIN { exit !(a < b - 0.01) }' ||
     fail "pixels in [0, 1] score lower ($acc01 against $acc)"
 ok "fed pixels in [0, 1] instead, as tutorials do: $acc01"
