@@ -350,7 +350,7 @@ static int check_round_options(const run_cfg *c, const run_state *s, fed_node_co
     else if (!strcmp(bad, "codec"))
         fed_cli_error("run: --codec '%s': f32, f16, q8 or topk:FRACTION", c->s.codec);
     else if (!strcmp(bad, "strategy"))
-        fed_cli_error("run: --strategy '%s' is not a strategy (see README)", c->s.strategy);
+        fed_cli_error("run: --strategy '%s' is not a strategy (see docs/consortium.md)", c->s.strategy);
     else if (!strcmp(bad, "lr-schedule"))
         fed_cli_error("run: --lr-schedule '%s': const, step:ROUNDS,GAMMA or cosine (cosine needs"
                       " --rounds)", c->s.lr_schedule);

@@ -6,7 +6,7 @@
 # FedAvg sampling 10%) as the reference, in the same run. Prints one line per
 # run: epsilon after round 50 (delta 1e-5) and test accuracy after rounds 10
 # and 50; with SVG=FILE also the chart of accuracy against round and against
-# epsilon (README's is docs/dp_fedavg.svg). MODEL (default logreg), ROUNDS,
+# epsilon (docs/privacy.md shows docs/dp_fedavg.svg). MODEL (default logreg), ROUNDS,
 # NOISES ("0.5 1 2") and NODES change the scenario. fedsim draws the noise
 # from a seeded stream: the figures repeat, and the runs are not private.
 set -u

@@ -15,7 +15,7 @@
  * pattern of representable outputs. Rounding to float, with the noise much
  * larger than a gradient's last bits, blurs that pattern but is no proof; an
  * exact discrete Gaussian (Canonne, Kamath and Steinke 2020) is the remedy and
- * is not implemented yet. README says the same. */
+ * is not implemented yet. docs/privacy.md says the same. */
 #ifndef FED_MODEL_DP_H
 #define FED_MODEL_DP_H
 

@@ -45,7 +45,7 @@ typedef struct fed_optim fed_optim;
 /* The learning rate an optimizer trains at when none is given: fednode
  * train's, fednode run's and fedsim's --lr default, a node's (lr 0) and
  * fed_optim_cfg_default's. Measured on Fashion-MNIST, mlp:256,128, batch 64,
- * cosine, 10 epochs (see README). The numbers are macros for help texts
+ * cosine, 10 epochs (docs/settings.md). The numbers are macros for help texts
  * (FED_OPTIM_LR_HELP); code asks fed_optim_default_lr. */
 #define FED_OPTIM_SGD_LR 0.05
 #define FED_OPTIM_ADAM_LR 0.002

@@ -3,7 +3,7 @@
 # defaults reaches the accuracy targets: mlp:256,128 in 10 epochs
 # >= 0.88, cnn in 5 epochs >= 0.90, logreg in 5 epochs >= 0.83 (test split);
 # and with DP-SGD at epsilon <= 3 (delta 1e-5), mlp:256,128 >= 0.80 (the
-# settings README gives). Parses the last epoch line of fednode's own output. Skips (77) without
+# settings docs/privacy.md gives). Parses the last epoch line of fednode's own output. Skips (77) without
 # the data set. Takes a few minutes on 2 cores (the cnn most of it).
 set -u
 FEDNODE=${FEDNODE:-./fednode}

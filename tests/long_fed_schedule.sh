@@ -3,7 +3,7 @@
 # Trained in one place, `fednode train --model mlp:256,128 --epochs 10` (Adam
 # 0.002, cosine, batch 64) reaches 0.8975 test accuracy (seed 1; seeds 1-4
 # mean 0.8952). Ten IID clients of the same model in fedsim, FedAvg, one
-# local epoch a round, with README's recipe (a learning-rate schedule across
+# local epoch a round, with docs/simulator.md's recipe (a learning-rate schedule across
 # the rounds, sent in each round's settings) must end 40 rounds at 0.885 or
 # more (that mean less 1 point), for seeds 1, 2 and 3: the model after the
 # last round, not only a good round on the way (at a fixed rate the rounds
@@ -23,7 +23,7 @@ if [ ! -x "$FEDSIM" ]; then
     echo "long_fed_schedule: $FEDSIM not built"
     exit 1
 fi
-# README's recipe ("Federated as good as centralized"); keep the two equal
+# docs/simulator.md's recipe ("Federated as good as centralized"); keep the two equal
 RECIPE="--optimizer sgd --momentum 0.9 --lr 0.05 --lr-schedule cosine --lr-warmup 2"
 RUN="--data $DATA --nodes 10 --model mlp:256,128 --partition iid --rounds 40 --local-epochs 1
      --batch 64 $RECIPE"

@@ -1,5 +1,5 @@
 #!/bin/sh
-# test_sealed_keys.sh - the key setup README recommends for real sites: every
+# test_sealed_keys.sh - the key setup docs/keys.md recommends for real sites: every
 # key sealed with a passphrase. An aggregator whose key is unsealed by a
 # passphrase file and two clients whose keys are unsealed by
 # FEDNODE_PASSPHRASE run two rounds of logreg over real processes; a wrong

@@ -1,5 +1,5 @@
 # A stand-in for the `safetensors` package's safe_open (pip install
-# safetensors), which Debian 12 does not ship: only what the README's two
+# safetensors), which Debian 12 does not ship: only what docs/model-formats.md's two
 # lines use (keys, get_tensor, metadata, as a context manager), F32 only,
 # read with json and torch.frombuffer. tests/test_export_torch.sh puts it on
 # PYTHONPATH only when the real package cannot be imported.
