@@ -242,12 +242,16 @@ $(BUILD)/man/%.1: docs/man/%.1.in %
 # this PREFIX's bin instead.
 MANDIR          ?= $(PREFIX)/share/man
 SYSTEMD_UNITDIR ?= $(PREFIX)/lib/systemd/system
+# The safetensors reader exported models load with where Debian has no
+# safetensors package (docs/model-formats.md: PYTHONPATH=PYDIR).
+PYDIR           ?= $(PREFIX)/share/fednode/python
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/fednode \
-	  $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(SYSTEMD_UNITDIR)
+	  $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(SYSTEMD_UNITDIR) $(DESTDIR)$(PYDIR)/safetensors
 	install -m 0755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/
 	$(if $(CUDA_PLUGIN),install -m 0755 $(CUDA_PLUGIN) $(DESTDIR)$(PREFIX)/lib/fednode/)
 	install -m 0644 $(MAN_PAGES) $(DESTDIR)$(MANDIR)/man1/
+	install -m 0644 tests/support/py/safetensors/__init__.py $(DESTDIR)$(PYDIR)/safetensors/
 	sed 's|/usr/local/bin/|$(PREFIX)/bin/|g' examples/systemd/fednode@.service \
 	  >$(DESTDIR)$(SYSTEMD_UNITDIR)/fednode@.service
 	chmod 0644 $(DESTDIR)$(SYSTEMD_UNITDIR)/fednode@.service

@@ -6,7 +6,10 @@
 # here as they stand, on the Fashion-MNIST test split, and their accuracy
 # equals the one `fednode train` reported for the same checkpoint (within
 # 0.002: float sums in another order). The same images fed as [0, 1], as most
-# tutorials do, score lower: printed, and checked to be below. Skips (77)
+# tutorials do, score lower: printed, and checked to be below. The page's CSV
+# block (after its "checks the CSV block" marker) runs as it stands on a
+# generated clinic.csv (4 features, one constant; 3 classes) and must give the
+# accuracy `fednode eval` prints for the same model. Skips (77)
 # without /usr/bin/python3 with torch (Debian: python3-torch) or without
 # Fashion-MNIST. Without the `safetensors` package (not in Debian 12) a
 # stand-in for its safe_open (tests/support/py/) is put on PYTHONPATH.
@@ -70,3 +73,40 @@ ok "PyTorch with docs/model-formats.md's two lines: $acc; fednode: $acc_fednode"
 awk -v a="$acc01" -v b="$acc" 'BEGIN { exit !(a < b - 0.01) }' ||
     fail "pixels in [0, 1] score lower ($acc01 against $acc)"
 ok "fed pixels in [0, 1] instead, as tutorials do: $acc01"
+
+# docs/model-formats.md's CSV block: a CSV model scored in PyTorch with the
+# training file's statistics, as fednode eval scores it
+awk '/checks the CSV block/ { m = 1; next } m && /^```python/ { p = 1; next }
+     p && /^```/ { exit } p { print }' "$(dirname "$0")/../docs/model-formats.md" >"$TMP/csv_block.py"
+[ -s "$TMP/csv_block.py" ] || fail "docs/model-formats.md shows a CSV block after its marker"
+mkdir "$TMP/csv" || fail "mkdir"
+# clinic.csv: label among the features, a constant column, features on scales
+# far apart (so that scoring without the training statistics would fail)
+gen() {
+    awk -v n="$1" -v seed="$2" 'BEGIN {
+        srand(seed); print "age,label,site,marker,cost"
+        for (i = 0; i < n; i++) {
+            y = int(rand() * 3)
+            printf "%.3f,%d,7,%.3f,%.1f\n", 100 + 10 * y + 30 * (rand() - 0.5), y,
+                -0.5 * y + 3 * (rand() - 0.5), 5000 + 200 * (rand() - 0.5)
+        }
+    }'
+}
+FED=$(cd "$(dirname "$FEDNODE")" && pwd)/$(basename "$FEDNODE")
+gen 600 1 >"$TMP/csv/clinic.csv"
+gen 200 2 >"$TMP/csv/clinic.test.csv"
+( cd "$TMP/csv" &&
+  "$FED" train --data clinic.csv --model mlp:16 --epochs 20 --lr 0.05 --db n.db >train.log 2>&1 &&
+  "$FED" export --db n.db --out model.safetensors >export.log 2>&1 &&
+  "$FED" import --in model.safetensors --out model.bin >import.log 2>&1 &&
+  "$FED" eval --model model.bin --data clinic.csv >eval.log 2>&1 ) ||
+    { tail -n 5 "$TMP"/csv/*.log; fail "fednode train, export, import and eval on clinic.csv"; }
+acc_eval=$(sed -n 's/.*accuracy \([0-9.]*\)$/\1/p' "$TMP/csv/eval.log")
+[ -n "$acc_eval" ] || { cat "$TMP/csv/eval.log"; fail "fednode eval printed an accuracy"; }
+(cd "$TMP/csv" && "$PY" -c 'import torch
+exec(open("../csv_block.py").read())
+print("acc %.4f" % acc)') >"$TMP/csv/score.log" 2>&1 || { cat "$TMP/csv/score.log"; fail "the CSV block runs"; }
+acc_csv=$(sed -n 's/^acc \([0-9.]*\)$/\1/p' "$TMP/csv/score.log")
+awk -v a="$acc_csv" -v b="$acc_eval" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 0.002) }' ||
+    fail "the CSV block scores $acc_csv, fednode eval $acc_eval"
+ok "docs/model-formats.md's CSV block: $acc_csv; fednode eval: $acc_eval"

@@ -3,7 +3,8 @@
 #  A. `make install DESTDIR=TMP PREFIX=<this build's PREFIX>` (another PREFIX
 #     would rebuild): PREFIX/bin/fednode and fedsim (0755), the man pages in
 #     PREFIX/share/man/man1 (0644, the ones the build wrote), the systemd unit
-#     in PREFIX/lib/systemd/system (0644) with ExecStart at PREFIX/bin.
+#     in PREFIX/lib/systemd/system (0644) with ExecStart at PREFIX/bin, the
+#     safetensors reader in PREFIX/share/fednode/python (0644).
 #  B. `systemd-analyze verify` accepts the installed unit as a named instance
 #     (fednode@site.service) with the binary in place (--root=TMP; it says
 #     nothing, and it does complain once the binary is taken away), its
@@ -49,7 +50,9 @@ done
 UNIT=$P/lib/systemd/system/fednode@.service
 [ -f "$UNIT" ] && [ "$(mode "$UNIT")" = 644 ] || fail "$prefix/lib/systemd/system/fednode@.service installed, mode 0644"
 grep -q "^ExecStart=$prefix/bin/fednode run " "$UNIT" || fail "the installed unit starts $prefix/bin/fednode"
-ok "make install: $prefix/bin/{fednode,fedsim}, share/man/man1/{fednode,fedsim}.1, lib/systemd/system/fednode@.service"
+PYF=$P/share/fednode/python/safetensors/__init__.py
+[ -f "$PYF" ] && [ "$(mode "$PYF")" = 644 ] || fail "$prefix/share/fednode/python/safetensors/__init__.py installed, mode 0644"
+ok "make install: $prefix/bin/{fednode,fedsim}, share/man/man1/{fednode,fedsim}.1, lib/systemd/system/fednode@.service, share/fednode/python/safetensors"
 
 # ---- B: systemd-analyze on the installed unit
 if ! command -v systemd-analyze >/dev/null 2>&1; then
