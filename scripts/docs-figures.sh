@@ -78,7 +78,7 @@ fig_consortium() {
         { $fed run --config aggregator.ini 2>agg.log &
           for h in a b c; do $fed run --config hospital-\$h.ini 2>\$h.log & done;
           wait; } && $fed status --db aggregator.db"
-    awk '$1 == 5 && $2 ~ /^20/ { print "round 5: accuracy " $7 }' "$OUT/consortium.txt"
+    awk '$1 == 5 && $2 ~ /^20/ { print "round 5: accuracy " $6 }' "$OUT/consortium.txt"
     grep '^# exit' "$OUT/consortium.txt"
 }
 
