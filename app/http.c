@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,6 +36,8 @@ typedef struct http_conn {
                           its answer to be taken */
     int busy;          /* a request is in; its answer goes out */
     int cut;           /* shut down for its deadline */
+    size_t uri_len;    /* its request's URI as on_uri saw it, raw: up to a NUL */
+    int uri_nul;       /* ... holds "%00" */
 } http_conn;
 
 struct fed_http {
@@ -48,7 +51,7 @@ struct fed_http {
     fed_store *st;      /* read-only, this thread's */
     http_conn *conns;   /* the thread's (and MHD_stop_daemon's, after it) */
     uint32_t nconns;
-    uint64_t requests, cut, refused_big;
+    uint64_t requests, cut, refused_big, refused_bad;
     double cpu_s;       /* the thread's, at its last answer */
 };
 
@@ -66,6 +69,19 @@ static double thread_cpu_s(void)
 }
 
 /* ----------------------------------------------------------- addresses -- */
+
+/* 127.0.0.0/8, ::1 or ::ffff:127.0.0.0/104. */
+static int addr_is_loopback(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+
+        return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+    }
+    return 0;
+}
 
 fed_err fed_http_parse_addr(const char *addr, struct sockaddr_storage *sa, socklen_t *salen,
                             int *loopback)
@@ -112,7 +128,6 @@ fed_err fed_http_parse_addr(const char *addr, struct sockaddr_storage *sa, sockl
         s6->sin6_family = AF_INET6;
         s6->sin6_port = htons((uint16_t)p);
         *salen = sizeof *s6;
-        *loopback = IN6_IS_ADDR_LOOPBACK(&s6->sin6_addr);
     } else {
         struct sockaddr_in *s4 = (struct sockaddr_in *)sa;
 
@@ -121,8 +136,8 @@ fed_err fed_http_parse_addr(const char *addr, struct sockaddr_storage *sa, sockl
         s4->sin_family = AF_INET;
         s4->sin_port = htons((uint16_t)p);
         *salen = sizeof *s4;
-        *loopback = (ntohl(s4->sin_addr.s_addr) >> 24) == 127;
     }
+    *loopback = addr_is_loopback((struct sockaddr *)sa);
     return FED_OK;
 }
 
@@ -146,6 +161,8 @@ static enum MHD_Result send_answer(struct MHD_Connection *c, unsigned status, co
                             "frame-ancestors 'none'");
     if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+    if (status == MHD_HTTP_BAD_REQUEST) /* what follows it is not read as a request */
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     ok = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     return ok;
@@ -186,6 +203,15 @@ static page_kind page_of(const char *url)
            : !strcmp(url, "/status.json") ? PAGE_STATUS
            : !strcmp(url, "/healthz")     ? PAGE_HEALTH
                                           : PAGE_NONE;
+}
+
+/* The client connects from loopback. */
+static int client_on_loopback(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+
+    return ci && ci->client_addr && addr_is_loopback(ci->client_addr);
 }
 
 /* Renders the page into memory and sends it. */
@@ -232,7 +258,10 @@ static enum MHD_Result serve(fed_http *h, struct MHD_Connection *c, page_kind k)
         fed_store *st = db(h);
 
         type = "application/json";
-        if (!st || fed_cli_status_json(f, h->db_path, st, 10, 10) != FED_OK) {
+        /* the database's path says where the node's files are: to this
+           machine only */
+        if (!st || fed_cli_status_json(f, client_on_loopback(c) ? h->db_path : NULL, st, 10,
+                                       10) != FED_OK) {
             status = MHD_HTTP_SERVICE_UNAVAILABLE;
             type = "text/plain; charset=utf-8";
             fputs("the database cannot be read\n", f);
@@ -268,6 +297,83 @@ static http_conn *conn_of(struct MHD_Connection *c)
     return ci ? ci->socket_context : NULL;
 }
 
+/* Called with each request's URI, raw (before libmicrohttpd splits off the
+ * query and decodes it in place; NULL: none): what request_flaw checks. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
+{
+    http_conn *hc = conn_of(c);
+
+    (void)cls;
+    if (hc) {
+        hc->uri_len = uri ? strlen(uri) : 0;
+        hc->uri_nul = uri && strstr(uri, "%00") != NULL;
+    }
+    return NULL; /* *req_cls stays NULL for the first on_request */
+}
+
+typedef struct head_check {
+    const char *length; /* the first Content-Length */
+    int lengths_differ, chunked;
+} head_check;
+
+static enum MHD_Result check_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                    size_t key_size, const char *value, size_t value_size)
+{
+    head_check *hk = cls;
+
+    (void)kind;
+    (void)key_size;
+    (void)value_size;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+        if (!hk->length)
+            hk->length = value ? value : "";
+        else if (strcmp(hk->length, value ? value : "") != 0)
+            hk->lengths_differ = 1;
+    } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+        hk->chunked = 1;
+    }
+    return MHD_YES;
+}
+
+/* What makes a request ambiguous, so that it is refused (400) rather than
+ * read one way here and another by whatever sits in front: a NUL in its
+ * request line (the method, path and query are compared as C strings here,
+ * so "GET\0" or "/metrics%00x" would be served as GET /metrics), two
+ * different Content-Lengths, or one beside a Transfer-Encoding (the
+ * request-smuggling patterns). NULL when none.
+ *
+ * libmicrohttpd (0.9.x) hands method, url and version as pointers into the
+ * request head it received, [method, method + REQUEST_HEADER_SIZE), with its
+ * separators overwritten by NULs: the method's end must be followed by
+ * spaces only up to the URI, and the URI's raw length (on_uri's) must reach
+ * the space before the version. A head laid out otherwise cannot be
+ * checked, and is refused too (tests/test_http.c pins this). */
+static const char *request_flaw(struct MHD_Connection *c, const http_conn *hc,
+                                const char *method, const char *url, const char *version)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    uintptr_t m = (uintptr_t)method, u = (uintptr_t)url, v = (uintptr_t)version;
+    head_check hk;
+
+    if (!ci || !(m < u && u < v && v < m + ci->header_size))
+        return "its request line cannot be checked";
+    for (uintptr_t p = m + strlen(method) + 1; p < u; p++)
+        if (method[p - m] != ' ')
+            return "a NUL in its method";
+    if (hc->uri_nul)
+        return "an encoded NUL (%00) in its URI";
+    if (v - 1 - u != hc->uri_len)
+        return "a NUL in its URI";
+    memset(&hk, 0, sizeof hk);
+    (void)MHD_get_connection_values_n(c, MHD_HEADER_KIND, check_header, &hk);
+    if (hk.lengths_differ)
+        return "two different Content-Length headers";
+    if (hk.length && hk.chunked)
+        return "a Content-Length beside a Transfer-Encoding";
+    return NULL;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_size, void **req_cls)
@@ -276,8 +382,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     http_conn *hc = conn_of(c);
     page_kind k;
     enum MHD_Result r;
+    const char *flaw;
 
-    (void)version;
     (void)upload_data;
     (void)upload_size;
     if (*req_cls) /* a body goes on arriving: the answer is queued already */
@@ -288,7 +394,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         hc->since_ms = now_ms();
     }
     h->requests++;
-    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
+    if (!hc) {
+        r = send_text(c, MHD_HTTP_SERVICE_UNAVAILABLE, "out of memory\n");
+    } else if ((flaw = request_flaw(c, hc, method, url, version))) {
+        char text[128];
+
+        h->refused_bad++;
+        fed_log(FED_LOG_DEBUG, "http: refused a request with %s", flaw);
+        snprintf(text, sizeof text, "bad request: %s\n", flaw);
+        r = send_text(c, MHD_HTTP_BAD_REQUEST, text);
+    } else if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 &&
+               strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
         r = send_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "read-only: GET or HEAD\n");
     else if ((k = page_of(url)) == PAGE_NONE)
         r = send_text(c, MHD_HTTP_NOT_FOUND, "not found: /, /metrics, /status.json, /healthz\n");
@@ -461,6 +577,7 @@ fed_err fed_http_start(const fed_http_cfg *cfg, fed_http **out)
         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)256,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+        MHD_OPTION_URI_LOG_CALLBACK, on_uri, h,
         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, MHD_OPTION_END);
     if (!h->mhd) {
         fed_log(FED_LOG_ERROR, "http: cannot listen on %s", cfg->addr);
@@ -514,8 +631,9 @@ void fed_http_stop(fed_http *h)
         pthread_join(h->thread, NULL);
         fed_log(FED_LOG_INFO,
                 "http: served %" PRIu64 " requests, cut %" PRIu64
-                " connections for their deadline; the HTTP thread used %.3f s CPU",
-                h->requests, h->cut, h->cpu_s);
+                " connections for their deadline, refused %" PRIu64
+                " ambiguous requests (400); the HTTP thread used %.3f s CPU",
+                h->requests, h->cut, h->refused_bad, h->cpu_s);
     }
     if (h->mhd)
         MHD_stop_daemon(h->mhd);

@@ -22,7 +22,13 @@
  * or has not taken its answer within request_ms (slow senders and readers
  * alike: a byte a second does not keep it). Every answer is made whole
  * before it is sent, at most FED_HTTP_ANSWER_MAX bytes. Memory held for
- * HTTP clients is at most max_conns * (conn_memory + the largest answer). */
+ * HTTP clients is at most max_conns * (conn_memory + the largest answer).
+ *
+ * A request that could be read two ways is answered 400 and its connection
+ * closed: a NUL in its request line (raw, or %00 anywhere in the URI), two
+ * different Content-Lengths, a Content-Length beside a Transfer-Encoding.
+ * /status.json names the database's path to a client on loopback only
+ * ("db": null to any other). */
 #ifndef FED_APP_HTTP_H
 #define FED_APP_HTTP_H
 

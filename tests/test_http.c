@@ -14,6 +14,7 @@
  * happened (exit 0 when every check held). */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -908,6 +909,216 @@ static void test_server_hostile(void **state)
     server = NULL;
 }
 
+/* ---- what a request may not carry (issue 31, item 13) ---- */
+
+/* Sends n raw bytes (NULs and all) on a new connection and reads until the
+ * server closes it, or 5 s with nothing more (a behaviour bound: no answer
+ * in 5 s counts as none). The first answer's status (0: none) and how many
+ * answers came (status lines); *closed: the server closed the connection;
+ * *said: whether what came holds want (NULL: not looked for). */
+static int raw_request(uint16_t port, const char *req, size_t n, int *answers, int *closed,
+                       const char *want, int *said)
+{
+    char buf[65536];
+    size_t len = 0;
+    int fd = dial(port), status = 0;
+    struct timeval tv = {5, 0};
+
+    *answers = 0;
+    *closed = 0;
+    if (fd < 0)
+        return 0;
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (send_all(fd, req, n) == 0) {
+        for (;;) {
+            ssize_t k = recv(fd, buf + len, sizeof buf - 1 - len, 0);
+
+            if (k == 0)
+                *closed = 1;
+            if (k <= 0 || (len += (size_t)k) == sizeof buf - 1)
+                break;
+        }
+    }
+    close(fd);
+    buf[len] = 0;
+    if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1)
+        status = 0;
+    for (const char *p = buf; (p = strstr(p, "HTTP/1.1 ")) != NULL; p++)
+        (*answers)++;
+    if (said)
+        *said = want && strstr(buf, want) != NULL;
+    return status;
+}
+
+#define REQ(s) s, sizeof(s) - 1 /* a literal with its NULs */
+
+static void test_server_refuses_smuggling(void **state)
+{
+    uint16_t port;
+    int n, closed, said;
+    static const struct {
+        const char *req;
+        size_t len;
+        int status;
+        const char *what; /* 400: what the answer says */
+    } cases[] = {
+        {REQ("GET /metrics%00anything HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), 400,
+         "an encoded NUL (%00) in its URI"},
+        {REQ("GET /healthz?x=%00 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), 400,
+         "an encoded NUL (%00) in its URI"},
+        {REQ("GET\0 /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), 400,
+         "a NUL in its method"},
+        {REQ("GET /metrics\0x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), 400,
+         "a NUL in its URI"},
+        {REQ("GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: 5\r\n"
+             "Connection: close\r\n\r\nabcde"), 400, "two different Content-Length headers"},
+        {REQ("GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
+             "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n0\r\n\r\n"), 400,
+         "a Content-Length beside a Transfer-Encoding"},
+        /* still served */
+        {REQ("GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: 0\r\n"
+             "Connection: close\r\n\r\n"), 200, "the same Content-Length twice"},
+        {REQ("GET /%6detrics?a=1&b=%41 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), 200,
+         "an encoded letter and a query"},
+        {REQ("GET  /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), 200,
+         "spaces around the path"},
+        {REQ("HEAD /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), 200, "HEAD"},
+        {REQ("GET /metrics%2500 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), 404,
+         "%25 then 00: a literal \"%00\", not a NUL"},
+    };
+    publisher p = {board, 0, 0, 0, 0};
+    pthread_t tp;
+
+    (void)state;
+    port = start_server(0, 0);
+    assert_int_equal(pthread_create(&tp, NULL, publish_loop, &p), 0);
+    while (!__atomic_load_n(&p.published, __ATOMIC_ACQUIRE))
+        usleep(1000);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int st = raw_request(port, cases[i].req, cases[i].len, &n, &closed,
+                             cases[i].what, &said);
+
+        if (st != cases[i].status)
+            print_message("%s: %d, not %d\n", cases[i].what, st, cases[i].status);
+        assert_int_equal(st, cases[i].status);
+        assert_int_equal(n, 1);
+        if (st == 400) { /* says why, and closes: nothing after it is read */
+            assert_true(said);
+            assert_true(closed);
+        }
+    }
+    /* the smuggling pattern: the request behind the first Content-Length's
+       end is not served, and the connection is closed after the 400 */
+    {
+        static const char smuggle[] =
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: 45\r\n"
+            "\r\n"
+            "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: 0\r\n\r\n";
+
+        assert_int_equal(raw_request(port, smuggle, sizeof smuggle - 1, &n, &closed,
+                                     "two different Content-Length headers", &said),
+                         400);
+        assert_true(said);
+        assert_int_equal(n, 1);
+        assert_true(closed);
+    }
+    __atomic_store_n(&p.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(tp, NULL);
+    fed_http_stop(server);
+    server = NULL;
+}
+
+/* A non-loopback IPv4 address of this host (0: none). */
+static in_addr_t outside_addr(void)
+{
+    struct ifaddrs *ifs = NULL;
+    in_addr_t a = 0;
+
+    if (getifaddrs(&ifs) != 0)
+        return 0;
+    for (struct ifaddrs *i = ifs; i && !a; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET) {
+            in_addr_t v = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr;
+
+            if ((ntohl(v) >> 24) != 127)
+                a = v;
+        }
+    freeifaddrs(ifs);
+    return a;
+}
+
+/* GET /status.json from src (the server bound to 0.0.0.0): its body. */
+static char *status_json_from(uint16_t port, in_addr_t src)
+{
+    struct sockaddr_in a;
+    const char *req = "GET /status.json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    char buf[65536], *sep;
+    size_t len = 0;
+    ssize_t k;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    assert_true(fd >= 0);
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = src;
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(send_all(fd, req, strlen(req)), 0);
+    while (len < sizeof buf - 1 && (k = recv(fd, buf + len, sizeof buf - 1 - len, 0)) > 0)
+        len += (size_t)k;
+    close(fd);
+    buf[len] = 0;
+    assert_non_null(strstr(buf, "HTTP/1.1 200 "));
+    assert_non_null(sep = strstr(buf, "\r\n\r\n"));
+    return strdup(sep + 4);
+}
+
+/* /status.json names the database's path to a client on loopback only. */
+static void test_status_path_loopback_only(void **state)
+{
+    char path[512], want[600], *body;
+    fed_store *st = NULL;
+    fed_http_cfg c;
+    in_addr_t outside = outside_addr();
+
+    (void)state;
+    fed_test_path(path, sizeof path, "status.db");
+    assert_int_equal(fed_store_open(path, NULL, &st), FED_OK);
+    fed_store_close(st);
+    memset(&c, 0, sizeof c);
+    c.addr = "0.0.0.0:0";
+    c.board = board;
+    c.db_path = path;
+    assert_int_equal(fed_http_start(&c, &server), FED_OK);
+    snprintf(want, sizeof want, "{\"db\":\"%s\",", path);
+    body = status_json_from(fed_http_port(server), htonl(INADDR_LOOPBACK));
+    assert_non_null(strstr(body, want));
+    free(body);
+    if (!outside) {
+        print_message("skipped: the path hidden from a client beyond loopback (this host has "
+                      "no address but loopback)\n");
+    } else {
+        body = status_json_from(fed_http_port(server), outside);
+        assert_non_null(strstr(body, "{\"db\":null,"));
+        assert_null(strstr(body, path));
+        assert_null(strstr(body, fed_test_tmpdir()));
+        free(body);
+    }
+    fed_http_stop(server);
+    server = NULL;
+}
+
+static int board_tmpdir_setup(void **state)
+{
+    return fed_test_tmpdir_setup(state) == 0 ? board_setup(state) : -1;
+}
+
+static int board_tmpdir_teardown(void **state)
+{
+    board_teardown(state);
+    return fed_test_tmpdir_teardown(state);
+}
+
 /* Listening beyond loopback is said, as a warning; on loopback it is not. */
 static void test_beyond_loopback_warns(void **state)
 {
@@ -962,6 +1173,10 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_server_races, board_setup, board_teardown),
         cmocka_unit_test_setup_teardown(test_server_hostile, board_setup, board_teardown),
         cmocka_unit_test_setup_teardown(test_beyond_loopback_warns, board_setup, board_teardown),
+        cmocka_unit_test_setup_teardown(test_server_refuses_smuggling, board_setup,
+                                        board_teardown),
+        cmocka_unit_test_setup_teardown(test_status_path_loopback_only, board_tmpdir_setup,
+                                        board_tmpdir_teardown),
     };
 
     if (argc > 1 && !strcmp(argv[1], "--hostile"))
