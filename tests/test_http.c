@@ -1321,6 +1321,49 @@ static void test_beyond_loopback_warns(void **state)
     assert_null(h);
 }
 
+/* The listening socket is ours: a port in use is FED_ERR_IO; [::1] serves
+ * over IPv6. */
+static void test_server_binds(void **state)
+{
+    fed_http_cfg c;
+    fed_http *h = NULL, *h2 = NULL;
+    char addr[64];
+
+    (void)state;
+    memset(&c, 0, sizeof c);
+    c.board = board;
+    c.addr = "127.0.0.1:0";
+    assert_int_equal(fed_http_start(&c, &h), FED_OK);
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", fed_http_port(h));
+    c.addr = addr;
+    assert_int_equal(fed_http_start(&c, &h2), FED_ERR_IO);
+    assert_null(h2);
+    fed_http_stop(h);
+    c.addr = "[::1]:0";
+    if (fed_http_start(&c, &h) != FED_OK) {
+        print_message("skipped: serving on [::1] (this host has no IPv6 loopback)\n");
+        return;
+    }
+    {
+        struct sockaddr_in6 a;
+        const char *req = "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+        char b[256] = {0};
+        int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+        assert_true(fd >= 0);
+        memset(&a, 0, sizeof a);
+        a.sin6_family = AF_INET6;
+        a.sin6_port = htons(fed_http_port(h));
+        a.sin6_addr = in6addr_loopback;
+        assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+        assert_int_equal(send_all(fd, req, strlen(req)), 0);
+        assert_true(recv(fd, b, sizeof b - 1, MSG_WAITALL) > 0);
+        assert_non_null(strstr(b, "HTTP/1.1 503 ")); /* no snapshot yet: starting */
+        close(fd);
+    }
+    fed_http_stop(h);
+}
+
 /* ---- tool mode for tests/test_http_hostile.sh ---- */
 
 static int hostile_main(int argc, char **argv)
@@ -1361,6 +1404,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_server_hostile, board_setup, board_teardown),
         cmocka_unit_test_setup_teardown(test_beyond_loopback_warns, board_setup, board_teardown),
         cmocka_unit_test_setup_teardown(test_server_flood, board_setup, board_teardown),
+        cmocka_unit_test_setup_teardown(test_server_binds, board_setup, board_teardown),
         cmocka_unit_test_setup_teardown(test_server_refuses_smuggling, board_setup,
                                         board_teardown),
         cmocka_unit_test_setup_teardown(test_status_path_loopback_only, board_tmpdir_setup,
