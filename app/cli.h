@@ -84,7 +84,7 @@ int fed_cli_run_settings(int argc, char **argv, struct fed_node_settings *out);
 int fed_cli_eval(int argc, char **argv);
 /* app/cli_store.c: the node's database */
 int fed_cli_status(int argc, char **argv);
-/* What `status --json` prints for st (db: the path it names; the last
+/* What `status --json` prints for st (db: the path it names, NULL: null; the last
  * `rounds` rounds and `checkpoints` checkpoints), to f: GET /status.json of
  * --http serves it. FED_ERR_NOMEM or the store's error (nothing written). */
 struct fed_store;

@@ -411,7 +411,10 @@ static void print_status_json(FILE *f, const char *db, fed_store *st, const stat
     char h[65], p[65];
 
     fprintf(f, "{\"db\":");
-    json_str(f, db);
+    if (db)
+        json_str(f, db);
+    else
+        fputs("null", f);
     fprintf(f, ",\"schema\":%d,\"epoch\":%" PRIu64 ",\"rounds\":[", fed_store_schema(st),
            fed_store_epoch(st));
     for (size_t i = 0; i < d->nrounds; i++) {

@@ -1,10 +1,13 @@
 /* http.c - the `--http` server (http.h): libmicrohttpd driven from a thread
- * of our own (its epoll fd and a stop pipe under poll), so that the same
- * thread that answers can also close connections past their deadlines
- * between two turns of libmicrohttpd (a header trickled a byte a second
- * keeps its inactivity timeout at bay; our deadline does not care). Every
- * answer is rendered whole into memory (http_render.c) from the node's
- * snapshot and a read-only database connection this thread owns. */
+ * of our own (its epoll fd, our listening socket and a stop pipe under
+ * poll), so that the same thread that answers can also close connections
+ * past their deadlines between two turns of libmicrohttpd (a header trickled
+ * a byte a second keeps its inactivity timeout at bay; our deadline does not
+ * care), and accepts connections itself, closing the one idle longest when
+ * the cap is reached (libmicrohttpd would stop accepting: a flood of idle
+ * connections then kept every scrape and health check out). Every answer is
+ * rendered whole into memory (http_render.c) from the node's snapshot and a
+ * read-only database connection this thread owns. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -17,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,7 +38,9 @@ typedef struct http_conn {
                           (since it connected or got its last answer), or for
                           its answer to be taken */
     int busy;          /* a request is in; its answer goes out */
-    int cut;           /* shut down for its deadline */
+    int cut;           /* shut down (its deadline, or evicted): going */
+    size_t uri_len;    /* its request's URI as on_uri saw it, raw: up to a NUL */
+    int uri_nul;       /* ... holds "%00" */
 } http_conn;
 
 struct fed_http {
@@ -44,11 +50,14 @@ struct fed_http {
     pthread_t thread;
     int started;
     int stop_pipe[2];
+    int listen_fd;
     uint16_t port;
     fed_store *st;      /* read-only, this thread's */
     http_conn *conns;   /* the thread's (and MHD_stop_daemon's, after it) */
-    uint32_t nconns;
-    uint64_t requests, cut, refused_big;
+    uint32_t nconns;    /* tracked, ... */
+    uint32_t ncut;      /* ... of them shut down, not yet freed by libmicrohttpd */
+    uint64_t accept_after; /* out of descriptors: no accept before this (ms) */
+    uint64_t requests, cut, evicted, refused_full, refused_big, refused_bad;
     double cpu_s;       /* the thread's, at its last answer */
 };
 
@@ -66,6 +75,19 @@ static double thread_cpu_s(void)
 }
 
 /* ----------------------------------------------------------- addresses -- */
+
+/* 127.0.0.0/8, ::1 or ::ffff:127.0.0.0/104. */
+static int addr_is_loopback(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+
+        return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+    }
+    return 0;
+}
 
 fed_err fed_http_parse_addr(const char *addr, struct sockaddr_storage *sa, socklen_t *salen,
                             int *loopback)
@@ -112,7 +134,6 @@ fed_err fed_http_parse_addr(const char *addr, struct sockaddr_storage *sa, sockl
         s6->sin6_family = AF_INET6;
         s6->sin6_port = htons((uint16_t)p);
         *salen = sizeof *s6;
-        *loopback = IN6_IS_ADDR_LOOPBACK(&s6->sin6_addr);
     } else {
         struct sockaddr_in *s4 = (struct sockaddr_in *)sa;
 
@@ -121,8 +142,8 @@ fed_err fed_http_parse_addr(const char *addr, struct sockaddr_storage *sa, sockl
         s4->sin_family = AF_INET;
         s4->sin_port = htons((uint16_t)p);
         *salen = sizeof *s4;
-        *loopback = (ntohl(s4->sin_addr.s_addr) >> 24) == 127;
     }
+    *loopback = addr_is_loopback((struct sockaddr *)sa);
     return FED_OK;
 }
 
@@ -146,6 +167,8 @@ static enum MHD_Result send_answer(struct MHD_Connection *c, unsigned status, co
                             "frame-ancestors 'none'");
     if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+    if (status == MHD_HTTP_BAD_REQUEST) /* what follows it is not read as a request */
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     ok = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     return ok;
@@ -186,6 +209,15 @@ static page_kind page_of(const char *url)
            : !strcmp(url, "/status.json") ? PAGE_STATUS
            : !strcmp(url, "/healthz")     ? PAGE_HEALTH
                                           : PAGE_NONE;
+}
+
+/* The client connects from loopback. */
+static int client_on_loopback(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+
+    return ci && ci->client_addr && addr_is_loopback(ci->client_addr);
 }
 
 /* Renders the page into memory and sends it. */
@@ -232,7 +264,10 @@ static enum MHD_Result serve(fed_http *h, struct MHD_Connection *c, page_kind k)
         fed_store *st = db(h);
 
         type = "application/json";
-        if (!st || fed_cli_status_json(f, h->db_path, st, 10, 10) != FED_OK) {
+        /* the database's path says where the node's files are: to this
+           machine only */
+        if (!st || fed_cli_status_json(f, client_on_loopback(c) ? h->db_path : NULL, st, 10,
+                                       10) != FED_OK) {
             status = MHD_HTTP_SERVICE_UNAVAILABLE;
             type = "text/plain; charset=utf-8";
             fputs("the database cannot be read\n", f);
@@ -268,6 +303,83 @@ static http_conn *conn_of(struct MHD_Connection *c)
     return ci ? ci->socket_context : NULL;
 }
 
+/* Called with each request's URI, raw (before libmicrohttpd splits off the
+ * query and decodes it in place; NULL: none): what request_flaw checks. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
+{
+    http_conn *hc = conn_of(c);
+
+    (void)cls;
+    if (hc) {
+        hc->uri_len = uri ? strlen(uri) : 0;
+        hc->uri_nul = uri && strstr(uri, "%00") != NULL;
+    }
+    return NULL; /* *req_cls stays NULL for the first on_request */
+}
+
+typedef struct head_check {
+    const char *length; /* the first Content-Length */
+    int lengths_differ, chunked;
+} head_check;
+
+static enum MHD_Result check_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                    size_t key_size, const char *value, size_t value_size)
+{
+    head_check *hk = cls;
+
+    (void)kind;
+    (void)key_size;
+    (void)value_size;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+        if (!hk->length)
+            hk->length = value ? value : "";
+        else if (strcmp(hk->length, value ? value : "") != 0)
+            hk->lengths_differ = 1;
+    } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+        hk->chunked = 1;
+    }
+    return MHD_YES;
+}
+
+/* What makes a request ambiguous, so that it is refused (400) rather than
+ * read one way here and another by whatever sits in front: a NUL in its
+ * request line (the method, path and query are compared as C strings here,
+ * so "GET\0" or "/metrics%00x" would be served as GET /metrics), two
+ * different Content-Lengths, or one beside a Transfer-Encoding (the
+ * request-smuggling patterns). NULL when none.
+ *
+ * libmicrohttpd (0.9.x) hands method, url and version as pointers into the
+ * request head it received, [method, method + REQUEST_HEADER_SIZE), with its
+ * separators overwritten by NULs: the method's end must be followed by
+ * spaces only up to the URI, and the URI's raw length (on_uri's) must reach
+ * the space before the version. A head laid out otherwise cannot be
+ * checked, and is refused too (tests/test_http.c pins this). */
+static const char *request_flaw(struct MHD_Connection *c, const http_conn *hc,
+                                const char *method, const char *url, const char *version)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    uintptr_t m = (uintptr_t)method, u = (uintptr_t)url, v = (uintptr_t)version;
+    head_check hk;
+
+    if (!ci || !(m < u && u < v && v < m + ci->header_size))
+        return "its request line cannot be checked";
+    for (uintptr_t p = m + strlen(method) + 1; p < u; p++)
+        if (method[p - m] != ' ')
+            return "a NUL in its method";
+    if (hc->uri_nul)
+        return "an encoded NUL (%00) in its URI";
+    if (v - 1 - u != hc->uri_len)
+        return "a NUL in its URI";
+    memset(&hk, 0, sizeof hk);
+    (void)MHD_get_connection_values_n(c, MHD_HEADER_KIND, check_header, &hk);
+    if (hk.lengths_differ)
+        return "two different Content-Length headers";
+    if (hk.length && hk.chunked)
+        return "a Content-Length beside a Transfer-Encoding";
+    return NULL;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_size, void **req_cls)
@@ -276,8 +388,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     http_conn *hc = conn_of(c);
     page_kind k;
     enum MHD_Result r;
+    const char *flaw;
 
-    (void)version;
     (void)upload_data;
     (void)upload_size;
     if (*req_cls) /* a body goes on arriving: the answer is queued already */
@@ -288,7 +400,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         hc->since_ms = now_ms();
     }
     h->requests++;
-    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
+    if (!hc) {
+        r = send_text(c, MHD_HTTP_SERVICE_UNAVAILABLE, "out of memory\n");
+    } else if ((flaw = request_flaw(c, hc, method, url, version))) {
+        char text[128];
+
+        h->refused_bad++;
+        fed_log(FED_LOG_DEBUG, "http: refused a request with %s", flaw);
+        snprintf(text, sizeof text, "bad request: %s\n", flaw);
+        r = send_text(c, MHD_HTTP_BAD_REQUEST, text);
+    } else if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 &&
+               strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
         r = send_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "read-only: GET or HEAD\n");
     else if ((k = page_of(url)) == PAGE_NONE)
         r = send_text(c, MHD_HTTP_NOT_FOUND, "not found: /, /metrics, /status.json, /healthz\n");
@@ -337,6 +459,8 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 
         if (!hc)
             return;
+        if (hc->cut)
+            h->ncut--;
         if (hc->prev)
             hc->prev->next = hc->next;
         else
@@ -379,6 +503,7 @@ static uint64_t cut_overdue(fed_http *h)
         if (now >= due) {
             (void)shutdown(hc->fd, SHUT_RDWR);
             hc->cut = 1;
+            h->ncut++;
             h->cut++;
             fed_log(FED_LOG_DEBUG, "http: closed a connection %s for %u ms",
                     hc->busy ? "that did not take its answer" : "that sent no whole request",
@@ -390,32 +515,112 @@ static uint64_t cut_overdue(fed_http *h)
     return next;
 }
 
+/* Shuts down the connection that has waited longest for a request (none
+ * is answered: it sent nothing, trickles, or idles between requests) to
+ * make room for a new one: 1, or 0 when every one is answering. */
+static int evict_idlest(fed_http *h)
+{
+    http_conn *v = NULL;
+
+    for (http_conn *hc = h->conns; hc; hc = hc->next) /* newest first */
+        if (!hc->busy && !hc->cut && hc->fd >= 0 && (!v || hc->since_ms <= v->since_ms))
+            v = hc;
+    if (!v)
+        return 0;
+    (void)shutdown(v->fd, SHUT_RDWR);
+    v->cut = 1;
+    h->ncut++;
+    h->evicted++;
+    fed_log(FED_LOG_DEBUG, "http: at %u connections: closed the one idle for %" PRIu64 " ms",
+            h->cfg.max_conns, now_ms() - v->since_ms);
+    return 1;
+}
+
+/* Up to max_conns new connections from the listen backlog, each handed to
+ * libmicrohttpd, the one idle longest closed for it once max_conns are open
+ * (a newcomer is closed instead when every one is answering). At most
+ * 2 x max_conns are tracked: those shut down wait for libmicrohttpd's next
+ * turn to free them. */
+static void accept_new(fed_http *h)
+{
+    for (uint32_t i = 0; i < h->cfg.max_conns && h->nconns < 2 * h->cfg.max_conns; i++) {
+        struct sockaddr_storage sa;
+        socklen_t len = sizeof sa;
+        int fd = accept4(h->listen_fd, (struct sockaddr *)&sa, &len,
+                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                fed_log(FED_LOG_WARN, "http: cannot accept a connection: %s", strerror(errno));
+                h->accept_after = now_ms() + 100;
+            }
+            return; /* EAGAIN: the backlog is empty */
+        }
+        if (h->nconns - h->ncut >= h->cfg.max_conns && !evict_idlest(h)) {
+            close(fd);
+            h->refused_full++;
+            continue;
+        }
+        if (MHD_add_connection(h->mhd, fd, (struct sockaddr *)&sa, len) != MHD_YES)
+            h->refused_full++; /* it closed fd */
+    }
+}
+
 static void *run(void *arg)
 {
     fed_http *h = arg;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_EPOLL_FD);
-    struct pollfd pf[2] = {{.fd = di ? di->epoll_fd : -1, .events = POLLIN},
-                           {.fd = h->stop_pipe[0], .events = POLLIN}};
+    struct pollfd pf[3] = {{.fd = di ? di->epoll_fd : -1, .events = POLLIN},
+                           {.fd = h->stop_pipe[0], .events = POLLIN},
+                           {.fd = h->listen_fd, .events = POLLIN}};
     sigset_t all;
 
     sigfillset(&all); /* signals are the main thread's (the daemon's self-pipe) */
     pthread_sigmask(SIG_BLOCK, &all, NULL);
     for (;;) {
         MHD_UNSIGNED_LONG_LONG mt = 0;
-        uint64_t wait = 1000, next = cut_overdue(h);
+        uint64_t wait = 1000, next = cut_overdue(h), now = now_ms();
 
         if (MHD_get_timeout(h->mhd, &mt) == MHD_YES && mt < wait)
             wait = mt;
         if (next < wait)
             wait = next;
-        if (poll(pf, 2, (int)wait) < 0 && errno != EINTR)
+        /* the listen backlog waits while those shut down are not yet freed
+           (libmicrohttpd's next turn) or descriptors ran out */
+        pf[2].fd = h->nconns < 2 * h->cfg.max_conns && now >= h->accept_after ? h->listen_fd
+                                                                               : -1;
+        if (now < h->accept_after && h->accept_after - now < wait)
+            wait = h->accept_after - now;
+        pf[2].revents = 0;
+        if (poll(pf, 3, (int)wait) < 0 && errno != EINTR)
             break;
         if (pf[1].revents)
             break;
         MHD_run(h->mhd);
+        if (pf[2].revents & POLLIN)
+            accept_new(h);
     }
     h->cpu_s = thread_cpu_s(); /* read after the join */
     return NULL;
+}
+
+/* A listening socket on sa (non-blocking; IPv6 only for an IPv6 address,
+ * as libmicrohttpd's own). */
+static int listen_on(const struct sockaddr_storage *sa, socklen_t salen)
+{
+    int one = 1, fd = socket(sa->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+    if (fd < 0)
+        return -1;
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        (sa->ss_family == AF_INET6 &&
+         setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) != 0) ||
+        bind(fd, (const struct sockaddr *)sa, salen) != 0 ||
+        listen(fd, FED_HTTP_BACKLOG) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
 }
 
 fed_err fed_http_start(const fed_http_cfg *cfg, fed_http **out)
@@ -424,7 +629,6 @@ fed_err fed_http_start(const fed_http_cfg *cfg, fed_http **out)
     socklen_t salen = 0;
     int loopback = 0;
     fed_http *h;
-    const union MHD_DaemonInfo *di;
     char shown[300];
 
     *out = NULL;
@@ -433,7 +637,7 @@ fed_err fed_http_start(const fed_http_cfg *cfg, fed_http **out)
     if (!(h = fed_calloc(1, sizeof *h)))
         return FED_ERR_NOMEM;
     h->cfg = *cfg;
-    h->stop_pipe[0] = h->stop_pipe[1] = -1;
+    h->stop_pipe[0] = h->stop_pipe[1] = h->listen_fd = -1;
     if (!h->cfg.max_conns)
         h->cfg.max_conns = FED_HTTP_MAX_CONNS;
     if (!h->cfg.conn_memory)
@@ -452,23 +656,34 @@ fed_err fed_http_start(const fed_http_cfg *cfg, fed_http **out)
         fed_free(h);
         return FED_ERR_IO;
     }
-    h->mhd = MHD_start_daemon(
-        MHD_USE_EPOLL | (sa.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0), 0, NULL, NULL,
-        on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)h->cfg.max_conns,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)h->cfg.conn_memory,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)h->cfg.idle_s,
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)256,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-        MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
-        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, MHD_OPTION_END);
-    if (!h->mhd) {
-        fed_log(FED_LOG_ERROR, "http: cannot listen on %s", cfg->addr);
+    if ((h->listen_fd = listen_on(&sa, salen)) < 0) {
+        fed_log(FED_LOG_ERROR, "http: cannot listen on %s: %s", cfg->addr, strerror(errno));
         fed_http_stop(h);
         return FED_ERR_IO;
     }
-    di = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_BIND_PORT);
-    h->port = di ? di->port : 0;
+    salen = sizeof sa;
+    if (getsockname(h->listen_fd, (struct sockaddr *)&sa, &salen) != 0) {
+        fed_http_stop(h);
+        return FED_ERR_IO;
+    }
+    h->port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
+                                             : ((struct sockaddr_in *)&sa)->sin_port);
+    /* connections come from accept_new; up to twice the cap are tracked
+       (those shut down until libmicrohttpd frees them) */
+    h->mhd = MHD_start_daemon(
+        MHD_USE_EPOLL | MHD_USE_NO_LISTEN_SOCKET, 0, NULL, NULL, on_request, h,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(2 * h->cfg.max_conns),
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)h->cfg.conn_memory,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)h->cfg.idle_s,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+        MHD_OPTION_URI_LOG_CALLBACK, on_uri, h,
+        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, MHD_OPTION_END);
+    if (!h->mhd) {
+        fed_log(FED_LOG_ERROR, "http: cannot start libmicrohttpd on %s", cfg->addr);
+        fed_http_stop(h);
+        return FED_ERR_IO;
+    }
     if (sa.ss_family == AF_INET6) {
         char a[INET6_ADDRSTRLEN];
 
@@ -487,7 +702,8 @@ fed_err fed_http_start(const fed_http_cfg *cfg, fed_http **out)
     h->started = 1;
     fed_log(FED_LOG_INFO,
             "http: serving %s/ (/metrics, /status.json, /healthz): up to %u connections of "
-            "%u KiB, idle ones closed after %u s, a request or answer that takes %u ms cut",
+            "%u KiB (past them the one idle longest is closed), idle ones closed after %u s, "
+            "a request or answer that takes %u ms cut",
             shown, h->cfg.max_conns, h->cfg.conn_memory >> 10, h->cfg.idle_s,
             h->cfg.request_ms);
     if (!loopback)
@@ -514,12 +730,17 @@ void fed_http_stop(fed_http *h)
         pthread_join(h->thread, NULL);
         fed_log(FED_LOG_INFO,
                 "http: served %" PRIu64 " requests, cut %" PRIu64
-                " connections for their deadline; the HTTP thread used %.3f s CPU",
-                h->requests, h->cut, h->cpu_s);
+                " connections for their deadline, closed %" PRIu64
+                " idle ones for new ones at the cap and %" PRIu64
+                " new ones with every one answering, refused %" PRIu64
+                " ambiguous requests (400); the HTTP thread used %.3f s CPU",
+                h->requests, h->cut, h->evicted, h->refused_full, h->refused_bad, h->cpu_s);
     }
     if (h->mhd)
         MHD_stop_daemon(h->mhd);
     fed_store_close(h->st);
+    if (h->listen_fd >= 0)
+        close(h->listen_fd);
     if (h->stop_pipe[0] >= 0)
         close(h->stop_pipe[0]);
     if (h->stop_pipe[1] >= 0)

@@ -14,7 +14,11 @@
  * connection of their own (the rounds, the contributions, status.json).
  *
  * Limits, so that no HTTP client can stall the node or grow it without
- * bound: at most max_conns connections (more wait in the listen backlog);
+ * bound: at most max_conns connections; past them, a new connection closes
+ * the one that has waited longest for a request (one sending nothing, a
+ * trickle, a keep-alive between requests; never one whose answer goes out),
+ * so that a flood of idle connections does not keep a scrape or /healthz
+ * out, and is itself closed when every one is answering;
  * conn_memory bytes of buffers each (a request whose headers do not fit is
  * answered 431 and closed); a connection silent for idle_s is closed
  * (libmicrohttpd's timeout), and so is one that has not delivered a whole
@@ -22,7 +26,15 @@
  * or has not taken its answer within request_ms (slow senders and readers
  * alike: a byte a second does not keep it). Every answer is made whole
  * before it is sent, at most FED_HTTP_ANSWER_MAX bytes. Memory held for
- * HTTP clients is at most max_conns * (conn_memory + the largest answer). */
+ * HTTP clients is at most max_conns * (conn_memory + the largest answer),
+ * and max_conns * conn_memory more for connections closed and not yet
+ * freed (libmicrohttpd frees them on its next turn).
+ *
+ * A request that could be read two ways is answered 400 and its connection
+ * closed: a NUL in its request line (raw, or %00 anywhere in the URI), two
+ * different Content-Lengths, a Content-Length beside a Transfer-Encoding.
+ * /status.json names the database's path to a client on loopback only
+ * ("db": null to any other). */
 #ifndef FED_APP_HTTP_H
 #define FED_APP_HTTP_H
 
@@ -38,6 +50,7 @@
 
 #define FED_HTTP_DEFAULT_ADDR "http://127.0.0.1:9464"
 #define FED_HTTP_MAX_CONNS 64
+#define FED_HTTP_BACKLOG 256
 #define FED_HTTP_CONN_MEMORY (32u << 10)
 #define FED_HTTP_IDLE_S 10
 #define FED_HTTP_REQUEST_MS 10000

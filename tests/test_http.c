@@ -7,13 +7,17 @@
  * it can while client threads scrape every page (`make tsan` runs this:
  * the handlers read only the snapshot), and hostile clients (one that sends
  * nothing, 10 MB of headers, a byte a second, 200 scrapes at once) while
- * the publisher keeps its pace.
+ * the publisher keeps its pace; /healthz through a flood of 2,000 held
+ * connections; requests that could be read two ways refused; the database's
+ * path shown to loopback only.
  *
  * Also a tool for tests/test_http_hostile.sh: `test_http --hostile PORT SECONDS`
- * runs the same hostile clients against a running fednode and prints what
+ * runs the same hostile clients against a running fednode, then a flood of
+ * 2,000 held connections with /healthz polled through it, and prints what
  * happened (exit 0 when every check held). */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -25,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -250,8 +255,27 @@ static void *trickle(void *arg)
     return NULL;
 }
 
-/* The four hostile clients at once against port; each waits at most
- * seconds for its verdict. */
+/* One that sends nothing and one that trickles, alone: closed by the idle
+ * timeout and the request deadline (nothing else connects, so no newcomer
+ * closes them at the connection cap); each waits at most seconds. */
+static void idle_and_trickle(uint16_t port, int seconds, int *idle_closed, int *trickle_cut)
+{
+    pthread_t tt;
+    trickle_arg ta = {port, seconds, 0};
+    int idle = dial(port);
+
+    pthread_create(&tt, NULL, trickle, &ta);
+    *idle_closed = idle >= 0 && closed_within(idle, seconds * 1000);
+    if (idle >= 0)
+        close(idle);
+    pthread_join(tt, NULL);
+    *trickle_cut = ta.cut;
+}
+
+/* The four hostile clients at once against port, then an idle and a
+ * trickling one alone (at once, a burst of scrapes past the connection cap
+ * may close the first two before their deadlines: the second pair shows the
+ * deadlines); each waits at most seconds for its verdict. */
 static void run_hostiles(uint16_t port, int seconds, int nscrapes, hostile_result *r)
 {
     pthread_t tb, tt, *ts = calloc((size_t)nscrapes, sizeof *ts);
@@ -259,7 +283,7 @@ static void run_hostiles(uint16_t port, int seconds, int nscrapes, hostile_resul
     big_arg ba = {port, 0};
     trickle_arg ta = {port, seconds, 0};
     uint64_t t0 = ms_now();
-    int idle = dial(port);
+    int idle = dial(port), idle_alone = 0, cut_alone = 0;
 
     memset(r, 0, sizeof *r);
     pthread_create(&tb, NULL, big_headers, &ba);
@@ -281,8 +305,10 @@ static void run_hostiles(uint16_t port, int seconds, int nscrapes, hostile_resul
         close(idle);
     pthread_join(tb, NULL);
     pthread_join(tt, NULL);
+    idle_and_trickle(port, seconds, &idle_alone, &cut_alone);
+    r->idle_closed &= idle_alone;
     r->big_refused = ba.refused;
-    r->trickle_cut = ta.cut;
+    r->trickle_cut = ta.cut && cut_alone;
     r->seconds = (double)(ms_now() - t0) / 1000.0;
     free(ts);
     free(sa);
@@ -908,6 +934,370 @@ static void test_server_hostile(void **state)
     server = NULL;
 }
 
+/* ---- what a request may not carry (issue 31, item 13) ---- */
+
+/* Sends n raw bytes (NULs and all) on a new connection and reads until the
+ * server closes it, or 5 s with nothing more (a behaviour bound: no answer
+ * in 5 s counts as none). The first answer's status (0: none) and how many
+ * answers came (status lines); *closed: the server closed the connection;
+ * *said: whether what came holds want (NULL: not looked for). */
+static int raw_request(uint16_t port, const char *req, size_t n, int *answers, int *closed,
+                       const char *want, int *said)
+{
+    char buf[65536];
+    size_t len = 0;
+    int fd = dial(port), status = 0;
+    struct timeval tv = {5, 0};
+
+    *answers = 0;
+    *closed = 0;
+    if (fd < 0)
+        return 0;
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (send_all(fd, req, n) == 0) {
+        for (;;) {
+            ssize_t k = recv(fd, buf + len, sizeof buf - 1 - len, 0);
+
+            if (k == 0)
+                *closed = 1;
+            if (k <= 0 || (len += (size_t)k) == sizeof buf - 1)
+                break;
+        }
+    }
+    close(fd);
+    buf[len] = 0;
+    if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1)
+        status = 0;
+    for (const char *p = buf; (p = strstr(p, "HTTP/1.1 ")) != NULL; p++)
+        (*answers)++;
+    if (said)
+        *said = want && strstr(buf, want) != NULL;
+    return status;
+}
+
+#define REQ(s) s, sizeof(s) - 1 /* a literal with its NULs */
+
+static void test_server_refuses_smuggling(void **state)
+{
+    uint16_t port;
+    int n, closed, said;
+    static const struct {
+        const char *req;
+        size_t len;
+        int status;
+        const char *what; /* 400: what the answer says */
+    } cases[] = {
+        {REQ("GET /metrics%00anything HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), 400,
+         "an encoded NUL (%00) in its URI"},
+        {REQ("GET /healthz?x=%00 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), 400,
+         "an encoded NUL (%00) in its URI"},
+        {REQ("GET\0 /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), 400,
+         "a NUL in its method"},
+        {REQ("GET /metrics\0x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), 400,
+         "a NUL in its URI"},
+        {REQ("GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: 5\r\n"
+             "Connection: close\r\n\r\nabcde"), 400, "two different Content-Length headers"},
+        {REQ("GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
+             "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n0\r\n\r\n"), 400,
+         "a Content-Length beside a Transfer-Encoding"},
+        /* still served */
+        {REQ("GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: 0\r\n"
+             "Connection: close\r\n\r\n"), 200, "the same Content-Length twice"},
+        {REQ("GET /%6detrics?a=1&b=%41 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), 200,
+         "an encoded letter and a query"},
+        {REQ("GET  /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), 200,
+         "spaces around the path"},
+        {REQ("HEAD /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), 200, "HEAD"},
+        {REQ("GET /metrics%2500 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), 404,
+         "%25 then 00: a literal \"%00\", not a NUL"},
+    };
+    publisher p = {board, 0, 0, 0, 0};
+    pthread_t tp;
+
+    (void)state;
+    port = start_server(0, 0);
+    assert_int_equal(pthread_create(&tp, NULL, publish_loop, &p), 0);
+    while (!__atomic_load_n(&p.published, __ATOMIC_ACQUIRE))
+        usleep(1000);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int st = raw_request(port, cases[i].req, cases[i].len, &n, &closed,
+                             cases[i].what, &said);
+
+        if (st != cases[i].status)
+            print_message("%s: %d, not %d\n", cases[i].what, st, cases[i].status);
+        assert_int_equal(st, cases[i].status);
+        assert_int_equal(n, 1);
+        if (st == 400) { /* says why, and closes: nothing after it is read */
+            assert_true(said);
+            assert_true(closed);
+        }
+    }
+    /* the smuggling pattern: the request behind the first Content-Length's
+       end is not served, and the connection is closed after the 400 */
+    {
+        static const char smuggle[] =
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: 45\r\n"
+            "\r\n"
+            "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: 0\r\n\r\n";
+
+        assert_int_equal(raw_request(port, smuggle, sizeof smuggle - 1, &n, &closed,
+                                     "two different Content-Length headers", &said),
+                         400);
+        assert_true(said);
+        assert_int_equal(n, 1);
+        assert_true(closed);
+    }
+    __atomic_store_n(&p.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(tp, NULL);
+    fed_http_stop(server);
+    server = NULL;
+}
+
+/* A non-loopback IPv4 address of this host (0: none). */
+static in_addr_t outside_addr(void)
+{
+    struct ifaddrs *ifs = NULL;
+    in_addr_t a = 0;
+
+    if (getifaddrs(&ifs) != 0)
+        return 0;
+    for (struct ifaddrs *i = ifs; i && !a; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET) {
+            in_addr_t v = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr;
+
+            if ((ntohl(v) >> 24) != 127)
+                a = v;
+        }
+    freeifaddrs(ifs);
+    return a;
+}
+
+/* GET /status.json from src (the server bound to 0.0.0.0): its body. */
+static char *status_json_from(uint16_t port, in_addr_t src)
+{
+    struct sockaddr_in a;
+    const char *req = "GET /status.json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    char buf[65536], *sep;
+    size_t len = 0;
+    ssize_t k;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    assert_true(fd >= 0);
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = src;
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(send_all(fd, req, strlen(req)), 0);
+    while (len < sizeof buf - 1 && (k = recv(fd, buf + len, sizeof buf - 1 - len, 0)) > 0)
+        len += (size_t)k;
+    close(fd);
+    buf[len] = 0;
+    assert_non_null(strstr(buf, "HTTP/1.1 200 "));
+    assert_non_null(sep = strstr(buf, "\r\n\r\n"));
+    return strdup(sep + 4);
+}
+
+/* /status.json names the database's path to a client on loopback only. */
+static void test_status_path_loopback_only(void **state)
+{
+    char path[512], want[600], *body;
+    fed_store *st = NULL;
+    fed_http_cfg c;
+    in_addr_t outside = outside_addr();
+
+    (void)state;
+    fed_test_path(path, sizeof path, "status.db");
+    assert_int_equal(fed_store_open(path, NULL, &st), FED_OK);
+    fed_store_close(st);
+    memset(&c, 0, sizeof c);
+    c.addr = "0.0.0.0:0";
+    c.board = board;
+    c.db_path = path;
+    assert_int_equal(fed_http_start(&c, &server), FED_OK);
+    snprintf(want, sizeof want, "{\"db\":\"%s\",", path);
+    body = status_json_from(fed_http_port(server), htonl(INADDR_LOOPBACK));
+    assert_non_null(strstr(body, want));
+    free(body);
+    if (!outside) {
+        print_message("skipped: the path hidden from a client beyond loopback (this host has "
+                      "no address but loopback)\n");
+    } else {
+        body = status_json_from(fed_http_port(server), outside);
+        assert_non_null(strstr(body, "{\"db\":null,"));
+        assert_null(strstr(body, path));
+        assert_null(strstr(body, fed_test_tmpdir()));
+        free(body);
+    }
+    fed_http_stop(server);
+    server = NULL;
+}
+
+static int board_tmpdir_setup(void **state)
+{
+    return fed_test_tmpdir_setup(state) == 0 ? board_setup(state) : -1;
+}
+
+static int board_tmpdir_teardown(void **state)
+{
+    board_teardown(state);
+    return fed_test_tmpdir_teardown(state);
+}
+
+/* ---- a flood of held connections (issue 31, item 12) ---- */
+
+/* GET path with every step bounded: no answer within ms is none (0). A
+ * behaviour bound, not a timing: "answered at all within ms". */
+static int http_get_within(uint16_t port, const char *path, int ms, char **body)
+{
+    struct sockaddr_in a;
+    char req[256], buf[65536], *sep;
+    size_t len = 0;
+    uint64_t end = ms_now() + (uint64_t)ms;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), status = 0;
+    int ready = 0;
+
+    if (body)
+        *body = NULL;
+    if (fd < 0)
+        return 0;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+             path);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0 || errno == EINPROGRESS) {
+        struct pollfd pf = {fd, POLLOUT, 0};
+        int err = 0;
+        socklen_t el = sizeof err;
+
+        while (!ready && ms_now() < end && poll(&pf, 1, 50) >= 0)
+            ready = (pf.revents & (POLLOUT | POLLERR | POLLHUP)) && !getsockopt(fd, SOL_SOCKET,
+                     SO_ERROR, &err, &el) && !err && (pf.revents & POLLOUT);
+    }
+    if (ready && send(fd, req, strlen(req), MSG_NOSIGNAL) == (ssize_t)strlen(req)) {
+        while (len < sizeof buf - 1 && ms_now() < end) {
+            struct pollfd pf = {fd, POLLIN, 0};
+            ssize_t k;
+
+            if (poll(&pf, 1, 50) <= 0)
+                continue;
+            if ((k = recv(fd, buf + len, sizeof buf - 1 - len, 0)) <= 0)
+                break;
+            len += (size_t)k;
+        }
+    }
+    close(fd);
+    buf[len] = 0;
+    if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1)
+        status = 0;
+    if (status && body && (sep = strstr(buf, "\r\n\r\n")))
+        *body = strdup(sep + 4);
+    return status;
+}
+
+typedef struct flood_result {
+    int held;        /* connections opened and held (never closed by us) */
+    int polls, health_ok, metrics_ok;
+    uint64_t slowest_ms; /* the slowest /healthz answer (reported, not checked) */
+} flood_result;
+
+/* Opens n connections to port that send nothing and holds them, then asks
+ * for /healthz `polls` times and /metrics once, each answered or not within
+ * 5 s; then lets the flood go. */
+static void run_flood(uint16_t port, int n, int polls, flood_result *r)
+{
+    int *fds = malloc((size_t)n * sizeof *fds);
+    struct sockaddr_in a;
+
+    memset(r, 0, sizeof *r);
+    if (!fds)
+        return;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int i = 0; i < n; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fds[i] >= 0 &&
+            (connect(fds[i], (struct sockaddr *)&a, sizeof a) == 0 || errno == EINPROGRESS))
+            r->held++;
+    }
+    usleep(200000); /* the flood lands before the first poll */
+    for (int i = 0; i < polls; i++) {
+        uint64_t t0 = ms_now();
+
+        r->polls++;
+        if (http_get_within(port, "/healthz", 5000, NULL) != 200)
+            break; /* no answer in 5 s: the check has failed already */
+        r->health_ok++;
+        if (ms_now() - t0 > r->slowest_ms)
+            r->slowest_ms = ms_now() - t0;
+    }
+    if (r->health_ok == polls) {
+        char *body = NULL;
+
+        r->metrics_ok = http_get_within(port, "/metrics", 5000, &body) == 200 && body &&
+                        strstr(body, "fednode_rounds_completed_total") != NULL;
+        free(body);
+    }
+    for (int i = 0; i < n; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    free(fds);
+}
+
+/* How many connections a flood holds: 2,000, fewer when descriptors are
+ * short (the soft limit raised as far as it goes). */
+static int flood_size(void)
+{
+    struct rlimit rl;
+    int n = 2000;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 2300) {
+        rl.rlim_cur = rl.rlim_max < 2300 ? rl.rlim_max : 2300;
+        (void)setrlimit(RLIMIT_NOFILE, &rl);
+        if (rl.rlim_cur < 2300)
+            n = (int)rl.rlim_cur - 300;
+    }
+    return n;
+}
+
+/* While 2,000 connections that send nothing are held (the cap is 64),
+ * /healthz is answered 7 times of 7 and /metrics once, each within 5 s (a
+ * bound on "answered at all": before, 0 of 7 came, the cap full and the
+ * rest of the flood ahead in the listen backlog). */
+static void test_server_flood(void **state)
+{
+    publisher p = {board, 0, 0, 0, 0};
+    pthread_t tp;
+    flood_result r;
+    uint16_t port;
+    int n = flood_size();
+
+    (void)state;
+    assert_true(n >= 500); /* a flood past the cap and the listen backlog */
+    port = start_server(0, 0);
+    assert_int_equal(pthread_create(&tp, NULL, publish_loop, &p), 0);
+    while (!__atomic_load_n(&p.published, __ATOMIC_ACQUIRE))
+        usleep(1000);
+    run_flood(port, n, 7, &r);
+    __atomic_store_n(&p.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(tp, NULL);
+    print_message("flood: %d connections held; /healthz answered %d of %d polls (the slowest "
+                  "in %llu ms), /metrics %s\n",
+                  r.held, r.health_ok, r.polls, (unsigned long long)r.slowest_ms,
+                  r.metrics_ok ? "answered" : "not answered");
+    assert_int_equal(r.held, n);
+    assert_int_equal(r.health_ok, 7);
+    assert_true(r.metrics_ok);
+    /* the flood gone, it serves as before */
+    assert_int_equal(http_get_within(port, "/metrics", 5000, NULL), 200);
+    fed_http_stop(server);
+    server = NULL;
+}
+
 /* Listening beyond loopback is said, as a warning; on loopback it is not. */
 static void test_beyond_loopback_warns(void **state)
 {
@@ -931,12 +1321,56 @@ static void test_beyond_loopback_warns(void **state)
     assert_null(h);
 }
 
+/* The listening socket is ours: a port in use is FED_ERR_IO; [::1] serves
+ * over IPv6. */
+static void test_server_binds(void **state)
+{
+    fed_http_cfg c;
+    fed_http *h = NULL, *h2 = NULL;
+    char addr[64];
+
+    (void)state;
+    memset(&c, 0, sizeof c);
+    c.board = board;
+    c.addr = "127.0.0.1:0";
+    assert_int_equal(fed_http_start(&c, &h), FED_OK);
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", fed_http_port(h));
+    c.addr = addr;
+    assert_int_equal(fed_http_start(&c, &h2), FED_ERR_IO);
+    assert_null(h2);
+    fed_http_stop(h);
+    c.addr = "[::1]:0";
+    if (fed_http_start(&c, &h) != FED_OK) {
+        print_message("skipped: serving on [::1] (this host has no IPv6 loopback)\n");
+        return;
+    }
+    {
+        struct sockaddr_in6 a;
+        const char *req = "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+        char b[256] = {0};
+        int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+        assert_true(fd >= 0);
+        memset(&a, 0, sizeof a);
+        a.sin6_family = AF_INET6;
+        a.sin6_port = htons(fed_http_port(h));
+        a.sin6_addr = in6addr_loopback;
+        assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+        assert_int_equal(send_all(fd, req, strlen(req)), 0);
+        assert_true(recv(fd, b, sizeof b - 1, MSG_WAITALL) > 0);
+        assert_non_null(strstr(b, "HTTP/1.1 503 ")); /* no snapshot yet: starting */
+        close(fd);
+    }
+    fed_http_stop(h);
+}
+
 /* ---- tool mode for tests/test_http_hostile.sh ---- */
 
 static int hostile_main(int argc, char **argv)
 {
     hostile_result r;
-    int port, seconds;
+    flood_result fr;
+    int port, seconds, n = flood_size();
 
     if (argc != 4 || (port = atoi(argv[2])) <= 0 || port > 65535 || (seconds = atoi(argv[3])) <= 0) {
         fprintf(stderr, "usage: test_http --hostile PORT SECONDS\n");
@@ -947,7 +1381,14 @@ static int hostile_main(int argc, char **argv)
            "asked_again=%d seconds=%.1f\n",
            r.idle_closed, r.big_refused, r.trickle_cut, r.scrapes_ok, r.scrapes,
            r.scrapes_retried, r.seconds);
-    return r.idle_closed && r.big_refused && r.trickle_cut && r.scrapes_ok == r.scrapes ? 0 : 1;
+    run_flood((uint16_t)port, n, 7, &fr);
+    printf("flood: held=%d/%d healthz_answered=%d/7 metrics_answered=%d (each within 5 s; "
+           "the slowest /healthz %llu ms)\n",
+           fr.held, n, fr.health_ok, fr.metrics_ok, (unsigned long long)fr.slowest_ms);
+    return r.idle_closed && r.big_refused && r.trickle_cut && r.scrapes_ok == r.scrapes &&
+                   fr.held == n && n >= 500 && fr.health_ok == 7 && fr.metrics_ok
+               ? 0
+               : 1;
 }
 
 int main(int argc, char **argv)
@@ -962,6 +1403,12 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_server_races, board_setup, board_teardown),
         cmocka_unit_test_setup_teardown(test_server_hostile, board_setup, board_teardown),
         cmocka_unit_test_setup_teardown(test_beyond_loopback_warns, board_setup, board_teardown),
+        cmocka_unit_test_setup_teardown(test_server_flood, board_setup, board_teardown),
+        cmocka_unit_test_setup_teardown(test_server_binds, board_setup, board_teardown),
+        cmocka_unit_test_setup_teardown(test_server_refuses_smuggling, board_setup,
+                                        board_teardown),
+        cmocka_unit_test_setup_teardown(test_status_path_loopback_only, board_tmpdir_setup,
+                                        board_tmpdir_teardown),
     };
 
     if (argc > 1 && !strcmp(argv[1], "--hostile"))
