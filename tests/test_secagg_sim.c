@@ -962,6 +962,13 @@ static void test_streamed_misfit(void **state)
     assert_non_null(strstr(why, "--no-crypto"));
     c.wire.max_frame = 0; /* 16 MiB: whole */
     assert_null(fed_node_sa_agg_misfit(&c, 7850, NCL));
+    /* the strategy as model/merge.h classes it, Multi-Krum included */
+    snprintf(c.strategy, sizeof c.strategy, "clip:2+multikrum:1,3");
+    why = fed_node_sa_agg_misfit(&c, 7850, NCL);
+    assert_non_null(why);
+    assert_non_null(strstr(why, "Multi-Krum"));
+    snprintf(c.strategy, sizeof c.strategy, "clip:2+fedadagrad");
+    assert_null(fed_node_sa_agg_misfit(&c, 7850, NCL));
 }
 
 /* The same streams over links that lose 10% of frames once training is
