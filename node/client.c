@@ -62,8 +62,7 @@ static fed_err fed_node_client_new(fed_node *n)
     memcpy(c->agg, n->cfg.aggregator.key, 32);
     c->job.job.user = n;
     n->client = c;
-    c->job.tamper_delta = n->cfg.tamper_delta;
-    c->job.tamper_ctx = n->cfg.tamper_ctx;
+    c->job.hooks = n->cfg.hooks;
     if (n->cfg.dp_sgd) {
         fed_err e = fed_dp_account_new(n->cfg.dp_delta, &c->acct);
 

@@ -249,10 +249,7 @@ typedef struct node_train_job {
     float *residual;        /* (nparams) topk error feedback, or NULL */
     float *params;          /* (nparams) peer: the trained parameters go here;
                                NULL: the encoded delta goes to vec */
-    /* cfg.tamper_delta and its ctx (simulator only; NULL: the delta as
-       trained) */
-    void (*tamper_delta)(void *ctx, uint64_t round, float *delta, size_t n);
-    void *tamper_ctx;
+    const struct fed_node_test_hooks *hooks; /* cfg.hooks (NULL: the delta as trained) */
     int dp_on;              /* client: DP-SGD with dp (its random: the client's
                                keystream, touched only by this job while it runs) */
     fed_trainer_dp dp;

@@ -40,6 +40,7 @@
 #include "core/bytes.h"
 #include "core/log.h"
 #include "node/peer_impl.h"
+#include "node/test_hooks.h"
 
 enum { AR_RUN = 1, AR_VERIFY, AR_ABORT };
 
@@ -362,7 +363,7 @@ static fed_err verify_step(fed_node *n)
 }
 
 /* The run done: its result (the sums, into ar_buf, where finish takes the
- * mean from; the simulator's ar_tamper may change them) hashed with the
+ * mean from; a test's ar_tamper hook may change them) hashed with the
  * members' keys, the verification begun. It has until a deadline after the
  * last step's deadline of any member (by then a member stalled anywhere has
  * given up and its abort has come) to come round. */
@@ -377,8 +378,9 @@ static fed_err verify_begin(fed_node *n)
     if (!buf)
         return FED_ERR_NOMEM;
     memcpy(p->ar_buf, fed_gossip_ar_member_sums(p->ar), (p->dim + 1) * sizeof *p->ar_buf);
-    if (n->cfg.ar_tamper)
-        n->cfg.ar_tamper(n->cfg.ar_tamper_ctx, n->round + 1, p->ar_attempt, p->ar_buf, p->dim + 1);
+    if (n->cfg.hooks && n->cfg.hooks->ar_tamper)
+        n->cfg.hooks->ar_tamper(n->cfg.hooks->ctx, n->round + 1, p->ar_attempt, p->ar_buf,
+                                p->dim + 1);
     for (uint32_t r = 0; r < p->ar_nids; r++)
         memcpy(buf + (size_t)r * 32, p->mem[p->ar_ids[r]].key, 32);
     fed_put_f64le_n(buf + nk, p->ar_buf, p->dim + 1);

@@ -19,6 +19,7 @@
 #include "node/aggregator_impl.h"
 #include "node/secagg_impl.h"
 #include "node/secagg_msg.h"
+#include "node/test_hooks.h"
 #include "secagg/graph.h"
 #include "secagg/quant.h"
 
@@ -304,7 +305,7 @@ static fed_err answer(fed_node *n, sa_member *m, uint8_t type, uint32_t count, c
     memset(&b, 0, sizeof b);
     b.sa_try = s->try_no;
     b.sa_count = count;
-    if (n->cfg.sa_tamper) { /* the simulator's cheating aggregator: a copy */
+    if (n->cfg.hooks && n->cfg.hooks->sa_tamper) { /* a test's cheating aggregator: a copy */
         uint8_t *cp = fed_malloc(len + 1);
 
         if (!cp) {
@@ -314,7 +315,7 @@ static fed_err answer(fed_node *n, sa_member *m, uint8_t type, uint32_t count, c
         size_t clen = len;
 
         memcpy(cp, vec, len);
-        n->cfg.sa_tamper(n->cfg.sa_tamper_ctx, 0, type, h.recipient, cp, &clen, &b.sa_count);
+        n->cfg.hooks->sa_tamper(n->cfg.hooks->ctx, 0, type, h.recipient, cp, &clen, &b.sa_count);
         e = fed_node_emit(n, req, &h, &b, cp, clen <= len ? clen : len);
         fed_free(cp);
         return e;
@@ -958,12 +959,12 @@ fed_err fed_node_sa_agg_on_msg(fed_node *n, node_open *op)
         op->req = NULL;
         return fed_node_ack(n, r, &msg->hdr, FED_ERR_STREAM, 0);
     }
-    if (n->cfg.sa_tamper) { /* before take: a test's bad input goes in as sent */
+    if (n->cfg.hooks && n->cfg.hooks->sa_tamper) { /* before take: a test's bad input */
         size_t len = msg->vector_len;
         uint32_t count = msg->block.sa_count;
 
-        n->cfg.sa_tamper(n->cfg.sa_tamper_ctx, 1, msg->hdr.type, msg->hdr.sender, msg->vector,
-                         &len, &count);
+        n->cfg.hooks->sa_tamper(n->cfg.hooks->ctx, 1, msg->hdr.type, msg->hdr.sender,
+                                msg->vector, &len, &count);
     }
     if ((e = take(n, m, part, msg)) != FED_OK)
         return refuse(n, op, e == FED_ERR_NOMEM ? e : own, e);

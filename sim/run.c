@@ -119,7 +119,7 @@ struct sim_run {
     fed_sim_host **h;      /* (nodes) clients or peers */
     uint32_t **idx;        /* (nodes) their shards */
     size_t *nidx;
-    fed_sim_attack *attack; /* (nodes) --byzantine: each client's tamper_ctx */
+    fed_sim_attack *attack; /* (nodes) --byzantine: each client's hooks and their ctx */
     node_obs *obs;         /* (nodes + 1) the observers; [nodes] the aggregator */
     fed_rng *crash_rng;    /* (nodes) --crash-rate's draws, one stream a node */
     round_sum *local;      /* (rounds + 1) this rank's reports since the last sync */
