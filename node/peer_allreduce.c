@@ -737,15 +737,13 @@ fed_err fed_node_peer_ar_on_retry(fed_node *n)
 
     for (size_t i = 0; i < p->ar_nq; i++) {
         ar_out *o = &p->ar_q[i];
+        fed_err e;
 
-        if (!o->inflight)
-            continue;
-        if (fed_node_tx_active(n, o->to)) {
-            if (fed_node_tx_resend(n, o->to) != FED_OK)
-                o->inflight = 0;
-        } else {
-            o->inflight = 0; /* the whole frame again, with a fresh sequence */
-        }
+        /* no budget: an entry leaves when ACKed or when its attempt or
+           round is dropped; the whole frame again (pump, a fresh
+           sequence) unless a stream's frame in flight went again */
+        if (o->inflight && (!fed_node_retry_frame(n, o->to, 0, &e) || e != FED_OK))
+            o->inflight = 0;
     }
     pump(n);
     return FED_OK;

@@ -1262,6 +1262,24 @@ static void test_no_tamper_hook(void **state)
     free(g);
 }
 
+/* The retransmission budget (node/retry.c) every resend scheme takes from:
+ * max retries, then none, the count left at max; a budget of 0 gives none. */
+static void test_retry_budget(void **state)
+{
+    uint32_t used = 0;
+
+    (void)state;
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(fed_node_retry_take(NULL, NULL, &used, 3), 1);
+    assert_int_equal(used, 3);
+    assert_int_equal(fed_node_retry_take(NULL, NULL, &used, 3), 0);
+    assert_int_equal(fed_node_retry_take(NULL, NULL, &used, 3), 0);
+    assert_int_equal(used, 3);
+    used = 0;
+    assert_int_equal(fed_node_retry_take(NULL, NULL, &used, 0), 0);
+    assert_int_equal(used, 0);
+}
+
 /* An aggregator whose lr is left at its default (0, as fednode run and
  * fedsim leave it without --lr) sends its optimizer's own rate in the
  * round's settings: with Adam every client trains at 0.002, not SGD's 0.05;
@@ -1634,6 +1652,7 @@ int main(void)
         cmocka_unit_test(test_timer_refused),
         cmocka_unit_test(test_train_job_reuse),
         cmocka_unit_test(test_no_tamper_hook),
+        cmocka_unit_test(test_retry_budget),
         cmocka_unit_test(test_async_fedbuff),
         cmocka_unit_test(test_async_due_is_armed_deadline),
         cmocka_unit_test(test_streamed_transfers),
