@@ -16,6 +16,7 @@
 
 #include "core/alloc.h"
 #include "core/bytes.h"
+#include "core/comm.h"
 #include "core/log.h"
 #include "core/opt.h"
 #include "core/pool.h"
@@ -24,7 +25,6 @@
 #include "app/chart.h"
 #include "mpi/coll.h"
 #include "mpi/simcomm.h"
-#include "sim/comm.h"
 #include "sim/run.h"
 #include "storage/store.h"
 
@@ -224,7 +224,7 @@ out:
 
 /* Under mpirun: MPI and the comm the ranks simulate through; the pool's
  * threads shared by the ranks on this host. 0, or 1 after an error. */
-static int open_ranks(int *argc, char ***argv, fed_coll **coll, fed_sim_comm **comm, int *threads)
+static int open_ranks(int *argc, char ***argv, fed_coll **coll, fed_comm **comm, int *threads)
 {
     const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     fed_err e;
@@ -245,7 +245,7 @@ static int open_ranks(int *argc, char ***argv, fed_coll **coll, fed_sim_comm **c
 }
 
 /* Each rank's peak RSS, printed by rank 0 (every rank calls it). */
-static void print_rss(const fed_sim_comm *comm)
+static void print_rss(const fed_comm *comm)
 {
     struct rusage ru;
     uint8_t mine[8], *all = NULL;
@@ -253,10 +253,10 @@ static void print_rss(const fed_sim_comm *comm)
 
     getrusage(RUSAGE_SELF, &ru);
     fed_put_u64le(mine, (uint64_t)ru.ru_maxrss);
-    if (fed_sim_comm_allgather(comm, mine, sizeof mine, &all, &len) != FED_OK)
+    if (fed_comm_allgather(comm, mine, sizeof mine, &all, &len) != FED_OK)
         return;
-    for (size_t k = 0; fed_sim_comm_rank(comm) == 0 && k + 8 <= len; k += 8)
-        printf("rank %zu of %d: peak RSS %.1f MiB\n", k / 8, fed_sim_comm_size(comm),
+    for (size_t k = 0; fed_comm_rank(comm) == 0 && k + 8 <= len; k += 8)
+        printf("rank %zu of %d: peak RSS %.1f MiB\n", k / 8, fed_comm_size(comm),
                (double)fed_get_u64le(all + k) / 1024.0);
     fed_free(all);
 }
@@ -265,7 +265,7 @@ int main(int argc, char **argv)
 {
     fed_sim_scenario sc;
     fed_coll *coll = NULL;
-    fed_sim_comm *comm = NULL;
+    fed_comm *comm = NULL;
     int rank = 0;
     fed_dataset *train = NULL, *test = NULL;
     fed_pool *pool = NULL;
@@ -324,7 +324,7 @@ int main(int argc, char **argv)
         rc = 1;
         goto out;
     }
-    rank = fed_sim_comm_rank(comm);
+    rank = fed_comm_rank(comm);
     if (rank != 0) /* rank 0 writes the rows, the files and the chart */
         csv = svg = dbpath = NULL, o.quiet = 1;
     if (csv && !(o.csv = fopen(csv, "w"))) {
@@ -342,7 +342,7 @@ int main(int argc, char **argv)
     o.rounds = sc.s.rounds;
     o.bar = rank == 0 && isatty(fileno(stderr)) && !isatty(fileno(stdout)); /* rows go to a file: show progress */
     if ((e = fed_data_open(sc.s.data, 1, &train)) != FED_OK ||
-        (fed_sim_rank_needs_test(&sc, rank, fed_sim_comm_size(comm)) &&
+        (fed_sim_rank_needs_test(&sc, rank, fed_comm_size(comm)) &&
          (e = fed_data_open(sc.s.data, 0, &test)) != FED_OK)) {
         fed_cli_error("data %s: %s", sc.s.data, fed_strerror(e));
         rc = 1;

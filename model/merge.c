@@ -218,6 +218,26 @@ fed_err fed_merge_spec_check(const char *spec)
     return fed_merge_parse_spec(spec, &p);
 }
 
+static fed_merge_traits traits_of_params(const merge_params *p)
+{
+    fed_merge_traits t = {.weighted = fed_merge_kind_weighted(p->kind), .clip = p->clip};
+
+    return t;
+}
+
+fed_err fed_merge_spec_traits(const char *spec, fed_merge_traits *out)
+{
+    merge_params p;
+    fed_err e = fed_merge_parse_spec(spec, &p);
+
+    memset(out, 0, sizeof *out);
+    if (e == FED_OK)
+        *out = traits_of_params(&p);
+    return e;
+}
+
+fed_merge_traits fed_merge_traits_of(const fed_merge *m) { return traits_of_params(&m->p); }
+
 fed_merge_config fed_merge_config_default(void)
 {
     fed_merge_config c = {FED_MERGE_DEFAULT_MAX_CLIENTS, 0.0, NULL};

@@ -154,6 +154,21 @@ fed_merge_config fed_merge_config_default(void);
 /* Check a spec without allocating (FED_ERR_BAD_VALUE, logged, when wrong). */
 FED_WUR fed_err fed_merge_spec_check(const char *spec);
 
+/* What a caller outside model/ may need to know of a strategy, so that no
+ * one else keeps a list of names or parses the spec again. */
+typedef struct fed_merge_traits {
+    int weighted; /* 1: D is the sample-weighted sum (fedavg, fedavgm, fedprox,
+                     fedadam, fedyogi, fedadagrad), so a sum of the inputs is
+                     all it needs; 0: a robust rule (median, trimmed, krum,
+                     multikrum, bulyan) that needs each delta */
+    double clip;  /* "clip:NORM+": NORM (> 0); 0 without */
+} fed_merge_traits;
+
+/* The traits of a spec (FED_ERR_BAD_VALUE, logged, when the spec is wrong;
+ * *out is then zero), and of a merge built from one. */
+FED_WUR fed_err fed_merge_spec_traits(const char *spec, fed_merge_traits *out);
+fed_merge_traits fed_merge_traits_of(const fed_merge *m);
+
 /* Parse spec and allocate every buffer the strategy needs for vectors of
  * nparams floats on backend be (not owned; it must outlive the merge).
  * cfg NULL means fed_merge_config_default(). */

@@ -1,4 +1,4 @@
-/* mpi_simcomm.c - sim/comm.h over MPI_COMM_WORLD (mpi/simcomm.h): byte
+/* mpi_simcomm.c - core/comm.h over MPI_COMM_WORLD (mpi/simcomm.h): byte
  * counts first, then the bytes, each in rank order; counts past what an MPI
  * int holds are refused (FED_ERR_TOO_LARGE) rather than cut. Owns only its
  * comm struct; MPI's init and finalize are mpi_coll.c's. */
@@ -11,7 +11,7 @@
 #include "mpi/simcomm.h"
 
 typedef struct simcomm {
-    fed_sim_comm c;
+    fed_comm c;
     int *scount, *sdispl, *rcount, *rdispl; /* (size) each */
     long long *slen, *rlen;                 /* (size) each */
     long long *shead, *rhead;               /* (3 * size) each: exchange's counts */
@@ -130,9 +130,9 @@ static fed_err sc_allgather(void *ctx, const uint8_t *buf, size_t len, uint8_t *
     return FED_OK;
 }
 
-static fed_err sc_allreduce(void *ctx, uint64_t *v, size_t n, fed_sim_op op)
+static fed_err sc_allreduce(void *ctx, uint64_t *v, size_t n, fed_comm_op op)
 {
-    MPI_Op mop = op == FED_SIM_MIN ? MPI_MIN : op == FED_SIM_MAX ? MPI_MAX : MPI_SUM;
+    MPI_Op mop = op == FED_COMM_MIN ? MPI_MIN : op == FED_COMM_MAX ? MPI_MAX : MPI_SUM;
 
     (void)ctx;
     if (n > INT_MAX)
@@ -142,7 +142,7 @@ static fed_err sc_allreduce(void *ctx, uint64_t *v, size_t n, fed_sim_op op)
     return FED_OK;
 }
 
-fed_err fed_mpi_sim_comm_new(fed_sim_comm **out)
+fed_err fed_mpi_sim_comm_new(fed_comm **out)
 {
     simcomm *s;
     int inited = 0, rank, size;
@@ -165,7 +165,7 @@ fed_err fed_mpi_sim_comm_new(fed_sim_comm **out)
     s->rlen = fed_calloc(n, sizeof *s->rlen);
     s->shead = fed_calloc(3 * n, sizeof *s->shead);
     s->rhead = fed_calloc(3 * n, sizeof *s->rhead);
-    s->c = (fed_sim_comm){.rank = rank, .size = size, .ctx = s, .exchange = sc_exchange,
+    s->c = (fed_comm){.rank = rank, .size = size, .ctx = s, .exchange = sc_exchange,
                           .allgather = sc_allgather, .allreduce = sc_allreduce};
     if (!s->scount || !s->sdispl || !s->rcount || !s->rdispl || !s->slen || !s->rlen ||
         !s->shead || !s->rhead) {
@@ -176,7 +176,7 @@ fed_err fed_mpi_sim_comm_new(fed_sim_comm **out)
     return FED_OK;
 }
 
-void fed_mpi_sim_comm_free(fed_sim_comm *c)
+void fed_mpi_sim_comm_free(fed_comm *c)
 {
     simcomm *s = c ? c->ctx : NULL;
 

@@ -19,13 +19,13 @@ fed_err fed_coll_mpi_open(int *argc, char ***argv, fed_coll **out)
 /* fedsim's comm (mpi/simcomm.h) in a build without MPI */
 #include "mpi/simcomm.h"
 
-fed_err fed_mpi_sim_comm_new(fed_sim_comm **out)
+fed_err fed_mpi_sim_comm_new(fed_comm **out)
 {
     *out = NULL;
     return FED_ERR_UNSUPPORTED;
 }
 
-void fed_mpi_sim_comm_free(fed_sim_comm *c)
+void fed_mpi_sim_comm_free(fed_comm *c)
 {
     (void)c;
 }

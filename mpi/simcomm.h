@@ -1,4 +1,4 @@
-/* simcomm.h - sim/comm.h over MPI_COMM_WORLD, for fedsim under mpirun: the
+/* simcomm.h - core/comm.h over MPI_COMM_WORLD, for fedsim under mpirun: the
  * frames that cross ranks at a window's end (MPI_Alltoallv), the rows'
  * news (MPI_Allgatherv) and the sums and minima (MPI_Allreduce), all
  * blocking: a rank that dies ends the job through mpirun, and a rank that
@@ -8,9 +8,9 @@
 #define FED_MPI_SIMCOMM_H
 
 #include "core/err.h"
-#include "sim/comm.h"
+#include "core/comm.h"
 
-FED_WUR fed_err fed_mpi_sim_comm_new(fed_sim_comm **out);
-void fed_mpi_sim_comm_free(fed_sim_comm *c);
+FED_WUR fed_err fed_mpi_sim_comm_new(fed_comm **out);
+void fed_mpi_sim_comm_free(fed_comm *c);
 
 #endif

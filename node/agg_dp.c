@@ -26,6 +26,7 @@
 #include "core/bytes.h"
 #include "core/log.h"
 #include "crypto/keystream.h"
+#include "model/merge.h"
 #include "model/dp.h"
 #include "node/aggregator_impl.h"
 #include "node/dp_account.h"
@@ -50,18 +51,6 @@ struct agg_dp {
     double epsilon;    /* spent after the last committed round */
     float *sum;        /* (nparams) the noised mean of the round */
 };
-
-static int robust_strategy(const char *spec)
-{
-    static const char *const robust[] = {"median", "trimmed", "krum", "multikrum", "bulyan"};
-    const char *s = strchr(spec, '+');
-
-    s = s ? s + 1 : spec; /* past clip:NORM+ */
-    for (size_t i = 0; i < sizeof robust / sizeof robust[0]; i++)
-        if (!strncmp(s, robust[i], strlen(robust[i])))
-            return 1;
-    return 0;
-}
 
 /* With secagg: the clip each client applies to its own delta, so that
  * its contribution to the dequantized sum stays within C. Stochastic
@@ -102,7 +91,7 @@ fed_err fed_node_agg_dp_new(fed_node *n)
 
     if (!(c->dp_client_clip > 0))
         return FED_OK;
-    if (fed_node_agg_is_async(n) || robust_strategy(c->strategy)) {
+    if (fed_node_agg_is_async(n) || !fed_merge_traits_of(a->merge).weighted) {
         fed_log(FED_LOG_ERROR, "aggregator: DP-FedAvg (--dp-client-clip) takes synchronous "
                                "rounds and a weighted strategy (fedavg, fedavgm, fedprox, "
                                "fedadam, ...), not %s", fed_node_agg_is_async(n) ? "--mode async"

@@ -62,8 +62,7 @@ static fed_err fed_node_client_new(fed_node *n)
     memcpy(c->agg, n->cfg.aggregator.key, 32);
     c->job.job.user = n;
     n->client = c;
-    c->job.tamper_delta = n->cfg.tamper_delta;
-    c->job.tamper_ctx = n->cfg.tamper_ctx;
+    c->job.hooks = n->cfg.hooks;
     if (n->cfg.dp_sgd) {
         fed_err e = fed_dp_account_new(n->cfg.dp_delta, &c->acct);
 
@@ -738,24 +737,20 @@ static fed_err fed_node_client_on_timer(fed_node *n, uint32_t id)
         return e;
     }
     switch (c->state) {
-    case CL_SENDING:
-        if (c->out_type == FED_WIRE_LEAVE) {
-            if (c->resends++ < n->cfg.delta_retries)
-                return send_leave(n);
-            return ask(n, FED_WIRE_HELLO);
-        }
-        if (c->resends < n->cfg.delta_retries) {
-            c->resends++;
-            fed_log(FED_LOG_INFO, "client: no answer to the delta of round %llu; resending",
-                    (unsigned long long)c->round);
-            if (fed_node_tx_active(n, c->agg)) {
-                arm_retry(n, n->cfg.retry_ms);
-                return fed_node_tx_resend(n, c->agg);
-            }
-            return send_delta(n);
-        }
-        fed_node_tx_drop(n, c->agg);
-        return ask(n, FED_WIRE_HELLO); /* the aggregator may have restarted */
+    case CL_SENDING: {
+        int leave = c->out_type == FED_WIRE_LEAVE;
+        fed_err e;
+
+        if (!fed_node_retry_take(n, leave ? NULL : c->agg, &c->resends, n->cfg.delta_retries))
+            return ask(n, FED_WIRE_HELLO); /* the aggregator may have restarted */
+        if (leave)
+            return send_leave(n);
+        fed_log(FED_LOG_INFO, "client: no answer to the delta of round %llu; resending",
+                (unsigned long long)c->round);
+        if (fed_node_retry_frame(n, c->agg, n->cfg.retry_ms, &e))
+            return e;
+        return send_delta(n);
+    }
     case CL_ASKING:
         if (repull(n) == FED_OK)
             return FED_OK;

@@ -645,6 +645,11 @@ fed_err fed_node_daemon_run(const fed_node_daemon_cfg *dc, const fed_node_config
     };
     fed_err e;
 
+    if (nc->hooks) { /* the simulator's and the tests' seam, never a process's */
+        fed_log(FED_LOG_ERROR, "daemon: a node config with test hooks (node/test_hooks.h) does "
+                               "not run as a daemon");
+        return FED_ERR_INVAL;
+    }
     memset(&d, 0, sizeof d);
     nc->on_address = on_address;
     nc->address_ctx = &d;

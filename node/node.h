@@ -184,12 +184,6 @@ typedef struct fed_node_config {
     const uint32_t *shard;        /* (shard_n) indices into train (borrowed) */
     size_t shard_n;
     uint64_t retry_ms;            /* answer wait beyond poll_ms; default 2000 */
-    /* simulator only: NULL in every real node; fedsim's Byzantine clients
-       (sim/attack.h) use it. Called with tamper_ctx, the round and the
-       client's delta (trained - global, n floats) before it is encoded, in
-       the training job (off the loop): it may change the delta in place. */
-    void (*tamper_delta)(void *ctx, uint64_t round, float *delta, size_t n);
-    void *tamper_ctx;
     uint32_t delta_retries;       /* DELTA resends before HELLO; default 3 */
     /* DP-SGD (node/dp_account.h): a client with dp_sgd trains each round
        with it (CPU backend), noise from env.random through a keystream
@@ -233,16 +227,6 @@ typedef struct fed_node_config {
     double secagg_range;          /* per-coordinate clip; default 4 */
     uint64_t secagg_stage_ms;     /* each stage's deadline (the masked input's:
                                      deadline_ms); default 10000 */
-    /* simulator only (the tests' cheating aggregator): NULL in every real
-       node. Called on the aggregator's loop with sa_tamper_ctx for each
-       stage request it takes (inbound 1: the request's vector, to look at or
-       to change in place, as a client sending a bad input would)
-       and each answer it is about to send (inbound 0: a copy, which it may
-       change or shorten, *len and *count with it), with the client's key
-       and the frame type */
-    void (*sa_tamper)(void *ctx, int inbound, uint8_t type, const uint8_t key[32], uint8_t *vec,
-                      size_t *len, uint32_t *count);
-    void *sa_tamper_ctx;
 
     /* peer (no aggregator): every member in the allow-list is a peer; the
        round's settings above are its own (spec, local_epochs, batch,
@@ -254,14 +238,6 @@ typedef struct fed_node_config {
     char sync[16];                /* bsp (default), ssp:S, asp:T or bap */
     char mixing[16];              /* pushsum (default), plain, metropolis, pairwise */
     uint32_t group_size;          /* allreduce: groups of at most this a round (0: none) */
-    /* simulator only (the tests' faulty all-reduce member): NULL in every
-       real node. Called with ar_tamper_ctx when this member's all-reduce
-       run of (round, attempt) is done, on its sums (n doubles, the total
-       weight last) before it hashes them: it may change them, and the
-       member then holds (and, if the round's check passes, takes) what it
-       left */
-    void (*ar_tamper)(void *ctx, uint64_t round, uint32_t attempt, double *sums, size_t n);
-    void *ar_tamper_ctx;
     int mix_only;                 /* 1: no training; mix init (consensus runs) */
     char advertise[FED_GOSSIP_URL_MAX + 1]; /* where the others reach this peer,
                                      published in signed PEERS entries; "": none */
@@ -291,6 +267,11 @@ typedef struct fed_node_config {
     fed_node_round_fn on_round;
     fed_node_delta_fn on_delta;
     void *observer;
+
+    /* the simulator's and the tests' misbehaviours (node/test_hooks.h;
+       borrowed): NULL in every real node, and fed_node_daemon_run refuses
+       a config with one */
+    const struct fed_node_test_hooks *hooks;
 } fed_node_config;
 
 /* Arena slots (crypto/arena.h) a client of a secure round with k neighbours

@@ -210,6 +210,7 @@ int fed_node_tx_active(fed_node *n, const uint8_t to[32]);
 int fed_node_tx_sent_all(fed_node *n, const uint8_t to[32]);
 void fed_node_tx_drop(fed_node *n, const uint8_t to[32]);
 void fed_node_tx_drop_all(fed_node *n);
+
 /* Asks the sender of st for its next chunk. */
 FED_WUR fed_err fed_node_pull(fed_node *n, const fed_wire_stream_rx *st);
 /* Asks again for the chunk awaited from sender (its reply was lost);
@@ -230,6 +231,22 @@ void fed_node_rx_drop_before(fed_node *n, uint64_t round);
 /* The buffers of incoming streams, once the wire is freed. */
 void fed_node_rx_free_all(fed_node *n);
 
+/* ---- retry.c: a request with no answer by its NODE_TIMER_RETRY ----
+ * The one rule of a client's DELTA and LEAVE, a secure round's stage
+ * request and an all-reduce member's queued frames: a retry is taken from a
+ * budget the sender counts; each sends the frame in flight again when the
+ * request went as a CHUNK stream still held for its recipient (restamped:
+ * the receiver takes each frame once), else the sender builds its whole
+ * request again (a fresh sequence number). */
+/* One retry from a budget of max that *used counts: 1, *used + 1; or 0
+ * when it is spent, the stream to `to` then dropped (to NULL: none). */
+int fed_node_retry_take(fed_node *n, const uint8_t to[32], uint32_t *used, uint32_t max);
+/* When a stream to `to` is held: arms NODE_TIMER_RETRY in arm_ms (0: the
+ * caller arms it), sends the stream's frame in flight again (*e: how that
+ * went) and returns 1; else returns 0 and the caller sends the whole
+ * request again. */
+int fed_node_retry_frame(fed_node *n, const uint8_t to[32], uint64_t arm_ms, fed_err *e);
+
 /* ---- train_job.c: a round of local training, off the loop ---- */
 typedef struct node_train_job {
     fed_job job;
@@ -249,10 +266,7 @@ typedef struct node_train_job {
     float *residual;        /* (nparams) topk error feedback, or NULL */
     float *params;          /* (nparams) peer: the trained parameters go here;
                                NULL: the encoded delta goes to vec */
-    /* cfg.tamper_delta and its ctx (simulator only; NULL: the delta as
-       trained) */
-    void (*tamper_delta)(void *ctx, uint64_t round, float *delta, size_t n);
-    void *tamper_ctx;
+    const struct fed_node_test_hooks *hooks; /* cfg.hooks (NULL: the delta as trained) */
     int dp_on;              /* client: DP-SGD with dp (its random: the client's
                                keystream, touched only by this job while it runs) */
     fed_trainer_dp dp;

@@ -3,9 +3,9 @@
  * (gossip/allreduce.h: ring, tree[:K] or butterfly, from cfg.topology) of
  * their models weighted by samples. Each range a step sends goes as a SLICE
  * request (sealed and signed like every frame, a CHUNK stream when larger
- * than a frame), answered by ACK; slices wait in one queue, at most one in
- * flight per recipient, and are sent again after ar_retry_ms until ACKed, so
- * lost frames are made good. A receiver not yet in that round or attempt
+ * than a frame), answered by ACK; slices wait in one queue
+ * (peer_ar_queue.c), at most one in flight per recipient, and are sent
+ * again until ACKed, so lost frames are made good. A receiver not yet in that round or attempt
  * answers BUSY (sent again later), one already past it OK (it had it).
  *
  * The fault rule (docs/DESIGN.md, "All-reduce faults"): a round is a run of
@@ -40,149 +40,23 @@
 #include "core/bytes.h"
 #include "core/log.h"
 #include "node/peer_impl.h"
+#include "node/test_hooks.h"
 
 enum { AR_RUN = 1, AR_VERIFY, AR_ABORT };
 
-struct ar_out {
-    uint8_t to[32];  /* the recipient's key: the member list may be rebuilt (a
-                        reload, a member expired) while a frame waits */
-    uint8_t type;    /* SLICE, AR_ABORT, AR_VERIFY */
-    uint16_t codec;
-    uint64_t round, attempt;
-    fed_wire_block b;
-    uint8_t *vec;    /* the encoded range (f64) or the keys left out, owned */
-    size_t len;
-    int inflight;    /* sent, no ACK yet */
-};
-
-static uint64_t retry_ms(const fed_node *n)
-{
-    uint64_t r = n->cfg.deadline_ms / 20;
-
-    if (r < 10)
-        r = 10;
-    return n->cfg.retry_ms && n->cfg.retry_ms < r ? n->cfg.retry_ms : r;
-}
-
-/* What a frame's ACK echoes (FED_WIRE_ACK_STEP's 16 bits): the step and
- * attempt of a SLICE (the step alone in attempt 0), the attempt of an
- * abort, the attempt and row of a verification. */
-static uint32_t ack_tag(uint8_t type, const fed_wire_block *b)
-{
-    uint64_t v = type == FED_WIRE_SLICE      ? b->step
-                 : type == FED_WIRE_AR_ABORT ? 0xa000000000000000ull ^ b->attempt
-                                             : 0xb000000000000000ull ^ b->attempt << 16 ^ b->in_row;
-
-    return FED_WIRE_ACK_STEP((v ^ v >> 16 ^ v >> 32 ^ v >> 48) & 0xffffu);
-}
-
 void fed_node_peer_ar_free(node_mesh *p)
 {
-    for (size_t i = 0; i < p->ar_nq; i++)
-        fed_free(p->ar_q[i].vec);
-    fed_free(p->ar_q);
+    fed_node_peer_arq_free(p);
     fed_free(p->ar_buf);
     fed_free(p->ar_left);
     fed_free(p->ar_grp);
     fed_free(p->ar_ids);
     fed_free(p->ar_rank);
     fed_gossip_ar_member_free(p->ar);
-    p->ar_q = NULL;
-    p->ar_nq = p->ar_capq = p->ar_capn = 0;
+    p->ar_capn = 0;
     p->ar = NULL;
     p->ar_left = p->ar_grp = NULL;
     p->ar_ids = p->ar_rank = NULL;
-}
-
-static void drop_entry(node_mesh *p, size_t i)
-{
-    fed_free(p->ar_q[i].vec);
-    memmove(&p->ar_q[i], &p->ar_q[i + 1], (p->ar_nq - i - 1) * sizeof *p->ar_q);
-    p->ar_nq--;
-}
-
-static fed_err emit(fed_node *n, ar_out *o)
-{
-    fed_wire_hdr h;
-    fed_err e;
-
-    /* addressed to any epoch (0): a restarted member holds no all-reduce a
-       replayed frame could enter (gossip/wire.h) */
-    if ((e = fed_node_header(n, o->type, o->to, o->round, 0, o->codec, &h)) != FED_OK)
-        return e;
-    return fed_node_emit_vec(n, NULL, &h, &o->b, o->vec, o->len);
-}
-
-/* Sends the first frame waiting for each recipient with none in flight. */
-static void pump(fed_node *n)
-{
-    node_mesh *p = n->mesh;
-    int any = 0;
-
-    for (size_t i = 0; i < p->ar_nq; i++) {
-        ar_out *o = &p->ar_q[i];
-        int busy = 0;
-
-        for (size_t j = 0; j < i && !busy; j++)
-            busy = !memcmp(p->ar_q[j].to, o->to, 32);
-        if (!busy && !o->inflight) {
-            fed_err e = emit(n, o);
-
-            if (e != FED_OK)
-                fed_log(FED_LOG_WARN, "peer: %s of round %llu to member %zu: %s (sent again "
-                        "later)", fed_wire_type_name(o->type), (unsigned long long)o->round,
-                        fed_node_peer_member_of(p, o->to), fed_strerror(e));
-            o->inflight = 1;
-        }
-        any = 1;
-    }
-    if (any)
-        (void)fed_node_arm_in(n, retry_ms(n), NODE_TIMER_RETRY);
-}
-
-/* A new entry at the queue's end (zeroed but for what is given); vec is
- * taken. */
-static fed_err enqueue(node_mesh *p, uint8_t type, const uint8_t to[32], uint64_t round,
-                       const fed_wire_block *b, uint8_t *vec, size_t len, uint16_t codec)
-{
-    ar_out *o;
-
-    if (p->ar_nq == p->ar_capq) {
-        size_t cap = p->ar_capq ? 2 * p->ar_capq : 16;
-        ar_out *q = fed_realloc(p->ar_q, cap * sizeof *q);
-
-        if (!q) {
-            fed_free(vec);
-            return FED_ERR_NOMEM;
-        }
-        p->ar_q = q;
-        p->ar_capq = cap;
-    }
-    o = &p->ar_q[p->ar_nq++];
-    memset(o, 0, sizeof *o);
-    memcpy(o->to, to, 32);
-    o->type = type;
-    o->codec = codec;
-    o->round = round;
-    o->attempt = p->ar_attempt;
-    o->b = *b;
-    o->vec = vec;
-    o->len = len;
-    return FED_OK;
-}
-
-/* Drops this round's waiting slices and verifications (aborts stay: the
- * others must hear them). */
-static void drop_attempt(fed_node *n)
-{
-    node_mesh *p = n->mesh;
-
-    for (size_t i = p->ar_nq; i-- > 0;)
-        if (p->ar_q[i].round == n->round + 1 && p->ar_q[i].type != FED_WIRE_AR_ABORT) {
-            if (p->ar_q[i].inflight && fed_node_tx_active(n, p->ar_q[i].to))
-                fed_node_tx_drop(n, p->ar_q[i].to);
-            drop_entry(p, i);
-        }
 }
 
 /* The current step's sends into the queue, ranks turned into members. */
@@ -211,7 +85,7 @@ static fed_err queue_sends(fed_node *n)
         }
         memset(&b, 0, sizeof b);
         b.step = (uint64_t)p->ar_attempt << 32 | fed_gossip_ar_member_step(p->ar);
-        if ((e = enqueue(p, FED_WIRE_SLICE, p->mem[p->ar_ids[x.peer]].key, n->round + 1, &b, vec,
+        if ((e = fed_node_peer_arq_put(p, FED_WIRE_SLICE, p->mem[p->ar_ids[x.peer]].key, n->round + 1, &b, vec,
                          len, FED_CODEC_F64)) != FED_OK)
             return e;
     }
@@ -268,7 +142,7 @@ static fed_err send_aborts(fed_node *n)
                 memcpy(keys + at, p->mem[j].key, 32);
                 at += 32;
             }
-        e = enqueue(p, FED_WIRE_AR_ABORT, p->mem[k].key, n->round + 1, &b, keys, at,
+        e = fed_node_peer_arq_put(p, FED_WIRE_AR_ABORT, p->mem[k].key, n->round + 1, &b, keys, at,
                     FED_CODEC_NONE);
     }
     return e;
@@ -284,10 +158,10 @@ static fed_err give_up(fed_node *n)
     fed_gossip_ar_member_free(p->ar);
     p->ar = NULL;
     p->ar_phase = AR_ABORT;
-    drop_attempt(n);
+    fed_node_peer_arq_drop_round(n);
     if ((e = send_aborts(n)) != FED_OK)
         return e;
-    pump(n);
+    fed_node_peer_arq_pump(n);
     return fed_node_arm_in(n, n->cfg.deadline_ms, NODE_TIMER_DEADLINE);
 }
 
@@ -311,7 +185,7 @@ static fed_err send_row(fed_node *n, uint32_t to, uint64_t row)
     b.attempt = p->ar_attempt;
     b.in_row = row;
     memcpy(b.result_hash, p->ar_hash, 32);
-    return enqueue(p, FED_WIRE_AR_VERIFY, p->mem[to].key, n->round + 1, &b, NULL, 0,
+    return fed_node_peer_arq_put(p, FED_WIRE_AR_VERIFY, p->mem[to].key, n->round + 1, &b, NULL, 0,
                    FED_CODEC_NONE);
 }
 
@@ -357,12 +231,12 @@ static fed_err verify_step(fed_node *n)
                 return e;
         }
     }
-    pump(n);
+    fed_node_peer_arq_pump(n);
     return row >= nn ? finish(n, 1) : FED_OK;
 }
 
 /* The run done: its result (the sums, into ar_buf, where finish takes the
- * mean from; the simulator's ar_tamper may change them) hashed with the
+ * mean from; a test's ar_tamper hook may change them) hashed with the
  * members' keys, the verification begun. It has until a deadline after the
  * last step's deadline of any member (by then a member stalled anywhere has
  * given up and its abort has come) to come round. */
@@ -377,8 +251,9 @@ static fed_err verify_begin(fed_node *n)
     if (!buf)
         return FED_ERR_NOMEM;
     memcpy(p->ar_buf, fed_gossip_ar_member_sums(p->ar), (p->dim + 1) * sizeof *p->ar_buf);
-    if (n->cfg.ar_tamper)
-        n->cfg.ar_tamper(n->cfg.ar_tamper_ctx, n->round + 1, p->ar_attempt, p->ar_buf, p->dim + 1);
+    if (n->cfg.hooks && n->cfg.hooks->ar_tamper)
+        n->cfg.hooks->ar_tamper(n->cfg.hooks->ctx, n->round + 1, p->ar_attempt, p->ar_buf,
+                                p->dim + 1);
     for (uint32_t r = 0; r < p->ar_nids; r++)
         memcpy(buf + (size_t)r * 32, p->mem[p->ar_ids[r]].key, 32);
     fed_put_f64le_n(buf + nk, p->ar_buf, p->dim + 1);
@@ -411,7 +286,7 @@ static fed_err progress(fed_node *n)
         uint32_t s = fed_gossip_ar_member_step(p->ar);
 
         if (fed_gossip_ar_member_done(p->ar)) {
-            pump(n);
+            fed_node_peer_arq_pump(n);
             return verify_begin(n);
         }
         if (p->ar_sent <= s) {
@@ -430,7 +305,7 @@ static fed_err progress(fed_node *n)
         if ((e = fed_gossip_ar_member_advance(p->ar)) != FED_OK)
             break;
     }
-    pump(n);
+    fed_node_peer_arq_pump(n);
     return e;
 }
 
@@ -495,7 +370,7 @@ fed_err fed_node_peer_ar_begin(fed_node *n)
     /* frames of rounds before the last are of no use to anyone now */
     for (size_t i = p->ar_nq; i-- > 0;)
         if (p->ar_q[i].round + 1 < n->round + 1)
-            drop_entry(p, i);
+            fed_node_peer_arq_drop(p, i);
     uint32_t cnt = 0;
     fed_err e;
 
@@ -537,7 +412,7 @@ static fed_err answer(fed_node *n, node_open *op, fed_err status)
        copy of an earlier frame must not end the one now in flight
        (gossip/wire.h) */
     fed_err e = fed_node_ack(n, op->req, &op->msg.hdr, status,
-                             ack_tag(op->msg.hdr.type, &op->msg.block));
+                             fed_node_peer_arq_ack_tag(op->msg.hdr.type, &op->msg.block));
 
     op->req = NULL;
     return e;
@@ -631,9 +506,9 @@ static fed_err on_abort(fed_node *n, node_open *op, size_t k)
     if (p->ar_phase == AR_ABORT) {
         if (!grew)
             return FED_OK;
-        drop_attempt(n); /* nothing but aborts waits; tell the grown union */
+        fed_node_peer_arq_drop_round(n); /* nothing but aborts waits; tell the grown union */
         (void)send_aborts(n);
-        pump(n);
+        fed_node_peer_arq_pump(n);
         return FED_OK;
     }
     return give_up(n);
@@ -689,64 +564,6 @@ fed_err fed_node_peer_ar_on_control(fed_node *n, node_open *op)
     if (m->hdr.type == FED_WIRE_AR_ABORT)
         return on_abort(n, op, k);
     return on_verify(n, op, k);
-}
-
-int fed_node_peer_ar_on_ack(fed_node *n, const fed_wire_msg *m, fed_err *out)
-{
-    node_mesh *p = n->mesh;
-    size_t k = fed_node_peer_member_of(p, m->hdr.sender), i;
-    fed_err status = (fed_err)m->block.status;
-    ar_out *o;
-
-    *out = FED_OK;
-    for (i = 0; i < p->ar_nq; i++)
-        if (!memcmp(p->ar_q[i].to, m->hdr.sender, 32))
-            break;
-    if (k == SIZE_MAX || i == p->ar_nq || !p->ar_q[i].inflight || p->ar_q[i].round != m->hdr.round)
-        return 0;
-    o = &p->ar_q[i];
-    if ((m->block.ack_flags & FED_WIRE_ACK_STEP_MASK) &&
-        (m->block.ack_flags & FED_WIRE_ACK_STEP_MASK) != ack_tag(o->type, &o->b))
-        return 1; /* the ACK of an earlier frame's resent copy: not this one's */
-    if (status == FED_OK && fed_node_tx_active(n, m->hdr.sender)) {
-        int done = 1;
-
-        *out = fed_node_tx_push(n, m->hdr.sender, &done);
-        if (!done || *out != FED_OK)
-            return 1; /* the next chunk is out (or the retry sends it again) */
-    }
-    fed_node_tx_drop(n, m->hdr.sender);
-    if (status == FED_ERR_BUSY) {
-        o->inflight = 0; /* sent again at the retry */
-        return 1;
-    }
-    if (status != FED_OK)
-        fed_log(status == FED_ERR_LATE ? FED_LOG_INFO : FED_LOG_WARN, /* it moved on */
-                "peer: member %zu refused our %s of round %llu: %s", k,
-                fed_wire_type_name(o->type), (unsigned long long)o->round, fed_strerror(status));
-    drop_entry(p, i);
-    pump(n);
-    return 1;
-}
-
-fed_err fed_node_peer_ar_on_retry(fed_node *n)
-{
-    node_mesh *p = n->mesh;
-
-    for (size_t i = 0; i < p->ar_nq; i++) {
-        ar_out *o = &p->ar_q[i];
-
-        if (!o->inflight)
-            continue;
-        if (fed_node_tx_active(n, o->to)) {
-            if (fed_node_tx_resend(n, o->to) != FED_OK)
-                o->inflight = 0;
-        } else {
-            o->inflight = 0; /* the whole frame again, with a fresh sequence */
-        }
-    }
-    pump(n);
-    return FED_OK;
 }
 
 fed_err fed_node_peer_ar_on_deadline(fed_node *n)

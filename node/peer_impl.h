@@ -28,7 +28,18 @@ typedef enum mesh_mix {
     MIX_ALLREDUCE /* exact: peer_allreduce.c */
 } mesh_mix;
 
-typedef struct ar_out ar_out; /* a slice sent or waiting (peer_allreduce.c) */
+/* A SLICE, AR_ABORT or AR_VERIFY frame sent or waiting (peer_ar_queue.c). */
+typedef struct ar_out {
+    uint8_t to[32];  /* the recipient's key: the member list may be rebuilt (a
+                        reload, a member expired) while a frame waits */
+    uint8_t type;    /* SLICE, AR_ABORT, AR_VERIFY */
+    uint16_t codec;
+    uint64_t round, attempt;
+    fed_wire_block b;
+    uint8_t *vec;    /* the encoded range (f64) or the keys left out, owned */
+    size_t len;
+    int inflight;    /* sent, no ACK yet */
+} ar_out;
 
 /* What the node knows of each member (index = allow-list order). */
 typedef struct mesh_member {
@@ -117,10 +128,6 @@ fed_err fed_node_peer_finish_round(fed_node *n);
 fed_err fed_node_peer_ar_begin(fed_node *n);
 /* A SLICE request: taken into the run, ACKed (BUSY: not in that round yet). */
 fed_err fed_node_peer_ar_on_slice(fed_node *n, node_open *op);
-/* An ACK: 1 when it answered one of our slices (*e: what handling it gave). */
-int fed_node_peer_ar_on_ack(fed_node *n, const fed_wire_msg *m, fed_err *e);
-/* NODE_TIMER_RETRY: slices with no ACK go again. */
-fed_err fed_node_peer_ar_on_retry(fed_node *n);
 /* NODE_TIMER_DEADLINE: a step stalled (the attempt is given up), the
  * verification window closed (the result is taken), or the abort window
  * closed (the round is redone over the rest). */
@@ -128,6 +135,28 @@ fed_err fed_node_peer_ar_on_deadline(fed_node *n);
 /* An AR_ABORT or AR_VERIFY request. */
 fed_err fed_node_peer_ar_on_control(fed_node *n, node_open *op);
 void fed_node_peer_ar_free(node_mesh *p);
+
+/* ---- peer_ar_queue.c: the all-reduce's frames until ACKed ---- */
+/* A new entry at the queue's end, of p->ar_attempt (vec is taken, freed
+ * on failure too). */
+FED_WUR fed_err fed_node_peer_arq_put(node_mesh *p, uint8_t type, const uint8_t to[32],
+                                      uint64_t round, const fed_wire_block *b, uint8_t *vec,
+                                      size_t len, uint16_t codec);
+/* Sends the first frame waiting for each recipient with none in flight,
+ * and arms NODE_TIMER_RETRY while any waits. */
+void fed_node_peer_arq_pump(fed_node *n);
+/* Drops entry i (its vector freed). */
+void fed_node_peer_arq_drop(node_mesh *p, size_t i);
+/* Drops the running round's SLICEs and AR_VERIFYs, and their streams
+ * (AR_ABORTs stay: the others must hear them). */
+void fed_node_peer_arq_drop_round(fed_node *n);
+/* What the ACK of a frame of type with block b echoes (FED_WIRE_ACK_STEP). */
+uint32_t fed_node_peer_arq_ack_tag(uint8_t type, const fed_wire_block *b);
+/* An ACK: 1 when it answered one of our frames (*e: what handling it gave). */
+int fed_node_peer_ar_on_ack(fed_node *n, const fed_wire_msg *m, fed_err *e);
+/* NODE_TIMER_RETRY: frames with no ACK go again. */
+fed_err fed_node_peer_ar_on_retry(fed_node *n);
+void fed_node_peer_arq_free(node_mesh *p);
 
 /* ---- peer_members.c ---- */
 /* p->table: cfg.peers or a table of its own, --publish's entry learned. */

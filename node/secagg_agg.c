@@ -15,9 +15,11 @@
 #include "core/alloc.h"
 #include "core/bytes.h"
 #include "core/log.h"
+#include "model/merge.h"
 #include "node/aggregator_impl.h"
 #include "node/secagg_impl.h"
 #include "node/secagg_msg.h"
+#include "node/test_hooks.h"
 #include "secagg/graph.h"
 #include "secagg/quant.h"
 
@@ -68,9 +70,9 @@ struct node_sa_agg {
 
 const char *fed_node_sa_agg_misfit(const fed_node_config *c, size_t nparams, size_t max_clients)
 {
-    static const char *const robust[] = {"median", "trimmed", "krum", "bulyan"};
     fed_secagg_quant q = {.clip_norm = 0, .range = c->secagg_range, .bits = c->secagg_bits};
     size_t max_frame = c->wire.max_frame ? c->wire.max_frame : FED_WIRE_MAX_FRAME_DEFAULT;
+    fed_merge_traits mt;
     fed_wire_cfg wc;
 
     fed_wire_cfg_default(&wc);
@@ -80,11 +82,10 @@ const char *fed_node_sa_agg_misfit(const fed_node_config *c, size_t nparams, siz
     if (c->async_k)
         return "--secagg needs synchronous rounds: async (FedBuff) merges deltas one by one, "
                "which masking hides; use --mode sync";
-    for (size_t i = 0; i < sizeof robust / sizeof *robust; i++)
-        if (strstr(c->strategy, robust[i]))
-            return "--secagg hides individual updates, which median, trimmed mean, Krum and "
-                   "Bulyan need; use fedavg, fedavgm, fedadam, fedyogi or fedadagrad (with "
-                   "clip:NORM+ if you want a bound)";
+    if (fed_merge_spec_traits(c->strategy, &mt) != FED_OK || !mt.weighted)
+        return "--secagg hides individual updates, which median, trimmed mean, Krum, "
+               "Multi-Krum and Bulyan need; use fedavg, fedavgm, fedadam, fedyogi or "
+               "fedadagrad (with clip:NORM+ if you want a bound)";
     if (strcmp(c->codec, "f32") != 0)
         return "--secagg quantizes deltas itself (--secagg-bits); the f16, q8 and top-k codecs "
                "do not apply: use --codec f32";
@@ -187,19 +188,6 @@ void fed_node_sa_agg_end(fed_node *n)
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_STAGE);
 }
 
-/* The L2 clip of a "clip:NORM+..." strategy (model/merge.h), 0 without:
- * under secure aggregation each client applies it to its own delta, where
- * the aggregator could only clip the mean. */
-static float strategy_clip(const char *spec)
-{
-    double v;
-
-    if (strncmp(spec, "clip:", 5) != 0 || sscanf(spec + 5, "%lf", &v) != 1 || !(v > 0) ||
-        !isfinite(v))
-        return 0;
-    return (float)v;
-}
-
 /* A client's weight cap: with DP-FedAvg 1 (equal weights), else
  * --secagg-max-weight samples. */
 static double weight_cap(const fed_node *n)
@@ -215,7 +203,10 @@ void fed_node_sa_agg_settings(const fed_node *n, uint64_t round, fed_wire_settin
     st->sa_try = s && s->round == round ? s->try_no : 0;
     st->sa_bits = n->cfg.secagg_bits;
     st->sa_range = (float)n->cfg.secagg_range;
-    st->sa_clip = strategy_clip(n->cfg.strategy);
+    /* a strategy's clip:NORM+ (model/merge.h): under secure aggregation each
+       client applies it to its own delta, where the aggregator could only
+       clip the mean */
+    st->sa_clip = (float)fed_merge_traits_of(n->agg->merge).clip;
     if (n->agg->dp) { /* DP-FedAvg: each client clips its own delta (rounded down) */
         double c = fed_node_agg_dp_secagg_clip(n->agg);
         float f = (float)c;
@@ -314,7 +305,7 @@ static fed_err answer(fed_node *n, sa_member *m, uint8_t type, uint32_t count, c
     memset(&b, 0, sizeof b);
     b.sa_try = s->try_no;
     b.sa_count = count;
-    if (n->cfg.sa_tamper) { /* the simulator's cheating aggregator: a copy */
+    if (n->cfg.hooks && n->cfg.hooks->sa_tamper) { /* a test's cheating aggregator: a copy */
         uint8_t *cp = fed_malloc(len + 1);
 
         if (!cp) {
@@ -324,7 +315,7 @@ static fed_err answer(fed_node *n, sa_member *m, uint8_t type, uint32_t count, c
         size_t clen = len;
 
         memcpy(cp, vec, len);
-        n->cfg.sa_tamper(n->cfg.sa_tamper_ctx, 0, type, h.recipient, cp, &clen, &b.sa_count);
+        n->cfg.hooks->sa_tamper(n->cfg.hooks->ctx, 0, type, h.recipient, cp, &clen, &b.sa_count);
         e = fed_node_emit(n, req, &h, &b, cp, clen <= len ? clen : len);
         fed_free(cp);
         return e;
@@ -968,12 +959,12 @@ fed_err fed_node_sa_agg_on_msg(fed_node *n, node_open *op)
         op->req = NULL;
         return fed_node_ack(n, r, &msg->hdr, FED_ERR_STREAM, 0);
     }
-    if (n->cfg.sa_tamper) { /* before take: a test's bad input goes in as sent */
+    if (n->cfg.hooks && n->cfg.hooks->sa_tamper) { /* before take: a test's bad input */
         size_t len = msg->vector_len;
         uint32_t count = msg->block.sa_count;
 
-        n->cfg.sa_tamper(n->cfg.sa_tamper_ctx, 1, msg->hdr.type, msg->hdr.sender, msg->vector,
-                         &len, &count);
+        n->cfg.hooks->sa_tamper(n->cfg.hooks->ctx, 1, msg->hdr.type, msg->hdr.sender,
+                                msg->vector, &len, &count);
     }
     if ((e = take(n, m, part, msg)) != FED_OK)
         return refuse(n, op, e == FED_ERR_NOMEM ? e : own, e);

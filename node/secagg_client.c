@@ -232,14 +232,14 @@ static fed_err retry_stream(fed_node *n)
     node_sa_client *s = n->client_sa;
     const uint8_t *agg = n->cfg.aggregator.key;
 
-    if (!fed_node_tx_active(n, agg))
-        return send_req(n);
-    if (fed_node_tx_sent_all(n, agg))
+    fed_err e;
+
+    if (fed_node_tx_active(n, agg) && fed_node_tx_sent_all(n, agg))
         return reask_masked(n);
-    if (s->stuck++ >= SC_STREAM_RESENDS)
-        return send_req(n);
-    fed_node_arm_in(n, n->cfg.retry_ms, NODE_TIMER_RETRY); /* a failure stops the node */
-    return fed_node_tx_resend(n, agg);
+    if (fed_node_retry_take(n, NULL, &s->stuck, SC_STREAM_RESENDS) &&
+        fed_node_retry_frame(n, agg, n->cfg.retry_ms, &e))
+        return e;
+    return send_req(n);
 }
 
 /* An ACK while the masked input streams: the next frame once the last one
@@ -289,7 +289,7 @@ fed_err fed_node_sa_client_retry(fed_node *n, int *gave_up)
     *gave_up = 0;
     if (s->stage == SC_TRAINING) /* nothing out: the training job will go on */
         return FED_OK;
-    if (s->resends++ >= s->max_resends) {
+    if (!fed_node_retry_take(n, NULL, &s->resends, s->max_resends)) {
         fed_log(FED_LOG_WARN, "client: secagg round %llu: no answer from the aggregator; the "
                 "round is dropped", (unsigned long long)s->round);
         round_clear(n, s);

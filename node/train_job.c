@@ -9,6 +9,7 @@
 
 #include "core/alloc.h"
 #include "node/node_impl.h"
+#include "node/test_hooks.h"
 
 static fed_err train_epochs(node_train_job *j, fed_model *m, fed_optim *o, double *loss)
 {
@@ -48,8 +49,8 @@ static fed_err encode_delta(node_train_job *j, float *p)
 {
     for (size_t i = 0; i < j->nparams; i++)
         p[i] -= j->global[i];
-    if (j->tamper_delta)
-        j->tamper_delta(j->tamper_ctx, j->round, p, j->nparams);
+    if (j->hooks && j->hooks->tamper_delta)
+        j->hooks->tamper_delta(j->hooks->ctx, j->round, p, j->nparams);
     return fed_node_encode_vec(&j->codec, p, j->nparams, j->residual, &j->vec, &j->cap_vec,
                                &j->vec_len);
 }

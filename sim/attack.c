@@ -64,6 +64,8 @@ void fed_sim_attack_tamper(void *ctx, uint64_t round, float *d, size_t n)
 void fed_sim_attack_install(fed_sim_attack *a, fed_node_config *cfg, const uint8_t key[32])
 {
     a->seed = fed_sim_attack_seed(cfg->seed, key);
-    cfg->tamper_delta = a->kind != FED_SIM_ATTACK_NONE ? fed_sim_attack_tamper : NULL;
-    cfg->tamper_ctx = a->kind != FED_SIM_ATTACK_NONE ? a : NULL;
+    memset(&a->hooks, 0, sizeof a->hooks);
+    a->hooks.ctx = a;
+    a->hooks.tamper_delta = fed_sim_attack_tamper;
+    cfg->hooks = a->kind != FED_SIM_ATTACK_NONE ? &a->hooks : NULL;
 }

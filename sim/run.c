@@ -12,6 +12,7 @@
 
 #include "core/alloc.h"
 #include "core/bytes.h"
+#include "core/comm.h"
 #include "core/log.h"
 #include "core/rng.h"
 #include "crypto/allow.h"
@@ -19,7 +20,6 @@
 #include "model/optim.h"
 #include "node/node.h"
 #include "sim/attack.h"
-#include "sim/comm.h"
 #include "sim/host.h"
 #include "sim/run.h"
 #include "sim/world.h"
@@ -119,7 +119,7 @@ struct sim_run {
     fed_sim_host **h;      /* (nodes) clients or peers */
     uint32_t **idx;        /* (nodes) their shards */
     size_t *nidx;
-    fed_sim_attack *attack; /* (nodes) --byzantine: each client's tamper_ctx */
+    fed_sim_attack *attack; /* (nodes) --byzantine: each client's hooks and their ctx */
     node_obs *obs;         /* (nodes + 1) the observers; [nodes] the aggregator */
     fed_rng *crash_rng;    /* (nodes) --crash-rate's draws, one stream a node */
     round_sum *local;      /* (rounds + 1) this rank's reports since the last sync */
@@ -131,7 +131,7 @@ struct sim_run {
     float last_lr;         /* the last row's rate */
     fed_sim_row_fn on_row;
     void *ctx;
-    const fed_sim_comm *comm; /* the ranks (NULL: one process) */
+    const fed_comm *comm; /* the ranks (NULL: one process) */
     fed_peer_id *ids;      /* (hosts) every host's identity, by world index */
     fed_dataset *own;      /* across ranks: this rank's nodes' samples only */
     fed_model_shape shape;
@@ -332,7 +332,7 @@ static fed_err merge_news(sim_run *r, const uint8_t *buf, size_t len)
  * that reported training that round, else the last row's), or the peers'
  * rounds every peer reported (flush: any reported), in order; each with the
  * bytes every node sent up to its time, summed over the ranks. */
-static fed_err emit_due(sim_run *r, const fed_sim_comm *comm, int flush)
+static fed_err emit_due(sim_run *r, const fed_comm *comm, int flush)
 {
     fed_sim_row *due = NULL;
     uint64_t *bytes = NULL;
@@ -377,7 +377,7 @@ static fed_err emit_due(sim_run *r, const fed_sim_comm *comm, int flush)
     }
     for (size_t i = 0; i < n; i++)
         bytes[i] = fed_sim_world_bytes_at(r->w, bytes[i]);
-    if (n && (e = fed_sim_comm_allreduce(comm, bytes, n, FED_SIM_SUM)) != FED_OK)
+    if (n && (e = fed_comm_allreduce(comm, bytes, n, FED_COMM_SUM)) != FED_OK)
         goto out;
     for (size_t i = 0; i < n; i++) {
         due[i].bytes = bytes[i];
@@ -387,7 +387,7 @@ static fed_err emit_due(sim_run *r, const fed_sim_comm *comm, int flush)
 
             due[i].lr = p && p->lr_node != NO_NODE ? p->lr : r->last_lr;
         }
-        if (fed_sim_comm_rank(comm) == 0)
+        if (fed_comm_rank(comm) == 0)
             emit(r, &due[i]);
         else
             r->last_emitted = due[i].round, r->last_lr = due[i].lr;
@@ -400,7 +400,7 @@ out:
 
 /* At the end of a step (every rank at virtual time t_us): the news shared,
  * the rows due emitted, the byte marks no row can need again dropped. */
-static fed_err sync_rows(sim_run *r, const fed_sim_comm *comm, uint64_t t_us, int flush)
+static fed_err sync_rows(sim_run *r, const fed_comm *comm, uint64_t t_us, int flush)
 {
     uint8_t *mine = NULL, *all = NULL;
     size_t mine_len, all_len;
@@ -408,7 +408,7 @@ static fed_err sync_rows(sim_run *r, const fed_sim_comm *comm, uint64_t t_us, in
     fed_err e;
 
     if ((e = pack_news(r, &mine, &mine_len)) != FED_OK ||
-        (e = fed_sim_comm_allgather(comm, mine, mine_len, &all, &all_len)) != FED_OK ||
+        (e = fed_comm_allgather(comm, mine, mine_len, &all, &all_len)) != FED_OK ||
         (e = merge_news(r, all, all_len)) != FED_OK || (e = emit_due(r, comm, flush)) != FED_OK)
         goto out;
     for (uint64_t k = r->next_row; r->peer_mode && k <= (uint64_t)r->sc->s.rounds; k++)
@@ -553,7 +553,7 @@ static void base_config(sim_run *r, fed_node_config *c, const fed_dataset *train
 
 static int owns(const sim_run *r, uint32_t index)
 {
-    return (int)(index % (uint32_t)fed_sim_comm_size(r->comm)) == fed_sim_comm_rank(r->comm);
+    return (int)(index % (uint32_t)fed_comm_size(r->comm)) == fed_comm_rank(r->comm);
 }
 
 /* Into the world, in index order: this rank's hosts with their nodes,
@@ -643,7 +643,7 @@ static fed_err share_ids(sim_run *r, size_t nhosts)
             memcpy(p + 4, r->ids[k].key, 32);
             p += 36;
         }
-    if ((e = fed_sim_comm_allgather(r->comm, mine, n * 36, &all, &all_len)) != FED_OK)
+    if ((e = fed_comm_allgather(r->comm, mine, n * 36, &all, &all_len)) != FED_OK)
         goto out;
     if (all_len != nhosts * 36) {
         e = FED_ERR_FORMAT;
@@ -702,7 +702,7 @@ static fed_err build_hosts(sim_run *r, const fed_dataset *train)
             return FED_ERR_RANGE;
         }
     }
-    if (fed_sim_comm_size(r->comm) > 1 && (e = share_ids(r, nhosts)) != FED_OK)
+    if (fed_comm_size(r->comm) > 1 && (e = share_ids(r, nhosts)) != FED_OK)
         return e;
     if (!r->peer_mode && (e = fed_crypto_allow_add(r->allow, "agg", r->ids[0].key)) != FED_OK)
         return e;
@@ -814,7 +814,7 @@ static fed_err final_hash(const sim_run *r, uint8_t out[32])
                 }
                 fed_free(z);
             }
-        if ((e = fed_sim_comm_allgather(r->comm, mine, 36 * n, &all, &all_len)) != FED_OK)
+        if ((e = fed_comm_allgather(r->comm, mine, 36 * n, &all, &all_len)) != FED_OK)
             goto out;
         /* in node order: node i's record, wherever it came from */
         for (int i = 0; i < r->sc->nodes; i++)
@@ -943,14 +943,14 @@ static fed_err check_scenario(const fed_sim_scenario *sc, int peer_mode)
 static fed_err step_status(sim_run *r, int *done)
 {
     uint64_t v[2] = {!finished_here(r), (uint64_t)check_started(r)};
-    fed_err e = fed_sim_comm_allreduce(r->comm, v, 2, FED_SIM_MAX);
+    fed_err e = fed_comm_allreduce(r->comm, v, 2, FED_COMM_MAX);
 
     *done = !v[0];
     return e != FED_OK ? e : (fed_err)v[1];
 }
 
 static fed_err run(const fed_sim_scenario *sc, const fed_dataset *train, fed_dataset **own_train,
-                   const fed_dataset *test, fed_pool *pool, const fed_sim_comm *comm,
+                   const fed_dataset *test, fed_pool *pool, const fed_comm *comm,
                    double max_virtual_s, fed_sim_row_fn on_row, void *ctx, uint8_t hash[32],
                    fed_sim_counters *counters)
 {
@@ -1031,8 +1031,8 @@ static fed_err run(const fed_sim_scenario *sc, const fed_dataset *train, fed_dat
         goto out;
     if (counters) {
         fed_sim_world_counters(r.w, counters);
-        if ((e = fed_sim_comm_allreduce(comm, (uint64_t *)counters,
-                                        sizeof *counters / sizeof(uint64_t), FED_SIM_SUM)) != FED_OK)
+        if ((e = fed_comm_allreduce(comm, (uint64_t *)counters,
+                                        sizeof *counters / sizeof(uint64_t), FED_COMM_SUM)) != FED_OK)
             goto out;
     }
     if (!done)
@@ -1051,7 +1051,7 @@ fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train, const 
 }
 
 fed_err fed_sim_run_ranks(const fed_sim_scenario *sc, fed_dataset **train,
-                          const fed_dataset *test, fed_pool *pool, const fed_sim_comm *comm,
+                          const fed_dataset *test, fed_pool *pool, const fed_comm *comm,
                           double max_virtual_s, fed_sim_row_fn on_row, void *ctx,
                           uint8_t hash[32], fed_sim_counters *counters)
 {

@@ -77,7 +77,7 @@ FED_WUR fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train
                             fed_sim_row_fn on_row, void *ctx, uint8_t final_hash[32],
                             fed_sim_counters *counters);
 
-/* fed_sim_run split across the ranks of comm (sim/comm.h; NULL: one
+/* fed_sim_run split across the ranks of comm (core/comm.h; NULL: one
  * process): rank k runs the hosts whose world index i (the aggregator 0,
  * then the clients; or the peers) has i % size == k, and every rank runs
  * the same virtual time in windows of the lookahead (FED_ERR_SPEC when it
@@ -90,7 +90,7 @@ FED_WUR fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train
  * that fails returns while the others wait: the caller aborts the job. */
 FED_WUR fed_err fed_sim_run_ranks(const fed_sim_scenario *sc, fed_dataset **train,
                                   const fed_dataset *test, fed_pool *pool,
-                                  const struct fed_sim_comm *comm, double max_virtual_s,
+                                  const struct fed_comm *comm, double max_virtual_s,
                                   fed_sim_row_fn on_row, void *ctx, uint8_t final_hash[32],
                                   fed_sim_counters *counters);
 /* Whether rank of size runs a node that evaluates on the test set. */

@@ -12,9 +12,9 @@
 
 #include "core/alloc.h"
 #include "core/bytes.h"
+#include "core/comm.h"
 #include "core/log.h"
 #include "core/rng.h"
-#include "sim/comm.h"
 
 enum { EV_START = 1, EV_FRAME, EV_TIMER, EV_JOB, EV_CRASH, EV_RESTART };
 enum { CLS_JOB = 0, CLS_OTHER = 1 }; /* at equal time, job completions first */
@@ -1148,7 +1148,7 @@ fed_err fed_sim_world_step(fed_sim_world *w, int *did)
  * rank's. */
 static fed_err exchange(fed_sim_world *w, uint64_t *next)
 {
-    const fed_sim_comm *c = w->cfg.comm;
+    const fed_comm *c = w->cfg.comm;
     uint8_t *in = NULL;
     size_t in_len = 0;
     fed_err e;
@@ -1241,8 +1241,8 @@ fed_err fed_sim_world_new(const fed_sim_config *cfg, fed_sim_world **out)
     if (!w)
         return FED_ERR_NOMEM;
     w->cfg = *cfg;
-    w->rank = fed_sim_comm_rank(cfg->comm);
-    w->nranks = fed_sim_comm_size(cfg->comm);
+    w->rank = fed_comm_rank(cfg->comm);
+    w->nranks = fed_comm_size(cfg->comm);
     if (w->nranks < 1 || w->rank < 0 || w->rank >= w->nranks) {
         fed_free(w);
         return FED_ERR_INVAL;

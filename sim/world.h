@@ -58,12 +58,12 @@ typedef struct fed_sim_config {
     double flops_per_ms;  /* node speed for charge(); <= 0 means 1e6 (1 GFLOP/s) */
     uint64_t epoch_base_s;/* wall_s() = epoch_base_s + now_ms / 1000 */
     fed_pool *pool;       /* runs job->fn; NULL runs it inline at submit. Not owned */
-    /* the ranks this world is split across (sim/comm.h; borrowed); NULL:
+    /* the ranks this world is split across (core/comm.h; borrowed); NULL:
        one process. Node i belongs to rank i % size; every rank adds every
        node, in the same order, its own with add_node and the others' with
        add_remote, and schedules every crash and restart (another rank's
        node only changes state, so frames can be checked against it) */
-    const struct fed_sim_comm *comm;
+    const struct fed_comm *comm;
 } fed_sim_config;
 
 typedef struct fed_sim_counters {

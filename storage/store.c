@@ -13,6 +13,7 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "storage/store_impl.h"
+#include "storage/test_hooks.h"
 
 /* ------------------------------------------------------------ schema -- */
 

@@ -136,12 +136,6 @@ void fed_store_get_stats(const fed_store *st, fed_store_stats *out);
 /* The cap on the file, as fed_store_opts.max_bytes, now (0: none); never
  * below what the file holds already, so 1 stops it growing. */
 FED_WUR fed_err fed_store_set_max_bytes(fed_store *st, uint64_t bytes);
-/* A full disk for tests and the simulator, while full is set: every write
- * transaction (a commit, or a write outside begin/commit) is rolled back and
- * fails with FED_ERR_FULL; reads work. A max_bytes cap only stops the file
- * growing, so a row replaced in place (a round's accuracy added) still
- * fits; on a disk with no space left even that fails (its WAL frames). */
-void fed_store_set_disk_full(fed_store *st, int full);
 
 /* The node key the database belongs to: set once; a different key later is
  * FED_ERR_KEY (one database, one node). get gives FED_ERR_NOTFOUND if unset. */

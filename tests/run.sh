@@ -9,12 +9,26 @@
 # case: exit 0 passed, exit 77 skipped (it says why on its own output).
 # Before the closing line it repeats why each failed test failed (its FAIL
 # lines, or its last lines), so the tail of a long log shows the cause.
+# Each test ends with a "-- T: 12.3 s" line; before the closing line come the
+# ten slowest and the total (wall-clock seconds, for seeing where the time
+# goes: no test's verdict depends on them).
 pass=0; fail=0; skip=0; failed=""
 CMOCKA_MESSAGE_OUTPUT=stdout; export CMOCKA_MESSAGE_OUTPUT
 out=$(mktemp) || exit 1
 why=$(mktemp) || exit 1
-trap 'rm -f "$out" "$out.rc" "$why"' EXIT
+times=$(mktemp) || exit 1
+trap 'rm -f "$out" "$out.rc" "$why" "$times"' EXIT
 trap 'exit 1' INT TERM HUP
+# milliseconds since the epoch (GNU date's %N; elsewhere whole seconds)
+now_ms() {
+    ms=$(date +%s%3N 2>/dev/null)
+    case "$ms" in
+    *[!0-9]* | "") echo $(($(date +%s) * 1000)) ;;
+    *) echo "$ms" ;;
+    esac
+}
+# seconds with one decimal from milliseconds
+secs() { awk -v ms="$1" 'BEGIN { printf "%.1f", ms / 1000 }'; }
 # count KIND: N from the summary line "[  KIND  ] N test(s)..." (0: none)
 count() {
     sed -n "s/.*\[ *$1 *\] \([0-9][0-9]*\) test(s).*/\1/p" "$out" |
@@ -26,8 +40,12 @@ for t in "$@"; do
     *) cmd="$t" ;;
     esac
     echo "== $t"
+    t0=$(now_ms)
     { $cmd 2>&1; echo $? >"$out.rc"; } | tee "$out"
+    ms=$(($(now_ms) - t0))
     rc=$(cat "$out.rc")
+    echo "$ms $t" >>"$times"
+    echo "-- $t: $(secs "$ms") s"
     if grep -q '^\[==========\] [0-9][0-9]* test(s) run\.' "$out"; then
         p=$(count PASSED); f=$(count FAILED); s=$(count SKIPPED)
         if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
@@ -48,6 +66,12 @@ for t in "$@"; do
             head -n 20 >>"$why"
     fi
 done
+total=$(awk '{ n += $1 } END { print n + 0 }' "$times")
+echo "== the slowest"
+sort -rn "$times" | head -n 10 | while read -r ms t; do
+    printf '%8s s  %s\n' "$(secs "$ms")" "$t"
+done
+echo "total $(secs "$total") s, $# test(s)"
 if [ -n "$failed" ]; then
     echo "== why they failed"
     cat "$why"

@@ -213,6 +213,52 @@ static void test_spec_grammar(void **state)
     assert_string_equal(fed_merge_verdict_name(FED_MERGE_NOT_SELECTED), "not-selected");
 }
 
+/* The traits query answers for every strategy name, with and without clip,
+ * and a built merge answers as its spec does. */
+static void test_spec_traits(void **state)
+{
+    world *w = *state;
+    static const struct {
+        const char *spec;
+        int weighted;
+        double clip;
+    } cases[] = {
+        {"fedavg", 1, 0},          {"fedavgm", 1, 0},           {"fedavgm:0.5,2", 1, 0},
+        {"fedprox:0.01", 1, 0},    {"fedadam", 1, 0},           {"fedyogi:0.1", 1, 0},
+        {"fedadagrad", 1, 0},      {"median", 0, 0},            {"trimmed:0.2", 0, 0},
+        {"krum:1", 0, 0},          {"multikrum:2,5", 0, 0},     {"bulyan:1", 0, 0},
+        {"clip:10+fedavg", 1, 10}, {"clip:2.5+fedavgm", 1, 2.5}, {"clip:0.5+fedprox:0", 1, 0.5},
+        {"clip:1e3+fedadam:0.03", 1, 1e3}, {"clip:3+fedyogi", 1, 3}, {"clip:4+fedadagrad", 1, 4},
+        {"clip:10+median", 0, 10}, {"clip:0.25+trimmed:0.1", 0, 0.25}, {"clip:7+krum:0", 0, 7},
+        {"clip:2.5+multikrum:2,5", 0, 2.5}, {"clip:1+bulyan:0", 0, 1},
+    };
+    fed_merge_traits t;
+    fed_merge *m = NULL;
+
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        t.weighted = -1;
+        t.clip = -1;
+        if (fed_merge_spec_traits(cases[i].spec, &t) != FED_OK)
+            fail_msg("spec \"%s\" refused", cases[i].spec);
+        if (t.weighted != cases[i].weighted || t.clip != cases[i].clip)
+            fail_msg("\"%s\": weighted %d clip %g, want %d and %g", cases[i].spec, t.weighted,
+                     t.clip, cases[i].weighted, cases[i].clip);
+        assert_int_equal(fed_merge_new(cases[i].spec, 10, NULL, w->be, &m), FED_OK);
+        t = fed_merge_traits_of(m);
+        assert_int_equal(t.weighted, cases[i].weighted);
+        assert_true(t.clip == cases[i].clip);
+        fed_merge_free(m);
+        m = NULL;
+    }
+    t.weighted = 1;
+    t.clip = 1;
+    fed_test_log_reset();
+    assert_int_equal(fed_merge_spec_traits("clip:1+multikrum", &t), FED_ERR_BAD_VALUE);
+    assert_non_null(strstr(fed_test_log_last(), "clip:1+multikrum"));
+    assert_int_equal(t.weighted, 0);
+    assert_true(t.clip == 0);
+}
+
 /* ------------------------------------------------------------ FedAvg -- */
 
 static void test_fedavg_weighted_mean(void **state)
@@ -1265,6 +1311,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spec_grammar),
+        cmocka_unit_test(test_spec_traits),
         cmocka_unit_test(test_fedavg_weighted_mean),
         cmocka_unit_test(test_fedavg_weight_cap),
         cmocka_unit_test(test_fedprox_zero_is_fedavg),

@@ -37,9 +37,12 @@
 #include "model/data.h"
 #include "node/ckpt_model.h"
 #include "node/node.h"
+#include "node/daemon.h"
 #include "node/node_impl.h" /* the training job, tested alone */
+#include "node/test_hooks.h"
 #include "sim/host.h"
 #include "storage/store.h"
+#include "storage/test_hooks.h"
 #include "privacy/rdp.h"
 #include "sim/world.h"
 #include "tests/support/support.h"
@@ -1192,8 +1195,9 @@ static void tamper_record(void *ctx, uint64_t round, float *delta, size_t n)
         memset(delta, 0, n * sizeof *delta);
 }
 
-/* The simulator's tamper hook (fed_node_config.tamper_delta): NULL by
- * default, and a client job without one sends its delta untouched: the same
+/* The simulator's tamper hook (node/test_hooks.h, through
+ * fed_node_config.hooks): no hooks by default, and a daemon refuses a
+ * config with them; a client job without one sends its delta untouched: the same
  * bytes as with a hook that only looks, and they decode to exactly the
  * trained - global that hook saw (round and length its own). A hook that
  * changes the delta changes what is sent. */
@@ -1204,13 +1208,21 @@ static void test_no_tamper_hook(void **state)
     uint32_t idx[128];
     node_train_job plain, looked, zeroed;
     tamper_seen seen = {0}, zero = {.zero = 1};
+    const fed_node_test_hooks look = {.ctx = &seen, .tamper_delta = tamper_record};
+    const fed_node_test_hooks zap = {.ctx = &zero, .tamper_delta = tamper_record};
+    fed_node_daemon_cfg dc;
     size_t np = 0;
     float *g, *got;
     fed_rng rng;
 
     fed_node_config_default(&cfg);
-    assert_null(cfg.tamper_delta);
-    assert_null(cfg.tamper_ctx);
+    assert_null(cfg.hooks);
+    cfg.hooks = &look;
+    fed_test_log_capture(FED_LOG_ERROR);
+    memset(&dc, 0, sizeof dc);
+    assert_int_equal(fed_node_daemon_run(&dc, &cfg), FED_ERR_INVAL);
+    assert_non_null(strstr(fed_test_log_last(), "test hooks"));
+    fed_test_log_default();
     fed_test_need_fashion(fx->train != NULL);
     for (uint32_t i = 0; i < 128; i++)
         idx[i] = i * 5;
@@ -1224,9 +1236,8 @@ static void test_no_tamper_hook(void **state)
     memset(&plain, 0, sizeof plain);
     memset(&looked, 0, sizeof looked);
     memset(&zeroed, 0, sizeof zeroed);
-    looked.tamper_delta = zeroed.tamper_delta = tamper_record;
-    looked.tamper_ctx = &seen;
-    zeroed.tamper_ctx = &zero;
+    looked.hooks = &look;
+    zeroed.hooks = &zap;
     train_one(&plain, fx, idx, 128, "mlp:16", 3, g, np);
     train_one(&looked, fx, idx, 128, "mlp:16", 3, g, np);
     train_one(&zeroed, fx, idx, 128, "mlp:16", 3, g, np);
@@ -1249,6 +1260,24 @@ static void test_no_tamper_hook(void **state)
     free(zero.delta);
     free(got);
     free(g);
+}
+
+/* The retransmission budget (node/retry.c) every resend scheme takes from:
+ * max retries, then none, the count left at max; a budget of 0 gives none. */
+static void test_retry_budget(void **state)
+{
+    uint32_t used = 0;
+
+    (void)state;
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(fed_node_retry_take(NULL, NULL, &used, 3), 1);
+    assert_int_equal(used, 3);
+    assert_int_equal(fed_node_retry_take(NULL, NULL, &used, 3), 0);
+    assert_int_equal(fed_node_retry_take(NULL, NULL, &used, 3), 0);
+    assert_int_equal(used, 3);
+    used = 0;
+    assert_int_equal(fed_node_retry_take(NULL, NULL, &used, 0), 0);
+    assert_int_equal(used, 0);
 }
 
 /* An aggregator whose lr is left at its default (0, as fednode run and
@@ -1623,6 +1652,7 @@ int main(void)
         cmocka_unit_test(test_timer_refused),
         cmocka_unit_test(test_train_job_reuse),
         cmocka_unit_test(test_no_tamper_hook),
+        cmocka_unit_test(test_retry_budget),
         cmocka_unit_test(test_async_fedbuff),
         cmocka_unit_test(test_async_due_is_armed_deadline),
         cmocka_unit_test(test_streamed_transfers),

@@ -38,6 +38,7 @@
 #include "model/backend.h"
 #include "model/data.h"
 #include "node/node.h"
+#include "node/test_hooks.h"
 #include "sim/host.h"
 #include "sim/world.h"
 #include "storage/store.h"
@@ -130,9 +131,9 @@ typedef struct mesh_opts {
     uint32_t lr_warmup;
     size_t max_frame;       /* 0: the default */
     uint32_t group_size;    /* allreduce: groups of at most this (0: none) */
-    /* allreduce: member tamper_who's result goes through this hook (NULL: none) */
-    void (*ar_tamper)(void *ctx, uint64_t round, uint32_t attempt, double *sums, size_t n);
-    void *ar_tamper_ctx;
+    /* allreduce: member tamper_who's result goes through these hooks' ar_tamper
+       (NULL: none) */
+    const fed_node_test_hooks *hooks;
     int tamper_who;
 } mesh_opts;
 
@@ -202,10 +203,8 @@ static void mesh_build(mesh *m, const mesh_opts *o)
         c.neighbours = o->neighbours;
         c.wire.max_frame = o->max_frame;
         c.group_size = o->group_size;
-        if (o->ar_tamper && i == o->tamper_who) {
-            c.ar_tamper = o->ar_tamper;
-            c.ar_tamper_ctx = o->ar_tamper_ctx;
-        }
+        if (i == o->tamper_who)
+            c.hooks = o->hooks;
         if (o->outsider && i == 0) /* an hour from the world's clock at 0 */
             assert_int_equal(fed_gossip_entry_sign(fed_sim_host_arena(m->h[0]),
                                                    fed_sim_host_id(m->h[o->n - 1])->key,
@@ -802,7 +801,7 @@ static void ar_fault_hook(void *ctx, uint64_t round, uint32_t attempt, double *s
 }
 
 /* One member (2 of 5) ends round 1's run with a result unlike the others'
- * (fed_node_config.ar_tamper), once or in every attempt, on each schedule:
+ * (node/test_hooks.h's ar_tamper), once or in every attempt, on each schedule:
  * its ring neighbour (3) sees the hash differ and leaves it out, it leaves
  * its own neighbour (1) out in turn, and the redo over 0, 3 and 4 ends
  * with one model on the three, the mean of their three vectors, while 1
@@ -816,9 +815,9 @@ static void test_allreduce_mismatch(void **state)
     for (size_t t = 0; t < sizeof topos / sizeof *topos; t++)
         for (int every = 0; every <= 1; every++) {
             ar_fault f = {.every = every};
+            const fed_node_test_hooks hooks = {.ctx = &f, .ar_tamper = ar_fault_hook};
             mesh_opts o = {.n = 5, .topology = topos[t], .mixing = "allreduce", .rounds = 2,
-                           .deadline_ms = 300, .seed = 12, .ar_tamper = ar_fault_hook,
-                           .ar_tamper_ctx = &f, .tamper_who = 2};
+                           .deadline_ms = 300, .seed = 12, .hooks = &hooks, .tamper_who = 2};
             static const int in3[3] = {0, 3, 4};
             double mean3[DIM];
             mesh m;

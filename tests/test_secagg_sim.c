@@ -4,7 +4,7 @@
  * stage) leaves a round that still commits the right sum; too many deaths
  * fail the try closed (no update) and the next round commits; a client the aggregator
  * names dropped refuses to reveal anything; a cheating aggregator (the
- * simulator's sa_tamper hook: survivor lists that differ between
+ * sa_tamper test hook: survivor lists that differ between
  * neighbours, a key replayed from an earlier round, another key list and
  * so another graph for half the clients) never obtains both
  * kinds of share of one client; a try that fails once the clients revealed
@@ -39,10 +39,12 @@
 #include "node/node_impl.h" /* NODE_TIMER_ROUND, the aggregator's retry */
 #include "node/secagg_impl.h" /* fed_node_sa_agg_misfit */
 #include "node/secagg_msg.h"
+#include "node/test_hooks.h"
 #include "privacy/rdp.h"
 #include "sim/host.h"
 #include "sim/world.h"
 #include "storage/store.h"
+#include "storage/test_hooks.h"
 #include "tests/support/support.h"
 
 #define NCL 20
@@ -131,6 +133,8 @@ typedef struct scen {
     int liar, lie, lie_out;
     uint64_t lie_epoch;
     uint8_t *lie_vec;
+    fed_node_test_hooks agg_hooks; /* sa_hook, ctx this scen */
+    fed_node_test_hooks cl0_hooks; /* record_delta0, ctx this scen */
 } scen;
 
 static int setup(void **state)
@@ -455,8 +459,8 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
     ac.observer = s;
     ac.secagg = secagg;
     ac.secagg_stage_ms = 3000;
-    ac.sa_tamper = sa_hook;
-    ac.sa_tamper_ctx = s;
+    s->agg_hooks = (fed_node_test_hooks){.ctx = s, .sa_tamper = sa_hook};
+    ac.hooks = &s->agg_hooks;
     ac.wire.max_frame = s->max_frame;
     ac.wire.max_rx_streams = s->rx_streams;
     assert_int_equal(fed_sim_host_attach(s->agg, s->w, &ac, NULL), FED_OK);
@@ -479,8 +483,8 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
         if (s->dp_sgd)
             cc.dp_noise = s->dp_noise;
         if (i == 0) { /* its true delta, untouched, for the leak test */
-            cc.tamper_delta = record_delta0;
-            cc.tamper_ctx = s;
+            s->cl0_hooks = (fed_node_test_hooks){.ctx = s, .tamper_delta = record_delta0};
+            cc.hooks = &s->cl0_hooks;
         }
         assert_int_equal(fed_sim_host_attach(s->cl[i], s->w, &cc, NULL), FED_OK);
     }
@@ -961,6 +965,13 @@ static void test_streamed_misfit(void **state)
     assert_non_null(why);
     assert_non_null(strstr(why, "--no-crypto"));
     c.wire.max_frame = 0; /* 16 MiB: whole */
+    assert_null(fed_node_sa_agg_misfit(&c, 7850, NCL));
+    /* the strategy as model/merge.h classes it, Multi-Krum included */
+    snprintf(c.strategy, sizeof c.strategy, "clip:2+multikrum:1,3");
+    why = fed_node_sa_agg_misfit(&c, 7850, NCL);
+    assert_non_null(why);
+    assert_non_null(strstr(why, "Multi-Krum"));
+    snprintf(c.strategy, sizeof c.strategy, "clip:2+fedadagrad");
     assert_null(fed_node_sa_agg_misfit(&c, 7850, NCL));
 }
 

@@ -116,13 +116,15 @@ static void test_seed_install(void **state)
     c.seed = 42;
     assert_err(fed_sim_attack_parse("noise:1", &a), FED_OK);
     fed_sim_attack_install(&a, &c, key);
-    assert_true(c.tamper_delta == fed_sim_attack_tamper);
-    assert_ptr_equal(c.tamper_ctx, &a);
+    assert_ptr_equal(c.hooks, &a.hooks);
+    assert_true(c.hooks->tamper_delta == fed_sim_attack_tamper);
+    assert_ptr_equal(c.hooks->ctx, &a);
+    assert_null(c.hooks->sa_tamper);
+    assert_null(c.hooks->ar_tamper);
     assert_true(a.seed == fed_sim_attack_seed(42, key));
     assert_err(fed_sim_attack_parse("", &a), FED_OK);
     fed_sim_attack_install(&a, &c, key); /* honest: no hook */
-    assert_null(c.tamper_delta);
-    assert_null(c.tamper_ctx);
+    assert_null(c.hooks);
 }
 
 int main(void)

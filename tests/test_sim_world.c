@@ -19,10 +19,10 @@
 #include <cmocka.h>
 
 #include "core/alloc.h"
+#include "core/comm.h"
 #include "core/err.h"
 #include "core/pool.h"
 #include "node/env.h"
-#include "sim/comm.h"
 #include "sim/world.h"
 
 #define assert_err(got, want) assert_string_equal(fed_errname(got), fed_errname(want))
@@ -830,7 +830,7 @@ static void test_thousand_nodes(void **state)
 
 /* -------------------------------------------------------------- ranks -- */
 
-/* sim/comm.h between threads of this process: each call posts its part,
+/* core/comm.h between threads of this process: each call posts its part,
  * waits for every rank, reads the others', and waits again before the
  * parts may go. */
 #define NRANKS_MAX 4
@@ -847,7 +847,7 @@ typedef struct fake_net {
 } fake_net;
 
 typedef struct fake_rank {
-    fed_sim_comm c;
+    fed_comm c;
     fake_net *net;
 } fake_rank;
 
@@ -902,7 +902,7 @@ static fed_err fake_allgather(void *ctx, const uint8_t *buf, size_t len, uint8_t
     return total && !*all ? FED_ERR_NOMEM : FED_OK;
 }
 
-static fed_err fake_allreduce(void *ctx, uint64_t *v, size_t count, fed_sim_op op)
+static fed_err fake_allreduce(void *ctx, uint64_t *v, size_t count, fed_comm_op op)
 {
     fake_rank *r = ctx;
     fake_net *n = r->net;
@@ -919,9 +919,9 @@ static fed_err fake_allreduce(void *ctx, uint64_t *v, size_t count, fed_sim_op o
 
             if (k == 0)
                 v[i] = x;
-            else if (op == FED_SIM_SUM)
+            else if (op == FED_COMM_SUM)
                 v[i] += x;
-            else if (op == FED_SIM_MIN ? x < v[i] : x > v[i])
+            else if (op == FED_COMM_MIN ? x < v[i] : x > v[i])
                 v[i] = x;
         }
     pthread_barrier_wait(&n->bar);
@@ -934,7 +934,7 @@ static fed_err fake_allreduce(void *ctx, uint64_t *v, size_t count, fed_sim_op o
  * 1.2 virtual seconds in steps of 100 ms. */
 typedef struct rank_run {
     fake_rank fr;
-    const fed_sim_comm *comm; /* NULL: one process */
+    const fed_comm *comm; /* NULL: one process */
     uint32_t n;
     toy *toys;
     toy_shared sh;
@@ -1013,7 +1013,7 @@ static void test_ranks_same_as_one(void **state)
         net.size = size;
         assert_int_equal(pthread_barrier_init(&net.bar, NULL, (unsigned)size), 0);
         for (int k = 0; k < size; k++) {
-            rr[k].fr.c = (fed_sim_comm){.rank = k, .size = size, .ctx = &rr[k].fr,
+            rr[k].fr.c = (fed_comm){.rank = k, .size = size, .ctx = &rr[k].fr,
                                         .exchange = fake_exchange,
                                         .allgather = fake_allgather,
                                         .allreduce = fake_allreduce};

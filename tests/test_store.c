@@ -30,6 +30,7 @@
 #include "app/cli.h"
 #include "model/safetensors.h"
 #include "storage/store.h"
+#include "storage/test_hooks.h"
 #include "tests/support/support.h"
 
 /* ------------------------------------------------------------ helpers -- */

@@ -1,6 +1,7 @@
 #!/bin/sh
-# test_hostile_conns.sh - what a stranger who never authenticates can make an
-# aggregator hold. It listens for a logreg model, so it takes requests up to
+# long_hostile_conns.sh - `make test-long` (about 50 s, most of it waiting out
+# stalls; test_transport checks the limits' exact counts in `make test`): what
+# a stranger who never authenticates can make an aggregator hold. It listens for a logreg model, so it takes requests up to
 # about 126 KiB (its own largest frame), not the protocol's 16 MiB. Against a
 # real fednode process on 127.0.0.1:
 #  - 40 connections that announce 16 MiB messages: NNG drops each before

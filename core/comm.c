@@ -1,15 +1,15 @@
-/* comm.c - the single-process side of sim/comm.h: a NULL comm is rank 0 of
+/* comm.c - the single-process side of core/comm.h: a NULL comm is rank 0 of
  * 1, its all-gather a copy and its reductions the identity. */
-#include "sim/comm.h"
+#include "core/comm.h"
 
 #include <string.h>
 
 #include "core/alloc.h"
 
-int fed_sim_comm_rank(const fed_sim_comm *c) { return c ? c->rank : 0; }
-int fed_sim_comm_size(const fed_sim_comm *c) { return c ? c->size : 1; }
+int fed_comm_rank(const fed_comm *c) { return c ? c->rank : 0; }
+int fed_comm_size(const fed_comm *c) { return c ? c->size : 1; }
 
-fed_err fed_sim_comm_allgather(const fed_sim_comm *c, const uint8_t *buf, size_t len,
+fed_err fed_comm_allgather(const fed_comm *c, const uint8_t *buf, size_t len,
                                uint8_t **all, size_t *all_len)
 {
     *all = NULL;
@@ -25,7 +25,7 @@ fed_err fed_sim_comm_allgather(const fed_sim_comm *c, const uint8_t *buf, size_t
     return FED_OK;
 }
 
-fed_err fed_sim_comm_allreduce(const fed_sim_comm *c, uint64_t *v, size_t n, fed_sim_op op)
+fed_err fed_comm_allreduce(const fed_comm *c, uint64_t *v, size_t n, fed_comm_op op)
 {
     if (c && c->size > 1)
         return c->allreduce(c->ctx, v, n, op);
