@@ -414,6 +414,30 @@ static void test_run_role_checks(void **state)
                      1);
     assert_null(strstr(out, "means nothing"));
     assert_non_null(strstr(out, "/nonexistent"));
+
+    /* fedsim's one settings block: its peers take no --secagg* either */
+    {
+        fed_sim_scenario sc;
+        fed_opt_error e;
+        char *argv[] = {"--role", "peer", "--secagg-range", "2"};
+        char *pos[4], why[256];
+        int npos = 0;
+        unsigned char given[256];
+
+        assert_true(fed_sim_scenario_nopts <= sizeof given);
+        assert_int_equal(fed_opt_load_given(fed_sim_scenario_opts, fed_sim_scenario_nopts, &sc,
+                                            4, argv, pos, &npos, given, &e),
+                         FED_OK);
+        assert_int_equal(fed_node_settings_secagg_misuse(fed_sim_scenario_opts,
+                                                         fed_sim_scenario_nopts, given,
+                                                         FED_NODE_PEER, why, sizeof why),
+                         1);
+        assert_non_null(strstr(why, "--secagg-range means nothing for a peer"));
+        assert_int_equal(fed_node_settings_secagg_misuse(fed_sim_scenario_opts,
+                                                         fed_sim_scenario_nopts, given,
+                                                         FED_NODE_AGGREGATOR, why, sizeof why),
+                         0);
+    }
 }
 
 /* Each old spelling still works, as a flag and an INI key, and warns once
