@@ -51,6 +51,10 @@ int fed_cli_help(const char *cmd, const char *synopsis, const char *title,
  * (0 after --help, 2 on a bad option or a stray argument, 1 out of memory). */
 int fed_cli_load_options(const char *cmd, const char *synopsis, const struct fed_opt *t,
                          size_t n, void *cfg, int argc, char **argv);
+/* The same, and given (n bytes, may be NULL): which options the file or a
+ * flag set (fed_opt_load_given). */
+int fed_cli_load_options_given(const char *cmd, const char *synopsis, const struct fed_opt *t,
+                               size_t n, void *cfg, int argc, char **argv, unsigned char *given);
 
 #define FED_CLI_MAX_THREADS 64
 /* OpenBLAS chooses its kernels when the process loads it: when it fell back

@@ -90,6 +90,12 @@ int fed_cli_help(const char *cmd, const char *synopsis, const char *title, const
 int fed_cli_load_options(const char *cmd, const char *synopsis, const fed_opt *t, size_t n,
                          void *cfg, int argc, char **argv)
 {
+    return fed_cli_load_options_given(cmd, synopsis, t, n, cfg, argc, argv, NULL);
+}
+
+int fed_cli_load_options_given(const char *cmd, const char *synopsis, const fed_opt *t,
+                               size_t n, void *cfg, int argc, char **argv, unsigned char *given)
+{
     fed_opt_error e = {{0}};
     char **pos;
     int npos = 0, rc = -1;
@@ -103,7 +109,7 @@ int fed_cli_load_options(const char *cmd, const char *synopsis, const fed_opt *t
         fed_cli_error("%s: out of memory", cmd);
         return 1;
     }
-    err = fed_opt_load(t, n, cfg, argc, argv, pos, &npos, &e);
+    err = fed_opt_load_given(t, n, cfg, argc, argv, pos, &npos, given, &e);
     if (err != FED_OK) {
         fed_cli_error("%s: %s", cmd, e.msg[0] ? e.msg : fed_strerror(err));
         rc = 2;

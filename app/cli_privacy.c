@@ -44,11 +44,7 @@ static const fed_opt privacy_opts[] = {
 /* text as a finite double: 1, else 0 with the error printed. */
 static int parse_double(const char *name, const char *text, double *out)
 {
-    char *end = NULL;
-
-    errno = 0;
-    *out = strtod(text, &end);
-    if (!text[0] || *end || errno || !isfinite(*out)) {
+    if (!fed_opt_decimal(text, out)) { /* not 0x10 (16), inf or nan */
         fed_cli_error("privacy: --%s '%s' is not a number", name, text);
         return 0;
     }
@@ -79,7 +75,7 @@ static int parse_orders(const char *text, double **orders, size_t *n)
         return 1;
     }
     for (;;) {
-        char item[NUM_MAX], *end = NULL;
+        char item[NUM_MAX];
         size_t len = strcspn(p, ",");
 
         while (len && p[len - 1] == ' ')
@@ -92,9 +88,7 @@ static int parse_orders(const char *text, double **orders, size_t *n)
         }
         memcpy(item, p, len);
         item[len] = '\0';
-        errno = 0;
-        v[k] = strtod(item, &end);
-        if (*end || errno) {
+        if (!fed_opt_decimal(item, &v[k])) {
             fed_cli_error("privacy: --orders: '%s' is not a number", item);
             fed_free(v);
             return 2;

@@ -5,6 +5,7 @@
  * ranks, node/site.h) rank 0 runs the node and the other ranks train with
  * it. Owns these commands' option table and their error messages; computes
  * nothing itself. */
+#include <assert.h>
 #include <signal.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -63,6 +64,7 @@ typedef struct run_cfg {
     int mpi_timeout_ms;
     fed_cli_log_opts log;
     char http[256];
+    const unsigned char *given; /* (NRUN_OPTS) what the file or a flag set; not an option */
 } run_cfg;
 
 #define R(field, name, type, def, min, max, help)                              \
@@ -591,9 +593,15 @@ static int run_node(const run_cfg *c, fed_coll *coll)
     }
     {
         const char *why = fed_node_settings_dp_misuse(&c->s, role);
+        char msg[256];
 
         if (why) {
             fed_cli_error("run: %s", why);
+            return 2;
+        }
+        if (c->given && fed_node_settings_secagg_misuse(run_opts, NRUN_OPTS, c->given, role, msg,
+                                                        sizeof msg)) {
+            fed_cli_error("run: %s", msg);
             return 2;
         }
     }
@@ -741,18 +749,32 @@ out:
     return rc;
 }
 
+/* role: the command's own (aggregate), which --role may only repeat: its
+ * table says so in --help, and another --role is a contradiction. */
 static int run_with_role(const char *cmd, const char *role, int argc, char **argv)
 {
     run_cfg cfg;
+    fed_opt opts[NRUN_OPTS];
+    unsigned char given[NRUN_OPTS];
     int rc;
 
     fed_cli_maybe_reexec(cmd, argc, argv);
-    rc = fed_cli_load_options(cmd, "[--config FILE] [--OPTION VALUE ...]", run_opts, NRUN_OPTS,
-                              &cfg, argc, argv);
+    memcpy(opts, run_opts, sizeof opts);
+    if (role) {
+        assert(!strcmp(opts[0].name, "role"));
+        opts[0].def = role;
+        opts[0].help = "this command's role (the default); another is an error";
+    }
+    rc = fed_cli_load_options_given(cmd, "[--config FILE] [--OPTION VALUE ...]", opts,
+                                    NRUN_OPTS, &cfg, argc, argv, given);
     if (rc >= 0)
         return rc;
-    if (role)
-        snprintf(cfg.role, sizeof cfg.role, "%s", role);
+    if (role && strcmp(cfg.role, role) != 0) {
+        fed_cli_error("%s: --role %s contradicts the command: fednode %s is fednode run --role "
+                      "%s (for another role use fednode run)", cmd, cfg.role, cmd, role);
+        return 2;
+    }
+    cfg.given = given;
     if ((rc = fed_cli_log_apply(cmd, &cfg.log)) >= 0)
         return rc;
     return run_site(&cfg);

@@ -25,6 +25,7 @@
 #include "app/chart.h"
 #include "mpi/coll.h"
 #include "mpi/simcomm.h"
+#include "node/settings.h"
 #include "sim/run.h"
 #include "storage/store.h"
 
@@ -136,21 +137,30 @@ static const fed_opt fedsim_out_opts[NOUT] = {
 #undef O
 #define OUT_TITLE "output options (flags only, not INI keys)"
 
-/* argv's "--NAME VALUE" (an output option, not the scenario's), taken out. */
-static const char *take_option(int *argc, char **argv, const char *opt)
+/* argv's "--NAME VALUE" (an output option, not the scenario's), taken out
+ * into *out (NULL: not given). 0, or 2 when it is given twice (printed:
+ * the second one would be lost). */
+static int take_option(int *argc, char **argv, const char *opt, const char **out)
 {
     char name[64];
 
+    *out = NULL;
     snprintf(name, sizeof name, "--%s", opt);
     for (int i = 1; i + 1 < *argc; i++)
         if (!strcmp(argv[i], name)) {
             const char *v = argv[i + 1];
 
+            if (*out) {
+                fed_cli_error("option '%s' given twice ('%s' and '%s'): give it once", name,
+                              *out, v);
+                return 2;
+            }
+            *out = v;
             memmove(&argv[i], &argv[i + 2], (size_t)(*argc - i - 1) * sizeof *argv);
             *argc -= 2;
-            return v;
+            i--;
         }
-    return NULL;
+    return 0;
 }
 
 /* --svg: this run (named --name, else by its mode) and the --compare CSVs
@@ -273,7 +283,8 @@ int main(int argc, char **argv)
     const char *csv, *svg, *compare, *name, *dbpath, *svg_x;
     fed_chart_x chart_x = FED_CHART_X_BYTES;
     uint8_t hash[32];
-    char hex[65];
+    char hex[65], why[256];
+    unsigned char *given = NULL; /* (scenario options) set by the file or a flag */
     int rc, threads = fed_cli_online_cores();
     fed_err e;
 
@@ -281,23 +292,29 @@ int main(int argc, char **argv)
     if (!getenv("FEDNODE_LOG")) /* a thousand nodes' info lines would drown the rows */
         fed_log_set_level(FED_LOG_WARN);
     fed_cli_maybe_reexec_main(argv);
-    csv = take_option(&argc, argv, fedsim_out_opts[OUT_CSV].name);
-    svg = take_option(&argc, argv, fedsim_out_opts[OUT_SVG].name);
-    compare = take_option(&argc, argv, fedsim_out_opts[OUT_COMPARE].name);
-    name = take_option(&argc, argv, fedsim_out_opts[OUT_NAME].name);
-    dbpath = take_option(&argc, argv, fedsim_out_opts[OUT_DB].name);
-    svg_x = take_option(&argc, argv, fedsim_out_opts[OUT_SVG_X].name);
+    if (take_option(&argc, argv, fedsim_out_opts[OUT_CSV].name, &csv) ||
+        take_option(&argc, argv, fedsim_out_opts[OUT_SVG].name, &svg) ||
+        take_option(&argc, argv, fedsim_out_opts[OUT_COMPARE].name, &compare) ||
+        take_option(&argc, argv, fedsim_out_opts[OUT_NAME].name, &name) ||
+        take_option(&argc, argv, fedsim_out_opts[OUT_DB].name, &dbpath) ||
+        take_option(&argc, argv, fedsim_out_opts[OUT_SVG_X].name, &svg_x))
+        return 2;
     if (svg_x && !strcmp(svg_x, "epsilon")) {
         chart_x = FED_CHART_X_EPSILON;
     } else if (svg_x && strcmp(svg_x, "bytes") != 0) {
         fed_cli_error("--svg-x '%s': bytes or epsilon", svg_x);
         return 2;
     }
-    rc = fed_cli_load_options("fedsim",
+    given = fed_calloc(fed_sim_scenario_nopts, 1);
+    if (!given) {
+        fed_cli_error("out of memory");
+        return 1;
+    }
+    rc = fed_cli_load_options_given("fedsim",
                               "[--config FILE] [--OPTION VALUE ...] [--csv FILE] [--svg FILE "
                               "[--name NAME] [--compare [NAME=]A.csv,...] [--svg-x bytes|epsilon]] [--db FILE]",
                               fed_sim_scenario_opts, fed_sim_scenario_nopts, &sc, argc - 1,
-                              argv + 1);
+                              argv + 1, given);
     if (rc == 0) { /* --help (or --help-man): the output options after the scenario's */
         int man = 0;
 
@@ -314,11 +331,26 @@ int main(int argc, char **argv)
         }
     }
     if (rc >= 0)
-        return rc;
-    fed_sim_scenario_settle(&sc); /* the old --mode aggregator|peer */
+        goto out;
+    /* the old --mode aggregator|peer; --secagg* on peers */
+    if (fed_sim_scenario_settle(&sc, given[fed_opt_find(fed_sim_scenario_opts,
+                                                        fed_sim_scenario_nopts, "role") -
+                                           fed_sim_scenario_opts]) != FED_OK) {
+        rc = 2;
+        goto out;
+    }
+    if (fed_node_settings_secagg_misuse(fed_sim_scenario_opts, fed_sim_scenario_nopts, given,
+                                        strcmp(sc.role, "peer") ? FED_NODE_AGGREGATOR
+                                                                : FED_NODE_PEER,
+                                        why, sizeof why)) {
+        fed_cli_error("%s", why);
+        rc = 2;
+        goto out;
+    }
     if (sodium_init() < 0) {
         fed_cli_error("libsodium failed to start");
-        return 1;
+        rc = 1;
+        goto out;
     }
     if (fed_coll_mpi_launched() && open_ranks(&argc, &argv, &coll, &comm, &threads) != 0) {
         rc = 1;
@@ -329,7 +361,8 @@ int main(int argc, char **argv)
         csv = svg = dbpath = NULL, o.quiet = 1;
     if (csv && !(o.csv = fopen(csv, "w"))) {
         fed_cli_error("cannot write %s", csv);
-        return 1;
+        rc = 1;
+        goto out;
     }
     if (o.csv)
         fprintf(o.csv, "round,t_s,accuracy,spread,bytes,merged,lr,epsilon\n");
@@ -401,5 +434,6 @@ out:
         fed_coll_abort(coll, rc); /* the other ranks wait in a collective */
     fed_mpi_sim_comm_free(comm);
     fed_coll_free(coll);
+    fed_free(given);
     return rc;
 }

@@ -31,6 +31,82 @@ static fed_err opt_fail(fed_opt_error *e, fed_err err, const char *fmt, ...)
     return err;
 }
 
+/* Text from a file or the command line as it may go into a message: bytes
+ * outside printable ASCII as \xNN and a backslash as \\, so a key or value
+ * cannot send escape sequences to a terminal; cut at size with "...". */
+static const char *opt_escaped(const char *s, char *buf, size_t size)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t k = 0;
+
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        size_t need = ch == '\\' ? 2 : ch < 0x20 || ch > 0x7e ? 4 : 1;
+
+        if (k + need + 4 > size) {
+            memcpy(buf + k, "...", 3);
+            k += 3;
+            break;
+        }
+        if (need == 1) {
+            buf[k++] = (char)ch;
+        } else if (need == 2) {
+            buf[k++] = '\\';
+            buf[k++] = '\\';
+        } else {
+            buf[k++] = '\\';
+            buf[k++] = 'x';
+            buf[k++] = hex[ch >> 4];
+            buf[k++] = hex[ch & 15];
+        }
+    }
+    buf[k] = '\0';
+    return buf;
+}
+
+/* A decimal number as people write one: [+-] digits [. digits] [e [+-]
+ * digits], at least one digit before the exponent. strtod alone would also
+ * take hexadecimal ("0x10" is 16), "inf", "nan" and leading blanks. */
+static int is_decimal(const char *v)
+{
+    int digits = 0;
+
+    if (*v == '+' || *v == '-')
+        v++;
+    for (; *v >= '0' && *v <= '9'; v++)
+        digits++;
+    if (*v == '.')
+        for (v++; *v >= '0' && *v <= '9'; v++)
+            digits++;
+    if (!digits)
+        return 0;
+    if (*v == 'e' || *v == 'E') {
+        v++;
+        if (*v == '+' || *v == '-')
+            v++;
+        if (*v < '0' || *v > '9')
+            return 0;
+        while (*v >= '0' && *v <= '9')
+            v++;
+    }
+    return *v == '\0';
+}
+
+int fed_opt_decimal(const char *v, double *out)
+{
+    char *end = NULL;
+    double x;
+
+    if (!is_decimal(v))
+        return 0;
+    errno = 0;
+    x = strtod(v, &end);
+    if (*end || errno || !isfinite(x))
+        return 0;
+    *out = x;
+    return 1;
+}
+
 static const fed_opt *find_exact(const fed_opt *t, size_t n, const char *name)
 {
     for (size_t i = 0; i < n; i++)
@@ -93,6 +169,7 @@ static fed_err set_value(const fed_opt *o, void *cfg, const char *v, const char 
 {
     char *field = (char *)cfg + o->offset;
     char *end = NULL;
+    char shown[128];
 
     errno = 0;
     switch (o->type) {
@@ -101,7 +178,7 @@ static fed_err set_value(const fed_opt *o, void *cfg, const char *v, const char 
 
         if (!parse_bool(v, &b))
             return opt_fail(e, FED_ERR_BAD_VALUE, "%s: option '%s': '%s' is not a boolean",
-                            where, o->name, v);
+                            where, o->name, opt_escaped(v, shown, sizeof shown));
         *(int *)field = b;
         return FED_OK;
     }
@@ -110,7 +187,7 @@ static fed_err set_value(const fed_opt *o, void *cfg, const char *v, const char 
 
         if (!*v || *end || errno || x < INT32_MIN || x > INT32_MAX)
             return opt_fail(e, FED_ERR_BAD_VALUE, "%s: option '%s': '%s' is not an integer",
-                            where, o->name, v);
+                            where, o->name, opt_escaped(v, shown, sizeof shown));
         if (!in_range(o, (double)x))
             return opt_fail(e, FED_ERR_RANGE, "%s: option '%s': %ld is outside [%g, %g]",
                             where, o->name, x, o->min, o->max);
@@ -122,11 +199,13 @@ static fed_err set_value(const fed_opt *o, void *cfg, const char *v, const char 
 
         if (*v < '0' || *v > '9') /* strtoull would take " -1" as 2^64 - 1 */
             return opt_fail(e, FED_ERR_BAD_VALUE,
-                            "%s: option '%s': '%s' is not an unsigned integer", where, o->name, v);
+                            "%s: option '%s': '%s' is not an unsigned integer", where, o->name,
+                            opt_escaped(v, shown, sizeof shown));
         x = strtoull(v, &end, 10);
         if (*end || errno)
             return opt_fail(e, FED_ERR_BAD_VALUE,
-                            "%s: option '%s': '%s' is not an unsigned integer", where, o->name, v);
+                            "%s: option '%s': '%s' is not an unsigned integer", where, o->name,
+                            opt_escaped(v, shown, sizeof shown));
         if (!in_range(o, (double)x))
             return opt_fail(e, FED_ERR_RANGE, "%s: option '%s': %llu is outside [%g, %g]",
                             where, o->name, x, o->min, o->max);
@@ -134,11 +213,12 @@ static fed_err set_value(const fed_opt *o, void *cfg, const char *v, const char 
         return FED_OK;
     }
     case FED_OPT_DOUBLE: {
-        double x = strtod(v, &end);
+        double x;
 
-        if (!*v || *end || errno || !isfinite(x))
-            return opt_fail(e, FED_ERR_BAD_VALUE, "%s: option '%s': '%s' is not a number",
-                            where, o->name, v);
+        if (!fed_opt_decimal(v, &x))
+            return opt_fail(e, FED_ERR_BAD_VALUE,
+                            "%s: option '%s': '%s' is not a decimal number", where, o->name,
+                            opt_escaped(v, shown, sizeof shown));
         if (!in_range(o, x))
             return opt_fail(e, FED_ERR_RANGE, "%s: option '%s': %g is outside [%g, %g]",
                             where, o->name, x, o->min, o->max);
@@ -196,17 +276,68 @@ fed_err fed_opt_defaults(const fed_opt *t, size_t n, void *cfg, fed_opt_error *e
     return FED_OK;
 }
 
+/* Where a flag set an option first: argv[argi], with its value in the next
+ * argument when words is 2. */
+typedef struct argv_seen {
+    int argi; /* + 1; 0: not yet */
+    int words;
+} argv_seen;
+
+/* The words of an option as given ("--lr 0.5", "--lr=0.5", "--no-x"). */
+static const char *argv_words(char **argv, const argv_seen *s, char *buf, size_t size)
+{
+    char a[64], b[64]; /* (buf: at least 130) */
+
+    opt_escaped(argv[s->argi - 1], a, sizeof a);
+    if (s->words == 2)
+        snprintf(buf, size, "%s %s", a, opt_escaped(argv[s->argi], b, sizeof b));
+    else
+        snprintf(buf, size, "%s", a);
+    return buf;
+}
+
+/* An option set twice from the command line: an error naming both, since
+ * only one of them could take effect (the INI parser refuses a key twice
+ * alike). An alias and its option are one option. */
+static fed_err argv_twice(const fed_opt *o, char **argv, const argv_seen *first,
+                          const argv_seen *again, fed_opt_error *e)
+{
+    char w1[160], w2[160];
+    const char *a = argv[first->argi - 1] + 2, *b = argv[again->argi - 1] + 2;
+    size_t la, lb;
+
+    if (o->type == FED_OPT_BOOL && !strncmp(a, "no-", 3) && strcmp(o->name, a)) /* --no-x */
+        a += 3;
+    if (o->type == FED_OPT_BOOL && !strncmp(b, "no-", 3) && strcmp(o->name, b))
+        b += 3;
+    la = strcspn(a, "=");
+    lb = strcspn(b, "=");
+
+    argv_words(argv, first, w1, sizeof w1);
+    argv_words(argv, again, w2, sizeof w2);
+    if (la == lb && !strncmp(a, b, la))
+        return opt_fail(e, FED_ERR_EXISTS, "option '--%s' given twice ('%s' and '%s'): give it "
+                        "once", o->name, w1, w2);
+    return opt_fail(e, FED_ERR_EXISTS, "'%s' and '%s' set the same option '--%s': give it once",
+                    w1, w2, o->name);
+}
+
 /* skip_config: fed_opt_load read "--config FILE" already; pass over it when
- * the table does not declare a "config" option of its own. */
+ * the table does not declare a "config" option of its own. given (n, may be
+ * NULL): 1 for each option a flag set. */
 static fed_err parse_argv(const fed_opt *t, size_t n, void *cfg, int argc, char **argv,
-                          char **pos, int *npos, fed_opt_error *e, int skip_config)
+                          char **pos, int *npos, fed_opt_error *e, int skip_config,
+                          unsigned char *given)
 {
     unsigned char *warned = fed_calloc(n ? n : 1, 1);
+    argv_seen *seen = fed_calloc(n ? n : 1, sizeof *seen);
     fed_err err = FED_OK;
     int only_pos = 0;
 
-    if (!warned)
-        return opt_fail(e, FED_ERR_NOMEM, "out of memory while parsing options");
+    if (!warned || !seen) {
+        err = opt_fail(e, FED_ERR_NOMEM, "out of memory while parsing options");
+        goto out;
+    }
 
     *npos = 0;
     for (int i = 0; i < argc; i++) {
@@ -215,6 +346,7 @@ static fed_err parse_argv(const fed_opt *t, size_t n, void *cfg, int argc, char 
         const char *eq, *value;
         const fed_opt *o;
         char where[160];
+        argv_seen here = {i + 1, 1};
         size_t len;
 
         if (only_pos || a[0] != '-' || a[1] != '-' || a[2] == '\0') {
@@ -229,7 +361,8 @@ static fed_err parse_argv(const fed_opt *t, size_t n, void *cfg, int argc, char 
         eq = strchr(a, '=');
         len = eq ? (size_t)(eq - a) : strlen(a);
         if (len >= sizeof name) {
-            err = opt_fail(e, FED_ERR_UNKNOWN_OPTION, "unknown option '--%.40s...'", a);
+            err = opt_fail(e, FED_ERR_UNKNOWN_OPTION, "unknown option '--%s'",
+                           opt_escaped(a, where, 44));
             break;
         }
         memcpy(name, a, len);
@@ -246,13 +379,19 @@ static fed_err parse_argv(const fed_opt *t, size_t n, void *cfg, int argc, char 
         if (!o && !eq && strncmp(name, "no-", 3) == 0) {
             o = resolve(t, n, name + 3, where, 1, warned);
             if (o && o->type == FED_OPT_BOOL) {
+                if (seen[o - t].argi) {
+                    err = argv_twice(o, argv, &seen[o - t], &here, e);
+                    break;
+                }
+                seen[o - t] = here;
                 *(int *)((char *)cfg + o->offset) = 0;
                 continue;
             }
             o = NULL;
         }
         if (!o) {
-            err = opt_fail(e, FED_ERR_UNKNOWN_OPTION, "unknown option '--%s'", name);
+            err = opt_fail(e, FED_ERR_UNKNOWN_OPTION, "unknown option '--%s'",
+                           opt_escaped(name, where, sizeof where));
             break;
         }
         if (eq) {
@@ -263,13 +402,23 @@ static fed_err parse_argv(const fed_opt *t, size_t n, void *cfg, int argc, char 
             value = o->implicit;
         } else if (i + 1 < argc) {
             value = argv[++i];
+            here.words = 2;
         } else {
             err = opt_fail(e, FED_ERR_BAD_VALUE, "option '--%s' needs a value", name);
             break;
         }
+        if (seen[o - t].argi) {
+            err = argv_twice(o, argv, &seen[o - t], &here, e);
+            break;
+        }
+        seen[o - t] = here;
         if ((err = set_value(o, cfg, value, where, e)) != FED_OK)
             break;
     }
+    for (size_t k = 0; err == FED_OK && given && k < n; k++)
+        given[k] |= seen[k].argi != 0;
+out:
+    fed_free(seen);
     fed_free(warned);
     return err;
 }
@@ -277,7 +426,7 @@ static fed_err parse_argv(const fed_opt *t, size_t n, void *cfg, int argc, char 
 fed_err fed_opt_parse_argv(const fed_opt *t, size_t n, void *cfg, int argc, char **argv,
                            char **pos, int *npos, fed_opt_error *e)
 {
-    return parse_argv(t, n, cfg, argc, argv, pos, npos, e, 0);
+    return parse_argv(t, n, cfg, argc, argv, pos, npos, e, 0, NULL);
 }
 
 /* libinih plumbing: a reader over a memory buffer that counts lines, so the
@@ -331,7 +480,7 @@ static int ini_on_value(void *user, const char *section, const char *name, const
     ini_state *s = user;
     const fed_opt *o;
     int *first;
-    char where[600];
+    char where[600], shown[128];
 
     (void)section;
     if (s->err)
@@ -348,7 +497,8 @@ static int ini_on_value(void *user, const char *section, const char *name, const
         s->err = opt_fail(s->e, FED_ERR_EXISTS, "%s: option '%s' given twice (first at line %d)",
                           where, name, *first);
     else if (!o)
-        s->err = opt_fail(s->e, FED_ERR_UNKNOWN_OPTION, "%s: unknown option '%s'", where, name);
+        s->err = opt_fail(s->e, FED_ERR_UNKNOWN_OPTION, "%s: unknown option '%s'", where,
+                          opt_escaped(name, shown, sizeof shown));
     else
         s->err = set_value(o, s->cfg, value, where, s->e);
     if (s->err == FED_OK)
@@ -356,8 +506,9 @@ static int ini_on_value(void *user, const char *section, const char *name, const
     return s->err == FED_OK;
 }
 
-fed_err fed_opt_parse_ini_buf(const fed_opt *t, size_t n, void *cfg, const char *buf,
-                              size_t len, const char *label, fed_opt_error *e)
+/* given (n, may be NULL): 1 for each option the file set. */
+static fed_err opt_ini_buf(const fed_opt *t, size_t n, void *cfg, const char *buf, size_t len,
+                             const char *label, fed_opt_error *e, unsigned char *given)
 {
     ini_state s = {t, n, cfg, label, buf, buf + len, 0, 0, FED_OK, e, NULL, NULL};
     fed_err err;
@@ -379,13 +530,21 @@ fed_err fed_opt_parse_ini_buf(const fed_opt *t, size_t n, void *cfg, const char 
         err = opt_fail(e, FED_ERR_NOMEM, "%s: out of memory while parsing", label);
     else
         err = FED_OK;
+    for (size_t k = 0; err == FED_OK && given && k < n; k++)
+        given[k] |= s.first[k] != 0;
     fed_free(s.first);
     fed_free(s.warned);
     return err;
 }
 
-fed_err fed_opt_parse_ini(const fed_opt *t, size_t n, void *cfg, const char *path,
-                          fed_opt_error *e)
+fed_err fed_opt_parse_ini_buf(const fed_opt *t, size_t n, void *cfg, const char *buf,
+                              size_t len, const char *label, fed_opt_error *e)
+{
+    return opt_ini_buf(t, n, cfg, buf, len, label, e, NULL);
+}
+
+static fed_err opt_ini_file(const fed_opt *t, size_t n, void *cfg, const char *path,
+                              fed_opt_error *e, unsigned char *given)
 {
     enum { MAX_CONFIG = 1 << 20 };
     FILE *f = fopen(path, "rb");
@@ -409,35 +568,57 @@ fed_err fed_opt_parse_ini(const fed_opt *t, size_t n, void *cfg, const char *pat
         err = opt_fail(e, FED_ERR_TOO_LARGE, "%s: config file over %d bytes", path, MAX_CONFIG);
         goto out;
     }
-    err = fed_opt_parse_ini_buf(t, n, cfg, buf, len, path, e);
+    err = opt_ini_buf(t, n, cfg, buf, len, path, e, given);
 out:
     fed_free(buf);
     fclose(f);
     return err;
 }
 
-fed_err fed_opt_load(const fed_opt *t, size_t n, void *cfg, int argc, char **argv, char **pos,
-                     int *npos, fed_opt_error *e)
+fed_err fed_opt_parse_ini(const fed_opt *t, size_t n, void *cfg, const char *path,
+                          fed_opt_error *e)
+{
+    return opt_ini_file(t, n, cfg, path, e, NULL);
+}
+
+fed_err fed_opt_load_given(const fed_opt *t, size_t n, void *cfg, int argc, char **argv,
+                           char **pos, int *npos, unsigned char *given, fed_opt_error *e)
 {
     const char *config = NULL;
     fed_err err = fed_opt_defaults(t, n, cfg, e);
 
     if (err)
         return err;
+    if (given)
+        memset(given, 0, n);
     for (int i = 0; i < argc; i++) {
+        const char *file = NULL;
+
         if (strcmp(argv[i], "--") == 0)
             break;
         if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
-            config = argv[i + 1];
+            file = argv[++i];
         else if (strncmp(argv[i], "--config=", 9) == 0)
-            config = argv[i] + 9;
+            file = argv[i] + 9;
+        if (file && config) /* one file holds the settings: no silent winner */
+            return opt_fail(e, FED_ERR_EXISTS, "option '--config' given twice ('%s' and '%s'): "
+                            "put the settings in one file (flags still override its keys)",
+                            config, file);
+        if (file)
+            config = file;
     }
     if (config) {
-        err = fed_opt_parse_ini(t, n, cfg, config, e);
+        err = opt_ini_file(t, n, cfg, config, e, given);
         if (err)
             return err;
     }
-    return parse_argv(t, n, cfg, argc, argv, pos, npos, e, 1);
+    return parse_argv(t, n, cfg, argc, argv, pos, npos, e, 1, given);
+}
+
+fed_err fed_opt_load(const fed_opt *t, size_t n, void *cfg, int argc, char **argv, char **pos,
+                     int *npos, fed_opt_error *e)
+{
+    return fed_opt_load_given(t, n, cfg, argc, argv, pos, npos, NULL, e);
 }
 
 static const char *type_name(fed_opt_type type)

@@ -14,7 +14,7 @@ typedef enum fed_opt_type {
     FED_OPT_BOOL,   /* int: 0 or 1; "--x", "--no-x", "--x=true|false|1|0|yes|no" */
     FED_OPT_INT,    /* int */
     FED_OPT_U64,    /* uint64_t */
-    FED_OPT_DOUBLE, /* double */
+    FED_OPT_DOUBLE, /* double, written in decimal ("0.5", "1e-3"; not "0x1p-1", inf, nan) */
     FED_OPT_STR,    /* char[size] */
 } fed_opt_type;
 
@@ -68,8 +68,10 @@ const fed_opt *fed_opt_find(const fed_opt *t, size_t n, const char *name);
 
 /* Parse argv[0..argc): "--name value", "--name=value", "--flag", "--no-flag".
  * Arguments that are not options go to pos[] (room for argc), counted in
- * *npos; "--" ends the options. "--config FILE" and "--help" are left to
- * the caller: this only knows the table. */
+ * *npos; "--" ends the options. An option given twice, or as itself and an
+ * alias, is FED_ERR_EXISTS naming both (one of them would be lost). "--config
+ * FILE" and "--help" are left to the caller: this only knows the table.
+ * Names and values from outside appear in errors escaped (\xNN). */
 FED_WUR fed_err fed_opt_parse_argv(const fed_opt *t, size_t n, void *cfg, int argc,
                                    char **argv, char **pos, int *npos, fed_opt_error *e);
 
@@ -83,9 +85,22 @@ FED_WUR fed_err fed_opt_parse_ini_buf(const fed_opt *t, size_t n, void *cfg, con
                                       size_t len, const char *label, fed_opt_error *e);
 
 /* Defaults, then the INI file named by a "--config FILE" in argv (if any),
- * then the flags: later sources win. */
+ * then the flags: later sources win (a flag over its key in the file). A
+ * second --config is FED_ERR_EXISTS naming both files. */
 FED_WUR fed_err fed_opt_load(const fed_opt *t, size_t n, void *cfg, int argc, char **argv,
                              char **pos, int *npos, fed_opt_error *e);
+/* The same, and given (n bytes, may be NULL) set to 1 for each entry the file
+ * or a flag set (an alias's canonical entry), 0 for those left at their
+ * default: for checks that a value alone cannot tell (a flag given with its
+ * default value). */
+FED_WUR fed_err fed_opt_load_given(const fed_opt *t, size_t n, void *cfg, int argc, char **argv,
+                                   char **pos, int *npos, unsigned char *given,
+                                   fed_opt_error *e);
+
+/* 1 and *out when v is a finite number written in decimal ([+-] digits [.
+ * digits] [e [+-] digits]: no hexadecimal, inf, nan or blanks, which strtod
+ * takes), else 0: what FED_OPT_DOUBLE accepts, for parsers of their own. */
+int fed_opt_decimal(const char *v, double *out);
 
 /* One line per option: flag, type, default, help. The caller picks the stream. */
 void fed_opt_print_help(const fed_opt *t, size_t n, FILE *out);

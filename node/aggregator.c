@@ -203,6 +203,8 @@ static fed_err load_counter_base(fed_node *n)
     return FED_OK;
 }
 
+static void report_waiting(fed_node *n);
+
 static fed_err fed_node_agg_start(fed_node *n)
 {
     node_agg *a = n->agg;
@@ -222,6 +224,8 @@ static fed_err fed_node_agg_start(fed_node *n)
     }
     if (fed_node_agg_is_async(n))
         return fed_node_agg_async_open(n);
+    report_waiting(n);
+    fed_node_agg_arm_poll(n);
     if (n->round > 0) /* resumed after a round: as fed_node_agg_close_round would go on */
         return fed_node_arm_in(n, n->cfg.gather_ms, NODE_TIMER_ROUND);
     return FED_OK;
@@ -229,18 +233,74 @@ static fed_err fed_node_agg_start(fed_node *n)
 
 /* ---- holds ---- */
 
+/* The poll timer: the oldest hold's poll_ms, or the next report of whom
+ * an idle aggregator waits for, whichever comes first. */
 void fed_node_agg_arm_poll(fed_node *n)
 {
     node_agg *a = n->agg;
     uint64_t first = UINT64_MAX;
 
     for (size_t i = 0; i < a->nholds; i++)
-        if (a->holds[i].since_ms < first)
-            first = a->holds[i].since_ms;
+        if (a->holds[i].since_ms + n->cfg.poll_ms < first)
+            first = a->holds[i].since_ms + n->cfg.poll_ms;
+    if (a->state == AGG_IDLE && a->wait_report_ms && a->wait_report_ms < first)
+        first = a->wait_report_ms;
     if (first == UINT64_MAX)
         (void)n->env.cancel_timer(n->env.self, NODE_TIMER_POLL);
     else
-        fed_node_arm(n, first + n->cfg.poll_ms, NODE_TIMER_POLL); /* a failure stops the node */
+        fed_node_arm(n, first, NODE_TIMER_POLL); /* a failure stops the node */
+}
+
+#define AGG_WAIT_REPORT_MS 30000
+#define AGG_WAIT_NAMES 320 /* bytes of member names in one report */
+
+static int key32_cmp(const void *x, const void *y) { return memcmp(x, y, 32); }
+
+/* Who an idle aggregator waits for: the count asking, what starts the round,
+ * and the members not asking (by name, the first that fit). Said when it
+ * starts waiting, then every AGG_WAIT_REPORT_MS while no round starts (it
+ * said nothing while clients were missing). The holds' keys are sorted in
+ * a copy, so a report costs N log H over N members and H holds (N H when
+ * the copy cannot be had). */
+static void report_waiting(fed_node *n)
+{
+    node_agg *a = n->agg;
+    size_t members = n->cfg.allow ? fed_crypto_allow_count(n->cfg.allow) : 0, absent = 0;
+    size_t len = 0, more = 0;
+    uint8_t (*asking)[32] = a->nholds ? fed_malloc(a->nholds * 32) : NULL;
+    char names[AGG_WAIT_NAMES + 8] = "";
+
+    for (size_t k = 0; asking && k < a->nholds; k++)
+        memcpy(asking[k], a->holds[k].hdr.sender, 32);
+    if (asking)
+        qsort(asking, a->nholds, 32, key32_cmp);
+    for (size_t i = 0; i < members; i++) {
+        const char *name;
+        const uint8_t *pk;
+        int found = 0;
+
+        fed_crypto_allow_get(n->cfg.allow, i, &name, &pk);
+        if (asking)
+            (void)fed_key_search(asking, a->nholds, 32, pk, &found);
+        for (size_t k = 0; !asking && !found && k < a->nholds; k++) /* out of memory */
+            found = !memcmp(a->holds[k].hdr.sender, pk, 32);
+        if (found || !memcmp(pk, n->key, 32))
+            continue;
+        absent++;
+        if (more || len + strlen(name) + 2 > AGG_WAIT_NAMES) {
+            more++;
+            continue;
+        }
+        len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", len ? ", " : "", name);
+    }
+    fed_free(asking);
+    fed_log(FED_LOG_INFO, "aggregator: round %llu waits for clients: %zu asking; %u start it "
+            "at once, or %u once --gather-ms %llu passed since the first; %zu not asking%s%s"
+            "%s", (unsigned long long)(n->round + 1), a->nholds,
+            n->cfg.wait_clients ? n->cfg.wait_clients : n->cfg.min_clients, n->cfg.min_clients,
+            (unsigned long long)n->cfg.gather_ms, absent, absent ? ": " : "", names,
+            more ? " and more" : "");
+    a->wait_report_ms = n->env.now_ms(n->env.self) + AGG_WAIT_REPORT_MS;
 }
 
 static void hold_remove(node_agg *a, size_t i)
@@ -440,6 +500,7 @@ static fed_err start_round(fed_node *n)
     fed_node_agg_settings(n, n->round + 1, &b);
     a->state = AGG_RUNNING;
     a->gathered = 0;
+    a->wait_report_ms = 0;
     a->round_start_ms = n->env.now_ms(n->env.self);
     a->bytes_in0 = fed_wire_get_counters(n->wire)->bytes_in;
     a->bytes_out0 = fed_wire_get_counters(n->wire)->bytes_out;
@@ -488,6 +549,10 @@ static fed_err maybe_start(fed_node *n)
         return FED_OK;
     if (a->nholds >= want || (a->gathered && a->nholds >= n->cfg.min_clients))
         return start_round(n);
+    if (!a->wait_report_ms) { /* waiting again: say so if it lasts */
+        a->wait_report_ms = n->env.now_ms(n->env.self) + AGG_WAIT_REPORT_MS;
+        fed_node_agg_arm_poll(n);
+    }
     return FED_OK;
 }
 
@@ -1305,6 +1370,8 @@ static fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
         for (size_t i = a->nholds; i-- > 0;)
             if (a->holds[i].since_ms + n->cfg.poll_ms <= now)
                 (void)answer_no_round(n, i, FED_WIRE_ACK_NO_ROUND);
+        if (a->state == AGG_IDLE && a->wait_report_ms && a->wait_report_ms <= now)
+            report_waiting(n);
         fed_node_agg_arm_poll(n);
         return FED_OK;
     }

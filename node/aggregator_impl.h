@@ -94,6 +94,8 @@ struct node_agg {
                               unmasked: the round timer commits it again */
     uint64_t round_start_ms;
     uint64_t deadline_at_ms; /* when the armed deadline timer fires (0: none armed) */
+    uint64_t wait_report_ms; /* idle, no round startable: when to say who it waits
+                                for again (the poll timer's; 0: not waiting) */
     agg_hold *holds;
     size_t nholds, cap_holds;
     agg_part *parts;       /* (nparts) sampled this round, sorted by key */

@@ -101,3 +101,29 @@ const char *fed_node_settings_dp_misuse(const fed_node_settings *s, fed_node_rol
         return "--dp-target-epsilon and --dp-client-quantile need --dp-client-clip (DP-FedAvg)";
     return NULL;
 }
+
+/* On a client --secagg is a requirement (it sends no plain delta); the
+   --secagg-* values are the aggregator's, sent in each round's settings; a
+   peer has no secure aggregation. */
+int fed_node_settings_secagg_misuse(const fed_opt *t, size_t n, const unsigned char *given,
+                                    fed_node_role role, char *why, size_t size)
+{
+    for (size_t i = 0; i < n; i++) {
+        const char *name = t[i].name;
+
+        if (!given[i] || t[i].alias_of || strncmp(name, "secagg", 6) != 0)
+            continue;
+        if (role == FED_NODE_PEER) {
+            snprintf(why, size, "--%s means nothing for a peer (secure aggregation is an "
+                     "aggregator's and its clients')", name);
+            return 1;
+        }
+        if (role == FED_NODE_CLIENT && strcmp(name, "secagg") != 0) {
+            snprintf(why, size, "--%s means nothing for a client: it is the aggregator's "
+                     "setting, sent in each round's settings (a client takes --secagg alone)",
+                     name);
+            return 1;
+        }
+    }
+    return 0;
+}

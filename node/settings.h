@@ -171,7 +171,9 @@ typedef struct fed_node_settings {
                 "eta (C <- C exp(-eta (unclipped share - quantile)))"),                          \
     FED_OPT_DEF(T, m.secagg, "secagg", FED_OPT_BOOL, "false", 0, 0,                              \
                 "aggregator: secure aggregation (SecAgg+): it learns only the sum of each "      \
-                "round's quantized, weighted deltas; sync rounds, FedAvg family, f32 codec"),    \
+                "round's quantized, weighted deltas; sync rounds, FedAvg family, f32 codec. "    \
+                "client: a requirement: it never sends a plain delta and declines every round "  \
+                "that is not secure"),                                                           \
     FED_OPT_DEF(T, m.secagg_dropout, "secagg-dropout", FED_OPT_DOUBLE, "0.1", 0, 0.99,           \
                 "aggregator, --secagg: the dropout rate a round must survive (sets the "         \
                 "neighbour graph's degree k so a round fails with probability <= 1e-6)"),       \
@@ -201,5 +203,12 @@ void fed_node_settings_apply_dp(const fed_node_settings *s, fed_node_config *c);
  * whose one settings block serves every node, asks for the client role
  * and the aggregator's --require-dp-sgd apart. */
 const char *fed_node_settings_dp_misuse(const fed_node_settings *s, fed_node_role role);
+
+/* Whether a --secagg* option given (given: n bytes over the caller's table t,
+ * from fed_opt_load_given) means nothing for role: 1 with why (size bytes)
+ * naming the option and the role, else 0. An aggregator takes them all; a
+ * client --secagg alone (a requirement); a peer none. */
+int fed_node_settings_secagg_misuse(const fed_opt *t, size_t n, const unsigned char *given,
+                                    fed_node_role role, char *why, size_t size);
 
 #endif

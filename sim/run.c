@@ -67,14 +67,20 @@ const fed_opt fed_sim_scenario_opts[] = {
 #undef S
 const size_t fed_sim_scenario_nopts = sizeof fed_sim_scenario_opts / sizeof *fed_sim_scenario_opts;
 
-void fed_sim_scenario_settle(fed_sim_scenario *sc)
+fed_err fed_sim_scenario_settle(fed_sim_scenario *sc, int role_given)
 {
     if (strcmp(sc->s.mode, "aggregator") != 0 && strcmp(sc->s.mode, "peer") != 0)
-        return;
+        return FED_OK;
+    if (role_given && strcmp(sc->role, sc->s.mode) != 0) {
+        fed_log(FED_LOG_ERROR, "sim: --role %s and --mode %s (the old spelling of --role %s) "
+                "contradict each other: give --role alone", sc->role, sc->s.mode, sc->s.mode);
+        return FED_ERR_SPEC;
+    }
     fed_log(FED_LOG_WARN, "--mode %s is deprecated: use --role %s (--mode is sync or async)",
             sc->s.mode, sc->s.mode);
     snprintf(sc->role, sizeof sc->role, "%s", sc->s.mode);
     snprintf(sc->s.mode, sizeof sc->s.mode, "sync");
+    return FED_OK;
 }
 
 #define RUN_STEP_MS 100

@@ -46,8 +46,10 @@ extern const size_t fed_sim_scenario_nopts;
 
 /* The old spelling --mode aggregator|peer (before --mode meant sync or
  * async in both programs): moves it to role, sets mode to sync and warns
- * naming --role. Call after the options are loaded. */
-void fed_sim_scenario_settle(fed_sim_scenario *sc);
+ * naming --role. Call after the options are loaded; role_given: --role was
+ * set too (fed_opt_load_given), so one naming another role contradicts it:
+ * FED_ERR_SPEC, logged naming both. */
+FED_WUR fed_err fed_sim_scenario_settle(fed_sim_scenario *sc, int role_given);
 
 /* One round, as fedsim prints it. */
 typedef struct fed_sim_row {

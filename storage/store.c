@@ -528,7 +528,8 @@ static fed_err check_identity(fed_store *st, int64_t *version)
     return FED_ERR_MAGIC;
 }
 
-static fed_err migrate_step(fed_store *st, int to)
+/* *did: 1 when this step ran here (not in another process first). */
+static fed_err migrate_step(fed_store *st, int to, int *did)
 {
     char sql[96];
     int64_t now = 0;
@@ -555,22 +556,34 @@ static fed_err migrate_step(fed_store *st, int to)
 out:
     if (e == FED_OK) {
         e = store_exec(st, "COMMIT");
-        if (e == FED_OK && now < to)
-            fed_log(FED_LOG_INFO, "store: schema migrated to version %d", to);
+        *did = e == FED_OK && now < to;
     }
     if (e != FED_OK && !sqlite3_get_autocommit(st->db))
         (void)sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
     return e;
 }
 
+/* One line for the whole climb (a new database took every step, and said
+ * "schema migrated" once per step). */
 static fed_err migrate(fed_store *st, int64_t from)
 {
+    int first = 0; /* the first step this process ran */
+
     for (int v = (int)from + 1; v <= FED_STORE_SCHEMA_VERSION; v++) {
-        fed_err e = migrate_step(st, v);
+        int did = 0;
+        fed_err e = migrate_step(st, v, &did);
 
         if (e != FED_OK)
             return e;
+        if (did && !first)
+            first = v;
     }
+    if (first == 1)
+        fed_log(FED_LOG_INFO, "store: new database, schema version %d",
+                FED_STORE_SCHEMA_VERSION);
+    else if (first)
+        fed_log(FED_LOG_INFO, "store: schema migrated from version %d to %d", first - 1,
+                FED_STORE_SCHEMA_VERSION);
     st->schema = FED_STORE_SCHEMA_VERSION;
     return FED_OK;
 }

@@ -736,13 +736,56 @@ static void test_opt_argv(void **state)
         assert_string_equal(pos[3], "-q");
     }
     {
-        char *argv[] = { "--verbose", "--verbose=false", "--verbose" };
+        char *argv[] = { "--verbose", "--verbose=false" };
 
         assert_err(fed_opt_parse_argv(table, NT, &c, 1, argv, pos, &npos, &e), FED_OK);
         assert_int_equal(c.verbose, 1);
-        assert_err(fed_opt_parse_argv(table, NT, &c, 2, argv, pos, &npos, &e), FED_OK);
+        assert_err(fed_opt_parse_argv(table, NT, &c, 1, argv + 1, pos, &npos, &e), FED_OK);
         assert_int_equal(c.verbose, 0);
         assert_int_equal(npos, 0);
+    }
+    {
+        /* a flag given twice: an error naming both, whatever the spelling
+           (it was the last one winning: --epochs 1 --epochs 2 trained 2) */
+        char *twice[] = { "--epochs", "1", "--lr=0.5", "--epochs", "2" };
+        char *eq[] = { "--epochs=1", "--epochs", "2" };
+        char *no[] = { "--verbose", "--no-verbose" };
+
+        defaults(&c);
+        assert_err(fed_opt_parse_argv(table, NT, &c, 5, twice, pos, &npos, &e), FED_ERR_EXISTS);
+        assert_string_equal(e.msg, "option '--epochs' given twice ('--epochs 1' and "
+                                   "'--epochs 2'): give it once");
+        assert_err(fed_opt_parse_argv(table, NT, &c, 3, eq, pos, &npos, &e), FED_ERR_EXISTS);
+        assert_has(e.msg, "('--epochs=1' and '--epochs 2')");
+        assert_err(fed_opt_parse_argv(table, NT, &c, 2, no, pos, &npos, &e), FED_ERR_EXISTS);
+        assert_has(e.msg, "('--verbose' and '--no-verbose')");
+    }
+    {
+        /* floats in decimal only: strtod took 0x10 as 16 and 0x1p-2 as 0.25 */
+        const char *bad[] = { "0x10", "0x1p-2", "-0X1", "inf", "-infinity", "nan", " 1",
+                              "1e", ".", "1e+", "e5", "1.5x", "" };
+        const char *good[] = { "1", "0.25", ".5", "1e-3", "2.5E+0", "+0.125", "3." };
+
+        for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+            assert_err(fed_opt_set(table, NT, &c, "lr", bad[i], "--lr", &e), FED_ERR_BAD_VALUE);
+            assert_has(e.msg, "is not a decimal number");
+        }
+        for (size_t i = 0; i < sizeof good / sizeof *good; i++)
+            assert_err(fed_opt_set(table, NT, &c, "lr", good[i], "--lr", &e), FED_OK);
+        assert_err(fed_opt_set(table, NT, &c, "lr", "0x10", "--lr", &e), FED_ERR_BAD_VALUE);
+        assert_string_equal(e.msg, "--lr: option 'lr': '0x10' is not a decimal number");
+    }
+    {
+        /* names and values from outside are escaped in messages */
+        char *argv[] = { "--ep\033[2Jochs", "1" };
+        char *val[] = { "--lr", "\033]0;x\007\\" };
+
+        assert_err(fed_opt_parse_argv(table, NT, &c, 2, argv, pos, &npos, &e),
+                   FED_ERR_UNKNOWN_OPTION);
+        assert_string_equal(e.msg, "unknown option '--ep\\x1b[2Jochs'");
+        assert_err(fed_opt_parse_argv(table, NT, &c, 2, val, pos, &npos, &e), FED_ERR_BAD_VALUE);
+        assert_string_equal(e.msg, "--lr: option 'lr': '\\x1b]0;x\\x07\\\\' is not a decimal "
+                                   "number");
     }
     {
         char *argv[] = { "--epochz", "3" };
@@ -812,6 +855,14 @@ static void test_opt_ini(void **state)
                    FED_ERR_UNKNOWN_OPTION);
         assert_has(e.msg, "run.ini:3");
         assert_has(e.msg, "'lrr'");
+    }
+    {
+        /* an unknown key's bytes reached the terminal raw: escaped now */
+        const char *t = "\033]2;owned\007\xc3\xa9 = 1\n";
+
+        assert_err(fed_opt_parse_ini_buf(table, NT, &c, t, strlen(t), "run.ini", &e),
+                   FED_ERR_UNKNOWN_OPTION);
+        assert_string_equal(e.msg, "run.ini:1: unknown option '\\x1b]2;owned\\x07\\xc3\\xa9'");
     }
     {
         const char *t = "[a]\nepochs = 4\nlr = quick\n";
@@ -996,7 +1047,8 @@ static void test_opt_alias(void **state)
     fed_opt_error e;
     log_rec r;
     fed_log_level saved = fed_log_get_level();
-    char *argv[] = {"--rate", "0.5", "--rate=0.25", "--no-chatty"};
+    char *argv[] = {"--rate", "0.5", "--no-chatty"};
+    char *both_argv[] = {"--rate", "0.5", "--lr=0.25"};
     char *pos[4];
     int npos = 0;
     const char *ini = "rate = 0.125\n";
@@ -1014,13 +1066,19 @@ static void test_opt_alias(void **state)
     assert_true(c.lr == 0.05); /* the alias has no default of its own to apply */
     assert_ptr_equal(fed_opt_find(alias_table, NA, "rate"), &alias_table[1]);
 
-    assert_err(fed_opt_parse_argv(alias_table, NA, &c, 4, argv, pos, &npos, &e), FED_OK);
-    assert_true(c.lr == 0.25);
+    assert_err(fed_opt_parse_argv(alias_table, NA, &c, 3, argv, pos, &npos, &e), FED_OK);
+    assert_true(c.lr == 0.5);
     assert_int_equal(c.verbose, 0);
     assert_int_equal(npos, 0);
-    assert_int_equal(r.calls, 2); /* --rate twice, --chatty once: one warning each */
+    assert_int_equal(r.calls, 2); /* --rate, --chatty: one warning each */
     assert_int_equal(r.last_level, FED_LOG_WARN);
     assert_string_equal(r.last, "--chatty is deprecated: use --verbose");
+    /* an alias and its option both given: one would be lost (fedsim's
+       --sample 0.5 --fraction 0.3 took 0.3 without a word) */
+    assert_err(fed_opt_parse_argv(alias_table, NA, &c, 3, both_argv, pos, &npos, &e),
+               FED_ERR_EXISTS);
+    assert_string_equal(e.msg, "'--rate 0.5' and '--lr=0.25' set the same option '--lr': "
+                               "give it once");
 
     r.calls = 0;
     assert_err(fed_opt_parse_ini_buf(alias_table, NA, &c, ini, strlen(ini), "run.ini", &e),
@@ -1088,6 +1146,33 @@ static void test_opt_load_and_help(void **state)
         assert_string_equal(c.name, "cli");
         assert_int_equal(c.epochs, 4);
         assert_int_equal(npos, 0);
+    }
+    {
+        /* which options a source set (given), not just their values: the
+           file's epochs, lr and name, the flag's seed given at its default */
+        char *argv[] = { "--config", path, "--seed", "42" };
+        unsigned char given[NT];
+
+        memset(given, 7, sizeof given);
+        assert_err(fed_opt_load_given(table, NT, &c, 4, argv, pos, &npos, given, &e), FED_OK);
+        assert_true(c.seed == 42);
+        assert_int_equal(given[0], 0); /* verbose */
+        assert_int_equal(given[1], 1); /* epochs, from the file */
+        assert_int_equal(given[2], 1); /* seed, by a flag at its default */
+        assert_int_equal(given[3], 1);
+        assert_int_equal(given[4], 1);
+        assert_int_equal(given[5], 0); /* data */
+    }
+    {
+        /* a second --config: refused naming both (b.ini was read, a.ini
+           silently not) */
+        char *argv[] = { "--config", path, "--epochs", "3", cfgarg };
+
+        snprintf(cfgarg, sizeof cfgarg, "--config=/tmp/b.ini");
+        assert_err(fed_opt_load(table, NT, &c, 5, argv, pos, &npos, &e), FED_ERR_EXISTS);
+        assert_has(e.msg, "option '--config' given twice");
+        assert_has(e.msg, path);
+        assert_has(e.msg, "'/tmp/b.ini'");
     }
     {
         char *argv[] = { "--config", "/nonexistent/x.ini" };

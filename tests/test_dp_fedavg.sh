@@ -27,7 +27,8 @@
 . "$(dirname "$0")/proc_lib.sh"
 FEDSIM=${FEDSIM:-./fedsim}
 [ -x "$FEDSIM" ] || { echo "skipped: no $FEDSIM (run make)"; exit 77; }
-SIM="--data fashion-mnist --model logreg --nodes 20 --rounds 5 --fraction 0.5"
+SIM0="--data fashion-mnist --model logreg --rounds 5 --fraction 0.5" # a flag given twice is an error
+SIM="$SIM0 --nodes 20"
 
 # eps Q Z STEPS: fednode privacy's epsilon, 4 decimals
 eps() {
@@ -70,7 +71,7 @@ ok "--dp-target-epsilon 4: z $z, 5 rounds spend $got"
 clips() { sed -n 's/.*within clip \([0-9.e+-]*\) (next \([0-9.e+-]*\)).*/\1 \2/p' "$1"; }
 for c in 0.001 1000; do
     # shellcheck disable=SC2086
-    FEDNODE_LOG=info "$FEDSIM" $SIM --nodes 40 --dp-client-clip $c --dp-client-quantile 0.5 \
+    FEDNODE_LOG=info "$FEDSIM" $SIM0 --nodes 40 --dp-client-clip $c --dp-client-quantile 0.5 \
         >"$TMP/c$c.out" 2>&1 || fail "fedsim adaptive clip $c exited $?"
     [ "$(clips "$TMP/c$c.out" | wc -l)" -eq 5 ] || fail "five rounds' clips for $c"
 done
@@ -119,7 +120,7 @@ awk -v a="$acc_a" -v g="$acc_g" 'BEGIN { d = a - g; exit !(d < 0.005 && d > -0.0
     fail "DP-FedAvg with --secagg: accuracy $acc_g, without $acc_a"
 ok "DP-FedAvg with --secagg: the same epsilon each round ($want at 5), accuracy $acc_g (without: $acc_a)"
 # shellcheck disable=SC2086
-"$FEDSIM" $SIM --nodes 40 --dp-client-clip 1 --dp-client-quantile 0.5 --secagg \
+"$FEDSIM" $SIM0 --nodes 40 --dp-client-clip 1 --dp-client-quantile 0.5 --secagg \
     >"$TMP/g2.out" 2>&1 && fail "adaptive clipping with --secagg ran"
 grep -q "adaptive clipping (--dp-client-quantile) with --secagg is not built" "$TMP/g2.out" ||
     fail "the refusal of adaptive clipping with --secagg says why: $(tail -n 2 "$TMP/g2.out")"

@@ -375,6 +375,71 @@ static void rec_sink(void *ctx, fed_log_level level, const char *line)
     }
 }
 
+/* fednode run and aggregate refuse what contradicts the role: aggregate
+ * with another --role (it ran an aggregator without a word; its --help said
+ * "default client"), a --secagg-* value on a client (the aggregator's; even
+ * at its default value: given is what counts), any --secagg* on a peer. A
+ * client takes --secagg (a requirement), as --help says. */
+static void test_run_role_checks(void **state)
+{
+    char out[16384];
+
+    (void)state;
+    setenv("FEDNODE_NO_REEXEC", "1", 1);
+    assert_int_equal(fed_test_run_cli(fed_cli_aggregate, out, sizeof out, 2, "--role", "client"),
+                     2);
+    assert_non_null(strstr(out, "aggregate: --role client contradicts the command"));
+    assert_int_equal(fed_test_run_cli(fed_cli_aggregate, out, sizeof out, 1, "--help"), 0);
+    assert_non_null(strstr(out, "(default aggregator)"));
+    assert_null(strstr(out, "(default client)"));
+    assert_int_equal(fed_test_run_cli(fed_cli_run, out, sizeof out, 1, "--help"), 0);
+    assert_non_null(strstr(out, "client: a requirement: it never sends a plain delta"));
+
+    assert_int_equal(fed_test_run_cli(fed_cli_run, out, sizeof out, 6, "--role", "client",
+                                      "--aggregator", "tcp://127.0.0.1:1", "--secagg-bits", "20"),
+                     2);
+    assert_non_null(strstr(out, "run: --secagg-bits means nothing for a client"));
+    assert_int_equal(fed_test_run_cli(fed_cli_run, out, sizeof out, 4, "--role", "peer",
+                                      "--secagg-stage-ms", "100"),
+                     2);
+    assert_non_null(strstr(out, "run: --secagg-stage-ms means nothing for a peer"));
+    assert_int_equal(fed_test_run_cli(fed_cli_run, out, sizeof out, 3, "--role", "peer",
+                                      "--no-secagg"),
+                     2);
+    assert_non_null(strstr(out, "run: --secagg means nothing for a peer"));
+    /* a client with --secagg goes on (to its missing key) */
+    assert_int_equal(fed_test_run_cli(fed_cli_run, out, sizeof out, 7, "--role", "client",
+                                      "--aggregator", "tcp://127.0.0.1:1", "--secagg", "--keys",
+                                      "/nonexistent"),
+                     1);
+    assert_null(strstr(out, "means nothing"));
+    assert_non_null(strstr(out, "/nonexistent"));
+
+    /* fedsim's one settings block: its peers take no --secagg* either */
+    {
+        fed_sim_scenario sc;
+        fed_opt_error e;
+        char *argv[] = {"--role", "peer", "--secagg-range", "2"};
+        char *pos[4], why[256];
+        int npos = 0;
+        unsigned char given[256];
+
+        assert_true(fed_sim_scenario_nopts <= sizeof given);
+        assert_int_equal(fed_opt_load_given(fed_sim_scenario_opts, fed_sim_scenario_nopts, &sc,
+                                            4, argv, pos, &npos, given, &e),
+                         FED_OK);
+        assert_int_equal(fed_node_settings_secagg_misuse(fed_sim_scenario_opts,
+                                                         fed_sim_scenario_nopts, given,
+                                                         FED_NODE_PEER, why, sizeof why),
+                         1);
+        assert_non_null(strstr(why, "--secagg-range means nothing for a peer"));
+        assert_int_equal(fed_node_settings_secagg_misuse(fed_sim_scenario_opts,
+                                                         fed_sim_scenario_nopts, given,
+                                                         FED_NODE_AGGREGATOR, why, sizeof why),
+                         0);
+    }
+}
+
 /* Each old spelling still works, as a flag and an INI key, and warns once
  * naming the new: --sample (both programs) sets --fraction; fedsim's
  * --mode aggregator|peer sets --role (mode back to sync), while --mode
@@ -402,7 +467,7 @@ static void test_deprecated_spellings(void **state)
     assert_true(sc.s.fraction == 0.25);
     assert_int_equal(warned.n, 1);
     assert_string_equal(warned.last, "--sample is deprecated: use --fraction");
-    fed_sim_scenario_settle(&sc);
+    assert_int_equal(fed_sim_scenario_settle(&sc, 0), FED_OK);
     assert_string_equal(sc.role, "peer");
     assert_string_equal(sc.s.mode, "sync");
     assert_int_equal(warned.n, 2);
@@ -415,7 +480,7 @@ static void test_deprecated_spellings(void **state)
     assert_int_equal(fed_opt_parse_ini_buf(fed_sim_scenario_opts, fed_sim_scenario_nopts, &sc,
                                            ini, strlen(ini), "sim.ini", &e),
                      FED_OK);
-    fed_sim_scenario_settle(&sc);
+    assert_int_equal(fed_sim_scenario_settle(&sc, 0), FED_OK);
     assert_true(sc.s.fraction == 0.5);
     assert_string_equal(sc.role, "aggregator");
     assert_string_equal(sc.s.mode, "sync");
@@ -425,10 +490,35 @@ static void test_deprecated_spellings(void **state)
     assert_int_equal(fed_opt_load(fed_sim_scenario_opts, fed_sim_scenario_nopts, &sc, 4,
                                   argv_async, pos, &npos, &e),
                      FED_OK);
-    fed_sim_scenario_settle(&sc);
+    assert_int_equal(fed_sim_scenario_settle(&sc, 1), FED_OK);
     assert_string_equal(sc.s.mode, "async");
     assert_string_equal(sc.role, "aggregator");
     assert_int_equal(warned.n, 0);
+
+    /* --role and the old --mode naming another role: an error naming both
+       (it ran peers, the deprecation warning its only word) */
+    {
+        char *contra[] = {"--role", "aggregator", "--mode", "peer"};
+        char *same[] = {"--mode", "peer", "--role", "peer"};
+        size_t role = (size_t)(fed_opt_find(fed_sim_scenario_opts, fed_sim_scenario_nopts,
+                                            "role") - fed_sim_scenario_opts);
+        unsigned char given[256];
+
+        assert_true(fed_sim_scenario_nopts <= sizeof given);
+        assert_int_equal(fed_opt_load_given(fed_sim_scenario_opts, fed_sim_scenario_nopts, &sc,
+                                            4, contra, pos, &npos, given, &e),
+                         FED_OK);
+        assert_int_equal(given[role], 1);
+        assert_int_equal(fed_sim_scenario_settle(&sc, given[role]), FED_ERR_SPEC);
+        assert_string_equal(sc.role, "aggregator");
+        assert_int_equal(fed_opt_load_given(fed_sim_scenario_opts, fed_sim_scenario_nopts, &sc,
+                                            4, same, pos, &npos, given, &e),
+                         FED_OK);
+        assert_int_equal(fed_sim_scenario_settle(&sc, given[role]), FED_OK);
+        assert_string_equal(sc.role, "peer");
+        assert_string_equal(sc.s.mode, "sync");
+        warned.n = 0;
+    }
 
     /* fednode run takes --sample too, into the same field */
     assert_int_equal(fed_cli_run_settings(2, argv, &ns), FED_OK);
@@ -507,6 +597,7 @@ int main(void)
         cmocka_unit_test(test_chart),
         cmocka_unit_test(test_shared_defaults),
         cmocka_unit_test(test_deprecated_spellings),
+        cmocka_unit_test(test_run_role_checks),
         cmocka_unit_test(test_async_and_final_mix),
         cmocka_unit_test(test_bad_specs),
         cmocka_unit_test(test_deterministic),

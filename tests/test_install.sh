@@ -7,7 +7,8 @@
 #     safetensors reader in PREFIX/share/fednode/python (0644).
 #  B. `systemd-analyze verify` accepts the installed unit as a named instance
 #     (fednode@site.service) with the binary in place (--root=TMP; it says
-#     nothing, and it does complain once the binary is taken away), its
+#     nothing, and it does complain once the binary is taken away), with the
+#     passphrase drop-in its comment gives as well, its
 #     Documentation= man page found in the tree; `systemd-analyze security`
 #     rates its exposure at most 2.0. Skipped, saying why, without
 #     systemd-analyze (make deps installs systemd).
@@ -69,6 +70,22 @@ else
     verify; rc=$?
     [ $rc -eq 0 ] && [ ! -s "$TMP/verify.out" ] || { cat "$TMP/verify.out"; fail "systemd-analyze verify fednode@site.service (rc $rc)"; }
     ok "systemd-analyze verify --root: fednode@site.service accepted, saying nothing"
+    # a sealed key's passphrase: the drop-in the unit's comment gives (the
+    # lines after its `systemctl edit`), as systemctl edit would write it
+    grep -q '^ExecStart=.* --passphrase-file ${FEDNODE_PASSPHRASE_FILE}$' "$UNIT" ||
+        fail "the unit's ExecStart reads --passphrase-file from \$FEDNODE_PASSPHRASE_FILE"
+    D=$ROOT/etc/systemd/system/fednode@site.service.d
+    mkdir -p "$D" || fail "mkdir $D"
+    awk '/systemctl edit fednode@site.service/ { on = 1; next }
+         on && /^#$/ { exit }
+         on { sub(/^# */, ""); print }' "$UNIT" >"$D/passphrase.conf"
+    grep -q '^LoadCredentialEncrypted=passphrase:' "$D/passphrase.conf" &&
+        grep -q '^Environment=FEDNODE_PASSPHRASE_FILE=%d/passphrase$' "$D/passphrase.conf" ||
+        { cat "$D/passphrase.conf"; fail "the unit's comment gives the passphrase drop-in"; }
+    verify; rc=$?
+    [ $rc -eq 0 ] && [ ! -s "$TMP/verify.out" ] || { cat "$TMP/verify.out"; fail "systemd-analyze verify with the passphrase drop-in (rc $rc)"; }
+    ok "with the comment's passphrase drop-in (LoadCredentialEncrypted=) it is accepted too"
+    rm -r "$D"
     mv "$P/bin/fednode" "$TMP/fednode.away"
     verify; rc=$?
     mv "$TMP/fednode.away" "$P/bin/fednode"

@@ -943,6 +943,41 @@ static void test_first_round_after_gather(void **state)
     scen_free(&s);
 }
 
+/* An aggregator whose clients are slow to come says whom it waits for and
+ * how many: once at start, then every 30 s while no round can start (it
+ * said nothing). Client 1's requests take 65 s to arrive: reports at 0, 30
+ * and 60 s, naming it (and client 0 at first), none once the round ran. */
+static void test_waiting_reported(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 2, .spec = "logreg", .per_client = 100, .rounds = 1,
+                   .min_clients = 2, .deadline_ms = 20000, .seed = 29};
+    fed_sim_link late = {.latency_ms = 65000, .bytes_per_ms = 100000};
+    fed_log_level level = fed_log_get_level();
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    fed_log_set_level(FED_LOG_INFO);
+    fed_test_log_capture(FED_LOG_INFO);
+    scen_build(&s, fx, &o);
+    /* client 1 comes late; client 0 asks at once (and again after each
+       poll_ms answer of no round) */
+    assert_int_equal(fed_sim_world_set_link(s.w, fed_sim_host_index(s.cl[1]),
+                                            fed_sim_host_index(s.agg), &late),
+                     FED_OK);
+    scen_run(&s, 600000);
+    assert_int_equal(s.commits[1], 1);
+    assert_int_equal(fed_test_log_count("aggregator: round 1 waits for clients", ""), 3);
+    fed_test_log_has("aggregator: round 1 waits for clients: 0 asking; 2 start it at once, or 2 "
+                     "once --gather-ms 1000 passed since the first; 2 not asking: client0, "
+                     "client1\n");
+    fed_test_log_has("aggregator: round 1 waits for clients: 1 asking; 2 start it at once, or 2 "
+                     "once --gather-ms 1000 passed since the first; 1 not asking: client1\n");
+    fed_test_log_default();
+    fed_log_set_level(level);
+    scen_free(&s);
+}
+
 /* ---- the accuracy of a round evaluated on a full disk ---- */
 
 /* Steps until round r is committed (its row is in the database) and then
@@ -1646,6 +1681,7 @@ int main(void)
         cmocka_unit_test(test_full_disk_accuracy_kept),
         cmocka_unit_test(test_full_disk_accuracy_at_stop),
         cmocka_unit_test(test_first_round_after_gather),
+        cmocka_unit_test(test_waiting_reported),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_default_lr),
         cmocka_unit_test(test_lr_schedule),

@@ -568,6 +568,10 @@ static void test_cli_refusals(void **state)
             "1e-5", "--orders", "2,,3");
     REFUSED("0.5 is not an order", 10, "--q", "0.1", "--sigma", "1", "--steps", "10", "--delta",
             "1e-5", "--orders", "2,0.5");
+    REFUSED("--q '0x0.1' is not a number", 8, "--q", "0x0.1", "--sigma", "1", "--steps", "10",
+            "--delta", "1e-5"); /* decimal only: strtod read it as 1/16 */
+    REFUSED("'0x2' is not a number", 10, "--q", "0.1", "--sigma", "1", "--steps", "10",
+            "--delta", "1e-5", "--orders", "0x2,3");
     REFUSED("'x' is not a number", 10, "--q", "0.1", "--sigma", "1", "--steps", "10", "--delta",
             "1e-5", "--orders", "2,x");
     REFUSED("not a whole number of steps", 8, "--q", "0.1", "--sigma", "1", "--steps", "-3",

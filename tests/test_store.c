@@ -198,13 +198,21 @@ static void test_open_empty_file(void **state)
     fed_store *st = NULL;
     sqlite3 *db;
     FILE *f;
+    fed_log_level level = fed_log_get_level();
 
     (void)state;
     fresh_db(path, sizeof path, "empty.db");
     f = fopen(path, "wb");
     assert_non_null(f);
     fclose(f); /* a zero-byte file, as `touch` leaves it */
+    fed_log_set_level(FED_LOG_INFO);
+    fed_test_log_capture(FED_LOG_INFO);
     assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    /* one line says it is new (it said "schema migrated" once per version) */
+    assert_int_equal(fed_test_log_count("schema", ""), 1);
+    fed_test_log_has("store: new database, schema version");
+    fed_test_log_default();
+    fed_log_set_level(level);
     assert_int_equal(fed_store_schema(st), FED_STORE_SCHEMA_VERSION);
     assert_int_equal(fed_store_page_size(st), FED_STORE_PAGE_SIZE);
     assert_int_equal(fed_store_epoch(st), 1700000000);
@@ -321,6 +329,7 @@ static void test_migrate_from_v2(void **state)
     fed_store_round r, last[4];
     size_t n = 0;
     sqlite3 *db;
+    fed_log_level level = fed_log_get_level();
 
     (void)state;
     make_v2(path, sizeof path, "v2.db");
@@ -341,7 +350,19 @@ static void test_migrate_from_v2(void **state)
     sqlite3_close(db);
 
     o.flags = 0;
+    fed_log_set_level(FED_LOG_INFO);
+    fed_test_log_capture(FED_LOG_INFO);
     assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_test_log_count("schema", ""), 1);
+    {
+        char line[96];
+
+        snprintf(line, sizeof line, "store: schema migrated from version 2 to %d",
+                 FED_STORE_SCHEMA_VERSION);
+        fed_test_log_has(line);
+    }
+    fed_test_log_default();
+    fed_log_set_level(level);
     assert_int_equal(fed_store_schema(st), FED_STORE_SCHEMA_VERSION);
     assert_int_equal(fed_store_get_round(st, 7, &r), FED_OK);
     assert_int_equal(r.samples, 100);

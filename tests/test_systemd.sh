@@ -12,8 +12,9 @@
 #  - none mapped memory writable and executable, or made a mapping
 #    executable (MemoryDenyWriteExecute=yes);
 #  - each told its listener READY=1, WATCHDOG=1 and STOPPING=1.
-# As root it runs the job as nobody (setpriv), as the unit's DynamicUser
-# would. `systemd-analyze verify` of the installed unit is in test_install.sh.
+# c1's key is sealed, its passphrase read from beside it as the unit reads
+# an encrypted credential (the drop-in its comment gives). As root it runs
+# the job as nobody (setpriv), as the unit's DynamicUser would. `systemd-analyze verify` of the installed unit is in test_install.sh.
 # Skips (77) without strace, systemd-analyze or Fashion-MNIST (make deps
 # installs them), or without build/tests/test_sdnotify (make test builds it).
 . "$(dirname "$0")/proc_lib.sh"
@@ -62,7 +63,21 @@ families=$(sed -n 's/^RestrictAddressFamilies=//p' "$UNIT")
 K=$TMP/keys
 mkdir -p "$K" "$TMP/bin" "$TMP/cache"
 : >"$K/allow.txt"
-for n in agg c0 c1; do test_key "$n" "$K"; echo "$n $("$FEDNODE" pubkey "$K/$n")" >>"$K/allow.txt"; done
+for n in agg c0; do test_key "$n" "$K"; echo "$n $("$FEDNODE" pubkey "$K/$n")" >>"$K/allow.txt"; done
+# c1's key is sealed with a passphrase, which it reads as the unit reads it
+# with the passphrase drop-in its comment gives: a credential beside node.key
+# in $CREDENTIALS_DIRECTORY (%d, the unit's --keys), named by ExecStart's
+# --passphrase-file ${FEDNODE_PASSPHRASE_FILE} (%d/passphrase)
+grep -q '^ExecStart=.* --keys %d .*--passphrase-file ${FEDNODE_PASSPHRASE_FILE}$' "$UNIT" ||
+    fail "the unit's ExecStart takes the key from %d and --passphrase-file from \$FEDNODE_PASSPHRASE_FILE"
+grep -q '^#  *Environment=FEDNODE_PASSPHRASE_FILE=%d/passphrase$' "$UNIT" &&
+    grep -q '^#  *LoadCredentialEncrypted=passphrase:' "$UNIT" ||
+    fail "the unit's comment gives the encrypted passphrase credential's drop-in"
+printf 'a site passphrase\n' >"$TMP/c1.pass"
+"$FEDNODE" keygen --out "$K/c1" --passphrase-file "$TMP/c1.pass" >"$TMP/keygen.out" 2>&1 ||
+    { cat "$TMP/keygen.out"; fail "keygen c1, sealed"; }
+mv "$TMP/c1.pass" "$K/c1/passphrase" && chmod 600 "$K/c1/passphrase" || fail "c1's passphrase credential"
+echo "c1 $("$FEDNODE" pubkey "$K/c1")" >>"$K/allow.txt"
 cp "$FEDNODE" "$TMP/bin/fednode" && chmod 755 "$TMP" "$TMP/bin" "$TMP/bin/fednode" || fail "copy fednode"
 AS=""
 if [ "$(id -u)" -eq 0 ]; then
@@ -90,9 +105,12 @@ traced agg --role aggregator --keys "$K/agg" --db "$TMP/agg.db" --listen tcp://1
     --port-file "$TMP/port" --rounds 2 --min-clients 2 --linger-ms 500 $COMMON
 wait_for "the aggregator wrote its port" 60 test -s "$TMP/port"
 for i in 0 1; do
+    pass=""
+    [ "$i" = 1 ] && pass="$K/c1/passphrase"
     # shellcheck disable=SC2086
     traced "c$i" --role client --keys "$K/c$i" --db "$TMP/c$i.db" \
-        --aggregator "tcp://127.0.0.1:$(cat "$TMP/port")" --aggregator-key agg --shard "$i/2" $COMMON
+        --aggregator "tcp://127.0.0.1:$(cat "$TMP/port")" --aggregator-key agg --shard "$i/2" $COMMON \
+        --passphrase-file "$pass"
 done
 wait_for "the aggregator listens" 30 grep -q READY=1 "$TMP/agg.notify"
 # the traced fednode's pid: the first line of its trace (strace's is $(pid agg))
@@ -102,7 +120,7 @@ exits0 agg 180
 exits0 c0 60
 exits0 c1 60
 logged agg "round 2 merged 2 of 2" || fail "the job ran its 2 rounds under strace"
-ok "a 2-round job under strace -f: aggregator (SIGHUP once) and 2 clients exited 0"
+ok "a 2-round job under strace -f: aggregator (SIGHUP once) and 2 clients (c1's key sealed, its passphrase a credential as the unit's drop-in gives it) exited 0"
 
 for who in agg c0 c1; do # (wait_for uses $n)
     wait_for "$who's listener got STOPPING=1" 10 grep -q '^STOPPING=1' "$TMP/$who.notify"

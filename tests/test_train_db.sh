@@ -133,5 +133,5 @@ grep "epoch   1/2" "$TMP/out" | grep -q "start +0\.[0-9]*$" ||
 if grep "epoch   2/2" "$TMP/out" | grep -q "start"; then fail "only epoch 1 waits"; fi
 echo "ok: --start-at: $(grep -o 'start +[0-9.]*' "$TMP/out")"
 # shellcheck disable=SC2086
-refused "--start-at takes a number" 2 "not a number" "$FEDNODE" train $RUN --start-at soon
+refused "--start-at takes a decimal number" 2 "not a decimal number" "$FEDNODE" train $RUN --start-at soon
 echo "all checks passed"
