@@ -88,7 +88,9 @@
     X(FED_ERR_FIELD_TRUNCATED, "frame's typed block has a field that runs past its end") \
     X(FED_ERR_FIELD_ORDER, "frame's typed block has a field repeated or out of tag order") \
     X(FED_ERR_FIELD_LENGTH, "frame's typed block has a field over its length bound") \
-    X(FED_ERR_FIELD_MISSING, "frame's typed block lacks a field its type requires")
+    X(FED_ERR_FIELD_MISSING, "frame's typed block lacks a field its type requires") \
+    /* the aggregator's run, appended likewise */                              \
+    X(FED_ERR_TOO_FEW_CLIENTS, "fewer clients than --min-clients can still take part")
 
 typedef enum fed_err {
 #define FED_ERR_ENUM_(name, msg) name,
