@@ -76,7 +76,8 @@ refused "--dp-sgd on a peer is refused" "not implemented for peers" \
 [ ! -e "$TMP/x.db" ] || fail "the refusals created no database"
 
 # ---- A: a budget stops a site; a kill -9 does not reset its spent epsilon
-aggregator aggA a --rounds 6 --min-clients 2 --deadline-ms 4000 --gather-ms 300
+aggregator aggA a --rounds 6 --min-clients 2 --deadline-ms 4000 --gather-ms 300 \
+    --http 127.0.0.1:0
 PA=$PORT
 # shellcheck disable=SC2086
 client Ac0 a "$PA" 0/10 $DP
@@ -103,6 +104,27 @@ wait_for "A: c2 restarted and read its accountant" 20 logged Ac2 "releases so fa
 logged Ac2 "epsilon $last spent in $before releases so far" ||
     fail "A: c2 resumed from epsilon $last ($before releases), not from 0"
 ok "A: c2 restarted: epsilon $last in $before releases, as before the kill"
+# the aggregator's /metrics (its port in its log) once c2 declined: c2's
+# epsilon and budget as it reported them, and c2 left out
+metric() {
+    curl -sf --max-time 10 "http://127.0.0.1:$HPA/metrics" | sed -n "s/^$1 //p"
+}
+parked_c2() { [ "$(metric 'fednode_client_parked{client="c2"}')" = 1 ]; }
+if command -v curl >/dev/null 2>&1; then
+    HPA=$(sed -n 's|.*http: serving http://127\.0\.0\.1:\([0-9]*\)/.*|\1|p' "$TMP/aggA.log" | head -n 1)
+    wait_for "A: /metrics says c2 is left out" 60 parked_c2
+    [ "$(metric 'fednode_dp_epsilon_spent{client="c2"}' | awk '{ printf "%.4f\n", $1 }')" = "$(eps 180)" ] &&
+        [ "$(metric 'fednode_dp_epsilon_budget{client="c2"}')" = 1.9 ] ||
+        fail "A: /metrics shows c2's epsilon $(eps 180) and budget 1.9"
+    [ "$(metric 'fednode_dp_epsilon_budget{client="c0"}')" = 0 ] &&
+        [ "$(metric 'fednode_client_parked{client="c0"}')" = 0 ] ||
+        fail "A: /metrics shows c0 with no budget, not left out"
+    [ "$(metric fednode_secure_aggregation_enabled)" = 0 ] && [ "$(metric fednode_dp_enabled)" = 0 ] ||
+        fail "A: /metrics says secure aggregation and (the aggregator's own) DP are off"
+    ok "A: /metrics: c2 left out, epsilon $(eps 180) of budget 1.9; secure aggregation off"
+else
+    echo "skipped: A's /metrics checks (no curl)"
+fi
 wait_for "A: round 6 merged" 60 logged aggA "round 6 merged"
 exits0 aggA 20
 for c in Ac0 Ac1 Ac2; do exits0 "$c" 20; done
