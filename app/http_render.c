@@ -351,6 +351,18 @@ static void metrics_clients(FILE *f, const fed_node_snap *s, const fed_http_db *
     }
 }
 
+/* One gauge of the clients that reported a DP account: their epsilon
+ * spent, or (budget) their budget. */
+static void member_dp(FILE *f, const fed_node_snap *s, const char *name, int budget,
+                      const char *help)
+{
+    family(f, name, "gauge", help);
+    for (size_t i = 0; i < s->nmembers; i++)
+        if (s->member[i].dp_reported)
+            sample_lf(f, name, "client", s->member[i].name,
+                      budget ? s->member[i].dp_budget : s->member[i].dp_epsilon);
+}
+
 /* Whether secure aggregation and DP are on; an aggregator's clients'
  * reported privacy budgets (an alert can watch a budget nearly spent). */
 static void metrics_privacy(FILE *f, const fed_node_snap *s)
@@ -364,19 +376,11 @@ static void metrics_privacy(FILE *f, const fed_node_snap *s)
     sample_u(f, "fednode_dp_enabled", (uint64_t)s->dp_on);
     if (s->role != FED_NODE_AGGREGATOR)
         return;
-    family(f, "fednode_dp_epsilon_spent", "gauge",
-           "Epsilon a client has spent, as its last DELTA or LEAVE reported it (clients with "
-           "DP-SGD), by its name in the allow-list.");
-    for (size_t i = 0; i < s->nmembers; i++)
-        if (s->member[i].dp_reported)
-            sample_lf(f, "fednode_dp_epsilon_spent", "client", s->member[i].name,
-                      s->member[i].dp_epsilon);
-    family(f, "fednode_dp_epsilon_budget", "gauge",
-           "The privacy budget (epsilon) a client reported with it; 0: none.");
-    for (size_t i = 0; i < s->nmembers; i++)
-        if (s->member[i].dp_reported)
-            sample_lf(f, "fednode_dp_epsilon_budget", "client", s->member[i].name,
-                      s->member[i].dp_budget);
+    member_dp(f, s, "fednode_dp_epsilon_spent", 0,
+              "Epsilon a client has spent, as its last DELTA or LEAVE reported it (clients "
+              "with DP-SGD), by its name in the allow-list.");
+    member_dp(f, s, "fednode_dp_epsilon_budget", 1,
+              "The privacy budget (epsilon) a client reported with it; 0: none.");
     family(f, "fednode_client_parked", "gauge",
            "1 when a client declined a round because its privacy budget is spent: it is left "
            "out of the rounds until it says HELLO again.");
