@@ -16,6 +16,10 @@
 #  C. The same budget with --min-clients 3: once c2 declines, two clients
 #     can still take part, fewer than 3: the aggregator stops the run with
 #     an error naming why (exit status nonzero), instead of retrying.
+#  D. The same budget in secure rounds (--secagg, 5 clients, --min-clients
+#     4): c3 declines round 4, is named, and is never sampled again, so
+#     rounds 5 and 6 run one secure try each with the other four (the
+#     aggregator retried secure tries with it for ever before).
 #  B. --require-dp-sgd: a client without --dp-sgd declines every round
 #     (FED_ERR_DP_REQUIRED, recorded); one with --dp-sgd and a larger noise
 #     multiplier than required trains at its own; the refusals of flags that
@@ -184,6 +188,31 @@ logged aggC "fewer clients than --min-clients can still take part" || fail "C: t
 rounds_once "$TMP/c/agg.db" 3
 for c in Cc0 Cc1 Cc2; do kill "$(pid $c)" 2>/dev/null; done
 ok "C: c2's budget spent with --min-clients 3: the aggregator stopped after round 3 (status $rc), saying why"
+
+# ---- D: secure rounds: the spent site is left out of the next tries
+allow_keys "$K" agg c0 c1 c2 c3 p0 # the same keys, two more members
+aggregator aggD d --rounds 6 --min-clients 4 --deadline-ms 4000 --poll-ms 1000 \
+    --wait-clients 5 --gather-ms 2000 --secagg --secagg-stage-ms 3000
+i=0
+for n in c0 c1 c2 c3 p0; do
+    budget=""
+    [ $n = c3 ] && budget="--dp-budget-epsilon 1.9"
+    # shellcheck disable=SC2086
+    start "D$n" --role client --keys "$K/$n" --allow "$K/allow.txt" \
+        --db "$TMP/d/$n.db" --aggregator "tcp://127.0.0.1:$PORT" --aggregator-key agg \
+        --partition iid --shard "$i/10" --poll-ms 1000 --retry-ms 1000 $COMMON $DP $budget
+    i=$((i + 1))
+done
+exits0 aggD 120
+logged aggD "warn: aggregator: client c3 declined round 4: its privacy budget is spent (epsilon $(eps 180) of 1.9)" ||
+    fail "D: c3 named at warning level"
+for r in 5 6; do
+    logged aggD "round $r starts with 4 of 4 waiting clients" &&
+        logged aggD "round $r merged 4 of 4 (0 missing)" || fail "D: round $r ran with the other 4"
+done
+tries=$(status "$TMP/d/agg.db" | sed 's/.*"secagg":\[\([^]]*\)\].*/\1/' | grep -o '"try":' | wc -l)
+[ "$tries" -eq 6 ] || fail "D: one secure try a round (got $tries tries for 6 rounds)"
+ok "D: secure rounds: c3 declined round 4 and was left out; rounds 5, 6 took one try each with 4"
 
 # ---- B: --require-dp-sgd
 aggregator aggB b --rounds 2 --min-clients 1 --wait-clients 2 --require-dp-sgd --dp-sgd-clip 0.5 \
