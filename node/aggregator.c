@@ -574,6 +574,7 @@ static fed_err put_contribution(fed_node *n, uint64_t round, const agg_part *p, 
                                 const char *reason)
 {
     fed_store_contrib c;
+    int parked;
 
     memset(&c, 0, sizeof c);
     c.round = round;
@@ -583,6 +584,8 @@ static fed_err put_contribution(fed_node *n, uint64_t round, const agg_part *p, 
         memcpy(c.signature, p->sig, sizeof c.signature);
         c.header = p->header;
         c.header_len = sizeof p->header;
+        /* the privacy budget it reported (its frames carry it) */
+        (void)fed_node_member_dp(n, p->key, &c.dp_epsilon, &c.dp_budget, &parked);
     }
     c.accepted = accepted;
     snprintf(c.reason, sizeof c.reason, "%s", reason);

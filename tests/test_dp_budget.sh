@@ -166,6 +166,18 @@ for c in c0 c1; do
         fail "A: $c's round 6 row holds its epsilon"
 done
 ok "A: c0 and c1 spent epsilon $(eps 360) in 6 rounds, in their rounds rows and status"
+# the aggregator's status (and so /status.json): each client's budget as
+# it last reported it, with the contribution that carried it
+budget_of() {
+    status "$TMP/a/agg.db" | sed -n 's/.*"client_budgets":\[\([^]]*\)\].*/\1/p' | tr '{' '\n' |
+        grep "\"key\":\"$1\"" | sed -n 's/.*"epsilon":\([^,]*\),"budget":\([^}]*\)}.*/\1 \2/p' |
+        awk '{ printf "%.4f %g\n", $1, $2 }'
+}
+[ "$(budget_of "$C2")" = "$(eps 180) 1.9" ] || fail "A: status shows c2's epsilon and budget ($(budget_of "$C2"))"
+[ "$(budget_of "$C1" | cut -d' ' -f2)" = 0 ] || fail "A: status shows c1's epsilon, no budget"
+"$FEDNODE" status --db "$TMP/a/agg.db" | grep -q "clients' privacy budgets" ||
+    fail "A: status prints the clients' budgets"
+ok "A: status: c2 at epsilon $(eps 180) of its budget 1.9, c1 with no budget"
 verify "$TMP/a/agg.db"
 ok "A: verify passes (the refusals' signatures included)"
 
