@@ -381,16 +381,16 @@ typedef struct fed_wire_counters {
 
 typedef struct fed_wire fed_wire;
 typedef struct fed_wire_stream_rx fed_wire_stream_rx;
+/* The simulator's seam (gossip/wire_hooks.h). */
+typedef struct fed_wire_hooks fed_wire_hooks;
 
 typedef struct fed_wire_cfg {
     size_t max_frame;          /* whole frames, protocol-wide (default 16 MiB) */
     uint32_t max_rx_streams;   /* reassemblies at once (default 4) */
     uint64_t max_stream_bytes; /* largest streamed vector (default 64 GiB) */
-    int no_crypto;             /* the simulator's largest runs only (fedsim
-                                  --no-crypto): sealed frames go in the clear,
-                                  unsigned, the seal's bytes zero; every check
-                                  before them still runs. No chunk streams.
-                                  Never between real nodes. */
+    const fed_wire_hooks *hooks; /* NULL: none (every daemon). The simulator's
+                                    seam, gossip/wire_hooks.h: fedsim
+                                    --no-crypto's unsealed frames */
 } fed_wire_cfg;
 
 /* An opened frame. Pointers point into the frame (opened in place). */
@@ -432,6 +432,9 @@ typedef fed_err (*fed_wire_dst_fn)(void *ctx, const fed_wire_msg *first, uint64_
 typedef int (*fed_wire_member_fn)(void *ctx, const uint8_t pk[32]);
 
 void fed_wire_cfg_default(fed_wire_cfg *cfg);
+/* Whether a wire of cfg sends and takes frames unsealed (its hooks say so:
+ * the simulator's --no-crypto only). */
+int fed_wire_cfg_unsealed(const fed_wire_cfg *cfg);
 
 /* arena (the node's identity and sessions) and allow (members) are
  * borrowed and must outlive the fed_wire. The arena needs a slot per stream

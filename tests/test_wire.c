@@ -19,6 +19,7 @@
 #include "core/rng.h"
 #include "crypto/arena_impl.h"
 #include "gossip/wire.h"
+#include "gossip/wire_hooks.h"
 #include "model/codec.h"
 
 #define EPOCH_A 1000
@@ -849,6 +850,48 @@ static void test_type_table(void **state)
     assert_false(fed_wire_flags_ok(FED_WIRE_SA_KEYS, FED_WIRE_FLAG_STREAM));
 }
 
+/* ---- the simulator's seam ---- */
+
+/* Unsealed frames (fedsim --no-crypto) only through gossip/wire_hooks.h:
+ * the default configuration seals; an unsealed wire's frame carries its
+ * payload in the clear and opens at another unsealed wire, and a sealing
+ * receiver refuses it. */
+static void test_unsealed_hooks(void **state)
+{
+    world *W = *state;
+    fed_wire_cfg cfg;
+    node ua, ub;
+    fed_wire_msg m;
+    fed_wire_hdr h;
+    fed_wire_block b;
+    size_t len = 0;
+
+    fed_wire_cfg_default(&cfg);
+    assert_null(cfg.hooks);
+    assert_false(fed_wire_cfg_unsealed(&cfg));
+    cfg.hooks = &fed_wire_hooks_unsealed;
+    assert_true(fed_wire_cfg_unsealed(&cfg));
+    node_open(W, &ua, 1, EPOCH_A, &cfg); /* a's and b's identities */
+    node_open(W, &ub, 2, EPOCH_B, &cfg);
+    h = hdr_to(&ua, &ub, FED_WIRE_DELTA, 900);
+    sample_block(FED_WIRE_DELTA, &b);
+    assert_int_equal(fed_wire_build(ua.w, &h, &b, (const uint8_t *)"PLAINVEC", 8, W->frame, CAP,
+                                    fed_rng_random, &W->rng, &len),
+                     FED_OK);
+    assert_memory_equal(W->frame + FED_WIRE_HEADER_BYTES + fed_wire_block_size(FED_WIRE_DELTA),
+                        "PLAINVEC", 8);
+    assert_int_equal(fed_wire_open(ub.w, W->frame, len, &m), FED_OK);
+    assert_int_equal(m.vector_len, 8);
+    assert_int_equal(m.block.samples, b.samples);
+    h = hdr_to(&ua, &W->b, FED_WIRE_DELTA, 901);
+    assert_int_equal(fed_wire_build(ua.w, &h, &b, (const uint8_t *)"PLAINVEC", 8, W->frame, CAP,
+                                    fed_rng_random, &W->rng, &len),
+                     FED_OK);
+    expect_open(W, W->frame, len, FED_ERR_AEAD, "rej_aead");
+    node_close(&ua);
+    node_close(&ub);
+}
+
 /* ---- sealed frames ---- */
 
 static void test_every_type_roundtrip(void **state)
@@ -1355,6 +1398,7 @@ int main(void)
         cmocka_unit_test(test_settings_malformed),
         cmocka_unit_test(test_fields_of_any_type),
         cmocka_unit_test(test_type_table),
+        cmocka_unit_test(test_unsealed_hooks),
         cmocka_unit_test(test_every_type_roundtrip),
         cmocka_unit_test(test_frames_are_deterministic_per_seed),
         cmocka_unit_test(test_reject_sizes),
