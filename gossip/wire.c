@@ -70,8 +70,8 @@ static const fed_wire_field report_fields[] = {
 #define NO_FIELDS 0, NULL
 #define STREAMS FED_WIRE_FLAG_STREAM
 
-/* One row per frame type: the header checks, the block codec, the names in
- * logs and metrics and the fuzz targets all read it. */
+/* One row per frame type: the header checks, the block codec, the vector's
+ * size check, the names in logs and the fuzz seeds all read it. */
 static const fed_wire_type_info types[] = {
     /* type, name, flags, one_flag, epoch0, fixed, vector, vec_entry, fields */
     {FED_WIRE_HELLO, "HELLO", 0, 0, 1, 16, FED_WIRE_VEC_NONE, 0, NO_FIELDS},

@@ -42,7 +42,7 @@
  * sizes of local data) is in the header.
  *
  * Every frame type has one row in a table (fed_wire_type_info, below; the
- * rows live in wire.c): its name (logs, metrics), the header flags it may
+ * rows live in wire.c): its name (in logs), the header flags it may
  * carry, whether it may address recipient epoch 0, its block's fixed part,
  * its known fields and what follows the block (its payload codec). The
  * header checks, the block codec, the vector's size check and the fuzz
@@ -255,7 +255,7 @@ typedef struct fed_wire_field {
 /* One frame type's row. */
 typedef struct fed_wire_type_info {
     uint8_t type;         /* fed_wire_type */
-    const char *name;     /* "HELLO", ...: logs and metrics */
+    const char *name;     /* "HELLO", ...: in logs */
     uint16_t flags;       /* header flags it may carry (others: FED_ERR_FRAME_TYPE) */
     uint8_t one_flag;     /* exactly one of flags must be set (CHUNK) */
     uint8_t epoch0;       /* may address recipient epoch 0 (the sender need not know it) */

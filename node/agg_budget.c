@@ -1,9 +1,8 @@
 /* agg_budget.c - the aggregator's view of its clients' privacy budgets:
- * the epsilon and budget each reports in its DELTA or LEAVE (the DP report
- * field of gossip/wire.h), the members parked after declining a round for
- * their budget (never sampled again, so never in a secure round's graph,
- * until a HELLO of theirs says they are back), and the stop when fewer
- * than --min-clients members can still take part. */
+ * what each reports in its DELTA or LEAVE (wire.h's DP report), the clients
+ * parked after declining a round for their budget (never sampled, so never
+ * in a secure graph, until their next HELLO), and the stop when fewer than
+ * --min-clients can still take part. */
 #include <stdio.h>
 #include <string.h>
 
