@@ -499,6 +499,10 @@ static void print_status_json(FILE *f, const char *db, fed_store *st, const stat
     } else {
         fprintf(f, "]");
     }
+    /* what the rounds shown used: secure tries; DP charges or clients'
+       reports (the database keeps no run settings) */
+    fprintf(f, ",\"secure_aggregation\":%s,\"dp\":%s", d->ntries ? "true" : "false",
+            d->dp_charges || d->nbudgets ? "true" : "false");
     fprintf(f, ",\"secagg\":[");
     for (size_t i = 0; i < d->ntries; i++) {
         const fed_store_secagg_try *t = &d->tries[i];

@@ -177,7 +177,9 @@ budget_of() {
 [ "$(budget_of "$C1" | cut -d' ' -f2)" = 0 ] || fail "A: status shows c1's epsilon, no budget"
 "$FEDNODE" status --db "$TMP/a/agg.db" | grep -q "clients' privacy budgets" ||
     fail "A: status prints the clients' budgets"
-ok "A: status: c2 at epsilon $(eps 180) of its budget 1.9, c1 with no budget"
+status "$TMP/a/agg.db" | grep -q '"secure_aggregation":false,"dp":true' ||
+    fail "A: status --json says the rounds used DP, not secure aggregation"
+ok "A: status: c2 at epsilon $(eps 180) of its budget 1.9, c1 with no budget; DP on, secure aggregation off"
 verify "$TMP/a/agg.db"
 ok "A: verify passes (the refusals' signatures included)"
 
@@ -224,6 +226,8 @@ for r in 5 6; do
 done
 tries=$(status "$TMP/d/agg.db" | sed 's/.*"secagg":\[\([^]]*\)\].*/\1/' | grep -o '"try":' | wc -l)
 [ "$tries" -eq 6 ] || fail "D: one secure try a round (got $tries tries for 6 rounds)"
+status "$TMP/d/agg.db" | grep -q '"secure_aggregation":true,"dp":true' ||
+    fail "D: status --json says the rounds used secure aggregation and DP"
 ok "D: secure rounds: c3 declined round 4 and was left out; rounds 5, 6 took one try each with 4"
 
 # ---- B: --require-dp-sgd
