@@ -383,7 +383,7 @@ static void metrics_privacy(FILE *f, const fed_node_snap *s)
               "The privacy budget (epsilon) a client reported with it; 0: none.");
     family(f, "fednode_client_parked", "gauge",
            "1 when a client declined a round because its privacy budget is spent: it is left "
-           "out of the rounds until it says HELLO again.");
+           "out of the rounds until it restarts.");
     for (size_t i = 0; i < s->nmembers; i++)
         sample_l(f, "fednode_client_parked", "client", s->member[i].name,
                  (uint64_t)s->member[i].dp_parked);

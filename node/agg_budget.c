@@ -1,8 +1,8 @@
 /* agg_budget.c - the aggregator's view of its clients' privacy budgets:
  * what each reports in its DELTA or LEAVE (wire.h's DP report), the clients
  * parked after declining a round for their budget (never sampled, so never
- * in a secure graph, until their next HELLO), and the stop when fewer than
- * --min-clients can still take part. */
+ * in a secure graph, until they restart: a later epoch), and the stop when
+ * fewer than --min-clients can still take part. */
 #include <stdio.h>
 #include <string.h>
 
@@ -103,18 +103,19 @@ fed_err fed_node_agg_budget_declined(fed_node *n, const fed_wire_msg *m)
     char hex[16];
     const char *who = member_name(n, m->hdr.sender, hex);
 
-    if (r && !r->parked) {
+    if (r && (!r->parked || r->epoch != m->hdr.sender_epoch)) {
         r->parked = 1;
+        r->epoch = m->hdr.sender_epoch;
         a->mdp_version++;
     }
     if (m->block.dp_budget > 0)
         fed_log(FED_LOG_WARN, "aggregator: client %s declined round %llu: its privacy budget is "
-                "spent (epsilon %.4f of %.4g); it takes part in no round until it says hello "
-                "again", who, (unsigned long long)m->hdr.round, m->block.dp_epsilon,
+                "spent (epsilon %.4f of %.4g); it takes part in no round until it restarts",
+                who, (unsigned long long)m->hdr.round, m->block.dp_epsilon,
                 m->block.dp_budget);
     else
         fed_log(FED_LOG_WARN, "aggregator: client %s declined round %llu: its privacy budget is "
-                "spent; it takes part in no round until it says hello again", who,
+                "spent; it takes part in no round until it restarts", who,
                 (unsigned long long)m->hdr.round);
     left = can_take_part(n, &parked);
     if (left >= n->cfg.min_clients)
@@ -127,24 +128,21 @@ fed_err fed_node_agg_budget_declined(fed_node *n, const fed_wire_msg *m)
     return FED_ERR_TOO_FEW_CLIENTS;
 }
 
-int fed_node_agg_budget_parked(const fed_node *n, const uint8_t key[32])
+int fed_node_agg_budget_parked(fed_node *n, const fed_wire_hdr *h)
 {
-    const agg_member_dp *r = row_find(n->agg, key, NULL);
-
-    return r && r->parked;
-}
-
-void fed_node_agg_budget_hello(fed_node *n, const uint8_t key[32])
-{
-    agg_member_dp *r = row_find(n->agg, key, NULL);
+    agg_member_dp *r = row_find(n->agg, h->sender, NULL);
     char hex[16];
 
     if (!r || !r->parked)
-        return;
+        return 0;
+    if (h->sender_epoch <= r->epoch) /* the run that declined: a HELLO of its is a retry */
+        return 1;
     r->parked = 0;
     n->agg->mdp_version++;
-    fed_log(FED_LOG_WARN, "aggregator: client %s, parked for its privacy budget, said hello "
-            "again: it is sampled again", member_name(n, key, hex));
+    fed_log(FED_LOG_WARN, "aggregator: client %s, left out for its privacy budget, restarted "
+            "(epoch %llu): it is sampled again", member_name(n, h->sender, hex),
+            (unsigned long long)h->sender_epoch);
+    return 0;
 }
 
 void fed_node_agg_budget_free(node_agg *a)

@@ -1242,9 +1242,7 @@ static fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
         op->req = NULL;
         if (a->state == AGG_DONE)
             return fed_node_ack(n, req, &m->hdr, FED_OK, FED_WIRE_ACK_FINISHED);
-        if (m->hdr.type == FED_WIRE_HELLO)
-            fed_node_agg_budget_hello(n, m->hdr.sender);
-        else if (fed_node_agg_budget_parked(n, m->hdr.sender)) /* spent: never sampled */
+        if (fed_node_agg_budget_parked(n, &m->hdr)) /* spent: never sampled */
             return fed_node_ack(n, req, &m->hdr, FED_OK, FED_WIRE_ACK_NO_ROUND);
         if (fed_node_agg_is_async(n))
             return fed_node_agg_async_on_ask(n, req, &m->hdr);

@@ -71,7 +71,8 @@ typedef struct agg_member_dp {
     double epsilon; /* spent, as its last DELTA or LEAVE said */
     double budget;  /* its budget (0: none) */
     int reported;   /* it sent a DP report */
-    int parked;     /* it declined a round for its budget: not sampled until its HELLO */
+    int parked;     /* it declined a round for its budget: not sampled until it restarts */
+    uint64_t epoch; /* parked: the sender epoch of the run that declined */
 } agg_member_dp;
 
 /* A client sampled for the current round. */
@@ -204,10 +205,10 @@ void fed_node_agg_budget_note(fed_node *n, const fed_wire_msg *m);
  * can still take part the node is marked failed (FED_ERR_TOO_FEW_CLIENTS,
  * returned) with an error line saying why. */
 fed_err fed_node_agg_budget_declined(fed_node *n, const fed_wire_msg *m);
-/* Nonzero: key declined for its budget and has not said HELLO since. */
-int fed_node_agg_budget_parked(const fed_node *n, const uint8_t key[32]);
-/* key said HELLO: back in the sample if it was parked. */
-void fed_node_agg_budget_hello(fed_node *n, const uint8_t key[32]);
+/* A HELLO or NEXT of header h: nonzero when its sender declined for its
+ * budget in this run (its sender epoch); a later epoch (a restart, maybe
+ * with a new budget) ends the parking. */
+int fed_node_agg_budget_parked(fed_node *n, const fed_wire_hdr *h);
 void fed_node_agg_budget_free(node_agg *a);
 
 /* ---- agg_eval.c: the evaluation queue and the pending figures ---- */

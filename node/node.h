@@ -359,7 +359,7 @@ void fed_node_get_progress(const fed_node *n, fed_node_progress *out);
 fed_err fed_node_failed(const fed_node *n);
 /* Aggregator: the privacy budget client key reported in its last DELTA or
  * LEAVE (0 and 0 when none), and whether it is parked (it declined a round
- * for its budget and has not said HELLO since). Returns nonzero when it
+ * for its budget and has not restarted since). Returns nonzero when it
  * reported one. */
 int fed_node_member_dp(const fed_node *n, const uint8_t key[32], double *epsilon,
                        double *budget, int *parked);

@@ -20,6 +20,10 @@
 #     4): c3 declines round 4, is named, and is never sampled again, so
 #     rounds 5 and 6 run one secure try each with the other four (the
 #     aggregator retried secure tries with it for ever before).
+#  E. Left out until it restarts: c2 declines round 4 and is parked; its
+#     retries (HELLO and NEXT of the same run) do not bring it back; run
+#     again with --dp-budget-epsilon 2.1 (a later epoch) it is sampled in
+#     round 5 and releases a fourth round.
 #  B. --require-dp-sgd: a client without --dp-sgd declines every round
 #     (FED_ERR_DP_REQUIRED, recorded); one with --dp-sgd and a larger noise
 #     multiplier than required trains at its own; the refusals of flags that
@@ -140,13 +144,13 @@ logged Ac2 "past the budget 1.9: declined" || fail "A: c2 declined a round over 
 ok "A: c2 released 3 rounds (epsilon $(spent "$TMP/a/c2.db") <= 1.9), then declined"
 declined=$(rows "$TMP/a/agg.db" | grep "^\"round\":[0-9]*,\"key\":\"$C2\"" |
     grep '"reason":"declined FED_ERR_DP_BUDGET"' | sed -n 's/^"round":\([0-9]*\),.*/\1/p')
-# once a run of c2 (a restart says hello again: it may have a new budget);
+# once a run of c2 (a restart, a later epoch, may bring a new budget);
 # the kill usually comes before its budget is spent, so once in all
 n_declined=$(echo "$declined" | wc -w)
 [ "$n_declined" -ge 1 ] && [ "$n_declined" -le 2 ] ||
     fail "A: c2 declined for its budget once a run, then was left out (rounds: $declined)"
 declined=$(echo "$declined" | tail -n 1)
-logged aggA "warn: aggregator: client c2 declined round $declined: its privacy budget is spent (epsilon $(eps 180) of 1.9); it takes part in no round until it says hello again" ||
+logged aggA "warn: aggregator: client c2 declined round $declined: its privacy budget is spent (epsilon $(eps 180) of 1.9); it takes part in no round until it restarts" ||
     fail "A: the aggregator named c2, its reason and figures at warning level"
 rounds_once "$TMP/a/agg.db" 6
 [ "$(contrib "$TMP/a/agg.db" "$declined" "$C2")" = "false,declined FED_ERR_DP_BUDGET" ] ||
@@ -229,6 +233,33 @@ tries=$(status "$TMP/d/agg.db" | sed 's/.*"secagg":\[\([^]]*\)\].*/\1/' | grep -
 status "$TMP/d/agg.db" | grep -q '"secure_aggregation":true,"dp":true' ||
     fail "D: status --json says the rounds used secure aggregation and DP"
 ok "D: secure rounds: c3 declined round 4 and was left out; rounds 5, 6 took one try each with 4"
+
+# ---- E: a restart (a later epoch) brings a parked site back
+allow_keys "$K" agg c0 c1 c2
+aggregator aggE e --rounds 5 --min-clients 2 --wait-clients 3 --gather-ms 60000 \
+    --deadline-ms 4000
+PE=$PORT
+# shellcheck disable=SC2086
+client Ec0 e "$PE" 0/10 $DP
+# shellcheck disable=SC2086
+client Ec1 e "$PE" 1/10 $DP
+# shellcheck disable=SC2086
+client Ec2 e "$PE" 2/10 $DP --dp-budget-epsilon 1.9
+wait_for "E: c2 declined round 4" 60 logged aggE "client c2 declined round 4: its privacy budget is spent"
+sleep 2 # its asks of the same run meanwhile: answered, never sampled
+logged aggE "round 5 starts" && fail "E: round 5 waited for a third client (c2 parked)"
+kill "$(pid Ec2)"
+wait "$(pid Ec2)" 2>/dev/null
+mv "$TMP/Ec2.log" "$TMP/Ec2-first.log"
+# shellcheck disable=SC2086
+client Ec2 e "$PE" 2/10 $DP --dp-budget-epsilon 2.1
+exits0 aggE 60
+for c in Ec0 Ec1 Ec2; do exits0 "$c" 20; done
+logged aggE "warn: aggregator: client c2, left out for its privacy budget, restarted (epoch" ||
+    fail "E: the aggregator took c2 back after its restart, saying so"
+logged aggE "round 5 merged 3 of 3 (0 missing)" || fail "E: round 5 merged c2 with the others"
+[ "$(releases "$TMP/e/c2.db")" -eq 4 ] || fail "E: c2 released a fourth round under its new budget"
+ok "E: c2 parked after round 4, back in round 5 once restarted with budget 2.1"
 
 # ---- B: --require-dp-sgd
 aggregator aggB b --rounds 2 --min-clients 1 --wait-clients 2 --require-dp-sgd --dp-sgd-clip 0.5 \
