@@ -85,8 +85,8 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_SRCS := $(wildcard cuda/*.cu)
 CUDA_PLUGIN := $(if $(and $(NVCC),$(CUDA_SRCS)),$(BUILD)/libfedcuda.so)
 
-.PHONY: all test test-unit test-long asan tsan bench fuzz demo deps install clean docs-figures \
-        check-tools gpu-bundle
+.PHONY: all test test-unit test-long asan tsan bench fuzz fuzz-seeds demo deps install clean \
+        docs-figures check-tools gpu-bundle
 
 all: check-tools $(PROGS) $(CUDA_PLUGIN) $(MAN_PAGES)
 
@@ -193,6 +193,14 @@ fuzz:
 	  build-fuzz/bin/$$n -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
 	    build-fuzz/corpus/$$n $$(test -d tests/fuzz/corpus/$$n && echo tests/fuzz/corpus/$$n) || exit 1; \
 	done
+
+# The seeds tests/fuzz/fuzz_frame.c writes (valid frames of every type in
+# the table of gossip/wire.h, each checked to open): rerun after a wire
+# change and commit the new tests/fuzz/corpus/fuzz_frame/v<N>-* files.
+fuzz-seeds: $(LIB)
+	$(Q)$(CC) $(CFLAGS) -DFUZZ_FRAME_GEN tests/fuzz/fuzz_frame.c $(LIB) -o $(BUILD)/fuzz_frame_gen \
+	  $(LDLIBS)
+	$(Q)$(BUILD)/fuzz_frame_gen tests/fuzz/corpus/fuzz_frame
 
 # ---- CUDA plugin ----
 # sm_75, sm_80 (and 86/89) and sm_90 code, plus compute_90 PTX for newer GPUs

@@ -151,7 +151,15 @@ typedef struct status_contrib {
     uint8_t key[32];
     int accepted;
     char reason[64];
+    double dp_epsilon, dp_budget; /* the client's DP report with it (0, 0: none) */
 } status_contrib;
+
+/* A client's latest DP report among the contributions read (aggregator). */
+typedef struct status_budget {
+    uint8_t key[32];
+    uint64_t round;
+    double epsilon, budget;
+} status_budget;
 
 typedef struct status_data {
     fed_store_round *rounds;
@@ -166,11 +174,14 @@ typedef struct status_data {
     fed_store_dp_charge dp_last;
     fed_store_secagg_try *tries; /* secure aggregation's tries of the rounds shown */
     size_t ntries;
+    status_budget *budgets; /* (nbudgets) each reporting client's latest, by first seen */
+    size_t nbudgets;
 } status_data;
 
 static void status_data_free(status_data *d)
 {
     fed_free(d->tries);
+    fed_free(d->budgets);
     fed_free(d->contribs);
     fed_free(d->rounds);
     fed_free(d->ckpts);
@@ -178,11 +189,31 @@ static void status_data_free(status_data *d)
     fed_free(d->counters);
 }
 
+/* The client's latest report, from every contribution read (shown or not). */
+static void keep_budget(status_data *d, const fed_store_contrib *c)
+{
+    size_t i = 0;
+
+    if (c->dp_epsilon == 0 && c->dp_budget == 0)
+        return;
+    while (i < d->nbudgets && memcmp(d->budgets[i].key, c->peer_key, 32) != 0)
+        i++;
+    if (i == d->nbudgets) {
+        if (d->nbudgets == LIST_MAX)
+            return;
+        memcpy(d->budgets[d->nbudgets++].key, c->peer_key, 32);
+    }
+    d->budgets[i].round = c->round;
+    d->budgets[i].epsilon = c->dp_epsilon;
+    d->budgets[i].budget = c->dp_budget;
+}
+
 static int keep_contrib(void *ctx, const fed_store_contrib *c)
 {
     status_data *d = ctx;
     status_contrib *r;
 
+    keep_budget(d, c);
     if (d->ncontribs == LIST_MAX) {
         d->contribs_left_out++;
         return 0;
@@ -192,6 +223,8 @@ static int keep_contrib(void *ctx, const fed_store_contrib *c)
     memcpy(r->key, c->peer_key, 32);
     r->accepted = c->accepted;
     snprintf(r->reason, sizeof r->reason, "%s", c->reason);
+    r->dp_epsilon = c->dp_epsilon;
+    r->dp_budget = c->dp_budget;
     return 0;
 }
 
@@ -225,7 +258,9 @@ static fed_err status_load(fed_store *st, const status_cfg *c, status_data *d)
     d->counters = fed_calloc(LIST_MAX, sizeof *d->counters);
     d->contribs = fed_calloc(LIST_MAX, sizeof *d->contribs);
     d->tries = fed_calloc(LIST_MAX, sizeof *d->tries);
-    if (!d->rounds || !d->ckpts || !d->peers || !d->counters || !d->contribs || !d->tries)
+    d->budgets = fed_calloc(LIST_MAX, sizeof *d->budgets);
+    if (!d->rounds || !d->ckpts || !d->peers || !d->counters || !d->contribs || !d->tries ||
+        !d->budgets)
         return FED_ERR_NOMEM;
     if ((e = fed_store_last_rounds(st, d->rounds, (size_t)c->rounds, &d->nrounds)) != FED_OK ||
         (e = fed_store_list_checkpoints(st, d->ckpts, (size_t)c->checkpoints, &d->nckpts)) !=
@@ -346,6 +381,28 @@ static void print_contribs_table(const status_data *d)
         printf("  (%zu more not shown)\n", d->contribs_left_out);
 }
 
+/* Aggregator: each client's privacy budget as its latest DELTA or LEAVE
+ * reported it. */
+static void print_budgets_table(const status_data *d)
+{
+    if (!d->nbudgets)
+        return;
+    printf("\nclients' privacy budgets (as each last reported it, rounds %" PRIu64 " on)\n",
+           d->from_round);
+    printf("  %-16s  %7s  %10s  %10s\n", "key", "round", "epsilon", "budget");
+    for (size_t i = 0; i < d->nbudgets; i++) {
+        const status_budget *b = &d->budgets[i];
+        char k[65];
+
+        hex(k, b->key, 8);
+        printf("  %-16s  %7" PRIu64 "  %10.4f  ", k, b->round, b->epsilon);
+        if (b->budget > 0)
+            printf("%10.4g%s\n", b->budget, b->epsilon >= 0.9 * b->budget ? "  (90% spent)" : "");
+        else
+            printf("%10s\n", "none");
+    }
+}
+
 static void print_ckpts_table(const status_data *d)
 {
     printf("\ncheckpoints (last %zu, newest first; the hash chain is kept, pruned blobs are"
@@ -445,6 +502,10 @@ static void print_status_json(FILE *f, const char *db, fed_store *st, const stat
     } else {
         fprintf(f, "]");
     }
+    /* what the rounds shown used: secure tries; DP charges or clients'
+       reports (the database keeps no run settings) */
+    fprintf(f, ",\"secure_aggregation\":%s,\"dp\":%s", d->ntries ? "true" : "false",
+            d->dp_charges || d->nbudgets ? "true" : "false");
     fprintf(f, ",\"secagg\":[");
     for (size_t i = 0; i < d->ntries; i++) {
         const fed_store_secagg_try *t = &d->tries[i];
@@ -466,9 +527,27 @@ static void print_status_json(FILE *f, const char *db, fed_store *st, const stat
         fprintf(f, "%s{\"round\":%" PRIu64 ",\"key\":\"%s\",\"accepted\":%s,\"reason\":",
                i ? "," : "", c->round, h, c->accepted ? "true" : "false");
         json_str(f, c->reason);
+        if (c->dp_epsilon != 0 || c->dp_budget != 0) {
+            fprintf(f, ",\"dp_epsilon\":");
+            json_real(f, c->dp_epsilon);
+            fprintf(f, ",\"dp_budget\":");
+            json_real(f, c->dp_budget);
+        }
         fprintf(f, "}");
     }
-    fprintf(f, "],\"contributions_left_out\":%zu,\"checkpoints\":[", d->contribs_left_out);
+    fprintf(f, "],\"contributions_left_out\":%zu,\"client_budgets\":[", d->contribs_left_out);
+    for (size_t i = 0; i < d->nbudgets; i++) {
+        const status_budget *b = &d->budgets[i];
+
+        hex(h, b->key, 32);
+        fprintf(f, "%s{\"key\":\"%s\",\"round\":%" PRIu64 ",\"epsilon\":", i ? "," : "", h,
+                b->round);
+        json_real(f, b->epsilon);
+        fprintf(f, ",\"budget\":");
+        json_real(f, b->budget);
+        fprintf(f, "}");
+    }
+    fprintf(f, "],\"checkpoints\":[");
     for (size_t i = 0; i < d->nckpts; i++) {
         const fed_store_ckpt_row *r = &d->ckpts[i];
 
@@ -540,6 +619,7 @@ static int status_once(const status_cfg *c)
         print_privacy(&d);
         print_secagg(&d);
         print_contribs_table(&d);
+        print_budgets_table(&d);
         print_ckpts_table(&d);
         print_peers_table(&d);
         print_counters_table(&d);

@@ -212,6 +212,16 @@ static void sample_l(FILE *f, const char *name, const char *label, const char *v
     fprintf(f, "\"} %" PRIu64 "\n", v);
 }
 
+/* name{label="value"} v, a real */
+static void sample_lf(FILE *f, const char *name, const char *label, const char *value, double v)
+{
+    fprintf(f, "%s{%s=\"", name, label);
+    fed_http_label(f, value);
+    fputs("\"} ", f);
+    num(f, v);
+    fputc('\n', f);
+}
+
 /* The label of a rejection counter: its fed_err's name, lower case, without
  * FED_ERR_ ("replay", "unknown_sender", ...); "other" for rej_other. */
 static void reason_label(size_t i, char *out, size_t cap)
@@ -341,6 +351,44 @@ static void metrics_clients(FILE *f, const fed_node_snap *s, const fed_http_db *
     }
 }
 
+/* One gauge of the clients that reported a DP account: their epsilon
+ * spent, or (budget) their budget. */
+static void member_dp(FILE *f, const fed_node_snap *s, const char *name, int budget,
+                      const char *help)
+{
+    family(f, name, "gauge", help);
+    for (size_t i = 0; i < s->nmembers; i++)
+        if (s->member[i].dp_reported)
+            sample_lf(f, name, "client", s->member[i].name,
+                      budget ? s->member[i].dp_budget : s->member[i].dp_epsilon);
+}
+
+/* Whether secure aggregation and DP are on; an aggregator's clients'
+ * reported privacy budgets (an alert can watch a budget nearly spent). */
+static void metrics_privacy(FILE *f, const fed_node_snap *s)
+{
+    family(f, "fednode_secure_aggregation_enabled", "gauge",
+           "1 when the rounds run secure aggregation (--secagg), else 0.");
+    sample_u(f, "fednode_secure_aggregation_enabled", (uint64_t)s->secagg_on);
+    family(f, "fednode_dp_enabled", "gauge",
+           "1 when differential privacy is on (a client's --dp-sgd; an aggregator's "
+           "--require-dp-sgd or DP-FedAvg), else 0.");
+    sample_u(f, "fednode_dp_enabled", (uint64_t)s->dp_on);
+    if (s->role != FED_NODE_AGGREGATOR)
+        return;
+    member_dp(f, s, "fednode_dp_epsilon_spent", 0,
+              "Epsilon a client has spent, as its last DELTA or LEAVE reported it (clients "
+              "with DP-SGD), by its name in the allow-list.");
+    member_dp(f, s, "fednode_dp_epsilon_budget", 1,
+              "The privacy budget (epsilon) a client reported with it; 0: none.");
+    family(f, "fednode_client_parked", "gauge",
+           "1 when a client declined a round because its privacy budget is spent: it is left "
+           "out of the rounds until it restarts.");
+    for (size_t i = 0; i < s->nmembers; i++)
+        sample_l(f, "fednode_client_parked", "client", s->member[i].name,
+                 (uint64_t)s->member[i].dp_parked);
+}
+
 void fed_http_metrics(FILE *f, const fed_node_snap *s, const fed_http_db *db,
                       const fed_http_proc *p)
 {
@@ -357,6 +405,7 @@ void fed_http_metrics(FILE *f, const fed_node_snap *s, const fed_http_db *db,
         metrics_wire(f, s);
         if (s->role == FED_NODE_AGGREGATOR)
             metrics_clients(f, s, db);
+        metrics_privacy(f, s);
         family(f, "fednode_checkpoint_write_seconds", "summary",
                "Time spent writing checkpoints (serialized, hashed, stored; the commit apart).");
         sample(f, "fednode_checkpoint_write_seconds_sum", s->store.ckpt_write_s);
@@ -420,7 +469,10 @@ static void page_node(FILE *f, const fed_node_snap *s, const fed_http_proc *p, i
     fed_http_html(f, s->name[0] ? s->name : "(not in its allow-list)");
     fputs("</td></tr>\n<tr><th>key</th><td id='key'><code>", f);
     fed_http_html(f, b64);
-    fprintf(f, "</code></td></tr>\n<tr><th>rounds done</th><td id='round'>%" PRIu64
+    fprintf(f, "</code></td></tr>\n<tr><th>secure aggregation</th><td id='secagg'>%s</td></tr>"
+               "\n<tr><th>differential privacy</th><td id='dp'>%s</td></tr>",
+            s->secagg_on ? "on" : "off", s->dp_on ? "on" : "off");
+    fprintf(f, "\n<tr><th>rounds done</th><td id='round'>%" PRIu64
                "</td></tr>\n<tr><th>state</th><td id='state'>%s</td></tr>\n"
                "<tr><th>health</th><td id='health' class='%s'>",
             s->progress.round,
@@ -442,9 +494,11 @@ static void page_members(FILE *f, const fed_node_snap *s, const fed_http_db *db)
                        : s->role == FED_NODE_CLIENT   ? "members (its aggregator among them)"
                                                       : "peers";
 
+    int agg = s->role == FED_NODE_AGGREGATOR;
+
     fprintf(f, "<h2>%s (%zu)</h2>\n<table id='members'>\n<tr><th>name</th><th>key</th>"
-               "<th>address</th><th>last round</th><th>last contribution</th></tr>\n",
-            what, s->nmembers);
+               "<th>address</th>%s<th>last round</th><th>last contribution</th></tr>\n",
+            what, s->nmembers, agg ? "<th>epsilon spent (budget)</th>" : "");
     for (size_t i = 0; i < s->nmembers; i++) {
         const fed_node_snap_member *m = &s->member[i];
         const fed_http_member_db *md = db && db->ok ? &db->member[i] : NULL;
@@ -456,6 +510,18 @@ static void page_members(FILE *f, const fed_node_snap *s, const fed_http_db *db)
         fprintf(f, "</td><td><code>%s</code></td><td class='addr'>", k);
         fed_http_html(f, m->addr[0] ? m->addr : "-");
         fputs("</td>", f);
+        if (agg && !m->dp_reported)
+            fputs("<td class='dp'>-</td>", f);
+        else if (agg) {
+            fprintf(f, "<td class='dp%s'>", m->dp_parked ? " bad" : "");
+            real(f, m->dp_epsilon, 4, "");
+            if (m->dp_budget > 0) {
+                fputs(" (", f);
+                real(f, m->dp_budget, 4, ")");
+            }
+            fputs(m->dp_parked ? ": spent, left out" : "", f);
+            fputs("</td>", f);
+        }
         if (md && md->last_round) {
             fprintf(f, "<td>%" PRIu64 "</td><td class='%s'>", md->last_round,
                     md->accepted ? "ok" : "bad");

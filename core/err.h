@@ -83,7 +83,14 @@
     X(FED_ERR_SA_UNMASK, "secure aggregation: bad or unexpected UNMASK message") \
     X(FED_ERR_SA_FAILED, "secure aggregation: round failed closed (a secret has fewer than t live holders)") \
     X(FED_ERR_SA_DROPPED, "secure aggregation: this client was named dropped, or the survivors' graph is split") \
-    X(FED_ERR_SA_REVEALED, "secure aggregation: this round's delta was in a sum already revealed; masking it again could expose a client")
+    X(FED_ERR_SA_REVEALED, "secure aggregation: this round's delta was in a sum already revealed; masking it again could expose a client") \
+    /* a typed block's fields (gossip/wire.h), appended likewise */           \
+    X(FED_ERR_FIELD_TRUNCATED, "frame's typed block has a field that runs past its end") \
+    X(FED_ERR_FIELD_ORDER, "frame's typed block has a field repeated or out of tag order") \
+    X(FED_ERR_FIELD_LENGTH, "frame's typed block has a field over its length bound") \
+    X(FED_ERR_FIELD_MISSING, "frame's typed block lacks a field its type requires") \
+    /* the aggregator's run, appended likewise */                              \
+    X(FED_ERR_TOO_FEW_CLIENTS, "fewer clients than --min-clients can still take part")
 
 typedef enum fed_err {
 #define FED_ERR_ENUM_(name, msg) name,

@@ -152,10 +152,9 @@ fed_err fed_wire_stream_tx_new(fed_wire *w, const fed_wire_hdr *h, const fed_wir
     fed_err err;
 
     *out = NULL;
-    if (h->type != FED_WIRE_MODEL && h->type != FED_WIRE_DELTA && h->type != FED_WIRE_SHARE &&
-        h->type != FED_WIRE_SLICE && h->type != FED_WIRE_SA_MASKED)
+    if (!fed_wire_flags_ok(h->type, FED_WIRE_FLAG_STREAM)) /* its row says it may stream */
         return FED_ERR_INVAL;
-    if (w->cfg.no_crypto)
+    if (w->unsealed)
         return FED_ERR_UNSUPPORTED; /* streams are sealed end to end, always */
     if (!fed_crypto_arena_has_identity(w->arena))
         return FED_ERR_KEY;
@@ -410,7 +409,7 @@ fed_err fed_wire_rx_pending(fed_wire *w, const fed_wire_hdr *h, fed_wire_stream_
     fed_wire_stream_rx *rx;
 
     *out = NULL;
-    if (w->cfg.no_crypto)
+    if (w->unsealed)
         return FED_ERR_STREAM;
     if (w->rx_live >= w->cfg.max_rx_streams)
         return FED_ERR_STREAM_LIMIT;

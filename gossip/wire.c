@@ -5,12 +5,14 @@
  * or accept a frame whose sequence it did not reserve and commit. */
 #include "gossip/wire.h"
 
+#include <assert.h>
 #include <math.h>
 #include <string.h>
 
 #include "core/alloc.h"
 #include "core/bytes.h"
 #include "core/log.h"
+#include "gossip/wire_hooks.h"
 #include "gossip/wire_impl.h"
 
 static int all_zero(const uint8_t *p, size_t n)
@@ -42,18 +44,92 @@ void fed_wire_hdr_encode(const fed_wire_hdr *h, uint8_t out[FED_WIRE_HEADER_BYTE
     fed_put_u16le(out + 134, 0);
 }
 
-static int flags_ok(uint8_t type, uint16_t flags)
+/* ---- the frame types (wire.h: fed_wire_type_info) ---- */
+
+/* Known fields of each type's block (wire.h draws them). A field this node
+ * always writes is written at its most length; MODEL's spec may come shorter. */
+static const fed_wire_field model_fields[] = {
+    {FED_WIRE_SET_SPEC, 1, FED_WIRE_SPEC_BYTES, 1},
+    {FED_WIRE_SET_LOCAL_EPOCHS, 4, 4, 1},
+    {FED_WIRE_SET_BATCH, 4, 4, 1},
+    {FED_WIRE_SET_OPTIMIZER, 1, 1, 1},
+    {FED_WIRE_SET_CODEC, 2, 2, 1},
+    {FED_WIRE_SET_FRACTION, 4, 4, 1},
+    {FED_WIRE_SET_LR, 4, 4, 1},
+    {FED_WIRE_SET_MU, 4, 4, 1},
+    {FED_WIRE_SET_DEADLINE, 8, 8, 1},
+    {FED_WIRE_SET_MOMENTUM, 4, 4, 1},
+    {FED_WIRE_SET_DP_SGD, 12, 12, 0}, /* absent: nothing required */
+    {FED_WIRE_SET_SECAGG, 28, 28, 0}, /* absent: off */
+};
+static const fed_wire_field report_fields[] = {
+    {FED_WIRE_FIELD_DP_REPORT, 16, 16, 0},
+};
+
+#define FIELDS(list) (uint16_t)(sizeof list / sizeof list[0]), list
+#define NO_FIELDS 0, NULL
+#define STREAMS FED_WIRE_FLAG_STREAM
+
+/* One row per frame type: the header checks, the block codec, the vector's
+ * size check, the names in logs and the fuzz seeds all read it. */
+static const fed_wire_type_info types[] = {
+    /* type, name, flags, one_flag, epoch0, fixed, vector, vec_entry, fields */
+    {FED_WIRE_HELLO, "HELLO", 0, 0, 1, 16, FED_WIRE_VEC_NONE, 0, NO_FIELDS},
+    {FED_WIRE_NEXT, "NEXT", 0, 0, 0, 8, FED_WIRE_VEC_NONE, 0, NO_FIELDS},
+    {FED_WIRE_MODEL, "MODEL", STREAMS, 0, 0, 8, FED_WIRE_VEC_CODEC, 0, FIELDS(model_fields)},
+    {FED_WIRE_DELTA, "DELTA", STREAMS, 0, 0, 16, FED_WIRE_VEC_CODEC, 0, FIELDS(report_fields)},
+    {FED_WIRE_ACK, "ACK", 0, 0, 0, 8, FED_WIRE_VEC_NONE, 0, NO_FIELDS},
+    {FED_WIRE_SHARE, "SHARE", STREAMS, 0, 1, 16, FED_WIRE_VEC_CODEC, 0, NO_FIELDS},
+    {FED_WIRE_PEERS, "PEERS", 0, 0, 1, 8, FED_WIRE_VEC_PEERS, FED_WIRE_PEER_ENTRY_MIN,
+     NO_FIELDS},
+    {FED_WIRE_LEAVE, "LEAVE", 0, 0, 0, 8, FED_WIRE_VEC_NONE, 0, FIELDS(report_fields)},
+    {FED_WIRE_CHUNK, "CHUNK", FED_WIRE_FLAG_PULL | FED_WIRE_FLAG_DATA, 1, 0, 16,
+     FED_WIRE_VEC_NONE, 0, NO_FIELDS},
+    {FED_WIRE_SLICE, "SLICE", STREAMS, 0, 1, 16, FED_WIRE_VEC_CODEC, 0, NO_FIELDS},
+    {FED_WIRE_SA_KEYS, "SA_KEYS", 0, 0, 0, 16, FED_WIRE_VEC_SA, 0, NO_FIELDS},
+    {FED_WIRE_SA_SHARES, "SA_SHARES", 0, 0, 0, 16, FED_WIRE_VEC_SA, 0, NO_FIELDS},
+    {FED_WIRE_SA_MASKED, "SA_MASKED", STREAMS, 0, 0, 16, FED_WIRE_VEC_SA, 0, NO_FIELDS},
+    {FED_WIRE_SA_CONSIST, "SA_CONSIST", 0, 0, 0, 16, FED_WIRE_VEC_SA, 0, NO_FIELDS},
+    {FED_WIRE_SA_UNMASK, "SA_UNMASK", 0, 0, 0, 16, FED_WIRE_VEC_SA, 0, NO_FIELDS},
+    {FED_WIRE_AR_ABORT, "AR_ABORT", 0, 0, 1, 16, FED_WIRE_VEC_KEYS, 32, NO_FIELDS},
+    {FED_WIRE_AR_VERIFY, "AR_VERIFY", 0, 0, 1, 48, FED_WIRE_VEC_NONE, 0, NO_FIELDS},
+};
+#define NTYPES (sizeof types / sizeof types[0])
+
+const fed_wire_type_info *fed_wire_type_at(size_t i) { return i < NTYPES ? &types[i] : NULL; }
+
+const fed_wire_type_info *fed_wire_type_row(uint8_t type)
 {
-    switch (type) {
-    case FED_WIRE_MODEL:
-    case FED_WIRE_DELTA:
-    case FED_WIRE_SHARE:
-    case FED_WIRE_SLICE:
-    case FED_WIRE_SA_MASKED: /* the one secure-aggregation stage that streams */
-        return (flags & ~FED_WIRE_FLAG_STREAM) == 0;
-    case FED_WIRE_CHUNK: return flags == FED_WIRE_FLAG_PULL || flags == FED_WIRE_FLAG_DATA;
-    default: return flags == 0;
-    }
+    for (size_t i = 0; i < NTYPES; i++)
+        if (types[i].type == type)
+            return &types[i];
+    return NULL;
+}
+
+int fed_wire_type_known(uint8_t type) { return fed_wire_type_row(type) != NULL; }
+
+const char *fed_wire_type_name(uint8_t type)
+{
+    const fed_wire_type_info *ti = fed_wire_type_row(type);
+
+    return ti ? ti->name : "?";
+}
+
+int fed_wire_flags_ok(uint8_t type, uint16_t flags)
+{
+    const fed_wire_type_info *ti = fed_wire_type_row(type);
+
+    if (!ti || (flags & ~ti->flags))
+        return 0;
+    return !ti->one_flag || (flags != 0 && (flags & (flags - 1)) == 0);
+}
+
+static const fed_wire_field *field_of(const fed_wire_type_info *ti, uint16_t tag)
+{
+    for (uint16_t i = 0; i < ti->nfields; i++)
+        if (ti->fields[i].tag == tag)
+            return &ti->fields[i];
+    return NULL;
 }
 
 fed_err fed_wire_hdr_decode(const uint8_t *buf, size_t len, fed_wire_hdr *h)
@@ -67,8 +143,7 @@ fed_err fed_wire_hdr_decode(const uint8_t *buf, size_t len, fed_wire_hdr *h)
     memset(h, 0, sizeof *h);
     h->type = buf[FED_WIRE_OFF_TYPE];
     h->flags = fed_get_u16le(buf + FED_WIRE_OFF_FLAGS);
-    if (!FED_WIRE_TYPE_KNOWN(h->type) || !flags_ok(h->type, h->flags) ||
-        fed_get_u16le(buf + 134) != 0)
+    if (!fed_wire_flags_ok(h->type, h->flags) || fed_get_u16le(buf + 134) != 0)
         return FED_ERR_FRAME_TYPE;
     if (h->flags == FED_WIRE_FLAG_DATA && h->type == FED_WIRE_CHUNK &&
         !all_zero(buf + FED_WIRE_OFF_NONCE + 12, 12))
@@ -89,26 +164,15 @@ fed_err fed_wire_hdr_decode(const uint8_t *buf, size_t len, fed_wire_hdr *h)
 
 size_t fed_wire_block_size(uint8_t type)
 {
-    switch (type) {
-    case FED_WIRE_HELLO: return 16;
-    case FED_WIRE_NEXT: return 8;
-    case FED_WIRE_MODEL: return FED_WIRE_MODEL_BLOCK_BYTES;
-    case FED_WIRE_DELTA: return 16;
-    case FED_WIRE_ACK: return 8;
-    case FED_WIRE_SHARE: return 16;
-    case FED_WIRE_PEERS: return 8;
-    case FED_WIRE_LEAVE: return 8;
-    case FED_WIRE_CHUNK: return 16;
-    case FED_WIRE_SLICE: return 16;
-    case FED_WIRE_AR_ABORT: return 16;
-    case FED_WIRE_AR_VERIFY: return 48;
-    case FED_WIRE_SA_KEYS:
-    case FED_WIRE_SA_SHARES:
-    case FED_WIRE_SA_MASKED:
-    case FED_WIRE_SA_CONSIST:
-    case FED_WIRE_SA_UNMASK: return 16;
-    default: return 0;
-    }
+    const fed_wire_type_info *ti = fed_wire_type_row(type);
+    size_t n;
+
+    if (!ti)
+        return 0;
+    n = (size_t)ti->fixed + FED_WIRE_FIELDS_LEN_BYTES;
+    for (uint16_t i = 0; i < ti->nfields; i++)
+        n += FED_WIRE_FIELD_HEAD_BYTES + ti->fields[i].max;
+    return n;
 }
 
 static int spec_ok(const char *spec)
@@ -132,7 +196,16 @@ static int dp_ok(const fed_wire_settings *s)
     return isfinite(s->dp_clip) && s->dp_clip > 0 && isfinite(s->dp_noise) && s->dp_noise >= 0;
 }
 
-static int secagg_ok(const fed_wire_settings *s);
+static int secagg_ok(const fed_wire_settings *s)
+{
+    if (!s->sa_on)
+        return s->sa_try == 0 && s->sa_bits == 0 && s->sa_range == 0 && s->sa_clip == 0 &&
+               s->sa_max_weight == 0 && s->sa_dropout == 0;
+    return s->sa_on == 1 && s->sa_bits >= 1 && s->sa_bits <= 32 && isfinite(s->sa_range) &&
+           s->sa_range > 0 && isfinite(s->sa_clip) && s->sa_clip >= 0 &&
+           isfinite(s->sa_max_weight) && s->sa_max_weight > 0 && isfinite(s->sa_dropout) &&
+           s->sa_dropout >= 0 && s->sa_dropout < 1;
+}
 
 static int settings_ok(const fed_wire_settings *s)
 {
@@ -142,53 +215,42 @@ static int settings_ok(const fed_wire_settings *s)
            secagg_ok(s);
 }
 
-/* ---- MODEL settings fields (wire.h draws them) ---- */
+/* A DP report (DELTA, LEAVE): epsilon spent and budget, finite, >= 0. */
+static int report_ok(const fed_wire_block *b)
+{
+    return isfinite(b->dp_epsilon) && b->dp_epsilon >= 0 && isfinite(b->dp_budget) &&
+           b->dp_budget >= 0;
+}
 
-/* Each known tag's value length (the spec's is its most: 1 to that). */
-static const uint32_t field_len[FED_WIRE_SET_TAG_MAX + 1] = {
-    [FED_WIRE_SET_SPEC] = FED_WIRE_SPEC_BYTES,
-    [FED_WIRE_SET_LOCAL_EPOCHS] = 4,
-    [FED_WIRE_SET_BATCH] = 4,
-    [FED_WIRE_SET_OPTIMIZER] = 1,
-    [FED_WIRE_SET_CODEC] = 2,
-    [FED_WIRE_SET_FRACTION] = 4,
-    [FED_WIRE_SET_LR] = 4,
-    [FED_WIRE_SET_MU] = 4,
-    [FED_WIRE_SET_DEADLINE] = 8,
-    [FED_WIRE_SET_MOMENTUM] = 4,
-    [FED_WIRE_SET_DP_SGD] = 12,
-    [FED_WIRE_SET_SECAGG] = 28,
-};
-
-#define SETTINGS_BYTES (FED_WIRE_MODEL_BLOCK_BYTES - 12)
-_Static_assert(SETTINGS_BYTES == FED_WIRE_SET_TAG_MAX * FED_WIRE_FIELD_HEAD_BYTES +
-                                     FED_WIRE_SPEC_BYTES + 4 + 4 + 1 + 2 + 4 + 4 + 4 + 8 + 4 +
-                                     12 + 28,
-               "FED_WIRE_MODEL_BLOCK_BYTES is 12 bytes and every known field");
+_Static_assert(FED_WIRE_MODEL_BLOCK_BYTES == 8 + FED_WIRE_FIELDS_LEN_BYTES +
+                                                 FED_WIRE_SET_TAG_MAX * FED_WIRE_FIELD_HEAD_BYTES +
+                                                 FED_WIRE_SPEC_BYTES + 4 + 4 + 1 + 2 + 4 + 4 + 4 +
+                                                 8 + 4 + 12 + 28,
+               "FED_WIRE_MODEL_BLOCK_BYTES is its fixed part, S and every known field");
 _Static_assert(FED_WIRE_MODEL_BLOCK_BYTES <= FED_WIRE_BLOCK_MAX, "a MODEL block fits");
 
-/* A field's head at p, marked required or not; returns where its value goes. */
-static uint8_t *field_head_flags(uint8_t *p, uint16_t tag, uint16_t flags)
+/* A known field's head at p (its length: the field's most), with flags;
+ * returns where its value goes. */
+static uint8_t *put_field(uint8_t *p, uint8_t type, uint16_t tag, uint16_t flags)
 {
+    const fed_wire_field *f = field_of(fed_wire_type_row(type), tag);
+
     fed_put_u16le(p, tag);
     fed_put_u16le(p + 2, flags);
-    fed_put_u32le(p + 4, field_len[tag]);
+    fed_put_u32le(p + 4, f->max);
     return p + FED_WIRE_FIELD_HEAD_BYTES;
 }
 
-/* A field's head at p, marked required; returns where its value goes. */
+/* A MODEL field marked required; returns where its value goes. */
 static uint8_t *field_head(uint8_t *p, uint16_t tag)
 {
-    fed_put_u16le(p, tag);
-    fed_put_u16le(p + 2, FED_WIRE_FIELD_REQUIRED);
-    fed_put_u32le(p + 4, field_len[tag]);
-    return p + FED_WIRE_FIELD_HEAD_BYTES;
+    return put_field(p, FED_WIRE_MODEL, tag, FED_WIRE_FIELD_REQUIRED);
 }
 
 static void encode_secagg(const fed_wire_settings *s, uint8_t *out);
 
-/* Every known field, in tag order, into out (SETTINGS_BYTES). */
-static void encode_settings(const fed_wire_settings *s, uint8_t *out)
+/* Every known MODEL field, in tag order, into out; returns the end. */
+static uint8_t *encode_settings(const fed_wire_settings *s, uint8_t *out)
 {
     uint8_t *p = field_head(out, FED_WIRE_SET_SPEC);
 
@@ -214,12 +276,13 @@ static void encode_settings(const fed_wire_settings *s, uint8_t *out)
     fed_put_f32le(p, s->momentum);
     /* required only when it requires DP-SGD: a node that does not know the
        field may then not train the round without it */
-    p = field_head_flags(p + 4, FED_WIRE_SET_DP_SGD,
-                         (s->dp_flags & FED_WIRE_DP_REQUIRED) ? FED_WIRE_FIELD_REQUIRED : 0);
+    p = put_field(p + 4, FED_WIRE_MODEL, FED_WIRE_SET_DP_SGD,
+                  (s->dp_flags & FED_WIRE_DP_REQUIRED) ? FED_WIRE_FIELD_REQUIRED : 0);
     fed_put_u32le(p, s->dp_flags);
     fed_put_f32le(p + 4, s->dp_clip);
     fed_put_f32le(p + 8, s->dp_noise);
     encode_secagg(s, p + 12);
+    return p + 12 + FED_WIRE_FIELD_HEAD_BYTES + 28;
 }
 
 /* Field 12, after the others: required when the round runs secure
@@ -227,8 +290,8 @@ static void encode_settings(const fed_wire_settings *s, uint8_t *out)
  * and optional when it does not. */
 static void encode_secagg(const fed_wire_settings *s, uint8_t *out)
 {
-    uint8_t *p = field_head_flags(out, FED_WIRE_SET_SECAGG,
-                                  s->sa_on ? FED_WIRE_FIELD_REQUIRED : 0);
+    uint8_t *p = put_field(out, FED_WIRE_MODEL, FED_WIRE_SET_SECAGG,
+                           s->sa_on ? FED_WIRE_FIELD_REQUIRED : 0);
 
     fed_put_u32le(p, s->sa_on);
     fed_put_u32le(p + 4, s->sa_try);
@@ -239,26 +302,22 @@ static void encode_secagg(const fed_wire_settings *s, uint8_t *out)
     fed_put_f32le(p + 24, s->sa_dropout);
 }
 
-static int secagg_ok(const fed_wire_settings *s)
+/* The DP report field (DELTA, LEAVE), optional: an older node skips it. */
+static uint8_t *encode_report(uint8_t type, const fed_wire_block *b, uint8_t *out)
 {
-    if (!s->sa_on)
-        return s->sa_try == 0 && s->sa_bits == 0 && s->sa_range == 0 && s->sa_clip == 0 &&
-               s->sa_max_weight == 0 && s->sa_dropout == 0;
-    return s->sa_on == 1 && s->sa_bits >= 1 && s->sa_bits <= 32 && isfinite(s->sa_range) &&
-           s->sa_range > 0 && isfinite(s->sa_clip) && s->sa_clip >= 0 &&
-           isfinite(s->sa_max_weight) && s->sa_max_weight > 0 && isfinite(s->sa_dropout) &&
-           s->sa_dropout >= 0 && s->sa_dropout < 1;
+    uint8_t *p = put_field(out, type, FED_WIRE_FIELD_DP_REPORT, 0);
+
+    fed_put_f64le(p, b->dp_epsilon);
+    fed_put_f64le(p + 8, b->dp_budget);
+    return p + 16;
 }
 
-/* The spec's value: 1 to FED_WIRE_SPEC_BYTES bytes, NUL-terminated, zeros
- * after the NUL (spec_ok checks the characters). */
+/* The spec's value: NUL-terminated, zeros after the NUL (spec_ok checks the
+ * characters; the table its length). */
 static int take_spec(const uint8_t *v, uint32_t len, fed_wire_settings *s)
 {
-    size_t n;
+    size_t n = strnlen((const char *)v, len);
 
-    if (len == 0 || len > FED_WIRE_SPEC_BYTES)
-        return 0;
-    n = strnlen((const char *)v, len);
     if (n == len || !all_zero(v + n, len - n))
         return 0;
     memset(s->spec, 0, sizeof s->spec);
@@ -266,8 +325,8 @@ static int take_spec(const uint8_t *v, uint32_t len, fed_wire_settings *s)
     return 1;
 }
 
-/* A known field's value (length already checked) into s. */
-static int take_field(uint16_t tag, const uint8_t *v, uint32_t len, fed_wire_settings *s)
+/* A known MODEL field's value (length already checked) into s. */
+static int take_setting(uint16_t tag, const uint8_t *v, uint32_t len, fed_wire_settings *s)
 {
     switch (tag) {
     case FED_WIRE_SET_SPEC: return take_spec(v, len, s);
@@ -299,59 +358,84 @@ static int take_field(uint16_t tag, const uint8_t *v, uint32_t len, fed_wire_set
     return 1;
 }
 
-/* The MODEL block at in (len bytes there): *used its bytes. Unknown fields
- * are skipped unless required (*refused their tag). */
-static fed_err decode_model(const uint8_t *in, size_t len, fed_wire_block *b, size_t *used)
+/* A known field of type's block into b. */
+static int take_field(uint8_t type, uint16_t tag, const uint8_t *v, uint32_t len,
+                      fed_wire_block *b)
 {
-    /* every field up to FED_WIRE_SET_MOMENTUM must be there; DP-SGD may be
-       missing (a node before it: no requirement) */
-    uint32_t seen = 0, all = ((1u << (FED_WIRE_SET_MOMENTUM + 1)) - 1) & ~1u;
-    uint32_t prev = 0;
-    size_t total, at = 12;
+    if (type == FED_WIRE_MODEL)
+        return take_setting(tag, v, len, &b->settings);
+    if (tag == FED_WIRE_FIELD_DP_REPORT) { /* DELTA, LEAVE */
+        b->dp_epsilon = fed_get_f64le(v);
+        b->dp_budget = fed_get_f64le(v + 8);
+        return report_ok(b);
+    }
+    return 0;
+}
 
-    if (len < 12)
+/* The fields after a block's fixed part: in (len bytes) starts at the
+ * fields' length S; *end the bytes S and the fields took. Unknown fields
+ * are skipped unless required (their tag in b->refused_tag). */
+static fed_err decode_fields(const fed_wire_type_info *ti, const uint8_t *in, size_t len,
+                             fed_wire_block *b, size_t *end)
+{
+    uint64_t seen = 0;
+    uint32_t prev = 0;
+    size_t total, at = FED_WIRE_FIELDS_LEN_BYTES;
+
+    if (len < FED_WIRE_FIELDS_LEN_BYTES)
         return FED_ERR_PAYLOAD;
-    b->samples = fed_get_u64le(in);
-    total = fed_get_u32le(in + 8);
-    if (total > FED_WIRE_SETTINGS_MAX || total > len - 12)
-        return FED_ERR_PAYLOAD;
-    total += 12;
+    total = fed_get_u32le(in);
+    if (total > FED_WIRE_FIELDS_MAX)
+        return FED_ERR_FIELD_LENGTH;
+    if (total > len - FED_WIRE_FIELDS_LEN_BYTES)
+        return FED_ERR_FIELD_TRUNCATED;
+    total += FED_WIRE_FIELDS_LEN_BYTES;
     while (at < total) {
+        const fed_wire_field *f;
         uint16_t tag, flags;
         uint32_t flen;
 
         if (total - at < FED_WIRE_FIELD_HEAD_BYTES)
-            return FED_ERR_PAYLOAD; /* a truncated field head */
+            return FED_ERR_FIELD_TRUNCATED; /* a field's head cut */
         tag = fed_get_u16le(in + at);
         flags = fed_get_u16le(in + at + 2);
         flen = fed_get_u32le(in + at + 4);
         at += FED_WIRE_FIELD_HEAD_BYTES;
-        if (tag <= prev || (flags & ~FED_WIRE_FIELD_REQUIRED) || flen > total - at)
-            return FED_ERR_PAYLOAD; /* repeated or out of order, flags, overlong */
+        if (tag == 0 || tag <= prev)
+            return FED_ERR_FIELD_ORDER; /* repeated or out of order */
+        if (flags & ~FED_WIRE_FIELD_REQUIRED)
+            return FED_ERR_PAYLOAD;
+        if (flen > total - at)
+            return FED_ERR_FIELD_TRUNCATED; /* its value runs past the fields */
         prev = tag;
-        if (tag > FED_WIRE_SET_TAG_MAX) {
+        f = field_of(ti, tag);
+        if (!f) {
             if (flags & FED_WIRE_FIELD_REQUIRED) {
                 b->refused_tag = tag;
                 return FED_ERR_FIELD_REQUIRED;
             }
-        } else if ((tag != FED_WIRE_SET_SPEC && flen != field_len[tag]) ||
-                   !take_field(tag, in + at, flen, &b->settings)) {
+        } else if (flen < f->min || flen > f->max) {
+            return FED_ERR_FIELD_LENGTH;
+        } else if (!take_field(ti->type, tag, in + at, flen, b)) {
             return FED_ERR_PAYLOAD;
         } else {
-            seen |= 1u << tag;
+            seen |= (uint64_t)1 << (f - ti->fields);
         }
         at += flen;
     }
-    if ((seen & all) != all || !settings_ok(&b->settings))
-        return FED_ERR_PAYLOAD;
-    *used = total;
+    for (uint16_t i = 0; i < ti->nfields; i++)
+        if (ti->fields[i].must && !(seen >> i & 1))
+            return FED_ERR_FIELD_MISSING;
+    *end = total;
     return FED_OK;
 }
 
 fed_err fed_wire_block_encode(uint8_t type, const fed_wire_block *b, uint8_t *out, size_t cap,
                               size_t *len)
 {
+    const fed_wire_type_info *ti = fed_wire_type_row(type);
     size_t n = fed_wire_block_size(type);
+    uint8_t *fields;
 
     *len = 0;
     if (n == 0)
@@ -359,6 +443,8 @@ fed_err fed_wire_block_encode(uint8_t type, const fed_wire_block *b, uint8_t *ou
     if (cap < n)
         return FED_ERR_TOO_LARGE;
     memset(out, 0, n);
+    fields = out + ti->fixed + FED_WIRE_FIELDS_LEN_BYTES;
+    fed_put_u32le(out + ti->fixed, (uint32_t)(n - ti->fixed - FED_WIRE_FIELDS_LEN_BYTES));
     switch (type) {
     case FED_WIRE_HELLO:
         out[0] = b->role;
@@ -369,12 +455,14 @@ fed_err fed_wire_block_encode(uint8_t type, const fed_wire_block *b, uint8_t *ou
         if (!settings_ok(&b->settings))
             return FED_ERR_INVAL;
         fed_put_u64le(out, b->samples);
-        fed_put_u32le(out + 8, SETTINGS_BYTES);
-        encode_settings(&b->settings, out + 12);
+        fields = encode_settings(&b->settings, fields);
         break;
     case FED_WIRE_DELTA:
+        if (!report_ok(b))
+            return FED_ERR_INVAL;
         fed_put_u64le(out, b->samples);
         fed_put_u64le(out + 8, b->round_ref);
+        fields = encode_report(type, b, fields);
         break;
     case FED_WIRE_ACK:
         fed_put_u32le(out, b->status);
@@ -391,7 +479,12 @@ fed_err fed_wire_block_encode(uint8_t type, const fed_wire_block *b, uint8_t *ou
         fed_put_u64le(out + 8, 0);
         break;
     case FED_WIRE_PEERS: fed_put_u32le(out, b->count); break;
-    case FED_WIRE_LEAVE: fed_put_u32le(out, b->reason); break;
+    case FED_WIRE_LEAVE:
+        if (!report_ok(b))
+            return FED_ERR_INVAL;
+        fed_put_u32le(out, b->reason);
+        fields = encode_report(type, b, fields);
+        break;
     case FED_WIRE_CHUNK:
         fed_put_u64le(out, b->stream_id);
         fed_put_u32le(out + 8, b->chunk_index);
@@ -405,97 +498,79 @@ fed_err fed_wire_block_encode(uint8_t type, const fed_wire_block *b, uint8_t *ou
         fed_put_u64le(out + 8, b->in_row);
         memcpy(out + 16, b->result_hash, 32);
         break;
-    case FED_WIRE_SA_KEYS:
-    case FED_WIRE_SA_SHARES:
-    case FED_WIRE_SA_MASKED:
-    case FED_WIRE_SA_CONSIST:
-    case FED_WIRE_SA_UNMASK:
+    default: /* FED_WIRE_SA_* */
         fed_put_u32le(out, b->sa_try);
         fed_put_u32le(out + 4, b->sa_count);
         break;
-    default: return FED_ERR_INVAL;
     }
+    assert(fields == out + n); /* the table's fields, each written */
     *len = n;
     return FED_OK;
+}
+
+/* The fixed part of type's block (ti->fixed bytes at in) into b. */
+static int decode_fixed(uint8_t type, const uint8_t *in, fed_wire_block *b)
+{
+    switch (type) {
+    case FED_WIRE_HELLO:
+        b->role = in[0];
+        b->caps = fed_get_u64le(in + 8);
+        return all_zero(in + 1, 7) && b->role >= FED_WIRE_ROLE_PEER &&
+               b->role <= FED_WIRE_ROLE_AGGREGATOR;
+    case FED_WIRE_NEXT: b->round_ref = fed_get_u64le(in); return 1;
+    case FED_WIRE_MODEL: b->samples = fed_get_u64le(in); return 1;
+    case FED_WIRE_DELTA:
+        b->samples = fed_get_u64le(in);
+        b->round_ref = fed_get_u64le(in + 8);
+        return 1;
+    case FED_WIRE_ACK:
+        b->status = fed_get_u32le(in);
+        b->ack_flags = fed_get_u32le(in + 4);
+        return b->status < FED_ERR_COUNT_ && (b->ack_flags & ~FED_WIRE_ACK_FLAGS) == 0;
+    case FED_WIRE_SHARE:
+        b->samples = fed_get_u64le(in);
+        b->weight = fed_get_f64le(in + 8);
+        return isfinite(b->weight) && b->weight >= 0;
+    case FED_WIRE_SLICE: b->step = fed_get_u64le(in); return all_zero(in + 8, 8);
+    case FED_WIRE_PEERS: b->count = fed_get_u32le(in); return all_zero(in + 4, 4);
+    case FED_WIRE_LEAVE: b->reason = fed_get_u32le(in); return all_zero(in + 4, 4);
+    case FED_WIRE_CHUNK:
+        b->stream_id = fed_get_u64le(in);
+        b->chunk_index = fed_get_u32le(in + 8);
+        return all_zero(in + 12, 4);
+    case FED_WIRE_AR_ABORT:
+        b->attempt = fed_get_u64le(in);
+        b->count = fed_get_u32le(in + 8);
+        return all_zero(in + 12, 4);
+    case FED_WIRE_AR_VERIFY:
+        b->attempt = fed_get_u64le(in);
+        b->in_row = fed_get_u64le(in + 8);
+        memcpy(b->result_hash, in + 16, 32);
+        return b->in_row >= 1;
+    default: /* FED_WIRE_SA_* */
+        b->sa_try = fed_get_u32le(in);
+        b->sa_count = fed_get_u32le(in + 4);
+        return all_zero(in + 8, 8);
+    }
 }
 
 fed_err fed_wire_block_decode(uint8_t type, const uint8_t *in, size_t len, fed_wire_block *b,
                               size_t *used)
 {
-    size_t n = fed_wire_block_size(type);
-    int ok = 1;
+    const fed_wire_type_info *ti = fed_wire_type_row(type);
+    size_t end = 0;
+    fed_err err;
 
     memset(b, 0, sizeof *b);
     *used = 0;
-    if (type == FED_WIRE_MODEL) /* variable: settings fields */
-        return decode_model(in, len, b, used);
-    if (n == 0 || len < n)
+    if (!ti || len < ti->fixed || !decode_fixed(type, in, b))
         return FED_ERR_PAYLOAD;
-    switch (type) {
-    case FED_WIRE_HELLO:
-        b->role = in[0];
-        b->caps = fed_get_u64le(in + 8);
-        ok = all_zero(in + 1, 7) && b->role >= FED_WIRE_ROLE_PEER &&
-             b->role <= FED_WIRE_ROLE_AGGREGATOR;
-        break;
-    case FED_WIRE_NEXT: b->round_ref = fed_get_u64le(in); break;
-    case FED_WIRE_DELTA:
-        b->samples = fed_get_u64le(in);
-        b->round_ref = fed_get_u64le(in + 8);
-        break;
-    case FED_WIRE_ACK:
-        b->status = fed_get_u32le(in);
-        b->ack_flags = fed_get_u32le(in + 4);
-        ok = b->status < FED_ERR_COUNT_ &&
-             (b->ack_flags & ~FED_WIRE_ACK_FLAGS) == 0;
-        break;
-    case FED_WIRE_SHARE:
-        b->samples = fed_get_u64le(in);
-        b->weight = fed_get_f64le(in + 8);
-        ok = isfinite(b->weight) && b->weight >= 0;
-        break;
-    case FED_WIRE_SLICE:
-        b->step = fed_get_u64le(in);
-        ok = all_zero(in + 8, 8);
-        break;
-    case FED_WIRE_PEERS:
-        b->count = fed_get_u32le(in);
-        ok = all_zero(in + 4, 4);
-        break;
-    case FED_WIRE_LEAVE:
-        b->reason = fed_get_u32le(in);
-        ok = all_zero(in + 4, 4);
-        break;
-    case FED_WIRE_CHUNK:
-        b->stream_id = fed_get_u64le(in);
-        b->chunk_index = fed_get_u32le(in + 8);
-        ok = all_zero(in + 12, 4);
-        break;
-    case FED_WIRE_AR_ABORT:
-        b->attempt = fed_get_u64le(in);
-        b->count = fed_get_u32le(in + 8);
-        ok = all_zero(in + 12, 4);
-        break;
-    case FED_WIRE_AR_VERIFY:
-        b->attempt = fed_get_u64le(in);
-        b->in_row = fed_get_u64le(in + 8);
-        memcpy(b->result_hash, in + 16, 32);
-        ok = b->in_row >= 1;
-        break;
-    case FED_WIRE_SA_KEYS:
-    case FED_WIRE_SA_SHARES:
-    case FED_WIRE_SA_MASKED:
-    case FED_WIRE_SA_CONSIST:
-    case FED_WIRE_SA_UNMASK:
-        b->sa_try = fed_get_u32le(in);
-        b->sa_count = fed_get_u32le(in + 4);
-        ok = all_zero(in + 8, 8);
-        break;
-    default: ok = 0;
-    }
-    if (!ok)
+    err = decode_fields(ti, in + ti->fixed, len - ti->fixed, b, &end);
+    if (err != FED_OK)
+        return err;
+    if (type == FED_WIRE_MODEL && !settings_ok(&b->settings))
         return FED_ERR_PAYLOAD;
-    *used = n;
+    *used = ti->fixed + end;
     return FED_OK;
 }
 
@@ -506,8 +581,12 @@ void fed_wire_cfg_default(fed_wire_cfg *cfg)
     cfg->max_frame = FED_WIRE_MAX_FRAME_DEFAULT;
     cfg->max_rx_streams = 4;
     cfg->max_stream_bytes = (uint64_t)64 << 30;
-    cfg->no_crypto = 0;
+    cfg->hooks = NULL;
 }
+
+const fed_wire_hooks fed_wire_hooks_unsealed = {.unsealed = 1};
+
+int fed_wire_cfg_unsealed(const fed_wire_cfg *cfg) { return cfg->hooks && cfg->hooks->unsealed; }
 
 fed_err fed_wire_new(const fed_wire_cfg *cfg, fed_crypto_arena *arena,
                      const fed_crypto_allow *allow, fed_wire **out)
@@ -528,6 +607,7 @@ fed_err fed_wire_new(const fed_wire_cfg *cfg, fed_crypto_arena *arena,
     if (!w)
         return FED_ERR_NOMEM;
     w->cfg = *cfg;
+    w->unsealed = fed_wire_cfg_unsealed(cfg);
     w->arena = arena;
     w->allow = allow;
     w->rx = fed_calloc(cfg->max_rx_streams ? cfg->max_rx_streams : 1, sizeof *w->rx);
@@ -629,7 +709,11 @@ static uint64_t *reject_counter(fed_wire_counters *c, fed_err err)
     case FED_ERR_AEAD: return &c->rej_aead;
     case FED_ERR_SIGNATURE: return &c->rej_signature;
     case FED_ERR_PAYLOAD:
-    case FED_ERR_FIELD_REQUIRED: return &c->rej_payload;
+    case FED_ERR_FIELD_REQUIRED:
+    case FED_ERR_FIELD_TRUNCATED:
+    case FED_ERR_FIELD_ORDER:
+    case FED_ERR_FIELD_LENGTH:
+    case FED_ERR_FIELD_MISSING: return &c->rej_payload;
     case FED_ERR_STREAM: return &c->rej_stream;
     case FED_ERR_STREAM_LIMIT: return &c->rej_stream_limit;
     case FED_ERR_CODEC: return &c->rej_codec;
@@ -657,16 +741,6 @@ fed_err fed_wire_counter_reason(size_t i)
     return FED_OK;
 }
 
-const char *fed_wire_type_name(uint8_t type)
-{
-    static const char *const names[] = {"?",   "HELLO", "NEXT",  "MODEL", "DELTA",
-                                        "ACK", "SHARE", "PEERS", "LEAVE", "CHUNK", "SLICE",
-                                        "SA_KEYS", "SA_SHARES", "SA_MASKED", "SA_CONSIST",
-                                        "SA_UNMASK", "?", "AR_ABORT", "AR_VERIFY"};
-
-    return FED_WIRE_TYPE_KNOWN(type) ? names[type] : "?";
-}
-
 void fed_wire_count_reject(fed_wire *w, const fed_wire_hdr *h, fed_err err)
 {
     (*reject_counter(&w->counters, err))++;
@@ -680,13 +754,18 @@ void fed_wire_count_reject(fed_wire *w, const fed_wire_hdr *h, fed_err err)
                 fed_errname(err));
 }
 
-/* A frame of another wire version (its header is not decoded): counted,
- * and logged with both versions, the operator's clue to upgrade a node. */
-static void reject_version(fed_wire *w, uint8_t version)
+/* A frame of another wire version (its header is not decoded, but every
+ * version since 1 puts the sender's key at the same place): counted, and
+ * logged with both versions and the sender, the operator's clue to upgrade
+ * whichever node is older. */
+static void reject_version(fed_wire *w, const uint8_t *frame)
 {
+    const uint8_t *pk = frame + FED_WIRE_OFF_SENDER;
+
     w->counters.rej_version++;
-    fed_log(FED_LOG_WARN, "wire: dropped a frame: version %u, this node speaks %u", version,
-            FED_WIRE_VERSION);
+    fed_log(FED_LOG_WARN, "wire: dropped a frame of wire version %u from %02x%02x%02x%02x: this "
+            "node speaks version %u; upgrade the %s", frame[4], pk[0], pk[1], pk[2], pk[3],
+            FED_WIRE_VERSION, frame[4] < FED_WIRE_VERSION ? "sender" : "receiver");
 }
 
 void fed_wire_note_reject(fed_wire *w, const fed_wire_hdr *h, fed_err err)
@@ -706,7 +785,7 @@ fed_err fed_wire_seal_prepare(fed_wire *w, fed_wire_hdr *h, size_t cap, size_t p
     memset(t, 0, sizeof *t);
     if (!fed_crypto_arena_has_identity(w->arena))
         return FED_ERR_KEY;
-    if (!FED_WIRE_TYPE_KNOWN(h->type) || !flags_ok(h->type, h->flags) ||
+    if (!fed_wire_flags_ok(h->type, h->flags) ||
         (h->flags & (FED_WIRE_FLAG_STREAM | FED_WIRE_FLAG_DATA)))
         return FED_ERR_INVAL;
     if (payload_len > w->cfg.max_frame - FED_WIRE_SEAL_OVERHEAD)
@@ -715,7 +794,7 @@ fed_err fed_wire_seal_prepare(fed_wire *w, fed_wire_hdr *h, size_t cap, size_t p
         return FED_ERR_TOO_LARGE;
     memcpy(h->sender, fed_wire_self(w), 32);
     h->payload_len = (uint32_t)payload_len;
-    if (!w->cfg.no_crypto && (err = fed_crypto_session_get(w->arena, h->recipient, &t->session)) !=
+    if (!w->unsealed && (err = fed_crypto_session_get(w->arena, h->recipient, &t->session)) !=
                                  FED_OK)
         return err;
     t->hdr = *h;
@@ -731,7 +810,7 @@ fed_err fed_wire_seal_ticket(const fed_wire *w, fed_wire_ticket *t, uint8_t *fra
 
     rnd(rnd_ctx, t->hdr.nonce, sizeof t->hdr.nonce);
     fed_wire_hdr_encode(&t->hdr, frame);
-    if (w->cfg.no_crypto) { /* the seal's place, zeroed */
+    if (w->unsealed) { /* the seal's place, zeroed */
         memset(frame + FED_WIRE_HEADER_BYTES + t->hdr.payload_len, 0, FED_CRYPTO_SEAL_OVERHEAD);
         *frame_len = fed_wire_frame_bytes(t->hdr.payload_len);
         return FED_OK;
@@ -811,9 +890,7 @@ static fed_err check_recipient(const fed_wire *w, const fed_wire_hdr *h)
 {
     if (memcmp(h->recipient, fed_wire_self(w), 32) != 0)
         return FED_ERR_WRONG_RECIPIENT;
-    if ((h->type == FED_WIRE_HELLO || h->type == FED_WIRE_SHARE || h->type == FED_WIRE_SLICE ||
-         h->type == FED_WIRE_PEERS || h->type == FED_WIRE_AR_ABORT ||
-         h->type == FED_WIRE_AR_VERIFY ||
+    if ((fed_wire_type_row(h->type)->epoch0 ||
          (h->type == FED_WIRE_CHUNK && h->flags == FED_WIRE_FLAG_DATA)) &&
         h->recipient_epoch == 0)
         return FED_OK; /* the sender does not know our epoch (yet); a chunk of a
@@ -874,7 +951,7 @@ fed_err fed_wire_precheck(fed_wire *w, const uint8_t *frame, size_t len, fed_wir
                 t->hdr.flags & FED_WIRE_FLAG_STREAM ? FED_WIRE_KIND_FIRST : FED_WIRE_KIND_SEALED;
             if (t->kind == FED_WIRE_KIND_FIRST)
                 err = fed_wire_rx_pending(w, &t->hdr, &t->stream);
-            if (err == FED_OK && !w->cfg.no_crypto)
+            if (err == FED_OK && !w->unsealed)
                 err = fed_crypto_session_get(w->arena, t->hdr.sender, &t->session);
         }
     }
@@ -887,7 +964,7 @@ fed_err fed_wire_precheck(fed_wire *w, const uint8_t *frame, size_t len, fed_wir
         if (t->reserved)
             fed_crypto_replay_release(w->replay, t->hdr.sender, t->hdr.sender_epoch, t->hdr.seq);
         if (err == FED_ERR_FRAME_VERSION)
-            reject_version(w, frame[4]);
+            reject_version(w, frame);
         else
             fed_wire_count_reject(w, have_hdr ? &t->hdr : NULL, err);
         memset(t, 0, sizeof *t);
@@ -897,6 +974,20 @@ fed_err fed_wire_precheck(fed_wire *w, const uint8_t *frame, size_t len, fed_wir
 
 /* ---- receiving: the expensive part ---- */
 
+/* What follows a sealed frame's block, against its type's row: nothing, or
+ * count entries of their size (the codec and secure aggregation's vectors
+ * are their decoders' to check). */
+static fed_err vector_ok(const fed_wire_type_info *ti, const fed_wire_block *b, size_t len)
+{
+    switch (ti->vector) {
+    case FED_WIRE_VEC_NONE: return len == 0 ? FED_OK : FED_ERR_PAYLOAD;
+    case FED_WIRE_VEC_PEERS: /* entries of at least vec_entry bytes */
+        return len >= (size_t)b->count * ti->vec_entry ? FED_OK : FED_ERR_PAYLOAD;
+    case FED_WIRE_VEC_KEYS: return len == (size_t)b->count * ti->vec_entry ? FED_OK : FED_ERR_PAYLOAD;
+    default: return FED_OK;
+    }
+}
+
 static fed_err open_sealed(const fed_wire *w, fed_wire_ticket *t, uint8_t *frame, size_t len,
                            fed_wire_msg *m)
 {
@@ -905,7 +996,7 @@ static fed_err open_sealed(const fed_wire *w, fed_wire_ticket *t, uint8_t *frame
     size_t used = 0;
     fed_err err;
 
-    if (w->cfg.no_crypto) {
+    if (w->unsealed) {
         memset(m->digest, 0, sizeof m->digest);
         memset(m->sig, 0, sizeof m->sig);
         err = FED_OK;
@@ -929,10 +1020,7 @@ static fed_err open_sealed(const fed_wire *w, fed_wire_ticket *t, uint8_t *frame
     }
     m->vector = payload + used;
     m->vector_len = plen - used;
-    if (t->hdr.type == FED_WIRE_PEERS &&
-        m->vector_len < (size_t)m->block.count * FED_WIRE_PEER_ENTRY_MIN)
-        return FED_ERR_PAYLOAD;
-    return FED_OK;
+    return vector_ok(fed_wire_type_row(t->hdr.type), &m->block, m->vector_len);
 }
 
 fed_err fed_wire_open_ticket(const fed_wire *w, fed_wire_ticket *t, uint8_t *frame, size_t len,
@@ -972,7 +1060,7 @@ fed_err fed_wire_finish(fed_wire *w, fed_wire_ticket *t, fed_err result, fed_wir
         w->counters.bytes_in += t->frame_len;
     } else {
         if (result == FED_ERR_FIELD_REQUIRED && m)
-            fed_log(FED_LOG_INFO, "wire: %s settings field tag %u is marked required; wire "
+            fed_log(FED_LOG_INFO, "wire: %s field tag %u is marked required; wire "
                     "version %u does not know it", fed_wire_type_name(h->type),
                     (unsigned)m->block.refused_tag, FED_WIRE_VERSION);
         fed_wire_count_reject(w, h, result);

@@ -3,10 +3,11 @@
  * Frame header (136 bytes, little-endian, plain, bound as associated data):
  *   off  size  field
  *     0     4  magic "FEDN"
- *     4     1  version = 3 (2 had a fixed 176-byte MODEL block; 1 signed
+ *     4     1  version = 4 (3 had fields in MODEL's block only, every other
+ *              block fixed; 2 had a fixed 176-byte MODEL block; 1 signed
  *              BLAKE2b-512(header || payload), see crypto/seal.h). A frame
- *              of another version is refused (rej_version) and logged
- *              with both versions
+ *              of another version is refused (rej_version) and logged at
+ *              warning level with both versions and the sender
  *     5     1  type (fed_wire_type)
  *     6     2  flags (FED_WIRE_FLAG_*; others zero)
  *     8    32  sender key (Ed25519 public)
@@ -40,75 +41,94 @@
  * encoded; for PEERS, count signed peer entries, gossip/peers.h). Nothing private (sample counts,
  * sizes of local data) is in the header.
  *
- * Typed blocks (little-endian; reserved bytes zero):
- *   HELLO  16   0 1 role (FED_WIRE_ROLE_*)  1 7 reserved  8 8 capabilities
- *   NEXT    8   0 8 last round the client finished (0: none)
- *   MODEL 12+S  0 8 samples behind the model
- *               8 4 S, bytes of settings fields that follow (at most
- *                   FED_WIRE_SETTINGS_MAX)
- *              12 S settings fields, in strictly increasing tag order (so
- *                   no tag twice), each:
- *                     0 2 tag (FED_WIRE_SET_*; 0 is never a tag)
- *                     2 2 flags: FED_WIRE_FIELD_REQUIRED, others zero
- *                     4 4 length L of the value
- *                     8 L value
- *                   A field whose tag this node does not know is skipped,
- *                   unless it is marked required: then the frame is
- *                   refused (FED_ERR_FIELD_REQUIRED, counted as
- *                   rej_payload, the tag logged). Every known field must
- *                   be present, with exactly its length:
- *                     tag  L    value
- *                       1  1..128 model spec (model/model.h), printable
- *                                 ASCII, NUL-terminated, zeros after the
- *                                 NUL (this node pads it to 128)
- *                       2  4    local epochs (u32)
- *                       3  4    batch size (u32)
- *                       4  1    optimizer (fed_optim_kind)
- *                       5  2    codec for the DELTA (fed_codec_id)
- *                       6  4    topk fraction (f32, in [0, 1])
- *                       7  4    learning rate (f32 > 0): this round's,
- *                                 on the sender's schedule
- *                       8  4    proximal mu (f32 >= 0)
- *                       9  8    deadline in ms (u64; 0: none)
- *                      10  4    SGD momentum (f32 in [0, 1); 0: plain SGD)
- *                      11  12   DP-SGD: flags u32 (FED_WIRE_DP_REQUIRED, others
- *                                 zero), clip f32 > 0 and noise multiplier
- *                                 f32 >= 0 when required, else both 0. The
- *                                 one field that may be absent (a node
- *                                 before it: nothing required)
- *                      12  28   secure aggregation: on u32 (1), try u32,
- *                                 bits u32 (1..32), range f32 > 0, L2 clip
- *                                 f32 >= 0, max weight f32 > 0, dropout
- *                                 f32 in [0, 1). Absent or all zero: off;
- *                                 marked required when on
- *                   This node writes all twelve in that order, 1-10 marked
- *                   required, 11 marked required when it requires DP-SGD:
- *                   its MODEL block is FED_WIRE_MODEL_BLOCK_BYTES (311);
- *                   one from a newer node may be longer.
- *   DELTA  16   0 8 samples   8 8 base round (the model it started from)
- *   ACK     8   0 4 status (a fed_err; 0: accepted)  4 4 flags (FED_WIRE_ACK_*)
- *   SHARE  16   0 8 samples   8 8 push-sum weight (f64, finite, >= 0)
- *   PEERS   8   0 4 count of peer entries that follow (each at least
- *               FED_WIRE_PEER_ENTRY_MIN bytes; gossip/peers.h)   4 4 reserved
- *   LEAVE   8   0 4 reason (a fed_err)   4 4 reserved. A client declines
- *               the round in the header (FED_ERR_DP_BUDGET, FED_ERR_DP_REQUIRED)
- *               instead of sending a delta; the aggregator records it and ACKs
- *   CHUNK  16   (PULL request) 0 8 stream id  8 4 chunk index wanted  12 4 reserved
- *   SA_*   16   0 4 try   4 4 count of entries in the vector   8 8 reserved
- *               (node/secagg_msg.h draws each stage's vector, request and
- *               answer; the answer has the request's type)
- *   SLICE  16   0 8 all-reduce step (gossip/allreduce.h)  8 8 reserved; the
- *               vector (f64) is the range that step sends, the weight inside
- *               it as the last element of the whole (never in the block).
- *               The step's high 32 bits are the round's attempt (a redo
- *               over fewer members is attempt 1, 2, ...)
- *   AR_ABORT 16 0 8 attempt given up  8 4 count of member keys that follow
- *               (32 bytes each: the members to leave out)  12 4 reserved;
- *               codec 0
- *   AR_VERIFY 48 0 8 attempt  8 8 members in a row, ending with the
- *               sender, whose results match (1..n)  16 32 the result's hash
- *               (BLAKE2b-256 of the members' keys and the sums); codec 0
+ * Every frame type has one row in a table (fed_wire_type_info, below; the
+ * rows live in wire.c): its name (in logs), the header flags it may
+ * carry, whether it may address recipient epoch 0, its block's fixed part,
+ * its known fields and what follows the block (its payload codec). The
+ * header checks, the block codec, the vector's size check and the fuzz
+ * targets read that table.
  *
+ * Typed blocks (little-endian; reserved bytes zero). Every block is its
+ * type's fixed part F, then its fields, so any message can grow:
+ *     0 F  fixed part (per type, below)
+ *     F 4  S, bytes of fields that follow (at most FED_WIRE_FIELDS_MAX)
+ *   F+4 S  fields, in strictly increasing tag order (so no tag twice), each:
+ *            0 2 tag (per type; 0 is never a tag)
+ *            2 2 flags: FED_WIRE_FIELD_REQUIRED, others zero
+ *            4 4 length L of the value
+ *            8 L value
+ *          A field whose tag this node does not know is skipped, unless it
+ *          is marked required: then the frame is refused
+ *          (FED_ERR_FIELD_REQUIRED, its tag logged). A field running past S
+ *          or S past the block: FED_ERR_FIELD_TRUNCATED; a tag repeated or
+ *          out of order: FED_ERR_FIELD_ORDER; a known field's length outside
+ *          its bounds, or S over FED_WIRE_FIELDS_MAX: FED_ERR_FIELD_LENGTH;
+ *          a field the type must have, absent: FED_ERR_FIELD_MISSING. All
+ *          are counted as rej_payload. This node writes every field its type
+ *          knows, in tag order, each at its most length, so the block it
+ *          writes is fed_wire_block_size(type) bytes; a newer node's may be
+ *          longer. A type with no fields yet is written with S = 0.
+ *
+ *   type     F   fixed part                                       fields
+ *   HELLO   16   0 1 role (FED_WIRE_ROLE_*)  1 7 reserved  8 8 caps    -
+ *   NEXT     8   0 8 last round the client finished (0: none)          -
+ *   MODEL    8   0 8 samples behind the model                  settings
+ *   DELTA   16   0 8 samples   8 8 base round (the model it started from)
+ *                                                               DP report
+ *   ACK      8   0 4 status (a fed_err; 0: accepted)  4 4 flags (FED_WIRE_ACK_*)
+ *   SHARE   16   0 8 samples   8 8 push-sum weight (f64, finite, >= 0)  -
+ *   PEERS    8   0 4 count of peer entries that follow (each at least
+ *                FED_WIRE_PEER_ENTRY_MIN bytes; gossip/peers.h)  4 4 reserved
+ *   LEAVE    8   0 4 reason (a fed_err)   4 4 reserved         DP report
+ *                A client declines the round (FED_ERR_DP_BUDGET,
+ *                FED_ERR_DP_REQUIRED) instead of sending a delta; the
+ *                aggregator records it and ACKs
+ *   CHUNK   16   (PULL request) 0 8 stream id  8 4 chunk index wanted
+ *                12 4 reserved                                          -
+ *   SA_*    16   0 4 try   4 4 count of entries in the vector   8 8 reserved
+ *                (node/secagg_msg.h draws each stage's vector, request and
+ *                answer; the answer has the request's type)             -
+ *   SLICE   16   0 8 all-reduce step (gossip/allreduce.h)  8 8 reserved; the
+ *                vector (f64) is the range that step sends, the weight inside
+ *                it as the last element of the whole (never in the block).
+ *                The step's high 32 bits are the round's attempt (a redo
+ *                over fewer members is attempt 1, 2, ...)              -
+ *   AR_ABORT 16  0 8 attempt given up  8 4 count of member keys that follow
+ *                (32 bytes each: the members to leave out)  12 4 reserved;
+ *                codec 0                                                -
+ *   AR_VERIFY 48 0 8 attempt  8 8 members in a row, ending with the
+ *                sender, whose results match (1..n)  16 32 the result's hash
+ *                (BLAKE2b-256 of the members' keys and the sums); codec 0 -
+ *
+ * MODEL's fields (settings), every one required but 11 and 12:
+ *     tag  L      value
+ *       1  1..128 model spec (model/model.h), printable ASCII,
+ *                 NUL-terminated, zeros after the NUL (this node pads it
+ *                 to 128)
+ *       2  4    local epochs (u32)
+ *       3  4    batch size (u32)
+ *       4  1    optimizer (fed_optim_kind)
+ *       5  2    codec for the DELTA (fed_codec_id)
+ *       6  4    topk fraction (f32, in [0, 1])
+ *       7  4    learning rate (f32 > 0): this round's, on the sender's
+ *               schedule
+ *       8  4    proximal mu (f32 >= 0)
+ *       9  8    deadline in ms (u64; 0: none)
+ *      10  4    SGD momentum (f32 in [0, 1); 0: plain SGD)
+ *      11  12   DP-SGD: flags u32 (FED_WIRE_DP_REQUIRED, others zero), clip
+ *               f32 > 0 and noise multiplier f32 >= 0 when required, else
+ *               both 0. Absent (a node before it): nothing required
+ *      12  28   secure aggregation: on u32 (1), try u32, bits u32 (1..32),
+ *               range f32 > 0, L2 clip f32 >= 0, max weight f32 > 0,
+ *               dropout f32 in [0, 1). Absent or all zero: off; marked
+ *               required when on
+ *   This node marks 1-10 required, 11 when it requires DP-SGD, 12 when on:
+ *   its MODEL block is FED_WIRE_MODEL_BLOCK_BYTES (311).
+ * DELTA's and LEAVE's fields:
+ *     tag  L    value
+ *       1  16   DP report (optional): the client's epsilon spent so far
+ *               (f64 >= 0) and its budget (f64 >= 0; 0: none), both 0 from
+ *               a client that keeps no account. DELTA 44 bytes, LEAVE 36.
  * The receiver checks, in this order, before any expensive work: size limits
  * (FED_ERR_FRAME_TOO_LARGE, FED_ERR_FRAME_TRUNCATED); magic and version
  * (FED_ERR_FRAME_MAGIC, FED_ERR_FRAME_VERSION); type and flags
@@ -119,8 +139,9 @@
  * FED_ERR_REPLAY; the sequence is reserved here); the stream it belongs to or
  * starts (FED_ERR_STREAM, FED_ERR_STREAM_LIMIT). Then it opens the AEAD
  * (FED_ERR_AEAD), verifies the signature (FED_ERR_SIGNATURE), parses the typed
- * block (FED_ERR_PAYLOAD, FED_ERR_FIELD_REQUIRED), and commits the sequence - or releases it on any
- * failure. Each rejection bumps its counter and logs one line.
+ * block (FED_ERR_PAYLOAD, FED_ERR_FIELD_*), checks what follows it against
+ * its type's row (FED_ERR_PAYLOAD), and commits the sequence - or releases it
+ * on any failure. Each rejection bumps its counter and logs one line.
  *
  * Threading: a fed_wire belongs to its node's loop thread, except
  * fed_wire_open_ticket and fed_wire_seal_ticket, which touch only their
@@ -138,18 +159,21 @@
 #include "crypto/seal.h"
 
 #define FED_WIRE_MAGIC "FEDN"
-#define FED_WIRE_VERSION 3
+#define FED_WIRE_VERSION 4
 #define FED_WIRE_HEADER_BYTES 136
 #define FED_WIRE_SEAL_OVERHEAD (FED_WIRE_HEADER_BYTES + FED_CRYPTO_SEAL_OVERHEAD) /* 216 */
 #define FED_WIRE_MAC_BYTES 16
 #define FED_WIRE_SPEC_BYTES 128
-/* MODEL settings fields (the table above). */
-#define FED_WIRE_SETTINGS_MAX 1024 /* bytes of fields a MODEL block may carry */
+/* Typed blocks' fields (the table above). */
+#define FED_WIRE_FIELDS_MAX 1024 /* bytes of fields any block may carry */
+#define FED_WIRE_SETTINGS_MAX FED_WIRE_FIELDS_MAX /* MODEL's: the same bound */
+#define FED_WIRE_FIELDS_LEN_BYTES 4 /* S, after the fixed part */
 #define FED_WIRE_FIELD_HEAD_BYTES 8
 #define FED_WIRE_FIELD_REQUIRED 0x0001u /* a receiver that does not know the tag refuses */
-#define FED_WIRE_MODEL_BLOCK_BYTES 311 /* the MODEL block this node writes */
-/* The largest typed block a receiver takes (a MODEL full of fields). */
-#define FED_WIRE_BLOCK_MAX (12 + FED_WIRE_SETTINGS_MAX)
+#define FED_WIRE_FIXED_MAX 48           /* the largest fixed part (AR_VERIFY) */
+#define FED_WIRE_MODEL_BLOCK_BYTES 311  /* the MODEL block this node writes */
+/* The largest typed block a receiver takes (fields up to their bound). */
+#define FED_WIRE_BLOCK_MAX (FED_WIRE_FIXED_MAX + FED_WIRE_FIELDS_LEN_BYTES + FED_WIRE_FIELDS_MAX)
 #define FED_WIRE_MAX_FRAME_DEFAULT ((size_t)16 << 20)
 #define FED_WIRE_MAX_FRAME_LIMIT ((size_t)1 << 30)
 #define FED_WIRE_MIN_FRAME 1024
@@ -183,6 +207,8 @@ typedef enum fed_wire_setting_tag {
 } fed_wire_setting_tag;
 #define FED_WIRE_SET_TAG_MAX 12
 #define FED_WIRE_DP_REQUIRED 0x1u /* DP-SGD field: the round must be trained with it */
+/* DELTA's and LEAVE's fields. */
+#define FED_WIRE_FIELD_DP_REPORT 1 /* epsilon spent, budget (f64 each) */
 
 typedef enum fed_wire_type {
     FED_WIRE_HELLO = 1,
@@ -206,11 +232,47 @@ typedef enum fed_wire_type {
     FED_WIRE_AR_VERIFY = 18, /* all-reduce: a result's hash, passed round the ring */
 } fed_wire_type;
 #define FED_WIRE_TYPE_MAX 18
-/* Known types: 1..15 and the all-reduce pair 17, 18 (16 is unused). */
-#define FED_WIRE_TYPE_KNOWN(t)                                                             \
-    (((t) >= 1 && (t) <= FED_WIRE_SA_UNMASK) || (t) == FED_WIRE_AR_ABORT ||                 \
-     (t) == FED_WIRE_AR_VERIFY)
+/* Known types: those with a row (1..15 and the all-reduce pair 17, 18). */
+#define FED_WIRE_TYPE_KNOWN(t) fed_wire_type_known(t)
 #define FED_WIRE_IS_SA(t) ((t) >= FED_WIRE_SA_KEYS && (t) <= FED_WIRE_SA_UNMASK)
+
+/* What follows a type's block in a sealed frame (its payload codec). */
+typedef enum fed_wire_vec {
+    FED_WIRE_VEC_NONE = 0, /* nothing: a longer payload is refused */
+    FED_WIRE_VEC_CODEC,    /* a vector in the header's codec (model/codec.h) */
+    FED_WIRE_VEC_PEERS,    /* count signed peer entries, each >= vec_entry bytes */
+    FED_WIRE_VEC_KEYS,     /* count member keys of vec_entry bytes, exactly */
+    FED_WIRE_VEC_SA,       /* a secure-aggregation stage vector (node/secagg_msg.h) */
+} fed_wire_vec;
+
+/* A field a type's block knows. */
+typedef struct fed_wire_field {
+    uint16_t tag;
+    uint16_t min, max; /* bounds of its value's length; this node writes max */
+    uint8_t must;      /* a block without it is refused (FED_ERR_FIELD_MISSING) */
+} fed_wire_field;
+
+/* One frame type's row. */
+typedef struct fed_wire_type_info {
+    uint8_t type;         /* fed_wire_type */
+    const char *name;     /* "HELLO", ...: in logs */
+    uint16_t flags;       /* header flags it may carry (others: FED_ERR_FRAME_TYPE) */
+    uint8_t one_flag;     /* exactly one of flags must be set (CHUNK) */
+    uint8_t epoch0;       /* may address recipient epoch 0 (the sender need not know it) */
+    uint8_t fixed;        /* bytes of its block's fixed part */
+    uint8_t vector;       /* fed_wire_vec */
+    uint16_t vec_entry;   /* VEC_PEERS, VEC_KEYS: bytes an entry */
+    uint16_t nfields;     /* known fields, by tag (at most 64) */
+    const fed_wire_field *fields;
+} fed_wire_type_info;
+
+/* The row of type; NULL for an unknown type. */
+const fed_wire_type_info *fed_wire_type_row(uint8_t type);
+/* The i-th row, in type order; NULL past the last (to walk the table). */
+const fed_wire_type_info *fed_wire_type_at(size_t i);
+int fed_wire_type_known(uint8_t type);
+/* Whether a header of type may carry flags. */
+int fed_wire_flags_ok(uint8_t type, uint16_t flags);
 
 #define FED_WIRE_PEER_ENTRY_MIN 138 /* a signed peer entry with a 1-byte URL */
 #define FED_WIRE_FLAG_STREAM 0x0001u /* MODEL, DELTA, SHARE, SLICE, SA_MASKED: a stream's first */
@@ -295,7 +357,9 @@ typedef struct fed_wire_block {
     uint64_t attempt;           /* AR_ABORT, AR_VERIFY */
     uint64_t in_row;            /* AR_VERIFY */
     uint8_t result_hash[32];    /* AR_VERIFY */
-    uint16_t refused_tag;       /* MODEL refused with FED_ERR_FIELD_REQUIRED: the
+    double dp_epsilon;          /* DELTA, LEAVE: epsilon the client has spent */
+    double dp_budget;           /* DELTA, LEAVE: its budget (0: none) */
+    uint16_t refused_tag;       /* refused with FED_ERR_FIELD_REQUIRED: the
                                    required field's tag this node does not know */
 } fed_wire_block;
 
@@ -317,16 +381,16 @@ typedef struct fed_wire_counters {
 
 typedef struct fed_wire fed_wire;
 typedef struct fed_wire_stream_rx fed_wire_stream_rx;
+/* The simulator's seam (gossip/wire_hooks.h). */
+typedef struct fed_wire_hooks fed_wire_hooks;
 
 typedef struct fed_wire_cfg {
     size_t max_frame;          /* whole frames, protocol-wide (default 16 MiB) */
     uint32_t max_rx_streams;   /* reassemblies at once (default 4) */
     uint64_t max_stream_bytes; /* largest streamed vector (default 64 GiB) */
-    int no_crypto;             /* the simulator's largest runs only (fedsim
-                                  --no-crypto): sealed frames go in the clear,
-                                  unsigned, the seal's bytes zero; every check
-                                  before them still runs. No chunk streams.
-                                  Never between real nodes. */
+    const fed_wire_hooks *hooks; /* NULL: none (every daemon). The simulator's
+                                    seam, gossip/wire_hooks.h: fedsim
+                                    --no-crypto's unsealed frames */
 } fed_wire_cfg;
 
 /* An opened frame. Pointers point into the frame (opened in place). */
@@ -368,6 +432,9 @@ typedef fed_err (*fed_wire_dst_fn)(void *ctx, const fed_wire_msg *first, uint64_
 typedef int (*fed_wire_member_fn)(void *ctx, const uint8_t pk[32]);
 
 void fed_wire_cfg_default(fed_wire_cfg *cfg);
+/* Whether a wire of cfg sends and takes frames unsealed (its hooks say so:
+ * the simulator's --no-crypto only). */
+int fed_wire_cfg_unsealed(const fed_wire_cfg *cfg);
 
 /* arena (the node's identity and sessions) and allow (members) are
  * borrowed and must outlive the fed_wire. The arena needs a slot per stream
@@ -416,18 +483,19 @@ void fed_wire_hdr_encode(const fed_wire_hdr *h, uint8_t out[FED_WIRE_HEADER_BYTE
 FED_WUR fed_err fed_wire_hdr_decode(const uint8_t *buf, size_t len, fed_wire_hdr *h);
 
 /* The size of the typed block this node encodes for type (0 for an unknown
- * type). A MODEL block received may be longer (settings fields this node
- * does not know): fed_wire_block_decode's *used says. */
+ * type): its fixed part, S and every known field. A block received may be
+ * longer (fields this node does not know): fed_wire_block_decode's *used
+ * says. */
 size_t fed_wire_block_size(uint8_t type);
 /* FED_ERR_TOO_LARGE: cap too small; FED_ERR_INVAL: unknown type or a field
  * that would not decode. */
 FED_WUR fed_err fed_wire_block_encode(uint8_t type, const fed_wire_block *b, uint8_t *out,
                                       size_t cap, size_t *len);
-/* FED_ERR_PAYLOAD: too short, reserved bytes set, or a field out of range
- * (MODEL: a settings field truncated, overlong, repeated or out of order,
- * a known one missing or of the wrong length); FED_ERR_FIELD_REQUIRED: a
- * MODEL settings field this node does not know, marked required (its tag
- * in b->refused_tag). */
+/* FED_ERR_PAYLOAD: shorter than its fixed part and S, reserved bytes set,
+ * a field's flags unknown, or a value out of range; FED_ERR_FIELD_TRUNCATED,
+ * _ORDER, _LENGTH, _MISSING (the table above); FED_ERR_FIELD_REQUIRED: a
+ * field this node does not know, marked required (its tag in
+ * b->refused_tag). */
 FED_WUR fed_err fed_wire_block_decode(uint8_t type, const uint8_t *in, size_t len,
                                       fed_wire_block *b, size_t *used);
 

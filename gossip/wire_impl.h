@@ -12,6 +12,7 @@ enum { FED_WIRE_KIND_SEALED = 1, FED_WIRE_KIND_FIRST = 2, FED_WIRE_KIND_DATA = 3
 
 struct fed_wire {
     fed_wire_cfg cfg;
+    int unsealed;                  /* fed_wire_cfg_unsealed(&cfg): frames in the clear */
     fed_crypto_arena *arena;       /* borrowed */
     const fed_crypto_allow *allow; /* borrowed */
     uint64_t epoch;

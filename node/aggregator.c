@@ -127,6 +127,7 @@ static void fed_node_agg_free(fed_node *n)
     fed_model_free(a->model);
     fed_node_agg_eval_free(a);
     fed_node_agg_dp_free(a);
+    fed_node_agg_budget_free(a);
     fed_free(a);
     n->agg = NULL;
 }
@@ -638,6 +639,7 @@ static fed_err put_contribution(fed_node *n, uint64_t round, const agg_part *p, 
                                 const char *reason)
 {
     fed_store_contrib c;
+    int parked;
 
     memset(&c, 0, sizeof c);
     c.round = round;
@@ -647,6 +649,8 @@ static fed_err put_contribution(fed_node *n, uint64_t round, const agg_part *p, 
         memcpy(c.signature, p->sig, sizeof c.signature);
         c.header = p->header;
         c.header_len = sizeof p->header;
+        /* the privacy budget it reported (its frames carry it) */
+        (void)fed_node_member_dp(n, p->key, &c.dp_epsilon, &c.dp_budget, &parked);
     }
     c.accepted = accepted;
     snprintf(c.reason, sizeof c.reason, "%s", reason);
@@ -1246,6 +1250,7 @@ static fed_err on_leave(fed_node *n, node_open *op)
     node_agg *a = n->agg;
     const fed_wire_msg *m = &op->msg;
     agg_part one, *p = NULL;
+    const char *who;
     char why[64];
     fed_err e = FED_OK;
 
@@ -1262,8 +1267,14 @@ static fed_err on_leave(fed_node *n, node_open *op)
     memcpy(p->header, m->header, FED_WIRE_HEADER_BYTES);
     memcpy(p->digest, m->digest, sizeof p->digest);
     memcpy(p->sig, m->sig, sizeof p->sig);
-    fed_log(FED_LOG_INFO, "aggregator: a client declined round %llu: %s",
-            (unsigned long long)m->hdr.round, fed_strerror((int)p->refused));
+    fed_node_agg_budget_note(n, m);
+    who = fed_crypto_allow_find(n->cfg.allow, m->hdr.sender);
+    if (p->refused == (uint32_t)FED_ERR_DP_BUDGET)
+        (void)fed_node_agg_budget_declined(n, m); /* logged; may stop the run */
+    else
+        fed_log(p->refused == (uint32_t)FED_ERR_DP_REQUIRED ? FED_LOG_WARN : FED_LOG_INFO,
+                "aggregator: client %s declined round %llu: %s", who ? who : "(not listed)",
+                (unsigned long long)m->hdr.round, fed_strerror((int)p->refused));
     if (p == &one &&
         (e = put_contribution(n, m->hdr.round, p, 0, absent_reason(n, p, why, sizeof why))) != FED_OK)
         fed_log(FED_LOG_WARN, "aggregator: recording a declined round failed: %s",
@@ -1296,6 +1307,8 @@ static fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
         op->req = NULL;
         if (a->state == AGG_DONE)
             return fed_node_ack(n, req, &m->hdr, FED_OK, FED_WIRE_ACK_FINISHED);
+        if (fed_node_agg_budget_parked(n, &m->hdr)) /* spent: never sampled */
+            return fed_node_ack(n, req, &m->hdr, FED_OK, FED_WIRE_ACK_NO_ROUND);
         if (fed_node_agg_is_async(n))
             return fed_node_agg_async_on_ask(n, req, &m->hdr);
         if (a->state == AGG_RUNNING && (p = fed_node_agg_part_find(a, m->hdr.sender)) &&
@@ -1306,6 +1319,7 @@ static fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
         arm_first_gather(n);
         return maybe_start(n);
     case FED_WIRE_DELTA:
+        fed_node_agg_budget_note(n, m);
         return fed_node_agg_is_async(n) ? fed_node_agg_async_on_delta(n, op) : on_delta(n, op);
     case FED_WIRE_LEAVE:
         return on_leave(n, op);

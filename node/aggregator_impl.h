@@ -1,7 +1,8 @@
 /* aggregator_impl.h - internals shared by the aggregator role's files:
  * aggregator.c (role setup, resume, holds, sampling, commit, frames),
- * agg_async.c (FedBuff) and agg_eval.c (the evaluation queue and the pending
- * figures). Not a public header: nothing outside these three includes it. */
+ * agg_async.c (FedBuff), agg_eval.c (the evaluation queue and the pending
+ * figures), agg_dp.c (DP-FedAvg) and agg_budget.c (the clients' privacy
+ * budgets). Not a public header: nothing outside them includes it. */
 #ifndef FED_NODE_AGGREGATOR_IMPL_H
 #define FED_NODE_AGGREGATOR_IMPL_H
 
@@ -64,6 +65,16 @@ typedef struct agg_pending {
     uint32_t tries;        /* failed writes of the oldest one */
 } agg_pending;
 
+/* A client's privacy budget as it reported it (agg_budget.c), by key. */
+typedef struct agg_member_dp {
+    uint8_t key[32];
+    double epsilon; /* spent, as its last DELTA or LEAVE said */
+    double budget;  /* its budget (0: none) */
+    int reported;   /* it sent a DP report */
+    int parked;     /* it declined a round for its budget: not sampled until it restarts */
+    uint64_t epoch; /* parked: the sender epoch of the run that declined */
+} agg_member_dp;
+
 /* A client sampled for the current round. */
 typedef struct agg_part {
     uint8_t key[32];
@@ -121,6 +132,9 @@ struct node_agg {
     uint64_t ctr_base[64]; /* wire counters the database held at start (earlier runs) */
     agg_dp *dp;            /* DP-FedAvg (cfg.dp_client_clip > 0), else NULL */
     struct node_sa_agg *sa; /* cfg.secagg: the round's secure aggregation (secagg_agg.c) */
+    agg_member_dp *mdp;     /* (nmdp, sorted by key) clients' reported budgets */
+    size_t nmdp, cap_mdp;
+    uint64_t mdp_version;   /* bumped when a row changes (the status snapshot's cue) */
 };
 
 static inline int fed_node_agg_is_async(const fed_node *n) { return n->cfg.async_k > 0; }
@@ -184,6 +198,20 @@ double fed_node_agg_dp_epsilon(const node_agg *a);
 /* With secagg: the L2 clip each client applies to its own delta (the round's
  * clip less what quantization may add). */
 double fed_node_agg_dp_secagg_clip(const node_agg *a);
+
+/* ---- agg_budget.c: the clients' privacy budgets ---- */
+/* A DELTA's or LEAVE's DP report (nothing when it has none). */
+void fed_node_agg_budget_note(fed_node *n, const fed_wire_msg *m);
+/* A LEAVE for FED_ERR_DP_BUDGET: logged at warning level with the client's
+ * name and figures, the client parked; when fewer than min_clients clients
+ * can still take part the node is marked failed (FED_ERR_TOO_FEW_CLIENTS,
+ * returned) with an error line saying why. */
+fed_err fed_node_agg_budget_declined(fed_node *n, const fed_wire_msg *m);
+/* A HELLO or NEXT of header h: nonzero when its sender declined for its
+ * budget in this run (its sender epoch); a later epoch (a restart, maybe
+ * with a new budget) ends the parking. */
+int fed_node_agg_budget_parked(fed_node *n, const fed_wire_hdr *h);
+void fed_node_agg_budget_free(node_agg *a);
 
 /* ---- agg_eval.c: the evaluation queue and the pending figures ---- */
 /* The round's evaluation job came back. */

@@ -122,6 +122,16 @@ static fed_err ask(fed_node *n, uint8_t type)
     return fed_node_emit(n, NULL, &h, &b, NULL, 0);
 }
 
+/* DP-SGD: the epsilon spent and the budget, for the aggregator's view
+ * (the DP report field of a DELTA or LEAVE). */
+static void put_dp_report(const fed_node *n, fed_wire_block *b)
+{
+    if (!n->cfg.dp_sgd)
+        return;
+    b->dp_epsilon = n->client->epsilon;
+    b->dp_budget = n->cfg.dp_budget;
+}
+
 static fed_err send_delta(fed_node *n)
 {
     node_client *c = n->client;
@@ -136,6 +146,7 @@ static fed_err send_delta(fed_node *n)
     memset(&b, 0, sizeof b);
     b.samples = j->samples;
     b.round_ref = c->round;
+    put_dp_report(n, &b);
     c->state = CL_SENDING;
     c->out_type = FED_WIRE_DELTA;
     arm_retry(n, n->cfg.retry_ms);
@@ -156,6 +167,7 @@ static fed_err send_leave(fed_node *n)
         return e;
     memset(&b, 0, sizeof b);
     b.reason = c->leave_reason;
+    put_dp_report(n, &b);
     c->state = CL_SENDING;
     c->out_type = FED_WIRE_LEAVE;
     arm_retry(n, n->cfg.retry_ms);

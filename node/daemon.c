@@ -645,9 +645,10 @@ fed_err fed_node_daemon_run(const fed_node_daemon_cfg *dc, const fed_node_config
     };
     fed_err e;
 
-    if (nc->hooks) { /* the simulator's and the tests' seam, never a process's */
-        fed_log(FED_LOG_ERROR, "daemon: a node config with test hooks (node/test_hooks.h) does "
-                               "not run as a daemon");
+    if (nc->hooks || nc->wire.hooks) { /* the simulator's and the tests' seams, never a
+                                          process's: misbehaviours, unsealed frames */
+        fed_log(FED_LOG_ERROR, "daemon: a node config with test hooks (node/test_hooks.h or "
+                               "gossip/wire_hooks.h) does not run as a daemon");
         return FED_ERR_INVAL;
     }
     memset(&d, 0, sizeof d);

@@ -135,7 +135,7 @@ fed_err fed_node_new(const fed_node_config *given, const fed_env *env, fed_node 
         wc.max_rx_streams = cfg->wire.max_rx_streams;
     if (cfg->wire.max_stream_bytes)
         wc.max_stream_bytes = cfg->wire.max_stream_bytes;
-    wc.no_crypto = cfg->wire.no_crypto;
+    wc.hooks = cfg->wire.hooks; /* the simulator's (gossip/wire_hooks.h); NULL in a daemon */
     if ((e = fed_wire_new(&wc, cfg->arena, cfg->allow, &n->wire)) != FED_OK)
         goto out;
     fed_wire_set_epoch(n->wire, fed_store_epoch(cfg->store));

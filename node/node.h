@@ -338,6 +338,14 @@ void fed_node_get_progress(const fed_node *n, fed_node_progress *out);
  * logged which), without which a round would stall. The daemon stops with
  * this error. */
 fed_err fed_node_failed(const fed_node *n);
+/* Aggregator: the privacy budget client key reported in its last DELTA or
+ * LEAVE (0 and 0 when none), and whether it is parked (it declined a round
+ * for its budget and has not restarted since). Returns nonzero when it
+ * reported one. */
+int fed_node_member_dp(const fed_node *n, const uint8_t key[32], double *epsilon,
+                       double *budget, int *parked);
+/* Bumped whenever a value fed_node_member_dp gives changes (0: none yet). */
+uint64_t fed_node_members_dp_version(const fed_node *n);
 /* The largest request a listening node's own protocol brings it (a vector
  * of its model in the widest codec, f64, with room for the typed block and
  * the envelope), capped by the protocol's max_frame; max_frame itself when

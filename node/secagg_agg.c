@@ -99,7 +99,7 @@ const char *fed_node_sa_agg_misfit(const fed_node_config *c, size_t nparams, siz
         return "--secagg: the masked vector (4 bytes a parameter) is over the largest stream "
                "a node takes (wire.max_stream_bytes, 64 GiB by default): raise it or use a "
                "smaller model";
-    if (c->wire.no_crypto && fed_wire_frame_bytes(16 + (nparams + 1) * 4) > max_frame)
+    if (fed_wire_cfg_unsealed(&c->wire) && fed_wire_frame_bytes(16 + (nparams + 1) * 4) > max_frame)
         return "--secagg with --no-crypto: the masked vector is over one frame and would "
                "stream, and streams are always sealed: drop --no-crypto or use a smaller model";
     if (max_clients > SA_MAX_CLIENTS)

@@ -226,6 +226,9 @@ static uint64_t members_hash(const fed_node_snap_src *src)
         fed_node_get_role(src->node) == FED_NODE_PEER ? src->cfg->peers : NULL;
     uint64_t h = 1469598103934665603ull;
 
+    uint64_t dpv = fed_node_members_dp_version(src->node);
+
+    h = hash_bytes(h, &dpv, sizeof dpv); /* the members' reported budgets */
     if (src->aggregator_url)
         h = hash_bytes(h, src->aggregator_url, strlen(src->aggregator_url) + 1);
     for (size_t i = 0; pt && i < fed_gossip_peers_count(pt); i++) {
@@ -263,6 +266,8 @@ static fed_err build_members(fed_node_snap_board *b, const fed_node_snap_src *sr
             continue;
         snprintf(m->name, sizeof m->name, "%s", name);
         memcpy(m->key, pk, 32);
+        m->dp_reported = fed_node_member_dp(src->node, pk, &m->dp_epsilon, &m->dp_budget,
+                                            &m->dp_parked);
         if (src->aggregator_url && !memcmp(pk, src->cfg->aggregator.key, 32))
             snprintf(m->addr, sizeof m->addr, "%s", src->aggregator_url);
         for (size_t j = 0; pt && j < fed_gossip_peers_count(pt); j++) {
@@ -324,6 +329,8 @@ fed_err fed_node_snap_update(fed_node_snap_board *b, const fed_node_snap_src *sr
     s->deltas_missing = b->deltas_missing;
     s->deltas_refused = b->deltas_refused;
     s->wire = *fed_node_wire_counters(src->node);
+    s->secagg_on = src->cfg->secagg != 0;
+    s->dp_on = src->cfg->dp_sgd || src->cfg->require_dp_sgd || src->cfg->dp_client_clip > 0;
     if (src->cfg->store)
         fed_store_get_stats(src->cfg->store, &s->store);
     x->mb = b->mb;

@@ -39,6 +39,12 @@ typedef struct fed_node_snap_member {
                                            maybe learned from a PEERS frame);
                                            client: the aggregator's address;
                                            "": not known */
+    /* aggregator: the privacy budget the client reported in its last DELTA
+       or LEAVE (fed_node_member_dp) */
+    int dp_reported;                    /* it reported one (else both 0) */
+    int dp_parked;                      /* it declined for its budget: left out */
+    double dp_epsilon;                  /* epsilon it has spent */
+    double dp_budget;                   /* its budget (0: none) */
 } fed_node_snap_member;
 
 typedef struct fed_node_snap {
@@ -60,6 +66,9 @@ typedef struct fed_node_snap {
     uint64_t deltas_merged, deltas_missing, deltas_refused; /* aggregator, this run */
     fed_wire_counters wire;      /* this run's */
     fed_store_stats store;
+    int secagg_on;               /* the rounds run secure aggregation (cfg.secagg) */
+    int dp_on;                   /* differential privacy: this client's DP-SGD, or an
+                                    aggregator requiring it or running DP-FedAvg */
     /* the members but this node (allow-list order), shared between snapshots */
     size_t nmembers;
     const fed_node_snap_member *member;

@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "crypto/allow.h"
+#include "gossip/wire_hooks.h"
 #include "model/backend.h"
 #include "model/optim.h"
 #include "node/node.h"
@@ -554,7 +555,7 @@ static void base_config(sim_run *r, fed_node_config *c, const fed_dataset *train
     c->shape = r->shape;
     c->on_round = on_round;
     c->observer = &r->obs[i];
-    c->wire.no_crypto = sc->no_crypto;
+    c->wire.hooks = sc->no_crypto ? &fed_wire_hooks_unsealed : NULL; /* unsealed frames */
 }
 
 static int owns(const sim_run *r, uint32_t index)

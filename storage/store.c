@@ -59,6 +59,10 @@ static const char *const migrations[FED_STORE_SCHEMA_VERSION] = {
     " keyed INTEGER NOT NULL, k INTEGER NOT NULL, t INTEGER NOT NULL,"
     " shared INTEGER NOT NULL, masked INTEGER NOT NULL, signed INTEGER NOT NULL,"
     " unmasked INTEGER NOT NULL, outcome TEXT NOT NULL);",
+    /* -> v6: the privacy budget a client reported with a contribution
+       (NULL: none) */
+    ("ALTER TABLE contributions ADD COLUMN dp_epsilon REAL;"
+     "ALTER TABLE contributions ADD COLUMN dp_budget REAL;"),
 };
 
 #define ROUND_COLS_V2                                                          \
@@ -72,6 +76,7 @@ static const char *const migrations[FED_STORE_SCHEMA_VERSION] = {
 #define DP_COLS "round, at_ms, q, sigma, steps, delta, epsilon"
 #define SA_COLS                                                                \
     "round, try, at_ms, sampled, keyed, k, t, shared, masked, signed, unmasked, outcome"
+#define CONTRIB_COLS_V5 "round, peer_key, digest, signature, header, accepted, reason"
 #define CKPT_COLS "id, round, created_s, size, chunks, hash, prev_hash, pruned, epoch"
 
 static const char *const stmt_sql[SQ_COUNT_] = {
@@ -91,10 +96,12 @@ static const char *const stmt_sql[SQ_COUNT_] = {
     [SQ_SA_PUT] = "INSERT INTO secagg_tries(" SA_COLS ")"
                   " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
     [SQ_SA_EACH] = "SELECT " SA_COLS " FROM secagg_tries WHERE round >= ?1 ORDER BY id",
-    [SQ_CONTRIB_PUT] = "INSERT INTO contributions(round, peer_key, digest, signature, header,"
-                       " accepted, reason) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-    [SQ_CONTRIB_EACH] = "SELECT round, peer_key, digest, signature, header, accepted, reason"
+    [SQ_CONTRIB_PUT] = "INSERT INTO contributions(" CONTRIB_COLS_V5 ", dp_epsilon, dp_budget)"
+                       " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    [SQ_CONTRIB_EACH] = "SELECT " CONTRIB_COLS_V5 ", dp_epsilon, dp_budget"
                         " FROM contributions WHERE round >= ?1 ORDER BY round, id",
+    [SQ_CONTRIB_EACH_V5] = "SELECT " CONTRIB_COLS_V5 ", NULL, NULL"
+                           " FROM contributions WHERE round >= ?1 ORDER BY round, id",
     [SQ_PEER_PUT] = "INSERT INTO peers(key, addr, first_seen_ms, last_seen_ms, last_round, epoch)"
                     " VALUES(?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(key) DO UPDATE SET"
                     " addr = excluded.addr, last_seen_ms = excluded.last_seen_ms,"
@@ -1045,7 +1052,8 @@ fed_err fed_store_put_contribution(fed_store *st, const fed_store_contrib *c)
     sqlite3_stmt *s;
 
     if (c->round > INT64_MAX || c->header_len > FED_STORE_HEADER_MAX ||
-        (c->header_len && !c->header))
+        (c->header_len && !c->header) || !(c->dp_epsilon >= 0 && c->dp_epsilon < INFINITY) ||
+        !(c->dp_budget >= 0 && c->dp_budget < INFINITY))
         return FED_ERR_INVAL;
     s = store_stmt(st, SQ_CONTRIB_PUT, &e);
     if (!s)
@@ -1059,6 +1067,13 @@ fed_err fed_store_put_contribution(fed_store *st, const fed_store_contrib *c)
     sqlite3_bind_int(s, 6, c->accepted ? 1 : 0);
     sqlite3_bind_text(s, 7, c->reason, (int)strnlen(c->reason, sizeof c->reason),
                       SQLITE_STATIC);
+    if (c->dp_epsilon == 0 && c->dp_budget == 0) { /* no report */
+        sqlite3_bind_null(s, 8);
+        sqlite3_bind_null(s, 9);
+    } else {
+        sqlite3_bind_double(s, 8, c->dp_epsilon);
+        sqlite3_bind_double(s, 9, c->dp_budget);
+    }
     return step_done(st, s, "write contribution");
 }
 
@@ -1066,7 +1081,7 @@ fed_err fed_store_each_contribution(fed_store *st, uint64_t from_round, fed_stor
                                     void *ctx)
 {
     fed_err e = FED_OK;
-    sqlite3_stmt *s = store_stmt(st, SQ_CONTRIB_EACH, &e);
+    sqlite3_stmt *s = store_stmt(st, st->schema >= 6 ? SQ_CONTRIB_EACH : SQ_CONTRIB_EACH_V5, &e);
     fed_store_contrib c;
     int64_t from = INT64_MAX; /* past any round put_contribution takes */
     int rc;
@@ -1097,6 +1112,8 @@ fed_err fed_store_each_contribution(fed_store *st, uint64_t from_round, fed_stor
         c.header_len = (size_t)sqlite3_column_bytes(s, 4);
         c.accepted = sqlite3_column_int(s, 5);
         copy_text(c.reason, sizeof c.reason, sqlite3_column_text(s, 6));
+        c.dp_epsilon = sqlite3_column_double(s, 7); /* NULL: 0 */
+        c.dp_budget = sqlite3_column_double(s, 8);
         if (fn(ctx, &c))
             break;
     }

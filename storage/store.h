@@ -39,9 +39,13 @@
  *       and the outcome ("" committed, else why it failed closed). Each
  *       client's fate and its signed masked input are its contributions
  *       row (reason "" in the sum, "secagg: ..." where it dropped).
+ *   v6  contributions.dp_epsilon, contributions.dp_budget: the privacy
+ *       budget the client reported with it (wire v4's DP report: epsilon
+ *       spent, budget; NULL: none reported).
  * Older files are migrated forward at a read-write open. A read-only open
  * takes files from FED_STORE_SCHEMA_READ_MIN on as they are (a v2 file's
- * rounds read with lr 0, a v3 file's with epsilon 0 and no charges), so `fednode status` reads an old node's database
+ * rounds read with lr 0, a v3 file's with epsilon 0 and no charges, a v5
+ * file's contributions with no DP report), so `fednode status` reads an old node's database
  * without changing it.
  *
  * Page size: a new file gets FED_STORE_PAGE_SIZE (64 KiB). Checkpoints are
@@ -61,7 +65,7 @@
 #include "core/err.h"
 
 #define FED_STORE_APP_ID 0x4645444Eu /* "FEDN" */
-#define FED_STORE_SCHEMA_VERSION 5
+#define FED_STORE_SCHEMA_VERSION 6
 #define FED_STORE_SCHEMA_READ_MIN 2 /* the oldest a read-only open takes */
 #define FED_STORE_PAGE_SIZE 65536
 #define FED_STORE_CHUNK_BYTES (16u << 20) /* checkpoint bytes per chunk row */
@@ -232,6 +236,8 @@ typedef struct fed_store_contrib {
     size_t header_len;
     int accepted;           /* 1 merged, 0 refused */
     char reason[64];        /* why refused ("" when accepted) */
+    double dp_epsilon;      /* v6: the epsilon the client reported it has spent, */
+    double dp_budget;       /* and its budget (0: none); both 0: no report */
 } fed_store_contrib;
 
 FED_WUR fed_err fed_store_put_contribution(fed_store *st, const fed_store_contrib *c);

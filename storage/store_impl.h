@@ -27,6 +27,7 @@ typedef enum store_stmt_id {
     SQ_SA_EACH,
     SQ_CONTRIB_PUT,
     SQ_CONTRIB_EACH,
+    SQ_CONTRIB_EACH_V5, /* a v5 file opened read-only: no DP report columns */
     SQ_PEER_PUT,
     SQ_PEER_LIST,
     SQ_COUNTER_PUT,

@@ -7,10 +7,23 @@
 #     releases. It is killed (-9) right after its first release (its charge
 #     logged, its delta sent) and restarted on its database: it starts from
 #     the epsilon it had spent, not from 0; whatever round it trains again
-#     is charged again. After its third release it declines every round
+#     is charged again. After its third release it declines the next round
 #     (FED_ERR_DP_BUDGET, recorded by the aggregator as a contribution with
-#     its reason and signature), the other two carry on through round 6,
-#     and each site's epsilon is what `fednode privacy` gives for its steps.
+#     its reason and signature; the aggregator names it, its epsilon and
+#     budget at warning level) and is left out of every later round; the
+#     other two carry on through round 6, and each site's epsilon is what
+#     `fednode privacy` gives for its steps.
+#  C. The same budget with --min-clients 3: once c2 declines, two clients
+#     can still take part, fewer than 3: the aggregator stops the run with
+#     an error naming why (exit status nonzero), instead of retrying.
+#  D. The same budget in secure rounds (--secagg, 5 clients, --min-clients
+#     4): c3 declines round 4, is named, and is never sampled again, so
+#     rounds 5 and 6 run one secure try each with the other four (the
+#     aggregator retried secure tries with it for ever before).
+#  E. Left out until it restarts: c2 declines round 4 and is parked; its
+#     retries (HELLO and NEXT of the same run) do not bring it back; run
+#     again with --dp-budget-epsilon 2.1 (a later epoch) it is sampled in
+#     round 5 and releases a fourth round.
 #  B. --require-dp-sgd: a client without --dp-sgd declines every round
 #     (FED_ERR_DP_REQUIRED, recorded); one with --dp-sgd and a larger noise
 #     multiplier than required trains at its own; the refusals of flags that
@@ -33,6 +46,17 @@ client() {
     start "$name" --role client --keys "$K/${name#?}" --allow "$K/allow.txt" \
         --db "$TMP/$dir/${name#?}.db" --aggregator "tcp://127.0.0.1:$port" --aggregator-key agg \
         --partition iid --shard "$shard" $COMMON "$@"
+}
+# aggregator NAME DIR ARGS...: an aggregator with its database in $TMP/DIR
+# on a free port, which it writes; the port in $PORT
+aggregator() {
+    name=$1 dir=$2; shift 2
+    mkdir -p "$TMP/$dir"
+    # shellcheck disable=SC2086
+    start "$name" --role aggregator --keys "$K/agg" --allow "$K/allow.txt" --db "$TMP/$dir/agg.db" \
+        --listen tcp://127.0.0.1:0 --port-file "$TMP/$dir/port" $COMMON $SETTINGS "$@"
+    wait_for "aggregator $name wrote its port" 20 test -s "$TMP/$dir/port"
+    PORT=$(cat "$TMP/$dir/port")
 }
 # eps STEPS: what fednode privacy gives for STEPS steps at q = 1/60, noise 1
 eps() {
@@ -60,13 +84,9 @@ refused "--dp-sgd on a peer is refused" "not implemented for peers" \
 [ ! -e "$TMP/x.db" ] || fail "the refusals created no database"
 
 # ---- A: a budget stops a site; a kill -9 does not reset its spent epsilon
-mkdir -p "$TMP/a"
-# shellcheck disable=SC2086
-start aggA --role aggregator --keys "$K/agg" --allow "$K/allow.txt" --db "$TMP/a/agg.db" \
-    --listen tcp://127.0.0.1:0 --port-file "$TMP/a/port" $COMMON $SETTINGS \
-    --rounds 6 --min-clients 2 --deadline-ms 4000 --gather-ms 300
-wait_for "aggregator A wrote its port" 20 test -s "$TMP/a/port"
-PA=$(cat "$TMP/a/port")
+aggregator aggA a --rounds 6 --min-clients 2 --deadline-ms 4000 --gather-ms 300 \
+    --http 127.0.0.1:0
+PA=$PORT
 # shellcheck disable=SC2086
 client Ac0 a "$PA" 0/10 $DP
 # shellcheck disable=SC2086
@@ -92,6 +112,27 @@ wait_for "A: c2 restarted and read its accountant" 20 logged Ac2 "releases so fa
 logged Ac2 "epsilon $last spent in $before releases so far" ||
     fail "A: c2 resumed from epsilon $last ($before releases), not from 0"
 ok "A: c2 restarted: epsilon $last in $before releases, as before the kill"
+# the aggregator's /metrics (its port in its log) once c2 declined: c2's
+# epsilon and budget as it reported them, and c2 left out
+metric() {
+    curl -sf --max-time 10 "http://127.0.0.1:$HPA/metrics" | sed -n "s/^$1 //p"
+}
+parked_c2() { [ "$(metric 'fednode_client_parked{client="c2"}')" = 1 ]; }
+if command -v curl >/dev/null 2>&1; then
+    HPA=$(sed -n 's|.*http: serving http://127\.0\.0\.1:\([0-9]*\)/.*|\1|p' "$TMP/aggA.log" | head -n 1)
+    wait_for "A: /metrics says c2 is left out" 60 parked_c2
+    [ "$(metric 'fednode_dp_epsilon_spent{client="c2"}' | awk '{ printf "%.4f\n", $1 }')" = "$(eps 180)" ] &&
+        [ "$(metric 'fednode_dp_epsilon_budget{client="c2"}')" = 1.9 ] ||
+        fail "A: /metrics shows c2's epsilon $(eps 180) and budget 1.9"
+    [ "$(metric 'fednode_dp_epsilon_budget{client="c0"}')" = 0 ] &&
+        [ "$(metric 'fednode_client_parked{client="c0"}')" = 0 ] ||
+        fail "A: /metrics shows c0 with no budget, not left out"
+    [ "$(metric fednode_secure_aggregation_enabled)" = 0 ] && [ "$(metric fednode_dp_enabled)" = 0 ] ||
+        fail "A: /metrics says secure aggregation and (the aggregator's own) DP are off"
+    ok "A: /metrics: c2 left out, epsilon $(eps 180) of budget 1.9; secure aggregation off"
+else
+    echo "skipped: A's /metrics checks (no curl)"
+fi
 wait_for "A: round 6 merged" 60 logged aggA "round 6 merged"
 exits0 aggA 20
 for c in Ac0 Ac1 Ac2; do exits0 "$c" 20; done
@@ -101,16 +142,27 @@ total=$(($(charges Ac2-first) + $(charges Ac2)))
 [ "$(spent "$TMP/a/c2.db")" = "$(eps 180)" ] || fail "A: c2 spent $(eps 180)"
 logged Ac2 "past the budget 1.9: declined" || fail "A: c2 declined a round over its budget"
 ok "A: c2 released 3 rounds (epsilon $(spent "$TMP/a/c2.db") <= 1.9), then declined"
-declined=$(contrib "$TMP/a/agg.db" '[0-9]*' "$C2" | grep -c "^false,declined FED_ERR_DP_BUDGET$")
-[ "$declined" -ge 1 ] || fail "A: the aggregator recorded c2's refusals with their reason"
+declined=$(rows "$TMP/a/agg.db" | grep "^\"round\":[0-9]*,\"key\":\"$C2\"" |
+    grep '"reason":"declined FED_ERR_DP_BUDGET"' | sed -n 's/^"round":\([0-9]*\),.*/\1/p')
+# once a run of c2 (a restart, a later epoch, may bring a new budget);
+# the kill usually comes before its budget is spent, so once in all
+n_declined=$(echo "$declined" | wc -w)
+[ "$n_declined" -ge 1 ] && [ "$n_declined" -le 2 ] ||
+    fail "A: c2 declined for its budget once a run, then was left out (rounds: $declined)"
+declined=$(echo "$declined" | tail -n 1)
+logged aggA "warn: aggregator: client c2 declined round $declined: its privacy budget is spent (epsilon $(eps 180) of 1.9); it takes part in no round until it restarts" ||
+    fail "A: the aggregator named c2, its reason and figures at warning level"
 rounds_once "$TMP/a/agg.db" 6
-for r in 4 5 6; do
-    [ "$(contrib "$TMP/a/agg.db" $r "$C2")" = "false,declined FED_ERR_DP_BUDGET" ] ||
-        fail "A: round $r: c2's refusal recorded"
+[ "$(contrib "$TMP/a/agg.db" "$declined" "$C2")" = "false,declined FED_ERR_DP_BUDGET" ] ||
+    fail "A: round $declined: c2's refusal recorded with its reason"
+[ "$declined" -le 5 ] || fail "A: c2 declined by round 5 (round $declined)"
+for r in $(seq $((declined + 1)) 6); do
+    [ -z "$(contrib "$TMP/a/agg.db" $r "$C2")" ] || fail "A: round $r: c2 left out, not sampled"
     [ "$(field "$TMP/a/agg.db" $r peers)" = 2 ] || fail "A: round $r merged the other 2"
 done
-logged aggA "round 6 merged 2 of 3 (0 missing, 1 declined)" || fail "A: round 6's log line"
-ok "A: rounds 1..6 committed; c2's refusals recorded in $declined rounds (4..6 among them), the others merged"
+logged aggA "round 6 starts with 2 of 2 waiting clients" &&
+    logged aggA "round 6 merged 2 of 2 (0 missing)" || fail "A: round 6's log lines"
+ok "A: c2 declined round $declined for its budget, named at warning level, and was left out of rounds $((declined + 1))..6; the others merged"
 for c in c0 c1; do
     [ "$(releases "$TMP/a/$c.db")" -eq 6 ] || fail "A: $c released 6 rounds"
     [ "$(spent "$TMP/a/$c.db")" = "$(eps 360)" ] || fail "A: $c spent $(eps 360)"
@@ -118,18 +170,101 @@ for c in c0 c1; do
         fail "A: $c's round 6 row holds its epsilon"
 done
 ok "A: c0 and c1 spent epsilon $(eps 360) in 6 rounds, in their rounds rows and status"
+# the aggregator's status (and so /status.json): each client's budget as
+# it last reported it, with the contribution that carried it
+budget_of() {
+    status "$TMP/a/agg.db" | sed -n 's/.*"client_budgets":\[\([^]]*\)\].*/\1/p' | tr '{' '\n' |
+        grep "\"key\":\"$1\"" | sed -n 's/.*"epsilon":\([^,]*\),"budget":\([^}]*\)}.*/\1 \2/p' |
+        awk '{ printf "%.4f %g\n", $1, $2 }'
+}
+[ "$(budget_of "$C2")" = "$(eps 180) 1.9" ] || fail "A: status shows c2's epsilon and budget ($(budget_of "$C2"))"
+[ "$(budget_of "$C1" | cut -d' ' -f2)" = 0 ] || fail "A: status shows c1's epsilon, no budget"
+"$FEDNODE" status --db "$TMP/a/agg.db" | grep -q "clients' privacy budgets" ||
+    fail "A: status prints the clients' budgets"
+status "$TMP/a/agg.db" | grep -q '"secure_aggregation":false,"dp":true' ||
+    fail "A: status --json says the rounds used DP, not secure aggregation"
+ok "A: status: c2 at epsilon $(eps 180) of its budget 1.9, c1 with no budget; DP on, secure aggregation off"
 verify "$TMP/a/agg.db"
 ok "A: verify passes (the refusals' signatures included)"
 
-# ---- B: --require-dp-sgd
-mkdir -p "$TMP/b"
+# ---- C: fewer than --min-clients can still take part: the run stops
+aggregator aggC c --rounds 6 --min-clients 3 --deadline-ms 4000 --gather-ms 300
+PC=$PORT
 # shellcheck disable=SC2086
-start aggB --role aggregator --keys "$K/agg" --allow "$K/allow.txt" --db "$TMP/b/agg.db" \
-    --listen tcp://127.0.0.1:0 --port-file "$TMP/b/port" $COMMON $SETTINGS \
-    --rounds 2 --min-clients 1 --wait-clients 2 --require-dp-sgd --dp-sgd-clip 0.5 \
+client Cc0 c "$PC" 0/10 $DP
+# shellcheck disable=SC2086
+client Cc1 c "$PC" 1/10 $DP
+# shellcheck disable=SC2086
+client Cc2 c "$PC" 2/10 $DP --dp-budget-epsilon 1.9
+wait_exit aggC 60
+[ "$rc" -ne 0 ] || fail "C: the aggregator's run ended with an error status"
+logged aggC "warn: aggregator: client c2 declined round 4: its privacy budget is spent (epsilon $(eps 180) of 1.9)" ||
+    fail "C: c2 named at warning level"
+logged aggC "error: aggregator: only 2 clients can still take part (1 declined for their privacy budget), fewer than --min-clients 3: stopping the run after round 3" ||
+    fail "C: the aggregator said why it stops"
+logged aggC "fewer clients than --min-clients can still take part" || fail "C: the daemon's last word"
+rounds_once "$TMP/c/agg.db" 3
+for c in Cc0 Cc1 Cc2; do kill "$(pid $c)" 2>/dev/null; done
+ok "C: c2's budget spent with --min-clients 3: the aggregator stopped after round 3 (status $rc), saying why"
+
+# ---- D: secure rounds: the spent site is left out of the next tries
+allow_keys "$K" agg c0 c1 c2 c3 p0 # the same keys, two more members
+aggregator aggD d --rounds 6 --min-clients 4 --deadline-ms 4000 --poll-ms 1000 \
+    --wait-clients 5 --gather-ms 2000 --secagg --secagg-stage-ms 3000
+i=0
+for n in c0 c1 c2 c3 p0; do
+    budget=""
+    [ $n = c3 ] && budget="--dp-budget-epsilon 1.9"
+    # shellcheck disable=SC2086
+    start "D$n" --role client --keys "$K/$n" --allow "$K/allow.txt" \
+        --db "$TMP/d/$n.db" --aggregator "tcp://127.0.0.1:$PORT" --aggregator-key agg \
+        --partition iid --shard "$i/10" --poll-ms 1000 --retry-ms 1000 $COMMON $DP $budget
+    i=$((i + 1))
+done
+exits0 aggD 120
+logged aggD "warn: aggregator: client c3 declined round 4: its privacy budget is spent (epsilon $(eps 180) of 1.9)" ||
+    fail "D: c3 named at warning level"
+for r in 5 6; do
+    logged aggD "round $r starts with 4 of 4 waiting clients" &&
+        logged aggD "round $r merged 4 of 4 (0 missing)" || fail "D: round $r ran with the other 4"
+done
+tries=$(status "$TMP/d/agg.db" | sed 's/.*"secagg":\[\([^]]*\)\].*/\1/' | grep -o '"try":' | wc -l)
+[ "$tries" -eq 6 ] || fail "D: one secure try a round (got $tries tries for 6 rounds)"
+status "$TMP/d/agg.db" | grep -q '"secure_aggregation":true,"dp":true' ||
+    fail "D: status --json says the rounds used secure aggregation and DP"
+ok "D: secure rounds: c3 declined round 4 and was left out; rounds 5, 6 took one try each with 4"
+
+# ---- E: a restart (a later epoch) brings a parked site back
+allow_keys "$K" agg c0 c1 c2
+aggregator aggE e --rounds 5 --min-clients 2 --wait-clients 3 --gather-ms 60000 \
+    --deadline-ms 4000
+PE=$PORT
+# shellcheck disable=SC2086
+client Ec0 e "$PE" 0/10 $DP
+# shellcheck disable=SC2086
+client Ec1 e "$PE" 1/10 $DP
+# shellcheck disable=SC2086
+client Ec2 e "$PE" 2/10 $DP --dp-budget-epsilon 1.9
+wait_for "E: c2 declined round 4" 60 logged aggE "client c2 declined round 4: its privacy budget is spent"
+sleep 2 # its asks of the same run meanwhile: answered, never sampled
+logged aggE "round 5 starts" && fail "E: round 5 waited for a third client (c2 parked)"
+kill "$(pid Ec2)"
+wait "$(pid Ec2)" 2>/dev/null
+mv "$TMP/Ec2.log" "$TMP/Ec2-first.log"
+# shellcheck disable=SC2086
+client Ec2 e "$PE" 2/10 $DP --dp-budget-epsilon 2.1
+exits0 aggE 60
+for c in Ec0 Ec1 Ec2; do exits0 "$c" 20; done
+logged aggE "warn: aggregator: client c2, left out for its privacy budget, restarted (epoch" ||
+    fail "E: the aggregator took c2 back after its restart, saying so"
+logged aggE "round 5 merged 3 of 3 (0 missing)" || fail "E: round 5 merged c2 with the others"
+[ "$(releases "$TMP/e/c2.db")" -eq 4 ] || fail "E: c2 released a fourth round under its new budget"
+ok "E: c2 parked after round 4, back in round 5 once restarted with budget 2.1"
+
+# ---- B: --require-dp-sgd
+aggregator aggB b --rounds 2 --min-clients 1 --wait-clients 2 --require-dp-sgd --dp-sgd-clip 0.5 \
     --dp-sgd-noise 1
-wait_for "aggregator B wrote its port" 20 test -s "$TMP/b/port"
-PB=$(cat "$TMP/b/port")
+PB=$PORT
 client Bc0 b "$PB" 0/10 --dp-sgd --dp-sgd-noise 2
 client Bc1 b "$PB" 1/10
 wait_for "B: round 2 merged" 40 logged aggB "round 2 merged"

@@ -39,6 +39,7 @@
 #include "node/node.h"
 #include "node/daemon.h"
 #include "node/node_impl.h" /* the training job, tested alone */
+#include "gossip/wire_hooks.h"
 #include "node/test_hooks.h"
 #include "sim/host.h"
 #include "storage/store.h"
@@ -1257,6 +1258,11 @@ static void test_no_tamper_hook(void **state)
     memset(&dc, 0, sizeof dc);
     assert_int_equal(fed_node_daemon_run(&dc, &cfg), FED_ERR_INVAL);
     assert_non_null(strstr(fed_test_log_last(), "test hooks"));
+    cfg.hooks = NULL; /* the wire's seam (fedsim --no-crypto's unsealed frames) likewise */
+    cfg.wire.hooks = &fed_wire_hooks_unsealed;
+    assert_int_equal(fed_node_daemon_run(&dc, &cfg), FED_ERR_INVAL);
+    assert_non_null(strstr(fed_test_log_last(), "test hooks"));
+    cfg.wire.hooks = NULL;
     fed_test_log_default();
     fed_test_need_fashion(fx->train != NULL);
     for (uint32_t i = 0; i < 128; i++)

@@ -32,6 +32,7 @@
 #include "core/bytes.h"
 #include "core/err.h"
 #include "core/pool.h"
+#include "gossip/wire_hooks.h"
 #include "model/backend.h"
 #include "model/data.h"
 #include "node/dp_account.h"
@@ -960,7 +961,7 @@ static void test_streamed_misfit(void **state)
     assert_non_null(strstr(why, "max_stream_bytes"));
     c.wire.max_stream_bytes = 4 * 7851;
     assert_null(fed_node_sa_agg_misfit(&c, 7850, NCL));
-    c.wire.no_crypto = 1;
+    c.wire.hooks = &fed_wire_hooks_unsealed; /* fedsim --no-crypto */
     why = fed_node_sa_agg_misfit(&c, 7850, NCL);
     assert_non_null(why);
     assert_non_null(strstr(why, "--no-crypto"));

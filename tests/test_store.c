@@ -802,6 +802,87 @@ static void test_contributions_read(void **state)
     fed_store_close(st);
 }
 
+/* v6: a contribution keeps the privacy budget its client reported with it
+ * (none: NULL, read back 0); a v5 file opened read-only reads without it,
+ * and a read-write open migrates it. */
+typedef struct dp_rows {
+    double eps[4], budget[4];
+    int n;
+} dp_rows;
+
+static int keep_dp_report(void *ctx, const fed_store_contrib *c)
+{
+    dp_rows *d = ctx;
+
+    if (d->n < 4) {
+        d->eps[d->n] = c->dp_epsilon;
+        d->budget[d->n] = c->dp_budget;
+    }
+    d->n++;
+    return 0;
+}
+
+static void test_contribution_dp_report(void **state)
+{
+    char path[512];
+    test_clock clk = {70};
+    fed_store_opts o = opts_with_clock(&clk);
+    fed_store *st = NULL;
+    fed_store_contrib k;
+    dp_rows d;
+    sqlite3 *db;
+
+    (void)state;
+    fresh_db(path, sizeof path, "dp_report.db");
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    memset(&k, 0, sizeof k);
+    k.round = 3;
+    memset(k.peer_key, 0x11, 32);
+    k.accepted = 1;
+    k.dp_epsilon = 1.8597;
+    k.dp_budget = 1.9;
+    assert_int_equal(fed_store_put_contribution(st, &k), FED_OK);
+    k.dp_epsilon = k.dp_budget = 0; /* no report */
+    assert_int_equal(fed_store_put_contribution(st, &k), FED_OK);
+    k.dp_budget = -1;
+    assert_int_equal(fed_store_put_contribution(st, &k), FED_ERR_INVAL);
+    k.dp_budget = 0;
+    k.dp_epsilon = NAN;
+    assert_int_equal(fed_store_put_contribution(st, &k), FED_ERR_INVAL);
+    memset(&d, 0, sizeof d);
+    assert_int_equal(fed_store_each_contribution(st, 0, keep_dp_report, &d), FED_OK);
+    assert_int_equal(d.n, 2);
+    assert_true(d.eps[0] == 1.8597 && d.budget[0] == 1.9 && d.eps[1] == 0 && d.budget[1] == 0);
+    fed_store_close(st);
+    db = raw_open(path);
+    assert_int_equal(raw_int(db, "SELECT count(*) FROM contributions WHERE dp_epsilon IS NULL"),
+                     1);
+    /* back to a v5 file: read-only, its rows without a report */
+    raw_exec(db, "ALTER TABLE contributions DROP COLUMN dp_epsilon;"
+                 "ALTER TABLE contributions DROP COLUMN dp_budget;"
+                 "PRAGMA user_version = 5; UPDATE meta SET value = 5 WHERE key = 'schema_version';");
+    sqlite3_close(db);
+    o.flags = FED_STORE_READONLY;
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_store_schema(st), 5);
+    memset(&d, 0, sizeof d);
+    assert_int_equal(fed_store_each_contribution(st, 0, keep_dp_report, &d), FED_OK);
+    assert_int_equal(d.n, 2);
+    assert_true(d.eps[0] == 0 && d.budget[0] == 0);
+    fed_store_close(st);
+    o.flags = 0; /* read-write: migrated to v6, the columns back (NULL) */
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_store_schema(st), 6);
+    k.dp_epsilon = 0.5;
+    k.dp_budget = 2;
+    assert_int_equal(fed_store_put_contribution(st, &k), FED_OK);
+    memset(&d, 0, sizeof d);
+    assert_int_equal(fed_store_each_contribution(st, 0, keep_dp_report, &d), FED_OK);
+    assert_int_equal(d.n, 3);
+    assert_true(d.eps[0] == 0 && d.eps[2] == 0.5 && d.budget[2] == 2);
+    fed_store_close(st);
+}
+
 static void test_transactions(void **state)
 {
     char path[512];
@@ -2294,6 +2375,7 @@ int main(void)
         cmocka_unit_test(test_node_key),
         cmocka_unit_test(test_rows_round_trip),
         cmocka_unit_test(test_contributions_read),
+        cmocka_unit_test(test_contribution_dp_report),
         cmocka_unit_test(test_page_cache_bounded),
         cmocka_unit_test(test_transactions),
         cmocka_unit_test(test_checkpoint_round_trip),

@@ -349,7 +349,8 @@ static void test_deterministic_and_libsodium_pull(void **state)
                          fed_crypto_session_rx(s)),
                      0);
     fed_crypto_session_put(W->b.arena, s);
-    memcpy(desc, copy + FED_WIRE_HEADER_BYTES + 16, sizeof desc); /* after DELTA's 16-byte block */
+    memcpy(desc, copy + FED_WIRE_HEADER_BYTES + fed_wire_block_size(FED_WIRE_DELTA),
+           sizeof desc); /* after DELTA's block */
     assert_int_equal(crypto_secretstream_xchacha20poly1305_init_pull(&st, desc + 88, desc + 24), 0);
     out = malloc(2000);
     for (int i = 0; i < n; i++) {
@@ -510,7 +511,8 @@ static void stream_keys(world *W, uint8_t desc[FED_WIRE_STREAM_DESC_BYTES], size
                                      *plen0, NULL, NULL),
                      FED_OK);
     fed_crypto_session_put(W->b.arena, s);
-    memcpy(desc, copy + FED_WIRE_HEADER_BYTES + 16, FED_WIRE_STREAM_DESC_BYTES);
+    memcpy(desc, copy + FED_WIRE_HEADER_BYTES + fed_wire_block_size(FED_WIRE_DELTA),
+           FED_WIRE_STREAM_DESC_BYTES);
     free(copy);
 }
 
@@ -631,7 +633,7 @@ static void test_bad_descriptor(void **state)
                                      W->f[0] + FED_WIRE_OFF_NONCE, p, p, plen0, NULL, NULL),
                      FED_OK);
     fed_crypto_session_put(W->b.arena, s);
-    p[16 + 20] = 5; /* 5 chunks of 1000 cannot hold 4000 bytes */
+    p[fed_wire_block_size(FED_WIRE_DELTA) + 20] = 5; /* 5 chunks of 1000 cannot hold 4000 bytes */
     assert_int_equal(fed_crypto_session_get(W->a.arena, fed_crypto_arena_pubkey(W->b.arena), &s),
                      FED_OK);
     assert_int_equal(fed_crypto_seal(W->a.arena, s, W->f[0], FED_WIRE_HEADER_BYTES,

@@ -19,6 +19,7 @@
 #include "core/rng.h"
 #include "crypto/arena_impl.h"
 #include "gossip/wire.h"
+#include "gossip/wire_hooks.h"
 #include "model/codec.h"
 
 #define EPOCH_A 1000
@@ -209,14 +210,15 @@ static struct {
     char last[512];
     char all[2048]; /* every line, each ending in a newline */
     int lines;
+    fed_log_level level; /* the last line's */
 } logged;
 
 static void capture(void *ctx, fed_log_level level, const char *line)
 {
     (void)ctx;
-    (void)level;
     size_t at = strlen(logged.all);
 
+    logged.level = level;
     snprintf(logged.last, sizeof logged.last, "%s", line);
     snprintf(logged.all + at, sizeof logged.all - at, "%s\n", line);
     logged.lines++;
@@ -258,7 +260,7 @@ static void test_header_roundtrip(void **state)
     h.payload_len = 0xdeadbeef;
     h.codec = 4;
     fed_wire_hdr_encode(&h, buf);
-    assert_memory_equal(buf, "FEDN\x03\x04\x01\x00", 8);
+    assert_memory_equal(buf, "FEDN\x04\x04\x01\x00", 8);
     assert_int_equal(buf[72], 0x08); /* little-endian */
     assert_int_equal(buf[128], 0xef);
     assert_int_equal(fed_wire_hdr_decode(buf, sizeof buf, &g), FED_OK);
@@ -307,7 +309,10 @@ static void test_blocks_roundtrip(void **state)
         assert_int_equal(fed_wire_block_decode(t, buf, len + 8, &g, &used), FED_OK);
         assert_int_equal(used, len);
         assert_memory_equal(&g, &b, sizeof b);
-        assert_int_equal(fed_wire_block_decode(t, buf, len - 1, &g, &used), FED_ERR_PAYLOAD);
+        /* cut by a byte: inside its last field, or inside S when it has none */
+        assert_int_equal(fed_wire_block_decode(t, buf, len - 1, &g, &used),
+                         fed_wire_type_row(t)->nfields ? FED_ERR_FIELD_TRUNCATED
+                                                       : FED_ERR_PAYLOAD);
         assert_int_equal(fed_wire_block_encode(t, &b, buf, len - 1, &len), FED_ERR_TOO_LARGE);
     }
 }
@@ -327,7 +332,7 @@ static void test_ar_types(void **state)
         sample_block(t, &b);
         assert_true(FED_WIRE_TYPE_KNOWN(t));
         assert_int_equal(fed_wire_block_encode(t, &b, buf, sizeof buf, &len), FED_OK);
-        assert_int_equal(len, t == FED_WIRE_AR_ABORT ? 16 : 48);
+        assert_int_equal(len, t == FED_WIRE_AR_ABORT ? 16 + 4 : 48 + 4); /* S = 0 */
         assert_int_equal(fed_wire_block_decode(t, buf, len, &g, &used), FED_OK);
         assert_memory_equal(&g, &b, sizeof b);
         assert_int_equal(fed_wire_block_decode(t, buf, len - 1, &g, &used), FED_ERR_PAYLOAD);
@@ -346,7 +351,7 @@ static void test_ar_types(void **state)
     assert_string_equal(fed_wire_type_name(FED_WIRE_AR_VERIFY), "AR_VERIFY");
 }
 
-static void expect_block_bad(uint8_t type, void (*spoil)(uint8_t *buf))
+static void expect_block_bad_as(uint8_t type, void (*spoil)(uint8_t *buf), fed_err want)
 {
     fed_wire_block b, g;
     uint8_t buf[FED_WIRE_BLOCK_MAX];
@@ -355,7 +360,12 @@ static void expect_block_bad(uint8_t type, void (*spoil)(uint8_t *buf))
     sample_block(type, &b);
     assert_int_equal(fed_wire_block_encode(type, &b, buf, sizeof buf, &len), FED_OK);
     spoil(buf);
-    assert_int_equal(fed_wire_block_decode(type, buf, len, &g, &used), FED_ERR_PAYLOAD);
+    assert_int_equal(fed_wire_block_decode(type, buf, len, &g, &used), want);
+}
+
+static void expect_block_bad(uint8_t type, void (*spoil)(uint8_t *buf))
+{
+    expect_block_bad_as(type, spoil, FED_ERR_PAYLOAD);
 }
 
 static void spoil_sa_reserved(uint8_t *b) { b[12] = 1; }
@@ -425,7 +435,7 @@ static void spoil_model_flags(uint8_t *b) { b[M_EPOCHS + 2] = 0x02; } /* an unkn
 static void spoil_model_tag_zero(uint8_t *b) { b[M_EPOCHS] = 0; }
 static void spoil_model_order(uint8_t *b) { b[M_EPOCHS] = 1; } /* the spec's tag again */
 static void spoil_model_known_len(uint8_t *b) { b[M_EPOCHS + 4] = 3; } /* epochs in 3 bytes */
-static void spoil_model_overlong(uint8_t *b) { b[M_MOM_HEAD + 4] = 5; } /* past S */
+static void spoil_model_overlong(uint8_t *b) { b[M_MOM_HEAD + 4] = 5; } /* over its 4 */
 static void spoil_model_settings_len(uint8_t *b) { b[8] = 0xff; } /* S past the block */
 static void spoil_ack_status(uint8_t *b) { b[0] = 200; }
 static void spoil_ack_flags(uint8_t *b) { b[4] = 0x80; }
@@ -452,11 +462,11 @@ static void test_blocks_rejected(void **state)
     expect_block_bad(FED_WIRE_MODEL, spoil_model_momentum);
     expect_block_bad(FED_WIRE_MODEL, spoil_model_spec_tail);
     expect_block_bad(FED_WIRE_MODEL, spoil_model_flags);
-    expect_block_bad(FED_WIRE_MODEL, spoil_model_tag_zero);
-    expect_block_bad(FED_WIRE_MODEL, spoil_model_order);
-    expect_block_bad(FED_WIRE_MODEL, spoil_model_known_len);
-    expect_block_bad(FED_WIRE_MODEL, spoil_model_overlong);
-    expect_block_bad(FED_WIRE_MODEL, spoil_model_settings_len);
+    expect_block_bad_as(FED_WIRE_MODEL, spoil_model_tag_zero, FED_ERR_FIELD_ORDER);
+    expect_block_bad_as(FED_WIRE_MODEL, spoil_model_order, FED_ERR_FIELD_ORDER);
+    expect_block_bad_as(FED_WIRE_MODEL, spoil_model_known_len, FED_ERR_FIELD_LENGTH);
+    expect_block_bad_as(FED_WIRE_MODEL, spoil_model_overlong, FED_ERR_FIELD_LENGTH);
+    expect_block_bad_as(FED_WIRE_MODEL, spoil_model_settings_len, FED_ERR_FIELD_TRUNCATED);
     expect_block_bad(FED_WIRE_ACK, spoil_ack_status);
     expect_block_bad(FED_WIRE_ACK, spoil_ack_flags);
     expect_block_bad(FED_WIRE_SHARE, spoil_share_weight);
@@ -482,19 +492,27 @@ static size_t model_bytes(uint8_t *buf, size_t cap)
     return len;
 }
 
-/* Inserts n bytes at offset at of a MODEL block of len bytes, counting them
- * in S (the settings length); returns the new length. */
-static size_t splice(uint8_t *buf, size_t len, size_t at, const uint8_t *ins, size_t n)
+/* Inserts n bytes at offset at of a block of len bytes whose fields' length
+ * S is at offset f (its fixed part's size), counting them in S; returns the
+ * new length. */
+static size_t splice_in(uint8_t *buf, size_t f, size_t len, size_t at, const uint8_t *ins,
+                        size_t n)
 {
-    uint32_t S = (uint32_t)buf[8] | (uint32_t)buf[9] << 8 | (uint32_t)buf[10] << 16 |
-                 (uint32_t)buf[11] << 24;
+    uint32_t S = (uint32_t)buf[f] | (uint32_t)buf[f + 1] << 8 | (uint32_t)buf[f + 2] << 16 |
+                 (uint32_t)buf[f + 3] << 24;
 
     memmove(buf + at + n, buf + at, len - at);
     memcpy(buf + at, ins, n);
     S += (uint32_t)n;
-    buf[8] = (uint8_t)S, buf[9] = (uint8_t)(S >> 8), buf[10] = (uint8_t)(S >> 16);
-    buf[11] = (uint8_t)(S >> 24);
+    buf[f] = (uint8_t)S, buf[f + 1] = (uint8_t)(S >> 8), buf[f + 2] = (uint8_t)(S >> 16);
+    buf[f + 3] = (uint8_t)(S >> 24);
     return len + n;
+}
+
+/* The same in a MODEL block (S at 8, after the samples). */
+static size_t splice(uint8_t *buf, size_t len, size_t at, const uint8_t *ins, size_t n)
+{
+    return splice_in(buf, 8, len, at, ins, n);
 }
 
 /* A field's bytes: tag, flags, length, value (n <= 8). */
@@ -632,50 +650,57 @@ static void test_settings_malformed(void **state)
     size_t len, n, used = 0;
 
     (void)state;
-    /* truncated: the block shorter than 12 + S, or cut inside a field */
+    /* truncated: the block shorter than 12 (fixed part and S), or than
+       12 + S: cut inside a field */
     len = model_bytes(buf, sizeof buf);
     for (size_t cut = 0; cut < len; cut += 7)
         assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, cut, &g, &used),
-                         FED_ERR_PAYLOAD);
+                         cut < 12 ? FED_ERR_PAYLOAD : FED_ERR_FIELD_TRUNCATED);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len - 1, &g, &used),
-                     FED_ERR_PAYLOAD);
+                     FED_ERR_FIELD_TRUNCATED);
     /* a truncated field head at the end of S */
     n = field(f, 13, 0, "", 0);
     len = splice(buf, len, len, f, 4);
-    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used),
+                     FED_ERR_FIELD_TRUNCATED);
     /* an unknown field's length past S (overlong) */
     len = model_bytes(buf, sizeof buf);
     n = field(f, 13, 0, "abcd", 4);
     f[4] = 5;
     len = splice(buf, len, len, f, n);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len + 8, &g, &used),
-                     FED_ERR_PAYLOAD);
+                     FED_ERR_FIELD_TRUNCATED);
     /* a known field twice (epochs again right after itself) */
     len = model_bytes(buf, sizeof buf);
     memcpy(f, buf + M_EPOCHS, 12);
     len = splice(buf, len, M_EPOCHS + 12, f, 12);
-    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used),
+                     FED_ERR_FIELD_ORDER);
     /* an unknown field twice */
     len = model_bytes(buf, sizeof buf);
     n = field(f, 13, 0, "ab", 2);
     len = splice(buf, len, len, f, n);
     len = splice(buf, len, len, f, n);
-    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used),
+                     FED_ERR_FIELD_ORDER);
     /* out of tag order */
     len = model_bytes(buf, sizeof buf);
     n = field(f, 13, 0, "ab", 2);
     len = splice(buf, len, M_EPOCHS, f, n);
-    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used),
+                     FED_ERR_FIELD_ORDER);
     /* a known field of another length (the optimizer in 2 bytes) */
     len = model_bytes(buf, sizeof buf);
     len = splice(buf, len, 181, (const uint8_t *)"", 1);
     buf[172 + 4] = 2;
-    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
-    /* a known field missing (the last: momentum) */
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used),
+                     FED_ERR_FIELD_LENGTH);
+    /* a field the type must have, missing (momentum, cut out whole) */
     len = model_bytes(buf, sizeof buf);
+    memmove(buf + M_MOM_HEAD, buf + M_MOM_HEAD + 12, len - M_MOM_HEAD - 12);
     buf[8] = (uint8_t)(buf[8] - 12);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len - 12, &g, &used),
-                     FED_ERR_PAYLOAD);
+                     FED_ERR_FIELD_MISSING);
     /* S over FED_WIRE_SETTINGS_MAX, even with the bytes there */
     {
         static uint8_t big[12 + FED_WIRE_SETTINGS_MAX + 16];
@@ -687,14 +712,184 @@ static void test_settings_malformed(void **state)
         big[len + 5] = (uint8_t)((S - (len - 12) - 8) >> 8);
         big[8] = (uint8_t)S, big[9] = (uint8_t)(S >> 8);
         assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, big, 12 + S, &g, &used),
-                         FED_ERR_PAYLOAD);
+                         FED_ERR_FIELD_LENGTH);
         S -= 4; /* at the limit: taken */
         big[len + 4] = (uint8_t)(S - (len - 12) - 8);
         big[len + 5] = (uint8_t)((S - (len - 12) - 8) >> 8);
         big[8] = (uint8_t)S, big[9] = (uint8_t)(S >> 8);
         assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, big, 12 + S, &g, &used), FED_OK);
-        assert_int_equal(used, FED_WIRE_BLOCK_MAX);
+        assert_int_equal(used, 12 + FED_WIRE_FIELDS_MAX);
     }
+}
+
+/* ---- every type's fields (version 4): a DELTA's, as any type's ---- */
+
+/* The sample DELTA block with a DP report, as this node writes it. */
+static size_t delta_bytes(uint8_t *buf, size_t cap, fed_wire_block *b)
+{
+    size_t len = 0;
+
+    sample_block(FED_WIRE_DELTA, b);
+    b->dp_epsilon = 1.25;
+    b->dp_budget = 8;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_DELTA, b, buf, cap, &len), FED_OK);
+    assert_int_equal(len, 44);
+    return len;
+}
+
+#define D_S 16      /* DELTA: S, after samples and base round */
+#define D_REPORT 20 /* its DP report's head */
+
+static void test_fields_of_any_type(void **state)
+{
+    uint8_t buf[FED_WIRE_BLOCK_MAX + 64], f[32];
+    fed_wire_block b, g;
+    size_t len, n, used = 0;
+
+    (void)state;
+    /* the layout of wire.h: fixed 16, S 24, the report (tag 1, optional, 16) */
+    len = delta_bytes(buf, sizeof buf, &b);
+    assert_memory_equal(buf + D_S, "\x18\x00\x00\x00\x01\x00\x00\x00\x10\x00\x00\x00", 12);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_DELTA, buf, len + 9, &g, &used), FED_OK);
+    assert_int_equal(used, len);
+    assert_memory_equal(&g, &b, sizeof b);
+    assert_true(g.dp_epsilon == 1.25 && g.dp_budget == 8);
+    /* without the report (an older sender's S = 0): 0 and 0 */
+    buf[D_S] = 0;
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_DELTA, buf, D_REPORT, &g, &used), FED_OK);
+    assert_int_equal(used, D_REPORT);
+    assert_true(g.samples == b.samples && g.dp_epsilon == 0 && g.dp_budget == 0);
+    /* an unknown optional field, after the report: skipped */
+    len = delta_bytes(buf, sizeof buf, &b);
+    n = field(f, 9, 0, "later", 5);
+    len = splice_in(buf, D_S, len, len, f, n);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_DELTA, buf, len + 3, &g, &used), FED_OK);
+    assert_int_equal(used, len);
+    assert_memory_equal(&g, &b, sizeof b);
+    /* the same field marked required: FED_ERR_FIELD_REQUIRED, its tag said */
+    len = delta_bytes(buf, sizeof buf, &b);
+    n = field(f, 9, FED_WIRE_FIELD_REQUIRED, "later", 5);
+    len = splice_in(buf, D_S, len, len, f, n);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_DELTA, buf, len, &g, &used),
+                     FED_ERR_FIELD_REQUIRED);
+    assert_int_equal(g.refused_tag, 9);
+    assert_int_equal(used, 0);
+    /* truncated: S past the bytes there, a value cut, a head cut */
+    len = delta_bytes(buf, sizeof buf, &b);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_DELTA, buf, len - 1, &g, &used),
+                     FED_ERR_FIELD_TRUNCATED);
+    buf[D_REPORT + 4] = 17; /* the report's length past S */
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_DELTA, buf, len + 8, &g, &used),
+                     FED_ERR_FIELD_TRUNCATED);
+    len = delta_bytes(buf, sizeof buf, &b);
+    len = splice_in(buf, D_S, len, len, f, 5); /* 5 bytes of a head */
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_DELTA, buf, len, &g, &used),
+                     FED_ERR_FIELD_TRUNCATED);
+    /* the report twice */
+    len = delta_bytes(buf, sizeof buf, &b);
+    memcpy(f, buf + D_REPORT, 24);
+    len = splice_in(buf, D_S, len, len, f, 24);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_DELTA, buf, len, &g, &used),
+                     FED_ERR_FIELD_ORDER);
+    /* the report too long (17 bytes, inside S) */
+    len = delta_bytes(buf, sizeof buf, &b);
+    len = splice_in(buf, D_S, len, len, (const uint8_t *)"", 1);
+    buf[D_REPORT + 4] = 17;
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_DELTA, buf, len, &g, &used),
+                     FED_ERR_FIELD_LENGTH);
+    /* S over FED_WIRE_FIELDS_MAX */
+    len = delta_bytes(buf, sizeof buf, &b);
+    buf[D_S] = 0x01, buf[D_S + 1] = 0x04; /* 1025 */
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_DELTA, buf, sizeof buf, &g, &used),
+                     FED_ERR_FIELD_LENGTH);
+    /* a report out of range: refused, and never written */
+    len = delta_bytes(buf, sizeof buf, &b);
+    memset(buf + D_REPORT + 8, 0xff, 8); /* epsilon NaN */
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_DELTA, buf, len, &g, &used),
+                     FED_ERR_PAYLOAD);
+    b.dp_budget = -1;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_DELTA, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+    /* a type with no fields yet (HELLO) takes a newer node's optional one */
+    sample_block(FED_WIRE_HELLO, &b);
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_HELLO, &b, buf, sizeof buf, &len), FED_OK);
+    assert_int_equal(len, 20);
+    n = field(f, 1, 0, "x", 1);
+    len = splice_in(buf, 16, len, len, f, n);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_HELLO, buf, len, &g, &used), FED_OK);
+    assert_int_equal(used, 29);
+    assert_memory_equal(&g, &b, sizeof b);
+}
+
+/* The table: every known type has a row, names and block sizes from it. */
+static void test_type_table(void **state)
+{
+    size_t rows = 0;
+
+    (void)state;
+    for (const fed_wire_type_info *ti; (ti = fed_wire_type_at(rows)) != NULL; rows++) {
+        size_t n = ti->fixed + 4;
+
+        assert_ptr_equal(fed_wire_type_row(ti->type), ti);
+        assert_string_equal(fed_wire_type_name(ti->type), ti->name);
+        assert_true(ti->fixed <= FED_WIRE_FIXED_MAX && ti->nfields <= 64);
+        for (uint16_t i = 0; i < ti->nfields; i++) {
+            assert_true(ti->fields[i].tag > (i ? ti->fields[i - 1].tag : 0));
+            n += 8 + ti->fields[i].max;
+        }
+        assert_int_equal(fed_wire_block_size(ti->type), n);
+    }
+    assert_int_equal(rows, 17);
+    for (unsigned t = 0; t < 256; t++)
+        assert_int_equal(FED_WIRE_TYPE_KNOWN(t), fed_wire_type_row((uint8_t)t) != NULL);
+    assert_int_equal(fed_wire_block_size(FED_WIRE_LEAVE), 36);
+    assert_true(fed_wire_flags_ok(FED_WIRE_CHUNK, FED_WIRE_FLAG_PULL));
+    assert_false(fed_wire_flags_ok(FED_WIRE_CHUNK, 0));
+    assert_false(fed_wire_flags_ok(FED_WIRE_CHUNK, FED_WIRE_FLAG_PULL | FED_WIRE_FLAG_DATA));
+    assert_true(fed_wire_flags_ok(FED_WIRE_SA_MASKED, FED_WIRE_FLAG_STREAM));
+    assert_false(fed_wire_flags_ok(FED_WIRE_SA_KEYS, FED_WIRE_FLAG_STREAM));
+}
+
+/* ---- the simulator's seam ---- */
+
+/* Unsealed frames (fedsim --no-crypto) only through gossip/wire_hooks.h:
+ * the default configuration seals; an unsealed wire's frame carries its
+ * payload in the clear and opens at another unsealed wire, and a sealing
+ * receiver refuses it. */
+static void test_unsealed_hooks(void **state)
+{
+    world *W = *state;
+    fed_wire_cfg cfg;
+    node ua, ub;
+    fed_wire_msg m;
+    fed_wire_hdr h;
+    fed_wire_block b;
+    size_t len = 0;
+
+    fed_wire_cfg_default(&cfg);
+    assert_null(cfg.hooks);
+    assert_false(fed_wire_cfg_unsealed(&cfg));
+    cfg.hooks = &fed_wire_hooks_unsealed;
+    assert_true(fed_wire_cfg_unsealed(&cfg));
+    node_open(W, &ua, 1, EPOCH_A, &cfg); /* a's and b's identities */
+    node_open(W, &ub, 2, EPOCH_B, &cfg);
+    h = hdr_to(&ua, &ub, FED_WIRE_DELTA, 900);
+    sample_block(FED_WIRE_DELTA, &b);
+    assert_int_equal(fed_wire_build(ua.w, &h, &b, (const uint8_t *)"PLAINVEC", 8, W->frame, CAP,
+                                    fed_rng_random, &W->rng, &len),
+                     FED_OK);
+    assert_memory_equal(W->frame + FED_WIRE_HEADER_BYTES + fed_wire_block_size(FED_WIRE_DELTA),
+                        "PLAINVEC", 8);
+    assert_int_equal(fed_wire_open(ub.w, W->frame, len, &m), FED_OK);
+    assert_int_equal(m.vector_len, 8);
+    assert_int_equal(m.block.samples, b.samples);
+    h = hdr_to(&ua, &W->b, FED_WIRE_DELTA, 901);
+    assert_int_equal(fed_wire_build(ua.w, &h, &b, (const uint8_t *)"PLAINVEC", 8, W->frame, CAP,
+                                    fed_rng_random, &W->rng, &len),
+                     FED_OK);
+    expect_open(W, W->frame, len, FED_ERR_AEAD, "rej_aead");
+    node_close(&ua);
+    node_close(&ub);
 }
 
 /* ---- sealed frames ---- */
@@ -722,6 +917,9 @@ static void test_every_type_roundtrip(void **state)
             t == FED_WIRE_SLICE) {
             assert_int_equal(fed_codec_encode(&c32, x, 64, NULL, vec, sizeof vec, &vlen), FED_OK);
             codec = FED_CODEC_F32;
+        } else if (t == FED_WIRE_AR_ABORT) { /* its count of member keys, exactly */
+            memset(vec, 0x11, 3 * 32);
+            vlen = 3 * 32;
         } else if (t == FED_WIRE_PEERS) { /* two entries' worth (the wire counts bytes) */
             memset(vec, 0, 2 * FED_WIRE_PEER_ENTRY_MIN);
             memcpy(vec, fed_crypto_arena_pubkey(W->a.arena), 32);
@@ -799,14 +997,23 @@ static void test_reject_magic_version_type(void **state)
     W->frame[0] = 'F';
     W->frame[4] = 1; /* an older node's: it signed another digest */
     expect_open(W, W->frame, len, FED_ERR_FRAME_VERSION, "rej_version");
-    /* a version-2 node (fixed MODEL block): refused, both versions logged */
+    /* a version-3 node (fields in MODEL only) and a version-2 one (a fixed
+       MODEL block): refused at warning level, both versions and the sender
+       logged, and which node to upgrade */
     log_start();
+    W->frame[4] = 3;
+    expect_open(W, W->frame, len, FED_ERR_FRAME_VERSION, "rej_version");
+    assert_string_equal(logged.last, "wire: dropped a frame of wire version 3 from 2e3a13d4: "
+                                     "this node speaks version 4; upgrade the sender");
+    assert_int_equal(logged.level, FED_LOG_WARN);
     W->frame[4] = 2;
     expect_open(W, W->frame, len, FED_ERR_FRAME_VERSION, "rej_version");
-    assert_string_equal(logged.last, "wire: dropped a frame: version 2, this node speaks 3");
-    W->frame[4] = 4;
+    assert_string_equal(logged.last, "wire: dropped a frame of wire version 2 from 2e3a13d4: "
+                                     "this node speaks version 4; upgrade the sender");
+    W->frame[4] = 5;
     expect_open(W, W->frame, len, FED_ERR_FRAME_VERSION, "rej_version");
-    assert_string_equal(logged.last, "wire: dropped a frame: version 4, this node speaks 3");
+    assert_string_equal(logged.last, "wire: dropped a frame of wire version 5 from 2e3a13d4: "
+                                     "this node speaks version 4; upgrade the receiver");
     log_stop();
     W->frame[4] = FED_WIRE_VERSION;
     W->frame[FED_WIRE_OFF_TYPE] = 0x42;
@@ -956,10 +1163,10 @@ static size_t forge(world *W, fed_crypto_arena *signer, uint8_t type, uint64_t s
 static void test_reject_bad_signature(void **state)
 {
     world *W = *state;
-    uint8_t payload[16] = {0};
+    uint8_t payload[20] = {0};
     size_t len;
 
-    payload[0] = 1; /* a valid DELTA block: samples 1 */
+    payload[0] = 1; /* a valid DELTA block: samples 1, no fields */
     len = forge(W, W->c.arena, FED_WIRE_DELTA, 600, payload, sizeof payload);
     expect_open(W, W->frame, len, FED_ERR_SIGNATURE, "rej_signature");
     /* the same bytes signed by a itself pass: the forgery helper is honest */
@@ -970,18 +1177,30 @@ static void test_reject_bad_signature(void **state)
 static void test_reject_payload(void **state)
 {
     world *W = *state;
-    uint8_t payload[16] = {0};
+    uint8_t payload[96] = {0};
     size_t len;
 
     payload[4] = 1; /* PEERS: a reserved byte set */
-    len = forge(W, W->a.arena, FED_WIRE_PEERS, 700, payload, 8);
+    len = forge(W, W->a.arena, FED_WIRE_PEERS, 700, payload, 12);
     expect_open(W, W->frame, len, FED_ERR_PAYLOAD, "rej_payload");
     payload[4] = 0;
     payload[0] = 3; /* PEERS says 3 entries, carries none */
-    len = forge(W, W->a.arena, FED_WIRE_PEERS, 701, payload, 8);
+    len = forge(W, W->a.arena, FED_WIRE_PEERS, 701, payload, 12);
     expect_open(W, W->frame, len, FED_ERR_PAYLOAD, "rej_payload");
-    len = forge(W, W->a.arena, FED_WIRE_MODEL, 702, payload, 16); /* shorter than its block */
+    len = forge(W, W->a.arena, FED_WIRE_MODEL, 702, payload, 10); /* shorter than F + S */
     expect_open(W, W->frame, len, FED_ERR_PAYLOAD, "rej_payload");
+    len = forge(W, W->a.arena, FED_WIRE_MODEL, 703, payload, 12); /* S = 0: no settings */
+    expect_open(W, W->frame, len, FED_ERR_FIELD_MISSING, "rej_payload");
+    payload[0] = 0; /* an ACK (no vector in its row) with a byte after its block */
+    len = forge(W, W->a.arena, FED_WIRE_ACK, 704, payload, 13);
+    expect_open(W, W->frame, len, FED_ERR_PAYLOAD, "rej_payload");
+    len = forge(W, W->a.arena, FED_WIRE_ACK, 705, payload, 12);
+    expect_open(W, W->frame, len, FED_OK, NULL);
+    payload[8] = 2; /* AR_ABORT: 2 keys said, one carried */
+    len = forge(W, W->a.arena, FED_WIRE_AR_ABORT, 706, payload, 20 + 32);
+    expect_open(W, W->frame, len, FED_ERR_PAYLOAD, "rej_payload");
+    len = forge(W, W->a.arena, FED_WIRE_AR_ABORT, 707, payload, 20 + 64);
+    expect_open(W, W->frame, len, FED_OK, NULL);
 }
 
 /* A sealed MODEL whose settings carry fields this node does not know. */
@@ -1011,8 +1230,8 @@ static void test_model_unknown_fields_in_frame(void **state)
     len = forge(W, W->a.arena, FED_WIRE_MODEL, 711, payload, blen);
     log_start();
     expect_open(W, W->frame, len, FED_ERR_FIELD_REQUIRED, "rej_payload");
-    assert_non_null(strstr(logged.all, "wire: MODEL settings field tag 291 is marked required; "
-                                       "wire version 3 does not know it\n"));
+    assert_non_null(strstr(logged.all, "wire: MODEL field tag 291 is marked required; "
+                                       "wire version 4 does not know it\n"));
     assert_non_null(strstr(logged.last, "(FED_ERR_FIELD_REQUIRED)"));
     log_stop();
     /* open_ticket alone (it may run in a job) logs nothing, but says the tag */
@@ -1177,6 +1396,9 @@ int main(void)
         cmocka_unit_test(test_settings_dp_field),
         cmocka_unit_test(test_secagg_blocks),
         cmocka_unit_test(test_settings_malformed),
+        cmocka_unit_test(test_fields_of_any_type),
+        cmocka_unit_test(test_type_table),
+        cmocka_unit_test(test_unsealed_hooks),
         cmocka_unit_test(test_every_type_roundtrip),
         cmocka_unit_test(test_frames_are_deterministic_per_seed),
         cmocka_unit_test(test_reject_sizes),

@@ -11,8 +11,11 @@
  *      is fuzzed too
  * Identities and RNG seeds are fixed, so the seed corpus (valid sealed frames
  * and streams, written by building this file with -DFUZZ_FRAME_GEN) opens.
- * Seeds named v3-* are wire version 3; the others are version 2 and must
- * be refused cleanly (rej_version). */
+ * The generator walks the frame-type table (gossip/wire.h), so a new type
+ * gets its seed. Seeds named v4-* are wire version 4; v3-* and the unnamed
+ * ones are versions 3 and 2 and must be refused cleanly (rej_version).
+ * `make fuzz-seeds` regenerates them (after a wire change: name the new
+ * version's seeds v<N>-* here, and keep the older ones as refusals). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -283,14 +286,14 @@ int main(int argc, char **argv)
     fed_rng_seed(&rng, 99);
     for (int i = 0; i < 300; i++)
         x[i] = (float)fed_rng_normal(&rng);
-    for (uint8_t t = 1; t <= FED_WIRE_TYPE_MAX; t++) {
+    for (size_t i = 0; fed_wire_type_at(i); i++) {
+        const fed_wire_type_info *ti = fed_wire_type_at(i);
+        uint8_t t = ti->type;
         fed_wire_hdr h;
         fed_wire_block b;
         uint8_t vec[16 + 300 * 8];
         size_t vlen = 0, len = 0;
 
-        if (!FED_WIRE_TYPE_KNOWN(t))
-            continue;
         memset(&b, 0, sizeof b);
         hdr_for(&h, t, t);
         if (t == FED_WIRE_HELLO)
@@ -301,8 +304,13 @@ int main(int argc, char **argv)
             strcpy(b.settings.spec, "mlp:16");
             b.settings.lr = 0.1f;
         }
-        if (t == FED_WIRE_MODEL || t == FED_WIRE_DELTA || t == FED_WIRE_SHARE ||
-            t == FED_WIRE_SLICE) {
+        if (t == FED_WIRE_AR_VERIFY)
+            b.in_row = 1;
+        if (t == FED_WIRE_DELTA || t == FED_WIRE_LEAVE) { /* a DP report */
+            b.dp_epsilon = 0.5;
+            b.dp_budget = 4;
+        }
+        if (ti->vector == FED_WIRE_VEC_CODEC) {
             fed_codec *c = &codecs[t % 5];
 
             if (fed_codec_encode(c, x, 300, NULL, vec, sizeof vec, &vlen) != FED_OK)
@@ -312,8 +320,20 @@ int main(int argc, char **argv)
         if (fed_wire_build(wa, &h, &b, vec, vlen, frame, sizeof frame, fed_rng_random, &rng,
                            &len) != FED_OK)
             abort();
-        snprintf(name, sizeof name, "v3-sealed-type%d", t);
+        snprintf(name, sizeof name, "v4-sealed-%s", ti->name);
         save(argv[1], name, 0, frame, len);
+        { /* a seed that does not open would fuzz only the first checks */
+            fed_wire *wb = receiver();
+            fed_wire_msg m;
+
+            fed_err e = fed_wire_open(wb, frame, len, &m);
+
+            if (e != FED_OK) {
+                fprintf(stderr, "%s does not open: %s\n", name, fed_strerror(e));
+                abort();
+            }
+            fed_wire_free(wb);
+        }
     }
     /* streams: a first frame and its chunks, as a list */
     for (int s = 0; s < 2; s++) {
@@ -340,7 +360,7 @@ int main(int argc, char **argv)
             at += 2 + len;
         }
         fed_wire_stream_tx_free(wa, tx);
-        snprintf(name, sizeof name, "v3-stream-%d", s);
+        snprintf(name, sizeof name, "v4-stream-%d", s);
         save(argv[1], name, 1, list, at);
     }
     /* codec encodings and a typed block */
@@ -357,18 +377,25 @@ int main(int argc, char **argv)
     /* mode 3: payloads a member seals itself: a DELTA with a vector, and a
      * stream's first frame (block, descriptor, first chunk) */
     {
-        uint8_t buf[4 + 16 + 16 + 300 * 4];
-        size_t len = 0;
+        uint8_t buf[4 + FED_WIRE_BLOCK_MAX + 16 + 300 * 4];
+        fed_wire_block b;
+        size_t len = 0, blen = 0;
 
         memset(buf, 0, sizeof buf);
+        memset(&b, 0, sizeof b);
+        b.samples = 10;
+        b.dp_epsilon = 0.5;
+        b.dp_budget = 4;
         buf[0] = FED_WIRE_DELTA;
         buf[1] = 0;
-        if (fed_codec_encode(&codecs[0], x, 300, NULL, buf + 4 + 16, sizeof buf - 20, &len) !=
-            FED_OK)
+        if (fed_wire_block_encode(FED_WIRE_DELTA, &b, buf + 4, FED_WIRE_BLOCK_MAX, &blen) !=
+                FED_OK ||
+            fed_codec_encode(&codecs[0], x, 300, NULL, buf + 4 + blen, sizeof buf - 4 - blen,
+                             &len) != FED_OK)
             abort();
-        buf[2] = (uint8_t)(16 + len);
-        buf[3] = (uint8_t)((16 + len) >> 8);
-        save(argv[1], "v3-member-delta", 3, buf, 4 + 16 + len);
+        buf[2] = (uint8_t)(blen + len);
+        buf[3] = (uint8_t)((blen + len) >> 8);
+        save(argv[1], "v4-member-delta", 3, buf, 4 + blen + len);
     }
     {
         /* reuse stream-0's descriptor: open its first frame with b's session */
@@ -404,7 +431,7 @@ int main(int argc, char **argv)
          * the harness rebuilds identically (seq and nonce are zeroed in it) */
         memcpy(out + 4 + plen, frame + FED_WIRE_HEADER_BYTES + plen + FED_CRYPTO_SEAL_OVERHEAD,
                len - FED_WIRE_HEADER_BYTES - plen - FED_CRYPTO_SEAL_OVERHEAD);
-        save(argv[1], "v3-member-stream-first", 3, out,
+        save(argv[1], "v4-member-stream-first", 3, out,
              4 + len - FED_WIRE_HEADER_BYTES - FED_CRYPTO_SEAL_OVERHEAD);
         fed_wire_stream_tx_free(wa, tx);
     }

@@ -1,0 +1,166 @@
+/* agg_budget.c - the aggregator's view of its clients' privacy budgets:
+ * what each reports in its DELTA or LEAVE (wire.h's DP report), the clients
+ * parked after declining a round for their budget (never sampled, so never
+ * in a secure graph, until they restart: a later epoch), and the stop when
+ * fewer than --min-clients can still take part. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "node/aggregator_impl.h"
+
+/* key's row, or NULL; *at where it goes (the rows sorted by key). */
+static agg_member_dp *row_find(const node_agg *a, const uint8_t key[32], size_t *at)
+{
+    size_t lo = 0, hi = a->nmdp;
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = memcmp(a->mdp[mid].key, key, 32);
+
+        if (c == 0)
+            return &a->mdp[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (at)
+        *at = lo;
+    return NULL;
+}
+
+/* key's row, made when missing (NULL: out of memory, the report dropped). */
+static agg_member_dp *row_get(node_agg *a, const uint8_t key[32])
+{
+    size_t at = 0;
+    agg_member_dp *r = row_find(a, key, &at);
+
+    if (r)
+        return r;
+    if (a->nmdp == a->cap_mdp) {
+        size_t cap = a->cap_mdp ? 2 * a->cap_mdp : 16;
+        agg_member_dp *p = fed_realloc(a->mdp, cap * sizeof *p);
+
+        if (!p)
+            return NULL;
+        a->mdp = p;
+        a->cap_mdp = cap;
+    }
+    memmove(a->mdp + at + 1, a->mdp + at, (a->nmdp - at) * sizeof *a->mdp);
+    memset(&a->mdp[at], 0, sizeof a->mdp[at]);
+    memcpy(a->mdp[at].key, key, 32);
+    a->nmdp++;
+    return &a->mdp[at];
+}
+
+/* The member's allow-list name, or its key's first bytes in hex. */
+static const char *member_name(const fed_node *n, const uint8_t key[32], char buf[16])
+{
+    const char *name = fed_crypto_allow_find(n->cfg.allow, key);
+
+    if (name)
+        return name;
+    snprintf(buf, 16, "%02x%02x%02x%02x", key[0], key[1], key[2], key[3]);
+    return buf;
+}
+
+void fed_node_agg_budget_note(fed_node *n, const fed_wire_msg *m)
+{
+    agg_member_dp *r;
+
+    if (m->block.dp_epsilon == 0 && m->block.dp_budget == 0)
+        return; /* no account kept (or an older client): nothing to show */
+    if (!(r = row_get(n->agg, m->hdr.sender)))
+        return;
+    r->epsilon = m->block.dp_epsilon;
+    r->budget = m->block.dp_budget;
+    r->reported = 1;
+    n->agg->mdp_version++;
+}
+
+/* Clients that could still take part: the allow-list's members but this
+ * node and those parked. */
+static size_t can_take_part(const fed_node *n, size_t *parked)
+{
+    size_t members = fed_crypto_allow_count(n->cfg.allow);
+
+    *parked = 0;
+    for (size_t i = 0; i < n->agg->nmdp; i++)
+        if (n->agg->mdp[i].parked && fed_crypto_allow_find(n->cfg.allow, n->agg->mdp[i].key))
+            (*parked)++;
+    if (fed_crypto_allow_find(n->cfg.allow, n->key))
+        members--;
+    return members > *parked ? members - *parked : 0;
+}
+
+fed_err fed_node_agg_budget_declined(fed_node *n, const fed_wire_msg *m)
+{
+    node_agg *a = n->agg;
+    agg_member_dp *r = row_get(a, m->hdr.sender);
+    size_t left, parked;
+    char hex[16];
+    const char *who = member_name(n, m->hdr.sender, hex);
+
+    if (r && (!r->parked || r->epoch != m->hdr.sender_epoch)) {
+        r->parked = 1;
+        r->epoch = m->hdr.sender_epoch;
+        a->mdp_version++;
+    }
+    if (m->block.dp_budget > 0)
+        fed_log(FED_LOG_WARN, "aggregator: client %s declined round %llu: its privacy budget is "
+                "spent (epsilon %.4f of %.4g); it takes part in no round until it restarts",
+                who, (unsigned long long)m->hdr.round, m->block.dp_epsilon,
+                m->block.dp_budget);
+    else
+        fed_log(FED_LOG_WARN, "aggregator: client %s declined round %llu: its privacy budget is "
+                "spent; it takes part in no round until it restarts", who,
+                (unsigned long long)m->hdr.round);
+    left = can_take_part(n, &parked);
+    if (left >= n->cfg.min_clients)
+        return FED_OK;
+    fed_log(FED_LOG_ERROR, "aggregator: only %zu client%s can still take part (%zu declined for "
+            "their privacy budget), fewer than --min-clients %u: stopping the run after round "
+            "%llu", left, left == 1 ? "" : "s", parked, n->cfg.min_clients,
+            (unsigned long long)n->round);
+    n->failed = FED_ERR_TOO_FEW_CLIENTS;
+    return FED_ERR_TOO_FEW_CLIENTS;
+}
+
+int fed_node_agg_budget_parked(fed_node *n, const fed_wire_hdr *h)
+{
+    agg_member_dp *r = row_find(n->agg, h->sender, NULL);
+    char hex[16];
+
+    if (!r || !r->parked)
+        return 0;
+    if (h->sender_epoch <= r->epoch) /* the run that declined: a HELLO of its is a retry */
+        return 1;
+    r->parked = 0;
+    n->agg->mdp_version++;
+    fed_log(FED_LOG_WARN, "aggregator: client %s, left out for its privacy budget, restarted "
+            "(epoch %llu): it is sampled again", member_name(n, h->sender, hex),
+            (unsigned long long)h->sender_epoch);
+    return 0;
+}
+
+void fed_node_agg_budget_free(node_agg *a)
+{
+    fed_free(a->mdp);
+    a->mdp = NULL;
+    a->nmdp = a->cap_mdp = 0;
+}
+
+int fed_node_member_dp(const fed_node *n, const uint8_t key[32], double *epsilon,
+                       double *budget, int *parked)
+{
+    const agg_member_dp *r = n->agg ? row_find(n->agg, key, NULL) : NULL;
+
+    *epsilon = r ? r->epsilon : 0;
+    *budget = r ? r->budget : 0;
+    *parked = r ? r->parked : 0;
+    return r && r->reported;
+}
+
+uint64_t fed_node_members_dp_version(const fed_node *n) { return n->agg ? n->agg->mdp_version : 0; }
