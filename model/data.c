@@ -18,16 +18,15 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "model/data_impl.h"
 
 /* deflate never expands more than 1032:1; a gzip input shorter than this
  * bound cannot hold what its header claims, so we refuse before allocating. */
 #define GZ_MAX_RATIO 1040u
 #define GZ_SLACK 4096u
+#define log_fail fed_data_log_fail
 
-static fed_err log_fail(fed_err e, const char *name, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static fed_err log_fail(fed_err e, const char *name, const char *fmt, ...)
+fed_err fed_data_log_fail(fed_err e, const char *name, const char *fmt, ...)
 {
     char cause[512];
     va_list ap;
@@ -571,6 +570,7 @@ void fed_data_free(fed_dataset *d)
     fed_free(d->x_u8);
     fed_free(d->x_f32);
     fed_free(d->y);
+    fed_free(d->categorical);
     fed_free(d);
 }
 
@@ -610,7 +610,7 @@ static int ends_with_gz(const char *path)
 }
 
 /* The cache directory, made when missing; 0 when caching is off or fails. */
-static int cache_dir(char *dir, size_t size)
+int fed_data_cache_dir(char *dir, size_t size)
 {
     const char *c = getenv("FEDNODE_CACHE"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
     int n;
@@ -683,9 +683,7 @@ static void put_be32(uint8_t *p, uint32_t v)
     p[3] = (uint8_t)v;
 }
 
-/* Writes an IDX file atomically (a temporary name, then rename): u8 data
- * of ndim dims. Best effort: 0 on any failure, nothing left behind. */
-static int write_idx(const char *path, int ndim, const uint32_t *dims, const uint8_t *data,
+int fed_data_write_idx(const char *path, int ndim, const uint32_t *dims, const uint8_t *data,
                      size_t bytes)
 {
     char tmp[4200];
@@ -706,20 +704,20 @@ static int write_idx(const char *path, int ndim, const uint32_t *dims, const uin
     return 0;
 }
 
-/* The inflated pair of d, for next time. */
-static void cache_store(const char *icache, const char *lcache, const fed_dataset *d)
+void fed_data_cache_keep(const char *icache, const char *lcache, const fed_dataset *d)
 {
-    uint32_t idims[3] = {(uint32_t)d->n, (uint32_t)d->shape.h, (uint32_t)d->shape.w};
+    uint32_t idims[3] = {(uint32_t)d->n, (uint32_t)(d->shape.c * d->shape.h),
+                         (uint32_t)d->shape.w};
     uint32_t ldims[1] = {(uint32_t)d->n};
     uint8_t *lab = fed_malloc(d->n ? d->n : 1);
 
-    if (!lab || !d->x_u8 || d->shape.c != 1)
+    if (!lab || !d->x_u8 || d->shape.classes > 256)
         goto out;
     for (size_t i = 0; i < d->n; i++)
         lab[i] = (uint8_t)d->y[i];
-    if (write_idx(icache, 3, idims, d->x_u8, d->n * d->features) &&
-        write_idx(lcache, 1, ldims, lab, d->n))
-        fed_log(FED_LOG_INFO, "data: kept the inflated files as %s (and its labels)", icache);
+    if (fed_data_write_idx(icache, 3, idims, d->x_u8, d->n * d->features) &&
+        fed_data_write_idx(lcache, 1, ldims, lab, d->n))
+        fed_log(FED_LOG_INFO, "data: kept the decoded data as %s (and its labels)", icache);
 out:
     fed_free(lab);
 }
@@ -729,7 +727,7 @@ out:
 static fed_err load_idx_cached(const char *ipath, const char *lpath, fed_dataset **out)
 {
     char dir[4096], icache[4200], lcache[4200];
-    int cached = ends_with_gz(ipath) && ends_with_gz(lpath) && cache_dir(dir, sizeof dir) &&
+    int cached = ends_with_gz(ipath) && ends_with_gz(lpath) && fed_data_cache_dir(dir, sizeof dir) &&
                  cache_name(dir, ipath, icache, sizeof icache) &&
                  cache_name(dir, lpath, lcache, sizeof lcache);
     fed_err err;
@@ -742,7 +740,7 @@ static fed_err load_idx_cached(const char *ipath, const char *lpath, fed_dataset
     }
     err = fed_data_load_idx(ipath, lpath, out);
     if (err == FED_OK && cached)
-        cache_store(icache, lcache, *out);
+        fed_data_cache_keep(icache, lcache, *out);
     return err;
 }
 
@@ -763,7 +761,29 @@ static fed_err open_idx_dir(const char *dir, int train, fed_dataset **out)
     return err;
 }
 
+/* A directory of IDX files when it holds any train-/t10k- image file. */
+static int has_idx(const char *dir)
+{
+    static const char *const names[] = { "train-images-idx3-ubyte", "train-images-idx3-ubyte.gz",
+                                         "t10k-images-idx3-ubyte", "t10k-images-idx3-ubyte.gz" };
+    char path[4200];
+
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        int n = snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+
+        if (n > 0 && (size_t)n < sizeof path && is_file(path))
+            return 1;
+    }
+    return 0;
+}
+
 fed_err fed_data_open(const char *what, int train, fed_dataset **out)
+{
+    return fed_data_open_opts(what, train, NULL, out);
+}
+
+fed_err fed_data_open_opts(const char *what, int train, const fed_data_opts *opts,
+                           fed_dataset **out)
 {
     struct stat st;
     char eb[128];
@@ -784,8 +804,10 @@ fed_err fed_data_open(const char *what, int train, fed_dataset **out)
                         strerror_r(e, eb, sizeof eb));
     }
     if (S_ISDIR(st.st_mode))
-        return open_idx_dir(what, train, out);
-    return fed_data_open_csv(what, train, NULL, out);
+        return has_idx(what) || !fed_data_has_subdirs(what)
+                   ? open_idx_dir(what, train, out)
+                   : fed_data_open_images(what, train, opts, out);
+    return fed_data_open_csv(what, train, opts ? &opts->csv : NULL, out);
 }
 
 fed_err fed_data_subset(const fed_dataset *d, const uint32_t *idx, size_t n, fed_dataset **out)
@@ -806,12 +828,15 @@ fed_err fed_data_subset(const fed_dataset *d, const uint32_t *idx, size_t n, fed
     s->n = n;
     s->shape = d->shape;
     s->features = f;
+    s->hash_buckets = d->hash_buckets;
     s->y = fed_malloc(n * sizeof *s->y);
+    if (d->categorical && (s->categorical = fed_malloc(f)))
+        memcpy(s->categorical, d->categorical, f);
     if (d->x_u8)
         s->x_u8 = fed_malloc(n * f);
     else
         s->x_f32 = fed_malloc(n * f * sizeof *s->x_f32);
-    if (!s->y || (!s->x_u8 && !s->x_f32)) {
+    if (!s->y || (!s->x_u8 && !s->x_f32) || (d->categorical && !s->categorical)) {
         fed_data_free(s);
         return FED_ERR_NOMEM;
     }

@@ -21,6 +21,15 @@ typedef struct fed_dataset {
     uint8_t *x_u8;        /* (n, features) images, or NULL */
     float *x_f32;         /* (n, features) standardized features, or NULL */
     int32_t *y;           /* (n) labels in [0, classes) */
+    /* What a lenient reader did (zero for IDX and strict CSV): */
+    size_t skipped;       /* bad images or bad rows skipped (--skip-bad-*) */
+    size_t missing;       /* CSV cells empty or NA, filled */
+    size_t empty_classes; /* image class folders left with no image */
+    /* CSV: (features) 1 where the column holds hash-bucket ids in
+     * [0, hash_buckets) (0 = missing) as plain numbers, kept out of
+     * standardization; NULL when no column is categorical. */
+    uint8_t *categorical;
+    int hash_buckets;
 } fed_dataset;
 
 /* Limits a reader enforces before allocating. */
@@ -74,7 +83,30 @@ FED_WUR fed_err fed_data_parse_idx(const uint8_t *images, size_t images_len,
 typedef struct fed_csv_opts {
     const char *label_column; /* default "label" */
     const char *stats_path;   /* NULL: compute from this file */
+    /* Categorical columns: NULL or "" none (strict: every feature numeric),
+     * "auto" every column with a cell that is not a number (each reported
+     * at info level), else a comma-separated list of column names (one not
+     * in the header is FED_ERR_NOTFOUND). Such a column's cell becomes
+     * 1 + SipHash-2-4(FED_CSV_HASH_KEY, cell) % (hash_buckets - 1), a
+     * missing cell bucket 0: the same id at every site, no vocabulary. */
+    const char *categorical;
+    int hash_buckets;         /* 0: FED_CSV_DEFAULT_BUCKETS; else >= 2 */
+    /* A bad row (ragged, a cell that does not parse, a bad label) is logged
+     * by PATH:LINE and skipped, counted in fed_dataset.skipped, instead of
+     * refusing the file. */
+    int skip_bad_rows;
+    /* Missing numeric cells (empty or NA) are filled with fill[j] for
+     * feature j when set (the hook for shared statistics), else with the
+     * statistics file's mean, else the training file's, else the mean of the
+     * file's present values. */
+    const double *fill;
 } fed_csv_opts;
+#define FED_CSV_DEFAULT_BUCKETS 1024
+#define FED_CSV_MAX_BUCKETS (1 << 20)
+/* The fixed, public SipHash key of categorical cells (16 bytes). */
+#define FED_CSV_HASH_KEY "fednode/csv-cat1"
+/* SipHash-2-4 of msg under a 16-byte key (also names image-folder caches). */
+uint64_t fed_data_siphash(const uint8_t key[16], const void *msg, size_t len);
 FED_WUR fed_err fed_data_load_csv(const char *path, const fed_csv_opts *opts, fed_dataset **out);
 FED_WUR fed_err fed_data_parse_csv(const char *buf, size_t len, const fed_csv_opts *opts,
                                    fed_dataset **out);
@@ -92,6 +124,52 @@ FED_WUR fed_err fed_data_parse_csv(const char *buf, size_t len, const fed_csv_op
  * source is never answered from an old copy, and they go through the same
  * strict reader (a damaged copy is ignored and written anew). */
 FED_WUR fed_err fed_data_open(const char *what, int train, fed_dataset **out);
+
+/* Image folders: DIR/CLASS/FILE, one subfolder per class; classes are the
+ * subfolder names sorted bytewise (strcmp), class i the i-th; names starting
+ * with '.' are ignored. DIR/train and DIR/test, when both are folders, are
+ * the two splits; else DIR serves both (a note is logged). Every other
+ * regular file in a class folder must be a PNG or a JPEG, told by its magic
+ * bytes (never its name). Each is decoded (libpng, libjpeg-turbo) to gray or
+ * RGB, resized bilinearly so that it covers c x h x w, center-cropped, and
+ * stored planar (c, h, w) as uint8: the same dataset the IDX reader gives.
+ * Memory: one source file (at most FED_DATA_IMG_MAX_FILE bytes) and one
+ * decoded image (at most FED_DATA_IMG_MAX_PIXELS pixels, checked from the
+ * header before allocating) at a time, and the dataset itself, whose size
+ * n * c * h * w is checked against max_bytes before any image is decoded.
+ * The decoded dataset is kept in the cache (as for gzip IDX, see
+ * fed_data_open) under a name that hashes the shape, the flags and every
+ * file's name, size and modification time.
+ * Errors (each logged with the path): a bad image (not PNG/JPEG, corrupt,
+ * truncated, too large) FED_ERR_MAGIC / FED_ERR_FORMAT / FED_ERR_TOO_LARGE;
+ * a class folder without images FED_ERR_NOTFOUND; with skip_bad_images
+ * these are logged as warnings and counted (skipped, empty_classes: an
+ * empty class keeps its number, so labels agree across sites). */
+typedef struct fed_data_opts {
+    int c, h, w;           /* image input shape; 0: 1, 28, 28 */
+    int skip_bad_images;
+    uint64_t max_bytes;    /* decoded image dataset bound; 0: FED_DATA_IMG_MAX_BYTES */
+    fed_csv_opts csv;
+} fed_data_opts;
+#define FED_DATA_IMG_MAX_PIXELS (1u << 25) /* per source image (about 5800 x 5800) */
+#define FED_DATA_IMG_MAX_FILE (64u << 20)  /* per source file */
+#define FED_DATA_IMG_MAX_BYTES (2ull << 30)
+#define FED_DATA_IMG_MAX_CLASSES 256
+#define FED_DATA_IMG_MAX_SIDE 4096         /* of the input shape */
+/* fed_data_open with options (NULL: defaults, as fed_data_open). */
+FED_WUR fed_err fed_data_open_opts(const char *what, int train, const fed_data_opts *opts,
+                                   fed_dataset **out);
+/* An image folder (see above) as one split. */
+FED_WUR fed_err fed_data_load_images(const char *dir, const fed_data_opts *opts,
+                                     fed_dataset **out);
+/* One PNG or JPEG in memory (by magic) to c (1 gray, 3 RGB) interleaved
+ * 8-bit channels; *pixels (w * h * c bytes) freed by the caller with
+ * fed_free. name is for the log. */
+FED_WUR fed_err fed_data_decode_image(const uint8_t *buf, size_t len, const char *name, int c,
+                                      uint8_t **pixels, int *w, int *h);
+/* Resize (bilinear, covering) and center-crop interleaved src (sw x sh x c)
+ * into planar dst (c x dh x dw). Same size: an exact copy. */
+void fed_data_fit_image(const uint8_t *src, int sw, int sh, int c, uint8_t *dst, int dw, int dh);
 /* The CSV part of fed_data_open: for train, path itself; for test, the
  * sibling "X.test.csv" of "X.csv" when it exists, standardized with the
  * training file's statistics (or opts->stats_path), else path again (a note

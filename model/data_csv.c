@@ -22,10 +22,23 @@
 
 typedef struct csv_raw {
     size_t n, features;
-    double *x;  /* (n, features) values as written */
+    double *x;  /* (n, features) values as written; NAN: missing (until filled) */
     int32_t *y; /* (n) labels */
     int classes;
+    uint8_t *cat;     /* (features) categorical columns, or NULL */
+    int buckets;      /* of the categorical columns */
+    size_t missing;   /* cells empty or NA */
+    size_t skipped;   /* bad rows skipped */
 } csv_raw;
+
+/* How a file is read: the label's column, the categorical columns (by
+ * column, label included, NULL: none), whether bad rows are skipped. */
+typedef struct csv_mode {
+    size_t label_at;
+    uint8_t *cat_col; /* (ncols) */
+    int buckets;
+    int skip;
+} csv_mode;
 
 typedef struct csv_line {
     const char *p;
@@ -78,25 +91,111 @@ static int next_field(const char **p, const char *end, const char **f, size_t *f
     return more;
 }
 
+static fed_err csv_say(fed_log_level lvl, fed_err e, const char *name, size_t line, size_t col,
+                       const char *fmt, va_list ap)
+{
+    char cause[512];
+
+    vsnprintf(cause, sizeof cause, fmt, ap);
+    if (col)
+        fed_log(lvl, "%s:%zu: column %zu: %s (%s)", name, line, col, cause, fed_errname(e));
+    else if (line)
+        fed_log(lvl, "%s:%zu: %s (%s)", name, line, cause, fed_errname(e));
+    else
+        fed_log(lvl, "%s: %s (%s)", name, cause, fed_errname(e));
+    return e;
+}
+
 static fed_err csv_fail(fed_err e, const char *name, size_t line, size_t col, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
 static fed_err csv_fail(fed_err e, const char *name, size_t line, size_t col, const char *fmt, ...)
 {
-    char cause[512];
     va_list ap;
 
     va_start(ap, fmt);
-    vsnprintf(cause, sizeof cause, fmt, ap);
+    csv_say(FED_LOG_ERROR, e, name, line, col, fmt, ap);
     va_end(ap);
-    if (col)
-        fed_log(FED_LOG_ERROR, "%s:%zu: column %zu: %s (%s)", name, line, col, cause,
-                fed_errname(e));
-    else if (line)
-        fed_log(FED_LOG_ERROR, "%s:%zu: %s (%s)", name, line, cause, fed_errname(e));
-    else
-        fed_log(FED_LOG_ERROR, "%s: %s (%s)", name, cause, fed_errname(e));
     return e;
+}
+
+/* A row's fault: an error, or with skip a warning (the row is skipped). */
+static fed_err row_fail(int skip, fed_err e, const char *name, size_t line, size_t col,
+                        const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+static fed_err row_fail(int skip, fed_err e, const char *name, size_t line, size_t col,
+                        const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    csv_say(skip ? FED_LOG_WARN : FED_LOG_ERROR, e, name, line, col, fmt, ap);
+    va_end(ap);
+    return e;
+}
+
+/* ---- SipHash-2-4 (Aumasson and Bernstein), written from the paper ---- */
+
+static uint64_t rotl64(uint64_t x, int b) { return x << b | x >> (64 - b); }
+
+static uint64_t le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+#define SIPROUND                                                                           \
+    do {                                                                                   \
+        v0 += v1, v1 = rotl64(v1, 13), v1 ^= v0, v0 = rotl64(v0, 32);                      \
+        v2 += v3, v3 = rotl64(v3, 16), v3 ^= v2;                                           \
+        v0 += v3, v3 = rotl64(v3, 21), v3 ^= v0;                                           \
+        v2 += v1, v1 = rotl64(v1, 17), v1 ^= v2, v2 = rotl64(v2, 32);                      \
+    } while (0)
+
+uint64_t fed_data_siphash(const uint8_t key[16], const void *msg, size_t len)
+{
+    const uint8_t *m = msg;
+    uint64_t k0 = le64(key), k1 = le64(key + 8), b = (uint64_t)len << 56, w;
+    uint64_t v0 = k0 ^ 0x736f6d6570736575ull, v1 = k1 ^ 0x646f72616e646f6dull;
+    uint64_t v2 = k0 ^ 0x6c7967656e657261ull, v3 = k1 ^ 0x7465646279746573ull;
+    size_t i;
+
+    for (i = 0; i + 8 <= len; i += 8) {
+        w = le64(m + i);
+        v3 ^= w;
+        SIPROUND;
+        SIPROUND;
+        v0 ^= w;
+    }
+    for (size_t k = 0; i + k < len; k++)
+        b |= (uint64_t)m[i + k] << (8 * k);
+    v3 ^= b;
+    SIPROUND;
+    SIPROUND;
+    v0 ^= b;
+    v2 ^= 0xff;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    return v0 ^ v1 ^ v2 ^ v3;
+}
+
+static int is_missing(const char *f, size_t flen)
+{
+    return flen == 0 || (flen == 2 && f[0] == 'N' && f[1] == 'A');
+}
+
+/* A categorical cell's bucket: 0 missing, else 1 + hash % (buckets - 1). */
+static double bucket_of(const char *f, size_t flen, int buckets)
+{
+    if (is_missing(f, flen))
+        return 0;
+    return (double)(1 + fed_data_siphash((const uint8_t *)FED_CSV_HASH_KEY, f, flen) %
+                            (uint64_t)(buckets - 1));
 }
 
 /* A whole field as a finite double. */
@@ -208,58 +307,183 @@ static fed_err parse_header(const csv_line *l, const char *name, const char *lab
     return FED_OK;
 }
 
-static fed_err parse_row(const csv_line *l, const char *name, size_t ncols, size_t label_at,
-                         double *x, int32_t *y)
+/* One data row into x (features) and y; *missing counts its empty or NA
+ * cells (NAN in x for numeric ones). */
+static fed_err parse_row(const csv_line *l, const char *name, size_t ncols, const csv_mode *m,
+                         double *x, int32_t *y, size_t *missing)
 {
     const char *p = l->p, *end = l->p + l->len, *f, *why = "";
     size_t flen, col = 0;
     int more = 1;
     fed_err err;
 
+    *missing = 0;
     if (l->len == 0)
-        return csv_fail(FED_ERR_FORMAT, name, l->lineno, 0, "empty line");
+        return row_fail(m->skip, FED_ERR_FORMAT, name, l->lineno, 0, "empty line");
     while (more) {
         if (col == ncols)
-            return csv_fail(FED_ERR_FORMAT, name, l->lineno, col + 1,
+            return row_fail(m->skip, FED_ERR_FORMAT, name, l->lineno, col + 1,
                             "more fields than the %zu of the header", ncols);
         more = next_field(&p, end, &f, &flen);
-        if (col == label_at)
+        err = FED_OK;
+        if (col == m->label_at) {
             err = parse_label(f, flen, y, &why);
-        else
+        } else if (memchr(f, '"', flen)) {
+            err = FED_ERR_FORMAT;
+            why = "quoted fields are not supported";
+        } else if (m->cat_col && m->cat_col[col]) {
+            *missing += is_missing(f, flen);
+            *x++ = bucket_of(f, flen, m->buckets);
+        } else if (is_missing(f, flen)) {
+            (*missing)++;
+            *x++ = NAN;
+        } else {
             err = parse_number(f, flen, x++, &why);
+        }
         if (err)
-            return csv_fail(err, name, l->lineno, col + 1, "%s: '%.*s'", why,
+            return row_fail(m->skip, err, name, l->lineno, col + 1, "%s: '%.*s'", why,
                             (int)(flen > 40 ? 40 : flen), f);
         col++;
     }
     if (col != ncols)
-        return csv_fail(FED_ERR_FORMAT, name, l->lineno, 0, "%zu fields, the header has %zu", col,
-                        ncols);
+        return row_fail(m->skip, FED_ERR_FORMAT, name, l->lineno, 0,
+                        "%zu fields, the header has %zu", col, ncols);
     return FED_OK;
+}
+
+static const char *label_of(const fed_csv_opts *opts)
+{
+    return opts && opts->label_column && *opts->label_column ? opts->label_column : "label";
 }
 
 static void raw_free(csv_raw *r)
 {
     fed_free(r->x);
     fed_free(r->y);
+    fed_free(r->cat);
     memset(r, 0, sizeof *r);
 }
 
-static fed_err parse_raw(const char *buf, size_t len, const char *name, const char *label_col,
-                         csv_raw *r)
+static int buckets_of(const fed_csv_opts *o)
+{
+    return o && o->hash_buckets ? o->hash_buckets : FED_CSV_DEFAULT_BUCKETS;
+}
+
+/* --categorical's list: each name must be a header column, not the label. */
+static fed_err cats_by_name(const csv_line *head, const char *name, const char *list,
+                            const csv_mode *m, uint8_t *cat_col)
+{
+    const char *lp = list, *lend = list + strlen(list), *want;
+    size_t wlen;
+    int lmore = 1;
+
+    while (lmore) {
+        const char *p = head->p, *end = head->p + head->len, *f;
+        size_t flen, col = 0;
+        int more = 1, found = 0;
+
+        lmore = next_field(&lp, lend, &want, &wlen);
+        if (wlen == 0)
+            return csv_fail(FED_ERR_BAD_VALUE, name, 0, 0, "--categorical '%s' has an empty name",
+                            list);
+        while (more && !found) {
+            more = next_field(&p, end, &f, &flen);
+            if (flen == wlen && memcmp(f, want, wlen) == 0)
+                found = 1;
+            else
+                col++;
+        }
+        if (!found)
+            return csv_fail(FED_ERR_NOTFOUND, name, head->lineno, 0,
+                            "no column named '%.*s' (--categorical)", (int)wlen, want);
+        if (col == m->label_at)
+            return csv_fail(FED_ERR_BAD_VALUE, name, head->lineno, col + 1,
+                            "the label column cannot be categorical");
+        cat_col[col] = 1;
+    }
+    return FED_OK;
+}
+
+/* --categorical auto: every column with a present cell that is not a
+ * number, each reported with the first such cell. Rows of the wrong length
+ * are left to the parse proper. */
+static void cats_detect(csv_cursor c, const char *name, size_t ncols, const csv_mode *m,
+                        uint8_t *cat_col)
+{
+    csv_line l;
+
+    while (next_line(&c, &l)) {
+        const char *p = l.p, *end = l.p + l.len, *f, *why;
+        size_t flen, col = 0;
+        int more = l.len > 0;
+        double v;
+
+        while (more && col < ncols) {
+            more = next_field(&p, end, &f, &flen);
+            if (col != m->label_at && !cat_col[col] && !is_missing(f, flen) &&
+                !memchr(f, '"', flen) && parse_number(f, flen, &v, &why) == FED_ERR_NOT_NUMERIC) {
+                cat_col[col] = 1;
+                fed_log(FED_LOG_INFO, "%s:%zu: column %zu is categorical ('%.*s' is not a number)",
+                        name, l.lineno, col + 1, (int)(flen > 40 ? 40 : flen), f);
+            }
+            col++;
+        }
+    }
+}
+
+/* The categorical columns of opts (or, for a test file, the training
+ * file's, force: by feature) as a mask by column; NULL when none. */
+static fed_err cats_resolve(const csv_line *head, csv_cursor rows, const char *name,
+                            const fed_csv_opts *opts, const uint8_t *force, size_t ncols,
+                            csv_mode *m)
+{
+    const char *list = opts ? opts->categorical : NULL;
+    size_t any = 0;
+    fed_err err = FED_OK;
+
+    m->cat_col = NULL;
+    m->buckets = buckets_of(opts);
+    if (!force && (!list || !*list))
+        return FED_OK;
+    if (m->buckets < 2 || m->buckets > FED_CSV_MAX_BUCKETS)
+        return csv_fail(FED_ERR_BAD_VALUE, name, 0, 0, "--hash-buckets %d: want 2..%d",
+                        m->buckets, FED_CSV_MAX_BUCKETS);
+    if (!(m->cat_col = fed_calloc(ncols, 1)))
+        return FED_ERR_NOMEM;
+    if (force) {
+        for (size_t col = 0, j = 0; col < ncols; col++)
+            if (col != m->label_at)
+                m->cat_col[col] = force[j++];
+    } else if (!strcmp(list, "auto")) {
+        cats_detect(rows, name, ncols, m, m->cat_col);
+    } else {
+        err = cats_by_name(head, name, list, m, m->cat_col);
+    }
+    for (size_t col = 0; col < ncols; col++)
+        any += m->cat_col[col];
+    if (err || !any) {
+        fed_free(m->cat_col);
+        m->cat_col = NULL;
+    }
+    return err;
+}
+
+static fed_err parse_raw(const char *buf, size_t len, const char *name, const fed_csv_opts *opts,
+                         const uint8_t *force_cat, csv_raw *r)
 {
     csv_cursor c = { buf, len, 0, 0 };
-    csv_line l;
-    size_t ncols = 0, label_at = 0, rows = 0, i = 0;
+    csv_line l, head;
+    csv_mode m = { 0, NULL, 0, opts && opts->skip_bad_rows };
+    size_t ncols = 0, rows = 0, i = 0;
     int ok = 1;
     fed_err err;
 
     memset(r, 0, sizeof *r);
     if (len >= 3 && memcmp(buf, "\xef\xbb\xbf", 3) == 0)
         c.pos = 3; /* a UTF-8 byte-order mark, as spreadsheets write */
-    if (!next_line(&c, &l))
+    if (!next_line(&c, &head))
         return csv_fail(FED_ERR_TRUNCATED, name, 0, 0, "empty file, no header");
-    err = parse_header(&l, name, label_col, &ncols, &label_at);
+    err = parse_header(&head, name, label_of(opts), &ncols, &m.label_at);
     if (err)
         return err;
     /* Count rows first so the arrays are allocated once. */
@@ -275,24 +499,85 @@ static fed_err parse_raw(const char *buf, size_t len, const char *name, const ch
     if (rows > FED_DATA_MAX_SAMPLES)
         return csv_fail(FED_ERR_TOO_LARGE, name, 0, 0, "%zu rows, over the limit of %u", rows,
                         FED_DATA_MAX_SAMPLES);
-    r->n = rows;
+    if ((err = cats_resolve(&head, c, name, opts, force_cat, ncols, &m)) != FED_OK)
+        return err;
     r->features = ncols - 1;
+    r->buckets = m.buckets;
     r->x = fed_malloc(fed_mul_size(rows, r->features * sizeof(double), &ok));
     r->y = fed_malloc(rows * sizeof *r->y);
-    if (!ok || !r->x || !r->y) {
-        raw_free(r);
-        return FED_ERR_NOMEM;
+    if (m.cat_col && (r->cat = fed_malloc(r->features)))
+        for (size_t col = 0, j = 0; col < ncols; col++)
+            if (col != m.label_at)
+                r->cat[j++] = m.cat_col[col];
+    if (!ok || !r->x || !r->y || (m.cat_col && !r->cat)) {
+        err = FED_ERR_NOMEM;
+        goto out;
     }
     while (next_line(&c, &l)) {
-        err = parse_row(&l, name, ncols, label_at, r->x + i * r->features, r->y + i);
-        if (err) {
-            raw_free(r);
-            return err;
+        size_t miss = 0;
+
+        err = parse_row(&l, name, ncols, &m, r->x + i * r->features, r->y + i, &miss);
+        if (err && m.skip) {
+            r->skipped++;
+            err = FED_OK;
+            continue;
         }
+        if (err)
+            goto out;
+        r->missing += miss;
         if (r->y[i] + 1 > r->classes)
             r->classes = r->y[i] + 1;
         i++;
     }
+    r->n = i;
+    if (i == 0)
+        err = csv_fail(FED_ERR_TRUNCATED, name, 0, 0, "all %zu data rows are bad (skipped)", rows);
+    else if (r->skipped || r->missing)
+        fed_log(FED_LOG_WARN, "%s: %zu bad rows skipped, %zu empty or NA cells filled", name,
+                r->skipped, r->missing);
+out:
+    fed_free(m.cat_col);
+    if (err)
+        raw_free(r);
+    return err;
+}
+
+/* Each missing (NAN) numeric cell gets fill[j], or the mean of its column's
+ * present values when fill is NULL (0 for a column with none, warned). */
+static fed_err fill_missing(csv_raw *r, const char *name, const double *fill)
+{
+    size_t f = r->features;
+    double *own = NULL;
+
+    if (!r->missing)
+        return FED_OK;
+    if (!fill) {
+        size_t *cnt = fed_calloc(f, sizeof *cnt);
+
+        own = fed_calloc(f, sizeof *own);
+        if (!own || !cnt) {
+            fed_free(own);
+            fed_free(cnt);
+            return FED_ERR_NOMEM;
+        }
+        for (size_t i = 0; i < r->n; i++)
+            for (size_t j = 0; j < f; j++)
+                if (!isnan(r->x[i * f + j]))
+                    own[j] += r->x[i * f + j], cnt[j]++;
+        for (size_t j = 0; j < f; j++) {
+            if (!cnt[j])
+                fed_log(FED_LOG_WARN, "%s: feature %zu has no values: filled with 0", name,
+                        j + 1);
+            own[j] = cnt[j] ? own[j] / (double)cnt[j] : 0.0;
+        }
+        fed_free(cnt);
+        fill = own;
+    }
+    for (size_t i = 0; i < r->n; i++)
+        for (size_t j = 0; j < f; j++)
+            if (isnan(r->x[i * f + j]))
+                r->x[i * f + j] = fill[j];
+    fed_free(own);
     return FED_OK;
 }
 
@@ -324,6 +609,8 @@ static fed_err own_stats(const csv_raw *r, double **mean_out, double **std_out)
         /* A constant column (up to rounding of its mean) gets std 1, so it
          * standardizes to ~0 rather than to rounding noise scaled to +-1. */
         var[j] = s > 1e-12 * fabs(mean[j]) && isfinite(s) ? s : 1.0; /* now the std */
+        if (r->cat && r->cat[j]) /* bucket ids: not standardized */
+            mean[j] = 0.0, var[j] = 1.0;
     }
     *mean_out = mean;
     *std_out = var;
@@ -414,15 +701,23 @@ static fed_err build(const csv_raw *r, const char *name, const double *mean, con
     d->shape.h = 1;
     d->shape.w = (int)f;
     d->shape.classes = classes;
+    d->skipped = r->skipped;
+    d->missing = r->missing;
     d->x_f32 = fed_malloc(r->n * f * sizeof *d->x_f32);
     d->y = fed_malloc(r->n * sizeof *d->y);
-    if (!d->x_f32 || !d->y) {
+    if (r->cat) {
+        d->hash_buckets = r->buckets;
+        if ((d->categorical = fed_malloc(f)))
+            memcpy(d->categorical, r->cat, f);
+    }
+    if (!d->x_f32 || !d->y || (r->cat && !d->categorical)) {
         fed_data_free(d);
         return FED_ERR_NOMEM;
     }
     for (size_t i = 0; i < r->n; i++)
         for (size_t j = 0; j < f; j++) {
-            float z = (float)((r->x[i * f + j] - mean[j]) / sd[j]);
+            float z = r->cat && r->cat[j] ? (float)r->x[i * f + j]
+                                          : (float)((r->x[i * f + j] - mean[j]) / sd[j]);
 
             if (!isfinite(z) || !isfinite(mean[j])) {
                 fed_data_free(d);
@@ -438,23 +733,20 @@ static fed_err build(const csv_raw *r, const char *name, const double *mean, con
     return FED_OK;
 }
 
-static const char *label_of(const fed_csv_opts *opts)
-{
-    return opts && opts->label_column && *opts->label_column ? opts->label_column : "label";
-}
-
-/* Parse buf, then standardize with (mean, sd) if given, else with the stats
- * file of opts, else with its own statistics. */
+/* Parse buf (with the training file's categorical columns force_cat, if
+ * any), fill its missing cells, then standardize with (mean, sd) if given,
+ * else with the stats file of opts, else with its own statistics. */
 static fed_err csv_dataset(const char *buf, size_t len, const char *name,
                            const fed_csv_opts *opts, const double *mean, const double *sd,
-                           size_t want_features, int min_classes, fed_dataset **out)
+                           const uint8_t *force_cat, size_t want_features, int min_classes,
+                           fed_dataset **out)
 {
     csv_raw r;
     double *m = NULL, *s = NULL;
     fed_err err;
 
     *out = NULL;
-    err = parse_raw(buf, len, name, label_of(opts), &r);
+    err = parse_raw(buf, len, name, opts, force_cat, &r);
     if (err)
         return err;
     if (mean && r.features != want_features) {
@@ -464,7 +756,9 @@ static fed_err csv_dataset(const char *buf, size_t len, const char *name,
     }
     if (!mean && opts && opts->stats_path)
         err = load_stats(opts->stats_path, r.features, &m, &s);
-    else if (!mean)
+    if (!err)
+        err = fill_missing(&r, name, opts && opts->fill ? opts->fill : mean ? mean : m);
+    if (!err && !mean && !m)
         err = own_stats(&r, &m, &s);
     if (err)
         goto out;
@@ -480,7 +774,7 @@ out:
 fed_err fed_data_parse_csv(const char *buf, size_t len, const fed_csv_opts *opts,
                            fed_dataset **out)
 {
-    return csv_dataset(buf, len, "<csv buffer>", opts, NULL, NULL, 0, 0, out);
+    return csv_dataset(buf, len, "<csv buffer>", opts, NULL, NULL, NULL, 0, 0, out);
 }
 
 fed_err fed_data_load_csv(const char *path, const fed_csv_opts *opts, fed_dataset **out)
@@ -492,7 +786,7 @@ fed_err fed_data_load_csv(const char *path, const fed_csv_opts *opts, fed_datase
     *out = NULL;
     err = fed_data_read_file(path, FED_DATA_MAX_BYTES, &buf, &len);
     if (!err)
-        err = csv_dataset((const char *)buf, len, path, opts, NULL, NULL, 0, 0, out);
+        err = csv_dataset((const char *)buf, len, path, opts, NULL, NULL, NULL, 0, 0, out);
     fed_free(buf);
     return err;
 }
@@ -510,11 +804,13 @@ fed_err fed_data_csv_stats(const char *path, const fed_csv_opts *opts, double **
     err = fed_data_read_file(path, FED_DATA_MAX_BYTES, &buf, &len);
     if (err)
         return err;
-    err = parse_raw((const char *)buf, len, path, label_of(opts), &r);
+    err = parse_raw((const char *)buf, len, path, opts, NULL, &r);
     fed_free(buf);
     if (err)
         return err;
-    err = own_stats(&r, mean, std);
+    err = fill_missing(&r, path, opts ? opts->fill : NULL);
+    if (!err)
+        err = own_stats(&r, mean, std);
     if (!err)
         *features = r.features;
     raw_free(&r);
@@ -563,6 +859,7 @@ fed_err fed_data_open_csv(const char *path, int train, const fed_csv_opts *opts,
     size_t len = 0, features = 0;
     double *mean = NULL, *sd = NULL;
     fed_dataset *tr = NULL;
+    fed_csv_opts strict;
     fed_err err;
 
     *out = NULL;
@@ -587,8 +884,15 @@ fed_err fed_data_open_csv(const char *path, int train, const fed_csv_opts *opts,
     err = fed_data_read_file(sib, FED_DATA_MAX_BYTES, &buf, &len);
     if (err)
         goto out;
-    err = csv_dataset((const char *)buf, len, sib, opts, mean, sd, tr->features,
-                      tr->shape.classes, out);
+    /* The test file's categorical columns are the training file's, never
+     * detected anew. */
+    if (opts && !tr->categorical) {
+        strict = *opts;
+        strict.categorical = NULL;
+        opts = &strict;
+    }
+    err = csv_dataset((const char *)buf, len, sib, opts, mean, sd, tr->categorical,
+                      tr->features, tr->shape.classes, out);
     if (!err && (*out)->shape.classes > tr->shape.classes)
         fed_log(FED_LOG_WARN, "%s: has labels up to %d, the training file only up to %d", sib,
                 (*out)->shape.classes - 1, tr->shape.classes - 1);

@@ -8,6 +8,8 @@
 set -eu
 BUILD_PKGS="build-essential pkg-config libopenblas-dev libsodium-dev libnng-dev libsqlite3-dev
 libcmocka-dev zlib1g-dev libinih-dev libmicrohttpd-dev dataset-fashion-mnist"
+# image folders (--data DIR/CLASS/*.png|jpg): libpng and libjpeg-turbo
+BUILD_PKGS="$BUILD_PKGS libpng-dev libjpeg62-turbo-dev"
 # Open MPI: mpicc to build the MPI parts, mpirun to run a site over several
 # processes (and the MPI tests); without them make builds and tests the rest
 BUILD_PKGS="$BUILD_PKGS libopenmpi-dev openmpi-bin"

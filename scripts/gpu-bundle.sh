@@ -17,6 +17,8 @@ data=${FEDNODE_DATA:-/usr/share/datasets/fashion-mnist}
 # libz.so link (the GPU machine's own zlib may be another version).
 PKGS="libopenblas0-pthread libopenblas-pthread-dev libgfortran5 libquadmath0
 libcmocka0 libcmocka-dev libinih1 libinih-dev zlib1g zlib1g-dev"
+# model/data_img.c (image folders) is built there too: libpng, libjpeg-turbo
+PKGS="$PKGS libpng16-16 libpng-dev libjpeg62-turbo libjpeg62-turbo-dev"
 FILES="train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz
 t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz"
 

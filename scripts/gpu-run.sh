@@ -119,7 +119,7 @@ for prog in tests_test_cuda bench_bench_cuda; do
     echo "LD $prog" >>"$log"
     # shellcheck disable=SC2086
     "$CC" $CFLAGS "$build/obj/$prog.o" $objs -o "$build/bin/${prog#*_}" $LIBS -lopenblas \
-        -linih -lz $extra -ldl -lm -pthread -rdynamic >>"$log" 2>&1 || build_fail "$prog"
+        -linih -lpng16 -ljpeg -lz $extra -ldl -lm -pthread -rdynamic >>"$log" 2>&1 || build_fail "$prog"
 done
 # (the programs sit in bin/, away from the plugin, so that the loader's
 # search reaches $FEDNODE_PLUGIN_DIR.) Where each outside header came from (all from the prefix, or the build
@@ -127,7 +127,7 @@ done
 {
     echo "== outside headers used"
     cat "$build"/obj/*.d 2>/dev/null | tr -s ' \\' '\n' |
-        grep -E '/(cblas|cmocka|ini|zlib|zconf|openblas_config)\.h$' | sort -u
+        grep -E '/(cblas|cmocka|ini|zlib|zconf|openblas_config|png|jpeglib)\.h$' | sort -u
     echo "== test_cuda libraries"
     ldd "$build/bin/test_cuda"
     echo "== libfedcuda.so libraries"

@@ -859,7 +859,7 @@ static void test_csv_standardization(void **state)
 
     /* CRLF, no final newline, blanks around fields, another label name. */
     {
-        fed_csv_opts o = { "y", NULL };
+        fed_csv_opts o = { .label_column = "y" };
 
         d = csv_ok(" x , y \r\n 1.5 , 3 \r\n2.5,0", &o);
         assert_int_equal(d->n, 2);
@@ -881,7 +881,6 @@ static void test_csv_rejects(void **state)
     expect_csv("a,label\n1,0\nabc,1\n", FED_ERR_NOT_NUMERIC, ":3: column 1: not a number: 'abc'");
     expect_csv("a,label\n1x,0\n", FED_ERR_NOT_NUMERIC, ":2: column 1: not a number: '1x'");
     expect_csv("a,label\n1 2,0\n", FED_ERR_NOT_NUMERIC, ":2: column 1");
-    expect_csv("a,b,label\n1,,0\n", FED_ERR_NOT_NUMERIC, ":2: column 2: empty field");
     expect_csv("a,label\nnan,0\n", FED_ERR_NAN, ":2: column 1: NaN or infinity");
     expect_csv("a,label\n-inf,0\n", FED_ERR_NAN, ":2: column 1");
     expect_csv("a,label\n1e999,0\n", FED_ERR_RANGE, "overflows");
@@ -892,6 +891,9 @@ static void test_csv_rejects(void **state)
     expect_csv("a,b,label\n1,2,0\n1,2\n", FED_ERR_FORMAT, ":3: 2 fields, the header has 3");
     expect_csv("a,b,label\n1,2,0\n1,2,0,4\n", FED_ERR_FORMAT, ":3: column 4: more fields");
     expect_csv("a,b,label\n1,2,0\n1,2,", FED_ERR_NOT_NUMERIC, ":3: column 3: empty label");
+    expect_csv("a,b,label\n1,2,0\n1,2,NA", FED_ERR_NOT_NUMERIC, ":3: column 3: label is not");
+    /* Without --categorical a word is refused as before. */
+    expect_csv("a,b,label\n1,Paris,0\n", FED_ERR_NOT_NUMERIC, ":2: column 2: not a number");
     expect_csv("a,label\n1,0\n\n2,1\n", FED_ERR_FORMAT, ":3: empty line");
     expect_csv("a,label\n1,-1\n", FED_ERR_RANGE, "negative label");
     expect_csv("a,label\n1,256\n", FED_ERR_RANGE, "label over 255");
@@ -928,10 +930,186 @@ static void test_csv_rejects(void **state)
     free(wide);
 }
 
+/* -------------------------------------- CSV: words, gaps and bad rows -- */
+
+static fed_dataset *csv_with(const char *text, const fed_csv_opts *o, fed_err want)
+{
+    fed_dataset *d = (fed_dataset *)1;
+
+    fed_test_log_reset();
+    assert_err(fed_data_parse_csv(text, strlen(text), o, &d), want);
+    if (want != FED_OK)
+        assert_null(d);
+    return d;
+}
+
+/* SipHash-2-4 against the paper's vectors (key 00..0f, messages 00..). */
+static void test_siphash_vectors(void **state)
+{
+    uint8_t key[16], msg[64];
+
+    (void)state;
+    for (int i = 0; i < 16; i++)
+        key[i] = (uint8_t)i;
+    for (int i = 0; i < 64; i++)
+        msg[i] = (uint8_t)i;
+    assert_true(fed_data_siphash(key, msg, 0) == 0x726fdb47dd0e0e31ull);
+    assert_true(fed_data_siphash(key, msg, 15) == 0xa129ca6149be45e5ull);
+    assert_true(fed_data_siphash(key, msg, 8) == 0x93f5f5799a932462ull);
+}
+
+/* Empty and NA cells are missing: a numeric one is filled with the mean of
+ * its column's present values, and counted. */
+static void test_csv_missing(void **state)
+{
+    const char *t = "a,b,label\n1,,0\n3,2,1\n5,6,0\n7,NA,1\n";
+    fed_dataset *d;
+    double sb = sqrt(2.0), sa = sqrt(5.0);
+
+    (void)state;
+    d = csv_with(t, NULL, FED_OK);
+    assert_int_equal(d->n, 4);
+    assert_int_equal(d->missing, 2);
+    assert_int_equal(d->skipped, 0);
+    assert_null(d->categorical);
+    /* b = 4 (filled), 2, 6, 4: mean 4, std sqrt(2) */
+    assert_true(d->x_f32[1] == 0.0f);
+    assert_true(d->x_f32[3] == stdz(2, 4, sb));
+    assert_true(d->x_f32[5] == stdz(6, 4, sb));
+    assert_true(d->x_f32[7] == 0.0f);
+    assert_true(d->x_f32[0] == stdz(1, 4, sa));
+    fed_test_log_has("2 empty or NA cells filled");
+    fed_data_free(d);
+    /* The hook for shared statistics: fill values given. */
+    {
+        double fill[2] = { 0, 10 };
+        fed_csv_opts o = { .fill = fill };
+
+        d = csv_with(t, &o, FED_OK);
+        /* b = 10, 2, 6, 10: mean 7, std sqrt(11) */
+        assert_true(d->x_f32[1] == stdz(10, 7, sqrt(11.0)));
+        assert_true(d->x_f32[3] == stdz(2, 7, sqrt(11.0)));
+        fed_data_free(d);
+    }
+}
+
+static double bucket(const char *s, int n)
+{
+    return (double)(1 + fed_data_siphash((const uint8_t *)FED_CSV_HASH_KEY, s, strlen(s)) %
+                            (uint64_t)(n - 1));
+}
+
+static void test_csv_categorical(void **state)
+{
+    const char *t = "city,age,label\nParis,30,0\nLyon,40,1\n,50,0\nParis,NA,1\n";
+    fed_csv_opts o = { .categorical = "city", .hash_buckets = 16 };
+    fed_dataset *d;
+    double sd = sqrt(50.0);
+
+    (void)state;
+    d = csv_with(t, &o, FED_OK);
+    assert_int_equal(d->n, 4);
+    assert_int_equal(d->features, 2);
+    assert_non_null(d->categorical);
+    assert_int_equal(d->categorical[0], 1);
+    assert_int_equal(d->categorical[1], 0);
+    assert_int_equal(d->hash_buckets, 16);
+    assert_int_equal(d->missing, 2);
+    /* ids, not standardized; the missing city is bucket 0 */
+    assert_true(d->x_f32[0] == (float)bucket("Paris", 16));
+    assert_true(d->x_f32[2] == (float)bucket("Lyon", 16));
+    assert_true(d->x_f32[4] == 0.0f);
+    assert_true(d->x_f32[6] == d->x_f32[0]);
+    assert_true(d->x_f32[0] >= 1 && d->x_f32[0] < 16);
+    /* age: 30, 40, 50, 40 (filled) */
+    assert_true(d->x_f32[1] == stdz(30, 40, sd));
+    assert_true(d->x_f32[7] == 0.0f);
+    fed_data_free(d);
+
+    /* auto: the column is found and reported; the same ids */
+    o.categorical = "auto";
+    d = csv_with(t, &o, FED_OK);
+    fed_test_log_has("<csv buffer>:2: column 1 is categorical ('Paris' is not a number)");
+    assert_int_equal(fed_test_log_count("is categorical", ""), 1);
+    assert_int_equal(d->categorical[0], 1);
+    assert_int_equal(d->categorical[1], 0);
+    assert_true(d->x_f32[0] == (float)bucket("Paris", 16));
+    fed_data_free(d);
+    /* auto with nothing to find: no categorical column */
+    d = csv_with("a,label\n1,0\n2,1\n", &o, FED_OK);
+    assert_null(d->categorical);
+    fed_data_free(d);
+
+    o.categorical = "town";
+    csv_with(t, &o, FED_ERR_NOTFOUND);
+    fed_test_log_has("no column named 'town' (--categorical)");
+    o.categorical = "label";
+    csv_with(t, &o, FED_ERR_BAD_VALUE);
+    fed_test_log_has("the label column cannot be categorical");
+    o.categorical = "city";
+    o.hash_buckets = 1;
+    csv_with(t, &o, FED_ERR_BAD_VALUE);
+    fed_test_log_has("--hash-buckets 1: want 2..");
+    /* a word in a column not named stays an error */
+    o.hash_buckets = 16;
+    csv_with("city,age,label\nParis,old,0\n", &o, FED_ERR_NOT_NUMERIC);
+    fed_test_log_has(":2: column 2: not a number: 'old'");
+}
+
+/* The test file takes the training file's categorical columns. */
+static void test_csv_categorical_split(void **state)
+{
+    char tr[1024], te[1024];
+    fed_csv_opts o = { .categorical = "auto", .hash_buckets = 8 };
+    fed_dataset *d = NULL;
+
+    (void)state;
+    fed_test_path(tr, sizeof tr, "c.csv");
+    fed_test_path(te, sizeof te, "c.test.csv");
+    write_text(tr, "k,v,label\nx,1,0\ny,2,1\n");
+    write_text(te, "k,v,label\n7,1,0\n,3,1\n");
+    assert_err(fed_data_open_csv(te, 1, &o, &d), FED_OK); /* alone: nothing categorical */
+    assert_null(d->categorical);
+    fed_data_free(d);
+    assert_err(fed_data_open_csv(tr, 0, &o, &d), FED_OK);
+    assert_non_null(d->categorical);
+    assert_int_equal(d->categorical[0], 1);
+    assert_true(d->x_f32[0] == (float)bucket("7", 8));
+    assert_true(d->x_f32[2] == 0.0f);
+    assert_int_equal(d->missing, 1);
+    fed_data_free(d);
+}
+
+/* Bad rows: refused by PATH:LINE, or skipped and counted. */
+static void test_csv_bad_rows(void **state)
+{
+    const char *t = "a,label\n1,0\n2,x\n3\n\n4,1\n\"5\",0\n";
+    fed_csv_opts o = { .skip_bad_rows = 1 };
+    fed_dataset *d;
+
+    (void)state;
+    csv_with(t, NULL, FED_ERR_NOT_NUMERIC);
+    fed_test_log_has("<csv buffer>:3: column 2");
+    d = csv_with(t, &o, FED_OK);
+    assert_int_equal(d->n, 2);
+    assert_int_equal(d->skipped, 4);
+    assert_int_equal(d->y[0], 0);
+    assert_int_equal(d->y[1], 1);
+    assert_int_equal(d->shape.classes, 2);
+    fed_test_log_has("<csv buffer>:3: column 2: label is not");
+    fed_test_log_has("<csv buffer>:4: 1 fields, the header has 2");
+    fed_test_log_has("<csv buffer>:5: empty line");
+    fed_test_log_has("<csv buffer>:7: column 1: quoted");
+    fed_test_log_has("4 bad rows skipped");
+    fed_data_free(d);
+    csv_with("a,label\n1,x\n", &o, FED_ERR_TRUNCATED);
+    fed_test_log_has("all 1 data rows are bad");
+}
+
 static void test_csv_stats_file(void **state)
 {
     char csv[1024], stats[1024], out[1024];
-    fed_csv_opts o = { NULL, NULL };
+    fed_csv_opts o = { .label_column = NULL };
     fed_dataset *d = NULL, *own = NULL, *via = NULL;
     double *mean = NULL, *sd = NULL;
     size_t features = 0;
@@ -1030,7 +1208,7 @@ static void test_csv_open(void **state)
 
 static void test_csv_alloc_sweep(void **state)
 {
-    fed_csv_opts o = { NULL, NULL };
+    fed_csv_opts o = { .label_column = NULL };
     sweep s = {.text = "a,label,b\n1,0,2\n3,1,4\n5,2,7\n", .o = &o};
     char stats[1024];
 
@@ -1393,6 +1571,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_csv_standardization, setup, teardown),
         cmocka_unit_test_setup_teardown(test_csv_rejects, setup, teardown),
         cmocka_unit_test_setup_teardown(test_csv_stats_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_siphash_vectors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_csv_missing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_csv_categorical, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_csv_categorical_split, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_csv_bad_rows, setup, teardown),
         cmocka_unit_test_setup_teardown(test_csv_open, setup, teardown),
         cmocka_unit_test_setup_teardown(test_csv_alloc_sweep, setup, teardown),
         cmocka_unit_test_setup_teardown(test_partition_cover, setup, teardown),

@@ -19,7 +19,7 @@ static void quiet(void *ctx, fed_log_level level, const char *line)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    fed_csv_opts opts = { "label", NULL };
+    fed_csv_opts opts = { .label_column = "label" };
     fed_dataset *d = NULL;
 
     fed_log_set_sink(quiet, NULL);
