@@ -62,13 +62,15 @@ typedef struct train_cfg {
     double dp_sgd_clip;
     double dp_sgd_noise;
     double dp_delta;
+    fed_cli_data_flags dflags;
 } train_cfg;
 
 #define T(field, name, type, def, min, max, help)                              \
     FED_OPT_DEF(train_cfg, field, name, type, def, min, max, help)
 static const fed_opt train_opts[] = {
     T(data, "data", FED_OPT_STR, "fashion-mnist", 0, 0,
-      "fashion-mnist, a directory of IDX files (train-/t10k-), or a CSV file"),
+      "fashion-mnist, a directory of IDX files (train-/t10k-), a folder of images (one "
+      "subfolder per class, PNG or JPEG), or a CSV file"),
     T(model, "model", FED_OPT_STR, "mlp:256,128", 0, 0, "logreg, mlp:W1,W2,... or cnn"),
     T(epochs, "epochs", FED_OPT_INT, "10", 1, 100000, "passes over the (shard of the) data"),
     T(batch, "batch", FED_OPT_INT, "64", 1, 65536, "samples per step"),
@@ -113,6 +115,7 @@ static const fed_opt train_opts[] = {
       "DP-SGD: the noise multiplier z (noise standard deviation z C on the summed gradient)"),
     T(dp_delta, "dp-delta", FED_OPT_DOUBLE, "1e-5", 0, 0,
       "DP-SGD: the delta of the (epsilon, delta) printed, in (0, 1)"),
+    FED_CLI_DATA_OPTS(train_cfg),
 };
 #undef T
 #define NTRAIN_OPTS (sizeof train_opts / sizeof train_opts[0])
@@ -124,6 +127,7 @@ typedef struct eval_cfg {
     int batch;
     int threads;
     char device[32];
+    fed_cli_data_flags dflags;
 } eval_cfg;
 
 #define E(field, name, type, def, min, max, help)                              \
@@ -131,11 +135,12 @@ typedef struct eval_cfg {
 static const fed_opt eval_opts[] = {
     E(model, "model", FED_OPT_STR, "", 0, 0, "model file written by fednode train --out"),
     E(data, "data", FED_OPT_STR, "fashion-mnist", 0, 0,
-      "fashion-mnist, a directory of IDX files, or a CSV file"),
+      "fashion-mnist, a directory of IDX files, a folder of images, or a CSV file"),
     E(split, "split", FED_OPT_STR, "test", 0, 0, "test or train"),
     E(batch, "batch", FED_OPT_INT, "256", 1, 65536, "samples per forward pass"),
     E(threads, "threads", FED_OPT_INT, "0", 0, MAX_THREADS, "threads; 0 = every online core"),
     E(device, "device", FED_OPT_STR, "auto", 0, 0, "auto, cpu, cuda or cuda:N"),
+    FED_CLI_DATA_OPTS(eval_cfg),
 };
 #undef E
 #define NEVAL_OPTS (sizeof eval_opts / sizeof eval_opts[0])
@@ -483,6 +488,7 @@ static int resume(const train_cfg *c, train_world *w, fed_rng *shuffle)
 static int train_main(const train_cfg *c, int argc, char **argv)
 {
     train_world w = {0};
+    fed_data_opts dopts;
     fed_optim_cfg oc;
     fed_rng init, shuffle;
     int shard = 0, k = 1, threads = c->threads ? c->threads : fed_cli_online_cores(), rc;
@@ -509,11 +515,13 @@ static int train_main(const train_cfg *c, int argc, char **argv)
         rc = fail("thread pool", err);
         goto out;
     }
-    if ((err = fed_data_open(c->data, 1, &w.train)) != FED_OK) {
+    if ((rc = fed_cli_data_opts("train", &c->dflags, &dopts)) >= 0)
+        goto out;
+    if ((err = fed_data_open_opts(c->data, 1, &dopts, &w.train)) != FED_OK) {
         rc = fail(c->data, err);
         goto out;
     }
-    if (c->eval && (err = fed_data_open(c->data, 0, &w.test)) != FED_OK) {
+    if (c->eval && (err = fed_data_open_opts(c->data, 0, &dopts, &w.test)) != FED_OK) {
         rc = fail(c->data, err);
         goto out;
     }
@@ -591,6 +599,7 @@ static int eval_main(const eval_cfg *c, int argc, char **argv)
     fed_backend *be = NULL;
     fed_pool *pool = NULL;
     fed_dataset *d = NULL;
+    fed_data_opts dopts;
     fed_model *m = NULL;
     fed_step_stats st = {0};
     int threads = c->threads ? c->threads : fed_cli_online_cores(), rc = 1;
@@ -616,7 +625,10 @@ static int eval_main(const eval_cfg *c, int argc, char **argv)
         fed_cli_error("eval: %s: %s", c->model, fed_strerror(err));
         goto out;
     }
-    if ((err = fed_data_open(c->data, !strcmp(c->split, "train"), &d)) != FED_OK) {
+    if ((rc = fed_cli_data_opts("eval", &c->dflags, &dopts)) >= 0)
+        goto out;
+    rc = 1;
+    if ((err = fed_data_open_opts(c->data, !strcmp(c->split, "train"), &dopts, &d)) != FED_OK) {
         fed_cli_error("eval: %s: %s", c->data, fed_strerror(err));
         goto out;
     }
