@@ -1,0 +1,555 @@
+/* test_data_img.c - image folders: the fitting (bilinear cover, center
+ * crop, planar channels) to exact values, PNG and JPEG decoding told by
+ * magic bytes, every bad image (truncated, not an image, a 20000x20000
+ * header, an empty class folder) refused with its code and path or skipped
+ * and counted, the memory bound, the cache, and Fashion-MNIST's test images
+ * written as PNG files reading back to the IDX pixels. */
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <png.h>
+#include <jpeglib.h>
+#include <zlib.h>
+
+#include <cmocka.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "model/data.h"
+#include "tests/support/support.h"
+
+#define assert_err(got, want) assert_string_equal(fed_errname(got), fed_errname(want))
+
+/* ------------------------------------------------------------ helpers -- */
+
+typedef struct blob {
+    uint8_t *p;
+    size_t n;
+} blob;
+
+/* A PNG of w x h pixels of c channels (1 gray, 3 RGB), interleaved. */
+static blob png_of(const uint8_t *px, int w, int h, int c)
+{
+    png_image im;
+    png_alloc_size_t n = 0;
+    blob b;
+
+    memset(&im, 0, sizeof im);
+    im.version = PNG_IMAGE_VERSION;
+    im.width = (png_uint_32)w;
+    im.height = (png_uint_32)h;
+    im.format = c == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
+    assert_true(png_image_write_to_memory(&im, NULL, &n, 0, px, 0, NULL));
+    b.p = malloc(n);
+    assert_non_null(b.p);
+    assert_true(png_image_write_to_memory(&im, b.p, &n, 0, px, 0, NULL));
+    b.n = n;
+    return b;
+}
+
+/* A gray JPEG of w x h pixels, all v. */
+static blob jpeg_of(int w, int h, uint8_t v)
+{
+    struct jpeg_compress_struct ci;
+    struct jpeg_error_mgr em;
+    unsigned char *out = NULL;
+    unsigned long n = 0;
+    uint8_t *row = malloc((size_t)w);
+    blob b;
+
+    assert_non_null(row);
+    memset(row, v, (size_t)w);
+    ci.err = jpeg_std_error(&em);
+    jpeg_create_compress(&ci);
+    jpeg_mem_dest(&ci, &out, &n);
+    ci.image_width = (JDIMENSION)w;
+    ci.image_height = (JDIMENSION)h;
+    ci.input_components = 1;
+    ci.in_color_space = JCS_GRAYSCALE;
+    jpeg_set_defaults(&ci);
+    jpeg_set_quality(&ci, 95, TRUE);
+    jpeg_start_compress(&ci, TRUE);
+    while (ci.next_scanline < ci.image_height) {
+        JSAMPROW r = row;
+
+        jpeg_write_scanlines(&ci, &r, 1);
+    }
+    jpeg_finish_compress(&ci);
+    jpeg_destroy_compress(&ci);
+    free(row);
+    b.p = malloc(n);
+    assert_non_null(b.p);
+    memcpy(b.p, out, n);
+    b.n = n;
+    free(out);
+    return b;
+}
+
+static void put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+/* A chunk at p: length, type, data, CRC; returns the bytes written. */
+static size_t png_chunk(uint8_t *p, const char *type, const uint8_t *data, uint32_t len)
+{
+    put_be32(p, len);
+    memcpy(p + 4, type, 4);
+    if (len)
+        memcpy(p + 8, data, len);
+    put_be32(p + 8 + len, (uint32_t)crc32(0, p + 4, 4 + len));
+    return 12 + len;
+}
+
+/* A PNG whose header says w x h (gray, 8 bits), with a few bytes of
+ * image data: what a hostile file claims, not what it holds. */
+static blob png_header_only(uint32_t w, uint32_t h)
+{
+    static const uint8_t sig[8] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n' };
+    uint8_t ihdr[13] = { 0 }, idat[8] = { 0x78, 0x9c, 0x63, 0, 0, 0, 1, 0 };
+    blob b = { malloc(128), 0 };
+
+    assert_non_null(b.p);
+    memcpy(b.p, sig, 8);
+    put_be32(ihdr, w);
+    put_be32(ihdr + 4, h);
+    ihdr[8] = 8;
+    b.n = 8;
+    b.n += png_chunk(b.p + b.n, "IHDR", ihdr, 13);
+    b.n += png_chunk(b.p + b.n, "IDAT", idat, 8);
+    b.n += png_chunk(b.p + b.n, "IEND", NULL, 0);
+    return b;
+}
+
+static void write_blob(const char *path, blob b)
+{
+    FILE *f = fopen(path, "wb");
+
+    assert_non_null(f);
+    assert_int_equal(fwrite(b.p, 1, b.n, f), b.n);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* tmp/rel made (one level at a time, each may exist). */
+static void mkdirs(char *out, size_t cap, const char *rel)
+{
+    char part[512];
+    const char *p = rel;
+
+    while ((p = strchr(p, '/')) != NULL) {
+        snprintf(part, sizeof part, "%.*s", (int)(p - rel), rel);
+        fed_test_path(out, cap, part);
+        (void)mkdir(out, 0700);
+        p++;
+    }
+    fed_test_path(out, cap, rel);
+    (void)mkdir(out, 0700);
+}
+
+/* tmp/rel written with b. */
+static void put(const char *rel, blob b)
+{
+    char p[1024];
+
+    fed_test_path(p, sizeof p, rel);
+    write_blob(p, b);
+}
+
+static uint8_t gray8[64];
+static blob good_png(void)
+{
+    for (int i = 0; i < 64; i++)
+        gray8[i] = (uint8_t)(i * 4);
+    return png_of(gray8, 8, 8, 1);
+}
+
+static int setup(void **state)
+{
+    char cache[1024];
+    int rc = fed_test_tmpdir_setup(state);
+
+    fed_test_log_capture(FED_LOG_DEBUG);
+    fed_log_set_level(FED_LOG_DEBUG);
+    fed_test_path(cache, sizeof cache, "cache");
+    setenv("FEDNODE_CACHE", cache, 1);
+    return rc;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    fed_alloc_fail_nth(0, 0);
+    fed_test_log_default();
+    unsetenv("FEDNODE_CACHE");
+    return fed_test_tmpdir_teardown(state);
+}
+
+/* -------------------------------------------------------------- tests -- */
+
+static void test_fit_image(void **state)
+{
+    const uint8_t wide[8] = { 1, 2, 3, 4, 5, 6, 7, 8 }; /* 4 x 2 */
+    const uint8_t two[2] = { 0, 100 };                    /* 2 x 1 */
+    const uint8_t rgb[6] = { 1, 2, 3, 4, 5, 6 };          /* 2 x 1 RGB */
+    uint8_t out[16];
+
+    (void)state;
+    /* same size: a copy */
+    fed_data_fit_image(wide, 4, 2, 1, out, 4, 2);
+    assert_memory_equal(out, wide, 8);
+    /* 4x2 into 2x2: scale 1 covers, the middle two columns kept */
+    fed_data_fit_image(wide, 4, 2, 1, out, 2, 2);
+    assert_int_equal(out[0], 2);
+    assert_int_equal(out[1], 3);
+    assert_int_equal(out[2], 6);
+    assert_int_equal(out[3], 7);
+    /* 2x1 into 4x2: scale 2, bilinear between pixel centers */
+    fed_data_fit_image(two, 2, 1, 1, out, 4, 2);
+    assert_int_equal(out[0], 0);
+    assert_int_equal(out[1], 25);
+    assert_int_equal(out[2], 75);
+    assert_int_equal(out[3], 100);
+    assert_memory_equal(out + 4, out, 4);
+    /* interleaved RGB in, planar out */
+    fed_data_fit_image(rgb, 2, 1, 3, out, 2, 1);
+    assert_int_equal(out[0], 1);
+    assert_int_equal(out[1], 4);
+    assert_int_equal(out[2], 2);
+    assert_int_equal(out[3], 5);
+    assert_int_equal(out[4], 3);
+    assert_int_equal(out[5], 6);
+}
+
+static void test_decode(void **state)
+{
+    const uint8_t px[6] = { 0, 50, 100, 150, 200, 250 };
+    const uint8_t col[6] = { 255, 0, 0, 0, 0, 255 };
+    blob p = png_of(px, 3, 2, 1), rgb = png_of(col, 2, 1, 3), j = jpeg_of(16, 8, 128);
+    blob huge = png_header_only(20000, 20000);
+    uint8_t *out = NULL;
+    int w = 0, h = 0;
+
+    (void)state;
+    assert_err(fed_data_decode_image(p.p, p.n, "p", 1, &out, &w, &h), FED_OK);
+    assert_int_equal(w, 3);
+    assert_int_equal(h, 2);
+    assert_memory_equal(out, px, 6);
+    fed_free(out);
+    /* gray read as RGB: three equal channels */
+    assert_err(fed_data_decode_image(p.p, p.n, "p", 3, &out, &w, &h), FED_OK);
+    for (int i = 0; i < 6; i++)
+        for (int k = 0; k < 3; k++)
+            assert_int_equal(out[i * 3 + k], px[i]);
+    fed_free(out);
+    assert_err(fed_data_decode_image(rgb.p, rgb.n, "rgb", 3, &out, &w, &h), FED_OK);
+    assert_memory_equal(out, col, 6);
+    fed_free(out);
+    assert_err(fed_data_decode_image(j.p, j.n, "j", 1, &out, &w, &h), FED_OK);
+    assert_int_equal(w, 16);
+    assert_int_equal(h, 8);
+    for (int i = 0; i < 128; i++)
+        assert_true(out[i] >= 127 && out[i] <= 129);
+    fed_free(out);
+
+    fed_test_log_reset();
+    assert_err(fed_data_decode_image(p.p, p.n - 20, "cut.png", 1, &out, &w, &h),
+               FED_ERR_FORMAT);
+    assert_null(out);
+    fed_test_log_has("cut.png: bad PNG");
+    fed_test_log_reset();
+    assert_err(fed_data_decode_image(j.p, j.n / 2, "cut.jpg", 1, &out, &w, &h),
+               FED_ERR_FORMAT);
+    assert_null(out);
+    fed_test_log_has("cut.jpg: bad JPEG");
+    fed_test_log_reset();
+    assert_err(fed_data_decode_image(huge.p, huge.n, "huge.png", 1, &out, &w, &h),
+               FED_ERR_TOO_LARGE);
+    assert_null(out);
+    fed_test_log_has("huge.png: image of 20000x20000 pixels is over the limit");
+    fed_test_log_reset();
+    assert_err(fed_data_decode_image((const uint8_t *)"GIF89a", 6, "x.gif", 1, &out, &w, &h),
+               FED_ERR_MAGIC);
+    fed_test_log_has("x.gif: neither a PNG nor a JPEG");
+    assert_err(fed_data_decode_image(j.p, 2, "two", 1, &out, &w, &h), FED_ERR_MAGIC);
+    free(p.p);
+    free(rgb.p);
+    free(j.p);
+    free(huge.p);
+}
+
+/* Classes are the folders' names sorted bytewise; a JPEG named .png is a
+ * JPEG; hidden names are ignored. */
+static void test_folder_order_and_magic(void **state)
+{
+    blob g = good_png(), j = jpeg_of(28, 28, 200);
+    fed_data_opts o = { .c = 1, .h = 8, .w = 8 };
+    fed_dataset *d = NULL;
+    char p[1024];
+
+    (void)state;
+    mkdirs(p, sizeof p, "f/b");
+    mkdirs(p, sizeof p, "f/a");
+    mkdirs(p, sizeof p, "f/10");
+    mkdirs(p, sizeof p, "f/9");
+    mkdirs(p, sizeof p, "f/.hidden");
+    put("f/b/x.png", g);
+    put("f/a/photo.png", j); /* a JPEG under a .png name */
+    put("f/10/y.png", g);
+    put("f/9/z.png", g);
+    put("f/9/.DS_Store", (blob){ (uint8_t *)"junk", 4 });
+    put("f/.hidden/w.png", g);
+    fed_test_path(p, sizeof p, "f");
+    assert_err(fed_data_load_images(p, &o, &d), FED_OK);
+    assert_int_equal(d->n, 4);
+    assert_int_equal(d->shape.classes, 4);
+    assert_int_equal(d->shape.c, 1);
+    assert_int_equal(d->shape.h, 8);
+    assert_int_equal(d->features, 64);
+    assert_non_null(d->x_u8);
+    /* "10" < "9" < "a" < "b" */
+    assert_int_equal(d->y[0], 0);
+    assert_int_equal(d->y[1], 1);
+    assert_int_equal(d->y[2], 2);
+    assert_int_equal(d->y[3], 3);
+    assert_memory_equal(d->x_u8, gray8, 64);
+    for (int i = 0; i < 64; i++) /* the JPEG, 28x28 down to 8x8 */
+        assert_true(d->x_u8[128 + i] >= 199 && d->x_u8[128 + i] <= 201);
+    fed_test_log_has("4 images of 1x8x8, 4 classes (folders in sorted order)");
+    fed_data_free(d);
+    free(g.p);
+    free(j.p);
+}
+
+/* Each bad case refused with its code, naming the path; then all of them
+ * together skipped and counted. */
+static void test_folder_bad(void **state)
+{
+    blob g = good_png(), cut = good_png(), huge = png_header_only(20000, 20000);
+    fed_data_opts o = { .c = 1, .h = 8, .w = 8 };
+    fed_dataset *d = (fed_dataset *)1;
+    char p[1024];
+    static const struct {
+        const char *dir, *file, *needle;
+        fed_err want;
+    } cases[] = {
+        { "cut", "cut/a/t.png", "cut/a/t.png: bad PNG", FED_ERR_FORMAT },
+        { "huge", "huge/a/h.png", "huge/a/h.png: image of 20000x20000 pixels", FED_ERR_TOO_LARGE },
+        { "text", "text/a/notes.png", "text/a/notes.png: neither a PNG nor a JPEG",
+          FED_ERR_MAGIC },
+        { "empty", NULL, "empty/b: class folder holds no images", FED_ERR_NOTFOUND },
+    };
+
+    (void)state;
+    cut.n -= 30;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char rel[128];
+
+        snprintf(rel, sizeof rel, "%s/a", cases[i].dir);
+        mkdirs(p, sizeof p, rel);
+        snprintf(rel, sizeof rel, "%s/a/ok.png", cases[i].dir);
+        put(rel, g);
+        if (!strcmp(cases[i].dir, "empty")) {
+            mkdirs(p, sizeof p, "empty/b");
+        } else {
+            blob b = !strcmp(cases[i].dir, "cut")    ? cut
+                     : !strcmp(cases[i].dir, "huge") ? huge
+                                                    : (blob){ (uint8_t *)"just text\n", 10 };
+
+            put(cases[i].file, b);
+        }
+        fed_test_path(p, sizeof p, cases[i].dir);
+        fed_test_log_reset();
+        d = (fed_dataset *)1;
+        assert_err(fed_data_load_images(p, &o, &d), cases[i].want);
+        assert_null(d);
+        fed_test_log_has(cases[i].needle);
+    }
+    /* All together, with --skip-bad-images. */
+    mkdirs(p, sizeof p, "all/a");
+    mkdirs(p, sizeof p, "all/b");
+    mkdirs(p, sizeof p, "all/c");
+    mkdirs(p, sizeof p, "all/d");
+    put("all/a/1.png", g);
+    put("all/a/2.png", cut);
+    put("all/c/3.png", huge);
+    put("all/c/4.png", (blob){ (uint8_t *)"just text\n", 10 });
+    put("all/d/5.png", g);
+    put("all/d/6.png", g);
+    o.skip_bad_images = 1;
+    fed_test_path(p, sizeof p, "all");
+    fed_test_log_reset();
+    assert_err(fed_data_load_images(p, &o, &d), FED_OK);
+    assert_int_equal(d->n, 3);
+    assert_int_equal(d->skipped, 3);
+    assert_int_equal(d->empty_classes, 2); /* b (none) and c (none good) */
+    assert_int_equal(d->shape.classes, 4); /* empty classes keep their numbers */
+    assert_int_equal(d->y[0], 0);
+    assert_int_equal(d->y[1], 3);
+    assert_int_equal(d->y[2], 3);
+    fed_test_log_has("all/a/2.png (--skip-bad-images)");
+    fed_test_log_has("all/c: class 2 has no images");
+    fed_test_log_has("3 skipped, 2 empty classes");
+    fed_data_free(d);
+    /* nothing good at all */
+    mkdirs(p, sizeof p, "none/a");
+    put("none/a/x.png", cut);
+    fed_test_path(p, sizeof p, "none");
+    d = (fed_dataset *)1;
+    assert_err(fed_data_load_images(p, &o, &d), FED_ERR_NOTFOUND);
+    assert_null(d);
+    fed_test_log_has("no image could be read");
+    /* a folder without class folders */
+    mkdirs(p, sizeof p, "flat");
+    put("flat/x.png", g);
+    fed_test_path(p, sizeof p, "flat");
+    assert_err(fed_data_load_images(p, &o, &d), FED_ERR_NOTFOUND);
+    fed_test_log_has("no class folders");
+    free(g.p);
+    free(cut.p);
+    free(huge.p);
+}
+
+/* The dataset's size is checked before any image is decoded; the shape
+ * asked for is checked. */
+static void test_folder_bounds(void **state)
+{
+    blob g = good_png();
+    fed_data_opts o = { .c = 3, .h = 28, .w = 28, .max_bytes = 3 * 28 * 28 * 2 - 1 };
+    fed_dataset *d = (fed_dataset *)1;
+    char p[1024];
+
+    (void)state;
+    mkdirs(p, sizeof p, "b/a");
+    put("b/a/1.png", g);
+    put("b/a/2.png", (blob){ (uint8_t *)"not an image", 12 }); /* never reached */
+    fed_test_path(p, sizeof p, "b");
+    fed_test_log_reset();
+    assert_err(fed_data_load_images(p, &o, &d), FED_ERR_TOO_LARGE);
+    assert_null(d);
+    fed_test_log_has("2 images of 3x28x28 need 4704 bytes, over the bound of 4703");
+    assert_int_equal(fed_test_log_count("not a PNG", ""), 0);
+    o.max_bytes = 0;
+    o.c = 2;
+    assert_err(fed_data_load_images(p, &o, &d), FED_ERR_RANGE);
+    o.c = 1;
+    o.h = FED_DATA_IMG_MAX_SIDE + 1;
+    assert_err(fed_data_load_images(p, &o, &d), FED_ERR_RANGE);
+    free(g.p);
+}
+
+/* DIR/train and DIR/test are the splits; the decoded folder is cached. */
+static void test_folder_split_and_cache(void **state)
+{
+    blob g = good_png();
+    uint8_t other[64];
+    blob o2;
+    fed_data_opts o = { .c = 1, .h = 8, .w = 8 };
+    fed_dataset *d = NULL, *e = NULL;
+    char p[1024];
+
+    (void)state;
+    memset(other, 7, sizeof other);
+    o2 = png_of(other, 8, 8, 1);
+    mkdirs(p, sizeof p, "s/train/a");
+    mkdirs(p, sizeof p, "s/test/a");
+    put("s/train/a/1.png", g);
+    put("s/test/a/1.png", o2);
+    fed_test_path(p, sizeof p, "s");
+    assert_err(fed_data_open_opts(p, 1, &o, &d), FED_OK);
+    assert_memory_equal(d->x_u8, gray8, 64);
+    fed_data_free(d);
+    assert_err(fed_data_open_opts(p, 0, &o, &d), FED_OK);
+    assert_memory_equal(d->x_u8, other, 64);
+    fed_data_free(d);
+    /* again: from the cache, the same bytes */
+    fed_test_log_reset();
+    assert_err(fed_data_open_opts(p, 0, &o, &e), FED_OK);
+    fed_test_log_has("1 images from the cache");
+    assert_memory_equal(e->x_u8, other, 64);
+    assert_int_equal(e->shape.h, 8);
+    assert_int_equal(e->shape.classes, 1);
+    fed_data_free(e);
+    /* a changed file is decoded anew */
+    put("s/test/a/1.png", g);
+    {
+        struct timespec ts[2] = { { 0, UTIME_NOW }, { 12345, 0 } };
+
+        fed_test_path(p, sizeof p, "s/test/a/1.png");
+        assert_int_equal(utimensat(AT_FDCWD, p, ts, 0), 0);
+    }
+    fed_test_path(p, sizeof p, "s");
+    fed_test_log_reset();
+    assert_err(fed_data_open_opts(p, 0, &o, &e), FED_OK);
+    assert_int_equal(fed_test_log_count("from the cache", ""), 0);
+    assert_memory_equal(e->x_u8, gray8, 64);
+    fed_data_free(e);
+    free(g.p);
+    free(o2.p);
+}
+
+/* Fashion-MNIST's 10000 test images written as PNG files, one folder per
+ * label: the folder reads back to exactly the IDX pixels and labels (in
+ * class order), so every model scores the same accuracy on both. */
+static void test_fashion_as_png(void **state)
+{
+    fed_dataset *idx = NULL, *img = NULL;
+    fed_data_opts o = { .c = 1, .h = 28, .w = 28 };
+    size_t k = 0;
+    char p[1024], rel[128];
+
+    (void)state;
+    fed_test_need_fashion(fed_test_fashion_present());
+    assert_err(fed_data_open("fashion-mnist", 0, &idx), FED_OK);
+    for (int c = 0; c < 10; c++) {
+        snprintf(rel, sizeof rel, "fm/%d", c);
+        mkdirs(p, sizeof p, rel);
+    }
+    for (size_t i = 0; i < idx->n; i++) {
+        blob b = png_of(idx->x_u8 + i * 784, 28, 28, 1);
+
+        snprintf(rel, sizeof rel, "fm/%d/%05zu.png", idx->y[i], i);
+        put(rel, b);
+        free(b.p);
+    }
+    fed_test_path(p, sizeof p, "fm");
+    assert_err(fed_data_open_opts(p, 0, &o, &img), FED_OK);
+    assert_int_equal(img->n, idx->n);
+    assert_int_equal(img->shape.classes, 10);
+    assert_int_equal(img->features, 784);
+    for (int c = 0; c < 10; c++)
+        for (size_t i = 0; i < idx->n; i++) {
+            if (idx->y[i] != c)
+                continue;
+            assert_int_equal(img->y[k], c);
+            assert_memory_equal(img->x_u8 + k * 784, idx->x_u8 + i * 784, 784);
+            k++;
+        }
+    assert_int_equal(k, idx->n);
+    fed_data_free(img);
+    fed_data_free(idx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_fit_image, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_decode, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_folder_order_and_magic, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_folder_bad, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_folder_bounds, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_folder_split_and_cache, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fashion_as_png, setup, teardown),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
