@@ -561,19 +561,22 @@ fed_err fed_data_load_images(const char *dir, const fed_data_opts *opts, fed_dat
         return err;
     cached = cache_paths(&x, ip, lp, sizeof ip);
     if (cached && cache_load(ip, lp, &s, &x, out)) {
-        fed_log(FED_LOG_INFO, "data: %s: %zu images from the cache", dir, (*out)->n);
+        fed_log(FED_LOG_INFO,
+                "data: %s: %zu images of %dx%dx%d, %d classes, from the cache (bad images "
+                "were reported when it was made)",
+                dir, (*out)->n, s.c, s.h, s.w, (*out)->shape.classes);
         goto out;
     }
     err = decode_all(dir, &s, &x, out);
-    if (!err && cached)
-        fed_data_cache_keep(ip, lp, *out);
-out:
     if (!err)
         fed_log(FED_LOG_INFO,
                 "data: %s: %zu images of %dx%dx%d, %d classes (folders in sorted order), "
                 "%zu skipped, %zu empty classes",
                 dir, (*out)->n, s.c, s.h, s.w, (*out)->shape.classes, (*out)->skipped,
                 (*out)->empty_classes);
+    if (!err && cached)
+        fed_data_cache_keep(ip, lp, *out);
+out:
     index_free(&x);
     return err;
 }

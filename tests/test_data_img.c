@@ -474,7 +474,7 @@ static void test_folder_split_and_cache(void **state)
     /* again: from the cache, the same bytes */
     fed_test_log_reset();
     assert_err(fed_data_open_opts(p, 0, &o, &e), FED_OK);
-    fed_test_log_has("1 images from the cache");
+    fed_test_log_has("1 images of 1x8x8, 1 classes, from the cache");
     assert_memory_equal(e->x_u8, other, 64);
     assert_int_equal(e->shape.h, 8);
     assert_int_equal(e->shape.classes, 1);
