@@ -68,35 +68,12 @@ int fed_cli_online_cores(void); /* 1..FED_CLI_MAX_THREADS */
 /* "I/K" with 0 <= I < K: 1 when s is one. */
 int fed_cli_parse_shard(const char *s, int *shard, int *k);
 
-/* How --data is read (image folders, CSV): the flags train and eval share,
- * a member `dflags` of their settings, with the table rows below. */
+/* --data's reader flags (model/data.h) as options; returns -1 to go on,
+ * else the exit status (2: a bad value, printed naming cmd). */
+struct fed_data_flags;
 struct fed_data_opts;
-typedef struct fed_cli_data_flags {
-    char image_shape[32];
-    int skip_bad_images;
-    char categorical[512];
-    int hash_buckets;
-    int skip_bad_rows;
-} fed_cli_data_flags;
-#define FED_CLI_DATA_OPTS(T)                                                                  \
-    FED_OPT_DEF(T, dflags.image_shape, "image-shape", FED_OPT_STR, "1x28x28", 0, 0,           \
-                "image folders: the input shape CxHxW (C 1 gray or 3 RGB); each image is "   \
-                "resized (bilinear) to cover HxW and center-cropped"),                        \
-    FED_OPT_DEF(T, dflags.skip_bad_images, "skip-bad-images", FED_OPT_BOOL, "false", 0, 0,    \
-                "image folders: skip and count an unreadable image or an empty class "       \
-                "folder instead of refusing the data"),                                       \
-    FED_OPT_DEF(T, dflags.categorical, "categorical", FED_OPT_STR, "", 0, 0,                  \
-                "CSV: columns of words (comma-separated names, or auto: every column with "  \
-                "a cell that is not a number), hashed into --hash-buckets ids"),              \
-    FED_OPT_DEF(T, dflags.hash_buckets, "hash-buckets", FED_OPT_INT, "1024", 2, 1048576,      \
-                "CSV: ids of a categorical column (0 = missing; the same at every site)"),   \
-    FED_OPT_DEF(T, dflags.skip_bad_rows, "skip-bad-rows", FED_OPT_BOOL, "false", 0, 0,        \
-                "CSV: skip and count a bad row (logged as FILE:LINE) instead of refusing "   \
-                "the file")
-/* The flags as reader options (out->csv.categorical points into f). Returns
- * -1 to go on, else the exit status (2: a bad --image-shape, printed). */
-int fed_cli_data_opts(const char *cmd, const fed_cli_data_flags *f, struct fed_data_opts *out);
-
+int fed_cli_data_opts(const char *cmd, const struct fed_data_flags *f,
+                      struct fed_data_opts *out);
 /* A key's passphrase into sodium_malloc'd memory (*pass, free with
  * sodium_free; NULL when none): from file when it is not empty, else from
  * FEDNODE_PASSPHRASE. Returns -1 to go on, else the exit status (errors

@@ -179,23 +179,14 @@ int fed_cli_parse_shard(const char *s, int *shard, int *k)
     return 1;
 }
 
-int fed_cli_data_opts(const char *cmd, const fed_cli_data_flags *f, fed_data_opts *out)
+int fed_cli_data_opts(const char *cmd, const fed_data_flags *f, fed_data_opts *out)
 {
-    char tail;
+    char why[160];
 
-    memset(out, 0, sizeof *out);
-    if (sscanf(f->image_shape, "%dx%dx%d%c", &out->c, &out->h, &out->w, &tail) != 3 ||
-        !(out->c == 1 || out->c == 3) || out->h < 1 || out->w < 1 ||
-        out->h > FED_DATA_IMG_MAX_SIDE || out->w > FED_DATA_IMG_MAX_SIDE) {
-        fed_cli_error("%s: --image-shape '%s': want CxHxW, C 1 or 3, H and W 1..%d", cmd,
-                      f->image_shape, FED_DATA_IMG_MAX_SIDE);
-        return 2;
-    }
-    out->skip_bad_images = f->skip_bad_images;
-    out->csv.categorical = f->categorical;
-    out->csv.hash_buckets = f->hash_buckets;
-    out->csv.skip_bad_rows = f->skip_bad_rows;
-    return -1;
+    if (fed_data_flags_opts(f, out, why, sizeof why) == FED_OK)
+        return -1;
+    fed_cli_error("%s: %s", cmd, why);
+    return 2;
 }
 
 /* The passphrase into guarded memory: from the file, else the environment. */

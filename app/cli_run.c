@@ -312,15 +312,18 @@ static int load_peers(const run_cfg *c, run_state *s)
  * peer: both. */
 static int load_data(const run_cfg *c, run_state *s, fed_node_role role)
 {
-    int shard = 0, k = 1;
+    int shard = 0, k = 1, rc;
+    fed_data_opts dopts;
     fed_err e = FED_OK;
 
+    if ((rc = fed_cli_data_opts("run", &c->s.dflags, &dopts)) >= 0)
+        return rc;
     if (role != FED_NODE_AGGREGATOR) {
         if (!fed_cli_parse_shard(c->shard, &shard, &k)) {
             fed_cli_error("run: --shard '%s': expected I/K with 0 <= I < K", c->shard);
             return 2;
         }
-        if ((e = fed_data_open(c->s.data, 1, &s->train)) == FED_OK)
+        if ((e = fed_data_open_opts(c->s.data, 1, &dopts, &s->train)) == FED_OK)
             e = fed_data_partition(s->train, c->s.partition, shard, k, c->partition_seed, &s->idx,
                                    &s->nidx);
         if (e == FED_OK && s->nidx == 0)
@@ -329,7 +332,7 @@ static int load_data(const run_cfg *c, run_state *s, fed_node_role role)
             e = keep_shard_only(s);
     }
     if (e == FED_OK && role != FED_NODE_CLIENT)
-        e = fed_data_open(c->s.data, 0, &s->test);
+        e = fed_data_open_opts(c->s.data, 0, &dopts, &s->test);
     if (e != FED_OK) {
         fed_cli_error("run: data %s: %s", c->s.data, fed_strerror(e));
         return 1;

@@ -62,7 +62,7 @@ typedef struct train_cfg {
     double dp_sgd_clip;
     double dp_sgd_noise;
     double dp_delta;
-    fed_cli_data_flags dflags;
+    fed_data_flags dflags;
 } train_cfg;
 
 #define T(field, name, type, def, min, max, help)                              \
@@ -115,7 +115,7 @@ static const fed_opt train_opts[] = {
       "DP-SGD: the noise multiplier z (noise standard deviation z C on the summed gradient)"),
     T(dp_delta, "dp-delta", FED_OPT_DOUBLE, "1e-5", 0, 0,
       "DP-SGD: the delta of the (epsilon, delta) printed, in (0, 1)"),
-    FED_CLI_DATA_OPTS(train_cfg),
+    FED_DATA_FLAG_OPTS(train_cfg, dflags),
 };
 #undef T
 #define NTRAIN_OPTS (sizeof train_opts / sizeof train_opts[0])
@@ -127,7 +127,7 @@ typedef struct eval_cfg {
     int batch;
     int threads;
     char device[32];
-    fed_cli_data_flags dflags;
+    fed_data_flags dflags;
 } eval_cfg;
 
 #define E(field, name, type, def, min, max, help)                              \
@@ -140,7 +140,7 @@ static const fed_opt eval_opts[] = {
     E(batch, "batch", FED_OPT_INT, "256", 1, 65536, "samples per forward pass"),
     E(threads, "threads", FED_OPT_INT, "0", 0, MAX_THREADS, "threads; 0 = every online core"),
     E(device, "device", FED_OPT_STR, "auto", 0, 0, "auto, cpu, cuda or cuda:N"),
-    FED_CLI_DATA_OPTS(eval_cfg),
+    FED_DATA_FLAG_OPTS(eval_cfg, dflags),
 };
 #undef E
 #define NEVAL_OPTS (sizeof eval_opts / sizeof eval_opts[0])

@@ -278,6 +278,7 @@ int main(int argc, char **argv)
     fed_comm *comm = NULL;
     int rank = 0;
     fed_dataset *train = NULL, *test = NULL;
+    fed_data_opts dopts;
     fed_pool *pool = NULL;
     out_ctx o = {0};
     const char *csv, *svg, *compare, *name, *dbpath, *svg_x;
@@ -374,9 +375,12 @@ int main(int argc, char **argv)
     snprintf(o.label, sizeof o.label, "fedsim %.24s", strcmp(sc.role, "peer") ? sc.s.strategy : sc.s.topology);
     o.rounds = sc.s.rounds;
     o.bar = rank == 0 && isatty(fileno(stderr)) && !isatty(fileno(stdout)); /* rows go to a file: show progress */
-    if ((e = fed_data_open(sc.s.data, 1, &train)) != FED_OK ||
+    if ((rc = fed_cli_data_opts("fedsim", &sc.s.dflags, &dopts)) >= 0)
+        goto out;
+    rc = 1;
+    if ((e = fed_data_open_opts(sc.s.data, 1, &dopts, &train)) != FED_OK ||
         (fed_sim_rank_needs_test(&sc, rank, fed_comm_size(comm)) &&
-         (e = fed_data_open(sc.s.data, 0, &test)) != FED_OK)) {
+         (e = fed_data_open_opts(sc.s.data, 0, &dopts, &test)) != FED_OK)) {
         fed_cli_error("data %s: %s", sc.s.data, fed_strerror(e));
         rc = 1;
         goto out;

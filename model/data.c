@@ -777,6 +777,25 @@ static int has_idx(const char *dir)
     return 0;
 }
 
+fed_err fed_data_flags_opts(const fed_data_flags *f, fed_data_opts *out, char *why, size_t cap)
+{
+    char tail;
+
+    memset(out, 0, sizeof *out);
+    if (sscanf(f->image_shape, "%dx%dx%d%c", &out->c, &out->h, &out->w, &tail) != 3 ||
+        !(out->c == 1 || out->c == 3) || out->h < 1 || out->w < 1 ||
+        out->h > FED_DATA_IMG_MAX_SIDE || out->w > FED_DATA_IMG_MAX_SIDE) {
+        snprintf(why, cap, "--image-shape '%s': want CxHxW, C 1 or 3, H and W 1..%d",
+                 f->image_shape, FED_DATA_IMG_MAX_SIDE);
+        return FED_ERR_BAD_VALUE;
+    }
+    out->skip_bad_images = f->skip_bad_images;
+    out->csv.categorical = f->categorical;
+    out->csv.hash_buckets = f->hash_buckets;
+    out->csv.skip_bad_rows = f->skip_bad_rows;
+    return FED_OK;
+}
+
 fed_err fed_data_open(const char *what, int train, fed_dataset **out)
 {
     return fed_data_open_opts(what, train, NULL, out);

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "core/err.h"
+#include "core/opt.h"
 #include "core/rng.h"
 #include "model/model.h"
 
@@ -156,6 +157,36 @@ typedef struct fed_data_opts {
 #define FED_DATA_IMG_MAX_BYTES (2ull << 30)
 #define FED_DATA_IMG_MAX_CLASSES 256
 #define FED_DATA_IMG_MAX_SIDE 4096         /* of the input shape */
+/* The reader options as flags and INI keys (core/opt.h): a member m of a
+ * config struct T, its table rows FED_DATA_FLAG_OPTS(T, m). `fednode train`,
+ * `eval`, `run` and fedsim take them alike. */
+typedef struct fed_data_flags {
+    char image_shape[32];
+    int skip_bad_images;
+    char categorical[512];
+    int hash_buckets;
+    int skip_bad_rows;
+} fed_data_flags;
+#define FED_DATA_FLAG_OPTS(T, m)                                                              \
+    FED_OPT_DEF(T, m.image_shape, "image-shape", FED_OPT_STR, "1x28x28", 0, 0,               \
+                "image folders: the input shape CxHxW (C 1 gray or 3 RGB); each image is "   \
+                "resized (bilinear) to cover HxW and center-cropped"),                        \
+    FED_OPT_DEF(T, m.skip_bad_images, "skip-bad-images", FED_OPT_BOOL, "false", 0, 0,        \
+                "image folders: skip and count an unreadable image or an empty class "       \
+                "folder instead of refusing the data"),                                       \
+    FED_OPT_DEF(T, m.categorical, "categorical", FED_OPT_STR, "", 0, 0,                      \
+                "CSV: columns of words (comma-separated names, or auto: every column with "  \
+                "a cell that is not a number), hashed into --hash-buckets ids"),              \
+    FED_OPT_DEF(T, m.hash_buckets, "hash-buckets", FED_OPT_INT, "1024", 2, 1048576,          \
+                "CSV: ids of a categorical column (0 = missing; the same at every site)"),   \
+    FED_OPT_DEF(T, m.skip_bad_rows, "skip-bad-rows", FED_OPT_BOOL, "false", 0, 0,            \
+                "CSV: skip and count a bad row (logged as FILE:LINE) instead of refusing "   \
+                "the file")
+/* The flags as reader options (out->csv.categorical points into f).
+ * FED_ERR_BAD_VALUE with why (cap bytes) for a bad --image-shape; nothing
+ * is logged. */
+FED_WUR fed_err fed_data_flags_opts(const fed_data_flags *f, fed_data_opts *out, char *why,
+                                    size_t cap);
 /* fed_data_open with options (NULL: defaults, as fed_data_open). */
 FED_WUR fed_err fed_data_open_opts(const char *what, int train, const fed_data_opts *opts,
                                    fed_dataset **out);

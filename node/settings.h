@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "core/opt.h"
+#include "model/data.h"
 #include "model/merge.h"
 #include "model/model.h"
 #include "model/optim.h"
@@ -17,6 +18,7 @@
 
 typedef struct fed_node_settings {
     char data[256];
+    fed_data_flags dflags;  /* how data is read (image folders, CSV) */
     char partition[64];
     char model[FED_MODEL_SPEC_MAX];
     int rounds;
@@ -67,7 +69,9 @@ typedef struct fed_node_settings {
  * static const fed_opt t[] = { FED_NODE_SETTINGS_OPTS(T, m), own options... }. */
 #define FED_NODE_SETTINGS_OPTS(T, m)                                                             \
     FED_OPT_DEF(T, m.data, "data", FED_OPT_STR, "fashion-mnist", 0, 0,                           \
-                "fashion-mnist, a directory of IDX files, or a CSV file"),                       \
+                "fashion-mnist, a directory of IDX files, a folder of images (one subfolder "    \
+                "per class, PNG or JPEG), or a CSV file"),                                       \
+    FED_DATA_FLAG_OPTS(T, m.dflags),                                                             \
     FED_OPT_DEF(T, m.partition, "partition", FED_OPT_STR, "iid", 0, 0,                           \
                 "client, peer: how the training split is cut into parts (fednode: --shard's K; " \
                 "fedsim: one per node): iid, dirichlet:ALPHA, shards:N"),                        \
