@@ -63,6 +63,7 @@ typedef struct train_cfg {
     double dp_sgd_noise;
     double dp_delta;
     fed_data_flags dflags;
+    char augment[64];
 } train_cfg;
 
 #define T(field, name, type, def, min, max, help)                              \
@@ -116,6 +117,9 @@ static const fed_opt train_opts[] = {
     T(dp_delta, "dp-delta", FED_OPT_DOUBLE, "1e-5", 0, 0,
       "DP-SGD: the delta of the (epsilon, delta) printed, in (0, 1)"),
     FED_DATA_FLAG_OPTS(train_cfg, dflags),
+    T(augment, "augment", FED_OPT_STR, "none", 0, 0,
+      "image training batches: none, crop:P (shifted up to P pixels, zero-padded), flip "
+      "(left-right, half the time) or crop:P,flip; seeded by --seed"),
 };
 #undef T
 #define NTRAIN_OPTS (sizeof train_opts / sizeof train_opts[0])
@@ -256,7 +260,10 @@ static int check_train_cfg(const train_cfg *c, fed_optim_cfg *oc, int *shard, in
     fed_optim_kind kind;
     fed_data_scheme scheme;
     fed_optim_cfg probe;
+    fed_data_aug aug;
 
+    if (fed_data_parse_augment(c->augment, &aug) != FED_OK)
+        return 2; /* the reader said what was wrong */
     if (fed_optim_kind_parse(c->optimizer, &kind) != FED_OK) {
         fed_cli_error("train: --optimizer: '%s' is not sgd or adam", c->optimizer);
         return 2;
@@ -489,6 +496,7 @@ static int train_main(const train_cfg *c, int argc, char **argv)
 {
     train_world w = {0};
     fed_data_opts dopts;
+    fed_data_aug aug;
     fed_optim_cfg oc;
     fed_rng init, shuffle;
     int shard = 0, k = 1, threads = c->threads ? c->threads : fed_cli_online_cores(), rc;
@@ -562,6 +570,11 @@ static int train_main(const train_cfg *c, int argc, char **argv)
             rc = fail("--dp-sgd", err);
             goto out;
         }
+    }
+    if (fed_data_parse_augment(c->augment, &aug) == FED_OK &&
+        (err = fed_trainer_set_augment(w.t, &aug, c->seed)) != FED_OK) {
+        rc = fail(err == FED_ERR_UNSUPPORTED ? "--augment (image data only)" : "--augment", err);
+        goto out;
     }
     print_header(c, &w, &oc, threads);
     if ((rc = resume(c, &w, &shuffle)) != 0)

@@ -870,6 +870,68 @@ fed_err fed_data_subset(const fed_dataset *d, const uint32_t *idx, size_t n, fed
     return FED_OK;
 }
 
+/* ---- augmentation ---- */
+
+fed_err fed_data_parse_augment(const char *spec, fed_data_aug *out)
+{
+    const char *p = spec;
+
+    memset(out, 0, sizeof *out);
+    if (!spec || !*spec || !strcmp(spec, "none"))
+        return FED_OK;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+
+        if (len == 4 && !strncmp(p, "flip", 4) && !out->flip) {
+            out->flip = 1;
+        } else if (len > 5 && !strncmp(p, "crop:", 5) && !out->crop) {
+            int v = 0;
+            size_t i;
+
+            for (i = 5; i < len && p[i] >= '0' && p[i] <= '9' && v <= 64; i++)
+                v = v * 10 + (p[i] - '0');
+            if (i != len || v < 1 || v > 64)
+                return log_fail(FED_ERR_BAD_VALUE, "--augment",
+                                "'%s': crop:P wants P from 1 to 64", spec);
+            out->crop = v;
+        } else {
+            return log_fail(FED_ERR_BAD_VALUE, "--augment",
+                            "'%s': want none, crop:P, flip or crop:P,flip", spec);
+        }
+        p += len;
+        if (*p == ',' && *++p == 0)
+            return log_fail(FED_ERR_BAD_VALUE, "--augment", "'%s': ends in a comma", spec);
+    }
+    return FED_OK;
+}
+
+void fed_data_augment(const fed_data_aug *a, fed_rng *rng, const fed_model_shape *s, uint8_t *x,
+                      int n, uint8_t *scratch)
+{
+    size_t plane = (size_t)s->h * (size_t)s->w, f = plane * (size_t)s->c;
+
+    if (!a->crop && !a->flip)
+        return;
+    for (int i = 0; i < n; i++) {
+        uint8_t *smp = x + (size_t)i * f;
+        int dx = a->crop ? (int)fed_rng_below(rng, 2 * (uint64_t)a->crop + 1) - a->crop : 0;
+        int dy = a->crop ? (int)fed_rng_below(rng, 2 * (uint64_t)a->crop + 1) - a->crop : 0;
+        int flip = a->flip ? (int)(fed_rng_u32(rng) & 1) : 0;
+
+        memcpy(scratch, smp, f);
+        for (int c = 0; c < s->c; c++)
+            for (int y = 0; y < s->h; y++)
+                for (int xx = 0; xx < s->w; xx++) {
+                    int sy = y + dy, sx = (flip ? s->w - 1 - xx : xx) + dx;
+
+                    smp[(size_t)c * plane + (size_t)y * s->w + xx] =
+                        sy < 0 || sy >= s->h || sx < 0 || sx >= s->w
+                            ? 0
+                            : scratch[(size_t)c * plane + (size_t)sy * s->w + sx];
+                }
+    }
+}
+
 /* ---- batches ---- */
 
 void fed_data_gather(const fed_dataset *d, const uint32_t *idx, int n, void *x_stage,

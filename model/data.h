@@ -257,6 +257,23 @@ typedef struct fed_data_scheme {
 /* FED_ERR_BAD_VALUE (logged, naming the text) when scheme is not one of the three. */
 FED_WUR fed_err fed_data_parse_scheme(const char *scheme, fed_data_scheme *out);
 
+/* Training augmentation of uint8 images: "none" (or ""), "crop:P" (each
+ * sample shifted by dx, dy drawn uniformly from [-P, P], as a random crop
+ * of the image padded with P zeros each side), "flip" (mirrored left-right
+ * with probability 1/2), or both "crop:P,flip". FED_ERR_BAD_VALUE (logged,
+ * naming the text) otherwise; P in 1..64. */
+typedef struct fed_data_aug {
+    int crop; /* P, 0: none */
+    int flip;
+} fed_data_aug;
+FED_WUR fed_err fed_data_parse_augment(const char *spec, fed_data_aug *out);
+/* Augments n planar uint8 samples of shape s in x, in place, with draws
+ * from rng in sample order (the same rng state, the same result); scratch
+ * holds one sample (c * h * w bytes). Features as floats (CSV) are left
+ * alone. */
+void fed_data_augment(const fed_data_aug *a, fed_rng *rng, const fed_model_shape *s, uint8_t *x,
+                      int n, uint8_t *scratch);
+
 /* Fill a host batch from indices idx[0..n): copies samples into the caller's
  * staging buffers (x: n * features bytes or floats, y: n labels). */
 void fed_data_gather(const fed_dataset *d, const uint32_t *idx, int n, void *x_stage,

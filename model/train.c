@@ -11,6 +11,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "model/data.h"
 #include "model/dp.h"
 
 struct fed_trainer {
@@ -31,6 +32,9 @@ struct fed_trainer {
     int dp;             /* DP-SGD: fed_trainer_set_dp */
     fed_trainer_dp dpc;
     long dp_steps;
+    fed_data_aug aug;   /* fed_trainer_set_augment */
+    fed_rng aug_rng;
+    uint8_t *aug_scratch; /* (features), NULL: no augmentation */
 };
 
 long fed_train_batches(size_t n, int batch)
@@ -84,6 +88,7 @@ void fed_trainer_free(fed_trainer *t)
     fed_free(t->x_stage);
     fed_free(t->y_stage);
     fed_free(t->order);
+    fed_free(t->aug_scratch);
     fed_free(t);
 }
 
@@ -101,6 +106,27 @@ static fed_err check_indices(const fed_trainer *t, const uint32_t *idx, size_t n
         if (idx[i] >= t->d->n)
             return FED_ERR_RANGE;
     return FED_OK;
+}
+
+fed_err fed_trainer_set_augment(fed_trainer *t, const fed_data_aug *a, uint64_t seed)
+{
+    if (!a->crop && !a->flip)
+        return FED_OK;
+    if (!t->d->x_u8 || t->size > 1)
+        return FED_ERR_UNSUPPORTED;
+    if (!t->aug_scratch && !(t->aug_scratch = fed_malloc(t->d->features)))
+        return FED_ERR_NOMEM;
+    t->aug = *a;
+    fed_rng_seed_stream(&t->aug_rng, seed, 0x617567); /* "aug" */
+    return FED_OK;
+}
+
+/* A training batch: gathered, then augmented when asked. */
+static void train_gather(fed_trainer *t, const uint32_t *idx, int n, fed_batch *b)
+{
+    fed_data_gather(t->d, idx, n, t->x_stage, t->y_stage, b);
+    if (t->aug_scratch)
+        fed_data_augment(&t->aug, &t->aug_rng, &t->d->shape, t->x_stage, n, t->aug_scratch);
 }
 
 fed_err fed_trainer_set_dp(fed_trainer *t, const fed_trainer_dp *dp)
@@ -142,7 +168,8 @@ fed_err fed_trainer_set_ranks(fed_trainer *t, int rank, int size, fed_train_redu
     if (size < 1 || rank < 0 || rank >= size || (size > 1 && !reduce) ||
         (long)size * t->batch > (long)INT32_MAX)
         return FED_ERR_INVAL;
-    if (size > 1 && (t->dp || strcmp(fed_model_backend(t->m)->name, "cpu") != 0))
+    if (size > 1 &&
+        (t->dp || t->aug_scratch || strcmp(fed_model_backend(t->m)->name, "cpu") != 0))
         return FED_ERR_UNSUPPORTED;
     t->rank = rank;
     t->size = size;
@@ -179,7 +206,7 @@ static fed_err dp_step(fed_trainer *t, const uint32_t *idx, size_t n, fed_step_s
         fed_batch b = {0};
 
         if (bn > 0)
-            fed_data_gather(t->d, t->order + off, bn, t->x_stage, t->y_stage, &b);
+            train_gather(t, t->order + off, bn, &b);
         else
             b.y = t->y_stage;
         err = fed_model_dp_grads(m, &b, t->dpc.clip, scale, off > 0, NULL, st);
@@ -277,7 +304,7 @@ fed_err fed_trainer_steps(fed_trainer *t, const uint32_t *idx, size_t n, long st
             if ((err = rank_step(t, t->order + off, (size_t)bn, &s)) != FED_OK)
                 return err;
         } else {
-            fed_data_gather(t->d, t->order + off, bn, t->x_stage, t->y_stage, &b);
+            train_gather(t, t->order + off, bn, &b);
             if ((err = fed_optim_train_step(t->o, t->m, &b, &s)) != FED_OK)
                 return err;
         }

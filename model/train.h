@@ -62,6 +62,13 @@ typedef struct fed_trainer_dp {
     void *random_ctx;
 } fed_trainer_dp;
 FED_WUR fed_err fed_trainer_set_dp(fed_trainer *t, const fed_trainer_dp *dp);
+/* Training batches of uint8 images are augmented (model/data.h,
+ * fed_data_augment) with draws from a stream of their own seeded by seed,
+ * so a run is repeatable; evaluation never is. FED_ERR_UNSUPPORTED on float
+ * features or once the trainer is one of several ranks. */
+struct fed_data_aug;
+FED_WUR fed_err fed_trainer_set_augment(fed_trainer *t, const struct fed_data_aug *a,
+                                        uint64_t seed);
 /* Data parallel over ranks (one site run as several processes): the sum of
  * buf[0..n) over every rank, in an order fixed for a given rank count, left
  * in buf on every rank (mpi/coll.h's fed_coll_allreduce_sum fills it). */

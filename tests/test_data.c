@@ -930,6 +930,77 @@ static void test_csv_rejects(void **state)
     free(wide);
 }
 
+/* --augment: the spec's forms; each sample shifted by (dx, dy) in [-P, P]
+ * with zeros shifted in and mirrored half the time, from the rng alone. */
+static void test_augment(void **state)
+{
+    fed_data_aug a;
+    fed_model_shape s = { 2, 3, 4, 10 };
+    uint8_t x[8 * 24], orig[8 * 24], scratch[24];
+    fed_rng r, q;
+    int seen[3][3] = { { 0 } }, flips = 0;
+
+    (void)state;
+    assert_err(fed_data_parse_augment("none", &a), FED_OK);
+    assert_int_equal(a.crop + a.flip, 0);
+    assert_err(fed_data_parse_augment("", &a), FED_OK);
+    assert_err(fed_data_parse_augment("crop:4,flip", &a), FED_OK);
+    assert_int_equal(a.crop, 4);
+    assert_int_equal(a.flip, 1);
+    assert_err(fed_data_parse_augment("flip", &a), FED_OK);
+    assert_int_equal(a.crop, 0);
+    assert_int_equal(a.flip, 1);
+    fed_test_log_reset();
+    assert_err(fed_data_parse_augment("crop:0", &a), FED_ERR_BAD_VALUE);
+    fed_test_log_has("--augment: 'crop:0': crop:P wants P from 1 to 64");
+    assert_err(fed_data_parse_augment("crop:65", &a), FED_ERR_BAD_VALUE);
+    assert_err(fed_data_parse_augment("crop:4x", &a), FED_ERR_BAD_VALUE);
+    assert_err(fed_data_parse_augment("flip,flip", &a), FED_ERR_BAD_VALUE);
+    assert_err(fed_data_parse_augment("flip,", &a), FED_ERR_BAD_VALUE);
+    assert_err(fed_data_parse_augment("rotate", &a), FED_ERR_BAD_VALUE);
+    fed_test_log_has("'rotate': want none, crop:P, flip or crop:P,flip");
+
+    /* crop:1,flip on 2x3x4 samples, checked pixel by pixel against the
+     * draws replayed from a copy of the rng */
+    a.crop = 1;
+    a.flip = 1;
+    for (size_t i = 0; i < sizeof x; i++)
+        orig[i] = (uint8_t)(1 + i % 24 + 30 * (i / 24));
+    for (int round = 0; round < 40; round++) {
+        memcpy(x, orig, sizeof x);
+        fed_rng_seed_stream(&r, 7, (uint64_t)round);
+        q = r;
+        fed_data_augment(&a, &r, &s, x, 8, scratch);
+        for (int i = 0; i < 8; i++) {
+            int dx = (int)fed_rng_below(&q, 3) - 1, dy = (int)fed_rng_below(&q, 3) - 1;
+            int flip = (int)(fed_rng_u32(&q) & 1);
+
+            seen[dy + 1][dx + 1]++;
+            flips += flip;
+            for (int c = 0; c < 2; c++)
+                for (int y = 0; y < 3; y++)
+                    for (int xx = 0; xx < 4; xx++) {
+                        int sy = y + dy, sx = (flip ? 3 - xx : xx) + dx;
+                        uint8_t want = sy < 0 || sy > 2 || sx < 0 || sx > 3
+                                           ? 0
+                                           : orig[i * 24 + c * 12 + sy * 4 + sx];
+
+                        assert_int_equal(x[i * 24 + c * 12 + y * 4 + xx], want);
+                    }
+        }
+        assert_memory_equal(&r, &q, sizeof r); /* the same draws, no more */
+    }
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++)
+            assert_true(seen[i][j] > 10); /* every shift happens (320 draws) */
+    assert_true(flips > 100 && flips < 220);
+    /* none: untouched */
+    a.crop = a.flip = 0;
+    memcpy(x, orig, sizeof x);
+    fed_data_augment(&a, &r, &s, x, 8, scratch);
+    assert_memory_equal(x, orig, sizeof x);
+}
+
 /* -------------------------------------- CSV: words, gaps and bad rows -- */
 
 static fed_dataset *csv_with(const char *text, const fed_csv_opts *o, fed_err want)
@@ -1585,6 +1656,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_partition_alloc_sweep, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gather, setup, teardown),
         cmocka_unit_test_setup_teardown(test_subset, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_augment, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

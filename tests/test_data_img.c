@@ -22,7 +22,12 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "core/pool.h"
+#include "model/backend.h"
 #include "model/data.h"
+#include "model/model.h"
+#include "model/optim.h"
+#include "model/train.h"
 #include "tests/support/support.h"
 
 #define assert_err(got, want) assert_string_equal(fed_errname(got), fed_errname(want))
@@ -539,6 +544,94 @@ static void test_fashion_as_png(void **state)
     fed_data_free(idx);
 }
 
+/* One epoch of logreg on 32 8x8 images with --augment as given; the
+ * parameters after it into p. */
+static void train_once(const fed_dataset *d, const char *aug, float *p, size_t np)
+{
+    fed_backend *be = NULL;
+    fed_pool *pool = NULL;
+    fed_model *m = NULL;
+    fed_optim *o = NULL;
+    fed_trainer *t = NULL;
+    fed_optim_cfg oc;
+    fed_data_aug a;
+    fed_rng init, shuffle;
+    uint32_t idx[32];
+
+    for (uint32_t i = 0; i < 32; i++)
+        idx[i] = i;
+    assert_err(fed_backend_cpu_new(1, &be), FED_OK);
+    assert_err(fed_pool_new(0, &pool), FED_OK);
+    assert_err(fed_model_new("logreg", d->shape, be, pool, 1, 8, &m), FED_OK);
+    assert_int_equal(fed_model_nparams(m), np);
+    fed_rng_seed(&init, 1);
+    fed_rng_seed(&shuffle, 2);
+    assert_err(fed_model_init(m, &init), FED_OK);
+    fed_optim_cfg_default(&oc, FED_OPTIM_SGD);
+    oc.lr = 0.1f;
+    oc.sched = FED_SCHED_CONST;
+    assert_err(fed_optim_new(&oc, m, &o), FED_OK);
+    assert_err(fed_trainer_new(m, o, d, 8, &t), FED_OK);
+    assert_err(fed_data_parse_augment(aug, &a), FED_OK);
+    assert_err(fed_trainer_set_augment(t, &a, 5), FED_OK);
+    assert_err(fed_trainer_epoch(t, idx, 32, &shuffle, NULL), FED_OK);
+    assert_err(fed_model_get_params(m, p), FED_OK);
+    fed_trainer_free(t);
+    fed_optim_free(o);
+    fed_model_free(m);
+    fed_pool_free(pool);
+    fed_backend_free(be);
+}
+
+/* The trainer's augmentation: repeatable for a seed, a change to the
+ * training (not a no-op), refused on float features. */
+static void test_trainer_augment(void **state)
+{
+    uint8_t im[16 + 32 * 64], lb[8 + 32];
+    fed_dataset *d = NULL;
+    size_t np = 64 * 10 + 10;
+    float *a = malloc(np * sizeof *a), *b = malloc(np * sizeof *b), *c = malloc(np * sizeof *c);
+    fed_data_aug aug = { 2, 1 };
+
+    (void)state;
+    memcpy(im, "\0\0\x08\x03\0\0\0\x20\0\0\0\x08\0\0\0\x08", 16);
+    memcpy(lb, "\0\0\x08\x01\0\0\0\x20", 8);
+    for (int i = 0; i < 32 * 64; i++)
+        im[16 + i] = (uint8_t)(i * 37 + i / 64);
+    for (int i = 0; i < 32; i++)
+        lb[8 + i] = (uint8_t)(i % 10);
+    assert_err(fed_data_parse_idx(im, sizeof im, lb, sizeof lb, &d), FED_OK);
+    train_once(d, "crop:2,flip", a, np);
+    train_once(d, "crop:2,flip", b, np);
+    train_once(d, "none", c, np);
+    assert_memory_equal(a, b, np * sizeof *a);
+    assert_memory_not_equal(a, c, np * sizeof *a);
+    fed_data_free(d);
+    /* float features (CSV): refused */
+    {
+        const char *t = "a,b,label\n1,2,0\n3,4,1\n";
+        fed_backend *be = NULL;
+        fed_pool *pool = NULL;
+        fed_model *m = NULL;
+        fed_trainer *tr = NULL;
+
+        assert_err(fed_data_parse_csv(t, strlen(t), NULL, &d), FED_OK);
+        assert_err(fed_backend_cpu_new(1, &be), FED_OK);
+        assert_err(fed_pool_new(0, &pool), FED_OK);
+        assert_err(fed_model_new("logreg", d->shape, be, pool, 1, 2, &m), FED_OK);
+        assert_err(fed_trainer_new(m, NULL, d, 2, &tr), FED_OK);
+        assert_err(fed_trainer_set_augment(tr, &aug, 1), FED_ERR_UNSUPPORTED);
+        fed_trainer_free(tr);
+        fed_model_free(m);
+        fed_pool_free(pool);
+        fed_backend_free(be);
+        fed_data_free(d);
+    }
+    free(a);
+    free(b);
+    free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -549,6 +642,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_folder_bounds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_folder_split_and_cache, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fashion_as_png, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_trainer_augment, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
