@@ -129,7 +129,9 @@ FED_WUR fed_err fed_data_open(const char *what, int train, fed_dataset **out);
 /* Image folders: DIR/CLASS/FILE, one subfolder per class; classes are the
  * subfolder names sorted bytewise (strcmp), class i the i-th; names starting
  * with '.' are ignored. DIR/train and DIR/test, when both are folders, are
- * the two splits; else DIR serves both (a note is logged). Every other
+ * the two splits, the test split's classes those of DIR/train by name (a
+ * class it lacks has no images, no error; a folder DIR/train lacks is
+ * FED_ERR_SHAPE); else DIR serves both (a note is logged). Every other
  * regular file in a class folder must be a PNG or a JPEG, told by its magic
  * bytes (never its name). Each is decoded (libpng, libjpeg-turbo) to gray or
  * RGB, resized bilinearly so that it covers c x h x w, center-cropped, and

@@ -322,6 +322,7 @@ int fed_data_has_subdirs(const char *dir)
 typedef struct img_shape {
     int c, h, w, skip;
     uint64_t max_bytes;
+    int test;  /* the test split: a class without images is no error */
 } img_shape;
 
 static void shape_of(const fed_data_opts *o, img_shape *s)
@@ -370,17 +371,41 @@ static void key_add(uint64_t key[2], const void *p, size_t len)
     } while (len > 0);
 }
 
-static fed_err index_dir(const char *dir, const img_shape *s, img_index *x)
+/* The classes are dir's folders, or (the test split) those of classes_dir:
+ * then a folder of dir that is not one of them is FED_ERR_SHAPE, and one it
+ * lacks is a class without images. */
+static fed_err classes_of(const char *dir, const char *classes_dir, img_index *x)
+{
+    name_list own;
+    fed_err err;
+
+    if ((err = list_dir(classes_dir ? classes_dir : dir, 1, &x->classes)) != FED_OK)
+        return err;
+    if (x->classes.n == 0)
+        return log_fail(FED_ERR_NOTFOUND, classes_dir ? classes_dir : dir,
+                        "no class folders (DIR/CLASS/image files)");
+    if (!classes_dir)
+        return FED_OK;
+    if ((err = list_dir(dir, 1, &own)) != FED_OK)
+        return err;
+    for (size_t i = 0; i < own.n && !err; i++)
+        if (!bsearch(&own.v[i], x->classes.v, x->classes.n, sizeof *x->classes.v, name_cmp))
+            err = log_fail(FED_ERR_SHAPE, dir, "folder '%s' is not a class of %s", own.v[i],
+                           classes_dir);
+    names_free(&own);
+    return err;
+}
+
+static fed_err index_dir(const char *dir, const char *classes_dir, const img_shape *s,
+                         img_index *x)
 {
     char path[4200];
     fed_err err;
     int32_t head[4] = { s->c, s->h, s->w, s->skip };
 
     memset(x, 0, sizeof *x);
-    if ((err = list_dir(dir, 1, &x->classes)) != FED_OK)
-        return err;
-    if (x->classes.n == 0)
-        return log_fail(FED_ERR_NOTFOUND, dir, "no class folders (DIR/CLASS/image files)");
+    if ((err = classes_of(dir, classes_dir, x)) != FED_OK)
+        goto out;
     if (x->classes.n > FED_DATA_IMG_MAX_CLASSES) {
         err = log_fail(FED_ERR_TOO_LARGE, dir, "%zu class folders, over the limit of %d",
                        x->classes.n, FED_DATA_IMG_MAX_CLASSES);
@@ -392,8 +417,12 @@ static fed_err index_dir(const char *dir, const img_shape *s, img_index *x)
     }
     key_add(x->key, head, sizeof head);
     for (size_t i = 0; i < x->classes.n; i++) {
+        struct stat cs;
+
         snprintf(path, sizeof path, "%s/%s", dir, x->classes.v[i]);
-        if ((err = list_dir(path, 0, &x->files[i])) != FED_OK)
+        if (classes_dir && stat(path, &cs) != 0)
+            memset(&x->files[i], 0, sizeof x->files[i]); /* the test split lacks it */
+        else if ((err = list_dir(path, 0, &x->files[i])) != FED_OK)
             goto out;
         key_add(x->key, x->classes.v[i], strlen(x->classes.v[i]) + 1);
         for (size_t j = 0; j < x->files[i].n; j++) {
@@ -482,13 +511,13 @@ static fed_err decode_all(const char *dir, const img_shape *s, const img_index *
         }
         if (k == had) {
             snprintf(path, sizeof path, "%s/%s", dir, x->classes.v[i]);
-            if (!s->skip) {
+            if (!s->skip && !s->test) {
                 err = log_fail(FED_ERR_NOTFOUND, path, "class folder holds no %simages",
                                x->files[i].n ? "good " : "");
                 goto out;
             }
-            fed_log(FED_LOG_WARN, "data: %s: class %zu has no images (--skip-bad-images)", path,
-                    i);
+            fed_log(FED_LOG_WARN, "data: %s: class %zu has no images%s", path, i,
+                    s->test ? "" : " (--skip-bad-images)");
             d->empty_classes++;
         }
     }
@@ -543,7 +572,10 @@ static int cache_load(const char *ip, const char *lp, const img_shape *s, const 
     return 1;
 }
 
-fed_err fed_data_load_images(const char *dir, const fed_data_opts *opts, fed_dataset **out)
+/* dir, its classes those of classes_dir when that is not NULL (the test
+ * split). */
+static fed_err load_images(const char *dir, const char *classes_dir, const fed_data_opts *opts,
+                           fed_dataset **out)
 {
     char ip[4200], lp[4200];
     img_shape s;
@@ -553,11 +585,12 @@ fed_err fed_data_load_images(const char *dir, const fed_data_opts *opts, fed_dat
 
     *out = NULL;
     shape_of(opts, &s);
+    s.test = classes_dir != NULL;
     if (!(s.c == 1 || s.c == 3) || s.h < 1 || s.w < 1 || s.h > FED_DATA_IMG_MAX_SIDE ||
         s.w > FED_DATA_IMG_MAX_SIDE)
         return log_fail(FED_ERR_RANGE, dir, "image input %dx%dx%d: want 1 or 3 channels, sides "
                         "1..%d", s.c, s.h, s.w, FED_DATA_IMG_MAX_SIDE);
-    if ((err = index_dir(dir, &s, &x)) != FED_OK)
+    if ((err = index_dir(dir, classes_dir, &s, &x)) != FED_OK)
         return err;
     cached = cache_paths(&x, ip, lp, sizeof ip);
     if (cached && cache_load(ip, lp, &s, &x, out)) {
@@ -581,6 +614,11 @@ out:
     return err;
 }
 
+fed_err fed_data_load_images(const char *dir, const fed_data_opts *opts, fed_dataset **out)
+{
+    return load_images(dir, NULL, opts, out);
+}
+
 fed_err fed_data_open_images(const char *dir, int train, const fed_data_opts *opts,
                              fed_dataset **out)
 {
@@ -590,8 +628,9 @@ fed_err fed_data_open_images(const char *dir, int train, const fed_data_opts *op
 
     snprintf(tr, sizeof tr, "%s/train", dir);
     snprintf(split, sizeof split, "%s/test", dir);
+    /* The test split's classes are the training split's, by name. */
     if (stat(tr, &a) == 0 && S_ISDIR(a.st_mode) && stat(split, &b) == 0 && S_ISDIR(b.st_mode))
-        return fed_data_load_images(train ? tr : split, opts, out);
+        return train ? load_images(tr, NULL, opts, out) : load_images(split, tr, opts, out);
     if (!train)
         fed_log(FED_LOG_INFO, "%s: no train/ and test/ folders: testing on the training images",
                 dir);

@@ -498,6 +498,31 @@ static void test_folder_split_and_cache(void **state)
     assert_int_equal(fed_test_log_count("from the cache", ""), 0);
     assert_memory_equal(e->x_u8, gray8, 64);
     fed_data_free(e);
+    /* the test split's classes are the training split's, by name: a class
+     * it lacks keeps its number, one the training split lacks is refused */
+    mkdirs(p, sizeof p, "s/train/b");
+    mkdirs(p, sizeof p, "s/train/c");
+    put("s/train/b/1.png", g);
+    put("s/train/c/1.png", g);
+    mkdirs(p, sizeof p, "s/test/c");
+    put("s/test/c/1.png", g);
+    fed_test_path(p, sizeof p, "s");
+    fed_test_log_reset();
+    assert_err(fed_data_open_opts(p, 0, &o, &d), FED_OK);
+    assert_int_equal(d->n, 2);
+    assert_int_equal(d->shape.classes, 3);
+    assert_int_equal(d->y[0], 0);
+    assert_int_equal(d->y[1], 2); /* c is class 2 in train/ */
+    assert_int_equal(d->empty_classes, 1);
+    assert_int_equal(fed_test_log_count("(FED_ERR", ""), 0);
+    fed_data_free(d);
+    mkdirs(p, sizeof p, "s/test/zebra");
+    put("s/test/zebra/1.png", g);
+    fed_test_path(p, sizeof p, "s");
+    d = (fed_dataset *)1;
+    assert_err(fed_data_open_opts(p, 0, &o, &d), FED_ERR_SHAPE);
+    assert_null(d);
+    fed_test_log_has("folder 'zebra' is not a class of");
     free(g.p);
     free(o2.p);
 }
