@@ -323,7 +323,8 @@ static int load_data(const run_cfg *c, run_state *s, fed_node_role role)
             fed_cli_error("run: --shard '%s': expected I/K with 0 <= I < K", c->shard);
             return 2;
         }
-        if ((e = fed_data_open_opts(c->s.data, 1, &dopts, &s->train)) == FED_OK)
+        if ((e = fed_data_open_opts(c->s.data, 1, &dopts, &s->train)) == FED_OK &&
+            (e = fed_data_augment_check(c->s.augment, s->train)) == FED_OK)
             e = fed_data_partition(s->train, c->s.partition, shard, k, c->partition_seed, &s->idx,
                                    &s->nidx);
         if (e == FED_OK && s->nidx == 0)

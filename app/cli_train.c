@@ -525,7 +525,8 @@ static int train_main(const train_cfg *c, int argc, char **argv)
     }
     if ((rc = fed_cli_data_opts("train", &c->dflags, &dopts)) >= 0)
         goto out;
-    if ((err = fed_data_open_opts(c->data, 1, &dopts, &w.train)) != FED_OK) {
+    if ((err = fed_data_open_opts(c->data, 1, &dopts, &w.train)) != FED_OK ||
+        (err = fed_data_augment_check(c->augment, w.train)) != FED_OK) {
         rc = fail(c->data, err);
         goto out;
     }
@@ -573,7 +574,7 @@ static int train_main(const train_cfg *c, int argc, char **argv)
     }
     if (fed_data_parse_augment(c->augment, &aug) == FED_OK &&
         (err = fed_trainer_set_augment(w.t, &aug, c->seed)) != FED_OK) {
-        rc = fail(err == FED_ERR_UNSUPPORTED ? "--augment (image data only)" : "--augment", err);
+        rc = fail("--augment", err);
         goto out;
     }
     print_header(c, &w, &oc, threads);

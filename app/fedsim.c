@@ -379,6 +379,7 @@ int main(int argc, char **argv)
         goto out;
     rc = 1;
     if ((e = fed_data_open_opts(sc.s.data, 1, &dopts, &train)) != FED_OK ||
+        (e = fed_data_augment_check(sc.s.augment, train)) != FED_OK ||
         (fed_sim_rank_needs_test(&sc, rank, fed_comm_size(comm)) &&
          (e = fed_data_open_opts(sc.s.data, 0, &dopts, &test)) != FED_OK)) {
         fed_cli_error("data %s: %s", sc.s.data, fed_strerror(e));

@@ -905,6 +905,17 @@ fed_err fed_data_parse_augment(const char *spec, fed_data_aug *out)
     return FED_OK;
 }
 
+fed_err fed_data_augment_check(const char *spec, const fed_dataset *d)
+{
+    fed_data_aug a;
+    fed_err err = fed_data_parse_augment(spec, &a);
+
+    if (!err && (a.crop || a.flip) && !d->x_u8)
+        err = log_fail(FED_ERR_UNSUPPORTED, "--augment",
+                       "'%s' is for images (IDX or an image folder), not CSV features", spec);
+    return err;
+}
+
 void fed_data_augment(const fed_data_aug *a, fed_rng *rng, const fed_model_shape *s, uint8_t *x,
                       int n, uint8_t *scratch)
 {

@@ -275,6 +275,10 @@ FED_WUR fed_err fed_data_parse_augment(const char *spec, fed_data_aug *out);
  * alone. */
 void fed_data_augment(const fed_data_aug *a, fed_rng *rng, const fed_model_shape *s, uint8_t *x,
                       int n, uint8_t *scratch);
+/* Whether the augmentation spec fits d (images, or "none"): else
+ * FED_ERR_UNSUPPORTED, logged naming --augment (FED_ERR_BAD_VALUE for a bad
+ * spec). For programs to refuse at start what training would refuse. */
+FED_WUR fed_err fed_data_augment_check(const char *spec, const fed_dataset *d);
 
 /* Fill a host batch from indices idx[0..n): copies samples into the caller's
  * staging buffers (x: n * features bytes or floats, y: n labels). */

@@ -480,6 +480,7 @@ static fed_err on_model_train(fed_node *n, node_open *op)
     j->pool = n->cfg.pool;
     j->shards = n->cfg.shards;
     j->data = n->cfg.train;
+    j->aug = n->cfg.augment;
     j->shard = n->cfg.shard;
     j->shard_n = n->cfg.shard_n;
     j->global = c->global;

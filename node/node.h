@@ -181,6 +181,7 @@ typedef struct fed_node_config {
     /* client */
     fed_peer_id aggregator;
     const fed_dataset *train;     /* the dataset its shard indexes (borrowed) */
+    fed_data_aug augment;         /* its training batches' (images only); none: zero */
     const uint32_t *shard;        /* (shard_n) indices into train (borrowed) */
     size_t shard_n;
     uint64_t retry_ms;            /* answer wait beyond poll_ms; default 2000 */

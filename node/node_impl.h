@@ -270,6 +270,7 @@ typedef struct node_train_job {
     int dp_on;              /* client: DP-SGD with dp (its random: the client's
                                keystream, touched only by this job while it runs) */
     fed_trainer_dp dp;
+    fed_data_aug aug;       /* client, peer: the config's augment */
     /* out */
     long dp_steps;          /* DP-SGD steps taken, and their sampling rate */
     double dp_rate;

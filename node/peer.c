@@ -618,6 +618,7 @@ static fed_err begin_round(fed_node *n)
     j->pool = c->pool;
     j->shards = c->shards;
     j->data = c->train;
+    j->aug = c->augment;
     j->shard = c->shard;
     j->shard_n = c->shard_n;
     j->global = p->model;

@@ -30,6 +30,8 @@ fed_err fed_node_settings_apply(const fed_node_settings *s, uint32_t nclients,
         *bad = "strategy";
     else if (strcmp(s->mode, "sync") != 0 && strcmp(s->mode, "async") != 0)
         *bad = "mode";
+    else if (fed_data_parse_augment(s->augment, &c->augment) != FED_OK)
+        *bad = "augment";
     if (*bad)
         return FED_ERR_SPEC;
     snprintf(c->spec, sizeof c->spec, "%s", s->model);

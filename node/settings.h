@@ -19,6 +19,7 @@
 typedef struct fed_node_settings {
     char data[256];
     fed_data_flags dflags;  /* how data is read (image folders, CSV) */
+    char augment[64];       /* client, peer: training batches' augmentation */
     char partition[64];
     char model[FED_MODEL_SPEC_MAX];
     int rounds;
@@ -72,6 +73,9 @@ typedef struct fed_node_settings {
                 "fashion-mnist, a directory of IDX files, a folder of images (one subfolder "    \
                 "per class, PNG or JPEG), or a CSV file"),                                       \
     FED_DATA_FLAG_OPTS(T, m.dflags),                                                             \
+    FED_OPT_DEF(T, m.augment, "augment", FED_OPT_STR, "none", 0, 0,                              \
+                "client, peer: image training batches: none, crop:P (shifted up to P pixels, "   \
+                "zero-padded), flip (left-right, half the time) or crop:P,flip"),                \
     FED_OPT_DEF(T, m.partition, "partition", FED_OPT_STR, "iid", 0, 0,                           \
                 "client, peer: how the training split is cut into parts (fednode: --shard's K; " \
                 "fedsim: one per node): iid, dirichlet:ALPHA, shards:N"),                        \

@@ -29,6 +29,11 @@ static fed_err train_epochs(node_train_job *j, fed_model *m, fed_optim *o, doubl
         (e = fed_trainer_set_ranks(t, fed_coll_rank(j->coll), fed_coll_size(j->coll),
                                    fed_node_site_reduce, j->coll)) != FED_OK)
         goto out;
+    /* a stream of draws per node and round (FED_ERR_UNSUPPORTED on float
+       features or over several ranks) */
+    if ((e = fed_trainer_set_augment(t, &j->aug, j->seed ^ j->round * 0x9e3779b97f4a7c15ull)) !=
+        FED_OK)
+        goto out;
     for (uint32_t ep = 0; ep < j->set.local_epochs && e == FED_OK; ep++)
         e = fed_trainer_epoch(t, j->shard, j->shard_n, &rng, &st);
     if (e == FED_OK && fed_node_site_ranks(j) > 1) /* every rank's share of the loss */
