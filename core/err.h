@@ -83,7 +83,11 @@
     X(FED_ERR_SA_UNMASK, "secure aggregation: bad or unexpected UNMASK message") \
     X(FED_ERR_SA_FAILED, "secure aggregation: round failed closed (a secret has fewer than t live holders)") \
     X(FED_ERR_SA_DROPPED, "secure aggregation: this client was named dropped, or the survivors' graph is split") \
-    X(FED_ERR_SA_REVEALED, "secure aggregation: this round's delta was in a sum already revealed; masking it again could expose a client")
+    X(FED_ERR_SA_REVEALED, "secure aggregation: this round's delta was in a sum already revealed; masking it again could expose a client") \
+    /* a client's reasons to decline a round (a LEAVE), appended likewise */   \
+    X(FED_ERR_SA_REQUIRED, "secure aggregation required: this client (--secagg) sends no delta in a round that does not run it") \
+    X(FED_ERR_MODEL_MISMATCH, "the aggregator's model does not fit this client's data (another input shape or class count)") \
+    X(FED_ERR_SA_TOO_FEW, "secure aggregation: fewer clients than the floor (3, or more as configured); a client could subtract its own delta from the sum")
 
 typedef enum fed_err {
 #define FED_ERR_ENUM_(name, msg) name,

@@ -694,6 +694,14 @@ void fed_wire_note_reject(fed_wire *w, const fed_wire_hdr *h, fed_err err)
     fed_wire_count_reject(w, h, err);
 }
 
+void fed_wire_note_leave(fed_wire *w, fed_err reason)
+{
+    if (reason == FED_ERR_SA_REQUIRED)
+        w->counters.leave_no_secagg++;
+    else if (reason == FED_ERR_MODEL_MISMATCH)
+        w->counters.leave_bad_model++;
+}
+
 /* ---- sending ---- */
 
 size_t fed_wire_frame_bytes(size_t payload_len) { return payload_len + FED_WIRE_SEAL_OVERHEAD; }

@@ -308,7 +308,7 @@ typedef struct fed_wire_counters {
     X(rej_replay) X(rej_busy) X(rej_aead) X(rej_signature) X(rej_payload) X(rej_stream)        \
     X(rej_stream_limit) X(rej_codec) X(rej_nan) X(rej_other) X(conn_refused) X(conn_stalled)   \
     X(conn_handshake) X(conn_dropped) X(rej_sa_keys) X(rej_sa_shares) X(rej_sa_masked)         \
-    X(rej_sa_consist) X(rej_sa_unmask)
+    X(rej_sa_consist) X(rej_sa_unmask) X(leave_no_secagg) X(leave_bad_model)
 #define FED_WIRE_COUNTER_FIELD_(name) uint64_t name;
     FED_WIRE_COUNTER_LIST(FED_WIRE_COUNTER_FIELD_)
 #undef FED_WIRE_COUNTER_FIELD_
@@ -407,6 +407,10 @@ void fed_wire_set_conn_counters(fed_wire *w, uint64_t refused, uint64_t stalled,
 /* Counts and logs a rejection decided above the wire (a codec error found
  * while decoding the vector, say). */
 void fed_wire_note_reject(fed_wire *w, const fed_wire_hdr *h, fed_err err);
+/* Counts a LEAVE taken (a client declined a round) whose reason has a
+ * counter (leave_*: FED_ERR_SA_REQUIRED, FED_ERR_MODEL_MISMATCH); others
+ * are not counted here (the round's contributions record every one). */
+void fed_wire_note_leave(fed_wire *w, fed_err reason);
 
 /* ---- header and typed blocks ---- */
 

@@ -1197,8 +1197,17 @@ static fed_err on_leave(fed_node *n, node_open *op)
     memcpy(p->header, m->header, FED_WIRE_HEADER_BYTES);
     memcpy(p->digest, m->digest, sizeof p->digest);
     memcpy(p->sig, m->sig, sizeof p->sig);
-    fed_log(FED_LOG_INFO, "aggregator: a client declined round %llu: %s",
-            (unsigned long long)m->hdr.round, fed_strerror((int)p->refused));
+    /* a client that requires secure aggregation, or that cannot build the
+       model: the operator's configuration to fix, so a warning, counted */
+    fed_wire_note_leave(n->wire, (fed_err)p->refused);
+    fed_log(p->refused == (uint32_t)FED_ERR_SA_REQUIRED ||
+                    p->refused == (uint32_t)FED_ERR_MODEL_MISMATCH
+                ? FED_LOG_WARN
+                : FED_LOG_INFO,
+            "aggregator: client %02x%02x%02x%02x declined round %llu: %s (%s)",
+            m->hdr.sender[0], m->hdr.sender[1], m->hdr.sender[2], m->hdr.sender[3],
+            (unsigned long long)m->hdr.round, fed_strerror((int)p->refused),
+            fed_errname((int)p->refused));
     if (p == &one &&
         (e = put_contribution(n, m->hdr.round, p, 0, absent_reason(n, p, why, sizeof why))) != FED_OK)
         fed_log(FED_LOG_WARN, "aggregator: recording a declined round failed: %s",

@@ -129,9 +129,15 @@ static fed_err send_delta(fed_node *n)
     node_train_job *j = &c->job;
     fed_wire_hdr h;
     fed_wire_block b;
-    fed_err e = fed_node_header(n, FED_WIRE_DELTA, c->agg, c->round, c->agg_epoch,
-                                (uint16_t)j->codec.id, &h);
+    fed_err e;
 
+    if (n->cfg.secagg) { /* on_model declines such rounds: never reached */
+        fed_log(FED_LOG_ERROR, "client: round %llu: a plain delta was about to leave a "
+                "--secagg client; not sent", (unsigned long long)c->round);
+        return FED_ERR_SA_REQUIRED;
+    }
+    e = fed_node_header(n, FED_WIRE_DELTA, c->agg, c->round, c->agg_epoch,
+                        (uint16_t)j->codec.id, &h);
     if (e != FED_OK)
         return e;
     memset(&b, 0, sizeof b);
@@ -403,6 +409,18 @@ static fed_err on_model(fed_node *n, node_open *op)
         return FED_OK; /* an answer to a request we gave up on */
     if (m->block.settings.sa_on)
         return on_secure_model(n, op);
+    if (n->cfg.secagg) {
+        /* --secagg on a client is a requirement: its delta never leaves in
+           the clear, so a round without secure aggregation is declined */
+        fed_log(FED_LOG_WARN, "client: round %llu does not run secure aggregation and this "
+                "client requires it (--secagg): declined, no delta sent",
+                (unsigned long long)m->hdr.round);
+        (void)n->env.cancel_timer(n->env.self, NODE_TIMER_RETRY);
+        c->round = m->hdr.round;
+        c->leave_reason = (uint32_t)FED_ERR_SA_REQUIRED;
+        c->resends = 0;
+        return send_leave(n);
+    }
     c->secure = 0;
     if (m->hdr.round == n->round && c->round == n->round && j->vec_len) {
         /* the aggregator runs this round again: the delta we sent was lost */

@@ -1634,5 +1634,7 @@ int main(void)
 
     if (sodium_init() < 0)
         return 1;
+    if (getenv("FED_TEST_FILTER")) /* one case of this long binary, by cmocka's pattern */
+        cmocka_set_test_filter(getenv("FED_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -129,6 +129,10 @@ typedef struct scen {
        test sends the bad one in its place (lie 2); its first frame goes out
        (lie_out), nothing of round 1's masked stage after it */
     int liar, lie, lie_out;
+    /* clients 0 .. client_secagg - 1 run with --secagg (a requirement on a
+       client); the DELTA and LEAVE frames each client sent */
+    int client_secagg;
+    int delta_from[NCL], leave_from[NCL];
     uint64_t lie_epoch;
     uint8_t *lie_vec;
 } scen;
@@ -199,6 +203,8 @@ static int drop_filter(void *ctx, uint32_t node, const uint8_t *frame, size_t le
         uint8_t type = frame[FED_WIRE_OFF_TYPE];
         uint16_t flags = fed_get_u16le(frame + FED_WIRE_OFF_FLAGS);
 
+        s->delta_from[c] += type == FED_WIRE_DELTA;
+        s->leave_from[c] += type == FED_WIRE_LEAVE;
         s->chunks_out += type == FED_WIRE_CHUNK && flags == FED_WIRE_FLAG_DATA;
         s->masked_streams += type == FED_WIRE_SA_MASKED && (flags & FED_WIRE_FLAG_STREAM);
         /* a masked stage's request asked again once its stream was out: an
@@ -476,6 +482,7 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
         cc.allow = i == 0 && s->allow0 ? s->allow0 : s->allow;
         cc.wire.max_frame = s->max_frame;
         cc.dp_sgd = s->dp_sgd;
+        cc.secagg = i < s->client_secagg;
         if (s->dp_sgd)
             cc.dp_noise = s->dp_noise;
         if (i == 0) { /* its true delta, untouched, for the leak test */
@@ -609,6 +616,40 @@ static void test_drop_before_consist(void **state)
 static void test_drop_before_unmask(void **state)
 {
     drop_one(*state, FED_WIRE_SA_UNMASK, NCL, "");
+}
+
+/* Clients 0..4 run with --secagg, which on a client is a requirement, and
+ * the aggregator runs no secure aggregation: each of the five declines
+ * every round with a LEAVE FED_ERR_SA_REQUIRED and never sends a DELTA; the
+ * aggregator records and counts the refusals and merges the other 15. */
+static void test_client_requires_secagg(void **state)
+{
+    const fixture *fx = *state;
+    scen s;
+    const fed_wire_counters *wc;
+
+    fed_test_need_fashion(fx->train != NULL);
+    memset(&s, 0, sizeof s);
+    s.client_secagg = 5;
+    build(&s, fx, 0, 2, 10, 100, 0);
+    run(&s, 400000);
+    for (int i = 0; i < NCL; i++) {
+        assert_int_equal(s.delta_from[i], i < 5 ? 0 : 2);
+        assert_true(i < 5 ? s.leave_from[i] >= 2 : s.leave_from[i] == 0);
+    }
+    for (uint64_t r = 1; r <= 2; r++) {
+        assert_int_equal(s.commits[r], 1);
+        assert_int_equal(s.info[r].merged, NCL - 5);
+        assert_int_equal(contribution(&s, r, 0).accepted, 0);
+        assert_string_equal(contribution(&s, r, 0).reason, "declined FED_ERR_SA_REQUIRED");
+        assert_int_equal(contribution(&s, r, 5).accepted, 1);
+    }
+    wc = fed_node_wire_counters(fed_sim_host_node(s.agg));
+    assert_non_null(wc);
+    print_message("LEAVEs counted: no secagg %llu\n", (unsigned long long)wc->leave_no_secagg);
+    assert_int_equal(wc->leave_no_secagg, 10);
+    assert_int_equal(wc->leave_bad_model, 0);
+    scen_free(&s);
 }
 
 /* Twelve of 20 die before their masked input: the survivors' secrets have
@@ -1304,6 +1345,7 @@ static void test_dp_fedavg_with_secagg(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_client_requires_secagg),
         cmocka_unit_test(test_drop_before_keys),
         cmocka_unit_test(test_drop_before_shares),
         cmocka_unit_test(test_drop_before_masked),
@@ -1329,5 +1371,7 @@ int main(void)
         cmocka_unit_test(test_dp_fedavg_with_secagg),
     };
 
+    if (getenv("FED_TEST_FILTER")) /* one case of this long binary, by cmocka's pattern */
+        cmocka_set_test_filter(getenv("FED_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);
 }
