@@ -432,6 +432,42 @@ static fed_err on_model(fed_node *n, node_open *op)
     return on_model_train(n, op);
 }
 
+fed_err fed_node_client_bad_model(fed_node *n, node_open *op, fed_err why)
+{
+    node_client *c = n->client;
+    const fed_wire_msg *m = &op->msg;
+    const fed_model_shape in = n->cfg.train->shape;
+    char spec_why[160] = "";
+    size_t want = 0;
+    uint64_t got = 0;
+    fed_codec_id id;
+
+    if (memcmp(m->hdr.sender, c->agg, 32) != 0 || c->state != CL_ASKING)
+        return why;
+    if (fed_model_spec_explain(m->block.settings.spec, in, spec_why, sizeof spec_why) ==
+        FED_OK) {
+        if (fed_model_spec_nparams(m->block.settings.spec, in, &want) != FED_OK ||
+            fed_codec_peek(m->vector, m->vector_len, &id, &got) != FED_OK || got == want)
+            return why; /* it builds, and the vector is malformed otherwise */
+        fed_log(FED_LOG_WARN, "client: round %llu: the aggregator's model '%s' does not fit "
+                "this client's data: over its input %dx%dx%d with %d classes it has %zu "
+                "parameters, the MODEL carries %llu; declined (%s)",
+                (unsigned long long)m->hdr.round, m->block.settings.spec, in.c, in.h, in.w,
+                in.classes, want, (unsigned long long)got, fed_errname(FED_ERR_MODEL_MISMATCH));
+    } else {
+        fed_log(FED_LOG_WARN, "client: round %llu: the aggregator's model does not build over "
+                "this client's input %dx%dx%d with %d classes: %s; declined (%s)",
+                (unsigned long long)m->hdr.round, in.c, in.h, in.w, in.classes, spec_why,
+                fed_errname(FED_ERR_MODEL_MISMATCH));
+    }
+    c->agg_epoch = m->hdr.sender_epoch;
+    (void)n->env.cancel_timer(n->env.self, NODE_TIMER_RETRY);
+    c->round = m->hdr.round;
+    c->leave_reason = (uint32_t)FED_ERR_MODEL_MISMATCH;
+    c->resends = 0;
+    return send_leave(n);
+}
+
 /* The MODEL's vector taken, the training job submitted. */
 static fed_err on_model_train(fed_node *n, node_open *op)
 {

@@ -526,6 +526,9 @@ static fed_err open_done(fed_node *n, node_open *op)
         fed_wire_note_reject(n->wire, &op->msg.hdr, e);
         if (op->req)
             (void)fed_node_ack(n, op->req, &op->msg.hdr, e, 0);
+        else if (n->client && op->msg.hdr.type == FED_WIRE_MODEL &&
+                 (e == FED_ERR_CODEC || e == FED_ERR_SPEC))
+            e = fed_node_client_bad_model(n, op, e); /* a model it cannot build? */
         op->req = NULL;
         fed_node_transfer_done(n, op);
         return e;

@@ -11,7 +11,9 @@
  * FedBuff's merges): each round's MODEL carries its rate, and every client
  * trains at exactly that rate; a DP-SGD client whose charge cannot be
  * committed (full disk) sends nothing, and one that crashed after a charge
- * is charged again for the round it trains again. Skips without data. Also,
+ * is charged again for the round it trains again; a client whose data has
+ * another class count declines each round (LEAVE FED_ERR_MODEL_MISMATCH)
+ * and the rounds go on without it. Skips without data. Also,
  * without data, the checkpoint's
  * model sections (node/ckpt_model.h): a round trip, their byte image, and
  * every malformed or mismatched section refused. */
@@ -72,6 +74,7 @@ typedef struct scen_opts {
     const char *lr_schedule; /* the aggregator's; NULL: const */
     uint32_t lr_warmup;
     int dp_client;       /* client dp_client - 1 runs DP-SGD (defaults); 0: none */
+    int other_classes;   /* client other_classes - 1's data has 5 classes, not 10 */
 } scen_opts;
 
 /* What the observers saw. */
@@ -102,6 +105,7 @@ typedef struct scen {
     float client_lr[MAXR + 1];     /* the rate a client reported training round r at */
     int crash_agg_after;           /* crash the aggregator once it committed this round */
     int agg_crashed;
+    fed_dataset five;              /* o.other_classes: the training set as 5 classes */
 } scen;
 
 static int setup(void **state)
@@ -271,6 +275,11 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
         cc.be = fx->be;
         cc.aggregator = *fed_sim_host_id(s->agg);
         cc.train = fx->train;
+        if (o->other_classes == i + 1) { /* the same samples, another model */
+            s->five = *fx->train;
+            s->five.shape.classes = 5;
+            cc.train = &s->five;
+        }
         cc.shard = s->idx[i];
         cc.shard_n = s->nidx[i];
         cc.allow = s->allow;
@@ -391,6 +400,33 @@ static void test_fedavg_bit_exact(void **state)
  * finished, so rounds hold deltas trained on older rounds, each weighted by
  * samples / sqrt(1 + staleness); every round equals that weighted mean bit
  * for bit, and the fastest client is in more rounds than the slowest. */
+/* Client 2's data has 5 classes, so the aggregator's 10-class model does
+ * not fit it: it declines each round with a LEAVE FED_ERR_MODEL_MISMATCH
+ * (at once: the aggregator need not wait for a deadline), the aggregator
+ * records and counts that, and every round merges the other three. */
+static void test_model_mismatch_declined(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 4, .spec = "logreg", .per_client = 200, .rounds = 3,
+                   .min_clients = 3, .deadline_ms = 600000, .seed = 5, .other_classes = 3};
+    const fed_wire_counters *wc;
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    scen_build(&s, fx, &o);
+    scen_run(&s, 120000);
+    for (int r = 1; r <= 3; r++) {
+        assert_int_equal(s.commits[r], 1);
+        assert_int_equal(s.info[r].sampled, 4);
+        assert_int_equal(s.info[r].merged, 3);
+    }
+    /* (the deadline is 10 minutes, the run 2: no round waited for client 2) */
+    wc = fed_node_wire_counters(fed_sim_host_node(s.agg));
+    assert_non_null(wc);
+    assert_int_equal(wc->leave_bad_model, 3);
+    scen_free(&s);
+}
+
 static void test_async_fedbuff(void **state)
 {
     const fixture *fx = *state;
@@ -1608,6 +1644,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fedavg_bit_exact),
+        cmocka_unit_test(test_model_mismatch_declined),
         cmocka_unit_test(test_dropped_client),
         cmocka_unit_test(test_straggler_late),
         cmocka_unit_test(test_crash_restart),
