@@ -845,6 +845,15 @@ static fed_err check_sender(const fed_wire *w, const fed_wire_hdr *h)
     return member ? FED_OK : FED_ERR_UNKNOWN_SENDER;
 }
 
+int fed_wire_is_member(const fed_wire *w, const uint8_t pk[32])
+{
+    fed_wire_hdr h;
+
+    memset(&h, 0, sizeof h);
+    memcpy(h.sender, pk, 32);
+    return check_sender(w, &h) == FED_OK;
+}
+
 static fed_err cheap_checks(fed_wire *w, const uint8_t *frame, size_t len, fed_wire_ticket *t,
                             int *have_hdr)
 {

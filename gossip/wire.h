@@ -385,6 +385,10 @@ void fed_wire_set_member_fn(fed_wire *w, fed_wire_member_fn fn, void *ctx);
 const fed_wire_cfg *fed_wire_config(const fed_wire *w);
 fed_crypto_arena *fed_wire_arena(const fed_wire *w);
 const uint8_t *fed_wire_self(const fed_wire *w);
+/* Nonzero when pk may send to this node (the allow-list, or the member
+ * function): precheck's sender check, for a node deciding whether to say
+ * anything to a frame that failed an earlier check. */
+int fed_wire_is_member(const fed_wire *w, const uint8_t pk[32]);
 /* The last committed epoch of a peer (0: none yet). */
 uint64_t fed_wire_peer_epoch(const fed_wire *w, const uint8_t pk[32]);
 

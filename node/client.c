@@ -728,6 +728,31 @@ static fed_err on_ack(fed_node *n, const fed_wire_msg *m)
     return FED_OK; /* an answer to a request we gave up on */
 }
 
+/* The aggregator answered a request with FED_ERR_OLD_EPOCH: it restarted
+ * since this client learnt its epoch, so whatever round was under way is
+ * gone with that process. The round's secure-aggregation state is dropped
+ * (its record that a masked input went out stays) and the client says HELLO
+ * at once, as it would after its retries, instead of asking the dead epoch
+ * until they run out. */
+static fed_err on_new_epoch(fed_node *n, const fed_wire_msg *m)
+{
+    node_client *c = n->client;
+
+    if (c->state == CL_DONE || !c->agg_epoch || m->hdr.sender_epoch <= c->agg_epoch)
+        return FED_OK; /* a late answer to a request of before the last HELLO */
+    fed_log(FED_LOG_INFO, "client: the aggregator restarted (epoch %llu, was %llu): round %llu "
+            "is gone with it; saying HELLO", (unsigned long long)m->hdr.sender_epoch,
+            (unsigned long long)c->agg_epoch, (unsigned long long)c->round);
+    c->agg_epoch = 0; /* the next ask is a HELLO */
+    if (fed_node_sa_client_active(n->client_sa))
+        fed_node_sa_client_abort(n);
+    fed_node_tx_drop(n, c->agg);
+    if (c->state == CL_TRAINING)
+        return FED_OK; /* the job's end asks (HELLO: the epoch is unknown) */
+    (void)n->env.cancel_timer(n->env.self, NODE_TIMER_RETRY);
+    return ask(n, FED_WIRE_HELLO);
+}
+
 static void fed_node_client_prepare_open(fed_node *n, node_open *op)
 {
     op->expect_n = 0; /* from the MODEL's spec */
@@ -750,6 +775,8 @@ static fed_err fed_node_client_on_msg(fed_node *n, node_open *op)
         fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_ROLE);
         return FED_ERR_ROLE;
     }
+    if (m->hdr.type == FED_WIRE_ACK && m->block.status == (uint32_t)FED_ERR_OLD_EPOCH)
+        return on_new_epoch(n, m);
     c->agg_epoch = m->hdr.sender_epoch;
     if (c->state == CL_DONE)
         return FED_OK;

@@ -297,6 +297,7 @@ fed_err fed_node_next_seq(fed_node *n, const uint8_t key[32], uint64_t *seq)
         memmove(&n->peers[i + 1], &n->peers[i], (n->npeers - i) * sizeof *n->peers);
         memcpy(n->peers[i].key, key, 32);
         n->peers[i].next_seq = 1;
+        n->peers[i].told_old_ms = 0;
         n->npeers++;
     }
     *seq = n->peers[i].next_seq++;
@@ -552,6 +553,33 @@ static fed_err open_done(fed_node *n, node_open *op)
     return e;
 }
 
+/* A member's request addressed to an older epoch of this aggregator (it
+ * restarted, and the client still runs a round of the dead process): the
+ * client is told so by an ACK FED_ERR_OLD_EPOCH from this epoch, sealed and
+ * signed as any, and says HELLO at once instead of asking the dead epoch
+ * until its retries run out. At most one such answer a second per client,
+ * so replayed old frames cost a seal each only that often. 1: answered. */
+static int tell_old_epoch(fed_node *n, fed_req *req, const uint8_t *frame, size_t len)
+{
+    uint64_t now = n->env.now_ms(n->env.self);
+    fed_wire_hdr h;
+    size_t i;
+    int found = 0;
+
+    if (!n->agg || !req || fed_wire_hdr_decode(frame, len, &h) != FED_OK ||
+        !fed_wire_is_member(n->wire, h.sender))
+        return 0;
+    i = fed_key_search(n->peers, n->npeers, sizeof *n->peers, h.sender, &found);
+    if (found && n->peers[i].told_old_ms && now + 1 < n->peers[i].told_old_ms + 1000)
+        return 0;
+    if (fed_node_ack(n, req, &h, FED_ERR_OLD_EPOCH, 0) != FED_OK)
+        return 1; /* the request was answered empty (refused) */
+    i = fed_key_search(n->peers, n->npeers, sizeof *n->peers, h.sender, &found);
+    if (found) /* fed_node_ack numbered the frame: the peer has an entry */
+        n->peers[i].told_old_ms = now + 1;
+    return 1;
+}
+
 fed_err fed_node_on_frame(fed_node *n, fed_req *req, const uint8_t *frame, size_t len)
 {
     node_open *op = NULL;
@@ -590,7 +618,8 @@ fed_err fed_node_on_frame(fed_node *n, fed_req *req, const uint8_t *frame, size_
     fed_node_open_free(op);
     return e;
 refuse:
-    fed_node_refuse(n, req);
+    if (e != FED_ERR_OLD_EPOCH || !tell_old_epoch(n, req, frame, len))
+        fed_node_refuse(n, req);
     fed_node_open_free(op);
     return e;
 }

@@ -36,6 +36,8 @@ _Static_assert(NODE_TIMER_COUNT - 1 == FED_NODE_MAX_TIMERS,
 typedef struct node_peer {
     uint8_t key[32];
     uint64_t next_seq;
+    uint64_t told_old_ms; /* an aggregator: when it last told this client that a
+                             frame was for an older epoch of it (0: never), + 1 */
 } node_peer;
 
 /* A frame on its way through precheck (loop), open + decode (job) and

@@ -132,6 +132,10 @@ typedef struct scen {
     /* clients 0 .. client_secagg - 1 run with --secagg (a requirement on a
        client); the DELTA and LEAVE frames each client sent */
     int client_secagg;
+    /* crash_agg 3: the aggregator dies at round 1's first SHARES request
+       and restarts 2 s later (at restart_ms; 4: done); when the restarted
+       process first started a round (ms; 0: not yet) */
+    uint64_t restart_ms, model_after_ms;
     int delta_from[NCL], leave_from[NCL];
     uint64_t lie_epoch;
     uint8_t *lie_vec;
@@ -332,6 +336,14 @@ static void sa_hook(void *ctx, int inbound, uint8_t type, const uint8_t key[32],
         s->consist_from[from]++;
     if (type == FED_WIRE_SA_SHARES && from >= 0)
         s->shares_from[from]++;
+    if (type == FED_WIRE_SA_SHARES && s->crash_agg == 3 && s->round_now == 1) {
+        uint64_t now = fed_sim_world_now_us(s->w) / 1000;
+
+        assert_int_equal(fed_sim_world_crash_at(s->w, 0, now), FED_OK);
+        assert_int_equal(fed_sim_world_restart_at(s->w, 0, now + 2000), FED_OK);
+        s->restart_ms = now + 2000;
+        s->crash_agg = 4;
+    }
     if (type == FED_WIRE_SA_UNMASK && from >= 0) {
         s->unmask_from[from]++;
         if (s->round_now <= MAXR)
@@ -385,6 +397,13 @@ static void trace(void *ctx, uint64_t t_us, fed_sim_event_kind kind, uint32_t no
     (void)t_us, (void)kind, (void)node, (void)a, (void)b;
     if (ag) /* the round the aggregator runs, for the hook's records */
         s->round_now = fed_node_round(ag) + 1;
+    if (ag && s->restart_ms && !s->model_after_ms && t_us / 1000 >= s->restart_ms) {
+        fed_node_progress p;
+
+        fed_node_get_progress(ag, &p);
+        if (p.round_open) /* the restarted process started a round */
+            s->model_after_ms = t_us / 1000;
+    }
     if (ag && s->keep_params && !s->params0 && fed_node_round(ag) == 0) {
         s->params0 = malloc(fed_node_nparams(ag) * sizeof(float));
         assert_int_equal(fed_node_get_params(ag, s->params0), FED_OK);
@@ -860,6 +879,40 @@ static void test_aggregator_restart_after_unmask(void **state)
     assert_true(strstr(q.t[0].outcome, "earlier aggregator process") != NULL);
     assert_int_equal(s.commits[2], 1);
     assert_int_equal(s.info[2].merged, NCL);
+    assert_int_equal(s.both_kinds, 0);
+    scen_free(&s);
+}
+
+/* The aggregator dies as round 1's first SHARES request comes in and
+ * restarts 2 s later, in a new epoch. Its clients, each in the middle of
+ * round 1's stages, are told so by the first request they send the new
+ * epoch (an ACK FED_ERR_OLD_EPOCH) and say HELLO at once: the next round
+ * starts within 10 virtual seconds of the restart (it took about 160 s of
+ * stage retries before), and rounds 1 and 2 commit with everyone. */
+static void test_aggregator_restart_mid_round(void **state)
+{
+    const fixture *fx = *state;
+    scen s;
+    const fed_wire_counters *wc;
+
+    fed_test_need_fashion(fx->train != NULL);
+    memset(&s, 0, sizeof s);
+    s.crash_agg = 3;
+    build(&s, fx, 1, 2, 10, 100, 0);
+    run(&s, 400000);
+    assert_int_equal(s.crash_agg, 4);
+    assert_true(s.model_after_ms > s.restart_ms);
+    print_message("restart at %llu ms; its first round %llu ms later\n",
+                  (unsigned long long)s.restart_ms,
+                  (unsigned long long)(s.model_after_ms - s.restart_ms));
+    assert_true(s.model_after_ms - s.restart_ms <= 10000);
+    assert_int_equal(s.commits[1], 1);
+    assert_int_equal(s.info[1].merged, NCL);
+    assert_int_equal(s.commits[2], 1);
+    assert_int_equal(s.info[2].merged, NCL);
+    wc = fed_node_wire_counters(fed_sim_host_node(s.agg));
+    print_message("frames to the dead epoch: %llu\n", (unsigned long long)wc->rej_old_epoch);
+    assert_true(wc->rej_old_epoch <= 2 * NCL);
     assert_int_equal(s.both_kinds, 0);
     scen_free(&s);
 }
@@ -1363,6 +1416,7 @@ int main(void)
         cmocka_unit_test(test_streamed_wrong_size),
         cmocka_unit_test(test_streamed_lossy),
         cmocka_unit_test(test_aggregator_restart_after_unmask),
+        cmocka_unit_test(test_aggregator_restart_mid_round),
         cmocka_unit_test(test_split_survivor_lists),
         cmocka_unit_test(test_replayed_key),
         cmocka_unit_test(test_different_graphs),
