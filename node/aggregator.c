@@ -483,10 +483,14 @@ static fed_err maybe_start(fed_node *n)
 {
     node_agg *a = n->agg;
     size_t want = n->cfg.wait_clients ? n->cfg.wait_clients : n->cfg.min_clients;
+    size_t least = n->cfg.min_clients;
 
+    if (a->sa && least < fed_node_sa_floor(&n->cfg)) /* a try below it fails at once */
+        least = fed_node_sa_floor(&n->cfg);
+    want = want > least ? want : least;
     if (a->state != AGG_IDLE || n->env.now_ms(n->env.self) < a->retry_at_ms)
         return FED_OK;
-    if (a->nholds >= want || (a->gathered && a->nholds >= n->cfg.min_clients))
+    if (a->nholds >= want || (a->gathered && a->nholds >= least))
         return start_round(n);
     return FED_OK;
 }

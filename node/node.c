@@ -17,6 +17,7 @@
 #include "core/bytes.h"
 #include "core/log.h"
 #include "node/node_impl.h"
+#include "node/secagg_impl.h" /* FED_NODE_SA_FLOOR */
 
 void fed_node_config_default(fed_node_config *cfg)
 {
@@ -48,6 +49,7 @@ void fed_node_config_default(fed_node_config *cfg)
     cfg->secagg_bits = 20;
     cfg->secagg_range = 4;
     cfg->secagg_stage_ms = 10000;
+    cfg->secagg_min_clients = FED_NODE_SA_FLOOR;
 }
 
 /* The roles by fed_node_role: each role's file defines its entry. */

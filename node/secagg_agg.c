@@ -516,8 +516,9 @@ static fed_err end_keys(fed_node *n)
 
     for (size_t i = 0; i < s->nm; i++)
         n1 += s->m[i].stage_in >= SA_KEYS;
-    if (n1 < 2 || n1 < n->cfg.min_clients)
-        return fail(n, "too few clients sent keys");
+    if (n1 < fed_node_sa_floor(&n->cfg) || n1 < n->cfg.min_clients)
+        return fail(n, "too few clients sent keys (a secure round needs at least 3, "
+                       "--secagg-min-clients and --min-clients)");
     if (!(s->part_of = fed_malloc(n1 * sizeof *s->part_of)) ||
         !(s->list = fed_malloc((size_t)n1 * SA_KEY_ENTRY_BYTES)) || !(s->u2 = fed_calloc(n1, 1)) ||
         !(s->u3 = fed_calloc(n1, 1)) || !(s->u4 = fed_calloc(n1, 1)))
@@ -554,7 +555,7 @@ static fed_err end_shares(fed_node *n)
     for (uint32_t i = 0; i < s->n1; i++)
         s->u2[i] = s->m[s->part_of[i]].stage_in >= SA_SHARES;
     n2 = count_flags(s->u2, s->n1);
-    if (n2 < 2 || n2 < n->cfg.min_clients)
+    if (n2 < fed_node_sa_floor(&n->cfg) || n2 < n->cfg.min_clients)
         return fail(n, "too few clients shared");
     s->stage = SA_MASKED;
     for (size_t i = 0; i < s->nm; i++)
@@ -593,7 +594,7 @@ static fed_err end_masked(fed_node *n)
     for (uint32_t i = 0; i < s->n1; i++)
         s->u3[i] = s->u2[i] && s->m[s->part_of[i]].stage_in >= SA_MASKED;
     n3 = count_flags(s->u3, s->n1);
-    if (n3 < 2 || n3 < n->cfg.min_clients)
+    if (n3 < fed_node_sa_floor(&n->cfg) || n3 < n->cfg.min_clients)
         return fail(n, "too few masked inputs");
     if (!enough_holders(s, s->u3, &who)) {
         snprintf(why, sizeof why, "client %u's secret has fewer than t = %u live holders", who,

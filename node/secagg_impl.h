@@ -6,6 +6,17 @@
 
 #include "node/node_impl.h"
 
+/* A secure round's floor of clients: with 2, each could subtract its own
+ * delta from the released sum (without noise, the other's exactly). */
+#define FED_NODE_SA_FLOOR 3u
+
+/* The floor cfg sets: secagg_min_clients, never below FED_NODE_SA_FLOOR. */
+static inline uint32_t fed_node_sa_floor(const fed_node_config *c)
+{
+    return c->secagg_min_clients > FED_NODE_SA_FLOOR ? c->secagg_min_clients
+                                                     : FED_NODE_SA_FLOOR;
+}
+
 typedef struct node_sa_agg node_sa_agg;
 typedef struct node_sa_client node_sa_client;
 

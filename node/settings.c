@@ -82,6 +82,7 @@ void fed_node_settings_apply_dp(const fed_node_settings *s, fed_node_config *c)
     c->secagg_bits = (uint32_t)s->secagg_bits;
     c->secagg_range = s->secagg_range;
     c->secagg_stage_ms = (uint64_t)s->secagg_stage_ms;
+    c->secagg_min_clients = (uint32_t)s->secagg_min_clients;
 }
 
 const char *fed_node_settings_dp_misuse(const fed_node_settings *s, fed_node_role role)

@@ -104,7 +104,8 @@ typedef struct scen {
     int consist_from[NCL];
     /* cheating */
     int cheat;               /* 1: a victim named dropped to itself; 2: to half its
-                                neighbours; 3: a round-1 key replayed in round 2 */
+                                neighbours; 3: a round-1 key replayed in round 2;
+                                5: client 0 shown a key list of 2 (itself and one) */
     int victim;
     sa_key_entry old_key;    /* the victim's round-1 keys */
     int have_old;
@@ -283,6 +284,25 @@ static void sa_hook(void *ctx, int inbound, uint8_t type, const uint8_t key[32],
         return;
     }
 
+    if (!inbound && type == FED_WIRE_SA_KEYS && s->cheat == 5 && from == 0 &&
+        len >= 2 * SA_KEY_ENTRY_BYTES) {
+        /* a list of two, both signatures good: client 0's own entry and the
+           first other (entries keep their order) */
+        size_t own = 0, other = 0, n = len / SA_KEY_ENTRY_BYTES;
+        uint8_t keep[2 * SA_KEY_ENTRY_BYTES];
+
+        while (own < n && client_of(s, vec + own * SA_KEY_ENTRY_BYTES) != 0)
+            own++;
+        other = own == 0 ? 1 : 0;
+        assert_true(own < n);
+        memcpy(keep, vec + (own < other ? own : other) * SA_KEY_ENTRY_BYTES, SA_KEY_ENTRY_BYTES);
+        memcpy(keep + SA_KEY_ENTRY_BYTES, vec + (own < other ? other : own) * SA_KEY_ENTRY_BYTES,
+               SA_KEY_ENTRY_BYTES);
+        memcpy(vec, keep, sizeof keep);
+        *lenp = sizeof keep;
+        *count = 2;
+        return;
+    }
     if (!inbound && type == FED_WIRE_SA_KEYS) {
         g_list.n = (uint32_t)(len / SA_KEY_ENTRY_BYTES);
         for (uint32_t i = 0; i < g_list.n && i < NCL; i++)
@@ -736,6 +756,70 @@ static void test_key_list_non_member(void **state)
     assert_int_equal(s.commits[1], 1);
     assert_int_equal(s.info[1].merged, NCL - 1);
     assert_int_equal(s.both_kinds, 0);
+    scen_free(&s);
+}
+
+/* The aggregator shows client 0 a key list of two (its own entry and one
+ * other, both signed for the round): with two in a sum each could subtract
+ * its own delta from it, so client 0 refuses the round (FED_ERR_SA_TOO_FEW)
+ * before it shares anything, and the round commits with the others. */
+static void test_key_list_below_floor(void **state)
+{
+    const fixture *fx = *state;
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    memset(&s, 0, sizeof s);
+    s.cheat = 5;
+    build(&s, fx, 1, 1, 10, 100, 0);
+    run(&s, 400000);
+    assert_int_equal(s.shares_from[0], 0);
+    assert_true(s.shares_from[1] >= 1);
+    assert_int_equal(s.commits[1], 1);
+    assert_int_equal(s.info[1].merged, NCL - 1);
+    assert_int_equal(s.both_kinds, 0);
+    scen_free(&s);
+}
+
+/* A secure round never runs below its floor of 3 clients (with 2, each
+ * could subtract its own delta from the sum): with two clients (and
+ * --min-clients 1) the aggregator starts none; with three, one of which
+ * dies before its keys, the try fails at the key list and nobody shares
+ * anything (and no new try starts with the two left). */
+static void test_secure_round_floor(void **state)
+{
+    const fixture *fx = *state;
+    scen s;
+    tries_q q = {.n = 0};
+
+    fed_test_need_fashion(fx->train != NULL);
+    memset(&s, 0, sizeof s);
+    s.nclients = 2;
+    build(&s, fx, 1, 1, 1, 100, 0);
+    run(&s, 30000);
+    assert_int_equal(s.commits[1], 0);
+    assert_int_equal(s.shares_from[0] + s.shares_from[1], 0);
+    assert_int_equal(fed_store_each_secagg_try(fed_sim_host_store(s.agg), 1, keep_try, &q),
+                     FED_OK);
+    assert_int_equal(q.n, 0);
+    scen_free(&s);
+
+    memset(&s, 0, sizeof s);
+    memset(&q, 0, sizeof q);
+    s.nclients = 3;
+    s.drop_type = FED_WIRE_SA_KEYS;
+    s.drop_round = 1;
+    s.drop_count = 1;
+    build(&s, fx, 1, 1, 1, 100, 0);
+    run(&s, 30000);
+    assert_true(s.dropped[0]);
+    assert_int_equal(s.commits[1], 0);
+    assert_int_equal(s.shares_from[1] + s.shares_from[2], 0);
+    assert_int_equal(fed_store_each_secagg_try(fed_sim_host_store(s.agg), 1, keep_try, &q),
+                     FED_OK);
+    assert_int_equal(q.n, 1);
+    print_message("round 1's try: %s\n", q.t[0].outcome);
+    assert_non_null(strstr(q.t[0].outcome, "too few clients sent keys"));
     scen_free(&s);
 }
 
@@ -1356,7 +1440,9 @@ static void test_dp_fedavg_with_secagg(void **state)
     memset(&drop, 0, sizeof drop);
     plain.dp_client_clip = sec.dp_client_clip = drop.dp_client_clip = 1;
     plain.dp_client_noise = sec.dp_client_noise = drop.dp_client_noise = 1;
-    plain.fraction = sec.fraction = drop.fraction = 0.5;
+    /* q 0.7 of 20: a draw below a secure round's 3 clients has probability
+       3.8e-8 (q 0.5: 2.0e-4, over delta / 10, refused below) */
+    plain.fraction = sec.fraction = drop.fraction = 0.7;
     build(&plain, fx, 0, DPS_ROUNDS, 2, 300, 1);
     run(&plain, 600000);
     build(&sec, fx, 1, DPS_ROUNDS, 2, 300, 1);
@@ -1364,7 +1450,7 @@ static void test_dp_fedavg_with_secagg(void **state)
     for (int r = 1; r <= DPS_ROUNDS; r++) {
         double want;
 
-        assert_int_equal(fed_rdp_sgm_epsilon(0.5, 1.0, (uint64_t)r, 1e-5, NULL, 0, &want, NULL),
+        assert_int_equal(fed_rdp_sgm_epsilon(0.7, 1.0, (uint64_t)r, 1e-5, NULL, 0, &want, NULL),
                          FED_OK);
         assert_int_equal(sec.commits[r], 1);
         assert_int_equal(plain.commits[r], 1);
@@ -1393,6 +1479,19 @@ static void test_dp_fedavg_with_secagg(void **state)
     scen_free(&plain);
     scen_free(&sec);
     scen_free(&drop);
+
+    /* q 0.5 of 20 with --secagg: P(Bin(20, 0.5) < 3) = 211 / 2^20 > delta / 10,
+       so the aggregator refuses to start; without --secagg it runs */
+    assert_true(fabs(fed_rdp_binom_below(20, 0.5, 3) - 211.0 / 1048576.0) <= 1e-15);
+    memset(&drop, 0, sizeof drop);
+    drop.dp_client_clip = 1;
+    drop.dp_client_noise = 1;
+    drop.fraction = 0.5;
+    build(&drop, fx, 1, 1, 2, 100, 0);
+    run(&drop, 2000);
+    assert_null(fed_sim_host_node(drop.agg));
+    assert_true(fed_sim_host_start_failures(drop.agg) >= 1);
+    scen_free(&drop);
 }
 
 int main(void)
@@ -1407,6 +1506,8 @@ int main(void)
         cmocka_unit_test(test_too_many_fail_closed),
         cmocka_unit_test(test_named_dropped_refuses),
         cmocka_unit_test(test_key_list_non_member),
+        cmocka_unit_test(test_key_list_below_floor),
+        cmocka_unit_test(test_secure_round_floor),
         cmocka_unit_test(test_bad_input_closes_round),
         cmocka_unit_test(test_commit_failure_keeps_sum),
         cmocka_unit_test(test_masked_input_sent_once),
