@@ -738,39 +738,17 @@ static void test_too_many_fail_closed(void **state)
     scen_free(&s);
 }
 
-/* A key list naming a client outside client 0's allow-list (as an
- * aggregator inventing neighbours would): client 0 refuses the round before
- * it shares anything, and the round commits with the others. */
-static void test_key_list_non_member(void **state)
-{
-    const fixture *fx = *state;
-    scen s;
-
-    fed_test_need_fashion(fx->train != NULL);
-    memset(&s, 0, sizeof s);
-    s.narrow0 = 1;
-    build(&s, fx, 1, 1, 10, 100, 0);
-    run(&s, 400000);
-    assert_int_equal(s.shares_from[0], 0);
-    assert_true(s.shares_from[1] >= 1);
-    assert_int_equal(s.commits[1], 1);
-    assert_int_equal(s.info[1].merged, NCL - 1);
-    assert_int_equal(s.both_kinds, 0);
-    scen_free(&s);
-}
-
-/* The aggregator shows client 0 a key list of two (its own entry and one
- * other, both signed for the round): with two in a sum each could subtract
- * its own delta from it, so client 0 refuses the round (FED_ERR_SA_TOO_FEW)
+/* Client 0 refuses round 1's key list (narrow0: its allow-list lacks a
+ * client the list names; cheat 5: the list it is shown has two entries)
  * before it shares anything, and the round commits with the others. */
-static void test_key_list_below_floor(void **state)
+static void client0_refuses_key_list(const fixture *fx, int narrow0, int cheat)
 {
-    const fixture *fx = *state;
     scen s;
 
     fed_test_need_fashion(fx->train != NULL);
     memset(&s, 0, sizeof s);
-    s.cheat = 5;
+    s.narrow0 = narrow0;
+    s.cheat = cheat;
     build(&s, fx, 1, 1, 10, 100, 0);
     run(&s, 400000);
     assert_int_equal(s.shares_from[0], 0);
@@ -780,6 +758,15 @@ static void test_key_list_below_floor(void **state)
     assert_int_equal(s.both_kinds, 0);
     scen_free(&s);
 }
+
+/* A key list naming a client outside client 0's allow-list (as an
+ * aggregator inventing neighbours would). */
+static void test_key_list_non_member(void **state) { client0_refuses_key_list(*state, 1, 0); }
+
+/* A key list of two (client 0's own entry and one other, both signed for
+ * the round): with two in a sum each could subtract its own delta from it
+ * (FED_ERR_SA_TOO_FEW). */
+static void test_key_list_below_floor(void **state) { client0_refuses_key_list(*state, 0, 5); }
 
 /* A secure round never runs below its floor of 3 clients (with 2, each
  * could subtract its own delta from the sum): with two clients (and
