@@ -105,7 +105,8 @@ typedef struct scen {
     /* cheating */
     int cheat;               /* 1: a victim named dropped to itself; 2: to half its
                                 neighbours; 3: a round-1 key replayed in round 2;
-                                5: client 0 shown a key list of 2 (itself and one) */
+                                5: client 0 shown a key list of 2 (itself and one);
+                                6: a survivor list of 2 (itself and one) */
     int victim;
     sa_key_entry old_key;    /* the victim's round-1 keys */
     int have_old;
@@ -326,6 +327,21 @@ static void sa_hook(void *ctx, int inbound, uint8_t type, const uint8_t key[32],
                     memcpy(p + 96, s->old_key.sig, 64);
                 }
             }
+        }
+        return;
+    }
+    if (!inbound && type == FED_WIRE_SA_MASKED && s->cheat == 6 && from == 0 &&
+        s->round_now == 1) {
+        /* client 0 and the first other survivor only */
+        int kept = 0;
+
+        for (uint32_t i = 0; i < g_list.n && i < len; i++) {
+            if (client_of(s, g_list.ids[i]) == 0)
+                continue;
+            if (vec[i] && !kept)
+                kept = 1;
+            else
+                vec[i] = 0;
         }
         return;
     }
@@ -767,6 +783,32 @@ static void test_key_list_non_member(void **state) { client0_refuses_key_list(*s
  * the round): with two in a sum each could subtract its own delta from it
  * (FED_ERR_SA_TOO_FEW). */
 static void test_key_list_below_floor(void **state) { client0_refuses_key_list(*state, 0, 5); }
+
+/* The aggregator shows client 0 a survivor list of two (itself and one
+ * other): client 0 refuses to sign it or reveal anything (FED_ERR_SA_TOO_FEW),
+ * and the round commits. */
+static void test_survivors_below_floor(void **state)
+{
+    const fixture *fx = *state;
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    memset(&s, 0, sizeof s);
+    s.cheat = 6;
+    build(&s, fx, 1, 1, 10, 100, 0);
+    fed_test_log_capture(FED_LOG_WARN);
+    run(&s, 400000);
+    fed_test_log_has("2 survivors, fewer than this client's floor of 3");
+    fed_test_log_default();
+    assert_int_equal(s.consist_from[0], 0);
+    assert_int_equal(s.unmask_from[0], 0);
+    /* its masked input is in the sum all the same: the others saw it
+       survive and revealed its self seed's shares */
+    assert_int_equal(s.commits[1], 1);
+    assert_int_equal(s.info[1].merged, NCL);
+    assert_int_equal(s.both_kinds, 0);
+    scen_free(&s);
+}
 
 /* A secure round never runs below its floor of 3 clients (with 2, each
  * could subtract its own delta from the sum): with two clients (and
@@ -1495,6 +1537,7 @@ int main(void)
         cmocka_unit_test(test_key_list_non_member),
         cmocka_unit_test(test_key_list_below_floor),
         cmocka_unit_test(test_secure_round_floor),
+        cmocka_unit_test(test_survivors_below_floor),
         cmocka_unit_test(test_bad_input_closes_round),
         cmocka_unit_test(test_commit_failure_keeps_sum),
         cmocka_unit_test(test_masked_input_sent_once),
