@@ -446,8 +446,17 @@ fed_err fed_node_client_bad_model(fed_node *n, node_open *op, fed_err why)
         return why;
     if (fed_model_spec_explain(m->block.settings.spec, in, spec_why, sizeof spec_why) ==
         FED_OK) {
-        if (fed_model_spec_nparams(m->block.settings.spec, in, &want) != FED_OK ||
-            fed_codec_peek(m->vector, m->vector_len, &id, &got) != FED_OK || got == want)
+        if (fed_model_spec_nparams(m->block.settings.spec, in, &want) != FED_OK)
+            return why;
+        if (why == FED_ERR_TOO_LARGE) { /* the stream's first frame: no vector yet */
+            fed_log(FED_LOG_WARN, "client: round %llu: the aggregator's model '%s' does not "
+                    "fit this client's data: over its input %dx%dx%d with %d classes it has %zu "
+                    "parameters, and the MODEL's stream is larger than any codec makes them; "
+                    "declined (%s)", (unsigned long long)m->hdr.round, m->block.settings.spec,
+                    in.c, in.h, in.w, in.classes, want, fed_errname(FED_ERR_MODEL_MISMATCH));
+            goto decline;
+        }
+        if (fed_codec_peek(m->vector, m->vector_len, &id, &got) != FED_OK || got == want)
             return why; /* it builds, and the vector is malformed otherwise */
         fed_log(FED_LOG_WARN, "client: round %llu: the aggregator's model '%s' does not fit "
                 "this client's data: over its input %dx%dx%d with %d classes it has %zu "
@@ -460,6 +469,7 @@ fed_err fed_node_client_bad_model(fed_node *n, node_open *op, fed_err why)
                 (unsigned long long)m->hdr.round, in.c, in.h, in.w, in.classes, spec_why,
                 fed_errname(FED_ERR_MODEL_MISMATCH));
     }
+decline:
     c->agg_epoch = m->hdr.sender_epoch;
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_RETRY);
     c->round = m->hdr.round;

@@ -544,6 +544,11 @@ static fed_err open_done(fed_node *n, node_open *op)
         return e;
     }
     if (e != FED_OK) {
+        if (e == FED_ERR_TOO_LARGE && !op->req && n->client &&
+            op->msg.hdr.type == FED_WIRE_MODEL && op->msg.block.settings.spec[0])
+            /* a MODEL stream (its first frame opened) too long for the
+               model its spec builds over this client's data */
+            e = fed_node_client_bad_model(n, op, e);
         fed_node_refuse(n, op->req);
         op->req = NULL;
         return e;

@@ -294,9 +294,10 @@ void fed_node_peer_progress(const fed_node *n, fed_node_progress *out);
 /* A chunk of its MODEL came: the rest is coming, give it time. */
 void fed_node_client_pulling(fed_node *n);
 /* Its aggregator's MODEL opened (the envelope held) but its vector did not
- * decode (why: FED_ERR_CODEC or FED_ERR_SPEC): when the model cannot be
- * built over this client's data (another input shape or class count) the
- * round is declined with a LEAVE FED_ERR_MODEL_MISMATCH; else why. */
+ * decode (why: FED_ERR_CODEC or FED_ERR_SPEC), or its stream announced more
+ * bytes than the model can take (FED_ERR_TOO_LARGE): when the model cannot
+ * be built over this client's data (another input shape or class count)
+ * the round is declined with a LEAVE FED_ERR_MODEL_MISMATCH; else why. */
 FED_WUR fed_err fed_node_client_bad_model(fed_node *n, node_open *op, fed_err why);
 
 /* ---- the roles: one table of operations each (aggregator.c, client.c,

@@ -75,6 +75,7 @@ typedef struct scen_opts {
     uint32_t lr_warmup;
     int dp_client;       /* client dp_client - 1 runs DP-SGD (defaults); 0: none */
     int other_classes;   /* client other_classes - 1's data has 5 classes, not 10 */
+    int classes;         /* ... or this many (0: 5) */
 } scen_opts;
 
 /* What the observers saw. */
@@ -277,7 +278,7 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
         cc.train = fx->train;
         if (o->other_classes == i + 1) { /* the same samples, another model */
             s->five = *fx->train;
-            s->five.shape.classes = 5;
+            s->five.shape.classes = o->classes ? o->classes : 5;
             cc.train = &s->five;
         }
         cc.shard = s->idx[i];
@@ -404,11 +405,11 @@ static void test_fedavg_bit_exact(void **state)
  * not fit it: it declines each round with a LEAVE FED_ERR_MODEL_MISMATCH
  * (at once: the aggregator need not wait for a deadline), the aggregator
  * records and counts that, and every round merges the other three. */
-static void test_model_mismatch_declined(void **state)
+static void model_mismatch(const fixture *fx, size_t max_frame, int classes)
 {
-    const fixture *fx = *state;
     scen_opts o = {.clients = 4, .spec = "logreg", .per_client = 200, .rounds = 3,
-                   .min_clients = 3, .deadline_ms = 600000, .seed = 5, .other_classes = 3};
+                   .min_clients = 3, .deadline_ms = 600000, .seed = 5, .other_classes = 3,
+                   .max_frame = max_frame, .classes = classes};
     const fed_wire_counters *wc;
     scen s;
 
@@ -425,6 +426,15 @@ static void test_model_mismatch_declined(void **state)
     assert_non_null(wc);
     assert_int_equal(wc->leave_bad_model, 3);
     scen_free(&s);
+}
+
+static void test_model_mismatch_declined(void **state)
+{
+    model_mismatch(*state, 0, 5);
+    /* the MODEL as a CHUNK stream: one a little larger than the client's
+       model (5 classes), and one far larger (2), refused at its first frame */
+    model_mismatch(*state, 4096, 5);
+    model_mismatch(*state, 4096, 2);
 }
 
 static void test_async_fedbuff(void **state)
