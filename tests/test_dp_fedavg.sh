@@ -240,7 +240,7 @@ grep -q "round 1 merged 3 of 3 .* each clipped by its client to 0.99.* (secagg),
     "$TMP/aggs.log" || fail "the secure round's log: $(grep 'round 1 merged' "$TMP/aggs.log")"
 [ "$(field "$TMP/aggs.db" 1 epsilon | awk '{ printf "%.4f\n", $1 }')" = "$e1" ] ||
     fail "the secure round's row holds epsilon $e1"
-"$FEDNODE" status --db "$TMP/aggs.db" | grep -q "with secure aggregation: .*noise after unmasking" ||
-    fail "status says the aggregator adds the noise after unmasking"
+"$FEDNODE" status --db "$TMP/aggs.db" | grep -q "with secure aggregation: .*noise after unmasking.*refuses to run where that chance exceeds delta / 10" ||
+    fail "status says the aggregator adds the noise after unmasking, and that small draws are refused"
 ok "aggregator (daemon) with --secagg: 3 clients each clipped their own delta, epsilon $e1, status says who is trusted"
 echo "passed ($(($(date +%s) - T0)) s)"
