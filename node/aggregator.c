@@ -1221,6 +1221,14 @@ static fed_err on_leave(fed_node *n, node_open *op)
     if (p != &one && a->sa && p->refused == (uint32_t)FED_ERR_SA_REVEALED &&
         !fed_node_sa_agg_keys_closed(a->sa)) /* later on, it is a dropout */
         return fed_node_sa_agg_revealed_before(n);
+    if (p != &one && a->sa && !fed_node_sa_agg_keys_closed(a->sa)) {
+        /* the keys stage need not wait for it: it may end now (or the try
+           fail), and then the round is in other hands */
+        fed_err d = fed_node_sa_agg_declined(n);
+
+        if (d != FED_OK || a->state != AGG_RUNNING || fed_node_sa_agg_keys_closed(a->sa))
+            return d != FED_OK ? d : e;
+    }
     if (p != &one && !a->commit_again && round_complete(n))
         return fed_node_agg_close_round(n);
     return e;

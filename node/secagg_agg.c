@@ -780,7 +780,8 @@ static fed_err maybe_end(fed_node *n, int timer)
 
     for (size_t i = 0; i < s->nm; i++) {
         const sa_member *m = &s->m[i];
-        int in_stage = s->stage == SA_KEYS ? 1
+        /* a client that declined the round (a LEAVE) before its keys is out */
+        int in_stage = s->stage == SA_KEYS ? !n->agg->parts[i].refused
                        : m->idx < 0        ? 0
                        : s->stage == SA_SHARES ? 1
                        : s->stage == SA_MASKED ? s->u2[m->idx]
@@ -800,6 +801,15 @@ static fed_err maybe_end(fed_node *n, int timer)
     case SA_UNMASK: return end_unmask(n);
     default: return FED_OK;
     }
+}
+
+fed_err fed_node_sa_agg_declined(fed_node *n)
+{
+    node_sa_agg *s = n->agg->sa;
+
+    if (s->stage != SA_KEYS || s->void_sum || n->agg->state != AGG_RUNNING)
+        return FED_OK; /* later on, it is a dropout */
+    return maybe_end(n, 0);
 }
 
 fed_err fed_node_sa_agg_on_timer(fed_node *n)

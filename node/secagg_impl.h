@@ -51,6 +51,9 @@ const char *fed_node_sa_agg_outcome(const node_sa_agg *s);
  * this round before (to an aggregator process that then stopped): the try
  * fails and the round closes with no update. */
 FED_WUR fed_err fed_node_sa_agg_revealed_before(fed_node *n);
+/* A sampled client declined the round (its part refused): while the keys
+ * are open the stage no longer waits for it (it may end now). */
+FED_WUR fed_err fed_node_sa_agg_declined(fed_node *n);
 /* What the contributions table says of part i's secure aggregation
  * (who dropped at which stage); "" for one in the sum. */
 const char *fed_node_sa_agg_fate(const node_sa_agg *s, size_t i);

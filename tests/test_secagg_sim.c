@@ -134,6 +134,8 @@ typedef struct scen {
     /* clients 0 .. client_secagg - 1 run with --secagg (a requirement on a
        client); the DELTA and LEAVE frames each client sent */
     int client_secagg;
+    int five0;               /* client 0's data has 5 classes (the model 10) */
+    fed_dataset five;
     /* crash_agg 3: the aggregator dies at round 1's first SHARES request
        and restarts 2 s later (at restart_ms; 4: done); when the restarted
        process first started a round (ms; 0: not yet) */
@@ -532,6 +534,11 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
         cc.be = fx->be;
         cc.aggregator = *fed_sim_host_id(s->agg);
         cc.train = fx->train;
+        if (i == 0 && s->five0) { /* the same samples, another class count */
+            s->five = *fx->train;
+            s->five.shape.classes = 5;
+            cc.train = &s->five;
+        }
         cc.shard = s->idx[i];
         cc.shard_n = s->nidx[i];
         cc.allow = i == 0 && s->allow0 ? s->allow0 : s->allow;
@@ -704,6 +711,33 @@ static void test_client_requires_secagg(void **state)
     print_message("LEAVEs counted: no secagg %llu\n", (unsigned long long)wc->leave_no_secagg);
     assert_int_equal(wc->leave_no_secagg, 10);
     assert_int_equal(wc->leave_bad_model, 0);
+    scen_free(&s);
+}
+
+/* Client 0's data has 5 classes, so the secure rounds' 10-class model does
+ * not fit it: it declines each round at once (LEAVE FED_ERR_MODEL_MISMATCH),
+ * the keys stage does not wait for it (its deadline is 3 s; each round
+ * takes less), and both rounds commit with the other 19. */
+static void test_model_mismatch_secure(void **state)
+{
+    const fixture *fx = *state;
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    memset(&s, 0, sizeof s);
+    s.five0 = 1;
+    build(&s, fx, 1, 2, 10, 100, 0);
+    run(&s, 400000);
+    assert_int_equal(s.shares_from[0], 0);
+    for (uint64_t r = 1; r <= 2; r++) {
+        print_message("round %llu: %llu ms\n", (unsigned long long)r,
+                      (unsigned long long)(s.info[r].end_ms - s.info[r].start_ms));
+        assert_int_equal(s.commits[r], 1);
+        assert_int_equal(s.info[r].merged, NCL - 1);
+        assert_true(s.info[r].end_ms - s.info[r].start_ms < 3000);
+        assert_string_equal(contribution(&s, r, 0).reason, "declined FED_ERR_MODEL_MISMATCH");
+    }
+    assert_int_equal(fed_node_wire_counters(fed_sim_host_node(s.agg))->leave_bad_model, 2);
     scen_free(&s);
 }
 
@@ -1527,6 +1561,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_client_requires_secagg),
+        cmocka_unit_test(test_model_mismatch_secure),
         cmocka_unit_test(test_drop_before_keys),
         cmocka_unit_test(test_drop_before_shares),
         cmocka_unit_test(test_drop_before_masked),
