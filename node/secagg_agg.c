@@ -510,15 +510,19 @@ static uint32_t count_flags(const uint8_t *f, uint32_t n)
 static fed_err end_keys(fed_node *n)
 {
     node_sa_agg *s = n->agg->sa;
-    uint32_t n1 = 0;
+    uint32_t n1 = 0, floor = fed_node_sa_floor(&n->cfg);
     double pf = 0;
+    char why[128];
     fed_err e;
 
     for (size_t i = 0; i < s->nm; i++)
         n1 += s->m[i].stage_in >= SA_KEYS;
-    if (n1 < fed_node_sa_floor(&n->cfg) || n1 < n->cfg.min_clients)
-        return fail(n, "too few clients sent keys (a secure round needs at least 3, "
-                       "--secagg-min-clients and --min-clients)");
+    if (n1 < floor || n1 < n->cfg.min_clients) {
+        snprintf(why, sizeof why, "too few clients sent keys (%u; a secure round needs %u, "
+                 "the larger of its floor and --min-clients)", n1,
+                 floor > n->cfg.min_clients ? floor : n->cfg.min_clients);
+        return fail(n, why);
+    }
     if (!(s->part_of = fed_malloc(n1 * sizeof *s->part_of)) ||
         !(s->list = fed_malloc((size_t)n1 * SA_KEY_ENTRY_BYTES)) || !(s->u2 = fed_calloc(n1, 1)) ||
         !(s->u3 = fed_calloc(n1, 1)) || !(s->u4 = fed_calloc(n1, 1)))
