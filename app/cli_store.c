@@ -333,7 +333,10 @@ static void print_privacy(const status_data *d)
                l->epsilon, l->delta, d->dp_charges, l->round, l->q, l->sigma);
         if (d->ntries)
             printf("  with secure aggregation: each client clips its own delta and the "
-                   "aggregator adds the noise after unmasking, so the same holds\n");
+                   "aggregator adds the noise after unmasking, so the same holds; a draw below "
+                   "a secure round's floor (3 clients) voids the round, which the accounting "
+                   "leaves out: the aggregator refuses to run where that chance exceeds delta / "
+                   "10 a round\n");
         return;
     }
     printf("\nprivacy (DP-SGD at this site, RDP accountant)\n");

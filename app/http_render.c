@@ -310,6 +310,12 @@ static void metrics_wire(FILE *f, const fed_node_snap *s)
             if (!strcmp(fed_wire_counter_name(i), conns[k][0]))
                 sample_l(f, "fednode_connections_closed_total", "reason", conns[k][1],
                          fed_wire_counter_value(w, i));
+    family(f, "fednode_rounds_declined_total", "counter",
+           "Rounds clients declined (a LEAVE) for a configuration to fix, by reason: "
+           "sa_required (a --secagg client, a round without it), model_mismatch (a model "
+           "the client cannot build over its data).");
+    sample_l(f, "fednode_rounds_declined_total", "reason", "sa_required", w->leave_no_secagg);
+    sample_l(f, "fednode_rounds_declined_total", "reason", "model_mismatch", w->leave_bad_model);
 }
 
 static void metrics_clients(FILE *f, const fed_node_snap *s, const fed_http_db *db)

@@ -90,7 +90,11 @@
     X(FED_ERR_FIELD_LENGTH, "frame's typed block has a field over its length bound") \
     X(FED_ERR_FIELD_MISSING, "frame's typed block lacks a field its type requires") \
     /* the aggregator's run, appended likewise */                              \
-    X(FED_ERR_TOO_FEW_CLIENTS, "fewer clients than --min-clients can still take part")
+    X(FED_ERR_TOO_FEW_CLIENTS, "fewer clients than --min-clients can still take part") \
+    /* a client's reasons to decline a round (a LEAVE), appended likewise */   \
+    X(FED_ERR_SA_REQUIRED, "secure aggregation required: this client (--secagg) sends no delta in a round that does not run it") \
+    X(FED_ERR_MODEL_MISMATCH, "the aggregator's model does not fit this client's data (another input shape or class count)") \
+    X(FED_ERR_SA_TOO_FEW, "secure aggregation: fewer clients than the floor (3, or more as configured); a client could subtract its own delta from the sum")
 
 typedef enum fed_err {
 #define FED_ERR_ENUM_(name, msg) name,

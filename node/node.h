@@ -227,6 +227,10 @@ typedef struct fed_node_config {
     double secagg_range;          /* per-coordinate clip; default 4 */
     uint64_t secagg_stage_ms;     /* each stage's deadline (the masked input's:
                                      deadline_ms); default 10000 */
+    uint32_t secagg_min_clients;  /* the floor of a secure round's key list and
+                                     survivors, enforced by the aggregator and by
+                                     each client: never below 3 (a smaller value
+                                     counts as 3); default 3 */
 
     /* peer (no aggregator): every member in the allow-list is a peer; the
        round's settings above are its own (spec, local_epochs, batch,

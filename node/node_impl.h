@@ -36,6 +36,8 @@ _Static_assert(NODE_TIMER_COUNT - 1 == FED_NODE_MAX_TIMERS,
 typedef struct node_peer {
     uint8_t key[32];
     uint64_t next_seq;
+    uint64_t told_old_ms; /* an aggregator: when it last told this client that a
+                             frame was for an older epoch of it (0: never), + 1 */
 } node_peer;
 
 /* A frame on its way through precheck (loop), open + decode (job) and
@@ -305,6 +307,12 @@ void fed_node_peer_progress(const fed_node *n, fed_node_progress *out);
 /* ---- client.c ---- */
 /* A chunk of its MODEL came: the rest is coming, give it time. */
 void fed_node_client_pulling(fed_node *n);
+/* Its aggregator's MODEL opened (the envelope held) but its vector did not
+ * decode (why: FED_ERR_CODEC or FED_ERR_SPEC), or its stream announced more
+ * bytes than the model can take (FED_ERR_TOO_LARGE): when the model cannot
+ * be built over this client's data (another input shape or class count)
+ * the round is declined with a LEAVE FED_ERR_MODEL_MISMATCH; else why. */
+FED_WUR fed_err fed_node_client_bad_model(fed_node *n, node_open *op, fed_err why);
 
 /* ---- the roles: one table of operations each (aggregator.c, client.c,
  * peer.c), chosen once by fed_node_new from cfg.role ---- */

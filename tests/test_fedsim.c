@@ -407,10 +407,11 @@ static void test_run_role_checks(void **state)
                                       "--no-secagg"),
                      2);
     assert_non_null(strstr(out, "run: --secagg means nothing for a peer"));
-    /* a client with --secagg goes on (to its missing key) */
-    assert_int_equal(fed_test_run_cli(fed_cli_run, out, sizeof out, 7, "--role", "client",
-                                      "--aggregator", "tcp://127.0.0.1:1", "--secagg", "--keys",
-                                      "/nonexistent"),
+    /* a client with --secagg (and its own floor, which it enforces) goes on
+       (to its missing key) */
+    assert_int_equal(fed_test_run_cli(fed_cli_run, out, sizeof out, 9, "--role", "client",
+                                      "--aggregator", "tcp://127.0.0.1:1", "--secagg",
+                                      "--secagg-min-clients", "5", "--keys", "/nonexistent"),
                      1);
     assert_null(strstr(out, "means nothing"));
     assert_non_null(strstr(out, "/nonexistent"));

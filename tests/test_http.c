@@ -347,6 +347,7 @@ static void fill_snap(fed_node_snap *s)
     s->wire.rej_unknown_sender = 5;
     s->wire.rej_replay = 1;
     s->wire.conn_refused = 3;
+    s->wire.leave_no_secagg = 2;
     s->store.ckpt_writes = 3;
     s->store.ckpt_write_s = 0.25;
 }
@@ -530,6 +531,8 @@ static void test_metrics(void **state)
     assert_non_null(strstr(t, "fednode_frames_rejected_total{reason=\"frame_truncated\"} 0\n"));
     assert_non_null(strstr(t, "fednode_frames_rejected_total{reason=\"other\"} 0\n"));
     assert_non_null(strstr(t, "fednode_connections_closed_total{reason=\"refused\"} 3\n"));
+    assert_non_null(strstr(t, "fednode_rounds_declined_total{reason=\"sa_required\"} 2\n"));
+    assert_non_null(strstr(t, "fednode_rounds_declined_total{reason=\"model_mismatch\"} 0\n"));
     /* the histogram is cumulative and ends with +Inf = count */
     assert_non_null(strstr(t, "fednode_round_duration_seconds_bucket{le=\"0.25\"} 0\n"));
     assert_non_null(strstr(t, "fednode_round_duration_seconds_bucket{le=\"0.5\"} 1\n"));
