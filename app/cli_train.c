@@ -497,9 +497,9 @@ static int train_main(const train_cfg *c, int argc, char **argv)
         rc = fail("device", err);
         goto out;
     }
-    if (strcmp(w.be->name, "cpu") != 0)
+    if (!(w.be->caps & FED_BACKEND_CAP_SHARDS))
         threads = 1;
-    if (c->dp_sgd && strcmp(w.be->name, "cpu") != 0) {
+    if (c->dp_sgd && !(w.be->caps & FED_BACKEND_CAP_DP_SGD)) {
         fed_cli_error("train: --dp-sgd runs on the CPU backend only (the %s backend has no "
                       "DP-SGD parity test yet): add --device cpu", w.be->name);
         rc = 2;
@@ -609,7 +609,7 @@ static int eval_main(const eval_cfg *c, int argc, char **argv)
         fed_cli_error("eval: device: %s", fed_strerror(err));
         goto out;
     }
-    if (strcmp(be->name, "cpu") != 0)
+    if (!(be->caps & FED_BACKEND_CAP_SHARDS))
         threads = 1;
     if ((err = fed_pool_new(threads - 1, &pool)) != FED_OK ||
         (err = fed_model_load(c->model, be, pool, threads, c->batch, &m)) != FED_OK) {

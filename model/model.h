@@ -1,7 +1,10 @@
 /* model.h - a model is one flat float32 parameter buffer, one gradient buffer
- * of the same layout, and a list of layers that read and write slices of them
- * (llm.c's shape). Layers are plain forward/backward pairs over the backend
- * table; the CPU backend splits a batch into shards run on the core pool.
+ * of the same layout, and a graph of layer nodes that read and write slices
+ * of them (llm.c's shape). Each layer kind is one entry of model.c's layer
+ * table (shape plan, forward, backward, FLOPs, init, DP-SGD's per-sample
+ * norm) over the backend table; the CPU backend splits a batch into shards
+ * run on the core pool. A spec string is a preset that expands to a graph
+ * (a chain today), node by node as PyTorch's nn.Sequential:
  *
  * Spec strings:  logreg            linear in -> classes
  *                mlp:256,128       linear -> ReLU per hidden width, then classes
@@ -33,7 +36,6 @@
 #include "model/backend.h"
 
 #define FED_MODEL_SPEC_MAX 128
-#define FED_MODEL_MAX_TENSORS 32
 
 typedef struct fed_model fed_model;
 
@@ -43,12 +45,19 @@ typedef struct fed_model_shape {
     int classes;
 } fed_model_shape;
 
+/* fed_tensor_info.flags: the tensor is trained (batch norm's running
+ * statistics will not be), and it may leave the site (sent, merged,
+ * exported); today every tensor is both. */
+#define FED_TENSOR_TRAINED (1u << 0)
+#define FED_TENSOR_SHARED (1u << 1)
+
 typedef struct fed_tensor_info {
     char name[32];   /* "0.weight" */
     size_t offset;   /* in floats, into the flat buffer */
     size_t numel;
     int ndim;
     int shape[4];
+    unsigned flags;  /* FED_TENSOR_* */
 } fed_tensor_info;
 
 /* A pixel byte b enters the model as b * SCALE + SHIFT = b / 127.5 - 1, in
@@ -85,6 +94,39 @@ typedef struct fed_step_stats {
 FED_WUR fed_err fed_model_new(const char *spec, fed_model_shape in, fed_backend *be,
                               fed_pool *pool, int shards, int max_batch, fed_model **out);
 void fed_model_free(fed_model *m);
+
+/* One node of a model's graph, in topological order: a layer of kind
+ * "linear" (out features; takes its input flattened), "conv" (out
+ * channels, kernel, stride, padding, dilation), "maxpool" or "avgpool"
+ * (kernel, stride, padding at most half the kernel; average pooling counts
+ * the padding, as PyTorch's default), "relu" (folded into the linear or
+ * conv layer before it) or "flatten". name is the module's: its tensors
+ * are "<name>.weight" and "<name>.bias" (NULL: the node's index, as
+ * nn.Sequential). input is the node whose output it takes, -1 for the
+ * model's input; today node i takes node i - 1's (a chain). A zero stride
+ * is 1 for conv and the kernel for pooling; a zero dilation is 1. [0] is
+ * the height's, [1] the width's. The last layer gives the logits. */
+typedef struct fed_model_node {
+    const char *kind;
+    const char *name;
+    int input;
+    int out;
+    int kernel[2], stride[2], padding[2], dilation[2];
+} fed_model_node;
+
+/* fed_model_new for a graph of count nodes; label (< FED_MODEL_SPEC_MAX
+ * bytes) names it in messages and is what fed_model_spec returns (it is
+ * not a spec: such a model cannot be saved or sent as one yet). */
+FED_WUR fed_err fed_model_new_graph(const char *label, const fed_model_node *nodes, int count,
+                                    fed_model_shape in, fed_backend *be, fed_pool *pool,
+                                    int shards, int max_batch, fed_model **out);
+/* Check a graph without building anything: its parameter count in
+ * *nparams (may be NULL), or what was wrong in why (cap bytes), e.g.
+ * "model 'g': node 2 (conv 'c2') on input 8x3x3: the window is larger than
+ * the padded input". */
+FED_WUR fed_err fed_model_graph_explain(const char *label, const fed_model_node *nodes,
+                                        int count, fed_model_shape in, size_t *nparams,
+                                        char *why, size_t cap);
 
 /* Check a spec string without building anything. */
 FED_WUR fed_err fed_model_spec_check(const char *spec, fed_model_shape in);
