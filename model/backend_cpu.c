@@ -369,13 +369,17 @@ static void cpu_im2col_win(fed_backend *be, const float *restrict x, const fed_w
 
                 for (int oi = 0; oi < g->OH; oi++) {
                     int ih = oi * g->SH - g->PH + ki * g->DH;
-                    const float *restrict src = x + ((size_t)c * g->H + ih) * g->W;
+                    const float *restrict src;
 
+                    if (ih < 0 || ih >= g->H) {
+                        memset(dst + oi * g->OW, 0, (size_t)g->OW * sizeof *dst);
+                        continue;
+                    }
+                    src = x + ((size_t)c * g->H + ih) * g->W;
                     for (int oj = 0; oj < g->OW; oj++) {
                         int iw = oj * g->SW - g->PW + kj * g->DW;
 
-                        dst[oi * g->OW + oj] =
-                            ih >= 0 && ih < g->H && iw >= 0 && iw < g->W ? src[iw] : 0.0f;
+                        dst[oi * g->OW + oj] = iw >= 0 && iw < g->W ? src[iw] : 0.0f;
                     }
                 }
             }
@@ -394,10 +398,11 @@ static void cpu_col2im_win(fed_backend *be, const float *restrict dcol, const fe
 
                 for (int oi = 0; oi < g->OH; oi++) {
                     int ih = oi * g->SH - g->PH + ki * g->DH;
-                    float *restrict dst = dx + ((size_t)c * g->H + ih) * g->W;
+                    float *restrict dst;
 
                     if (ih < 0 || ih >= g->H)
                         continue;
+                    dst = dx + ((size_t)c * g->H + ih) * g->W;
                     for (int oj = 0; oj < g->OW; oj++) {
                         int iw = oj * g->SW - g->PW + kj * g->DW;
 
