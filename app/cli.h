@@ -95,6 +95,8 @@ int fed_cli_import(int argc, char **argv);
 int fed_cli_verify(int argc, char **argv);
 /* app/cli_privacy.c: the RDP accountant (privacy/rdp.h) */
 int fed_cli_privacy(int argc, char **argv);
+/* fednode model FILE: a model file's layers, shapes, parameters and FLOPs. */
+int fed_cli_model(int argc, char **argv);
 /* app/cli_keys.c: node identity */
 int fed_cli_keygen(int argc, char **argv);
 int fed_cli_pubkey(int argc, char **argv);

@@ -12,7 +12,6 @@
 #include <ctype.h>
 #include <math.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,21 +198,6 @@ struct fed_model {
 
 /* -------------------------------------------------------------- plan -- */
 
-static fed_err spec_fail(char *why, size_t cap, fed_err err, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-/* err, with why (cap bytes; may be NULL) saying what was wrong. */
-static fed_err spec_fail(char *why, size_t cap, fed_err err, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (why && cap) {
-        va_start(ap, fmt);
-        vsnprintf(why, cap, fmt, ap);
-        va_end(ap);
-    }
-    return err;
-}
 
 static void plan_fini(plan *p)
 {
@@ -256,14 +240,14 @@ static fed_err plan_tensor(plan *p, const char *node, const char *what, int ndim
         fed_tensor_info *g = fed_realloc(p->tensors, (size_t)n * sizeof *g);
 
         if (!g)
-            return spec_fail(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
+            return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
         p->tensors = g;
         p->cap_tensors = n;
     }
     t = &p->tensors[p->ntensors];
     memset(t, 0, sizeof *t);
     if (snprintf(t->name, sizeof t->name, "%s.%s", node, what) >= (int)sizeof t->name)
-        return spec_fail(why, cap, FED_ERR_SPEC,
+        return fed_err_why(why, cap, FED_ERR_SPEC,
                          "model '%s': tensor name '%s.%s' is longer than %zu bytes", p->spec,
                          node, what, sizeof t->name - 1);
     t->ndim = ndim;
@@ -284,7 +268,8 @@ static fed_err plan_tensor(plan *p, const char *node, const char *what, int ndim
 static fed_err shape_fail(const plan *p, const node_desc *nd, int i, const dims *s, char *why,
                           size_t cap, const char *what)
 {
-    return spec_fail(why, cap, FED_ERR_SHAPE, "model '%s': node %d (%s '%s') on input %dx%dx%d: %s",
+    return fed_err_why(why, cap, FED_ERR_SHAPE,
+                       "model '%s': node %d (%s '%s') on input %dx%dx%d: %s",
                      p->spec, i, nd->ops->kind, nd->name, s->c, s->h, s->w, what);
 }
 
@@ -351,7 +336,7 @@ static fed_err linear_plan(plan *p, const node_desc *nd, int i, dims *s, char *w
     if (nd->out < 1 || nd->out > MAX_LAYER_NUMEL)
         return shape_fail(p, nd, i, s, why, cap, "out must be 1 to 2^28");
     if (!(ly = plan_layer(p, nd)))
-        return spec_fail(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
+        return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
     if ((err = plan_output(p, nd, i, s, ly, nd->out, 1, 1, why, cap)) != FED_OK ||
         (err = plan_tensor(p, nd->name, "weight", 2, wshape, &ly->w_off, why, cap)) != FED_OK)
         return err;
@@ -374,7 +359,7 @@ static fed_err conv_plan(plan *p, const node_desc *nd, int i, dims *s, char *why
         (double)s->c * g.KH * g.KW * g.OH * g.OW > (double)MAX_LAYER_NUMEL)
         return shape_fail(p, nd, i, s, why, cap, "its im2col buffer exceeds 2^28 values");
     if (!(ly = plan_layer(p, nd)))
-        return spec_fail(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
+        return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
     ly->win = g;
     ly->col_numel = (size_t)s->c * g.KH * g.KW * g.OH * g.OW;
     ly->dgw_numel = (size_t)nd->out * s->c * g.KH * g.KW;
@@ -400,7 +385,7 @@ static fed_err pool_plan(plan *p, const node_desc *nd, int i, dims *s, int argma
     if (2 * g.PH > g.KH || 2 * g.PW > g.KW)
         return shape_fail(p, nd, i, s, why, cap, "padding must be at most half the kernel");
     if (!(ly = plan_layer(p, nd)))
-        return spec_fail(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
+        return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
     ly->win = g;
     if ((err = plan_output(p, nd, i, s, ly, s->c, g.OH, g.OW, why, cap)) != FED_OK)
         return err;
@@ -445,43 +430,60 @@ static fed_err flatten_plan(plan *p, const node_desc *nd, int i, dims *s, char *
 }
 
 /* Plans the graph nodes (count) for input in into p. Nodes form a chain
- * today: node i takes node i - 1's output. */
+ * today: node i takes node i - 1's output. info (may be NULL) gets each
+ * node's output, parameters and FLOPs as far as it got; *planned (may be
+ * NULL) how many nodes were planned. */
 static fed_err plan_graph(const node_desc *nodes, int count, fed_model_shape in, plan *p,
-                          char *why, size_t cap)
+                          fed_model_node_info *info, int *planned, char *why, size_t cap)
 {
     dims s = {in.c, in.h, in.w};
     const layer *last;
     fed_err err;
 
+    if (planned)
+        *planned = 0;
     if (count > MAX_NODES)
-        return spec_fail(why, cap, FED_ERR_SPEC, "model '%s': %d nodes, the limit is %d",
+        return fed_err_why(why, cap, FED_ERR_SPEC, "model '%s': %d nodes, the limit is %d",
                          p->spec, count, MAX_NODES);
     for (int i = 0; i < count; i++) {
         if (nodes[i].input != i - 1)
-            return spec_fail(why, cap, FED_ERR_SPEC,
+            return fed_err_why(why, cap, FED_ERR_SPEC,
                              "model '%s': node %d (%s '%s') takes node %d's output: only "
                              "chains are supported yet", p->spec, i, nodes[i].ops->kind,
                              nodes[i].name, nodes[i].input);
+        size_t np0 = p->nparams;
+        int nl0 = p->nlayers;
+
         if ((err = nodes[i].ops->plan(p, &nodes[i], i, &s, why, cap)) != FED_OK)
             return err;
+        if (info) {
+            info[i].c = s.c;
+            info[i].h = s.h;
+            info[i].w = s.w;
+            info[i].nparams = p->nparams - np0;
+            info[i].flops = p->nlayers > nl0 ? p->layers[nl0].ops->flops(&p->layers[nl0], nl0 == 0)
+                                             : 0.0;
+        }
+        if (planned)
+            *planned = i + 1;
     }
     last = p->nlayers ? &p->layers[p->nlayers - 1] : NULL;
     if (!last || !last->ops->weight_grads)
-        return spec_fail(why, cap, FED_ERR_SPEC,
+        return fed_err_why(why, cap, FED_ERR_SPEC,
                          "model '%s': the last layer must be linear or conv (the logits)",
                          p->spec);
     if (last->relu)
-        return spec_fail(why, cap, FED_ERR_SPEC,
+        return fed_err_why(why, cap, FED_ERR_SPEC,
                          "model '%s': a relu on the logits (the last layer) is not supported",
                          p->spec);
     if (last->out_numel != in.classes)
-        return spec_fail(why, cap, FED_ERR_SHAPE,
+        return fed_err_why(why, cap, FED_ERR_SHAPE,
                          "model '%s': the last layer gives %dx%dx%d values, the loss wants %d "
                          "classes", p->spec, last->out_c, last->out_h, last->out_w, in.classes);
     for (int a = 0; a < p->ntensors; a++)
         for (int b = a + 1; b < p->ntensors; b++)
             if (!strcmp(p->tensors[a].name, p->tensors[b].name))
-                return spec_fail(why, cap, FED_ERR_SPEC,
+                return fed_err_why(why, cap, FED_ERR_SPEC,
                                  "model '%s': two tensors are named '%s' (give each layer its "
                                  "own name)", p->spec, p->tensors[a].name);
     return FED_OK;
@@ -521,26 +523,26 @@ static fed_err parse_widths(const char *spec, const char *s, int *widths, int *c
             s++;
         }
         if (s == start)
-            return spec_fail(why, cap, FED_ERR_SPEC,
+            return fed_err_why(why, cap, FED_ERR_SPEC,
                              "model spec '%s': layer %d: expected a width (digits)", spec,
                              *count + 1);
         if (*count >= MLP_MAX_HIDDEN)
-            return spec_fail(why, cap, FED_ERR_SPEC,
+            return fed_err_why(why, cap, FED_ERR_SPEC,
                              "model spec '%s': more than %d hidden layers", spec,
                              MLP_MAX_HIDDEN);
         if (v < 1)
-            return spec_fail(why, cap, FED_ERR_SPEC,
+            return fed_err_why(why, cap, FED_ERR_SPEC,
                              "model spec '%s': layer %d width %.*s is below the minimum 1", spec,
                              *count + 1, (int)(s - start), start);
         if (v > MAX_MLP_WIDTH)
-            return spec_fail(why, cap, FED_ERR_SPEC,
+            return fed_err_why(why, cap, FED_ERR_SPEC,
                              "model spec '%s': layer %d width %.*s exceeds the limit %d", spec,
                              *count + 1, (int)(s - start), start, MAX_MLP_WIDTH);
         widths[(*count)++] = (int)v;
         if (*s == '\0')
             return FED_OK;
         if (*s++ != ',')
-            return spec_fail(why, cap, FED_ERR_SPEC,
+            return fed_err_why(why, cap, FED_ERR_SPEC,
                              "model spec '%s': layer %d: '%c' after the width, expected ','",
                              spec, *count, s[-1]);
     }
@@ -559,7 +561,7 @@ static fed_err preset_graph(const char *spec, fed_model_shape in, node_desc *nod
         /* 0 conv, 1 ReLU, 2 pool, 3 conv, 4 ReLU, 5 pool, 6 Flatten, 7 linear,
          * 8 ReLU, 9 linear */
         if (in.h - 4 < 2 || in.w - 4 < 2 || (in.h - 4) / 2 - 4 < 2 || (in.w - 4) / 2 - 4 < 2)
-            return spec_fail(why, cap, FED_ERR_SHAPE,
+            return fed_err_why(why, cap, FED_ERR_SHAPE,
                              "model spec 'cnn': input %dx%d is too small for its two 5x5 "
                              "convolutions and 2x2 pools", in.h, in.w);
         preset_node(nodes, n++, "conv", 32, 5, 1);
@@ -584,7 +586,7 @@ static fed_err preset_graph(const char *spec, fed_model_shape in, node_desc *nod
         }
         preset_node(nodes, n++, "linear", in.classes, 0, 0);
     } else {
-        return spec_fail(why, cap, FED_ERR_SPEC,
+        return fed_err_why(why, cap, FED_ERR_SPEC,
                          "model spec '%s' is none of logreg, mlp:W1,W2,... or cnn", spec);
     }
     *count = n;
@@ -599,15 +601,15 @@ static fed_err plan_start(const char *label, fed_model_shape in, plan *p, char *
     if (why && cap)
         why[0] = '\0';
     if (!label)
-        return spec_fail(why, cap, FED_ERR_SPEC, "no model spec");
+        return fed_err_why(why, cap, FED_ERR_SPEC, "no model spec");
     if (strlen(label) >= FED_MODEL_SPEC_MAX)
-        return spec_fail(why, cap, FED_ERR_SPEC,
+        return fed_err_why(why, cap, FED_ERR_SPEC,
                          "model spec '%.40s...' is %zu bytes, the limit is %d", label,
                          strlen(label), FED_MODEL_SPEC_MAX - 1);
     /* (c x h first: with it at most 2^24, times w cannot overflow) */
     if (in.c < 1 || in.h < 1 || in.w < 1 || in.classes < 2 || in.classes > 65536 ||
         (long)in.c * in.h > (1L << 24) || (long)in.c * in.h * in.w > (1L << 24))
-        return spec_fail(why, cap, FED_ERR_SHAPE,
+        return fed_err_why(why, cap, FED_ERR_SHAPE,
                          "model spec '%s': input %dx%dx%d with %d classes is outside the limits "
                          "(at most %ld values, 2 to 65536 classes)", label, in.c, in.h, in.w,
                          in.classes, 1L << 24);
@@ -626,7 +628,7 @@ static fed_err make_plan(const char *spec, fed_model_shape in, plan *p, char *wh
     if ((err = plan_start(spec, in, p, why, cap)) != FED_OK ||
         (err = preset_graph(spec, in, nodes, &count, why, cap)) != FED_OK)
         return err;
-    return plan_graph(nodes, count, in, p, why, cap);
+    return plan_graph(nodes, count, in, p, NULL, NULL, why, cap);
 }
 
 /* A fed_model_node as node_desc nd (index i): its kind found, its name
@@ -639,19 +641,19 @@ static fed_err graph_node(const char *label, const fed_model_node *gn, int i, no
 
     memset(nd, 0, sizeof *nd);
     if (!gn->kind || !(nd->ops = kind_find(gn->kind)))
-        return spec_fail(why, cap, FED_ERR_SPEC,
+        return fed_err_why(why, cap, FED_ERR_SPEC,
                          "model '%s': node %d: unknown layer kind '%s' (linear, conv, maxpool, "
                          "avgpool, relu, flatten)", label, i, gn->kind ? gn->kind : "(none)");
     if (name) {
         len = strlen(name);
         if (len < 1 || len >= sizeof nd->name || name[0] == '.' || name[len - 1] == '.')
-            return spec_fail(why, cap, FED_ERR_SPEC,
+            return fed_err_why(why, cap, FED_ERR_SPEC,
                              "model '%s': node %d (%s): name '%s' must be 1 to %zu characters, "
                              "not beginning or ending with '.'", label, i, gn->kind, name,
                              sizeof nd->name - 1);
         for (size_t k = 0; k < len; k++)
             if (!isalnum((unsigned char)name[k]) && name[k] != '_' && name[k] != '.')
-                return spec_fail(why, cap, FED_ERR_SPEC,
+                return fed_err_why(why, cap, FED_ERR_SPEC,
                                  "model '%s': node %d (%s): name '%s' may hold letters, digits, "
                                  "'_' and '.' only", label, i, gn->kind, name);
         memcpy(nd->name, name, len + 1);
@@ -669,7 +671,7 @@ static fed_err graph_node(const char *label, const fed_model_node *gn, int i, no
     nd->dh = gn->dilation[0];
     nd->dw = gn->dilation[1];
     if (nd->sh < 0 || nd->sw < 0 || nd->dh < 0 || nd->dw < 0)
-        return spec_fail(why, cap, FED_ERR_SPEC,
+        return fed_err_why(why, cap, FED_ERR_SPEC,
                          "model '%s': node %d (%s '%s'): a negative stride or dilation", label,
                          i, gn->kind, nd->name);
     return FED_OK;
@@ -677,7 +679,8 @@ static fed_err graph_node(const char *label, const fed_model_node *gn, int i, no
 
 /* The plan of a graph (label names it in messages), as make_plan. */
 static fed_err make_graph_plan(const char *label, const fed_model_node *gnodes, int count,
-                               fed_model_shape in, plan *p, char *why, size_t cap)
+                               fed_model_shape in, plan *p, fed_model_node_info *info,
+                               int *planned, char *why, size_t cap)
 {
     node_desc *nodes = NULL;
     fed_err err;
@@ -685,14 +688,14 @@ static fed_err make_graph_plan(const char *label, const fed_model_node *gnodes, 
     if ((err = plan_start(label, in, p, why, cap)) != FED_OK)
         return err;
     if (!gnodes || count < 1 || count > MAX_NODES)
-        return spec_fail(why, cap, FED_ERR_SPEC, "model '%s': %d nodes, it takes 1 to %d",
+        return fed_err_why(why, cap, FED_ERR_SPEC, "model '%s': %d nodes, it takes 1 to %d",
                          label, count, MAX_NODES);
     if (!(nodes = fed_calloc((size_t)count, sizeof *nodes)))
-        return spec_fail(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
+        return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
     for (int i = 0; i < count; i++)
         if ((err = graph_node(label, &gnodes[i], i, &nodes[i], why, cap)) != FED_OK)
             goto out;
-    err = plan_graph(nodes, count, in, p, why, cap);
+    err = plan_graph(nodes, count, in, p, info, planned, why, cap);
 out:
     fed_free(nodes);
     return err;
@@ -702,10 +705,21 @@ fed_err fed_model_graph_explain(const char *label, const fed_model_node *nodes, 
                                 fed_model_shape in, size_t *nparams, char *why, size_t cap)
 {
     plan p;
-    fed_err err = make_graph_plan(label, nodes, count, in, &p, why, cap);
+    fed_err err = make_graph_plan(label, nodes, count, in, &p, NULL, NULL, why, cap);
 
     if (nparams)
         *nparams = err == FED_OK ? p.nparams : 0;
+    plan_fini(&p);
+    return err;
+}
+
+fed_err fed_model_graph_shapes(const char *label, const fed_model_node *nodes, int count,
+                               fed_model_shape in, fed_model_node_info *info, int *planned,
+                               char *why, size_t cap)
+{
+    plan p;
+    fed_err err = make_graph_plan(label, nodes, count, in, &p, info, planned, why, cap);
+
     plan_fini(&p);
     return err;
 }
@@ -943,7 +957,7 @@ fed_err fed_model_new_graph(const char *label, const fed_model_node *nodes, int 
     *out = NULL;
     if (!be || max_batch < 1 || max_batch > (1 << 20) || shards < 1 || shards > MAX_SHARDS)
         return FED_ERR_INVAL;
-    err = make_graph_plan(label, nodes, count, in, &p, why, sizeof why);
+    err = make_graph_plan(label, nodes, count, in, &p, NULL, NULL, why, sizeof why);
     if (err != FED_OK)
         fed_log(FED_LOG_ERROR, "%s", why);
     else
@@ -1849,6 +1863,16 @@ fed_err fed_model_dp_grads(fed_model *m, const fed_batch *b, float clip, float s
         for (int i = 0; i < b->n; i++)
             norms[i] = (float)m->ws.norm2[i];
     return err;
+}
+
+fed_err fed_model_logits(fed_model *m, const fed_batch *b, float *out)
+{
+    fed_err err = check_batch(m, b, m->max_batch);
+
+    if (err != FED_OK || (err = run_batch(m, b, 0, NULL, NULL, NULL)) != FED_OK)
+        return err;
+    return m->be->download(m->be, out, m->ws.act[m->nlayers - 1],
+                           (size_t)b->n * m->in.classes * sizeof(float));
 }
 
 fed_err fed_model_evaluate(fed_model *m, const fed_batch *b, fed_step_stats *st)

@@ -128,6 +128,22 @@ FED_WUR fed_err fed_model_graph_explain(const char *label, const fed_model_node 
                                         int count, fed_model_shape in, size_t *nparams,
                                         char *why, size_t cap);
 
+/* What planning says of one node: its output per sample (c, h, w; a
+ * linear layer's is (out, 1, 1)), its parameters, and its forward +
+ * backward FLOPs per sample (0 for a relu folded into its layer or a
+ * flatten; 0 for a view). */
+typedef struct fed_model_node_info {
+    int c, h, w;
+    size_t nparams;
+    double flops;
+} fed_model_node_info;
+/* fed_model_graph_explain with info (count entries) filled node by node:
+ * on failure *planned nodes were planned before the one that failed, so a
+ * caller can show the shapes computed up to it. */
+FED_WUR fed_err fed_model_graph_shapes(const char *label, const fed_model_node *nodes, int count,
+                                       fed_model_shape in, fed_model_node_info *info,
+                                       int *planned, char *why, size_t cap);
+
 /* Check a spec string without building anything. */
 FED_WUR fed_err fed_model_spec_check(const char *spec, fed_model_shape in);
 /* fed_model_spec_check, with what was wrong in why (cap bytes), e.g.
@@ -187,6 +203,9 @@ FED_WUR fed_err fed_model_train_step(fed_model *m, const fed_batch *b, fed_step_
  * fed_trainer_set_dp). CPU backend only: FED_ERR_UNSUPPORTED elsewhere. */
 FED_WUR fed_err fed_model_dp_grads(fed_model *m, const fed_batch *b, float clip, float scale,
                                    int accumulate, float *norms, fed_step_stats *st);
+/* Forward only of b (1 <= n <= max_batch): its logits, (n, classes), into
+ * out on the host (what a parity test compares with another framework). */
+FED_WUR fed_err fed_model_logits(fed_model *m, const fed_batch *b, float *out);
 /* Forward only, any n >= 1 (run in pieces of max_batch): loss, accuracy and
  * samples added to st. */
 FED_WUR fed_err fed_model_evaluate(fed_model *m, const fed_batch *b, fed_step_stats *st);

@@ -473,7 +473,8 @@ static void expect_one(fed_model_node node, fed_model_shape in, fed_err want, co
 static void test_graph_errors(void **state)
 {
     fed_model_shape in = {1, 4, 4, 3};
-    fed_model_node two[2] = {NODE("linear", "a", 8, 0, 0, 0, 0), NODE("linear", "b", 3, 0, 0, 0, 0)};
+    fed_model_node two[2] = {NODE("linear", "a", 8, 0, 0, 0, 0),
+                             NODE("linear", "b", 3, 0, 0, 0, 0)};
     fed_model_node n1[1];
     fed_model *m = (fed_model *)1;
     world *w = *state;
