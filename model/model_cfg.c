@@ -55,8 +55,8 @@ static const section_def SECTIONS[] = {
 #define NSECTIONS ((int)(sizeof SECTIONS / sizeof SECTIONS[0]))
 
 typedef struct cfg_node {
-    fed_model_node n;
-    char name[32];
+    fed_model_node n;        /* n.name is set when handed out: nodes move */
+    char name[32];           /* "" when the file gives none */
     int out_classes; /* out = classes */
     int line;
 } cfg_node;
@@ -156,9 +156,8 @@ static fed_err set_key(parser *p, const char *key, const char *val)
                          "%s:%d: [%s] name: '%s' must be 1 to 23 letters, digits, '_' or "
                          "inner '.'", c->file, p->line, sec, val);
         memcpy(nd->name, val, len + 1);
-        nd->n.name = nd->name;
         for (int i = 0; i < c->count - 1; i++)
-            if (c->nodes[i].n.name && !strcmp(c->nodes[i].name, val))
+            if (!strcmp(c->nodes[i].name, val))
                 return fed_err_why(p->why, p->cap, FED_ERR_SPEC,
                              "%s:%d: [%s] name: '%s' is taken by line %d", c->file, p->line,
                              sec, val, c->nodes[i].line);
@@ -449,6 +448,7 @@ const fed_model_node *fed_model_cfg_nodes(fed_model_cfg *c, int classes, int *co
 {
     for (int i = 0; i < c->count; i++) {
         c->view[i] = c->nodes[i].n;
+        c->view[i].name = c->nodes[i].name[0] ? c->nodes[i].name : NULL;
         if (c->nodes[i].out_classes)
             c->view[i].out = classes;
     }

@@ -141,6 +141,32 @@ static void test_syntax(void **state)
     fed_model_cfg_free(d);
 }
 
+/* A file of 40 named layers (its node table grows while it is parsed): each
+ * keeps its name (under ASan a name left pointing into the old table is a
+ * use after free: what the fuzzer found first). */
+static void test_many_layers(void **state)
+{
+    char text[4096], want[16];
+    size_t used = (size_t)snprintf(text, sizeof text, "[input] features = 4\n");
+    fed_model_cfg *c;
+    const fed_model_node *n;
+    int count;
+
+    (void)state;
+    for (int i = 0; i < 40; i++)
+        used += (size_t)snprintf(text + used, sizeof text - used,
+                                 "[linear] name = fc%d out = %s\n", i, i < 39 ? "8" : "classes");
+    c = parse(text);
+    n = fed_model_cfg_nodes(c, 3, &count);
+    assert_int_equal(count, 40);
+    for (int i = 0; i < count; i++) {
+        snprintf(want, sizeof want, "fc%d", i);
+        assert_string_equal(n[i].name, want);
+    }
+    assert_int_equal(fed_model_cfg_check(c, (fed_model_shape){1, 1, 4, 3}, NULL, NULL, 0), FED_OK);
+    fed_model_cfg_free(c);
+}
+
 static void expect_parse(const char *text, fed_err want, const char *msg)
 {
     fed_model_cfg *c = (fed_model_cfg *)1;
@@ -378,6 +404,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_simplecnn),
         cmocka_unit_test(test_syntax),
+        cmocka_unit_test(test_many_layers),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_shape_errors),
     };
