@@ -23,9 +23,8 @@
 
 #define MLP_MAX_HIDDEN 15 /* the preset's own limit: older nodes refuse more */
 #define MAX_MLP_WIDTH 65536
-#define MAX_NODES 4096          /* nodes of one graph */
 #define MAX_LAYER_NUMEL (1L << 28) /* values of one layer's output per sample */
-#define NAME_MAX_LEN 24         /* a node's name, with its NUL */
+#define NAME_MAX_LEN (FED_MODEL_NAME_MAX + 1)
 
 typedef struct layer_ops layer_ops;
 
@@ -442,9 +441,9 @@ static fed_err plan_graph(const node_desc *nodes, int count, fed_model_shape in,
 
     if (planned)
         *planned = 0;
-    if (count > MAX_NODES)
+    if (count > FED_MODEL_MAX_NODES)
         return fed_err_why(why, cap, FED_ERR_SPEC, "model '%s': %d nodes, the limit is %d",
-                         p->spec, count, MAX_NODES);
+                         p->spec, count, FED_MODEL_MAX_NODES);
     for (int i = 0; i < count; i++) {
         if (nodes[i].input != i - 1)
             return fed_err_why(why, cap, FED_ERR_SPEC,
@@ -631,13 +630,24 @@ static fed_err make_plan(const char *spec, fed_model_shape in, plan *p, char *wh
     return plan_graph(nodes, count, in, p, NULL, NULL, why, cap);
 }
 
+int fed_model_name_ok(const char *name)
+{
+    size_t len = strlen(name);
+
+    if (len < 1 || len > FED_MODEL_NAME_MAX || name[0] == '.' || name[len - 1] == '.')
+        return 0;
+    for (size_t k = 0; k < len; k++)
+        if (!isalnum((unsigned char)name[k]) && name[k] != '_' && name[k] != '.')
+            return 0;
+    return 1;
+}
+
 /* A fed_model_node as node_desc nd (index i): its kind found, its name
  * checked (letters, digits, '_' and inner '.'; the index when NULL). */
 static fed_err graph_node(const char *label, const fed_model_node *gn, int i, node_desc *nd,
                           char *why, size_t cap)
 {
     const char *name = gn->name;
-    size_t len;
 
     memset(nd, 0, sizeof *nd);
     if (!gn->kind || !(nd->ops = kind_find(gn->kind)))
@@ -645,18 +655,12 @@ static fed_err graph_node(const char *label, const fed_model_node *gn, int i, no
                          "model '%s': node %d: unknown layer kind '%s' (linear, conv, maxpool, "
                          "avgpool, relu, flatten)", label, i, gn->kind ? gn->kind : "(none)");
     if (name) {
-        len = strlen(name);
-        if (len < 1 || len >= sizeof nd->name || name[0] == '.' || name[len - 1] == '.')
+        if (!fed_model_name_ok(name))
             return fed_err_why(why, cap, FED_ERR_SPEC,
-                             "model '%s': node %d (%s): name '%s' must be 1 to %zu characters, "
-                             "not beginning or ending with '.'", label, i, gn->kind, name,
-                             sizeof nd->name - 1);
-        for (size_t k = 0; k < len; k++)
-            if (!isalnum((unsigned char)name[k]) && name[k] != '_' && name[k] != '.')
-                return fed_err_why(why, cap, FED_ERR_SPEC,
-                                 "model '%s': node %d (%s): name '%s' may hold letters, digits, "
-                                 "'_' and '.' only", label, i, gn->kind, name);
-        memcpy(nd->name, name, len + 1);
+                               "model '%s': node %d (%s): name '%s' must be 1 to %d letters, "
+                               "digits, '_' or inner '.'", label, i, gn->kind, name,
+                               FED_MODEL_NAME_MAX);
+        memcpy(nd->name, name, strlen(name) + 1);
     } else {
         snprintf(nd->name, sizeof nd->name, "%d", i);
     }
@@ -687,9 +691,9 @@ static fed_err make_graph_plan(const char *label, const fed_model_node *gnodes, 
 
     if ((err = plan_start(label, in, p, why, cap)) != FED_OK)
         return err;
-    if (!gnodes || count < 1 || count > MAX_NODES)
+    if (!gnodes || count < 1 || count > FED_MODEL_MAX_NODES)
         return fed_err_why(why, cap, FED_ERR_SPEC, "model '%s': %d nodes, it takes 1 to %d",
-                         label, count, MAX_NODES);
+                         label, count, FED_MODEL_MAX_NODES);
     if (!(nodes = fed_calloc((size_t)count, sizeof *nodes)))
         return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
     for (int i = 0; i < count; i++)
@@ -1088,7 +1092,7 @@ fed_err fed_model_set_params(fed_model *m, const float *src)
  *                every layer, then the loss (and, training, its gradient:
  *                the logits are replaced in place by dlogits); when layer 0
  *                is linear and S > 1 this is three phases: upload of the
- *                rows, layer 0 by output columns (forward_layer0_cols), the
+ *                rows, layer 0 by output columns (its forward_cols), the
  *                other layers by rows;
  *   phase F + j  (after the F = 1 or 3 forward phases) layer l = L - 1 - j,
  *                unit u: the weight and bias gradients of output-row chunk u

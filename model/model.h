@@ -106,6 +106,9 @@ void fed_model_free(fed_model *m);
  * model's input; today node i takes node i - 1's (a chain). A zero stride
  * is 1 for conv and the kernel for pooling; a zero dilation is 1. [0] is
  * the height's, [1] the width's. The last layer gives the logits. */
+#define FED_MODEL_MAX_NODES 4096 /* nodes of one graph */
+#define FED_MODEL_NAME_MAX 23    /* bytes of a node's name */
+
 typedef struct fed_model_node {
     const char *kind;
     const char *name;
@@ -114,6 +117,9 @@ typedef struct fed_model_node {
     int kernel[2], stride[2], padding[2], dilation[2];
 } fed_model_node;
 
+/* Whether name may name a node: 1 to FED_MODEL_NAME_MAX letters, digits,
+ * '_' and '.', not first or last. */
+int fed_model_name_ok(const char *name);
 /* fed_model_new for a graph of count nodes; label (< FED_MODEL_SPEC_MAX
  * bytes) names it in messages and is what fed_model_spec returns (it is
  * not a spec: such a model cannot be saved or sent as one yet). */

@@ -14,7 +14,6 @@
 #include "core/alloc.h"
 
 #define LINE_MAX_LEN 4096
-#define MAX_NODES 4096
 #define VALUE_MAX 65536 /* any count or size a key takes */
 
 enum {
@@ -145,17 +144,13 @@ static fed_err set_key(parser *p, const char *key, const char *val)
     p->seen |= 1u << k;
     switch (1 << k) {
     case K_NAME: {
-        size_t len = strlen(val);
         cfg_node *nd = cur_node(p);
 
-        ok = len >= 1 && len < 24 && val[0] != '.' && val[len - 1] != '.';
-        for (size_t i = 0; ok && i < len; i++)
-            ok = isalnum((unsigned char)val[i]) || val[i] == '_' || val[i] == '.';
-        if (!ok)
+        if (!fed_model_name_ok(val))
             return fed_err_why(p->why, p->cap, FED_ERR_SPEC,
-                         "%s:%d: [%s] name: '%s' must be 1 to 23 letters, digits, '_' or "
-                         "inner '.'", c->file, p->line, sec, val);
-        memcpy(nd->name, val, len + 1);
+                               "%s:%d: [%s] name: '%s' must be 1 to %d letters, digits, '_' or "
+                               "inner '.'", c->file, p->line, sec, val, FED_MODEL_NAME_MAX);
+        memcpy(nd->name, val, strlen(val) + 1);
         for (int i = 0; i < c->count - 1; i++)
             if (!strcmp(c->nodes[i].name, val))
                 return fed_err_why(p->why, p->cap, FED_ERR_SPEC,
@@ -264,9 +259,9 @@ static fed_err open_section(parser *p, const char *name)
     p->seen = 0;
     if (!s->layer)
         return FED_OK;
-    if (c->count == MAX_NODES)
+    if (c->count == FED_MODEL_MAX_NODES)
         return fed_err_why(p->why, p->cap, FED_ERR_SPEC, "%s:%d: more than %d layers", c->file,
-                     p->line, MAX_NODES);
+                     p->line, FED_MODEL_MAX_NODES);
     if (c->count == c->cap) {
         int n = c->cap ? 2 * c->cap : 16;
         cfg_node *g = fed_realloc(c->nodes, (size_t)n * sizeof *g);

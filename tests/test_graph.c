@@ -496,8 +496,8 @@ static void test_graph_errors(void **state)
                "model 'bad': two tensors are named 'a.weight' (give each layer its own name)");
     two[1].name = "b!";
     expect_why(two, 2, in, FED_ERR_SPEC,
-               "model 'bad': node 1 (linear): name 'b!' may hold letters, digits, '_' and '.' "
-               "only");
+               "model 'bad': node 1 (linear): name 'b!' must be 1 to 23 letters, digits, '_' "
+               "or inner '.'");
     two[1].name = "b";
     two[1].out = 4;
     expect_why(two, 2, in, FED_ERR_SHAPE,
