@@ -16,7 +16,8 @@ typedef struct model_opts {
 
 static const fed_opt model_opts_table[] = {
     FED_OPT_DEF(model_opts, classes, "classes", FED_OPT_INT, "0", 0, 65536,
-                "classes of the data (0: the file's [output] classes, else 10)"),
+                "classes of the data (0: the file's [output] classes, else its last "
+                "layer's out, else 10)"),
 };
 #define NMODEL_OPTS (sizeof model_opts_table / sizeof model_opts_table[0])
 
@@ -51,11 +52,9 @@ int fed_cli_model(int argc, char **argv)
         fed_cli_error("model: %s", why);
         return 1;
     }
-    in = fed_model_cfg_input(cfg);
+    in = fed_model_cfg_own_input(cfg);
     if (o.classes)
         in.classes = o.classes;
-    else if (!in.classes)
-        in.classes = 10;
     nodes = fed_model_cfg_nodes(cfg, in.classes, &count);
     if (!(info = fed_calloc((size_t)count, sizeof *info))) {
         rc = 1;

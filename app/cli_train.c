@@ -69,7 +69,8 @@ typedef struct train_cfg {
 static const fed_opt train_opts[] = {
     T(data, "data", FED_OPT_STR, "fashion-mnist", 0, 0,
       "fashion-mnist, a directory of IDX files (train-/t10k-), or a CSV file"),
-    T(model, "model", FED_OPT_STR, "mlp:256,128", 0, 0, "logreg, mlp:W1,W2,... or cnn"),
+    T(model, "model", FED_OPT_STR, "mlp:256,128", 0, 0,
+      "logreg, mlp:W1,W2,..., cnn, or a layer file (docs/model-formats.md)"),
     T(epochs, "epochs", FED_OPT_INT, "10", 1, 100000, "passes over the (shard of the) data"),
     T(batch, "batch", FED_OPT_INT, "64", 1, 65536, "samples per step"),
     T(lr, "lr", FED_OPT_DOUBLE, "0", 0, 100,
@@ -579,6 +580,8 @@ int fed_cli_train(int argc, char **argv)
     int rc = fed_cli_load_options("train", "[--data D] [--model SPEC] [--epochs N] [options]",
                           train_opts, NTRAIN_OPTS, &cfg, argc, argv);
 
+    if (rc < 0)
+        rc = fed_cli_model_file("train", cfg.model, sizeof cfg.model);
     if (rc >= 0)
         return rc;
     return train_main(&cfg, argc, argv);

@@ -12,6 +12,7 @@
 #include <ctype.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +61,7 @@ typedef struct node_desc {
 /* A graph planned into layers and tensors, before any device allocation. */
 typedef struct plan {
     const char *spec;
+    int classes;            /* a linear layer's out 0 */
     layer *layers;
     int nlayers, cap_layers;
     fed_tensor_info *tensors;
@@ -99,11 +101,18 @@ struct layer_ops {
      * weight and bias gradient to norm2 (n); x is the layer's input. */
     void (*dp_norm2)(fed_model *m, int l, int u, const float *dy, const float *x, int off, int n,
                      double *norm2);
+    char letter;    /* its node in a "g:" spec (model.h) */
+    unsigned opts;  /* the spec's options it takes: OPT_OUT, OPT_K, ... */
     int fuses_relu; /* a relu right after it folds into its output */
     int keep_dy;    /* cheap to keep its output gradient per sample (DP-SGD) */
 };
 
 static const layer_ops *kind_find(const char *kind);
+static const layer_ops *kind_of_letter(char letter);
+
+/* What a node takes in a "g:" spec, besides a name: out, then kernel,
+ * stride, padding and dilation as k, s, p, d. */
+enum { OPT_OUT = 1, OPT_K = 2, OPT_S = 4, OPT_P = 8, OPT_D = 16 };
 
 #define MAX_SHARDS 64
 #define SPIN_NS 300000       /* how long a unit waits for its phase before sleeping */
@@ -329,17 +338,17 @@ static fed_err linear_plan(plan *p, const node_desc *nd, int i, dims *s, char *w
 {
     layer *ly;
     long in = (long)s->c * s->h * s->w;
-    int wshape[2] = {nd->out, (int)in};
+    int out = nd->out ? nd->out : p->classes, wshape[2] = {out, (int)in};
     fed_err err;
 
-    if (nd->out < 1 || nd->out > MAX_LAYER_NUMEL)
+    if (out < 1 || out > MAX_LAYER_NUMEL)
         return shape_fail(p, nd, i, s, why, cap, "out must be 1 to 2^28");
     if (!(ly = plan_layer(p, nd)))
         return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
-    if ((err = plan_output(p, nd, i, s, ly, nd->out, 1, 1, why, cap)) != FED_OK ||
+    if ((err = plan_output(p, nd, i, s, ly, out, 1, 1, why, cap)) != FED_OK ||
         (err = plan_tensor(p, nd->name, "weight", 2, wshape, &ly->w_off, why, cap)) != FED_OK)
         return err;
-    return plan_tensor(p, nd->name, "bias", 1, &nd->out, &ly->b_off, why, cap);
+    return plan_tensor(p, nd->name, "bias", 1, &out, &ly->b_off, why, cap);
 }
 
 /* conv: (out, c, kh, kw) weights over any window, and a bias. */
@@ -547,8 +556,162 @@ static fed_err parse_widths(const char *spec, const char *s, int *widths, int *c
     }
 }
 
+/* "N" or "NxM" at *s (1 to 65536 each; 0 too when zero_ok), moving *s. */
+static int spec_pair(const char **s, int *a, int *b, int zero_ok)
+{
+    long v[2] = {0, 0};
+    int got = 0;
+
+    do {
+        const char *start = *s;
+
+        while (isdigit((unsigned char)**s) && v[got] <= 65536)
+            v[got] = v[got] * 10 + (*(*s)++ - '0');
+        if (*s == start || v[got] > 65536 || (v[got] < 1 && !zero_ok))
+            return 0;
+        got++;
+    } while (got < 2 && **s == 'x' && (*s)++);
+    *a = (int)v[0];
+    *b = got == 2 ? (int)v[1] : (int)v[0];
+    return 1;
+}
+
+/* One node of a "g:" spec, from s to its end (',' or NUL); 0 when it is
+ * none. */
+static int spec_node(const char *s, const char *end, int i, node_desc *nd)
+{
+    const char *eq = memchr(s, '=', (size_t)(end - s));
+    int *pairs[4][2] = {{&nd->kh, &nd->kw}, {&nd->sh, &nd->sw}, {&nd->ph, &nd->pw},
+                        {&nd->dh, &nd->dw}};
+    unsigned seen = 0;
+
+    memset(nd, 0, sizeof *nd);
+    nd->input = i - 1;
+    if (eq) {
+        if ((size_t)(eq - s) >= sizeof nd->name)
+            return 0;
+        memcpy(nd->name, s, (size_t)(eq - s));
+        if (!fed_model_name_ok(nd->name))
+            return 0;
+        s = eq + 1;
+    } else {
+        snprintf(nd->name, sizeof nd->name, "%d", i);
+    }
+    if (s == end || !(nd->ops = kind_of_letter(*s++)))
+        return 0;
+    while ((nd->ops->opts & OPT_OUT) && s < end && isdigit((unsigned char)*s))
+        if ((nd->out = nd->out * 10 + (*s++ - '0')) > 65536)
+            return 0;
+    while (s < end) {
+        static const char letters[] = "kspd";
+        const char *at = strchr(letters, *s);
+        int k = at && *s ? (int)(at - letters) : -1;
+
+        if (k < 0 || !(nd->ops->opts & (OPT_K << k)) || (seen & (1u << k)))
+            return 0;
+        seen |= 1u << k;
+        s++;
+        if (!spec_pair(&s, pairs[k][0], pairs[k][1], k == 2))
+            return 0;
+    }
+    /* conv needs its out and kernel, pooling its kernel */
+    return s == end && (!(nd->ops->opts & OPT_K) || (seen & 1u)) &&
+           (!(nd->ops->opts & OPT_K) || !(nd->ops->opts & OPT_OUT) || nd->out > 0);
+}
+
+/* A "g:" spec (model.h) into nodes (FED_MODEL_SPEC_MAX / 2). */
+static fed_err graph_spec(const char *spec, node_desc *nodes, int *count, char *why, size_t cap)
+{
+    const char *s = spec + 2;
+    int n = 0;
+
+    for (;;) {
+        const char *end = strchr(s, ',');
+
+        if (!end)
+            end = s + strlen(s);
+        if (n == FED_MODEL_SPEC_MAX / 2 || !spec_node(s, end, n, &nodes[n]))
+            return fed_err_why(why, cap, FED_ERR_SPEC,
+                               "model spec '%s': node %d '%.*s' is none of NAME=Lout, "
+                               "NAME=CoutkK[sS][pP][dD], MkK[sS][pP], AkK[sS][pP], R, F", spec,
+                               n, (int)(end - s), s);
+        n++;
+        if (!*end)
+            break;
+        s = end + 1;
+    }
+    *count = n;
+    return FED_OK;
+}
+
+/* Appends to spec (cap bytes; *used so far, counted past cap too). */
+static void spec_put(char *spec, size_t cap, size_t *used, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void spec_put(char *spec, size_t cap, size_t *used, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(*used < cap ? spec + *used : NULL, *used < cap ? cap - *used : 0, fmt, ap);
+    va_end(ap);
+    *used += n > 0 ? (size_t)n : 0;
+}
+
+static void spec_put_pair(char *spec, size_t cap, size_t *used, char key, const int *v)
+{
+    if (v[0] == v[1])
+        spec_put(spec, cap, used, "%c%d", key, v[0]);
+    else
+        spec_put(spec, cap, used, "%c%dx%d", key, v[0], v[1]);
+}
+
+fed_err fed_model_graph_spec(const fed_model_node *nodes, int count, char *spec, size_t cap)
+{
+    size_t used = 0;
+
+    if (cap)
+        spec[0] = '\0';
+    if (count < 1)
+        return FED_ERR_INVAL;
+    spec_put(spec, cap, &used, "g:");
+    for (int i = 0; i < count; i++) {
+        const fed_model_node *nd = &nodes[i];
+        const layer_ops *ops = nd->kind ? kind_find(nd->kind) : NULL;
+        char idx[16];
+
+        if (!ops || (nd->name && !fed_model_name_ok(nd->name)))
+            return FED_ERR_SPEC;
+        if (nd->input != i - 1)
+            return FED_ERR_UNSUPPORTED; /* a chain only, as the graph itself */
+        snprintf(idx, sizeof idx, "%d", i);
+        if (nd->name && strcmp(nd->name, idx) != 0)
+            spec_put(spec, cap, &used, "%s=", nd->name);
+        spec_put(spec, cap, &used, "%c", ops->letter);
+        if ((ops->opts & OPT_OUT) && nd->out > 0)
+            spec_put(spec, cap, &used, "%d", nd->out);
+        if ((ops->opts & OPT_K) && nd->kernel[0] > 0)
+            spec_put_pair(spec, cap, &used, 'k', nd->kernel);
+        if ((ops->opts & OPT_S) && nd->stride[0] > 0)
+            spec_put_pair(spec, cap, &used, 's', nd->stride);
+        if ((ops->opts & OPT_P) && (nd->padding[0] > 0 || nd->padding[1] > 0))
+            spec_put_pair(spec, cap, &used, 'p', nd->padding);
+        if ((ops->opts & OPT_D) && nd->dilation[0] > 0)
+            spec_put_pair(spec, cap, &used, 'd', nd->dilation);
+        if (i + 1 < count)
+            spec_put(spec, cap, &used, ",");
+    }
+    if (used >= cap || used >= FED_MODEL_SPEC_MAX) {
+        if (cap)
+            spec[0] = '\0';
+        return FED_ERR_TOO_LARGE;
+    }
+    return FED_OK;
+}
+
 /* The graph of a preset spec, as PyTorch's nn.Sequential of the same
- * modules (model.h): nodes (at least 2 * MLP_MAX_HIDDEN + 1 entries). */
+ * modules (model.h), or of a "g:" spec: nodes (FED_MODEL_SPEC_MAX / 2). */
 static fed_err preset_graph(const char *spec, fed_model_shape in, node_desc *nodes, int *count,
                             char *why, size_t cap)
 {
@@ -573,6 +736,8 @@ static fed_err preset_graph(const char *spec, fed_model_shape in, node_desc *nod
         preset_node(nodes, n++, "linear", 512, 0, 0);
         preset_node(nodes, n++, "relu", 0, 0, 0);
         preset_node(nodes, n++, "linear", in.classes, 0, 0);
+    } else if (!strncmp(spec, "g:", 2)) {
+        return graph_spec(spec, nodes, count, why, cap);
     } else if (!strncmp(spec, "mlp:", 4)) {
         int widths[MLP_MAX_HIDDEN], hidden;
         fed_err err = parse_widths(spec, spec + 4, widths, &hidden, why, cap);
@@ -597,6 +762,7 @@ static fed_err plan_start(const char *label, fed_model_shape in, plan *p, char *
 {
     memset(p, 0, sizeof *p);
     p->spec = label;
+    p->classes = in.classes;
     if (why && cap)
         why[0] = '\0';
     if (!label)
@@ -620,7 +786,7 @@ static fed_err plan_start(const char *label, fed_model_shape in, plan *p, char *
 static fed_err make_plan(const char *spec, fed_model_shape in, plan *p, char *why,
                          size_t cap)
 {
-    node_desc nodes[2 * MLP_MAX_HIDDEN + 1];
+    node_desc nodes[FED_MODEL_SPEC_MAX / 2]; /* a "g:" node takes 2 bytes at least */
     int count = 0;
     fed_err err;
 
@@ -1394,25 +1560,37 @@ static void avgpool_input_grads(fed_model *m, int l, int u, const float *dy, flo
 /* ---- the table ---- */
 
 static const layer_ops LAYER_KINDS[] = {
-    {.kind = "linear", .plan = linear_plan, .forward = linear_forward,
+    {.kind = "linear", .letter = 'L', .opts = OPT_OUT, .plan = linear_plan,
+     .forward = linear_forward,
      .forward_cols = linear_forward_cols, .input_grads = linear_input_grads,
      .weight_grads = linear_weight_grads, .flops = linear_flops, .init = linear_init,
      .dp_norm2 = linear_dp_norm2, .fuses_relu = 1, .keep_dy = 1},
-    {.kind = "conv", .plan = conv_plan, .needs = conv_needs, .forward = conv_forward,
+    {.kind = "conv", .letter = 'C', .opts = OPT_OUT | OPT_K | OPT_S | OPT_P | OPT_D,
+     .plan = conv_plan, .needs = conv_needs, .forward = conv_forward,
      .input_grads = conv_input_grads, .weight_grads = conv_weight_grads, .flops = conv_flops,
      .init = conv_init, .dp_norm2 = conv_dp_norm2, .fuses_relu = 1},
-    {.kind = "maxpool", .plan = maxpool_plan, .needs = maxpool_needs, .forward = maxpool_forward,
+    {.kind = "maxpool", .letter = 'M', .opts = OPT_K | OPT_S | OPT_P, .plan = maxpool_plan,
+     .needs = maxpool_needs, .forward = maxpool_forward,
      .input_grads = maxpool_input_grads, .flops = pool_flops},
-    {.kind = "avgpool", .plan = avgpool_plan, .needs = avgpool_needs, .forward = avgpool_forward,
+    {.kind = "avgpool", .letter = 'A', .opts = OPT_K | OPT_S | OPT_P, .plan = avgpool_plan,
+     .needs = avgpool_needs, .forward = avgpool_forward,
      .input_grads = avgpool_input_grads, .flops = pool_flops},
-    {.kind = "relu", .plan = relu_plan},
-    {.kind = "flatten", .plan = flatten_plan},
+    {.kind = "relu", .letter = 'R', .plan = relu_plan},
+    {.kind = "flatten", .letter = 'F', .plan = flatten_plan},
 };
 
 static const layer_ops *kind_find(const char *kind)
 {
     for (size_t i = 0; i < sizeof LAYER_KINDS / sizeof LAYER_KINDS[0]; i++)
         if (!strcmp(LAYER_KINDS[i].kind, kind))
+            return &LAYER_KINDS[i];
+    return NULL;
+}
+
+static const layer_ops *kind_of_letter(char letter)
+{
+    for (size_t i = 0; i < sizeof LAYER_KINDS / sizeof LAYER_KINDS[0]; i++)
+        if (LAYER_KINDS[i].letter == letter)
             return &LAYER_KINDS[i];
     return NULL;
 }

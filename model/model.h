@@ -109,6 +109,7 @@ void fed_model_free(fed_model *m);
 #define FED_MODEL_MAX_NODES 4096 /* nodes of one graph */
 #define FED_MODEL_NAME_MAX 23    /* bytes of a node's name */
 
+/* (A linear node's out 0 is the classes, whatever they are.) */
 typedef struct fed_model_node {
     const char *kind;
     const char *name;
@@ -117,6 +118,18 @@ typedef struct fed_model_node {
     int kernel[2], stride[2], padding[2], dilation[2];
 } fed_model_node;
 
+/* The graph as a spec string, what fed_model_new takes and a node sends
+ * and stores like any spec: "g:" and the nodes, comma-separated, each
+ * [NAME=] and a letter: Lout (linear; no out: the classes), CoutkK[sS][pP]
+ * [dD] (conv), MkK[sS][pP] (maxpool), AkK[sS][pP] (avgpool), R (relu), F
+ * (flatten); K, S, P, D are N or HxW. A node without NAME is named by its
+ * index. NIID-Bench's SimpleCNN (examples/models/simplecnn.cfg) is
+ * "g:conv1=C6k5,R,Mk2,conv2=C16k5,R,Mk2,F,fc1=L120,R,fc2=L84,R,fc3=L".
+ * FED_ERR_TOO_LARGE when it takes FED_MODEL_SPEC_MAX bytes or cap; a chain
+ * only (FED_ERR_UNSUPPORTED), with known kinds and valid names
+ * (FED_ERR_SPEC). */
+FED_WUR fed_err fed_model_graph_spec(const fed_model_node *nodes, int count, char *spec,
+                                     size_t cap);
 /* Whether name may name a node: 1 to FED_MODEL_NAME_MAX letters, digits,
  * '_' and '.', not first or last. */
 int fed_model_name_ok(const char *name);

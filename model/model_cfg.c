@@ -437,6 +437,16 @@ void fed_model_cfg_free(fed_model_cfg *c)
 
 fed_model_shape fed_model_cfg_input(const fed_model_cfg *c) { return c->in; }
 const char *fed_model_cfg_label(const fed_model_cfg *c) { return c->label; }
+
+fed_model_shape fed_model_cfg_own_input(const fed_model_cfg *c)
+{
+    fed_model_shape in = c->in;
+    const cfg_node *last = &c->nodes[c->count - 1];
+
+    if (!in.classes)
+        in.classes = !last->out_classes && last->n.out >= 2 ? last->n.out : 10;
+    return in;
+}
 int fed_model_cfg_line(const fed_model_cfg *c, int i) { return c->nodes[i].line; }
 
 const fed_model_node *fed_model_cfg_nodes(fed_model_cfg *c, int classes, int *count)
@@ -486,6 +496,25 @@ fed_err fed_model_cfg_check(fed_model_cfg *c, fed_model_shape in, fed_model_node
     }
     fed_free(own);
     return err;
+}
+
+fed_err fed_model_cfg_spec(fed_model_cfg *c, char *spec, size_t cap, char *why, size_t wcap)
+{
+    const fed_model_node *nodes;
+    int count;
+    fed_err err;
+
+    nodes = fed_model_cfg_nodes(c, 0, &count); /* a linear layer's "classes" stays 0 */
+    err = fed_model_graph_spec(nodes, count, spec, cap);
+    if (err == FED_ERR_TOO_LARGE)
+        return fed_err_why(why, wcap, err,
+                           "%s: its graph takes more than the %d bytes of a model spec (a "
+                           "bigger graph needs to travel with the model: not yet)", c->file,
+                           FED_MODEL_SPEC_MAX - 1);
+    if (err != FED_OK)
+        return fed_err_why(why, wcap, err, "%s: no spec for its graph: %s", c->file,
+                           fed_strerror(err));
+    return FED_OK;
 }
 
 fed_err fed_model_cfg_build(fed_model_cfg *c, fed_model_shape in, fed_backend *be,

@@ -50,6 +50,10 @@ void fed_model_cfg_free(fed_model_cfg *c);
 
 /* The input the file declares, classes 0 when [output] says none. */
 fed_model_shape fed_model_cfg_input(const fed_model_cfg *c);
+/* The input the file describes on its own: fed_model_cfg_input, with the
+ * classes its last layer gives when [output] says none (10 when that is
+ * "classes" too): what `fednode model` shows and --model checks first. */
+fed_model_shape fed_model_cfg_own_input(const fed_model_cfg *c);
 /* The model's label: the file's last path component. */
 const char *fed_model_cfg_label(const fed_model_cfg *c);
 /* The nodes, "out = classes" resolved to classes; valid until the next
@@ -64,6 +68,13 @@ int fed_model_cfg_line(const fed_model_cfg *c, int i);
  * line and what was wrong, and the shapes computed so far. */
 FED_WUR fed_err fed_model_cfg_check(fed_model_cfg *c, fed_model_shape in,
                                     fed_model_node_info *info, char *why, size_t cap);
+/* The graph as a spec string (model.h's fed_model_graph_spec: "g:..."),
+ * what --model FILE becomes: it is stored and sent as any spec, so a node
+ * never reads a file a spec names. The [input] and [output] sections stay
+ * out of it: the data gives both, as with the presets. FED_ERR_TOO_LARGE
+ * past FED_MODEL_SPEC_MAX, with why (wcap bytes) saying so. */
+FED_WUR fed_err fed_model_cfg_spec(fed_model_cfg *c, char *spec, size_t cap, char *why,
+                                   size_t wcap);
 /* fed_model_cfg_check, then fed_model_new_graph. */
 FED_WUR fed_err fed_model_cfg_build(fed_model_cfg *c, fed_model_shape in, fed_backend *be,
                                     fed_pool *pool, int shards, int max_batch, fed_model **out,

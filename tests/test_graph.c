@@ -551,6 +551,70 @@ static void test_backend_caps(void **state)
     fed_model_free(m);
 }
 
+/* A graph as a "g:" spec: the exact text, a model from it the same as from
+ * the nodes (tensors, parameters, gradients bit for bit), refusals. */
+static void test_graph_spec(void **state)
+{
+    world *w = *state;
+    fed_model_shape in = {2, 11, 10, 5};
+    char spec[FED_MODEL_SPEC_MAX], why[256];
+    fed_model *a, *b = NULL;
+    fed_model_node deep[60];
+    fed_rng rng;
+    float x[3 * 220];
+    int32_t y[3] = {0, 4, 2};
+    size_t np;
+
+    chain(windows_graph, WINDOWS_COUNT);
+    assert_int_equal(fed_model_graph_spec(windows_graph, WINDOWS_COUNT, spec, sizeof spec),
+                     FED_OK);
+    assert_string_equal(spec, "g:stem=C4k3s2p1,R,c2=C3k3s1p2d2,R,Mk3s2p1,Ak2s1p1,F,fc=L6,R,"
+                              "head=L5");
+    a = make_graph(w, windows_graph, WINDOWS_COUNT, in, 1, 3, 11);
+    assert_int_equal(fed_model_new(spec, in, w->be, w->pool, 1, 3, &b), FED_OK);
+    fed_rng_seed(&rng, 11);
+    assert_int_equal(fed_model_init(b, &rng), FED_OK);
+    np = fed_model_nparams(a);
+    assert_int_equal(fed_model_nparams(b), np);
+    for (int i = 0; i < 3 * 220; i++)
+        x[i] = (float)fed_rng_normal(&rng);
+    fed_batch batch = {.n = 3, .x_f32 = x, .y = y};
+    assert_int_equal(fed_model_forward_backward(a, &batch, NULL), FED_OK);
+    assert_int_equal(fed_model_forward_backward(b, &batch, NULL), FED_OK);
+    assert_memory_equal(fed_model_params_dev(a), fed_model_params_dev(b), np * sizeof(float));
+    assert_memory_equal(fed_model_grads_dev(a), fed_model_grads_dev(b), np * sizeof(float));
+    fed_model_free(a);
+    fed_model_free(b);
+    /* a linear layer's out 0 is the classes; unnamed nodes by their index */
+    assert_int_equal(fed_model_spec_nparams("g:F,L", in, &np), FED_OK);
+    assert_int_equal(np, 220 * 5 + 5);
+    assert_int_equal(fed_model_spec_nparams("g:0=L7,R,2=L", in, &np), FED_OK);
+    assert_int_equal(np, 220 * 7 + 7 + 7 * 5 + 5);
+    /* refusals */
+    assert_int_equal(fed_model_spec_explain("g:C6,R,L", in, why, sizeof why), FED_ERR_SPEC);
+    assert_string_equal(why, "model spec 'g:C6,R,L': node 0 'C6' is none of NAME=Lout, "
+                             "NAME=CoutkK[sS][pP][dD], MkK[sS][pP], AkK[sS][pP], R, F");
+    static const char *bad[] = {"g:",        "g:L,",     "g:Q",       "g:Lk3",  "g:C4k3k3,L",
+                                "g:Mk0,L",   "g:Ck3,L",  "g:a-b=L",   "g:=L",   "g:L5x5",
+                                "g:C4k3x,L", "g:Rk2,L",  "g:L99999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (fed_model_spec_check(bad[i], in) != FED_ERR_SPEC)
+            fail_msg("'%s' was not refused", bad[i]);
+    /* a graph past the spec's 127 bytes, or not a chain, has no spec */
+    memset(deep, 0, sizeof deep);
+    for (int i = 0; i < 60; i++) {
+        deep[i].kind = i % 2 ? "relu" : "linear";
+        deep[i].out = 7;
+        deep[i].input = i - 1;
+    }
+    assert_int_equal(fed_model_graph_spec(deep, 59, spec, sizeof spec), FED_ERR_TOO_LARGE);
+    assert_string_equal(spec, "");
+    assert_int_equal(fed_model_graph_spec(deep, 3, spec, sizeof spec), FED_OK);
+    assert_string_equal(spec, "g:L7,R,L7");
+    deep[2].input = 0;
+    assert_int_equal(fed_model_graph_spec(deep, 3, spec, sizeof spec), FED_ERR_UNSUPPORTED);
+}
+
 static fed_err try_graph_new(void *ctx)
 {
     world *w = ctx;
@@ -579,7 +643,7 @@ int main(void)
         cmocka_unit_test(test_grad_windows), cmocka_unit_test(test_cnn_as_graph),
         cmocka_unit_test(test_deep_graph),   cmocka_unit_test(test_graph_flops),
         cmocka_unit_test(test_graph_errors), cmocka_unit_test(test_backend_caps),
-        cmocka_unit_test(test_graph_alloc_failures),
+        cmocka_unit_test(test_graph_alloc_failures), cmocka_unit_test(test_graph_spec),
     };
 
     fed_test_log_quiet();
