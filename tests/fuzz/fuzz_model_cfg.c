@@ -3,7 +3,8 @@
  * least one layer, each of a known kind taking the one before it, and an
  * input of positive size; it is then planned for the input it declares (10
  * classes unless it says), which must succeed or explain itself, and when it
- * succeeds the layers' parameters add up to the graph's count. */
+ * succeeds the layers' parameters add up to the graph's count, which its
+ * "g:" spec (when it fits one) gives too. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fed_model_node_info *info;
     const fed_model_node *nodes;
     fed_model_shape in;
-    char why[1024];
+    char why[1024], spec[FED_MODEL_SPEC_MAX];
     size_t total = 0, np = 0;
     int count;
 
@@ -57,6 +58,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             total += info[i].nparams;
         if (fed_model_graph_explain("fuzz", nodes, count, in, &np, NULL, 0) != FED_OK ||
             np != total)
+            abort();
+        /* as a spec (what --model FILE becomes) it is the same graph */
+        if (fed_model_cfg_spec(c, spec, sizeof spec, why, sizeof why) == FED_OK &&
+            (fed_model_spec_nparams(spec, in, &np) != FED_OK || np != total))
             abort();
     } else if (!why[0]) {
         abort();
