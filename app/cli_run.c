@@ -775,7 +775,8 @@ static int run_with_role(const char *cmd, const char *role, int argc, char **arg
         return 2;
     }
     cfg.given = given;
-    if ((rc = fed_cli_log_apply(cmd, &cfg.log)) >= 0)
+    if ((rc = fed_cli_log_apply(cmd, &cfg.log)) >= 0 ||
+        (rc = fed_cli_model_file(cmd, cfg.s.model, sizeof cfg.s.model)) >= 0)
         return rc;
     return run_site(&cfg);
 }

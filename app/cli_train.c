@@ -69,7 +69,8 @@ typedef struct train_cfg {
 static const fed_opt train_opts[] = {
     T(data, "data", FED_OPT_STR, "fashion-mnist", 0, 0,
       "fashion-mnist, a directory of IDX files (train-/t10k-), or a CSV file"),
-    T(model, "model", FED_OPT_STR, "mlp:256,128", 0, 0, "logreg, mlp:W1,W2,... or cnn"),
+    T(model, "model", FED_OPT_STR, "mlp:256,128", 0, 0,
+      "logreg, mlp:W1,W2,..., cnn, or a layer file (docs/model-formats.md)"),
     T(epochs, "epochs", FED_OPT_INT, "10", 1, 100000, "passes over the (shard of the) data"),
     T(batch, "batch", FED_OPT_INT, "64", 1, 65536, "samples per step"),
     T(lr, "lr", FED_OPT_DOUBLE, "0", 0, 100,
@@ -497,9 +498,9 @@ static int train_main(const train_cfg *c, int argc, char **argv)
         rc = fail("device", err);
         goto out;
     }
-    if (strcmp(w.be->name, "cpu") != 0)
+    if (!(w.be->caps & FED_BACKEND_CAP_SHARDS))
         threads = 1;
-    if (c->dp_sgd && strcmp(w.be->name, "cpu") != 0) {
+    if (c->dp_sgd && !(w.be->caps & FED_BACKEND_CAP_DP_SGD)) {
         fed_cli_error("train: --dp-sgd runs on the CPU backend only (the %s backend has no "
                       "DP-SGD parity test yet): add --device cpu", w.be->name);
         rc = 2;
@@ -579,6 +580,8 @@ int fed_cli_train(int argc, char **argv)
     int rc = fed_cli_load_options("train", "[--data D] [--model SPEC] [--epochs N] [options]",
                           train_opts, NTRAIN_OPTS, &cfg, argc, argv);
 
+    if (rc < 0)
+        rc = fed_cli_model_file("train", cfg.model, sizeof cfg.model);
     if (rc >= 0)
         return rc;
     return train_main(&cfg, argc, argv);
@@ -609,7 +612,7 @@ static int eval_main(const eval_cfg *c, int argc, char **argv)
         fed_cli_error("eval: device: %s", fed_strerror(err));
         goto out;
     }
-    if (strcmp(be->name, "cpu") != 0)
+    if (!(be->caps & FED_BACKEND_CAP_SHARDS))
         threads = 1;
     if ((err = fed_pool_new(threads - 1, &pool)) != FED_OK ||
         (err = fed_model_load(c->model, be, pool, threads, c->batch, &m)) != FED_OK) {

@@ -330,6 +330,8 @@ int main(int argc, char **argv)
             fed_opt_print_help(fedsim_out_opts, NOUT, stdout);
         }
     }
+    if (rc < 0)
+        rc = fed_cli_model_file("fedsim", sc.s.model, sizeof sc.s.model);
     if (rc >= 0)
         goto out;
     /* the old --mode aggregator|peer; --secagg* on peers */

@@ -5,6 +5,8 @@
 #ifndef FED_CORE_ERR_H
 #define FED_CORE_ERR_H
 
+#include <stddef.h>
+
 #define FED_WUR __attribute__((warn_unused_result))
 
 #define FED_ERR_LIST(X)                                                        \
@@ -107,5 +109,10 @@ typedef enum fed_err {
 const char *fed_strerror(int e);
 /* The enum's identifier, e.g. "FED_ERR_REPLAY" (for logs and counters). */
 const char *fed_errname(int e);
+/* err, with why (cap bytes; may be NULL or 0) set to the printf-formatted
+ * words saying what was wrong: for checks that explain a refusal to a
+ * caller who says it where it fits. */
+fed_err fed_err_why(char *why, size_t cap, fed_err err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 #endif

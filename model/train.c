@@ -115,7 +115,7 @@ fed_err fed_trainer_set_dp(fed_trainer *t, const fed_trainer_dp *dp)
     if (!t->o || !dp || !dp->random || !(dp->clip > 0.0f) || !isfinite(dp->clip) ||
         !(dp->noise >= 0.0f) || !isfinite(dp->noise))
         return FED_ERR_INVAL;
-    if (strcmp(fed_model_backend(t->m)->name, "cpu") != 0)
+    if (!(fed_model_backend(t->m)->caps & FED_BACKEND_CAP_DP_SGD))
         return FED_ERR_UNSUPPORTED;
     if (room > t->stage) { /* a Poisson draw runs over the batch size: stage up to max_batch */
         x = fed_alloc_aligned((size_t)room * t->d->features * elem);
@@ -142,7 +142,7 @@ fed_err fed_trainer_set_ranks(fed_trainer *t, int rank, int size, fed_train_redu
     if (size < 1 || rank < 0 || rank >= size || (size > 1 && !reduce) ||
         (long)size * t->batch > (long)INT32_MAX)
         return FED_ERR_INVAL;
-    if (size > 1 && (t->dp || strcmp(fed_model_backend(t->m)->name, "cpu") != 0))
+    if (size > 1 && (t->dp || !(fed_model_backend(t->m)->caps & FED_BACKEND_CAP_HOST_MEMORY)))
         return FED_ERR_UNSUPPORTED;
     t->rank = rank;
     t->size = size;

@@ -361,7 +361,7 @@ fed_err fed_node_agg_dp_aggregate(fed_node *n, fed_merge_input *in, uint32_t *un
     }
     memset(in, 0, sizeof *in);
     in->weight = 1;
-    if (strcmp(c->be->name, "cpu") == 0) {
+    if (c->be->caps & FED_BACKEND_CAP_HOST_MEMORY) {
         in->delta = d->sum;
         return FED_OK;
     }

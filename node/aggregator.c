@@ -23,7 +23,7 @@
  * then twice as long each time, up to this. */
 #define AGG_RETRY_MAX_MS 60000
 
-static int backend_is_host(const fed_backend *be) { return strcmp(be->name, "cpu") == 0; }
+static int backend_is_host(const fed_backend *be) { return (be->caps & FED_BACKEND_CAP_HOST_MEMORY) != 0; }
 
 /* ---- building and resuming ---- */
 

@@ -873,7 +873,7 @@ static fed_err fed_node_client_check(const fed_node_config *c)
     if (c->dp_sgd && (!(c->dp_clip > 0) || !(c->dp_noise >= 0) || !isfinite(c->dp_noise) ||
                       !(c->dp_delta > 0 && c->dp_delta < 1) || !(c->dp_budget >= 0)))
         return FED_ERR_BAD_VALUE;
-    if (c->dp_sgd && strcmp(c->be->name, "cpu") != 0)
+    if (c->dp_sgd && !(c->be->caps & FED_BACKEND_CAP_DP_SGD))
         return FED_ERR_UNSUPPORTED; /* DP-SGD has no parity test on another backend */
     return FED_OK;
 }

@@ -73,7 +73,7 @@ typedef struct fed_node_settings {
                 "client, peer: how the training split is cut into parts (fednode: --shard's K; " \
                 "fedsim: one per node): iid, dirichlet:ALPHA, shards:N"),                        \
     FED_OPT_DEF(T, m.model, "model", FED_OPT_STR, "mlp:256,128", 0, 0,                           \
-                "aggregator, peer: logreg, mlp:W1,W2,... or cnn"),                               \
+                "aggregator, peer: logreg, mlp:W1,W2,..., cnn, or a layer file"),                 \
     FED_OPT_DEF(T, m.rounds, "rounds", FED_OPT_INT, "10", 0, 1000000,                            \
                 "aggregator, peer: rounds to run (0: forever; fedsim needs an end)"),            \
     FED_OPT_DEF(T, m.local_epochs, "local-epochs", FED_OPT_INT, "1", 1, 1000,                    \
