@@ -276,6 +276,17 @@ typedef struct fed_node_config {
     uint32_t checkpoint_every;    /* a checkpoint every Nth round (and the last);
                                      0 or 1: every round (default). Its push-sum
                                      state is running totals for every neighbour */
+    fed_model *eval_model;        /* peer: borrowed, for evaluating on cfg.test (its
+                                     spec's, batch 256) instead of one of the node's
+                                     own: the simulator lends one to all its peers,
+                                     whose events it runs one at a time; NULL: the
+                                     node's own */
+    int no_checkpoints;           /* the simulator's, for a peer nothing can crash
+                                     (its in-memory database would hold each
+                                     checkpoint, a copy of the push-sum state,
+                                     that nobody reads): rounds are recorded,
+                                     checkpoints never written. 0 in every real
+                                     node */
     uint32_t final_mix;           /* after the last training round, this many
                                      rounds that only mix, so the members end
                                      close to one model; default 0 */

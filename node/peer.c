@@ -103,11 +103,13 @@ const char *fed_node_peer_gossip_topology(const fed_node_config *c)
     return c->topology[0] ? c->topology : "ring";
 }
 
+/* The model every peer starts from, and the one it evaluates in: its own,
+ * or cfg.eval_model (lent; its parameters are set before each use). */
 static fed_err build_model_parts(fed_node *n)
 {
     node_mesh *p = n->mesh;
     const fed_node_config *c = &n->cfg;
-    fed_model *m = NULL;
+    fed_model *m = c->eval_model;
     fed_rng rng;
     fed_err e;
 
@@ -119,7 +121,9 @@ static fed_err build_model_parts(fed_node *n)
     }
     if (!c->train || !c->shard || !c->shard_n)
         return FED_ERR_INVAL;
-    if ((e = fed_model_new(c->spec, c->shape, c->be, c->pool, c->shards, 256, &m)) != FED_OK)
+    if (m && (strcmp(fed_model_spec(m), c->spec) != 0 || fed_model_max_batch(m) != 256))
+        return FED_ERR_SHAPE; /* a lent model of another spec: the caller's mistake */
+    if (!m && (e = fed_model_new(c->spec, c->shape, c->be, c->pool, c->shards, 256, &m)) != FED_OK)
         return e;
     p->dim = fed_model_nparams(m);
     p->flops = fed_model_flops_per_sample(m);
@@ -128,8 +132,10 @@ static fed_err build_model_parts(fed_node *n)
         e = fed_model_get_params(m, p->model);
     else if (e == FED_OK)
         e = FED_ERR_NOMEM;
-    if (e == FED_OK && c->test)
-        p->eval = m;
+    if (m == c->eval_model)
+        p->eval = c->test ? m : NULL;
+    else if (e == FED_OK && c->test)
+        p->eval = p->own_eval = m;
     else
         fed_model_free(m);
     return e;
@@ -179,8 +185,9 @@ static fed_err fed_node_peer_new(fed_node *n)
     else
         fed_gossip_ps_set_model(p->ps, p->model);
     p->trained = fed_malloc(p->dim * sizeof(float));
-    p->sent = fed_calloc(p->dim, sizeof(float));
-    if (!p->trained || !p->sent)
+    if (p->sync == SYNC_ASP) /* asp:T alone compares with the model last sent */
+        p->sent = fed_calloc(p->dim, sizeof(float));
+    if (!p->trained || (p->sync == SYNC_ASP && !p->sent))
         return FED_ERR_NOMEM;
     return FED_OK;
 }
@@ -194,7 +201,7 @@ static void fed_node_peer_free(fed_node *n)
     fed_gossip_topo_free(p->topo);
     fed_gossip_ps_free(p->ps);
     fed_gossip_peers_free(p->own_table);
-    fed_model_free(p->eval);
+    fed_model_free(p->own_eval);
     fed_free(p->mem);
     fed_free(p->model);
     fed_free(p->trained);
@@ -262,8 +269,9 @@ static fed_err commit_round(fed_node *n, uint64_t round, const fed_node_round_in
     fed_store_round row;
     fed_err e;
 
-    int ckpt = n->cfg.checkpoint_every <= 1 || round % n->cfg.checkpoint_every == 0 ||
-               (n->cfg.rounds && round >= n->cfg.rounds);
+    int ckpt = !n->cfg.no_checkpoints &&
+               (n->cfg.checkpoint_every <= 1 || round % n->cfg.checkpoint_every == 0 ||
+                (n->cfg.rounds && round >= n->cfg.rounds));
     double *est = fed_malloc(p->dim * sizeof *est);
 
     if (!est)
@@ -542,7 +550,7 @@ static fed_err mix(fed_node *n)
             return e;
         for (size_t j = 0; j < m; j++)
             (void)send_share(n, round, p->nbr[j]); /* a lost one is made good by the next */
-        if (p->model) {
+        if (p->model && p->sent) {
             memcpy(p->sent, p->model, p->dim * sizeof *p->sent);
             p->sent_once = 1;
         }

@@ -63,7 +63,7 @@ struct node_mesh {
     size_t dim;
     float *model;         /* (dim) the estimate: where training starts */
     float *trained;       /* (dim) the job's result */
-    float *sent;          /* (dim) asp: the model at the last send */
+    float *sent;          /* (dim) asp: the model at the last send; NULL otherwise */
     int sent_once;
     uint32_t *nbr;        /* (n) scratch: neighbour ids */
     uint32_t *in;         /* (n) this round's in-neighbours */
@@ -76,7 +76,9 @@ struct node_mesh {
     uint64_t bytes_in0, bytes_out0;
     double loss;
     uint64_t samples;
-    fed_model *eval;      /* the model evaluated on cfg.test, or NULL */
+    fed_model *eval;      /* the model evaluated on cfg.test, or NULL: own_eval,
+                             or the one cfg.eval_model lends */
+    fed_model *own_eval;  /* the node's own (NULL when lent one) */
     double flops;         /* per sample, for the simulator's clock */
     node_train_job job;
     /* mixing allreduce (peer_allreduce.c) */

@@ -135,6 +135,8 @@ struct sim_run {
     fed_peer_id *ids;      /* (hosts) every host's identity, by world index */
     fed_dataset *own;      /* across ranks: this rank's nodes' samples only */
     fed_model_shape shape;
+    fed_model *eval_model; /* peers: the one they all evaluate in (lent to each;
+                              the world runs their events one at a time) */
 };
 
 static void emit(sim_run *r, const fed_sim_row *row)
@@ -604,9 +606,16 @@ static fed_err attach_nodes(sim_run *r, const fed_dataset *train, const fed_data
         c.shard = r->idx[i];
         c.shard_n = r->nidx[i];
         if (r->peer_mode) {
+            if (!r->eval_model && (e = fed_model_new(c.spec, c.shape, c.be, c.pool, c.shards, 256,
+                                                     &r->eval_model)) != FED_OK)
+                return e;
+            c.eval_model = r->eval_model;
             c.role = FED_NODE_PEER;
             c.test = !sc->eval_peers || i < sc->eval_peers ? test : NULL;
             c.checkpoint_every = (uint32_t)sc->checkpoint_every;
+            /* nothing restarts a peer, so nothing would read a checkpoint (a
+               database on disk keeps them, for the record) */
+            c.no_checkpoints = !sc->crash[0] && !(sc->crash_rate > 0) && !sc->db_dir[0];
         } else {
             c.role = FED_NODE_CLIENT;
             c.aggregator = r->ids[0];
@@ -851,6 +860,7 @@ static void run_free(sim_run *r)
     fed_free(r->all);
     fed_free(r->rows);
     fed_crypto_allow_free(r->allow);
+    fed_model_free(r->eval_model); /* after the peers that borrowed it */
 }
 
 static int failed_to_start(const fed_sim_host *h)
