@@ -309,6 +309,17 @@ uint64_t fed_gossip_ps_last_round(const fed_gossip_ps *ps, const uint8_t from[32
     return ps->ins[at].held ? ps->ins[at].h_round : ps->ins[at].round;
 }
 
+size_t fed_gossip_ps_bytes(const fed_gossip_ps *ps, size_t *held)
+{
+    size_t v = ps->dim * sizeof(double), h = 0;
+
+    for (size_t k = 0; k < ps->nin; k++)
+        h += ps->ins[k].h_x ? v : 0;
+    if (held)
+        *held = h;
+    return v * (1 + ps->nout + ps->nin);
+}
+
 /* ---- state ---- */
 
 static uint8_t *put_f64s(uint8_t *p, const double *v, size_t n)

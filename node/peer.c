@@ -334,6 +334,53 @@ out:
     return e;
 }
 
+/* ---- memory ---- */
+
+static void mem_now(const fed_node *n, fed_node_peer_mem *m)
+{
+    const node_mesh *p = n->mesh;
+    const fed_model *jm = p->job.model;
+    size_t held = 0, f = p->dim * sizeof(float);
+    fed_optim_cfg oc;
+
+    memset(m, 0, sizeof *m);
+    m->params = (p->model ? f : 0) + (p->trained ? f : 0) + (p->sent ? f : 0);
+    m->totals = fed_gossip_ps_bytes(p->ps, &held);
+    m->held = held;
+    if (!n->cfg.mix_only) { /* as the training job makes it (train_job.c) */
+        fed_optim_cfg_default(&oc, (fed_optim_kind)n->cfg.optimizer);
+        if (oc.kind == FED_OPTIM_SGD)
+            oc.momentum = n->cfg.momentum;
+        m->optim = fed_optim_state_bytes(&oc, p->dim);
+    }
+    m->buffers = p->cap_vec + n->cap_tx;
+    m->models = (jm ? fed_model_bytes(jm) : 0) + (p->own_eval ? fed_model_bytes(p->own_eval) : 0);
+    m->store = n->cfg.store ? fed_store_cache_bytes(n->cfg.store) : 0;
+    m->state = (p->model ? f : 0) + m->totals + m->optim;
+    m->total = m->params + m->totals + m->held + m->optim + m->buffers + m->models + m->store;
+}
+
+/* The peak kept: the largest total noted. */
+static void note_mem(fed_node *n)
+{
+    fed_node_peer_mem m;
+
+    mem_now(n, &m);
+    if (m.total > n->mesh->mem_peak.total)
+        n->mesh->mem_peak = m;
+}
+
+fed_err fed_node_peer_mem_get(const fed_node *n, fed_node_peer_mem *now, fed_node_peer_mem *peak)
+{
+    if (!n->mesh)
+        return FED_ERR_ROLE;
+    if (now)
+        mem_now(n, now);
+    if (peak)
+        *peak = n->mesh->mem_peak;
+    return FED_OK;
+}
+
 /* ---- rounds ---- */
 
 /* All rounds done: the training rounds, then the final mixing-only ones. */
@@ -349,7 +396,8 @@ static void evaluate(fed_node *n, fed_node_round_info *info)
 
     info->loss = p->samples ? p->loss : NAN;
     info->accuracy = NAN;
-    if (!p->eval || !n->cfg.test)
+    if (!p->eval || !n->cfg.test ||
+        (n->cfg.no_final_mix_eval && n->cfg.rounds && info->round > n->cfg.rounds))
         return;
     if (fed_model_set_params(p->eval, p->model) != FED_OK ||
         fed_train_evaluate_all(p->eval, n->cfg.test, &st) != FED_OK || !st.samples)
@@ -378,6 +426,7 @@ fed_err fed_node_peer_finish_round(fed_node *n)
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_DEADLINE);
     memset(&info, 0, sizeof info);
     info.round = round;
+    note_mem(n); /* every total of the round held */
     for (size_t k = 0; k < p->n; k++)
         if (p->mem[k].have_share) { /* the totals held now are the ones apply adds */
             mixed[k] = 1;
@@ -394,6 +443,7 @@ fed_err fed_node_peer_finish_round(fed_node *n)
     info.start_ms = fed_node_wall_ms(n) - (n->env.now_ms(n->env.self) - p->round_start_ms);
     e = commit_round(n, round, &info, mixed, info.model_hash);
     fed_free(mixed);
+    note_mem(n); /* the store after the round's pages */
     if (e != FED_OK) {
         fed_log(FED_LOG_ERROR, "peer: recording round %llu failed: %s", (unsigned long long)round,
                 fed_strerror(e));

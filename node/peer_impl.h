@@ -80,6 +80,7 @@ struct node_mesh {
                              or the one cfg.eval_model lends */
     fed_model *own_eval;  /* the node's own (NULL when lent one) */
     double flops;         /* per sample, for the simulator's clock */
+    fed_node_peer_mem mem_peak; /* the largest total noted (fed_node_peer_mem_get) */
     node_train_job job;
     /* mixing allreduce (peer_allreduce.c) */
     fed_gossip_ar_plan ar_plan;

@@ -616,6 +616,7 @@ static fed_err attach_nodes(sim_run *r, const fed_dataset *train, const fed_data
             /* nothing restarts a peer, so nothing would read a checkpoint (a
                database on disk keeps them, for the record) */
             c.no_checkpoints = !sc->crash[0] && !(sc->crash_rate > 0) && !sc->db_dir[0];
+            c.no_final_mix_eval = 1; /* on_round keeps no row past --rounds */
         } else {
             c.role = FED_NODE_CLIENT;
             c.aggregator = r->ids[0];
@@ -787,6 +788,21 @@ static int finished_here(const sim_run *r)
             return 0;
     }
     return 1;
+}
+
+/* Each live peer of this rank: its most bytes noted, and its state then. */
+static void peer_mem_sums(const sim_run *r, fed_sim_counters *c)
+{
+    fed_node_peer_mem m;
+    fed_node *node;
+
+    for (int i = 0; r->peer_mode && i < r->sc->nodes; i++)
+        if (r->h[i] && (node = fed_sim_host_node(r->h[i])) &&
+            fed_node_peer_mem_get(node, NULL, &m) == FED_OK) {
+            c->peer_bytes += m.total;
+            c->peer_state_bytes += m.state;
+            c->peers_counted++;
+        }
 }
 
 /* sha256 of the final global model; for peers, of every peer's estimate's
@@ -1041,6 +1057,7 @@ static fed_err run(const fed_sim_scenario *sc, const fed_dataset *train, fed_dat
         goto out;
     if (counters) {
         fed_sim_world_counters(r.w, counters);
+        peer_mem_sums(&r, counters);
         if ((e = fed_sim_comm_allreduce(comm, (uint64_t *)counters,
                                         sizeof *counters / sizeof(uint64_t), FED_SIM_SUM)) != FED_OK)
             goto out;
