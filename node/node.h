@@ -281,6 +281,11 @@ typedef struct fed_node_config {
                                      own: the simulator lends one to all its peers,
                                      whose events it runs one at a time; NULL: the
                                      node's own */
+    int train_model_per_job;      /* the simulator's, peer: the training model is made
+                                     for each round's job and freed at its end, so
+                                     no more exist than jobs run at once on the
+                                     pool, not one a peer (the same bits: a step
+                                     reads nothing a model kept); 0: kept */
     int no_final_mix_eval;        /* the simulator's: the final mixing rounds are not
                                      evaluated on cfg.test (it prints no row for
                                      them); 0 in every real node */
@@ -404,8 +409,11 @@ typedef struct fed_node_peer_mem {
     uint64_t models;  /* the training model (parameters, gradients, a batch's
                          buffers) and its own evaluation model (0 when lent) */
     uint64_t store;   /* its database's pages in memory */
+    uint64_t tables;  /* what it knows of each member, its scratch lists, the
+                         records of the shares a round's end adds */
     uint64_t state;   /* the model state: one params vector, totals, optim */
-    uint64_t total;   /* params + totals + held + optim + buffers + models + store */
+    uint64_t total;   /* params + totals + held + optim + buffers + models + store
+                         + tables */
 } fed_node_peer_mem;
 
 /* Peer: its bytes now, and at its most (of the moments it notes: each

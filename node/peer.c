@@ -203,6 +203,7 @@ static void fed_node_peer_free(fed_node *n)
     fed_gossip_peers_free(p->own_table);
     fed_model_free(p->own_eval);
     fed_free(p->mem);
+    fed_free(p->recs);
     fed_free(p->model);
     fed_free(p->trained);
     fed_free(p->sent);
@@ -259,7 +260,7 @@ static fed_err resume(fed_node *n)
 /* The round row, who was mixed in, counters and the checkpoint: one
  * transaction. */
 static fed_err commit_round(fed_node *n, uint64_t round, const fed_node_round_info *info,
-                            const uint8_t *mixed, uint8_t hash[32])
+                            uint8_t hash[32])
 {
     node_mesh *p = n->mesh;
     fed_store *st = n->cfg.store;
@@ -284,18 +285,17 @@ static fed_err commit_round(fed_node *n, uint64_t round, const fed_node_round_in
     fed_node_state_encode(state, FED_NODE_PEER, round);
     if ((e = fed_store_begin(st)) != FED_OK)
         goto out;
-    for (size_t k = 0; k < p->n && e == FED_OK; k++) {
+    for (size_t k = 0; k < p->nrecs && e == FED_OK; k++) { /* in key order */
+        const mesh_share_rec *r = &p->recs[k];
         fed_store_contrib c;
 
-        if (!mixed[k])
-            continue;
         memset(&c, 0, sizeof c);
         c.round = round;
-        memcpy(c.peer_key, p->mem[k].key, 32);
-        memcpy(c.digest, p->mem[k].digest, sizeof c.digest);
-        memcpy(c.signature, p->mem[k].sig, sizeof c.signature);
-        c.header = p->mem[k].header;
-        c.header_len = sizeof p->mem[k].header;
+        memcpy(c.peer_key, r->key, 32);
+        memcpy(c.digest, r->digest, sizeof c.digest);
+        memcpy(c.signature, r->sig, sizeof c.signature);
+        c.header = r->header;
+        c.header_len = sizeof r->header;
         c.accepted = 1;
         e = fed_store_put_contribution(st, &c);
     }
@@ -356,8 +356,12 @@ static void mem_now(const fed_node *n, fed_node_peer_mem *m)
     m->buffers = p->cap_vec + n->cap_tx;
     m->models = (jm ? fed_model_bytes(jm) : 0) + (p->own_eval ? fed_model_bytes(p->own_eval) : 0);
     m->store = n->cfg.store ? fed_store_cache_bytes(n->cfg.store) : 0;
+    /* the member list, and nbr, in, okeys and frac (grow_scratch) */
+    m->tables = p->n * (sizeof *p->mem + 2 * sizeof(uint32_t) + 32 + sizeof(double)) +
+                p->cap_recs * sizeof *p->recs;
     m->state = (p->model ? f : 0) + m->totals + m->optim;
-    m->total = m->params + m->totals + m->held + m->optim + m->buffers + m->models + m->store;
+    m->total = m->params + m->totals + m->held + m->optim + m->buffers + m->models + m->store +
+               m->tables;
 }
 
 /* The peak kept: the largest total noted. */
@@ -411,6 +415,38 @@ static void next_round_soon(fed_node *n)
     fed_node_arm_in(n, 0, NODE_TIMER_ROUND); /* a failure stops the node */
 }
 
+static int cmp_rec(const void *a, const void *b)
+{
+    return memcmp(((const mesh_share_rec *)a)->key, ((const mesh_share_rec *)b)->key, 32);
+}
+
+/* The record of a SHARE taken: the sender's, replacing any it had. */
+static fed_err keep_rec(node_mesh *p, const fed_wire_msg *m)
+{
+    mesh_share_rec *r = NULL;
+
+    for (size_t i = 0; i < p->nrecs && !r; i++)
+        if (!memcmp(p->recs[i].key, m->hdr.sender, 32))
+            r = &p->recs[i];
+    if (!r) {
+        if (p->nrecs == p->cap_recs) {
+            size_t cap = p->cap_recs ? 2 * p->cap_recs : 4;
+            mesh_share_rec *v = fed_realloc(p->recs, cap * sizeof *v);
+
+            if (!v)
+                return FED_ERR_NOMEM;
+            p->recs = v;
+            p->cap_recs = cap;
+        }
+        r = &p->recs[p->nrecs++];
+        memcpy(r->key, m->hdr.sender, 32);
+    }
+    memcpy(r->header, m->header, FED_WIRE_HEADER_BYTES);
+    memcpy(r->digest, m->digest, sizeof r->digest);
+    memcpy(r->sig, m->sig, sizeof r->sig);
+    return FED_OK;
+}
+
 /* The totals that came are added (or the all-reduce's mean is in); the
  * round is recorded. */
 fed_err fed_node_peer_finish_round(fed_node *n)
@@ -418,20 +454,14 @@ fed_err fed_node_peer_finish_round(fed_node *n)
     node_mesh *p = n->mesh;
     uint64_t round = n->round + 1;
     fed_node_round_info info;
-    uint8_t *mixed = fed_calloc(p->n, 1);
     fed_err e;
 
-    if (!mixed)
-        return FED_ERR_NOMEM;
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_DEADLINE);
     memset(&info, 0, sizeof info);
     info.round = round;
     note_mem(n); /* every total of the round held */
-    for (size_t k = 0; k < p->n; k++)
-        if (p->mem[k].have_share) { /* the totals held now are the ones apply adds */
-            mixed[k] = 1;
-            p->mem[k].have_share = 0;
-        }
+    /* the totals held now are the ones apply adds: their records, in key order */
+    qsort(p->recs, p->nrecs, sizeof *p->recs, cmp_rec);
     info.merged = (uint32_t)fed_gossip_ps_apply(p->ps);
     if (p->mix == MIX_ALLREDUCE)
         info.merged = p->ar_merged;
@@ -441,8 +471,8 @@ fed_err fed_node_peer_finish_round(fed_node *n)
         fed_gossip_ps_estimate(p->ps, p->model);
     evaluate(n, &info);
     info.start_ms = fed_node_wall_ms(n) - (n->env.now_ms(n->env.self) - p->round_start_ms);
-    e = commit_round(n, round, &info, mixed, info.model_hash);
-    fed_free(mixed);
+    e = commit_round(n, round, &info, info.model_hash);
+    p->nrecs = 0;
     note_mem(n); /* the store after the round's pages */
     if (e != FED_OK) {
         fed_log(FED_LOG_ERROR, "peer: recording round %llu failed: %s", (unsigned long long)round,
@@ -679,6 +709,7 @@ static fed_err begin_round(fed_node *n)
     j->shard = c->shard;
     j->shard_n = c->shard_n;
     j->global = p->model;
+    j->drop_model = c->train_model_per_job;
     j->nparams = p->dim;
     j->params = p->trained;
     j->err = FED_OK;
@@ -759,10 +790,8 @@ static fed_err on_share(fed_node *n, node_open *op)
 
         if (m->hdr.round > mb->seen_round)
             mb->seen_round = m->hdr.round;
-        mb->have_share = 1;
-        memcpy(mb->header, m->header, FED_WIRE_HEADER_BYTES);
-        memcpy(mb->digest, m->digest, sizeof mb->digest);
-        memcpy(mb->sig, m->sig, sizeof mb->sig);
+        if (keep_rec(p, m) != FED_OK) /* the total is held and will be added all the same */
+            fed_log(FED_LOG_WARN, "peer: no memory for the record of member %zu's share", k);
     } else if (e != FED_OK) {
         fed_wire_note_reject(n->wire, &m->hdr, e);
     }

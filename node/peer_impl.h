@@ -37,12 +37,17 @@ typedef struct mesh_member {
     uint32_t missed;      /* rounds in a row it was waited for in vain (it
                              is suspected at 1, no longer waited for at 2;
                              any frame from it sets it back to 0) */
-    /* its newest SHARE, for the record of the round that adds it */
-    int have_share;
+} mesh_member;
+
+/* A sender's newest SHARE taken since the last round's end, for the record
+ * of the round that adds it (a member costs its 48 bytes alone: every peer
+ * knows every member, but only its in-neighbours' shares wait here). */
+typedef struct mesh_share_rec {
+    uint8_t key[32];
     uint8_t header[FED_WIRE_HEADER_BYTES];
     uint8_t digest[FED_CRYPTO_DIGEST_BYTES];
     uint8_t sig[FED_CRYPTO_SIG_BYTES];
-} mesh_member;
+} mesh_share_rec;
 
 struct node_mesh {
     fed_gossip_peers *table;     /* cfg.peers, or own_table */
@@ -53,6 +58,8 @@ struct node_mesh {
     fed_gossip_topo *topo;
     fed_gossip_ps *ps;
     mesh_member *mem;     /* (n) */
+    mesh_share_rec *recs; /* (nrecs) the shares the round's end will add */
+    size_t nrecs, cap_recs;
     size_t n, self;
     mesh_state state;
     int rejoining;        /* resumed from a checkpoint, not yet in step */

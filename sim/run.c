@@ -617,6 +617,7 @@ static fed_err attach_nodes(sim_run *r, const fed_dataset *train, const fed_data
                database on disk keeps them, for the record) */
             c.no_checkpoints = !sc->crash[0] && !(sc->crash_rate > 0) && !sc->db_dir[0];
             c.no_final_mix_eval = 1; /* on_round keeps no row past --rounds */
+            c.train_model_per_job = 1;
         } else {
             c.role = FED_NODE_CLIENT;
             c.aggregator = r->ids[0];
