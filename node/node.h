@@ -405,7 +405,7 @@ typedef struct fed_node_peer_mem {
     uint64_t totals;  /* push-sum: its x and each pair's running total */
     uint64_t held;    /* push-sum: totals received, held until the round's end */
     uint64_t optim;   /* the optimizer's state (while the job trains) */
-    uint64_t buffers; /* a SHARE's encoding and the frame sealed from it */
+    uint64_t buffers; /* a SHARE's encoding, the frame sealed from it, streams */
     uint64_t models;  /* the training model (parameters, gradients, a batch's
                          buffers) and its own evaluation model (0 when lent) */
     uint64_t store;   /* its database's pages in memory */

@@ -353,7 +353,7 @@ static void mem_now(const fed_node *n, fed_node_peer_mem *m)
             oc.momentum = n->cfg.momentum;
         m->optim = fed_optim_state_bytes(&oc, p->dim);
     }
-    m->buffers = p->cap_vec + n->cap_tx;
+    m->buffers = p->cap_vec + n->cap_tx + fed_node_stream_bytes(n);
     m->models = (jm ? fed_model_bytes(jm) : 0) + (p->own_eval ? fed_model_bytes(p->own_eval) : 0);
     m->store = n->cfg.store ? fed_store_cache_bytes(n->cfg.store) : 0;
     /* the member list, and nbr, in, okeys and frac (grow_scratch) */
@@ -608,7 +608,9 @@ static fed_err send_share(fed_node *n, uint64_t round, size_t k)
     memset(&b, 0, sizeof b);
     b.samples = p->samples;
     b.weight = w;
-    return fed_node_emit_vec(n, NULL, &h, &b, p->vec, len);
+    /* p->vec is encoded anew for the next out-neighbour at once: a stream
+       (a SHARE over a frame) sends a copy of its own */
+    return fed_node_emit_vec_copy(n, NULL, &h, &b, p->vec, len);
 }
 
 /* Shares out, then wait (or not) for the in-neighbours'. */
@@ -810,7 +812,7 @@ static fed_err on_ack(fed_node *n, const fed_wire_msg *m)
 
     if (fed_node_peer_ar_on_ack(n, m, &e))
         return e;
-    if (m->block.status != FED_OK || !fed_node_tx_active(n, m->hdr.sender))
+    if (m->block.status != FED_OK || !fed_node_tx_active_round(n, m->hdr.sender, m->hdr.round))
         return FED_OK;
     return fed_node_tx_push(n, m->hdr.sender, &done);
 }

@@ -59,7 +59,8 @@ const fed_opt fed_sim_scenario_opts[] = {
     S(eval_peers, "eval-peers", FED_OPT_INT, "0", 0, 1000000,
       "peer: how many peers evaluate each round (the first N; 0: all): their mean is printed"),
     S(checkpoint_every, "checkpoint-every", FED_OPT_INT, "1", 1, 1000000,
-      "peer: a checkpoint every Nth round (a crashed peer resumes from the last)"),
+      "peer: a checkpoint every Nth round (a crashed peer resumes from the last); written "
+      "only when a peer can crash (--crash, --crash-rate) or --db-dir keeps the databases"),
     S(no_crypto, "no-crypto", FED_OPT_BOOL, "false", 0, 0,
       "frames in the clear and unsigned, for the largest runs (the real seal is the default)"),
     FED_NODE_SETTINGS_OPTS(fed_sim_scenario, s),
