@@ -461,7 +461,8 @@ fed_err fed_node_peer_finish_round(fed_node *n)
     info.round = round;
     note_mem(n); /* every total of the round held */
     /* the totals held now are the ones apply adds: their records, in key order */
-    qsort(p->recs, p->nrecs, sizeof *p->recs, cmp_rec);
+    if (p->nrecs > 1)
+        qsort(p->recs, p->nrecs, sizeof *p->recs, cmp_rec);
     info.merged = (uint32_t)fed_gossip_ps_apply(p->ps);
     if (p->mix == MIX_ALLREDUCE)
         info.merged = p->ar_merged;
