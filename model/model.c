@@ -200,6 +200,7 @@ struct fed_model {
     size_t nparams;
     float *params; /* (nparams) device */
     float *grads;  /* (nparams) device */
+    size_t bytes;  /* what params, grads and ws hold (fed_model_bytes) */
     workspace ws;
     step_run run;  /* the step in flight */
 };
@@ -926,9 +927,14 @@ fed_err fed_model_spec_check(const char *spec, fed_model_shape in)
 
 /* ------------------------------------------------------- construction -- */
 
-static fed_err dev_alloc(fed_backend *be, size_t bytes, void *dptr)
+/* bytes on m's backend, counted in m->bytes (fed_model_bytes). */
+static fed_err dev_alloc(fed_model *m, size_t bytes, void *dptr)
 {
-    return be->alloc(be, bytes, (void **)dptr);
+    fed_err e = m->be->alloc(m->be, bytes, (void **)dptr);
+
+    if (e == FED_OK)
+        m->bytes += bytes;
+    return e;
 }
 
 static void dev_free(fed_backend *be, void *p)
@@ -978,10 +984,10 @@ static fed_err ws_init(fed_model *m, workspace *w)
     if (!(w->act = fed_calloc(L, sizeof *w->act)) || !(w->col = fed_calloc(L, sizeof *w->col)) ||
         !(w->arg = fed_calloc(L, sizeof *w->arg)) || !(w->dpd = fed_calloc(L, sizeof *w->dpd)))
         return FED_ERR_NOMEM;
-    if ((err = dev_alloc(be, cap * feat, &w->x_u8)) ||
-        (err = dev_alloc(be, cap * feat * sizeof(float), &w->x)) ||
-        (err = dev_alloc(be, cap * sizeof(int32_t), &w->y)) ||
-        (err = dev_alloc(be, cap * sizeof(float), &w->ones)))
+    if ((err = dev_alloc(m, cap * feat, &w->x_u8)) ||
+        (err = dev_alloc(m, cap * feat * sizeof(float), &w->x)) ||
+        (err = dev_alloc(m, cap * sizeof(int32_t), &w->y)) ||
+        (err = dev_alloc(m, cap * sizeof(float), &w->ones)))
         return err;
     be->fill(be, w->ones, 1.0f, cap);
     for (int l = 0; l < m->nlayers; l++) {
@@ -991,32 +997,33 @@ static fed_err ws_init(fed_model *m, workspace *w)
             maxout = (size_t)ly->out_numel;
         if (ly->col_numel > maxcol)
             maxcol = ly->col_numel;
-        if ((err = dev_alloc(be, cap * ly->out_numel * sizeof(float), &w->act[l])))
+        if ((err = dev_alloc(m, cap * ly->out_numel * sizeof(float), &w->act[l])))
             return err;
         if (ly->col_numel &&
-            (err = dev_alloc(be, cap * ly->col_numel * sizeof(float), &w->col[l])))
+            (err = dev_alloc(m, cap * ly->col_numel * sizeof(float), &w->col[l])))
             return err;
         if (ly->arg_numel &&
-            (err = dev_alloc(be, cap * ly->arg_numel * sizeof(int32_t), &w->arg[l])))
+            (err = dev_alloc(m, cap * ly->arg_numel * sizeof(int32_t), &w->arg[l])))
             return err;
     }
     for (int u = 0; maxcol && u < m->shards; u++)
-        if ((err = dev_alloc(be, maxcol * sizeof(float), &w->dcol[u])))
+        if ((err = dev_alloc(m, maxcol * sizeof(float), &w->dcol[u])))
             return err;
     if (be->caps & FED_BACKEND_CAP_DP_SGD) { /* DP-SGD's buffers */
         size_t maxgw = 0;
 
         if (!(w->norm2 = fed_calloc(cap, sizeof *w->norm2)))
             return FED_ERR_NOMEM;
+        m->bytes += cap * sizeof *w->norm2;
         for (int l = 0; l < m->nlayers; l++)
             if (m->layers[l].dgw_numel > maxgw)
                 maxgw = m->layers[l].dgw_numel;
         for (int u = 0; maxgw && u < m->shards; u++)
-            if ((err = dev_alloc(be, maxgw * sizeof(float), &w->dgw[u])))
+            if ((err = dev_alloc(m, maxgw * sizeof(float), &w->dgw[u])))
                 return err;
     }
-    if ((err = dev_alloc(be, cap * maxout * sizeof(float), &w->d[0])) ||
-        (err = dev_alloc(be, cap * maxout * sizeof(float), &w->d[1])))
+    if ((err = dev_alloc(m, cap * maxout * sizeof(float), &w->d[0])) ||
+        (err = dev_alloc(m, cap * maxout * sizeof(float), &w->d[1])))
         return err;
     return FED_OK;
 }
@@ -1085,8 +1092,8 @@ static fed_err model_build(plan *p, fed_model_shape in, fed_backend *be, fed_poo
     if (!(m->run.claimed = fed_calloc((size_t)m->run.max_phases, sizeof *m->run.claimed)) ||
         !(m->run.done = fed_calloc((size_t)m->run.max_phases, sizeof *m->run.done)))
         goto out;
-    if ((err = dev_alloc(be, m->nparams * sizeof(float), &m->params)) ||
-        (err = dev_alloc(be, m->nparams * sizeof(float), &m->grads)) ||
+    if ((err = dev_alloc(m, m->nparams * sizeof(float), &m->params)) ||
+        (err = dev_alloc(m, m->nparams * sizeof(float), &m->grads)) ||
         (err = ws_init(m, &m->ws)))
         goto out;
     *out = m;
@@ -1165,6 +1172,7 @@ float *fed_model_grads_dev(fed_model *m) { return m->grads; }
 fed_pool *fed_model_pool(const fed_model *m) { return m->pool; }
 int fed_model_shards(const fed_model *m) { return m->shards; }
 int fed_model_max_batch(const fed_model *m) { return m->max_batch; }
+size_t fed_model_bytes(const fed_model *m) { return m->bytes; }
 
 const fed_tensor_info *fed_model_tensors(const fed_model *m, int *count)
 {
@@ -2002,7 +2010,7 @@ static fed_err dp_keep_grads(fed_model *m)
             return FED_OK;
     for (int l = 0; l + 1 < m->nlayers; l++)
         if (!m->ws.dpd[l] &&
-            (err = dev_alloc(m->be, (size_t)m->max_batch * m->layers[l].out_numel * sizeof(float),
+            (err = dev_alloc(m, (size_t)m->max_batch * m->layers[l].out_numel * sizeof(float),
                              &m->ws.dpd[l])) != FED_OK)
             return err;
     m->ws.dpd_on = 1;

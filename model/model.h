@@ -185,6 +185,9 @@ fed_backend *fed_model_backend(const fed_model *m);
 fed_pool *fed_model_pool(const fed_model *m);
 int fed_model_shards(const fed_model *m);
 int fed_model_max_batch(const fed_model *m);
+/* Bytes the model holds on its backend: parameters, gradients and the
+ * batch's buffers (DP-SGD's, once made, too). */
+size_t fed_model_bytes(const fed_model *m);
 
 /* PyTorch's default init (Kaiming-uniform weights, uniform biases), drawn
  * from rng in tensor order: the same seed gives the same parameters. */

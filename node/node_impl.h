@@ -201,12 +201,24 @@ void fed_node_cast_free(fed_node *n);
  * comes. The vector is borrowed until the stream is dropped. */
 FED_WUR fed_err fed_node_emit_vec(fed_node *n, fed_req *req, fed_wire_hdr *h,
                                   const fed_wire_block *b, const uint8_t *vec, size_t vlen);
+/* As fed_node_emit_vec, but a stream sends its own copy of vec (freed with
+ * the stream): for a caller that reuses vec at once (a peer's SHARE buffer,
+ * encoded anew for each out-neighbour). */
+FED_WUR fed_err fed_node_emit_vec_copy(fed_node *n, fed_req *req, fed_wire_hdr *h,
+                                       const fed_wire_block *b, const uint8_t *vec,
+                                       size_t vlen);
 /* Sends the next CHUNK of the stream to `to` as a request; *done when
  * every frame was sent already (nothing is sent then). */
 FED_WUR fed_err fed_node_tx_push(fed_node *n, const uint8_t to[32], int *done);
 /* Sends the last frame of the stream to `to` again, with a fresh sequence. */
 FED_WUR fed_err fed_node_tx_resend(fed_node *n, const uint8_t to[32]);
 int fed_node_tx_active(fed_node *n, const uint8_t to[32]);
+/* ... and of that round (an ACK of an earlier stream's frame, come after a
+ * newer stream replaced it, must not push the newer one's chunks). */
+int fed_node_tx_active_round(fed_node *n, const uint8_t to[32], uint64_t round);
+/* Bytes the streams hold now: each outgoing one's frame (and copy), each
+ * incoming one's buffer. */
+size_t fed_node_stream_bytes(const fed_node *n);
 /* A stream to `to` whose every frame was sent (its last one awaits its
  * answer). */
 int fed_node_tx_sent_all(fed_node *n, const uint8_t to[32]);
@@ -284,6 +296,7 @@ typedef struct node_train_job {
        model (its parameters set afresh each round) and the trained copy */
     fed_model *model;
     float *trained;         /* (nparams) */
+    int drop_model;         /* model freed when the job ends (cfg.train_model_per_job) */
 } node_train_job;
 
 void fed_node_train_job_run(fed_job *job);

@@ -647,6 +647,9 @@ static fed_err apply_pragmas(fed_store *st, int fresh, int readonly)
         snprintf(sql, sizeof sql, "PRAGMA page_size = %d", st->opts.page_size);
         if ((e = store_exec(st, sql)) != FED_OK)
             return e;
+        if ((st->opts.flags & FED_STORE_GIVE_BACK) &&
+            (e = store_exec(st, "PRAGMA auto_vacuum = FULL")) != FED_OK)
+            return e;
     }
     if (!readonly && (e = set_journal_wal(st)) != FED_OK)
         return e;

@@ -77,6 +77,10 @@ typedef struct fed_store fed_store;
 /* Open flags. */
 #define FED_STORE_READONLY 1u /* SQLITE_OPEN_READONLY: no migration, no epoch */
 #define FED_STORE_NO_EPOCH 2u /* a tool (import, verify): leave the epoch alone */
+/* a new database gives its free pages back at each commit (auto_vacuum FULL):
+ * for one in memory, whose freed pages (a pruned checkpoint's) it would
+ * otherwise hold for good */
+#define FED_STORE_GIVE_BACK 4u
 
 typedef enum fed_store_sync {
     FED_STORE_SYNC_FULL = 0,   /* fsync at every commit: survives power loss */
