@@ -215,11 +215,11 @@ fed_err fed_metrics_binary_from_hist(const fed_metrics_hist *h, fed_metrics_bina
 
 /* ---- multi-class ---- */
 
-void fed_metrics_argmax(const float *prob, size_t n, int k, int32_t *pred)
+void fed_metrics_argmax(const double *prob, size_t n, int k, int32_t *pred)
 {
     assert(k >= 1);
     for (size_t i = 0; i < n; i++) {
-        const float *p = prob + i * (size_t)k;
+        const double *p = prob + i * (size_t)k;
         int32_t best = 0;
 
         for (int j = 1; j < k; j++)

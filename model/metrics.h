@@ -85,7 +85,7 @@ FED_WUR fed_err fed_metrics_binary_from_hist(const fed_metrics_hist *h, fed_metr
 
 /* The predicted class of each of n rows of k probabilities (the first of
  * equal maxima). */
-void fed_metrics_argmax(const float *prob, size_t n, int k, int32_t *pred);
+void fed_metrics_argmax(const double *prob, size_t n, int k, int32_t *pred);
 /* n (truth, prediction) pairs added to cm; a class outside [0, k) gives
  * FED_ERR_RANGE and leaves cm unchanged. */
 FED_WUR fed_err fed_metrics_confusion_add(uint64_t *cm, int k, const int32_t *truth,

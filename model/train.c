@@ -6,6 +6,7 @@
  * and the random source it is handed. */
 #include "model/train.h"
 
+#include <assert.h>
 #include <math.h>
 #include <string.h>
 
@@ -322,19 +323,105 @@ fed_err fed_trainer_evaluate(fed_trainer *t, const uint32_t *idx, size_t n, fed_
     return FED_OK;
 }
 
-fed_err fed_train_evaluate_all(fed_model *m, const fed_dataset *d, fed_step_stats *st)
+/* The batch of d's samples [off, off + n), after checking d against m. */
+static fed_err whole_batch(fed_model *m, const fed_dataset *d, size_t off, size_t n, fed_batch *b)
 {
     fed_model_shape ms = fed_model_input(m);
-    fed_batch b;
 
     if (!d || d->n == 0 || d->n > (size_t)1 << 30)
         return FED_ERR_INVAL;
     if (ms.c != d->shape.c || ms.h != d->shape.h || ms.w != d->shape.w ||
         ms.classes < d->shape.classes)
         return FED_ERR_SHAPE;
-    b.n = (int)d->n;
-    b.x_u8 = d->x_u8;
-    b.x_f32 = d->x_u8 ? NULL : d->x_f32;
-    b.y = d->y;
-    return fed_model_evaluate(m, &b, st);
+    b->n = (int)n;
+    b->x_u8 = d->x_u8 ? d->x_u8 + off * d->features : NULL;
+    b->x_f32 = d->x_u8 ? NULL : d->x_f32 + off * d->features;
+    b->y = d->y + off;
+    return FED_OK;
+}
+
+fed_err fed_train_evaluate_all(fed_model *m, const fed_dataset *d, fed_step_stats *st)
+{
+    fed_batch b;
+    fed_err e = whole_batch(m, d, 0, d ? d->n : 0, &b);
+
+    return e != FED_OK ? e : fed_model_evaluate(m, &b, st);
+}
+
+fed_err fed_eval_report_new(int classes, fed_eval_report **out)
+{
+    fed_eval_report *r = fed_calloc(1, sizeof *r);
+
+    assert(classes >= 1 && out);
+    *out = NULL;
+    if (!r)
+        return FED_ERR_NOMEM;
+    r->classes = classes;
+    r->recall = fed_calloc((size_t)classes, sizeof *r->recall);
+    r->confusion = fed_calloc((size_t)classes * (size_t)classes, sizeof *r->confusion);
+    if (!r->recall || !r->confusion) {
+        fed_eval_report_free(r);
+        return FED_ERR_NOMEM;
+    }
+    *out = r;
+    return FED_OK;
+}
+
+void fed_eval_report_free(fed_eval_report *r)
+{
+    if (!r)
+        return;
+    fed_free(r->recall);
+    fed_free(r->confusion);
+    fed_free(r);
+}
+
+/* Rows of probabilities evaluated at a time. */
+#define REPORT_PIECE 4096
+
+fed_err fed_train_evaluate_report(fed_model *m, const fed_dataset *d, fed_eval_report *r)
+{
+    int C = fed_model_input(m).classes;
+    size_t n = d ? d->n : 0, piece = n < REPORT_PIECE ? n : REPORT_PIECE;
+    double *prob = NULL, *score = NULL;
+    int32_t *pred = NULL;
+    fed_metrics_item *work = NULL;
+    fed_batch b;
+    fed_err e;
+
+    assert(r);
+    if ((e = whole_batch(m, d, 0, n, &b)) != FED_OK)
+        return e;
+    if (C != r->classes)
+        return FED_ERR_SHAPE;
+    memset(&r->st, 0, sizeof r->st);
+    memset(r->confusion, 0, (size_t)C * (size_t)C * sizeof *r->confusion);
+    r->has_binary = C == 2;
+    e = FED_ERR_NOMEM;
+    if (!(prob = fed_malloc(piece * (size_t)C * sizeof *prob)) ||
+        !(pred = fed_malloc(piece * sizeof *pred)))
+        goto out;
+    if (r->has_binary && (!(score = fed_malloc(n * sizeof *score)) ||
+                          !(work = fed_malloc(n * sizeof *work))))
+        goto out;
+    for (size_t off = 0; off < n; off += piece) {
+        size_t k = n - off < piece ? n - off : piece;
+
+        if ((e = whole_batch(m, d, off, k, &b)) != FED_OK ||
+            (e = fed_model_predict(m, &b, &r->st, prob)) != FED_OK)
+            goto out;
+        fed_metrics_argmax(prob, k, C, pred);
+        if ((e = fed_metrics_confusion_add(r->confusion, C, b.y, pred, k)) != FED_OK)
+            goto out;
+        for (size_t i = 0; r->has_binary && i < k; i++)
+            score[off + i] = prob[i * 2 + 1];
+    }
+    fed_metrics_multi_from_confusion(r->confusion, C, &r->multi, r->recall);
+    e = r->has_binary ? fed_metrics_binary_exact(score, d->y, n, work, &r->bin) : FED_OK;
+out:
+    fed_free(prob);
+    fed_free(pred);
+    fed_free(score);
+    fed_free(work);
+    return e;
 }

@@ -139,7 +139,7 @@ static void test_hist_merge(void **state)
 static void test_multi(void **state)
 {
     const int32_t t[] = {0, 0, 1, 1, 2, 2}, p[] = {0, 1, 1, 1, 2, 0}, bad[] = {0, 3};
-    const float prob[] = {0.2f, 0.5f, 0.3f, 0.4f, 0.4f, 0.2f};
+    const double prob[] = {0.2, 0.5, 0.3, 0.4, 0.4, 0.2};
     uint64_t cm[9] = {0};
     double recall[3];
     int32_t am[2];
