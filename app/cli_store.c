@@ -22,6 +22,7 @@
 #include "core/opt.h"
 #include "model/backend.h"
 #include "model/io.h"
+#include "model/metrics.h"
 #include "model/model.h"
 #include "app/cli.h"
 #include "node/ckpt_model.h"
@@ -176,10 +177,14 @@ typedef struct status_data {
     size_t ntries;
     status_budget *budgets; /* (nbudgets) each reporting client's latest, by first seen */
     size_t nbudgets;
+    fed_metric_value *metrics; /* the newest evaluated round's figures (v7) */
+    size_t nmetrics;
+    uint64_t metrics_round;
 } status_data;
 
 static void status_data_free(status_data *d)
 {
+    fed_free(d->metrics);
     fed_free(d->tries);
     fed_free(d->budgets);
     fed_free(d->contribs);
@@ -237,6 +242,22 @@ static int keep_dp_charge(void *ctx, const fed_store_dp_charge *c)
     return 0;
 }
 
+/* At most this many figures of a round are read (the headline ones, 256
+ * recalls, a confusion matrix of up to 20 classes, with room). */
+#define METRICS_MAX 1024
+
+static int keep_metric(void *ctx, uint64_t round, const char *name, double value)
+{
+    status_data *d = ctx;
+
+    if (d->nmetrics == METRICS_MAX)
+        return 1;
+    d->metrics_round = round;
+    snprintf(d->metrics[d->nmetrics].name, sizeof d->metrics[d->nmetrics].name, "%s", name);
+    d->metrics[d->nmetrics++].value = value;
+    return 0;
+}
+
 static int keep_try(void *ctx, const fed_store_secagg_try *t)
 {
     status_data *d = ctx;
@@ -259,8 +280,9 @@ static fed_err status_load(fed_store *st, const status_cfg *c, status_data *d)
     d->contribs = fed_calloc(LIST_MAX, sizeof *d->contribs);
     d->tries = fed_calloc(LIST_MAX, sizeof *d->tries);
     d->budgets = fed_calloc(LIST_MAX, sizeof *d->budgets);
+    d->metrics = fed_calloc(METRICS_MAX, sizeof *d->metrics);
     if (!d->rounds || !d->ckpts || !d->peers || !d->counters || !d->contribs || !d->tries ||
-        !d->budgets)
+        !d->budgets || !d->metrics)
         return FED_ERR_NOMEM;
     if ((e = fed_store_last_rounds(st, d->rounds, (size_t)c->rounds, &d->nrounds)) != FED_OK ||
         (e = fed_store_list_checkpoints(st, d->ckpts, (size_t)c->checkpoints, &d->nckpts)) !=
@@ -272,7 +294,8 @@ static fed_err status_load(fed_store *st, const status_cfg *c, status_data *d)
     d->from_round = d->nrounds ? d->rounds[d->nrounds - 1].round : 0;
     if ((e = fed_store_each_contribution(st, d->from_round, keep_contrib, d)) != FED_OK ||
         (e = fed_store_each_dp_charge(st, keep_dp_charge, d)) != FED_OK ||
-        (e = fed_store_each_secagg_try(st, d->from_round, keep_try, d)) != FED_OK)
+        (e = fed_store_each_secagg_try(st, d->from_round, keep_try, d)) != FED_OK ||
+        (e = fed_store_each_metric(st, UINT64_MAX, keep_metric, d)) != FED_OK)
         return e;
     return fed_store_list_counters(st, d->counters, LIST_MAX, &d->ncounters);
 }
@@ -306,6 +329,45 @@ static void print_rounds_table(const status_data *d)
                "  %9s  %-10s  %s\n",
                r->round, when, secs, loss, acc, r->samples, in, out, r->peers, lr, r->strategy,
                eps);
+    }
+}
+
+/* The newest evaluated round's figures: the scalars, then recall by class,
+ * then the confusion matrix (row: true class). */
+static void print_metrics(const status_data *d)
+{
+    int col = 0, k = 0;
+
+    if (!d->nmetrics)
+        return;
+    printf("\nmetrics (round %" PRIu64 ", the aggregator's evaluation)\n ", d->metrics_round);
+    for (size_t i = 0; i < d->nmetrics; i++) {
+        const fed_metric_value *m = &d->metrics[i];
+
+        if (strchr(m->name, '.'))
+            continue;
+        printf("%s %s %.4f", col && col % 4 == 0 ? "\n " : "", m->name, m->value);
+        col++;
+    }
+    printf("\n");
+    for (size_t i = 0; i < d->nmetrics; i++)
+        if (!strncmp(d->metrics[i].name, "recall.", 7))
+            printf("%s %s:%.4f", k++ ? "" : "  recall by class:", d->metrics[i].name + 7,
+                   d->metrics[i].value);
+    if (k)
+        printf("\n");
+    for (size_t i = 0, row = (size_t)-1; i < d->nmetrics; i++) {
+        const fed_metric_value *m = &d->metrics[i];
+        unsigned t, p;
+
+        if (sscanf(m->name, "confusion.%u.%u", &t, &p) != 2)
+            continue;
+        if (t != row)
+            printf("%s  confusion row %u:", row == (size_t)-1 ? "" : "\n", t);
+        row = t;
+        printf(" %.0f", m->value);
+        if (i + 1 == d->nmetrics || strncmp(d->metrics[i + 1].name, "confusion.", 10))
+            printf("\n");
     }
 }
 
@@ -502,6 +564,16 @@ static void print_status_json(FILE *f, const char *db, fed_store *st, const stat
     } else {
         fprintf(f, "]");
     }
+    if (d->nmetrics) {
+        fprintf(f, ",\"metrics\":{\"round\":%" PRIu64, d->metrics_round);
+        for (size_t i = 0; i < d->nmetrics; i++) {
+            fprintf(f, ",");
+            json_str(f, d->metrics[i].name);
+            fprintf(f, ":");
+            json_real(f, d->metrics[i].value);
+        }
+        fprintf(f, "}");
+    }
     /* what the rounds shown used: secure tries; DP charges or clients'
        reports (the database keeps no run settings) */
     fprintf(f, ",\"secure_aggregation\":%s,\"dp\":%s", d->ntries ? "true" : "false",
@@ -616,6 +688,7 @@ static int status_once(const status_cfg *c)
         printf("database %s: schema %d, epoch %" PRIu64 ", page size %d\n", c->db,
                fed_store_schema(st), fed_store_epoch(st), fed_store_page_size(st));
         print_rounds_table(&d);
+        print_metrics(&d);
         print_privacy(&d);
         print_secagg(&d);
         print_contribs_table(&d);

@@ -595,8 +595,6 @@ static void print_point(const char *what, const fed_metrics_at *at)
            (unsigned long long)at->fn);
 }
 
-/* Largest class count whose confusion matrix eval prints. */
-#define EVAL_CONFUSION_MAX 20
 
 /* The binary set with two classes, else the multi-class set. */
 static void print_report(const fed_eval_report *r)
@@ -619,9 +617,9 @@ static void print_report(const fed_eval_report *r)
     for (int c = 0; c < k; c++)
         printf(" %d:%.4f", c, r->recall[c]);
     printf("\n");
-    if (k > EVAL_CONFUSION_MAX) {
+    if (k > FED_EVAL_CONFUSION_MAX) {
         printf("confusion matrix: not printed (%d classes, more than %d)\n", k,
-               EVAL_CONFUSION_MAX);
+               FED_EVAL_CONFUSION_MAX);
         return;
     }
     printf("confusion matrix (row: true class, column: predicted)\n%6s", "");

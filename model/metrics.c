@@ -7,6 +7,8 @@
 
 #include <assert.h>
 #include <math.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -306,4 +308,63 @@ void fed_metrics_reg_finish(const fed_metrics_reg_stats *s, fed_metrics_reg *out
     out->mse = s->n ? s->sse / n : NAN;
     out->mae = s->n ? s->sae / n : NAN;
     out->r2 = s->n && s->m2_y > 0.0 ? 1.0 - s->sse / s->m2_y : NAN;
+}
+
+/* ---- named figures ---- */
+
+static const struct {
+    const char *name;
+    size_t off;
+    int binary_only;
+} head_fields[FED_METRICS_HEAD_MAX] = {
+#define HF(f, b) {#f, offsetof(fed_metrics_head, f), b}
+    HF(auc, 1),
+    HF(ap, 1),
+    HF(sensitivity, 1),
+    HF(specificity, 1),
+    HF(precision, 1),
+    HF(f1, 1),
+    HF(youden_threshold, 1),
+    HF(youden_sensitivity, 1),
+    HF(youden_specificity, 1),
+    HF(youden_f1, 1),
+    HF(macro_f1, 0),
+#undef HF
+};
+
+size_t fed_metrics_head_named(const fed_metrics_head *h, fed_metric_value *out)
+{
+    size_t n = 0;
+
+    assert(h && out);
+    if (h->kind == FED_METRICS_NONE)
+        return 0;
+    for (size_t i = 0; i < FED_METRICS_HEAD_MAX; i++) {
+        if (head_fields[i].binary_only && h->kind != FED_METRICS_BINARY)
+            continue;
+        snprintf(out[n].name, sizeof out[n].name, "%s", head_fields[i].name);
+        memcpy(&out[n].value, (const char *)h + head_fields[i].off, sizeof(double));
+        n++;
+    }
+    return n;
+}
+
+int fed_metrics_higher_better(const char *name)
+{
+    static const char *const lower[] = {"loss", "mse", "mae"};
+    static const char *const higher[] = {"accuracy", "r2"};
+    size_t len = strcspn(name, ".");
+
+    for (size_t i = 0; i < sizeof lower / sizeof lower[0]; i++)
+        if (!strcmp(name, lower[i]))
+            return 0;
+    for (size_t i = 0; i < sizeof higher / sizeof higher[0]; i++)
+        if (!strcmp(name, higher[i]))
+            return 1;
+    for (size_t i = 0; i < FED_METRICS_HEAD_MAX; i++)
+        if (!strcmp(name, head_fields[i].name))
+            return strcmp(name, "youden_threshold") != 0 ? 1 : -1;
+    if ((len == 6 && !strncmp(name, "recall", 6)) && name[6] == '.')
+        return 1;
+    return -1;
 }

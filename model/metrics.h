@@ -102,6 +102,34 @@ typedef struct fed_metrics_multi {
 void fed_metrics_multi_from_confusion(const uint64_t *cm, int k, fed_metrics_multi *out,
                                       double *recall);
 
+/* ---- what a round's evaluation records and a running node shows ---- */
+enum { FED_METRICS_NONE, FED_METRICS_BINARY, FED_METRICS_MULTI };
+
+/* The headline figures: binary (at 0.5, and at the Youden point), or the
+ * multi-class macro-F1 (accuracy and loss travel beside them). */
+typedef struct fed_metrics_head {
+    int kind; /* FED_METRICS_*: NONE, nothing measured */
+    double auc, ap, sensitivity, specificity, precision, f1;
+    double youden_threshold, youden_sensitivity, youden_specificity, youden_f1;
+    double macro_f1;
+} fed_metrics_head;
+
+/* A figure by name: "auc", "recall.3", "confusion.2.0", ... */
+#define FED_METRICS_NAME_MAX 24
+typedef struct fed_metric_value {
+    char name[FED_METRICS_NAME_MAX];
+    double value;
+} fed_metric_value;
+
+/* The headline figures h holds, by name, into out (room for
+ * FED_METRICS_HEAD_MAX); returns how many (0 for NONE). */
+#define FED_METRICS_HEAD_MAX 11
+size_t fed_metrics_head_named(const fed_metrics_head *h, fed_metric_value *out);
+/* Whether a higher value of the named figure is better (AUC, F1, ...: 1;
+ * loss, mse, mae: 0); -1 for a name no round records. Per-class names
+ * ("recall.3") count as their family. */
+int fed_metrics_higher_better(const char *name);
+
 /* ---- regression: moments that merge (Chan et al.'s pairwise update). ---- */
 typedef struct fed_metrics_reg_stats {
     uint64_t n;

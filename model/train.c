@@ -8,6 +8,7 @@
 
 #include <assert.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -374,6 +375,58 @@ void fed_eval_report_free(fed_eval_report *r)
     fed_free(r->recall);
     fed_free(r->confusion);
     fed_free(r);
+}
+
+void fed_eval_report_head(const fed_eval_report *r, fed_metrics_head *h)
+{
+    const fed_metrics_binary *b = &r->bin;
+
+    memset(h, 0, sizeof *h);
+    h->kind = r->has_binary ? FED_METRICS_BINARY : FED_METRICS_MULTI;
+    h->macro_f1 = r->multi.macro_f1;
+    if (!r->has_binary)
+        return;
+    h->auc = b->auc;
+    h->ap = b->ap;
+    h->sensitivity = b->half.sensitivity;
+    h->specificity = b->half.specificity;
+    h->precision = b->half.precision;
+    h->f1 = b->half.f1;
+    h->youden_threshold = b->youden.threshold;
+    h->youden_sensitivity = b->youden.sensitivity;
+    h->youden_specificity = b->youden.specificity;
+    h->youden_f1 = b->youden.f1;
+}
+
+size_t fed_eval_report_named_max(const fed_eval_report *r)
+{
+    size_t k = (size_t)r->classes;
+
+    return 2 + FED_METRICS_HEAD_MAX + k + (k <= FED_EVAL_CONFUSION_MAX ? k * k : 0);
+}
+
+size_t fed_eval_report_named(const fed_eval_report *r, fed_metric_value *out)
+{
+    fed_metrics_head h;
+    size_t n = 0;
+    int k = r->classes;
+
+    snprintf(out[n].name, sizeof out[n].name, "loss");
+    out[n++].value = r->st.samples ? r->st.loss_sum / (double)r->st.samples : NAN;
+    snprintf(out[n].name, sizeof out[n].name, "accuracy");
+    out[n++].value = r->multi.accuracy;
+    fed_eval_report_head(r, &h);
+    n += fed_metrics_head_named(&h, out + n);
+    for (int c = 0; c < k; c++) {
+        snprintf(out[n].name, sizeof out[n].name, "recall.%d", c);
+        out[n++].value = r->recall[c];
+    }
+    for (int t = 0; k <= FED_EVAL_CONFUSION_MAX && t < k; t++)
+        for (int c = 0; c < k; c++) {
+            snprintf(out[n].name, sizeof out[n].name, "confusion.%d.%d", t, c);
+            out[n++].value = (double)r->confusion[(size_t)t * k + c];
+        }
+    return n;
 }
 
 /* Rows of probabilities evaluated at a time. */

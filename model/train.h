@@ -114,6 +114,18 @@ void fed_eval_report_free(fed_eval_report *r);
 FED_WUR fed_err fed_train_evaluate_report(fed_model *m, const fed_dataset *d,
                                           fed_eval_report *r);
 
+/* r's headline figures (model/metrics.h). */
+void fed_eval_report_head(const fed_eval_report *r, fed_metrics_head *h);
+/* Confusion matrices are named cell by cell up to this many classes. */
+#define FED_EVAL_CONFUSION_MAX 20
+/* Room fed_eval_report_named needs for r. */
+size_t fed_eval_report_named_max(const fed_eval_report *r);
+/* Every figure of r by name into out (fed_eval_report_named_max entries):
+ * loss, accuracy, the headline figures, recall.C per class (NaN: no sample
+ * of C), and with at most FED_EVAL_CONFUSION_MAX classes confusion.T.P per
+ * cell. Returns how many. */
+size_t fed_eval_report_named(const fed_eval_report *r, fed_metric_value *out);
+
 /* Batches in an epoch of n samples: ceil(n / batch). */
 long fed_train_batches(size_t n, int batch);
 

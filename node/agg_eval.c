@@ -83,6 +83,27 @@ static fed_err record_figures(fed_node *n, const fed_store_round *row)
     return e;
 }
 
+/* The evaluation's figures by name (round_metrics), in one transaction; a
+ * failed write is logged and the figures dropped (the row's accuracy has
+ * its own retry: record_figures). */
+static void record_metrics(fed_node *n, uint64_t round)
+{
+    agg_eval *ev = &n->agg->ev;
+    fed_store *st = n->cfg.store;
+    size_t k = fed_eval_report_named(ev->rep, ev->named);
+    fed_err e = fed_store_begin(st);
+
+    for (size_t i = 0; i < k && e == FED_OK; i++)
+        e = fed_store_put_metric(st, round, ev->named[i].name, ev->named[i].value);
+    if (e == FED_OK)
+        e = fed_store_commit(st);
+    if (e != FED_OK) {
+        fed_store_rollback(st);
+        fed_log(FED_LOG_WARN, "aggregator: round %llu's metrics are not recorded: %s",
+                (unsigned long long)round, fed_strerror(e));
+    }
+}
+
 /* The round's figures into its committed row (or, while the database takes
  * no writes, kept until it does: record_figures), the log and the observer.
  * A crash before they are written leaves the committed row without them. */
@@ -103,8 +124,7 @@ static void eval_job_run(fed_job *job)
 {
     agg_eval *ev = (agg_eval *)job;
 
-    memset(&ev->st, 0, sizeof ev->st);
-    ev->err = fed_train_evaluate_all(ev->model, ev->test, &ev->st);
+    ev->err = fed_train_evaluate_report(ev->model, ev->test, ev->rep);
 }
 
 /* params (nparams floats) into the evaluation model and the job out. */
@@ -162,6 +182,31 @@ static fed_err eval_defer(fed_node *n, const fed_node_round_info *info)
     return FED_OK;
 }
 
+/* The evaluation's own model, report and names. */
+static fed_err eval_model_new(fed_node *n)
+{
+    agg_eval *ev = &n->agg->ev;
+    fed_err e;
+
+    if ((e = fed_model_new(n->cfg.spec, n->cfg.shape, n->cfg.be, NULL, n->cfg.shards, 256,
+                           &ev->model)) != FED_OK ||
+        (e = fed_eval_report_new(fed_model_input(ev->model).classes, &ev->rep)) != FED_OK)
+        return e;
+    if (!(ev->named = fed_malloc(fed_eval_report_named_max(ev->rep) * sizeof *ev->named)))
+        return FED_ERR_NOMEM;
+    return FED_OK;
+}
+
+static void eval_model_free(agg_eval *ev)
+{
+    fed_model_free(ev->model);
+    fed_eval_report_free(ev->rep);
+    fed_free(ev->named);
+    ev->model = NULL;
+    ev->rep = NULL;
+    ev->named = NULL;
+}
+
 /* The round just committed is evaluated on the held-out data in an idle
  * job, on a copy of its parameters, while the loop starts the next round
  * (its last client's NEXT must not wait behind the evaluation). When no
@@ -175,9 +220,8 @@ void fed_node_agg_report_round(fed_node *n, fed_node_round_info *info)
         finish_report(n, info, &a->last_row);
         return;
     }
-    if (!ev->model && fed_model_new(n->cfg.spec, n->cfg.shape, n->cfg.be, NULL, n->cfg.shards,
-                                    256, &ev->model) != FED_OK)
-        ev->model = NULL; /* the loop evaluates itself */
+    if (!ev->model && eval_model_new(n) != FED_OK)
+        eval_model_free(ev); /* the loop evaluates itself */
     if (ev->model &&
         (ev->busy ? eval_defer(n, info) : eval_submit(n, a->host, info, &a->last_row)) == FED_OK)
         return;
@@ -193,9 +237,13 @@ fed_err fed_node_agg_on_job(fed_node *n, fed_job *job)
     if (job != &ev->job || !ev->busy)
         return FED_ERR_INTERNAL;
     ev->busy = 0;
-    if (ev->err == FED_OK && ev->st.samples) {
-        ev->info.loss = ev->st.loss_sum / (double)ev->st.samples;
-        ev->info.accuracy = (double)ev->st.correct / (double)ev->st.samples;
+    if (ev->err == FED_OK && ev->rep->st.samples) {
+        const fed_step_stats *st = &ev->rep->st;
+
+        ev->info.loss = st->loss_sum / (double)st->samples;
+        ev->info.accuracy = (double)st->correct / (double)st->samples;
+        fed_eval_report_head(ev->rep, &ev->info.metrics);
+        record_metrics(n, ev->info.round);
     }
     finish_report(n, &ev->info, &ev->row);
     e = ev->err;
@@ -215,7 +263,7 @@ fed_err fed_node_agg_on_job(fed_node *n, fed_job *job)
 
 void fed_node_agg_eval_free(node_agg *a)
 {
-    fed_model_free(a->ev.model);
+    eval_model_free(&a->ev);
     for (size_t i = 0; i < AGG_EVAL_QUEUE_MAX; i++)
         fed_free(a->ev.wait[i].params);
     fed_free(a->pending.rows);

@@ -47,7 +47,8 @@ typedef struct agg_eval {
     fed_model *model;          /* a copy of the global's spec, the round's params;
                                   no pool: it runs on one idle thread */
     const fed_dataset *test;
-    fed_step_stats st;         /* out */
+    fed_eval_report *rep;      /* out: loss, accuracy and the metrics */
+    fed_metric_value *named;   /* rep's figures by name, to record */
     fed_err err;               /* out */
     int busy;
     fed_node_round_info info;  /* the round evaluated */

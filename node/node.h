@@ -72,6 +72,7 @@
 #include "model/backend.h"
 #include "model/data.h"
 #include "model/merge.h"
+#include "model/metrics.h"
 #include "model/model.h"
 #include "mpi/coll.h"
 #include "node/env.h"
@@ -108,6 +109,8 @@ typedef struct fed_node_round_info {
     double epsilon;     /* aggregator with DP-FedAvg: client-level epsilon spent
                            after this round (at dp_delta); 0: no DP-FedAvg */
     double dp_clip;     /* aggregator with DP-FedAvg: the clip the round used */
+    fed_metrics_head metrics; /* aggregator: the test figures beyond loss and
+                                 accuracy (kind NONE: not measured) */
 } fed_node_round_info;
 
 /* Observers (tests, fedsim); may be NULL. Called on the loop thread. */

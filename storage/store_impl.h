@@ -25,6 +25,9 @@ typedef enum store_stmt_id {
     SQ_DP_EACH,
     SQ_SA_PUT,
     SQ_SA_EACH,
+    SQ_METRIC_PUT,
+    SQ_METRIC_EACH,
+    SQ_METRIC_BEST,
     SQ_CONTRIB_PUT,
     SQ_CONTRIB_EACH,
     SQ_CONTRIB_EACH_V5, /* a v5 file opened read-only: no DP report columns */
