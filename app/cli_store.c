@@ -822,6 +822,8 @@ out:
 typedef struct export_cfg {
     char db[PATH_MAX_CLI];
     char round[24];
+    int best;
+    char metric[FED_METRICS_NAME_MAX];
     char out[PATH_MAX_CLI];
 } export_cfg;
 
@@ -831,6 +833,11 @@ static const fed_opt export_opts[] = {
     X(db, "db", FED_OPT_STR, "", 0, 0, "the node's database"),
     X(round, "round", FED_OPT_STR, "", 0, 0,
       "export the newest valid checkpoint of this round (default: the newest valid one)"),
+    X(best, "best", FED_OPT_BOOL, "false", 0, 0,
+      "export the best round's model: the best by --metric among the rounds evaluated"),
+    X(metric, "metric", FED_OPT_STR, "", 0, 0,
+      "with --best: the figure that ranks the rounds (default: the aggregator's --best-metric, "
+      "else accuracy)"),
     X(out, "out", FED_OPT_STR, "", 0, 0, "the .safetensors file to write"),
 };
 #undef X
@@ -843,6 +850,69 @@ static int parse_round(const char *s, uint64_t *r)
         return 0;
     *r = strtoull(s, &end, 10);
     return *end == '\0' && *r <= INT64_MAX;
+}
+
+/* Why round has no checkpoint to export, and the rounds that have one. */
+static void explain_missing_round(fed_store *st, uint64_t round)
+{
+    enum { ROWS = 4096, SHOWN = 64 };
+    fed_store_ckpt_row *rows = fed_calloc(ROWS, sizeof *rows);
+    size_t n = 0, kept = 0;
+    uint64_t last = 0;
+    int pruned = 0;
+    char list[SHOWN * 22 + 32] = "";
+    size_t len = 0;
+
+    if (!rows || fed_store_list_checkpoints(st, rows, ROWS, &n) != FED_OK) {
+        fed_free(rows);
+        return;
+    }
+    for (size_t i = n; i-- > 0;) { /* oldest first */
+        if (rows[i].round == round && rows[i].pruned)
+            pruned = 1;
+        if (rows[i].pruned || (kept && rows[i].round == last))
+            continue; /* a round's once */
+        last = rows[i].round;
+        if (kept++ < SHOWN)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%" PRIu64, kept > 1 ? ", " : "",
+                                    rows[i].round);
+    }
+    if (kept > SHOWN)
+        snprintf(list + len, sizeof list - len, ", ... (%zu in all)", kept);
+    fed_cli_error("export: round %" PRIu64 "%s; the rounds whose checkpoint is kept: %s", round,
+                  pruned ? "'s checkpoint is no longer kept (removed by retention: "
+                           "--keep-checkpoints, the best round's always kept)"
+                         : " has no checkpoint",
+                  kept ? list : "none");
+    fed_free(rows);
+}
+
+/* --best: the round ranked first by c->metric (or the database's best_metric,
+ * else accuracy) into *round; 0, or the exit status. */
+static int best_round(const export_cfg *c, fed_store *st, uint64_t *round)
+{
+    char metric[FED_METRICS_NAME_MAX] = "accuracy";
+    int higher;
+    double v;
+    fed_err e;
+
+    if (c->metric[0])
+        snprintf(metric, sizeof metric, "%s", c->metric);
+    else if (fed_store_meta_text(st, "best_metric", metric, sizeof metric) != FED_OK)
+        snprintf(metric, sizeof metric, "accuracy");
+    if ((higher = fed_metrics_higher_better(metric)) < 0) {
+        fed_cli_error("export: --metric '%s' is no metric a round records (accuracy, loss, auc, "
+                      "ap, f1, sensitivity, specificity, macro_f1, ...)", metric);
+        return 2;
+    }
+    if ((e = fed_store_best_metric(st, metric, higher, round, &v)) != FED_OK) {
+        fed_cli_error("export: --best: no round in %s has %s recorded%s", c->db, metric,
+                      e == FED_ERR_NOTFOUND ? " (an aggregator with test data records them)" : "");
+        return 1;
+    }
+    printf("best round by %s (%s is better): %" PRIu64 " (%.4f)\n", metric,
+           higher ? "higher" : "lower", *round, v);
+    return 0;
 }
 
 static void print_faults(const char *cmd, const fed_store_faults *f)
@@ -864,7 +934,7 @@ int fed_cli_export(int argc, char **argv)
     fed_model *m = NULL;
     float *p = NULL;
     uint64_t round = 0;
-    int rc = fed_cli_load_options("export", "--db FILE [--round N] --out model.safetensors",
+    int rc = fed_cli_load_options("export", "--db FILE [--round N | --best [--metric M]] --out model.safetensors",
                            export_opts, sizeof export_opts / sizeof export_opts[0], &c, argc,
                            argv);
     fed_err e;
@@ -873,16 +943,24 @@ int fed_cli_export(int argc, char **argv)
     memset(&faults, 0, sizeof faults);
     if (rc >= 0)
         return rc;
-    if (!c.out[0] || (c.round[0] && !parse_round(c.round, &round))) {
-        fed_cli_error("export: --out FILE is required; --round takes a round number");
+    if (!c.out[0] || (c.round[0] && !parse_round(c.round, &round)) || (c.best && c.round[0]) ||
+        (c.metric[0] && !c.best)) {
+        fed_cli_error("export: --out FILE is required; --round takes a round number; --best "
+                      "(with --metric) or --round, not both");
         return 2;
     }
     if ((rc = open_db("export", c.db, FED_STORE_READONLY, &st)) >= 0)
         return rc;
+    if (c.best && (rc = best_round(&c, st, &round)) != 0)
+        goto out;
     rc = 1;
-    e = c.round[0] ? fed_store_checkpoint_of_round(st, round, &ck, &faults)
-                   : fed_store_latest_valid_checkpoint(st, &ck, &faults);
+    e = c.round[0] || c.best ? fed_store_checkpoint_of_round(st, round, &ck, &faults)
+                             : fed_store_latest_valid_checkpoint(st, &ck, &faults);
     print_faults("export", &faults);
+    if (e == FED_ERR_NOTFOUND && (c.round[0] || c.best)) {
+        explain_missing_round(st, round);
+        goto out;
+    }
     if (e != FED_OK) {
         fed_cli_error("export: no valid checkpoint%s%s in %s: %s", c.round[0] ? " of round " : "",
                       c.round, c.db, fed_strerror(e));

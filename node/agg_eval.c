@@ -93,6 +93,8 @@ static void record_metrics(fed_node *n, uint64_t round)
     size_t k = fed_eval_report_named(ev->rep, ev->named);
     fed_err e = fed_store_begin(st);
 
+    if (e == FED_OK && n->cfg.best_metric[0]) /* export --best's default */
+        e = fed_store_put_meta_text(st, "best_metric", n->cfg.best_metric);
     for (size_t i = 0; i < k && e == FED_OK; i++)
         e = fed_store_put_metric(st, round, ev->named[i].name, ev->named[i].value);
     if (e == FED_OK)
@@ -101,6 +103,28 @@ static void record_metrics(fed_node *n, uint64_t round)
         fed_store_rollback(st);
         fed_log(FED_LOG_WARN, "aggregator: round %llu's metrics are not recorded: %s",
                 (unsigned long long)round, fed_strerror(e));
+    }
+}
+
+/* After round's figures: the best round by cfg.best_metric keeps its
+ * checkpoint, as do the rounds not judged yet; cfg.early_stop's rule. */
+static void judge(fed_node *n, uint64_t round)
+{
+    int higher = fed_metrics_higher_better(n->cfg.best_metric);
+    uint64_t best = 0;
+    double v = NAN;
+
+    if (!n->cfg.best_metric[0] || higher < 0)
+        return;
+    if (fed_store_best_metric(n->cfg.store, n->cfg.best_metric, higher, &best, &v) != FED_OK)
+        best = 0; /* none yet (or unreadable): only the unjudged are held */
+    fed_store_hold_checkpoints(n->cfg.store, best, round + 1);
+    if (n->cfg.early_stop && best && round >= best + n->cfg.early_stop && !n->agg->early_stopped) {
+        n->agg->early_stopped = 1;
+        fed_log(FED_LOG_INFO, "aggregator: early stop: %s has not improved on round %llu's "
+                              "%.4f for %u rounds; round %llu is the last",
+                n->cfg.best_metric, (unsigned long long)best, v, n->cfg.early_stop,
+                (unsigned long long)round);
     }
 }
 
@@ -116,6 +140,7 @@ static void finish_report(fed_node *n, fed_node_round_info *info, fed_store_roun
         fed_log(FED_LOG_INFO, "aggregator: round %llu accuracy %.4f loss %.4f",
                 (unsigned long long)info->round, info->accuracy, info->loss);
     }
+    judge(n, info->round);
     if (n->cfg.on_round)
         n->cfg.on_round(n->cfg.observer, n, info);
 }
@@ -125,6 +150,23 @@ static void eval_job_run(fed_job *job)
     agg_eval *ev = (agg_eval *)job;
 
     ev->err = fed_train_evaluate_report(ev->model, ev->test, ev->rep);
+}
+
+/* The evaluation of ev->info's round is done: its figures recorded and
+ * reported. */
+static void eval_done(fed_node *n)
+{
+    agg_eval *ev = &n->agg->ev;
+
+    if (ev->err == FED_OK && ev->rep->st.samples) {
+        const fed_step_stats *st = &ev->rep->st;
+
+        ev->info.loss = st->loss_sum / (double)st->samples;
+        ev->info.accuracy = (double)st->correct / (double)st->samples;
+        fed_eval_report_head(ev->rep, &ev->info.metrics);
+        record_metrics(n, ev->info.round);
+    }
+    finish_report(n, &ev->info, &ev->row);
 }
 
 /* params (nparams floats) into the evaluation model and the job out. */
@@ -222,6 +264,16 @@ void fed_node_agg_report_round(fed_node *n, fed_node_round_info *info)
     }
     if (!ev->model && eval_model_new(n) != FED_OK)
         eval_model_free(ev); /* the loop evaluates itself */
+    if (ev->model && n->cfg.early_stop && !ev->busy &&
+        fed_model_set_params(ev->model, a->host) == FED_OK) {
+        /* the rule judges this round before the next one starts: here, now */
+        ev->test = n->cfg.test;
+        ev->info = *info;
+        ev->row = a->last_row;
+        eval_job_run(&ev->job);
+        eval_done(n);
+        return;
+    }
     if (ev->model &&
         (ev->busy ? eval_defer(n, info) : eval_submit(n, a->host, info, &a->last_row)) == FED_OK)
         return;
@@ -237,15 +289,7 @@ fed_err fed_node_agg_on_job(fed_node *n, fed_job *job)
     if (job != &ev->job || !ev->busy)
         return FED_ERR_INTERNAL;
     ev->busy = 0;
-    if (ev->err == FED_OK && ev->rep->st.samples) {
-        const fed_step_stats *st = &ev->rep->st;
-
-        ev->info.loss = st->loss_sum / (double)st->samples;
-        ev->info.accuracy = (double)st->correct / (double)st->samples;
-        fed_eval_report_head(ev->rep, &ev->info.metrics);
-        record_metrics(n, ev->info.round);
-    }
-    finish_report(n, &ev->info, &ev->row);
+    eval_done(n);
     e = ev->err;
     while (ev->nwait > 0) { /* the next waiting round, in order */
         agg_eval_wait *w = &ev->wait[ev->head];

@@ -1087,7 +1087,9 @@ fed_err fed_node_agg_close_round(fed_node *n)
     parts_clear(a);
     fed_node_sa_agg_end(n);
     a->state = AGG_IDLE;
-    if (n->cfg.rounds && n->round >= n->cfg.rounds) {
+    if (n->cfg.early_stop) /* its rule judges this round before the next starts */
+        fed_node_agg_report_round(n, &info);
+    if ((n->cfg.rounds && n->round >= n->cfg.rounds) || a->early_stopped) {
         a->state = AGG_DONE;
         n->finished = 1;
         finish_all(n);
@@ -1098,7 +1100,8 @@ fed_err fed_node_agg_close_round(fed_node *n)
         if ((e = fed_node_arm_in(n, n->cfg.gather_ms, NODE_TIMER_ROUND)) == FED_OK)
             e = maybe_start(n);
     }
-    fed_node_agg_report_round(n, &info);
+    if (!n->cfg.early_stop)
+        fed_node_agg_report_round(n, &info);
     return e;
 fail:
     /* nothing was committed: the round is redone with whoever is waiting,

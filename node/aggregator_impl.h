@@ -101,6 +101,7 @@ struct node_agg {
                               since the first client came): min_clients will do */
     int first_armed;       /* the gather timer was armed for round 1 (arm_first_gather) */
     uint32_t failed;       /* rounds failed in a row (a full disk): the next try waits */
+    int early_stopped;     /* cfg.early_stop's rule ended the run */
     uint64_t retry_at_ms;  /* no round starts before this (now_ms), after a failure */
     int commit_again;      /* a secure round's commit failed after its sum was
                               unmasked: the round timer commits it again */

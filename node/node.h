@@ -177,6 +177,12 @@ typedef struct fed_node_config {
     uint64_t deadline_ms;         /* round deadline from its start; default 60000 */
     uint64_t poll_ms;             /* longest hold of a HELLO/NEXT; default 5000 */
     const fed_dataset *test;      /* held-out data; NULL: no evaluation */
+    /* aggregator with test data: the figure (model/metrics.h) that says
+       which round is best, whose checkpoint retention keeps ("": none);
+       early_stop > 0 ends the run once that many rounds after the best have
+       not improved on it (each round then evaluated before the next starts) */
+    char best_metric[FED_METRICS_NAME_MAX];
+    uint32_t early_stop;
     uint32_t async_k;             /* FedBuff: merge once this many deltas are
                                      buffered; 0: synchronous rounds (default) */
     uint32_t max_staleness;       /* async: older deltas are late; default 10 */

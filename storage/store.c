@@ -125,9 +125,11 @@ static const char *const stmt_sql[SQ_COUNT_] = {
                        " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8)",
     [SQ_CHUNK_INSERT] = "INSERT INTO checkpoint_chunks(ckpt, idx, data) VALUES(?1, ?2, ?3)",
     [SQ_PRUNE_CHUNKS] = "DELETE FROM checkpoint_chunks WHERE ckpt IN (SELECT id FROM checkpoints"
-                        " WHERE pruned = 0 AND id <= ?1 AND (?2 = 0 OR id % ?2 <> 0))",
+                        " WHERE pruned = 0 AND id <= ?1 AND (?2 = 0 OR id % ?2 <> 0)"
+                        " AND round <> ?3 AND round < ?4)",
     [SQ_PRUNE_ROWS] = "UPDATE checkpoints SET pruned = 1"
-                      " WHERE pruned = 0 AND id <= ?1 AND (?2 = 0 OR id % ?2 <> 0)",
+                      " WHERE pruned = 0 AND id <= ?1 AND (?2 = 0 OR id % ?2 <> 0)"
+                      " AND round <> ?3 AND round < ?4",
     [SQ_CKPT_CANDIDATES] = "SELECT " CKPT_COLS " FROM checkpoints WHERE pruned = 0"
                            " AND id < ?1 ORDER BY id DESC LIMIT 1",
     [SQ_CKPT_ROUND_CANDIDATES] = "SELECT " CKPT_COLS " FROM checkpoints WHERE pruned = 0"
@@ -405,6 +407,38 @@ static fed_err meta_put_int(fed_store *st, const char *key, int64_t v)
     sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 2, v);
     return step_done(st, s, "write meta");
+}
+
+fed_err fed_store_put_meta_text(fed_store *st, const char *key, const char *value)
+{
+    fed_err e = FED_OK;
+    sqlite3_stmt *s = store_stmt(st, SQ_META_PUT, &e);
+
+    if (!s)
+        return e;
+    sqlite3_bind_text(s, 1, key, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(s, 2, value, -1, SQLITE_TRANSIENT);
+    return step_done(st, s, "write meta");
+}
+
+fed_err fed_store_meta_text(fed_store *st, const char *key, char *out, size_t cap)
+{
+    fed_err e = FED_OK;
+    sqlite3_stmt *s = store_stmt(st, SQ_META_GET, &e);
+    int rc;
+
+    if (!s)
+        return e;
+    sqlite3_bind_text(s, 1, key, -1, SQLITE_TRANSIENT);
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW && sqlite3_column_type(s, 0) == SQLITE_TEXT)
+        snprintf(out, cap, "%s", (const char *)sqlite3_column_text(s, 0));
+    else if (rc == SQLITE_ROW || rc == SQLITE_DONE)
+        e = FED_ERR_NOTFOUND;
+    else
+        e = store_err(st, rc, "read meta");
+    sqlite3_reset(s);
+    return e;
 }
 
 fed_err fed_store_node_key(fed_store *st, uint8_t key[32])

@@ -229,6 +229,11 @@ typedef int (*fed_store_secagg_fn)(void *ctx, const fed_store_secagg_try *t);
 FED_WUR fed_err fed_store_each_secagg_try(fed_store *st, uint64_t from_round,
                                           fed_store_secagg_fn fn, void *ctx);
 
+/* A text value in meta under key (e.g. "best_metric"), and back:
+ * FED_ERR_NOTFOUND when none (or not text); out truncated to cap. */
+FED_WUR fed_err fed_store_put_meta_text(fed_store *st, const char *key, const char *value);
+FED_WUR fed_err fed_store_meta_text(fed_store *st, const char *key, char *out, size_t cap);
+
 /* ---- the figures of evaluated rounds (v7) ---- */
 /* Records (round, name) = value (NaN stored NULL), replacing a value there. */
 FED_WUR fed_err fed_store_put_metric(fed_store *st, uint64_t round, const char *name,
@@ -371,6 +376,12 @@ typedef struct fed_store_faults {
     size_t n;       /* stored in v */
     size_t total;   /* found, including those past v */
 } fed_store_faults;
+
+/* Retention beyond keep_last and keep_every: the checkpoints of round
+ * best_round (the best by the caller's measure) and of every round >=
+ * from_round (not yet judged) keep their blobs; 0 for either: none. Set
+ * by the caller as its judgement changes; applied at the next write. */
+void fed_store_hold_checkpoints(fed_store *st, uint64_t best_round, uint64_t from_round);
 
 /* Write a checkpoint of round from n sections (names unique) and apply the
  * retention policy (prunes only chunk rows). hash (may be NULL) gets its

@@ -62,6 +62,7 @@ struct fed_store {
     int disk_full;    /* fed_store_set_disk_full: the commit hook refuses */
     int durable;      /* fed_store_begin_durable raised synchronous to FULL */
     fed_store_stats stats; /* fed_store_get_stats */
+    uint64_t hold_best, hold_from; /* fed_store_hold_checkpoints; 0: none */
 };
 
 /* SQLite result code -> fed_err, logging what (and SQLite's message) when not OK. */
