@@ -1,6 +1,7 @@
 /* test_metrics.c - model/metrics: hand-worked binary, multi-class and
  * regression cases; histograms and moments that merge to the whole's; the
- * binned AUC within its bound; bad input refused. With `--scores FILE` it
+ * binned AUC within its bound; bad input refused; a model's probabilities
+ * (fed_model_predict) and its evaluation report. With `--scores FILE` it
  * prints the metrics of the sets in FILE instead, one line each, for
  * tests/test_metrics_sklearn.sh to check against scikit-learn. */
 #include <math.h>
@@ -15,7 +16,10 @@
 #include <cmocka.h>
 
 #include "core/rng.h"
+#include "model/backend.h"
 #include "model/metrics.h"
+#include "model/model.h"
+#include "model/train.h"
 
 static fed_metrics_item work[4096];
 
@@ -180,6 +184,96 @@ static void test_regression(void **state)
     assert_true(fabs(r.r2 - r_all.r2) < 1e-15);
 }
 
+/* fed_model_predict's probabilities are the softmax of the logreg's logits
+ * computed here from its parameters, in pieces of max_batch (7) over 20
+ * samples; fed_train_evaluate_report's figures are the exact metrics of
+ * those probabilities: the binary set with 2 classes, the multi-class set
+ * (confusion of the argmax) with 3. */
+static void check_model(int classes)
+{
+    enum { N = 20, F = 3 };
+    static float x[N * F];
+    static int32_t y[N], pred[N];
+    static double prob[N * 3], want[N * 3], score[N];
+    fed_model_shape sh = {1, 1, F, classes};
+    fed_dataset d = {0};
+    fed_backend *be = NULL;
+    fed_model *m = NULL;
+    fed_eval_report *r = NULL;
+    fed_step_stats st = {0};
+    fed_batch b;
+    float p[(F + 1) * 3];
+    const fed_tensor_info *t;
+    int nt = 0;
+    fed_rng rng;
+    uint64_t cm[9] = {0};
+    fed_metrics_binary ex;
+
+    fed_rng_seed(&rng, 7);
+    for (int i = 0; i < N * F; i++)
+        x[i] = (float)(4 * fed_rng_uniform(&rng) - 2);
+    for (int i = 0; i < N; i++)
+        y[i] = (int32_t)(i % classes);
+    assert_int_equal(fed_backend_cpu_new(1, &be), FED_OK);
+    assert_int_equal(fed_model_new("logreg", sh, be, NULL, 1, 7, &m), FED_OK);
+    assert_int_equal(fed_model_init(m, &rng), FED_OK);
+    assert_int_equal(fed_model_get_params(m, p), FED_OK);
+    t = fed_model_tensors(m, &nt);
+    assert_int_equal(nt, 2); /* 0.weight (classes, F), 0.bias (classes) */
+    for (int i = 0; i < N; i++) {
+        double z[3], mx = -INFINITY, sum = 0;
+
+        for (int c = 0; c < classes; c++) {
+            z[c] = p[t[1].offset + c];
+            for (int f = 0; f < F; f++)
+                z[c] += (double)p[t[0].offset + (size_t)c * F + f] * x[i * F + f];
+            mx = fmax(mx, z[c]);
+        }
+        for (int c = 0; c < classes; c++)
+            sum += exp(z[c] - mx);
+        for (int c = 0; c < classes; c++)
+            want[i * classes + c] = exp(z[c] - mx) / sum;
+    }
+    b.n = N;
+    b.x_u8 = NULL;
+    b.x_f32 = x;
+    b.y = y;
+    assert_int_equal(fed_model_predict(m, &b, &st, prob), FED_OK);
+    assert_int_equal(st.samples, N);
+    for (int i = 0; i < N * classes; i++)
+        assert_true(fabs(prob[i] - want[i]) < 1e-5);
+    d.n = N;
+    d.shape = sh;
+    d.features = F;
+    d.x_f32 = x;
+    d.y = y;
+    assert_int_equal(fed_eval_report_new(classes, &r), FED_OK);
+    assert_int_equal(fed_train_evaluate_report(m, &d, r), FED_OK);
+    assert_int_equal(r->st.samples, N);
+    fed_metrics_argmax(prob, N, classes, pred);
+    assert_int_equal(fed_metrics_confusion_add(cm, classes, y, pred, N), FED_OK);
+    assert_memory_equal(cm, r->confusion, (size_t)classes * classes * sizeof *cm);
+    assert_int_equal(r->multi.correct, r->st.correct);
+    assert_int_equal(r->has_binary, classes == 2);
+    if (classes == 2) {
+        for (int i = 0; i < N; i++)
+            score[i] = prob[i * 2 + 1];
+        assert_int_equal(fed_metrics_binary_exact(score, y, N, work, &ex), FED_OK);
+        assert_true(ex.auc == r->bin.auc && ex.ap == r->bin.ap);
+        assert_true(ex.youden.threshold == r->bin.youden.threshold);
+    }
+    fed_eval_report_free(r);
+    fed_model_free(m);
+    fed_backend_free(be);
+}
+
+static void test_model_report(void **state)
+{
+    (void)state;
+    check_model(2);
+    check_model(3);
+}
+
 /* ---- --scores FILE: each set a header line, then its rows ----
  *   b N      then N lines "label score"      -> b exact... | binned...
  *   m N K    then N lines "truth predicted"  -> m accuracy macro_f1 recall...
@@ -269,7 +363,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_binary_textbook), cmocka_unit_test(test_binary_ties),
         cmocka_unit_test(test_binary_rejects),  cmocka_unit_test(test_bins),
         cmocka_unit_test(test_hist_merge),      cmocka_unit_test(test_multi),
-        cmocka_unit_test(test_regression),
+        cmocka_unit_test(test_regression),      cmocka_unit_test(test_model_report),
     };
 
     if (argc == 3 && strcmp(argv[1], "--scores") == 0)
