@@ -453,9 +453,9 @@ static int fill_best(const run_cfg *c, fed_node_config *nc)
 
     if ((rc = parse_best(c, metric, &pat)) >= 0)
         return rc;
-    if (pat && !nc->test) {
-        fed_cli_error("run: --early-stop needs the aggregator's evaluation (test data, no "
-                      "--no-eval)");
+    if ((pat || c->best_metric[0]) && !nc->test) {
+        fed_cli_error("run: --%s needs the aggregator's evaluation (test data, no --no-eval)",
+                      pat ? "early-stop" : "best-metric");
         return 2;
     }
     if (nc->test)

@@ -108,16 +108,35 @@ static void record_metrics(fed_node *n, uint64_t round)
 
 /* After round's figures: the best round by cfg.best_metric keeps its
  * checkpoint, as do the rounds not judged yet; cfg.early_stop's rule. */
-static void judge(fed_node *n, uint64_t round)
+/* The best round by cfg.best_metric so far and its value; 0 when none (no
+ * best metric, none recorded, or unreadable). */
+static uint64_t best_round(fed_node *n, double *v)
 {
     int higher = fed_metrics_higher_better(n->cfg.best_metric);
     uint64_t best = 0;
-    double v = NAN;
 
-    if (!n->cfg.best_metric[0] || higher < 0)
+    *v = NAN;
+    if (!n->cfg.best_metric[0] || higher < 0 ||
+        fed_store_best_metric(n->cfg.store, n->cfg.best_metric, higher, &best, v) != FED_OK)
+        return 0;
+    return best;
+}
+
+int fed_node_agg_early_stopped(fed_node *n)
+{
+    double v;
+    uint64_t best = n->cfg.early_stop ? best_round(n, &v) : 0;
+
+    return best && n->round >= best + n->cfg.early_stop;
+}
+
+static void judge(fed_node *n, uint64_t round)
+{
+    double v;
+    uint64_t best = best_round(n, &v); /* 0: only the unjudged are held */
+
+    if (!n->cfg.best_metric[0])
         return;
-    if (fed_store_best_metric(n->cfg.store, n->cfg.best_metric, higher, &best, &v) != FED_OK)
-        best = 0; /* none yet (or unreadable): only the unjudged are held */
     fed_store_hold_checkpoints(n->cfg.store, best, round + 1);
     if (n->cfg.early_stop && best && round >= best + n->cfg.early_stop && !n->agg->early_stopped) {
         n->agg->early_stopped = 1;

@@ -218,7 +218,7 @@ static fed_err fed_node_agg_start(fed_node *n)
     if ((e = resume(n)) != FED_OK || (e = load_counter_base(n)) != FED_OK ||
         (e = fed_model_get_params(a->model, a->host)) != FED_OK)
         return e;
-    if (n->cfg.rounds && n->round >= n->cfg.rounds) {
+    if ((n->cfg.rounds && n->round >= n->cfg.rounds) || fed_node_agg_early_stopped(n)) {
         a->state = AGG_DONE;
         n->finished = 1;
         return FED_OK;

@@ -220,6 +220,9 @@ void fed_node_agg_budget_free(node_agg *a);
 fed_err fed_node_agg_on_job(fed_node *n, fed_job *job);
 fed_err fed_node_agg_flush_pending(fed_node *n);
 void fed_node_agg_report_round(fed_node *n, fed_node_round_info *info);
+/* Whether --early-stop's rule has ended the run already, by the database's
+ * figures (a restart after the stop trains no more). */
+int fed_node_agg_early_stopped(fed_node *n);
 /* What the evaluation and the pending figures hold (a is being freed). */
 void fed_node_agg_eval_free(node_agg *a);
 

@@ -5,7 +5,7 @@
 #    status, status --json show the newest round's;
 #  - the run ends at the round the rule says, computed here from the recorded
 #    AUCs (the first round 3 rounds after the best so far, the earliest of
-#    equals), before --rounds;
+#    equals), before --rounds; restarted on its database it trains no more;
 #  - retention keeps the newest checkpoint and the best round's; export
 #    --round of another says it is no longer kept and lists those two;
 #  - export --best writes the best round's model: imported and scored by
@@ -73,6 +73,16 @@ stop=${want% *} best=${want#* }
 grep -q "early stop: auc has not improved on round $best's" "$TMP/agg.log" ||
     fail "the aggregator says why it stopped"
 ok "early stop at round $last: auc's best was round $best, 3 rounds without improving on it"
+
+# restarted on its database, the stopped run trains no more
+start agg2 --role aggregator --keys "$K/agg" --allow "$K/allow.txt" --db "$TMP/agg.db" \
+    --listen tcp://127.0.0.1:0 --data "$TMP/d.csv" --threads 1 --model logreg --optimizer sgd \
+    --lr 0.02 --batch 50 --local-epochs 1 --rounds 40 --min-clients 2 --linger-ms 0 \
+    --early-stop auc:3 --keep-checkpoints 1
+exits0 agg2 30
+[ "$(sqlite3 "$db" 'SELECT max(round) FROM rounds')" = "$last" ] ||
+    fail "restarted after its early stop, the aggregator ran no further round"
+ok "restarted on its database after the early stop: done at once, no round $((last + 1))"
 
 status "$db" | grep -q "\"metrics\":{\"round\":$last,\"loss\":" || fail "status --json has round $last's metrics"
 "$FEDNODE" status --db "$db" | grep -q "^metrics (round $last, the aggregator's evaluation)" ||
