@@ -963,6 +963,48 @@ static void test_round_metrics(void **state)
     fed_store_close(st);
 }
 
+/* Retention holds the caller's best round and the rounds from from_round
+ * on, beside keep_last; a hold moved lets the old one go at the next
+ * write. Text in meta, and its absence. */
+static void test_retention_holds(void **state)
+{
+    char path[512], text[16];
+    test_clock clk = {100};
+    fed_store_opts o = opts_with_clock(&clk);
+    fed_store *st = NULL;
+    fed_store_ckpt_row rows[16];
+    size_t n = 0;
+
+    (void)state;
+    fresh_db(path, sizeof path, "holds.db");
+    o.keep_last = 1;
+    o.chunk_bytes = 8192;
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    fed_store_hold_checkpoints(st, 2, 6); /* best 2; 6 on not judged */
+    write_ckpts(st, 1, 8, 1);
+    assert_int_equal(fed_store_list_checkpoints(st, rows, 16, &n), FED_OK);
+    assert_int_equal(n, 8);
+    for (size_t i = 0; i < n; i++) /* newest first: round 8 - i */
+        assert_int_equal(rows[i].pruned, !(rows[i].round == 2 || rows[i].round >= 6));
+    fed_store_hold_checkpoints(st, 7, 9); /* a new best: 2 goes, 7 stays */
+    write_ckpts(st, 9, 1, 1);
+    assert_int_equal(fed_store_list_checkpoints(st, rows, 16, &n), FED_OK);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(rows[i].pruned, !(rows[i].round == 7 || rows[i].round == 9));
+    fed_store_hold_checkpoints(st, 0, 0); /* none: keep_last alone */
+    write_ckpts(st, 10, 1, 1);
+    assert_int_equal(fed_store_list_checkpoints(st, rows, 16, &n), FED_OK);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(rows[i].pruned, rows[i].round != 10);
+    assert_int_equal(fed_store_meta_text(st, "best_metric", text, sizeof text), FED_ERR_NOTFOUND);
+    assert_int_equal(fed_store_put_meta_text(st, "best_metric", "auc"), FED_OK);
+    assert_int_equal(fed_store_put_meta_text(st, "best_metric", "youden_sensitivity"), FED_OK);
+    assert_int_equal(fed_store_meta_text(st, "best_metric", text, sizeof text), FED_OK);
+    assert_string_equal(text, "youden_sensitiv"); /* cut to the room given */
+    assert_int_equal(fed_store_meta_text(st, "epoch", text, sizeof text), FED_ERR_NOTFOUND);
+    fed_store_close(st);
+}
+
 static void test_transactions(void **state)
 {
     char path[512];
@@ -2457,7 +2499,8 @@ int main(void)
         cmocka_unit_test(test_contributions_read),
         cmocka_unit_test(test_contribution_dp_report),
         cmocka_unit_test(test_page_cache_bounded),
-        cmocka_unit_test(test_round_metrics), cmocka_unit_test(test_transactions),
+        cmocka_unit_test(test_round_metrics), cmocka_unit_test(test_retention_holds),
+        cmocka_unit_test(test_transactions),
         cmocka_unit_test(test_checkpoint_round_trip),
         cmocka_unit_test(test_checkpoint_version1_still_read),
         cmocka_unit_test(test_corrupt_chunk_skipped),
