@@ -106,8 +106,6 @@ static void record_metrics(fed_node *n, uint64_t round)
     }
 }
 
-/* After round's figures: the best round by cfg.best_metric keeps its
- * checkpoint, as do the rounds not judged yet; cfg.early_stop's rule. */
 /* The best round by cfg.best_metric so far and its value; 0 when none (no
  * best metric, none recorded, or unreadable). */
 static uint64_t best_round(fed_node *n, double *v)
@@ -130,6 +128,8 @@ int fed_node_agg_early_stopped(fed_node *n)
     return best && n->round >= best + n->cfg.early_stop;
 }
 
+/* After round's figures: the best round by cfg.best_metric keeps its
+ * checkpoint, as do the rounds not judged yet; cfg.early_stop's rule. */
 static void judge(fed_node *n, uint64_t round)
 {
     double v;

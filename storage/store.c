@@ -64,8 +64,9 @@ static const char *const migrations[FED_STORE_SCHEMA_VERSION] = {
     ("ALTER TABLE contributions ADD COLUMN dp_epsilon REAL;"
      "ALTER TABLE contributions ADD COLUMN dp_budget REAL;"),
     /* -> v7: the figures of an evaluated round by name (NULL: not defined) */
-    "CREATE TABLE round_metrics(id INTEGER PRIMARY KEY, round INTEGER NOT NULL,"
-    " name TEXT NOT NULL, value REAL, UNIQUE(round, name));",
+    ("CREATE TABLE round_metrics(id INTEGER PRIMARY KEY, round INTEGER NOT NULL,"
+     " name TEXT NOT NULL, value REAL, UNIQUE(round, name));"
+     "CREATE INDEX round_metrics_by_name ON round_metrics(name, value);"),
 };
 
 #define ROUND_COLS_V2                                                          \
