@@ -274,6 +274,37 @@ static void test_model_report(void **state)
     check_model(3);
 }
 
+/* The names a round's figures go by, which way each is better, and the
+ * headline figures by kind. */
+static void test_names(void **state)
+{
+    fed_metrics_head h = {0};
+    fed_metric_value v[FED_METRICS_HEAD_MAX];
+
+    (void)state;
+    assert_int_equal(fed_metrics_higher_better("auc"), 1);
+    assert_int_equal(fed_metrics_higher_better("accuracy"), 1);
+    assert_int_equal(fed_metrics_higher_better("recall.3"), 1);
+    assert_int_equal(fed_metrics_higher_better("macro_f1"), 1);
+    assert_int_equal(fed_metrics_higher_better("loss"), 0);
+    assert_int_equal(fed_metrics_higher_better("mse"), 0);
+    assert_int_equal(fed_metrics_higher_better("youden_threshold"), -1);
+    assert_int_equal(fed_metrics_higher_better("recall"), -1);
+    assert_int_equal(fed_metrics_higher_better("confusion.1.1"), -1);
+    assert_int_equal(fed_metrics_higher_better("aucc"), -1);
+    assert_int_equal(fed_metrics_head_named(&h, v), 0);
+    h.kind = FED_METRICS_MULTI;
+    h.macro_f1 = 0.5;
+    assert_int_equal(fed_metrics_head_named(&h, v), 1);
+    assert_string_equal(v[0].name, "macro_f1");
+    h.kind = FED_METRICS_BINARY;
+    h.auc = 0.9;
+    h.youden_f1 = 0.7;
+    assert_int_equal(fed_metrics_head_named(&h, v), FED_METRICS_HEAD_MAX);
+    assert_true(!strcmp(v[0].name, "auc") && v[0].value == 0.9);
+    assert_true(!strcmp(v[9].name, "youden_f1") && v[9].value == 0.7);
+}
+
 /* ---- --scores FILE: each set a header line, then its rows ----
  *   b N      then N lines "label score"      -> b exact... | binned...
  *   m N K    then N lines "truth predicted"  -> m accuracy macro_f1 recall...
@@ -364,6 +395,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_binary_rejects),  cmocka_unit_test(test_bins),
         cmocka_unit_test(test_hist_merge),      cmocka_unit_test(test_multi),
         cmocka_unit_test(test_regression),      cmocka_unit_test(test_model_report),
+        cmocka_unit_test(test_names),
     };
 
     if (argc == 3 && strcmp(argv[1], "--scores") == 0)
