@@ -273,6 +273,19 @@ static void metrics_rounds(FILE *f, const fed_node_snap *s)
                "training loss.");
         sample(f, "fednode_last_round_loss", s->last.loss);
     }
+    if (s->metrics.kind != FED_METRICS_NONE) {
+        fed_metric_value v[FED_METRICS_HEAD_MAX];
+        size_t k = fed_metrics_head_named(&s->metrics, v);
+
+        family(f, "fednode_eval_metric", "gauge",
+               "The aggregator's test figures of the newest round evaluated, by name: binary "
+               "auc, ap, sensitivity, specificity, precision, f1 (at 0.5), youden_* (at the "
+               "threshold maximizing Youden's J); macro_f1.");
+        for (size_t i = 0; i < k; i++)
+            sample_lf(f, "fednode_eval_metric", "metric", v[i].name, v[i].value);
+        family(f, "fednode_eval_metric_round", "gauge", "The round those figures are of.");
+        sample_u(f, "fednode_eval_metric_round", s->metrics_round);
+    }
 }
 
 static void metrics_wire(FILE *f, const fed_node_snap *s)
@@ -569,6 +582,25 @@ static void page_rounds(FILE *f, const fed_http_db *db)
     fputs("</table>\n", f);
 }
 
+/* The newest evaluated round's test figures (the snapshot's). */
+static void page_metrics(FILE *f, const fed_node_snap *s)
+{
+    fed_metric_value v[FED_METRICS_HEAD_MAX];
+    size_t k = fed_metrics_head_named(&s->metrics, v);
+
+    if (!k)
+        return;
+    fprintf(f, "<h2>metrics (round %" PRIu64 ")</h2>\n<table id='metrics'>\n", s->metrics_round);
+    for (size_t i = 0; i < k; i++) {
+        fputs("<tr><th>", f);
+        fed_http_html(f, v[i].name);
+        fprintf(f, "</th><td class='metric' data-metric='%s'>", v[i].name);
+        real(f, v[i].value, 4, "");
+        fputs("</td></tr>\n", f);
+    }
+    fputs("</table>\n", f);
+}
+
 /* The accuracy chart (app/chart.c), oldest round first. */
 static void page_chart(FILE *f, const fed_node_snap *s, const fed_http_db *db)
 {
@@ -651,6 +683,7 @@ void fed_http_page(FILE *f, const fed_node_snap *s, const fed_http_db *db,
         page_members(f, s, db);
         if (db && db->ok) {
             page_rounds(f, db);
+            page_metrics(f, s);
             page_chart(f, s, db);
         } else {
             fputs("<p>(the database could not be read)</p>\n", f);

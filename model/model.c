@@ -2065,22 +2065,53 @@ fed_err fed_model_logits(fed_model *m, const fed_batch *b, float *out)
                            (size_t)b->n * m->in.classes * sizeof(float));
 }
 
-fed_err fed_model_evaluate(fed_model *m, const fed_batch *b, fed_step_stats *st)
+/* n rows of C logits, floats at the start of p, into their softmax as
+ * doubles over the whole of p (n * C). From the last element to the first:
+ * double i covers floats 2i and 2i + 1, which are read by then (i >= 1), and
+ * float 0 is read before double 0 is written. */
+static void softmax_rows(double *p, int n, int C)
+{
+    const float *z = (const float *)p;
+
+    for (int i = n - 1; i >= 0; i--) {
+        const float *row = z + (size_t)i * C;
+        double mx = row[0], sum = 0.0;
+
+        for (int c = 1; c < C; c++)
+            mx = row[c] > mx ? row[c] : mx;
+        for (int c = 0; c < C; c++)
+            sum += exp((double)row[c] - mx);
+        for (int c = C - 1; c >= 0; c--)
+            p[(size_t)i * C + c] = exp((double)row[c] - mx) / sum;
+    }
+}
+
+fed_err fed_model_predict(fed_model *m, const fed_batch *b, fed_step_stats *st, double *prob)
 {
     size_t feat = (size_t)m->in.c * m->in.h * m->in.w;
+    int C = m->in.classes;
     fed_err err = check_batch(m, b, b ? b->n : 0);
 
     if (err != FED_OK)
         return err;
     for (int off = 0; off < b->n && err == FED_OK; off += m->max_batch) {
         fed_batch part = *b;
+        double *dst = prob ? prob + (size_t)off * C : NULL;
 
         part.n = b->n - off < m->max_batch ? b->n - off : m->max_batch;
         part.x_u8 = b->x_u8 ? b->x_u8 + (size_t)off * feat : NULL;
         part.x_f32 = b->x_f32 ? b->x_f32 + (size_t)off * feat : NULL;
         part.y = b->y + off;
-        err = run_batch(m, &part, 0, NULL, NULL, st);
+        /* evaluation leaves the logits in the last layer's activations */
+        if ((err = run_batch(m, &part, 0, NULL, NULL, st)) == FED_OK && dst &&
+            (err = m->be->download(m->be, dst, m->ws.act[m->nlayers - 1],
+                                   (size_t)part.n * C * sizeof(float))) == FED_OK)
+            softmax_rows(dst, part.n, C);
     }
     return err;
 }
 
+fed_err fed_model_evaluate(fed_model *m, const fed_batch *b, fed_step_stats *st)
+{
+    return fed_model_predict(m, b, st, NULL);
+}

@@ -231,5 +231,10 @@ FED_WUR fed_err fed_model_logits(fed_model *m, const fed_batch *b, float *out);
 /* Forward only, any n >= 1 (run in pieces of max_batch): loss, accuracy and
  * samples added to st. */
 FED_WUR fed_err fed_model_evaluate(fed_model *m, const fed_batch *b, fed_step_stats *st);
+/* fed_model_evaluate, and each sample's class probabilities (the softmax
+ * of its logits, in double on the host) into prob (b->n * classes), unless
+ * prob is NULL. */
+FED_WUR fed_err fed_model_predict(fed_model *m, const fed_batch *b, fed_step_stats *st,
+                                  double *prob);
 
 #endif

@@ -218,7 +218,7 @@ static fed_err fed_node_agg_start(fed_node *n)
     if ((e = resume(n)) != FED_OK || (e = load_counter_base(n)) != FED_OK ||
         (e = fed_model_get_params(a->model, a->host)) != FED_OK)
         return e;
-    if (n->cfg.rounds && n->round >= n->cfg.rounds) {
+    if ((n->cfg.rounds && n->round >= n->cfg.rounds) || fed_node_agg_early_stopped(n)) {
         a->state = AGG_DONE;
         n->finished = 1;
         return FED_OK;
@@ -1091,7 +1091,9 @@ fed_err fed_node_agg_close_round(fed_node *n)
     parts_clear(a);
     fed_node_sa_agg_end(n);
     a->state = AGG_IDLE;
-    if (n->cfg.rounds && n->round >= n->cfg.rounds) {
+    if (n->cfg.early_stop) /* its rule judges this round before the next starts */
+        fed_node_agg_report_round(n, &info);
+    if ((n->cfg.rounds && n->round >= n->cfg.rounds) || a->early_stopped) {
         a->state = AGG_DONE;
         n->finished = 1;
         finish_all(n);
@@ -1102,7 +1104,8 @@ fed_err fed_node_agg_close_round(fed_node *n)
         if ((e = fed_node_arm_in(n, n->cfg.gather_ms, NODE_TIMER_ROUND)) == FED_OK)
             e = maybe_start(n);
     }
-    fed_node_agg_report_round(n, &info);
+    if (!n->cfg.early_stop)
+        fed_node_agg_report_round(n, &info);
     return e;
 fail:
     /* nothing was committed: the round is redone with whoever is waiting,

@@ -72,6 +72,7 @@
 #include "model/backend.h"
 #include "model/data.h"
 #include "model/merge.h"
+#include "model/metrics.h"
 #include "model/model.h"
 #include "mpi/coll.h"
 #include "node/env.h"
@@ -108,6 +109,8 @@ typedef struct fed_node_round_info {
     double epsilon;     /* aggregator with DP-FedAvg: client-level epsilon spent
                            after this round (at dp_delta); 0: no DP-FedAvg */
     double dp_clip;     /* aggregator with DP-FedAvg: the clip the round used */
+    fed_metrics_head metrics; /* aggregator: the test figures beyond loss and
+                                 accuracy (kind NONE: not measured) */
 } fed_node_round_info;
 
 /* Observers (tests, fedsim); may be NULL. Called on the loop thread. */
@@ -174,6 +177,12 @@ typedef struct fed_node_config {
     uint64_t deadline_ms;         /* round deadline from its start; default 60000 */
     uint64_t poll_ms;             /* longest hold of a HELLO/NEXT; default 5000 */
     const fed_dataset *test;      /* held-out data; NULL: no evaluation */
+    /* aggregator with test data: the figure (model/metrics.h) that says
+       which round is best, whose checkpoint retention keeps ("": none);
+       early_stop > 0 ends the run once that many rounds after the best have
+       not improved on it (each round then evaluated before the next starts) */
+    char best_metric[FED_METRICS_NAME_MAX];
+    uint32_t early_stop;
     uint32_t async_k;             /* FedBuff: merge once this many deltas are
                                      buffered; 0: synchronous rounds (default) */
     uint32_t max_staleness;       /* async: older deltas are late; default 10 */
