@@ -65,6 +65,11 @@ void fed_cli_maybe_reexec(const char *cmd, int argc, char **argv);
 /* The same for a program's own argv (NULL-terminated, argv[0] first). */
 void fed_cli_maybe_reexec_main(char **argv);
 int fed_cli_online_cores(void); /* 1..FED_CLI_MAX_THREADS */
+/* --model given a layer file (model/model_cfg.h: a value that is no preset
+ * and names a regular file): model (cap bytes) becomes the spec of its
+ * graph ("g:..."). -1 to go on (a spec is left as it is), 2 with the
+ * file's error printed, naming cmd. */
+int fed_cli_model_file(const char *cmd, char *model, size_t cap);
 /* "I/K" with 0 <= I < K: 1 when s is one. */
 int fed_cli_parse_shard(const char *s, int *shard, int *k);
 
@@ -105,6 +110,8 @@ int fed_cli_import(int argc, char **argv);
 int fed_cli_verify(int argc, char **argv);
 /* app/cli_privacy.c: the RDP accountant (privacy/rdp.h) */
 int fed_cli_privacy(int argc, char **argv);
+/* fednode model FILE: a model file's layers, shapes, parameters and FLOPs. */
+int fed_cli_model(int argc, char **argv);
 /* app/cli_keys.c: node identity */
 int fed_cli_keygen(int argc, char **argv);
 int fed_cli_pubkey(int argc, char **argv);

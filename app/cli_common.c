@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/alloc.h"
@@ -15,6 +16,7 @@
 #include "crypto/identity.h"
 #include "model/backend.h"
 #include "model/data.h"
+#include "model/model_cfg.h"
 #include "app/cli.h"
 
 void fed_cli_error(const char *fmt, ...)
@@ -158,6 +160,31 @@ int fed_cli_online_cores(void)
     long n = sysconf(_SC_NPROCESSORS_ONLN);
 
     return n < 1 ? 1 : n > FED_CLI_MAX_THREADS ? FED_CLI_MAX_THREADS : (int)n;
+}
+
+int fed_cli_model_file(const char *cmd, char *model, size_t cap)
+{
+    fed_model_cfg *c = NULL;
+    char why[512], spec[FED_MODEL_SPEC_MAX];
+    struct stat st;
+    fed_err err;
+
+    if (!strcmp(model, "logreg") || !strcmp(model, "cnn") || !strncmp(model, "mlp:", 4) ||
+        !strncmp(model, "g:", 2) || stat(model, &st) != 0 || !S_ISREG(st.st_mode))
+        return -1; /* a spec: its own check says what is wrong with it */
+    /* the file on its own input first: a shape error names its line */
+    if ((err = fed_model_cfg_load(model, &c, why, sizeof why)) == FED_OK &&
+        (err = fed_model_cfg_check(c, fed_model_cfg_own_input(c), NULL, why, sizeof why)) ==
+            FED_OK)
+        err = fed_model_cfg_spec(c, spec, sizeof spec, why, sizeof why);
+    fed_model_cfg_free(c);
+    if (err != FED_OK) {
+        fed_cli_error("%s: --model: %s", cmd, why);
+        return 2;
+    }
+    fed_log(FED_LOG_INFO, "%s: --model %s is %s", cmd, model, spec);
+    snprintf(model, cap, "%s", spec);
+    return -1;
 }
 
 /* "I/K" with 0 <= I < K. */

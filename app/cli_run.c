@@ -64,6 +64,9 @@ typedef struct run_cfg {
     int mpi_timeout_ms;
     fed_cli_log_opts log;
     char http[256];
+    int keep_checkpoints;
+    char best_metric[FED_METRICS_NAME_MAX];
+    char early_stop[64];
     const unsigned char *given; /* (NRUN_OPTS) what the file or a flag set; not an option */
 } run_cfg;
 
@@ -129,6 +132,16 @@ static const fed_opt run_opts[] = {
     R(mpi_timeout_ms, "mpi-timeout-ms", FED_OPT_INT, "60000", 100, 3600000,
       "client, peer under mpirun: the deadline of each step's exchange between the site's "
       "processes; past it the job ends with an error (a process died or stalls)"),
+    R(keep_checkpoints, "keep-checkpoints", FED_OPT_INT, "3", 0, 1000000,
+      "keep the models of the newest N checkpoints (0: all); an aggregator keeps its best "
+      "round's too (--best-metric)"),
+    R(best_metric, "best-metric", FED_OPT_STR, "", 0, 0,
+      "aggregator: the test figure that makes a round the best, whose checkpoint is kept and "
+      "which export --best writes: accuracy (default), loss, auc, ap, f1, sensitivity, "
+      "specificity, macro_f1, ... (--early-stop's metric when that is given)"),
+    R(early_stop, "early-stop", FED_OPT_STR, "", 0, 0,
+      "aggregator: METRIC:PATIENCE, end the run when PATIENCE rounds after the best by METRIC "
+      "have not improved on it (each round evaluated before the next starts), e.g. auc:5"),
     FED_OPT_DEF_IMPLICIT(run_cfg, http, "http", "", FED_HTTP_DEFAULT_ADDR,
                          "serve a status page, /metrics (Prometheus), /status.json and /healthz "
                          "at http://HOST:PORT, read-only (none unless given)"),
@@ -392,9 +405,75 @@ static int fill_training(const run_cfg *c, run_state *s, fed_node_config *nc)
     return -1;
 }
 
+/* --best-metric and --early-stop METRIC:PATIENCE: the metric and the
+ * patience (0: none); -1, or the exit status with what was wrong said. */
+static int parse_best(const run_cfg *c, char metric[FED_METRICS_NAME_MAX], uint32_t *patience)
+{
+    const char *colon = strchr(c->early_stop, ':');
+    char *end = NULL;
+    unsigned long pat = 0;
+
+    snprintf(metric, FED_METRICS_NAME_MAX, "accuracy");
+    if (role_of(c) != FED_NODE_AGGREGATOR && (c->early_stop[0] || c->best_metric[0])) {
+        fed_cli_error("run: --early-stop and --best-metric are an aggregator's settings");
+        return 2;
+    }
+    if (c->early_stop[0]) {
+        if (colon)
+            pat = strtoul(colon + 1, &end, 10);
+        if (!colon || colon == c->early_stop ||
+            (size_t)(colon - c->early_stop) >= FED_METRICS_NAME_MAX || colon[1] < '0' ||
+            colon[1] > '9' || *end || pat < 1 || pat > 1000000) {
+            fed_cli_error("run: --early-stop '%s': want METRIC:PATIENCE, PATIENCE a whole number "
+                          "of rounds from 1 to 1000000 (e.g. auc:5)", c->early_stop);
+            return 2;
+        }
+        snprintf(metric, FED_METRICS_NAME_MAX, "%.*s", (int)(colon - c->early_stop),
+                 c->early_stop);
+        if (c->best_metric[0] && strcmp(c->best_metric, metric) != 0) {
+            fed_cli_error("run: --best-metric %s and --early-stop %s name different metrics; "
+                          "give one", c->best_metric, c->early_stop);
+            return 2;
+        }
+    } else if (c->best_metric[0]) {
+        snprintf(metric, FED_METRICS_NAME_MAX, "%s", c->best_metric);
+    }
+    if (fed_metrics_higher_better(metric) < 0) {
+        fed_cli_error("run: '%s' is no metric a round records: accuracy, loss, auc, ap, "
+                      "sensitivity, specificity, precision, f1, youden_sensitivity, "
+                      "youden_specificity, youden_f1, macro_f1, recall.C", metric);
+        return 2;
+    }
+    *patience = (uint32_t)pat;
+    return -1;
+}
+
+/* The aggregator's best metric and early stop into nc (checked already). */
+static int fill_best(const run_cfg *c, fed_node_config *nc)
+{
+    char metric[FED_METRICS_NAME_MAX];
+    uint32_t pat = 0;
+    int rc;
+
+    if ((rc = parse_best(c, metric, &pat)) >= 0)
+        return rc;
+    if ((pat || c->best_metric[0]) && !nc->test) {
+        fed_cli_error("run: --%s needs the aggregator's evaluation (test data, no --no-eval)",
+                      pat ? "early-stop" : "best-metric");
+        return 2;
+    }
+    if (nc->test)
+        snprintf(nc->best_metric, sizeof nc->best_metric, "%s", metric);
+    nc->early_stop = pat;
+    return -1;
+}
+
 static int fill_aggregator(const run_cfg *c, fed_node_config *nc)
 {
-    (void)c;
+    int rc;
+
+    if ((rc = fill_best(c, nc)) >= 0)
+        return rc;
     if (nc->async_k > FED_MERGE_DEFAULT_MAX_CLIENTS) {
         fed_cli_error("run: async merges at most %d deltas at once",
                       FED_MERGE_DEFAULT_MAX_CLIENTS);
@@ -537,6 +616,7 @@ static int open_store(const run_cfg *c, run_state *s)
         return 2;
     }
     fed_store_opts_default(&so);
+    so.keep_last = (uint32_t)c->keep_checkpoints;
     if ((rc = store_sync(c, &so.sync)) >= 0)
         return rc;
     if ((e = fed_store_open(c->db, &so, &s->store)) != FED_OK) {
@@ -623,7 +703,11 @@ static int run_node(const run_cfg *c, fed_coll *coll)
     {
         fed_store_sync sync;
 
-        if ((rc = store_sync(c, &sync)) >= 0) /* before anything is loaded */
+        char metric[FED_METRICS_NAME_MAX];
+        uint32_t pat;
+
+        if ((rc = store_sync(c, &sync)) >= 0 || /* before anything is loaded */
+            (rc = parse_best(c, metric, &pat)) >= 0)
             return rc;
     }
     if ((rc = load_identity(c, &s)) >= 0 || (rc = load_allow(c, &s)) >= 0 ||
@@ -779,7 +863,8 @@ static int run_with_role(const char *cmd, const char *role, int argc, char **arg
         return 2;
     }
     cfg.given = given;
-    if ((rc = fed_cli_log_apply(cmd, &cfg.log)) >= 0)
+    if ((rc = fed_cli_log_apply(cmd, &cfg.log)) >= 0 ||
+        (rc = fed_cli_model_file(cmd, cfg.s.model, sizeof cfg.s.model)) >= 0)
         return rc;
     return run_site(&cfg);
 }

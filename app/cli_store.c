@@ -22,6 +22,7 @@
 #include "core/opt.h"
 #include "model/backend.h"
 #include "model/io.h"
+#include "model/metrics.h"
 #include "model/model.h"
 #include "app/cli.h"
 #include "node/ckpt_model.h"
@@ -176,10 +177,14 @@ typedef struct status_data {
     size_t ntries;
     status_budget *budgets; /* (nbudgets) each reporting client's latest, by first seen */
     size_t nbudgets;
+    fed_metric_value *metrics; /* the newest evaluated round's figures (v7) */
+    size_t nmetrics;
+    uint64_t metrics_round;
 } status_data;
 
 static void status_data_free(status_data *d)
 {
+    fed_free(d->metrics);
     fed_free(d->tries);
     fed_free(d->budgets);
     fed_free(d->contribs);
@@ -237,6 +242,22 @@ static int keep_dp_charge(void *ctx, const fed_store_dp_charge *c)
     return 0;
 }
 
+/* At most this many figures of a round are read (the headline ones, 256
+ * recalls, a confusion matrix of up to 20 classes, with room). */
+#define METRICS_MAX 1024
+
+static int keep_metric(void *ctx, uint64_t round, const char *name, double value)
+{
+    status_data *d = ctx;
+
+    if (d->nmetrics == METRICS_MAX)
+        return 1;
+    d->metrics_round = round;
+    snprintf(d->metrics[d->nmetrics].name, sizeof d->metrics[d->nmetrics].name, "%s", name);
+    d->metrics[d->nmetrics++].value = value;
+    return 0;
+}
+
 static int keep_try(void *ctx, const fed_store_secagg_try *t)
 {
     status_data *d = ctx;
@@ -259,8 +280,9 @@ static fed_err status_load(fed_store *st, const status_cfg *c, status_data *d)
     d->contribs = fed_calloc(LIST_MAX, sizeof *d->contribs);
     d->tries = fed_calloc(LIST_MAX, sizeof *d->tries);
     d->budgets = fed_calloc(LIST_MAX, sizeof *d->budgets);
+    d->metrics = fed_calloc(METRICS_MAX, sizeof *d->metrics);
     if (!d->rounds || !d->ckpts || !d->peers || !d->counters || !d->contribs || !d->tries ||
-        !d->budgets)
+        !d->budgets || !d->metrics)
         return FED_ERR_NOMEM;
     if ((e = fed_store_last_rounds(st, d->rounds, (size_t)c->rounds, &d->nrounds)) != FED_OK ||
         (e = fed_store_list_checkpoints(st, d->ckpts, (size_t)c->checkpoints, &d->nckpts)) !=
@@ -272,7 +294,8 @@ static fed_err status_load(fed_store *st, const status_cfg *c, status_data *d)
     d->from_round = d->nrounds ? d->rounds[d->nrounds - 1].round : 0;
     if ((e = fed_store_each_contribution(st, d->from_round, keep_contrib, d)) != FED_OK ||
         (e = fed_store_each_dp_charge(st, keep_dp_charge, d)) != FED_OK ||
-        (e = fed_store_each_secagg_try(st, d->from_round, keep_try, d)) != FED_OK)
+        (e = fed_store_each_secagg_try(st, d->from_round, keep_try, d)) != FED_OK ||
+        (e = fed_store_each_metric(st, UINT64_MAX, keep_metric, d)) != FED_OK)
         return e;
     return fed_store_list_counters(st, d->counters, LIST_MAX, &d->ncounters);
 }
@@ -309,6 +332,45 @@ static void print_rounds_table(const status_data *d)
     }
 }
 
+/* The newest evaluated round's figures: the scalars, then recall by class,
+ * then the confusion matrix (row: true class). */
+static void print_metrics(const status_data *d)
+{
+    int col = 0, k = 0;
+
+    if (!d->nmetrics)
+        return;
+    printf("\nmetrics (round %" PRIu64 ", the aggregator's evaluation)\n ", d->metrics_round);
+    for (size_t i = 0; i < d->nmetrics; i++) {
+        const fed_metric_value *m = &d->metrics[i];
+
+        if (strchr(m->name, '.'))
+            continue;
+        printf("%s %s %.4f", col && col % 4 == 0 ? "\n " : "", m->name, m->value);
+        col++;
+    }
+    printf("\n");
+    for (size_t i = 0; i < d->nmetrics; i++)
+        if (!strncmp(d->metrics[i].name, "recall.", 7))
+            printf("%s %s:%.4f", k++ ? "" : "  recall by class:", d->metrics[i].name + 7,
+                   d->metrics[i].value);
+    if (k)
+        printf("\n");
+    for (size_t i = 0, row = (size_t)-1; i < d->nmetrics; i++) {
+        const fed_metric_value *m = &d->metrics[i];
+        unsigned t, p;
+
+        if (sscanf(m->name, "confusion.%u.%u", &t, &p) != 2)
+            continue;
+        if (t != row)
+            printf("%s  confusion row %u:", row == (size_t)-1 ? "" : "\n", t);
+        row = t;
+        printf(" %.0f", m->value);
+        if (i + 1 == d->nmetrics || strncmp(d->metrics[i + 1].name, "confusion.", 10))
+            printf("\n");
+    }
+}
+
 /* Whether the charges are an aggregator's DP-FedAvg (its rounds' strategy
  * says dp+...), not a site's DP-SGD. */
 static int client_level(const status_data *d)
@@ -333,7 +395,10 @@ static void print_privacy(const status_data *d)
                l->epsilon, l->delta, d->dp_charges, l->round, l->q, l->sigma);
         if (d->ntries)
             printf("  with secure aggregation: each client clips its own delta and the "
-                   "aggregator adds the noise after unmasking, so the same holds\n");
+                   "aggregator adds the noise after unmasking, so the same holds; a draw below "
+                   "a secure round's floor (3 clients) voids the round, which the accounting "
+                   "leaves out: the aggregator refuses to run where that chance exceeds delta / "
+                   "10 a round\n");
         return;
     }
     printf("\nprivacy (DP-SGD at this site, RDP accountant)\n");
@@ -502,6 +567,16 @@ static void print_status_json(FILE *f, const char *db, fed_store *st, const stat
     } else {
         fprintf(f, "]");
     }
+    if (d->nmetrics) {
+        fprintf(f, ",\"metrics\":{\"round\":%" PRIu64, d->metrics_round);
+        for (size_t i = 0; i < d->nmetrics; i++) {
+            fprintf(f, ",");
+            json_str(f, d->metrics[i].name);
+            fprintf(f, ":");
+            json_real(f, d->metrics[i].value);
+        }
+        fprintf(f, "}");
+    }
     /* what the rounds shown used: secure tries; DP charges or clients'
        reports (the database keeps no run settings) */
     fprintf(f, ",\"secure_aggregation\":%s,\"dp\":%s", d->ntries ? "true" : "false",
@@ -616,6 +691,7 @@ static int status_once(const status_cfg *c)
         printf("database %s: schema %d, epoch %" PRIu64 ", page size %d\n", c->db,
                fed_store_schema(st), fed_store_epoch(st), fed_store_page_size(st));
         print_rounds_table(&d);
+        print_metrics(&d);
         print_privacy(&d);
         print_secagg(&d);
         print_contribs_table(&d);
@@ -749,6 +825,8 @@ out:
 typedef struct export_cfg {
     char db[PATH_MAX_CLI];
     char round[24];
+    int best;
+    char metric[FED_METRICS_NAME_MAX];
     char out[PATH_MAX_CLI];
 } export_cfg;
 
@@ -758,6 +836,11 @@ static const fed_opt export_opts[] = {
     X(db, "db", FED_OPT_STR, "", 0, 0, "the node's database"),
     X(round, "round", FED_OPT_STR, "", 0, 0,
       "export the newest valid checkpoint of this round (default: the newest valid one)"),
+    X(best, "best", FED_OPT_BOOL, "false", 0, 0,
+      "export the best round's model: the best by --metric among the rounds evaluated"),
+    X(metric, "metric", FED_OPT_STR, "", 0, 0,
+      "with --best: the figure that ranks the rounds (default: the aggregator's --best-metric, "
+      "else accuracy)"),
     X(out, "out", FED_OPT_STR, "", 0, 0, "the .safetensors file to write"),
 };
 #undef X
@@ -770,6 +853,69 @@ static int parse_round(const char *s, uint64_t *r)
         return 0;
     *r = strtoull(s, &end, 10);
     return *end == '\0' && *r <= INT64_MAX;
+}
+
+/* Why round has no checkpoint to export, and the rounds that have one. */
+static void explain_missing_round(fed_store *st, uint64_t round)
+{
+    enum { ROWS = 4096, SHOWN = 64 };
+    fed_store_ckpt_row *rows = fed_calloc(ROWS, sizeof *rows);
+    size_t n = 0, kept = 0;
+    uint64_t last = 0;
+    int pruned = 0;
+    char list[SHOWN * 22 + 32] = "";
+    size_t len = 0;
+
+    if (!rows || fed_store_list_checkpoints(st, rows, ROWS, &n) != FED_OK) {
+        fed_free(rows);
+        return;
+    }
+    for (size_t i = n; i-- > 0;) { /* oldest first */
+        if (rows[i].round == round && rows[i].pruned)
+            pruned = 1;
+        if (rows[i].pruned || (kept && rows[i].round == last))
+            continue; /* a round's once */
+        last = rows[i].round;
+        if (kept++ < SHOWN)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%" PRIu64, kept > 1 ? ", " : "",
+                                    rows[i].round);
+    }
+    if (kept > SHOWN)
+        snprintf(list + len, sizeof list - len, ", ... (%zu in all)", kept);
+    fed_cli_error("export: round %" PRIu64 "%s; the rounds whose checkpoint is kept: %s", round,
+                  pruned ? "'s checkpoint is no longer kept (removed by retention: "
+                           "--keep-checkpoints, the best round's always kept)"
+                         : " has no checkpoint",
+                  kept ? list : "none");
+    fed_free(rows);
+}
+
+/* --best: the round ranked first by c->metric (or the database's best_metric,
+ * else accuracy) into *round; 0, or the exit status. */
+static int best_round(const export_cfg *c, fed_store *st, uint64_t *round)
+{
+    char metric[FED_METRICS_NAME_MAX] = "accuracy";
+    int higher;
+    double v;
+    fed_err e;
+
+    if (c->metric[0])
+        snprintf(metric, sizeof metric, "%s", c->metric);
+    else if (fed_store_meta_text(st, "best_metric", metric, sizeof metric) != FED_OK)
+        snprintf(metric, sizeof metric, "accuracy");
+    if ((higher = fed_metrics_higher_better(metric)) < 0) {
+        fed_cli_error("export: --metric '%s' is no metric a round records (accuracy, loss, auc, "
+                      "ap, f1, sensitivity, specificity, macro_f1, ...)", metric);
+        return 2;
+    }
+    if ((e = fed_store_best_metric(st, metric, higher, round, &v)) != FED_OK) {
+        fed_cli_error("export: --best: no round in %s has %s recorded%s", c->db, metric,
+                      e == FED_ERR_NOTFOUND ? " (an aggregator with test data records them)" : "");
+        return 1;
+    }
+    printf("best round by %s (%s is better): %" PRIu64 " (%.4f)\n", metric,
+           higher ? "higher" : "lower", *round, v);
+    return 0;
 }
 
 static void print_faults(const char *cmd, const fed_store_faults *f)
@@ -791,7 +937,7 @@ int fed_cli_export(int argc, char **argv)
     fed_model *m = NULL;
     float *p = NULL;
     uint64_t round = 0;
-    int rc = fed_cli_load_options("export", "--db FILE [--round N] --out model.safetensors",
+    int rc = fed_cli_load_options("export", "--db FILE [--round N | --best [--metric M]] --out model.safetensors",
                            export_opts, sizeof export_opts / sizeof export_opts[0], &c, argc,
                            argv);
     fed_err e;
@@ -800,16 +946,24 @@ int fed_cli_export(int argc, char **argv)
     memset(&faults, 0, sizeof faults);
     if (rc >= 0)
         return rc;
-    if (!c.out[0] || (c.round[0] && !parse_round(c.round, &round))) {
-        fed_cli_error("export: --out FILE is required; --round takes a round number");
+    if (!c.out[0] || (c.round[0] && !parse_round(c.round, &round)) || (c.best && c.round[0]) ||
+        (c.metric[0] && !c.best)) {
+        fed_cli_error("export: --out FILE is required; --round takes a round number; --best "
+                      "(with --metric) or --round, not both");
         return 2;
     }
     if ((rc = open_db("export", c.db, FED_STORE_READONLY, &st)) >= 0)
         return rc;
+    if (c.best && (rc = best_round(&c, st, &round)) != 0)
+        goto out;
     rc = 1;
-    e = c.round[0] ? fed_store_checkpoint_of_round(st, round, &ck, &faults)
-                   : fed_store_latest_valid_checkpoint(st, &ck, &faults);
+    e = c.round[0] || c.best ? fed_store_checkpoint_of_round(st, round, &ck, &faults)
+                             : fed_store_latest_valid_checkpoint(st, &ck, &faults);
     print_faults("export", &faults);
+    if (e == FED_ERR_NOTFOUND && (c.round[0] || c.best)) {
+        explain_missing_round(st, round);
+        goto out;
+    }
     if (e != FED_OK) {
         fed_cli_error("export: no valid checkpoint%s%s in %s: %s", c.round[0] ? " of round " : "",
                       c.round, c.db, fed_strerror(e));

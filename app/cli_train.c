@@ -72,7 +72,8 @@ static const fed_opt train_opts[] = {
     T(data, "data", FED_OPT_STR, "fashion-mnist", 0, 0,
       "fashion-mnist, a directory of IDX files (train-/t10k-), a folder of images (one "
       "subfolder per class, PNG or JPEG), or a CSV file"),
-    T(model, "model", FED_OPT_STR, "mlp:256,128", 0, 0, "logreg, mlp:W1,W2,... or cnn"),
+    T(model, "model", FED_OPT_STR, "mlp:256,128", 0, 0,
+      "logreg, mlp:W1,W2,..., cnn, or a layer file (docs/model-formats.md)"),
     T(epochs, "epochs", FED_OPT_INT, "10", 1, 100000, "passes over the (shard of the) data"),
     T(batch, "batch", FED_OPT_INT, "64", 1, 65536, "samples per step"),
     T(lr, "lr", FED_OPT_DOUBLE, "0", 0, 100,
@@ -511,9 +512,9 @@ static int train_main(const train_cfg *c, int argc, char **argv)
         rc = fail("device", err);
         goto out;
     }
-    if (strcmp(w.be->name, "cpu") != 0)
+    if (!(w.be->caps & FED_BACKEND_CAP_SHARDS))
         threads = 1;
-    if (c->dp_sgd && strcmp(w.be->name, "cpu") != 0) {
+    if (c->dp_sgd && !(w.be->caps & FED_BACKEND_CAP_DP_SGD)) {
         fed_cli_error("train: --dp-sgd runs on the CPU backend only (the %s backend has no "
                       "DP-SGD parity test yet): add --device cpu", w.be->name);
         rc = 2;
@@ -601,12 +602,62 @@ int fed_cli_train(int argc, char **argv)
     int rc = fed_cli_load_options("train", "[--data D] [--model SPEC] [--epochs N] [options]",
                           train_opts, NTRAIN_OPTS, &cfg, argc, argv);
 
+    if (rc < 0)
+        rc = fed_cli_model_file("train", cfg.model, sizeof cfg.model);
     if (rc >= 0)
         return rc;
     return train_main(&cfg, argc, argv);
 }
 
 /* -------------------------------------------------------------- eval -- */
+
+static void print_point(const char *what, const fed_metrics_at *at)
+{
+    printf("  %-22s sensitivity %.4f  specificity %.4f  precision %.4f  F1 %.4f"
+           "  (tp %llu fp %llu tn %llu fn %llu)\n",
+           what, at->sensitivity, at->specificity, at->precision, at->f1,
+           (unsigned long long)at->tp, (unsigned long long)at->fp, (unsigned long long)at->tn,
+           (unsigned long long)at->fn);
+}
+
+
+/* The binary set with two classes, else the multi-class set. */
+static void print_report(const fed_eval_report *r)
+{
+    int k = r->classes;
+
+    if (r->has_binary) {
+        const fed_metrics_binary *b = &r->bin;
+        char at[48];
+
+        printf("binary (class 1 positive: %llu, negative: %llu)  AUC %.4f  average precision "
+               "%.4f\n",
+               (unsigned long long)b->pos, (unsigned long long)b->neg, b->auc, b->ap);
+        print_point("at 0.5", &b->half);
+        snprintf(at, sizeof at, "at %.4g (Youden's J)", b->youden.threshold);
+        print_point(at, &b->youden);
+        return;
+    }
+    printf("macro-F1 %.4f\nrecall by class:", r->multi.macro_f1);
+    for (int c = 0; c < k; c++)
+        printf(" %d:%.4f", c, r->recall[c]);
+    printf("\n");
+    if (k > FED_EVAL_CONFUSION_MAX) {
+        printf("confusion matrix: not printed (%d classes, more than %d)\n", k,
+               FED_EVAL_CONFUSION_MAX);
+        return;
+    }
+    printf("confusion matrix (row: true class, column: predicted)\n%6s", "");
+    for (int c = 0; c < k; c++)
+        printf(" %7d", c);
+    printf("\n");
+    for (int t = 0; t < k; t++) {
+        printf("%6d", t);
+        for (int c = 0; c < k; c++)
+            printf(" %7llu", (unsigned long long)r->confusion[(size_t)t * k + c]);
+        printf("\n");
+    }
+}
 
 static int eval_main(const eval_cfg *c, int argc, char **argv)
 {
@@ -616,6 +667,7 @@ static int eval_main(const eval_cfg *c, int argc, char **argv)
     fed_data_opts dopts;
     fed_model *m = NULL;
     fed_step_stats st = {0};
+    fed_eval_report *rep = NULL;
     int threads = c->threads ? c->threads : fed_cli_online_cores(), rc = 1;
     fed_err err;
 
@@ -632,7 +684,7 @@ static int eval_main(const eval_cfg *c, int argc, char **argv)
         fed_cli_error("eval: device: %s", fed_strerror(err));
         goto out;
     }
-    if (strcmp(be->name, "cpu") != 0)
+    if (!(be->caps & FED_BACKEND_CAP_SHARDS))
         threads = 1;
     if ((err = fed_pool_new(threads - 1, &pool)) != FED_OK ||
         (err = fed_model_load(c->model, be, pool, threads, c->batch, &m)) != FED_OK) {
@@ -646,15 +698,19 @@ static int eval_main(const eval_cfg *c, int argc, char **argv)
         fed_cli_error("eval: %s: %s", c->data, fed_strerror(err));
         goto out;
     }
-    if ((err = fed_train_evaluate_all(m, d, &st)) != FED_OK) {
+    if ((err = fed_eval_report_new(fed_model_input(m).classes, &rep)) != FED_OK ||
+        (err = fed_train_evaluate_report(m, d, rep)) != FED_OK) {
         fed_cli_error("eval: %s on %s: %s", c->model, c->data, fed_strerror(err));
         goto out;
     }
+    st = rep->st;
     printf("model %s  data %s (%s)  samples %ld  loss %.4f  accuracy %.4f\n", fed_model_spec(m),
            c->data, c->split, st.samples, st.loss_sum / (double)st.samples,
            (double)st.correct / (double)st.samples);
+    print_report(rep);
     rc = 0;
 out:
+    fed_eval_report_free(rep);
     fed_model_free(m);
     fed_data_free(d);
     fed_pool_free(pool);

@@ -15,6 +15,7 @@ static const fed_cli_cmd commands[] = {
     {"aggregate", fed_cli_aggregate, "run an aggregator (run --role aggregator)"},
     {"train", fed_cli_train, "train a model locally on a dataset"},
     {"eval", fed_cli_eval, "evaluate a saved model on a dataset"},
+    {"model", fed_cli_model, "print a model file's layers: shapes, parameters, FLOPs"},
     {"privacy", fed_cli_privacy, "epsilon spent by DP-SGD's noise, or the noise for a target"},
     {"status", fed_cli_status, "print a node database's rounds, checkpoints, peers, counters"},
     {"export", fed_cli_export, "write a checkpoint's model as .safetensors"},

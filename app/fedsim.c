@@ -36,7 +36,7 @@ typedef struct out_ctx {
     int bar;            /* a progress bar on stderr (a terminal) */
     int rounds;
     int quiet;
-    double t0, t_first; /* wall seconds at the start, and at the first row */
+    double t0, t_first, t_last; /* wall seconds at the start, the first row, the last */
     fed_sim_row *rows; /* (nrows) for the chart */
     size_t nrows, cap;
 } out_ctx;
@@ -71,6 +71,7 @@ static void on_row(void *ctx, const fed_sim_row *row)
     keep(o, row);
     if (!o->t_first)
         o->t_first = now;
+    o->t_last = now;
     if (!o->quiet)
         printf("round %4llu  t %9.2f s  accuracy %.4f  spread %.4f  bytes %12llu  merged %u"
                "  lr %.4g%s%.*f  (wall %.2f s)\n",
@@ -254,6 +255,31 @@ static int open_ranks(int *argc, char ***argv, fed_coll **coll, fed_comm **comm,
     return 0;
 }
 
+/* The closing lines: wall time to the first row, a row's, what came after
+ * the last (peers: their final mixing rounds, which have no row), the peak
+ * RSS; for peers, what one holds at most against its model state. */
+static void print_summary(const out_ctx *o, const fed_sim_scenario *sc, const fed_sim_counters *c,
+                          double end, double rss_mib)
+{
+    int peers = !strcmp(sc->role, "peer");
+
+    printf("wall %.2f s: %.2f s to the first round, then %.3f s a round", end - o->t0,
+           o->t_first - o->t0,
+           o->nrows > 1 ? (o->t_last - o->t_first) / (double)(o->nrows - 1) : 0.0);
+    if (peers && sc->s.final_mix > 0)
+        printf(", then %.2f s for the %d final mixing rounds (no rows)", end - o->t_last,
+               sc->s.final_mix);
+    else
+        printf(", then %.2f s to the end", end - o->t_last);
+    printf("; peak RSS %.0f MiB\n", rss_mib);
+    if (peers && c->peers_counted)
+        printf("a peer holds at most %.2f MB, its model state %.2f MB (parameters, push-sum "
+               "totals, optimizer), on average over %llu peers\n",
+               (double)c->peer_bytes / (double)c->peers_counted / 1e6,
+               (double)c->peer_state_bytes / (double)c->peers_counted / 1e6,
+               (unsigned long long)c->peers_counted);
+}
+
 /* Each rank's peak RSS, printed by rank 0 (every rank calls it). */
 static void print_rss(const fed_comm *comm)
 {
@@ -284,6 +310,7 @@ int main(int argc, char **argv)
     const char *csv, *svg, *compare, *name, *dbpath, *svg_x;
     fed_chart_x chart_x = FED_CHART_X_BYTES;
     uint8_t hash[32];
+    fed_sim_counters cnt;
     char hex[65], why[256];
     unsigned char *given = NULL; /* (scenario options) set by the file or a flag */
     int rc, threads = fed_cli_online_cores();
@@ -331,6 +358,8 @@ int main(int argc, char **argv)
             fed_opt_print_help(fedsim_out_opts, NOUT, stdout);
         }
     }
+    if (rc < 0)
+        rc = fed_cli_model_file("fedsim", sc.s.model, sizeof sc.s.model);
     if (rc >= 0)
         goto out;
     /* the old --mode aggregator|peer; --secagg* on peers */
@@ -400,9 +429,9 @@ int main(int argc, char **argv)
                comm->size, threads);
     o.t0 = wall_s();
     if (comm)
-        e = fed_sim_run_ranks(&sc, &train, test, pool, comm, 1e7, on_row, &o, hash, NULL);
+        e = fed_sim_run_ranks(&sc, &train, test, pool, comm, 1e7, on_row, &o, hash, &cnt);
     else
-        e = fed_sim_run(&sc, train, test, pool, 1e7, on_row, &o, hash, NULL);
+        e = fed_sim_run(&sc, train, test, pool, 1e7, on_row, &o, hash, &cnt);
     if (e != FED_OK) {
         fed_cli_error("%s%s", fed_strerror(e), comm ? " (ending every rank)" : "");
         rc = 1;
@@ -417,10 +446,7 @@ int main(int argc, char **argv)
 
         getrusage(RUSAGE_SELF, &ru);
         if (rank == 0)
-            printf("wall %.2f s: %.2f s to the first round, then %.3f s a round; peak RSS %.0f MiB"
-                   "\n", end - o.t0, o.t_first - o.t0,
-                   o.nrows > 1 ? (end - o.t_first) / (double)(o.nrows - 1) : 0.0,
-                   (double)ru.ru_maxrss / 1024.0);
+            print_summary(&o, &sc, &cnt, end, (double)ru.ru_maxrss / 1024.0);
         if (comm)
             print_rss(comm);
     }

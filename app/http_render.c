@@ -273,6 +273,19 @@ static void metrics_rounds(FILE *f, const fed_node_snap *s)
                "training loss.");
         sample(f, "fednode_last_round_loss", s->last.loss);
     }
+    if (s->metrics.kind != FED_METRICS_NONE) {
+        fed_metric_value v[FED_METRICS_HEAD_MAX];
+        size_t k = fed_metrics_head_named(&s->metrics, v);
+
+        family(f, "fednode_eval_metric", "gauge",
+               "The aggregator's test figures of the newest round evaluated, by name: binary "
+               "auc, ap, sensitivity, specificity, precision, f1 (at 0.5), youden_* (at the "
+               "threshold maximizing Youden's J); macro_f1.");
+        for (size_t i = 0; i < k; i++)
+            sample_lf(f, "fednode_eval_metric", "metric", v[i].name, v[i].value);
+        family(f, "fednode_eval_metric_round", "gauge", "The round those figures are of.");
+        sample_u(f, "fednode_eval_metric_round", s->metrics_round);
+    }
 }
 
 static void metrics_wire(FILE *f, const fed_node_snap *s)
@@ -310,6 +323,12 @@ static void metrics_wire(FILE *f, const fed_node_snap *s)
             if (!strcmp(fed_wire_counter_name(i), conns[k][0]))
                 sample_l(f, "fednode_connections_closed_total", "reason", conns[k][1],
                          fed_wire_counter_value(w, i));
+    family(f, "fednode_rounds_declined_total", "counter",
+           "Rounds clients declined (a LEAVE) for a configuration to fix, by reason: "
+           "sa_required (a --secagg client, a round without it), model_mismatch (a model "
+           "the client cannot build over its data).");
+    sample_l(f, "fednode_rounds_declined_total", "reason", "sa_required", w->leave_no_secagg);
+    sample_l(f, "fednode_rounds_declined_total", "reason", "model_mismatch", w->leave_bad_model);
 }
 
 static void metrics_clients(FILE *f, const fed_node_snap *s, const fed_http_db *db)
@@ -563,6 +582,25 @@ static void page_rounds(FILE *f, const fed_http_db *db)
     fputs("</table>\n", f);
 }
 
+/* The newest evaluated round's test figures (the snapshot's). */
+static void page_metrics(FILE *f, const fed_node_snap *s)
+{
+    fed_metric_value v[FED_METRICS_HEAD_MAX];
+    size_t k = fed_metrics_head_named(&s->metrics, v);
+
+    if (!k)
+        return;
+    fprintf(f, "<h2>metrics (round %" PRIu64 ")</h2>\n<table id='metrics'>\n", s->metrics_round);
+    for (size_t i = 0; i < k; i++) {
+        fputs("<tr><th>", f);
+        fed_http_html(f, v[i].name);
+        fprintf(f, "</th><td class='metric' data-metric='%s'>", v[i].name);
+        real(f, v[i].value, 4, "");
+        fputs("</td></tr>\n", f);
+    }
+    fputs("</table>\n", f);
+}
+
 /* The accuracy chart (app/chart.c), oldest round first. */
 static void page_chart(FILE *f, const fed_node_snap *s, const fed_http_db *db)
 {
@@ -645,6 +683,7 @@ void fed_http_page(FILE *f, const fed_node_snap *s, const fed_http_db *db,
         page_members(f, s, db);
         if (db && db->ok) {
             page_rounds(f, db);
+            page_metrics(f, s);
             page_chart(f, s, db);
         } else {
             fputs("<p>(the database could not be read)</p>\n", f);

@@ -1,6 +1,9 @@
-/* err.c - messages and names for fed_err, generated from FED_ERR_LIST.
- * Owns nothing; pure lookup. */
+/* err.c - messages and names for fed_err, generated from FED_ERR_LIST, and
+ * fed_err_why for refusals that explain themselves. Owns nothing. */
 #include "core/err.h"
+
+#include <stdarg.h>
+#include <stdio.h>
 
 static const char *const fed_err_msgs[] = {
 #define FED_ERR_MSG_(name, msg) msg,
@@ -26,4 +29,16 @@ const char *fed_errname(int e)
     if (e < 0 || e >= FED_ERR_COUNT_)
         return "FED_ERR_UNKNOWN";
     return fed_err_names[e];
+}
+
+fed_err fed_err_why(char *why, size_t cap, fed_err err, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (why && cap) {
+        va_start(ap, fmt);
+        vsnprintf(why, cap, fmt, ap);
+        va_end(ap);
+    }
+    return err;
 }

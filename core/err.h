@@ -5,6 +5,8 @@
 #ifndef FED_CORE_ERR_H
 #define FED_CORE_ERR_H
 
+#include <stddef.h>
+
 #define FED_WUR __attribute__((warn_unused_result))
 
 #define FED_ERR_LIST(X)                                                        \
@@ -90,7 +92,11 @@
     X(FED_ERR_FIELD_LENGTH, "frame's typed block has a field over its length bound") \
     X(FED_ERR_FIELD_MISSING, "frame's typed block lacks a field its type requires") \
     /* the aggregator's run, appended likewise */                              \
-    X(FED_ERR_TOO_FEW_CLIENTS, "fewer clients than --min-clients can still take part")
+    X(FED_ERR_TOO_FEW_CLIENTS, "fewer clients than --min-clients can still take part") \
+    /* a client's reasons to decline a round (a LEAVE), appended likewise */   \
+    X(FED_ERR_SA_REQUIRED, "secure aggregation required: this client (--secagg) sends no delta in a round that does not run it") \
+    X(FED_ERR_MODEL_MISMATCH, "the aggregator's model does not fit this client's data (another input shape or class count)") \
+    X(FED_ERR_SA_TOO_FEW, "secure aggregation: fewer clients than the floor (3, or more as configured); a client could subtract its own delta from the sum")
 
 typedef enum fed_err {
 #define FED_ERR_ENUM_(name, msg) name,
@@ -103,5 +109,10 @@ typedef enum fed_err {
 const char *fed_strerror(int e);
 /* The enum's identifier, e.g. "FED_ERR_REPLAY" (for logs and counters). */
 const char *fed_errname(int e);
+/* err, with why (cap bytes; may be NULL or 0) set to the printf-formatted
+ * words saying what was wrong: for checks that explain a refusal to a
+ * caller who says it where it fits. */
+fed_err fed_err_why(char *why, size_t cap, fed_err err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 #endif

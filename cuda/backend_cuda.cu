@@ -1020,6 +1020,8 @@ static void fill_table(fed_backend *be)
     be->destroy = cu_destroy;
     be->chan_bias_act_fwd = cu_chan_bias_act_fwd;
     be->chan_bias_bwd = cu_chan_bias_bwd;
+    /* no window kernels yet: a model needing them is refused on this backend */
+    be->caps = FED_BACKEND_CAP_CONV;
 }
 
 /* Device buffers and handles; every failure is FED_ERR_DEVICE or NOMEM. */

@@ -23,7 +23,9 @@ typedef struct ps_in {
     int held;              /* a total waits for apply */
     uint64_t h_epoch, h_round;
     double h_w;
-    double *h_x;           /* (dim) the total held (plain: the shares, summed) */
+    double *h_x;           /* (dim) the total held (plain: the shares, summed);
+                              NULL while none is: a node holds this round's
+                              in-neighbours' alone, not every sender's since */
 } ps_in;
 
 struct fed_gossip_ps {
@@ -161,17 +163,14 @@ static fed_err in_pair(fed_gossip_ps *ps, const uint8_t key[32], ps_in **out)
 
     if (!found) {
         double *x = fed_calloc(ps->dim ? ps->dim : 1, sizeof *x);
-        double *h = fed_calloc(ps->dim ? ps->dim : 1, sizeof *h);
 
-        if (!x || !h ||
+        if (!x ||
             (e = insert((void **)&ps->ins, &ps->nin, &ps->cap_in, sizeof *ps->ins, at, key)) !=
                 FED_OK) {
             fed_free(x);
-            fed_free(h);
             return e;
         }
         ps->ins[at].x = x;
-        ps->ins[at].h_x = h;
     }
     *out = &ps->ins[at];
     return FED_OK;
@@ -257,6 +256,8 @@ fed_err fed_gossip_ps_receive(fed_gossip_ps *ps, const uint8_t from[32], uint64_
         for (size_t i = 0; i < ps->dim; i++)
             p->h_x[i] += x[i];
     } else {
+        if (!p->h_x && !(p->h_x = fed_malloc((ps->dim ? ps->dim : 1) * sizeof *p->h_x)))
+            return FED_ERR_NOMEM;
         p->h_w = w;
         memcpy(p->h_x, x, ps->dim * sizeof *x);
     }
@@ -287,7 +288,9 @@ size_t fed_gossip_ps_apply(fed_gossip_ps *ps)
                 ps->x[i] += p->h_x[i] - p->x[i];
         } /* else a restarted sender: re-based below, nothing added */
         p->w = p->h_w;
-        memcpy(p->x, p->h_x, ps->dim * sizeof *p->x);
+        fed_free(p->x); /* the held total is the last one taken now */
+        p->x = p->h_x;
+        p->h_x = NULL;
         p->epoch = p->h_epoch;
         p->round = p->h_round;
         p->held = 0;
@@ -304,6 +307,17 @@ uint64_t fed_gossip_ps_last_round(const fed_gossip_ps *ps, const uint8_t from[32
     if (!found)
         return 0;
     return ps->ins[at].held ? ps->ins[at].h_round : ps->ins[at].round;
+}
+
+size_t fed_gossip_ps_bytes(const fed_gossip_ps *ps, size_t *held)
+{
+    size_t v = ps->dim * sizeof(double), h = 0;
+
+    for (size_t k = 0; k < ps->nin; k++)
+        h += ps->ins[k].h_x ? v : 0;
+    if (held)
+        *held = h;
+    return v * (1 + ps->nout + ps->nin);
 }
 
 /* ---- state ---- */

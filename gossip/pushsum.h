@@ -84,6 +84,10 @@ size_t fed_gossip_ps_apply(fed_gossip_ps *ps);
 /* The round of the newest total seen from `from` (0: none). */
 uint64_t fed_gossip_ps_last_round(const fed_gossip_ps *ps, const uint8_t from[32]);
 
+/* Bytes of the vectors the state holds: x and every pair's running total
+ * (8 dim each); *held (may be NULL): the totals held until apply, now. */
+size_t fed_gossip_ps_bytes(const fed_gossip_ps *ps, size_t *held);
+
 /* The state (above) into *buf (fed_malloc'd, *len bytes; caller frees),
  * and back. load: FED_ERR_MAGIC, FED_ERR_VERSION, FED_ERR_FORMAT (sizes,
  * dim other than ps's, non-finite values), FED_ERR_NOMEM. */

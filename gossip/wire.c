@@ -773,6 +773,14 @@ void fed_wire_note_reject(fed_wire *w, const fed_wire_hdr *h, fed_err err)
     fed_wire_count_reject(w, h, err);
 }
 
+void fed_wire_note_leave(fed_wire *w, fed_err reason)
+{
+    if (reason == FED_ERR_SA_REQUIRED)
+        w->counters.leave_no_secagg++;
+    else if (reason == FED_ERR_MODEL_MISMATCH)
+        w->counters.leave_bad_model++;
+}
+
 /* ---- sending ---- */
 
 size_t fed_wire_frame_bytes(size_t payload_len) { return payload_len + FED_WIRE_SEAL_OVERHEAD; }
@@ -912,6 +920,15 @@ static fed_err check_sender(const fed_wire *w, const fed_wire_hdr *h)
     member = w->member_fn ? w->member_fn(w->member_ctx, h->sender)
                           : fed_crypto_allow_find(w->allow, h->sender) != NULL;
     return member ? FED_OK : FED_ERR_UNKNOWN_SENDER;
+}
+
+int fed_wire_is_member(const fed_wire *w, const uint8_t pk[32])
+{
+    fed_wire_hdr h;
+
+    memset(&h, 0, sizeof h);
+    memcpy(h.sender, pk, 32);
+    return check_sender(w, &h) == FED_OK;
 }
 
 static fed_err cheap_checks(fed_wire *w, const uint8_t *frame, size_t len, fed_wire_ticket *t,

@@ -372,7 +372,7 @@ typedef struct fed_wire_counters {
     X(rej_replay) X(rej_busy) X(rej_aead) X(rej_signature) X(rej_payload) X(rej_stream)        \
     X(rej_stream_limit) X(rej_codec) X(rej_nan) X(rej_other) X(conn_refused) X(conn_stalled)   \
     X(conn_handshake) X(conn_dropped) X(rej_sa_keys) X(rej_sa_shares) X(rej_sa_masked)         \
-    X(rej_sa_consist) X(rej_sa_unmask)
+    X(rej_sa_consist) X(rej_sa_unmask) X(leave_no_secagg) X(leave_bad_model)
 #define FED_WIRE_COUNTER_FIELD_(name) uint64_t name;
     FED_WIRE_COUNTER_LIST(FED_WIRE_COUNTER_FIELD_)
 #undef FED_WIRE_COUNTER_FIELD_
@@ -452,6 +452,10 @@ void fed_wire_set_member_fn(fed_wire *w, fed_wire_member_fn fn, void *ctx);
 const fed_wire_cfg *fed_wire_config(const fed_wire *w);
 fed_crypto_arena *fed_wire_arena(const fed_wire *w);
 const uint8_t *fed_wire_self(const fed_wire *w);
+/* Nonzero when pk may send to this node (the allow-list, or the member
+ * function): precheck's sender check, for a node deciding whether to say
+ * anything to a frame that failed an earlier check. */
+int fed_wire_is_member(const fed_wire *w, const uint8_t pk[32]);
 /* The last committed epoch of a peer (0: none yet). */
 uint64_t fed_wire_peer_epoch(const fed_wire *w, const uint8_t pk[32]);
 
@@ -474,6 +478,10 @@ void fed_wire_set_conn_counters(fed_wire *w, uint64_t refused, uint64_t stalled,
 /* Counts and logs a rejection decided above the wire (a codec error found
  * while decoding the vector, say). */
 void fed_wire_note_reject(fed_wire *w, const fed_wire_hdr *h, fed_err err);
+/* Counts a LEAVE taken (a client declined a round) whose reason has a
+ * counter (leave_*: FED_ERR_SA_REQUIRED, FED_ERR_MODEL_MISMATCH); others
+ * are not counted here (the round's contributions record every one). */
+void fed_wire_note_leave(fed_wire *w, fed_err reason);
 
 /* ---- header and typed blocks ---- */
 

@@ -15,7 +15,33 @@
 
 #include "core/err.h"
 
-#define FED_BACKEND_ABI 1
+#define FED_BACKEND_ABI 2
+
+/* What a backend can do (fed_backend.caps); nothing compares its name. */
+/* Device pointers are host memory and kernels finish before they return:
+ * the host may read a model's buffers directly (DP-SGD, merging in place). */
+#define FED_BACKEND_CAP_HOST_MEMORY (1u << 0)
+/* Kernels may run at once from several threads on disjoint buffers: a
+ * batch is split in shards over the core pool. */
+#define FED_BACKEND_CAP_SHARDS (1u << 1)
+/* Per-sample gradient norms for DP-SGD (fed_model_dp_grads). */
+#define FED_BACKEND_CAP_DP_SGD (1u << 2)
+/* Convolutions of stride 1 without padding and 2x2 max pooling:
+ * chan_bias_act_fwd, chan_bias_bwd, im2col, col2im, maxpool_fwd/bwd. */
+#define FED_BACKEND_CAP_CONV (1u << 3)
+/* Any window (kernel, stride, padding, dilation): im2col_win, col2im_win,
+ * maxpool_win_fwd/bwd, avgpool_win_fwd/bwd. */
+#define FED_BACKEND_CAP_WINDOW (1u << 4)
+
+/* A sliding window over one image (C, H, W): kernel KH x KW, stride S,
+ * padding P on each side (zeros for a convolution, never the maximum for
+ * max pooling), dilation D (1 for pooling), output OH x OW with
+ * OH = (H + 2 PH - DH (KH - 1) - 1) / SH + 1, PyTorch's floor. */
+typedef struct fed_window {
+    int C, H, W;
+    int KH, KW, SH, SW, PH, PW, DH, DW;
+    int OH, OW;
+} fed_window;
 
 typedef struct fed_backend fed_backend;
 
@@ -109,6 +135,30 @@ struct fed_backend {
     /* dbias (C) = sum over b and hw of dy (B, C, HW), or += when accumulate. */
     void (*chan_bias_bwd)(fed_backend *be, float *dbias, const float *dy, int B, int C, int HW,
                           int accumulate);
+
+    /* ---- ABI 2 ---- */
+    unsigned caps; /* FED_BACKEND_CAP_* */
+    /* im2col for one image, any window: col (C*KH*KW, OH*OW), row (c, ki,
+     * kj), column (oi, oj) = x[c][oi*SH - PH + ki*DH][oj*SW - PW + kj*DW],
+     * 0 outside the image. */
+    void (*im2col_win)(fed_backend *be, const float *x, const fed_window *g, float *col);
+    /* Its adjoint, accumulating: dx (C, H, W) += fold(dcol). */
+    void (*col2im_win)(fed_backend *be, const float *dcol, const fed_window *g, float *dx);
+    /* Max pooling of n images (n*C planes of H x W) -> y (n*C, OH, OW);
+     * argmax (same shape as y) gets the winner's offset within its plane,
+     * the first in row-major order among equals. */
+    void (*maxpool_win_fwd)(fed_backend *be, const float *x, int n, const fed_window *g, float *y,
+                            int32_t *argmax);
+    /* dx (n*C, H, W) = 0, then dx[argmax] += dy. */
+    void (*maxpool_win_bwd)(fed_backend *be, const float *dy, const int32_t *argmax, int n,
+                            const fed_window *g, float *dx);
+    /* Average pooling, padding counted (PyTorch's count_include_pad): each
+     * output is the window's sum over KH*KW. */
+    void (*avgpool_win_fwd)(fed_backend *be, const float *x, int n, const fed_window *g,
+                            float *y);
+    /* dx (n*C, H, W) = the adjoint of avgpool_win_fwd applied to dy. */
+    void (*avgpool_win_bwd)(fed_backend *be, const float *dy, int n, const fed_window *g,
+                            float *dx);
 };
 
 /* The CPU backend. threads: OpenBLAS's own thread count (1 when the pool

@@ -354,6 +354,166 @@ static void cpu_maxpool_bwd(fed_backend *be, const float *restrict dy,
     }
 }
 
+/* ---- any window: stride, padding, dilation ---- */
+
+static void cpu_im2col_win(fed_backend *be, const float *restrict x, const fed_window *g,
+                           float *restrict col)
+{
+    int P = g->OH * g->OW;
+
+    (void)be;
+    for (int c = 0; c < g->C; c++)
+        for (int ki = 0; ki < g->KH; ki++)
+            for (int kj = 0; kj < g->KW; kj++) {
+                float *restrict dst = col + ((size_t)(c * g->KH + ki) * g->KW + kj) * P;
+
+                for (int oi = 0; oi < g->OH; oi++) {
+                    int ih = oi * g->SH - g->PH + ki * g->DH;
+                    const float *restrict src;
+
+                    if (ih < 0 || ih >= g->H) {
+                        memset(dst + oi * g->OW, 0, (size_t)g->OW * sizeof *dst);
+                        continue;
+                    }
+                    src = x + ((size_t)c * g->H + ih) * g->W;
+                    for (int oj = 0; oj < g->OW; oj++) {
+                        int iw = oj * g->SW - g->PW + kj * g->DW;
+
+                        dst[oi * g->OW + oj] = iw >= 0 && iw < g->W ? src[iw] : 0.0f;
+                    }
+                }
+            }
+}
+
+static void cpu_col2im_win(fed_backend *be, const float *restrict dcol, const fed_window *g,
+                           float *restrict dx)
+{
+    int P = g->OH * g->OW;
+
+    (void)be;
+    for (int c = 0; c < g->C; c++)
+        for (int ki = 0; ki < g->KH; ki++)
+            for (int kj = 0; kj < g->KW; kj++) {
+                const float *restrict src = dcol + ((size_t)(c * g->KH + ki) * g->KW + kj) * P;
+
+                for (int oi = 0; oi < g->OH; oi++) {
+                    int ih = oi * g->SH - g->PH + ki * g->DH;
+                    float *restrict dst;
+
+                    if (ih < 0 || ih >= g->H)
+                        continue;
+                    dst = dx + ((size_t)c * g->H + ih) * g->W;
+                    for (int oj = 0; oj < g->OW; oj++) {
+                        int iw = oj * g->SW - g->PW + kj * g->DW;
+
+                        if (iw >= 0 && iw < g->W)
+                            dst[iw] += src[oi * g->OW + oj];
+                    }
+                }
+            }
+}
+
+/* The window of output (oi, oj) clipped to the plane: rows [*h0, *h1),
+ * columns [*w0, *w1) (pooling: dilation 1). */
+static void pool_span(const fed_window *g, int oi, int oj, int *h0, int *h1, int *w0, int *w1)
+{
+    int hs = oi * g->SH - g->PH, ws = oj * g->SW - g->PW;
+
+    *h0 = hs > 0 ? hs : 0;
+    *h1 = hs + g->KH < g->H ? hs + g->KH : g->H;
+    *w0 = ws > 0 ? ws : 0;
+    *w1 = ws + g->KW < g->W ? ws + g->KW : g->W;
+}
+
+static void cpu_maxpool_win_fwd(fed_backend *be, const float *restrict x, int n,
+                                const fed_window *g, float *restrict y, int32_t *restrict argmax)
+{
+    size_t planes = (size_t)n * g->C;
+    int P = g->OH * g->OW;
+
+    (void)be;
+    for (size_t p = 0; p < planes; p++) {
+        const float *plane = x + p * g->H * g->W;
+
+        for (int oi = 0; oi < g->OH; oi++)
+            for (int oj = 0; oj < g->OW; oj++) {
+                int h0, h1, w0, w1, best;
+
+                pool_span(g, oi, oj, &h0, &h1, &w0, &w1);
+                best = h0 * g->W + w0; /* padding <= KH/2 keeps a window non-empty */
+                for (int i = h0; i < h1; i++)
+                    for (int j = w0; j < w1; j++)
+                        if (plane[i * g->W + j] > plane[best])
+                            best = i * g->W + j;
+                y[p * P + (size_t)oi * g->OW + oj] = plane[best];
+                argmax[p * P + (size_t)oi * g->OW + oj] = best;
+            }
+    }
+}
+
+static void cpu_maxpool_win_bwd(fed_backend *be, const float *restrict dy,
+                                const int32_t *restrict argmax, int n, const fed_window *g,
+                                float *restrict dx)
+{
+    size_t planes = (size_t)n * g->C, P = (size_t)g->OH * g->OW;
+
+    (void)be;
+    memset(dx, 0, planes * g->H * g->W * sizeof *dx);
+    for (size_t p = 0; p < planes; p++)
+        for (size_t i = 0; i < P; i++)
+            dx[p * g->H * g->W + argmax[p * P + i]] += dy[p * P + i];
+}
+
+static void cpu_avgpool_win_fwd(fed_backend *be, const float *restrict x, int n,
+                                const fed_window *g, float *restrict y)
+{
+    size_t planes = (size_t)n * g->C;
+    int P = g->OH * g->OW;
+    float inv = 1.0f / (float)(g->KH * g->KW);
+
+    (void)be;
+    for (size_t p = 0; p < planes; p++) {
+        const float *plane = x + p * g->H * g->W;
+
+        for (int oi = 0; oi < g->OH; oi++)
+            for (int oj = 0; oj < g->OW; oj++) {
+                int h0, h1, w0, w1;
+                float s = 0.0f;
+
+                pool_span(g, oi, oj, &h0, &h1, &w0, &w1);
+                for (int i = h0; i < h1; i++)
+                    for (int j = w0; j < w1; j++)
+                        s += plane[i * g->W + j];
+                y[p * P + (size_t)oi * g->OW + oj] = s * inv;
+            }
+    }
+}
+
+static void cpu_avgpool_win_bwd(fed_backend *be, const float *restrict dy, int n,
+                                const fed_window *g, float *restrict dx)
+{
+    size_t planes = (size_t)n * g->C;
+    int P = g->OH * g->OW;
+    float inv = 1.0f / (float)(g->KH * g->KW);
+
+    (void)be;
+    memset(dx, 0, planes * g->H * g->W * sizeof *dx);
+    for (size_t p = 0; p < planes; p++) {
+        float *plane = dx + p * g->H * g->W;
+
+        for (int oi = 0; oi < g->OH; oi++)
+            for (int oj = 0; oj < g->OW; oj++) {
+                int h0, h1, w0, w1;
+                float v = dy[p * P + (size_t)oi * g->OW + oj] * inv;
+
+                pool_span(g, oi, oj, &h0, &h1, &w0, &w1);
+                for (int i = h0; i < h1; i++)
+                    for (int j = w0; j < w1; j++)
+                        plane[i * g->W + j] += v;
+            }
+    }
+}
+
 /* ---- vectors and reductions ---- */
 
 static void cpu_axpy(fed_backend *be, size_t n, float alpha, const float *restrict x,
@@ -815,6 +975,14 @@ static void cpu_fill_table(fed_backend *be)
     be->destroy = cpu_destroy;
     be->chan_bias_act_fwd = cpu_chan_bias_act_fwd;
     be->chan_bias_bwd = cpu_chan_bias_bwd;
+    be->caps = FED_BACKEND_CAP_HOST_MEMORY | FED_BACKEND_CAP_SHARDS | FED_BACKEND_CAP_DP_SGD |
+               FED_BACKEND_CAP_CONV | FED_BACKEND_CAP_WINDOW;
+    be->im2col_win = cpu_im2col_win;
+    be->col2im_win = cpu_col2im_win;
+    be->maxpool_win_fwd = cpu_maxpool_win_fwd;
+    be->maxpool_win_bwd = cpu_maxpool_win_bwd;
+    be->avgpool_win_fwd = cpu_avgpool_win_fwd;
+    be->avgpool_win_bwd = cpu_avgpool_win_bwd;
 }
 
 /* OpenBLAS's generic x86-64 kernel sets, picked when it does not know the

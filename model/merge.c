@@ -301,7 +301,7 @@ fed_err fed_merge_new(const char *spec, size_t nparams, const fed_merge_config *
     strcpy(m->spec, spec); /* length checked by the parser */
     m->nparams = nparams;
     m->be = be;
-    m->host = be->name && !strcmp(be->name, "cpu");
+    m->host = (be->caps & FED_BACKEND_CAP_HOST_MEMORY) != 0;
     m->max_clients = c.max_clients;
     m->weight_cap = c.weight_cap < 1.0 ? c.weight_cap : 0.0;
     m->pool = c.pool;

@@ -59,7 +59,7 @@ struct fed_merge {
     char spec[FED_MERGE_SPEC_MAX];
     size_t nparams;
     fed_backend *be;
-    int host;           /* be's pointers are host memory ("cpu") */
+    int host;           /* be's pointers are host memory (FED_BACKEND_CAP_HOST_MEMORY) */
     int max_clients;
     double weight_cap;
     fed_pool *pool;     /* the weighted sum's slices (host), or NULL */

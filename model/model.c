@@ -1,8 +1,12 @@
-/* model.c - models from spec strings: layers, the flat parameter and
- * gradient buffers with their layout table, initialization, and the step
- * over the backend table, run as phases of units on the pool whose work is
- * fixed by the shard count alone (never by timing). Allocates only in
- * fed_model_new; never prints; never touches the data set. */
+/* model.c - models as graphs of layer nodes: the presets (logreg, mlp:...,
+ * cnn) expand to graphs, a graph is planned through the layer table (one
+ * entry per kind: shape plan, forward, input and weight gradients, FLOPs,
+ * init, DP-SGD's per-sample norm) into the flat parameter and gradient
+ * buffers with their layout table, and the step runs over the backend table
+ * as phases of units on the pool whose work is fixed by the shard count
+ * alone (never by timing). Allocates only in fed_model_new (and the first
+ * DP-SGD step); never prints; never touches the data set; no code outside
+ * the layer table branches on a layer's kind. */
 #include "model/model.h"
 
 #include <ctype.h>
@@ -18,43 +22,116 @@
 #include "core/alloc.h"
 #include "core/log.h"
 
-#define MAX_LAYERS 16
+#define MLP_MAX_HIDDEN 15 /* the preset's own limit: older nodes refuse more */
 #define MAX_MLP_WIDTH 65536
+#define MAX_LAYER_NUMEL (1L << 28) /* values of one layer's output per sample */
+#define NAME_MAX_LEN (FED_MODEL_NAME_MAX + 1)
 
-typedef enum layer_kind { LAYER_LINEAR, LAYER_CONV, LAYER_POOL } layer_kind;
+typedef struct layer_ops layer_ops;
 
-/* One layer; shapes are per sample, (c, h, w); a linear layer has h = w = 1. */
+/* One layer as the step runs it: a node of the graph that computes (a relu
+ * after a linear or conv layer is folded into it, a flatten is a view).
+ * Shapes are per sample, (c, h, w); a linear layer has h = w = 1. */
 typedef struct layer {
-    layer_kind kind;
+    const layer_ops *ops;
+    char name[NAME_MAX_LEN];  /* the node's, for messages and tensor names */
     int relu;                 /* fused ReLU on the output */
     int in_c, in_h, in_w;
     int out_c, out_h, out_w;
     int in_numel, out_numel;
-    int k;                    /* conv kernel size (square) */
-    size_t w_off, b_off;      /* linear (out, in), conv (out_c, in_c, k, k); bias (out) */
-    size_t col_numel;         /* conv: (in_c*k*k, out_h*out_w) per sample */
+    fed_window win;           /* conv and pooling: the window over one input */
+    size_t w_off, b_off;      /* linear (out, in), conv (out_c, in_c, kh, kw); bias (out);
+                                 both 0 for a layer without parameters */
+    size_t col_numel;         /* conv: (in_c*kh*kw, out_h*out_w) per sample */
+    size_t arg_numel;         /* max pooling: argmax entries per sample */
+    size_t dgw_numel;         /* DP-SGD: one sample's weight gradient made whole */
 } layer;
+
+/* One node of a graph as a preset (or a model file) states it: its kind,
+ * its module name (the PyTorch prefix of its tensors), the node whose
+ * output it takes (-1: the model's input) and its settings. */
+typedef struct node_desc {
+    const layer_ops *ops;
+    char name[NAME_MAX_LEN];
+    int input;
+    int out;                      /* linear: features; conv: channels */
+    int kh, kw, sh, sw, ph, pw, dh, dw; /* conv and pooling windows */
+} node_desc;
+
+/* A graph planned into layers and tensors, before any device allocation. */
+typedef struct plan {
+    const char *spec;
+    int classes;            /* a linear layer's out 0 */
+    layer *layers;
+    int nlayers, cap_layers;
+    fed_tensor_info *tensors;
+    int ntensors, cap_tensors;
+    size_t nparams;
+} plan;
+
+/* The per-sample input (c, h, w) a node sees, updated to its output. */
+typedef struct dims {
+    int c, h, w;
+} dims;
+
+/* One layer kind. plan is the only entry every kind has; a kind that adds
+ * no layer (relu folded, flatten) has no other. */
+struct layer_ops {
+    const char *kind;
+    /* Plan node nd (index i) for input *s: add its layer to p (or fold it
+     * into the last one) and set *s to its output shape. */
+    fed_err (*plan)(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap);
+    /* The FED_BACKEND_CAP_* flags layer ly needs. */
+    unsigned (*needs)(const layer *ly);
+    /* Output of rows [off, off + n) from their input x (n, in_numel). */
+    void (*forward)(fed_model *m, int l, const float *x, int off, int n);
+    /* Layer 0's forward by output columns for the whole batch of n, unit
+     * u's share (the rows of the weights it updates); NULL: not split. */
+    void (*forward_cols)(fed_model *m, int u, int n);
+    /* dx of rows [off, off + n) from dy (the ReLU masks are the caller's). */
+    void (*input_grads)(fed_model *m, int l, int u, const float *dy, float *dx, int off, int n);
+    /* Weight and bias gradients of output-row chunk u over all n samples;
+     * NULL for a layer without parameters. */
+    void (*weight_grads)(fed_model *m, int l, int u, const float *dy, int n);
+    /* Forward + backward FLOPs of one sample (first: no input gradient). */
+    double (*flops)(const layer *ly, int first);
+    /* PyTorch's default init of its tensors, drawn from rng in order. */
+    void (*init)(const layer *ly, float *host, fed_rng *rng);
+    /* DP-SGD: adds each of rows [off, off + n)'s squared norm of its own
+     * weight and bias gradient to norm2 (n); x is the layer's input. */
+    void (*dp_norm2)(fed_model *m, int l, int u, const float *dy, const float *x, int off, int n,
+                     double *norm2);
+    char letter;    /* its node in a "g:" spec (model.h) */
+    unsigned opts;  /* the spec's options it takes: OPT_OUT, OPT_K, ... */
+    int fuses_relu; /* a relu right after it folds into its output */
+    int keep_dy;    /* cheap to keep its output gradient per sample (DP-SGD) */
+};
+
+static const layer_ops *kind_find(const char *kind);
+static const layer_ops *kind_of_letter(char letter);
+
+/* What a node takes in a "g:" spec, besides a name: out, then kernel,
+ * stride, padding and dilation as k, s, p, d. */
+enum { OPT_OUT = 1, OPT_K = 2, OPT_S = 4, OPT_P = 8, OPT_D = 16 };
 
 #define MAX_SHARDS 64
 #define SPIN_NS 300000       /* how long a unit waits for its phase before sleeping */
 #define STEAL_WAIT_NS 200000 /* how long a piece may take to start before its units go */
 #define SPIN_MIN_NS 2000     /* the least either budget shrinks to */
-#define MAX_PHASES (2 * MAX_LAYERS + 3)
-
 /* Buffers for the whole batch (max_batch rows); shard u owns rows
  * [off[u], off[u] + n[u]) of each. */
 typedef struct workspace {
     uint8_t *x_u8;              /* (max_batch, F) */
     float *x;                   /* (max_batch, F) */
     int32_t *y;                 /* (max_batch) */
-    float *act[MAX_LAYERS];     /* (max_batch, out_numel) per layer */
-    float *col[MAX_LAYERS];     /* conv: (max_batch, col_numel) */
-    int32_t *arg[MAX_LAYERS];   /* pool: (max_batch, out_numel) */
+    float **act;                /* per layer: (max_batch, out_numel) */
+    float **col;                /* per layer, conv: (max_batch, col_numel) */
+    int32_t **arg;              /* per layer, max pool: (max_batch, arg_numel) */
     float *d[2];                /* (max_batch, max out_numel): gradients ping-pong */
     float *ones;                /* (max_batch) of 1.0: bias gradients as a GEMM */
     float *dcol[MAX_SHARDS];    /* (max col_numel) per unit: one image at a time */
     /* DP-SGD (CPU only): each sample's squared gradient norm, and per unit a
-       convolution's weight gradient of one sample, (max out_c * in_c*k*k) */
+       layer's weight gradient of one sample, (max dgw_numel) */
     double *norm2;              /* (max_batch), host */
     float *dgw[MAX_SHARDS];
     /* DP-SGD on a model of linear layers only: layer l's output gradient
@@ -62,7 +139,7 @@ typedef struct workspace {
        and scaled row by row there, so the backward needs no second pass of
        input gradients; allocated at the first fed_model_dp_grads (a model
        that never trains with DP-SGD holds none) */
-    float *dpd[MAX_LAYERS];
+    float **dpd;                /* per layer */
     int dpd_on;
 } workspace;
 
@@ -93,8 +170,9 @@ typedef struct step_run {
     int correct[MAX_SHARDS];
     fed_err err[MAX_SHARDS];
     atomic_int started[MAX_SHARDS]; /* pool piece p has begun */
-    atomic_int claimed[MAX_PHASES][MAX_SHARDS];
-    atomic_int done[MAX_PHASES];
+    int max_phases;                      /* 2 * nlayers + 3 */
+    atomic_int (*claimed)[MAX_SHARDS];   /* (max_phases) */
+    atomic_int *done;                    /* (max_phases) */
     /* a thread that waited long sleeps here (a core shared with other
      * processes must not be burnt spinning on a preempted unit) */
     atomic_int sleepers;
@@ -116,133 +194,330 @@ struct fed_model {
     fed_pool *pool;
     int shards, max_batch;
     int nlayers;
-    layer layers[MAX_LAYERS];
+    layer *layers;             /* (nlayers) */
     int ntensors;
-    fed_tensor_info tensors[FED_MODEL_MAX_TENSORS];
+    fed_tensor_info *tensors;  /* (ntensors) */
     size_t nparams;
     float *params; /* (nparams) device */
     float *grads;  /* (nparams) device */
+    size_t bytes;  /* what params, grads and ws hold (fed_model_bytes) */
     workspace ws;
     step_run run;  /* the step in flight */
 };
 
-/* ---------------------------------------------------------------- spec -- */
+/* -------------------------------------------------------------- plan -- */
 
-/* The layer plan of a spec, before any allocation. */
-typedef struct plan {
-    int nlayers;
-    layer layers[MAX_LAYERS];
-    int ntensors;
-    fed_tensor_info tensors[FED_MODEL_MAX_TENSORS];
-    size_t nparams;
-} plan;
 
-static void add_tensor(plan *p, int seq, const char *what, int ndim, const int *shape)
+static void plan_fini(plan *p)
 {
-    fed_tensor_info *t = &p->tensors[p->ntensors++];
-    size_t numel = 1;
-
-    snprintf(t->name, sizeof t->name, "%d.%s", seq, what);
-    t->ndim = ndim;
-    for (int i = 0; i < 4; i++)
-        t->shape[i] = i < ndim ? shape[i] : 0;
-    for (int i = 0; i < ndim; i++)
-        numel *= (size_t)shape[i];
-    t->offset = p->nparams;
-    t->numel = numel;
-    p->nparams += numel;
+    fed_free(p->layers);
+    fed_free(p->tensors);
+    memset(p, 0, sizeof *p);
 }
 
-static layer *last_out(plan *p, int *c, int *h, int *w)
+/* A new zeroed layer at the end of p, or NULL when out of memory. */
+static layer *plan_layer(plan *p, const node_desc *nd)
 {
-    layer *l = p->nlayers ? &p->layers[p->nlayers - 1] : NULL;
+    layer *l;
 
-    if (l) {
-        *c = l->out_c;
-        *h = l->out_h;
-        *w = l->out_w;
+    if (p->nlayers == p->cap_layers) {
+        int cap = p->cap_layers ? 2 * p->cap_layers : 8;
+        layer *g = fed_realloc(p->layers, (size_t)cap * sizeof *g);
+
+        if (!g)
+            return NULL;
+        p->layers = g;
+        p->cap_layers = cap;
     }
+    l = &p->layers[p->nlayers++];
+    memset(l, 0, sizeof *l);
+    l->ops = nd->ops;
+    snprintf(l->name, sizeof l->name, "%s", nd->name);
     return l;
 }
 
-/* A linear layer at nn.Sequential index seq taking the flattened input. */
-static void add_linear(plan *p, int seq, int c, int h, int w, int out, int relu)
+/* Tensor "<node name>.<what>" of shape (ndim) at the end of the flat
+ * buffer, trained and shared: *off gets its offset. */
+static fed_err plan_tensor(plan *p, const char *node, const char *what, int ndim,
+                           const int *shape, size_t *off, char *why, size_t cap)
 {
-    layer *l = &p->layers[p->nlayers++];
-    int wshape[2] = {out, c * h * w};
+    fed_tensor_info *t;
+    size_t numel = 1;
 
-    memset(l, 0, sizeof *l);
-    l->kind = LAYER_LINEAR;
-    l->relu = relu;
-    l->in_c = c;
-    l->in_h = h;
-    l->in_w = w;
-    l->in_numel = c * h * w;
-    l->out_c = out;
-    l->out_h = l->out_w = 1;
-    l->out_numel = out;
-    add_tensor(p, seq, "weight", 2, wshape);
-    l->w_off = p->tensors[p->ntensors - 1].offset;
-    add_tensor(p, seq, "bias", 1, &out);
-    l->b_off = p->tensors[p->ntensors - 1].offset;
-}
+    if (p->ntensors == p->cap_tensors) {
+        int n = p->cap_tensors ? 2 * p->cap_tensors : 16;
+        fed_tensor_info *g = fed_realloc(p->tensors, (size_t)n * sizeof *g);
 
-static void add_conv(plan *p, int seq, int c, int h, int w, int out, int k)
-{
-    layer *l = &p->layers[p->nlayers++];
-    int wshape[4] = {out, c, k, k};
-
-    memset(l, 0, sizeof *l);
-    l->kind = LAYER_CONV;
-    l->relu = 1;
-    l->in_c = c;
-    l->in_h = h;
-    l->in_w = w;
-    l->in_numel = c * h * w;
-    l->k = k;
-    l->out_c = out;
-    l->out_h = h - k + 1;
-    l->out_w = w - k + 1;
-    l->out_numel = out * l->out_h * l->out_w;
-    l->col_numel = (size_t)c * k * k * l->out_h * l->out_w;
-    add_tensor(p, seq, "weight", 4, wshape);
-    l->w_off = p->tensors[p->ntensors - 1].offset;
-    add_tensor(p, seq, "bias", 1, &out);
-    l->b_off = p->tensors[p->ntensors - 1].offset;
-}
-
-static void add_pool(plan *p, int c, int h, int w)
-{
-    layer *l = &p->layers[p->nlayers++];
-
-    memset(l, 0, sizeof *l);
-    l->kind = LAYER_POOL;
-    l->in_c = l->out_c = c;
-    l->in_h = h;
-    l->in_w = w;
-    l->in_numel = c * h * w;
-    l->out_h = h / 2;
-    l->out_w = w / 2;
-    l->out_numel = c * l->out_h * l->out_w;
-}
-
-static fed_err spec_fail(char *why, size_t cap, fed_err err, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-/* err, with why (cap bytes; may be NULL) saying what was wrong. */
-static fed_err spec_fail(char *why, size_t cap, fed_err err, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (why && cap) {
-        va_start(ap, fmt);
-        vsnprintf(why, cap, fmt, ap);
-        va_end(ap);
+        if (!g)
+            return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
+        p->tensors = g;
+        p->cap_tensors = n;
     }
-    return err;
+    t = &p->tensors[p->ntensors];
+    memset(t, 0, sizeof *t);
+    if (snprintf(t->name, sizeof t->name, "%s.%s", node, what) >= (int)sizeof t->name)
+        return fed_err_why(why, cap, FED_ERR_SPEC,
+                         "model '%s': tensor name '%s.%s' is longer than %zu bytes", p->spec,
+                         node, what, sizeof t->name - 1);
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++) {
+        t->shape[i] = shape[i];
+        numel *= (size_t)shape[i];
+    }
+    t->offset = p->nparams;
+    t->numel = numel;
+    t->flags = FED_TENSOR_TRAINED | FED_TENSOR_SHARED;
+    p->nparams += numel;
+    p->ntensors++;
+    *off = t->offset;
+    return FED_OK;
 }
 
-/* "256,128": widths in [1, MAX_MLP_WIDTH], at most MAX_LAYERS - 1. */
+/* A shape error naming node i and the shapes so far. */
+static fed_err shape_fail(const plan *p, const node_desc *nd, int i, const dims *s, char *why,
+                          size_t cap, const char *what)
+{
+    return fed_err_why(why, cap, FED_ERR_SHAPE,
+                       "model '%s': node %d (%s '%s') on input %dx%dx%d: %s",
+                     p->spec, i, nd->ops->kind, nd->name, s->c, s->h, s->w, what);
+}
+
+/* The window of node nd over input s: stride 0 is 1 (conv) or the kernel
+ * (pool), dilation 0 is 1. */
+static fed_err plan_window(const plan *p, const node_desc *nd, int i, const dims *s, int pool,
+                           fed_window *g, char *why, size_t cap)
+{
+    long eh, ew;
+
+    g->C = s->c;
+    g->H = s->h;
+    g->W = s->w;
+    g->KH = nd->kh;
+    g->KW = nd->kw;
+    g->SH = nd->sh ? nd->sh : pool ? nd->kh : 1;
+    g->SW = nd->sw ? nd->sw : pool ? nd->kw : 1;
+    g->PH = nd->ph;
+    g->PW = nd->pw;
+    g->DH = nd->dh ? nd->dh : 1;
+    g->DW = nd->dw ? nd->dw : 1;
+    if (g->KH < 1 || g->KW < 1 || g->SH < 1 || g->SW < 1 || g->PH < 0 || g->PW < 0 ||
+        g->DH < 1 || g->DW < 1 || g->KH > 4096 || g->KW > 4096 || g->SH > 4096 ||
+        g->SW > 4096 || g->PH > 4096 || g->PW > 4096 || g->DH > 4096 || g->DW > 4096)
+        return shape_fail(p, nd, i, s, why, cap,
+                          "kernel, stride and dilation must be 1 to 4096, padding 0 to 4096");
+    eh = (long)g->H + 2L * g->PH - (long)g->DH * (g->KH - 1) - 1;
+    ew = (long)g->W + 2L * g->PW - (long)g->DW * (g->KW - 1) - 1;
+    if (eh < 0 || ew < 0)
+        return shape_fail(p, nd, i, s, why, cap, "the window is larger than the padded input");
+    g->OH = (int)(eh / g->SH + 1);
+    g->OW = (int)(ew / g->SW + 1);
+    return FED_OK;
+}
+
+/* The output (c, h, w) of ly, checked against the per-layer limit. */
+static fed_err plan_output(const plan *p, const node_desc *nd, int i, dims *s, layer *ly,
+                           int c, int h, int w, char *why, size_t cap)
+{
+    if ((long)c * h > MAX_LAYER_NUMEL || (long)c * h * w > MAX_LAYER_NUMEL)
+        return shape_fail(p, nd, i, s, why, cap, "its output exceeds 2^28 values per sample");
+    ly->in_c = s->c;
+    ly->in_h = s->h;
+    ly->in_w = s->w;
+    ly->in_numel = s->c * s->h * s->w;
+    ly->out_c = c;
+    ly->out_h = h;
+    ly->out_w = w;
+    ly->out_numel = c * h * w;
+    s->c = c;
+    s->h = h;
+    s->w = w;
+    return FED_OK;
+}
+
+/* linear: takes its input flattened, (out, in) weights and a bias. */
+static fed_err linear_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap)
+{
+    layer *ly;
+    long in = (long)s->c * s->h * s->w;
+    int out = nd->out ? nd->out : p->classes, wshape[2] = {out, (int)in};
+    fed_err err;
+
+    if (out < 1 || out > MAX_LAYER_NUMEL)
+        return shape_fail(p, nd, i, s, why, cap, "out must be 1 to 2^28");
+    if (!(ly = plan_layer(p, nd)))
+        return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
+    if ((err = plan_output(p, nd, i, s, ly, out, 1, 1, why, cap)) != FED_OK ||
+        (err = plan_tensor(p, nd->name, "weight", 2, wshape, &ly->w_off, why, cap)) != FED_OK)
+        return err;
+    return plan_tensor(p, nd->name, "bias", 1, &out, &ly->b_off, why, cap);
+}
+
+/* conv: (out, c, kh, kw) weights over any window, and a bias. */
+static fed_err conv_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap)
+{
+    fed_window g;
+    layer *ly;
+    int wshape[4] = {nd->out, s->c, nd->kh, nd->kw};
+    fed_err err;
+
+    if (nd->out < 1 || nd->out > 65536)
+        return shape_fail(p, nd, i, s, why, cap, "out must be 1 to 65536 channels");
+    if ((err = plan_window(p, nd, i, s, 0, &g, why, cap)) != FED_OK)
+        return err;
+    if ((long)s->c * g.KH * g.KW > MAX_LAYER_NUMEL ||
+        (double)s->c * g.KH * g.KW * g.OH * g.OW > (double)MAX_LAYER_NUMEL)
+        return shape_fail(p, nd, i, s, why, cap, "its im2col buffer exceeds 2^28 values");
+    if (!(ly = plan_layer(p, nd)))
+        return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
+    ly->win = g;
+    ly->col_numel = (size_t)s->c * g.KH * g.KW * g.OH * g.OW;
+    ly->dgw_numel = (size_t)nd->out * s->c * g.KH * g.KW;
+    if ((err = plan_output(p, nd, i, s, ly, nd->out, g.OH, g.OW, why, cap)) != FED_OK ||
+        (err = plan_tensor(p, nd->name, "weight", 4, wshape, &ly->w_off, why, cap)) != FED_OK)
+        return err;
+    return plan_tensor(p, nd->name, "bias", 1, &nd->out, &ly->b_off, why, cap);
+}
+
+/* maxpool and avgpool: channels kept, padding at most half the kernel
+ * (PyTorch's rule: no window lies in the padding alone). */
+static fed_err pool_plan(plan *p, const node_desc *nd, int i, dims *s, int argmax, char *why,
+                         size_t cap)
+{
+    fed_window g;
+    layer *ly;
+    fed_err err;
+
+    if (nd->dh > 1 || nd->dw > 1)
+        return shape_fail(p, nd, i, s, why, cap, "pooling takes no dilation");
+    if ((err = plan_window(p, nd, i, s, 1, &g, why, cap)) != FED_OK)
+        return err;
+    if (2 * g.PH > g.KH || 2 * g.PW > g.KW)
+        return shape_fail(p, nd, i, s, why, cap, "padding must be at most half the kernel");
+    if (!(ly = plan_layer(p, nd)))
+        return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
+    ly->win = g;
+    if ((err = plan_output(p, nd, i, s, ly, s->c, g.OH, g.OW, why, cap)) != FED_OK)
+        return err;
+    ly->arg_numel = argmax ? (size_t)ly->out_numel : 0;
+    return FED_OK;
+}
+
+static fed_err maxpool_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap)
+{
+    return pool_plan(p, nd, i, s, 1, why, cap);
+}
+
+static fed_err avgpool_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap)
+{
+    return pool_plan(p, nd, i, s, 0, why, cap);
+}
+
+/* relu: folds into the layer just before it (linear or conv). */
+static fed_err relu_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap)
+{
+    layer *last = p->nlayers ? &p->layers[p->nlayers - 1] : NULL;
+
+    if (!last || !last->ops->fuses_relu || last->relu)
+        return shape_fail(p, nd, i, s, why, cap,
+                          "a relu must follow a linear or conv layer (a relu of its own is "
+                          "not supported yet)");
+    last->relu = 1;
+    return FED_OK;
+}
+
+/* flatten: (c, h, w) -> (c*h*w, 1, 1), a view (nn.Flatten's order). */
+static fed_err flatten_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap)
+{
+    (void)p;
+    (void)nd;
+    (void)i;
+    (void)why;
+    (void)cap;
+    s->c = s->c * s->h * s->w;
+    s->h = s->w = 1;
+    return FED_OK;
+}
+
+/* Plans the graph nodes (count) for input in into p. Nodes form a chain
+ * today: node i takes node i - 1's output. info (may be NULL) gets each
+ * node's output, parameters and FLOPs as far as it got; *planned (may be
+ * NULL) how many nodes were planned. */
+static fed_err plan_graph(const node_desc *nodes, int count, fed_model_shape in, plan *p,
+                          fed_model_node_info *info, int *planned, char *why, size_t cap)
+{
+    dims s = {in.c, in.h, in.w};
+    const layer *last;
+    fed_err err;
+
+    if (planned)
+        *planned = 0;
+    if (count > FED_MODEL_MAX_NODES)
+        return fed_err_why(why, cap, FED_ERR_SPEC, "model '%s': %d nodes, the limit is %d",
+                         p->spec, count, FED_MODEL_MAX_NODES);
+    for (int i = 0; i < count; i++) {
+        if (nodes[i].input != i - 1)
+            return fed_err_why(why, cap, FED_ERR_SPEC,
+                             "model '%s': node %d (%s '%s') takes node %d's output: only "
+                             "chains are supported yet", p->spec, i, nodes[i].ops->kind,
+                             nodes[i].name, nodes[i].input);
+        size_t np0 = p->nparams;
+        int nl0 = p->nlayers;
+
+        if ((err = nodes[i].ops->plan(p, &nodes[i], i, &s, why, cap)) != FED_OK)
+            return err;
+        if (info) {
+            info[i].c = s.c;
+            info[i].h = s.h;
+            info[i].w = s.w;
+            info[i].nparams = p->nparams - np0;
+            info[i].flops = p->nlayers > nl0 ? p->layers[nl0].ops->flops(&p->layers[nl0], nl0 == 0)
+                                             : 0.0;
+        }
+        if (planned)
+            *planned = i + 1;
+    }
+    last = p->nlayers ? &p->layers[p->nlayers - 1] : NULL;
+    if (!last || !last->ops->weight_grads)
+        return fed_err_why(why, cap, FED_ERR_SPEC,
+                         "model '%s': the last layer must be linear or conv (the logits)",
+                         p->spec);
+    if (last->relu)
+        return fed_err_why(why, cap, FED_ERR_SPEC,
+                         "model '%s': a relu on the logits (the last layer) is not supported",
+                         p->spec);
+    if (last->out_numel != in.classes)
+        return fed_err_why(why, cap, FED_ERR_SHAPE,
+                         "model '%s': the last layer gives %dx%dx%d values, the loss wants %d "
+                         "classes", p->spec, last->out_c, last->out_h, last->out_w, in.classes);
+    for (int a = 0; a < p->ntensors; a++)
+        for (int b = a + 1; b < p->ntensors; b++)
+            if (!strcmp(p->tensors[a].name, p->tensors[b].name))
+                return fed_err_why(why, cap, FED_ERR_SPEC,
+                                 "model '%s': two tensors are named '%s' (give each layer its "
+                                 "own name)", p->spec, p->tensors[a].name);
+    return FED_OK;
+}
+
+/* ----------------------------------------------------------- presets -- */
+
+/* Node i of a preset: kind, the Sequential index as its name, input i - 1. */
+static node_desc *preset_node(node_desc *nodes, int i, const char *kind, int out, int k,
+                              int stride)
+{
+    node_desc *nd = &nodes[i];
+
+    memset(nd, 0, sizeof *nd);
+    nd->ops = kind_find(kind);
+    snprintf(nd->name, sizeof nd->name, "%d", i);
+    nd->input = i - 1;
+    nd->out = out;
+    nd->kh = nd->kw = k;
+    nd->sh = nd->sw = stride;
+    nd->dh = nd->dw = 1;
+    return nd;
+}
+
+/* "256,128": widths in [1, MAX_MLP_WIDTH], at most MLP_MAX_HIDDEN. */
 static fed_err parse_widths(const char *spec, const char *s, int *widths, int *count, char *why,
                             size_t cap)
 {
@@ -257,114 +532,377 @@ static fed_err parse_widths(const char *spec, const char *s, int *widths, int *c
             s++;
         }
         if (s == start)
-            return spec_fail(why, cap, FED_ERR_SPEC,
+            return fed_err_why(why, cap, FED_ERR_SPEC,
                              "model spec '%s': layer %d: expected a width (digits)", spec,
                              *count + 1);
-        if (*count >= MAX_LAYERS - 1)
-            return spec_fail(why, cap, FED_ERR_SPEC,
+        if (*count >= MLP_MAX_HIDDEN)
+            return fed_err_why(why, cap, FED_ERR_SPEC,
                              "model spec '%s': more than %d hidden layers", spec,
-                             MAX_LAYERS - 1);
+                             MLP_MAX_HIDDEN);
         if (v < 1)
-            return spec_fail(why, cap, FED_ERR_SPEC,
+            return fed_err_why(why, cap, FED_ERR_SPEC,
                              "model spec '%s': layer %d width %.*s is below the minimum 1", spec,
                              *count + 1, (int)(s - start), start);
         if (v > MAX_MLP_WIDTH)
-            return spec_fail(why, cap, FED_ERR_SPEC,
+            return fed_err_why(why, cap, FED_ERR_SPEC,
                              "model spec '%s': layer %d width %.*s exceeds the limit %d", spec,
                              *count + 1, (int)(s - start), start, MAX_MLP_WIDTH);
         widths[(*count)++] = (int)v;
         if (*s == '\0')
             return FED_OK;
         if (*s++ != ',')
-            return spec_fail(why, cap, FED_ERR_SPEC,
+            return fed_err_why(why, cap, FED_ERR_SPEC,
                              "model spec '%s': layer %d: '%c' after the width, expected ','",
                              spec, *count, s[-1]);
     }
 }
 
-static fed_err plan_cnn(plan *p, fed_model_shape in)
+/* "N" or "NxM" at *s (1 to 65536 each; 0 too when zero_ok), moving *s. */
+static int spec_pair(const char **s, int *a, int *b, int zero_ok)
 {
-    int c = in.c, h = in.h, w = in.w;
+    long v[2] = {0, 0};
+    int got = 0;
 
-    /* Sequential: 0 conv, 1 ReLU, 2 pool, 3 conv, 4 ReLU, 5 pool, 6 Flatten,
-     * 7 linear, 8 ReLU, 9 linear. */
-    if (h - 4 < 2 || w - 4 < 2 || (h - 4) / 2 - 4 < 2 || (w - 4) / 2 - 4 < 2)
-        return FED_ERR_SHAPE;
-    add_conv(p, 0, c, h, w, 32, 5);
-    last_out(p, &c, &h, &w);
-    add_pool(p, c, h, w);
-    last_out(p, &c, &h, &w);
-    add_conv(p, 3, c, h, w, 64, 5);
-    last_out(p, &c, &h, &w);
-    add_pool(p, c, h, w);
-    last_out(p, &c, &h, &w);
-    add_linear(p, 7, c, h, w, 512, 1);
-    add_linear(p, 9, 512, 1, 1, in.classes, 0);
+    do {
+        const char *start = *s;
+
+        while (isdigit((unsigned char)**s) && v[got] <= 65536)
+            v[got] = v[got] * 10 + (*(*s)++ - '0');
+        if (*s == start || v[got] > 65536 || (v[got] < 1 && !zero_ok))
+            return 0;
+        got++;
+    } while (got < 2 && **s == 'x' && (*s)++);
+    *a = (int)v[0];
+    *b = got == 2 ? (int)v[1] : (int)v[0];
+    return 1;
+}
+
+/* One node of a "g:" spec, from s to its end (',' or NUL); 0 when it is
+ * none. */
+static int spec_node(const char *s, const char *end, int i, node_desc *nd)
+{
+    const char *eq = memchr(s, '=', (size_t)(end - s));
+    int *pairs[4][2] = {{&nd->kh, &nd->kw}, {&nd->sh, &nd->sw}, {&nd->ph, &nd->pw},
+                        {&nd->dh, &nd->dw}};
+    unsigned seen = 0;
+
+    memset(nd, 0, sizeof *nd);
+    nd->input = i - 1;
+    if (eq) {
+        if ((size_t)(eq - s) >= sizeof nd->name)
+            return 0;
+        memcpy(nd->name, s, (size_t)(eq - s));
+        if (!fed_model_name_ok(nd->name))
+            return 0;
+        s = eq + 1;
+    } else {
+        snprintf(nd->name, sizeof nd->name, "%d", i);
+    }
+    if (s == end || !(nd->ops = kind_of_letter(*s++)))
+        return 0;
+    while ((nd->ops->opts & OPT_OUT) && s < end && isdigit((unsigned char)*s))
+        if ((nd->out = nd->out * 10 + (*s++ - '0')) > 65536)
+            return 0;
+    while (s < end) {
+        static const char letters[] = "kspd";
+        const char *at = strchr(letters, *s);
+        int k = at && *s ? (int)(at - letters) : -1;
+
+        if (k < 0 || !(nd->ops->opts & (OPT_K << k)) || (seen & (1u << k)))
+            return 0;
+        seen |= 1u << k;
+        s++;
+        if (!spec_pair(&s, pairs[k][0], pairs[k][1], k == 2))
+            return 0;
+    }
+    /* conv needs its out and kernel, pooling its kernel */
+    return s == end && (!(nd->ops->opts & OPT_K) || (seen & 1u)) &&
+           (!(nd->ops->opts & OPT_K) || !(nd->ops->opts & OPT_OUT) || nd->out > 0);
+}
+
+/* A "g:" spec (model.h) into nodes (FED_MODEL_SPEC_MAX / 2). */
+static fed_err graph_spec(const char *spec, node_desc *nodes, int *count, char *why, size_t cap)
+{
+    const char *s = spec + 2;
+    int n = 0;
+
+    for (;;) {
+        const char *end = strchr(s, ',');
+
+        if (!end)
+            end = s + strlen(s);
+        if (n == FED_MODEL_SPEC_MAX / 2 || !spec_node(s, end, n, &nodes[n]))
+            return fed_err_why(why, cap, FED_ERR_SPEC,
+                               "model spec '%s': node %d '%.*s' is none of NAME=Lout, "
+                               "NAME=CoutkK[sS][pP][dD], MkK[sS][pP], AkK[sS][pP], R, F", spec,
+                               n, (int)(end - s), s);
+        n++;
+        if (!*end)
+            break;
+        s = end + 1;
+    }
+    *count = n;
     return FED_OK;
 }
 
-/* why (cap bytes; may be NULL) gets what was wrong on failure. */
-static fed_err make_plan(const char *spec, fed_model_shape in, plan *p, char *why,
-                         size_t cap)
-{
-    memset(p, 0, sizeof *p);
-    if (why && cap)
-        why[0] = '\0';
-    if (!spec)
-        return spec_fail(why, cap, FED_ERR_SPEC, "no model spec");
-    if (strlen(spec) >= FED_MODEL_SPEC_MAX)
-        return spec_fail(why, cap, FED_ERR_SPEC,
-                         "model spec '%.40s...' is %zu bytes, the limit is %d", spec,
-                         strlen(spec), FED_MODEL_SPEC_MAX - 1);
-    /* (c x h first: with it at most 2^24, times w cannot overflow) */
-    if (in.c < 1 || in.h < 1 || in.w < 1 || in.classes < 2 || in.classes > 65536 ||
-        (long)in.c * in.h > (1L << 24) || (long)in.c * in.h * in.w > (1L << 24))
-        return spec_fail(why, cap, FED_ERR_SHAPE,
-                         "model spec '%s': input %dx%dx%d with %d classes is outside the limits "
-                         "(at most %ld values, 2 to 65536 classes)", spec, in.c, in.h, in.w,
-                         in.classes, 1L << 24);
-    if (!strcmp(spec, "logreg")) {
-        add_linear(p, 0, in.c, in.h, in.w, in.classes, 0);
-        return FED_OK;
-    }
-    if (!strcmp(spec, "cnn")) {
-        fed_err err = plan_cnn(p, in);
+/* Appends to spec (cap bytes; *used so far, counted past cap too). */
+static void spec_put(char *spec, size_t cap, size_t *used, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
-        if (err != FED_OK)
-            spec_fail(why, cap, err, "model spec 'cnn': input %dx%d is too small for its two "
-                      "5x5 convolutions and 2x2 pools", in.h, in.w);
-        return err;
+static void spec_put(char *spec, size_t cap, size_t *used, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(*used < cap ? spec + *used : NULL, *used < cap ? cap - *used : 0, fmt, ap);
+    va_end(ap);
+    *used += n > 0 ? (size_t)n : 0;
+}
+
+static void spec_put_pair(char *spec, size_t cap, size_t *used, char key, const int *v)
+{
+    if (v[0] == v[1])
+        spec_put(spec, cap, used, "%c%d", key, v[0]);
+    else
+        spec_put(spec, cap, used, "%c%dx%d", key, v[0], v[1]);
+}
+
+fed_err fed_model_graph_spec(const fed_model_node *nodes, int count, char *spec, size_t cap)
+{
+    size_t used = 0;
+
+    if (cap)
+        spec[0] = '\0';
+    if (count < 1)
+        return FED_ERR_INVAL;
+    spec_put(spec, cap, &used, "g:");
+    for (int i = 0; i < count; i++) {
+        const fed_model_node *nd = &nodes[i];
+        const layer_ops *ops = nd->kind ? kind_find(nd->kind) : NULL;
+        char idx[16];
+
+        if (!ops || (nd->name && !fed_model_name_ok(nd->name)))
+            return FED_ERR_SPEC;
+        if (nd->input != i - 1)
+            return FED_ERR_UNSUPPORTED; /* a chain only, as the graph itself */
+        snprintf(idx, sizeof idx, "%d", i);
+        if (nd->name && strcmp(nd->name, idx) != 0)
+            spec_put(spec, cap, &used, "%s=", nd->name);
+        spec_put(spec, cap, &used, "%c", ops->letter);
+        if ((ops->opts & OPT_OUT) && nd->out > 0)
+            spec_put(spec, cap, &used, "%d", nd->out);
+        if ((ops->opts & OPT_K) && nd->kernel[0] > 0)
+            spec_put_pair(spec, cap, &used, 'k', nd->kernel);
+        if ((ops->opts & OPT_S) && nd->stride[0] > 0)
+            spec_put_pair(spec, cap, &used, 's', nd->stride);
+        if ((ops->opts & OPT_P) && (nd->padding[0] > 0 || nd->padding[1] > 0))
+            spec_put_pair(spec, cap, &used, 'p', nd->padding);
+        if ((ops->opts & OPT_D) && nd->dilation[0] > 0)
+            spec_put_pair(spec, cap, &used, 'd', nd->dilation);
+        if (i + 1 < count)
+            spec_put(spec, cap, &used, ",");
     }
-    if (!strncmp(spec, "mlp:", 4)) {
-        int widths[MAX_LAYERS], count, c = in.c, h = in.h, w = in.w;
-        fed_err err = parse_widths(spec, spec + 4, widths, &count, why, cap);
+    if (used >= cap || used >= FED_MODEL_SPEC_MAX) {
+        if (cap)
+            spec[0] = '\0';
+        return FED_ERR_TOO_LARGE;
+    }
+    return FED_OK;
+}
+
+/* The graph of a preset spec, as PyTorch's nn.Sequential of the same
+ * modules (model.h), or of a "g:" spec: nodes (FED_MODEL_SPEC_MAX / 2). */
+static fed_err preset_graph(const char *spec, fed_model_shape in, node_desc *nodes, int *count,
+                            char *why, size_t cap)
+{
+    int n = 0;
+
+    if (!strcmp(spec, "logreg")) {
+        preset_node(nodes, n++, "linear", in.classes, 0, 0);
+    } else if (!strcmp(spec, "cnn")) {
+        /* 0 conv, 1 ReLU, 2 pool, 3 conv, 4 ReLU, 5 pool, 6 Flatten, 7 linear,
+         * 8 ReLU, 9 linear */
+        if (in.h - 4 < 2 || in.w - 4 < 2 || (in.h - 4) / 2 - 4 < 2 || (in.w - 4) / 2 - 4 < 2)
+            return fed_err_why(why, cap, FED_ERR_SHAPE,
+                             "model spec 'cnn': input %dx%d is too small for its two 5x5 "
+                             "convolutions and 2x2 pools", in.h, in.w);
+        preset_node(nodes, n++, "conv", 32, 5, 1);
+        preset_node(nodes, n++, "relu", 0, 0, 0);
+        preset_node(nodes, n++, "maxpool", 0, 2, 2);
+        preset_node(nodes, n++, "conv", 64, 5, 1);
+        preset_node(nodes, n++, "relu", 0, 0, 0);
+        preset_node(nodes, n++, "maxpool", 0, 2, 2);
+        preset_node(nodes, n++, "flatten", 0, 0, 0);
+        preset_node(nodes, n++, "linear", 512, 0, 0);
+        preset_node(nodes, n++, "relu", 0, 0, 0);
+        preset_node(nodes, n++, "linear", in.classes, 0, 0);
+    } else if (!strncmp(spec, "g:", 2)) {
+        return graph_spec(spec, nodes, count, why, cap);
+    } else if (!strncmp(spec, "mlp:", 4)) {
+        int widths[MLP_MAX_HIDDEN], hidden;
+        fed_err err = parse_widths(spec, spec + 4, widths, &hidden, why, cap);
 
         if (err != FED_OK)
             return err;
-        for (int i = 0; i < count; i++) {
-            add_linear(p, 2 * i, c, h, w, widths[i], 1);
-            last_out(p, &c, &h, &w);
+        for (int i = 0; i < hidden; i++) {
+            preset_node(nodes, n++, "linear", widths[i], 0, 0);
+            preset_node(nodes, n++, "relu", 0, 0, 0);
         }
-        add_linear(p, 2 * count, c, h, w, in.classes, 0);
-        return FED_OK;
+        preset_node(nodes, n++, "linear", in.classes, 0, 0);
+    } else {
+        return fed_err_why(why, cap, FED_ERR_SPEC,
+                         "model spec '%s' is none of logreg, mlp:W1,W2,... or cnn", spec);
     }
-    return spec_fail(why, cap, FED_ERR_SPEC,
-                     "model spec '%s' is none of logreg, mlp:W1,W2,... or cnn", spec);
+    *count = n;
+    return FED_OK;
+}
+
+/* An empty plan p for a model named label on input in, both checked. */
+static fed_err plan_start(const char *label, fed_model_shape in, plan *p, char *why, size_t cap)
+{
+    memset(p, 0, sizeof *p);
+    p->spec = label;
+    p->classes = in.classes;
+    if (why && cap)
+        why[0] = '\0';
+    if (!label)
+        return fed_err_why(why, cap, FED_ERR_SPEC, "no model spec");
+    if (strlen(label) >= FED_MODEL_SPEC_MAX)
+        return fed_err_why(why, cap, FED_ERR_SPEC,
+                         "model spec '%.40s...' is %zu bytes, the limit is %d", label,
+                         strlen(label), FED_MODEL_SPEC_MAX - 1);
+    /* (c x h first: with it at most 2^24, times w cannot overflow) */
+    if (in.c < 1 || in.h < 1 || in.w < 1 || in.classes < 2 || in.classes > 65536 ||
+        (long)in.c * in.h > (1L << 24) || (long)in.c * in.h * in.w > (1L << 24))
+        return fed_err_why(why, cap, FED_ERR_SHAPE,
+                         "model spec '%s': input %dx%dx%d with %d classes is outside the limits "
+                         "(at most %ld values, 2 to 65536 classes)", label, in.c, in.h, in.w,
+                         in.classes, 1L << 24);
+    return FED_OK;
+}
+
+/* The plan of a spec; why (cap bytes; may be NULL) gets what was wrong on
+ * failure. p is to be released with plan_fini either way. */
+static fed_err make_plan(const char *spec, fed_model_shape in, plan *p, char *why,
+                         size_t cap)
+{
+    node_desc nodes[FED_MODEL_SPEC_MAX / 2]; /* a "g:" node takes 2 bytes at least */
+    int count = 0;
+    fed_err err;
+
+    if ((err = plan_start(spec, in, p, why, cap)) != FED_OK ||
+        (err = preset_graph(spec, in, nodes, &count, why, cap)) != FED_OK)
+        return err;
+    return plan_graph(nodes, count, in, p, NULL, NULL, why, cap);
+}
+
+int fed_model_name_ok(const char *name)
+{
+    size_t len = strlen(name);
+
+    if (len < 1 || len > FED_MODEL_NAME_MAX || name[0] == '.' || name[len - 1] == '.')
+        return 0;
+    for (size_t k = 0; k < len; k++)
+        if (!isalnum((unsigned char)name[k]) && name[k] != '_' && name[k] != '.')
+            return 0;
+    return 1;
+}
+
+/* A fed_model_node as node_desc nd (index i): its kind found, its name
+ * checked (letters, digits, '_' and inner '.'; the index when NULL). */
+static fed_err graph_node(const char *label, const fed_model_node *gn, int i, node_desc *nd,
+                          char *why, size_t cap)
+{
+    const char *name = gn->name;
+
+    memset(nd, 0, sizeof *nd);
+    if (!gn->kind || !(nd->ops = kind_find(gn->kind)))
+        return fed_err_why(why, cap, FED_ERR_SPEC,
+                         "model '%s': node %d: unknown layer kind '%s' (linear, conv, maxpool, "
+                         "avgpool, relu, flatten)", label, i, gn->kind ? gn->kind : "(none)");
+    if (name) {
+        if (!fed_model_name_ok(name))
+            return fed_err_why(why, cap, FED_ERR_SPEC,
+                               "model '%s': node %d (%s): name '%s' must be 1 to %d letters, "
+                               "digits, '_' or inner '.'", label, i, gn->kind, name,
+                               FED_MODEL_NAME_MAX);
+        memcpy(nd->name, name, strlen(name) + 1);
+    } else {
+        snprintf(nd->name, sizeof nd->name, "%d", i);
+    }
+    nd->input = gn->input;
+    nd->out = gn->out;
+    nd->kh = gn->kernel[0];
+    nd->kw = gn->kernel[1];
+    nd->sh = gn->stride[0];
+    nd->sw = gn->stride[1];
+    nd->ph = gn->padding[0];
+    nd->pw = gn->padding[1];
+    nd->dh = gn->dilation[0];
+    nd->dw = gn->dilation[1];
+    if (nd->sh < 0 || nd->sw < 0 || nd->dh < 0 || nd->dw < 0)
+        return fed_err_why(why, cap, FED_ERR_SPEC,
+                         "model '%s': node %d (%s '%s'): a negative stride or dilation", label,
+                         i, gn->kind, nd->name);
+    return FED_OK;
+}
+
+/* The plan of a graph (label names it in messages), as make_plan. */
+static fed_err make_graph_plan(const char *label, const fed_model_node *gnodes, int count,
+                               fed_model_shape in, plan *p, fed_model_node_info *info,
+                               int *planned, char *why, size_t cap)
+{
+    node_desc *nodes = NULL;
+    fed_err err;
+
+    if ((err = plan_start(label, in, p, why, cap)) != FED_OK)
+        return err;
+    if (!gnodes || count < 1 || count > FED_MODEL_MAX_NODES)
+        return fed_err_why(why, cap, FED_ERR_SPEC, "model '%s': %d nodes, it takes 1 to %d",
+                         label, count, FED_MODEL_MAX_NODES);
+    if (!(nodes = fed_calloc((size_t)count, sizeof *nodes)))
+        return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
+    for (int i = 0; i < count; i++)
+        if ((err = graph_node(label, &gnodes[i], i, &nodes[i], why, cap)) != FED_OK)
+            goto out;
+    err = plan_graph(nodes, count, in, p, info, planned, why, cap);
+out:
+    fed_free(nodes);
+    return err;
+}
+
+fed_err fed_model_graph_explain(const char *label, const fed_model_node *nodes, int count,
+                                fed_model_shape in, size_t *nparams, char *why, size_t cap)
+{
+    plan p;
+    fed_err err = make_graph_plan(label, nodes, count, in, &p, NULL, NULL, why, cap);
+
+    if (nparams)
+        *nparams = err == FED_OK ? p.nparams : 0;
+    plan_fini(&p);
+    return err;
+}
+
+fed_err fed_model_graph_shapes(const char *label, const fed_model_node *nodes, int count,
+                               fed_model_shape in, fed_model_node_info *info, int *planned,
+                               char *why, size_t cap)
+{
+    plan p;
+    fed_err err = make_graph_plan(label, nodes, count, in, &p, info, planned, why, cap);
+
+    plan_fini(&p);
+    return err;
 }
 
 static fed_err spec_nparams(const char *spec, fed_model_shape in, size_t *nparams, char *why,
                             size_t cap)
 {
-    plan *p = fed_malloc(sizeof *p);
-    fed_err err;
+    plan p;
+    fed_err err = make_plan(spec, in, &p, why, cap);
 
-    *nparams = 0;
-    if (!p)
-        return spec_fail(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
-    err = make_plan(spec, in, p, why, cap);
-    if (err == FED_OK)
-        *nparams = p->nparams;
-    fed_free(p);
+    *nparams = err == FED_OK ? p.nparams : 0;
+    plan_fini(&p);
     return err;
 }
 
@@ -389,9 +927,14 @@ fed_err fed_model_spec_check(const char *spec, fed_model_shape in)
 
 /* ------------------------------------------------------- construction -- */
 
-static fed_err dev_alloc(fed_backend *be, size_t bytes, void *dptr)
+/* bytes on m's backend, counted in m->bytes (fed_model_bytes). */
+static fed_err dev_alloc(fed_model *m, size_t bytes, void *dptr)
 {
-    return be->alloc(be, bytes, (void **)dptr);
+    fed_err e = m->be->alloc(m->be, bytes, (void **)dptr);
+
+    if (e == FED_OK)
+        m->bytes += bytes;
+    return e;
 }
 
 static void dev_free(fed_backend *be, void *p)
@@ -407,11 +950,20 @@ static void ws_fini(fed_model *m, workspace *w)
     dev_free(be, w->x_u8);
     dev_free(be, w->x);
     dev_free(be, w->y);
-    for (int l = 0; l < MAX_LAYERS; l++) {
-        dev_free(be, w->act[l]);
-        dev_free(be, w->col[l]);
-        dev_free(be, w->arg[l]);
+    for (int l = 0; l < m->nlayers; l++) {
+        if (w->act)
+            dev_free(be, w->act[l]);
+        if (w->col)
+            dev_free(be, w->col[l]);
+        if (w->arg)
+            dev_free(be, w->arg[l]);
+        if (w->dpd)
+            dev_free(be, w->dpd[l]);
     }
+    fed_free(w->act);
+    fed_free(w->col);
+    fed_free(w->arg);
+    fed_free(w->dpd);
     dev_free(be, w->d[0]);
     dev_free(be, w->d[1]);
     dev_free(be, w->ones);
@@ -420,21 +972,22 @@ static void ws_fini(fed_model *m, workspace *w)
         dev_free(be, w->dgw[u]);
     }
     fed_free(w->norm2);
-    for (int l = 0; l < MAX_LAYERS; l++)
-        dev_free(be, w->dpd[l]);
 }
 
 static fed_err ws_init(fed_model *m, workspace *w)
 {
     fed_backend *be = m->be;
     size_t cap = (size_t)m->max_batch, feat = (size_t)m->in.c * m->in.h * m->in.w;
-    size_t maxout = 0, maxcol = 0;
+    size_t maxout = 0, maxcol = 0, L = (size_t)m->nlayers;
     fed_err err;
 
-    if ((err = dev_alloc(be, cap * feat, &w->x_u8)) ||
-        (err = dev_alloc(be, cap * feat * sizeof(float), &w->x)) ||
-        (err = dev_alloc(be, cap * sizeof(int32_t), &w->y)) ||
-        (err = dev_alloc(be, cap * sizeof(float), &w->ones)))
+    if (!(w->act = fed_calloc(L, sizeof *w->act)) || !(w->col = fed_calloc(L, sizeof *w->col)) ||
+        !(w->arg = fed_calloc(L, sizeof *w->arg)) || !(w->dpd = fed_calloc(L, sizeof *w->dpd)))
+        return FED_ERR_NOMEM;
+    if ((err = dev_alloc(m, cap * feat, &w->x_u8)) ||
+        (err = dev_alloc(m, cap * feat * sizeof(float), &w->x)) ||
+        (err = dev_alloc(m, cap * sizeof(int32_t), &w->y)) ||
+        (err = dev_alloc(m, cap * sizeof(float), &w->ones)))
         return err;
     be->fill(be, w->ones, 1.0f, cap);
     for (int l = 0; l < m->nlayers; l++) {
@@ -444,69 +997,63 @@ static fed_err ws_init(fed_model *m, workspace *w)
             maxout = (size_t)ly->out_numel;
         if (ly->col_numel > maxcol)
             maxcol = ly->col_numel;
-        if ((err = dev_alloc(be, cap * ly->out_numel * sizeof(float), &w->act[l])))
+        if ((err = dev_alloc(m, cap * ly->out_numel * sizeof(float), &w->act[l])))
             return err;
-        if (ly->kind == LAYER_CONV &&
-            (err = dev_alloc(be, cap * ly->col_numel * sizeof(float), &w->col[l])))
+        if (ly->col_numel &&
+            (err = dev_alloc(m, cap * ly->col_numel * sizeof(float), &w->col[l])))
             return err;
-        if (ly->kind == LAYER_POOL &&
-            (err = dev_alloc(be, cap * ly->out_numel * sizeof(int32_t), &w->arg[l])))
+        if (ly->arg_numel &&
+            (err = dev_alloc(m, cap * ly->arg_numel * sizeof(int32_t), &w->arg[l])))
             return err;
     }
     for (int u = 0; maxcol && u < m->shards; u++)
-        if ((err = dev_alloc(be, maxcol * sizeof(float), &w->dcol[u])))
+        if ((err = dev_alloc(m, maxcol * sizeof(float), &w->dcol[u])))
             return err;
-    if (!strcmp(be->name, "cpu")) { /* DP-SGD's buffers: the CPU backend only */
+    if (be->caps & FED_BACKEND_CAP_DP_SGD) { /* DP-SGD's buffers */
         size_t maxgw = 0;
 
         if (!(w->norm2 = fed_calloc(cap, sizeof *w->norm2)))
             return FED_ERR_NOMEM;
+        m->bytes += cap * sizeof *w->norm2;
         for (int l = 0; l < m->nlayers; l++)
-            if (m->layers[l].kind == LAYER_CONV && m->layers[l].b_off - m->layers[l].w_off > maxgw)
-                maxgw = m->layers[l].b_off - m->layers[l].w_off; /* out_c * in_c*k*k */
+            if (m->layers[l].dgw_numel > maxgw)
+                maxgw = m->layers[l].dgw_numel;
         for (int u = 0; maxgw && u < m->shards; u++)
-            if ((err = dev_alloc(be, maxgw * sizeof(float), &w->dgw[u])))
+            if ((err = dev_alloc(m, maxgw * sizeof(float), &w->dgw[u])))
                 return err;
     }
-    if ((err = dev_alloc(be, cap * maxout * sizeof(float), &w->d[0])) ||
-        (err = dev_alloc(be, cap * maxout * sizeof(float), &w->d[1])))
+    if ((err = dev_alloc(m, cap * maxout * sizeof(float), &w->d[0])) ||
+        (err = dev_alloc(m, cap * maxout * sizeof(float), &w->d[1])))
         return err;
     return FED_OK;
 }
 
-static int has_conv(const plan *p)
+/* Whether be can run every layer of p: else logs the first it cannot. */
+static fed_err backend_fits(const plan *p, const fed_backend *be)
 {
-    for (int l = 0; l < p->nlayers; l++)
-        if (p->layers[l].kind == LAYER_CONV)
-            return 1;
-    return 0;
+    for (int l = 0; l < p->nlayers; l++) {
+        const layer *ly = &p->layers[l];
+        unsigned need = ly->ops->needs ? ly->ops->needs(ly) : 0;
+
+        if (need & ~be->caps) {
+            fed_log(FED_LOG_ERROR, "model: layer '%s' (%s) needs kernels the %s backend lacks",
+                    ly->name, ly->ops->kind, be->name);
+            return FED_ERR_UNSUPPORTED;
+        }
+    }
+    return FED_OK;
 }
 
-fed_err fed_model_new(const char *spec, fed_model_shape in, fed_backend *be, fed_pool *pool,
-                      int shards, int max_batch, fed_model **out)
+/* The model of plan p (its layers and tensors taken over, p emptied). */
+static fed_err model_build(plan *p, fed_model_shape in, fed_backend *be, fed_pool *pool,
+                           int shards, int max_batch, fed_model **out)
 {
     fed_model *m = NULL;
-    plan *p = NULL;
-    char why[256];
     fed_err err;
 
-    *out = NULL;
-    if (!be || max_batch < 1 || max_batch > (1 << 20) || shards < 1 || shards > MAX_SHARDS)
-        return FED_ERR_INVAL;
-    p = fed_malloc(sizeof *p);
-    if (!p)
-        return FED_ERR_NOMEM;
-    err = make_plan(spec, in, p, why, sizeof why);
-    if (err != FED_OK) {
-        fed_log(FED_LOG_ERROR, "%s", why);
+    if ((err = backend_fits(p, be)) != FED_OK)
         goto out;
-    }
-    if (has_conv(p) && (!be->chan_bias_act_fwd || !be->chan_bias_bwd)) {
-        fed_log(FED_LOG_ERROR, "model: backend %s has no convolution kernels", be->name);
-        err = FED_ERR_UNSUPPORTED;
-        goto out;
-    }
-    if (strcmp(be->name, "cpu") != 0)
+    if (!(be->caps & FED_BACKEND_CAP_SHARDS))
         shards = 1; /* a device runs the whole batch itself */
     if (shards > max_batch)
         shards = max_batch;
@@ -528,19 +1075,25 @@ fed_err fed_model_new(const char *spec, fed_model_shape in, fed_backend *be, fed
     m->run.sync_ready = 1;
     atomic_store(&m->run.spin_ns, SPIN_NS);
     atomic_store(&m->run.steal_ns, STEAL_WAIT_NS);
-    snprintf(m->spec, sizeof m->spec, "%s", spec);
+    snprintf(m->spec, sizeof m->spec, "%s", p->spec);
     m->in = in;
     m->be = be;
     m->pool = pool;
     m->shards = shards;
     m->max_batch = max_batch;
     m->nlayers = p->nlayers;
-    memcpy(m->layers, p->layers, sizeof m->layers);
+    m->layers = p->layers;
     m->ntensors = p->ntensors;
-    memcpy(m->tensors, p->tensors, sizeof m->tensors);
+    m->tensors = p->tensors;
     m->nparams = p->nparams;
-    if ((err = dev_alloc(be, m->nparams * sizeof(float), &m->params)) ||
-        (err = dev_alloc(be, m->nparams * sizeof(float), &m->grads)) ||
+    p->layers = NULL;
+    p->tensors = NULL;
+    m->run.max_phases = 2 * m->nlayers + 3;
+    if (!(m->run.claimed = fed_calloc((size_t)m->run.max_phases, sizeof *m->run.claimed)) ||
+        !(m->run.done = fed_calloc((size_t)m->run.max_phases, sizeof *m->run.done)))
+        goto out;
+    if ((err = dev_alloc(m, m->nparams * sizeof(float), &m->params)) ||
+        (err = dev_alloc(m, m->nparams * sizeof(float), &m->grads)) ||
         (err = ws_init(m, &m->ws)))
         goto out;
     *out = m;
@@ -548,7 +1101,45 @@ fed_err fed_model_new(const char *spec, fed_model_shape in, fed_backend *be, fed
     err = FED_OK;
 out:
     fed_model_free(m);
-    fed_free(p);
+    return err;
+}
+
+fed_err fed_model_new(const char *spec, fed_model_shape in, fed_backend *be, fed_pool *pool,
+                      int shards, int max_batch, fed_model **out)
+{
+    plan p;
+    char why[256];
+    fed_err err;
+
+    *out = NULL;
+    if (!be || max_batch < 1 || max_batch > (1 << 20) || shards < 1 || shards > MAX_SHARDS)
+        return FED_ERR_INVAL;
+    err = make_plan(spec, in, &p, why, sizeof why);
+    if (err != FED_OK)
+        fed_log(FED_LOG_ERROR, "%s", why);
+    else
+        err = model_build(&p, in, be, pool, shards, max_batch, out);
+    plan_fini(&p);
+    return err;
+}
+
+fed_err fed_model_new_graph(const char *label, const fed_model_node *nodes, int count,
+                            fed_model_shape in, fed_backend *be, fed_pool *pool, int shards,
+                            int max_batch, fed_model **out)
+{
+    plan p;
+    char why[256];
+    fed_err err;
+
+    *out = NULL;
+    if (!be || max_batch < 1 || max_batch > (1 << 20) || shards < 1 || shards > MAX_SHARDS)
+        return FED_ERR_INVAL;
+    err = make_graph_plan(label, nodes, count, in, &p, NULL, NULL, why, sizeof why);
+    if (err != FED_OK)
+        fed_log(FED_LOG_ERROR, "%s", why);
+    else
+        err = model_build(&p, in, be, pool, shards, max_batch, out);
+    plan_fini(&p);
     return err;
 }
 
@@ -563,6 +1154,10 @@ void fed_model_free(fed_model *m)
         pthread_cond_destroy(&m->run.cv);
         pthread_mutex_destroy(&m->run.mu);
     }
+    fed_free(m->run.claimed);
+    fed_free(m->run.done);
+    fed_free(m->layers);
+    fed_free(m->tensors);
     fed_free(m);
 }
 
@@ -577,6 +1172,7 @@ float *fed_model_grads_dev(fed_model *m) { return m->grads; }
 fed_pool *fed_model_pool(const fed_model *m) { return m->pool; }
 int fed_model_shards(const fed_model *m) { return m->shards; }
 int fed_model_max_batch(const fed_model *m) { return m->max_batch; }
+size_t fed_model_bytes(const fed_model *m) { return m->bytes; }
 
 const fed_tensor_info *fed_model_tensors(const fed_model *m, int *count)
 {
@@ -588,20 +1184,8 @@ double fed_model_flops_per_sample(const fed_model *m)
 {
     double f = 0.0;
 
-    for (int l = 0; l < m->nlayers; l++) {
-        const layer *ly = &m->layers[l];
-        double macs;
-
-        if (ly->kind == LAYER_POOL) {
-            f += 2.0 * ly->in_numel;
-            continue;
-        }
-        macs = ly->kind == LAYER_LINEAR
-                   ? (double)ly->in_numel * ly->out_numel
-                   : (double)ly->col_numel * ly->out_c;
-        /* forward, weight gradient, and input gradient except for layer 0 */
-        f += 2.0 * macs * (l == 0 ? 2.0 : 3.0);
-    }
+    for (int l = 0; l < m->nlayers; l++)
+        f += m->layers[l].ops->flops(&m->layers[l], l == 0);
     return f;
 }
 
@@ -614,27 +1198,56 @@ fed_err fed_model_init(fed_model *m, fed_rng *rng)
 
     if (!host)
         return FED_ERR_NOMEM;
-    for (int l = 0; l < m->nlayers; l++) {
-        const layer *ly = &m->layers[l];
-        size_t fan_in, wn;
-        float bound;
-
-        if (ly->kind == LAYER_POOL)
-            continue;
-        /* kaiming_uniform(a = sqrt(5)) gives bound 1/sqrt(fan_in); the bias
-         * is U(-1/sqrt(fan_in), 1/sqrt(fan_in)) as well. */
-        fan_in = ly->kind == LAYER_LINEAR ? (size_t)ly->in_numel
-                                          : (size_t)ly->in_c * ly->k * ly->k;
-        wn = ly->b_off - ly->w_off;
-        bound = (float)(1.0 / sqrt((double)fan_in));
-        for (size_t i = 0; i < wn; i++)
-            host[ly->w_off + i] = (2.0f * fed_rng_uniform_f(rng) - 1.0f) * bound;
-        for (int i = 0; i < ly->out_c; i++)
-            host[ly->b_off + i] = (2.0f * fed_rng_uniform_f(rng) - 1.0f) * bound;
-    }
+    for (int l = 0; l < m->nlayers; l++)
+        if (m->layers[l].ops->init)
+            m->layers[l].ops->init(&m->layers[l], host, rng);
     err = m->be->upload(m->be, m->params, host, m->nparams * sizeof(float));
     fed_free(host);
     return err;
+}
+
+/* kaiming_uniform(a = sqrt(5)) gives bound 1/sqrt(fan_in); the bias is
+ * U(-1/sqrt(fan_in), 1/sqrt(fan_in)) as well: PyTorch's Linear and Conv2d. */
+static void init_fan_in(const layer *ly, size_t fan_in, float *host, fed_rng *rng)
+{
+    size_t wn = ly->b_off - ly->w_off;
+    float bound = (float)(1.0 / sqrt((double)fan_in));
+
+    for (size_t i = 0; i < wn; i++)
+        host[ly->w_off + i] = (2.0f * fed_rng_uniform_f(rng) - 1.0f) * bound;
+    for (int i = 0; i < ly->out_c; i++)
+        host[ly->b_off + i] = (2.0f * fed_rng_uniform_f(rng) - 1.0f) * bound;
+}
+
+static void linear_init(const layer *ly, float *host, fed_rng *rng)
+{
+    init_fan_in(ly, (size_t)ly->in_numel, host, rng);
+}
+
+static void conv_init(const layer *ly, float *host, fed_rng *rng)
+{
+    init_fan_in(ly, (size_t)ly->in_c * ly->win.KH * ly->win.KW, host, rng);
+}
+
+/* forward, weight gradient, and input gradient except for layer 0 */
+static double linear_flops(const layer *ly, int first)
+{
+    return 2.0 * ((double)ly->in_numel * ly->out_numel) * (first ? 2.0 : 3.0);
+}
+
+static double conv_flops(const layer *ly, int first)
+{
+    return 2.0 * ((double)ly->col_numel * ly->out_c) * (first ? 2.0 : 3.0);
+}
+
+/* every input read, every window's element compared: 2 in_numel for a 2x2
+ * pool of stride 2, as counted before the windows came */
+static double pool_flops(const layer *ly, int first)
+{
+    double win = (double)ly->out_numel * ly->win.KH * ly->win.KW;
+
+    (void)first;
+    return 2.0 * (win > ly->in_numel ? win : (double)ly->in_numel);
 }
 
 fed_err fed_model_get_params(const fed_model *m, float *dst)
@@ -653,7 +1266,7 @@ fed_err fed_model_set_params(fed_model *m, const float *src)
  *                every layer, then the loss (and, training, its gradient:
  *                the logits are replaced in place by dlogits); when layer 0
  *                is linear and S > 1 this is three phases: upload of the
- *                rows, layer 0 by output columns (forward_layer0_cols), the
+ *                rows, layer 0 by output columns (its forward_cols), the
  *                other layers by rows;
  *   phase F + j  (after the F = 1 or 3 forward phases) layer l = L - 1 - j,
  *                unit u: the weight and bias gradients of output-row chunk u
@@ -672,123 +1285,342 @@ static void row_chunk(int R, int S, int u, int *r0, int *r1)
     *r1 = (u + 1) * chunk < R ? (u + 1) * chunk : R;
 }
 
-static void layer_forward(fed_model *m, int l, const float *x, int off, int n)
+
+/* ---- linear ---- */
+
+static void linear_forward(fed_model *m, int l, const float *x, int off, int n)
 {
     fed_backend *be = m->be;
     const layer *ly = &m->layers[l];
-    const float *W = m->params + ly->w_off, *b = m->params + ly->b_off;
     float *y = m->ws.act[l] + (size_t)off * ly->out_numel;
 
-    switch (ly->kind) {
-    case LAYER_LINEAR:
-        /* y (n, out) = x (n, in) W^T, then bias and ReLU in one pass */
-        be->gemm(be, 0, 1, n, ly->out_numel, ly->in_numel, 1.0f, x, ly->in_numel, W,
-                 ly->in_numel, 0.0f, y, ly->out_numel);
-        be->bias_act_fwd(be, y, b, n, ly->out_numel, ly->relu);
-        break;
-    case LAYER_CONV: {
-        int ckk = ly->in_c * ly->k * ly->k, P = ly->out_h * ly->out_w;
-
-        for (int i = 0; i < n; i++) {
-            float *col = m->ws.col[l] + (size_t)(off + i) * ly->col_numel;
-
-            be->im2col(be, x + (size_t)i * ly->in_numel, ly->in_c, ly->in_h, ly->in_w, ly->k,
-                       ly->k, col);
-            /* y_i (out_c, P) = W (out_c, ckk) col (ckk, P) */
-            be->gemm(be, 0, 0, ly->out_c, P, ckk, 1.0f, W, ckk, col, P, 0.0f,
-                     y + (size_t)i * ly->out_numel, P);
-        }
-        be->chan_bias_act_fwd(be, y, b, n, ly->out_c, P, ly->relu);
-        break;
-    }
-    case LAYER_POOL:
-        be->maxpool_fwd(be, x, n * ly->in_c, ly->in_h, ly->in_w, y,
-                        m->ws.arg[l] + (size_t)off * ly->out_numel);
-        break;
-    }
+    /* y (n, out) = x (n, in) W^T, then bias and ReLU in one pass */
+    be->gemm(be, 0, 1, n, ly->out_numel, ly->in_numel, 1.0f, x, ly->in_numel,
+             m->params + ly->w_off, ly->in_numel, 0.0f, y, ly->out_numel);
+    be->bias_act_fwd(be, y, m->params + ly->b_off, n, ly->out_numel, ly->relu);
 }
 
-/* Weight and bias gradients of layer l, output rows of chunk u, over all n
- * samples; dy (n, out) is already masked by this layer's ReLU. */
-static void weight_grads(fed_model *m, int l, int u, const float *dy, int n)
+/* Layer 0 (linear) by output columns: unit u computes y[:, r0:r1] for the
+ * whole batch from its own rows of W, the rows it updates (so they stay in
+ * its core's cache), and each core reads half of W instead of all of it. */
+static void linear_forward_cols(fed_model *m, int u, int n)
+{
+    fed_backend *be = m->be;
+    const layer *ly = &m->layers[0];
+    int in = ly->in_numel, out = ly->out_numel, r0, r1;
+    float *y = m->ws.act[0];
+
+    row_chunk(out, m->shards, u, &r0, &r1);
+    if (r0 >= r1)
+        return;
+    be->gemm(be, 0, 1, n, r1 - r0, in, 1.0f, m->ws.x, in, m->params + ly->w_off + (size_t)r0 * in,
+             in, 0.0f, y + r0, out);
+    for (int b = 0; b < n; b++)
+        be->bias_act_fwd(be, y + (size_t)b * out + r0, m->params + ly->b_off + r0, 1, r1 - r0,
+                         ly->relu);
+}
+
+/* Weight and bias gradients of output rows of chunk u, over all n samples;
+ * dy (n, out) is already masked by this layer's ReLU. */
+static void linear_weight_grads(fed_model *m, int l, int u, const float *dy, int n)
 {
     fed_backend *be = m->be;
     const layer *ly = &m->layers[l];
     const float *x = l > 0 ? m->ws.act[l - 1] : m->ws.x;
     float *dW = m->grads + ly->w_off, *db = m->grads + ly->b_off;
-    int r0, r1, acc = m->run.accumulate;
-    float beta = acc ? 1.0f : 0.0f;
+    int r0, r1, in = ly->in_numel, out = ly->out_numel;
+    float beta = m->run.accumulate ? 1.0f : 0.0f;
 
-    if (ly->kind == LAYER_POOL)
-        return;
     row_chunk(ly->out_c, m->shards, u, &r0, &r1);
     if (r0 >= r1)
         return;
-    if (ly->kind == LAYER_LINEAR) {
-        int in = ly->in_numel, out = ly->out_numel;
+    /* dW[r0:r1] (r, in) = dy[:, r0:r1]^T (r, n) x (n, in) */
+    be->gemm(be, 1, 0, r1 - r0, in, n, 1.0f, dy + r0, out, x, in, beta, dW + (size_t)r0 * in, in);
+    /* db[r0:r1] = dy[:, r0:r1]^T ones (n) */
+    be->gemm(be, 1, 0, r1 - r0, 1, n, 1.0f, dy + r0, out, m->ws.ones, 1, beta, db + r0, 1);
+}
 
-        /* dW[r0:r1] (r, in) = dy[:, r0:r1]^T (r, n) x (n, in) */
-        be->gemm(be, 1, 0, r1 - r0, in, n, 1.0f, dy + r0, out, x, in, beta,
-                 dW + (size_t)r0 * in, in);
-        /* db[r0:r1] = dy[:, r0:r1]^T ones (n) */
-        be->gemm(be, 1, 0, r1 - r0, 1, n, 1.0f, dy + r0, out, m->ws.ones, 1, beta, db + r0, 1);
+static void linear_input_grads(fed_model *m, int l, int u, const float *dy, float *dx, int off,
+                               int n)
+{
+    fed_backend *be = m->be;
+    const layer *ly = &m->layers[l];
+
+    (void)u;
+    /* dx (n, in) = dy (n, out) W (out, in) */
+    be->gemm(be, 0, 0, n, ly->in_numel, ly->out_numel, 1.0f, dy + (size_t)off * ly->out_numel,
+             ly->out_numel, m->params + ly->w_off, ly->in_numel, 0.0f,
+             dx + (size_t)off * ly->in_numel, ly->in_numel);
+}
+
+static double sumsq_f(const float *x, size_t n)
+{
+    double s = 0.0;
+
+    for (size_t i = 0; i < n; i++)
+        s += (double)x[i] * x[i];
+    return s;
+}
+
+/* Sample i's weight gradient is dy_i x_i^T, so its squared norm is
+ * |dy_i|^2 |x_i|^2, and its bias's |dy_i|^2: no per-sample gradient made. */
+static void linear_dp_norm2(fed_model *m, int l, int u, const float *dy, const float *x, int off,
+                            int n, double *norm2)
+{
+    const layer *ly = &m->layers[l];
+
+    (void)u;
+    for (int i = 0; i < n; i++)
+        norm2[i] += sumsq_f(dy + (size_t)(off + i) * ly->out_numel, ly->out_numel) *
+                    (sumsq_f(x + (size_t)(off + i) * ly->in_numel, ly->in_numel) + 1.0);
+}
+
+/* ---- conv ---- */
+
+/* Stride 1, no padding, no dilation: the kernels every backend has. */
+static int conv_plain(const layer *ly)
+{
+    const fed_window *g = &ly->win;
+
+    return g->SH == 1 && g->SW == 1 && g->PH == 0 && g->PW == 0 && g->DH == 1 && g->DW == 1;
+}
+
+static unsigned conv_needs(const layer *ly)
+{
+    return FED_BACKEND_CAP_CONV | (conv_plain(ly) ? 0u : FED_BACKEND_CAP_WINDOW);
+}
+
+static void conv_im2col(fed_backend *be, const layer *ly, const float *x, float *col)
+{
+    const fed_window *g = &ly->win;
+
+    if (conv_plain(ly))
+        be->im2col(be, x, g->C, g->H, g->W, g->KH, g->KW, col);
+    else
+        be->im2col_win(be, x, g, col);
+}
+
+static void conv_col2im(fed_backend *be, const layer *ly, const float *dcol, float *dx)
+{
+    const fed_window *g = &ly->win;
+
+    if (conv_plain(ly))
+        be->col2im(be, dcol, g->C, g->H, g->W, g->KH, g->KW, dx);
+    else
+        be->col2im_win(be, dcol, g, dx);
+}
+
+static void conv_forward(fed_model *m, int l, const float *x, int off, int n)
+{
+    fed_backend *be = m->be;
+    const layer *ly = &m->layers[l];
+    const float *W = m->params + ly->w_off;
+    float *y = m->ws.act[l] + (size_t)off * ly->out_numel;
+    int ckk = ly->in_c * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
+
+    for (int i = 0; i < n; i++) {
+        float *col = m->ws.col[l] + (size_t)(off + i) * ly->col_numel;
+
+        conv_im2col(be, ly, x + (size_t)i * ly->in_numel, col);
+        /* y_i (out_c, P) = W (out_c, ckk) col (ckk, P) */
+        be->gemm(be, 0, 0, ly->out_c, P, ckk, 1.0f, W, ckk, col, P, 0.0f,
+                 y + (size_t)i * ly->out_numel, P);
+    }
+    be->chan_bias_act_fwd(be, y, m->params + ly->b_off, n, ly->out_c, P, ly->relu);
+}
+
+static void conv_weight_grads(fed_model *m, int l, int u, const float *dy, int n)
+{
+    fed_backend *be = m->be;
+    const layer *ly = &m->layers[l];
+    float *dW = m->grads + ly->w_off, *db = m->grads + ly->b_off;
+    int r0, r1, acc = m->run.accumulate;
+    int ckk = ly->in_c * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
+
+    row_chunk(ly->out_c, m->shards, u, &r0, &r1);
+    if (r0 >= r1)
         return;
+    for (int i = 0; i < n; i++) {
+        const float *dyi = dy + (size_t)i * ly->out_numel + (size_t)r0 * P;
+
+        /* dW[r0:r1] (r, ckk) += dy_i[r0:r1] (r, P) col_i^T (P, ckk) */
+        be->gemm(be, 0, 1, r1 - r0, ckk, P, 1.0f, dyi, P,
+                 m->ws.col[l] + (size_t)i * ly->col_numel, P, i || acc ? 1.0f : 0.0f,
+                 dW + (size_t)r0 * ckk, ckk);
+        if (r1 - r0 < ly->out_c)
+            be->chan_bias_bwd(be, db + r0, dyi, 1, r1 - r0, P, i > 0 || acc);
     }
-    {
-        int ckk = ly->in_c * ly->k * ly->k, P = ly->out_h * ly->out_w;
+    if (r1 - r0 == ly->out_c) /* all channels: one call over the batch */
+        be->chan_bias_bwd(be, db, dy, n, ly->out_c, P, acc);
+}
 
-        for (int i = 0; i < n; i++) {
-            const float *dyi = dy + (size_t)i * ly->out_numel + (size_t)r0 * P;
+static void conv_input_grads(fed_model *m, int l, int u, const float *dy, float *dx, int off,
+                             int n)
+{
+    fed_backend *be = m->be;
+    const layer *ly = &m->layers[l];
+    const float *W = m->params + ly->w_off, *dyo = dy + (size_t)off * ly->out_numel;
+    float *dxo = dx + (size_t)off * ly->in_numel;
+    int ckk = ly->in_c * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
 
-            /* dW[r0:r1] (r, ckk) += dy_i[r0:r1] (r, P) col_i^T (P, ckk) */
-            be->gemm(be, 0, 1, r1 - r0, ckk, P, 1.0f, dyi, P,
-                     m->ws.col[l] + (size_t)i * ly->col_numel, P, i || acc ? 1.0f : 0.0f,
-                     dW + (size_t)r0 * ckk, ckk);
-            if (r1 - r0 < ly->out_c)
-                be->chan_bias_bwd(be, db + r0, dyi, 1, r1 - r0, P, i > 0 || acc);
+    be->fill(be, dxo, 0.0f, (size_t)n * ly->in_numel);
+    for (int i = 0; i < n; i++) {
+        /* dcol (ckk, P) = W^T (ckk, out_c) dy_i (out_c, P), folded back */
+        be->gemm(be, 1, 0, ckk, P, ly->out_c, 1.0f, W, ckk, dyo + (size_t)i * ly->out_numel, P,
+                 0.0f, m->ws.dcol[u], P);
+        conv_col2im(be, ly, m->ws.dcol[u], dxo + (size_t)i * ly->in_numel);
+    }
+}
+
+/* Sample i's weight gradient dy_i (out_c, P) col_i^T (P, ckk) is made, one
+ * at a time in the unit's scratch; its bias's is dy_i summed over P. */
+static void conv_dp_norm2(fed_model *m, int l, int u, const float *dy, const float *x, int off,
+                          int n, double *norm2)
+{
+    fed_backend *be = m->be;
+    const layer *ly = &m->layers[l];
+    int ckk = ly->in_c * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
+
+    (void)x;
+    for (int i = 0; i < n; i++) {
+        const float *dyi = dy + (size_t)(off + i) * ly->out_numel;
+
+        be->gemm(be, 0, 1, ly->out_c, ckk, P, 1.0f, dyi, P,
+                 m->ws.col[l] + (size_t)(off + i) * ly->col_numel, P, 0.0f, m->ws.dgw[u], ckk);
+        norm2[i] += sumsq_f(m->ws.dgw[u], (size_t)ly->out_c * ckk);
+        for (int c = 0; c < ly->out_c; c++) {
+            double b = 0.0;
+
+            for (int p = 0; p < P; p++)
+                b += dyi[(size_t)c * P + p];
+            norm2[i] += b * b;
         }
-        if (r1 - r0 == ly->out_c) /* all channels: one call over the batch */
-            be->chan_bias_bwd(be, db, dy, n, ly->out_c, P, acc);
     }
+}
+
+/* ---- maxpool, avgpool ---- */
+
+/* A 2x2 window of stride 2 without padding: the kernels every backend has. */
+static int pool_plain(const layer *ly)
+{
+    const fed_window *g = &ly->win;
+
+    return g->KH == 2 && g->KW == 2 && g->SH == 2 && g->SW == 2 && g->PH == 0 && g->PW == 0;
+}
+
+static unsigned maxpool_needs(const layer *ly)
+{
+    return pool_plain(ly) ? FED_BACKEND_CAP_CONV : FED_BACKEND_CAP_WINDOW;
+}
+
+static void maxpool_forward(fed_model *m, int l, const float *x, int off, int n)
+{
+    fed_backend *be = m->be;
+    const layer *ly = &m->layers[l];
+    float *y = m->ws.act[l] + (size_t)off * ly->out_numel;
+    int32_t *arg = m->ws.arg[l] + (size_t)off * ly->arg_numel;
+
+    if (pool_plain(ly))
+        be->maxpool_fwd(be, x, n * ly->in_c, ly->in_h, ly->in_w, y, arg);
+    else
+        be->maxpool_win_fwd(be, x, n, &ly->win, y, arg);
+}
+
+static void maxpool_input_grads(fed_model *m, int l, int u, const float *dy, float *dx, int off,
+                                int n)
+{
+    fed_backend *be = m->be;
+    const layer *ly = &m->layers[l];
+    const float *dyo = dy + (size_t)off * ly->out_numel;
+    const int32_t *arg = m->ws.arg[l] + (size_t)off * ly->arg_numel;
+    float *dxo = dx + (size_t)off * ly->in_numel;
+
+    (void)u;
+    if (pool_plain(ly))
+        be->maxpool_bwd(be, dyo, arg, n * ly->in_c, ly->in_h, ly->in_w, dxo);
+    else
+        be->maxpool_win_bwd(be, dyo, arg, n, &ly->win, dxo);
+}
+
+static unsigned avgpool_needs(const layer *ly)
+{
+    (void)ly;
+    return FED_BACKEND_CAP_WINDOW;
+}
+
+static void avgpool_forward(fed_model *m, int l, const float *x, int off, int n)
+{
+    const layer *ly = &m->layers[l];
+
+    m->be->avgpool_win_fwd(m->be, x, n, &ly->win, m->ws.act[l] + (size_t)off * ly->out_numel);
+}
+
+static void avgpool_input_grads(fed_model *m, int l, int u, const float *dy, float *dx, int off,
+                                int n)
+{
+    const layer *ly = &m->layers[l];
+
+    (void)u;
+    m->be->avgpool_win_bwd(m->be, dy + (size_t)off * ly->out_numel, n, &ly->win,
+                           dx + (size_t)off * ly->in_numel);
+}
+
+/* ---- the table ---- */
+
+static const layer_ops LAYER_KINDS[] = {
+    {.kind = "linear", .letter = 'L', .opts = OPT_OUT, .plan = linear_plan,
+     .forward = linear_forward,
+     .forward_cols = linear_forward_cols, .input_grads = linear_input_grads,
+     .weight_grads = linear_weight_grads, .flops = linear_flops, .init = linear_init,
+     .dp_norm2 = linear_dp_norm2, .fuses_relu = 1, .keep_dy = 1},
+    {.kind = "conv", .letter = 'C', .opts = OPT_OUT | OPT_K | OPT_S | OPT_P | OPT_D,
+     .plan = conv_plan, .needs = conv_needs, .forward = conv_forward,
+     .input_grads = conv_input_grads, .weight_grads = conv_weight_grads, .flops = conv_flops,
+     .init = conv_init, .dp_norm2 = conv_dp_norm2, .fuses_relu = 1},
+    {.kind = "maxpool", .letter = 'M', .opts = OPT_K | OPT_S | OPT_P, .plan = maxpool_plan,
+     .needs = maxpool_needs, .forward = maxpool_forward,
+     .input_grads = maxpool_input_grads, .flops = pool_flops},
+    {.kind = "avgpool", .letter = 'A', .opts = OPT_K | OPT_S | OPT_P, .plan = avgpool_plan,
+     .needs = avgpool_needs, .forward = avgpool_forward,
+     .input_grads = avgpool_input_grads, .flops = pool_flops},
+    {.kind = "relu", .letter = 'R', .plan = relu_plan},
+    {.kind = "flatten", .letter = 'F', .plan = flatten_plan},
+};
+
+static const layer_ops *kind_find(const char *kind)
+{
+    for (size_t i = 0; i < sizeof LAYER_KINDS / sizeof LAYER_KINDS[0]; i++)
+        if (!strcmp(LAYER_KINDS[i].kind, kind))
+            return &LAYER_KINDS[i];
+    return NULL;
+}
+
+static const layer_ops *kind_of_letter(char letter)
+{
+    for (size_t i = 0; i < sizeof LAYER_KINDS / sizeof LAYER_KINDS[0]; i++)
+        if (LAYER_KINDS[i].letter == letter)
+            return &LAYER_KINDS[i];
+    return NULL;
 }
 
 /* Input gradient of layer l > 0 for rows [off, off + n), into dx, then
  * masked by the ReLU of layer l - 1. */
 static void input_grads(fed_model *m, int l, int u, const float *dy, float *dx, int off, int n)
 {
-    fed_backend *be = m->be;
     const layer *ly = &m->layers[l];
-    const float *W = m->params + ly->w_off;
-    const float *dyo = dy + (size_t)off * ly->out_numel;
-    float *dxo = dx + (size_t)off * ly->in_numel;
 
-    switch (ly->kind) {
-    case LAYER_LINEAR:
-        /* dx (n, in) = dy (n, out) W (out, in) */
-        be->gemm(be, 0, 0, n, ly->in_numel, ly->out_numel, 1.0f, dyo, ly->out_numel, W,
-                 ly->in_numel, 0.0f, dxo, ly->in_numel);
-        break;
-    case LAYER_CONV: {
-        int ckk = ly->in_c * ly->k * ly->k, P = ly->out_h * ly->out_w;
-
-        be->fill(be, dxo, 0.0f, (size_t)n * ly->in_numel);
-        for (int i = 0; i < n; i++) {
-            /* dcol (ckk, P) = W^T (ckk, out_c) dy_i (out_c, P), folded back */
-            be->gemm(be, 1, 0, ckk, P, ly->out_c, 1.0f, W, ckk, dyo + (size_t)i * ly->out_numel,
-                     P, 0.0f, m->ws.dcol[u], P);
-            be->col2im(be, m->ws.dcol[u], ly->in_c, ly->in_h, ly->in_w, ly->k, ly->k,
-                       dxo + (size_t)i * ly->in_numel);
-        }
-        break;
-    }
-    case LAYER_POOL:
-        be->maxpool_bwd(be, dyo, m->ws.arg[l] + (size_t)off * ly->out_numel, n * ly->in_c,
-                        ly->in_h, ly->in_w, dxo);
-        break;
-    }
+    ly->ops->input_grads(m, l, u, dy, dx, off, n);
     if (m->layers[l - 1].relu)
-        be->relu_bwd(be, dxo, m->ws.act[l - 1] + (size_t)off * ly->in_numel,
-                     (size_t)n * ly->in_numel);
+        m->be->relu_bwd(m->be, dx + (size_t)off * ly->in_numel,
+                        m->ws.act[l - 1] + (size_t)off * ly->in_numel, (size_t)n * ly->in_numel);
+}
+
+/* Weight and bias gradients of layer l, output rows of chunk u, over all n
+ * samples; nothing for a layer without parameters. */
+static void weight_grads(fed_model *m, int l, int u, const float *dy, int n)
+{
+    if (m->layers[l].ops->weight_grads)
+        m->layers[l].ops->weight_grads(m, l, u, dy, n);
 }
 
 static fed_err upload_rows(fed_model *m, int off, int n)
@@ -815,25 +1647,6 @@ static fed_err upload_rows(fed_model *m, int off, int n)
 /* Layer 0 (linear) by output columns: unit u computes y[:, r0:r1] for the
  * whole batch from its own rows of W, the rows it updates (so they stay in
  * its core's cache), and each core reads half of W instead of all of it. */
-static void forward_layer0_cols(fed_model *m, int u, int n)
-{
-    fed_backend *be = m->be;
-    const layer *ly = &m->layers[0];
-    int in = ly->in_numel, out = ly->out_numel, r0, r1;
-    float *y = m->ws.act[0];
-
-    row_chunk(out, m->shards, u, &r0, &r1);
-    if (r0 >= r1)
-        return;
-    be->gemm(be, 0, 1, n, r1 - r0, in, 1.0f, m->ws.x, in, m->params + ly->w_off + (size_t)r0 * in,
-             in, 0.0f, y + r0, out);
-    for (int b = 0; b < n; b++)
-        be->bias_act_fwd(be, y + (size_t)b * out + r0, m->params + ly->b_off + r0, 1, r1 - r0,
-                         ly->relu);
-}
-
-/* Layers from..L-1 for unit u's rows, then the loss (and its gradient when
- * training: the logits are replaced by dlogits). */
 static void forward_rows(fed_model *m, int u, int from)
 {
     step_run *r = &m->run;
@@ -847,7 +1660,7 @@ static void forward_rows(fed_model *m, int u, int from)
     x = from == 0 ? m->ws.x + (size_t)off * feat
                   : m->ws.act[from - 1] + (size_t)off * m->layers[from - 1].out_numel;
     for (int l = from; l <= last; l++) {
-        layer_forward(m, l, x, off, n);
+        m->layers[l].ops->forward(m, l, x, off, n);
         x = m->ws.act[l] + (size_t)off * m->layers[l].out_numel;
     }
     logits = m->ws.act[last] + (size_t)off * C;
@@ -873,19 +1686,10 @@ static void forward_unit(fed_model *m, int f, int u)
         if (r->fwd_phases == 1)
             forward_rows(m, u, 0);
     } else if (f == 1) {
-        forward_layer0_cols(m, u, ntotal);
+        m->layers[0].ops->forward_cols(m, u, ntotal);
     } else {
         forward_rows(m, u, 1);
     }
-}
-
-static double sumsq_f(const float *x, size_t n)
-{
-    double s = 0.0;
-
-    for (size_t i = 0; i < n; i++)
-        s += (double)x[i] * x[i];
-    return s;
 }
 
 /* DP-SGD's phases, one per layer l from the last, unit u's own rows: layer
@@ -893,18 +1697,15 @@ static double sumsq_f(const float *x, size_t n)
  * into the layer below (a phase per layer, as the backward's: the gradient
  * buffers are laid out per layer, so one unit's rows of one layer overlap
  * another's rows of the next); after layer 0, each sample's dlogits scaled
- * by min(1, clip / norm) * scale. Linear layer: sample i's weight gradient is
- * dy_i x_i^T, so its squared norm is |dy_i|^2 |x_i|^2, and its bias's
- * |dy_i|^2, with no per-sample gradient made. Convolution: sample i's weight
- * gradient dy_i (out_c, P) col_i^T (P, ckk) is made, one at a time in the
- * unit's scratch, and its bias's is dy_i summed over P. Reads the CPU
+ * by min(1, clip / norm) * scale. Each kind's dp_norm2 entry gives its part
+ * (linear: |dy_i|^2 (|x_i|^2 + 1), no per-sample gradient made; conv: the
+ * per-sample weight gradient made in the unit's scratch). Reads the CPU
  * backend's buffers directly (DP-SGD is CPU only). The backward phases then
  * run from the scaled dlogits: backpropagation is linear in them, so each
  * layer's gradient becomes sum_i scale_i g_i. */
 static void dp_unit(fed_model *m, int l, int u)
 {
     step_run *r = &m->run;
-    fed_backend *be = m->be;
     const layer *ly = &m->layers[l];
     int L = m->nlayers, off = r->off[u], n = r->n[u], C = m->in.classes;
     double *norm2 = m->ws.norm2 + off;
@@ -918,29 +1719,8 @@ static void dp_unit(fed_model *m, int l, int u)
     if (l == L - 1)
         for (int i = 0; i < n; i++)
             norm2[i] = 0.0;
-    if (ly->kind == LAYER_LINEAR) {
-        for (int i = 0; i < n; i++)
-            norm2[i] += sumsq_f(dy + (size_t)(off + i) * ly->out_numel, ly->out_numel) *
-                        (sumsq_f(x + (size_t)(off + i) * ly->in_numel, ly->in_numel) + 1.0);
-    } else if (ly->kind == LAYER_CONV) {
-        int ckk = ly->in_c * ly->k * ly->k, P = ly->out_h * ly->out_w;
-
-        for (int i = 0; i < n; i++) {
-            const float *dyi = dy + (size_t)(off + i) * ly->out_numel;
-
-            be->gemm(be, 0, 1, ly->out_c, ckk, P, 1.0f, dyi, P,
-                     m->ws.col[l] + (size_t)(off + i) * ly->col_numel, P, 0.0f, m->ws.dgw[u],
-                     ckk);
-            norm2[i] += sumsq_f(m->ws.dgw[u], (size_t)ly->out_c * ckk);
-            for (int c = 0; c < ly->out_c; c++) {
-                double b = 0.0;
-
-                for (int p = 0; p < P; p++)
-                    b += dyi[(size_t)c * P + p];
-                norm2[i] += b * b;
-            }
-        }
-    }
+    if (ly->ops->dp_norm2)
+        ly->ops->dp_norm2(m, l, u, dy, x, off, n, norm2);
     if (l > 0) {
         input_grads(m, l, u, dy, dx, off, n);
         return;
@@ -973,7 +1753,7 @@ static void update_rows(fed_model *m, int l, int u)
     size_t per_row;
     int r0, r1;
 
-    if (ly->kind == LAYER_POOL)
+    if (!ly->ops->weight_grads)
         return;
     row_chunk(ly->out_c, m->shards, u, &r0, &r1);
     if (r0 >= r1)
@@ -1168,7 +1948,7 @@ static fed_err run_batch(fed_model *m, const fed_batch *b, int train, fed_model_
     r->update = update;
     r->update_ctx = update_ctx;
     /* a column split of layer 0 pays when it is linear and shared out */
-    r->fwd_phases = m->shards > 1 && m->layers[0].kind == LAYER_LINEAR ? 3 : 1;
+    r->fwd_phases = m->shards > 1 && m->layers[0].ops->forward_cols ? 3 : 1;
     r->bwd0 = r->fwd_phases + (train && r->dp ? m->nlayers : 0);
     r->nphases = r->bwd0 + (train ? m->nlayers : 0);
     for (int u = 0; u < S; u++) {
@@ -1226,11 +2006,11 @@ static fed_err dp_keep_grads(fed_model *m)
     if (m->ws.dpd_on)
         return FED_OK;
     for (int l = 0; l < m->nlayers; l++)
-        if (m->layers[l].kind != LAYER_LINEAR)
+        if (!m->layers[l].ops->keep_dy)
             return FED_OK;
     for (int l = 0; l + 1 < m->nlayers; l++)
         if (!m->ws.dpd[l] &&
-            (err = dev_alloc(m->be, (size_t)m->max_batch * m->layers[l].out_numel * sizeof(float),
+            (err = dev_alloc(m, (size_t)m->max_batch * m->layers[l].out_numel * sizeof(float),
                              &m->ws.dpd[l])) != FED_OK)
             return err;
     m->ws.dpd_on = 1;
@@ -1243,7 +2023,7 @@ fed_err fed_model_dp_grads(fed_model *m, const fed_batch *b, float clip, float s
     step_run *r = &m->run;
     fed_err err;
 
-    if (strcmp(m->be->name, "cpu") != 0 || !m->ws.norm2)
+    if (!(m->be->caps & FED_BACKEND_CAP_DP_SGD) || !m->ws.norm2)
         return FED_ERR_UNSUPPORTED;
     if (!(clip > 0.0f) || !isfinite(clip) || !(scale >= 0.0f) || !isfinite(scale) || !b)
         return FED_ERR_INVAL;
@@ -1254,6 +2034,12 @@ fed_err fed_model_dp_grads(fed_model *m, const fed_batch *b, float clip, float s
     }
     if ((err = check_batch(m, b, m->max_batch)) != FED_OK)
         return err;
+    for (int l = 0; l < m->nlayers; l++)
+        if (m->layers[l].ops->weight_grads && !m->layers[l].ops->dp_norm2) {
+            fed_log(FED_LOG_ERROR, "model: DP-SGD has no per-sample norm for layer '%s' (%s)",
+                    m->layers[l].name, m->layers[l].ops->kind);
+            return FED_ERR_UNSUPPORTED;
+        }
     if ((err = dp_keep_grads(m)) != FED_OK)
         return err;
     r->dp = 1;
@@ -1269,21 +2055,63 @@ fed_err fed_model_dp_grads(fed_model *m, const fed_batch *b, float clip, float s
     return err;
 }
 
-fed_err fed_model_evaluate(fed_model *m, const fed_batch *b, fed_step_stats *st)
+fed_err fed_model_logits(fed_model *m, const fed_batch *b, float *out)
+{
+    fed_err err = check_batch(m, b, m->max_batch);
+
+    if (err != FED_OK || (err = run_batch(m, b, 0, NULL, NULL, NULL)) != FED_OK)
+        return err;
+    return m->be->download(m->be, out, m->ws.act[m->nlayers - 1],
+                           (size_t)b->n * m->in.classes * sizeof(float));
+}
+
+/* n rows of C logits, floats at the start of p, into their softmax as
+ * doubles over the whole of p (n * C). From the last element to the first:
+ * double i covers floats 2i and 2i + 1, which are read by then (i >= 1), and
+ * float 0 is read before double 0 is written. */
+static void softmax_rows(double *p, int n, int C)
+{
+    const float *z = (const float *)p;
+
+    for (int i = n - 1; i >= 0; i--) {
+        const float *row = z + (size_t)i * C;
+        double mx = row[0], sum = 0.0;
+
+        for (int c = 1; c < C; c++)
+            mx = row[c] > mx ? row[c] : mx;
+        for (int c = 0; c < C; c++)
+            sum += exp((double)row[c] - mx);
+        for (int c = C - 1; c >= 0; c--)
+            p[(size_t)i * C + c] = exp((double)row[c] - mx) / sum;
+    }
+}
+
+fed_err fed_model_predict(fed_model *m, const fed_batch *b, fed_step_stats *st, double *prob)
 {
     size_t feat = (size_t)m->in.c * m->in.h * m->in.w;
+    int C = m->in.classes;
     fed_err err = check_batch(m, b, b ? b->n : 0);
 
     if (err != FED_OK)
         return err;
     for (int off = 0; off < b->n && err == FED_OK; off += m->max_batch) {
         fed_batch part = *b;
+        double *dst = prob ? prob + (size_t)off * C : NULL;
 
         part.n = b->n - off < m->max_batch ? b->n - off : m->max_batch;
         part.x_u8 = b->x_u8 ? b->x_u8 + (size_t)off * feat : NULL;
         part.x_f32 = b->x_f32 ? b->x_f32 + (size_t)off * feat : NULL;
         part.y = b->y + off;
-        err = run_batch(m, &part, 0, NULL, NULL, st);
+        /* evaluation leaves the logits in the last layer's activations */
+        if ((err = run_batch(m, &part, 0, NULL, NULL, st)) == FED_OK && dst &&
+            (err = m->be->download(m->be, dst, m->ws.act[m->nlayers - 1],
+                                   (size_t)part.n * C * sizeof(float))) == FED_OK)
+            softmax_rows(dst, part.n, C);
     }
     return err;
+}
+
+fed_err fed_model_evaluate(fed_model *m, const fed_batch *b, fed_step_stats *st)
+{
+    return fed_model_predict(m, b, st, NULL);
 }

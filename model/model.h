@@ -1,7 +1,10 @@
 /* model.h - a model is one flat float32 parameter buffer, one gradient buffer
- * of the same layout, and a list of layers that read and write slices of them
- * (llm.c's shape). Layers are plain forward/backward pairs over the backend
- * table; the CPU backend splits a batch into shards run on the core pool.
+ * of the same layout, and a graph of layer nodes that read and write slices
+ * of them (llm.c's shape). Each layer kind is one entry of model.c's layer
+ * table (shape plan, forward, backward, FLOPs, init, DP-SGD's per-sample
+ * norm) over the backend table; the CPU backend splits a batch into shards
+ * run on the core pool. A spec string is a preset that expands to a graph
+ * (a chain today), node by node as PyTorch's nn.Sequential:
  *
  * Spec strings:  logreg            linear in -> classes
  *                mlp:256,128       linear -> ReLU per hidden width, then classes
@@ -33,7 +36,6 @@
 #include "model/backend.h"
 
 #define FED_MODEL_SPEC_MAX 128
-#define FED_MODEL_MAX_TENSORS 32
 
 typedef struct fed_model fed_model;
 
@@ -43,12 +45,19 @@ typedef struct fed_model_shape {
     int classes;
 } fed_model_shape;
 
+/* fed_tensor_info.flags: the tensor is trained (batch norm's running
+ * statistics will not be), and it may leave the site (sent, merged,
+ * exported); today every tensor is both. */
+#define FED_TENSOR_TRAINED (1u << 0)
+#define FED_TENSOR_SHARED (1u << 1)
+
 typedef struct fed_tensor_info {
     char name[32];   /* "0.weight" */
     size_t offset;   /* in floats, into the flat buffer */
     size_t numel;
     int ndim;
     int shape[4];
+    unsigned flags;  /* FED_TENSOR_* */
 } fed_tensor_info;
 
 /* A pixel byte b enters the model as b * SCALE + SHIFT = b / 127.5 - 1, in
@@ -86,6 +95,74 @@ FED_WUR fed_err fed_model_new(const char *spec, fed_model_shape in, fed_backend 
                               fed_pool *pool, int shards, int max_batch, fed_model **out);
 void fed_model_free(fed_model *m);
 
+/* One node of a model's graph, in topological order: a layer of kind
+ * "linear" (out features; takes its input flattened), "conv" (out
+ * channels, kernel, stride, padding, dilation), "maxpool" or "avgpool"
+ * (kernel, stride, padding at most half the kernel; average pooling counts
+ * the padding, as PyTorch's default), "relu" (folded into the linear or
+ * conv layer before it) or "flatten". name is the module's: its tensors
+ * are "<name>.weight" and "<name>.bias" (NULL: the node's index, as
+ * nn.Sequential). input is the node whose output it takes, -1 for the
+ * model's input; today node i takes node i - 1's (a chain). A zero stride
+ * is 1 for conv and the kernel for pooling; a zero dilation is 1. [0] is
+ * the height's, [1] the width's. The last layer gives the logits. */
+#define FED_MODEL_MAX_NODES 4096 /* nodes of one graph */
+#define FED_MODEL_NAME_MAX 23    /* bytes of a node's name */
+
+/* (A linear node's out 0 is the classes, whatever they are.) */
+typedef struct fed_model_node {
+    const char *kind;
+    const char *name;
+    int input;
+    int out;
+    int kernel[2], stride[2], padding[2], dilation[2];
+} fed_model_node;
+
+/* The graph as a spec string, what fed_model_new takes and a node sends
+ * and stores like any spec: "g:" and the nodes, comma-separated, each
+ * [NAME=] and a letter: Lout (linear; no out: the classes), CoutkK[sS][pP]
+ * [dD] (conv), MkK[sS][pP] (maxpool), AkK[sS][pP] (avgpool), R (relu), F
+ * (flatten); K, S, P, D are N or HxW. A node without NAME is named by its
+ * index. NIID-Bench's SimpleCNN (examples/models/simplecnn.cfg) is
+ * "g:conv1=C6k5,R,Mk2,conv2=C16k5,R,Mk2,F,fc1=L120,R,fc2=L84,R,fc3=L".
+ * FED_ERR_TOO_LARGE when it takes FED_MODEL_SPEC_MAX bytes or cap; a chain
+ * only (FED_ERR_UNSUPPORTED), with known kinds and valid names
+ * (FED_ERR_SPEC). */
+FED_WUR fed_err fed_model_graph_spec(const fed_model_node *nodes, int count, char *spec,
+                                     size_t cap);
+/* Whether name may name a node: 1 to FED_MODEL_NAME_MAX letters, digits,
+ * '_' and '.', not first or last. */
+int fed_model_name_ok(const char *name);
+/* fed_model_new for a graph of count nodes; label (< FED_MODEL_SPEC_MAX
+ * bytes) names it in messages and is what fed_model_spec returns (it is
+ * not a spec: such a model cannot be saved or sent as one yet). */
+FED_WUR fed_err fed_model_new_graph(const char *label, const fed_model_node *nodes, int count,
+                                    fed_model_shape in, fed_backend *be, fed_pool *pool,
+                                    int shards, int max_batch, fed_model **out);
+/* Check a graph without building anything: its parameter count in
+ * *nparams (may be NULL), or what was wrong in why (cap bytes), e.g.
+ * "model 'g': node 2 (conv 'c2') on input 8x3x3: the window is larger than
+ * the padded input". */
+FED_WUR fed_err fed_model_graph_explain(const char *label, const fed_model_node *nodes,
+                                        int count, fed_model_shape in, size_t *nparams,
+                                        char *why, size_t cap);
+
+/* What planning says of one node: its output per sample (c, h, w; a
+ * linear layer's is (out, 1, 1)), its parameters, and its forward +
+ * backward FLOPs per sample (0 for a relu folded into its layer or a
+ * flatten; 0 for a view). */
+typedef struct fed_model_node_info {
+    int c, h, w;
+    size_t nparams;
+    double flops;
+} fed_model_node_info;
+/* fed_model_graph_explain with info (count entries) filled node by node:
+ * on failure *planned nodes were planned before the one that failed, so a
+ * caller can show the shapes computed up to it. */
+FED_WUR fed_err fed_model_graph_shapes(const char *label, const fed_model_node *nodes, int count,
+                                       fed_model_shape in, fed_model_node_info *info,
+                                       int *planned, char *why, size_t cap);
+
 /* Check a spec string without building anything. */
 FED_WUR fed_err fed_model_spec_check(const char *spec, fed_model_shape in);
 /* fed_model_spec_check, with what was wrong in why (cap bytes), e.g.
@@ -108,6 +185,9 @@ fed_backend *fed_model_backend(const fed_model *m);
 fed_pool *fed_model_pool(const fed_model *m);
 int fed_model_shards(const fed_model *m);
 int fed_model_max_batch(const fed_model *m);
+/* Bytes the model holds on its backend: parameters, gradients and the
+ * batch's buffers (DP-SGD's, once made, too). */
+size_t fed_model_bytes(const fed_model *m);
 
 /* PyTorch's default init (Kaiming-uniform weights, uniform biases), drawn
  * from rng in tensor order: the same seed gives the same parameters. */
@@ -145,8 +225,16 @@ FED_WUR fed_err fed_model_train_step(fed_model *m, const fed_batch *b, fed_step_
  * fed_trainer_set_dp). CPU backend only: FED_ERR_UNSUPPORTED elsewhere. */
 FED_WUR fed_err fed_model_dp_grads(fed_model *m, const fed_batch *b, float clip, float scale,
                                    int accumulate, float *norms, fed_step_stats *st);
+/* Forward only of b (1 <= n <= max_batch): its logits, (n, classes), into
+ * out on the host (what a parity test compares with another framework). */
+FED_WUR fed_err fed_model_logits(fed_model *m, const fed_batch *b, float *out);
 /* Forward only, any n >= 1 (run in pieces of max_batch): loss, accuracy and
  * samples added to st. */
 FED_WUR fed_err fed_model_evaluate(fed_model *m, const fed_batch *b, fed_step_stats *st);
+/* fed_model_evaluate, and each sample's class probabilities (the softmax
+ * of its logits, in double on the host) into prob (b->n * classes), unless
+ * prob is NULL. */
+FED_WUR fed_err fed_model_predict(fed_model *m, const fed_batch *b, fed_step_stats *st,
+                                  double *prob);
 
 #endif

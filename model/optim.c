@@ -160,6 +160,14 @@ static fed_err alloc_zeroed(fed_backend *be, size_t n, float **out)
     return be->alloc(be, n * sizeof(float), (void **)out);
 }
 
+size_t fed_optim_state_bytes(const fed_optim_cfg *cfg, size_t nparams)
+{
+    size_t vectors = (cfg->kind == FED_OPTIM_ADAM || cfg->momentum > 0.0f) +
+                     (cfg->kind == FED_OPTIM_ADAM) + (cfg->prox_mu > 0.0f);
+
+    return vectors * nparams * sizeof(float);
+}
+
 fed_err fed_optim_new(const fed_optim_cfg *cfg, fed_model *m, fed_optim **out)
 {
     fed_optim *o = NULL;

@@ -82,6 +82,9 @@ float fed_optim_sched_lr(const fed_optim_cfg *cfg, long step);
 
 FED_WUR fed_err fed_optim_new(const fed_optim_cfg *cfg, fed_model *m, fed_optim **out);
 void fed_optim_free(fed_optim *o);
+/* Bytes of the state fed_optim_new keeps for nparams parameters under cfg
+ * (momentum or Adam's moments, FedProx's anchor). */
+size_t fed_optim_state_bytes(const fed_optim_cfg *cfg, size_t nparams);
 
 /* One step from the model's gradient buffer; counts steps for schedules. */
 FED_WUR fed_err fed_optim_step(fed_optim *o, fed_model *m);

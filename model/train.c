@@ -6,7 +6,9 @@
  * and the random source it is handed. */
 #include "model/train.h"
 
+#include <assert.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -141,7 +143,7 @@ fed_err fed_trainer_set_dp(fed_trainer *t, const fed_trainer_dp *dp)
     if (!t->o || !dp || !dp->random || !(dp->clip > 0.0f) || !isfinite(dp->clip) ||
         !(dp->noise >= 0.0f) || !isfinite(dp->noise))
         return FED_ERR_INVAL;
-    if (strcmp(fed_model_backend(t->m)->name, "cpu") != 0)
+    if (!(fed_model_backend(t->m)->caps & FED_BACKEND_CAP_DP_SGD))
         return FED_ERR_UNSUPPORTED;
     if (room > t->stage) { /* a Poisson draw runs over the batch size: stage up to max_batch */
         x = fed_alloc_aligned((size_t)room * t->d->features * elem);
@@ -168,8 +170,8 @@ fed_err fed_trainer_set_ranks(fed_trainer *t, int rank, int size, fed_train_redu
     if (size < 1 || rank < 0 || rank >= size || (size > 1 && !reduce) ||
         (long)size * t->batch > (long)INT32_MAX)
         return FED_ERR_INVAL;
-    if (size > 1 &&
-        (t->dp || t->aug_scratch || strcmp(fed_model_backend(t->m)->name, "cpu") != 0))
+    if (size > 1 && (t->dp || t->aug_scratch ||
+                     !(fed_model_backend(t->m)->caps & FED_BACKEND_CAP_HOST_MEMORY)))
         return FED_ERR_UNSUPPORTED;
     t->rank = rank;
     t->size = size;
@@ -349,19 +351,157 @@ fed_err fed_trainer_evaluate(fed_trainer *t, const uint32_t *idx, size_t n, fed_
     return FED_OK;
 }
 
-fed_err fed_train_evaluate_all(fed_model *m, const fed_dataset *d, fed_step_stats *st)
+/* The batch of d's samples [off, off + n), after checking d against m. */
+static fed_err whole_batch(fed_model *m, const fed_dataset *d, size_t off, size_t n, fed_batch *b)
 {
     fed_model_shape ms = fed_model_input(m);
-    fed_batch b;
 
     if (!d || d->n == 0 || d->n > (size_t)1 << 30)
         return FED_ERR_INVAL;
     if (ms.c != d->shape.c || ms.h != d->shape.h || ms.w != d->shape.w ||
         ms.classes < d->shape.classes)
         return FED_ERR_SHAPE;
-    b.n = (int)d->n;
-    b.x_u8 = d->x_u8;
-    b.x_f32 = d->x_u8 ? NULL : d->x_f32;
-    b.y = d->y;
-    return fed_model_evaluate(m, &b, st);
+    b->n = (int)n;
+    b->x_u8 = d->x_u8 ? d->x_u8 + off * d->features : NULL;
+    b->x_f32 = d->x_u8 ? NULL : d->x_f32 + off * d->features;
+    b->y = d->y + off;
+    return FED_OK;
+}
+
+fed_err fed_train_evaluate_all(fed_model *m, const fed_dataset *d, fed_step_stats *st)
+{
+    fed_batch b;
+    fed_err e = whole_batch(m, d, 0, d ? d->n : 0, &b);
+
+    return e != FED_OK ? e : fed_model_evaluate(m, &b, st);
+}
+
+fed_err fed_eval_report_new(int classes, fed_eval_report **out)
+{
+    fed_eval_report *r = fed_calloc(1, sizeof *r);
+
+    assert(classes >= 1 && out);
+    *out = NULL;
+    if (!r)
+        return FED_ERR_NOMEM;
+    r->classes = classes;
+    r->recall = fed_calloc((size_t)classes, sizeof *r->recall);
+    r->confusion = fed_calloc((size_t)classes * (size_t)classes, sizeof *r->confusion);
+    if (!r->recall || !r->confusion) {
+        fed_eval_report_free(r);
+        return FED_ERR_NOMEM;
+    }
+    *out = r;
+    return FED_OK;
+}
+
+void fed_eval_report_free(fed_eval_report *r)
+{
+    if (!r)
+        return;
+    fed_free(r->recall);
+    fed_free(r->confusion);
+    fed_free(r);
+}
+
+void fed_eval_report_head(const fed_eval_report *r, fed_metrics_head *h)
+{
+    const fed_metrics_binary *b = &r->bin;
+
+    memset(h, 0, sizeof *h);
+    h->kind = r->has_binary ? FED_METRICS_BINARY : FED_METRICS_MULTI;
+    h->macro_f1 = r->multi.macro_f1;
+    if (!r->has_binary)
+        return;
+    h->auc = b->auc;
+    h->ap = b->ap;
+    h->sensitivity = b->half.sensitivity;
+    h->specificity = b->half.specificity;
+    h->precision = b->half.precision;
+    h->f1 = b->half.f1;
+    h->youden_threshold = b->youden.threshold;
+    h->youden_sensitivity = b->youden.sensitivity;
+    h->youden_specificity = b->youden.specificity;
+    h->youden_f1 = b->youden.f1;
+}
+
+size_t fed_eval_report_named_max(const fed_eval_report *r)
+{
+    size_t k = (size_t)r->classes;
+
+    return 2 + FED_METRICS_HEAD_MAX + k + (k <= FED_EVAL_CONFUSION_MAX ? k * k : 0);
+}
+
+size_t fed_eval_report_named(const fed_eval_report *r, fed_metric_value *out)
+{
+    fed_metrics_head h;
+    size_t n = 0;
+    int k = r->classes;
+
+    snprintf(out[n].name, sizeof out[n].name, "loss");
+    out[n++].value = r->st.samples ? r->st.loss_sum / (double)r->st.samples : NAN;
+    snprintf(out[n].name, sizeof out[n].name, "accuracy");
+    out[n++].value = r->multi.accuracy;
+    fed_eval_report_head(r, &h);
+    n += fed_metrics_head_named(&h, out + n);
+    for (int c = 0; c < k; c++) {
+        snprintf(out[n].name, sizeof out[n].name, "recall.%d", c);
+        out[n++].value = r->recall[c];
+    }
+    for (int t = 0; k <= FED_EVAL_CONFUSION_MAX && t < k; t++)
+        for (int c = 0; c < k; c++) {
+            snprintf(out[n].name, sizeof out[n].name, "confusion.%d.%d", t, c);
+            out[n++].value = (double)r->confusion[(size_t)t * k + c];
+        }
+    return n;
+}
+
+/* Rows of probabilities evaluated at a time. */
+#define REPORT_PIECE 4096
+
+fed_err fed_train_evaluate_report(fed_model *m, const fed_dataset *d, fed_eval_report *r)
+{
+    int C = fed_model_input(m).classes;
+    size_t n = d ? d->n : 0, piece = n < REPORT_PIECE ? n : REPORT_PIECE;
+    double *prob = NULL, *score = NULL;
+    int32_t *pred = NULL;
+    fed_metrics_item *work = NULL;
+    fed_batch b;
+    fed_err e;
+
+    assert(r);
+    if ((e = whole_batch(m, d, 0, n, &b)) != FED_OK)
+        return e;
+    if (C != r->classes)
+        return FED_ERR_SHAPE;
+    memset(&r->st, 0, sizeof r->st);
+    memset(r->confusion, 0, (size_t)C * (size_t)C * sizeof *r->confusion);
+    r->has_binary = C == 2;
+    e = FED_ERR_NOMEM;
+    if (!(prob = fed_malloc(piece * (size_t)C * sizeof *prob)) ||
+        !(pred = fed_malloc(piece * sizeof *pred)))
+        goto out;
+    if (r->has_binary && (!(score = fed_malloc(n * sizeof *score)) ||
+                          !(work = fed_malloc(n * sizeof *work))))
+        goto out;
+    for (size_t off = 0; off < n; off += piece) {
+        size_t k = n - off < piece ? n - off : piece;
+
+        if ((e = whole_batch(m, d, off, k, &b)) != FED_OK ||
+            (e = fed_model_predict(m, &b, &r->st, prob)) != FED_OK)
+            goto out;
+        fed_metrics_argmax(prob, k, C, pred);
+        if ((e = fed_metrics_confusion_add(r->confusion, C, b.y, pred, k)) != FED_OK)
+            goto out;
+        for (size_t i = 0; r->has_binary && i < k; i++)
+            score[off + i] = prob[i * 2 + 1];
+    }
+    fed_metrics_multi_from_confusion(r->confusion, C, &r->multi, r->recall);
+    e = r->has_binary ? fed_metrics_binary_exact(score, d->y, n, work, &r->bin) : FED_OK;
+out:
+    fed_free(prob);
+    fed_free(pred);
+    fed_free(score);
+    fed_free(work);
+    return e;
 }

@@ -14,6 +14,7 @@
 #include "core/rng.h"
 #include "model/data.h"
 #include "model/model.h"
+#include "model/metrics.h"
 #include "model/optim.h"
 
 typedef struct fed_trainer fed_trainer;
@@ -97,6 +98,40 @@ FED_WUR fed_err fed_trainer_evaluate(fed_trainer *t, const uint32_t *idx, size_t
 
 /* Evaluation of a whole dataset without a trainer (reads it in place). */
 FED_WUR fed_err fed_train_evaluate_all(fed_model *m, const fed_dataset *d, fed_step_stats *st);
+
+/* A whole dataset's evaluation with the metrics of model/metrics.h: the
+ * multi-class set always (with two classes: accuracy, macro-F1, recall of
+ * each, the confusion matrix), and with two classes the binary set too
+ * (class 1 positive, its probability the score; exact, from the scores). */
+typedef struct fed_eval_report {
+    fed_step_stats st;   /* loss and accuracy */
+    int classes;         /* the model's */
+    fed_metrics_multi multi;
+    double *recall;      /* (classes) */
+    uint64_t *confusion; /* (classes * classes), truth-major */
+    int has_binary;      /* classes == 2: bin holds the binary set */
+    fed_metrics_binary bin;
+} fed_eval_report;
+
+FED_WUR fed_err fed_eval_report_new(int classes, fed_eval_report **out);
+void fed_eval_report_free(fed_eval_report *r);
+/* m over all of d into r (its figures replaced). Allocates what it needs
+ * for the call: the probabilities of a piece of the data, and with two
+ * classes a score and a sort item per sample. */
+FED_WUR fed_err fed_train_evaluate_report(fed_model *m, const fed_dataset *d,
+                                          fed_eval_report *r);
+
+/* r's headline figures (model/metrics.h). */
+void fed_eval_report_head(const fed_eval_report *r, fed_metrics_head *h);
+/* Confusion matrices are named cell by cell up to this many classes. */
+#define FED_EVAL_CONFUSION_MAX 20
+/* Room fed_eval_report_named needs for r. */
+size_t fed_eval_report_named_max(const fed_eval_report *r);
+/* Every figure of r by name into out (fed_eval_report_named_max entries):
+ * loss, accuracy, the headline figures, recall.C per class (NaN: no sample
+ * of C), and with at most FED_EVAL_CONFUSION_MAX classes confusion.T.P per
+ * cell. Returns how many. */
+size_t fed_eval_report_named(const fed_eval_report *r, fed_metric_value *out);
 
 /* Batches in an epoch of n samples: ceil(n / batch). */
 long fed_train_batches(size_t n, int batch);

@@ -48,6 +48,7 @@ struct agg_dp {
     double clip;       /* C of the round being filled */
     double clip_next;  /* C after it (adaptive), committed with its checkpoint */
     double sa_clip;    /* with secagg: the clip each client applies itself */
+    double p_small;    /* with secagg: P(a draw below the secure round's floor) */
     double epsilon;    /* spent after the last committed round */
     float *sum;        /* (nparams) the noised mean of the round */
 };
@@ -79,6 +80,43 @@ static fed_err secagg_clip(const fed_node *n, agg_dp *d)
         return FED_ERR_RANGE;
     }
     return FED_OK;
+}
+
+/* With secagg: a draw of fewer clients than a secure round runs with (its
+ * floor of 3, --secagg-min-clients, --min-clients) voids the round, which
+ * then releases its noise alone: an outcome that depends on the draw's size,
+ * which the Poisson-subsampled Gaussian's accounting does not cover (one
+ * client more or less can decide it). Rather than widen every reported
+ * delta by the chance of that, the aggregator refuses a configuration where
+ * it exceeds delta / 10 a round, naming the rate that would do. */
+static fed_err secagg_small_draw(const fed_node *n, agg_dp *d)
+{
+    const fed_node_config *c = &n->cfg;
+    uint32_t m = fed_node_sa_floor(c) > c->min_clients ? fed_node_sa_floor(c) : c->min_clients;
+    double lo = d->q, hi = 1.0;
+
+    d->p_small = fed_rdp_binom_below(c->wait_clients, d->q, m);
+    if (d->p_small <= c->dp_delta / 10)
+        return FED_OK;
+    if (fed_rdp_binom_below(c->wait_clients, 1.0, m) > c->dp_delta / 10) {
+        fed_log(FED_LOG_ERROR, "aggregator: DP-FedAvg with --secagg: a round needs %u clients "
+                "and the population (--wait-clients) is %u", m, c->wait_clients);
+        return FED_ERR_INVAL;
+    }
+    for (int i = 0; i < 60; i++) { /* the smallest rate that passes, to 1e-4 or so */
+        double mid = (lo + hi) / 2;
+
+        if (fed_rdp_binom_below(c->wait_clients, mid, m) <= c->dp_delta / 10)
+            hi = mid;
+        else
+            lo = mid;
+    }
+    fed_log(FED_LOG_ERROR, "aggregator: DP-FedAvg with --secagg: a draw of q %g from %u clients "
+            "holds fewer than the %u a secure round needs with probability %.3g, over delta / 10 "
+            "= %g; that round would be void, which the accounting does not cover: raise "
+            "--fraction to %.4f or more (or --wait-clients)", d->q, c->wait_clients, m,
+            d->p_small, c->dp_delta / 10, ceil(hi * 1e4) / 1e4);
+    return FED_ERR_INVAL;
 }
 
 fed_err fed_node_agg_dp_new(fed_node *n)
@@ -136,7 +174,7 @@ fed_err fed_node_agg_dp_new(fed_node *n)
             return e;
         }
     }
-    if (c->secagg && (e = secagg_clip(n, d)) != FED_OK)
+    if (c->secagg && ((e = secagg_clip(n, d)) != FED_OK || (e = secagg_small_draw(n, d)) != FED_OK))
         return e;
     if (c->dp_client_quantile > 0)
         d->sigma_b = d->cohort / AGG_DP_COUNT_NOISE_SHARE;
@@ -160,6 +198,10 @@ fed_err fed_node_agg_dp_new(fed_node *n)
     if (c->dp_target_eps > 0)
         fed_log(FED_LOG_INFO, "aggregator: z %.6g spends epsilon %.6g (order %g) in %u rounds",
                 d->z, eps, order, c->rounds);
+    if (c->secagg)
+        fed_log(FED_LOG_INFO, "aggregator: DP-FedAvg with --secagg: a draw too small for a "
+                "secure round (void; outside the accounting) has probability %.3g a round, "
+                "at most delta / 10 (larger is refused)", d->p_small);
     return FED_OK;
 }
 
@@ -319,7 +361,7 @@ fed_err fed_node_agg_dp_aggregate(fed_node *n, fed_merge_input *in, uint32_t *un
     }
     memset(in, 0, sizeof *in);
     in->weight = 1;
-    if (strcmp(c->be->name, "cpu") == 0) {
+    if (c->be->caps & FED_BACKEND_CAP_HOST_MEMORY) {
         in->delta = d->sum;
         return FED_OK;
     }

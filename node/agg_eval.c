@@ -83,6 +83,70 @@ static fed_err record_figures(fed_node *n, const fed_store_round *row)
     return e;
 }
 
+/* The evaluation's figures by name (round_metrics), in one transaction; a
+ * failed write is logged and the figures dropped (the row's accuracy has
+ * its own retry: record_figures). */
+static void record_metrics(fed_node *n, uint64_t round)
+{
+    agg_eval *ev = &n->agg->ev;
+    fed_store *st = n->cfg.store;
+    size_t k = fed_eval_report_named(ev->rep, ev->named);
+    fed_err e = fed_store_begin(st);
+
+    if (e == FED_OK && n->cfg.best_metric[0]) /* export --best's default */
+        e = fed_store_put_meta_text(st, "best_metric", n->cfg.best_metric);
+    for (size_t i = 0; i < k && e == FED_OK; i++)
+        e = fed_store_put_metric(st, round, ev->named[i].name, ev->named[i].value);
+    if (e == FED_OK)
+        e = fed_store_commit(st);
+    if (e != FED_OK) {
+        fed_store_rollback(st);
+        fed_log(FED_LOG_WARN, "aggregator: round %llu's metrics are not recorded: %s",
+                (unsigned long long)round, fed_strerror(e));
+    }
+}
+
+/* The best round by cfg.best_metric so far and its value; 0 when none (no
+ * best metric, none recorded, or unreadable). */
+static uint64_t best_round(fed_node *n, double *v)
+{
+    int higher = fed_metrics_higher_better(n->cfg.best_metric);
+    uint64_t best = 0;
+
+    *v = NAN;
+    if (!n->cfg.best_metric[0] || higher < 0 ||
+        fed_store_best_metric(n->cfg.store, n->cfg.best_metric, higher, &best, v) != FED_OK)
+        return 0;
+    return best;
+}
+
+int fed_node_agg_early_stopped(fed_node *n)
+{
+    double v;
+    uint64_t best = n->cfg.early_stop ? best_round(n, &v) : 0;
+
+    return best && n->round >= best + n->cfg.early_stop;
+}
+
+/* After round's figures: the best round by cfg.best_metric keeps its
+ * checkpoint, as do the rounds not judged yet; cfg.early_stop's rule. */
+static void judge(fed_node *n, uint64_t round)
+{
+    double v;
+    uint64_t best = best_round(n, &v); /* 0: only the unjudged are held */
+
+    if (!n->cfg.best_metric[0])
+        return;
+    fed_store_hold_checkpoints(n->cfg.store, best, round + 1);
+    if (n->cfg.early_stop && best && round >= best + n->cfg.early_stop && !n->agg->early_stopped) {
+        n->agg->early_stopped = 1;
+        fed_log(FED_LOG_INFO, "aggregator: early stop: %s has not improved on round %llu's "
+                              "%.4f for %u rounds; round %llu is the last",
+                n->cfg.best_metric, (unsigned long long)best, v, n->cfg.early_stop,
+                (unsigned long long)round);
+    }
+}
+
 /* The round's figures into its committed row (or, while the database takes
  * no writes, kept until it does: record_figures), the log and the observer.
  * A crash before they are written leaves the committed row without them. */
@@ -95,6 +159,7 @@ static void finish_report(fed_node *n, fed_node_round_info *info, fed_store_roun
         fed_log(FED_LOG_INFO, "aggregator: round %llu accuracy %.4f loss %.4f",
                 (unsigned long long)info->round, info->accuracy, info->loss);
     }
+    judge(n, info->round);
     if (n->cfg.on_round)
         n->cfg.on_round(n->cfg.observer, n, info);
 }
@@ -103,8 +168,24 @@ static void eval_job_run(fed_job *job)
 {
     agg_eval *ev = (agg_eval *)job;
 
-    memset(&ev->st, 0, sizeof ev->st);
-    ev->err = fed_train_evaluate_all(ev->model, ev->test, &ev->st);
+    ev->err = fed_train_evaluate_report(ev->model, ev->test, ev->rep);
+}
+
+/* The evaluation of ev->info's round is done: its figures recorded and
+ * reported. */
+static void eval_done(fed_node *n)
+{
+    agg_eval *ev = &n->agg->ev;
+
+    if (ev->err == FED_OK && ev->rep->st.samples) {
+        const fed_step_stats *st = &ev->rep->st;
+
+        ev->info.loss = st->loss_sum / (double)st->samples;
+        ev->info.accuracy = (double)st->correct / (double)st->samples;
+        fed_eval_report_head(ev->rep, &ev->info.metrics);
+        record_metrics(n, ev->info.round);
+    }
+    finish_report(n, &ev->info, &ev->row);
 }
 
 /* params (nparams floats) into the evaluation model and the job out. */
@@ -162,6 +243,31 @@ static fed_err eval_defer(fed_node *n, const fed_node_round_info *info)
     return FED_OK;
 }
 
+/* The evaluation's own model, report and names. */
+static fed_err eval_model_new(fed_node *n)
+{
+    agg_eval *ev = &n->agg->ev;
+    fed_err e;
+
+    if ((e = fed_model_new(n->cfg.spec, n->cfg.shape, n->cfg.be, NULL, n->cfg.shards, 256,
+                           &ev->model)) != FED_OK ||
+        (e = fed_eval_report_new(fed_model_input(ev->model).classes, &ev->rep)) != FED_OK)
+        return e;
+    if (!(ev->named = fed_malloc(fed_eval_report_named_max(ev->rep) * sizeof *ev->named)))
+        return FED_ERR_NOMEM;
+    return FED_OK;
+}
+
+static void eval_model_free(agg_eval *ev)
+{
+    fed_model_free(ev->model);
+    fed_eval_report_free(ev->rep);
+    fed_free(ev->named);
+    ev->model = NULL;
+    ev->rep = NULL;
+    ev->named = NULL;
+}
+
 /* The round just committed is evaluated on the held-out data in an idle
  * job, on a copy of its parameters, while the loop starts the next round
  * (its last client's NEXT must not wait behind the evaluation). When no
@@ -175,9 +281,18 @@ void fed_node_agg_report_round(fed_node *n, fed_node_round_info *info)
         finish_report(n, info, &a->last_row);
         return;
     }
-    if (!ev->model && fed_model_new(n->cfg.spec, n->cfg.shape, n->cfg.be, NULL, n->cfg.shards,
-                                    256, &ev->model) != FED_OK)
-        ev->model = NULL; /* the loop evaluates itself */
+    if (!ev->model && eval_model_new(n) != FED_OK)
+        eval_model_free(ev); /* the loop evaluates itself */
+    if (ev->model && n->cfg.early_stop && !ev->busy &&
+        fed_model_set_params(ev->model, a->host) == FED_OK) {
+        /* the rule judges this round before the next one starts: here, now */
+        ev->test = n->cfg.test;
+        ev->info = *info;
+        ev->row = a->last_row;
+        eval_job_run(&ev->job);
+        eval_done(n);
+        return;
+    }
     if (ev->model &&
         (ev->busy ? eval_defer(n, info) : eval_submit(n, a->host, info, &a->last_row)) == FED_OK)
         return;
@@ -193,11 +308,7 @@ fed_err fed_node_agg_on_job(fed_node *n, fed_job *job)
     if (job != &ev->job || !ev->busy)
         return FED_ERR_INTERNAL;
     ev->busy = 0;
-    if (ev->err == FED_OK && ev->st.samples) {
-        ev->info.loss = ev->st.loss_sum / (double)ev->st.samples;
-        ev->info.accuracy = (double)ev->st.correct / (double)ev->st.samples;
-    }
-    finish_report(n, &ev->info, &ev->row);
+    eval_done(n);
     e = ev->err;
     while (ev->nwait > 0) { /* the next waiting round, in order */
         agg_eval_wait *w = &ev->wait[ev->head];
@@ -215,7 +326,7 @@ fed_err fed_node_agg_on_job(fed_node *n, fed_job *job)
 
 void fed_node_agg_eval_free(node_agg *a)
 {
-    fed_model_free(a->ev.model);
+    eval_model_free(&a->ev);
     for (size_t i = 0; i < AGG_EVAL_QUEUE_MAX; i++)
         fed_free(a->ev.wait[i].params);
     fed_free(a->pending.rows);

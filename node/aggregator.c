@@ -23,7 +23,7 @@
  * then twice as long each time, up to this. */
 #define AGG_RETRY_MAX_MS 60000
 
-static int backend_is_host(const fed_backend *be) { return strcmp(be->name, "cpu") == 0; }
+static int backend_is_host(const fed_backend *be) { return (be->caps & FED_BACKEND_CAP_HOST_MEMORY) != 0; }
 
 /* ---- building and resuming ---- */
 
@@ -218,7 +218,7 @@ static fed_err fed_node_agg_start(fed_node *n)
     if ((e = resume(n)) != FED_OK || (e = load_counter_base(n)) != FED_OK ||
         (e = fed_model_get_params(a->model, a->host)) != FED_OK)
         return e;
-    if (n->cfg.rounds && n->round >= n->cfg.rounds) {
+    if ((n->cfg.rounds && n->round >= n->cfg.rounds) || fed_node_agg_early_stopped(n)) {
         a->state = AGG_DONE;
         n->finished = 1;
         return FED_OK;
@@ -545,10 +545,14 @@ static fed_err maybe_start(fed_node *n)
 {
     node_agg *a = n->agg;
     size_t want = n->cfg.wait_clients ? n->cfg.wait_clients : n->cfg.min_clients;
+    size_t least = n->cfg.min_clients;
 
+    if (a->sa && least < fed_node_sa_floor(&n->cfg)) /* a try below it fails at once */
+        least = fed_node_sa_floor(&n->cfg);
+    want = want > least ? want : least;
     if (a->state != AGG_IDLE || n->env.now_ms(n->env.self) < a->retry_at_ms)
         return FED_OK;
-    if (a->nholds >= want || (a->gathered && a->nholds >= n->cfg.min_clients))
+    if (a->nholds >= want || (a->gathered && a->nholds >= least))
         return start_round(n);
     if (!a->wait_report_ms) { /* waiting again: say so if it lasts */
         a->wait_report_ms = n->env.now_ms(n->env.self) + AGG_WAIT_REPORT_MS;
@@ -1087,7 +1091,9 @@ fed_err fed_node_agg_close_round(fed_node *n)
     parts_clear(a);
     fed_node_sa_agg_end(n);
     a->state = AGG_IDLE;
-    if (n->cfg.rounds && n->round >= n->cfg.rounds) {
+    if (n->cfg.early_stop) /* its rule judges this round before the next starts */
+        fed_node_agg_report_round(n, &info);
+    if ((n->cfg.rounds && n->round >= n->cfg.rounds) || a->early_stopped) {
         a->state = AGG_DONE;
         n->finished = 1;
         finish_all(n);
@@ -1098,7 +1104,8 @@ fed_err fed_node_agg_close_round(fed_node *n)
         if ((e = fed_node_arm_in(n, n->cfg.gather_ms, NODE_TIMER_ROUND)) == FED_OK)
             e = maybe_start(n);
     }
-    fed_node_agg_report_round(n, &info);
+    if (!n->cfg.early_stop)
+        fed_node_agg_report_round(n, &info);
     return e;
 fail:
     /* nothing was committed: the round is redone with whoever is waiting,
@@ -1268,13 +1275,20 @@ static fed_err on_leave(fed_node *n, node_open *op)
     memcpy(p->digest, m->digest, sizeof p->digest);
     memcpy(p->sig, m->sig, sizeof p->sig);
     fed_node_agg_budget_note(n, m);
+    fed_wire_note_leave(n->wire, (fed_err)p->refused);
     who = fed_crypto_allow_find(n->cfg.allow, m->hdr.sender);
     if (p->refused == (uint32_t)FED_ERR_DP_BUDGET)
         (void)fed_node_agg_budget_declined(n, m); /* logged; may stop the run */
-    else
-        fed_log(p->refused == (uint32_t)FED_ERR_DP_REQUIRED ? FED_LOG_WARN : FED_LOG_INFO,
-                "aggregator: client %s declined round %llu: %s", who ? who : "(not listed)",
-                (unsigned long long)m->hdr.round, fed_strerror((int)p->refused));
+    else /* a configuration to fix (DP or secure aggregation required, a model
+            the client cannot build): a warning, counted */
+        fed_log(p->refused == (uint32_t)FED_ERR_DP_REQUIRED ||
+                        p->refused == (uint32_t)FED_ERR_SA_REQUIRED ||
+                        p->refused == (uint32_t)FED_ERR_MODEL_MISMATCH
+                    ? FED_LOG_WARN
+                    : FED_LOG_INFO,
+                "aggregator: client %s declined round %llu: %s (%s)", who ? who : "(not listed)",
+                (unsigned long long)m->hdr.round, fed_strerror((int)p->refused),
+                fed_errname((int)p->refused));
     if (p == &one &&
         (e = put_contribution(n, m->hdr.round, p, 0, absent_reason(n, p, why, sizeof why))) != FED_OK)
         fed_log(FED_LOG_WARN, "aggregator: recording a declined round failed: %s",
@@ -1284,6 +1298,14 @@ static fed_err on_leave(fed_node *n, node_open *op)
     if (p != &one && a->sa && p->refused == (uint32_t)FED_ERR_SA_REVEALED &&
         !fed_node_sa_agg_keys_closed(a->sa)) /* later on, it is a dropout */
         return fed_node_sa_agg_revealed_before(n);
+    if (p != &one && a->sa && !fed_node_sa_agg_keys_closed(a->sa)) {
+        /* the keys stage need not wait for it: it may end now (or the try
+           fail), and then the round is in other hands */
+        fed_err d = fed_node_sa_agg_declined(n);
+
+        if (d != FED_OK || a->state != AGG_RUNNING || fed_node_sa_agg_keys_closed(a->sa))
+            return d != FED_OK ? d : e;
+    }
     if (p != &one && !a->commit_again && round_complete(n))
         return fed_node_agg_close_round(n);
     return e;

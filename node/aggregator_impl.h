@@ -47,7 +47,8 @@ typedef struct agg_eval {
     fed_model *model;          /* a copy of the global's spec, the round's params;
                                   no pool: it runs on one idle thread */
     const fed_dataset *test;
-    fed_step_stats st;         /* out */
+    fed_eval_report *rep;      /* out: loss, accuracy and the metrics */
+    fed_metric_value *named;   /* rep's figures by name, to record */
     fed_err err;               /* out */
     int busy;
     fed_node_round_info info;  /* the round evaluated */
@@ -100,6 +101,7 @@ struct node_agg {
                               since the first client came): min_clients will do */
     int first_armed;       /* the gather timer was armed for round 1 (arm_first_gather) */
     uint32_t failed;       /* rounds failed in a row (a full disk): the next try waits */
+    int early_stopped;     /* cfg.early_stop's rule ended the run */
     uint64_t retry_at_ms;  /* no round starts before this (now_ms), after a failure */
     int commit_again;      /* a secure round's commit failed after its sum was
                               unmasked: the round timer commits it again */
@@ -218,6 +220,9 @@ void fed_node_agg_budget_free(node_agg *a);
 fed_err fed_node_agg_on_job(fed_node *n, fed_job *job);
 fed_err fed_node_agg_flush_pending(fed_node *n);
 void fed_node_agg_report_round(fed_node *n, fed_node_round_info *info);
+/* Whether --early-stop's rule has ended the run already, by the database's
+ * figures (a restart after the stop trains no more). */
+int fed_node_agg_early_stopped(fed_node *n);
 /* What the evaluation and the pending figures hold (a is being freed). */
 void fed_node_agg_eval_free(node_agg *a);
 

@@ -138,9 +138,15 @@ static fed_err send_delta(fed_node *n)
     node_train_job *j = &c->job;
     fed_wire_hdr h;
     fed_wire_block b;
-    fed_err e = fed_node_header(n, FED_WIRE_DELTA, c->agg, c->round, c->agg_epoch,
-                                (uint16_t)j->codec.id, &h);
+    fed_err e;
 
+    if (n->cfg.secagg) { /* on_model declines such rounds: never reached */
+        fed_log(FED_LOG_ERROR, "client: round %llu: a plain delta was about to leave a "
+                "--secagg client; not sent", (unsigned long long)c->round);
+        return FED_ERR_SA_REQUIRED;
+    }
+    e = fed_node_header(n, FED_WIRE_DELTA, c->agg, c->round, c->agg_epoch,
+                        (uint16_t)j->codec.id, &h);
     if (e != FED_OK)
         return e;
     memset(&b, 0, sizeof b);
@@ -414,6 +420,18 @@ static fed_err on_model(fed_node *n, node_open *op)
         return FED_OK; /* an answer to a request we gave up on */
     if (m->block.settings.sa_on)
         return on_secure_model(n, op);
+    if (n->cfg.secagg) {
+        /* --secagg on a client is a requirement: its delta never leaves in
+           the clear, so a round without secure aggregation is declined */
+        fed_log(FED_LOG_WARN, "client: round %llu does not run secure aggregation and this "
+                "client requires it (--secagg): declined, no delta sent",
+                (unsigned long long)m->hdr.round);
+        (void)n->env.cancel_timer(n->env.self, NODE_TIMER_RETRY);
+        c->round = m->hdr.round;
+        c->leave_reason = (uint32_t)FED_ERR_SA_REQUIRED;
+        c->resends = 0;
+        return send_leave(n);
+    }
     c->secure = 0;
     if (m->hdr.round == n->round && c->round == n->round && j->vec_len) {
         /* the aggregator runs this round again: the delta we sent was lost */
@@ -423,6 +441,52 @@ static fed_err on_model(fed_node *n, node_open *op)
         return send_delta(n);
     }
     return on_model_train(n, op);
+}
+
+fed_err fed_node_client_bad_model(fed_node *n, node_open *op, fed_err why)
+{
+    node_client *c = n->client;
+    const fed_wire_msg *m = &op->msg;
+    const fed_model_shape in = n->cfg.train->shape;
+    char spec_why[160] = "";
+    size_t want = 0;
+    uint64_t got = 0;
+    fed_codec_id id;
+
+    if (memcmp(m->hdr.sender, c->agg, 32) != 0 || c->state != CL_ASKING)
+        return why;
+    if (fed_model_spec_explain(m->block.settings.spec, in, spec_why, sizeof spec_why) ==
+        FED_OK) {
+        if (fed_model_spec_nparams(m->block.settings.spec, in, &want) != FED_OK)
+            return why;
+        if (why == FED_ERR_TOO_LARGE) { /* the stream's first frame: no vector yet */
+            fed_log(FED_LOG_WARN, "client: round %llu: the aggregator's model '%s' does not "
+                    "fit this client's data: over its input %dx%dx%d with %d classes it has %zu "
+                    "parameters, and the MODEL's stream is larger than any codec makes them; "
+                    "declined (%s)", (unsigned long long)m->hdr.round, m->block.settings.spec,
+                    in.c, in.h, in.w, in.classes, want, fed_errname(FED_ERR_MODEL_MISMATCH));
+            goto decline;
+        }
+        if (fed_codec_peek(m->vector, m->vector_len, &id, &got) != FED_OK || got == want)
+            return why; /* it builds, and the vector is malformed otherwise */
+        fed_log(FED_LOG_WARN, "client: round %llu: the aggregator's model '%s' does not fit "
+                "this client's data: over its input %dx%dx%d with %d classes it has %zu "
+                "parameters, the MODEL carries %llu; declined (%s)",
+                (unsigned long long)m->hdr.round, m->block.settings.spec, in.c, in.h, in.w,
+                in.classes, want, (unsigned long long)got, fed_errname(FED_ERR_MODEL_MISMATCH));
+    } else {
+        fed_log(FED_LOG_WARN, "client: round %llu: the aggregator's model does not build over "
+                "this client's input %dx%dx%d with %d classes: %s; declined (%s)",
+                (unsigned long long)m->hdr.round, in.c, in.h, in.w, in.classes, spec_why,
+                fed_errname(FED_ERR_MODEL_MISMATCH));
+    }
+decline:
+    c->agg_epoch = m->hdr.sender_epoch;
+    (void)n->env.cancel_timer(n->env.self, NODE_TIMER_RETRY);
+    c->round = m->hdr.round;
+    c->leave_reason = (uint32_t)FED_ERR_MODEL_MISMATCH;
+    c->resends = 0;
+    return send_leave(n);
 }
 
 /* The MODEL's vector taken, the training job submitted. */
@@ -686,6 +750,31 @@ static fed_err on_ack(fed_node *n, const fed_wire_msg *m)
     return FED_OK; /* an answer to a request we gave up on */
 }
 
+/* The aggregator answered a request with FED_ERR_OLD_EPOCH: it restarted
+ * since this client learnt its epoch, so whatever round was under way is
+ * gone with that process. The round's secure-aggregation state is dropped
+ * (its record that a masked input went out stays) and the client says HELLO
+ * at once, as it would after its retries, instead of asking the dead epoch
+ * until they run out. */
+static fed_err on_new_epoch(fed_node *n, const fed_wire_msg *m)
+{
+    node_client *c = n->client;
+
+    if (c->state == CL_DONE || !c->agg_epoch || m->hdr.sender_epoch <= c->agg_epoch)
+        return FED_OK; /* a late answer to a request of before the last HELLO */
+    fed_log(FED_LOG_INFO, "client: the aggregator restarted (epoch %llu, was %llu): round %llu "
+            "is gone with it; saying HELLO", (unsigned long long)m->hdr.sender_epoch,
+            (unsigned long long)c->agg_epoch, (unsigned long long)c->round);
+    c->agg_epoch = 0; /* the next ask is a HELLO */
+    if (fed_node_sa_client_active(n->client_sa))
+        fed_node_sa_client_abort(n);
+    fed_node_tx_drop(n, c->agg);
+    if (c->state == CL_TRAINING)
+        return FED_OK; /* the job's end asks (HELLO: the epoch is unknown) */
+    (void)n->env.cancel_timer(n->env.self, NODE_TIMER_RETRY);
+    return ask(n, FED_WIRE_HELLO);
+}
+
 static void fed_node_client_prepare_open(fed_node *n, node_open *op)
 {
     op->expect_n = 0; /* from the MODEL's spec */
@@ -708,6 +797,8 @@ static fed_err fed_node_client_on_msg(fed_node *n, node_open *op)
         fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_ROLE);
         return FED_ERR_ROLE;
     }
+    if (m->hdr.type == FED_WIRE_ACK && m->block.status == (uint32_t)FED_ERR_OLD_EPOCH)
+        return on_new_epoch(n, m);
     c->agg_epoch = m->hdr.sender_epoch;
     if (c->state == CL_DONE)
         return FED_OK;
@@ -783,7 +874,7 @@ static fed_err fed_node_client_check(const fed_node_config *c)
     if (c->dp_sgd && (!(c->dp_clip > 0) || !(c->dp_noise >= 0) || !isfinite(c->dp_noise) ||
                       !(c->dp_delta > 0 && c->dp_delta < 1) || !(c->dp_budget >= 0)))
         return FED_ERR_BAD_VALUE;
-    if (c->dp_sgd && strcmp(c->be->name, "cpu") != 0)
+    if (c->dp_sgd && !(c->be->caps & FED_BACKEND_CAP_DP_SGD))
         return FED_ERR_UNSUPPORTED; /* DP-SGD has no parity test on another backend */
     return FED_OK;
 }

@@ -17,6 +17,7 @@
 #include "core/bytes.h"
 #include "core/log.h"
 #include "node/node_impl.h"
+#include "node/secagg_impl.h" /* FED_NODE_SA_FLOOR */
 
 void fed_node_config_default(fed_node_config *cfg)
 {
@@ -48,6 +49,7 @@ void fed_node_config_default(fed_node_config *cfg)
     cfg->secagg_bits = 20;
     cfg->secagg_range = 4;
     cfg->secagg_stage_ms = 10000;
+    cfg->secagg_min_clients = FED_NODE_SA_FLOOR;
 }
 
 /* The roles by fed_node_role: each role's file defines its entry. */
@@ -297,6 +299,7 @@ fed_err fed_node_next_seq(fed_node *n, const uint8_t key[32], uint64_t *seq)
         memmove(&n->peers[i + 1], &n->peers[i], (n->npeers - i) * sizeof *n->peers);
         memcpy(n->peers[i].key, key, 32);
         n->peers[i].next_seq = 1;
+        n->peers[i].told_old_ms = 0;
         n->npeers++;
     }
     *seq = n->peers[i].next_seq++;
@@ -526,6 +529,9 @@ static fed_err open_done(fed_node *n, node_open *op)
         fed_wire_note_reject(n->wire, &op->msg.hdr, e);
         if (op->req)
             (void)fed_node_ack(n, op->req, &op->msg.hdr, e, 0);
+        else if (n->client && op->msg.hdr.type == FED_WIRE_MODEL &&
+                 (e == FED_ERR_CODEC || e == FED_ERR_SPEC))
+            e = fed_node_client_bad_model(n, op, e); /* a model it cannot build? */
         op->req = NULL;
         fed_node_transfer_done(n, op);
         return e;
@@ -538,6 +544,11 @@ static fed_err open_done(fed_node *n, node_open *op)
         return e;
     }
     if (e != FED_OK) {
+        if (e == FED_ERR_TOO_LARGE && !op->req && n->client &&
+            op->msg.hdr.type == FED_WIRE_MODEL && op->msg.block.settings.spec[0])
+            /* a MODEL stream (its first frame opened) too long for the
+               model its spec builds over this client's data */
+            e = fed_node_client_bad_model(n, op, e);
         fed_node_refuse(n, op->req);
         op->req = NULL;
         return e;
@@ -547,6 +558,33 @@ static fed_err open_done(fed_node *n, node_open *op)
     e = n->ops->on_msg(n, op);
     fed_node_transfer_done(n, op);
     return e;
+}
+
+/* A member's request addressed to an older epoch of this aggregator (it
+ * restarted, and the client still runs a round of the dead process): the
+ * client is told so by an ACK FED_ERR_OLD_EPOCH from this epoch, sealed and
+ * signed as any, and says HELLO at once instead of asking the dead epoch
+ * until its retries run out. At most one such answer a second per client,
+ * so replayed old frames cost a seal each only that often. 1: answered. */
+static int tell_old_epoch(fed_node *n, fed_req *req, const uint8_t *frame, size_t len)
+{
+    uint64_t now = n->env.now_ms(n->env.self);
+    fed_wire_hdr h;
+    size_t i;
+    int found = 0;
+
+    if (!n->agg || !req || fed_wire_hdr_decode(frame, len, &h) != FED_OK ||
+        !fed_wire_is_member(n->wire, h.sender))
+        return 0;
+    i = fed_key_search(n->peers, n->npeers, sizeof *n->peers, h.sender, &found);
+    if (found && n->peers[i].told_old_ms && now + 1 < n->peers[i].told_old_ms + 1000)
+        return 0;
+    if (fed_node_ack(n, req, &h, FED_ERR_OLD_EPOCH, 0) != FED_OK)
+        return 1; /* the request was answered empty (refused) */
+    i = fed_key_search(n->peers, n->npeers, sizeof *n->peers, h.sender, &found);
+    if (found) /* fed_node_ack numbered the frame: the peer has an entry */
+        n->peers[i].told_old_ms = now + 1;
+    return 1;
 }
 
 fed_err fed_node_on_frame(fed_node *n, fed_req *req, const uint8_t *frame, size_t len)
@@ -587,7 +625,8 @@ fed_err fed_node_on_frame(fed_node *n, fed_req *req, const uint8_t *frame, size_
     fed_node_open_free(op);
     return e;
 refuse:
-    fed_node_refuse(n, req);
+    if (e != FED_ERR_OLD_EPOCH || !tell_old_epoch(n, req, frame, len))
+        fed_node_refuse(n, req);
     fed_node_open_free(op);
     return e;
 }

@@ -72,6 +72,7 @@
 #include "model/backend.h"
 #include "model/data.h"
 #include "model/merge.h"
+#include "model/metrics.h"
 #include "model/model.h"
 #include "mpi/coll.h"
 #include "node/env.h"
@@ -108,6 +109,8 @@ typedef struct fed_node_round_info {
     double epsilon;     /* aggregator with DP-FedAvg: client-level epsilon spent
                            after this round (at dp_delta); 0: no DP-FedAvg */
     double dp_clip;     /* aggregator with DP-FedAvg: the clip the round used */
+    fed_metrics_head metrics; /* aggregator: the test figures beyond loss and
+                                 accuracy (kind NONE: not measured) */
 } fed_node_round_info;
 
 /* Observers (tests, fedsim); may be NULL. Called on the loop thread. */
@@ -174,6 +177,12 @@ typedef struct fed_node_config {
     uint64_t deadline_ms;         /* round deadline from its start; default 60000 */
     uint64_t poll_ms;             /* longest hold of a HELLO/NEXT; default 5000 */
     const fed_dataset *test;      /* held-out data; NULL: no evaluation */
+    /* aggregator with test data: the figure (model/metrics.h) that says
+       which round is best, whose checkpoint retention keeps ("": none);
+       early_stop > 0 ends the run once that many rounds after the best have
+       not improved on it (each round then evaluated before the next starts) */
+    char best_metric[FED_METRICS_NAME_MAX];
+    uint32_t early_stop;
     uint32_t async_k;             /* FedBuff: merge once this many deltas are
                                      buffered; 0: synchronous rounds (default) */
     uint32_t max_staleness;       /* async: older deltas are late; default 10 */
@@ -228,6 +237,10 @@ typedef struct fed_node_config {
     double secagg_range;          /* per-coordinate clip; default 4 */
     uint64_t secagg_stage_ms;     /* each stage's deadline (the masked input's:
                                      deadline_ms); default 10000 */
+    uint32_t secagg_min_clients;  /* the floor of a secure round's key list and
+                                     survivors, enforced by the aggregator and by
+                                     each client: never below 3 (a smaller value
+                                     counts as 3); default 3 */
 
     /* peer (no aggregator): every member in the allow-list is a peer; the
        round's settings above are its own (spec, local_epochs, batch,
@@ -253,6 +266,25 @@ typedef struct fed_node_config {
     uint32_t checkpoint_every;    /* a checkpoint every Nth round (and the last);
                                      0 or 1: every round (default). Its push-sum
                                      state is running totals for every neighbour */
+    fed_model *eval_model;        /* peer: borrowed, for evaluating on cfg.test (its
+                                     spec's, batch 256) instead of one of the node's
+                                     own: the simulator lends one to all its peers,
+                                     whose events it runs one at a time; NULL: the
+                                     node's own */
+    int train_model_per_job;      /* the simulator's, peer: the training model is made
+                                     for each round's job and freed at its end, so
+                                     no more exist than jobs run at once on the
+                                     pool, not one a peer (the same bits: a step
+                                     reads nothing a model kept); 0: kept */
+    int no_final_mix_eval;        /* the simulator's: the final mixing rounds are not
+                                     evaluated on cfg.test (it prints no row for
+                                     them); 0 in every real node */
+    int no_checkpoints;           /* the simulator's, for a peer nothing can crash
+                                     (its in-memory database would hold each
+                                     checkpoint, a copy of the push-sum state,
+                                     that nobody reads): rounds are recorded,
+                                     checkpoints never written. 0 in every real
+                                     node */
     uint32_t final_mix;           /* after the last training round, this many
                                      rounds that only mix, so the members end
                                      close to one model; default 0 */
@@ -367,6 +399,31 @@ const fed_wire_counters *fed_node_wire_counters(const fed_node *n);
 size_t fed_node_peer_dim(const fed_node *n);
 FED_WUR fed_err fed_node_peer_estimate(const fed_node *n, double *out);
 FED_WUR fed_err fed_node_peer_mass(const fed_node *n, double *x, double *w);
+
+/* What a peer holds, in bytes, by structure. Its model state is the
+ * parameters (one copy), every push-sum running total and the optimizer's
+ * state: `state`. `total` sums the rest (state not counted twice). */
+typedef struct fed_node_peer_mem {
+    uint64_t params;  /* the float vectors: the estimate, the job's result, asp's copy */
+    uint64_t totals;  /* push-sum: its x and each pair's running total */
+    uint64_t held;    /* push-sum: totals received, held until the round's end */
+    uint64_t optim;   /* the optimizer's state (while the job trains) */
+    uint64_t buffers; /* a SHARE's encoding, the frame sealed from it, streams */
+    uint64_t models;  /* the training model (parameters, gradients, a batch's
+                         buffers) and its own evaluation model (0 when lent) */
+    uint64_t store;   /* its database's pages in memory */
+    uint64_t tables;  /* what it knows of each member, its scratch lists, the
+                         records of the shares a round's end adds */
+    uint64_t state;   /* the model state: one params vector, totals, optim */
+    uint64_t total;   /* params + totals + held + optim + buffers + models + store
+                         + tables */
+} fed_node_peer_mem;
+
+/* Peer: its bytes now, and at its most (of the moments it notes: each
+ * round's end with every total held, and after the round's commit).
+ * Either may be NULL. FED_ERR_ROLE for other roles. */
+FED_WUR fed_err fed_node_peer_mem_get(const fed_node *n, fed_node_peer_mem *now,
+                                      fed_node_peer_mem *peak);
 /* Checks peer-mode specs (topology, sync, mixing): FED_ERR_SPEC. */
 FED_WUR fed_err fed_node_peer_check(const char *topology, const char *sync, const char *mixing);
 

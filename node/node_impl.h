@@ -36,6 +36,8 @@ _Static_assert(NODE_TIMER_COUNT - 1 == FED_NODE_MAX_TIMERS,
 typedef struct node_peer {
     uint8_t key[32];
     uint64_t next_seq;
+    uint64_t told_old_ms; /* an aggregator: when it last told this client that a
+                             frame was for an older epoch of it (0: never), + 1 */
 } node_peer;
 
 /* A frame on its way through precheck (loop), open + decode (job) and
@@ -199,12 +201,24 @@ void fed_node_cast_free(fed_node *n);
  * comes. The vector is borrowed until the stream is dropped. */
 FED_WUR fed_err fed_node_emit_vec(fed_node *n, fed_req *req, fed_wire_hdr *h,
                                   const fed_wire_block *b, const uint8_t *vec, size_t vlen);
+/* As fed_node_emit_vec, but a stream sends its own copy of vec (freed with
+ * the stream): for a caller that reuses vec at once (a peer's SHARE buffer,
+ * encoded anew for each out-neighbour). */
+FED_WUR fed_err fed_node_emit_vec_copy(fed_node *n, fed_req *req, fed_wire_hdr *h,
+                                       const fed_wire_block *b, const uint8_t *vec,
+                                       size_t vlen);
 /* Sends the next CHUNK of the stream to `to` as a request; *done when
  * every frame was sent already (nothing is sent then). */
 FED_WUR fed_err fed_node_tx_push(fed_node *n, const uint8_t to[32], int *done);
 /* Sends the last frame of the stream to `to` again, with a fresh sequence. */
 FED_WUR fed_err fed_node_tx_resend(fed_node *n, const uint8_t to[32]);
 int fed_node_tx_active(fed_node *n, const uint8_t to[32]);
+/* ... and of that round (an ACK of an earlier stream's frame, come after a
+ * newer stream replaced it, must not push the newer one's chunks). */
+int fed_node_tx_active_round(fed_node *n, const uint8_t to[32], uint64_t round);
+/* Bytes the streams hold now: each outgoing one's frame (and copy), each
+ * incoming one's buffer. */
+size_t fed_node_stream_bytes(const fed_node *n);
 /* A stream to `to` whose every frame was sent (its last one awaits its
  * answer). */
 int fed_node_tx_sent_all(fed_node *n, const uint8_t to[32]);
@@ -283,6 +297,7 @@ typedef struct node_train_job {
        model (its parameters set afresh each round) and the trained copy */
     fed_model *model;
     float *trained;         /* (nparams) */
+    int drop_model;         /* model freed when the job ends (cfg.train_model_per_job) */
 } node_train_job;
 
 void fed_node_train_job_run(fed_job *job);
@@ -306,6 +321,12 @@ void fed_node_peer_progress(const fed_node *n, fed_node_progress *out);
 /* ---- client.c ---- */
 /* A chunk of its MODEL came: the rest is coming, give it time. */
 void fed_node_client_pulling(fed_node *n);
+/* Its aggregator's MODEL opened (the envelope held) but its vector did not
+ * decode (why: FED_ERR_CODEC or FED_ERR_SPEC), or its stream announced more
+ * bytes than the model can take (FED_ERR_TOO_LARGE): when the model cannot
+ * be built over this client's data (another input shape or class count)
+ * the round is declined with a LEAVE FED_ERR_MODEL_MISMATCH; else why. */
+FED_WUR fed_err fed_node_client_bad_model(fed_node *n, node_open *op, fed_err why);
 
 /* ---- the roles: one table of operations each (aggregator.c, client.c,
  * peer.c), chosen once by fed_node_new from cfg.role ---- */

@@ -103,11 +103,13 @@ const char *fed_node_peer_gossip_topology(const fed_node_config *c)
     return c->topology[0] ? c->topology : "ring";
 }
 
+/* The model every peer starts from, and the one it evaluates in: its own,
+ * or cfg.eval_model (lent; its parameters are set before each use). */
 static fed_err build_model_parts(fed_node *n)
 {
     node_mesh *p = n->mesh;
     const fed_node_config *c = &n->cfg;
-    fed_model *m = NULL;
+    fed_model *m = c->eval_model;
     fed_rng rng;
     fed_err e;
 
@@ -119,7 +121,9 @@ static fed_err build_model_parts(fed_node *n)
     }
     if (!c->train || !c->shard || !c->shard_n)
         return FED_ERR_INVAL;
-    if ((e = fed_model_new(c->spec, c->shape, c->be, c->pool, c->shards, 256, &m)) != FED_OK)
+    if (m && (strcmp(fed_model_spec(m), c->spec) != 0 || fed_model_max_batch(m) != 256))
+        return FED_ERR_SHAPE; /* a lent model of another spec: the caller's mistake */
+    if (!m && (e = fed_model_new(c->spec, c->shape, c->be, c->pool, c->shards, 256, &m)) != FED_OK)
         return e;
     p->dim = fed_model_nparams(m);
     p->flops = fed_model_flops_per_sample(m);
@@ -128,8 +132,10 @@ static fed_err build_model_parts(fed_node *n)
         e = fed_model_get_params(m, p->model);
     else if (e == FED_OK)
         e = FED_ERR_NOMEM;
-    if (e == FED_OK && c->test)
-        p->eval = m;
+    if (m == c->eval_model)
+        p->eval = c->test ? m : NULL;
+    else if (e == FED_OK && c->test)
+        p->eval = p->own_eval = m;
     else
         fed_model_free(m);
     return e;
@@ -179,8 +185,9 @@ static fed_err fed_node_peer_new(fed_node *n)
     else
         fed_gossip_ps_set_model(p->ps, p->model);
     p->trained = fed_malloc(p->dim * sizeof(float));
-    p->sent = fed_calloc(p->dim, sizeof(float));
-    if (!p->trained || !p->sent)
+    if (p->sync == SYNC_ASP) /* asp:T alone compares with the model last sent */
+        p->sent = fed_calloc(p->dim, sizeof(float));
+    if (!p->trained || (p->sync == SYNC_ASP && !p->sent))
         return FED_ERR_NOMEM;
     return FED_OK;
 }
@@ -194,8 +201,9 @@ static void fed_node_peer_free(fed_node *n)
     fed_gossip_topo_free(p->topo);
     fed_gossip_ps_free(p->ps);
     fed_gossip_peers_free(p->own_table);
-    fed_model_free(p->eval);
+    fed_model_free(p->own_eval);
     fed_free(p->mem);
+    fed_free(p->recs);
     fed_free(p->model);
     fed_free(p->trained);
     fed_free(p->sent);
@@ -252,7 +260,7 @@ static fed_err resume(fed_node *n)
 /* The round row, who was mixed in, counters and the checkpoint: one
  * transaction. */
 static fed_err commit_round(fed_node *n, uint64_t round, const fed_node_round_info *info,
-                            const uint8_t *mixed, uint8_t hash[32])
+                            uint8_t hash[32])
 {
     node_mesh *p = n->mesh;
     fed_store *st = n->cfg.store;
@@ -262,8 +270,9 @@ static fed_err commit_round(fed_node *n, uint64_t round, const fed_node_round_in
     fed_store_round row;
     fed_err e;
 
-    int ckpt = n->cfg.checkpoint_every <= 1 || round % n->cfg.checkpoint_every == 0 ||
-               (n->cfg.rounds && round >= n->cfg.rounds);
+    int ckpt = !n->cfg.no_checkpoints &&
+               (n->cfg.checkpoint_every <= 1 || round % n->cfg.checkpoint_every == 0 ||
+                (n->cfg.rounds && round >= n->cfg.rounds));
     double *est = fed_malloc(p->dim * sizeof *est);
 
     if (!est)
@@ -276,18 +285,17 @@ static fed_err commit_round(fed_node *n, uint64_t round, const fed_node_round_in
     fed_node_state_encode(state, FED_NODE_PEER, round);
     if ((e = fed_store_begin(st)) != FED_OK)
         goto out;
-    for (size_t k = 0; k < p->n && e == FED_OK; k++) {
+    for (size_t k = 0; k < p->nrecs && e == FED_OK; k++) { /* in key order */
+        const mesh_share_rec *r = &p->recs[k];
         fed_store_contrib c;
 
-        if (!mixed[k])
-            continue;
         memset(&c, 0, sizeof c);
         c.round = round;
-        memcpy(c.peer_key, p->mem[k].key, 32);
-        memcpy(c.digest, p->mem[k].digest, sizeof c.digest);
-        memcpy(c.signature, p->mem[k].sig, sizeof c.signature);
-        c.header = p->mem[k].header;
-        c.header_len = sizeof p->mem[k].header;
+        memcpy(c.peer_key, r->key, 32);
+        memcpy(c.digest, r->digest, sizeof c.digest);
+        memcpy(c.signature, r->sig, sizeof c.signature);
+        c.header = r->header;
+        c.header_len = sizeof r->header;
         c.accepted = 1;
         e = fed_store_put_contribution(st, &c);
     }
@@ -326,6 +334,57 @@ out:
     return e;
 }
 
+/* ---- memory ---- */
+
+static void mem_now(const fed_node *n, fed_node_peer_mem *m)
+{
+    const node_mesh *p = n->mesh;
+    const fed_model *jm = p->job.model;
+    size_t held = 0, f = p->dim * sizeof(float);
+    fed_optim_cfg oc;
+
+    memset(m, 0, sizeof *m);
+    m->params = (p->model ? f : 0) + (p->trained ? f : 0) + (p->sent ? f : 0);
+    m->totals = fed_gossip_ps_bytes(p->ps, &held);
+    m->held = held;
+    if (!n->cfg.mix_only) { /* as the training job makes it (train_job.c) */
+        fed_optim_cfg_default(&oc, (fed_optim_kind)n->cfg.optimizer);
+        if (oc.kind == FED_OPTIM_SGD)
+            oc.momentum = n->cfg.momentum;
+        m->optim = fed_optim_state_bytes(&oc, p->dim);
+    }
+    m->buffers = p->cap_vec + n->cap_tx + fed_node_stream_bytes(n);
+    m->models = (jm ? fed_model_bytes(jm) : 0) + (p->own_eval ? fed_model_bytes(p->own_eval) : 0);
+    m->store = n->cfg.store ? fed_store_cache_bytes(n->cfg.store) : 0;
+    /* the member list, and nbr, in, okeys and frac (grow_scratch) */
+    m->tables = p->n * (sizeof *p->mem + 2 * sizeof(uint32_t) + 32 + sizeof(double)) +
+                p->cap_recs * sizeof *p->recs;
+    m->state = (p->model ? f : 0) + m->totals + m->optim;
+    m->total = m->params + m->totals + m->held + m->optim + m->buffers + m->models + m->store +
+               m->tables;
+}
+
+/* The peak kept: the largest total noted. */
+static void note_mem(fed_node *n)
+{
+    fed_node_peer_mem m;
+
+    mem_now(n, &m);
+    if (m.total > n->mesh->mem_peak.total)
+        n->mesh->mem_peak = m;
+}
+
+fed_err fed_node_peer_mem_get(const fed_node *n, fed_node_peer_mem *now, fed_node_peer_mem *peak)
+{
+    if (!n->mesh)
+        return FED_ERR_ROLE;
+    if (now)
+        mem_now(n, now);
+    if (peak)
+        *peak = n->mesh->mem_peak;
+    return FED_OK;
+}
+
 /* ---- rounds ---- */
 
 /* All rounds done: the training rounds, then the final mixing-only ones. */
@@ -341,7 +400,8 @@ static void evaluate(fed_node *n, fed_node_round_info *info)
 
     info->loss = p->samples ? p->loss : NAN;
     info->accuracy = NAN;
-    if (!p->eval || !n->cfg.test)
+    if (!p->eval || !n->cfg.test ||
+        (n->cfg.no_final_mix_eval && n->cfg.rounds && info->round > n->cfg.rounds))
         return;
     if (fed_model_set_params(p->eval, p->model) != FED_OK ||
         fed_train_evaluate_all(p->eval, n->cfg.test, &st) != FED_OK || !st.samples)
@@ -355,6 +415,38 @@ static void next_round_soon(fed_node *n)
     fed_node_arm_in(n, 0, NODE_TIMER_ROUND); /* a failure stops the node */
 }
 
+static int cmp_rec(const void *a, const void *b)
+{
+    return memcmp(((const mesh_share_rec *)a)->key, ((const mesh_share_rec *)b)->key, 32);
+}
+
+/* The record of a SHARE taken: the sender's, replacing any it had. */
+static fed_err keep_rec(node_mesh *p, const fed_wire_msg *m)
+{
+    mesh_share_rec *r = NULL;
+
+    for (size_t i = 0; i < p->nrecs && !r; i++)
+        if (!memcmp(p->recs[i].key, m->hdr.sender, 32))
+            r = &p->recs[i];
+    if (!r) {
+        if (p->nrecs == p->cap_recs) {
+            size_t cap = p->cap_recs ? 2 * p->cap_recs : 4;
+            mesh_share_rec *v = fed_realloc(p->recs, cap * sizeof *v);
+
+            if (!v)
+                return FED_ERR_NOMEM;
+            p->recs = v;
+            p->cap_recs = cap;
+        }
+        r = &p->recs[p->nrecs++];
+        memcpy(r->key, m->hdr.sender, 32);
+    }
+    memcpy(r->header, m->header, FED_WIRE_HEADER_BYTES);
+    memcpy(r->digest, m->digest, sizeof r->digest);
+    memcpy(r->sig, m->sig, sizeof r->sig);
+    return FED_OK;
+}
+
 /* The totals that came are added (or the all-reduce's mean is in); the
  * round is recorded. */
 fed_err fed_node_peer_finish_round(fed_node *n)
@@ -362,19 +454,15 @@ fed_err fed_node_peer_finish_round(fed_node *n)
     node_mesh *p = n->mesh;
     uint64_t round = n->round + 1;
     fed_node_round_info info;
-    uint8_t *mixed = fed_calloc(p->n, 1);
     fed_err e;
 
-    if (!mixed)
-        return FED_ERR_NOMEM;
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_DEADLINE);
     memset(&info, 0, sizeof info);
     info.round = round;
-    for (size_t k = 0; k < p->n; k++)
-        if (p->mem[k].have_share) { /* the totals held now are the ones apply adds */
-            mixed[k] = 1;
-            p->mem[k].have_share = 0;
-        }
+    note_mem(n); /* every total of the round held */
+    /* the totals held now are the ones apply adds: their records, in key order */
+    if (p->nrecs > 1)
+        qsort(p->recs, p->nrecs, sizeof *p->recs, cmp_rec);
     info.merged = (uint32_t)fed_gossip_ps_apply(p->ps);
     if (p->mix == MIX_ALLREDUCE)
         info.merged = p->ar_merged;
@@ -384,8 +472,9 @@ fed_err fed_node_peer_finish_round(fed_node *n)
         fed_gossip_ps_estimate(p->ps, p->model);
     evaluate(n, &info);
     info.start_ms = fed_node_wall_ms(n) - (n->env.now_ms(n->env.self) - p->round_start_ms);
-    e = commit_round(n, round, &info, mixed, info.model_hash);
-    fed_free(mixed);
+    e = commit_round(n, round, &info, info.model_hash);
+    p->nrecs = 0;
+    note_mem(n); /* the store after the round's pages */
     if (e != FED_OK) {
         fed_log(FED_LOG_ERROR, "peer: recording round %llu failed: %s", (unsigned long long)round,
                 fed_strerror(e));
@@ -520,7 +609,9 @@ static fed_err send_share(fed_node *n, uint64_t round, size_t k)
     memset(&b, 0, sizeof b);
     b.samples = p->samples;
     b.weight = w;
-    return fed_node_emit_vec(n, NULL, &h, &b, p->vec, len);
+    /* p->vec is encoded anew for the next out-neighbour at once: a stream
+       (a SHARE over a frame) sends a copy of its own */
+    return fed_node_emit_vec_copy(n, NULL, &h, &b, p->vec, len);
 }
 
 /* Shares out, then wait (or not) for the in-neighbours'. */
@@ -542,7 +633,7 @@ static fed_err mix(fed_node *n)
             return e;
         for (size_t j = 0; j < m; j++)
             (void)send_share(n, round, p->nbr[j]); /* a lost one is made good by the next */
-        if (p->model) {
+        if (p->model && p->sent) {
             memcpy(p->sent, p->model, p->dim * sizeof *p->sent);
             p->sent_once = 1;
         }
@@ -622,6 +713,7 @@ static fed_err begin_round(fed_node *n)
     j->shard = c->shard;
     j->shard_n = c->shard_n;
     j->global = p->model;
+    j->drop_model = c->train_model_per_job;
     j->nparams = p->dim;
     j->params = p->trained;
     j->err = FED_OK;
@@ -702,10 +794,8 @@ static fed_err on_share(fed_node *n, node_open *op)
 
         if (m->hdr.round > mb->seen_round)
             mb->seen_round = m->hdr.round;
-        mb->have_share = 1;
-        memcpy(mb->header, m->header, FED_WIRE_HEADER_BYTES);
-        memcpy(mb->digest, m->digest, sizeof mb->digest);
-        memcpy(mb->sig, m->sig, sizeof mb->sig);
+        if (keep_rec(p, m) != FED_OK) /* the total is held and will be added all the same */
+            fed_log(FED_LOG_WARN, "peer: no memory for the record of member %zu's share", k);
     } else if (e != FED_OK) {
         fed_wire_note_reject(n->wire, &m->hdr, e);
     }
@@ -724,7 +814,7 @@ static fed_err on_ack(fed_node *n, const fed_wire_msg *m)
 
     if (fed_node_peer_ar_on_ack(n, m, &e))
         return e;
-    if (m->block.status != FED_OK || !fed_node_tx_active(n, m->hdr.sender))
+    if (m->block.status != FED_OK || !fed_node_tx_active_round(n, m->hdr.sender, m->hdr.round))
         return FED_OK;
     return fed_node_tx_push(n, m->hdr.sender, &done);
 }

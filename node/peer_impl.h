@@ -48,12 +48,17 @@ typedef struct mesh_member {
     uint32_t missed;      /* rounds in a row it was waited for in vain (it
                              is suspected at 1, no longer waited for at 2;
                              any frame from it sets it back to 0) */
-    /* its newest SHARE, for the record of the round that adds it */
-    int have_share;
+} mesh_member;
+
+/* A sender's newest SHARE taken since the last round's end, for the record
+ * of the round that adds it (a member costs its 48 bytes alone: every peer
+ * knows every member, but only its in-neighbours' shares wait here). */
+typedef struct mesh_share_rec {
+    uint8_t key[32];
     uint8_t header[FED_WIRE_HEADER_BYTES];
     uint8_t digest[FED_CRYPTO_DIGEST_BYTES];
     uint8_t sig[FED_CRYPTO_SIG_BYTES];
-} mesh_member;
+} mesh_share_rec;
 
 struct node_mesh {
     fed_gossip_peers *table;     /* cfg.peers, or own_table */
@@ -64,6 +69,8 @@ struct node_mesh {
     fed_gossip_topo *topo;
     fed_gossip_ps *ps;
     mesh_member *mem;     /* (n) */
+    mesh_share_rec *recs; /* (nrecs) the shares the round's end will add */
+    size_t nrecs, cap_recs;
     size_t n, self;
     mesh_state state;
     int rejoining;        /* resumed from a checkpoint, not yet in step */
@@ -74,7 +81,7 @@ struct node_mesh {
     size_t dim;
     float *model;         /* (dim) the estimate: where training starts */
     float *trained;       /* (dim) the job's result */
-    float *sent;          /* (dim) asp: the model at the last send */
+    float *sent;          /* (dim) asp: the model at the last send; NULL otherwise */
     int sent_once;
     uint32_t *nbr;        /* (n) scratch: neighbour ids */
     uint32_t *in;         /* (n) this round's in-neighbours */
@@ -87,8 +94,11 @@ struct node_mesh {
     uint64_t bytes_in0, bytes_out0;
     double loss;
     uint64_t samples;
-    fed_model *eval;      /* the model evaluated on cfg.test, or NULL */
+    fed_model *eval;      /* the model evaluated on cfg.test, or NULL: own_eval,
+                             or the one cfg.eval_model lends */
+    fed_model *own_eval;  /* the node's own (NULL when lent one) */
     double flops;         /* per sample, for the simulator's clock */
+    fed_node_peer_mem mem_peak; /* the largest total noted (fed_node_peer_mem_get) */
     node_train_job job;
     /* mixing allreduce (peer_allreduce.c) */
     fed_gossip_ar_plan ar_plan;

@@ -501,14 +501,19 @@ static uint32_t count_flags(const uint8_t *f, uint32_t n)
 static fed_err end_keys(fed_node *n)
 {
     node_sa_agg *s = n->agg->sa;
-    uint32_t n1 = 0;
+    uint32_t n1 = 0, floor = fed_node_sa_floor(&n->cfg);
     double pf = 0;
+    char why[128];
     fed_err e;
 
     for (size_t i = 0; i < s->nm; i++)
         n1 += s->m[i].stage_in >= SA_KEYS;
-    if (n1 < 2 || n1 < n->cfg.min_clients)
-        return fail(n, "too few clients sent keys");
+    if (n1 < floor || n1 < n->cfg.min_clients) {
+        snprintf(why, sizeof why, "too few clients sent keys (%u; a secure round needs %u, "
+                 "the larger of its floor and --min-clients)", n1,
+                 floor > n->cfg.min_clients ? floor : n->cfg.min_clients);
+        return fail(n, why);
+    }
     if (!(s->part_of = fed_malloc(n1 * sizeof *s->part_of)) ||
         !(s->list = fed_malloc((size_t)n1 * SA_KEY_ENTRY_BYTES)) || !(s->u2 = fed_calloc(n1, 1)) ||
         !(s->u3 = fed_calloc(n1, 1)) || !(s->u4 = fed_calloc(n1, 1)))
@@ -545,7 +550,7 @@ static fed_err end_shares(fed_node *n)
     for (uint32_t i = 0; i < s->n1; i++)
         s->u2[i] = s->m[s->part_of[i]].stage_in >= SA_SHARES;
     n2 = count_flags(s->u2, s->n1);
-    if (n2 < 2 || n2 < n->cfg.min_clients)
+    if (n2 < fed_node_sa_floor(&n->cfg) || n2 < n->cfg.min_clients)
         return fail(n, "too few clients shared");
     s->stage = SA_MASKED;
     for (size_t i = 0; i < s->nm; i++)
@@ -584,7 +589,7 @@ static fed_err end_masked(fed_node *n)
     for (uint32_t i = 0; i < s->n1; i++)
         s->u3[i] = s->u2[i] && s->m[s->part_of[i]].stage_in >= SA_MASKED;
     n3 = count_flags(s->u3, s->n1);
-    if (n3 < 2 || n3 < n->cfg.min_clients)
+    if (n3 < fed_node_sa_floor(&n->cfg) || n3 < n->cfg.min_clients)
         return fail(n, "too few masked inputs");
     if (!enough_holders(s, s->u3, &who)) {
         snprintf(why, sizeof why, "client %u's secret has fewer than t = %u live holders", who,
@@ -770,7 +775,8 @@ static fed_err maybe_end(fed_node *n, int timer)
 
     for (size_t i = 0; i < s->nm; i++) {
         const sa_member *m = &s->m[i];
-        int in_stage = s->stage == SA_KEYS ? 1
+        /* a client that declined the round (a LEAVE) before its keys is out */
+        int in_stage = s->stage == SA_KEYS ? !n->agg->parts[i].refused
                        : m->idx < 0        ? 0
                        : s->stage == SA_SHARES ? 1
                        : s->stage == SA_MASKED ? s->u2[m->idx]
@@ -790,6 +796,15 @@ static fed_err maybe_end(fed_node *n, int timer)
     case SA_UNMASK: return end_unmask(n);
     default: return FED_OK;
     }
+}
+
+fed_err fed_node_sa_agg_declined(fed_node *n)
+{
+    node_sa_agg *s = n->agg->sa;
+
+    if (s->stage != SA_KEYS || s->void_sum || n->agg->state != AGG_RUNNING)
+        return FED_OK; /* later on, it is a dropout */
+    return maybe_end(n, 0);
 }
 
 fed_err fed_node_sa_agg_on_timer(fed_node *n)

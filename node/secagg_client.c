@@ -354,8 +354,16 @@ static fed_err on_key_list(fed_node *n, const fed_wire_msg *m)
     double pf = 0;
     fed_err e;
 
-    if (count < 2 || count > SA_MAX_CLIENTS)
+    if (count > SA_MAX_CLIENTS)
         return FED_ERR_SA_KEYS;
+    if (count < fed_node_sa_floor(&n->cfg)) {
+        /* it does not trust the aggregator: with 2 in the sum, each could
+           subtract its own delta from it */
+        fed_log(FED_LOG_WARN, "client: secagg round %llu: the key list names %u clients, fewer "
+                "than this client's floor of %u; refusing the round (it shares nothing)",
+                (unsigned long long)s->round, count, fed_node_sa_floor(&n->cfg));
+        return FED_ERR_SA_TOO_FEW;
+    }
     if (!(s->list = fed_malloc((size_t)count * sizeof *s->list)))
         return FED_ERR_NOMEM;
     if ((e = sa_parse_key_list(m->vector, m->vector_len, count, s->list)) != FED_OK)
@@ -607,6 +615,18 @@ static fed_err on_survivors(fed_node *n, const fed_wire_msg *m)
                 "dropped; refusing to reveal anything", (unsigned long long)s->round);
         return FED_ERR_SA_DROPPED;
     }
+    {
+        uint32_t n3 = 0;
+
+        for (uint32_t i = 0; i < s->n1; i++)
+            n3 += s->u3[i] != 0;
+        if (n3 < fed_node_sa_floor(&n->cfg)) {
+            fed_log(FED_LOG_WARN, "client: secagg round %llu: %u survivors, fewer than this "
+                    "client's floor of %u; refusing to reveal anything",
+                    (unsigned long long)s->round, n3, fed_node_sa_floor(&n->cfg));
+            return FED_ERR_SA_TOO_FEW;
+        }
+    }
     if ((e = fed_secagg_graph_survivors_connected(s->g, s->u3, &connected)) != FED_OK)
         return e;
     if (!connected) {
@@ -729,7 +749,7 @@ fed_err fed_node_sa_client_on_reply(fed_node *n, node_open *op, int *done)
     default: return FED_OK;
     }
     if (e != FED_OK) {
-        if (e != FED_ERR_SA_DROPPED && e != FED_ERR_NOMEM)
+        if (e != FED_ERR_SA_DROPPED && e != FED_ERR_SA_TOO_FEW && e != FED_ERR_NOMEM)
             fed_wire_note_reject(n->wire, &m->hdr, e);
         fed_log(FED_LOG_WARN, "client: secagg round %llu: %s answer refused: %s; the round is "
                 "dropped", (unsigned long long)s->round, fed_wire_type_name(m->hdr.type),

@@ -6,6 +6,17 @@
 
 #include "node/node_impl.h"
 
+/* A secure round's floor of clients: with 2, each could subtract its own
+ * delta from the released sum (without noise, the other's exactly). */
+#define FED_NODE_SA_FLOOR 3u
+
+/* The floor cfg sets: secagg_min_clients, never below FED_NODE_SA_FLOOR. */
+static inline uint32_t fed_node_sa_floor(const fed_node_config *c)
+{
+    return c->secagg_min_clients > FED_NODE_SA_FLOOR ? c->secagg_min_clients
+                                                     : FED_NODE_SA_FLOOR;
+}
+
 typedef struct node_sa_agg node_sa_agg;
 typedef struct node_sa_client node_sa_client;
 
@@ -40,6 +51,9 @@ const char *fed_node_sa_agg_outcome(const node_sa_agg *s);
  * this round before (to an aggregator process that then stopped): the try
  * fails and the round closes with no update. */
 FED_WUR fed_err fed_node_sa_agg_revealed_before(fed_node *n);
+/* A sampled client declined the round (its part refused): while the keys
+ * are open the stage no longer waits for it (it may end now). */
+FED_WUR fed_err fed_node_sa_agg_declined(fed_node *n);
 /* What the contributions table says of part i's secure aggregation
  * (who dropped at which stage); "" for one in the sum. */
 const char *fed_node_sa_agg_fate(const node_sa_agg *s, size_t i);

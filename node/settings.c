@@ -84,6 +84,7 @@ void fed_node_settings_apply_dp(const fed_node_settings *s, fed_node_config *c)
     c->secagg_bits = (uint32_t)s->secagg_bits;
     c->secagg_range = s->secagg_range;
     c->secagg_stage_ms = (uint64_t)s->secagg_stage_ms;
+    c->secagg_min_clients = (uint32_t)s->secagg_min_clients;
 }
 
 const char *fed_node_settings_dp_misuse(const fed_node_settings *s, fed_node_role role)
@@ -120,9 +121,11 @@ int fed_node_settings_secagg_misuse(const fed_opt *t, size_t n, const unsigned c
                      "aggregator's and its clients')", name);
             return 1;
         }
-        if (role == FED_NODE_CLIENT && strcmp(name, "secagg") != 0) {
+        if (role == FED_NODE_CLIENT && strcmp(name, "secagg") != 0 &&
+            strcmp(name, "secagg-min-clients") != 0) {
             snprintf(why, size, "--%s means nothing for a client: it is the aggregator's "
-                     "setting, sent in each round's settings (a client takes --secagg alone)",
+                     "setting, sent in each round's settings (a client takes --secagg and "
+                     "--secagg-min-clients alone)",
                      name);
             return 1;
         }

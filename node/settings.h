@@ -64,6 +64,7 @@ typedef struct fed_node_settings {
     int secagg_bits;
     double secagg_range;
     int secagg_stage_ms;
+    int secagg_min_clients;
 } fed_node_settings;
 
 /* The entries for a config struct T holding a fed_node_settings as member m:
@@ -80,7 +81,7 @@ typedef struct fed_node_settings {
                 "client, peer: how the training split is cut into parts (fednode: --shard's K; " \
                 "fedsim: one per node): iid, dirichlet:ALPHA, shards:N"),                        \
     FED_OPT_DEF(T, m.model, "model", FED_OPT_STR, "mlp:256,128", 0, 0,                           \
-                "aggregator, peer: logreg, mlp:W1,W2,... or cnn"),                               \
+                "aggregator, peer: logreg, mlp:W1,W2,..., cnn, or a layer file"),                 \
     FED_OPT_DEF(T, m.rounds, "rounds", FED_OPT_INT, "10", 0, 1000000,                            \
                 "aggregator, peer: rounds to run (0: forever; fedsim needs an end)"),            \
     FED_OPT_DEF(T, m.local_epochs, "local-epochs", FED_OPT_INT, "1", 1, 1000,                    \
@@ -197,6 +198,10 @@ typedef struct fed_node_settings {
     FED_OPT_DEF(T, m.secagg_stage_ms, "secagg-stage-ms", FED_OPT_INT, "10000", 1, 86400000,      \
                 "aggregator, --secagg: each stage's deadline (the masked input's: "              \
                 "--deadline-ms)"),                                                               \
+    FED_OPT_DEF(T, m.secagg_min_clients, "secagg-min-clients", FED_OPT_INT, "3", 3, 4096,        \
+                "--secagg: the fewest clients a secure round runs with (the key list and "       \
+                "the survivors); with 2 each could subtract its own delta from the sum, "        \
+                "so never below 3. A client enforces its own floor too"),                        \
     FED_OPT_ALIAS("sample", "fraction")
 
 /* The round settings into c (after fed_node_config_default): model, training,

@@ -37,6 +37,8 @@ struct fed_node_snap_board {
     double dur_sum_s;
     int have_last;
     fed_node_round_info last;
+    uint64_t metrics_round;  /* the newest round with metrics, and them */
+    fed_metrics_head metrics;
     uint64_t deltas_merged, deltas_missing, deltas_refused;
     snap_members *mb;       /* the members in use (the loop holds a reference) */
     const fed_crypto_allow *mb_allow;
@@ -144,6 +146,10 @@ void fed_node_snap_note_round(fed_node_snap_board *b, const fed_node_round_info 
     b->rounds_run++;
     b->last = *r;
     b->have_last = 1;
+    if (r->metrics.kind != FED_METRICS_NONE) {
+        b->metrics_round = r->round;
+        b->metrics = r->metrics;
+    }
     b->deltas_merged += r->merged;
     b->deltas_missing += r->missing;
     if (r->sampled > r->merged + r->missing)
@@ -325,6 +331,8 @@ fed_err fed_node_snap_update(fed_node_snap_board *b, const fed_node_snap_src *sr
     s->dur_sum_s = b->dur_sum_s;
     s->have_last = b->have_last;
     s->last = b->last;
+    s->metrics_round = b->metrics_round;
+    s->metrics = b->metrics;
     s->deltas_merged = b->deltas_merged;
     s->deltas_missing = b->deltas_missing;
     s->deltas_refused = b->deltas_refused;

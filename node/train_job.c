@@ -130,6 +130,10 @@ void fed_node_train_job_run(fed_job *job)
     e = encode_delta(j, j->trained);
 out:
     fed_optim_free(o);
+    if (j->drop_model) {
+        fed_model_free(j->model);
+        j->model = NULL;
+    }
     if (e != FED_OK && fed_node_site_ranks(j) > 1) /* the other ranks cannot go on alone */
         e = fed_node_site_failed(j, e);
     j->err = e;

@@ -24,6 +24,9 @@ struct node_tx {
     uint8_t to[32];
     fed_wire_stream_tx *st;
     uint8_t *frame; /* (frame_cap) the last frame made, kept for a resend */
+    uint64_t round; /* its header's */
+    uint8_t *own;   /* the vector's copy the stream sends (fed_node_emit_vec_copy), or NULL */
+    size_t own_len;
     size_t frame_len;
     uint32_t frame_index; /* its index in the stream */
 };
@@ -42,6 +45,7 @@ static void tx_free(fed_node *n, node_tx *t)
 {
     fed_wire_stream_tx_free(n->wire, t->st);
     fed_free(t->frame);
+    fed_free(t->own);
     fed_free(t);
 }
 
@@ -106,13 +110,14 @@ static fed_err tx_restamp(fed_node *n, node_tx *t)
                                       n->env.random, n->env.self);
 }
 
-/* A new stream of vec to h->recipient (replacing any earlier one to it). */
+/* A new stream of vec (or of a copy of it) to h->recipient (replacing any
+ * earlier one to it). */
 static fed_err tx_begin(fed_node *n, const fed_wire_hdr *h, const fed_wire_block *b,
-                        const uint8_t *vec, size_t vlen, node_tx **out)
+                        const uint8_t *vec, size_t vlen, int copy, node_tx **out)
 {
     size_t chunk = fed_wire_stream_chunk_max(n->wire, h->type);
     node_tx *t;
-    fed_err e;
+    fed_err e = FED_OK;
 
     fed_node_tx_drop(n, h->recipient);
     if (chunk > NODE_CHUNK_BYTES)
@@ -120,8 +125,16 @@ static fed_err tx_begin(fed_node *n, const fed_wire_hdr *h, const fed_wire_block
     if (!(t = fed_calloc(1, sizeof *t)))
         return FED_ERR_NOMEM;
     memcpy(t->to, h->recipient, 32);
-    e = fed_wire_stream_tx_new(n->wire, h, b, vec, vlen, chunk, n->env.random, n->env.self,
-                               &t->st);
+    t->round = h->round;
+    if (copy && !(t->own = fed_malloc(vlen ? vlen : 1)))
+        e = FED_ERR_NOMEM;
+    else if (copy) {
+        vec = memcpy(t->own, vec, vlen);
+        t->own_len = vlen;
+    }
+    if (e == FED_OK)
+        e = fed_wire_stream_tx_new(n->wire, h, b, vec, vlen, chunk, n->env.random, n->env.self,
+                                   &t->st);
     if (e == FED_OK && !(t->frame = fed_malloc(fed_wire_stream_tx_frame_cap(t->st))))
         e = FED_ERR_NOMEM;
     if (e == FED_OK)
@@ -136,22 +149,34 @@ static fed_err tx_begin(fed_node *n, const fed_wire_hdr *h, const fed_wire_block
     return FED_OK;
 }
 
-fed_err fed_node_emit_vec(fed_node *n, fed_req *req, fed_wire_hdr *h, const fed_wire_block *b,
-                          const uint8_t *vec, size_t vlen)
+static fed_err emit_vec(fed_node *n, fed_req *req, fed_wire_hdr *h, const fed_wire_block *b,
+                        const uint8_t *vec, size_t vlen, int copy)
 {
     size_t payload = fed_wire_block_size(h->type) + vlen;
     node_tx *t;
     fed_err e;
 
     if (fed_wire_frame_bytes(payload) <= fed_wire_config(n->wire)->max_frame)
-        return fed_node_emit(n, req, h, b, vec, vlen);
-    if ((e = tx_begin(n, h, b, vec, vlen, &t)) != FED_OK) {
+        return fed_node_emit(n, req, h, b, vec, vlen); /* sealed into txbuf at once */
+    if ((e = tx_begin(n, h, b, vec, vlen, copy, &t)) != FED_OK) {
         fed_log(FED_LOG_ERROR, "node: streaming a %s of %zu bytes failed: %s",
                 fed_wire_type_name(h->type), vlen, fed_strerror(e));
         fed_node_refuse(n, req);
         return e;
     }
     return fed_node_transmit(n, req, t->to, t->frame, t->frame_len);
+}
+
+fed_err fed_node_emit_vec(fed_node *n, fed_req *req, fed_wire_hdr *h, const fed_wire_block *b,
+                          const uint8_t *vec, size_t vlen)
+{
+    return emit_vec(n, req, h, b, vec, vlen, 0);
+}
+
+fed_err fed_node_emit_vec_copy(fed_node *n, fed_req *req, fed_wire_hdr *h,
+                               const fed_wire_block *b, const uint8_t *vec, size_t vlen)
+{
+    return emit_vec(n, req, h, b, vec, vlen, 1);
 }
 
 fed_err fed_node_tx_push(fed_node *n, const uint8_t to[32], int *done)
@@ -181,6 +206,24 @@ fed_err fed_node_tx_resend(fed_node *n, const uint8_t to[32])
 }
 
 int fed_node_tx_active(fed_node *n, const uint8_t to[32]) { return tx_find(n, to) != NULL; }
+
+int fed_node_tx_active_round(fed_node *n, const uint8_t to[32], uint64_t round)
+{
+    const node_tx *t = tx_find(n, to);
+
+    return t && t->round == round;
+}
+
+size_t fed_node_stream_bytes(const fed_node *n)
+{
+    size_t bytes = 0;
+
+    for (const node_tx *t = n->txs; t; t = t->next)
+        bytes += fed_wire_stream_tx_frame_cap(t->st) + t->own_len;
+    for (const node_rx *r = n->rxs; r; r = r->next)
+        bytes += (size_t)fed_wire_stream_rx_total(r->st);
+    return bytes;
+}
 
 int fed_node_tx_sent_all(fed_node *n, const uint8_t to[32])
 {

@@ -326,3 +326,31 @@ fed_err fed_rdp_sgm_calibrate(double q, uint64_t steps, double delta, double tar
         *order = o_hi;
     return FED_OK;
 }
+
+double fed_rdp_binom_below(uint64_t n, double q, uint64_t m)
+{
+    double lq, l1q, log_coef = 0.0, acc = -INFINITY;
+
+    if (!(q >= 0.0 && q <= 1.0))
+        return NAN;
+    if (m > n)
+        return 1.0;
+    if (m == 0)
+        return 0.0;
+    if (q == 0.0)
+        return 1.0; /* the draw is 0 < m */
+    if (q == 1.0)
+        return 0.0; /* the draw is n >= m */
+    lq = log(q);
+    l1q = log1p(-q);
+    /* sum_{i < m} C(n, i) q^i (1 - q)^(n - i), each term in log space (a
+       tail of 1e-30 must not round to 0 before it is compared) */
+    for (uint64_t i = 0; i < m; i++) {
+        double di = (double)i;
+
+        if (i)
+            log_coef += log((double)(n - i + 1) / di);
+        acc = log_add(acc, log_coef + di * lq + (double)(n - i) * l1q);
+    }
+    return acc >= 0.0 ? 1.0 : exp(acc);
+}

@@ -83,6 +83,14 @@ double fed_rdp_order_epsilon(double order, double rdp, double delta);
 double fed_rdp_epsilon(const double *orders, const double *rdp, size_t n, double delta,
                        double *order);
 
+/* P(Bin(n, q) < m): the chance that a Poisson draw of n clients at rate q
+ * holds fewer than m. A secure round with DP-FedAvg is void below its floor
+ * of clients (node/agg_dp.c), an outcome that depends on the draw's size,
+ * which the subsampled Gaussian's accounting does not cover; the aggregator
+ * refuses a configuration where this exceeds delta / 10. 1 when m > n; NaN
+ * for q outside [0, 1]. */
+double fed_rdp_binom_below(uint64_t n, double q, uint64_t m);
+
 /* ---- checks, for callers that take these from outside ---- */
 
 /* FED_ERR_INVAL for an empty list (n == 0); FED_ERR_RANGE for an order that

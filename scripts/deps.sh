@@ -19,6 +19,8 @@ TEST_PKGS="clang libclang-rt-14-dev sqlite3 prometheus chromium curl"
 # the service tests: strace and systemd-analyze (test_systemd.sh, test_install.sh),
 # mandoc (test_man.sh), /bin/kill (the unit's ExecReload), PyTorch (test_export_torch.sh)
 TEST_PKGS="$TEST_PKGS strace systemd mandoc procps python3-torch"
+# scikit-learn: the metrics are checked against it (test_metrics_sklearn.sh)
+TEST_PKGS="$TEST_PKGS python3-sklearn"
 case "${1:-test}" in
 demo) PKGS=$BUILD_PKGS ;;
 test) PKGS="$BUILD_PKGS $TEST_PKGS" ;;

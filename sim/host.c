@@ -164,7 +164,10 @@ fed_err fed_sim_host_attach(fed_sim_host *h, fed_sim_world *w, const fed_node_co
     so.sync = FED_STORE_SYNC_OFF;
     if (!db_path) { /* thousands of in-memory databases: 4 KiB pages, not 64 KiB, */
         so.page_size = 4096;
-        so.keep_last = 2; /* and the blobs of two checkpoints (a restart needs one) */
+        so.flags |= FED_STORE_GIVE_BACK;
+        so.keep_last = 1; /* and one checkpoint's blob: a restart reads the newest (a
+                             blob is a copy of the node's state: a peer's push-sum
+                             totals; each one kept costs its pages for good) */
     }
     so.wall_s = host_wall_s;
     so.clock_ctx = (void *)h->env;

@@ -60,7 +60,8 @@ const fed_opt fed_sim_scenario_opts[] = {
     S(eval_peers, "eval-peers", FED_OPT_INT, "0", 0, 1000000,
       "peer: how many peers evaluate each round (the first N; 0: all): their mean is printed"),
     S(checkpoint_every, "checkpoint-every", FED_OPT_INT, "1", 1, 1000000,
-      "peer: a checkpoint every Nth round (a crashed peer resumes from the last)"),
+      "peer: a checkpoint every Nth round (a crashed peer resumes from the last); written "
+      "only when a peer can crash (--crash, --crash-rate) or --db-dir keeps the databases"),
     S(no_crypto, "no-crypto", FED_OPT_BOOL, "false", 0, 0,
       "frames in the clear and unsigned, for the largest runs (the real seal is the default)"),
     FED_NODE_SETTINGS_OPTS(fed_sim_scenario, s),
@@ -142,6 +143,8 @@ struct sim_run {
     fed_peer_id *ids;      /* (hosts) every host's identity, by world index */
     fed_dataset *own;      /* across ranks: this rank's nodes' samples only */
     fed_model_shape shape;
+    fed_model *eval_model; /* peers: the one they all evaluate in (lent to each;
+                              the world runs their events one at a time) */
 };
 
 static void emit(sim_run *r, const fed_sim_row *row)
@@ -611,9 +614,18 @@ static fed_err attach_nodes(sim_run *r, const fed_dataset *train, const fed_data
         c.shard = r->idx[i];
         c.shard_n = r->nidx[i];
         if (r->peer_mode) {
+            if (!r->eval_model && (e = fed_model_new(c.spec, c.shape, c.be, c.pool, c.shards, 256,
+                                                     &r->eval_model)) != FED_OK)
+                return e;
+            c.eval_model = r->eval_model;
             c.role = FED_NODE_PEER;
             c.test = !sc->eval_peers || i < sc->eval_peers ? test : NULL;
             c.checkpoint_every = (uint32_t)sc->checkpoint_every;
+            /* nothing restarts a peer, so nothing would read a checkpoint (a
+               database on disk keeps them, for the record) */
+            c.no_checkpoints = !sc->crash[0] && !(sc->crash_rate > 0) && !sc->db_dir[0];
+            c.no_final_mix_eval = 1; /* on_round keeps no row past --rounds */
+            c.train_model_per_job = 1;
         } else {
             c.role = FED_NODE_CLIENT;
             c.aggregator = r->ids[0];
@@ -787,6 +799,21 @@ static int finished_here(const sim_run *r)
     return 1;
 }
 
+/* Each live peer of this rank: its most bytes noted, and its state then. */
+static void peer_mem_sums(const sim_run *r, fed_sim_counters *c)
+{
+    fed_node_peer_mem m;
+    fed_node *node;
+
+    for (int i = 0; r->peer_mode && i < r->sc->nodes; i++)
+        if (r->h[i] && (node = fed_sim_host_node(r->h[i])) &&
+            fed_node_peer_mem_get(node, NULL, &m) == FED_OK) {
+            c->peer_bytes += m.total;
+            c->peer_state_bytes += m.state;
+            c->peers_counted++;
+        }
+}
+
 /* sha256 of the final global model; for peers, of every peer's estimate's
  * sha256 in node order (32 bytes a peer, whichever rank holds it). */
 static fed_err final_hash(const sim_run *r, uint8_t out[32])
@@ -858,6 +885,7 @@ static void run_free(sim_run *r)
     fed_free(r->all);
     fed_free(r->rows);
     fed_crypto_allow_free(r->allow);
+    fed_model_free(r->eval_model); /* after the peers that borrowed it */
 }
 
 static int failed_to_start(const fed_sim_host *h)
@@ -1038,8 +1066,9 @@ static fed_err run(const fed_sim_scenario *sc, const fed_dataset *train, fed_dat
         goto out;
     if (counters) {
         fed_sim_world_counters(r.w, counters);
+        peer_mem_sums(&r, counters);
         if ((e = fed_comm_allreduce(comm, (uint64_t *)counters,
-                                        sizeof *counters / sizeof(uint64_t), FED_COMM_SUM)) != FED_OK)
+                                    sizeof *counters / sizeof(uint64_t), FED_COMM_SUM)) != FED_OK)
             goto out;
     }
     if (!done)

@@ -81,6 +81,11 @@ typedef struct fed_sim_counters {
     uint64_t events;            /* events dispatched to nodes */
     uint64_t node_errors;       /* nonzero returns of node callbacks */
     uint64_t crashes, restarts; /* of nodes that were up, down */
+    /* fed_sim_run's, peers (the world leaves them 0): each live peer's most
+       bytes noted (fed_node_peer_mem's total), and its model state then,
+       summed over the peers */
+    uint64_t peer_bytes, peer_state_bytes;
+    uint64_t peers_counted;     /* the peers in those sums */
 } fed_sim_counters;
 
 /* What the trace hook sees for each dispatched event. */

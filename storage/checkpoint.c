@@ -365,8 +365,15 @@ static fed_err insert_row(fed_store *st, uint64_t id, uint64_t round, uint64_t s
     return e;
 }
 
-/* Retention: keep the blobs of the keep_last newest and of every
- * keep_every-th; drop the others' chunk rows, mark their rows pruned. */
+void fed_store_hold_checkpoints(fed_store *st, uint64_t best_round, uint64_t from_round)
+{
+    st->hold_best = best_round;
+    st->hold_from = from_round;
+}
+
+/* Retention: keep the blobs of the keep_last newest, of every keep_every-th
+ * and of the rounds held (fed_store_hold_checkpoints); drop the others'
+ * chunk rows, mark their rows pruned. */
 static fed_err apply_retention(fed_store *st, uint64_t newest)
 {
     uint64_t k = st->opts.keep_last, m = st->opts.keep_every;
@@ -383,6 +390,9 @@ static fed_err apply_retention(fed_store *st, uint64_t newest)
             break;
         sqlite3_bind_int64(q, 1, (int64_t)(newest - k));
         sqlite3_bind_int64(q, 2, (int64_t)m);
+        sqlite3_bind_int64(q, 3, st->hold_best ? (int64_t)st->hold_best : -1);
+        sqlite3_bind_int64(q, 4, st->hold_from && st->hold_from < INT64_MAX
+                                     ? (int64_t)st->hold_from : INT64_MAX);
         rc = sqlite3_step(q);
         if (rc != SQLITE_DONE)
             e = store_err(st, rc, "prune checkpoints");

@@ -63,6 +63,10 @@ static const char *const migrations[FED_STORE_SCHEMA_VERSION] = {
        (NULL: none) */
     ("ALTER TABLE contributions ADD COLUMN dp_epsilon REAL;"
      "ALTER TABLE contributions ADD COLUMN dp_budget REAL;"),
+    /* -> v7: the figures of an evaluated round by name (NULL: not defined) */
+    ("CREATE TABLE round_metrics(id INTEGER PRIMARY KEY, round INTEGER NOT NULL,"
+     " name TEXT NOT NULL, value REAL, UNIQUE(round, name));"
+     "CREATE INDEX round_metrics_by_name ON round_metrics(name, value);"),
 };
 
 #define ROUND_COLS_V2                                                          \
@@ -96,6 +100,11 @@ static const char *const stmt_sql[SQ_COUNT_] = {
     [SQ_SA_PUT] = "INSERT INTO secagg_tries(" SA_COLS ")"
                   " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
     [SQ_SA_EACH] = "SELECT " SA_COLS " FROM secagg_tries WHERE round >= ?1 ORDER BY id",
+    [SQ_METRIC_PUT] = "INSERT OR REPLACE INTO round_metrics(round, name, value) VALUES(?1, ?2, ?3)",
+    [SQ_METRIC_EACH] = "SELECT round, name, value FROM round_metrics WHERE round ="
+                       " (SELECT max(round) FROM round_metrics WHERE round <= ?1) ORDER BY id",
+    [SQ_METRIC_BEST] = "SELECT round, value FROM round_metrics WHERE name = ?1 AND value IS NOT NULL"
+                       " ORDER BY CASE WHEN ?2 THEN -value ELSE value END, round LIMIT 1",
     [SQ_CONTRIB_PUT] = "INSERT INTO contributions(" CONTRIB_COLS_V5 ", dp_epsilon, dp_budget)"
                        " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     [SQ_CONTRIB_EACH] = "SELECT " CONTRIB_COLS_V5 ", dp_epsilon, dp_budget"
@@ -117,9 +126,11 @@ static const char *const stmt_sql[SQ_COUNT_] = {
                        " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8)",
     [SQ_CHUNK_INSERT] = "INSERT INTO checkpoint_chunks(ckpt, idx, data) VALUES(?1, ?2, ?3)",
     [SQ_PRUNE_CHUNKS] = "DELETE FROM checkpoint_chunks WHERE ckpt IN (SELECT id FROM checkpoints"
-                        " WHERE pruned = 0 AND id <= ?1 AND (?2 = 0 OR id % ?2 <> 0))",
+                        " WHERE pruned = 0 AND id <= ?1 AND (?2 = 0 OR id % ?2 <> 0)"
+                        " AND round <> ?3 AND round < ?4)",
     [SQ_PRUNE_ROWS] = "UPDATE checkpoints SET pruned = 1"
-                      " WHERE pruned = 0 AND id <= ?1 AND (?2 = 0 OR id % ?2 <> 0)",
+                      " WHERE pruned = 0 AND id <= ?1 AND (?2 = 0 OR id % ?2 <> 0)"
+                      " AND round <> ?3 AND round < ?4",
     [SQ_CKPT_CANDIDATES] = "SELECT " CKPT_COLS " FROM checkpoints WHERE pruned = 0"
                            " AND id < ?1 ORDER BY id DESC LIMIT 1",
     [SQ_CKPT_ROUND_CANDIDATES] = "SELECT " CKPT_COLS " FROM checkpoints WHERE pruned = 0"
@@ -399,6 +410,38 @@ static fed_err meta_put_int(fed_store *st, const char *key, int64_t v)
     return step_done(st, s, "write meta");
 }
 
+fed_err fed_store_put_meta_text(fed_store *st, const char *key, const char *value)
+{
+    fed_err e = FED_OK;
+    sqlite3_stmt *s = store_stmt(st, SQ_META_PUT, &e);
+
+    if (!s)
+        return e;
+    sqlite3_bind_text(s, 1, key, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(s, 2, value, -1, SQLITE_TRANSIENT);
+    return step_done(st, s, "write meta");
+}
+
+fed_err fed_store_meta_text(fed_store *st, const char *key, char *out, size_t cap)
+{
+    fed_err e = FED_OK;
+    sqlite3_stmt *s = store_stmt(st, SQ_META_GET, &e);
+    int rc;
+
+    if (!s)
+        return e;
+    sqlite3_bind_text(s, 1, key, -1, SQLITE_TRANSIENT);
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW && sqlite3_column_type(s, 0) == SQLITE_TEXT)
+        snprintf(out, cap, "%s", (const char *)sqlite3_column_text(s, 0));
+    else if (rc == SQLITE_ROW || rc == SQLITE_DONE)
+        e = FED_ERR_NOTFOUND;
+    else
+        e = store_err(st, rc, "read meta");
+    sqlite3_reset(s);
+    return e;
+}
+
 fed_err fed_store_node_key(fed_store *st, uint8_t key[32])
 {
     fed_err e = FED_OK;
@@ -646,6 +689,9 @@ static fed_err apply_pragmas(fed_store *st, int fresh, int readonly)
         /* before the first table: a page size is fixed once WAL is on */
         snprintf(sql, sizeof sql, "PRAGMA page_size = %d", st->opts.page_size);
         if ((e = store_exec(st, sql)) != FED_OK)
+            return e;
+        if ((st->opts.flags & FED_STORE_GIVE_BACK) &&
+            (e = store_exec(st, "PRAGMA auto_vacuum = FULL")) != FED_OK)
             return e;
     }
     if (!readonly && (e = set_journal_wal(st)) != FED_OK)
@@ -993,6 +1039,72 @@ fed_err fed_store_each_secagg_try(fed_store *st, uint64_t from_round, fed_store_
     }
     if (rc != SQLITE_ROW && rc != SQLITE_DONE)
         e = store_err(st, rc, "read secagg tries");
+    sqlite3_reset(s);
+    return e;
+}
+
+/* ---------------------------------------------------- round metrics -- */
+
+fed_err fed_store_put_metric(fed_store *st, uint64_t round, const char *name, double value)
+{
+    fed_err e = FED_OK;
+    sqlite3_stmt *s;
+
+    if (!(s = store_stmt(st, SQ_METRIC_PUT, &e)))
+        return e;
+    sqlite3_bind_int64(s, 1, (int64_t)round);
+    sqlite3_bind_text(s, 2, name, -1, SQLITE_TRANSIENT);
+    if (isnan(value))
+        sqlite3_bind_null(s, 3);
+    else
+        sqlite3_bind_double(s, 3, value);
+    return step_done(st, s, "write round metric");
+}
+
+fed_err fed_store_each_metric(fed_store *st, uint64_t round, fed_store_metric_fn fn, void *ctx)
+{
+    fed_err e = FED_OK;
+    sqlite3_stmt *s;
+    int rc;
+
+    if (st->schema < 7) /* an older file opened read-only: none */
+        return FED_OK;
+    if (!(s = store_stmt(st, SQ_METRIC_EACH, &e)))
+        return e;
+    sqlite3_bind_int64(s, 1, round > INT64_MAX ? INT64_MAX : (int64_t)round);
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        const unsigned char *name = sqlite3_column_text(s, 1);
+        double v = sqlite3_column_type(s, 2) == SQLITE_NULL ? NAN : sqlite3_column_double(s, 2);
+
+        if (fn(ctx, (uint64_t)sqlite3_column_int64(s, 0), name ? (const char *)name : "", v))
+            break;
+    }
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        e = store_err(st, rc, "read round metrics");
+    sqlite3_reset(s);
+    return e;
+}
+
+fed_err fed_store_best_metric(fed_store *st, const char *name, int higher, uint64_t *round,
+                              double *value)
+{
+    fed_err e = FED_OK;
+    sqlite3_stmt *s;
+    int rc;
+
+    if (st->schema < 7)
+        return FED_ERR_NOTFOUND;
+    if (!(s = store_stmt(st, SQ_METRIC_BEST, &e)))
+        return e;
+    sqlite3_bind_text(s, 1, name, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(s, 2, higher != 0);
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        *round = (uint64_t)sqlite3_column_int64(s, 0);
+        *value = sqlite3_column_double(s, 1);
+    } else {
+        e = rc == SQLITE_DONE ? FED_ERR_NOTFOUND : store_err(st, rc, "read the best round");
+    }
     sqlite3_reset(s);
     return e;
 }

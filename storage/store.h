@@ -42,6 +42,10 @@
  *   v6  contributions.dp_epsilon, contributions.dp_budget: the privacy
  *       budget the client reported with it (wire v4's DP report: epsilon
  *       spent, budget; NULL: none reported).
+ *   v7  round_metrics(round, name, value): the figures of an evaluated
+ *       round by name (the aggregator's evaluation: loss, accuracy, auc,
+ *       sensitivity, ..., recall.C, confusion.T.P; model/metrics.h), one row
+ *       each, unique per (round, name); NULL: not defined (NaN).
  * Older files are migrated forward at a read-write open. A read-only open
  * takes files from FED_STORE_SCHEMA_READ_MIN on as they are (a v2 file's
  * rounds read with lr 0, a v3 file's with epsilon 0 and no charges, a v5
@@ -65,7 +69,7 @@
 #include "core/err.h"
 
 #define FED_STORE_APP_ID 0x4645444Eu /* "FEDN" */
-#define FED_STORE_SCHEMA_VERSION 6
+#define FED_STORE_SCHEMA_VERSION 7
 #define FED_STORE_SCHEMA_READ_MIN 2 /* the oldest a read-only open takes */
 #define FED_STORE_PAGE_SIZE 65536
 #define FED_STORE_CHUNK_BYTES (16u << 20) /* checkpoint bytes per chunk row */
@@ -77,6 +81,10 @@ typedef struct fed_store fed_store;
 /* Open flags. */
 #define FED_STORE_READONLY 1u /* SQLITE_OPEN_READONLY: no migration, no epoch */
 #define FED_STORE_NO_EPOCH 2u /* a tool (import, verify): leave the epoch alone */
+/* a new database gives its free pages back at each commit (auto_vacuum FULL):
+ * for one in memory, whose freed pages (a pruned checkpoint's) it would
+ * otherwise hold for good */
+#define FED_STORE_GIVE_BACK 4u
 
 typedef enum fed_store_sync {
     FED_STORE_SYNC_FULL = 0,   /* fsync at every commit: survives power loss */
@@ -225,6 +233,26 @@ typedef int (*fed_store_secagg_fn)(void *ctx, const fed_store_secagg_try *t);
 FED_WUR fed_err fed_store_each_secagg_try(fed_store *st, uint64_t from_round,
                                           fed_store_secagg_fn fn, void *ctx);
 
+/* A text value in meta under key (e.g. "best_metric"), and back:
+ * FED_ERR_NOTFOUND when none (or not text); out truncated to cap. */
+FED_WUR fed_err fed_store_put_meta_text(fed_store *st, const char *key, const char *value);
+FED_WUR fed_err fed_store_meta_text(fed_store *st, const char *key, char *out, size_t cap);
+
+/* ---- the figures of evaluated rounds (v7) ---- */
+/* Records (round, name) = value (NaN stored NULL), replacing a value there. */
+FED_WUR fed_err fed_store_put_metric(fed_store *st, uint64_t round, const char *name,
+                                     double value);
+typedef int (*fed_store_metric_fn)(void *ctx, uint64_t round, const char *name, double value);
+/* fn for each figure of the newest round <= round that has any, in the
+ * order written; nonzero stops with FED_OK. None from a file before v7. */
+FED_WUR fed_err fed_store_each_metric(fed_store *st, uint64_t round, fed_store_metric_fn fn,
+                                      void *ctx);
+/* The round where figure name was best (highest when higher, else lowest;
+ * the earliest of equals) and its value; FED_ERR_NOTFOUND when no round
+ * has it. */
+FED_WUR fed_err fed_store_best_metric(fed_store *st, const char *name, int higher,
+                                      uint64_t *round, double *value);
+
 /* ---- contributions ---- */
 #define FED_STORE_HEADER_MAX 1024
 typedef struct fed_store_contrib {
@@ -352,6 +380,12 @@ typedef struct fed_store_faults {
     size_t n;       /* stored in v */
     size_t total;   /* found, including those past v */
 } fed_store_faults;
+
+/* Retention beyond keep_last and keep_every: the checkpoints of round
+ * best_round (the best by the caller's measure) and of every round >=
+ * from_round (not yet judged) keep their blobs; 0 for either: none. Set
+ * by the caller as its judgement changes; applied at the next write. */
+void fed_store_hold_checkpoints(fed_store *st, uint64_t best_round, uint64_t from_round);
 
 /* Write a checkpoint of round from n sections (names unique) and apply the
  * retention policy (prunes only chunk rows). hash (may be NULL) gets its

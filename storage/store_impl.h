@@ -25,6 +25,9 @@ typedef enum store_stmt_id {
     SQ_DP_EACH,
     SQ_SA_PUT,
     SQ_SA_EACH,
+    SQ_METRIC_PUT,
+    SQ_METRIC_EACH,
+    SQ_METRIC_BEST,
     SQ_CONTRIB_PUT,
     SQ_CONTRIB_EACH,
     SQ_CONTRIB_EACH_V5, /* a v5 file opened read-only: no DP report columns */
@@ -59,6 +62,7 @@ struct fed_store {
     int disk_full;    /* fed_store_set_disk_full: the commit hook refuses */
     int durable;      /* fed_store_begin_durable raised synchronous to FULL */
     fed_store_stats stats; /* fed_store_get_stats */
+    uint64_t hold_best, hold_from; /* fed_store_hold_checkpoints; 0: none */
 };
 
 /* SQLite result code -> fed_err, logging what (and SQLite's message) when not OK. */

@@ -256,6 +256,160 @@ static void test_im2col_col2im(void **state)
     free(dx);
 }
 
+/* A window over (C, H, W) with its output size, PyTorch's floor. */
+static fed_window window(int C, int H, int W, int K, int S, int P, int D)
+{
+    fed_window g = {C, H, W, K, K, S, S, P, P, D, D, 0, 0};
+
+    g.OH = (H + 2 * P - D * (K - 1) - 1) / S + 1;
+    g.OW = (W + 2 * P - D * (K - 1) - 1) / S + 1;
+    return g;
+}
+
+/* The value of x at (c, i, j), or pad outside the image. */
+static float at(const float *x, const fed_window *g, int c, int i, int j, float pad)
+{
+    return i >= 0 && i < g->H && j >= 0 && j < g->W ? x[(c * g->H + i) * g->W + j] : pad;
+}
+
+/* im2col_win against its definition for strided, padded and dilated
+ * windows; col2im_win its adjoint; the plain window (stride 1, no padding)
+ * gives exactly what im2col gives. */
+static void test_im2col_window(void **state)
+{
+    static const int cases[][4] = {{3, 2, 1, 1}, {3, 1, 2, 2}, {5, 2, 2, 1}, {2, 3, 0, 2},
+                                   {4, 1, 0, 1}, {1, 2, 0, 1}};
+
+    (void)state;
+    assert_int_equal(be->caps, FED_BACKEND_CAP_HOST_MEMORY | FED_BACKEND_CAP_SHARDS |
+                                   FED_BACKEND_CAP_DP_SGD | FED_BACKEND_CAP_CONV |
+                                   FED_BACKEND_CAP_WINDOW);
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+        fed_window g = window(3, 9, 8, cases[t][0], cases[t][1], cases[t][2], cases[t][3]);
+        int P = g.OH * g.OW;
+        size_t ncol = (size_t)g.C * g.KH * g.KW * P, nx = (size_t)g.C * g.H * g.W;
+        float *x = randn((int)nx), *col = malloc(ncol * sizeof *col), *dcol = randn((int)ncol);
+        float *dx = calloc(nx, sizeof *dx);
+        double lhs = 0, rhs = 0;
+
+        be->im2col_win(be, x, &g, col);
+        for (int c = 0; c < g.C; c++)
+            for (int ki = 0; ki < g.KH; ki++)
+                for (int kj = 0; kj < g.KW; kj++)
+                    for (int i = 0; i < g.OH; i++)
+                        for (int j = 0; j < g.OW; j++)
+                            assert_true(col[(((size_t)c * g.KH + ki) * g.KW + kj) * P +
+                                            i * g.OW + j] ==
+                                        at(x, &g, c, i * g.SH - g.PH + ki * g.DH,
+                                           j * g.SW - g.PW + kj * g.DW, 0.0f));
+        be->col2im_win(be, dcol, &g, dx);
+        for (size_t i = 0; i < nx; i++)
+            lhs += (double)dx[i] * x[i];
+        for (size_t i = 0; i < ncol; i++)
+            rhs += (double)dcol[i] * col[i];
+        assert_true(fabs(lhs - rhs) < 1e-4 * (1 + fabs(rhs)));
+        if (g.SH == 1 && g.PH == 0 && g.DH == 1) {
+            float *col0 = malloc(ncol * sizeof *col0);
+
+            be->im2col(be, x, g.C, g.H, g.W, g.KH, g.KW, col0);
+            assert_memory_equal(col0, col, ncol * sizeof *col);
+            free(col0);
+        }
+        free(x);
+        free(col);
+        free(dcol);
+        free(dx);
+    }
+}
+
+/* Max and average pooling over any window against their definitions (the
+ * first maximum in row-major order wins; the average divides by the whole
+ * kernel, padding counted); 2x2 of stride 2 gives exactly what the fixed
+ * 2x2 kernels give. Backwards: max routes dy to the winner, average is the
+ * forward's adjoint. */
+static void test_pool_window(void **state)
+{
+    static const int cases[][3] = {{2, 2, 0}, {3, 2, 1}, {3, 1, 1}, {2, 1, 0}, {4, 3, 2},
+                                   {5, 5, 0}};
+    const int n = 2;
+
+    (void)state;
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+        fed_window g = window(3, 7, 9, cases[t][0], cases[t][1], cases[t][2], 1);
+        int P = g.OH * g.OW, planes = n * g.C;
+        size_t nx = (size_t)planes * g.H * g.W, ny = (size_t)planes * P;
+        float *x = randn((int)nx), *y = malloc(ny * sizeof *y), *dy = randn((int)ny);
+        float *dx = randn((int)nx), *ya = malloc(ny * sizeof *ya), *dxa = randn((int)nx);
+        int32_t *arg = malloc(ny * sizeof *arg);
+        double lhs = 0, rhs = 0;
+
+        x[5] = x[6] = 3.0f; /* a tie: the first wins */
+        be->maxpool_win_fwd(be, x, n, &g, y, arg);
+        be->maxpool_win_bwd(be, dy, arg, n, &g, dx);
+        be->avgpool_win_fwd(be, x, n, &g, ya);
+        be->avgpool_win_bwd(be, dy, n, &g, dxa);
+        for (int p = 0; p < planes; p++)
+            for (int i = 0; i < g.OH; i++)
+                for (int j = 0; j < g.OW; j++) {
+                    const float *pl = x + (size_t)p * g.H * g.W;
+                    float best = -INFINITY;
+                    int win = -1;
+                    double sum = 0;
+                    size_t o = (size_t)p * P + i * g.OW + j;
+
+                    for (int a = 0; a < g.KH; a++)
+                        for (int b = 0; b < g.KW; b++) {
+                            int r = i * g.SH - g.PH + a, c = j * g.SW - g.PW + b;
+                            float v = at(pl, &g, 0, r, c, -INFINITY);
+
+                            if (v > best) {
+                                best = v;
+                                win = r * g.W + c;
+                            }
+                            if (v > -INFINITY)
+                                sum += v;
+                        }
+                    assert_true(y[o] == best);
+                    assert_int_equal(arg[o], win);
+                    assert_true(fabs(ya[o] - sum / (g.KH * g.KW)) < 1e-5);
+                }
+        for (int p = 0; p < planes; p++)
+            for (int k = 0; k < g.H * g.W; k++) {
+                double want = 0;
+
+                for (int o = 0; o < P; o++)
+                    if (arg[(size_t)p * P + o] == k)
+                        want += dy[(size_t)p * P + o];
+                assert_true(fabs(dx[(size_t)p * g.H * g.W + k] - want) < 1e-5);
+            }
+        for (size_t i = 0; i < nx; i++)
+            lhs += (double)dxa[i] * x[i];
+        for (size_t i = 0; i < ny; i++)
+            rhs += (double)dy[i] * ya[i];
+        assert_true(fabs(lhs - rhs) < 1e-4 * (1 + fabs(rhs)));
+        if (g.KH == 2 && g.SH == 2 && g.PH == 0) {
+            float *y0 = malloc(ny * sizeof *y0), *dx0 = malloc(nx * sizeof *dx0);
+            int32_t *arg0 = malloc(ny * sizeof *arg0);
+
+            be->maxpool_fwd(be, x, planes, g.H, g.W, y0, arg0);
+            be->maxpool_bwd(be, dy, arg0, planes, g.H, g.W, dx0);
+            assert_memory_equal(y0, y, ny * sizeof *y);
+            assert_memory_equal(arg0, arg, ny * sizeof *arg);
+            assert_memory_equal(dx0, dx, nx * sizeof *dx);
+            free(y0);
+            free(dx0);
+            free(arg0);
+        }
+        free(x);
+        free(y);
+        free(dy);
+        free(dx);
+        free(ya);
+        free(dxa);
+        free(arg);
+    }
+}
+
 static void test_maxpool(void **state)
 {
     const int BC = 5, H = 7, W = 6, OH = 3, OW = 3;
@@ -520,6 +674,8 @@ int main(void)
         cmocka_unit_test(test_softmax_xent),
         cmocka_unit_test(test_im2col_col2im),
         cmocka_unit_test(test_maxpool),
+        cmocka_unit_test(test_im2col_window),
+        cmocka_unit_test(test_pool_window),
         cmocka_unit_test(test_vectors),
         cmocka_unit_test(test_denormals_flushed_mode_restored),
         cmocka_unit_test(test_backend_open),

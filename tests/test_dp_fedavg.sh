@@ -14,8 +14,10 @@
 #     says so.
 #  E. fedsim --svg-x epsilon draws accuracy against epsilon.
 #  G. With --secagg (each client clips its own delta, the aggregator noises
-#     the unmasked sum): A's rows' merged counts and epsilon, accuracy within
-#     0.5 point; adaptive clipping, and bits too few for the clip, refused.
+#     the unmasked sum): q 0.5 of 20 refused (a draw below a secure round's 3
+#     clients too likely); at q 0.7 the plain run's merged counts and
+#     epsilon, accuracy within 0.5 point; adaptive clipping, and bits too few
+#     for the clip, refused.
 #  F. Real processes: an aggregator with DP-FedAvg (q = 1, z = 1.5) and three
 #     clients, 2 rounds, then the aggregator restarted for round 3 on its
 #     database: it resumes at the epsilon of 2 rounds and ends at that of 3,
@@ -107,14 +109,29 @@ awk -F, 'NR > 1 && $8 != 0 { exit 1 }' "$TMP/e.csv" || fail "a run without DP ha
 ok "--svg-x epsilon: accuracy against epsilon, the run without DP dashed"
 
 # ---- G
+# q 0.5 of 20 draws fewer than a secure round's 3 clients with probability
+# 2.0e-4 > delta / 10: refused, naming the rate that would do; q 0.7: 3.8e-8
 # shellcheck disable=SC2086
-"$FEDSIM" $SIM --dp-client-clip 1 --dp-client-noise 1 --secagg --csv "$TMP/g.csv" \
-    >"$TMP/g.out" 2>&1 || fail "fedsim DP-FedAvg with --secagg exited $?"
-cut -d, -f1,6,8 "$TMP/a.csv" >"$TMP/a.cut"
+"$FEDSIM" $SIM --dp-client-clip 1 --dp-client-noise 1 --secagg >"$TMP/g0.out" 2>&1 &&
+    fail "DP-FedAvg with --secagg at q 0.5 of 20 ran"
+grep -q "fewer than the 3 a secure round needs with probability 0.000201.*raise --fraction to 0.63" \
+    "$TMP/g0.out" || fail "the refusal of a small draw says why: $(tail -n 2 "$TMP/g0.out")"
+ok "DP-FedAvg with --secagg at q 0.5 of 20 refused (a draw below 3: 2.0e-4 > delta / 10)"
+SIM="--data fashion-mnist --model logreg --nodes 20 --rounds 5 --fraction 0.7"
+# shellcheck disable=SC2086
+"$FEDSIM" $SIM --dp-client-clip 1 --dp-client-noise 1 --csv "$TMP/a7.csv" >"$TMP/a7.out" 2>&1 ||
+    fail "fedsim DP-FedAvg at q 0.7 exited $?"
+# shellcheck disable=SC2086
+FEDNODE_LOG=info "$FEDSIM" $SIM --dp-client-clip 1 --dp-client-noise 1 --secagg \
+    --csv "$TMP/g.csv" >"$TMP/g.out" 2>&1 || fail "fedsim DP-FedAvg with --secagg exited $?"
+grep -q "a draw too small for a secure round .* has probability 3.77e-08 a round" "$TMP/g.out" ||
+    fail "the secure run states its small-draw probability: $(grep -i 'too small' "$TMP/g.out")"
+want=$(eps 0.7 1 5)
+cut -d, -f1,6,8 "$TMP/a7.csv" >"$TMP/a.cut"
 cut -d, -f1,6,8 "$TMP/g.csv" >"$TMP/g.cut"
 cmp -s "$TMP/a.cut" "$TMP/g.cut" ||
     fail "with --secagg each round merges as many and spends as much: $(tr '\n' ' ' <"$TMP/g.cut")"
-acc_a=$(awk -F, '$1 == 5 { print $3 }' "$TMP/a.csv")
+acc_a=$(awk -F, '$1 == 5 { print $3 }' "$TMP/a7.csv")
 acc_g=$(awk -F, '$1 == 5 { print $3 }' "$TMP/g.csv")
 awk -v a="$acc_a" -v g="$acc_g" 'BEGIN { d = a - g; exit !(d < 0.005 && d > -0.005) }' ||
     fail "DP-FedAvg with --secagg: accuracy $acc_g, without $acc_a"
@@ -224,7 +241,7 @@ grep -q "round 1 merged 3 of 3 .* each clipped by its client to 0.99.* (secagg),
     "$TMP/aggs.log" || fail "the secure round's log: $(grep 'round 1 merged' "$TMP/aggs.log")"
 [ "$(field "$TMP/aggs.db" 1 epsilon | awk '{ printf "%.4f\n", $1 }')" = "$e1" ] ||
     fail "the secure round's row holds epsilon $e1"
-"$FEDNODE" status --db "$TMP/aggs.db" | grep -q "with secure aggregation: .*noise after unmasking" ||
-    fail "status says the aggregator adds the noise after unmasking"
+"$FEDNODE" status --db "$TMP/aggs.db" | grep -q "with secure aggregation: .*noise after unmasking.*refuses to run where that chance exceeds delta / 10" ||
+    fail "status says the aggregator adds the noise after unmasking, and that small draws are refused"
 ok "aggregator (daemon) with --secagg: 3 clients each clipped their own delta, epsilon $e1, status says who is trusted"
 echo "passed ($(($(date +%s) - T0)) s)"

@@ -121,9 +121,13 @@ static void one_sample_grad(fed_model *m, const float *x, const int32_t *y, int 
 
 /* ------------------------------------------------ per-sample gradients -- */
 
-static void check_per_sample(world *w, const char *spec, fed_model_shape in, int shards, int n)
+/* Per-sample norms and clipped sums of model m (made for batches of n)
+ * against gradients of one sample at a time; frees m. */
+static void check_model_per_sample(fed_model *m, int n)
 {
-    fed_model *m = make_model(w, spec, in, shards, n);
+    fed_model_shape in = fed_model_input(m);
+    const char *spec = fed_model_spec(m);
+    int shards = fed_model_shards(m);
     size_t np = fed_model_nparams(m);
     int F = in.c * in.h * in.w;
     float *x = malloc((size_t)n * F * sizeof *x), *g = malloc(np * sizeof *g);
@@ -214,6 +218,11 @@ static void check_per_sample(world *w, const char *spec, fed_model_shape in, int
     fed_model_free(m);
 }
 
+static void check_per_sample(world *w, const char *spec, fed_model_shape in, int shards, int n)
+{
+    check_model_per_sample(make_model(w, spec, in, shards, n), n);
+}
+
 static void test_per_sample_logreg(void **state)
 {
     fed_model_shape in = {1, 6, 6, 5};
@@ -236,6 +245,40 @@ static void test_per_sample_cnn(void **state)
 
     check_per_sample(*state, "cnn", in, 1, 6);
     check_per_sample(*state, "cnn", in, 3, 7);
+}
+
+/* A graph of every window: strided and padded, dilated convolutions, padded
+ * max and average pooling (model.h's fed_model_node). */
+static void test_per_sample_windows(void **state)
+{
+    world *w = *state;
+    fed_model_node nodes[] = {
+        {.kind = "conv", .name = "stem", .out = 4, .kernel = {3, 3}, .stride = {2, 2},
+         .padding = {1, 1}},
+        {.kind = "relu"},
+        {.kind = "conv", .name = "dil", .out = 3, .kernel = {3, 2}, .padding = {2, 1},
+         .dilation = {2, 1}},
+        {.kind = "relu"},
+        {.kind = "maxpool", .kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}},
+        {.kind = "avgpool", .kernel = {2, 2}, .stride = {1, 1}, .padding = {1, 1}},
+        {.kind = "linear", .name = "head", .out = 5},
+    };
+    fed_model_shape in = {2, 11, 10, 5};
+    int count = (int)(sizeof nodes / sizeof nodes[0]);
+
+    for (int i = 0; i < count; i++)
+        nodes[i].input = i - 1;
+    for (int shards = 1; shards <= 3; shards += 2) {
+        fed_model *m = NULL;
+        fed_rng rng;
+
+        assert_err(fed_model_new_graph("windows", nodes, count, in, w->be, w->pool, shards, 7,
+                                       &m),
+                   FED_OK);
+        fed_rng_seed(&rng, 42);
+        assert_err(fed_model_init(m, &rng), FED_OK);
+        check_model_per_sample(m, 7);
+    }
 }
 
 /* ------------------------------------------------- the noisy SGD step -- */
@@ -512,10 +555,11 @@ static void test_refusals(void **state)
     assert_err(fed_model_dp_grads(m, &b, 1.0f, NAN, 0, NULL, NULL), FED_ERR_INVAL);
     y[0] = 9;
     assert_err(fed_model_dp_grads(m, &b, 1.0f, 1.0f, 0, NULL, NULL), FED_ERR_RANGE);
-    /* a backend other than the CPU's (the CPU's table under another name
-       stands in for CUDA here) is refused */
+    /* a backend without per-sample norms (the CPU's table without that
+       capability stands in for CUDA here) is refused */
     fake = *w->be;
     fake.name = "cuda";
+    fake.caps &= ~FED_BACKEND_CAP_DP_SGD;
     assert_err(fed_model_new("logreg", in, &fake, w->pool, 1, 8, &other), FED_OK);
     y[0] = 0;
     assert_err(fed_model_dp_grads(other, &b, 1.0f, 1.0f, 0, NULL, NULL), FED_ERR_UNSUPPORTED);
@@ -533,6 +577,7 @@ int main(void)
         cmocka_unit_test(test_per_sample_logreg),
         cmocka_unit_test(test_per_sample_mlp),
         cmocka_unit_test(test_per_sample_cnn),
+        cmocka_unit_test(test_per_sample_windows),
         cmocka_unit_test(test_noisy_step_mlp),
         cmocka_unit_test(test_noisy_step_cnn),
         cmocka_unit_test(test_dp_step_without_noise_is_plain),

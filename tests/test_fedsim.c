@@ -407,10 +407,11 @@ static void test_run_role_checks(void **state)
                                       "--no-secagg"),
                      2);
     assert_non_null(strstr(out, "run: --secagg means nothing for a peer"));
-    /* a client with --secagg goes on (to its missing key) */
-    assert_int_equal(fed_test_run_cli(fed_cli_run, out, sizeof out, 7, "--role", "client",
-                                      "--aggregator", "tcp://127.0.0.1:1", "--secagg", "--keys",
-                                      "/nonexistent"),
+    /* a client with --secagg (and its own floor, which it enforces) goes on
+       (to its missing key) */
+    assert_int_equal(fed_test_run_cli(fed_cli_run, out, sizeof out, 9, "--role", "client",
+                                      "--aggregator", "tcp://127.0.0.1:1", "--secagg",
+                                      "--secagg-min-clients", "5", "--keys", "/nonexistent"),
                      1);
     assert_null(strstr(out, "means nothing"));
     assert_non_null(strstr(out, "/nonexistent"));
@@ -528,6 +529,51 @@ static void test_deprecated_spellings(void **state)
     fed_log_set_level(saved);
 }
 
+/* A simulated peer holds at most twice its model state (one parameters
+ * vector, its push-sum running totals, momentum's vector), as each peer
+ * accounts it (fed_node_peer_mem): 8 peers, mlp:64 (50,890 parameters),
+ * random:2, 2 rounds and 3 final mixing rounds. It held over three times
+ * that when each in-memory database kept the blobs of three checkpoints
+ * nothing would read (nothing restarts a peer), every sender's held total
+ * stayed allocated and every peer had its own evaluation model. With a
+ * crash scheduled, checkpoints are written again, one blob kept. */
+static void test_peer_memory(void **state)
+{
+    const char *kv[] = {"nodes", "8", "rounds", "2", "role", "peer", "topology", "random:2",
+                        "model", "mlp:64", "deadline-ms", "3000", NULL};
+    const char *crash_kv[] = {"nodes", "8", "rounds", "2", "role", "peer", "topology",
+                              "random:2", "model", "mlp:64", "deadline-ms", "3000", "crash",
+                              "3@0.2,restart@0.4", NULL};
+    const uint64_t d = 784 * 64 + 64 + 64 * 10 + 10, f32 = 4 * d, f64 = 8 * d;
+    fed_sim_scenario sc;
+    fed_sim_counters c;
+    rows rs;
+    uint8_t h[32];
+
+    (void)state;
+    fed_test_need_fashion(train != NULL);
+    scenario(&sc, kv);
+    memset(&rs, 0, sizeof rs);
+    assert_int_equal(fed_sim_run(&sc, train, test, pool, 1e6, keep_row, &rs, h, &c), FED_OK);
+    assert_int_equal(c.peers_counted, 8);
+    /* state = params + (1 + pairs) totals + momentum: whole vectors, at
+       least one pair each way, at most 7 */
+    assert_int_equal((c.peer_state_bytes - 8 * (2 * f32 + f64)) % f64, 0);
+    assert_true(c.peer_state_bytes >= 8 * (2 * f32 + 3 * f64));
+    assert_true(c.peer_state_bytes <= 8 * (2 * f32 + 15 * f64));
+    printf("peers, mlp:64: at most %.2f MB each, model state %.2f MB (ratio %.2f)\n",
+           (double)c.peer_bytes / 8e6, (double)c.peer_state_bytes / 8e6,
+           (double)c.peer_bytes / (double)c.peer_state_bytes);
+    assert_true(c.peer_bytes <= 2 * c.peer_state_bytes);
+    scenario(&sc, crash_kv);
+    memset(&rs, 0, sizeof rs);
+    assert_int_equal(fed_sim_run(&sc, train, test, pool, 1e6, keep_row, &rs, h, &c), FED_OK);
+    assert_int_equal(c.restarts, 1);
+    printf("with a crash (checkpoints on, one blob kept): at most %.2f MB each, state %.2f MB\n",
+           (double)c.peer_bytes / (double)c.peers_counted / 1e6,
+           (double)c.peer_state_bytes / (double)c.peers_counted / 1e6);
+}
+
 /* --mode async runs in fedsim as in fednode run (FedBuff: a merge every
  * --buffer deltas), and fedsim's peers take --final-mix: rounds that only
  * mix after the last one change (and draw together) the final estimates. */
@@ -599,6 +645,7 @@ int main(void)
         cmocka_unit_test(test_deprecated_spellings),
         cmocka_unit_test(test_run_role_checks),
         cmocka_unit_test(test_async_and_final_mix),
+        cmocka_unit_test(test_peer_memory),
         cmocka_unit_test(test_bad_specs),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_deterministic_allreduce),

@@ -347,8 +347,15 @@ static void fill_snap(fed_node_snap *s)
     s->wire.rej_unknown_sender = 5;
     s->wire.rej_replay = 1;
     s->wire.conn_refused = 3;
+    s->wire.leave_no_secagg = 2;
     s->store.ckpt_writes = 3;
     s->store.ckpt_write_s = 0.25;
+    s->metrics_round = 2; /* round 3 was not evaluated */
+    s->metrics.kind = FED_METRICS_BINARY;
+    s->metrics.auc = 0.875;
+    s->metrics.sensitivity = 0.75;
+    s->metrics.youden_threshold = 0.25;
+    s->metrics.macro_f1 = NAN;
 }
 
 static fed_node_snap_member members[2];
@@ -530,6 +537,8 @@ static void test_metrics(void **state)
     assert_non_null(strstr(t, "fednode_frames_rejected_total{reason=\"frame_truncated\"} 0\n"));
     assert_non_null(strstr(t, "fednode_frames_rejected_total{reason=\"other\"} 0\n"));
     assert_non_null(strstr(t, "fednode_connections_closed_total{reason=\"refused\"} 3\n"));
+    assert_non_null(strstr(t, "fednode_rounds_declined_total{reason=\"sa_required\"} 2\n"));
+    assert_non_null(strstr(t, "fednode_rounds_declined_total{reason=\"model_mismatch\"} 0\n"));
     /* the histogram is cumulative and ends with +Inf = count */
     assert_non_null(strstr(t, "fednode_round_duration_seconds_bucket{le=\"0.25\"} 0\n"));
     assert_non_null(strstr(t, "fednode_round_duration_seconds_bucket{le=\"0.5\"} 1\n"));
@@ -537,6 +546,12 @@ static void test_metrics(void **state)
     assert_non_null(strstr(t, "fednode_round_duration_seconds_bucket{le=\"+Inf\"} 3\n"));
     assert_non_null(strstr(t, "fednode_round_duration_seconds_count 3\n"));
     assert_non_null(strstr(t, "fednode_last_round_accuracy_ratio 0.8125\n"));
+    /* the newest evaluated round's figures, by name, and which round */
+    assert_non_null(strstr(t, "fednode_eval_metric{metric=\"auc\"} 0.875\n"));
+    assert_non_null(strstr(t, "fednode_eval_metric{metric=\"sensitivity\"} 0.75\n"));
+    assert_non_null(strstr(t, "fednode_eval_metric{metric=\"youden_threshold\"} 0.25\n"));
+    assert_non_null(strstr(t, "fednode_eval_metric{metric=\"macro_f1\"} NaN\n"));
+    assert_non_null(strstr(t, "fednode_eval_metric_round 2\n"));
     assert_non_null(strstr(t, "fednode_clients{state=\"connected\"} 3\n"));
     assert_non_null(strstr(t, "fednode_clients{state=\"refused\"} 1\n"));
     assert_non_null(strstr(t, "fednode_client_deltas_total{outcome=\"refused\"} 2\n"));
@@ -560,6 +575,11 @@ static void test_metrics(void **state)
     assert_null(strstr(t, "fednode_clients"));
     assert_null(strstr(t, "fednode_database_bytes"));
     assert_null(strstr(t, "fednode_last_round_accuracy_ratio"));
+    free(t);
+    s.metrics.kind = FED_METRICS_NONE; /* nothing evaluated: no family */
+    t = render(do_metrics, &c);
+    check_exposition(t);
+    assert_null(strstr(t, "fednode_eval_metric"));
     free(t);
 }
 
@@ -591,6 +611,8 @@ static void test_page_escapes(void **state)
     /* what the browser test looks for */
     assert_non_null(strstr(t, "<table id='rounds'>"));
     assert_non_null(strstr(t, "data-round='3'"));
+    assert_non_null(strstr(t, "<h2>metrics (round 2)</h2>"));
+    assert_non_null(strstr(t, "data-metric='auc'>0.8750</td>"));
     assert_non_null(strstr(t, "<table id='members'>"));
     assert_non_null(strstr(t, "<svg xmlns='http://www.w3.org/2000/svg'"));
     assert_non_null(strstr(t, "<polyline"));

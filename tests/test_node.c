@@ -11,7 +11,9 @@
  * FedBuff's merges): each round's MODEL carries its rate, and every client
  * trains at exactly that rate; a DP-SGD client whose charge cannot be
  * committed (full disk) sends nothing, and one that crashed after a charge
- * is charged again for the round it trains again. Skips without data. Also,
+ * is charged again for the round it trains again; a client whose data has
+ * another class count declines each round (LEAVE FED_ERR_MODEL_MISMATCH)
+ * and the rounds go on without it. Skips without data. Also,
  * without data, the checkpoint's
  * model sections (node/ckpt_model.h): a round trip, their byte image, and
  * every malformed or mismatched section refused. */
@@ -76,6 +78,8 @@ typedef struct scen_opts {
     const char *lr_schedule; /* the aggregator's; NULL: const */
     uint32_t lr_warmup;
     int dp_client;       /* client dp_client - 1 runs DP-SGD (defaults); 0: none */
+    int other_classes;   /* client other_classes - 1's data has 5 classes, not 10 */
+    int classes;         /* ... or this many (0: 5) */
 } scen_opts;
 
 /* What the observers saw. */
@@ -106,6 +110,7 @@ typedef struct scen {
     float client_lr[MAXR + 1];     /* the rate a client reported training round r at */
     int crash_agg_after;           /* crash the aggregator once it committed this round */
     int agg_crashed;
+    fed_dataset five;              /* o.other_classes: the training set as 5 classes */
 } scen;
 
 static int setup(void **state)
@@ -275,6 +280,11 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
         cc.be = fx->be;
         cc.aggregator = *fed_sim_host_id(s->agg);
         cc.train = fx->train;
+        if (o->other_classes == i + 1) { /* the same samples, another model */
+            s->five = *fx->train;
+            s->five.shape.classes = o->classes ? o->classes : 5;
+            cc.train = &s->five;
+        }
         cc.shard = s->idx[i];
         cc.shard_n = s->nidx[i];
         cc.allow = s->allow;
@@ -395,6 +405,42 @@ static void test_fedavg_bit_exact(void **state)
  * finished, so rounds hold deltas trained on older rounds, each weighted by
  * samples / sqrt(1 + staleness); every round equals that weighted mean bit
  * for bit, and the fastest client is in more rounds than the slowest. */
+/* Client 2's data has 5 classes, so the aggregator's 10-class model does
+ * not fit it: it declines each round with a LEAVE FED_ERR_MODEL_MISMATCH
+ * (at once: the aggregator need not wait for a deadline), the aggregator
+ * records and counts that, and every round merges the other three. */
+static void model_mismatch(const fixture *fx, size_t max_frame, int classes)
+{
+    scen_opts o = {.clients = 4, .spec = "logreg", .per_client = 200, .rounds = 3,
+                   .min_clients = 3, .deadline_ms = 600000, .seed = 5, .other_classes = 3,
+                   .max_frame = max_frame, .classes = classes};
+    const fed_wire_counters *wc;
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    scen_build(&s, fx, &o);
+    scen_run(&s, 120000);
+    for (int r = 1; r <= 3; r++) {
+        assert_int_equal(s.commits[r], 1);
+        assert_int_equal(s.info[r].sampled, 4);
+        assert_int_equal(s.info[r].merged, 3);
+    }
+    /* (the deadline is 10 minutes, the run 2: no round waited for client 2) */
+    wc = fed_node_wire_counters(fed_sim_host_node(s.agg));
+    assert_non_null(wc);
+    assert_int_equal(wc->leave_bad_model, 3);
+    scen_free(&s);
+}
+
+static void test_model_mismatch_declined(void **state)
+{
+    model_mismatch(*state, 0, 5);
+    /* the MODEL as a CHUNK stream: one a little larger than the client's
+       model (5 classes), and one far larger (2), refused at its first frame */
+    model_mismatch(*state, 4096, 5);
+    model_mismatch(*state, 4096, 2);
+}
+
 static void test_async_fedbuff(void **state)
 {
     const fixture *fx = *state;
@@ -701,7 +747,7 @@ static void test_straggler_late(void **state)
 static void test_crash_restart(void **state)
 {
     const fixture *fx = *state;
-    scen_opts o = {.clients = 4, .spec = "logreg", .per_client = 300, .rounds = 5,
+    scen_opts o = {.clients = 4, .spec = "logreg", .per_client = 300, .rounds = 8,
                    .min_clients = 3, .deadline_ms = 20000, .seed = 9};
     uint64_t epoch_before, epoch_after;
     uint32_t c1;
@@ -724,14 +770,16 @@ static void test_crash_restart(void **state)
     assert_true(epoch_after > epoch_before);
     assert_int_equal(fed_sim_host_start_failures(s.cl[1]), 0);
     assert_false(delta_from(&s, 2, s.cl[1]));
-    assert_true(delta_from(&s, 5, s.cl[1]));
+    /* back by the last round (the three others hear at once that the
+       aggregator restarted; it asks a dead one for up to 7 s) */
+    assert_true(delta_from(&s, 8, s.cl[1]));
     /* the aggregator: crashed after 3, resumed from it */
     assert_int_equal(s.agg_crashed, 1);
     assert_int_equal(fed_sim_host_start_failures(s.agg), 0);
-    for (int r = 1; r <= 5; r++)
+    for (int r = 1; r <= 8; r++)
         assert_int_equal(s.commits[r], 1);
     assert_non_null(fed_sim_host_node(s.agg));
-    assert_int_equal(fed_node_round(fed_sim_host_node(s.agg)), 5);
+    assert_int_equal(fed_node_round(fed_sim_host_node(s.agg)), 8);
     /* round 4's update was made against round 3's global: with FedAvg
        x4 = x3 + mean of deltas, reproduced here bit for bit */
     expect_fedavg(&s, 4);
@@ -740,7 +788,7 @@ static void test_crash_restart(void **state)
         size_t n = 0;
 
         assert_int_equal(fed_store_last_rounds(fed_sim_host_store(s.agg), rows, 8, &n), FED_OK);
-        assert_int_equal(n, 5);
+        assert_int_equal(n, 8);
     }
     scen_free(&s);
 }
@@ -1678,6 +1726,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fedavg_bit_exact),
+        cmocka_unit_test(test_model_mismatch_declined),
         cmocka_unit_test(test_dropped_client),
         cmocka_unit_test(test_straggler_late),
         cmocka_unit_test(test_crash_restart),
@@ -1706,5 +1755,7 @@ int main(void)
 
     if (sodium_init() < 0)
         return 1;
+    if (getenv("FED_TEST_FILTER")) /* one case of this long binary, by cmocka's pattern */
+        cmocka_set_test_filter(getenv("FED_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);
 }

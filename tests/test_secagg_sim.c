@@ -107,7 +107,9 @@ typedef struct scen {
     int consist_from[NCL];
     /* cheating */
     int cheat;               /* 1: a victim named dropped to itself; 2: to half its
-                                neighbours; 3: a round-1 key replayed in round 2 */
+                                neighbours; 3: a round-1 key replayed in round 2;
+                                5: client 0 shown a key list of 2 (itself and one);
+                                6: a survivor list of 2 (itself and one) */
     int victim;
     sa_key_entry old_key;    /* the victim's round-1 keys */
     int have_old;
@@ -132,6 +134,16 @@ typedef struct scen {
        test sends the bad one in its place (lie 2); its first frame goes out
        (lie_out), nothing of round 1's masked stage after it */
     int liar, lie, lie_out;
+    /* clients 0 .. client_secagg - 1 run with --secagg (a requirement on a
+       client); the DELTA and LEAVE frames each client sent */
+    int client_secagg;
+    int five0;               /* client 0's data has 5 classes (the model 10) */
+    fed_dataset five;
+    /* crash_agg 3: the aggregator dies at round 1's first SHARES request
+       and restarts 2 s later (at restart_ms; 4: done); when the restarted
+       process first started a round (ms; 0: not yet) */
+    uint64_t restart_ms, model_after_ms;
+    int delta_from[NCL], leave_from[NCL];
     uint64_t lie_epoch;
     uint8_t *lie_vec;
     fed_node_test_hooks agg_hooks; /* sa_hook, ctx this scen */
@@ -204,6 +216,8 @@ static int drop_filter(void *ctx, uint32_t node, const uint8_t *frame, size_t le
         uint8_t type = frame[FED_WIRE_OFF_TYPE];
         uint16_t flags = fed_get_u16le(frame + FED_WIRE_OFF_FLAGS);
 
+        s->delta_from[c] += type == FED_WIRE_DELTA;
+        s->leave_from[c] += type == FED_WIRE_LEAVE;
         s->chunks_out += type == FED_WIRE_CHUNK && flags == FED_WIRE_FLAG_DATA;
         s->masked_streams += type == FED_WIRE_SA_MASKED && (flags & FED_WIRE_FLAG_STREAM);
         /* a masked stage's request asked again once its stream was out: an
@@ -278,6 +292,25 @@ static void sa_hook(void *ctx, int inbound, uint8_t type, const uint8_t key[32],
         return;
     }
 
+    if (!inbound && type == FED_WIRE_SA_KEYS && s->cheat == 5 && from == 0 &&
+        len >= 2 * SA_KEY_ENTRY_BYTES) {
+        /* a list of two, both signatures good: client 0's own entry and the
+           first other (entries keep their order) */
+        size_t own = 0, other = 0, n = len / SA_KEY_ENTRY_BYTES;
+        uint8_t keep[2 * SA_KEY_ENTRY_BYTES];
+
+        while (own < n && client_of(s, vec + own * SA_KEY_ENTRY_BYTES) != 0)
+            own++;
+        other = own == 0 ? 1 : 0;
+        assert_true(own < n);
+        memcpy(keep, vec + (own < other ? own : other) * SA_KEY_ENTRY_BYTES, SA_KEY_ENTRY_BYTES);
+        memcpy(keep + SA_KEY_ENTRY_BYTES, vec + (own < other ? other : own) * SA_KEY_ENTRY_BYTES,
+               SA_KEY_ENTRY_BYTES);
+        memcpy(vec, keep, sizeof keep);
+        *lenp = sizeof keep;
+        *count = 2;
+        return;
+    }
     if (!inbound && type == FED_WIRE_SA_KEYS) {
         g_list.n = (uint32_t)(len / SA_KEY_ENTRY_BYTES);
         for (uint32_t i = 0; i < g_list.n && i < NCL; i++)
@@ -301,6 +334,21 @@ static void sa_hook(void *ctx, int inbound, uint8_t type, const uint8_t key[32],
                     memcpy(p + 96, s->old_key.sig, 64);
                 }
             }
+        }
+        return;
+    }
+    if (!inbound && type == FED_WIRE_SA_MASKED && s->cheat == 6 && from == 0 &&
+        s->round_now == 1) {
+        /* client 0 and the first other survivor only */
+        int kept = 0;
+
+        for (uint32_t i = 0; i < g_list.n && i < len; i++) {
+            if (client_of(s, g_list.ids[i]) == 0)
+                continue;
+            if (vec[i] && !kept)
+                kept = 1;
+            else
+                vec[i] = 0;
         }
         return;
     }
@@ -331,6 +379,14 @@ static void sa_hook(void *ctx, int inbound, uint8_t type, const uint8_t key[32],
         s->consist_from[from]++;
     if (type == FED_WIRE_SA_SHARES && from >= 0)
         s->shares_from[from]++;
+    if (type == FED_WIRE_SA_SHARES && s->crash_agg == 3 && s->round_now == 1) {
+        uint64_t now = fed_sim_world_now_us(s->w) / 1000;
+
+        assert_int_equal(fed_sim_world_crash_at(s->w, 0, now), FED_OK);
+        assert_int_equal(fed_sim_world_restart_at(s->w, 0, now + 2000), FED_OK);
+        s->restart_ms = now + 2000;
+        s->crash_agg = 4;
+    }
     if (type == FED_WIRE_SA_UNMASK && from >= 0) {
         s->unmask_from[from]++;
         if (s->round_now <= MAXR)
@@ -384,6 +440,13 @@ static void trace(void *ctx, uint64_t t_us, fed_sim_event_kind kind, uint32_t no
     (void)t_us, (void)kind, (void)node, (void)a, (void)b;
     if (ag) /* the round the aggregator runs, for the hook's records */
         s->round_now = fed_node_round(ag) + 1;
+    if (ag && s->restart_ms && !s->model_after_ms && t_us / 1000 >= s->restart_ms) {
+        fed_node_progress p;
+
+        fed_node_get_progress(ag, &p);
+        if (p.round_open) /* the restarted process started a round */
+            s->model_after_ms = t_us / 1000;
+    }
     if (ag && s->keep_params && !s->params0 && fed_node_round(ag) == 0) {
         s->params0 = malloc(fed_node_nparams(ag) * sizeof(float));
         assert_int_equal(fed_node_get_params(ag, s->params0), FED_OK);
@@ -476,11 +539,17 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
         cc.be = fx->be;
         cc.aggregator = *fed_sim_host_id(s->agg);
         cc.train = fx->train;
+        if (i == 0 && s->five0) { /* the same samples, another class count */
+            s->five = *fx->train;
+            s->five.shape.classes = 5;
+            cc.train = &s->five;
+        }
         cc.shard = s->idx[i];
         cc.shard_n = s->nidx[i];
         cc.allow = i == 0 && s->allow0 ? s->allow0 : s->allow;
         cc.wire.max_frame = s->max_frame;
         cc.dp_sgd = s->dp_sgd;
+        cc.secagg = i < s->client_secagg;
         if (s->dp_sgd)
             cc.dp_noise = s->dp_noise;
         if (i == 0) { /* its true delta, untouched, for the leak test */
@@ -616,6 +685,67 @@ static void test_drop_before_unmask(void **state)
     drop_one(*state, FED_WIRE_SA_UNMASK, NCL, "");
 }
 
+/* Clients 0..4 run with --secagg, which on a client is a requirement, and
+ * the aggregator runs no secure aggregation: each of the five declines
+ * every round with a LEAVE FED_ERR_SA_REQUIRED and never sends a DELTA; the
+ * aggregator records and counts the refusals and merges the other 15. */
+static void test_client_requires_secagg(void **state)
+{
+    const fixture *fx = *state;
+    scen s;
+    const fed_wire_counters *wc;
+
+    fed_test_need_fashion(fx->train != NULL);
+    memset(&s, 0, sizeof s);
+    s.client_secagg = 5;
+    build(&s, fx, 0, 2, 10, 100, 0);
+    run(&s, 400000);
+    for (int i = 0; i < NCL; i++) {
+        assert_int_equal(s.delta_from[i], i < 5 ? 0 : 2);
+        assert_true(i < 5 ? s.leave_from[i] >= 2 : s.leave_from[i] == 0);
+    }
+    for (uint64_t r = 1; r <= 2; r++) {
+        assert_int_equal(s.commits[r], 1);
+        assert_int_equal(s.info[r].merged, NCL - 5);
+        assert_int_equal(contribution(&s, r, 0).accepted, 0);
+        assert_string_equal(contribution(&s, r, 0).reason, "declined FED_ERR_SA_REQUIRED");
+        assert_int_equal(contribution(&s, r, 5).accepted, 1);
+    }
+    wc = fed_node_wire_counters(fed_sim_host_node(s.agg));
+    assert_non_null(wc);
+    print_message("LEAVEs counted: no secagg %llu\n", (unsigned long long)wc->leave_no_secagg);
+    assert_int_equal(wc->leave_no_secagg, 10);
+    assert_int_equal(wc->leave_bad_model, 0);
+    scen_free(&s);
+}
+
+/* Client 0's data has 5 classes, so the secure rounds' 10-class model does
+ * not fit it: it declines each round at once (LEAVE FED_ERR_MODEL_MISMATCH),
+ * the keys stage does not wait for it (its deadline is 3 s; each round
+ * takes less), and both rounds commit with the other 19. */
+static void test_model_mismatch_secure(void **state)
+{
+    const fixture *fx = *state;
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    memset(&s, 0, sizeof s);
+    s.five0 = 1;
+    build(&s, fx, 1, 2, 10, 100, 0);
+    run(&s, 400000);
+    assert_int_equal(s.shares_from[0], 0);
+    for (uint64_t r = 1; r <= 2; r++) {
+        print_message("round %llu: %llu ms\n", (unsigned long long)r,
+                      (unsigned long long)(s.info[r].end_ms - s.info[r].start_ms));
+        assert_int_equal(s.commits[r], 1);
+        assert_int_equal(s.info[r].merged, NCL - 1);
+        assert_true(s.info[r].end_ms - s.info[r].start_ms < 3000);
+        assert_string_equal(contribution(&s, r, 0).reason, "declined FED_ERR_MODEL_MISMATCH");
+    }
+    assert_int_equal(fed_node_wire_counters(fed_sim_host_node(s.agg))->leave_bad_model, 2);
+    scen_free(&s);
+}
+
 /* Twelve of 20 die before their masked input: the survivors' secrets have
  * fewer than t = 10 live holders, so the try fails closed (nothing
  * merged). The 8 left sent their masked inputs, so round 1 never runs a
@@ -663,17 +793,17 @@ static void test_too_many_fail_closed(void **state)
     scen_free(&s);
 }
 
-/* A key list naming a client outside client 0's allow-list (as an
- * aggregator inventing neighbours would): client 0 refuses the round before
- * it shares anything, and the round commits with the others. */
-static void test_key_list_non_member(void **state)
+/* Client 0 refuses round 1's key list (narrow0: its allow-list lacks a
+ * client the list names; cheat 5: the list it is shown has two entries)
+ * before it shares anything, and the round commits with the others. */
+static void client0_refuses_key_list(const fixture *fx, int narrow0, int cheat)
 {
-    const fixture *fx = *state;
     scen s;
 
     fed_test_need_fashion(fx->train != NULL);
     memset(&s, 0, sizeof s);
-    s.narrow0 = 1;
+    s.narrow0 = narrow0;
+    s.cheat = cheat;
     build(&s, fx, 1, 1, 10, 100, 0);
     run(&s, 400000);
     assert_int_equal(s.shares_from[0], 0);
@@ -681,6 +811,83 @@ static void test_key_list_non_member(void **state)
     assert_int_equal(s.commits[1], 1);
     assert_int_equal(s.info[1].merged, NCL - 1);
     assert_int_equal(s.both_kinds, 0);
+    scen_free(&s);
+}
+
+/* A key list naming a client outside client 0's allow-list (as an
+ * aggregator inventing neighbours would). */
+static void test_key_list_non_member(void **state) { client0_refuses_key_list(*state, 1, 0); }
+
+/* A key list of two (client 0's own entry and one other, both signed for
+ * the round): with two in a sum each could subtract its own delta from it
+ * (FED_ERR_SA_TOO_FEW). */
+static void test_key_list_below_floor(void **state) { client0_refuses_key_list(*state, 0, 5); }
+
+/* The aggregator shows client 0 a survivor list of two (itself and one
+ * other): client 0 refuses to sign it or reveal anything (FED_ERR_SA_TOO_FEW),
+ * and the round commits. */
+static void test_survivors_below_floor(void **state)
+{
+    const fixture *fx = *state;
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    memset(&s, 0, sizeof s);
+    s.cheat = 6;
+    build(&s, fx, 1, 1, 10, 100, 0);
+    fed_test_log_capture(FED_LOG_WARN);
+    run(&s, 400000);
+    fed_test_log_has("2 survivors, fewer than this client's floor of 3");
+    fed_test_log_default();
+    assert_int_equal(s.consist_from[0], 0);
+    assert_int_equal(s.unmask_from[0], 0);
+    /* its masked input is in the sum all the same: the others saw it
+       survive and revealed its self seed's shares */
+    assert_int_equal(s.commits[1], 1);
+    assert_int_equal(s.info[1].merged, NCL);
+    assert_int_equal(s.both_kinds, 0);
+    scen_free(&s);
+}
+
+/* A secure round never runs below its floor of 3 clients (with 2, each
+ * could subtract its own delta from the sum): with two clients (and
+ * --min-clients 1) the aggregator starts none; with three, one of which
+ * dies before its keys, the try fails at the key list and nobody shares
+ * anything (and no new try starts with the two left). */
+static void test_secure_round_floor(void **state)
+{
+    const fixture *fx = *state;
+    scen s;
+    tries_q q = {.n = 0};
+
+    fed_test_need_fashion(fx->train != NULL);
+    memset(&s, 0, sizeof s);
+    s.nclients = 2;
+    build(&s, fx, 1, 1, 1, 100, 0);
+    run(&s, 30000);
+    assert_int_equal(s.commits[1], 0);
+    assert_int_equal(s.shares_from[0] + s.shares_from[1], 0);
+    assert_int_equal(fed_store_each_secagg_try(fed_sim_host_store(s.agg), 1, keep_try, &q),
+                     FED_OK);
+    assert_int_equal(q.n, 0);
+    scen_free(&s);
+
+    memset(&s, 0, sizeof s);
+    memset(&q, 0, sizeof q);
+    s.nclients = 3;
+    s.drop_type = FED_WIRE_SA_KEYS;
+    s.drop_round = 1;
+    s.drop_count = 1;
+    build(&s, fx, 1, 1, 1, 100, 0);
+    run(&s, 30000);
+    assert_true(s.dropped[0]);
+    assert_int_equal(s.commits[1], 0);
+    assert_int_equal(s.shares_from[1] + s.shares_from[2], 0);
+    assert_int_equal(fed_store_each_secagg_try(fed_sim_host_store(s.agg), 1, keep_try, &q),
+                     FED_OK);
+    assert_int_equal(q.n, 1);
+    print_message("round 1's try: %s\n", q.t[0].outcome);
+    assert_non_null(strstr(q.t[0].outcome, "too few clients sent keys"));
     scen_free(&s);
 }
 
@@ -824,6 +1031,40 @@ static void test_aggregator_restart_after_unmask(void **state)
     assert_true(strstr(q.t[0].outcome, "earlier aggregator process") != NULL);
     assert_int_equal(s.commits[2], 1);
     assert_int_equal(s.info[2].merged, NCL);
+    assert_int_equal(s.both_kinds, 0);
+    scen_free(&s);
+}
+
+/* The aggregator dies as round 1's first SHARES request comes in and
+ * restarts 2 s later, in a new epoch. Its clients, each in the middle of
+ * round 1's stages, are told so by the first request they send the new
+ * epoch (an ACK FED_ERR_OLD_EPOCH) and say HELLO at once: the next round
+ * starts within 10 virtual seconds of the restart (it took about 160 s of
+ * stage retries before), and rounds 1 and 2 commit with everyone. */
+static void test_aggregator_restart_mid_round(void **state)
+{
+    const fixture *fx = *state;
+    scen s;
+    const fed_wire_counters *wc;
+
+    fed_test_need_fashion(fx->train != NULL);
+    memset(&s, 0, sizeof s);
+    s.crash_agg = 3;
+    build(&s, fx, 1, 2, 10, 100, 0);
+    run(&s, 400000);
+    assert_int_equal(s.crash_agg, 4);
+    assert_true(s.model_after_ms > s.restart_ms);
+    print_message("restart at %llu ms; its first round %llu ms later\n",
+                  (unsigned long long)s.restart_ms,
+                  (unsigned long long)(s.model_after_ms - s.restart_ms));
+    assert_true(s.model_after_ms - s.restart_ms <= 10000);
+    assert_int_equal(s.commits[1], 1);
+    assert_int_equal(s.info[1].merged, NCL);
+    assert_int_equal(s.commits[2], 1);
+    assert_int_equal(s.info[2].merged, NCL);
+    wc = fed_node_wire_counters(fed_sim_host_node(s.agg));
+    print_message("frames to the dead epoch: %llu\n", (unsigned long long)wc->rej_old_epoch);
+    assert_true(wc->rej_old_epoch <= 2 * NCL);
     assert_int_equal(s.both_kinds, 0);
     scen_free(&s);
 }
@@ -1274,7 +1515,9 @@ static void test_dp_fedavg_with_secagg(void **state)
     memset(&drop, 0, sizeof drop);
     plain.dp_client_clip = sec.dp_client_clip = drop.dp_client_clip = 1;
     plain.dp_client_noise = sec.dp_client_noise = drop.dp_client_noise = 1;
-    plain.fraction = sec.fraction = drop.fraction = 0.5;
+    /* q 0.7 of 20: a draw below a secure round's 3 clients has probability
+       3.8e-8 (q 0.5: 2.0e-4, over delta / 10, refused below) */
+    plain.fraction = sec.fraction = drop.fraction = 0.7;
     build(&plain, fx, 0, DPS_ROUNDS, 2, 300, 1);
     run(&plain, 600000);
     build(&sec, fx, 1, DPS_ROUNDS, 2, 300, 1);
@@ -1282,7 +1525,7 @@ static void test_dp_fedavg_with_secagg(void **state)
     for (int r = 1; r <= DPS_ROUNDS; r++) {
         double want;
 
-        assert_int_equal(fed_rdp_sgm_epsilon(0.5, 1.0, (uint64_t)r, 1e-5, NULL, 0, &want, NULL),
+        assert_int_equal(fed_rdp_sgm_epsilon(0.7, 1.0, (uint64_t)r, 1e-5, NULL, 0, &want, NULL),
                          FED_OK);
         assert_int_equal(sec.commits[r], 1);
         assert_int_equal(plain.commits[r], 1);
@@ -1311,11 +1554,26 @@ static void test_dp_fedavg_with_secagg(void **state)
     scen_free(&plain);
     scen_free(&sec);
     scen_free(&drop);
+
+    /* q 0.5 of 20 with --secagg: P(Bin(20, 0.5) < 3) = 211 / 2^20 > delta / 10,
+       so the aggregator refuses to start; without --secagg it runs */
+    assert_true(fabs(fed_rdp_binom_below(20, 0.5, 3) - 211.0 / 1048576.0) <= 1e-15);
+    memset(&drop, 0, sizeof drop);
+    drop.dp_client_clip = 1;
+    drop.dp_client_noise = 1;
+    drop.fraction = 0.5;
+    build(&drop, fx, 1, 1, 2, 100, 0);
+    run(&drop, 2000);
+    assert_null(fed_sim_host_node(drop.agg));
+    assert_true(fed_sim_host_start_failures(drop.agg) >= 1);
+    scen_free(&drop);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_client_requires_secagg),
+        cmocka_unit_test(test_model_mismatch_secure),
         cmocka_unit_test(test_drop_before_keys),
         cmocka_unit_test(test_drop_before_shares),
         cmocka_unit_test(test_drop_before_masked),
@@ -1324,6 +1582,9 @@ int main(void)
         cmocka_unit_test(test_too_many_fail_closed),
         cmocka_unit_test(test_named_dropped_refuses),
         cmocka_unit_test(test_key_list_non_member),
+        cmocka_unit_test(test_key_list_below_floor),
+        cmocka_unit_test(test_secure_round_floor),
+        cmocka_unit_test(test_survivors_below_floor),
         cmocka_unit_test(test_bad_input_closes_round),
         cmocka_unit_test(test_commit_failure_keeps_sum),
         cmocka_unit_test(test_masked_input_sent_once),
@@ -1333,6 +1594,7 @@ int main(void)
         cmocka_unit_test(test_streamed_wrong_size),
         cmocka_unit_test(test_streamed_lossy),
         cmocka_unit_test(test_aggregator_restart_after_unmask),
+        cmocka_unit_test(test_aggregator_restart_mid_round),
         cmocka_unit_test(test_split_survivor_lists),
         cmocka_unit_test(test_replayed_key),
         cmocka_unit_test(test_different_graphs),
@@ -1341,5 +1603,7 @@ int main(void)
         cmocka_unit_test(test_dp_fedavg_with_secagg),
     };
 
+    if (getenv("FED_TEST_FILTER")) /* one case of this long binary, by cmocka's pattern */
+        cmocka_set_test_filter(getenv("FED_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -859,7 +859,7 @@ static void test_contribution_dp_report(void **state)
                      1);
     /* back to a v5 file: read-only, its rows without a report */
     raw_exec(db, "ALTER TABLE contributions DROP COLUMN dp_epsilon;"
-                 "ALTER TABLE contributions DROP COLUMN dp_budget;"
+                 "ALTER TABLE contributions DROP COLUMN dp_budget; DROP TABLE round_metrics;"
                  "PRAGMA user_version = 5; UPDATE meta SET value = 5 WHERE key = 'schema_version';");
     sqlite3_close(db);
     o.flags = FED_STORE_READONLY;
@@ -870,9 +870,9 @@ static void test_contribution_dp_report(void **state)
     assert_int_equal(d.n, 2);
     assert_true(d.eps[0] == 0 && d.budget[0] == 0);
     fed_store_close(st);
-    o.flags = 0; /* read-write: migrated to v6, the columns back (NULL) */
+    o.flags = 0; /* read-write: migrated to v6 (and on), the columns back (NULL) */
     assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
-    assert_int_equal(fed_store_schema(st), 6);
+    assert_int_equal(fed_store_schema(st), FED_STORE_SCHEMA_VERSION);
     k.dp_epsilon = 0.5;
     k.dp_budget = 2;
     assert_int_equal(fed_store_put_contribution(st, &k), FED_OK);
@@ -880,6 +880,128 @@ static void test_contribution_dp_report(void **state)
     assert_int_equal(fed_store_each_contribution(st, 0, keep_dp_report, &d), FED_OK);
     assert_int_equal(d.n, 3);
     assert_true(d.eps[0] == 0 && d.eps[2] == 0.5 && d.budget[2] == 2);
+    fed_store_close(st);
+}
+
+typedef struct metrics_seen {
+    size_t n;
+    uint64_t round[8];
+    char name[8][24];
+    double value[8];
+} metrics_seen;
+
+static int keep_metric(void *ctx, uint64_t round, const char *name, double value)
+{
+    metrics_seen *m = ctx;
+
+    if (m->n == 8)
+        return 1;
+    m->round[m->n] = round;
+    snprintf(m->name[m->n], sizeof m->name[m->n], "%s", name);
+    m->value[m->n++] = value;
+    return 0;
+}
+
+/* v7: a round's figures by name, the newest evaluated round's, the best
+ * round by a figure (higher or lower better, the earliest of equals), NaN
+ * as NULL; a v6 file read-only has none, and migrates. */
+static void test_round_metrics(void **state)
+{
+    char path[512];
+    test_clock clk = {70};
+    fed_store_opts o = opts_with_clock(&clk);
+    fed_store *st = NULL;
+    metrics_seen m = {0};
+    uint64_t round;
+    double v;
+    sqlite3 *db;
+
+    (void)state;
+    fresh_db(path, sizeof path, "metrics.db");
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_store_best_metric(st, "auc", 1, &round, &v), FED_ERR_NOTFOUND);
+    assert_int_equal(fed_store_each_metric(st, UINT64_MAX, keep_metric, &m), FED_OK);
+    assert_int_equal(m.n, 0);
+    assert_int_equal(fed_store_put_metric(st, 1, "auc", 0.7), FED_OK);
+    assert_int_equal(fed_store_put_metric(st, 1, "loss", 0.9), FED_OK);
+    assert_int_equal(fed_store_put_metric(st, 2, "auc", 0.8), FED_OK);
+    assert_int_equal(fed_store_put_metric(st, 2, "loss", 0.5), FED_OK);
+    assert_int_equal(fed_store_put_metric(st, 2, "recall.1", NAN), FED_OK);
+    assert_int_equal(fed_store_put_metric(st, 4, "auc", 0.8), FED_OK);
+    assert_int_equal(fed_store_put_metric(st, 4, "loss", 0.6), FED_OK);
+    assert_int_equal(fed_store_each_metric(st, 3, keep_metric, &m), FED_OK);
+    assert_int_equal(m.n, 3); /* round 2's, in the order written */
+    assert_true(m.round[0] == 2 && !strcmp(m.name[0], "auc") && m.value[0] == 0.8);
+    assert_true(!strcmp(m.name[2], "recall.1") && isnan(m.value[2]));
+    memset(&m, 0, sizeof m);
+    assert_int_equal(fed_store_each_metric(st, UINT64_MAX, keep_metric, &m), FED_OK);
+    assert_true(m.n == 2 && m.round[0] == 4);
+    assert_int_equal(fed_store_best_metric(st, "auc", 1, &round, &v), FED_OK);
+    assert_true(round == 2 && v == 0.8); /* 2 and 4 equal: the earlier */
+    assert_int_equal(fed_store_best_metric(st, "loss", 0, &round, &v), FED_OK);
+    assert_true(round == 2 && v == 0.5);
+    assert_int_equal(fed_store_best_metric(st, "recall.1", 1, &round, &v), FED_ERR_NOTFOUND);
+    assert_int_equal(fed_store_put_metric(st, 4, "auc", 0.9), FED_OK); /* replaced */
+    assert_int_equal(fed_store_best_metric(st, "auc", 1, &round, &v), FED_OK);
+    assert_true(round == 4 && v == 0.9);
+    fed_store_close(st);
+    db = raw_open(path);
+    raw_exec(db, "DROP TABLE round_metrics; PRAGMA user_version = 6;"
+                 " UPDATE meta SET value = 6 WHERE key = 'schema_version';");
+    sqlite3_close(db);
+    o.flags = FED_STORE_READONLY;
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    memset(&m, 0, sizeof m);
+    assert_int_equal(fed_store_each_metric(st, UINT64_MAX, keep_metric, &m), FED_OK);
+    assert_int_equal(m.n, 0);
+    assert_int_equal(fed_store_best_metric(st, "auc", 1, &round, &v), FED_ERR_NOTFOUND);
+    fed_store_close(st);
+    o.flags = 0;
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_store_schema(st), 7);
+    assert_int_equal(fed_store_put_metric(st, 5, "auc", 0.5), FED_OK);
+    fed_store_close(st);
+}
+
+/* Retention holds the caller's best round and the rounds from from_round
+ * on, beside keep_last; a hold moved lets the old one go at the next
+ * write. Text in meta, and its absence. */
+static void test_retention_holds(void **state)
+{
+    char path[512], text[16];
+    test_clock clk = {100};
+    fed_store_opts o = opts_with_clock(&clk);
+    fed_store *st = NULL;
+    fed_store_ckpt_row rows[16];
+    size_t n = 0;
+
+    (void)state;
+    fresh_db(path, sizeof path, "holds.db");
+    o.keep_last = 1;
+    o.chunk_bytes = 8192;
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    fed_store_hold_checkpoints(st, 2, 6); /* best 2; 6 on not judged */
+    write_ckpts(st, 1, 8, 1);
+    assert_int_equal(fed_store_list_checkpoints(st, rows, 16, &n), FED_OK);
+    assert_int_equal(n, 8);
+    for (size_t i = 0; i < n; i++) /* newest first: round 8 - i */
+        assert_int_equal(rows[i].pruned, !(rows[i].round == 2 || rows[i].round >= 6));
+    fed_store_hold_checkpoints(st, 7, 9); /* a new best: 2 goes, 7 stays */
+    write_ckpts(st, 9, 1, 1);
+    assert_int_equal(fed_store_list_checkpoints(st, rows, 16, &n), FED_OK);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(rows[i].pruned, !(rows[i].round == 7 || rows[i].round == 9));
+    fed_store_hold_checkpoints(st, 0, 0); /* none: keep_last alone */
+    write_ckpts(st, 10, 1, 1);
+    assert_int_equal(fed_store_list_checkpoints(st, rows, 16, &n), FED_OK);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(rows[i].pruned, rows[i].round != 10);
+    assert_int_equal(fed_store_meta_text(st, "best_metric", text, sizeof text), FED_ERR_NOTFOUND);
+    assert_int_equal(fed_store_put_meta_text(st, "best_metric", "auc"), FED_OK);
+    assert_int_equal(fed_store_put_meta_text(st, "best_metric", "youden_sensitivity"), FED_OK);
+    assert_int_equal(fed_store_meta_text(st, "best_metric", text, sizeof text), FED_OK);
+    assert_string_equal(text, "youden_sensitiv"); /* cut to the room given */
+    assert_int_equal(fed_store_meta_text(st, "epoch", text, sizeof text), FED_ERR_NOTFOUND);
     fed_store_close(st);
 }
 
@@ -1704,10 +1826,11 @@ static void test_ckpt_parse_rejects(void **state)
 /* A hand-made table: a conv weight, a bias, a linear weight (non-contiguous
  * order in the flat buffer is allowed: offsets come from the table). */
 static const fed_tensor_info st_table[] = {
-    {"0.weight", 0, 2 * 1 * 3 * 3, 4, {2, 1, 3, 3}},
-    {"0.bias", 18, 2, 1, {2}},
-    {"3.weight", 20, 5 * 8, 2, {5, 8}},
-    {"3.bias", 60, 5, 1, {5}},
+#define ST_FLAGS (FED_TENSOR_TRAINED | FED_TENSOR_SHARED)
+    {"0.weight", 0, 2 * 1 * 3 * 3, 4, {2, 1, 3, 3}, ST_FLAGS},
+    {"0.bias", 18, 2, 1, {2}, ST_FLAGS},
+    {"3.weight", 20, 5 * 8, 2, {5, 8}, ST_FLAGS},
+    {"3.bias", 60, 5, 1, {5}, ST_FLAGS},
 };
 #define ST_NT 4
 #define ST_NPARAMS 65
@@ -2377,6 +2500,7 @@ int main(void)
         cmocka_unit_test(test_contributions_read),
         cmocka_unit_test(test_contribution_dp_report),
         cmocka_unit_test(test_page_cache_bounded),
+        cmocka_unit_test(test_round_metrics), cmocka_unit_test(test_retention_holds),
         cmocka_unit_test(test_transactions),
         cmocka_unit_test(test_checkpoint_round_trip),
         cmocka_unit_test(test_checkpoint_version1_still_read),

@@ -11,6 +11,8 @@
 #include "core/log.h"
 #include "model/safetensors.h"
 
+#define FUZZ_MAX_TENSORS 32 /* tables this target builds on the stack */
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void quiet(void *ctx, fed_log_level level, const char *line)
@@ -26,7 +28,7 @@ static int as_table(const fed_store_st_file *f, fed_tensor_info *t, size_t *npar
 {
     size_t off = 0;
 
-    if (f->ntensors > FED_MODEL_MAX_TENSORS)
+    if (f->ntensors > FUZZ_MAX_TENSORS)
         return 0;
     for (size_t i = 0; i < f->ntensors; i++) {
         const fed_store_st_tensor *s = &f->tensors[i];
@@ -52,7 +54,7 @@ static int as_table(const fed_store_st_file *f, fed_tensor_info *t, size_t *npar
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fed_store_st_file f, g;
-    fed_tensor_info t[FED_MODEL_MAX_TENSORS];
+    fed_tensor_info t[FUZZ_MAX_TENSORS];
     size_t np = 0, len = 0, end = 0;
     float *p = NULL;
     uint8_t *out = NULL;

@@ -1,0 +1,651 @@
+/* test_graph.c - models built from graphs of nodes (fed_model_new_graph):
+ * strided, padded and dilated convolutions and pooling windows checked
+ * against central differences of the test's own double-precision forward,
+ * the cnn preset and its graph giving the same model bit for bit, graphs
+ * past the old 16-layer/32-tensor caps, tensor flags, FLOPs, refusals
+ * with their messages, and a backend lacking a capability. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/log.h"
+#include "core/pool.h"
+#include "core/rng.h"
+#include "model/backend.h"
+#include "model/model.h"
+#include "tests/support/support.h"
+
+typedef struct world {
+    fed_backend *be;
+    fed_pool *pool;
+} world;
+
+static int world_setup(void **state)
+{
+    world *w = calloc(1, sizeof *w);
+
+    assert_int_equal(fed_backend_cpu_new(1, &w->be), FED_OK);
+    assert_int_equal(fed_pool_new(1, &w->pool), FED_OK);
+    *state = w;
+    return 0;
+}
+
+static int world_teardown(void **state)
+{
+    world *w = *state;
+
+    fed_pool_free(w->pool);
+    fed_backend_free(w->be);
+    free(w);
+    return 0;
+}
+
+#define NODE(k, nm, o, kern, str, pad, dil)                                                    \
+    {.kind = k, .name = nm, .out = o, .kernel = {kern, kern}, .stride = {str, str},            \
+     .padding = {pad, pad}, .dilation = {dil, dil}}
+
+/* Node i takes node i - 1's output. */
+static void chain(fed_model_node *nodes, int count)
+{
+    for (int i = 0; i < count; i++)
+        nodes[i].input = i - 1;
+}
+
+/* ------------------------------------------------- double reference -- */
+
+typedef struct pattern {
+    int *v;
+    size_t n, cap;
+} pattern;
+
+static void pat_push(pattern *p, int v)
+{
+    if (p->n == p->cap) {
+        p->cap = p->cap ? 2 * p->cap : 4096;
+        p->v = realloc(p->v, p->cap * sizeof *p->v);
+        assert_non_null(p->v);
+    }
+    p->v[p->n++] = v;
+}
+
+static const fed_tensor_info *tensor(const fed_model *m, const char *node, const char *what)
+{
+    int nt;
+    const fed_tensor_info *t = fed_model_tensors(m, &nt);
+    char name[64];
+
+    snprintf(name, sizeof name, "%s.%s", node, what);
+    for (int i = 0; i < nt; i++)
+        if (!strcmp(t[i].name, name))
+            return &t[i];
+    fail_msg("no tensor %s", name);
+    return NULL;
+}
+
+static int stride_of(const fed_model_node *nd, int pool)
+{
+    return nd->stride[0] ? nd->stride[0] : pool ? nd->kernel[0] : 1;
+}
+
+/* Mean cross-entropy of the batch under params P (double), read straight
+ * off the node list with direct loops (square windows); pat gets every
+ * ReLU sign and max-pool winner. */
+static double ref_loss(const fed_model *m, const fed_model_node *nodes, int count,
+                       const double *P, const double *X, const int32_t *Y, int n, pattern *pat)
+{
+    fed_model_shape in = fed_model_input(m);
+    size_t cap = 1 << 16;
+    double *a = malloc(cap * sizeof *a), *b = malloc(cap * sizeof *b), loss = 0.0;
+
+    for (int s = 0; s < n; s++) {
+        int c = in.c, h = in.h, w = in.w;
+
+        memcpy(a, X + (size_t)s * c * h * w, (size_t)c * h * w * sizeof *a);
+        for (int q = 0; q < count; q++) {
+            const fed_model_node *nd = &nodes[q];
+            char idx[16];
+            const char *name = nd->name;
+            int k = nd->kernel[0], pad = nd->padding[0];
+            int d = nd->dilation[0] ? nd->dilation[0] : 1;
+
+            if (!name) {
+                snprintf(idx, sizeof idx, "%d", q);
+                name = idx;
+            }
+            if (!strcmp(nd->kind, "conv")) {
+                const double *W = P + tensor(m, name, "weight")->offset;
+                const double *B = P + tensor(m, name, "bias")->offset;
+                int st = stride_of(nd, 0), oh = (h + 2 * pad - d * (k - 1) - 1) / st + 1;
+                int ow = (w + 2 * pad - d * (k - 1) - 1) / st + 1;
+
+                for (int o = 0; o < nd->out; o++)
+                    for (int i = 0; i < oh; i++)
+                        for (int j = 0; j < ow; j++) {
+                            double z = B[o];
+
+                            for (int ci = 0; ci < c; ci++)
+                                for (int ki = 0; ki < k; ki++)
+                                    for (int kj = 0; kj < k; kj++) {
+                                        int r = i * st - pad + ki * d, cc = j * st - pad + kj * d;
+
+                                        if (r >= 0 && r < h && cc >= 0 && cc < w)
+                                            z += W[((o * c + ci) * k + ki) * k + kj] *
+                                                 a[(ci * h + r) * w + cc];
+                                    }
+                            b[(o * oh + i) * ow + j] = z;
+                        }
+                c = nd->out;
+                h = oh;
+                w = ow;
+            } else if (!strcmp(nd->kind, "linear")) {
+                const double *W = P + tensor(m, name, "weight")->offset;
+                const double *B = P + tensor(m, name, "bias")->offset;
+                int inn = c * h * w;
+
+                for (int o = 0; o < nd->out; o++) {
+                    double z = B[o];
+
+                    for (int i = 0; i < inn; i++)
+                        z += W[(size_t)o * inn + i] * a[i];
+                    b[o] = z;
+                }
+                c = nd->out;
+                h = w = 1;
+            } else if (!strcmp(nd->kind, "maxpool") || !strcmp(nd->kind, "avgpool")) {
+                int st = stride_of(nd, 1), oh = (h + 2 * pad - k) / st + 1;
+                int ow = (w + 2 * pad - k) / st + 1, mx = !strcmp(nd->kind, "maxpool");
+
+                for (int o = 0; o < c; o++)
+                    for (int i = 0; i < oh; i++)
+                        for (int j = 0; j < ow; j++) {
+                            double best = -INFINITY, sum = 0.0;
+                            int win = -1;
+
+                            for (int ki = 0; ki < k; ki++)
+                                for (int kj = 0; kj < k; kj++) {
+                                    int r = i * st - pad + ki, cc = j * st - pad + kj;
+                                    double v;
+
+                                    if (r < 0 || r >= h || cc < 0 || cc >= w)
+                                        continue;
+                                    v = a[(o * h + r) * w + cc];
+                                    sum += v;
+                                    if (v > best) {
+                                        best = v;
+                                        win = r * w + cc;
+                                    }
+                                }
+                            if (mx)
+                                pat_push(pat, win);
+                            b[(o * oh + i) * ow + j] = mx ? best : sum / (k * k);
+                        }
+                h = oh;
+                w = ow;
+            } else if (!strcmp(nd->kind, "relu")) {
+                for (int i = 0; i < c * h * w; i++) {
+                    pat_push(pat, a[i] > 0);
+                    b[i] = a[i] > 0 ? a[i] : 0.0;
+                }
+            } else { /* flatten */
+                memcpy(b, a, (size_t)c * h * w * sizeof *b);
+                c = c * h * w;
+                h = w = 1;
+            }
+            memcpy(a, b, (size_t)c * h * w * sizeof *a);
+        }
+        {
+            double mx = a[0], sum = 0.0;
+
+            for (int j = 1; j < in.classes; j++)
+                mx = a[j] > mx ? a[j] : mx;
+            for (int j = 0; j < in.classes; j++)
+                sum += exp(a[j] - mx);
+            loss += log(sum) + mx - a[Y[s]];
+        }
+    }
+    free(a);
+    free(b);
+    return loss / n;
+}
+
+static fed_model *make_graph(world *w, const fed_model_node *nodes, int count, fed_model_shape in,
+                             int shards, int max_batch, uint64_t seed)
+{
+    fed_model *m = NULL;
+    fed_rng rng;
+
+    assert_int_equal(fed_model_new_graph("g", nodes, count, in, w->be, w->pool, shards,
+                                         max_batch, &m),
+                     FED_OK);
+    fed_rng_seed(&rng, seed);
+    assert_int_equal(fed_model_init(m, &rng), FED_OK);
+    return m;
+}
+
+/* The model's gradient of every tensor against central differences (h =
+ * 1e-6) of the reference, norm-wise relative error < 1e-4 per tensor;
+ * coordinates whose +-h flips a ReLU sign or a max-pool winner are
+ * skipped (fewer than 5% may be). The initial parameters are scaled by
+ * gain (a deep net's signal fades under PyTorch's init). */
+static void grad_check(world *w, const fed_model_node *nodes, int count, fed_model_shape in,
+                       int n, int shards, float gain)
+{
+    fed_model *m = make_graph(w, nodes, count, in, shards, n, 42);
+    size_t np = fed_model_nparams(m);
+    int F = in.c * in.h * in.w, nt;
+    const fed_tensor_info *t = fed_model_tensors(m, &nt);
+    float *pf = malloc(np * sizeof *pf), *g = malloc(np * sizeof *g);
+    float *x = malloc((size_t)n * F * sizeof *x);
+    double *P = malloc(np * sizeof *P), *X = malloc((size_t)n * F * sizeof *X), loss0;
+    int32_t *y = malloc(n * sizeof *y);
+    fed_step_stats st = {0};
+    pattern base = {0}, probe = {0};
+    long skipped = 0, checked = 0;
+    fed_rng rng;
+
+    fed_rng_seed(&rng, 7);
+    for (int i = 0; i < n * F; i++)
+        X[i] = x[i] = (float)fed_rng_normal(&rng);
+    for (int i = 0; i < n; i++)
+        y[i] = (int32_t)fed_rng_below(&rng, (uint64_t)in.classes);
+    assert_int_equal(fed_model_get_params(m, pf), FED_OK);
+    for (size_t i = 0; i < np; i++)
+        P[i] = pf[i] *= gain;
+    assert_int_equal(fed_model_set_params(m, pf), FED_OK);
+    fed_batch b = {.n = n, .x_f32 = x, .y = y};
+    assert_int_equal(fed_model_forward_backward(m, &b, &st), FED_OK);
+    memcpy(g, fed_model_grads_dev(m), np * sizeof *g);
+    loss0 = ref_loss(m, nodes, count, P, X, y, n, &base);
+    assert_true(fabs(st.loss_sum / n - loss0) < 1e-5 * (1.0 + fabs(loss0)));
+    for (int ti = 0; ti < nt; ti++) {
+        double num2 = 0.0, diff2 = 0.0;
+
+        for (size_t k = 0; k < t[ti].numel; k++) {
+            size_t i = t[ti].offset + k;
+            double keep = P[i], lp, lm, num;
+            int kink;
+
+            P[i] = keep + 1e-6;
+            probe.n = 0;
+            lp = ref_loss(m, nodes, count, P, X, y, n, &probe);
+            kink = probe.n != base.n || memcmp(probe.v, base.v, base.n * sizeof *base.v);
+            P[i] = keep - 1e-6;
+            probe.n = 0;
+            lm = ref_loss(m, nodes, count, P, X, y, n, &probe);
+            kink |= probe.n != base.n || memcmp(probe.v, base.v, base.n * sizeof *base.v);
+            P[i] = keep;
+            if (kink) {
+                skipped++;
+                continue;
+            }
+            checked++;
+            num = (lp - lm) / 2e-6;
+            num2 += num * num;
+            diff2 += (num - g[i]) * (num - g[i]);
+        }
+        if (num2 > 0.0 && sqrt(diff2 / num2) >= 1e-4)
+            fail_msg("shards %d tensor %s: relative error %g", shards, t[ti].name,
+                     sqrt(diff2 / num2));
+    }
+    assert_true(checked > 0);
+    assert_true(skipped * 20 < checked);
+    free(base.v);
+    free(probe.v);
+    free(pf);
+    free(g);
+    free(x);
+    free(P);
+    free(X);
+    free(y);
+    fed_model_free(m);
+}
+
+/* stride 2 with padding, dilation 2 with padding, a 3x3 max pool of stride
+ * 2 with padding 1, a padded 2x2 average pool of stride 1, then linear */
+static fed_model_node windows_graph[] = {
+    NODE("conv", "stem", 4, 3, 2, 1, 0),  NODE("relu", NULL, 0, 0, 0, 0, 0),
+    NODE("conv", "c2", 3, 3, 1, 2, 2),    NODE("relu", NULL, 0, 0, 0, 0, 0),
+    NODE("maxpool", NULL, 0, 3, 2, 1, 0), NODE("avgpool", NULL, 0, 2, 1, 1, 0),
+    NODE("flatten", NULL, 0, 0, 0, 0, 0), NODE("linear", "fc", 6, 0, 0, 0, 0),
+    NODE("relu", NULL, 0, 0, 0, 0, 0),    NODE("linear", "head", 5, 0, 0, 0, 0),
+};
+#define WINDOWS_COUNT ((int)(sizeof windows_graph / sizeof windows_graph[0]))
+
+static void test_grad_windows(void **state)
+{
+    fed_model_shape in = {2, 11, 10, 5};
+    const char *names[] = {"stem.weight", "stem.bias", "c2.weight", "c2.bias",
+                           "fc.weight",   "fc.bias",   "head.weight", "head.bias"};
+    /* 11x10 -> conv s2 p1: 6x5 -> conv d2 p2: 6x5 -> maxpool 3/2/1: 3x3
+       -> avgpool 2/1/1: 4x4, 3 channels: 48 features */
+    const int shapes[][4] = {{4, 2, 3, 3}, {4}, {3, 4, 3, 3}, {3}, {6, 48}, {6}, {5, 6}, {5}};
+    fed_model *m;
+    int nt;
+    const fed_tensor_info *t;
+    size_t np = 0;
+    char why[256];
+
+    chain(windows_graph, WINDOWS_COUNT);
+    assert_int_equal(fed_model_graph_explain("g", windows_graph, WINDOWS_COUNT, in, &np, why,
+                                             sizeof why),
+                     FED_OK);
+    assert_int_equal(np, 4 * 18 + 4 + 3 * 36 + 3 + 6 * 48 + 6 + 5 * 6 + 5);
+    m = make_graph(*state, windows_graph, WINDOWS_COUNT, in, 1, 4, 1);
+    t = fed_model_tensors(m, &nt);
+    assert_int_equal(nt, 8);
+    for (int i = 0; i < nt; i++) {
+        assert_string_equal(t[i].name, names[i]);
+        for (int d = 0; d < t[i].ndim; d++)
+            assert_int_equal(t[i].shape[d], shapes[i][d]);
+        assert_int_equal(t[i].flags, FED_TENSOR_TRAINED | FED_TENSOR_SHARED);
+    }
+    assert_int_equal(fed_model_nparams(m), np);
+    fed_model_free(m);
+    grad_check(*state, windows_graph, WINDOWS_COUNT, in, 3, 1, 1.0f);
+    grad_check(*state, windows_graph, WINDOWS_COUNT, in, 3, 2, 1.0f);
+}
+
+/* The cnn preset and the same modules as a graph: the same tensors, the
+ * same initial parameters and the same gradients, bit for bit. */
+static void test_cnn_as_graph(void **state)
+{
+    world *w = *state;
+    fed_model_node nodes[] = {
+        NODE("conv", NULL, 32, 5, 0, 0, 0),   NODE("relu", NULL, 0, 0, 0, 0, 0),
+        NODE("maxpool", NULL, 0, 2, 0, 0, 0), NODE("conv", NULL, 64, 5, 0, 0, 0),
+        NODE("relu", NULL, 0, 0, 0, 0, 0),    NODE("maxpool", NULL, 0, 2, 0, 0, 0),
+        NODE("flatten", NULL, 0, 0, 0, 0, 0), NODE("linear", NULL, 512, 0, 0, 0, 0),
+        NODE("relu", NULL, 0, 0, 0, 0, 0),    NODE("linear", NULL, 10, 0, 0, 0, 0),
+    };
+    fed_model_shape in = {1, 28, 28, 10};
+    fed_model *a = NULL, *b;
+    const fed_tensor_info *ta, *tb;
+    int na, nb, n = 6;
+    float x[6 * 784];
+    int32_t y[6];
+    fed_rng rng;
+    fed_step_stats sa = {0}, sb = {0};
+
+    chain(nodes, 10);
+    assert_int_equal(fed_model_new("cnn", in, w->be, w->pool, 2, n, &a), FED_OK);
+    fed_rng_seed(&rng, 3);
+    assert_int_equal(fed_model_init(a, &rng), FED_OK);
+    b = make_graph(w, nodes, 10, in, 2, n, 3);
+    ta = fed_model_tensors(a, &na);
+    tb = fed_model_tensors(b, &nb);
+    assert_int_equal(na, nb);
+    for (int i = 0; i < na; i++) {
+        assert_string_equal(ta[i].name, tb[i].name);
+        assert_int_equal(ta[i].offset, tb[i].offset);
+        assert_int_equal(ta[i].numel, tb[i].numel);
+        assert_memory_equal(ta[i].shape, tb[i].shape, sizeof ta[i].shape);
+    }
+    assert_true(fed_model_flops_per_sample(a) == fed_model_flops_per_sample(b));
+    fed_rng_seed(&rng, 9);
+    for (int i = 0; i < n * 784; i++)
+        x[i] = (float)fed_rng_normal(&rng);
+    for (int i = 0; i < n; i++)
+        y[i] = i % 10;
+    fed_batch batch = {.n = n, .x_f32 = x, .y = y};
+    assert_int_equal(fed_model_forward_backward(a, &batch, &sa), FED_OK);
+    assert_int_equal(fed_model_forward_backward(b, &batch, &sb), FED_OK);
+    assert_memory_equal(fed_model_params_dev(a), fed_model_params_dev(b),
+                        fed_model_nparams(a) * sizeof(float));
+    assert_memory_equal(fed_model_grads_dev(a), fed_model_grads_dev(b),
+                        fed_model_nparams(a) * sizeof(float));
+    assert_true(sa.loss_sum == sb.loss_sum);
+    fed_model_free(a);
+    fed_model_free(b);
+}
+
+/* 24 linear layers (48 tensors): past the old caps of 16 layers and 32
+ * tensors, and still the right gradients. */
+static void test_deep_graph(void **state)
+{
+    enum { DEPTH = 24, COUNT = 2 * DEPTH - 1 };
+    fed_model_node nodes[COUNT];
+    fed_model_shape in = {1, 2, 3, 3};
+    fed_model *m;
+    int nt;
+
+    memset(nodes, 0, sizeof nodes);
+    for (int i = 0; i < COUNT; i++) {
+        nodes[i].kind = i % 2 ? "relu" : "linear";
+        nodes[i].out = i == COUNT - 1 ? 3 : 7;
+    }
+    chain(nodes, COUNT);
+    m = make_graph(*state, nodes, COUNT, in, 1, 4, 5);
+    fed_model_tensors(m, &nt);
+    assert_int_equal(nt, 2 * DEPTH);
+    assert_int_equal(fed_model_nparams(m), 6 * 7 + 7 + (DEPTH - 2) * (7 * 7 + 7) + 7 * 3 + 3);
+    fed_model_free(m);
+    grad_check(*state, nodes, COUNT, in, 3, 2, 2.5f); /* about He's init: sqrt(6) */
+}
+
+/* FLOPs per sample: a conv of stride 2 (layer 0: forward and weight
+ * gradient), a 2x2 pool (2 per input value), a linear layer (forward and
+ * both gradients). */
+static void test_graph_flops(void **state)
+{
+    fed_model_node nodes[] = {
+        NODE("conv", "c", 2, 3, 2, 1, 0),
+        NODE("maxpool", NULL, 0, 2, 0, 0, 0),
+        NODE("linear", "l", 5, 0, 0, 0, 0),
+    };
+    fed_model_shape in = {1, 8, 8, 5};
+    fed_model *m;
+
+    chain(nodes, 3);
+    m = make_graph(*state, nodes, 3, in, 1, 2, 1);
+    /* conv: col 9 x 16 per sample times 2 channels, 2 FLOPs a MAC, twice;
+       pool 2 x 32; linear 8 -> 5 three times */
+    assert_true(fed_model_flops_per_sample(m) == 2.0 * 144 * 2 * 2 + 64 + 2.0 * 40 * 3);
+    fed_model_free(m);
+}
+
+static void expect_why(const fed_model_node *nodes, int count, fed_model_shape in, fed_err want,
+                       const char *msg)
+{
+    char why[320];
+
+    memset(why, 'x', sizeof why);
+    assert_int_equal(fed_model_graph_explain("bad", nodes, count, in, NULL, why, sizeof why),
+                     want);
+    if (strcmp(why, msg) != 0)
+        fail_msg("got \"%s\", want \"%s\"", why, msg);
+}
+
+/* expect_why for a graph of node alone. */
+static void expect_one(fed_model_node node, fed_model_shape in, fed_err want, const char *msg)
+{
+    node.input = -1;
+    expect_why(&node, 1, in, want, msg);
+}
+
+/* Every refusal names the node, its kind and name, and the shape it saw. */
+static void test_graph_errors(void **state)
+{
+    fed_model_shape in = {1, 4, 4, 3};
+    fed_model_node two[2] = {NODE("linear", "a", 8, 0, 0, 0, 0),
+                             NODE("linear", "b", 3, 0, 0, 0, 0)};
+    fed_model_node n1[1];
+    fed_model *m = (fed_model *)1;
+    world *w = *state;
+
+    chain(two, 2);
+    expect_why(two, 2, in, FED_OK, "");
+    two[1].kind = "softmax";
+    expect_why(two, 2, in, FED_ERR_SPEC,
+               "model 'bad': node 1: unknown layer kind 'softmax' (linear, conv, maxpool, "
+               "avgpool, relu, flatten)");
+    two[1].kind = "linear";
+    two[1].input = -1;
+    expect_why(two, 2, in, FED_ERR_SPEC,
+               "model 'bad': node 1 (linear 'b') takes node -1's output: only chains are "
+               "supported yet");
+    two[1].input = 0;
+    two[1].name = "a";
+    expect_why(two, 2, in, FED_ERR_SPEC,
+               "model 'bad': two tensors are named 'a.weight' (give each layer its own name)");
+    two[1].name = "b!";
+    expect_why(two, 2, in, FED_ERR_SPEC,
+               "model 'bad': node 1 (linear): name 'b!' must be 1 to 23 letters, digits, '_' "
+               "or inner '.'");
+    two[1].name = "b";
+    two[1].out = 4;
+    expect_why(two, 2, in, FED_ERR_SHAPE,
+               "model 'bad': the last layer gives 4x1x1 values, the loss wants 3 classes");
+    expect_one((fed_model_node)NODE("conv", "c", 3, 5, 0, 0, 0), in, FED_ERR_SHAPE,
+               "model 'bad': node 0 (conv 'c') on input 1x4x4: the window is larger than the "
+               "padded input");
+    expect_one((fed_model_node)NODE("maxpool", NULL, 0, 2, 0, 2, 0), in, FED_ERR_SHAPE,
+               "model 'bad': node 0 (maxpool '0') on input 1x4x4: padding must be at most half "
+               "the kernel");
+    expect_one((fed_model_node)NODE("relu", NULL, 0, 0, 0, 0, 0), in, FED_ERR_SHAPE,
+               "model 'bad': node 0 (relu '0') on input 1x4x4: a relu must follow a linear or "
+               "conv layer (a relu of its own is not supported yet)");
+    expect_one((fed_model_node)NODE("flatten", NULL, 0, 0, 0, 0, 0), in, FED_ERR_SPEC,
+               "model 'bad': the last layer must be linear or conv (the logits)");
+    /* fed_model_new_graph logs the same words and builds nothing */
+    n1[0] = (fed_model_node)NODE("flatten", NULL, 0, 0, 0, 0, 0);
+    n1[0].input = -1;
+    fed_test_log_capture(FED_LOG_DEBUG);
+    assert_int_equal(fed_model_new_graph("bad", n1, 1, in, w->be, NULL, 1, 4, &m), FED_ERR_SPEC);
+    assert_null(m);
+    assert_string_equal(fed_test_log_last(),
+                        "model 'bad': the last layer must be linear or conv (the logits)");
+    fed_test_log_default();
+}
+
+/* A backend without the window kernels (the CPU's table without that
+ * capability) is refused a strided convolution, by the layer's name, and
+ * still runs the plain ones. */
+static void test_backend_caps(void **state)
+{
+    world *w = *state;
+    fed_backend nowin = *w->be;
+    fed_model *m = (fed_model *)1;
+
+    nowin.name = "nowin";
+    nowin.caps &= ~FED_BACKEND_CAP_WINDOW;
+    chain(windows_graph, WINDOWS_COUNT);
+    fed_test_log_capture(FED_LOG_DEBUG);
+    assert_int_equal(fed_model_new_graph("g", windows_graph, WINDOWS_COUNT,
+                                         (fed_model_shape){2, 11, 10, 5}, &nowin, NULL, 1, 4,
+                                         &m),
+                     FED_ERR_UNSUPPORTED);
+    assert_null(m);
+    assert_string_equal(fed_test_log_last(),
+                        "model: layer 'stem' (conv) needs kernels the nowin backend lacks");
+    fed_test_log_default();
+    assert_int_equal(fed_model_new("cnn", (fed_model_shape){1, 28, 28, 10}, &nowin, NULL, 1, 4,
+                                   &m),
+                     FED_OK);
+    fed_model_free(m);
+}
+
+/* A graph as a "g:" spec: the exact text, a model from it the same as from
+ * the nodes (tensors, parameters, gradients bit for bit), refusals. */
+static void test_graph_spec(void **state)
+{
+    world *w = *state;
+    fed_model_shape in = {2, 11, 10, 5};
+    char spec[FED_MODEL_SPEC_MAX], why[256];
+    fed_model *a, *b = NULL;
+    fed_model_node deep[60];
+    fed_rng rng;
+    float x[3 * 220];
+    int32_t y[3] = {0, 4, 2};
+    size_t np;
+
+    chain(windows_graph, WINDOWS_COUNT);
+    assert_int_equal(fed_model_graph_spec(windows_graph, WINDOWS_COUNT, spec, sizeof spec),
+                     FED_OK);
+    assert_string_equal(spec, "g:stem=C4k3s2p1,R,c2=C3k3s1p2d2,R,Mk3s2p1,Ak2s1p1,F,fc=L6,R,"
+                              "head=L5");
+    a = make_graph(w, windows_graph, WINDOWS_COUNT, in, 1, 3, 11);
+    assert_int_equal(fed_model_new(spec, in, w->be, w->pool, 1, 3, &b), FED_OK);
+    fed_rng_seed(&rng, 11);
+    assert_int_equal(fed_model_init(b, &rng), FED_OK);
+    np = fed_model_nparams(a);
+    assert_int_equal(fed_model_nparams(b), np);
+    for (int i = 0; i < 3 * 220; i++)
+        x[i] = (float)fed_rng_normal(&rng);
+    fed_batch batch = {.n = 3, .x_f32 = x, .y = y};
+    assert_int_equal(fed_model_forward_backward(a, &batch, NULL), FED_OK);
+    assert_int_equal(fed_model_forward_backward(b, &batch, NULL), FED_OK);
+    assert_memory_equal(fed_model_params_dev(a), fed_model_params_dev(b), np * sizeof(float));
+    assert_memory_equal(fed_model_grads_dev(a), fed_model_grads_dev(b), np * sizeof(float));
+    fed_model_free(a);
+    fed_model_free(b);
+    /* a linear layer's out 0 is the classes; unnamed nodes by their index */
+    assert_int_equal(fed_model_spec_nparams("g:F,L", in, &np), FED_OK);
+    assert_int_equal(np, 220 * 5 + 5);
+    assert_int_equal(fed_model_spec_nparams("g:0=L7,R,2=L", in, &np), FED_OK);
+    assert_int_equal(np, 220 * 7 + 7 + 7 * 5 + 5);
+    /* refusals */
+    assert_int_equal(fed_model_spec_explain("g:C6,R,L", in, why, sizeof why), FED_ERR_SPEC);
+    assert_string_equal(why, "model spec 'g:C6,R,L': node 0 'C6' is none of NAME=Lout, "
+                             "NAME=CoutkK[sS][pP][dD], MkK[sS][pP], AkK[sS][pP], R, F");
+    static const char *bad[] = {"g:",        "g:L,",     "g:Q",       "g:Lk3",  "g:C4k3k3,L",
+                                "g:Mk0,L",   "g:Ck3,L",  "g:a-b=L",   "g:=L",   "g:L5x5",
+                                "g:C4k3x,L", "g:Rk2,L",  "g:L99999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (fed_model_spec_check(bad[i], in) != FED_ERR_SPEC)
+            fail_msg("'%s' was not refused", bad[i]);
+    /* a graph past the spec's 127 bytes, or not a chain, has no spec */
+    memset(deep, 0, sizeof deep);
+    for (int i = 0; i < 60; i++) {
+        deep[i].kind = i % 2 ? "relu" : "linear";
+        deep[i].out = 7;
+        deep[i].input = i - 1;
+    }
+    assert_int_equal(fed_model_graph_spec(deep, 59, spec, sizeof spec), FED_ERR_TOO_LARGE);
+    assert_string_equal(spec, "");
+    assert_int_equal(fed_model_graph_spec(deep, 3, spec, sizeof spec), FED_OK);
+    assert_string_equal(spec, "g:L7,R,L7");
+    deep[2].input = 0;
+    assert_int_equal(fed_model_graph_spec(deep, 3, spec, sizeof spec), FED_ERR_UNSUPPORTED);
+}
+
+static fed_err try_graph_new(void *ctx)
+{
+    world *w = ctx;
+    fed_model *m = (fed_model *)1;
+    fed_err e = fed_model_new_graph("g", windows_graph, WINDOWS_COUNT,
+                                    (fed_model_shape){2, 11, 10, 5}, w->be, w->pool, 2, 4, &m);
+
+    if (e == FED_OK)
+        fed_model_free(m);
+    else
+        assert_null(m);
+    return e;
+}
+
+/* Every allocation of a graph's model failing in turn gives FED_ERR_NOMEM
+ * and leaves nothing behind. */
+static void test_graph_alloc_failures(void **state)
+{
+    chain(windows_graph, WINDOWS_COUNT);
+    assert_true(fed_test_alloc_sweep(try_graph_new, *state, 0, 500) > 10);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_grad_windows), cmocka_unit_test(test_cnn_as_graph),
+        cmocka_unit_test(test_deep_graph),   cmocka_unit_test(test_graph_flops),
+        cmocka_unit_test(test_graph_errors), cmocka_unit_test(test_backend_caps),
+        cmocka_unit_test(test_graph_alloc_failures), cmocka_unit_test(test_graph_spec),
+    };
+
+    fed_test_log_quiet();
+    return cmocka_run_group_tests(tests, world_setup, world_teardown);
+}

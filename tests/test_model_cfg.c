@@ -1,0 +1,416 @@
+/* test_model_cfg.c - model files (model/model_cfg.h): the shipped
+ * SimpleCNN and its 44,426 parameters, the syntax (keys on the section's
+ * line or their own, comments, CRLF, pairs), every refusal's words with the
+ * file, line and key, a shape error with the shapes so far, and the data
+ * disagreeing with the file. With --torch-dump DIR FILE it is instead the
+ * tool of tests/test_torch_parity.sh: a model built from FILE (seed 1), a
+ * batch, and DIR/ours.safetensors holding the initial parameters, the batch
+ * (x, y), the logits, the loss, every gradient ("grad.NAME") and the
+ * parameters after one SGD step of lr 0.1 ("step.NAME"). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/rng.h"
+#include "model/backend.h"
+#include "model/model.h"
+#include "model/model_cfg.h"
+#include "model/optim.h"
+#include "model/safetensors.h"
+#include "tests/support/support.h"
+
+#define SIMPLECNN "examples/models/simplecnn.cfg"
+
+static fed_model_cfg *parse(const char *text)
+{
+    fed_model_cfg *c = NULL;
+    char why[512];
+
+    if (fed_model_cfg_parse("t.cfg", text, strlen(text), &c, why, sizeof why) != FED_OK)
+        fail_msg("parse: %s", why);
+    return c;
+}
+
+static void test_simplecnn(void **state)
+{
+    static const char *names[] = {"conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias",
+                                  "fc1.weight",   "fc1.bias",   "fc2.weight",   "fc2.bias",
+                                  "fc3.weight",   "fc3.bias"};
+    fed_model_cfg *c = NULL;
+    fed_backend *be = NULL;
+    fed_model *m = NULL;
+    fed_model_node_info info[12];
+    fed_model_shape in;
+    const fed_tensor_info *t;
+    char why[512];
+    size_t total = 0;
+    int nt, count;
+
+    (void)state;
+    assert_int_equal(fed_model_cfg_load(SIMPLECNN, &c, why, sizeof why), FED_OK);
+    in = fed_model_cfg_input(c);
+    assert_int_equal(in.c, 1);
+    assert_int_equal(in.h, 28);
+    assert_int_equal(in.w, 28);
+    assert_int_equal(in.classes, 0); /* the data's */
+    in.classes = 10;
+    fed_model_cfg_nodes(c, 10, &count);
+    assert_int_equal(count, 12);
+    assert_int_equal(fed_model_cfg_check(c, in, info, why, sizeof why), FED_OK);
+    for (int i = 0; i < count; i++)
+        total += info[i].nparams;
+    assert_int_equal(total, 44426);
+    assert_int_equal(info[5].c, 16); /* the second pool: 16x4x4 */
+    assert_int_equal(info[5].h, 4);
+    assert_int_equal(info[6].c, 256); /* flatten */
+    assert_int_equal(fed_backend_cpu_new(1, &be), FED_OK);
+    assert_int_equal(fed_model_cfg_build(c, in, be, NULL, 1, 8, &m, why, sizeof why), FED_OK);
+    assert_int_equal(fed_model_nparams(m), 44426);
+    assert_string_equal(fed_model_spec(m), "simplecnn.cfg");
+    t = fed_model_tensors(m, &nt);
+    assert_int_equal(nt, 10);
+    for (int i = 0; i < nt; i++)
+        assert_string_equal(t[i].name, names[i]);
+    assert_int_equal(t[2].shape[0], 16);
+    assert_int_equal(t[2].shape[1], 6);
+    assert_int_equal(t[4].shape[1], 256);
+    fed_model_free(m);
+    fed_backend_free(be);
+    fed_model_cfg_free(c);
+}
+
+/* Keys on the section's line or their own, comments, CRLF, H,W pairs,
+ * out = classes, unnamed layers named by their index. */
+static void test_syntax(void **state)
+{
+    fed_model_cfg *c = parse("# a comment\r\n"
+                             "[input]\r\n"
+                             "  features = 30 ; the CSV's columns\r\n"
+                             "[linear] name = fc1   out=16\n"
+                             "[relu]\n"
+                             "[linear]\n"
+                             "out = classes\n"
+                             "[output] loss = cross_entropy classes = 3\n");
+    fed_model_cfg *d = parse("[input] shape = 2,9,8\n"
+                             "[conv] out = 4 kernel = 3,5 stride = 2,1 padding = 1,2 "
+                             "dilation = 2\n"
+                             "[avgpool] kernel = 2 padding = 1\n"
+                             "[flatten]\n[linear] out = 3\n");
+    const fed_model_node *n;
+    fed_model_shape in = fed_model_cfg_input(c);
+    int count;
+
+    (void)state;
+    assert_int_equal(in.c, 1);
+    assert_int_equal(in.h, 1);
+    assert_int_equal(in.w, 30);
+    assert_int_equal(in.classes, 3);
+    n = fed_model_cfg_nodes(c, 3, &count);
+    assert_int_equal(count, 3);
+    assert_string_equal(n[0].kind, "linear");
+    assert_string_equal(n[0].name, "fc1");
+    assert_int_equal(n[0].out, 16);
+    assert_int_equal(n[0].input, -1);
+    assert_string_equal(n[1].kind, "relu");
+    assert_int_equal(n[1].input, 0);
+    assert_null(n[2].name);
+    assert_int_equal(n[2].out, 3);
+    assert_int_equal(fed_model_cfg_line(c, 2), 6);
+    assert_int_equal(fed_model_cfg_check(c, in, NULL, NULL, 0), FED_OK);
+    n = fed_model_cfg_nodes(d, 3, &count);
+    assert_int_equal(count, 4);
+    assert_int_equal(n[0].kernel[0], 3);
+    assert_int_equal(n[0].kernel[1], 5);
+    assert_int_equal(n[0].stride[0], 2);
+    assert_int_equal(n[0].stride[1], 1);
+    assert_int_equal(n[0].padding[1], 2);
+    assert_int_equal(n[0].dilation[0], 2);
+    assert_int_equal(n[0].dilation[1], 2);
+    assert_int_equal(n[1].padding[0], 1);
+    assert_int_equal(n[1].stride[0], 0); /* the kernel's */
+    fed_model_cfg_free(c);
+    fed_model_cfg_free(d);
+}
+
+/* A file of 40 named layers (its node table grows while it is parsed): each
+ * keeps its name (under ASan a name left pointing into the old table is a
+ * use after free: what the fuzzer found first). */
+static void test_many_layers(void **state)
+{
+    char text[4096], want[16];
+    size_t used = (size_t)snprintf(text, sizeof text, "[input] features = 4\n");
+    fed_model_cfg *c;
+    const fed_model_node *n;
+    int count;
+
+    (void)state;
+    for (int i = 0; i < 40; i++)
+        used += (size_t)snprintf(text + used, sizeof text - used,
+                                 "[linear] name = fc%d out = %s\n", i, i < 39 ? "8" : "classes");
+    c = parse(text);
+    n = fed_model_cfg_nodes(c, 3, &count);
+    assert_int_equal(count, 40);
+    for (int i = 0; i < count; i++) {
+        snprintf(want, sizeof want, "fc%d", i);
+        assert_string_equal(n[i].name, want);
+    }
+    assert_int_equal(fed_model_cfg_check(c, (fed_model_shape){1, 1, 4, 3}, NULL, NULL, 0), FED_OK);
+    fed_model_cfg_free(c);
+}
+
+static void expect_parse(const char *text, fed_err want, const char *msg)
+{
+    fed_model_cfg *c = (fed_model_cfg *)1;
+    char why[512];
+
+    memset(why, 'x', sizeof why);
+    assert_int_equal(fed_model_cfg_parse("m.cfg", text, strlen(text), &c, why, sizeof why), want);
+    assert_null(c);
+    if (strcmp(why, msg) != 0)
+        fail_msg("got \"%s\", want \"%s\"", why, msg);
+}
+
+#define IN "[input] shape = 1,8,8\n"
+
+/* Every refusal names the file, the line and the key. */
+static void test_errors(void **state)
+{
+    (void)state;
+    expect_parse("", FED_ERR_SPEC, "m.cfg: no [input] section");
+    expect_parse(IN, FED_ERR_SPEC, "m.cfg: no layers");
+    expect_parse(IN "[softmax]\n", FED_ERR_SPEC,
+                 "m.cfg:2: unknown section [softmax] (input, output, linear, conv, maxpool, "
+                 "avgpool, relu, flatten)");
+    expect_parse(IN "[conv] out = 3 kernel = 3 groups = 3\n", FED_ERR_SPEC,
+                 "m.cfg:2: [conv]: unknown key 'groups' (name, out, kernel, stride, padding, "
+                 "dilation)");
+    expect_parse(IN "[conv] out = 3\n  kernel = 0\n", FED_ERR_SPEC,
+                 "m.cfg:3: [conv] kernel: '0' is not N or H,W (each 1 to 65536)");
+    expect_parse(IN "[conv] out = 3 kernel = 3,3,3\n", FED_ERR_SPEC,
+                 "m.cfg:2: [conv] kernel: '3,3,3' is not N or H,W (each 1 to 65536)");
+    expect_parse(IN "[linear] out = many\n", FED_ERR_SPEC,
+                 "m.cfg:2: [linear] out: 'many' is not a count 1 to 65536 or 'classes'");
+    expect_parse(IN "[conv]\nout = 3\n[relu]\n", FED_ERR_SPEC, "m.cfg:2: [conv] needs kernel");
+    expect_parse(IN "[linear] out = 3 out = 4\n", FED_ERR_SPEC,
+                 "m.cfg:2: [linear] out: given twice");
+    expect_parse("out = 3\n" IN, FED_ERR_SPEC, "m.cfg:1: out: a key before any section");
+    expect_parse("[linear] out = 3\n" IN, FED_ERR_SPEC,
+                 "m.cfg:1: [linear]: [input] comes first, once");
+    expect_parse(IN "[linear] out = 3\n" IN, FED_ERR_SPEC,
+                 "m.cfg:3: [input]: [input] comes first, once");
+    expect_parse(IN "[linear] name = a out = 3\n[linear] name = a out = 3\n", FED_ERR_SPEC,
+                 "m.cfg:3: [linear] name: 'a' is taken by line 2");
+    expect_parse(IN "[linear] name = a-b out = 3\n", FED_ERR_SPEC,
+                 "m.cfg:2: [linear] name: 'a-b' must be 1 to 23 letters, digits, '_' or inner "
+                 "'.'");
+    expect_parse(IN "[linear] out = 3\n[output] loss = mse\n", FED_ERR_SPEC,
+                 "m.cfg:3: [output] loss: 'mse' is not supported yet (cross_entropy)");
+    expect_parse(IN "[linear] out = 3\n[output]\n[relu]\n", FED_ERR_SPEC,
+                 "m.cfg:4: [relu] after [output], which ends the file");
+    expect_parse("[input]\n[linear] out = 3\n", FED_ERR_SPEC,
+                 "m.cfg:1: [input] needs shape or features");
+    expect_parse("[input] shape = 1,8,8 features = 64\n", FED_ERR_SPEC,
+                 "m.cfg:1: [input] features: shape and features both given");
+    expect_parse(IN "[linear] out 3\n", FED_ERR_SPEC, "m.cfg:2: expected key = value at 'out 3'");
+    expect_parse(IN "[linear] out =\n", FED_ERR_SPEC, "m.cfg:2: out: no value after '='");
+    expect_parse(IN "[linear out = 3\n", FED_ERR_SPEC, "m.cfg:2: '[' without ']'");
+    {
+        char nul[] = IN "[linear]\0 out = 3\n";
+
+        fed_model_cfg *c = (fed_model_cfg *)1;
+        char why[256];
+
+        assert_int_equal(fed_model_cfg_parse("m.cfg", nul, sizeof nul - 1, &c, why, sizeof why),
+                         FED_ERR_SPEC);
+        assert_string_equal(why, "m.cfg:2: a NUL byte");
+    }
+}
+
+/* A shape that does not fit names its line and prints the shapes so far;
+ * data that disagrees with the file is refused with both. */
+static void test_shape_errors(void **state)
+{
+    fed_model_cfg *c = parse(IN "[conv] name = c1 out = 4 kernel = 3\n[relu]\n"
+                                "[maxpool] kernel = 2\n[conv] name = c2 out = 4 kernel = 5\n"
+                                "[linear] out = classes\n");
+    char why[512];
+
+    (void)state;
+    assert_int_equal(fed_model_cfg_check(c, (fed_model_shape){1, 8, 8, 3}, NULL, why, sizeof why),
+                     FED_ERR_SHAPE);
+    assert_string_equal(why, "t.cfg:5: model 't.cfg': node 3 (conv 'c2') on input 4x3x3: the "
+                             "window is larger than the padded input; shapes so far: input "
+                             "1x8x8, c1 4x6x6, relu 4x6x6, maxpool 4x3x3");
+    assert_int_equal(fed_model_cfg_check(c, (fed_model_shape){1, 28, 28, 3}, NULL, why,
+                                         sizeof why),
+                     FED_ERR_SHAPE);
+    assert_string_equal(why, "t.cfg: [input] declares 1x8x8, the data gives 1x28x28");
+    fed_model_cfg_free(c);
+    c = parse(IN "[linear] out = 4\n[output] classes = 4\n");
+    assert_int_equal(fed_model_cfg_check(c, (fed_model_shape){1, 8, 8, 3}, NULL, why, sizeof why),
+                     FED_ERR_SHAPE);
+    assert_string_equal(why, "t.cfg: [output] declares 4 classes, the data has 3");
+    assert_int_equal(fed_model_cfg_check(c, (fed_model_shape){1, 8, 8, 4}, NULL, why, sizeof why),
+                     FED_OK);
+    fed_model_cfg_free(c);
+    c = parse(IN "[linear] out = 5\n");
+    assert_int_equal(fed_model_cfg_check(c, (fed_model_shape){1, 8, 8, 3}, NULL, why, sizeof why),
+                     FED_ERR_SHAPE);
+    assert_string_equal(why, "t.cfg: model 't.cfg': the last layer gives 5x1x1 values, the loss "
+                             "wants 3 classes");
+    fed_model_cfg_free(c);
+}
+
+/* ------------------------------------------------- --torch-dump mode -- */
+
+#define DUMP_N 8
+#define DUMP_CLASSES 10
+#define DUMP_LR 0.1f
+
+/* Appends tensor name (shape) with its values to the table and buffer. */
+static void dump_add(fed_tensor_info *t, int *nt, float *buf, size_t *used, const char *name,
+                     int ndim, const int *shape, const float *v)
+{
+    fed_tensor_info *x = &t[(*nt)++];
+    size_t numel = 1;
+
+    memset(x, 0, sizeof *x);
+    snprintf(x->name, sizeof x->name, "%s", name);
+    x->ndim = ndim;
+    for (int i = 0; i < ndim; i++) {
+        x->shape[i] = shape[i];
+        numel *= (size_t)shape[i];
+    }
+    x->offset = *used;
+    x->numel = numel;
+    memcpy(buf + *used, v, numel * sizeof *v);
+    *used += numel;
+}
+
+static int torch_dump(const char *dir, const char *file)
+{
+    fed_model_cfg *c = NULL;
+    fed_backend *be = NULL;
+    fed_model *m = NULL;
+    fed_optim *o = NULL;
+    fed_optim_cfg oc;
+    fed_model_shape in;
+    fed_rng rng;
+    fed_step_stats st = {0};
+    const fed_tensor_info *mt;
+    fed_tensor_info *t = NULL;
+    float *buf = NULL, *p0 = NULL, *x = NULL, *logits = NULL, yf[DUMP_N], loss;
+    int32_t y[DUMP_N];
+    int nt, n = 0, F, shape[4];
+    size_t np, used = 0;
+    char why[1024], path[4096], name[64];
+    int rc = 1;
+
+    if (fed_model_cfg_load(file, &c, why, sizeof why) != FED_OK) {
+        fprintf(stderr, "%s\n", why);
+        return 1;
+    }
+    in = fed_model_cfg_input(c);
+    in.classes = in.classes ? in.classes : DUMP_CLASSES;
+    if (fed_backend_cpu_new(1, &be) != FED_OK ||
+        fed_model_cfg_build(c, in, be, NULL, 1, DUMP_N, &m, why, sizeof why) != FED_OK) {
+        fprintf(stderr, "build: %s\n", why);
+        goto out;
+    }
+    fed_rng_seed(&rng, 1);
+    np = fed_model_nparams(m);
+    mt = fed_model_tensors(m, &nt);
+    F = in.c * in.h * in.w;
+    t = calloc((size_t)3 * nt + 4, sizeof *t);
+    buf = malloc((3 * np + (size_t)DUMP_N * (F + in.classes + 1) + 1) * sizeof *buf);
+    p0 = malloc(np * sizeof *p0);
+    x = malloc((size_t)DUMP_N * F * sizeof *x);
+    logits = malloc((size_t)DUMP_N * in.classes * sizeof *logits);
+    if (!t || !buf || !p0 || !x || !logits || fed_model_init(m, &rng) != FED_OK ||
+        fed_model_get_params(m, p0) != FED_OK)
+        goto out;
+    for (int i = 0; i < DUMP_N * F; i++)
+        x[i] = (float)fed_rng_normal(&rng);
+    for (int i = 0; i < DUMP_N; i++)
+        yf[i] = (float)(y[i] = (int32_t)fed_rng_below(&rng, (uint64_t)in.classes));
+    fed_batch b = {.n = DUMP_N, .x_f32 = x, .y = y};
+    if (fed_model_logits(m, &b, logits) != FED_OK ||
+        fed_model_forward_backward(m, &b, &st) != FED_OK || be->sync(be) != FED_OK)
+        goto out;
+    for (int i = 0; i < nt; i++)
+        dump_add(t, &n, buf, &used, mt[i].name, mt[i].ndim, mt[i].shape, p0 + mt[i].offset);
+    for (int i = 0; i < nt; i++) {
+        snprintf(name, sizeof name, "grad.%s", mt[i].name);
+        dump_add(t, &n, buf, &used, name, mt[i].ndim, mt[i].shape,
+                 fed_model_grads_dev(m) + mt[i].offset);
+    }
+    shape[0] = DUMP_N;
+    shape[1] = in.c;
+    shape[2] = in.h;
+    shape[3] = in.w;
+    dump_add(t, &n, buf, &used, "x", 4, shape, x);
+    dump_add(t, &n, buf, &used, "y", 1, shape, yf);
+    shape[1] = in.classes;
+    dump_add(t, &n, buf, &used, "logits", 2, shape, logits);
+    loss = (float)(st.loss_sum / DUMP_N);
+    shape[0] = 1;
+    dump_add(t, &n, buf, &used, "loss", 1, shape, &loss);
+    /* one plain SGD step from the same parameters */
+    fed_optim_cfg_default(&oc, FED_OPTIM_SGD);
+    oc.lr = DUMP_LR;
+    oc.momentum = 0.0f;
+    if (fed_model_set_params(m, p0) != FED_OK || fed_optim_new(&oc, m, &o) != FED_OK ||
+        fed_optim_train_step(o, m, &b, NULL) != FED_OK || fed_model_get_params(m, p0) != FED_OK)
+        goto out;
+    for (int i = 0; i < nt; i++) {
+        snprintf(name, sizeof name, "step.%s", mt[i].name);
+        dump_add(t, &n, buf, &used, name, mt[i].ndim, mt[i].shape, p0 + mt[i].offset);
+    }
+    snprintf(path, sizeof path, "%s/ours.safetensors", dir);
+    {
+        fed_store_st_model sm = {.spec = fed_model_spec(m), .t = t, .nt = n, .params = buf};
+
+        if (fed_store_safetensors_save(path, &sm) != FED_OK)
+            goto out;
+    }
+    printf("dumped %s: %zu parameters, loss %.6f\n", path, np, loss);
+    rc = 0;
+out:
+    if (rc)
+        fprintf(stderr, "torch-dump failed\n");
+    fed_optim_free(o);
+    fed_model_free(m);
+    fed_backend_free(be);
+    fed_model_cfg_free(c);
+    free(t);
+    free(buf);
+    free(p0);
+    free(x);
+    free(logits);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_simplecnn),
+        cmocka_unit_test(test_syntax),
+        cmocka_unit_test(test_many_layers),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_shape_errors),
+    };
+
+    if (argc == 4 && !strcmp(argv[1], "--torch-dump"))
+        return torch_dump(argv[2], argv[3]);
+    fed_test_log_quiet();
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

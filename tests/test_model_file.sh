@@ -1,0 +1,46 @@
+#!/bin/sh
+# test_model_file.sh - a layer file as --model: `fednode model` prints
+# SimpleCNN's 44,426 parameters; `fednode train --model FILE` trains the
+# graph (its spec, "g:...", is what the saved model holds) and `fednode
+# eval` of the saved model gives the accuracy train printed; `fedsim` runs
+# it federated; a file with a shape that does not fit is refused naming its
+# line and the shapes so far, and a graph too big for a spec is refused
+# saying so. Skips (77) without Fashion-MNIST.
+. "$(dirname "$0")/proc_lib.sh"
+FEDSIM=${FEDSIM:-./fedsim}
+CFG="$(dirname "$0")/../examples/models/simplecnn.cfg"
+export FEDNODE_NO_REEXEC=1
+
+"$FEDNODE" model "$CFG" >"$TMP/model.txt" 2>&1 || { cat "$TMP/model.txt"; fail "fednode model"; }
+grep -q '^ *total  *44426 ' "$TMP/model.txt" || { cat "$TMP/model.txt"; fail "SimpleCNN has 44426 parameters"; }
+ok "fednode model: SimpleCNN, 44426 parameters"
+
+"$FEDNODE" train --model "$CFG" --epochs 1 --shard 0/30 --out "$TMP/s.bin" >"$TMP/train.log" 2>&1 ||
+    fail "fednode train --model FILE"
+grep -q '^# fednode train: g:conv1=C6k5,R,Mk2,conv2=C16k5,R,Mk2,F,fc1=L120,R,fc2=L84,R,fc3=L ' \
+    "$TMP/train.log" || fail "train runs the file's graph as its spec"
+acc=$(sed -n 's/.*test_acc \([0-9.]*\).*/\1/p' "$TMP/train.log")
+"$FEDNODE" eval --model "$TMP/s.bin" >"$TMP/eval.log" 2>&1 || fail "fednode eval of the saved model"
+grep -q "accuracy $acc\$" "$TMP/eval.log" || { cat "$TMP/eval.log"; fail "eval gives train's $acc"; }
+ok "train --model FILE, then eval of what it saved: accuracy $acc both"
+
+"$FEDSIM" --model "$CFG" --nodes 4 --rounds 1 >"$TMP/sim.log" 2>&1 || fail "fedsim --model FILE"
+grep -q '^round    1 ' "$TMP/sim.log" || fail "fedsim ran a round of the file's graph"
+ok "fedsim --model FILE: a federated round"
+
+printf '[input] shape = 1,28,28\n[conv] name = c1 out = 4 kernel = 3 stride = 4\n[relu]\n[conv] name = c2 out = 4 kernel = 9\n[linear] out = classes\n' >"$TMP/bad.cfg"
+if "$FEDNODE" train --model "$TMP/bad.cfg" --epochs 1 --shard 0/30 >"$TMP/bad.log" 2>&1; then
+    fail "a shape that does not fit is refused"
+fi
+grep -q "bad.cfg:4: .*node 2 (conv 'c2') on input 4x7x7: the window is larger than the padded input; shapes so far: input 1x28x28, c1 4x7x7, relu 4x7x7\$" \
+    "$TMP/bad.log" || { cat "$TMP/bad.log"; fail "the refusal names the line, the layer and the shapes so far"; }
+ok "a shape that does not fit: $(tail -n 1 "$TMP/bad.log")"
+
+{ echo '[input] features = 8'; i=0; while [ $i -lt 30 ]; do echo "[linear] name = layer$i out = 8"; i=$((i + 1)); done
+  echo '[linear] out = classes'; } >"$TMP/big.cfg"
+if "$FEDNODE" train --model "$TMP/big.cfg" --epochs 1 >"$TMP/big.log" 2>&1; then
+    fail "a graph past a spec's 127 bytes is refused"
+fi
+grep -q "its graph takes more than the 127 bytes of a model spec" "$TMP/big.log" ||
+    { cat "$TMP/big.log"; fail "the refusal says why"; }
+ok "a graph too big for a spec: refused, saying so"

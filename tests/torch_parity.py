@@ -1,0 +1,122 @@
+# torch_parity.py - the PyTorch side of tests/test_torch_parity.sh: builds
+# the model a model file describes as an nn.Module with the file's module
+# names, loads the parameters fednode initialized (DIR/ours.safetensors,
+# strict), runs the same batch, and compares fednode's logits, loss, every
+# gradient and the parameters after one SGD step (lr 0.1) norm-wise:
+# ||ours - torch|| <= 1e-5 ||torch|| for each tensor. fp32, one thread.
+# usage: torch_parity.py MODEL.cfg DIR
+import sys
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from safetensors import safe_open
+
+TOL = 1e-5
+LR = 0.1
+
+
+def pair(v):
+    p = [int(x) for x in v.split(",")]
+    return (p[0], p[0]) if len(p) == 1 else (p[0], p[1])
+
+
+def sections(path):
+    """[(kind, {key: value})] in file order, [input] and [output] included."""
+    out = []
+    for line in open(path):
+        line = line.split("#")[0].split(";")[0].strip()
+        if line.startswith("["):
+            kind, line = line[1:].split("]", 1)
+            out.append((kind, {}))
+        toks = line.replace("=", " = ").split()
+        for i in range(0, len(toks), 3):
+            assert toks[i + 1] == "=", line
+            out[-1][1][toks[i]] = toks[i + 2]
+    return out
+
+
+class Net(nn.Module):
+    def __init__(self, path, classes):
+        super().__init__()
+        secs = sections(path)
+        assert secs[0][0] == "input"
+        inp = secs[0][1]
+        self.shape = [int(x) for x in inp["shape"].split(",")] if "shape" in inp else [1, 1, int(inp["features"])]
+        x = torch.zeros([1] + self.shape)
+        self.order = []
+        layers = [s for s in secs[1:] if s[0] != "output"]
+        for i, (kind, kv) in enumerate(layers):
+            name = kv.get("name", str(i))
+            if kind == "conv":
+                k = pair(kv["kernel"])
+                m = nn.Conv2d(x.shape[1], int(kv["out"]), k, stride=pair(kv.get("stride", "1")),
+                              padding=pair(kv.get("padding", "0")), dilation=pair(kv.get("dilation", "1")))
+            elif kind == "linear":
+                out = classes if kv["out"] == "classes" else int(kv["out"])
+                m = nn.Linear(x[0].numel(), out)
+            elif kind in ("maxpool", "avgpool"):
+                k = pair(kv["kernel"])
+                s = pair(kv["stride"]) if "stride" in kv else k
+                p = pair(kv.get("padding", "0"))
+                m = nn.MaxPool2d(k, s, p) if kind == "maxpool" else nn.AvgPool2d(k, s, p)
+            elif kind == "relu":
+                m = nn.ReLU()
+            elif kind == "flatten":
+                m = nn.Flatten()
+            else:
+                raise ValueError(kind)
+            self.add_module(name, m)
+            self.order.append(name)
+            x = self.step(m, x)
+
+    @staticmethod
+    def step(m, x):
+        if isinstance(m, nn.Linear) and x.dim() > 2:
+            x = x.flatten(1)  # fednode's linear takes its input flattened
+        return m(x)
+
+    def forward(self, x):
+        for name in self.order:
+            x = self.step(getattr(self, name), x)
+        return x
+
+
+def main():
+    cfg, d = sys.argv[1], sys.argv[2]
+    torch.set_num_threads(1)
+    with safe_open(d + "/ours.safetensors", framework="pt") as f:
+        ours = {k: f.get_tensor(k) for k in f.keys()}
+    x, y = ours["x"], ours["y"].long()
+    net = Net(cfg, ours["logits"].shape[1])
+    sd = {k: v for k, v in ours.items() if k in net.state_dict()}
+    net.load_state_dict(sd, strict=True)
+    logits = net(x)
+    loss = F.cross_entropy(logits, y)
+    loss.backward()
+    worst = 0.0
+    bad = []
+
+    def check(what, mine, theirs):
+        nonlocal worst
+        rel = (mine - theirs).norm().item() / max(theirs.norm().item(), 1e-30)
+        worst = max(worst, rel)
+        print("  %-24s %s  rel %.2e" % (what, "x".join(map(str, theirs.shape)), rel))
+        if not rel <= TOL:
+            bad.append(what)
+
+    check("logits", ours["logits"], logits.detach())
+    check("loss", ours["loss"], loss.detach().reshape(1))
+    for k, p in net.named_parameters():
+        check("grad." + k, ours["grad." + k], p.grad)
+    opt = torch.optim.SGD(net.parameters(), lr=LR)
+    opt.step()
+    for k, p in net.named_parameters():
+        check("step." + k, ours["step." + k], p.detach())
+    print("parameters %d, worst relative difference %.2e" % (sum(p.numel() for p in net.parameters()), worst))
+    if bad:
+        print("FAIL: beyond %g: %s" % (TOL, ", ".join(bad)))
+        sys.exit(1)
+
+
+main()
