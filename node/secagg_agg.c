@@ -721,8 +721,13 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
             e = FED_ERR_RANGE;
             goto out;
         }
-    if ((e = fed_secagg_dequantize(&s->q, s->sum, s->words, m3, deq)) != FED_OK)
-        goto out;
+    {
+        agg_segment segs[AGG_SEGMENTS_MAX];
+        size_t nseg = fed_agg_seg_secure(s->words - 1, s->q.range, segs);
+
+        if ((e = fed_agg_seg_dequantize(segs, nseg, s->q.bits, s->sum, m3, deq)) != FED_OK)
+            goto out;
+    }
     /* the weight coordinate carries 2 r w / W - r per client */
     s->weight = ((double)deq[s->words - 1] + (double)m3 * s->q.range) / (2 * s->q.range);
     if (!(s->weight > 0)) {
