@@ -9,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "model/backend.h"
 #include "node/aggregator_impl.h"
 #include "node/secagg_impl.h"
@@ -170,6 +171,19 @@ static void plain_merged(fed_node *n, const agg_close *out)
             a->results[i] = a->results[--k];
 }
 
+static void plain_committed(fed_node *n, fed_node_round_info *info, const agg_close *out)
+{
+    (void)n;
+    (void)out;
+    if (info->refused)
+        fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing, %u declined)",
+                (unsigned long long)info->round, info->merged, info->sampled, info->missing,
+                info->refused);
+    else
+        fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing)",
+                (unsigned long long)info->round, info->merged, info->sampled, info->missing);
+}
+
 static int plain_spent(const fed_node *n)
 {
     (void)n;
@@ -192,6 +206,7 @@ static const agg_input_ops plain_ops = {
     .on_stage = NULL,
     .close = plain_close,
     .merged = plain_merged,
+    .committed = plain_committed,
     .spent = plain_spent,
     .fate = plain_fate,
     .drop = plain_drop,
@@ -238,6 +253,16 @@ static void secure_merged(fed_node *n, const agg_close *out)
         a->results[i].verdict = FED_MERGE_USED;
 }
 
+static void secure_committed(fed_node *n, fed_node_round_info *info, const agg_close *out)
+{
+    if (out->update)
+        plain_committed(n, info, out);
+    else
+        fed_log(FED_LOG_WARN, "aggregator: round %llu closed with no update: its secure sum "
+                "failed after the clients revealed their shares (%u sampled)",
+                (unsigned long long)info->round, info->sampled);
+}
+
 static int secure_spent(const fed_node *n)
 {
     return fed_node_sa_agg_unmasked(n->agg->sa) || fed_node_sa_agg_void(n->agg->sa);
@@ -255,6 +280,7 @@ static const agg_input_ops secure_ops = {
     .on_stage = fed_node_sa_agg_on_msg,
     .close = secure_close,
     .merged = secure_merged,
+    .committed = secure_committed,
     .spent = secure_spent,
     .fate = secure_fate,
     .drop = fed_node_sa_agg_end,
@@ -282,8 +308,10 @@ static fed_err dp_on_stage(fed_node *n, node_open *op) { return dp_inner(n)->on_
  * try still releases the noise alone. */
 static fed_err dp_close(fed_node *n, agg_close *out)
 {
-    fed_err e = fed_node_agg_dp_aggregate(n, &n->agg->inputs[0], &out->unclipped);
+    fed_err e;
 
+    out->dp_clip = fed_node_agg_dp_clip(n->agg);
+    e = fed_node_agg_dp_aggregate(n, &n->agg->inputs[0], &out->unclipped);
     out->update = 1;
     out->count = 1;
     out->results = &out->one;
@@ -294,6 +322,25 @@ static void dp_merged(fed_node *n, const agg_close *out)
 {
     (void)n;
     (void)out;
+}
+
+static void dp_committed(fed_node *n, fed_node_round_info *info, const agg_close *out)
+{
+    const node_agg *a = n->agg;
+
+    info->epsilon = fed_node_agg_dp_epsilon(a);
+    if (a->sa)
+        fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing, %u declined), "
+                              "each clipped by its client to %.6g (secagg), client-level epsilon "
+                              "%.4f (delta %g)", (unsigned long long)info->round, info->merged,
+                info->sampled, info->missing, info->refused, fed_node_agg_dp_secagg_clip(a),
+                info->epsilon, n->cfg.dp_delta);
+    else
+        fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing, %u declined), "
+                              "%u within clip %.6g (next %.6g), client-level epsilon %.4f (delta %g)",
+                (unsigned long long)info->round, info->merged, info->sampled, info->missing,
+                info->refused, out->unclipped, info->dp_clip, fed_node_agg_dp_clip(a),
+                info->epsilon, n->cfg.dp_delta);
 }
 
 static int dp_spent(const fed_node *n) { return dp_inner(n)->spent(n); }
@@ -311,6 +358,7 @@ static const agg_input_ops dp_plain_ops = {
     .on_stage = NULL,
     .close = dp_close,
     .merged = dp_merged,
+    .committed = dp_committed,
     .spent = dp_spent,
     .fate = dp_fate,
     .drop = dp_drop,
@@ -323,6 +371,7 @@ static const agg_input_ops dp_secure_ops = {
     .on_stage = dp_on_stage,
     .close = dp_close,
     .merged = dp_merged,
+    .committed = dp_committed,
     .spent = dp_spent,
     .fate = dp_fate,
     .drop = dp_drop,

@@ -78,6 +78,7 @@ size_t fed_agg_seg_secure(size_t nparams, double range, agg_segment *segs);
 typedef struct fed_node fed_node;
 typedef struct node_open node_open;
 typedef struct agg_part agg_part;
+typedef struct fed_node_round_info fed_node_round_info;
 
 /* What close hands the strategy. */
 typedef struct agg_close {
@@ -86,6 +87,7 @@ typedef struct agg_close {
     fed_merge_result *results;  /* where fed_merge_apply writes (per input) */
     fed_merge_result one;       /* a result nobody reads (one noised input) */
     uint32_t unclipped;         /* DP-FedAvg: parts within the clip */
+    double dp_clip;             /* DP-FedAvg: the clip the round used (0: none) */
 } agg_close;
 
 typedef struct agg_input_ops {
@@ -102,6 +104,9 @@ typedef struct agg_input_ops {
     fed_err (*close)(fed_node *n, agg_close *out);
     /* After the strategy merged out's inputs: n->agg->results per part. */
     void (*merged)(fed_node *n, const agg_close *out);
+    /* The round is committed (info complete but for what this adds: a
+     * DP-FedAvg round's epsilon): its line in the log. */
+    void (*committed)(fed_node *n, fed_node_round_info *info, const agg_close *out);
     /* 1 when the round's input, once closed, cannot be gathered again (a
      * secure sum unmasked or void: the clients revealed their shares), so
      * a failed commit keeps it and commits again. */

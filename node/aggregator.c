@@ -942,14 +942,13 @@ fed_err fed_node_agg_close_round(fed_node *n)
     info.lr = fed_node_round_lr(n, info.round);
     info.start_ms = fed_node_wall_ms(n) - (n->env.now_ms(n->env.self) - a->round_start_ms);
     fed_node_agg_cancel_deadline(n);
-    if (a->dp)
-        info.dp_clip = fed_node_agg_dp_clip(a);
     /* the round's aggregate input (agg_input.c) into the strategy, or a
        void outcome that leaves the model and strategy as committed (kept
        first, so that a failed commit restores these and not an older copy) */
     memset(&out, 0, sizeof out);
     if ((e = keep_committed(n)) != FED_OK || (e = a->in->close(n, &out)) != FED_OK)
         goto fail;
+    info.dp_clip = out.dp_clip;
     if (out.update) {
         e = fed_merge_apply(a->merge, fed_model_params_dev(a->model), a->inputs, out.count,
                             out.results);
@@ -972,36 +971,12 @@ fed_err fed_node_agg_close_round(fed_node *n)
     if ((e = commit_sealing_ahead(n, &info, hash)) != FED_OK)
         goto fail;
     memcpy(info.model_hash, hash, 32);
-    if (a->dp)
-        info.epsilon = fed_node_agg_dp_epsilon(a);
     a->failed = 0;
     a->retry_at_ms = 0;
     (void)fed_node_agg_flush_pending(n); /* the disk took a commit: earlier rounds' figures too */
     info.end_ms = fed_node_wall_ms(n);
     n->round = info.round;
-    if (a->dp && a->sa)
-        fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing, %u declined), "
-                              "each clipped by its client to %.6g (secagg), client-level epsilon "
-                              "%.4f (delta %g)", (unsigned long long)info.round, info.merged,
-                info.sampled, info.missing, info.refused, fed_node_agg_dp_secagg_clip(a),
-                info.epsilon, n->cfg.dp_delta);
-    else if (a->dp)
-        fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing, %u declined), "
-                              "%u within clip %.6g (next %.6g), client-level epsilon %.4f (delta %g)",
-                (unsigned long long)info.round, info.merged, info.sampled, info.missing,
-                info.refused, out.unclipped, info.dp_clip, fed_node_agg_dp_clip(a), info.epsilon,
-                n->cfg.dp_delta);
-    else if (!out.update)
-        fed_log(FED_LOG_WARN, "aggregator: round %llu closed with no update: its secure sum "
-                "failed after the clients revealed their shares (%u sampled)",
-                (unsigned long long)info.round, info.sampled);
-    else if (info.refused)
-        fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing, %u declined)",
-                (unsigned long long)info.round, info.merged, info.sampled, info.missing,
-                info.refused);
-    else
-        fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing)",
-                (unsigned long long)info.round, info.merged, info.sampled, info.missing);
+    a->in->committed(n, &info, &out); /* its epsilon, its line in the log */
     parts_clear(a);
     a->in->drop(n);
     a->state = AGG_IDLE;
