@@ -579,7 +579,7 @@ void fed_node_agg_cancel_deadline(fed_node *n)
 
 /* ---- closing a round ---- */
 
-void fed_node_agg_progress(const fed_node *n, fed_node_progress *out)
+static void fed_node_agg_progress(const fed_node *n, fed_node_progress *out)
 {
     const node_agg *a = n->agg;
 
@@ -1347,4 +1347,7 @@ const node_role_ops fed_node_agg_ops = {
     .on_msg = fed_node_agg_on_msg,
     .on_timer = fed_node_agg_on_timer,
     .on_job = fed_node_agg_on_job,
+    .progress = fed_node_agg_progress,
+    .bad_reply = NULL, /* it takes no vector in a reply */
+    .pulled = NULL,
 };
