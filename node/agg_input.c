@@ -95,6 +95,22 @@ fed_err fed_agg_seg_dequantize(const agg_segment *segs, size_t nseg, uint32_t bi
     return FED_OK;
 }
 
+void fed_agg_seg_finish(const agg_segment *segs, size_t nseg, const float *deq, uint32_t m,
+                        double weight, float *out)
+{
+    size_t off = 0;
+
+    for (size_t s = 0; s < nseg; s++) {
+        double div = segs[s].rule == AGG_WEIGHT_SAMPLES ? weight
+                     : segs[s].rule == AGG_WEIGHT_MEAN  ? (double)m
+                                                        : 1;
+
+        for (size_t j = off; j < off + segs[s].len; j++)
+            out[j] = (float)((double)deq[j] / div);
+        off += segs[s].len;
+    }
+}
+
 size_t fed_agg_seg_secure(size_t nparams, double range, agg_segment *segs)
 {
     segs[0] = (agg_segment){.name = "delta", .len = nparams, .rule = AGG_WEIGHT_SAMPLES,

@@ -69,6 +69,12 @@ FED_WUR fed_err fed_agg_seg_quantize(const agg_segment *segs, size_t nseg, uint3
 FED_WUR fed_err fed_agg_seg_dequantize(const agg_segment *segs, size_t nseg, uint32_t bits,
                                        const uint32_t *sum, uint32_t m, float *out);
 
+/* A dequantized sum deq (m contributions, weight their summed weight) into
+ * each segment's value by its rule: SAMPLES divided by weight, MEAN by m,
+ * SUM as it is. */
+void fed_agg_seg_finish(const agg_segment *segs, size_t nseg, const float *deq, uint32_t m,
+                        double weight, float *out);
+
 /* The segments of a secure contribution today, into segs (returned: how
  * many): the model delta (nparams, SAMPLES) and its weight (one SUM value,
  * 2 range f - range), both at range. */

@@ -126,17 +126,29 @@ static void test_secure_segments(void **state)
         double weight = ((double)deq[LEN] + M * rw) / (2 * rw);
         double wtrue = (W[0] + W[1] + W[2]) / wcap;
 
+        float got[LEN];
+
         assert_true(fabs(weight - wtrue) <= ew + 1e-6);
+        fed_agg_seg_finish(segs, 3, deq, M, weight, got); /* each by its rule */
         for (int j = 0; j < 4; j++) { /* the weighted mean, by the summed weight */
             double err = (fed_secagg_quant_bound(&qd, M) + fabs(want[j]) * ew) / (wtrue - ew);
 
-            assert_true(fabs((double)deq[j] / weight - want[j]) <= err + 1e-6);
+            assert_true(fabs((double)got[j] - want[j]) <= err + 1e-6);
         }
         for (int j = 4; j < 7; j++) /* the sum, at its own (wider) range */
-            assert_true(fabs((double)deq[j] - want[j]) <= fed_secagg_quant_bound(&qc, M) + 1e-6);
+            assert_true(fabs((double)got[j] - want[j]) <= fed_secagg_quant_bound(&qc, M) + 1e-6);
         for (int j = 7; j < 9; j++) /* the mean over m */
-            assert_true(fabs((double)deq[j] / M - want[j]) <=
+            assert_true(fabs((double)got[j] - want[j]) <=
                         fed_secagg_quant_bound(&qs, M) / M + 1e-6);
+        /* the rules by themselves, on a sum with no rounding in it */
+        {
+            const float d[LEN] = {1, 2, 3, 4, 5, 6, 7, 9, 12};
+            float f[LEN];
+
+            fed_agg_seg_finish(segs, 3, d, M, 0.5, f);
+            assert_true(f[0] == 2 && f[3] == 8 && f[4] == 5 && f[6] == 7 && f[7] == 3 &&
+                        f[8] == 4);
+        }
         /* each segment at its own scale: cv's step is 4 times stats' step,
            and one word of cv dequantizes to what 4 words of stats do */
         assert_true(fed_secagg_quant_bound(&qc, 1) == 4 * fed_secagg_quant_bound(&qs, 1));
