@@ -1,9 +1,10 @@
 /* aggregator.c - the aggregator role: holds clients' HELLO/NEXT until a
  * round starts, samples the round's clients, answers them with the round's
- * MODEL, collects their DELTAs until all came or the deadline, merges them
- * (fed_merge, in client-key order), and commits the round row,
- * contributions, counters and a checkpoint in one transaction. Async mode
- * (FedBuff) is agg_async.c, the evaluation agg_eval.c. Owns the global
+ * MODEL, collects their DELTAs until all came or the deadline, merges the
+ * round's aggregate input (agg_input.c: plain, secure, DP around either)
+ * through fed_merge, and commits the round row, contributions, counters
+ * and a checkpoint in one transaction. Async mode (FedBuff) is
+ * agg_async.c, the evaluation agg_eval.c. Owns the global
  * model and the held requests; never sees a client's data. */
 #include <math.h>
 #include <stdio.h>
