@@ -200,6 +200,21 @@ static void plain_committed(fed_node *n, fed_node_round_info *info, const agg_cl
                 (unsigned long long)info->round, info->merged, info->sampled, info->missing);
 }
 
+static fed_err plain_record(fed_node *n, const fed_node_round_info *info, double *eps)
+{
+    (void)n;
+    (void)info;
+    (void)eps;
+    return FED_OK;
+}
+
+static void plain_recorded(fed_node *n, int ok, double eps)
+{
+    (void)n;
+    (void)ok;
+    (void)eps;
+}
+
 static int plain_spent(const fed_node *n)
 {
     (void)n;
@@ -217,11 +232,15 @@ static void plain_drop(fed_node *n) { (void)n; }
 
 static const agg_input_ops plain_ops = {
     .name = "plain",
+    .strategy_prefix = "",
+    .durable = 0,
     .begin = plain_begin,
     .take = fed_node_agg_take_delta,
     .on_stage = NULL,
     .close = plain_close,
     .merged = plain_merged,
+    .record = plain_record,
+    .recorded = plain_recorded,
     .committed = plain_committed,
     .spent = plain_spent,
     .fate = plain_fate,
@@ -279,6 +298,21 @@ static void secure_committed(fed_node *n, fed_node_round_info *info, const agg_c
                 (unsigned long long)info->round, info->sampled);
 }
 
+/* The try's row with the round (a try that failed before masked inputs
+ * were out wrote its own). */
+static fed_err secure_record(fed_node *n, const fed_node_round_info *info, double *eps)
+{
+    node_sa_agg *s = n->agg->sa;
+    fed_store_secagg_try t;
+
+    (void)info;
+    (void)eps;
+    if (!fed_node_sa_agg_unmasked(s) && !fed_node_sa_agg_void(s))
+        return FED_OK;
+    fed_node_sa_agg_row(n, &t, fed_node_sa_agg_outcome(s));
+    return fed_store_put_secagg_try(n->cfg.store, &t);
+}
+
 static int secure_spent(const fed_node *n)
 {
     return fed_node_sa_agg_unmasked(n->agg->sa) || fed_node_sa_agg_void(n->agg->sa);
@@ -291,11 +325,15 @@ static const char *secure_fate(const fed_node *n, size_t i)
 
 static const agg_input_ops secure_ops = {
     .name = "secure",
+    .strategy_prefix = "",
+    .durable = 0,
     .begin = fed_node_sa_agg_begin,
     .take = NULL, /* a secure round takes masked inputs only */
     .on_stage = fed_node_sa_agg_on_msg,
     .close = secure_close,
     .merged = secure_merged,
+    .record = secure_record,
+    .recorded = plain_recorded,
     .committed = secure_committed,
     .spent = secure_spent,
     .fate = secure_fate,
@@ -359,6 +397,21 @@ static void dp_committed(fed_node *n, fed_node_round_info *info, const agg_close
                 info->epsilon, n->cfg.dp_delta);
 }
 
+/* The round's charge (q, z, one step), then what the inner input records. */
+static fed_err dp_record(fed_node *n, const fed_node_round_info *info, double *eps)
+{
+    fed_err e = fed_node_agg_dp_charge(n, info->round, fed_node_wall_ms(n), eps);
+
+    return e != FED_OK ? e : dp_inner(n)->record(n, info, eps);
+}
+
+/* Epsilon and the next clip taken, or the charges reloaded. */
+static void dp_recorded(fed_node *n, int ok, double eps)
+{
+    fed_node_agg_dp_committed(n, ok, eps);
+    dp_inner(n)->recorded(n, ok, eps);
+}
+
 static int dp_spent(const fed_node *n) { return dp_inner(n)->spent(n); }
 
 static const char *dp_fate(const fed_node *n, size_t i) { return dp_inner(n)->fate(n, i); }
@@ -369,11 +422,15 @@ static void dp_drop(fed_node *n) { dp_inner(n)->drop(n); }
  * messages) stays visible as it is. */
 static const agg_input_ops dp_plain_ops = {
     .name = "dp+plain",
+    .strategy_prefix = "dp+",
+    .durable = 1,
     .begin = dp_begin,
     .take = dp_take,
     .on_stage = NULL,
     .close = dp_close,
     .merged = dp_merged,
+    .record = dp_record,
+    .recorded = dp_recorded,
     .committed = dp_committed,
     .spent = dp_spent,
     .fate = dp_fate,
@@ -382,11 +439,15 @@ static const agg_input_ops dp_plain_ops = {
 
 static const agg_input_ops dp_secure_ops = {
     .name = "dp+secure",
+    .strategy_prefix = "dp+",
+    .durable = 1,
     .begin = dp_begin,
     .take = NULL,
     .on_stage = dp_on_stage,
     .close = dp_close,
     .merged = dp_merged,
+    .record = dp_record,
+    .recorded = dp_recorded,
     .committed = dp_committed,
     .spent = dp_spent,
     .fate = dp_fate,

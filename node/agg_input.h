@@ -98,6 +98,8 @@ typedef struct agg_close {
 
 typedef struct agg_input_ops {
     const char *name;
+    const char *strategy_prefix; /* before the strategy in the round's row: "dp+" */
+    int durable;                 /* the commit is fsynced whatever --db-sync says */
     /* The round's parts are drawn (n->agg->parts): a round begins. */
     fed_err (*begin)(fed_node *n);
     /* A checked DELTA of part p: kept and ACKed. NULL: this input takes no
@@ -110,6 +112,12 @@ typedef struct agg_input_ops {
     fed_err (*close)(fed_node *n, agg_close *out);
     /* After the strategy merged out's inputs: n->agg->results per part. */
     void (*merged)(fed_node *n, const agg_close *out);
+    /* Inside the round's commit transaction, before its contributions:
+     * what the input records with it (a DP-FedAvg charge, *eps the epsilon
+     * after it; a secure try's row). */
+    fed_err (*record)(fed_node *n, const fed_node_round_info *info, double *eps);
+    /* The transaction committed (ok) or rolled back. */
+    void (*recorded)(fed_node *n, int ok, double eps);
     /* The round is committed (info complete but for what this adds: a
      * DP-FedAvg round's epsilon): its line in the log. */
     void (*committed)(fed_node *n, fed_node_round_info *info, const agg_close *out);

@@ -761,10 +761,11 @@ static fed_err commit_round(fed_node *n, const fed_node_round_info *info, uint8_
     double eps = 0;
     fed_err e;
 
-    /* a DP-FedAvg round's charge is fsynced whatever --db-sync says */
-    if ((e = a->dp ? fed_store_begin_durable(st) : fed_store_begin(st)) != FED_OK)
+    /* what the input records with the round (a DP-FedAvg round's charge,
+       fsynced whatever --db-sync says; a secure try's row) */
+    if ((e = a->in->durable ? fed_store_begin_durable(st) : fed_store_begin(st)) != FED_OK)
         return e;
-    if (a->dp && (e = fed_node_agg_dp_charge(n, info->round, fed_node_wall_ms(n), &eps)) != FED_OK)
+    if ((e = a->in->record(n, info, &eps)) != FED_OK)
         goto out;
     for (size_t i = 0; i < a->nparts; i++) {
         const agg_part *p = &a->parts[i];
@@ -779,15 +780,6 @@ static fed_err commit_round(fed_node *n, const fed_node_round_info *info, uint8_
     }
     if ((e = put_counters(n)) != FED_OK || (e = write_checkpoint(n, hash)) != FED_OK)
         goto out;
-    if (a->sa && (fed_node_sa_agg_unmasked(a->sa) || fed_node_sa_agg_void(a->sa))) {
-        /* the try's row with the round (a try failed before masked inputs
-           were out wrote its own) */
-        fed_store_secagg_try t;
-
-        fed_node_sa_agg_row(n, &t, fed_node_sa_agg_outcome(a->sa));
-        if ((e = fed_store_put_secagg_try(st, &t)) != FED_OK)
-            goto out;
-    }
     memset(&row, 0, sizeof row);
     row.round = info->round;
     row.start_ms = info->start_ms;
@@ -800,7 +792,7 @@ static fed_err commit_round(fed_node *n, const fed_node_round_info *info, uint8_
     row.peers = info->merged;
     row.lr = info->lr;
     row.epsilon = eps;
-    snprintf(row.strategy, sizeof row.strategy, "%s%s", a->dp ? "dp+" : "",
+    snprintf(row.strategy, sizeof row.strategy, "%s%s", a->in->strategy_prefix,
              fed_merge_spec(a->merge));
     memcpy(row.model_hash, hash, 32);
     if ((e = fed_store_put_round(st, &row)) != FED_OK)
@@ -810,8 +802,7 @@ static fed_err commit_round(fed_node *n, const fed_node_round_info *info, uint8_
 out:
     if (e != FED_OK)
         fed_store_rollback(st);
-    if (a->dp)
-        fed_node_agg_dp_committed(n, e == FED_OK, eps);
+    a->in->recorded(n, e == FED_OK, eps);
     return e;
 }
 
