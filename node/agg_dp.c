@@ -361,17 +361,7 @@ fed_err fed_node_agg_dp_aggregate(fed_node *n, fed_merge_input *in, uint32_t *un
     }
     memset(in, 0, sizeof *in);
     in->weight = 1;
-    if (c->be->caps & FED_BACKEND_CAP_HOST_MEMORY) {
-        in->delta = d->sum;
-        return FED_OK;
-    }
-    if (!a->dev[0] &&
-        (e = c->be->alloc(c->be, a->nparams * sizeof(float), (void **)&a->dev[0])) != FED_OK)
-        return e;
-    if ((e = c->be->upload(c->be, a->dev[0], d->sum, a->nparams * sizeof(float))) != FED_OK)
-        return e;
-    in->delta = a->dev[0];
-    return FED_OK;
+    return fed_node_agg_input_vec(n, 0, d->sum, &in->delta);
 }
 
 fed_err fed_node_agg_dp_charge(fed_node *n, uint64_t round, uint64_t at_ms, double *eps)

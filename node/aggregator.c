@@ -1,9 +1,10 @@
 /* aggregator.c - the aggregator role: holds clients' HELLO/NEXT until a
  * round starts, samples the round's clients, answers them with the round's
- * MODEL, collects their DELTAs until all came or the deadline, merges them
- * (fed_merge, in client-key order), and commits the round row,
- * contributions, counters and a checkpoint in one transaction. Async mode
- * (FedBuff) is agg_async.c, the evaluation agg_eval.c. Owns the global
+ * MODEL, collects their DELTAs until all came or the deadline, merges the
+ * round's aggregate input (agg_input.c: plain, secure, DP around either)
+ * through fed_merge, and commits the round row, contributions, counters
+ * and a checkpoint in one transaction. Async mode (FedBuff) is
+ * agg_async.c, the evaluation agg_eval.c. Owns the global
  * model and the held requests; never sees a client's data. */
 #include <math.h>
 #include <stdio.h>
@@ -23,7 +24,6 @@
  * then twice as long each time, up to this. */
 #define AGG_RETRY_MAX_MS 60000
 
-static int backend_is_host(const fed_backend *be) { return (be->caps & FED_BACKEND_CAP_HOST_MEMORY) != 0; }
 
 /* ---- building and resuming ---- */
 
@@ -87,7 +87,10 @@ static fed_err fed_node_agg_new(fed_node *n)
         if ((e = fed_node_sa_agg_new(n, &a->sa)) != FED_OK)
             return e;
     }
-    return fed_node_agg_dp_new(n);
+    if ((e = fed_node_agg_dp_new(n)) != FED_OK)
+        return e;
+    a->in = fed_node_agg_input_of(n, NULL);
+    return FED_OK;
 }
 
 static void parts_clear(node_agg *a)
@@ -496,7 +499,7 @@ static fed_err start_round(fed_node *n)
         memcpy(a->parts[i].key, a->holds[i].hdr.sender, 32);
     a->nparts = k;
     qsort(a->parts, k, sizeof *a->parts, part_cmp);
-    if (a->sa && (e = fed_node_sa_agg_begin(n)) != FED_OK)
+    if ((e = a->in->begin(n)) != FED_OK)
         return e;
     fed_node_agg_settings(n, n->round + 1, &b);
     a->state = AGG_RUNNING;
@@ -577,7 +580,7 @@ void fed_node_agg_cancel_deadline(fed_node *n)
 
 /* ---- closing a round ---- */
 
-void fed_node_agg_progress(const fed_node *n, fed_node_progress *out)
+static void fed_node_agg_progress(const fed_node *n, fed_node_progress *out)
 {
     const node_agg *a = n->agg;
 
@@ -631,10 +634,8 @@ static int round_complete(const fed_node *n)
 /* What the contributions table says of a part without a delta. */
 static const char *absent_reason(const fed_node *n, const agg_part *p, char *buf, size_t cap)
 {
-    if (!p->refused && n->agg->sa)
-        return fed_node_sa_agg_fate(n->agg->sa, (size_t)(p - n->agg->parts));
     if (!p->refused)
-        return "missing";
+        return n->agg->in->fate(n, (size_t)(p - n->agg->parts));
     snprintf(buf, cap, "declined %s", fed_errname((int)p->refused));
     return buf;
 }
@@ -659,59 +660,6 @@ static fed_err put_contribution(fed_node *n, uint64_t round, const agg_part *p, 
     c.accepted = accepted;
     snprintf(c.reason, sizeof c.reason, "%s", reason);
     return fed_store_put_contribution(n->cfg.store, &c);
-}
-
-/* The merge inputs, in part order (key order), on the backend. */
-static fed_err gather_inputs(fed_node *n, int *count)
-{
-    node_agg *a = n->agg;
-    fed_backend *be = n->cfg.be;
-    int k = 0;
-    fed_err e;
-
-    if (a->sa) { /* one input: the unmasked mean, with the summed weight */
-        double w = 0;
-        const float *mean = fed_node_sa_agg_mean(a->sa, &w);
-
-        memset(&a->inputs[0], 0, sizeof a->inputs[0]);
-        if (backend_is_host(be)) {
-            a->inputs[0].delta = (float *)mean;
-        } else {
-            if (!a->dev[0] &&
-                (e = be->alloc(be, a->nparams * sizeof(float), (void **)&a->dev[0])) != FED_OK)
-                return e;
-            if ((e = be->upload(be, a->dev[0], mean, a->nparams * sizeof(float))) != FED_OK)
-                return e;
-            a->inputs[0].delta = a->dev[0];
-        }
-        a->inputs[0].weight = w;
-        *count = 1;
-        return FED_OK;
-    }
-    for (size_t i = 0; i < a->nparts; i++) {
-        agg_part *p = &a->parts[i];
-        fed_merge_input *in = &a->inputs[k];
-
-        if (!p->got)
-            continue;
-        if (backend_is_host(be)) {
-            in->delta = p->delta;
-        } else {
-            if (!a->dev[k] &&
-                (e = be->alloc(be, a->nparams * sizeof(float), (void **)&a->dev[k])) != FED_OK)
-                return e;
-            if ((e = be->upload(be, a->dev[k], p->delta, a->nparams * sizeof(float))) != FED_OK)
-                return e;
-            in->delta = a->dev[k];
-        }
-        in->weight = (double)p->samples;
-        if (p->base <= n->round) /* FedBuff's discount of a stale delta */
-            in->weight /= sqrt(1.0 + (double)(n->round + 1 - p->base));
-        memcpy(in->key, p->key, 32);
-        k++;
-    }
-    *count = k;
-    return FED_OK;
 }
 
 /* The checkpoint sections of the round just merged. Its parameters are the
@@ -813,10 +761,11 @@ static fed_err commit_round(fed_node *n, const fed_node_round_info *info, uint8_
     double eps = 0;
     fed_err e;
 
-    /* a DP-FedAvg round's charge is fsynced whatever --db-sync says */
-    if ((e = a->dp ? fed_store_begin_durable(st) : fed_store_begin(st)) != FED_OK)
+    /* what the input records with the round (a DP-FedAvg round's charge,
+       fsynced whatever --db-sync says; a secure try's row) */
+    if ((e = a->in->durable ? fed_store_begin_durable(st) : fed_store_begin(st)) != FED_OK)
         return e;
-    if (a->dp && (e = fed_node_agg_dp_charge(n, info->round, fed_node_wall_ms(n), &eps)) != FED_OK)
+    if ((e = a->in->record(n, info, &eps)) != FED_OK)
         goto out;
     for (size_t i = 0; i < a->nparts; i++) {
         const agg_part *p = &a->parts[i];
@@ -831,15 +780,6 @@ static fed_err commit_round(fed_node *n, const fed_node_round_info *info, uint8_
     }
     if ((e = put_counters(n)) != FED_OK || (e = write_checkpoint(n, hash)) != FED_OK)
         goto out;
-    if (a->sa && (fed_node_sa_agg_unmasked(a->sa) || fed_node_sa_agg_void(a->sa))) {
-        /* the try's row with the round (a try failed before masked inputs
-           were out wrote its own) */
-        fed_store_secagg_try t;
-
-        fed_node_sa_agg_row(n, &t, fed_node_sa_agg_outcome(a->sa));
-        if ((e = fed_store_put_secagg_try(st, &t)) != FED_OK)
-            goto out;
-    }
     memset(&row, 0, sizeof row);
     row.round = info->round;
     row.start_ms = info->start_ms;
@@ -852,7 +792,7 @@ static fed_err commit_round(fed_node *n, const fed_node_round_info *info, uint8_
     row.peers = info->merged;
     row.lr = info->lr;
     row.epsilon = eps;
-    snprintf(row.strategy, sizeof row.strategy, "%s%s", a->dp ? "dp+" : "",
+    snprintf(row.strategy, sizeof row.strategy, "%s%s", a->in->strategy_prefix,
              fed_merge_spec(a->merge));
     memcpy(row.model_hash, hash, 32);
     if ((e = fed_store_put_round(st, &row)) != FED_OK)
@@ -862,8 +802,7 @@ static fed_err commit_round(fed_node *n, const fed_node_round_info *info, uint8_
 out:
     if (e != FED_OK)
         fed_store_rollback(st);
-    if (a->dp)
-        fed_node_agg_dp_committed(n, e == FED_OK, eps);
+    a->in->recorded(n, e == FED_OK, eps);
     return e;
 }
 
@@ -918,18 +857,6 @@ static fed_err commit_sealing_ahead(fed_node *n, const fed_node_round_info *info
                         a->model_vec, a->model_vec_len, commit_piece, &c);
     fed_free(to);
     return c.err;
-}
-
-/* Results of the merge by part index (inputs skipped missing parts). */
-static void spread_results(node_agg *a, int count)
-{
-    int k = count;
-
-    /* in place, from the end: input k-1 goes to part i >= k-1, and every
-       input still to move sits below where this one lands */
-    for (size_t i = a->nparts; i-- > 0;)
-        if (a->parts[i].got)
-            a->results[i] = a->results[--k];
 }
 
 /* Before a merge: the global and strategy state as committed (the host
@@ -997,8 +924,7 @@ fed_err fed_node_agg_close_round(fed_node *n)
     fed_node_round_info info;
     uint8_t hash[32];
     uint64_t wait_ms;
-    uint32_t unclipped = 0;
-    int count = 0;
+    agg_close out;
     fed_err e;
 
     a->commit_again = 0; /* (a retry pending is this one) */
@@ -1008,41 +934,20 @@ fed_err fed_node_agg_close_round(fed_node *n)
     info.lr = fed_node_round_lr(n, info.round);
     info.start_ms = fed_node_wall_ms(n) - (n->env.now_ms(n->env.self) - a->round_start_ms);
     fed_node_agg_cancel_deadline(n);
-    if (a->dp) { /* DP-FedAvg: one noised mean, merged as the strategy's only input */
-        fed_merge_result one;
-
-        info.dp_clip = fed_node_agg_dp_clip(a);
-        if ((e = keep_committed(n)) != FED_OK ||
-            (e = fed_node_agg_dp_aggregate(n, &a->inputs[0], &unclipped)) != FED_OK)
-            goto fail;
-        e = fed_merge_apply(a->merge, fed_model_params_dev(a->model), a->inputs, 1, &one);
-        a->model_vec_len = 0;
-        if (e != FED_OK || (e = fed_model_get_params(a->model, a->host)) != FED_OK)
-            goto fail;
-    } else if (a->sa && fed_node_sa_agg_void(a->sa)) {
-        /* the secure try failed once masked inputs were out: no update,
-           the model and strategy stay as committed (kept, so that a failed
-           commit restores these and not an older copy) */
-        if ((e = keep_committed(n)) != FED_OK)
-            goto fail;
-        for (size_t i = 0; i < a->nparts; i++) {
-            memset(&a->results[i], 0, sizeof a->results[i]);
-            a->results[i].verdict = FED_MERGE_SKIPPED;
-        }
-    } else {
-        if ((e = gather_inputs(n, &count)) != FED_OK || (e = keep_committed(n)) != FED_OK)
-            goto fail;
-        e = fed_merge_apply(a->merge, fed_model_params_dev(a->model), a->inputs, count,
-                            a->results);
+    /* the round's aggregate input (agg_input.c) into the strategy, or a
+       void outcome that leaves the model and strategy as committed (kept
+       first, so that a failed commit restores these and not an older copy) */
+    memset(&out, 0, sizeof out);
+    if ((e = keep_committed(n)) != FED_OK || (e = a->in->close(n, &out)) != FED_OK)
+        goto fail;
+    info.dp_clip = out.dp_clip;
+    if (out.update) {
+        e = fed_merge_apply(a->merge, fed_model_params_dev(a->model), a->inputs, out.count,
+                            out.results);
         a->model_vec_len = 0; /* the global moved: no MODEL vector encoded yet */
         if (e != FED_OK || (e = fed_model_get_params(a->model, a->host)) != FED_OK)
             goto fail;
-        if (a->sa) { /* each client in the sum was merged through it */
-            for (size_t i = 0; i < a->nparts; i++)
-                a->results[i].verdict = FED_MERGE_USED;
-        } else {
-            spread_results(a, count);
-        }
+        a->in->merged(n, &out);
     }
     for (size_t i = 0; i < a->nparts; i++) {
         if (a->parts[i].refused) {
@@ -1058,38 +963,14 @@ fed_err fed_node_agg_close_round(fed_node *n)
     if ((e = commit_sealing_ahead(n, &info, hash)) != FED_OK)
         goto fail;
     memcpy(info.model_hash, hash, 32);
-    if (a->dp)
-        info.epsilon = fed_node_agg_dp_epsilon(a);
     a->failed = 0;
     a->retry_at_ms = 0;
     (void)fed_node_agg_flush_pending(n); /* the disk took a commit: earlier rounds' figures too */
     info.end_ms = fed_node_wall_ms(n);
     n->round = info.round;
-    if (a->dp && a->sa)
-        fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing, %u declined), "
-                              "each clipped by its client to %.6g (secagg), client-level epsilon "
-                              "%.4f (delta %g)", (unsigned long long)info.round, info.merged,
-                info.sampled, info.missing, info.refused, fed_node_agg_dp_secagg_clip(a),
-                info.epsilon, n->cfg.dp_delta);
-    else if (a->dp)
-        fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing, %u declined), "
-                              "%u within clip %.6g (next %.6g), client-level epsilon %.4f (delta %g)",
-                (unsigned long long)info.round, info.merged, info.sampled, info.missing,
-                info.refused, unclipped, info.dp_clip, fed_node_agg_dp_clip(a), info.epsilon,
-                n->cfg.dp_delta);
-    else if (a->sa && fed_node_sa_agg_void(a->sa))
-        fed_log(FED_LOG_WARN, "aggregator: round %llu closed with no update: its secure sum "
-                "failed after the clients revealed their shares (%u sampled)",
-                (unsigned long long)info.round, info.sampled);
-    else if (info.refused)
-        fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing, %u declined)",
-                (unsigned long long)info.round, info.merged, info.sampled, info.missing,
-                info.refused);
-    else
-        fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing)",
-                (unsigned long long)info.round, info.merged, info.sampled, info.missing);
+    a->in->committed(n, &info, &out); /* its epsilon, its line in the log */
     parts_clear(a);
-    fed_node_sa_agg_end(n);
+    a->in->drop(n);
     a->state = AGG_IDLE;
     if (n->cfg.early_stop) /* its rule judges this round before the next starts */
         fed_node_agg_report_round(n, &info);
@@ -1112,10 +993,10 @@ fail:
        from the last committed global (its clients resend the same deltas) */
     back_to_committed(n);
     fed_node_cast_drop_ahead(n); /* the next round's, which will not come */
-    if (a->sa && (fed_node_sa_agg_unmasked(a->sa) || fed_node_sa_agg_void(a->sa)))
+    if (a->in->spent(n))
         return commit_later(n, e);
     parts_clear(a);
-    fed_node_sa_agg_end(n);
+    a->in->drop(n);
     if (fed_node_agg_is_async(n)) { /* the buffer is dropped; its clients train again */
         fed_log(FED_LOG_ERROR, "aggregator: round %llu failed (%s)",
                 (unsigned long long)(n->round + 1), fed_strerror(e));
@@ -1141,7 +1022,7 @@ fed_err fed_node_agg_abandon_round(fed_node *n)
         (void)put_contribution(n, n->round + 1, &a->parts[i], 0,
                                absent_reason(n, &a->parts[i], why, sizeof why));
     fed_node_agg_cancel_deadline(n);
-    fed_node_sa_agg_end(n);
+    a->in->drop(n);
     parts_clear(a);
     a->state = AGG_IDLE;
     a->gathered = 1; /* min_clients will do, whenever they are back */
@@ -1235,13 +1116,13 @@ static fed_err on_delta(fed_node *n, node_open *op)
         return fed_node_agg_refuse_delta(n, op, FED_ERR_LATE, 0);
     if (!(p = fed_node_agg_part_find(a, m->hdr.sender)))
         return fed_node_agg_refuse_delta(n, op, FED_ERR_ROLE, 0);
-    if (a->sa) /* a secure round takes masked inputs only */
+    if (!a->in->take) /* a secure round takes masked inputs only */
         return fed_node_agg_refuse_delta(n, op, FED_ERR_ROLE, 0);
     if (p->got)
         return fed_node_agg_ack_duplicate(n, op);
     if (m->block.samples == 0)
         return fed_node_agg_refuse_delta(n, op, FED_ERR_PAYLOAD, 0);
-    e = fed_node_agg_take_delta(n, op, p);
+    e = a->in->take(n, op, p);
     if (round_complete(n))
         return fed_node_agg_close_round(n);
     return e;
@@ -1350,8 +1231,8 @@ static fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
     case FED_WIRE_SA_MASKED:
     case FED_WIRE_SA_CONSIST:
     case FED_WIRE_SA_UNMASK:
-        if (a->sa)
-            return fed_node_sa_agg_on_msg(n, op);
+        if (a->in->on_stage)
+            return a->in->on_stage(n, op);
         __attribute__((fallthrough)); /* no secure rounds here */
     default:
         op->req = NULL;
@@ -1461,4 +1342,7 @@ const node_role_ops fed_node_agg_ops = {
     .on_msg = fed_node_agg_on_msg,
     .on_timer = fed_node_agg_on_timer,
     .on_job = fed_node_agg_on_job,
+    .progress = fed_node_agg_progress,
+    .bad_reply = NULL, /* it takes no vector in a reply */
+    .pulled = NULL,
 };

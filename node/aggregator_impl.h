@@ -1,11 +1,12 @@
 /* aggregator_impl.h - internals shared by the aggregator role's files:
  * aggregator.c (role setup, resume, holds, sampling, commit, frames),
  * agg_async.c (FedBuff), agg_eval.c (the evaluation queue and the pending
- * figures), agg_dp.c (DP-FedAvg) and agg_budget.c (the clients' privacy
- * budgets). Not a public header: nothing outside them includes it. */
+ * figures), agg_dp.c (DP-FedAvg), agg_budget.c (the clients' privacy
+ * budgets) and agg_input.c (the round's aggregate input). Not a public header: nothing outside them includes it. */
 #ifndef FED_NODE_AGGREGATOR_IMPL_H
 #define FED_NODE_AGGREGATOR_IMPL_H
 
+#include "node/agg_input.h"
 #include "node/node_impl.h"
 
 typedef enum agg_state { AGG_IDLE = 0, AGG_RUNNING = 1, AGG_DONE = 2 } agg_state;
@@ -134,6 +135,8 @@ struct node_agg {
     uint64_t ctr_base[64]; /* wire counters the database held at start (earlier runs) */
     agg_dp *dp;            /* DP-FedAvg (cfg.dp_client_clip > 0), else NULL */
     struct node_sa_agg *sa; /* cfg.secagg: the round's secure aggregation (secagg_agg.c) */
+    const agg_input_ops *in; /* the round's aggregate input (agg_input.c): plain,
+                                secure, DP-FedAvg around either */
     agg_member_dp *mdp;     /* (nmdp, sorted by key) clients' reported budgets */
     size_t nmdp, cap_mdp;
     uint64_t mdp_version;   /* bumped when a row changes (the status snapshot's cue) */

@@ -193,7 +193,8 @@ static fed_err push_delta(fed_node *n, int *sent)
     return e;
 }
 
-void fed_node_client_pulling(fed_node *n)
+/* A chunk of its MODEL came: the rest is coming, give it time. */
+static void fed_node_client_pulling(fed_node *n)
 {
     n->client->repulls = 0;
     if (n->client->state == CL_ASKING)
@@ -443,7 +444,12 @@ static fed_err on_model(fed_node *n, node_open *op)
     return on_model_train(n, op);
 }
 
-fed_err fed_node_client_bad_model(fed_node *n, node_open *op, fed_err why)
+/* Its aggregator's MODEL opened (the envelope held) but its vector did not
+ * decode (why: FED_ERR_CODEC or FED_ERR_SPEC), or its stream announced more
+ * bytes than the model can take (FED_ERR_TOO_LARGE): when the model cannot
+ * be built over this client's data (another input shape or class count)
+ * the round is declined with a LEAVE FED_ERR_MODEL_MISMATCH; else why. */
+static fed_err fed_node_client_bad_model(fed_node *n, node_open *op, fed_err why)
 {
     node_client *c = n->client;
     const fed_wire_msg *m = &op->msg;
@@ -879,6 +885,17 @@ static fed_err fed_node_client_check(const fed_node_config *c)
     return FED_OK;
 }
 
+/* A reply whose vector did not decode, or whose stream is too long: a
+ * MODEL (a too-long one once its settings named a spec) may be one it
+ * cannot build. */
+static fed_err fed_node_client_bad_reply(fed_node *n, node_open *op, fed_err why)
+{
+    if (op->msg.hdr.type != FED_WIRE_MODEL ||
+        (why == FED_ERR_TOO_LARGE && !op->msg.block.settings.spec[0]))
+        return why;
+    return fed_node_client_bad_model(n, op, why);
+}
+
 const node_role_ops fed_node_client_ops = {
     .check = fed_node_client_check,
     .create = fed_node_client_new,
@@ -889,4 +906,7 @@ const node_role_ops fed_node_client_ops = {
     .on_msg = fed_node_client_on_msg,
     .on_timer = fed_node_client_on_timer,
     .on_job = fed_node_client_on_job,
+    .progress = NULL, /* the common part says it all */
+    .bad_reply = fed_node_client_bad_reply,
+    .pulled = fed_node_client_pulling,
 };

@@ -206,10 +206,8 @@ void fed_node_get_progress(const fed_node *n, fed_node_progress *out)
     out->round = n->round;
     out->finished = n->finished;
     out->failed = n->failed;
-    if (n->agg)
-        fed_node_agg_progress(n, out);
-    else if (n->mesh)
-        fed_node_peer_progress(n, out);
+    if (n->ops->progress)
+        n->ops->progress(n, out);
 }
 
 const char *fed_node_timer_name(uint32_t id)
@@ -529,9 +527,8 @@ static fed_err open_done(fed_node *n, node_open *op)
         fed_wire_note_reject(n->wire, &op->msg.hdr, e);
         if (op->req)
             (void)fed_node_ack(n, op->req, &op->msg.hdr, e, 0);
-        else if (n->client && op->msg.hdr.type == FED_WIRE_MODEL &&
-                 (e == FED_ERR_CODEC || e == FED_ERR_SPEC))
-            e = fed_node_client_bad_model(n, op, e); /* a model it cannot build? */
+        else if (n->ops->bad_reply && (e == FED_ERR_CODEC || e == FED_ERR_SPEC))
+            e = n->ops->bad_reply(n, op, e); /* a model it cannot build? */
         op->req = NULL;
         fed_node_transfer_done(n, op);
         return e;
@@ -544,11 +541,10 @@ static fed_err open_done(fed_node *n, node_open *op)
         return e;
     }
     if (e != FED_OK) {
-        if (e == FED_ERR_TOO_LARGE && !op->req && n->client &&
-            op->msg.hdr.type == FED_WIRE_MODEL && op->msg.block.settings.spec[0])
-            /* a MODEL stream (its first frame opened) too long for the
-               model its spec builds over this client's data */
-            e = fed_node_client_bad_model(n, op, e);
+        if (e == FED_ERR_TOO_LARGE && !op->req && n->ops->bad_reply)
+            /* a stream (its first frame opened) too long: a client's MODEL
+               too long for the model its spec builds over its data? */
+            e = n->ops->bad_reply(n, op, e);
         fed_node_refuse(n, op->req);
         op->req = NULL;
         return e;

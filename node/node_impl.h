@@ -314,20 +314,6 @@ FED_WUR fed_err fed_node_site_failed(const node_train_job *j, fed_err e);
 void fed_node_train_job_release(node_train_job *j);
 
 
-/* ---- the roles' parts of fed_node_get_progress (aggregator.c, peer.c) ---- */
-void fed_node_agg_progress(const fed_node *n, fed_node_progress *out);
-void fed_node_peer_progress(const fed_node *n, fed_node_progress *out);
-
-/* ---- client.c ---- */
-/* A chunk of its MODEL came: the rest is coming, give it time. */
-void fed_node_client_pulling(fed_node *n);
-/* Its aggregator's MODEL opened (the envelope held) but its vector did not
- * decode (why: FED_ERR_CODEC or FED_ERR_SPEC), or its stream announced more
- * bytes than the model can take (FED_ERR_TOO_LARGE): when the model cannot
- * be built over this client's data (another input shape or class count)
- * the round is declined with a LEAVE FED_ERR_MODEL_MISMATCH; else why. */
-FED_WUR fed_err fed_node_client_bad_model(fed_node *n, node_open *op, fed_err why);
-
 /* ---- the roles: one table of operations each (aggregator.c, client.c,
  * peer.c), chosen once by fed_node_new from cfg.role ---- */
 struct node_role_ops {
@@ -347,6 +333,18 @@ struct node_role_ops {
     fed_err (*on_timer)(fed_node *n, uint32_t id);
     /* A job of the role came back (training, evaluation). */
     fed_err (*on_job)(fed_node *n, fed_job *job);
+    /* The role's part of fed_node_get_progress (the common part filled);
+     * NULL: none. */
+    void (*progress)(const fed_node *n, fed_node_progress *out);
+    /* A reply opened (the envelope held) but its vector did not decode
+     * (why: FED_ERR_CODEC or FED_ERR_SPEC), or its stream announced more
+     * bytes than it may (FED_ERR_TOO_LARGE): what the role makes of it
+     * (a client declines a MODEL it cannot build); why when nothing.
+     * NULL: why stands. */
+    fed_err (*bad_reply)(fed_node *n, node_open *op, fed_err why);
+    /* A chunk of a stream this node pulls came (the rest is coming); NULL:
+     * nothing to note. */
+    void (*pulled)(fed_node *n);
 };
 
 extern const node_role_ops fed_node_agg_ops;

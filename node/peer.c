@@ -724,7 +724,7 @@ static fed_err begin_round(fed_node *n)
     return e;
 }
 
-void fed_node_peer_progress(const fed_node *n, fed_node_progress *out)
+static void fed_node_peer_progress(const fed_node *n, fed_node_progress *out)
 {
     const node_mesh *p = n->mesh;
 
@@ -908,4 +908,7 @@ const node_role_ops fed_node_peer_ops = {
     .on_msg = fed_node_peer_on_msg,
     .on_timer = fed_node_peer_on_timer,
     .on_job = fed_node_peer_on_job,
+    .progress = fed_node_peer_progress,
+    .bad_reply = NULL, /* a share that does not decode is refused as it is */
+    .pulled = NULL,
 };

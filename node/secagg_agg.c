@@ -659,6 +659,8 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
     fed_secagg_share *buf = fed_crypto_guarded_alloc((size_t)s->k + 1, sizeof *buf);
     fed_secagg_maskset *ms = NULL; /* every mask to remove: one blocked walk */
     float *deq = NULL;
+    agg_segment segs[AGG_SEGMENTS_MAX]; /* the delta and its weight (agg_input.h) */
+    size_t nseg;
     uint32_t m3 = count_flags(s->u3, s->n1);
     uint64_t top = (uint64_t)m3 * ((s->q.bits >= 32 ? 0 : (UINT64_C(1) << s->q.bits)) - 1);
     fed_err e = FED_OK;
@@ -721,7 +723,8 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
             e = FED_ERR_RANGE;
             goto out;
         }
-    if ((e = fed_secagg_dequantize(&s->q, s->sum, s->words, m3, deq)) != FED_OK)
+    nseg = fed_agg_seg_secure(s->words - 1, s->q.range, segs);
+    if ((e = fed_agg_seg_dequantize(segs, nseg, s->q.bits, s->sum, m3, deq)) != FED_OK)
         goto out;
     /* the weight coordinate carries 2 r w / W - r per client */
     s->weight = ((double)deq[s->words - 1] + (double)m3 * s->q.range) / (2 * s->q.range);
@@ -730,8 +733,7 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
         e = FED_ERR_RANGE;
         goto out;
     }
-    for (size_t w = 0; w + 1 < s->words; w++)
-        s->mean[w] = (float)((double)deq[w] / s->weight);
+    fed_agg_seg_finish(segs, 1, deq, m3, s->weight, s->mean); /* the delta, by the weight */
     s->weight *= weight_cap(n);
 out:
     fed_crypto_slot_release(ar, slot);

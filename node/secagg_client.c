@@ -19,6 +19,7 @@
 #include "core/bytes.h"
 #include "core/log.h"
 #include "crypto/keystream.h"
+#include "node/agg_input.h"
 #include "node/secagg_impl.h"
 #include "node/secagg_msg.h"
 #include "secagg/graph.h"
@@ -576,11 +577,11 @@ fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, size_t npara
     x[nparams] = (float)(2 * r * f - r);
     fed_crypto_keystream_random(&s->ks, &seed, sizeof seed);
     fed_rng_seed(&rng, seed);
-    {
-        fed_secagg_quant q = s->q; /* clipped above: the weight word is no delta */
+    { /* clipped above (the weight word is no delta): each segment at its range */
+        agg_segment segs[AGG_SEGMENTS_MAX];
+        size_t nseg = fed_agg_seg_secure(nparams, s->q.range, segs);
 
-        q.clip_norm = 0;
-        e = fed_secagg_quantize(&q, x, s->words, &rng, s->masked);
+        e = fed_agg_seg_quantize(segs, nseg, s->q.bits, x, &rng, s->masked);
     }
     sodium_memzero(x, s->words * sizeof *x);
     sodium_memzero(&seed, sizeof seed); /* the rounding's draws */

@@ -421,7 +421,8 @@ static fed_err rx_progress(fed_node *n, node_open *op)
         op->req = NULL;
         return e;
     }
-    fed_node_client_pulling(n); /* a chunk of its MODEL came */
+    if (n->ops->pulled) /* a client: a chunk of its MODEL came */
+        n->ops->pulled(n);
     return fed_node_pull(n, m->stream);
 }
 

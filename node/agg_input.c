@@ -1,0 +1,466 @@
+/* agg_input.c - the round's aggregate input (agg_input.h): segments
+ * reduced plainly or quantized each on its own scale, and the three
+ * implementations the aggregator's round path calls through one table:
+ * plain (the list of contributions, as the robust merges need each),
+ * secure (one unmasked sum, secagg_agg.c), DP-FedAvg (agg_dp.c) around
+ * either. */
+#include "node/agg_input.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "model/backend.h"
+#include "node/aggregator_impl.h"
+#include "node/secagg_impl.h"
+#include "secagg/quant.h"
+
+size_t fed_agg_seg_len(const agg_segment *segs, size_t nseg)
+{
+    size_t len = 0;
+
+    for (size_t s = 0; s < nseg; s++)
+        len += segs[s].len;
+    return len;
+}
+
+fed_err fed_agg_seg_reduce(const agg_segment *segs, size_t nseg, const float *const *x,
+                           const double *w, size_t m, float *out)
+{
+    size_t off = 0;
+
+    if (m == 0 || nseg > AGG_SEGMENTS_MAX)
+        return FED_ERR_INVAL;
+    for (size_t s = 0; s < nseg; s++) {
+        const agg_segment *g = &segs[s];
+        double div = 1;
+
+        if (g->rule == AGG_WEIGHT_SAMPLES) {
+            div = 0;
+            for (size_t i = 0; i < m; i++)
+                div += w[i];
+            if (!(div > 0))
+                return FED_ERR_INVAL;
+        } else if (g->rule == AGG_WEIGHT_MEAN) {
+            div = (double)m;
+        }
+        for (size_t j = off; j < off + g->len; j++) {
+            double acc = 0;
+
+            for (size_t i = 0; i < m; i++)
+                acc += (g->rule == AGG_WEIGHT_SAMPLES ? w[i] : 1.0) * (double)x[i][j];
+            out[j] = (float)(acc / div);
+        }
+        off += g->len;
+    }
+    return FED_OK;
+}
+
+fed_err fed_agg_seg_quantize(const agg_segment *segs, size_t nseg, uint32_t bits, const float *x,
+                             fed_rng *rng, uint32_t *out)
+{
+    size_t len = fed_agg_seg_len(segs, nseg), off = 0;
+    fed_err e;
+
+    if (nseg > AGG_SEGMENTS_MAX)
+        return FED_ERR_INVAL;
+    for (size_t j = 0; j < len; j++) /* out untouched, no draw taken */
+        if (!isfinite(x[j]))
+            return FED_ERR_NAN;
+    for (size_t s = 0; s < nseg; s++) {
+        fed_secagg_quant q = {.clip_norm = 0, .range = segs[s].range, .bits = bits};
+
+        if ((e = fed_secagg_quantize(&q, x + off, segs[s].len, rng, out + off)) != FED_OK)
+            return e;
+        off += segs[s].len;
+    }
+    return FED_OK;
+}
+
+fed_err fed_agg_seg_dequantize(const agg_segment *segs, size_t nseg, uint32_t bits,
+                               const uint32_t *sum, uint32_t m, float *out)
+{
+    size_t off = 0;
+    fed_err e;
+
+    if (nseg > AGG_SEGMENTS_MAX)
+        return FED_ERR_INVAL;
+    for (size_t s = 0; s < nseg; s++) {
+        fed_secagg_quant q = {.clip_norm = 0, .range = segs[s].range, .bits = bits};
+
+        if ((e = fed_secagg_dequantize(&q, sum + off, segs[s].len, m, out + off)) != FED_OK)
+            return e;
+        off += segs[s].len;
+    }
+    return FED_OK;
+}
+
+void fed_agg_seg_finish(const agg_segment *segs, size_t nseg, const float *deq, uint32_t m,
+                        double weight, float *out)
+{
+    size_t off = 0;
+
+    for (size_t s = 0; s < nseg; s++) {
+        double div = segs[s].rule == AGG_WEIGHT_SAMPLES ? weight
+                     : segs[s].rule == AGG_WEIGHT_MEAN  ? (double)m
+                                                        : 1;
+
+        for (size_t j = off; j < off + segs[s].len; j++)
+            out[j] = (float)((double)deq[j] / div);
+        off += segs[s].len;
+    }
+}
+
+size_t fed_agg_seg_secure(size_t nparams, double range, agg_segment *segs)
+{
+    segs[0] = (agg_segment){.name = "delta", .len = nparams, .rule = AGG_WEIGHT_SAMPLES,
+                            .range = range};
+    segs[1] = (agg_segment){.name = "weight", .len = 1, .rule = AGG_WEIGHT_SUM, .range = range};
+    return 2;
+}
+
+fed_err fed_node_agg_input_vec(fed_node *n, int k, const float *host, const float **delta)
+{
+    node_agg *a = n->agg;
+    fed_backend *be = n->cfg.be;
+    fed_err e;
+
+    if (be->caps & FED_BACKEND_CAP_HOST_MEMORY) {
+        *delta = host;
+        return FED_OK;
+    }
+    if (!a->dev[k] &&
+        (e = be->alloc(be, a->nparams * sizeof(float), (void **)&a->dev[k])) != FED_OK)
+        return e;
+    if ((e = be->upload(be, a->dev[k], host, a->nparams * sizeof(float))) != FED_OK)
+        return e;
+    *delta = a->dev[k];
+    return FED_OK;
+}
+
+/* ---- plain: the list of contributions ---- */
+
+static fed_err plain_begin(fed_node *n)
+{
+    (void)n;
+    return FED_OK;
+}
+
+/* The merge inputs, in part order (key order), on the backend; weights the
+ * samples (FedBuff discounts a stale delta by sqrt(1 + staleness)). */
+static fed_err plain_close(fed_node *n, agg_close *out)
+{
+    node_agg *a = n->agg;
+    int k = 0;
+    fed_err e;
+
+    for (size_t i = 0; i < a->nparts; i++) {
+        agg_part *p = &a->parts[i];
+        fed_merge_input *in = &a->inputs[k];
+
+        if (!p->got)
+            continue;
+        if ((e = fed_node_agg_input_vec(n, k, p->delta, &in->delta)) != FED_OK)
+            return e;
+        in->weight = (double)p->samples;
+        if (p->base <= n->round) /* FedBuff's discount of a stale delta */
+            in->weight /= sqrt(1.0 + (double)(n->round + 1 - p->base));
+        memcpy(in->key, p->key, 32);
+        k++;
+    }
+    out->update = 1;
+    out->count = k;
+    out->results = a->results;
+    return FED_OK;
+}
+
+/* Results of the merge by part index (inputs skipped missing parts). */
+static void plain_merged(fed_node *n, const agg_close *out)
+{
+    node_agg *a = n->agg;
+    int k = out->count;
+
+    /* in place, from the end: input k-1 goes to part i >= k-1, and every
+       input still to move sits below where this one lands */
+    for (size_t i = a->nparts; i-- > 0;)
+        if (a->parts[i].got)
+            a->results[i] = a->results[--k];
+}
+
+static void plain_committed(fed_node *n, fed_node_round_info *info, const agg_close *out)
+{
+    (void)n;
+    (void)out;
+    if (info->refused)
+        fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing, %u declined)",
+                (unsigned long long)info->round, info->merged, info->sampled, info->missing,
+                info->refused);
+    else
+        fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing)",
+                (unsigned long long)info->round, info->merged, info->sampled, info->missing);
+}
+
+static fed_err plain_record(fed_node *n, const fed_node_round_info *info, double *eps)
+{
+    (void)n;
+    (void)info;
+    (void)eps;
+    return FED_OK;
+}
+
+static void plain_recorded(fed_node *n, int ok, double eps)
+{
+    (void)n;
+    (void)ok;
+    (void)eps;
+}
+
+static int plain_spent(const fed_node *n)
+{
+    (void)n;
+    return 0;
+}
+
+static const char *plain_fate(const fed_node *n, size_t i)
+{
+    (void)n;
+    (void)i;
+    return "missing";
+}
+
+static void plain_drop(fed_node *n) { (void)n; }
+
+static const agg_input_ops plain_ops = {
+    .name = "plain",
+    .strategy_prefix = "",
+    .durable = 0,
+    .begin = plain_begin,
+    .take = fed_node_agg_take_delta,
+    .on_stage = NULL,
+    .close = plain_close,
+    .merged = plain_merged,
+    .record = plain_record,
+    .recorded = plain_recorded,
+    .committed = plain_committed,
+    .spent = plain_spent,
+    .fate = plain_fate,
+    .drop = plain_drop,
+};
+
+/* ---- secure: one unmasked sum (the protocol is secagg_agg.c's) ---- */
+
+/* One input: the unmasked mean with the summed weight; void when the try
+ * failed once masked inputs were out (the model and strategy stay). */
+static fed_err secure_close(fed_node *n, agg_close *out)
+{
+    node_agg *a = n->agg;
+    double w = 0;
+    const float *mean;
+    fed_err e;
+
+    out->results = a->results;
+    if (fed_node_sa_agg_void(a->sa)) {
+        for (size_t i = 0; i < a->nparts; i++) {
+            memset(&a->results[i], 0, sizeof a->results[i]);
+            a->results[i].verdict = FED_MERGE_SKIPPED;
+        }
+        out->update = 0;
+        out->count = 0;
+        return FED_OK;
+    }
+    mean = fed_node_sa_agg_mean(a->sa, &w);
+    memset(&a->inputs[0], 0, sizeof a->inputs[0]);
+    if ((e = fed_node_agg_input_vec(n, 0, mean, &a->inputs[0].delta)) != FED_OK)
+        return e;
+    a->inputs[0].weight = w;
+    out->update = 1;
+    out->count = 1;
+    return FED_OK;
+}
+
+/* Each client in the sum was merged through it. */
+static void secure_merged(fed_node *n, const agg_close *out)
+{
+    node_agg *a = n->agg;
+
+    (void)out;
+    for (size_t i = 0; i < a->nparts; i++)
+        a->results[i].verdict = FED_MERGE_USED;
+}
+
+static void secure_committed(fed_node *n, fed_node_round_info *info, const agg_close *out)
+{
+    if (out->update)
+        plain_committed(n, info, out);
+    else
+        fed_log(FED_LOG_WARN, "aggregator: round %llu closed with no update: its secure sum "
+                "failed after the clients revealed their shares (%u sampled)",
+                (unsigned long long)info->round, info->sampled);
+}
+
+/* The try's row with the round (a try that failed before masked inputs
+ * were out wrote its own). */
+static fed_err secure_record(fed_node *n, const fed_node_round_info *info, double *eps)
+{
+    node_sa_agg *s = n->agg->sa;
+    fed_store_secagg_try t;
+
+    (void)info;
+    (void)eps;
+    if (!fed_node_sa_agg_unmasked(s) && !fed_node_sa_agg_void(s))
+        return FED_OK;
+    fed_node_sa_agg_row(n, &t, fed_node_sa_agg_outcome(s));
+    return fed_store_put_secagg_try(n->cfg.store, &t);
+}
+
+static int secure_spent(const fed_node *n)
+{
+    return fed_node_sa_agg_unmasked(n->agg->sa) || fed_node_sa_agg_void(n->agg->sa);
+}
+
+static const char *secure_fate(const fed_node *n, size_t i)
+{
+    return fed_node_sa_agg_fate(n->agg->sa, i);
+}
+
+static const agg_input_ops secure_ops = {
+    .name = "secure",
+    .strategy_prefix = "",
+    .durable = 0,
+    .begin = fed_node_sa_agg_begin,
+    .take = NULL, /* a secure round takes masked inputs only */
+    .on_stage = fed_node_sa_agg_on_msg,
+    .close = secure_close,
+    .merged = secure_merged,
+    .record = secure_record,
+    .recorded = plain_recorded,
+    .committed = secure_committed,
+    .spent = secure_spent,
+    .fate = secure_fate,
+    .drop = fed_node_sa_agg_end,
+};
+
+/* ---- DP-FedAvg around either: one noised mean, the strategy's only
+ * input ---- */
+
+static const agg_input_ops *dp_inner(const fed_node *n)
+{
+    return n->agg->sa ? &secure_ops : &plain_ops;
+}
+
+static fed_err dp_begin(fed_node *n) { return dp_inner(n)->begin(n); }
+
+static fed_err dp_take(fed_node *n, node_open *op, agg_part *p)
+{
+    return dp_inner(n)->take(n, op, p);
+}
+
+static fed_err dp_on_stage(fed_node *n, node_open *op) { return dp_inner(n)->on_stage(n, op); }
+
+/* Clipped (by the aggregator, or by each client under secagg), summed,
+ * noised, over the expected cohort; a->results per part. A failed secure
+ * try still releases the noise alone. */
+static fed_err dp_close(fed_node *n, agg_close *out)
+{
+    fed_err e;
+
+    out->dp_clip = fed_node_agg_dp_clip(n->agg);
+    e = fed_node_agg_dp_aggregate(n, &n->agg->inputs[0], &out->unclipped);
+    out->update = 1;
+    out->count = 1;
+    out->results = &out->one;
+    return e;
+}
+
+static void dp_merged(fed_node *n, const agg_close *out)
+{
+    (void)n;
+    (void)out;
+}
+
+static void dp_committed(fed_node *n, fed_node_round_info *info, const agg_close *out)
+{
+    const node_agg *a = n->agg;
+
+    info->epsilon = fed_node_agg_dp_epsilon(a);
+    if (a->sa)
+        fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing, %u declined), "
+                              "each clipped by its client to %.6g (secagg), client-level epsilon "
+                              "%.4f (delta %g)", (unsigned long long)info->round, info->merged,
+                info->sampled, info->missing, info->refused, fed_node_agg_dp_secagg_clip(a),
+                info->epsilon, n->cfg.dp_delta);
+    else
+        fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing, %u declined), "
+                              "%u within clip %.6g (next %.6g), client-level epsilon %.4f (delta %g)",
+                (unsigned long long)info->round, info->merged, info->sampled, info->missing,
+                info->refused, out->unclipped, info->dp_clip, fed_node_agg_dp_clip(a),
+                info->epsilon, n->cfg.dp_delta);
+}
+
+/* The round's charge (q, z, one step), then what the inner input records. */
+static fed_err dp_record(fed_node *n, const fed_node_round_info *info, double *eps)
+{
+    fed_err e = fed_node_agg_dp_charge(n, info->round, fed_node_wall_ms(n), eps);
+
+    return e != FED_OK ? e : dp_inner(n)->record(n, info, eps);
+}
+
+/* Epsilon and the next clip taken, or the charges reloaded. */
+static void dp_recorded(fed_node *n, int ok, double eps)
+{
+    fed_node_agg_dp_committed(n, ok, eps);
+    dp_inner(n)->recorded(n, ok, eps);
+}
+
+static int dp_spent(const fed_node *n) { return dp_inner(n)->spent(n); }
+
+static const char *dp_fate(const fed_node *n, size_t i) { return dp_inner(n)->fate(n, i); }
+
+static void dp_drop(fed_node *n) { dp_inner(n)->drop(n); }
+
+/* Two tables, so that what the inner one takes (a DELTA, or stage
+ * messages) stays visible as it is. */
+static const agg_input_ops dp_plain_ops = {
+    .name = "dp+plain",
+    .strategy_prefix = "dp+",
+    .durable = 1,
+    .begin = dp_begin,
+    .take = dp_take,
+    .on_stage = NULL,
+    .close = dp_close,
+    .merged = dp_merged,
+    .record = dp_record,
+    .recorded = dp_recorded,
+    .committed = dp_committed,
+    .spent = dp_spent,
+    .fate = dp_fate,
+    .drop = dp_drop,
+};
+
+static const agg_input_ops dp_secure_ops = {
+    .name = "dp+secure",
+    .strategy_prefix = "dp+",
+    .durable = 1,
+    .begin = dp_begin,
+    .take = NULL,
+    .on_stage = dp_on_stage,
+    .close = dp_close,
+    .merged = dp_merged,
+    .record = dp_record,
+    .recorded = dp_recorded,
+    .committed = dp_committed,
+    .spent = dp_spent,
+    .fate = dp_fate,
+    .drop = dp_drop,
+};
+
+const agg_input_ops *fed_node_agg_input_of(const fed_node *n, const agg_input_ops **inner)
+{
+    const agg_input_ops *in = dp_inner(n);
+
+    if (inner)
+        *inner = in;
+    if (!n->agg->dp)
+        return in;
+    return n->agg->sa ? &dp_secure_ops : &dp_plain_ops;
+}

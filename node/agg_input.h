@@ -1,0 +1,144 @@
+/* agg_input.h - the seam of a round's aggregation, "the round's aggregate
+ * input": what the aggregator's round path asks of however the round's
+ * contributions are combined (node/agg_input.c: plain, secure, DP-FedAvg
+ * around either), and the segmented vector a contribution is. Not a public
+ * header: the aggregator role's files and the tests include it.
+ *
+ * A contribution is a vector of segments, each a run of floats with its
+ * own weight rule and, under secure aggregation, its own quantization
+ * range. Today one segment exists, the model delta (rule SAMPLES); secure
+ * aggregation carries its summed weight as a second (rule SUM). A
+ * control-variate delta (SCAFFOLD), step counts or federated statistics
+ * come as more segments; hierarchical aggregation as another agg_input_ops.
+ *
+ * The round path (fed_node_agg_close_round) has one course over the table:
+ * begin when the parts are drawn, take each contribution, close into the
+ * merge inputs (or a void outcome: no update), merged after the strategy,
+ * drop when the round is over. */
+#ifndef FED_NODE_AGG_INPUT_H
+#define FED_NODE_AGG_INPUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+#include "core/rng.h"
+#include "model/merge.h"
+
+/* How a segment's contributions combine. */
+typedef enum agg_weight {
+    AGG_WEIGHT_SAMPLES = 0, /* the mean weighted by each contribution's samples */
+    AGG_WEIGHT_MEAN = 1,    /* the unweighted mean */
+    AGG_WEIGHT_SUM = 2      /* the sum */
+} agg_weight;
+
+typedef struct agg_segment {
+    const char *name; /* for messages: "delta", "weight", ... */
+    size_t len;       /* floats */
+    agg_weight rule;
+    double range;     /* secure: each value clamped into [-range, range] and
+                         quantized on its own scale (> 0); plain: unused */
+} agg_segment;
+
+/* At most this many segments in a contribution. */
+#define AGG_SEGMENTS_MAX 8
+
+/* The floats of segs[0..nseg) together. */
+size_t fed_agg_seg_len(const agg_segment *segs, size_t nseg);
+
+/* Plain: m contributions x[i] (each fed_agg_seg_len floats, weight w[i] >
+ * 0 for the SAMPLES rule) into out, segment by segment as its rule says,
+ * summed in double in contribution order. FED_ERR_INVAL for no
+ * contribution or a SAMPLES segment whose weights sum to 0. */
+FED_WUR fed_err fed_agg_seg_reduce(const agg_segment *segs, size_t nseg, const float *const *x,
+                                   const double *w, size_t m, float *out);
+
+/* Secure: one contribution x (already weighted as its rule needs, see
+ * below) into bits-bit words, each segment at its own range, the
+ * stochastic rounding drawn from rng in coordinate order (so one segment
+ * is fed_secagg_quantize's words exactly). FED_ERR_NAN for a value that is
+ * not finite (out untouched), FED_ERR_INVAL for a bad range or bits. */
+FED_WUR fed_err fed_agg_seg_quantize(const agg_segment *segs, size_t nseg, uint32_t bits,
+                                     const float *x, fed_rng *rng, uint32_t *out);
+/* Secure: the sum of m quantized contributions back to floats, each
+ * segment on its scale: the sum of the clamped values, within
+ * fed_secagg_quant_bound (m 2 range / (2^bits - 1)) per coordinate. A
+ * SAMPLES or MEAN segment is divided afterwards (by the summed weight, or
+ * m); a client sends a SAMPLES segment times f = w / W (W the weight cap),
+ * and f in a SUM segment, so the sum's weight comes out of the sum. */
+FED_WUR fed_err fed_agg_seg_dequantize(const agg_segment *segs, size_t nseg, uint32_t bits,
+                                       const uint32_t *sum, uint32_t m, float *out);
+
+/* A dequantized sum deq (m contributions, weight their summed weight) into
+ * each segment's value by its rule: SAMPLES divided by weight, MEAN by m,
+ * SUM as it is. */
+void fed_agg_seg_finish(const agg_segment *segs, size_t nseg, const float *deq, uint32_t m,
+                        double weight, float *out);
+
+/* The segments of a secure contribution today, into segs (returned: how
+ * many): the model delta (nparams, SAMPLES) and its weight (one SUM value,
+ * 2 range f - range), both at range. */
+size_t fed_agg_seg_secure(size_t nparams, double range, agg_segment *segs);
+
+/* ---- the round's aggregate input, for the aggregator's round path ---- */
+typedef struct fed_node fed_node;
+typedef struct node_open node_open;
+typedef struct agg_part agg_part;
+typedef struct fed_node_round_info fed_node_round_info;
+
+/* What close hands the strategy. */
+typedef struct agg_close {
+    int update;                 /* 0: void, no update (the model stays as committed) */
+    int count;                  /* merge inputs in n->agg->inputs */
+    fed_merge_result *results;  /* where fed_merge_apply writes (per input) */
+    fed_merge_result one;       /* a result nobody reads (one noised input) */
+    uint32_t unclipped;         /* DP-FedAvg: parts within the clip */
+    double dp_clip;             /* DP-FedAvg: the clip the round used (0: none) */
+} agg_close;
+
+typedef struct agg_input_ops {
+    const char *name;
+    const char *strategy_prefix; /* before the strategy in the round's row: "dp+" */
+    int durable;                 /* the commit is fsynced whatever --db-sync says */
+    /* The round's parts are drawn (n->agg->parts): a round begins. */
+    fed_err (*begin)(fed_node *n);
+    /* A checked DELTA of part p: kept and ACKed. NULL: this input takes no
+     * DELTA (secure: masked stage messages only, through on_stage). */
+    fed_err (*take)(fed_node *n, node_open *op, agg_part *p);
+    /* A stage message (FED_WIRE_SA_*); NULL: none is expected. */
+    fed_err (*on_stage)(fed_node *n, node_open *op);
+    /* The round's contributions into the merge inputs, or a void outcome;
+     * n->agg->results per part for what the strategy does not see. */
+    fed_err (*close)(fed_node *n, agg_close *out);
+    /* After the strategy merged out's inputs: n->agg->results per part. */
+    void (*merged)(fed_node *n, const agg_close *out);
+    /* Inside the round's commit transaction, before its contributions:
+     * what the input records with it (a DP-FedAvg charge, *eps the epsilon
+     * after it; a secure try's row). */
+    fed_err (*record)(fed_node *n, const fed_node_round_info *info, double *eps);
+    /* The transaction committed (ok) or rolled back. */
+    void (*recorded)(fed_node *n, int ok, double eps);
+    /* The round is committed (info complete but for what this adds: a
+     * DP-FedAvg round's epsilon): its line in the log. */
+    void (*committed)(fed_node *n, fed_node_round_info *info, const agg_close *out);
+    /* 1 when the round's input, once closed, cannot be gathered again (a
+     * secure sum unmasked or void: the clients revealed their shares), so
+     * a failed commit keeps it and commits again. */
+    int (*spent)(const fed_node *n);
+    /* What the contributions table says of part i without a delta or a
+     * refusal. */
+    const char *(*fate)(const fed_node *n, size_t i);
+    /* The round is over (committed or dropped): what it held wiped. */
+    void (*drop)(fed_node *n);
+} agg_input_ops;
+
+/* The aggregate input cfg asks for: plain or secure, DP-FedAvg around
+ * either; *inner the one a wrapper wraps (itself when none). Set after
+ * n->agg->sa and n->agg->dp. */
+const agg_input_ops *fed_node_agg_input_of(const fed_node *n, const agg_input_ops **inner);
+
+/* A host vector as merge input k's delta: itself on the CPU backend, else
+ * uploaded to the input's device buffer. */
+FED_WUR fed_err fed_node_agg_input_vec(fed_node *n, int k, const float *host, const float **delta);
+
+#endif

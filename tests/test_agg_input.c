@@ -1,0 +1,197 @@
+/* test_agg_input.c - the round's aggregate input (node/agg_input.h) over a
+ * segmented vector: the model delta beside a synthetic second and third
+ * segment (a control-variate-like sum, statistics averaged unweighted),
+ * reduced plainly to the exact values each rule gives, and through secure
+ * aggregation's quantization (each segment at its own range, masks that
+ * cancel mod 2^32) to within each segment's stated bound; the secure
+ * segments of today quantize to the very words one range did. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/rng.h"
+#include "node/agg_input.h"
+#include "secagg/quant.h"
+
+enum { M = 3, LEN = 9 };
+
+/* delta (4, SAMPLES), cv (3, SUM), stats (2, MEAN) */
+static const agg_segment SEGS[3] = {
+    {.name = "delta", .len = 4, .rule = AGG_WEIGHT_SAMPLES, .range = 4},
+    {.name = "cv", .len = 3, .rule = AGG_WEIGHT_SUM, .range = 8},
+    {.name = "stats", .len = 2, .rule = AGG_WEIGHT_MEAN, .range = 2},
+};
+
+/* dyadic values: every sum and quotient below is exact in float */
+static const float X[M][LEN] = {
+    {0.5f, -1.0f, 2.0f, 0.25f, 1.5f, -3.0f, 0.0f, 1.0f, -0.5f},
+    {1.5f, 0.5f, -2.0f, 0.75f, 2.5f, 1.0f, 4.0f, 0.5f, 0.25f},
+    {-0.5f, 1.0f, 1.0f, -0.25f, -1.0f, 0.5f, -2.0f, 1.5f, 1.25f},
+};
+static const double W[M] = {1, 2, 5};
+
+/* By hand: delta = (1 x0 + 2 x1 + 5 x2) / 8; cv = x0 + x1 + x2;
+ * stats = (x0 + x1 + x2) / 3 (1 and the float nearest 1/3). */
+static void expected(float *out)
+{
+    /* delta: (0.5 + 3 - 2.5)/8, (-1 + 1 + 5)/8, (2 - 4 + 5)/8, (0.25 + 1.5 - 1.25)/8 */
+    out[0] = 0.125f;
+    out[1] = 0.625f;
+    out[2] = 0.375f;
+    out[3] = 0.0625f;
+    /* cv: sums */
+    out[4] = 3.0f;
+    out[5] = -1.5f;
+    out[6] = 2.0f;
+    /* stats: (1 + 0.5 + 1.5) / 3, (-0.5 + 0.25 + 1.25) / 3 */
+    out[7] = 1.0f;
+    out[8] = (float)(1.0 / 3.0);
+}
+
+static void test_plain_segments(void **state)
+{
+    const float *x[M] = {X[0], X[1], X[2]};
+    float out[LEN], want[LEN];
+
+    (void)state;
+    assert_int_equal(fed_agg_seg_len(SEGS, 3), LEN);
+    expected(want);
+    assert_int_equal(fed_agg_seg_reduce(SEGS, 3, x, W, M, out), FED_OK);
+    for (int j = 0; j < LEN; j++)
+        assert_true(out[j] == want[j]);
+    /* no contribution; a weighted segment whose weights sum to 0 */
+    assert_int_equal(fed_agg_seg_reduce(SEGS, 3, x, W, 0, out), FED_ERR_INVAL);
+    {
+        const double zero[M] = {0, 0, 0};
+
+        assert_int_equal(fed_agg_seg_reduce(SEGS, 3, x, zero, M, out), FED_ERR_INVAL);
+        const float *tail[M] = {X[0] + 4, X[1] + 4, X[2] + 4};
+
+        /* without a SAMPLES segment the weights are not read */
+        assert_int_equal(fed_agg_seg_reduce(SEGS + 1, 2, tail, zero, M, out), FED_OK);
+        assert_true(out[0] == 3.0f && out[3] == 1.0f);
+    }
+}
+
+/* Each client: the delta times f = w / Wcap, cv and stats as they are, f
+ * in a weight segment (2 r f - r), quantized at each segment's range, then
+ * masked with pair masks that cancel; the sum unmasked and dequantized. */
+static void test_secure_segments(void **state)
+{
+    const double wcap = 8, rw = 1;
+    const uint32_t bits = 16;
+    agg_segment segs[4];
+    uint32_t q[M][LEN + 1], sum[LEN + 1], mask[LEN + 1];
+    float x[LEN + 1], deq[LEN + 1], want[LEN];
+    fed_rng rng;
+
+    (void)state;
+    memcpy(segs, SEGS, sizeof SEGS);
+    segs[3] = (agg_segment){.name = "weight", .len = 1, .rule = AGG_WEIGHT_SUM, .range = rw};
+    fed_rng_seed(&rng, 42);
+    for (int i = 0; i < M; i++) {
+        double f = W[i] / wcap;
+
+        for (int j = 0; j < LEN; j++)
+            x[j] = j < 4 ? (float)(X[i][j] * f) : X[i][j];
+        x[LEN] = (float)(2 * rw * f - rw);
+        assert_int_equal(fed_agg_seg_quantize(segs, 4, bits, x, &rng, q[i]), FED_OK);
+    }
+    /* masks: client 0 adds, client 1 subtracts a pair's stream; 1 and 2 too */
+    for (int pair = 0; pair < 2; pair++) {
+        for (int j = 0; j <= LEN; j++)
+            mask[j] = (uint32_t)fed_rng_below(&rng, UINT64_C(1) << 32);
+        for (int j = 0; j <= LEN; j++) {
+            q[pair][j] += mask[j];
+            q[pair + 1][j] -= mask[j];
+        }
+    }
+    memset(sum, 0, sizeof sum);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j <= LEN; j++)
+            sum[j] += q[i][j];
+    assert_int_equal(fed_agg_seg_dequantize(segs, 4, bits, sum, M, deq), FED_OK);
+    expected(want);
+    {
+        fed_secagg_quant qd = {.range = segs[0].range, .bits = bits};
+        fed_secagg_quant qc = {.range = segs[1].range, .bits = bits};
+        fed_secagg_quant qs = {.range = segs[2].range, .bits = bits};
+        fed_secagg_quant qw = {.range = rw, .bits = bits};
+        double ew = fed_secagg_quant_bound(&qw, M) / (2 * rw); /* on the weight */
+        double weight = ((double)deq[LEN] + M * rw) / (2 * rw);
+        double wtrue = (W[0] + W[1] + W[2]) / wcap;
+
+        float got[LEN];
+
+        assert_true(fabs(weight - wtrue) <= ew + 1e-6);
+        fed_agg_seg_finish(segs, 3, deq, M, weight, got); /* each by its rule */
+        for (int j = 0; j < 4; j++) { /* the weighted mean, by the summed weight */
+            double err = (fed_secagg_quant_bound(&qd, M) + fabs(want[j]) * ew) / (wtrue - ew);
+
+            assert_true(fabs((double)got[j] - want[j]) <= err + 1e-6);
+        }
+        for (int j = 4; j < 7; j++) /* the sum, at its own (wider) range */
+            assert_true(fabs((double)got[j] - want[j]) <= fed_secagg_quant_bound(&qc, M) + 1e-6);
+        for (int j = 7; j < 9; j++) /* the mean over m */
+            assert_true(fabs((double)got[j] - want[j]) <=
+                        fed_secagg_quant_bound(&qs, M) / M + 1e-6);
+        /* the rules by themselves, on a sum with no rounding in it */
+        {
+            const float d[LEN] = {1, 2, 3, 4, 5, 6, 7, 9, 12};
+            float f[LEN];
+
+            fed_agg_seg_finish(segs, 3, d, M, 0.5, f);
+            assert_true(f[0] == 2 && f[3] == 8 && f[4] == 5 && f[6] == 7 && f[7] == 3 &&
+                        f[8] == 4);
+        }
+        /* each segment at its own scale: cv's step is 4 times stats' step,
+           and one word of cv dequantizes to what 4 words of stats do */
+        assert_true(fed_secagg_quant_bound(&qc, 1) == 4 * fed_secagg_quant_bound(&qs, 1));
+    }
+}
+
+/* The secure contribution of today (delta, weight at one range) is the
+ * very words one fed_secagg_quantize over the vector gave before. */
+static void test_secure_as_one_range(void **state)
+{
+    enum { N = 1000 };
+    static float x[N + 1];
+    static uint32_t a[N + 1], b[N + 1];
+    agg_segment segs[AGG_SEGMENTS_MAX];
+    fed_secagg_quant q = {.range = 0.25, .bits = 20};
+    fed_rng r1, r2;
+    size_t nseg = fed_agg_seg_secure(N, q.range, segs);
+
+    (void)state;
+    assert_int_equal(nseg, 2);
+    assert_int_equal(fed_agg_seg_len(segs, nseg), N + 1);
+    fed_rng_seed(&r1, 7);
+    for (int j = 0; j <= N; j++)
+        x[j] = (float)(fed_rng_uniform(&r1) - 0.5) * 0.6f; /* some beyond the range */
+    fed_rng_seed(&r1, 9);
+    fed_rng_seed(&r2, 9);
+    assert_int_equal(fed_agg_seg_quantize(segs, nseg, q.bits, x, &r1, a), FED_OK);
+    assert_int_equal(fed_secagg_quantize(&q, x, N + 1, &r2, b), FED_OK);
+    assert_memory_equal(a, b, sizeof a);
+    /* a value that is not finite: refused, nothing written */
+    memset(a, 0xab, sizeof a);
+    x[N] = NAN;
+    assert_int_equal(fed_agg_seg_quantize(segs, nseg, q.bits, x, &r1, a), FED_ERR_NAN);
+    assert_int_equal(a[0], 0xababababu);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plain_segments),
+        cmocka_unit_test(test_secure_segments),
+        cmocka_unit_test(test_secure_as_one_range),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
