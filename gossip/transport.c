@@ -1001,16 +1001,19 @@ void fed_gossip_tx_close(fed_gossip_tx *tx)
             nng_aio_stop(c->aio);
     if (tx->sweep != NULL)
         nng_aio_stop(tx->sweep);
-    if (tx->rep_open) {
-        /* NNG 1.5.2 can deadlock closing a rep0 socket while a pipe is
-         * still finishing a receive it started for one of our contexts
-         * (its reaper waits on a task that never runs). With our contexts
-         * stopped no new receive starts; give the last ones time to end. */
+    if (tx->rep_open || tx->npeers > 0) {
+        /* NNG 1.5.2 can deadlock closing a socket while a pipe is still
+         * finishing an operation it started for one of our contexts (its
+         * reaper waits on a task that never runs): seen on the rep0 socket,
+         * and once (2026-11-28, a loaded host) on a client's req0 socket at
+         * SIGTERM. With our aios stopped nothing new starts; give the last
+         * ones time to end before any socket closes. */
         struct timespec grace = {0, (long)FED_GOSSIP_TX_CLOSE_GRACE_MS * 1000000L};
 
         nanosleep(&grace, NULL);
-        nng_close(tx->rep);
     }
+    if (tx->rep_open)
+        nng_close(tx->rep);
     for (size_t i = 0; i < tx->npeers; i++)
         nng_close(tx->peers[i]->sock);
     for (uint32_t i = 0; i < tx->nslots; i++) {

@@ -763,8 +763,9 @@ static void reject_version(fed_wire *w, const uint8_t *frame)
     const uint8_t *pk = frame + FED_WIRE_OFF_SENDER;
 
     w->counters.rej_version++;
-    fed_log(FED_LOG_WARN, "wire: dropped a frame of wire version %u from %02x%02x%02x%02x: this "
-            "node speaks version %u; upgrade the %s", frame[4], pk[0], pk[1], pk[2], pk[3],
+    fed_log(FED_LOG_WARN, "wire: dropped a frame of wire version %u from %02x%02x%02x%02x "
+            "(unauthenticated): this node speaks version %u; upgrade the %s", frame[4], pk[0],
+            pk[1], pk[2], pk[3],
             FED_WIRE_VERSION, frame[4] < FED_WIRE_VERSION ? "sender" : "receiver");
 }
 

@@ -434,8 +434,8 @@ static void cats_detect(csv_cursor c, const char *name, size_t ncols, const csv_
 /* The categorical columns of opts (or, for a test file, the training
  * file's, force: by feature) as a mask by column; NULL when none. */
 static fed_err cats_resolve(const csv_line *head, csv_cursor rows, const char *name,
-                            const fed_csv_opts *opts, const uint8_t *force, size_t ncols,
-                            csv_mode *m)
+                            const fed_csv_opts *opts, const uint8_t *force, size_t nforce,
+                            size_t ncols, csv_mode *m)
 {
     const char *list = opts ? opts->categorical : NULL;
     size_t any = 0;
@@ -445,6 +445,9 @@ static fed_err cats_resolve(const csv_line *head, csv_cursor rows, const char *n
     m->buckets = buckets_of(opts);
     if (!force && (!list || !*list))
         return FED_OK;
+    if (force && ncols - 1 != nforce) /* the mask is by the training file's features */
+        return csv_fail(FED_ERR_SHAPE, name, head->lineno, 0,
+                        "%zu features, the training file has %zu", ncols - 1, nforce);
     if (m->buckets < 2 || m->buckets > FED_CSV_MAX_BUCKETS)
         return csv_fail(FED_ERR_BAD_VALUE, name, 0, 0, "--hash-buckets %d: want 2..%d",
                         m->buckets, FED_CSV_MAX_BUCKETS);
@@ -469,7 +472,7 @@ static fed_err cats_resolve(const csv_line *head, csv_cursor rows, const char *n
 }
 
 static fed_err parse_raw(const char *buf, size_t len, const char *name, const fed_csv_opts *opts,
-                         const uint8_t *force_cat, csv_raw *r)
+                         const uint8_t *force_cat, size_t nforce, csv_raw *r)
 {
     csv_cursor c = { buf, len, 0, 0 };
     csv_line l, head;
@@ -499,7 +502,7 @@ static fed_err parse_raw(const char *buf, size_t len, const char *name, const fe
     if (rows > FED_DATA_MAX_SAMPLES)
         return csv_fail(FED_ERR_TOO_LARGE, name, 0, 0, "%zu rows, over the limit of %u", rows,
                         FED_DATA_MAX_SAMPLES);
-    if ((err = cats_resolve(&head, c, name, opts, force_cat, ncols, &m)) != FED_OK)
+    if ((err = cats_resolve(&head, c, name, opts, force_cat, nforce, ncols, &m)) != FED_OK)
         return err;
     r->features = ncols - 1;
     r->buckets = m.buckets;
@@ -746,7 +749,7 @@ static fed_err csv_dataset(const char *buf, size_t len, const char *name,
     fed_err err;
 
     *out = NULL;
-    err = parse_raw(buf, len, name, opts, force_cat, &r);
+    err = parse_raw(buf, len, name, opts, force_cat, want_features, &r);
     if (err)
         return err;
     if (mean && r.features != want_features) {
@@ -804,7 +807,7 @@ fed_err fed_data_csv_stats(const char *path, const fed_csv_opts *opts, double **
     err = fed_data_read_file(path, FED_DATA_MAX_BYTES, &buf, &len);
     if (err)
         return err;
-    err = parse_raw((const char *)buf, len, path, opts, NULL, &r);
+    err = parse_raw((const char *)buf, len, path, opts, NULL, 0, &r);
     fed_free(buf);
     if (err)
         return err;

@@ -107,10 +107,27 @@ static void jpeg_quiet(j_common_ptr ci)
     (void)ci;
 }
 
+/* A progressive JPEG may hold thousands of tiny scans, each a pass over
+ * the coefficients: a small file that costs minutes. Past JPEG_MAX_SCANS
+ * the decode stops as an error; libjpeg's own memory is capped too. */
+#define JPEG_MAX_SCANS 1000
+#define JPEG_MAX_MEMORY (512L << 20)
+
+static void jpeg_progress(j_common_ptr ci)
+{
+    jpeg_err *e = (jpeg_err *)ci->err;
+
+    if (ci->is_decompressor && ((j_decompress_ptr)ci)->input_scan_number > JPEG_MAX_SCANS) {
+        snprintf(e->first, sizeof e->first, "more than %d scans", JPEG_MAX_SCANS);
+        longjmp(e->jump, 1);
+    }
+}
+
 /* State a longjmp must find intact: on the heap, reached through one
  * pointer that does not change after setjmp. */
 typedef struct jpeg_job {
     struct jpeg_decompress_struct ci;
+    struct jpeg_progress_mgr progress;
     jpeg_err err;
     uint8_t *px;
     int created;
@@ -134,6 +151,9 @@ static fed_err decode_jpeg(const uint8_t *buf, size_t len, const char *name, int
     }
     jpeg_create_decompress(&j->ci);
     j->created = 1;
+    j->ci.mem->max_memory_to_use = JPEG_MAX_MEMORY;
+    j->progress.progress_monitor = jpeg_progress;
+    j->ci.progress = &j->progress;
     jpeg_mem_src(&j->ci, buf, (unsigned long)len);
     if (jpeg_read_header(&j->ci, TRUE) != JPEG_HEADER_OK) {
         err = log_fail(FED_ERR_FORMAT, name, "bad JPEG: no image");

@@ -177,7 +177,7 @@ static fed_err set_key(parser *p, const char *key, const char *val)
         ok = parse_ints(val, cur_node(p)->n.dilation, 2, 1, 1);
         break;
     case K_SHAPE: {
-        int v[3];
+        int v[3] = {0, 0, 0};
 
         ok = parse_ints(val, v, 3, 0, 1);
         c->in.c = v[0];

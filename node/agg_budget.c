@@ -124,7 +124,8 @@ fed_err fed_node_agg_budget_declined(fed_node *n, const fed_wire_msg *m)
             "their privacy budget), fewer than --min-clients %u: stopping the run after round "
             "%llu", left, left == 1 ? "" : "s", parked, n->cfg.min_clients,
             (unsigned long long)n->round);
-    n->failed = FED_ERR_TOO_FEW_CLIENTS;
+    if (n->failed == FED_OK) /* the first failure is the one the node reports */
+        n->failed = FED_ERR_TOO_FEW_CLIENTS;
     return FED_ERR_TOO_FEW_CLIENTS;
 }
 

@@ -7,6 +7,7 @@
  * (node/dp_account.h): each round's epsilon is committed, fsynced, before
  * its delta is sent, and a round that would pass the budget, or that
  * requires DP-SGD this site does not run, is declined with a LEAVE. */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -128,7 +129,9 @@ static void put_dp_report(const fed_node *n, fed_wire_block *b)
 {
     if (!n->cfg.dp_sgd)
         return;
-    b->dp_epsilon = n->client->epsilon;
+    /* noise 0 (clipping alone) spends an infinite epsilon; the wire and the
+       store take finite reports only, so it goes as the largest double */
+    b->dp_epsilon = isfinite(n->client->epsilon) ? n->client->epsilon : DBL_MAX;
     b->dp_budget = n->cfg.dp_budget;
 }
 

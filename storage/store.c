@@ -789,6 +789,9 @@ fed_err fed_store_open(const char *path, const fed_store_opts *o, fed_store **ou
         goto out;
     }
     sqlite3_extended_result_codes(st->db, 1);
+    /* before the first read: a reader (fednode status) opening while the
+       node writes waits out a lock instead of failing at once */
+    sqlite3_busy_timeout(st->db, st->opts.busy_timeout_ms);
     if (!readonly && sqlite3_db_readonly(st->db, "main") == 1) {
         fed_log(FED_LOG_ERROR, "store: %s can only be opened read-only", path);
         e = FED_ERR_READONLY;

@@ -41,7 +41,9 @@ for t in "$@"; do
     esac
     echo "== $t"
     t0=$(now_ms)
-    { $cmd 2>&1; echo $? >"$out.rc"; } | tee "$out"
+    # a test that hangs is a failure, not a suite that never ends: each runs
+    # under FED_TEST_TIMEOUT seconds (900 by default), then SIGTERM, then SIGKILL
+    { timeout -k 10 "${FED_TEST_TIMEOUT:-900}" $cmd 2>&1; echo $? >"$out.rc"; } | tee "$out"
     ms=$(($(now_ms) - t0))
     rc=$(cat "$out.rc")
     echo "$ms $t" >>"$times"

@@ -1149,6 +1149,13 @@ static void test_csv_categorical_split(void **state)
     assert_true(d->x_f32[2] == 0.0f);
     assert_int_equal(d->missing, 1);
     fed_data_free(d);
+    /* a test file wider than the training file: refused before the training
+       file's categorical mask (one entry a training feature) is read past its end */
+    write_text(te, "k,v,w,x,y,z,label\n7,1,2,3,4,5,0\n8,3,2,1,0,9,1\n");
+    d = NULL;
+    assert_err(fed_data_open_csv(tr, 0, &o, &d), FED_ERR_SHAPE);
+    assert_null(d);
+    assert_non_null(strstr(fed_test_log_last(), ".test.csv:1: 6 features, the training file has 2"));
 }
 
 /* Bad rows: refused by PATH:LINE, or skipped and counted. */

@@ -73,4 +73,16 @@ refused "--dp-delta 1 is refused" 2 "delta must lie strictly between 0 and 1" \
 # shellcheck disable=SC2086
 refused "--dp-sgd-clip 0 is refused" 2 "dp-sgd-clip" \
     "$FEDNODE" train $RUN --dp-sgd --dp-sgd-clip 0 --epochs 1
+
+# clipping alone (noise 0) spends an infinite epsilon: federated clients still
+# report it (as the largest double; the wire takes finite reports only) and
+# their deltas go out (they failed "building a DELTA frame" before)
+FEDSIM=${FEDSIM:-./fedsim}
+if [ -x "$FEDSIM" ]; then
+    "$FEDSIM" --data "$DATA" --nodes 4 --model logreg --rounds 2 --dp-sgd --dp-sgd-clip 1 \
+        --dp-sgd-noise 0 >"$TMP/out" 2>&1 || fail "fedsim with --dp-sgd-noise 0 ran"
+    grep -q "^round    2 .* merged 4 " "$TMP/out" || fail "fedsim with --dp-sgd-noise 0: round 2 merged 4"
+    ! grep -q "building a DELTA frame failed" "$TMP/out" || fail "no DELTA frame failed to build"
+    echo "ok: --dp-sgd-noise 0 (an infinite epsilon): every client's delta merged"
+fi
 echo "all checks passed"

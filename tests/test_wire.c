@@ -1003,16 +1003,19 @@ static void test_reject_magic_version_type(void **state)
     log_start();
     W->frame[4] = 3;
     expect_open(W, W->frame, len, FED_ERR_FRAME_VERSION, "rej_version");
-    assert_string_equal(logged.last, "wire: dropped a frame of wire version 3 from 2e3a13d4: "
+    assert_string_equal(logged.last, "wire: dropped a frame of wire version 3 from 2e3a13d4 "
+                                     "(unauthenticated): "
                                      "this node speaks version 4; upgrade the sender");
     assert_int_equal(logged.level, FED_LOG_WARN);
     W->frame[4] = 2;
     expect_open(W, W->frame, len, FED_ERR_FRAME_VERSION, "rej_version");
-    assert_string_equal(logged.last, "wire: dropped a frame of wire version 2 from 2e3a13d4: "
+    assert_string_equal(logged.last, "wire: dropped a frame of wire version 2 from 2e3a13d4 "
+                                     "(unauthenticated): "
                                      "this node speaks version 4; upgrade the sender");
     W->frame[4] = 5;
     expect_open(W, W->frame, len, FED_ERR_FRAME_VERSION, "rej_version");
-    assert_string_equal(logged.last, "wire: dropped a frame of wire version 5 from 2e3a13d4: "
+    assert_string_equal(logged.last, "wire: dropped a frame of wire version 5 from 2e3a13d4 "
+                                     "(unauthenticated): "
                                      "this node speaks version 4; upgrade the receiver");
     log_stop();
     W->frame[4] = FED_WIRE_VERSION;
