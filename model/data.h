@@ -21,6 +21,10 @@ typedef struct fed_dataset {
     uint8_t *x_u8;        /* (n, features) images, or NULL */
     float *x_f32;         /* (n, features) standardized features, or NULL */
     int32_t *y;           /* (n) labels in [0, classes) */
+    void *map;            /* x_u8 lies in this read-only mapping of map_len
+                             bytes (an inflated cache file), or NULL: x_u8 is
+                             the dataset's own */
+    size_t map_len;
 } fed_dataset;
 
 /* Limits a reader enforces before allocating. */
