@@ -59,17 +59,11 @@ now() { date +%s.%N; }
 calc() { awk "BEGIN { printf \"${2:-%.3f}\", ($1) }"; }
 
 # ---- identities (not passphrase-sealed) and the allow-list ----
-: >"$TMP/allow.txt"
-for name in aggregator $(seq -f 'c%g' 0 $((N - 1))); do
-    env -u FEDNODE_PASSPHRASE "$FEDNODE" keygen --out "$TMP/$name" >/dev/null 2>&1 || {
-        echo "bench_consortium: keygen failed"; exit 1; }
-    echo "$name $("$FEDNODE" pubkey "$TMP/$name")" >>"$TMP/allow.txt"
-done
-
-# ---- the data, inflated once as any earlier start on this machine leaves it
-# (fed_data_open keeps gzip IDX files inflated in $FEDNODE_CACHE) ----
-"$FEDNODE" train --data "$DATA" --model logreg --epochs 1 --shard 0/1000 --threads 1 \
-    >/dev/null 2>&1 || { echo "bench_consortium: fednode train failed"; exit 1; }
+# shellcheck source=bench/lib_bench.sh
+. "$(dirname "$0")/lib_bench.sh"
+# shellcheck disable=SC2046
+bench_keys bench_consortium aggregator $(seq -f 'c%g' 0 $((N - 1)))
+warm_cache bench_consortium
 
 # ---- training alone, in the same run ----
 # One `fednode train` per shard, same recipe, 1 epoch, no test split
@@ -393,19 +387,7 @@ col() {
 # training alone, no --http. CPU seconds, page faults and peak RSS move far
 # less with the machine's load than wall time does ----
 if [ -n "${BENCH_BASE:-}" ]; then
-    if [ -x "$BENCH_BASE" ] && [ -f "$BENCH_BASE" ]; then
-        BASE_BIN=$BENCH_BASE
-    else
-        top=$(git -C "$(dirname "$0")" rev-parse --show-toplevel) || exit 1
-        commit=$(git -C "$top" rev-parse --verify "$BENCH_BASE^{commit}") || {
-            echo "bench_consortium: BENCH_BASE: '$BENCH_BASE' is neither a commit nor a fednode"; exit 1; }
-        mkdir "$TMP/base"
-        git -C "$top" archive "$commit" | tar -x -C "$TMP/base" || exit 1
-        echo "bench_consortium: building $BENCH_BASE ($commit) in $TMP/base"
-        make -C "$TMP/base" -s -j"${BENCH_BASE_MAKE_JOBS:-2}" fednode >"$TMP/base.log" 2>&1 || {
-            echo "bench_consortium: building $BENCH_BASE failed:"; tail -n 20 "$TMP/base.log"; exit 1; }
-        BASE_BIN=$TMP/base/fednode
-    fi
+    base_fednode bench_consortium
     for j in $(seq 1 "$JOBS"); do
         JOB_FEDNODE=$FEDNODE job "A$j"
         JOB_FEDNODE=$BASE_BIN job "B$j"
