@@ -487,6 +487,10 @@ done
 
 # ---- report ----
 verdict() { [ "$(calc "$1" %d)" -eq 1 ] && echo "met" || echo "MISSED"; }
+# wverdict COND: verdict on a wall-clock figure, marked when the machine was
+# busier than its cores before the run (other work then sets the figure)
+busy=$(echo "$load_before" | awk -v n="$(nproc)" '{ print ($1 > n) }')
+wverdict() { echo "$(verdict "$1")$([ "$busy" = 0 ] || echo " (under load)")"; }
 echo "bench_consortium: 1 aggregator + $N clients on 127.0.0.1, iid shards of Fashion-MNIST,"
 echo "  mlp:256,128, 1 local epoch of SGD (momentum 0) lr 0.05 batch 64, $ROUNDS rounds,"
 echo "  $(nproc) cores (load average before: $load_before); clients at --threads $CLIENT_THREADS;"
@@ -500,16 +504,16 @@ printf '%-36s %-22s %10s %12s  %s\n' "final test accuracy (lowest)" "$acc" ">= 0
     "$(verdict "$acc >= 0.8157")"
 # shellcheck disable=SC2086
 printf '%-36s %-22s %10s %12s  %s\n' "seconds per round, rounds 2-$ROUNDS" "$(spread $per_rounds)" \
-    "<= 0.50" "0.83-1.14" "$(verdict "$per_round <= 0.50")"
+    "<= 0.50" "0.83-1.14" "$(wverdict "$per_round <= 0.50")"
 # shellcheck disable=SC2086
 printf '%-36s %-22s %10s %12s  %s\n' "  / training alone, warm" "$(spread $ratios)" "<= 1.10" "" \
-    "$(verdict "$(median $ratios) <= 1.10")"
+    "$(wverdict "$(median $ratios) <= 1.10")"
 # shellcheck disable=SC2086
 printf '%-36s %-22s %10s %12s  %s\n' "seconds of round 1" "$(spread $round1s)" \
-    "<= rounds 2-$ROUNDS" "" "$(verdict "$(median $round1s) <= $per_round")"
+    "<= rounds 2-$ROUNDS" "" "$(wverdict "$(median $round1s) <= $per_round")"
 # shellcheck disable=SC2086
 printf '%-36s %-22s %10s %12s  %s\n' "seconds to $N connected" "$(spread $connects)" "<= 0.5" \
-    "13.9-18.8" "$(verdict "$(median $connects) <= 0.5")"
+    "13.9-18.8" "$(wverdict "$(median $connects) <= 0.5")"
 printf '%-36s %-22s %10s %12s  %s\n' "peak RSS of a client, MiB (largest)" "$cli_max" \
     "<= 64" "334" "$(verdict "$cli_max <= 64")"
 printf '%-36s %-22s\n' "  (mean of the $N clients)" "$cli_mean"
