@@ -35,7 +35,7 @@ WARN    := -Wall -Wextra -Wstrict-prototypes -Wmissing-prototypes -Wformat=2 -We
 OPT     ?= -O2
 CFLAGS  ?=
 override CFLAGS += -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -I. $(BLAS_CFLAGS) -MMD -MP -pthread
-LDLIBS  := $(BLAS_LIBS) -lsodium -lnng -lsqlite3 -lmicrohttpd -linih -lz -lcmocka -ldl -lm -pthread
+LDLIBS  := $(BLAS_LIBS) -lsodium -lnng -lsqlite3 -linih -lz -lcmocka -ldl -lm -pthread
 CORE_LDLIBS := $(BLAS_LIBS) -linih -lz -ldl -lm -pthread
 
 # ---- MPI: mpicc (Open MPI) on PATH. mpi/mpi_*.c include mpi.h: built
