@@ -37,7 +37,7 @@ CFLAGS  ?=
 override CFLAGS += -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -I. $(BLAS_CFLAGS) -MMD -MP -pthread
 # libpng and libjpeg(-turbo): the image-folder reader (model/data_img.c)
 IMG_LIBS := -lpng16 -ljpeg
-LDLIBS  := $(BLAS_LIBS) -lsodium -lnng -lsqlite3 -lmicrohttpd -linih $(IMG_LIBS) -lz -lcmocka -ldl -lm -pthread
+LDLIBS  := $(BLAS_LIBS) -lsodium -lnng -lsqlite3 -linih $(IMG_LIBS) -lz -lcmocka -ldl -lm -pthread
 CORE_LDLIBS := $(BLAS_LIBS) -linih $(IMG_LIBS) -lz -ldl -lm -pthread
 
 # ---- MPI: mpicc (Open MPI) on PATH. mpi/mpi_*.c include mpi.h: built

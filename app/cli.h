@@ -57,10 +57,13 @@ int fed_cli_load_options_given(const char *cmd, const char *synopsis, const stru
                                size_t n, void *cfg, int argc, char **argv, unsigned char *given);
 
 #define FED_CLI_MAX_THREADS 64
-/* OpenBLAS chooses its kernels when the process loads it: when it fell back
- * to generic ones on this CPU, exec `fednode CMD argv...` again with the
- * right OPENBLAS_CORETYPE (once: it is then set). Returns when no restart is
- * needed or it failed. */
+/* OpenBLAS chooses its kernels and starts its worker threads when the
+ * process loads it: exec `fednode CMD argv...` again (once: the environment
+ * then says it) with the right OPENBLAS_CORETYPE when it fell back to
+ * generic kernels on this CPU, and with OPENBLAS_NUM_THREADS=1 unless the
+ * environment gives a count (every backend runs it on one thread; its
+ * workers would only spin for 0.1 s). Returns when no restart is needed or
+ * it failed. */
 void fed_cli_maybe_reexec(const char *cmd, int argc, char **argv);
 /* The same for a program's own argv (NULL-terminated, argv[0] first). */
 void fed_cli_maybe_reexec_main(char **argv);

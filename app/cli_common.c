@@ -124,21 +124,50 @@ int fed_cli_load_options_given(const char *cmd, const char *synopsis, const fed_
     return rc;
 }
 
+/* Whether the environment gives OpenBLAS its thread count (it reads these
+ * when the process loads it, in this order). */
+static int blas_threads_given(void)
+{
+    static const char *const vars[] = {"OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS",
+                                       "OMP_NUM_THREADS"};
+
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i]) && *getenv(vars[i]))
+            return 1;
+    return 0;
+}
+
 /* OpenBLAS chooses its kernels when the process loads it: if it fell back
  * to generic ones on this CPU, run this command again with the right
- * OPENBLAS_CORETYPE (set in the environment, so this happens once). */
+ * OPENBLAS_CORETYPE (set in the environment, so this happens once). It also
+ * starts its worker threads then, one less than the cores, before main, and
+ * each spins on sched_yield for about 0.1 s before it sleeps: 20-80 ms of
+ * CPU in every start on a 2-core host, a third to five sixths of a client's
+ * CPU before it is connected. Every backend runs OpenBLAS on one thread
+ * (the pool splits the batches), so those workers never work: the command
+ * runs again with OPENBLAS_NUM_THREADS=1 too, unless the environment gives
+ * a count. The second load costs about 2 ms of CPU. */
 void fed_cli_maybe_reexec_main(char **argv)
 {
     const char *core = fed_backend_cpu_suggest_coretype();
+    int threads = !blas_threads_given();
 
-    if (!core || getenv("FEDNODE_NO_REEXEC"))
+    if ((!core && !threads) || getenv("FEDNODE_NO_REEXEC"))
         return;
-    fed_log(FED_LOG_INFO, "OpenBLAS picked generic kernels on this CPU; restarting with "
-                          "OPENBLAS_CORETYPE=%s", core);
-    if (setenv("OPENBLAS_CORETYPE", core, 1) == 0)
+    if (core)
+        fed_log(FED_LOG_INFO, "OpenBLAS picked generic kernels on this CPU; restarting with "
+                              "OPENBLAS_CORETYPE=%s", core);
+    if ((!core || setenv("OPENBLAS_CORETYPE", core, 1) == 0) &&
+        (!threads || setenv("OPENBLAS_NUM_THREADS", "1", 1) == 0))
         execv("/proc/self/exe", argv);
-    fed_log(FED_LOG_WARN, "could not restart with OPENBLAS_CORETYPE=%s; going on", core);
-    unsetenv("OPENBLAS_CORETYPE");
+    if (core)
+        fed_log(FED_LOG_WARN, "could not restart with OPENBLAS_CORETYPE=%s; going on", core);
+    else
+        fed_log(FED_LOG_DEBUG, "could not restart with one OpenBLAS thread; going on");
+    if (core)
+        unsetenv("OPENBLAS_CORETYPE");
+    if (threads)
+        unsetenv("OPENBLAS_NUM_THREADS");
 }
 
 void fed_cli_maybe_reexec(const char *cmd, int argc, char **argv)

@@ -58,6 +58,7 @@ typedef struct train_cfg {
     int resume;
     int eval;
     double start_at;
+    int warm_up;
     int dp_sgd;
     double dp_sgd_clip;
     double dp_sgd_noise;
@@ -108,6 +109,10 @@ static const fed_opt train_opts[] = {
       "Unix time (seconds) to begin the first epoch at, once loaded, so that runs started "
       "apart train from one instant; the epoch's line then says how late it began "
       "(0: at once)"),
+    T(warm_up, "warm-up", FED_OPT_BOOL, "false", 0, 0,
+      "a timing aid: one untimed epoch on the shard before the first (and before "
+      "--start-at's wait), so that the epochs timed run warm, as a daemon's later rounds do; "
+      "it moves the model, so not with --db, --out or --dp-sgd"),
     T(dp_sgd, "dp-sgd", FED_OPT_BOOL, "false", 0, 0,
       "DP-SGD: Poisson-sampled batches (rate batch / samples), each sample's gradient "
       "clipped, Gaussian noise from the CSPRNG; epsilon printed after each epoch (CPU only)"),
@@ -299,6 +304,11 @@ static int check_train_cfg(const train_cfg *c, fed_optim_cfg *oc, int *shard, in
                       c->dp_delta);
         return 2;
     }
+    if (c->warm_up && (c->db[0] || c->out[0] || c->dp_sgd)) {
+        fed_cli_error("train: --warm-up trains an extra epoch, for timing only: it cannot go "
+                      "with %s", c->db[0] ? "--db" : c->out[0] ? "--out" : "--dp-sgd");
+        return 2;
+    }
     if (!fed_cli_parse_shard(c->shard, shard, k)) {
         fed_cli_error("train: --shard: '%s' is not I/K with 0 <= I < K", c->shard);
         return 2;
@@ -383,6 +393,20 @@ static int run_epochs(const train_cfg *c, train_world *w, fed_rng *shuffle)
     progress bar = {0, c->epochs, -1};
     fed_err err;
 
+    if (c->warm_up) { /* every page and cache touched before the clock starts */
+        fed_step_stats ws = {0};
+        fed_rng wr = *shuffle; /* the timed epochs shuffle as they would without it */
+        double t0 = now_s(), secs;
+
+        if ((err = fed_trainer_epoch(w->t, w->idx, w->nidx, &wr, &ws)) != FED_OK)
+            return fail("warm-up epoch", err);
+        secs = now_s() - t0;
+        printf("# warm-up epoch  samples/s %.0f", secs > 0 ? (double)ws.samples / secs : 0.0);
+        if (c->start_at > 0)
+            printf("  ready %+.4f", wall_s() - c->start_at);
+        printf("\n");
+        fflush(stdout);
+    }
     if (isatty(2))
         fed_trainer_set_progress(w->t, progress_bar, &bar);
     for (int e = w->first_epoch; e <= c->epochs; e++) {

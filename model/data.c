@@ -5,6 +5,7 @@
  * never inflates more than the header-implied size plus one byte. */
 #include "model/data.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -40,44 +42,51 @@ fed_err fed_data_log_fail(fed_err e, const char *name, const char *fmt, ...)
 
 /* ---- whole-file reads ---- */
 
-fed_err fed_data_read_file(const char *path, uint64_t max, uint8_t **buf, size_t *len)
+/* path opened read-only when it is a regular file of at most max bytes
+ * (each failure logged, naming path); *fd closed by the caller. */
+static fed_err open_regular(const char *path, uint64_t max, int *fd, uint64_t *size)
 {
     struct stat st;
-    uint8_t *b = NULL;
-    size_t got = 0;
     char eb[128];
-    fed_err err = FED_OK;
-    int fd;
+    int e;
 
-    *buf = NULL;
-    *len = 0;
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-
+    *fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (*fd < 0) {
+        e = errno;
         return log_fail(e == ENOENT ? FED_ERR_NOTFOUND : e == EACCES ? FED_ERR_PERM : FED_ERR_IO,
                         path, "cannot open: %s", strerror_r(e, eb, sizeof eb));
     }
-    if (fstat(fd, &st) != 0) {
-        err = log_fail(FED_ERR_IO, path, "cannot stat: %s", strerror_r(errno, eb, sizeof eb));
+    if (fstat(*fd, &st) != 0)
+        return log_fail(FED_ERR_IO, path, "cannot stat: %s", strerror_r(errno, eb, sizeof eb));
+    if (!S_ISREG(st.st_mode))
+        return log_fail(FED_ERR_IO, path, "not a regular file");
+    if ((uint64_t)st.st_size > max || (uint64_t)st.st_size > SIZE_MAX - 1)
+        return log_fail(FED_ERR_TOO_LARGE, path, "file of %lld bytes is over the limit of %llu",
+                        (long long)st.st_size, (unsigned long long)max);
+    *size = (uint64_t)st.st_size;
+    return FED_OK;
+}
+
+fed_err fed_data_read_file(const char *path, uint64_t max, uint8_t **buf, size_t *len)
+{
+    uint8_t *b = NULL;
+    uint64_t size = 0;
+    size_t got = 0;
+    char eb[128];
+    fed_err err;
+    int fd = -1;
+
+    *buf = NULL;
+    *len = 0;
+    if ((err = open_regular(path, max, &fd, &size)) != FED_OK)
         goto out;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        err = log_fail(FED_ERR_IO, path, "not a regular file");
-        goto out;
-    }
-    if ((uint64_t)st.st_size > max || (uint64_t)st.st_size > SIZE_MAX - 1) {
-        err = log_fail(FED_ERR_TOO_LARGE, path, "file of %lld bytes is over the limit of %llu",
-                       (long long)st.st_size, (unsigned long long)max);
-        goto out;
-    }
-    b = fed_malloc((size_t)st.st_size + 1);
+    b = fed_malloc((size_t)size + 1);
     if (!b) {
         err = FED_ERR_NOMEM;
         goto out;
     }
-    while (got < (size_t)st.st_size) {
-        ssize_t r = read(fd, b + got, (size_t)st.st_size - got);
+    while (got < (size_t)size) {
+        ssize_t r = read(fd, b + got, (size_t)size - got);
 
         if (r < 0 && errno == EINTR)
             continue;
@@ -95,7 +104,8 @@ fed_err fed_data_read_file(const char *path, uint64_t max, uint8_t **buf, size_t
     b = NULL;
 out:
     fed_free(b);
-    close(fd);
+    if (fd >= 0)
+        close(fd);
     return err;
 }
 
@@ -208,29 +218,14 @@ static fed_err win_refill(idx_src *s, size_t keep)
  * window. */
 static fed_err src_open(idx_src *s, const char *path, uint64_t max)
 {
-    char eb[128];
-    struct stat st;
     fed_err err;
-    int e;
 
     memset(s, 0, sizeof *s);
     s->name = path;
-    s->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (s->fd < 0) {
-        e = errno;
-        return log_fail(e == ENOENT ? FED_ERR_NOTFOUND : e == EACCES ? FED_ERR_PERM : FED_ERR_IO,
-                        path, "cannot open: %s", strerror_r(e, eb, sizeof eb));
-    }
-    if (fstat(s->fd, &st) != 0)
-        return log_fail(FED_ERR_IO, path, "cannot stat: %s", strerror_r(errno, eb, sizeof eb));
-    if (!S_ISREG(st.st_mode))
-        return log_fail(FED_ERR_IO, path, "not a regular file");
-    if ((uint64_t)st.st_size > max)
-        return log_fail(FED_ERR_TOO_LARGE, path, "file of %lld bytes is over the limit of %llu",
-                        (long long)st.st_size, (unsigned long long)max);
+    if ((err = open_regular(path, max, &s->fd, &s->file_left)) != FED_OK)
+        return err;
     if (!(s->win = fed_malloc(IDX_WINDOW)))
         return FED_ERR_NOMEM;
-    s->file_left = (uint64_t)st.st_size;
     if ((err = win_refill(s, 0)) != FED_OK)
         return err;
     return src_detect(s);
@@ -458,8 +453,10 @@ static fed_err idx_payload(idx_src *s, uint8_t *dst, size_t bytes)
 }
 
 /* Images and labels from two sources (buffers or files), which the caller
- * finishes. */
-static fed_err parse_idx_src(idx_src *si, idx_src *sl, fed_dataset **out)
+ * finishes. borrow: si is a plain buffer that outlives the dataset, whose
+ * images then point into it, uncopied (the caller hands the dataset the
+ * buffer's ownership when this succeeds). */
+static fed_err parse_idx_src(idx_src *si, idx_src *sl, int borrow, fed_dataset **out)
 {
     const char *iname = si->name, *lname = sl->name;
     uint32_t idims[3] = { 0 }, ldims[3] = { 0 };
@@ -497,14 +494,19 @@ static fed_err parse_idx_src(idx_src *si, idx_src *sl, fed_dataset **out)
     d->shape.h = (int)idims[1];
     d->shape.w = (int)idims[2];
     d->shape.classes = FED_DATA_IDX_CLASSES;
-    d->x_u8 = fed_malloc(bytes);
+    d->x_u8 = borrow ? NULL : fed_malloc(bytes);
     d->y = fed_malloc(d->n * sizeof *d->y);
     lab = fed_malloc(d->n);
-    if (!d->x_u8 || !d->y || !lab) {
+    if ((!borrow && !d->x_u8) || !d->y || !lab) {
         err = FED_ERR_NOMEM;
         goto out;
     }
-    err = idx_payload(si, d->x_u8, bytes);
+    if (borrow) { /* idx_check_room found exactly these bytes left */
+        assert(!si->gz && si->fd < 0 && si->len - si->pos == bytes);
+        d->x_u8 = (uint8_t *)(uintptr_t)(si->buf + si->pos);
+    } else {
+        err = idx_payload(si, d->x_u8, bytes);
+    }
     if (!err)
         err = idx_payload(sl, lab, d->n);
     if (err)
@@ -521,6 +523,8 @@ static fed_err parse_idx_src(idx_src *si, idx_src *sl, fed_dataset **out)
     d = NULL;
 out:
     fed_free(lab);
+    if (d && borrow)
+        d->x_u8 = NULL; /* the caller's still */
     fed_data_free(d);
     return err;
 }
@@ -538,7 +542,7 @@ fed_err fed_data_parse_idx(const uint8_t *images, size_t images_len, const uint8
     if (!err)
         err = src_init(&sl, "<labels buffer>", labels, labels_len);
     if (!err)
-        err = parse_idx_src(&si, &sl, out);
+        err = parse_idx_src(&si, &sl, 0, out);
     src_fini(&sl);
     src_fini(&si);
     return err;
@@ -557,9 +561,58 @@ fed_err fed_data_load_idx(const char *images_path, const char *labels_path, fed_
     if (!err)
         err = src_open(&sl, labels_path, FED_DATA_MAX_SAMPLES + 8);
     if (!err)
-        err = parse_idx_src(&si, &sl, out);
+        err = parse_idx_src(&si, &sl, 0, out);
     src_fini(&sl);
     src_fini(&si);
+    return err;
+}
+
+/* A plain images file mapped, not read: its pages come from the page cache
+ * as the node's shard touches them, uncopied, one copy in memory for every
+ * process on the machine that maps it. For the cache's inflated files,
+ * which are only ever replaced by a rename (a mapped one stays whole). */
+static fed_err map_idx(const char *images_path, const char *labels_path, fed_dataset **out)
+{
+    idx_src si, sl;
+    uint64_t size = 0;
+    void *map = MAP_FAILED;
+    char eb[128];
+    fed_err err;
+    int fd = -1;
+
+    *out = NULL;
+    memset(&si, 0, sizeof si);
+    memset(&sl, 0, sizeof sl);
+    si.fd = sl.fd = -1;
+    if ((err = open_regular(images_path, FED_DATA_MAX_BYTES + 16, &fd, &size)) != FED_OK)
+        goto out;
+    if (size == 0) {
+        err = log_fail(FED_ERR_TRUNCATED, images_path, "empty file");
+        goto out;
+    }
+    map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+        err = log_fail(FED_ERR_IO, images_path, "cannot map: %s", strerror_r(errno, eb, sizeof eb));
+        goto out;
+    }
+    if ((err = src_init(&si, images_path, map, (size_t)size)) == FED_OK && si.gz)
+        err = log_fail(FED_ERR_FORMAT, images_path, "gzip where an inflated file was expected");
+    if (!err)
+        err = src_open(&sl, labels_path, FED_DATA_MAX_SAMPLES + 8);
+    if (!err)
+        err = parse_idx_src(&si, &sl, 1, out);
+    if (!err) {
+        (*out)->map = map;
+        (*out)->map_len = (size_t)size;
+        map = MAP_FAILED;
+    }
+out:
+    src_fini(&sl);
+    src_fini(&si);
+    if (map != MAP_FAILED)
+        munmap(map, (size_t)size);
+    if (fd >= 0)
+        close(fd);
     return err;
 }
 
@@ -567,7 +620,10 @@ void fed_data_free(fed_dataset *d)
 {
     if (!d)
         return;
-    fed_free(d->x_u8);
+    if (d->map)
+        munmap(d->map, d->map_len); /* x_u8 points into it */
+    else
+        fed_free(d->x_u8);
     fed_free(d->x_f32);
     fed_free(d->y);
     fed_free(d->categorical);
@@ -733,7 +789,7 @@ static fed_err load_idx_cached(const char *ipath, const char *lpath, fed_dataset
     fed_err err;
 
     if (cached && is_file(icache) && is_file(lcache)) {
-        if (fed_data_load_idx(icache, lcache, out) == FED_OK)
+        if (map_idx(icache, lcache, out) == FED_OK)
             return FED_OK;
         fed_log(FED_LOG_WARN, "data: the cached %s did not read back; inflating the source",
                 icache);

@@ -31,6 +31,10 @@ typedef struct fed_dataset {
      * standardization; NULL when no column is categorical. */
     uint8_t *categorical;
     int hash_buckets;
+    void *map;            /* x_u8 lies in this read-only mapping of map_len
+                             bytes (an inflated cache file), or NULL: x_u8 is
+                             the dataset's own */
+    size_t map_len;
 } fed_dataset;
 
 /* Limits a reader enforces before allocating. */

@@ -585,26 +585,45 @@ static void on_address(void *ctx, const uint8_t key[32], const char *url)
  * their copies and decoded vectors, the frames sealed for sending. glibc
  * serves blocks over its mmap threshold (128 KiB, raised to the largest
  * block freed) from fresh mappings and gives the kernel back whatever lies
- * free past twice that, so each round paid again a page fault per 4 KiB to
- * have that memory back, zeroed: in the consortium bench, 28,000 in the
- * aggregator's ten rounds (2.3 us each, measured). So blocks up to the
+ * free past its trim threshold, so each round paid again a page fault per
+ * 4 KiB to have that memory back, zeroed: in the consortium bench, 28,000 in
+ * the aggregator's ten rounds (2.3 us each, measured). So blocks up to the
  * node's own largest frame (fed_node_recv_limit: sized by its model, capped
- * at glibc's 32 MiB ceiling) come from the heap, and twice that may stay
- * free for the next round. What a stranger sends beyond that is mapped and
- * unmapped, never kept: retention follows the node's round, not the largest
- * frame anyone sent. Set once the data is loaded: the large blocks of
- * loading still go back. Process-wide and kept to the exit: the daemon is
- * what the process runs from here on. */
-static void keep_round_buffers(size_t frame)
+ * at glibc's 32 MiB ceiling) come from the heap; what a stranger sends
+ * beyond that is mapped and unmapped, never kept. What stays free for the
+ * next round is what a round holds, not one frame: an aggregator's or a
+ * peer's round holds a frame and its decoded vector from each member (its
+ * pool's threads decode them, each in its own arena), a client's its MODEL,
+ * the decoded global, its delta and the sealed frame; up to 32 MiB, the
+ * retention before the frame bound (a trim threshold of two frames, 4 MB
+ * for mlp:256,128, cost that aggregator 16,000 more page faults in ten
+ * rounds and about 8% of its CPU). Set once the data is loaded: the large
+ * blocks of loading still go back. Process-wide and kept to the exit: the
+ * daemon is what the process runs from here on. */
+void fed_node_daemon_heap_bounds(const fed_node_config *nc, size_t *mmap_at, size_t *trim_at)
+{
+    const size_t ceiling = (size_t)32 << 20, slack = (size_t)64 << 10;
+    size_t frame = fed_node_recv_limit(nc);
+    size_t at = frame < ceiling - slack ? frame + slack : ceiling; /* and bookkeeping */
+    size_t held = nc->role == FED_NODE_CLIENT || !nc->allow
+                      ? 4
+                      : 2 * (fed_crypto_allow_count(nc->allow) + 1);
+    size_t trim = at <= ceiling / held ? held * at : ceiling;
+
+    *mmap_at = at;
+    *trim_at = trim > 2 * at ? trim : 2 * at;
+}
+
+static void keep_round_buffers(const fed_node_config *nc)
 {
 #if defined(__GLIBC__)
-    const size_t ceiling = (size_t)32 << 20, slack = (size_t)64 << 10;
-    size_t at = frame < ceiling - slack ? frame + slack : ceiling; /* and bookkeeping */
+    size_t at, trim;
 
-    if (!mallopt(M_MMAP_THRESHOLD, (int)at) || !mallopt(M_TRIM_THRESHOLD, (int)(2 * at)))
+    fed_node_daemon_heap_bounds(nc, &at, &trim);
+    if (!mallopt(M_MMAP_THRESHOLD, (int)at) || !mallopt(M_TRIM_THRESHOLD, (int)trim))
         fed_log(FED_LOG_DEBUG, "daemon: malloc keeps its defaults");
 #else
-    (void)frame;
+    (void)nc;
 #endif
 }
 
@@ -661,7 +680,7 @@ fed_err fed_node_daemon_run(const fed_node_daemon_cfg *dc, const fed_node_config
     wrap_observers(&d, nc);
     if (!d.pool)
         return FED_ERR_INVAL;
-    keep_round_buffers(fed_node_recv_limit(nc));
+    keep_round_buffers(nc);
     if (pthread_mutex_init(&d.mu, NULL) != 0)
         return FED_ERR_NOMEM;
     if ((e = fed_sd_notify_open(&d.sd)) != FED_OK) /* a bad one is said, not fatal */

@@ -40,6 +40,12 @@ typedef struct fed_node_daemon_cfg {
                                    pages read it); NULL: nowhere */
 } fed_node_daemon_cfg;
 
+/* The process's malloc bounds run sets (glibc): blocks up to *mmap_at bytes
+ * (the node's largest frame and 64 KiB) come from the heap, and up to
+ * *trim_at bytes may stay free there for the next round (what a round of
+ * nc's role holds, at most 32 MiB, at least two blocks). */
+void fed_node_daemon_heap_bounds(const fed_node_config *nc, size_t *mmap_at, size_t *trim_at);
+
 /* Installs the signal handlers (SIGTERM, SIGINT, SIGHUP; SIGPIPE ignored)
  * and their self-pipe: once per process, before run. */
 FED_WUR fed_err fed_node_daemon_signals(void);

@@ -229,8 +229,8 @@ static void test_gzip_equals_plain_real(void **state)
     fed_data_free(b);
 }
 
-/* A gzip pair is inflated once into $FEDNODE_CACHE and read from there next
- * time (the same bytes); a damaged copy is noticed by the strict reader,
+/* A gzip pair is inflated once into $FEDNODE_CACHE and mapped from there
+ * next time (the same bytes, not copied); a damaged copy is noticed by the strict reader,
  * ignored and written anew; FEDNODE_CACHE=off keeps nothing. */
 static void test_inflated_cache(void **state)
 {
@@ -259,6 +259,14 @@ static void test_inflated_cache(void **state)
     assert_int_equal(a->n, b->n);
     assert_memory_equal(a->x_u8, b->x_u8, a->n * a->features);
     assert_memory_equal(a->y, b->y, a->n * sizeof *a->y);
+    /* inflated from the gzip: its own bytes; from the copy: mapped, the
+       images read in place past the 16-byte header */
+    assert_null(a->map);
+    assert_non_null(b->map);
+    assert_int_equal(b->map_len, 16 + b->n * b->features);
+    assert_ptr_equal(b->x_u8, (uint8_t *)b->map + 16);
+    fed_data_free(b); /* before the copy is cut: a mapping must not outlive its bytes */
+    b = NULL;
     assert_non_null(f = fopen(path, "r+b")); /* cut the copy short */
     assert_int_equal(ftruncate(fileno(f), 1000), 0);
     fclose(f);

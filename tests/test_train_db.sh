@@ -5,8 +5,9 @@
 # on resume), --resume to 3 epochs giving round 3, and that run's round-3
 # model hash equal to an uninterrupted 3-epoch run's; --no-eval (no test
 # split loaded or scored) and --start-at (the first epoch waits for that
-# instant and says how late it began); each epoch's rate in its row, with
-# and without --lr-warmup. Needs ./fednode (make)
+# instant and says how late it began); --warm-up (one untimed epoch before
+# that wait; refused with --db, --out, --dp-sgd); each epoch's rate in its
+# row, with and without --lr-warmup. Needs ./fednode (make)
 # and Fashion-MNIST; exits 77 (skipped) without them.
 set -u
 FEDNODE=${FEDNODE:-./fednode}
@@ -134,4 +135,17 @@ if grep "epoch   2/2" "$TMP/out" | grep -q "start"; then fail "only epoch 1 wait
 echo "ok: --start-at: $(grep -o 'start +[0-9.]*' "$TMP/out")"
 # shellcheck disable=SC2086
 refused "--start-at takes a decimal number" 2 "not a decimal number" "$FEDNODE" train $RUN --start-at soon
+# --warm-up: one untimed epoch first, then --start-at's wait and the timed epochs
+at=$(($(date +%s) + 2))
+# shellcheck disable=SC2086
+ok "train --warm-up --start-at" "$FEDNODE" train $RUN --epochs 1 --no-eval --warm-up --start-at "$at"
+[ "$(grep -c '^# warm-up epoch  samples/s [0-9]*  ready -[0-9.]*$' "$TMP/out")" -eq 1 ] ||
+    fail "one warm-up line, ready before --start-at"
+grep "epoch   1/1" "$TMP/out" | grep -q "start +0\.[0-9]*$" || fail "the timed epoch waited for --start-at"
+echo "ok: --warm-up: $(grep -o 'ready -[0-9.]*' "$TMP/out"), then $(grep -o 'start +[0-9.]*' "$TMP/out")"
+for o in "--db $TMP/wu.db" "--out $TMP/wu.bin" "--dp-sgd"; do
+    # shellcheck disable=SC2086
+    refused "--warm-up refuses ${o%% *}" 2 "cannot go with ${o%% *}" "$FEDNODE" train $RUN --warm-up $o
+done
+if [ -e "$TMP/wu.db" ] || [ -e "$TMP/wu.bin" ]; then fail "a refused --warm-up wrote a file"; fi
 echo "all checks passed"
