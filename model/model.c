@@ -188,7 +188,8 @@ typedef struct step_run {
 } step_run;
 
 struct fed_model {
-    char spec[FED_MODEL_SPEC_MAX];
+    char spec[FED_MODEL_SPEC_MAX]; /* its id (fed_model_spec_id) */
+    char *graph;                   /* the whole spec, when longer than its id */
     fed_model_shape in;
     fed_backend *be;
     fed_pool *pool;
@@ -619,8 +620,9 @@ static int spec_node(const char *s, const char *end, int i, node_desc *nd)
            (!(nd->ops->opts & OPT_K) || !(nd->ops->opts & OPT_OUT) || nd->out > 0);
 }
 
-/* A "g:" spec (model.h) into nodes (FED_MODEL_SPEC_MAX / 2). */
-static fed_err graph_spec(const char *spec, node_desc *nodes, int *count, char *why, size_t cap)
+/* A "g:" spec (model.h) into nodes (ncap of them). */
+static fed_err graph_spec(const char *spec, node_desc *nodes, int ncap, int *count, char *why,
+                          size_t cap)
 {
     const char *s = spec + 2;
     int n = 0;
@@ -630,11 +632,11 @@ static fed_err graph_spec(const char *spec, node_desc *nodes, int *count, char *
 
         if (!end)
             end = s + strlen(s);
-        if (n == FED_MODEL_SPEC_MAX / 2 || !spec_node(s, end, n, &nodes[n]))
+        if (n == ncap || !spec_node(s, end, n, &nodes[n]))
             return fed_err_why(why, cap, FED_ERR_SPEC,
-                               "model spec '%s': node %d '%.*s' is none of NAME=Lout, "
+                               "model spec '%.40s%s': node %d '%.*s' is none of NAME=Lout, "
                                "NAME=CoutkK[sS][pP][dD], MkK[sS][pP], AkK[sS][pP], R, F", spec,
-                               n, (int)(end - s), s);
+                               strlen(spec) > 40 ? "..." : "", n, (int)(end - s), s);
         n++;
         if (!*end)
             break;
@@ -702,7 +704,7 @@ fed_err fed_model_graph_spec(const fed_model_node *nodes, int count, char *spec,
         if (i + 1 < count)
             spec_put(spec, cap, &used, ",");
     }
-    if (used >= cap || used >= FED_MODEL_SPEC_MAX) {
+    if (used >= cap || used >= FED_MODEL_GRAPH_MAX) {
         if (cap)
             spec[0] = '\0';
         return FED_ERR_TOO_LARGE;
@@ -711,9 +713,9 @@ fed_err fed_model_graph_spec(const fed_model_node *nodes, int count, char *spec,
 }
 
 /* The graph of a preset spec, as PyTorch's nn.Sequential of the same
- * modules (model.h), or of a "g:" spec: nodes (FED_MODEL_SPEC_MAX / 2). */
-static fed_err preset_graph(const char *spec, fed_model_shape in, node_desc *nodes, int *count,
-                            char *why, size_t cap)
+ * modules (model.h), or of a "g:" spec: nodes (ncap of them). */
+static fed_err preset_graph(const char *spec, fed_model_shape in, node_desc *nodes, int ncap,
+                            int *count, char *why, size_t cap)
 {
     int n = 0;
 
@@ -737,7 +739,7 @@ static fed_err preset_graph(const char *spec, fed_model_shape in, node_desc *nod
         preset_node(nodes, n++, "relu", 0, 0, 0);
         preset_node(nodes, n++, "linear", in.classes, 0, 0);
     } else if (!strncmp(spec, "g:", 2)) {
-        return graph_spec(spec, nodes, count, why, cap);
+        return graph_spec(spec, nodes, ncap, count, why, cap);
     } else if (!strncmp(spec, "mlp:", 4)) {
         int widths[MLP_MAX_HIDDEN], hidden;
         fed_err err = parse_widths(spec, spec + 4, widths, &hidden, why, cap);
@@ -781,19 +783,61 @@ static fed_err plan_start(const char *label, fed_model_shape in, plan *p, char *
     return FED_OK;
 }
 
-/* The plan of a spec; why (cap bytes; may be NULL) gets what was wrong on
- * failure. p is to be released with plan_fini either way. */
-static fed_err make_plan(const char *spec, fed_model_shape in, plan *p, char *why,
-                         size_t cap)
+/* The plan of a spec, named by its id (id_buf holds it for the plan's
+ * life); why (cap bytes; may be NULL) gets what was wrong on failure. p is
+ * to be released with plan_fini either way. */
+static fed_err make_plan(const char *spec, fed_model_shape in, plan *p,
+                         char id_buf[FED_MODEL_SPEC_MAX], char *why, size_t cap)
 {
-    node_desc nodes[FED_MODEL_SPEC_MAX / 2]; /* a "g:" node takes 2 bytes at least */
-    int count = 0;
+    node_desc *nodes = NULL;
+    size_t len = spec ? strnlen(spec, FED_MODEL_GRAPH_MAX) : 0;
+    int count = 0, ncap;
     fed_err err;
 
-    if ((err = plan_start(spec, in, p, why, cap)) != FED_OK ||
-        (err = preset_graph(spec, in, nodes, &count, why, cap)) != FED_OK)
+    memset(p, 0, sizeof *p);
+    if (spec && strncmp(spec, "g#", 2) == 0)
+        return fed_err_why(why, cap, FED_ERR_SPEC,
+                           "model '%.40s' names a graph by its hash: the graph itself is needed "
+                           "(the MODEL's graph field, a checkpoint's, or --model FILE)", spec);
+    if (spec && strncmp(spec, "g:", 2) == 0 && len == FED_MODEL_GRAPH_MAX)
+        return fed_err_why(why, cap, FED_ERR_SPEC, "model graph '%.40s...' is %d bytes or more, "
+                           "the limit is %d", spec, FED_MODEL_GRAPH_MAX, FED_MODEL_GRAPH_MAX - 1);
+    if (spec)
+        fed_model_spec_id(spec, id_buf);
+    if ((err = plan_start(spec ? id_buf : NULL, in, p, why, cap)) != FED_OK)
         return err;
-    return plan_graph(nodes, count, in, p, NULL, NULL, why, cap);
+    /* a "g:" node takes 2 bytes at least; a preset at most 2 per width */
+    ncap = (int)(len / 2 + 2) > 2 * MLP_MAX_HIDDEN + 2 ? (int)(len / 2 + 2)
+                                                       : 2 * MLP_MAX_HIDDEN + 2;
+    if (!(nodes = fed_calloc((size_t)ncap, sizeof *nodes)))
+        return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
+    if ((err = preset_graph(spec, in, nodes, ncap, &count, why, cap)) == FED_OK)
+        err = plan_graph(nodes, count, in, p, NULL, NULL, why, cap);
+    fed_free(nodes);
+    return err;
+}
+
+/* FNV-1a, 64 bits, from basis: two bases give the id's 128 bits. */
+static uint64_t spec_fnv(const char *s, size_t len, uint64_t basis)
+{
+    uint64_t h = basis;
+
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (uint8_t)s[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+void fed_model_spec_id(const char *spec, char id[FED_MODEL_SPEC_MAX])
+{
+    size_t len = strnlen(spec, FED_MODEL_GRAPH_MAX);
+
+    if (len < FED_MODEL_SPEC_MAX) {
+        memcpy(id, spec, len + 1);
+        return;
+    }
+    snprintf(id, FED_MODEL_SPEC_MAX, "g#%016llx%016llx",
+             (unsigned long long)spec_fnv(spec, len, 0xcbf29ce484222325ULL),
+             (unsigned long long)spec_fnv(spec, len, 0x84222325cbf29ce4ULL));
 }
 
 int fed_model_name_ok(const char *name)
@@ -898,9 +942,28 @@ static fed_err spec_nparams(const char *spec, fed_model_shape in, size_t *nparam
                             size_t cap)
 {
     plan p;
-    fed_err err = make_plan(spec, in, &p, why, cap);
+    char id[FED_MODEL_SPEC_MAX];
+    fed_err err = make_plan(spec, in, &p, id, why, cap);
 
     *nparams = err == FED_OK ? p.nparams : 0;
+    plan_fini(&p);
+    return err;
+}
+
+fed_err fed_model_spec_cost(const char *spec, fed_model_shape in, size_t *nparams,
+                            double *flops, char *why, size_t cap)
+{
+    plan p;
+    char id[FED_MODEL_SPEC_MAX];
+    fed_err err = make_plan(spec, in, &p, id, why, cap);
+
+    *nparams = 0;
+    *flops = 0.0;
+    if (err == FED_OK) {
+        *nparams = p.nparams;
+        for (int l = 0; l < p.nlayers; l++)
+            *flops += p.layers[l].ops->flops(&p.layers[l], l == 0);
+    }
     plan_fini(&p);
     return err;
 }
@@ -1101,18 +1164,23 @@ fed_err fed_model_new(const char *spec, fed_model_shape in, fed_backend *be, fed
                       int shards, int max_batch, fed_model **out)
 {
     plan p;
-    char why[256];
+    char why[256], id[FED_MODEL_SPEC_MAX];
     fed_err err;
 
     *out = NULL;
     if (!be || max_batch < 1 || max_batch > (1 << 20) || shards < 1 || shards > MAX_SHARDS)
         return FED_ERR_INVAL;
-    err = make_plan(spec, in, &p, why, sizeof why);
+    err = make_plan(spec, in, &p, id, why, sizeof why);
     if (err != FED_OK)
         fed_log(FED_LOG_ERROR, "%s", why);
     else
         err = model_build(&p, in, be, pool, shards, max_batch, out);
     plan_fini(&p);
+    if (err == FED_OK && strcmp(id, spec) != 0 && !((*out)->graph = fed_strdup(spec))) {
+        fed_model_free(*out);
+        *out = NULL;
+        err = FED_ERR_NOMEM;
+    }
     return err;
 }
 
@@ -1151,12 +1219,14 @@ void fed_model_free(fed_model *m)
     fed_free(m->run.done);
     fed_free(m->layers);
     fed_free(m->tensors);
+    fed_free(m->graph);
     fed_free(m);
 }
 
 /* ---------------------------------------------------------- accessors -- */
 
 const char *fed_model_spec(const fed_model *m) { return m->spec; }
+const char *fed_model_graph(const fed_model *m) { return m->graph ? m->graph : m->spec; }
 fed_model_shape fed_model_input(const fed_model *m) { return m->in; }
 size_t fed_model_nparams(const fed_model *m) { return m->nparams; }
 fed_backend *fed_model_backend(const fed_model *m) { return m->be; }

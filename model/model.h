@@ -36,6 +36,14 @@
 #include "model/backend.h"
 
 #define FED_MODEL_SPEC_MAX 128
+/* A "g:" spec (a graph, below) may be longer than FED_MODEL_SPEC_MAX: it is
+ * then named by its id, "g#" and 32 hex digits of a 128-bit hash of it
+ * (two FNV-1a 64: an identity between honest nodes, not a MAC; the graph
+ * itself is compared where two must agree), and travels and is stored
+ * whole beside the id (the MODEL frame's graph field, a checkpoint's graph
+ * section). Every spec's id fits FED_MODEL_SPEC_MAX, so the presets and
+ * short graphs are their own id, unchanged. */
+#define FED_MODEL_GRAPH_MAX 16384 /* bytes of a "g:" spec with its NUL */
 
 typedef struct fed_model fed_model;
 
@@ -125,7 +133,7 @@ typedef struct fed_model_node {
  * (flatten); K, S, P, D are N or HxW. A node without NAME is named by its
  * index. NIID-Bench's SimpleCNN (examples/models/simplecnn.cfg) is
  * "g:conv1=C6k5,R,Mk2,conv2=C16k5,R,Mk2,F,fc1=L120,R,fc2=L84,R,fc3=L".
- * FED_ERR_TOO_LARGE when it takes FED_MODEL_SPEC_MAX bytes or cap; a chain
+ * FED_ERR_TOO_LARGE when it takes FED_MODEL_GRAPH_MAX bytes or cap; a chain
  * only (FED_ERR_UNSUPPORTED), with known kinds and valid names
  * (FED_ERR_SPEC). */
 FED_WUR fed_err fed_model_graph_spec(const fed_model_node *nodes, int count, char *spec,
@@ -163,6 +171,14 @@ FED_WUR fed_err fed_model_graph_shapes(const char *label, const fed_model_node *
                                        fed_model_shape in, fed_model_node_info *info,
                                        int *planned, char *why, size_t cap);
 
+/* The id of spec (FED_MODEL_SPEC_MAX above): spec itself when shorter
+ * than FED_MODEL_SPEC_MAX, else "g#" and its hash. */
+void fed_model_spec_id(const char *spec, char id[FED_MODEL_SPEC_MAX]);
+/* Parameters and forward + backward FLOPs per sample a spec gives for
+ * input in, without building it (what a client bounds a MODEL frame's
+ * graph by), or what was wrong in why (cap bytes). */
+FED_WUR fed_err fed_model_spec_cost(const char *spec, fed_model_shape in, size_t *nparams,
+                                    double *flops, char *why, size_t cap);
 /* Check a spec string without building anything. */
 FED_WUR fed_err fed_model_spec_check(const char *spec, fed_model_shape in);
 /* fed_model_spec_check, with what was wrong in why (cap bytes), e.g.
@@ -173,7 +189,10 @@ FED_WUR fed_err fed_model_spec_explain(const char *spec, fed_model_shape in, cha
 /* The parameter count a spec gives for inputs of shape in. */
 FED_WUR fed_err fed_model_spec_nparams(const char *spec, fed_model_shape in, size_t *nparams);
 
+/* The model's id (fed_model_spec_id), and the whole spec it was built from
+ * (the id itself unless a graph longer than FED_MODEL_SPEC_MAX). */
 const char *fed_model_spec(const fed_model *m);
+const char *fed_model_graph(const fed_model *m);
 fed_model_shape fed_model_input(const fed_model *m);
 size_t fed_model_nparams(const fed_model *m);
 const fed_tensor_info *fed_model_tensors(const fed_model *m, int *count);

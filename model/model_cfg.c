@@ -508,9 +508,8 @@ fed_err fed_model_cfg_spec(fed_model_cfg *c, char *spec, size_t cap, char *why, 
     err = fed_model_graph_spec(nodes, count, spec, cap);
     if (err == FED_ERR_TOO_LARGE)
         return fed_err_why(why, wcap, err,
-                           "%s: its graph takes more than the %d bytes of a model spec (a "
-                           "bigger graph needs to travel with the model: not yet)", c->file,
-                           FED_MODEL_SPEC_MAX - 1);
+                           "%s: its graph takes more than the %d bytes a graph may take",
+                           c->file, FED_MODEL_GRAPH_MAX - 1);
     if (err != FED_OK)
         return fed_err_why(why, wcap, err, "%s: no spec for its graph: %s", c->file,
                            fed_strerror(err));

@@ -72,7 +72,8 @@ FED_WUR fed_err fed_model_cfg_check(fed_model_cfg *c, fed_model_shape in,
  * what --model FILE becomes: it is stored and sent as any spec, so a node
  * never reads a file a spec names. The [input] and [output] sections stay
  * out of it: the data gives both, as with the presets. FED_ERR_TOO_LARGE
- * past FED_MODEL_SPEC_MAX, with why (wcap bytes) saying so. */
+ * past FED_MODEL_GRAPH_MAX (or cap), with why (wcap bytes) saying so; one
+ * past FED_MODEL_SPEC_MAX is named by its id (model.h) where it travels. */
 FED_WUR fed_err fed_model_cfg_spec(fed_model_cfg *c, char *spec, size_t cap, char *why,
                                    size_t wcap);
 /* fed_model_cfg_check, then fed_model_new_graph. */

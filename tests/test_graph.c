@@ -615,6 +615,63 @@ static void test_graph_spec(void **state)
     assert_int_equal(fed_model_graph_spec(deep, 3, spec, sizeof spec), FED_ERR_UNSUPPORTED);
 }
 
+/* A graph past FED_MODEL_SPEC_MAX: built from its whole spec, named by its
+ * id ("g#" and 32 hex digits), which alone builds nothing; the graph's
+ * limit, its cost without building. */
+static void test_graph_long_spec(void **state)
+{
+    world *w = *state;
+    fed_model_shape in = {2, 11, 10, 5};
+    fed_model_node deep[101];
+    static char big[FED_MODEL_GRAPH_MAX + 8];
+    char id[FED_MODEL_SPEC_MAX], why[256];
+    fed_model *m = NULL;
+    size_t np, len;
+    double flops;
+
+    memset(deep, 0, sizeof deep);
+    for (int i = 0; i < 101; i++) {
+        deep[i].kind = i % 2 ? "relu" : "linear";
+        deep[i].out = i == 100 ? 0 : 7;
+        deep[i].input = i - 1;
+    }
+    assert_int_equal(fed_model_graph_spec(deep, 101, big, sizeof big), FED_OK);
+    len = strlen(big);
+    assert_true(len > 200);
+    fed_model_spec_id(big, id);
+    assert_int_equal(strlen(id), 34);
+    assert_memory_equal(id, "g#", 2);
+    assert_int_equal(fed_model_new(big, in, w->be, w->pool, 1, 3, &m), FED_OK);
+    assert_string_equal(fed_model_spec(m), id);
+    assert_string_equal(fed_model_graph(m), big);
+    assert_int_equal(fed_model_nparams(m), 220 * 7 + 7 + 49 * (7 * 7 + 7) + 7 * 5 + 5);
+    assert_int_equal(fed_model_spec_cost(big, in, &np, &flops, why, sizeof why), FED_OK);
+    assert_int_equal(np, fed_model_nparams(m));
+    assert_true(flops == fed_model_flops_per_sample(m));
+    fed_model_free(m);
+    /* one byte changed: another id */
+    big[len - 1] = '6';
+    {
+        char id2[FED_MODEL_SPEC_MAX];
+
+        fed_model_spec_id(big, id2);
+        assert_string_not_equal(id, id2);
+    }
+    /* the id alone */
+    assert_int_equal(fed_model_spec_explain(id, in, why, sizeof why), FED_ERR_SPEC);
+    assert_non_null(strstr(why, "names a graph by its hash"));
+    /* short specs are their own id */
+    fed_model_spec_id("mlp:256,128", id);
+    assert_string_equal(id, "mlp:256,128");
+    /* past FED_MODEL_GRAPH_MAX */
+    memcpy(big, "g:", 2);
+    for (size_t i = 2; i + 1 < sizeof big; i += 2)
+        memcpy(big + i, i + 3 < sizeof big ? "R," : "R", 2);
+    big[sizeof big - 1] = '\0';
+    assert_int_equal(fed_model_spec_explain(big, in, why, sizeof why), FED_ERR_SPEC);
+    assert_non_null(strstr(why, "the limit is 16383"));
+}
+
 static fed_err try_graph_new(void *ctx)
 {
     world *w = ctx;
@@ -644,6 +701,7 @@ int main(void)
         cmocka_unit_test(test_deep_graph),   cmocka_unit_test(test_graph_flops),
         cmocka_unit_test(test_graph_errors), cmocka_unit_test(test_backend_caps),
         cmocka_unit_test(test_graph_alloc_failures), cmocka_unit_test(test_graph_spec),
+        cmocka_unit_test(test_graph_long_spec),
     };
 
     fed_test_log_quiet();
