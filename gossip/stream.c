@@ -114,7 +114,10 @@ static ss_state *slot_state(fed_crypto_slot *s, size_t off)
 
 size_t fed_wire_stream_chunk_max(const fed_wire *w, uint8_t type)
 {
-    size_t first = FED_WIRE_HEADER_BYTES + fed_wire_block_size(type) + FED_WIRE_STREAM_DESC_BYTES +
+    /* the first frame's block at its largest: MODEL's with a whole graph */
+    size_t block = fed_wire_block_size(type) +
+                   (type == FED_WIRE_MODEL ? FED_WIRE_FIELD_HEAD_BYTES + FED_WIRE_GRAPH_MAX : 0);
+    size_t first = FED_WIRE_HEADER_BYTES + block + FED_WIRE_STREAM_DESC_BYTES +
                    FED_CRYPTO_SEAL_OVERHEAD + SS_ABYTES + FED_WIRE_STREAM_FINAL_BYTES;
     size_t over = first > FED_WIRE_CHUNK_OVERHEAD ? first : FED_WIRE_CHUNK_OVERHEAD;
     size_t max = w->cfg.max_frame > over ? w->cfg.max_frame - over : 0;
@@ -569,6 +572,9 @@ fed_err fed_wire_rx_first(const fed_wire *w, fed_wire_stream_rx *rx, fed_wire_ms
     memcpy(rx->block, m->payload, block_len);
     rx->block_len = block_len;
     rx->blk = m->block;
+    if (rx->blk.settings.graph) /* a view: into the block held here now */
+        rx->blk.settings.graph =
+            (const char *)rx->block + ((const uint8_t *)rx->blk.settings.graph - m->payload);
     if (!w->dst_fn)
         return FED_ERR_UNSUPPORTED;
     err = w->dst_fn(w->dst_ctx, m, rx->total, &rx->dst);

@@ -381,7 +381,7 @@ fed_err fed_node_emit(fed_node *n, fed_req *req, fed_wire_hdr *h, const fed_wire
                       const uint8_t *vec, size_t vlen)
 {
     size_t flen = 0;
-    fed_err e = fed_node_tx_reserve(n, fed_wire_block_size(h->type) + vlen);
+    fed_err e = fed_node_tx_reserve(n, fed_wire_block_bytes(h->type, b) + vlen);
 
     if (e == FED_OK)
         e = fed_wire_build(n->wire, h, b, vec, vlen, n->txbuf, n->cap_tx, n->env.random,

@@ -139,7 +139,7 @@ static fed_err tx_begin(fed_node *n, const fed_wire_hdr *h, const fed_wire_block
 fed_err fed_node_emit_vec(fed_node *n, fed_req *req, fed_wire_hdr *h, const fed_wire_block *b,
                           const uint8_t *vec, size_t vlen)
 {
-    size_t payload = fed_wire_block_size(h->type) + vlen;
+    size_t payload = fed_wire_block_bytes(h->type, b) + vlen;
     node_tx *t;
     fed_err e;
 
