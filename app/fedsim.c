@@ -331,7 +331,7 @@ int main(int argc, char **argv)
         }
     }
     if (rc < 0)
-        rc = fed_cli_model_file("fedsim", sc.s.model, sizeof sc.s.model);
+        rc = fed_cli_model_file("fedsim", sc.s.model, sizeof sc.s.model, NULL);
     if (rc >= 0)
         goto out;
     /* the old --mode aggregator|peer; --secagg* on peers */

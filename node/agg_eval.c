@@ -175,7 +175,7 @@ void fed_node_agg_report_round(fed_node *n, fed_node_round_info *info)
         finish_report(n, info, &a->last_row);
         return;
     }
-    if (!ev->model && fed_model_new(n->cfg.spec, n->cfg.shape, n->cfg.be, NULL, n->cfg.shards,
+    if (!ev->model && fed_model_new(fed_node_cfg_whole(&n->cfg), n->cfg.shape, n->cfg.be, NULL, n->cfg.shards,
                                     256, &ev->model) != FED_OK)
         ev->model = NULL; /* the loop evaluates itself */
     if (ev->model &&
