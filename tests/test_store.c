@@ -1704,10 +1704,10 @@ static void test_ckpt_parse_rejects(void **state)
 /* A hand-made table: a conv weight, a bias, a linear weight (non-contiguous
  * order in the flat buffer is allowed: offsets come from the table). */
 static const fed_tensor_info st_table[] = {
-    {"0.weight", 0, 2 * 1 * 3 * 3, 4, {2, 1, 3, 3}},
-    {"0.bias", 18, 2, 1, {2}},
-    {"3.weight", 20, 5 * 8, 2, {5, 8}},
-    {"3.bias", 60, 5, 1, {5}},
+    {"0.weight", 0, 2 * 1 * 3 * 3, 4, {2, 1, 3, 3}, FED_TENSOR_TRAINED | FED_TENSOR_SHARED},
+    {"0.bias", 18, 2, 1, {2}, FED_TENSOR_TRAINED | FED_TENSOR_SHARED},
+    {"3.weight", 20, 5 * 8, 2, {5, 8}, FED_TENSOR_TRAINED | FED_TENSOR_SHARED},
+    {"3.bias", 60, 5, 1, {5}, FED_TENSOR_TRAINED | FED_TENSOR_SHARED},
 };
 #define ST_NT 4
 #define ST_NPARAMS 65
