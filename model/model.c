@@ -36,6 +36,7 @@ typedef struct layer {
     const layer_ops *ops;
     char name[NAME_MAX_LEN];  /* the node's, for messages and tensor names */
     int relu;                 /* fused ReLU on the output */
+    int act;                  /* an activation layer's function (ACT_*) */
     int in_c, in_h, in_w;
     int out_c, out_h, out_w;
     int in_numel, out_numel;
@@ -101,6 +102,7 @@ struct layer_ops {
      * weight and bias gradient to norm2 (n); x is the layer's input. */
     void (*dp_norm2)(fed_model *m, int l, int u, const float *dy, const float *x, int off, int n,
                      double *norm2);
+    int act;        /* an activation of its own: ACT_* (0: none) */
     char letter;    /* its node in a "g:" spec (model.h) */
     unsigned opts;  /* the spec's options it takes: OPT_OUT, OPT_K, ... */
     int fuses_relu; /* a relu right after it folds into its output */
@@ -113,6 +115,11 @@ static const layer_ops *kind_of_letter(char letter);
 /* What a node takes in a "g:" spec, besides a name: out, then kernel,
  * stride, padding and dilation as k, s, p, d. */
 enum { OPT_OUT = 1, OPT_K = 2, OPT_S = 4, OPT_P = 8, OPT_D = 16 };
+
+/* Activation layers of their own, element-wise, as PyTorch's modules:
+ * LeakyReLU (slope 0.01), GELU (exact, erf), SiLU, Sigmoid, Tanh. */
+enum { ACT_LEAKY_RELU = 1, ACT_GELU, ACT_SILU, ACT_SIGMOID, ACT_TANH };
+#define LEAKY_SLOPE 0.01
 
 #define MAX_SHARDS 64
 #define SPIN_NS 300000       /* how long a unit waits for its phase before sleeping */
@@ -425,6 +432,17 @@ static fed_err relu_plan(plan *p, const node_desc *nd, int i, dims *s, char *why
     return FED_OK;
 }
 
+/* An activation of its own: a layer of the input's shape. */
+static fed_err act_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap)
+{
+    layer *ly = plan_layer(p, nd);
+
+    if (!ly)
+        return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
+    ly->act = nd->ops->act;
+    return plan_output(p, nd, i, s, ly, s->c, s->h, s->w, why, cap);
+}
+
 /* flatten: (c, h, w) -> (c*h*w, 1, 1), a view (nn.Flatten's order). */
 static fed_err flatten_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap)
 {
@@ -635,7 +653,8 @@ static fed_err graph_spec(const char *spec, node_desc *nodes, int ncap, int *cou
         if (n == ncap || !spec_node(s, end, n, &nodes[n]))
             return fed_err_why(why, cap, FED_ERR_SPEC,
                                "model spec '%.40s%s': node %d '%.*s' is none of NAME=Lout, "
-                               "NAME=CoutkK[sS][pP][dD], MkK[sS][pP], AkK[sS][pP], R, F", spec,
+                               "NAME=CoutkK[sS][pP][dD], MkK[sS][pP], AkK[sS][pP], R, F, Y, G, S, Z, "
+                               "T", spec,
                                strlen(spec) > 40 ? "..." : "", n, (int)(end - s), s);
         n++;
         if (!*end)
@@ -827,17 +846,23 @@ static uint64_t spec_fnv(const char *s, size_t len, uint64_t basis)
     return h;
 }
 
+void fed_model_spec_hash(const char *spec, char hash[FED_MODEL_HASH_CHARS])
+{
+    size_t len = strnlen(spec, FED_MODEL_GRAPH_MAX);
+
+    snprintf(hash, FED_MODEL_HASH_CHARS, "g#%016llx%016llx",
+             (unsigned long long)spec_fnv(spec, len, 0xcbf29ce484222325ULL),
+             (unsigned long long)spec_fnv(spec, len, 0x84222325cbf29ce4ULL));
+}
+
 void fed_model_spec_id(const char *spec, char id[FED_MODEL_SPEC_MAX])
 {
     size_t len = strnlen(spec, FED_MODEL_GRAPH_MAX);
 
-    if (len < FED_MODEL_SPEC_MAX) {
+    if (len < FED_MODEL_SPEC_MAX)
         memcpy(id, spec, len + 1);
-        return;
-    }
-    snprintf(id, FED_MODEL_SPEC_MAX, "g#%016llx%016llx",
-             (unsigned long long)spec_fnv(spec, len, 0xcbf29ce484222325ULL),
-             (unsigned long long)spec_fnv(spec, len, 0x84222325cbf29ce4ULL));
+    else
+        fed_model_spec_hash(spec, id);
 }
 
 int fed_model_name_ok(const char *name)
@@ -863,7 +888,7 @@ static fed_err graph_node(const char *label, const fed_model_node *gn, int i, no
     if (!gn->kind || !(nd->ops = kind_find(gn->kind)))
         return fed_err_why(why, cap, FED_ERR_SPEC,
                          "model '%s': node %d: unknown layer kind '%s' (linear, conv, maxpool, "
-                         "avgpool, relu, flatten)", label, i, gn->kind ? gn->kind : "(none)");
+                         "avgpool, relu, flatten, leaky_relu, gelu, silu, sigmoid, tanh)", label, i, gn->kind ? gn->kind : "(none)");
     if (name) {
         if (!fed_model_name_ok(name))
             return fed_err_why(why, cap, FED_ERR_SPEC,
@@ -1627,6 +1652,85 @@ static void avgpool_input_grads(fed_model *m, int l, int u, const float *dy, flo
                            dx + (size_t)off * ly->in_numel);
 }
 
+/* ---- activations of their own (leaky_relu, gelu, silu, sigmoid, tanh) ---- */
+
+/* Computed on the host over the model's buffers: a backend whose device
+ * memory the host reads (the CPU's); another refuses the layer by name. */
+static unsigned act_needs(const layer *ly)
+{
+    (void)ly;
+    return FED_BACKEND_CAP_HOST_MEMORY;
+}
+
+static double act_sigmoid(double x)
+{
+    double e;
+
+    if (x >= 0)
+        return 1.0 / (1.0 + exp(-x));
+    e = exp(x);
+    return e / (1.0 + e);
+}
+
+/* f(x) of activation act, in double (PyTorch's float kernels agree to
+ * rounding). */
+static double act_value(int act, double x)
+{
+    switch (act) {
+    case ACT_LEAKY_RELU: return x > 0 ? x : LEAKY_SLOPE * x;
+    case ACT_GELU: return 0.5 * x * (1.0 + erf(x * M_SQRT1_2));
+    case ACT_SILU: return x * act_sigmoid(x);
+    case ACT_SIGMOID: return act_sigmoid(x);
+    default: return tanh(x);
+    }
+}
+
+/* f'(x), given x and y = f(x). */
+static double act_slope(int act, double x, double y)
+{
+    double sg;
+
+    switch (act) {
+    case ACT_LEAKY_RELU: return x > 0 ? 1.0 : LEAKY_SLOPE;
+    case ACT_GELU:
+        return 0.5 * (1.0 + erf(x * M_SQRT1_2)) + x * exp(-0.5 * x * x) * 0.3989422804014327;
+    case ACT_SILU:
+        sg = act_sigmoid(x);
+        return sg * (1.0 + x * (1.0 - sg));
+    case ACT_SIGMOID: return y * (1.0 - y);
+    default: return 1.0 - y * y;
+    }
+}
+
+static void act_forward(fed_model *m, int l, const float *x, int off, int n)
+{
+    const layer *ly = &m->layers[l];
+    float *y = m->ws.act[l] + (size_t)off * ly->out_numel;
+    size_t cnt = (size_t)n * ly->out_numel;
+
+    for (size_t k = 0; k < cnt; k++)
+        y[k] = (float)act_value(ly->act, x[k]);
+}
+
+static void act_input_grads(fed_model *m, int l, int u, const float *dy, float *dx, int off,
+                            int n)
+{
+    const layer *ly = &m->layers[l];
+    size_t at = (size_t)off * ly->out_numel, cnt = (size_t)n * ly->out_numel;
+    const float *x = (l > 0 ? m->ws.act[l - 1] : m->ws.x) + at, *y = m->ws.act[l] + at;
+
+    (void)u;
+    for (size_t k = 0; k < cnt; k++)
+        dx[at + k] = (float)(dy[at + k] * act_slope(ly->act, x[k], y[k]));
+}
+
+/* a few operations per value each way, as a pool's */
+static double act_flops(const layer *ly, int first)
+{
+    (void)first;
+    return 2.0 * ly->out_numel;
+}
+
 /* ---- the table ---- */
 
 static const layer_ops LAYER_KINDS[] = {
@@ -1646,6 +1750,15 @@ static const layer_ops LAYER_KINDS[] = {
      .needs = avgpool_needs, .forward = avgpool_forward,
      .input_grads = avgpool_input_grads, .flops = pool_flops},
     {.kind = "relu", .letter = 'R', .plan = relu_plan},
+#define ACT_KIND(k, l, a)                                                                     \
+    {.kind = k, .letter = l, .act = a, .plan = act_plan, .needs = act_needs,                  \
+     .forward = act_forward, .input_grads = act_input_grads, .flops = act_flops}
+    ACT_KIND("leaky_relu", 'Y', ACT_LEAKY_RELU),
+    ACT_KIND("gelu", 'G', ACT_GELU),
+    ACT_KIND("silu", 'S', ACT_SILU),
+    ACT_KIND("sigmoid", 'Z', ACT_SIGMOID),
+    ACT_KIND("tanh", 'T', ACT_TANH),
+#undef ACT_KIND
     {.kind = "flatten", .letter = 'F', .plan = flatten_plan},
 };
 

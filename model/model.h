@@ -108,7 +108,11 @@ void fed_model_free(fed_model *m);
  * channels, kernel, stride, padding, dilation), "maxpool" or "avgpool"
  * (kernel, stride, padding at most half the kernel; average pooling counts
  * the padding, as PyTorch's default), "relu" (folded into the linear or
- * conv layer before it) or "flatten". name is the module's: its tensors
+ * conv layer before it), "flatten", or an activation of its own,
+ * element-wise as PyTorch's module of the same name with its defaults:
+ * "leaky_relu" (slope 0.01), "gelu" (exact), "silu", "sigmoid", "tanh"
+ * (computed on the host: a backend without FED_BACKEND_CAP_HOST_MEMORY
+ * refuses them by name). name is the module's: its tensors
  * are "<name>.weight" and "<name>.bias" (NULL: the node's index, as
  * nn.Sequential). input is the node whose output it takes, -1 for the
  * model's input; today node i takes node i - 1's (a chain). A zero stride
@@ -130,7 +134,8 @@ typedef struct fed_model_node {
  * and stores like any spec: "g:" and the nodes, comma-separated, each
  * [NAME=] and a letter: Lout (linear; no out: the classes), CoutkK[sS][pP]
  * [dD] (conv), MkK[sS][pP] (maxpool), AkK[sS][pP] (avgpool), R (relu), F
- * (flatten); K, S, P, D are N or HxW. A node without NAME is named by its
+ * (flatten), Y (leaky_relu), G (gelu), S (silu), Z (sigmoid), T (tanh);
+ * K, S, P, D are N or HxW. A node without NAME is named by its
  * index. NIID-Bench's SimpleCNN (examples/models/simplecnn.cfg) is
  * "g:conv1=C6k5,R,Mk2,conv2=C16k5,R,Mk2,F,fc1=L120,R,fc2=L84,R,fc3=L".
  * FED_ERR_TOO_LARGE when it takes FED_MODEL_GRAPH_MAX bytes or cap; a chain
@@ -174,6 +179,10 @@ FED_WUR fed_err fed_model_graph_shapes(const char *label, const fed_model_node *
 /* The id of spec (FED_MODEL_SPEC_MAX above): spec itself when shorter
  * than FED_MODEL_SPEC_MAX, else "g#" and its hash. */
 void fed_model_spec_id(const char *spec, char id[FED_MODEL_SPEC_MAX]);
+/* The hash part of an id, of any spec: "g#" and 32 hex digits (what a
+ * mismatch names both models by). */
+#define FED_MODEL_HASH_CHARS 35
+void fed_model_spec_hash(const char *spec, char hash[FED_MODEL_HASH_CHARS]);
 /* Parameters and forward + backward FLOPs per sample a spec gives for
  * input in, without building it (what a client bounds a MODEL frame's
  * graph by), or what was wrong in why (cap bytes). */

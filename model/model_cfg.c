@@ -50,6 +50,11 @@ static const section_def SECTIONS[] = {
     {"avgpool", K_NAME | K_KERNEL | K_STRIDE | K_PADDING, K_KERNEL, 0, 1},
     {"relu", K_NAME, 0, 0, 1},
     {"flatten", K_NAME, 0, 0, 1},
+    {"leaky_relu", K_NAME, 0, 0, 1},
+    {"gelu", K_NAME, 0, 0, 1},
+    {"silu", K_NAME, 0, 0, 1},
+    {"sigmoid", K_NAME, 0, 0, 1},
+    {"tanh", K_NAME, 0, 0, 1},
 };
 #define NSECTIONS ((int)(sizeof SECTIONS / sizeof SECTIONS[0]))
 
@@ -243,7 +248,8 @@ static fed_err open_section(parser *p, const char *name)
     if (!s)
         return fed_err_why(p->why, p->cap, FED_ERR_SPEC,
                      "%s:%d: unknown section [%s] (input, output, linear, conv, maxpool, "
-                     "avgpool, relu, flatten)", c->file, p->line, name);
+                     "avgpool, relu, flatten, leaky_relu, gelu, silu, sigmoid, tanh)", c->file,
+                     p->line, name);
     if ((err = close_section(p)) != FED_OK)
         return err;
     if (p->had_output)

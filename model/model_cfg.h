@@ -20,6 +20,8 @@
  *   [maxpool]  name, kernel, stride (the kernel), padding (0)
  *   [avgpool]  name, kernel, stride (the kernel), padding (0)
  *   [relu]     name           [flatten]  name
+ *   [leaky_relu] [gelu] [silu] [sigmoid] [tanh]  name: activations of their
+ *              own (model.h), PyTorch's modules with their defaults
  * kernel, stride, padding and dilation take N or H,W. name (letters,
  * digits, '_', inner '.') names the tensors "<name>.weight" and
  * "<name>.bias"; without one a layer is named by its index among the

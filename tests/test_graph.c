@@ -484,7 +484,7 @@ static void test_graph_errors(void **state)
     two[1].kind = "softmax";
     expect_why(two, 2, in, FED_ERR_SPEC,
                "model 'bad': node 1: unknown layer kind 'softmax' (linear, conv, maxpool, "
-               "avgpool, relu, flatten)");
+               "avgpool, relu, flatten, leaky_relu, gelu, silu, sigmoid, tanh)");
     two[1].kind = "linear";
     two[1].input = -1;
     expect_why(two, 2, in, FED_ERR_SPEC,
@@ -549,6 +549,21 @@ static void test_backend_caps(void **state)
                                    &m),
                      FED_OK);
     fed_model_free(m);
+    /* an activation of its own runs on the host: a device backend refuses
+       it by name */
+    nowin.name = "device";
+    nowin.caps = w->be->caps & ~FED_BACKEND_CAP_HOST_MEMORY;
+    fed_test_log_capture(FED_LOG_DEBUG);
+    assert_int_equal(fed_model_new("g:L8,act=G,L", (fed_model_shape){1, 4, 4, 3}, &nowin, NULL,
+                                   1, 4, &m),
+                     FED_ERR_UNSUPPORTED);
+    assert_string_equal(fed_test_log_last(),
+                        "model: layer 'act' (gelu) needs kernels the device backend lacks");
+    fed_test_log_default();
+    assert_int_equal(fed_model_new("g:L8,act=G,L", (fed_model_shape){1, 4, 4, 3}, w->be, NULL,
+                                   1, 4, &m),
+                     FED_OK);
+    fed_model_free(m);
 }
 
 /* A graph as a "g:" spec: the exact text, a model from it the same as from
@@ -593,7 +608,7 @@ static void test_graph_spec(void **state)
     /* refusals */
     assert_int_equal(fed_model_spec_explain("g:C6,R,L", in, why, sizeof why), FED_ERR_SPEC);
     assert_string_equal(why, "model spec 'g:C6,R,L': node 0 'C6' is none of NAME=Lout, "
-                             "NAME=CoutkK[sS][pP][dD], MkK[sS][pP], AkK[sS][pP], R, F");
+                             "NAME=CoutkK[sS][pP][dD], MkK[sS][pP], AkK[sS][pP], R, F, Y, G, S, Z, T");
     static const char *bad[] = {"g:",        "g:L,",     "g:Q",       "g:Lk3",  "g:C4k3k3,L",
                                 "g:Mk0,L",   "g:Ck3,L",  "g:a-b=L",   "g:=L",   "g:L5x5",
                                 "g:C4k3x,L", "g:Rk2,L",  "g:L99999999"};

@@ -1,9 +1,10 @@
 #!/bin/sh
 # test_torch_parity.sh - models built from model files compute what PyTorch
-# computes: for examples/models/simplecnn.cfg and a net of every window
+# computes: for examples/models/simplecnn.cfg, a net of every window
 # (strided, padded, dilated and non-square convolutions, padded max and
-# average pooling), fednode's initial parameters (through .safetensors,
-# loaded with strict=True into the nn.Module tests/torch_parity.py builds
+# average pooling) and a net of every activation of its own (leaky_relu,
+# gelu, silu, sigmoid, tanh), fednode's initial parameters (through
+# .safetensors, loaded with strict=True into the nn.Module tests/torch_parity.py builds
 # from the same file), the same batch of 8: logits, loss, every gradient and
 # the parameters after one SGD step agree within 1e-5 of each tensor's norm.
 # The fednode side is build/tests/test_model_cfg --torch-dump. Skips (77)
@@ -42,7 +43,25 @@ cat >"$TMP/windows.cfg" <<CFG
 [output] classes = 7
 CFG
 
-for cfg in "$HERE/../examples/models/simplecnn.cfg" "$TMP/windows.cfg"; do
+cat >"$TMP/acts.cfg" <<CFG
+# every activation of its own, after convolutions and linear layers
+[input] shape = 2,9,8
+[conv] name = c1 out = 4 kernel = 3 padding = 1
+[gelu]
+[conv] name = c2 out = 4 kernel = 3 stride = 2
+[silu]
+[maxpool] kernel = 2
+[tanh]
+[flatten]
+[linear] name = fc1 out = 12
+[leaky_relu]
+[linear] name = fc2 out = 10
+[sigmoid]
+[linear] name = head out = classes
+[output] classes = 5
+CFG
+
+for cfg in "$HERE/../examples/models/simplecnn.cfg" "$TMP/windows.cfg" "$TMP/acts.cfg"; do
     name=$(basename "$cfg" .cfg)
     mkdir -p "$TMP/$name"
     "$DUMP" --torch-dump "$TMP/$name" "$cfg" >"$TMP/$name/dump.log" 2>&1 ||

@@ -16,6 +16,12 @@ TOL = 1e-5
 LR = 0.1
 
 
+# activation layers of their own, with PyTorch's defaults (LeakyReLU's
+# slope 0.01, GELU exact)
+ACTIVATIONS = {"leaky_relu": nn.LeakyReLU, "gelu": nn.GELU, "silu": nn.SiLU,
+               "sigmoid": nn.Sigmoid, "tanh": nn.Tanh}
+
+
 def pair(v):
     p = [int(x) for x in v.split(",")]
     return (p[0], p[0]) if len(p) == 1 else (p[0], p[1])
@@ -64,6 +70,8 @@ class Net(nn.Module):
                 m = nn.ReLU()
             elif kind == "flatten":
                 m = nn.Flatten()
+            elif kind in ACTIVATIONS:
+                m = ACTIVATIONS[kind]()
             else:
                 raise ValueError(kind)
             self.add_module(name, m)
