@@ -419,6 +419,20 @@ static fed_err avgpool_plan(plan *p, const node_desc *nd, int i, dims *s, char *
     return pool_plan(p, nd, i, s, 0, why, cap);
 }
 
+/* global_avgpool: the mean of each channel over the whole map, (c, 1, 1),
+ * as nn.AdaptiveAvgPool2d(1): an average pool whose window is the input. */
+static fed_err gap_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap)
+{
+    node_desc whole = *nd;
+
+    whole.kh = s->h;
+    whole.kw = s->w;
+    whole.sh = whole.sw = 1;
+    whole.ph = whole.pw = 0;
+    whole.dh = whole.dw = 0;
+    return pool_plan(p, &whole, i, s, 0, why, cap);
+}
+
 /* relu: folds into the layer just before it (linear or conv). */
 static fed_err relu_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap)
 {
@@ -653,8 +667,8 @@ static fed_err graph_spec(const char *spec, node_desc *nodes, int ncap, int *cou
         if (n == ncap || !spec_node(s, end, n, &nodes[n]))
             return fed_err_why(why, cap, FED_ERR_SPEC,
                                "model spec '%.40s%s': node %d '%.*s' is none of NAME=Lout, "
-                               "NAME=CoutkK[sS][pP][dD], MkK[sS][pP], AkK[sS][pP], R, F, Y, G, S, Z, "
-                               "T", spec,
+                               "NAME=CoutkK[sS][pP][dD], MkK[sS][pP], AkK[sS][pP], P, R, F, Y, G, S, "
+                               "Z, T", spec,
                                strlen(spec) > 40 ? "..." : "", n, (int)(end - s), s);
         n++;
         if (!*end)
@@ -888,7 +902,8 @@ static fed_err graph_node(const char *label, const fed_model_node *gn, int i, no
     if (!gn->kind || !(nd->ops = kind_find(gn->kind)))
         return fed_err_why(why, cap, FED_ERR_SPEC,
                          "model '%s': node %d: unknown layer kind '%s' (linear, conv, maxpool, "
-                         "avgpool, relu, flatten, leaky_relu, gelu, silu, sigmoid, tanh)", label, i, gn->kind ? gn->kind : "(none)");
+                         "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, "
+                         "sigmoid, tanh)", label, i, gn->kind ? gn->kind : "(none)");
     if (name) {
         if (!fed_model_name_ok(name))
             return fed_err_why(why, cap, FED_ERR_SPEC,
@@ -1749,6 +1764,8 @@ static const layer_ops LAYER_KINDS[] = {
     {.kind = "avgpool", .letter = 'A', .opts = OPT_K | OPT_S | OPT_P, .plan = avgpool_plan,
      .needs = avgpool_needs, .forward = avgpool_forward,
      .input_grads = avgpool_input_grads, .flops = pool_flops},
+    {.kind = "global_avgpool", .letter = 'P', .plan = gap_plan, .needs = avgpool_needs,
+     .forward = avgpool_forward, .input_grads = avgpool_input_grads, .flops = pool_flops},
     {.kind = "relu", .letter = 'R', .plan = relu_plan},
 #define ACT_KIND(k, l, a)                                                                     \
     {.kind = k, .letter = l, .act = a, .plan = act_plan, .needs = act_needs,                  \

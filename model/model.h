@@ -107,7 +107,8 @@ void fed_model_free(fed_model *m);
  * "linear" (out features; takes its input flattened), "conv" (out
  * channels, kernel, stride, padding, dilation), "maxpool" or "avgpool"
  * (kernel, stride, padding at most half the kernel; average pooling counts
- * the padding, as PyTorch's default), "relu" (folded into the linear or
+ * the padding, as PyTorch's default), "global_avgpool" (each channel's
+ * mean, nn.AdaptiveAvgPool2d(1)), "relu" (folded into the linear or
  * conv layer before it), "flatten", or an activation of its own,
  * element-wise as PyTorch's module of the same name with its defaults:
  * "leaky_relu" (slope 0.01), "gelu" (exact), "silu", "sigmoid", "tanh"
@@ -134,7 +135,7 @@ typedef struct fed_model_node {
  * and stores like any spec: "g:" and the nodes, comma-separated, each
  * [NAME=] and a letter: Lout (linear; no out: the classes), CoutkK[sS][pP]
  * [dD] (conv), MkK[sS][pP] (maxpool), AkK[sS][pP] (avgpool), R (relu), F
- * (flatten), Y (leaky_relu), G (gelu), S (silu), Z (sigmoid), T (tanh);
+ * (flatten), P (global_avgpool), Y (leaky_relu), G (gelu), S (silu), Z (sigmoid), T (tanh);
  * K, S, P, D are N or HxW. A node without NAME is named by its
  * index. NIID-Bench's SimpleCNN (examples/models/simplecnn.cfg) is
  * "g:conv1=C6k5,R,Mk2,conv2=C16k5,R,Mk2,F,fc1=L120,R,fc2=L84,R,fc3=L".

@@ -48,6 +48,7 @@ static const section_def SECTIONS[] = {
      1},
     {"maxpool", K_NAME | K_KERNEL | K_STRIDE | K_PADDING, K_KERNEL, 0, 1},
     {"avgpool", K_NAME | K_KERNEL | K_STRIDE | K_PADDING, K_KERNEL, 0, 1},
+    {"global_avgpool", K_NAME, 0, 0, 1},
     {"relu", K_NAME, 0, 0, 1},
     {"flatten", K_NAME, 0, 0, 1},
     {"leaky_relu", K_NAME, 0, 0, 1},
@@ -248,8 +249,8 @@ static fed_err open_section(parser *p, const char *name)
     if (!s)
         return fed_err_why(p->why, p->cap, FED_ERR_SPEC,
                      "%s:%d: unknown section [%s] (input, output, linear, conv, maxpool, "
-                     "avgpool, relu, flatten, leaky_relu, gelu, silu, sigmoid, tanh)", c->file,
-                     p->line, name);
+                     "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, sigmoid, "
+                     "tanh)", c->file, p->line, name);
     if ((err = close_section(p)) != FED_OK)
         return err;
     if (p->had_output)

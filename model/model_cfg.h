@@ -19,7 +19,7 @@
  *   [conv]     name, out, kernel, stride (1), padding (0), dilation (1)
  *   [maxpool]  name, kernel, stride (the kernel), padding (0)
  *   [avgpool]  name, kernel, stride (the kernel), padding (0)
- *   [relu]     name           [flatten]  name
+ *   [relu]     name           [flatten]  name     [global_avgpool]  name
  *   [leaky_relu] [gelu] [silu] [sigmoid] [tanh]  name: activations of their
  *              own (model.h), PyTorch's modules with their defaults
  * kernel, stride, padding and dilation take N or H,W. name (letters,

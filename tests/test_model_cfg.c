@@ -189,7 +189,8 @@ static void test_errors(void **state)
     expect_parse(IN, FED_ERR_SPEC, "m.cfg: no layers");
     expect_parse(IN "[softmax]\n", FED_ERR_SPEC,
                  "m.cfg:2: unknown section [softmax] (input, output, linear, conv, maxpool, "
-                 "avgpool, relu, flatten, leaky_relu, gelu, silu, sigmoid, tanh)");
+                 "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, sigmoid, "
+                 "tanh)");
     expect_parse(IN "[conv] out = 3 kernel = 3 groups = 3\n", FED_ERR_SPEC,
                  "m.cfg:2: [conv]: unknown key 'groups' (name, out, kernel, stride, padding, "
                  "dilation)");

@@ -3,9 +3,9 @@
 # computes: for examples/models/simplecnn.cfg, a net of every window
 # (strided, padded, dilated and non-square convolutions, padded max and
 # average pooling) and a net of every activation of its own (leaky_relu,
-# gelu, silu, sigmoid, tanh), fednode's initial parameters (through
-# .safetensors, loaded with strict=True into the nn.Module tests/torch_parity.py builds
-# from the same file), the same batch of 8: logits, loss, every gradient and
+# gelu, silu, sigmoid, tanh) with a global average pool, fednode's initial
+# parameters (through .safetensors, loaded with strict=True into the
+# nn.Module tests/torch_parity.py builds from the same file), the same batch of 8: logits, loss, every gradient and
 # the parameters after one SGD step agree within 1e-5 of each tensor's norm.
 # The fednode side is build/tests/test_model_cfg --torch-dump. Skips (77)
 # without /usr/bin/python3 with torch (Debian: python3-torch).
@@ -50,8 +50,8 @@ cat >"$TMP/acts.cfg" <<CFG
 [gelu]
 [conv] name = c2 out = 4 kernel = 3 stride = 2
 [silu]
-[maxpool] kernel = 2
 [tanh]
+[global_avgpool]
 [flatten]
 [linear] name = fc1 out = 12
 [leaky_relu]

@@ -66,6 +66,8 @@ class Net(nn.Module):
                 s = pair(kv["stride"]) if "stride" in kv else k
                 p = pair(kv.get("padding", "0"))
                 m = nn.MaxPool2d(k, s, p) if kind == "maxpool" else nn.AvgPool2d(k, s, p)
+            elif kind == "global_avgpool":
+                m = nn.AdaptiveAvgPool2d(1)
             elif kind == "relu":
                 m = nn.ReLU()
             elif kind == "flatten":
