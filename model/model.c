@@ -63,6 +63,7 @@ typedef struct node_desc {
 typedef struct plan {
     const char *spec;
     int classes;            /* a linear layer's out 0 */
+    int loss;               /* LOSS_* */
     layer *layers;
     int nlayers, cap_layers;
     fed_tensor_info *tensors;
@@ -119,6 +120,11 @@ enum { OPT_OUT = 1, OPT_K = 2, OPT_S = 4, OPT_P = 8, OPT_D = 16 };
 /* Activation layers of their own, element-wise, as PyTorch's modules:
  * LeakyReLU (slope 0.01), GELU (exact, erf), SiLU, Sigmoid, Tanh. */
 enum { ACT_LEAKY_RELU = 1, ACT_GELU, ACT_SILU, ACT_SIGMOID, ACT_TANH };
+
+/* The loss on the logits: softmax cross-entropy (the backend's), or binary
+ * cross-entropy on one logit, as BCEWithLogitsLoss (two classes, label 1
+ * the positive; computed on the host). A "bce" node, last, chooses it. */
+enum { LOSS_XENT = 0, LOSS_BCE };
 #define LEAKY_SLOPE 0.01
 
 #define MAX_SHARDS 64
@@ -195,6 +201,8 @@ typedef struct step_run {
 } step_run;
 
 struct fed_model {
+    int loss;                      /* LOSS_* */
+    int nlogits;                   /* per sample: the classes, or 1 (bce) */
     char spec[FED_MODEL_SPEC_MAX]; /* its id (fed_model_spec_id) */
     char *graph;                   /* the whole spec, when longer than its id */
     fed_model_shape in;
@@ -457,6 +465,18 @@ static fed_err act_plan(plan *p, const node_desc *nd, int i, dims *s, char *why,
     return plan_output(p, nd, i, s, ly, s->c, s->h, s->w, why, cap);
 }
 
+/* bce: the loss, not a layer (it must be the last node). */
+static fed_err bce_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap)
+{
+    (void)nd;
+    (void)i;
+    (void)s;
+    (void)why;
+    (void)cap;
+    p->loss = LOSS_BCE;
+    return FED_OK;
+}
+
 /* flatten: (c, h, w) -> (c*h*w, 1, 1), a view (nn.Flatten's order). */
 static fed_err flatten_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap)
 {
@@ -495,6 +515,11 @@ static fed_err plan_graph(const node_desc *nodes, int count, fed_model_shape in,
         size_t np0 = p->nparams;
         int nl0 = p->nlayers;
 
+        if (nodes[i].ops->plan == bce_plan && i != count - 1)
+            return fed_err_why(why, cap, FED_ERR_SPEC,
+                               "model '%s': node %d (bce): the loss must be the last node",
+                               p->spec, i);
+
         if ((err = nodes[i].ops->plan(p, &nodes[i], i, &s, why, cap)) != FED_OK)
             return err;
         if (info) {
@@ -517,7 +542,12 @@ static fed_err plan_graph(const node_desc *nodes, int count, fed_model_shape in,
         return fed_err_why(why, cap, FED_ERR_SPEC,
                          "model '%s': a relu on the logits (the last layer) is not supported",
                          p->spec);
-    if (last->out_numel != in.classes)
+    if (p->loss == LOSS_BCE && (last->out_numel != 1 || in.classes != 2))
+        return fed_err_why(why, cap, FED_ERR_SHAPE,
+                           "model '%s': the loss bce takes one logit and two classes; the last "
+                           "layer gives %dx%dx%d values, the data has %d classes", p->spec,
+                           last->out_c, last->out_h, last->out_w, in.classes);
+    if (p->loss != LOSS_BCE && last->out_numel != in.classes)
         return fed_err_why(why, cap, FED_ERR_SHAPE,
                          "model '%s': the last layer gives %dx%dx%d values, the loss wants %d "
                          "classes", p->spec, last->out_c, last->out_h, last->out_w, in.classes);
@@ -668,7 +698,7 @@ static fed_err graph_spec(const char *spec, node_desc *nodes, int ncap, int *cou
             return fed_err_why(why, cap, FED_ERR_SPEC,
                                "model spec '%.40s%s': node %d '%.*s' is none of NAME=Lout, "
                                "NAME=CoutkK[sS][pP][dD], MkK[sS][pP], AkK[sS][pP], P, R, F, Y, G, S, "
-                               "Z, T", spec,
+                               "Z, T, B", spec,
                                strlen(spec) > 40 ? "..." : "", n, (int)(end - s), s);
         n++;
         if (!*end)
@@ -903,7 +933,7 @@ static fed_err graph_node(const char *label, const fed_model_node *gn, int i, no
         return fed_err_why(why, cap, FED_ERR_SPEC,
                          "model '%s': node %d: unknown layer kind '%s' (linear, conv, maxpool, "
                          "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, "
-                         "sigmoid, tanh)", label, i, gn->kind ? gn->kind : "(none)");
+                         "sigmoid, tanh, bce)", label, i, gn->kind ? gn->kind : "(none)");
     if (name) {
         if (!fed_model_name_ok(name))
             return fed_err_why(why, cap, FED_ERR_SPEC,
@@ -1127,6 +1157,11 @@ static fed_err ws_init(fed_model *m, workspace *w)
 /* Whether be can run every layer of p: else logs the first it cannot. */
 static fed_err backend_fits(const plan *p, const fed_backend *be)
 {
+    if (p->loss == LOSS_BCE && !(be->caps & FED_BACKEND_CAP_HOST_MEMORY)) {
+        fed_log(FED_LOG_ERROR, "model: the loss bce is computed on the host, which the %s "
+                "backend's memory is not", be->name);
+        return FED_ERR_UNSUPPORTED;
+    }
     for (int l = 0; l < p->nlayers; l++) {
         const layer *ly = &p->layers[l];
         unsigned need = ly->ops->needs ? ly->ops->needs(ly) : 0;
@@ -1173,6 +1208,8 @@ static fed_err model_build(plan *p, fed_model_shape in, fed_backend *be, fed_poo
     atomic_store(&m->run.steal_ns, STEAL_WAIT_NS);
     snprintf(m->spec, sizeof m->spec, "%s", p->spec);
     m->in = in;
+    m->loss = p->loss;
+    m->nlogits = p->layers[p->nlayers - 1].out_numel;
     m->be = be;
     m->pool = pool;
     m->shards = shards;
@@ -1267,6 +1304,7 @@ void fed_model_free(fed_model *m)
 
 const char *fed_model_spec(const fed_model *m) { return m->spec; }
 const char *fed_model_graph(const fed_model *m) { return m->graph ? m->graph : m->spec; }
+int fed_model_nlogits(const fed_model *m) { return m->nlogits; }
 fed_model_shape fed_model_input(const fed_model *m) { return m->in; }
 size_t fed_model_nparams(const fed_model *m) { return m->nparams; }
 fed_backend *fed_model_backend(const fed_model *m) { return m->be; }
@@ -1767,6 +1805,7 @@ static const layer_ops LAYER_KINDS[] = {
     {.kind = "global_avgpool", .letter = 'P', .plan = gap_plan, .needs = avgpool_needs,
      .forward = avgpool_forward, .input_grads = avgpool_input_grads, .flops = pool_flops},
     {.kind = "relu", .letter = 'R', .plan = relu_plan},
+    {.kind = "bce", .letter = 'B', .plan = bce_plan},
 #define ACT_KIND(k, l, a)                                                                     \
     {.kind = k, .letter = l, .act = a, .plan = act_plan, .needs = act_needs,                  \
      .forward = act_forward, .input_grads = act_input_grads, .flops = act_flops}
@@ -1839,10 +1878,32 @@ static fed_err upload_rows(fed_model *m, int off, int n)
 /* Layer 0 (linear) by output columns: unit u computes y[:, r0:r1] for the
  * whole batch from its own rows of W, the rows it updates (so they stay in
  * its core's cache), and each core reads half of W instead of all of it. */
+/* Binary cross-entropy with logits (n logits z, labels y in {0, 1}): the
+ * summed loss softplus(z) - y z, the count of (z > 0) == y, and, when
+ * grad_scale, the logits replaced by (sigmoid(z) - y) * grad_scale. Host
+ * memory (backend_fits checked). */
+static void bce_loss(float *z, const int32_t *y, int n, const float *grad_scale, double *loss,
+                     int *correct)
+{
+    double sum = 0.0;
+    int right = 0;
+
+    for (int i = 0; i < n; i++) {
+        double x = z[i], t = y[i] == 1;
+
+        sum += (x > 0 ? x : 0.0) - t * x + log1p(exp(-fabs(x)));
+        right += (x > 0) == (y[i] == 1);
+        if (grad_scale)
+            z[i] = (float)((act_sigmoid(x) - t) * *grad_scale);
+    }
+    *loss = sum;
+    *correct = right;
+}
+
 static void forward_rows(fed_model *m, int u, int from)
 {
     step_run *r = &m->run;
-    int off = r->off[u], n = r->n[u], last = m->nlayers - 1, C = m->in.classes;
+    int off = r->off[u], n = r->n[u], last = m->nlayers - 1, C = m->nlogits;
     size_t feat = (size_t)m->in.c * m->in.h * m->in.w;
     const float *x;
     float *logits;
@@ -1856,7 +1917,10 @@ static void forward_rows(fed_model *m, int u, int from)
         x = m->ws.act[l] + (size_t)off * m->layers[l].out_numel;
     }
     logits = m->ws.act[last] + (size_t)off * C;
-    if (r->train)
+    if (m->loss == LOSS_BCE)
+        bce_loss(logits, m->ws.y + off, n, r->train ? &r->grad_scale : NULL, &r->loss[u],
+                 &r->correct[u]);
+    else if (r->train)
         m->be->softmax_xent(m->be, logits, m->ws.y + off, n, C, r->grad_scale, &r->loss[u],
                             &r->correct[u]);
     else
@@ -1899,7 +1963,7 @@ static void dp_unit(fed_model *m, int l, int u)
 {
     step_run *r = &m->run;
     const layer *ly = &m->layers[l];
-    int L = m->nlayers, off = r->off[u], n = r->n[u], C = m->in.classes;
+    int L = m->nlayers, off = r->off[u], n = r->n[u], C = m->nlogits;
     double *norm2 = m->ws.norm2 + off;
     int kept = m->ws.dpd_on; /* the output gradients kept per layer */
     float *dy = l == L - 1 ? m->ws.act[L - 1] : kept ? m->ws.dpd[l] : m->ws.d[(L - 2 - l) & 1];
@@ -2254,7 +2318,7 @@ fed_err fed_model_logits(fed_model *m, const fed_batch *b, float *out)
     if (err != FED_OK || (err = run_batch(m, b, 0, NULL, NULL, NULL)) != FED_OK)
         return err;
     return m->be->download(m->be, out, m->ws.act[m->nlayers - 1],
-                           (size_t)b->n * m->in.classes * sizeof(float));
+                           (size_t)b->n * m->nlogits * sizeof(float));
 }
 
 fed_err fed_model_evaluate(fed_model *m, const fed_batch *b, fed_step_stats *st)

@@ -113,7 +113,9 @@ void fed_model_free(fed_model *m);
  * element-wise as PyTorch's module of the same name with its defaults:
  * "leaky_relu" (slope 0.01), "gelu" (exact), "silu", "sigmoid", "tanh"
  * (computed on the host: a backend without FED_BACKEND_CAP_HOST_MEMORY
- * refuses them by name). name is the module's: its tensors
+ * refuses them by name). A last node "bce" is no layer but the loss:
+ * binary cross-entropy with logits on the one logit the layer before it
+ * gives, over two classes (host-computed too). name is the module's: its tensors
  * are "<name>.weight" and "<name>.bias" (NULL: the node's index, as
  * nn.Sequential). input is the node whose output it takes, -1 for the
  * model's input; today node i takes node i - 1's (a chain). A zero stride
@@ -135,7 +137,7 @@ typedef struct fed_model_node {
  * and stores like any spec: "g:" and the nodes, comma-separated, each
  * [NAME=] and a letter: Lout (linear; no out: the classes), CoutkK[sS][pP]
  * [dD] (conv), MkK[sS][pP] (maxpool), AkK[sS][pP] (avgpool), R (relu), F
- * (flatten), P (global_avgpool), Y (leaky_relu), G (gelu), S (silu), Z (sigmoid), T (tanh);
+ * (flatten), B (the loss bce, last), P (global_avgpool), Y (leaky_relu), G (gelu), S (silu), Z (sigmoid), T (tanh);
  * K, S, P, D are N or HxW. A node without NAME is named by its
  * index. NIID-Bench's SimpleCNN (examples/models/simplecnn.cfg) is
  * "g:conv1=C6k5,R,Mk2,conv2=C16k5,R,Mk2,F,fc1=L120,R,fc2=L84,R,fc3=L".
@@ -251,7 +253,9 @@ FED_WUR fed_err fed_model_train_step(fed_model *m, const fed_batch *b, fed_step_
  * fed_trainer_set_dp). CPU backend only: FED_ERR_UNSUPPORTED elsewhere. */
 FED_WUR fed_err fed_model_dp_grads(fed_model *m, const fed_batch *b, float clip, float scale,
                                    int accumulate, float *norms, fed_step_stats *st);
-/* Forward only of b (1 <= n <= max_batch): its logits, (n, classes), into
+/* The logits of one sample: the classes, or 1 with the loss bce. */
+int fed_model_nlogits(const fed_model *m);
+/* Forward only of b (1 <= n <= max_batch): its logits, (n, nlogits), into
  * out on the host (what a parity test compares with another framework). */
 FED_WUR fed_err fed_model_logits(fed_model *m, const fed_batch *b, float *out);
 /* Forward only, any n >= 1 (run in pieces of max_batch): loss, accuracy and

@@ -124,6 +124,8 @@ static cfg_node *cur_node(parser *p)
 }
 
 /* One key = value of the open section. */
+static fed_err push_node(parser *p, const char *kind);
+
 static fed_err set_key(parser *p, const char *key, const char *val)
 {
     int k = 0, ok = 1;
@@ -195,10 +197,15 @@ static fed_err set_key(parser *p, const char *key, const char *val)
         ok = parse_ints(val, &c->in.w, 1, 0, 1);
         c->in.c = c->in.h = 1;
         break;
-    case K_LOSS:
+    case K_LOSS: /* bce: a last node that chooses it */
+        if (!strcmp(val, "bce"))
+            return c->count ? push_node(p, "bce")
+                            : fed_err_why(p->why, p->cap, FED_ERR_SPEC,
+                                          "%s:%d: [output] loss: bce after no layer", c->file,
+                                          p->line);
         if (strcmp(val, "cross_entropy") != 0)
             return fed_err_why(p->why, p->cap, FED_ERR_SPEC,
-                         "%s:%d: [output] loss: '%s' is not supported yet (cross_entropy)",
+                         "%s:%d: [output] loss: '%s' is not supported yet (cross_entropy, bce)",
                          c->file, p->line, val);
         return FED_OK;
     case K_CLASSES:
@@ -266,6 +273,14 @@ static fed_err open_section(parser *p, const char *name)
     p->seen = 0;
     if (!s->layer)
         return FED_OK;
+    return push_node(p, s->name);
+}
+
+/* A node of kind (a static string) at the end, on the current line. */
+static fed_err push_node(parser *p, const char *kind)
+{
+    fed_model_cfg *c = p->c;
+
     if (c->count == FED_MODEL_MAX_NODES)
         return fed_err_why(p->why, p->cap, FED_ERR_SPEC, "%s:%d: more than %d layers", c->file,
                      p->line, FED_MODEL_MAX_NODES);
@@ -279,7 +294,7 @@ static fed_err open_section(parser *p, const char *name)
         c->cap = n;
     }
     memset(&c->nodes[c->count], 0, sizeof c->nodes[0]);
-    c->nodes[c->count].n.kind = s->name;
+    c->nodes[c->count].n.kind = kind;
     c->nodes[c->count].n.input = c->count - 1;
     c->nodes[c->count].line = p->line;
     c->count++;
@@ -450,7 +465,9 @@ fed_model_shape fed_model_cfg_own_input(const fed_model_cfg *c)
     fed_model_shape in = c->in;
     const cfg_node *last = &c->nodes[c->count - 1];
 
-    if (!in.classes)
+    if (!in.classes && !strcmp(last->n.kind, "bce"))
+        in.classes = 2; /* one logit, two classes */
+    else if (!in.classes)
         in.classes = !last->out_classes && last->n.out >= 2 ? last->n.out : 10;
     return in;
 }

@@ -13,8 +13,9 @@
  * Keys follow their section on its line or on lines of their own, as
  * key = value (no spaces inside a value); '#' or ';' starts a comment.
  * [input] comes first (shape = C,H,W or features = N); [output] last and
- * optional (loss = cross_entropy, the only loss yet; classes = K, else the
- * data's). Layers, each an entry of the model's layer table:
+ * optional (loss = cross_entropy, or bce: binary cross-entropy on one logit,
+ * a last "bce" node; classes = K, else the data's). Layers, each an entry
+ * of the model's layer table:
  *   [linear]   name, out (a count or "classes": the data's)
  *   [conv]     name, out, kernel, stride (1), padding (0), dilation (1)
  *   [maxpool]  name, kernel, stride (the kernel), padding (0)

@@ -485,7 +485,7 @@ static void test_graph_errors(void **state)
     expect_why(two, 2, in, FED_ERR_SPEC,
                "model 'bad': node 1: unknown layer kind 'softmax' (linear, conv, maxpool, "
                "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, "
-               "sigmoid, tanh)");
+               "sigmoid, tanh, bce)");
     two[1].kind = "linear";
     two[1].input = -1;
     expect_why(two, 2, in, FED_ERR_SPEC,
@@ -565,6 +565,34 @@ static void test_backend_caps(void **state)
                                    1, 4, &m),
                      FED_OK);
     fed_model_free(m);
+    /* the loss bce: host-computed too, one logit of two classes, last */
+    fed_test_log_capture(FED_LOG_DEBUG);
+    assert_int_equal(fed_model_new("g:L8,R,L1,B", (fed_model_shape){1, 4, 4, 2}, &nowin, NULL,
+                                   1, 4, &m),
+                     FED_ERR_UNSUPPORTED);
+    assert_string_equal(fed_test_log_last(), "model: the loss bce is computed on the host, which "
+                                             "the device backend's memory is not");
+    fed_test_log_default();
+    {
+        char why[256];
+
+        assert_int_equal(fed_model_spec_explain("g:L8,R,L,B", (fed_model_shape){1, 4, 4, 2},
+                                                why, sizeof why),
+                         FED_ERR_SHAPE);
+        assert_string_equal(why, "model 'g:L8,R,L,B': the loss bce takes one logit and two "
+                                 "classes; the last layer gives 2x1x1 values, the data has 2 "
+                                 "classes");
+        assert_int_equal(fed_model_spec_explain("g:L8,B,L1", (fed_model_shape){1, 4, 4, 2}, why,
+                                                sizeof why),
+                         FED_ERR_SPEC);
+        assert_string_equal(why, "model 'g:L8,B,L1': node 1 (bce): the loss must be the last "
+                                 "node");
+    }
+    assert_int_equal(fed_model_new("g:L8,R,L1,B", (fed_model_shape){1, 4, 4, 2}, w->be, NULL, 1,
+                                   4, &m),
+                     FED_OK);
+    assert_int_equal(fed_model_nlogits(m), 1);
+    fed_model_free(m);
 }
 
 /* A graph as a "g:" spec: the exact text, a model from it the same as from
@@ -610,7 +638,7 @@ static void test_graph_spec(void **state)
     assert_int_equal(fed_model_spec_explain("g:C6,R,L", in, why, sizeof why), FED_ERR_SPEC);
     assert_string_equal(why, "model spec 'g:C6,R,L': node 0 'C6' is none of NAME=Lout, "
                              "NAME=CoutkK[sS][pP][dD], MkK[sS][pP], AkK[sS][pP], P, R, F, Y, G, S, "
-                             "Z, T");
+                             "Z, T, B");
     static const char *bad[] = {"g:",        "g:L,",     "g:Q",       "g:Lk3",  "g:C4k3k3,L",
                                 "g:Mk0,L",   "g:Ck3,L",  "g:a-b=L",   "g:=L",   "g:L5x5",
                                 "g:C4k3x,L", "g:Rk2,L",  "g:L99999999"};

@@ -214,7 +214,7 @@ static void test_errors(void **state)
                  "m.cfg:2: [linear] name: 'a-b' must be 1 to 23 letters, digits, '_' or inner "
                  "'.'");
     expect_parse(IN "[linear] out = 3\n[output] loss = mse\n", FED_ERR_SPEC,
-                 "m.cfg:3: [output] loss: 'mse' is not supported yet (cross_entropy)");
+                 "m.cfg:3: [output] loss: 'mse' is not supported yet (cross_entropy, bce)");
     expect_parse(IN "[linear] out = 3\n[output]\n[relu]\n", FED_ERR_SPEC,
                  "m.cfg:4: [relu] after [output], which ends the file");
     expect_parse("[input]\n[linear] out = 3\n", FED_ERR_SPEC,
@@ -311,7 +311,7 @@ static int torch_dump(const char *dir, const char *file)
     fed_tensor_info *t = NULL;
     float *buf = NULL, *p0 = NULL, *x = NULL, *logits = NULL, yf[DUMP_N], loss;
     int32_t y[DUMP_N];
-    int nt, n = 0, F, shape[4];
+    int nt, n = 0, F, shape[4], nlog;
     size_t np, used = 0;
     char why[1024], path[4096], name[64];
     int rc = 1;
@@ -321,7 +321,8 @@ static int torch_dump(const char *dir, const char *file)
         return 1;
     }
     in = fed_model_cfg_input(c);
-    in.classes = in.classes ? in.classes : DUMP_CLASSES;
+    if (!in.classes) /* bce's own two classes, else the dump's */
+        in.classes = fed_model_cfg_own_input(c).classes == 2 ? 2 : DUMP_CLASSES;
     if (fed_backend_cpu_new(1, &be) != FED_OK ||
         fed_model_cfg_build(c, in, be, NULL, 1, DUMP_N, &m, why, sizeof why) != FED_OK) {
         fprintf(stderr, "build: %s\n", why);
@@ -332,10 +333,11 @@ static int torch_dump(const char *dir, const char *file)
     mt = fed_model_tensors(m, &nt);
     F = in.c * in.h * in.w;
     t = calloc((size_t)3 * nt + 4, sizeof *t);
-    buf = malloc((3 * np + (size_t)DUMP_N * (F + in.classes + 1) + 1) * sizeof *buf);
+    nlog = fed_model_nlogits(m);
+    buf = malloc((3 * np + (size_t)DUMP_N * (F + nlog + 1) + 1) * sizeof *buf);
     p0 = malloc(np * sizeof *p0);
     x = malloc((size_t)DUMP_N * F * sizeof *x);
-    logits = malloc((size_t)DUMP_N * in.classes * sizeof *logits);
+    logits = malloc((size_t)DUMP_N * nlog * sizeof *logits);
     if (!t || !buf || !p0 || !x || !logits || fed_model_init(m, &rng) != FED_OK ||
         fed_model_get_params(m, p0) != FED_OK)
         goto out;
@@ -360,7 +362,7 @@ static int torch_dump(const char *dir, const char *file)
     shape[3] = in.w;
     dump_add(t, &n, buf, &used, "x", 4, shape, x);
     dump_add(t, &n, buf, &used, "y", 1, shape, yf);
-    shape[1] = in.classes;
+    shape[1] = nlog;
     dump_add(t, &n, buf, &used, "logits", 2, shape, logits);
     loss = (float)(st.loss_sum / DUMP_N);
     shape[0] = 1;

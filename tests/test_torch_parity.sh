@@ -61,7 +61,17 @@ cat >"$TMP/acts.cfg" <<CFG
 [output] classes = 5
 CFG
 
-for cfg in "$HERE/../examples/models/simplecnn.cfg" "$TMP/windows.cfg" "$TMP/acts.cfg"; do
+cat >"$TMP/bce.cfg" <<CFG
+# one logit, binary cross-entropy with logits
+[input] features = 11
+[linear] name = fc1 out = 9
+[relu]
+[linear] name = out out = 1
+[output] loss = bce
+CFG
+
+for cfg in "$HERE/../examples/models/simplecnn.cfg" "$TMP/windows.cfg" "$TMP/acts.cfg" \
+    "$TMP/bce.cfg"; do
     name=$(basename "$cfg" .cfg)
     mkdir -p "$TMP/$name"
     "$DUMP" --torch-dump "$TMP/$name" "$cfg" >"$TMP/$name/dump.log" 2>&1 ||

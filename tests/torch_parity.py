@@ -102,7 +102,11 @@ def main():
     sd = {k: v for k, v in ours.items() if k in net.state_dict()}
     net.load_state_dict(sd, strict=True)
     logits = net(x)
-    loss = F.cross_entropy(logits, y)
+    output = [kv for kind, kv in sections(cfg) if kind == "output"]
+    if output and output[0].get("loss") == "bce":  # one logit, BCEWithLogitsLoss
+        loss = F.binary_cross_entropy_with_logits(logits[:, 0], y.float())
+    else:
+        loss = F.cross_entropy(logits, y)
     loss.backward()
     worst = 0.0
     bad = []
