@@ -41,6 +41,7 @@ typedef struct layer {
     int out_c, out_h, out_w;
     int in_numel, out_numel;
     fed_window win;           /* conv and pooling: the window over one input */
+    int groups;               /* conv: groups of channels (1: a plain conv) */
     size_t w_off, b_off;      /* linear (out, in), conv (out_c, in_c, kh, kw); bias (out);
                                  both 0 for a layer without parameters */
     size_t col_numel;         /* conv: (in_c*kh*kw, out_h*out_w) per sample */
@@ -57,6 +58,7 @@ typedef struct node_desc {
     int input;
     int out;                      /* linear: features; conv: channels */
     int kh, kw, sh, sw, ph, pw, dh, dw; /* conv and pooling windows */
+    int groups;                   /* conv: 0 or 1 a plain one */
 } node_desc;
 
 /* A graph planned into layers and tensors, before any device allocation. */
@@ -115,7 +117,7 @@ static const layer_ops *kind_of_letter(char letter);
 
 /* What a node takes in a "g:" spec, besides a name: out, then kernel,
  * stride, padding and dilation as k, s, p, d. */
-enum { OPT_OUT = 1, OPT_K = 2, OPT_S = 4, OPT_P = 8, OPT_D = 16 };
+enum { OPT_OUT = 1, OPT_K = 2, OPT_S = 4, OPT_P = 8, OPT_D = 16, OPT_G = 32 };
 
 /* Activation layers of their own, element-wise, as PyTorch's modules:
  * LeakyReLU (slope 0.01), GELU (exact, erf), SiLU, Sigmoid, Tanh. */
@@ -372,11 +374,15 @@ static fed_err conv_plan(plan *p, const node_desc *nd, int i, dims *s, char *why
 {
     fed_window g;
     layer *ly;
-    int wshape[4] = {nd->out, s->c, nd->kh, nd->kw};
+    int G = nd->groups > 0 ? nd->groups : 1;
+    int wshape[4] = {nd->out, s->c / G, nd->kh, nd->kw};
     fed_err err;
 
     if (nd->out < 1 || nd->out > 65536)
         return shape_fail(p, nd, i, s, why, cap, "out must be 1 to 65536 channels");
+    if (s->c % G != 0 || nd->out % G != 0)
+        return shape_fail(p, nd, i, s, why, cap,
+                          "groups must divide both the input's channels and out");
     if ((err = plan_window(p, nd, i, s, 0, &g, why, cap)) != FED_OK)
         return err;
     if ((long)s->c * g.KH * g.KW > MAX_LAYER_NUMEL ||
@@ -385,8 +391,9 @@ static fed_err conv_plan(plan *p, const node_desc *nd, int i, dims *s, char *why
     if (!(ly = plan_layer(p, nd)))
         return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
     ly->win = g;
+    ly->groups = G;
     ly->col_numel = (size_t)s->c * g.KH * g.KW * g.OH * g.OW;
-    ly->dgw_numel = (size_t)nd->out * s->c * g.KH * g.KW;
+    ly->dgw_numel = (size_t)nd->out * (s->c / G) * g.KH * g.KW;
     if ((err = plan_output(p, nd, i, s, ly, nd->out, g.OH, g.OW, why, cap)) != FED_OK ||
         (err = plan_tensor(p, nd->name, "weight", 4, wshape, &ly->w_off, why, cap)) != FED_OK)
         return err;
@@ -644,8 +651,9 @@ static int spec_pair(const char **s, int *a, int *b, int zero_ok)
 static int spec_node(const char *s, const char *end, int i, node_desc *nd)
 {
     const char *eq = memchr(s, '=', (size_t)(end - s));
-    int *pairs[4][2] = {{&nd->kh, &nd->kw}, {&nd->sh, &nd->sw}, {&nd->ph, &nd->pw},
-                        {&nd->dh, &nd->dw}};
+    int groups2 = 0;
+    int *pairs[5][2] = {{&nd->kh, &nd->kw}, {&nd->sh, &nd->sw}, {&nd->ph, &nd->pw},
+                        {&nd->dh, &nd->dw}, {&nd->groups, &groups2}};
     unsigned seen = 0;
 
     memset(nd, 0, sizeof *nd);
@@ -666,7 +674,7 @@ static int spec_node(const char *s, const char *end, int i, node_desc *nd)
         if ((nd->out = nd->out * 10 + (*s++ - '0')) > 65536)
             return 0;
     while (s < end) {
-        static const char letters[] = "kspd";
+        static const char letters[] = "kspdg";
         const char *at = strchr(letters, *s);
         int k = at && *s ? (int)(at - letters) : -1;
 
@@ -677,7 +685,9 @@ static int spec_node(const char *s, const char *end, int i, node_desc *nd)
         if (!spec_pair(&s, pairs[k][0], pairs[k][1], k == 2))
             return 0;
     }
-    /* conv needs its out and kernel, pooling its kernel */
+    /* conv needs its out and kernel, pooling its kernel; groups is one number */
+    if ((seen & (1u << 4)) && groups2 != nd->groups)
+        return 0;
     return s == end && (!(nd->ops->opts & OPT_K) || (seen & 1u)) &&
            (!(nd->ops->opts & OPT_K) || !(nd->ops->opts & OPT_OUT) || nd->out > 0);
 }
@@ -697,7 +707,7 @@ static fed_err graph_spec(const char *spec, node_desc *nodes, int ncap, int *cou
         if (n == ncap || !spec_node(s, end, n, &nodes[n]))
             return fed_err_why(why, cap, FED_ERR_SPEC,
                                "model spec '%.40s%s': node %d '%.*s' is none of NAME=Lout, "
-                               "NAME=CoutkK[sS][pP][dD], MkK[sS][pP], AkK[sS][pP], P, R, F, Y, G, S, "
+                               "NAME=CoutkK[sS][pP][dD][gG], MkK[sS][pP], AkK[sS][pP], P, R, F, Y, G, S, "
                                "Z, T, B", spec,
                                strlen(spec) > 40 ? "..." : "", n, (int)(end - s), s);
         n++;
@@ -764,6 +774,8 @@ fed_err fed_model_graph_spec(const fed_model_node *nodes, int count, char *spec,
             spec_put_pair(spec, cap, &used, 'p', nd->padding);
         if ((ops->opts & OPT_D) && nd->dilation[0] > 0)
             spec_put_pair(spec, cap, &used, 'd', nd->dilation);
+        if ((ops->opts & OPT_G) && nd->groups > 1)
+            spec_put(spec, cap, &used, "g%d", nd->groups);
         if (i + 1 < count)
             spec_put(spec, cap, &used, ",");
     }
@@ -954,7 +966,8 @@ static fed_err graph_node(const char *label, const fed_model_node *gn, int i, no
     nd->pw = gn->padding[1];
     nd->dh = gn->dilation[0];
     nd->dw = gn->dilation[1];
-    if (nd->sh < 0 || nd->sw < 0 || nd->dh < 0 || nd->dw < 0)
+    nd->groups = gn->groups;
+    if (nd->sh < 0 || nd->sw < 0 || nd->dh < 0 || nd->dw < 0 || nd->groups < 0)
         return fed_err_why(why, cap, FED_ERR_SPEC,
                          "model '%s': node %d (%s '%s'): a negative stride or dilation", label,
                          i, gn->kind, nd->name);
@@ -1366,7 +1379,7 @@ static void linear_init(const layer *ly, float *host, fed_rng *rng)
 
 static void conv_init(const layer *ly, float *host, fed_rng *rng)
 {
-    init_fan_in(ly, (size_t)ly->in_c * ly->win.KH * ly->win.KW, host, rng);
+    init_fan_in(ly, (size_t)(ly->in_c / ly->groups) * ly->win.KH * ly->win.KW, host, rng);
 }
 
 /* forward, weight gradient, and input gradient except for layer 0 */
@@ -1377,7 +1390,7 @@ static double linear_flops(const layer *ly, int first)
 
 static double conv_flops(const layer *ly, int first)
 {
-    return 2.0 * ((double)ly->col_numel * ly->out_c) * (first ? 2.0 : 3.0);
+    return 2.0 * ((double)ly->col_numel * ly->out_c / ly->groups) * (first ? 2.0 : 3.0);
 }
 
 /* every input read, every window's element compared: 2 in_numel for a 2x2
@@ -1556,15 +1569,19 @@ static void conv_forward(fed_model *m, int l, const float *x, int off, int n)
     const layer *ly = &m->layers[l];
     const float *W = m->params + ly->w_off;
     float *y = m->ws.act[l] + (size_t)off * ly->out_numel;
-    int ckk = ly->in_c * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
+    int G = ly->groups, og = ly->out_c / G;
+    int ckk = ly->in_c / G * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
 
     for (int i = 0; i < n; i++) {
         float *col = m->ws.col[l] + (size_t)(off + i) * ly->col_numel;
 
         conv_im2col(be, ly, x + (size_t)i * ly->in_numel, col);
-        /* y_i (out_c, P) = W (out_c, ckk) col (ckk, P) */
-        be->gemm(be, 0, 0, ly->out_c, P, ckk, 1.0f, W, ckk, col, P, 0.0f,
-                 y + (size_t)i * ly->out_numel, P);
+        /* per group g: y_i[g] (og, P) = W[g] (og, ckk) col[g] (ckk, P), the
+           group's rows of each */
+        for (int g = 0; g < G; g++)
+            be->gemm(be, 0, 0, og, P, ckk, 1.0f, W + (size_t)g * og * ckk, ckk,
+                     col + (size_t)g * ckk * P, P, 0.0f,
+                     y + (size_t)i * ly->out_numel + (size_t)g * og * P, P);
     }
     be->chan_bias_act_fwd(be, y, m->params + ly->b_off, n, ly->out_c, P, ly->relu);
 }
@@ -1574,8 +1591,8 @@ static void conv_weight_grads(fed_model *m, int l, int u, const float *dy, int n
     fed_backend *be = m->be;
     const layer *ly = &m->layers[l];
     float *dW = m->grads + ly->w_off, *db = m->grads + ly->b_off;
-    int r0, r1, acc = m->run.accumulate;
-    int ckk = ly->in_c * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
+    int r0, r1, acc = m->run.accumulate, og = ly->out_c / ly->groups;
+    int ckk = ly->in_c / ly->groups * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
 
     row_chunk(ly->out_c, m->shards, u, &r0, &r1);
     if (r0 >= r1)
@@ -1583,10 +1600,16 @@ static void conv_weight_grads(fed_model *m, int l, int u, const float *dy, int n
     for (int i = 0; i < n; i++) {
         const float *dyi = dy + (size_t)i * ly->out_numel + (size_t)r0 * P;
 
-        /* dW[r0:r1] (r, ckk) += dy_i[r0:r1] (r, P) col_i^T (P, ckk) */
-        be->gemm(be, 0, 1, r1 - r0, ckk, P, 1.0f, dyi, P,
-                 m->ws.col[l] + (size_t)i * ly->col_numel, P, i || acc ? 1.0f : 0.0f,
-                 dW + (size_t)r0 * ckk, ckk);
+        /* dW[a:b] (r, ckk) += dy_i[a:b] (r, P) col_i[g]^T (P, ckk), for the
+           rows [a, b) of [r0, r1) in each group g */
+        for (int a = r0, b; a < r1; a = b) {
+            int g = a / og;
+
+            b = (g + 1) * og < r1 ? (g + 1) * og : r1;
+            be->gemm(be, 0, 1, b - a, ckk, P, 1.0f, dyi + (size_t)(a - r0) * P, P,
+                     m->ws.col[l] + (size_t)i * ly->col_numel + (size_t)g * ckk * P, P,
+                     i || acc ? 1.0f : 0.0f, dW + (size_t)a * ckk, ckk);
+        }
         if (r1 - r0 < ly->out_c)
             be->chan_bias_bwd(be, db + r0, dyi, 1, r1 - r0, P, i > 0 || acc);
     }
@@ -1601,13 +1624,17 @@ static void conv_input_grads(fed_model *m, int l, int u, const float *dy, float 
     const layer *ly = &m->layers[l];
     const float *W = m->params + ly->w_off, *dyo = dy + (size_t)off * ly->out_numel;
     float *dxo = dx + (size_t)off * ly->in_numel;
-    int ckk = ly->in_c * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
+    int G = ly->groups, og = ly->out_c / G;
+    int ckk = ly->in_c / G * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
 
     be->fill(be, dxo, 0.0f, (size_t)n * ly->in_numel);
     for (int i = 0; i < n; i++) {
-        /* dcol (ckk, P) = W^T (ckk, out_c) dy_i (out_c, P), folded back */
-        be->gemm(be, 1, 0, ckk, P, ly->out_c, 1.0f, W, ckk, dyo + (size_t)i * ly->out_numel, P,
-                 0.0f, m->ws.dcol[u], P);
+        /* per group: dcol[g] (ckk, P) = W[g]^T (ckk, og) dy_i[g] (og, P),
+           then folded back */
+        for (int g = 0; g < G; g++)
+            be->gemm(be, 1, 0, ckk, P, og, 1.0f, W + (size_t)g * og * ckk, ckk,
+                     dyo + (size_t)i * ly->out_numel + (size_t)g * og * P, P, 0.0f,
+                     m->ws.dcol[u] + (size_t)g * ckk * P, P);
         conv_col2im(be, ly, m->ws.dcol[u], dxo + (size_t)i * ly->in_numel);
     }
 }
@@ -1619,14 +1646,17 @@ static void conv_dp_norm2(fed_model *m, int l, int u, const float *dy, const flo
 {
     fed_backend *be = m->be;
     const layer *ly = &m->layers[l];
-    int ckk = ly->in_c * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
+    int G = ly->groups, og = ly->out_c / G;
+    int ckk = ly->in_c / G * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
 
     (void)x;
     for (int i = 0; i < n; i++) {
         const float *dyi = dy + (size_t)(off + i) * ly->out_numel;
 
-        be->gemm(be, 0, 1, ly->out_c, ckk, P, 1.0f, dyi, P,
-                 m->ws.col[l] + (size_t)(off + i) * ly->col_numel, P, 0.0f, m->ws.dgw[u], ckk);
+        for (int g = 0; g < G; g++) /* each group's rows of the weight gradient */
+            be->gemm(be, 0, 1, og, ckk, P, 1.0f, dyi + (size_t)g * og * P, P,
+                     m->ws.col[l] + (size_t)(off + i) * ly->col_numel + (size_t)g * ckk * P, P,
+                     0.0f, m->ws.dgw[u] + (size_t)g * og * ckk, ckk);
         norm2[i] += sumsq_f(m->ws.dgw[u], (size_t)ly->out_c * ckk);
         for (int c = 0; c < ly->out_c; c++) {
             double b = 0.0;
@@ -1792,7 +1822,7 @@ static const layer_ops LAYER_KINDS[] = {
      .forward_cols = linear_forward_cols, .input_grads = linear_input_grads,
      .weight_grads = linear_weight_grads, .flops = linear_flops, .init = linear_init,
      .dp_norm2 = linear_dp_norm2, .fuses_relu = 1, .keep_dy = 1},
-    {.kind = "conv", .letter = 'C', .opts = OPT_OUT | OPT_K | OPT_S | OPT_P | OPT_D,
+    {.kind = "conv", .letter = 'C', .opts = OPT_OUT | OPT_K | OPT_S | OPT_P | OPT_D | OPT_G,
      .plan = conv_plan, .needs = conv_needs, .forward = conv_forward,
      .input_grads = conv_input_grads, .weight_grads = conv_weight_grads, .flops = conv_flops,
      .init = conv_init, .dp_norm2 = conv_dp_norm2, .fuses_relu = 1},

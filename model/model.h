@@ -131,12 +131,14 @@ typedef struct fed_model_node {
     int input;
     int out;
     int kernel[2], stride[2], padding[2], dilation[2];
+    int groups; /* conv: groups of channels, dividing both in and out
+                   (nn.Conv2d's groups; in channels: depthwise); 0 or 1: one */
 } fed_model_node;
 
 /* The graph as a spec string, what fed_model_new takes and a node sends
  * and stores like any spec: "g:" and the nodes, comma-separated, each
  * [NAME=] and a letter: Lout (linear; no out: the classes), CoutkK[sS][pP]
- * [dD] (conv), MkK[sS][pP] (maxpool), AkK[sS][pP] (avgpool), R (relu), F
+ * [dD][gG] (conv; G its groups), MkK[sS][pP] (maxpool), AkK[sS][pP] (avgpool), R (relu), F
  * (flatten), B (the loss bce, last), P (global_avgpool), Y (leaky_relu), G (gelu), S (silu), Z (sigmoid), T (tanh);
  * K, S, P, D are N or HxW. A node without NAME is named by its
  * index. NIID-Bench's SimpleCNN (examples/models/simplecnn.cfg) is

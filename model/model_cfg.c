@@ -27,10 +27,12 @@ enum {
     K_FEATURES = 1 << 7,
     K_LOSS = 1 << 8,
     K_CLASSES = 1 << 9,
+    K_GROUPS = 1 << 10,
 };
 
 static const char *const KEY_NAMES[] = {"name",     "out",   "kernel",   "stride", "padding",
-                                        "dilation", "shape", "features", "loss",   "classes"};
+                                        "dilation", "shape", "features", "loss",   "classes",
+                                        "groups"};
 #define NKEYS ((int)(sizeof KEY_NAMES / sizeof KEY_NAMES[0]))
 
 /* A section: the keys it takes and those it needs (any one of need_any). */
@@ -44,8 +46,8 @@ static const section_def SECTIONS[] = {
     {"input", K_SHAPE | K_FEATURES, 0, K_SHAPE | K_FEATURES, 0},
     {"output", K_LOSS | K_CLASSES, 0, 0, 0},
     {"linear", K_NAME | K_OUT, K_OUT, 0, 1},
-    {"conv", K_NAME | K_OUT | K_KERNEL | K_STRIDE | K_PADDING | K_DILATION, K_OUT | K_KERNEL, 0,
-     1},
+    {"conv", K_NAME | K_OUT | K_KERNEL | K_STRIDE | K_PADDING | K_DILATION | K_GROUPS,
+     K_OUT | K_KERNEL, 0, 1},
     {"maxpool", K_NAME | K_KERNEL | K_STRIDE | K_PADDING, K_KERNEL, 0, 1},
     {"avgpool", K_NAME | K_KERNEL | K_STRIDE | K_PADDING, K_KERNEL, 0, 1},
     {"global_avgpool", K_NAME, 0, 0, 1},
@@ -184,6 +186,9 @@ static fed_err set_key(parser *p, const char *key, const char *val)
     case K_DILATION:
         ok = parse_ints(val, cur_node(p)->n.dilation, 2, 1, 1);
         break;
+    case K_GROUPS:
+        ok = parse_ints(val, &cur_node(p)->n.groups, 1, 0, 1);
+        break;
     case K_SHAPE: {
         int v[3];
 
@@ -219,6 +224,7 @@ static fed_err set_key(parser *p, const char *key, const char *val)
                      : 1 << k == K_OUT  ? "a count 1 to 65536 or 'classes'"
                      : 1 << k == K_PADDING ? "N or H,W (each 0 to 65536)"
                      : 1 << k == K_CLASSES ? "a count 2 to 65536"
+                     : 1 << k == K_GROUPS  ? "a count 1 to 65536"
                                            : "N or H,W (each 1 to 65536)");
     if ((1 << k == K_SHAPE || 1 << k == K_FEATURES) && (p->seen & K_SHAPE) &&
         (p->seen & K_FEATURES))

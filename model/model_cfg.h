@@ -17,7 +17,8 @@
  * a last "bce" node; classes = K, else the data's). Layers, each an entry
  * of the model's layer table:
  *   [linear]   name, out (a count or "classes": the data's)
- *   [conv]     name, out, kernel, stride (1), padding (0), dilation (1)
+ *   [conv]     name, out, kernel, stride (1), padding (0), dilation (1),
+ *              groups (1; dividing the input's channels and out)
  *   [maxpool]  name, kernel, stride (the kernel), padding (0)
  *   [avgpool]  name, kernel, stride (the kernel), padding (0)
  *   [relu]     name           [flatten]  name     [global_avgpool]  name

@@ -247,7 +247,7 @@ static void test_per_sample_cnn(void **state)
     check_per_sample(*state, "cnn", in, 3, 7);
 }
 
-/* A graph of every window: strided and padded, dilated convolutions, padded
+/* A graph of every window: strided and padded, grouped, dilated convolutions, padded
  * max and average pooling (model.h's fed_model_node). */
 static void test_per_sample_windows(void **state)
 {
@@ -255,6 +255,10 @@ static void test_per_sample_windows(void **state)
     fed_model_node nodes[] = {
         {.kind = "conv", .name = "stem", .out = 4, .kernel = {3, 3}, .stride = {2, 2},
          .padding = {1, 1}},
+        {.kind = "relu"},
+        /* grouped: 3 shards' rows (2 each) straddle its 2 groups of 3 */
+        {.kind = "conv", .name = "grp", .out = 6, .kernel = {3, 3}, .padding = {1, 1},
+         .groups = 2},
         {.kind = "relu"},
         {.kind = "conv", .name = "dil", .out = 3, .kernel = {3, 2}, .padding = {2, 1},
          .dilation = {2, 1}},

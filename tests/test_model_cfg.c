@@ -191,9 +191,11 @@ static void test_errors(void **state)
                  "m.cfg:2: unknown section [softmax] (input, output, linear, conv, maxpool, "
                  "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, sigmoid, "
                  "tanh)");
-    expect_parse(IN "[conv] out = 3 kernel = 3 groups = 3\n", FED_ERR_SPEC,
-                 "m.cfg:2: [conv]: unknown key 'groups' (name, out, kernel, stride, padding, "
-                 "dilation)");
+    expect_parse(IN "[conv] out = 3 kernel = 3 bias = 0\n", FED_ERR_SPEC,
+                 "m.cfg:2: [conv]: unknown key 'bias' (name, out, kernel, stride, padding, "
+                 "dilation, groups)");
+    expect_parse(IN "[conv] out = 3 kernel = 3 groups = 0\n", FED_ERR_SPEC,
+                 "m.cfg:2: [conv] groups: '0' is not a count 1 to 65536");
     expect_parse(IN "[conv] out = 3\n  kernel = 0\n", FED_ERR_SPEC,
                  "m.cfg:3: [conv] kernel: '0' is not N or H,W (each 1 to 65536)");
     expect_parse(IN "[conv] out = 3 kernel = 3,3,3\n", FED_ERR_SPEC,

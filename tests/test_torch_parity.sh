@@ -61,6 +61,21 @@ cat >"$TMP/acts.cfg" <<CFG
 [output] classes = 5
 CFG
 
+cat >"$TMP/groups.cfg" <<CFG
+# grouped and depthwise convolutions
+[input] shape = 4,10,9
+[conv] name = g2 out = 6 kernel = 3 groups = 2 padding = 1
+[relu]
+[conv] name = dw out = 6 kernel = 3 stride = 2 groups = 6
+[relu]
+[conv] name = pw out = 8 kernel = 1
+[relu]
+[conv] name = g4 out = 8 kernel = 2,3 groups = 4 padding = 0,1
+[flatten]
+[linear] name = head out = classes
+[output] classes = 4
+CFG
+
 cat >"$TMP/bce.cfg" <<CFG
 # one logit, binary cross-entropy with logits
 [input] features = 11
@@ -71,7 +86,7 @@ cat >"$TMP/bce.cfg" <<CFG
 CFG
 
 for cfg in "$HERE/../examples/models/simplecnn.cfg" "$TMP/windows.cfg" "$TMP/acts.cfg" \
-    "$TMP/bce.cfg"; do
+    "$TMP/groups.cfg" "$TMP/bce.cfg"; do
     name=$(basename "$cfg" .cfg)
     mkdir -p "$TMP/$name"
     "$DUMP" --torch-dump "$TMP/$name" "$cfg" >"$TMP/$name/dump.log" 2>&1 ||

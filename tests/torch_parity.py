@@ -57,7 +57,8 @@ class Net(nn.Module):
             if kind == "conv":
                 k = pair(kv["kernel"])
                 m = nn.Conv2d(x.shape[1], int(kv["out"]), k, stride=pair(kv.get("stride", "1")),
-                              padding=pair(kv.get("padding", "0")), dilation=pair(kv.get("dilation", "1")))
+                              padding=pair(kv.get("padding", "0")), dilation=pair(kv.get("dilation", "1")),
+                              groups=int(kv.get("groups", "1")))
             elif kind == "linear":
                 out = classes if kv["out"] == "classes" else int(kv["out"])
                 m = nn.Linear(x[0].numel(), out)
