@@ -42,6 +42,10 @@ typedef struct layer {
     int in_numel, out_numel;
     fed_window win;           /* conv and pooling: the window over one input */
     int groups;               /* conv: groups of channels (1: a plain conv) */
+    int src, src2;            /* the layers whose outputs it takes (-1: the model's
+                                 input; src2: add's second, else -1) */
+    unsigned char first_w[2]; /* it writes its input e's gradient first (else adds) */
+    unsigned char last_w[2];  /* ... last: that input's relu mask is applied then */
     size_t w_off, b_off;      /* linear (out, in), conv (out_c, in_c, kh, kw); bias (out);
                                  both 0 for a layer without parameters */
     size_t col_numel;         /* conv: (in_c*kh*kw, out_h*out_w) per sample */
@@ -59,13 +63,24 @@ typedef struct node_desc {
     int out;                      /* linear: features; conv: channels */
     int kh, kw, sh, sw, ph, pw, dh, dw; /* conv and pooling windows */
     int groups;                   /* conv: 0 or 1 a plain one */
+    int other;                    /* add: the node whose output it adds (-1: input) */
 } node_desc;
+
+/* The per-sample input (c, h, w) a node sees, updated to its output. */
+typedef struct dims {
+    int c, h, w;
+} dims;
 
 /* A graph planned into layers and tensors, before any device allocation. */
 typedef struct plan {
     const char *spec;
     int classes;            /* a linear layer's out 0 */
     int loss;               /* LOSS_* */
+    /* the node being planned: the layers its inputs come from (-1: the
+       model's input; other: add's), whether src's output is taken already
+       (a relu may fold into it only if not), and add's other shape */
+    int cur_src, cur_other, cur_src_taken;
+    dims other_dims;
     layer *layers;
     int nlayers, cap_layers;
     fed_tensor_info *tensors;
@@ -73,10 +88,6 @@ typedef struct plan {
     size_t nparams;
 } plan;
 
-/* The per-sample input (c, h, w) a node sees, updated to its output. */
-typedef struct dims {
-    int c, h, w;
-} dims;
 
 /* One layer kind. plan is the only entry every kind has; a kind that adds
  * no layer (relu folded, flatten) has no other. */
@@ -142,7 +153,9 @@ typedef struct workspace {
     float **act;                /* per layer: (max_batch, out_numel) */
     float **col;                /* per layer, conv: (max_batch, col_numel) */
     int32_t **arg;              /* per layer, max pool: (max_batch, arg_numel) */
-    float *d[2];                /* (max_batch, max out_numel): gradients ping-pong */
+    float **g;                  /* per layer but the last: (max_batch, out_numel), the
+                                   gradient of its output, from every layer taking it */
+    float *gx;                  /* (max_batch, max out_numel): a gradient to be added */
     float *ones;                /* (max_batch) of 1.0: bias gradients as a GEMM */
     float *dcol[MAX_SHARDS];    /* (max col_numel) per unit: one image at a time */
     /* DP-SGD (CPU only): each sample's squared gradient norm, and per unit a
@@ -221,6 +234,14 @@ struct fed_model {
     workspace ws;
     step_run run;  /* the step in flight */
 };
+
+/* Layer l's input rows: its source layer's output, or the model's input. */
+static const float *layer_in(const fed_model *m, int l)
+{
+    int t = m->layers[l].src;
+
+    return t >= 0 ? m->ws.act[t] : m->ws.x;
+}
 
 /* -------------------------------------------------------------- plan -- */
 
@@ -451,12 +472,17 @@ static fed_err gap_plan(plan *p, const node_desc *nd, int i, dims *s, char *why,
 /* relu: folds into the layer just before it (linear or conv). */
 static fed_err relu_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap)
 {
-    layer *last = p->nlayers ? &p->layers[p->nlayers - 1] : NULL;
+    layer *last = p->cur_src >= 0 && p->cur_src == p->nlayers - 1 ? &p->layers[p->cur_src]
+                                                                   : NULL;
 
     if (!last || !last->ops->fuses_relu || last->relu)
         return shape_fail(p, nd, i, s, why, cap,
-                          "a relu must follow a linear or conv layer (a relu of its own is "
-                          "not supported yet)");
+                          "a relu must follow a linear, conv or add layer (a relu of its own "
+                          "is not supported yet)");
+    if (p->cur_src_taken)
+        return shape_fail(p, nd, i, s, why, cap,
+                          "a relu folds into the layer before it, whose output another node "
+                          "takes already");
     last->relu = 1;
     return FED_OK;
 }
@@ -469,6 +495,24 @@ static fed_err act_plan(plan *p, const node_desc *nd, int i, dims *s, char *why,
     if (!ly)
         return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
     ly->act = nd->ops->act;
+    return plan_output(p, nd, i, s, ly, s->c, s->h, s->w, why, cap);
+}
+
+/* add: the input plus another node's output of the same shape (a
+ * residual), a relu after it folded in. */
+static fed_err add_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap)
+{
+    layer *ly;
+
+    if (p->other_dims.c != s->c || p->other_dims.h != s->h || p->other_dims.w != s->w) {
+        char what[96];
+
+        snprintf(what, sizeof what, "it adds node %d's output of %dx%dx%d: not the same shape",
+                 nd->other, p->other_dims.c, p->other_dims.h, p->other_dims.w);
+        return shape_fail(p, nd, i, s, why, cap, what);
+    }
+    if (!(ly = plan_layer(p, nd)))
+        return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
     return plan_output(p, nd, i, s, ly, s->c, s->h, s->w, why, cap);
 }
 
@@ -501,34 +545,89 @@ static fed_err flatten_plan(plan *p, const node_desc *nd, int i, dims *s, char *
  * today: node i takes node i - 1's output. info (may be NULL) gets each
  * node's output, parameters and FLOPs as far as it got; *planned (may be
  * NULL) how many nodes were planned. */
+static void graph_writers(plan *p);
+static fed_err graph_end(plan *p, fed_model_shape in, char *why, size_t cap);
+
 static fed_err plan_graph(const node_desc *nodes, int count, fed_model_shape in, plan *p,
                           fed_model_node_info *info, int *planned, char *why, size_t cap)
 {
     dims s = {in.c, in.h, in.w};
-    const layer *last;
     fed_err err;
+    /* per node: the layer giving its output (-1: the input), its shape, the
+       relu state it saw, whether a later node takes it; per layer: taken */
+    int *nlay = NULL, *nrelu = NULL, *used = NULL, *taken = NULL;
+    dims *ndims = NULL;
 
     if (planned)
         *planned = 0;
     if (count > FED_MODEL_MAX_NODES)
         return fed_err_why(why, cap, FED_ERR_SPEC, "model '%s': %d nodes, the limit is %d",
                          p->spec, count, FED_MODEL_MAX_NODES);
+    if (!(nlay = fed_calloc((size_t)count, sizeof *nlay)) ||
+        !(nrelu = fed_calloc((size_t)count, sizeof *nrelu)) ||
+        !(used = fed_calloc((size_t)count, sizeof *used)) ||
+        !(taken = fed_calloc((size_t)count + 1, sizeof *taken)) ||
+        !(ndims = fed_calloc((size_t)count, sizeof *ndims))) {
+        err = fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
+        goto out;
+    }
     for (int i = 0; i < count; i++) {
-        if (nodes[i].input != i - 1)
-            return fed_err_why(why, cap, FED_ERR_SPEC,
-                             "model '%s': node %d (%s '%s') takes node %d's output: only "
-                             "chains are supported yet", p->spec, i, nodes[i].ops->kind,
-                             nodes[i].name, nodes[i].input);
+        const node_desc *nd = &nodes[i];
+        int refs[2] = {nd->input, nd->ops->plan == add_plan ? nd->other : -2};
         size_t np0 = p->nparams;
         int nl0 = p->nlayers;
 
-        if (nodes[i].ops->plan == bce_plan && i != count - 1)
-            return fed_err_why(why, cap, FED_ERR_SPEC,
-                               "model '%s': node %d (bce): the loss must be the last node",
-                               p->spec, i);
+        for (int e = 0; e < 2; e++) {
+            int j = refs[e];
 
-        if ((err = nodes[i].ops->plan(p, &nodes[i], i, &s, why, cap)) != FED_OK)
-            return err;
+            if (j == -2)
+                continue;
+            if (j < -1 || j >= i) {
+                err = fed_err_why(why, cap, FED_ERR_SPEC,
+                                  "model '%s': node %d (%s '%s') takes node %d's output: a node "
+                                  "takes an earlier node's (or -1, the model's input)", p->spec,
+                                  i, nd->ops->kind, nd->name, j);
+                goto out;
+            }
+            if (j >= 0 && nlay[j] >= 0 && p->layers[nlay[j]].relu != nrelu[j]) {
+                err = fed_err_why(why, cap, FED_ERR_SPEC,
+                                  "model '%s': node %d (%s '%s') takes node %d's output, from "
+                                  "before the relu folded into its layer", p->spec, i,
+                                  nd->ops->kind, nd->name, j);
+                goto out;
+            }
+            if (j >= 0)
+                used[j] = 1;
+        }
+        if (nd->ops->plan == bce_plan && i != count - 1) {
+            err = fed_err_why(why, cap, FED_ERR_SPEC,
+                              "model '%s': node %d (bce): the loss must be the last node",
+                              p->spec, i);
+            goto out;
+        }
+        s = nd->input < 0 ? (dims){in.c, in.h, in.w} : ndims[nd->input];
+        p->cur_src = nd->input < 0 ? -1 : nlay[nd->input];
+        p->cur_src_taken = p->cur_src >= 0 && taken[p->cur_src];
+        p->cur_other = refs[1] < 0 ? -1 : nlay[refs[1]];
+        p->other_dims = refs[1] == -2 ? s : refs[1] < 0 ? (dims){in.c, in.h, in.w}
+                                                         : ndims[refs[1]];
+        if ((err = nd->ops->plan(p, nd, i, &s, why, cap)) != FED_OK)
+            goto out;
+        if (p->nlayers > nl0) { /* a layer of its own: it takes its inputs' outputs */
+            layer *ly = &p->layers[nl0];
+
+            ly->src = p->cur_src;
+            ly->src2 = nd->ops->plan == add_plan ? p->cur_other : -1;
+            if (ly->src >= 0)
+                taken[ly->src] = 1;
+            if (ly->src2 >= 0)
+                taken[ly->src2] = 1;
+            nlay[i] = nl0;
+        } else {
+            nlay[i] = p->cur_src; /* folded (relu), a view (flatten), the loss */
+        }
+        nrelu[i] = nlay[i] >= 0 ? p->layers[nlay[i]].relu : 0;
+        ndims[i] = s;
         if (info) {
             info[i].c = s.c;
             info[i].h = s.h;
@@ -540,6 +639,51 @@ static fed_err plan_graph(const node_desc *nodes, int count, fed_model_shape in,
         if (planned)
             *planned = i + 1;
     }
+    for (int i = 0; i + 1 < count; i++)
+        if (!used[i]) {
+            err = fed_err_why(why, cap, FED_ERR_SPEC,
+                              "model '%s': node %d (%s '%s'): no later node takes its output",
+                              p->spec, i, nodes[i].ops->kind, nodes[i].name);
+            goto out;
+        }
+    graph_writers(p);
+    err = graph_end(p, in, why, cap);
+out:
+    fed_free(nlay);
+    fed_free(nrelu);
+    fed_free(used);
+    fed_free(taken);
+    fed_free(ndims);
+    return err;
+}
+
+/* Which layer writes each layer's output gradient first and last: the
+ * backward runs from the last layer down, so its highest consumer first. */
+static void graph_writers(plan *p)
+{
+    for (int t = 0; t < p->nlayers; t++) {
+        int first = -1, last = -1, fe = 0, le = 0;
+
+        for (int l = p->nlayers - 1; l > t; l--)
+            for (int e = 0; e < 2; e++)
+                if ((e ? p->layers[l].src2 : p->layers[l].src) == t) {
+                    if (first < 0)
+                        first = l, fe = e;
+                    last = l, le = e;
+                }
+        if (first >= 0) {
+            p->layers[first].first_w[fe] = 1;
+            p->layers[last].last_w[le] = 1;
+        }
+    }
+}
+
+/* The checks of a planned graph's end: the logits and the loss, tensor
+ * names. */
+static fed_err graph_end(plan *p, fed_model_shape in, char *why, size_t cap)
+{
+    const layer *last;
+
     last = p->nlayers ? &p->layers[p->nlayers - 1] : NULL;
     if (!last || !last->ops->weight_grads)
         return fed_err_why(why, cap, FED_ERR_SPEC,
@@ -648,9 +792,23 @@ static int spec_pair(const char **s, int *a, int *b, int zero_ok)
 
 /* One node of a "g:" spec, from s to its end (',' or NUL); 0 when it is
  * none. */
-static int spec_node(const char *s, const char *end, int i, node_desc *nd)
+/* The node of nodes[0, i) that ref (len bytes) names, the latest of that
+ * name ("-": -1, the model's input); -2 when none. */
+static int spec_ref(const node_desc *nodes, int i, const char *ref, size_t len)
 {
+    if (len == 1 && ref[0] == '-')
+        return -1;
+    for (int j = i - 1; j >= 0; j--)
+        if (strlen(nodes[j].name) == len && !memcmp(nodes[j].name, ref, len))
+            return j;
+    return -2;
+}
+
+static int spec_node(const char *s, const char *end, int i, node_desc *nodes)
+{
+    node_desc *nd = &nodes[i];
     const char *eq = memchr(s, '=', (size_t)(end - s));
+    const char *lt = memchr(s, '<', (size_t)(end - s));
     int groups2 = 0;
     int *pairs[5][2] = {{&nd->kh, &nd->kw}, {&nd->sh, &nd->sw}, {&nd->ph, &nd->pw},
                         {&nd->dh, &nd->dw}, {&nd->groups, &groups2}};
@@ -658,6 +816,13 @@ static int spec_node(const char *s, const char *end, int i, node_desc *nd)
 
     memset(nd, 0, sizeof *nd);
     nd->input = i - 1;
+    if (lt) { /* "<REF": another input than the node before */
+        if ((nd->input = spec_ref(nodes, i, lt + 1, (size_t)(end - lt - 1))) < -1)
+            return 0;
+        end = lt;
+    }
+    if (eq && eq > end)
+        return 0;
     if (eq) {
         if ((size_t)(eq - s) >= sizeof nd->name)
             return 0;
@@ -670,6 +835,8 @@ static int spec_node(const char *s, const char *end, int i, node_desc *nd)
     }
     if (s == end || !(nd->ops = kind_of_letter(*s++)))
         return 0;
+    if (nd->ops->letter == '+') /* add: the node it adds */
+        return (nd->other = spec_ref(nodes, i, s, (size_t)(end - s))) >= -1;
     while ((nd->ops->opts & OPT_OUT) && s < end && isdigit((unsigned char)*s))
         if ((nd->out = nd->out * 10 + (*s++ - '0')) > 65536)
             return 0;
@@ -704,11 +871,11 @@ static fed_err graph_spec(const char *spec, node_desc *nodes, int ncap, int *cou
 
         if (!end)
             end = s + strlen(s);
-        if (n == ncap || !spec_node(s, end, n, &nodes[n]))
+        if (n == ncap || !spec_node(s, end, n, nodes))
             return fed_err_why(why, cap, FED_ERR_SPEC,
                                "model spec '%.40s%s': node %d '%.*s' is none of NAME=Lout, "
                                "NAME=CoutkK[sS][pP][dD][gG], MkK[sS][pP], AkK[sS][pP], P, R, F, Y, G, S, "
-                               "Z, T, B", spec,
+                               "Z, T, B, +REF, each [<REF]", spec,
                                strlen(spec) > 40 ? "..." : "", n, (int)(end - s), s);
         n++;
         if (!*end)
@@ -742,6 +909,18 @@ static void spec_put_pair(char *spec, size_t cap, size_t *used, char key, const 
         spec_put(spec, cap, used, "%c%dx%d", key, v[0], v[1]);
 }
 
+/* Node j as a "g:" spec names it: its name, or its index ("-": the input). */
+static void spec_put_ref(char *spec, size_t cap, size_t *used, const fed_model_node *nodes,
+                         int j)
+{
+    if (j < 0)
+        spec_put(spec, cap, used, "-");
+    else if (nodes[j].name)
+        spec_put(spec, cap, used, "%s", nodes[j].name);
+    else
+        spec_put(spec, cap, used, "%d", j);
+}
+
 fed_err fed_model_graph_spec(const fed_model_node *nodes, int count, char *spec, size_t cap)
 {
     size_t used = 0;
@@ -758,12 +937,15 @@ fed_err fed_model_graph_spec(const fed_model_node *nodes, int count, char *spec,
 
         if (!ops || (nd->name && !fed_model_name_ok(nd->name)))
             return FED_ERR_SPEC;
-        if (nd->input != i - 1)
-            return FED_ERR_UNSUPPORTED; /* a chain only, as the graph itself */
+        if (nd->input < -1 || nd->input >= i ||
+            (ops->letter == '+' && (nd->other < -1 || nd->other >= i)))
+            return FED_ERR_SPEC;
         snprintf(idx, sizeof idx, "%d", i);
         if (nd->name && strcmp(nd->name, idx) != 0)
             spec_put(spec, cap, &used, "%s=", nd->name);
         spec_put(spec, cap, &used, "%c", ops->letter);
+        if (ops->letter == '+')
+            spec_put_ref(spec, cap, &used, nodes, nd->other);
         if ((ops->opts & OPT_OUT) && nd->out > 0)
             spec_put(spec, cap, &used, "%d", nd->out);
         if ((ops->opts & OPT_K) && nd->kernel[0] > 0)
@@ -776,6 +958,10 @@ fed_err fed_model_graph_spec(const fed_model_node *nodes, int count, char *spec,
             spec_put_pair(spec, cap, &used, 'd', nd->dilation);
         if ((ops->opts & OPT_G) && nd->groups > 1)
             spec_put(spec, cap, &used, "g%d", nd->groups);
+        if (nd->input != i - 1) {
+            spec_put(spec, cap, &used, "<");
+            spec_put_ref(spec, cap, &used, nodes, nd->input);
+        }
         if (i + 1 < count)
             spec_put(spec, cap, &used, ",");
     }
@@ -945,7 +1131,7 @@ static fed_err graph_node(const char *label, const fed_model_node *gn, int i, no
         return fed_err_why(why, cap, FED_ERR_SPEC,
                          "model '%s': node %d: unknown layer kind '%s' (linear, conv, maxpool, "
                          "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, "
-                         "sigmoid, tanh, bce)", label, i, gn->kind ? gn->kind : "(none)");
+                         "sigmoid, tanh, bce, add)", label, i, gn->kind ? gn->kind : "(none)");
     if (name) {
         if (!fed_model_name_ok(name))
             return fed_err_why(why, cap, FED_ERR_SPEC,
@@ -967,6 +1153,7 @@ static fed_err graph_node(const char *label, const fed_model_node *gn, int i, no
     nd->dh = gn->dilation[0];
     nd->dw = gn->dilation[1];
     nd->groups = gn->groups;
+    nd->other = gn->other;
     if (nd->sh < 0 || nd->sw < 0 || nd->dh < 0 || nd->dw < 0 || nd->groups < 0)
         return fed_err_why(why, cap, FED_ERR_SPEC,
                          "model '%s': node %d (%s '%s'): a negative stride or dilation", label,
@@ -1097,15 +1284,15 @@ static void ws_fini(fed_model *m, workspace *w)
             dev_free(be, w->col[l]);
         if (w->arg)
             dev_free(be, w->arg[l]);
-        if (w->dpd)
-            dev_free(be, w->dpd[l]);
     }
     fed_free(w->act);
     fed_free(w->col);
     fed_free(w->arg);
     fed_free(w->dpd);
-    dev_free(be, w->d[0]);
-    dev_free(be, w->d[1]);
+    for (int l = 0; w->g && l < m->nlayers; l++)
+        dev_free(be, w->g[l]);
+    fed_free(w->g);
+    dev_free(be, w->gx);
     dev_free(be, w->ones);
     for (int u = 0; u < MAX_SHARDS; u++) {
         dev_free(be, w->dcol[u]);
@@ -1161,8 +1348,12 @@ static fed_err ws_init(fed_model *m, workspace *w)
             if ((err = dev_alloc(be, maxgw * sizeof(float), &w->dgw[u])))
                 return err;
     }
-    if ((err = dev_alloc(be, cap * maxout * sizeof(float), &w->d[0])) ||
-        (err = dev_alloc(be, cap * maxout * sizeof(float), &w->d[1])))
+    if (!(w->g = fed_calloc(L, sizeof *w->g)))
+        return FED_ERR_NOMEM;
+    for (int l = 0; l + 1 < m->nlayers; l++)
+        if ((err = dev_alloc(be, cap * m->layers[l].out_numel * sizeof(float), &w->g[l])))
+            return err;
+    if ((err = dev_alloc(be, cap * maxout * sizeof(float), &w->gx)))
         return err;
     return FED_OK;
 }
@@ -1479,7 +1670,7 @@ static void linear_weight_grads(fed_model *m, int l, int u, const float *dy, int
 {
     fed_backend *be = m->be;
     const layer *ly = &m->layers[l];
-    const float *x = l > 0 ? m->ws.act[l - 1] : m->ws.x;
+    const float *x = layer_in(m, l);
     float *dW = m->grads + ly->w_off, *db = m->grads + ly->b_off;
     int r0, r1, in = ly->in_numel, out = ly->out_numel;
     float beta = m->run.accumulate ? 1.0f : 0.0f;
@@ -1800,7 +1991,7 @@ static void act_input_grads(fed_model *m, int l, int u, const float *dy, float *
 {
     const layer *ly = &m->layers[l];
     size_t at = (size_t)off * ly->out_numel, cnt = (size_t)n * ly->out_numel;
-    const float *x = (l > 0 ? m->ws.act[l - 1] : m->ws.x) + at, *y = m->ws.act[l] + at;
+    const float *x = layer_in(m, l) + at, *y = m->ws.act[l] + at;
 
     (void)u;
     for (size_t k = 0; k < cnt; k++)
@@ -1812,6 +2003,35 @@ static double act_flops(const layer *ly, int first)
 {
     (void)first;
     return 2.0 * ly->out_numel;
+}
+
+/* ---- add ---- */
+
+/* Computed on the host, as the activations. */
+static void add_forward(fed_model *m, int l, const float *x, int off, int n)
+{
+    const layer *ly = &m->layers[l];
+    size_t at = (size_t)off * ly->out_numel, cnt = (size_t)n * ly->out_numel;
+    const float *o = (ly->src2 >= 0 ? m->ws.act[ly->src2] : m->ws.x) + at;
+    float *y = m->ws.act[l] + at;
+
+    for (size_t k = 0; k < cnt; k++) {
+        float v = x[k] + o[k];
+
+        y[k] = ly->relu && v < 0 ? 0.0f : v;
+    }
+}
+
+/* The gradient goes to both inputs as it is (input_grads copies the
+ * second's). */
+static void add_input_grads(fed_model *m, int l, int u, const float *dy, float *dx, int off,
+                            int n)
+{
+    const layer *ly = &m->layers[l];
+    size_t at = (size_t)off * ly->out_numel;
+
+    (void)u;
+    m->be->copy(m->be, dx + at, dy + at, (size_t)n * ly->out_numel);
 }
 
 /* ---- the table ---- */
@@ -1836,6 +2056,8 @@ static const layer_ops LAYER_KINDS[] = {
      .forward = avgpool_forward, .input_grads = avgpool_input_grads, .flops = pool_flops},
     {.kind = "relu", .letter = 'R', .plan = relu_plan},
     {.kind = "bce", .letter = 'B', .plan = bce_plan},
+    {.kind = "add", .letter = '+', .plan = add_plan, .needs = act_needs, .forward = add_forward,
+     .input_grads = add_input_grads, .flops = act_flops, .fuses_relu = 1},
 #define ACT_KIND(k, l, a)                                                                     \
     {.kind = k, .letter = l, .act = a, .plan = act_plan, .needs = act_needs,                  \
      .forward = act_forward, .input_grads = act_input_grads, .flops = act_flops}
@@ -1866,14 +2088,32 @@ static const layer_ops *kind_of_letter(char letter)
 
 /* Input gradient of layer l > 0 for rows [off, off + n), into dx, then
  * masked by the ReLU of layer l - 1. */
-static void input_grads(fed_model *m, int l, int u, const float *dy, float *dx, int off, int n)
+static void input_grads(fed_model *m, int l, int u, const float *dy, int off, int n)
 {
+    fed_backend *be = m->be;
     const layer *ly = &m->layers[l];
 
-    ly->ops->input_grads(m, l, u, dy, dx, off, n);
-    if (m->layers[l - 1].relu)
-        m->be->relu_bwd(m->be, dx + (size_t)off * ly->in_numel,
-                        m->ws.act[l - 1] + (size_t)off * ly->in_numel, (size_t)n * ly->in_numel);
+    for (int e = 0; e < 2; e++) {
+        int t = e ? ly->src2 : ly->src;
+        const layer *src;
+        size_t at, cnt;
+        float *to;
+
+        if (t < 0)
+            continue; /* the model's input, or no second input */
+        src = &m->layers[t];
+        at = (size_t)off * src->out_numel;
+        cnt = (size_t)n * src->out_numel;
+        to = ly->first_w[e] ? m->ws.g[t] : m->ws.gx; /* its rows of gx, to be added */
+        if (e == 0)
+            ly->ops->input_grads(m, l, u, dy, to, off, n);
+        else /* add's second input: the gradient as it is */
+            be->copy(be, to + at, dy + (size_t)off * ly->out_numel, cnt);
+        if (!ly->first_w[e])
+            be->axpy(be, cnt, 1.0f, m->ws.gx + at, m->ws.g[t] + at);
+        if (ly->last_w[e] && src->relu)
+            be->relu_bwd(be, m->ws.g[t] + at, m->ws.act[t] + at, cnt);
+    }
 }
 
 /* Weight and bias gradients of layer l, output rows of chunk u, over all n
@@ -1940,11 +2180,12 @@ static void forward_rows(fed_model *m, int u, int from)
 
     if (n == 0 || r->err[u] != FED_OK)
         return;
-    x = from == 0 ? m->ws.x + (size_t)off * feat
-                  : m->ws.act[from - 1] + (size_t)off * m->layers[from - 1].out_numel;
     for (int l = from; l <= last; l++) {
+        int t = m->layers[l].src;
+
+        x = t < 0 ? m->ws.x + (size_t)off * feat
+                  : m->ws.act[t] + (size_t)off * m->layers[t].out_numel;
         m->layers[l].ops->forward(m, l, x, off, n);
-        x = m->ws.act[l] + (size_t)off * m->layers[l].out_numel;
     }
     logits = m->ws.act[last] + (size_t)off * C;
     if (m->loss == LOSS_BCE)
@@ -1996,9 +2237,8 @@ static void dp_unit(fed_model *m, int l, int u)
     int L = m->nlayers, off = r->off[u], n = r->n[u], C = m->nlogits;
     double *norm2 = m->ws.norm2 + off;
     int kept = m->ws.dpd_on; /* the output gradients kept per layer */
-    float *dy = l == L - 1 ? m->ws.act[L - 1] : kept ? m->ws.dpd[l] : m->ws.d[(L - 2 - l) & 1];
-    float *dx = l == 0 ? NULL : kept ? m->ws.dpd[l - 1] : m->ws.d[(L - 1 - l) & 1], *dl;
-    const float *x = l > 0 ? m->ws.act[l - 1] : m->ws.x;
+    float *dy = l == L - 1 ? m->ws.act[L - 1] : m->ws.g[l], *dl; /* (kept: dpd is g) */
+    const float *x = layer_in(m, l);
 
     if (n == 0 || r->err[u] != FED_OK)
         return;
@@ -2008,7 +2248,7 @@ static void dp_unit(fed_model *m, int l, int u)
     if (ly->ops->dp_norm2)
         ly->ops->dp_norm2(m, l, u, dy, x, off, n, norm2);
     if (l > 0) {
-        input_grads(m, l, u, dy, dx, off, n);
+        input_grads(m, l, u, dy, off, n);
         return;
     }
     dl = m->ws.act[L - 1] + (size_t)off * C;
@@ -2055,7 +2295,7 @@ static void run_unit(fed_model *m, int ph, int u)
     step_run *r = &m->run;
     int L = m->nlayers, ntotal = r->off[m->shards - 1] + r->n[m->shards - 1];
     int l = L - 1 - (ph - r->bwd0);
-    float *dy, *dx;
+    float *dy;
 
     if (ph < r->fwd_phases) {
         forward_unit(m, ph, u);
@@ -2069,11 +2309,10 @@ static void run_unit(fed_model *m, int ph, int u)
         weight_grads(m, l, u, l == L - 1 ? m->ws.act[L - 1] : m->ws.dpd[l], ntotal);
         return;
     }
-    dy = l == L - 1 ? m->ws.act[L - 1] : m->ws.d[(L - 2 - l) & 1];
-    dx = m->ws.d[(L - 1 - l) & 1];
+    dy = l == L - 1 ? m->ws.act[L - 1] : m->ws.g[l];
     weight_grads(m, l, u, dy, ntotal);
     if (l > 0 && r->n[u] > 0)
-        input_grads(m, l, u, dy, dx, r->off[u], r->n[u]);
+        input_grads(m, l, u, dy, r->off[u], r->n[u]);
     if (!r->update)
         return;
     /* Layer l + 1's weights were last read in the previous phase (its
@@ -2287,18 +2526,13 @@ fed_err fed_model_forward_backward(fed_model *m, const fed_batch *b, fed_step_st
  * the input gradients in the backward, as a plain step does. */
 static fed_err dp_keep_grads(fed_model *m)
 {
-    fed_err err;
-
     if (m->ws.dpd_on)
         return FED_OK;
     for (int l = 0; l < m->nlayers; l++)
-        if (!m->layers[l].ops->keep_dy)
-            return FED_OK;
-    for (int l = 0; l + 1 < m->nlayers; l++)
-        if (!m->ws.dpd[l] &&
-            (err = dev_alloc(m->be, (size_t)m->max_batch * m->layers[l].out_numel * sizeof(float),
-                             &m->ws.dpd[l])) != FED_OK)
-            return err;
+        if (!m->layers[l].ops->keep_dy || m->layers[l].src != l - 1)
+            return FED_OK; /* a chain of linear layers only */
+    for (int l = 0; l + 1 < m->nlayers; l++) /* the output gradients, kept where they are */
+        m->ws.dpd[l] = m->ws.g[l];
     m->ws.dpd_on = 1;
     return FED_OK;
 }

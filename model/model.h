@@ -118,7 +118,11 @@ void fed_model_free(fed_model *m);
  * gives, over two classes (host-computed too). name is the module's: its tensors
  * are "<name>.weight" and "<name>.bias" (NULL: the node's index, as
  * nn.Sequential). input is the node whose output it takes, -1 for the
- * model's input; today node i takes node i - 1's (a chain). A zero stride
+ * model's input: any earlier node (a graph is a DAG in topological order),
+ * every node's output but the last taken by a later one, and never from
+ * before a relu folded into its layer. "add" (a residual) adds to its
+ * input's output that of node other, of the same shape; a relu after it
+ * folds in; computed on the host. A zero stride
  * is 1 for conv and the kernel for pooling; a zero dilation is 1. [0] is
  * the height's, [1] the width's. The last layer gives the logits. */
 #define FED_MODEL_MAX_NODES 4096 /* nodes of one graph */
@@ -133,13 +137,18 @@ typedef struct fed_model_node {
     int kernel[2], stride[2], padding[2], dilation[2];
     int groups; /* conv: groups of channels, dividing both in and out
                    (nn.Conv2d's groups; in channels: depthwise); 0 or 1: one */
+    int other;  /* add: the node whose output it adds to its input's (-1: the
+                   model's input) */
 } fed_model_node;
 
 /* The graph as a spec string, what fed_model_new takes and a node sends
  * and stores like any spec: "g:" and the nodes, comma-separated, each
  * [NAME=] and a letter: Lout (linear; no out: the classes), CoutkK[sS][pP]
  * [dD][gG] (conv; G its groups), MkK[sS][pP] (maxpool), AkK[sS][pP] (avgpool), R (relu), F
- * (flatten), B (the loss bce, last), P (global_avgpool), Y (leaky_relu), G (gelu), S (silu), Z (sigmoid), T (tanh);
+ * (flatten), B (the loss bce, last), P (global_avgpool), +REF (add the
+ * output of node REF: its name, its index if it has none, - the input),
+ * and after any node <REF for an input other than the node before it;
+ * Y (leaky_relu), G (gelu), S (silu), Z (sigmoid), T (tanh);
  * K, S, P, D are N or HxW. A node without NAME is named by its
  * index. NIID-Bench's SimpleCNN (examples/models/simplecnn.cfg) is
  * "g:conv1=C6k5,R,Mk2,conv2=C16k5,R,Mk2,F,fc1=L120,R,fc2=L84,R,fc3=L".

@@ -28,11 +28,13 @@ enum {
     K_LOSS = 1 << 8,
     K_CLASSES = 1 << 9,
     K_GROUPS = 1 << 10,
+    K_INPUT = 1 << 11,
+    K_FROM = 1 << 12,
 };
 
 static const char *const KEY_NAMES[] = {"name",     "out",   "kernel",   "stride", "padding",
                                         "dilation", "shape", "features", "loss",   "classes",
-                                        "groups"};
+                                        "groups",   "input", "from"};
 #define NKEYS ((int)(sizeof KEY_NAMES / sizeof KEY_NAMES[0]))
 
 /* A section: the keys it takes and those it needs (any one of need_any). */
@@ -45,19 +47,20 @@ typedef struct section_def {
 static const section_def SECTIONS[] = {
     {"input", K_SHAPE | K_FEATURES, 0, K_SHAPE | K_FEATURES, 0},
     {"output", K_LOSS | K_CLASSES, 0, 0, 0},
-    {"linear", K_NAME | K_OUT, K_OUT, 0, 1},
-    {"conv", K_NAME | K_OUT | K_KERNEL | K_STRIDE | K_PADDING | K_DILATION | K_GROUPS,
+    {"linear", K_NAME | K_INPUT | K_OUT, K_OUT, 0, 1},
+    {"conv", K_NAME | K_INPUT | K_OUT | K_KERNEL | K_STRIDE | K_PADDING | K_DILATION | K_GROUPS,
      K_OUT | K_KERNEL, 0, 1},
-    {"maxpool", K_NAME | K_KERNEL | K_STRIDE | K_PADDING, K_KERNEL, 0, 1},
-    {"avgpool", K_NAME | K_KERNEL | K_STRIDE | K_PADDING, K_KERNEL, 0, 1},
-    {"global_avgpool", K_NAME, 0, 0, 1},
-    {"relu", K_NAME, 0, 0, 1},
-    {"flatten", K_NAME, 0, 0, 1},
-    {"leaky_relu", K_NAME, 0, 0, 1},
-    {"gelu", K_NAME, 0, 0, 1},
-    {"silu", K_NAME, 0, 0, 1},
-    {"sigmoid", K_NAME, 0, 0, 1},
-    {"tanh", K_NAME, 0, 0, 1},
+    {"maxpool", K_NAME | K_INPUT | K_KERNEL | K_STRIDE | K_PADDING, K_KERNEL, 0, 1},
+    {"avgpool", K_NAME | K_INPUT | K_KERNEL | K_STRIDE | K_PADDING, K_KERNEL, 0, 1},
+    {"global_avgpool", K_NAME | K_INPUT, 0, 0, 1},
+    {"relu", K_NAME | K_INPUT, 0, 0, 1},
+    {"flatten", K_NAME | K_INPUT, 0, 0, 1},
+    {"leaky_relu", K_NAME | K_INPUT, 0, 0, 1},
+    {"gelu", K_NAME | K_INPUT, 0, 0, 1},
+    {"silu", K_NAME | K_INPUT, 0, 0, 1},
+    {"sigmoid", K_NAME | K_INPUT, 0, 0, 1},
+    {"tanh", K_NAME | K_INPUT, 0, 0, 1},
+    {"add", K_NAME | K_INPUT | K_FROM, K_FROM, 0, 1},
 };
 #define NSECTIONS ((int)(sizeof SECTIONS / sizeof SECTIONS[0]))
 
@@ -189,6 +192,29 @@ static fed_err set_key(parser *p, const char *key, const char *val)
     case K_GROUPS:
         ok = parse_ints(val, &cur_node(p)->n.groups, 1, 0, 1);
         break;
+    case K_INPUT:
+    case K_FROM: { /* an earlier layer, by its name (or index), or "-": the input */
+        int j = -2;
+
+        if (!strcmp(val, "-"))
+            j = -1;
+        for (int q = c->count - 2; j == -2 && q >= 0; q--) {
+            char idx[16];
+
+            snprintf(idx, sizeof idx, "%d", q);
+            if (!strcmp(c->nodes[q].name[0] ? c->nodes[q].name : idx, val))
+                j = q;
+        }
+        if (j == -2)
+            return fed_err_why(p->why, p->cap, FED_ERR_SPEC,
+                               "%s:%d: [%s] %s: '%s' names no earlier layer (a name, an index, "
+                               "or - for the input)", c->file, p->line, sec, key, val);
+        if (1 << k == K_INPUT)
+            cur_node(p)->n.input = j;
+        else
+            cur_node(p)->n.other = j;
+        return FED_OK;
+    }
     case K_SHAPE: {
         int v[3];
 
@@ -263,7 +289,7 @@ static fed_err open_section(parser *p, const char *name)
         return fed_err_why(p->why, p->cap, FED_ERR_SPEC,
                      "%s:%d: unknown section [%s] (input, output, linear, conv, maxpool, "
                      "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, sigmoid, "
-                     "tanh)", c->file, p->line, name);
+                     "tanh, add)", c->file, p->line, name);
     if ((err = close_section(p)) != FED_OK)
         return err;
     if (p->had_output)

@@ -22,6 +22,10 @@
  *   [maxpool]  name, kernel, stride (the kernel), padding (0)
  *   [avgpool]  name, kernel, stride (the kernel), padding (0)
  *   [relu]     name           [flatten]  name     [global_avgpool]  name
+ *   [add]      name, from (an earlier layer's name or index, - the input):
+ *              its input plus that layer's output (a residual)
+ * and every layer input (the layer before it): an earlier layer whose
+ * output it takes instead (a branch; model.h's rules).
  *   [leaky_relu] [gelu] [silu] [sigmoid] [tanh]  name: activations of their
  *              own (model.h), PyTorch's modules with their defaults
  * kernel, stride, padding and dilation take N or H,W. name (letters,

@@ -485,12 +485,15 @@ static void test_graph_errors(void **state)
     expect_why(two, 2, in, FED_ERR_SPEC,
                "model 'bad': node 1: unknown layer kind 'softmax' (linear, conv, maxpool, "
                "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, "
-               "sigmoid, tanh, bce)");
+               "sigmoid, tanh, bce, add)");
     two[1].kind = "linear";
-    two[1].input = -1;
+    two[1].input = -1; /* a branch from the input: node 0 then goes unused */
     expect_why(two, 2, in, FED_ERR_SPEC,
-               "model 'bad': node 1 (linear 'b') takes node -1's output: only chains are "
-               "supported yet");
+               "model 'bad': node 0 (linear 'a'): no later node takes its output");
+    two[1].input = 1;
+    expect_why(two, 2, in, FED_ERR_SPEC,
+               "model 'bad': node 1 (linear 'b') takes node 1's output: a node takes an "
+               "earlier node's (or -1, the model's input)");
     two[1].input = 0;
     two[1].name = "a";
     expect_why(two, 2, in, FED_ERR_SPEC,
@@ -510,8 +513,8 @@ static void test_graph_errors(void **state)
                "model 'bad': node 0 (maxpool '0') on input 1x4x4: padding must be at most half "
                "the kernel");
     expect_one((fed_model_node)NODE("relu", NULL, 0, 0, 0, 0, 0), in, FED_ERR_SHAPE,
-               "model 'bad': node 0 (relu '0') on input 1x4x4: a relu must follow a linear or "
-               "conv layer (a relu of its own is not supported yet)");
+               "model 'bad': node 0 (relu '0') on input 1x4x4: a relu must follow a linear, "
+               "conv or add layer (a relu of its own is not supported yet)");
     expect_one((fed_model_node)NODE("flatten", NULL, 0, 0, 0, 0, 0), in, FED_ERR_SPEC,
                "model 'bad': the last layer must be linear or conv (the logits)");
     /* fed_model_new_graph logs the same words and builds nothing */
@@ -638,14 +641,14 @@ static void test_graph_spec(void **state)
     assert_int_equal(fed_model_spec_explain("g:C6,R,L", in, why, sizeof why), FED_ERR_SPEC);
     assert_string_equal(why, "model spec 'g:C6,R,L': node 0 'C6' is none of NAME=Lout, "
                              "NAME=CoutkK[sS][pP][dD][gG], MkK[sS][pP], AkK[sS][pP], P, R, F, Y, G, S, "
-                             "Z, T, B");
+                             "Z, T, B, +REF, each [<REF]");
     static const char *bad[] = {"g:",        "g:L,",     "g:Q",       "g:Lk3",  "g:C4k3k3,L",
                                 "g:Mk0,L",   "g:Ck3,L",  "g:a-b=L",   "g:=L",   "g:L5x5",
                                 "g:C4k3x,L", "g:Rk2,L",  "g:L99999999"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         if (fed_model_spec_check(bad[i], in) != FED_ERR_SPEC)
             fail_msg("'%s' was not refused", bad[i]);
-    /* a graph past the spec's 127 bytes, or not a chain, has no spec */
+    /* a graph past the spec's 127 bytes has no spec in 128 bytes */
     memset(deep, 0, sizeof deep);
     for (int i = 0; i < 60; i++) {
         deep[i].kind = i % 2 ? "relu" : "linear";
@@ -656,8 +659,11 @@ static void test_graph_spec(void **state)
     assert_string_equal(spec, "");
     assert_int_equal(fed_model_graph_spec(deep, 3, spec, sizeof spec), FED_OK);
     assert_string_equal(spec, "g:L7,R,L7");
-    deep[2].input = 0;
-    assert_int_equal(fed_model_graph_spec(deep, 3, spec, sizeof spec), FED_ERR_UNSUPPORTED);
+    deep[2].input = 0; /* another input than the node before: "<REF" */
+    assert_int_equal(fed_model_graph_spec(deep, 3, spec, sizeof spec), FED_OK);
+    assert_string_equal(spec, "g:L7,R,L7<0");
+    deep[2].input = 2;
+    assert_int_equal(fed_model_graph_spec(deep, 3, spec, sizeof spec), FED_ERR_SPEC);
 }
 
 /* A graph past FED_MODEL_SPEC_MAX: built from its whole spec, named by its

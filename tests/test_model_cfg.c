@@ -190,10 +190,13 @@ static void test_errors(void **state)
     expect_parse(IN "[softmax]\n", FED_ERR_SPEC,
                  "m.cfg:2: unknown section [softmax] (input, output, linear, conv, maxpool, "
                  "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, sigmoid, "
-                 "tanh)");
+                 "tanh, add)");
     expect_parse(IN "[conv] out = 3 kernel = 3 bias = 0\n", FED_ERR_SPEC,
                  "m.cfg:2: [conv]: unknown key 'bias' (name, out, kernel, stride, padding, "
-                 "dilation, groups)");
+                 "dilation, groups, input)");
+    expect_parse(IN "[linear] name = a out = 4\n[add] from = b\n", FED_ERR_SPEC,
+                 "m.cfg:3: [add] from: 'b' names no earlier layer (a name, an index, or - for "
+                 "the input)");
     expect_parse(IN "[conv] out = 3 kernel = 3 groups = 0\n", FED_ERR_SPEC,
                  "m.cfg:2: [conv] groups: '0' is not a count 1 to 65536");
     expect_parse(IN "[conv] out = 3\n  kernel = 0\n", FED_ERR_SPEC,

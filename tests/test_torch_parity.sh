@@ -76,6 +76,29 @@ cat >"$TMP/groups.cfg" <<CFG
 [output] classes = 4
 CFG
 
+cat >"$TMP/residual.cfg" <<CFG
+# residual blocks (add), a branch that takes an earlier layer's output
+# (input =), a strided 1x1 conv shortcut
+[input] shape = 2,8,8
+[conv] name = stem out = 4 kernel = 3 padding = 1
+[relu] name = r0
+[conv] name = b1 out = 4 kernel = 3 padding = 1
+[relu]
+[conv] name = b2 out = 4 kernel = 3 padding = 1
+[add] name = res from = r0
+[relu] name = r1
+[conv] name = sc out = 6 kernel = 1 stride = 2
+[conv] name = c3 out = 6 kernel = 3 stride = 2 padding = 1 input = r1
+[relu]
+[conv] name = c4 out = 6 kernel = 3 padding = 1
+[add] name = res2 from = sc
+[relu]
+[global_avgpool]
+[flatten]
+[linear] name = head out = classes
+[output] classes = 5
+CFG
+
 cat >"$TMP/bce.cfg" <<CFG
 # one logit, binary cross-entropy with logits
 [input] features = 11
@@ -86,7 +109,7 @@ cat >"$TMP/bce.cfg" <<CFG
 CFG
 
 for cfg in "$HERE/../examples/models/simplecnn.cfg" "$TMP/windows.cfg" "$TMP/acts.cfg" \
-    "$TMP/groups.cfg" "$TMP/bce.cfg"; do
+    "$TMP/groups.cfg" "$TMP/bce.cfg" "$TMP/residual.cfg"; do
     name=$(basename "$cfg" .cfg)
     mkdir -p "$TMP/$name"
     "$DUMP" --torch-dump "$TMP/$name" "$cfg" >"$TMP/$name/dump.log" 2>&1 ||

@@ -49,12 +49,17 @@ class Net(nn.Module):
         assert secs[0][0] == "input"
         inp = secs[0][1]
         self.shape = [int(x) for x in inp["shape"].split(",")] if "shape" in inp else [1, 1, int(inp["features"])]
-        x = torch.zeros([1] + self.shape)
-        self.order = []
+        x0 = torch.zeros([1] + self.shape)
+        self.order = []  # (module name, input ref, add's ref), refs by node name, "-": input
+        outs = {}
         layers = [s for s in secs[1:] if s[0] != "output"]
         for i, (kind, kv) in enumerate(layers):
             name = kv.get("name", str(i))
-            if kind == "conv":
+            src = kv.get("input", self.order[-1][0] if self.order else "-")
+            x = x0 if src == "-" else outs[src]
+            if kind == "add":
+                m = Add()
+            elif kind == "conv":
                 k = pair(kv["kernel"])
                 m = nn.Conv2d(x.shape[1], int(kv["out"]), k, stride=pair(kv.get("stride", "1")),
                               padding=pair(kv.get("padding", "0")), dilation=pair(kv.get("dilation", "1")),
@@ -78,19 +83,28 @@ class Net(nn.Module):
             else:
                 raise ValueError(kind)
             self.add_module(name, m)
-            self.order.append(name)
-            x = self.step(m, x)
+            self.order.append((name, src, kv.get("from")))
+            outs[name] = self.step(m, x, x0 if kv.get("from") == "-" else outs.get(kv.get("from")))
 
     @staticmethod
-    def step(m, x):
+    def step(m, x, other):
         if isinstance(m, nn.Linear) and x.dim() > 2:
             x = x.flatten(1)  # fednode's linear takes its input flattened
-        return m(x)
+        return m(x, other) if isinstance(m, Add) else m(x)
 
-    def forward(self, x):
-        for name in self.order:
-            x = self.step(getattr(self, name), x)
-        return x
+    def forward(self, x0):
+        outs = {}
+        for name, src, frm in self.order:
+            x = x0 if src == "-" else outs[src]
+            outs[name] = self.step(getattr(self, name), x, x0 if frm == "-" else outs.get(frm))
+        return outs[self.order[-1][0]]
+
+
+class Add(nn.Module):
+    """fednode's [add]: its input plus the output of the layer named by from."""
+
+    def forward(self, x, other):
+        return x + other
 
 
 def main():
