@@ -105,6 +105,8 @@ struct layer_ops {
     void (*forward_cols)(fed_model *m, int u, int n);
     /* dx of rows [off, off + n) from dy (the ReLU masks are the caller's). */
     void (*input_grads)(fed_model *m, int l, int u, const float *dy, float *dx, int off, int n);
+    /* add and concat: dx of their second input, rows [off, off + n). */
+    void (*input2_grads)(fed_model *m, int l, const float *dy, float *dx, int off, int n);
     /* Weight and bias gradients of output-row chunk u over all n samples;
      * NULL for a layer without parameters. */
     void (*weight_grads)(fed_model *m, int l, int u, const float *dy, int n);
@@ -516,6 +518,27 @@ static fed_err add_plan(plan *p, const node_desc *nd, int i, dims *s, char *why,
     return plan_output(p, nd, i, s, ly, s->c, s->h, s->w, why, cap);
 }
 
+/* concat: the input's channels, then another node's of the same height
+ * and width (torch.cat along the channels). */
+static fed_err concat_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap)
+{
+    layer *ly;
+
+    if (p->other_dims.h != s->h || p->other_dims.w != s->w) {
+        char what[112];
+
+        snprintf(what, sizeof what, "it concatenates node %d's output of %dx%dx%d: not the same "
+                 "height and width", nd->other, p->other_dims.c, p->other_dims.h,
+                 p->other_dims.w);
+        return shape_fail(p, nd, i, s, why, cap, what);
+    }
+    if ((long)s->c + p->other_dims.c > 65536)
+        return shape_fail(p, nd, i, s, why, cap, "its output exceeds 65536 channels");
+    if (!(ly = plan_layer(p, nd)))
+        return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
+    return plan_output(p, nd, i, s, ly, s->c + p->other_dims.c, s->h, s->w, why, cap);
+}
+
 /* bce: the loss, not a layer (it must be the last node). */
 static fed_err bce_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap)
 {
@@ -573,7 +596,7 @@ static fed_err plan_graph(const node_desc *nodes, int count, fed_model_shape in,
     }
     for (int i = 0; i < count; i++) {
         const node_desc *nd = &nodes[i];
-        int refs[2] = {nd->input, nd->ops->plan == add_plan ? nd->other : -2};
+        int refs[2] = {nd->input, nd->ops->input2_grads ? nd->other : -2};
         size_t np0 = p->nparams;
         int nl0 = p->nlayers;
 
@@ -617,7 +640,7 @@ static fed_err plan_graph(const node_desc *nodes, int count, fed_model_shape in,
             layer *ly = &p->layers[nl0];
 
             ly->src = p->cur_src;
-            ly->src2 = nd->ops->plan == add_plan ? p->cur_other : -1;
+            ly->src2 = nd->ops->input2_grads ? p->cur_other : -1;
             if (ly->src >= 0)
                 taken[ly->src] = 1;
             if (ly->src2 >= 0)
@@ -835,7 +858,7 @@ static int spec_node(const char *s, const char *end, int i, node_desc *nodes)
     }
     if (s == end || !(nd->ops = kind_of_letter(*s++)))
         return 0;
-    if (nd->ops->letter == '+') /* add: the node it adds */
+    if (nd->ops->input2_grads) /* add, concat: the other node it takes */
         return (nd->other = spec_ref(nodes, i, s, (size_t)(end - s))) >= -1;
     while ((nd->ops->opts & OPT_OUT) && s < end && isdigit((unsigned char)*s))
         if ((nd->out = nd->out * 10 + (*s++ - '0')) > 65536)
@@ -875,7 +898,7 @@ static fed_err graph_spec(const char *spec, node_desc *nodes, int ncap, int *cou
             return fed_err_why(why, cap, FED_ERR_SPEC,
                                "model spec '%.40s%s': node %d '%.*s' is none of NAME=Lout, "
                                "NAME=CoutkK[sS][pP][dD][gG], MkK[sS][pP], AkK[sS][pP], P, R, F, Y, G, S, "
-                               "Z, T, B, +REF, each [<REF]", spec,
+                               "Z, T, B, +REF, &REF, each [<REF]", spec,
                                strlen(spec) > 40 ? "..." : "", n, (int)(end - s), s);
         n++;
         if (!*end)
@@ -938,13 +961,13 @@ fed_err fed_model_graph_spec(const fed_model_node *nodes, int count, char *spec,
         if (!ops || (nd->name && !fed_model_name_ok(nd->name)))
             return FED_ERR_SPEC;
         if (nd->input < -1 || nd->input >= i ||
-            (ops->letter == '+' && (nd->other < -1 || nd->other >= i)))
+            (ops->input2_grads && (nd->other < -1 || nd->other >= i)))
             return FED_ERR_SPEC;
         snprintf(idx, sizeof idx, "%d", i);
         if (nd->name && strcmp(nd->name, idx) != 0)
             spec_put(spec, cap, &used, "%s=", nd->name);
         spec_put(spec, cap, &used, "%c", ops->letter);
-        if (ops->letter == '+')
+        if (ops->input2_grads)
             spec_put_ref(spec, cap, &used, nodes, nd->other);
         if ((ops->opts & OPT_OUT) && nd->out > 0)
             spec_put(spec, cap, &used, "%d", nd->out);
@@ -1131,7 +1154,7 @@ static fed_err graph_node(const char *label, const fed_model_node *gn, int i, no
         return fed_err_why(why, cap, FED_ERR_SPEC,
                          "model '%s': node %d: unknown layer kind '%s' (linear, conv, maxpool, "
                          "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, "
-                         "sigmoid, tanh, bce, add)", label, i, gn->kind ? gn->kind : "(none)");
+                         "sigmoid, tanh, bce, add, concat)", label, i, gn->kind ? gn->kind : "(none)");
     if (name) {
         if (!fed_model_name_ok(name))
             return fed_err_why(why, cap, FED_ERR_SPEC,
@@ -2022,8 +2045,7 @@ static void add_forward(fed_model *m, int l, const float *x, int off, int n)
     }
 }
 
-/* The gradient goes to both inputs as it is (input_grads copies the
- * second's). */
+/* The gradient goes to both inputs as it is. */
 static void add_input_grads(fed_model *m, int l, int u, const float *dy, float *dx, int off,
                             int n)
 {
@@ -2032,6 +2054,55 @@ static void add_input_grads(fed_model *m, int l, int u, const float *dy, float *
 
     (void)u;
     m->be->copy(m->be, dx + at, dy + at, (size_t)n * ly->out_numel);
+}
+
+static void add_input2_grads(fed_model *m, int l, const float *dy, float *dx, int off, int n)
+{
+    add_input_grads(m, l, 0, dy, dx, off, n);
+}
+
+/* ---- concat ---- */
+
+/* Each sample's output: its input's channels, then the other's (torch.cat
+ * along dim 1), copied by the backend. */
+static void concat_forward(fed_model *m, int l, const float *x, int off, int n)
+{
+    fed_backend *be = m->be;
+    const layer *ly = &m->layers[l];
+    size_t a = (size_t)ly->in_numel, b = (size_t)(ly->out_numel - ly->in_numel);
+    const float *o = (ly->src2 >= 0 ? m->ws.act[ly->src2] : m->ws.x) + (size_t)off * b;
+    float *y = m->ws.act[l] + (size_t)off * ly->out_numel;
+
+    for (int i = 0; i < n; i++) {
+        be->copy(be, y + (size_t)i * ly->out_numel, x + (size_t)i * a, a);
+        be->copy(be, y + (size_t)i * ly->out_numel + a, o + (size_t)i * b, b);
+    }
+}
+
+/* Each input's gradient: its slice of the output's. */
+static void concat_grads(fed_model *m, int l, const float *dy, float *dx, int off, int n,
+                         int second)
+{
+    fed_backend *be = m->be;
+    const layer *ly = &m->layers[l];
+    size_t a = (size_t)ly->in_numel, b = (size_t)(ly->out_numel - ly->in_numel);
+    size_t part = second ? b : a;
+
+    for (int i = off; i < off + n; i++)
+        be->copy(be, dx + (size_t)i * part, dy + (size_t)i * ly->out_numel + (second ? a : 0),
+                 part);
+}
+
+static void concat_input_grads(fed_model *m, int l, int u, const float *dy, float *dx, int off,
+                               int n)
+{
+    (void)u;
+    concat_grads(m, l, dy, dx, off, n, 0);
+}
+
+static void concat_input2_grads(fed_model *m, int l, const float *dy, float *dx, int off, int n)
+{
+    concat_grads(m, l, dy, dx, off, n, 1);
 }
 
 /* ---- the table ---- */
@@ -2057,7 +2128,11 @@ static const layer_ops LAYER_KINDS[] = {
     {.kind = "relu", .letter = 'R', .plan = relu_plan},
     {.kind = "bce", .letter = 'B', .plan = bce_plan},
     {.kind = "add", .letter = '+', .plan = add_plan, .needs = act_needs, .forward = add_forward,
-     .input_grads = add_input_grads, .flops = act_flops, .fuses_relu = 1},
+     .input_grads = add_input_grads, .input2_grads = add_input2_grads, .flops = act_flops,
+     .fuses_relu = 1},
+    {.kind = "concat", .letter = '&', .plan = concat_plan, .forward = concat_forward,
+     .input_grads = concat_input_grads, .input2_grads = concat_input2_grads,
+     .flops = act_flops},
 #define ACT_KIND(k, l, a)                                                                     \
     {.kind = k, .letter = l, .act = a, .plan = act_plan, .needs = act_needs,                  \
      .forward = act_forward, .input_grads = act_input_grads, .flops = act_flops}
@@ -2107,8 +2182,8 @@ static void input_grads(fed_model *m, int l, int u, const float *dy, int off, in
         to = ly->first_w[e] ? m->ws.g[t] : m->ws.gx; /* its rows of gx, to be added */
         if (e == 0)
             ly->ops->input_grads(m, l, u, dy, to, off, n);
-        else /* add's second input: the gradient as it is */
-            be->copy(be, to + at, dy + (size_t)off * ly->out_numel, cnt);
+        else
+            ly->ops->input2_grads(m, l, dy, to, off, n);
         if (!ly->first_w[e])
             be->axpy(be, cnt, 1.0f, m->ws.gx + at, m->ws.g[t] + at);
         if (ly->last_w[e] && src->relu)

@@ -122,7 +122,9 @@ void fed_model_free(fed_model *m);
  * every node's output but the last taken by a later one, and never from
  * before a relu folded into its layer. "add" (a residual) adds to its
  * input's output that of node other, of the same shape; a relu after it
- * folds in; computed on the host. A zero stride
+ * folds in; computed on the host. "concat" takes its input's channels,
+ * then node other's, of the same height and width (torch.cat on dim 1).
+ * A zero stride
  * is 1 for conv and the kernel for pooling; a zero dilation is 1. [0] is
  * the height's, [1] the width's. The last layer gives the logits. */
 #define FED_MODEL_MAX_NODES 4096 /* nodes of one graph */
@@ -147,6 +149,7 @@ typedef struct fed_model_node {
  * [dD][gG] (conv; G its groups), MkK[sS][pP] (maxpool), AkK[sS][pP] (avgpool), R (relu), F
  * (flatten), B (the loss bce, last), P (global_avgpool), +REF (add the
  * output of node REF: its name, its index if it has none, - the input),
+ * &REF (concat node REF's channels),
  * and after any node <REF for an input other than the node before it;
  * Y (leaky_relu), G (gelu), S (silu), Z (sigmoid), T (tanh);
  * K, S, P, D are N or HxW. A node without NAME is named by its

@@ -61,6 +61,7 @@ static const section_def SECTIONS[] = {
     {"sigmoid", K_NAME | K_INPUT, 0, 0, 1},
     {"tanh", K_NAME | K_INPUT, 0, 0, 1},
     {"add", K_NAME | K_INPUT | K_FROM, K_FROM, 0, 1},
+    {"concat", K_NAME | K_INPUT | K_FROM, K_FROM, 0, 1},
 };
 #define NSECTIONS ((int)(sizeof SECTIONS / sizeof SECTIONS[0]))
 
@@ -289,7 +290,7 @@ static fed_err open_section(parser *p, const char *name)
         return fed_err_why(p->why, p->cap, FED_ERR_SPEC,
                      "%s:%d: unknown section [%s] (input, output, linear, conv, maxpool, "
                      "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, sigmoid, "
-                     "tanh, add)", c->file, p->line, name);
+                     "tanh, add, concat)", c->file, p->line, name);
     if ((err = close_section(p)) != FED_OK)
         return err;
     if (p->had_output)

@@ -24,6 +24,7 @@
  *   [relu]     name           [flatten]  name     [global_avgpool]  name
  *   [add]      name, from (an earlier layer's name or index, - the input):
  *              its input plus that layer's output (a residual)
+ *   [concat]   name, from: its input's channels, then that layer's
  * and every layer input (the layer before it): an earlier layer whose
  * output it takes instead (a branch; model.h's rules).
  *   [leaky_relu] [gelu] [silu] [sigmoid] [tanh]  name: activations of their

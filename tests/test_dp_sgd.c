@@ -293,8 +293,8 @@ static void test_per_sample_windows(void **state)
 }
 
 /* A residual graph: an add of an earlier layer's output, a branch from an
- * earlier layer (a strided 1x1 shortcut), both gradients summed into the
- * layer they share, relu masks after the sum, shards 1 and 3. */
+ * earlier layer (a strided 1x1 shortcut), a concat, every gradient summed
+ * into the layer it reaches, relu masks after the sum, shards 1 and 3. */
 static void test_per_sample_residual(void **state)
 {
     world *w = *state;
@@ -308,6 +308,7 @@ static void test_per_sample_residual(void **state)
         {.kind = "conv", .name = "c3", .out = 6, .kernel = {3, 3}, .stride = {2, 2},
          .padding = {1, 1}},
         {.kind = "add", .name = "res2", .other = 5},
+        {.kind = "concat", .name = "cat", .other = 6}, /* res2's channels, then c3's */
         {.kind = "linear", .name = "head", .out = 5},
     };
     fed_model_shape in = {2, 8, 8, 5};

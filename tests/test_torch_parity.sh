@@ -2,11 +2,13 @@
 # test_torch_parity.sh - models built from model files compute what PyTorch
 # computes: for examples/models/simplecnn.cfg, a net of every window
 # (strided, padded, dilated and non-square convolutions, padded max and
-# average pooling) and a net of every activation of its own (leaky_relu,
-# gelu, silu, sigmoid, tanh) with a global average pool, fednode's initial
-# parameters (through .safetensors, loaded with strict=True into the
-# nn.Module tests/torch_parity.py builds from the same file), the same batch of 8: logits, loss, every gradient and
-# the parameters after one SGD step agree within 1e-5 of each tensor's norm.
+# average pooling), a net of every activation of its own (leaky_relu, gelu,
+# silu, sigmoid, tanh) with a global average pool, grouped and depthwise
+# convolutions, a one-logit bce net, and residual blocks (add, branches, a
+# concat): fednode's initial parameters (through .safetensors, loaded with
+# strict=True into the nn.Module tests/torch_parity.py builds from the same
+# file), the same batch of 8: logits, loss, every gradient and the
+# parameters after one SGD step agree within 1e-5 of each tensor's norm.
 # The fednode side is build/tests/test_model_cfg --torch-dump. Skips (77)
 # without /usr/bin/python3 with torch (Debian: python3-torch).
 set -u
@@ -78,7 +80,7 @@ CFG
 
 cat >"$TMP/residual.cfg" <<CFG
 # residual blocks (add), a branch that takes an earlier layer's output
-# (input =), a strided 1x1 conv shortcut
+# (input =), a strided 1x1 conv shortcut, a concat of two branches
 [input] shape = 2,8,8
 [conv] name = stem out = 4 kernel = 3 padding = 1
 [relu] name = r0
@@ -92,7 +94,10 @@ cat >"$TMP/residual.cfg" <<CFG
 [relu]
 [conv] name = c4 out = 6 kernel = 3 padding = 1
 [add] name = res2 from = sc
-[relu]
+[relu] name = r2
+[conv] name = side out = 3 kernel = 1 input = r1
+[maxpool] name = down kernel = 2
+[concat] name = cat from = r2
 [global_avgpool]
 [flatten]
 [linear] name = head out = classes

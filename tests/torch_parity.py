@@ -59,6 +59,8 @@ class Net(nn.Module):
             x = x0 if src == "-" else outs[src]
             if kind == "add":
                 m = Add()
+            elif kind == "concat":
+                m = Concat()
             elif kind == "conv":
                 k = pair(kv["kernel"])
                 m = nn.Conv2d(x.shape[1], int(kv["out"]), k, stride=pair(kv.get("stride", "1")),
@@ -90,7 +92,7 @@ class Net(nn.Module):
     def step(m, x, other):
         if isinstance(m, nn.Linear) and x.dim() > 2:
             x = x.flatten(1)  # fednode's linear takes its input flattened
-        return m(x, other) if isinstance(m, Add) else m(x)
+        return m(x, other) if isinstance(m, (Add, Concat)) else m(x)
 
     def forward(self, x0):
         outs = {}
@@ -105,6 +107,13 @@ class Add(nn.Module):
 
     def forward(self, x, other):
         return x + other
+
+
+class Concat(nn.Module):
+    """fednode's [concat]: its input's channels, then those of the layer from names."""
+
+    def forward(self, x, other):
+        return torch.cat([x, other], 1)
 
 
 def main():
