@@ -70,9 +70,11 @@ void fed_cli_maybe_reexec_main(char **argv);
 int fed_cli_online_cores(void); /* 1..FED_CLI_MAX_THREADS */
 /* --model given a layer file (model/model_cfg.h: a value that is no preset
  * and names a regular file): model (cap bytes) becomes the spec of its
- * graph ("g:..."). -1 to go on (a spec is left as it is), 2 with the
+ * graph ("g:..."), or its id when the graph is longer (model.h), the whole
+ * graph then in *graph (fed_free; graph NULL: the command takes no such
+ * graph, an error). -1 to go on (a spec is left as it is), 2 with the
  * file's error printed, naming cmd. */
-int fed_cli_model_file(const char *cmd, char *model, size_t cap);
+int fed_cli_model_file(const char *cmd, char *model, size_t cap, char **graph);
 /* "I/K" with 0 <= I < K: 1 when s is one. */
 int fed_cli_parse_shard(const char *s, int *shard, int *k);
 

@@ -191,28 +191,51 @@ int fed_cli_online_cores(void)
     return n < 1 ? 1 : n > FED_CLI_MAX_THREADS ? FED_CLI_MAX_THREADS : (int)n;
 }
 
-int fed_cli_model_file(const char *cmd, char *model, size_t cap)
+int fed_cli_model_file(const char *cmd, char *model, size_t cap, char **graph)
 {
     fed_model_cfg *c = NULL;
-    char why[512], spec[FED_MODEL_SPEC_MAX];
+    char why[512], id[FED_MODEL_SPEC_MAX];
+    char *spec = fed_malloc(FED_MODEL_GRAPH_MAX);
     struct stat st;
     fed_err err;
 
+    if (graph)
+        *graph = NULL;
+    if (!spec) {
+        fed_cli_error("%s: out of memory", cmd);
+        return 1;
+    }
+
     if (!strcmp(model, "logreg") || !strcmp(model, "cnn") || !strncmp(model, "mlp:", 4) ||
-        !strncmp(model, "g:", 2) || stat(model, &st) != 0 || !S_ISREG(st.st_mode))
+        !strncmp(model, "g:", 2) || stat(model, &st) != 0 || !S_ISREG(st.st_mode)) {
+        fed_free(spec);
         return -1; /* a spec: its own check says what is wrong with it */
+    }
     /* the file on its own input first: a shape error names its line */
     if ((err = fed_model_cfg_load(model, &c, why, sizeof why)) == FED_OK &&
         (err = fed_model_cfg_check(c, fed_model_cfg_own_input(c), NULL, why, sizeof why)) ==
             FED_OK)
-        err = fed_model_cfg_spec(c, spec, sizeof spec, why, sizeof why);
+        err = fed_model_cfg_spec(c, spec, FED_MODEL_GRAPH_MAX, why, sizeof why);
     fed_model_cfg_free(c);
     if (err != FED_OK) {
         fed_cli_error("%s: --model: %s", cmd, why);
+        fed_free(spec);
         return 2;
     }
-    fed_log(FED_LOG_INFO, "%s: --model %s is %s", cmd, model, spec);
-    snprintf(model, cap, "%s", spec);
+    fed_model_spec_id(spec, id);
+    if (strcmp(id, spec) != 0 && !graph) {
+        fed_cli_error("%s: --model %s: its graph takes %zu bytes; %s takes graphs of at most %d "
+                      "(run, aggregate and train take longer ones)", cmd, model, strlen(spec),
+                      cmd, FED_MODEL_SPEC_MAX - 1);
+        fed_free(spec);
+        return 2;
+    }
+    fed_log(FED_LOG_INFO, "%s: --model %s is %s", cmd, model, id);
+    snprintf(model, cap, "%s", id);
+    if (strcmp(id, spec) != 0)
+        *graph = spec;
+    else
+        fed_free(spec);
     return -1;
 }
 

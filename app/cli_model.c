@@ -67,19 +67,19 @@ int fed_cli_model(int argc, char **argv)
     }
     printf("# model %s: input %dx%dx%d, %d classes\n", fed_model_cfg_label(cfg), in.c, in.h,
            in.w, in.classes);
-    printf("%4s  %-8s %-16s %-12s %10s %14s\n", "node", "layer", "name", "output", "params",
+    printf("%4s  %-14s %-16s %-12s %10s %14s\n", "node", "layer", "name", "output", "params",
            "FLOPs/sample");
     for (int i = 0; i < count; i++) {
         char shape[48], idx[16];
 
         snprintf(shape, sizeof shape, "%dx%dx%d", info[i].c, info[i].h, info[i].w);
         snprintf(idx, sizeof idx, "%d", i);
-        printf("%4d  %-8s %-16s %-12s %10zu %14.0f\n", i, nodes[i].kind,
+        printf("%4d  %-14s %-16s %-12s %10zu %14.0f\n", i, nodes[i].kind,
                nodes[i].name ? nodes[i].name : idx, shape, info[i].nparams, info[i].flops);
         total += info[i].nparams;
         flops += info[i].flops;
     }
-    printf("%4s  %-8s %-16s %-12s %10zu %14.0f\n", "", "total", "", "", total, flops);
+    printf("%4s  %-14s %-16s %-12s %10zu %14.0f\n", "", "total", "", "", total, flops);
     rc = 0;
 out:
     fed_free(info);

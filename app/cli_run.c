@@ -55,6 +55,7 @@ typedef struct run_cfg {
     int poll_ms;
     int linger_ms;
     int retry_ms;
+    double max_model_params, max_model_flops;
     int max_clients;
     int max_connections;
     int conn_stall_ms;
@@ -68,6 +69,7 @@ typedef struct run_cfg {
     char best_metric[FED_METRICS_NAME_MAX];
     char early_stop[64];
     const unsigned char *given; /* (NRUN_OPTS) what the file or a flag set; not an option */
+    char *graph; /* --model FILE of a graph longer than its id: the whole (not an option) */
 } run_cfg;
 
 #define R(field, name, type, def, min, max, help)                              \
@@ -116,6 +118,12 @@ static const fed_opt run_opts[] = {
       "--http: stay up this long at the end, to be scraped)"),
     R(retry_ms, "retry-ms", FED_OPT_INT, "2000", 1, 600000,
       "client: wait for an answer this much beyond --poll-ms before retrying"),
+    R(max_model_params, "max-model-params", FED_OPT_DOUBLE, "1e8", 1, 1e12,
+      "client: the most parameters of a model it builds from a MODEL frame (the graph "
+      "comes from the network); a larger one is declined (LEAVE FED_ERR_MODEL_MISMATCH)"),
+    R(max_model_flops, "max-model-flops", FED_OPT_DOUBLE, "1e11", 1, 1e18,
+      "client: the most forward + backward FLOPs per sample of a model it builds from a "
+      "MODEL frame; a costlier one is declined"),
     R(max_clients, "max-clients", FED_OPT_INT, "64", 1, 4096,
       "aggregator: requests held at once (at least the number of clients)"),
     R(max_connections, "max-connections", FED_OPT_INT, "0", 0, 65536,
@@ -397,7 +405,9 @@ static int fill_training(const run_cfg *c, run_state *s, fed_node_config *nc)
     if ((rc = check_round_options(c, s, nc)) >= 0)
         return rc;
     nc->shape = s->test->shape;
-    if (fed_model_spec_explain(c->s.model, nc->shape, why, sizeof why) != FED_OK) {
+    nc->graph = c->graph; /* the whole graph beside its id, when longer */
+    if (fed_model_spec_explain(c->graph ? c->graph : c->s.model, nc->shape, why, sizeof why) !=
+        FED_OK) {
         fed_cli_error("run: --model: %s", why);
         return 2;
     }
@@ -578,6 +588,11 @@ static int fill_node_config(const run_cfg *c, run_state *s, fed_node_config *nc)
         nc->shard = s->idx;
         nc->shard_n = s->nidx;
         nc->retry_ms = (uint64_t)c->retry_ms;
+        nc->max_model_params = c->max_model_params;
+        nc->max_model_flops = c->max_model_flops;
+        if (c->given && c->given[fed_opt_find(run_opts, NRUN_OPTS, "model") - run_opts])
+            /* its own --model: a MODEL of another graph is declined at once */
+            nc->own_model = c->graph ? c->graph : c->s.model;
         fed_node_settings_apply_dp(&c->s, nc);
         return aggregator_key(c, s, &nc->aggregator);
     }
@@ -863,10 +878,12 @@ static int run_with_role(const char *cmd, const char *role, int argc, char **arg
         return 2;
     }
     cfg.given = given;
-    if ((rc = fed_cli_log_apply(cmd, &cfg.log)) >= 0 ||
-        (rc = fed_cli_model_file(cmd, cfg.s.model, sizeof cfg.s.model)) >= 0)
-        return rc;
-    return run_site(&cfg);
+    cfg.graph = NULL;
+    if ((rc = fed_cli_log_apply(cmd, &cfg.log)) < 0 &&
+        (rc = fed_cli_model_file(cmd, cfg.s.model, sizeof cfg.s.model, &cfg.graph)) < 0)
+        rc = run_site(&cfg);
+    fed_free(cfg.graph);
+    return rc;
 }
 
 int fed_cli_run(int argc, char **argv) { return run_with_role("run", NULL, argc, argv); }

@@ -799,8 +799,15 @@ static fed_err model_from_ckpt(const fed_store_ckpt *c, fed_backend *be, fed_mod
                 fed_strerror(e));
         return FED_ERR_NOTFOUND;
     }
-    if ((e = fed_model_new(v.spec, v.shape, be, NULL, 1, 1, &m)) != FED_OK)
-        return e;
+    {
+        char *whole = NULL; /* a graph the checkpoint carries whole */
+
+        if ((e = fed_node_model_view_whole(&v, &whole)) == FED_OK)
+            e = fed_model_new(whole, v.shape, be, NULL, 1, 1, &m);
+        fed_free(whole);
+        if (e != FED_OK)
+            return e;
+    }
     if (v.nparams != fed_model_nparams(m)) {
         e = FED_ERR_SHAPE;
         goto out;
@@ -1104,7 +1111,7 @@ static fed_err import_to_db(const import_cfg *c, const fed_model *m, uint64_t *r
     } else {
         *round = n ? last.round + 1 : 0;
     }
-    fed_node_model_sec_encode(&ms, fed_model_spec(m), fed_model_input(m), params,
+    fed_node_model_sec_encode(&ms, fed_model_graph(m), fed_model_input(m), params,
                               plen / sizeof(float));
     e = fed_store_checkpoint_write(st, *round, ms.s, FED_NODE_MODEL_SECTIONS, NULL);
     if (e == FED_OK)

@@ -38,6 +38,7 @@
 typedef struct train_cfg {
     char data[512];
     char model[FED_MODEL_SPEC_MAX];
+    char *graph; /* --model FILE of a graph longer than its id: the whole (not an option) */
     int epochs;
     int batch;
     double lr;
@@ -571,7 +572,7 @@ static int train_main(const train_cfg *c, int argc, char **argv)
     }
     /* a Poisson draw is batch on average: room for 6 standard deviations more
        (a larger one runs in pieces) */
-    if ((err = fed_model_new(c->model, w.train->shape, w.be, w.pool, threads,
+    if ((err = fed_model_new(c->graph ? c->graph : c->model, w.train->shape, w.be, w.pool, threads,
                              c->dp_sgd ? c->batch + (int)(6 * sqrt(c->batch)) + 8 : c->batch,
                              &w.m)) != FED_OK) {
         rc = fail(c->model, err);
@@ -626,11 +627,13 @@ int fed_cli_train(int argc, char **argv)
     int rc = fed_cli_load_options("train", "[--data D] [--model SPEC] [--epochs N] [options]",
                           train_opts, NTRAIN_OPTS, &cfg, argc, argv);
 
+    cfg.graph = NULL;
     if (rc < 0)
-        rc = fed_cli_model_file("train", cfg.model, sizeof cfg.model);
-    if (rc >= 0)
-        return rc;
-    return train_main(&cfg, argc, argv);
+        rc = fed_cli_model_file("train", cfg.model, sizeof cfg.model, &cfg.graph);
+    if (rc < 0)
+        rc = train_main(&cfg, argc, argv);
+    fed_free(cfg.graph);
+    return rc;
 }
 
 /* -------------------------------------------------------------- eval -- */

@@ -313,6 +313,7 @@ int main(int argc, char **argv)
     fed_sim_counters cnt;
     char hex[65], why[256];
     unsigned char *given = NULL; /* (scenario options) set by the file or a flag */
+    char *graph = NULL;          /* --model FILE of a graph longer than its id: the whole */
     int rc, threads = fed_cli_online_cores();
     fed_err e;
 
@@ -358,8 +359,9 @@ int main(int argc, char **argv)
             fed_opt_print_help(fedsim_out_opts, NOUT, stdout);
         }
     }
-    if (rc < 0)
-        rc = fed_cli_model_file("fedsim", sc.s.model, sizeof sc.s.model);
+    sc.graph = NULL;
+    if (rc < 0 && (rc = fed_cli_model_file("fedsim", sc.s.model, sizeof sc.s.model, &graph)) < 0)
+        sc.graph = graph;
     if (rc >= 0)
         goto out;
     /* the old --mode aggregator|peer; --secagg* on peers */
@@ -466,5 +468,6 @@ out:
     fed_mpi_sim_comm_free(comm);
     fed_coll_free(coll);
     fed_free(given);
+    fed_free(graph);
     return rc;
 }

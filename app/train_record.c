@@ -119,7 +119,7 @@ fed_err fed_node_record_epoch(fed_store *st, const fed_model *m, const fed_optim
         goto out;
     if (o && (e = encode_optim(o, &optim, &olen)) != FED_OK)
         goto out;
-    fed_node_model_sec_encode(&ms, fed_model_spec(m), fed_model_input(m), params,
+    fed_node_model_sec_encode(&ms, fed_model_graph(m), fed_model_input(m), params,
                               plen / sizeof(float));
     {
         fed_store_section s[FED_NODE_MODEL_SECTIONS + 2] = {

@@ -95,7 +95,7 @@
     X(FED_ERR_TOO_FEW_CLIENTS, "fewer clients than --min-clients can still take part") \
     /* a client's reasons to decline a round (a LEAVE), appended likewise */   \
     X(FED_ERR_SA_REQUIRED, "secure aggregation required: this client (--secagg) sends no delta in a round that does not run it") \
-    X(FED_ERR_MODEL_MISMATCH, "the aggregator's model does not fit this client's data (another input shape or class count)") \
+    X(FED_ERR_MODEL_MISMATCH, "the aggregator's model does not fit this client (another input shape or class count, another graph than its own --model declares, or past its --max-model-params or --max-model-flops)") \
     X(FED_ERR_SA_TOO_FEW, "secure aggregation: fewer clients than the floor (3, or more as configured); a client could subtract its own delta from the sum")
 
 typedef enum fed_err {

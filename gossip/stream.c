@@ -112,9 +112,10 @@ static ss_state *slot_state(fed_crypto_slot *s, size_t off)
     return (ss_state *)(void *)(fed_crypto_slot_mem(s) + off);
 }
 
-size_t fed_wire_stream_chunk_max(const fed_wire *w, uint8_t type)
+/* The largest chunk beside a typed block of block bytes in a first frame. */
+static size_t chunk_max_of(const fed_wire *w, size_t block)
 {
-    size_t first = FED_WIRE_HEADER_BYTES + fed_wire_block_size(type) + FED_WIRE_STREAM_DESC_BYTES +
+    size_t first = FED_WIRE_HEADER_BYTES + block + FED_WIRE_STREAM_DESC_BYTES +
                    FED_CRYPTO_SEAL_OVERHEAD + SS_ABYTES + FED_WIRE_STREAM_FINAL_BYTES;
     size_t over = first > FED_WIRE_CHUNK_OVERHEAD ? first : FED_WIRE_CHUNK_OVERHEAD;
     size_t max = w->cfg.max_frame > over ? w->cfg.max_frame - over : 0;
@@ -122,6 +123,16 @@ size_t fed_wire_stream_chunk_max(const fed_wire *w, uint8_t type)
     if (max > UINT32_MAX)
         max = UINT32_MAX;
     return max >= 64 ? max & ~(size_t)63 : max;
+}
+
+size_t fed_wire_stream_chunk_max(const fed_wire *w, uint8_t type)
+{
+    return chunk_max_of(w, fed_wire_block_size(type));
+}
+
+size_t fed_wire_stream_chunk_max_for(const fed_wire *w, uint8_t type, const fed_wire_block *b)
+{
+    return chunk_max_of(w, fed_wire_block_bytes(type, b));
 }
 
 fed_err fed_wire_stream_verify(const uint8_t pk[32], const uint8_t header0[FED_WIRE_HEADER_BYTES],
@@ -146,7 +157,7 @@ fed_err fed_wire_stream_tx_new(fed_wire *w, const fed_wire_hdr *h, const fed_wir
                                const uint8_t *data, uint64_t total, size_t chunk_len,
                                fed_random_fn rnd, void *rnd_ctx, fed_wire_stream_tx **out)
 {
-    size_t max = fed_wire_stream_chunk_max(w, h->type), first, chunk_frame;
+    size_t max = fed_wire_stream_chunk_max_for(w, h->type, b), first, chunk_frame;
     fed_wire_stream_tx *tx;
     uint8_t *mem;
     fed_err err;
@@ -480,7 +491,7 @@ static fed_err take_descriptor(const fed_wire *w, fed_wire_stream_rx *rx, uint8_
     rx->chunk_len = fed_get_u32le(d + D_CHUNK);
     rx->chunks = fed_get_u32le(d + D_COUNT);
     if (rx->total == 0 || rx->total > w->cfg.max_stream_bytes || rx->chunk_len == 0 ||
-        rx->chunk_len > fed_wire_stream_chunk_max(w, rx->hdr0.type) ||
+        rx->chunk_len > chunk_max_of(w, rx->block_len) ||
         div_up(rx->total, rx->chunk_len) != rx->chunks)
         err = FED_ERR_PAYLOAD;
     if (err == FED_OK) {
@@ -556,7 +567,10 @@ fed_err fed_wire_rx_first(const fed_wire *w, fed_wire_stream_rx *rx, fed_wire_ms
 {
     uint8_t canon[FED_WIRE_HEADER_BYTES];
     size_t block_len = (size_t)(rest - m->payload);
-    fed_err err = take_descriptor(w, rx, rest, rest_len);
+    fed_err err;
+
+    rx->block_len = block_len; /* the chunk's bound counts it */
+    err = take_descriptor(w, rx, rest, rest_len);
 
     if (err != FED_OK)
         return err;
@@ -569,6 +583,9 @@ fed_err fed_wire_rx_first(const fed_wire *w, fed_wire_stream_rx *rx, fed_wire_ms
     memcpy(rx->block, m->payload, block_len);
     rx->block_len = block_len;
     rx->blk = m->block;
+    if (rx->blk.settings.graph) /* a view: into the block held here now */
+        rx->blk.settings.graph =
+            (const char *)rx->block + ((const uint8_t *)rx->blk.settings.graph - m->payload);
     if (!w->dst_fn)
         return FED_ERR_UNSUPPORTED;
     err = w->dst_fn(w->dst_ctx, m, rx->total, &rx->dst);

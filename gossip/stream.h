@@ -62,6 +62,9 @@ typedef struct fed_wire_stream_tx fed_wire_stream_tx;
 
 /* The largest chunk with which every frame of a type's stream fits max_frame. */
 size_t fed_wire_stream_chunk_max(const fed_wire *w, uint8_t type);
+/* The same beside b's block as this node encodes it (a MODEL's graph field
+ * takes room in the first frame). */
+size_t fed_wire_stream_chunk_max_for(const fed_wire *w, uint8_t type, const fed_wire_block *b);
 
 /* ---- sender (loop thread: it pins sessions and counts) ---- */
 

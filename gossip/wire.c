@@ -14,6 +14,9 @@
 #include "core/log.h"
 #include "gossip/wire_hooks.h"
 #include "gossip/wire_impl.h"
+#include "model/model.h"
+
+_Static_assert(FED_WIRE_GRAPH_MAX == FED_MODEL_GRAPH_MAX - 1, "a graph field holds a graph");
 
 static int all_zero(const uint8_t *p, size_t n)
 {
@@ -49,21 +52,22 @@ void fed_wire_hdr_encode(const fed_wire_hdr *h, uint8_t out[FED_WIRE_HEADER_BYTE
 /* Known fields of each type's block (wire.h draws them). A field this node
  * always writes is written at its most length; MODEL's spec may come shorter. */
 static const fed_wire_field model_fields[] = {
-    {FED_WIRE_SET_SPEC, 1, FED_WIRE_SPEC_BYTES, 1},
-    {FED_WIRE_SET_LOCAL_EPOCHS, 4, 4, 1},
-    {FED_WIRE_SET_BATCH, 4, 4, 1},
-    {FED_WIRE_SET_OPTIMIZER, 1, 1, 1},
-    {FED_WIRE_SET_CODEC, 2, 2, 1},
-    {FED_WIRE_SET_FRACTION, 4, 4, 1},
-    {FED_WIRE_SET_LR, 4, 4, 1},
-    {FED_WIRE_SET_MU, 4, 4, 1},
-    {FED_WIRE_SET_DEADLINE, 8, 8, 1},
-    {FED_WIRE_SET_MOMENTUM, 4, 4, 1},
-    {FED_WIRE_SET_DP_SGD, 12, 12, 0}, /* absent: nothing required */
-    {FED_WIRE_SET_SECAGG, 28, 28, 0}, /* absent: off */
+    {FED_WIRE_SET_SPEC, 1, FED_WIRE_SPEC_BYTES, 1, 0},
+    {FED_WIRE_SET_LOCAL_EPOCHS, 4, 4, 1, 0},
+    {FED_WIRE_SET_BATCH, 4, 4, 1, 0},
+    {FED_WIRE_SET_OPTIMIZER, 1, 1, 1, 0},
+    {FED_WIRE_SET_CODEC, 2, 2, 1, 0},
+    {FED_WIRE_SET_FRACTION, 4, 4, 1, 0},
+    {FED_WIRE_SET_LR, 4, 4, 1, 0},
+    {FED_WIRE_SET_MU, 4, 4, 1, 0},
+    {FED_WIRE_SET_DEADLINE, 8, 8, 1, 0},
+    {FED_WIRE_SET_MOMENTUM, 4, 4, 1, 0},
+    {FED_WIRE_SET_DP_SGD, 12, 12, 0, 0}, /* absent: nothing required */
+    {FED_WIRE_SET_SECAGG, 28, 28, 0, 0}, /* absent: off */
+    {FED_WIRE_SET_GRAPH, 3, FED_WIRE_GRAPH_MAX, 0, 1}, /* with a "g#" spec only */
 };
 static const fed_wire_field report_fields[] = {
-    {FED_WIRE_FIELD_DP_REPORT, 16, 16, 0},
+    {FED_WIRE_FIELD_DP_REPORT, 16, 16, 0, 0},
 };
 
 #define FIELDS(list) (uint16_t)(sizeof list / sizeof list[0]), list
@@ -171,7 +175,17 @@ size_t fed_wire_block_size(uint8_t type)
         return 0;
     n = (size_t)ti->fixed + FED_WIRE_FIELDS_LEN_BYTES;
     for (uint16_t i = 0; i < ti->nfields; i++)
-        n += FED_WIRE_FIELD_HEAD_BYTES + ti->fields[i].max;
+        if (!ti->fields[i].sized)
+            n += FED_WIRE_FIELD_HEAD_BYTES + ti->fields[i].max;
+    return n;
+}
+
+size_t fed_wire_block_bytes(uint8_t type, const fed_wire_block *b)
+{
+    size_t n = fed_wire_block_size(type);
+
+    if (n && type == FED_WIRE_MODEL && b->settings.graph)
+        n += FED_WIRE_FIELD_HEAD_BYTES + b->settings.graph_len;
     return n;
 }
 
@@ -207,9 +221,32 @@ static int secagg_ok(const fed_wire_settings *s)
            s->sa_dropout >= 0 && s->sa_dropout < 1;
 }
 
+/* The graph field: printable ASCII, a "g:" spec, whose id the spec field
+ * holds (and a "g#" spec has its graph). */
+static int graph_ok(const fed_wire_settings *s)
+{
+    char id[FED_MODEL_SPEC_MAX];
+    char *copy;
+
+    if (!s->graph)
+        return strncmp(s->spec, "g#", 2) != 0;
+    if (s->graph_len < 3 || s->graph_len > FED_WIRE_GRAPH_MAX || memcmp(s->graph, "g:", 2) != 0)
+        return 0;
+    for (uint32_t i = 0; i < s->graph_len; i++)
+        if (s->graph[i] < 0x20 || s->graph[i] > 0x7e)
+            return 0;
+    if (!(copy = fed_malloc(s->graph_len + 1)))
+        return 0;
+    memcpy(copy, s->graph, s->graph_len);
+    copy[s->graph_len] = '\0';
+    fed_model_spec_id(copy, id);
+    fed_free(copy);
+    return strcmp(id, s->spec) == 0 && strncmp(id, "g#", 2) == 0;
+}
+
 static int settings_ok(const fed_wire_settings *s)
 {
-    return spec_ok(s->spec) && isfinite(s->lr) && s->lr > 0 && isfinite(s->mu) && s->mu >= 0 &&
+    return spec_ok(s->spec) && graph_ok(s) && isfinite(s->lr) && s->lr > 0 && isfinite(s->mu) && s->mu >= 0 &&
            isfinite(s->momentum) && s->momentum >= 0 && s->momentum < 1 &&
            isfinite(s->fraction) && s->fraction >= 0 && s->fraction <= 1 && dp_ok(s) &&
            secagg_ok(s);
@@ -223,7 +260,7 @@ static int report_ok(const fed_wire_block *b)
 }
 
 _Static_assert(FED_WIRE_MODEL_BLOCK_BYTES == 8 + FED_WIRE_FIELDS_LEN_BYTES +
-                                                 FED_WIRE_SET_TAG_MAX * FED_WIRE_FIELD_HEAD_BYTES +
+                                                 (FED_WIRE_SET_TAG_MAX - 1) * FED_WIRE_FIELD_HEAD_BYTES +
                                                  FED_WIRE_SPEC_BYTES + 4 + 4 + 1 + 2 + 4 + 4 + 4 +
                                                  8 + 4 + 12 + 28,
                "FED_WIRE_MODEL_BLOCK_BYTES is its fixed part, S and every known field");
@@ -282,7 +319,15 @@ static uint8_t *encode_settings(const fed_wire_settings *s, uint8_t *out)
     fed_put_f32le(p + 4, s->dp_clip);
     fed_put_f32le(p + 8, s->dp_noise);
     encode_secagg(s, p + 12);
-    return p + 12 + FED_WIRE_FIELD_HEAD_BYTES + 28;
+    p += 12 + FED_WIRE_FIELD_HEAD_BYTES + 28;
+    if (s->graph) { /* required: the spec alone names no graph */
+        fed_put_u16le(p, FED_WIRE_SET_GRAPH);
+        fed_put_u16le(p + 2, FED_WIRE_FIELD_REQUIRED);
+        fed_put_u32le(p + 4, s->graph_len);
+        memcpy(p + FED_WIRE_FIELD_HEAD_BYTES, s->graph, s->graph_len);
+        p += FED_WIRE_FIELD_HEAD_BYTES + s->graph_len;
+    }
+    return p;
 }
 
 /* Field 12, after the others: required when the round runs secure
@@ -353,6 +398,10 @@ static int take_setting(uint16_t tag, const uint8_t *v, uint32_t len, fed_wire_s
         s->sa_max_weight = fed_get_f32le(v + 20);
         s->sa_dropout = fed_get_f32le(v + 24);
         return s->sa_on <= 1;
+    case FED_WIRE_SET_GRAPH: /* a view; settings_ok checks it whole */
+        s->graph = (const char *)v;
+        s->graph_len = len;
+        break;
     default: return 0;
     }
     return 1;
@@ -385,7 +434,7 @@ static fed_err decode_fields(const fed_wire_type_info *ti, const uint8_t *in, si
     if (len < FED_WIRE_FIELDS_LEN_BYTES)
         return FED_ERR_PAYLOAD;
     total = fed_get_u32le(in);
-    if (total > FED_WIRE_FIELDS_MAX)
+    if (total > (ti->type == FED_WIRE_MODEL ? FED_WIRE_SETTINGS_MAX : FED_WIRE_FIELDS_MAX))
         return FED_ERR_FIELD_LENGTH;
     if (total > len - FED_WIRE_FIELDS_LEN_BYTES)
         return FED_ERR_FIELD_TRUNCATED;
@@ -434,7 +483,7 @@ fed_err fed_wire_block_encode(uint8_t type, const fed_wire_block *b, uint8_t *ou
                               size_t *len)
 {
     const fed_wire_type_info *ti = fed_wire_type_row(type);
-    size_t n = fed_wire_block_size(type);
+    size_t n = ti ? fed_wire_block_bytes(type, b) : 0;
     uint8_t *fields;
 
     *len = 0;

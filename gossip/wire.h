@@ -122,8 +122,16 @@
  *               range f32 > 0, L2 clip f32 >= 0, max weight f32 > 0,
  *               dropout f32 in [0, 1). Absent or all zero: off; marked
  *               required when on
- *   This node marks 1-10 required, 11 when it requires DP-SGD, 12 when on:
- *   its MODEL block is FED_WIRE_MODEL_BLOCK_BYTES (311).
+ *      13  3..16383 the model's graph, the whole "g:..." spec (model/model.h)
+ *               whose id (fed_model_spec_id: "g#" and its hash) field 1
+ *               holds; printable ASCII, no NUL. Present only with such an
+ *               id, and then required: a graph longer than a spec travels
+ *               whole, never capped at 127 bytes. Parsed as untrusted input
+ *               (its id checked here; its size and cost by the client)
+ *   This node marks 1-10 required, 11 when it requires DP-SGD, 12 when on,
+ *   13 when present: its MODEL block is FED_WIRE_MODEL_BLOCK_BYTES (311),
+ *   8 + the graph's length more with 13. MODEL's fields may take
+ *   FED_WIRE_SETTINGS_MAX bytes.
  * DELTA's and LEAVE's fields:
  *     tag  L    value
  *       1  16   DP report (optional): the client's epsilon spent so far
@@ -165,15 +173,17 @@
 #define FED_WIRE_MAC_BYTES 16
 #define FED_WIRE_SPEC_BYTES 128
 /* Typed blocks' fields (the table above). */
-#define FED_WIRE_FIELDS_MAX 1024 /* bytes of fields any block may carry */
-#define FED_WIRE_SETTINGS_MAX FED_WIRE_FIELDS_MAX /* MODEL's: the same bound */
+#define FED_WIRE_FIELDS_MAX 1024 /* bytes of fields any block may carry, but MODEL */
+#define FED_WIRE_GRAPH_MAX 16383 /* MODEL's graph field (13): FED_MODEL_GRAPH_MAX - 1 */
+/* MODEL's fields: the same bound, and room for its graph */
+#define FED_WIRE_SETTINGS_MAX (FED_WIRE_FIELDS_MAX + 8 + FED_WIRE_GRAPH_MAX)
 #define FED_WIRE_FIELDS_LEN_BYTES 4 /* S, after the fixed part */
 #define FED_WIRE_FIELD_HEAD_BYTES 8
 #define FED_WIRE_FIELD_REQUIRED 0x0001u /* a receiver that does not know the tag refuses */
 #define FED_WIRE_FIXED_MAX 48           /* the largest fixed part (AR_VERIFY) */
 #define FED_WIRE_MODEL_BLOCK_BYTES 311  /* the MODEL block this node writes */
 /* The largest typed block a receiver takes (fields up to their bound). */
-#define FED_WIRE_BLOCK_MAX (FED_WIRE_FIXED_MAX + FED_WIRE_FIELDS_LEN_BYTES + FED_WIRE_FIELDS_MAX)
+#define FED_WIRE_BLOCK_MAX (FED_WIRE_FIXED_MAX + FED_WIRE_FIELDS_LEN_BYTES + FED_WIRE_SETTINGS_MAX)
 #define FED_WIRE_MAX_FRAME_DEFAULT ((size_t)16 << 20)
 #define FED_WIRE_MAX_FRAME_LIMIT ((size_t)1 << 30)
 #define FED_WIRE_MIN_FRAME 1024
@@ -204,8 +214,9 @@ typedef enum fed_wire_setting_tag {
     FED_WIRE_SET_MOMENTUM = 10,
     FED_WIRE_SET_DP_SGD = 11,
     FED_WIRE_SET_SECAGG = 12,
+    FED_WIRE_SET_GRAPH = 13,
 } fed_wire_setting_tag;
-#define FED_WIRE_SET_TAG_MAX 12
+#define FED_WIRE_SET_TAG_MAX 13
 #define FED_WIRE_DP_REQUIRED 0x1u /* DP-SGD field: the round must be trained with it */
 /* DELTA's and LEAVE's fields. */
 #define FED_WIRE_FIELD_DP_REPORT 1 /* epsilon spent, budget (f64 each) */
@@ -250,6 +261,7 @@ typedef struct fed_wire_field {
     uint16_t tag;
     uint16_t min, max; /* bounds of its value's length; this node writes max */
     uint8_t must;      /* a block without it is refused (FED_ERR_FIELD_MISSING) */
+    uint8_t sized;     /* written only when set, at its value's length (not max) */
 } fed_wire_field;
 
 /* One frame type's row. */
@@ -335,6 +347,10 @@ typedef struct fed_wire_settings {
     float sa_clip;          /* L2 clip before the range (0: none) */
     float sa_max_weight;    /* a client's weight cap, in samples */
     float sa_dropout;       /* the dropout rate the graph's degree survives */
+    /* the model's graph (field 13), when spec is its id "g#..." (model.h):
+       graph_len bytes, no NUL; decoded, a view into the block received */
+    const char *graph;
+    uint32_t graph_len;
 } fed_wire_settings;
 
 /* A decoded typed block; which fields mean something depends on the type. */
@@ -495,6 +511,9 @@ FED_WUR fed_err fed_wire_hdr_decode(const uint8_t *buf, size_t len, fed_wire_hdr
  * longer (fields this node does not know): fed_wire_block_decode's *used
  * says. */
 size_t fed_wire_block_size(uint8_t type);
+/* The size of the block this node encodes for b: fed_wire_block_size and
+ * the fields written at their value's length (MODEL's graph). */
+size_t fed_wire_block_bytes(uint8_t type, const fed_wire_block *b);
 /* FED_ERR_TOO_LARGE: cap too small; FED_ERR_INVAL: unknown type or a field
  * that would not decode. */
 FED_WUR fed_err fed_wire_block_encode(uint8_t type, const fed_wire_block *b, uint8_t *out,

@@ -33,12 +33,12 @@ static uint32_t crc_of(const uint8_t *buf, size_t len)
 
 size_t fed_model_file_size(const fed_model *m)
 {
-    return FED_MODEL_FILE_HEADER + strlen(fed_model_spec(m)) + 4 * fed_model_nparams(m) + 4;
+    return FED_MODEL_FILE_HEADER + strlen(fed_model_graph(m)) + 4 * fed_model_nparams(m) + 4;
 }
 
 fed_err fed_model_file_encode(const fed_model *m, uint8_t *buf, size_t cap, size_t *len)
 {
-    const char *spec = fed_model_spec(m);
+    const char *spec = fed_model_graph(m); /* whole: a long graph too */
     size_t L = strlen(spec), n = fed_model_nparams(m), size = fed_model_file_size(m);
     fed_model_shape in = fed_model_input(m);
     uint8_t *p;
@@ -85,7 +85,7 @@ fed_err fed_model_file_parse(const uint8_t *buf, size_t len, fed_model_file *out
     if (version != FED_MODEL_FILE_VERSION)
         return FED_ERR_VERSION;
     L = fed_get_u32le(buf + 12);
-    if (L < 1 || L >= FED_MODEL_SPEC_MAX)
+    if (L < 1 || L >= FED_MODEL_GRAPH_MAX)
         return FED_ERR_TOO_LARGE;
     n = fed_get_u64le(buf + 32);
     /* the file's own length bounds N before anything is allocated */
@@ -98,29 +98,36 @@ fed_err fed_model_file_parse(const uint8_t *buf, size_t len, fed_model_file *out
         return FED_ERR_FORMAT;
     if (fed_get_u32le(buf + need - 4) != crc_of(buf, need - 4))
         return FED_ERR_CORRUPT;
-    memcpy(out->spec, buf + FED_MODEL_FILE_HEADER, L);
-    out->spec[L] = '\0';
-    if (strlen(out->spec) != L)
-        return FED_ERR_SPEC;
+    if (!(out->whole = fed_malloc((size_t)L + 1)))
+        return FED_ERR_NOMEM;
+    memcpy(out->whole, buf + FED_MODEL_FILE_HEADER, L);
+    out->whole[L] = '\0';
+    if (strlen(out->whole) != L || (L >= FED_MODEL_SPEC_MAX && memcmp(out->whole, "g:", 2) != 0)) {
+        fed_model_file_fini(out);
+        return FED_ERR_SPEC; /* a NUL inside, or a long one that is no graph */
+    }
+    fed_model_spec_id(out->whole, out->spec);
     shape.c = (int)(fed_get_u32le(buf + 16) & 0x7fffffff);
     shape.h = (int)(fed_get_u32le(buf + 20) & 0x7fffffff);
     shape.w = (int)(fed_get_u32le(buf + 24) & 0x7fffffff);
     shape.classes = (int)(fed_get_u32le(buf + 28) & 0x7fffffff);
     if (fed_get_u32le(buf + 16) > 0x7fffffff || fed_get_u32le(buf + 20) > 0x7fffffff ||
-        fed_get_u32le(buf + 24) > 0x7fffffff || fed_get_u32le(buf + 28) > 0x7fffffff)
+        fed_get_u32le(buf + 24) > 0x7fffffff || fed_get_u32le(buf + 28) > 0x7fffffff) {
+        fed_model_file_fini(out);
         return FED_ERR_SHAPE;
+    }
     out->shape = shape;
-    err = fed_model_spec_check(out->spec, shape);
-    if (err != FED_OK)
+    err = fed_model_spec_check(out->whole, shape);
+    if (err == FED_OK)
+        err = fed_model_spec_nparams(out->whole, shape, &need);
+    if (err == FED_OK && need != n)
+        err = FED_ERR_SHAPE;
+    if (err == FED_OK && !(out->params = fed_malloc(n ? 4 * (size_t)n : 1)))
+        err = FED_ERR_NOMEM;
+    if (err != FED_OK) {
+        fed_model_file_fini(out);
         return err;
-    err = fed_model_spec_nparams(out->spec, shape, &need);
-    if (err != FED_OK)
-        return err;
-    if (need != n)
-        return FED_ERR_SHAPE;
-    out->params = fed_malloc(n ? 4 * (size_t)n : 1);
-    if (!out->params)
-        return FED_ERR_NOMEM;
+    }
     out->nparams = (size_t)n;
     for (size_t i = 0; i < n; i++) {
         float v = fed_get_f32le(buf + FED_MODEL_FILE_HEADER + L + 4 * i);
@@ -139,7 +146,9 @@ void fed_model_file_fini(fed_model_file *f)
     if (!f)
         return;
     fed_free(f->params);
+    fed_free(f->whole);
     f->params = NULL;
+    f->whole = NULL;
     f->nparams = 0;
 }
 
@@ -232,7 +241,7 @@ fed_err fed_model_load(const char *path, fed_backend *be, fed_pool *pool, int sh
     err = fed_model_file_read(path, &file);
     if (err != FED_OK)
         return err;
-    err = fed_model_new(file.spec, file.shape, be, pool, shards, max_batch, &m);
+    err = fed_model_new(file.whole, file.shape, be, pool, shards, max_batch, &m);
     if (err == FED_OK)
         err = fed_model_set_params(m, file.params);
     if (err == FED_OK) {

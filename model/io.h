@@ -8,7 +8,9 @@
  *   offset  size  field
  *   0       8     magic "FEDMODEL"
  *   8       4     version (u32) = 1
- *   12      4     spec length L (u32), 1 <= L < FED_MODEL_SPEC_MAX
+ *   12      4     spec length L (u32), 1 <= L < FED_MODEL_GRAPH_MAX (a
+ *                 "g:" graph when FED_MODEL_SPEC_MAX or longer: whole, so
+ *                 the file builds it)
  *   16      4     input channels c (u32)
  *   20      4     input height h (u32)
  *   24      4     input width w (u32)
@@ -41,7 +43,8 @@
 /* A parsed model file; params (nparams floats) is owned: free with
  * fed_model_file_fini. */
 typedef struct fed_model_file {
-    char spec[FED_MODEL_SPEC_MAX];
+    char spec[FED_MODEL_SPEC_MAX]; /* its id (model.h: fed_model_spec_id) */
+    char *whole;                   /* the whole spec, what builds it (owned) */
     fed_model_shape shape;
     size_t nparams;
     float *params;

@@ -36,10 +36,16 @@ typedef struct layer {
     const layer_ops *ops;
     char name[NAME_MAX_LEN];  /* the node's, for messages and tensor names */
     int relu;                 /* fused ReLU on the output */
+    int act;                  /* an activation layer's function (ACT_*) */
     int in_c, in_h, in_w;
     int out_c, out_h, out_w;
     int in_numel, out_numel;
     fed_window win;           /* conv and pooling: the window over one input */
+    int groups;               /* conv: groups of channels (1: a plain conv) */
+    int src, src2;            /* the layers whose outputs it takes (-1: the model's
+                                 input; src2: add's second, else -1) */
+    unsigned char first_w[2]; /* it writes its input e's gradient first (else adds) */
+    unsigned char last_w[2];  /* ... last: that input's relu mask is applied then */
     size_t w_off, b_off;      /* linear (out, in), conv (out_c, in_c, kh, kw); bias (out);
                                  both 0 for a layer without parameters */
     size_t col_numel;         /* conv: (in_c*kh*kw, out_h*out_w) per sample */
@@ -56,12 +62,25 @@ typedef struct node_desc {
     int input;
     int out;                      /* linear: features; conv: channels */
     int kh, kw, sh, sw, ph, pw, dh, dw; /* conv and pooling windows */
+    int groups;                   /* conv: 0 or 1 a plain one */
+    int other;                    /* add: the node whose output it adds (-1: input) */
 } node_desc;
+
+/* The per-sample input (c, h, w) a node sees, updated to its output. */
+typedef struct dims {
+    int c, h, w;
+} dims;
 
 /* A graph planned into layers and tensors, before any device allocation. */
 typedef struct plan {
     const char *spec;
     int classes;            /* a linear layer's out 0 */
+    int loss;               /* LOSS_* */
+    /* the node being planned: the layers its inputs come from (-1: the
+       model's input; other: add's), whether src's output is taken already
+       (a relu may fold into it only if not), and add's other shape */
+    int cur_src, cur_other, cur_src_taken;
+    dims other_dims;
     layer *layers;
     int nlayers, cap_layers;
     fed_tensor_info *tensors;
@@ -69,10 +88,6 @@ typedef struct plan {
     size_t nparams;
 } plan;
 
-/* The per-sample input (c, h, w) a node sees, updated to its output. */
-typedef struct dims {
-    int c, h, w;
-} dims;
 
 /* One layer kind. plan is the only entry every kind has; a kind that adds
  * no layer (relu folded, flatten) has no other. */
@@ -90,6 +105,8 @@ struct layer_ops {
     void (*forward_cols)(fed_model *m, int u, int n);
     /* dx of rows [off, off + n) from dy (the ReLU masks are the caller's). */
     void (*input_grads)(fed_model *m, int l, int u, const float *dy, float *dx, int off, int n);
+    /* add and concat: dx of their second input, rows [off, off + n). */
+    void (*input2_grads)(fed_model *m, int l, const float *dy, float *dx, int off, int n);
     /* Weight and bias gradients of output-row chunk u over all n samples;
      * NULL for a layer without parameters. */
     void (*weight_grads)(fed_model *m, int l, int u, const float *dy, int n);
@@ -101,6 +118,7 @@ struct layer_ops {
      * weight and bias gradient to norm2 (n); x is the layer's input. */
     void (*dp_norm2)(fed_model *m, int l, int u, const float *dy, const float *x, int off, int n,
                      double *norm2);
+    int act;        /* an activation of its own: ACT_* (0: none) */
     char letter;    /* its node in a "g:" spec (model.h) */
     unsigned opts;  /* the spec's options it takes: OPT_OUT, OPT_K, ... */
     int fuses_relu; /* a relu right after it folds into its output */
@@ -112,7 +130,17 @@ static const layer_ops *kind_of_letter(char letter);
 
 /* What a node takes in a "g:" spec, besides a name: out, then kernel,
  * stride, padding and dilation as k, s, p, d. */
-enum { OPT_OUT = 1, OPT_K = 2, OPT_S = 4, OPT_P = 8, OPT_D = 16 };
+enum { OPT_OUT = 1, OPT_K = 2, OPT_S = 4, OPT_P = 8, OPT_D = 16, OPT_G = 32 };
+
+/* Activation layers of their own, element-wise, as PyTorch's modules:
+ * LeakyReLU (slope 0.01), GELU (exact, erf), SiLU, Sigmoid, Tanh. */
+enum { ACT_LEAKY_RELU = 1, ACT_GELU, ACT_SILU, ACT_SIGMOID, ACT_TANH };
+
+/* The loss on the logits: softmax cross-entropy (the backend's), or binary
+ * cross-entropy on one logit, as BCEWithLogitsLoss (two classes, label 1
+ * the positive; computed on the host). A "bce" node, last, chooses it. */
+enum { LOSS_XENT = 0, LOSS_BCE };
+#define LEAKY_SLOPE 0.01
 
 #define MAX_SHARDS 64
 #define SPIN_NS 300000       /* how long a unit waits for its phase before sleeping */
@@ -127,7 +155,9 @@ typedef struct workspace {
     float **act;                /* per layer: (max_batch, out_numel) */
     float **col;                /* per layer, conv: (max_batch, col_numel) */
     int32_t **arg;              /* per layer, max pool: (max_batch, arg_numel) */
-    float *d[2];                /* (max_batch, max out_numel): gradients ping-pong */
+    float **g;                  /* per layer but the last: (max_batch, out_numel), the
+                                   gradient of its output, from every layer taking it */
+    float *gx;                  /* (max_batch, max out_numel): a gradient to be added */
     float *ones;                /* (max_batch) of 1.0: bias gradients as a GEMM */
     float *dcol[MAX_SHARDS];    /* (max col_numel) per unit: one image at a time */
     /* DP-SGD (CPU only): each sample's squared gradient norm, and per unit a
@@ -188,7 +218,10 @@ typedef struct step_run {
 } step_run;
 
 struct fed_model {
-    char spec[FED_MODEL_SPEC_MAX];
+    int loss;                      /* LOSS_* */
+    int nlogits;                   /* per sample: the classes, or 1 (bce) */
+    char spec[FED_MODEL_SPEC_MAX]; /* its id (fed_model_spec_id) */
+    char *graph;                   /* the whole spec, when longer than its id */
     fed_model_shape in;
     fed_backend *be;
     fed_pool *pool;
@@ -204,6 +237,14 @@ struct fed_model {
     workspace ws;
     step_run run;  /* the step in flight */
 };
+
+/* Layer l's input rows: its source layer's output, or the model's input. */
+static const float *layer_in(const fed_model *m, int l)
+{
+    int t = m->layers[l].src;
+
+    return t >= 0 ? m->ws.act[t] : m->ws.x;
+}
 
 /* -------------------------------------------------------------- plan -- */
 
@@ -357,11 +398,15 @@ static fed_err conv_plan(plan *p, const node_desc *nd, int i, dims *s, char *why
 {
     fed_window g;
     layer *ly;
-    int wshape[4] = {nd->out, s->c, nd->kh, nd->kw};
+    int G = nd->groups > 0 ? nd->groups : 1;
+    int wshape[4] = {nd->out, s->c / G, nd->kh, nd->kw};
     fed_err err;
 
     if (nd->out < 1 || nd->out > 65536)
         return shape_fail(p, nd, i, s, why, cap, "out must be 1 to 65536 channels");
+    if (s->c % G != 0 || nd->out % G != 0)
+        return shape_fail(p, nd, i, s, why, cap,
+                          "groups must divide both the input's channels and out");
     if ((err = plan_window(p, nd, i, s, 0, &g, why, cap)) != FED_OK)
         return err;
     if ((long)s->c * g.KH * g.KW > MAX_LAYER_NUMEL ||
@@ -370,8 +415,9 @@ static fed_err conv_plan(plan *p, const node_desc *nd, int i, dims *s, char *why
     if (!(ly = plan_layer(p, nd)))
         return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
     ly->win = g;
+    ly->groups = G;
     ly->col_numel = (size_t)s->c * g.KH * g.KW * g.OH * g.OW;
-    ly->dgw_numel = (size_t)nd->out * s->c * g.KH * g.KW;
+    ly->dgw_numel = (size_t)nd->out * (s->c / G) * g.KH * g.KW;
     if ((err = plan_output(p, nd, i, s, ly, nd->out, g.OH, g.OW, why, cap)) != FED_OK ||
         (err = plan_tensor(p, nd->name, "weight", 4, wshape, &ly->w_off, why, cap)) != FED_OK)
         return err;
@@ -412,16 +458,97 @@ static fed_err avgpool_plan(plan *p, const node_desc *nd, int i, dims *s, char *
     return pool_plan(p, nd, i, s, 0, why, cap);
 }
 
+/* global_avgpool: the mean of each channel over the whole map, (c, 1, 1),
+ * as nn.AdaptiveAvgPool2d(1): an average pool whose window is the input. */
+static fed_err gap_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap)
+{
+    node_desc whole = *nd;
+
+    whole.kh = s->h;
+    whole.kw = s->w;
+    whole.sh = whole.sw = 1;
+    whole.ph = whole.pw = 0;
+    whole.dh = whole.dw = 0;
+    return pool_plan(p, &whole, i, s, 0, why, cap);
+}
+
 /* relu: folds into the layer just before it (linear or conv). */
 static fed_err relu_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap)
 {
-    layer *last = p->nlayers ? &p->layers[p->nlayers - 1] : NULL;
+    layer *last = p->cur_src >= 0 && p->cur_src == p->nlayers - 1 ? &p->layers[p->cur_src]
+                                                                   : NULL;
 
     if (!last || !last->ops->fuses_relu || last->relu)
         return shape_fail(p, nd, i, s, why, cap,
-                          "a relu must follow a linear or conv layer (a relu of its own is "
-                          "not supported yet)");
+                          "a relu must follow a linear, conv or add layer (a relu of its own "
+                          "is not supported yet)");
+    if (p->cur_src_taken)
+        return shape_fail(p, nd, i, s, why, cap,
+                          "a relu folds into the layer before it, whose output another node "
+                          "takes already");
     last->relu = 1;
+    return FED_OK;
+}
+
+/* An activation of its own: a layer of the input's shape. */
+static fed_err act_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap)
+{
+    layer *ly = plan_layer(p, nd);
+
+    if (!ly)
+        return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
+    ly->act = nd->ops->act;
+    return plan_output(p, nd, i, s, ly, s->c, s->h, s->w, why, cap);
+}
+
+/* add: the input plus another node's output of the same shape (a
+ * residual), a relu after it folded in. */
+static fed_err add_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap)
+{
+    layer *ly;
+
+    if (p->other_dims.c != s->c || p->other_dims.h != s->h || p->other_dims.w != s->w) {
+        char what[96];
+
+        snprintf(what, sizeof what, "it adds node %d's output of %dx%dx%d: not the same shape",
+                 nd->other, p->other_dims.c, p->other_dims.h, p->other_dims.w);
+        return shape_fail(p, nd, i, s, why, cap, what);
+    }
+    if (!(ly = plan_layer(p, nd)))
+        return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
+    return plan_output(p, nd, i, s, ly, s->c, s->h, s->w, why, cap);
+}
+
+/* concat: the input's channels, then another node's of the same height
+ * and width (torch.cat along the channels). */
+static fed_err concat_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap)
+{
+    layer *ly;
+
+    if (p->other_dims.h != s->h || p->other_dims.w != s->w) {
+        char what[112];
+
+        snprintf(what, sizeof what, "it concatenates node %d's output of %dx%dx%d: not the same "
+                 "height and width", nd->other, p->other_dims.c, p->other_dims.h,
+                 p->other_dims.w);
+        return shape_fail(p, nd, i, s, why, cap, what);
+    }
+    if ((long)s->c + p->other_dims.c > 65536)
+        return shape_fail(p, nd, i, s, why, cap, "its output exceeds 65536 channels");
+    if (!(ly = plan_layer(p, nd)))
+        return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
+    return plan_output(p, nd, i, s, ly, s->c + p->other_dims.c, s->h, s->w, why, cap);
+}
+
+/* bce: the loss, not a layer (it must be the last node). */
+static fed_err bce_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap)
+{
+    (void)nd;
+    (void)i;
+    (void)s;
+    (void)why;
+    (void)cap;
+    p->loss = LOSS_BCE;
     return FED_OK;
 }
 
@@ -442,29 +569,89 @@ static fed_err flatten_plan(plan *p, const node_desc *nd, int i, dims *s, char *
  * today: node i takes node i - 1's output. info (may be NULL) gets each
  * node's output, parameters and FLOPs as far as it got; *planned (may be
  * NULL) how many nodes were planned. */
+static void graph_writers(plan *p);
+static fed_err graph_end(plan *p, fed_model_shape in, char *why, size_t cap);
+
 static fed_err plan_graph(const node_desc *nodes, int count, fed_model_shape in, plan *p,
                           fed_model_node_info *info, int *planned, char *why, size_t cap)
 {
     dims s = {in.c, in.h, in.w};
-    const layer *last;
     fed_err err;
+    /* per node: the layer giving its output (-1: the input), its shape, the
+       relu state it saw, whether a later node takes it; per layer: taken */
+    int *nlay = NULL, *nrelu = NULL, *used = NULL, *taken = NULL;
+    dims *ndims = NULL;
 
     if (planned)
         *planned = 0;
     if (count > FED_MODEL_MAX_NODES)
         return fed_err_why(why, cap, FED_ERR_SPEC, "model '%s': %d nodes, the limit is %d",
                          p->spec, count, FED_MODEL_MAX_NODES);
+    if (!(nlay = fed_calloc((size_t)count, sizeof *nlay)) ||
+        !(nrelu = fed_calloc((size_t)count, sizeof *nrelu)) ||
+        !(used = fed_calloc((size_t)count, sizeof *used)) ||
+        !(taken = fed_calloc((size_t)count + 1, sizeof *taken)) ||
+        !(ndims = fed_calloc((size_t)count, sizeof *ndims))) {
+        err = fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
+        goto out;
+    }
     for (int i = 0; i < count; i++) {
-        if (nodes[i].input != i - 1)
-            return fed_err_why(why, cap, FED_ERR_SPEC,
-                             "model '%s': node %d (%s '%s') takes node %d's output: only "
-                             "chains are supported yet", p->spec, i, nodes[i].ops->kind,
-                             nodes[i].name, nodes[i].input);
+        const node_desc *nd = &nodes[i];
+        int refs[2] = {nd->input, nd->ops->input2_grads ? nd->other : -2};
         size_t np0 = p->nparams;
         int nl0 = p->nlayers;
 
-        if ((err = nodes[i].ops->plan(p, &nodes[i], i, &s, why, cap)) != FED_OK)
-            return err;
+        for (int e = 0; e < 2; e++) {
+            int j = refs[e];
+
+            if (j == -2)
+                continue;
+            if (j < -1 || j >= i) {
+                err = fed_err_why(why, cap, FED_ERR_SPEC,
+                                  "model '%s': node %d (%s '%s') takes node %d's output: a node "
+                                  "takes an earlier node's (or -1, the model's input)", p->spec,
+                                  i, nd->ops->kind, nd->name, j);
+                goto out;
+            }
+            if (j >= 0 && nlay[j] >= 0 && p->layers[nlay[j]].relu != nrelu[j]) {
+                err = fed_err_why(why, cap, FED_ERR_SPEC,
+                                  "model '%s': node %d (%s '%s') takes node %d's output, from "
+                                  "before the relu folded into its layer", p->spec, i,
+                                  nd->ops->kind, nd->name, j);
+                goto out;
+            }
+            if (j >= 0)
+                used[j] = 1;
+        }
+        if (nd->ops->plan == bce_plan && i != count - 1) {
+            err = fed_err_why(why, cap, FED_ERR_SPEC,
+                              "model '%s': node %d (bce): the loss must be the last node",
+                              p->spec, i);
+            goto out;
+        }
+        s = nd->input < 0 ? (dims){in.c, in.h, in.w} : ndims[nd->input];
+        p->cur_src = nd->input < 0 ? -1 : nlay[nd->input];
+        p->cur_src_taken = p->cur_src >= 0 && taken[p->cur_src];
+        p->cur_other = refs[1] < 0 ? -1 : nlay[refs[1]];
+        p->other_dims = refs[1] == -2 ? s : refs[1] < 0 ? (dims){in.c, in.h, in.w}
+                                                         : ndims[refs[1]];
+        if ((err = nd->ops->plan(p, nd, i, &s, why, cap)) != FED_OK)
+            goto out;
+        if (p->nlayers > nl0) { /* a layer of its own: it takes its inputs' outputs */
+            layer *ly = &p->layers[nl0];
+
+            ly->src = p->cur_src;
+            ly->src2 = nd->ops->input2_grads ? p->cur_other : -1;
+            if (ly->src >= 0)
+                taken[ly->src] = 1;
+            if (ly->src2 >= 0)
+                taken[ly->src2] = 1;
+            nlay[i] = nl0;
+        } else {
+            nlay[i] = p->cur_src; /* folded (relu), a view (flatten), the loss */
+        }
+        nrelu[i] = nlay[i] >= 0 ? p->layers[nlay[i]].relu : 0;
+        ndims[i] = s;
         if (info) {
             info[i].c = s.c;
             info[i].h = s.h;
@@ -476,6 +663,51 @@ static fed_err plan_graph(const node_desc *nodes, int count, fed_model_shape in,
         if (planned)
             *planned = i + 1;
     }
+    for (int i = 0; i + 1 < count; i++)
+        if (!used[i]) {
+            err = fed_err_why(why, cap, FED_ERR_SPEC,
+                              "model '%s': node %d (%s '%s'): no later node takes its output",
+                              p->spec, i, nodes[i].ops->kind, nodes[i].name);
+            goto out;
+        }
+    graph_writers(p);
+    err = graph_end(p, in, why, cap);
+out:
+    fed_free(nlay);
+    fed_free(nrelu);
+    fed_free(used);
+    fed_free(taken);
+    fed_free(ndims);
+    return err;
+}
+
+/* Which layer writes each layer's output gradient first and last: the
+ * backward runs from the last layer down, so its highest consumer first. */
+static void graph_writers(plan *p)
+{
+    for (int t = 0; t < p->nlayers; t++) {
+        int first = -1, last = -1, fe = 0, le = 0;
+
+        for (int l = p->nlayers - 1; l > t; l--)
+            for (int e = 0; e < 2; e++)
+                if ((e ? p->layers[l].src2 : p->layers[l].src) == t) {
+                    if (first < 0)
+                        first = l, fe = e;
+                    last = l, le = e;
+                }
+        if (first >= 0) {
+            p->layers[first].first_w[fe] = 1;
+            p->layers[last].last_w[le] = 1;
+        }
+    }
+}
+
+/* The checks of a planned graph's end: the logits and the loss, tensor
+ * names. */
+static fed_err graph_end(plan *p, fed_model_shape in, char *why, size_t cap)
+{
+    const layer *last;
+
     last = p->nlayers ? &p->layers[p->nlayers - 1] : NULL;
     if (!last || !last->ops->weight_grads)
         return fed_err_why(why, cap, FED_ERR_SPEC,
@@ -485,7 +717,12 @@ static fed_err plan_graph(const node_desc *nodes, int count, fed_model_shape in,
         return fed_err_why(why, cap, FED_ERR_SPEC,
                          "model '%s': a relu on the logits (the last layer) is not supported",
                          p->spec);
-    if (last->out_numel != in.classes)
+    if (p->loss == LOSS_BCE && (last->out_numel != 1 || in.classes != 2))
+        return fed_err_why(why, cap, FED_ERR_SHAPE,
+                           "model '%s': the loss bce takes one logit and two classes; the last "
+                           "layer gives %dx%dx%d values, the data has %d classes", p->spec,
+                           last->out_c, last->out_h, last->out_w, in.classes);
+    if (p->loss != LOSS_BCE && last->out_numel != in.classes)
         return fed_err_why(why, cap, FED_ERR_SHAPE,
                          "model '%s': the last layer gives %dx%dx%d values, the loss wants %d "
                          "classes", p->spec, last->out_c, last->out_h, last->out_w, in.classes);
@@ -579,15 +816,37 @@ static int spec_pair(const char **s, int *a, int *b, int zero_ok)
 
 /* One node of a "g:" spec, from s to its end (',' or NUL); 0 when it is
  * none. */
-static int spec_node(const char *s, const char *end, int i, node_desc *nd)
+/* The node of nodes[0, i) that ref (len bytes) names, the latest of that
+ * name ("-": -1, the model's input); -2 when none. */
+static int spec_ref(const node_desc *nodes, int i, const char *ref, size_t len)
 {
+    if (len == 1 && ref[0] == '-')
+        return -1;
+    for (int j = i - 1; j >= 0; j--)
+        if (strlen(nodes[j].name) == len && !memcmp(nodes[j].name, ref, len))
+            return j;
+    return -2;
+}
+
+static int spec_node(const char *s, const char *end, int i, node_desc *nodes)
+{
+    node_desc *nd = &nodes[i];
     const char *eq = memchr(s, '=', (size_t)(end - s));
-    int *pairs[4][2] = {{&nd->kh, &nd->kw}, {&nd->sh, &nd->sw}, {&nd->ph, &nd->pw},
-                        {&nd->dh, &nd->dw}};
+    const char *lt = memchr(s, '<', (size_t)(end - s));
+    int groups2 = 0;
+    int *pairs[5][2] = {{&nd->kh, &nd->kw}, {&nd->sh, &nd->sw}, {&nd->ph, &nd->pw},
+                        {&nd->dh, &nd->dw}, {&nd->groups, &groups2}};
     unsigned seen = 0;
 
     memset(nd, 0, sizeof *nd);
     nd->input = i - 1;
+    if (lt) { /* "<REF": another input than the node before */
+        if ((nd->input = spec_ref(nodes, i, lt + 1, (size_t)(end - lt - 1))) < -1)
+            return 0;
+        end = lt;
+    }
+    if (eq && eq > end)
+        return 0;
     if (eq) {
         if ((size_t)(eq - s) >= sizeof nd->name)
             return 0;
@@ -600,11 +859,13 @@ static int spec_node(const char *s, const char *end, int i, node_desc *nd)
     }
     if (s == end || !(nd->ops = kind_of_letter(*s++)))
         return 0;
+    if (nd->ops->input2_grads) /* add, concat: the other node it takes */
+        return (nd->other = spec_ref(nodes, i, s, (size_t)(end - s))) >= -1;
     while ((nd->ops->opts & OPT_OUT) && s < end && isdigit((unsigned char)*s))
         if ((nd->out = nd->out * 10 + (*s++ - '0')) > 65536)
             return 0;
     while (s < end) {
-        static const char letters[] = "kspd";
+        static const char letters[] = "kspdg";
         const char *at = strchr(letters, *s);
         int k = at && *s ? (int)(at - letters) : -1;
 
@@ -615,13 +876,16 @@ static int spec_node(const char *s, const char *end, int i, node_desc *nd)
         if (!spec_pair(&s, pairs[k][0], pairs[k][1], k == 2))
             return 0;
     }
-    /* conv needs its out and kernel, pooling its kernel */
+    /* conv needs its out and kernel, pooling its kernel; groups is one number */
+    if ((seen & (1u << 4)) && groups2 != nd->groups)
+        return 0;
     return s == end && (!(nd->ops->opts & OPT_K) || (seen & 1u)) &&
            (!(nd->ops->opts & OPT_K) || !(nd->ops->opts & OPT_OUT) || nd->out > 0);
 }
 
-/* A "g:" spec (model.h) into nodes (FED_MODEL_SPEC_MAX / 2). */
-static fed_err graph_spec(const char *spec, node_desc *nodes, int *count, char *why, size_t cap)
+/* A "g:" spec (model.h) into nodes (ncap of them). */
+static fed_err graph_spec(const char *spec, node_desc *nodes, int ncap, int *count, char *why,
+                          size_t cap)
 {
     const char *s = spec + 2;
     int n = 0;
@@ -631,11 +895,12 @@ static fed_err graph_spec(const char *spec, node_desc *nodes, int *count, char *
 
         if (!end)
             end = s + strlen(s);
-        if (n == FED_MODEL_SPEC_MAX / 2 || !spec_node(s, end, n, &nodes[n]))
+        if (n == ncap || !spec_node(s, end, n, nodes))
             return fed_err_why(why, cap, FED_ERR_SPEC,
-                               "model spec '%s': node %d '%.*s' is none of NAME=Lout, "
-                               "NAME=CoutkK[sS][pP][dD], MkK[sS][pP], AkK[sS][pP], R, F", spec,
-                               n, (int)(end - s), s);
+                               "model spec '%.40s%s': node %d '%.*s' is none of NAME=Lout, "
+                               "NAME=CoutkK[sS][pP][dD][gG], MkK[sS][pP], AkK[sS][pP], P, R, F, Y, G, S, "
+                               "Z, T, B, +REF, &REF, each [<REF]", spec,
+                               strlen(spec) > 40 ? "..." : "", n, (int)(end - s), s);
         n++;
         if (!*end)
             break;
@@ -668,6 +933,18 @@ static void spec_put_pair(char *spec, size_t cap, size_t *used, char key, const 
         spec_put(spec, cap, used, "%c%dx%d", key, v[0], v[1]);
 }
 
+/* Node j as a "g:" spec names it: its name, or its index ("-": the input). */
+static void spec_put_ref(char *spec, size_t cap, size_t *used, const fed_model_node *nodes,
+                         int j)
+{
+    if (j < 0)
+        spec_put(spec, cap, used, "-");
+    else if (nodes[j].name)
+        spec_put(spec, cap, used, "%s", nodes[j].name);
+    else
+        spec_put(spec, cap, used, "%d", j);
+}
+
 fed_err fed_model_graph_spec(const fed_model_node *nodes, int count, char *spec, size_t cap)
 {
     size_t used = 0;
@@ -684,12 +961,15 @@ fed_err fed_model_graph_spec(const fed_model_node *nodes, int count, char *spec,
 
         if (!ops || (nd->name && !fed_model_name_ok(nd->name)))
             return FED_ERR_SPEC;
-        if (nd->input != i - 1)
-            return FED_ERR_UNSUPPORTED; /* a chain only, as the graph itself */
+        if (nd->input < -1 || nd->input >= i ||
+            (ops->input2_grads && (nd->other < -1 || nd->other >= i)))
+            return FED_ERR_SPEC;
         snprintf(idx, sizeof idx, "%d", i);
         if (nd->name && strcmp(nd->name, idx) != 0)
             spec_put(spec, cap, &used, "%s=", nd->name);
         spec_put(spec, cap, &used, "%c", ops->letter);
+        if (ops->input2_grads)
+            spec_put_ref(spec, cap, &used, nodes, nd->other);
         if ((ops->opts & OPT_OUT) && nd->out > 0)
             spec_put(spec, cap, &used, "%d", nd->out);
         if ((ops->opts & OPT_K) && nd->kernel[0] > 0)
@@ -700,10 +980,16 @@ fed_err fed_model_graph_spec(const fed_model_node *nodes, int count, char *spec,
             spec_put_pair(spec, cap, &used, 'p', nd->padding);
         if ((ops->opts & OPT_D) && nd->dilation[0] > 0)
             spec_put_pair(spec, cap, &used, 'd', nd->dilation);
+        if ((ops->opts & OPT_G) && nd->groups > 1)
+            spec_put(spec, cap, &used, "g%d", nd->groups);
+        if (nd->input != i - 1) {
+            spec_put(spec, cap, &used, "<");
+            spec_put_ref(spec, cap, &used, nodes, nd->input);
+        }
         if (i + 1 < count)
             spec_put(spec, cap, &used, ",");
     }
-    if (used >= cap || used >= FED_MODEL_SPEC_MAX) {
+    if (used >= cap || used >= FED_MODEL_GRAPH_MAX) {
         if (cap)
             spec[0] = '\0';
         return FED_ERR_TOO_LARGE;
@@ -712,9 +998,9 @@ fed_err fed_model_graph_spec(const fed_model_node *nodes, int count, char *spec,
 }
 
 /* The graph of a preset spec, as PyTorch's nn.Sequential of the same
- * modules (model.h), or of a "g:" spec: nodes (FED_MODEL_SPEC_MAX / 2). */
-static fed_err preset_graph(const char *spec, fed_model_shape in, node_desc *nodes, int *count,
-                            char *why, size_t cap)
+ * modules (model.h), or of a "g:" spec: nodes (ncap of them). */
+static fed_err preset_graph(const char *spec, fed_model_shape in, node_desc *nodes, int ncap,
+                            int *count, char *why, size_t cap)
 {
     int n = 0;
 
@@ -738,7 +1024,7 @@ static fed_err preset_graph(const char *spec, fed_model_shape in, node_desc *nod
         preset_node(nodes, n++, "relu", 0, 0, 0);
         preset_node(nodes, n++, "linear", in.classes, 0, 0);
     } else if (!strncmp(spec, "g:", 2)) {
-        return graph_spec(spec, nodes, count, why, cap);
+        return graph_spec(spec, nodes, ncap, count, why, cap);
     } else if (!strncmp(spec, "mlp:", 4)) {
         int widths[MLP_MAX_HIDDEN], hidden;
         fed_err err = parse_widths(spec, spec + 4, widths, &hidden, why, cap);
@@ -782,19 +1068,67 @@ static fed_err plan_start(const char *label, fed_model_shape in, plan *p, char *
     return FED_OK;
 }
 
-/* The plan of a spec; why (cap bytes; may be NULL) gets what was wrong on
- * failure. p is to be released with plan_fini either way. */
-static fed_err make_plan(const char *spec, fed_model_shape in, plan *p, char *why,
-                         size_t cap)
+/* The plan of a spec, named by its id (id_buf holds it for the plan's
+ * life); why (cap bytes; may be NULL) gets what was wrong on failure. p is
+ * to be released with plan_fini either way. */
+static fed_err make_plan(const char *spec, fed_model_shape in, plan *p,
+                         char id_buf[FED_MODEL_SPEC_MAX], char *why, size_t cap)
 {
-    node_desc nodes[FED_MODEL_SPEC_MAX / 2]; /* a "g:" node takes 2 bytes at least */
-    int count = 0;
+    node_desc *nodes = NULL;
+    size_t len = spec ? strnlen(spec, FED_MODEL_GRAPH_MAX) : 0;
+    int count = 0, ncap;
     fed_err err;
 
-    if ((err = plan_start(spec, in, p, why, cap)) != FED_OK ||
-        (err = preset_graph(spec, in, nodes, &count, why, cap)) != FED_OK)
+    memset(p, 0, sizeof *p);
+    if (spec && strncmp(spec, "g#", 2) == 0)
+        return fed_err_why(why, cap, FED_ERR_SPEC,
+                           "model '%.40s' names a graph by its hash: the graph itself is needed "
+                           "(the MODEL's graph field, a checkpoint's, or --model FILE)", spec);
+    if (spec && strncmp(spec, "g:", 2) == 0 && len == FED_MODEL_GRAPH_MAX)
+        return fed_err_why(why, cap, FED_ERR_SPEC, "model graph '%.40s...' is %d bytes or more, "
+                           "the limit is %d", spec, FED_MODEL_GRAPH_MAX, FED_MODEL_GRAPH_MAX - 1);
+    if (spec)
+        fed_model_spec_id(spec, id_buf);
+    if ((err = plan_start(spec ? id_buf : NULL, in, p, why, cap)) != FED_OK)
         return err;
-    return plan_graph(nodes, count, in, p, NULL, NULL, why, cap);
+    /* a "g:" node takes 2 bytes at least; a preset at most 2 per width */
+    ncap = (int)(len / 2 + 2) > 2 * MLP_MAX_HIDDEN + 2 ? (int)(len / 2 + 2)
+                                                       : 2 * MLP_MAX_HIDDEN + 2;
+    if (!(nodes = fed_calloc((size_t)ncap, sizeof *nodes)))
+        return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
+    if ((err = preset_graph(spec, in, nodes, ncap, &count, why, cap)) == FED_OK)
+        err = plan_graph(nodes, count, in, p, NULL, NULL, why, cap);
+    fed_free(nodes);
+    return err;
+}
+
+/* FNV-1a, 64 bits, from basis: two bases give the id's 128 bits. */
+static uint64_t spec_fnv(const char *s, size_t len, uint64_t basis)
+{
+    uint64_t h = basis;
+
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (uint8_t)s[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+void fed_model_spec_hash(const char *spec, char hash[FED_MODEL_HASH_CHARS])
+{
+    size_t len = strnlen(spec, FED_MODEL_GRAPH_MAX);
+
+    snprintf(hash, FED_MODEL_HASH_CHARS, "g#%016llx%016llx",
+             (unsigned long long)spec_fnv(spec, len, 0xcbf29ce484222325ULL),
+             (unsigned long long)spec_fnv(spec, len, 0x84222325cbf29ce4ULL));
+}
+
+void fed_model_spec_id(const char *spec, char id[FED_MODEL_SPEC_MAX])
+{
+    size_t len = strnlen(spec, FED_MODEL_GRAPH_MAX);
+
+    if (len < FED_MODEL_SPEC_MAX)
+        memcpy(id, spec, len + 1);
+    else
+        fed_model_spec_hash(spec, id);
 }
 
 int fed_model_name_ok(const char *name)
@@ -820,7 +1154,8 @@ static fed_err graph_node(const char *label, const fed_model_node *gn, int i, no
     if (!gn->kind || !(nd->ops = kind_find(gn->kind)))
         return fed_err_why(why, cap, FED_ERR_SPEC,
                          "model '%s': node %d: unknown layer kind '%s' (linear, conv, maxpool, "
-                         "avgpool, relu, flatten)", label, i, gn->kind ? gn->kind : "(none)");
+                         "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, "
+                         "sigmoid, tanh, bce, add, concat)", label, i, gn->kind ? gn->kind : "(none)");
     if (name) {
         if (!fed_model_name_ok(name))
             return fed_err_why(why, cap, FED_ERR_SPEC,
@@ -841,7 +1176,9 @@ static fed_err graph_node(const char *label, const fed_model_node *gn, int i, no
     nd->pw = gn->padding[1];
     nd->dh = gn->dilation[0];
     nd->dw = gn->dilation[1];
-    if (nd->sh < 0 || nd->sw < 0 || nd->dh < 0 || nd->dw < 0)
+    nd->groups = gn->groups;
+    nd->other = gn->other;
+    if (nd->sh < 0 || nd->sw < 0 || nd->dh < 0 || nd->dw < 0 || nd->groups < 0)
         return fed_err_why(why, cap, FED_ERR_SPEC,
                          "model '%s': node %d (%s '%s'): a negative stride or dilation", label,
                          i, gn->kind, nd->name);
@@ -899,9 +1236,28 @@ static fed_err spec_nparams(const char *spec, fed_model_shape in, size_t *nparam
                             size_t cap)
 {
     plan p;
-    fed_err err = make_plan(spec, in, &p, why, cap);
+    char id[FED_MODEL_SPEC_MAX];
+    fed_err err = make_plan(spec, in, &p, id, why, cap);
 
     *nparams = err == FED_OK ? p.nparams : 0;
+    plan_fini(&p);
+    return err;
+}
+
+fed_err fed_model_spec_cost(const char *spec, fed_model_shape in, size_t *nparams,
+                            double *flops, char *why, size_t cap)
+{
+    plan p;
+    char id[FED_MODEL_SPEC_MAX];
+    fed_err err = make_plan(spec, in, &p, id, why, cap);
+
+    *nparams = 0;
+    *flops = 0.0;
+    if (err == FED_OK) {
+        *nparams = p.nparams;
+        for (int l = 0; l < p.nlayers; l++)
+            *flops += p.layers[l].ops->flops(&p.layers[l], l == 0);
+    }
     plan_fini(&p);
     return err;
 }
@@ -957,15 +1313,15 @@ static void ws_fini(fed_model *m, workspace *w)
             dev_free(be, w->col[l]);
         if (w->arg)
             dev_free(be, w->arg[l]);
-        if (w->dpd)
-            dev_free(be, w->dpd[l]);
     }
     fed_free(w->act);
     fed_free(w->col);
     fed_free(w->arg);
     fed_free(w->dpd);
-    dev_free(be, w->d[0]);
-    dev_free(be, w->d[1]);
+    for (int l = 0; w->g && l < m->nlayers; l++)
+        dev_free(be, w->g[l]);
+    fed_free(w->g);
+    dev_free(be, w->gx);
     dev_free(be, w->ones);
     for (int u = 0; u < MAX_SHARDS; u++) {
         dev_free(be, w->dcol[u]);
@@ -1022,8 +1378,12 @@ static fed_err ws_init(fed_model *m, workspace *w)
             if ((err = dev_alloc(m, maxgw * sizeof(float), &w->dgw[u])))
                 return err;
     }
-    if ((err = dev_alloc(m, cap * maxout * sizeof(float), &w->d[0])) ||
-        (err = dev_alloc(m, cap * maxout * sizeof(float), &w->d[1])))
+    if (!(w->g = fed_calloc(L, sizeof *w->g)))
+        return FED_ERR_NOMEM;
+    for (int l = 0; l + 1 < m->nlayers; l++)
+        if ((err = dev_alloc(m, cap * m->layers[l].out_numel * sizeof(float), &w->g[l])))
+            return err;
+    if ((err = dev_alloc(m, cap * maxout * sizeof(float), &w->gx)))
         return err;
     return FED_OK;
 }
@@ -1031,6 +1391,11 @@ static fed_err ws_init(fed_model *m, workspace *w)
 /* Whether be can run every layer of p: else logs the first it cannot. */
 static fed_err backend_fits(const plan *p, const fed_backend *be)
 {
+    if (p->loss == LOSS_BCE && !(be->caps & FED_BACKEND_CAP_HOST_MEMORY)) {
+        fed_log(FED_LOG_ERROR, "model: the loss bce is computed on the host, which the %s "
+                "backend's memory is not", be->name);
+        return FED_ERR_UNSUPPORTED;
+    }
     for (int l = 0; l < p->nlayers; l++) {
         const layer *ly = &p->layers[l];
         unsigned need = ly->ops->needs ? ly->ops->needs(ly) : 0;
@@ -1077,6 +1442,8 @@ static fed_err model_build(plan *p, fed_model_shape in, fed_backend *be, fed_poo
     atomic_store(&m->run.steal_ns, STEAL_WAIT_NS);
     snprintf(m->spec, sizeof m->spec, "%s", p->spec);
     m->in = in;
+    m->loss = p->loss;
+    m->nlogits = p->layers[p->nlayers - 1].out_numel;
     m->be = be;
     m->pool = pool;
     m->shards = shards;
@@ -1108,18 +1475,23 @@ fed_err fed_model_new(const char *spec, fed_model_shape in, fed_backend *be, fed
                       int shards, int max_batch, fed_model **out)
 {
     plan p;
-    char why[256];
+    char why[256], id[FED_MODEL_SPEC_MAX];
     fed_err err;
 
     *out = NULL;
     if (!be || max_batch < 1 || max_batch > (1 << 20) || shards < 1 || shards > MAX_SHARDS)
         return FED_ERR_INVAL;
-    err = make_plan(spec, in, &p, why, sizeof why);
+    err = make_plan(spec, in, &p, id, why, sizeof why);
     if (err != FED_OK)
         fed_log(FED_LOG_ERROR, "%s", why);
     else
         err = model_build(&p, in, be, pool, shards, max_batch, out);
     plan_fini(&p);
+    if (err == FED_OK && strcmp(id, spec) != 0 && !((*out)->graph = fed_strdup(spec))) {
+        fed_model_free(*out);
+        *out = NULL;
+        err = FED_ERR_NOMEM;
+    }
     return err;
 }
 
@@ -1158,12 +1530,15 @@ void fed_model_free(fed_model *m)
     fed_free(m->run.done);
     fed_free(m->layers);
     fed_free(m->tensors);
+    fed_free(m->graph);
     fed_free(m);
 }
 
 /* ---------------------------------------------------------- accessors -- */
 
 const char *fed_model_spec(const fed_model *m) { return m->spec; }
+const char *fed_model_graph(const fed_model *m) { return m->graph ? m->graph : m->spec; }
+int fed_model_nlogits(const fed_model *m) { return m->nlogits; }
 fed_model_shape fed_model_input(const fed_model *m) { return m->in; }
 size_t fed_model_nparams(const fed_model *m) { return m->nparams; }
 fed_backend *fed_model_backend(const fed_model *m) { return m->be; }
@@ -1226,7 +1601,7 @@ static void linear_init(const layer *ly, float *host, fed_rng *rng)
 
 static void conv_init(const layer *ly, float *host, fed_rng *rng)
 {
-    init_fan_in(ly, (size_t)ly->in_c * ly->win.KH * ly->win.KW, host, rng);
+    init_fan_in(ly, (size_t)(ly->in_c / ly->groups) * ly->win.KH * ly->win.KW, host, rng);
 }
 
 /* forward, weight gradient, and input gradient except for layer 0 */
@@ -1237,7 +1612,7 @@ static double linear_flops(const layer *ly, int first)
 
 static double conv_flops(const layer *ly, int first)
 {
-    return 2.0 * ((double)ly->col_numel * ly->out_c) * (first ? 2.0 : 3.0);
+    return 2.0 * ((double)ly->col_numel * ly->out_c / ly->groups) * (first ? 2.0 : 3.0);
 }
 
 /* every input read, every window's element compared: 2 in_numel for a 2x2
@@ -1326,7 +1701,7 @@ static void linear_weight_grads(fed_model *m, int l, int u, const float *dy, int
 {
     fed_backend *be = m->be;
     const layer *ly = &m->layers[l];
-    const float *x = l > 0 ? m->ws.act[l - 1] : m->ws.x;
+    const float *x = layer_in(m, l);
     float *dW = m->grads + ly->w_off, *db = m->grads + ly->b_off;
     int r0, r1, in = ly->in_numel, out = ly->out_numel;
     float beta = m->run.accumulate ? 1.0f : 0.0f;
@@ -1416,15 +1791,19 @@ static void conv_forward(fed_model *m, int l, const float *x, int off, int n)
     const layer *ly = &m->layers[l];
     const float *W = m->params + ly->w_off;
     float *y = m->ws.act[l] + (size_t)off * ly->out_numel;
-    int ckk = ly->in_c * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
+    int G = ly->groups, og = ly->out_c / G;
+    int ckk = ly->in_c / G * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
 
     for (int i = 0; i < n; i++) {
         float *col = m->ws.col[l] + (size_t)(off + i) * ly->col_numel;
 
         conv_im2col(be, ly, x + (size_t)i * ly->in_numel, col);
-        /* y_i (out_c, P) = W (out_c, ckk) col (ckk, P) */
-        be->gemm(be, 0, 0, ly->out_c, P, ckk, 1.0f, W, ckk, col, P, 0.0f,
-                 y + (size_t)i * ly->out_numel, P);
+        /* per group g: y_i[g] (og, P) = W[g] (og, ckk) col[g] (ckk, P), the
+           group's rows of each */
+        for (int g = 0; g < G; g++)
+            be->gemm(be, 0, 0, og, P, ckk, 1.0f, W + (size_t)g * og * ckk, ckk,
+                     col + (size_t)g * ckk * P, P, 0.0f,
+                     y + (size_t)i * ly->out_numel + (size_t)g * og * P, P);
     }
     be->chan_bias_act_fwd(be, y, m->params + ly->b_off, n, ly->out_c, P, ly->relu);
 }
@@ -1434,8 +1813,8 @@ static void conv_weight_grads(fed_model *m, int l, int u, const float *dy, int n
     fed_backend *be = m->be;
     const layer *ly = &m->layers[l];
     float *dW = m->grads + ly->w_off, *db = m->grads + ly->b_off;
-    int r0, r1, acc = m->run.accumulate;
-    int ckk = ly->in_c * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
+    int r0, r1, acc = m->run.accumulate, og = ly->out_c / ly->groups;
+    int ckk = ly->in_c / ly->groups * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
 
     row_chunk(ly->out_c, m->shards, u, &r0, &r1);
     if (r0 >= r1)
@@ -1443,10 +1822,16 @@ static void conv_weight_grads(fed_model *m, int l, int u, const float *dy, int n
     for (int i = 0; i < n; i++) {
         const float *dyi = dy + (size_t)i * ly->out_numel + (size_t)r0 * P;
 
-        /* dW[r0:r1] (r, ckk) += dy_i[r0:r1] (r, P) col_i^T (P, ckk) */
-        be->gemm(be, 0, 1, r1 - r0, ckk, P, 1.0f, dyi, P,
-                 m->ws.col[l] + (size_t)i * ly->col_numel, P, i || acc ? 1.0f : 0.0f,
-                 dW + (size_t)r0 * ckk, ckk);
+        /* dW[a:b] (r, ckk) += dy_i[a:b] (r, P) col_i[g]^T (P, ckk), for the
+           rows [a, b) of [r0, r1) in each group g */
+        for (int a = r0, b; a < r1; a = b) {
+            int g = a / og;
+
+            b = (g + 1) * og < r1 ? (g + 1) * og : r1;
+            be->gemm(be, 0, 1, b - a, ckk, P, 1.0f, dyi + (size_t)(a - r0) * P, P,
+                     m->ws.col[l] + (size_t)i * ly->col_numel + (size_t)g * ckk * P, P,
+                     i || acc ? 1.0f : 0.0f, dW + (size_t)a * ckk, ckk);
+        }
         if (r1 - r0 < ly->out_c)
             be->chan_bias_bwd(be, db + r0, dyi, 1, r1 - r0, P, i > 0 || acc);
     }
@@ -1461,13 +1846,17 @@ static void conv_input_grads(fed_model *m, int l, int u, const float *dy, float 
     const layer *ly = &m->layers[l];
     const float *W = m->params + ly->w_off, *dyo = dy + (size_t)off * ly->out_numel;
     float *dxo = dx + (size_t)off * ly->in_numel;
-    int ckk = ly->in_c * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
+    int G = ly->groups, og = ly->out_c / G;
+    int ckk = ly->in_c / G * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
 
     be->fill(be, dxo, 0.0f, (size_t)n * ly->in_numel);
     for (int i = 0; i < n; i++) {
-        /* dcol (ckk, P) = W^T (ckk, out_c) dy_i (out_c, P), folded back */
-        be->gemm(be, 1, 0, ckk, P, ly->out_c, 1.0f, W, ckk, dyo + (size_t)i * ly->out_numel, P,
-                 0.0f, m->ws.dcol[u], P);
+        /* per group: dcol[g] (ckk, P) = W[g]^T (ckk, og) dy_i[g] (og, P),
+           then folded back */
+        for (int g = 0; g < G; g++)
+            be->gemm(be, 1, 0, ckk, P, og, 1.0f, W + (size_t)g * og * ckk, ckk,
+                     dyo + (size_t)i * ly->out_numel + (size_t)g * og * P, P, 0.0f,
+                     m->ws.dcol[u] + (size_t)g * ckk * P, P);
         conv_col2im(be, ly, m->ws.dcol[u], dxo + (size_t)i * ly->in_numel);
     }
 }
@@ -1479,14 +1868,17 @@ static void conv_dp_norm2(fed_model *m, int l, int u, const float *dy, const flo
 {
     fed_backend *be = m->be;
     const layer *ly = &m->layers[l];
-    int ckk = ly->in_c * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
+    int G = ly->groups, og = ly->out_c / G;
+    int ckk = ly->in_c / G * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
 
     (void)x;
     for (int i = 0; i < n; i++) {
         const float *dyi = dy + (size_t)(off + i) * ly->out_numel;
 
-        be->gemm(be, 0, 1, ly->out_c, ckk, P, 1.0f, dyi, P,
-                 m->ws.col[l] + (size_t)(off + i) * ly->col_numel, P, 0.0f, m->ws.dgw[u], ckk);
+        for (int g = 0; g < G; g++) /* each group's rows of the weight gradient */
+            be->gemm(be, 0, 1, og, ckk, P, 1.0f, dyi + (size_t)g * og * P, P,
+                     m->ws.col[l] + (size_t)(off + i) * ly->col_numel + (size_t)g * ckk * P, P,
+                     0.0f, m->ws.dgw[u] + (size_t)g * og * ckk, ckk);
         norm2[i] += sumsq_f(m->ws.dgw[u], (size_t)ly->out_c * ckk);
         for (int c = 0; c < ly->out_c; c++) {
             double b = 0.0;
@@ -1565,6 +1957,162 @@ static void avgpool_input_grads(fed_model *m, int l, int u, const float *dy, flo
                            dx + (size_t)off * ly->in_numel);
 }
 
+/* ---- activations of their own (leaky_relu, gelu, silu, sigmoid, tanh) ---- */
+
+/* Computed on the host over the model's buffers: a backend whose device
+ * memory the host reads (the CPU's); another refuses the layer by name. */
+static unsigned act_needs(const layer *ly)
+{
+    (void)ly;
+    return FED_BACKEND_CAP_HOST_MEMORY;
+}
+
+static double act_sigmoid(double x)
+{
+    double e;
+
+    if (x >= 0)
+        return 1.0 / (1.0 + exp(-x));
+    e = exp(x);
+    return e / (1.0 + e);
+}
+
+/* f(x) of activation act, in double (PyTorch's float kernels agree to
+ * rounding). */
+static double act_value(int act, double x)
+{
+    switch (act) {
+    case ACT_LEAKY_RELU: return x > 0 ? x : LEAKY_SLOPE * x;
+    case ACT_GELU: return 0.5 * x * (1.0 + erf(x * M_SQRT1_2));
+    case ACT_SILU: return x * act_sigmoid(x);
+    case ACT_SIGMOID: return act_sigmoid(x);
+    default: return tanh(x);
+    }
+}
+
+/* f'(x), given x and y = f(x). */
+static double act_slope(int act, double x, double y)
+{
+    double sg;
+
+    switch (act) {
+    case ACT_LEAKY_RELU: return x > 0 ? 1.0 : LEAKY_SLOPE;
+    case ACT_GELU:
+        return 0.5 * (1.0 + erf(x * M_SQRT1_2)) + x * exp(-0.5 * x * x) * 0.3989422804014327;
+    case ACT_SILU:
+        sg = act_sigmoid(x);
+        return sg * (1.0 + x * (1.0 - sg));
+    case ACT_SIGMOID: return y * (1.0 - y);
+    default: return 1.0 - y * y;
+    }
+}
+
+static void act_forward(fed_model *m, int l, const float *x, int off, int n)
+{
+    const layer *ly = &m->layers[l];
+    float *y = m->ws.act[l] + (size_t)off * ly->out_numel;
+    size_t cnt = (size_t)n * ly->out_numel;
+
+    for (size_t k = 0; k < cnt; k++)
+        y[k] = (float)act_value(ly->act, x[k]);
+}
+
+static void act_input_grads(fed_model *m, int l, int u, const float *dy, float *dx, int off,
+                            int n)
+{
+    const layer *ly = &m->layers[l];
+    size_t at = (size_t)off * ly->out_numel, cnt = (size_t)n * ly->out_numel;
+    const float *x = layer_in(m, l) + at, *y = m->ws.act[l] + at;
+
+    (void)u;
+    for (size_t k = 0; k < cnt; k++)
+        dx[at + k] = (float)(dy[at + k] * act_slope(ly->act, x[k], y[k]));
+}
+
+/* a few operations per value each way, as a pool's */
+static double act_flops(const layer *ly, int first)
+{
+    (void)first;
+    return 2.0 * ly->out_numel;
+}
+
+/* ---- add ---- */
+
+/* Computed on the host, as the activations. */
+static void add_forward(fed_model *m, int l, const float *x, int off, int n)
+{
+    const layer *ly = &m->layers[l];
+    size_t at = (size_t)off * ly->out_numel, cnt = (size_t)n * ly->out_numel;
+    const float *o = (ly->src2 >= 0 ? m->ws.act[ly->src2] : m->ws.x) + at;
+    float *y = m->ws.act[l] + at;
+
+    for (size_t k = 0; k < cnt; k++) {
+        float v = x[k] + o[k];
+
+        y[k] = ly->relu && v < 0 ? 0.0f : v;
+    }
+}
+
+/* The gradient goes to both inputs as it is. */
+static void add_input_grads(fed_model *m, int l, int u, const float *dy, float *dx, int off,
+                            int n)
+{
+    const layer *ly = &m->layers[l];
+    size_t at = (size_t)off * ly->out_numel;
+
+    (void)u;
+    m->be->copy(m->be, dx + at, dy + at, (size_t)n * ly->out_numel);
+}
+
+static void add_input2_grads(fed_model *m, int l, const float *dy, float *dx, int off, int n)
+{
+    add_input_grads(m, l, 0, dy, dx, off, n);
+}
+
+/* ---- concat ---- */
+
+/* Each sample's output: its input's channels, then the other's (torch.cat
+ * along dim 1), copied by the backend. */
+static void concat_forward(fed_model *m, int l, const float *x, int off, int n)
+{
+    fed_backend *be = m->be;
+    const layer *ly = &m->layers[l];
+    size_t a = (size_t)ly->in_numel, b = (size_t)(ly->out_numel - ly->in_numel);
+    const float *o = (ly->src2 >= 0 ? m->ws.act[ly->src2] : m->ws.x) + (size_t)off * b;
+    float *y = m->ws.act[l] + (size_t)off * ly->out_numel;
+
+    for (int i = 0; i < n; i++) {
+        be->copy(be, y + (size_t)i * ly->out_numel, x + (size_t)i * a, a);
+        be->copy(be, y + (size_t)i * ly->out_numel + a, o + (size_t)i * b, b);
+    }
+}
+
+/* Each input's gradient: its slice of the output's. */
+static void concat_grads(fed_model *m, int l, const float *dy, float *dx, int off, int n,
+                         int second)
+{
+    fed_backend *be = m->be;
+    const layer *ly = &m->layers[l];
+    size_t a = (size_t)ly->in_numel, b = (size_t)(ly->out_numel - ly->in_numel);
+    size_t part = second ? b : a;
+
+    for (int i = off; i < off + n; i++)
+        be->copy(be, dx + (size_t)i * part, dy + (size_t)i * ly->out_numel + (second ? a : 0),
+                 part);
+}
+
+static void concat_input_grads(fed_model *m, int l, int u, const float *dy, float *dx, int off,
+                               int n)
+{
+    (void)u;
+    concat_grads(m, l, dy, dx, off, n, 0);
+}
+
+static void concat_input2_grads(fed_model *m, int l, const float *dy, float *dx, int off, int n)
+{
+    concat_grads(m, l, dy, dx, off, n, 1);
+}
+
 /* ---- the table ---- */
 
 static const layer_ops LAYER_KINDS[] = {
@@ -1573,7 +2121,7 @@ static const layer_ops LAYER_KINDS[] = {
      .forward_cols = linear_forward_cols, .input_grads = linear_input_grads,
      .weight_grads = linear_weight_grads, .flops = linear_flops, .init = linear_init,
      .dp_norm2 = linear_dp_norm2, .fuses_relu = 1, .keep_dy = 1},
-    {.kind = "conv", .letter = 'C', .opts = OPT_OUT | OPT_K | OPT_S | OPT_P | OPT_D,
+    {.kind = "conv", .letter = 'C', .opts = OPT_OUT | OPT_K | OPT_S | OPT_P | OPT_D | OPT_G,
      .plan = conv_plan, .needs = conv_needs, .forward = conv_forward,
      .input_grads = conv_input_grads, .weight_grads = conv_weight_grads, .flops = conv_flops,
      .init = conv_init, .dp_norm2 = conv_dp_norm2, .fuses_relu = 1},
@@ -1583,7 +2131,25 @@ static const layer_ops LAYER_KINDS[] = {
     {.kind = "avgpool", .letter = 'A', .opts = OPT_K | OPT_S | OPT_P, .plan = avgpool_plan,
      .needs = avgpool_needs, .forward = avgpool_forward,
      .input_grads = avgpool_input_grads, .flops = pool_flops},
+    {.kind = "global_avgpool", .letter = 'P', .plan = gap_plan, .needs = avgpool_needs,
+     .forward = avgpool_forward, .input_grads = avgpool_input_grads, .flops = pool_flops},
     {.kind = "relu", .letter = 'R', .plan = relu_plan},
+    {.kind = "bce", .letter = 'B', .plan = bce_plan},
+    {.kind = "add", .letter = '+', .plan = add_plan, .needs = act_needs, .forward = add_forward,
+     .input_grads = add_input_grads, .input2_grads = add_input2_grads, .flops = act_flops,
+     .fuses_relu = 1},
+    {.kind = "concat", .letter = '&', .plan = concat_plan, .forward = concat_forward,
+     .input_grads = concat_input_grads, .input2_grads = concat_input2_grads,
+     .flops = act_flops},
+#define ACT_KIND(k, l, a)                                                                     \
+    {.kind = k, .letter = l, .act = a, .plan = act_plan, .needs = act_needs,                  \
+     .forward = act_forward, .input_grads = act_input_grads, .flops = act_flops}
+    ACT_KIND("leaky_relu", 'Y', ACT_LEAKY_RELU),
+    ACT_KIND("gelu", 'G', ACT_GELU),
+    ACT_KIND("silu", 'S', ACT_SILU),
+    ACT_KIND("sigmoid", 'Z', ACT_SIGMOID),
+    ACT_KIND("tanh", 'T', ACT_TANH),
+#undef ACT_KIND
     {.kind = "flatten", .letter = 'F', .plan = flatten_plan},
 };
 
@@ -1605,14 +2171,32 @@ static const layer_ops *kind_of_letter(char letter)
 
 /* Input gradient of layer l > 0 for rows [off, off + n), into dx, then
  * masked by the ReLU of layer l - 1. */
-static void input_grads(fed_model *m, int l, int u, const float *dy, float *dx, int off, int n)
+static void input_grads(fed_model *m, int l, int u, const float *dy, int off, int n)
 {
+    fed_backend *be = m->be;
     const layer *ly = &m->layers[l];
 
-    ly->ops->input_grads(m, l, u, dy, dx, off, n);
-    if (m->layers[l - 1].relu)
-        m->be->relu_bwd(m->be, dx + (size_t)off * ly->in_numel,
-                        m->ws.act[l - 1] + (size_t)off * ly->in_numel, (size_t)n * ly->in_numel);
+    for (int e = 0; e < 2; e++) {
+        int t = e ? ly->src2 : ly->src;
+        const layer *src;
+        size_t at, cnt;
+        float *to;
+
+        if (t < 0)
+            continue; /* the model's input, or no second input */
+        src = &m->layers[t];
+        at = (size_t)off * src->out_numel;
+        cnt = (size_t)n * src->out_numel;
+        to = ly->first_w[e] ? m->ws.g[t] : m->ws.gx; /* its rows of gx, to be added */
+        if (e == 0)
+            ly->ops->input_grads(m, l, u, dy, to, off, n);
+        else
+            ly->ops->input2_grads(m, l, dy, to, off, n);
+        if (!ly->first_w[e])
+            be->axpy(be, cnt, 1.0f, m->ws.gx + at, m->ws.g[t] + at);
+        if (ly->last_w[e] && src->relu)
+            be->relu_bwd(be, m->ws.g[t] + at, m->ws.act[t] + at, cnt);
+    }
 }
 
 /* Weight and bias gradients of layer l, output rows of chunk u, over all n
@@ -1647,24 +2231,50 @@ static fed_err upload_rows(fed_model *m, int off, int n)
 /* Layer 0 (linear) by output columns: unit u computes y[:, r0:r1] for the
  * whole batch from its own rows of W, the rows it updates (so they stay in
  * its core's cache), and each core reads half of W instead of all of it. */
+/* Binary cross-entropy with logits (n logits z, labels y in {0, 1}): the
+ * summed loss softplus(z) - y z, the count of (z > 0) == y, and, when
+ * grad_scale, the logits replaced by (sigmoid(z) - y) * grad_scale. Host
+ * memory (backend_fits checked). */
+static void bce_loss(float *z, const int32_t *y, int n, const float *grad_scale, double *loss,
+                     int *correct)
+{
+    double sum = 0.0;
+    int right = 0;
+
+    for (int i = 0; i < n; i++) {
+        double x = z[i], t = y[i] == 1;
+
+        sum += (x > 0 ? x : 0.0) - t * x + log1p(exp(-fabs(x)));
+        right += (x > 0) == (y[i] == 1);
+        if (grad_scale)
+            z[i] = (float)((act_sigmoid(x) - t) * *grad_scale);
+    }
+    *loss = sum;
+    *correct = right;
+}
+
 static void forward_rows(fed_model *m, int u, int from)
 {
     step_run *r = &m->run;
-    int off = r->off[u], n = r->n[u], last = m->nlayers - 1, C = m->in.classes;
+    int off = r->off[u], n = r->n[u], last = m->nlayers - 1, C = m->nlogits;
     size_t feat = (size_t)m->in.c * m->in.h * m->in.w;
     const float *x;
     float *logits;
 
     if (n == 0 || r->err[u] != FED_OK)
         return;
-    x = from == 0 ? m->ws.x + (size_t)off * feat
-                  : m->ws.act[from - 1] + (size_t)off * m->layers[from - 1].out_numel;
     for (int l = from; l <= last; l++) {
+        int t = m->layers[l].src;
+
+        x = t < 0 ? m->ws.x + (size_t)off * feat
+                  : m->ws.act[t] + (size_t)off * m->layers[t].out_numel;
         m->layers[l].ops->forward(m, l, x, off, n);
-        x = m->ws.act[l] + (size_t)off * m->layers[l].out_numel;
     }
     logits = m->ws.act[last] + (size_t)off * C;
-    if (r->train)
+    if (m->loss == LOSS_BCE)
+        bce_loss(logits, m->ws.y + off, n, r->train ? &r->grad_scale : NULL, &r->loss[u],
+                 &r->correct[u]);
+    else if (r->train)
         m->be->softmax_xent(m->be, logits, m->ws.y + off, n, C, r->grad_scale, &r->loss[u],
                             &r->correct[u]);
     else
@@ -1707,12 +2317,11 @@ static void dp_unit(fed_model *m, int l, int u)
 {
     step_run *r = &m->run;
     const layer *ly = &m->layers[l];
-    int L = m->nlayers, off = r->off[u], n = r->n[u], C = m->in.classes;
+    int L = m->nlayers, off = r->off[u], n = r->n[u], C = m->nlogits;
     double *norm2 = m->ws.norm2 + off;
     int kept = m->ws.dpd_on; /* the output gradients kept per layer */
-    float *dy = l == L - 1 ? m->ws.act[L - 1] : kept ? m->ws.dpd[l] : m->ws.d[(L - 2 - l) & 1];
-    float *dx = l == 0 ? NULL : kept ? m->ws.dpd[l - 1] : m->ws.d[(L - 1 - l) & 1], *dl;
-    const float *x = l > 0 ? m->ws.act[l - 1] : m->ws.x;
+    float *dy = l == L - 1 ? m->ws.act[L - 1] : m->ws.g[l], *dl; /* (kept: dpd is g) */
+    const float *x = layer_in(m, l);
 
     if (n == 0 || r->err[u] != FED_OK)
         return;
@@ -1722,7 +2331,7 @@ static void dp_unit(fed_model *m, int l, int u)
     if (ly->ops->dp_norm2)
         ly->ops->dp_norm2(m, l, u, dy, x, off, n, norm2);
     if (l > 0) {
-        input_grads(m, l, u, dy, dx, off, n);
+        input_grads(m, l, u, dy, off, n);
         return;
     }
     dl = m->ws.act[L - 1] + (size_t)off * C;
@@ -1769,7 +2378,7 @@ static void run_unit(fed_model *m, int ph, int u)
     step_run *r = &m->run;
     int L = m->nlayers, ntotal = r->off[m->shards - 1] + r->n[m->shards - 1];
     int l = L - 1 - (ph - r->bwd0);
-    float *dy, *dx;
+    float *dy;
 
     if (ph < r->fwd_phases) {
         forward_unit(m, ph, u);
@@ -1783,11 +2392,10 @@ static void run_unit(fed_model *m, int ph, int u)
         weight_grads(m, l, u, l == L - 1 ? m->ws.act[L - 1] : m->ws.dpd[l], ntotal);
         return;
     }
-    dy = l == L - 1 ? m->ws.act[L - 1] : m->ws.d[(L - 2 - l) & 1];
-    dx = m->ws.d[(L - 1 - l) & 1];
+    dy = l == L - 1 ? m->ws.act[L - 1] : m->ws.g[l];
     weight_grads(m, l, u, dy, ntotal);
     if (l > 0 && r->n[u] > 0)
-        input_grads(m, l, u, dy, dx, r->off[u], r->n[u]);
+        input_grads(m, l, u, dy, r->off[u], r->n[u]);
     if (!r->update)
         return;
     /* Layer l + 1's weights were last read in the previous phase (its
@@ -2001,18 +2609,13 @@ fed_err fed_model_forward_backward(fed_model *m, const fed_batch *b, fed_step_st
  * the input gradients in the backward, as a plain step does. */
 static fed_err dp_keep_grads(fed_model *m)
 {
-    fed_err err;
-
     if (m->ws.dpd_on)
         return FED_OK;
     for (int l = 0; l < m->nlayers; l++)
-        if (!m->layers[l].ops->keep_dy)
-            return FED_OK;
-    for (int l = 0; l + 1 < m->nlayers; l++)
-        if (!m->ws.dpd[l] &&
-            (err = dev_alloc(m, (size_t)m->max_batch * m->layers[l].out_numel * sizeof(float),
-                             &m->ws.dpd[l])) != FED_OK)
-            return err;
+        if (!m->layers[l].ops->keep_dy || m->layers[l].src != l - 1)
+            return FED_OK; /* a chain of linear layers only */
+    for (int l = 0; l + 1 < m->nlayers; l++) /* the output gradients, kept where they are */
+        m->ws.dpd[l] = m->ws.g[l];
     m->ws.dpd_on = 1;
     return FED_OK;
 }
@@ -2062,7 +2665,7 @@ fed_err fed_model_logits(fed_model *m, const fed_batch *b, float *out)
     if (err != FED_OK || (err = run_batch(m, b, 0, NULL, NULL, NULL)) != FED_OK)
         return err;
     return m->be->download(m->be, out, m->ws.act[m->nlayers - 1],
-                           (size_t)b->n * m->in.classes * sizeof(float));
+                           (size_t)b->n * m->nlogits * sizeof(float));
 }
 
 /* n rows of C logits, floats at the start of p, into their softmax as

@@ -36,6 +36,14 @@
 #include "model/backend.h"
 
 #define FED_MODEL_SPEC_MAX 128
+/* A "g:" spec (a graph, below) may be longer than FED_MODEL_SPEC_MAX: it is
+ * then named by its id, "g#" and 32 hex digits of a 128-bit hash of it
+ * (two FNV-1a 64: an identity between honest nodes, not a MAC; the graph
+ * itself is compared where two must agree), and travels and is stored
+ * whole beside the id (the MODEL frame's graph field, a checkpoint's graph
+ * section). Every spec's id fits FED_MODEL_SPEC_MAX, so the presets and
+ * short graphs are their own id, unchanged. */
+#define FED_MODEL_GRAPH_MAX 16384 /* bytes of a "g:" spec with its NUL */
 
 typedef struct fed_model fed_model;
 
@@ -99,11 +107,24 @@ void fed_model_free(fed_model *m);
  * "linear" (out features; takes its input flattened), "conv" (out
  * channels, kernel, stride, padding, dilation), "maxpool" or "avgpool"
  * (kernel, stride, padding at most half the kernel; average pooling counts
- * the padding, as PyTorch's default), "relu" (folded into the linear or
- * conv layer before it) or "flatten". name is the module's: its tensors
+ * the padding, as PyTorch's default), "global_avgpool" (each channel's
+ * mean, nn.AdaptiveAvgPool2d(1)), "relu" (folded into the linear or
+ * conv layer before it), "flatten", or an activation of its own,
+ * element-wise as PyTorch's module of the same name with its defaults:
+ * "leaky_relu" (slope 0.01), "gelu" (exact), "silu", "sigmoid", "tanh"
+ * (computed on the host: a backend without FED_BACKEND_CAP_HOST_MEMORY
+ * refuses them by name). A last node "bce" is no layer but the loss:
+ * binary cross-entropy with logits on the one logit the layer before it
+ * gives, over two classes (host-computed too). name is the module's: its tensors
  * are "<name>.weight" and "<name>.bias" (NULL: the node's index, as
  * nn.Sequential). input is the node whose output it takes, -1 for the
- * model's input; today node i takes node i - 1's (a chain). A zero stride
+ * model's input: any earlier node (a graph is a DAG in topological order),
+ * every node's output but the last taken by a later one, and never from
+ * before a relu folded into its layer. "add" (a residual) adds to its
+ * input's output that of node other, of the same shape; a relu after it
+ * folds in; computed on the host. "concat" takes its input's channels,
+ * then node other's, of the same height and width (torch.cat on dim 1).
+ * A zero stride
  * is 1 for conv and the kernel for pooling; a zero dilation is 1. [0] is
  * the height's, [1] the width's. The last layer gives the logits. */
 #define FED_MODEL_MAX_NODES 4096 /* nodes of one graph */
@@ -116,16 +137,25 @@ typedef struct fed_model_node {
     int input;
     int out;
     int kernel[2], stride[2], padding[2], dilation[2];
+    int groups; /* conv: groups of channels, dividing both in and out
+                   (nn.Conv2d's groups; in channels: depthwise); 0 or 1: one */
+    int other;  /* add: the node whose output it adds to its input's (-1: the
+                   model's input) */
 } fed_model_node;
 
 /* The graph as a spec string, what fed_model_new takes and a node sends
  * and stores like any spec: "g:" and the nodes, comma-separated, each
  * [NAME=] and a letter: Lout (linear; no out: the classes), CoutkK[sS][pP]
- * [dD] (conv), MkK[sS][pP] (maxpool), AkK[sS][pP] (avgpool), R (relu), F
- * (flatten); K, S, P, D are N or HxW. A node without NAME is named by its
+ * [dD][gG] (conv; G its groups), MkK[sS][pP] (maxpool), AkK[sS][pP] (avgpool), R (relu), F
+ * (flatten), B (the loss bce, last), P (global_avgpool), +REF (add the
+ * output of node REF: its name, its index if it has none, - the input),
+ * &REF (concat node REF's channels),
+ * and after any node <REF for an input other than the node before it;
+ * Y (leaky_relu), G (gelu), S (silu), Z (sigmoid), T (tanh);
+ * K, S, P, D are N or HxW. A node without NAME is named by its
  * index. NIID-Bench's SimpleCNN (examples/models/simplecnn.cfg) is
  * "g:conv1=C6k5,R,Mk2,conv2=C16k5,R,Mk2,F,fc1=L120,R,fc2=L84,R,fc3=L".
- * FED_ERR_TOO_LARGE when it takes FED_MODEL_SPEC_MAX bytes or cap; a chain
+ * FED_ERR_TOO_LARGE when it takes FED_MODEL_GRAPH_MAX bytes or cap; a chain
  * only (FED_ERR_UNSUPPORTED), with known kinds and valid names
  * (FED_ERR_SPEC). */
 FED_WUR fed_err fed_model_graph_spec(const fed_model_node *nodes, int count, char *spec,
@@ -163,6 +193,18 @@ FED_WUR fed_err fed_model_graph_shapes(const char *label, const fed_model_node *
                                        fed_model_shape in, fed_model_node_info *info,
                                        int *planned, char *why, size_t cap);
 
+/* The id of spec (FED_MODEL_SPEC_MAX above): spec itself when shorter
+ * than FED_MODEL_SPEC_MAX, else "g#" and its hash. */
+void fed_model_spec_id(const char *spec, char id[FED_MODEL_SPEC_MAX]);
+/* The hash part of an id, of any spec: "g#" and 32 hex digits (what a
+ * mismatch names both models by). */
+#define FED_MODEL_HASH_CHARS 35
+void fed_model_spec_hash(const char *spec, char hash[FED_MODEL_HASH_CHARS]);
+/* Parameters and forward + backward FLOPs per sample a spec gives for
+ * input in, without building it (what a client bounds a MODEL frame's
+ * graph by), or what was wrong in why (cap bytes). */
+FED_WUR fed_err fed_model_spec_cost(const char *spec, fed_model_shape in, size_t *nparams,
+                                    double *flops, char *why, size_t cap);
 /* Check a spec string without building anything. */
 FED_WUR fed_err fed_model_spec_check(const char *spec, fed_model_shape in);
 /* fed_model_spec_check, with what was wrong in why (cap bytes), e.g.
@@ -173,7 +215,10 @@ FED_WUR fed_err fed_model_spec_explain(const char *spec, fed_model_shape in, cha
 /* The parameter count a spec gives for inputs of shape in. */
 FED_WUR fed_err fed_model_spec_nparams(const char *spec, fed_model_shape in, size_t *nparams);
 
+/* The model's id (fed_model_spec_id), and the whole spec it was built from
+ * (the id itself unless a graph longer than FED_MODEL_SPEC_MAX). */
 const char *fed_model_spec(const fed_model *m);
+const char *fed_model_graph(const fed_model *m);
 fed_model_shape fed_model_input(const fed_model *m);
 size_t fed_model_nparams(const fed_model *m);
 const fed_tensor_info *fed_model_tensors(const fed_model *m, int *count);
@@ -225,7 +270,9 @@ FED_WUR fed_err fed_model_train_step(fed_model *m, const fed_batch *b, fed_step_
  * fed_trainer_set_dp). CPU backend only: FED_ERR_UNSUPPORTED elsewhere. */
 FED_WUR fed_err fed_model_dp_grads(fed_model *m, const fed_batch *b, float clip, float scale,
                                    int accumulate, float *norms, fed_step_stats *st);
-/* Forward only of b (1 <= n <= max_batch): its logits, (n, classes), into
+/* The logits of one sample: the classes, or 1 with the loss bce. */
+int fed_model_nlogits(const fed_model *m);
+/* Forward only of b (1 <= n <= max_batch): its logits, (n, nlogits), into
  * out on the host (what a parity test compares with another framework). */
 FED_WUR fed_err fed_model_logits(fed_model *m, const fed_batch *b, float *out);
 /* Forward only, any n >= 1 (run in pieces of max_batch): loss, accuracy and

@@ -27,10 +27,14 @@ enum {
     K_FEATURES = 1 << 7,
     K_LOSS = 1 << 8,
     K_CLASSES = 1 << 9,
+    K_GROUPS = 1 << 10,
+    K_INPUT = 1 << 11,
+    K_FROM = 1 << 12,
 };
 
 static const char *const KEY_NAMES[] = {"name",     "out",   "kernel",   "stride", "padding",
-                                        "dilation", "shape", "features", "loss",   "classes"};
+                                        "dilation", "shape", "features", "loss",   "classes",
+                                        "groups",   "input", "from"};
 #define NKEYS ((int)(sizeof KEY_NAMES / sizeof KEY_NAMES[0]))
 
 /* A section: the keys it takes and those it needs (any one of need_any). */
@@ -43,13 +47,21 @@ typedef struct section_def {
 static const section_def SECTIONS[] = {
     {"input", K_SHAPE | K_FEATURES, 0, K_SHAPE | K_FEATURES, 0},
     {"output", K_LOSS | K_CLASSES, 0, 0, 0},
-    {"linear", K_NAME | K_OUT, K_OUT, 0, 1},
-    {"conv", K_NAME | K_OUT | K_KERNEL | K_STRIDE | K_PADDING | K_DILATION, K_OUT | K_KERNEL, 0,
-     1},
-    {"maxpool", K_NAME | K_KERNEL | K_STRIDE | K_PADDING, K_KERNEL, 0, 1},
-    {"avgpool", K_NAME | K_KERNEL | K_STRIDE | K_PADDING, K_KERNEL, 0, 1},
-    {"relu", K_NAME, 0, 0, 1},
-    {"flatten", K_NAME, 0, 0, 1},
+    {"linear", K_NAME | K_INPUT | K_OUT, K_OUT, 0, 1},
+    {"conv", K_NAME | K_INPUT | K_OUT | K_KERNEL | K_STRIDE | K_PADDING | K_DILATION | K_GROUPS,
+     K_OUT | K_KERNEL, 0, 1},
+    {"maxpool", K_NAME | K_INPUT | K_KERNEL | K_STRIDE | K_PADDING, K_KERNEL, 0, 1},
+    {"avgpool", K_NAME | K_INPUT | K_KERNEL | K_STRIDE | K_PADDING, K_KERNEL, 0, 1},
+    {"global_avgpool", K_NAME | K_INPUT, 0, 0, 1},
+    {"relu", K_NAME | K_INPUT, 0, 0, 1},
+    {"flatten", K_NAME | K_INPUT, 0, 0, 1},
+    {"leaky_relu", K_NAME | K_INPUT, 0, 0, 1},
+    {"gelu", K_NAME | K_INPUT, 0, 0, 1},
+    {"silu", K_NAME | K_INPUT, 0, 0, 1},
+    {"sigmoid", K_NAME | K_INPUT, 0, 0, 1},
+    {"tanh", K_NAME | K_INPUT, 0, 0, 1},
+    {"add", K_NAME | K_INPUT | K_FROM, K_FROM, 0, 1},
+    {"concat", K_NAME | K_INPUT | K_FROM, K_FROM, 0, 1},
 };
 #define NSECTIONS ((int)(sizeof SECTIONS / sizeof SECTIONS[0]))
 
@@ -118,6 +130,8 @@ static cfg_node *cur_node(parser *p)
 }
 
 /* One key = value of the open section. */
+static fed_err push_node(parser *p, const char *kind);
+
 static fed_err set_key(parser *p, const char *key, const char *val)
 {
     int k = 0, ok = 1;
@@ -176,6 +190,32 @@ static fed_err set_key(parser *p, const char *key, const char *val)
     case K_DILATION:
         ok = parse_ints(val, cur_node(p)->n.dilation, 2, 1, 1);
         break;
+    case K_GROUPS:
+        ok = parse_ints(val, &cur_node(p)->n.groups, 1, 0, 1);
+        break;
+    case K_INPUT:
+    case K_FROM: { /* an earlier layer, by its name (or index), or "-": the input */
+        int j = -2;
+
+        if (!strcmp(val, "-"))
+            j = -1;
+        for (int q = c->count - 2; j == -2 && q >= 0; q--) {
+            char idx[16];
+
+            snprintf(idx, sizeof idx, "%d", q);
+            if (!strcmp(c->nodes[q].name[0] ? c->nodes[q].name : idx, val))
+                j = q;
+        }
+        if (j == -2)
+            return fed_err_why(p->why, p->cap, FED_ERR_SPEC,
+                               "%s:%d: [%s] %s: '%s' names no earlier layer (a name, an index, "
+                               "or - for the input)", c->file, p->line, sec, key, val);
+        if (1 << k == K_INPUT)
+            cur_node(p)->n.input = j;
+        else
+            cur_node(p)->n.other = j;
+        return FED_OK;
+    }
     case K_SHAPE: {
         int v[3] = {0, 0, 0};
 
@@ -189,10 +229,15 @@ static fed_err set_key(parser *p, const char *key, const char *val)
         ok = parse_ints(val, &c->in.w, 1, 0, 1);
         c->in.c = c->in.h = 1;
         break;
-    case K_LOSS:
+    case K_LOSS: /* bce: a last node that chooses it */
+        if (!strcmp(val, "bce"))
+            return c->count ? push_node(p, "bce")
+                            : fed_err_why(p->why, p->cap, FED_ERR_SPEC,
+                                          "%s:%d: [output] loss: bce after no layer", c->file,
+                                          p->line);
         if (strcmp(val, "cross_entropy") != 0)
             return fed_err_why(p->why, p->cap, FED_ERR_SPEC,
-                         "%s:%d: [output] loss: '%s' is not supported yet (cross_entropy)",
+                         "%s:%d: [output] loss: '%s' is not supported yet (cross_entropy, bce)",
                          c->file, p->line, val);
         return FED_OK;
     case K_CLASSES:
@@ -206,6 +251,7 @@ static fed_err set_key(parser *p, const char *key, const char *val)
                      : 1 << k == K_OUT  ? "a count 1 to 65536 or 'classes'"
                      : 1 << k == K_PADDING ? "N or H,W (each 0 to 65536)"
                      : 1 << k == K_CLASSES ? "a count 2 to 65536"
+                     : 1 << k == K_GROUPS  ? "a count 1 to 65536"
                                            : "N or H,W (each 1 to 65536)");
     if ((1 << k == K_SHAPE || 1 << k == K_FEATURES) && (p->seen & K_SHAPE) &&
         (p->seen & K_FEATURES))
@@ -243,7 +289,8 @@ static fed_err open_section(parser *p, const char *name)
     if (!s)
         return fed_err_why(p->why, p->cap, FED_ERR_SPEC,
                      "%s:%d: unknown section [%s] (input, output, linear, conv, maxpool, "
-                     "avgpool, relu, flatten)", c->file, p->line, name);
+                     "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, sigmoid, "
+                     "tanh, add, concat)", c->file, p->line, name);
     if ((err = close_section(p)) != FED_OK)
         return err;
     if (p->had_output)
@@ -259,6 +306,14 @@ static fed_err open_section(parser *p, const char *name)
     p->seen = 0;
     if (!s->layer)
         return FED_OK;
+    return push_node(p, s->name);
+}
+
+/* A node of kind (a static string) at the end, on the current line. */
+static fed_err push_node(parser *p, const char *kind)
+{
+    fed_model_cfg *c = p->c;
+
     if (c->count == FED_MODEL_MAX_NODES)
         return fed_err_why(p->why, p->cap, FED_ERR_SPEC, "%s:%d: more than %d layers", c->file,
                      p->line, FED_MODEL_MAX_NODES);
@@ -272,7 +327,7 @@ static fed_err open_section(parser *p, const char *name)
         c->cap = n;
     }
     memset(&c->nodes[c->count], 0, sizeof c->nodes[0]);
-    c->nodes[c->count].n.kind = s->name;
+    c->nodes[c->count].n.kind = kind;
     c->nodes[c->count].n.input = c->count - 1;
     c->nodes[c->count].line = p->line;
     c->count++;
@@ -443,7 +498,9 @@ fed_model_shape fed_model_cfg_own_input(const fed_model_cfg *c)
     fed_model_shape in = c->in;
     const cfg_node *last = &c->nodes[c->count - 1];
 
-    if (!in.classes)
+    if (!in.classes && !strcmp(last->n.kind, "bce"))
+        in.classes = 2; /* one logit, two classes */
+    else if (!in.classes)
         in.classes = !last->out_classes && last->n.out >= 2 ? last->n.out : 10;
     return in;
 }
@@ -508,9 +565,8 @@ fed_err fed_model_cfg_spec(fed_model_cfg *c, char *spec, size_t cap, char *why, 
     err = fed_model_graph_spec(nodes, count, spec, cap);
     if (err == FED_ERR_TOO_LARGE)
         return fed_err_why(why, wcap, err,
-                           "%s: its graph takes more than the %d bytes of a model spec (a "
-                           "bigger graph needs to travel with the model: not yet)", c->file,
-                           FED_MODEL_SPEC_MAX - 1);
+                           "%s: its graph takes more than the %d bytes a graph may take",
+                           c->file, FED_MODEL_GRAPH_MAX - 1);
     if (err != FED_OK)
         return fed_err_why(why, wcap, err, "%s: no spec for its graph: %s", c->file,
                            fed_strerror(err));

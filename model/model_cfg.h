@@ -13,13 +13,22 @@
  * Keys follow their section on its line or on lines of their own, as
  * key = value (no spaces inside a value); '#' or ';' starts a comment.
  * [input] comes first (shape = C,H,W or features = N); [output] last and
- * optional (loss = cross_entropy, the only loss yet; classes = K, else the
- * data's). Layers, each an entry of the model's layer table:
+ * optional (loss = cross_entropy, or bce: binary cross-entropy on one logit,
+ * a last "bce" node; classes = K, else the data's). Layers, each an entry
+ * of the model's layer table:
  *   [linear]   name, out (a count or "classes": the data's)
- *   [conv]     name, out, kernel, stride (1), padding (0), dilation (1)
+ *   [conv]     name, out, kernel, stride (1), padding (0), dilation (1),
+ *              groups (1; dividing the input's channels and out)
  *   [maxpool]  name, kernel, stride (the kernel), padding (0)
  *   [avgpool]  name, kernel, stride (the kernel), padding (0)
- *   [relu]     name           [flatten]  name
+ *   [relu]     name           [flatten]  name     [global_avgpool]  name
+ *   [add]      name, from (an earlier layer's name or index, - the input):
+ *              its input plus that layer's output (a residual)
+ *   [concat]   name, from: its input's channels, then that layer's
+ * and every layer input (the layer before it): an earlier layer whose
+ * output it takes instead (a branch; model.h's rules).
+ *   [leaky_relu] [gelu] [silu] [sigmoid] [tanh]  name: activations of their
+ *              own (model.h), PyTorch's modules with their defaults
  * kernel, stride, padding and dilation take N or H,W. name (letters,
  * digits, '_', inner '.') names the tensors "<name>.weight" and
  * "<name>.bias"; without one a layer is named by its index among the
@@ -72,7 +81,8 @@ FED_WUR fed_err fed_model_cfg_check(fed_model_cfg *c, fed_model_shape in,
  * what --model FILE becomes: it is stored and sent as any spec, so a node
  * never reads a file a spec names. The [input] and [output] sections stay
  * out of it: the data gives both, as with the presets. FED_ERR_TOO_LARGE
- * past FED_MODEL_SPEC_MAX, with why (wcap bytes) saying so. */
+ * past FED_MODEL_GRAPH_MAX (or cap), with why (wcap bytes) saying so; one
+ * past FED_MODEL_SPEC_MAX is named by its id (model.h) where it travels. */
 FED_WUR fed_err fed_model_cfg_spec(fed_model_cfg *c, char *spec, size_t cap, char *why,
                                    size_t wcap);
 /* fed_model_cfg_check, then fed_model_new_graph. */

@@ -249,7 +249,8 @@ static fed_err eval_model_new(fed_node *n)
     agg_eval *ev = &n->agg->ev;
     fed_err e;
 
-    if ((e = fed_model_new(n->cfg.spec, n->cfg.shape, n->cfg.be, NULL, n->cfg.shards, 256,
+    if ((e = fed_model_new(fed_node_cfg_whole(&n->cfg), n->cfg.shape, n->cfg.be, NULL,
+                           n->cfg.shards, 256,
                            &ev->model)) != FED_OK ||
         (e = fed_eval_report_new(fed_model_input(ev->model).classes, &ev->rep)) != FED_OK)
         return e;

@@ -70,7 +70,15 @@ static fed_err fed_node_agg_new(fed_node *n)
                                "f16, q8 or topk:F");
         return FED_ERR_CODEC;
     }
-    if ((e = fed_model_new(c->spec, c->shape, c->be, c->pool, c->shards, 256, &a->model)) != FED_OK)
+    if (c->graph) { /* a graph named by its id: the id must be the graph's */
+        char id[FED_MODEL_SPEC_MAX];
+
+        fed_model_spec_id(c->graph, id);
+        if (strcmp(id, c->spec) != 0)
+            return FED_ERR_INVAL;
+    }
+    if ((e = fed_model_new(fed_node_cfg_whole(c), c->shape, c->be, c->pool, c->shards, 256,
+                           &a->model)) != FED_OK)
         return e;
     a->nparams = fed_model_nparams(a->model);
     if ((e = fed_merge_new(c->strategy, a->nparams, &mc, c->be, &a->merge)) != FED_OK)
@@ -411,6 +419,8 @@ void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b)
     memset(b, 0, sizeof *b);
     b->samples = 0;
     snprintf(s->spec, sizeof s->spec, "%s", c->spec);
+    s->graph = c->graph; /* sent whole when the spec is its id */
+    s->graph_len = c->graph ? (uint32_t)strlen(c->graph) : 0;
     s->local_epochs = c->local_epochs;
     s->batch = c->batch;
     s->optimizer = c->optimizer;
@@ -687,7 +697,8 @@ static fed_err write_checkpoint(fed_node *n, uint8_t hash[32])
             goto out;
         fed_put_f32le_n(merge, state, sf);
     }
-    fed_node_model_sec_encode(&ms, n->cfg.spec, n->cfg.shape, params, a->nparams);
+    fed_node_model_sec_encode(&ms, fed_node_cfg_whole(&n->cfg), n->cfg.shape, params,
+                              a->nparams);
     fed_node_state_encode(st, FED_NODE_AGGREGATOR, n->round + 1);
     fed_crypto_model_hash(params, a->nparams * sizeof(float), hash);
     {

@@ -228,7 +228,7 @@ static void cast_seal_all(fed_node *n, const node_cast *to, size_t k, uint8_t ty
                           const uint8_t *vec, size_t vlen, cast_one *one, cast_payload *pl,
                           void (*beside)(void *ctx), void *beside_ctx)
 {
-    size_t payload_len = fed_wire_block_size(type) + vlen;
+    size_t payload_len = fed_wire_block_bytes(type, b) + vlen;
     cast_batch cb = {.n = n, .b = b, .vec = vec, .vlen = vlen, .one = one, .k = k,
                      .beside = beside, .beside_ctx = beside_ctx, .pl = pl};
 
@@ -294,7 +294,7 @@ void fed_node_cast_ahead(fed_node *n, const node_cast *to, size_t k, uint8_t typ
                          const uint8_t *vec, size_t vlen, void (*beside)(void *ctx),
                          void *beside_ctx)
 {
-    size_t fbytes = fed_wire_frame_bytes(fed_wire_block_size(type) + vlen);
+    size_t fbytes = fed_wire_frame_bytes(fed_wire_block_bytes(type, b) + vlen);
     cast_payload pl = {.hashed = 0};
 
     fed_node_cast_drop_ahead(n);
@@ -348,7 +348,7 @@ static fed_err cast_rest(fed_node *n, const node_cast *rest, size_t nrest, uint8
                          uint64_t round, uint16_t codec, const fed_wire_block *b,
                          const uint8_t *vec, size_t vlen)
 {
-    size_t fbytes = fed_wire_frame_bytes(fed_wire_block_size(type) + vlen);
+    size_t fbytes = fed_wire_frame_bytes(fed_wire_block_bytes(type, b) + vlen);
     size_t batch = cast_batch_size(fbytes);
     cast_payload pl = {.hashed = 0};
     cast_one *one = NULL;
@@ -391,7 +391,7 @@ fed_err fed_node_broadcast(fed_node *n, const node_cast *to, size_t k, uint8_t t
                            uint64_t round, uint16_t codec, const fed_wire_block *b,
                            const uint8_t *vec, size_t vlen)
 {
-    size_t fbytes = fed_wire_frame_bytes(fed_wire_block_size(type) + vlen), nrest = 0;
+    size_t fbytes = fed_wire_frame_bytes(fed_wire_block_bytes(type, b) + vlen), nrest = 0;
     node_cast *rest = NULL;
     fed_err e, first = FED_OK;
 

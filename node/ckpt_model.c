@@ -50,23 +50,52 @@ fed_err fed_node_model_sec_decode(const fed_store_ckpt *c, fed_node_model_view *
     const fed_store_section *in = fed_store_ckpt_find(c, FED_CKPT_SEC_INPUT);
     const fed_store_section *par = fed_store_ckpt_find(c, FED_CKPT_SEC_PARAMS);
     uint32_t dim[4];
+    int graph;
 
     memset(out, 0, sizeof *out);
     if (!spec || !in || !par)
         return FED_ERR_NOTFOUND;
-    if (spec->len == 0 || spec->len >= sizeof out->spec || memchr(spec->data, '\0', spec->len) ||
-        in->len != FED_NODE_INPUT_BYTES || par->len % sizeof(float) != 0)
+    graph = spec->len >= sizeof out->spec && spec->len < FED_MODEL_GRAPH_MAX &&
+            memcmp(spec->data, "g:", 2) == 0;
+    if (spec->len == 0 || (spec->len >= sizeof out->spec && !graph) ||
+        memchr(spec->data, '\0', spec->len) || in->len != FED_NODE_INPUT_BYTES ||
+        par->len % sizeof(float) != 0)
         return FED_ERR_FORMAT;
     for (int i = 0; i < 4; i++)
         if ((dim[i] = fed_get_u32le((const uint8_t *)in->data + 4 * i)) > INT_MAX)
             return FED_ERR_SHAPE;
-    memcpy(out->spec, spec->data, spec->len);
+    if (graph) {
+        char *whole = fed_malloc(spec->len + 1);
+
+        if (!whole)
+            return FED_ERR_NOMEM;
+        memcpy(whole, spec->data, spec->len);
+        whole[spec->len] = '\0';
+        fed_model_spec_id(whole, out->spec);
+        fed_free(whole);
+        out->graph = (const char *)spec->data;
+        out->graph_len = spec->len;
+    } else {
+        memcpy(out->spec, spec->data, spec->len);
+    }
     out->shape.c = (int)dim[0];
     out->shape.h = (int)dim[1];
     out->shape.w = (int)dim[2];
     out->shape.classes = (int)dim[3];
     out->params = par->data;
     out->nparams = par->len / sizeof(float);
+    return FED_OK;
+}
+
+fed_err fed_node_model_view_whole(const fed_node_model_view *v, char **out)
+{
+    const char *src = v->graph ? v->graph : v->spec;
+    size_t len = v->graph ? v->graph_len : strlen(v->spec);
+
+    if (!(*out = fed_malloc(len + 1)))
+        return FED_ERR_NOMEM;
+    memcpy(*out, src, len);
+    (*out)[len] = '\0';
     return FED_OK;
 }
 

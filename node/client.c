@@ -43,6 +43,8 @@ struct node_client {
     size_t nparams;
     char flops_spec[FED_WIRE_SPEC_BYTES];
     double flops_per_sample;
+    char *graph;          /* the round's whole spec when its MODEL carried a
+                             graph (job.set.graph points here), or NULL */
     uint64_t train_start_ms;
     uint32_t leave_reason; /* the LEAVE out (state CL_SENDING, out_type LEAVE) */
     fed_dp_account *acct;  /* cfg.dp_sgd: the site's accountant */
@@ -272,16 +274,16 @@ static fed_err fed_node_client_start(fed_node *n)
 
 /* ---- training ---- */
 
-/* Forward+backward FLOPs per sample of spec (a model is built once per spec
- * to count them; the simulator charges them). */
-static fed_err flops_of(fed_node *n, const char *spec, double *flops)
+/* Forward+backward FLOPs per sample of spec, whose whole text is whole (a
+ * model is built once per spec to count them; the simulator charges them). */
+static fed_err flops_of(fed_node *n, const char *spec, const char *whole, double *flops)
 {
     node_client *c = n->client;
     fed_model *m = NULL;
     fed_err e;
 
     if (strcmp(c->flops_spec, spec) != 0) {
-        if ((e = fed_model_new(spec, n->cfg.train->shape, n->cfg.be, NULL, 1, 1, &m)) != FED_OK)
+        if ((e = fed_model_new(whole, n->cfg.train->shape, n->cfg.be, NULL, 1, 1, &m)) != FED_OK)
             return e;
         c->flops_per_sample = fed_model_flops_per_sample(m);
         snprintf(c->flops_spec, sizeof c->flops_spec, "%s", spec);
@@ -457,16 +459,27 @@ static fed_err fed_node_client_bad_model(fed_node *n, node_open *op, fed_err why
     node_client *c = n->client;
     const fed_wire_msg *m = &op->msg;
     const fed_model_shape in = n->cfg.train->shape;
-    char spec_why[160] = "";
+    char spec_why[160] = "", *whole = NULL;
     size_t want = 0;
     uint64_t got = 0;
     fed_codec_id id;
+    fed_err e;
 
     if (memcmp(m->hdr.sender, c->agg, 32) != 0 || c->state != CL_ASKING)
         return why;
-    if (fed_model_spec_explain(m->block.settings.spec, in, spec_why, sizeof spec_why) ==
-        FED_OK) {
-        if (fed_model_spec_nparams(m->block.settings.spec, in, &want) != FED_OK)
+    if (why == FED_ERR_MODEL_MISMATCH) { /* another graph than its own, or past its bounds */
+        fed_log(FED_LOG_WARN, "client: round %llu: %s; declined (%s)",
+                (unsigned long long)m->hdr.round, op->model_why,
+                fed_errname(FED_ERR_MODEL_MISMATCH));
+        goto decline;
+    }
+    if ((e = fed_node_model_whole(&m->block.settings, &whole)) != FED_OK)
+        return e;
+    if (fed_model_spec_explain(whole, in, spec_why, sizeof spec_why) == FED_OK) {
+        e = fed_model_spec_nparams(whole, in, &want);
+        fed_free(whole);
+        whole = NULL;
+        if (e != FED_OK)
             return why;
         if (why == FED_ERR_TOO_LARGE) { /* the stream's first frame: no vector yet */
             fed_log(FED_LOG_WARN, "client: round %llu: the aggregator's model '%s' does not "
@@ -484,6 +497,7 @@ static fed_err fed_node_client_bad_model(fed_node *n, node_open *op, fed_err why
                 (unsigned long long)m->hdr.round, m->block.settings.spec, in.c, in.h, in.w,
                 in.classes, want, (unsigned long long)got, fed_errname(FED_ERR_MODEL_MISMATCH));
     } else {
+        fed_free(whole);
         fed_log(FED_LOG_WARN, "client: round %llu: the aggregator's model does not build over "
                 "this client's input %dx%dx%d with %d classes: %s; declined (%s)",
                 (unsigned long long)m->hdr.round, in.c, in.h, in.w, in.classes, spec_why,
@@ -513,7 +527,13 @@ static fed_err on_model_train(fed_node *n, node_open *op)
         fed_wire_note_reject(n->wire, &m->hdr, e);
         return e;
     }
-    if ((e = flops_of(n, m->block.settings.spec, &flops)) != FED_OK)
+    fed_free(c->graph); /* no job runs while the client asks */
+    c->graph = NULL;
+    if (m->block.settings.graph &&
+        (e = fed_node_model_whole(&m->block.settings, &c->graph)) != FED_OK)
+        return e;
+    if ((e = flops_of(n, m->block.settings.spec, c->graph ? c->graph : m->block.settings.spec,
+                      &flops)) != FED_OK)
         return e;
     if (c->residual && c->nparams != op->vec_n) { /* another model: start the residual over */
         fed_free(c->residual);
@@ -542,6 +562,8 @@ static fed_err on_model_train(fed_node *n, node_open *op)
     j->job.fn = fed_node_train_job_run;
     j->job.user = n;
     j->set = m->block.settings;
+    j->set.graph = c->graph; /* the frame's view goes with the frame */
+    j->set.graph_len = c->graph ? (uint32_t)strlen(c->graph) : 0;
     if (n->cfg.rank_batch) /* a site's own batch per rank (node/site.h) */
         j->set.batch = n->cfg.rank_batch;
     j->coll = n->cfg.coll;
@@ -788,6 +810,9 @@ static void fed_node_client_prepare_open(fed_node *n, node_open *op)
 {
     op->expect_n = 0; /* from the MODEL's spec */
     op->shape = n->cfg.train->shape;
+    op->own_model = n->cfg.own_model;
+    op->max_params = n->cfg.max_model_params;
+    op->max_flops = n->cfg.max_model_flops;
     op->expect_codec = FED_CODEC_NONE;
 }
 

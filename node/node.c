@@ -26,6 +26,8 @@ void fed_node_config_default(fed_node_config *cfg)
     cfg->shards = 1;
     cfg->local_epochs = 1;
     cfg->batch = 64;
+    cfg->max_model_params = FED_NODE_MAX_MODEL_PARAMS;
+    cfg->max_model_flops = FED_NODE_MAX_MODEL_FLOPS;
     cfg->optimizer = FED_OPTIM_SGD;
     cfg->lr = 0; /* the optimizer's own (fed_optim_default_lr) */
     cfg->momentum = 0.9f;
@@ -379,7 +381,7 @@ fed_err fed_node_emit(fed_node *n, fed_req *req, fed_wire_hdr *h, const fed_wire
                       const uint8_t *vec, size_t vlen)
 {
     size_t flen = 0;
-    fed_err e = fed_node_tx_reserve(n, fed_wire_block_size(h->type) + vlen);
+    fed_err e = fed_node_tx_reserve(n, fed_wire_block_bytes(h->type, b) + vlen);
 
     if (e == FED_OK)
         e = fed_wire_build(n->wire, h, b, vec, vlen, n->txbuf, n->cap_tx, n->env.random,
@@ -419,17 +421,69 @@ void fed_node_refuse(fed_node *n, fed_req *req)
 
 /* ---- receiving ---- */
 
-fed_err fed_node_expected_entries(const node_open *op, size_t *want)
+fed_err fed_node_expected_entries(node_open *op, size_t *want)
 {
+    char *whole = NULL;
+    fed_err e;
+
     if (op->expect_n) {
         *want = op->expect_n;
         return FED_OK;
     }
     if (op->msg.hdr.type != FED_WIRE_MODEL)
         return FED_ERR_PAYLOAD;
-    if (fed_model_spec_check(op->msg.block.settings.spec, op->shape) != FED_OK)
+    if ((e = fed_node_model_whole(&op->msg.block.settings, &whole)) != FED_OK)
+        return e;
+    e = fed_node_model_admit(whole, op->own_model, op->shape, op->max_params, op->max_flops, want,
+                             op->model_why, sizeof op->model_why);
+    fed_free(whole);
+    return e;
+}
+
+fed_err fed_node_model_whole(const fed_wire_settings *s, char **out)
+{
+    size_t len = s->graph ? s->graph_len : strlen(s->spec);
+
+    if (!(*out = fed_malloc(len + 1)))
+        return FED_ERR_NOMEM;
+    memcpy(*out, s->graph ? s->graph : s->spec, len);
+    (*out)[len] = '\0';
+    return FED_OK;
+}
+
+fed_err fed_node_model_admit(const char *whole, const char *own, fed_model_shape in,
+                             double max_params, double max_flops, size_t *nparams, char *why,
+                             size_t cap)
+{
+    char ha[FED_MODEL_HASH_CHARS], hb[FED_MODEL_HASH_CHARS];
+    double flops = 0;
+    size_t at = 0;
+
+    *nparams = 0;
+    if (cap)
+        why[0] = '\0';
+    if (own && strcmp(whole, own) != 0) {
+        while (whole[at] && whole[at] == own[at])
+            at++;
+        fed_model_spec_hash(whole, ha);
+        fed_model_spec_hash(own, hb);
+        /* bytes from just before the first difference, where both go apart */
+        size_t from = at > 12 ? at - 12 : 0;
+        return fed_err_why(why, cap, FED_ERR_MODEL_MISMATCH,
+                           "the aggregator's model %s differs from the one this client's --model "
+                           "declares, %s, at byte %zu: '...%.24s' against '...%.24s'", ha, hb,
+                           at, whole + from, own + from);
+    }
+    if (fed_model_spec_cost(whole, in, nparams, &flops, NULL, 0) != FED_OK)
         return FED_ERR_SPEC;
-    return fed_model_spec_nparams(op->msg.block.settings.spec, op->shape, want);
+    if ((double)*nparams > max_params || flops > max_flops) {
+        fed_model_spec_hash(whole, ha);
+        return fed_err_why(why, cap, FED_ERR_MODEL_MISMATCH,
+                           "the aggregator's model %s has %zu parameters and %.4g FLOPs per "
+                           "sample, past this client's --max-model-params %.4g or "
+                           "--max-model-flops %.4g", ha, *nparams, flops, max_params, max_flops);
+    }
+    return FED_OK;
 }
 
 /* In the job (or inline): open, then decode the vector when one is due. */
@@ -517,7 +571,8 @@ static fed_err open_done(fed_node *n, node_open *op)
     fed_err e = op->result;
     int handled = 0;
 
-    if (e == FED_ERR_CODEC || e == FED_ERR_NAN || e == FED_ERR_SPEC || e == FED_ERR_NOMEM) {
+    if (e == FED_ERR_CODEC || e == FED_ERR_NAN || e == FED_ERR_SPEC || e == FED_ERR_NOMEM ||
+        e == FED_ERR_MODEL_MISMATCH) {
         /* the envelope held (the sender is who it says), its contents did not */
         if (fed_wire_finish(n->wire, &op->ticket, FED_OK, &op->msg) != FED_OK) {
             fed_node_refuse(n, op->req); /* the sequence was taken meanwhile */
@@ -527,7 +582,8 @@ static fed_err open_done(fed_node *n, node_open *op)
         fed_wire_note_reject(n->wire, &op->msg.hdr, e);
         if (op->req)
             (void)fed_node_ack(n, op->req, &op->msg.hdr, e, 0);
-        else if (n->ops->bad_reply && (e == FED_ERR_CODEC || e == FED_ERR_SPEC))
+        else if (n->ops->bad_reply &&
+                 (e == FED_ERR_CODEC || e == FED_ERR_SPEC || e == FED_ERR_MODEL_MISMATCH))
             e = n->ops->bad_reply(n, op, e); /* a model it cannot build? */
         op->req = NULL;
         fed_node_transfer_done(n, op);
@@ -541,9 +597,10 @@ static fed_err open_done(fed_node *n, node_open *op)
         return e;
     }
     if (e != FED_OK) {
-        if (e == FED_ERR_TOO_LARGE && !op->req && n->ops->bad_reply)
-            /* a stream (its first frame opened) too long: a client's MODEL
-               too long for the model its spec builds over its data? */
+        if ((e == FED_ERR_TOO_LARGE || e == FED_ERR_MODEL_MISMATCH) && !op->req &&
+            n->ops->bad_reply)
+            /* a stream (its first frame opened) too long, or of another
+               graph: a client's MODEL it cannot build over its data? */
             e = n->ops->bad_reply(n, op, e);
         fed_node_refuse(n, op->req);
         op->req = NULL;

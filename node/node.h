@@ -139,8 +139,19 @@ typedef struct fed_node_config {
 
     /* the model and the round's settings (aggregator; a client learns them
        from each MODEL) */
-    char spec[FED_MODEL_SPEC_MAX];
+    char spec[FED_MODEL_SPEC_MAX]; /* its id (model.h: fed_model_spec_id) */
+    const char *graph;            /* borrowed: the whole spec when spec is the id
+                                     of a longer graph ("g#..."), sent in each
+                                     MODEL's graph field; NULL: spec is whole */
     fed_model_shape shape;
+    /* client: the model its own --model declares (a whole spec, borrowed;
+       NULL: it takes the aggregator's), refused at once when a MODEL names
+       another (LEAVE FED_ERR_MODEL_MISMATCH); and what it builds from a
+       MODEL at most, since the graph comes from the network */
+    const char *own_model;
+    double max_model_params;      /* default FED_NODE_MAX_MODEL_PARAMS */
+    double max_model_flops;       /* forward + backward per sample; default
+                                     FED_NODE_MAX_MODEL_FLOPS */
     uint32_t local_epochs;        /* default 1 */
     uint32_t batch;               /* default 64 */
     uint8_t optimizer;            /* fed_optim_kind, default SGD (momentum 0.9) */
@@ -315,6 +326,8 @@ typedef struct fed_node_config {
 
 /* Defaults as documented above; role and the borrowed pointers are left
  * for the caller. */
+#define FED_NODE_MAX_MODEL_PARAMS 1e8  /* 400 MB of f32 */
+#define FED_NODE_MAX_MODEL_FLOPS 1e11  /* per sample: 8x a ResNet-50's */
 void fed_node_config_default(fed_node_config *cfg);
 
 /* Builds the node (nothing is sent yet). cfg is copied (its borrowed

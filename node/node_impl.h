@@ -56,6 +56,9 @@ typedef struct node_open {
     size_t expect_n;        /* entries expected; 0: from a MODEL's spec */
     size_t expect_max;      /* a SLICE: at most this many entries */
     fed_model_shape shape;  /* for a MODEL's spec */
+    const char *own_model;  /* client: the model it declares (NULL: any), and */
+    double max_params, max_flops; /* what it builds from a MODEL at most */
+    char model_why[384];    /* FED_ERR_MODEL_MISMATCH: what differs */
     uint16_t expect_codec;  /* FED_CODEC_NONE: any */
     float *vec;             /* (vec_n) decoded, owned until taken */
     size_t vec_n;
@@ -63,6 +66,26 @@ typedef struct node_open {
                                frame, owned until the node keeps it */
     double *vec64;          /* (vec_n) a SHARE's f64 vector, owned until taken */
 } node_open;
+
+/* The whole spec of the node's model (cfg.graph, else cfg.spec): what
+ * builds it. */
+static inline const char *fed_node_cfg_whole(const fed_node_config *c)
+{
+    return c->graph ? c->graph : c->spec;
+}
+
+/* The whole spec a MODEL's settings name: its graph (field 13) when it
+ * carries one, else its spec; a NUL-terminated copy in *out (fed_free). */
+FED_WUR fed_err fed_node_model_whole(const fed_wire_settings *s, char **out);
+/* Whether a client takes the model whole (a spec) over its input in: the
+ * same as own (its declared model; NULL: any), within max_params and
+ * max_flops: FED_OK with its parameters in *nparams; FED_ERR_SPEC when it
+ * builds nothing over in; else FED_ERR_MODEL_MISMATCH with why (cap bytes)
+ * saying what differs: both models' hashes and the first difference, or
+ * the bound passed. */
+FED_WUR fed_err fed_node_model_admit(const char *whole, const char *own, fed_model_shape in,
+                                     double max_params, double max_flops, size_t *nparams,
+                                     char *why, size_t cap);
 
 typedef struct node_tx node_tx; /* an outgoing stream (transfer.c) */
 typedef struct node_rx node_rx; /* an incoming stream's buffer (transfer.c) */
@@ -135,7 +158,7 @@ FED_WUR fed_err fed_node_emit_payload(fed_node *n, fed_req *req, fed_wire_hdr *h
 FED_WUR fed_err fed_node_transmit(fed_node *n, fed_req *req, const uint8_t to[32],
                                   const uint8_t *frame, size_t len);
 /* Entries of the vector op's MODEL or DELTA carries, as the role expects. */
-FED_WUR fed_err fed_node_expected_entries(const node_open *op, size_t *want);
+FED_WUR fed_err fed_node_expected_entries(node_open *op, size_t *want);
 /* Answer req with an ACK carrying status and flags (a failure is logged;
  * the requester then times out, so callers may ignore it). */
 fed_err fed_node_ack(fed_node *n, fed_req *req, const fed_wire_hdr *to, fed_err status,
@@ -265,7 +288,9 @@ int fed_node_retry_frame(fed_node *n, const uint8_t to[32], uint64_t arm_ms, fed
 typedef struct node_train_job {
     fed_job job;
     /* in */
-    fed_wire_settings set;  /* spec, epochs, batch, optimizer, lr, momentum, mu */
+    fed_wire_settings set;  /* spec, epochs, batch, optimizer, lr, momentum, mu;
+                               graph: the whole spec, NUL-terminated, owned by
+                               the role (NULL: spec is whole) */
     uint64_t round, seed;   /* the shuffle's stream */
     fed_backend *be;
     fed_pool *pool;

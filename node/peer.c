@@ -123,7 +123,8 @@ static fed_err build_model_parts(fed_node *n)
         return FED_ERR_INVAL;
     if (m && (strcmp(fed_model_spec(m), c->spec) != 0 || fed_model_max_batch(m) != 256))
         return FED_ERR_SHAPE; /* a lent model of another spec: the caller's mistake */
-    if (!m && (e = fed_model_new(c->spec, c->shape, c->be, c->pool, c->shards, 256, &m)) != FED_OK)
+    if (!m && (e = fed_model_new(fed_node_cfg_whole(c), c->shape, c->be, c->pool, c->shards, 256,
+                                 &m)) != FED_OK)
         return e;
     p->dim = fed_model_nparams(m);
     p->flops = fed_model_flops_per_sample(m);
@@ -694,6 +695,7 @@ static fed_err begin_round(fed_node *n)
         return mix(n); /* no training: consensus, or the final mixing rounds */
     memset(&j->set, 0, sizeof j->set);
     snprintf(j->set.spec, sizeof j->set.spec, "%s", c->spec);
+    j->set.graph = c->graph; /* borrowed as the config's */
     j->set.local_epochs = c->local_epochs;
     j->set.batch = c->rank_batch ? c->rank_batch : c->batch;
     j->coll = c->coll;

@@ -82,8 +82,9 @@ static fed_err round_model(node_train_job *j)
     fed_free(j->trained); /* sized for the old model */
     j->model = NULL;
     j->trained = NULL;
-    return fed_model_new(j->set.spec, j->data->shape, j->be, j->pool, j->shards,
-                         (int)j->set.batch, &j->model);
+    /* a graph named by its id is built from its whole text */
+    return fed_model_new(j->set.graph ? j->set.graph : j->set.spec, j->data->shape, j->be,
+                         j->pool, j->shards, (int)j->set.batch, &j->model);
 }
 
 void fed_node_train_job_run(fed_job *job)

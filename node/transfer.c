@@ -115,7 +115,7 @@ static fed_err tx_restamp(fed_node *n, node_tx *t)
 static fed_err tx_begin(fed_node *n, const fed_wire_hdr *h, const fed_wire_block *b,
                         const uint8_t *vec, size_t vlen, int copy, node_tx **out)
 {
-    size_t chunk = fed_wire_stream_chunk_max(n->wire, h->type);
+    size_t chunk = fed_wire_stream_chunk_max_for(n->wire, h->type, b);
     node_tx *t;
     fed_err e = FED_OK;
 
@@ -152,7 +152,7 @@ static fed_err tx_begin(fed_node *n, const fed_wire_hdr *h, const fed_wire_block
 static fed_err emit_vec(fed_node *n, fed_req *req, fed_wire_hdr *h, const fed_wire_block *b,
                         const uint8_t *vec, size_t vlen, int copy)
 {
-    size_t payload = fed_wire_block_size(h->type) + vlen;
+    size_t payload = fed_wire_block_bytes(h->type, b) + vlen;
     node_tx *t;
     fed_err e;
 

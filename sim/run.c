@@ -553,6 +553,7 @@ static void base_config(sim_run *r, fed_node_config *c, const fed_dataset *train
     if (fed_node_settings_apply(&sc->s, (uint32_t)sc->nodes, c, NULL) != FED_OK)
         fed_log(FED_LOG_ERROR, "sim: settings refused after the check"); /* not reached */
     c->be = be;
+    c->graph = sc->graph; /* the aggregator's (and peers') model, whole */
     c->allow = r->allow;
     (void)train;
     c->shape = r->shape;

@@ -247,7 +247,24 @@ static void test_per_sample_cnn(void **state)
     check_per_sample(*state, "cnn", in, 3, 7);
 }
 
-/* A graph of every window: strided and padded, dilated convolutions, padded
+/* check_model_per_sample on the graph of count nodes, 1 and 3 shards,
+ * parameters drawn from seed. */
+static void per_sample_graph(world *w, const char *label, const fed_model_node *nodes, int count,
+                             fed_model_shape in, uint64_t seed)
+{
+    for (int shards = 1; shards <= 3; shards += 2) {
+        fed_model *m = NULL;
+        fed_rng rng;
+
+        assert_err(fed_model_new_graph(label, nodes, count, in, w->be, w->pool, shards, 7, &m),
+                   FED_OK);
+        fed_rng_seed(&rng, seed);
+        assert_err(fed_model_init(m, &rng), FED_OK);
+        check_model_per_sample(m, 7);
+    }
+}
+
+/* A graph of every window: strided and padded, grouped, dilated convolutions, padded
  * max and average pooling (model.h's fed_model_node). */
 static void test_per_sample_windows(void **state)
 {
@@ -255,6 +272,10 @@ static void test_per_sample_windows(void **state)
     fed_model_node nodes[] = {
         {.kind = "conv", .name = "stem", .out = 4, .kernel = {3, 3}, .stride = {2, 2},
          .padding = {1, 1}},
+        {.kind = "relu"},
+        /* grouped: 3 shards' rows (2 each) straddle its 2 groups of 3 */
+        {.kind = "conv", .name = "grp", .out = 6, .kernel = {3, 3}, .padding = {1, 1},
+         .groups = 2},
         {.kind = "relu"},
         {.kind = "conv", .name = "dil", .out = 3, .kernel = {3, 2}, .padding = {2, 1},
          .dilation = {2, 1}},
@@ -268,17 +289,35 @@ static void test_per_sample_windows(void **state)
 
     for (int i = 0; i < count; i++)
         nodes[i].input = i - 1;
-    for (int shards = 1; shards <= 3; shards += 2) {
-        fed_model *m = NULL;
-        fed_rng rng;
+    per_sample_graph(w, "windows", nodes, count, in, 42);
+}
 
-        assert_err(fed_model_new_graph("windows", nodes, count, in, w->be, w->pool, shards, 7,
-                                       &m),
-                   FED_OK);
-        fed_rng_seed(&rng, 42);
-        assert_err(fed_model_init(m, &rng), FED_OK);
-        check_model_per_sample(m, 7);
-    }
+/* A residual graph: an add of an earlier layer's output, a branch from an
+ * earlier layer (a strided 1x1 shortcut), a concat, every gradient summed
+ * into the layer it reaches, relu masks after the sum, shards 1 and 3. */
+static void test_per_sample_residual(void **state)
+{
+    world *w = *state;
+    fed_model_node nodes[] = {
+        {.kind = "conv", .name = "stem", .out = 4, .kernel = {3, 3}, .padding = {1, 1}},
+        {.kind = "relu"},
+        {.kind = "conv", .name = "b1", .out = 4, .kernel = {3, 3}, .padding = {1, 1}},
+        {.kind = "add", .name = "res", .other = 1},
+        {.kind = "relu"},
+        {.kind = "conv", .name = "sc", .out = 6, .kernel = {1, 1}, .stride = {2, 2}},
+        {.kind = "conv", .name = "c3", .out = 6, .kernel = {3, 3}, .stride = {2, 2},
+         .padding = {1, 1}},
+        {.kind = "add", .name = "res2", .other = 5},
+        {.kind = "concat", .name = "cat", .other = 6}, /* res2's channels, then c3's */
+        {.kind = "linear", .name = "head", .out = 5},
+    };
+    fed_model_shape in = {2, 8, 8, 5};
+    int count = (int)(sizeof nodes / sizeof nodes[0]);
+
+    for (int i = 0; i < count; i++)
+        nodes[i].input = i - 1;
+    nodes[6].input = 4; /* c3 takes the relu after res, as sc does */
+    per_sample_graph(w, "residual", nodes, count, in, 43);
 }
 
 /* ------------------------------------------------- the noisy SGD step -- */
@@ -578,6 +617,7 @@ int main(void)
         cmocka_unit_test(test_per_sample_mlp),
         cmocka_unit_test(test_per_sample_cnn),
         cmocka_unit_test(test_per_sample_windows),
+        cmocka_unit_test(test_per_sample_residual),
         cmocka_unit_test(test_noisy_step_mlp),
         cmocka_unit_test(test_noisy_step_cnn),
         cmocka_unit_test(test_dp_step_without_noise_is_plain),

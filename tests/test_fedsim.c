@@ -76,6 +76,7 @@ static void scenario(fed_sim_scenario *sc, const char *const *kv)
     assert_int_equal(fed_opt_defaults(fed_sim_scenario_opts, fed_sim_scenario_nopts, sc, &e),
                      FED_OK);
     snprintf(sc->s.model, sizeof sc->s.model, "logreg"); /* the tests' model unless they say */
+    sc->graph = NULL;
     for (int i = 0; kv[i]; i += 2)
         assert_int_equal(fed_opt_set(fed_sim_scenario_opts, fed_sim_scenario_nopts, sc, kv[i],
                                      kv[i + 1], "test", &e),

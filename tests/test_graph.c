@@ -484,12 +484,16 @@ static void test_graph_errors(void **state)
     two[1].kind = "softmax";
     expect_why(two, 2, in, FED_ERR_SPEC,
                "model 'bad': node 1: unknown layer kind 'softmax' (linear, conv, maxpool, "
-               "avgpool, relu, flatten)");
+               "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, "
+               "sigmoid, tanh, bce, add, concat)");
     two[1].kind = "linear";
-    two[1].input = -1;
+    two[1].input = -1; /* a branch from the input: node 0 then goes unused */
     expect_why(two, 2, in, FED_ERR_SPEC,
-               "model 'bad': node 1 (linear 'b') takes node -1's output: only chains are "
-               "supported yet");
+               "model 'bad': node 0 (linear 'a'): no later node takes its output");
+    two[1].input = 1;
+    expect_why(two, 2, in, FED_ERR_SPEC,
+               "model 'bad': node 1 (linear 'b') takes node 1's output: a node takes an "
+               "earlier node's (or -1, the model's input)");
     two[1].input = 0;
     two[1].name = "a";
     expect_why(two, 2, in, FED_ERR_SPEC,
@@ -509,8 +513,8 @@ static void test_graph_errors(void **state)
                "model 'bad': node 0 (maxpool '0') on input 1x4x4: padding must be at most half "
                "the kernel");
     expect_one((fed_model_node)NODE("relu", NULL, 0, 0, 0, 0, 0), in, FED_ERR_SHAPE,
-               "model 'bad': node 0 (relu '0') on input 1x4x4: a relu must follow a linear or "
-               "conv layer (a relu of its own is not supported yet)");
+               "model 'bad': node 0 (relu '0') on input 1x4x4: a relu must follow a linear, "
+               "conv or add layer (a relu of its own is not supported yet)");
     expect_one((fed_model_node)NODE("flatten", NULL, 0, 0, 0, 0, 0), in, FED_ERR_SPEC,
                "model 'bad': the last layer must be linear or conv (the logits)");
     /* fed_model_new_graph logs the same words and builds nothing */
@@ -548,6 +552,49 @@ static void test_backend_caps(void **state)
     assert_int_equal(fed_model_new("cnn", (fed_model_shape){1, 28, 28, 10}, &nowin, NULL, 1, 4,
                                    &m),
                      FED_OK);
+    fed_model_free(m);
+    /* an activation of its own runs on the host: a device backend refuses
+       it by name */
+    nowin.name = "device";
+    nowin.caps = w->be->caps & ~FED_BACKEND_CAP_HOST_MEMORY;
+    fed_test_log_capture(FED_LOG_DEBUG);
+    assert_int_equal(fed_model_new("g:L8,act=G,L", (fed_model_shape){1, 4, 4, 3}, &nowin, NULL,
+                                   1, 4, &m),
+                     FED_ERR_UNSUPPORTED);
+    assert_string_equal(fed_test_log_last(),
+                        "model: layer 'act' (gelu) needs kernels the device backend lacks");
+    fed_test_log_default();
+    assert_int_equal(fed_model_new("g:L8,act=G,L", (fed_model_shape){1, 4, 4, 3}, w->be, NULL,
+                                   1, 4, &m),
+                     FED_OK);
+    fed_model_free(m);
+    /* the loss bce: host-computed too, one logit of two classes, last */
+    fed_test_log_capture(FED_LOG_DEBUG);
+    assert_int_equal(fed_model_new("g:L8,R,L1,B", (fed_model_shape){1, 4, 4, 2}, &nowin, NULL,
+                                   1, 4, &m),
+                     FED_ERR_UNSUPPORTED);
+    assert_string_equal(fed_test_log_last(), "model: the loss bce is computed on the host, which "
+                                             "the device backend's memory is not");
+    fed_test_log_default();
+    {
+        char why[256];
+
+        assert_int_equal(fed_model_spec_explain("g:L8,R,L,B", (fed_model_shape){1, 4, 4, 2},
+                                                why, sizeof why),
+                         FED_ERR_SHAPE);
+        assert_string_equal(why, "model 'g:L8,R,L,B': the loss bce takes one logit and two "
+                                 "classes; the last layer gives 2x1x1 values, the data has 2 "
+                                 "classes");
+        assert_int_equal(fed_model_spec_explain("g:L8,B,L1", (fed_model_shape){1, 4, 4, 2}, why,
+                                                sizeof why),
+                         FED_ERR_SPEC);
+        assert_string_equal(why, "model 'g:L8,B,L1': node 1 (bce): the loss must be the last "
+                                 "node");
+    }
+    assert_int_equal(fed_model_new("g:L8,R,L1,B", (fed_model_shape){1, 4, 4, 2}, w->be, NULL, 1,
+                                   4, &m),
+                     FED_OK);
+    assert_int_equal(fed_model_nlogits(m), 1);
     fed_model_free(m);
 }
 
@@ -593,14 +640,15 @@ static void test_graph_spec(void **state)
     /* refusals */
     assert_int_equal(fed_model_spec_explain("g:C6,R,L", in, why, sizeof why), FED_ERR_SPEC);
     assert_string_equal(why, "model spec 'g:C6,R,L': node 0 'C6' is none of NAME=Lout, "
-                             "NAME=CoutkK[sS][pP][dD], MkK[sS][pP], AkK[sS][pP], R, F");
+                             "NAME=CoutkK[sS][pP][dD][gG], MkK[sS][pP], AkK[sS][pP], P, R, F, Y, G, S, "
+                             "Z, T, B, +REF, &REF, each [<REF]");
     static const char *bad[] = {"g:",        "g:L,",     "g:Q",       "g:Lk3",  "g:C4k3k3,L",
                                 "g:Mk0,L",   "g:Ck3,L",  "g:a-b=L",   "g:=L",   "g:L5x5",
                                 "g:C4k3x,L", "g:Rk2,L",  "g:L99999999"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         if (fed_model_spec_check(bad[i], in) != FED_ERR_SPEC)
             fail_msg("'%s' was not refused", bad[i]);
-    /* a graph past the spec's 127 bytes, or not a chain, has no spec */
+    /* a graph past the spec's 127 bytes has no spec in 128 bytes */
     memset(deep, 0, sizeof deep);
     for (int i = 0; i < 60; i++) {
         deep[i].kind = i % 2 ? "relu" : "linear";
@@ -611,8 +659,68 @@ static void test_graph_spec(void **state)
     assert_string_equal(spec, "");
     assert_int_equal(fed_model_graph_spec(deep, 3, spec, sizeof spec), FED_OK);
     assert_string_equal(spec, "g:L7,R,L7");
-    deep[2].input = 0;
-    assert_int_equal(fed_model_graph_spec(deep, 3, spec, sizeof spec), FED_ERR_UNSUPPORTED);
+    deep[2].input = 0; /* another input than the node before: "<REF" */
+    assert_int_equal(fed_model_graph_spec(deep, 3, spec, sizeof spec), FED_OK);
+    assert_string_equal(spec, "g:L7,R,L7<0");
+    deep[2].input = 2;
+    assert_int_equal(fed_model_graph_spec(deep, 3, spec, sizeof spec), FED_ERR_SPEC);
+}
+
+/* A graph past FED_MODEL_SPEC_MAX: built from its whole spec, named by its
+ * id ("g#" and 32 hex digits), which alone builds nothing; the graph's
+ * limit, its cost without building. */
+static void test_graph_long_spec(void **state)
+{
+    world *w = *state;
+    fed_model_shape in = {2, 11, 10, 5};
+    fed_model_node deep[101];
+    static char big[FED_MODEL_GRAPH_MAX + 8];
+    char id[FED_MODEL_SPEC_MAX], why[256];
+    fed_model *m = NULL;
+    size_t np, len;
+    double flops;
+
+    memset(deep, 0, sizeof deep);
+    for (int i = 0; i < 101; i++) {
+        deep[i].kind = i % 2 ? "relu" : "linear";
+        deep[i].out = i == 100 ? 0 : 7;
+        deep[i].input = i - 1;
+    }
+    assert_int_equal(fed_model_graph_spec(deep, 101, big, sizeof big), FED_OK);
+    len = strlen(big);
+    assert_true(len > 200);
+    fed_model_spec_id(big, id);
+    assert_int_equal(strlen(id), 34);
+    assert_memory_equal(id, "g#", 2);
+    assert_int_equal(fed_model_new(big, in, w->be, w->pool, 1, 3, &m), FED_OK);
+    assert_string_equal(fed_model_spec(m), id);
+    assert_string_equal(fed_model_graph(m), big);
+    assert_int_equal(fed_model_nparams(m), 220 * 7 + 7 + 49 * (7 * 7 + 7) + 7 * 5 + 5);
+    assert_int_equal(fed_model_spec_cost(big, in, &np, &flops, why, sizeof why), FED_OK);
+    assert_int_equal(np, fed_model_nparams(m));
+    assert_true(flops == fed_model_flops_per_sample(m));
+    fed_model_free(m);
+    /* one byte changed: another id */
+    big[len - 1] = '6';
+    {
+        char id2[FED_MODEL_SPEC_MAX];
+
+        fed_model_spec_id(big, id2);
+        assert_string_not_equal(id, id2);
+    }
+    /* the id alone */
+    assert_int_equal(fed_model_spec_explain(id, in, why, sizeof why), FED_ERR_SPEC);
+    assert_non_null(strstr(why, "names a graph by its hash"));
+    /* short specs are their own id */
+    fed_model_spec_id("mlp:256,128", id);
+    assert_string_equal(id, "mlp:256,128");
+    /* past FED_MODEL_GRAPH_MAX */
+    memcpy(big, "g:", 2);
+    for (size_t i = 2; i + 1 < sizeof big; i += 2)
+        memcpy(big + i, i + 3 < sizeof big ? "R," : "R", 2);
+    big[sizeof big - 1] = '\0';
+    assert_int_equal(fed_model_spec_explain(big, in, why, sizeof why), FED_ERR_SPEC);
+    assert_non_null(strstr(why, "the limit is 16383"));
 }
 
 static fed_err try_graph_new(void *ctx)
@@ -644,6 +752,7 @@ int main(void)
         cmocka_unit_test(test_deep_graph),   cmocka_unit_test(test_graph_flops),
         cmocka_unit_test(test_graph_errors), cmocka_unit_test(test_backend_caps),
         cmocka_unit_test(test_graph_alloc_failures), cmocka_unit_test(test_graph_spec),
+        cmocka_unit_test(test_graph_long_spec),
     };
 
     fed_test_log_quiet();

@@ -747,6 +747,44 @@ static void reseal(uint8_t *buf, size_t len)
     put32(buf + len - 4, ~crc);
 }
 
+/* A graph past FED_MODEL_SPEC_MAX: the file holds it whole and builds it
+ * back (its id, its parameters); a long spec that is no graph is refused. */
+static void test_file_long_graph(void **state)
+{
+    world *w = *state;
+    fed_model_shape in = {1, 4, 4, 3};
+    char graph[512] = "g:", id[FED_MODEL_SPEC_MAX];
+    fed_model *m, *back = NULL;
+    size_t size, len = 0;
+    uint8_t *buf;
+    fed_model_file f;
+
+    for (int i = 0; i < 20; i++)
+        strcat(graph, "L6,R,");
+    strcat(graph, "L");
+    fed_model_spec_id(graph, id);
+    m = make_model(w, graph, in, 1, 4, 1);
+    size = fed_model_file_size(m);
+    assert_int_equal(size, FED_MODEL_FILE_HEADER + strlen(graph) + 4 * fed_model_nparams(m) + 4);
+    buf = malloc(size);
+    assert_int_equal(fed_model_file_encode(m, buf, size, &len), FED_OK);
+    assert_int_equal(fed_model_file_parse(buf, size, &f), FED_OK);
+    assert_string_equal(f.spec, id);
+    assert_string_equal(f.whole, graph);
+    assert_int_equal(fed_model_new(f.whole, f.shape, w->be, NULL, 1, 4, &back), FED_OK);
+    assert_string_equal(fed_model_spec(back), id);
+    fed_model_file_fini(&f);
+    assert_null(f.whole);
+    /* the same length, no graph: refused */
+    buf[FED_MODEL_FILE_HEADER] = 'h';
+    reseal(buf, size);
+    assert_int_equal(fed_model_file_parse(buf, size, &f), FED_ERR_SPEC);
+    assert_null(f.whole);
+    free(buf);
+    fed_model_free(back);
+    fed_model_free(m);
+}
+
 static void test_file_rejects(void **state)
 {
     world *w = *state;
@@ -1189,6 +1227,7 @@ int main(void)
         cmocka_unit_test(test_batch_errors),
         cmocka_unit_test(test_file_round_trip),
         cmocka_unit_test(test_file_rejects),
+        cmocka_unit_test(test_file_long_graph),
         cmocka_unit_test(test_trainer_epochs),
         cmocka_unit_test(test_trainer_rejects),
         cmocka_unit_test(test_trainer_ranks),

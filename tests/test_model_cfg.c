@@ -189,10 +189,16 @@ static void test_errors(void **state)
     expect_parse(IN, FED_ERR_SPEC, "m.cfg: no layers");
     expect_parse(IN "[softmax]\n", FED_ERR_SPEC,
                  "m.cfg:2: unknown section [softmax] (input, output, linear, conv, maxpool, "
-                 "avgpool, relu, flatten)");
-    expect_parse(IN "[conv] out = 3 kernel = 3 groups = 3\n", FED_ERR_SPEC,
-                 "m.cfg:2: [conv]: unknown key 'groups' (name, out, kernel, stride, padding, "
-                 "dilation)");
+                 "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, sigmoid, "
+                 "tanh, add, concat)");
+    expect_parse(IN "[conv] out = 3 kernel = 3 bias = 0\n", FED_ERR_SPEC,
+                 "m.cfg:2: [conv]: unknown key 'bias' (name, out, kernel, stride, padding, "
+                 "dilation, groups, input)");
+    expect_parse(IN "[linear] name = a out = 4\n[add] from = b\n", FED_ERR_SPEC,
+                 "m.cfg:3: [add] from: 'b' names no earlier layer (a name, an index, or - for "
+                 "the input)");
+    expect_parse(IN "[conv] out = 3 kernel = 3 groups = 0\n", FED_ERR_SPEC,
+                 "m.cfg:2: [conv] groups: '0' is not a count 1 to 65536");
     expect_parse(IN "[conv] out = 3\n  kernel = 0\n", FED_ERR_SPEC,
                  "m.cfg:3: [conv] kernel: '0' is not N or H,W (each 1 to 65536)");
     expect_parse(IN "[conv] out = 3 kernel = 3,3,3\n", FED_ERR_SPEC,
@@ -213,7 +219,7 @@ static void test_errors(void **state)
                  "m.cfg:2: [linear] name: 'a-b' must be 1 to 23 letters, digits, '_' or inner "
                  "'.'");
     expect_parse(IN "[linear] out = 3\n[output] loss = mse\n", FED_ERR_SPEC,
-                 "m.cfg:3: [output] loss: 'mse' is not supported yet (cross_entropy)");
+                 "m.cfg:3: [output] loss: 'mse' is not supported yet (cross_entropy, bce)");
     expect_parse(IN "[linear] out = 3\n[output]\n[relu]\n", FED_ERR_SPEC,
                  "m.cfg:4: [relu] after [output], which ends the file");
     expect_parse("[input]\n[linear] out = 3\n", FED_ERR_SPEC,
@@ -310,7 +316,7 @@ static int torch_dump(const char *dir, const char *file)
     fed_tensor_info *t = NULL;
     float *buf = NULL, *p0 = NULL, *x = NULL, *logits = NULL, yf[DUMP_N], loss;
     int32_t y[DUMP_N];
-    int nt, n = 0, F, shape[4];
+    int nt, n = 0, F, shape[4], nlog;
     size_t np, used = 0;
     char why[1024], path[4096], name[64];
     int rc = 1;
@@ -320,7 +326,8 @@ static int torch_dump(const char *dir, const char *file)
         return 1;
     }
     in = fed_model_cfg_input(c);
-    in.classes = in.classes ? in.classes : DUMP_CLASSES;
+    if (!in.classes) /* bce's own two classes, else the dump's */
+        in.classes = fed_model_cfg_own_input(c).classes == 2 ? 2 : DUMP_CLASSES;
     if (fed_backend_cpu_new(1, &be) != FED_OK ||
         fed_model_cfg_build(c, in, be, NULL, 1, DUMP_N, &m, why, sizeof why) != FED_OK) {
         fprintf(stderr, "build: %s\n", why);
@@ -331,10 +338,11 @@ static int torch_dump(const char *dir, const char *file)
     mt = fed_model_tensors(m, &nt);
     F = in.c * in.h * in.w;
     t = calloc((size_t)3 * nt + 4, sizeof *t);
-    buf = malloc((3 * np + (size_t)DUMP_N * (F + in.classes + 1) + 1) * sizeof *buf);
+    nlog = fed_model_nlogits(m);
+    buf = malloc((3 * np + (size_t)DUMP_N * (F + nlog + 1) + 1) * sizeof *buf);
     p0 = malloc(np * sizeof *p0);
     x = malloc((size_t)DUMP_N * F * sizeof *x);
-    logits = malloc((size_t)DUMP_N * in.classes * sizeof *logits);
+    logits = malloc((size_t)DUMP_N * nlog * sizeof *logits);
     if (!t || !buf || !p0 || !x || !logits || fed_model_init(m, &rng) != FED_OK ||
         fed_model_get_params(m, p0) != FED_OK)
         goto out;
@@ -359,7 +367,7 @@ static int torch_dump(const char *dir, const char *file)
     shape[3] = in.w;
     dump_add(t, &n, buf, &used, "x", 4, shape, x);
     dump_add(t, &n, buf, &used, "y", 1, shape, yf);
-    shape[1] = in.classes;
+    shape[1] = nlog;
     dump_add(t, &n, buf, &used, "logits", 2, shape, logits);
     loss = (float)(st.loss_sum / DUMP_N);
     shape[0] = 1;

@@ -80,6 +80,12 @@ typedef struct scen_opts {
     int dp_client;       /* client dp_client - 1 runs DP-SGD (defaults); 0: none */
     int other_classes;   /* client other_classes - 1's data has 5 classes, not 10 */
     int classes;         /* ... or this many (0: 5) */
+    const char *graph;   /* the aggregator's whole spec, spec its id (NULL: spec) */
+    int odd_client;      /* client odd_client - 1 declares odd_model (its --model;
+                            NULL: none) and builds at most odd_max_params (0: the
+                            default) */
+    const char *odd_model;
+    double odd_max_params;
 } scen_opts;
 
 /* What the observers saw. */
@@ -243,13 +249,19 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
                              FED_OK);
     }
     s->ncl = total;
-    assert_int_equal(fed_model_spec_nparams(o->spec, fx->train->shape, &s->nparams), FED_OK);
+    assert_int_equal(fed_model_spec_nparams(o->graph ? o->graph : o->spec, fx->train->shape,
+                                            &s->nparams),
+                     FED_OK);
 
     fed_node_config_default(&ac);
     ac.role = FED_NODE_AGGREGATOR;
     ac.seed = o->seed;
     ac.be = fx->be;
     snprintf(ac.spec, sizeof ac.spec, "%s", o->spec);
+    if (o->graph) {
+        fed_model_spec_id(o->graph, ac.spec);
+        ac.graph = o->graph;
+    }
     ac.shape = fx->train->shape;
     ac.rounds = o->rounds;
     ac.min_clients = o->min_clients;
@@ -292,6 +304,11 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
         cc.observer = s;
         cc.on_round = on_round;
         cc.dp_sgd = o->dp_client == i + 1;
+        if (o->odd_client == i + 1) {
+            cc.own_model = o->odd_model;
+            if (o->odd_max_params > 0)
+                cc.max_model_params = o->odd_max_params;
+        }
         assert_int_equal(fed_sim_host_attach(s->cl[i], s->w, &cc, NULL), FED_OK);
     }
 }
@@ -439,6 +456,92 @@ static void test_model_mismatch_declined(void **state)
        model (5 classes), and one far larger (2), refused at its first frame */
     model_mismatch(*state, 4096, 5);
     model_mismatch(*state, 4096, 2);
+}
+
+/* Runs o's scenario: every round commits with o.min_clients merged, and
+ * the aggregator counts declines LEAVEs of a model a client would not take. */
+static void run_declines(scen *s, const fixture *fx, const scen_opts *o, uint64_t declines)
+{
+    scen_build(s, fx, o);
+    scen_run(s, 120000);
+    for (uint32_t r = 1; r <= o->rounds; r++) {
+        assert_int_equal(s->commits[r], 1);
+        assert_int_equal(s->info[r].merged, o->min_clients);
+    }
+    assert_int_equal(fed_node_wire_counters(fed_sim_host_node(s->agg))->leave_bad_model,
+                     declines);
+}
+
+/* A graph longer than a spec (its id "g#..." in the MODEL's spec field):
+ * it travels whole in the MODEL's graph field, every client builds it and
+ * every round merges all three (as a stream too: the graph in its first
+ * frame). */
+static void test_graph_travels(void **state)
+{
+    const fixture *fx = *state;
+    char graph[512] = "g:";
+
+    fed_test_need_fashion(fx->train != NULL);
+    for (int i = 0; i < 12; i++) {
+        char node[32];
+
+        snprintf(node, sizeof node, "hidden_%02d=L8,R,", i);
+        strcat(graph, node);
+    }
+    strcat(graph, "head=L");
+    assert_true(strlen(graph) >= FED_MODEL_SPEC_MAX);
+    for (int stream = 0; stream < 2; stream++) {
+        scen_opts o = {.clients = 3, .spec = "", .graph = graph, .per_client = 100,
+                       .rounds = 2, .min_clients = 3, .deadline_ms = 600000, .seed = 9,
+                       .max_frame = stream ? 4096 : 0};
+        scen s;
+
+        run_declines(&s, fx, &o, 0);
+        scen_free(&s);
+    }
+}
+
+/* A client whose own --model declares another graph than the aggregator's
+ * declines every round at once (LEAVE FED_ERR_MODEL_MISMATCH), saying both
+ * models' hashes and where they first differ, at warning level; a client
+ * bounded below the model's parameters declines it the same way. */
+static void test_declared_model_mismatch(void **state)
+{
+    const fixture *fx = *state;
+    char ha[FED_MODEL_HASH_CHARS], hb[FED_MODEL_HASH_CHARS], want[512];
+
+    fed_test_need_fashion(fx->train != NULL);
+    for (int bound = 0; bound < 2; bound++) {
+        scen_opts o = {.clients = 4, .spec = "mlp:16", .per_client = 100, .rounds = 2,
+                       .min_clients = 3, .deadline_ms = 600000, .seed = 5, .odd_client = 3,
+                       .odd_model = bound ? NULL : "mlp:17", .odd_max_params = bound ? 1000 : 0};
+        scen s;
+
+        fed_test_log_capture(FED_LOG_WARN);
+        run_declines(&s, fx, &o, 2);
+        fed_model_spec_hash("mlp:16", ha);
+        fed_model_spec_hash("mlp:17", hb);
+        if (!bound)
+            snprintf(want, sizeof want, "client: round 1: the aggregator's model %s differs from "
+                     "the one this client's --model declares, %s, at byte 5: '...mlp:16' "
+                     "against '...mlp:17'; declined (FED_ERR_MODEL_MISMATCH)", ha, hb);
+        else {
+            size_t np;
+            double flops;
+
+            assert_int_equal(fed_model_spec_cost("mlp:16", fx->train->shape, &np, &flops, NULL,
+                                                 0),
+                             FED_OK);
+            assert_int_equal(np, 12730);
+            snprintf(want, sizeof want, "client: round 1: the aggregator's model %s has 12730 "
+                     "parameters and %.4g FLOPs per sample, past this client's "
+                     "--max-model-params 1000 or --max-model-flops 1e+11; declined "
+                     "(FED_ERR_MODEL_MISMATCH)", ha, flops);
+        }
+        fed_test_log_has(want);
+        fed_test_log_default();
+        scen_free(&s);
+    }
 }
 
 static void test_async_fedbuff(void **state)
@@ -1728,6 +1831,36 @@ static void test_ckpt_model_sections(void **state)
     ckpt_of(&c, s, 3);
     assert_int_equal(fed_node_model_sec_decode(&c, &v), FED_OK);
     assert_int_equal(strlen(v.spec), FED_MODEL_SPEC_MAX - 1);
+    assert_null(v.graph);
+    /* a "g:" graph past FED_MODEL_SPEC_MAX: carried whole, named by its id */
+    {
+        static char graph[FED_MODEL_GRAPH_MAX + 1];
+        char id[FED_MODEL_SPEC_MAX], *whole = NULL;
+
+        strcpy(graph, "g:");
+        for (int i = 0; i < 40; i++)
+            strcat(graph, "L7,R,");
+        strcat(graph, "L");
+        fed_model_spec_id(graph, id);
+        s[0].data = graph;
+        s[0].len = strlen(graph);
+        ckpt_of(&c, s, 3);
+        assert_int_equal(fed_node_model_sec_decode(&c, &v), FED_OK);
+        assert_string_equal(v.spec, id);
+        assert_ptr_equal(v.graph, graph);
+        assert_int_equal(v.graph_len, strlen(graph));
+        assert_int_equal(fed_node_model_view_whole(&v, &whole), FED_OK);
+        assert_string_equal(whole, graph);
+        fed_free(whole);
+        assert_int_equal(fed_node_model_view_match(&v, "test", c.id, id, shape, 5), FED_OK);
+        memset(graph + 2, 'R', sizeof graph - 3); /* FED_MODEL_GRAPH_MAX bytes: too long */
+        s[0].len = FED_MODEL_GRAPH_MAX;
+        ckpt_of(&c, s, 3);
+        assert_int_equal(fed_node_model_sec_decode(&c, &v), FED_ERR_FORMAT);
+        s[0].len = FED_MODEL_GRAPH_MAX - 1; /* the longest graph */
+        ckpt_of(&c, s, 3);
+        assert_int_equal(fed_node_model_sec_decode(&c, &v), FED_OK);
+    }
     s[0] = ms.s[0];
     s[1].len = 15; /* input cut short */
     ckpt_of(&c, s, 3);
@@ -1769,6 +1902,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fedavg_bit_exact),
         cmocka_unit_test(test_model_mismatch_declined),
+        cmocka_unit_test(test_graph_travels),
+        cmocka_unit_test(test_declared_model_mismatch),
         cmocka_unit_test(test_dropped_client),
         cmocka_unit_test(test_straggler_late),
         cmocka_unit_test(test_crash_restart),

@@ -1,11 +1,14 @@
 #!/bin/sh
 # test_torch_parity.sh - models built from model files compute what PyTorch
-# computes: for examples/models/simplecnn.cfg and a net of every window
+# computes: for examples/models/simplecnn.cfg, a net of every window
 # (strided, padded, dilated and non-square convolutions, padded max and
-# average pooling), fednode's initial parameters (through .safetensors,
-# loaded with strict=True into the nn.Module tests/torch_parity.py builds
-# from the same file), the same batch of 8: logits, loss, every gradient and
-# the parameters after one SGD step agree within 1e-5 of each tensor's norm.
+# average pooling), a net of every activation of its own (leaky_relu, gelu,
+# silu, sigmoid, tanh) with a global average pool, grouped and depthwise
+# convolutions, a one-logit bce net, and residual blocks (add, branches, a
+# concat): fednode's initial parameters (through .safetensors, loaded with
+# strict=True into the nn.Module tests/torch_parity.py builds from the same
+# file), the same batch of 8: logits, loss, every gradient and the
+# parameters after one SGD step agree within 1e-5 of each tensor's norm.
 # The fednode side is build/tests/test_model_cfg --torch-dump. Skips (77)
 # without /usr/bin/python3 with torch (Debian: python3-torch).
 set -u
@@ -42,7 +45,76 @@ cat >"$TMP/windows.cfg" <<CFG
 [output] classes = 7
 CFG
 
-for cfg in "$HERE/../examples/models/simplecnn.cfg" "$TMP/windows.cfg"; do
+cat >"$TMP/acts.cfg" <<CFG
+# every activation of its own, after convolutions and linear layers
+[input] shape = 2,9,8
+[conv] name = c1 out = 4 kernel = 3 padding = 1
+[gelu]
+[conv] name = c2 out = 4 kernel = 3 stride = 2
+[silu]
+[tanh]
+[global_avgpool]
+[flatten]
+[linear] name = fc1 out = 12
+[leaky_relu]
+[linear] name = fc2 out = 10
+[sigmoid]
+[linear] name = head out = classes
+[output] classes = 5
+CFG
+
+cat >"$TMP/groups.cfg" <<CFG
+# grouped and depthwise convolutions
+[input] shape = 4,10,9
+[conv] name = g2 out = 6 kernel = 3 groups = 2 padding = 1
+[relu]
+[conv] name = dw out = 6 kernel = 3 stride = 2 groups = 6
+[relu]
+[conv] name = pw out = 8 kernel = 1
+[relu]
+[conv] name = g4 out = 8 kernel = 2,3 groups = 4 padding = 0,1
+[flatten]
+[linear] name = head out = classes
+[output] classes = 4
+CFG
+
+cat >"$TMP/residual.cfg" <<CFG
+# residual blocks (add), a branch that takes an earlier layer's output
+# (input =), a strided 1x1 conv shortcut, a concat of two branches
+[input] shape = 2,8,8
+[conv] name = stem out = 4 kernel = 3 padding = 1
+[relu] name = r0
+[conv] name = b1 out = 4 kernel = 3 padding = 1
+[relu]
+[conv] name = b2 out = 4 kernel = 3 padding = 1
+[add] name = res from = r0
+[relu] name = r1
+[conv] name = sc out = 6 kernel = 1 stride = 2
+[conv] name = c3 out = 6 kernel = 3 stride = 2 padding = 1 input = r1
+[relu]
+[conv] name = c4 out = 6 kernel = 3 padding = 1
+[add] name = res2 from = sc
+[relu] name = r2
+[conv] name = side out = 3 kernel = 1 input = r1
+[maxpool] name = down kernel = 2
+[concat] name = cat from = r2
+[global_avgpool]
+[flatten]
+[linear] name = head out = classes
+[output] classes = 5
+CFG
+
+cat >"$TMP/bce.cfg" <<CFG
+# one logit, binary cross-entropy with logits
+[input] features = 11
+[linear] name = fc1 out = 9
+[relu]
+[linear] name = out out = 1
+[output] loss = bce
+CFG
+
+for cfg in "$HERE/../examples/models/simplecnn.cfg" "$TMP/windows.cfg" "$TMP/acts.cfg" \
+    "$TMP/groups.cfg" "$TMP/bce.cfg" "$TMP/residual.cfg"; do
     name=$(basename "$cfg" .cfg)
     mkdir -p "$TMP/$name"
     "$DUMP" --torch-dump "$TMP/$name" "$cfg" >"$TMP/$name/dump.log" 2>&1 ||

@@ -17,6 +17,7 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/rng.h"
+#include "model/model.h"
 #include "crypto/arena_impl.h"
 #include "gossip/wire.h"
 #include "gossip/wire_hooks.h"
@@ -626,7 +627,7 @@ static void test_settings_unknown_fields(void **state)
     sample_block(FED_WIRE_MODEL, &b);
     /* unknown, not required, between known ones and at the end: skipped */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 13, 0, "abc", 3);
+    n = field(f, 14, 0, "abc", 3);
     len = splice(buf, len, len, f, n);
     n = field(f, 0x7fff, 0, "", 0);
     len = splice(buf, len, len, f, n);
@@ -635,11 +636,11 @@ static void test_settings_unknown_fields(void **state)
     assert_memory_equal(&g, &b, sizeof b);
     /* the same field marked required: refused, and its tag said */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 13, FED_WIRE_FIELD_REQUIRED, "abc", 3);
+    n = field(f, 14, FED_WIRE_FIELD_REQUIRED, "abc", 3);
     len = splice(buf, len, len, f, n);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used),
                      FED_ERR_FIELD_REQUIRED);
-    assert_int_equal(g.refused_tag, 13);
+    assert_int_equal(g.refused_tag, 14);
     assert_int_equal(used, 0);
 }
 
@@ -659,13 +660,13 @@ static void test_settings_malformed(void **state)
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len - 1, &g, &used),
                      FED_ERR_FIELD_TRUNCATED);
     /* a truncated field head at the end of S */
-    n = field(f, 13, 0, "", 0);
+    n = field(f, 14, 0, "", 0);
     len = splice(buf, len, len, f, 4);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used),
                      FED_ERR_FIELD_TRUNCATED);
     /* an unknown field's length past S (overlong) */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 13, 0, "abcd", 4);
+    n = field(f, 14, 0, "abcd", 4);
     f[4] = 5;
     len = splice(buf, len, len, f, n);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len + 8, &g, &used),
@@ -678,14 +679,14 @@ static void test_settings_malformed(void **state)
                      FED_ERR_FIELD_ORDER);
     /* an unknown field twice */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 13, 0, "ab", 2);
+    n = field(f, 14, 0, "ab", 2);
     len = splice(buf, len, len, f, n);
     len = splice(buf, len, len, f, n);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used),
                      FED_ERR_FIELD_ORDER);
     /* out of tag order */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 13, 0, "ab", 2);
+    n = field(f, 14, 0, "ab", 2);
     len = splice(buf, len, M_EPOCHS, f, n);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used),
                      FED_ERR_FIELD_ORDER);
@@ -707,7 +708,7 @@ static void test_settings_malformed(void **state)
         uint32_t S = FED_WIRE_SETTINGS_MAX + 4;
 
         len = model_bytes(big, sizeof big);
-        big[len] = 13; /* an unknown, optional field filling the rest */
+        big[len] = 14; /* an unknown, optional field filling the rest */
         big[len + 4] = (uint8_t)(S - (len - 12) - 8);
         big[len + 5] = (uint8_t)((S - (len - 12) - 8) >> 8);
         big[8] = (uint8_t)S, big[9] = (uint8_t)(S >> 8);
@@ -718,8 +719,82 @@ static void test_settings_malformed(void **state)
         big[len + 5] = (uint8_t)((S - (len - 12) - 8) >> 8);
         big[8] = (uint8_t)S, big[9] = (uint8_t)(S >> 8);
         assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, big, 12 + S, &g, &used), FED_OK);
-        assert_int_equal(used, 12 + FED_WIRE_FIELDS_MAX);
+        assert_int_equal(used, 12 + FED_WIRE_SETTINGS_MAX);
     }
+}
+
+/* A graph longer than a spec travels whole in field 13, its id in field 1:
+ * the block's size, a round trip (the graph a view into the block), and
+ * every refusal of a graph as untrusted input. */
+static void test_settings_graph(void **state)
+{
+    static char graph[FED_WIRE_GRAPH_MAX + 2];
+    static uint8_t buf[FED_WIRE_BLOCK_MAX + 64];
+    fed_wire_block b, g;
+    size_t len = 0, used = 0, glen;
+
+    (void)state;
+    strcpy(graph, "g:");
+    for (int i = 0; i < 60; i++)
+        strcat(graph, i % 2 ? "R," : "L7,");
+    strcat(graph, "L");
+    glen = strlen(graph);
+    assert_true(glen >= FED_MODEL_SPEC_MAX);
+    sample_block(FED_WIRE_MODEL, &b);
+    fed_model_spec_id(graph, b.settings.spec);
+    b.settings.graph = graph;
+    b.settings.graph_len = (uint32_t)glen;
+    assert_int_equal(fed_wire_block_bytes(FED_WIRE_MODEL, &b),
+                     FED_WIRE_MODEL_BLOCK_BYTES + 8 + glen);
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
+    assert_int_equal(len, FED_WIRE_MODEL_BLOCK_BYTES + 8 + glen);
+    /* field 13 last, required */
+    assert_int_equal(buf[FED_WIRE_MODEL_BLOCK_BYTES], 13);
+    assert_int_equal(buf[FED_WIRE_MODEL_BLOCK_BYTES + 2], FED_WIRE_FIELD_REQUIRED);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_OK);
+    assert_int_equal(used, len);
+    assert_string_equal(g.settings.spec, b.settings.spec);
+    assert_int_equal(g.settings.graph_len, glen);
+    assert_ptr_equal(g.settings.graph, (const char *)buf + FED_WIRE_MODEL_BLOCK_BYTES + 8);
+    assert_memory_equal(g.settings.graph, graph, glen);
+    /* a graph that is not the id's: refused */
+    buf[len - 1] = '5';
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used),
+                     FED_ERR_PAYLOAD);
+    buf[len - 1] = 'L';
+    /* a byte outside printable ASCII */
+    buf[len - 3] = '\n';
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used),
+                     FED_ERR_PAYLOAD);
+    /* an id without its graph, a graph beside a spec that is not its id, a
+       graph that is no "g:" spec: none encodes */
+    sample_block(FED_WIRE_MODEL, &b);
+    fed_model_spec_id(graph, b.settings.spec);
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+    sample_block(FED_WIRE_MODEL, &b);
+    b.settings.graph = graph;
+    b.settings.graph_len = (uint32_t)glen;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+    b.settings.graph = "g:L7,R,L";
+    b.settings.graph_len = 8;
+    strcpy(b.settings.spec, "g:L7,R,L");
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL); /* short: its own spec, no graph field */
+    /* the longest graph fits; one more byte is past the field's bound */
+    memset(graph, 'R', sizeof graph);
+    memcpy(graph, "g:", 2);
+    graph[FED_WIRE_GRAPH_MAX] = '\0';
+    sample_block(FED_WIRE_MODEL, &b);
+    fed_model_spec_id(graph, b.settings.spec);
+    b.settings.graph = graph;
+    b.settings.graph_len = FED_WIRE_GRAPH_MAX;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_OK);
+    b.settings.graph_len = FED_WIRE_GRAPH_MAX + 1;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
 }
 
 /* ---- every type's fields (version 4): a DELTA's, as any type's ---- */
@@ -835,7 +910,8 @@ static void test_type_table(void **state)
         assert_true(ti->fixed <= FED_WIRE_FIXED_MAX && ti->nfields <= 64);
         for (uint16_t i = 0; i < ti->nfields; i++) {
             assert_true(ti->fields[i].tag > (i ? ti->fields[i - 1].tag : 0));
-            n += 8 + ti->fields[i].max;
+            if (!ti->fields[i].sized) /* written at its value's length */
+                n += 8 + ti->fields[i].max;
         }
         assert_int_equal(fed_wire_block_size(ti->type), n);
     }
@@ -1399,6 +1475,7 @@ int main(void)
         cmocka_unit_test(test_settings_dp_field),
         cmocka_unit_test(test_secagg_blocks),
         cmocka_unit_test(test_settings_malformed),
+        cmocka_unit_test(test_settings_graph),
         cmocka_unit_test(test_fields_of_any_type),
         cmocka_unit_test(test_type_table),
         cmocka_unit_test(test_unsealed_hooks),

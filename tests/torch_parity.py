@@ -16,6 +16,12 @@ TOL = 1e-5
 LR = 0.1
 
 
+# activation layers of their own, with PyTorch's defaults (LeakyReLU's
+# slope 0.01, GELU exact)
+ACTIVATIONS = {"leaky_relu": nn.LeakyReLU, "gelu": nn.GELU, "silu": nn.SiLU,
+               "sigmoid": nn.Sigmoid, "tanh": nn.Tanh}
+
+
 def pair(v):
     p = [int(x) for x in v.split(",")]
     return (p[0], p[0]) if len(p) == 1 else (p[0], p[1])
@@ -43,15 +49,23 @@ class Net(nn.Module):
         assert secs[0][0] == "input"
         inp = secs[0][1]
         self.shape = [int(x) for x in inp["shape"].split(",")] if "shape" in inp else [1, 1, int(inp["features"])]
-        x = torch.zeros([1] + self.shape)
-        self.order = []
+        x0 = torch.zeros([1] + self.shape)
+        self.order = []  # (module name, input ref, add's ref), refs by node name, "-": input
+        outs = {}
         layers = [s for s in secs[1:] if s[0] != "output"]
         for i, (kind, kv) in enumerate(layers):
             name = kv.get("name", str(i))
-            if kind == "conv":
+            src = kv.get("input", self.order[-1][0] if self.order else "-")
+            x = x0 if src == "-" else outs[src]
+            if kind == "add":
+                m = Add()
+            elif kind == "concat":
+                m = Concat()
+            elif kind == "conv":
                 k = pair(kv["kernel"])
                 m = nn.Conv2d(x.shape[1], int(kv["out"]), k, stride=pair(kv.get("stride", "1")),
-                              padding=pair(kv.get("padding", "0")), dilation=pair(kv.get("dilation", "1")))
+                              padding=pair(kv.get("padding", "0")), dilation=pair(kv.get("dilation", "1")),
+                              groups=int(kv.get("groups", "1")))
             elif kind == "linear":
                 out = classes if kv["out"] == "classes" else int(kv["out"])
                 m = nn.Linear(x[0].numel(), out)
@@ -60,26 +74,46 @@ class Net(nn.Module):
                 s = pair(kv["stride"]) if "stride" in kv else k
                 p = pair(kv.get("padding", "0"))
                 m = nn.MaxPool2d(k, s, p) if kind == "maxpool" else nn.AvgPool2d(k, s, p)
+            elif kind == "global_avgpool":
+                m = nn.AdaptiveAvgPool2d(1)
             elif kind == "relu":
                 m = nn.ReLU()
             elif kind == "flatten":
                 m = nn.Flatten()
+            elif kind in ACTIVATIONS:
+                m = ACTIVATIONS[kind]()
             else:
                 raise ValueError(kind)
             self.add_module(name, m)
-            self.order.append(name)
-            x = self.step(m, x)
+            self.order.append((name, src, kv.get("from")))
+            outs[name] = self.step(m, x, x0 if kv.get("from") == "-" else outs.get(kv.get("from")))
 
     @staticmethod
-    def step(m, x):
+    def step(m, x, other):
         if isinstance(m, nn.Linear) and x.dim() > 2:
             x = x.flatten(1)  # fednode's linear takes its input flattened
-        return m(x)
+        return m(x, other) if isinstance(m, (Add, Concat)) else m(x)
 
-    def forward(self, x):
-        for name in self.order:
-            x = self.step(getattr(self, name), x)
-        return x
+    def forward(self, x0):
+        outs = {}
+        for name, src, frm in self.order:
+            x = x0 if src == "-" else outs[src]
+            outs[name] = self.step(getattr(self, name), x, x0 if frm == "-" else outs.get(frm))
+        return outs[self.order[-1][0]]
+
+
+class Add(nn.Module):
+    """fednode's [add]: its input plus the output of the layer named by from."""
+
+    def forward(self, x, other):
+        return x + other
+
+
+class Concat(nn.Module):
+    """fednode's [concat]: its input's channels, then those of the layer from names."""
+
+    def forward(self, x, other):
+        return torch.cat([x, other], 1)
 
 
 def main():
@@ -92,7 +126,11 @@ def main():
     sd = {k: v for k, v in ours.items() if k in net.state_dict()}
     net.load_state_dict(sd, strict=True)
     logits = net(x)
-    loss = F.cross_entropy(logits, y)
+    output = [kv for kind, kv in sections(cfg) if kind == "output"]
+    if output and output[0].get("loss") == "bce":  # one logit, BCEWithLogitsLoss
+        loss = F.binary_cross_entropy_with_logits(logits[:, 0], y.float())
+    else:
+        loss = F.cross_entropy(logits, y)
     loss.backward()
     worst = 0.0
     bad = []

@@ -43,14 +43,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             buf[len - 4 + (size_t)i] = (uint8_t)(crc >> (8 * i));
     }
     if (fed_model_file_parse(buf, len, &f) == FED_OK) {
-        if (fed_model_spec_nparams(f.spec, f.shape, &n) != FED_OK || n != f.nparams ||
+        if (fed_model_spec_nparams(f.whole, f.shape, &n) != FED_OK || n != f.nparams ||
             !f.params)
             abort();
         for (size_t i = 0; i < f.nparams; i++)
             if (!isfinite(f.params[i]))
                 abort();
         fed_model_file_fini(&f);
-    } else if (f.params) {
+    } else if (f.params || f.whole) {
         abort(); /* a failed parse owns nothing */
     }
     free(buf);
