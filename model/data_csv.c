@@ -92,6 +92,9 @@ static int next_field(const char **p, const char *end, const char **f, size_t *f
 }
 
 static fed_err csv_say(fed_log_level lvl, fed_err e, const char *name, size_t line, size_t col,
+                       const char *fmt, va_list ap) __attribute__((format(printf, 6, 0)));
+
+static fed_err csv_say(fed_log_level lvl, fed_err e, const char *name, size_t line, size_t col,
                        const char *fmt, va_list ap)
 {
     char cause[512];

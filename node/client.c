@@ -86,6 +86,7 @@ static void fed_node_client_free(fed_node *n)
         return;
     fed_free(c->global);
     fed_free(c->residual);
+    fed_free(c->graph);
     fed_node_train_job_release(&c->job);
     fed_dp_account_free(c->acct);
     fed_crypto_keystream_wipe(&c->ks);
