@@ -139,30 +139,10 @@ static double ref_loss(const fed_model *m, const double *P, const double *X, con
 
 /* --------------------------------------------------------- fixtures -- */
 
-typedef struct world {
-    fed_backend *be;
-    fed_pool *pool;
-} world;
+typedef fed_test_world world;
 
-static int world_setup(void **state)
-{
-    world *w = calloc(1, sizeof *w);
-
-    assert_int_equal(fed_backend_cpu_new(1, &w->be), FED_OK);
-    assert_int_equal(fed_pool_new(1, &w->pool), FED_OK);
-    *state = w;
-    return 0;
-}
-
-static int world_teardown(void **state)
-{
-    world *w = *state;
-
-    fed_pool_free(w->pool);
-    fed_backend_free(w->be);
-    free(w);
-    return 0;
-}
+static int world_setup(void **state) { return fed_test_world_new(state, 1); }
+static int world_teardown(void **state) { return fed_test_world_free(state); }
 
 static fed_model *make_model(world *w, const char *spec, fed_model_shape in, int shards,
                              int max_batch, uint64_t seed)

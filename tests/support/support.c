@@ -16,6 +16,8 @@
 #include <cmocka.h>
 
 #include "core/alloc.h"
+#include "core/pool.h"
+#include "model/backend.h"
 #include "sim/host.h"
 #include "sim/world.h"
 #include "tests/support/support.h"
@@ -282,4 +284,25 @@ void fed_test_sim_run(fed_sim_world *w, fed_sim_host *agg, uint64_t limit_ms, ui
             break;
     }
     assert_int_equal(fed_sim_world_run_until(w, t + tail_ms), FED_OK);
+}
+
+int fed_test_world_new(void **state, int threads)
+{
+    fed_test_world *w = calloc(1, sizeof *w);
+
+    assert_non_null(w);
+    assert_int_equal(fed_backend_cpu_new(1, &w->be), FED_OK);
+    assert_int_equal(fed_pool_new(threads, &w->pool), FED_OK);
+    *state = w;
+    return 0;
+}
+
+int fed_test_world_free(void **state)
+{
+    fed_test_world *w = *state;
+
+    fed_pool_free(w->pool);
+    fed_backend_free(w->be);
+    free(w);
+    return 0;
 }

@@ -86,4 +86,16 @@ struct fed_sim_host;
 void fed_test_sim_run(struct fed_sim_world *w, struct fed_sim_host *agg, uint64_t limit_ms,
                       uint64_t tail_ms);
 
+/* A CPU backend (one thread) and a pool of threads, the group fixture of the
+ * model tests: *state points at it from fed_test_world_new until
+ * fed_test_world_free. */
+struct fed_backend;
+struct fed_pool;
+typedef struct fed_test_world {
+    struct fed_backend *be;
+    struct fed_pool *pool;
+} fed_test_world;
+int fed_test_world_new(void **state, int threads);
+int fed_test_world_free(void **state);
+
 #endif
