@@ -19,15 +19,22 @@
 #include "model/model_cfg.h"
 #include "app/cli.h"
 
+/* "PROGRAM: message" on stderr. fedsim's command is the program itself, so a
+ * message that starts with the program's name is not prefixed twice. */
 void fed_cli_error(const char *fmt, ...)
 {
+    const char *prog = program_invocation_short_name; /* fednode or fedsim */
+    size_t plen = strlen(prog);
+    char msg[4096];
+    const char *m = msg;
     va_list ap;
 
-    fprintf(stderr, "%s: ", program_invocation_short_name); /* fednode or fedsim */
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    if (!strncmp(msg, prog, plen) && msg[plen] == ':' && msg[plen + 1] == ' ')
+        m += plen + 2;
+    fprintf(stderr, "%s: %s\n", prog, m);
 }
 
 void fed_cli_log_init(void)
@@ -207,9 +214,15 @@ int fed_cli_model_file(const char *cmd, char *model, size_t cap, char **graph)
     }
 
     if (!strcmp(model, "logreg") || !strcmp(model, "cnn") || !strncmp(model, "mlp:", 4) ||
-        !strncmp(model, "g:", 2) || stat(model, &st) != 0 || !S_ISREG(st.st_mode)) {
+        !strncmp(model, "g:", 2)) {
         fed_free(spec);
         return -1; /* a spec: its own check says what is wrong with it */
+    }
+    if (stat(model, &st) != 0 || !S_ISREG(st.st_mode)) {
+        fed_cli_error("%s: --model '%s': %s, and not a preset (logreg, mlp:W1,W2,..., cnn)", cmd,
+                      model, stat(model, &st) != 0 ? "no such file" : "not a regular file");
+        fed_free(spec);
+        return 2;
     }
     /* the file on its own input first: a shape error names its line */
     if ((err = fed_model_cfg_load(model, &c, why, sizeof why)) == FED_OK &&

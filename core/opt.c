@@ -64,11 +64,11 @@ static const char *opt_escaped(const char *s, char *buf, size_t size)
     return buf;
 }
 
-/* A decimal number as people write one: [+-] digits [. digits] [e [+-]
- * digits], at least one digit before the exponent. strtod alone would also
- * take hexadecimal ("0x10" is 16), "inf", "nan" and leading blanks. */
-static int is_decimal(const char *v)
+/* The length of the decimal number at the start of s (is_decimal's
+ * grammar), 0 when none. */
+static size_t decimal_prefix(const char *s)
 {
+    const char *v = s;
     int digits = 0;
 
     if (*v == '+' || *v == '-')
@@ -81,15 +81,44 @@ static int is_decimal(const char *v)
     if (!digits)
         return 0;
     if (*v == 'e' || *v == 'E') {
-        v++;
-        if (*v == '+' || *v == '-')
-            v++;
-        if (*v < '0' || *v > '9')
-            return 0;
-        while (*v >= '0' && *v <= '9')
-            v++;
+        const char *e = v + 1;
+
+        if (*e == '+' || *e == '-')
+            e++;
+        if (*e >= '0' && *e <= '9') {
+            while (*e >= '0' && *e <= '9')
+                e++;
+            v = e;
+        }
     }
-    return *v == '\0';
+    return (size_t)(v - s);
+}
+
+/* A decimal number as people write one: [+-] digits [. digits] [e [+-]
+ * digits], at least one digit before the exponent. strtod alone would also
+ * take hexadecimal ("0x10" is 16), "inf", "nan" and leading blanks. */
+static int is_decimal(const char *v)
+{
+    size_t len = decimal_prefix(v);
+
+    return len > 0 && v[len] == '\0';
+}
+
+double fed_strtod_decimal(const char *s, char **end)
+{
+    size_t len = decimal_prefix(s);
+    char buf[128], *e = NULL;
+    double x;
+
+    if (len == 0 || len >= sizeof buf) {
+        *end = (char *)s;
+        return 0.0;
+    }
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+    x = strtod(buf, &e); /* errno as strtod sets it (ERANGE) */
+    *end = (char *)s + (e - buf);
+    return x;
 }
 
 int fed_opt_decimal(const char *v, double *out)

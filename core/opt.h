@@ -101,6 +101,11 @@ FED_WUR fed_err fed_opt_load_given(const fed_opt *t, size_t n, void *cfg, int ar
  * digits] [e [+-] digits]: no hexadecimal, inf, nan or blanks, which strtod
  * takes), else 0: what FED_OPT_DOUBLE accepts, for parsers of their own. */
 int fed_opt_decimal(const char *v, double *out);
+/* strtod for the numbers inside spec strings ("topk:0.1", "step:10,0.5"):
+ * the decimal number at the start of s (the grammar above), *end after it;
+ * none (hexadecimal, inf, nan, a blank first): 0 and *end = s, which the
+ * callers' "nothing parsed" check then refuses. errno as strtod sets it. */
+double fed_strtod_decimal(const char *s, char **end);
 
 /* One line per option: flag, type, default, help. The caller picks the stream. */
 void fed_opt_print_help(const fed_opt *t, size_t n, FILE *out);

@@ -10,6 +10,7 @@
 
 #include "core/alloc.h"
 #include "core/rng.h"
+#include "core/opt.h"
 #include "gossip/topology.h"
 
 typedef enum topo_kind {
@@ -87,7 +88,7 @@ static fed_err parse_spec(const char *spec, topo_kind *kind, int *k, double *p)
         if (end == spec + 11 || *end != ',' || errno || v < 2 || v > 64 || v % 2)
             return FED_ERR_SPEC;
         *k = (int)v;
-        *p = strtod(end + 1, &end);
+        *p = fed_strtod_decimal(end + 1, &end);
         if (*end || errno || !(*p >= 0 && *p <= 1))
             return FED_ERR_SPEC;
         *kind = TOPO_SMALLWORLD;

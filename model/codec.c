@@ -13,6 +13,7 @@
 
 #include "core/alloc.h"
 #include "core/bytes.h"
+#include "core/opt.h"
 
 #define Q8_MAX_INPUT 1e38f
 #define Q8_MAX_SCALE 2e36f
@@ -41,7 +42,7 @@ fed_err fed_codec_parse(const char *text, fed_codec *out)
     }
     if (strncmp(text, "topk:", 5) == 0 && text[5]) {
         char *end = NULL;
-        double f = strtod(text + 5, &end);
+        double f = fed_strtod_decimal(text + 5, &end);
 
         if (*end == 0 && f > 0 && f <= 1) {
             out->id = FED_CODEC_TOPK;

@@ -12,6 +12,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "core/opt.h"
 #include "model/merge_impl.h"
 
 /* ------------------------------------------------------------ parsing -- */
@@ -52,7 +53,7 @@ static int arg_double(const char *s, size_t len, double *v)
     memcpy(buf, s, len);
     buf[len] = '\0';
     errno = 0;
-    *v = strtod(buf, &end);
+    *v = fed_strtod_decimal(buf, &end);
     return end == buf + len && errno == 0 && isfinite(*v);
 }
 

@@ -12,6 +12,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "core/opt.h"
 
 struct fed_optim {
     fed_optim_cfg cfg;
@@ -101,7 +102,7 @@ fed_err fed_optim_sched_parse(const char *text, fed_optim_cfg *cfg)
             return FED_ERR_BAD_VALUE;
         if (end[1] == '\0' || isspace((unsigned char)end[1]))
             return FED_ERR_BAD_VALUE;
-        g = strtod(end + 1, &end);
+        g = fed_strtod_decimal(end + 1, &end);
         if (*end || !(g > 0.0 && g <= 1.0))
             return FED_ERR_BAD_VALUE;
         cfg->sched = FED_SCHED_STEP;

@@ -14,6 +14,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "core/opt.h"
 
 /* Stream numbers for the RNGs derived from the partition seed. */
 enum { STREAM_SPLIT = 0, STREAM_NODE_ORDER = 1 };
@@ -35,7 +36,7 @@ static fed_err parse_scheme(const char *scheme, fed_data_scheme *out)
     if (strncmp(scheme, "dirichlet:", 10) == 0) {
         arg = scheme + 10;
         errno = 0;
-        out->alpha = strtod(arg, &end);
+        out->alpha = fed_strtod_decimal(arg, &end);
         if (*arg == '\0' || *arg == ' ' || *end != '\0' || errno != 0 || !isfinite(out->alpha) ||
             out->alpha <= 0.0) {
             fed_log(FED_LOG_ERROR, "partition: bad scheme '%s': ALPHA must be a positive number",

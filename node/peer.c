@@ -14,6 +14,7 @@
 #include "core/alloc.h"
 #include "core/bytes.h"
 #include "core/log.h"
+#include "core/opt.h"
 #include "crypto/seal.h"
 #include "gossip/pushsum.h"
 #include "gossip/topology.h"
@@ -42,7 +43,7 @@ static fed_err parse_sync(const char *s, node_mesh *p)
         p->sync = SYNC_SSP;
         p->ssp_lag = (uint32_t)v;
     } else if (!strncmp(s, "asp:", 4)) {
-        p->asp_thresh = strtod(s + 4, &end);
+        p->asp_thresh = fed_strtod_decimal(s + 4, &end);
         if (end == s + 4 || *end || !(p->asp_thresh >= 0 && p->asp_thresh < 1e6))
             return FED_ERR_SPEC;
         p->sync = SYNC_ASP;

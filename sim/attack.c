@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/rng.h"
+#include "core/opt.h"
 #include "sim/attack.h"
 
 fed_err fed_sim_attack_parse(const char *spec, fed_sim_attack *a)
@@ -22,7 +23,7 @@ fed_err fed_sim_attack_parse(const char *spec, fed_sim_attack *a)
     if (!strncmp(spec, "signflip:", 9) || !strncmp(spec, "noise:", 6)) {
         const char *num = spec[0] == 's' ? spec + 9 : spec + 6;
 
-        v = strtod(num, &end);
+        v = fed_strtod_decimal(num, &end);
         if (end == num || *end || !isfinite(v) || !(v > 0) || v > 1e6)
             return FED_ERR_SPEC;
         a->kind = spec[0] == 's' ? FED_SIM_ATTACK_SIGNFLIP : FED_SIM_ATTACK_NOISE;

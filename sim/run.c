@@ -15,6 +15,7 @@
 #include "core/comm.h"
 #include "core/log.h"
 #include "core/rng.h"
+#include "core/opt.h"
 #include "crypto/allow.h"
 #include "gossip/wire_hooks.h"
 #include "model/backend.h"
@@ -442,7 +443,7 @@ static fed_err parse_fraction(const char *s, double *f, const char **rest)
 {
     char *end;
 
-    *f = strtod(s, &end);
+    *f = fed_strtod_decimal(s, &end);
     if (end == s || *end != ':' || !(*f >= 0 && *f <= 1))
         return FED_ERR_SPEC;
     *rest = end + 1;
@@ -454,15 +455,15 @@ static fed_err parse_window(const char *s, double *x, double *t1, double *t2)
 {
     char *end;
 
-    *x = strtod(s, &end);
+    *x = fed_strtod_decimal(s, &end);
     if (end == s || *end != '@')
         return FED_ERR_SPEC;
     s = end + 1;
-    *t1 = strtod(s, &end);
+    *t1 = fed_strtod_decimal(s, &end);
     if (end == s || *end != '-' || !(*t1 >= 0))
         return FED_ERR_SPEC;
     s = end + 1;
-    *t2 = strtod(s, &end);
+    *t2 = fed_strtod_decimal(s, &end);
     if (end == s || *end || !(*t2 >= *t1))
         return FED_ERR_SPEC;
     return FED_OK;
@@ -523,14 +524,14 @@ static fed_err schedule_crash(sim_run *r)
         index = node_index(r, (int)k);
         s = end + 1;
     }
-    at = strtod(s, &end);
+    at = fed_strtod_decimal(s, &end);
     if (end == s || !(at >= 0))
         return FED_ERR_SPEC;
     if (*end == ',') {
         s = end + 1;
         if (strncmp(s, "restart@", 8) != 0)
             return FED_ERR_SPEC;
-        back = strtod(s + 8, &end);
+        back = fed_strtod_decimal(s + 8, &end);
         if (end == s + 8 || !(back > at))
             return FED_ERR_SPEC;
     }
@@ -590,7 +591,7 @@ static fed_err attach_nodes(sim_run *r, const fed_dataset *train, const fed_data
     if (sc->stragglers[0]) {
         if (parse_fraction(sc->stragglers, &slow_f, &rest) != FED_OK)
             return FED_ERR_SPEC;
-        slow = strtod(rest, &end);
+        slow = fed_strtod_decimal(rest, &end);
         if (end == rest || *end || !(slow >= 1))
             return FED_ERR_SPEC;
     }

@@ -57,6 +57,11 @@ static void test_parse_format(void **state)
     assert_int_equal(fed_codec_parse("topk:1.5", &c), FED_ERR_BAD_VALUE);
     assert_int_equal(fed_codec_parse("topk:", &c), FED_ERR_BAD_VALUE);
     assert_int_equal(fed_codec_parse("topk:0.1x", &c), FED_ERR_BAD_VALUE);
+    /* numbers inside a spec are decimal, as the flags' are */
+    assert_int_equal(fed_codec_parse("topk:0x0.1p0", &c), FED_ERR_BAD_VALUE);
+    assert_int_equal(fed_codec_parse("topk:nan", &c), FED_ERR_BAD_VALUE);
+    assert_int_equal(fed_codec_parse("topk: 0.1", &c), FED_ERR_BAD_VALUE);
+    assert_int_equal(fed_codec_parse("topk:1e-1", &c), FED_OK);
     assert_int_equal(fed_codec_parse("f8", &c), FED_ERR_BAD_VALUE);
     assert_int_equal(fed_codec_parse("none", &c), FED_ERR_BAD_VALUE);
     assert_int_equal(fed_codec_topk_k(0.01f, 1000), 10);

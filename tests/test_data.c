@@ -1504,7 +1504,8 @@ static void test_partition_errors(void **state)
                           "dirichlet", "dirichlet:",  "dirichlet:0",  "dirichlet:-1",
                           "dirichlet:abc", "dirichlet:nan", "dirichlet:inf", "dirichlet:1x",
                           "dirichlet: 1", "shards:",  "shards:0",     "shards:-2",
-                          "shards:1.5", "shards:2x",  "shards:99999999999" };
+                          "shards:1.5", "shards:2x",  "shards:99999999999", "dirichlet:0x1p-1",
+                          "dirichlet:0x10" };
     fed_dataset *d = label_set(100, 10);
     fed_data_scheme sc;
     uint32_t *idx = (uint32_t *)1;

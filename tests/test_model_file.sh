@@ -49,3 +49,16 @@ ok "a graph past a spec's 127 bytes trains, named $(grep -o 'g#[0-9a-f]*' "$TMP/
 grep -q "merged 3" "$TMP/bigsim.log" ||
     { cat "$TMP/bigsim.log"; fail "every client built the graph its MODEL carried"; }
 ok "fedsim: a graph past a spec's 127 bytes travels in the MODEL, every client merged"
+
+# a --model that is neither a preset nor a file says so, once prefixed
+if "$FEDNODE" train --model "$TMP/absent.cfg" --epochs 1 >"$TMP/absent.log" 2>&1; then
+    fail "a --model that names no file is refused"
+fi
+grep -qx "fednode: train: --model '$TMP/absent.cfg': no such file, and not a preset (logreg, mlp:W1,W2,..., cnn)" \
+    "$TMP/absent.log" || { cat "$TMP/absent.log"; fail "the refusal says no such file"; }
+if "$FEDSIM" --model "$TMP" --nodes 2 --rounds 1 >"$TMP/dir.log" 2>&1; then
+    fail "fedsim --model DIR is refused"
+fi
+grep -qx "fedsim: --model '$TMP': not a regular file, and not a preset (logreg, mlp:W1,W2,..., cnn)" \
+    "$TMP/dir.log" || { cat "$TMP/dir.log"; fail "fedsim's refusal is prefixed once"; }
+ok "a --model naming no file, or a folder: refused, saying so"
