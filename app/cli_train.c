@@ -94,7 +94,8 @@ static const fed_opt train_opts[] = {
       "threads splitting each batch (CPU); 0 = every online core"),
     T(seed, "seed", FED_OPT_U64, "1", 0, 0, "seed of initialization and shuffling"),
     T(partition, "partition", FED_OPT_STR, "iid", 0, 0,
-      "how the data is split among --shard's K nodes: iid, dirichlet:ALPHA, shards:N"),
+      "how the data is split among --shard's K nodes: iid, dirichlet:ALPHA, shards:N, "
+      "niid-dirichlet:BETA, labels:K, quantity:BETA"),
     T(shard, "shard", FED_OPT_STR, "0/1", 0, 0, "I/K: train on part I (0-based) of K"),
     T(partition_seed, "partition-seed", FED_OPT_U64, "1", 0, 0,
       "seed of the partition (the same on every node)"),
@@ -315,8 +316,8 @@ static int check_train_cfg(const train_cfg *c, fed_optim_cfg *oc, int *shard, in
         return 2;
     }
     if (fed_data_parse_scheme(c->partition, &scheme) != FED_OK) {
-        fed_cli_error("train: --partition: '%s' is not iid, dirichlet:ALPHA or shards:N",
-                      c->partition);
+        fed_cli_error("train: --partition: '%s' is not iid, dirichlet:ALPHA, shards:N, "
+                      "niid-dirichlet:BETA, labels:K or quantity:BETA", c->partition);
         return 2;
     }
     return 0;

@@ -227,7 +227,8 @@ FED_WUR fed_err fed_data_write_stats(const char *path, const double *mean, const
 FED_WUR fed_err fed_data_read_file(const char *path, uint64_t max, uint8_t **buf, size_t *len);
 void fed_data_free(fed_dataset *d);
 
-/* Partitioners: "iid", "dirichlet:ALPHA", "shards:N". The same scheme, k and
+/* Partitioners: "iid", "dirichlet:ALPHA", "shards:N", "niid-dirichlet:BETA",
+ * "labels:K", "quantity:BETA". The same scheme, k and
  * seed give every node the same split; node `shard` (0-based, < k) receives
  * its own indices, in a seeded order. The caller frees *idx with fed_free.
  * Every sample goes to exactly one node.
@@ -239,6 +240,14 @@ void fed_data_free(fed_dataset *d);
  *                get nothing
  *   shards:N     sort by label (stable), cut into N*k equal chunks, deal
  *                each node N chunks at random; N*k > n is FED_ERR_RANGE
+ * and NIID-Bench's (Li, Diao, Chen, He, ICDE 2022), as its code draws them:
+ *   niid-dirichlet:B  per class, p ~ Dir(B) over the parties, the share of
+ *                a party holding n/k samples already zeroed; the split redrawn
+ *                until every party holds 10 samples (FED_ERR_RANGE after 1000)
+ *   labels:K     party j holds label j mod C and K - 1 other random labels;
+ *                each label split equally among its holders ("#C=K")
+ *   quantity:B   shuffled samples cut by p ~ Dir(B), redrawn until every
+ *                party holds 10
  * A bad scheme is FED_ERR_BAD_VALUE, a bad shard/k FED_ERR_RANGE (logged). */
 FED_WUR fed_err fed_data_partition(const fed_dataset *d, const char *scheme, int shard, int k,
                                    uint64_t seed, uint32_t **idx, size_t *n);
@@ -254,13 +263,17 @@ typedef enum fed_data_scheme_kind {
     FED_DATA_IID,
     FED_DATA_DIRICHLET,
     FED_DATA_SHARDS,
+    FED_DATA_NIID_DIRICHLET,
+    FED_DATA_LABELS,
+    FED_DATA_QUANTITY,
 } fed_data_scheme_kind;
 typedef struct fed_data_scheme {
     fed_data_scheme_kind kind;
-    double alpha; /* dirichlet: concentration, > 0 */
+    double alpha; /* dirichlet, niid-dirichlet, quantity: concentration, > 0 */
     int shards;   /* shards: chunks per node, >= 1 */
+    int labels;   /* labels: per party, >= 1 */
 } fed_data_scheme;
-/* FED_ERR_BAD_VALUE (logged, naming the text) when scheme is not one of the three. */
+/* FED_ERR_BAD_VALUE (logged, naming the text) when scheme is none of the above. */
 FED_WUR fed_err fed_data_parse_scheme(const char *scheme, fed_data_scheme *out);
 
 /* Training augmentation of uint8 images: "none" (or ""), "crop:P" (each

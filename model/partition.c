@@ -1,5 +1,6 @@
-/* partition.c - the seeded partitioners ("iid", "dirichlet:ALPHA", "shards:N")
- * that give node `shard` of `k` its list of sample indices. Every node computes
+/* partition.c - the seeded partitioners ("iid", "dirichlet:ALPHA", "shards:N",
+ * and NIID-Bench's "niid-dirichlet:BETA", "labels:K", "quantity:BETA") that
+ * give node `shard` of `k` its list of sample indices. Every node computes
  * the whole split from (scheme, k, seed) alone and keeps its own part, so all
  * nodes agree without talking. Owns only the index arrays it returns; never
  * touches the dataset's samples and never draws randomness from anywhere but
@@ -16,6 +17,14 @@
 #include "core/log.h"
 #include "core/opt.h"
 
+#define SCHEMES                                                                               \
+    "iid, dirichlet:ALPHA, shards:N, niid-dirichlet:BETA, labels:K or quantity:BETA"
+/* NIID-Bench's rules: every party holds at least this many samples (the
+ * Dirichlet splits are redrawn until it does), and gives up after this many
+ * draws. */
+#define NIID_MIN_SIZE 10
+#define NIID_MAX_DRAWS 1000
+
 /* Stream numbers for the RNGs derived from the partition seed. */
 enum { STREAM_SPLIT = 0, STREAM_NODE_ORDER = 1 };
 
@@ -26,7 +35,7 @@ static fed_err parse_scheme(const char *scheme, fed_data_scheme *out)
 
     memset(out, 0, sizeof *out);
     if (!scheme) {
-        fed_log(FED_LOG_ERROR, "partition: no scheme given (want iid, dirichlet:ALPHA or shards:N)");
+        fed_log(FED_LOG_ERROR, "partition: no scheme given (want " SCHEMES ")");
         return FED_ERR_BAD_VALUE;
     }
     if (strcmp(scheme, "iid") == 0) {
@@ -46,6 +55,36 @@ static fed_err parse_scheme(const char *scheme, fed_data_scheme *out)
         out->kind = FED_DATA_DIRICHLET;
         return FED_OK;
     }
+    if (strncmp(scheme, "niid-dirichlet:", 15) == 0 || strncmp(scheme, "quantity:", 9) == 0) {
+        int niid = scheme[0] == 'n';
+
+        arg = scheme + (niid ? 15 : 9);
+        errno = 0;
+        out->alpha = fed_strtod_decimal(arg, &end);
+        if (*arg == '\0' || *end != '\0' || errno != 0 || !isfinite(out->alpha) ||
+            out->alpha <= 0.0) {
+            fed_log(FED_LOG_ERROR, "partition: bad scheme '%s': BETA must be a positive number",
+                    scheme);
+            return FED_ERR_BAD_VALUE;
+        }
+        out->kind = niid ? FED_DATA_NIID_DIRICHLET : FED_DATA_QUANTITY;
+        return FED_OK;
+    }
+    if (strncmp(scheme, "labels:", 7) == 0) {
+        long v;
+
+        arg = scheme + 7;
+        errno = 0;
+        v = strtol(arg, &end, 10);
+        if (*arg < '0' || *arg > '9' || *end != '\0' || errno != 0 || v < 1 || v > 65536) {
+            fed_log(FED_LOG_ERROR,
+                    "partition: bad scheme '%s': K must be an integer in [1, 65536]", scheme);
+            return FED_ERR_BAD_VALUE;
+        }
+        out->kind = FED_DATA_LABELS;
+        out->labels = (int)v;
+        return FED_OK;
+    }
     if (strncmp(scheme, "shards:", 7) == 0) {
         long v;
 
@@ -61,8 +100,7 @@ static fed_err parse_scheme(const char *scheme, fed_data_scheme *out)
         out->shards = (int)v;
         return FED_OK;
     }
-    fed_log(FED_LOG_ERROR, "partition: unknown scheme '%s' (want iid, dirichlet:ALPHA or shards:N)",
-            scheme);
+    fed_log(FED_LOG_ERROR, "partition: unknown scheme '%s' (want " SCHEMES ")", scheme);
     return FED_ERR_BAD_VALUE;
 }
 
@@ -264,6 +302,268 @@ out:
     return err;
 }
 
+/* NIID-Bench's splits compute every party's part at once: party j's
+ * indices are mine[] when j is the caller's shard, and only its size is
+ * kept otherwise. */
+typedef struct niid_split {
+    int shard, k;
+    size_t *sizes;  /* (k) */
+    uint32_t *mine; /* (n) */
+    size_t nmine;
+} niid_split;
+
+static void niid_reset(niid_split *s)
+{
+    memset(s->sizes, 0, (size_t)s->k * sizeof *s->sizes);
+    s->nmine = 0;
+}
+
+/* Party j takes a[0..n). */
+static void niid_give(niid_split *s, int j, const uint32_t *a, size_t n)
+{
+    s->sizes[j] += n;
+    if (j == s->shard && n) {
+        memcpy(s->mine + s->nmine, a, n * sizeof *a);
+        s->nmine += n;
+    }
+}
+
+/* a[0..n) cut as NumPy's split at floor(cumsum(p) * n)[:-1]: party j takes
+ * the j-th piece. */
+static void niid_cut(niid_split *s, const double *p, const uint32_t *a, size_t n)
+{
+    double cum = 0.0;
+    size_t lo = 0;
+
+    for (int j = 0; j < s->k; j++) {
+        size_t hi = n;
+
+        if (j < s->k - 1) {
+            cum += p[j];
+            hi = (size_t)(cum * (double)n);
+            if (hi > n)
+                hi = n;
+            if (hi < lo)
+                hi = lo;
+        }
+        niid_give(s, j, a + lo, hi - lo);
+        lo = hi;
+    }
+}
+
+static size_t niid_min_size(const niid_split *s)
+{
+    size_t m = s->sizes[0];
+
+    for (int j = 1; j < s->k; j++)
+        if (s->sizes[j] < m)
+            m = s->sizes[j];
+    return m;
+}
+
+static fed_err niid_new(const fed_dataset *d, int shard, int k, niid_split *s)
+{
+    s->shard = shard;
+    s->k = k;
+    s->nmine = 0;
+    s->sizes = fed_calloc((size_t)k, sizeof *s->sizes);
+    s->mine = fed_malloc(d->n * sizeof *s->mine);
+    return s->sizes && s->mine ? FED_OK : FED_ERR_NOMEM;
+}
+
+static void niid_free(niid_split *s)
+{
+    fed_free(s->sizes);
+    fed_free(s->mine);
+}
+
+static fed_err niid_too_small(const char *what, double beta, int k, size_t n)
+{
+    fed_log(FED_LOG_ERROR,
+            "partition: %s:%g over %d parties: no draw in %d gave every party %d samples (the "
+            "data has %zu): use a larger BETA or fewer parties",
+            what, beta, k, NIID_MAX_DRAWS, NIID_MIN_SIZE, n);
+    return FED_ERR_RANGE;
+}
+
+/* NIID-Bench's label skew by Dirichlet (its "noniid-labeldir"): per class,
+ * shuffle its samples and draw p ~ Dir(beta) over the parties, zero the
+ * share of every party that holds N/k samples already, renormalize and cut;
+ * redraw the whole split until every party holds NIID_MIN_SIZE. */
+static fed_err partition_niid_dirichlet(const fed_dataset *d, double beta, int shard, int k,
+                                        uint64_t seed, uint32_t **idx, size_t *nout)
+{
+    niid_split s = {0};
+    uint32_t *order = NULL;
+    size_t *start = NULL;
+    double *p = NULL, full = (double)d->n / k;
+    fed_rng rng;
+    int draw;
+    fed_err err;
+
+    if ((err = group_by_class(d, &order, &start)) != FED_OK || (err = niid_new(d, shard, k, &s)))
+        goto out;
+    if (!(p = fed_malloc((size_t)k * sizeof *p))) {
+        err = FED_ERR_NOMEM;
+        goto out;
+    }
+    fed_rng_seed_stream(&rng, seed, STREAM_SPLIT);
+    for (draw = 0; draw < NIID_MAX_DRAWS; draw++) {
+        niid_reset(&s);
+        for (int c = 0; c < d->shape.classes; c++) {
+            uint32_t *cls = order + start[c];
+            size_t nc = start[c + 1] - start[c];
+            double sum = 0.0;
+
+            fed_rng_shuffle_u32(&rng, cls, nc);
+            draw_dirichlet(&rng, beta, k, p);
+            for (int j = 0; j < k; j++) {
+                if ((double)s.sizes[j] >= full)
+                    p[j] = 0.0;
+                sum += p[j];
+            }
+            for (int j = 0; j < k; j++)
+                p[j] = sum > 0.0 ? p[j] / sum : 1.0 / k;
+            niid_cut(&s, p, cls, nc);
+        }
+        if (niid_min_size(&s) >= NIID_MIN_SIZE)
+            break;
+    }
+    if (draw == NIID_MAX_DRAWS)
+        err = niid_too_small("niid-dirichlet", beta, k, d->n);
+    else
+        err = copy_out(s.mine, s.nmine, idx, nout);
+out:
+    fed_free(order);
+    fed_free(start);
+    fed_free(p);
+    niid_free(&s);
+    return err;
+}
+
+/* NIID-Bench's "#C=K": party j holds label j mod C and K - 1 other labels
+ * drawn at random; each label's samples, shuffled, are split equally (as
+ * NumPy's array_split) among the parties that hold it, in party order. A
+ * label nobody holds (fewer parties than labels) is left out. */
+static fed_err partition_labels(const fed_dataset *d, int labels, int shard, int k,
+                                uint64_t seed, uint32_t **idx, size_t *nout)
+{
+    int C = d->shape.classes;
+    niid_split s = {0};
+    uint32_t *order = NULL;
+    size_t *start = NULL;
+    unsigned char *holds = NULL; /* (k, C) */
+    int *times = NULL;
+    fed_rng rng;
+    fed_err err;
+
+    if (labels > C) {
+        fed_log(FED_LOG_ERROR, "partition: labels:%d but the data has %d classes", labels, C);
+        return FED_ERR_RANGE;
+    }
+    if ((err = group_by_class(d, &order, &start)) != FED_OK || (err = niid_new(d, shard, k, &s)))
+        goto out;
+    holds = fed_calloc((size_t)k * (size_t)C, 1);
+    times = fed_calloc((size_t)C, sizeof *times);
+    if (!holds || !times) {
+        err = FED_ERR_NOMEM;
+        goto out;
+    }
+    fed_rng_seed_stream(&rng, seed, STREAM_SPLIT);
+    for (int j = 0; j < k; j++) {
+        unsigned char *h = holds + (size_t)j * C;
+        int have = 1;
+
+        h[j % C] = 1;
+        times[j % C]++;
+        while (have < labels) {
+            int c = (int)fed_rng_below(&rng, (uint64_t)C);
+
+            if (!h[c]) {
+                h[c] = 1;
+                times[c]++;
+                have++;
+            }
+        }
+    }
+    for (int c = 0; c < C; c++) {
+        uint32_t *cls = order + start[c];
+        size_t nc = start[c + 1] - start[c], lo = 0;
+        int piece = 0;
+
+        if (!times[c])
+            continue;
+        fed_rng_shuffle_u32(&rng, cls, nc);
+        for (int j = 0; j < k; j++) {
+            size_t len;
+
+            if (!holds[(size_t)j * C + c])
+                continue;
+            len = nc / (size_t)times[c] + ((size_t)piece < nc % (size_t)times[c]);
+            niid_give(&s, j, cls + lo, len);
+            lo += len;
+            piece++;
+        }
+    }
+    err = copy_out(s.mine, s.nmine, idx, nout);
+out:
+    fed_free(order);
+    fed_free(start);
+    fed_free(holds);
+    fed_free(times);
+    niid_free(&s);
+    return err;
+}
+
+/* NIID-Bench's quantity skew ("iid-diff-quantity"): all samples shuffled,
+ * sizes from p ~ Dir(beta), redrawn until every party's share p_j N is at
+ * least NIID_MIN_SIZE, then cut. */
+static fed_err partition_quantity(const fed_dataset *d, double beta, int shard, int k,
+                                  uint64_t seed, uint32_t **idx, size_t *nout)
+{
+    niid_split s = {0};
+    uint32_t *all = NULL;
+    double *p = NULL;
+    fed_rng rng;
+    int draw;
+    fed_err err;
+
+    if ((err = niid_new(d, shard, k, &s)) != FED_OK)
+        goto out;
+    all = fed_malloc(d->n * sizeof *all);
+    p = fed_malloc((size_t)k * sizeof *p);
+    if (!all || !p) {
+        err = FED_ERR_NOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < d->n; i++)
+        all[i] = (uint32_t)i;
+    fed_rng_seed_stream(&rng, seed, STREAM_SPLIT);
+    fed_rng_shuffle_u32(&rng, all, d->n);
+    for (draw = 0; draw < NIID_MAX_DRAWS; draw++) {
+        double least;
+
+        draw_dirichlet(&rng, beta, k, p);
+        least = p[0];
+        for (int j = 1; j < k; j++)
+            if (p[j] < least)
+                least = p[j];
+        if (least * (double)d->n >= NIID_MIN_SIZE)
+            break;
+    }
+    if (draw == NIID_MAX_DRAWS) {
+        err = niid_too_small("quantity", beta, k, d->n);
+        goto out;
+    }
+    niid_cut(&s, p, all, d->n);
+    err = copy_out(s.mine, s.nmine, idx, nout);
+out:
+    fed_free(all);
+    fed_free(p);
+    niid_free(&s);
+    return err;
+}
+
 fed_err fed_data_partition(const fed_dataset *d, const char *scheme, int shard, int k,
                            uint64_t seed, uint32_t **idx, size_t *n)
 {
@@ -290,6 +590,11 @@ fed_err fed_data_partition(const fed_dataset *d, const char *scheme, int shard, 
         err = partition_dirichlet(d, s.alpha, shard, k, seed, idx, n);
         break;
     case FED_DATA_SHARDS: err = partition_shards(d, s.shards, shard, k, seed, idx, n); break;
+    case FED_DATA_NIID_DIRICHLET:
+        err = partition_niid_dirichlet(d, s.alpha, shard, k, seed, idx, n);
+        break;
+    case FED_DATA_LABELS: err = partition_labels(d, s.labels, shard, k, seed, idx, n); break;
+    case FED_DATA_QUANTITY: err = partition_quantity(d, s.alpha, shard, k, seed, idx, n); break;
     }
     if (err)
         return err;

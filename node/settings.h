@@ -79,7 +79,8 @@ typedef struct fed_node_settings {
                 "zero-padded), flip (left-right, half the time) or crop:P,flip"),                \
     FED_OPT_DEF(T, m.partition, "partition", FED_OPT_STR, "iid", 0, 0,                           \
                 "client, peer: how the training split is cut into parts (fednode: --shard's K; " \
-                "fedsim: one per node): iid, dirichlet:ALPHA, shards:N"),                        \
+                "fedsim: one per node): iid, dirichlet:ALPHA, shards:N, niid-dirichlet:BETA, "   \
+                "labels:K, quantity:BETA"),                                                      \
     FED_OPT_DEF(T, m.model, "model", FED_OPT_STR, "mlp:256,128", 0, 0,                           \
                 "aggregator, peer: logreg, mlp:W1,W2,..., cnn, or a layer file"),                 \
     FED_OPT_DEF(T, m.rounds, "rounds", FED_OPT_INT, "10", 0, 1000000,                            \

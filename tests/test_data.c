@@ -1460,6 +1460,78 @@ static double label_skew(const fed_dataset *d, const char *scheme, int k, uint64
     return sum / used;
 }
 
+/* NIID-Bench's partitions, against their rules: niid-dirichlet and
+ * quantity cover every sample with every party holding at least 10;
+ * labels:K gives party j label j mod 10 and K distinct labels, each label
+ * split equally (within one sample) among its holders; quantity's parts
+ * hold each label in about the global proportion. */
+static void test_niid_bench_partitions(void **state)
+{
+    fed_dataset *d = label_set(6000, 10);
+    const char *covering[] = { "niid-dirichlet:0.5", "niid-dirichlet:0.1", "quantity:0.5",
+                               "labels:1", "labels:2", "labels:3", "labels:10" };
+
+    (void)state;
+    for (size_t s = 0; s < sizeof covering / sizeof *covering; s++)
+        for (int k = 2; k <= 10; k += 8)
+            if (k == 10 || strncmp(covering[s], "labels:", 7)) /* 2 parties hold < 10 labels */
+                check_cover(d, covering[s], k, 11);
+    for (int K = 1; K <= 3; K++) {
+        char scheme[16];
+        size_t holders[10] = { 0 }, got[10][10] = { { 0 } }, per_class[10] = { 0 };
+
+        snprintf(scheme, sizeof scheme, "labels:%d", K);
+        for (int j = 0; j < 10; j++) {
+            uint32_t *idx;
+            size_t n;
+            int distinct = 0;
+
+            get_part(d, scheme, j, 10, 3, &idx, &n);
+            for (size_t i = 0; i < n; i++)
+                got[j][d->y[idx[i]]]++;
+            for (int c = 0; c < 10; c++) {
+                distinct += got[j][c] > 0;
+                holders[c] += got[j][c] > 0;
+            }
+            assert_int_equal(distinct, K);
+            assert_true(got[j][j % 10] > 0);
+            fed_free(idx);
+        }
+        for (size_t i = 0; i < d->n; i++)
+            per_class[d->y[i]]++;
+        for (int c = 0; c < 10; c++)
+            for (int j = 0; j < 10; j++)
+                if (got[j][c])
+                    assert_true(got[j][c] == per_class[c] / holders[c] ||
+                                got[j][c] == per_class[c] / holders[c] + 1);
+    }
+    for (const char **s = (const char *[]){ "niid-dirichlet:0.05", "quantity:0.3", NULL }; *s;
+         s++)
+        for (int j = 0; j < 10; j++) {
+            uint32_t *idx;
+            size_t n;
+
+            get_part(d, *s, j, 10, 5, &idx, &n);
+            assert_true(n >= 10);
+            fed_free(idx);
+        }
+    /* more parties than 10 samples each allow: refused, not looped on */
+    {
+        fed_dataset *small = label_set(50, 10);
+        uint32_t *idx = NULL;
+        size_t n = 0;
+
+        assert_err(fed_data_partition(small, "niid-dirichlet:0.5", 0, 10, 1, &idx, &n),
+                   FED_ERR_RANGE);
+        assert_err(fed_data_partition(small, "quantity:0.5", 0, 10, 1, &idx, &n), FED_ERR_RANGE);
+        assert_err(fed_data_partition(small, "labels:11", 0, 10, 1, &idx, &n), FED_ERR_RANGE);
+        label_set_free(small);
+    }
+    assert_true(label_skew(d, "quantity:0.5", 10, 2) < 0.1);
+    assert_true(label_skew(d, "niid-dirichlet:0.1", 10, 2) > 0.4);
+    label_set_free(d);
+}
+
 static void test_dirichlet_skew(void **state)
 {
     fed_dataset *d = label_set(20000, 10);
@@ -1505,7 +1577,8 @@ static void test_partition_errors(void **state)
                           "dirichlet:abc", "dirichlet:nan", "dirichlet:inf", "dirichlet:1x",
                           "dirichlet: 1", "shards:",  "shards:0",     "shards:-2",
                           "shards:1.5", "shards:2x",  "shards:99999999999", "dirichlet:0x1p-1",
-                          "dirichlet:0x10" };
+                          "dirichlet:0x10", "niid-dirichlet:", "niid-dirichlet:0",
+                          "quantity:-1", "quantity:x", "labels:0", "labels:1.5", "labels:" };
     fed_dataset *d = label_set(100, 10);
     fed_data_scheme sc;
     uint32_t *idx = (uint32_t *)1;
@@ -1668,6 +1741,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_partition_cover, setup, teardown),
         cmocka_unit_test_setup_teardown(test_partition_seeded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dirichlet_skew, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_niid_bench_partitions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_partition_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_partition_alloc_sweep, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gather, setup, teardown),
