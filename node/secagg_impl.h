@@ -13,7 +13,7 @@
 /* The floor cfg sets: secagg_min_clients, never below FED_NODE_SA_FLOOR. */
 static inline uint32_t fed_node_sa_floor(const fed_node_config *c)
 {
-    return c->secagg_min_clients > FED_NODE_SA_FLOOR ? c->secagg_min_clients
+    return c->secagg.min_clients > FED_NODE_SA_FLOOR ? c->secagg.min_clients
                                                      : FED_NODE_SA_FLOOR;
 }
 
