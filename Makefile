@@ -37,7 +37,10 @@ CFLAGS  ?=
 override CFLAGS += -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -I. $(BLAS_CFLAGS) -MMD -MP -pthread
 # libpng and libjpeg(-turbo): the image-folder reader (model/data_img.c)
 IMG_LIBS := -lpng16 -ljpeg
-LDLIBS  := $(BLAS_LIBS) -lsodium -lnng -lsqlite3 -linih $(IMG_LIBS) -lz -lcmocka -ldl -lm -pthread
+# protobuf-c: ONNX files (onnx/), onnx.proto compiled by protoc-c at build time
+ONNX_PROTO ?= /usr/include/onnx/onnx.proto
+PROTOC_C   ?= protoc-c
+LDLIBS  := $(BLAS_LIBS) -lsodium -lnng -lsqlite3 -linih $(IMG_LIBS) -lprotobuf-c -lz -lcmocka -ldl -lm -pthread
 CORE_LDLIBS := $(BLAS_LIBS) -linih $(IMG_LIBS) -lz -ldl -lm -pthread
 
 # ---- MPI: mpicc (Open MPI) on PATH. mpi/mpi_*.c include mpi.h: built
@@ -52,11 +55,11 @@ MPI_LIBS   := $(if $(HAVE_MPI),$(shell $(MPICC) --showme:link 2>/dev/null))
 MPI_SRCS   := $(if $(HAVE_MPI),$(wildcard mpi/mpi_*.c),mpi/none.c)
 LDLIBS     += $(MPI_LIBS)
 
-MODULES   := core model crypto secagg gossip storage node sim privacy mpi
+MODULES   := core model onnx crypto secagg gossip storage node sim privacy mpi
 PROG_SRCS := app/fednode.c app/fedsim.c
 LIB_SRCS  := $(filter-out $(wildcard mpi/mpi_*.c) mpi/none.c,$(wildcard $(addsuffix /*.c,$(MODULES)))) \
              $(MPI_SRCS)
-LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
+LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/gen/onnx.pb-c.o
 LIB       := $(BUILD)/libfednode.a
 APP_SRCS  := $(filter-out $(PROG_SRCS),$(wildcard app/*.c))
 APP_OBJS  := $(APP_SRCS:%.c=$(BUILD)/%.o)
@@ -101,6 +104,20 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo "  CC    $<"
 	$(Q)$(CC) $(CFLAGS) $(OBJ_CFLAGS) -c $< -o $@
+
+# ONNX's schema as Debian's libonnx-dev ships it, compiled by protoc-c into
+# $(BUILD)/gen (never into the tree); onnx/ includes the generated header.
+$(BUILD)/gen/onnx.pb-c.c $(BUILD)/gen/onnx.pb-c.h &: $(ONNX_PROTO)
+	@mkdir -p $(BUILD)/gen
+	@command -v $(PROTOC_C) >/dev/null || { echo "protoc-c not found: make deps installs protobuf-c-compiler (and libonnx-dev: $(ONNX_PROTO))" >&2; exit 1; }
+	@echo "  PROTO $<"
+	$(Q)cp $< $(BUILD)/gen/onnx.proto && cd $(BUILD)/gen && $(PROTOC_C) --c_out=. onnx.proto
+$(BUILD)/gen/onnx.pb-c.o: $(BUILD)/gen/onnx.pb-c.c
+	@echo "  CC    $<"
+	$(Q)$(CC) $(CFLAGS) -I$(BUILD)/gen -c $< -o $@
+$(BUILD)/onnx/%.o: OBJ_CFLAGS = -I$(BUILD)/gen
+$(BUILD)/tests/test_onnx.o: OBJ_CFLAGS = -I$(BUILD)/gen
+$(patsubst %.c,$(BUILD)/%.o,$(wildcard onnx/*.c)) $(BUILD)/tests/test_onnx.o: | $(BUILD)/gen/onnx.pb-c.h
 
 # The plugin's folder, PREFIX/lib/fednode, is compiled into the programs
 # (model/backend.c), so `make install PREFIX=/opt/x` installs it where the

@@ -74,7 +74,12 @@ int fed_cli_online_cores(void); /* 1..FED_CLI_MAX_THREADS */
  * graph then in *graph (fed_free; graph NULL: the command takes no such
  * graph, an error). -1 to go on (a spec is left as it is), 2 with the
  * file's error printed, naming cmd. */
-int fed_cli_model_file(const char *cmd, char *model, size_t cap, char **graph);
+typedef struct fed_onnx fed_onnx;
+int fed_cli_model_file(const char *cmd, char *model, size_t cap, char **graph, fed_onnx **onnx);
+/* Whether path names an ONNX file (it ends in .onnx): --model FILE.onnx
+ * (onnx/onnx.h) is translated into the graph, its weights kept in *onnx
+ * (NULL: the command uses none, a warning says so). */
+int fed_cli_is_onnx(const char *path);
 /* "I/K" with 0 <= I < K: 1 when s is one. */
 int fed_cli_parse_shard(const char *s, int *shard, int *k);
 

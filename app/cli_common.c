@@ -5,12 +5,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/opt.h"
+#include "onnx/onnx.h"
 #include <sodium.h>
 
 #include "crypto/identity.h"
@@ -198,7 +200,43 @@ int fed_cli_online_cores(void)
     return n < 1 ? 1 : n > FED_CLI_MAX_THREADS ? FED_CLI_MAX_THREADS : (int)n;
 }
 
-int fed_cli_model_file(const char *cmd, char *model, size_t cap, char **graph)
+int fed_cli_is_onnx(const char *path)
+{
+    size_t n = strlen(path);
+
+    return n > 5 && !strcasecmp(path + n - 5, ".onnx");
+}
+
+/* An .onnx file's graph as a spec; its weights kept in *onnx (NULL: the
+ * command takes none, said at warning level). */
+static fed_err onnx_spec(const char *cmd, const char *path, char *spec, fed_onnx **onnx,
+                         char *why, size_t cap)
+{
+    fed_onnx *o = NULL;
+    const fed_model_node *nodes;
+    int count;
+    fed_err err;
+
+    if ((err = fed_onnx_load(path, &o, why, cap)) != FED_OK)
+        return err;
+    nodes = fed_onnx_nodes(o, &count);
+    if ((err = fed_model_graph_explain(path, nodes, count, fed_onnx_input(o), NULL, why, cap)) ==
+            FED_OK &&
+        (err = fed_model_graph_spec(nodes, count, spec, FED_MODEL_GRAPH_MAX)) != FED_OK)
+        fed_err_why(why, cap, err, "%s: its graph does not fit a spec: %s", path,
+                    fed_strerror(err));
+    if (err == FED_OK && fed_onnx_has_weights(o) && !onnx)
+        fed_log(FED_LOG_WARN, "%s: --model %s: the file's weights are not used here: the model "
+                              "starts from --seed's initialization", cmd, path);
+    if (err == FED_OK && onnx) {
+        *onnx = o;
+        return FED_OK;
+    }
+    fed_onnx_free(o);
+    return err;
+}
+
+int fed_cli_model_file(const char *cmd, char *model, size_t cap, char **graph, fed_onnx **onnx)
 {
     fed_model_cfg *c = NULL;
     char why[512], id[FED_MODEL_SPEC_MAX];
@@ -208,6 +246,8 @@ int fed_cli_model_file(const char *cmd, char *model, size_t cap, char **graph)
 
     if (graph)
         *graph = NULL;
+    if (onnx)
+        *onnx = NULL;
     if (!spec) {
         fed_cli_error("%s: out of memory", cmd);
         return 1;
@@ -224,8 +264,10 @@ int fed_cli_model_file(const char *cmd, char *model, size_t cap, char **graph)
         fed_free(spec);
         return 2;
     }
+    if (fed_cli_is_onnx(model))
+        err = onnx_spec(cmd, model, spec, onnx, why, sizeof why);
     /* the file on its own input first: a shape error names its line */
-    if ((err = fed_model_cfg_load(model, &c, why, sizeof why)) == FED_OK &&
+    else if ((err = fed_model_cfg_load(model, &c, why, sizeof why)) == FED_OK &&
         (err = fed_model_cfg_check(c, fed_model_cfg_own_input(c), NULL, why, sizeof why)) ==
             FED_OK)
         err = fed_model_cfg_spec(c, spec, FED_MODEL_GRAPH_MAX, why, sizeof why);
@@ -237,6 +279,10 @@ int fed_cli_model_file(const char *cmd, char *model, size_t cap, char **graph)
     }
     fed_model_spec_id(spec, id);
     if (strcmp(id, spec) != 0 && !graph) {
+        if (onnx) {
+            fed_onnx_free(*onnx);
+            *onnx = NULL;
+        }
         fed_cli_error("%s: --model %s: its graph takes %zu bytes; %s takes graphs of at most %d "
                       "(run, aggregate and train take longer ones)", cmd, model, strlen(spec),
                       cmd, FED_MODEL_SPEC_MAX - 1);

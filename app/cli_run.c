@@ -29,6 +29,7 @@
 #include "node/daemon.h"
 #include "node/settings.h"
 #include "node/site.h"
+#include "onnx/onnx.h"
 
 #define PATH_MAX_RUN 512
 
@@ -70,6 +71,7 @@ typedef struct run_cfg {
     char early_stop[64];
     const unsigned char *given; /* (NRUN_OPTS) what the file or a flag set; not an option */
     char *graph; /* --model FILE of a graph longer than its id: the whole (not an option) */
+    fed_onnx *onnx; /* --model FILE.onnx: its weights, the model's first (not an option) */
 } run_cfg;
 
 #define R(field, name, type, def, min, max, help)                              \
@@ -172,10 +174,12 @@ typedef struct run_state {
     fed_dataset *train, *test;
     uint32_t *idx;
     size_t nidx;
+    float *init_params; /* --model FILE.onnx's weights as the model's flat buffer */
 } run_state;
 
 static void run_state_free(run_state *s)
 {
+    fed_free(s->init_params);
     fed_free(s->idx);
     fed_data_free(s->train);
     fed_data_free(s->test);
@@ -671,6 +675,34 @@ static fed_err run_daemon(const run_cfg *c, fed_node_daemon_cfg *dc, const fed_n
     return e;
 }
 
+/* An aggregator's or peer's first model from --model FILE.onnx's weights:
+ * the model built once here to lay them out as its flat buffer. */
+static int onnx_init(const run_cfg *c, run_state *s, fed_node_config *nc)
+{
+    fed_model *m = NULL;
+    fed_rng rng;
+    char why[512] = "";
+    fed_err e;
+
+    fed_rng_seed(&rng, nc->seed);
+    if ((e = fed_model_new(nc->graph ? nc->graph : nc->spec, nc->shape, s->be, NULL, 1, 1, &m)) ==
+            FED_OK &&
+        (e = fed_model_init(m, &rng)) == FED_OK &&
+        (e = fed_onnx_apply_weights(c->onnx, m, why, sizeof why)) == FED_OK) {
+        if (!(s->init_params = fed_malloc(fed_model_nparams(m) * sizeof(float))))
+            e = FED_ERR_NOMEM;
+        else if ((e = fed_model_get_params(m, s->init_params)) == FED_OK)
+            nc->init_params = s->init_params;
+    }
+    fed_model_free(m);
+    if (e != FED_OK) {
+        fed_cli_error("run: --model %s: %s", c->s.model, why[0] ? why : fed_strerror(e));
+        return 1;
+    }
+    fed_log(FED_LOG_INFO, "run: the model starts from the ONNX file's weights");
+    return -1;
+}
+
 static int run_node(const run_cfg *c, fed_coll *coll)
 {
     run_state s;
@@ -734,7 +766,8 @@ static int run_node(const run_cfg *c, fed_coll *coll)
         rc = 1;
         goto out;
     }
-    if ((rc = fill_node_config(c, &s, &nc)) >= 0)
+    if ((rc = fill_node_config(c, &s, &nc)) >= 0 ||
+        (c->onnx && role != FED_NODE_CLIENT && (rc = onnx_init(c, &s, &nc)) >= 0))
         goto out;
     nc.coll = coll;
     nc.rank_batch = (uint32_t)c->rank_batch;
@@ -879,10 +912,13 @@ static int run_with_role(const char *cmd, const char *role, int argc, char **arg
     }
     cfg.given = given;
     cfg.graph = NULL;
+    cfg.onnx = NULL;
     if ((rc = fed_cli_log_apply(cmd, &cfg.log)) < 0 &&
-        (rc = fed_cli_model_file(cmd, cfg.s.model, sizeof cfg.s.model, &cfg.graph)) < 0)
+        (rc = fed_cli_model_file(cmd, cfg.s.model, sizeof cfg.s.model, &cfg.graph,
+                                 &cfg.onnx)) < 0)
         rc = run_site(&cfg);
     fed_free(cfg.graph);
+    fed_onnx_free(cfg.onnx);
     return rc;
 }
 

@@ -27,6 +27,7 @@
 #include "model/model.h"
 #include "model/optim.h"
 #include "model/train.h"
+#include "onnx/onnx.h"
 #include "privacy/rdp.h"
 #include "app/cli.h"
 #include "app/train_record.h"
@@ -39,6 +40,7 @@ typedef struct train_cfg {
     char data[512];
     char model[FED_MODEL_SPEC_MAX];
     char *graph; /* --model FILE of a graph longer than its id: the whole (not an option) */
+    fed_onnx *onnx; /* --model FILE.onnx: its weights, the initial ones (not an option) */
     int epochs;
     int batch;
     double lr;
@@ -589,6 +591,15 @@ static int train_main(const train_cfg *c, int argc, char **argv)
         rc = fail("setting up", err);
         goto out;
     }
+    if (c->onnx) { /* the file's weights, in place of --seed's */
+        char why[512];
+
+        if ((err = fed_onnx_apply_weights(c->onnx, w.m, why, sizeof why)) != FED_OK) {
+            fed_cli_error("train: --model %s: %s", c->model, why);
+            rc = 1;
+            goto out;
+        }
+    }
     if (c->dp_sgd) {
         fed_trainer_dp dp = {(float)c->dp_sgd_clip, (float)c->dp_sgd_noise,
                              fed_crypto_keystream_random, &w.csprng};
@@ -629,11 +640,13 @@ int fed_cli_train(int argc, char **argv)
                           train_opts, NTRAIN_OPTS, &cfg, argc, argv);
 
     cfg.graph = NULL;
+    cfg.onnx = NULL;
     if (rc < 0)
-        rc = fed_cli_model_file("train", cfg.model, sizeof cfg.model, &cfg.graph);
+        rc = fed_cli_model_file("train", cfg.model, sizeof cfg.model, &cfg.graph, &cfg.onnx);
     if (rc < 0)
         rc = train_main(&cfg, argc, argv);
     fed_free(cfg.graph);
+    fed_onnx_free(cfg.onnx);
     return rc;
 }
 

@@ -224,7 +224,8 @@ static fed_err fed_node_agg_start(fed_node *n)
     fed_err e;
 
     fed_rng_seed(&rng, n->cfg.seed);
-    if ((e = fed_model_init(a->model, &rng)) != FED_OK)
+    if ((e = fed_model_init(a->model, &rng)) != FED_OK ||
+        (n->cfg.init_params && (e = fed_model_set_params(a->model, n->cfg.init_params)) != FED_OK))
         return e;
     if ((e = resume(n)) != FED_OK || (e = load_counter_base(n)) != FED_OK ||
         (e = fed_model_get_params(a->model, a->host)) != FED_OK)

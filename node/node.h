@@ -289,6 +289,11 @@ typedef struct fed_node_transfer_config {
 typedef struct fed_node_config {
     fed_node_role role;
     uint64_t seed;                /* model initialization; client shuffles */
+    const float *init_params;     /* borrowed: the model's first parameters (its
+                                     nparams floats: an ONNX file's weights) in
+                                     place of seed's initialization, for an
+                                     aggregator or a peer (a checkpoint still
+                                     wins); NULL: seed's */
 
     /* compute (borrowed): backend, pool and shards for the model's steps */
     fed_backend *be;

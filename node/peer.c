@@ -130,7 +130,9 @@ static fed_err build_model_parts(fed_node *n)
     p->dim = fed_model_nparams(m);
     p->flops = fed_model_flops_per_sample(m);
     fed_rng_seed(&rng, c->seed); /* every peer starts from the same model */
-    if ((e = fed_model_init(m, &rng)) == FED_OK && (p->model = fed_malloc(p->dim * sizeof(float))))
+    if ((e = fed_model_init(m, &rng)) == FED_OK && c->init_params)
+        e = fed_model_set_params(m, c->init_params);
+    if (e == FED_OK && (p->model = fed_malloc(p->dim * sizeof(float))))
         e = fed_model_get_params(m, p->model);
     else if (e == FED_OK)
         e = FED_ERR_NOMEM;

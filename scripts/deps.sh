@@ -10,6 +10,8 @@ BUILD_PKGS="build-essential pkg-config libopenblas-dev libsodium-dev libnng-dev 
 libcmocka-dev zlib1g-dev libinih-dev libmicrohttpd-dev dataset-fashion-mnist"
 # image folders (--data DIR/CLASS/*.png|jpg): libpng and libjpeg-turbo
 BUILD_PKGS="$BUILD_PKGS libpng-dev libjpeg62-turbo-dev"
+# ONNX models (--model FILE.onnx): protobuf-c, and onnx.proto compiled at build time
+BUILD_PKGS="$BUILD_PKGS protobuf-c-compiler libprotobuf-c-dev libonnx-dev"
 # Open MPI: mpicc to build the MPI parts, mpirun to run a site over several
 # processes (and the MPI tests); without them make builds and tests the rest
 BUILD_PKGS="$BUILD_PKGS libopenmpi-dev openmpi-bin"
@@ -21,6 +23,8 @@ TEST_PKGS="clang libclang-rt-14-dev sqlite3 prometheus chromium curl"
 TEST_PKGS="$TEST_PKGS strace systemd mandoc procps python3-torch"
 # scikit-learn: the metrics are checked against it (test_metrics_sklearn.sh)
 TEST_PKGS="$TEST_PKGS python3-sklearn"
+# ONNX: onnx.checker on what fednode exports, and the operators' node tests
+TEST_PKGS="$TEST_PKGS python3-onnx libonnx-testdata"
 case "${1:-test}" in
 demo) PKGS=$BUILD_PKGS ;;
 test) PKGS="$BUILD_PKGS $TEST_PKGS" ;;

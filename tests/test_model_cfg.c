@@ -26,6 +26,7 @@
 #include "model/model_cfg.h"
 #include "model/optim.h"
 #include "model/safetensors.h"
+#include "onnx/onnx.h"
 #include "tests/support/support.h"
 
 #define SIMPLECNN "examples/models/simplecnn.cfg"
@@ -348,6 +349,7 @@ static void dump_add(fed_tensor_info *t, int *nt, float *buf, size_t *used, cons
 static int torch_dump(const char *dir, const char *file)
 {
     fed_model_cfg *c = NULL;
+    fed_onnx *ox = NULL;
     fed_backend *be = NULL;
     fed_model *m = NULL;
     fed_optim *o = NULL;
@@ -364,17 +366,35 @@ static int torch_dump(const char *dir, const char *file)
     char why[1024], path[4096], name[64];
     int rc = 1;
 
-    if (fed_model_cfg_load(file, &c, why, sizeof why) != FED_OK) {
-        fprintf(stderr, "%s\n", why);
-        return 1;
-    }
-    in = fed_model_cfg_input(c);
-    if (!in.classes) /* bce's own two classes, else the dump's */
-        in.classes = fed_model_cfg_own_input(c).classes == 2 ? 2 : DUMP_CLASSES;
-    if (fed_backend_cpu_new(1, &be) != FED_OK ||
-        fed_model_cfg_build(c, in, be, NULL, 1, DUMP_N, &m, why, sizeof why) != FED_OK) {
-        fprintf(stderr, "build: %s\n", why);
+    if (fed_backend_cpu_new(1, &be) != FED_OK)
         goto out;
+    if (strlen(file) > 5 && !strcmp(file + strlen(file) - 5, ".onnx")) {
+        /* an ONNX file: its graph, and its weights in place of the seed's */
+        const fed_model_node *nodes;
+        int count;
+
+        if (fed_onnx_load(file, &ox, why, sizeof why) != FED_OK) {
+            fprintf(stderr, "%s\n", why);
+            goto out;
+        }
+        nodes = fed_onnx_nodes(ox, &count);
+        in = fed_onnx_input(ox);
+        if (fed_model_new_graph("onnx", nodes, count, in, be, NULL, 1, DUMP_N, &m) != FED_OK) {
+            fprintf(stderr, "build failed\n");
+            goto out;
+        }
+    } else {
+        if (fed_model_cfg_load(file, &c, why, sizeof why) != FED_OK) {
+            fprintf(stderr, "%s\n", why);
+            goto out;
+        }
+        in = fed_model_cfg_input(c);
+        if (!in.classes) /* bce's own two classes, else the dump's */
+            in.classes = fed_model_cfg_own_input(c).classes == 2 ? 2 : DUMP_CLASSES;
+        if (fed_model_cfg_build(c, in, be, NULL, 1, DUMP_N, &m, why, sizeof why) != FED_OK) {
+            fprintf(stderr, "build: %s\n", why);
+            goto out;
+        }
     }
     fed_rng_seed(&rng, 1);
     np = fed_model_nparams(m);
@@ -387,6 +407,7 @@ static int torch_dump(const char *dir, const char *file)
     x = malloc((size_t)DUMP_N * F * sizeof *x);
     logits = malloc((size_t)DUMP_N * nlog * sizeof *logits);
     if (!t || !buf || !p0 || !x || !logits || fed_model_init(m, &rng) != FED_OK ||
+        (ox && fed_onnx_apply_weights(ox, m, why, sizeof why) != FED_OK) ||
         fed_model_get_params(m, p0) != FED_OK)
         goto out;
     for (int i = 0; i < DUMP_N * F; i++)
@@ -442,6 +463,7 @@ out:
     fed_model_free(m);
     fed_backend_free(be);
     fed_model_cfg_free(c);
+    fed_onnx_free(ox);
     free(t);
     free(buf);
     free(p0);

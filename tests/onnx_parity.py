@@ -1,0 +1,167 @@
+# onnx_parity.py - the PyTorch side of tests/test_onnx.sh: builds each
+# reference nn.Module, exports it with torch.onnx.export (training mode,
+# no constant folding: what a team hands fednode to train), has fednode
+# import the file (DUMP NAME.onnx DIR: build/tests/test_model_cfg
+# --torch-dump) and compares what fednode computed from the file's weights
+# on its batch: logits, loss, every gradient, the parameters after one SGD
+# step (lr 0.1), each norm-wise within 1e-5 of PyTorch's on the same
+# module. An eval-mode export (constants folded) is checked on its logits.
+# usage: onnx_parity.py DUMP DIR [NAME...]
+import subprocess
+import sys
+import warnings
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from safetensors import safe_open
+
+TOL = 1e-5
+LR = 0.1
+warnings.filterwarnings("ignore")
+
+
+class SimpleCNN(nn.Module):
+    """NIID-Bench's SimpleCNN, written as its code writes it (x.view)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 6, 5)
+        self.pool = nn.MaxPool2d(2, 2)
+        self.conv2 = nn.Conv2d(6, 16, 5)
+        self.fc1 = nn.Linear(256, 120)
+        self.fc2 = nn.Linear(120, 84)
+        self.fc3 = nn.Linear(84, 10)
+
+    def forward(self, x):
+        x = self.pool(F.relu(self.conv1(x)))
+        x = self.pool(F.relu(self.conv2(x)))
+        x = x.view(x.size(0), -1)
+        return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
+
+
+class Branches(nn.Module):
+    """Padding folded into pooling, strided and grouped convolutions, a
+    residual, a channel concat, GELU, SiLU, LeakyReLU, Tanh, a global
+    average pool, a bias-free layer and a softmax last."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.pool = nn.AvgPool2d(3, stride=1, padding=1)
+        self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False)
+        self.side = nn.Conv2d(8, 4, 1)
+        self.mp = nn.MaxPool2d(3, stride=2, padding=1)
+        self.fc = nn.Linear(12, 16)
+        self.head = nn.Linear(16, 5)
+
+    def forward(self, x):
+        x = F.gelu(self.stem(x))
+        y = self.pool(x)
+        y = F.silu(self.dw(y)) + x
+        z = torch.tanh(self.side(y))
+        y = torch.cat([y, z], 1)
+        y = F.adaptive_avg_pool2d(self.mp(F.leaky_relu(y)), 1).flatten(1)
+        return torch.softmax(self.head(torch.relu(self.fc(y))), 1)
+
+
+class Tabular(nn.Module):
+    """A flat input through linear layers, one logit (binary)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(30, 16)
+        self.fc2 = nn.Linear(16, 1)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+NETS = {
+    "simplecnn": (SimpleCNN, (1, 28, 28), 13),
+    "branches": (Branches, (3, 12, 12), 11),
+    "tabular": (Tabular, (30,), 17),
+}
+
+
+def export(net, shape, path, opset, train):
+    net.train(train)
+    torch.onnx.export(
+        net, torch.zeros([2] + list(shape)), path, opset_version=opset,
+        training=torch.onnx.TrainingMode.TRAINING if train else torch.onnx.TrainingMode.EVAL,
+        do_constant_folding=not train, input_names=["input"], output_names=["output"],
+        dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
+
+
+def run(dump, d, name):
+    torch.manual_seed(7)
+    cls, shape, opset = NETS[name]
+    net = cls()
+    path = "%s/%s.onnx" % (d, name)
+    export(net, shape, path, opset, True)
+    out = subprocess.run([dump, "--torch-dump", d, path], capture_output=True, text=True)
+    if out.returncode != 0:
+        print(out.stdout + out.stderr)
+        return ["fednode could not import " + path]
+    with safe_open(d + "/ours.safetensors", framework="pt") as f:
+        ours = {k: f.get_tensor(k) for k in f.keys()}
+    x, y = ours["x"].reshape([-1] + list(shape)), ours["y"].long()
+    net.train()
+    logits = net(x)
+    if name == "branches":  # the softmax last is folded into the loss
+        logits = torch.log(logits)
+    if logits.shape[1] == 1:
+        loss = F.binary_cross_entropy_with_logits(logits[:, 0], y.float())
+    else:
+        loss = F.cross_entropy(logits, y)
+    loss.backward()
+    bad = []
+
+    def check(what, mine, theirs):
+        rel = (mine - theirs).norm().item() / max(theirs.norm().item(), 1e-30)
+        print("  %-10s %-22s %-12s rel %.2e" % (name, what, "x".join(map(str, theirs.shape)), rel))
+        if not rel <= TOL:
+            bad.append("%s %s" % (name, what))
+
+    if name == "branches":  # fednode's logits are the softmax's input
+        check("softmax(logits)", torch.softmax(ours["logits"], 1), torch.exp(logits).detach())
+    else:
+        check("logits", ours["logits"], logits.detach())
+    check("loss", ours["loss"], loss.detach().reshape(1))
+    for k, p in net.named_parameters():
+        check("grad." + k, ours["grad." + k], p.grad)
+    torch.optim.SGD(net.parameters(), lr=LR).step()
+    for k, p in net.named_parameters():
+        check("step." + k, ours["step." + k], p.detach())
+    # the same module exported for inference (constants folded): its logits
+    net.zero_grad()
+    torch.manual_seed(7)
+    net = cls()
+    export(net, shape, path, opset, False)
+    out = subprocess.run([dump, "--torch-dump", d, path], capture_output=True, text=True)
+    if out.returncode != 0:
+        print(out.stdout + out.stderr)
+        return bad + ["fednode could not import the eval-mode " + path]
+    with safe_open(d + "/ours.safetensors", framework="pt") as f:
+        ours = {k: f.get_tensor(k) for k in f.keys()}
+    net.eval()
+    logits = net(ours["x"].reshape([-1] + list(shape))).detach()
+    if name == "branches":
+        check("eval softmax", torch.softmax(ours["logits"], 1), logits)
+    else:
+        check("eval logits", ours["logits"], logits)
+    return bad
+
+
+def main():
+    dump, d = sys.argv[1], sys.argv[2]
+    torch.set_num_threads(1)
+    bad = []
+    for name in sys.argv[3:] or list(NETS):
+        bad += run(dump, d, name)
+    if bad:
+        print("FAIL: beyond %g: %s" % (TOL, ", ".join(bad)))
+        sys.exit(1)
+
+
+main()
