@@ -25,6 +25,7 @@
 #define MLP_MAX_HIDDEN 15 /* the preset's own limit: older nodes refuse more */
 #define MAX_MLP_WIDTH 65536
 #define MAX_LAYER_NUMEL (1L << 28) /* values of one layer's output per sample */
+#define EMBED_MAX_NUM (1L << 20)   /* ids of one embedding (CSV's most hash buckets) */
 #define NAME_MAX_LEN (FED_MODEL_NAME_MAX + 1)
 
 typedef struct layer_ops layer_ops;
@@ -51,6 +52,9 @@ typedef struct layer {
     size_t col_numel;         /* conv: (in_c*kh*kw, out_h*out_w) per sample */
     size_t arg_numel;         /* max pooling: argmax entries per sample */
     size_t dgw_numel;         /* DP-SGD: one sample's weight gradient made whole */
+    int column;               /* embedding: the input column of its ids */
+    int wrows;                /* rows of its weight the gradient phase splits (0: out_c) */
+    int nobias;               /* no bias tensor (an embedding): b_off is its weight's end */
 } layer;
 
 /* One node of a graph as a preset (or a model file) states it: its kind,
@@ -64,6 +68,7 @@ typedef struct node_desc {
     int kh, kw, sh, sw, ph, pw, dh, dw; /* conv and pooling windows */
     int groups;                   /* conv: 0 or 1 a plain one */
     int other;                    /* add: the node whose output it adds (-1: input) */
+    int column, num;              /* embedding: its ids' column and count */
 } node_desc;
 
 /* The per-sample input (c, h, w) a node sees, updated to its output. */
@@ -86,6 +91,10 @@ typedef struct plan {
     fed_tensor_info *tensors;
     int ntensors, cap_tensors;
     size_t nparams;
+    /* (features) 1 for a column an embedding reads (its ids), or NULL:
+       the graph has no embedding */
+    uint8_t *cat;
+    int features;
 } plan;
 
 
@@ -118,11 +127,16 @@ struct layer_ops {
      * weight and bias gradient to norm2 (n); x is the layer's input. */
     void (*dp_norm2)(fed_model *m, int l, int u, const float *dy, const float *x, int off, int n,
                      double *norm2);
+    /* What it needs of a batch before the step runs (an embedding: ids in
+     * range), logged by layer and sample when not; NULL: nothing. */
+    fed_err (*check)(const fed_model *m, int l, const fed_batch *b);
     int act;        /* an activation of its own: ACT_* (0: none) */
     char letter;    /* its node in a "g:" spec (model.h) */
     unsigned opts;  /* the spec's options it takes: OPT_OUT, OPT_K, ... */
     int fuses_relu; /* a relu right after it folds into its output */
     int keep_dy;    /* cheap to keep its output gradient per sample (DP-SGD) */
+    int reads_row;  /* takes the model's input row itself, and only it */
+    int ids;        /* its node's column holds ids: a categorical column */
 };
 
 static const layer_ops *kind_find(const char *kind);
@@ -130,7 +144,8 @@ static const layer_ops *kind_of_letter(char letter);
 
 /* What a node takes in a "g:" spec, besides a name: out, then kernel,
  * stride, padding and dilation as k, s, p, d. */
-enum { OPT_OUT = 1, OPT_K = 2, OPT_S = 4, OPT_P = 8, OPT_D = 16, OPT_G = 32 };
+enum { OPT_OUT = 1, OPT_K = 2, OPT_S = 4, OPT_P = 8, OPT_D = 16, OPT_G = 32, OPT_N = 64,
+       OPT_C = 128 };
 
 /* Activation layers of their own, element-wise, as PyTorch's modules:
  * LeakyReLU (slope 0.01), GELU (exact, erf), SiLU, Sigmoid, Tanh. */
@@ -231,6 +246,7 @@ struct fed_model {
     int ntensors;
     fed_tensor_info *tensors;  /* (ntensors) */
     size_t nparams;
+    uint8_t *cat;  /* (features) the columns embeddings read, or NULL (plan.cat) */
     float *params; /* (nparams) device */
     float *grads;  /* (nparams) device */
     size_t bytes;  /* what params, grads and ws hold (fed_model_bytes) */
@@ -253,6 +269,7 @@ static void plan_fini(plan *p)
 {
     fed_free(p->layers);
     fed_free(p->tensors);
+    fed_free(p->cat);
     memset(p, 0, sizeof *p);
 }
 
@@ -565,6 +582,23 @@ static fed_err flatten_plan(plan *p, const node_desc *nd, int i, dims *s, char *
     return FED_OK;
 }
 
+/* The input's categorical columns: those the graph's embeddings read (a
+ * column out of range is the embedding's plan's to refuse). */
+static fed_err plan_categorical(plan *p, const node_desc *nodes, int count, fed_model_shape in,
+                                char *why, size_t cap)
+{
+    p->features = in.c * in.h * in.w;
+    for (int i = 0; i < count; i++) {
+        if (!nodes[i].ops->ids)
+            continue;
+        if (!p->cat && !(p->cat = fed_calloc((size_t)p->features, 1)))
+            return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
+        if (nodes[i].column >= 0 && nodes[i].column < p->features)
+            p->cat[nodes[i].column] = 1;
+    }
+    return FED_OK;
+}
+
 /* Plans the graph nodes (count) for input in into p. Nodes form a chain
  * today: node i takes node i - 1's output. info (may be NULL) gets each
  * node's output, parameters and FLOPs as far as it got; *planned (may be
@@ -595,6 +629,8 @@ static fed_err plan_graph(const node_desc *nodes, int count, fed_model_shape in,
         err = fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
         goto out;
     }
+    if ((err = plan_categorical(p, nodes, count, in, why, cap)) != FED_OK)
+        goto out;
     for (int i = 0; i < count; i++) {
         const node_desc *nd = &nodes[i];
         int refs[2] = {nd->input, nd->ops->input2_grads ? nd->other : -2};
@@ -622,6 +658,13 @@ static fed_err plan_graph(const node_desc *nodes, int count, fed_model_shape in,
             }
             if (j >= 0)
                 used[j] = 1;
+            if (j == -1 && p->cat && !nd->ops->reads_row) {
+                err = fed_err_why(why, cap, FED_ERR_SPEC,
+                                  "model '%s': node %d (%s '%s') takes the model's input, whose "
+                                  "categorical columns hold ids: only embedding and numeric "
+                                  "layers take it", p->spec, i, nd->ops->kind, nd->name);
+                goto out;
+            }
         }
         if (nd->ops->plan == bce_plan && i != count - 1) {
             err = fed_err_why(why, cap, FED_ERR_SPEC,
@@ -794,8 +837,8 @@ static fed_err parse_widths(const char *spec, const char *s, int *widths, int *c
     }
 }
 
-/* "N" or "NxM" at *s (1 to 65536 each; 0 too when zero_ok), moving *s. */
-static int spec_pair(const char **s, int *a, int *b, int zero_ok)
+/* "N" or "NxM" at *s (1 to max each; 0 too when zero_ok), moving *s. */
+static int spec_pair(const char **s, int *a, int *b, int zero_ok, long max)
 {
     long v[2] = {0, 0};
     int got = 0;
@@ -803,9 +846,9 @@ static int spec_pair(const char **s, int *a, int *b, int zero_ok)
     do {
         const char *start = *s;
 
-        while (isdigit((unsigned char)**s) && v[got] <= 65536)
+        while (isdigit((unsigned char)**s) && v[got] <= max)
             v[got] = v[got] * 10 + (*(*s)++ - '0');
-        if (*s == start || v[got] > 65536 || (v[got] < 1 && !zero_ok))
+        if (*s == start || v[got] > max || (v[got] < 1 && !zero_ok))
             return 0;
         got++;
     } while (got < 2 && **s == 'x' && (*s)++);
@@ -833,9 +876,10 @@ static int spec_node(const char *s, const char *end, int i, node_desc *nodes)
     node_desc *nd = &nodes[i];
     const char *eq = memchr(s, '=', (size_t)(end - s));
     const char *lt = memchr(s, '<', (size_t)(end - s));
-    int groups2 = 0;
-    int *pairs[5][2] = {{&nd->kh, &nd->kw}, {&nd->sh, &nd->sw}, {&nd->ph, &nd->pw},
-                        {&nd->dh, &nd->dw}, {&nd->groups, &groups2}};
+    int one[3] = {0, 0, 0}; /* the second of a single number: groups, num, column */
+    int *pairs[7][2] = {{&nd->kh, &nd->kw}, {&nd->sh, &nd->sw}, {&nd->ph, &nd->pw},
+                        {&nd->dh, &nd->dw}, {&nd->groups, &one[0]}, {&nd->num, &one[1]},
+                        {&nd->column, &one[2]}};
     unsigned seen = 0;
 
     memset(nd, 0, sizeof *nd);
@@ -865,7 +909,7 @@ static int spec_node(const char *s, const char *end, int i, node_desc *nodes)
         if ((nd->out = nd->out * 10 + (*s++ - '0')) > 65536)
             return 0;
     while (s < end) {
-        static const char letters[] = "kspdg";
+        static const char letters[] = "kspdgnc";
         const char *at = strchr(letters, *s);
         int k = at && *s ? (int)(at - letters) : -1;
 
@@ -873,11 +917,16 @@ static int spec_node(const char *s, const char *end, int i, node_desc *nodes)
             return 0;
         seen |= 1u << k;
         s++;
-        if (!spec_pair(&s, pairs[k][0], pairs[k][1], k == 2))
+        if (!spec_pair(&s, pairs[k][0], pairs[k][1], k == 2 || k == 6,
+                       k >= 5 ? EMBED_MAX_NUM : 65536))
             return 0;
     }
-    /* conv needs its out and kernel, pooling its kernel; groups is one number */
-    if ((seen & (1u << 4)) && groups2 != nd->groups)
+    /* conv needs its out and kernel, pooling its kernel, an embedding its
+       out, num and column; groups, num and column are one number each */
+    if (((seen & (1u << 4)) && one[0] != nd->groups) ||
+        ((seen & (1u << 5)) && one[1] != nd->num) || ((seen & (1u << 6)) && one[2] != nd->column))
+        return 0;
+    if ((nd->ops->opts & OPT_N) && (!(seen & (1u << 5)) || !(seen & (1u << 6)) || nd->out < 1))
         return 0;
     return s == end && (!(nd->ops->opts & OPT_K) || (seen & 1u)) &&
            (!(nd->ops->opts & OPT_K) || !(nd->ops->opts & OPT_OUT) || nd->out > 0);
@@ -899,7 +948,7 @@ static fed_err graph_spec(const char *spec, node_desc *nodes, int ncap, int *cou
             return fed_err_why(why, cap, FED_ERR_SPEC,
                                "model spec '%.40s%s': node %d '%.*s' is none of NAME=Lout, "
                                "NAME=CoutkK[sS][pP][dD][gG], MkK[sS][pP], AkK[sS][pP], P, R, F, Y, G, S, "
-                               "Z, T, B, +REF, &REF, each [<REF]", spec,
+                               "Z, T, B, +REF, &REF, NAME=EdimnNUMcCOL, X, each [<REF]", spec,
                                strlen(spec) > 40 ? "..." : "", n, (int)(end - s), s);
         n++;
         if (!*end)
@@ -982,6 +1031,8 @@ fed_err fed_model_graph_spec(const fed_model_node *nodes, int count, char *spec,
             spec_put_pair(spec, cap, &used, 'd', nd->dilation);
         if ((ops->opts & OPT_G) && nd->groups > 1)
             spec_put(spec, cap, &used, "g%d", nd->groups);
+        if (ops->opts & OPT_N)
+            spec_put(spec, cap, &used, "n%dc%d", nd->num, nd->column);
         if (nd->input != i - 1) {
             spec_put(spec, cap, &used, "<");
             spec_put_ref(spec, cap, &used, nodes, nd->input);
@@ -1155,7 +1206,7 @@ static fed_err graph_node(const char *label, const fed_model_node *gn, int i, no
         return fed_err_why(why, cap, FED_ERR_SPEC,
                          "model '%s': node %d: unknown layer kind '%s' (linear, conv, maxpool, "
                          "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, "
-                         "sigmoid, tanh, bce, add, concat)", label, i, gn->kind ? gn->kind : "(none)");
+                         "sigmoid, tanh, bce, add, concat, embedding, numeric)", label, i, gn->kind ? gn->kind : "(none)");
     if (name) {
         if (!fed_model_name_ok(name))
             return fed_err_why(why, cap, FED_ERR_SPEC,
@@ -1178,6 +1229,8 @@ static fed_err graph_node(const char *label, const fed_model_node *gn, int i, no
     nd->dw = gn->dilation[1];
     nd->groups = gn->groups;
     nd->other = gn->other;
+    nd->column = gn->column;
+    nd->num = gn->num;
     if (nd->sh < 0 || nd->sw < 0 || nd->dh < 0 || nd->dw < 0 || nd->groups < 0)
         return fed_err_why(why, cap, FED_ERR_SPEC,
                          "model '%s': node %d (%s '%s'): a negative stride or dilation", label,
@@ -1453,8 +1506,10 @@ static fed_err model_build(plan *p, fed_model_shape in, fed_backend *be, fed_poo
     m->ntensors = p->ntensors;
     m->tensors = p->tensors;
     m->nparams = p->nparams;
+    m->cat = p->cat;
     p->layers = NULL;
     p->tensors = NULL;
+    p->cat = NULL;
     m->run.max_phases = 2 * m->nlayers + 3;
     if (!(m->run.claimed = fed_calloc((size_t)m->run.max_phases, sizeof *m->run.claimed)) ||
         !(m->run.done = fed_calloc((size_t)m->run.max_phases, sizeof *m->run.done)))
@@ -1530,6 +1585,7 @@ void fed_model_free(fed_model *m)
     fed_free(m->run.done);
     fed_free(m->layers);
     fed_free(m->tensors);
+    fed_free(m->cat);
     fed_free(m->graph);
     fed_free(m);
 }
@@ -2113,6 +2169,158 @@ static void concat_input2_grads(fed_model *m, int l, const float *dy, float *dx,
     concat_grads(m, l, dy, dx, off, n, 1);
 }
 
+/* ---- embedding, numeric ---- */
+
+/* embedding: nn.Embedding(num, dim) over the ids of one input column,
+ * (dim, 1, 1); its weight (num, dim) and no bias. */
+static fed_err embedding_plan(plan *p, const node_desc *nd, int i, dims *s, char *why,
+                              size_t cap)
+{
+    layer *ly;
+    int wshape[2] = {nd->num, nd->out};
+    char what[128];
+    fed_err err;
+
+    if (nd->input != -1)
+        return shape_fail(p, nd, i, s, why, cap,
+                          "an embedding takes the model's input row (its ids), not a layer's "
+                          "output");
+    if (nd->column < 0 || nd->column >= p->features) {
+        snprintf(what, sizeof what, "column %d is outside the input's %d columns (0 to %d)",
+                 nd->column, p->features, p->features - 1);
+        return shape_fail(p, nd, i, s, why, cap, what);
+    }
+    if (nd->num < 1 || nd->num > EMBED_MAX_NUM)
+        return shape_fail(p, nd, i, s, why, cap, "num must be 1 to 2^20 ids");
+    if (nd->out < 1 || nd->out > 65536)
+        return shape_fail(p, nd, i, s, why, cap, "dim must be 1 to 65536");
+    if ((double)nd->num * nd->out > (double)MAX_LAYER_NUMEL)
+        return shape_fail(p, nd, i, s, why, cap, "its weight exceeds 2^28 values");
+    if (!(ly = plan_layer(p, nd)))
+        return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
+    ly->column = nd->column;
+    ly->wrows = nd->num;
+    ly->nobias = 1;
+    if ((err = plan_output(p, nd, i, s, ly, nd->out, 1, 1, why, cap)) != FED_OK ||
+        (err = plan_tensor(p, nd->name, "weight", 2, wshape, &ly->w_off, why, cap)) != FED_OK)
+        return err;
+    ly->b_off = ly->w_off + (size_t)nd->num * nd->out;
+    return FED_OK;
+}
+
+static unsigned embedding_needs(const layer *ly)
+{
+    (void)ly;
+    return FED_BACKEND_CAP_EMBED;
+}
+
+/* Each sample's id, on the host before the step: an integer in [0, num),
+ * else the step is refused (never clamped: a wrong bucket count or column
+ * would train silently on the wrong rows). */
+static fed_err embedding_check(const fed_model *m, int l, const fed_batch *b)
+{
+    const layer *ly = &m->layers[l];
+    int num = ly->wrows;
+
+    if (!b->x_f32) {
+        fed_log(FED_LOG_ERROR, "model: layer '%s' (embedding) reads ids from a CSV row's "
+                "column, not image bytes", ly->name);
+        return FED_ERR_UNSUPPORTED;
+    }
+    for (int i = 0; i < b->n; i++) {
+        float v = b->x_f32[(size_t)i * ly->in_numel + ly->column];
+
+        if (!(v >= 0.0f && v < (float)num && v == floorf(v))) {
+            fed_log(FED_LOG_ERROR, "model: layer '%s' (embedding): sample %d's column %d holds "
+                    "%g, not an id in [0, %d)", ly->name, i, ly->column, (double)v, num);
+            return FED_ERR_RANGE;
+        }
+    }
+    return FED_OK;
+}
+
+static void embedding_forward(fed_model *m, int l, const float *x, int off, int n)
+{
+    const layer *ly = &m->layers[l];
+
+    m->be->embed_fwd(m->be, m->ws.act[l] + (size_t)off * ly->out_numel, m->params + ly->w_off, x,
+                     ly->in_numel, ly->column, n, ly->out_numel);
+}
+
+/* The weight gradient of unit u's rows (ids) of the weight, the whole
+ * batch walked in order: no two units write one row. */
+static void embedding_weight_grads(fed_model *m, int l, int u, const float *dy, int n)
+{
+    const layer *ly = &m->layers[l];
+    int r0, r1;
+
+    row_chunk(ly->wrows, m->shards, u, &r0, &r1);
+    if (r0 < r1)
+        m->be->embed_bwd(m->be, m->grads + ly->w_off, dy, m->ws.x, ly->in_numel, ly->column, n,
+                         ly->out_numel, r0, r1, m->run.accumulate);
+}
+
+/* A sample's gradient is its dy in the one row its id picks. */
+static void embedding_dp_norm2(fed_model *m, int l, int u, const float *dy, const float *x,
+                               int off, int n, double *norm2)
+{
+    const layer *ly = &m->layers[l];
+
+    (void)u;
+    (void)x;
+    for (int i = 0; i < n; i++)
+        norm2[i] += sumsq_f(dy + (size_t)(off + i) * ly->out_numel, ly->out_numel);
+}
+
+/* N(0, 1), nn.Embedding's init. */
+static void embedding_init(const layer *ly, float *host, fed_rng *rng)
+{
+    for (size_t k = ly->w_off; k < ly->b_off; k++)
+        host[k] = (float)fed_rng_normal(rng);
+}
+
+/* numeric: the input row's columns no embedding reads, in order. */
+static fed_err numeric_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap)
+{
+    layer *ly;
+    int k = p->features;
+
+    if (nd->input != -1)
+        return shape_fail(p, nd, i, s, why, cap,
+                          "a numeric layer takes the model's input row, not a layer's output");
+    for (int j = 0; p->cat && j < p->features; j++)
+        k -= p->cat[j];
+    if (k < 1)
+        return shape_fail(p, nd, i, s, why, cap,
+                          "every column of the input is categorical (read by an embedding)");
+    if (!(ly = plan_layer(p, nd)))
+        return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
+    return plan_output(p, nd, i, s, ly, k, 1, 1, why, cap);
+}
+
+/* Each sample's runs of numeric columns, copied by the backend. */
+static void numeric_forward(fed_model *m, int l, const float *x, int off, int n)
+{
+    const layer *ly = &m->layers[l];
+    int F = ly->in_numel;
+
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * F;
+        float *y = m->ws.act[l] + (size_t)(off + i) * ly->out_numel;
+
+        for (int j = 0, e; j < F; j = e) {
+            if (m->cat && m->cat[j]) {
+                e = j + 1;
+                continue;
+            }
+            for (e = j; e < F && !(m->cat && m->cat[e]); e++)
+                ;
+            m->be->copy(m->be, y, xi + j, (size_t)(e - j));
+            y += e - j;
+        }
+    }
+}
+
 /* ---- the table ---- */
 
 static const layer_ops LAYER_KINDS[] = {
@@ -2151,6 +2359,12 @@ static const layer_ops LAYER_KINDS[] = {
     ACT_KIND("tanh", 'T', ACT_TANH),
 #undef ACT_KIND
     {.kind = "flatten", .letter = 'F', .plan = flatten_plan},
+    {.kind = "embedding", .letter = 'E', .opts = OPT_OUT | OPT_N | OPT_C, .plan = embedding_plan,
+     .needs = embedding_needs, .forward = embedding_forward,
+     .weight_grads = embedding_weight_grads, .flops = act_flops, .init = embedding_init,
+     .dp_norm2 = embedding_dp_norm2, .check = embedding_check, .reads_row = 1, .ids = 1},
+    {.kind = "numeric", .letter = 'X', .plan = numeric_plan, .forward = numeric_forward,
+     .flops = act_flops, .reads_row = 1},
 };
 
 static const layer_ops *kind_find(const char *kind)
@@ -2360,17 +2574,18 @@ static void update_rows(fed_model *m, int l, int u)
 {
     const layer *ly = &m->layers[l];
     size_t per_row;
-    int r0, r1;
+    int r0, r1, rows = ly->wrows ? ly->wrows : ly->out_c;
 
     if (!ly->ops->weight_grads)
         return;
-    row_chunk(ly->out_c, m->shards, u, &r0, &r1);
+    row_chunk(rows, m->shards, u, &r0, &r1);
     if (r0 >= r1)
         return;
-    per_row = (ly->b_off - ly->w_off) / (size_t)ly->out_c;
+    per_row = (ly->b_off - ly->w_off) / (size_t)rows;
     m->run.update(m->run.update_ctx, ly->w_off + (size_t)r0 * per_row,
                   ly->w_off + (size_t)r1 * per_row);
-    m->run.update(m->run.update_ctx, ly->b_off + (size_t)r0, ly->b_off + (size_t)r1);
+    if (!ly->nobias)
+        m->run.update(m->run.update_ctx, ly->b_off + (size_t)r0, ly->b_off + (size_t)r1);
 }
 
 static void run_unit(fed_model *m, int ph, int u)
@@ -2538,6 +2753,12 @@ static fed_err check_batch(const fed_model *m, const fed_batch *b, int max)
     for (int i = 0; i < b->n; i++)
         if (b->y[i] < 0 || b->y[i] >= m->in.classes)
             return FED_ERR_RANGE;
+    for (int l = 0; l < m->nlayers; l++) {
+        fed_err err = m->layers[l].ops->check ? m->layers[l].ops->check(m, l, b) : FED_OK;
+
+        if (err != FED_OK)
+            return err;
+    }
     return FED_OK;
 }
 

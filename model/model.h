@@ -124,6 +124,17 @@ void fed_model_free(fed_model *m);
  * input's output that of node other, of the same shape; a relu after it
  * folds in; computed on the host. "concat" takes its input's channels,
  * then node other's, of the same height and width (torch.cat on dim 1).
+ * "embedding" (nn.Embedding(num, out), tensor "<name>.weight" (num, out),
+ * init N(0, 1)) takes the model's input row and gives the weight row of
+ * the id in its column, (out, 1, 1): the input's categorical columns are
+ * exactly those the graph's embeddings read; an id that is not an integer
+ * in [0, num) is refused at the step (FED_ERR_RANGE, logged with the
+ * layer, sample, column and value), never clamped. "numeric" takes the
+ * model's input row and gives its other columns, in order, (k, 1, 1).
+ * Both take only the model's input, and no other node takes it when a
+ * graph has an embedding. The embedding runs on the backend's gather and
+ * scatter-add (FED_BACKEND_CAP_EMBED); its gradient is split over the
+ * units by weight rows, each walking the batch in order (deterministic).
  * A zero stride
  * is 1 for conv and the kernel for pooling; a zero dilation is 1. [0] is
  * the height's, [1] the width's. The last layer gives the logits. */
@@ -141,6 +152,9 @@ typedef struct fed_model_node {
                    (nn.Conv2d's groups; in channels: depthwise); 0 or 1: one */
     int other;  /* add: the node whose output it adds to its input's (-1: the
                    model's input) */
+    int column; /* embedding: the input column holding its ids (0-based) */
+    int num;    /* embedding: how many ids, [0, num) (nn.Embedding's
+                   num_embeddings); out is its dim */
 } fed_model_node;
 
 /* The graph as a spec string, what fed_model_new takes and a node sends
@@ -149,7 +163,7 @@ typedef struct fed_model_node {
  * [dD][gG] (conv; G its groups), MkK[sS][pP] (maxpool), AkK[sS][pP] (avgpool), R (relu), F
  * (flatten), B (the loss bce, last), P (global_avgpool), +REF (add the
  * output of node REF: its name, its index if it has none, - the input),
- * &REF (concat node REF's channels),
+ * &REF (concat node REF's channels), EdimnNUMcCOL (embedding), X (numeric),
  * and after any node <REF for an input other than the node before it;
  * Y (leaky_relu), G (gelu), S (silu), Z (sigmoid), T (tanh);
  * K, S, P, D are N or HxW. A node without NAME is named by its

@@ -190,7 +190,7 @@ static void test_errors(void **state)
     expect_parse(IN "[softmax]\n", FED_ERR_SPEC,
                  "m.cfg:2: unknown section [softmax] (input, output, linear, conv, maxpool, "
                  "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, sigmoid, "
-                 "tanh, add, concat)");
+                 "tanh, add, concat, embedding, numeric)");
     expect_parse(IN "[conv] out = 3 kernel = 3 bias = 0\n", FED_ERR_SPEC,
                  "m.cfg:2: [conv]: unknown key 'bias' (name, out, kernel, stride, padding, "
                  "dilation, groups, input)");
@@ -348,6 +348,15 @@ static int torch_dump(const char *dir, const char *file)
         goto out;
     for (int i = 0; i < DUMP_N * F; i++)
         x[i] = (float)fed_rng_normal(&rng);
+    { /* an embedding's column holds ids, few so that rows repeat in the batch */
+        int cnt;
+        const fed_model_node *nd = fed_model_cfg_nodes(c, in.classes, &cnt);
+
+        for (int k = 0; k < cnt; k++)
+            for (int i = 0; !strcmp(nd[k].kind, "embedding") && i < DUMP_N; i++)
+                x[(size_t)i * F + nd[k].column] =
+                    (float)fed_rng_below(&rng, (uint64_t)(nd[k].num < 5 ? nd[k].num : 5));
+    }
     for (int i = 0; i < DUMP_N; i++)
         yf[i] = (float)(y[i] = (int32_t)fed_rng_below(&rng, (uint64_t)in.classes));
     fed_batch b = {.n = DUMP_N, .x_f32 = x, .y = y};

@@ -53,11 +53,19 @@ class Net(nn.Module):
         self.order = []  # (module name, input ref, add's ref), refs by node name, "-": input
         outs = {}
         layers = [s for s in secs[1:] if s[0] != "output"]
+        # the input's categorical columns: those the embeddings read
+        cat = {int(kv["column"]) for kind, kv in layers if kind == "embedding"}
         for i, (kind, kv) in enumerate(layers):
             name = kv.get("name", str(i))
             src = kv.get("input", self.order[-1][0] if self.order else "-")
+            if kind in ("embedding", "numeric"):
+                src = "-"  # they take the model's input row
             x = x0 if src == "-" else outs[src]
-            if kind == "add":
+            if kind == "embedding":
+                m = Embedding(int(kv["num"]), int(kv["dim"]), int(kv["column"]))
+            elif kind == "numeric":
+                m = Numeric([j for j in range(x0[0].numel()) if j not in cat])
+            elif kind == "add":
                 m = Add()
             elif kind == "concat":
                 m = Concat()
@@ -100,6 +108,28 @@ class Net(nn.Module):
             x = x0 if src == "-" else outs[src]
             outs[name] = self.step(getattr(self, name), x, x0 if frm == "-" else outs.get(frm))
         return outs[self.order[-1][0]]
+
+
+class Embedding(nn.Embedding):
+    """fednode's [embedding]: the weight row of the id in one column of the row."""
+
+    def __init__(self, num, dim, column):
+        super().__init__(num, dim)
+        self.column = column
+
+    def forward(self, x):
+        return super().forward(x.flatten(1)[:, self.column].long())
+
+
+class Numeric(nn.Module):
+    """fednode's [numeric]: the row's columns no embedding reads, in order."""
+
+    def __init__(self, cols):
+        super().__init__()
+        self.cols = cols
+
+    def forward(self, x):
+        return x.flatten(1)[:, self.cols]
 
 
 class Add(nn.Module):
