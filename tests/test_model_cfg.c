@@ -241,6 +241,79 @@ static void test_errors(void **state)
     }
 }
 
+#define TAB "[input] features = 6 categorical = 0,3\n"
+#define EMB_A "[embedding] name = a column = 0 num = 16 dim = 4\n"
+
+/* The model file's side of embeddings: every refusal with file, line and
+ * key. */
+static void test_embedding_errors(void **state)
+{
+    (void)state;
+    expect_parse(TAB "[embedding] name = a column = 6 num = 16 dim = 4\n", FED_ERR_SPEC,
+                 "m.cfg:2: [embedding] column: 6 is outside the input's 6 columns (0 to 5)");
+    expect_parse(TAB "[embedding] name = a column = 2 num = 16 dim = 4\n", FED_ERR_SPEC,
+                 "m.cfg:2: [embedding] column: 2 is not categorical (list it in [input] "
+                 "categorical)");
+    expect_parse(TAB "[embedding] name = a column = 0 num = 16 dim = 0\n", FED_ERR_SPEC,
+                 "m.cfg:2: [embedding] dim: '0' is not a count 1 to 65536");
+    expect_parse(TAB "[embedding] name = a column = 0 num = 0 dim = 4\n", FED_ERR_SPEC,
+                 "m.cfg:2: [embedding] num: '0' is not a count 1 to 1048576");
+    expect_parse(TAB "[embedding] name = a column = x num = 16 dim = 4\n", FED_ERR_SPEC,
+                 "m.cfg:2: [embedding] column: 'x' is not a column index (0-based)");
+    expect_parse(TAB "[embedding] name = a num = 16 dim = 4\n", FED_ERR_SPEC,
+                 "m.cfg:2: [embedding] needs column");
+    expect_parse(TAB "[embedding] name = a column = 0 num = 16 dim = 4 input = -\n",
+                 FED_ERR_SPEC, "m.cfg:2: [embedding]: unknown key 'input' (name, column, num, "
+                 "dim)");
+    expect_parse(TAB EMB_A "[numeric] name = n\n[concat] from = a\n[linear] out = 2\n",
+                 FED_ERR_SPEC, "m.cfg:1: [input] categorical: column 3 feeds no embedding");
+    expect_parse("[input]\ncategorical = 0,9\nfeatures = 6\n" EMB_A, FED_ERR_SPEC,
+                 "m.cfg:2: [input] categorical: column 9 is outside the input's 6 columns (0 to "
+                 "5)");
+    expect_parse("[input] features = 6 categorical = 0,0\n", FED_ERR_SPEC,
+                 "m.cfg:1: [input] categorical: column 0 given twice");
+    expect_parse("[input] features = 6 categorical = 0,,1\n", FED_ERR_SPEC,
+                 "m.cfg:1: [input] categorical: '0,,1' is not a list of column indices "
+                 "(0-based, comma-separated)");
+    expect_parse(IN "[numeric] input = -\n", FED_ERR_SPEC,
+                 "m.cfg:2: [numeric]: unknown key 'input' (name)");
+}
+
+/* examples/models/tabular.cfg: its parameters, tensors, the columns each
+ * layer takes, and its graph as a spec. */
+static void test_tabular(void **state)
+{
+    fed_model_cfg *c = NULL;
+    fed_model_node_info info[12];
+    const fed_model_node *n;
+    char why[512], spec[FED_MODEL_SPEC_MAX];
+    size_t total = 0;
+    int count;
+
+    (void)state;
+    assert_int_equal(fed_model_cfg_load("examples/models/tabular.cfg", &c, why, sizeof why),
+                     FED_OK);
+    n = fed_model_cfg_nodes(c, 2, &count);
+    assert_int_equal(count, 11);
+    assert_string_equal(n[0].kind, "embedding");
+    assert_int_equal(n[0].input, -1);
+    assert_int_equal(n[1].column, 1);
+    assert_int_equal(n[1].num, 1024);
+    assert_int_equal(n[1].out, 4);
+    assert_int_equal(n[3].input, -1); /* numeric */
+    assert_int_equal(fed_model_cfg_check(c, fed_model_cfg_own_input(c), info, why, sizeof why),
+                     FED_OK);
+    for (int i = 0; i < count; i++)
+        total += info[i].nparams;
+    assert_int_equal(total, 13505);
+    assert_int_equal(info[3].c, 8);  /* the numeric columns 2..9 */
+    assert_int_equal(info[4].c, 20); /* 8 + 4 + 8 */
+    assert_int_equal(fed_model_cfg_spec(c, spec, sizeof spec, why, sizeof why), FED_OK);
+    assert_string_equal(spec, "g:emb_a=E8n1024c0,emb_b=E4n1024c1<-,cat_ab=&emb_b<emb_a,num=X<-,"
+                              "cat=&num<cat_ab,fc1=L32,R,fc2=L16,R,out=L1,B");
+    fed_model_cfg_free(c);
+}
+
 /* A shape that does not fit names its line and prints the shapes so far;
  * data that disagrees with the file is refused with both. */
 static void test_shape_errors(void **state)
@@ -424,6 +497,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_many_layers),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_shape_errors),
+        cmocka_unit_test(test_embedding_errors),
+        cmocka_unit_test(test_tabular),
     };
 
     if (argc == 4 && !strcmp(argv[1], "--torch-dump"))
