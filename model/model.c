@@ -1611,6 +1611,21 @@ const fed_tensor_info *fed_model_tensors(const fed_model *m, int *count)
     return m->tensors;
 }
 
+int fed_model_categorical(const fed_model *m, int col, int *num)
+{
+    int fewest = 0;
+
+    if (!m->cat || col < 0 || col >= m->in.c * m->in.h * m->in.w || !m->cat[col])
+        return 0;
+    for (int l = 0; l < m->nlayers; l++)
+        if (m->layers[l].ops->ids && m->layers[l].column == col &&
+            (!fewest || m->layers[l].wrows < fewest))
+            fewest = m->layers[l].wrows;
+    if (num)
+        *num = fewest;
+    return 1;
+}
+
 double fed_model_flops_per_sample(const fed_model *m)
 {
     double f = 0.0;

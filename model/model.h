@@ -236,6 +236,10 @@ const char *fed_model_graph(const fed_model *m);
 fed_model_shape fed_model_input(const fed_model *m);
 size_t fed_model_nparams(const fed_model *m);
 const fed_tensor_info *fed_model_tensors(const fed_model *m, int *count);
+/* Whether column col of the input holds ids (an embedding reads it: a
+ * categorical column); then *num (may be NULL) gets the fewest ids an
+ * embedding of it takes. */
+int fed_model_categorical(const fed_model *m, int col, int *num);
 /* Forward + backward FLOPs of one sample (the simulator charges these). */
 double fed_model_flops_per_sample(const fed_model *m);
 fed_backend *fed_model_backend(const fed_model *m);

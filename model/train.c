@@ -39,6 +39,37 @@ struct fed_trainer {
     uint8_t *aug_scratch; /* (features), NULL: no augmentation */
 };
 
+/* A model with embeddings: its categorical columns (those they read) are
+ * the data's (hashed by the CSV reader), and each embedding takes every id
+ * the data can give (its --hash-buckets); else says which, and 0. A model
+ * without one takes any ids as plain numbers (docs/data.md). */
+static int fits_categorical(const fed_model *m, const fed_dataset *d)
+{
+    int any = 0;
+
+    for (size_t j = 0; j < d->features && !any; j++)
+        any = fed_model_categorical(m, (int)j, NULL);
+    for (size_t j = 0; any && j < d->features; j++) {
+        int num = 0, mc = fed_model_categorical(m, (int)j, &num);
+        int dc = d->categorical && d->categorical[j];
+
+        if (mc && !dc)
+            fed_log(FED_LOG_ERROR, "train: feature column %zu (from 0, the label left out): an "
+                    "embedding reads ids from it, the data does not hash it (--categorical)", j);
+        else if (dc && !mc)
+            fed_log(FED_LOG_ERROR, "train: feature column %zu (from 0, the label left out): the "
+                    "data hashes it (--categorical), no embedding reads it", j);
+        else if (mc && num < d->hash_buckets)
+            fed_log(FED_LOG_ERROR, "train: feature column %zu (from 0, the label left out): an "
+                    "embedding of it takes %d ids, the data gives up to %d (--hash-buckets)", j,
+                    num, d->hash_buckets);
+        else
+            continue;
+        return 0;
+    }
+    return 1;
+}
+
 long fed_train_batches(size_t n, int batch)
 {
     return batch > 0 ? (long)((n + (size_t)batch - 1) / (size_t)batch) : 0;
@@ -61,6 +92,8 @@ fed_err fed_trainer_new(fed_model *m, fed_optim *o, const fed_dataset *d, int ba
                 d->shape.classes);
         return FED_ERR_SHAPE;
     }
+    if (!fits_categorical(m, d))
+        return FED_ERR_SHAPE;
     t = fed_calloc(1, sizeof *t);
     if (!t)
         return FED_ERR_NOMEM;
