@@ -1025,4 +1025,5 @@ void fed_data_gather(const fed_dataset *d, const uint32_t *idx, int n, void *x_s
         y_stage[i] = d->y[idx[i]];
     b->n = n;
     b->y = y_stage;
+    b->y_f32 = NULL;
 }

@@ -136,6 +136,7 @@ struct layer_ops {
     int fuses_relu; /* a relu right after it folds into its output */
     int keep_dy;    /* cheap to keep its output gradient per sample (DP-SGD) */
     int reads_row;  /* takes the model's input row itself, and only it */
+    int loss;       /* a loss node, last: the LOSS_* it chooses */
     int ids;        /* its node's column holds ids: a categorical column */
 };
 
@@ -153,8 +154,10 @@ enum { ACT_LEAKY_RELU = 1, ACT_GELU, ACT_SILU, ACT_SIGMOID, ACT_TANH };
 
 /* The loss on the logits: softmax cross-entropy (the backend's), or binary
  * cross-entropy on one logit, as BCEWithLogitsLoss (two classes, label 1
- * the positive; computed on the host). A "bce" node, last, chooses it. */
-enum { LOSS_XENT = 0, LOSS_BCE };
+ * the positive; computed on the host), or the mean squared error against
+ * float targets, as MSELoss (the mean over every output; on the host). A
+ * last "bce" or "mse" node chooses it. */
+enum { LOSS_XENT = 0, LOSS_BCE, LOSS_MSE };
 #define LEAKY_SLOPE 0.01
 
 #define MAX_SHARDS 64
@@ -167,6 +170,7 @@ typedef struct workspace {
     uint8_t *x_u8;              /* (max_batch, F) */
     float *x;                   /* (max_batch, F) */
     int32_t *y;                 /* (max_batch) */
+    float *t;                   /* (max_batch, nlogits): float targets (mse), or NULL */
     float **act;                /* per layer: (max_batch, out_numel) */
     float **col;                /* per layer, conv: (max_batch, col_numel) */
     int32_t **arg;              /* per layer, max pool: (max_batch, arg_numel) */
@@ -557,15 +561,14 @@ static fed_err concat_plan(plan *p, const node_desc *nd, int i, dims *s, char *w
     return plan_output(p, nd, i, s, ly, s->c + p->other_dims.c, s->h, s->w, why, cap);
 }
 
-/* bce: the loss, not a layer (it must be the last node). */
-static fed_err bce_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap)
+/* bce, mse: the loss, not a layer (it must be the last node). */
+static fed_err loss_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap)
 {
-    (void)nd;
     (void)i;
     (void)s;
     (void)why;
     (void)cap;
-    p->loss = LOSS_BCE;
+    p->loss = nd->ops->loss;
     return FED_OK;
 }
 
@@ -666,10 +669,10 @@ static fed_err plan_graph(const node_desc *nodes, int count, fed_model_shape in,
                 goto out;
             }
         }
-        if (nd->ops->plan == bce_plan && i != count - 1) {
+        if (nd->ops->loss && i != count - 1) {
             err = fed_err_why(why, cap, FED_ERR_SPEC,
-                              "model '%s': node %d (bce): the loss must be the last node",
-                              p->spec, i);
+                              "model '%s': node %d (%s): the loss must be the last node",
+                              p->spec, i, nd->ops->kind);
             goto out;
         }
         s = nd->input < 0 ? (dims){in.c, in.h, in.w} : ndims[nd->input];
@@ -765,7 +768,7 @@ static fed_err graph_end(plan *p, fed_model_shape in, char *why, size_t cap)
                            "model '%s': the loss bce takes one logit and two classes; the last "
                            "layer gives %dx%dx%d values, the data has %d classes", p->spec,
                            last->out_c, last->out_h, last->out_w, in.classes);
-    if (p->loss != LOSS_BCE && last->out_numel != in.classes)
+    if (p->loss == LOSS_XENT && last->out_numel != in.classes)
         return fed_err_why(why, cap, FED_ERR_SHAPE,
                          "model '%s': the last layer gives %dx%dx%d values, the loss wants %d "
                          "classes", p->spec, last->out_c, last->out_h, last->out_w, in.classes);
@@ -1359,6 +1362,7 @@ static void ws_fini(fed_model *m, workspace *w)
     dev_free(be, w->x_u8);
     dev_free(be, w->x);
     dev_free(be, w->y);
+    dev_free(be, w->t);
     for (int l = 0; l < m->nlayers; l++) {
         if (w->act)
             dev_free(be, w->act[l]);
@@ -1396,7 +1400,9 @@ static fed_err ws_init(fed_model *m, workspace *w)
     if ((err = dev_alloc(m, cap * feat, &w->x_u8)) ||
         (err = dev_alloc(m, cap * feat * sizeof(float), &w->x)) ||
         (err = dev_alloc(m, cap * sizeof(int32_t), &w->y)) ||
-        (err = dev_alloc(m, cap * sizeof(float), &w->ones)))
+        (err = dev_alloc(m, cap * sizeof(float), &w->ones)) ||
+        (m->loss == LOSS_MSE &&
+         (err = dev_alloc(m, cap * (size_t)m->nlogits * sizeof(float), &w->t))))
         return err;
     be->fill(be, w->ones, 1.0f, cap);
     for (int l = 0; l < m->nlayers; l++) {
@@ -1444,9 +1450,9 @@ static fed_err ws_init(fed_model *m, workspace *w)
 /* Whether be can run every layer of p: else logs the first it cannot. */
 static fed_err backend_fits(const plan *p, const fed_backend *be)
 {
-    if (p->loss == LOSS_BCE && !(be->caps & FED_BACKEND_CAP_HOST_MEMORY)) {
-        fed_log(FED_LOG_ERROR, "model: the loss bce is computed on the host, which the %s "
-                "backend's memory is not", be->name);
+    if (p->loss != LOSS_XENT && !(be->caps & FED_BACKEND_CAP_HOST_MEMORY)) {
+        fed_log(FED_LOG_ERROR, "model: the loss %s is computed on the host, which the %s "
+                "backend's memory is not", p->loss == LOSS_BCE ? "bce" : "mse", be->name);
         return FED_ERR_UNSUPPORTED;
     }
     for (int l = 0; l < p->nlayers; l++) {
@@ -2357,7 +2363,7 @@ static const layer_ops LAYER_KINDS[] = {
     {.kind = "global_avgpool", .letter = 'P', .plan = gap_plan, .needs = avgpool_needs,
      .forward = avgpool_forward, .input_grads = avgpool_input_grads, .flops = pool_flops},
     {.kind = "relu", .letter = 'R', .plan = relu_plan},
-    {.kind = "bce", .letter = 'B', .plan = bce_plan},
+    {.kind = "bce", .letter = 'B', .plan = loss_plan, .loss = LOSS_BCE},
     {.kind = "add", .letter = '+', .plan = add_plan, .needs = act_needs, .forward = add_forward,
      .input_grads = add_input_grads, .input2_grads = add_input2_grads, .flops = act_flops,
      .fuses_relu = 1},
@@ -2380,6 +2386,7 @@ static const layer_ops LAYER_KINDS[] = {
      .dp_norm2 = embedding_dp_norm2, .check = embedding_check, .reads_row = 1, .ids = 1},
     {.kind = "numeric", .letter = 'X', .plan = numeric_plan, .forward = numeric_forward,
      .flops = act_flops, .reads_row = 1},
+    {.kind = "mse", .letter = 'Q', .plan = loss_plan, .loss = LOSS_MSE},
 };
 
 static const layer_ops *kind_find(const char *kind)
@@ -2452,7 +2459,10 @@ static fed_err upload_rows(fed_model *m, int off, int n)
     } else {
         err = be->upload(be, m->ws.x + at, b->x_f32 + at, cnt * sizeof(float));
     }
-    if (err == FED_OK)
+    if (err == FED_OK && b->y_f32)
+        err = be->upload(be, m->ws.t + (size_t)off * m->nlogits, b->y_f32 + (size_t)off * m->nlogits,
+                         (size_t)n * m->nlogits * sizeof(float));
+    else if (err == FED_OK)
         err = be->upload(be, m->ws.y + off, b->y + off, (size_t)n * sizeof(int32_t));
     return err;
 }
@@ -2482,6 +2492,24 @@ static void bce_loss(float *z, const int32_t *y, int n, const float *grad_scale,
     *correct = right;
 }
 
+/* The mean squared error of n rows of C outputs z against targets t,
+ * each row's (its C errors' mean) summed into *loss, and, when grad_scale,
+ * z replaced by 2 (z - t) / C * grad_scale. Host memory. */
+static void mse_loss(float *z, const float *t, int n, int C, const float *grad_scale,
+                     double *loss)
+{
+    double sum = 0.0;
+
+    for (size_t k = 0; k < (size_t)n * C; k++) {
+        double e = (double)z[k] - t[k];
+
+        sum += e * e;
+        if (grad_scale)
+            z[k] = (float)(2.0 * e / C * *grad_scale);
+    }
+    *loss = sum / C;
+}
+
 static void forward_rows(fed_model *m, int u, int from)
 {
     step_run *r = &m->run;
@@ -2500,7 +2528,11 @@ static void forward_rows(fed_model *m, int u, int from)
         m->layers[l].ops->forward(m, l, x, off, n);
     }
     logits = m->ws.act[last] + (size_t)off * C;
-    if (m->loss == LOSS_BCE)
+    if (m->loss == LOSS_MSE) {
+        r->correct[u] = 0; /* no classes */
+        mse_loss(logits, m->ws.t + (size_t)off * C, n, C, r->train ? &r->grad_scale : NULL,
+                 &r->loss[u]);
+    } else if (m->loss == LOSS_BCE)
         bce_loss(logits, m->ws.y + off, n, r->train ? &r->grad_scale : NULL, &r->loss[u],
                  &r->correct[u]);
     else if (r->train)
@@ -2763,9 +2795,13 @@ static void step_worker(void *ctx, size_t piece)
 
 static fed_err check_batch(const fed_model *m, const fed_batch *b, int max)
 {
-    if (!b || b->n < 1 || b->n > max || (!b->x_u8 == !b->x_f32) || !b->y)
+    if (!b || b->n < 1 || b->n > max || (!b->x_u8 == !b->x_f32) ||
+        (m->loss == LOSS_MSE ? !b->y_f32 : !b->y))
         return FED_ERR_INVAL;
-    for (int i = 0; i < b->n; i++)
+    for (int i = 0; m->loss == LOSS_MSE && i < b->n * m->nlogits; i++)
+        if (!isfinite(b->y_f32[i]))
+            return FED_ERR_NAN;
+    for (int i = 0; m->loss != LOSS_MSE && i < b->n; i++)
         if (b->y[i] < 0 || b->y[i] >= m->in.classes)
             return FED_ERR_RANGE;
     for (int l = 0; l < m->nlayers; l++) {
@@ -2925,27 +2961,58 @@ static void softmax_rows(double *p, int n, int C)
     }
 }
 
+/* n rows of K floats at the start of p into what fed_model_predict gives
+ * per row, doubles over the whole of p: cross-entropy's softmax, bce's two
+ * probabilities (1 - sigmoid(z), sigmoid(z)) of its one logit, mse's
+ * outputs as they are. From the last row to the first, as softmax_rows. */
+static void predictions(const fed_model *m, double *p, int n)
+{
+    const float *z = (const float *)p;
+    int K = m->nlogits;
+
+    if (m->loss == LOSS_XENT) {
+        softmax_rows(p, n, K);
+        return;
+    }
+    for (long k = (long)n * K - 1; k >= 0; k--) {
+        double v = z[k];
+
+        if (m->loss == LOSS_BCE) {
+            p[2 * k + 1] = act_sigmoid(v);
+            p[2 * k] = 1.0 - p[2 * k + 1];
+        } else {
+            p[k] = v;
+        }
+    }
+}
+
+int fed_model_predict_width(const fed_model *m)
+{
+    return m->loss == LOSS_MSE ? m->nlogits : m->in.classes;
+}
+
 fed_err fed_model_predict(fed_model *m, const fed_batch *b, fed_step_stats *st, double *prob)
 {
     size_t feat = (size_t)m->in.c * m->in.h * m->in.w;
-    int C = m->in.classes;
+    int W = fed_model_predict_width(m), K = m->nlogits;
     fed_err err = check_batch(m, b, b ? b->n : 0);
 
     if (err != FED_OK)
         return err;
     for (int off = 0; off < b->n && err == FED_OK; off += m->max_batch) {
         fed_batch part = *b;
-        double *dst = prob ? prob + (size_t)off * C : NULL;
+        double *dst = prob ? prob + (size_t)off * W : NULL;
 
         part.n = b->n - off < m->max_batch ? b->n - off : m->max_batch;
         part.x_u8 = b->x_u8 ? b->x_u8 + (size_t)off * feat : NULL;
         part.x_f32 = b->x_f32 ? b->x_f32 + (size_t)off * feat : NULL;
-        part.y = b->y + off;
+        part.y = b->y ? b->y + off : NULL;
+        part.y_f32 = b->y_f32 ? b->y_f32 + (size_t)off * K : NULL;
         /* evaluation leaves the logits in the last layer's activations */
         if ((err = run_batch(m, &part, 0, NULL, NULL, st)) == FED_OK && dst &&
             (err = m->be->download(m->be, dst, m->ws.act[m->nlayers - 1],
-                                   (size_t)part.n * C * sizeof(float))) == FED_OK)
-            softmax_rows(dst, part.n, C);
+                                   (size_t)part.n * K * sizeof(float))) == FED_OK)
+            predictions(m, dst, part.n);
     }
     return err;
 }

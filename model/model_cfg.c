@@ -317,16 +317,16 @@ static fed_err set_key(parser *p, const char *key, const char *val)
         ok = parse_ints(val, &c->in.w, 1, 0, 1);
         c->in.c = c->in.h = 1;
         break;
-    case K_LOSS: /* bce: a last node that chooses it */
-        if (!strcmp(val, "bce"))
-            return c->count ? push_node(p, "bce")
+    case K_LOSS: /* bce, mse: a last node that chooses it */
+        if (!strcmp(val, "bce") || !strcmp(val, "mse"))
+            return c->count ? push_node(p, !strcmp(val, "bce") ? "bce" : "mse")
                             : fed_err_why(p->why, p->cap, FED_ERR_SPEC,
-                                          "%s:%d: [output] loss: bce after no layer", c->file,
-                                          p->line);
+                                          "%s:%d: [output] loss: %s after no layer", c->file,
+                                          p->line, val);
         if (strcmp(val, "cross_entropy") != 0)
             return fed_err_why(p->why, p->cap, FED_ERR_SPEC,
-                         "%s:%d: [output] loss: '%s' is not supported yet (cross_entropy, bce)",
-                         c->file, p->line, val);
+                         "%s:%d: [output] loss: '%s' is not supported yet (cross_entropy, bce, "
+                         "mse)", c->file, p->line, val);
         return FED_OK;
     case K_CLASSES:
         ok = parse_ints(val, &c->in.classes, 1, 0, 2);

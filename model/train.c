@@ -398,6 +398,7 @@ static fed_err whole_batch(fed_model *m, const fed_dataset *d, size_t off, size_
     b->x_u8 = d->x_u8 ? d->x_u8 + off * d->features : NULL;
     b->x_f32 = d->x_u8 ? NULL : d->x_f32 + off * d->features;
     b->y = d->y + off;
+    b->y_f32 = NULL;
     return FED_OK;
 }
 

@@ -688,7 +688,11 @@ static void test_embedding_ids(void **state)
         x[3 * 5] = keep;
     }
     x[9 * 5 + 2] = 4.0f; /* eb takes 4 ids */
+    fed_test_log_capture(FED_LOG_DEBUG);
     assert_int_equal(fed_model_forward_backward(m, &b, NULL), FED_ERR_RANGE);
+    assert_string_equal(fed_test_log_last(), "model: layer 'eb' (embedding): sample 9's column 2 "
+                                             "holds 4, not an id in [0, 4)");
+    fed_test_log_default();
     x[9 * 5 + 2] = 3.0f;
     assert_int_equal(fed_model_forward_backward(m, &b, NULL), FED_OK);
     fed_model_free(m);
@@ -737,6 +741,83 @@ static void test_embedding_refusals(void **state)
     assert_int_equal(fed_model_spec_check("g:E3c0,L", in), FED_ERR_SPEC);  /* no num */
     assert_int_equal(fed_model_spec_check("g:En7c0,L", in), FED_ERR_SPEC); /* no dim */
     assert_int_equal(fed_model_spec_check("g:E3n7c0x1,L", in), FED_ERR_SPEC);
+}
+
+/* The loss mse: MSELoss's mean over every output, its gradient 2 (z - t) /
+ * (n K), predictions the outputs themselves; a batch without targets or
+ * with a target that is not finite refused. And bce's predictions: (1 - p,
+ * p) of each sample's one logit, over pieces of more than half max_batch. */
+static void test_mse_and_predictions(void **state)
+{
+    world *w = *state;
+    fed_model_shape in = {1, 1, 3, 2};
+    fed_model *m = NULL;
+    float x[20 * 3], t[20 * 2], z[8 * 2], g[64];
+    double pred[20 * 2], want = 0.0;
+    fed_step_stats st = {0};
+    fed_rng rng;
+    size_t np;
+    int nt;
+    const fed_tensor_info *ti;
+
+    fed_rng_seed(&rng, 9);
+    for (int i = 0; i < 20 * 3; i++)
+        x[i] = (float)fed_rng_normal(&rng);
+    for (int i = 0; i < 20 * 2; i++)
+        t[i] = (float)fed_rng_normal(&rng);
+    assert_int_equal(fed_model_new("g:fc=L2,Q", in, w->be, w->pool, 1, 8, &m), FED_OK);
+    assert_int_equal(fed_model_init(m, &rng), FED_OK);
+    assert_int_equal(fed_model_nlogits(m), 2);
+    assert_int_equal(fed_model_predict_width(m), 2);
+    np = fed_model_nparams(m);
+    ti = fed_model_tensors(m, &nt);
+    fed_batch b = {.n = 8, .x_f32 = x, .y_f32 = t};
+    assert_int_equal(fed_model_logits(m, &b, z), FED_OK);
+    assert_int_equal(fed_model_forward_backward(m, &b, &st), FED_OK);
+    memcpy(g, fed_model_grads_dev(m), np * sizeof *g);
+    for (int k = 0; k < 16; k++)
+        want += ((double)z[k] - t[k]) * ((double)z[k] - t[k]);
+    assert_true(fabs(st.loss_sum / 8 - want / 16) <= 1e-6 * want / 16);
+    assert_int_equal(st.correct, 0);
+    /* fc.bias's gradient: the mean over samples of 2 (z - t) / K */
+    for (int o = 0; o < 2; o++) {
+        double gb = 0.0;
+
+        for (int i = 0; i < 8; i++)
+            gb += 2.0 * ((double)z[i * 2 + o] - t[i * 2 + o]) / 16.0;
+        assert_true(fabs(g[ti[1].offset + o] - gb) <= 1e-6 * (1.0 + fabs(gb)));
+    }
+    b.n = 20;
+    assert_int_equal(fed_model_predict(m, &b, NULL, pred), FED_OK);
+    for (int k = 0; k < 16; k++)
+        assert_true(pred[k] == (double)z[k]);
+    b.n = 8;
+    b.y_f32 = NULL;
+    assert_int_equal(fed_model_forward_backward(m, &b, NULL), FED_ERR_INVAL);
+    b.y_f32 = t;
+    t[5] = INFINITY;
+    assert_int_equal(fed_model_forward_backward(m, &b, NULL), FED_ERR_NAN);
+    fed_model_free(m);
+
+    /* bce: a piece of 8 rows of one logit each, made two probabilities */
+    {
+        int32_t y[20] = {0};
+
+        assert_int_equal(fed_model_new("g:L4,R,L1,B", in, w->be, w->pool, 1, 8, &m), FED_OK);
+        assert_int_equal(fed_model_init(m, &rng), FED_OK);
+        fed_batch c = {.n = 8, .x_f32 = x, .y = y};
+        assert_int_equal(fed_model_logits(m, &c, z), FED_OK);
+        c.n = 20;
+        assert_int_equal(fed_model_predict(m, &c, NULL, pred), FED_OK);
+        for (int i = 0; i < 8; i++) {
+            double p = 1.0 / (1.0 + exp(-(double)z[i]));
+
+            assert_true(fabs(pred[2 * i + 1] - p) <= 1e-12);
+            assert_true(fabs(pred[2 * i] - (1.0 - p)) <= 1e-12);
+        }
+        fed_model_free(m);
+    }
+    (void)np;
 }
 
 /* A graph as a "g:" spec: the exact text, a model from it the same as from
@@ -893,7 +974,7 @@ int main(void)
         cmocka_unit_test(test_deep_graph),   cmocka_unit_test(test_graph_flops),
         cmocka_unit_test(test_graph_errors), cmocka_unit_test(test_backend_caps),
         cmocka_unit_test(test_embedding), cmocka_unit_test(test_embedding_ids),
-        cmocka_unit_test(test_embedding_refusals),
+        cmocka_unit_test(test_embedding_refusals), cmocka_unit_test(test_mse_and_predictions),
         cmocka_unit_test(test_graph_alloc_failures), cmocka_unit_test(test_graph_spec),
         cmocka_unit_test(test_graph_long_spec),
     };

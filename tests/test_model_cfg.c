@@ -218,8 +218,9 @@ static void test_errors(void **state)
     expect_parse(IN "[linear] name = a-b out = 3\n", FED_ERR_SPEC,
                  "m.cfg:2: [linear] name: 'a-b' must be 1 to 23 letters, digits, '_' or inner "
                  "'.'");
-    expect_parse(IN "[linear] out = 3\n[output] loss = mse\n", FED_ERR_SPEC,
-                 "m.cfg:3: [output] loss: 'mse' is not supported yet (cross_entropy, bce)");
+    expect_parse(IN "[linear] out = 3\n[output] loss = hinge\n", FED_ERR_SPEC,
+                 "m.cfg:3: [output] loss: 'hinge' is not supported yet (cross_entropy, bce, "
+                 "mse)");
     expect_parse(IN "[linear] out = 3\n[output]\n[relu]\n", FED_ERR_SPEC,
                  "m.cfg:4: [relu] after [output], which ends the file");
     expect_parse("[input]\n[linear] out = 3\n", FED_ERR_SPEC,
@@ -387,9 +388,9 @@ static int torch_dump(const char *dir, const char *file)
     fed_step_stats st = {0};
     const fed_tensor_info *mt;
     fed_tensor_info *t = NULL;
-    float *buf = NULL, *p0 = NULL, *x = NULL, *logits = NULL, yf[DUMP_N], loss;
+    float *buf = NULL, *p0 = NULL, *x = NULL, *logits = NULL, *yf = NULL, loss;
     int32_t y[DUMP_N];
-    int nt, n = 0, F, shape[4], nlog;
+    int nt, n = 0, F, shape[4], nlog, cnt, mse;
     size_t np, used = 0;
     char why[1024], path[4096], name[64];
     int rc = 1;
@@ -412,11 +413,13 @@ static int torch_dump(const char *dir, const char *file)
     F = in.c * in.h * in.w;
     t = calloc((size_t)3 * nt + 4, sizeof *t);
     nlog = fed_model_nlogits(m);
-    buf = malloc((3 * np + (size_t)DUMP_N * (F + nlog + 1) + 1) * sizeof *buf);
+    mse = !strcmp(fed_model_cfg_nodes(c, in.classes, &cnt)[cnt - 1].kind, "mse");
+    buf = malloc((3 * np + (size_t)DUMP_N * (F + 2 * nlog + 1) + 1) * sizeof *buf);
+    yf = malloc((size_t)DUMP_N * nlog * sizeof *yf);
     p0 = malloc(np * sizeof *p0);
     x = malloc((size_t)DUMP_N * F * sizeof *x);
     logits = malloc((size_t)DUMP_N * nlog * sizeof *logits);
-    if (!t || !buf || !p0 || !x || !logits || fed_model_init(m, &rng) != FED_OK ||
+    if (!t || !buf || !p0 || !x || !logits || !yf || fed_model_init(m, &rng) != FED_OK ||
         fed_model_get_params(m, p0) != FED_OK)
         goto out;
     for (int i = 0; i < DUMP_N * F; i++)
@@ -432,7 +435,9 @@ static int torch_dump(const char *dir, const char *file)
     }
     for (int i = 0; i < DUMP_N; i++)
         yf[i] = (float)(y[i] = (int32_t)fed_rng_below(&rng, (uint64_t)in.classes));
-    fed_batch b = {.n = DUMP_N, .x_f32 = x, .y = y};
+    for (int i = 0; mse && i < DUMP_N * nlog; i++) /* mse: float targets */
+        yf[i] = (float)fed_rng_normal(&rng);
+    fed_batch b = {.n = DUMP_N, .x_f32 = x, .y = mse ? NULL : y, .y_f32 = mse ? yf : NULL};
     if (fed_model_logits(m, &b, logits) != FED_OK ||
         fed_model_forward_backward(m, &b, &st) != FED_OK || be->sync(be) != FED_OK)
         goto out;
@@ -448,8 +453,8 @@ static int torch_dump(const char *dir, const char *file)
     shape[2] = in.h;
     shape[3] = in.w;
     dump_add(t, &n, buf, &used, "x", 4, shape, x);
-    dump_add(t, &n, buf, &used, "y", 1, shape, yf);
     shape[1] = nlog;
+    dump_add(t, &n, buf, &used, "y", mse ? 2 : 1, shape, yf);
     dump_add(t, &n, buf, &used, "logits", 2, shape, logits);
     loss = (float)(st.loss_sum / DUMP_N);
     shape[0] = 1;
@@ -486,6 +491,7 @@ out:
     free(p0);
     free(x);
     free(logits);
+    free(yf);
     return rc;
 }
 

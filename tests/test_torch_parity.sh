@@ -7,7 +7,8 @@
 # convolutions, a one-logit bce net, residual blocks (add, branches, a
 # concat), the tabular net (examples/models/tabular.cfg: embeddings of two
 # categorical columns concatenated with the numeric ones, bce) and a net of
-# embeddings alone (ids repeated in the batch: the scatter-add sums them):
+# embeddings alone (ids repeated in the batch: the scatter-add sums them),
+# and a regression net of three outputs under mse (float targets):
 # fednode's initial parameters (through .safetensors, loaded with
 # strict=True into the nn.Module tests/torch_parity.py builds from the same
 # file), the same batch of 8: logits, loss, every gradient and the
@@ -126,9 +127,18 @@ cat >"$TMP/embed.cfg" <<CFG
 [output] classes = 4
 CFG
 
+cat >"$TMP/mse.cfg" <<CFG
+# regression: three float targets, mean squared error
+[input] features = 7
+[linear] name = fc1 out = 12
+[tanh]
+[linear] name = out out = 3
+[output] loss = mse
+CFG
+
 for cfg in "$HERE/../examples/models/simplecnn.cfg" "$TMP/windows.cfg" "$TMP/acts.cfg" \
     "$TMP/groups.cfg" "$TMP/bce.cfg" "$TMP/residual.cfg" \
-    "$HERE/../examples/models/tabular.cfg" "$TMP/embed.cfg"; do
+    "$HERE/../examples/models/tabular.cfg" "$TMP/embed.cfg" "$TMP/mse.cfg"; do
     name=$(basename "$cfg" .cfg)
     mkdir -p "$TMP/$name"
     "$DUMP" --torch-dump "$TMP/$name" "$cfg" >"$TMP/$name/dump.log" 2>&1 ||

@@ -151,16 +151,18 @@ def main():
     torch.set_num_threads(1)
     with safe_open(d + "/ours.safetensors", framework="pt") as f:
         ours = {k: f.get_tensor(k) for k in f.keys()}
-    x, y = ours["x"], ours["y"].long()
+    x, y = ours["x"], ours["y"]
     net = Net(cfg, ours["logits"].shape[1])
     sd = {k: v for k, v in ours.items() if k in net.state_dict()}
     net.load_state_dict(sd, strict=True)
     logits = net(x)
     output = [kv for kind, kv in sections(cfg) if kind == "output"]
     if output and output[0].get("loss") == "bce":  # one logit, BCEWithLogitsLoss
-        loss = F.binary_cross_entropy_with_logits(logits[:, 0], y.float())
+        loss = F.binary_cross_entropy_with_logits(logits[:, 0], y)
+    elif output and output[0].get("loss") == "mse":  # float targets, MSELoss's mean
+        loss = F.mse_loss(logits, y)
     else:
-        loss = F.cross_entropy(logits, y)
+        loss = F.cross_entropy(logits, y.long())
     loss.backward()
     worst = 0.0
     bad = []
