@@ -768,6 +768,11 @@ static fed_err graph_end(plan *p, fed_model_shape in, char *why, size_t cap)
                            "model '%s': the loss bce takes one logit and two classes; the last "
                            "layer gives %dx%dx%d values, the data has %d classes", p->spec,
                            last->out_c, last->out_h, last->out_w, in.classes);
+    if (p->loss == LOSS_XENT && in.classes < 2)
+        return fed_err_why(why, cap, FED_ERR_SHAPE,
+                           "model '%s': the loss cross_entropy takes 2 classes or more, the data "
+                           "has %d (a number to predict: a model file whose loss is mse)",
+                           p->spec, in.classes);
     if (p->loss == LOSS_XENT && last->out_numel != in.classes)
         return fed_err_why(why, cap, FED_ERR_SHAPE,
                          "model '%s': the last layer gives %dx%dx%d values, the loss wants %d "
@@ -1113,11 +1118,11 @@ static fed_err plan_start(const char *label, fed_model_shape in, plan *p, char *
                          "model spec '%.40s...' is %zu bytes, the limit is %d", label,
                          strlen(label), FED_MODEL_SPEC_MAX - 1);
     /* (c x h first: with it at most 2^24, times w cannot overflow) */
-    if (in.c < 1 || in.h < 1 || in.w < 1 || in.classes < 2 || in.classes > 65536 ||
+    if (in.c < 1 || in.h < 1 || in.w < 1 || in.classes < 1 || in.classes > 65536 ||
         (long)in.c * in.h > (1L << 24) || (long)in.c * in.h * in.w > (1L << 24))
         return fed_err_why(why, cap, FED_ERR_SHAPE,
                          "model spec '%s': input %dx%dx%d with %d classes is outside the limits "
-                         "(at most %ld values, 2 to 65536 classes)", label, in.c, in.h, in.w,
+                         "(at most %ld values, 1 to 65536 classes)", label, in.c, in.h, in.w,
                          in.classes, 1L << 24);
     return FED_OK;
 }
@@ -2984,6 +2989,11 @@ static void predictions(const fed_model *m, double *p, int n)
             p[k] = v;
         }
     }
+}
+
+int fed_model_regression(const fed_model *m)
+{
+    return m->loss == LOSS_MSE;
 }
 
 int fed_model_predict_width(const fed_model *m)

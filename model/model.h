@@ -314,5 +314,7 @@ FED_WUR fed_err fed_model_predict(fed_model *m, const fed_batch *b, fed_step_sta
 /* The values fed_model_predict gives a sample: the classes, or with mse
  * the outputs. */
 int fed_model_predict_width(const fed_model *m);
+/* Whether the loss is mse: its batches carry float targets (y_f32). */
+int fed_model_regression(const fed_model *m);
 
 #endif

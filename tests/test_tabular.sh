@@ -6,29 +6,36 @@
 # numeric ones reach at least 0.95 test accuracy with `fednode train`, and
 # `fednode eval` of the saved model gives the same; a model whose
 # embeddings do not match the data's --categorical columns or
-# --hash-buckets is refused naming the column.
+# --hash-buckets is refused naming the column. Regression (--task
+# regression, loss mse): a number set by a colour and two numeric columns,
+# learnt to R^2 >= 0.95 on the test file as `fednode eval` reports it
+# (with MSE and MAE); a classifier on numbers, or mse on classes, refused.
 . "$(dirname "$0")/proc_lib.sh"
 export FEDNODE_NO_REEXEC=1
 
-# 800 training rows and 300 test rows, from a Park-Miller stream
-awk -v tr="$TMP/t.csv" -v te="$TMP/t.test.csv" 'BEGIN {
+# tables NAME HEADER ROW: $TMP/NAME.csv (800 rows) and $TMP/NAME.test.csv
+# (300) under HEADER, each row printed to out by the awk statements ROW,
+# which draw from a Park-Miller stream: u() uniform in [-1, 1), k(n) 0..n-1.
+tables() {
+    awk -v tr="$TMP/$1.csv" -v te="$TMP/$1.test.csv" -v head="$2" '
+        function k(n) { s = (s * 16807) % 2147483647; return s % n }
+        function u() { return k(2000) / 1000 - 1 }
+        BEGIN {
+            s = 12345
+            for (f = 0; f < 2; f++) {
+                out = f ? te : tr
+                print head > out
+                for (i = 0; i < (f ? 300 : 800); i++) { '"$3"' }
+            }
+        }'
+}
+
+# the label: whether the colour is odd-numbered, flipped in two cities
+tables t colour,x1,city,x2,x3,label '
     split("red green blue yellow purple orange black white", colour, " ")
     split("oslo lima pune kyiv doha rome", city, " ")
-    s = 12345
-    for (f = 0; f < 2; f++) {
-        out = f ? te : tr
-        print "colour,x1,city,x2,x3,label" > out
-        for (i = 0; i < (f ? 300 : 800); i++) {
-            s = (s * 16807) % 2147483647; c = s % 8 + 1
-            s = (s * 16807) % 2147483647; t = s % 6 + 1
-            s = (s * 16807) % 2147483647; x1 = (s % 2000) / 1000 - 1
-            s = (s * 16807) % 2147483647; x2 = (s % 2000) / 1000 - 1
-            s = (s * 16807) % 2147483647; x3 = (s % 2000) / 1000 - 1
-            y = (c == 1 || c == 3 || c == 5 || c == 7) != (t <= 2)
-            printf "%s,%.3f,%s,%.3f,%.3f,%d\n", colour[c], x1, city[t], x2, x3, y > out
-        }
-    }
-}'
+    c = k(8) + 1; t = k(6) + 1; x1 = u(); x2 = u(); x3 = u()
+    printf "%s,%.3f,%s,%.3f,%.3f,%d\n", colour[c], x1, city[t], x2, x3, (c % 2 == 1) != (t <= 2) > out'
 cat >"$TMP/tab.cfg" <<CFG
 [input] features = 5 categorical = 0,2
 [embedding] name = colour column = 0 num = 64 dim = 4
@@ -80,3 +87,47 @@ fi
 grep -q "feature column 1 (from 0, the label left out): the data hashes it (--categorical), no embedding reads it" \
     "$TMP/cols.log" || { cat "$TMP/cols.log"; fail "the refusal names the column"; }
 ok "a hashed column no embedding reads: refused naming it"
+
+# regression: label = the colour's effect + 1.5 x1 - 0.5 x2 (x3 unused)
+tables r colour,x1,x2,x3,label '
+    split("red green blue black", colour, " "); split("2 -1 0.5 -2.5", eff, " ")
+    c = k(4) + 1; x1 = u(); x2 = u(); x3 = u()
+    printf "%s,%.3f,%.3f,%.3f,%.4f\n", colour[c], x1, x2, x3, eff[c] + 1.5 * x1 - 0.5 * x2 > out'
+cat >"$TMP/reg.cfg" <<CFG
+[input] features = 4 categorical = 0
+[embedding] name = colour column = 0 num = 64 dim = 4
+[numeric] name = num
+[concat] name = all input = colour from = num
+[linear] name = fc1 out = 16
+[relu]
+[linear] name = out out = 1
+[output] loss = mse
+CFG
+RDATA="--data $TMP/r.csv --task regression --categorical colour --hash-buckets 64"
+# shellcheck disable=SC2086
+"$FEDNODE" train $RDATA --model "$TMP/reg.cfg" --epochs 20 --lr 0.02 --out "$TMP/reg.bin" \
+    >"$TMP/reg.log" 2>&1 || fail "fednode train --task regression --model reg.cfg"
+grep -q 'test_acc' "$TMP/reg.log" && fail "a regression has no accuracy to print"
+# shellcheck disable=SC2086
+"$FEDNODE" eval $RDATA --model "$TMP/reg.bin" >"$TMP/reg_eval.log" 2>&1 ||
+    fail "fednode eval of the regression net"
+r2=$(sed -n 's/^regression  MSE [^ ]*  MAE [^ ]*  R^2 \([-0-9.e]*\)$/\1/p' "$TMP/reg_eval.log")
+[ -n "$r2" ] || { cat "$TMP/reg_eval.log"; fail "eval prints MSE, MAE and R^2"; }
+awk -v r="$r2" 'BEGIN { exit !(r >= 0.95) }' || fail "the regression's test R^2 $r2 < 0.95"
+ok "regression (mse): test $(grep '^regression' "$TMP/reg_eval.log") (R^2 >= 0.95)"
+
+# shellcheck disable=SC2086
+if "$FEDNODE" train $RDATA --model logreg --epochs 1 >"$TMP/reg_xent.log" 2>&1; then
+    fail "cross-entropy on numbers to predict is refused"
+fi
+grep -q "the loss cross_entropy takes 2 classes or more, the data has 1 (a number to predict: a model file whose loss is mse)" \
+    "$TMP/reg_xent.log" || { cat "$TMP/reg_xent.log"; fail "the refusal says why"; }
+awk -F, 'NR == 1 { print; next } { printf "%s,%s,%s,%s,%d\n", $1, $2, $3, $4, ($5 > 0) }' \
+    "$TMP/r.csv" >"$TMP/c.csv"
+if "$FEDNODE" train --data "$TMP/c.csv" --categorical colour --hash-buckets 64 \
+    --model "$TMP/reg.cfg" --epochs 1 >"$TMP/reg_cls.log" 2>&1; then
+    fail "mse on classes is refused"
+fi
+grep -q "the model's loss mse takes numbers, the data's labels are classes (--task regression reads them as numbers)" \
+    "$TMP/reg_cls.log" || { cat "$TMP/reg_cls.log"; fail "the refusal says why"; }
+ok "cross-entropy on numbers and mse on classes: refused, saying why"
