@@ -65,8 +65,13 @@ int fed_cli_model(int argc, char **argv)
         rc = 1;
         goto out;
     }
-    printf("# model %s: input %dx%dx%d, %d classes\n", fed_model_cfg_label(cfg), in.c, in.h,
-           in.w, in.classes);
+    if (!strcmp(nodes[count - 1].kind, "mse")) /* numbers to predict: no classes */
+        printf("# model %s: input %dx%dx%d, %d outputs (mse)\n", fed_model_cfg_label(cfg), in.c,
+               in.h, in.w, count > 1 ? info[count - 2].c * info[count - 2].h * info[count - 2].w
+                                     : 0);
+    else
+        printf("# model %s: input %dx%dx%d, %d classes\n", fed_model_cfg_label(cfg), in.c,
+               in.h, in.w, in.classes);
     printf("%4s  %-14s %-16s %-12s %10s %14s\n", "node", "layer", "name", "output", "params",
            "FLOPs/sample");
     for (int i = 0; i < count; i++) {

@@ -633,6 +633,8 @@ fed_model_shape fed_model_cfg_own_input(const fed_model_cfg *c)
 
     if (!in.classes && !strcmp(last->n.kind, "bce"))
         in.classes = 2; /* one logit, two classes */
+    else if (!in.classes && !strcmp(last->n.kind, "mse"))
+        in.classes = 1; /* numbers to predict (unused by the loss) */
     else if (!in.classes)
         in.classes = !last->out_classes && last->n.out >= 2 ? last->n.out : 10;
     return in;

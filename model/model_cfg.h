@@ -68,7 +68,8 @@ void fed_model_cfg_free(fed_model_cfg *c);
 fed_model_shape fed_model_cfg_input(const fed_model_cfg *c);
 /* The input the file describes on its own: fed_model_cfg_input, with the
  * classes its last layer gives when [output] says none (10 when that is
- * "classes" too): what `fednode model` shows and --model checks first. */
+ * "classes" too; 2 with bce, 1 with mse): what `fednode model` shows and
+ * --model checks first. */
 fed_model_shape fed_model_cfg_own_input(const fed_model_cfg *c);
 /* The model's label: the file's last path component. */
 const char *fed_model_cfg_label(const fed_model_cfg *c);
