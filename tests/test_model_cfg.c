@@ -278,6 +278,30 @@ static void test_embedding_errors(void **state)
                  "(0-based, comma-separated)");
     expect_parse(IN "[numeric] input = -\n", FED_ERR_SPEC,
                  "m.cfg:2: [numeric]: unknown key 'input' (name)");
+    expect_parse(IN "[output] loss = mse\n", FED_ERR_SPEC,
+                 "m.cfg:2: [output] loss: mse after no layer");
+}
+
+/* loss = mse: a last node, its outputs the last layer's, one class of its
+ * own (numbers to predict). */
+static void test_mse_file(void **state)
+{
+    fed_model_cfg *c = parse("[input] features = 5\n[linear] name = fc out = 3\n"
+                             "[output] loss = mse\n");
+    const fed_model_node *n;
+    char spec[FED_MODEL_SPEC_MAX], why[256];
+    int count;
+
+    (void)state;
+    n = fed_model_cfg_nodes(c, 1, &count);
+    assert_int_equal(count, 2);
+    assert_string_equal(n[1].kind, "mse");
+    assert_int_equal(fed_model_cfg_own_input(c).classes, 1);
+    assert_int_equal(fed_model_cfg_check(c, fed_model_cfg_own_input(c), NULL, why, sizeof why),
+                     FED_OK);
+    assert_int_equal(fed_model_cfg_spec(c, spec, sizeof spec, why, sizeof why), FED_OK);
+    assert_string_equal(spec, "g:fc=L3,Q");
+    fed_model_cfg_free(c);
 }
 
 /* examples/models/tabular.cfg: its parameters, tensors, the columns each
@@ -505,6 +529,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_shape_errors),
         cmocka_unit_test(test_embedding_errors),
         cmocka_unit_test(test_tabular),
+        cmocka_unit_test(test_mse_file),
     };
 
     if (argc == 4 && !strcmp(argv[1], "--torch-dump"))
