@@ -167,9 +167,11 @@ static fed_err parse_categorical(parser *p, const char *val)
 
     for (const char *q = val; *q; q++)
         n += *q == ',';
-    if (n > FED_MODEL_MAX_NODES || !(c->cat = fed_calloc((size_t)n, sizeof *c->cat)))
+    if (n > FED_MODEL_MAX_NODES)
         return fed_err_why(p->why, p->cap, FED_ERR_SPEC, "%s:%d: [input] categorical: more than "
                            "%d columns", c->file, p->line, FED_MODEL_MAX_NODES);
+    if (!(c->cat = fed_calloc((size_t)n, sizeof *c->cat)))
+        return fed_err_why(p->why, p->cap, FED_ERR_NOMEM, "%s: out of memory", c->file);
     c->cat_line = p->line;
     for (const char *q = val;; q++) {
         size_t len = strcspn(q, ",");
