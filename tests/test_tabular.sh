@@ -4,13 +4,15 @@
 # which no model of the bucket ids as plain numbers learns (logreg stays
 # near chance), while embeddings of the two columns concatenated with the
 # numeric ones reach at least 0.95 test accuracy with `fednode train`, and
-# `fednode eval` of the saved model gives the same; a model whose
+# `fednode eval` of the saved model gives the same, and so does a federated
+# run of three simulated sites (fedsim); a model whose
 # embeddings do not match the data's --categorical columns or
 # --hash-buckets is refused naming the column. Regression (--task
 # regression, loss mse): a number set by a colour and two numeric columns,
 # learnt to R^2 >= 0.95 on the test file as `fednode eval` reports it
 # (with MSE and MAE); a classifier on numbers, or mse on classes, refused.
 . "$(dirname "$0")/proc_lib.sh"
+FEDSIM=${FEDSIM:-./fedsim}
 export FEDNODE_NO_REEXEC=1
 
 # tables NAME HEADER ROW: $TMP/NAME.csv (800 rows) and $TMP/NAME.test.csv
@@ -64,6 +66,14 @@ ok "embeddings + numeric columns: test accuracy $a (>= 0.95)"
     fail "fednode eval of the saved tabular net"
 grep -q "accuracy $a\$" "$TMP/eval.log" || { cat "$TMP/eval.log"; fail "eval gives train's $a"; }
 ok "eval of the saved net: accuracy $a"
+
+# federated: three simulated sites, the graph (embeddings and all) in each MODEL
+# shellcheck disable=SC2086
+"$FEDSIM" $DATA --model "$TMP/tab.cfg" --nodes 3 --rounds 20 --optimizer adam --lr 0.02 \
+    --local-epochs 3 >"$TMP/sim.log" 2>&1 || fail "fedsim --model tab.cfg"
+f=$(sed -n 's/^round   20 .* accuracy \([0-9.]*\) .*/\1/p' "$TMP/sim.log")
+awk -v a="$f" 'BEGIN { exit !(a >= 0.95) }' || fail "fedsim's round 20 accuracy '$f' < 0.95"
+ok "fedsim, 3 clients, 20 rounds: the tabular net's accuracy $f (>= 0.95)"
 
 # shellcheck disable=SC2086
 "$FEDNODE" train $DATA --model logreg --epochs 20 --lr 0.02 >"$TMP/lin.log" 2>&1 ||
