@@ -29,7 +29,12 @@ static void print_graph(const char *label, const fed_model_node *nodes, int coun
     size_t total = 0;
     double flops = 0.0;
 
-    printf("# model %s: input %dx%dx%d, %d classes\n", label, in.c, in.h, in.w, in.classes);
+    if (!strcmp(nodes[count - 1].kind, "mse")) /* numbers to predict: no classes */
+        printf("# model %s: input %dx%dx%d, %d outputs (mse)\n", label, in.c, in.h, in.w,
+               count > 1 ? info[count - 2].c * info[count - 2].h * info[count - 2].w : 0);
+    else
+        printf("# model %s: input %dx%dx%d, %d classes\n", label, in.c, in.h, in.w,
+               in.classes);
     printf("%4s  %-14s %-24s %-12s %10s %14s\n", "node", "layer", "name", "output", "params",
            "FLOPs/sample");
     for (int i = 0; i < count; i++) {

@@ -436,11 +436,13 @@ static int run_epochs(const train_cfg *c, train_world *w, fed_rng *shuffle)
             return fail("training", err);
         if (w->test && (err = fed_train_evaluate_all(w->m, w->test, &te)) != FED_OK)
             return fail("evaluating", err);
-        printf("epoch %3d/%d  loss %.4f  train_acc %.4f", e, c->epochs,
-               tr.loss_sum / (double)tr.samples, (double)tr.correct / (double)tr.samples);
+        printf("epoch %3d/%d  loss %.4f", e, c->epochs, tr.loss_sum / (double)tr.samples);
+        if (!fed_model_regression(w->m)) /* mse has no accuracy: its loss is the MSE */
+            printf("  train_acc %.4f", (double)tr.correct / (double)tr.samples);
         if (w->test)
-            printf("  test_loss %.4f  test_acc %.4f", te.loss_sum / (double)te.samples,
-                   (double)te.correct / (double)te.samples);
+            printf("  test_loss %.4f", te.loss_sum / (double)te.samples);
+        if (w->test && !fed_model_regression(w->m))
+            printf("  test_acc %.4f", (double)te.correct / (double)te.samples);
         print_epsilon(c, w);
         printf("  samples/s %.0f", secs > 0 ? (double)tr.samples / secs : 0.0);
         if (first)
@@ -667,6 +669,10 @@ static void print_report(const fed_eval_report *r)
 {
     int k = r->classes;
 
+    if (r->regression) {
+        printf("regression  MSE %.6g  MAE %.6g  R^2 %.6g\n", r->reg.mse, r->reg.mae, r->reg.r2);
+        return;
+    }
     if (r->has_binary) {
         const fed_metrics_binary *b = &r->bin;
         char at[48];
@@ -745,9 +751,11 @@ static int eval_main(const eval_cfg *c, int argc, char **argv)
         goto out;
     }
     st = rep->st;
-    printf("model %s  data %s (%s)  samples %ld  loss %.4f  accuracy %.4f\n", fed_model_spec(m),
-           c->data, c->split, st.samples, st.loss_sum / (double)st.samples,
-           (double)st.correct / (double)st.samples);
+    printf("model %s  data %s (%s)  samples %ld  loss %.4f", fed_model_spec(m), c->data,
+           c->split, st.samples, st.loss_sum / (double)st.samples);
+    if (!rep->regression)
+        printf("  accuracy %.4f", (double)st.correct / (double)st.samples);
+    printf("\n");
     print_report(rep);
     rc = 0;
 out:

@@ -15,7 +15,7 @@
 
 #include "core/err.h"
 
-#define FED_BACKEND_ABI 2
+#define FED_BACKEND_ABI 3
 
 /* What a backend can do (fed_backend.caps); nothing compares its name. */
 /* Device pointers are host memory and kernels finish before they return:
@@ -32,6 +32,8 @@
 /* Any window (kernel, stride, padding, dilation): im2col_win, col2im_win,
  * maxpool_win_fwd/bwd, avgpool_win_fwd/bwd. */
 #define FED_BACKEND_CAP_WINDOW (1u << 4)
+/* Embedding gather and scatter-add: embed_fwd, embed_bwd. */
+#define FED_BACKEND_CAP_EMBED (1u << 5)
 
 /* A sliding window over one image (C, H, W): kernel KH x KW, stride S,
  * padding P on each side (zeros for a convolution, never the maximum for
@@ -159,6 +161,17 @@ struct fed_backend {
     /* dx (n*C, H, W) = the adjoint of avgpool_win_fwd applied to dy. */
     void (*avgpool_win_bwd)(fed_backend *be, const float *dy, int n, const fed_window *g,
                             float *dx);
+
+    /* ---- ABI 3: embeddings (FED_BACKEND_CAP_EMBED) ---- */
+    /* Row i of y (n, dim) = row id_i of W (num, dim), id_i = (int)x[i * ldx
+     * + col]; the caller checked each id is an integer in [0, num). */
+    void (*embed_fwd)(fed_backend *be, float *y, const float *W, const float *x, int ldx, int col,
+                      int n, int dim);
+    /* The scatter-add over weight rows [lo, hi): those rows of dW (zeroed
+     * first unless accumulate), then row i of dy (n, dim) added to row id_i
+     * for each i in 0..n-1 in order whose id lies in [lo, hi). */
+    void (*embed_bwd)(fed_backend *be, float *dW, const float *dy, const float *x, int ldx,
+                      int col, int n, int dim, int lo, int hi, int accumulate);
 };
 
 /* The CPU backend. threads: OpenBLAS's own thread count (1 when the pool

@@ -514,6 +514,40 @@ static void cpu_avgpool_win_bwd(fed_backend *be, const float *restrict dy, int n
     }
 }
 
+/* ---- embeddings ---- */
+
+static void cpu_embed_fwd(fed_backend *be, float *restrict y, const float *restrict W,
+                          const float *restrict x, int ldx, int col, int n, int dim)
+{
+    (void)be;
+    for (int i = 0; i < n; i++)
+        memcpy(y + (size_t)i * dim, W + (size_t)x[(size_t)i * ldx + col] * dim,
+               (size_t)dim * sizeof *y);
+}
+
+/* Rows [lo, hi) of dW only, the batch walked in order: the same sums
+ * whichever thread runs which range. */
+static void cpu_embed_bwd(fed_backend *be, float *restrict dW, const float *restrict dy,
+                          const float *restrict x, int ldx, int col, int n, int dim, int lo,
+                          int hi, int accumulate)
+{
+    FTZ_BEGIN();
+    (void)be;
+    if (!accumulate)
+        memset(dW + (size_t)lo * dim, 0, (size_t)(hi - lo) * dim * sizeof *dW);
+    for (int i = 0; i < n; i++) {
+        int id = (int)x[(size_t)i * ldx + col];
+        float *row = dW + (size_t)id * dim;
+        const float *g = dy + (size_t)i * dim;
+
+        if (id < lo || id >= hi)
+            continue;
+        for (int k = 0; k < dim; k++)
+            row[k] += g[k];
+    }
+    FTZ_END();
+}
+
 /* ---- vectors and reductions ---- */
 
 static void cpu_axpy(fed_backend *be, size_t n, float alpha, const float *restrict x,
@@ -976,13 +1010,15 @@ static void cpu_fill_table(fed_backend *be)
     be->chan_bias_act_fwd = cpu_chan_bias_act_fwd;
     be->chan_bias_bwd = cpu_chan_bias_bwd;
     be->caps = FED_BACKEND_CAP_HOST_MEMORY | FED_BACKEND_CAP_SHARDS | FED_BACKEND_CAP_DP_SGD |
-               FED_BACKEND_CAP_CONV | FED_BACKEND_CAP_WINDOW;
+               FED_BACKEND_CAP_CONV | FED_BACKEND_CAP_WINDOW | FED_BACKEND_CAP_EMBED;
     be->im2col_win = cpu_im2col_win;
     be->col2im_win = cpu_col2im_win;
     be->maxpool_win_fwd = cpu_maxpool_win_fwd;
     be->maxpool_win_bwd = cpu_maxpool_win_bwd;
     be->avgpool_win_fwd = cpu_avgpool_win_fwd;
     be->avgpool_win_bwd = cpu_avgpool_win_bwd;
+    be->embed_fwd = cpu_embed_fwd;
+    be->embed_bwd = cpu_embed_bwd;
 }
 
 /* OpenBLAS's generic x86-64 kernel sets, picked when it does not know the

@@ -626,6 +626,7 @@ void fed_data_free(fed_dataset *d)
         fed_free(d->x_u8);
     fed_free(d->x_f32);
     fed_free(d->y);
+    fed_free(d->y_f32);
     fed_free(d->categorical);
     fed_free(d);
 }
@@ -849,6 +850,11 @@ fed_err fed_data_flags_opts(const fed_data_flags *f, fed_data_opts *out, char *w
     out->csv.categorical = f->categorical;
     out->csv.hash_buckets = f->hash_buckets;
     out->csv.skip_bad_rows = f->skip_bad_rows;
+    if (strcmp(f->task, "classification") != 0 && strcmp(f->task, "regression") != 0) {
+        snprintf(why, cap, "--task '%s': want classification or regression", f->task);
+        return FED_ERR_BAD_VALUE;
+    }
+    out->csv.regression = !strcmp(f->task, "regression");
     return FED_OK;
 }
 
@@ -907,11 +913,14 @@ fed_err fed_data_subset(const fed_dataset *d, const uint32_t *idx, size_t n, fed
     s->y = fed_malloc(n * sizeof *s->y);
     if (d->categorical && (s->categorical = fed_malloc(f)))
         memcpy(s->categorical, d->categorical, f);
+    if (d->y_f32)
+        s->y_f32 = fed_malloc(n * sizeof *s->y_f32);
     if (d->x_u8)
         s->x_u8 = fed_malloc(n * f);
     else
         s->x_f32 = fed_malloc(n * f * sizeof *s->x_f32);
-    if (!s->y || (!s->x_u8 && !s->x_f32) || (d->categorical && !s->categorical)) {
+    if (!s->y || (!s->x_u8 && !s->x_f32) || (d->categorical && !s->categorical) ||
+        (d->y_f32 && !s->y_f32)) {
         fed_data_free(s);
         return FED_ERR_NOMEM;
     }
@@ -921,6 +930,8 @@ fed_err fed_data_subset(const fed_dataset *d, const uint32_t *idx, size_t n, fed
         else
             memcpy(s->x_f32 + i * f, d->x_f32 + (size_t)idx[i] * f, f * sizeof *s->x_f32);
         s->y[i] = d->y[idx[i]];
+        if (d->y_f32)
+            s->y_f32[i] = d->y_f32[idx[i]];
     }
     *out = s;
     return FED_OK;
@@ -1025,4 +1036,13 @@ void fed_data_gather(const fed_dataset *d, const uint32_t *idx, int n, void *x_s
         y_stage[i] = d->y[idx[i]];
     b->n = n;
     b->y = y_stage;
+    b->y_f32 = NULL;
+    if (d->y_f32) { /* targets: floats in the labels' bytes */
+        float *t = (float *)(void *)y_stage;
+
+        for (int i = 0; i < n; i++)
+            t[i] = d->y_f32[idx[i]];
+        b->y = NULL;
+        b->y_f32 = t;
+    }
 }

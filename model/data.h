@@ -22,6 +22,10 @@ typedef struct fed_dataset {
     uint8_t *x_u8;        /* (n, features) images, or NULL */
     float *x_f32;         /* (n, features) standardized features, or NULL */
     int32_t *y;           /* (n) labels in [0, classes) */
+    /* CSV under --task regression: (n) the label column's numbers, the
+     * targets of a model whose loss is mse (as written, not standardized);
+     * y is then all 0 and classes 1. NULL otherwise. */
+    float *y_f32;
     /* What a lenient reader did (zero for IDX and strict CSV): */
     size_t skipped;       /* bad images or bad rows skipped (--skip-bad-*) */
     size_t missing;       /* CSV cells empty or NA, filled */
@@ -96,6 +100,9 @@ typedef struct fed_csv_opts {
      * missing cell bucket 0: the same id at every site, no vocabulary. */
     const char *categorical;
     int hash_buckets;         /* 0: FED_CSV_DEFAULT_BUCKETS; else >= 2 */
+    /* The label column holds a number to predict (--task regression): any
+     * finite number that fits a float, kept in fed_dataset.y_f32. */
+    int regression;
     /* A bad row (ragged, a cell that does not parse, a bad label) is logged
      * by PATH:LINE and skipped, counted in fed_dataset.skipped, instead of
      * refusing the file. */
@@ -172,6 +179,7 @@ typedef struct fed_data_flags {
     char categorical[512];
     int hash_buckets;
     int skip_bad_rows;
+    char task[16];
 } fed_data_flags;
 #define FED_DATA_FLAG_OPTS(T, m)                                                              \
     FED_OPT_DEF(T, m.image_shape, "image-shape", FED_OPT_STR, "1x28x28", 0, 0,               \
@@ -187,7 +195,10 @@ typedef struct fed_data_flags {
                 "CSV: ids of a categorical column (0 = missing; the same at every site)"),   \
     FED_OPT_DEF(T, m.skip_bad_rows, "skip-bad-rows", FED_OPT_BOOL, "false", 0, 0,            \
                 "CSV: skip and count a bad row (logged as FILE:LINE) instead of refusing "   \
-                "the file")
+                "the file"),                                                                  \
+    FED_OPT_DEF(T, m.task, "task", FED_OPT_STR, "classification", 0, 0,                       \
+                "CSV: classification (the label a class 0..255) or regression (the label a " \
+                "number, for a model whose loss is mse)")
 /* The flags as reader options (out->csv.categorical points into f).
  * FED_ERR_BAD_VALUE with why (cap bytes) for a bad --image-shape; nothing
  * is logged. */
@@ -298,7 +309,8 @@ void fed_data_augment(const fed_data_aug *a, fed_rng *rng, const fed_model_shape
 FED_WUR fed_err fed_data_augment_check(const char *spec, const fed_dataset *d);
 
 /* Fill a host batch from indices idx[0..n): copies samples into the caller's
- * staging buffers (x: n * features bytes or floats, y: n labels). */
+ * staging buffers (x: n * features bytes or floats, y: n labels, or with
+ * regression targets n floats in the same bytes: b->y_f32 set, b->y NULL). */
 void fed_data_gather(const fed_dataset *d, const uint32_t *idx, int n, void *x_stage,
                      int32_t *y_stage, fed_batch *b);
 

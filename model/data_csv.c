@@ -24,6 +24,7 @@ typedef struct csv_raw {
     size_t n, features;
     double *x;  /* (n, features) values as written; NAN: missing (until filled) */
     int32_t *y; /* (n) labels */
+    float *t;   /* (n) regression targets, or NULL */
     int classes;
     uint8_t *cat;     /* (features) categorical columns, or NULL */
     int buckets;      /* of the categorical columns */
@@ -38,6 +39,7 @@ typedef struct csv_mode {
     uint8_t *cat_col; /* (ncols) */
     int buckets;
     int skip;
+    int regression; /* the label a number (fed_csv_opts.regression) */
 } csv_mode;
 
 typedef struct csv_line {
@@ -313,8 +315,10 @@ static fed_err parse_header(const csv_line *l, const char *name, const char *lab
 /* One data row into x (features) and y; *missing counts its empty or NA
  * cells (NAN in x for numeric ones). */
 static fed_err parse_row(const csv_line *l, const char *name, size_t ncols, const csv_mode *m,
-                         double *x, int32_t *y, size_t *missing)
+                         double *x, int32_t *y, float *t, size_t *missing)
 {
+    double v;
+
     const char *p = l->p, *end = l->p + l->len, *f, *why = "";
     size_t flen, col = 0;
     int more = 1;
@@ -329,7 +333,15 @@ static fed_err parse_row(const csv_line *l, const char *name, size_t ncols, cons
                             "more fields than the %zu of the header", ncols);
         more = next_field(&p, end, &f, &flen);
         err = FED_OK;
-        if (col == m->label_at) {
+        if (col == m->label_at && m->regression) {
+            *y = 0;
+            err = parse_number(f, flen, &v, &why);
+            if (err == FED_OK && !isfinite((float)v)) {
+                err = FED_ERR_RANGE;
+                why = "target overflows a float";
+            }
+            *t = (float)v;
+        } else if (col == m->label_at) {
             err = parse_label(f, flen, y, &why);
         } else if (memchr(f, '"', flen)) {
             err = FED_ERR_FORMAT;
@@ -363,6 +375,7 @@ static void raw_free(csv_raw *r)
 {
     fed_free(r->x);
     fed_free(r->y);
+    fed_free(r->t);
     fed_free(r->cat);
     memset(r, 0, sizeof *r);
 }
@@ -479,7 +492,7 @@ static fed_err parse_raw(const char *buf, size_t len, const char *name, const fe
 {
     csv_cursor c = { buf, len, 0, 0 };
     csv_line l, head;
-    csv_mode m = { 0, NULL, 0, opts && opts->skip_bad_rows };
+    csv_mode m = { 0, NULL, 0, opts && opts->skip_bad_rows, opts && opts->regression };
     size_t ncols = 0, rows = 0, i = 0;
     int ok = 1;
     fed_err err;
@@ -511,6 +524,8 @@ static fed_err parse_raw(const char *buf, size_t len, const char *name, const fe
     r->buckets = m.buckets;
     r->x = fed_malloc(fed_mul_size(rows, r->features * sizeof(double), &ok));
     r->y = fed_malloc(rows * sizeof *r->y);
+    if (m.regression && !(r->t = fed_malloc(rows * sizeof *r->t)))
+        ok = 0;
     if (m.cat_col && (r->cat = fed_malloc(r->features)))
         for (size_t col = 0, j = 0; col < ncols; col++)
             if (col != m.label_at)
@@ -522,7 +537,8 @@ static fed_err parse_raw(const char *buf, size_t len, const char *name, const fe
     while (next_line(&c, &l)) {
         size_t miss = 0;
 
-        err = parse_row(&l, name, ncols, &m, r->x + i * r->features, r->y + i, &miss);
+        err = parse_row(&l, name, ncols, &m, r->x + i * r->features, r->y + i,
+                        r->t ? r->t + i : NULL, &miss);
         if (err && m.skip) {
             r->skipped++;
             err = FED_OK;
@@ -711,12 +727,14 @@ static fed_err build(const csv_raw *r, const char *name, const double *mean, con
     d->missing = r->missing;
     d->x_f32 = fed_malloc(r->n * f * sizeof *d->x_f32);
     d->y = fed_malloc(r->n * sizeof *d->y);
+    if (r->t && (d->y_f32 = fed_malloc(r->n * sizeof *d->y_f32)))
+        memcpy(d->y_f32, r->t, r->n * sizeof *d->y_f32);
     if (r->cat) {
         d->hash_buckets = r->buckets;
         if ((d->categorical = fed_malloc(f)))
             memcpy(d->categorical, r->cat, f);
     }
-    if (!d->x_f32 || !d->y || (r->cat && !d->categorical)) {
+    if (!d->x_f32 || !d->y || (r->cat && !d->categorical) || (r->t && !d->y_f32)) {
         fed_data_free(d);
         return FED_ERR_NOMEM;
     }

@@ -25,6 +25,7 @@
 #define MLP_MAX_HIDDEN 15 /* the preset's own limit: older nodes refuse more */
 #define MAX_MLP_WIDTH 65536
 #define MAX_LAYER_NUMEL (1L << 28) /* values of one layer's output per sample */
+#define EMBED_MAX_NUM (1L << 20)   /* ids of one embedding (CSV's most hash buckets) */
 #define NAME_MAX_LEN (FED_MODEL_NAME_MAX + 1)
 
 typedef struct layer_ops layer_ops;
@@ -52,6 +53,8 @@ typedef struct layer {
     size_t col_numel;         /* conv: (in_c*kh*kw, out_h*out_w) per sample */
     size_t arg_numel;         /* max pooling: argmax entries per sample */
     size_t dgw_numel;         /* DP-SGD: one sample's weight gradient made whole */
+    int column;               /* embedding: the input column of its ids */
+    int wrows;                /* rows of its weight the gradient phase splits (0: out_c) */
 } layer;
 
 /* One node of a graph as a preset (or a model file) states it: its kind,
@@ -66,6 +69,7 @@ typedef struct node_desc {
     int groups;                   /* conv: 0 or 1 a plain one */
     int other;                    /* add: the node whose output it adds (-1: input) */
     int no_bias;                  /* linear, conv: no bias tensor */
+    int column, num;              /* embedding: its ids' column and count */
 } node_desc;
 
 /* The per-sample input (c, h, w) a node sees, updated to its output. */
@@ -88,6 +92,10 @@ typedef struct plan {
     fed_tensor_info *tensors;
     int ntensors, cap_tensors;
     size_t nparams;
+    /* (features) 1 for a column an embedding reads (its ids), or NULL:
+       the graph has no embedding */
+    uint8_t *cat;
+    int features;
 } plan;
 
 
@@ -120,11 +128,17 @@ struct layer_ops {
      * weight and bias gradient to norm2 (n); x is the layer's input. */
     void (*dp_norm2)(fed_model *m, int l, int u, const float *dy, const float *x, int off, int n,
                      double *norm2);
+    /* What it needs of a batch before the step runs (an embedding: ids in
+     * range), logged by layer and sample when not; NULL: nothing. */
+    fed_err (*check)(const fed_model *m, int l, const fed_batch *b);
     int act;        /* an activation of its own: ACT_* (0: none) */
     char letter;    /* its node in a "g:" spec (model.h) */
     unsigned opts;  /* the spec's options it takes: OPT_OUT, OPT_K, ... */
     int fuses_relu; /* a relu right after it folds into its output */
     int keep_dy;    /* cheap to keep its output gradient per sample (DP-SGD) */
+    int reads_row;  /* takes the model's input row itself, and only it */
+    int loss;       /* a loss node, last: the LOSS_* it chooses */
+    int ids;        /* its node's column holds ids: a categorical column */
 };
 
 static const layer_ops *kind_find(const char *kind);
@@ -132,7 +146,8 @@ static const layer_ops *kind_of_letter(char letter);
 
 /* What a node takes in a "g:" spec, besides a name: out, then kernel,
  * stride, padding and dilation as k, s, p, d. */
-enum { OPT_OUT = 1, OPT_K = 2, OPT_S = 4, OPT_P = 8, OPT_D = 16, OPT_G = 32, OPT_B = 64 };
+enum { OPT_OUT = 1, OPT_K = 2, OPT_S = 4, OPT_P = 8, OPT_D = 16, OPT_G = 32, OPT_N = 64,
+       OPT_C = 128, OPT_B = 256 };
 
 /* Activation layers of their own, element-wise, as PyTorch's modules:
  * LeakyReLU (slope 0.01), GELU (exact, erf), SiLU, Sigmoid, Tanh. */
@@ -140,8 +155,10 @@ enum { ACT_LEAKY_RELU = 1, ACT_GELU, ACT_SILU, ACT_SIGMOID, ACT_TANH };
 
 /* The loss on the logits: softmax cross-entropy (the backend's), or binary
  * cross-entropy on one logit, as BCEWithLogitsLoss (two classes, label 1
- * the positive; computed on the host). A "bce" node, last, chooses it. */
-enum { LOSS_XENT = 0, LOSS_BCE };
+ * the positive; computed on the host), or the mean squared error against
+ * float targets, as MSELoss (the mean over every output; on the host). A
+ * last "bce" or "mse" node chooses it. */
+enum { LOSS_XENT = 0, LOSS_BCE, LOSS_MSE };
 #define LEAKY_SLOPE 0.01
 
 #define MAX_SHARDS 64
@@ -154,6 +171,7 @@ typedef struct workspace {
     uint8_t *x_u8;              /* (max_batch, F) */
     float *x;                   /* (max_batch, F) */
     int32_t *y;                 /* (max_batch) */
+    float *t;                   /* (max_batch, nlogits): float targets (mse), or NULL */
     float **act;                /* per layer: (max_batch, out_numel) */
     float **col;                /* per layer, conv: (max_batch, col_numel) */
     int32_t **arg;              /* per layer, max pool: (max_batch, arg_numel) */
@@ -234,6 +252,7 @@ struct fed_model {
     int ntensors;
     fed_tensor_info *tensors;  /* (ntensors) */
     size_t nparams;
+    uint8_t *cat;  /* (features) the columns embeddings read, or NULL (plan.cat) */
     float *params; /* (nparams) device */
     float *grads;  /* (nparams) device */
     size_t bytes;  /* what params, grads and ws hold (fed_model_bytes) */
@@ -256,6 +275,7 @@ static void plan_fini(plan *p)
 {
     fed_free(p->layers);
     fed_free(p->tensors);
+    fed_free(p->cat);
     memset(p, 0, sizeof *p);
 }
 
@@ -557,15 +577,14 @@ static fed_err concat_plan(plan *p, const node_desc *nd, int i, dims *s, char *w
     return plan_output(p, nd, i, s, ly, s->c + p->other_dims.c, s->h, s->w, why, cap);
 }
 
-/* bce: the loss, not a layer (it must be the last node). */
-static fed_err bce_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap)
+/* bce, mse: the loss, not a layer (it must be the last node). */
+static fed_err loss_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap)
 {
-    (void)nd;
     (void)i;
     (void)s;
     (void)why;
     (void)cap;
-    p->loss = LOSS_BCE;
+    p->loss = nd->ops->loss;
     return FED_OK;
 }
 
@@ -579,6 +598,23 @@ static fed_err flatten_plan(plan *p, const node_desc *nd, int i, dims *s, char *
     (void)cap;
     s->c = s->c * s->h * s->w;
     s->h = s->w = 1;
+    return FED_OK;
+}
+
+/* The input's categorical columns: those the graph's embeddings read (a
+ * column out of range is the embedding's plan's to refuse). */
+static fed_err plan_categorical(plan *p, const node_desc *nodes, int count, fed_model_shape in,
+                                char *why, size_t cap)
+{
+    p->features = in.c * in.h * in.w;
+    for (int i = 0; i < count; i++) {
+        if (!nodes[i].ops->ids)
+            continue;
+        if (!p->cat && !(p->cat = fed_calloc((size_t)p->features, 1)))
+            return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
+        if (nodes[i].column >= 0 && nodes[i].column < p->features)
+            p->cat[nodes[i].column] = 1;
+    }
     return FED_OK;
 }
 
@@ -612,6 +648,8 @@ static fed_err plan_graph(const node_desc *nodes, int count, fed_model_shape in,
         err = fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
         goto out;
     }
+    if ((err = plan_categorical(p, nodes, count, in, why, cap)) != FED_OK)
+        goto out;
     for (int i = 0; i < count; i++) {
         const node_desc *nd = &nodes[i];
         int refs[2] = {nd->input, nd->ops->input2_grads ? nd->other : -2};
@@ -639,11 +677,18 @@ static fed_err plan_graph(const node_desc *nodes, int count, fed_model_shape in,
             }
             if (j >= 0)
                 used[j] = 1;
+            if (j == -1 && p->cat && !nd->ops->reads_row) {
+                err = fed_err_why(why, cap, FED_ERR_SPEC,
+                                  "model '%s': node %d (%s '%s') takes the model's input, whose "
+                                  "categorical columns hold ids: only embedding and numeric "
+                                  "layers take it", p->spec, i, nd->ops->kind, nd->name);
+                goto out;
+            }
         }
-        if (nd->ops->plan == bce_plan && i != count - 1) {
+        if (nd->ops->loss && i != count - 1) {
             err = fed_err_why(why, cap, FED_ERR_SPEC,
-                              "model '%s': node %d (bce): the loss must be the last node",
-                              p->spec, i);
+                              "model '%s': node %d (%s): the loss must be the last node",
+                              p->spec, i, nd->ops->kind);
             goto out;
         }
         s = nd->input < 0 ? (dims){in.c, in.h, in.w} : ndims[nd->input];
@@ -739,7 +784,12 @@ static fed_err graph_end(plan *p, fed_model_shape in, char *why, size_t cap)
                            "model '%s': the loss bce takes one logit and two classes; the last "
                            "layer gives %dx%dx%d values, the data has %d classes", p->spec,
                            last->out_c, last->out_h, last->out_w, in.classes);
-    if (p->loss != LOSS_BCE && last->out_numel != in.classes)
+    if (p->loss == LOSS_XENT && in.classes < 2)
+        return fed_err_why(why, cap, FED_ERR_SHAPE,
+                           "model '%s': the loss cross_entropy takes 2 classes or more, the data "
+                           "has %d (a number to predict: a model file whose loss is mse)",
+                           p->spec, in.classes);
+    if (p->loss == LOSS_XENT && last->out_numel != in.classes)
         return fed_err_why(why, cap, FED_ERR_SHAPE,
                          "model '%s': the last layer gives %dx%dx%d values, the loss wants %d "
                          "classes", p->spec, last->out_c, last->out_h, last->out_w, in.classes);
@@ -811,8 +861,8 @@ static fed_err parse_widths(const char *spec, const char *s, int *widths, int *c
     }
 }
 
-/* "N" or "NxM" at *s (1 to 65536 each; 0 too when zero_ok), moving *s. */
-static int spec_pair(const char **s, int *a, int *b, int zero_ok)
+/* "N" or "NxM" at *s (1 to max each; 0 too when zero_ok), moving *s. */
+static int spec_pair(const char **s, int *a, int *b, int zero_ok, long max)
 {
     long v[2] = {0, 0};
     int got = 0;
@@ -820,9 +870,9 @@ static int spec_pair(const char **s, int *a, int *b, int zero_ok)
     do {
         const char *start = *s;
 
-        while (isdigit((unsigned char)**s) && v[got] <= 65536)
+        while (isdigit((unsigned char)**s) && v[got] <= max)
             v[got] = v[got] * 10 + (*(*s)++ - '0');
-        if (*s == start || v[got] > 65536 || (v[got] < 1 && !zero_ok))
+        if (*s == start || v[got] > max || (v[got] < 1 && !zero_ok))
             return 0;
         got++;
     } while (got < 2 && **s == 'x' && (*s)++);
@@ -850,9 +900,11 @@ static int spec_node(const char *s, const char *end, int i, node_desc *nodes)
     node_desc *nd = &nodes[i];
     const char *eq = memchr(s, '=', (size_t)(end - s));
     const char *lt = memchr(s, '<', (size_t)(end - s));
-    int groups2 = 0, bias = 1, bias2 = 1;
-    int *pairs[6][2] = {{&nd->kh, &nd->kw}, {&nd->sh, &nd->sw}, {&nd->ph, &nd->pw},
-                        {&nd->dh, &nd->dw}, {&nd->groups, &groups2}, {&bias, &bias2}};
+    int one[3] = {0, 0, 0}; /* the second of a single number: groups, num, column */
+    int bias = 1, bias2 = 1;
+    int *pairs[8][2] = {{&nd->kh, &nd->kw}, {&nd->sh, &nd->sw}, {&nd->ph, &nd->pw},
+                        {&nd->dh, &nd->dw}, {&nd->groups, &one[0]}, {&nd->num, &one[1]},
+                        {&nd->column, &one[2]}, {&bias, &bias2}};
     unsigned seen = 0;
 
     memset(nd, 0, sizeof *nd);
@@ -882,7 +934,7 @@ static int spec_node(const char *s, const char *end, int i, node_desc *nodes)
         if ((nd->out = nd->out * 10 + (*s++ - '0')) > 65536)
             return 0;
     while (s < end) {
-        static const char letters[] = "kspdgb";
+        static const char letters[] = "kspdgncb";
         const char *at = strchr(letters, *s);
         int k = at && *s ? (int)(at - letters) : -1;
 
@@ -890,15 +942,20 @@ static int spec_node(const char *s, const char *end, int i, node_desc *nodes)
             return 0;
         seen |= 1u << k;
         s++;
-        if (!spec_pair(&s, pairs[k][0], pairs[k][1], k == 2 || k == 5))
+        if (!spec_pair(&s, pairs[k][0], pairs[k][1], k == 2 || k == 6 || k == 7,
+                       k == 5 || k == 6 ? EMBED_MAX_NUM : 65536))
             return 0;
     }
     /* b0: no bias (b1, the default, is never written) */
-    if ((seen & (1u << 5)) && (bias != bias2 || bias > 1))
+    if ((seen & (1u << 7)) && (bias != bias2 || bias > 1))
         return 0;
     nd->no_bias = !bias;
-    /* conv needs its out and kernel, pooling its kernel; groups is one number */
-    if ((seen & (1u << 4)) && groups2 != nd->groups)
+    /* conv needs its out and kernel, pooling its kernel, an embedding its
+       out, num and column; groups, num and column are one number each */
+    if (((seen & (1u << 4)) && one[0] != nd->groups) ||
+        ((seen & (1u << 5)) && one[1] != nd->num) || ((seen & (1u << 6)) && one[2] != nd->column))
+        return 0;
+    if ((nd->ops->opts & OPT_N) && (!(seen & (1u << 5)) || !(seen & (1u << 6)) || nd->out < 1))
         return 0;
     return s == end && (!(nd->ops->opts & OPT_K) || (seen & 1u)) &&
            (!(nd->ops->opts & OPT_K) || !(nd->ops->opts & OPT_OUT) || nd->out > 0);
@@ -920,7 +977,7 @@ static fed_err graph_spec(const char *spec, node_desc *nodes, int ncap, int *cou
             return fed_err_why(why, cap, FED_ERR_SPEC,
                                "model spec '%.40s%s': node %d '%.*s' is none of NAME=Lout[b0], "
                                "NAME=CoutkK[sS][pP][dD][gG][b0], MkK[sS][pP], AkK[sS][pP], P, R, F, Y, G, S, "
-                               "Z, T, B, +REF, &REF, each [<REF]", spec,
+                               "Z, T, B, +REF, &REF, NAME=EdimnNUMcCOL, X, each [<REF]", spec,
                                strlen(spec) > 40 ? "..." : "", n, (int)(end - s), s);
         n++;
         if (!*end)
@@ -1004,6 +1061,8 @@ fed_err fed_model_graph_spec(const fed_model_node *nodes, int count, char *spec,
             spec_put_pair(spec, cap, &used, 'd', nd->dilation);
         if ((ops->opts & OPT_G) && nd->groups > 1)
             spec_put(spec, cap, &used, "g%d", nd->groups);
+        if (ops->opts & OPT_N)
+            spec_put(spec, cap, &used, "n%dc%d", nd->num, nd->column);
         if ((ops->opts & OPT_B) && nd->no_bias)
             spec_put(spec, cap, &used, "b0");
         if (nd->input != i - 1) {
@@ -1083,11 +1142,11 @@ static fed_err plan_start(const char *label, fed_model_shape in, plan *p, char *
                          "model spec '%.40s...' is %zu bytes, the limit is %d", label,
                          strlen(label), FED_MODEL_SPEC_MAX - 1);
     /* (c x h first: with it at most 2^24, times w cannot overflow) */
-    if (in.c < 1 || in.h < 1 || in.w < 1 || in.classes < 2 || in.classes > 65536 ||
+    if (in.c < 1 || in.h < 1 || in.w < 1 || in.classes < 1 || in.classes > 65536 ||
         (long)in.c * in.h > (1L << 24) || (long)in.c * in.h * in.w > (1L << 24))
         return fed_err_why(why, cap, FED_ERR_SHAPE,
                          "model spec '%s': input %dx%dx%d with %d classes is outside the limits "
-                         "(at most %ld values, 2 to 65536 classes)", label, in.c, in.h, in.w,
+                         "(at most %ld values, 1 to 65536 classes)", label, in.c, in.h, in.w,
                          in.classes, 1L << 24);
     return FED_OK;
 }
@@ -1179,7 +1238,7 @@ static fed_err graph_node(const char *label, const fed_model_node *gn, int i, no
         return fed_err_why(why, cap, FED_ERR_SPEC,
                          "model '%s': node %d: unknown layer kind '%s' (linear, conv, maxpool, "
                          "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, "
-                         "sigmoid, tanh, bce, add, concat)", label, i, gn->kind ? gn->kind : "(none)");
+                         "sigmoid, tanh, bce, add, concat, embedding, numeric)", label, i, gn->kind ? gn->kind : "(none)");
     if (name) {
         if (!fed_model_name_ok(name))
             return fed_err_why(why, cap, FED_ERR_SPEC,
@@ -1207,6 +1266,8 @@ static fed_err graph_node(const char *label, const fed_model_node *gn, int i, no
         return fed_err_why(why, cap, FED_ERR_SPEC,
                            "model '%s': node %d (%s '%s'): only linear and conv take bias = 0",
                            label, i, gn->kind, nd->name);
+    nd->column = gn->column;
+    nd->num = gn->num;
     if (nd->sh < 0 || nd->sw < 0 || nd->dh < 0 || nd->dw < 0 || nd->groups < 0)
         return fed_err_why(why, cap, FED_ERR_SPEC,
                          "model '%s': node %d (%s '%s'): a negative stride or dilation", label,
@@ -1335,6 +1396,7 @@ static void ws_fini(fed_model *m, workspace *w)
     dev_free(be, w->x_u8);
     dev_free(be, w->x);
     dev_free(be, w->y);
+    dev_free(be, w->t);
     for (int l = 0; l < m->nlayers; l++) {
         if (w->act)
             dev_free(be, w->act[l]);
@@ -1373,7 +1435,9 @@ static fed_err ws_init(fed_model *m, workspace *w)
     if ((err = dev_alloc(m, cap * feat, &w->x_u8)) ||
         (err = dev_alloc(m, cap * feat * sizeof(float), &w->x)) ||
         (err = dev_alloc(m, cap * sizeof(int32_t), &w->y)) ||
-        (err = dev_alloc(m, cap * sizeof(float), &w->ones)))
+        (err = dev_alloc(m, cap * sizeof(float), &w->ones)) ||
+        (m->loss == LOSS_MSE &&
+         (err = dev_alloc(m, cap * (size_t)m->nlogits * sizeof(float), &w->t))))
         return err;
     be->fill(be, w->ones, 1.0f, cap);
     for (int l = 0; l < m->nlayers; l++) {
@@ -1425,9 +1489,9 @@ static fed_err ws_init(fed_model *m, workspace *w)
 /* Whether be can run every layer of p: else logs the first it cannot. */
 static fed_err backend_fits(const plan *p, const fed_backend *be)
 {
-    if (p->loss == LOSS_BCE && !(be->caps & FED_BACKEND_CAP_HOST_MEMORY)) {
-        fed_log(FED_LOG_ERROR, "model: the loss bce is computed on the host, which the %s "
-                "backend's memory is not", be->name);
+    if (p->loss != LOSS_XENT && !(be->caps & FED_BACKEND_CAP_HOST_MEMORY)) {
+        fed_log(FED_LOG_ERROR, "model: the loss %s is computed on the host, which the %s "
+                "backend's memory is not", p->loss == LOSS_BCE ? "bce" : "mse", be->name);
         return FED_ERR_UNSUPPORTED;
     }
     for (int l = 0; l < p->nlayers; l++) {
@@ -1487,8 +1551,10 @@ static fed_err model_build(plan *p, fed_model_shape in, fed_backend *be, fed_poo
     m->ntensors = p->ntensors;
     m->tensors = p->tensors;
     m->nparams = p->nparams;
+    m->cat = p->cat;
     p->layers = NULL;
     p->tensors = NULL;
+    p->cat = NULL;
     m->run.max_phases = 2 * m->nlayers + 3;
     if (!(m->run.claimed = fed_calloc((size_t)m->run.max_phases, sizeof *m->run.claimed)) ||
         !(m->run.done = fed_calloc((size_t)m->run.max_phases, sizeof *m->run.done)))
@@ -1564,6 +1630,7 @@ void fed_model_free(fed_model *m)
     fed_free(m->run.done);
     fed_free(m->layers);
     fed_free(m->tensors);
+    fed_free(m->cat);
     fed_free(m->graph);
     fed_free(m);
 }
@@ -1587,6 +1654,21 @@ const fed_tensor_info *fed_model_tensors(const fed_model *m, int *count)
 {
     *count = m->ntensors;
     return m->tensors;
+}
+
+int fed_model_categorical(const fed_model *m, int col, int *num)
+{
+    int fewest = 0;
+
+    if (!m->cat || col < 0 || col >= m->in.c * m->in.h * m->in.w || !m->cat[col])
+        return 0;
+    for (int l = 0; l < m->nlayers; l++)
+        if (m->layers[l].ops->ids && m->layers[l].column == col &&
+            (!fewest || m->layers[l].wrows < fewest))
+            fewest = m->layers[l].wrows;
+    if (num)
+        *num = fewest;
+    return 1;
 }
 
 double fed_model_flops_per_sample(const fed_model *m)
@@ -2154,6 +2236,157 @@ static void concat_input2_grads(fed_model *m, int l, const float *dy, float *dx,
     concat_grads(m, l, dy, dx, off, n, 1);
 }
 
+/* ---- embedding, numeric ---- */
+
+/* embedding: nn.Embedding(num, dim) over the ids of one input column,
+ * (dim, 1, 1); its weight (num, dim) and no bias. */
+static fed_err embedding_plan(plan *p, const node_desc *nd, int i, dims *s, char *why,
+                              size_t cap)
+{
+    layer *ly;
+    int wshape[2] = {nd->num, nd->out};
+    char what[128];
+    fed_err err;
+
+    if (nd->input != -1)
+        return shape_fail(p, nd, i, s, why, cap,
+                          "an embedding takes the model's input row (its ids), not a layer's "
+                          "output");
+    if (nd->column < 0 || nd->column >= p->features) {
+        snprintf(what, sizeof what, "column %d is outside the input's %d columns (0 to %d)",
+                 nd->column, p->features, p->features - 1);
+        return shape_fail(p, nd, i, s, why, cap, what);
+    }
+    if (nd->num < 1 || nd->num > EMBED_MAX_NUM)
+        return shape_fail(p, nd, i, s, why, cap, "num must be 1 to 2^20 ids");
+    if (nd->out < 1 || nd->out > 65536)
+        return shape_fail(p, nd, i, s, why, cap, "dim must be 1 to 65536");
+    if ((double)nd->num * nd->out > (double)MAX_LAYER_NUMEL)
+        return shape_fail(p, nd, i, s, why, cap, "its weight exceeds 2^28 values");
+    if (!(ly = plan_layer(p, nd)))
+        return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
+    ly->column = nd->column;
+    ly->wrows = nd->num;
+    if ((err = plan_output(p, nd, i, s, ly, nd->out, 1, 1, why, cap)) != FED_OK ||
+        (err = plan_tensor(p, nd->name, "weight", 2, wshape, &ly->w_off, why, cap)) != FED_OK)
+        return err;
+    ly->w_numel = (size_t)nd->num * nd->out; /* and no bias */
+    return FED_OK;
+}
+
+static unsigned embedding_needs(const layer *ly)
+{
+    (void)ly;
+    return FED_BACKEND_CAP_EMBED;
+}
+
+/* Each sample's id, on the host before the step: an integer in [0, num),
+ * else the step is refused (never clamped: a wrong bucket count or column
+ * would train silently on the wrong rows). */
+static fed_err embedding_check(const fed_model *m, int l, const fed_batch *b)
+{
+    const layer *ly = &m->layers[l];
+    int num = ly->wrows;
+
+    if (!b->x_f32) {
+        fed_log(FED_LOG_ERROR, "model: layer '%s' (embedding) reads ids from a CSV row's "
+                "column, not image bytes", ly->name);
+        return FED_ERR_UNSUPPORTED;
+    }
+    for (int i = 0; i < b->n; i++) {
+        float v = b->x_f32[(size_t)i * ly->in_numel + ly->column];
+
+        if (!(v >= 0.0f && v < (float)num && v == floorf(v))) {
+            fed_log(FED_LOG_ERROR, "model: layer '%s' (embedding): sample %d's column %d holds "
+                    "%g, not an id in [0, %d)", ly->name, i, ly->column, (double)v, num);
+            return FED_ERR_RANGE;
+        }
+    }
+    return FED_OK;
+}
+
+static void embedding_forward(fed_model *m, int l, const float *x, int off, int n)
+{
+    const layer *ly = &m->layers[l];
+
+    m->be->embed_fwd(m->be, m->ws.act[l] + (size_t)off * ly->out_numel, m->params + ly->w_off, x,
+                     ly->in_numel, ly->column, n, ly->out_numel);
+}
+
+/* The weight gradient of unit u's rows (ids) of the weight, the whole
+ * batch walked in order: no two units write one row. */
+static void embedding_weight_grads(fed_model *m, int l, int u, const float *dy, int n)
+{
+    const layer *ly = &m->layers[l];
+    int r0, r1;
+
+    row_chunk(ly->wrows, m->shards, u, &r0, &r1);
+    if (r0 < r1)
+        m->be->embed_bwd(m->be, m->grads + ly->w_off, dy, m->ws.x, ly->in_numel, ly->column, n,
+                         ly->out_numel, r0, r1, m->run.accumulate);
+}
+
+/* A sample's gradient is its dy in the one row its id picks. */
+static void embedding_dp_norm2(fed_model *m, int l, int u, const float *dy, const float *x,
+                               int off, int n, double *norm2)
+{
+    const layer *ly = &m->layers[l];
+
+    (void)u;
+    (void)x;
+    for (int i = 0; i < n; i++)
+        norm2[i] += sumsq_f(dy + (size_t)(off + i) * ly->out_numel, ly->out_numel);
+}
+
+/* N(0, 1), nn.Embedding's init. */
+static void embedding_init(const layer *ly, float *host, fed_rng *rng)
+{
+    for (size_t k = 0; k < ly->w_numel; k++)
+        host[ly->w_off + k] = (float)fed_rng_normal(rng);
+}
+
+/* numeric: the input row's columns no embedding reads, in order. */
+static fed_err numeric_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap)
+{
+    layer *ly;
+    int k = p->features;
+
+    if (nd->input != -1)
+        return shape_fail(p, nd, i, s, why, cap,
+                          "a numeric layer takes the model's input row, not a layer's output");
+    for (int j = 0; p->cat && j < p->features; j++)
+        k -= p->cat[j];
+    if (k < 1)
+        return shape_fail(p, nd, i, s, why, cap,
+                          "every column of the input is categorical (read by an embedding)");
+    if (!(ly = plan_layer(p, nd)))
+        return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
+    return plan_output(p, nd, i, s, ly, k, 1, 1, why, cap);
+}
+
+/* Each sample's runs of numeric columns, copied by the backend. */
+static void numeric_forward(fed_model *m, int l, const float *x, int off, int n)
+{
+    const layer *ly = &m->layers[l];
+    int F = ly->in_numel;
+
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * F;
+        float *y = m->ws.act[l] + (size_t)(off + i) * ly->out_numel;
+
+        for (int j = 0, e; j < F; j = e) {
+            if (m->cat && m->cat[j]) {
+                e = j + 1;
+                continue;
+            }
+            for (e = j; e < F && !(m->cat && m->cat[e]); e++)
+                ;
+            m->be->copy(m->be, y, xi + j, (size_t)(e - j));
+            y += e - j;
+        }
+    }
+}
+
 /* ---- the table ---- */
 
 static const layer_ops LAYER_KINDS[] = {
@@ -2176,7 +2409,7 @@ static const layer_ops LAYER_KINDS[] = {
     {.kind = "global_avgpool", .letter = 'P', .plan = gap_plan, .needs = avgpool_needs,
      .forward = avgpool_forward, .input_grads = avgpool_input_grads, .flops = pool_flops},
     {.kind = "relu", .letter = 'R', .plan = relu_plan},
-    {.kind = "bce", .letter = 'B', .plan = bce_plan},
+    {.kind = "bce", .letter = 'B', .plan = loss_plan, .loss = LOSS_BCE},
     {.kind = "add", .letter = '+', .plan = add_plan, .needs = act_needs, .forward = add_forward,
      .input_grads = add_input_grads, .input2_grads = add_input2_grads, .flops = act_flops,
      .fuses_relu = 1},
@@ -2193,6 +2426,13 @@ static const layer_ops LAYER_KINDS[] = {
     ACT_KIND("tanh", 'T', ACT_TANH),
 #undef ACT_KIND
     {.kind = "flatten", .letter = 'F', .plan = flatten_plan},
+    {.kind = "embedding", .letter = 'E', .opts = OPT_OUT | OPT_N | OPT_C, .plan = embedding_plan,
+     .needs = embedding_needs, .forward = embedding_forward,
+     .weight_grads = embedding_weight_grads, .flops = act_flops, .init = embedding_init,
+     .dp_norm2 = embedding_dp_norm2, .check = embedding_check, .reads_row = 1, .ids = 1},
+    {.kind = "numeric", .letter = 'X', .plan = numeric_plan, .forward = numeric_forward,
+     .flops = act_flops, .reads_row = 1},
+    {.kind = "mse", .letter = 'Q', .plan = loss_plan, .loss = LOSS_MSE},
 };
 
 static const layer_ops *kind_find(const char *kind)
@@ -2265,7 +2505,10 @@ static fed_err upload_rows(fed_model *m, int off, int n)
     } else {
         err = be->upload(be, m->ws.x + at, b->x_f32 + at, cnt * sizeof(float));
     }
-    if (err == FED_OK)
+    if (err == FED_OK && b->y_f32)
+        err = be->upload(be, m->ws.t + (size_t)off * m->nlogits, b->y_f32 + (size_t)off * m->nlogits,
+                         (size_t)n * m->nlogits * sizeof(float));
+    else if (err == FED_OK)
         err = be->upload(be, m->ws.y + off, b->y + off, (size_t)n * sizeof(int32_t));
     return err;
 }
@@ -2295,6 +2538,24 @@ static void bce_loss(float *z, const int32_t *y, int n, const float *grad_scale,
     *correct = right;
 }
 
+/* The mean squared error of n rows of C outputs z against targets t,
+ * each row's (its C errors' mean) summed into *loss, and, when grad_scale,
+ * z replaced by 2 (z - t) / C * grad_scale. Host memory. */
+static void mse_loss(float *z, const float *t, int n, int C, const float *grad_scale,
+                     double *loss)
+{
+    double sum = 0.0;
+
+    for (size_t k = 0; k < (size_t)n * C; k++) {
+        double e = (double)z[k] - t[k];
+
+        sum += e * e;
+        if (grad_scale)
+            z[k] = (float)(2.0 * e / C * *grad_scale);
+    }
+    *loss = sum / C;
+}
+
 static void forward_rows(fed_model *m, int u, int from)
 {
     step_run *r = &m->run;
@@ -2313,7 +2574,11 @@ static void forward_rows(fed_model *m, int u, int from)
         m->layers[l].ops->forward(m, l, x, off, n);
     }
     logits = m->ws.act[last] + (size_t)off * C;
-    if (m->loss == LOSS_BCE)
+    if (m->loss == LOSS_MSE) {
+        r->correct[u] = 0; /* no classes */
+        mse_loss(logits, m->ws.t + (size_t)off * C, n, C, r->train ? &r->grad_scale : NULL,
+                 &r->loss[u]);
+    } else if (m->loss == LOSS_BCE)
         bce_loss(logits, m->ws.y + off, n, r->train ? &r->grad_scale : NULL, &r->loss[u],
                  &r->correct[u]);
     else if (r->train)
@@ -2402,17 +2667,17 @@ static void update_rows(fed_model *m, int l, int u)
 {
     const layer *ly = &m->layers[l];
     size_t per_row;
-    int r0, r1;
+    int r0, r1, rows = ly->wrows ? ly->wrows : ly->out_c;
 
     if (!ly->ops->weight_grads)
         return;
-    row_chunk(ly->out_c, m->shards, u, &r0, &r1);
+    row_chunk(rows, m->shards, u, &r0, &r1);
     if (r0 >= r1)
         return;
-    per_row = ly->w_numel / (size_t)ly->out_c;
+    per_row = ly->w_numel / (size_t)rows;
     m->run.update(m->run.update_ctx, ly->w_off + (size_t)r0 * per_row,
                   ly->w_off + (size_t)r1 * per_row);
-    per_row = ly->b_numel / (size_t)ly->out_c;
+    per_row = ly->b_numel / (size_t)rows;
     if (per_row)
         m->run.update(m->run.update_ctx, ly->b_off + (size_t)r0 * per_row,
                       ly->b_off + (size_t)r1 * per_row);
@@ -2578,11 +2843,21 @@ static void step_worker(void *ctx, size_t piece)
 
 static fed_err check_batch(const fed_model *m, const fed_batch *b, int max)
 {
-    if (!b || b->n < 1 || b->n > max || (!b->x_u8 == !b->x_f32) || !b->y)
+    if (!b || b->n < 1 || b->n > max || (!b->x_u8 == !b->x_f32) ||
+        (m->loss == LOSS_MSE ? !b->y_f32 : !b->y))
         return FED_ERR_INVAL;
-    for (int i = 0; i < b->n; i++)
+    for (int i = 0; m->loss == LOSS_MSE && i < b->n * m->nlogits; i++)
+        if (!isfinite(b->y_f32[i]))
+            return FED_ERR_NAN;
+    for (int i = 0; m->loss != LOSS_MSE && i < b->n; i++)
         if (b->y[i] < 0 || b->y[i] >= m->in.classes)
             return FED_ERR_RANGE;
+    for (int l = 0; l < m->nlayers; l++) {
+        fed_err err = m->layers[l].ops->check ? m->layers[l].ops->check(m, l, b) : FED_OK;
+
+        if (err != FED_OK)
+            return err;
+    }
     return FED_OK;
 }
 
@@ -2734,27 +3009,63 @@ static void softmax_rows(double *p, int n, int C)
     }
 }
 
+/* n rows of K floats at the start of p into what fed_model_predict gives
+ * per row, doubles over the whole of p: cross-entropy's softmax, bce's two
+ * probabilities (1 - sigmoid(z), sigmoid(z)) of its one logit, mse's
+ * outputs as they are. From the last row to the first, as softmax_rows. */
+static void predictions(const fed_model *m, double *p, int n)
+{
+    const float *z = (const float *)p;
+    int K = m->nlogits;
+
+    if (m->loss == LOSS_XENT) {
+        softmax_rows(p, n, K);
+        return;
+    }
+    for (long k = (long)n * K - 1; k >= 0; k--) {
+        double v = z[k];
+
+        if (m->loss == LOSS_BCE) {
+            p[2 * k + 1] = act_sigmoid(v);
+            p[2 * k] = 1.0 - p[2 * k + 1];
+        } else {
+            p[k] = v;
+        }
+    }
+}
+
+int fed_model_regression(const fed_model *m)
+{
+    return m->loss == LOSS_MSE;
+}
+
+int fed_model_predict_width(const fed_model *m)
+{
+    return m->loss == LOSS_MSE ? m->nlogits : m->in.classes;
+}
+
 fed_err fed_model_predict(fed_model *m, const fed_batch *b, fed_step_stats *st, double *prob)
 {
     size_t feat = (size_t)m->in.c * m->in.h * m->in.w;
-    int C = m->in.classes;
+    int W = fed_model_predict_width(m), K = m->nlogits;
     fed_err err = check_batch(m, b, b ? b->n : 0);
 
     if (err != FED_OK)
         return err;
     for (int off = 0; off < b->n && err == FED_OK; off += m->max_batch) {
         fed_batch part = *b;
-        double *dst = prob ? prob + (size_t)off * C : NULL;
+        double *dst = prob ? prob + (size_t)off * W : NULL;
 
         part.n = b->n - off < m->max_batch ? b->n - off : m->max_batch;
         part.x_u8 = b->x_u8 ? b->x_u8 + (size_t)off * feat : NULL;
         part.x_f32 = b->x_f32 ? b->x_f32 + (size_t)off * feat : NULL;
-        part.y = b->y + off;
+        part.y = b->y ? b->y + off : NULL;
+        part.y_f32 = b->y_f32 ? b->y_f32 + (size_t)off * K : NULL;
         /* evaluation leaves the logits in the last layer's activations */
         if ((err = run_batch(m, &part, 0, NULL, NULL, st)) == FED_OK && dst &&
             (err = m->be->download(m->be, dst, m->ws.act[m->nlayers - 1],
-                                   (size_t)part.n * C * sizeof(float))) == FED_OK)
-            softmax_rows(dst, part.n, C);
+                                   (size_t)part.n * K * sizeof(float))) == FED_OK)
+            predictions(m, dst, part.n);
     }
     return err;
 }

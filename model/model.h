@@ -78,12 +78,14 @@ typedef struct fed_tensor_info {
 #define FED_MODEL_PIXEL_SHIFT (-1.0f)
 
 /* A batch on the host: exactly one of x_u8 (images, mapped to [-1, 1] on the
- * device, above) or x_f32 is set, each (n, c*h*w); y (n) holds class labels. */
+ * device, above) or x_f32 is set, each (n, c*h*w); y (n) holds class labels,
+ * or with the loss mse y_f32 (n, nlogits) the targets (y unused). */
 typedef struct fed_batch {
     int n;
     const uint8_t *x_u8;
     const float *x_f32;
     const int32_t *y;
+    const float *y_f32;
 } fed_batch;
 
 typedef struct fed_step_stats {
@@ -124,9 +126,22 @@ void fed_model_free(fed_model *m);
  * input's output that of node other, of the same shape; a relu after it
  * folds in; computed on the host. "concat" takes its input's channels,
  * then node other's, of the same height and width (torch.cat on dim 1).
- * A zero stride
- * is 1 for conv and the kernel for pooling; a zero dilation is 1. [0] is
- * the height's, [1] the width's. The last layer gives the logits. */
+ * "embedding" (nn.Embedding(num, out), tensor "<name>.weight" (num, out),
+ * init N(0, 1)) takes the model's input row and gives the weight row of
+ * the id in its column, (out, 1, 1): the input's categorical columns are
+ * exactly those the graph's embeddings read; an id that is not an integer
+ * in [0, num) is refused at the step (FED_ERR_RANGE, logged with the
+ * layer, sample, column and value), never clamped. "numeric" takes the
+ * model's input row and gives its other columns, in order, (k, 1, 1).
+ * Both take only the model's input, and no other node takes it when a
+ * graph has an embedding. The embedding runs on the backend's gather and
+ * scatter-add (FED_BACKEND_CAP_EMBED); its gradient is split over the
+ * units by weight rows, each walking the batch in order (deterministic).
+ * A zero stride is 1 for conv and the kernel for pooling; a zero dilation
+ * is 1. [0] is the height's, [1] the width's. The last layer gives the
+ * logits. A last node "mse" is the loss mean squared error (MSELoss, the
+ * mean over every output) against a batch's float targets, of as many
+ * outputs as the last layer gives (the classes unused; host-computed). */
 #define FED_MODEL_MAX_NODES 4096 /* nodes of one graph */
 #define FED_MODEL_NAME_MAX 23    /* bytes of a node's name */
 
@@ -142,6 +157,9 @@ typedef struct fed_model_node {
     int other;  /* add: the node whose output it adds to its input's (-1: the
                    model's input) */
     int no_bias; /* linear, conv: no NAME.bias tensor (PyTorch's bias=False) */
+    int column; /* embedding: the input column holding its ids (0-based) */
+    int num;    /* embedding: how many ids, [0, num) (nn.Embedding's
+                   num_embeddings); out is its dim */
 } fed_model_node;
 
 /* The graph as a spec string, what fed_model_new takes and a node sends
@@ -150,7 +168,8 @@ typedef struct fed_model_node {
  * [dD][gG] (conv; G its groups), MkK[sS][pP] (maxpool), AkK[sS][pP] (avgpool), R (relu), F
  * (flatten), B (the loss bce, last), P (global_avgpool), +REF (add the
  * output of node REF: its name, its index if it has none, - the input),
- * &REF (concat node REF's channels),
+ * &REF (concat node REF's channels), EdimnNUMcCOL (embedding), X (numeric),
+ * Q (the loss mse, last),
  * and after any node <REF for an input other than the node before it;
  * b0 after a linear or conv node's other options: no bias (NAME.bias absent);
  * Y (leaky_relu), G (gelu), S (silu), Z (sigmoid), T (tanh);
@@ -224,6 +243,10 @@ const char *fed_model_graph(const fed_model *m);
 fed_model_shape fed_model_input(const fed_model *m);
 size_t fed_model_nparams(const fed_model *m);
 const fed_tensor_info *fed_model_tensors(const fed_model *m, int *count);
+/* Whether column col of the input holds ids (an embedding reads it: a
+ * categorical column); then *num (may be NULL) gets the fewest ids an
+ * embedding of it takes. */
+int fed_model_categorical(const fed_model *m, int col, int *num);
 /* Forward + backward FLOPs of one sample (the simulator charges these). */
 double fed_model_flops_per_sample(const fed_model *m);
 fed_backend *fed_model_backend(const fed_model *m);
@@ -249,8 +272,11 @@ float *fed_model_grads_dev(fed_model *m);
 
 /* Forward and backward of one batch (1 <= n <= max_batch): gradients (mean
  * over the batch) are written to the gradient buffer; loss, accuracy and
- * samples are added to st (may be NULL). Labels outside [0, classes) give
- * FED_ERR_RANGE. */
+ * samples are added to st (may be NULL; with mse, correct stays 0 and the
+ * loss is each sample's mean squared error). Labels outside [0, classes)
+ * give FED_ERR_RANGE, a target that is not finite FED_ERR_NAN; a batch
+ * without the labels (or, with mse, the targets) its loss takes
+ * FED_ERR_INVAL. */
 FED_WUR fed_err fed_model_forward_backward(fed_model *m, const fed_batch *b, fed_step_stats *st);
 /* A whole training step: forward_backward, and update(ctx, lo, hi) over
  * ranges [lo, hi) of the flat buffers that together cover every parameter
@@ -272,7 +298,8 @@ FED_WUR fed_err fed_model_train_step(fed_model *m, const fed_batch *b, fed_step_
  * fed_trainer_set_dp). CPU backend only: FED_ERR_UNSUPPORTED elsewhere. */
 FED_WUR fed_err fed_model_dp_grads(fed_model *m, const fed_batch *b, float clip, float scale,
                                    int accumulate, float *norms, fed_step_stats *st);
-/* The logits of one sample: the classes, or 1 with the loss bce. */
+/* The logits of one sample: the classes, or 1 with the loss bce, or with
+ * mse the last layer's outputs. */
 int fed_model_nlogits(const fed_model *m);
 /* Forward only of b (1 <= n <= max_batch): its logits, (n, nlogits), into
  * out on the host (what a parity test compares with another framework). */
@@ -280,10 +307,16 @@ FED_WUR fed_err fed_model_logits(fed_model *m, const fed_batch *b, float *out);
 /* Forward only, any n >= 1 (run in pieces of max_batch): loss, accuracy and
  * samples added to st. */
 FED_WUR fed_err fed_model_evaluate(fed_model *m, const fed_batch *b, fed_step_stats *st);
-/* fed_model_evaluate, and each sample's class probabilities (the softmax
- * of its logits, in double on the host) into prob (b->n * classes), unless
- * prob is NULL. */
+/* fed_model_evaluate, and each sample's predictions, in double on the
+ * host, into prob (b->n * fed_model_predict_width), unless prob is NULL:
+ * its class probabilities (the softmax of its logits; with bce (1 - p, p),
+ * p the sigmoid of its one logit), or with mse its outputs. */
 FED_WUR fed_err fed_model_predict(fed_model *m, const fed_batch *b, fed_step_stats *st,
                                   double *prob);
+/* The values fed_model_predict gives a sample: the classes, or with mse
+ * the outputs. */
+int fed_model_predict_width(const fed_model *m);
+/* Whether the loss is mse: its batches carry float targets (y_f32). */
+int fed_model_regression(const fed_model *m);
 
 #endif

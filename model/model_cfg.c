@@ -15,6 +15,8 @@
 
 #define LINE_MAX_LEN 4096
 #define VALUE_MAX 65536 /* any count or size a key takes */
+#define FED_MODEL_CFG_MAX_COLUMN (1 << 24) /* a column index (the model's input limit) */
+#define FED_MODEL_CFG_MAX_NUM (1 << 20)    /* an embedding's ids (CSV's most buckets) */
 
 enum {
     K_NAME = 1 << 0,
@@ -30,12 +32,17 @@ enum {
     K_GROUPS = 1 << 10,
     K_INPUT = 1 << 11,
     K_FROM = 1 << 12,
-    K_BIAS = 1 << 13,
+    K_CATEGORICAL = 1 << 13,
+    K_COLUMN = 1 << 14,
+    K_NUM = 1 << 15,
+    K_DIM = 1 << 16,
+    K_BIAS = 1 << 17,
 };
 
 static const char *const KEY_NAMES[] = {"name",     "out",   "kernel",   "stride", "padding",
                                         "dilation", "shape", "features", "loss",   "classes",
-                                        "groups",   "input", "from",     "bias"};
+                                        "groups",   "input", "from",   "categorical",
+                                        "column",   "num",   "dim",    "bias"};
 #define NKEYS ((int)(sizeof KEY_NAMES / sizeof KEY_NAMES[0]))
 
 /* A section: the keys it takes and those it needs (any one of need_any). */
@@ -46,7 +53,7 @@ typedef struct section_def {
 } section_def;
 
 static const section_def SECTIONS[] = {
-    {"input", K_SHAPE | K_FEATURES, 0, K_SHAPE | K_FEATURES, 0},
+    {"input", K_SHAPE | K_FEATURES | K_CATEGORICAL, 0, K_SHAPE | K_FEATURES, 0},
     {"output", K_LOSS | K_CLASSES, 0, 0, 0},
     {"linear", K_NAME | K_INPUT | K_OUT | K_BIAS, K_OUT, 0, 1},
     {"conv",
@@ -64,8 +71,16 @@ static const section_def SECTIONS[] = {
     {"tanh", K_NAME | K_INPUT, 0, 0, 1},
     {"add", K_NAME | K_INPUT | K_FROM, K_FROM, 0, 1},
     {"concat", K_NAME | K_INPUT | K_FROM, K_FROM, 0, 1},
+    {"embedding", K_NAME | K_COLUMN | K_NUM | K_DIM, K_COLUMN | K_NUM | K_DIM, 0, 1},
+    {"numeric", K_NAME, 0, 0, 1},
 };
 #define NSECTIONS ((int)(sizeof SECTIONS / sizeof SECTIONS[0]))
+
+/* Layers that take the model's input row itself (input = - always). */
+static int row_section(const section_def *s)
+{
+    return !strcmp(s->name, "embedding") || !strcmp(s->name, "numeric");
+}
 
 typedef struct cfg_node {
     fed_model_node n;        /* n.name is set when handed out: nodes move */
@@ -81,6 +96,8 @@ struct fed_model_cfg {
     cfg_node *nodes;
     int count, cap;
     fed_model_node *view; /* (count) the nodes handed out */
+    int *cat;             /* [input] categorical: the columns (ncat), and its line */
+    int ncat, cat_line;
 };
 
 /* The parse in progress. */
@@ -124,6 +141,79 @@ static int parse_ints(const char *s, int *v, int n, int fill, int min)
         for (int i = 1; i < n; i++)
             v[i] = v[0];
     return got == n || (got == 1 && fill);
+}
+
+/* A decimal count in [min, max] into *v. */
+static int parse_count(const char *s, long min, long max, int *v)
+{
+    long x = 0;
+
+    if (!*s)
+        return 0;
+    for (; *s; s++) {
+        if (!isdigit((unsigned char)*s) || (x = x * 10 + (*s - '0')) > max)
+            return 0;
+    }
+    if (x < min)
+        return 0;
+    *v = (int)x;
+    return 1;
+}
+
+/* [input] categorical = C1,C2,...: distinct column indices. */
+static fed_err parse_categorical(parser *p, const char *val)
+{
+    fed_model_cfg *c = p->c;
+    char part[16];
+    int n = 1;
+
+    for (const char *q = val; *q; q++)
+        n += *q == ',';
+    if (n > FED_MODEL_MAX_NODES)
+        return fed_err_why(p->why, p->cap, FED_ERR_SPEC, "%s:%d: [input] categorical: more than "
+                           "%d columns", c->file, p->line, FED_MODEL_MAX_NODES);
+    if (!(c->cat = fed_calloc((size_t)n, sizeof *c->cat)))
+        return fed_err_why(p->why, p->cap, FED_ERR_NOMEM, "%s: out of memory", c->file);
+    c->cat_line = p->line;
+    for (const char *q = val;; q++) {
+        size_t len = strcspn(q, ",");
+
+        snprintf(part, sizeof part, "%.*s", (int)(len < sizeof part ? len : sizeof part - 1), q);
+        if (len >= sizeof part || !parse_count(part, 0, FED_MODEL_CFG_MAX_COLUMN,
+                                                &c->cat[c->ncat]))
+            return fed_err_why(p->why, p->cap, FED_ERR_SPEC, "%s:%d: [input] categorical: '%s' "
+                               "is not a list of column indices (0-based, comma-separated)",
+                               c->file, p->line, val);
+        for (int i = 0; i < c->ncat; i++)
+            if (c->cat[i] == c->cat[c->ncat])
+                return fed_err_why(p->why, p->cap, FED_ERR_SPEC, "%s:%d: [input] categorical: "
+                                   "column %d given twice", c->file, p->line, c->cat[i]);
+        c->ncat++;
+        q += len;
+        if (!*q)
+            return FED_OK;
+    }
+}
+
+static int cfg_features(const fed_model_cfg *c)
+{
+    return c->in.c * c->in.h * c->in.w;
+}
+
+/* An embedding's column: inside the row, and declared categorical. */
+static fed_err check_column(parser *p, int col)
+{
+    fed_model_cfg *c = p->c;
+
+    if (col >= cfg_features(c))
+        return fed_err_why(p->why, p->cap, FED_ERR_SPEC, "%s:%d: [embedding] column: %d is "
+                           "outside the input's %d columns (0 to %d)", c->file, p->line, col,
+                           cfg_features(c), cfg_features(c) - 1);
+    for (int i = 0; i < c->ncat; i++)
+        if (c->cat[i] == col)
+            return FED_OK;
+    return fed_err_why(p->why, p->cap, FED_ERR_SPEC, "%s:%d: [embedding] column: %d is not "
+                       "categorical (list it in [input] categorical)", c->file, p->line, col);
 }
 
 static cfg_node *cur_node(parser *p)
@@ -231,16 +321,16 @@ static fed_err set_key(parser *p, const char *key, const char *val)
         ok = parse_ints(val, &c->in.w, 1, 0, 1);
         c->in.c = c->in.h = 1;
         break;
-    case K_LOSS: /* bce: a last node that chooses it */
-        if (!strcmp(val, "bce"))
-            return c->count ? push_node(p, "bce")
+    case K_LOSS: /* bce, mse: a last node that chooses it */
+        if (!strcmp(val, "bce") || !strcmp(val, "mse"))
+            return c->count ? push_node(p, !strcmp(val, "bce") ? "bce" : "mse")
                             : fed_err_why(p->why, p->cap, FED_ERR_SPEC,
-                                          "%s:%d: [output] loss: bce after no layer", c->file,
-                                          p->line);
+                                          "%s:%d: [output] loss: %s after no layer", c->file,
+                                          p->line, val);
         if (strcmp(val, "cross_entropy") != 0)
             return fed_err_why(p->why, p->cap, FED_ERR_SPEC,
-                         "%s:%d: [output] loss: '%s' is not supported yet (cross_entropy, bce)",
-                         c->file, p->line, val);
+                         "%s:%d: [output] loss: '%s' is not supported yet (cross_entropy, bce, "
+                         "mse)", c->file, p->line, val);
         return FED_OK;
     case K_CLASSES:
         ok = parse_ints(val, &c->in.classes, 1, 0, 2);
@@ -250,6 +340,18 @@ static fed_err set_key(parser *p, const char *key, const char *val)
              !strcmp(val, "true");
         cur_node(p)->n.no_bias = !strcmp(val, "0") || !strcmp(val, "false");
         break;
+    case K_CATEGORICAL:
+        return parse_categorical(p, val);
+    case K_COLUMN:
+        if (!(ok = parse_count(val, 0, FED_MODEL_CFG_MAX_COLUMN, &cur_node(p)->n.column)))
+            break;
+        return check_column(p, cur_node(p)->n.column);
+    case K_NUM:
+        ok = parse_count(val, 1, FED_MODEL_CFG_MAX_NUM, &cur_node(p)->n.num);
+        break;
+    case K_DIM:
+        ok = parse_ints(val, &cur_node(p)->n.out, 1, 0, 1);
+        break;
     }
     if (!ok)
         return fed_err_why(p->why, p->cap, FED_ERR_SPEC,
@@ -258,7 +360,9 @@ static fed_err set_key(parser *p, const char *key, const char *val)
                      : 1 << k == K_OUT  ? "a count 1 to 65536 or 'classes'"
                      : 1 << k == K_PADDING ? "N or H,W (each 0 to 65536)"
                      : 1 << k == K_CLASSES ? "a count 2 to 65536"
-                     : 1 << k == K_GROUPS  ? "a count 1 to 65536"
+                     : 1 << k == K_GROUPS || 1 << k == K_DIM ? "a count 1 to 65536"
+                     : 1 << k == K_COLUMN ? "a column index (0-based)"
+                     : 1 << k == K_NUM ? "a count 1 to 1048576"
                      : 1 << k == K_BIAS    ? "0, 1, false or true"
                                            : "N or H,W (each 1 to 65536)");
     if ((1 << k == K_SHAPE || 1 << k == K_FEATURES) && (p->seen & K_SHAPE) &&
@@ -282,6 +386,30 @@ static fed_err close_section(parser *p)
     if (s->need_any && !(p->seen & s->need_any))
         return fed_err_why(p->why, p->cap, FED_ERR_SPEC, "%s:%d: [input] needs shape or features",
                      p->c->file, p->sec_line);
+    for (int i = 0; !s->layer && i < p->c->ncat; i++) /* [input]'s, once */
+        if (p->c->cat[i] >= cfg_features(p->c))
+            return fed_err_why(p->why, p->cap, FED_ERR_SPEC, "%s:%d: [input] categorical: column "
+                               "%d is outside the input's %d columns (0 to %d)", p->c->file,
+                               p->c->cat_line, p->c->cat[i], cfg_features(p->c),
+                               cfg_features(p->c) - 1);
+    return FED_OK;
+}
+
+/* Every categorical column feeds an embedding (a numeric layer leaves them
+ * all out, so one that fed none would be dropped unsaid). */
+static fed_err check_categorical_used(parser *p)
+{
+    fed_model_cfg *c = p->c;
+
+    for (int i = 0; i < c->ncat; i++) {
+        int used = 0;
+
+        for (int j = 0; j < c->count && !used; j++)
+            used = !strcmp(c->nodes[j].n.kind, "embedding") && c->nodes[j].n.column == c->cat[i];
+        if (!used)
+            return fed_err_why(p->why, p->cap, FED_ERR_SPEC, "%s:%d: [input] categorical: "
+                               "column %d feeds no embedding", c->file, c->cat_line, c->cat[i]);
+    }
     return FED_OK;
 }
 
@@ -298,7 +426,7 @@ static fed_err open_section(parser *p, const char *name)
         return fed_err_why(p->why, p->cap, FED_ERR_SPEC,
                      "%s:%d: unknown section [%s] (input, output, linear, conv, maxpool, "
                      "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, sigmoid, "
-                     "tanh, add, concat)", c->file, p->line, name);
+                     "tanh, add, concat, embedding, numeric)", c->file, p->line, name);
     if ((err = close_section(p)) != FED_OK)
         return err;
     if (p->had_output)
@@ -314,7 +442,11 @@ static fed_err open_section(parser *p, const char *name)
     p->seen = 0;
     if (!s->layer)
         return FED_OK;
-    return push_node(p, s->name);
+    if ((err = push_node(p, s->name)) != FED_OK)
+        return err;
+    if (row_section(s))
+        cur_node(p)->n.input = -1;
+    return FED_OK;
 }
 
 /* A node of kind (a static string) at the end, on the current line. */
@@ -455,6 +587,8 @@ fed_err fed_model_cfg_parse(const char *file, const char *text, size_t len, fed_
         err = fed_err_why(why, cap, FED_ERR_SPEC, "%s: no [input] section", c->file);
     if (err == FED_OK && !c->count)
         err = fed_err_why(why, cap, FED_ERR_SPEC, "%s: no layers", c->file);
+    if (err == FED_OK)
+        err = check_categorical_used(&p);
     if (err == FED_OK && !(c->view = fed_calloc((size_t)c->count, sizeof *c->view)))
         err = fed_err_why(why, cap, FED_ERR_NOMEM, "%s: out of memory", c->file);
     if (err != FED_OK) {
@@ -495,6 +629,7 @@ void fed_model_cfg_free(fed_model_cfg *c)
         return;
     fed_free(c->nodes);
     fed_free(c->view);
+    fed_free(c->cat);
     fed_free(c);
 }
 
@@ -508,6 +643,8 @@ fed_model_shape fed_model_cfg_own_input(const fed_model_cfg *c)
 
     if (!in.classes && !strcmp(last->n.kind, "bce"))
         in.classes = 2; /* one logit, two classes */
+    else if (!in.classes && !strcmp(last->n.kind, "mse"))
+        in.classes = 1; /* numbers to predict (unused by the loss) */
     else if (!in.classes)
         in.classes = !last->out_classes && last->n.out >= 2 ? last->n.out : 10;
     return in;

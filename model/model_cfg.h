@@ -12,10 +12,13 @@
  *
  * Keys follow their section on its line or on lines of their own, as
  * key = value (no spaces inside a value); '#' or ';' starts a comment.
- * [input] comes first (shape = C,H,W or features = N); [output] last and
- * optional (loss = cross_entropy, or bce: binary cross-entropy on one logit,
- * a last "bce" node; classes = K, else the data's). Layers, each an entry
- * of the model's layer table:
+ * [input] comes first (shape = C,H,W or features = N; categorical =
+ * C1,C2,...: the 0-based columns of the row that hold ids, each of which
+ * an [embedding] must read); [output] last and optional (loss =
+ * cross_entropy, or bce: binary cross-entropy on one logit, or mse: the
+ * mean squared error against float targets, a last "bce" or "mse" node;
+ * classes = K, else the data's). Layers, each an entry of the model's
+ * layer table:
  *   [linear]   name, out (a count or "classes": the data's)
  *   [conv]     name, out, kernel, stride (1), padding (0), dilation (1),
  *              groups (1; dividing the input's channels and out)
@@ -29,6 +32,10 @@
  * output it takes instead (a branch; model.h's rules).
  *   [leaky_relu] [gelu] [silu] [sigmoid] [tanh]  name: activations of their
  *              own (model.h), PyTorch's modules with their defaults
+ *   [embedding] name, column (a categorical one), num (its ids, 0..num-1),
+ *              dim: nn.Embedding(num, dim) of the id in that column
+ *   [numeric]  name: the row's columns that are not categorical, in order
+ * ([embedding] and [numeric] take the model's input row, never input =)
  * kernel, stride, padding and dilation take N or H,W. name (letters,
  * digits, '_', inner '.') names the tensors "<name>.weight" and
  * "<name>.bias"; without one a layer is named by its index among the
@@ -61,7 +68,8 @@ void fed_model_cfg_free(fed_model_cfg *c);
 fed_model_shape fed_model_cfg_input(const fed_model_cfg *c);
 /* The input the file describes on its own: fed_model_cfg_input, with the
  * classes its last layer gives when [output] says none (10 when that is
- * "classes" too): what `fednode model` shows and --model checks first. */
+ * "classes" too; 2 with bce, 1 with mse): what `fednode model` shows and
+ * --model checks first. */
 fed_model_shape fed_model_cfg_own_input(const fed_model_cfg *c);
 /* The model's label: the file's last path component. */
 const char *fed_model_cfg_label(const fed_model_cfg *c);

@@ -39,6 +39,55 @@ struct fed_trainer {
     uint8_t *aug_scratch; /* (features), NULL: no augmentation */
 };
 
+/* A model with embeddings: its categorical columns (those they read) are
+ * the data's (hashed by the CSV reader), and each embedding takes every id
+ * the data can give (its --hash-buckets); else says which, and 0. A model
+ * without one takes any ids as plain numbers (docs/data.md). */
+static int fits_categorical(const fed_model *m, const fed_dataset *d)
+{
+    int any = 0;
+
+    for (size_t j = 0; j < d->features && !any; j++)
+        any = fed_model_categorical(m, (int)j, NULL);
+    for (size_t j = 0; any && j < d->features; j++) {
+        int num = 0, mc = fed_model_categorical(m, (int)j, &num);
+        int dc = d->categorical && d->categorical[j];
+
+        if (mc && !dc)
+            fed_log(FED_LOG_ERROR, "train: feature column %zu (from 0, the label left out): an "
+                    "embedding reads ids from it, the data does not hash it (--categorical)", j);
+        else if (dc && !mc)
+            fed_log(FED_LOG_ERROR, "train: feature column %zu (from 0, the label left out): the "
+                    "data hashes it (--categorical), no embedding reads it", j);
+        else if (mc && num < d->hash_buckets)
+            fed_log(FED_LOG_ERROR, "train: feature column %zu (from 0, the label left out): an "
+                    "embedding of it takes %d ids, the data gives up to %d (--hash-buckets)", j,
+                    num, d->hash_buckets);
+        else
+            continue;
+        return 0;
+    }
+    return 1;
+}
+
+/* Numbers to predict (--task regression) for a model whose loss is mse,
+ * one a row; classes for any other. Else says which, and 0. */
+static int fits_task(const fed_model *m, const fed_dataset *d)
+{
+    if (d->y_f32 && !fed_model_regression(m))
+        fed_log(FED_LOG_ERROR, "train: the data's labels are numbers (--task regression), the "
+                "model's loss is not mse");
+    else if (!d->y_f32 && fed_model_regression(m))
+        fed_log(FED_LOG_ERROR, "train: the model's loss mse takes numbers, the data's labels "
+                "are classes (--task regression reads them as numbers)");
+    else if (d->y_f32 && fed_model_nlogits(m) != 1)
+        fed_log(FED_LOG_ERROR, "train: the data has one number to predict a row, the model "
+                "gives %d outputs", fed_model_nlogits(m));
+    else
+        return 1;
+    return 0;
+}
+
 long fed_train_batches(size_t n, int batch)
 {
     return batch > 0 ? (long)((n + (size_t)batch - 1) / (size_t)batch) : 0;
@@ -61,6 +110,8 @@ fed_err fed_trainer_new(fed_model *m, fed_optim *o, const fed_dataset *d, int ba
                 d->shape.classes);
         return FED_ERR_SHAPE;
     }
+    if (!fits_categorical(m, d) || !fits_task(m, d))
+        return FED_ERR_SHAPE;
     t = fed_calloc(1, sizeof *t);
     if (!t)
         return FED_ERR_NOMEM;
@@ -365,6 +416,7 @@ static fed_err whole_batch(fed_model *m, const fed_dataset *d, size_t off, size_
     b->x_u8 = d->x_u8 ? d->x_u8 + off * d->features : NULL;
     b->x_f32 = d->x_u8 ? NULL : d->x_f32 + off * d->features;
     b->y = d->y + off;
+    b->y_f32 = d->y_f32 ? d->y_f32 + off : NULL;
     return FED_OK;
 }
 
@@ -409,6 +461,8 @@ void fed_eval_report_head(const fed_eval_report *r, fed_metrics_head *h)
     const fed_metrics_binary *b = &r->bin;
 
     memset(h, 0, sizeof *h);
+    if (r->regression) /* no headline figure: mse, mae and r2 go by name */
+        return;
     h->kind = r->has_binary ? FED_METRICS_BINARY : FED_METRICS_MULTI;
     h->macro_f1 = r->multi.macro_f1;
     if (!r->has_binary)
@@ -440,6 +494,16 @@ size_t fed_eval_report_named(const fed_eval_report *r, fed_metric_value *out)
 
     snprintf(out[n].name, sizeof out[n].name, "loss");
     out[n++].value = r->st.samples ? r->st.loss_sum / (double)r->st.samples : NAN;
+    if (r->regression) {
+        static const char *const names[] = {"mse", "mae", "r2"};
+        const double v[] = {r->reg.mse, r->reg.mae, r->reg.r2};
+
+        for (int i = 0; i < 3; i++) {
+            snprintf(out[n].name, sizeof out[n].name, "%s", names[i]);
+            out[n++].value = v[i];
+        }
+        return n;
+    }
     snprintf(out[n].name, sizeof out[n].name, "accuracy");
     out[n++].value = r->multi.accuracy;
     fed_eval_report_head(r, &h);
@@ -459,6 +523,44 @@ size_t fed_eval_report_named(const fed_eval_report *r, fed_metric_value *out)
 /* Rows of probabilities evaluated at a time. */
 #define REPORT_PIECE 4096
 
+/* fed_train_evaluate_report of a model whose loss is mse over d's
+ * targets: the loss and the regression set, one output a sample. */
+static fed_err evaluate_regression(fed_model *m, const fed_dataset *d, fed_eval_report *r)
+{
+    size_t n = d->n, piece = n < REPORT_PIECE ? n : REPORT_PIECE;
+    double *pred = NULL, *truth = NULL;
+    fed_metrics_reg_stats rs;
+    fed_batch b;
+    fed_err e;
+
+    if (!d->y_f32 || fed_model_nlogits(m) != 1)
+        return FED_ERR_SHAPE;
+    memset(&r->st, 0, sizeof r->st);
+    memset(&rs, 0, sizeof rs);
+    r->has_binary = 0;
+    r->regression = 1;
+    if (!(pred = fed_malloc(piece * sizeof *pred)) || !(truth = fed_malloc(piece * sizeof *truth))) {
+        e = FED_ERR_NOMEM;
+        goto out;
+    }
+    for (size_t off = 0; off < n; off += piece) {
+        size_t k = n - off < piece ? n - off : piece;
+
+        if ((e = whole_batch(m, d, off, k, &b)) != FED_OK ||
+            (e = fed_model_predict(m, &b, &r->st, pred)) != FED_OK)
+            goto out;
+        for (size_t i = 0; i < k; i++)
+            truth[i] = d->y_f32[off + i];
+        fed_metrics_reg_add(&rs, truth, pred, k);
+    }
+    fed_metrics_reg_finish(&rs, &r->reg);
+    e = FED_OK;
+out:
+    fed_free(pred);
+    fed_free(truth);
+    return e;
+}
+
 fed_err fed_train_evaluate_report(fed_model *m, const fed_dataset *d, fed_eval_report *r)
 {
     int C = fed_model_input(m).classes;
@@ -474,6 +576,8 @@ fed_err fed_train_evaluate_report(fed_model *m, const fed_dataset *d, fed_eval_r
         return e;
     if (C != r->classes)
         return FED_ERR_SHAPE;
+    if (fed_model_regression(m))
+        return evaluate_regression(m, d, r);
     memset(&r->st, 0, sizeof r->st);
     memset(r->confusion, 0, (size_t)C * (size_t)C * sizeof *r->confusion);
     r->has_binary = C == 2;

@@ -102,7 +102,9 @@ FED_WUR fed_err fed_train_evaluate_all(fed_model *m, const fed_dataset *d, fed_s
 /* A whole dataset's evaluation with the metrics of model/metrics.h: the
  * multi-class set always (with two classes: accuracy, macro-F1, recall of
  * each, the confusion matrix), and with two classes the binary set too
- * (class 1 positive, its probability the score; exact, from the scores). */
+ * (class 1 positive, its probability the score; exact, from the scores);
+ * for a model whose loss is mse (--task regression data) the regression
+ * set instead: MSE, MAE, R^2 of its one output against the targets. */
 typedef struct fed_eval_report {
     fed_step_stats st;   /* loss and accuracy */
     int classes;         /* the model's */
@@ -111,6 +113,9 @@ typedef struct fed_eval_report {
     uint64_t *confusion; /* (classes * classes), truth-major */
     int has_binary;      /* classes == 2: bin holds the binary set */
     fed_metrics_binary bin;
+    int regression;      /* a model whose loss is mse: reg holds its figures, and
+                            the classes' are unset */
+    fed_metrics_reg reg;
 } fed_eval_report;
 
 FED_WUR fed_err fed_eval_report_new(int classes, fed_eval_report **out);
@@ -130,7 +135,7 @@ size_t fed_eval_report_named_max(const fed_eval_report *r);
 /* Every figure of r by name into out (fed_eval_report_named_max entries):
  * loss, accuracy, the headline figures, recall.C per class (NaN: no sample
  * of C), and with at most FED_EVAL_CONFUSION_MAX classes confusion.T.P per
- * cell. Returns how many. */
+ * cell; for regression loss, mse, mae and r2 alone. Returns how many. */
 size_t fed_eval_report_named(const fed_eval_report *r, fed_metric_value *out);
 
 /* Batches in an epoch of n samples: ceil(n / batch). */

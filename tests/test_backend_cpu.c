@@ -272,6 +272,31 @@ static float at(const float *x, const fed_window *g, int c, int i, int j, float 
     return i >= 0 && i < g->H && j >= 0 && j < g->W ? x[(c * g->H + i) * g->W + j] : pad;
 }
 
+/* The embedding's gather, and its scatter-add over two row ranges: each
+ * range's rows zeroed (or accumulated into), every sample's row added in
+ * order, rows outside the range untouched. */
+static void test_embed(void **state)
+{
+    /* 4 rows of 3 columns, the ids in column 1 of rows of 2 */
+    const float W[4 * 2] = {1, 2, 3, 4, 5, 6, 7, 8};
+    const float x[4 * 3] = {9, 2, 9, 9, 0, 9, 9, 2, 9, 9, 3, 9};
+    const float dy[4 * 2] = {1, 10, 2, 20, 4, 40, 8, 80};
+    float y[4 * 2], dW[4 * 2];
+
+    (void)state;
+    be->embed_fwd(be, y, W, x, 3, 1, 4, 2);
+    assert_true(y[0] == 5 && y[1] == 6 && y[2] == 1 && y[3] == 2 && y[4] == 5 && y[6] == 7);
+    for (int k = 0; k < 8; k++)
+        dW[k] = -1.0f;
+    be->embed_bwd(be, dW, dy, x, 3, 1, 4, 2, 0, 2, 0); /* rows 0, 1 */
+    assert_true(dW[0] == 2 && dW[1] == 20 && dW[2] == 0 && dW[3] == 0);
+    assert_true(dW[4] == -1 && dW[7] == -1);
+    be->embed_bwd(be, dW, dy, x, 3, 1, 4, 2, 2, 4, 0); /* rows 2, 3 */
+    assert_true(dW[4] == 5 && dW[5] == 50 && dW[6] == 8 && dW[7] == 80);
+    be->embed_bwd(be, dW, dy, x, 3, 1, 4, 2, 2, 4, 1); /* accumulated */
+    assert_true(dW[4] == 10 && dW[5] == 100 && dW[0] == 2);
+}
+
 /* im2col_win against its definition for strided, padded and dilated
  * windows; col2im_win its adjoint; the plain window (stride 1, no padding)
  * gives exactly what im2col gives. */
@@ -283,7 +308,7 @@ static void test_im2col_window(void **state)
     (void)state;
     assert_int_equal(be->caps, FED_BACKEND_CAP_HOST_MEMORY | FED_BACKEND_CAP_SHARDS |
                                    FED_BACKEND_CAP_DP_SGD | FED_BACKEND_CAP_CONV |
-                                   FED_BACKEND_CAP_WINDOW);
+                                   FED_BACKEND_CAP_WINDOW | FED_BACKEND_CAP_EMBED);
     for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
         fed_window g = window(3, 9, 8, cases[t][0], cases[t][1], cases[t][2], cases[t][3]);
         int P = g.OH * g.OW;
@@ -676,6 +701,7 @@ int main(void)
         cmocka_unit_test(test_maxpool),
         cmocka_unit_test(test_im2col_window),
         cmocka_unit_test(test_pool_window),
+        cmocka_unit_test(test_embed),
         cmocka_unit_test(test_vectors),
         cmocka_unit_test(test_denormals_flushed_mode_restored),
         cmocka_unit_test(test_backend_open),

@@ -900,6 +900,22 @@ static void test_fashion_mnist_epochs(void **state)
     fed_data_free(te);
 }
 
+/* The plugin has no embedding kernels: a graph with an embedding is
+ * refused on it (backend_fits names the layer), and runs on the CPU. */
+static void test_embedding_refused(void **state)
+{
+    fixture *f = *state;
+    fed_model *m = (fed_model *)1;
+    fed_model_shape in = {1, 1, 3, 2};
+
+    assert_false(f->gpu->caps & FED_BACKEND_CAP_EMBED);
+    assert_int_equal(fed_model_new("g:e=E4n8c0,L", in, f->gpu, NULL, 1, 4, &m),
+                     FED_ERR_UNSUPPORTED);
+    assert_null(m);
+    assert_int_equal(fed_model_new("g:e=E4n8c0,L", in, f->cpu, NULL, 1, 4, &m), FED_OK);
+    fed_model_free(m);
+}
+
 /* ------------------------------------------------------- the loader -- */
 
 /* fed_backend_open finds the same plugin through $FEDNODE_PLUGIN_DIR. */
@@ -1009,6 +1025,7 @@ int main(void)
         cmocka_unit_test_prestate(test_train_step_mlp, &fx),
         cmocka_unit_test_prestate(test_train_step_cnn, &fx),
         cmocka_unit_test_prestate(test_backend_open, &fx),
+        cmocka_unit_test_prestate(test_embedding_refused, &fx),
         cmocka_unit_test_prestate(test_fashion_mnist_epochs, &fx),
     };
     fed_err err;

@@ -1135,6 +1135,42 @@ static void test_csv_categorical(void **state)
     fed_test_log_has(":2: column 2: not a number: 'old'");
 }
 
+/* --task regression: the label column's numbers as float targets (not
+ * standardized), classes 1, labels 0; a subset and a gathered batch carry
+ * them; a label that is not a number refused by line and column. */
+static void test_csv_regression(void **state)
+{
+    const char *t = "x,label\n1,2.5\n2,-0.125\n3,1e3\n";
+    fed_csv_opts o = { .regression = 1 };
+    fed_dataset *d, *s = NULL;
+    uint32_t idx[2] = {2, 0};
+    float xs[2];
+    int32_t ys[2];
+    fed_batch b;
+
+    (void)state;
+    d = csv_with(t, &o, FED_OK);
+    assert_non_null(d->y_f32);
+    assert_int_equal(d->shape.classes, 1);
+    assert_true(d->y_f32[0] == 2.5f && d->y_f32[1] == -0.125f && d->y_f32[2] == 1000.0f);
+    assert_int_equal(d->y[2], 0);
+    assert_err(fed_data_subset(d, idx, 2, &s), FED_OK);
+    assert_true(s->y_f32[0] == 1000.0f && s->y_f32[1] == 2.5f);
+    fed_data_gather(d, idx, 2, xs, ys, &b);
+    assert_null(b.y);
+    assert_non_null(b.y_f32);
+    assert_true(b.y_f32[0] == 1000.0f && b.y_f32[1] == 2.5f);
+    fed_data_free(s);
+    fed_data_free(d);
+    csv_with("x,label\n1,2.5\n2,high\n", &o, FED_ERR_NOT_NUMERIC);
+    fed_test_log_has(":3: column 2: not a number: 'high'");
+    csv_with("x,label\n1,1e39\n", &o, FED_ERR_RANGE);
+    fed_test_log_has(":2: column 2: target overflows a float: '1e39'");
+    /* without it a number is no class */
+    o.regression = 0;
+    csv_with("x,label\n1,2.5\n", &o, FED_ERR_NOT_NUMERIC);
+}
+
 /* The test file takes the training file's categorical columns. */
 static void test_csv_categorical_split(void **state)
 {
@@ -1734,6 +1770,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_siphash_vectors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_csv_missing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_csv_categorical, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_csv_regression, setup, teardown),
         cmocka_unit_test_setup_teardown(test_csv_categorical_split, setup, teardown),
         cmocka_unit_test_setup_teardown(test_csv_bad_rows, setup, teardown),
         cmocka_unit_test_setup_teardown(test_csv_open, setup, teardown),

@@ -102,8 +102,9 @@ static void one_sample_grad(fed_model *m, const float *x, const int32_t *y, int 
 /* ------------------------------------------------ per-sample gradients -- */
 
 /* Per-sample norms and clipped sums of model m (made for batches of n)
- * against gradients of one sample at a time; frees m. */
-static void check_model_per_sample(fed_model *m, int n)
+ * against gradients of one sample at a time; the batch's first ids
+ * columns hold ids in [0, 3) (an embedding's); frees m. */
+static void check_model_per_sample(fed_model *m, int n, int ids)
 {
     fed_model_shape in = fed_model_input(m);
     const char *spec = fed_model_spec(m);
@@ -123,6 +124,9 @@ static void check_model_per_sample(fed_model *m, int n)
     assert_non_null(gi);
     fed_rng_seed(&rng, 5);
     random_batch(&rng, n, in, x, y);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < ids; j++)
+            x[(size_t)i * F + j] = (float)fed_rng_below(&rng, 3);
     for (int i = 0; i < n; i++) {
         one_sample_grad(m, x, y, i, gi + (size_t)i * np);
         ref_norm[i] = norm2(gi + (size_t)i * np, np);
@@ -200,7 +204,7 @@ static void check_model_per_sample(fed_model *m, int n)
 
 static void check_per_sample(world *w, const char *spec, fed_model_shape in, int shards, int n)
 {
-    check_model_per_sample(make_model(w, spec, in, shards, n), n);
+    check_model_per_sample(make_model(w, spec, in, shards, n), n, 0);
 }
 
 static void test_per_sample_logreg(void **state)
@@ -233,7 +237,7 @@ static void test_per_sample_cnn(void **state)
 /* check_model_per_sample on the graph of count nodes, 1 and 3 shards,
  * parameters drawn from seed. */
 static void per_sample_graph(world *w, const char *label, const fed_model_node *nodes, int count,
-                             fed_model_shape in, uint64_t seed)
+                             fed_model_shape in, uint64_t seed, int ids)
 {
     for (int shards = 1; shards <= 3; shards += 2) {
         fed_model *m = NULL;
@@ -243,7 +247,7 @@ static void per_sample_graph(world *w, const char *label, const fed_model_node *
                    FED_OK);
         fed_rng_seed(&rng, seed);
         assert_err(fed_model_init(m, &rng), FED_OK);
-        check_model_per_sample(m, 7);
+        check_model_per_sample(m, 7, ids);
     }
 }
 
@@ -272,7 +276,7 @@ static void test_per_sample_windows(void **state)
 
     for (int i = 0; i < count; i++)
         nodes[i].input = i - 1;
-    per_sample_graph(w, "windows", nodes, count, in, 42);
+    per_sample_graph(w, "windows", nodes, count, in, 42, 0);
 }
 
 /* A residual graph: an add of an earlier layer's output, a branch from an
@@ -300,7 +304,26 @@ static void test_per_sample_residual(void **state)
     for (int i = 0; i < count; i++)
         nodes[i].input = i - 1;
     nodes[6].input = 4; /* c3 takes the relu after res, as sc does */
-    per_sample_graph(w, "residual", nodes, count, in, 43);
+    per_sample_graph(w, "residual", nodes, count, in, 43, 0);
+}
+
+/* Embeddings of columns 0 and 1 (ids repeated across the batch) with the
+ * numeric columns: a sample's norm is its dy in the rows its ids pick. */
+static void test_per_sample_embedding(void **state)
+{
+    fed_model_node nodes[] = {
+        {.kind = "embedding", .name = "ea", .input = -1, .out = 3, .column = 0, .num = 3},
+        {.kind = "embedding", .name = "eb", .input = -1, .out = 2, .column = 1, .num = 5},
+        {.kind = "concat", .name = "cat", .input = 0, .other = 1},
+        {.kind = "numeric", .name = "num", .input = -1},
+        {.kind = "concat", .name = "all", .input = 2, .other = 3},
+        {.kind = "linear", .name = "fc", .input = 4, .out = 6},
+        {.kind = "relu", .input = 5},
+        {.kind = "linear", .name = "head", .input = 6, .out = 4},
+    };
+
+    per_sample_graph(*state, "tabular", nodes, (int)(sizeof nodes / sizeof nodes[0]),
+                     (fed_model_shape){1, 1, 6, 4}, 44, 2);
 }
 
 /* ------------------------------------------------- the noisy SGD step -- */
@@ -601,6 +624,7 @@ int main(void)
         cmocka_unit_test(test_per_sample_cnn),
         cmocka_unit_test(test_per_sample_windows),
         cmocka_unit_test(test_per_sample_residual),
+        cmocka_unit_test(test_per_sample_embedding),
         cmocka_unit_test(test_noisy_step_mlp),
         cmocka_unit_test(test_noisy_step_cnn),
         cmocka_unit_test(test_dp_step_without_noise_is_plain),

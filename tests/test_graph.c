@@ -3,7 +3,8 @@
  * against central differences of the test's own double-precision forward,
  * the cnn preset and its graph giving the same model bit for bit, graphs
  * past the old 16-layer/32-tensor caps, tensor flags, FLOPs, refusals
- * with their messages, and a backend lacking a capability. */
+ * with their messages, a backend lacking a capability, and embeddings (the
+ * spec, determinism over shards, ids refused, refusals). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -465,7 +466,7 @@ static void test_graph_errors(void **state)
     expect_why(two, 2, in, FED_ERR_SPEC,
                "model 'bad': node 1: unknown layer kind 'softmax' (linear, conv, maxpool, "
                "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, "
-               "sigmoid, tanh, bce, add, concat)");
+               "sigmoid, tanh, bce, add, concat, embedding, numeric)");
     two[1].kind = "linear";
     two[1].input = -1; /* a branch from the input: node 0 then goes unused */
     expect_why(two, 2, in, FED_ERR_SPEC,
@@ -578,6 +579,247 @@ static void test_backend_caps(void **state)
     fed_model_free(m);
 }
 
+/* Embeddings of two categorical columns concatenated with the numeric
+ * columns: 5 columns, ids in columns 0 and 2. */
+static fed_model_node tab_graph[] = {
+    {.kind = "embedding", .name = "ea", .input = -1, .out = 3, .column = 0, .num = 7},
+    {.kind = "embedding", .name = "eb", .input = -1, .out = 2, .column = 2, .num = 4},
+    {.kind = "concat", .name = "cat", .input = 0, .other = 1},
+    {.kind = "numeric", .name = "num", .input = -1},
+    {.kind = "concat", .name = "all", .input = 2, .other = 3},
+    {.kind = "linear", .name = "fc", .input = 4, .out = 6},
+    {.kind = "relu", .input = 5},
+    {.kind = "linear", .name = "head", .input = 6, .out = 3},
+};
+#define TAB_COUNT ((int)(sizeof tab_graph / sizeof tab_graph[0]))
+#define TAB_N 10
+
+/* A batch of TAB_N rows of 5 columns: ids in 0 and 2 (few, so rows
+ * repeat), numbers elsewhere. */
+static void tab_batch(float *x, int32_t *y)
+{
+    fed_rng rng;
+
+    fed_rng_seed(&rng, 3);
+    for (int i = 0; i < TAB_N; i++) {
+        for (int j = 0; j < 5; j++)
+            x[i * 5 + j] = (float)fed_rng_normal(&rng);
+        x[i * 5 + 0] = (float)fed_rng_below(&rng, 3);
+        x[i * 5 + 2] = (float)fed_rng_below(&rng, 4);
+        y[i] = (int32_t)fed_rng_below(&rng, 3);
+    }
+}
+
+/* The graph's spec and shapes; its gradient the same bit for bit at every
+ * step and shard count of the embeddings' own (the scatter-add is split by
+ * weight rows, each walking the batch in order), and near the one-shard
+ * one elsewhere. */
+static void test_embedding(void **state)
+{
+    world *w = *state;
+    fed_model_shape in = {1, 1, 5, 3};
+    char spec[FED_MODEL_SPEC_MAX];
+    fed_model *m1, *m3, *ms = NULL;
+    float x[TAB_N * 5], g1[200], g3[200];
+    int32_t y[TAB_N];
+    const fed_tensor_info *t;
+    int nt;
+
+    assert_int_equal(fed_model_graph_spec(tab_graph, TAB_COUNT, spec, sizeof spec), FED_OK);
+    assert_string_equal(spec, "g:ea=E3n7c0,eb=E2n4c2<-,cat=&eb<ea,num=X<-,all=&num<cat,fc=L6,R,"
+                              "head=L3");
+    m1 = make_graph(w, tab_graph, TAB_COUNT, in, 1, TAB_N, 5);
+    m3 = make_graph(w, tab_graph, TAB_COUNT, in, 3, TAB_N, 5);
+    assert_int_equal(fed_model_new(spec, in, w->be, w->pool, 1, TAB_N, &ms), FED_OK);
+    /* ea 7x3, eb 4x2, fc 6x(3 + 2 + 3) + 6, head 3x6 + 3 */
+    assert_int_equal(fed_model_nparams(m1), 21 + 8 + 54 + 21);
+    assert_int_equal(fed_model_nparams(ms), fed_model_nparams(m1));
+    t = fed_model_tensors(m1, &nt);
+    assert_int_equal(nt, 6);
+    assert_string_equal(t[0].name, "ea.weight");
+    assert_int_equal(t[0].shape[0], 7);
+    assert_int_equal(t[0].shape[1], 3);
+    assert_string_equal(t[1].name, "eb.weight");
+    assert_int_equal(t[2].shape[1], 8);
+    tab_batch(x, y);
+    fed_batch b = {.n = TAB_N, .x_f32 = x, .y = y};
+    assert_int_equal(fed_model_forward_backward(m1, &b, NULL), FED_OK);
+    memcpy(g1, fed_model_grads_dev(m1), fed_model_nparams(m1) * sizeof *g1);
+    for (int rep = 0; rep < 3; rep++) {
+        assert_int_equal(fed_model_forward_backward(m3, &b, NULL), FED_OK);
+        if (rep == 0)
+            memcpy(g3, fed_model_grads_dev(m3), fed_model_nparams(m3) * sizeof *g3);
+        assert_memory_equal(g3, fed_model_grads_dev(m3), fed_model_nparams(m3) * sizeof *g3);
+    }
+    for (size_t i = 0; i < fed_model_nparams(m1); i++)
+        assert_true(fabsf(g1[i] - g3[i]) <= 1e-6f * (1.0f + fabsf(g1[i])));
+    /* an id row no sample picks has no gradient; ea's row 0..2 some do */
+    for (int k = 3 * 3; k < 7 * 3; k++)
+        assert_true(g1[k] == 0.0f);
+    fed_model_free(m1);
+    fed_model_free(m3);
+    fed_model_free(ms);
+}
+
+/* An id that is not an integer in [0, num) is refused at the step, named;
+ * never clamped. */
+static void test_embedding_ids(void **state)
+{
+    world *w = *state;
+    fed_model_shape in = {1, 1, 5, 3};
+    fed_model *m = make_graph(w, tab_graph, TAB_COUNT, in, 1, TAB_N, 5);
+    float x[TAB_N * 5], bad[] = {7.0f, -1.0f, 1.5f, NAN};
+    const char *said[] = {"7", "-1", "1.5", "nan"};
+    int32_t y[TAB_N];
+    char want[160];
+
+    tab_batch(x, y);
+    fed_batch b = {.n = TAB_N, .x_f32 = x, .y = y};
+    for (int k = 0; k < 4; k++) {
+        float keep = x[3 * 5];
+
+        x[3 * 5] = bad[k];
+        fed_test_log_capture(FED_LOG_DEBUG);
+        assert_int_equal(fed_model_forward_backward(m, &b, NULL), FED_ERR_RANGE);
+        snprintf(want, sizeof want, "model: layer 'ea' (embedding): sample 3's column 0 holds "
+                 "%s, not an id in [0, 7)", said[k]);
+        assert_string_equal(fed_test_log_last(), want);
+        fed_test_log_default();
+        x[3 * 5] = keep;
+    }
+    x[9 * 5 + 2] = 4.0f; /* eb takes 4 ids */
+    fed_test_log_capture(FED_LOG_DEBUG);
+    assert_int_equal(fed_model_forward_backward(m, &b, NULL), FED_ERR_RANGE);
+    assert_string_equal(fed_test_log_last(), "model: layer 'eb' (embedding): sample 9's column 2 "
+                                             "holds 4, not an id in [0, 4)");
+    fed_test_log_default();
+    x[9 * 5 + 2] = 3.0f;
+    assert_int_equal(fed_model_forward_backward(m, &b, NULL), FED_OK);
+    fed_model_free(m);
+}
+
+/* What an embedding graph refuses: a column outside the row, a layer
+ * other than embedding and numeric on the input, an embedding on a layer's
+ * output, no numeric column left, a backend without the gather. */
+static void test_embedding_refusals(void **state)
+{
+    world *w = *state;
+    fed_model_shape in = {1, 1, 5, 3};
+    fed_model_node g[TAB_COUNT];
+    fed_backend nocat = *w->be;
+    fed_model *m = (fed_model *)1;
+
+    memcpy(g, tab_graph, sizeof g);
+    g[1].column = 5;
+    expect_why(g, TAB_COUNT, in, FED_ERR_SHAPE, "model 'bad': node 1 (embedding 'eb') on input "
+               "1x1x5: column 5 is outside the input's 5 columns (0 to 4)");
+    memcpy(g, tab_graph, sizeof g);
+    g[3] = (fed_model_node){.kind = "linear", .name = "num", .input = -1, .out = 3};
+    expect_why(g, TAB_COUNT, in, FED_ERR_SPEC, "model 'bad': node 3 (linear 'num') takes the "
+               "model's input, whose categorical columns hold ids: only embedding and numeric "
+               "layers take it");
+    memcpy(g, tab_graph, sizeof g);
+    g[1].input = 0;
+    expect_why(g, TAB_COUNT, in, FED_ERR_SHAPE, "model 'bad': node 1 (embedding 'eb') on input "
+               "3x1x1: an embedding takes the model's input row (its ids), not a layer's output");
+    memcpy(g, tab_graph, sizeof g);
+    g[1].column = 1;
+    expect_why(g, TAB_COUNT, (fed_model_shape){1, 1, 2, 3}, FED_ERR_SHAPE, "model 'bad': node 3 "
+               "(numeric 'num') on input 1x1x2: every column of the input is categorical (read "
+               "by an embedding)");
+    nocat.name = "device";
+    nocat.caps &= ~FED_BACKEND_CAP_EMBED;
+    fed_test_log_capture(FED_LOG_DEBUG);
+    assert_int_equal(fed_model_new_graph("t", tab_graph, TAB_COUNT, in, &nocat, NULL, 1, 4, &m),
+                     FED_ERR_UNSUPPORTED);
+    assert_null(m);
+    assert_string_equal(fed_test_log_last(),
+                        "model: layer 'ea' (embedding) needs kernels the device backend lacks");
+    fed_test_log_default();
+    assert_int_equal(fed_model_spec_check("g:E3n7c0,L", in), FED_OK);
+    assert_int_equal(fed_model_spec_check("g:E3n7,L", in), FED_ERR_SPEC);  /* no column */
+    assert_int_equal(fed_model_spec_check("g:E3c0,L", in), FED_ERR_SPEC);  /* no num */
+    assert_int_equal(fed_model_spec_check("g:En7c0,L", in), FED_ERR_SPEC); /* no dim */
+    assert_int_equal(fed_model_spec_check("g:E3n7c0x1,L", in), FED_ERR_SPEC);
+}
+
+/* The loss mse: MSELoss's mean over every output, its gradient 2 (z - t) /
+ * (n K), predictions the outputs themselves; a batch without targets or
+ * with a target that is not finite refused. And bce's predictions: (1 - p,
+ * p) of each sample's one logit, over pieces of more than half max_batch. */
+static void test_mse_and_predictions(void **state)
+{
+    world *w = *state;
+    fed_model_shape in = {1, 1, 3, 2};
+    fed_model *m = NULL;
+    float x[20 * 3], t[20 * 2], z[8 * 2], g[64];
+    double pred[20 * 2], want = 0.0;
+    fed_step_stats st = {0};
+    fed_rng rng;
+    size_t np;
+    int nt;
+    const fed_tensor_info *ti;
+
+    fed_rng_seed(&rng, 9);
+    for (int i = 0; i < 20 * 3; i++)
+        x[i] = (float)fed_rng_normal(&rng);
+    for (int i = 0; i < 20 * 2; i++)
+        t[i] = (float)fed_rng_normal(&rng);
+    assert_int_equal(fed_model_new("g:fc=L2,Q", in, w->be, w->pool, 1, 8, &m), FED_OK);
+    assert_int_equal(fed_model_init(m, &rng), FED_OK);
+    assert_int_equal(fed_model_nlogits(m), 2);
+    assert_int_equal(fed_model_predict_width(m), 2);
+    np = fed_model_nparams(m);
+    ti = fed_model_tensors(m, &nt);
+    fed_batch b = {.n = 8, .x_f32 = x, .y_f32 = t};
+    assert_int_equal(fed_model_logits(m, &b, z), FED_OK);
+    assert_int_equal(fed_model_forward_backward(m, &b, &st), FED_OK);
+    memcpy(g, fed_model_grads_dev(m), np * sizeof *g);
+    for (int k = 0; k < 16; k++)
+        want += ((double)z[k] - t[k]) * ((double)z[k] - t[k]);
+    assert_true(fabs(st.loss_sum / 8 - want / 16) <= 1e-6 * want / 16);
+    assert_int_equal(st.correct, 0);
+    /* fc.bias's gradient: the mean over samples of 2 (z - t) / K */
+    for (int o = 0; o < 2; o++) {
+        double gb = 0.0;
+
+        for (int i = 0; i < 8; i++)
+            gb += 2.0 * ((double)z[i * 2 + o] - t[i * 2 + o]) / 16.0;
+        assert_true(fabs(g[ti[1].offset + o] - gb) <= 1e-6 * (1.0 + fabs(gb)));
+    }
+    b.n = 20;
+    assert_int_equal(fed_model_predict(m, &b, NULL, pred), FED_OK);
+    for (int k = 0; k < 16; k++)
+        assert_true(pred[k] == (double)z[k]);
+    b.n = 8;
+    b.y_f32 = NULL;
+    assert_int_equal(fed_model_forward_backward(m, &b, NULL), FED_ERR_INVAL);
+    b.y_f32 = t;
+    t[5] = INFINITY;
+    assert_int_equal(fed_model_forward_backward(m, &b, NULL), FED_ERR_NAN);
+    fed_model_free(m);
+
+    /* bce: a piece of 8 rows of one logit each, made two probabilities */
+    {
+        int32_t y[20] = {0};
+
+        assert_int_equal(fed_model_new("g:L4,R,L1,B", in, w->be, w->pool, 1, 8, &m), FED_OK);
+        assert_int_equal(fed_model_init(m, &rng), FED_OK);
+        fed_batch c = {.n = 8, .x_f32 = x, .y = y};
+        assert_int_equal(fed_model_logits(m, &c, z), FED_OK);
+        c.n = 20;
+        assert_int_equal(fed_model_predict(m, &c, NULL, pred), FED_OK);
+        for (int i = 0; i < 8; i++) {
+            double p = 1.0 / (1.0 + exp(-(double)z[i]));
+
+            assert_true(fabs(pred[2 * i + 1] - p) <= 1e-12);
+            assert_true(fabs(pred[2 * i] - (1.0 - p)) <= 1e-12);
+        }
+        fed_model_free(m);
+    }
+    (void)np;
+}
+
 /* A graph as a "g:" spec: the exact text, a model from it the same as from
  * the nodes (tensors, parameters, gradients bit for bit), refusals. */
 static void test_graph_spec(void **state)
@@ -621,7 +863,7 @@ static void test_graph_spec(void **state)
     assert_int_equal(fed_model_spec_explain("g:C6,R,L", in, why, sizeof why), FED_ERR_SPEC);
     assert_string_equal(why, "model spec 'g:C6,R,L': node 0 'C6' is none of NAME=Lout[b0], "
                              "NAME=CoutkK[sS][pP][dD][gG][b0], MkK[sS][pP], AkK[sS][pP], P, R, F, Y, G, S, "
-                             "Z, T, B, +REF, &REF, each [<REF]");
+                             "Z, T, B, +REF, &REF, NAME=EdimnNUMcCOL, X, each [<REF]");
     static const char *bad[] = {"g:",        "g:L,",     "g:Q",       "g:Lk3",  "g:C4k3k3,L",
                                 "g:Mk0,L",   "g:Ck3,L",  "g:a-b=L",   "g:=L",   "g:L5x5",
                                 "g:C4k3x,L", "g:Rk2,L",  "g:L99999999"};
@@ -731,6 +973,8 @@ int main(void)
         cmocka_unit_test(test_grad_windows), cmocka_unit_test(test_cnn_as_graph),
         cmocka_unit_test(test_deep_graph),   cmocka_unit_test(test_graph_flops),
         cmocka_unit_test(test_graph_errors), cmocka_unit_test(test_backend_caps),
+        cmocka_unit_test(test_embedding), cmocka_unit_test(test_embedding_ids),
+        cmocka_unit_test(test_embedding_refusals), cmocka_unit_test(test_mse_and_predictions),
         cmocka_unit_test(test_graph_alloc_failures), cmocka_unit_test(test_graph_spec),
         cmocka_unit_test(test_graph_long_spec),
     };

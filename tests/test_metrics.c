@@ -238,6 +238,7 @@ static void check_model(int classes)
     b.x_u8 = NULL;
     b.x_f32 = x;
     b.y = y;
+    b.y_f32 = NULL;
     assert_int_equal(fed_model_predict(m, &b, &st, prob), FED_OK);
     assert_int_equal(st.samples, N);
     for (int i = 0; i < N * classes; i++)

@@ -230,7 +230,7 @@ static void test_errors(void **state)
     expect_parse(IN "[softmax]\n", FED_ERR_SPEC,
                  "m.cfg:2: unknown section [softmax] (input, output, linear, conv, maxpool, "
                  "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, sigmoid, "
-                 "tanh, add, concat)");
+                 "tanh, add, concat, embedding, numeric)");
     expect_parse(IN "[conv] out = 3 kernel = 3 momentum = 0\n", FED_ERR_SPEC,
                  "m.cfg:2: [conv]: unknown key 'momentum' (name, out, kernel, stride, padding, "
                  "dilation, groups, input, bias)");
@@ -262,8 +262,9 @@ static void test_errors(void **state)
     expect_parse(IN "[linear] name = a-b out = 3\n", FED_ERR_SPEC,
                  "m.cfg:2: [linear] name: 'a-b' must be 1 to 23 letters, digits, '_' or inner "
                  "'.'");
-    expect_parse(IN "[linear] out = 3\n[output] loss = mse\n", FED_ERR_SPEC,
-                 "m.cfg:3: [output] loss: 'mse' is not supported yet (cross_entropy, bce)");
+    expect_parse(IN "[linear] out = 3\n[output] loss = hinge\n", FED_ERR_SPEC,
+                 "m.cfg:3: [output] loss: 'hinge' is not supported yet (cross_entropy, bce, "
+                 "mse)");
     expect_parse(IN "[linear] out = 3\n[output]\n[relu]\n", FED_ERR_SPEC,
                  "m.cfg:4: [relu] after [output], which ends the file");
     expect_parse("[input]\n[linear] out = 3\n", FED_ERR_SPEC,
@@ -283,6 +284,103 @@ static void test_errors(void **state)
                          FED_ERR_SPEC);
         assert_string_equal(why, "m.cfg:2: a NUL byte");
     }
+}
+
+#define TAB "[input] features = 6 categorical = 0,3\n"
+#define EMB_A "[embedding] name = a column = 0 num = 16 dim = 4\n"
+
+/* The model file's side of embeddings: every refusal with file, line and
+ * key. */
+static void test_embedding_errors(void **state)
+{
+    (void)state;
+    expect_parse(TAB "[embedding] name = a column = 6 num = 16 dim = 4\n", FED_ERR_SPEC,
+                 "m.cfg:2: [embedding] column: 6 is outside the input's 6 columns (0 to 5)");
+    expect_parse(TAB "[embedding] name = a column = 2 num = 16 dim = 4\n", FED_ERR_SPEC,
+                 "m.cfg:2: [embedding] column: 2 is not categorical (list it in [input] "
+                 "categorical)");
+    expect_parse(TAB "[embedding] name = a column = 0 num = 16 dim = 0\n", FED_ERR_SPEC,
+                 "m.cfg:2: [embedding] dim: '0' is not a count 1 to 65536");
+    expect_parse(TAB "[embedding] name = a column = 0 num = 0 dim = 4\n", FED_ERR_SPEC,
+                 "m.cfg:2: [embedding] num: '0' is not a count 1 to 1048576");
+    expect_parse(TAB "[embedding] name = a column = x num = 16 dim = 4\n", FED_ERR_SPEC,
+                 "m.cfg:2: [embedding] column: 'x' is not a column index (0-based)");
+    expect_parse(TAB "[embedding] name = a num = 16 dim = 4\n", FED_ERR_SPEC,
+                 "m.cfg:2: [embedding] needs column");
+    expect_parse(TAB "[embedding] name = a column = 0 num = 16 dim = 4 input = -\n",
+                 FED_ERR_SPEC, "m.cfg:2: [embedding]: unknown key 'input' (name, column, num, "
+                 "dim)");
+    expect_parse(TAB EMB_A "[numeric] name = n\n[concat] from = a\n[linear] out = 2\n",
+                 FED_ERR_SPEC, "m.cfg:1: [input] categorical: column 3 feeds no embedding");
+    expect_parse("[input]\ncategorical = 0,9\nfeatures = 6\n" EMB_A, FED_ERR_SPEC,
+                 "m.cfg:2: [input] categorical: column 9 is outside the input's 6 columns (0 to "
+                 "5)");
+    expect_parse("[input] features = 6 categorical = 0,0\n", FED_ERR_SPEC,
+                 "m.cfg:1: [input] categorical: column 0 given twice");
+    expect_parse("[input] features = 6 categorical = 0,,1\n", FED_ERR_SPEC,
+                 "m.cfg:1: [input] categorical: '0,,1' is not a list of column indices "
+                 "(0-based, comma-separated)");
+    expect_parse(IN "[numeric] input = -\n", FED_ERR_SPEC,
+                 "m.cfg:2: [numeric]: unknown key 'input' (name)");
+    expect_parse(IN "[output] loss = mse\n", FED_ERR_SPEC,
+                 "m.cfg:2: [output] loss: mse after no layer");
+}
+
+/* loss = mse: a last node, its outputs the last layer's, one class of its
+ * own (numbers to predict). */
+static void test_mse_file(void **state)
+{
+    fed_model_cfg *c = parse("[input] features = 5\n[linear] name = fc out = 3\n"
+                             "[output] loss = mse\n");
+    const fed_model_node *n;
+    char spec[FED_MODEL_SPEC_MAX], why[256];
+    int count;
+
+    (void)state;
+    n = fed_model_cfg_nodes(c, 1, &count);
+    assert_int_equal(count, 2);
+    assert_string_equal(n[1].kind, "mse");
+    assert_int_equal(fed_model_cfg_own_input(c).classes, 1);
+    assert_int_equal(fed_model_cfg_check(c, fed_model_cfg_own_input(c), NULL, why, sizeof why),
+                     FED_OK);
+    assert_int_equal(fed_model_cfg_spec(c, spec, sizeof spec, why, sizeof why), FED_OK);
+    assert_string_equal(spec, "g:fc=L3,Q");
+    fed_model_cfg_free(c);
+}
+
+/* examples/models/tabular.cfg: its parameters, tensors, the columns each
+ * layer takes, and its graph as a spec. */
+static void test_tabular(void **state)
+{
+    fed_model_cfg *c = NULL;
+    fed_model_node_info info[12];
+    const fed_model_node *n;
+    char why[512], spec[FED_MODEL_SPEC_MAX];
+    size_t total = 0;
+    int count;
+
+    (void)state;
+    assert_int_equal(fed_model_cfg_load("examples/models/tabular.cfg", &c, why, sizeof why),
+                     FED_OK);
+    n = fed_model_cfg_nodes(c, 2, &count);
+    assert_int_equal(count, 11);
+    assert_string_equal(n[0].kind, "embedding");
+    assert_int_equal(n[0].input, -1);
+    assert_int_equal(n[1].column, 1);
+    assert_int_equal(n[1].num, 1024);
+    assert_int_equal(n[1].out, 4);
+    assert_int_equal(n[3].input, -1); /* numeric */
+    assert_int_equal(fed_model_cfg_check(c, fed_model_cfg_own_input(c), info, why, sizeof why),
+                     FED_OK);
+    for (int i = 0; i < count; i++)
+        total += info[i].nparams;
+    assert_int_equal(total, 13505);
+    assert_int_equal(info[3].c, 8);  /* the numeric columns 2..9 */
+    assert_int_equal(info[4].c, 20); /* 8 + 4 + 8 */
+    assert_int_equal(fed_model_cfg_spec(c, spec, sizeof spec, why, sizeof why), FED_OK);
+    assert_string_equal(spec, "g:emb_a=E8n1024c0,emb_b=E4n1024c1<-,cat_ab=&emb_b<emb_a,num=X<-,"
+                              "cat=&num<cat_ab,fc1=L32,R,fc2=L16,R,out=L1,B");
+    fed_model_cfg_free(c);
 }
 
 /* A shape that does not fit names its line and prints the shapes so far;
@@ -359,9 +457,9 @@ static int torch_dump(const char *dir, const char *file)
     fed_step_stats st = {0};
     const fed_tensor_info *mt;
     fed_tensor_info *t = NULL;
-    float *buf = NULL, *p0 = NULL, *x = NULL, *logits = NULL, yf[DUMP_N], loss;
+    float *buf = NULL, *p0 = NULL, *x = NULL, *logits = NULL, *yf = NULL, loss;
     int32_t y[DUMP_N];
-    int nt, n = 0, F, shape[4], nlog;
+    int nt, n = 0, F, shape[4], nlog, cnt, mse;
     size_t np, used = 0;
     char why[1024], path[4096], name[64];
     int rc = 1;
@@ -402,19 +500,32 @@ static int torch_dump(const char *dir, const char *file)
     F = in.c * in.h * in.w;
     t = calloc((size_t)3 * nt + 4, sizeof *t);
     nlog = fed_model_nlogits(m);
-    buf = malloc((3 * np + (size_t)DUMP_N * (F + nlog + 1) + 1) * sizeof *buf);
+    mse = !strcmp(fed_model_cfg_nodes(c, in.classes, &cnt)[cnt - 1].kind, "mse");
+    buf = malloc((3 * np + (size_t)DUMP_N * (F + 2 * nlog + 1) + 1) * sizeof *buf);
+    yf = malloc((size_t)DUMP_N * nlog * sizeof *yf);
     p0 = malloc(np * sizeof *p0);
     x = malloc((size_t)DUMP_N * F * sizeof *x);
     logits = malloc((size_t)DUMP_N * nlog * sizeof *logits);
-    if (!t || !buf || !p0 || !x || !logits || fed_model_init(m, &rng) != FED_OK ||
+    if (!t || !buf || !p0 || !x || !logits || !yf || fed_model_init(m, &rng) != FED_OK ||
         (ox && fed_onnx_apply_weights(ox, m, why, sizeof why) != FED_OK) ||
         fed_model_get_params(m, p0) != FED_OK)
         goto out;
     for (int i = 0; i < DUMP_N * F; i++)
         x[i] = (float)fed_rng_normal(&rng);
+    { /* an embedding's column holds ids, few so that rows repeat in the batch */
+        int cnt;
+        const fed_model_node *nd = fed_model_cfg_nodes(c, in.classes, &cnt);
+
+        for (int k = 0; k < cnt; k++)
+            for (int i = 0; !strcmp(nd[k].kind, "embedding") && i < DUMP_N; i++)
+                x[(size_t)i * F + nd[k].column] =
+                    (float)fed_rng_below(&rng, (uint64_t)(nd[k].num < 5 ? nd[k].num : 5));
+    }
     for (int i = 0; i < DUMP_N; i++)
         yf[i] = (float)(y[i] = (int32_t)fed_rng_below(&rng, (uint64_t)in.classes));
-    fed_batch b = {.n = DUMP_N, .x_f32 = x, .y = y};
+    for (int i = 0; mse && i < DUMP_N * nlog; i++) /* mse: float targets */
+        yf[i] = (float)fed_rng_normal(&rng);
+    fed_batch b = {.n = DUMP_N, .x_f32 = x, .y = mse ? NULL : y, .y_f32 = mse ? yf : NULL};
     if (fed_model_logits(m, &b, logits) != FED_OK ||
         fed_model_forward_backward(m, &b, &st) != FED_OK || be->sync(be) != FED_OK)
         goto out;
@@ -430,8 +541,8 @@ static int torch_dump(const char *dir, const char *file)
     shape[2] = in.h;
     shape[3] = in.w;
     dump_add(t, &n, buf, &used, "x", 4, shape, x);
-    dump_add(t, &n, buf, &used, "y", 1, shape, yf);
     shape[1] = nlog;
+    dump_add(t, &n, buf, &used, "y", mse ? 2 : 1, shape, yf);
     dump_add(t, &n, buf, &used, "logits", 2, shape, logits);
     loss = (float)(st.loss_sum / DUMP_N);
     shape[0] = 1;
@@ -469,6 +580,7 @@ out:
     free(p0);
     free(x);
     free(logits);
+    free(yf);
     return rc;
 }
 
@@ -481,6 +593,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_bias_free),
         cmocka_unit_test(test_shape_errors),
+        cmocka_unit_test(test_embedding_errors),
+        cmocka_unit_test(test_tabular),
+        cmocka_unit_test(test_mse_file),
     };
 
     if (argc == 4 && !strcmp(argv[1], "--torch-dump"))

@@ -4,8 +4,13 @@
 # (strided, padded, dilated and non-square convolutions, padded max and
 # average pooling), a net of every activation of its own (leaky_relu, gelu,
 # silu, sigmoid, tanh) with a global average pool, grouped and depthwise
-# convolutions, convolutions and linear layers without a bias (bias = 0), a one-logit bce net, and residual blocks (add, branches, a
-# concat): fednode's initial parameters (through .safetensors, loaded with
+# convolutions, convolutions and linear layers without a bias (bias = 0),
+# a one-logit bce net, residual blocks (add, branches, a
+# concat), the tabular net (examples/models/tabular.cfg: embeddings of two
+# categorical columns concatenated with the numeric ones, bce) and a net of
+# embeddings alone (ids repeated in the batch: the scatter-add sums them),
+# and a regression net of three outputs under mse (float targets):
+# fednode's initial parameters (through .safetensors, loaded with
 # strict=True into the nn.Module tests/torch_parity.py builds from the same
 # file), the same batch of 8: logits, loss, every gradient and the
 # parameters after one SGD step agree within 1e-5 of each tensor's norm.
@@ -129,8 +134,28 @@ cat >"$TMP/bce.cfg" <<CFG
 [output] loss = bce
 CFG
 
+cat >"$TMP/embed.cfg" <<CFG
+# embeddings alone: two categorical columns, one of three ids
+[input] features = 2 categorical = 1,0
+[embedding] name = e0 column = 0 num = 6 dim = 5
+[embedding] name = e1 column = 1 num = 3 dim = 2
+[concat] name = both input = e0 from = e1
+[linear] name = head out = classes
+[output] classes = 4
+CFG
+
+cat >"$TMP/mse.cfg" <<CFG
+# regression: three float targets, mean squared error
+[input] features = 7
+[linear] name = fc1 out = 12
+[tanh]
+[linear] name = out out = 3
+[output] loss = mse
+CFG
+
 for cfg in "$HERE/../examples/models/simplecnn.cfg" "$TMP/windows.cfg" "$TMP/acts.cfg" \
-    "$TMP/groups.cfg" "$TMP/bce.cfg" "$TMP/residual.cfg" "$TMP/nobias.cfg"; do
+    "$TMP/groups.cfg" "$TMP/bce.cfg" "$TMP/residual.cfg" "$TMP/nobias.cfg" \
+    "$HERE/../examples/models/tabular.cfg" "$TMP/embed.cfg" "$TMP/mse.cfg"; do
     name=$(basename "$cfg" .cfg)
     mkdir -p "$TMP/$name"
     "$DUMP" --torch-dump "$TMP/$name" "$cfg" >"$TMP/$name/dump.log" 2>&1 ||

@@ -58,11 +58,19 @@ class Net(nn.Module):
         self.order = []  # (module name, input ref, add's ref), refs by node name, "-": input
         outs = {}
         layers = [s for s in secs[1:] if s[0] != "output"]
+        # the input's categorical columns: those the embeddings read
+        cat = {int(kv["column"]) for kind, kv in layers if kind == "embedding"}
         for i, (kind, kv) in enumerate(layers):
             name = kv.get("name", str(i))
             src = kv.get("input", self.order[-1][0] if self.order else "-")
+            if kind in ("embedding", "numeric"):
+                src = "-"  # they take the model's input row
             x = x0 if src == "-" else outs[src]
-            if kind == "add":
+            if kind == "embedding":
+                m = Embedding(int(kv["num"]), int(kv["dim"]), int(kv["column"]))
+            elif kind == "numeric":
+                m = Numeric([j for j in range(x0[0].numel()) if j not in cat])
+            elif kind == "add":
                 m = Add()
             elif kind == "concat":
                 m = Concat()
@@ -107,6 +115,28 @@ class Net(nn.Module):
         return outs[self.order[-1][0]]
 
 
+class Embedding(nn.Embedding):
+    """fednode's [embedding]: the weight row of the id in one column of the row."""
+
+    def __init__(self, num, dim, column):
+        super().__init__(num, dim)
+        self.column = column
+
+    def forward(self, x):
+        return super().forward(x.flatten(1)[:, self.column].long())
+
+
+class Numeric(nn.Module):
+    """fednode's [numeric]: the row's columns no embedding reads, in order."""
+
+    def __init__(self, cols):
+        super().__init__()
+        self.cols = cols
+
+    def forward(self, x):
+        return x.flatten(1)[:, self.cols]
+
+
 class Add(nn.Module):
     """fednode's [add]: its input plus the output of the layer named by from."""
 
@@ -126,16 +156,18 @@ def main():
     torch.set_num_threads(1)
     with safe_open(d + "/ours.safetensors", framework="pt") as f:
         ours = {k: f.get_tensor(k) for k in f.keys()}
-    x, y = ours["x"], ours["y"].long()
+    x, y = ours["x"], ours["y"]
     net = Net(cfg, ours["logits"].shape[1])
     sd = {k: v for k, v in ours.items() if k in net.state_dict()}
     net.load_state_dict(sd, strict=True)
     logits = net(x)
     output = [kv for kind, kv in sections(cfg) if kind == "output"]
     if output and output[0].get("loss") == "bce":  # one logit, BCEWithLogitsLoss
-        loss = F.binary_cross_entropy_with_logits(logits[:, 0], y.float())
+        loss = F.binary_cross_entropy_with_logits(logits[:, 0], y)
+    elif output and output[0].get("loss") == "mse":  # float targets, MSELoss's mean
+        loss = F.mse_loss(logits, y)
     else:
-        loss = F.cross_entropy(logits, y)
+        loss = F.cross_entropy(logits, y.long())
     loss.backward()
     worst = 0.0
     bad = []

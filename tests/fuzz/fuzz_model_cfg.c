@@ -1,6 +1,7 @@
 /* fuzz_model_cfg.c - libFuzzer target for the model file a person writes
  * (model/model_cfg.h): the input is a whole file. Whatever parses has at
- * least one layer, each of a known kind taking the one before it, and an
+ * least one layer, each of a known kind taking an earlier one's output (or
+ * the input: an embedding or numeric layer always), and an
  * input of positive size; it is then planned for the input it declares (10
  * classes unless it says), which must succeed or explain itself, and when it
  * succeeds the layers' parameters add up to the graph's count, which its
@@ -48,7 +49,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (count < 1)
         abort();
     for (int i = 0; i < count; i++)
-        if (!nodes[i].kind || nodes[i].input != i - 1)
+        if (!nodes[i].kind || nodes[i].input < -1 || nodes[i].input >= i)
             abort();
     info = calloc((size_t)count, sizeof *info);
     if (!info)
