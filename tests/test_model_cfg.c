@@ -500,7 +500,12 @@ static int torch_dump(const char *dir, const char *file)
     F = in.c * in.h * in.w;
     t = calloc((size_t)3 * nt + 4, sizeof *t);
     nlog = fed_model_nlogits(m);
-    mse = !strcmp(fed_model_cfg_nodes(c, in.classes, &cnt)[cnt - 1].kind, "mse");
+    {
+        const fed_model_node *nodes = c ? fed_model_cfg_nodes(c, in.classes, &cnt)
+                                        : fed_onnx_nodes(ox, &cnt);
+
+        mse = !strcmp(nodes[cnt - 1].kind, "mse");
+    }
     buf = malloc((3 * np + (size_t)DUMP_N * (F + 2 * nlog + 1) + 1) * sizeof *buf);
     yf = malloc((size_t)DUMP_N * nlog * sizeof *yf);
     p0 = malloc(np * sizeof *p0);
