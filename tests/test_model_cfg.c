@@ -459,6 +459,7 @@ static int torch_dump(const char *dir, const char *file)
     fed_tensor_info *t = NULL;
     float *buf = NULL, *p0 = NULL, *x = NULL, *logits = NULL, *yf = NULL, loss;
     int32_t y[DUMP_N];
+    const fed_model_node *gnodes;
     int nt, n = 0, F, shape[4], nlog, cnt, mse;
     size_t np, used = 0;
     char why[1024], path[4096], name[64];
@@ -500,12 +501,8 @@ static int torch_dump(const char *dir, const char *file)
     F = in.c * in.h * in.w;
     t = calloc((size_t)3 * nt + 4, sizeof *t);
     nlog = fed_model_nlogits(m);
-    {
-        const fed_model_node *nodes = c ? fed_model_cfg_nodes(c, in.classes, &cnt)
-                                        : fed_onnx_nodes(ox, &cnt);
-
-        mse = !strcmp(nodes[cnt - 1].kind, "mse");
-    }
+    gnodes = c ? fed_model_cfg_nodes(c, in.classes, &cnt) : fed_onnx_nodes(ox, &cnt);
+    mse = !strcmp(gnodes[cnt - 1].kind, "mse");
     buf = malloc((3 * np + (size_t)DUMP_N * (F + 2 * nlog + 1) + 1) * sizeof *buf);
     yf = malloc((size_t)DUMP_N * nlog * sizeof *yf);
     p0 = malloc(np * sizeof *p0);
@@ -518,8 +515,7 @@ static int torch_dump(const char *dir, const char *file)
     for (int i = 0; i < DUMP_N * F; i++)
         x[i] = (float)fed_rng_normal(&rng);
     { /* an embedding's column holds ids, few so that rows repeat in the batch */
-        int cnt;
-        const fed_model_node *nd = fed_model_cfg_nodes(c, in.classes, &cnt);
+        const fed_model_node *nd = gnodes;
 
         for (int k = 0; k < cnt; k++)
             for (int i = 0; !strcmp(nd[k].kind, "embedding") && i < DUMP_N; i++)
