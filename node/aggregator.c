@@ -1356,4 +1356,7 @@ const node_role_ops fed_node_agg_ops = {
     .progress = fed_node_agg_progress,
     .bad_reply = NULL, /* it takes no vector in a reply */
     .pulled = NULL,
+    .rate_from_model = 0,
+    .streams_in_replies = 0,
+    .tells_old_epoch = 1,
 };
