@@ -514,6 +514,112 @@ static void cpu_avgpool_win_bwd(fed_backend *be, const float *restrict dy, int n
     }
 }
 
+/* ---- normalization and dropout ---- */
+
+/* Each group's mean and rstd in double over its M values (two passes: the
+ * variance of the centred values, as PyTorch's), the output in float. */
+static void cpu_norm_fwd(fed_backend *be, const float *restrict x, int n, int G, int M, int rep,
+                         const float *restrict gamma, const float *restrict beta, float eps,
+                         int relu, float *restrict stat, float *restrict y)
+{
+    FTZ_BEGIN();
+    (void)be;
+    for (size_t sg = 0; sg < (size_t)n * G; sg++) {
+        const float *xs = x + sg * M;
+        float *ys = y + sg * M;
+        size_t k0 = (sg % (size_t)G) * (size_t)M; /* the group's first value in its sample */
+        double mean = 0.0, var = 0.0;
+        float mu, rstd;
+
+        for (int k = 0; k < M; k++)
+            mean += xs[k];
+        mean /= M;
+        for (int k = 0; k < M; k++)
+            var += ((double)xs[k] - mean) * ((double)xs[k] - mean);
+        var /= M;
+        mu = (float)mean;
+        rstd = (float)(1.0 / sqrt(var + (double)eps));
+        stat[2 * sg] = mu;
+        stat[2 * sg + 1] = rstd;
+        for (int k = 0; k < M; k++) {
+            size_t a = (k0 + (size_t)k) / (size_t)rep;
+            float v = (xs[k] - mu) * rstd * gamma[a] + beta[a];
+
+            ys[k] = relu && v < 0.0f ? 0.0f : v;
+        }
+    }
+    FTZ_END();
+}
+
+static void cpu_norm_bwd(fed_backend *be, const float *restrict dy, const float *restrict x,
+                         const float *restrict stat, int n, int G, int M, int rep,
+                         const float *restrict gamma, float *restrict dx)
+{
+    FTZ_BEGIN();
+    (void)be;
+    for (size_t sg = 0; sg < (size_t)n * G; sg++) {
+        const float *xs = x + sg * M, *dys = dy + sg * M;
+        float *dxs = dx + sg * M, mu = stat[2 * sg], rstd = stat[2 * sg + 1];
+        size_t k0 = (sg % (size_t)G) * (size_t)M;
+        double mg = 0.0, mgx = 0.0;
+
+        for (int k = 0; k < M; k++) {
+            double g = (double)dys[k] * gamma[(k0 + (size_t)k) / (size_t)rep];
+
+            mg += g;
+            mgx += g * ((double)xs[k] - mu) * rstd;
+        }
+        mg /= M;
+        mgx /= M;
+        for (int k = 0; k < M; k++) {
+            double g = (double)dys[k] * gamma[(k0 + (size_t)k) / (size_t)rep];
+            double xhat = ((double)xs[k] - mu) * rstd;
+
+            dxs[k] = (float)(rstd * (g - mg - xhat * mgx));
+        }
+    }
+    FTZ_END();
+}
+
+static void cpu_norm_affine_bwd(fed_backend *be, const float *restrict dy,
+                                const float *restrict x, const float *restrict stat, int n,
+                                int G, int M, int rep, int a0, int a1, float *restrict dgamma,
+                                float *restrict dbeta, int accumulate)
+{
+    size_t per = (size_t)G * M;
+
+    FTZ_BEGIN();
+    (void)be;
+    for (int a = a0; a < a1; a++) {
+        size_t k0 = (size_t)a * rep;
+        double sg = 0.0, sb = 0.0;
+
+        for (int i = 0; i < n; i++) {
+            const float *xs = x + (size_t)i * per, *dys = dy + (size_t)i * per;
+
+            for (size_t k = k0; k < k0 + (size_t)rep; k++) {
+                const float *st = stat + 2 * ((size_t)i * G + k / (size_t)M);
+
+                sg += (double)dys[k] * (((double)xs[k] - st[0]) * st[1]);
+                sb += dys[k];
+            }
+        }
+        dgamma[a] = (float)(accumulate ? dgamma[a] + sg : sg);
+        dbeta[a] = (float)(accumulate ? dbeta[a] + sb : sb);
+    }
+    FTZ_END();
+}
+
+static void cpu_dropout(fed_backend *be, const float *restrict x, size_t n, uint64_t key,
+                        uint64_t first, float p, float *restrict y)
+{
+    float scale = 1.0f / (1.0f - p);
+
+    (void)be;
+    for (size_t i = 0; i < n; i++)
+        y[i] = fed_backend_dropout_keep(key, first + i, p) ? x[i] * scale : 0.0f;
+}
+
 /* ---- vectors and reductions ---- */
 
 static void cpu_axpy(fed_backend *be, size_t n, float alpha, const float *restrict x,
@@ -976,13 +1082,18 @@ static void cpu_fill_table(fed_backend *be)
     be->chan_bias_act_fwd = cpu_chan_bias_act_fwd;
     be->chan_bias_bwd = cpu_chan_bias_bwd;
     be->caps = FED_BACKEND_CAP_HOST_MEMORY | FED_BACKEND_CAP_SHARDS | FED_BACKEND_CAP_DP_SGD |
-               FED_BACKEND_CAP_CONV | FED_BACKEND_CAP_WINDOW;
+               FED_BACKEND_CAP_CONV | FED_BACKEND_CAP_WINDOW | FED_BACKEND_CAP_NORM |
+               FED_BACKEND_CAP_DROPOUT;
     be->im2col_win = cpu_im2col_win;
     be->col2im_win = cpu_col2im_win;
     be->maxpool_win_fwd = cpu_maxpool_win_fwd;
     be->maxpool_win_bwd = cpu_maxpool_win_bwd;
     be->avgpool_win_fwd = cpu_avgpool_win_fwd;
     be->avgpool_win_bwd = cpu_avgpool_win_bwd;
+    be->norm_fwd = cpu_norm_fwd;
+    be->norm_bwd = cpu_norm_bwd;
+    be->norm_affine_bwd = cpu_norm_affine_bwd;
+    be->dropout = cpu_dropout;
 }
 
 /* OpenBLAS's generic x86-64 kernel sets, picked when it does not know the
