@@ -627,7 +627,7 @@ static void test_dropout(void **state)
     fed_model_shape in = {1, 1, DROP_F, 2};
     fed_model *m1 = NULL, *m3 = NULL, *plain = NULL;
     float *x = malloc(3 * DROP_F * sizeof *x), *g1 = malloc(DROP_F * sizeof *g1);
-    float *p = calloc(2 * DROP_F + 2, sizeof *p), logit[2][3];
+    float *p = calloc(2 * DROP_F + 2, sizeof *p), logit[2][6]; /* 3 samples, 2 classes */
     int32_t y[3] = {0, 0, 0};
     fed_batch one = {.n = 1, .x_f32 = x, .y = y}, three = {.n = 3, .x_f32 = x, .y = y};
     int zeros = 0;
