@@ -16,9 +16,9 @@
  * optional (loss = cross_entropy, or bce: binary cross-entropy on one logit,
  * a last "bce" node; classes = K, else the data's). Layers, each an entry
  * of the model's layer table:
- *   [linear]   name, out (a count or "classes": the data's)
+ *   [linear]   name, out (a count or "classes": the data's), bias (1)
  *   [conv]     name, out, kernel, stride (1), padding (0), dilation (1),
- *              groups (1; dividing the input's channels and out)
+ *              groups (1; dividing the input's channels and out), bias (1)
  *   [maxpool]  name, kernel, stride (the kernel), padding (0)
  *   [avgpool]  name, kernel, stride (the kernel), padding (0)
  *   [relu]     name           [flatten]  name     [global_avgpool]  name
@@ -29,6 +29,10 @@
  * output it takes instead (a branch; model.h's rules).
  *   [leaky_relu] [gelu] [silu] [sigmoid] [tanh]  name: activations of their
  *              own (model.h), PyTorch's modules with their defaults
+ *   [layernorm] name: over all of a sample's values
+ *   [groupnorm] name, groups (dividing the input's channels)
+ *   [dropout]  name, p (0.5; 0 to below 1, at most 6 decimals)
+ * bias = 0 or false: no "<name>.bias" (PyTorch's bias=False).
  * kernel, stride, padding and dilation take N or H,W. name (letters,
  * digits, '_', inner '.') names the tensors "<name>.weight" and
  * "<name>.bias"; without one a layer is named by its index among the
