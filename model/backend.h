@@ -170,7 +170,8 @@ struct fed_backend {
      * into stat (n, G, 2), and y = (x - mean) rstd gamma[k / rep] +
      * beta[k / rep] for the value at k of its sample, then max(y, 0) when
      * relu. nn.LayerNorm over a sample is G = 1, rep = 1; nn.GroupNorm(G, C)
-     * over (C, H, W) is rep = H*W. */
+     * over (C, H, W) is rep = H*W. M is a multiple of rep (an affine entry's
+     * values lie in one group). */
     void (*norm_fwd)(fed_backend *be, const float *x, int n, int G, int M, int rep,
                      const float *gamma, const float *beta, float eps, int relu, float *stat,
                      float *y);

@@ -163,6 +163,23 @@ static void cpu_chan_bias_act_fwd(fed_backend *be, float *restrict y, const floa
     }
 }
 
+/* The sum of x (n) over 16 fixed float lanes: vectorizes, and sums in the
+ * same order always. */
+static float lanes_sum(const float *restrict x, int n)
+{
+    float lane[16] = {0}, s = 0.0f;
+    int i = 0;
+
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 16; k++)
+            lane[k] += x[i + k];
+    for (; i < n; i++)
+        lane[i & 15] += x[i];
+    for (int k = 0; k < 16; k++)
+        s += lane[k];
+    return s;
+}
+
 static void cpu_chan_bias_bwd(fed_backend *be, float *restrict dbias, const float *restrict dy,
                               int B, int C, int HW, int accumulate)
 {
@@ -170,23 +187,9 @@ static void cpu_chan_bias_bwd(fed_backend *be, float *restrict dbias, const floa
     if (!accumulate)
         for (int c = 0; c < C; c++)
             dbias[c] = 0.0f;
-    for (int b = 0; b < B; b++) {
-        for (int c = 0; c < C; c++) {
-            const float *restrict plane = dy + ((size_t)b * C + c) * HW;
-            float lane[16] = {0}, s = 0.0f;
-            int i = 0;
-
-            /* 16 fixed lanes: vectorizes, and sums in the same order always */
-            for (; i + 16 <= HW; i += 16)
-                for (int k = 0; k < 16; k++)
-                    lane[k] += plane[i + k];
-            for (; i < HW; i++)
-                lane[i & 15] += plane[i];
-            for (int k = 0; k < 16; k++)
-                s += lane[k];
-            dbias[c] += s;
-        }
-    }
+    for (int b = 0; b < B; b++)
+        for (int c = 0; c < C; c++)
+            dbias[c] += lanes_sum(dy + ((size_t)b * C + c) * HW, HW);
 }
 
 static void cpu_u8_to_f32(fed_backend *be, float *restrict dst, const uint8_t *restrict src,
@@ -516,8 +519,56 @@ static void cpu_avgpool_win_bwd(fed_backend *be, const float *restrict dy, int n
 
 /* ---- normalization and dropout ---- */
 
-/* Each group's mean and rstd in double over its M values (two passes: the
- * variance of the centred values, as PyTorch's), the output in float. */
+/* A group of a sample is M values from value k0 of its sample; M and k0
+ * are multiples of rep (a norm's affine entries cover whole channels or
+ * single values), so the group is the runs of rep values of the affine
+ * entries [k0 / rep, (k0 + M) / rep): no division per value. Sums go over
+ * 16 fixed float lanes (lanes_sum's). */
+
+/* sum of (x - mu)^2 */
+static double lanes_csq(const float *restrict x, int n, float mu)
+{
+    float lane[16] = {0};
+    double s = 0.0;
+    int i = 0;
+
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 16; k++)
+            lane[k] += (x[i + k] - mu) * (x[i + k] - mu);
+    for (; i < n; i++)
+        lane[i & 15] += (x[i] - mu) * (x[i] - mu);
+    for (int k = 0; k < 16; k++)
+        s += lane[k];
+    return s;
+}
+
+/* *sd = sum of d w, *sdx = sum of d w (x - mu); w NULL is ones */
+static void lanes_dot(const float *restrict d, const float *restrict x, const float *restrict w,
+                      int n, float mu, double *sd, double *sdx)
+{
+    float l1[16] = {0}, l2[16] = {0};
+    int i = 0;
+
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 16; k++) {
+            float t = w ? d[i + k] * w[i + k] : d[i + k];
+
+            l1[k] += t;
+            l2[k] += t * (x[i + k] - mu);
+        }
+    for (; i < n; i++) {
+        float t = w ? d[i] * w[i] : d[i];
+
+        l1[i & 15] += t;
+        l2[i & 15] += t * (x[i] - mu);
+    }
+    *sd = *sdx = 0.0;
+    for (int k = 0; k < 16; k++) {
+        *sd += l1[k];
+        *sdx += l2[k];
+    }
+}
+
 static void cpu_norm_fwd(fed_backend *be, const float *restrict x, int n, int G, int M, int rep,
                          const float *restrict gamma, const float *restrict beta, float eps,
                          int relu, float *restrict stat, float *restrict y)
@@ -527,25 +578,27 @@ static void cpu_norm_fwd(fed_backend *be, const float *restrict x, int n, int G,
     for (size_t sg = 0; sg < (size_t)n * G; sg++) {
         const float *xs = x + sg * M;
         float *ys = y + sg * M;
-        size_t k0 = (sg % (size_t)G) * (size_t)M; /* the group's first value in its sample */
-        double mean = 0.0, var = 0.0;
-        float mu, rstd;
+        int a0 = (int)(sg % (size_t)G) * (M / rep), runs = M / rep;
+        float mu = (float)((double)lanes_sum(xs, M) / M);
+        float rstd = (float)(1.0 / sqrt(lanes_csq(xs, M, mu) / M + (double)eps));
 
-        for (int k = 0; k < M; k++)
-            mean += xs[k];
-        mean /= M;
-        for (int k = 0; k < M; k++)
-            var += ((double)xs[k] - mean) * ((double)xs[k] - mean);
-        var /= M;
-        mu = (float)mean;
-        rstd = (float)(1.0 / sqrt(var + (double)eps));
         stat[2 * sg] = mu;
         stat[2 * sg + 1] = rstd;
-        for (int k = 0; k < M; k++) {
-            size_t a = (k0 + (size_t)k) / (size_t)rep;
-            float v = (xs[k] - mu) * rstd * gamma[a] + beta[a];
+        /* an affine entry per value (rep 1) or per run */
+        for (int k = 0; rep == 1 && k < M; k++) {
+            float v = (xs[k] - mu) * rstd * gamma[a0 + k] + beta[a0 + k];
 
             ys[k] = relu && v < 0.0f ? 0.0f : v;
+        }
+        for (int r = 0; rep > 1 && r < runs; r++) {
+            const float *xr = xs + (size_t)r * rep;
+            float *yr = ys + (size_t)r * rep, sc = rstd * gamma[a0 + r], b = beta[a0 + r];
+
+            for (int j = 0; j < rep; j++) {
+                float v = (xr[j] - mu) * sc + b;
+
+                yr[j] = relu && v < 0.0f ? 0.0f : v;
+            }
         }
     }
     FTZ_END();
@@ -559,53 +612,74 @@ static void cpu_norm_bwd(fed_backend *be, const float *restrict dy, const float 
     (void)be;
     for (size_t sg = 0; sg < (size_t)n * G; sg++) {
         const float *xs = x + sg * M, *dys = dy + sg * M;
-        float *dxs = dx + sg * M, mu = stat[2 * sg], rstd = stat[2 * sg + 1];
-        size_t k0 = (sg % (size_t)G) * (size_t)M;
-        double mg = 0.0, mgx = 0.0;
+        float *dxs = dx + sg * M, mu = stat[2 * sg], rstd = stat[2 * sg + 1], cg, cx;
+        int a0 = (int)(sg % (size_t)G) * (M / rep), runs = M / rep;
+        double mg = 0.0, mgx = 0.0, sd, sdx;
 
-        for (int k = 0; k < M; k++) {
-            double g = (double)dys[k] * gamma[(k0 + (size_t)k) / (size_t)rep];
-
-            mg += g;
-            mgx += g * ((double)xs[k] - mu) * rstd;
+        if (rep == 1) { /* gamma per value */
+            lanes_dot(dys, xs, gamma + a0, M, mu, &mg, &mgx);
+        } else {
+            for (int r = 0; r < runs; r++) {
+                lanes_dot(dys + (size_t)r * rep, xs + (size_t)r * rep, NULL, rep, mu, &sd, &sdx);
+                mg += gamma[a0 + r] * sd;
+                mgx += gamma[a0 + r] * sdx;
+            }
         }
-        mg /= M;
-        mgx /= M;
-        for (int k = 0; k < M; k++) {
-            double g = (double)dys[k] * gamma[(k0 + (size_t)k) / (size_t)rep];
-            double xhat = ((double)xs[k] - mu) * rstd;
+        /* dx = rstd (g - mean(g) - xhat mean(g xhat)), xhat = (x - mu) rstd */
+        cg = (float)(mg / M);
+        cx = (float)(mgx * rstd / M) * rstd;
+        for (int k = 0; rep == 1 && k < M; k++)
+            dxs[k] = rstd * (dys[k] * gamma[a0 + k] - cg - (xs[k] - mu) * cx);
+        for (int r = 0; rep > 1 && r < runs; r++) {
+            const float *xr = xs + (size_t)r * rep, *dr = dys + (size_t)r * rep;
+            float *dxr = dxs + (size_t)r * rep, ga = gamma[a0 + r];
 
-            dxs[k] = (float)(rstd * (g - mg - xhat * mgx));
+            for (int j = 0; j < rep; j++)
+                dxr[j] = rstd * (dr[j] * ga - cg - (xr[j] - mu) * cx);
         }
     }
     FTZ_END();
 }
 
+/* Sample by sample and group by group, each entry's run summed then
+ * added: every unit sums its entries over the samples in the same order,
+ * whatever the shards. */
 static void cpu_norm_affine_bwd(fed_backend *be, const float *restrict dy,
                                 const float *restrict x, const float *restrict stat, int n,
                                 int G, int M, int rep, int a0, int a1, float *restrict dgamma,
                                 float *restrict dbeta, int accumulate)
 {
     size_t per = (size_t)G * M;
+    int runs = M / rep; /* affine entries a group covers */
 
     FTZ_BEGIN();
     (void)be;
-    for (int a = a0; a < a1; a++) {
-        size_t k0 = (size_t)a * rep;
-        double sg = 0.0, sb = 0.0;
+    if (!accumulate)
+        for (int a = a0; a < a1; a++)
+            dgamma[a] = dbeta[a] = 0.0f;
+    for (int i = 0; i < n; i++) {
+        const float *xs = x + (size_t)i * per, *dys = dy + (size_t)i * per;
 
-        for (int i = 0; i < n; i++) {
-            const float *xs = x + (size_t)i * per, *dys = dy + (size_t)i * per;
+        for (int g = a0 / runs; g < G && g * runs < a1; g++) {
+            const float *st = stat + 2 * ((size_t)i * G + (size_t)g);
+            float mu = st[0], rstd = st[1];
+            int lo = g * runs > a0 ? g * runs : a0, hi = (g + 1) * runs < a1 ? (g + 1) * runs : a1;
 
-            for (size_t k = k0; k < k0 + (size_t)rep; k++) {
-                const float *st = stat + 2 * ((size_t)i * G + k / (size_t)M);
+            if (rep == 1) {
+                for (int a = lo; a < hi; a++) {
+                    dgamma[a] += dys[a] * (xs[a] - mu) * rstd;
+                    dbeta[a] += dys[a];
+                }
+                continue;
+            }
+            for (int a = lo; a < hi; a++) {
+                double sd, sdx;
 
-                sg += (double)dys[k] * (((double)xs[k] - st[0]) * st[1]);
-                sb += dys[k];
+                lanes_dot(dys + (size_t)a * rep, xs + (size_t)a * rep, NULL, rep, mu, &sd, &sdx);
+                dgamma[a] += (float)sdx * rstd;
+                dbeta[a] += (float)sd;
             }
         }
-        dgamma[a] = (float)(accumulate ? dgamma[a] + sg : sg);
-        dbeta[a] = (float)(accumulate ? dbeta[a] + sb : sb);
     }
     FTZ_END();
 }
