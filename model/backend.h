@@ -34,6 +34,10 @@
 #define FED_BACKEND_CAP_WINDOW (1u << 4)
 /* Embedding gather and scatter-add: embed_fwd, embed_bwd. */
 #define FED_BACKEND_CAP_EMBED (1u << 5)
+/* Layer and group normalization: norm_fwd, norm_bwd, norm_affine_bwd. */
+#define FED_BACKEND_CAP_NORM (1u << 8)
+/* Dropout's counter-based masks: dropout. */
+#define FED_BACKEND_CAP_DROPOUT (1u << 9)
 
 /* A sliding window over one image (C, H, W): kernel KH x KW, stride S,
  * padding P on each side (zeros for a convolution, never the maximum for
@@ -172,7 +176,54 @@ struct fed_backend {
      * for each i in 0..n-1 in order whose id lies in [lo, hi). */
     void (*embed_bwd)(fed_backend *be, float *dW, const float *dy, const float *x, int ldx,
                       int col, int n, int dim, int lo, int hi, int accumulate);
+    /* ---- ABI 3: normalization and dropout ---- */
+    /* Normalization of n samples of G groups of M values each (x (n, G*M)):
+     * each group's mean and rstd = 1/sqrt(var + eps) (the biased variance)
+     * into stat (n, G, 2), and y = (x - mean) rstd gamma[k / rep] +
+     * beta[k / rep] for the value at k of its sample, then max(y, 0) when
+     * relu. nn.LayerNorm over a sample is G = 1, rep = 1; nn.GroupNorm(G, C)
+     * over (C, H, W) is rep = H*W. M is a multiple of rep (an affine entry's
+     * values lie in one group). */
+    void (*norm_fwd)(fed_backend *be, const float *x, int n, int G, int M, int rep,
+                     const float *gamma, const float *beta, float eps, int relu, float *stat,
+                     float *y);
+    /* Its input gradient dx (n, G*M) from dy (the ReLU mask applied), x and
+     * stat: rstd (g - mean(g) - xhat mean(g xhat)) over each group, with
+     * g = dy gamma[k / rep] and xhat = (x - mean) rstd. */
+    void (*norm_bwd)(fed_backend *be, const float *dy, const float *x, const float *stat, int n,
+                     int G, int M, int rep, const float *gamma, float *dx);
+    /* Its affine gradients of entries [a0, a1) over the n samples:
+     * dgamma[a] = the sum of dy xhat over the values k with k / rep == a,
+     * dbeta[a] = the sum of dy; added to when accumulate. dgamma and dbeta
+     * point at entry 0. */
+    void (*norm_affine_bwd)(fed_backend *be, const float *dy, const float *x, const float *stat,
+                            int n, int G, int M, int rep, int a0, int a1, float *dgamma,
+                            float *dbeta, int accumulate);
+    /* Dropout of n values: y[i] = x[i] / (1 - p) when the 64-bit hash of
+     * (key, first + i) (fed_backend_dropout_keep, the one definition) keeps
+     * value first + i, else 0. The same call on dy gives dx. */
+    void (*dropout)(fed_backend *be, const float *x, size_t n, uint64_t key, uint64_t first,
+                    float p, float *y);
 };
+
+/* splitmix64's finalizer: a bijection of 64 bits that mixes every bit into
+ * every other (dropout's counter-based hash, and its keys per layer). */
+static inline uint64_t fed_backend_mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* Whether dropout of probability p keeps value i under key: the top 32
+ * bits of fed_backend_mix64(key + (i + 1) * the golden ratio) at or above
+ * p * 2^32. Counter-based: no state, the same on every thread and device. */
+static inline int fed_backend_dropout_keep(uint64_t key, uint64_t i, float p)
+{
+    uint64_t z = fed_backend_mix64(key + (i + 1) * 0x9e3779b97f4a7c15ULL);
+
+    return (double)(z >> 32) >= (double)p * 4294967296.0;
+}
 
 /* The CPU backend. threads: OpenBLAS's own thread count (1 when the pool
  * splits the batch, which is the default). */

@@ -163,6 +163,23 @@ static void cpu_chan_bias_act_fwd(fed_backend *be, float *restrict y, const floa
     }
 }
 
+/* The sum of x (n) over 16 fixed float lanes: vectorizes, and sums in the
+ * same order always. */
+static float lanes_sum(const float *restrict x, int n)
+{
+    float lane[16] = {0}, s = 0.0f;
+    int i = 0;
+
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 16; k++)
+            lane[k] += x[i + k];
+    for (; i < n; i++)
+        lane[i & 15] += x[i];
+    for (int k = 0; k < 16; k++)
+        s += lane[k];
+    return s;
+}
+
 static void cpu_chan_bias_bwd(fed_backend *be, float *restrict dbias, const float *restrict dy,
                               int B, int C, int HW, int accumulate)
 {
@@ -170,23 +187,9 @@ static void cpu_chan_bias_bwd(fed_backend *be, float *restrict dbias, const floa
     if (!accumulate)
         for (int c = 0; c < C; c++)
             dbias[c] = 0.0f;
-    for (int b = 0; b < B; b++) {
-        for (int c = 0; c < C; c++) {
-            const float *restrict plane = dy + ((size_t)b * C + c) * HW;
-            float lane[16] = {0}, s = 0.0f;
-            int i = 0;
-
-            /* 16 fixed lanes: vectorizes, and sums in the same order always */
-            for (; i + 16 <= HW; i += 16)
-                for (int k = 0; k < 16; k++)
-                    lane[k] += plane[i + k];
-            for (; i < HW; i++)
-                lane[i & 15] += plane[i];
-            for (int k = 0; k < 16; k++)
-                s += lane[k];
-            dbias[c] += s;
-        }
-    }
+    for (int b = 0; b < B; b++)
+        for (int c = 0; c < C; c++)
+            dbias[c] += lanes_sum(dy + ((size_t)b * C + c) * HW, HW);
 }
 
 static void cpu_u8_to_f32(fed_backend *be, float *restrict dst, const uint8_t *restrict src,
@@ -546,6 +549,183 @@ static void cpu_embed_bwd(fed_backend *be, float *restrict dW, const float *rest
             row[k] += g[k];
     }
     FTZ_END();
+}
+
+/* ---- normalization and dropout ---- */
+
+/* A group of a sample is M values from value k0 of its sample; M and k0
+ * are multiples of rep (a norm's affine entries cover whole channels or
+ * single values), so the group is the runs of rep values of the affine
+ * entries [k0 / rep, (k0 + M) / rep): no division per value. Sums go over
+ * 16 fixed float lanes (lanes_sum's). */
+
+/* sum of (x - mu)^2 */
+static double lanes_csq(const float *restrict x, int n, float mu)
+{
+    float lane[16] = {0};
+    double s = 0.0;
+    int i = 0;
+
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 16; k++)
+            lane[k] += (x[i + k] - mu) * (x[i + k] - mu);
+    for (; i < n; i++)
+        lane[i & 15] += (x[i] - mu) * (x[i] - mu);
+    for (int k = 0; k < 16; k++)
+        s += lane[k];
+    return s;
+}
+
+/* *sd = sum of d w, *sdx = sum of d w (x - mu); w NULL is ones */
+static void lanes_dot(const float *restrict d, const float *restrict x, const float *restrict w,
+                      int n, float mu, double *sd, double *sdx)
+{
+    float l1[16] = {0}, l2[16] = {0};
+    int i = 0;
+
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 16; k++) {
+            float t = w ? d[i + k] * w[i + k] : d[i + k];
+
+            l1[k] += t;
+            l2[k] += t * (x[i + k] - mu);
+        }
+    for (; i < n; i++) {
+        float t = w ? d[i] * w[i] : d[i];
+
+        l1[i & 15] += t;
+        l2[i & 15] += t * (x[i] - mu);
+    }
+    *sd = *sdx = 0.0;
+    for (int k = 0; k < 16; k++) {
+        *sd += l1[k];
+        *sdx += l2[k];
+    }
+}
+
+static void cpu_norm_fwd(fed_backend *be, const float *restrict x, int n, int G, int M, int rep,
+                         const float *restrict gamma, const float *restrict beta, float eps,
+                         int relu, float *restrict stat, float *restrict y)
+{
+    FTZ_BEGIN();
+    (void)be;
+    for (size_t sg = 0; sg < (size_t)n * G; sg++) {
+        const float *xs = x + sg * M;
+        float *ys = y + sg * M;
+        int a0 = (int)(sg % (size_t)G) * (M / rep), runs = M / rep;
+        float mu = (float)((double)lanes_sum(xs, M) / M);
+        float rstd = (float)(1.0 / sqrt(lanes_csq(xs, M, mu) / M + (double)eps));
+
+        stat[2 * sg] = mu;
+        stat[2 * sg + 1] = rstd;
+        /* an affine entry per value (rep 1) or per run */
+        for (int k = 0; rep == 1 && k < M; k++) {
+            float v = (xs[k] - mu) * rstd * gamma[a0 + k] + beta[a0 + k];
+
+            ys[k] = relu && v < 0.0f ? 0.0f : v;
+        }
+        for (int r = 0; rep > 1 && r < runs; r++) {
+            const float *xr = xs + (size_t)r * rep;
+            float *yr = ys + (size_t)r * rep, sc = rstd * gamma[a0 + r], b = beta[a0 + r];
+
+            for (int j = 0; j < rep; j++) {
+                float v = (xr[j] - mu) * sc + b;
+
+                yr[j] = relu && v < 0.0f ? 0.0f : v;
+            }
+        }
+    }
+    FTZ_END();
+}
+
+static void cpu_norm_bwd(fed_backend *be, const float *restrict dy, const float *restrict x,
+                         const float *restrict stat, int n, int G, int M, int rep,
+                         const float *restrict gamma, float *restrict dx)
+{
+    FTZ_BEGIN();
+    (void)be;
+    for (size_t sg = 0; sg < (size_t)n * G; sg++) {
+        const float *xs = x + sg * M, *dys = dy + sg * M;
+        float *dxs = dx + sg * M, mu = stat[2 * sg], rstd = stat[2 * sg + 1], cg, cx;
+        int a0 = (int)(sg % (size_t)G) * (M / rep), runs = M / rep;
+        double mg = 0.0, mgx = 0.0, sd, sdx;
+
+        if (rep == 1) { /* gamma per value */
+            lanes_dot(dys, xs, gamma + a0, M, mu, &mg, &mgx);
+        } else {
+            for (int r = 0; r < runs; r++) {
+                lanes_dot(dys + (size_t)r * rep, xs + (size_t)r * rep, NULL, rep, mu, &sd, &sdx);
+                mg += gamma[a0 + r] * sd;
+                mgx += gamma[a0 + r] * sdx;
+            }
+        }
+        /* dx = rstd (g - mean(g) - xhat mean(g xhat)), xhat = (x - mu) rstd */
+        cg = (float)(mg / M);
+        cx = (float)(mgx * rstd / M) * rstd;
+        for (int k = 0; rep == 1 && k < M; k++)
+            dxs[k] = rstd * (dys[k] * gamma[a0 + k] - cg - (xs[k] - mu) * cx);
+        for (int r = 0; rep > 1 && r < runs; r++) {
+            const float *xr = xs + (size_t)r * rep, *dr = dys + (size_t)r * rep;
+            float *dxr = dxs + (size_t)r * rep, ga = gamma[a0 + r];
+
+            for (int j = 0; j < rep; j++)
+                dxr[j] = rstd * (dr[j] * ga - cg - (xr[j] - mu) * cx);
+        }
+    }
+    FTZ_END();
+}
+
+/* Sample by sample and group by group, each entry's run summed then
+ * added: every unit sums its entries over the samples in the same order,
+ * whatever the shards. */
+static void cpu_norm_affine_bwd(fed_backend *be, const float *restrict dy,
+                                const float *restrict x, const float *restrict stat, int n,
+                                int G, int M, int rep, int a0, int a1, float *restrict dgamma,
+                                float *restrict dbeta, int accumulate)
+{
+    size_t per = (size_t)G * M;
+    int runs = M / rep; /* affine entries a group covers */
+
+    FTZ_BEGIN();
+    (void)be;
+    if (!accumulate)
+        for (int a = a0; a < a1; a++)
+            dgamma[a] = dbeta[a] = 0.0f;
+    for (int i = 0; i < n; i++) {
+        const float *xs = x + (size_t)i * per, *dys = dy + (size_t)i * per;
+
+        for (int g = a0 / runs; g < G && g * runs < a1; g++) {
+            const float *st = stat + 2 * ((size_t)i * G + (size_t)g);
+            float mu = st[0], rstd = st[1];
+            int lo = g * runs > a0 ? g * runs : a0, hi = (g + 1) * runs < a1 ? (g + 1) * runs : a1;
+
+            if (rep == 1) {
+                for (int a = lo; a < hi; a++) {
+                    dgamma[a] += dys[a] * (xs[a] - mu) * rstd;
+                    dbeta[a] += dys[a];
+                }
+                continue;
+            }
+            for (int a = lo; a < hi; a++) {
+                double sd, sdx;
+
+                lanes_dot(dys + (size_t)a * rep, xs + (size_t)a * rep, NULL, rep, mu, &sd, &sdx);
+                dgamma[a] += (float)sdx * rstd;
+                dbeta[a] += (float)sd;
+            }
+        }
+    }
+    FTZ_END();
+}
+
+static void cpu_dropout(fed_backend *be, const float *restrict x, size_t n, uint64_t key,
+                        uint64_t first, float p, float *restrict y)
+{
+    float scale = 1.0f / (1.0f - p);
+
+    (void)be;
+    for (size_t i = 0; i < n; i++)
+        y[i] = fed_backend_dropout_keep(key, first + i, p) ? x[i] * scale : 0.0f;
 }
 
 /* ---- vectors and reductions ---- */
@@ -1010,7 +1190,8 @@ static void cpu_fill_table(fed_backend *be)
     be->chan_bias_act_fwd = cpu_chan_bias_act_fwd;
     be->chan_bias_bwd = cpu_chan_bias_bwd;
     be->caps = FED_BACKEND_CAP_HOST_MEMORY | FED_BACKEND_CAP_SHARDS | FED_BACKEND_CAP_DP_SGD |
-               FED_BACKEND_CAP_CONV | FED_BACKEND_CAP_WINDOW | FED_BACKEND_CAP_EMBED;
+               FED_BACKEND_CAP_CONV | FED_BACKEND_CAP_WINDOW | FED_BACKEND_CAP_EMBED |
+               FED_BACKEND_CAP_NORM | FED_BACKEND_CAP_DROPOUT;
     be->im2col_win = cpu_im2col_win;
     be->col2im_win = cpu_col2im_win;
     be->maxpool_win_fwd = cpu_maxpool_win_fwd;
@@ -1019,6 +1200,10 @@ static void cpu_fill_table(fed_backend *be)
     be->avgpool_win_bwd = cpu_avgpool_win_bwd;
     be->embed_fwd = cpu_embed_fwd;
     be->embed_bwd = cpu_embed_bwd;
+    be->norm_fwd = cpu_norm_fwd;
+    be->norm_bwd = cpu_norm_bwd;
+    be->norm_affine_bwd = cpu_norm_affine_bwd;
+    be->dropout = cpu_dropout;
 }
 
 /* OpenBLAS's generic x86-64 kernel sets, picked when it does not know the

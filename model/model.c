@@ -50,6 +50,7 @@ typedef struct layer {
     size_t w_off, b_off;      /* linear (out, in), conv (out_c, in_c, kh, kw); bias (out);
                                  both 0 for a layer without parameters */
     size_t w_numel, b_numel;  /* their sizes; b_numel 0: no bias (bias = 0) */
+    int drop_ppm;             /* dropout: its probability in millionths */
     size_t col_numel;         /* conv: (in_c*kh*kw, out_h*out_w) per sample */
     size_t arg_numel;         /* max pooling: argmax entries per sample */
     size_t dgw_numel;         /* DP-SGD: one sample's weight gradient made whole */
@@ -70,6 +71,7 @@ typedef struct node_desc {
     int other;                    /* add: the node whose output it adds (-1: input) */
     int no_bias;                  /* linear, conv: no bias tensor */
     int column, num;              /* embedding: its ids' column and count */
+    int drop_ppm;                 /* dropout: its probability in millionths */
 } node_desc;
 
 /* The per-sample input (c, h, w) a node sees, updated to its output. */
@@ -139,6 +141,7 @@ struct layer_ops {
     int reads_row;  /* takes the model's input row itself, and only it */
     int loss;       /* a loss node, last: the LOSS_* it chooses */
     int ids;        /* its node's column holds ids: a categorical column */
+    int random;     /* training draws its masks from the dropout key */
 };
 
 static const layer_ops *kind_find(const char *kind);
@@ -147,7 +150,7 @@ static const layer_ops *kind_of_letter(char letter);
 /* What a node takes in a "g:" spec, besides a name: out, then kernel,
  * stride, padding and dilation as k, s, p, d. */
 enum { OPT_OUT = 1, OPT_K = 2, OPT_S = 4, OPT_P = 8, OPT_D = 16, OPT_G = 32, OPT_N = 64,
-       OPT_C = 128, OPT_B = 256 };
+       OPT_C = 128, OPT_B = 256, OPT_R = 512 };
 
 /* Activation layers of their own, element-wise, as PyTorch's modules:
  * LeakyReLU (slope 0.01), GELU (exact, erf), SiLU, Sigmoid, Tanh. */
@@ -258,6 +261,7 @@ struct fed_model {
     size_t bytes;  /* what params, grads and ws hold (fed_model_bytes) */
     workspace ws;
     step_run run;  /* the step in flight */
+    uint64_t drop_key, drop_step; /* dropout's masks: fed_model_set_dropout_key, train steps */
 };
 
 /* Layer l's input rows: its source layer's output, or the model's input. */
@@ -517,8 +521,8 @@ static fed_err relu_plan(plan *p, const node_desc *nd, int i, dims *s, char *why
 
     if (!last || !last->ops->fuses_relu || last->relu)
         return shape_fail(p, nd, i, s, why, cap,
-                          "a relu must follow a linear, conv or add layer (a relu of its own "
-                          "is not supported yet)");
+                          "a relu must follow a linear, conv, add, layernorm or groupnorm "
+                          "layer (a relu of its own is not supported yet)");
     if (p->cur_src_taken)
         return shape_fail(p, nd, i, s, why, cap,
                           "a relu folds into the layer before it, whose output another node "
@@ -934,7 +938,7 @@ static int spec_node(const char *s, const char *end, int i, node_desc *nodes)
         if ((nd->out = nd->out * 10 + (*s++ - '0')) > 65536)
             return 0;
     while (s < end) {
-        static const char letters[] = "kspdgncb";
+        static const char letters[] = "kspdgncbr";
         const char *at = strchr(letters, *s);
         int k = at && *s ? (int)(at - letters) : -1;
 
@@ -942,6 +946,17 @@ static int spec_node(const char *s, const char *end, int i, node_desc *nodes)
             return 0;
         seen |= 1u << k;
         s++;
+        if (k == 8) { /* r: dropout's millionths, 0 to 999999 */
+            long v = 0;
+            const char *start = s;
+
+            while (s < end && isdigit((unsigned char)*s) && v < 1000000)
+                v = v * 10 + (*s++ - '0');
+            if (s == start || v > 999999)
+                return 0;
+            nd->drop_ppm = (int)v;
+            continue;
+        }
         if (!spec_pair(&s, pairs[k][0], pairs[k][1], k == 2 || k == 6 || k == 7,
                        k == 5 || k == 6 ? EMBED_MAX_NUM : 65536))
             return 0;
@@ -977,7 +992,7 @@ static fed_err graph_spec(const char *spec, node_desc *nodes, int ncap, int *cou
             return fed_err_why(why, cap, FED_ERR_SPEC,
                                "model spec '%.40s%s': node %d '%.*s' is none of NAME=Lout[b0], "
                                "NAME=CoutkK[sS][pP][dD][gG][b0], MkK[sS][pP], AkK[sS][pP], P, R, F, Y, G, S, "
-                               "Z, T, B, +REF, &REF, NAME=EdimnNUMcCOL, X, each [<REF]", spec,
+                               "Z, T, B, +REF, &REF, NAME=EdimnNUMcCOL, X, V, UgG, D[rR], each [<REF]", spec,
                                strlen(spec) > 40 ? "..." : "", n, (int)(end - s), s);
         n++;
         if (!*end)
@@ -1038,7 +1053,7 @@ fed_err fed_model_graph_spec(const fed_model_node *nodes, int count, char *spec,
         char idx[16];
 
         if (!ops || (nd->name && !fed_model_name_ok(nd->name)) ||
-            (nd->no_bias && !(ops->opts & OPT_B)))
+            (nd->no_bias && !(ops->opts & OPT_B)) || nd->drop_ppm < 0 || nd->drop_ppm > 999999)
             return FED_ERR_SPEC;
         if (nd->input < -1 || nd->input >= i ||
             (ops->input2_grads && (nd->other < -1 || nd->other >= i)))
@@ -1065,6 +1080,8 @@ fed_err fed_model_graph_spec(const fed_model_node *nodes, int count, char *spec,
             spec_put(spec, cap, &used, "n%dc%d", nd->num, nd->column);
         if ((ops->opts & OPT_B) && nd->no_bias)
             spec_put(spec, cap, &used, "b0");
+        if ((ops->opts & OPT_R) && nd->drop_ppm > 0)
+            spec_put(spec, cap, &used, "r%d", nd->drop_ppm);
         if (nd->input != i - 1) {
             spec_put(spec, cap, &used, "<");
             spec_put_ref(spec, cap, &used, nodes, nd->input);
@@ -1238,7 +1255,7 @@ static fed_err graph_node(const char *label, const fed_model_node *gn, int i, no
         return fed_err_why(why, cap, FED_ERR_SPEC,
                          "model '%s': node %d: unknown layer kind '%s' (linear, conv, maxpool, "
                          "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, "
-                         "sigmoid, tanh, bce, add, concat, embedding, numeric)", label, i, gn->kind ? gn->kind : "(none)");
+                         "sigmoid, tanh, bce, add, concat, embedding, numeric, layernorm, groupnorm, dropout)", label, i, gn->kind ? gn->kind : "(none)");
     if (name) {
         if (!fed_model_name_ok(name))
             return fed_err_why(why, cap, FED_ERR_SPEC,
@@ -1262,6 +1279,7 @@ static fed_err graph_node(const char *label, const fed_model_node *gn, int i, no
     nd->groups = gn->groups;
     nd->other = gn->other;
     nd->no_bias = gn->no_bias != 0;
+    nd->drop_ppm = gn->drop_ppm;
     if (nd->no_bias && !(nd->ops->opts & OPT_B))
         return fed_err_why(why, cap, FED_ERR_SPEC,
                            "model '%s': node %d (%s '%s'): only linear and conv take bias = 0",
@@ -2387,6 +2405,218 @@ static void numeric_forward(fed_model *m, int l, const float *x, int off, int n)
     }
 }
 
+/* ---- layernorm, groupnorm ---- */
+
+#define NORM_EPS 1e-5f
+
+/* A normalization over groups of channels (G), whose weight and bias
+ * (ndim, shape) scale each value by its entry k / rep of a sample's values
+ * (rep = out_numel / their numel); each sample's mean and rstd per group
+ * are kept in ws.col (col_numel = 2 G). */
+static fed_err norm_plan(plan *p, const node_desc *nd, int i, dims *s, int G, int ndim,
+                         const int *shape, char *why, size_t cap)
+{
+    layer *ly;
+    fed_err err;
+
+    if (G < 1 || s->c % G != 0)
+        return shape_fail(p, nd, i, s, why, cap, "groups must divide the input's channels");
+    if (!(ly = plan_layer(p, nd)))
+        return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
+    ly->groups = G;
+    ly->col_numel = 2 * (size_t)G;
+    if ((err = plan_output(p, nd, i, s, ly, s->c, s->h, s->w, why, cap)) != FED_OK ||
+        (err = plan_tensor(p, nd->name, "weight", ndim, shape, &ly->w_off, why, cap)) != FED_OK)
+        return err;
+    ly->w_numel = ly->b_numel = p->tensors[p->ntensors - 1].numel;
+    return plan_tensor(p, nd->name, "bias", ndim, shape, &ly->b_off, why, cap);
+}
+
+/* layernorm: over all of a sample's values, nn.LayerNorm(its shape): (c)
+ * for features (h = w = 1), else (c, h, w). */
+static fed_err layernorm_plan(plan *p, const node_desc *nd, int i, dims *s, char *why,
+                              size_t cap)
+{
+    int shape[3] = {s->c, s->h, s->w};
+
+    return norm_plan(p, nd, i, s, 1, s->h * s->w == 1 ? 1 : 3, shape, why, cap);
+}
+
+/* groupnorm: nn.GroupNorm(groups, c), weight and bias per channel. */
+static fed_err groupnorm_plan(plan *p, const node_desc *nd, int i, dims *s, char *why,
+                              size_t cap)
+{
+    return norm_plan(p, nd, i, s, nd->groups > 0 ? nd->groups : 1, 1, &s->c, why, cap);
+}
+
+static unsigned norm_needs(const layer *ly)
+{
+    (void)ly;
+    return FED_BACKEND_CAP_NORM;
+}
+
+/* A group's values (M), and how many values share an affine entry (rep). */
+static void norm_dims(const layer *ly, int *M, int *rep)
+{
+    *M = ly->out_numel / ly->groups;
+    *rep = ly->out_numel / (int)ly->w_numel;
+}
+
+static void norm_forward(fed_model *m, int l, const float *x, int off, int n)
+{
+    const layer *ly = &m->layers[l];
+    int M, rep;
+
+    norm_dims(ly, &M, &rep);
+    m->be->norm_fwd(m->be, x, n, ly->groups, M, rep, m->params + ly->w_off,
+                    m->params + ly->b_off, NORM_EPS, ly->relu,
+                    m->ws.col[l] + (size_t)off * ly->col_numel,
+                    m->ws.act[l] + (size_t)off * ly->out_numel);
+}
+
+static void norm_input_grads(fed_model *m, int l, int u, const float *dy, float *dx, int off,
+                             int n)
+{
+    const layer *ly = &m->layers[l];
+    size_t at = (size_t)off * ly->out_numel;
+    int M, rep;
+
+    (void)u;
+    norm_dims(ly, &M, &rep);
+    m->be->norm_bwd(m->be, dy + at, layer_in(m, l) + at,
+                    m->ws.col[l] + (size_t)off * ly->col_numel, n, ly->groups, M, rep,
+                    m->params + ly->w_off, dx + at);
+}
+
+/* Unit u's channels' affine entries, over all n samples. */
+static void norm_weight_grads(fed_model *m, int l, int u, const float *dy, int n)
+{
+    const layer *ly = &m->layers[l];
+    int M, rep, r0, r1, per = (int)ly->w_numel / ly->out_c;
+
+    row_chunk(ly->out_c, m->shards, u, &r0, &r1);
+    if (r0 >= r1)
+        return;
+    norm_dims(ly, &M, &rep);
+    m->be->norm_affine_bwd(m->be, dy, layer_in(m, l), m->ws.col[l], n, ly->groups, M, rep,
+                           r0 * per, r1 * per, m->grads + ly->w_off, m->grads + ly->b_off,
+                           m->run.accumulate);
+}
+
+/* A sample's affine gradients are sums over its own values, so its norm is
+ * made from them directly (host memory: DP-SGD is CPU only). */
+static void norm_dp_norm2(fed_model *m, int l, int u, const float *dy, const float *x, int off,
+                          int n, double *norm2)
+{
+    const layer *ly = &m->layers[l];
+    int M, rep;
+
+    (void)u;
+    norm_dims(ly, &M, &rep);
+    for (int i = 0; i < n; i++) {
+        size_t row = (size_t)(off + i) * ly->out_numel;
+        const float *st = m->ws.col[l] + (size_t)(off + i) * ly->col_numel;
+
+        for (size_t a = 0; a < ly->w_numel; a++) {
+            double sg = 0.0, sb = 0.0;
+
+            for (size_t k = a * rep; k < (a + 1) * rep; k++) {
+                const float *gs = st + 2 * (k / (size_t)M);
+
+                sg += (double)dy[row + k] * (((double)x[row + k] - gs[0]) * gs[1]);
+                sb += dy[row + k];
+            }
+            norm2[i] += sg * sg + sb * sb;
+        }
+    }
+}
+
+/* weight 1, bias 0: PyTorch's */
+static void norm_init(const layer *ly, float *host, fed_rng *rng)
+{
+    (void)rng;
+    for (size_t k = 0; k < ly->w_numel; k++) {
+        host[ly->w_off + k] = 1.0f;
+        host[ly->b_off + k] = 0.0f;
+    }
+}
+
+/* the statistics, the normalization and the affine each way: about ten
+ * operations a value */
+static double norm_flops(const layer *ly, int first)
+{
+    (void)first;
+    return 10.0 * ly->out_numel;
+}
+
+/* ---- dropout ---- */
+
+/* dropout: the input's shape, p in millionths below one. */
+static fed_err dropout_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap)
+{
+    layer *ly;
+
+    if (nd->drop_ppm < 0 || nd->drop_ppm > 999999)
+        return shape_fail(p, nd, i, s, why, cap, "p must be 0 to below 1");
+    if (!(ly = plan_layer(p, nd)))
+        return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
+    ly->drop_ppm = nd->drop_ppm;
+    return plan_output(p, nd, i, s, ly, s->c, s->h, s->w, why, cap);
+}
+
+static unsigned dropout_needs(const layer *ly)
+{
+    (void)ly;
+    return FED_BACKEND_CAP_DROPOUT;
+}
+
+/* Layer l's key for this step: the model's key, the step and the layer
+ * mixed. */
+static uint64_t dropout_key(const fed_model *m, int l)
+{
+    return fed_backend_mix64(m->drop_key ^ (m->drop_step * 0xd1b54a32d192ed03ULL + (uint64_t)l));
+}
+
+/* Value k of the batch's row r is value r * numel + k of the step's
+ * stream: the mask depends on neither the shards nor the thread. */
+static void dropout_forward(fed_model *m, int l, const float *x, int off, int n)
+{
+    const layer *ly = &m->layers[l];
+    size_t at = (size_t)off * ly->out_numel, cnt = (size_t)n * ly->out_numel;
+
+    if (m->run.train)
+        m->be->dropout(m->be, x, cnt, dropout_key(m, l), at, (float)(ly->drop_ppm * 1e-6),
+                       m->ws.act[l] + at);
+    else
+        m->be->copy(m->be, m->ws.act[l] + at, x, cnt);
+}
+
+/* The same mask on the gradient (a backward runs only in training). */
+static void dropout_input_grads(fed_model *m, int l, int u, const float *dy, float *dx, int off,
+                                int n)
+{
+    const layer *ly = &m->layers[l];
+    size_t at = (size_t)off * ly->out_numel;
+
+    (void)u;
+    m->be->dropout(m->be, dy + at, (size_t)n * ly->out_numel, dropout_key(m, l), at,
+                   (float)(ly->drop_ppm * 1e-6), dx + at);
+}
+
+int fed_model_has_dropout(const fed_model *m)
+{
+    for (int l = 0; l < m->nlayers; l++)
+        if (m->layers[l].ops->random)
+            return 1;
+    return 0;
+}
+
+void fed_model_set_dropout_key(fed_model *m, uint64_t key)
+{
+    m->drop_key = key;
+    m->drop_step = 0;
+}
+
 /* ---- the table ---- */
 
 static const layer_ops LAYER_KINDS[] = {
@@ -2433,6 +2663,17 @@ static const layer_ops LAYER_KINDS[] = {
     {.kind = "numeric", .letter = 'X', .plan = numeric_plan, .forward = numeric_forward,
      .flops = act_flops, .reads_row = 1},
     {.kind = "mse", .letter = 'Q', .plan = loss_plan, .loss = LOSS_MSE},
+    {.kind = "layernorm", .letter = 'V', .plan = layernorm_plan, .needs = norm_needs,
+     .forward = norm_forward, .input_grads = norm_input_grads,
+     .weight_grads = norm_weight_grads, .flops = norm_flops, .init = norm_init,
+     .dp_norm2 = norm_dp_norm2, .fuses_relu = 1},
+    {.kind = "groupnorm", .letter = 'U', .opts = OPT_G, .plan = groupnorm_plan,
+     .needs = norm_needs, .forward = norm_forward, .input_grads = norm_input_grads,
+     .weight_grads = norm_weight_grads, .flops = norm_flops, .init = norm_init,
+     .dp_norm2 = norm_dp_norm2, .fuses_relu = 1},
+    {.kind = "dropout", .letter = 'D', .opts = OPT_R, .plan = dropout_plan,
+     .needs = dropout_needs, .forward = dropout_forward, .input_grads = dropout_input_grads,
+     .flops = act_flops, .random = 1},
 };
 
 static const layer_ops *kind_find(const char *kind)
@@ -2884,6 +3125,8 @@ static fed_err run_batch(fed_model *m, const fed_batch *b, int train, fed_model_
         r->n[u] = (int)((long)b->n * (u + 1) / S) - r->off[u];
         r->err[u] = FED_OK;
     }
+    if (train)
+        m->drop_step++; /* dropout's masks change every training step */
     for (int u = 0; u < S; u++)
         atomic_store(&r->started[u], 0);
     for (int ph = 0; ph < r->nphases; ph++) {
@@ -2940,10 +3183,22 @@ static fed_err dp_keep_grads(fed_model *m)
     return FED_OK;
 }
 
+fed_err fed_model_dp_check(const fed_model *m, char *why, size_t cap)
+{
+    for (int l = 0; l < m->nlayers; l++)
+        if (m->layers[l].ops->weight_grads && !m->layers[l].ops->dp_norm2)
+            return fed_err_why(why, cap, FED_ERR_UNSUPPORTED,
+                               "model: DP-SGD has no per-sample gradient norm for layer '%s' "
+                               "(%s): train without --dp-sgd, or use a layer that has one",
+                               m->layers[l].name, m->layers[l].ops->kind);
+    return FED_OK;
+}
+
 fed_err fed_model_dp_grads(fed_model *m, const fed_batch *b, float clip, float scale,
                            int accumulate, float *norms, fed_step_stats *st)
 {
     step_run *r = &m->run;
+    char why[256];
     fed_err err;
 
     if (!(m->be->caps & FED_BACKEND_CAP_DP_SGD) || !m->ws.norm2)
@@ -2957,12 +3212,10 @@ fed_err fed_model_dp_grads(fed_model *m, const fed_batch *b, float clip, float s
     }
     if ((err = check_batch(m, b, m->max_batch)) != FED_OK)
         return err;
-    for (int l = 0; l < m->nlayers; l++)
-        if (m->layers[l].ops->weight_grads && !m->layers[l].ops->dp_norm2) {
-            fed_log(FED_LOG_ERROR, "model: DP-SGD has no per-sample norm for layer '%s' (%s)",
-                    m->layers[l].name, m->layers[l].ops->kind);
-            return FED_ERR_UNSUPPORTED;
-        }
+    if ((err = fed_model_dp_check(m, why, sizeof why)) != FED_OK) {
+        fed_log(FED_LOG_ERROR, "%s", why);
+        return err;
+    }
     if ((err = dp_keep_grads(m)) != FED_OK)
         return err;
     r->dp = 1;

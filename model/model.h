@@ -141,7 +141,18 @@ void fed_model_free(fed_model *m);
  * is 1. [0] is the height's, [1] the width's. The last layer gives the
  * logits. A last node "mse" is the loss mean squared error (MSELoss, the
  * mean over every output) against a batch's float targets, of as many
- * outputs as the last layer gives (the classes unused; host-computed). */
+ * outputs as the last layer gives (the classes unused; host-computed).
+ * "layernorm" normalizes all of a sample's c*h*w values (nn.LayerNorm of
+ * that shape: weight and bias (c) when h = w = 1, else (c, h, w));
+ * "groupnorm" normalizes groups of channels (nn.GroupNorm(groups, c):
+ * weight and bias (c)); both eps 1e-5, initialized to 1 and 0, a relu
+ * after them folded in. "dropout" zeroes each value with probability
+ * drop_ppm / 10^6 while training and scales the rest by 1 / (1 - p)
+ * (nn.Dropout), the identity in evaluation; its masks are a hash of the
+ * dropout key, the model's training step, the sample's row in the batch
+ * and the value's index (fed_model_set_dropout_key), never of the shards
+ * or threads. The three need FED_BACKEND_CAP_NORM and
+ * FED_BACKEND_CAP_DROPOUT: another backend refuses them by name. */
 #define FED_MODEL_MAX_NODES 4096 /* nodes of one graph */
 #define FED_MODEL_NAME_MAX 23    /* bytes of a node's name */
 
@@ -160,6 +171,7 @@ typedef struct fed_model_node {
     int column; /* embedding: the input column holding its ids (0-based) */
     int num;    /* embedding: how many ids, [0, num) (nn.Embedding's
                    num_embeddings); out is its dim */
+    int drop_ppm; /* dropout: its probability in millionths, 0 to 999999 */
 } fed_model_node;
 
 /* The graph as a spec string, what fed_model_new takes and a node sends
@@ -172,6 +184,7 @@ typedef struct fed_model_node {
  * Q (the loss mse, last),
  * and after any node <REF for an input other than the node before it;
  * b0 after a linear or conv node's other options: no bias (NAME.bias absent);
+ * V (layernorm), UgG (groupnorm of G groups), DrR (dropout of R millionths);
  * Y (leaky_relu), G (gelu), S (silu), Z (sigmoid), T (tanh);
  * K, S, P, D are N or HxW. A node without NAME is named by its
  * index. NIID-Bench's SimpleCNN (examples/models/simplecnn.cfg) is
@@ -249,6 +262,11 @@ const fed_tensor_info *fed_model_tensors(const fed_model *m, int *count);
 int fed_model_categorical(const fed_model *m, int col, int *num);
 /* Forward + backward FLOPs of one sample (the simulator charges these). */
 double fed_model_flops_per_sample(const fed_model *m);
+/* Whether m has a dropout layer, and the key its masks are hashed from
+ * (the training step count restarts at 0 with it): fed_trainer_steps sets
+ * one drawn from its rng, so a run repeats exactly from its seed. */
+int fed_model_has_dropout(const fed_model *m);
+void fed_model_set_dropout_key(fed_model *m, uint64_t key);
 fed_backend *fed_model_backend(const fed_model *m);
 /* The pool and shard count given at creation (shards is 1 on a device
  * backend), and the largest batch forward_backward accepts. */
@@ -293,11 +311,17 @@ FED_WUR fed_err fed_model_train_step(fed_model *m, const fed_batch *b, fed_step_
  * be NULL) gets each |g_i| before clipping. No model copy per sample: a
  * linear layer's per-sample norm is |dy_i| |(x_i, 1)|, a convolution's comes
  * from its per-sample weight gradient (one GEMM per sample, as the batch's
- * own gradient costs). An empty batch adds nothing (writes zeros). The
+ * own gradient costs), a norm's from its affine gradients, sums over the
+ * sample's own values. An empty batch adds nothing (writes zeros). The
  * noise, the sampling and the step are the caller's (model/dp.h,
  * fed_trainer_set_dp). CPU backend only: FED_ERR_UNSUPPORTED elsewhere. */
 FED_WUR fed_err fed_model_dp_grads(fed_model *m, const fed_batch *b, float clip, float scale,
                                    int accumulate, float *norms, fed_step_stats *st);
+/* Whether every trainable layer of m has DP-SGD's per-sample norm (linear,
+ * conv, layernorm and groupnorm have): FED_ERR_UNSUPPORTED with the first
+ * that has none named in why (cap bytes) otherwise. fed_trainer_set_dp and
+ * fed_model_dp_grads refuse such a model with it. */
+FED_WUR fed_err fed_model_dp_check(const fed_model *m, char *why, size_t cap);
 /* The logits of one sample: the classes, or 1 with the loss bce, or with
  * mse the last layer's outputs. */
 int fed_model_nlogits(const fed_model *m);

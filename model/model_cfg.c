@@ -37,12 +37,13 @@ enum {
     K_NUM = 1 << 15,
     K_DIM = 1 << 16,
     K_BIAS = 1 << 17,
+    K_P = 1 << 18,
 };
 
 static const char *const KEY_NAMES[] = {"name",     "out",   "kernel",   "stride", "padding",
                                         "dilation", "shape", "features", "loss",   "classes",
                                         "groups",   "input", "from",   "categorical",
-                                        "column",   "num",   "dim",    "bias"};
+                                        "column",   "num",   "dim",    "bias",     "p"};
 #define NKEYS ((int)(sizeof KEY_NAMES / sizeof KEY_NAMES[0]))
 
 /* A section: the keys it takes and those it needs (any one of need_any). */
@@ -73,6 +74,9 @@ static const section_def SECTIONS[] = {
     {"concat", K_NAME | K_INPUT | K_FROM, K_FROM, 0, 1},
     {"embedding", K_NAME | K_COLUMN | K_NUM | K_DIM, K_COLUMN | K_NUM | K_DIM, 0, 1},
     {"numeric", K_NAME, 0, 0, 1},
+    {"layernorm", K_NAME | K_INPUT, 0, 0, 1},
+    {"groupnorm", K_NAME | K_INPUT | K_GROUPS, K_GROUPS, 0, 1},
+    {"dropout", K_NAME | K_INPUT | K_P, 0, 0, 1},
 };
 #define NSECTIONS ((int)(sizeof SECTIONS / sizeof SECTIONS[0]))
 
@@ -216,6 +220,30 @@ static fed_err check_column(parser *p, int col)
                        "categorical (list it in [input] categorical)", c->file, p->line, col);
 }
 
+/* A probability 0 to below 1 with at most 6 decimals ("0.5", ".25", "0")
+ * in millionths, exactly; -1 when it is none. */
+static int parse_ppm(const char *s)
+{
+    long v = 0;
+    int digits = 0, frac = -1; /* decimals after the point; -1 before it */
+
+    for (; *s; s++) {
+        if (*s == '.' && frac < 0) {
+            frac = 0;
+        } else if (isdigit((unsigned char)*s) && frac < 6 && v < 1000000) {
+            v = v * 10 + (*s - '0');
+            digits++;
+            if (frac >= 0)
+                frac++;
+        } else {
+            return -1;
+        }
+    }
+    for (int f = frac < 0 ? 0 : frac; f < 6; f++)
+        v *= 10;
+    return digits && v < 1000000 ? (int)v : -1;
+}
+
 static cfg_node *cur_node(parser *p)
 {
     return &p->c->nodes[p->c->count - 1];
@@ -335,6 +363,9 @@ static fed_err set_key(parser *p, const char *key, const char *val)
     case K_CLASSES:
         ok = parse_ints(val, &c->in.classes, 1, 0, 2);
         break;
+    case K_P: /* dropout's probability */
+        ok = (cur_node(p)->n.drop_ppm = parse_ppm(val)) >= 0;
+        break;
     case K_BIAS: /* bias = 0 or false: PyTorch's bias=False */
         ok = !strcmp(val, "0") || !strcmp(val, "false") || !strcmp(val, "1") ||
              !strcmp(val, "true");
@@ -364,6 +395,7 @@ static fed_err set_key(parser *p, const char *key, const char *val)
                      : 1 << k == K_COLUMN ? "a column index (0-based)"
                      : 1 << k == K_NUM ? "a count 1 to 1048576"
                      : 1 << k == K_BIAS    ? "0, 1, false or true"
+                     : 1 << k == K_P       ? "a probability 0 to below 1 (at most 6 decimals)"
                                            : "N or H,W (each 1 to 65536)");
     if ((1 << k == K_SHAPE || 1 << k == K_FEATURES) && (p->seen & K_SHAPE) &&
         (p->seen & K_FEATURES))
@@ -383,6 +415,8 @@ static fed_err close_section(parser *p)
         if ((s->need_all & (1u << k)) && !(p->seen & (1u << k)))
             return fed_err_why(p->why, p->cap, FED_ERR_SPEC, "%s:%d: [%s] needs %s", p->c->file,
                          p->sec_line, s->name, KEY_NAMES[k]);
+    if ((s->keys & K_P) && !(p->seen & K_P))
+        p->c->nodes[p->c->count - 1].n.drop_ppm = 500000; /* p = 0.5, nn.Dropout's */
     if (s->need_any && !(p->seen & s->need_any))
         return fed_err_why(p->why, p->cap, FED_ERR_SPEC, "%s:%d: [input] needs shape or features",
                      p->c->file, p->sec_line);
@@ -426,7 +460,8 @@ static fed_err open_section(parser *p, const char *name)
         return fed_err_why(p->why, p->cap, FED_ERR_SPEC,
                      "%s:%d: unknown section [%s] (input, output, linear, conv, maxpool, "
                      "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, sigmoid, "
-                     "tanh, add, concat, embedding, numeric)", c->file, p->line, name);
+                     "tanh, add, concat, embedding, numeric, layernorm, groupnorm, dropout)",
+                     c->file, p->line, name);
     if ((err = close_section(p)) != FED_OK)
         return err;
     if (p->had_output)

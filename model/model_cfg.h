@@ -19,9 +19,9 @@
  * mean squared error against float targets, a last "bce" or "mse" node;
  * classes = K, else the data's). Layers, each an entry of the model's
  * layer table:
- *   [linear]   name, out (a count or "classes": the data's)
+ *   [linear]   name, out (a count or "classes": the data's), bias (1)
  *   [conv]     name, out, kernel, stride (1), padding (0), dilation (1),
- *              groups (1; dividing the input's channels and out)
+ *              groups (1; dividing the input's channels and out), bias (1)
  *   [maxpool]  name, kernel, stride (the kernel), padding (0)
  *   [avgpool]  name, kernel, stride (the kernel), padding (0)
  *   [relu]     name           [flatten]  name     [global_avgpool]  name
@@ -36,6 +36,10 @@
  *              dim: nn.Embedding(num, dim) of the id in that column
  *   [numeric]  name: the row's columns that are not categorical, in order
  * ([embedding] and [numeric] take the model's input row, never input =)
+ *   [layernorm] name: over all of a sample's values
+ *   [groupnorm] name, groups (dividing the input's channels)
+ *   [dropout]  name, p (0.5; 0 to below 1, at most 6 decimals)
+ * bias = 0 or false: no "<name>.bias" (PyTorch's bias=False).
  * kernel, stride, padding and dilation take N or H,W. name (letters,
  * digits, '_', inner '.') names the tensors "<name>.weight" and
  * "<name>.bias"; without one a layer is named by its index among the

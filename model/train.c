@@ -196,6 +196,15 @@ fed_err fed_trainer_set_dp(fed_trainer *t, const fed_trainer_dp *dp)
         return FED_ERR_INVAL;
     if (!(fed_model_backend(t->m)->caps & FED_BACKEND_CAP_DP_SGD))
         return FED_ERR_UNSUPPORTED;
+    {
+        char why[256];
+        fed_err err = fed_model_dp_check(t->m, why, sizeof why); /* every layer, by name */
+
+        if (err != FED_OK) {
+            fed_log(FED_LOG_ERROR, "%s", why);
+            return err;
+        }
+    }
     if (room > t->stage) { /* a Poisson draw runs over the batch size: stage up to max_batch */
         x = fed_alloc_aligned((size_t)room * t->d->features * elem);
         y = fed_malloc((size_t)room * sizeof *y);
@@ -343,6 +352,10 @@ fed_err fed_trainer_steps(fed_trainer *t, const uint32_t *idx, size_t n, long st
         return FED_ERR_INVAL;
     if ((err = check_indices(t, idx, n)) != FED_OK)
         return err;
+    /* dropout's masks from the run's own stream (a model without dropout
+       draws nothing: its runs stay as they were) */
+    if (rng && fed_model_has_dropout(t->m))
+        fed_model_set_dropout_key(t->m, fed_rng_u64(rng));
     if (t->dp)
         return dp_steps(t, idx, n, steps, st);
     if (n)

@@ -297,6 +297,49 @@ static void test_embed(void **state)
     assert_true(dW[4] == 10 && dW[5] == 100 && dW[0] == 2);
 }
 
+/* norm_fwd on two samples of two groups of two channels of two values
+ * (G 2, M 4, rep 2): the statistics and outputs written out, a relu; the
+ * input gradient of each group sums to 0, the affine gradients of a dy of
+ * ones count their values. */
+static void test_norm_known(void **state)
+{
+    const float x[16] = {1, 2, 3, 2, 0, 0, 6, 2, -1, -1, -1, -1, 2, 4, 6, 8};
+    const float gamma[4] = {1.0f, 2.0f, 1.0f, -1.0f}, beta[4] = {0.5f, 0.0f, 0.0f, 0.0f};
+    float stat[8], y[16], dy[16], dx[16], dg[4], db[4];
+
+    (void)state;
+    be->norm_fwd(be, x, 2, 2, 4, 2, gamma, beta, 1e-5f, 0, stat, y);
+    /* sample 0, group 0: mean 2, variance 1/2; group 1: mean 2, variance 6 */
+    assert_float_equal(stat[0], 2.0f, 1e-7);
+    assert_float_equal(stat[1], 1.0 / sqrt(0.5 + 1e-5), 1e-6);
+    assert_float_equal(stat[3], 1.0 / sqrt(6.0 + 1e-5), 1e-6);
+    /* value 2 (group 0, channel 1): (3 - 2) rstd 2 */
+    assert_float_equal(y[2], 2.0 / sqrt(0.5 + 1e-5), 1e-5);
+    /* value 6 (group 1, channel 3): (6 - 2) rstd (-1) */
+    assert_float_equal(y[6], -4.0 / sqrt(6.0 + 1e-5), 1e-5);
+    /* sample 1, group 0 is constant: 0 normalized, beta left */
+    assert_float_equal(stat[4], -1.0f, 1e-7);
+    assert_float_equal(y[8], 0.5f, 1e-7);
+    be->norm_fwd(be, x, 2, 2, 4, 2, gamma, beta, 1e-5f, 1, stat, y);
+    assert_float_equal(y[6], 0.0f, 0.0);
+    assert_float_equal(y[2], 2.0 / sqrt(0.5 + 1e-5), 1e-5);
+    for (int k = 0; k < 16; k++)
+        dy[k] = 1.0f;
+    be->norm_bwd(be, dy, x, stat, 2, 2, 4, 2, gamma, dx);
+    for (int g = 0; g < 4; g++)
+        assert_float_equal(dx[4 * g] + dx[4 * g + 1] + dx[4 * g + 2] + dx[4 * g + 3], 0.0f,
+                           1e-5);
+    be->norm_affine_bwd(be, dy, x, stat, 2, 2, 4, 2, 0, 4, dg, db, 0);
+    for (int a = 0; a < 4; a++)
+        assert_float_equal(db[a], 4.0f, 0.0);
+    /* channel 0's xhat over both samples: sample 0's -1, 0 (rstd units), 1
+       sample's 0, 0 */
+    assert_float_equal(dg[0], -1.0 / sqrt(0.5 + 1e-5), 1e-5);
+    be->norm_affine_bwd(be, dy, x, stat, 2, 2, 4, 2, 1, 2, dg, db, 1);
+    assert_float_equal(db[1], 8.0f, 0.0);
+    assert_float_equal(db[0], 4.0f, 0.0);
+}
+
 /* im2col_win against its definition for strided, padded and dilated
  * windows; col2im_win its adjoint; the plain window (stride 1, no padding)
  * gives exactly what im2col gives. */
@@ -308,7 +351,8 @@ static void test_im2col_window(void **state)
     (void)state;
     assert_int_equal(be->caps, FED_BACKEND_CAP_HOST_MEMORY | FED_BACKEND_CAP_SHARDS |
                                    FED_BACKEND_CAP_DP_SGD | FED_BACKEND_CAP_CONV |
-                                   FED_BACKEND_CAP_WINDOW | FED_BACKEND_CAP_EMBED);
+                                   FED_BACKEND_CAP_WINDOW | FED_BACKEND_CAP_EMBED |
+                                   FED_BACKEND_CAP_NORM | FED_BACKEND_CAP_DROPOUT);
     for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
         fed_window g = window(3, 9, 8, cases[t][0], cases[t][1], cases[t][2], cases[t][3]);
         int P = g.OH * g.OW;
@@ -702,6 +746,7 @@ int main(void)
         cmocka_unit_test(test_im2col_window),
         cmocka_unit_test(test_pool_window),
         cmocka_unit_test(test_embed),
+        cmocka_unit_test(test_norm_known),
         cmocka_unit_test(test_vectors),
         cmocka_unit_test(test_denormals_flushed_mode_restored),
         cmocka_unit_test(test_backend_open),

@@ -326,6 +326,34 @@ static void test_per_sample_embedding(void **state)
                      (fed_model_shape){1, 1, 6, 4}, 44, 2);
 }
 
+/* Group and layer norms (their affine gradients made per sample from the
+ * kept statistics), over maps and features, with more channels than one
+ * unit's chunk of 16 so that 3 shards split them; a relu folded into each;
+ * dropout at p = 0. */
+static void test_per_sample_norms(void **state)
+{
+    world *w = *state;
+    fed_model_node nodes[] = {
+        {.kind = "conv", .name = "c1", .out = 40, .kernel = {3, 3}, .padding = {1, 1},
+         .no_bias = 1},
+        {.kind = "groupnorm", .name = "gn", .groups = 8},
+        {.kind = "relu"},
+        {.kind = "conv", .name = "c2", .out = 20, .kernel = {3, 3}, .stride = {2, 2}},
+        {.kind = "layernorm", .name = "ln_map"},
+        {.kind = "dropout", .name = "drop"},
+        {.kind = "linear", .name = "fc", .out = 40},
+        {.kind = "layernorm", .name = "ln"},
+        {.kind = "relu"},
+        {.kind = "linear", .name = "head", .out = 5},
+    };
+    fed_model_shape in = {2, 7, 7, 5};
+    int count = (int)(sizeof nodes / sizeof nodes[0]);
+
+    for (int i = 0; i < count; i++)
+        nodes[i].input = i - 1;
+    per_sample_graph(w, "norms", nodes, count, in, 44, 0);
+}
+
 /* ------------------------------------------------- the noisy SGD step -- */
 
 static fed_dataset *make_dataset(fed_model_shape in, size_t n, uint64_t seed)
@@ -609,6 +637,18 @@ static void test_refusals(void **state)
     y[0] = 0;
     assert_err(fed_model_dp_grads(other, &b, 1.0f, 1.0f, 0, NULL, NULL), FED_ERR_UNSUPPORTED);
     fed_model_free(other);
+    other = NULL;
+    /* every trainable kind has its per-sample norm: none is refused */
+    {
+        char why[256] = "";
+
+        assert_err(fed_model_new("g:C4k3b0,Ug2,R,V,F,L8,V,R,Dr100000,L", in, w->be, w->pool, 1,
+                                 8, &other),
+                   FED_OK);
+        assert_err(fed_model_dp_check(other, why, sizeof why), FED_OK);
+        assert_string_equal(why, "");
+        fed_model_free(other);
+    }
     fed_trainer_free(t);
     fed_trainer_free(tev);
     fed_optim_free(o);
@@ -625,6 +665,7 @@ int main(void)
         cmocka_unit_test(test_per_sample_windows),
         cmocka_unit_test(test_per_sample_residual),
         cmocka_unit_test(test_per_sample_embedding),
+        cmocka_unit_test(test_per_sample_norms),
         cmocka_unit_test(test_noisy_step_mlp),
         cmocka_unit_test(test_noisy_step_cnn),
         cmocka_unit_test(test_dp_step_without_noise_is_plain),

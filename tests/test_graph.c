@@ -466,7 +466,7 @@ static void test_graph_errors(void **state)
     expect_why(two, 2, in, FED_ERR_SPEC,
                "model 'bad': node 1: unknown layer kind 'softmax' (linear, conv, maxpool, "
                "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, "
-               "sigmoid, tanh, bce, add, concat, embedding, numeric)");
+               "sigmoid, tanh, bce, add, concat, embedding, numeric, layernorm, groupnorm, dropout)");
     two[1].kind = "linear";
     two[1].input = -1; /* a branch from the input: node 0 then goes unused */
     expect_why(two, 2, in, FED_ERR_SPEC,
@@ -495,7 +495,18 @@ static void test_graph_errors(void **state)
                "the kernel");
     expect_one((fed_model_node)NODE("relu", NULL, 0, 0, 0, 0, 0), in, FED_ERR_SHAPE,
                "model 'bad': node 0 (relu '0') on input 1x4x4: a relu must follow a linear, "
-               "conv or add layer (a relu of its own is not supported yet)");
+               "conv, add, layernorm or groupnorm layer (a relu of its own is not supported "
+               "yet)");
+    {
+        fed_model_node gn = {.kind = "groupnorm", .name = "gn", .groups = 3};
+        fed_model_node drop = {.kind = "dropout", .name = "d", .drop_ppm = 1000000};
+
+        expect_one(gn, (fed_model_shape){4, 2, 2, 3}, FED_ERR_SHAPE,
+                   "model 'bad': node 0 (groupnorm 'gn') on input 4x2x2: groups must divide "
+                   "the input's channels");
+        expect_one(drop, in, FED_ERR_SHAPE,
+                   "model 'bad': node 0 (dropout 'd') on input 1x4x4: p must be 0 to below 1");
+    }
     expect_one((fed_model_node)NODE("flatten", NULL, 0, 0, 0, 0, 0), in, FED_ERR_SPEC,
                "model 'bad': the last layer must be linear or conv (the logits)");
     /* fed_model_new_graph logs the same words and builds nothing */
@@ -577,6 +588,106 @@ static void test_backend_caps(void **state)
                      FED_OK);
     assert_int_equal(fed_model_nlogits(m), 1);
     fed_model_free(m);
+    /* normalization and dropout need their own kernels: a backend without
+       them (CUDA's) refuses each by its layer's name */
+    nowin = *w->be;
+    nowin.name = "nonorm";
+    nowin.caps &= ~FED_BACKEND_CAP_NORM;
+    fed_test_log_capture(FED_LOG_DEBUG);
+    assert_int_equal(fed_model_new("g:L8,ln=V,R,L", (fed_model_shape){1, 4, 4, 3}, &nowin, NULL,
+                                   1, 4, &m),
+                     FED_ERR_UNSUPPORTED);
+    assert_string_equal(fed_test_log_last(),
+                        "model: layer 'ln' (layernorm) needs kernels the nonorm backend lacks");
+    assert_int_equal(fed_model_new("g:C4k3,gn=Ug2,F,L", (fed_model_shape){1, 4, 4, 3}, &nowin,
+                                   NULL, 1, 4, &m),
+                     FED_ERR_UNSUPPORTED);
+    assert_string_equal(fed_test_log_last(),
+                        "model: layer 'gn' (groupnorm) needs kernels the nonorm backend lacks");
+    nowin.name = "nodrop";
+    nowin.caps = w->be->caps & ~FED_BACKEND_CAP_DROPOUT;
+    assert_int_equal(fed_model_new("g:L8,R,d=Dr100000,L", (fed_model_shape){1, 4, 4, 3}, &nowin,
+                                   NULL, 1, 4, &m),
+                     FED_ERR_UNSUPPORTED);
+    assert_string_equal(fed_test_log_last(),
+                        "model: layer 'd' (dropout) needs kernels the nodrop backend lacks");
+    fed_test_log_default();
+}
+
+/* dropout, seen through the weight gradient of a linear layer of zero
+ * weights on it: its logits are 0 whatever the mask, so with label 0 row 1
+ * of that gradient is 0.5 times the dropped-out input, summed over the
+ * batch (divided by its size). In training about p of the values are
+ * zeroed and the rest scaled by exactly 1 / (1 - p); the masks are the
+ * same whatever the shards, new at every step, the same again from the
+ * same key; evaluation is the identity. */
+#define DROP_F 20000
+static void test_dropout(void **state)
+{
+    world *w = *state;
+    fed_model_shape in = {1, 1, DROP_F, 2};
+    fed_model *m1 = NULL, *m3 = NULL, *plain = NULL;
+    float *x = malloc(3 * DROP_F * sizeof *x), *g1 = malloc(DROP_F * sizeof *g1);
+    float *p = calloc(2 * DROP_F + 2, sizeof *p), logit[2][6]; /* 3 samples, 2 classes */
+    int32_t y[3] = {0, 0, 0};
+    fed_batch one = {.n = 1, .x_f32 = x, .y = y}, three = {.n = 3, .x_f32 = x, .y = y};
+    int zeros = 0;
+    fed_rng rng;
+
+    assert_non_null(x);
+    assert_non_null(g1);
+    assert_non_null(p);
+    for (int k = 0; k < 3 * DROP_F; k++)
+        x[k] = 1.0f;
+    assert_int_equal(fed_model_new("g:Dr250000,L", in, w->be, w->pool, 1, 3, &m1), FED_OK);
+    assert_int_equal(fed_model_new("g:Dr250000,L", in, w->be, w->pool, 3, 3, &m3), FED_OK);
+    assert_true(fed_model_has_dropout(m1));
+    assert_int_equal(fed_model_set_params(m1, p), FED_OK);
+    assert_int_equal(fed_model_set_params(m3, p), FED_OK);
+    fed_model_set_dropout_key(m1, 42);
+    assert_int_equal(fed_model_forward_backward(m1, &one, NULL), FED_OK);
+    memcpy(g1, fed_model_grads_dev(m1) + DROP_F, DROP_F * sizeof *g1);
+    for (int k = 0; k < DROP_F; k++) {
+        if (g1[k] == 0.0f)
+            zeros++;
+        else if (fabsf(2.0f * g1[k] - 1.0f / 0.75f) > 1e-6f)
+            fail_msg("value %d kept as %.9g, want %.9g", k, 2.0 * g1[k], 1.0 / 0.75);
+    }
+    /* 5,000 expected, standard deviation 61 */
+    if (zeros < 5000 - 300 || zeros > 5000 + 300)
+        fail_msg("%d of %d zeroed at p = 0.25", zeros, DROP_F);
+    /* the next step draws another mask; the same key again, the same */
+    assert_int_equal(fed_model_forward_backward(m1, &one, NULL), FED_OK);
+    assert_true(memcmp(g1, fed_model_grads_dev(m1) + DROP_F, DROP_F * sizeof *g1) != 0);
+    fed_model_set_dropout_key(m1, 42);
+    assert_int_equal(fed_model_forward_backward(m1, &one, NULL), FED_OK);
+    assert_memory_equal(g1, fed_model_grads_dev(m1) + DROP_F, DROP_F * sizeof *g1);
+    /* three samples over 1 and 3 shards: the same masks */
+    fed_model_set_dropout_key(m1, 7);
+    fed_model_set_dropout_key(m3, 7);
+    assert_int_equal(fed_model_forward_backward(m1, &three, NULL), FED_OK);
+    assert_int_equal(fed_model_forward_backward(m3, &three, NULL), FED_OK);
+    assert_memory_equal(fed_model_grads_dev(m1), fed_model_grads_dev(m3),
+                        (2 * DROP_F + 2) * sizeof(float));
+    /* evaluation: the identity, the logits of the same linear layer alone */
+    fed_rng_seed(&rng, 3);
+    for (int k = 0; k < 2 * DROP_F + 2; k++)
+        p[k] = (float)fed_rng_normal(&rng) * 0.01f;
+    for (int k = 0; k < 3 * DROP_F; k++)
+        x[k] = (float)fed_rng_normal(&rng);
+    assert_int_equal(fed_model_new("g:L", in, w->be, w->pool, 1, 3, &plain), FED_OK);
+    assert_false(fed_model_has_dropout(plain));
+    assert_int_equal(fed_model_set_params(plain, p), FED_OK);
+    assert_int_equal(fed_model_set_params(m3, p), FED_OK);
+    assert_int_equal(fed_model_logits(plain, &three, &logit[0][0]), FED_OK);
+    assert_int_equal(fed_model_logits(m3, &three, &logit[1][0]), FED_OK);
+    assert_memory_equal(logit[0], logit[1], sizeof logit[0]);
+    fed_model_free(m1);
+    fed_model_free(m3);
+    fed_model_free(plain);
+    free(x);
+    free(g1);
+    free(p);
 }
 
 /* Embeddings of two categorical columns concatenated with the numeric
@@ -863,8 +974,8 @@ static void test_graph_spec(void **state)
     assert_int_equal(fed_model_spec_explain("g:C6,R,L", in, why, sizeof why), FED_ERR_SPEC);
     assert_string_equal(why, "model spec 'g:C6,R,L': node 0 'C6' is none of NAME=Lout[b0], "
                              "NAME=CoutkK[sS][pP][dD][gG][b0], MkK[sS][pP], AkK[sS][pP], P, R, F, Y, G, S, "
-                             "Z, T, B, +REF, &REF, NAME=EdimnNUMcCOL, X, each [<REF]");
-    static const char *bad[] = {"g:",        "g:L,",     "g:Q",       "g:Lk3",  "g:C4k3k3,L",
+                             "Z, T, B, +REF, &REF, NAME=EdimnNUMcCOL, X, V, UgG, D[rR], each [<REF]");
+    static const char *bad[] = {"g:",        "g:L,",     "g:K",       "g:Lk3",  "g:C4k3k3,L",
                                 "g:Mk0,L",   "g:Ck3,L",  "g:a-b=L",   "g:=L",   "g:L5x5",
                                 "g:C4k3x,L", "g:Rk2,L",  "g:L99999999"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
@@ -976,7 +1087,7 @@ int main(void)
         cmocka_unit_test(test_embedding), cmocka_unit_test(test_embedding_ids),
         cmocka_unit_test(test_embedding_refusals), cmocka_unit_test(test_mse_and_predictions),
         cmocka_unit_test(test_graph_alloc_failures), cmocka_unit_test(test_graph_spec),
-        cmocka_unit_test(test_graph_long_spec),
+        cmocka_unit_test(test_graph_long_spec), cmocka_unit_test(test_dropout),
     };
 
     fed_test_log_quiet();

@@ -207,6 +207,61 @@ static void test_bias_free(void **state)
     fed_model_cfg_free(c);
 }
 
+/* [layernorm], [groupnorm] groups = G, [dropout] p = P (0.5 unsaid): the
+ * graph's spec, the tensors as PyTorch names them. */
+static void test_norms_dropout(void **state)
+{
+    fed_model_cfg *c = parse("[input] shape = 2,8,8\n"
+                             "[conv] name = c out = 6 kernel = 3 bias = 0\n"
+                             "[groupnorm] name = gn groups = 3\n[relu]\n"
+                             "[layernorm] name = lnm\n"
+                             "[dropout] name = d p = 0.1\n[flatten]\n"
+                             "[linear] name = fc out = 10\n[layernorm] name = ln\n[relu]\n"
+                             "[dropout]\n"
+                             "[linear] name = head out = classes\n");
+    fed_model_shape in = {2, 8, 8, 3};
+    fed_backend *be = NULL;
+    fed_model *m = NULL;
+    const fed_tensor_info *t;
+    char spec[256], why[512];
+    int nt;
+
+    (void)state;
+    assert_int_equal(fed_model_cfg_spec(c, spec, sizeof spec, why, sizeof why), FED_OK);
+    assert_string_equal(spec, "g:c=C6k3b0,gn=Ug3,R,lnm=V,d=Dr100000,F,fc=L10,ln=V,R,Dr500000,"
+                              "head=L");
+    assert_int_equal(fed_backend_cpu_new(1, &be), FED_OK);
+    assert_int_equal(fed_model_new(spec, in, be, NULL, 1, 4, &m), FED_OK);
+    t = fed_model_tensors(m, &nt);
+    assert_int_equal(nt, 11);
+    assert_string_equal(t[1].name, "gn.weight");
+    assert_int_equal(t[1].ndim, 1);
+    assert_int_equal(t[1].shape[0], 6);
+    assert_string_equal(t[3].name, "lnm.weight"); /* over a map: its shape */
+    assert_int_equal(t[3].ndim, 3);
+    assert_int_equal(t[3].shape[0], 6);
+    assert_int_equal(t[3].shape[2], 6);
+    assert_string_equal(t[4].name, "lnm.bias");
+    assert_string_equal(t[7].name, "ln.weight"); /* over features: (10) */
+    assert_int_equal(t[7].ndim, 1);
+    assert_int_equal(t[7].shape[0], 10);
+    assert_int_equal(fed_model_nparams(m),
+                     6 * 2 * 9 + 2 * 6 + 2 * 216 + 216 * 10 + 10 + 2 * 10 + 10 * 3 + 3);
+    fed_model_free(m);
+    fed_backend_free(be);
+    fed_model_cfg_free(c);
+    /* groups that do not divide the channels: the line and the shapes */
+    c = parse("[input] shape = 1,8,8\n"
+              "[conv] name = c out = 6 kernel = 3\n[groupnorm] name = gn groups = 4\n"
+              "[flatten]\n[linear] out = classes\n");
+    assert_int_equal(fed_model_cfg_check(c, (fed_model_shape){1, 8, 8, 3}, NULL, why, sizeof why),
+                     FED_ERR_SHAPE);
+    assert_string_equal(why, "t.cfg:3: model 't.cfg': node 1 (groupnorm 'gn') on input 6x6x6: "
+                             "groups must divide the input's channels; shapes so far: input "
+                             "1x8x8, c 6x6x6");
+    fed_model_cfg_free(c);
+}
+
 static void expect_parse(const char *text, fed_err want, const char *msg)
 {
     fed_model_cfg *c = (fed_model_cfg *)1;
@@ -230,12 +285,29 @@ static void test_errors(void **state)
     expect_parse(IN "[softmax]\n", FED_ERR_SPEC,
                  "m.cfg:2: unknown section [softmax] (input, output, linear, conv, maxpool, "
                  "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, sigmoid, "
-                 "tanh, add, concat, embedding, numeric)");
+                 "tanh, add, concat, embedding, numeric, layernorm, groupnorm, dropout)");
     expect_parse(IN "[conv] out = 3 kernel = 3 momentum = 0\n", FED_ERR_SPEC,
                  "m.cfg:2: [conv]: unknown key 'momentum' (name, out, kernel, stride, padding, "
                  "dilation, groups, input, bias)");
     expect_parse(IN "[maxpool] kernel = 2 bias = 0\n", FED_ERR_SPEC,
                  "m.cfg:2: [maxpool]: unknown key 'bias' (name, kernel, stride, padding, input)");
+    expect_parse(IN "[groupnorm] name = g\n", FED_ERR_SPEC, "m.cfg:2: [groupnorm] needs groups");
+    expect_parse(IN "[groupnorm] groups = 0\n", FED_ERR_SPEC,
+                 "m.cfg:2: [groupnorm] groups: '0' is not a count 1 to 65536");
+    expect_parse(IN "[layernorm] groups = 2\n", FED_ERR_SPEC,
+                 "m.cfg:2: [layernorm]: unknown key 'groups' (name, input)");
+    expect_parse(IN "[dropout] p = 1\n", FED_ERR_SPEC,
+                 "m.cfg:2: [dropout] p: '1' is not a probability 0 to below 1 (at most 6 "
+                 "decimals)");
+    expect_parse(IN "[dropout] p = -0.1\n", FED_ERR_SPEC,
+                 "m.cfg:2: [dropout] p: '-0.1' is not a probability 0 to below 1 (at most 6 "
+                 "decimals)");
+    expect_parse(IN "[dropout]\n p = 0.1234567\n", FED_ERR_SPEC,
+                 "m.cfg:3: [dropout] p: '0.1234567' is not a probability 0 to below 1 (at most "
+                 "6 decimals)");
+    expect_parse(IN "[dropout] p = .\n", FED_ERR_SPEC,
+                 "m.cfg:2: [dropout] p: '.' is not a probability 0 to below 1 (at most 6 "
+                 "decimals)");
     expect_parse(IN "[linear] out = 3 bias = no\n", FED_ERR_SPEC,
                  "m.cfg:2: [linear] bias: 'no' is not 0, 1, false or true");
     expect_parse(IN "[linear] name = a out = 4\n[add] from = b\n", FED_ERR_SPEC,
@@ -512,6 +584,18 @@ static int torch_dump(const char *dir, const char *file)
         (ox && fed_onnx_apply_weights(ox, m, why, sizeof why) != FED_OK) ||
         fed_model_get_params(m, p0) != FED_OK)
         goto out;
+    /* a tensor initialized to a constant (a norm's weight 1 and bias 0) is
+       jittered, so that the parity covers what it multiplies and adds */
+    for (int i = 0; i < nt; i++) {
+        int same = 1;
+
+        for (size_t k = 1; k < mt[i].numel && same; k++)
+            same = p0[mt[i].offset + k] == p0[mt[i].offset];
+        for (size_t k = 0; same && k < mt[i].numel; k++)
+            p0[mt[i].offset + k] += (float)(0.3 * fed_rng_normal(&rng));
+    }
+    if (fed_model_set_params(m, p0) != FED_OK)
+        goto out;
     for (int i = 0; i < DUMP_N * F; i++)
         x[i] = (float)fed_rng_normal(&rng);
     { /* an embedding's column holds ids, few so that rows repeat in the batch */
@@ -593,6 +677,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_many_layers),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_bias_free),
+        cmocka_unit_test(test_norms_dropout),
         cmocka_unit_test(test_shape_errors),
         cmocka_unit_test(test_embedding_errors),
         cmocka_unit_test(test_tabular),

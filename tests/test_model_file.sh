@@ -5,7 +5,8 @@
 # eval` of the saved model gives the accuracy train printed; `fedsim` runs
 # it federated; a file with a shape that does not fit is refused naming its
 # line and the shapes so far, and a graph too big for a spec is refused
-# saying so. Skips (77) without Fashion-MNIST.
+# saying so; a net of layer and group norms and dropout prints, trains to
+# the same bytes twice and trains under DP-SGD. Skips (77) without Fashion-MNIST.
 . "$(dirname "$0")/proc_lib.sh"
 FEDSIM=${FEDSIM:-./fedsim}
 CFG="$(dirname "$0")/../examples/models/simplecnn.cfg"
@@ -27,6 +28,42 @@ ok "train --model FILE, then eval of what it saved: accuracy $acc both"
 "$FEDSIM" --model "$CFG" --nodes 4 --rounds 1 >"$TMP/sim.log" 2>&1 || fail "fedsim --model FILE"
 grep -q '^round    1 ' "$TMP/sim.log" || fail "fedsim ran a round of the file's graph"
 ok "fedsim --model FILE: a federated round"
+
+# layer and group norms, dropout, a bias-free conv: printed by `fednode
+# model`, trained twice from the same seed to the same bytes (dropout's
+# masks are seeded), and trained under DP-SGD (every trainable layer has its
+# per-sample norm)
+cat >"$TMP/norms.cfg" <<CFG
+[input] shape = 1,28,28
+[conv] name = c1 out = 8 kernel = 5 stride = 2 bias = 0
+[groupnorm] name = gn1 groups = 4
+[relu]
+[conv] name = c2 out = 8 kernel = 3 stride = 2
+[layernorm] name = ln1
+[relu]
+[dropout] name = drop1 p = 0.25
+[flatten]
+[linear] name = fc1 out = 32
+[layernorm] name = ln2
+[relu]
+[dropout] name = drop2
+[linear] name = head out = classes
+CFG
+"$FEDNODE" model "$TMP/norms.cfg" >"$TMP/norms.txt" 2>&1 || { cat "$TMP/norms.txt"; fail "fednode model norms.cfg"; }
+for row in '^ *0  conv  *c1  *8x12x12  *200 ' '^ *1  groupnorm  *gn1  *8x12x12  *16 ' \
+    '^ *4  layernorm  *ln1  *8x5x5  *400 ' '^ *6  dropout  *drop1  *8x5x5  *0 ' \
+    '^ *9  layernorm  *ln2  *32x1x1  *64 ' '^ *total  *8026 '; do
+    grep -q "$row" "$TMP/norms.txt" || { cat "$TMP/norms.txt"; fail "fednode model prints /$row/"; }
+done
+ok "fednode model: groupnorm, layernorm and dropout rows, 8026 parameters"
+for run in a b; do
+    "$FEDNODE" train --model "$TMP/norms.cfg" --epochs 1 --shard 0/30 --out "$TMP/n$run.bin" \
+        >"$TMP/n$run.log" 2>&1 || { cat "$TMP/n$run.log"; fail "train norms.cfg"; }
+done
+cmp -s "$TMP/na.bin" "$TMP/nb.bin" || fail "two runs of a dropout net from one seed give one model"
+"$FEDNODE" train --model "$TMP/norms.cfg" --epochs 1 --shard 0/30 --dp-sgd >"$TMP/ndp.log" 2>&1 ||
+    { cat "$TMP/ndp.log"; fail "train norms.cfg --dp-sgd"; }
+ok "norms and dropout train, the same bytes twice, and under DP-SGD"
 
 printf '[input] shape = 1,28,28\n[conv] name = c1 out = 4 kernel = 3 stride = 4\n[relu]\n[conv] name = c2 out = 4 kernel = 9\n[linear] out = classes\n' >"$TMP/bad.cfg"
 if "$FEDNODE" train --model "$TMP/bad.cfg" --epochs 1 --shard 0/30 >"$TMP/bad.log" 2>&1; then

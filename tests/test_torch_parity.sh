@@ -5,8 +5,9 @@
 # average pooling), a net of every activation of its own (leaky_relu, gelu,
 # silu, sigmoid, tanh) with a global average pool, grouped and depthwise
 # convolutions, convolutions and linear layers without a bias (bias = 0),
-# a one-logit bce net, residual blocks (add, branches, a
-# concat), the tabular net (examples/models/tabular.cfg: embeddings of two
+# layer and group norms with dropout at p = 0 (a tensor initialized to a
+# constant, a norm's, jittered by the dump so its terms count), a one-logit
+# bce net, residual blocks (add, branches, a concat), the tabular net (examples/models/tabular.cfg: embeddings of two
 # categorical columns concatenated with the numeric ones, bce) and a net of
 # embeddings alone (ids repeated in the batch: the scatter-add sums them),
 # and a regression net of three outputs under mse (float targets):
@@ -125,6 +126,30 @@ cat >"$TMP/nobias.cfg" <<CFG
 [output] classes = 5
 CFG
 
+cat >"$TMP/norms.cfg" <<CFG
+# group and layer norms over maps and features, a relu folded into each,
+# dropout with p = 0 (parity is with dropout off)
+[input] shape = 4,7,6
+[conv] name = c1 out = 6 kernel = 3 padding = 1 bias = 0
+[groupnorm] name = gn1 groups = 3
+[relu]
+[conv] name = c2 out = 4 kernel = 3 stride = 2
+[layernorm] name = ln1
+[relu]
+[dropout] p = 0
+[conv] name = c3 out = 4 kernel = 1
+[groupnorm] name = gn2 groups = 1
+[flatten]
+[linear] name = fc1 out = 16
+[layernorm] name = ln2
+[relu]
+[dropout] name = drop p = 0
+[linear] name = fc2 out = 12
+[groupnorm] name = gn3 groups = 4
+[linear] name = head out = classes
+[output] classes = 5
+CFG
+
 cat >"$TMP/bce.cfg" <<CFG
 # one logit, binary cross-entropy with logits
 [input] features = 11
@@ -155,7 +180,7 @@ CFG
 
 for cfg in "$HERE/../examples/models/simplecnn.cfg" "$TMP/windows.cfg" "$TMP/acts.cfg" \
     "$TMP/groups.cfg" "$TMP/bce.cfg" "$TMP/residual.cfg" "$TMP/nobias.cfg" \
-    "$HERE/../examples/models/tabular.cfg" "$TMP/embed.cfg" "$TMP/mse.cfg"; do
+    "$TMP/norms.cfg" "$HERE/../examples/models/tabular.cfg" "$TMP/embed.cfg" "$TMP/mse.cfg"; do
     name=$(basename "$cfg" .cfg)
     mkdir -p "$TMP/$name"
     "$DUMP" --torch-dump "$TMP/$name" "$cfg" >"$TMP/$name/dump.log" 2>&1 ||

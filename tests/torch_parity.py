@@ -93,6 +93,12 @@ class Net(nn.Module):
                 m = nn.ReLU()
             elif kind == "flatten":
                 m = nn.Flatten()
+            elif kind == "layernorm":  # over all of a sample's values
+                m = nn.LayerNorm(list(x.shape[1:]) if x.dim() > 2 else x.shape[1])
+            elif kind == "groupnorm":
+                m = nn.GroupNorm(int(kv["groups"]), x.shape[1])
+            elif kind == "dropout":  # parity with p = 0 (or in evaluation)
+                m = nn.Dropout(float(kv.get("p", "0.5")))
             elif kind in ACTIVATIONS:
                 m = ACTIVATIONS[kind]()
             else:
