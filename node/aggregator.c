@@ -1059,6 +1059,7 @@ static void fed_node_agg_prepare_open(fed_node *n, node_open *op)
 {
     op->expect_n = n->agg->nparams;
     op->expect_codec = (uint16_t)n->agg->codec.id;
+    op->expect_words = n->agg->sa ? fed_node_sa_agg_words(n->agg->sa) : 0;
 }
 
 /* A late or unexpected delta: recorded, answered, never merged. */

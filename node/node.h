@@ -121,6 +121,16 @@ typedef void (*fed_node_round_fn)(void *ctx, const fed_node *n, const fed_node_r
 typedef void (*fed_node_delta_fn)(void *ctx, const fed_node *n, uint64_t round,
                                   uint64_t base_round, const uint8_t key[32], const float *delta,
                                   size_t nparams, uint64_t samples);
+/* Client of a secure round: its integers of round (n of them,
+ * fed_node_config.secagg_ints) into out, summed exactly beside the delta;
+ * called on the loop as its masked input is made. Its error drops the
+ * round. */
+typedef fed_err (*fed_node_ints_fn)(void *ctx, uint64_t round, int64_t *out, size_t n);
+/* Aggregator: a secure round's integers unmasked, each summed exactly
+ * (modulo 2^64; read as int64_t for signed values) over the m clients in
+ * the sum; valid during the call. */
+typedef void (*fed_node_int_sum_fn)(void *ctx, const fed_node *n, uint64_t round,
+                                    const uint64_t *sum, size_t len, uint32_t m);
 
 typedef struct fed_node_config {
     fed_node_role role;
@@ -252,6 +262,17 @@ typedef struct fed_node_config {
                                      survivors, enforced by the aggregator and by
                                      each client: never below 3 (a smaller value
                                      counts as 3); default 3 */
+    /* integers summed exactly beside the delta (node/agg_input.h's INT64
+       segment: federated statistics, a site evaluation's counts): how many
+       each client adds to a secure round's masked input; 0: none (default).
+       The aggregator and its clients agree on it (a masked input of
+       another size is refused, FED_ERR_SA_MASKED); a client's come from
+       secagg_ints_fn, the aggregator's sums go to on_int_sum */
+    uint32_t secagg_ints;
+    fed_node_ints_fn secagg_ints_fn; /* client; NULL with secagg_ints > 0:
+                                        the round fails (FED_ERR_INVAL) */
+    fed_node_int_sum_fn on_int_sum;  /* aggregator; may be NULL */
+    void *secagg_ints_ctx;           /* passed to both */
 
     /* peer (no aggregator): every member in the allow-list is a peer; the
        round's settings above are its own (spec, local_epochs, batch,

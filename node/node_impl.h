@@ -55,6 +55,7 @@ typedef struct node_open {
     /* decoding the vector (in the job): */
     size_t expect_n;        /* entries expected; 0: from a MODEL's spec */
     size_t expect_max;      /* a SLICE: at most this many entries */
+    size_t expect_words;    /* an SA_MASKED: its u32 words (0: none taken) */
     fed_model_shape shape;  /* for a MODEL's spec */
     const char *own_model;  /* client: the model it declares (NULL: any), and */
     double max_params, max_flops; /* what it builds from a MODEL at most */

@@ -60,13 +60,32 @@ struct node_sa_agg {
     int void_sum;           /* the try failed once masked inputs were out: the
                                round closes with no update, no other try */
     char outcome[160];      /* why, for the try's row (written with the round) */
-    size_t words;           /* nparams + 1 */
+    size_t words;           /* the masked input's: fed_agg_seg_words of sa_segs */
     uint32_t *sum;          /* (words) */
     float *mean;            /* (nparams) the unmasked mean */
     double weight;
+    uint64_t *isum;         /* (cfg.secagg_ints) the integers' exact sums */
 };
 
 /* ---- configuration ---- */
+
+/* A secure contribution's segments under c (agg_input.h): the delta, its
+ * weight, and c's integers. */
+static size_t sa_segs(const fed_node_config *c, size_t nparams, agg_segment *segs)
+{
+    return fed_agg_seg_secure(nparams, c->secagg_range, c->secagg_ints, segs);
+}
+
+/* The masked input's u32 words under c. */
+static uint64_t sa_words(const fed_node_config *c, size_t nparams)
+{
+    agg_segment segs[AGG_SEGMENTS_MAX];
+    size_t nseg = sa_segs(c, nparams, segs);
+
+    if (c->secagg_bits < 1 || c->secagg_bits > 32) /* misfit refuses it by name */
+        return (uint64_t)nparams + 1;
+    return fed_agg_seg_words(segs, nseg, c->secagg_bits);
+}
 
 const char *fed_node_sa_agg_misfit(const fed_node_config *c, size_t nparams, size_t max_clients)
 {
@@ -95,11 +114,11 @@ const char *fed_node_sa_agg_misfit(const fed_node_config *c, size_t nparams, siz
                "--secagg-bits or the number of clients a round takes";
     /* a masked vector larger than a frame streams (node/transfer.c), as a
        DELTA does: the bound is the largest stream a node takes */
-    if ((uint64_t)nparams + 1 > wc.max_stream_bytes / 4)
+    if (sa_words(c, nparams) > wc.max_stream_bytes / 4)
         return "--secagg: the masked vector (4 bytes a parameter) is over the largest stream "
                "a node takes (wire.max_stream_bytes, 64 GiB by default): raise it or use a "
                "smaller model";
-    if (fed_wire_cfg_unsealed(&c->wire) && fed_wire_frame_bytes(16 + (nparams + 1) * 4) > max_frame)
+    if (fed_wire_cfg_unsealed(&c->wire) && fed_wire_frame_bytes(16 + sa_words(c, nparams) * 4) > max_frame)
         return "--secagg with --no-crypto: the masked vector is over one frame and would "
                "stream, and streams are always sealed: drop --no-crypto or use a smaller model";
     if (max_clients > SA_MAX_CLIENTS)
@@ -115,14 +134,16 @@ fed_err fed_node_sa_agg_new(fed_node *n, node_sa_agg **out)
     *out = NULL;
     if (!s)
         return FED_ERR_NOMEM;
-    s->words = n->agg->nparams + 1;
+    s->words = (size_t)sa_words(&n->cfg, n->agg->nparams);
     s->m = fed_calloc(mc, sizeof *s->m);
     s->mean = fed_malloc(n->agg->nparams * sizeof(float) + 1);
     s->sum = fed_malloc(s->words * sizeof(uint32_t));
-    if (!s->m || !s->mean || !s->sum) {
+    s->isum = fed_calloc((size_t)n->cfg.secagg_ints + 1, sizeof *s->isum);
+    if (!s->m || !s->mean || !s->sum || !s->isum) {
         fed_free(s->m);
         fed_free(s->mean);
         fed_free(s->sum);
+        fed_free(s->isum);
         fed_free(s);
         return FED_ERR_NOMEM;
     }
@@ -173,6 +194,7 @@ void fed_node_sa_agg_free(fed_node *n, node_sa_agg *s)
     fed_free(s->m);
     fed_free(s->mean);
     fed_free(s->sum);
+    fed_free(s->isum);
     fed_free(s);
 }
 
@@ -230,6 +252,8 @@ const char *fed_node_sa_agg_outcome(const node_sa_agg *s)
 {
     return s->void_sum ? s->outcome : "";
 }
+
+size_t fed_node_sa_agg_words(const node_sa_agg *s) { return s->words; }
 
 const float *fed_node_sa_agg_mean(const node_sa_agg *s, double *weight)
 {
@@ -659,8 +683,8 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
     fed_secagg_share *buf = fed_crypto_guarded_alloc((size_t)s->k + 1, sizeof *buf);
     fed_secagg_maskset *ms = NULL; /* every mask to remove: one blocked walk */
     float *deq = NULL;
-    agg_segment segs[AGG_SEGMENTS_MAX]; /* the delta and its weight (agg_input.h) */
-    size_t nseg;
+    agg_segment segs[AGG_SEGMENTS_MAX]; /* the delta, its weight, the integers */
+    size_t nseg, np = n->agg->nparams;
     uint32_t m3 = count_flags(s->u3, s->n1);
     uint64_t top = (uint64_t)m3 * ((s->q.bits >= 32 ? 0 : (UINT64_C(1) << s->q.bits)) - 1);
     fed_err e = FED_OK;
@@ -723,11 +747,11 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
             e = FED_ERR_RANGE;
             goto out;
         }
-    nseg = fed_agg_seg_secure(s->words - 1, s->q.range, segs);
-    if ((e = fed_agg_seg_dequantize(segs, nseg, s->q.bits, s->sum, m3, deq)) != FED_OK)
+    nseg = sa_segs(&n->cfg, np, segs);
+    if ((e = fed_agg_seg_dequantize(segs, nseg, s->q.bits, s->sum, m3, deq, s->isum)) != FED_OK)
         goto out;
     /* the weight coordinate carries 2 r w / W - r per client */
-    s->weight = ((double)deq[s->words - 1] + (double)m3 * s->q.range) / (2 * s->q.range);
+    s->weight = ((double)deq[np] + (double)m3 * s->q.range) / (2 * s->q.range);
     if (!(s->weight > 0)) {
         snprintf(why, cap, "the summed weight is %g", s->weight);
         e = FED_ERR_RANGE;
@@ -741,7 +765,8 @@ out:
     fed_crypto_guarded_free(buf);
     if (e != FED_OK) { /* a failed try keeps no sum, not even a partial one */
         sodium_memzero(s->sum, s->words * sizeof *s->sum);
-        sodium_memzero(s->mean, (s->words - 1) * sizeof *s->mean);
+        sodium_memzero(s->mean, np * sizeof *s->mean);
+        sodium_memzero(s->isum, n->cfg.secagg_ints * sizeof *s->isum);
     }
     fed_free(deq);
     return e;
@@ -766,6 +791,9 @@ static fed_err end_unmask(fed_node *n)
     fed_log(FED_LOG_INFO, "secagg: round %llu try %u unmasked: %u in the sum, %u dropped after "
             "sharing", (unsigned long long)s->round, s->try_no, count_flags(s->u3, s->n1),
             count_flags(s->u2, s->n1) - count_flags(s->u3, s->n1));
+    if (n->cfg.secagg_ints && n->cfg.on_int_sum)
+        n->cfg.on_int_sum(n->cfg.secagg_ints_ctx, n, s->round, s->isum, n->cfg.secagg_ints,
+                          count_flags(s->u3, s->n1));
     return fed_node_agg_close_round(n);
 }
 

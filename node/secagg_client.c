@@ -550,19 +550,29 @@ fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, size_t npara
     node_sa_client *s = n->client_sa;
     double w = (double)samples < s->max_weight ? (double)samples : s->max_weight;
     double f = w / s->max_weight, r = s->q.range;
-    float *x;
+    size_t nints = n->cfg.secagg_ints;
+    agg_segment segs[AGG_SEGMENTS_MAX];
+    size_t nseg = fed_agg_seg_secure(nparams, r, nints, segs);
+    float *x = NULL;
+    int64_t *ix = NULL;
     fed_rng rng;
     uint64_t seed;
     fed_err e;
 
     if (s->stage == SC_NONE)
         return FED_ERR_SA_FAILED; /* the round was dropped meanwhile */
-    s->words = nparams + 1;
-    if (!(x = fed_malloc(s->words * sizeof *x)) ||
+    if (nints && !n->cfg.secagg_ints_fn)
+        return FED_ERR_INVAL;
+    s->words = fed_agg_seg_words(segs, nseg, s->q.bits);
+    if (!(x = fed_malloc((nparams + 1) * sizeof *x)) ||
+        (nints && !(ix = fed_calloc(nints, sizeof *ix))) ||
         !(s->masked = fed_malloc(s->words * sizeof *s->masked))) {
-        fed_free(x);
-        return FED_ERR_NOMEM;
+        e = FED_ERR_NOMEM;
+        goto out;
     }
+    if (nints &&
+        (e = n->cfg.secagg_ints_fn(n->cfg.secagg_ints_ctx, s->round, ix, nints)) != FED_OK)
+        goto out;
     /* the L2 clip the aggregator's strategy names (clip:NORM+), then each
        value into the range, then weighted: each value in [-r, r]; the
        weight, 2 r w / W - r, one more coordinate */
@@ -577,18 +587,25 @@ fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, size_t npara
     x[nparams] = (float)(2 * r * f - r);
     fed_crypto_keystream_random(&s->ks, &seed, sizeof seed);
     fed_rng_seed(&rng, seed);
-    { /* clipped above (the weight word is no delta): each segment at its range */
-        agg_segment segs[AGG_SEGMENTS_MAX];
-        size_t nseg = fed_agg_seg_secure(nparams, s->q.range, segs);
-
-        e = fed_agg_seg_quantize(segs, nseg, s->q.bits, x, &rng, s->masked);
-    }
-    sodium_memzero(x, s->words * sizeof *x);
+    /* clipped above (the weight word is no delta): each segment at its
+       range, the integers as limbs */
+    e = fed_agg_seg_quantize(segs, nseg, s->q.bits, x, ix, &rng, s->masked);
     sodium_memzero(&seed, sizeof seed); /* the rounding's draws */
     sodium_memzero(&rng, sizeof rng);
+out:
+    if (x)
+        sodium_memzero(x, (nparams + 1) * sizeof *x);
+    if (ix)
+        sodium_memzero(ix, nints * sizeof *ix);
     fed_free(x);
-    if (e != FED_OK)
+    fed_free(ix);
+    if (e != FED_OK) {
+        if (s->masked)
+            sodium_memzero(s->masked, s->words * sizeof *s->masked);
+        fed_free(s->masked);
+        s->masked = NULL;
         return e;
+    }
     s->trained = 1;
     return s->inbox ? send_masked(n) : FED_OK;
 }

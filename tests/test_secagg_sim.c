@@ -1,7 +1,8 @@
 /* test_secagg_sim.c - secure aggregation through whole rounds in the
  * simulated world: an aggregator and 20 clients on real Fashion-MNIST
  * shards. A client that dies before each stage's message (one test per
- * stage) leaves a round that still commits the right sum; too many deaths
+ * stage) leaves a round that still commits the right sum, and the right
+ * exact sum of 64-bit integers carried beside the delta; too many deaths
  * fail the try closed (no update) and the next round commits; a client the aggregator
  * names dropped refuses to reveal anything; a cheating aggregator (the
  * sa_tamper test hook: survivor lists that differ between
@@ -60,7 +61,8 @@ typedef struct fixture {
     fed_pool *pool;
 } fixture;
 
-typedef struct scen {
+typedef struct scen scen;
+struct scen {
     const fixture *fx;
     fed_sim_world *w;
     fed_crypto_allow *allow;
@@ -148,7 +150,19 @@ typedef struct scen {
     uint8_t *lie_vec;
     fed_node_test_hooks agg_hooks; /* sa_hook, ctx this scen */
     fed_node_test_hooks cl0_hooks; /* record_delta0, ctx this scen */
-} scen;
+    /* integers summed exactly beside the delta (cfg.secagg_ints): SIM_INTS
+       of them when ints is set, client c's from client_ints; what the
+       aggregator unmasked, by round, and over how many clients */
+    int ints;
+    struct int_src {
+        struct scen *s;
+        int c;
+    } isrc[NCL];
+    uint64_t isum[MAXR + 1][8];
+    uint32_t im[MAXR + 1];
+    int int_sums[MAXR + 1];
+};
+#define SIM_INTS 5
 
 static int setup(void **state)
 {
@@ -458,6 +472,63 @@ static void trace(void *ctx, uint64_t t_us, fed_sim_event_kind kind, uint32_t no
     }
 }
 
+/* Client c's integers of a round: values near both ends of int64 (their
+ * sum wraps modulo 2^64), -1 - c (every high bit set), a count-like value
+ * and one that moves with the round. */
+static void client_ints(int c, uint64_t round, int64_t *out)
+{
+    out[0] = INT64_MAX - c;
+    out[1] = INT64_MIN + 7 * c;
+    out[2] = -1 - c;
+    out[3] = 1000003 * (int64_t)c + 11;
+    out[4] = (int64_t)(round << 40) - 5 * c;
+}
+
+static fed_err ints_of(void *ctx, uint64_t round, int64_t *out, size_t n)
+{
+    const struct int_src *src = ctx;
+
+    assert_int_equal(n, SIM_INTS);
+    client_ints(src->c, round, out);
+    return FED_OK;
+}
+
+static void on_ints(void *ctx, const fed_node *n, uint64_t round, const uint64_t *sum, size_t len,
+                    uint32_t m)
+{
+    scen *s = ctx;
+
+    (void)n;
+    assert_int_equal(len, SIM_INTS);
+    if (round > MAXR)
+        return;
+    memcpy(s->isum[round], sum, len * sizeof *sum);
+    s->im[round] = m;
+    s->int_sums[round]++;
+}
+
+/* The aggregator's integer sums of round equal the true sums of every
+ * client but those in out[] (modulo 2^64), over the count it reports. */
+static void check_ints(const scen *s, uint64_t round, const int *out)
+{
+    uint64_t want[SIM_INTS] = {0};
+    uint32_t m = 0;
+
+    for (int c = 0; c < s->ncl; c++) {
+        int64_t v[SIM_INTS];
+
+        if (out[c])
+            continue;
+        client_ints(c, round, v);
+        for (int j = 0; j < SIM_INTS; j++)
+            want[j] += (uint64_t)v[j];
+        m++;
+    }
+    assert_int_equal(s->int_sums[round], 1);
+    assert_int_equal(s->im[round], m);
+    assert_memory_equal(s->isum[round], want, sizeof want);
+}
+
 static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint32_t min_clients,
                   size_t per_client, int evaluate)
 {
@@ -527,6 +598,11 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
     ac.hooks = &s->agg_hooks;
     ac.wire.max_frame = s->max_frame;
     ac.wire.max_rx_streams = s->rx_streams;
+    if (s->ints) {
+        ac.secagg_ints = SIM_INTS;
+        ac.on_int_sum = on_ints;
+        ac.secagg_ints_ctx = s;
+    }
     assert_int_equal(fed_sim_host_attach(s->agg, s->w, &ac, NULL), FED_OK);
     for (int i = 0; i < s->ncl; i++) {
         s->idx[i] = fed_malloc(per_client * sizeof(uint32_t));
@@ -555,6 +631,12 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
         if (i == 0) { /* its true delta, untouched, for the leak test */
             s->cl0_hooks = (fed_node_test_hooks){.ctx = s, .tamper_delta = record_delta0};
             cc.hooks = &s->cl0_hooks;
+        }
+        if (s->ints) {
+            s->isrc[i] = (struct int_src){.s = s, .c = i};
+            cc.secagg_ints = SIM_INTS;
+            cc.secagg_ints_fn = ints_of;
+            cc.secagg_ints_ctx = &s->isrc[i];
         }
         assert_int_equal(fed_sim_host_attach(s->cl[i], s->w, &cc, NULL), FED_OK);
     }
@@ -630,14 +712,18 @@ static contrib_q contribution(scen *s, uint64_t round, int c)
 
 /* One client dies before sending stage `type` of round 1; the round
  * commits with `merged` clients in the sum, the dead one's row says
- * `fate`, and round 2 runs with the rest. */
+ * `fate`, and round 2 runs with the rest. Every round also carries 5
+ * integers per client (INT64 limbs beside the delta), whose sums the
+ * aggregator unmasks exact modulo 2^64 over the same clients. */
 static void drop_one(const fixture *fx, uint8_t type, uint32_t merged, const char *fate)
 {
     scen s;
     contrib_q q;
+    int none[NCL] = {0}, first[NCL] = {1};
 
     fed_test_need_fashion(fx->train != NULL);
     memset(&s, 0, sizeof s);
+    s.ints = 1; /* every round also sums SIM_INTS integers exactly */
     build(&s, fx, 1, 2, 10, 100, 1);
     s.drop_type = type;
     s.drop_round = 1;
@@ -657,6 +743,10 @@ static void drop_one(const fixture *fx, uint8_t type, uint32_t merged, const cha
     assert_int_equal(s.commits[2], 1);
     assert_int_equal(s.info[2].merged, NCL - 1);
     assert_int_equal(s.both_kinds, 0);
+    /* the integers: exact over whoever is in each round's sum (client 0
+       too when it died after its masked input went out) */
+    check_ints(&s, 1, merged == NCL ? none : first);
+    check_ints(&s, 2, first);
     scen_free(&s);
 }
 
