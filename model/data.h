@@ -218,6 +218,15 @@ FED_WUR fed_err fed_data_open_csv(const char *path, int train, const fed_csv_opt
  * caller with fed_free. */
 FED_WUR fed_err fed_data_csv_stats(const char *path, const fed_csv_opts *opts, double **mean,
                                    double **std, size_t *features);
+/* A site's shared-statistics contribution (model/colstats.h) from a CSV
+ * file's raw values (missing cells as missing, categorical columns as
+ * zeros): *out (*features * FED_COLSTATS_INTS integers, freed by the caller
+ * with fed_free); a column with fewer than min_count present values
+ * contributes zeros and is counted in *suppressed. A value out of the
+ * statistics' range is FED_ERR_RANGE, logged with the path, row and column. */
+FED_WUR fed_err fed_data_csv_colstats(const char *path, const fed_csv_opts *opts,
+                                      uint64_t min_count, int64_t **out, size_t *features,
+                                      size_t *suppressed);
 /* Write a statistics file ("mean,std" header, then one "MEAN,STD" line per
  * feature, %.17g) that fed_csv_opts.stats_path reads back exactly. */
 FED_WUR fed_err fed_data_write_stats(const char *path, const double *mean, const double *std,

@@ -4,6 +4,7 @@
  * those statistics files. Owns the datasets it returns. Must never accept a
  * field that does not parse whole, a quote, a ragged row, NaN or infinity. */
 #include "model/data.h"
+#include "model/colstats.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -797,28 +798,67 @@ fed_err fed_data_load_csv(const char *path, const fed_csv_opts *opts, fed_datase
     return err;
 }
 
-fed_err fed_data_csv_stats(const char *path, const fed_csv_opts *opts, double **mean,
-                           double **std, size_t *features)
+/* A CSV file's raw values (missing cells NaN, not filled). */
+static fed_err read_raw(const char *path, const fed_csv_opts *opts, csv_raw *r)
 {
     uint8_t *buf = NULL;
     size_t len = 0;
+    fed_err err = fed_data_read_file(path, FED_DATA_MAX_BYTES, &buf, &len);
+
+    if (err)
+        return err;
+    err = parse_raw((const char *)buf, len, path, opts, NULL, 0, r);
+    fed_free(buf);
+    return err;
+}
+
+fed_err fed_data_csv_stats(const char *path, const fed_csv_opts *opts, double **mean,
+                           double **std, size_t *features)
+{
     csv_raw r;
     fed_err err;
 
     *mean = *std = NULL;
     *features = 0;
-    err = fed_data_read_file(path, FED_DATA_MAX_BYTES, &buf, &len);
-    if (err)
-        return err;
-    err = parse_raw((const char *)buf, len, path, opts, NULL, 0, &r);
-    fed_free(buf);
-    if (err)
+    if ((err = read_raw(path, opts, &r)) != FED_OK)
         return err;
     err = fill_missing(&r, path, opts ? opts->fill : NULL);
     if (!err)
         err = own_stats(&r, mean, std);
     if (!err)
         *features = r.features;
+    raw_free(&r);
+    return err;
+}
+
+fed_err fed_data_csv_colstats(const char *path, const fed_csv_opts *opts, uint64_t min_count,
+                              int64_t **out, size_t *features, size_t *suppressed)
+{
+    int64_t *ints = NULL;
+    char why[160] = "";
+    csv_raw r;
+    fed_err err;
+
+    *out = NULL;
+    *features = 0;
+    *suppressed = 0;
+    if ((err = read_raw(path, opts, &r)) != FED_OK)
+        return err;
+    if (!(ints = fed_calloc(r.features * FED_COLSTATS_INTS, sizeof *ints))) {
+        err = FED_ERR_NOMEM;
+        goto out;
+    }
+    err = fed_colstats_local(r.x, r.n, r.features, r.cat, min_count, ints, suppressed, why,
+                             sizeof why);
+    if (err) {
+        fed_log(FED_LOG_ERROR, "%s: shared statistics: %s", path, why);
+        goto out;
+    }
+    *out = ints;
+    *features = r.features;
+    ints = NULL;
+out:
+    fed_free(ints);
     raw_free(&r);
     return err;
 }
