@@ -117,7 +117,7 @@ void fed_agg_seg_finish(const agg_segment *segs, size_t nseg, const float *deq, 
 /* The segments of a secure contribution, into segs (returned: how many):
  * the model delta (nparams, SAMPLES) and its weight (one SUM value,
  * 2 range f - range), both at range; then, when nints > 0, nints integers
- * (INT64, SUM: fed_node_config.secagg_ints). */
+ * (INT64, SUM: fed_node_config.secagg.ints). */
 size_t fed_agg_seg_secure(size_t nparams, double range, size_t nints, agg_segment *segs);
 
 /* ---- the round's aggregate input, for the aggregator's round path ---- */

@@ -323,7 +323,7 @@ typedef struct node_train_job {
        model (its parameters set afresh each round) and the trained copy */
     fed_model *model;
     float *trained;         /* (nparams) */
-    int drop_model;         /* model freed when the job ends (cfg.train_model_per_job) */
+    int drop_model;         /* model freed when the job ends (cfg.peer.train_model_per_job) */
 } node_train_job;
 
 void fed_node_train_job_run(fed_job *job);

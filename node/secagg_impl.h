@@ -13,7 +13,7 @@
 /* The floor cfg sets: secagg_min_clients, never below FED_NODE_SA_FLOOR. */
 static inline uint32_t fed_node_sa_floor(const fed_node_config *c)
 {
-    return c->secagg_min_clients > FED_NODE_SA_FLOOR ? c->secagg_min_clients
+    return c->secagg.min_clients > FED_NODE_SA_FLOOR ? c->secagg.min_clients
                                                      : FED_NODE_SA_FLOOR;
 }
 
@@ -39,7 +39,7 @@ FED_WUR fed_err fed_node_sa_agg_on_msg(fed_node *n, node_open *op);
 /* NODE_TIMER_STAGE fired. */
 FED_WUR fed_err fed_node_sa_agg_on_timer(fed_node *n);
 /* The u32 words of a client's masked input: the delta, its weight and
- * cfg.secagg_ints integers as limbs (node/agg_input.h). */
+ * cfg.secagg.ints integers as limbs (node/agg_input.h). */
 size_t fed_node_sa_agg_words(const node_sa_agg *s);
 /* The unmasked mean and its weight (after the round's last stage). */
 const float *fed_node_sa_agg_mean(const node_sa_agg *s, double *weight);

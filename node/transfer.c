@@ -17,7 +17,7 @@
 /* Chunks of at most this many bytes: a stream frame in hand costs one. */
 #define NODE_CHUNK_BYTES ((size_t)1 << 20)
 /* An incoming stream with no frame for this long is dropped. */
-#define NODE_RX_IDLE_MS(n) (4 * ((n)->cfg.poll_ms + (n)->cfg.retry_ms))
+#define NODE_RX_IDLE_MS(n) (4 * ((n)->cfg.transfer.poll_ms + (n)->cfg.transfer.retry_ms))
 
 struct node_tx {
     node_tx *next;
