@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "model/colstats.h"
 #include "model/backend.h"
 #include "node/aggregator_impl.h"
 #include "node/secagg_impl.h"
@@ -218,6 +219,13 @@ size_t fed_agg_seg_secure(size_t nparams, double range, size_t nints, agg_segmen
     segs[2] = (agg_segment){.name = "ints", .len = nints, .rule = AGG_WEIGHT_SUM,
                             .enc = AGG_ENC_INT64};
     return 3;
+}
+
+size_t fed_agg_seg_stats(uint32_t cols, agg_segment *seg)
+{
+    *seg = (agg_segment){.name = "stats", .len = (size_t)cols * FED_COLSTATS_INTS,
+                         .rule = AGG_WEIGHT_SUM, .enc = AGG_ENC_INT64};
+    return 1;
 }
 
 fed_err fed_node_agg_input_vec(fed_node *n, int k, const float *host, const float **delta)

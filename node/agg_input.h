@@ -120,6 +120,14 @@ void fed_agg_seg_finish(const agg_segment *segs, size_t nseg, const float *deq, 
  * (INT64, SUM: fed_node_config.secagg.ints). */
 size_t fed_agg_seg_secure(size_t nparams, double range, size_t nints, agg_segment *segs);
 
+/* The shared statistics' contribution (model/colstats.h): cols x
+ * FED_COLSTATS_INTS integers as one INT64 segment into seg (returned: 1). */
+size_t fed_agg_seg_stats(uint32_t cols, agg_segment *seg);
+/* In the clear (the statistics pass's DELTA) each integer goes as limbs of
+ * this many bits, one float each (exact in f32), summed as words by the
+ * aggregator: fewer than 65537 clients a round. */
+#define FED_AGG_PLAIN_INT_BITS 16
+
 /* ---- the round's aggregate input, for the aggregator's round path ---- */
 typedef struct fed_node fed_node;
 typedef struct node_open node_open;

@@ -97,6 +97,17 @@ static fed_err fed_node_agg_new(fed_node *n)
     }
     if ((e = fed_node_agg_dp_new(n)) != FED_OK)
         return e;
+    if (c->data.stats_cols && (a->dp || fed_node_agg_is_async(n))) {
+        /* the pass's totals are a release DP-FedAvg's accounting does not
+           cover (no noise is added to them), and it needs a round of its own */
+        fed_log(FED_LOG_ERROR, "aggregator: shared statistics (--standardize) %s",
+                a->dp ? "are not noised, and DP-FedAvg's epsilon would not cover them: use "
+                        "--no-standardize, or a statistics file (--stats)"
+                      : "need synchronous rounds: use --mode sync");
+        return FED_ERR_UNSUPPORTED;
+    }
+    if ((e = fed_node_agg_stats_new(n)) != FED_OK)
+        return e;
     a->in = fed_node_agg_input_of(n, NULL);
     return FED_OK;
 }
@@ -122,6 +133,7 @@ static void fed_node_agg_free(fed_node *n)
     if (a->parts)
         parts_clear(a);
     fed_node_sa_agg_free(n, a->sa);
+    fed_node_agg_stats_free(n);
     for (int i = 0; a->dev && i < a->max_clients; i++)
         if (a->dev[i])
             n->cfg.be->free(n->cfg.be, a->dev[i]);
@@ -187,7 +199,8 @@ static fed_err resume(fed_node *n)
     n->round = round;
     fed_log(FED_LOG_INFO, "aggregator: resumed from the checkpoint of round %llu (epoch %llu)",
             (unsigned long long)round, (unsigned long long)fed_wire_epoch(n->wire));
-    e = fed_node_agg_dp_start(n, &ck);
+    if ((e = fed_node_agg_dp_start(n, &ck)) == FED_OK)
+        e = fed_node_agg_stats_resume(n, &ck);
 out:
     if (e != FED_OK)
         fed_log(FED_LOG_ERROR, "aggregator: cannot resume from checkpoint %llu: %s",
@@ -437,6 +450,7 @@ void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b)
     }
     if (n->agg->sa)
         fed_node_sa_agg_settings(n, round, s);
+    fed_node_agg_stats_settings(n, s);
 }
 
 static node_cast cast_of(const agg_hold *h)
@@ -509,6 +523,7 @@ static fed_err start_round(fed_node *n)
         memcpy(a->parts[i].key, a->holds[i].hdr.sender, 32);
     a->nparts = k;
     qsort(a->parts, k, sizeof *a->parts, part_cmp);
+    fed_node_agg_stats_begin(n); /* before the input's begin: a secure pass sums no delta */
     if ((e = a->in->begin(n)) != FED_OK)
         return e;
     fed_node_agg_settings(n, n->round + 1, &b);
@@ -703,7 +718,7 @@ static fed_err write_checkpoint(fed_node *n, uint8_t hash[32])
     fed_crypto_model_hash(params, a->nparams * sizeof(float), hash);
     {
         uint8_t clip[8];
-        fed_store_section sec[FED_NODE_MODEL_SECTIONS + 3] = {
+        fed_store_section sec[FED_NODE_MODEL_SECTIONS + 4] = {
             ms.s[0], ms.s[1], ms.s[2],
             {FED_NODE_SEC_STATE, st, sizeof st},
         };
@@ -715,6 +730,8 @@ static fed_err write_checkpoint(fed_node *n, uint8_t hash[32])
             fed_put_f64le(clip, fed_node_agg_dp_clip_next(a));
             sec[ns++] = (fed_store_section){AGG_CKPT_SEC_DP, clip, sizeof clip};
         }
+        if (fed_node_agg_stats_section(n, &sec[ns])) /* the shared statistics, once known */
+            ns++;
         e = fed_store_checkpoint_write(n->cfg.store, n->round + 1, sec, ns, NULL);
     }
 out:
@@ -936,6 +953,7 @@ fed_err fed_node_agg_close_round(fed_node *n)
     uint8_t hash[32];
     uint64_t wait_ms;
     agg_close out;
+    int stats_pass = fed_node_agg_stats_pass(n);
     fed_err e;
 
     a->commit_again = 0; /* (a retry pending is this one) */
@@ -949,8 +967,19 @@ fed_err fed_node_agg_close_round(fed_node *n)
        void outcome that leaves the model and strategy as committed (kept
        first, so that a failed commit restores these and not an older copy) */
     memset(&out, 0, sizeof out);
-    if ((e = keep_committed(n)) != FED_OK || (e = a->in->close(n, &out)) != FED_OK)
+    if ((e = keep_committed(n)) != FED_OK)
         goto fail;
+    if (stats_pass) { /* the statistics pass: read back, nothing merged */
+        if ((e = fed_node_agg_stats_close(n)) != FED_OK)
+            goto fail;
+        out.results = a->results;
+        for (size_t i = 0; i < a->nparts; i++) {
+            memset(&a->results[i], 0, sizeof a->results[i]);
+            a->results[i].verdict = FED_MERGE_USED; /* its contribution is in the totals */
+        }
+    } else if ((e = a->in->close(n, &out)) != FED_OK) {
+        goto fail;
+    }
     info.dp_clip = out.dp_clip;
     if (out.update) {
         e = fed_merge_apply(a->merge, fed_model_params_dev(a->model), a->inputs, out.count,
@@ -979,13 +1008,20 @@ fed_err fed_node_agg_close_round(fed_node *n)
     (void)fed_node_agg_flush_pending(n); /* the disk took a commit: earlier rounds' figures too */
     info.end_ms = fed_node_wall_ms(n);
     n->round = info.round;
-    a->in->committed(n, &info, &out); /* its epsilon, its line in the log */
+    if (stats_pass)
+        fed_log(FED_LOG_INFO, "aggregator: round %llu: the statistics pass, %u of %u sampled "
+                "clients in it", (unsigned long long)info.round, info.merged, info.sampled);
+    else
+        a->in->committed(n, &info, &out); /* its epsilon, its line in the log */
     parts_clear(a);
     a->in->drop(n);
     a->state = AGG_IDLE;
     if (n->cfg.agg.early_stop) /* its rule judges this round before the next starts */
         fed_node_agg_report_round(n, &info);
-    if ((n->cfg.rounds && n->round >= n->cfg.rounds) || a->early_stopped) {
+    /* the statistics pass is round 1 and trains nothing: rounds counts
+       the training rounds after it */
+    if ((n->cfg.rounds && n->round >= n->cfg.rounds + (a->stats ? 1u : 0u)) ||
+        a->early_stopped) {
         a->state = AGG_DONE;
         n->finished = 1;
         finish_all(n);
@@ -1059,6 +1095,10 @@ static void fed_node_agg_prepare_open(fed_node *n, node_open *op)
 {
     op->expect_n = n->agg->nparams;
     op->expect_codec = (uint16_t)n->agg->codec.id;
+    if (fed_node_agg_stats_pass(n) && !n->agg->sa) { /* the pass's DELTA: 16-bit limbs */
+        op->expect_n = fed_node_agg_stats_plain_entries(n);
+        op->expect_codec = FED_CODEC_F32;
+    }
     op->expect_words = n->agg->sa ? fed_node_sa_agg_words(n->agg->sa) : 0;
 }
 
@@ -1109,7 +1149,7 @@ fed_err fed_node_agg_take_delta(fed_node *n, node_open *op, agg_part *p)
     memcpy(p->header, m->header, FED_WIRE_HEADER_BYTES);
     memcpy(p->digest, m->digest, sizeof p->digest);
     memcpy(p->sig, m->sig, sizeof p->sig);
-    if (n->cfg.on_delta)
+    if (n->cfg.on_delta && !fed_node_agg_stats_pass(n)) /* a pass's DELTA is no delta */
         n->cfg.on_delta(n->cfg.observer, n, n->round + 1, p->base, p->key, p->delta, a->nparams,
                         p->samples);
     e = fed_node_ack(n, op->req, &m->hdr, FED_OK, 0);

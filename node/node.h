@@ -121,6 +121,11 @@ typedef void (*fed_node_round_fn)(void *ctx, const fed_node *n, const fed_node_r
 typedef void (*fed_node_delta_fn)(void *ctx, const fed_node *n, uint64_t round,
                                   uint64_t base_round, const uint8_t key[32], const float *delta,
                                   size_t nparams, uint64_t samples);
+/* The data standardized with pooled statistics (cols means and stds):
+ * *out, owned by the caller and borrowed by the node until it ends (or the
+ * next call). */
+typedef fed_err (*fed_node_stats_fn)(void *ctx, const double *mean, const double *std,
+                                     size_t cols, const fed_dataset **out);
 /* Client of a secure round: its integers of round (n of them,
  * fed_node_config.secagg.ints) into out, summed exactly beside the delta;
  * called on the loop as its masked input is made. Its error drops the
@@ -145,6 +150,25 @@ typedef struct fed_node_data_config {
     size_t shard_n;
     fed_data_aug augment;         /* its training batches' (images only); none: zero */
     const fed_dataset *test;      /* held-out data; NULL: no evaluation */
+    /* shared statistics of a CSV's numeric columns (model/colstats.h,
+       node/agg_stats.c): an aggregator with stats_cols > 0 whose checkpoint
+       holds none runs the statistics pass as round 1 (no training: each
+       sampled client contributes its columns' integers, through secure
+       aggregation when it is on) and sends the pooled mean and std in
+       every later MODEL (field 14); a client contributes stats_local and
+       standardizes its training set with what each MODEL carries */
+    uint32_t stats_cols;          /* the columns (a client: its own); 0: none */
+    uint64_t stats_min_count;     /* a column with fewer present values is
+                                     suppressed: at each client (plain), and
+                                     in the totals */
+    const int64_t *stats_local;   /* client: its contribution (stats_cols x
+                                     FED_COLSTATS_INTS, borrowed); NULL: it
+                                     declines a statistics pass */
+    fed_node_stats_fn restandardize; /* a client's training set, an aggregator's
+                                     test set, standardized with the pooled
+                                     statistics; NULL: a client declines a
+                                     round that applies statistics */
+    void *stats_ctx;              /* restandardize's */
 } fed_node_data_config;
 
 /* An aggregator's rounds, merge, evaluation and async mode. */
