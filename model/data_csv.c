@@ -761,6 +761,15 @@ static fed_err csv_dataset(const char *buf, size_t len, const char *name,
                        r.features, want_features);
         goto out;
     }
+    if (!mean && opts && opts->stats_mean) { /* shared statistics */
+        if (opts->stats_features != r.features) {
+            err = csv_fail(FED_ERR_SHAPE, name, 0, 0, "%zu features, the shared statistics "
+                           "have %zu", r.features, opts->stats_features);
+            goto out;
+        }
+        mean = opts->stats_mean;
+        sd = opts->stats_std;
+    }
     if (!mean && opts && opts->stats_path)
         err = load_stats(opts->stats_path, r.features, &m, &s);
     if (!err)
@@ -831,10 +840,12 @@ fed_err fed_data_csv_stats(const char *path, const fed_csv_opts *opts, double **
     return err;
 }
 
-fed_err fed_data_csv_colstats(const char *path, const fed_csv_opts *opts, uint64_t min_count,
-                              int64_t **out, size_t *features, size_t *suppressed)
+fed_err fed_data_csv_colstats(const char *path, const fed_csv_opts *opts, const uint32_t *rows,
+                              size_t nrows, uint64_t min_count, int64_t **out, size_t *features,
+                              size_t *suppressed)
 {
     int64_t *ints = NULL;
+    double *sel = NULL;
     char why[160] = "";
     csv_raw r;
     fed_err err;
@@ -844,12 +855,22 @@ fed_err fed_data_csv_colstats(const char *path, const fed_csv_opts *opts, uint64
     *suppressed = 0;
     if ((err = read_raw(path, opts, &r)) != FED_OK)
         return err;
-    if (!(ints = fed_calloc(r.features * FED_COLSTATS_INTS, sizeof *ints))) {
+    if (!(ints = fed_calloc(r.features * FED_COLSTATS_INTS, sizeof *ints)) ||
+        (rows && !(sel = fed_malloc((nrows ? nrows : 1) * r.features * sizeof *sel)))) {
         err = FED_ERR_NOMEM;
         goto out;
     }
-    err = fed_colstats_local(r.x, r.n, r.features, r.cat, min_count, ints, suppressed, why,
-                             sizeof why);
+    for (size_t i = 0; rows && i < nrows; i++) { /* its shard's rows */
+        if (rows[i] >= r.n) {
+            err = csv_fail(FED_ERR_RANGE, path, 0, 0, "row %u of a shard, the file has %zu",
+                           rows[i], r.n);
+            goto out;
+        }
+        memcpy(sel + i * r.features, r.x + (size_t)rows[i] * r.features,
+               r.features * sizeof *sel);
+    }
+    err = fed_colstats_local(rows ? sel : r.x, rows ? nrows : r.n, r.features, r.cat, min_count,
+                             ints, suppressed, why, sizeof why);
     if (err) {
         fed_log(FED_LOG_ERROR, "%s: shared statistics: %s", path, why);
         goto out;
@@ -859,6 +880,7 @@ fed_err fed_data_csv_colstats(const char *path, const fed_csv_opts *opts, uint64
     ints = NULL;
 out:
     fed_free(ints);
+    fed_free(sel);
     raw_free(&r);
     return err;
 }
@@ -922,7 +944,7 @@ fed_err fed_data_open_csv(const char *path, int train, const fed_csv_opts *opts,
     err = fed_data_load_csv(path, opts, &tr);
     if (err)
         goto out;
-    if (!(opts && opts->stats_path)) {
+    if (!(opts && (opts->stats_path || opts->stats_mean))) {
         err = fed_data_csv_stats(path, opts, &mean, &sd, &features);
         if (err)
             goto out;

@@ -273,7 +273,7 @@ static void test_csv_sites(void **state)
         }
         assert_int_equal(fclose(fs), 0);
         at += site_rows[s];
-        assert_int_equal(fed_data_csv_colstats(sp, NULL, 0, &ci, &f, &sup), FED_OK);
+        assert_int_equal(fed_data_csv_colstats(sp, NULL, NULL, 0, 0, &ci, &f, &sup), FED_OK);
         assert_int_equal(f, COLS);
         for (size_t k = 0; k < COLS * FED_COLSTATS_INTS; k++)
             tot[k] += (uint64_t)ci[k];
