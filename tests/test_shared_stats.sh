@@ -67,6 +67,79 @@ run() {
     exits0 "$r-agg" 180
     for s in 0 1 2; do exits0 "$r-s$s" 30; done
 }
+# check R: round 1 was the pass and 4 training rounds followed; the export's
+# statistics are the pooled file's; eval of the export scores the same from
+# every site's directory, and what the aggregator recorded for its last round
+check() {
+    r=$1 db=$TMP/$1-agg.db
+    [ "$(sqlite3 "$db" 'SELECT max(round) FROM rounds')" = 5 ] ||
+        fail "$r: the pass and 4 training rounds (rounds 1..5)"
+    grep -q "aggregator: round 1: the statistics pass, 3 of 3 sampled clients in it" "$TMP/$r-agg.log" ||
+        fail "$r: round 1 is the statistics pass, with all three sites"
+    for s in 0 1 2; do
+        grep -q "client: its data standardized with the shared statistics of 4 columns" "$TMP/$r-s$s.log" ||
+            fail "$r: site $s standardizes with the shared statistics"
+    done
+    "$FEDNODE" export --db "$db" --out "$TMP/$r.safetensors" >"$TMP/$r-export.out" 2>&1 ||
+        fail "$r: export: $(cat "$TMP/$r-export.out")"
+    python3 - "$TMP/$r.safetensors" "$TMP/pooled.csv" <<'PY' >"$TMP/$r-stats.out" 2>&1 || fail "$r: $(cat "$TMP/$r-stats.out")"
+import json, math, struct, sys
+from fractions import Fraction
+raw = open(sys.argv[1], "rb").read()
+meta = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])["__metadata__"]
+mean = [float(v) for v in meta["fednode.input_mean"].split(",")]
+std = [float(v) for v in meta["fednode.input_std"].split(",")]
+rows = [l.strip().split(",") for l in open(sys.argv[2]).read().splitlines()[1:]]
+assert len(mean) == len(std) == 4, (mean, std)
+for j in range(4):
+    xs = [Fraction(r[j]) for r in rows if r[j] != "NA"]   # exact, as the file says
+    m = sum(xs) / len(xs)
+    v = sum((x - m) ** 2 for x in xs) / len(xs)
+    pm, ps = float(m), math.sqrt(float(v))
+    # model/colstats.h: 2^-33 for each value's rounding, the variance's
+    # 2^-62 (mean^2 + var) / var relative, double rounding
+    tm = 2.0 ** -33 + 4e-16 * abs(pm)
+    ts = 2.0 ** -33 + 2.0 ** -61 * (pm * pm + ps * ps) / (2 * ps) + 4e-16 * ps
+    if abs(mean[j] - pm) > tm or abs(std[j] - ps) > ts:
+        sys.exit("column %d: export says mean %r std %r; pooled %r %r" % (j + 1, mean[j], std[j], pm, ps))
+    print("column %d: mean %.17g (pooled %.17g), std %.17g (pooled %.17g)" % (j + 1, mean[j], pm, std[j], ps))
+PY
+    ok "$r: the export's statistics are the pooled file's mean and std within 2^-33"
+    for s in 0 1 2; do
+        ( cd "$TMP/s$s" && FEDNODE_NO_REEXEC=1 "$FED" eval --model "$TMP/$r.safetensors" \
+            --data d.csv --threads 1 ) >"$TMP/$r-eval$s.out" 2>"$TMP/$r-eval$s.log" ||
+            fail "$r: eval of the export at site $s: $(cat "$TMP/$r-eval$s.log")"
+        sed -i "s|^model .*  data d.csv|data d.csv|" "$TMP/$r-eval$s.out"
+    done
+    cmp -s "$TMP/$r-eval0.out" "$TMP/$r-eval1.out" && cmp -s "$TMP/$r-eval0.out" "$TMP/$r-eval2.out" ||
+        fail "$r: the export scores the same at every site: $(head -n 1 "$TMP"/$r-eval?.out)"
+    rec=$(sqlite3 "$db" "SELECT printf('loss %.4f  accuracy %.4f', loss, accuracy) FROM rounds WHERE round = 5")
+    grep -q "  $rec\$" "$TMP/$r-eval0.out" ||
+        fail "$r: eval of the export gives the aggregator's last report ($rec): $(head -n 1 "$TMP/$r-eval0.out")"
+    ok "$r: the export scores $rec at all three sites, as the aggregator recorded"
+}
+
 run plain
+check plain
 run secure --secagg
-ok "plain and secure runs end"
+check secure
+
+# without the statistics (a model file carries none) the same model scores
+# by each site's own training file: not the same everywhere
+"$FEDNODE" import --in "$TMP/plain.safetensors" --out "$TMP/plain.model" >/dev/null 2>&1 ||
+    fail "import the export"
+for s in 0 2; do
+    ( cd "$TMP/s$s" && FEDNODE_NO_REEXEC=1 "$FED" eval --model "$TMP/plain.model" --data d.csv \
+        --threads 1 ) 2>/dev/null | sed -n 1p | sed 's/^model .*  data/data/' >"$TMP/own$s.out"
+done
+cmp -s "$TMP/own0.out" "$TMP/own2.out" &&
+    fail "with each site's own scaling the same model scores alike at sites 0 and 2 (the test shows nothing)"
+ok "with each site's own file's scaling the same model scores differently: $(cat "$TMP/own0.out") vs $(cat "$TMP/own2.out")"
+
+# --standardize under a DP requirement is refused, naming the way out
+refused "--standardize with --require-dp-sgd is refused" "run with --no-standardize" \
+    --role aggregator --keys "$K/agg" --allow "$K/allow.txt" --db "$TMP/dp.db" \
+    --data "$TMP/agg/d.csv" --require-dp-sgd
+refused "--standardize with --dp-client-clip is refused" "run with --no-standardize" \
+    --role aggregator --keys "$K/agg" --allow "$K/allow.txt" --db "$TMP/dp.db" \
+    --data "$TMP/agg/d.csv" --dp-client-clip 1
