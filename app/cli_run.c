@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/bytes.h"
 #include "core/log.h"
 #include "core/opt.h"
 #include "core/pool.h"
@@ -29,6 +30,7 @@
 #include "node/daemon.h"
 #include "node/settings.h"
 #include "node/site.h"
+#include "storage/store.h"
 
 #define PATH_MAX_RUN 512
 
@@ -70,6 +72,7 @@ typedef struct run_cfg {
     char early_stop[64];
     int standardize;
     int stats_min_count;
+    int stats_only;
     const unsigned char *given; /* (NRUN_OPTS) what the file or a flag set; not an option */
     char *graph; /* --model FILE of a graph longer than its id: the whole (not an option) */
 } run_cfg;
@@ -161,6 +164,8 @@ static const fed_opt run_opts[] = {
       "aggregator: in the statistics pass a column with fewer values than this is suppressed "
       "(mean 0, std 1): without --secagg at each site, whose sums the aggregator would see, "
       "and in the totals"),
+    R(stats_only, "stats-only", FED_OPT_BOOL, "false", 0, 0,
+      "aggregator: run the statistics pass alone (round 1), print the pooled table and end"),
     FED_OPT_DEF_IMPLICIT(run_cfg, http, "http", "", FED_HTTP_DEFAULT_ADDR,
                          "serve a status page, /metrics (Prometheus), /status.json and /healthz "
                          "at http://HOST:PORT, read-only (none unless given)"),
@@ -472,6 +477,53 @@ static void stats_config(const run_cfg *c, run_state *s, fed_node_config *nc)
     nc->data.stats_local = s->stats_local;
     nc->data.restandardize = restandardize;
     nc->data.stats_ctx = s;
+    nc->data.stats_only = c->stats_only;
+}
+
+/* --stats-only's table: the pooled statistics the checkpoint holds, a
+ * column a line, named by the data file's header (its label left out). */
+static int print_stats_table(const run_cfg *c, run_state *s)
+{
+    fed_store_ckpt ck;
+    fed_store_faults faults;
+    const fed_store_section *sec;
+    const char *label = s->dopts.csv.label_column ? s->dopts.csv.label_column : "label";
+    char line[65536], *save = NULL, *name;
+    FILE *f = fopen(c->s.data, "r");
+    size_t j = 0;
+
+    memset(&ck, 0, sizeof ck);
+    memset(&faults, 0, sizeof faults);
+    if (!f || !fgets(line, sizeof line, f))
+        line[0] = '\0';
+    if (f)
+        fclose(f);
+    line[strcspn(line, "\r\n")] = '\0';
+    if (fed_store_latest_valid_checkpoint(s->store, &ck, &faults) != FED_OK ||
+        !(sec = fed_store_ckpt_find(&ck, FED_CKPT_SEC_STATS))) {
+        fed_cli_error("run: --stats-only: the pass found no statistics (see the log)");
+        fed_store_ckpt_fini(&ck);
+        return 1;
+    }
+    printf("shared statistics of %zu columns (round %llu)\n", sec->len / 32,
+           (unsigned long long)ck.round);
+    printf("%-6s %-24s %12s %9s %24s %24s\n", "column", "name", "count", "missing", "mean",
+           "std");
+    for (name = strtok_r(line, ",", &save); j < sec->len / 32;
+         name = name ? strtok_r(NULL, ",", &save) : NULL) {
+        const uint8_t *p = (const uint8_t *)sec->data + 32 * j;
+
+        while (name && *name == ' ')
+            name++;
+        if (name && !strcmp(name, label))
+            continue;
+        printf("%-6zu %-24.24s %12llu %9.4f %24.17g %24.17g\n", j + 1, name ? name : "",
+               (unsigned long long)fed_get_u64le(p + 24), fed_get_f64le(p + 16),
+               fed_get_f64le(p), fed_get_f64le(p + 8));
+        j++;
+    }
+    fed_store_ckpt_fini(&ck);
+    return 0;
 }
 
 /* The shared settings (node/settings.h) into nc; wait-clients 0: every
@@ -851,6 +903,11 @@ static int run_node(const run_cfg *c, fed_coll *coll)
     }
     if ((rc = fill_node_config(c, &s, &nc)) >= 0)
         goto out;
+    if (c->stats_only && (role != FED_NODE_AGGREGATOR || !s.stats_cols)) {
+        fed_cli_error("run: --stats-only is an aggregator's, with CSV --data and --standardize");
+        rc = 2;
+        goto out;
+    }
     nc.coll = coll;
     nc.rank_batch = (uint32_t)c->rank_batch;
     memset(&dc, 0, sizeof dc);
@@ -869,6 +926,8 @@ static int run_node(const run_cfg *c, fed_coll *coll)
     rc = e == FED_OK ? 0 : 1;
     if (e != FED_OK)
         fed_cli_error("run: %s", fed_strerror(e));
+    else if (c->stats_only)
+        rc = print_stats_table(c, &s);
 out:
     run_state_free(&s);
     return rc;

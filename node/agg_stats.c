@@ -151,6 +151,11 @@ void fed_node_agg_stats_begin(fed_node *n)
         s->pass = !s->have;
 }
 
+int fed_node_agg_stats_known(const fed_node *n)
+{
+    return n->agg->stats && n->agg->stats->have;
+}
+
 int fed_node_agg_stats_pass(const fed_node *n)
 {
     return n->agg->stats && n->agg->stats->pass;

@@ -45,6 +45,15 @@ static fed_err alloc_scratch(fed_node *n)
     return FED_OK;
 }
 
+/* round is the run's last: --rounds training rounds after the statistics
+ * pass (round 1, which trains nothing), or the pass alone with stats_only. */
+static int run_done_at(const fed_node *n, uint64_t round)
+{
+    if (n->cfg.data.stats_only && fed_node_agg_stats_known(n))
+        return 1;
+    return n->cfg.rounds && round >= n->cfg.rounds + (n->agg->stats ? 1u : 0u);
+}
+
 static fed_err fed_node_agg_new(fed_node *n)
 {
     const fed_node_config *c = &n->cfg;
@@ -242,7 +251,7 @@ static fed_err fed_node_agg_start(fed_node *n)
     if ((e = resume(n)) != FED_OK || (e = load_counter_base(n)) != FED_OK ||
         (e = fed_model_get_params(a->model, a->host)) != FED_OK)
         return e;
-    if ((n->cfg.rounds && n->round >= n->cfg.rounds) || fed_node_agg_early_stopped(n)) {
+    if (run_done_at(n, n->round) || fed_node_agg_early_stopped(n)) {
         a->state = AGG_DONE;
         n->finished = 1;
         return FED_OK;
@@ -867,7 +876,7 @@ static fed_err commit_sealing_ahead(fed_node *n, const fed_node_round_info *info
 
     if ((c.err = fed_node_agg_encode_global(n)) != FED_OK)
         return c.err;
-    if (fed_node_agg_is_async(n) || (n->cfg.rounds && info->round >= n->cfg.rounds) ||
+    if (fed_node_agg_is_async(n) || run_done_at(n, info->round) ||
         !(to = fed_malloc((a->nparts ? a->nparts : 1) * sizeof *to))) {
         commit_piece(&c);
         return c.err;
@@ -1018,10 +1027,7 @@ fed_err fed_node_agg_close_round(fed_node *n)
     a->state = AGG_IDLE;
     if (n->cfg.agg.early_stop) /* its rule judges this round before the next starts */
         fed_node_agg_report_round(n, &info);
-    /* the statistics pass is round 1 and trains nothing: rounds counts
-       the training rounds after it */
-    if ((n->cfg.rounds && n->round >= n->cfg.rounds + (a->stats ? 1u : 0u)) ||
-        a->early_stopped) {
+    if (run_done_at(n, n->round) || a->early_stopped) {
         a->state = AGG_DONE;
         n->finished = 1;
         finish_all(n);

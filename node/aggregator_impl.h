@@ -154,6 +154,8 @@ void fed_node_agg_stats_free(fed_node *n);
 fed_err fed_node_agg_stats_resume(fed_node *n, const fed_store_ckpt *ck);
 /* A round starts: it is the pass while the statistics are unknown. */
 void fed_node_agg_stats_begin(fed_node *n);
+/* 1 once the statistics are known (the pass committed, or resumed). */
+int fed_node_agg_stats_known(const fed_node *n);
 /* 1 while the running round is the pass. */
 int fed_node_agg_stats_pass(const fed_node *n);
 /* The integers a secure pass round sums (0: not a pass). */

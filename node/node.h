@@ -169,6 +169,8 @@ typedef struct fed_node_data_config {
                                      statistics; NULL: a client declines a
                                      round that applies statistics */
     void *stats_ctx;              /* restandardize's */
+    int stats_only;               /* aggregator: the run ends once the statistics
+                                     are known (the pass alone) */
 } fed_node_data_config;
 
 /* An aggregator's rounds, merge, evaluation and async mode. */

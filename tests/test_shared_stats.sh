@@ -49,13 +49,14 @@ K=$TMP/keys
 allow_keys "$K" agg c0 c1 c2
 
 # run NAME EXTRA...: an aggregator and the three sites, 4 training rounds
+# (EXTRA for every node; $AGGX for the aggregator alone)
 run() {
     r=$1; shift
     start "$r-agg" --role aggregator --keys "$K/agg" --allow "$K/allow.txt" \
         --db "$TMP/$r-agg.db" --listen tcp://127.0.0.1:0 --port-file "$TMP/$r.port" \
         --data "$TMP/agg/d.csv" --threads 1 --model logreg --optimizer sgd --lr 0.05 \
         --batch 32 --local-epochs 1 --rounds 4 --min-clients 3 --wait-clients 3 \
-        --deadline-ms 60000 --gather-ms 100 --linger-ms 500 "$@"
+        --deadline-ms 60000 --gather-ms 100 --linger-ms 500 ${AGGX:-} "$@"
     wait_for "the $r aggregator wrote its port" 30 test -s "$TMP/$r.port"
     P=$(cat "$TMP/$r.port")
     for s in 0 1 2; do
@@ -123,6 +124,17 @@ run plain
 check plain
 run secure --secagg
 check secure
+
+# --stats-only: the pass alone, its table printed, the run ended at round 1
+AGGX=--stats-only run only
+[ "$(sqlite3 "$TMP/only-agg.db" 'SELECT max(round) FROM rounds')" = 1 ] ||
+    fail "--stats-only ends after the pass (round 1)"
+grep -q "^shared statistics of 4 columns (round 1)" "$TMP/only-agg.log" ||
+    fail "--stats-only prints the table: $(tail -n 6 "$TMP/only-agg.log")"
+grep -Eq "^1 +a +470 +0\.0000 +1000000\.58" "$TMP/only-agg.log" &&
+    grep -Eq "^4 +d +427 +0\.0915 +-50\.2" "$TMP/only-agg.log" ||
+    fail "--stats-only's table names each column with its count, missing rate and mean"
+ok "--stats-only: the pass alone, round 1, and its table"
 
 # without the statistics (a model file carries none) the same model scores
 # by each site's own training file: not the same everywhere
