@@ -102,14 +102,44 @@ fed_err fed_colstats_local(const double *x, size_t n, size_t features, const uin
     return FED_OK;
 }
 
+/* a -= v, 192 bits (v < 2^128). */
+static void acc_sub(acc192 *a, u128 v)
+{
+    uint64_t lo = (uint64_t)v, hi = (uint64_t)(v >> 64);
+    uint64_t b0 = a->w[0] < lo, b1;
+
+    a->w[0] -= lo;
+    b1 = a->w[1] < hi || (a->w[1] == hi && b0);
+    a->w[1] -= hi + b0;
+    a->w[2] -= b1;
+}
+
+/* a -= n m, 192 bits (m < 2^128). */
+static void acc_sub_mul(acc192 *a, uint64_t n, u128 m)
+{
+    u128 lo = (u128)n * (uint64_t)m, hi = (u128)n * (uint64_t)(m >> 64);
+
+    acc_sub(a, lo);
+    a->w[2] -= (uint64_t)(hi >> 64); /* hi << 64: its high word into w[2] */
+    acc_sub(a, hi << 64);
+}
+
+static long double acc_ld(const acc192 *a)
+{
+    return ldexpl((long double)a->w[2], 128) + ldexpl((long double)a->w[1], 64) +
+           (long double)a->w[0];
+}
+
 fed_err fed_colstats_decode(const uint64_t *sum, size_t features, uint64_t min_count,
                             fed_colstat *out)
 {
     for (size_t j = 0; j < features; j++) {
         const uint64_t *s = sum + j * FED_COLSTATS_INTS;
         fed_colstat *c = &out[j];
-        u128 s1 = 0;
-        long double s2 = 0, mean, var, sd;
+        u128 s1u = 0;
+        __int128 s1, q, r;
+        acc192 d = {{0, 0, 0}};
+        long double mean, var, sd, n;
 
         memset(c, 0, sizeof *c);
         c->count = s[AT_COUNT];
@@ -126,12 +156,38 @@ fed_err fed_colstats_decode(const uint64_t *sum, size_t features, uint64_t min_c
             continue;
         }
         for (int l = SUM_LIMBS; l-- > 0;) /* exact modulo 2^128 */
-            s1 = (s1 << 32) + (u128)s[AT_SUM + l];
-        for (int l = SQ_LIMBS; l-- > 0;)
-            s2 = s2 * 4294967296.0L + (long double)s[AT_SQ + l];
-        mean = ldexpl((long double)(__int128)s1, -FED_COLSTATS_SCALE_BITS) / (long double)c->count;
-        var = ldexpl(s2, -2 * FED_COLSTATS_SCALE_BITS) / (long double)c->count - mean * mean;
-        sd = var > 0 ? sqrtl(var) : 0;
+            s1u = (s1u << 32) + (u128)s[AT_SUM + l];
+        for (int l = SQ_LIMBS; l-- > 0;) { /* exact: 192 bits; a limb's sum may carry */
+            d.w[2] = d.w[2] << 32 | d.w[1] >> 32;
+            d.w[1] = d.w[1] << 32 | d.w[0] >> 32;
+            d.w[0] <<= 32;
+            acc_add(&d, s[AT_SQ + l]);
+        }
+        s1 = (__int128)s1u;
+        /* s1 = N q + r, 0 <= r < N: the centred sum of squares
+           D = S2 - s1^2 / N = S2 - N q^2 - 2 q r - r^2 / N, the first three
+           terms exact in 192 bits (D >= r^2 / N >= 0), so no cancellation */
+        q = s1 / (__int128)c->count;
+        r = s1 % (__int128)c->count;
+        if (r < 0) {
+            q--;
+            r += (__int128)c->count;
+        }
+        {
+            u128 aq = (u128)(q < 0 ? -q : q), two_qr = 2 * aq * (u128)r;
+
+            acc_sub_mul(&d, c->count, aq * aq);
+            if (q >= 0)
+                acc_sub(&d, two_qr);
+            else
+                acc_add(&d, two_qr);
+        }
+        if (d.w[2] >> 63) /* not a sum of squares: a bad contribution */
+            return FED_ERR_RANGE;
+        n = (long double)c->count;
+        mean = ((long double)q + (long double)r / n) * ldexpl(1, -FED_COLSTATS_SCALE_BITS);
+        var = (acc_ld(&d) - (long double)r * (long double)r / n) / n;
+        sd = var > 0 ? sqrtl(var) * ldexpl(1, -FED_COLSTATS_SCALE_BITS) : 0;
         c->mean = (double)mean;
         /* a constant column (up to rounding of its mean) gets std 1, as a
            file's own statistics give it (model/data_csv.c) */

@@ -11,14 +11,16 @@
  * complement in 4 limbs of 32 bits, sum q^2 as a 192-bit number in 6 limbs
  * of 32 bits (low limbs first; each limb in [0, 2^32)). Summed over fewer
  * than 2^31 sites no limb sum can wrap 2^64, and the limb sums are joined
- * again exactly (sum q modulo 2^128; sum q^2 to a long double).
+ * again exactly (sum q modulo 2^128, sum q^2 in 192 bits).
  *
- * Precision (fed_colstats_decode against the pooled file's own two-pass
- * statistics in double): each value moves by at most 2^-33 when rounded,
- * so the mean and the population std each move by at most 2^-33 (1.2e-10)
- * absolute; the variance is sum q^2 / N - mean^2 in long double (64-bit
- * significand), which adds a relative error of about 2^-62 (mean^2 + var) /
- * var to it. Up to 2^40 rows in all. */
+ * Precision (fed_colstats_decode against the pooled file's own statistics
+ * in exact arithmetic): each value moves by at most 2^-33 when rounded, so
+ * the mean and the population std each move by at most 2^-33 (1.2e-10)
+ * absolute; the centred sum of squares is computed exactly in integers
+ * (sum q^2 - N a^2 - 2 a b with sum q = N a + b, in 192 bits), so no
+ * cancellation enters however large the mean is against the std, and only
+ * the final division and square root round (a relative 2^-52 with a 64-bit
+ * long double, 2^-63 with x86's 80-bit one). Up to 2^40 rows in all. */
 #ifndef FED_MODEL_COLSTATS_H
 #define FED_MODEL_COLSTATS_H
 

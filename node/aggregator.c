@@ -54,6 +54,13 @@ static int run_done_at(const fed_node *n, uint64_t round)
     return n->cfg.rounds && round >= n->cfg.rounds + (n->agg->stats ? 1u : 0u);
 }
 
+/* The rate of round: the schedule counts training rounds, so after the
+ * statistics pass round r trains at round r - 1's step. */
+static float round_lr(const fed_node *n, uint64_t round)
+{
+    return fed_node_round_lr(n, n->agg->stats && round > 1 ? round - 1 : round);
+}
+
 static fed_err fed_node_agg_new(fed_node *n)
 {
     const fed_node_config *c = &n->cfg;
@@ -448,7 +455,7 @@ void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b)
     s->optimizer = c->optimizer;
     s->codec = (uint16_t)n->agg->codec.id;
     s->fraction = n->agg->codec.fraction;
-    s->lr = fed_node_round_lr(n, round);
+    s->lr = round_lr(n, round);
     s->momentum = c->momentum;
     s->mu = (float)fed_merge_prox_mu(n->agg->merge);
     s->deadline_ms = c->deadline_ms;
@@ -969,7 +976,7 @@ fed_err fed_node_agg_close_round(fed_node *n)
     memset(&info, 0, sizeof info);
     info.round = n->round + 1;
     info.sampled = (uint32_t)a->nparts;
-    info.lr = fed_node_round_lr(n, info.round);
+    info.lr = round_lr(n, info.round);
     info.start_ms = fed_node_wall_ms(n) - (n->env.now_ms(n->env.self) - a->round_start_ms);
     fed_node_agg_cancel_deadline(n);
     /* the round's aggregate input (agg_input.c) into the strategy, or a

@@ -97,10 +97,10 @@ for j in range(4):
     m = sum(xs) / len(xs)
     v = sum((x - m) ** 2 for x in xs) / len(xs)
     pm, ps = float(m), math.sqrt(float(v))
-    # model/colstats.h: 2^-33 for each value's rounding, the variance's
-    # 2^-62 (mean^2 + var) / var relative, double rounding
+    # model/colstats.h: 2^-33 for each value's rounding, then only the final
+    # rounding (the centred sum of squares is exact)
     tm = 2.0 ** -33 + 4e-16 * abs(pm)
-    ts = 2.0 ** -33 + 2.0 ** -61 * (pm * pm + ps * ps) / (2 * ps) + 4e-16 * ps
+    ts = 2.0 ** -33 + 4e-16 * ps
     if abs(mean[j] - pm) > tm or abs(std[j] - ps) > ts:
         sys.exit("column %d: export says mean %r std %r; pooled %r %r" % (j + 1, mean[j], std[j], pm, ps))
     print("column %d: mean %.17g (pooled %.17g), std %.17g (pooled %.17g)" % (j + 1, mean[j], pm, std[j], ps))
