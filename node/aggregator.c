@@ -1226,10 +1226,12 @@ static fed_err on_leave(fed_node *n, node_open *op)
     if (p->refused == (uint32_t)FED_ERR_DP_BUDGET)
         (void)fed_node_agg_budget_declined(n, m); /* logged; may stop the run */
     else /* a configuration to fix (DP or secure aggregation required, a model
-            the client cannot build): a warning, counted */
+            the client cannot build, shared statistics it cannot take part in):
+            a warning, counted */
         fed_log(p->refused == (uint32_t)FED_ERR_DP_REQUIRED ||
                         p->refused == (uint32_t)FED_ERR_SA_REQUIRED ||
-                        p->refused == (uint32_t)FED_ERR_MODEL_MISMATCH
+                        p->refused == (uint32_t)FED_ERR_MODEL_MISMATCH ||
+                        p->refused == (uint32_t)FED_ERR_STATS
                     ? FED_LOG_WARN
                     : FED_LOG_INFO,
                 "aggregator: client %s declined round %llu: %s (%s)", who ? who : "(not listed)",
