@@ -167,6 +167,7 @@ struct scen {
        std each node was told to standardize with (index NCL: the
        aggregator), how often */
     int stats;
+    uint64_t stats_min;      /* the aggregator's minimum count */
     double *sx[NCL];
     int64_t *sl[NCL];
     struct int_src ssrc[NCL + 1];
@@ -647,6 +648,7 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
     if (s->stats) {
         s->ssrc[NCL] = (struct int_src){.s = s, .c = NCL};
         ac.data.stats_cols = STATS_COLS;
+        ac.data.stats_min_count = s->stats_min;
         ac.data.restandardize = restandardize;
         ac.data.stats_ctx = &s->ssrc[NCL];
     }
@@ -711,9 +713,20 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
 
 static void run(scen *s, uint64_t limit_ms) { fed_test_sim_run(s->w, s->agg, limit_ms, 5000); }
 
+/* Client c's present values in column j. */
+static size_t stats_count(const scen *s, int c, int j)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < STATS_ROWS(c); i++)
+        n += !isnan(s->sx[c][i * STATS_COLS + j]);
+    return n;
+}
+
 /* What node `who` was told equals the pooled statistics of every client
- * but those in out[], within model/colstats.h's stated precision. */
-static void check_stats(const scen *s, int who, const int *out)
+ * but those in out[] (and, in each column, those with fewer than min
+ * values there), within model/colstats.h's stated precision. */
+static void check_stats(const scen *s, int who, const int *out, size_t min)
 {
     for (int j = 0; j < STATS_COLS; j++) {
         long double sum = 0, var = 0;
@@ -722,7 +735,8 @@ static void check_stats(const scen *s, int who, const int *out)
 
         for (int pass = 0; pass < 2; pass++)
             for (int c = 0; c < s->ncl; c++)
-                for (size_t i = 0; !out[c] && i < STATS_ROWS(c); i++) {
+                for (size_t i = 0; !out[c] && stats_count(s, c, j) >= min && i < STATS_ROWS(c);
+                     i++) {
                     double v = s->sx[c][i * STATS_COLS + j];
 
                     if (isnan(v))
@@ -1770,7 +1784,8 @@ static void test_dp_fedavg_with_secagg(void **state)
  * every client in the pass (with secure aggregation: whoever is in the
  * sum; a client dying before drop_type of round 1 is left out, or in when
  * its masked input went out). */
-static void stats_pass(const fixture *fx, int secagg, uint8_t drop_type, int client0_in)
+static void stats_pass(const fixture *fx, int secagg, uint8_t drop_type, int client0_in,
+                       uint64_t min_count)
 {
     scen s;
     int out[NCL] = {0};
@@ -1778,6 +1793,7 @@ static void stats_pass(const fixture *fx, int secagg, uint8_t drop_type, int cli
     fed_test_need_fashion(fx->train != NULL);
     memset(&s, 0, sizeof s);
     s.stats = 1;
+    s.stats_min = min_count;
     s.drop_type = drop_type;
     s.drop_round = 1;
     s.drop_count = drop_type ? 1 : 0;
@@ -1791,28 +1807,34 @@ static void stats_pass(const fixture *fx, int secagg, uint8_t drop_type, int cli
     assert_true(s.info[3].accuracy > 0.35); /* it trains on */
     out[0] = !client0_in;
     assert_int_equal(s.restd[NCL], 1);
-    check_stats(&s, NCL, out);
+    check_stats(&s, NCL, out, min_count);
     for (int c = 0; c < NCL; c++) { /* every client alive: a dead one hears nothing */
         assert_int_equal(s.restd[c], !s.dropped[c]);
         if (!s.dropped[c])
-            check_stats(&s, c, out);
+            check_stats(&s, c, out, min_count);
     }
     scen_free(&s);
 }
 
-static void test_stats_pass_plain(void **state) { stats_pass(*state, 0, 0, 1); }
+static void test_stats_pass_plain(void **state) { stats_pass(*state, 0, 0, 1, 0); }
 
-static void test_stats_pass_secure(void **state) { stats_pass(*state, 1, 0, 1); }
+static void test_stats_pass_secure(void **state) { stats_pass(*state, 1, 0, 1, 0); }
 
 static void test_stats_pass_drop_before_masked(void **state)
 {
-    stats_pass(*state, 1, FED_WIRE_SA_MASKED, 0);
+    stats_pass(*state, 1, FED_WIRE_SA_MASKED, 0, 0);
 }
 
 static void test_stats_pass_drop_before_unmask(void **state)
 {
-    stats_pass(*state, 1, FED_WIRE_SA_UNMASK, 1);
+    stats_pass(*state, 1, FED_WIRE_SA_UNMASK, 1, 0);
 }
+
+/* The minimum count without secure aggregation: a client's column with
+ * fewer than 60 values (clients 0-2 everywhere, 3-5 in the column with
+ * missing cells) releases nothing, and the pooled statistics are the other
+ * clients'. */
+static void test_stats_pass_min_count(void **state) { stats_pass(*state, 0, 0, 1, 60); }
 
 int main(void)
 {
@@ -1828,6 +1850,7 @@ int main(void)
         cmocka_unit_test(test_stats_pass_secure),
         cmocka_unit_test(test_stats_pass_drop_before_masked),
         cmocka_unit_test(test_stats_pass_drop_before_unmask),
+        cmocka_unit_test(test_stats_pass_min_count),
         cmocka_unit_test(test_too_many_fail_closed),
         cmocka_unit_test(test_named_dropped_refuses),
         cmocka_unit_test(test_key_list_non_member),
