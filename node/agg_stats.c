@@ -166,14 +166,19 @@ uint32_t fed_node_agg_stats_ints(const fed_node *n)
     return fed_node_agg_stats_pass(n) ? n->agg->stats->cols * FED_COLSTATS_INTS : 0;
 }
 
+/* The plain pass's DELTA: each of cols x FED_COLSTATS_INTS integers as
+ * FED_AGG_PLAIN_INT_BITS-bit limbs, one float each. */
+static size_t plain_words(uint32_t cols, agg_segment *seg)
+{
+    fed_agg_seg_stats(cols, seg);
+    return fed_agg_seg_words(seg, 1, FED_AGG_PLAIN_INT_BITS);
+}
+
 size_t fed_node_agg_stats_plain_entries(const fed_node *n)
 {
     agg_segment seg;
 
-    if (!fed_node_agg_stats_pass(n))
-        return 0;
-    fed_agg_seg_stats(n->agg->stats->cols, &seg);
-    return fed_agg_seg_words(&seg, 1, FED_AGG_PLAIN_INT_BITS);
+    return fed_node_agg_stats_pass(n) ? plain_words(n->agg->stats->cols, &seg) : 0;
 }
 
 void fed_node_agg_stats_settings(const fed_node *n, fed_wire_settings *set)
@@ -219,8 +224,7 @@ static fed_err plain_totals(fed_node *n, uint64_t *tot, uint32_t *m)
 {
     node_agg *a = n->agg;
     agg_segment seg;
-    size_t words = (fed_agg_seg_stats(a->stats->cols, &seg),
-                    fed_agg_seg_words(&seg, 1, FED_AGG_PLAIN_INT_BITS));
+    size_t words = plain_words(a->stats->cols, &seg);
     uint32_t *sum = fed_calloc(words, sizeof *sum);
     fed_err e;
 
@@ -309,8 +313,7 @@ void fed_node_stats_job_run(fed_job *job)
 {
     node_train_job *j = (node_train_job *)job;
     agg_segment seg;
-    size_t words = (fed_agg_seg_stats(j->stats_cols, &seg),
-                    fed_agg_seg_words(&seg, 1, FED_AGG_PLAIN_INT_BITS));
+    size_t words = plain_words(j->stats_cols, &seg);
     uint32_t *limbs = fed_malloc(words * sizeof *limbs);
     float *f = fed_malloc(words * sizeof *f);
     fed_codec f32 = {.id = FED_CODEC_F32};
