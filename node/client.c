@@ -2,7 +2,9 @@
  * round's MODEL for E local epochs on its own shard (a job), answers with
  * its delta and sample count, sealed, and asks NEXT. One request out at a
  * time, each on a retry timer. Owns its shard's training state between
- * rounds (topk residual); its data never leaves it, only deltas do.
+ * rounds (topk residual); its data never leaves it, only deltas do, and
+ * in the shared-statistics pass (MODEL field 14) its columns' counts, sums
+ * and sums of squares, with which every later round standardizes its data.
  * With DP-SGD (cfg.dp.sgd) it also owns the site's accountant
  * (node/dp_account.h): each round's epsilon is committed, fsynced, before
  * its delta is sent, and a round that would pass the budget, or that
