@@ -935,8 +935,8 @@ static void print_faults(const char *cmd, const fed_store_faults *f)
 }
 
 /* The checkpoint's shared statistics (node/agg_stats.c: per column mean,
- * std, missing rate, count), when it has them, as m's stats_mean and
- * stats_std (one block, freed through stats_mean). */
+ * std, missing rate, count), when it has them, as m's stats_mean,
+ * stats_std and stats_missing (one block, freed through stats_mean). */
 static fed_err ckpt_stats(const fed_store_ckpt *ck, size_t features, fed_store_st_model *m)
 {
     const fed_store_section *sec = fed_store_ckpt_find(ck, FED_CKPT_SEC_STATS);
@@ -948,14 +948,16 @@ static fed_err ckpt_stats(const fed_store_ckpt *ck, size_t features, fed_store_s
     cols = sec->len / 32;
     if (sec->len % 32 || cols != features)
         return FED_ERR_FORMAT;
-    if (!(v = fed_malloc(2 * cols * sizeof *v)))
+    if (!(v = fed_malloc(3 * cols * sizeof *v)))
         return FED_ERR_NOMEM;
     for (size_t j = 0; j < cols; j++) {
         v[j] = fed_get_f64le((const uint8_t *)sec->data + 32 * j);
         v[cols + j] = fed_get_f64le((const uint8_t *)sec->data + 32 * j + 8);
+        v[2 * cols + j] = fed_get_f64le((const uint8_t *)sec->data + 32 * j + 16);
     }
     m->stats_mean = v;
     m->stats_std = v + cols;
+    m->stats_missing = v + 2 * cols;
     m->stats_cols = cols;
     return FED_OK;
 }
@@ -1019,7 +1021,7 @@ int fed_cli_export(int argc, char **argv)
         fed_store_st_model sm = {fed_model_spec(m), in, t, nt, p,
                                  in.c == 1 && in.h == 1 ? FED_ST_INPUT_STANDARDIZED
                                                         : FED_ST_INPUT_PIXELS,
-                                 NULL, NULL, 0};
+                                 NULL, NULL, 0, NULL};
 
         if (sm.input_kind == FED_ST_INPUT_STANDARDIZED &&
             (e = ckpt_stats(&ck, (size_t)in.w, &sm)) != FED_OK) {

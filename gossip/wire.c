@@ -184,7 +184,8 @@ size_t fed_wire_block_size(uint8_t type)
 /* The statistics field's length (mode set). */
 static uint32_t stats_len(const fed_wire_settings *s)
 {
-    return 16 + (s->stats_mode == FED_WIRE_STATS_APPLY ? 16 * s->stats_cols : 0);
+    return 16 + (s->stats_mode == FED_WIRE_STATS_APPLY ? FED_WIRE_STATS_COL_BYTES * s->stats_cols
+                                                       : 0);
 }
 
 size_t fed_wire_block_bytes(uint8_t type, const fed_wire_block *b)
@@ -254,7 +255,8 @@ static int graph_ok(const fed_wire_settings *s)
 }
 
 /* The statistics field: a known mode, 1..1024 columns, its length that of
- * its mode; with APPLY, every mean finite and every std finite and > 0. */
+ * its mode; with APPLY, every mean finite, every std finite and > 0, every
+ * missing rate in [0, 1]. */
 static int stats_ok(const fed_wire_settings *s)
 {
     if (!s->stats_mode)
@@ -268,9 +270,10 @@ static int stats_ok(const fed_wire_settings *s)
     if (!s->stats)
         return 0;
     for (uint32_t j = 0; j < s->stats_cols; j++) {
-        double m = fed_get_f64le(s->stats + 16 * j), sd = fed_get_f64le(s->stats + 16 * j + 8);
+        const uint8_t *c = s->stats + (size_t)FED_WIRE_STATS_COL_BYTES * j;
+        double m = fed_get_f64le(c), sd = fed_get_f64le(c + 8), miss = fed_get_f64le(c + 16);
 
-        if (!isfinite(m) || !isfinite(sd) || !(sd > 0))
+        if (!isfinite(m) || !isfinite(sd) || !(sd > 0) || !(miss >= 0 && miss <= 1))
             return 0;
     }
     return 1;
@@ -455,7 +458,7 @@ static int take_setting(uint16_t tag, const uint8_t *v, uint32_t len, fed_wire_s
         s->stats = len > 16 ? v + 16 : NULL;
         return (s->stats_mode == FED_WIRE_STATS_PASS && len == 16) ||
                (s->stats_mode == FED_WIRE_STATS_APPLY && s->stats_cols <= FED_WIRE_STATS_COLS_MAX &&
-                len == 16 + 16 * s->stats_cols);
+                len == 16 + FED_WIRE_STATS_COL_BYTES * s->stats_cols);
     default: return 0;
     }
     return 1;

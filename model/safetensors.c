@@ -154,6 +154,8 @@ static void put_input_kind(sbuf *b, const fed_store_st_model *m)
     } else if (kind == FED_ST_INPUT_STANDARDIZED && m->stats_mean) {
         put_list(b, "fednode.input_mean", m->stats_mean, m->stats_cols);
         put_list(b, "fednode.input_std", m->stats_std, m->stats_cols);
+        if (m->stats_missing)
+            put_list(b, "fednode.input_missing_rate", m->stats_missing, m->stats_cols);
         sb_str(b, ",\"fednode.input_transform\":");
         sb_json(b, "each CSV feature j standardized, (x - mean[j]) / std[j], with the "
                    "federation's shared statistics (pooled over every site): mean = "

@@ -71,6 +71,9 @@ typedef struct fed_store_st_model {
      * says so). */
     const double *stats_mean, *stats_std;
     size_t stats_cols;
+    const double *stats_missing; /* each feature's missing rate, written as
+                                    "fednode.input_missing_rate" (the importer
+                                    ignores it); NULL: not written */
 } fed_store_st_model;
 
 enum { FED_ST_INPUT_UNSAID = 0, FED_ST_INPUT_PIXELS = 1, FED_ST_INPUT_STANDARDIZED = 2 };

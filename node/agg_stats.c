@@ -5,7 +5,8 @@
  * DELTA of 16-bit limbs, one float each (fed_node_stats_job_run), or inside
  * its masked input (the integer secure sum). The totals are read back into
  * the pooled mean, std and missing rate, kept in the checkpoint
- * (input.stats) and sent in every later MODEL (field 14). */
+ * (input.stats) and sent in every later MODEL (field 14, with each
+ * column's missing rate). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -25,7 +26,8 @@ struct agg_stats {
     int have;          /* known: the pass committed, or a checkpoint held them */
     int pass;          /* the running round is the pass */
     fed_colstat *col;  /* (cols) */
-    uint8_t *wire;     /* (cols x 16) mean, std: MODEL field 14 */
+    uint8_t *wire;     /* (cols x FED_WIRE_STATS_COL_BYTES) mean, std, missing
+                          rate: MODEL field 14 */
     uint8_t *sec;      /* (cols x SEC_COL_BYTES) the checkpoint's section */
 };
 
@@ -46,7 +48,7 @@ fed_err fed_node_agg_stats_new(fed_node *n)
         return FED_ERR_NOMEM;
     s->cols = cols;
     s->col = fed_calloc(cols, sizeof *s->col);
-    s->wire = fed_calloc(cols, 16);
+    s->wire = fed_calloc(cols, FED_WIRE_STATS_COL_BYTES);
     s->sec = fed_calloc(cols, SEC_COL_BYTES);
     a->stats = s;
     if (!s->col || !s->wire || !s->sec)
@@ -72,10 +74,12 @@ static void encode(agg_stats *s)
 {
     for (uint32_t j = 0; j < s->cols; j++) {
         const fed_colstat *c = &s->col[j];
-        uint8_t *w = s->wire + 16 * (size_t)j, *p = s->sec + SEC_COL_BYTES * (size_t)j;
+        uint8_t *w = s->wire + FED_WIRE_STATS_COL_BYTES * (size_t)j;
+        uint8_t *p = s->sec + SEC_COL_BYTES * (size_t)j;
 
         fed_put_f64le(w, c->mean);
         fed_put_f64le(w + 8, c->std);
+        fed_put_f64le(w + 16, c->missing_rate);
         fed_put_f64le(p, c->mean);
         fed_put_f64le(p + 8, c->std);
         fed_put_f64le(p + 16, c->missing_rate);

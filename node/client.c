@@ -58,7 +58,7 @@ struct node_client {
                               delta never leaves in the clear */
     int pass;              /* the round in training is the statistics pass */
     uint8_t *stats_applied; /* the pooled statistics its data is standardized
-                              with (MODEL field 14, cols x 16 bytes), or NULL */
+                              with (MODEL field 14's values), or NULL */
     size_t stats_applied_len;
     int64_t *stats_out;    /* the pass's contribution as it leaves (plain: its
                               columns under the minimum count zeroed) */
@@ -368,7 +368,8 @@ static fed_err stats_plan(fed_node *n, const fed_wire_settings *s)
 {
     node_client *c = n->client;
     const fed_node_data_config *d = &n->cfg.data;
-    size_t nints = (size_t)d->stats_cols * FED_COLSTATS_INTS, len = 16 * (size_t)s->stats_cols;
+    size_t nints = (size_t)d->stats_cols * FED_COLSTATS_INTS;
+    size_t len = FED_WIRE_STATS_COL_BYTES * (size_t)s->stats_cols;
     double *mean = NULL, *sd = NULL;
     const fed_dataset *train = NULL;
     fed_err e = FED_OK;
@@ -406,8 +407,8 @@ static fed_err stats_plan(fed_node *n, const fed_wire_settings *s)
         goto out;
     }
     for (uint32_t j = 0; j < s->stats_cols; j++) {
-        mean[j] = fed_get_f64le(s->stats + 16 * (size_t)j);
-        sd[j] = fed_get_f64le(s->stats + 16 * (size_t)j + 8);
+        mean[j] = fed_get_f64le(s->stats + FED_WIRE_STATS_COL_BYTES * (size_t)j);
+        sd[j] = fed_get_f64le(s->stats + FED_WIRE_STATS_COL_BYTES * (size_t)j + 8);
     }
     if ((e = d->restandardize(d->stats_ctx, mean, sd, s->stats_cols, &train)) != FED_OK) {
         fed_log(FED_LOG_ERROR, "client: standardizing its data with the shared statistics "

@@ -90,10 +90,13 @@ raw = open(sys.argv[1], "rb").read()
 meta = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])["__metadata__"]
 mean = [float(v) for v in meta["fednode.input_mean"].split(",")]
 std = [float(v) for v in meta["fednode.input_std"].split(",")]
+miss = [float(v) for v in meta["fednode.input_missing_rate"].split(",")]
 rows = [l.strip().split(",") for l in open(sys.argv[2]).read().splitlines()[1:]]
 assert len(mean) == len(std) == 4, (mean, std)
 for j in range(4):
     xs = [Fraction(r[j]) for r in rows if r[j] != "NA"]   # exact, as the file says
+    if abs(miss[j] - (len(rows) - len(xs)) / len(rows)) > 1e-15:
+        sys.exit("column %d: missing rate %r, the file's %r" % (j + 1, miss[j], (len(rows) - len(xs)) / len(rows)))
     m = sum(xs) / len(xs)
     v = sum((x - m) ** 2 for x in xs) / len(xs)
     pm, ps = float(m), math.sqrt(float(v))
@@ -105,7 +108,7 @@ for j in range(4):
         sys.exit("column %d: export says mean %r std %r; pooled %r %r" % (j + 1, mean[j], std[j], pm, ps))
     print("column %d: mean %.17g (pooled %.17g), std %.17g (pooled %.17g)" % (j + 1, mean[j], pm, std[j], ps))
 PY
-    ok "$r: the export's statistics are the pooled file's mean and std within 2^-33"
+    ok "$r: the export's statistics are the pooled file's mean and std within 2^-33, and its missing rates"
     for s in 0 1 2; do
         ( cd "$TMP/s$s" && FEDNODE_NO_REEXEC=1 "$FED" eval --model "$TMP/$r.safetensors" \
             --data d.csv --threads 1 ) >"$TMP/$r-eval$s.out" 2>"$TMP/$r-eval$s.log" ||

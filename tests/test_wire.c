@@ -619,12 +619,13 @@ static void test_settings_dp_field(void **state)
 }
 
 /* Field 14, shared statistics: absent by default; the pass (16 bytes) and
- * the statistics to apply (16 + 16 a column) round-trip, required; a std
- * of 0, a NaN mean, a length unlike its mode, or no columns: refused. */
+ * the statistics to apply (16 + 24 a column) round-trip, required; a std
+ * of 0, a missing rate over 1, a NaN mean, a length unlike its mode, or no
+ * columns: refused. */
 static void test_settings_stats_field(void **state)
 {
     fed_wire_block b, g;
-    uint8_t buf[FED_WIRE_BLOCK_MAX + 64], st[32];
+    uint8_t buf[FED_WIRE_BLOCK_MAX + 64], st[48];
     size_t len = 0, used = 0;
 
     (void)state;
@@ -646,29 +647,35 @@ static void test_settings_stats_field(void **state)
     /* two columns to apply */
     fed_put_f64le(st, 1e6);
     fed_put_f64le(st + 8, 0.5);
-    fed_put_f64le(st + 16, -3.25);
-    fed_put_f64le(st + 24, 1e-3);
+    fed_put_f64le(st + 16, 0.0);
+    fed_put_f64le(st + 24, -3.25);
+    fed_put_f64le(st + 32, 1e-3);
+    fed_put_f64le(st + 40, 0.125);
     b.settings.stats_mode = FED_WIRE_STATS_APPLY;
     b.settings.stats_cols = 2;
     b.settings.stats_min_count = 0;
     b.settings.stats = st;
     assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
-    assert_int_equal(len, FED_WIRE_MODEL_BLOCK_BYTES + 24 + 32);
+    assert_int_equal(len, FED_WIRE_MODEL_BLOCK_BYTES + 24 + 48);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_OK);
     assert_int_equal(g.settings.stats_mode, FED_WIRE_STATS_APPLY);
     assert_non_null(g.settings.stats);
     assert_memory_equal(g.settings.stats, st, sizeof st);
-    /* a std of 0 (or a NaN mean): refused on both sides */
-    fed_put_f64le(st + 24, 0.0);
+    /* a std of 0, a missing rate over 1 (or a NaN mean): refused on both sides */
+    fed_put_f64le(st + 32, 0.0);
     assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
                      FED_ERR_INVAL);
-    fed_put_f64le(st + 24, 1e-3);
+    fed_put_f64le(st + 32, 1e-3);
+    fed_put_f64le(st + 40, 1.5);
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+    fed_put_f64le(st + 40, 0.125);
     assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
-    fed_put_f64le(buf + len - 32, NAN);
+    fed_put_f64le(buf + len - 48, NAN);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
     /* the columns say 3, the field holds 2 */
     assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
-    fed_put_u32le(buf + len - 32 - 12, 3);
+    fed_put_u32le(buf + len - 48 - 12, 3);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
     /* no columns */
     b.settings.stats_mode = FED_WIRE_STATS_PASS;
