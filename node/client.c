@@ -1035,4 +1035,7 @@ const node_role_ops fed_node_client_ops = {
     .progress = NULL, /* the common part says it all */
     .bad_reply = fed_node_client_bad_reply,
     .pulled = fed_node_client_pulling,
+    .rate_from_model = 1,
+    .streams_in_replies = 1,
+    .tells_old_epoch = 0,
 };

@@ -17,7 +17,6 @@
 #include "core/bytes.h"
 #include "core/log.h"
 #include "node/node_impl.h"
-#include "node/secagg_impl.h" /* FED_NODE_SA_FLOOR */
 
 void fed_node_config_default(fed_node_config *cfg)
 {
@@ -76,13 +75,14 @@ static fed_err check_config(const fed_node_config *c, const node_role_ops **ops)
 
 /* cfg's rate across rounds (aggregator, peer: they send or train at it; a
  * client trains at what each MODEL says and keeps none). */
-static fed_err round_schedule(const fed_node_config *cfg, fed_optim_cfg *out)
+static fed_err round_schedule(const fed_node_config *cfg, const node_role_ops *ops,
+                              fed_optim_cfg *out)
 {
     const char *text = cfg->lr_schedule[0] ? cfg->lr_schedule : "const";
 
     fed_optim_cfg_default(out, (fed_optim_kind)cfg->optimizer);
     out->lr = cfg->lr;
-    if (cfg->role == FED_NODE_CLIENT)
+    if (ops->rate_from_model)
         return FED_OK;
     if (fed_optim_sched_of_run(text, cfg->rounds, cfg->lr_warmup, 1, out) != FED_OK) {
         fed_log(FED_LOG_ERROR, "node: lr schedule '%s' with %u warm-up rounds does not fit %u"
@@ -123,7 +123,7 @@ fed_err fed_node_new(const fed_node_config *given, const fed_env *env, fed_node 
         fed_log(FED_LOG_ERROR, "node: unusable configuration: %s", fed_strerror(e));
         return e;
     }
-    if ((e = round_schedule(cfg, &sched)) != FED_OK)
+    if ((e = round_schedule(cfg, ops, &sched)) != FED_OK)
         return e;
     if (!(n = fed_calloc(1, sizeof *n)))
         return FED_ERR_NOMEM;
@@ -626,7 +626,7 @@ static int tell_old_epoch(fed_node *n, fed_req *req, const uint8_t *frame, size_
     size_t i;
     int found = 0;
 
-    if (!n->agg || !req || fed_wire_hdr_decode(frame, len, &h) != FED_OK ||
+    if (!n->ops->tells_old_epoch || !req || fed_wire_hdr_decode(frame, len, &h) != FED_OK ||
         !fed_wire_is_member(n->wire, h.sender))
         return 0;
     i = fed_key_search(n->peers, n->npeers, sizeof *n->peers, h.sender, &found);

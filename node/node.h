@@ -407,6 +407,10 @@ typedef struct fed_node_config {
  * and two for a derivation in flight. A client refuses a round without them
  * (logged); an environment that builds arenas sizes them with this. */
 #define FED_NODE_SECAGG_SLOTS(k) ((uint32_t)(k) + 3u)
+/* A secure round's floor of clients (secagg.min_clients counts as this when
+ * smaller): with 2, each could subtract its own delta from the released sum
+ * (without noise, the other's exactly). */
+#define FED_NODE_SA_FLOOR 3u
 
 /* Defaults as documented above; role and the borrowed pointers are left
  * for the caller. */

@@ -913,4 +913,7 @@ const node_role_ops fed_node_peer_ops = {
     .progress = fed_node_peer_progress,
     .bad_reply = NULL, /* a share that does not decode is refused as it is */
     .pulled = NULL,
+    .rate_from_model = 0,
+    .streams_in_replies = 0,
+    .tells_old_epoch = 0,
 };

@@ -465,7 +465,7 @@ fed_err fed_node_transfer_on_msg(fed_node *n, node_open *op, int *handled)
 
         /* clients push DELTAs and masked inputs to the aggregator, which
            answers MODELs; peers push SHAREs to each other */
-        if ((op->req != NULL) != (n->cfg.role != FED_NODE_CLIENT)) {
+        if ((op->req != NULL) == n->ops->streams_in_replies) {
             fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_ROLE);
             fed_wire_stream_close(n->wire, m->stream);
             fed_node_refuse(n, op->req);
