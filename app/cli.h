@@ -80,6 +80,19 @@ int fed_cli_model_file(const char *cmd, char *model, size_t cap, char **graph, f
  * (onnx/onnx.h) is translated into the graph, its weights kept in *onnx
  * (NULL: the command uses none, a warning says so). */
 int fed_cli_is_onnx(const char *path);
+/* An export (`fednode export`: a .safetensors file whose metadata names
+ * its spec and input) built into a model on be (pool, shards and batch as
+ * fed_model_load's); *f keeps the parsed file, whose shared statistics
+ * (f->stats_mean, stats_std) standardize CSV input as in training, until
+ * fed_store_safetensors_fini. FED_ERR_SPEC for a file whose metadata names
+ * no spec or no input. */
+struct fed_store_st_file;
+struct fed_backend;
+struct fed_pool;
+struct fed_model;
+fed_err fed_cli_model_from_export(const char *path, struct fed_backend *be, struct fed_pool *pool,
+                                  int shards, int batch, struct fed_store_st_file *f,
+                                  struct fed_model **out);
 /* "I/K" with 0 <= I < K: 1 when s is one. */
 int fed_cli_parse_shard(const char *s, int *shard, int *k);
 

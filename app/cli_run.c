@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/bytes.h"
 #include "core/log.h"
 #include "core/opt.h"
 #include "core/pool.h"
@@ -29,6 +30,7 @@
 #include "node/daemon.h"
 #include "node/settings.h"
 #include "node/site.h"
+#include "storage/store.h"
 #include "onnx/onnx.h"
 
 #define PATH_MAX_RUN 512
@@ -69,6 +71,9 @@ typedef struct run_cfg {
     int keep_checkpoints;
     char best_metric[FED_METRICS_NAME_MAX];
     char early_stop[64];
+    int standardize;
+    int stats_min_count;
+    int stats_only;
     const unsigned char *given; /* (NRUN_OPTS) what the file or a flag set; not an option */
     char *graph; /* --model FILE of a graph longer than its id: the whole (not an option) */
     fed_onnx *onnx; /* --model FILE.onnx: its weights, the model's first (not an option) */
@@ -152,6 +157,17 @@ static const fed_opt run_opts[] = {
     R(early_stop, "early-stop", FED_OPT_STR, "", 0, 0,
       "aggregator: METRIC:PATIENCE, end the run when PATIENCE rounds after the best by METRIC "
       "have not improved on it (each round evaluated before the next starts), e.g. auc:5"),
+    R(standardize, "standardize", FED_OPT_BOOL, "true", 0, 0,
+      "CSV data: standardize every numeric column with the federation's shared statistics "
+      "(pooled mean and std, gathered in a pass that is round 1, through secure aggregation "
+      "with --secagg), the same at every site and in the exported model; --no-standardize: "
+      "each site with its own file's"),
+    R(stats_min_count, "stats-min-count", FED_OPT_INT, "10", 0, 1000000000,
+      "aggregator: in the statistics pass a column with fewer values than this is suppressed "
+      "(mean 0, std 1): without --secagg at each site, whose sums the aggregator would see, "
+      "and in the totals"),
+    R(stats_only, "stats-only", FED_OPT_BOOL, "false", 0, 0,
+      "aggregator: run the statistics pass alone (round 1), print the pooled table and end"),
     FED_OPT_DEF_IMPLICIT(run_cfg, http, "http", "", FED_HTTP_DEFAULT_ADDR,
                          "serve a status page, /metrics (Prometheus), /status.json and /healthz "
                          "at http://HOST:PORT, read-only (none unless given)"),
@@ -175,12 +191,26 @@ typedef struct run_state {
     uint32_t *idx;
     size_t nidx;
     float *init_params; /* --model FILE.onnx's weights as the model's flat buffer */
+    /* --standardize on CSV data: its columns, a client's contribution to the
+       statistics pass (over its shard's rows, idx0 in the file), and the
+       data standardized with the shared statistics (what the node then
+       borrows; the earlier one stays alive until the end) */
+    const run_cfg *c;
+    fed_data_opts dopts;
+    uint32_t stats_cols;
+    uint32_t *idx0;
+    int64_t *stats_local;
+    fed_dataset *shared[2];
 } run_state;
 
 static void run_state_free(run_state *s)
 {
     fed_free(s->init_params);
     fed_free(s->idx);
+    fed_free(s->idx0);
+    fed_free(s->stats_local);
+    fed_data_free(s->shared[0]);
+    fed_data_free(s->shared[1]);
     fed_data_free(s->train);
     fed_data_free(s->test);
     fed_pool_free(s->pool);
@@ -333,6 +363,75 @@ static int load_peers(const run_cfg *c, run_state *s)
     return -1;
 }
 
+/* The node's data standardized with the shared statistics (node.h's
+ * fed_node_stats_fn): a client's shard of the training file, an
+ * aggregator's test split, read again from the file. */
+static fed_err restandardize(void *ctx, const double *mean, const double *std, size_t cols,
+                             const fed_dataset **out)
+{
+    run_state *s = ctx;
+    fed_data_opts o = s->dopts;
+    fed_dataset *d = NULL, *sub = NULL;
+    int test = s->c->role[0] == 'a'; /* the aggregator: its test split */
+    fed_err e;
+
+    o.csv.stats_mean = mean;
+    o.csv.stats_std = std;
+    o.csv.stats_features = cols;
+    if ((e = fed_data_open_opts(s->c->s.data, !test, &o, &d)) != FED_OK)
+        return e;
+    if (!test) { /* its shard, as at start */
+        e = fed_data_subset(d, s->idx0, s->nidx, &sub);
+        fed_data_free(d);
+        if (e != FED_OK)
+            return e;
+        d = sub;
+    }
+    fed_data_free(s->shared[test]); /* a node asks once a run; never borrowed by then */
+    s->shared[test] = d;
+    *out = d;
+    return FED_OK;
+}
+
+/* --standardize on CSV data: its column count, and a client's contribution
+ * to the statistics pass from its shard's raw rows (before keep_shard_only
+ * numbers them anew). Refused under a DP requirement: the pass's totals are
+ * not noised. */
+static int stats_prepare(const run_cfg *c, run_state *s, fed_node_role role,
+                         const fed_dataset *d)
+{
+    size_t feats = 0, sup = 0;
+    fed_err e;
+
+    if (!c->standardize || !d->x_f32 || role == FED_NODE_PEER)
+        return -1;
+    if (c->s.require_dp_sgd || c->s.dp_client_clip > 0 || c->s.dp_sgd) {
+        fed_cli_error("run: --standardize gathers the columns' pooled mean and std without "
+                      "noise, which no DP guarantee (%s) covers: run with --no-standardize "
+                      "(each site scales with its own file's statistics)",
+                      c->s.require_dp_sgd ? "--require-dp-sgd"
+                      : c->s.dp_client_clip > 0 ? "--dp-client-clip" : "--dp-sgd");
+        return 2;
+    }
+    s->stats_cols = (uint32_t)d->features;
+    if (role != FED_NODE_CLIENT)
+        return -1;
+    if (!(s->idx0 = fed_malloc((s->nidx ? s->nidx : 1) * sizeof *s->idx0))) {
+        fed_cli_error("run: %s", fed_strerror(FED_ERR_NOMEM));
+        return 1;
+    }
+    memcpy(s->idx0, s->idx, s->nidx * sizeof *s->idx0);
+    e = fed_data_csv_colstats(c->s.data, &s->dopts.csv, s->idx0, s->nidx, 0, &s->stats_local,
+                              &feats, &sup);
+    if (e == FED_OK && feats != s->stats_cols)
+        e = FED_ERR_SHAPE;
+    if (e != FED_OK) {
+        fed_cli_error("run: data %s: its shared statistics: %s", c->s.data, fed_strerror(e));
+        return 1;
+    }
+    return -1;
+}
+
 /* client: its shard; aggregator: the test split (input shape, evaluation);
  * peer: both. */
 static int load_data(const run_cfg *c, run_state *s, fed_node_role role)
@@ -343,6 +442,8 @@ static int load_data(const run_cfg *c, run_state *s, fed_node_role role)
 
     if ((rc = fed_cli_data_opts("run", &c->s.dflags, &dopts)) >= 0)
         return rc;
+    s->c = c;
+    s->dopts = dopts;
     if (role != FED_NODE_AGGREGATOR) {
         if (!fed_cli_parse_shard(c->shard, &shard, &k)) {
             fed_cli_error("run: --shard '%s': expected I/K with 0 <= I < K", c->shard);
@@ -354,16 +455,79 @@ static int load_data(const run_cfg *c, run_state *s, fed_node_role role)
                                    &s->nidx);
         if (e == FED_OK && s->nidx == 0)
             e = FED_ERR_RANGE;
+        if (e == FED_OK && (rc = stats_prepare(c, s, role, s->train)) >= 0)
+            return rc;
         if (e == FED_OK)
             e = keep_shard_only(s);
     }
     if (e == FED_OK && role != FED_NODE_CLIENT)
         e = fed_data_open_opts(c->s.data, 0, &dopts, &s->test);
+    if (e == FED_OK && role == FED_NODE_AGGREGATOR && (rc = stats_prepare(c, s, role, s->test)) >= 0)
+        return rc;
     if (e != FED_OK) {
         fed_cli_error("run: data %s: %s", c->s.data, fed_strerror(e));
         return 1;
     }
     return -1;
+}
+
+/* The statistics pass's part of the node's config (--standardize). */
+static void stats_config(const run_cfg *c, run_state *s, fed_node_config *nc)
+{
+    if (!s->stats_cols)
+        return;
+    nc->data.stats_cols = s->stats_cols;
+    nc->data.stats_min_count = (uint64_t)c->stats_min_count;
+    nc->data.stats_local = s->stats_local;
+    nc->data.restandardize = restandardize;
+    nc->data.stats_ctx = s;
+    nc->data.stats_only = c->stats_only;
+}
+
+/* --stats-only's table: the pooled statistics the checkpoint holds, a
+ * column a line, named by the data file's header (its label left out). */
+static int print_stats_table(const run_cfg *c, run_state *s)
+{
+    fed_store_ckpt ck;
+    fed_store_faults faults;
+    const fed_store_section *sec;
+    const char *label = s->dopts.csv.label_column ? s->dopts.csv.label_column : "label";
+    char line[65536], *save = NULL, *name;
+    FILE *f = fopen(c->s.data, "r");
+    size_t j = 0;
+
+    memset(&ck, 0, sizeof ck);
+    memset(&faults, 0, sizeof faults);
+    if (!f || !fgets(line, sizeof line, f))
+        line[0] = '\0';
+    if (f)
+        fclose(f);
+    line[strcspn(line, "\r\n")] = '\0';
+    if (fed_store_latest_valid_checkpoint(s->store, &ck, &faults) != FED_OK ||
+        !(sec = fed_store_ckpt_find(&ck, FED_CKPT_SEC_STATS))) {
+        fed_cli_error("run: --stats-only: the pass found no statistics (see the log)");
+        fed_store_ckpt_fini(&ck);
+        return 1;
+    }
+    printf("shared statistics of %zu columns (round %llu)\n", sec->len / 32,
+           (unsigned long long)ck.round);
+    printf("%-6s %-24s %12s %9s %24s %24s\n", "column", "name", "count", "missing", "mean",
+           "std");
+    for (name = strtok_r(line, ",", &save); j < sec->len / 32;
+         name = name ? strtok_r(NULL, ",", &save) : NULL) {
+        const uint8_t *p = (const uint8_t *)sec->data + 32 * j;
+
+        while (name && *name == ' ')
+            name++;
+        if (name && !strcmp(name, label))
+            continue;
+        printf("%-6zu %-24.24s %12llu %9.4f %24.17g %24.17g\n", j + 1, name ? name : "",
+               (unsigned long long)fed_get_u64le(p + 24), fed_get_f64le(p + 16),
+               fed_get_f64le(p), fed_get_f64le(p + 8));
+        j++;
+    }
+    fed_store_ckpt_fini(&ck);
+    return 0;
 }
 
 /* The shared settings (node/settings.h) into nc; wait-clients 0: every
@@ -598,8 +762,11 @@ static int fill_node_config(const run_cfg *c, run_state *s, fed_node_config *nc)
             /* its own --model: a MODEL of another graph is declined at once */
             nc->client.own_model = c->graph ? c->graph : c->s.model;
         fed_node_settings_apply_dp(&c->s, nc);
+        stats_config(c, s, nc);
         return aggregator_key(c, s, &nc->client.aggregator);
     }
+    if (role == FED_NODE_AGGREGATOR)
+        stats_config(c, s, nc);
     if ((rc = fill_training(c, s, nc)) >= 0)
         return rc;
     return role == FED_NODE_PEER ? fill_peer(c, s, nc) : fill_aggregator(c, nc);
@@ -769,6 +936,11 @@ static int run_node(const run_cfg *c, fed_coll *coll)
     if ((rc = fill_node_config(c, &s, &nc)) >= 0 ||
         (c->onnx && role != FED_NODE_CLIENT && (rc = onnx_init(c, &s, &nc)) >= 0))
         goto out;
+    if (c->stats_only && (role != FED_NODE_AGGREGATOR || !s.stats_cols)) {
+        fed_cli_error("run: --stats-only is an aggregator's, with CSV --data and --standardize");
+        rc = 2;
+        goto out;
+    }
     nc.coll = coll;
     nc.rank_batch = (uint32_t)c->rank_batch;
     memset(&dc, 0, sizeof dc);
@@ -787,6 +959,8 @@ static int run_node(const run_cfg *c, fed_coll *coll)
     rc = e == FED_OK ? 0 : 1;
     if (e != FED_OK)
         fed_cli_error("run: %s", fed_strerror(e));
+    else if (c->stats_only)
+        rc = print_stats_table(c, &s);
 out:
     run_state_free(&s);
     return rc;

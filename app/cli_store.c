@@ -934,6 +934,34 @@ static void print_faults(const char *cmd, const fed_store_faults *f)
         fed_cli_error("%s: ... and %zu more faulty checkpoints", cmd, f->total - f->n);
 }
 
+/* The checkpoint's shared statistics (node/agg_stats.c: per column mean,
+ * std, missing rate, count), when it has them, as m's stats_mean,
+ * stats_std and stats_missing (one block, freed through stats_mean). */
+static fed_err ckpt_stats(const fed_store_ckpt *ck, size_t features, fed_store_st_model *m)
+{
+    const fed_store_section *sec = fed_store_ckpt_find(ck, FED_CKPT_SEC_STATS);
+    double *v;
+    size_t cols;
+
+    if (!sec)
+        return FED_OK;
+    cols = sec->len / 32;
+    if (sec->len % 32 || cols != features)
+        return FED_ERR_FORMAT;
+    if (!(v = fed_malloc(3 * cols * sizeof *v)))
+        return FED_ERR_NOMEM;
+    for (size_t j = 0; j < cols; j++) {
+        v[j] = fed_get_f64le((const uint8_t *)sec->data + 32 * j);
+        v[cols + j] = fed_get_f64le((const uint8_t *)sec->data + 32 * j + 8);
+        v[2 * cols + j] = fed_get_f64le((const uint8_t *)sec->data + 32 * j + 16);
+    }
+    m->stats_mean = v;
+    m->stats_std = v + cols;
+    m->stats_missing = v + 2 * cols;
+    m->stats_cols = cols;
+    return FED_OK;
+}
+
 int fed_cli_export(int argc, char **argv)
 {
     export_cfg c;
@@ -992,9 +1020,18 @@ int fed_cli_export(int argc, char **argv)
         /* a CSV's samples are (1, 1, features); images have rows */
         fed_store_st_model sm = {fed_model_spec(m), in, t, nt, p,
                                  in.c == 1 && in.h == 1 ? FED_ST_INPUT_STANDARDIZED
-                                                        : FED_ST_INPUT_PIXELS};
+                                                        : FED_ST_INPUT_PIXELS,
+                                 NULL, NULL, 0, NULL};
 
-        if ((e = fed_store_safetensors_save(c.out, &sm)) != FED_OK) {
+        if (sm.input_kind == FED_ST_INPUT_STANDARDIZED &&
+            (e = ckpt_stats(&ck, (size_t)in.w, &sm)) != FED_OK) {
+            fed_cli_error("export: checkpoint %" PRIu64 ": its shared statistics: %s", ck.id,
+                          fed_strerror(e));
+            goto out;
+        }
+        e = fed_store_safetensors_save(c.out, &sm);
+        fed_free((double *)sm.stats_mean); /* both in one block */
+        if (e != FED_OK) {
             fed_cli_error("export: writing %s: %s", c.out, fed_strerror(e));
             goto out;
         }
@@ -1122,6 +1159,37 @@ out:
     fed_store_close(st);
     fed_free(params);
     return e;
+}
+
+fed_err fed_cli_model_from_export(const char *path, fed_backend *be, fed_pool *pool, int shards,
+                                  int batch, fed_store_st_file *f, fed_model **out)
+{
+    fed_model *m = NULL;
+    float *p = NULL;
+    const fed_tensor_info *t;
+    int nt = 0;
+    fed_err e;
+
+    *out = NULL;
+    memset(f, 0, sizeof *f);
+    if ((e = fed_store_safetensors_read(path, f)) != FED_OK)
+        return e;
+    if (!f->spec[0] || f->input.classes <= 0)
+        return FED_ERR_SPEC;
+    if ((e = fed_model_new(f->spec, f->input, be, pool, shards, batch, &m)) != FED_OK)
+        return e;
+    t = fed_model_tensors(m, &nt);
+    if (!(p = fed_malloc(fed_model_nparams(m) * sizeof *p)))
+        e = FED_ERR_NOMEM;
+    else if ((e = fed_store_safetensors_to_params(f, t, nt, f->spec, p)) == FED_OK)
+        e = fed_model_set_params(m, p);
+    fed_free(p);
+    if (e != FED_OK) {
+        fed_model_free(m);
+        return e;
+    }
+    *out = m;
+    return FED_OK;
 }
 
 int fed_cli_import(int argc, char **argv)

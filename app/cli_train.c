@@ -26,6 +26,7 @@
 #include "model/io.h"
 #include "model/model.h"
 #include "model/optim.h"
+#include "model/safetensors.h"
 #include "model/train.h"
 #include "onnx/onnx.h"
 #include "privacy/rdp.h"
@@ -147,7 +148,9 @@ typedef struct eval_cfg {
 #define E(field, name, type, def, min, max, help)                              \
     FED_OPT_DEF(eval_cfg, field, name, type, def, min, max, help)
 static const fed_opt eval_opts[] = {
-    E(model, "model", FED_OPT_STR, "", 0, 0, "model file written by fednode train --out"),
+    E(model, "model", FED_OPT_STR, "", 0, 0,
+      "model file written by fednode train --out, or an export (FILE.safetensors, fednode "
+      "export), whose shared statistics then standardize a CSV as in training"),
     E(data, "data", FED_OPT_STR, "fashion-mnist", 0, 0,
       "fashion-mnist, a directory of IDX files, a folder of images, or a CSV file"),
     E(split, "split", FED_OPT_STR, "test", 0, 0, "test or train"),
@@ -715,9 +718,13 @@ static int eval_main(const eval_cfg *c, int argc, char **argv)
     fed_model *m = NULL;
     fed_step_stats st = {0};
     fed_eval_report *rep = NULL;
+    fed_store_st_file exp;
+    size_t ml = strlen(c->model);
     int threads = c->threads ? c->threads : fed_cli_online_cores(), rc = 1;
+    int export = ml > 12 && !strcmp(c->model + ml - 12, ".safetensors");
     fed_err err;
 
+    memset(&exp, 0, sizeof exp);
     if (!c->model[0]) {
         fed_cli_error("eval: --model FILE is required");
         return 2;
@@ -734,13 +741,19 @@ static int eval_main(const eval_cfg *c, int argc, char **argv)
     if (!(be->caps & FED_BACKEND_CAP_SHARDS))
         threads = 1;
     if ((err = fed_pool_new(threads - 1, &pool)) != FED_OK ||
-        (err = fed_model_load(c->model, be, pool, threads, c->batch, &m)) != FED_OK) {
+        (err = export ? fed_cli_model_from_export(c->model, be, pool, threads, c->batch, &exp, &m)
+                      : fed_model_load(c->model, be, pool, threads, c->batch, &m)) != FED_OK) {
         fed_cli_error("eval: %s: %s", c->model, fed_strerror(err));
         goto out;
     }
     if ((rc = fed_cli_data_opts("eval", &c->dflags, &dopts)) >= 0)
         goto out;
     rc = 1;
+    if (exp.stats_mean) { /* the federation's shared statistics, as in training */
+        dopts.csv.stats_mean = exp.stats_mean;
+        dopts.csv.stats_std = exp.stats_std;
+        dopts.csv.stats_features = exp.stats_cols;
+    }
     if ((err = fed_data_open_opts(c->data, !strcmp(c->split, "train"), &dopts, &d)) != FED_OK) {
         fed_cli_error("eval: %s: %s", c->data, fed_strerror(err));
         goto out;
@@ -761,6 +774,7 @@ static int eval_main(const eval_cfg *c, int argc, char **argv)
 out:
     fed_eval_report_free(rep);
     fed_model_free(m);
+    fed_store_safetensors_fini(&exp);
     fed_data_free(d);
     fed_pool_free(pool);
     fed_backend_free(be);

@@ -96,7 +96,8 @@
     /* a client's reasons to decline a round (a LEAVE), appended likewise */   \
     X(FED_ERR_SA_REQUIRED, "secure aggregation required: this client (--secagg) sends no delta in a round that does not run it") \
     X(FED_ERR_MODEL_MISMATCH, "the aggregator's model does not fit this client (another input shape or class count, another graph than its own --model declares, or past its --max-model-params or --max-model-flops)") \
-    X(FED_ERR_SA_TOO_FEW, "secure aggregation: fewer clients than the floor (3, or more as configured); a client could subtract its own delta from the sum")
+    X(FED_ERR_SA_TOO_FEW, "secure aggregation: fewer clients than the floor (3, or more as configured); a client could subtract its own delta from the sum") \
+    X(FED_ERR_STATS, "shared statistics: this site cannot take part (standardization off, no CSV data, or another column count than the federation's)")
 
 typedef enum fed_err {
 #define FED_ERR_ENUM_(name, msg) name,

@@ -65,6 +65,7 @@ static const fed_wire_field model_fields[] = {
     {FED_WIRE_SET_DP_SGD, 12, 12, 0, 0}, /* absent: nothing required */
     {FED_WIRE_SET_SECAGG, 28, 28, 0, 0}, /* absent: off */
     {FED_WIRE_SET_GRAPH, 3, FED_WIRE_GRAPH_MAX, 0, 1}, /* with a "g#" spec only */
+    {FED_WIRE_SET_STATS, 16, FED_WIRE_STATS_MAX, 0, 1}, /* with a mode only */
 };
 static const fed_wire_field report_fields[] = {
     {FED_WIRE_FIELD_DP_REPORT, 16, 16, 0, 0},
@@ -180,12 +181,21 @@ size_t fed_wire_block_size(uint8_t type)
     return n;
 }
 
+/* The statistics field's length (mode set). */
+static uint32_t stats_len(const fed_wire_settings *s)
+{
+    return 16 + (s->stats_mode == FED_WIRE_STATS_APPLY ? FED_WIRE_STATS_COL_BYTES * s->stats_cols
+                                                       : 0);
+}
+
 size_t fed_wire_block_bytes(uint8_t type, const fed_wire_block *b)
 {
     size_t n = fed_wire_block_size(type);
 
     if (n && type == FED_WIRE_MODEL && b->settings.graph)
         n += FED_WIRE_FIELD_HEAD_BYTES + b->settings.graph_len;
+    if (n && type == FED_WIRE_MODEL && b->settings.stats_mode)
+        n += FED_WIRE_FIELD_HEAD_BYTES + stats_len(&b->settings);
     return n;
 }
 
@@ -244,9 +254,34 @@ static int graph_ok(const fed_wire_settings *s)
     return strcmp(id, s->spec) == 0 && strncmp(id, "g#", 2) == 0;
 }
 
+/* The statistics field: a known mode, 1..1024 columns, its length that of
+ * its mode; with APPLY, every mean finite, every std finite and > 0, every
+ * missing rate in [0, 1]. */
+static int stats_ok(const fed_wire_settings *s)
+{
+    if (!s->stats_mode)
+        return s->stats_cols == 0 && s->stats_min_count == 0 && !s->stats;
+    if (s->stats_mode != FED_WIRE_STATS_PASS && s->stats_mode != FED_WIRE_STATS_APPLY)
+        return 0;
+    if (s->stats_cols < 1 || s->stats_cols > FED_WIRE_STATS_COLS_MAX)
+        return 0;
+    if (s->stats_mode == FED_WIRE_STATS_PASS)
+        return 1;
+    if (!s->stats)
+        return 0;
+    for (uint32_t j = 0; j < s->stats_cols; j++) {
+        const uint8_t *c = s->stats + (size_t)FED_WIRE_STATS_COL_BYTES * j;
+        double m = fed_get_f64le(c), sd = fed_get_f64le(c + 8), miss = fed_get_f64le(c + 16);
+
+        if (!isfinite(m) || !isfinite(sd) || !(sd > 0) || !(miss >= 0 && miss <= 1))
+            return 0;
+    }
+    return 1;
+}
+
 static int settings_ok(const fed_wire_settings *s)
 {
-    return spec_ok(s->spec) && graph_ok(s) && isfinite(s->lr) && s->lr > 0 && isfinite(s->mu) && s->mu >= 0 &&
+    return spec_ok(s->spec) && graph_ok(s) && stats_ok(s) && isfinite(s->lr) && s->lr > 0 && isfinite(s->mu) && s->mu >= 0 &&
            isfinite(s->momentum) && s->momentum >= 0 && s->momentum < 1 &&
            isfinite(s->fraction) && s->fraction >= 0 && s->fraction <= 1 && dp_ok(s) &&
            secagg_ok(s);
@@ -260,7 +295,7 @@ static int report_ok(const fed_wire_block *b)
 }
 
 _Static_assert(FED_WIRE_MODEL_BLOCK_BYTES == 8 + FED_WIRE_FIELDS_LEN_BYTES +
-                                                 (FED_WIRE_SET_TAG_MAX - 1) * FED_WIRE_FIELD_HEAD_BYTES +
+                                                 (FED_WIRE_SET_TAG_MAX - 2) * FED_WIRE_FIELD_HEAD_BYTES +
                                                  FED_WIRE_SPEC_BYTES + 4 + 4 + 1 + 2 + 4 + 4 + 4 +
                                                  8 + 4 + 12 + 28,
                "FED_WIRE_MODEL_BLOCK_BYTES is its fixed part, S and every known field");
@@ -326,6 +361,20 @@ static uint8_t *encode_settings(const fed_wire_settings *s, uint8_t *out)
         fed_put_u32le(p + 4, s->graph_len);
         memcpy(p + FED_WIRE_FIELD_HEAD_BYTES, s->graph, s->graph_len);
         p += FED_WIRE_FIELD_HEAD_BYTES + s->graph_len;
+    }
+    if (s->stats_mode) { /* required: a client must not train on its own scaling */
+        uint32_t len = stats_len(s);
+
+        fed_put_u16le(p, FED_WIRE_SET_STATS);
+        fed_put_u16le(p + 2, FED_WIRE_FIELD_REQUIRED);
+        fed_put_u32le(p + 4, len);
+        p += FED_WIRE_FIELD_HEAD_BYTES;
+        fed_put_u32le(p, s->stats_mode);
+        fed_put_u32le(p + 4, s->stats_cols);
+        fed_put_u64le(p + 8, s->stats_min_count);
+        if (len > 16)
+            memcpy(p + 16, s->stats, len - 16);
+        p += len;
     }
     return p;
 }
@@ -402,6 +451,14 @@ static int take_setting(uint16_t tag, const uint8_t *v, uint32_t len, fed_wire_s
         s->graph = (const char *)v;
         s->graph_len = len;
         break;
+    case FED_WIRE_SET_STATS: /* a view; settings_ok checks the values */
+        s->stats_mode = fed_get_u32le(v);
+        s->stats_cols = fed_get_u32le(v + 4);
+        s->stats_min_count = fed_get_u64le(v + 8);
+        s->stats = len > 16 ? v + 16 : NULL;
+        return (s->stats_mode == FED_WIRE_STATS_PASS && len == 16) ||
+               (s->stats_mode == FED_WIRE_STATS_APPLY && s->stats_cols <= FED_WIRE_STATS_COLS_MAX &&
+                len == 16 + FED_WIRE_STATS_COL_BYTES * s->stats_cols);
     default: return 0;
     }
     return 1;

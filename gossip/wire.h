@@ -128,9 +128,20 @@
  *               id, and then required: a graph longer than a spec travels
  *               whole, never capped at 127 bytes. Parsed as untrusted input
  *               (its id checked here; its size and cost by the client)
+ *      14  16..24592 shared statistics (federated analytics, model/colstats.h):
+ *               mode u32 (1: this round is the statistics pass: the client
+ *               trains nothing and contributes its columns' statistics; 2:
+ *               standardize with the statistics that follow), columns u32
+ *               (1..1024), the minimum count u64 (mode 1: a column with
+ *               fewer present values releases nothing), then with mode 2
+ *               per column mean f64 (finite), std f64 (finite, > 0) and
+ *               missing rate f64 (in [0, 1]: the share of its cells empty).
+ *               Present only with a mode, and then required: a client that
+ *               does not know it would train on its own file's scaling
  *   This node marks 1-10 required, 11 when it requires DP-SGD, 12 when on,
- *   13 when present: its MODEL block is FED_WIRE_MODEL_BLOCK_BYTES (311),
- *   8 + the graph's length more with 13. MODEL's fields may take
+ *   13 and 14 when present: its MODEL block is FED_WIRE_MODEL_BLOCK_BYTES
+ *   (311), 8 + the graph's length more with 13, 8 + 16 (+ 24 a column with
+ *   mode 2) more with 14. MODEL's fields may take
  *   FED_WIRE_SETTINGS_MAX bytes.
  * DELTA's and LEAVE's fields:
  *     tag  L    value
@@ -175,8 +186,11 @@
 /* Typed blocks' fields (the table above). */
 #define FED_WIRE_FIELDS_MAX 1024 /* bytes of fields any block may carry, but MODEL */
 #define FED_WIRE_GRAPH_MAX 16383 /* MODEL's graph field (13): FED_MODEL_GRAPH_MAX - 1 */
-/* MODEL's fields: the same bound, and room for its graph */
-#define FED_WIRE_SETTINGS_MAX (FED_WIRE_FIELDS_MAX + 8 + FED_WIRE_GRAPH_MAX)
+#define FED_WIRE_STATS_COLS_MAX 1024 /* MODEL's statistics field (14): columns */
+#define FED_WIRE_STATS_COL_BYTES 24 /* mean, std, missing rate: f64 each */
+#define FED_WIRE_STATS_MAX (16 + FED_WIRE_STATS_COL_BYTES * FED_WIRE_STATS_COLS_MAX)
+/* MODEL's fields: the same bound, and room for its graph and statistics */
+#define FED_WIRE_SETTINGS_MAX (FED_WIRE_FIELDS_MAX + 8 + FED_WIRE_GRAPH_MAX + 8 + FED_WIRE_STATS_MAX)
 #define FED_WIRE_FIELDS_LEN_BYTES 4 /* S, after the fixed part */
 #define FED_WIRE_FIELD_HEAD_BYTES 8
 #define FED_WIRE_FIELD_REQUIRED 0x0001u /* a receiver that does not know the tag refuses */
@@ -215,8 +229,12 @@ typedef enum fed_wire_setting_tag {
     FED_WIRE_SET_DP_SGD = 11,
     FED_WIRE_SET_SECAGG = 12,
     FED_WIRE_SET_GRAPH = 13,
+    FED_WIRE_SET_STATS = 14,
 } fed_wire_setting_tag;
-#define FED_WIRE_SET_TAG_MAX 13
+#define FED_WIRE_SET_TAG_MAX 14
+/* The shared statistics field (14): what a round does with them. */
+#define FED_WIRE_STATS_PASS 1u  /* the statistics pass: contribute, do not train */
+#define FED_WIRE_STATS_APPLY 2u /* standardize each numeric column with these */
 #define FED_WIRE_DP_REQUIRED 0x1u /* DP-SGD field: the round must be trained with it */
 /* DELTA's and LEAVE's fields. */
 #define FED_WIRE_FIELD_DP_REPORT 1 /* epsilon spent, budget (f64 each) */
@@ -351,6 +369,14 @@ typedef struct fed_wire_settings {
        graph_len bytes, no NUL; decoded, a view into the block received */
     const char *graph;
     uint32_t graph_len;
+    /* shared statistics (field 14; absent: mode 0): FED_WIRE_STATS_PASS or
+       _APPLY, the columns, the pass's minimum count; with APPLY, stats:
+       cols x (mean, std, missing rate) f64 LE, a view into the block
+       received (or the sender's buffer) */
+    uint32_t stats_mode;
+    uint32_t stats_cols;
+    uint64_t stats_min_count;
+    const uint8_t *stats;
 } fed_wire_settings;
 
 /* A decoded typed block; which fields mean something depends on the type. */

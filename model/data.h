@@ -112,6 +112,14 @@ typedef struct fed_csv_opts {
      * statistics file's mean, else the training file's, else the mean of the
      * file's present values. */
     const double *fill;
+    /* Shared statistics (model/colstats.h): when set, every numeric column
+     * j is standardized with (stats_mean[j], stats_std[j]) instead of the
+     * statistics file's or the file's own, and its missing cells filled
+     * with stats_mean[j] (unless fill is set); stats_features must be the
+     * file's feature count (else FED_ERR_SHAPE). A categorical column
+     * keeps its ids. */
+    const double *stats_mean, *stats_std;
+    size_t stats_features;
 } fed_csv_opts;
 #define FED_CSV_DEFAULT_BUCKETS 1024
 #define FED_CSV_MAX_BUCKETS (1 << 20)
@@ -229,6 +237,17 @@ FED_WUR fed_err fed_data_open_csv(const char *path, int train, const fed_csv_opt
  * caller with fed_free. */
 FED_WUR fed_err fed_data_csv_stats(const char *path, const fed_csv_opts *opts, double **mean,
                                    double **std, size_t *features);
+/* A site's shared-statistics contribution (model/colstats.h) from a CSV
+ * file's raw values (missing cells as missing, categorical columns as
+ * zeros), over its rows rows[0..nrows) (row i: the dataset's sample i;
+ * rows NULL: every row): *out (*features * FED_COLSTATS_INTS integers,
+ * freed by the caller with fed_free); a column with fewer than min_count
+ * present values contributes zeros and is counted in *suppressed. A value
+ * out of the statistics' range is FED_ERR_RANGE, logged with the path, row
+ * and column; a row index past the file FED_ERR_RANGE. */
+FED_WUR fed_err fed_data_csv_colstats(const char *path, const fed_csv_opts *opts,
+                                      const uint32_t *rows, size_t nrows, uint64_t min_count,
+                                      int64_t **out, size_t *features, size_t *suppressed);
 /* Write a statistics file ("mean,std" header, then one "MEAN,STD" line per
  * feature, %.17g) that fed_csv_opts.stats_path reads back exactly. */
 FED_WUR fed_err fed_data_write_stats(const char *path, const double *mean, const double *std,

@@ -4,6 +4,7 @@
  * those statistics files. Owns the datasets it returns. Must never accept a
  * field that does not parse whole, a quote, a ragged row, NaN or infinity. */
 #include "model/data.h"
+#include "model/colstats.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -778,6 +779,15 @@ static fed_err csv_dataset(const char *buf, size_t len, const char *name,
                        r.features, want_features);
         goto out;
     }
+    if (!mean && opts && opts->stats_mean) { /* shared statistics */
+        if (opts->stats_features != r.features) {
+            err = csv_fail(FED_ERR_SHAPE, name, 0, 0, "%zu features, the shared statistics "
+                           "have %zu", r.features, opts->stats_features);
+            goto out;
+        }
+        mean = opts->stats_mean;
+        sd = opts->stats_std;
+    }
     if (!mean && opts && opts->stats_path)
         err = load_stats(opts->stats_path, r.features, &m, &s);
     if (!err)
@@ -815,28 +825,80 @@ fed_err fed_data_load_csv(const char *path, const fed_csv_opts *opts, fed_datase
     return err;
 }
 
-fed_err fed_data_csv_stats(const char *path, const fed_csv_opts *opts, double **mean,
-                           double **std, size_t *features)
+/* A CSV file's raw values (missing cells NaN, not filled). */
+static fed_err read_raw(const char *path, const fed_csv_opts *opts, csv_raw *r)
 {
     uint8_t *buf = NULL;
     size_t len = 0;
+    fed_err err = fed_data_read_file(path, FED_DATA_MAX_BYTES, &buf, &len);
+
+    if (err)
+        return err;
+    err = parse_raw((const char *)buf, len, path, opts, NULL, 0, r);
+    fed_free(buf);
+    return err;
+}
+
+fed_err fed_data_csv_stats(const char *path, const fed_csv_opts *opts, double **mean,
+                           double **std, size_t *features)
+{
     csv_raw r;
     fed_err err;
 
     *mean = *std = NULL;
     *features = 0;
-    err = fed_data_read_file(path, FED_DATA_MAX_BYTES, &buf, &len);
-    if (err)
-        return err;
-    err = parse_raw((const char *)buf, len, path, opts, NULL, 0, &r);
-    fed_free(buf);
-    if (err)
+    if ((err = read_raw(path, opts, &r)) != FED_OK)
         return err;
     err = fill_missing(&r, path, opts ? opts->fill : NULL);
     if (!err)
         err = own_stats(&r, mean, std);
     if (!err)
         *features = r.features;
+    raw_free(&r);
+    return err;
+}
+
+fed_err fed_data_csv_colstats(const char *path, const fed_csv_opts *opts, const uint32_t *rows,
+                              size_t nrows, uint64_t min_count, int64_t **out, size_t *features,
+                              size_t *suppressed)
+{
+    int64_t *ints = NULL;
+    double *sel = NULL;
+    char why[160] = "";
+    csv_raw r;
+    fed_err err;
+
+    *out = NULL;
+    *features = 0;
+    *suppressed = 0;
+    if ((err = read_raw(path, opts, &r)) != FED_OK)
+        return err;
+    if (!(ints = fed_calloc(r.features * FED_COLSTATS_INTS, sizeof *ints)) ||
+        (rows && !(sel = fed_malloc((nrows ? nrows : 1) * r.features * sizeof *sel)))) {
+        err = FED_ERR_NOMEM;
+        goto out;
+    }
+    for (size_t i = 0; rows && i < nrows; i++) { /* its shard's rows */
+        if (rows[i] >= r.n) {
+            err = csv_fail(FED_ERR_RANGE, path, 0, 0, "row %u of a shard, the file has %zu",
+                           rows[i], r.n);
+            goto out;
+        }
+        memcpy(sel + i * r.features, r.x + (size_t)rows[i] * r.features,
+               r.features * sizeof *sel);
+    }
+    err = fed_colstats_local(rows ? sel : r.x, rows ? nrows : r.n, r.features, r.cat, min_count,
+                             ints, suppressed, why, sizeof why);
+    if (err) {
+        fed_log(FED_LOG_ERROR, "%s: shared statistics: %s", path, why);
+        goto out;
+    }
+    *out = ints;
+    *features = r.features;
+    ints = NULL;
+out:
+    fed_free(ints);
+    fed_free(sel);
     raw_free(&r);
     return err;
 }
@@ -900,7 +962,7 @@ fed_err fed_data_open_csv(const char *path, int train, const fed_csv_opts *opts,
     err = fed_data_load_csv(path, opts, &tr);
     if (err)
         goto out;
-    if (!(opts && opts->stats_path)) {
+    if (!(opts && (opts->stats_path || opts->stats_mean))) {
         err = fed_data_csv_stats(path, opts, &mean, &sd, &features);
         if (err)
             goto out;

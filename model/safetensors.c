@@ -121,9 +121,25 @@ static fed_err check_model(const fed_store_st_model *m)
     return FED_OK;
 }
 
-/* How the input is fed (fed_store_st_model.input_kind), after the shape. */
-static void put_input_kind(sbuf *b, int kind)
+/* ,"key":"v1,v2,..." (%.17g each). */
+static void put_list(sbuf *b, const char *key, const double *v, size_t n)
 {
+    char t[32];
+
+    sb_str(b, ",\"");
+    sb_str(b, key);
+    sb_str(b, "\":\"");
+    for (size_t i = 0; i < n; i++) {
+        snprintf(t, sizeof t, "%s%.17g", i ? "," : "", v[i]);
+        sb_str(b, t);
+    }
+    sb_str(b, "\"");
+}
+
+/* How the input is fed (fed_store_st_model.input_kind), after the shape. */
+static void put_input_kind(sbuf *b, const fed_store_st_model *m)
+{
+    int kind = m->input_kind;
     char t[160];
 
     if (kind == FED_ST_INPUT_PIXELS) {
@@ -135,6 +151,16 @@ static void put_input_kind(sbuf *b, int kind)
         sb_json(b, "x = byte * fednode.input_scale + fednode.input_shift = byte / 127.5 - 1, "
                    "in [-1, 1] (torchvision: ToTensor() then Normalize((0.5,), (0.5,))); "
                    "logreg and mlp take x flattened, x.flatten(1)");
+    } else if (kind == FED_ST_INPUT_STANDARDIZED && m->stats_mean) {
+        put_list(b, "fednode.input_mean", m->stats_mean, m->stats_cols);
+        put_list(b, "fednode.input_std", m->stats_std, m->stats_cols);
+        if (m->stats_missing)
+            put_list(b, "fednode.input_missing_rate", m->stats_missing, m->stats_cols);
+        sb_str(b, ",\"fednode.input_transform\":");
+        sb_json(b, "each CSV feature j standardized, (x - mean[j]) / std[j], with the "
+                   "federation's shared statistics (pooled over every site): mean = "
+                   "fednode.input_mean, std = fednode.input_std (population std; 0 and 1 for a "
+                   "column suppressed or constant); a missing cell is mean[j]");
     } else if (kind == FED_ST_INPUT_STANDARDIZED) {
         sb_str(b, ",\"fednode.input_transform\":");
         sb_json(b, "each CSV feature standardized, (x - mean) / std, with the training file's "
@@ -163,7 +189,7 @@ static fed_err build_header(const fed_store_st_model *m, sbuf *b, uint64_t *data
             snprintf(t, sizeof t, "%s\"fednode.input\":\"%d,%d,%d\",\"fednode.classes\":\"%d\"",
                      m->spec ? "," : "", m->input.c, m->input.h, m->input.w, m->input.classes);
             sb_str(b, t);
-            put_input_kind(b, m->input_kind);
+            put_input_kind(b, m);
         }
         sb_str(b, "}");
         first = 0;
@@ -642,6 +668,36 @@ static fed_err parse_dims(const char *s, int *out, int count)
     return *s ? FED_ERR_FORMAT : FED_OK;
 }
 
+#define ST_LIST_MAX 65536 /* a shared-statistics list's text */
+
+/* "v1,v2,...": finite numbers (pos: each > 0) into *out (owned), *n. */
+static fed_err parse_list(const char *s, int pos, double **out, size_t *n)
+{
+    size_t cap = 1;
+    double *v;
+
+    for (const char *p = s; *p; p++)
+        cap += *p == ',';
+    if (!(v = fed_malloc(cap * sizeof *v)))
+        return FED_ERR_NOMEM;
+    *n = 0;
+    for (const char *p = s;;) {
+        char *end;
+        double x = strtod(p, &end);
+
+        if (end == p || !isfinite(x) || (pos && !(x > 0)) || (*end != ',' && *end)) {
+            fed_free(v);
+            return FED_ERR_FORMAT;
+        }
+        v[(*n)++] = x;
+        if (!*end)
+            break;
+        p = end + 1;
+    }
+    *out = v;
+    return FED_OK;
+}
+
 /* {"key": "value", ...}: our keys read, others checked and dropped. */
 static fed_err parse_metadata(jp *j, fed_store_st_file *f)
 {
@@ -665,14 +721,32 @@ static fed_err parse_metadata(jp *j, fed_store_st_file *f)
         }
         if (e != FED_OK || (e = expect(j, ':')) != FED_OK)
             return e;
-        which = !strcmp(key, "fednode.spec")      ? 1
-                : !strcmp(key, "fednode.input")   ? 2
-                : !strcmp(key, "fednode.classes") ? 4
-                                                  : 0;
+        which = !strcmp(key, "fednode.spec")         ? 1
+                : !strcmp(key, "fednode.input")      ? 2
+                : !strcmp(key, "fednode.classes")    ? 4
+                : !strcmp(key, "fednode.input_mean") ? 8
+                : !strcmp(key, "fednode.input_std")  ? 16
+                                                     : 0;
         if (which & seen)
             return FED_ERR_FORMAT;
         seen |= which;
-        if ((e = parse_string(j, which ? val : NULL, sizeof val)) != FED_OK)
+        if (which & (8 | 16)) { /* the shared statistics: a long list */
+            char *list = fed_malloc(ST_LIST_MAX);
+            size_t n = 0;
+
+            if (!list)
+                return FED_ERR_NOMEM;
+            e = parse_string(j, list, ST_LIST_MAX);
+            if (e == FED_OK)
+                e = parse_list(list, which == 16, which == 8 ? &f->stats_mean : &f->stats_std,
+                               &n);
+            fed_free(list);
+            if (e != FED_OK)
+                return e == FED_ERR_TOO_LARGE ? FED_ERR_FORMAT : e;
+            if (f->stats_cols && n != f->stats_cols)
+                return FED_ERR_FORMAT; /* a mean and a std a feature */
+            f->stats_cols = n;
+        } else if ((e = parse_string(j, which ? val : NULL, sizeof val)) != FED_OK)
             return e == FED_ERR_TOO_LARGE ? (which == 1 ? FED_ERR_SPEC : FED_ERR_FORMAT) : e;
         if (which == 1) {
             if (!val[0])
@@ -696,8 +770,8 @@ static fed_err parse_metadata(jp *j, fed_store_st_file *f)
             return e;
         break;
     }
-    /* shape and classes go together */
-    if (((seen & 2) != 0) != ((seen & 4) != 0))
+    /* shape and classes go together; so do means and stds */
+    if (((seen & 2) != 0) != ((seen & 4) != 0) || ((seen & 8) != 0) != ((seen & 16) != 0))
         return FED_ERR_FORMAT;
     return FED_OK;
 }
@@ -1002,6 +1076,8 @@ void fed_store_safetensors_fini(fed_store_st_file *f)
         return;
     fed_free(f->tensors);
     fed_free(f->owned);
+    fed_free(f->stats_mean);
+    fed_free(f->stats_std);
     memset(f, 0, sizeof *f);
 }
 

@@ -64,6 +64,16 @@ typedef struct fed_store_st_model {
      * features standardized with the training file's statistics (the text
      * only); FED_ST_INPUT_UNSAID (0): no keys. The importer ignores them. */
     int input_kind;
+    /* With FED_ST_INPUT_STANDARDIZED: the federation's shared statistics
+     * (model/colstats.h), one mean and std per feature, written as
+     * "fednode.input_mean" and "fednode.input_std" (comma-separated,
+     * %.17g: read back exactly); NULL: the training file's own (the text
+     * says so). */
+    const double *stats_mean, *stats_std;
+    size_t stats_cols;
+    const double *stats_missing; /* each feature's missing rate, written as
+                                    "fednode.input_missing_rate" (the importer
+                                    ignores it); NULL: not written */
 } fed_store_st_model;
 
 enum { FED_ST_INPUT_UNSAID = 0, FED_ST_INPUT_PIXELS = 1, FED_ST_INPUT_STANDARDIZED = 2 };
@@ -79,6 +89,10 @@ typedef struct fed_store_st_tensor {
 typedef struct fed_store_st_file {
     char spec[FED_MODEL_SPEC_MAX];  /* "" when the metadata has none */
     fed_model_shape input;          /* zeros when absent */
+    double *stats_mean, *stats_std; /* (stats_cols, owned) "fednode.input_mean" and
+                                       "_std" when the file has both (the same
+                                       count, finite, std > 0); NULL without */
+    size_t stats_cols;
     size_t ntensors;
     fed_store_st_tensor *tensors;   /* owned, in file (header) order */
     const uint8_t *data;            /* into the parsed bytes */

@@ -6,22 +6,57 @@
  * either. */
 #include "node/agg_input.h"
 
+#include <assert.h>
 #include <math.h>
 #include <string.h>
 
 #include "core/log.h"
+#include "model/colstats.h"
 #include "model/backend.h"
 #include "node/aggregator_impl.h"
 #include "node/secagg_impl.h"
 #include "secagg/quant.h"
 
-size_t fed_agg_seg_len(const agg_segment *segs, size_t nseg)
+/* The values of segs[0..nseg) of encoding enc together. */
+static size_t seg_count(const agg_segment *segs, size_t nseg, agg_encoding enc)
 {
     size_t len = 0;
 
     for (size_t s = 0; s < nseg; s++)
-        len += segs[s].len;
+        if (segs[s].enc == enc)
+            len += segs[s].len;
     return len;
+}
+
+size_t fed_agg_seg_len(const agg_segment *segs, size_t nseg)
+{
+    return seg_count(segs, nseg, AGG_ENC_QUANT);
+}
+
+size_t fed_agg_seg_ints(const agg_segment *segs, size_t nseg)
+{
+    return seg_count(segs, nseg, AGG_ENC_INT64);
+}
+
+uint32_t fed_agg_int_limbs(uint32_t bits)
+{
+    assert(bits >= 1 && bits <= 32);
+    return (64 + bits - 1) / bits;
+}
+
+size_t fed_agg_seg_words(const agg_segment *segs, size_t nseg, uint32_t bits)
+{
+    return fed_agg_seg_len(segs, nseg) + fed_agg_seg_ints(segs, nseg) * fed_agg_int_limbs(bits);
+}
+
+/* An INT64 segment sums; no other rule means anything for integers. */
+static int ints_ok(const agg_segment *segs, size_t nseg)
+{
+    for (size_t s = 0; s < nseg; s++)
+        if (segs[s].enc != AGG_ENC_QUANT &&
+            (segs[s].enc != AGG_ENC_INT64 || segs[s].rule != AGG_WEIGHT_SUM))
+            return 0;
+    return 1;
 }
 
 fed_err fed_agg_seg_reduce(const agg_segment *segs, size_t nseg, const float *const *x,
@@ -35,6 +70,8 @@ fed_err fed_agg_seg_reduce(const agg_segment *segs, size_t nseg, const float *co
         const agg_segment *g = &segs[s];
         double div = 1;
 
+        if (g->enc != AGG_ENC_QUANT) /* integers: fed_agg_seg_reduce_ints */
+            continue;
         if (g->rule == AGG_WEIGHT_SAMPLES) {
             div = 0;
             for (size_t i = 0; i < m; i++)
@@ -56,41 +93,100 @@ fed_err fed_agg_seg_reduce(const agg_segment *segs, size_t nseg, const float *co
     return FED_OK;
 }
 
-fed_err fed_agg_seg_quantize(const agg_segment *segs, size_t nseg, uint32_t bits, const float *x,
-                             fed_rng *rng, uint32_t *out)
+fed_err fed_agg_seg_reduce_ints(const agg_segment *segs, size_t nseg, const int64_t *const *ix,
+                                size_t m, uint64_t *out)
 {
-    size_t len = fed_agg_seg_len(segs, nseg), off = 0;
+    size_t n = fed_agg_seg_ints(segs, nseg);
+
+    if (m == 0 || nseg > AGG_SEGMENTS_MAX || !ints_ok(segs, nseg))
+        return FED_ERR_INVAL;
+    for (size_t j = 0; j < n; j++) {
+        uint64_t acc = 0; /* unsigned: wraps modulo 2^64, as two's complement adds */
+
+        for (size_t i = 0; i < m; i++)
+            acc += (uint64_t)ix[i][j];
+        out[j] = acc;
+    }
+    return FED_OK;
+}
+
+/* v's limbs of bits bits, low first, into out (fed_agg_int_limbs words). */
+static void int_limbs(uint64_t v, uint32_t bits, uint32_t *out)
+{
+    uint32_t nl = fed_agg_int_limbs(bits);
+    uint64_t mask = bits >= 32 ? UINT32_MAX : (UINT64_C(1) << bits) - 1;
+
+    for (uint32_t l = 0; l < nl; l++, v >>= bits) /* bits <= 32 */
+        out[l] = (uint32_t)(v & mask);
+}
+
+/* The limb sums back into one value modulo 2^64: each S_l is whole (the
+ * round's check), shifted to its place; the bits past 64 fall away. */
+static uint64_t int_join(const uint32_t *sum, uint32_t bits)
+{
+    uint32_t nl = fed_agg_int_limbs(bits);
+    uint64_t v = 0;
+
+    for (uint32_t l = 0; l < nl; l++)
+        v += (uint64_t)sum[l] << (l * bits); /* l bits < 64 for every limb */
+    return v;
+}
+
+fed_err fed_agg_seg_quantize(const agg_segment *segs, size_t nseg, uint32_t bits, const float *x,
+                             const int64_t *ix, fed_rng *rng, uint32_t *out)
+{
+    size_t len = fed_agg_seg_len(segs, nseg), off = 0, ioff = 0, w = 0;
     fed_err e;
 
-    if (nseg > AGG_SEGMENTS_MAX)
+    if (nseg > AGG_SEGMENTS_MAX || !ints_ok(segs, nseg) || bits < 1 || bits > 32 ||
+        (fed_agg_seg_ints(segs, nseg) && !ix))
         return FED_ERR_INVAL;
     for (size_t j = 0; j < len; j++) /* out untouched, no draw taken */
         if (!isfinite(x[j]))
             return FED_ERR_NAN;
     for (size_t s = 0; s < nseg; s++) {
+        if (segs[s].enc == AGG_ENC_INT64) {
+            uint32_t nl = fed_agg_int_limbs(bits);
+
+            for (size_t j = 0; j < segs[s].len; j++, w += nl)
+                int_limbs((uint64_t)ix[ioff + j], bits, out + w);
+            ioff += segs[s].len;
+            continue;
+        }
         fed_secagg_quant q = {.clip_norm = 0, .range = segs[s].range, .bits = bits};
 
-        if ((e = fed_secagg_quantize(&q, x + off, segs[s].len, rng, out + off)) != FED_OK)
+        if ((e = fed_secagg_quantize(&q, x + off, segs[s].len, rng, out + w)) != FED_OK)
             return e;
         off += segs[s].len;
+        w += segs[s].len;
     }
     return FED_OK;
 }
 
 fed_err fed_agg_seg_dequantize(const agg_segment *segs, size_t nseg, uint32_t bits,
-                               const uint32_t *sum, uint32_t m, float *out)
+                               const uint32_t *sum, uint32_t m, float *out, uint64_t *iout)
 {
-    size_t off = 0;
+    size_t off = 0, ioff = 0, w = 0;
     fed_err e;
 
-    if (nseg > AGG_SEGMENTS_MAX)
+    if (nseg > AGG_SEGMENTS_MAX || !ints_ok(segs, nseg) || bits < 1 || bits > 32 ||
+        (fed_agg_seg_ints(segs, nseg) && !iout))
         return FED_ERR_INVAL;
     for (size_t s = 0; s < nseg; s++) {
+        if (segs[s].enc == AGG_ENC_INT64) {
+            uint32_t nl = fed_agg_int_limbs(bits);
+
+            for (size_t j = 0; j < segs[s].len; j++, w += nl)
+                iout[ioff + j] = int_join(sum + w, bits);
+            ioff += segs[s].len;
+            continue;
+        }
         fed_secagg_quant q = {.clip_norm = 0, .range = segs[s].range, .bits = bits};
 
-        if ((e = fed_secagg_dequantize(&q, sum + off, segs[s].len, m, out + off)) != FED_OK)
+        if ((e = fed_secagg_dequantize(&q, sum + w, segs[s].len, m, out + off)) != FED_OK)
             return e;
         off += segs[s].len;
+        w += segs[s].len;
     }
     return FED_OK;
 }
@@ -105,18 +201,31 @@ void fed_agg_seg_finish(const agg_segment *segs, size_t nseg, const float *deq, 
                      : segs[s].rule == AGG_WEIGHT_MEAN  ? (double)m
                                                         : 1;
 
+        if (segs[s].enc != AGG_ENC_QUANT)
+            continue;
         for (size_t j = off; j < off + segs[s].len; j++)
             out[j] = (float)((double)deq[j] / div);
         off += segs[s].len;
     }
 }
 
-size_t fed_agg_seg_secure(size_t nparams, double range, agg_segment *segs)
+size_t fed_agg_seg_secure(size_t nparams, double range, size_t nints, agg_segment *segs)
 {
     segs[0] = (agg_segment){.name = "delta", .len = nparams, .rule = AGG_WEIGHT_SAMPLES,
                             .range = range};
     segs[1] = (agg_segment){.name = "weight", .len = 1, .rule = AGG_WEIGHT_SUM, .range = range};
-    return 2;
+    if (!nints)
+        return 2;
+    segs[2] = (agg_segment){.name = "ints", .len = nints, .rule = AGG_WEIGHT_SUM,
+                            .enc = AGG_ENC_INT64};
+    return 3;
+}
+
+size_t fed_agg_seg_stats(uint32_t cols, agg_segment *seg)
+{
+    *seg = (agg_segment){.name = "stats", .len = (size_t)cols * FED_COLSTATS_INTS,
+                         .rule = AGG_WEIGHT_SUM, .enc = AGG_ENC_INT64};
+    return 1;
 }
 
 fed_err fed_node_agg_input_vec(fed_node *n, int k, const float *host, const float **delta)

@@ -7,9 +7,11 @@
  * A contribution is a vector of segments, each a run of floats with its
  * own weight rule and, under secure aggregation, its own quantization
  * range. Today one segment exists, the model delta (rule SAMPLES); secure
- * aggregation carries its summed weight as a second (rule SUM). A
- * control-variate delta (SCAFFOLD), step counts or federated statistics
- * come as more segments; hierarchical aggregation as another agg_input_ops.
+ * aggregation carries its summed weight as a second (rule SUM), and may
+ * carry integers summed exactly (encoding INT64, below: federated
+ * statistics, a site evaluation's counts). A control-variate delta
+ * (SCAFFOLD) or step counts come as more segments; hierarchical
+ * aggregation as another agg_input_ops.
  *
  * The round path (fed_node_agg_close_round) has one course over the table:
  * begin when the parts are drawn, take each contribution, close (merged by
@@ -33,19 +35,43 @@ typedef enum agg_weight {
     AGG_WEIGHT_SUM = 2      /* the sum */
 } agg_weight;
 
+/* What a segment's values are, and how secure aggregation words them.
+ * QUANT: floats, clamped into [-range, range] and stochastically rounded
+ * into one bits-bit word each (secagg/quant.h): the sum within a bound.
+ * INT64: 64-bit integers summed exactly modulo 2^64 (a negative value as
+ * its two's complement, so a sum that fits int64 comes back as itself):
+ * each value cut into fed_agg_int_limbs(bits) limbs of bits bits, low limb
+ * first, one u32 word each. The round's check m (2^bits - 1) < 2^32
+ * (fed_secagg_quant_check) keeps each limb's sum from wrapping, so the
+ * limb sums carry into each other only when the aggregator recombines
+ * them (sum_j S_j 2^(j bits) mod 2^64): exact, with no mask change (the
+ * masks still cancel mod 2^32 word by word). Rule SUM only; range unused. */
+typedef enum agg_encoding {
+    AGG_ENC_QUANT = 0,
+    AGG_ENC_INT64 = 1
+} agg_encoding;
+
 typedef struct agg_segment {
     const char *name; /* for messages: "delta", "weight", ... */
-    size_t len;       /* floats */
+    size_t len;       /* values: floats (QUANT) or integers (INT64) */
     agg_weight rule;
-    double range;     /* secure: each value clamped into [-range, range] and
-                         quantized on its own scale (> 0); plain: unused */
+    double range;     /* secure QUANT: each value clamped into [-range, range]
+                         and quantized on its own scale (> 0); else unused */
+    agg_encoding enc; /* 0: QUANT */
 } agg_segment;
 
 /* At most this many segments in a contribution. */
 #define AGG_SEGMENTS_MAX 8
 
-/* The floats of segs[0..nseg) together. */
+/* The floats of segs[0..nseg) together (QUANT segments). */
 size_t fed_agg_seg_len(const agg_segment *segs, size_t nseg);
+/* The integers of segs[0..nseg) together (INT64 segments). */
+size_t fed_agg_seg_ints(const agg_segment *segs, size_t nseg);
+/* Words of one INT64 value at bits (1..32): ceil(64 / bits). */
+uint32_t fed_agg_int_limbs(uint32_t bits);
+/* The u32 words of segs[0..nseg) quantized at bits: a word a float, limbs
+ * an integer. */
+size_t fed_agg_seg_words(const agg_segment *segs, size_t nseg, uint32_t bits);
 
 /* Plain: m contributions x[i] (each fed_agg_seg_len floats, weight w[i] >
  * 0 for the SAMPLES rule) into out, segment by segment as its rule says,
@@ -54,32 +80,54 @@ size_t fed_agg_seg_len(const agg_segment *segs, size_t nseg);
 FED_WUR fed_err fed_agg_seg_reduce(const agg_segment *segs, size_t nseg, const float *const *x,
                                    const double *w, size_t m, float *out);
 
-/* Secure: one contribution x (already weighted as its rule needs, see
- * below) into bits-bit words, each segment at its own range, the
- * stochastic rounding drawn from rng in coordinate order (so one segment
- * is fed_secagg_quantize's words exactly). FED_ERR_NAN for a value that is
- * not finite (out untouched), FED_ERR_INVAL for a bad range or bits. */
+/* The integers of m contributions ix[i] (each fed_agg_seg_ints values)
+ * summed modulo 2^64 into out, in contribution order (plain). FED_ERR_INVAL
+ * for no contribution or an INT64 segment whose rule is not SUM. */
+FED_WUR fed_err fed_agg_seg_reduce_ints(const agg_segment *segs, size_t nseg,
+                                        const int64_t *const *ix, size_t m, uint64_t *out);
+
+/* Secure: one contribution (its floats x, already weighted as their rule
+ * needs, see below; its integers ix, NULL when it has none) into
+ * fed_agg_seg_words words, segment by segment: a QUANT segment's floats at
+ * its own range, the stochastic rounding drawn from rng in coordinate
+ * order (so one segment is fed_secagg_quantize's words exactly); an INT64
+ * segment's integers as limbs (exact, no draw). FED_ERR_NAN for a float
+ * that is not finite (out untouched), FED_ERR_INVAL for a bad range or
+ * bits, or an INT64 segment whose rule is not SUM. */
 FED_WUR fed_err fed_agg_seg_quantize(const agg_segment *segs, size_t nseg, uint32_t bits,
-                                     const float *x, fed_rng *rng, uint32_t *out);
-/* Secure: the sum of m quantized contributions back to floats, each
- * segment on its scale: the sum of the clamped values, within
+                                     const float *x, const int64_t *ix, fed_rng *rng,
+                                     uint32_t *out);
+/* Secure: the sum of m quantized contributions back, each segment on its
+ * scale. Floats into out: the sum of the clamped values, within
  * fed_secagg_quant_bound (m 2 range / (2^bits - 1)) per coordinate. A
  * SAMPLES or MEAN segment is divided afterwards (by the summed weight, or
  * m); a client sends a SAMPLES segment times f = w / W (W the weight cap),
- * and f in a SUM segment, so the sum's weight comes out of the sum. */
+ * and f in a SUM segment, so the sum's weight comes out of the sum.
+ * Integers into iout (NULL when there are none): the exact sum modulo 2^64
+ * (read it as int64_t for signed values). */
 FED_WUR fed_err fed_agg_seg_dequantize(const agg_segment *segs, size_t nseg, uint32_t bits,
-                                       const uint32_t *sum, uint32_t m, float *out);
+                                       const uint32_t *sum, uint32_t m, float *out,
+                                       uint64_t *iout);
 
 /* A dequantized sum deq (m contributions, weight their summed weight) into
  * each segment's value by its rule: SAMPLES divided by weight, MEAN by m,
- * SUM as it is. */
+ * SUM as it is (QUANT segments only: integers need no finishing). */
 void fed_agg_seg_finish(const agg_segment *segs, size_t nseg, const float *deq, uint32_t m,
                         double weight, float *out);
 
-/* The segments of a secure contribution today, into segs (returned: how
- * many): the model delta (nparams, SAMPLES) and its weight (one SUM value,
- * 2 range f - range), both at range. */
-size_t fed_agg_seg_secure(size_t nparams, double range, agg_segment *segs);
+/* The segments of a secure contribution, into segs (returned: how many):
+ * the model delta (nparams, SAMPLES) and its weight (one SUM value,
+ * 2 range f - range), both at range; then, when nints > 0, nints integers
+ * (INT64, SUM: fed_node_config.secagg.ints). */
+size_t fed_agg_seg_secure(size_t nparams, double range, size_t nints, agg_segment *segs);
+
+/* The shared statistics' contribution (model/colstats.h): cols x
+ * FED_COLSTATS_INTS integers as one INT64 segment into seg (returned: 1). */
+size_t fed_agg_seg_stats(uint32_t cols, agg_segment *seg);
+/* In the clear (the statistics pass's DELTA) each integer goes as limbs of
+ * this many bits, one float each (exact in f32), summed as words by the
+ * aggregator: fewer than 65537 clients a round. */
+#define FED_AGG_PLAIN_INT_BITS 16
 
 /* ---- the round's aggregate input, for the aggregator's round path ---- */
 typedef struct fed_node fed_node;

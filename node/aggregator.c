@@ -46,6 +46,22 @@ static fed_err alloc_scratch(fed_node *n)
     return FED_OK;
 }
 
+/* round is the run's last: --rounds training rounds after the statistics
+ * pass (round 1, which trains nothing), or the pass alone with stats_only. */
+static int run_done_at(const fed_node *n, uint64_t round)
+{
+    if (n->cfg.data.stats_only && fed_node_agg_stats_known(n))
+        return 1;
+    return n->cfg.rounds && round >= n->cfg.rounds + (n->agg->stats ? 1u : 0u);
+}
+
+/* The rate of round: the schedule counts training rounds, so after the
+ * statistics pass round r trains at round r - 1's step. */
+static float round_lr(const fed_node *n, uint64_t round)
+{
+    return fed_node_round_lr(n, n->agg->stats && round > 1 ? round - 1 : round);
+}
+
 static fed_err fed_node_agg_new(fed_node *n)
 {
     const fed_node_config *c = &n->cfg;
@@ -99,6 +115,17 @@ static fed_err fed_node_agg_new(fed_node *n)
     }
     if ((e = fed_node_agg_dp_new(n)) != FED_OK)
         return e;
+    if (c->data.stats_cols && (a->dp || fed_node_agg_is_async(n))) {
+        /* the pass's totals are a release DP-FedAvg's accounting does not
+           cover (no noise is added to them), and it needs a round of its own */
+        fed_log(FED_LOG_ERROR, "aggregator: shared statistics (--standardize) %s",
+                a->dp ? "are not noised, and DP-FedAvg's epsilon would not cover them: use "
+                        "--no-standardize, or a statistics file (--stats)"
+                      : "need synchronous rounds: use --mode sync");
+        return FED_ERR_UNSUPPORTED;
+    }
+    if ((e = fed_node_agg_stats_new(n)) != FED_OK)
+        return e;
     a->in = fed_node_agg_input_of(n, NULL);
     return FED_OK;
 }
@@ -124,6 +151,7 @@ static void fed_node_agg_free(fed_node *n)
     if (a->parts)
         parts_clear(a);
     fed_node_sa_agg_free(n, a->sa);
+    fed_node_agg_stats_free(n);
     for (int i = 0; a->dev && i < a->max_clients; i++)
         if (a->dev[i])
             n->cfg.be->free(n->cfg.be, a->dev[i]);
@@ -189,7 +217,8 @@ static fed_err resume(fed_node *n)
     n->round = round;
     fed_log(FED_LOG_INFO, "aggregator: resumed from the checkpoint of round %llu (epoch %llu)",
             (unsigned long long)round, (unsigned long long)fed_wire_epoch(n->wire));
-    e = fed_node_agg_dp_start(n, &ck);
+    if ((e = fed_node_agg_dp_start(n, &ck)) == FED_OK)
+        e = fed_node_agg_stats_resume(n, &ck);
 out:
     if (e != FED_OK)
         fed_log(FED_LOG_ERROR, "aggregator: cannot resume from checkpoint %llu: %s",
@@ -232,7 +261,7 @@ static fed_err fed_node_agg_start(fed_node *n)
     if ((e = resume(n)) != FED_OK || (e = load_counter_base(n)) != FED_OK ||
         (e = fed_model_get_params(a->model, a->host)) != FED_OK)
         return e;
-    if ((n->cfg.rounds && n->round >= n->cfg.rounds) || fed_node_agg_early_stopped(n)) {
+    if (run_done_at(n, n->round) || fed_node_agg_early_stopped(n)) {
         a->state = AGG_DONE;
         n->finished = 1;
         return FED_OK;
@@ -433,7 +462,7 @@ void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b)
     s->optimizer = c->optimizer;
     s->codec = (uint16_t)n->agg->codec.id;
     s->fraction = n->agg->codec.fraction;
-    s->lr = fed_node_round_lr(n, round);
+    s->lr = round_lr(n, round);
     s->momentum = c->momentum;
     s->mu = (float)fed_merge_prox_mu(n->agg->merge);
     s->deadline_ms = c->deadline_ms;
@@ -444,6 +473,7 @@ void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b)
     }
     if (n->agg->sa)
         fed_node_sa_agg_settings(n, round, s);
+    fed_node_agg_stats_settings(n, s);
 }
 
 static node_cast cast_of(const agg_hold *h)
@@ -516,6 +546,7 @@ static fed_err start_round(fed_node *n)
         memcpy(a->parts[i].key, a->holds[i].hdr.sender, 32);
     a->nparts = k;
     qsort(a->parts, k, sizeof *a->parts, part_cmp);
+    fed_node_agg_stats_begin(n); /* before the input's begin: a secure pass sums no delta */
     if ((e = a->in->begin(n)) != FED_OK)
         return e;
     fed_node_agg_settings(n, n->round + 1, &b);
@@ -710,7 +741,7 @@ static fed_err write_checkpoint(fed_node *n, uint8_t hash[32])
     fed_crypto_model_hash(params, a->nparams * sizeof(float), hash);
     {
         uint8_t clip[8];
-        fed_store_section sec[FED_NODE_MODEL_SECTIONS + 3] = {
+        fed_store_section sec[FED_NODE_MODEL_SECTIONS + 4] = {
             ms.s[0], ms.s[1], ms.s[2],
             {FED_NODE_SEC_STATE, st, sizeof st},
         };
@@ -722,6 +753,8 @@ static fed_err write_checkpoint(fed_node *n, uint8_t hash[32])
             fed_put_f64le(clip, fed_node_agg_dp_clip_next(a));
             sec[ns++] = (fed_store_section){AGG_CKPT_SEC_DP, clip, sizeof clip};
         }
+        if (fed_node_agg_stats_section(n, &sec[ns])) /* the shared statistics, once known */
+            ns++;
         e = fed_store_checkpoint_write(n->cfg.store, n->round + 1, sec, ns, NULL);
     }
 out:
@@ -858,7 +891,7 @@ static fed_err commit_sealing_ahead(fed_node *n, const fed_node_round_info *info
 
     if ((c.err = fed_node_agg_encode_global(n)) != FED_OK)
         return c.err;
-    if (!a->mode->seal_ahead || (n->cfg.rounds && info->round >= n->cfg.rounds) ||
+    if (!a->mode->seal_ahead || run_done_at(n, info->round) ||
         !(to = fed_malloc((a->nparts ? a->nparts : 1) * sizeof *to))) {
         commit_piece(&c);
         return c.err;
@@ -943,21 +976,33 @@ fed_err fed_node_agg_close_round(fed_node *n)
     fed_node_round_info info;
     uint8_t hash[32];
     agg_close out;
+    int stats_pass = fed_node_agg_stats_pass(n);
     fed_err e;
 
     a->commit_again = 0; /* (a retry pending is this one) */
     memset(&info, 0, sizeof info);
     info.round = n->round + 1;
     info.sampled = (uint32_t)a->nparts;
-    info.lr = fed_node_round_lr(n, info.round);
+    info.lr = round_lr(n, info.round);
     info.start_ms = fed_node_wall_ms(n) - (n->env.now_ms(n->env.self) - a->round_start_ms);
     fed_node_agg_cancel_deadline(n);
     /* the round's aggregate input (agg_input.c) merged by the strategy, or
        a void outcome that leaves the model and strategy as committed (kept
        first, so that a failed commit restores these and not an older copy) */
     memset(&out, 0, sizeof out);
-    if ((e = keep_committed(n)) != FED_OK || (e = a->in->close(n, &out)) != FED_OK)
+    if ((e = keep_committed(n)) != FED_OK)
         goto fail;
+    if (stats_pass) { /* the statistics pass: read back, nothing merged */
+        if ((e = fed_node_agg_stats_close(n)) != FED_OK)
+            goto fail;
+        out.results = a->results;
+        for (size_t i = 0; i < a->nparts; i++) {
+            memset(&a->results[i], 0, sizeof a->results[i]);
+            a->results[i].verdict = FED_MERGE_USED; /* its contribution is in the totals */
+        }
+    } else if ((e = a->in->close(n, &out)) != FED_OK) {
+        goto fail;
+    }
     info.dp_clip = out.dp_clip;
     for (size_t i = 0; i < a->nparts; i++) {
         if (a->parts[i].refused) {
@@ -978,13 +1023,17 @@ fed_err fed_node_agg_close_round(fed_node *n)
     (void)fed_node_agg_flush_pending(n); /* the disk took a commit: earlier rounds' figures too */
     info.end_ms = fed_node_wall_ms(n);
     n->round = info.round;
-    a->in->committed(n, &info, &out); /* its epsilon, its line in the log */
+    if (stats_pass)
+        fed_log(FED_LOG_INFO, "aggregator: round %llu: the statistics pass, %u of %u sampled "
+                "clients in it", (unsigned long long)info.round, info.merged, info.sampled);
+    else
+        a->in->committed(n, &info, &out); /* its epsilon, its line in the log */
     parts_clear(a);
     a->in->drop(n);
     a->state = AGG_IDLE;
     if (n->cfg.agg.early_stop) /* its rule judges this round before the next starts */
         fed_node_agg_report_round(n, &info);
-    if ((n->cfg.rounds && n->round >= n->cfg.rounds) || a->early_stopped) {
+    if (run_done_at(n, n->round) || a->early_stopped) {
         a->state = AGG_DONE;
         n->finished = 1;
         finish_all(n);
@@ -1067,6 +1116,11 @@ static void fed_node_agg_prepare_open(fed_node *n, node_open *op)
 {
     op->expect_n = n->agg->nparams;
     op->expect_codec = (uint16_t)n->agg->codec.id;
+    if (fed_node_agg_stats_pass(n) && !n->agg->sa) { /* the pass's DELTA: 16-bit limbs */
+        op->expect_n = fed_node_agg_stats_plain_entries(n);
+        op->expect_codec = FED_CODEC_F32;
+    }
+    op->expect_words = n->agg->sa ? fed_node_sa_agg_words(n->agg->sa) : 0;
 }
 
 /* A late or unexpected delta: recorded, answered, never merged. */
@@ -1116,7 +1170,7 @@ fed_err fed_node_agg_take_delta(fed_node *n, node_open *op, agg_part *p)
     memcpy(p->header, m->header, FED_WIRE_HEADER_BYTES);
     memcpy(p->digest, m->digest, sizeof p->digest);
     memcpy(p->sig, m->sig, sizeof p->sig);
-    if (n->cfg.on_delta)
+    if (n->cfg.on_delta && !fed_node_agg_stats_pass(n)) /* a pass's DELTA is no delta */
         n->cfg.on_delta(n->cfg.observer, n, n->round + 1, p->base, p->key, p->delta, a->nparams,
                         p->samples);
     e = fed_node_ack(n, op->req, &m->hdr, FED_OK, 0);
@@ -1180,10 +1234,12 @@ static fed_err on_leave(fed_node *n, node_open *op)
     if (p->refused == (uint32_t)FED_ERR_DP_BUDGET)
         (void)fed_node_agg_budget_declined(n, m); /* logged; may stop the run */
     else /* a configuration to fix (DP or secure aggregation required, a model
-            the client cannot build): a warning, counted */
+            the client cannot build, shared statistics it cannot take part in):
+            a warning, counted */
         fed_log(p->refused == (uint32_t)FED_ERR_DP_REQUIRED ||
                         p->refused == (uint32_t)FED_ERR_SA_REQUIRED ||
-                        p->refused == (uint32_t)FED_ERR_MODEL_MISMATCH
+                        p->refused == (uint32_t)FED_ERR_MODEL_MISMATCH ||
+                        p->refused == (uint32_t)FED_ERR_STATS
                     ? FED_LOG_WARN
                     : FED_LOG_INFO,
                 "aggregator: client %s declined round %llu: %s (%s)", who ? who : "(not listed)",

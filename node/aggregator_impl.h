@@ -92,6 +92,8 @@ typedef struct agg_part {
     uint8_t sig[FED_CRYPTO_SIG_BYTES];
 } agg_part;
 
+typedef struct agg_stats agg_stats;
+
 /* How one round follows another: synchronous rounds (a sampled cohort and
  * a deadline, aggregator.c) or FedBuff's async mode (agg_async.c), chosen
  * once from cfg.agg.async_k. The round path (fed_node_agg_close_round), the
@@ -170,6 +172,7 @@ struct node_agg {
     uint64_t ctr_base[64]; /* wire counters the database held at start (earlier runs) */
     agg_dp *dp;            /* DP-FedAvg (cfg.dp.client_clip > 0), else NULL */
     struct node_sa_agg *sa; /* cfg.secagg.on: the round's secure aggregation (secagg_agg.c) */
+    agg_stats *stats;       /* cfg.data.stats_cols: the shared statistics (agg_stats.c) */
     const agg_input_ops *in; /* the round's aggregate input (agg_input.c): plain,
                                 secure, DP-FedAvg around either */
     const agg_mode_ops *mode; /* synchronous or async rounds */
@@ -181,6 +184,28 @@ struct node_agg {
 /* For the configuration's checks (DP-FedAvg and secure aggregation need
  * synchronous rounds); the round path asks n->agg->mode. */
 static inline int fed_node_agg_is_async(const fed_node *n) { return n->cfg.agg.async_k > 0; }
+
+/* ---- agg_stats.c: the shared-statistics pass ---- */
+fed_err fed_node_agg_stats_new(fed_node *n);
+void fed_node_agg_stats_free(fed_node *n);
+/* The checkpoint's statistics (ck NULL or without them: the pass is due). */
+fed_err fed_node_agg_stats_resume(fed_node *n, const fed_store_ckpt *ck);
+/* A round starts: it is the pass while the statistics are unknown. */
+void fed_node_agg_stats_begin(fed_node *n);
+/* 1 once the statistics are known (the pass committed, or resumed). */
+int fed_node_agg_stats_known(const fed_node *n);
+/* 1 while the running round is the pass. */
+int fed_node_agg_stats_pass(const fed_node *n);
+/* The integers a secure pass round sums (0: not a pass). */
+uint32_t fed_node_agg_stats_ints(const fed_node *n);
+/* The floats of a plain pass round's DELTA (0: not a pass). */
+size_t fed_node_agg_stats_plain_entries(const fed_node *n);
+/* Field 14 of a MODEL: the pass, or the statistics once known. */
+void fed_node_agg_stats_settings(const fed_node *n, fed_wire_settings *set);
+/* The checkpoint's section, once known (1), else 0. */
+int fed_node_agg_stats_section(const fed_node *n, fed_store_section *out);
+/* The pass's round closes: its totals read back (nothing merged). */
+fed_err fed_node_agg_stats_close(fed_node *n);
 
 /* ---- aggregator.c ---- */
 void fed_node_agg_arm_poll(fed_node *n);

@@ -2,7 +2,9 @@
  * round's MODEL for E local epochs on its own shard (a job), answers with
  * its delta and sample count, sealed, and asks NEXT. One request out at a
  * time, each on a retry timer. Owns its shard's training state between
- * rounds (topk residual); its data never leaves it, only deltas do.
+ * rounds (topk residual); its data never leaves it, only deltas do, and
+ * in the shared-statistics pass (MODEL field 14) its columns' counts, sums
+ * and sums of squares, with which every later round standardizes its data.
  * With DP-SGD (cfg.dp.sgd) it also owns the site's accountant
  * (node/dp_account.h): each round's epsilon is committed, fsynced, before
  * its delta is sent, and a round that would pass the budget, or that
@@ -16,6 +18,7 @@
 #include "core/bytes.h"
 #include "core/log.h"
 #include "crypto/keystream.h"
+#include "model/colstats.h"
 #include "node/dp_account.h"
 #include "node/node_impl.h"
 #include "node/secagg_impl.h"
@@ -53,6 +56,12 @@ struct node_client {
     double epsilon;        /* cfg.dp.sgd: spent after the last round charged */
     int secure;            /* the round in training runs secure aggregation: its
                               delta never leaves in the clear */
+    int pass;              /* the round in training is the statistics pass */
+    uint8_t *stats_applied; /* the pooled statistics its data is standardized
+                              with (MODEL field 14's values), or NULL */
+    size_t stats_applied_len;
+    int64_t *stats_out;    /* the pass's contribution as it leaves (plain: its
+                              columns under the minimum count zeroed) */
     node_train_job job;
 };
 
@@ -87,6 +96,8 @@ static void fed_node_client_free(fed_node *n)
     fed_free(c->global);
     fed_free(c->residual);
     fed_free(c->graph);
+    fed_free(c->stats_applied);
+    fed_free(c->stats_out);
     fed_node_train_job_release(&c->job);
     fed_dp_account_free(c->acct);
     fed_crypto_keystream_wipe(&c->ks);
@@ -348,6 +359,78 @@ static fed_err dp_plan(fed_node *n, const fed_wire_settings *s, node_train_job *
 
 static fed_err on_model_train(fed_node *n, node_open *op);
 
+/* What a MODEL's shared-statistics field (14) asks of this client: the
+ * pass (its contribution, c->stats_out; with the plain pass a column under
+ * the minimum count zeroed, so nothing of it leaves), or its training set
+ * standardized with the pooled statistics (cfg.data.restandardize, once
+ * for each new set). FED_ERR_STATS (the round declined) when it cannot. */
+static fed_err stats_plan(fed_node *n, const fed_wire_settings *s)
+{
+    node_client *c = n->client;
+    const fed_node_data_config *d = &n->cfg.data;
+    size_t nints = (size_t)d->stats_cols * FED_COLSTATS_INTS;
+    size_t len = FED_WIRE_STATS_COL_BYTES * (size_t)s->stats_cols;
+    double *mean = NULL, *sd = NULL;
+    const fed_dataset *train = NULL;
+    fed_err e = FED_OK;
+
+    c->pass = s->stats_mode == FED_WIRE_STATS_PASS;
+    if (!s->stats_mode)
+        return FED_OK;
+    if (s->stats_cols != d->stats_cols || (c->pass ? !d->stats_local : !d->restandardize)) {
+        fed_log(FED_LOG_WARN, "client: round %llu %s the shared statistics of %u columns; this "
+                "client %s: declined", (unsigned long long)c->round,
+                c->pass ? "is the pass that gathers" : "standardizes with", s->stats_cols,
+                !d->stats_cols ? "has no numeric columns to share (CSV data with --standardize)"
+                : s->stats_cols != d->stats_cols ? "has another column count"
+                                                 : "cannot standardize its data again");
+        return FED_ERR_STATS;
+    }
+    if (c->pass) {
+        if (!c->stats_out && !(c->stats_out = fed_malloc(nints * sizeof *c->stats_out)))
+            return FED_ERR_NOMEM;
+        memcpy(c->stats_out, d->stats_local, nints * sizeof *c->stats_out);
+        for (uint32_t j = 0; !s->sa_on && j < d->stats_cols; j++)
+            if ((uint64_t)c->stats_out[(size_t)j * FED_COLSTATS_INTS] < s->stats_min_count)
+                memset(c->stats_out + (size_t)j * FED_COLSTATS_INTS, 0,
+                       FED_COLSTATS_INTS * sizeof *c->stats_out);
+        return FED_OK;
+    }
+    if (c->stats_applied && c->stats_applied_len == len && !memcmp(c->stats_applied, s->stats, len))
+        return FED_OK; /* its data is standardized with these already */
+    mean = fed_malloc(s->stats_cols * sizeof *mean);
+    sd = fed_malloc(s->stats_cols * sizeof *sd);
+    fed_free(c->stats_applied);
+    c->stats_applied = fed_malloc(len);
+    if (!mean || !sd || !c->stats_applied) {
+        e = FED_ERR_NOMEM;
+        goto out;
+    }
+    for (uint32_t j = 0; j < s->stats_cols; j++) {
+        mean[j] = fed_get_f64le(s->stats + FED_WIRE_STATS_COL_BYTES * (size_t)j);
+        sd[j] = fed_get_f64le(s->stats + FED_WIRE_STATS_COL_BYTES * (size_t)j + 8);
+    }
+    if ((e = d->restandardize(d->stats_ctx, mean, sd, s->stats_cols, &train)) != FED_OK) {
+        fed_log(FED_LOG_ERROR, "client: standardizing its data with the shared statistics "
+                "failed: %s", fed_strerror(e));
+        e = FED_ERR_STATS;
+        goto out;
+    }
+    n->cfg.data.train = train;
+    memcpy(c->stats_applied, s->stats, len);
+    c->stats_applied_len = len;
+    fed_log(FED_LOG_INFO, "client: its data standardized with the shared statistics of %u "
+            "columns", s->stats_cols);
+out:
+    if (e != FED_OK) {
+        fed_free(c->stats_applied);
+        c->stats_applied = NULL;
+    }
+    fed_free(mean);
+    fed_free(sd);
+    return e;
+}
+
 /* The trained delta of the round (the job's f32 vector) into secure
  * aggregation's masked input. */
 static fed_err secure_trained(fed_node *n)
@@ -359,8 +442,9 @@ static fed_err secure_trained(fed_node *n)
 
     if (!d)
         return FED_ERR_NOMEM;
-    e = fed_codec_decode(j->vec, j->vec_len, FED_CODEC_F32, d, c->nparams);
-    if (e == FED_OK)
+    if (c->pass) /* the statistics pass: its integers alone (secagg_client.c) */
+        e = fed_node_sa_client_trained(n, NULL, 0, j->samples);
+    else if ((e = fed_codec_decode(j->vec, j->vec_len, FED_CODEC_F32, d, c->nparams)) == FED_OK)
         e = fed_node_sa_client_trained(n, d, c->nparams, j->samples);
     fed_free(d);
     if (e != FED_OK)
@@ -549,7 +633,14 @@ static fed_err on_model_train(fed_node *n, node_open *op)
     op->vec = NULL;
     c->round = m->hdr.round;
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_RETRY);
-    if ((e = dp_plan(n, &m->block.settings, j)) != FED_OK) {
+    if ((e = stats_plan(n, &m->block.settings)) != FED_OK) {
+        c->leave_reason = (uint32_t)e;
+        c->resends = 0;
+        j->vec_len = 0;
+        return send_leave(n);
+    }
+    j->dp_on = 0; /* the pass trains nothing, so spends nothing */
+    if (!c->pass && (e = dp_plan(n, &m->block.settings, j)) != FED_OK) {
         if (e == FED_ERR_DP_REQUIRED)
             fed_log(FED_LOG_WARN, "client: round %llu requires DP-SGD (clip %g, noise %g); this "
                     "site runs without --dp-sgd: declined", (unsigned long long)c->round,
@@ -560,7 +651,9 @@ static fed_err on_model_train(fed_node *n, node_open *op)
         return send_leave(n);
     }
 
-    j->job.fn = fed_node_train_job_run;
+    j->job.fn = c->pass ? fed_node_stats_job_run : fed_node_train_job_run;
+    j->stats = c->stats_out;
+    j->stats_cols = n->cfg.data.stats_cols;
     j->job.user = n;
     j->set = m->block.settings;
     j->set.graph = c->graph; /* the frame's view goes with the frame */
@@ -584,6 +677,10 @@ static fed_err on_model_train(fed_node *n, node_open *op)
     j->codec.id = (fed_codec_id)m->block.settings.codec;
     j->codec.fraction = m->block.settings.fraction;
     j->residual = j->codec.id == FED_CODEC_TOPK ? c->residual : NULL;
+    if (c->pass) { /* its integers' limbs are exact in f32, and in no other codec */
+        j->codec.id = FED_CODEC_F32;
+        j->residual = NULL;
+    }
     j->err = FED_OK;
     c->state = CL_TRAINING;
     c->train_start_ms = fed_node_wall_ms(n);

@@ -121,6 +121,21 @@ typedef void (*fed_node_round_fn)(void *ctx, const fed_node *n, const fed_node_r
 typedef void (*fed_node_delta_fn)(void *ctx, const fed_node *n, uint64_t round,
                                   uint64_t base_round, const uint8_t key[32], const float *delta,
                                   size_t nparams, uint64_t samples);
+/* The data standardized with pooled statistics (cols means and stds):
+ * *out, owned by the caller and borrowed by the node until it ends (or the
+ * next call). */
+typedef fed_err (*fed_node_stats_fn)(void *ctx, const double *mean, const double *std,
+                                     size_t cols, const fed_dataset **out);
+/* Client of a secure round: its integers of round (n of them,
+ * fed_node_config.secagg.ints) into out, summed exactly beside the delta;
+ * called on the loop as its masked input is made. Its error drops the
+ * round. */
+typedef fed_err (*fed_node_ints_fn)(void *ctx, uint64_t round, int64_t *out, size_t n);
+/* Aggregator: a secure round's integers unmasked, each summed exactly
+ * (modulo 2^64; read as int64_t for signed values) over the m clients in
+ * the sum; valid during the call. */
+typedef void (*fed_node_int_sum_fn)(void *ctx, const fed_node *n, uint64_t round,
+                                    const uint64_t *sum, size_t len, uint32_t m);
 
 /* A node's configuration: what every role reads at the top level (role,
  * seed, compute, the model and the round's settings, what persists, the
@@ -135,6 +150,27 @@ typedef struct fed_node_data_config {
     size_t shard_n;
     fed_data_aug augment;         /* its training batches' (images only); none: zero */
     const fed_dataset *test;      /* held-out data; NULL: no evaluation */
+    /* shared statistics of a CSV's numeric columns (model/colstats.h,
+       node/agg_stats.c): an aggregator with stats_cols > 0 whose checkpoint
+       holds none runs the statistics pass as round 1 (no training: each
+       sampled client contributes its columns' integers, through secure
+       aggregation when it is on) and sends the pooled mean and std in
+       every later MODEL (field 14); a client contributes stats_local and
+       standardizes its training set with what each MODEL carries */
+    uint32_t stats_cols;          /* the columns (a client: its own); 0: none */
+    uint64_t stats_min_count;     /* a column with fewer present values is
+                                     suppressed: at each client (plain), and
+                                     in the totals */
+    const int64_t *stats_local;   /* client: its contribution (stats_cols x
+                                     FED_COLSTATS_INTS, borrowed); NULL: it
+                                     declines a statistics pass */
+    fed_node_stats_fn restandardize; /* a client's training set, an aggregator's
+                                     test set, standardized with the pooled
+                                     statistics; NULL: a client declines a
+                                     round that applies statistics */
+    void *stats_ctx;              /* restandardize's */
+    int stats_only;               /* aggregator: the run ends once the statistics
+                                     are known (the pass alone) */
 } fed_node_data_config;
 
 /* An aggregator's rounds, merge, evaluation and async mode. */
@@ -274,6 +310,17 @@ typedef struct fed_node_secagg_config {
                                      survivors, enforced by the aggregator and by
                                      each client: never below 3 (a smaller value
                                      counts as 3); default 3 */
+    /* integers summed exactly beside the delta (node/agg_input.h's INT64
+       segment: federated statistics, a site evaluation's counts): how many
+       each client adds to a secure round's masked input; 0: none (default).
+       The aggregator and its clients agree on it (a masked input of
+       another size is refused, FED_ERR_SA_MASKED); a client's come from
+       ints_fn, the aggregator's sums go to on_int_sum */
+    uint32_t ints;
+    fed_node_ints_fn ints_fn;     /* client; NULL with ints > 0: the round
+                                     fails (FED_ERR_INVAL) */
+    fed_node_int_sum_fn on_int_sum; /* aggregator; may be NULL */
+    void *ints_ctx;               /* passed to both */
 } fed_node_secagg_config;
 
 /* How vectors and requests travel. */

@@ -55,6 +55,7 @@ typedef struct node_open {
     /* decoding the vector (in the job): */
     size_t expect_n;        /* entries expected; 0: from a MODEL's spec */
     size_t expect_max;      /* a SLICE: at most this many entries */
+    size_t expect_words;    /* an SA_MASKED: its u32 words (0: none taken) */
     fed_model_shape shape;  /* for a MODEL's spec */
     const char *own_model;  /* client: the model it declares (NULL: any), and */
     double max_params, max_flops; /* what it builds from a MODEL at most */
@@ -310,6 +311,10 @@ typedef struct node_train_job {
                                keystream, touched only by this job while it runs) */
     fed_trainer_dp dp;
     fed_data_aug aug;       /* client, peer: the config's augment */
+    const int64_t *stats;   /* client, the statistics pass: its contribution
+                               (stats_cols x FED_COLSTATS_INTS) instead of
+                               training (fed_node_stats_job_run) */
+    uint32_t stats_cols;
     /* out */
     long dp_steps;          /* DP-SGD steps taken, and their sampling rate */
     double dp_rate;
@@ -326,6 +331,10 @@ typedef struct node_train_job {
 } node_train_job;
 
 void fed_node_train_job_run(fed_job *job);
+/* The statistics pass's job (node/agg_stats.c): the contribution j->stats
+ * as the DELTA of the pass (16-bit limbs, one float each, f32 codec) into
+ * j->vec, j->samples the shard's rows; no training. */
+void fed_node_stats_job_run(fed_job *job);
 /* node/site.c: a site's ranks in a training job. The ranks the job trains
  * over (1: alone); the trainer's gradient sum over them and the epoch's
  * stats summed likewise (a failure ends the job, see node/site.h); rank

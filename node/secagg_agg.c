@@ -15,6 +15,7 @@
 #include "core/alloc.h"
 #include "core/bytes.h"
 #include "core/log.h"
+#include "model/colstats.h"
 #include "model/merge.h"
 #include "node/aggregator_impl.h"
 #include "node/secagg_impl.h"
@@ -60,13 +61,47 @@ struct node_sa_agg {
     int void_sum;           /* the try failed once masked inputs were out: the
                                round closes with no update, no other try */
     char outcome[160];      /* why, for the try's row (written with the round) */
-    size_t words;           /* nparams + 1 */
-    uint32_t *sum;          /* (words) */
+    size_t np;              /* the try's delta length: nparams, or 0 in the
+                               statistics pass (node/agg_stats.c) */
+    uint32_t nints;         /* the try's integers: cfg.secagg.ints, or the pass's */
+    size_t words;           /* the masked input's: fed_agg_seg_words of sa_segs */
+    uint32_t *sum;          /* (words; room for the larger kind of try) */
     float *mean;            /* (nparams) the unmasked mean */
     double weight;
+    uint64_t *isum;         /* (nints) the integers' exact sums */
+    uint32_t m3;            /* clients in the sum */
 };
 
 /* ---- configuration ---- */
+
+/* A secure contribution's segments under c (agg_input.h): the delta (np),
+ * its weight, and nints integers. */
+static size_t sa_segs(const fed_node_config *c, size_t np, uint32_t nints, agg_segment *segs)
+{
+    return fed_agg_seg_secure(np, c->secagg.range, nints, segs);
+}
+
+/* The masked input's u32 words under c. */
+static uint64_t sa_words(const fed_node_config *c, size_t np, uint32_t nints)
+{
+    agg_segment segs[AGG_SEGMENTS_MAX];
+    size_t nseg = sa_segs(c, np, nints, segs);
+
+    if (c->secagg.bits < 1 || c->secagg.bits > 32) /* misfit refuses it by name */
+        return (uint64_t)np + 1;
+    return fed_agg_seg_words(segs, nseg, c->secagg.bits);
+}
+
+/* The larger masked input of a training round and a statistics pass. */
+static uint64_t sa_words_most(const fed_node_config *c, size_t nparams)
+{
+    uint64_t train = sa_words(c, nparams, c->secagg.ints);
+    uint64_t pass = c->data.stats_cols
+                        ? sa_words(c, 0, c->data.stats_cols * FED_COLSTATS_INTS)
+                        : 0;
+
+    return train > pass ? train : pass;
+}
 
 const char *fed_node_sa_agg_misfit(const fed_node_config *c, size_t nparams, size_t max_clients)
 {
@@ -95,11 +130,11 @@ const char *fed_node_sa_agg_misfit(const fed_node_config *c, size_t nparams, siz
                "--secagg-bits or the number of clients a round takes";
     /* a masked vector larger than a frame streams (node/transfer.c), as a
        DELTA does: the bound is the largest stream a node takes */
-    if ((uint64_t)nparams + 1 > wc.max_stream_bytes / 4)
+    if (sa_words_most(c, nparams) > wc.max_stream_bytes / 4)
         return "--secagg: the masked vector (4 bytes a parameter) is over the largest stream "
                "a node takes (wire.max_stream_bytes, 64 GiB by default): raise it or use a "
                "smaller model";
-    if (fed_wire_cfg_unsealed(&c->transfer.wire) && fed_wire_frame_bytes(16 + (nparams + 1) * 4) > max_frame)
+    if (fed_wire_cfg_unsealed(&c->transfer.wire) && fed_wire_frame_bytes(16 + sa_words_most(c, nparams) * 4) > max_frame)
         return "--secagg with --no-crypto: the masked vector is over one frame and would "
                "stream, and streams are always sealed: drop --no-crypto or use a smaller model";
     if (max_clients > SA_MAX_CLIENTS)
@@ -115,14 +150,22 @@ fed_err fed_node_sa_agg_new(fed_node *n, node_sa_agg **out)
     *out = NULL;
     if (!s)
         return FED_ERR_NOMEM;
-    s->words = n->agg->nparams + 1;
+    uint32_t most_ints = n->cfg.secagg.ints > n->cfg.data.stats_cols * FED_COLSTATS_INTS
+                             ? n->cfg.secagg.ints
+                             : n->cfg.data.stats_cols * FED_COLSTATS_INTS;
+
+    s->np = n->agg->nparams;
+    s->nints = n->cfg.secagg.ints;
+    s->words = (size_t)sa_words(&n->cfg, s->np, s->nints);
     s->m = fed_calloc(mc, sizeof *s->m);
     s->mean = fed_malloc(n->agg->nparams * sizeof(float) + 1);
-    s->sum = fed_malloc(s->words * sizeof(uint32_t));
-    if (!s->m || !s->mean || !s->sum) {
+    s->sum = fed_malloc((size_t)sa_words_most(&n->cfg, n->agg->nparams) * sizeof(uint32_t));
+    s->isum = fed_calloc((size_t)most_ints + 1, sizeof *s->isum);
+    if (!s->m || !s->mean || !s->sum || !s->isum) {
         fed_free(s->m);
         fed_free(s->mean);
         fed_free(s->sum);
+        fed_free(s->isum);
         fed_free(s);
         return FED_ERR_NOMEM;
     }
@@ -173,6 +216,7 @@ void fed_node_sa_agg_free(fed_node *n, node_sa_agg *s)
     fed_free(s->m);
     fed_free(s->mean);
     fed_free(s->sum);
+    fed_free(s->isum);
     fed_free(s);
 }
 
@@ -231,6 +275,15 @@ const char *fed_node_sa_agg_outcome(const node_sa_agg *s)
     return s->void_sum ? s->outcome : "";
 }
 
+size_t fed_node_sa_agg_words(const node_sa_agg *s) { return s->words; }
+
+const uint64_t *fed_node_sa_agg_ints(const node_sa_agg *s, size_t *len, uint32_t *m)
+{
+    *len = s->nints;
+    *m = s->m3;
+    return s->isum;
+}
+
 const float *fed_node_sa_agg_mean(const node_sa_agg *s, double *weight)
 {
     *weight = s->weight;
@@ -276,6 +329,10 @@ fed_err fed_node_sa_agg_begin(fed_node *n)
     s->nm = a->nparts;
     for (size_t i = 0; i < s->nm; i++)
         s->m[i].idx = -1;
+    /* the statistics pass sums its integers alone (node/agg_stats.c) */
+    s->np = fed_node_agg_stats_pass(n) ? 0 : a->nparams;
+    s->nints = fed_node_agg_stats_pass(n) ? fed_node_agg_stats_ints(n) : n->cfg.secagg.ints;
+    s->words = (size_t)sa_words(&n->cfg, s->np, s->nints);
     s->stage = SA_KEYS;
     fed_log(FED_LOG_INFO, "secagg: round %llu try %u: %zu clients, stage keys",
             (unsigned long long)s->round, s->try_no, s->nm);
@@ -659,8 +716,8 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
     fed_secagg_share *buf = fed_crypto_guarded_alloc((size_t)s->k + 1, sizeof *buf);
     fed_secagg_maskset *ms = NULL; /* every mask to remove: one blocked walk */
     float *deq = NULL;
-    agg_segment segs[AGG_SEGMENTS_MAX]; /* the delta and its weight (agg_input.h) */
-    size_t nseg;
+    agg_segment segs[AGG_SEGMENTS_MAX]; /* the delta, its weight, the integers */
+    size_t nseg, np = s->np;
     uint32_t m3 = count_flags(s->u3, s->n1);
     uint64_t top = (uint64_t)m3 * ((s->q.bits >= 32 ? 0 : (UINT64_C(1) << s->q.bits)) - 1);
     fed_err e = FED_OK;
@@ -723,11 +780,11 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
             e = FED_ERR_RANGE;
             goto out;
         }
-    nseg = fed_agg_seg_secure(s->words - 1, s->q.range, segs);
-    if ((e = fed_agg_seg_dequantize(segs, nseg, s->q.bits, s->sum, m3, deq)) != FED_OK)
+    nseg = sa_segs(&n->cfg, np, s->nints, segs);
+    if ((e = fed_agg_seg_dequantize(segs, nseg, s->q.bits, s->sum, m3, deq, s->isum)) != FED_OK)
         goto out;
     /* the weight coordinate carries 2 r w / W - r per client */
-    s->weight = ((double)deq[s->words - 1] + (double)m3 * s->q.range) / (2 * s->q.range);
+    s->weight = ((double)deq[np] + (double)m3 * s->q.range) / (2 * s->q.range);
     if (!(s->weight > 0)) {
         snprintf(why, cap, "the summed weight is %g", s->weight);
         e = FED_ERR_RANGE;
@@ -741,7 +798,8 @@ out:
     fed_crypto_guarded_free(buf);
     if (e != FED_OK) { /* a failed try keeps no sum, not even a partial one */
         sodium_memzero(s->sum, s->words * sizeof *s->sum);
-        sodium_memzero(s->mean, (s->words - 1) * sizeof *s->mean);
+        sodium_memzero(s->mean, np * sizeof *s->mean);
+        sodium_memzero(s->isum, s->nints * sizeof *s->isum);
     }
     fed_free(deq);
     return e;
@@ -766,6 +824,10 @@ static fed_err end_unmask(fed_node *n)
     fed_log(FED_LOG_INFO, "secagg: round %llu try %u unmasked: %u in the sum, %u dropped after "
             "sharing", (unsigned long long)s->round, s->try_no, count_flags(s->u3, s->n1),
             count_flags(s->u2, s->n1) - count_flags(s->u3, s->n1));
+    s->m3 = count_flags(s->u3, s->n1);
+    if (!fed_node_agg_stats_pass(n) && n->cfg.secagg.ints && n->cfg.secagg.on_int_sum)
+        n->cfg.secagg.on_int_sum(n->cfg.secagg.ints_ctx, n, s->round, s->isum, n->cfg.secagg.ints,
+                          count_flags(s->u3, s->n1));
     return fed_node_agg_close_round(n);
 }
 

@@ -19,6 +19,7 @@
 #include "core/bytes.h"
 #include "core/log.h"
 #include "crypto/keystream.h"
+#include "model/colstats.h"
 #include "node/agg_input.h"
 #include "node/secagg_impl.h"
 #include "node/secagg_msg.h"
@@ -45,6 +46,8 @@ struct node_sa_client {
     fed_secagg_ctx ctx;
     fed_secagg_quant q;
     double max_weight, dropout;
+    uint32_t pass_ints;     /* the statistics pass: its integers, no delta (0: a
+                               training round) */
     fed_secagg_keys *keys;  /* arena slot */
     uint32_t n1, me, k, t;
     sa_key_entry *list;     /* (n1) */
@@ -324,6 +327,7 @@ fed_err fed_node_sa_client_begin(fed_node *n, const fed_wire_msg *model)
     s->q.bits = st->sa_bits;
     s->max_weight = st->sa_max_weight;
     s->dropout = st->sa_dropout;
+    s->pass_ints = st->stats_mode == FED_WIRE_STATS_PASS ? st->stats_cols * FED_COLSTATS_INTS : 0;
     s->max_resends = SC_MAX_RESENDS;
     if (n->cfg.transfer.retry_ms && st->deadline_ms / n->cfg.transfer.retry_ms < UINT32_MAX - SC_MAX_RESENDS)
         s->max_resends += (uint32_t)(st->deadline_ms / n->cfg.transfer.retry_ms);
@@ -550,19 +554,34 @@ fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, size_t npara
     node_sa_client *s = n->client_sa;
     double w = (double)samples < s->max_weight ? (double)samples : s->max_weight;
     double f = w / s->max_weight, r = s->q.range;
-    float *x;
+    size_t nints = s->pass_ints ? s->pass_ints : n->cfg.secagg.ints;
+    agg_segment segs[AGG_SEGMENTS_MAX];
+    size_t nseg = fed_agg_seg_secure(nparams, r, nints, segs);
+    float *x = NULL;
+    int64_t *ix = NULL;
     fed_rng rng;
     uint64_t seed;
     fed_err e;
 
     if (s->stage == SC_NONE)
         return FED_ERR_SA_FAILED; /* the round was dropped meanwhile */
-    s->words = nparams + 1;
-    if (!(x = fed_malloc(s->words * sizeof *x)) ||
+    if (s->pass_ints && (nparams || !n->cfg.data.stats_local ||
+                         (size_t)n->cfg.data.stats_cols * FED_COLSTATS_INTS != s->pass_ints))
+        return FED_ERR_STATS; /* the client declines such a pass before it trains */
+    if (nints && !s->pass_ints && !n->cfg.secagg.ints_fn)
+        return FED_ERR_INVAL;
+    s->words = fed_agg_seg_words(segs, nseg, s->q.bits);
+    if (!(x = fed_malloc((nparams + 1) * sizeof *x)) ||
+        (nints && !(ix = fed_calloc(nints, sizeof *ix))) ||
         !(s->masked = fed_malloc(s->words * sizeof *s->masked))) {
-        fed_free(x);
-        return FED_ERR_NOMEM;
+        e = FED_ERR_NOMEM;
+        goto out;
     }
+    if (s->pass_ints) /* the statistics pass: its columns' integers */
+        memcpy(ix, n->cfg.data.stats_local, nints * sizeof *ix);
+    else if (nints &&
+             (e = n->cfg.secagg.ints_fn(n->cfg.secagg.ints_ctx, s->round, ix, nints)) != FED_OK)
+        goto out;
     /* the L2 clip the aggregator's strategy names (clip:NORM+), then each
        value into the range, then weighted: each value in [-r, r]; the
        weight, 2 r w / W - r, one more coordinate */
@@ -577,18 +596,25 @@ fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, size_t npara
     x[nparams] = (float)(2 * r * f - r);
     fed_crypto_keystream_random(&s->ks, &seed, sizeof seed);
     fed_rng_seed(&rng, seed);
-    { /* clipped above (the weight word is no delta): each segment at its range */
-        agg_segment segs[AGG_SEGMENTS_MAX];
-        size_t nseg = fed_agg_seg_secure(nparams, s->q.range, segs);
-
-        e = fed_agg_seg_quantize(segs, nseg, s->q.bits, x, &rng, s->masked);
-    }
-    sodium_memzero(x, s->words * sizeof *x);
+    /* clipped above (the weight word is no delta): each segment at its
+       range, the integers as limbs */
+    e = fed_agg_seg_quantize(segs, nseg, s->q.bits, x, ix, &rng, s->masked);
     sodium_memzero(&seed, sizeof seed); /* the rounding's draws */
     sodium_memzero(&rng, sizeof rng);
+out:
+    if (x)
+        sodium_memzero(x, (nparams + 1) * sizeof *x);
+    if (ix)
+        sodium_memzero(ix, nints * sizeof *ix);
     fed_free(x);
-    if (e != FED_OK)
+    fed_free(ix);
+    if (e != FED_OK) {
+        if (s->masked)
+            sodium_memzero(s->masked, s->words * sizeof *s->masked);
+        fed_free(s->masked);
+        s->masked = NULL;
         return e;
+    }
     s->trained = 1;
     return s->inbox ? send_masked(n) : FED_OK;
 }

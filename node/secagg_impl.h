@@ -35,6 +35,12 @@ int fed_node_sa_agg_keys_closed(const node_sa_agg *s);
 FED_WUR fed_err fed_node_sa_agg_on_msg(fed_node *n, node_open *op);
 /* NODE_TIMER_STAGE fired. */
 FED_WUR fed_err fed_node_sa_agg_on_timer(fed_node *n);
+/* The u32 words of a client's masked input: the delta, its weight and
+ * cfg.secagg.ints integers as limbs (node/agg_input.h). */
+size_t fed_node_sa_agg_words(const node_sa_agg *s);
+/* The integers' exact sums of the try (*len of them; *m clients in the
+ * sum), after its last stage. */
+const uint64_t *fed_node_sa_agg_ints(const node_sa_agg *s, size_t *len, uint32_t *m);
 /* The unmasked mean and its weight (after the round's last stage). */
 const float *fed_node_sa_agg_mean(const node_sa_agg *s, double *weight);
 /* 1 once the try's sum is unmasked (0 after a try failed closed). */

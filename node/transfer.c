@@ -343,12 +343,13 @@ static fed_err rx_dst(void *ctx, const fed_wire_msg *first, uint64_t total, uint
 
     (void)ctx;
     if (first->hdr.type == FED_WIRE_SA_MASKED) {
-        /* a masked input: nparams + 1 words of 4 bytes, exactly (a
-           client's node expects none: it takes no requests) */
-        if (!op->expect_n)
+        /* a masked input: its words of 4 bytes, exactly (a client's
+           node expects none: it takes no requests; nor does a plain
+           aggregator) */
+        if (!op->expect_words)
             return FED_ERR_ROLE;
-        if (first->block.sa_count != (uint64_t)op->expect_n + 1 ||
-            total != ((uint64_t)op->expect_n + 1) * 4)
+        if (first->block.sa_count != (uint64_t)op->expect_words ||
+            total != (uint64_t)op->expect_words * 4)
             return FED_ERR_SA_MASKED;
         if (!(op->rx_buf = fed_malloc((size_t)total)))
             return FED_ERR_NOMEM;

@@ -334,6 +334,8 @@ FED_WUR fed_err fed_store_integrity_check(fed_store *st, char *msg, size_t cap);
 #define FED_CKPT_NAME_MAX 32
 #define FED_CKPT_SEC_SPEC "model.spec"     /* model spec string, no NUL */
 #define FED_CKPT_SEC_INPUT "model.input"   /* u32 LE x4: c, h, w, classes */
+#define FED_CKPT_SEC_STATS "input.stats"   /* per column: mean f64, std f64,
+                                              missing rate f64, count u64 (LE) */
 #define FED_CKPT_SEC_PARAMS "params"       /* f32 LE (nparams), model.h layout */
 #define FED_CKPT_SEC_OPTIM "optim"         /* i64 LE step, then f32 LE state */
 #define FED_CKPT_SEC_RESIDUAL "codec.residual" /* f32 LE (nparams), topk residual */

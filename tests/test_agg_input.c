@@ -4,7 +4,10 @@
  * reduced plainly to the exact values each rule gives, and through secure
  * aggregation's quantization (each segment at its own range, masks that
  * cancel mod 2^32) to within each segment's stated bound; the secure
- * segments of today quantize to the very words one range did. */
+ * segments of today quantize to the very words one range did; integer
+ * segments (INT64) sum exactly modulo 2^64, plainly and as limbs under
+ * masks, at every word size, values near 2^63 and negative ones among
+ * them. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -100,7 +103,7 @@ static void test_secure_segments(void **state)
         for (int j = 0; j < LEN; j++)
             x[j] = j < 4 ? (float)(X[i][j] * f) : X[i][j];
         x[LEN] = (float)(2 * rw * f - rw);
-        assert_int_equal(fed_agg_seg_quantize(segs, 4, bits, x, &rng, q[i]), FED_OK);
+        assert_int_equal(fed_agg_seg_quantize(segs, 4, bits, x, NULL, &rng, q[i]), FED_OK);
     }
     /* masks: client 0 adds, client 1 subtracts a pair's stream; 1 and 2 too */
     for (int pair = 0; pair < 2; pair++) {
@@ -115,7 +118,7 @@ static void test_secure_segments(void **state)
     for (int i = 0; i < M; i++)
         for (int j = 0; j <= LEN; j++)
             sum[j] += q[i][j];
-    assert_int_equal(fed_agg_seg_dequantize(segs, 4, bits, sum, M, deq), FED_OK);
+    assert_int_equal(fed_agg_seg_dequantize(segs, 4, bits, sum, M, deq, NULL), FED_OK);
     expected(want);
     {
         fed_secagg_quant qd = {.range = segs[0].range, .bits = bits};
@@ -165,7 +168,7 @@ static void test_secure_as_one_range(void **state)
     agg_segment segs[AGG_SEGMENTS_MAX];
     fed_secagg_quant q = {.range = 0.25, .bits = 20};
     fed_rng r1, r2;
-    size_t nseg = fed_agg_seg_secure(N, q.range, segs);
+    size_t nseg = fed_agg_seg_secure(N, q.range, 0, segs);
 
     (void)state;
     assert_int_equal(nseg, 2);
@@ -175,14 +178,130 @@ static void test_secure_as_one_range(void **state)
         x[j] = (float)(fed_rng_uniform(&r1) - 0.5) * 0.6f; /* some beyond the range */
     fed_rng_seed(&r1, 9);
     fed_rng_seed(&r2, 9);
-    assert_int_equal(fed_agg_seg_quantize(segs, nseg, q.bits, x, &r1, a), FED_OK);
+    assert_int_equal(fed_agg_seg_quantize(segs, nseg, q.bits, x, NULL, &r1, a), FED_OK);
     assert_int_equal(fed_secagg_quantize(&q, x, N + 1, &r2, b), FED_OK);
     assert_memory_equal(a, b, sizeof a);
     /* a value that is not finite: refused, nothing written */
     memset(a, 0xab, sizeof a);
     x[N] = NAN;
-    assert_int_equal(fed_agg_seg_quantize(segs, nseg, q.bits, x, &r1, a), FED_ERR_NAN);
+    assert_int_equal(fed_agg_seg_quantize(segs, nseg, q.bits, x, NULL, &r1, a), FED_ERR_NAN);
     assert_int_equal(a[0], 0xababababu);
+}
+
+/* Integers that stress every limb and carry: both ends of int64, values
+ * beside them, -1 (every bit set), small ones, and a pseudo-random spread.
+ * The true sum modulo 2^64 is the sum of their two's complements. */
+enum { IM = 7, IN = 6 };
+
+static void int_inputs(int64_t v[IM][IN], uint64_t want[IN])
+{
+    fed_rng rng;
+
+    fed_rng_seed(&rng, 35);
+    for (int i = 0; i < IM; i++) {
+        v[i][0] = INT64_MAX - i;       /* near 2^63: wraps when summed */
+        v[i][1] = INT64_MIN + 3 * i;   /* near -2^63 */
+        v[i][2] = -1 - i;              /* every high bit set */
+        v[i][3] = (int64_t)(i * 1000003) - 3000000;
+        v[i][4] = (int64_t)fed_rng_u64(&rng);
+        v[i][5] = i % 2 ? (int64_t)1 << 62 : -((int64_t)1 << 61);
+    }
+    for (int j = 0; j < IN; j++) {
+        uint64_t acc = 0;
+
+        for (int i = 0; i < IM; i++)
+            acc += (uint64_t)v[i][j];
+        want[j] = acc;
+    }
+    /* a sum that fits int64 reads back as itself */
+    assert_true((int64_t)want[3] == 7 * 0 - 21000000 + 1000003 * 21);
+}
+
+/* Plain: the sum modulo 2^64, in any order; an INT64 segment must SUM. */
+static void test_int_plain(void **state)
+{
+    int64_t v[IM][IN];
+    uint64_t want[IN], got[IN];
+    const int64_t *ix[IM];
+    agg_segment segs[2] = {
+        {.name = "mean", .len = 2, .rule = AGG_WEIGHT_MEAN, .range = 1},
+        {.name = "ints", .len = IN, .rule = AGG_WEIGHT_SUM, .enc = AGG_ENC_INT64},
+    };
+
+    (void)state;
+    int_inputs(v, want);
+    for (int i = 0; i < IM; i++)
+        ix[i] = v[i];
+    assert_int_equal(fed_agg_seg_len(segs, 2), 2);
+    assert_int_equal(fed_agg_seg_ints(segs, 2), IN);
+    assert_int_equal(fed_agg_seg_reduce_ints(segs, 2, ix, IM, got), FED_OK);
+    assert_memory_equal(got, want, sizeof want);
+    assert_int_equal(fed_agg_seg_reduce_ints(segs, 2, ix, 0, got), FED_ERR_INVAL);
+    segs[1].rule = AGG_WEIGHT_MEAN;
+    assert_int_equal(fed_agg_seg_reduce_ints(segs, 2, ix, IM, got), FED_ERR_INVAL);
+}
+
+/* Secure: floats and integers in one contribution, at every word size
+ * whose check passes for IM clients; the words masked with pair streams
+ * that cancel mod 2^32; the integers come back exact, the floats as
+ * before, and the limbs of each word are within the round's range check. */
+static void test_int_secure(void **state)
+{
+    int64_t v[IM][IN];
+    uint64_t want[IN], got[IN];
+    agg_segment segs[AGG_SEGMENTS_MAX];
+    float x[3] = {0.5f, -0.25f, 0.75f}, deq[3];
+    fed_rng rng;
+
+    (void)state;
+    int_inputs(v, want);
+    assert_int_equal(fed_agg_int_limbs(32), 2);
+    assert_int_equal(fed_agg_int_limbs(20), 4);
+    assert_int_equal(fed_agg_int_limbs(16), 4);
+    assert_int_equal(fed_agg_int_limbs(1), 64);
+    fed_rng_seed(&rng, 36);
+    for (uint32_t bits = 1; bits <= 29; bits++) { /* 7 (2^bits - 1) < 2^32 */
+        size_t nseg = fed_agg_seg_secure(2, 1.0, IN, segs);
+        size_t words = fed_agg_seg_words(segs, nseg, bits);
+        uint32_t q[IM][2 + 1 + IN * 64], sum[2 + 1 + IN * 64];
+        fed_secagg_quant qc = {.range = 1.0, .bits = bits};
+        uint64_t top = (uint64_t)IM * ((UINT64_C(1) << bits) - 1);
+
+        assert_int_equal(nseg, 3);
+        assert_int_equal(words, 3 + IN * fed_agg_int_limbs(bits));
+        assert_int_equal(fed_secagg_quant_check(&qc, IM, NULL, 0), FED_OK);
+        for (int i = 0; i < IM; i++)
+            assert_int_equal(fed_agg_seg_quantize(segs, nseg, bits, x, v[i], &rng, q[i]),
+                             FED_OK);
+        for (int i = 0; i + 1 < IM; i++) /* pair masks: i adds, i + 1 subtracts */
+            for (size_t w = 0; w < words; w++) {
+                uint32_t mk = (uint32_t)fed_rng_below(&rng, UINT64_C(1) << 32);
+
+                q[i][w] += mk;
+                q[i + 1][w] -= mk;
+            }
+        memset(sum, 0, sizeof sum);
+        for (int i = 0; i < IM; i++)
+            for (size_t w = 0; w < words; w++)
+                sum[w] += q[i][w];
+        for (size_t w = 0; w < words; w++) /* the aggregator's range check holds */
+            assert_true(sum[w] <= top);
+        memset(got, 0, sizeof got);
+        assert_int_equal(fed_agg_seg_dequantize(segs, nseg, bits, sum, IM, deq, got), FED_OK);
+        assert_memory_equal(got, want, sizeof want);
+        for (int j = 0; j < 2; j++) /* the floats beside them: within their bound */
+            assert_true(fabs((double)deq[j] - IM * (double)x[j]) <=
+                        fed_secagg_quant_bound(&qc, IM) + 1e-6);
+    }
+    /* integers without their array; an integer segment that does not sum */
+    {
+        size_t nseg = fed_agg_seg_secure(2, 1.0, IN, segs);
+        uint32_t q[3 + IN * 4];
+
+        assert_int_equal(fed_agg_seg_quantize(segs, nseg, 20, x, NULL, &rng, q), FED_ERR_INVAL);
+        segs[2].rule = AGG_WEIGHT_SAMPLES;
+        assert_int_equal(fed_agg_seg_quantize(segs, nseg, 20, x, v[0], &rng, q), FED_ERR_INVAL);
+    }
 }
 
 int main(void)
@@ -191,6 +310,8 @@ int main(void)
         cmocka_unit_test(test_plain_segments),
         cmocka_unit_test(test_secure_segments),
         cmocka_unit_test(test_secure_as_one_range),
+        cmocka_unit_test(test_int_plain),
+        cmocka_unit_test(test_int_secure),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -586,7 +586,7 @@ static int torch_dump(const char *dir, const char *file)
         goto out;
     /* a tensor initialized to a constant (a norm's weight 1 and bias 0) is
        jittered, so that the parity covers what it multiplies and adds */
-    for (int i = 0; i < nt; i++) {
+    for (int i = 0; !ox && i < nt; i++) { /* an ONNX file's weights are the file's */
         int same = 1;
 
         for (size_t k = 1; k < mt[i].numel && same; k++)

@@ -1,7 +1,8 @@
 /* test_secagg_sim.c - secure aggregation through whole rounds in the
  * simulated world: an aggregator and 20 clients on real Fashion-MNIST
  * shards. A client that dies before each stage's message (one test per
- * stage) leaves a round that still commits the right sum; too many deaths
+ * stage) leaves a round that still commits the right sum, and the right
+ * exact sum of 64-bit integers carried beside the delta; too many deaths
  * fail the try closed (no update) and the next round commits; a client the aggregator
  * names dropped refuses to reveal anything; a cheating aggregator (the
  * sa_tamper test hook: survivor lists that differ between
@@ -34,6 +35,7 @@
 #include "core/pool.h"
 #include "gossip/wire_hooks.h"
 #include "model/backend.h"
+#include "model/colstats.h"
 #include "model/data.h"
 #include "node/dp_account.h"
 #include "node/node.h"
@@ -60,7 +62,8 @@ typedef struct fixture {
     fed_pool *pool;
 } fixture;
 
-typedef struct scen {
+typedef struct scen scen;
+struct scen {
     const fixture *fx;
     fed_sim_world *w;
     fed_crypto_allow *allow;
@@ -148,7 +151,32 @@ typedef struct scen {
     uint8_t *lie_vec;
     fed_node_test_hooks agg_hooks; /* sa_hook, ctx this scen */
     fed_node_test_hooks cl0_hooks; /* record_delta0, ctx this scen */
-} scen;
+    /* integers summed exactly beside the delta (cfg.secagg.ints): SIM_INTS
+       of them when ints is set, client c's from client_ints; what the
+       aggregator unmasked, by round, and over how many clients */
+    int ints;
+    struct int_src {
+        struct scen *s;
+        int c;
+    } isrc[NCL];
+    uint64_t isum[MAXR + 1][8];
+    uint32_t im[MAXR + 1];
+    int int_sums[MAXR + 1];
+    /* the shared-statistics pass (stats set): client c's STATS_COLS columns
+       of STATS_ROWS(c) values, its contribution, and the pooled mean and
+       std each node was told to standardize with (index NCL: the
+       aggregator), how often */
+    int stats;
+    uint64_t stats_min;      /* the aggregator's minimum count */
+    double *sx[NCL];
+    int64_t *sl[NCL];
+    struct int_src ssrc[NCL + 1];
+    double got_mean[NCL + 1][8], got_std[NCL + 1][8];
+    int restd[NCL + 1];
+};
+#define SIM_INTS 5
+#define STATS_COLS 5
+#define STATS_ROWS(c) (40 + 7 * (size_t)(c))
 
 static int setup(void **state)
 {
@@ -458,6 +486,96 @@ static void trace(void *ctx, uint64_t t_us, fed_sim_event_kind kind, uint32_t no
     }
 }
 
+/* Client c's integers of a round: values near both ends of int64 (their
+ * sum wraps modulo 2^64), -1 - c (every high bit set), a count-like value
+ * and one that moves with the round. */
+static void client_ints(int c, uint64_t round, int64_t *out)
+{
+    out[0] = INT64_MAX - c;
+    out[1] = INT64_MIN + 7 * c;
+    out[2] = -1 - c;
+    out[3] = 1000003 * (int64_t)c + 11;
+    out[4] = (int64_t)(round << 40) - 5 * c;
+}
+
+static fed_err ints_of(void *ctx, uint64_t round, int64_t *out, size_t n)
+{
+    const struct int_src *src = ctx;
+
+    assert_int_equal(n, SIM_INTS);
+    client_ints(src->c, round, out);
+    return FED_OK;
+}
+
+static void on_ints(void *ctx, const fed_node *n, uint64_t round, const uint64_t *sum, size_t len,
+                    uint32_t m)
+{
+    scen *s = ctx;
+
+    (void)n;
+    assert_int_equal(len, SIM_INTS);
+    if (round > MAXR)
+        return;
+    memcpy(s->isum[round], sum, len * sizeof *sum);
+    s->im[round] = m;
+    s->int_sums[round]++;
+}
+
+/* The aggregator's integer sums of round equal the true sums of every
+ * client but those in out[] (modulo 2^64), over the count it reports. */
+static void check_ints(const scen *s, uint64_t round, const int *out)
+{
+    uint64_t want[SIM_INTS] = {0};
+    uint32_t m = 0;
+
+    for (int c = 0; c < s->ncl; c++) {
+        int64_t v[SIM_INTS];
+
+        if (out[c])
+            continue;
+        client_ints(c, round, v);
+        for (int j = 0; j < SIM_INTS; j++)
+            want[j] += (uint64_t)v[j];
+        m++;
+    }
+    assert_int_equal(s->int_sums[round], 1);
+    assert_int_equal(s->im[round], m);
+    assert_memory_equal(s->isum[round], want, sizeof want);
+}
+
+/* Client c's columns for the statistics: very different scales (a mean
+ * of 1e6 with std 1, a std of 1e-3, values near +-2^31, negative ones,
+ * integers), one missing cell in every 9th row of column 3. */
+static void stats_rows(int c, double *x)
+{
+    fed_rng r;
+
+    fed_rng_seed_stream(&r, 35, (uint64_t)c);
+    for (size_t i = 0; i < STATS_ROWS(c); i++) {
+        double g = fed_rng_normal(&r);
+
+        x[i * STATS_COLS + 0] = 1e6 + g + c;
+        x[i * STATS_COLS + 1] = 1e-3 * g;
+        x[i * STATS_COLS + 2] = (fed_rng_uniform(&r) * 2 - 1) * 2.1e9;
+        x[i * STATS_COLS + 3] = i % 9 == 4 ? NAN : -50 + 10 * g;
+        x[i * STATS_COLS + 4] = floor(g * 3);
+    }
+}
+
+static fed_err restandardize(void *ctx, const double *mean, const double *std, size_t cols,
+                             const fed_dataset **out)
+{
+    const struct int_src *src = ctx;
+    scen *s = src->s;
+
+    assert_int_equal(cols, STATS_COLS);
+    memcpy(s->got_mean[src->c], mean, cols * sizeof *mean);
+    memcpy(s->got_std[src->c], std, cols * sizeof *std);
+    s->restd[src->c]++;
+    *out = src->c == NCL ? s->fx->test : s->fx->train; /* the pass is what is tested */
+    return FED_OK;
+}
+
 static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint32_t min_clients,
                   size_t per_client, int evaluate)
 {
@@ -527,6 +645,18 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
     ac.hooks = &s->agg_hooks;
     ac.transfer.wire.max_frame = s->max_frame;
     ac.transfer.wire.max_rx_streams = s->rx_streams;
+    if (s->stats) {
+        s->ssrc[NCL] = (struct int_src){.s = s, .c = NCL};
+        ac.data.stats_cols = STATS_COLS;
+        ac.data.stats_min_count = s->stats_min;
+        ac.data.restandardize = restandardize;
+        ac.data.stats_ctx = &s->ssrc[NCL];
+    }
+    if (s->ints) {
+        ac.secagg.ints = SIM_INTS;
+        ac.secagg.on_int_sum = on_ints;
+        ac.secagg.ints_ctx = s;
+    }
     assert_int_equal(fed_sim_host_attach(s->agg, s->w, &ac, NULL), FED_OK);
     for (int i = 0; i < s->ncl; i++) {
         s->idx[i] = fed_malloc(per_client * sizeof(uint32_t));
@@ -556,11 +686,77 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
             s->cl0_hooks = (fed_node_test_hooks){.ctx = s, .tamper_delta = record_delta0};
             cc.hooks = &s->cl0_hooks;
         }
+        if (s->stats) {
+            size_t sup = 0;
+
+            s->sx[i] = malloc(STATS_ROWS(i) * STATS_COLS * sizeof(double));
+            s->sl[i] = malloc(STATS_COLS * FED_COLSTATS_INTS * sizeof(int64_t));
+            stats_rows(i, s->sx[i]);
+            assert_int_equal(fed_colstats_local(s->sx[i], STATS_ROWS(i), STATS_COLS, NULL, 0,
+                                                s->sl[i], &sup, NULL, 0),
+                             FED_OK);
+            s->ssrc[i] = (struct int_src){.s = s, .c = i};
+            cc.data.stats_cols = STATS_COLS;
+            cc.data.stats_local = s->sl[i];
+            cc.data.restandardize = restandardize;
+            cc.data.stats_ctx = &s->ssrc[i];
+        }
+        if (s->ints) {
+            s->isrc[i] = (struct int_src){.s = s, .c = i};
+            cc.secagg.ints = SIM_INTS;
+            cc.secagg.ints_fn = ints_of;
+            cc.secagg.ints_ctx = &s->isrc[i];
+        }
         assert_int_equal(fed_sim_host_attach(s->cl[i], s->w, &cc, NULL), FED_OK);
     }
 }
 
 static void run(scen *s, uint64_t limit_ms) { fed_test_sim_run(s->w, s->agg, limit_ms, 5000); }
+
+/* Client c's present values in column j. */
+static size_t stats_count(const scen *s, int c, int j)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < STATS_ROWS(c); i++)
+        n += !isnan(s->sx[c][i * STATS_COLS + j]);
+    return n;
+}
+
+/* What node `who` was told equals the pooled statistics of every client
+ * but those in out[] (and, in each column, those with fewer than min
+ * values there), within model/colstats.h's stated precision. */
+static void check_stats(const scen *s, int who, const int *out, size_t min)
+{
+    for (int j = 0; j < STATS_COLS; j++) {
+        long double sum = 0, var = 0;
+        size_t cnt = 0;
+        double mean, sd, tm, ts;
+
+        for (int pass = 0; pass < 2; pass++)
+            for (int c = 0; c < s->ncl; c++)
+                for (size_t i = 0; !out[c] && stats_count(s, c, j) >= min && i < STATS_ROWS(c);
+                     i++) {
+                    double v = s->sx[c][i * STATS_COLS + j];
+
+                    if (isnan(v))
+                        continue;
+                    if (pass == 0) {
+                        sum += v;
+                        cnt++;
+                    } else {
+                        var += (v - sum / cnt) * (v - sum / cnt);
+                    }
+                }
+        mean = (double)(sum / cnt);
+        sd = (double)sqrtl(var / cnt);
+        tm = ldexp(1, -33) + 4e-16 * fabs(mean);
+        ts = ldexp(1, -33) + 4e-16 * sd;
+        if (fabs(s->got_mean[who][j] - mean) > tm || fabs(s->got_std[who][j] - sd) > ts)
+            fail_msg("node %d column %d: mean %.17g (pooled %.17g), std %.17g (pooled %.17g)",
+                     who, j, s->got_mean[who][j], mean, s->got_std[who][j], sd);
+    }
+}
 
 static void scen_free(scen *s)
 {
@@ -577,6 +773,10 @@ static void scen_free(scen *s)
     free(s->params0);
     free(s->params1);
     free(s->lie_vec);
+    for (int i = 0; i < NCL; i++) {
+        free(s->sx[i]);
+        free(s->sl[i]);
+    }
 }
 
 typedef struct contrib_q {
@@ -630,14 +830,18 @@ static contrib_q contribution(scen *s, uint64_t round, int c)
 
 /* One client dies before sending stage `type` of round 1; the round
  * commits with `merged` clients in the sum, the dead one's row says
- * `fate`, and round 2 runs with the rest. */
+ * `fate`, and round 2 runs with the rest. Every round also carries 5
+ * integers per client (INT64 limbs beside the delta), whose sums the
+ * aggregator unmasks exact modulo 2^64 over the same clients. */
 static void drop_one(const fixture *fx, uint8_t type, uint32_t merged, const char *fate)
 {
     scen s;
     contrib_q q;
+    int none[NCL] = {0}, first[NCL] = {1};
 
     fed_test_need_fashion(fx->train != NULL);
     memset(&s, 0, sizeof s);
+    s.ints = 1; /* every round also sums SIM_INTS integers exactly */
     build(&s, fx, 1, 2, 10, 100, 1);
     s.drop_type = type;
     s.drop_round = 1;
@@ -657,6 +861,10 @@ static void drop_one(const fixture *fx, uint8_t type, uint32_t merged, const cha
     assert_int_equal(s.commits[2], 1);
     assert_int_equal(s.info[2].merged, NCL - 1);
     assert_int_equal(s.both_kinds, 0);
+    /* the integers: exact over whoever is in each round's sum (client 0
+       too when it died after its masked input went out) */
+    check_ints(&s, 1, merged == NCL ? none : first);
+    check_ints(&s, 2, first);
     scen_free(&s);
 }
 
@@ -1569,6 +1777,65 @@ static void test_dp_fedavg_with_secagg(void **state)
     scen_free(&drop);
 }
 
+/* The shared-statistics pass as round 1 (no training, nothing merged),
+ * then `rounds` training rounds whose MODELs carry the pooled statistics:
+ * each client and the aggregator standardize with them once, and they
+ * equal the pooled rows' mean and std within the stated precision, over
+ * every client in the pass (with secure aggregation: whoever is in the
+ * sum; a client dying before drop_type of round 1 is left out, or in when
+ * its masked input went out). */
+static void stats_pass(const fixture *fx, int secagg, uint8_t drop_type, int client0_in,
+                       uint64_t min_count)
+{
+    scen s;
+    int out[NCL] = {0};
+
+    fed_test_need_fashion(fx->train != NULL);
+    memset(&s, 0, sizeof s);
+    s.stats = 1;
+    s.stats_min = min_count;
+    s.drop_type = drop_type;
+    s.drop_round = 1;
+    s.drop_count = drop_type ? 1 : 0;
+    build(&s, fx, secagg, 2, 10, 100, 1);
+    run(&s, 400000);
+    assert_int_equal(s.commits[1], 1);
+    assert_int_equal(s.info[1].merged, client0_in ? NCL : NCL - 1);
+    assert_int_equal(s.commits[2], 1);
+    assert_int_equal(s.commits[3], 1); /* two training rounds after the pass */
+    assert_int_equal(s.commits[4], 0);
+    assert_true(s.info[3].accuracy > 0.35); /* it trains on */
+    out[0] = !client0_in;
+    assert_int_equal(s.restd[NCL], 1);
+    check_stats(&s, NCL, out, min_count);
+    for (int c = 0; c < NCL; c++) { /* every client alive: a dead one hears nothing */
+        assert_int_equal(s.restd[c], !s.dropped[c]);
+        if (!s.dropped[c])
+            check_stats(&s, c, out, min_count);
+    }
+    scen_free(&s);
+}
+
+static void test_stats_pass_plain(void **state) { stats_pass(*state, 0, 0, 1, 0); }
+
+static void test_stats_pass_secure(void **state) { stats_pass(*state, 1, 0, 1, 0); }
+
+static void test_stats_pass_drop_before_masked(void **state)
+{
+    stats_pass(*state, 1, FED_WIRE_SA_MASKED, 0, 0);
+}
+
+static void test_stats_pass_drop_before_unmask(void **state)
+{
+    stats_pass(*state, 1, FED_WIRE_SA_UNMASK, 1, 0);
+}
+
+/* The minimum count without secure aggregation: a client's column with
+ * fewer than 60 values (clients 0-2 everywhere, 3-5 in the column with
+ * missing cells) releases nothing, and the pooled statistics are the other
+ * clients'. */
+static void test_stats_pass_min_count(void **state) { stats_pass(*state, 0, 0, 1, 60); }
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1579,6 +1846,11 @@ int main(void)
         cmocka_unit_test(test_drop_before_masked),
         cmocka_unit_test(test_drop_before_consist),
         cmocka_unit_test(test_drop_before_unmask),
+        cmocka_unit_test(test_stats_pass_plain),
+        cmocka_unit_test(test_stats_pass_secure),
+        cmocka_unit_test(test_stats_pass_drop_before_masked),
+        cmocka_unit_test(test_stats_pass_drop_before_unmask),
+        cmocka_unit_test(test_stats_pass_min_count),
         cmocka_unit_test(test_too_many_fail_closed),
         cmocka_unit_test(test_named_dropped_refuses),
         cmocka_unit_test(test_key_list_non_member),

@@ -1849,7 +1849,8 @@ static void st_fill(float *p, uint64_t seed)
 
 static fed_store_st_model st_model(const float *p)
 {
-    fed_store_st_model m = {"mlp:8", {1, 3, 3, 5}, st_table, ST_NT, p, FED_ST_INPUT_UNSAID};
+    fed_store_st_model m = {"mlp:8", {1, 3, 3, 5}, st_table, ST_NT, p, FED_ST_INPUT_UNSAID,
+                            NULL, NULL, 0, NULL};
 
     return m;
 }
@@ -2012,7 +2013,8 @@ static void test_safetensors_model(void **state)
         assert_non_null(p);
         assert_non_null(q);
         assert_int_equal(fed_model_get_params(mod, p), FED_OK);
-        m = (fed_store_st_model){fed_model_spec(mod), in, t, nt, p, FED_ST_INPUT_UNSAID};
+        m = (fed_store_st_model){fed_model_spec(mod), in, t, nt, p, FED_ST_INPUT_UNSAID,
+                                 NULL, NULL, 0, NULL};
         assert_int_equal(fed_store_safetensors_encode(&m, &buf, &len), FED_OK);
         assert_int_equal(fed_store_safetensors_parse(buf, len, &f), FED_OK);
         assert_string_equal(f.tensors[0].name, "0.weight");

@@ -14,6 +14,7 @@
 
 #include <sodium.h>
 
+#include "core/bytes.h"
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/rng.h"
@@ -617,6 +618,73 @@ static void test_settings_dp_field(void **state)
                      FED_ERR_INVAL);
 }
 
+/* Field 14, shared statistics: absent by default; the pass (16 bytes) and
+ * the statistics to apply (16 + 24 a column) round-trip, required; a std
+ * of 0, a missing rate over 1, a NaN mean, a length unlike its mode, or no
+ * columns: refused. */
+static void test_settings_stats_field(void **state)
+{
+    fed_wire_block b, g;
+    uint8_t buf[FED_WIRE_BLOCK_MAX + 64], st[48];
+    size_t len = 0, used = 0;
+
+    (void)state;
+    sample_block(FED_WIRE_MODEL, &b);
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
+    assert_int_equal(len, FED_WIRE_MODEL_BLOCK_BYTES);
+    b.settings.stats_mode = FED_WIRE_STATS_PASS;
+    b.settings.stats_cols = 30;
+    b.settings.stats_min_count = 5;
+    assert_int_equal(fed_wire_block_bytes(FED_WIRE_MODEL, &b), FED_WIRE_MODEL_BLOCK_BYTES + 24);
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
+    assert_int_equal(len, FED_WIRE_MODEL_BLOCK_BYTES + 24);
+    assert_memory_equal(buf + FED_WIRE_MODEL_BLOCK_BYTES, "\x0e\x00\x01\x00\x10\x00\x00\x00", 8);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_OK);
+    assert_int_equal(g.settings.stats_mode, FED_WIRE_STATS_PASS);
+    assert_int_equal(g.settings.stats_cols, 30);
+    assert_int_equal(g.settings.stats_min_count, 5);
+    assert_null(g.settings.stats);
+    /* two columns to apply */
+    fed_put_f64le(st, 1e6);
+    fed_put_f64le(st + 8, 0.5);
+    fed_put_f64le(st + 16, 0.0);
+    fed_put_f64le(st + 24, -3.25);
+    fed_put_f64le(st + 32, 1e-3);
+    fed_put_f64le(st + 40, 0.125);
+    b.settings.stats_mode = FED_WIRE_STATS_APPLY;
+    b.settings.stats_cols = 2;
+    b.settings.stats_min_count = 0;
+    b.settings.stats = st;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
+    assert_int_equal(len, FED_WIRE_MODEL_BLOCK_BYTES + 24 + 48);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_OK);
+    assert_int_equal(g.settings.stats_mode, FED_WIRE_STATS_APPLY);
+    assert_non_null(g.settings.stats);
+    assert_memory_equal(g.settings.stats, st, sizeof st);
+    /* a std of 0, a missing rate over 1 (or a NaN mean): refused on both sides */
+    fed_put_f64le(st + 32, 0.0);
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+    fed_put_f64le(st + 32, 1e-3);
+    fed_put_f64le(st + 40, 1.5);
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+    fed_put_f64le(st + 40, 0.125);
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
+    fed_put_f64le(buf + len - 48, NAN);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
+    /* the columns say 3, the field holds 2 */
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
+    fed_put_u32le(buf + len - 48 - 12, 3);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
+    /* no columns */
+    b.settings.stats_mode = FED_WIRE_STATS_PASS;
+    b.settings.stats_cols = 0;
+    b.settings.stats = NULL;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+}
+
 static void test_settings_unknown_fields(void **state)
 {
     fed_wire_block b, g;
@@ -627,7 +695,7 @@ static void test_settings_unknown_fields(void **state)
     sample_block(FED_WIRE_MODEL, &b);
     /* unknown, not required, between known ones and at the end: skipped */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 14, 0, "abc", 3);
+    n = field(f, 15, 0, "abc", 3);
     len = splice(buf, len, len, f, n);
     n = field(f, 0x7fff, 0, "", 0);
     len = splice(buf, len, len, f, n);
@@ -636,11 +704,11 @@ static void test_settings_unknown_fields(void **state)
     assert_memory_equal(&g, &b, sizeof b);
     /* the same field marked required: refused, and its tag said */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 14, FED_WIRE_FIELD_REQUIRED, "abc", 3);
+    n = field(f, 15, FED_WIRE_FIELD_REQUIRED, "abc", 3);
     len = splice(buf, len, len, f, n);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used),
                      FED_ERR_FIELD_REQUIRED);
-    assert_int_equal(g.refused_tag, 14);
+    assert_int_equal(g.refused_tag, 15);
     assert_int_equal(used, 0);
 }
 
@@ -660,13 +728,13 @@ static void test_settings_malformed(void **state)
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len - 1, &g, &used),
                      FED_ERR_FIELD_TRUNCATED);
     /* a truncated field head at the end of S */
-    n = field(f, 14, 0, "", 0);
+    n = field(f, 15, 0, "", 0);
     len = splice(buf, len, len, f, 4);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used),
                      FED_ERR_FIELD_TRUNCATED);
     /* an unknown field's length past S (overlong) */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 14, 0, "abcd", 4);
+    n = field(f, 15, 0, "abcd", 4);
     f[4] = 5;
     len = splice(buf, len, len, f, n);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len + 8, &g, &used),
@@ -679,14 +747,14 @@ static void test_settings_malformed(void **state)
                      FED_ERR_FIELD_ORDER);
     /* an unknown field twice */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 14, 0, "ab", 2);
+    n = field(f, 15, 0, "ab", 2);
     len = splice(buf, len, len, f, n);
     len = splice(buf, len, len, f, n);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used),
                      FED_ERR_FIELD_ORDER);
     /* out of tag order */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 14, 0, "ab", 2);
+    n = field(f, 15, 0, "ab", 2);
     len = splice(buf, len, M_EPOCHS, f, n);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used),
                      FED_ERR_FIELD_ORDER);
@@ -708,7 +776,7 @@ static void test_settings_malformed(void **state)
         uint32_t S = FED_WIRE_SETTINGS_MAX + 4;
 
         len = model_bytes(big, sizeof big);
-        big[len] = 14; /* an unknown, optional field filling the rest */
+        big[len] = 15; /* an unknown, optional field filling the rest */
         big[len + 4] = (uint8_t)(S - (len - 12) - 8);
         big[len + 5] = (uint8_t)((S - (len - 12) - 8) >> 8);
         big[8] = (uint8_t)S, big[9] = (uint8_t)(S >> 8);
@@ -1473,6 +1541,7 @@ int main(void)
         cmocka_unit_test(test_settings_fields_roundtrip),
         cmocka_unit_test(test_settings_unknown_fields),
         cmocka_unit_test(test_settings_dp_field),
+        cmocka_unit_test(test_settings_stats_field),
         cmocka_unit_test(test_secagg_blocks),
         cmocka_unit_test(test_settings_malformed),
         cmocka_unit_test(test_settings_graph),

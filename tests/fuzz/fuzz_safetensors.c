@@ -85,7 +85,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     {
         fed_store_st_model m = {f.spec[0] ? f.spec : NULL, f.input, t, (int)f.ntensors, p,
-                                FED_ST_INPUT_UNSAID};
+                                FED_ST_INPUT_UNSAID, NULL, NULL, 0, NULL};
 
         if (fed_store_safetensors_encode(&m, &out, &len) != FED_OK)
             goto out;

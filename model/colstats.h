@@ -1,0 +1,68 @@
+/* colstats.h - shared statistics of numeric columns (federated analytics):
+ * what one site contributes per column (its count of present values, its
+ * count of missing ones, the sum and the sum of squares of its values) as
+ * integers that add up exactly across sites, through the integer secure sum
+ * (node/agg_input.h's INT64 segment) or in the clear, and the totals read
+ * back as the pooled mean, standard deviation and missing rate.
+ *
+ * Fixed point: a value x becomes q = round(x 2^32), so |x| must be under
+ * 2^31 (FED_COLSTATS_MAX_ABS). A column's contribution is
+ * FED_COLSTATS_INTS integers: count, missing, sum q as a 128-bit two's
+ * complement in 4 limbs of 32 bits, sum q^2 as a 192-bit number in 6 limbs
+ * of 32 bits (low limbs first; each limb in [0, 2^32)). Summed over fewer
+ * than 2^31 sites no limb sum can wrap 2^64, and the limb sums are joined
+ * again exactly (sum q modulo 2^128, sum q^2 in 192 bits).
+ *
+ * Precision (fed_colstats_decode against the pooled file's own statistics
+ * in exact arithmetic): each value moves by at most 2^-33 when rounded, so
+ * the mean and the population std each move by at most 2^-33 (1.2e-10)
+ * absolute; the centred sum of squares is computed exactly in integers
+ * (sum q^2 - N a^2 - 2 a b with sum q = N a + b, in 192 bits), so no
+ * cancellation enters however large the mean is against the std, and only
+ * the final division and square root round (a relative 2^-52 with a 64-bit
+ * long double, 2^-63 with x86's 80-bit one). Up to 2^40 rows in all. */
+#ifndef FED_MODEL_COLSTATS_H
+#define FED_MODEL_COLSTATS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+
+#define FED_COLSTATS_SCALE_BITS 32
+#define FED_COLSTATS_MAX_ABS 2147483648.0 /* 2^31: |x| must be below */
+#define FED_COLSTATS_INTS 12              /* per column */
+#define FED_COLSTATS_MAX_ROWS (UINT64_C(1) << 40)
+
+/* One column's pooled statistics. */
+typedef struct fed_colstat {
+    uint64_t count;      /* present values, over the sites that released it */
+    uint64_t missing;    /* missing values, likewise */
+    double mean, std;    /* population std; a suppressed or constant column: 0, 1 */
+    double missing_rate; /* missing / (count + missing); 0 when none */
+    int suppressed;      /* count under the minimum (or none): mean 0, std 1 */
+} fed_colstat;
+
+/* A site's contribution from its raw values x (n rows of features columns,
+ * row-major, NaN for a missing cell) into out (features *
+ * FED_COLSTATS_INTS integers). A column flagged in skip (NULL: none; a
+ * categorical column) or with fewer than min_count present values
+ * contributes zeros (and is counted in *suppressed, which may be NULL).
+ * FED_ERR_RANGE for a value whose magnitude is 2^31 or more, or more than
+ * FED_COLSTATS_MAX_ROWS rows; why (cap bytes, may be NULL) names the row
+ * and column (1-based). */
+FED_WUR fed_err fed_colstats_local(const double *x, size_t n, size_t features, const uint8_t *skip,
+                                   uint64_t min_count, int64_t *out, size_t *suppressed, char *why,
+                                   size_t cap);
+
+/* Contributions summed over sites (each integer summed modulo 2^64, as
+ * fed_node_int_sum_fn gives them; or in the clear) into out[features]. A
+ * column whose total count is under min_count (or 0) is suppressed. A
+ * column whose std is below 1e-12 |mean| (constant up to rounding) gets
+ * std 1, as a file's own statistics do. FED_ERR_RANGE when a total is not
+ * a valid one (a count over FED_COLSTATS_MAX_ROWS: a client sent a bad
+ * contribution). */
+FED_WUR fed_err fed_colstats_decode(const uint64_t *sum, size_t features, uint64_t min_count,
+                                    fed_colstat *out);
+
+#endif

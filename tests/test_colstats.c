@@ -1,0 +1,304 @@
+/* test_colstats.c - shared statistics (model/colstats.h): three sites'
+ * contributions, summed in the clear and through the integer secure sum
+ * (limbs under masks that cancel), give the pooled data's mean and std
+ * within the stated precision on columns at very different scales (a mean
+ * of 1e6 with std 1, a std of 1e-3, values near +-2^31, negative ones);
+ * missing cells counted; the minimum count suppresses a site's column and
+ * a total's; out-of-range values refused naming row and column; CSV files
+ * against the pooled file's own statistics. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/alloc.h"
+#include "core/rng.h"
+#include "model/colstats.h"
+#include "model/data.h"
+#include "node/agg_input.h"
+#include "tests/support/support.h"
+
+enum { SITES = 3, COLS = 5, ROWS = 400 };
+
+static const size_t site_rows[SITES] = {100, 170, 130};
+
+/* column j's value for pooled row i */
+static double value(fed_rng *r, size_t j)
+{
+    double g = fed_rng_normal(r);
+
+    switch (j) {
+    case 0: return 1e6 + g;                 /* mean >> std */
+    case 1: return 1e-3 * g;                /* tiny spread */
+    case 2: return (fed_rng_uniform(r) * 2 - 1) * 2.1e9; /* near +-2^31 */
+    case 3: return -50 + 10 * g;            /* negative */
+    default: return floor(g * 3);           /* integers */
+    }
+}
+
+/* The pooled data (ROWS x COLS, row-major) and its two-pass statistics. */
+static void pooled(double *x, double *mean, double *sd)
+{
+    fed_rng r;
+
+    fed_rng_seed(&r, 35);
+    for (size_t i = 0; i < ROWS; i++)
+        for (size_t j = 0; j < COLS; j++)
+            x[i * COLS + j] = value(&r, j);
+    for (size_t j = 0; j < COLS; j++) {
+        long double m = 0, v = 0;
+
+        for (size_t i = 0; i < ROWS; i++)
+            m += x[i * COLS + j];
+        m /= ROWS;
+        for (size_t i = 0; i < ROWS; i++)
+            v += (x[i * COLS + j] - m) * (x[i * COLS + j] - m);
+        mean[j] = (double)m;
+        sd[j] = (double)sqrtl(v / ROWS);
+    }
+}
+
+/* The stated precision: 2^-33 for each value's rounding to 2^-32, plus
+ * the final rounding (the centred sum of squares is exact: no
+ * cancellation term, even with a mean 1e6 times the std). */
+static void within(const fed_colstat *c, double mean, double sd)
+{
+    double tm = ldexp(1, -33) + 4e-16 * fabs(mean);
+    double ts = ldexp(1, -33) + 4e-16 * sd;
+
+    if (fabs(c->mean - mean) > tm || fabs(c->std - sd) > ts)
+        fail_msg("mean %.17g (want %.17g, tol %g), std %.17g (want %.17g, tol %g)", c->mean,
+                 mean, tm, c->std, sd, ts);
+}
+
+static void contributions(const double *x, uint64_t min_count, int64_t c[SITES][COLS * FED_COLSTATS_INTS])
+{
+    size_t at = 0;
+
+    for (int s = 0; s < SITES; s++) {
+        size_t sup = 9;
+
+        assert_int_equal(fed_colstats_local(x + at * COLS, site_rows[s], COLS, NULL, min_count,
+                                            c[s], &sup, NULL, 0),
+                         FED_OK);
+        assert_int_equal(sup, 0);
+        at += site_rows[s];
+    }
+}
+
+static void test_plain_totals(void **state)
+{
+    static double x[ROWS * COLS];
+    static int64_t c[SITES][COLS * FED_COLSTATS_INTS];
+    uint64_t tot[COLS * FED_COLSTATS_INTS] = {0};
+    double mean[COLS], sd[COLS];
+    fed_colstat st[COLS];
+
+    (void)state;
+    pooled(x, mean, sd);
+    contributions(x, 0, c);
+    for (int s = 0; s < SITES; s++)
+        for (size_t k = 0; k < COLS * FED_COLSTATS_INTS; k++)
+            tot[k] += (uint64_t)c[s][k];
+    assert_int_equal(fed_colstats_decode(tot, COLS, 0, st), FED_OK);
+    for (size_t j = 0; j < COLS; j++) {
+        assert_int_equal(st[j].count, ROWS);
+        assert_int_equal(st[j].missing, 0);
+        assert_false(st[j].suppressed);
+        within(&st[j], mean[j], sd[j]);
+    }
+    /* every limb is a 32-bit number: no site's limb can make a sum wrap */
+    for (int s = 0; s < SITES; s++)
+        for (size_t j = 0; j < COLS; j++)
+            for (int l = 2; l < FED_COLSTATS_INTS; l++)
+                assert_true(c[s][j * FED_COLSTATS_INTS + l] >= 0 &&
+                            c[s][j * FED_COLSTATS_INTS + l] <= (int64_t)UINT32_MAX);
+}
+
+/* The same totals through the integer secure sum: each site's integers as
+ * INT64 limbs of 20 bits, masked with pair streams that cancel mod 2^32. */
+static void test_secure_totals(void **state)
+{
+    enum { NI = COLS * FED_COLSTATS_INTS, BITS = 20 };
+    static double x[ROWS * COLS];
+    static int64_t c[SITES][NI];
+    static uint32_t q[SITES][1 + NI * 4], sum[1 + NI * 4];
+    uint64_t tot[NI];
+    double mean[COLS], sd[COLS];
+    agg_segment seg = {.name = "stats", .len = NI, .rule = AGG_WEIGHT_SUM, .enc = AGG_ENC_INT64};
+    size_t words = fed_agg_seg_words(&seg, 1, BITS);
+    fed_colstat st[COLS];
+    fed_rng rng;
+
+    (void)state;
+    assert_int_equal(words, (size_t)NI * 4);
+    pooled(x, mean, sd);
+    contributions(x, 0, c);
+    fed_rng_seed(&rng, 36);
+    for (int s = 0; s < SITES; s++)
+        assert_int_equal(fed_agg_seg_quantize(&seg, 1, BITS, NULL, c[s], &rng, q[s]), FED_OK);
+    for (int s = 0; s + 1 < SITES; s++)
+        for (size_t w = 0; w < words; w++) {
+            uint32_t mk = (uint32_t)fed_rng_u64(&rng);
+
+            q[s][w] += mk;
+            q[s + 1][w] -= mk;
+        }
+    memset(sum, 0, sizeof sum);
+    for (int s = 0; s < SITES; s++)
+        for (size_t w = 0; w < words; w++)
+            sum[w] += q[s][w];
+    assert_int_equal(fed_agg_seg_dequantize(&seg, 1, BITS, sum, SITES, NULL, tot), FED_OK);
+    assert_int_equal(fed_colstats_decode(tot, COLS, 0, st), FED_OK);
+    for (size_t j = 0; j < COLS; j++) {
+        assert_int_equal(st[j].count, ROWS);
+        within(&st[j], mean[j], sd[j]);
+    }
+}
+
+/* Missing cells counted, not summed; the minimum count: a site's column
+ * under it releases nothing, a total under it is suppressed. */
+static void test_missing_and_min_count(void **state)
+{
+    /* site A: 4 rows, column 1 has 2 present; site B: 3 rows, all present */
+    const double a[4 * 2] = {1, NAN, 2, 5, 3, NAN, 4, 7};
+    const double b[3 * 2] = {10, 1, 20, 2, 30, 3};
+    int64_t ca[2 * FED_COLSTATS_INTS], cb[2 * FED_COLSTATS_INTS];
+    uint64_t tot[2 * FED_COLSTATS_INTS];
+    fed_colstat st[2];
+    size_t sup;
+
+    (void)state;
+    assert_int_equal(fed_colstats_local(a, 4, 2, NULL, 0, ca, &sup, NULL, 0), FED_OK);
+    assert_int_equal(fed_colstats_local(b, 3, 2, NULL, 0, cb, &sup, NULL, 0), FED_OK);
+    for (size_t k = 0; k < 2 * FED_COLSTATS_INTS; k++)
+        tot[k] = (uint64_t)ca[k] + (uint64_t)cb[k];
+    assert_int_equal(fed_colstats_decode(tot, 2, 0, st), FED_OK);
+    assert_int_equal(st[0].count, 7);
+    assert_true(fabs(st[0].mean - 70.0 / 7) < 1e-12);
+    assert_int_equal(st[1].count, 5);
+    assert_int_equal(st[1].missing, 2);
+    assert_true(fabs(st[1].missing_rate - 2.0 / 7) < 1e-15);
+    assert_true(fabs(st[1].mean - 18.0 / 5) < 1e-12);
+    /* min count 3: site A's column 1 (2 present) releases nothing */
+    assert_int_equal(fed_colstats_local(a, 4, 2, NULL, 3, ca, &sup, NULL, 0), FED_OK);
+    assert_int_equal(sup, 1);
+    for (int l = 0; l < FED_COLSTATS_INTS; l++)
+        assert_int_equal(ca[FED_COLSTATS_INTS + l], 0);
+    for (size_t k = 0; k < 2 * FED_COLSTATS_INTS; k++)
+        tot[k] = (uint64_t)ca[k] + (uint64_t)cb[k];
+    assert_int_equal(fed_colstats_decode(tot, 2, 0, st), FED_OK);
+    assert_int_equal(st[1].count, 3);
+    assert_true(fabs(st[1].mean - 2.0) < 1e-12);
+    /* a total under the minimum: suppressed, mean 0, std 1 */
+    assert_int_equal(fed_colstats_decode(tot, 2, 4, st), FED_OK);
+    assert_false(st[0].suppressed);
+    assert_true(st[1].suppressed && st[1].mean == 0 && st[1].std == 1);
+    /* a skipped (categorical) column contributes zeros */
+    {
+        const uint8_t skip[2] = {1, 0};
+
+        assert_int_equal(fed_colstats_local(b, 3, 2, skip, 0, cb, &sup, NULL, 0), FED_OK);
+        for (int l = 0; l < FED_COLSTATS_INTS; l++)
+            assert_int_equal(cb[l], 0);
+    }
+    /* a constant column gets std 1 */
+    {
+        const double k[3] = {0.1, 0.1, 0.1};
+        int64_t ck[FED_COLSTATS_INTS];
+        uint64_t tk[FED_COLSTATS_INTS];
+
+        assert_int_equal(fed_colstats_local(k, 3, 1, NULL, 0, ck, &sup, NULL, 0), FED_OK);
+        for (int l = 0; l < FED_COLSTATS_INTS; l++)
+            tk[l] = (uint64_t)ck[l];
+        assert_int_equal(fed_colstats_decode(tk, 1, 0, st), FED_OK);
+        assert_true(fabs(st[0].mean - 0.1) < 1e-9 && st[0].std == 1.0);
+    }
+}
+
+static void test_refusals(void **state)
+{
+    const double x[2 * 2] = {1, 2, 3, 2147483648.0};
+    int64_t c[2 * FED_COLSTATS_INTS];
+    uint64_t bad[FED_COLSTATS_INTS] = {0};
+    char why[160] = "";
+    fed_colstat st;
+
+    (void)state;
+    assert_int_equal(fed_colstats_local(x, 2, 2, NULL, 0, c, NULL, why, sizeof why),
+                     FED_ERR_RANGE);
+    assert_string_equal(why, "row 2, column 2: 2.14748e+09 is outside the shared statistics' "
+                             "range (|x| < 2^31)");
+    bad[0] = FED_COLSTATS_MAX_ROWS + 1;
+    assert_int_equal(fed_colstats_decode(bad, 1, 0, &st), FED_ERR_RANGE);
+}
+
+/* Three CSV files against the pooled file: its own statistics (a file's
+ * standardization, fed_data_csv_stats) within the stated precision. */
+static void test_csv_sites(void **state)
+{
+    static double x[ROWS * COLS];
+    double mean[COLS], sd[COLS], *pm = NULL, *ps = NULL;
+    uint64_t tot[COLS * FED_COLSTATS_INTS] = {0};
+    char path[512];
+    fed_colstat st[COLS];
+    size_t at = 0, f = 0, sup = 0;
+    FILE *all;
+
+    (void)state;
+    pooled(x, mean, sd);
+    fed_test_path(path, sizeof path, "all.csv");
+    assert_non_null(all = fopen(path, "w"));
+    fprintf(all, "a,b,c,d,e,label\n");
+    for (int s = 0; s < SITES; s++) {
+        char sp[512], name[32];
+        FILE *fs;
+        int64_t *ci = NULL;
+
+        snprintf(name, sizeof name, "site%d.csv", s);
+        fed_test_path(sp, sizeof sp, name);
+        assert_non_null(fs = fopen(sp, "w"));
+        fprintf(fs, "a,b,c,d,e,label\n");
+        for (size_t i = at; i < at + site_rows[s]; i++) {
+            for (size_t j = 0; j < COLS; j++) {
+                fprintf(fs, "%.17g,", x[i * COLS + j]);
+                fprintf(all, "%.17g,", x[i * COLS + j]);
+            }
+            fprintf(fs, "%d\n", (int)(i % 2));
+            fprintf(all, "%d\n", (int)(i % 2));
+        }
+        assert_int_equal(fclose(fs), 0);
+        at += site_rows[s];
+        assert_int_equal(fed_data_csv_colstats(sp, NULL, NULL, 0, 0, &ci, &f, &sup), FED_OK);
+        assert_int_equal(f, COLS);
+        for (size_t k = 0; k < COLS * FED_COLSTATS_INTS; k++)
+            tot[k] += (uint64_t)ci[k];
+        fed_free(ci);
+    }
+    assert_int_equal(fclose(all), 0);
+    assert_int_equal(fed_data_csv_stats(path, NULL, &pm, &ps, &f), FED_OK);
+    assert_int_equal(fed_colstats_decode(tot, COLS, 0, st), FED_OK);
+    for (size_t j = 0; j < COLS; j++)
+        within(&st[j], pm[j], ps[j]);
+    fed_free(pm);
+    fed_free(ps);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plain_totals),
+        cmocka_unit_test(test_secure_totals),
+        cmocka_unit_test(test_missing_and_min_count),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test_setup_teardown(test_csv_sites, fed_test_tmpdir_setup,
+                                        fed_test_tmpdir_teardown),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

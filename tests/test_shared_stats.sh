@@ -1,0 +1,160 @@
+#!/bin/sh
+# test_shared_stats.sh - the shared-statistics pass (issue 35) with an
+# aggregator and three real client processes, each site's CSV in its own
+# directory, labels skewed across them and columns on scales far apart (a
+# mean of 1e6 with std ~1, a std of ~1e-3, values near +-1e8, a negative
+# column with missing cells), plain and with --secagg:
+#  - round 1 is the pass (nothing trained), then --rounds training rounds;
+#  - the statistics the aggregator keeps (its checkpoint, as export writes
+#    them) equal the pooled file's mean and population std (two passes in
+#    long double, here) within model/colstats.h's precision, and its missing
+#    rate; the same with --secagg;
+#  - the exported model, evaluated by `fednode eval` from each site's
+#    directory on the same test file, scores the same everywhere, and what
+#    the aggregator recorded for its last round;
+#  - --standardize under a DP requirement is refused, naming the way out.
+# Needs ./fednode, python3 and the sqlite3 shell; exits 77 without.
+. "$(dirname "$0")/proc_lib.sh"
+command -v sqlite3 >/dev/null 2>&1 || { echo "skipped: no sqlite3 shell (apt-get install sqlite3)"; exit 77; }
+command -v python3 >/dev/null 2>&1 || { echo "skipped: no python3"; exit 77; }
+FED=$(cd "$(dirname "$FEDNODE")" && pwd)/$(basename "$FEDNODE")
+
+
+gen() { # N SEED P SHIFT: a site's rows (P: its share of label 1)
+    awk -v n="$1" -v seed="$2" -v p="$3" -v shift="$4" 'BEGIN {
+        srand(seed); print "a,b,c,d,label"
+        for (i = 0; i < n; i++) {
+            y = rand() < p
+            u = rand(); v = rand()
+            g = sqrt(-2 * log(u + 1e-12)) * cos(6.283185307 * v)
+            d = (i % 11 == 3) ? "NA" : sprintf("%.6f", -50 + 10 * g - 4 * y)
+            printf "%.6f,%.8f,%.2f,%s,%d\n", 1000000 + g + 0.8 * y + shift,
+                0.001 * g + 0.002 * y, (rand() * 2 - 1) * 1e8 + 3e7 * y, d, y
+        }
+    }'
+}
+for s in 0 1 2; do mkdir -p "$TMP/s$s"; done
+mkdir -p "$TMP/agg"
+gen 150 11 0.2 0 >"$TMP/s0/d.csv"
+gen 200 12 0.5 0.5 >"$TMP/s1/d.csv"
+gen 120 13 0.8 -0.5 >"$TMP/s2/d.csv"
+gen 200 14 0.5 0 >"$TMP/test.csv"
+for s in 0 1 2; do cp "$TMP/test.csv" "$TMP/s$s/d.test.csv"; done
+# the aggregator's --data: the input's shape and its test split (no site's rows)
+gen 40 15 0.5 0 >"$TMP/agg/d.csv"
+cp "$TMP/test.csv" "$TMP/agg/d.test.csv"
+{ cat "$TMP/s0/d.csv"; tail -n +2 "$TMP/s1/d.csv"; tail -n +2 "$TMP/s2/d.csv"; } >"$TMP/pooled.csv"
+
+K=$TMP/keys
+allow_keys "$K" agg c0 c1 c2
+
+# run NAME EXTRA...: an aggregator and the three sites, 4 training rounds
+# (EXTRA for every node; $AGGX for the aggregator alone)
+run() {
+    r=$1; shift
+    start "$r-agg" --role aggregator --keys "$K/agg" --allow "$K/allow.txt" \
+        --db "$TMP/$r-agg.db" --listen tcp://127.0.0.1:0 --port-file "$TMP/$r.port" \
+        --data "$TMP/agg/d.csv" --threads 1 --model logreg --optimizer sgd --lr 0.05 \
+        --batch 32 --local-epochs 1 --rounds 4 --min-clients 3 --wait-clients 3 \
+        --deadline-ms 60000 --gather-ms 100 --linger-ms 500 ${AGGX:-} "$@"
+    wait_for "the $r aggregator wrote its port" 30 test -s "$TMP/$r.port"
+    P=$(cat "$TMP/$r.port")
+    for s in 0 1 2; do
+        ( cd "$TMP/s$s" && exec "$FED" run --role client --keys "$K/c$s" --allow "$K/allow.txt" \
+            --db "$TMP/$r-s$s.db" --aggregator "tcp://127.0.0.1:$P" --aggregator-key agg \
+            --data d.csv --threads 1 "$@" ) >"$TMP/$r-s$s.log" 2>&1 &
+        echo $! >"$TMP/$r-s$s.pid"; PIDS="$PIDS $!"
+    done
+    exits0 "$r-agg" 180
+    for s in 0 1 2; do exits0 "$r-s$s" 30; done
+}
+# check R: round 1 was the pass and 4 training rounds followed; the export's
+# statistics are the pooled file's; eval of the export scores the same from
+# every site's directory, and what the aggregator recorded for its last round
+check() {
+    r=$1 db=$TMP/$1-agg.db
+    [ "$(sqlite3 "$db" 'SELECT max(round) FROM rounds')" = 5 ] ||
+        fail "$r: the pass and 4 training rounds (rounds 1..5)"
+    grep -q "aggregator: round 1: the statistics pass, 3 of 3 sampled clients in it" "$TMP/$r-agg.log" ||
+        fail "$r: round 1 is the statistics pass, with all three sites"
+    for s in 0 1 2; do
+        grep -q "client: its data standardized with the shared statistics of 4 columns" "$TMP/$r-s$s.log" ||
+            fail "$r: site $s standardizes with the shared statistics"
+    done
+    "$FEDNODE" export --db "$db" --out "$TMP/$r.safetensors" >"$TMP/$r-export.out" 2>&1 ||
+        fail "$r: export: $(cat "$TMP/$r-export.out")"
+    python3 - "$TMP/$r.safetensors" "$TMP/pooled.csv" <<'PY' >"$TMP/$r-stats.out" 2>&1 || fail "$r: $(cat "$TMP/$r-stats.out")"
+import json, math, struct, sys
+from fractions import Fraction
+raw = open(sys.argv[1], "rb").read()
+meta = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])["__metadata__"]
+mean = [float(v) for v in meta["fednode.input_mean"].split(",")]
+std = [float(v) for v in meta["fednode.input_std"].split(",")]
+miss = [float(v) for v in meta["fednode.input_missing_rate"].split(",")]
+rows = [l.strip().split(",") for l in open(sys.argv[2]).read().splitlines()[1:]]
+assert len(mean) == len(std) == 4, (mean, std)
+for j in range(4):
+    xs = [Fraction(r[j]) for r in rows if r[j] != "NA"]   # exact, as the file says
+    if abs(miss[j] - (len(rows) - len(xs)) / len(rows)) > 1e-15:
+        sys.exit("column %d: missing rate %r, the file's %r" % (j + 1, miss[j], (len(rows) - len(xs)) / len(rows)))
+    m = sum(xs) / len(xs)
+    v = sum((x - m) ** 2 for x in xs) / len(xs)
+    pm, ps = float(m), math.sqrt(float(v))
+    # model/colstats.h: 2^-33 for each value's rounding, then only the final
+    # rounding (the centred sum of squares is exact)
+    tm = 2.0 ** -33 + 4e-16 * abs(pm)
+    ts = 2.0 ** -33 + 4e-16 * ps
+    if abs(mean[j] - pm) > tm or abs(std[j] - ps) > ts:
+        sys.exit("column %d: export says mean %r std %r; pooled %r %r" % (j + 1, mean[j], std[j], pm, ps))
+    print("column %d: mean %.17g (pooled %.17g), std %.17g (pooled %.17g)" % (j + 1, mean[j], pm, std[j], ps))
+PY
+    ok "$r: the export's statistics are the pooled file's mean and std within 2^-33, and its missing rates"
+    for s in 0 1 2; do
+        ( cd "$TMP/s$s" && FEDNODE_NO_REEXEC=1 "$FED" eval --model "$TMP/$r.safetensors" \
+            --data d.csv --threads 1 ) >"$TMP/$r-eval$s.out" 2>"$TMP/$r-eval$s.log" ||
+            fail "$r: eval of the export at site $s: $(cat "$TMP/$r-eval$s.log")"
+        sed -i "s|^model .*  data d.csv|data d.csv|" "$TMP/$r-eval$s.out"
+    done
+    cmp -s "$TMP/$r-eval0.out" "$TMP/$r-eval1.out" && cmp -s "$TMP/$r-eval0.out" "$TMP/$r-eval2.out" ||
+        fail "$r: the export scores the same at every site: $(head -n 1 "$TMP"/$r-eval?.out)"
+    rec=$(sqlite3 "$db" "SELECT printf('loss %.4f  accuracy %.4f', loss, accuracy) FROM rounds WHERE round = 5")
+    grep -q "  $rec\$" "$TMP/$r-eval0.out" ||
+        fail "$r: eval of the export gives the aggregator's last report ($rec): $(head -n 1 "$TMP/$r-eval0.out")"
+    ok "$r: the export scores $rec at all three sites, as the aggregator recorded"
+}
+
+run plain
+check plain
+run secure --secagg
+check secure
+
+# --stats-only: the pass alone, its table printed, the run ended at round 1
+AGGX=--stats-only run only
+[ "$(sqlite3 "$TMP/only-agg.db" 'SELECT max(round) FROM rounds')" = 1 ] ||
+    fail "--stats-only ends after the pass (round 1)"
+grep -q "^shared statistics of 4 columns (round 1)" "$TMP/only-agg.log" ||
+    fail "--stats-only prints the table: $(tail -n 6 "$TMP/only-agg.log")"
+grep -Eq "^1 +a +470 +0\.0000 +1000000\.58" "$TMP/only-agg.log" &&
+    grep -Eq "^4 +d +427 +0\.0915 +-50\.2" "$TMP/only-agg.log" ||
+    fail "--stats-only's table names each column with its count, missing rate and mean"
+ok "--stats-only: the pass alone, round 1, and its table"
+
+# without the statistics (a model file carries none) the same model scores
+# by each site's own training file: not the same everywhere
+"$FEDNODE" import --in "$TMP/plain.safetensors" --out "$TMP/plain.model" >/dev/null 2>&1 ||
+    fail "import the export"
+for s in 0 2; do
+    ( cd "$TMP/s$s" && FEDNODE_NO_REEXEC=1 "$FED" eval --model "$TMP/plain.model" --data d.csv \
+        --threads 1 ) 2>/dev/null | sed -n 1p | sed 's/^model .*  data/data/' >"$TMP/own$s.out"
+done
+cmp -s "$TMP/own0.out" "$TMP/own2.out" &&
+    fail "with each site's own scaling the same model scores alike at sites 0 and 2 (the test shows nothing)"
+ok "with each site's own file's scaling the same model scores differently: $(cat "$TMP/own0.out") vs $(cat "$TMP/own2.out")"
+
+# --standardize under a DP requirement is refused, naming the way out
+refused "--standardize with --require-dp-sgd is refused" "run with --no-standardize" \
+    --role aggregator --keys "$K/agg" --allow "$K/allow.txt" --db "$TMP/dp.db" \
+    --data "$TMP/agg/d.csv" --require-dp-sgd
+refused "--standardize with --dp-client-clip is refused" "run with --no-standardize" \
+    --role aggregator --keys "$K/agg" --allow "$K/allow.txt" --db "$TMP/dp.db" \
+    --data "$TMP/agg/d.csv" --dp-client-clip 1
