@@ -72,9 +72,13 @@ int fed_cli_online_cores(void); /* 1..FED_CLI_MAX_THREADS */
  * and names a regular file): model (cap bytes) becomes the spec of its
  * graph ("g:..."), or its id when the graph is longer (model.h), the whole
  * graph then in *graph (fed_free; graph NULL: the command takes no such
- * graph, an error). -1 to go on (a spec is left as it is), 2 with the
- * file's error printed, naming cmd. */
-int fed_cli_model_file(const char *cmd, char *model, size_t cap, char **graph);
+ * graph, an error). declared (may be NULL) gets the input the file
+ * declares: its [input] and the classes it fixes (fed_model_cfg_classes, 0:
+ * none); all zero for a spec. -1 to go on (a spec is left as it is), 2 with
+ * the file's error printed, naming cmd. */
+struct fed_model_shape;
+int fed_cli_model_file(const char *cmd, char *model, size_t cap, char **graph,
+                       struct fed_model_shape *declared);
 /* "I/K" with 0 <= I < K: 1 when s is one. */
 int fed_cli_parse_shard(const char *s, int *shard, int *k);
 

@@ -191,7 +191,8 @@ int fed_cli_online_cores(void)
     return n < 1 ? 1 : n > FED_CLI_MAX_THREADS ? FED_CLI_MAX_THREADS : (int)n;
 }
 
-int fed_cli_model_file(const char *cmd, char *model, size_t cap, char **graph)
+int fed_cli_model_file(const char *cmd, char *model, size_t cap, char **graph,
+                       fed_model_shape *declared)
 {
     fed_model_cfg *c = NULL;
     char why[512], id[FED_MODEL_SPEC_MAX];
@@ -201,6 +202,8 @@ int fed_cli_model_file(const char *cmd, char *model, size_t cap, char **graph)
 
     if (graph)
         *graph = NULL;
+    if (declared)
+        memset(declared, 0, sizeof *declared);
     if (!spec) {
         fed_cli_error("%s: out of memory", cmd);
         return 1;
@@ -216,6 +219,10 @@ int fed_cli_model_file(const char *cmd, char *model, size_t cap, char **graph)
         (err = fed_model_cfg_check(c, fed_model_cfg_own_input(c), NULL, why, sizeof why)) ==
             FED_OK)
         err = fed_model_cfg_spec(c, spec, FED_MODEL_GRAPH_MAX, why, sizeof why);
+    if (err == FED_OK && declared) {
+        *declared = fed_model_cfg_input(c);
+        declared->classes = fed_model_cfg_classes(c);
+    }
     fed_model_cfg_free(c);
     if (err != FED_OK) {
         fed_cli_error("%s: --model: %s", cmd, why);

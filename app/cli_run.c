@@ -20,6 +20,7 @@
 #include "model/backend.h"
 #include "model/codec.h"
 #include "model/data.h"
+#include "model/input.h"
 #include "model/merge.h"
 #include "model/optim.h"
 #include "app/cli.h"
@@ -68,8 +69,13 @@ typedef struct run_cfg {
     int keep_checkpoints;
     char best_metric[FED_METRICS_NAME_MAX];
     char early_stop[64];
+    char input_shape[32];
+    int features;
+    int classes;
     const unsigned char *given; /* (NRUN_OPTS) what the file or a flag set; not an option */
     char *graph; /* --model FILE of a graph longer than its id: the whole (not an option) */
+    fed_model_shape file_in; /* what --model FILE declares (not an option) */
+    fed_model_decl decl;    /* the declared input, from it and the options (not an option) */
 } run_cfg;
 
 #define R(field, name, type, def, min, max, help)                              \
@@ -150,6 +156,16 @@ static const fed_opt run_opts[] = {
     R(early_stop, "early-stop", FED_OPT_STR, "", 0, 0,
       "aggregator: METRIC:PATIENCE, end the run when PATIENCE rounds after the best by METRIC "
       "have not improved on it (each round evaluated before the next starts), e.g. auc:5"),
+    R(input_shape, "input-shape", FED_OPT_STR, "", 0, 0,
+      "the model's input C,H,W (images), declared: an aggregator builds the model from it "
+      "with no data; a client's or peer's data must have it"),
+    R(features, "features", FED_OPT_INT, "0", 0, FED_DATA_MAX_FEATURES,
+      "the model's input as N features (a CSV's columns besides the label), declared as "
+      "--input-shape 1,1,N is (0: not declared)"),
+    R(classes, "classes", FED_OPT_INT, "0", 0, 65536,
+      "the number of classes K, declared: an aggregator's model has K outputs; a client's or "
+      "peer's labels must lie in 0..K-1, and it trains the K-class model even when its own "
+      "data holds fewer (0: a model file's, else the data's largest label + 1)"),
     FED_OPT_DEF_IMPLICIT(run_cfg, http, "http", "", FED_HTTP_DEFAULT_ADDR,
                          "serve a status page, /metrics (Prometheus), /status.json and /healthz "
                          "at http://HOST:PORT, read-only (none unless given)"),
@@ -329,14 +345,65 @@ static int load_peers(const run_cfg *c, run_state *s)
     return -1;
 }
 
-/* client: its shard; aggregator: the test split (input shape, evaluation);
- * peer: both. */
+/* Whether the file or a flag set option name. */
+static int opt_given(const run_cfg *c, const char *name)
+{
+    const fed_opt *o = fed_opt_find(run_opts, NRUN_OPTS, name);
+
+    assert(o);
+    return c->given && c->given[o - run_opts];
+}
+
+/* An aggregator reads data only for its own evaluation, and for the input's
+ * shape or classes when nothing declares them; without --data (the
+ * default's Fashion-MNIST is a client's), none: then the declared input
+ * must be whole. 1: load the test split; 0: none; else the exit status. */
+static int agg_wants_data(const run_cfg *c)
+{
+    const fed_model_decl *d = &c->decl;
+
+    if (opt_given(c, "data"))
+        return c->eval || !fed_model_input_complete(d);
+    if (fed_model_input_complete(d))
+        return 0;
+    fed_cli_error("run: an aggregator builds its model from the declared input, with no data, "
+                  "and %s: give %s%s%s; or --data for its own evaluation, whose input it then "
+                  "takes",
+                  !d->in.c && !d->in.classes ? "none is declared"
+                  : !d->in.c                 ? "the input's shape is not declared"
+                                             : "the number of classes is not declared",
+                  !d->in.c ? "--features N (a CSV's columns besides the label), --input-shape "
+                             "C,H,W or a model file with [input]"
+                           : "",
+                  !d->in.c && !d->in.classes ? ", and " : "",
+                  !d->in.classes ? "--classes K (or classes = K in the model file's [output])"
+                                 : "");
+    return 2;
+}
+
+/* A split loaded, checked against the declared input (its classes then
+ * the declared ones). */
+static int fit_declared(const run_cfg *c, fed_dataset *d, const char *split)
+{
+    char what[320], why[640];
+
+    snprintf(what, sizeof what, "--data %s (%s)", c->s.data, split);
+    if (fed_model_input_fit(d, &c->decl, what, why, sizeof why) == FED_OK)
+        return -1;
+    fed_cli_error("run: %s", why);
+    return 2;
+}
+
+/* client: its shard; aggregator: the test split (evaluation, and the input
+ * when nothing declares it), or nothing; peer: both. */
 static int load_data(const run_cfg *c, run_state *s, fed_node_role role)
 {
-    int shard = 0, k = 1, rc;
+    int shard = 0, k = 1, rc, test = role != FED_NODE_CLIENT;
     fed_data_opts dopts;
     fed_err e = FED_OK;
 
+    if (role == FED_NODE_AGGREGATOR && (test = agg_wants_data(c)) > 1)
+        return test;
     if ((rc = fed_cli_data_opts("run", &c->s.dflags, &dopts)) >= 0)
         return rc;
     if (role != FED_NODE_AGGREGATOR) {
@@ -344,8 +411,14 @@ static int load_data(const run_cfg *c, run_state *s, fed_node_role role)
             fed_cli_error("run: --shard '%s': expected I/K with 0 <= I < K", c->shard);
             return 2;
         }
-        if ((e = fed_data_open_opts(c->s.data, 1, &dopts, &s->train)) == FED_OK &&
-            (e = fed_data_augment_check(c->s.augment, s->train)) == FED_OK)
+        if ((e = fed_data_open_opts(c->s.data, 1, &dopts, &s->train)) != FED_OK) {
+            fed_cli_error("run: data %s: %s", c->s.data, fed_strerror(e));
+            return 1;
+        }
+        /* the whole file, before the shard: a site refuses what it holds */
+        if ((rc = fit_declared(c, s->train, "training split")) >= 0)
+            return rc;
+        if ((e = fed_data_augment_check(c->s.augment, s->train)) == FED_OK)
             e = fed_data_partition(s->train, c->s.partition, shard, k, c->partition_seed, &s->idx,
                                    &s->nidx);
         if (e == FED_OK && s->nidx == 0)
@@ -353,12 +426,14 @@ static int load_data(const run_cfg *c, run_state *s, fed_node_role role)
         if (e == FED_OK)
             e = keep_shard_only(s);
     }
-    if (e == FED_OK && role != FED_NODE_CLIENT)
+    if (e == FED_OK && test)
         e = fed_data_open_opts(c->s.data, 0, &dopts, &s->test);
     if (e != FED_OK) {
         fed_cli_error("run: data %s: %s", c->s.data, fed_strerror(e));
         return 1;
     }
+    if (s->test && (rc = fit_declared(c, s->test, "test split")) >= 0)
+        return rc;
     return -1;
 }
 
@@ -404,7 +479,8 @@ static int fill_training(const run_cfg *c, run_state *s, fed_node_config *nc)
 
     if ((rc = check_round_options(c, s, nc)) >= 0)
         return rc;
-    nc->shape = s->test->shape;
+    /* the data's, fitted to what is declared; else the declared input */
+    nc->shape = s->test ? s->test->shape : c->decl.in;
     nc->graph = c->graph; /* the whole graph beside its id, when longer */
     if (fed_model_spec_explain(c->graph ? c->graph : c->s.model, nc->shape, why, sizeof why) !=
         FED_OK) {
@@ -412,6 +488,11 @@ static int fill_training(const run_cfg *c, run_state *s, fed_node_config *nc)
         return 2;
     }
     nc->test = c->eval ? s->test : NULL;
+    if (!s->test)
+        fed_log(FED_LOG_INFO, "run: no --data: the model is built from the declared input "
+                "(%dx%dx%d by %s, %d classes by %s), no evaluation here",
+                nc->shape.c, nc->shape.h, nc->shape.w, c->decl.shape_by, nc->shape.classes,
+                c->decl.classes_by);
     return -1;
 }
 
@@ -852,6 +933,28 @@ out:
     return rc;
 }
 
+/* The declared input (model/input.h) from what --model FILE (at path)
+ * declares and --input-shape, --features, --classes into c->decl. */
+static int declare_input(const char *cmd, run_cfg *c, const char *path)
+{
+    fed_model_decl_src src;
+    const char *base = strrchr(path, '/');
+    char why[400];
+
+    memset(&src, 0, sizeof src);
+    if (c->file_in.c) {
+        src.file = base ? base + 1 : path;
+        src.file_in = c->file_in;
+    }
+    src.shape = c->input_shape;
+    src.features = c->features;
+    src.classes = c->classes;
+    if (fed_model_input_declare(&src, &c->decl, why, sizeof why) == FED_OK)
+        return -1;
+    fed_cli_error("%s: %s", cmd, why);
+    return 2;
+}
+
 /* role: the command's own (aggregate), which --role may only repeat: its
  * table says so in --help, and another --role is a contradiction. */
 static int run_with_role(const char *cmd, const char *role, int argc, char **argv)
@@ -859,6 +962,7 @@ static int run_with_role(const char *cmd, const char *role, int argc, char **arg
     run_cfg cfg;
     fed_opt opts[NRUN_OPTS];
     unsigned char given[NRUN_OPTS];
+    char model_path[FED_MODEL_SPEC_MAX];
     int rc;
 
     fed_cli_maybe_reexec(cmd, argc, argv);
@@ -879,8 +983,11 @@ static int run_with_role(const char *cmd, const char *role, int argc, char **arg
     }
     cfg.given = given;
     cfg.graph = NULL;
+    snprintf(model_path, sizeof model_path, "%s", cfg.s.model); /* before it becomes a spec */
     if ((rc = fed_cli_log_apply(cmd, &cfg.log)) < 0 &&
-        (rc = fed_cli_model_file(cmd, cfg.s.model, sizeof cfg.s.model, &cfg.graph)) < 0)
+        (rc = fed_cli_model_file(cmd, cfg.s.model, sizeof cfg.s.model, &cfg.graph,
+                                 &cfg.file_in)) < 0 &&
+        (rc = declare_input(cmd, &cfg, model_path)) < 0)
         rc = run_site(&cfg);
     fed_free(cfg.graph);
     return rc;

@@ -629,7 +629,7 @@ int fed_cli_train(int argc, char **argv)
 
     cfg.graph = NULL;
     if (rc < 0)
-        rc = fed_cli_model_file("train", cfg.model, sizeof cfg.model, &cfg.graph);
+        rc = fed_cli_model_file("train", cfg.model, sizeof cfg.model, &cfg.graph, NULL);
     if (rc < 0)
         rc = train_main(&cfg, argc, argv);
     fed_free(cfg.graph);
