@@ -65,6 +65,7 @@ static const fed_wire_field model_fields[] = {
     {FED_WIRE_SET_DP_SGD, 12, 12, 0, 0}, /* absent: nothing required */
     {FED_WIRE_SET_SECAGG, 28, 28, 0, 0}, /* absent: off */
     {FED_WIRE_SET_GRAPH, 3, FED_WIRE_GRAPH_MAX, 0, 1}, /* with a "g#" spec only */
+    {FED_WIRE_SET_INPUT, 16, 16, 0, 1},                /* when declared */
 };
 static const fed_wire_field report_fields[] = {
     {FED_WIRE_FIELD_DP_REPORT, 16, 16, 0, 0},
@@ -186,6 +187,8 @@ size_t fed_wire_block_bytes(uint8_t type, const fed_wire_block *b)
 
     if (n && type == FED_WIRE_MODEL && b->settings.graph)
         n += FED_WIRE_FIELD_HEAD_BYTES + b->settings.graph_len;
+    if (n && type == FED_WIRE_MODEL && b->settings.input[3])
+        n += FED_WIRE_FIELD_HEAD_BYTES + 16;
     return n;
 }
 
@@ -244,9 +247,22 @@ static int graph_ok(const fed_wire_settings *s)
     return strcmp(id, s->spec) == 0 && strncmp(id, "g#", 2) == 0;
 }
 
+/* The input field: absent (all zero), or four counts 1..FED_WIRE_INPUT_MAX. */
+static int input_ok(const fed_wire_settings *s)
+{
+    int zero = 0;
+
+    for (int i = 0; i < 4; i++)
+        if (!s->input[i])
+            zero++;
+        else if (s->input[i] > FED_WIRE_INPUT_MAX)
+            return 0;
+    return zero == 0 || zero == 4;
+}
+
 static int settings_ok(const fed_wire_settings *s)
 {
-    return spec_ok(s->spec) && graph_ok(s) && isfinite(s->lr) && s->lr > 0 && isfinite(s->mu) && s->mu >= 0 &&
+    return spec_ok(s->spec) && graph_ok(s) && input_ok(s) && isfinite(s->lr) && s->lr > 0 && isfinite(s->mu) && s->mu >= 0 &&
            isfinite(s->momentum) && s->momentum >= 0 && s->momentum < 1 &&
            isfinite(s->fraction) && s->fraction >= 0 && s->fraction <= 1 && dp_ok(s) &&
            secagg_ok(s);
@@ -260,7 +276,7 @@ static int report_ok(const fed_wire_block *b)
 }
 
 _Static_assert(FED_WIRE_MODEL_BLOCK_BYTES == 8 + FED_WIRE_FIELDS_LEN_BYTES +
-                                                 (FED_WIRE_SET_TAG_MAX - 1) * FED_WIRE_FIELD_HEAD_BYTES +
+                                                 FED_WIRE_SET_SECAGG * FED_WIRE_FIELD_HEAD_BYTES +
                                                  FED_WIRE_SPEC_BYTES + 4 + 4 + 1 + 2 + 4 + 4 + 4 +
                                                  8 + 4 + 12 + 28,
                "FED_WIRE_MODEL_BLOCK_BYTES is its fixed part, S and every known field");
@@ -326,6 +342,12 @@ static uint8_t *encode_settings(const fed_wire_settings *s, uint8_t *out)
         fed_put_u32le(p + 4, s->graph_len);
         memcpy(p + FED_WIRE_FIELD_HEAD_BYTES, s->graph, s->graph_len);
         p += FED_WIRE_FIELD_HEAD_BYTES + s->graph_len;
+    }
+    if (s->input[3]) { /* optional: an older client builds over its own data */
+        p = put_field(p, FED_WIRE_MODEL, FED_WIRE_SET_INPUT, 0);
+        for (int i = 0; i < 4; i++)
+            fed_put_u32le(p + 4 * i, s->input[i]);
+        p += 16;
     }
     return p;
 }
@@ -401,6 +423,10 @@ static int take_setting(uint16_t tag, const uint8_t *v, uint32_t len, fed_wire_s
     case FED_WIRE_SET_GRAPH: /* a view; settings_ok checks it whole */
         s->graph = (const char *)v;
         s->graph_len = len;
+        break;
+    case FED_WIRE_SET_INPUT: /* settings_ok checks the counts */
+        for (int i = 0; i < 4; i++)
+            s->input[i] = fed_get_u32le(v + 4 * i);
         break;
     default: return 0;
     }

@@ -128,9 +128,16 @@
  *               id, and then required: a graph longer than a spec travels
  *               whole, never capped at 127 bytes. Parsed as untrusted input
  *               (its id checked here; its size and cost by the client)
+ *      14  16   the model's input, declared: C, H, W and classes (u32
+ *               each, 1..FED_WIRE_INPUT_MAX), what the model is built
+ *               over; a client whose data has this sample shape and labels
+ *               below these classes builds the same model, one with a
+ *               label beyond declines. Optional (absent: the client builds
+ *               over its own data's shape and largest label)
  *   This node marks 1-10 required, 11 when it requires DP-SGD, 12 when on,
- *   13 when present: its MODEL block is FED_WIRE_MODEL_BLOCK_BYTES (311),
- *   8 + the graph's length more with 13. MODEL's fields may take
+ *   13 when present, 14 when its input is declared (optional): its MODEL block
+ *   is FED_WIRE_MODEL_BLOCK_BYTES (311), 8 + the graph's length more with
+ *   13, 24 more with 14. MODEL's fields may take
  *   FED_WIRE_SETTINGS_MAX bytes.
  * DELTA's and LEAVE's fields:
  *     tag  L    value
@@ -215,8 +222,10 @@ typedef enum fed_wire_setting_tag {
     FED_WIRE_SET_DP_SGD = 11,
     FED_WIRE_SET_SECAGG = 12,
     FED_WIRE_SET_GRAPH = 13,
+    FED_WIRE_SET_INPUT = 14,
 } fed_wire_setting_tag;
-#define FED_WIRE_SET_TAG_MAX 13
+#define FED_WIRE_SET_TAG_MAX 14
+#define FED_WIRE_INPUT_MAX 65536 /* MODEL's input field: each count at most */
 #define FED_WIRE_DP_REQUIRED 0x1u /* DP-SGD field: the round must be trained with it */
 /* DELTA's and LEAVE's fields. */
 #define FED_WIRE_FIELD_DP_REPORT 1 /* epsilon spent, budget (f64 each) */
@@ -351,6 +360,9 @@ typedef struct fed_wire_settings {
        graph_len bytes, no NUL; decoded, a view into the block received */
     const char *graph;
     uint32_t graph_len;
+    /* the model's declared input (field 14): C, H, W and the classes; all
+       zero: absent (a sender before it) */
+    uint32_t input[4];
 } fed_wire_settings;
 
 /* A decoded typed block; which fields mean something depends on the type. */

@@ -421,6 +421,11 @@ void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b)
     snprintf(s->spec, sizeof s->spec, "%s", c->spec);
     s->graph = c->graph; /* sent whole when the spec is its id */
     s->graph_len = c->graph ? (uint32_t)strlen(c->graph) : 0;
+    /* the input it is built over: a client with fewer classes builds the same */
+    s->input[0] = (uint32_t)c->shape.c;
+    s->input[1] = (uint32_t)c->shape.h;
+    s->input[2] = (uint32_t)c->shape.w;
+    s->input[3] = (uint32_t)c->shape.classes;
     s->local_epochs = c->local_epochs;
     s->batch = c->batch;
     s->optimizer = c->optimizer;

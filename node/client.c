@@ -277,14 +277,18 @@ static fed_err fed_node_client_start(fed_node *n)
 
 /* Forward+backward FLOPs per sample of spec, whose whole text is whole (a
  * model is built once per spec to count them; the simulator charges them). */
-static fed_err flops_of(fed_node *n, const char *spec, const char *whole, double *flops)
+static fed_err flops_of(fed_node *n, const fed_wire_settings *s, const char *whole,
+                        double *flops)
 {
     node_client *c = n->client;
+    const char *spec = s->spec;
+    fed_model_shape in;
     fed_model *m = NULL;
     fed_err e;
 
     if (strcmp(c->flops_spec, spec) != 0) {
-        if ((e = fed_model_new(whole, n->cfg.train->shape, n->cfg.be, NULL, 1, 1, &m)) != FED_OK)
+        if ((e = fed_node_model_input(s, n->cfg.train->shape, &in, NULL, 0)) != FED_OK ||
+            (e = fed_model_new(whole, in, n->cfg.be, NULL, 1, 1, &m)) != FED_OK)
             return e;
         c->flops_per_sample = fed_model_flops_per_sample(m);
         snprintf(c->flops_spec, sizeof c->flops_spec, "%s", spec);
@@ -533,7 +537,7 @@ static fed_err on_model_train(fed_node *n, node_open *op)
     if (m->block.settings.graph &&
         (e = fed_node_model_whole(&m->block.settings, &c->graph)) != FED_OK)
         return e;
-    if ((e = flops_of(n, m->block.settings.spec, c->graph ? c->graph : m->block.settings.spec,
+    if ((e = flops_of(n, &m->block.settings, c->graph ? c->graph : m->block.settings.spec,
                       &flops)) != FED_OK)
         return e;
     if (c->residual && c->nparams != op->vec_n) { /* another model: start the residual over */

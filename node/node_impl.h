@@ -87,6 +87,15 @@ FED_WUR fed_err fed_node_model_admit(const char *whole, const char *own, fed_mod
                                      double max_params, double max_flops, size_t *nparams,
                                      char *why, size_t cap);
 
+/* The input a MODEL's model is built over at a client whose data has
+ * shape data (its classes: declared, else its largest label + 1): the
+ * MODEL's declared input (field 14) when it carries one, else data. The
+ * MODEL's must have data's sample shape and at least its classes (a site
+ * holding fewer classes trains the federation's model): else
+ * FED_ERR_MODEL_MISMATCH with why (cap bytes; may be NULL) saying both. */
+FED_WUR fed_err fed_node_model_input(const fed_wire_settings *s, fed_model_shape data,
+                                     fed_model_shape *out, char *why, size_t cap);
+
 typedef struct node_tx node_tx; /* an outgoing stream (transfer.c) */
 typedef struct node_rx node_rx; /* an incoming stream's buffer (transfer.c) */
 
