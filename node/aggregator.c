@@ -1174,13 +1174,14 @@ static fed_err on_leave(fed_node *n, node_open *op)
     fed_node_agg_budget_note(n, m);
     fed_wire_note_leave(n->wire, (fed_err)p->refused);
     who = fed_crypto_allow_find(n->cfg.allow, m->hdr.sender);
-    if (p->refused == (uint32_t)FED_ERR_DP_BUDGET)
-        (void)fed_node_agg_budget_declined(n, m); /* logged; may stop the run */
-    else /* a configuration to fix (DP or secure aggregation required, a model
-            the client cannot build): a warning, counted */
+    if (p->refused == (uint32_t)FED_ERR_DP_BUDGET ||
+        p->refused == (uint32_t)FED_ERR_MODEL_MISMATCH)
+        /* asking it again changes nothing: parked, said once; may stop the run */
+        (void)fed_node_agg_budget_declined(n, m);
+    else /* a configuration to fix (DP or secure aggregation required): a
+            warning, counted */
         fed_log(p->refused == (uint32_t)FED_ERR_DP_REQUIRED ||
-                        p->refused == (uint32_t)FED_ERR_SA_REQUIRED ||
-                        p->refused == (uint32_t)FED_ERR_MODEL_MISMATCH
+                        p->refused == (uint32_t)FED_ERR_SA_REQUIRED
                     ? FED_LOG_WARN
                     : FED_LOG_INFO,
                 "aggregator: client %s declined round %llu: %s (%s)", who ? who : "(not listed)",
@@ -1226,7 +1227,7 @@ static fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
         op->req = NULL;
         if (a->state == AGG_DONE)
             return fed_node_ack(n, req, &m->hdr, FED_OK, FED_WIRE_ACK_FINISHED);
-        if (fed_node_agg_budget_parked(n, &m->hdr)) /* spent: never sampled */
+        if (fed_node_agg_budget_parked(n, &m->hdr)) /* parked: never sampled */
             return fed_node_ack(n, req, &m->hdr, FED_OK, FED_WIRE_ACK_NO_ROUND);
         if (fed_node_agg_is_async(n))
             return fed_node_agg_async_on_ask(n, req, &m->hdr);
