@@ -1,14 +1,16 @@
-/* agg_async.c - the aggregator's async mode (FedBuff): every ask answered
- * with the global model at once, any member's delta at most max_staleness
- * rounds old buffered (one per client), K of them closing the round. Never
- * holds a request for sampling: that is the synchronous rounds' way. */
+/* agg_async.c - the aggregator's async mode (FedBuff), its round mode
+ * (agg_mode_ops, fed_node_agg_async_mode): every ask answered with the
+ * global model at once, any member's delta at most max_staleness rounds old
+ * buffered (one per client), K of them closing the round. Never holds a
+ * request for sampling: that is the synchronous rounds' way. */
 #include <string.h>
 
+#include "core/log.h"
 #include "node/aggregator_impl.h"
 
 /* Round n->round + 1 takes deltas from now on: clients waiting for it get
- * the global model now. */
-fed_err fed_node_agg_async_open(fed_node *n)
+ * the global model now. The run's start, and what follows each merge. */
+static fed_err async_open(fed_node *n)
 {
     node_agg *a = n->agg;
     fed_wire_block b;
@@ -19,8 +21,8 @@ fed_err fed_node_agg_async_open(fed_node *n)
     a->bytes_in0 = fed_wire_get_counters(n->wire)->bytes_in;
     a->bytes_out0 = fed_wire_get_counters(n->wire)->bytes_out;
     fed_node_agg_cancel_deadline(n); /* armed by the round's first delta */
-    if (n->round + 1 > n->cfg.max_staleness)
-        fed_node_rx_drop_before(n, n->round + 1 - n->cfg.max_staleness);
+    if (n->round + 1 > n->cfg.agg.max_staleness)
+        fed_node_rx_drop_before(n, n->round + 1 - n->cfg.agg.max_staleness);
     if ((e = fed_node_agg_encode_global(n)) != FED_OK)
         return e;
     fed_node_agg_settings(n, n->round + 1, &b); /* the rate of merge n->round + 1 */
@@ -33,7 +35,7 @@ fed_err fed_node_agg_async_open(fed_node *n)
 
 /* A HELLO or NEXT: the model now, unless the client has trained this round
  * already (its delta is buffered, or it says so): then at the next merge. */
-fed_err fed_node_agg_async_on_ask(fed_node *n, fed_req *req, const fed_wire_hdr *h)
+static fed_err async_on_ask(fed_node *n, fed_req *req, const fed_wire_hdr *h)
 {
     node_agg *a = n->agg;
     if (fed_node_agg_part_find(a, h->sender) || h->round > n->round)
@@ -43,7 +45,7 @@ fed_err fed_node_agg_async_on_ask(fed_node *n, fed_req *req, const fed_wire_hdr 
 
 /* Async: any member's delta of a round at most max_staleness old goes into
  * the buffer (one per client); K of them close the round. */
-fed_err fed_node_agg_async_on_delta(fed_node *n, node_open *op)
+static fed_err async_on_delta(fed_node *n, node_open *op)
 {
     node_agg *a = n->agg;
     const fed_wire_msg *m = &op->msg;
@@ -52,7 +54,7 @@ fed_err fed_node_agg_async_on_delta(fed_node *n, node_open *op)
     fed_err e;
 
     if (a->state != AGG_RUNNING || m->hdr.round > filling ||
-        filling - m->hdr.round > n->cfg.max_staleness)
+        filling - m->hdr.round > n->cfg.agg.max_staleness)
         return fed_node_agg_refuse_delta(n, op, FED_ERR_LATE, 0);
     if ((p = fed_node_agg_part_find(a, m->hdr.sender)))
         return fed_node_agg_ack_duplicate(n, op);
@@ -66,7 +68,35 @@ fed_err fed_node_agg_async_on_delta(fed_node *n, node_open *op)
     if (a->nparts == 1 &&
         fed_node_agg_arm_deadline(n, n->env.now_ms(n->env.self) + n->cfg.deadline_ms) != FED_OK)
         return n->failed;
-    if (a->nparts >= n->cfg.async_k)
+    if (a->nparts >= n->cfg.agg.async_k)
         return fed_node_agg_close_round(n);
     return e;
 }
+
+/* Too few deltas buffered by the deadline: the buffer keeps filling. */
+static fed_err async_short_deadline(fed_node *n)
+{
+    return fed_node_agg_arm_deadline(n, n->env.now_ms(n->env.self) + n->cfg.deadline_ms);
+}
+
+/* A failed merge: the buffer was dropped, its clients train again on the
+ * model as committed. */
+static fed_err async_failed(fed_node *n, fed_err why)
+{
+    fed_log(FED_LOG_ERROR, "aggregator: round %llu failed (%s)",
+            (unsigned long long)(n->round + 1), fed_strerror(why));
+    (void)async_open(n);
+    return why;
+}
+
+const agg_mode_ops fed_node_agg_async_mode = {
+    .name = "async",
+    .cohort = 0,
+    .seal_ahead = 0,
+    .start = async_open,
+    .on_ask = async_on_ask,
+    .on_delta = async_on_delta,
+    .short_deadline = async_short_deadline,
+    .next = async_open,
+    .failed = async_failed,
+};

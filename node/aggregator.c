@@ -3,8 +3,9 @@
  * MODEL, collects their DELTAs until all came or the deadline, merges the
  * round's aggregate input (agg_input.c: plain, secure, DP around either)
  * through fed_merge, and commits the round row, contributions, counters
- * and a checkpoint in one transaction. Async mode (FedBuff) is
- * agg_async.c, the evaluation agg_eval.c. Owns the global
+ * and a checkpoint in one transaction. How rounds follow one another is a
+ * round mode (agg_mode_ops): the synchronous one here, async (FedBuff) in
+ * agg_async.c; the evaluation is agg_eval.c. Owns the global
  * model and the held requests; never sees a client's data. */
 #include <math.h>
 #include <stdio.h>
@@ -50,20 +51,21 @@ static fed_err fed_node_agg_new(fed_node *n)
     const fed_node_config *c = &n->cfg;
     node_agg *a = fed_calloc(1, sizeof *a);
     fed_merge_config mc = {.max_clients = FED_MERGE_DEFAULT_MAX_CLIENTS,
-                           .weight_cap = c->weight_cap,
+                           .weight_cap = c->agg.weight_cap,
                            .pool = c->pool};
     fed_err e;
 
     if (!a)
         return FED_ERR_NOMEM;
     /* a round takes as many clients as it is told to wait for */
-    if (c->min_clients > (uint32_t)mc.max_clients)
-        mc.max_clients = (int)c->min_clients;
-    if (c->wait_clients > (uint32_t)mc.max_clients)
-        mc.max_clients = (int)c->wait_clients;
+    if (c->agg.min_clients > (uint32_t)mc.max_clients)
+        mc.max_clients = (int)c->agg.min_clients;
+    if (c->agg.wait_clients > (uint32_t)mc.max_clients)
+        mc.max_clients = (int)c->agg.wait_clients;
     n->agg = a;
     a->max_clients = mc.max_clients;
-    if ((e = fed_codec_parse(c->codec, &a->codec)) != FED_OK)
+    a->mode = c->agg.async_k ? &fed_node_agg_async_mode : &fed_node_agg_sync_mode;
+    if ((e = fed_codec_parse(c->transfer.codec, &a->codec)) != FED_OK)
         return e;
     if (a->codec.id == FED_CODEC_F64) { /* push-sum's codec: no client's DELTA decodes with it */
         fed_log(FED_LOG_ERROR, "aggregator: codec f64 is for peers' shares; a DELTA takes f32, "
@@ -81,11 +83,11 @@ static fed_err fed_node_agg_new(fed_node *n)
                            &a->model)) != FED_OK)
         return e;
     a->nparams = fed_model_nparams(a->model);
-    if ((e = fed_merge_new(c->strategy, a->nparams, &mc, c->be, &a->merge)) != FED_OK)
+    if ((e = fed_merge_new(c->agg.strategy, a->nparams, &mc, c->be, &a->merge)) != FED_OK)
         return e;
     if ((e = alloc_scratch(n)) != FED_OK)
         return e;
-    if (c->secagg) {
+    if (c->secagg.on) {
         const char *why = fed_node_sa_agg_misfit(c, a->nparams, (size_t)a->max_clients);
 
         if (why) {
@@ -234,12 +236,16 @@ static fed_err fed_node_agg_start(fed_node *n)
         n->finished = 1;
         return FED_OK;
     }
-    if (fed_node_agg_is_async(n))
-        return fed_node_agg_async_open(n);
+    return a->mode->start(n);
+}
+
+/* Synchronous rounds begin: clients are held until enough gather. */
+static fed_err sync_start(fed_node *n)
+{
     report_waiting(n);
     fed_node_agg_arm_poll(n);
     if (n->round > 0) /* resumed after a round: as fed_node_agg_close_round would go on */
-        return fed_node_arm_in(n, n->cfg.gather_ms, NODE_TIMER_ROUND);
+        return fed_node_arm_in(n, n->cfg.agg.gather_ms, NODE_TIMER_ROUND);
     return FED_OK;
 }
 
@@ -253,8 +259,8 @@ void fed_node_agg_arm_poll(fed_node *n)
     uint64_t first = UINT64_MAX;
 
     for (size_t i = 0; i < a->nholds; i++)
-        if (a->holds[i].since_ms + n->cfg.poll_ms < first)
-            first = a->holds[i].since_ms + n->cfg.poll_ms;
+        if (a->holds[i].since_ms + n->cfg.transfer.poll_ms < first)
+            first = a->holds[i].since_ms + n->cfg.transfer.poll_ms;
     if (a->state == AGG_IDLE && a->wait_report_ms && a->wait_report_ms < first)
         first = a->wait_report_ms;
     if (first == UINT64_MAX)
@@ -309,8 +315,8 @@ static void report_waiting(fed_node *n)
     fed_log(FED_LOG_INFO, "aggregator: round %llu waits for clients: %zu asking; %u start it "
             "at once, or %u once --gather-ms %llu passed since the first; %zu not asking%s%s"
             "%s", (unsigned long long)(n->round + 1), a->nholds,
-            n->cfg.wait_clients ? n->cfg.wait_clients : n->cfg.min_clients, n->cfg.min_clients,
-            (unsigned long long)n->cfg.gather_ms, absent, absent ? ": " : "", names,
+            n->cfg.agg.wait_clients ? n->cfg.agg.wait_clients : n->cfg.agg.min_clients, n->cfg.agg.min_clients,
+            (unsigned long long)n->cfg.agg.gather_ms, absent, absent ? ": " : "", names,
             more ? " and more" : "");
     a->wait_report_ms = n->env.now_ms(n->env.self) + AGG_WAIT_REPORT_MS;
 }
@@ -382,10 +388,10 @@ static int hold_cmp(const void *x, const void *y)
  * at least min_clients, at most waiting and max_clients. */
 static size_t sample_size(const fed_node *n, size_t waiting)
 {
-    size_t k = (size_t)ceil(n->cfg.sample_fraction * (double)waiting - 1e-9);
+    size_t k = (size_t)ceil(n->cfg.agg.sample_fraction * (double)waiting - 1e-9);
 
-    if (k < n->cfg.min_clients)
-        k = n->cfg.min_clients;
+    if (k < n->cfg.agg.min_clients)
+        k = n->cfg.agg.min_clients;
     if (k > waiting)
         k = waiting;
     if (k > (size_t)n->agg->max_clients)
@@ -435,10 +441,10 @@ void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b)
     s->momentum = c->momentum;
     s->mu = (float)fed_merge_prox_mu(n->agg->merge);
     s->deadline_ms = c->deadline_ms;
-    if (c->require_dp_sgd) {
+    if (c->dp.require_sgd) {
         s->dp_flags = FED_WIRE_DP_REQUIRED;
-        s->dp_clip = c->dp_clip;
-        s->dp_noise = c->dp_noise;
+        s->dp_clip = c->dp.sgd_clip;
+        s->dp_noise = c->dp.sgd_noise;
     }
     if (n->agg->sa)
         fed_node_sa_agg_settings(n, round, s);
@@ -493,11 +499,11 @@ static fed_err start_round(fed_node *n)
     qsort(a->holds, a->nholds, sizeof *a->holds, hold_cmp);
     if (a->dp) { /* DP-FedAvg: Poisson, never redrawn */
         k = fed_node_agg_dp_sample(n, a->holds, a->nholds);
-        if (k < n->cfg.min_clients)
+        if (k < n->cfg.agg.min_clients)
             fed_log(FED_LOG_INFO, "aggregator: round %llu: the Poisson draw took %zu clients, "
                                   "fewer than --min-clients %u; not redrawn (a redraw would void "
                                   "the accounting): the round runs with them",
-                    (unsigned long long)(n->round + 1), k, n->cfg.min_clients);
+                    (unsigned long long)(n->round + 1), k, n->cfg.agg.min_clients);
     } else {
         n->env.random(n->env.self, &seed, sizeof seed);
         fed_rng_seed(&rng, seed);
@@ -528,7 +534,7 @@ static fed_err start_round(fed_node *n)
        deadline_ms, each other stage secagg_stage_ms (the timer only says
        when it is due, for the health check) */
     if ((e = fed_node_agg_arm_deadline(n, a->round_start_ms + n->cfg.deadline_ms +
-                                              (a->sa ? 4 * n->cfg.secagg_stage_ms : 0))) !=
+                                              (a->sa ? 4 * n->cfg.secagg.stage_ms : 0))) !=
         FED_OK)
         return e; /* the node stops: a round without its deadline could wait forever */
     fed_log(FED_LOG_INFO, "aggregator: round %llu starts with %zu of %zu waiting clients",
@@ -554,7 +560,7 @@ static void arm_first_gather(fed_node *n)
     if (a->first_armed || n->round > 0 || a->state != AGG_IDLE)
         return;
     a->first_armed = 1;
-    fed_node_arm_in(n, n->cfg.gather_ms, NODE_TIMER_ROUND); /* a failure stops the node */
+    fed_node_arm_in(n, n->cfg.agg.gather_ms, NODE_TIMER_ROUND); /* a failure stops the node */
 }
 
 /* Start a round when enough clients wait: wait_clients at once, or
@@ -562,8 +568,8 @@ static void arm_first_gather(fed_node *n)
 static fed_err maybe_start(fed_node *n)
 {
     node_agg *a = n->agg;
-    size_t want = n->cfg.wait_clients ? n->cfg.wait_clients : n->cfg.min_clients;
-    size_t least = n->cfg.min_clients;
+    size_t want = n->cfg.agg.wait_clients ? n->cfg.agg.wait_clients : n->cfg.agg.min_clients;
+    size_t least = n->cfg.agg.min_clients;
 
     if (a->sa && least < fed_node_sa_floor(&n->cfg)) /* a try below it fails at once */
         least = fed_node_sa_floor(&n->cfg);
@@ -643,7 +649,7 @@ static int round_complete(const fed_node *n)
     if (n->agg->dp) /* DP-FedAvg: the draw stands, whoever of it answered */
         return parts_answered(n->agg) == n->agg->nparts;
     return parts_answered(n->agg) == n->agg->nparts && got > 0 &&
-           (got == n->agg->nparts || got >= n->cfg.min_clients);
+           (got == n->agg->nparts || got >= n->cfg.agg.min_clients);
 }
 
 /* What the contributions table says of a part without a delta. */
@@ -842,7 +848,8 @@ static void commit_piece(void *ctx)
  * and the next round samples them all whenever it takes every waiting
  * client. Nothing is sent before start_round, after the commit is durable:
  * sealing ahead only uses the core the commit (hashing, then fsync) leaves
- * idle. The last round and async mode just commit. The model is encoded
+ * idle. The last round, and a mode that seals nothing ahead (async), just
+ * commit. The model is encoded
  * first, here on the loop: the checkpoint stores that vector's floats. */
 static fed_err commit_sealing_ahead(fed_node *n, const fed_node_round_info *info,
                                     uint8_t hash[32])
@@ -855,7 +862,7 @@ static fed_err commit_sealing_ahead(fed_node *n, const fed_node_round_info *info
 
     if ((c.err = fed_node_agg_encode_global(n)) != FED_OK)
         return c.err;
-    if (fed_node_agg_is_async(n) || (n->cfg.rounds && info->round >= n->cfg.rounds) ||
+    if (!a->mode->seal_ahead || (n->cfg.rounds && info->round >= n->cfg.rounds) ||
         !(to = fed_malloc((a->nparts ? a->nparts : 1) * sizeof *to))) {
         commit_piece(&c);
         return c.err;
@@ -907,7 +914,7 @@ static void back_to_committed(fed_node *n)
  * full), so gather_ms, then twice as long each time, up to a minute. */
 static uint64_t retry_wait_ms(const fed_node *n)
 {
-    uint64_t wait = n->cfg.gather_ms ? n->cfg.gather_ms : 1000;
+    uint64_t wait = n->cfg.agg.gather_ms ? n->cfg.agg.gather_ms : 1000;
 
     for (uint32_t i = 1; i < n->agg->failed && wait < AGG_RETRY_MAX_MS; i++)
         wait *= 2;
@@ -939,7 +946,6 @@ fed_err fed_node_agg_close_round(fed_node *n)
     node_agg *a = n->agg;
     fed_node_round_info info;
     uint8_t hash[32];
-    uint64_t wait_ms;
     agg_close out;
     fed_err e;
 
@@ -950,21 +956,13 @@ fed_err fed_node_agg_close_round(fed_node *n)
     info.lr = fed_node_round_lr(n, info.round);
     info.start_ms = fed_node_wall_ms(n) - (n->env.now_ms(n->env.self) - a->round_start_ms);
     fed_node_agg_cancel_deadline(n);
-    /* the round's aggregate input (agg_input.c) into the strategy, or a
-       void outcome that leaves the model and strategy as committed (kept
+    /* the round's aggregate input (agg_input.c) merged by the strategy, or
+       a void outcome that leaves the model and strategy as committed (kept
        first, so that a failed commit restores these and not an older copy) */
     memset(&out, 0, sizeof out);
     if ((e = keep_committed(n)) != FED_OK || (e = a->in->close(n, &out)) != FED_OK)
         goto fail;
     info.dp_clip = out.dp_clip;
-    if (out.update) {
-        e = fed_merge_apply(a->merge, fed_model_params_dev(a->model), a->inputs, out.count,
-                            out.results);
-        a->model_vec_len = 0; /* the global moved: no MODEL vector encoded yet */
-        if (e != FED_OK || (e = fed_model_get_params(a->model, a->host)) != FED_OK)
-            goto fail;
-        a->in->merged(n, &out);
-    }
     for (size_t i = 0; i < a->nparts; i++) {
         if (a->parts[i].refused) {
             info.refused++;
@@ -988,20 +986,16 @@ fed_err fed_node_agg_close_round(fed_node *n)
     parts_clear(a);
     a->in->drop(n);
     a->state = AGG_IDLE;
-    if (n->cfg.early_stop) /* its rule judges this round before the next starts */
+    if (n->cfg.agg.early_stop) /* its rule judges this round before the next starts */
         fed_node_agg_report_round(n, &info);
     if ((n->cfg.rounds && n->round >= n->cfg.rounds) || a->early_stopped) {
         a->state = AGG_DONE;
         n->finished = 1;
         finish_all(n);
-    } else if (fed_node_agg_is_async(n)) {
-        e = fed_node_agg_async_open(n);
     } else {
-        fed_node_rx_drop_before(n, n->round + 1);
-        if ((e = fed_node_arm_in(n, n->cfg.gather_ms, NODE_TIMER_ROUND)) == FED_OK)
-            e = maybe_start(n);
+        e = a->mode->next(n);
     }
-    if (!n->cfg.early_stop)
+    if (!n->cfg.agg.early_stop)
         fed_node_agg_report_round(n, &info);
     return e;
 fail:
@@ -1013,20 +1007,34 @@ fail:
         return commit_later(n, e);
     parts_clear(a);
     a->in->drop(n);
-    if (fed_node_agg_is_async(n)) { /* the buffer is dropped; its clients train again */
-        fed_log(FED_LOG_ERROR, "aggregator: round %llu failed (%s)",
-                (unsigned long long)(n->round + 1), fed_strerror(e));
-        (void)fed_node_agg_async_open(n);
-        return e;
-    }
+    return a->mode->failed(n, e);
+}
+
+/* The next synchronous round: once gather_ms passed, with whoever waits. */
+static fed_err sync_next(fed_node *n)
+{
+    fed_err e;
+
+    fed_node_rx_drop_before(n, n->round + 1);
+    if ((e = fed_node_arm_in(n, n->cfg.agg.gather_ms, NODE_TIMER_ROUND)) == FED_OK)
+        e = maybe_start(n);
+    return e;
+}
+
+/* A failed synchronous round is tried again after retry_wait_ms. */
+static fed_err sync_failed(fed_node *n, fed_err why)
+{
+    node_agg *a = n->agg;
+    uint64_t wait_ms;
+
     a->failed++;
     wait_ms = retry_wait_ms(n);
     a->retry_at_ms = n->env.now_ms(n->env.self) + wait_ms;
     fed_log(FED_LOG_ERROR, "aggregator: round %llu failed (%s); trying again in %llu ms",
-            (unsigned long long)(n->round + 1), fed_strerror(e), (unsigned long long)wait_ms);
+            (unsigned long long)(n->round + 1), fed_strerror(why), (unsigned long long)wait_ms);
     a->state = AGG_IDLE;
     fed_node_arm(n, a->retry_at_ms, NODE_TIMER_ROUND); /* a failure stops the node */
-    return e;
+    return why;
 }
 
 fed_err fed_node_agg_abandon_round(fed_node *n)
@@ -1158,7 +1166,7 @@ static fed_err on_leave(fed_node *n, node_open *op)
     char why[64];
     fed_err e = FED_OK;
 
-    if (!fed_node_agg_is_async(n) && a->state == AGG_RUNNING && m->hdr.round == n->round + 1)
+    if (a->mode->cohort && a->state == AGG_RUNNING && m->hdr.round == n->round + 1)
         p = fed_node_agg_part_find(a, m->hdr.sender);
     if (p && p->got) /* its delta is in already: that stands */
         return fed_node_agg_ack_duplicate(n, op);
@@ -1209,13 +1217,61 @@ static fed_err on_leave(fed_node *n, node_open *op)
     return e;
 }
 
+/* A HELLO or NEXT, synchronous rounds: held until a round samples it, or
+ * its MODEL again (a sampled client that lost it). */
+static fed_err sync_on_ask(fed_node *n, fed_req *req, const fed_wire_hdr *h)
+{
+    node_agg *a = n->agg;
+    agg_part *p;
+    fed_err e;
+
+    if (a->state == AGG_RUNNING && (p = fed_node_agg_part_find(a, h->sender)) && !p->got &&
+        !p->refused && (!a->sa || !fed_node_sa_agg_keys_closed(a->sa)))
+        return fed_node_agg_answer_model(n, req, h); /* its MODEL was lost */
+    if ((e = fed_node_agg_hold_add(n, req, h)) != FED_OK)
+        return e;
+    arm_first_gather(n);
+    return maybe_start(n);
+}
+
+/* Too few deltas by a synchronous round's deadline: who was missing is
+ * recorded, nothing of the attempt kept, and a round starts again with
+ * whoever waits. */
+static fed_err sync_short_deadline(fed_node *n)
+{
+    node_agg *a = n->agg;
+    char why[64];
+
+    fed_log(FED_LOG_WARN, "aggregator: round %llu deadline with %zu of %u deltas needed;"
+            " starting it again", (unsigned long long)(n->round + 1), parts_got(a),
+            n->cfg.agg.min_clients);
+    for (size_t i = 0; i < a->nparts; i++)
+        if (!a->parts[i].got)
+            (void)put_contribution(n, n->round + 1, &a->parts[i], 0,
+                                   absent_reason(n, &a->parts[i], why, sizeof why));
+    parts_clear(a);
+    a->state = AGG_IDLE;
+    a->gathered = 1; /* min_clients will do, whenever they are back */
+    return maybe_start(n);
+}
+
+const agg_mode_ops fed_node_agg_sync_mode = {
+    .name = "sync",
+    .cohort = 1,
+    .seal_ahead = 1,
+    .start = sync_start,
+    .on_ask = sync_on_ask,
+    .on_delta = on_delta,
+    .short_deadline = sync_short_deadline,
+    .next = sync_next,
+    .failed = sync_failed,
+};
+
 static fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
 {
     node_agg *a = n->agg;
     const fed_wire_msg *m = &op->msg;
     fed_req *req = op->req;
-    agg_part *p;
-    fed_err e;
 
     if (!req) { /* the aggregator sends no requests: a stray reply */
         fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_ROLE);
@@ -1229,18 +1285,10 @@ static fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
             return fed_node_ack(n, req, &m->hdr, FED_OK, FED_WIRE_ACK_FINISHED);
         if (fed_node_agg_budget_parked(n, &m->hdr)) /* parked: never sampled */
             return fed_node_ack(n, req, &m->hdr, FED_OK, FED_WIRE_ACK_NO_ROUND);
-        if (fed_node_agg_is_async(n))
-            return fed_node_agg_async_on_ask(n, req, &m->hdr);
-        if (a->state == AGG_RUNNING && (p = fed_node_agg_part_find(a, m->hdr.sender)) &&
-            !p->got && !p->refused && (!a->sa || !fed_node_sa_agg_keys_closed(a->sa)))
-            return fed_node_agg_answer_model(n, req, &m->hdr); /* its MODEL was lost */
-        if ((e = fed_node_agg_hold_add(n, req, &m->hdr)) != FED_OK)
-            return e;
-        arm_first_gather(n);
-        return maybe_start(n);
+        return a->mode->on_ask(n, req, &m->hdr);
     case FED_WIRE_DELTA:
         fed_node_agg_budget_note(n, m);
-        return fed_node_agg_is_async(n) ? fed_node_agg_async_on_delta(n, op) : on_delta(n, op);
+        return a->mode->on_delta(n, op);
     case FED_WIRE_LEAVE:
         return on_leave(n, op);
     case FED_WIRE_SA_KEYS:
@@ -1278,31 +1326,14 @@ static fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
         a->deadline_at_ms = 0; /* fired */
         if (a->state != AGG_RUNNING || a->sa) /* secure rounds: the stages' deadlines */
             return FED_OK;
-        if (parts_got(a) >= n->cfg.min_clients || a->dp) /* DP: never redrawn */
+        if (parts_got(a) >= n->cfg.agg.min_clients || a->dp) /* DP: never redrawn */
             return fed_node_agg_close_round(n);
-        if (fed_node_agg_is_async(n)) /* too few buffered yet: keep filling */
-            return fed_node_agg_arm_deadline(n, n->env.now_ms(n->env.self) + n->cfg.deadline_ms);
-        fed_log(FED_LOG_WARN, "aggregator: round %llu deadline with %zu of %u deltas needed;"
-                " starting it again", (unsigned long long)(n->round + 1), parts_got(a),
-                n->cfg.min_clients);
-        {
-            /* record who was missing, keep nothing of the attempt */
-            char why[64];
-
-            for (size_t i = 0; i < a->nparts; i++)
-                if (!a->parts[i].got)
-                    (void)put_contribution(n, n->round + 1, &a->parts[i], 0,
-                                           absent_reason(n, &a->parts[i], why, sizeof why));
-        }
-        parts_clear(a);
-        a->state = AGG_IDLE;
-        a->gathered = 1; /* min_clients will do, whenever they are back */
-        return maybe_start(n);
+        return a->mode->short_deadline(n);
     case NODE_TIMER_POLL: {
         uint64_t now = n->env.now_ms(n->env.self);
 
         for (size_t i = a->nholds; i-- > 0;)
-            if (a->holds[i].since_ms + n->cfg.poll_ms <= now)
+            if (a->holds[i].since_ms + n->cfg.transfer.poll_ms <= now)
                 (void)answer_no_round(n, i, FED_WIRE_ACK_NO_ROUND);
         if (a->state == AGG_IDLE && a->wait_report_ms && a->wait_report_ms <= now)
             report_waiting(n);
@@ -1329,22 +1360,22 @@ fed_err fed_node_get_params(const fed_node *n, float *dst)
 /* The aggregator's part of fed_node_new's configuration check. */
 static fed_err fed_node_agg_check(const fed_node_config *c)
 {
-    if (!(c->sample_fraction > 0 && c->sample_fraction <= 1) || c->min_clients < 1 ||
+    if (!(c->agg.sample_fraction > 0 && c->agg.sample_fraction <= 1) || c->agg.min_clients < 1 ||
         c->local_epochs < 1 || c->batch < 1 || !(c->lr > 0) ||
-        !(c->momentum >= 0 && c->momentum < 1) || c->poll_ms == 0 || c->deadline_ms == 0 ||
-        c->async_k > FED_MERGE_DEFAULT_MAX_CLIENTS)
+        !(c->momentum >= 0 && c->momentum < 1) || c->transfer.poll_ms == 0 || c->deadline_ms == 0 ||
+        c->agg.async_k > FED_MERGE_DEFAULT_MAX_CLIENTS)
         return FED_ERR_BAD_VALUE;
-    if (c->require_dp_sgd && (!(c->dp_clip > 0) || !isfinite(c->dp_clip) ||
-                              !(c->dp_noise >= 0) || !isfinite(c->dp_noise)))
+    if (c->dp.require_sgd && (!(c->dp.sgd_clip > 0) || !isfinite(c->dp.sgd_clip) ||
+                              !(c->dp.sgd_noise >= 0) || !isfinite(c->dp.sgd_noise)))
         return FED_ERR_BAD_VALUE; /* the MODEL's DP-SGD field would not encode */
-    if (!(c->dp_client_clip >= 0) || !isfinite(c->dp_client_clip))
+    if (!(c->dp.client_clip >= 0) || !isfinite(c->dp.client_clip))
         return FED_ERR_BAD_VALUE;
-    if (c->dp_client_clip > 0 &&
-        (!(c->dp_client_noise >= 0) || !isfinite(c->dp_client_noise) ||
-         !(c->dp_target_eps >= 0) || !isfinite(c->dp_target_eps) ||
-         !(c->dp_client_quantile >= 0 && c->dp_client_quantile < 1) ||
-         !(c->dp_client_clip_lr >= 0) || !isfinite(c->dp_client_clip_lr) ||
-         !(c->dp_delta > 0 && c->dp_delta < 1)))
+    if (c->dp.client_clip > 0 &&
+        (!(c->dp.client_noise >= 0) || !isfinite(c->dp.client_noise) ||
+         !(c->dp.target_eps >= 0) || !isfinite(c->dp.target_eps) ||
+         !(c->dp.client_quantile >= 0 && c->dp.client_quantile < 1) ||
+         !(c->dp.client_clip_lr >= 0) || !isfinite(c->dp.client_clip_lr) ||
+         !(c->dp.delta > 0 && c->dp.delta < 1)))
         return FED_ERR_BAD_VALUE; /* DP-FedAvg's settings */
     return FED_OK;
 }
@@ -1362,4 +1393,7 @@ const node_role_ops fed_node_agg_ops = {
     .progress = fed_node_agg_progress,
     .bad_reply = NULL, /* it takes no vector in a reply */
     .pulled = NULL,
+    .rate_from_model = 0,
+    .streams_in_replies = 0,
+    .tells_old_epoch = 1,
 };

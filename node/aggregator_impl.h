@@ -93,6 +93,38 @@ typedef struct agg_part {
     uint8_t sig[FED_CRYPTO_SIG_BYTES];
 } agg_part;
 
+/* How one round follows another: synchronous rounds (a sampled cohort and
+ * a deadline, aggregator.c) or FedBuff's async mode (agg_async.c), chosen
+ * once from cfg.agg.async_k. The round path (fed_node_agg_close_round), the
+ * frames and the timers call through it and never ask which; how a round's
+ * contributions combine is the other table, agg_input_ops (agg_input.h). */
+typedef struct agg_mode_ops {
+    const char *name;
+    /* 1: a round's parts are the cohort sampled for it, and a LEAVE answers
+     * its sender's part; 0: parts are whoever sent a delta, a LEAVE is
+     * recorded only */
+    int cohort;
+    /* 1: while a round commits, the next round's MODEL is sealed ahead for
+     * the clients whose deltas it merged (sampled again at once) */
+    int seal_ahead;
+    /* The run begins, or resumes after round n->round (not done). */
+    fed_err (*start)(fed_node *n);
+    /* A HELLO or NEXT of a member that may train (the run is not done). */
+    fed_err (*on_ask)(fed_node *n, fed_req *req, const fed_wire_hdr *h);
+    fed_err (*on_delta)(fed_node *n, node_open *op);
+    /* The deadline of a plain round passed with fewer deltas than it
+     * needs to merge. */
+    fed_err (*short_deadline)(fed_node *n);
+    /* A round committed and the run goes on: the next one opens. */
+    fed_err (*next)(fed_node *n);
+    /* A round failed with nothing committed, its parts and input dropped:
+     * what comes next; returns why. */
+    fed_err (*failed)(fed_node *n, fed_err why);
+} agg_mode_ops;
+
+extern const agg_mode_ops fed_node_agg_sync_mode;
+extern const agg_mode_ops fed_node_agg_async_mode;
+
 struct node_agg {
     fed_model *model;      /* the global model, on cfg.be */
     fed_merge *merge;
@@ -103,7 +135,7 @@ struct node_agg {
                               since the first client came): min_clients will do */
     int first_armed;       /* the gather timer was armed for round 1 (arm_first_gather) */
     uint32_t failed;       /* rounds failed in a row (a full disk): the next try waits */
-    int early_stopped;     /* cfg.early_stop's rule ended the run */
+    int early_stopped;     /* cfg.agg.early_stop's rule ended the run */
     uint64_t retry_at_ms;  /* no round starts before this (now_ms), after a failure */
     int commit_again;      /* a secure round's commit failed after its sum was
                               unmasked: the round timer commits it again */
@@ -134,16 +166,19 @@ struct node_agg {
     agg_pending pending;   /* figures not in their rows yet */
     uint64_t bytes_in0, bytes_out0; /* wire counters when the round started */
     uint64_t ctr_base[64]; /* wire counters the database held at start (earlier runs) */
-    agg_dp *dp;            /* DP-FedAvg (cfg.dp_client_clip > 0), else NULL */
-    struct node_sa_agg *sa; /* cfg.secagg: the round's secure aggregation (secagg_agg.c) */
+    agg_dp *dp;            /* DP-FedAvg (cfg.dp.client_clip > 0), else NULL */
+    struct node_sa_agg *sa; /* cfg.secagg.on: the round's secure aggregation (secagg_agg.c) */
     const agg_input_ops *in; /* the round's aggregate input (agg_input.c): plain,
                                 secure, DP-FedAvg around either */
+    const agg_mode_ops *mode; /* synchronous or async rounds */
     agg_member_dp *mdp;     /* (nmdp, sorted by key) clients' reported budgets */
     size_t nmdp, cap_mdp;
     uint64_t mdp_version;   /* bumped when a row changes (the status snapshot's cue) */
 };
 
-static inline int fed_node_agg_is_async(const fed_node *n) { return n->cfg.async_k > 0; }
+/* For the configuration's checks (DP-FedAvg and secure aggregation need
+ * synchronous rounds); the round path asks n->agg->mode. */
+static inline int fed_node_agg_is_async(const fed_node *n) { return n->cfg.agg.async_k > 0; }
 
 /* ---- aggregator.c ---- */
 void fed_node_agg_arm_poll(fed_node *n);
@@ -170,13 +205,9 @@ fed_err fed_node_agg_close_round(fed_node *n);
  * closed): it starts again with whoever asks. */
 fed_err fed_node_agg_abandon_round(fed_node *n);
 
-/* ---- agg_async.c: FedBuff ---- */
-fed_err fed_node_agg_async_open(fed_node *n);
-fed_err fed_node_agg_async_on_ask(fed_node *n, fed_req *req, const fed_wire_hdr *h);
-fed_err fed_node_agg_async_on_delta(fed_node *n, node_open *op);
 
 /* ---- agg_dp.c: DP-FedAvg ---- */
-/* Sets a->dp up when cfg.dp_client_clip > 0 (after the model and merge):
+/* Sets a->dp up when cfg.dp.client_clip > 0 (after the model and merge):
  * checks the mode and strategy, calibrates z for --dp-target-epsilon,
  * splits it for adaptive clipping, keys the noise. */
 fed_err fed_node_agg_dp_new(fed_node *n);
