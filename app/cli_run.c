@@ -671,9 +671,10 @@ static int fill_node_config(const run_cfg *c, run_state *s, fed_node_config *nc)
         nc->transfer.retry_ms = (uint64_t)c->retry_ms;
         nc->client.max_model_params = c->max_model_params;
         nc->client.max_model_flops = c->max_model_flops;
-        if (c->given && c->given[fed_opt_find(run_opts, NRUN_OPTS, "model") - run_opts])
+        if (opt_given(c, "model"))
             /* its own --model: a MODEL of another graph is declined at once */
             nc->client.own_model = c->graph ? c->graph : c->s.model;
+        nc->client.classes = c->decl.in.classes; /* a MODEL of others is declined */
         fed_node_settings_apply_dp(&c->s, nc);
         return aggregator_key(c, s, &nc->client.aggregator);
     }

@@ -287,7 +287,7 @@ static fed_err flops_of(fed_node *n, const fed_wire_settings *s, const char *who
     fed_err e;
 
     if (strcmp(c->flops_spec, spec) != 0) {
-        if ((e = fed_node_model_input(s, n->cfg.data.train->shape, &in, NULL, 0)) != FED_OK ||
+        if ((e = fed_node_model_input(s, n->cfg.data.train->shape, 0, &in, NULL, 0)) != FED_OK ||
             (e = fed_model_new(whole, in, n->cfg.be, NULL, 1, 1, &m)) != FED_OK)
             return e;
         c->flops_per_sample = fed_model_flops_per_sample(m);
@@ -816,6 +816,7 @@ static void fed_node_client_prepare_open(fed_node *n, node_open *op)
     op->expect_n = 0; /* from the MODEL's spec */
     op->shape = n->cfg.data.train->shape;
     op->own_model = n->cfg.client.own_model;
+    op->classes = n->cfg.client.classes;
     op->max_params = n->cfg.client.max_model_params;
     op->max_flops = n->cfg.client.max_model_flops;
     op->expect_codec = FED_CODEC_NONE;

@@ -56,6 +56,7 @@ typedef struct node_open {
     size_t expect_n;        /* entries expected; 0: from a MODEL's spec */
     size_t expect_max;      /* a SLICE: at most this many entries */
     fed_model_shape shape;  /* for a MODEL's spec */
+    int classes;            /* client: the classes it declares (0: none) */
     const char *own_model;  /* client: the model it declares (NULL: any), and */
     double max_params, max_flops; /* what it builds from a MODEL at most */
     char model_why[384];    /* FED_ERR_MODEL_MISMATCH: what differs */
@@ -91,10 +92,11 @@ FED_WUR fed_err fed_node_model_admit(const char *whole, const char *own, fed_mod
  * shape data (its classes: declared, else its largest label + 1): the
  * MODEL's declared input (field 14) when it carries one, else data. The
  * MODEL's must have data's sample shape and at least its classes (a site
- * holding fewer classes trains the federation's model): else
- * FED_ERR_MODEL_MISMATCH with why (cap bytes; may be NULL) saying both. */
+ * holding fewer classes trains the federation's model), and the classes the
+ * client declares (declared; 0: none) exactly: else FED_ERR_MODEL_MISMATCH
+ * with why (cap bytes; may be NULL) saying both. */
 FED_WUR fed_err fed_node_model_input(const fed_wire_settings *s, fed_model_shape data,
-                                     fed_model_shape *out, char *why, size_t cap);
+                                     int declared, fed_model_shape *out, char *why, size_t cap);
 
 typedef struct node_tx node_tx; /* an outgoing stream (transfer.c) */
 typedef struct node_rx node_rx; /* an incoming stream's buffer (transfer.c) */

@@ -89,7 +89,7 @@ static fed_err round_model(node_train_job *j)
     j->trained = NULL;
     /* a graph named by its id is built from its whole text, over the
        MODEL's declared input (checked against the data when it came) */
-    if ((e = fed_node_model_input(&j->set, j->data->shape, &in, NULL, 0)) != FED_OK)
+    if ((e = fed_node_model_input(&j->set, j->data->shape, 0, &in, NULL, 0)) != FED_OK)
         return e;
     return fed_model_new(j->set.graph ? j->set.graph : j->set.spec, in, j->be, j->pool,
                          j->shards, (int)j->set.batch, &j->model);

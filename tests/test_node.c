@@ -463,6 +463,42 @@ static void test_model_mismatch_declined(void **state)
     model_mismatch(*state, 4096, 12);
 }
 
+/* A MODEL's declared input (field 14) at a client: absent, its data's own;
+ * present, it replaces the data's classes when the data fits it, else
+ * each mismatch is said with both sides (shape, classes, a client's own
+ * declared classes). */
+static void test_model_input_field(void **state)
+{
+    fed_wire_settings set;
+    fed_model_shape data = {1, 1, 4, 1}, in;
+    char why[384];
+
+    (void)state;
+    memset(&set, 0, sizeof set);
+    assert_int_equal(fed_node_model_input(&set, data, 0, &in, why, sizeof why), FED_OK);
+    assert_int_equal(in.classes, 1);
+    set.input[0] = 1, set.input[1] = 1, set.input[2] = 4, set.input[3] = 2;
+    assert_int_equal(fed_node_model_input(&set, data, 0, &in, why, sizeof why), FED_OK);
+    assert_int_equal(in.w, 4);
+    assert_int_equal(in.classes, 2); /* a one-class site builds the 2-class model */
+    assert_int_equal(fed_node_model_input(&set, data, 2, &in, why, sizeof why), FED_OK);
+    data.classes = 3;
+    assert_int_equal(fed_node_model_input(&set, data, 0, &in, why, sizeof why),
+                     FED_ERR_MODEL_MISMATCH);
+    assert_string_equal(why, "the aggregator's model has 2 classes (labels 0 to 1), this "
+                             "client's data has 3 (labels up to 2)");
+    data.classes = 1;
+    assert_int_equal(fed_node_model_input(&set, data, 3, &in, why, sizeof why),
+                     FED_ERR_MODEL_MISMATCH);
+    assert_string_equal(why, "the aggregator's model has 2 classes, this client declares 3 "
+                             "(--classes or its model file)");
+    data.w = 5;
+    assert_int_equal(fed_node_model_input(&set, data, 0, &in, why, sizeof why),
+                     FED_ERR_MODEL_MISMATCH);
+    assert_string_equal(why, "the aggregator's model takes input 1x1x4, this client's data has "
+                             "1x1x5 per sample");
+}
+
 /* Runs o's scenario: every round commits with o.min_clients merged, and
  * the aggregator counts declines LEAVEs of a model a client would not take. */
 static void run_declines(scen *s, const fixture *fx, const scen_opts *o, uint64_t declines)
@@ -1964,6 +2000,7 @@ int main(void)
         cmocka_unit_test(test_fedavg_bit_exact),
         cmocka_unit_test(test_model_mismatch_declined),
         cmocka_unit_test(test_fewer_classes_train),
+        cmocka_unit_test(test_model_input_field),
         cmocka_unit_test(test_graph_travels),
         cmocka_unit_test(test_declared_model_mismatch),
         cmocka_unit_test(test_dropped_client),
