@@ -386,10 +386,15 @@ static int agg_wants_data(const run_cfg *c)
 static int fit_declared(const run_cfg *c, fed_dataset *d, const char *split)
 {
     char what[320], why[640];
+    int own = d->shape.classes;
 
     snprintf(what, sizeof what, "--data %s (%s)", c->s.data, split);
-    if (fed_model_input_fit(d, &c->decl, what, why, sizeof why) == FED_OK)
+    if (fed_model_input_fit(d, &c->decl, what, why, sizeof why) == FED_OK) {
+        if (own != d->shape.classes)
+            fed_log(FED_LOG_INFO, "run: %s: %d classes, declared by %s (its own labels "
+                    "reach %d)", what, d->shape.classes, c->decl.classes_by, own - 1);
         return -1;
+    }
     fed_cli_error("run: %s", why);
     return 2;
 }
@@ -406,6 +411,14 @@ static int load_data(const run_cfg *c, run_state *s, fed_node_role role)
         return test;
     if ((rc = fed_cli_data_opts("run", &c->s.dflags, &dopts)) >= 0)
         return rc;
+    if (!opt_given(c, "image-shape") && (c->decl.in.c == 1 || c->decl.in.c == 3) &&
+        c->decl.in.h > 1 && c->decl.in.h <= FED_DATA_IMG_MAX_SIDE &&
+        c->decl.in.w <= FED_DATA_IMG_MAX_SIDE) {
+        /* image folders are fitted to the declared input */
+        dopts.c = c->decl.in.c;
+        dopts.h = c->decl.in.h;
+        dopts.w = c->decl.in.w;
+    }
     if (role != FED_NODE_AGGREGATOR) {
         if (!fed_cli_parse_shard(c->shard, &shard, &k)) {
             fed_cli_error("run: --shard '%s': expected I/K with 0 <= I < K", c->shard);

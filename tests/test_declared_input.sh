@@ -9,7 +9,9 @@
 # no more. Every round merges c0, c1 and c2. Refusals at start, with the
 # numbers: a site whose labels pass --classes, a CSV of another column
 # count than --features, an aggregator that declares nothing and has no
-# data, and the contradictions between a model file and the options.
+# data, and the contradictions between a model file and the options. An
+# image folder (PNGs written by python3; the check is skipped without it)
+# is fitted to a declared --input-shape unless --image-shape says another.
 # Needs ./fednode; KEEP=1 keeps the logs.
 . "$(dirname "$0")/proc_lib.sh"
 
@@ -97,3 +99,35 @@ logged c3 "warn: client: round 1: the aggregator's model has 2 classes (labels 0
     fail "the aggregator says once that c3 declined"
 logged agg "client c3 declined round [23]" && fail "c3 is not sampled after it declined"
 ok "c3 (labels up to 2) declined round 1 naming both class counts; said once, then left out"
+
+# image folders: fitted to the declared input unless --image-shape says otherwise
+if command -v python3 >/dev/null 2>&1; then
+    python3 - "$TMP/img" <<'EOF' || fail "write PNGs"
+import os, struct, sys, zlib
+def png(path, w, h, rgb):
+    raw = b"".join(b"\x00" + bytes(rgb) * w for _ in range(h))
+    def chunk(t, d):
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) +
+                chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+for c in ("a", "b"):
+    os.makedirs(os.path.join(sys.argv[1], c))
+    for i in range(3):
+        png(os.path.join(sys.argv[1], c, "%d.png" % i), 16, 12, (40 * i, 100 if c == "a" else 200, 7))
+EOF
+    FEDNODE_CACHE=off; export FEDNODE_CACHE
+    start img --role client --keys "$K/c1" --allow "$K/allow.txt" --db "$TMP/img.db" \
+        --aggregator tcp://127.0.0.1:1 --aggregator-key agg --data "$TMP/img" --input-shape 3,8,8 \
+        --classes 2
+    wait_for "the image client read its folder" 20 logged img "images of 3x8x8, 2 classes"
+    kill "$(pid img)"
+    ok "an image folder is fitted to the declared --input-shape 3,8,8"
+    # shellcheck disable=SC2086
+    refused "images fitted to another --image-shape than the declared input refuse at start" \
+        "does not fit the declared input: --input-shape 3,8,8 declares 3,8,8, the data has 1,8,8 per sample" \
+        $CL --data "$TMP/img" --image-shape 1x8x8 --input-shape 3,8,8
+else
+    partly="no python3 to write PNGs: the image folder checks were skipped"
+fi
+if [ -n "${partly:-}" ]; then echo "skipped: $partly"; exit 77; fi
