@@ -509,6 +509,8 @@ static fed_err fed_node_client_bad_model(fed_node *n, node_open *op, fed_err why
                 fed_errname(FED_ERR_MODEL_MISMATCH));
     }
 decline:
+    fed_log(FED_LOG_INFO, "client: the aggregator leaves a client that declines its model out "
+            "of every later round; restart this one with data or settings that fit it");
     c->agg_epoch = m->hdr.sender_epoch;
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_RETRY);
     c->round = m->hdr.round;
