@@ -5,11 +5,11 @@
  * request for sampling: that is the synchronous rounds' way. */
 #include <string.h>
 
-#include "core/log.h"
 #include "node/aggregator_impl.h"
 
 /* Round n->round + 1 takes deltas from now on: clients waiting for it get
- * the global model now. The run's start, and what follows each merge. */
+ * the global model now. The run's start, what follows each merge, and
+ * the end of a failed merge's wait. */
 static fed_err async_open(fed_node *n)
 {
     node_agg *a = n->agg;
@@ -33,12 +33,16 @@ static fed_err async_open(fed_node *n)
     return FED_OK;
 }
 
-/* A HELLO or NEXT: the model now, unless the client has trained this round
- * already (its delta is buffered, or it says so): then at the next merge. */
+/* A HELLO or NEXT: the model now, unless the client's delta is buffered
+ * (then at the next merge) or a failed merge's wait runs (then when it
+ * ends). A client that says it trained the round being filled but whose
+ * delta is not buffered lost it (a failed merge dropped it, or a restart):
+ * it gets that round's model again, and sends its delta again. */
 static fed_err async_on_ask(fed_node *n, fed_req *req, const fed_wire_hdr *h)
 {
     node_agg *a = n->agg;
-    if (fed_node_agg_part_find(a, h->sender) || h->round > n->round)
+
+    if (a->state != AGG_RUNNING || fed_node_agg_part_find(a, h->sender))
         return fed_node_agg_hold_add(n, req, h);
     return fed_node_agg_answer_model(n, req, h);
 }
@@ -79,14 +83,16 @@ static fed_err async_short_deadline(fed_node *n)
     return fed_node_agg_arm_deadline(n, n->env.now_ms(n->env.self) + n->cfg.deadline_ms);
 }
 
-/* A failed merge: the buffer was dropped, its clients train again on the
- * model as committed. */
-static fed_err async_failed(fed_node *n, fed_err why)
+/* A failed merge's wait (fed_node_agg_retry_later) is over: the round
+ * takes deltas again, and the clients held meanwhile get the model as
+ * committed (those whose deltas were dropped send them again). */
+static fed_err async_round_timer(fed_node *n)
 {
-    fed_log(FED_LOG_ERROR, "aggregator: round %llu failed (%s)",
-            (unsigned long long)(n->round + 1), fed_strerror(why));
-    (void)async_open(n);
-    return why;
+    node_agg *a = n->agg;
+
+    if (a->state != AGG_IDLE || n->env.now_ms(n->env.self) < a->retry_at_ms)
+        return FED_OK;
+    return async_open(n);
 }
 
 const agg_mode_ops fed_node_agg_async_mode = {
@@ -98,5 +104,6 @@ const agg_mode_ops fed_node_agg_async_mode = {
     .on_delta = async_on_delta,
     .short_deadline = async_short_deadline,
     .next = async_open,
-    .failed = async_failed,
+    .failed = fed_node_agg_retry_later,
+    .round_timer = async_round_timer,
 };

@@ -1021,8 +1021,7 @@ static fed_err sync_next(fed_node *n)
     return e;
 }
 
-/* A failed synchronous round is tried again after retry_wait_ms. */
-static fed_err sync_failed(fed_node *n, fed_err why)
+fed_err fed_node_agg_retry_later(fed_node *n, fed_err why)
 {
     node_agg *a = n->agg;
     uint64_t wait_ms;
@@ -1255,6 +1254,14 @@ static fed_err sync_short_deadline(fed_node *n)
     return maybe_start(n);
 }
 
+/* gather_ms passed (clients that come later start the round too), or a
+ * failed round's wait is over. */
+static fed_err sync_round_timer(fed_node *n)
+{
+    n->agg->gathered = 1;
+    return maybe_start(n);
+}
+
 const agg_mode_ops fed_node_agg_sync_mode = {
     .name = "sync",
     .cohort = 1,
@@ -1264,7 +1271,8 @@ const agg_mode_ops fed_node_agg_sync_mode = {
     .on_delta = on_delta,
     .short_deadline = sync_short_deadline,
     .next = sync_next,
-    .failed = sync_failed,
+    .failed = fed_node_agg_retry_later,
+    .round_timer = sync_round_timer,
 };
 
 static fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
@@ -1318,8 +1326,7 @@ static fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
                 return FED_OK; /* another round timer, earlier than the retry */
             return fed_node_agg_close_round(n);
         }
-        a->gathered = 1; /* clients that come later start the round too */
-        return maybe_start(n);
+        return a->mode->round_timer(n);
     case NODE_TIMER_STAGE:
         return fed_node_sa_agg_on_timer(n);
     case NODE_TIMER_DEADLINE:

@@ -120,6 +120,9 @@ typedef struct agg_mode_ops {
     /* A round failed with nothing committed, its parts and input dropped:
      * what comes next; returns why. */
     fed_err (*failed)(fed_node *n, fed_err why);
+    /* NODE_TIMER_ROUND (no secure commit pending): gather_ms passed, or a
+     * failed round's wait is over. */
+    fed_err (*round_timer)(fed_node *n);
 } agg_mode_ops;
 
 extern const agg_mode_ops fed_node_agg_sync_mode;
@@ -201,6 +204,10 @@ fed_err fed_node_agg_ack_duplicate(fed_node *n, node_open *op);
 fed_err fed_node_agg_take_delta(fed_node *n, node_open *op, agg_part *p);
 /* Merge, commit, report; then the next round (or the end). */
 fed_err fed_node_agg_close_round(fed_node *n);
+/* Either mode's failed: the aggregator idles (nothing taken) until the
+ * round timer it arms fires after gather_ms, doubling with each failure in
+ * a row up to a minute (a full disk would fail each try at once). */
+fed_err fed_node_agg_retry_later(fed_node *n, fed_err why);
 /* The running round is dropped, nothing merged (secure aggregation failed
  * closed): it starts again with whoever asks. */
 fed_err fed_node_agg_abandon_round(fed_node *n);
