@@ -262,7 +262,8 @@ static int input_ok(const fed_wire_settings *s)
 
 static int settings_ok(const fed_wire_settings *s)
 {
-    return spec_ok(s->spec) && graph_ok(s) && input_ok(s) && isfinite(s->lr) && s->lr > 0 && isfinite(s->mu) && s->mu >= 0 &&
+    return spec_ok(s->spec) && graph_ok(s) && input_ok(s) && isfinite(s->lr) && s->lr > 0 &&
+           isfinite(s->mu) && s->mu >= 0 &&
            isfinite(s->momentum) && s->momentum >= 0 && s->momentum < 1 &&
            isfinite(s->fraction) && s->fraction >= 0 && s->fraction <= 1 && dp_ok(s) &&
            secagg_ok(s);

@@ -225,7 +225,7 @@ typedef enum fed_wire_setting_tag {
     FED_WIRE_SET_INPUT = 14,
 } fed_wire_setting_tag;
 #define FED_WIRE_SET_TAG_MAX 14
-#define FED_WIRE_INPUT_MAX 65536 /* MODEL's input field: each count at most */
+#define FED_WIRE_INPUT_MAX (1u << 24) /* MODEL's input field: each count at most */
 #define FED_WIRE_DP_REQUIRED 0x1u /* DP-SGD field: the round must be trained with it */
 /* DELTA's and LEAVE's fields. */
 #define FED_WIRE_FIELD_DP_REPORT 1 /* epsilon spent, budget (f64 each) */

@@ -4,8 +4,8 @@
  * file, line and key, a shape error with the shapes so far, and the data
  * disagreeing with the file; the declared input (model/input.h): a file's
  * [input] and [output] with --input-shape, --features and --classes, every
- * contradiction's words, and a dataset checked against it. With --torch-dump DIR FILE it is instead the
- * tool of tests/test_torch_parity.sh: a model built from FILE (seed 1), a
+ * contradiction's words, and a dataset checked against it. With
+ * --torch-dump DIR FILE it is instead the tool of tests/test_torch_parity.sh: a model built from FILE (seed 1), a
  * batch, and DIR/ours.safetensors holding the initial parameters, the batch
  * (x, y), the logits, the loss, every gradient ("grad.NAME") and the
  * parameters after one SGD step of lr 0.1 ("step.NAME"). */

@@ -644,7 +644,7 @@ static void test_settings_input(void **state)
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
     /* classes past the bound: refused */
     buf[len - 12] = 32;
-    buf[len - 2] = 2; /* 131072 */
+    buf[len - 1] = 2; /* 2^25 + 2 */
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
     /* none declared: not written, none read */
     memset(b.settings.input, 0, sizeof b.settings.input);
