@@ -72,10 +72,16 @@ int fed_cli_online_cores(void); /* 1..FED_CLI_MAX_THREADS */
  * and names a regular file): model (cap bytes) becomes the spec of its
  * graph ("g:..."), or its id when the graph is longer (model.h), the whole
  * graph then in *graph (fed_free; graph NULL: the command takes no such
- * graph, an error). -1 to go on (a spec is left as it is), 2 with the
- * file's error printed, naming cmd. */
+ * graph, an error). onnx (may be NULL) gets an .onnx file's weights
+ * (fed_cli_is_onnx). declared (may be NULL) gets the input the file
+ * declares: its [input] and the classes it fixes (fed_model_cfg_classes, 0:
+ * none; an .onnx file's input and outputs); all zero for a spec. -1 to go
+ * on (a spec is left as it is), 2 with the file's error printed, naming
+ * cmd. */
 typedef struct fed_onnx fed_onnx;
-int fed_cli_model_file(const char *cmd, char *model, size_t cap, char **graph, fed_onnx **onnx);
+struct fed_model_shape;
+int fed_cli_model_file(const char *cmd, char *model, size_t cap, char **graph, fed_onnx **onnx,
+                       struct fed_model_shape *declared);
 /* Whether path names an ONNX file (it ends in .onnx): --model FILE.onnx
  * (onnx/onnx.h) is translated into the graph, its weights kept in *onnx
  * (NULL: the command uses none, a warning says so). */

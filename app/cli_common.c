@@ -210,7 +210,7 @@ int fed_cli_is_onnx(const char *path)
 /* An .onnx file's graph as a spec; its weights kept in *onnx (NULL: the
  * command takes none, said at warning level). */
 static fed_err onnx_spec(const char *cmd, const char *path, char *spec, fed_onnx **onnx,
-                         char *why, size_t cap)
+                         fed_model_shape *declared, char *why, size_t cap)
 {
     fed_onnx *o = NULL;
     const fed_model_node *nodes;
@@ -225,6 +225,8 @@ static fed_err onnx_spec(const char *cmd, const char *path, char *spec, fed_onnx
         (err = fed_model_graph_spec(nodes, count, spec, FED_MODEL_GRAPH_MAX)) != FED_OK)
         fed_err_why(why, cap, err, "%s: its graph does not fit a spec: %s", path,
                     fed_strerror(err));
+    if (err == FED_OK && declared)
+        *declared = fed_onnx_input(o); /* its input, and its outputs as the classes */
     if (err == FED_OK && fed_onnx_has_weights(o) && !onnx)
         fed_log(FED_LOG_WARN, "%s: --model %s: the file's weights are not used here: the model "
                               "starts from --seed's initialization", cmd, path);
@@ -236,7 +238,8 @@ static fed_err onnx_spec(const char *cmd, const char *path, char *spec, fed_onnx
     return err;
 }
 
-int fed_cli_model_file(const char *cmd, char *model, size_t cap, char **graph, fed_onnx **onnx)
+int fed_cli_model_file(const char *cmd, char *model, size_t cap, char **graph, fed_onnx **onnx,
+                       fed_model_shape *declared)
 {
     fed_model_cfg *c = NULL;
     char why[512], id[FED_MODEL_SPEC_MAX];
@@ -248,6 +251,8 @@ int fed_cli_model_file(const char *cmd, char *model, size_t cap, char **graph, f
         *graph = NULL;
     if (onnx)
         *onnx = NULL;
+    if (declared)
+        memset(declared, 0, sizeof *declared);
     if (!spec) {
         fed_cli_error("%s: out of memory", cmd);
         return 1;
@@ -265,12 +270,16 @@ int fed_cli_model_file(const char *cmd, char *model, size_t cap, char **graph, f
         return 2;
     }
     if (fed_cli_is_onnx(model))
-        err = onnx_spec(cmd, model, spec, onnx, why, sizeof why);
+        err = onnx_spec(cmd, model, spec, onnx, declared, why, sizeof why);
     /* the file on its own input first: a shape error names its line */
     else if ((err = fed_model_cfg_load(model, &c, why, sizeof why)) == FED_OK &&
         (err = fed_model_cfg_check(c, fed_model_cfg_own_input(c), NULL, why, sizeof why)) ==
             FED_OK)
         err = fed_model_cfg_spec(c, spec, FED_MODEL_GRAPH_MAX, why, sizeof why);
+    if (err == FED_OK && declared && c) {
+        *declared = fed_model_cfg_input(c);
+        declared->classes = fed_model_cfg_classes(c);
+    }
     fed_model_cfg_free(c);
     if (err != FED_OK) {
         fed_cli_error("%s: --model: %s", cmd, why);

@@ -21,6 +21,7 @@
 #include "model/backend.h"
 #include "model/codec.h"
 #include "model/data.h"
+#include "model/input.h"
 #include "model/merge.h"
 #include "model/optim.h"
 #include "app/cli.h"
@@ -74,9 +75,14 @@ typedef struct run_cfg {
     int standardize;
     int stats_min_count;
     int stats_only;
+    char input_shape[32];
+    int features;
+    int classes;
     const unsigned char *given; /* (NRUN_OPTS) what the file or a flag set; not an option */
     char *graph; /* --model FILE of a graph longer than its id: the whole (not an option) */
     fed_onnx *onnx; /* --model FILE.onnx: its weights, the model's first (not an option) */
+    fed_model_shape file_in; /* what --model FILE declares (not an option) */
+    fed_model_decl decl;    /* the declared input, from it and the options (not an option) */
 } run_cfg;
 
 #define R(field, name, type, def, min, max, help)                              \
@@ -168,6 +174,16 @@ static const fed_opt run_opts[] = {
       "and in the totals"),
     R(stats_only, "stats-only", FED_OPT_BOOL, "false", 0, 0,
       "aggregator: run the statistics pass alone (round 1), print the pooled table and end"),
+    R(input_shape, "input-shape", FED_OPT_STR, "", 0, 0,
+      "the model's input C,H,W (images), declared: an aggregator builds the model from it "
+      "with no data; a client's or peer's data must have it"),
+    R(features, "features", FED_OPT_INT, "0", 0, FED_DATA_MAX_FEATURES,
+      "the model's input as N features (a CSV's columns besides the label), declared as "
+      "--input-shape 1,1,N is (0: not declared)"),
+    R(classes, "classes", FED_OPT_INT, "0", 0, 65536,
+      "the number of classes K, declared: an aggregator's model has K outputs; a client's or "
+      "peer's labels must lie in 0..K-1, and it trains the K-class model even when its own "
+      "data holds fewer (0: a model file's, else the data's largest label + 1)"),
     FED_OPT_DEF_IMPLICIT(run_cfg, http, "http", "", FED_HTTP_DEFAULT_ADDR,
                          "serve a status page, /metrics (Prometheus), /status.json and /healthz "
                          "at http://HOST:PORT, read-only (none unless given)"),
@@ -393,7 +409,8 @@ static fed_err restandardize(void *ctx, const double *mean, const double *std, s
     return FED_OK;
 }
 
-/* --standardize on CSV data: its column count, and a client's contribution
+/* --standardize on CSV data (d; NULL: an aggregator with none, whose
+ * declared --features say the rows): its column count, and a client's contribution
  * to the statistics pass from its shard's raw rows (before keep_shard_only
  * numbers them anew). Refused under a DP requirement: the pass's totals are
  * not noised. */
@@ -401,9 +418,12 @@ static int stats_prepare(const run_cfg *c, run_state *s, fed_node_role role,
                          const fed_dataset *d)
 {
     size_t feats = 0, sup = 0;
+    /* CSV rows: the data's, or (an aggregator with no data) --features' */
+    int rows = d ? d->x_f32 != NULL
+                 : c->decl.in.c == 1 && c->decl.in.h == 1 && c->decl.in.w > 0;
     fed_err e;
 
-    if (!c->standardize || !d->x_f32 || role == FED_NODE_PEER)
+    if (!c->standardize || !rows || role == FED_NODE_PEER)
         return -1;
     if (c->s.require_dp_sgd || c->s.dp_client_clip > 0 || c->s.dp_sgd) {
         fed_cli_error("run: --standardize gathers the columns' pooled mean and std without "
@@ -413,7 +433,7 @@ static int stats_prepare(const run_cfg *c, run_state *s, fed_node_role role,
                       : c->s.dp_client_clip > 0 ? "--dp-client-clip" : "--dp-sgd");
         return 2;
     }
-    s->stats_cols = (uint32_t)d->features;
+    s->stats_cols = d ? (uint32_t)d->features : (uint32_t)c->decl.in.w;
     if (role != FED_NODE_CLIENT)
         return -1;
     if (!(s->idx0 = fed_malloc((s->nidx ? s->nidx : 1) * sizeof *s->idx0))) {
@@ -431,26 +451,95 @@ static int stats_prepare(const run_cfg *c, run_state *s, fed_node_role role,
     }
     return -1;
 }
+/* Whether the file or a flag set option name. */
+static int opt_given(const run_cfg *c, const char *name)
+{
+    const fed_opt *o = fed_opt_find(run_opts, NRUN_OPTS, name);
 
-/* client: its shard; aggregator: the test split (input shape, evaluation);
- * peer: both. */
+    assert(o);
+    return c->given && c->given[o - run_opts];
+}
+
+/* An aggregator reads data only for its own evaluation, and for the input's
+ * shape or classes when nothing declares them; without --data (the
+ * default's Fashion-MNIST is a client's), none: then the declared input
+ * must be whole. 1: load the test split; 0: none; else the exit status. */
+static int agg_wants_data(const run_cfg *c)
+{
+    const fed_model_decl *d = &c->decl;
+
+    if (opt_given(c, "data"))
+        return c->eval || !fed_model_input_complete(d);
+    if (fed_model_input_complete(d))
+        return 0;
+    fed_cli_error("run: an aggregator builds its model from the declared input, with no data, "
+                  "and %s: give %s%s%s; or --data for its own evaluation, whose input it then "
+                  "takes",
+                  !d->in.c && !d->in.classes ? "none is declared"
+                  : !d->in.c                 ? "the input's shape is not declared"
+                                             : "the number of classes is not declared",
+                  !d->in.c ? "--features N (a CSV's columns besides the label), --input-shape "
+                             "C,H,W or a model file with [input]"
+                           : "",
+                  !d->in.c && !d->in.classes ? ", and " : "",
+                  !d->in.classes ? "--classes K (or classes = K in the model file's [output])"
+                                 : "");
+    return 2;
+}
+
+/* A split loaded, checked against the declared input (its classes then
+ * the declared ones). */
+static int fit_declared(const run_cfg *c, fed_dataset *d, const char *split)
+{
+    char what[320], why[640];
+    int own = d->shape.classes;
+
+    snprintf(what, sizeof what, "--data %s (%s)", c->s.data, split);
+    if (fed_model_input_fit(d, &c->decl, what, why, sizeof why) == FED_OK) {
+        if (own != d->shape.classes)
+            fed_log(FED_LOG_INFO, "run: %s: %d classes, declared by %s (its own labels "
+                    "reach %d)", what, d->shape.classes, c->decl.classes_by, own - 1);
+        return -1;
+    }
+    fed_cli_error("run: %s", why);
+    return 2;
+}
+
+/* client: its shard; aggregator: the test split (evaluation, and the input
+ * when nothing declares it), or nothing; peer: both. */
 static int load_data(const run_cfg *c, run_state *s, fed_node_role role)
 {
-    int shard = 0, k = 1, rc;
+    int shard = 0, k = 1, rc, test = role != FED_NODE_CLIENT;
     fed_data_opts dopts;
     fed_err e = FED_OK;
 
+    if (role == FED_NODE_AGGREGATOR && (test = agg_wants_data(c)) > 1)
+        return test;
     if ((rc = fed_cli_data_opts("run", &c->s.dflags, &dopts)) >= 0)
         return rc;
     s->c = c;
     s->dopts = dopts;
+    if (!opt_given(c, "image-shape") && (c->decl.in.c == 1 || c->decl.in.c == 3) &&
+        c->decl.in.h > 1 && c->decl.in.h <= FED_DATA_IMG_MAX_SIDE &&
+        c->decl.in.w <= FED_DATA_IMG_MAX_SIDE) {
+        /* image folders are fitted to the declared input */
+        dopts.c = c->decl.in.c;
+        dopts.h = c->decl.in.h;
+        dopts.w = c->decl.in.w;
+    }
     if (role != FED_NODE_AGGREGATOR) {
         if (!fed_cli_parse_shard(c->shard, &shard, &k)) {
             fed_cli_error("run: --shard '%s': expected I/K with 0 <= I < K", c->shard);
             return 2;
         }
-        if ((e = fed_data_open_opts(c->s.data, 1, &dopts, &s->train)) == FED_OK &&
-            (e = fed_data_augment_check(c->s.augment, s->train)) == FED_OK)
+        if ((e = fed_data_open_opts(c->s.data, 1, &dopts, &s->train)) != FED_OK) {
+            fed_cli_error("run: data %s: %s", c->s.data, fed_strerror(e));
+            return 1;
+        }
+        /* the whole file, before the shard: a site refuses what it holds */
+        if ((rc = fit_declared(c, s->train, "training split")) >= 0)
+            return rc;
+        if ((e = fed_data_augment_check(c->s.augment, s->train)) == FED_OK)
             e = fed_data_partition(s->train, c->s.partition, shard, k, c->partition_seed, &s->idx,
                                    &s->nidx);
         if (e == FED_OK && s->nidx == 0)
@@ -460,7 +549,7 @@ static int load_data(const run_cfg *c, run_state *s, fed_node_role role)
         if (e == FED_OK)
             e = keep_shard_only(s);
     }
-    if (e == FED_OK && role != FED_NODE_CLIENT)
+    if (e == FED_OK && test)
         e = fed_data_open_opts(c->s.data, 0, &dopts, &s->test);
     if (e == FED_OK && role == FED_NODE_AGGREGATOR && (rc = stats_prepare(c, s, role, s->test)) >= 0)
         return rc;
@@ -468,6 +557,8 @@ static int load_data(const run_cfg *c, run_state *s, fed_node_role role)
         fed_cli_error("run: data %s: %s", c->s.data, fed_strerror(e));
         return 1;
     }
+    if (s->test && (rc = fit_declared(c, s->test, "test split")) >= 0)
+        return rc;
     return -1;
 }
 
@@ -572,7 +663,8 @@ static int fill_training(const run_cfg *c, run_state *s, fed_node_config *nc)
 
     if ((rc = check_round_options(c, s, nc)) >= 0)
         return rc;
-    nc->shape = s->test->shape;
+    /* the data's, fitted to what is declared; else the declared input */
+    nc->shape = s->test ? s->test->shape : c->decl.in;
     nc->graph = c->graph; /* the whole graph beside its id, when longer */
     if (fed_model_spec_explain(c->graph ? c->graph : c->s.model, nc->shape, why, sizeof why) !=
         FED_OK) {
@@ -580,6 +672,11 @@ static int fill_training(const run_cfg *c, run_state *s, fed_node_config *nc)
         return 2;
     }
     nc->data.test = c->eval ? s->test : NULL;
+    if (!s->test)
+        fed_log(FED_LOG_INFO, "run: no --data: the model is built from the declared input "
+                "(%dx%dx%d by %s, %d classes by %s), no evaluation here",
+                nc->shape.c, nc->shape.h, nc->shape.w, c->decl.shape_by, nc->shape.classes,
+                c->decl.classes_by);
     return -1;
 }
 
@@ -758,9 +855,10 @@ static int fill_node_config(const run_cfg *c, run_state *s, fed_node_config *nc)
         nc->transfer.retry_ms = (uint64_t)c->retry_ms;
         nc->client.max_model_params = c->max_model_params;
         nc->client.max_model_flops = c->max_model_flops;
-        if (c->given && c->given[fed_opt_find(run_opts, NRUN_OPTS, "model") - run_opts])
+        if (opt_given(c, "model"))
             /* its own --model: a MODEL of another graph is declined at once */
             nc->client.own_model = c->graph ? c->graph : c->s.model;
+        nc->client.classes = c->decl.in.classes; /* a MODEL of others is declined */
         fed_node_settings_apply_dp(&c->s, nc);
         stats_config(c, s, nc);
         return aggregator_key(c, s, &nc->client.aggregator);
@@ -1059,6 +1157,28 @@ out:
     return rc;
 }
 
+/* The declared input (model/input.h) from what --model FILE (at path)
+ * declares and --input-shape, --features, --classes into c->decl. */
+static int declare_input(const char *cmd, run_cfg *c, const char *path)
+{
+    fed_model_decl_src src;
+    const char *base = strrchr(path, '/');
+    char why[400];
+
+    memset(&src, 0, sizeof src);
+    if (c->file_in.c) {
+        src.file = base ? base + 1 : path;
+        src.file_in = c->file_in;
+    }
+    src.shape = c->input_shape;
+    src.features = c->features;
+    src.classes = c->classes;
+    if (fed_model_input_declare(&src, &c->decl, why, sizeof why) == FED_OK)
+        return -1;
+    fed_cli_error("%s: %s", cmd, why);
+    return 2;
+}
+
 /* role: the command's own (aggregate), which --role may only repeat: its
  * table says so in --help, and another --role is a contradiction. */
 static int run_with_role(const char *cmd, const char *role, int argc, char **argv)
@@ -1066,6 +1186,7 @@ static int run_with_role(const char *cmd, const char *role, int argc, char **arg
     run_cfg cfg;
     fed_opt opts[NRUN_OPTS];
     unsigned char given[NRUN_OPTS];
+    char model_path[FED_MODEL_SPEC_MAX];
     int rc;
 
     fed_cli_maybe_reexec(cmd, argc, argv);
@@ -1087,9 +1208,11 @@ static int run_with_role(const char *cmd, const char *role, int argc, char **arg
     cfg.given = given;
     cfg.graph = NULL;
     cfg.onnx = NULL;
+    snprintf(model_path, sizeof model_path, "%s", cfg.s.model); /* before it becomes a spec */
     if ((rc = fed_cli_log_apply(cmd, &cfg.log)) < 0 &&
-        (rc = fed_cli_model_file(cmd, cfg.s.model, sizeof cfg.s.model, &cfg.graph,
-                                 &cfg.onnx)) < 0)
+        (rc = fed_cli_model_file(cmd, cfg.s.model, sizeof cfg.s.model, &cfg.graph, &cfg.onnx,
+                                 &cfg.file_in)) < 0 &&
+        (rc = declare_input(cmd, &cfg, model_path)) < 0)
         rc = run_site(&cfg);
     fed_free(cfg.graph);
     fed_onnx_free(cfg.onnx);

@@ -647,7 +647,7 @@ int fed_cli_train(int argc, char **argv)
     cfg.graph = NULL;
     cfg.onnx = NULL;
     if (rc < 0)
-        rc = fed_cli_model_file("train", cfg.model, sizeof cfg.model, &cfg.graph, &cfg.onnx);
+        rc = fed_cli_model_file("train", cfg.model, sizeof cfg.model, &cfg.graph, &cfg.onnx, NULL);
     if (rc < 0)
         rc = train_main(&cfg, argc, argv);
     fed_free(cfg.graph);

@@ -360,7 +360,7 @@ int main(int argc, char **argv)
         }
     }
     sc.graph = NULL;
-    if (rc < 0 && (rc = fed_cli_model_file("fedsim", sc.s.model, sizeof sc.s.model, &graph, NULL)) < 0)
+    if (rc < 0 && (rc = fed_cli_model_file("fedsim", sc.s.model, sizeof sc.s.model, &graph, NULL, NULL)) < 0)
         sc.graph = graph;
     if (rc >= 0)
         goto out;

@@ -66,6 +66,7 @@ static const fed_wire_field model_fields[] = {
     {FED_WIRE_SET_SECAGG, 28, 28, 0, 0}, /* absent: off */
     {FED_WIRE_SET_GRAPH, 3, FED_WIRE_GRAPH_MAX, 0, 1}, /* with a "g#" spec only */
     {FED_WIRE_SET_STATS, 16, FED_WIRE_STATS_MAX, 0, 1}, /* with a mode only */
+    {FED_WIRE_SET_INPUT, 16, 16, 0, 1},                /* when declared */
 };
 static const fed_wire_field report_fields[] = {
     {FED_WIRE_FIELD_DP_REPORT, 16, 16, 0, 0},
@@ -196,6 +197,8 @@ size_t fed_wire_block_bytes(uint8_t type, const fed_wire_block *b)
         n += FED_WIRE_FIELD_HEAD_BYTES + b->settings.graph_len;
     if (n && type == FED_WIRE_MODEL && b->settings.stats_mode)
         n += FED_WIRE_FIELD_HEAD_BYTES + stats_len(&b->settings);
+    if (n && type == FED_WIRE_MODEL && b->settings.input[3])
+        n += FED_WIRE_FIELD_HEAD_BYTES + 16;
     return n;
 }
 
@@ -279,9 +282,23 @@ static int stats_ok(const fed_wire_settings *s)
     return 1;
 }
 
+/* The input field: absent (all zero), or four counts 1..FED_WIRE_INPUT_MAX. */
+static int input_ok(const fed_wire_settings *s)
+{
+    int zero = 0;
+
+    for (int i = 0; i < 4; i++)
+        if (!s->input[i])
+            zero++;
+        else if (s->input[i] > FED_WIRE_INPUT_MAX)
+            return 0;
+    return zero == 0 || zero == 4;
+}
+
 static int settings_ok(const fed_wire_settings *s)
 {
-    return spec_ok(s->spec) && graph_ok(s) && stats_ok(s) && isfinite(s->lr) && s->lr > 0 && isfinite(s->mu) && s->mu >= 0 &&
+    return spec_ok(s->spec) && graph_ok(s) && stats_ok(s) && input_ok(s) && isfinite(s->lr) &&
+           s->lr > 0 && isfinite(s->mu) && s->mu >= 0 &&
            isfinite(s->momentum) && s->momentum >= 0 && s->momentum < 1 &&
            isfinite(s->fraction) && s->fraction >= 0 && s->fraction <= 1 && dp_ok(s) &&
            secagg_ok(s);
@@ -295,7 +312,7 @@ static int report_ok(const fed_wire_block *b)
 }
 
 _Static_assert(FED_WIRE_MODEL_BLOCK_BYTES == 8 + FED_WIRE_FIELDS_LEN_BYTES +
-                                                 (FED_WIRE_SET_TAG_MAX - 2) * FED_WIRE_FIELD_HEAD_BYTES +
+                                                 FED_WIRE_SET_SECAGG * FED_WIRE_FIELD_HEAD_BYTES +
                                                  FED_WIRE_SPEC_BYTES + 4 + 4 + 1 + 2 + 4 + 4 + 4 +
                                                  8 + 4 + 12 + 28,
                "FED_WIRE_MODEL_BLOCK_BYTES is its fixed part, S and every known field");
@@ -375,6 +392,12 @@ static uint8_t *encode_settings(const fed_wire_settings *s, uint8_t *out)
         if (len > 16)
             memcpy(p + 16, s->stats, len - 16);
         p += len;
+    }
+    if (s->input[3]) { /* optional: an older client builds over its own data */
+        p = put_field(p, FED_WIRE_MODEL, FED_WIRE_SET_INPUT, 0);
+        for (int i = 0; i < 4; i++)
+            fed_put_u32le(p + 4 * i, s->input[i]);
+        p += 16;
     }
     return p;
 }
@@ -459,6 +482,10 @@ static int take_setting(uint16_t tag, const uint8_t *v, uint32_t len, fed_wire_s
         return (s->stats_mode == FED_WIRE_STATS_PASS && len == 16) ||
                (s->stats_mode == FED_WIRE_STATS_APPLY && s->stats_cols <= FED_WIRE_STATS_COLS_MAX &&
                 len == 16 + FED_WIRE_STATS_COL_BYTES * s->stats_cols);
+    case FED_WIRE_SET_INPUT: /* settings_ok checks the counts */
+        for (int i = 0; i < 4; i++)
+            s->input[i] = fed_get_u32le(v + 4 * i);
+        break;
     default: return 0;
     }
     return 1;

@@ -138,10 +138,17 @@
  *               missing rate f64 (in [0, 1]: the share of its cells empty).
  *               Present only with a mode, and then required: a client that
  *               does not know it would train on its own file's scaling
+ *      15  16   the model's input, declared: C, H, W and classes (u32
+ *               each, 1..FED_WIRE_INPUT_MAX), what the model is built
+ *               over; a client whose data has this sample shape and labels
+ *               below these classes builds the same model, one with a
+ *               label beyond declines. Optional (absent: the client builds
+ *               over its own data's shape and largest label)
  *   This node marks 1-10 required, 11 when it requires DP-SGD, 12 when on,
- *   13 and 14 when present: its MODEL block is FED_WIRE_MODEL_BLOCK_BYTES
- *   (311), 8 + the graph's length more with 13, 8 + 16 (+ 24 a column with
- *   mode 2) more with 14. MODEL's fields may take
+ *   13 and 14 when present, 15 when its input is declared (optional): its
+ *   MODEL block is FED_WIRE_MODEL_BLOCK_BYTES (311), 8 + the graph's length
+ *   more with 13, 8 + 16 (+ 24 a column with mode 2) more with 14, 24 more
+ *   with 15. MODEL's fields may take
  *   FED_WIRE_SETTINGS_MAX bytes.
  * DELTA's and LEAVE's fields:
  *     tag  L    value
@@ -230,11 +237,13 @@ typedef enum fed_wire_setting_tag {
     FED_WIRE_SET_SECAGG = 12,
     FED_WIRE_SET_GRAPH = 13,
     FED_WIRE_SET_STATS = 14,
+    FED_WIRE_SET_INPUT = 15,
 } fed_wire_setting_tag;
-#define FED_WIRE_SET_TAG_MAX 14
+#define FED_WIRE_SET_TAG_MAX 15
 /* The shared statistics field (14): what a round does with them. */
 #define FED_WIRE_STATS_PASS 1u  /* the statistics pass: contribute, do not train */
 #define FED_WIRE_STATS_APPLY 2u /* standardize each numeric column with these */
+#define FED_WIRE_INPUT_MAX (1u << 24) /* MODEL's input field: each count at most */
 #define FED_WIRE_DP_REQUIRED 0x1u /* DP-SGD field: the round must be trained with it */
 /* DELTA's and LEAVE's fields. */
 #define FED_WIRE_FIELD_DP_REPORT 1 /* epsilon spent, budget (f64 each) */
@@ -377,6 +386,9 @@ typedef struct fed_wire_settings {
     uint32_t stats_cols;
     uint64_t stats_min_count;
     const uint8_t *stats;
+    /* the model's declared input (field 15): C, H, W and the classes; all
+       zero: absent (a sender before it) */
+    uint32_t input[4];
 } fed_wire_settings;
 
 /* A decoded typed block; which fields mean something depends on the type. */

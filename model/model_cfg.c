@@ -671,17 +671,26 @@ void fed_model_cfg_free(fed_model_cfg *c)
 fed_model_shape fed_model_cfg_input(const fed_model_cfg *c) { return c->in; }
 const char *fed_model_cfg_label(const fed_model_cfg *c) { return c->label; }
 
+int fed_model_cfg_classes(const fed_model_cfg *c)
+{
+    const cfg_node *last = &c->nodes[c->count - 1];
+
+    if (c->in.classes)
+        return c->in.classes;
+    if (!strcmp(last->n.kind, "bce"))
+        return 2; /* one logit, two classes */
+    if (!strcmp(last->n.kind, "mse"))
+        return 1; /* numbers to predict (unused by the loss) */
+    return !last->out_classes && last->n.out >= 2 ? last->n.out : 0;
+}
+
 fed_model_shape fed_model_cfg_own_input(const fed_model_cfg *c)
 {
     fed_model_shape in = c->in;
-    const cfg_node *last = &c->nodes[c->count - 1];
 
-    if (!in.classes && !strcmp(last->n.kind, "bce"))
-        in.classes = 2; /* one logit, two classes */
-    else if (!in.classes && !strcmp(last->n.kind, "mse"))
-        in.classes = 1; /* numbers to predict (unused by the loss) */
-    else if (!in.classes)
-        in.classes = !last->out_classes && last->n.out >= 2 ? last->n.out : 10;
+    in.classes = fed_model_cfg_classes(c);
+    if (!in.classes)
+        in.classes = 10;
     return in;
 }
 int fed_model_cfg_line(const fed_model_cfg *c, int i) { return c->nodes[i].line; }

@@ -70,6 +70,10 @@ void fed_model_cfg_free(fed_model_cfg *c);
 
 /* The input the file declares, classes 0 when [output] says none. */
 fed_model_shape fed_model_cfg_input(const fed_model_cfg *c);
+/* The classes the file fixes: [output]'s, else 2 for a bce head, else its
+ * last layer's out when that is a number (2 or more); 0 when the file
+ * leaves them to the data or --classes ("out = classes"). */
+int fed_model_cfg_classes(const fed_model_cfg *c);
 /* The input the file describes on its own: fed_model_cfg_input, with the
  * classes its last layer gives when [output] says none (10 when that is
  * "classes" too; 2 with bce, 1 with mse): what `fednode model` shows and

@@ -1,8 +1,9 @@
 /* agg_budget.c - the aggregator's view of its clients' privacy budgets:
  * what each reports in its DELTA or LEAVE (wire.h's DP report), the clients
- * parked after declining a round for their budget (never sampled, so never
- * in a secure graph, until they restart: a later epoch), and the stop when
- * fewer than --min-clients can still take part. */
+ * parked after declining a round for their budget or for a model that does
+ * not fit them (never sampled, so never in a secure graph, until they
+ * restart: a later epoch), and the stop when fewer than --min-clients can
+ * still take part. */
 #include <stdio.h>
 #include <string.h>
 
@@ -81,15 +82,18 @@ void fed_node_agg_budget_note(fed_node *n, const fed_wire_msg *m)
 }
 
 /* Clients that could still take part: the allow-list's members but this
- * node and those parked. */
-static size_t can_take_part(const fed_node *n, size_t *parked)
+ * node and those parked (*model of them for the model, the rest for their
+ * budget). */
+static size_t can_take_part(const fed_node *n, size_t *parked, size_t *model)
 {
     size_t members = fed_crypto_allow_count(n->cfg.allow);
 
-    *parked = 0;
+    *parked = *model = 0;
     for (size_t i = 0; i < n->agg->nmdp; i++)
-        if (n->agg->mdp[i].parked && fed_crypto_allow_find(n->cfg.allow, n->agg->mdp[i].key))
+        if (n->agg->mdp[i].parked && fed_crypto_allow_find(n->cfg.allow, n->agg->mdp[i].key)) {
             (*parked)++;
+            *model += n->agg->mdp[i].parked == (uint32_t)FED_ERR_MODEL_MISMATCH;
+        }
     if (fed_crypto_allow_find(n->cfg.allow, n->key))
         members--;
     return members > *parked ? members - *parked : 0;
@@ -99,16 +103,23 @@ fed_err fed_node_agg_budget_declined(fed_node *n, const fed_wire_msg *m)
 {
     node_agg *a = n->agg;
     agg_member_dp *r = row_get(a, m->hdr.sender);
-    size_t left, parked;
-    char hex[16];
+    size_t left, parked, model;
+    char hex[16], why[96];
     const char *who = member_name(n, m->hdr.sender, hex);
 
-    if (r && (!r->parked || r->epoch != m->hdr.sender_epoch)) {
-        r->parked = 1;
+    if (r && r->parked && r->epoch == m->hdr.sender_epoch)
+        return FED_OK; /* said once (a LEAVE of the same run, sent again) */
+    if (r) {
+        r->parked = m->block.reason;
         r->epoch = m->hdr.sender_epoch;
         a->mdp_version++;
     }
-    if (m->block.dp_budget > 0)
+    if (m->block.reason == (uint32_t)FED_ERR_MODEL_MISMATCH)
+        fed_log(FED_LOG_WARN, "aggregator: client %s declined round %llu: the model does not "
+                "fit it (%s: its data's input or classes, its own --model or its bounds; its "
+                "log says both sides); it takes part in no round until it restarts", who,
+                (unsigned long long)m->hdr.round, fed_errname(FED_ERR_MODEL_MISMATCH));
+    else if (m->block.dp_budget > 0)
         fed_log(FED_LOG_WARN, "aggregator: client %s declined round %llu: its privacy budget is "
                 "spent (epsilon %.4f of %.4g); it takes part in no round until it restarts",
                 who, (unsigned long long)m->hdr.round, m->block.dp_epsilon,
@@ -117,13 +128,17 @@ fed_err fed_node_agg_budget_declined(fed_node *n, const fed_wire_msg *m)
         fed_log(FED_LOG_WARN, "aggregator: client %s declined round %llu: its privacy budget is "
                 "spent; it takes part in no round until it restarts", who,
                 (unsigned long long)m->hdr.round);
-    left = can_take_part(n, &parked);
+    left = can_take_part(n, &parked, &model);
     if (left >= n->cfg.agg.min_clients)
         return FED_OK;
-    fed_log(FED_LOG_ERROR, "aggregator: only %zu client%s can still take part (%zu declined for "
-            "their privacy budget), fewer than --min-clients %u: stopping the run after round "
-            "%llu", left, left == 1 ? "" : "s", parked, n->cfg.agg.min_clients,
-            (unsigned long long)n->round);
+    if (model)
+        snprintf(why, sizeof why, "%zu declined for their privacy budget, %zu for a model that "
+                 "does not fit them", parked - model, model);
+    else
+        snprintf(why, sizeof why, "%zu declined for their privacy budget", parked);
+    fed_log(FED_LOG_ERROR, "aggregator: only %zu client%s can still take part (%s), fewer than "
+            "--min-clients %u: stopping the run after round %llu", left, left == 1 ? "" : "s",
+            why, n->cfg.agg.min_clients, (unsigned long long)n->round);
     if (n->failed == FED_OK) /* the first failure is the one the node reports */
         n->failed = FED_ERR_TOO_FEW_CLIENTS;
     return FED_ERR_TOO_FEW_CLIENTS;
@@ -138,11 +153,13 @@ int fed_node_agg_budget_parked(fed_node *n, const fed_wire_hdr *h)
         return 0;
     if (h->sender_epoch <= r->epoch) /* the run that declined: a HELLO of its is a retry */
         return 1;
+    fed_log(FED_LOG_WARN, "aggregator: client %s, left out for %s, restarted (epoch %llu): it "
+            "is sampled again", member_name(n, h->sender, hex),
+            r->parked == (uint32_t)FED_ERR_MODEL_MISMATCH ? "a model that did not fit it"
+                                                          : "its privacy budget",
+            (unsigned long long)h->sender_epoch);
     r->parked = 0;
     n->agg->mdp_version++;
-    fed_log(FED_LOG_WARN, "aggregator: client %s, left out for its privacy budget, restarted "
-            "(epoch %llu): it is sampled again", member_name(n, h->sender, hex),
-            (unsigned long long)h->sender_epoch);
     return 0;
 }
 
@@ -160,7 +177,7 @@ int fed_node_member_dp(const fed_node *n, const uint8_t key[32], double *epsilon
 
     *epsilon = r ? r->epsilon : 0;
     *budget = r ? r->budget : 0;
-    *parked = r ? r->parked : 0;
+    *parked = r && r->parked == (uint32_t)FED_ERR_DP_BUDGET;
     return r && r->reported;
 }
 

@@ -457,6 +457,11 @@ void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b)
     snprintf(s->spec, sizeof s->spec, "%s", c->spec);
     s->graph = c->graph; /* sent whole when the spec is its id */
     s->graph_len = c->graph ? (uint32_t)strlen(c->graph) : 0;
+    /* the input it is built over: a client with fewer classes builds the same */
+    s->input[0] = (uint32_t)c->shape.c;
+    s->input[1] = (uint32_t)c->shape.h;
+    s->input[2] = (uint32_t)c->shape.w;
+    s->input[3] = (uint32_t)c->shape.classes;
     s->local_epochs = c->local_epochs;
     s->batch = c->batch;
     s->optimizer = c->optimizer;
@@ -1231,14 +1236,14 @@ static fed_err on_leave(fed_node *n, node_open *op)
     fed_node_agg_budget_note(n, m);
     fed_wire_note_leave(n->wire, (fed_err)p->refused);
     who = fed_crypto_allow_find(n->cfg.allow, m->hdr.sender);
-    if (p->refused == (uint32_t)FED_ERR_DP_BUDGET)
-        (void)fed_node_agg_budget_declined(n, m); /* logged; may stop the run */
-    else /* a configuration to fix (DP or secure aggregation required, a model
-            the client cannot build, shared statistics it cannot take part in):
-            a warning, counted */
+    if (p->refused == (uint32_t)FED_ERR_DP_BUDGET ||
+        p->refused == (uint32_t)FED_ERR_MODEL_MISMATCH)
+        /* asking it again changes nothing: parked, said once; may stop the run */
+        (void)fed_node_agg_budget_declined(n, m);
+    else /* a configuration to fix (DP or secure aggregation required, shared
+            statistics it cannot take part in): a warning, counted */
         fed_log(p->refused == (uint32_t)FED_ERR_DP_REQUIRED ||
                         p->refused == (uint32_t)FED_ERR_SA_REQUIRED ||
-                        p->refused == (uint32_t)FED_ERR_MODEL_MISMATCH ||
                         p->refused == (uint32_t)FED_ERR_STATS
                     ? FED_LOG_WARN
                     : FED_LOG_INFO,
@@ -1342,7 +1347,7 @@ static fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
         op->req = NULL;
         if (a->state == AGG_DONE)
             return fed_node_ack(n, req, &m->hdr, FED_OK, FED_WIRE_ACK_FINISHED);
-        if (fed_node_agg_budget_parked(n, &m->hdr)) /* spent: never sampled */
+        if (fed_node_agg_budget_parked(n, &m->hdr)) /* parked: never sampled */
             return fed_node_ack(n, req, &m->hdr, FED_OK, FED_WIRE_ACK_NO_ROUND);
         return a->mode->on_ask(n, req, &m->hdr);
     case FED_WIRE_DELTA:

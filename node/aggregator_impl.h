@@ -73,7 +73,8 @@ typedef struct agg_member_dp {
     double epsilon; /* spent, as its last DELTA or LEAVE said */
     double budget;  /* its budget (0: none) */
     int reported;   /* it sent a DP report */
-    int parked;     /* it declined a round for its budget: not sampled until it restarts */
+    uint32_t parked; /* the fed_err it declined a round for, its budget or a model that
+                        does not fit it: not sampled until it restarts; 0: none */
     uint64_t epoch; /* parked: the sender epoch of the run that declined */
 } agg_member_dp;
 
@@ -270,14 +271,16 @@ double fed_node_agg_dp_secagg_clip(const node_agg *a);
 /* ---- agg_budget.c: the clients' privacy budgets ---- */
 /* A DELTA's or LEAVE's DP report (nothing when it has none). */
 void fed_node_agg_budget_note(fed_node *n, const fed_wire_msg *m);
-/* A LEAVE for FED_ERR_DP_BUDGET: logged at warning level with the client's
- * name and figures, the client parked; when fewer than min_clients clients
- * can still take part the node is marked failed (FED_ERR_TOO_FEW_CLIENTS,
+/* A LEAVE for FED_ERR_DP_BUDGET or FED_ERR_MODEL_MISMATCH (a model that
+ * does not fit the client's data or bounds: asking it again changes
+ * nothing): logged once at warning level with the client's name (and its
+ * figures), the client parked; when fewer than min_clients clients can
+ * still take part the node is marked failed (FED_ERR_TOO_FEW_CLIENTS,
  * returned) with an error line saying why. */
 fed_err fed_node_agg_budget_declined(fed_node *n, const fed_wire_msg *m);
 /* A HELLO or NEXT of header h: nonzero when its sender declined for its
- * budget in this run (its sender epoch); a later epoch (a restart, maybe
- * with a new budget) ends the parking. */
+ * budget or the model in this run (its sender epoch); a later epoch (a
+ * restart, maybe with a new budget or data) ends the parking. */
 int fed_node_agg_budget_parked(fed_node *n, const fed_wire_hdr *h);
 void fed_node_agg_budget_free(node_agg *a);
 

@@ -288,14 +288,18 @@ static fed_err fed_node_client_start(fed_node *n)
 
 /* Forward+backward FLOPs per sample of spec, whose whole text is whole (a
  * model is built once per spec to count them; the simulator charges them). */
-static fed_err flops_of(fed_node *n, const char *spec, const char *whole, double *flops)
+static fed_err flops_of(fed_node *n, const fed_wire_settings *s, const char *whole,
+                        double *flops)
 {
     node_client *c = n->client;
+    const char *spec = s->spec;
+    fed_model_shape in;
     fed_model *m = NULL;
     fed_err e;
 
     if (strcmp(c->flops_spec, spec) != 0) {
-        if ((e = fed_model_new(whole, n->cfg.data.train->shape, n->cfg.be, NULL, 1, 1, &m)) != FED_OK)
+        if ((e = fed_node_model_input(s, n->cfg.data.train->shape, 0, &in, NULL, 0)) != FED_OK ||
+            (e = fed_model_new(whole, in, n->cfg.be, NULL, 1, 1, &m)) != FED_OK)
             return e;
         c->flops_per_sample = fed_model_flops_per_sample(m);
         snprintf(c->flops_spec, sizeof c->flops_spec, "%s", spec);
@@ -589,6 +593,8 @@ static fed_err fed_node_client_bad_model(fed_node *n, node_open *op, fed_err why
                 fed_errname(FED_ERR_MODEL_MISMATCH));
     }
 decline:
+    fed_log(FED_LOG_INFO, "client: the aggregator leaves a client that declines its model out "
+            "of every later round; restart this one with data or settings that fit it");
     c->agg_epoch = m->hdr.sender_epoch;
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_RETRY);
     c->round = m->hdr.round;
@@ -617,7 +623,7 @@ static fed_err on_model_train(fed_node *n, node_open *op)
     if (m->block.settings.graph &&
         (e = fed_node_model_whole(&m->block.settings, &c->graph)) != FED_OK)
         return e;
-    if ((e = flops_of(n, m->block.settings.spec, c->graph ? c->graph : m->block.settings.spec,
+    if ((e = flops_of(n, &m->block.settings, c->graph ? c->graph : m->block.settings.spec,
                       &flops)) != FED_OK)
         return e;
     if (c->residual && c->nparams != op->vec_n) { /* another model: start the residual over */
@@ -909,6 +915,7 @@ static void fed_node_client_prepare_open(fed_node *n, node_open *op)
     op->expect_n = 0; /* from the MODEL's spec */
     op->shape = n->cfg.data.train->shape;
     op->own_model = n->cfg.client.own_model;
+    op->classes = n->cfg.client.classes;
     op->max_params = n->cfg.client.max_model_params;
     op->max_flops = n->cfg.client.max_model_flops;
     op->expect_codec = FED_CODEC_NONE;

@@ -423,6 +423,7 @@ void fed_node_refuse(fed_node *n, fed_req *req)
 
 fed_err fed_node_expected_entries(node_open *op, size_t *want)
 {
+    fed_model_shape in;
     char *whole = NULL;
     fed_err e;
 
@@ -432,12 +433,39 @@ fed_err fed_node_expected_entries(node_open *op, size_t *want)
     }
     if (op->msg.hdr.type != FED_WIRE_MODEL)
         return FED_ERR_PAYLOAD;
-    if ((e = fed_node_model_whole(&op->msg.block.settings, &whole)) != FED_OK)
+    if ((e = fed_node_model_input(&op->msg.block.settings, op->shape, op->classes, &in,
+                                  op->model_why, sizeof op->model_why)) != FED_OK ||
+        (e = fed_node_model_whole(&op->msg.block.settings, &whole)) != FED_OK)
         return e;
-    e = fed_node_model_admit(whole, op->own_model, op->shape, op->max_params, op->max_flops, want,
+    e = fed_node_model_admit(whole, op->own_model, in, op->max_params, op->max_flops, want,
                              op->model_why, sizeof op->model_why);
     fed_free(whole);
     return e;
+}
+
+fed_err fed_node_model_input(const fed_wire_settings *s, fed_model_shape data, int declared,
+                             fed_model_shape *out, char *why, size_t cap)
+{
+    const uint32_t *m = s->input;
+
+    *out = data;
+    if (!m[3]) /* a sender before the field: the data's own */
+        return FED_OK;
+    if (m[0] != (uint32_t)data.c || m[1] != (uint32_t)data.h || m[2] != (uint32_t)data.w)
+        return fed_err_why(why, cap, FED_ERR_MODEL_MISMATCH,
+                           "the aggregator's model takes input %ux%ux%u, this client's data "
+                           "has %dx%dx%d per sample", m[0], m[1], m[2], data.c, data.h, data.w);
+    if (declared && m[3] != (uint32_t)declared)
+        return fed_err_why(why, cap, FED_ERR_MODEL_MISMATCH,
+                           "the aggregator's model has %u classes, this client declares %d "
+                           "(--classes or its model file)", m[3], declared);
+    if (m[3] < (uint32_t)data.classes)
+        return fed_err_why(why, cap, FED_ERR_MODEL_MISMATCH,
+                           "the aggregator's model has %u classes (labels 0 to %u), this "
+                           "client's data has %d (labels up to %d)", m[3], m[3] - 1,
+                           data.classes, data.classes - 1);
+    out->classes = (int)m[3];
+    return FED_OK;
 }
 
 fed_err fed_node_model_whole(const fed_wire_settings *s, char **out)

@@ -207,6 +207,9 @@ typedef struct fed_node_client_config {
     double max_model_flops;       /* forward + backward per sample; default
                                      FED_NODE_MAX_MODEL_FLOPS */
     uint32_t delta_retries;       /* DELTA resends before HELLO; default 3 */
+    int classes;                  /* the classes it declares (--classes, its model
+                                     file's); a MODEL declaring others is
+                                     declined; 0: none */
 } fed_node_client_config;
 
 /* A peer (no aggregator): every member in the allow-list is a peer; the

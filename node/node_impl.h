@@ -57,6 +57,7 @@ typedef struct node_open {
     size_t expect_max;      /* a SLICE: at most this many entries */
     size_t expect_words;    /* an SA_MASKED: its u32 words (0: none taken) */
     fed_model_shape shape;  /* for a MODEL's spec */
+    int classes;            /* client: the classes it declares (0: none) */
     const char *own_model;  /* client: the model it declares (NULL: any), and */
     double max_params, max_flops; /* what it builds from a MODEL at most */
     char model_why[384];    /* FED_ERR_MODEL_MISMATCH: what differs */
@@ -87,6 +88,16 @@ FED_WUR fed_err fed_node_model_whole(const fed_wire_settings *s, char **out);
 FED_WUR fed_err fed_node_model_admit(const char *whole, const char *own, fed_model_shape in,
                                      double max_params, double max_flops, size_t *nparams,
                                      char *why, size_t cap);
+
+/* The input a MODEL's model is built over at a client whose data has
+ * shape data (its classes: declared, else its largest label + 1): the
+ * MODEL's declared input (field 14) when it carries one, else data. The
+ * MODEL's must have data's sample shape and at least its classes (a site
+ * holding fewer classes trains the federation's model), and the classes the
+ * client declares (declared; 0: none) exactly: else FED_ERR_MODEL_MISMATCH
+ * with why (cap bytes; may be NULL) saying both. */
+FED_WUR fed_err fed_node_model_input(const fed_wire_settings *s, fed_model_shape data,
+                                     int declared, fed_model_shape *out, char *why, size_t cap);
 
 typedef struct node_tx node_tx; /* an outgoing stream (transfer.c) */
 typedef struct node_rx node_rx; /* an incoming stream's buffer (transfer.c) */

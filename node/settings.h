@@ -72,7 +72,8 @@ typedef struct fed_node_settings {
 #define FED_NODE_SETTINGS_OPTS(T, m)                                                             \
     FED_OPT_DEF(T, m.data, "data", FED_OPT_STR, "fashion-mnist", 0, 0,                           \
                 "fashion-mnist, a directory of IDX files, a folder of images (one subfolder "    \
-                "per class, PNG or JPEG), or a CSV file"),                                       \
+                "per class, PNG or JPEG), or a CSV file (fednode's aggregator: only when "       \
+                "given, for its evaluation)"),                                                   \
     FED_DATA_FLAG_OPTS(T, m.dflags),                                                             \
     FED_OPT_DEF(T, m.augment, "augment", FED_OPT_STR, "none", 0, 0,                              \
                 "client, peer: image training batches: none, crop:P (shifted up to P pixels, "   \

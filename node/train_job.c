@@ -75,16 +75,24 @@ void fed_node_train_job_release(node_train_job *j)
  * fresh one costs its buffers' page faults each round), else a new one. */
 static fed_err round_model(node_train_job *j)
 {
+    fed_model_shape in;
+    fed_err e;
+
     if (j->model && fed_model_max_batch(j->model) == (int)j->set.batch &&
-        !strcmp(fed_model_spec(j->model), j->set.spec))
+        !strcmp(fed_model_spec(j->model), j->set.spec) &&
+        fed_model_input(j->model).classes == (j->set.input[3] ? (int)j->set.input[3]
+                                                              : j->data->shape.classes))
         return FED_OK;
     fed_model_free(j->model);
     fed_free(j->trained); /* sized for the old model */
     j->model = NULL;
     j->trained = NULL;
-    /* a graph named by its id is built from its whole text */
-    return fed_model_new(j->set.graph ? j->set.graph : j->set.spec, j->data->shape, j->be,
-                         j->pool, j->shards, (int)j->set.batch, &j->model);
+    /* a graph named by its id is built from its whole text, over the
+       MODEL's declared input (checked against the data when it came) */
+    if ((e = fed_node_model_input(&j->set, j->data->shape, 0, &in, NULL, 0)) != FED_OK)
+        return e;
+    return fed_model_new(j->set.graph ? j->set.graph : j->set.spec, in, j->be, j->pool,
+                         j->shards, (int)j->set.batch, &j->model);
 }
 
 void fed_node_train_job_run(fed_job *job)

@@ -25,7 +25,8 @@ mkdir -p "$K"
 for n in agg c0 c1; do test_key "$n" "$K"; echo "$n $("$FEDNODE" pubkey "$K/$n")" >>"$K/allow.txt"; done
 start agg --role aggregator --keys "$K/agg" --allow "$K/allow.txt" --db "$TMP/agg.db" \
     --listen tcp://127.0.0.1:0 --port-file "$TMP/port" --model logreg --rounds 2 \
-    --min-clients 2 --wait-clients 2 --threads 1 --max-connections 16 --conn-stall-ms 3000
+    --min-clients 2 --wait-clients 2 --threads 1 --max-connections 16 --conn-stall-ms 3000 \
+    --data fashion-mnist
 wait_for "aggregator writes its port" 30 test -s "$TMP/port"
 port=$(cat "$TMP/port")
 logged agg "requests up to 128552 bytes, 16 connections at once, a silent one closed after 3000 ms" ||

@@ -25,7 +25,7 @@ for n in agg c0 c1 c2 c3; do test_key "$n" "$K"; echo "$n $("$FEDNODE" pubkey "$
 start agg --role aggregator --keys "$K/agg" --allow "$K/allow.txt" --db "$TMP/agg.db" \
     --listen tcp://127.0.0.1:0 --port-file "$TMP/port" --model mlp:64 --rounds 1000000 \
     --min-clients 3 --wait-clients 4 --gather-ms 500 --deadline-ms 5000 --threads 1 \
-    --conn-stall-ms 2000
+    --conn-stall-ms 2000 --data fashion-mnist
 wait_for "aggregator writes its port" 30 test -s "$TMP/port"
 port=$(cat "$TMP/port")
 client() {

@@ -2,8 +2,10 @@
  * SimpleCNN and its 44,426 parameters, the syntax (keys on the section's
  * line or their own, comments, CRLF, pairs), every refusal's words with the
  * file, line and key, a shape error with the shapes so far, and the data
- * disagreeing with the file. With --torch-dump DIR FILE it is instead the
- * tool of tests/test_torch_parity.sh: a model built from FILE (seed 1), a
+ * disagreeing with the file; the declared input (model/input.h): a file's
+ * [input] and [output] with --input-shape, --features and --classes, every
+ * contradiction's words, and a dataset checked against it. With
+ * --torch-dump DIR FILE it is instead the tool of tests/test_torch_parity.sh: a model built from FILE (seed 1), a
  * batch, and DIR/ours.safetensors holding the initial parameters, the batch
  * (x, y), the logits, the loss, every gradient ("grad.NAME") and the
  * parameters after one SGD step of lr 0.1 ("step.NAME"). */
@@ -22,6 +24,7 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "model/backend.h"
+#include "model/input.h"
 #include "model/model.h"
 #include "model/model_cfg.h"
 #include "model/optim.h"
@@ -669,10 +672,141 @@ out:
     return rc;
 }
 
+/* The declared input from a model file and the options: agreeing ones
+ * merge, each contradiction is refused naming both sides. */
+static void test_declared_input(void **state)
+{
+    fed_model_cfg *c = parse("[input] features = 30\n[linear] out = classes\n"
+                             "[output] classes = 2\n");
+    fed_model_shape file = fed_model_cfg_input(c);
+    fed_model_decl_src src;
+    fed_model_decl d;
+    char why[400];
+
+    (void)state;
+    file.classes = fed_model_cfg_classes(c);
+    assert_int_equal(file.classes, 2);
+    fed_model_cfg_free(c);
+    /* the file alone; the file with options that agree */
+    memset(&src, 0, sizeof src);
+    src.file = "net.cfg";
+    src.file_in = file;
+    assert_int_equal(fed_model_input_declare(&src, &d, why, sizeof why), FED_OK);
+    assert_true(fed_model_input_complete(&d));
+    assert_int_equal(d.in.c, 1);
+    assert_int_equal(d.in.h, 1);
+    assert_int_equal(d.in.w, 30);
+    assert_int_equal(d.in.classes, 2);
+    assert_string_equal(d.shape_by, "net.cfg's [input]");
+    src.features = 30;
+    src.shape = "1,1,30";
+    src.classes = 2;
+    assert_int_equal(fed_model_input_declare(&src, &d, why, sizeof why), FED_OK);
+    assert_int_equal(d.in.w, 30);
+    /* --features against the file's [input] */
+    src.shape = "";
+    src.features = 31;
+    assert_int_equal(fed_model_input_declare(&src, &d, why, sizeof why), FED_ERR_SHAPE);
+    assert_string_equal(why, "the input is declared twice and differently: 30 features by "
+                             "net.cfg's [input], 31 features by --features 31");
+    /* --classes against the file's classes */
+    src.features = 0;
+    src.classes = 3;
+    assert_int_equal(fed_model_input_declare(&src, &d, why, sizeof why), FED_ERR_SHAPE);
+    assert_string_equal(why, "--classes 3 contradicts net.cfg, whose model has 2 classes");
+    /* --input-shape against --features, no file */
+    memset(&src, 0, sizeof src);
+    src.shape = "1,28,28";
+    src.features = 784;
+    assert_int_equal(fed_model_input_declare(&src, &d, why, sizeof why), FED_ERR_SHAPE);
+    assert_string_equal(why, "the input is declared twice and differently: 1,28,28 by "
+                             "--input-shape 1,28,28, 784 features by --features 784");
+    /* a malformed --input-shape */
+    const char *bad[] = {"28,28", "1,28,28,1", "0,28,28", "1,x,28", "1,28,", "-1,2,3",
+                         "1,28,70000"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        src.shape = bad[i];
+        src.features = 0;
+        assert_int_equal(fed_model_input_declare(&src, &d, why, sizeof why), FED_ERR_BAD_VALUE);
+        assert_non_null(strstr(why, "want C,H,W"));
+    }
+    /* options alone: complete only with a shape and classes */
+    memset(&src, 0, sizeof src);
+    src.classes = 2;
+    assert_int_equal(fed_model_input_declare(&src, &d, why, sizeof why), FED_OK);
+    assert_false(fed_model_input_complete(&d));
+    src.shape = "3,32,32";
+    assert_int_equal(fed_model_input_declare(&src, &d, why, sizeof why), FED_OK);
+    assert_true(fed_model_input_complete(&d));
+    assert_int_equal(d.in.c, 3);
+    assert_int_equal(d.in.h, 32);
+    assert_string_equal(d.classes_by, "--classes 2");
+    /* a file whose head fixes no count leaves the classes to the options */
+    c = parse("[input] shape = 1,28,28\n[flatten]\n[linear] out = classes\n");
+    assert_int_equal(fed_model_cfg_classes(c), 0);
+    fed_model_cfg_free(c);
+    c = parse("[input] features = 4\n[linear] out = 1\n[output] loss = bce\n");
+    assert_int_equal(fed_model_cfg_classes(c), 2);
+    fed_model_cfg_free(c);
+}
+
+/* A dataset against the declared input: the shape must be equal, every
+ * label below the classes (the numbers said), and a site with fewer
+ * classes takes the declared count. */
+static void test_declared_fit(void **state)
+{
+    int32_t y[4] = {0, 0, 0, 0};
+    fed_dataset d;
+    fed_model_decl decl;
+    char why[400];
+
+    (void)state;
+    memset(&d, 0, sizeof d);
+    d.n = 4;
+    d.shape = (fed_model_shape){1, 1, 30, 1}; /* one class: its largest label is 0 */
+    d.features = 30;
+    d.y = y;
+    d.x_f32 = (float *)y; /* a CSV's features (not read) */
+    memset(&decl, 0, sizeof decl);
+    decl.in = (fed_model_shape){1, 1, 30, 2};
+    snprintf(decl.shape_by, sizeof decl.shape_by, "--features 30");
+    snprintf(decl.classes_by, sizeof decl.classes_by, "--classes 2");
+    assert_int_equal(fed_model_input_fit(&d, &decl, "a.csv", why, sizeof why), FED_OK);
+    assert_int_equal(d.shape.classes, 2);
+    /* labels at or above the classes: refused with the numbers */
+    y[1] = 4;
+    y[3] = 2;
+    d.shape.classes = 5;
+    assert_int_equal(fed_model_input_fit(&d, &decl, "a.csv", why, sizeof why), FED_ERR_RANGE);
+    assert_string_equal(why, "a.csv does not fit the declared classes: --classes 2 declares 2 "
+                             "(labels 0 to 1), the data has 2 samples labelled 2 or more, the "
+                             "largest label 4");
+    assert_int_equal(d.shape.classes, 5);
+    /* another column count */
+    d.shape.w = 29;
+    assert_int_equal(fed_model_input_fit(&d, &decl, "a.csv", why, sizeof why), FED_ERR_SHAPE);
+    assert_string_equal(why, "a.csv does not fit the declared input: --features 30 declares 30 "
+                             "features, the data has 29 features (columns besides the label)");
+    /* images of another size */
+    d.x_f32 = NULL;
+    d.shape = (fed_model_shape){1, 28, 28, 10};
+    decl.in = (fed_model_shape){3, 32, 32, 10};
+    snprintf(decl.shape_by, sizeof decl.shape_by, "--input-shape 3,32,32");
+    assert_int_equal(fed_model_input_fit(&d, &decl, "imgs", why, sizeof why), FED_ERR_SHAPE);
+    assert_string_equal(why, "imgs does not fit the declared input: --input-shape 3,32,32 "
+                             "declares 3,32,32, the data has 1,28,28 per sample");
+    /* nothing declared: anything fits, its classes its own */
+    memset(&decl, 0, sizeof decl);
+    assert_int_equal(fed_model_input_fit(&d, &decl, "imgs", why, sizeof why), FED_OK);
+    assert_int_equal(d.shape.classes, 10);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_simplecnn),
+        cmocka_unit_test(test_declared_input),
+        cmocka_unit_test(test_declared_fit),
         cmocka_unit_test(test_syntax),
         cmocka_unit_test(test_many_layers),
         cmocka_unit_test(test_errors),

@@ -422,10 +422,11 @@ static void test_fedavg_bit_exact(void **state)
  * finished, so rounds hold deltas trained on older rounds, each weighted by
  * samples / sqrt(1 + staleness); every round equals that weighted mean bit
  * for bit, and the fastest client is in more rounds than the slowest. */
-/* Client 2's data has 5 classes, so the aggregator's 10-class model does
- * not fit it: it declines each round with a LEAVE FED_ERR_MODEL_MISMATCH
- * (at once: the aggregator need not wait for a deadline), the aggregator
- * records and counts that, and every round merges the other three. */
+/* Client 2's data has 12 classes, so the aggregator's 10-class model (its
+ * MODEL says so) does not fit it: it declines round 1 with a LEAVE
+ * FED_ERR_MODEL_MISMATCH (at once: the aggregator need not wait for a
+ * deadline), the aggregator records and counts that once and samples it no
+ * more, and every round merges the other three. */
 static void model_mismatch(const fixture *fx, size_t max_frame, int classes)
 {
     scen_opts o = {.clients = 4, .spec = "logreg", .per_client = 200, .rounds = 3,
@@ -439,23 +440,63 @@ static void model_mismatch(const fixture *fx, size_t max_frame, int classes)
     scen_run(&s, 120000);
     for (int r = 1; r <= 3; r++) {
         assert_int_equal(s.commits[r], 1);
-        assert_int_equal(s.info[r].sampled, 4);
+        assert_int_equal(s.info[r].sampled, r == 1 ? 4 : 3); /* parked after round 1 */
         assert_int_equal(s.info[r].merged, 3);
     }
     /* (the deadline is 10 minutes, the run 2: no round waited for client 2) */
     wc = fed_node_wire_counters(fed_sim_host_node(s.agg));
     assert_non_null(wc);
-    assert_int_equal(wc->leave_bad_model, 3);
+    assert_int_equal(wc->leave_bad_model, 1);
     scen_free(&s);
 }
 
 static void test_model_mismatch_declined(void **state)
 {
-    model_mismatch(*state, 0, 5);
-    /* the MODEL as a CHUNK stream: one a little larger than the client's
-       model (5 classes), and one far larger (2), refused at its first frame */
-    model_mismatch(*state, 4096, 5);
-    model_mismatch(*state, 4096, 2);
+    fed_test_log_capture(FED_LOG_WARN);
+    model_mismatch(*state, 0, 12);
+    fed_test_log_has("client: round 1: the aggregator's model has 10 classes (labels 0 to 9), "
+                     "this client's data has 12 (labels up to 11); declined "
+                     "(FED_ERR_MODEL_MISMATCH)");
+    fed_test_log_has("it takes part in no round until it restarts");
+    fed_test_log_default();
+    /* the MODEL as a CHUNK stream: refused at its first frame */
+    model_mismatch(*state, 4096, 12);
+}
+
+/* A MODEL's declared input (field 14) at a client: absent, its data's own;
+ * present, it replaces the data's classes when the data fits it, else
+ * each mismatch is said with both sides (shape, classes, a client's own
+ * declared classes). */
+static void test_model_input_field(void **state)
+{
+    fed_wire_settings set;
+    fed_model_shape data = {1, 1, 4, 1}, in;
+    char why[384];
+
+    (void)state;
+    memset(&set, 0, sizeof set);
+    assert_int_equal(fed_node_model_input(&set, data, 0, &in, why, sizeof why), FED_OK);
+    assert_int_equal(in.classes, 1);
+    set.input[0] = 1, set.input[1] = 1, set.input[2] = 4, set.input[3] = 2;
+    assert_int_equal(fed_node_model_input(&set, data, 0, &in, why, sizeof why), FED_OK);
+    assert_int_equal(in.w, 4);
+    assert_int_equal(in.classes, 2); /* a one-class site builds the 2-class model */
+    assert_int_equal(fed_node_model_input(&set, data, 2, &in, why, sizeof why), FED_OK);
+    data.classes = 3;
+    assert_int_equal(fed_node_model_input(&set, data, 0, &in, why, sizeof why),
+                     FED_ERR_MODEL_MISMATCH);
+    assert_string_equal(why, "the aggregator's model has 2 classes (labels 0 to 1), this "
+                             "client's data has 3 (labels up to 2)");
+    data.classes = 1;
+    assert_int_equal(fed_node_model_input(&set, data, 3, &in, why, sizeof why),
+                     FED_ERR_MODEL_MISMATCH);
+    assert_string_equal(why, "the aggregator's model has 2 classes, this client declares 3 "
+                             "(--classes or its model file)");
+    data.w = 5;
+    assert_int_equal(fed_node_model_input(&set, data, 0, &in, why, sizeof why),
+                     FED_ERR_MODEL_MISMATCH);
+    assert_string_equal(why, "the aggregator's model takes input 1x1x4, this client's data has "
+                             "1x1x5 per sample");
 }
 
 /* Runs o's scenario: every round commits with o.min_clients merged, and
@@ -470,6 +511,22 @@ static void run_declines(scen *s, const fixture *fx, const scen_opts *o, uint64_
     }
     assert_int_equal(fed_node_wire_counters(fed_sim_host_node(s->agg))->leave_bad_model,
                      declines);
+}
+
+/* Client 2's data says 5 classes (a site whose largest label is 4): the
+ * MODEL's declared input (10 classes) has room for them, so it builds the
+ * federation's model, not a 5-class one, and every round merges all four. */
+static void test_fewer_classes_train(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 4, .spec = "logreg", .per_client = 200, .rounds = 2,
+                   .min_clients = 4, .deadline_ms = 600000, .seed = 5, .other_classes = 3,
+                   .classes = 5};
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    run_declines(&s, fx, &o, 0);
+    scen_free(&s);
 }
 
 /* A graph longer than a spec (its id "g#..." in the MODEL's spec field):
@@ -502,7 +559,7 @@ static void test_graph_travels(void **state)
 }
 
 /* A client whose own --model declares another graph than the aggregator's
- * declines every round at once (LEAVE FED_ERR_MODEL_MISMATCH), saying both
+ * declines round 1 at once (LEAVE FED_ERR_MODEL_MISMATCH; then parked), saying both
  * models' hashes and where they first differ, at warning level; a client
  * bounded below the model's parameters declines it the same way. */
 static void test_declared_model_mismatch(void **state)
@@ -518,7 +575,7 @@ static void test_declared_model_mismatch(void **state)
         scen s;
 
         fed_test_log_capture(FED_LOG_WARN);
-        run_declines(&s, fx, &o, 2);
+        run_declines(&s, fx, &o, 1);
         fed_model_spec_hash("mlp:16", ha);
         fed_model_spec_hash("mlp:17", hb);
         if (!bound)
@@ -1944,6 +2001,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fedavg_bit_exact),
         cmocka_unit_test(test_model_mismatch_declined),
+        cmocka_unit_test(test_fewer_classes_train),
+        cmocka_unit_test(test_model_input_field),
         cmocka_unit_test(test_graph_travels),
         cmocka_unit_test(test_declared_model_mismatch),
         cmocka_unit_test(test_dropped_client),

@@ -46,7 +46,7 @@ SETTINGS="--model logreg --rounds 2 --batch 64 --local-epochs 1 --threads 1 --ga
 # shellcheck disable=SC2086
 start agg --role aggregator --keys "$K/agg" --passphrase-file "$TMP/agg.pass" \
     --allow "$K/allow.txt" --db "$TMP/agg.db" --listen tcp://127.0.0.1:0 \
-    --port-file "$TMP/port" --min-clients 2 $SETTINGS
+    --port-file "$TMP/port" --min-clients 2 --data fashion-mnist $SETTINGS
 wait_for "aggregator writes its port" 30 test -s "$TMP/port"
 port=$(cat "$TMP/port")
 for i in 0 1; do
@@ -68,7 +68,7 @@ ok "sealed keys: aggregator and 2 clients ran 2 rounds (accuracy $acc), verify p
 test_key agg "$TMP/plain"
 FEDNODE_PASSPHRASE="ignored" start plain --role aggregator --keys "$TMP/plain/agg" \
     --allow "$K/allow.txt" --db "$TMP/plain.db" --listen tcp://127.0.0.1:0 \
-    --port-file "$TMP/plain.port"
+    --port-file "$TMP/plain.port" --data fashion-mnist
 wait_for "unsealed key, FEDNODE_PASSPHRASE set: the aggregator listens" 30 test -s "$TMP/plain.port"
 kill -TERM "$(pid plain)"
 exits0 plain 30

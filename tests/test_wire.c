@@ -685,6 +685,43 @@ static void test_settings_stats_field(void **state)
                      FED_ERR_INVAL);
 }
 
+/* Field 15, the model's declared input: written only when declared (24
+ * bytes, optional), back as it went; a count of 0 among others, or past
+ * FED_WIRE_INPUT_MAX, refused; a block without it decodes with none. */
+static void test_settings_input(void **state)
+{
+    fed_wire_block b, g;
+    uint8_t buf[FED_WIRE_BLOCK_MAX + 64];
+    size_t len = 0, used = 0;
+    const uint32_t in[4] = {3, 32, 32, 2};
+
+    (void)state;
+    sample_block(FED_WIRE_MODEL, &b);
+    memcpy(b.settings.input, in, sizeof in);
+    assert_int_equal(fed_wire_block_bytes(FED_WIRE_MODEL, &b), FED_WIRE_MODEL_BLOCK_BYTES + 24);
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
+    assert_int_equal(len, FED_WIRE_MODEL_BLOCK_BYTES + 24);
+    /* tag 15, optional, 16 bytes: C, H, W, classes */
+    assert_memory_equal(buf + len - 24, "\x0f\x00\x00\x00\x10\x00\x00\x00\x03\x00\x00\x00"
+                                        "\x20\x00\x00\x00\x20\x00\x00\x00\x02\x00\x00\x00", 24);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_OK);
+    assert_int_equal(used, len);
+    assert_memory_equal(g.settings.input, in, sizeof in);
+    /* a height of 0 beside the others: refused */
+    buf[len - 12] = 0;
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
+    /* classes past the bound: refused */
+    buf[len - 12] = 32;
+    buf[len - 1] = 2; /* 2^25 + 2 */
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
+    /* none declared: not written, none read */
+    memset(b.settings.input, 0, sizeof b.settings.input);
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
+    assert_int_equal(len, FED_WIRE_MODEL_BLOCK_BYTES);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_OK);
+    assert_int_equal(g.settings.input[3], 0);
+}
+
 static void test_settings_unknown_fields(void **state)
 {
     fed_wire_block b, g;
@@ -695,7 +732,7 @@ static void test_settings_unknown_fields(void **state)
     sample_block(FED_WIRE_MODEL, &b);
     /* unknown, not required, between known ones and at the end: skipped */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 15, 0, "abc", 3);
+    n = field(f, 31, 0, "abc", 3);
     len = splice(buf, len, len, f, n);
     n = field(f, 0x7fff, 0, "", 0);
     len = splice(buf, len, len, f, n);
@@ -704,11 +741,11 @@ static void test_settings_unknown_fields(void **state)
     assert_memory_equal(&g, &b, sizeof b);
     /* the same field marked required: refused, and its tag said */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 15, FED_WIRE_FIELD_REQUIRED, "abc", 3);
+    n = field(f, 31, FED_WIRE_FIELD_REQUIRED, "abc", 3);
     len = splice(buf, len, len, f, n);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used),
                      FED_ERR_FIELD_REQUIRED);
-    assert_int_equal(g.refused_tag, 15);
+    assert_int_equal(g.refused_tag, 31);
     assert_int_equal(used, 0);
 }
 
@@ -728,13 +765,13 @@ static void test_settings_malformed(void **state)
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len - 1, &g, &used),
                      FED_ERR_FIELD_TRUNCATED);
     /* a truncated field head at the end of S */
-    n = field(f, 15, 0, "", 0);
+    n = field(f, 31, 0, "", 0);
     len = splice(buf, len, len, f, 4);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used),
                      FED_ERR_FIELD_TRUNCATED);
     /* an unknown field's length past S (overlong) */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 15, 0, "abcd", 4);
+    n = field(f, 31, 0, "abcd", 4);
     f[4] = 5;
     len = splice(buf, len, len, f, n);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len + 8, &g, &used),
@@ -747,14 +784,14 @@ static void test_settings_malformed(void **state)
                      FED_ERR_FIELD_ORDER);
     /* an unknown field twice */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 15, 0, "ab", 2);
+    n = field(f, 31, 0, "ab", 2);
     len = splice(buf, len, len, f, n);
     len = splice(buf, len, len, f, n);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used),
                      FED_ERR_FIELD_ORDER);
     /* out of tag order */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 15, 0, "ab", 2);
+    n = field(f, 31, 0, "ab", 2);
     len = splice(buf, len, M_EPOCHS, f, n);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used),
                      FED_ERR_FIELD_ORDER);
@@ -776,7 +813,7 @@ static void test_settings_malformed(void **state)
         uint32_t S = FED_WIRE_SETTINGS_MAX + 4;
 
         len = model_bytes(big, sizeof big);
-        big[len] = 15; /* an unknown, optional field filling the rest */
+        big[len] = 31; /* an unknown, optional field filling the rest */
         big[len + 4] = (uint8_t)(S - (len - 12) - 8);
         big[len + 5] = (uint8_t)((S - (len - 12) - 8) >> 8);
         big[8] = (uint8_t)S, big[9] = (uint8_t)(S >> 8);
@@ -1540,6 +1577,7 @@ int main(void)
         cmocka_unit_test(test_blocks_rejected),
         cmocka_unit_test(test_settings_fields_roundtrip),
         cmocka_unit_test(test_settings_unknown_fields),
+        cmocka_unit_test(test_settings_input),
         cmocka_unit_test(test_settings_dp_field),
         cmocka_unit_test(test_settings_stats_field),
         cmocka_unit_test(test_secagg_blocks),
