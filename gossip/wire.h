@@ -128,15 +128,27 @@
  *               id, and then required: a graph longer than a spec travels
  *               whole, never capped at 127 bytes. Parsed as untrusted input
  *               (its id checked here; its size and cost by the client)
+ *      14  8..263 the tensors' paths (node/layout.h): flags u32
+ *               (FED_WIRE_PATHS_LOCAL_BN, FED_WIRE_PATHS_STATS_LOCAL), the
+ *               statistics segment's secure range f32 (> 0 with field 12
+ *               on, else 0), then --local-layers' globs (0..255 bytes,
+ *               printable ASCII, no NUL). Present only when some tensor
+ *               does not take the trained path, and then required: a node
+ *               that ignored it would send what must stay at its site
  *   This node marks 1-10 required, 11 when it requires DP-SGD, 12 when on,
- *   13 when present: its MODEL block is FED_WIRE_MODEL_BLOCK_BYTES (311),
- *   8 + the graph's length more with 13. MODEL's fields may take
- *   FED_WIRE_SETTINGS_MAX bytes.
+ *   13 and 14 when present: its MODEL block is FED_WIRE_MODEL_BLOCK_BYTES
+ *   (311), 8 + the graph's length more with 13, 16 + the globs' with 14.
+ *   MODEL's fields may take FED_WIRE_SETTINGS_MAX bytes.
  * DELTA's and LEAVE's fields:
  *     tag  L    value
  *       1  16   DP report (optional): the client's epsilon spent so far
  *               (f64 >= 0) and its budget (f64 >= 0; 0: none), both 0 from
  *               a client that keeps no account. DELTA 44 bytes, LEAVE 36.
+ *       2  12..68 DELTA only, the vector's segments (node/agg_input.h):
+ *               count u32 (1..8), then per segment its floats u32 and its
+ *               weight rule u32 (0 samples, 1 mean, 2 sum); the vector
+ *               holds them back to back. Present only when the vector is
+ *               not the whole flat buffer (field 14), and then required.
  * The receiver checks, in this order, before any expensive work: size limits
  * (FED_ERR_FRAME_TOO_LARGE, FED_ERR_FRAME_TRUNCATED); magic and version
  * (FED_ERR_FRAME_MAGIC, FED_ERR_FRAME_VERSION); type and flags
@@ -215,11 +227,19 @@ typedef enum fed_wire_setting_tag {
     FED_WIRE_SET_DP_SGD = 11,
     FED_WIRE_SET_SECAGG = 12,
     FED_WIRE_SET_GRAPH = 13,
+    FED_WIRE_SET_PATHS = 14,
 } fed_wire_setting_tag;
-#define FED_WIRE_SET_TAG_MAX 13
+#define FED_WIRE_SET_TAG_MAX 14
+/* Field 14's flags: which tensors stay at the sites (node/layout.h). */
+#define FED_WIRE_PATHS_LOCAL_BN 0x1u    /* every norm tensor (FedBN) */
+#define FED_WIRE_PATHS_STATS_LOCAL 0x2u /* every non-trained statistic (DP) */
+#define FED_WIRE_LOCAL_LAYERS_MAX 255   /* bytes of field 14's globs */
 #define FED_WIRE_DP_REQUIRED 0x1u /* DP-SGD field: the round must be trained with it */
 /* DELTA's and LEAVE's fields. */
 #define FED_WIRE_FIELD_DP_REPORT 1 /* epsilon spent, budget (f64 each) */
+#define FED_WIRE_FIELD_SEGMENTS 2  /* DELTA: its vector's segments (count, then
+                                      length and rule each) */
+#define FED_WIRE_SEGMENTS_MAX 8    /* segments a DELTA's field may list */
 
 typedef enum fed_wire_type {
     FED_WIRE_HELLO = 1,
@@ -351,6 +371,11 @@ typedef struct fed_wire_settings {
        graph_len bytes, no NUL; decoded, a view into the block received */
     const char *graph;
     uint32_t graph_len;
+    /* the tensors' paths (field 14; absent: every tensor trained and sent) */
+    uint32_t paths_on;       /* 1: field 14 present */
+    uint32_t paths_flags;    /* FED_WIRE_PATHS_* */
+    float sa_stats_range;    /* secure: the statistics segment's range (> 0), else 0 */
+    char local_layers[FED_WIRE_LOCAL_LAYERS_MAX + 1]; /* --local-layers, NUL-terminated */
 } fed_wire_settings;
 
 /* A decoded typed block; which fields mean something depends on the type. */
@@ -375,6 +400,11 @@ typedef struct fed_wire_block {
     uint8_t result_hash[32];    /* AR_VERIFY */
     double dp_epsilon;          /* DELTA, LEAVE: epsilon the client has spent */
     double dp_budget;           /* DELTA, LEAVE: its budget (0: none) */
+    uint32_t seg_count;         /* DELTA: segments its field lists (0: absent,
+                                   the vector is the whole flat buffer) */
+    uint32_t seg_len[FED_WIRE_SEGMENTS_MAX];  /* DELTA: each segment's floats */
+    uint32_t seg_rule[FED_WIRE_SEGMENTS_MAX]; /* DELTA: each one's weight rule
+                                   (node/agg_input.h agg_weight) */
     uint16_t refused_tag;       /* refused with FED_ERR_FIELD_REQUIRED: the
                                    required field's tag this node does not know */
 } fed_wire_block;
