@@ -27,6 +27,7 @@
 #include "gossip/peers.h"
 #include "mpi/coll.h"
 #include "node/daemon.h"
+#include "node/layout.h"
 #include "node/settings.h"
 #include "node/site.h"
 
@@ -384,6 +385,9 @@ static int check_round_options(const run_cfg *c, const run_state *s, fed_node_co
     else if (!strcmp(bad, "lr-warmup"))
         fed_cli_error("run: --lr-warmup %d leaves no round of --lr-schedule %s in %d rounds",
                       c->s.lr_warmup, c->s.lr_schedule, c->s.rounds);
+    else if (!strcmp(bad, "local-layers"))
+        fed_cli_error("run: --local-layers '%s': comma-separated globs over tensor names "
+                      "(e.g. fc3.*,conv1.bias), no spaces, at most 255 bytes", c->s.local_layers);
     else
         fed_cli_error("run: --mode '%s': sync or async", c->s.mode);
     return 2;
@@ -594,6 +598,15 @@ static int fill_node_config(const run_cfg *c, run_state *s, fed_node_config *nc)
             /* its own --model: a MODEL of another graph is declined at once */
             nc->own_model = c->graph ? c->graph : c->s.model;
         fed_node_settings_apply_dp(&c->s, nc);
+        /* its own --local-layers/--local-bn: a check of the aggregator's */
+        if (!fed_node_layout_patterns_ok(c->s.local_layers)) {
+            fed_cli_error("run: --local-layers '%s': comma-separated globs over tensor names "
+                          "(e.g. fc3.*,conv1.bias), no spaces, at most 255 bytes",
+                          c->s.local_layers);
+            return 2;
+        }
+        snprintf(nc->local_layers, sizeof nc->local_layers, "%s", c->s.local_layers);
+        nc->local_bn = c->s.local_bn;
         return aggregator_key(c, s, &nc->aggregator);
     }
     if ((rc = fill_training(c, s, nc)) >= 0)

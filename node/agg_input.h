@@ -6,8 +6,10 @@
  *
  * A contribution is a vector of segments, each a run of floats with its
  * own weight rule and, under secure aggregation, its own quantization
- * range. Today one segment exists, the model delta (rule SAMPLES); secure
- * aggregation carries its summed weight as a second (rule SUM). A
+ * range. The model delta is segment 0 (rule SAMPLES, through the merge
+ * strategy), a model's non-trained statistics segment 1 (SAMPLES, outside
+ * it: node/layout.h); secure aggregation carries its summed weight as the
+ * last (rule SUM). A
  * control-variate delta (SCAFFOLD), step counts or federated statistics
  * come as more segments; hierarchical aggregation as another agg_input_ops.
  *
@@ -75,10 +77,11 @@ FED_WUR fed_err fed_agg_seg_dequantize(const agg_segment *segs, size_t nseg, uin
 void fed_agg_seg_finish(const agg_segment *segs, size_t nseg, const float *deq, uint32_t m,
                         double weight, float *out);
 
-/* The segments of a secure contribution today, into segs (returned: how
- * many): the model delta (nparams, SAMPLES) and its weight (one SUM value,
- * 2 range f - range), both at range. */
-size_t fed_agg_seg_secure(size_t nparams, double range, agg_segment *segs);
+/* The segments of a secure contribution, into segs (returned: how many):
+ * the sent delta's nd segments (delta, each at its own range: the trained
+ * floats, then the statistics, node/layout.h) and its weight (one SUM
+ * value, 2 range f - range) at range. */
+size_t fed_agg_seg_secure(const agg_segment *delta, size_t nd, double range, agg_segment *segs);
 
 /* ---- the round's aggregate input, for the aggregator's round path ---- */
 typedef struct fed_node fed_node;
@@ -136,6 +139,12 @@ typedef struct agg_input_ops {
  * either; *inner the one a wrapper wraps (itself when none). Set after
  * n->agg->sa and n->agg->dp. */
 const agg_input_ops *fed_node_agg_input_of(const fed_node *n, const agg_input_ops **inner);
+
+/* After the strategy merged the trained floats into the host copy: the
+ * other floats each by their own rule (node/layout.h): a statistic is its
+ * committed value plus the round's mean delta, a local tensor stays as
+ * committed (the aggregator keeps its own); the model takes the result. */
+FED_WUR fed_err fed_node_agg_input_settle(fed_node *n);
 
 /* A host vector as merge input k's delta: itself on the CPU backend, else
  * uploaded to the input's device buffer. */

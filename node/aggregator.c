@@ -19,6 +19,7 @@
 #include "node/ckpt_model.h"
 #include "node/aggregator_impl.h"
 #include "node/secagg_impl.h"
+#include "node/test_hooks.h"
 
 /* After a failed round (a failed commit), the next try waits gather_ms,
  * then twice as long each time, up to this. */
@@ -42,6 +43,48 @@ static fed_err alloc_scratch(fed_node *n)
     if (!a->host || !a->committed || (sf && !a->committed_state) || !a->dev || !a->inputs ||
         !a->results || !a->parts)
         return FED_ERR_NOMEM;
+    return FED_OK;
+}
+
+/* The tensors' paths (node/layout.h) from --local-layers and --local-bn;
+ * under DP (DP-FedAvg, or DP-SGD required) every norm tensor and every
+ * statistic stays at the sites, computed from the data without noise. */
+static fed_err paths_new(fed_node *n)
+{
+    const fed_node_config *c = &n->cfg;
+    node_agg *a = n->agg;
+    int dp = c->dp_client_clip > 0 || c->require_dp_sgd, nt;
+    const fed_tensor_info *t = fed_model_tensors(a->model, &nt);
+    size_t norm = 0, stats = 0;
+    fed_err e;
+
+    a->rules.local_layers = c->local_layers;
+    a->rules.local_bn = c->local_bn || dp;
+    a->rules.stats_local = dp;
+    if ((e = fed_node_layout_of(t, nt, a->nparams, &a->rules, &a->layout)) != FED_OK)
+        return e;
+    for (int i = 0; i < nt; i++) {
+        if (t[i].flags & FED_TENSOR_NORM)
+            norm += t[i].numel;
+        if (!(t[i].flags & FED_TENSOR_TRAINED) && !(t[i].flags & FED_TENSOR_COUNT))
+            stats += t[i].numel;
+        /* a counter shapes no output: the aggregator keeps its own */
+        if (!(t[i].flags & FED_TENSOR_COUNT) &&
+            fed_node_layout_path(&t[i], &a->rules) == LAYOUT_LOCAL)
+            a->eval_local = 1;
+    }
+    if (dp && !c->local_bn && (norm || stats))
+        fed_log(FED_LOG_INFO, "aggregator: DP: the model's batch-norm tensors and non-trained "
+                "statistics (%zu floats) stay at the sites (--local-bn implied): they are "
+                "computed from the data without noise", norm + stats);
+    if (stats && !a->rules.stats_local && a->layout.len[LAYOUT_STATS] &&
+        !(a->stats = fed_calloc(a->layout.len[LAYOUT_STATS], sizeof *a->stats)))
+        return FED_ERR_NOMEM;
+    if (a->eval_local)
+        fed_log(FED_LOG_WARN, "aggregator: %zu of %zu parameters stay at the sites (%s): this "
+                "node's own evaluation uses its initial values of them and is not meaningful; "
+                "the sites' evaluation is the measure", a->layout.len[LAYOUT_LOCAL], a->nparams,
+                c->local_layers[0] ? "--local-layers" : dp ? "DP" : "--local-bn");
     return FED_OK;
 }
 
@@ -81,12 +124,17 @@ static fed_err fed_node_agg_new(fed_node *n)
                            &a->model)) != FED_OK)
         return e;
     a->nparams = fed_model_nparams(a->model);
+    if (c->hooks && c->hooks->mark_model)
+        c->hooks->mark_model(c->hooks->ctx, a->model);
+    if ((e = paths_new(n)) != FED_OK)
+        return e;
     if ((e = fed_merge_new(c->strategy, a->nparams, &mc, c->be, &a->merge)) != FED_OK)
         return e;
     if ((e = alloc_scratch(n)) != FED_OK)
         return e;
     if (c->secagg) {
-        const char *why = fed_node_sa_agg_misfit(c, a->nparams, (size_t)a->max_clients);
+        const char *why = fed_node_sa_agg_misfit(c, fed_node_layout_sent(&a->layout),
+                                                 (size_t)a->max_clients);
 
         if (why) {
             fed_log(FED_LOG_ERROR, "aggregator: %s", why);
@@ -139,6 +187,8 @@ static void fed_node_agg_free(fed_node *n)
     fed_node_agg_eval_free(a);
     fed_node_agg_dp_free(a);
     fed_node_agg_budget_free(a);
+    fed_node_layout_fini(&a->layout);
+    fed_free(a->stats);
     fed_free(a);
     n->agg = NULL;
 }
@@ -437,6 +487,14 @@ void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b)
     }
     if (n->agg->sa)
         fed_node_sa_agg_settings(n, round, s);
+    if (!fed_node_layout_trivial(&n->agg->layout) || c->local_layers[0] || c->local_bn ||
+        n->agg->rules.local_bn) { /* field 14: which tensors stay, for every client alike */
+        s->paths_on = 1;
+        s->paths_flags = (n->agg->rules.local_bn ? FED_WIRE_PATHS_LOCAL_BN : 0) |
+                         (n->agg->rules.stats_local ? FED_WIRE_PATHS_STATS_LOCAL : 0);
+        snprintf(s->local_layers, sizeof s->local_layers, "%s", c->local_layers);
+        s->sa_stats_range = n->agg->sa ? (float)c->secagg_stats_range : 0;
+    }
 }
 
 static node_cast cast_of(const agg_hold *h)
@@ -956,7 +1014,8 @@ fed_err fed_node_agg_close_round(fed_node *n)
         e = fed_merge_apply(a->merge, fed_model_params_dev(a->model), a->inputs, out.count,
                             out.results);
         a->model_vec_len = 0; /* the global moved: no MODEL vector encoded yet */
-        if (e != FED_OK || (e = fed_model_get_params(a->model, a->host)) != FED_OK)
+        if (e != FED_OK || (e = fed_model_get_params(a->model, a->host)) != FED_OK ||
+            (e = fed_node_agg_input_settle(n)) != FED_OK) /* statistics, local tensors */
             goto fail;
         a->in->merged(n, &out);
     }
@@ -1057,7 +1116,7 @@ fed_err fed_node_agg_answer_model(fed_node *n, fed_req *req, const fed_wire_hdr 
 
 static void fed_node_agg_prepare_open(fed_node *n, node_open *op)
 {
-    op->expect_n = n->agg->nparams;
+    op->expect_n = fed_node_layout_sent(&n->agg->layout); /* what leaves a site */
     op->expect_codec = (uint16_t)n->agg->codec.id;
 }
 
@@ -1092,19 +1151,55 @@ fed_err fed_node_agg_ack_duplicate(fed_node *n, node_open *op)
     return e;
 }
 
-/* op's delta into part p (taken from op), then ACK. */
+/* Whether a DELTA's segments field says what this aggregator's layout
+ * does: none for the whole flat buffer, else each segment's length and
+ * rule (the vector's length was checked when it decoded). */
+static int segments_match(const node_agg *a, const fed_wire_block *b)
+{
+    agg_segment segs[AGG_SEGMENTS_MAX];
+    size_t nseg;
+
+    if (fed_node_layout_trivial(&a->layout))
+        return b->seg_count == 0;
+    nseg = fed_node_layout_segments(&a->layout, 0, 0, segs);
+    if (b->seg_count != nseg)
+        return 0;
+    for (size_t i = 0; i < nseg; i++)
+        if (b->seg_len[i] != segs[i].len || b->seg_rule[i] != (uint32_t)segs[i].rule)
+            return 0;
+    return 1;
+}
+
+/* op's delta into part p (taken from op), then ACK; a delta whose
+ * segments are not the round's is refused (FED_ERR_SEGMENTS). */
 fed_err fed_node_agg_take_delta(fed_node *n, node_open *op, agg_part *p)
 {
     node_agg *a = n->agg;
     const fed_wire_msg *m = &op->msg;
     fed_err e;
 
+    if (!segments_match(a, &m->block)) {
+        fed_log(FED_LOG_WARN, "aggregator: round %llu: a delta whose segments (%u listed) are "
+                "not this round's tensor layout (%zu floats sent of %zu): refused",
+                (unsigned long long)m->hdr.round, m->block.seg_count,
+                fed_node_layout_sent(&a->layout), a->nparams);
+        return fed_node_agg_refuse_delta(n, op, FED_ERR_SEGMENTS, 0);
+    }
+
     p->got = 1;
     p->base = m->hdr.round;
     p->epoch = m->hdr.sender_epoch;
     p->samples = m->block.samples;
-    p->delta = op->vec;
-    op->vec = NULL;
+    if (fed_node_layout_trivial(&a->layout)) {
+        p->delta = op->vec;
+        op->vec = NULL;
+    } else { /* the sent floats where they belong, zero on the local ones */
+        if (!(p->delta = fed_malloc(a->nparams * sizeof *p->delta))) {
+            p->got = 0;
+            return FED_ERR_NOMEM;
+        }
+        fed_node_layout_unpack(&a->layout, op->vec, p->delta);
+    }
     memcpy(p->header, m->header, FED_WIRE_HEADER_BYTES);
     memcpy(p->digest, m->digest, sizeof p->digest);
     memcpy(p->sig, m->sig, sizeof p->sig);

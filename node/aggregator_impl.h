@@ -137,6 +137,13 @@ struct node_agg {
     struct node_sa_agg *sa; /* cfg.secagg: the round's secure aggregation (secagg_agg.c) */
     const agg_input_ops *in; /* the round's aggregate input (agg_input.c): plain,
                                 secure, DP-FedAvg around either */
+    fed_node_layout layout; /* the tensors' paths (node/layout.h): what a DELTA
+                               carries, what the strategy merges */
+    layout_rules rules;     /* what decided it, sent in each MODEL (field 14) */
+    int eval_local;         /* tensors that shape the output stay at the sites:
+                               this node's own evaluation is not meaningful */
+    float *stats;           /* (layout.len[STATS]) the round's statistics: their
+                               sample-weighted mean delta, outside the strategy */
     agg_member_dp *mdp;     /* (nmdp, sorted by key) clients' reported budgets */
     size_t nmdp, cap_mdp;
     uint64_t mdp_version;   /* bumped when a row changes (the status snapshot's cue) */

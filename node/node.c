@@ -50,6 +50,7 @@ void fed_node_config_default(fed_node_config *cfg)
     cfg->secagg_max_weight = 1000;
     cfg->secagg_bits = 20;
     cfg->secagg_range = 4;
+    cfg->secagg_stats_range = 64;
     cfg->secagg_stage_ms = 10000;
     cfg->secagg_min_clients = FED_NODE_SA_FLOOR;
 }

@@ -152,6 +152,12 @@ typedef struct fed_node_config {
     double max_model_params;      /* default FED_NODE_MAX_MODEL_PARAMS */
     double max_model_flops;       /* forward + backward per sample; default
                                      FED_NODE_MAX_MODEL_FLOPS */
+    /* aggregator: tensors that stay at the sites (node/layout.h), sent in
+       each MODEL (field 14) so every site keeps the same ones; a client's
+       own (when set) must agree or the round is declined */
+    char local_layers[256];       /* comma-separated globs over tensor names
+                                     ("fc3.*"); "": none */
+    int local_bn;                 /* every norm tensor stays (FedBN) */
     uint32_t local_epochs;        /* default 1 */
     uint32_t batch;               /* default 64 */
     uint8_t optimizer;            /* fed_optim_kind, default SGD (momentum 0.9) */
@@ -246,6 +252,8 @@ typedef struct fed_node_config {
     double secagg_max_weight;     /* a client's weight cap in samples; default 1000 */
     uint32_t secagg_bits;         /* quantized bits; default 20 (4096 clients fit) */
     double secagg_range;          /* per-coordinate clip; default 4 */
+    double secagg_stats_range;    /* the statistics segment's clip (running
+                                     means and variances, node/layout.h); default 64 */
     uint64_t secagg_stage_ms;     /* each stage's deadline (the masked input's:
                                      deadline_ms); default 10000 */
     uint32_t secagg_min_clients;  /* the floor of a secure round's key list and

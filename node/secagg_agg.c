@@ -62,7 +62,9 @@ struct node_sa_agg {
     char outcome[160];      /* why, for the try's row (written with the round) */
     size_t words;           /* nparams + 1 */
     uint32_t *sum;          /* (words) */
-    float *mean;            /* (nparams) the unmasked mean */
+    float *mean;            /* (nparams) the unmasked mean: the trained floats
+                               (node/layout.h), zero elsewhere */
+    float *stats;           /* (the layout's statistics) their unmasked mean, or NULL */
     double weight;
 };
 
@@ -115,13 +117,17 @@ fed_err fed_node_sa_agg_new(fed_node *n, node_sa_agg **out)
     *out = NULL;
     if (!s)
         return FED_ERR_NOMEM;
-    s->words = n->agg->nparams + 1;
+    size_t ns = n->agg->layout.len[LAYOUT_STATS];
+
+    s->words = fed_node_layout_sent(&n->agg->layout) + 1; /* what leaves the sites */
     s->m = fed_calloc(mc, sizeof *s->m);
     s->mean = fed_malloc(n->agg->nparams * sizeof(float) + 1);
+    s->stats = ns ? fed_malloc(ns * sizeof(float)) : NULL;
     s->sum = fed_malloc(s->words * sizeof(uint32_t));
-    if (!s->m || !s->mean || !s->sum) {
+    if (!s->m || !s->mean || !s->sum || (ns && !s->stats)) {
         fed_free(s->m);
         fed_free(s->mean);
+        fed_free(s->stats);
         fed_free(s->sum);
         fed_free(s);
         return FED_ERR_NOMEM;
@@ -172,6 +178,7 @@ void fed_node_sa_agg_free(fed_node *n, node_sa_agg *s)
     try_clear(s);
     fed_free(s->m);
     fed_free(s->mean);
+    fed_free(s->stats);
     fed_free(s->sum);
     fed_free(s);
 }
@@ -236,6 +243,8 @@ const float *fed_node_sa_agg_mean(const node_sa_agg *s, double *weight)
     *weight = s->weight;
     return s->mean;
 }
+
+const float *fed_node_sa_agg_stats(const node_sa_agg *s) { return s->stats; }
 
 const char *fed_node_sa_agg_fate(const node_sa_agg *s, size_t i)
 {
@@ -659,8 +668,9 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
     fed_secagg_share *buf = fed_crypto_guarded_alloc((size_t)s->k + 1, sizeof *buf);
     fed_secagg_maskset *ms = NULL; /* every mask to remove: one blocked walk */
     float *deq = NULL;
-    agg_segment segs[AGG_SEGMENTS_MAX]; /* the delta and its weight (agg_input.h) */
-    size_t nseg;
+    agg_segment dsegs[AGG_SEGMENTS_MAX]; /* the delta's segments (node/layout.h) */
+    agg_segment segs[AGG_SEGMENTS_MAX];  /* and its weight (agg_input.h) */
+    size_t nd, nseg;
     uint32_t m3 = count_flags(s->u3, s->n1);
     uint64_t top = (uint64_t)m3 * ((s->q.bits >= 32 ? 0 : (UINT64_C(1) << s->q.bits)) - 1);
     fed_err e = FED_OK;
@@ -723,7 +733,8 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
             e = FED_ERR_RANGE;
             goto out;
         }
-    nseg = fed_agg_seg_secure(s->words - 1, s->q.range, segs);
+    nd = fed_node_layout_segments(&a->layout, s->q.range, n->cfg.secagg_stats_range, dsegs);
+    nseg = fed_agg_seg_secure(dsegs, nd, s->q.range, segs);
     if ((e = fed_agg_seg_dequantize(segs, nseg, s->q.bits, s->sum, m3, deq)) != FED_OK)
         goto out;
     /* the weight coordinate carries 2 r w / W - r per client */
@@ -733,7 +744,15 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
         e = FED_ERR_RANGE;
         goto out;
     }
-    fed_agg_seg_finish(segs, 1, deq, m3, s->weight, s->mean); /* the delta, by the weight */
+    /* each segment of the delta by its rule (the weight word stays), then
+       the trained floats into the mean, the statistics apart */
+    fed_agg_seg_finish(dsegs, nd, deq, m3, s->weight, deq);
+    fed_node_layout_unpack(&a->layout, deq, s->mean);
+    if (s->stats) {
+        memcpy(s->stats, deq + a->layout.len[LAYOUT_TRAINED],
+               a->layout.len[LAYOUT_STATS] * sizeof *s->stats);
+        fed_node_layout_fill(&a->layout, LAYOUT_STATS, s->mean, 0.0f);
+    }
     s->weight *= weight_cap(n);
 out:
     fed_crypto_slot_release(ar, slot);
@@ -741,7 +760,9 @@ out:
     fed_crypto_guarded_free(buf);
     if (e != FED_OK) { /* a failed try keeps no sum, not even a partial one */
         sodium_memzero(s->sum, s->words * sizeof *s->sum);
-        sodium_memzero(s->mean, (s->words - 1) * sizeof *s->mean);
+        sodium_memzero(s->mean, a->nparams * sizeof *s->mean);
+        if (s->stats)
+            sodium_memzero(s->stats, a->layout.len[LAYOUT_STATS] * sizeof *s->stats);
     }
     fed_free(deq);
     return e;

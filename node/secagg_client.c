@@ -45,6 +45,7 @@ struct node_sa_client {
     fed_secagg_ctx ctx;
     fed_secagg_quant q;
     double max_weight, dropout;
+    double stats_range;     /* the statistics segment's range (MODEL field 14) */
     fed_secagg_keys *keys;  /* arena slot */
     uint32_t n1, me, k, t;
     sa_key_entry *list;     /* (n1) */
@@ -322,6 +323,7 @@ fed_err fed_node_sa_client_begin(fed_node *n, const fed_wire_msg *model)
     s->q.clip_norm = st->sa_clip;
     s->q.range = st->sa_range;
     s->q.bits = st->sa_bits;
+    s->stats_range = st->paths_on ? st->sa_stats_range : st->sa_range;
     s->max_weight = st->sa_max_weight;
     s->dropout = st->sa_dropout;
     s->max_resends = SC_MAX_RESENDS;
@@ -544,12 +546,15 @@ static fed_err send_masked(fed_node *n)
     return start_stage(n, SC_MASKED, FED_WIRE_SA_MASKED, (uint32_t)s->words);
 }
 
-fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, size_t nparams,
+fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, const fed_node_layout *l,
                                    uint64_t samples)
 {
     node_sa_client *s = n->client_sa;
     double w = (double)samples < s->max_weight ? (double)samples : s->max_weight;
     double f = w / s->max_weight, r = s->q.range;
+    agg_segment dsegs[AGG_SEGMENTS_MAX]; /* the delta's: trained, statistics */
+    size_t nd = fed_node_layout_segments(l, r, s->stats_range, dsegs);
+    size_t nparams = fed_agg_seg_len(dsegs, nd), off = 0;
     float *x;
     fed_rng rng;
     uint64_t seed;
@@ -563,23 +568,29 @@ fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, size_t npara
         fed_free(x);
         return FED_ERR_NOMEM;
     }
-    /* the L2 clip the aggregator's strategy names (clip:NORM+), then each
-       value into the range, then weighted: each value in [-r, r]; the
-       weight, 2 r w / W - r, one more coordinate */
-    double l2 = fed_secagg_clip_scale(&s->q, delta, nparams);
+    /* the L2 clip the aggregator's strategy names (clip:NORM+), over the
+       trained floats only, then each value into its segment's range, then
+       weighted: each value in [-range, range]; the weight, 2 r w / W - r,
+       one more coordinate */
+    double l2 = fed_secagg_clip_scale(&s->q, delta, dsegs[0].len);
 
-    for (size_t i = 0; i < nparams; i++) {
-        double v = l2 * delta[i];
+    for (size_t g = 0; g < nd; g++) {
+        double rg = dsegs[g].range, scale = g == 0 ? l2 : 1.0;
 
-        v = v > r ? r : v < -r ? -r : v;
-        x[i] = (float)(v * f);
+        for (size_t i = off; i < off + dsegs[g].len; i++) {
+            double v = scale * delta[i];
+
+            v = v > rg ? rg : v < -rg ? -rg : v;
+            x[i] = (float)(v * f);
+        }
+        off += dsegs[g].len;
     }
     x[nparams] = (float)(2 * r * f - r);
     fed_crypto_keystream_random(&s->ks, &seed, sizeof seed);
     fed_rng_seed(&rng, seed);
     { /* clipped above (the weight word is no delta): each segment at its range */
         agg_segment segs[AGG_SEGMENTS_MAX];
-        size_t nseg = fed_agg_seg_secure(nparams, s->q.range, segs);
+        size_t nseg = fed_agg_seg_secure(dsegs, nd, s->q.range, segs);
 
         e = fed_agg_seg_quantize(segs, nseg, s->q.bits, x, &rng, s->masked);
     }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "model/codec.h"
+#include "node/layout.h"
 
 fed_err fed_node_settings_apply(const fed_node_settings *s, uint32_t nclients,
                                 fed_node_config *c, const char **bad)
@@ -32,6 +33,8 @@ fed_err fed_node_settings_apply(const fed_node_settings *s, uint32_t nclients,
         *bad = "mode";
     else if (fed_data_parse_augment(s->augment, &c->augment) != FED_OK)
         *bad = "augment";
+    else if (!fed_node_layout_patterns_ok(s->local_layers))
+        *bad = "local-layers";
     if (*bad)
         return FED_ERR_SPEC;
     snprintf(c->spec, sizeof c->spec, "%s", s->model);
@@ -61,6 +64,8 @@ fed_err fed_node_settings_apply(const fed_node_settings *s, uint32_t nclients,
     snprintf(c->mixing, sizeof c->mixing, "%s", s->mixing);
     c->final_mix = (uint32_t)s->final_mix;
     c->group_size = (uint32_t)s->group_size;
+    snprintf(c->local_layers, sizeof c->local_layers, "%s", s->local_layers);
+    c->local_bn = s->local_bn;
     fed_node_settings_apply_dp(s, c);
     return FED_OK;
 }
@@ -83,6 +88,7 @@ void fed_node_settings_apply_dp(const fed_node_settings *s, fed_node_config *c)
     c->secagg_max_weight = s->secagg_max_weight;
     c->secagg_bits = (uint32_t)s->secagg_bits;
     c->secagg_range = s->secagg_range;
+    c->secagg_stats_range = s->secagg_stats_range;
     c->secagg_stage_ms = (uint64_t)s->secagg_stage_ms;
     c->secagg_min_clients = (uint32_t)s->secagg_min_clients;
 }

@@ -48,15 +48,32 @@ out:
     return e;
 }
 
-/* delta = trained - global (then the simulator's tamper hook, if any),
- * encoded with the round's codec. */
+/* delta = trained - global, the floats that leave the site packed as the
+ * layout says (then the simulator's tamper hook, if any), encoded with the
+ * round's codec; the local tensors as trained kept in local_out. */
 static fed_err encode_delta(node_train_job *j, float *p)
 {
+    const fed_node_layout *l = &j->layout;
+    float *d = p;
+
+    if (l->len[LAYOUT_LOCAL]) {
+        if (!j->local_out && !(j->local_out = fed_malloc(l->len[LAYOUT_LOCAL] * sizeof(float))))
+            return FED_ERR_NOMEM;
+        fed_node_layout_gather(l, LAYOUT_LOCAL, p, j->local_out);
+    }
     for (size_t i = 0; i < j->nparams; i++)
-        p[i] -= j->global[i];
+        p[i] -= j->from[i];
+    j->sent_n = j->nparams;
+    if (!fed_node_layout_trivial(l)) {
+        if (!j->sent && !(j->sent = fed_malloc(j->nparams * sizeof *j->sent)))
+            return FED_ERR_NOMEM;
+        fed_node_layout_pack(l, p, j->sent);
+        d = j->sent;
+        j->sent_n = fed_node_layout_sent(l);
+    }
     if (j->hooks && j->hooks->tamper_delta)
-        j->hooks->tamper_delta(j->hooks->ctx, j->round, p, j->nparams);
-    return fed_node_encode_vec(&j->codec, p, j->nparams, j->residual, &j->vec, &j->cap_vec,
+        j->hooks->tamper_delta(j->hooks->ctx, j->round, d, j->sent_n);
+    return fed_node_encode_vec(&j->codec, d, j->sent_n, j->residual, &j->vec, &j->cap_vec,
                                &j->vec_len);
 }
 
@@ -64,11 +81,50 @@ void fed_node_train_job_release(node_train_job *j)
 {
     fed_model_free(j->model);
     fed_free(j->trained);
+    fed_free(j->sent);
+    fed_free(j->start);
     fed_free(j->vec);
+    fed_free(j->local_out);
+    fed_node_layout_fini(&j->layout);
     j->model = NULL;
     j->trained = NULL;
+    j->sent = NULL;
+    j->start = NULL;
     j->vec = NULL;
+    j->local_out = NULL;
     j->cap_vec = j->vec_len = 0;
+}
+
+/* The round's tensor paths over the model's table, as the MODEL's field 14
+ * says; the client's kept local tensors put into the start (or, the first
+ * time, taken from the MODEL). A DP-SGD site sends no noiseless
+ * statistics. */
+static fed_err round_layout(node_train_job *j)
+{
+    const fed_wire_settings *s = &j->set;
+    layout_rules r = {.local_layers = s->local_layers,
+                      .local_bn = (s->paths_flags & FED_WIRE_PATHS_LOCAL_BN) != 0,
+                      .stats_local = (s->paths_flags & FED_WIRE_PATHS_STATS_LOCAL) != 0};
+    const fed_tensor_info *t;
+    int nt;
+    fed_err e;
+
+    t = fed_model_tensors(j->model, &nt);
+    fed_node_layout_fini(&j->layout);
+    fed_free(j->local_out); /* sized for the last layout */
+    j->local_out = NULL;
+    if ((e = fed_node_layout_of(t, nt, j->nparams, &r, &j->layout)) != FED_OK)
+        return e;
+    if (j->dp_on && j->layout.len[LAYOUT_STATS])
+        return FED_ERR_DP_STATS;
+    if (j->local && j->local_n == j->layout.len[LAYOUT_LOCAL] && j->local_n) {
+        if (!j->start && !(j->start = fed_malloc(j->nparams * sizeof *j->start)))
+            return FED_ERR_NOMEM;
+        memcpy(j->start, j->global, j->nparams * sizeof *j->start);
+        fed_node_layout_scatter(&j->layout, LAYOUT_LOCAL, j->local, j->start);
+        j->from = j->start;
+    }
+    return FED_OK;
 }
 
 /* The round's model: last round's when its spec and batch are the same (a
@@ -80,11 +136,19 @@ static fed_err round_model(node_train_job *j)
         return FED_OK;
     fed_model_free(j->model);
     fed_free(j->trained); /* sized for the old model */
+    fed_free(j->sent);
+    fed_free(j->start);
     j->model = NULL;
     j->trained = NULL;
+    j->sent = NULL;
+    j->start = NULL;
     /* a graph named by its id is built from its whole text */
-    return fed_model_new(j->set.graph ? j->set.graph : j->set.spec, j->data->shape, j->be,
-                         j->pool, j->shards, (int)j->set.batch, &j->model);
+    fed_err e = fed_model_new(j->set.graph ? j->set.graph : j->set.spec, j->data->shape, j->be,
+                              j->pool, j->shards, (int)j->set.batch, &j->model);
+
+    if (e == FED_OK && j->hooks && j->hooks->mark_model)
+        j->hooks->mark_model(j->hooks->ctx, j->model);
+    return e;
 }
 
 void fed_node_train_job_run(fed_job *job)
@@ -95,9 +159,8 @@ void fed_node_train_job_run(fed_job *job)
     fed_optim_cfg oc;
     fed_err e;
 
-    if (fed_node_site_ranks(j) > 1 && fed_coll_rank(j->coll) == 0 &&
-        (e = fed_node_site_announce(j)) != FED_OK)
-        goto out;
+    /* the model first: its tensors' paths put the client's local tensors
+       into the start its other ranks are sent */
     if ((e = round_model(j)) != FED_OK)
         goto out;
     m = j->model;
@@ -105,12 +168,18 @@ void fed_node_train_job_run(fed_job *job)
         e = FED_ERR_SHAPE;
         goto out;
     }
+    j->from = j->global;
+    if (!j->params && (e = round_layout(j)) != FED_OK)
+        goto out;
+    if (fed_node_site_ranks(j) > 1 && fed_coll_rank(j->coll) == 0 &&
+        (e = fed_node_site_announce(j)) != FED_OK)
+        goto out;
     fed_optim_cfg_default(&oc, (fed_optim_kind)j->set.optimizer);
     oc.lr = j->set.lr;
     oc.prox_mu = j->set.mu;
     if (oc.kind == FED_OPTIM_SGD)
         oc.momentum = j->set.momentum;
-    if ((e = fed_model_set_params(m, j->global)) != FED_OK ||
+    if ((e = fed_model_set_params(m, j->from)) != FED_OK ||
         (e = fed_optim_new(&oc, m, &o)) != FED_OK)
         goto out;
     if (oc.prox_mu > 0 && (e = fed_optim_set_anchor(o, m)) != FED_OK)

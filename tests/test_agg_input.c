@@ -164,8 +164,9 @@ static void test_secure_as_one_range(void **state)
     static uint32_t a[N + 1], b[N + 1];
     agg_segment segs[AGG_SEGMENTS_MAX];
     fed_secagg_quant q = {.range = 0.25, .bits = 20};
+    agg_segment delta = {.name = "delta", .len = N, .rule = AGG_WEIGHT_SAMPLES, .range = q.range};
     fed_rng r1, r2;
-    size_t nseg = fed_agg_seg_secure(N, q.range, segs);
+    size_t nseg = fed_agg_seg_secure(&delta, 1, q.range, segs);
 
     (void)state;
     assert_int_equal(nseg, 2);
