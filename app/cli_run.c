@@ -707,6 +707,8 @@ static int run_node(const run_cfg *c, fed_coll *coll)
         const char *why = fed_node_settings_dp_misuse(&c->s, role);
         char msg[256];
 
+        if (!why)
+            why = fed_node_settings_local_misuse(&c->s, role);
         if (why) {
             fed_cli_error("run: %s", why);
             return 2;

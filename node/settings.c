@@ -111,6 +111,14 @@ const char *fed_node_settings_dp_misuse(const fed_node_settings *s, fed_node_rol
     return NULL;
 }
 
+const char *fed_node_settings_local_misuse(const fed_node_settings *s, fed_node_role role)
+{
+    if ((s->local_layers[0] || s->local_bn) && role == FED_NODE_PEER)
+        return "--local-layers and --local-bn are an aggregator's settings (its clients may "
+               "repeat them); peers do not keep tensors local yet";
+    return NULL;
+}
+
 /* On a client --secagg is a requirement (it sends no plain delta); the
    --secagg-* values are the aggregator's, sent in each round's settings; a
    peer has no secure aggregation. */

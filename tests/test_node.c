@@ -13,7 +13,11 @@
  * committed (full disk) sends nothing, and one that crashed after a charge
  * is charged again for the round it trains again; a client whose data has
  * another class count declines each round (LEAVE FED_ERR_MODEL_MISMATCH)
- * and the rounds go on without it. Skips without data. Also,
+ * and the rounds go on without it; non-trained statistics averaged by
+ * sample weight beside FedAdam, and --local-layers' tensors absent from
+ * every DELTA frame, the aggregator's own kept, the shared part plain
+ * FedAvg bit for bit, a client's kept across its restart. Skips without
+ * data. Also,
  * without data, the checkpoint's
  * model sections (node/ckpt_model.h): a round trip, their byte image, and
  * every malformed or mismatched section refused. */
@@ -1571,37 +1575,15 @@ static void test_default_lr(void **state)
     }
 }
 
+static void train_with_local(scen *s, int c, uint64_t round, const float *g, const float *local,
+                             size_t local_n, float lr, float *out);
+
 /* The delta client c would send for a round trained at lr from global g:
- * the client's own training job (its shuffle seed: the config's seed and
- * the key's low 6 bytes), decoded. */
+ * train_with_local without local tensors. */
 static void train_as_client(const scen *s, int c, uint64_t round, const float *g, float lr,
                             float *out)
 {
-    const uint8_t *k = fed_sim_host_id(s->cl[c])->key;
-    node_train_job j;
-
-    memset(&j, 0, sizeof j);
-    snprintf(j.set.spec, sizeof j.set.spec, "%s", s->o.spec);
-    j.set.local_epochs = 1;
-    j.set.batch = 64;
-    j.set.optimizer = FED_OPTIM_SGD;
-    j.set.lr = lr;
-    j.set.momentum = 0.9f;
-    j.round = round;
-    j.seed = s->o.seed ^ ((uint64_t)k[0] | (uint64_t)k[1] << 8 | (uint64_t)k[2] << 16 |
-                          (uint64_t)k[3] << 24 | (uint64_t)k[4] << 32 | (uint64_t)k[5] << 40);
-    j.be = s->fx->be;
-    j.shards = 1;
-    j.data = s->fx->train;
-    j.shard = s->idx[c];
-    j.shard_n = s->nidx[c];
-    j.global = g;
-    j.nparams = s->nparams;
-    j.codec.id = FED_CODEC_F32;
-    fed_node_train_job_run(&j.job);
-    assert_int_equal(j.err, FED_OK);
-    assert_int_equal(fed_codec_decode(j.vec, j.vec_len, FED_CODEC_F32, out, s->nparams), FED_OK);
-    fed_node_train_job_release(&j);
+    train_with_local((scen *)s, c, round, g, NULL, 0, lr, out);
 }
 
 static int client_of(const scen *s, const uint8_t key[32])
@@ -2025,6 +2007,23 @@ static int look_at_deltas(void *ctx, uint32_t node, const uint8_t *frame, size_t
     return 0;
 }
 
+/* A scenario of o with its layout in *l, its DELTA frames watched by f,
+ * the initial global captured; the layout's statistics and local floats
+ * as the test expects. */
+static void paths_scen(scen *s, const fixture *fx, const scen_opts *o, fed_node_layout *l,
+                       delta_frames *f, size_t stats, size_t local)
+{
+    scen_build(s, fx, o);
+    scen_layout(s, l);
+    assert_int_equal(l->len[LAYOUT_STATS], stats);
+    assert_int_equal(l->len[LAYOUT_LOCAL], local);
+    memset(f, 0, sizeof *f);
+    f->l = l;
+    f->nparams = s->nparams;
+    fed_sim_world_set_send_filter(s->w, look_at_deltas, f);
+    capture_initial(s);
+}
+
 /* Non-trained statistics (0.bias of mlp:16, marked as a norm layer's
  * running mean) under FedAdam: each DELTA says its two segments, and each
  * round's statistics are their plain sample-weighted mean added to the
@@ -2036,18 +2035,11 @@ static void test_stats_own_segment(void **state)
                    .min_clients = 3, .deadline_ms = 60000, .seed = 21, .stats = "0.bias",
                    .strategy = "fedadam", .unsealed = 1};
     fed_node_layout l;
-    delta_frames f = {0};
+    delta_frames f;
     scen s;
 
     fed_test_need_fashion(fx->train != NULL);
-    scen_build(&s, fx, &o);
-    scen_layout(&s, &l);
-    assert_int_equal(l.len[LAYOUT_STATS], 16);
-    assert_int_equal(l.len[LAYOUT_LOCAL], 0);
-    f.l = &l;
-    f.nparams = s.nparams;
-    fed_sim_world_set_send_filter(s.w, look_at_deltas, &f);
-    capture_initial(&s);
+    paths_scen(&s, fx, &o, &l, &f, 16, 0);
     scen_run(&s, 600000);
     assert_int_equal(f.seen, 6);
     assert_int_equal(f.bad, 0);
@@ -2063,7 +2055,8 @@ static void test_stats_own_segment(void **state)
 
 /* The delta client c sends for round trained at lr from global g with its
  * local tensors local (NULL: the MODEL's), under s's paths: its own
- * training job, the sent floats unpacked into out (zero on local ones). */
+ * training job (its shuffle seed: the config's seed and the key's low 6
+ * bytes), the sent floats unpacked into out (zero on local ones). */
 static void train_with_local(scen *s, int c, uint64_t round, const float *g, const float *local,
                              size_t local_n, float lr, float *out)
 {
@@ -2081,7 +2074,8 @@ static void train_with_local(scen *s, int c, uint64_t round, const float *g, con
     j.set.lr = lr;
     j.set.momentum = 0.9f;
     j.set.paths_on = 1;
-    snprintf(j.set.local_layers, sizeof j.set.local_layers, "%s", s->o.local_layers);
+    snprintf(j.set.local_layers, sizeof j.set.local_layers, "%s",
+             s->o.local_layers ? s->o.local_layers : "");
     j.round = round;
     j.seed = s->o.seed ^ ((uint64_t)k[0] | (uint64_t)k[1] << 8 | (uint64_t)k[2] << 16 |
                           (uint64_t)k[3] << 24 | (uint64_t)k[4] << 32 | (uint64_t)k[5] << 40);
@@ -2094,7 +2088,7 @@ static void train_with_local(scen *s, int c, uint64_t round, const float *g, con
     j.nparams = s->nparams;
     j.local = local;
     j.local_n = local_n;
-    j.hooks = &s->hooks;
+    j.hooks = s->o.stats ? &s->hooks : NULL;
     j.codec.id = FED_CODEC_F32;
     fed_node_train_job_run(&j.job);
     assert_int_equal(j.err, FED_OK);
@@ -2120,7 +2114,7 @@ static void test_local_layers_stay(void **state)
                    .min_clients = 2, .deadline_ms = 20000, .seed = 23, .stats = "0.bias",
                    .local_layers = "2.*", .unsealed = 1};
     fed_node_layout l;
-    delta_frames f = {0};
+    delta_frames f;
     fed_store_ckpt ck;
     const fed_store_section *sec;
     float *kept, *got;
@@ -2130,14 +2124,7 @@ static void test_local_layers_stay(void **state)
     scen s;
 
     fed_test_need_fashion(fx->train != NULL);
-    scen_build(&s, fx, &o);
-    scen_layout(&s, &l);
-    assert_int_equal(l.len[LAYOUT_LOCAL], 170);
-    assert_int_equal(l.len[LAYOUT_STATS], 16);
-    f.l = &l;
-    f.nparams = s.nparams;
-    fed_sim_world_set_send_filter(s.w, look_at_deltas, &f);
-    capture_initial(&s);
+    paths_scen(&s, fx, &o, &l, &f, 16, 170);
     c1 = fed_sim_host_index(s.cl[1]);
     step_until_commit(&s, 1);
     /* client 1's head after round 1, in its checkpoint */

@@ -15,8 +15,10 @@
  * frames, also over links losing 10% of frames, and a stream announcing
  * the wrong size is refused at its first frame; FedAvg with secure aggregation ends 5
  * rounds within 0.3 point of the plain run; a client's masked words are
- * uniform (chi-square) and uncorrelated with its true delta. Skips without
- * the data. */
+ * uniform (chi-square) and uncorrelated with its true delta; a model's
+ * non-trained statistics are a segment of their own at their own range
+ * (--secagg-stats-range), not clamped by the delta's. Skips without the
+ * data. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -148,6 +150,11 @@ typedef struct scen {
     uint8_t *lie_vec;
     fed_node_test_hooks agg_hooks; /* sa_hook, ctx this scen */
     fed_node_test_hooks cl0_hooks; /* record_delta0, ctx this scen */
+    /* tensors every node marks as non-trained statistics (NULL: none), the
+       aggregator's --secagg-range and --secagg-max-weight (0: defaults) */
+    const char *stats;
+    double range, max_weight;
+    fed_node_test_hooks mark_hooks; /* mark_stats, ctx this scen (clients > 0) */
 } scen;
 
 static int setup(void **state)
@@ -421,6 +428,15 @@ static void sa_hook(void *ctx, int inbound, uint8_t type, const uint8_t key[32],
     }
 }
 
+/* s->stats's tensors marked as a norm layer's running statistics. */
+static void mark_stats(void *ctx, fed_model *m)
+{
+    const scen *s = ctx;
+
+    if (s->stats)
+        assert_true(fed_model_tensor_flags(m, s->stats, FED_TENSOR_NORM, FED_TENSOR_TRAINED) > 0);
+}
+
 static void record_delta0(void *ctx, uint64_t round, float *delta, size_t n)
 {
     scen *s = ctx;
@@ -523,7 +539,12 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
     ac.observer = s;
     ac.secagg = secagg;
     ac.secagg_stage_ms = 3000;
-    s->agg_hooks = (fed_node_test_hooks){.ctx = s, .sa_tamper = sa_hook};
+    if (s->range > 0)
+        ac.secagg_range = s->range;
+    if (s->max_weight > 0)
+        ac.secagg_max_weight = s->max_weight;
+    s->agg_hooks = (fed_node_test_hooks){.ctx = s, .sa_tamper = sa_hook, .mark_model = mark_stats};
+    s->mark_hooks = (fed_node_test_hooks){.ctx = s, .mark_model = mark_stats};
     ac.hooks = &s->agg_hooks;
     ac.wire.max_frame = s->max_frame;
     ac.wire.max_rx_streams = s->rx_streams;
@@ -553,8 +574,11 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
         if (s->dp_sgd)
             cc.dp_noise = s->dp_noise;
         if (i == 0) { /* its true delta, untouched, for the leak test */
-            s->cl0_hooks = (fed_node_test_hooks){.ctx = s, .tamper_delta = record_delta0};
+            s->cl0_hooks = (fed_node_test_hooks){.ctx = s, .tamper_delta = record_delta0,
+                                                 .mark_model = mark_stats};
             cc.hooks = &s->cl0_hooks;
+        } else if (s->stats) {
+            cc.hooks = &s->mark_hooks;
         }
         assert_int_equal(fed_sim_host_attach(s->cl[i], s->w, &cc, NULL), FED_OK);
     }
@@ -1439,6 +1463,48 @@ static void test_accuracy_and_leak(void **state)
     scen_free(&sec);
 }
 
+/* logreg's 0.bias marked a running statistic, the delta's range 0.0005:
+ * under secure aggregation the statistics are their own segment at
+ * --secagg-stats-range (64), so round 1's statistics are the plain run's
+ * within the quantization bound (20 clients, weight 1 each: 20 steps of
+ * 128 / (2^20 - 1), over a weight of 20), though the plain ones move by
+ * far more than 0.0005, which the delta's range would clamp them to. */
+static void test_stats_secure_range(void **state)
+{
+    const fixture *fx = *state;
+    scen plain, sec;
+    size_t moved = 0;
+    double bound = 20 * 128.0 / (double)((1u << 20) - 1) / 20;
+
+    fed_test_need_fashion(fx->train != NULL);
+    for (int k = 0; k < 2; k++) {
+        scen *x = k ? &sec : &plain;
+
+        memset(x, 0, sizeof *x);
+        x->stats = "0.bias";
+        x->range = 0.0005;
+        x->max_weight = 100;
+        x->keep_params = 1;
+        build(x, fx, k, 1, NCL, 100, 0);
+        run(x, 600000);
+        assert_int_equal(x->commits[1], 1);
+        assert_int_equal(x->info[1].merged, NCL);
+        assert_non_null(x->params0);
+        assert_non_null(x->params1);
+    }
+    assert_memory_equal(plain.params0, sec.params0, plain.nparams * sizeof(float));
+    for (size_t j = plain.nparams - 10; j < plain.nparams; j++) { /* 0.bias */
+        double p = (double)plain.params1[j] - plain.params0[j];
+        double q = (double)sec.params1[j] - sec.params0[j];
+
+        moved += fabs(p) > 0.002; /* four times the delta's range */
+        assert_true(fabs(p - q) <= bound + 1e-6);
+    }
+    assert_true(moved >= 3);
+    scen_free(&plain);
+    scen_free(&sec);
+}
+
 /* The epsilon client i's database holds (its accountant over its charges). */
 static double site_epsilon(const scen *s, int i)
 {
@@ -1601,6 +1667,7 @@ int main(void)
         cmocka_unit_test(test_accuracy_and_leak),
         cmocka_unit_test(test_dp_sgd_with_secagg),
         cmocka_unit_test(test_dp_fedavg_with_secagg),
+        cmocka_unit_test(test_stats_secure_range),
     };
 
     if (getenv("FED_TEST_FILTER")) /* one case of this long binary, by cmocka's pattern */
