@@ -15,6 +15,7 @@
 #include <sodium.h>
 
 #include "core/alloc.h"
+#include "core/bytes.h"
 #include "core/log.h"
 #include "core/rng.h"
 #include "model/model.h"
@@ -579,6 +580,92 @@ static void test_settings_fields_roundtrip(void **state)
     }
 }
 
+/* The tensors' paths (MODEL field 14) and a DELTA's segments (field 2):
+ * written only when set, at their value's length, marked required; back
+ * as they went; bad values refused on encoding and on decoding. */
+static void test_paths_and_segments_fields(void **state)
+{
+    fed_wire_block b, g;
+    uint8_t buf[FED_WIRE_BLOCK_MAX + 64];
+    size_t len = 0, used = 0, at;
+    const char *globs = "fc3.*,conv1.bias";
+
+    (void)state;
+    sample_block(FED_WIRE_MODEL, &b);
+    b.settings.paths_on = 1;
+    b.settings.paths_flags = FED_WIRE_PATHS_LOCAL_BN;
+    strcpy(b.settings.local_layers, globs);
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
+    assert_int_equal(len, FED_WIRE_MODEL_BLOCK_BYTES + 8 + 8 + strlen(globs));
+    at = FED_WIRE_MODEL_BLOCK_BYTES; /* after every fixed-length field */
+    assert_int_equal(fed_get_u16le(buf + at), FED_WIRE_SET_PATHS);
+    assert_int_equal(fed_get_u16le(buf + at + 2), FED_WIRE_FIELD_REQUIRED);
+    assert_int_equal(fed_get_u32le(buf + at + 4), 8 + strlen(globs));
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_OK);
+    assert_int_equal(used, len);
+    assert_memory_equal(&g, &b, sizeof b);
+    /* secure: the statistics' range rides along, and must be > 0 then */
+    b.settings.sa_on = 1;
+    b.settings.sa_bits = 20;
+    b.settings.sa_range = 4;
+    b.settings.sa_max_weight = 1000;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+    b.settings.sa_stats_range = 64;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_OK);
+    assert_true(g.settings.sa_stats_range == 64);
+    /* a space in the globs, an unknown flag, a range without secagg */
+    strcpy(b.settings.local_layers, "fc3 .*");
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+    strcpy(b.settings.local_layers, globs);
+    b.settings.paths_flags = 0x4;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+    b.settings.paths_flags = 0;
+    b.settings.sa_on = 0;
+    b.settings.sa_bits = 0;
+    b.settings.sa_range = b.settings.sa_max_weight = 0;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+    b.settings.sa_stats_range = 0;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
+    buf[len - 1] = ' '; /* as received: a space in its globs */
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used),
+                     FED_ERR_PAYLOAD);
+
+    /* DELTA: two segments, required, back as they went */
+    sample_block(FED_WIRE_DELTA, &b);
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_DELTA, &b, buf, sizeof buf, &len), FED_OK);
+    assert_int_equal(len, fed_wire_block_size(FED_WIRE_DELTA)); /* none: as before */
+    b.seg_count = 2;
+    b.seg_len[0] = 12544;
+    b.seg_len[1] = 16;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_DELTA, &b, buf, sizeof buf, &len), FED_OK);
+    assert_int_equal(len, fed_wire_block_size(FED_WIRE_DELTA) + 8 + 4 + 16);
+    at = fed_wire_block_size(FED_WIRE_DELTA);
+    assert_int_equal(fed_get_u16le(buf + at), FED_WIRE_FIELD_SEGMENTS);
+    assert_int_equal(fed_get_u16le(buf + at + 2), FED_WIRE_FIELD_REQUIRED);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_DELTA, buf, len, &g, &used), FED_OK);
+    assert_memory_equal(&g, &b, sizeof b);
+    /* a count that is not the field's length, or none */
+    fed_put_u32le(buf + at + 8, 3);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_DELTA, buf, len, &g, &used),
+                     FED_ERR_PAYLOAD);
+    fed_put_u32le(buf + at + 8, 2);
+    fed_put_u32le(buf + at + 16, 7); /* segment 0's rule: no such rule */
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_DELTA, buf, len, &g, &used),
+                     FED_ERR_PAYLOAD);
+    b.seg_rule[1] = 3;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_DELTA, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+    b.seg_rule[1] = 0;
+    b.seg_count = FED_WIRE_SEGMENTS_MAX + 1;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_DELTA, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+}
+
 /* The DP-SGD field (tag 11): marked required only when it requires DP-SGD,
  * its values back as they went, its absence (an older sender) no
  * requirement, and bad values refused. */
@@ -627,7 +714,7 @@ static void test_settings_unknown_fields(void **state)
     sample_block(FED_WIRE_MODEL, &b);
     /* unknown, not required, between known ones and at the end: skipped */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 14, 0, "abc", 3);
+    n = field(f, 15, 0, "abc", 3);
     len = splice(buf, len, len, f, n);
     n = field(f, 0x7fff, 0, "", 0);
     len = splice(buf, len, len, f, n);
@@ -636,11 +723,11 @@ static void test_settings_unknown_fields(void **state)
     assert_memory_equal(&g, &b, sizeof b);
     /* the same field marked required: refused, and its tag said */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 14, FED_WIRE_FIELD_REQUIRED, "abc", 3);
+    n = field(f, 15, FED_WIRE_FIELD_REQUIRED, "abc", 3);
     len = splice(buf, len, len, f, n);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used),
                      FED_ERR_FIELD_REQUIRED);
-    assert_int_equal(g.refused_tag, 14);
+    assert_int_equal(g.refused_tag, 15);
     assert_int_equal(used, 0);
 }
 
@@ -660,13 +747,13 @@ static void test_settings_malformed(void **state)
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len - 1, &g, &used),
                      FED_ERR_FIELD_TRUNCATED);
     /* a truncated field head at the end of S */
-    n = field(f, 14, 0, "", 0);
+    n = field(f, 15, 0, "", 0);
     len = splice(buf, len, len, f, 4);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used),
                      FED_ERR_FIELD_TRUNCATED);
     /* an unknown field's length past S (overlong) */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 14, 0, "abcd", 4);
+    n = field(f, 15, 0, "abcd", 4);
     f[4] = 5;
     len = splice(buf, len, len, f, n);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len + 8, &g, &used),
@@ -679,14 +766,14 @@ static void test_settings_malformed(void **state)
                      FED_ERR_FIELD_ORDER);
     /* an unknown field twice */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 14, 0, "ab", 2);
+    n = field(f, 15, 0, "ab", 2);
     len = splice(buf, len, len, f, n);
     len = splice(buf, len, len, f, n);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used),
                      FED_ERR_FIELD_ORDER);
     /* out of tag order */
     len = model_bytes(buf, sizeof buf);
-    n = field(f, 14, 0, "ab", 2);
+    n = field(f, 15, 0, "ab", 2);
     len = splice(buf, len, M_EPOCHS, f, n);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used),
                      FED_ERR_FIELD_ORDER);
@@ -708,7 +795,7 @@ static void test_settings_malformed(void **state)
         uint32_t S = FED_WIRE_SETTINGS_MAX + 4;
 
         len = model_bytes(big, sizeof big);
-        big[len] = 14; /* an unknown, optional field filling the rest */
+        big[len] = 15; /* an unknown, optional field filling the rest */
         big[len + 4] = (uint8_t)(S - (len - 12) - 8);
         big[len + 5] = (uint8_t)((S - (len - 12) - 8) >> 8);
         big[8] = (uint8_t)S, big[9] = (uint8_t)(S >> 8);
@@ -1473,6 +1560,7 @@ int main(void)
         cmocka_unit_test(test_settings_fields_roundtrip),
         cmocka_unit_test(test_settings_unknown_fields),
         cmocka_unit_test(test_settings_dp_field),
+        cmocka_unit_test(test_paths_and_segments_fields),
         cmocka_unit_test(test_secagg_blocks),
         cmocka_unit_test(test_settings_malformed),
         cmocka_unit_test(test_settings_graph),
