@@ -415,7 +415,7 @@ static int fill_training(const run_cfg *c, run_state *s, fed_node_config *nc)
         fed_cli_error("run: --model: %s", why);
         return 2;
     }
-    nc->test = c->eval ? s->test : NULL;
+    nc->data.test = c->eval ? s->test : NULL;
     return -1;
 }
 
@@ -471,14 +471,14 @@ static int fill_best(const run_cfg *c, fed_node_config *nc)
 
     if ((rc = parse_best(c, metric, &pat)) >= 0)
         return rc;
-    if ((pat || c->best_metric[0]) && !nc->test) {
+    if ((pat || c->best_metric[0]) && !nc->data.test) {
         fed_cli_error("run: --%s needs the aggregator's evaluation (test data, no --no-eval)",
                       pat ? "early-stop" : "best-metric");
         return 2;
     }
-    if (nc->test)
-        snprintf(nc->best_metric, sizeof nc->best_metric, "%s", metric);
-    nc->early_stop = pat;
+    if (nc->data.test)
+        snprintf(nc->agg.best_metric, sizeof nc->agg.best_metric, "%s", metric);
+    nc->agg.early_stop = pat;
     return -1;
 }
 
@@ -488,7 +488,7 @@ static int fill_aggregator(const run_cfg *c, fed_node_config *nc)
 
     if ((rc = fill_best(c, nc)) >= 0)
         return rc;
-    if (nc->async_k > FED_MERGE_DEFAULT_MAX_CLIENTS) {
+    if (nc->agg.async_k > FED_MERGE_DEFAULT_MAX_CLIENTS) {
         fed_cli_error("run: async merges at most %d deltas at once",
                       FED_MERGE_DEFAULT_MAX_CLIENTS);
         return 2;
@@ -541,13 +541,13 @@ static int fill_peer(const run_cfg *c, run_state *s, fed_node_config *nc)
                       "(see fednode run --help)", c->s.topology, c->s.sync, c->s.mixing);
         return 2;
     }
-    advertised_url(c, nc->advertise, sizeof nc->advertise);
-    nc->vouch = c->vouch;
-    nc->peers = s->peers;
+    advertised_url(c, nc->peer.advertise, sizeof nc->peer.advertise);
+    nc->peer.vouch = c->vouch;
+    nc->peer.peers = s->peers;
     if (c->publish[0]) {
         if ((rc = load_publish(c, s)) >= 0)
             return rc;
-        nc->publish = &s->publish;
+        nc->peer.publish = &s->publish;
     }
     if (!strcmp(c->s.topology, "static")) {
         uint8_t *buf = NULL;
@@ -561,12 +561,12 @@ static int fill_peer(const run_cfg *c, run_state *s, fed_node_config *nc)
             return 2;
         }
         s->neighbours = (char *)buf; /* fed_data_read_file ends it with a NUL */
-        nc->neighbours = s->neighbours;
+        nc->peer.neighbours = s->neighbours;
     }
-    nc->train = s->train;
-    nc->shard = s->idx;
-    nc->shard_n = s->nidx;
-    nc->retry_ms = (uint64_t)c->retry_ms;
+    nc->data.train = s->train;
+    nc->data.shard = s->idx;
+    nc->data.shard_n = s->nidx;
+    nc->transfer.retry_ms = (uint64_t)c->retry_ms;
     return -1;
 }
 
@@ -584,19 +584,19 @@ static int fill_node_config(const run_cfg *c, run_state *s, fed_node_config *nc)
     nc->store = s->store;
     nc->arena = s->arena;
     nc->allow = s->allow;
-    nc->poll_ms = (uint64_t)c->poll_ms;
-    nc->wire.max_frame = (size_t)c->max_frame;
-    nc->wire.max_rx_streams = role == FED_NODE_CLIENT ? 2 : (uint32_t)c->max_clients;
+    nc->transfer.poll_ms = (uint64_t)c->poll_ms;
+    nc->transfer.wire.max_frame = (size_t)c->max_frame;
+    nc->transfer.wire.max_rx_streams = role == FED_NODE_CLIENT ? 2 : (uint32_t)c->max_clients;
     if (role == FED_NODE_CLIENT) {
-        nc->train = s->train;
-        nc->shard = s->idx;
-        nc->shard_n = s->nidx;
-        nc->retry_ms = (uint64_t)c->retry_ms;
-        nc->max_model_params = c->max_model_params;
-        nc->max_model_flops = c->max_model_flops;
+        nc->data.train = s->train;
+        nc->data.shard = s->idx;
+        nc->data.shard_n = s->nidx;
+        nc->transfer.retry_ms = (uint64_t)c->retry_ms;
+        nc->client.max_model_params = c->max_model_params;
+        nc->client.max_model_flops = c->max_model_flops;
         if (c->given && c->given[fed_opt_find(run_opts, NRUN_OPTS, "model") - run_opts])
             /* its own --model: a MODEL of another graph is declined at once */
-            nc->own_model = c->graph ? c->graph : c->s.model;
+            nc->client.own_model = c->graph ? c->graph : c->s.model;
         fed_node_settings_apply_dp(&c->s, nc);
         /* its own --local-layers/--local-bn: a check of the aggregator's */
         if (!fed_node_layout_patterns_ok(c->s.local_layers)) {
@@ -607,7 +607,7 @@ static int fill_node_config(const run_cfg *c, run_state *s, fed_node_config *nc)
         }
         snprintf(nc->local_layers, sizeof nc->local_layers, "%s", c->s.local_layers);
         nc->local_bn = c->s.local_bn;
-        return aggregator_key(c, s, &nc->aggregator);
+        return aggregator_key(c, s, &nc->client.aggregator);
     }
     if ((rc = fill_training(c, s, nc)) >= 0)
         return rc;

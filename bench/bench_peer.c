@@ -764,8 +764,8 @@ static fed_err scene_build(sim_scene *s, int agg_mode, size_t n, uint32_t rounds
         c.shape = train->shape;
         if (agg_mode && i == 0) {
             c.role = FED_NODE_AGGREGATOR;
-            c.min_clients = (uint32_t)n;
-            c.wait_clients = (uint32_t)n;
+            c.agg.min_clients = (uint32_t)n;
+            c.agg.wait_clients = (uint32_t)n;
             c.on_round = on_round_agg;
         } else {
             int shard = (int)(i - (size_t)agg_mode);
@@ -773,16 +773,16 @@ static fed_err scene_build(sim_scene *s, int agg_mode, size_t n, uint32_t rounds
             if ((e = fed_data_partition(train, "iid", shard, (int)n, SIM_SEED, &s->idx[i],
                                         &s->nidx[i])) != FED_OK)
                 goto out;
-            c.train = train;
-            c.shard = s->idx[i];
-            c.shard_n = s->nidx[i];
+            c.data.train = train;
+            c.data.shard = s->idx[i];
+            c.data.shard_n = s->nidx[i];
             if (agg_mode) {
                 c.role = FED_NODE_CLIENT;
-                c.aggregator = *fed_sim_host_id(s->h[0]);
+                c.client.aggregator = *fed_sim_host_id(s->h[0]);
             } else {
                 c.role = FED_NODE_PEER;
-                snprintf(c.topology, sizeof c.topology, "random:3");
-                snprintf(c.sync, sizeof c.sync, "bsp");
+                snprintf(c.peer.topology, sizeof c.peer.topology, "random:3");
+                snprintf(c.peer.sync, sizeof c.peer.sync, "bsp");
                 c.on_round = on_round_peer;
             }
         }

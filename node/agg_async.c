@@ -19,8 +19,8 @@ fed_err fed_node_agg_async_open(fed_node *n)
     a->bytes_in0 = fed_wire_get_counters(n->wire)->bytes_in;
     a->bytes_out0 = fed_wire_get_counters(n->wire)->bytes_out;
     fed_node_agg_cancel_deadline(n); /* armed by the round's first delta */
-    if (n->round + 1 > n->cfg.max_staleness)
-        fed_node_rx_drop_before(n, n->round + 1 - n->cfg.max_staleness);
+    if (n->round + 1 > n->cfg.agg.max_staleness)
+        fed_node_rx_drop_before(n, n->round + 1 - n->cfg.agg.max_staleness);
     if ((e = fed_node_agg_encode_global(n)) != FED_OK)
         return e;
     fed_node_agg_settings(n, n->round + 1, &b); /* the rate of merge n->round + 1 */
@@ -52,7 +52,7 @@ fed_err fed_node_agg_async_on_delta(fed_node *n, node_open *op)
     fed_err e;
 
     if (a->state != AGG_RUNNING || m->hdr.round > filling ||
-        filling - m->hdr.round > n->cfg.max_staleness)
+        filling - m->hdr.round > n->cfg.agg.max_staleness)
         return fed_node_agg_refuse_delta(n, op, FED_ERR_LATE, 0);
     if ((p = fed_node_agg_part_find(a, m->hdr.sender)))
         return fed_node_agg_ack_duplicate(n, op);
@@ -71,7 +71,7 @@ fed_err fed_node_agg_async_on_delta(fed_node *n, node_open *op)
     if (a->nparts == 1 &&
         fed_node_agg_arm_deadline(n, n->env.now_ms(n->env.self) + n->cfg.deadline_ms) != FED_OK)
         return n->failed;
-    if (a->nparts >= n->cfg.async_k)
+    if (a->nparts >= n->cfg.agg.async_k)
         return fed_node_agg_close_round(n);
     return e;
 }

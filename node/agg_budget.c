@@ -118,11 +118,11 @@ fed_err fed_node_agg_budget_declined(fed_node *n, const fed_wire_msg *m)
                 "spent; it takes part in no round until it restarts", who,
                 (unsigned long long)m->hdr.round);
     left = can_take_part(n, &parked);
-    if (left >= n->cfg.min_clients)
+    if (left >= n->cfg.agg.min_clients)
         return FED_OK;
     fed_log(FED_LOG_ERROR, "aggregator: only %zu client%s can still take part (%zu declined for "
             "their privacy budget), fewer than --min-clients %u: stopping the run after round "
-            "%llu", left, left == 1 ? "" : "s", parked, n->cfg.min_clients,
+            "%llu", left, left == 1 ? "" : "s", parked, n->cfg.agg.min_clients,
             (unsigned long long)n->round);
     if (n->failed == FED_OK) /* the first failure is the one the node reports */
         n->failed = FED_ERR_TOO_FEW_CLIENTS;

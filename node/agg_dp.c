@@ -10,7 +10,7 @@
  * client-level DP, and epsilon holds against everyone who sees the models
  * it releases. Never touches a client's delta beyond reading it.
  *
- * With secure aggregation (cfg.secagg) the aggregator sees no delta: each
+ * With secure aggregation (cfg.secagg.on) the aggregator sees no delta: each
  * client clips its own to the round's secagg clip (field 12: C less the
  * most quantization can add, so the sum as dequantized moves by at most C
  * when one client joins or leaves) at weight 1 (the secagg weight cap is 1),
@@ -63,9 +63,9 @@ struct agg_dp {
 static fed_err secagg_clip(const fed_node *n, agg_dp *d)
 {
     const fed_node_config *c = &n->cfg;
-    double step = 2 * c->secagg_range / (ldexp(1.0, (int)c->secagg_bits) - 1);
+    double step = 2 * c->secagg.range / (ldexp(1.0, (int)c->secagg.bits) - 1);
 
-    if (c->dp_client_quantile > 0) {
+    if (c->dp.client_quantile > 0) {
         fed_log(FED_LOG_ERROR, "aggregator: adaptive clipping (--dp-client-quantile) with "
                                "--secagg is not built: the aggregator cannot count the "
                                "unclipped updates it never sees; use a fixed --dp-client-clip");
@@ -75,7 +75,7 @@ static fed_err secagg_clip(const fed_node *n, agg_dp *d)
     if (!(d->sa_clip > d->clip / 2)) {
         fed_log(FED_LOG_ERROR, "aggregator: --secagg-bits %u are too few for --dp-client-clip "
                                "%g: quantizing %zu parameters may move a delta by %g in L2; "
-                               "raise --secagg-bits or --dp-client-clip", c->secagg_bits,
+                               "raise --secagg-bits or --dp-client-clip", c->secagg.bits,
                 d->clip, n->agg->nparams, sqrt((double)n->agg->nparams) * step);
         return FED_ERR_RANGE;
     }
@@ -92,21 +92,21 @@ static fed_err secagg_clip(const fed_node *n, agg_dp *d)
 static fed_err secagg_small_draw(const fed_node *n, agg_dp *d)
 {
     const fed_node_config *c = &n->cfg;
-    uint32_t m = fed_node_sa_floor(c) > c->min_clients ? fed_node_sa_floor(c) : c->min_clients;
+    uint32_t m = fed_node_sa_floor(c) > c->agg.min_clients ? fed_node_sa_floor(c) : c->agg.min_clients;
     double lo = d->q, hi = 1.0;
 
-    d->p_small = fed_rdp_binom_below(c->wait_clients, d->q, m);
-    if (d->p_small <= c->dp_delta / 10)
+    d->p_small = fed_rdp_binom_below(c->agg.wait_clients, d->q, m);
+    if (d->p_small <= c->dp.delta / 10)
         return FED_OK;
-    if (fed_rdp_binom_below(c->wait_clients, 1.0, m) > c->dp_delta / 10) {
+    if (fed_rdp_binom_below(c->agg.wait_clients, 1.0, m) > c->dp.delta / 10) {
         fed_log(FED_LOG_ERROR, "aggregator: DP-FedAvg with --secagg: a round needs %u clients "
-                "and the population (--wait-clients) is %u", m, c->wait_clients);
+                "and the population (--wait-clients) is %u", m, c->agg.wait_clients);
         return FED_ERR_INVAL;
     }
     for (int i = 0; i < 60; i++) { /* the smallest rate that passes, to 1e-4 or so */
         double mid = (lo + hi) / 2;
 
-        if (fed_rdp_binom_below(c->wait_clients, mid, m) <= c->dp_delta / 10)
+        if (fed_rdp_binom_below(c->agg.wait_clients, mid, m) <= c->dp.delta / 10)
             hi = mid;
         else
             lo = mid;
@@ -114,8 +114,8 @@ static fed_err secagg_small_draw(const fed_node *n, agg_dp *d)
     fed_log(FED_LOG_ERROR, "aggregator: DP-FedAvg with --secagg: a draw of q %g from %u clients "
             "holds fewer than the %u a secure round needs with probability %.3g, over delta / 10 "
             "= %g; that round would be void, which the accounting does not cover: raise "
-            "--fraction to %.4f or more (or --wait-clients)", d->q, c->wait_clients, m,
-            d->p_small, c->dp_delta / 10, ceil(hi * 1e4) / 1e4);
+            "--fraction to %.4f or more (or --wait-clients)", d->q, c->agg.wait_clients, m,
+            d->p_small, c->dp.delta / 10, ceil(hi * 1e4) / 1e4);
     return FED_ERR_INVAL;
 }
 
@@ -127,16 +127,16 @@ fed_err fed_node_agg_dp_new(fed_node *n)
     double eps = 0, order = 0;
     fed_err e;
 
-    if (!(c->dp_client_clip > 0))
+    if (!(c->dp.client_clip > 0))
         return FED_OK;
     if (fed_node_agg_is_async(n) || !fed_merge_traits_of(a->merge).weighted) {
         fed_log(FED_LOG_ERROR, "aggregator: DP-FedAvg (--dp-client-clip) takes synchronous "
                                "rounds and a weighted strategy (fedavg, fedavgm, fedprox, "
                                "fedadam, ...), not %s", fed_node_agg_is_async(n) ? "--mode async"
-                                                                                 : c->strategy);
+                                                                                 : c->agg.strategy);
         return FED_ERR_INVAL;
     }
-    if (c->wait_clients == 0) {
+    if (c->agg.wait_clients == 0) {
         fed_log(FED_LOG_ERROR, "aggregator: DP-FedAvg needs the population's size "
                                "(--wait-clients, or the allow-list's members)");
         return FED_ERR_INVAL;
@@ -155,28 +155,28 @@ fed_err fed_node_agg_dp_new(fed_node *n)
     if (!(d = fed_calloc(1, sizeof *d)))
         return FED_ERR_NOMEM;
     a->dp = d;
-    d->q = c->sample_fraction;
-    d->cohort = c->sample_fraction * (double)c->wait_clients;
-    d->clip = d->clip_next = c->dp_client_clip;
-    d->z = c->dp_client_noise;
-    if (c->dp_target_eps > 0) {
+    d->q = c->agg.sample_fraction;
+    d->cohort = c->agg.sample_fraction * (double)c->agg.wait_clients;
+    d->clip = d->clip_next = c->dp.client_clip;
+    d->z = c->dp.client_noise;
+    if (c->dp.target_eps > 0) {
         if (c->rounds == 0) {
             fed_log(FED_LOG_ERROR, "aggregator: --dp-target-epsilon needs --rounds (the "
                                    "rounds it is spread over)");
             return FED_ERR_INVAL;
         }
-        e = fed_rdp_sgm_calibrate(d->q, c->rounds, c->dp_delta, c->dp_target_eps, NULL, 0,
+        e = fed_rdp_sgm_calibrate(d->q, c->rounds, c->dp.delta, c->dp.target_eps, NULL, 0,
                                   &d->z, &eps, &order);
         if (e != FED_OK) {
             fed_log(FED_LOG_ERROR, "aggregator: no noise multiplier reaches epsilon %g in %u "
-                                   "rounds at q %g: %s", c->dp_target_eps, c->rounds, d->q,
+                                   "rounds at q %g: %s", c->dp.target_eps, c->rounds, d->q,
                     fed_strerror(e));
             return e;
         }
     }
-    if (c->secagg && ((e = secagg_clip(n, d)) != FED_OK || (e = secagg_small_draw(n, d)) != FED_OK))
+    if (c->secagg.on && ((e = secagg_clip(n, d)) != FED_OK || (e = secagg_small_draw(n, d)) != FED_OK))
         return e;
-    if (c->dp_client_quantile > 0)
+    if (c->dp.client_quantile > 0)
         d->sigma_b = d->cohort / AGG_DP_COUNT_NOISE_SHARE;
     if ((e = fed_dp_fedavg_split(d->z, d->sigma_b, &d->z_delta)) != FED_OK) {
         fed_log(FED_LOG_ERROR, "aggregator: adaptive clipping's count noise (sigma %g, the "
@@ -184,7 +184,7 @@ fed_err fed_node_agg_dp_new(fed_node *n)
                                "a round or less noise", d->sigma_b, d->cohort, d->z / 2);
         return e;
     }
-    if ((e = fed_dp_account_new(c->dp_delta, &d->acct)) != FED_OK)
+    if ((e = fed_dp_account_new(c->dp.delta, &d->acct)) != FED_OK)
         return e;
     if (!(d->sum = fed_malloc(a->nparams * sizeof *d->sum)))
         return FED_ERR_NOMEM;
@@ -192,13 +192,13 @@ fed_err fed_node_agg_dp_new(fed_node *n)
     fed_log(FED_LOG_INFO, "aggregator: DP-FedAvg (client-level; the aggregator adds the noise "
                           "and is trusted): q %g of %u clients (expected cohort %.4g), clip %g%s, "
                           "noise multiplier %.6g%s (update %.6g, count sigma %.4g), delta %g",
-            d->q, c->wait_clients, d->cohort, d->clip,
-            c->dp_client_quantile > 0 ? " (adaptive)" : "", d->z,
-            c->dp_target_eps > 0 ? " (calibrated)" : "", d->z_delta, d->sigma_b, c->dp_delta);
-    if (c->dp_target_eps > 0)
+            d->q, c->agg.wait_clients, d->cohort, d->clip,
+            c->dp.client_quantile > 0 ? " (adaptive)" : "", d->z,
+            c->dp.target_eps > 0 ? " (calibrated)" : "", d->z_delta, d->sigma_b, c->dp.delta);
+    if (c->dp.target_eps > 0)
         fed_log(FED_LOG_INFO, "aggregator: z %.6g spends epsilon %.6g (order %g) in %u rounds",
                 d->z, eps, order, c->rounds);
-    if (c->secagg)
+    if (c->secagg.on)
         fed_log(FED_LOG_INFO, "aggregator: DP-FedAvg with --secagg: a draw too small for a "
                 "secure round (void; outside the accounting) has probability %.3g a round, "
                 "at most delta / 10 (larger is refused)", d->p_small);
@@ -348,16 +348,16 @@ fed_err fed_node_agg_dp_aggregate(fed_node *n, fed_merge_input *in, uint32_t *un
             d->sum[j] *= inv;
     }
     d->clip_next = d->clip;
-    if (c->dp_client_quantile > 0) {
+    if (c->dp.client_quantile > 0) {
         /* centred, b_i - 1/2 (sensitivity 1/2), as the noise split assumes;
            the share is the noised sum over the expected cohort, plus 1/2 */
         count = (float)((double)*unclipped - 0.5 * used);
         if ((e = fed_dp_add_noise(fed_crypto_keystream_random, &d->ks, &count, 1, d->sigma_b)) !=
             FED_OK)
             return e;
-        d->clip_next = fed_dp_fedavg_clip_next(d->clip, c->dp_client_clip_lr,
+        d->clip_next = fed_dp_fedavg_clip_next(d->clip, c->dp.client_clip_lr,
                                                (double)count / d->cohort + 0.5,
-                                               c->dp_client_quantile);
+                                               c->dp.client_quantile);
     }
     memset(in, 0, sizeof *in);
     in->weight = 1;

@@ -15,9 +15,9 @@ static void evaluate(fed_node *n, fed_node_round_info *info)
 
     info->loss = NAN;
     info->accuracy = NAN;
-    if (!n->cfg.test)
+    if (!n->cfg.data.test)
         return;
-    if (fed_train_evaluate_all(n->agg->model, n->cfg.test, &st) != FED_OK || st.samples == 0)
+    if (fed_train_evaluate_all(n->agg->model, n->cfg.data.test, &st) != FED_OK || st.samples == 0)
         return;
     info->loss = st.loss_sum / (double)st.samples;
     info->accuracy = (double)st.correct / (double)st.samples;
@@ -93,8 +93,8 @@ static void record_metrics(fed_node *n, uint64_t round)
     size_t k = fed_eval_report_named(ev->rep, ev->named);
     fed_err e = fed_store_begin(st);
 
-    if (e == FED_OK && n->cfg.best_metric[0]) /* export --best's default */
-        e = fed_store_put_meta_text(st, "best_metric", n->cfg.best_metric);
+    if (e == FED_OK && n->cfg.agg.best_metric[0]) /* export --best's default */
+        e = fed_store_put_meta_text(st, "best_metric", n->cfg.agg.best_metric);
     for (size_t i = 0; i < k && e == FED_OK; i++)
         e = fed_store_put_metric(st, round, ev->named[i].name, ev->named[i].value);
     if (e == FED_OK)
@@ -106,16 +106,16 @@ static void record_metrics(fed_node *n, uint64_t round)
     }
 }
 
-/* The best round by cfg.best_metric so far and its value; 0 when none (no
+/* The best round by cfg.agg.best_metric so far and its value; 0 when none (no
  * best metric, none recorded, or unreadable). */
 static uint64_t best_round(fed_node *n, double *v)
 {
-    int higher = fed_metrics_higher_better(n->cfg.best_metric);
+    int higher = fed_metrics_higher_better(n->cfg.agg.best_metric);
     uint64_t best = 0;
 
     *v = NAN;
-    if (!n->cfg.best_metric[0] || higher < 0 ||
-        fed_store_best_metric(n->cfg.store, n->cfg.best_metric, higher, &best, v) != FED_OK)
+    if (!n->cfg.agg.best_metric[0] || higher < 0 ||
+        fed_store_best_metric(n->cfg.store, n->cfg.agg.best_metric, higher, &best, v) != FED_OK)
         return 0;
     return best;
 }
@@ -123,26 +123,26 @@ static uint64_t best_round(fed_node *n, double *v)
 int fed_node_agg_early_stopped(fed_node *n)
 {
     double v;
-    uint64_t best = n->cfg.early_stop ? best_round(n, &v) : 0;
+    uint64_t best = n->cfg.agg.early_stop ? best_round(n, &v) : 0;
 
-    return best && n->round >= best + n->cfg.early_stop;
+    return best && n->round >= best + n->cfg.agg.early_stop;
 }
 
-/* After round's figures: the best round by cfg.best_metric keeps its
- * checkpoint, as do the rounds not judged yet; cfg.early_stop's rule. */
+/* After round's figures: the best round by cfg.agg.best_metric keeps its
+ * checkpoint, as do the rounds not judged yet; cfg.agg.early_stop's rule. */
 static void judge(fed_node *n, uint64_t round)
 {
     double v;
     uint64_t best = best_round(n, &v); /* 0: only the unjudged are held */
 
-    if (!n->cfg.best_metric[0])
+    if (!n->cfg.agg.best_metric[0])
         return;
     fed_store_hold_checkpoints(n->cfg.store, best, round + 1);
-    if (n->cfg.early_stop && best && round >= best + n->cfg.early_stop && !n->agg->early_stopped) {
+    if (n->cfg.agg.early_stop && best && round >= best + n->cfg.agg.early_stop && !n->agg->early_stopped) {
         n->agg->early_stopped = 1;
         fed_log(FED_LOG_INFO, "aggregator: early stop: %s has not improved on round %llu's "
                               "%.4f for %u rounds; round %llu is the last",
-                n->cfg.best_metric, (unsigned long long)best, v, n->cfg.early_stop,
+                n->cfg.agg.best_metric, (unsigned long long)best, v, n->cfg.agg.early_stop,
                 (unsigned long long)round);
     }
 }
@@ -200,7 +200,7 @@ static fed_err eval_submit(fed_node *n, const float *params, const fed_node_roun
     ev->job.fn = eval_job_run;
     ev->job.user = n;
     ev->job.idle = 1;
-    ev->test = n->cfg.test;
+    ev->test = n->cfg.data.test;
     ev->info = *info;
     ev->row = *row;
     ev->busy = 1;
@@ -278,16 +278,16 @@ void fed_node_agg_report_round(fed_node *n, fed_node_round_info *info)
     node_agg *a = n->agg;
     agg_eval *ev = &a->ev;
 
-    if (!n->cfg.test) {
+    if (!n->cfg.data.test) {
         finish_report(n, info, &a->last_row);
         return;
     }
     if (!ev->model && eval_model_new(n) != FED_OK)
         eval_model_free(ev); /* the loop evaluates itself */
-    if (ev->model && n->cfg.early_stop && !ev->busy &&
+    if (ev->model && n->cfg.agg.early_stop && !ev->busy &&
         fed_model_set_params(ev->model, a->host) == FED_OK) {
         /* the rule judges this round before the next one starts: here, now */
-        ev->test = n->cfg.test;
+        ev->test = n->cfg.data.test;
         ev->info = *info;
         ev->row = a->last_row;
         eval_job_run(&ev->job);

@@ -463,13 +463,13 @@ static void dp_committed(fed_node *n, fed_node_round_info *info, const agg_close
                               "each clipped by its client to %.6g (secagg), client-level epsilon "
                               "%.4f (delta %g)", (unsigned long long)info->round, info->merged,
                 info->sampled, info->missing, info->refused, fed_node_agg_dp_secagg_clip(a),
-                info->epsilon, n->cfg.dp_delta);
+                info->epsilon, n->cfg.dp.delta);
     else
         fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing, %u declined), "
                               "%u within clip %.6g (next %.6g), client-level epsilon %.4f (delta %g)",
                 (unsigned long long)info->round, info->merged, info->sampled, info->missing,
                 info->refused, out->unclipped, info->dp_clip, fed_node_agg_dp_clip(a),
-                info->epsilon, n->cfg.dp_delta);
+                info->epsilon, n->cfg.dp.delta);
 }
 
 /* The round's charge (q, z, one step), then what the inner input records. */

@@ -53,7 +53,7 @@ static fed_err paths_new(fed_node *n)
 {
     const fed_node_config *c = &n->cfg;
     node_agg *a = n->agg;
-    int dp = c->dp_client_clip > 0 || c->require_dp_sgd, nt;
+    int dp = c->dp.client_clip > 0 || c->dp.require_sgd, nt;
     const fed_tensor_info *t = fed_model_tensors(a->model, &nt);
     size_t norm = 0, stats = 0;
     fed_err e;
@@ -93,20 +93,20 @@ static fed_err fed_node_agg_new(fed_node *n)
     const fed_node_config *c = &n->cfg;
     node_agg *a = fed_calloc(1, sizeof *a);
     fed_merge_config mc = {.max_clients = FED_MERGE_DEFAULT_MAX_CLIENTS,
-                           .weight_cap = c->weight_cap,
+                           .weight_cap = c->agg.weight_cap,
                            .pool = c->pool};
     fed_err e;
 
     if (!a)
         return FED_ERR_NOMEM;
     /* a round takes as many clients as it is told to wait for */
-    if (c->min_clients > (uint32_t)mc.max_clients)
-        mc.max_clients = (int)c->min_clients;
-    if (c->wait_clients > (uint32_t)mc.max_clients)
-        mc.max_clients = (int)c->wait_clients;
+    if (c->agg.min_clients > (uint32_t)mc.max_clients)
+        mc.max_clients = (int)c->agg.min_clients;
+    if (c->agg.wait_clients > (uint32_t)mc.max_clients)
+        mc.max_clients = (int)c->agg.wait_clients;
     n->agg = a;
     a->max_clients = mc.max_clients;
-    if ((e = fed_codec_parse(c->codec, &a->codec)) != FED_OK)
+    if ((e = fed_codec_parse(c->transfer.codec, &a->codec)) != FED_OK)
         return e;
     if (a->codec.id == FED_CODEC_F64) { /* push-sum's codec: no client's DELTA decodes with it */
         fed_log(FED_LOG_ERROR, "aggregator: codec f64 is for peers' shares; a DELTA takes f32, "
@@ -128,11 +128,11 @@ static fed_err fed_node_agg_new(fed_node *n)
         c->hooks->mark_model(c->hooks->ctx, a->model);
     if ((e = paths_new(n)) != FED_OK)
         return e;
-    if ((e = fed_merge_new(c->strategy, a->nparams, &mc, c->be, &a->merge)) != FED_OK)
+    if ((e = fed_merge_new(c->agg.strategy, a->nparams, &mc, c->be, &a->merge)) != FED_OK)
         return e;
     if ((e = alloc_scratch(n)) != FED_OK)
         return e;
-    if (c->secagg) {
+    if (c->secagg.on) {
         const char *why = fed_node_sa_agg_misfit(c, fed_node_layout_sent(&a->layout),
                                                  (size_t)a->max_clients);
 
@@ -289,7 +289,7 @@ static fed_err fed_node_agg_start(fed_node *n)
     report_waiting(n);
     fed_node_agg_arm_poll(n);
     if (n->round > 0) /* resumed after a round: as fed_node_agg_close_round would go on */
-        return fed_node_arm_in(n, n->cfg.gather_ms, NODE_TIMER_ROUND);
+        return fed_node_arm_in(n, n->cfg.agg.gather_ms, NODE_TIMER_ROUND);
     return FED_OK;
 }
 
@@ -303,8 +303,8 @@ void fed_node_agg_arm_poll(fed_node *n)
     uint64_t first = UINT64_MAX;
 
     for (size_t i = 0; i < a->nholds; i++)
-        if (a->holds[i].since_ms + n->cfg.poll_ms < first)
-            first = a->holds[i].since_ms + n->cfg.poll_ms;
+        if (a->holds[i].since_ms + n->cfg.transfer.poll_ms < first)
+            first = a->holds[i].since_ms + n->cfg.transfer.poll_ms;
     if (a->state == AGG_IDLE && a->wait_report_ms && a->wait_report_ms < first)
         first = a->wait_report_ms;
     if (first == UINT64_MAX)
@@ -359,8 +359,8 @@ static void report_waiting(fed_node *n)
     fed_log(FED_LOG_INFO, "aggregator: round %llu waits for clients: %zu asking; %u start it "
             "at once, or %u once --gather-ms %llu passed since the first; %zu not asking%s%s"
             "%s", (unsigned long long)(n->round + 1), a->nholds,
-            n->cfg.wait_clients ? n->cfg.wait_clients : n->cfg.min_clients, n->cfg.min_clients,
-            (unsigned long long)n->cfg.gather_ms, absent, absent ? ": " : "", names,
+            n->cfg.agg.wait_clients ? n->cfg.agg.wait_clients : n->cfg.agg.min_clients, n->cfg.agg.min_clients,
+            (unsigned long long)n->cfg.agg.gather_ms, absent, absent ? ": " : "", names,
             more ? " and more" : "");
     a->wait_report_ms = n->env.now_ms(n->env.self) + AGG_WAIT_REPORT_MS;
 }
@@ -432,10 +432,10 @@ static int hold_cmp(const void *x, const void *y)
  * at least min_clients, at most waiting and max_clients. */
 static size_t sample_size(const fed_node *n, size_t waiting)
 {
-    size_t k = (size_t)ceil(n->cfg.sample_fraction * (double)waiting - 1e-9);
+    size_t k = (size_t)ceil(n->cfg.agg.sample_fraction * (double)waiting - 1e-9);
 
-    if (k < n->cfg.min_clients)
-        k = n->cfg.min_clients;
+    if (k < n->cfg.agg.min_clients)
+        k = n->cfg.agg.min_clients;
     if (k > waiting)
         k = waiting;
     if (k > (size_t)n->agg->max_clients)
@@ -480,10 +480,10 @@ void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b)
     s->momentum = c->momentum;
     s->mu = (float)fed_merge_prox_mu(n->agg->merge);
     s->deadline_ms = c->deadline_ms;
-    if (c->require_dp_sgd) {
+    if (c->dp.require_sgd) {
         s->dp_flags = FED_WIRE_DP_REQUIRED;
-        s->dp_clip = c->dp_clip;
-        s->dp_noise = c->dp_noise;
+        s->dp_clip = c->dp.sgd_clip;
+        s->dp_noise = c->dp.sgd_noise;
     }
     if (n->agg->sa)
         fed_node_sa_agg_settings(n, round, s);
@@ -493,7 +493,7 @@ void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b)
         s->paths_flags = (n->agg->rules.local_bn ? FED_WIRE_PATHS_LOCAL_BN : 0) |
                          (n->agg->rules.stats_local ? FED_WIRE_PATHS_STATS_LOCAL : 0);
         snprintf(s->local_layers, sizeof s->local_layers, "%s", c->local_layers);
-        s->sa_stats_range = n->agg->sa ? (float)c->secagg_stats_range : 0;
+        s->sa_stats_range = n->agg->sa ? (float)c->secagg.stats_range : 0;
     }
 }
 
@@ -546,11 +546,11 @@ static fed_err start_round(fed_node *n)
     qsort(a->holds, a->nholds, sizeof *a->holds, hold_cmp);
     if (a->dp) { /* DP-FedAvg: Poisson, never redrawn */
         k = fed_node_agg_dp_sample(n, a->holds, a->nholds);
-        if (k < n->cfg.min_clients)
+        if (k < n->cfg.agg.min_clients)
             fed_log(FED_LOG_INFO, "aggregator: round %llu: the Poisson draw took %zu clients, "
                                   "fewer than --min-clients %u; not redrawn (a redraw would void "
                                   "the accounting): the round runs with them",
-                    (unsigned long long)(n->round + 1), k, n->cfg.min_clients);
+                    (unsigned long long)(n->round + 1), k, n->cfg.agg.min_clients);
     } else {
         n->env.random(n->env.self, &seed, sizeof seed);
         fed_rng_seed(&rng, seed);
@@ -581,7 +581,7 @@ static fed_err start_round(fed_node *n)
        deadline_ms, each other stage secagg_stage_ms (the timer only says
        when it is due, for the health check) */
     if ((e = fed_node_agg_arm_deadline(n, a->round_start_ms + n->cfg.deadline_ms +
-                                              (a->sa ? 4 * n->cfg.secagg_stage_ms : 0))) !=
+                                              (a->sa ? 4 * n->cfg.secagg.stage_ms : 0))) !=
         FED_OK)
         return e; /* the node stops: a round without its deadline could wait forever */
     fed_log(FED_LOG_INFO, "aggregator: round %llu starts with %zu of %zu waiting clients",
@@ -607,7 +607,7 @@ static void arm_first_gather(fed_node *n)
     if (a->first_armed || n->round > 0 || a->state != AGG_IDLE)
         return;
     a->first_armed = 1;
-    fed_node_arm_in(n, n->cfg.gather_ms, NODE_TIMER_ROUND); /* a failure stops the node */
+    fed_node_arm_in(n, n->cfg.agg.gather_ms, NODE_TIMER_ROUND); /* a failure stops the node */
 }
 
 /* Start a round when enough clients wait: wait_clients at once, or
@@ -615,8 +615,8 @@ static void arm_first_gather(fed_node *n)
 static fed_err maybe_start(fed_node *n)
 {
     node_agg *a = n->agg;
-    size_t want = n->cfg.wait_clients ? n->cfg.wait_clients : n->cfg.min_clients;
-    size_t least = n->cfg.min_clients;
+    size_t want = n->cfg.agg.wait_clients ? n->cfg.agg.wait_clients : n->cfg.agg.min_clients;
+    size_t least = n->cfg.agg.min_clients;
 
     if (a->sa && least < fed_node_sa_floor(&n->cfg)) /* a try below it fails at once */
         least = fed_node_sa_floor(&n->cfg);
@@ -696,7 +696,7 @@ static int round_complete(const fed_node *n)
     if (n->agg->dp) /* DP-FedAvg: the draw stands, whoever of it answered */
         return parts_answered(n->agg) == n->agg->nparts;
     return parts_answered(n->agg) == n->agg->nparts && got > 0 &&
-           (got == n->agg->nparts || got >= n->cfg.min_clients);
+           (got == n->agg->nparts || got >= n->cfg.agg.min_clients);
 }
 
 /* What the contributions table says of a part without a delta. */
@@ -960,7 +960,7 @@ static void back_to_committed(fed_node *n)
  * full), so gather_ms, then twice as long each time, up to a minute. */
 static uint64_t retry_wait_ms(const fed_node *n)
 {
-    uint64_t wait = n->cfg.gather_ms ? n->cfg.gather_ms : 1000;
+    uint64_t wait = n->cfg.agg.gather_ms ? n->cfg.agg.gather_ms : 1000;
 
     for (uint32_t i = 1; i < n->agg->failed && wait < AGG_RETRY_MAX_MS; i++)
         wait *= 2;
@@ -1042,7 +1042,7 @@ fed_err fed_node_agg_close_round(fed_node *n)
     parts_clear(a);
     a->in->drop(n);
     a->state = AGG_IDLE;
-    if (n->cfg.early_stop) /* its rule judges this round before the next starts */
+    if (n->cfg.agg.early_stop) /* its rule judges this round before the next starts */
         fed_node_agg_report_round(n, &info);
     if ((n->cfg.rounds && n->round >= n->cfg.rounds) || a->early_stopped) {
         a->state = AGG_DONE;
@@ -1052,10 +1052,10 @@ fed_err fed_node_agg_close_round(fed_node *n)
         e = fed_node_agg_async_open(n);
     } else {
         fed_node_rx_drop_before(n, n->round + 1);
-        if ((e = fed_node_arm_in(n, n->cfg.gather_ms, NODE_TIMER_ROUND)) == FED_OK)
+        if ((e = fed_node_arm_in(n, n->cfg.agg.gather_ms, NODE_TIMER_ROUND)) == FED_OK)
             e = maybe_start(n);
     }
-    if (!n->cfg.early_stop)
+    if (!n->cfg.agg.early_stop)
         fed_node_agg_report_round(n, &info);
     return e;
 fail:
@@ -1367,13 +1367,13 @@ static fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
         a->deadline_at_ms = 0; /* fired */
         if (a->state != AGG_RUNNING || a->sa) /* secure rounds: the stages' deadlines */
             return FED_OK;
-        if (parts_got(a) >= n->cfg.min_clients || a->dp) /* DP: never redrawn */
+        if (parts_got(a) >= n->cfg.agg.min_clients || a->dp) /* DP: never redrawn */
             return fed_node_agg_close_round(n);
         if (fed_node_agg_is_async(n)) /* too few buffered yet: keep filling */
             return fed_node_agg_arm_deadline(n, n->env.now_ms(n->env.self) + n->cfg.deadline_ms);
         fed_log(FED_LOG_WARN, "aggregator: round %llu deadline with %zu of %u deltas needed;"
                 " starting it again", (unsigned long long)(n->round + 1), parts_got(a),
-                n->cfg.min_clients);
+                n->cfg.agg.min_clients);
         {
             /* record who was missing, keep nothing of the attempt */
             char why[64];
@@ -1391,7 +1391,7 @@ static fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
         uint64_t now = n->env.now_ms(n->env.self);
 
         for (size_t i = a->nholds; i-- > 0;)
-            if (a->holds[i].since_ms + n->cfg.poll_ms <= now)
+            if (a->holds[i].since_ms + n->cfg.transfer.poll_ms <= now)
                 (void)answer_no_round(n, i, FED_WIRE_ACK_NO_ROUND);
         if (a->state == AGG_IDLE && a->wait_report_ms && a->wait_report_ms <= now)
             report_waiting(n);
@@ -1418,22 +1418,22 @@ fed_err fed_node_get_params(const fed_node *n, float *dst)
 /* The aggregator's part of fed_node_new's configuration check. */
 static fed_err fed_node_agg_check(const fed_node_config *c)
 {
-    if (!(c->sample_fraction > 0 && c->sample_fraction <= 1) || c->min_clients < 1 ||
+    if (!(c->agg.sample_fraction > 0 && c->agg.sample_fraction <= 1) || c->agg.min_clients < 1 ||
         c->local_epochs < 1 || c->batch < 1 || !(c->lr > 0) ||
-        !(c->momentum >= 0 && c->momentum < 1) || c->poll_ms == 0 || c->deadline_ms == 0 ||
-        c->async_k > FED_MERGE_DEFAULT_MAX_CLIENTS)
+        !(c->momentum >= 0 && c->momentum < 1) || c->transfer.poll_ms == 0 || c->deadline_ms == 0 ||
+        c->agg.async_k > FED_MERGE_DEFAULT_MAX_CLIENTS)
         return FED_ERR_BAD_VALUE;
-    if (c->require_dp_sgd && (!(c->dp_clip > 0) || !isfinite(c->dp_clip) ||
-                              !(c->dp_noise >= 0) || !isfinite(c->dp_noise)))
+    if (c->dp.require_sgd && (!(c->dp.sgd_clip > 0) || !isfinite(c->dp.sgd_clip) ||
+                              !(c->dp.sgd_noise >= 0) || !isfinite(c->dp.sgd_noise)))
         return FED_ERR_BAD_VALUE; /* the MODEL's DP-SGD field would not encode */
-    if (!(c->dp_client_clip >= 0) || !isfinite(c->dp_client_clip))
+    if (!(c->dp.client_clip >= 0) || !isfinite(c->dp.client_clip))
         return FED_ERR_BAD_VALUE;
-    if (c->dp_client_clip > 0 &&
-        (!(c->dp_client_noise >= 0) || !isfinite(c->dp_client_noise) ||
-         !(c->dp_target_eps >= 0) || !isfinite(c->dp_target_eps) ||
-         !(c->dp_client_quantile >= 0 && c->dp_client_quantile < 1) ||
-         !(c->dp_client_clip_lr >= 0) || !isfinite(c->dp_client_clip_lr) ||
-         !(c->dp_delta > 0 && c->dp_delta < 1)))
+    if (c->dp.client_clip > 0 &&
+        (!(c->dp.client_noise >= 0) || !isfinite(c->dp.client_noise) ||
+         !(c->dp.target_eps >= 0) || !isfinite(c->dp.target_eps) ||
+         !(c->dp.client_quantile >= 0 && c->dp.client_quantile < 1) ||
+         !(c->dp.client_clip_lr >= 0) || !isfinite(c->dp.client_clip_lr) ||
+         !(c->dp.delta > 0 && c->dp.delta < 1)))
         return FED_ERR_BAD_VALUE; /* DP-FedAvg's settings */
     return FED_OK;
 }
@@ -1451,4 +1451,7 @@ const node_role_ops fed_node_agg_ops = {
     .progress = fed_node_agg_progress,
     .bad_reply = NULL, /* it takes no vector in a reply */
     .pulled = NULL,
+    .rate_from_model = 0,
+    .streams_in_replies = 0,
+    .tells_old_epoch = 1,
 };

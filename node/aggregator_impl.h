@@ -102,7 +102,7 @@ struct node_agg {
                               since the first client came): min_clients will do */
     int first_armed;       /* the gather timer was armed for round 1 (arm_first_gather) */
     uint32_t failed;       /* rounds failed in a row (a full disk): the next try waits */
-    int early_stopped;     /* cfg.early_stop's rule ended the run */
+    int early_stopped;     /* cfg.agg.early_stop's rule ended the run */
     uint64_t retry_at_ms;  /* no round starts before this (now_ms), after a failure */
     int commit_again;      /* a secure round's commit failed after its sum was
                               unmasked: the round timer commits it again */
@@ -133,8 +133,8 @@ struct node_agg {
     agg_pending pending;   /* figures not in their rows yet */
     uint64_t bytes_in0, bytes_out0; /* wire counters when the round started */
     uint64_t ctr_base[64]; /* wire counters the database held at start (earlier runs) */
-    agg_dp *dp;            /* DP-FedAvg (cfg.dp_client_clip > 0), else NULL */
-    struct node_sa_agg *sa; /* cfg.secagg: the round's secure aggregation (secagg_agg.c) */
+    agg_dp *dp;            /* DP-FedAvg (cfg.dp.client_clip > 0), else NULL */
+    struct node_sa_agg *sa; /* cfg.secagg.on: the round's secure aggregation (secagg_agg.c) */
     const agg_input_ops *in; /* the round's aggregate input (agg_input.c): plain,
                                 secure, DP-FedAvg around either */
     fed_node_layout layout; /* the tensors' paths (node/layout.h): what a DELTA
@@ -149,7 +149,7 @@ struct node_agg {
     uint64_t mdp_version;   /* bumped when a row changes (the status snapshot's cue) */
 };
 
-static inline int fed_node_agg_is_async(const fed_node *n) { return n->cfg.async_k > 0; }
+static inline int fed_node_agg_is_async(const fed_node *n) { return n->cfg.agg.async_k > 0; }
 
 /* ---- aggregator.c ---- */
 void fed_node_agg_arm_poll(fed_node *n);
@@ -182,7 +182,7 @@ fed_err fed_node_agg_async_on_ask(fed_node *n, fed_req *req, const fed_wire_hdr 
 fed_err fed_node_agg_async_on_delta(fed_node *n, node_open *op);
 
 /* ---- agg_dp.c: DP-FedAvg ---- */
-/* Sets a->dp up when cfg.dp_client_clip > 0 (after the model and merge):
+/* Sets a->dp up when cfg.dp.client_clip > 0 (after the model and merge):
  * checks the mode and strategy, calibrates z for --dp-target-epsilon,
  * splits it for adaptive clipping, keys the noise. */
 fed_err fed_node_agg_dp_new(fed_node *n);

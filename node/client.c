@@ -3,7 +3,7 @@
  * its delta and sample count, sealed, and asks NEXT. One request out at a
  * time, each on a retry timer. Owns its shard's training state between
  * rounds (topk residual); its data never leaves it, only deltas do.
- * With DP-SGD (cfg.dp_sgd) it also owns the site's accountant
+ * With DP-SGD (cfg.dp.sgd) it also owns the site's accountant
  * (node/dp_account.h): each round's epsilon is committed, fsynced, before
  * its delta is sent, and a round that would pass the budget, or that
  * requires DP-SGD this site does not run, is declined with a LEAVE. */
@@ -51,10 +51,10 @@ struct node_client {
                              graph (job.set.graph points here), or NULL */
     uint64_t train_start_ms;
     uint32_t leave_reason; /* the LEAVE out (state CL_SENDING, out_type LEAVE) */
-    fed_dp_account *acct;  /* cfg.dp_sgd: the site's accountant */
-    fed_crypto_keystream ks; /* cfg.dp_sgd: DP-SGD's noise and sampling, keyed from
+    fed_dp_account *acct;  /* cfg.dp.sgd: the site's accountant */
+    fed_crypto_keystream ks; /* cfg.dp.sgd: DP-SGD's noise and sampling, keyed from
                                 env.random; used by the training job only */
-    double epsilon;        /* cfg.dp_sgd: spent after the last round charged */
+    double epsilon;        /* cfg.dp.sgd: spent after the last round charged */
     int secure;            /* the round in training runs secure aggregation: its
                               delta never leaves in the clear */
     node_train_job job;
@@ -66,12 +66,12 @@ static fed_err fed_node_client_new(fed_node *n)
 
     if (!c)
         return FED_ERR_NOMEM;
-    memcpy(c->agg, n->cfg.aggregator.key, 32);
+    memcpy(c->agg, n->cfg.client.aggregator.key, 32);
     c->job.job.user = n;
     n->client = c;
     c->job.hooks = n->cfg.hooks;
-    if (n->cfg.dp_sgd) {
-        fed_err e = fed_dp_account_new(n->cfg.dp_delta, &c->acct);
+    if (n->cfg.dp.sgd) {
+        fed_err e = fed_dp_account_new(n->cfg.dp.delta, &c->acct);
 
         if (e != FED_OK)
             return e; /* fed_node_new frees the half-built role */
@@ -127,7 +127,7 @@ static fed_err ask(fed_node *n, uint8_t type)
     b.round_ref = n->round;
     c->state = CL_ASKING;
     c->out_type = type;
-    arm_retry(n, n->cfg.poll_ms + n->cfg.retry_ms);
+    arm_retry(n, n->cfg.transfer.poll_ms + n->cfg.transfer.retry_ms);
     return fed_node_emit(n, NULL, &h, &b, NULL, 0);
 }
 
@@ -135,12 +135,12 @@ static fed_err ask(fed_node *n, uint8_t type)
  * (the DP report field of a DELTA or LEAVE). */
 static void put_dp_report(const fed_node *n, fed_wire_block *b)
 {
-    if (!n->cfg.dp_sgd)
+    if (!n->cfg.dp.sgd)
         return;
     /* noise 0 (clipping alone) spends an infinite epsilon; the wire and the
        store take finite reports only, so it goes as the largest double */
     b->dp_epsilon = isfinite(n->client->epsilon) ? n->client->epsilon : DBL_MAX;
-    b->dp_budget = n->cfg.dp_budget;
+    b->dp_budget = n->cfg.dp.budget;
 }
 
 static fed_err send_delta(fed_node *n)
@@ -151,7 +151,7 @@ static fed_err send_delta(fed_node *n)
     fed_wire_block b;
     fed_err e;
 
-    if (n->cfg.secagg) { /* on_model declines such rounds: never reached */
+    if (n->cfg.secagg.on) { /* on_model declines such rounds: never reached */
         fed_log(FED_LOG_ERROR, "client: round %llu: a plain delta was about to leave a "
                 "--secagg client; not sent", (unsigned long long)c->round);
         return FED_ERR_SA_REQUIRED;
@@ -175,7 +175,7 @@ static fed_err send_delta(fed_node *n)
     }
     c->state = CL_SENDING;
     c->out_type = FED_WIRE_DELTA;
-    arm_retry(n, n->cfg.retry_ms);
+    arm_retry(n, n->cfg.transfer.retry_ms);
     return fed_node_emit_vec(n, NULL, &h, &b, j->vec, j->vec_len);
 }
 
@@ -196,7 +196,7 @@ static fed_err send_leave(fed_node *n)
     put_dp_report(n, &b);
     c->state = CL_SENDING;
     c->out_type = FED_WIRE_LEAVE;
-    arm_retry(n, n->cfg.retry_ms);
+    arm_retry(n, n->cfg.transfer.retry_ms);
     return fed_node_emit(n, NULL, &h, &b, NULL, 0);
 }
 
@@ -209,7 +209,7 @@ static fed_err push_delta(fed_node *n, int *sent)
 
     *sent = !done;
     if (*sent)
-        arm_retry(n, n->cfg.retry_ms);
+        arm_retry(n, n->cfg.transfer.retry_ms);
     return e;
 }
 
@@ -218,7 +218,7 @@ static void fed_node_client_pulling(fed_node *n)
 {
     n->client->repulls = 0;
     if (n->client->state == CL_ASKING)
-        arm_retry(n, n->cfg.retry_ms);
+        arm_retry(n, n->cfg.transfer.retry_ms);
 }
 
 /* The MODEL's stream stalled: ask for its chunk again, a few times. */
@@ -227,12 +227,12 @@ static fed_err repull(fed_node *n)
     node_client *c = n->client;
     fed_err e;
 
-    if (c->repulls >= n->cfg.delta_retries)
+    if (c->repulls >= n->cfg.client.delta_retries)
         return FED_ERR_NOTFOUND;
     if ((e = fed_node_repull(n, c->agg)) != FED_OK)
         return e;
     c->repulls++;
-    arm_retry(n, n->cfg.retry_ms);
+    arm_retry(n, n->cfg.transfer.retry_ms);
     return FED_OK;
 }
 
@@ -291,8 +291,8 @@ static fed_err fed_node_client_start(fed_node *n)
         c->epsilon = fed_dp_account_epsilon(c->acct);
         fed_log(FED_LOG_INFO, "client: DP-SGD, clip %g, noise multiplier %g, delta %g: "
                 "epsilon %.4f spent in %llu releases so far; budget %.4g (0: none)",
-                (double)n->cfg.dp_clip, (double)n->cfg.dp_noise, n->cfg.dp_delta, c->epsilon,
-                (unsigned long long)fed_dp_account_charges(c->acct), n->cfg.dp_budget);
+                (double)n->cfg.dp.sgd_clip, (double)n->cfg.dp.sgd_noise, n->cfg.dp.delta, c->epsilon,
+                (unsigned long long)fed_dp_account_charges(c->acct), n->cfg.dp.budget);
     }
     return ask(n, FED_WIRE_HELLO);
 }
@@ -308,7 +308,7 @@ static fed_err flops_of(fed_node *n, const char *spec, const char *whole, double
     fed_err e;
 
     if (strcmp(c->flops_spec, spec) != 0) {
-        if ((e = fed_model_new(whole, n->cfg.train->shape, n->cfg.be, NULL, 1, 1, &m)) != FED_OK)
+        if ((e = fed_model_new(whole, n->cfg.data.train->shape, n->cfg.be, NULL, 1, 1, &m)) != FED_OK)
             return e;
         c->flops_per_sample = fed_model_flops_per_sample(m);
         snprintf(c->flops_spec, sizeof c->flops_spec, "%s", spec);
@@ -343,11 +343,11 @@ static fed_err dp_plan(fed_node *n, const fed_wire_settings *s, node_train_job *
     uint64_t steps;
 
     j->dp_on = 0;
-    if (!cfg->dp_sgd)
+    if (!cfg->dp.sgd)
         return (s->dp_flags & FED_WIRE_DP_REQUIRED) ? FED_ERR_DP_REQUIRED : FED_OK;
     memset(&j->dp, 0, sizeof j->dp);
-    j->dp.clip = cfg->dp_clip;
-    j->dp.noise = cfg->dp_noise;
+    j->dp.clip = cfg->dp.sgd_clip;
+    j->dp.noise = cfg->dp.sgd_noise;
     if (s->dp_flags & FED_WIRE_DP_REQUIRED) {
         j->dp.clip = s->dp_clip;
         if (s->dp_noise > j->dp.noise)
@@ -356,15 +356,15 @@ static fed_err dp_plan(fed_node *n, const fed_wire_settings *s, node_train_job *
     j->dp.random = fed_crypto_keystream_random;
     j->dp.random_ctx = &c->ks;
     j->dp_on = 1;
-    if (!(cfg->dp_budget > 0))
+    if (!(cfg->dp.budget > 0))
         return FED_OK;
-    q = fed_dp_account_rate(cfg->shard_n, s->batch);
-    steps = fed_dp_account_round_steps(cfg->shard_n, s->batch, s->local_epochs);
+    q = fed_dp_account_rate(cfg->data.shard_n, s->batch);
+    steps = fed_dp_account_round_steps(cfg->data.shard_n, s->batch, s->local_epochs);
     next = fed_dp_account_preview(c->acct, q, j->dp.noise, steps);
-    if (next > cfg->dp_budget) {
+    if (next > cfg->dp.budget) {
         fed_log(FED_LOG_WARN, "client: round %llu would take epsilon from %.4f to %.4f, past "
                 "the budget %.4g: declined", (unsigned long long)c->round, c->epsilon, next,
-                cfg->dp_budget);
+                cfg->dp.budget);
         return FED_ERR_DP_BUDGET;
     }
     return FED_OK;
@@ -471,7 +471,7 @@ static fed_err on_model(fed_node *n, node_open *op)
         return FED_OK; /* an answer to a request we gave up on */
     if (m->block.settings.sa_on)
         return on_secure_model(n, op);
-    if (n->cfg.secagg) {
+    if (n->cfg.secagg.on) {
         /* --secagg on a client is a requirement: its delta never leaves in
            the clear, so a round without secure aggregation is declined */
         fed_log(FED_LOG_WARN, "client: round %llu does not run secure aggregation and this "
@@ -503,7 +503,7 @@ static fed_err fed_node_client_bad_model(fed_node *n, node_open *op, fed_err why
 {
     node_client *c = n->client;
     const fed_wire_msg *m = &op->msg;
-    const fed_model_shape in = n->cfg.train->shape;
+    const fed_model_shape in = n->cfg.data.train->shape;
     char spec_why[160] = "", *whole = NULL;
     size_t want = 0;
     uint64_t got = 0;
@@ -627,10 +627,10 @@ static fed_err on_model_train(fed_node *n, node_open *op)
     j->be = n->cfg.be;
     j->pool = n->cfg.pool;
     j->shards = n->cfg.shards;
-    j->data = n->cfg.train;
-    j->aug = n->cfg.augment;
-    j->shard = n->cfg.shard;
-    j->shard_n = n->cfg.shard_n;
+    j->data = n->cfg.data.train;
+    j->aug = n->cfg.data.augment;
+    j->shard = n->cfg.data.shard;
+    j->shard_n = n->cfg.data.shard_n;
     j->global = c->global;
     j->nparams = c->nparams;
     /* its local tensors of this model, if it kept any (else the MODEL's) */
@@ -642,10 +642,10 @@ static fed_err on_model_train(fed_node *n, node_open *op)
     j->err = FED_OK;
     c->state = CL_TRAINING;
     c->train_start_ms = fed_node_wall_ms(n);
-    n->env.charge(n->env.self, flops * (double)n->cfg.shard_n * j->set.local_epochs);
+    n->env.charge(n->env.self, flops * (double)n->cfg.data.shard_n * j->set.local_epochs);
     if ((e = (fed_err)n->env.submit(n->env.self, &j->job)) != FED_OK) {
         c->state = CL_IDLE;
-        arm_retry(n, n->cfg.retry_ms);
+        arm_retry(n, n->cfg.transfer.retry_ms);
     }
     return e;
 }
@@ -728,7 +728,7 @@ static fed_err not_sent_unrecorded(fed_node *n, fed_err why)
             fed_strerror(why));
     c->job.vec_len = 0;
     c->state = CL_IDLE;
-    arm_retry(n, n->cfg.retry_ms);
+    arm_retry(n, n->cfg.transfer.retry_ms);
     return why;
 }
 
@@ -739,7 +739,7 @@ static void dp_log_spent(const fed_node *n)
 
     fed_log(FED_LOG_INFO, "client: round %llu: %ld DP-SGD steps at q %.4g, noise %g: "
             "epsilon %.4f spent (delta %g)", (unsigned long long)c->round, j->dp_steps,
-            j->dp_rate, (double)j->dp.noise, c->epsilon, n->cfg.dp_delta);
+            j->dp_rate, (double)j->dp.noise, c->epsilon, n->cfg.dp.delta);
 }
 
 static fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
@@ -755,7 +755,7 @@ static fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
         fed_log(FED_LOG_ERROR, "client: training round %llu failed: %s",
                 (unsigned long long)c->round, fed_strerror(j->err));
         c->state = CL_IDLE;
-        arm_retry(n, n->cfg.retry_ms);
+        arm_retry(n, n->cfg.transfer.retry_ms);
         return j->err;
     }
     c->resends = 0;
@@ -879,10 +879,10 @@ static fed_err on_new_epoch(fed_node *n, const fed_wire_msg *m)
 static void fed_node_client_prepare_open(fed_node *n, node_open *op)
 {
     op->expect_n = 0; /* from the MODEL's spec */
-    op->shape = n->cfg.train->shape;
-    op->own_model = n->cfg.own_model;
-    op->max_params = n->cfg.max_model_params;
-    op->max_flops = n->cfg.max_model_flops;
+    op->shape = n->cfg.data.train->shape;
+    op->own_model = n->cfg.client.own_model;
+    op->max_params = n->cfg.client.max_model_params;
+    op->max_flops = n->cfg.client.max_model_flops;
     op->expect_codec = FED_CODEC_NONE;
 }
 
@@ -949,13 +949,13 @@ static fed_err fed_node_client_on_timer(fed_node *n, uint32_t id)
         int leave = c->out_type == FED_WIRE_LEAVE;
         fed_err e;
 
-        if (!fed_node_retry_take(n, leave ? NULL : c->agg, &c->resends, n->cfg.delta_retries))
+        if (!fed_node_retry_take(n, leave ? NULL : c->agg, &c->resends, n->cfg.client.delta_retries))
             return ask(n, FED_WIRE_HELLO); /* the aggregator may have restarted */
         if (leave)
             return send_leave(n);
         fed_log(FED_LOG_INFO, "client: no answer to the delta of round %llu; resending",
                 (unsigned long long)c->round);
-        if (fed_node_retry_frame(n, c->agg, n->cfg.retry_ms, &e))
+        if (fed_node_retry_frame(n, c->agg, n->cfg.transfer.retry_ms, &e))
             return e;
         return send_delta(n);
     }
@@ -973,12 +973,12 @@ static fed_err fed_node_client_on_timer(fed_node *n, uint32_t id)
 /* The client's part of fed_node_new's configuration check. */
 static fed_err fed_node_client_check(const fed_node_config *c)
 {
-    if (!c->train || !c->shard || !c->shard_n)
+    if (!c->data.train || !c->data.shard || !c->data.shard_n)
         return FED_ERR_INVAL;
-    if (c->dp_sgd && (!(c->dp_clip > 0) || !(c->dp_noise >= 0) || !isfinite(c->dp_noise) ||
-                      !(c->dp_delta > 0 && c->dp_delta < 1) || !(c->dp_budget >= 0)))
+    if (c->dp.sgd && (!(c->dp.sgd_clip > 0) || !(c->dp.sgd_noise >= 0) || !isfinite(c->dp.sgd_noise) ||
+                      !(c->dp.delta > 0 && c->dp.delta < 1) || !(c->dp.budget >= 0)))
         return FED_ERR_BAD_VALUE;
-    if (c->dp_sgd && !(c->be->caps & FED_BACKEND_CAP_DP_SGD))
+    if (c->dp.sgd && !(c->be->caps & FED_BACKEND_CAP_DP_SGD))
         return FED_ERR_UNSUPPORTED; /* DP-SGD has no parity test on another backend */
     return FED_OK;
 }
@@ -1007,4 +1007,7 @@ const node_role_ops fed_node_client_ops = {
     .progress = NULL, /* the common part says it all */
     .bad_reply = fed_node_client_bad_reply,
     .pulled = fed_node_client_pulling,
+    .rate_from_model = 1,
+    .streams_in_replies = 1,
+    .tells_old_epoch = 0,
 };

@@ -527,7 +527,7 @@ static fed_err open_transport(fed_node_daemon *d, const fed_node_config *nc)
 
     fed_gossip_tx_cfg_default(&tc);
     tc.listen_url = dc->listen_url;
-    tc.max_frame = nc->wire.max_frame ? nc->wire.max_frame : FED_WIRE_MAX_FRAME_DEFAULT;
+    tc.max_frame = nc->transfer.wire.max_frame ? nc->transfer.wire.max_frame : FED_WIRE_MAX_FRAME_DEFAULT;
     tc.recv_max = fed_node_recv_limit(nc);
     tc.max_conns = dc->max_conns;
     tc.stall_ms = dc->conn_stall_ms;
@@ -550,7 +550,7 @@ static fed_err open_transport(fed_node_daemon *d, const fed_node_config *nc)
             return e;
     }
     if (dc->peer_url &&
-        (e = fed_gossip_tx_add_peer(d->tx, nc->aggregator.key, dc->peer_url)) != FED_OK) {
+        (e = fed_gossip_tx_add_peer(d->tx, nc->client.aggregator.key, dc->peer_url)) != FED_OK) {
         fed_log(FED_LOG_ERROR, "daemon: cannot dial %s: %s", dc->peer_url, fed_strerror(e));
         return e;
     }
@@ -664,15 +664,15 @@ fed_err fed_node_daemon_run(const fed_node_daemon_cfg *dc, const fed_node_config
     };
     fed_err e;
 
-    if (nc->hooks || nc->wire.hooks) { /* the simulator's and the tests' seams, never a
+    if (nc->hooks || nc->transfer.wire.hooks) { /* the simulator's and the tests' seams, never a
                                           process's: misbehaviours, unsealed frames */
         fed_log(FED_LOG_ERROR, "daemon: a node config with test hooks (node/test_hooks.h or "
                                "gossip/wire_hooks.h) does not run as a daemon");
         return FED_ERR_INVAL;
     }
     memset(&d, 0, sizeof d);
-    nc->on_address = on_address;
-    nc->address_ctx = &d;
+    nc->peer.on_address = on_address;
+    nc->peer.address_ctx = &d;
     d.dc = dc;
     d.pool = nc->pool;
     d.job_fd[0] = d.job_fd[1] = -1;

@@ -17,7 +17,6 @@
 #include "core/bytes.h"
 #include "core/log.h"
 #include "node/node_impl.h"
-#include "node/secagg_impl.h" /* FED_NODE_SA_FLOOR */
 
 void fed_node_config_default(fed_node_config *cfg)
 {
@@ -26,33 +25,33 @@ void fed_node_config_default(fed_node_config *cfg)
     cfg->shards = 1;
     cfg->local_epochs = 1;
     cfg->batch = 64;
-    cfg->max_model_params = FED_NODE_MAX_MODEL_PARAMS;
-    cfg->max_model_flops = FED_NODE_MAX_MODEL_FLOPS;
+    cfg->client.max_model_params = FED_NODE_MAX_MODEL_PARAMS;
+    cfg->client.max_model_flops = FED_NODE_MAX_MODEL_FLOPS;
     cfg->optimizer = FED_OPTIM_SGD;
     cfg->lr = 0; /* the optimizer's own (fed_optim_default_lr) */
     cfg->momentum = 0.9f;
-    snprintf(cfg->codec, sizeof cfg->codec, "f32");
-    snprintf(cfg->strategy, sizeof cfg->strategy, "fedavg");
-    cfg->sample_fraction = 1.0;
-    cfg->min_clients = 1;
-    cfg->gather_ms = 1000;
+    snprintf(cfg->transfer.codec, sizeof cfg->transfer.codec, "f32");
+    snprintf(cfg->agg.strategy, sizeof cfg->agg.strategy, "fedavg");
+    cfg->agg.sample_fraction = 1.0;
+    cfg->agg.min_clients = 1;
+    cfg->agg.gather_ms = 1000;
     cfg->deadline_ms = 60000;
-    cfg->poll_ms = 5000;
-    cfg->retry_ms = 2000;
-    cfg->delta_retries = 3;
-    cfg->max_staleness = 10;
-    cfg->dp_clip = 1.0f;
-    cfg->dp_noise = 1.0f;
-    cfg->dp_delta = 1e-5;
-    cfg->dp_client_noise = 1.0;
-    cfg->dp_client_clip_lr = 0.2;
-    cfg->secagg_dropout = 0.1;
-    cfg->secagg_max_weight = 1000;
-    cfg->secagg_bits = 20;
-    cfg->secagg_range = 4;
-    cfg->secagg_stats_range = 64;
-    cfg->secagg_stage_ms = 10000;
-    cfg->secagg_min_clients = FED_NODE_SA_FLOOR;
+    cfg->transfer.poll_ms = 5000;
+    cfg->transfer.retry_ms = 2000;
+    cfg->client.delta_retries = 3;
+    cfg->agg.max_staleness = 10;
+    cfg->dp.sgd_clip = 1.0f;
+    cfg->dp.sgd_noise = 1.0f;
+    cfg->dp.delta = 1e-5;
+    cfg->dp.client_noise = 1.0;
+    cfg->dp.client_clip_lr = 0.2;
+    cfg->secagg.dropout = 0.1;
+    cfg->secagg.max_weight = 1000;
+    cfg->secagg.bits = 20;
+    cfg->secagg.range = 4;
+    cfg->secagg.stats_range = 64;
+    cfg->secagg.stage_ms = 10000;
+    cfg->secagg.min_clients = FED_NODE_SA_FLOOR;
 }
 
 /* The roles by fed_node_role: each role's file defines its entry. */
@@ -77,13 +76,14 @@ static fed_err check_config(const fed_node_config *c, const node_role_ops **ops)
 
 /* cfg's rate across rounds (aggregator, peer: they send or train at it; a
  * client trains at what each MODEL says and keeps none). */
-static fed_err round_schedule(const fed_node_config *cfg, fed_optim_cfg *out)
+static fed_err round_schedule(const fed_node_config *cfg, const node_role_ops *ops,
+                              fed_optim_cfg *out)
 {
     const char *text = cfg->lr_schedule[0] ? cfg->lr_schedule : "const";
 
     fed_optim_cfg_default(out, (fed_optim_kind)cfg->optimizer);
     out->lr = cfg->lr;
-    if (cfg->role == FED_NODE_CLIENT)
+    if (ops->rate_from_model)
         return FED_OK;
     if (fed_optim_sched_of_run(text, cfg->rounds, cfg->lr_warmup, 1, out) != FED_OK) {
         fed_log(FED_LOG_ERROR, "node: lr schedule '%s' with %u warm-up rounds does not fit %u"
@@ -124,7 +124,7 @@ fed_err fed_node_new(const fed_node_config *given, const fed_env *env, fed_node 
         fed_log(FED_LOG_ERROR, "node: unusable configuration: %s", fed_strerror(e));
         return e;
     }
-    if ((e = round_schedule(cfg, &sched)) != FED_OK)
+    if ((e = round_schedule(cfg, ops, &sched)) != FED_OK)
         return e;
     if (!(n = fed_calloc(1, sizeof *n)))
         return FED_ERR_NOMEM;
@@ -133,14 +133,14 @@ fed_err fed_node_new(const fed_node_config *given, const fed_env *env, fed_node 
     n->lr_sched = sched;
     n->env = *env;
     memcpy(n->key, fed_crypto_arena_pubkey(cfg->arena), 32);
-    fed_wire_cfg_default(&wc); /* a zero field of cfg->wire: its default */
-    if (cfg->wire.max_frame)
-        wc.max_frame = cfg->wire.max_frame;
-    if (cfg->wire.max_rx_streams)
-        wc.max_rx_streams = cfg->wire.max_rx_streams;
-    if (cfg->wire.max_stream_bytes)
-        wc.max_stream_bytes = cfg->wire.max_stream_bytes;
-    wc.hooks = cfg->wire.hooks; /* the simulator's (gossip/wire_hooks.h); NULL in a daemon */
+    fed_wire_cfg_default(&wc); /* a zero field of cfg->transfer.wire: its default */
+    if (cfg->transfer.wire.max_frame)
+        wc.max_frame = cfg->transfer.wire.max_frame;
+    if (cfg->transfer.wire.max_rx_streams)
+        wc.max_rx_streams = cfg->transfer.wire.max_rx_streams;
+    if (cfg->transfer.wire.max_stream_bytes)
+        wc.max_stream_bytes = cfg->transfer.wire.max_stream_bytes;
+    wc.hooks = cfg->transfer.wire.hooks; /* the simulator's (gossip/wire_hooks.h); NULL in a daemon */
     if ((e = fed_wire_new(&wc, cfg->arena, cfg->allow, &n->wire)) != FED_OK)
         goto out;
     fed_wire_set_epoch(n->wire, fed_store_epoch(cfg->store));
@@ -254,7 +254,7 @@ fed_err fed_node_arm_in(fed_node *n, uint64_t after_ms, uint32_t id)
 
 size_t fed_node_recv_limit(const fed_node_config *cfg)
 {
-    size_t max = cfg->wire.max_frame ? cfg->wire.max_frame : FED_WIRE_MAX_FRAME_DEFAULT;
+    size_t max = cfg->transfer.wire.max_frame ? cfg->transfer.wire.max_frame : FED_WIRE_MAX_FRAME_DEFAULT;
     size_t np = 0, need;
 
     if (max <= FED_NODE_RECV_SLACK || !cfg->spec[0] || fed_model_spec_nparams(cfg->spec, cfg->shape, &np) != FED_OK ||
@@ -627,7 +627,7 @@ static int tell_old_epoch(fed_node *n, fed_req *req, const uint8_t *frame, size_
     size_t i;
     int found = 0;
 
-    if (!n->agg || !req || fed_wire_hdr_decode(frame, len, &h) != FED_OK ||
+    if (!n->ops->tells_old_epoch || !req || fed_wire_hdr_decode(frame, len, &h) != FED_OK ||
         !fed_wire_is_member(n->wire, h.sender))
         return 0;
     i = fed_key_search(n->peers, n->npeers, sizeof *n->peers, h.sender, &found);

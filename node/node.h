@@ -29,8 +29,8 @@
  *
  * Peer mode (no aggregator): see node/peer.c. Each round a peer trains on
  * its shard, enters the model into its push-sum state (x = w * model),
- * gives its round's out-neighbours (cfg.topology) their shares as SHARE
- * requests carrying running totals, waits as cfg.sync says (bsp: every
+ * gives its round's out-neighbours (cfg.peer.topology) their shares as SHARE
+ * requests carrying running totals, waits as cfg.peer.sync says (bsp: every
  * in-neighbour's share of this round or deadline_ms; ssp:S: while no
  * in-neighbour lags more than S rounds; asp:T and bap: never), adds what
  * came in sender-key order, evaluates, and commits the round (the neighbours
@@ -122,68 +122,25 @@ typedef void (*fed_node_delta_fn)(void *ctx, const fed_node *n, uint64_t round,
                                   uint64_t base_round, const uint8_t key[32], const float *delta,
                                   size_t nparams, uint64_t samples);
 
-typedef struct fed_node_config {
-    fed_node_role role;
-    uint64_t seed;                /* model initialization; client shuffles */
+/* A node's configuration: what every role reads at the top level (role,
+ * seed, compute, the model and the round's settings, what persists, the
+ * observers), then one part per concern. A role reads the parts it needs
+ * and leaves the others at their defaults. */
 
-    /* compute (borrowed): backend, pool and shards for the model's steps */
-    fed_backend *be;
-    fed_pool *pool;               /* NULL: single-threaded models */
-    int shards;                   /* >= 1 */
-    /* a site run as several processes (node/site.h): rank 0's collective
-       with the other ranks (borrowed; NULL or one rank: this process alone),
-       and each rank's batch (0: the round's; a site of R ranks steps on R
-       times it) */
-    fed_coll *coll;
-    uint32_t rank_batch;
+/* The data a client or a peer trains on and an aggregator or a peer
+   evaluates on (all borrowed). */
+typedef struct fed_node_data_config {
+    const fed_dataset *train;     /* the dataset its shard indexes */
+    const uint32_t *shard;        /* (shard_n) indices into train */
+    size_t shard_n;
+    fed_data_aug augment;         /* its training batches' (images only); none: zero */
+    const fed_dataset *test;      /* held-out data; NULL: no evaluation */
+} fed_node_data_config;
 
-    /* the model and the round's settings (aggregator; a client learns them
-       from each MODEL) */
-    char spec[FED_MODEL_SPEC_MAX]; /* its id (model.h: fed_model_spec_id) */
-    const char *graph;            /* borrowed: the whole spec when spec is the id
-                                     of a longer graph ("g#..."), sent in each
-                                     MODEL's graph field; NULL: spec is whole */
-    fed_model_shape shape;
-    /* client: the model its own --model declares (a whole spec, borrowed;
-       NULL: it takes the aggregator's), refused at once when a MODEL names
-       another (LEAVE FED_ERR_MODEL_MISMATCH); and what it builds from a
-       MODEL at most, since the graph comes from the network */
-    const char *own_model;
-    double max_model_params;      /* default FED_NODE_MAX_MODEL_PARAMS */
-    double max_model_flops;       /* forward + backward per sample; default
-                                     FED_NODE_MAX_MODEL_FLOPS */
-    /* aggregator: tensors that stay at the sites (node/layout.h), sent in
-       each MODEL (field 14) so every site keeps the same ones; a client's
-       own (when set) must agree or the round is declined */
-    char local_layers[256];       /* comma-separated globs over tensor names
-                                     ("fc3.*"); "": none */
-    int local_bn;                 /* every norm tensor stays (FedBN) */
-    uint32_t local_epochs;        /* default 1 */
-    uint32_t batch;               /* default 64 */
-    uint8_t optimizer;            /* fed_optim_kind, default SGD (momentum 0.9) */
-    float lr;                     /* 0 (default): the optimizer's own,
-                                     fed_optim_default_lr */
-    char lr_schedule[32];         /* the rate across rounds (aggregator,
-                                     peer): "const" ("" too: the default),
-                                     "step:ROUNDS,GAMMA" or "cosine" (down
-                                     towards 0 at round `rounds`), the names
-                                     of model/optim.h's fed_optim_sched_of_run
-                                     counted in rounds. Round r trains at
-                                     fed_optim_sched_lr at step r - 1: every
-                                     peer computes the same rate from the
-                                     round, and async mode's rounds are its
-                                     merges. The rate goes in each round's
-                                     MODEL; a client trains at what it says */
-    uint32_t lr_warmup;           /* rounds of linear warm-up before the
-                                     schedule: round r <= W trains at
-                                     lr * r / (W + 1); default 0 */
-    float momentum;               /* SGD's, in [0, 1); default 0.9 */
-    char codec[32];               /* the clients' delta codec, default "f32" */
+/* An aggregator's rounds, merge, evaluation and async mode. */
+typedef struct fed_node_agg_config {
     char strategy[FED_MERGE_SPEC_MAX]; /* default "fedavg" */
     double weight_cap;            /* fed_merge_config's; 0: none */
-
-    /* aggregator rounds */
-    uint32_t rounds;              /* stop after this round; 0: never */
     double sample_fraction;       /* of the waiting clients, in (0, 1]; default 1 */
     uint32_t min_clients;         /* deltas needed to merge; default 1 */
     uint32_t wait_clients;        /* waiting clients that start a round at once;
@@ -191,10 +148,7 @@ typedef struct fed_node_config {
     uint64_t gather_ms;           /* start with >= min_clients waiting once this
                                      passed since the last round closed (round 1:
                                      since the first client came); default 1000 */
-    uint64_t deadline_ms;         /* round deadline from its start; default 60000 */
-    uint64_t poll_ms;             /* longest hold of a HELLO/NEXT; default 5000 */
-    const fed_dataset *test;      /* held-out data; NULL: no evaluation */
-    /* aggregator with test data: the figure (model/metrics.h) that says
+    /* with test data (data.test): the figure (model/metrics.h) that says
        which round is best, whose checkpoint retention keeps ("": none);
        early_stop > 0 ends the run once that many rounds after the best have
        not improved on it (each round then evaluated before the next starts) */
@@ -203,68 +157,27 @@ typedef struct fed_node_config {
     uint32_t async_k;             /* FedBuff: merge once this many deltas are
                                      buffered; 0: synchronous rounds (default) */
     uint32_t max_staleness;       /* async: older deltas are late; default 10 */
+} fed_node_agg_config;
 
-    /* client */
+/* A client's aggregator and what it accepts of the model it is sent. */
+typedef struct fed_node_client_config {
     fed_peer_id aggregator;
-    const fed_dataset *train;     /* the dataset its shard indexes (borrowed) */
-    fed_data_aug augment;         /* its training batches' (images only); none: zero */
-    const uint32_t *shard;        /* (shard_n) indices into train (borrowed) */
-    size_t shard_n;
-    uint64_t retry_ms;            /* answer wait beyond poll_ms; default 2000 */
+    /* the model its own --model declares (a whole spec, borrowed; NULL: it
+       takes the aggregator's), refused at once when a MODEL names another
+       (LEAVE FED_ERR_MODEL_MISMATCH); and what it builds from a MODEL at
+       most, since the graph comes from the network */
+    const char *own_model;
+    double max_model_params;      /* default FED_NODE_MAX_MODEL_PARAMS */
+    double max_model_flops;       /* forward + backward per sample; default
+                                     FED_NODE_MAX_MODEL_FLOPS */
     uint32_t delta_retries;       /* DELTA resends before HELLO; default 3 */
-    /* DP-SGD (node/dp_account.h): a client with dp_sgd trains each round
-       with it (CPU backend), noise from env.random through a keystream
-       (crypto/keystream.h), and charges the round's epsilon to its database, durably,
-       before its delta leaves; a round that would take the total past
-       dp_budget (0: none) is refused with a LEAVE (FED_ERR_DP_BUDGET). An
-       aggregator with require_dp_sgd puts dp_clip and dp_noise into every
-       MODEL as required; a client without dp_sgd refuses such a round
-       (FED_ERR_DP_REQUIRED) and one with dp_sgd trains at that clip and the
-       larger of the two noise multipliers. */
-    int dp_sgd;
-    float dp_clip;                /* C > 0; default 1 */
-    float dp_noise;               /* z >= 0; default 1 */
-    double dp_delta;              /* in (0, 1); default 1e-5 */
-    double dp_budget;             /* epsilon; 0: no budget */
-    int require_dp_sgd;           /* aggregator */
-    /* DP-FedAvg (node/agg_dp.c; client-level DP, McMahan et al. 2018): an
-       aggregator with dp_client_clip > 0 samples each waiting client with
-       probability sample_fraction (Poisson; a small draw is never redrawn:
-       the round runs with it), clips each delta to the clip, sums them with
-       equal weight, adds Gaussian noise of standard deviation z times the
-       clip, divides by the expected cohort sample_fraction * wait_clients,
-       and charges the round (q = sample_fraction, z) to its database;
-       synchronous rounds and a weighted strategy (fedavg, fedavgm, fedprox,
-       fedadam, ...) only. dp_delta is the delta it accounts at. */
-    double dp_client_clip;        /* C (adaptive: its start); 0: off (default) */
-    double dp_client_noise;       /* z; default 1 */
-    double dp_target_eps;         /* > 0: z calibrated so `rounds` rounds spend
-                                     this (rounds must be > 0); 0: dp_client_noise */
-    double dp_client_quantile;    /* adaptive clipping's target quantile gamma
-                                     in (0, 1); 0: a fixed clip (default) */
-    double dp_client_clip_lr;     /* adaptive clipping's eta; default 0.2 */
-    /* secure aggregation (node/secagg_agg.c, secagg_client.c): an aggregator
-       with secagg runs every synchronous round as the protocol's stages and
-       learns only the sum of its clients' quantized, weighted deltas; a
-       client follows what each MODEL says (field 12) */
-    int secagg;
-    double secagg_dropout;        /* the dropout rate a round survives; default 0.1 */
-    double secagg_max_weight;     /* a client's weight cap in samples; default 1000 */
-    uint32_t secagg_bits;         /* quantized bits; default 20 (4096 clients fit) */
-    double secagg_range;          /* per-coordinate clip; default 4 */
-    double secagg_stats_range;    /* the statistics segment's clip (running
-                                     means and variances, node/layout.h); default 64 */
-    uint64_t secagg_stage_ms;     /* each stage's deadline (the masked input's:
-                                     deadline_ms); default 10000 */
-    uint32_t secagg_min_clients;  /* the floor of a secure round's key list and
-                                     survivors, enforced by the aggregator and by
-                                     each client: never below 3 (a smaller value
-                                     counts as 3); default 3 */
+} fed_node_client_config;
 
-    /* peer (no aggregator): every member in the allow-list is a peer; the
-       round's settings above are its own (spec, local_epochs, batch,
-       optimizer, lr, momentum), and so are rounds and deadline_ms (how long
-       bsp waits for its in-neighbours) */
+/* A peer (no aggregator): every member in the allow-list is a peer; the
+   round's settings at the top level are its own (spec, local_epochs,
+   batch, optimizer, lr, momentum), and so are rounds and deadline_ms (how
+   long bsp waits for its in-neighbours). */
+typedef struct fed_node_peer_config {
     char topology[32];            /* gossip/topology.h spec; default "ring" */
     const char *neighbours;       /* static: every member's out-list, NUL-ended
                                      text (gossip/topology.h); borrowed */
@@ -285,18 +198,23 @@ typedef struct fed_node_config {
     uint32_t checkpoint_every;    /* a checkpoint every Nth round (and the last);
                                      0 or 1: every round (default). Its push-sum
                                      state is running totals for every neighbour */
-    fed_model *eval_model;        /* peer: borrowed, for evaluating on cfg.test (its
+    uint32_t final_mix;           /* after the last training round, this many
+                                     rounds that only mix, so the members end
+                                     close to one model; default 0 */
+    const double *init;           /* mix only: the starting vector (init_dim) */
+    size_t init_dim;
+    fed_model *eval_model;        /* borrowed, for evaluating on data.test (its
                                      spec's, batch 256) instead of one of the node's
                                      own: the simulator lends one to all its peers,
                                      whose events it runs one at a time; NULL: the
                                      node's own */
-    int train_model_per_job;      /* the simulator's, peer: the training model is made
+    int train_model_per_job;      /* the simulator's: the training model is made
                                      for each round's job and freed at its end, so
                                      no more exist than jobs run at once on the
                                      pool, not one a peer (the same bits: a step
                                      reads nothing a model kept); 0: kept */
     int no_final_mix_eval;        /* the simulator's: the final mixing rounds are not
-                                     evaluated on cfg.test (it prints no row for
+                                     evaluated on data.test (it prints no row for
                                      them); 0 in every real node */
     int no_checkpoints;           /* the simulator's, for a peer nothing can crash
                                      (its in-memory database would hold each
@@ -304,17 +222,136 @@ typedef struct fed_node_config {
                                      that nobody reads): rounds are recorded,
                                      checkpoints never written. 0 in every real
                                      node */
-    uint32_t final_mix;           /* after the last training round, this many
-                                     rounds that only mix, so the members end
-                                     close to one model; default 0 */
-    const double *init;           /* mix only: the starting vector (init_dim) */
-    size_t init_dim;
+} fed_node_peer_config;
+
+/* Differential privacy. DP-SGD (node/dp_account.h): a client with sgd
+   trains each round with it (CPU backend), noise from env.random through a
+   keystream (crypto/keystream.h), and charges the round's epsilon to its
+   database, durably, before its delta leaves; a round that would take the
+   total past budget (0: none) is refused with a LEAVE (FED_ERR_DP_BUDGET).
+   An aggregator with require_sgd puts sgd_clip and sgd_noise into every
+   MODEL as required; a client without sgd refuses such a round
+   (FED_ERR_DP_REQUIRED) and one with sgd trains at that clip and the larger
+   of the two noise multipliers.
+   DP-FedAvg (node/agg_dp.c; client-level DP, McMahan et al. 2018): an
+   aggregator with client_clip > 0 samples each waiting client with
+   probability agg.sample_fraction (Poisson; a small draw is never redrawn:
+   the round runs with it), clips each delta to the clip, sums them with
+   equal weight, adds Gaussian noise of standard deviation z times the clip,
+   divides by the expected cohort agg.sample_fraction * agg.wait_clients,
+   and charges the round (q = agg.sample_fraction, z) to its database;
+   synchronous rounds and a weighted strategy (fedavg, fedavgm, fedprox,
+   fedadam, ...) only. delta is the delta it accounts at. */
+typedef struct fed_node_dp_config {
+    int sgd;
+    float sgd_clip;               /* C > 0; default 1 */
+    float sgd_noise;              /* z >= 0; default 1 */
+    double delta;                 /* in (0, 1); default 1e-5 */
+    double budget;                /* epsilon; 0: no budget */
+    int require_sgd;              /* aggregator */
+    double client_clip;           /* C (adaptive: its start); 0: off (default) */
+    double client_noise;          /* z; default 1 */
+    double target_eps;            /* > 0: z calibrated so `rounds` rounds spend
+                                     this (rounds must be > 0); 0: client_noise */
+    double client_quantile;       /* adaptive clipping's target quantile gamma
+                                     in (0, 1); 0: a fixed clip (default) */
+    double client_clip_lr;        /* adaptive clipping's eta; default 0.2 */
+} fed_node_dp_config;
+
+/* Secure aggregation (node/secagg_agg.c, secagg_client.c): an aggregator
+   with on runs every synchronous round as the protocol's stages and learns
+   only the sum of its clients' quantized, weighted deltas; a client follows
+   what each MODEL says (field 12). */
+typedef struct fed_node_secagg_config {
+    int on;
+    double dropout;               /* the dropout rate a round survives; default 0.1 */
+    double max_weight;            /* a client's weight cap in samples; default 1000 */
+    uint32_t bits;                /* quantized bits; default 20 (4096 clients fit) */
+    double range;                 /* per-coordinate clip; default 4 */
+    double stats_range;           /* the statistics segment's clip (running
+                                     means and variances, node/layout.h); default 64 */
+    uint64_t stage_ms;            /* each stage's deadline (the masked input's:
+                                     deadline_ms); default 10000 */
+    uint32_t min_clients;         /* the floor of a secure round's key list and
+                                     survivors, enforced by the aggregator and by
+                                     each client: never below 3 (a smaller value
+                                     counts as 3); default 3 */
+} fed_node_secagg_config;
+
+/* How vectors and requests travel. */
+typedef struct fed_node_transfer_config {
+    char codec[32];               /* the clients' delta codec, default "f32" */
+    fed_wire_cfg wire;            /* zeroed: defaults */
+    uint64_t poll_ms;             /* the aggregator's longest hold of a
+                                     HELLO/NEXT; default 5000 */
+    uint64_t retry_ms;            /* a client's or peer's answer wait beyond
+                                     poll_ms; default 2000 */
+} fed_node_transfer_config;
+
+typedef struct fed_node_config {
+    fed_node_role role;
+    uint64_t seed;                /* model initialization; client shuffles */
+
+    /* compute (borrowed): backend, pool and shards for the model's steps */
+    fed_backend *be;
+    fed_pool *pool;               /* NULL: single-threaded models */
+    int shards;                   /* >= 1 */
+    /* a site run as several processes (node/site.h): rank 0's collective
+       with the other ranks (borrowed; NULL or one rank: this process alone),
+       and each rank's batch (0: the round's; a site of R ranks steps on R
+       times it) */
+    fed_coll *coll;
+    uint32_t rank_batch;
+
+    /* the model and the round's settings (aggregator, peer; a client learns
+       them from each MODEL) */
+    char spec[FED_MODEL_SPEC_MAX]; /* its id (model.h: fed_model_spec_id) */
+    const char *graph;            /* borrowed: the whole spec when spec is the id
+                                     of a longer graph ("g#..."), sent in each
+                                     MODEL's graph field; NULL: spec is whole */
+    fed_model_shape shape;
+    uint32_t local_epochs;        /* default 1 */
+    uint32_t batch;               /* default 64 */
+    uint8_t optimizer;            /* fed_optim_kind, default SGD (momentum 0.9) */
+    float lr;                     /* 0 (default): the optimizer's own,
+                                     fed_optim_default_lr */
+    char lr_schedule[32];         /* the rate across rounds (aggregator,
+                                     peer): "const" ("" too: the default),
+                                     "step:ROUNDS,GAMMA" or "cosine" (down
+                                     towards 0 at round `rounds`), the names
+                                     of model/optim.h's fed_optim_sched_of_run
+                                     counted in rounds. Round r trains at
+                                     fed_optim_sched_lr at step r - 1: every
+                                     peer computes the same rate from the
+                                     round, and async mode's rounds are its
+                                     merges. The rate goes in each round's
+                                     MODEL; a client trains at what it says */
+    uint32_t lr_warmup;           /* rounds of linear warm-up before the
+                                     schedule: round r <= W trains at
+                                     lr * r / (W + 1); default 0 */
+    float momentum;               /* SGD's, in [0, 1); default 0.9 */
+    /* aggregator: tensors that stay at the sites (node/layout.h), sent in
+       each MODEL (field 14) so every site keeps the same ones; a client's
+       own (when set) must agree or the round is declined */
+    char local_layers[256];       /* comma-separated globs over tensor names
+                                     ("fc3.*"); "": none */
+    int local_bn;                 /* every norm tensor stays (FedBN) */
+    uint32_t rounds;              /* stop after this round; 0: never */
+    uint64_t deadline_ms;         /* a round's deadline from its start (a peer's
+                                     bsp wait); default 60000 */
+
+    fed_node_data_config data;
+    fed_node_agg_config agg;
+    fed_node_client_config client;
+    fed_node_peer_config peer;
+    fed_node_dp_config dp;
+    fed_node_secagg_config secagg;
+    fed_node_transfer_config transfer;
 
     /* what persists (borrowed, outlive the node): database, identity, members */
     fed_store *store;
     fed_crypto_arena *arena;
     const fed_crypto_allow *allow;
-    fed_wire_cfg wire;            /* zeroed: defaults */
 
     fed_node_round_fn on_round;
     fed_node_delta_fn on_delta;
@@ -331,6 +368,10 @@ typedef struct fed_node_config {
  * and two for a derivation in flight. A client refuses a round without them
  * (logged); an environment that builds arenas sizes them with this. */
 #define FED_NODE_SECAGG_SLOTS(k) ((uint32_t)(k) + 3u)
+/* A secure round's floor of clients (secagg.min_clients counts as this when
+ * smaller): with 2, each could subtract its own delta from the released sum
+ * (without noise, the other's exactly). */
+#define FED_NODE_SA_FLOOR 3u
 
 /* Defaults as documented above; role and the borrowed pointers are left
  * for the caller. */

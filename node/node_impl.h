@@ -334,7 +334,7 @@ typedef struct node_train_job {
     float *sent;            /* (nparams) the delta packed (layout.h) */
     float *start;           /* (nparams) global with the client's local tensors */
     const float *from;      /* where training starts: global, or start */
-    int drop_model;         /* model freed when the job ends (cfg.train_model_per_job) */
+    int drop_model;         /* model freed when the job ends (cfg.peer.train_model_per_job) */
 } node_train_job;
 
 void fed_node_train_job_run(fed_job *job);
@@ -382,6 +382,19 @@ struct node_role_ops {
     /* A chunk of a stream this node pulls came (the rest is coming); NULL:
      * nothing to note. */
     void (*pulled)(fed_node *n);
+    /* What the machinery (node.c, transfer.c) needs to know of the role,
+     * so that it never asks which role it runs: */
+    /* 1: each round's rate comes from the round's MODEL (a client), and
+     * cfg's schedule is not its own; 0: it computes it (fed_node_round_lr) */
+    int rate_from_model;
+    /* 1: streams come to it as replies to its requests (a client's MODELs);
+     * 0: as requests (DELTAs and masked inputs at an aggregator, SHAREs
+     * between peers) */
+    int streams_in_replies;
+    /* 1: a member's request to an older epoch of this node is answered
+     * FED_ERR_OLD_EPOCH (a restarted aggregator: its clients say HELLO at
+     * once) */
+    int tells_old_epoch;
 };
 
 extern const node_role_ops fed_node_agg_ops;

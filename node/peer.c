@@ -98,28 +98,28 @@ const char *fed_node_peer_gossip_topology(const fed_node_config *c)
 {
     /* all-reduce schedules are not gossip topologies: the member list and
        the topology object of push-sum stay on a plain ring */
-    if (!strcmp(c->mixing, "allreduce"))
+    if (!strcmp(c->peer.mixing, "allreduce"))
         return "ring";
-    return c->topology[0] ? c->topology : "ring";
+    return c->peer.topology[0] ? c->peer.topology : "ring";
 }
 
 /* The model every peer starts from, and the one it evaluates in: its own,
- * or cfg.eval_model (lent; its parameters are set before each use). */
+ * or cfg.peer.eval_model (lent; its parameters are set before each use). */
 static fed_err build_model_parts(fed_node *n)
 {
     node_mesh *p = n->mesh;
     const fed_node_config *c = &n->cfg;
-    fed_model *m = c->eval_model;
+    fed_model *m = c->peer.eval_model;
     fed_rng rng;
     fed_err e;
 
-    if (c->mix_only) {
-        if (!c->init || !c->init_dim)
+    if (c->peer.mix_only) {
+        if (!c->peer.init || !c->peer.init_dim)
             return FED_ERR_INVAL;
-        p->dim = c->init_dim;
+        p->dim = c->peer.init_dim;
         return FED_OK;
     }
-    if (!c->train || !c->shard || !c->shard_n)
+    if (!c->data.train || !c->data.shard || !c->data.shard_n)
         return FED_ERR_INVAL;
     if (m && (strcmp(fed_model_spec(m), c->spec) != 0 || fed_model_max_batch(m) != 256))
         return FED_ERR_SHAPE; /* a lent model of another spec: the caller's mistake */
@@ -133,9 +133,9 @@ static fed_err build_model_parts(fed_node *n)
         e = fed_model_get_params(m, p->model);
     else if (e == FED_OK)
         e = FED_ERR_NOMEM;
-    if (m == c->eval_model)
-        p->eval = c->test ? m : NULL;
-    else if (e == FED_OK && c->test)
+    if (m == c->peer.eval_model)
+        p->eval = c->data.test ? m : NULL;
+    else if (e == FED_OK && c->data.test)
         p->eval = p->own_eval = m;
     else
         fed_model_free(m);
@@ -154,20 +154,20 @@ static fed_err fed_node_peer_new(fed_node *n)
     n->mesh = p;
     if ((e = fed_node_peer_table_open(n)) != FED_OK)
         return e;
-    if ((e = parse_sync(c->sync, p)) != FED_OK || (e = parse_mixing(c->mixing, p)) != FED_OK)
+    if ((e = parse_sync(c->peer.sync, p)) != FED_OK || (e = parse_mixing(c->peer.mixing, p)) != FED_OK)
         return e;
-    if ((e = check_allreduce(p, c->topology)) != FED_OK) {
+    if ((e = check_allreduce(p, c->peer.topology)) != FED_OK) {
         fed_log(FED_LOG_ERROR, e == FED_ERR_UNSUPPORTED
                     ? "peer: --mixing allreduce is a barrier by nature: --sync %s cannot go "
                       "with it (use bsp)"
                     : "peer: --mixing allreduce takes --topology ring, tree, tree:K or butterfly, "
                       "not %s",
-                e == FED_ERR_UNSUPPORTED ? c->sync : c->topology);
+                e == FED_ERR_UNSUPPORTED ? c->peer.sync : c->peer.topology);
         return e;
     }
-    if (c->group_size && (p->mix != MIX_ALLREDUCE || c->group_size < 2)) {
+    if (c->peer.group_size && (p->mix != MIX_ALLREDUCE || c->peer.group_size < 2)) {
         fed_log(FED_LOG_ERROR, "peer: --group-size %u needs --mixing allreduce and at least 2",
-                c->group_size);
+                c->peer.group_size);
         return FED_ERR_SPEC;
     }
     if ((e = fed_node_peer_rebuild_members(n, &changed)) != FED_OK ||
@@ -176,13 +176,13 @@ static fed_err fed_node_peer_new(fed_node *n)
     fed_wire_set_member_fn(n->wire, fed_node_peer_wire_member, n);
     if (p->mix == MIX_METROPOLIS && !fed_gossip_topo_symmetric(p->topo)) {
         fed_log(FED_LOG_ERROR, "peer: metropolis weights need a symmetric topology, not %s",
-                c->topology);
+                c->peer.topology);
         return FED_ERR_SPEC;
     }
     if ((e = fed_gossip_ps_new(p->dim, p->mix == MIX_PLAIN, &p->ps)) != FED_OK)
         return e;
-    if (c->mix_only)
-        fed_gossip_ps_set(p->ps, c->init, 1.0);
+    if (c->peer.mix_only)
+        fed_gossip_ps_set(p->ps, c->peer.init, 1.0);
     else
         fed_gossip_ps_set_model(p->ps, p->model);
     p->trained = fed_malloc(p->dim * sizeof(float));
@@ -271,8 +271,8 @@ static fed_err commit_round(fed_node *n, uint64_t round, const fed_node_round_in
     fed_store_round row;
     fed_err e;
 
-    int ckpt = !n->cfg.no_checkpoints &&
-               (n->cfg.checkpoint_every <= 1 || round % n->cfg.checkpoint_every == 0 ||
+    int ckpt = !n->cfg.peer.no_checkpoints &&
+               (n->cfg.peer.checkpoint_every <= 1 || round % n->cfg.peer.checkpoint_every == 0 ||
                 (n->cfg.rounds && round >= n->cfg.rounds));
     double *est = fed_malloc(p->dim * sizeof *est);
 
@@ -311,8 +311,8 @@ static fed_err commit_round(fed_node *n, uint64_t round, const fed_node_round_in
     row.bytes_out = wc->bytes_out - p->bytes_out0;
     row.peers = info->merged;
     row.lr = info->lr; /* 0 (NULL) for a round that only mixed */
-    snprintf(row.strategy, sizeof row.strategy, "%s %s", n->cfg.mixing[0] ? n->cfg.mixing : "pushsum",
-             n->cfg.sync[0] ? n->cfg.sync : "bsp");
+    snprintf(row.strategy, sizeof row.strategy, "%s %s", n->cfg.peer.mixing[0] ? n->cfg.peer.mixing : "pushsum",
+             n->cfg.peer.sync[0] ? n->cfg.peer.sync : "bsp");
     memcpy(row.model_hash, hash, 32);
     if (e == FED_OK)
         e = fed_store_put_round(st, &row);
@@ -348,7 +348,7 @@ static void mem_now(const fed_node *n, fed_node_peer_mem *m)
     m->params = (p->model ? f : 0) + (p->trained ? f : 0) + (p->sent ? f : 0);
     m->totals = fed_gossip_ps_bytes(p->ps, &held);
     m->held = held;
-    if (!n->cfg.mix_only) { /* as the training job makes it (train_job.c) */
+    if (!n->cfg.peer.mix_only) { /* as the training job makes it (train_job.c) */
         fed_optim_cfg_default(&oc, (fed_optim_kind)n->cfg.optimizer);
         if (oc.kind == FED_OPTIM_SGD)
             oc.momentum = n->cfg.momentum;
@@ -391,7 +391,7 @@ fed_err fed_node_peer_mem_get(const fed_node *n, fed_node_peer_mem *now, fed_nod
 /* All rounds done: the training rounds, then the final mixing-only ones. */
 static int all_done(const fed_node *n)
 {
-    return n->cfg.rounds && n->round >= (uint64_t)n->cfg.rounds + n->cfg.final_mix;
+    return n->cfg.rounds && n->round >= (uint64_t)n->cfg.rounds + n->cfg.peer.final_mix;
 }
 
 static void evaluate(fed_node *n, fed_node_round_info *info)
@@ -401,11 +401,11 @@ static void evaluate(fed_node *n, fed_node_round_info *info)
 
     info->loss = p->samples ? p->loss : NAN;
     info->accuracy = NAN;
-    if (!p->eval || !n->cfg.test ||
-        (n->cfg.no_final_mix_eval && n->cfg.rounds && info->round > n->cfg.rounds))
+    if (!p->eval || !n->cfg.data.test ||
+        (n->cfg.peer.no_final_mix_eval && n->cfg.rounds && info->round > n->cfg.rounds))
         return;
     if (fed_model_set_params(p->eval, p->model) != FED_OK ||
-        fed_train_evaluate_all(p->eval, n->cfg.test, &st) != FED_OK || !st.samples)
+        fed_train_evaluate_all(p->eval, n->cfg.data.test, &st) != FED_OK || !st.samples)
         return;
     info->accuracy = (double)st.correct / (double)st.samples;
 }
@@ -656,7 +656,7 @@ static void catch_up(fed_node *n)
     node_mesh *p = n->mesh;
     /* all-reduce groups: another group's member may legitimately be a round
        ahead; only two rounds ahead says this one is left behind */
-    uint64_t ahead = 0, slack = !p->rejoining && p->mix == MIX_ALLREDUCE && n->cfg.group_size;
+    uint64_t ahead = 0, slack = !p->rejoining && p->mix == MIX_ALLREDUCE && n->cfg.peer.group_size;
 
     for (size_t k = 0; k < p->n; k++)
         if (k != p->self && p->mem[k].seen_round > ahead)
@@ -691,7 +691,7 @@ static fed_err begin_round(fed_node *n)
     p->bytes_in0 = wc->bytes_in;
     p->bytes_out0 = wc->bytes_out;
     p->samples = 0;
-    if (c->mix_only || (c->rounds && n->round >= c->rounds))
+    if (c->peer.mix_only || (c->rounds && n->round >= c->rounds))
         return mix(n); /* no training: consensus, or the final mixing rounds */
     memset(&j->set, 0, sizeof j->set);
     snprintf(j->set.spec, sizeof j->set.spec, "%s", c->spec);
@@ -710,17 +710,17 @@ static fed_err begin_round(fed_node *n)
     j->be = c->be;
     j->pool = c->pool;
     j->shards = c->shards;
-    j->data = c->train;
-    j->aug = c->augment;
-    j->shard = c->shard;
-    j->shard_n = c->shard_n;
+    j->data = c->data.train;
+    j->aug = c->data.augment;
+    j->shard = c->data.shard;
+    j->shard_n = c->data.shard_n;
     j->global = p->model;
-    j->drop_model = c->train_model_per_job;
+    j->drop_model = c->peer.train_model_per_job;
     j->nparams = p->dim;
     j->params = p->trained;
     j->err = FED_OK;
     p->state = MESH_TRAINING;
-    n->env.charge(n->env.self, p->flops * (double)c->shard_n * c->local_epochs);
+    n->env.charge(n->env.self, p->flops * (double)c->data.shard_n * c->local_epochs);
     if ((e = (fed_err)n->env.submit(n->env.self, &j->job)) != FED_OK)
         next_round_soon(n); /* tried again from the top */
     return e;
@@ -755,7 +755,7 @@ static fed_err fed_node_peer_on_job(fed_node *n, fed_job *job)
     if (j->err != FED_OK) {
         fed_log(FED_LOG_ERROR, "peer: training round %llu failed: %s",
                 (unsigned long long)(n->round + 1), fed_strerror(j->err));
-        fed_node_arm_in(n, n->cfg.retry_ms, NODE_TIMER_ROUND); /* a failure stops the node */
+        fed_node_arm_in(n, n->cfg.transfer.retry_ms, NODE_TIMER_ROUND); /* a failure stops the node */
         p->state = MESH_IDLE;
         return j->err;
     }
@@ -913,4 +913,7 @@ const node_role_ops fed_node_peer_ops = {
     .progress = fed_node_peer_progress,
     .bad_reply = NULL, /* a share that does not decode is refused as it is */
     .pulled = NULL,
+    .rate_from_model = 0,
+    .streams_in_replies = 0,
+    .tells_old_epoch = 0,
 };

@@ -1,6 +1,6 @@
 /* peer_allreduce.c - the peer role's --mixing allreduce: each round, after
  * training, the members (in key order) run one exact all-reduce
- * (gossip/allreduce.h: ring, tree[:K] or butterfly, from cfg.topology) of
+ * (gossip/allreduce.h: ring, tree[:K] or butterfly, from cfg.peer.topology) of
  * their models weighted by samples. Each range a step sends goes as a SLICE
  * request (sealed and signed like every frame, a CHUNK stream when larger
  * than a frame), answered by ACK; slices wait in one queue
@@ -30,7 +30,7 @@
  * member stalled nearest a dead one gives up a deadline before those
  * stalled behind it, and its abort reaches them first. A member named
  * in an abort ends the round with its own model and is back at the next:
- * every round starts over all members. With cfg.group_size the round's
+ * every round starts over all members. With cfg.peer.group_size the round's
  * members are this member's group of the grid (fed_gossip_ar_group), and
  * all of the above is the group's. */
 #include <stdio.h>
@@ -316,14 +316,14 @@ static fed_err start_attempt(fed_node *n)
     uint64_t round = n->round + 1;
     /* a trained model stands for its samples; in groups, a mean for the
        weight of what it averaged (the grid's exactness rests on it) */
-    double weight = p->samples ? (double)p->samples : n->cfg.group_size ? p->ar_carry : 1.0;
+    double weight = p->samples ? (double)p->samples : n->cfg.peer.group_size ? p->ar_carry : 1.0;
     fed_err e;
 
     for (size_t k = 0; k < p->n; k++) /* (groups: another group's member may be a round
                                           ahead by right; two rounds is left behind; so
                                           may a member left out of this round) */
         if (k != p->self && !p->ar_left[k] &&
-            p->mem[k].seen_round > round + (n->cfg.group_size ? 1 : 0)) {
+            p->mem[k].seen_round > round + (n->cfg.peer.group_size ? 1 : 0)) {
             fed_log(FED_LOG_WARN, "peer: all-reduce of round %llu: member %zu is at round %llu "
                     "already: this round ends with this member's own model, it rejoins there",
                     (unsigned long long)round, k, (unsigned long long)p->mem[k].seen_round);
@@ -348,7 +348,7 @@ static fed_err start_attempt(fed_node *n)
     if (p->ar_attempt)
         fed_log(FED_LOG_INFO, "peer: all-reduce of round %llu redone (attempt %u) over %u "
                 "members", (unsigned long long)round, p->ar_attempt, p->ar_nids);
-    if ((e = fed_gossip_ar_plan_init(&p->ar_plan, n->cfg.topology, p->ar_nids, p->dim)) != FED_OK)
+    if ((e = fed_gossip_ar_plan_init(&p->ar_plan, n->cfg.peer.topology, p->ar_nids, p->dim)) != FED_OK)
         return e;
     fed_gossip_ps_estimate_f64(p->ps, p->ar_buf); /* the trained model, in double */
     if ((e = fed_gossip_ar_member_new(&p->ar_plan, p->ar_rank[p->self], p->ar_buf, weight,
@@ -393,8 +393,8 @@ fed_err fed_node_peer_ar_begin(fed_node *n)
         p->ar_carry = 1.0;
     memset(p->ar_left, 0, p->n); /* a member left out last round is back */
     memset(p->ar_grp, 1, p->n);
-    if (n->cfg.group_size) { /* this round's group, from the grid all compute */
-        if ((e = fed_gossip_ar_group((uint32_t)p->n, n->cfg.group_size, n->cfg.seed,
+    if (n->cfg.peer.group_size) { /* this round's group, from the grid all compute */
+        if ((e = fed_gossip_ar_group((uint32_t)p->n, n->cfg.peer.group_size, n->cfg.seed,
                                      n->round + 1, (uint32_t)p->self, p->ar_ids, &cnt)) != FED_OK)
             return e;
         memset(p->ar_grp, 0, p->n);

@@ -20,14 +20,14 @@ void fed_node_peer_arq_free(node_mesh *p)
 }
 
 /* How long a frame waits for its ACK: deadline_ms / 20 (10 ms at least),
- * or cfg.retry_ms when shorter. */
+ * or cfg.transfer.retry_ms when shorter. */
 static uint64_t retry_ms(const fed_node *n)
 {
     uint64_t r = n->cfg.deadline_ms / 20;
 
     if (r < 10)
         r = 10;
-    return n->cfg.retry_ms && n->cfg.retry_ms < r ? n->cfg.retry_ms : r;
+    return n->cfg.transfer.retry_ms && n->cfg.transfer.retry_ms < r ? n->cfg.transfer.retry_ms : r;
 }
 
 /* What a frame's ACK echoes (FED_WIRE_ACK_STEP's 16 bits): the step and

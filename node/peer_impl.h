@@ -61,7 +61,7 @@ typedef struct mesh_share_rec {
 } mesh_share_rec;
 
 struct node_mesh {
-    fed_gossip_peers *table;     /* cfg.peers, or own_table */
+    fed_gossip_peers *table;     /* cfg.peer.peers, or own_table */
     fed_gossip_peers *own_table;
     int members_changed;         /* PEERS brought new entries: rebuild at the round */
     uint64_t allow_gen;          /* the allow-list's generation at the last rebuild */
@@ -94,8 +94,8 @@ struct node_mesh {
     uint64_t bytes_in0, bytes_out0;
     double loss;
     uint64_t samples;
-    fed_model *eval;      /* the model evaluated on cfg.test, or NULL: own_eval,
-                             or the one cfg.eval_model lends */
+    fed_model *eval;      /* the model evaluated on cfg.data.test, or NULL: own_eval,
+                             or the one cfg.peer.eval_model lends */
     fed_model *own_eval;  /* the node's own (NULL when lent one) */
     double flops;         /* per sample, for the simulator's clock */
     fed_node_peer_mem mem_peak; /* the largest total noted (fed_node_peer_mem_get) */
@@ -114,7 +114,7 @@ struct node_mesh {
     uint32_t ar_attempt;       /* this round's attempt: 0, then each redo */
     size_t ar_capn;            /* room in the three arrays below */
     uint8_t *ar_left;          /* (n) members left out of this round */
-    uint8_t *ar_grp;           /* (n) members of this round's group (cfg.group_size) */
+    uint8_t *ar_grp;           /* (n) members of this round's group (cfg.peer.group_size) */
     double ar_carry;           /* groups: the weight the last mean stands for */
     uint32_t *ar_ids;          /* (n) the attempt's members, in key order */
     uint32_t *ar_rank;         /* (n) a member's place in ar_ids, UINT32_MAX: out */
@@ -128,7 +128,7 @@ struct node_mesh {
 };
 
 /* ---- peer.c ---- */
-/* The gossip topology's spec (cfg.topology; a ring under all-reduce). */
+/* The gossip topology's spec (cfg.peer.topology; a ring under all-reduce). */
 const char *fed_node_peer_gossip_topology(const fed_node_config *c);
 /* The round's end: what was mixed in, evaluation, the record, the next round. */
 fed_err fed_node_peer_finish_round(fed_node *n);
@@ -169,7 +169,7 @@ fed_err fed_node_peer_ar_on_retry(fed_node *n);
 void fed_node_peer_arq_free(node_mesh *p);
 
 /* ---- peer_members.c ---- */
-/* p->table: cfg.peers or a table of its own, --publish's entry learned. */
+/* p->table: cfg.peer.peers or a table of its own, --publish's entry learned. */
 fed_err fed_node_peer_table_open(fed_node *n);
 /* The member list anew from the allow-list and the table (*changed: it
  * differs from the one before, and the topology was rebuilt). */

@@ -1,4 +1,4 @@
-/* peer_members.c - the peer role's membership: the peer table (cfg.peers
+/* peer_members.c - the peer role's membership: the peer table (cfg.peer.peers
  * or its own), the member list rebuilt from the allow-list and vouched
  * entries, and the PEERS gossip that advertises and takes signed entries.
  * Never touches the push-sum state or a round's shares: peer.c's. */
@@ -10,7 +10,7 @@
 #include "core/log.h"
 #include "node/peer_impl.h"
 
-/* The table the members come from: cfg.peers, or one of its own; with
+/* The table the members come from: cfg.peer.peers, or one of its own; with
  * --publish's entry learned (and its address handed on to dial). */
 fed_err fed_node_peer_table_open(fed_node *n)
 {
@@ -18,17 +18,17 @@ fed_err fed_node_peer_table_open(fed_node *n)
     const fed_node_config *c = &n->cfg;
     fed_err e;
 
-    if (c->peers) {
-        p->table = c->peers;
+    if (c->peer.peers) {
+        p->table = c->peer.peers;
     } else if ((e = fed_gossip_peers_new(&p->own_table)) != FED_OK) {
         return e;
     } else {
         p->table = p->own_table;
     }
-    if (c->publish && (e = fed_gossip_peers_learn(p->table, c->publish, NULL)) != FED_OK)
+    if (c->peer.publish && (e = fed_gossip_peers_learn(p->table, c->peer.publish, NULL)) != FED_OK)
         return e;
-    if (c->publish && memcmp(c->publish->key, n->key, 32) && c->on_address)
-        c->on_address(c->address_ctx, c->publish->key, c->publish->url); /* the one it vouched for */
+    if (c->peer.publish && memcmp(c->peer.publish->key, n->key, 32) && c->peer.on_address)
+        c->peer.on_address(c->peer.address_ctx, c->peer.publish->key, c->peer.publish->url); /* the one it vouched for */
     return FED_OK;
 }
 
@@ -40,7 +40,7 @@ static int counts_as_member(const fed_node *n, const uint8_t key[32], uint64_t n
 {
     if (fed_crypto_allow_find(n->cfg.allow, key))
         return 1;
-    return (n->cfg.vouch || !memcmp(key, n->key, 32)) &&
+    return (n->cfg.peer.vouch || !memcmp(key, n->key, 32)) &&
            fed_gossip_peers_vouched(n->mesh->table, key, n->cfg.allow, now_s);
 }
 
@@ -104,7 +104,7 @@ fed_err fed_node_peer_rebuild_members(fed_node *n, int *changed)
 
         fed_gossip_peers_get(p->table, i, &pk, &url);
         if (!fed_crypto_allow_find(c->allow, pk) && counts_as_member(n, pk, now_s) &&
-            strcmp(c->topology, "static") != 0) /* static lists name members only */
+            strcmp(c->peer.topology, "static") != 0) /* static lists name members only */
             memcpy(keys[k++], pk, 32);
     }
     qsort(keys, k, 32, cmp_key);
@@ -135,11 +135,11 @@ fed_err fed_node_peer_rebuild_members(fed_node *n, int *changed)
     if ((e = fed_gossip_topo_new(fed_node_peer_gossip_topology(c), k,
                                  fed_gossip_topo_seed(c->allow), &topo)) != FED_OK)
         goto out;
-    if (!strcmp(c->topology, "static")) {
+    if (!strcmp(c->peer.topology, "static")) {
         int line = 0;
 
-        e = c->neighbours ? fed_gossip_topo_parse_static(topo, c->allow, c->neighbours,
-                                                          strlen(c->neighbours), &line)
+        e = c->peer.neighbours ? fed_gossip_topo_parse_static(topo, c->allow, c->peer.neighbours,
+                                                          strlen(c->peer.neighbours), &line)
                           : FED_ERR_INVAL;
         if (e != FED_OK) {
             fed_log(FED_LOG_ERROR, "peer: the static neighbour lists, line %d: %s", line,
@@ -198,8 +198,8 @@ static void advertise(fed_node *n, uint64_t round, size_t m)
 
     if (!buf)
         return;
-    if (c->advertise[0] &&
-        fed_gossip_entry_sign(c->arena, n->key, c->advertise, now_s + PEERS_TTL_S, &self) == FED_OK)
+    if (c->peer.advertise[0] &&
+        fed_gossip_entry_sign(c->arena, n->key, c->peer.advertise, now_s + PEERS_TTL_S, &self) == FED_OK)
         len += fed_gossip_entry_encode(&self, buf + len), count++;
     /* the table holds --publish's entry too (learned at start), whoever its
        key is; fed_node_peer_on_peers never stores another entry for our own key */
@@ -246,7 +246,7 @@ fed_err fed_node_peer_on_peers(fed_node *n, node_open *op)
         at += used;
         if (!memcmp(en.key, n->key, 32))
             continue;
-        if (!fed_crypto_allow_find(c->allow, en.key) && !c->vouch) {
+        if (!fed_crypto_allow_find(c->allow, en.key) && !c->peer.vouch) {
             refused++;
             continue;
         }
@@ -256,8 +256,8 @@ fed_err fed_node_peer_on_peers(fed_node *n, node_open *op)
         if (err != FED_OK || what == FED_GOSSIP_KEPT)
             continue; /* what the table knew already: members stay as they are */
         p->members_changed = 1;
-        if (what == FED_GOSSIP_MOVED && c->on_address)
-            c->on_address(c->address_ctx, en.key, en.url);
+        if (what == FED_GOSSIP_MOVED && c->peer.on_address)
+            c->peer.on_address(c->peer.address_ctx, en.key, en.url);
     }
     if (e == FED_OK && at != m->vector_len)
         e = FED_ERR_PAYLOAD;
@@ -288,7 +288,7 @@ void fed_node_peer_refresh_members(fed_node *n)
 
     /* PEERS entries came, vouches may have expired, or a SIGHUP reloaded
        the allow-list (the daemon reloads the very list this node reads) */
-    if (p->members_changed || c->vouch || c->publish ||
+    if (p->members_changed || c->peer.vouch || c->peer.publish ||
         fed_crypto_allow_generation(c->allow) != p->allow_gen) {
         int changed = 0;
 

@@ -72,23 +72,23 @@ struct node_sa_agg {
 
 const char *fed_node_sa_agg_misfit(const fed_node_config *c, size_t nparams, size_t max_clients)
 {
-    fed_secagg_quant q = {.clip_norm = 0, .range = c->secagg_range, .bits = c->secagg_bits};
-    size_t max_frame = c->wire.max_frame ? c->wire.max_frame : FED_WIRE_MAX_FRAME_DEFAULT;
+    fed_secagg_quant q = {.clip_norm = 0, .range = c->secagg.range, .bits = c->secagg.bits};
+    size_t max_frame = c->transfer.wire.max_frame ? c->transfer.wire.max_frame : FED_WIRE_MAX_FRAME_DEFAULT;
     fed_merge_traits mt;
     fed_wire_cfg wc;
 
     fed_wire_cfg_default(&wc);
-    if (c->wire.max_stream_bytes)
-        wc.max_stream_bytes = c->wire.max_stream_bytes;
+    if (c->transfer.wire.max_stream_bytes)
+        wc.max_stream_bytes = c->transfer.wire.max_stream_bytes;
 
-    if (c->async_k)
+    if (c->agg.async_k)
         return "--secagg needs synchronous rounds: async (FedBuff) merges deltas one by one, "
                "which masking hides; use --mode sync";
-    if (fed_merge_spec_traits(c->strategy, &mt) != FED_OK || !mt.weighted)
+    if (fed_merge_spec_traits(c->agg.strategy, &mt) != FED_OK || !mt.weighted)
         return "--secagg hides individual updates, which median, trimmed mean, Krum, "
                "Multi-Krum and Bulyan need; use fedavg, fedavgm, fedadam, fedyogi or "
                "fedadagrad (with clip:NORM+ if you want a bound)";
-    if (strcmp(c->codec, "f32") != 0)
+    if (strcmp(c->transfer.codec, "f32") != 0)
         return "--secagg quantizes deltas itself (--secagg-bits); the f16, q8 and top-k codecs "
                "do not apply: use --codec f32";
     if (fed_secagg_quant_check(&q, (uint32_t)(max_clients < 65535 ? max_clients : 65535), NULL,
@@ -101,7 +101,7 @@ const char *fed_node_sa_agg_misfit(const fed_node_config *c, size_t nparams, siz
         return "--secagg: the masked vector (4 bytes a parameter) is over the largest stream "
                "a node takes (wire.max_stream_bytes, 64 GiB by default): raise it or use a "
                "smaller model";
-    if (fed_wire_cfg_unsealed(&c->wire) && fed_wire_frame_bytes(16 + (nparams + 1) * 4) > max_frame)
+    if (fed_wire_cfg_unsealed(&c->transfer.wire) && fed_wire_frame_bytes(16 + (nparams + 1) * 4) > max_frame)
         return "--secagg with --no-crypto: the masked vector is over one frame and would "
                "stream, and streams are always sealed: drop --no-crypto or use a smaller model";
     if (max_clients > SA_MAX_CLIENTS)
@@ -132,8 +132,8 @@ fed_err fed_node_sa_agg_new(fed_node *n, node_sa_agg **out)
         fed_free(s);
         return FED_ERR_NOMEM;
     }
-    s->q.range = n->cfg.secagg_range;
-    s->q.bits = n->cfg.secagg_bits;
+    s->q.range = n->cfg.secagg.range;
+    s->q.bits = n->cfg.secagg.bits;
     *out = s;
     return FED_OK;
 }
@@ -199,7 +199,7 @@ void fed_node_sa_agg_end(fed_node *n)
  * --secagg-max-weight samples. */
 static double weight_cap(const fed_node *n)
 {
-    return n->agg->dp ? 1 : n->cfg.secagg_max_weight;
+    return n->agg->dp ? 1 : n->cfg.secagg.max_weight;
 }
 
 void fed_node_sa_agg_settings(const fed_node *n, uint64_t round, fed_wire_settings *st)
@@ -208,8 +208,8 @@ void fed_node_sa_agg_settings(const fed_node *n, uint64_t round, fed_wire_settin
 
     st->sa_on = 1;
     st->sa_try = s && s->round == round ? s->try_no : 0;
-    st->sa_bits = n->cfg.secagg_bits;
-    st->sa_range = (float)n->cfg.secagg_range;
+    st->sa_bits = n->cfg.secagg.bits;
+    st->sa_range = (float)n->cfg.secagg.range;
     /* a strategy's clip:NORM+ (model/merge.h): under secure aggregation each
        client applies it to its own delta, where the aggregator could only
        clip the mean */
@@ -224,7 +224,7 @@ void fed_node_sa_agg_settings(const fed_node *n, uint64_t round, fed_wire_settin
             st->sa_clip = f;
     }
     st->sa_max_weight = (float)weight_cap(n);
-    st->sa_dropout = (float)n->cfg.secagg_dropout;
+    st->sa_dropout = (float)n->cfg.secagg.dropout;
 }
 
 int fed_node_sa_agg_keys_closed(const node_sa_agg *s) { return s->stage > SA_KEYS; }
@@ -288,7 +288,7 @@ fed_err fed_node_sa_agg_begin(fed_node *n)
     s->stage = SA_KEYS;
     fed_log(FED_LOG_INFO, "secagg: round %llu try %u: %zu clients, stage keys",
             (unsigned long long)s->round, s->try_no, s->nm);
-    return arm_stage(n, n->cfg.secagg_stage_ms);
+    return arm_stage(n, n->cfg.secagg.stage_ms);
 }
 
 /* ---- answers ---- */
@@ -517,10 +517,10 @@ static fed_err end_keys(fed_node *n)
 
     for (size_t i = 0; i < s->nm; i++)
         n1 += s->m[i].stage_in >= SA_KEYS;
-    if (n1 < floor || n1 < n->cfg.min_clients) {
+    if (n1 < floor || n1 < n->cfg.agg.min_clients) {
         snprintf(why, sizeof why, "too few clients sent keys (%u; a secure round needs %u, "
                  "the larger of its floor and --min-clients)", n1,
-                 floor > n->cfg.min_clients ? floor : n->cfg.min_clients);
+                 floor > n->cfg.agg.min_clients ? floor : n->cfg.agg.min_clients);
         return fail(n, why);
     }
     if (!(s->part_of = fed_malloc(n1 * sizeof *s->part_of)) ||
@@ -536,19 +536,19 @@ static fed_err end_keys(fed_node *n)
         sa_put_key_entry(s->list + (size_t)s->n1 * SA_KEY_ENTRY_BYTES, &s->m[i].ke);
         s->n1++;
     }
-    if ((e = fed_secagg_degree(n1, n->cfg.secagg_dropout, &s->k, &s->t, &pf)) != FED_OK)
+    if ((e = fed_secagg_degree(n1, n->cfg.secagg.dropout, &s->k, &s->t, &pf)) != FED_OK)
         return fail(n, "no degree for this many clients");
     fed_secagg_graph_seed(s->list, (size_t)n1 * SA_KEY_ENTRY_BYTES, s->seed);
     if ((e = fed_secagg_graph_new(s->seed, n1, s->k, &s->g)) != FED_OK)
         return fail(n, fed_strerror(e));
     fed_log(FED_LOG_INFO, "secagg: round %llu: %u clients in the key list, k %u, t %u "
             "(fails for lack of shares with probability <= %.2g at dropout %.2f)",
-            (unsigned long long)s->round, n1, s->k, s->t, pf, n->cfg.secagg_dropout);
+            (unsigned long long)s->round, n1, s->k, s->t, pf, n->cfg.secagg.dropout);
     s->stage = SA_SHARES;
     for (size_t i = 0; i < s->nm; i++)
         if (s->m[i].held)
             (void)answer_stage(n, &s->m[i], SA_KEYS);
-    return arm_stage(n, n->cfg.secagg_stage_ms);
+    return arm_stage(n, n->cfg.secagg.stage_ms);
 }
 
 static fed_err end_shares(fed_node *n)
@@ -559,7 +559,7 @@ static fed_err end_shares(fed_node *n)
     for (uint32_t i = 0; i < s->n1; i++)
         s->u2[i] = s->m[s->part_of[i]].stage_in >= SA_SHARES;
     n2 = count_flags(s->u2, s->n1);
-    if (n2 < fed_node_sa_floor(&n->cfg) || n2 < n->cfg.min_clients)
+    if (n2 < fed_node_sa_floor(&n->cfg) || n2 < n->cfg.agg.min_clients)
         return fail(n, "too few clients shared");
     s->stage = SA_MASKED;
     for (size_t i = 0; i < s->nm; i++)
@@ -598,7 +598,7 @@ static fed_err end_masked(fed_node *n)
     for (uint32_t i = 0; i < s->n1; i++)
         s->u3[i] = s->u2[i] && s->m[s->part_of[i]].stage_in >= SA_MASKED;
     n3 = count_flags(s->u3, s->n1);
-    if (n3 < fed_node_sa_floor(&n->cfg) || n3 < n->cfg.min_clients)
+    if (n3 < fed_node_sa_floor(&n->cfg) || n3 < n->cfg.agg.min_clients)
         return fail(n, "too few masked inputs");
     if (!enough_holders(s, s->u3, &who)) {
         snprintf(why, sizeof why, "client %u's secret has fewer than t = %u live holders", who,
@@ -609,7 +609,7 @@ static fed_err end_masked(fed_node *n)
     for (size_t i = 0; i < s->nm; i++)
         if (s->m[i].held)
             (void)answer_stage(n, &s->m[i], SA_MASKED);
-    return arm_stage(n, n->cfg.secagg_stage_ms);
+    return arm_stage(n, n->cfg.secagg.stage_ms);
 }
 
 static fed_err end_consist(fed_node *n)
@@ -629,7 +629,7 @@ static fed_err end_consist(fed_node *n)
     for (size_t i = 0; i < s->nm; i++)
         if (s->m[i].held)
             (void)answer_stage(n, &s->m[i], SA_CONSIST);
-    return arm_stage(n, n->cfg.secagg_stage_ms);
+    return arm_stage(n, n->cfg.secagg.stage_ms);
 }
 
 /* The secret of list index owner of kind from the revealed shares, into
@@ -733,7 +733,7 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
             e = FED_ERR_RANGE;
             goto out;
         }
-    nd = fed_node_layout_segments(&a->layout, s->q.range, n->cfg.secagg_stats_range, dsegs);
+    nd = fed_node_layout_segments(&a->layout, s->q.range, n->cfg.secagg.stats_range, dsegs);
     nseg = fed_agg_seg_secure(dsegs, nd, s->q.range, segs);
     if ((e = fed_agg_seg_dequantize(segs, nseg, s->q.bits, s->sum, m3, deq)) != FED_OK)
         goto out;

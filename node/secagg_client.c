@@ -92,7 +92,7 @@ fed_err fed_node_sa_client_new(fed_node *n, node_sa_client **out)
 static void stream_end(fed_node *n, node_sa_client *s)
 {
     if (s->streamed)
-        fed_node_tx_drop(n, n->cfg.aggregator.key);
+        fed_node_tx_drop(n, n->cfg.client.aggregator.key);
     s->streamed = 0;
     s->stuck = 0;
     s->masked_out = 0;
@@ -180,7 +180,7 @@ static fed_err stage_header(fed_node *n, uint8_t type, uint32_t count, fed_wire_
                             fed_wire_block *b)
 {
     node_sa_client *s = n->client_sa;
-    fed_err e = fed_node_header(n, type, n->cfg.aggregator.key, s->round, s->ctx.epoch,
+    fed_err e = fed_node_header(n, type, n->cfg.client.aggregator.key, s->round, s->ctx.epoch,
                                 FED_CODEC_NONE, h);
 
     if (e != FED_OK)
@@ -188,7 +188,7 @@ static fed_err stage_header(fed_node *n, uint8_t type, uint32_t count, fed_wire_
     memset(b, 0, sizeof *b);
     b->sa_try = s->try_no;
     b->sa_count = count;
-    fed_node_arm_in(n, n->cfg.retry_ms, NODE_TIMER_RETRY); /* a failure stops the node */
+    fed_node_arm_in(n, n->cfg.transfer.retry_ms, NODE_TIMER_RETRY); /* a failure stops the node */
     return FED_OK;
 }
 
@@ -207,7 +207,7 @@ static fed_err send_req(fed_node *n)
        answer comes as the reply to its last frame */
     stream_end(n, s);
     e = fed_node_emit_vec(n, NULL, &h, &b, s->out, s->req_len);
-    s->streamed = fed_node_tx_active(n, n->cfg.aggregator.key);
+    s->streamed = fed_node_tx_active(n, n->cfg.client.aggregator.key);
     s->masked_out = e == FED_OK && !s->streamed;
     return e;
 }
@@ -232,14 +232,14 @@ static fed_err reask_masked(fed_node *n)
 static fed_err retry_stream(fed_node *n)
 {
     node_sa_client *s = n->client_sa;
-    const uint8_t *agg = n->cfg.aggregator.key;
+    const uint8_t *agg = n->cfg.client.aggregator.key;
 
     fed_err e;
 
     if (fed_node_tx_active(n, agg) && fed_node_tx_sent_all(n, agg))
         return reask_masked(n);
     if (fed_node_retry_take(n, NULL, &s->stuck, SC_STREAM_RESENDS) &&
-        fed_node_retry_frame(n, agg, n->cfg.retry_ms, &e))
+        fed_node_retry_frame(n, agg, n->cfg.transfer.retry_ms, &e))
         return e;
     return send_req(n);
 }
@@ -264,11 +264,11 @@ static fed_err stream_ack(fed_node *n, const fed_wire_msg *m, int *used)
     if (m->block.status != FED_OK || !s->streamed)
         return FED_OK;
     *used = 1;
-    if ((e = fed_node_tx_push(n, n->cfg.aggregator.key, &done)) != FED_OK)
+    if ((e = fed_node_tx_push(n, n->cfg.client.aggregator.key, &done)) != FED_OK)
         return e; /* the retry timer resends */
     if (!done) {
         s->stuck = 0;
-        fed_node_arm_in(n, n->cfg.retry_ms, NODE_TIMER_RETRY); /* a failure stops the node */
+        fed_node_arm_in(n, n->cfg.transfer.retry_ms, NODE_TIMER_RETRY); /* a failure stops the node */
     }
     return FED_OK;
 }
@@ -316,7 +316,7 @@ fed_err fed_node_sa_client_begin(fed_node *n, const fed_wire_msg *model)
     round_clear(n, s);
     s->round = model->hdr.round;
     s->try_no = st->sa_try;
-    memcpy(s->ctx.agg_pk, n->cfg.aggregator.key, 32);
+    memcpy(s->ctx.agg_pk, n->cfg.client.aggregator.key, 32);
     s->ctx.epoch = model->hdr.sender_epoch;
     s->ctx.round = s->round;
     s->ctx.try_no = s->try_no;
@@ -327,8 +327,8 @@ fed_err fed_node_sa_client_begin(fed_node *n, const fed_wire_msg *model)
     s->max_weight = st->sa_max_weight;
     s->dropout = st->sa_dropout;
     s->max_resends = SC_MAX_RESENDS;
-    if (n->cfg.retry_ms && st->deadline_ms / n->cfg.retry_ms < UINT32_MAX - SC_MAX_RESENDS)
-        s->max_resends += (uint32_t)(st->deadline_ms / n->cfg.retry_ms);
+    if (n->cfg.transfer.retry_ms && st->deadline_ms / n->cfg.transfer.retry_ms < UINT32_MAX - SC_MAX_RESENDS)
+        s->max_resends += (uint32_t)(st->deadline_ms / n->cfg.transfer.retry_ms);
     if ((e = fed_secagg_keys_new(n->cfg.arena, n->env.random, n->env.self, &s->keys)) != FED_OK ||
         (e = req_room(s, SA_KEYS_REQ_BYTES)) != FED_OK)
         goto fail;

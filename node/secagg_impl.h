@@ -6,14 +6,11 @@
 
 #include "node/node_impl.h"
 
-/* A secure round's floor of clients: with 2, each could subtract its own
- * delta from the released sum (without noise, the other's exactly). */
-#define FED_NODE_SA_FLOOR 3u
-
-/* The floor cfg sets: secagg_min_clients, never below FED_NODE_SA_FLOOR. */
+/* The floor cfg sets: secagg.min_clients, never below FED_NODE_SA_FLOOR
+ * (node.h). */
 static inline uint32_t fed_node_sa_floor(const fed_node_config *c)
 {
-    return c->secagg_min_clients > FED_NODE_SA_FLOOR ? c->secagg_min_clients
+    return c->secagg.min_clients > FED_NODE_SA_FLOOR ? c->secagg.min_clients
                                                      : FED_NODE_SA_FLOOR;
 }
 

@@ -31,7 +31,7 @@ fed_err fed_node_settings_apply(const fed_node_settings *s, uint32_t nclients,
         *bad = "strategy";
     else if (strcmp(s->mode, "sync") != 0 && strcmp(s->mode, "async") != 0)
         *bad = "mode";
-    else if (fed_data_parse_augment(s->augment, &c->augment) != FED_OK)
+    else if (fed_data_parse_augment(s->augment, &c->data.augment) != FED_OK)
         *bad = "augment";
     else if (!fed_node_layout_patterns_ok(s->local_layers))
         *bad = "local-layers";
@@ -48,22 +48,22 @@ fed_err fed_node_settings_apply(const fed_node_settings *s, uint32_t nclients,
     c->rounds = (uint32_t)s->rounds;
     c->deadline_ms = (uint64_t)s->deadline_ms;
     c->seed = s->seed;
-    snprintf(c->codec, sizeof c->codec, "%s", s->codec);
-    snprintf(c->strategy, sizeof c->strategy, "%s", s->strategy);
-    c->weight_cap = s->weight_cap;
-    c->sample_fraction = s->fraction;
-    c->min_clients = (uint32_t)s->min_clients;
-    c->wait_clients = s->wait_clients ? (uint32_t)s->wait_clients : nclients;
-    c->gather_ms = (uint64_t)s->gather_ms;
-    c->async_k = 0;
+    snprintf(c->transfer.codec, sizeof c->transfer.codec, "%s", s->codec);
+    snprintf(c->agg.strategy, sizeof c->agg.strategy, "%s", s->strategy);
+    c->agg.weight_cap = s->weight_cap;
+    c->agg.sample_fraction = s->fraction;
+    c->agg.min_clients = (uint32_t)s->min_clients;
+    c->agg.wait_clients = s->wait_clients ? (uint32_t)s->wait_clients : nclients;
+    c->agg.gather_ms = (uint64_t)s->gather_ms;
+    c->agg.async_k = 0;
     if (!strcmp(s->mode, "async"))
-        c->async_k = (uint32_t)(s->buffer ? s->buffer : s->min_clients);
-    c->max_staleness = (uint32_t)s->max_staleness;
-    snprintf(c->topology, sizeof c->topology, "%s", s->topology);
-    snprintf(c->sync, sizeof c->sync, "%s", s->sync);
-    snprintf(c->mixing, sizeof c->mixing, "%s", s->mixing);
-    c->final_mix = (uint32_t)s->final_mix;
-    c->group_size = (uint32_t)s->group_size;
+        c->agg.async_k = (uint32_t)(s->buffer ? s->buffer : s->min_clients);
+    c->agg.max_staleness = (uint32_t)s->max_staleness;
+    snprintf(c->peer.topology, sizeof c->peer.topology, "%s", s->topology);
+    snprintf(c->peer.sync, sizeof c->peer.sync, "%s", s->sync);
+    snprintf(c->peer.mixing, sizeof c->peer.mixing, "%s", s->mixing);
+    c->peer.final_mix = (uint32_t)s->final_mix;
+    c->peer.group_size = (uint32_t)s->group_size;
     snprintf(c->local_layers, sizeof c->local_layers, "%s", s->local_layers);
     c->local_bn = s->local_bn;
     fed_node_settings_apply_dp(s, c);
@@ -72,25 +72,25 @@ fed_err fed_node_settings_apply(const fed_node_settings *s, uint32_t nclients,
 
 void fed_node_settings_apply_dp(const fed_node_settings *s, fed_node_config *c)
 {
-    c->dp_sgd = s->dp_sgd;
-    c->dp_clip = (float)s->dp_sgd_clip;
-    c->dp_noise = (float)s->dp_sgd_noise;
-    c->dp_delta = s->dp_delta;
-    c->dp_budget = s->dp_budget;
-    c->require_dp_sgd = s->require_dp_sgd;
-    c->dp_client_clip = s->dp_client_clip;
-    c->dp_client_noise = s->dp_client_noise;
-    c->dp_target_eps = s->dp_target_epsilon;
-    c->dp_client_quantile = s->dp_client_quantile;
-    c->dp_client_clip_lr = s->dp_client_clip_lr;
-    c->secagg = s->secagg;
-    c->secagg_dropout = s->secagg_dropout;
-    c->secagg_max_weight = s->secagg_max_weight;
-    c->secagg_bits = (uint32_t)s->secagg_bits;
-    c->secagg_range = s->secagg_range;
-    c->secagg_stats_range = s->secagg_stats_range;
-    c->secagg_stage_ms = (uint64_t)s->secagg_stage_ms;
-    c->secagg_min_clients = (uint32_t)s->secagg_min_clients;
+    c->dp.sgd = s->dp_sgd;
+    c->dp.sgd_clip = (float)s->dp_sgd_clip;
+    c->dp.sgd_noise = (float)s->dp_sgd_noise;
+    c->dp.delta = s->dp_delta;
+    c->dp.budget = s->dp_budget;
+    c->dp.require_sgd = s->require_dp_sgd;
+    c->dp.client_clip = s->dp_client_clip;
+    c->dp.client_noise = s->dp_client_noise;
+    c->dp.target_eps = s->dp_target_epsilon;
+    c->dp.client_quantile = s->dp_client_quantile;
+    c->dp.client_clip_lr = s->dp_client_clip_lr;
+    c->secagg.on = s->secagg;
+    c->secagg.dropout = s->secagg_dropout;
+    c->secagg.max_weight = s->secagg_max_weight;
+    c->secagg.bits = (uint32_t)s->secagg_bits;
+    c->secagg.range = s->secagg_range;
+    c->secagg.stats_range = s->secagg_stats_range;
+    c->secagg.stage_ms = (uint64_t)s->secagg_stage_ms;
+    c->secagg.min_clients = (uint32_t)s->secagg_min_clients;
 }
 
 const char *fed_node_settings_dp_misuse(const fed_node_settings *s, fed_node_role role)

@@ -229,7 +229,7 @@ static uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
 static uint64_t members_hash(const fed_node_snap_src *src)
 {
     const fed_gossip_peers *pt =
-        fed_node_get_role(src->node) == FED_NODE_PEER ? src->cfg->peers : NULL;
+        fed_node_get_role(src->node) == FED_NODE_PEER ? src->cfg->peer.peers : NULL;
     uint64_t h = 1469598103934665603ull;
 
     uint64_t dpv = fed_node_members_dp_version(src->node);
@@ -252,7 +252,7 @@ static fed_err build_members(fed_node_snap_board *b, const fed_node_snap_src *sr
 {
     const fed_crypto_allow *al = src->cfg->allow;
     const fed_gossip_peers *pt =
-        fed_node_get_role(src->node) == FED_NODE_PEER ? src->cfg->peers : NULL;
+        fed_node_get_role(src->node) == FED_NODE_PEER ? src->cfg->peer.peers : NULL;
     const uint8_t *self = fed_node_key(src->node);
     size_t n = al ? fed_crypto_allow_count(al) : 0, k = 0;
     uint64_t gen = al ? fed_crypto_allow_generation(al) : 0, h = members_hash(src);
@@ -274,7 +274,7 @@ static fed_err build_members(fed_node_snap_board *b, const fed_node_snap_src *sr
         memcpy(m->key, pk, 32);
         m->dp_reported = fed_node_member_dp(src->node, pk, &m->dp_epsilon, &m->dp_budget,
                                             &m->dp_parked);
-        if (src->aggregator_url && !memcmp(pk, src->cfg->aggregator.key, 32))
+        if (src->aggregator_url && !memcmp(pk, src->cfg->client.aggregator.key, 32))
             snprintf(m->addr, sizeof m->addr, "%s", src->aggregator_url);
         for (size_t j = 0; pt && j < fed_gossip_peers_count(pt); j++) {
             const uint8_t *key;
@@ -337,8 +337,8 @@ fed_err fed_node_snap_update(fed_node_snap_board *b, const fed_node_snap_src *sr
     s->deltas_missing = b->deltas_missing;
     s->deltas_refused = b->deltas_refused;
     s->wire = *fed_node_wire_counters(src->node);
-    s->secagg_on = src->cfg->secagg != 0;
-    s->dp_on = src->cfg->dp_sgd || src->cfg->require_dp_sgd || src->cfg->dp_client_clip > 0;
+    s->secagg_on = src->cfg->secagg.on != 0;
+    s->dp_on = src->cfg->dp.sgd || src->cfg->dp.require_sgd || src->cfg->dp.client_clip > 0;
     if (src->cfg->store)
         fed_store_get_stats(src->cfg->store, &s->store);
     x->mb = b->mb;

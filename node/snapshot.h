@@ -68,7 +68,7 @@ typedef struct fed_node_snap {
     uint64_t deltas_merged, deltas_missing, deltas_refused; /* aggregator, this run */
     fed_wire_counters wire;      /* this run's */
     fed_store_stats store;
-    int secagg_on;               /* the rounds run secure aggregation (cfg.secagg) */
+    int secagg_on;               /* the rounds run secure aggregation (cfg.secagg.on) */
     int dp_on;                   /* differential privacy: this client's DP-SGD, or an
                                     aggregator requiring it or running DP-FedAvg */
     /* the members but this node (allow-list order), shared between snapshots */

@@ -17,7 +17,7 @@
 /* Chunks of at most this many bytes: a stream frame in hand costs one. */
 #define NODE_CHUNK_BYTES ((size_t)1 << 20)
 /* An incoming stream with no frame for this long is dropped. */
-#define NODE_RX_IDLE_MS(n) (4 * ((n)->cfg.poll_ms + (n)->cfg.retry_ms))
+#define NODE_RX_IDLE_MS(n) (4 * ((n)->cfg.transfer.poll_ms + (n)->cfg.transfer.retry_ms))
 
 struct node_tx {
     node_tx *next;
@@ -464,7 +464,7 @@ fed_err fed_node_transfer_on_msg(fed_node *n, node_open *op, int *handled)
 
         /* clients push DELTAs and masked inputs to the aggregator, which
            answers MODELs; peers push SHAREs to each other */
-        if ((op->req != NULL) != (n->cfg.role != FED_NODE_CLIENT)) {
+        if ((op->req != NULL) == n->ops->streams_in_replies) {
             fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_ROLE);
             fed_wire_stream_close(n->wire, m->stream);
             fed_node_refuse(n, op->req);

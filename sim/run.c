@@ -559,7 +559,7 @@ static void base_config(sim_run *r, fed_node_config *c, const fed_dataset *train
     c->shape = r->shape;
     c->on_round = on_round;
     c->observer = &r->obs[i];
-    c->wire.hooks = sc->no_crypto ? &fed_wire_hooks_unsealed : NULL; /* unsealed frames */
+    c->transfer.wire.hooks = sc->no_crypto ? &fed_wire_hooks_unsealed : NULL; /* unsealed frames */
 }
 
 static int owns(const sim_run *r, uint32_t index)
@@ -599,7 +599,7 @@ static fed_err attach_nodes(sim_run *r, const fed_dataset *train, const fed_data
     if (r->agg) {
         base_config(r, &c, train, be, sc->nodes);
         c.role = FED_NODE_AGGREGATOR;
-        c.test = test;
+        c.data.test = test;
         snprintf(path, sizeof path, "%s/aggregator.db", sc->db_dir);
         if ((e = fed_sim_host_attach(r->agg, r->w, &c, sc->db_dir[0] ? path : NULL)) != FED_OK)
             return e;
@@ -611,25 +611,25 @@ static fed_err attach_nodes(sim_run *r, const fed_dataset *train, const fed_data
             continue;
         }
         base_config(r, &c, train, be, i);
-        c.train = train;
-        c.shard = r->idx[i];
-        c.shard_n = r->nidx[i];
+        c.data.train = train;
+        c.data.shard = r->idx[i];
+        c.data.shard_n = r->nidx[i];
         if (r->peer_mode) {
             if (!r->eval_model && (e = fed_model_new(c.spec, c.shape, c.be, c.pool, c.shards, 256,
                                                      &r->eval_model)) != FED_OK)
                 return e;
-            c.eval_model = r->eval_model;
+            c.peer.eval_model = r->eval_model;
             c.role = FED_NODE_PEER;
-            c.test = !sc->eval_peers || i < sc->eval_peers ? test : NULL;
-            c.checkpoint_every = (uint32_t)sc->checkpoint_every;
+            c.data.test = !sc->eval_peers || i < sc->eval_peers ? test : NULL;
+            c.peer.checkpoint_every = (uint32_t)sc->checkpoint_every;
             /* nothing restarts a peer, so nothing would read a checkpoint (a
                database on disk keeps them, for the record) */
-            c.no_checkpoints = !sc->crash[0] && !(sc->crash_rate > 0) && !sc->db_dir[0];
-            c.no_final_mix_eval = 1; /* on_round keeps no row past --rounds */
-            c.train_model_per_job = 1;
+            c.peer.no_checkpoints = !sc->crash[0] && !(sc->crash_rate > 0) && !sc->db_dir[0];
+            c.peer.no_final_mix_eval = 1; /* on_round keeps no row past --rounds */
+            c.peer.train_model_per_job = 1;
         } else {
             c.role = FED_NODE_CLIENT;
-            c.aggregator = r->ids[0];
+            c.client.aggregator = r->ids[0];
             if (i < (int)floor(byz * sc->nodes + 1e-9)) {
                 r->attack[i] = a;
                 fed_sim_attack_install(&r->attack[i], &c, fed_sim_host_id(r->h[i])->key);

@@ -283,10 +283,10 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
     }
     ac.shape = fx->train->shape;
     ac.rounds = o->rounds;
-    ac.min_clients = o->min_clients;
-    ac.wait_clients = o->wait_clients ? o->wait_clients : (uint32_t)o->clients;
+    ac.agg.min_clients = o->min_clients;
+    ac.agg.wait_clients = o->wait_clients ? o->wait_clients : (uint32_t)o->clients;
     ac.deadline_ms = o->deadline_ms;
-    ac.async_k = o->async_k;
+    ac.agg.async_k = o->async_k;
     if (o->adam)
         ac.optimizer = FED_OPTIM_ADAM;
     if (o->lr > 0)
@@ -294,9 +294,9 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
     if (o->lr_schedule)
         snprintf(ac.lr_schedule, sizeof ac.lr_schedule, "%s", o->lr_schedule);
     ac.lr_warmup = o->lr_warmup;
-    ac.wire.max_frame = o->max_frame;
-    ac.wire.max_rx_streams = (uint32_t)total;
-    ac.test = o->evaluate ? fx->test : NULL;
+    ac.transfer.wire.max_frame = o->max_frame;
+    ac.transfer.wire.max_rx_streams = (uint32_t)total;
+    ac.data.test = o->evaluate ? fx->test : NULL;
     ac.allow = s->allow;
     s->hooks.ctx = s;
     s->hooks.mark_model = mark_stats;
@@ -305,9 +305,9 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
     if (o->local_layers)
         snprintf(ac.local_layers, sizeof ac.local_layers, "%s", o->local_layers);
     if (o->strategy)
-        snprintf(ac.strategy, sizeof ac.strategy, "%s", o->strategy);
+        snprintf(ac.agg.strategy, sizeof ac.agg.strategy, "%s", o->strategy);
     if (o->unsealed)
-        ac.wire.hooks = &fed_wire_hooks_unsealed;
+        ac.transfer.wire.hooks = &fed_wire_hooks_unsealed;
     ac.on_round = on_round;
     ac.on_delta = on_delta;
     ac.observer = s;
@@ -319,28 +319,28 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
         cc.role = FED_NODE_CLIENT;
         cc.seed = o->seed;
         cc.be = fx->be;
-        cc.aggregator = *fed_sim_host_id(s->agg);
-        cc.train = fx->train;
+        cc.client.aggregator = *fed_sim_host_id(s->agg);
+        cc.data.train = fx->train;
         if (o->other_classes == i + 1) { /* the same samples, another model */
             s->five = *fx->train;
             s->five.shape.classes = o->classes ? o->classes : 5;
-            cc.train = &s->five;
+            cc.data.train = &s->five;
         }
-        cc.shard = s->idx[i];
-        cc.shard_n = s->nidx[i];
+        cc.data.shard = s->idx[i];
+        cc.data.shard_n = s->nidx[i];
         cc.allow = s->allow;
-        cc.wire.max_frame = o->max_frame;
+        cc.transfer.wire.max_frame = o->max_frame;
         cc.observer = s;
         cc.on_round = on_round;
-        cc.dp_sgd = o->dp_client == i + 1;
+        cc.dp.sgd = o->dp_client == i + 1;
         if (o->stats)
             cc.hooks = &s->hooks;
         if (o->unsealed)
-            cc.wire.hooks = &fed_wire_hooks_unsealed;
+            cc.transfer.wire.hooks = &fed_wire_hooks_unsealed;
         if (o->odd_client == i + 1) {
-            cc.own_model = o->odd_model;
+            cc.client.own_model = o->odd_model;
             if (o->odd_max_params > 0)
-                cc.max_model_params = o->odd_max_params;
+                cc.client.max_model_params = o->odd_max_params;
         }
         assert_int_equal(fed_sim_host_attach(s->cl[i], s->w, &cc, NULL), FED_OK);
     }
@@ -1485,10 +1485,10 @@ static void test_no_tamper_hook(void **state)
     assert_int_equal(fed_node_daemon_run(&dc, &cfg), FED_ERR_INVAL);
     assert_non_null(strstr(fed_test_log_last(), "test hooks"));
     cfg.hooks = NULL; /* the wire's seam (fedsim --no-crypto's unsealed frames) likewise */
-    cfg.wire.hooks = &fed_wire_hooks_unsealed;
+    cfg.transfer.wire.hooks = &fed_wire_hooks_unsealed;
     assert_int_equal(fed_node_daemon_run(&dc, &cfg), FED_ERR_INVAL);
     assert_non_null(strstr(fed_test_log_last(), "test hooks"));
-    cfg.wire.hooks = NULL;
+    cfg.transfer.wire.hooks = NULL;
     fed_test_log_default();
     fed_test_need_fashion(fx->train != NULL);
     for (uint32_t i = 0; i < 128; i++)

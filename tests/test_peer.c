@@ -192,17 +192,17 @@ static void mesh_build(mesh *m, const mesh_opts *o)
         c.be = be;
         c.allow = m->allow;
         c.rounds = o->rounds;
-        c.final_mix = o->final_mix;
+        c.peer.final_mix = o->final_mix;
         c.deadline_ms = o->deadline_ms;
-        snprintf(c.topology, sizeof c.topology, "%s", o->topology);
-        snprintf(c.sync, sizeof c.sync, "%s", o->sync ? o->sync : "bsp");
-        snprintf(c.mixing, sizeof c.mixing, "%s", o->mixing ? o->mixing : "pushsum");
+        snprintf(c.peer.topology, sizeof c.peer.topology, "%s", o->topology);
+        snprintf(c.peer.sync, sizeof c.peer.sync, "%s", o->sync ? o->sync : "bsp");
+        snprintf(c.peer.mixing, sizeof c.peer.mixing, "%s", o->mixing ? o->mixing : "pushsum");
         c.on_round = on_round;
         c.observer = m;
-        c.vouch = o->vouch;
-        c.neighbours = o->neighbours;
-        c.wire.max_frame = o->max_frame;
-        c.group_size = o->group_size;
+        c.peer.vouch = o->vouch;
+        c.peer.neighbours = o->neighbours;
+        c.transfer.wire.max_frame = o->max_frame;
+        c.peer.group_size = o->group_size;
         if (i == o->tamper_who)
             c.hooks = o->hooks;
         if (o->outsider && i == 0) /* an hour from the world's clock at 0 */
@@ -212,26 +212,26 @@ static void mesh_build(mesh *m, const mesh_opts *o)
                                                    &m->vouch_entry),
                              FED_OK);
         if (o->outsider && (i == 0 || i == o->n - 1))
-            c.publish = &m->vouch_entry; /* the voucher and the vouched spread it */
+            c.peer.publish = &m->vouch_entry; /* the voucher and the vouched spread it */
         if (o->train) {
             snprintf(c.spec, sizeof c.spec, "%s", o->spec);
             c.shape = train_set->shape;
-            c.train = train_set;
+            c.data.train = train_set;
             assert_int_equal(fed_data_partition(train_set, "iid", i, o->n, o->seed, &m->idx[i],
                                                 &m->nidx[i]),
                              FED_OK);
             if (o->per_peer && o->per_peer < m->nidx[i])
                 m->nidx[i] = o->per_peer;
-            c.shard = m->idx[i];
-            c.shard_n = m->nidx[i];
-            c.test = test_set;
+            c.data.shard = m->idx[i];
+            c.data.shard_n = m->nidx[i];
+            c.data.test = test_set;
             if (o->lr_schedule)
                 snprintf(c.lr_schedule, sizeof c.lr_schedule, "%s", o->lr_schedule);
             c.lr_warmup = o->lr_warmup;
         } else {
-            c.mix_only = 1;
-            c.init = m->init[i];
-            c.init_dim = DIM;
+            c.peer.mix_only = 1;
+            c.peer.init = m->init[i];
+            c.peer.init_dim = DIM;
         }
         assert_int_equal(fed_sim_host_attach(m->h[i], m->w, &c, NULL), FED_OK);
     }

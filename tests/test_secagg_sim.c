@@ -525,29 +525,29 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
     snprintf(ac.spec, sizeof ac.spec, "logreg");
     ac.shape = fx->train->shape;
     ac.rounds = rounds;
-    ac.min_clients = min_clients;
-    ac.wait_clients = (uint32_t)s->ncl;
-    ac.dp_client_clip = s->dp_client_clip;
+    ac.agg.min_clients = min_clients;
+    ac.agg.wait_clients = (uint32_t)s->ncl;
+    ac.dp.client_clip = s->dp_client_clip;
     if (s->dp_client_clip > 0)
-        ac.dp_client_noise = s->dp_client_noise;
+        ac.dp.client_noise = s->dp_client_noise;
     if (s->fraction > 0)
-        ac.sample_fraction = s->fraction;
+        ac.agg.sample_fraction = s->fraction;
     ac.deadline_ms = 30000;
-    ac.test = evaluate ? fx->test : NULL;
+    ac.data.test = evaluate ? fx->test : NULL;
     ac.allow = s->allow;
     ac.on_round = on_round;
     ac.observer = s;
-    ac.secagg = secagg;
-    ac.secagg_stage_ms = 3000;
+    ac.secagg.on = secagg;
+    ac.secagg.stage_ms = 3000;
     if (s->range > 0)
-        ac.secagg_range = s->range;
+        ac.secagg.range = s->range;
     if (s->max_weight > 0)
-        ac.secagg_max_weight = s->max_weight;
+        ac.secagg.max_weight = s->max_weight;
     s->agg_hooks = (fed_node_test_hooks){.ctx = s, .sa_tamper = sa_hook, .mark_model = mark_stats};
     s->mark_hooks = (fed_node_test_hooks){.ctx = s, .mark_model = mark_stats};
     ac.hooks = &s->agg_hooks;
-    ac.wire.max_frame = s->max_frame;
-    ac.wire.max_rx_streams = s->rx_streams;
+    ac.transfer.wire.max_frame = s->max_frame;
+    ac.transfer.wire.max_rx_streams = s->rx_streams;
     assert_int_equal(fed_sim_host_attach(s->agg, s->w, &ac, NULL), FED_OK);
     for (int i = 0; i < s->ncl; i++) {
         s->idx[i] = fed_malloc(per_client * sizeof(uint32_t));
@@ -558,21 +558,21 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
         cc.role = FED_NODE_CLIENT;
         cc.seed = 3;
         cc.be = fx->be;
-        cc.aggregator = *fed_sim_host_id(s->agg);
-        cc.train = fx->train;
+        cc.client.aggregator = *fed_sim_host_id(s->agg);
+        cc.data.train = fx->train;
         if (i == 0 && s->five0) { /* the same samples, another class count */
             s->five = *fx->train;
             s->five.shape.classes = 5;
-            cc.train = &s->five;
+            cc.data.train = &s->five;
         }
-        cc.shard = s->idx[i];
-        cc.shard_n = s->nidx[i];
+        cc.data.shard = s->idx[i];
+        cc.data.shard_n = s->nidx[i];
         cc.allow = i == 0 && s->allow0 ? s->allow0 : s->allow;
-        cc.wire.max_frame = s->max_frame;
-        cc.dp_sgd = s->dp_sgd;
-        cc.secagg = i < s->client_secagg;
+        cc.transfer.wire.max_frame = s->max_frame;
+        cc.dp.sgd = s->dp_sgd;
+        cc.secagg.on = i < s->client_secagg;
         if (s->dp_sgd)
-            cc.dp_noise = s->dp_noise;
+            cc.dp.sgd_noise = s->dp_noise;
         if (i == 0) { /* its true delta, untouched, for the leak test */
             s->cl0_hooks = (fed_node_test_hooks){.ctx = s, .tamper_delta = record_delta0,
                                                  .mark_model = mark_stats};
@@ -1217,27 +1217,27 @@ static void test_streamed_misfit(void **state)
     (void)state;
     fed_node_config_default(&c);
     c.role = FED_NODE_AGGREGATOR;
-    c.secagg = 1;
-    c.wire.max_frame = 16384;
+    c.secagg.on = 1;
+    c.transfer.wire.max_frame = 16384;
     assert_null(fed_node_sa_agg_misfit(&c, 7850, NCL));
-    c.wire.max_stream_bytes = 4 * 7850; /* one word short */
+    c.transfer.wire.max_stream_bytes = 4 * 7850; /* one word short */
     why = fed_node_sa_agg_misfit(&c, 7850, NCL);
     assert_non_null(why);
     assert_non_null(strstr(why, "max_stream_bytes"));
-    c.wire.max_stream_bytes = 4 * 7851;
+    c.transfer.wire.max_stream_bytes = 4 * 7851;
     assert_null(fed_node_sa_agg_misfit(&c, 7850, NCL));
-    c.wire.hooks = &fed_wire_hooks_unsealed; /* fedsim --no-crypto */
+    c.transfer.wire.hooks = &fed_wire_hooks_unsealed; /* fedsim --no-crypto */
     why = fed_node_sa_agg_misfit(&c, 7850, NCL);
     assert_non_null(why);
     assert_non_null(strstr(why, "--no-crypto"));
-    c.wire.max_frame = 0; /* 16 MiB: whole */
+    c.transfer.wire.max_frame = 0; /* 16 MiB: whole */
     assert_null(fed_node_sa_agg_misfit(&c, 7850, NCL));
     /* the strategy as model/merge.h classes it, Multi-Krum included */
-    snprintf(c.strategy, sizeof c.strategy, "clip:2+multikrum:1,3");
+    snprintf(c.agg.strategy, sizeof c.agg.strategy, "clip:2+multikrum:1,3");
     why = fed_node_sa_agg_misfit(&c, 7850, NCL);
     assert_non_null(why);
     assert_non_null(strstr(why, "Multi-Krum"));
-    snprintf(c.strategy, sizeof c.strategy, "clip:2+fedadagrad");
+    snprintf(c.agg.strategy, sizeof c.agg.strategy, "clip:2+fedadagrad");
     assert_null(fed_node_sa_agg_misfit(&c, 7850, NCL));
 }
 
