@@ -96,6 +96,8 @@ typedef struct scen_opts {
     const char *local_layers; /* the aggregator's --local-layers (NULL: none) */
     const char *strategy; /* the aggregator's (NULL: fedavg) */
     int unsealed;        /* every wire unsealed, so the test reads each frame */
+    double dp_fedavg_clip; /* the aggregator's DP-FedAvg clip (0: off) */
+    const char *odd_local; /* client odd_client - 1's own --local-layers (NULL: none) */
 } scen_opts;
 
 /* What the observers saw. */
@@ -308,6 +310,7 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
         snprintf(ac.agg.strategy, sizeof ac.agg.strategy, "%s", o->strategy);
     if (o->unsealed)
         ac.transfer.wire.hooks = &fed_wire_hooks_unsealed;
+    ac.dp.client_clip = o->dp_fedavg_clip;
     ac.on_round = on_round;
     ac.on_delta = on_delta;
     ac.observer = s;
@@ -338,6 +341,8 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
         if (o->unsealed)
             cc.transfer.wire.hooks = &fed_wire_hooks_unsealed;
         if (o->odd_client == i + 1) {
+            if (o->odd_local)
+                snprintf(cc.local_layers, sizeof cc.local_layers, "%s", o->odd_local);
             cc.client.own_model = o->odd_model;
             if (o->odd_max_params > 0)
                 cc.client.max_model_params = o->odd_max_params;
@@ -1914,7 +1919,9 @@ static void test_ckpt_model_sections(void **state)
  * marked, under the aggregator's --local-layers. */
 static void scen_layout(const scen *s, fed_node_layout *l)
 {
-    layout_rules r = {.local_layers = s->o.local_layers};
+    layout_rules r = {.local_layers = s->o.local_layers,
+                      .local_bn = s->o.dp_fedavg_clip > 0, /* DP: statistics stay */
+                      .stats_local = s->o.dp_fedavg_clip > 0};
     const fed_tensor_info *t;
     fed_model *m = NULL;
     int nt;
@@ -2050,6 +2057,62 @@ static void test_stats_own_segment(void **state)
         assert_true(expect_paths(&s, r, &l) > 1000);
     }
     fed_node_layout_fini(&l);
+    scen_free(&s);
+}
+
+/* DP-FedAvg: the statistics carry no noise, so they stay at the sites
+ * (--local-bn implied, and said): no DELTA frame holds 0.bias, and the
+ * aggregator's own 0.bias stays as it was, the noise it adds to every
+ * float notwithstanding. */
+static void test_dp_statistics_stay(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 3, .spec = "mlp:16", .per_client = 100, .rounds = 2,
+                   .min_clients = 3, .deadline_ms = 60000, .seed = 25, .stats = "0.bias",
+                   .unsealed = 1, .dp_fedavg_clip = 5};
+    fed_node_layout l;
+    delta_frames f;
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    fed_test_log_capture(FED_LOG_INFO);
+    paths_scen(&s, fx, &o, &l, &f, 0, 16);
+    fed_test_log_has("stay at the sites (--local-bn implied)");
+    scen_run(&s, 600000);
+    fed_test_log_default();
+    assert_int_equal(f.seen, 6);
+    assert_int_equal(f.bad, 0);
+    for (int r = 1; r <= 2; r++) {
+        assert_int_equal(s.commits[r], 1);
+        (void)expect_paths(&s, r, &l); /* the local floats as they were */
+    }
+    fed_node_layout_fini(&l);
+    scen_free(&s);
+}
+
+/* The aggregator decides which tensors stay: a client whose own
+ * --local-layers says otherwise declines every round at once (LEAVE
+ * FED_ERR_LOCAL_MISMATCH, recorded, said at warning level), and the rounds
+ * merge the three others. */
+static void test_local_layers_mismatch(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 4, .spec = "mlp:16", .per_client = 100, .rounds = 2,
+                   .min_clients = 3, .deadline_ms = 600000, .seed = 5, .odd_client = 3,
+                   .local_layers = "2.*", .odd_local = "0.*"};
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    fed_test_log_capture(FED_LOG_WARN);
+    run_declines(&s, fx, &o, 0);
+    fed_test_log_has("the aggregator keeps local --local-layers '2.*', this client '0.*'");
+    fed_test_log_default();
+    for (uint64_t r = 1; r <= 2; r++) {
+        contrib_q q = contribution(&s, r, s.cl[2]);
+
+        assert_int_equal(q.accepted, 0);
+        assert_non_null(strstr(q.reason, "LOCAL_MISMATCH"));
+    }
     scen_free(&s);
 }
 
@@ -2204,6 +2267,8 @@ int main(void)
         cmocka_unit_test(test_heap_bounds),
         cmocka_unit_test(test_stats_own_segment),
         cmocka_unit_test(test_local_layers_stay),
+        cmocka_unit_test(test_dp_statistics_stay),
+        cmocka_unit_test(test_local_layers_mismatch),
     };
 
     if (sodium_init() < 0)
