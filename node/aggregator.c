@@ -55,7 +55,7 @@ static fed_err paths_new(fed_node *n)
     node_agg *a = n->agg;
     int dp = c->dp.client_clip > 0 || c->dp.require_sgd, nt;
     const fed_tensor_info *t = fed_model_tensors(a->model, &nt);
-    size_t norm = 0, stats = 0;
+    size_t kept = 0; /* norm tensors and statistics: what DP keeps at the sites */
     fed_err e;
 
     a->rules.local_layers = c->local_layers;
@@ -64,20 +64,19 @@ static fed_err paths_new(fed_node *n)
     if ((e = fed_node_layout_of(t, nt, a->nparams, &a->rules, &a->layout)) != FED_OK)
         return e;
     for (int i = 0; i < nt; i++) {
-        if (t[i].flags & FED_TENSOR_NORM)
-            norm += t[i].numel;
-        if (!(t[i].flags & FED_TENSOR_TRAINED) && !(t[i].flags & FED_TENSOR_COUNT))
-            stats += t[i].numel;
+        if (((t[i].flags & FED_TENSOR_NORM) || !(t[i].flags & FED_TENSOR_TRAINED)) &&
+            !(t[i].flags & FED_TENSOR_COUNT))
+            kept += t[i].numel;
         /* a counter shapes no output: the aggregator keeps its own */
         if (!(t[i].flags & FED_TENSOR_COUNT) &&
             fed_node_layout_path(&t[i], &a->rules) == LAYOUT_LOCAL)
             a->eval_local = 1;
     }
-    if (dp && !c->local_bn && (norm || stats))
+    if (dp && !c->local_bn && kept)
         fed_log(FED_LOG_INFO, "aggregator: DP: the model's batch-norm tensors and non-trained "
                 "statistics (%zu floats) stay at the sites (--local-bn implied): they are "
-                "computed from the data without noise", norm + stats);
-    if (stats && !a->rules.stats_local && a->layout.len[LAYOUT_STATS] &&
+                "computed from the data without noise", kept);
+    if (a->layout.len[LAYOUT_STATS] &&
         !(a->stats = fed_calloc(a->layout.len[LAYOUT_STATS], sizeof *a->stats)))
         return FED_ERR_NOMEM;
     if (a->eval_local)

@@ -375,7 +375,7 @@ static fed_err on_model_train(fed_node *n, node_open *op);
 /* A client's own --local-layers or --local-bn, when set, must be what the
  * aggregator declares (MODEL field 14): the aggregator decides which
  * tensors stay, a client may only check it. */
-static int paths_agree(const fed_node *n, const fed_wire_settings *s)
+static int paths_agree(const fed_node *n, const fed_wire_settings *s, uint64_t round)
 {
     const char *own = n->cfg.local_layers;
     int bn = (s->paths_flags & FED_WIRE_PATHS_LOCAL_BN) != 0;
@@ -385,7 +385,7 @@ static int paths_agree(const fed_node *n, const fed_wire_settings *s)
     if ((own[0] && strcmp(own, s->local_layers) != 0) || (n->cfg.local_bn && !bn)) {
         fed_log(FED_LOG_WARN, "client: round %llu: the aggregator keeps local --local-layers "
                 "'%s'%s, this client '%s'%s: declined (the aggregator decides which tensors "
-                "stay at the sites)", (unsigned long long)n->round + 1, s->local_layers,
+                "stay at the sites)", (unsigned long long)round, s->local_layers,
                 bn ? " with --local-bn" : "", own, n->cfg.local_bn ? " with --local-bn" : "");
         return 0;
     }
@@ -572,7 +572,7 @@ static fed_err on_model_train(fed_node *n, node_open *op)
         fed_wire_note_reject(n->wire, &m->hdr, e);
         return e;
     }
-    if (!paths_agree(n, &m->block.settings)) {
+    if (!paths_agree(n, &m->block.settings, m->hdr.round)) {
         (void)n->env.cancel_timer(n->env.self, NODE_TIMER_RETRY);
         c->round = m->hdr.round;
         c->leave_reason = (uint32_t)FED_ERR_LOCAL_MISMATCH;
