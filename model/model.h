@@ -55,15 +55,16 @@ typedef struct fed_model_shape {
 
 /* fed_tensor_info.flags: the tensor is trained (batch norm's running
  * statistics are not: a round averages them by sample weight in a segment
- * of their own, outside the merge strategy), it may leave the site (sent,
- * merged, exported), it is an integer counter (num_batches_tracked: never
- * averaged, each site and the aggregator keep their own), it belongs to a
- * normalization layer (the tensor class "bn" that --local-bn keeps at the
- * sites). The planner marks every tensor TRAINED | SHARED; a norm layer
- * sets NORM on its tensors and clears TRAINED on its statistics. */
+ * of their own, outside the merge strategy), and it may leave the site
+ * (sent, merged, exported). FED_TENSOR_INT64: an integer counter kept as a
+ * float (num_batches_tracked, an int64 in PyTorch): never averaged, each
+ * site and the aggregator keep their own. FED_TENSOR_NORM: a normalization
+ * layer's tensor, the class "bn" that --local-bn keeps at the sites. The
+ * planner marks every tensor TRAINED | SHARED; a norm layer sets NORM on
+ * its tensors and clears TRAINED on its statistics and counter. */
 #define FED_TENSOR_TRAINED (1u << 0)
 #define FED_TENSOR_SHARED (1u << 1)
-#define FED_TENSOR_COUNT (1u << 2)
+#define FED_TENSOR_INT64 (1u << 2)
 #define FED_TENSOR_NORM (1u << 3)
 
 typedef struct fed_tensor_info {

@@ -65,10 +65,10 @@ static fed_err paths_new(fed_node *n)
         return e;
     for (int i = 0; i < nt; i++) {
         if (((t[i].flags & FED_TENSOR_NORM) || !(t[i].flags & FED_TENSOR_TRAINED)) &&
-            !(t[i].flags & FED_TENSOR_COUNT))
+            !(t[i].flags & FED_TENSOR_INT64))
             kept += t[i].numel;
         /* a counter shapes no output: the aggregator keeps its own */
-        if (!(t[i].flags & FED_TENSOR_COUNT) &&
+        if (!(t[i].flags & FED_TENSOR_INT64) &&
             fed_node_layout_path(&t[i], &a->rules) == LAYOUT_LOCAL)
             a->eval_local = 1;
     }

@@ -10,7 +10,7 @@
 
 layout_path fed_node_layout_path(const fed_tensor_info *t, const layout_rules *r)
 {
-    if (!(t->flags & FED_TENSOR_SHARED) || (t->flags & FED_TENSOR_COUNT))
+    if (!(t->flags & FED_TENSOR_SHARED) || (t->flags & FED_TENSOR_INT64))
         return LAYOUT_LOCAL;
     if (r->local_layers && r->local_layers[0] && fed_model_tensor_match(r->local_layers, t->name))
         return LAYOUT_LOCAL;

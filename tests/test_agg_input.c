@@ -202,7 +202,7 @@ static fed_model *marked_model(fed_backend *be)
     assert_int_equal(fed_model_new("mlp:4", in, be, NULL, 1, 8, &m), FED_OK);
     assert_int_equal(fed_model_nparams(m), 39);
     assert_int_equal(fed_model_tensor_flags(m, "0.bias", FED_TENSOR_NORM, FED_TENSOR_TRAINED), 1);
-    assert_int_equal(fed_model_tensor_flags(m, "nothing.*,2.bias", FED_TENSOR_COUNT, 0), 1);
+    assert_int_equal(fed_model_tensor_flags(m, "nothing.*,2.bias", FED_TENSOR_INT64, 0), 1);
     return m;
 }
 
@@ -282,7 +282,7 @@ static void test_layout_paths(void **state)
     assert_int_equal(l.len[LAYOUT_LOCAL], 7);
     fed_node_layout_fini(&l);
     /* an unmarked model: the whole flat buffer, as before */
-    assert_int_equal(fed_model_tensor_flags(m, "*", FED_TENSOR_TRAINED, FED_TENSOR_COUNT), 4);
+    assert_int_equal(fed_model_tensor_flags(m, "*", FED_TENSOR_TRAINED, FED_TENSOR_INT64), 4);
     layout_of(m, &none, &l);
     assert_true(fed_node_layout_trivial(&l));
     assert_int_equal(fed_node_layout_sent(&l), 39);
