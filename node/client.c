@@ -751,6 +751,16 @@ static fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
 
     if (job != &j->job)
         return FED_ERR_INTERNAL;
+    if (j->err == FED_ERR_DP_STATS) { /* a round this site may not send: declined */
+        fed_log(FED_LOG_WARN, "client: round %llu: %s: declined, nothing sent",
+                (unsigned long long)c->round, fed_strerror(j->err));
+        if (c->secure)
+            fed_node_sa_client_abort(n);
+        c->leave_reason = (uint32_t)j->err;
+        c->resends = 0;
+        j->vec_len = 0;
+        return send_leave(n);
+    }
     if (j->err != FED_OK) {
         fed_log(FED_LOG_ERROR, "client: training round %llu failed: %s",
                 (unsigned long long)c->round, fed_strerror(j->err));

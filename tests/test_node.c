@@ -2090,6 +2090,32 @@ static void test_dp_statistics_stay(void **state)
     scen_free(&s);
 }
 
+/* A DP-SGD site whose aggregator would take the model's statistics (they
+ * carry no noise) declines each round (LEAVE FED_ERR_DP_STATS, recorded)
+ * and sends nothing; the rounds merge the three others. */
+static void test_dp_sgd_statistics_declined(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 4, .spec = "mlp:16", .per_client = 100, .rounds = 2,
+                   .min_clients = 3, .deadline_ms = 600000, .seed = 5, .dp_client = 2,
+                   .stats = "0.bias"};
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    fed_test_log_capture(FED_LOG_WARN);
+    run_declines(&s, fx, &o, 0);
+    fed_test_log_has("non-trained statistics would leave the site without noise");
+    fed_test_log_default();
+    for (uint64_t r = 1; r <= 2; r++) {
+        contrib_q q = contribution(&s, r, s.cl[1]);
+
+        assert_int_equal(q.accepted, 0);
+        assert_non_null(strstr(q.reason, "DP_STATS"));
+        assert_false(delta_from(&s, (int)r, s.cl[1]));
+    }
+    scen_free(&s);
+}
+
 /* The aggregator decides which tensors stay: a client whose own
  * --local-layers says otherwise declines every round at once (LEAVE
  * FED_ERR_LOCAL_MISMATCH, recorded, said at warning level), and the rounds
@@ -2269,6 +2295,7 @@ int main(void)
         cmocka_unit_test(test_local_layers_stay),
         cmocka_unit_test(test_dp_statistics_stay),
         cmocka_unit_test(test_local_layers_mismatch),
+        cmocka_unit_test(test_dp_sgd_statistics_declined),
     };
 
     if (sodium_init() < 0)
