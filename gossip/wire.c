@@ -70,6 +70,9 @@ static const fed_wire_field model_fields[] = {
 static const fed_wire_field report_fields[] = {
     {FED_WIRE_FIELD_DP_REPORT, 16, 16, 0, 0},
 };
+static const fed_wire_field masked_fields[] = {
+    {FED_WIRE_FIELD_SEGMENTS, 12, 4 + 8 * FED_WIRE_SEGMENTS_MAX, 0, 1}, /* with its segments */
+};
 static const fed_wire_field delta_fields[] = {
     {FED_WIRE_FIELD_DP_REPORT, 16, 16, 0, 0},
     {FED_WIRE_FIELD_SEGMENTS, 12, 4 + 8 * FED_WIRE_SEGMENTS_MAX, 0, 1}, /* a partial vector */
@@ -97,7 +100,8 @@ static const fed_wire_type_info types[] = {
     {FED_WIRE_SLICE, "SLICE", STREAMS, 0, 1, 16, FED_WIRE_VEC_CODEC, 0, NO_FIELDS},
     {FED_WIRE_SA_KEYS, "SA_KEYS", 0, 0, 0, 16, FED_WIRE_VEC_SA, 0, NO_FIELDS},
     {FED_WIRE_SA_SHARES, "SA_SHARES", 0, 0, 0, 16, FED_WIRE_VEC_SA, 0, NO_FIELDS},
-    {FED_WIRE_SA_MASKED, "SA_MASKED", STREAMS, 0, 0, 16, FED_WIRE_VEC_SA, 0, NO_FIELDS},
+    {FED_WIRE_SA_MASKED, "SA_MASKED", STREAMS, 0, 0, 16, FED_WIRE_VEC_SA, 0,
+     FIELDS(masked_fields)},
     {FED_WIRE_SA_CONSIST, "SA_CONSIST", 0, 0, 0, 16, FED_WIRE_VEC_SA, 0, NO_FIELDS},
     {FED_WIRE_SA_UNMASK, "SA_UNMASK", 0, 0, 0, 16, FED_WIRE_VEC_SA, 0, NO_FIELDS},
     {FED_WIRE_AR_ABORT, "AR_ABORT", 0, 0, 1, 16, FED_WIRE_VEC_KEYS, 32, NO_FIELDS},
@@ -194,7 +198,7 @@ size_t fed_wire_block_bytes(uint8_t type, const fed_wire_block *b)
     if (n && type == FED_WIRE_MODEL && b->settings.paths_on)
         n += FED_WIRE_FIELD_HEAD_BYTES + 8 + strnlen(b->settings.local_layers,
                                                      FED_WIRE_LOCAL_LAYERS_MAX);
-    if (n && type == FED_WIRE_DELTA && b->seg_count)
+    if (n && (type == FED_WIRE_DELTA || type == FED_WIRE_SA_MASKED) && b->seg_count)
         n += FED_WIRE_FIELD_HEAD_BYTES + 4 + 8 * (size_t)b->seg_count;
     return n;
 }
@@ -635,8 +639,11 @@ fed_err fed_wire_block_encode(uint8_t type, const fed_wire_block *b, uint8_t *ou
         memcpy(out + 16, b->result_hash, 32);
         break;
     default: /* FED_WIRE_SA_* */
+        if (b->seg_count && (type != FED_WIRE_SA_MASKED || !segments_ok(b)))
+            return FED_ERR_INVAL;
         fed_put_u32le(out, b->sa_try);
         fed_put_u32le(out + 4, b->sa_count);
+        fields = encode_segments(b, fields);
         break;
     }
     assert(fields == out + n); /* the table's fields, each written */

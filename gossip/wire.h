@@ -87,7 +87,8 @@
  *                12 4 reserved                                          -
  *   SA_*    16   0 4 try   4 4 count of entries in the vector   8 8 reserved
  *                (node/secagg_msg.h draws each stage's vector, request and
- *                answer; the answer has the request's type)             -
+ *                answer; the answer has the request's type)     SA_MASKED:
+ *                                                                segments
  *   SLICE   16   0 8 all-reduce step (gossip/allreduce.h)  8 8 reserved; the
  *                vector (f64) is the range that step sends, the weight inside
  *                it as the last element of the whole (never in the block).
@@ -144,11 +145,12 @@
  *       1  16   DP report (optional): the client's epsilon spent so far
  *               (f64 >= 0) and its budget (f64 >= 0; 0: none), both 0 from
  *               a client that keeps no account. DELTA 44 bytes, LEAVE 36.
- *       2  12..68 DELTA only, the vector's segments (node/agg_input.h):
- *               count u32 (1..8), then per segment its floats u32 and its
- *               weight rule u32 (0 samples, 1 mean, 2 sum); the vector
- *               holds them back to back. Present only when the vector is
- *               not the whole flat buffer (field 14), and then required.
+ *       2  12..68 DELTA, and SA_MASKED's only field: the vector's segments
+ *               (node/agg_input.h): count u32 (1..8), then per segment its
+ *               floats u32 and its weight rule u32 (0 samples, 1 mean, 2
+ *               sum); the vector holds them back to back (a masked input's
+ *               last, its weight word). Present only when the vector is not
+ *               the whole flat buffer (field 14), and then required.
  * The receiver checks, in this order, before any expensive work: size limits
  * (FED_ERR_FRAME_TOO_LARGE, FED_ERR_FRAME_TRUNCATED); magic and version
  * (FED_ERR_FRAME_MAGIC, FED_ERR_FRAME_VERSION); type and flags
@@ -237,8 +239,8 @@ typedef enum fed_wire_setting_tag {
 #define FED_WIRE_DP_REQUIRED 0x1u /* DP-SGD field: the round must be trained with it */
 /* DELTA's and LEAVE's fields. */
 #define FED_WIRE_FIELD_DP_REPORT 1 /* epsilon spent, budget (f64 each) */
-#define FED_WIRE_FIELD_SEGMENTS 2  /* DELTA: its vector's segments (count, then
-                                      length and rule each) */
+#define FED_WIRE_FIELD_SEGMENTS 2  /* DELTA, SA_MASKED: its vector's segments
+                                      (count, then length and rule each) */
 #define FED_WIRE_SEGMENTS_MAX 8    /* segments a DELTA's field may list */
 
 typedef enum fed_wire_type {

@@ -1150,25 +1150,6 @@ fed_err fed_node_agg_ack_duplicate(fed_node *n, node_open *op)
     return e;
 }
 
-/* Whether a DELTA's segments field says what this aggregator's layout
- * does: none for the whole flat buffer, else each segment's length and
- * rule (the vector's length was checked when it decoded). */
-static int segments_match(const node_agg *a, const fed_wire_block *b)
-{
-    agg_segment segs[AGG_SEGMENTS_MAX];
-    size_t nseg;
-
-    if (fed_node_layout_trivial(&a->layout))
-        return b->seg_count == 0;
-    nseg = fed_node_layout_segments(&a->layout, 0, 0, segs);
-    if (b->seg_count != nseg)
-        return 0;
-    for (size_t i = 0; i < nseg; i++)
-        if (b->seg_len[i] != segs[i].len || b->seg_rule[i] != (uint32_t)segs[i].rule)
-            return 0;
-    return 1;
-}
-
 /* op's delta into part p (taken from op), then ACK; a delta whose
  * segments are not the round's is refused (FED_ERR_SEGMENTS). */
 fed_err fed_node_agg_take_delta(fed_node *n, node_open *op, agg_part *p)
@@ -1177,7 +1158,7 @@ fed_err fed_node_agg_take_delta(fed_node *n, node_open *op, agg_part *p)
     const fed_wire_msg *m = &op->msg;
     fed_err e;
 
-    if (!segments_match(a, &m->block)) {
+    if (!fed_node_layout_matches(&a->layout, 0, &m->block)) {
         fed_log(FED_LOG_WARN, "aggregator: round %llu: a delta whose segments (%u listed) are "
                 "not this round's tensor layout (%zu floats sent of %zu): refused",
                 (unsigned long long)m->hdr.round, m->block.seg_count,

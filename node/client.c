@@ -164,15 +164,7 @@ static fed_err send_delta(fed_node *n)
     b.samples = j->samples;
     b.round_ref = c->round;
     put_dp_report(n, &b);
-    if (!fed_node_layout_trivial(&j->layout)) { /* a partial vector: its segments said */
-        agg_segment segs[AGG_SEGMENTS_MAX];
-
-        b.seg_count = (uint32_t)fed_node_layout_segments(&j->layout, 0, 0, segs);
-        for (uint32_t i = 0; i < b.seg_count; i++) {
-            b.seg_len[i] = (uint32_t)segs[i].len;
-            b.seg_rule[i] = (uint32_t)segs[i].rule;
-        }
-    }
+    fed_node_layout_put(&j->layout, 0, &b); /* a partial vector: its segments said */
     c->state = CL_SENDING;
     c->out_type = FED_WIRE_DELTA;
     arm_retry(n, n->cfg.transfer.retry_ms);

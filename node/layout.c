@@ -119,6 +119,36 @@ void fed_node_layout_unpack(const fed_node_layout *l, const float *sent, float *
     fed_node_layout_fill(l, LAYOUT_LOCAL, full, 0.0f);
 }
 
+void fed_node_layout_put(const fed_node_layout *l, int weight, fed_wire_block *b)
+{
+    agg_segment d[AGG_SEGMENTS_MAX], segs[AGG_SEGMENTS_MAX];
+    size_t nd, n;
+
+    b->seg_count = 0;
+    if (fed_node_layout_trivial(l))
+        return;
+    nd = fed_node_layout_segments(l, 1, 1, d);
+    n = weight ? fed_agg_seg_secure(d, nd, 1, segs) : nd;
+    for (size_t i = 0; i < n; i++) {
+        b->seg_len[i] = (uint32_t)(weight ? segs : d)[i].len;
+        b->seg_rule[i] = (uint32_t)(weight ? segs : d)[i].rule;
+    }
+    b->seg_count = (uint32_t)n;
+}
+
+int fed_node_layout_matches(const fed_node_layout *l, int weight, const fed_wire_block *b)
+{
+    fed_wire_block want;
+
+    fed_node_layout_put(l, weight, &want);
+    if (b->seg_count != want.seg_count)
+        return 0;
+    for (uint32_t i = 0; i < want.seg_count; i++)
+        if (b->seg_len[i] != want.seg_len[i] || b->seg_rule[i] != want.seg_rule[i])
+            return 0;
+    return 1;
+}
+
 int fed_node_layout_patterns_ok(const char *s)
 {
     size_t n = strlen(s);

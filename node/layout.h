@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "core/err.h"
+#include "gossip/wire.h"
 #include "model/model.h"
 #include "node/agg_input.h"
 
@@ -74,6 +75,12 @@ void fed_node_layout_scatter(const fed_node_layout *l, layout_path p, const floa
                              float *full);
 /* Path p's floats of full set to value. */
 void fed_node_layout_fill(const fed_node_layout *l, layout_path p, float *full, float value);
+/* The segments field of a block (gossip/wire.h: a DELTA's, or with weight
+ * an SA_MASKED's, whose vector ends in its weight word) for l: none when
+ * every float is trained and sent, else the sent segments' lengths and
+ * rules (and the weight's). _matches: whether b's field says that. */
+void fed_node_layout_put(const fed_node_layout *l, int weight, fed_wire_block *b);
+int fed_node_layout_matches(const fed_node_layout *l, int weight, const fed_wire_block *b);
 /* Whether s is a usable --local-layers value: comma-separated globs of
  * printable ASCII without spaces, at most 255 bytes, no empty glob. */
 int fed_node_layout_patterns_ok(const char *s);

@@ -895,7 +895,8 @@ static fed_err take(fed_node *n, sa_member *m, size_t part, const fed_wire_msg *
     case FED_WIRE_SA_MASKED: {
         agg_part *p = &n->agg->parts[part];
 
-        if (b->sa_count != s->words || msg->vector_len != s->words * 4)
+        if (b->sa_count != s->words || msg->vector_len != s->words * 4 ||
+            !fed_node_layout_matches(&n->agg->layout, 1, b)) /* its segments, said */
             return FED_ERR_SA_MASKED;
         if (!(m->masked = fed_malloc(s->words * sizeof *m->masked)))
             return FED_ERR_NOMEM;

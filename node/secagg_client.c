@@ -46,6 +46,7 @@ struct node_sa_client {
     fed_secagg_quant q;
     double max_weight, dropout;
     double stats_range;     /* the statistics segment's range (MODEL field 14) */
+    fed_wire_block segs;    /* the masked input's segments field (node/layout.h) */
     fed_secagg_keys *keys;  /* arena slot */
     uint32_t n1, me, k, t;
     sa_key_entry *list;     /* (n1) */
@@ -205,6 +206,9 @@ static fed_err send_req(fed_node *n)
         return fed_node_emit(n, NULL, &h, &b, s->out, s->req_len);
     /* the masked input: a CHUNK stream when over a frame, as a DELTA; its
        answer comes as the reply to its last frame */
+    b.seg_count = s->segs.seg_count;
+    memcpy(b.seg_len, s->segs.seg_len, sizeof b.seg_len);
+    memcpy(b.seg_rule, s->segs.seg_rule, sizeof b.seg_rule);
     stream_end(n, s);
     e = fed_node_emit_vec(n, NULL, &h, &b, s->out, s->req_len);
     s->streamed = fed_node_tx_active(n, n->cfg.client.aggregator.key);
@@ -563,6 +567,7 @@ fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, const fed_no
     if (s->stage == SC_NONE)
         return FED_ERR_SA_FAILED; /* the round was dropped meanwhile */
     s->words = nparams + 1;
+    fed_node_layout_put(l, 1, &s->segs);
     if (!(x = fed_malloc(s->words * sizeof *x)) ||
         !(s->masked = fed_malloc(s->words * sizeof *s->masked))) {
         fed_free(x);

@@ -98,6 +98,7 @@ typedef struct scen_opts {
     int unsealed;        /* every wire unsealed, so the test reads each frame */
     double dp_fedavg_clip; /* the aggregator's DP-FedAvg clip (0: off) */
     const char *odd_local; /* client odd_client - 1's own --local-layers (NULL: none) */
+    int stats_agg_only;  /* o.stats marked by the aggregator only */
 } scen_opts;
 
 /* What the observers saw. */
@@ -336,7 +337,7 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
         cc.observer = s;
         cc.on_round = on_round;
         cc.dp.sgd = o->dp_client == i + 1;
-        if (o->stats)
+        if (o->stats && !o->stats_agg_only)
             cc.hooks = &s->hooks;
         if (o->unsealed)
             cc.transfer.wire.hooks = &fed_wire_hooks_unsealed;
@@ -2090,6 +2091,31 @@ static void test_dp_statistics_stay(void **state)
     scen_free(&s);
 }
 
+/* A delta whose segments are not the aggregator's layout (here its clients
+ * do not mark the statistics it marks, so they send the whole buffer
+ * without a segments field) is refused and recorded (FED_ERR_SEGMENTS),
+ * never merged. */
+static void test_segments_mismatch_refused(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 2, .spec = "mlp:16", .per_client = 100, .rounds = 1,
+                   .min_clients = 2, .deadline_ms = 5000, .seed = 5, .stats = "0.bias",
+                   .stats_agg_only = 1};
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    fed_test_log_capture(FED_LOG_WARN);
+    scen_build(&s, fx, &o);
+    scen_run(&s, 20000);
+    fed_test_log_has("not this round's tensor layout");
+    fed_test_log_default();
+    assert_int_equal(s.commits[1], 0);
+    assert_int_equal(s.ndeltas[1], 0);
+    for (int c = 0; c < 2; c++)
+        assert_non_null(strstr(contribution(&s, 1, s.cl[c]).reason, "SEGMENTS"));
+    scen_free(&s);
+}
+
 /* A DP-SGD site whose aggregator would take the model's statistics (they
  * carry no noise) declines each round (LEAVE FED_ERR_DP_STATS, recorded)
  * and sends nothing; the rounds merge the three others. */
@@ -2296,6 +2322,7 @@ int main(void)
         cmocka_unit_test(test_dp_statistics_stay),
         cmocka_unit_test(test_local_layers_mismatch),
         cmocka_unit_test(test_dp_sgd_statistics_declined),
+        cmocka_unit_test(test_segments_mismatch_refused),
     };
 
     if (sodium_init() < 0)

@@ -311,10 +311,11 @@ static void test_blocks_roundtrip(void **state)
         assert_int_equal(fed_wire_block_decode(t, buf, len + 8, &g, &used), FED_OK);
         assert_int_equal(used, len);
         assert_memory_equal(&g, &b, sizeof b);
-        /* cut by a byte: inside its last field, or inside S when it has none */
+        /* cut by a byte: inside its last field, or inside S when it wrote none */
         assert_int_equal(fed_wire_block_decode(t, buf, len - 1, &g, &used),
-                         fed_wire_type_row(t)->nfields ? FED_ERR_FIELD_TRUNCATED
-                                                       : FED_ERR_PAYLOAD);
+                         len > (size_t)fed_wire_type_row(t)->fixed + FED_WIRE_FIELDS_LEN_BYTES
+                             ? FED_ERR_FIELD_TRUNCATED
+                             : FED_ERR_PAYLOAD);
         assert_int_equal(fed_wire_block_encode(t, &b, buf, len - 1, &len), FED_ERR_TOO_LARGE);
     }
 }
@@ -580,7 +581,8 @@ static void test_settings_fields_roundtrip(void **state)
     }
 }
 
-/* The tensors' paths (MODEL field 14) and a DELTA's segments (field 2):
+/* The tensors' paths (MODEL field 14) and a DELTA's or masked input's
+ * segments (field 2):
  * written only when set, at their value's length, marked required; back
  * as they went; bad values refused on encoding and on decoding. */
 static void test_paths_and_segments_fields(void **state)
@@ -663,6 +665,24 @@ static void test_paths_and_segments_fields(void **state)
     b.seg_rule[1] = 0;
     b.seg_count = FED_WIRE_SEGMENTS_MAX + 1;
     assert_int_equal(fed_wire_block_encode(FED_WIRE_DELTA, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+
+    /* SA_MASKED: the same field, its weight word a SUM segment last; no
+       other stage message takes it */
+    sample_block(FED_WIRE_SA_MASKED, &b);
+    b.seg_count = 3;
+    b.seg_len[0] = 12544;
+    b.seg_len[1] = 16;
+    b.seg_len[2] = 1;
+    b.seg_rule[2] = 2;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_SA_MASKED, &b, buf, sizeof buf, &len), FED_OK);
+    assert_int_equal(len, fed_wire_block_size(FED_WIRE_SA_MASKED) + 8 + 4 + 24);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_SA_MASKED, buf, len, &g, &used), FED_OK);
+    assert_memory_equal(&g, &b, sizeof b);
+    sample_block(FED_WIRE_SA_KEYS, &g);
+    g.seg_count = 1;
+    g.seg_len[0] = 5;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_SA_KEYS, &g, buf, sizeof buf, &len),
                      FED_ERR_INVAL);
 }
 
