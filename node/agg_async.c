@@ -1,14 +1,16 @@
-/* agg_async.c - the aggregator's async mode (FedBuff): every ask answered
- * with the global model at once, any member's delta at most max_staleness
- * rounds old buffered (one per client), K of them closing the round. Never
- * holds a request for sampling: that is the synchronous rounds' way. */
+/* agg_async.c - the aggregator's async mode (FedBuff), its round mode
+ * (agg_mode_ops, fed_node_agg_async_mode): every ask answered with the
+ * global model at once, any member's delta at most max_staleness rounds old
+ * buffered (one per client), K of them closing the round. Never holds a
+ * request for sampling: that is the synchronous rounds' way. */
 #include <string.h>
 
 #include "node/aggregator_impl.h"
 
 /* Round n->round + 1 takes deltas from now on: clients waiting for it get
- * the global model now. */
-fed_err fed_node_agg_async_open(fed_node *n)
+ * the global model now. The run's start, what follows each merge, and
+ * the end of a failed merge's wait. */
+static fed_err async_open(fed_node *n)
 {
     node_agg *a = n->agg;
     fed_wire_block b;
@@ -31,19 +33,23 @@ fed_err fed_node_agg_async_open(fed_node *n)
     return FED_OK;
 }
 
-/* A HELLO or NEXT: the model now, unless the client has trained this round
- * already (its delta is buffered, or it says so): then at the next merge. */
-fed_err fed_node_agg_async_on_ask(fed_node *n, fed_req *req, const fed_wire_hdr *h)
+/* A HELLO or NEXT: the model now, unless the client's delta is buffered
+ * (then at the next merge) or a failed merge's wait runs (then when it
+ * ends). A client that says it trained the round being filled but whose
+ * delta is not buffered lost it (a failed merge dropped it, or a restart):
+ * it gets that round's model again, and sends its delta again. */
+static fed_err async_on_ask(fed_node *n, fed_req *req, const fed_wire_hdr *h)
 {
     node_agg *a = n->agg;
-    if (fed_node_agg_part_find(a, h->sender) || h->round > n->round)
+
+    if (a->state != AGG_RUNNING || fed_node_agg_part_find(a, h->sender))
         return fed_node_agg_hold_add(n, req, h);
     return fed_node_agg_answer_model(n, req, h);
 }
 
 /* Async: any member's delta of a round at most max_staleness old goes into
  * the buffer (one per client); K of them close the round. */
-fed_err fed_node_agg_async_on_delta(fed_node *n, node_open *op)
+static fed_err async_on_delta(fed_node *n, node_open *op)
 {
     node_agg *a = n->agg;
     const fed_wire_msg *m = &op->msg;
@@ -75,3 +81,34 @@ fed_err fed_node_agg_async_on_delta(fed_node *n, node_open *op)
         return fed_node_agg_close_round(n);
     return e;
 }
+
+/* Too few deltas buffered by the deadline: the buffer keeps filling. */
+static fed_err async_short_deadline(fed_node *n)
+{
+    return fed_node_agg_arm_deadline(n, n->env.now_ms(n->env.self) + n->cfg.deadline_ms);
+}
+
+/* A failed merge's wait (fed_node_agg_retry_later) is over: the round
+ * takes deltas again, and the clients held meanwhile get the model as
+ * committed (those whose deltas were dropped send them again). */
+static fed_err async_round_timer(fed_node *n)
+{
+    node_agg *a = n->agg;
+
+    if (a->state != AGG_IDLE || n->env.now_ms(n->env.self) < a->retry_at_ms)
+        return FED_OK;
+    return async_open(n);
+}
+
+const agg_mode_ops fed_node_agg_async_mode = {
+    .name = "async",
+    .cohort = 0,
+    .seal_ahead = 0,
+    .start = async_open,
+    .on_ask = async_on_ask,
+    .on_delta = async_on_delta,
+    .short_deadline = async_short_deadline,
+    .next = async_open,
+    .failed = fed_node_agg_retry_later,
+    .round_timer = async_round_timer,
+};

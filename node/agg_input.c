@@ -188,6 +188,22 @@ fed_err fed_node_agg_input_vec(fed_node *n, int k, const float *host, const floa
     return FED_OK;
 }
 
+/* The strategy over out's merge inputs into the global model (on the
+ * backend, then its host copy): every implementation's close ends here
+ * unless its outcome is void. */
+static fed_err agg_merge(fed_node *n, const agg_close *out)
+{
+    node_agg *a = n->agg;
+    fed_err e = fed_merge_apply(a->merge, fed_model_params_dev(a->model), a->inputs, out->count,
+                                out->results);
+
+    a->model_vec_len = 0; /* the global moved: no MODEL vector encoded yet */
+    if (e == FED_OK)
+        e = fed_model_get_params(a->model, a->host);
+    /* then the floats off the trained path, each by its own rule */
+    return e != FED_OK ? e : fed_node_agg_input_settle(n);
+}
+
 /* ---- plain: the list of contributions ---- */
 
 static fed_err plain_begin(fed_node *n)
@@ -196,8 +212,22 @@ static fed_err plain_begin(fed_node *n)
     return FED_OK;
 }
 
+/* Results of the merge by part index (inputs skipped missing parts). */
+static void plain_merged(fed_node *n, const agg_close *out)
+{
+    node_agg *a = n->agg;
+    int k = out->count;
+
+    /* in place, from the end: input k-1 goes to part i >= k-1, and every
+       input still to move sits below where this one lands */
+    for (size_t i = a->nparts; i-- > 0;)
+        if (a->parts[i].got)
+            a->results[i] = a->results[--k];
+}
+
 /* The merge inputs, in part order (key order), on the backend; weights the
- * samples (FedBuff discounts a stale delta by sqrt(1 + staleness)). */
+ * samples (FedBuff discounts a stale delta by sqrt(1 + staleness));
+ * merged. */
 static fed_err plain_close(fed_node *n, agg_close *out)
 {
     node_agg *a = n->agg;
@@ -240,23 +270,12 @@ static fed_err plain_close(fed_node *n, agg_close *out)
     out->update = 1;
     out->count = k;
     out->results = a->results;
+    if ((e = agg_merge(n, out)) == FED_OK)
+        plain_merged(n, out);
 out:
     fed_free(x);
     fed_free(w);
     return e;
-}
-
-/* Results of the merge by part index (inputs skipped missing parts). */
-static void plain_merged(fed_node *n, const agg_close *out)
-{
-    node_agg *a = n->agg;
-    int k = out->count;
-
-    /* in place, from the end: input k-1 goes to part i >= k-1, and every
-       input still to move sits below where this one lands */
-    for (size_t i = a->nparts; i-- > 0;)
-        if (a->parts[i].got)
-            a->results[i] = a->results[--k];
 }
 
 static void plain_committed(fed_node *n, fed_node_round_info *info, const agg_close *out)
@@ -310,7 +329,6 @@ static const agg_input_ops plain_ops = {
     .take = fed_node_agg_take_delta,
     .on_stage = NULL,
     .close = plain_close,
-    .merged = plain_merged,
     .record = plain_record,
     .recorded = plain_recorded,
     .committed = plain_committed,
@@ -321,8 +339,19 @@ static const agg_input_ops plain_ops = {
 
 /* ---- secure: one unmasked sum (the protocol is secagg_agg.c's) ---- */
 
-/* One input: the unmasked mean with the summed weight; void when the try
- * failed once masked inputs were out (the model and strategy stay). */
+/* Each client in the sum was merged through it. */
+static void secure_merged(fed_node *n, const agg_close *out)
+{
+    node_agg *a = n->agg;
+
+    (void)out;
+    for (size_t i = 0; i < a->nparts; i++)
+        a->results[i].verdict = FED_MERGE_USED;
+}
+
+/* One input: the unmasked mean with the summed weight, merged; void when
+ * the try failed once masked inputs were out (the model and strategy
+ * stay). */
 static fed_err secure_close(fed_node *n, agg_close *out)
 {
     node_agg *a = n->agg;
@@ -350,17 +379,10 @@ static fed_err secure_close(fed_node *n, agg_close *out)
     a->inputs[0].weight = w;
     out->update = 1;
     out->count = 1;
+    if ((e = agg_merge(n, out)) != FED_OK)
+        return e;
+    secure_merged(n, out);
     return FED_OK;
-}
-
-/* Each client in the sum was merged through it. */
-static void secure_merged(fed_node *n, const agg_close *out)
-{
-    node_agg *a = n->agg;
-
-    (void)out;
-    for (size_t i = 0; i < a->nparts; i++)
-        a->results[i].verdict = FED_MERGE_USED;
 }
 
 static void secure_committed(fed_node *n, fed_node_round_info *info, const agg_close *out)
@@ -406,7 +428,6 @@ static const agg_input_ops secure_ops = {
     .take = NULL, /* a secure round takes masked inputs only */
     .on_stage = fed_node_sa_agg_on_msg,
     .close = secure_close,
-    .merged = secure_merged,
     .record = secure_record,
     .recorded = plain_recorded,
     .committed = secure_committed,
@@ -433,8 +454,8 @@ static fed_err dp_take(fed_node *n, node_open *op, agg_part *p)
 static fed_err dp_on_stage(fed_node *n, node_open *op) { return dp_inner(n)->on_stage(n, op); }
 
 /* Clipped (by the aggregator, or by each client under secagg), summed,
- * noised, over the expected cohort; a->results per part. A failed secure
- * try still releases the noise alone. */
+ * noised, over the expected cohort, merged; a->results per part. A failed
+ * secure try still releases the noise alone. */
 static fed_err dp_close(fed_node *n, agg_close *out)
 {
     fed_err e;
@@ -444,13 +465,7 @@ static fed_err dp_close(fed_node *n, agg_close *out)
     out->update = 1;
     out->count = 1;
     out->results = &out->one;
-    return e;
-}
-
-static void dp_merged(fed_node *n, const agg_close *out)
-{
-    (void)n;
-    (void)out;
+    return e != FED_OK ? e : agg_merge(n, out);
 }
 
 static void dp_committed(fed_node *n, fed_node_round_info *info, const agg_close *out)
@@ -503,7 +518,6 @@ static const agg_input_ops dp_plain_ops = {
     .take = dp_take,
     .on_stage = NULL,
     .close = dp_close,
-    .merged = dp_merged,
     .record = dp_record,
     .recorded = dp_recorded,
     .committed = dp_committed,
@@ -520,7 +534,6 @@ static const agg_input_ops dp_secure_ops = {
     .take = NULL,
     .on_stage = dp_on_stage,
     .close = dp_close,
-    .merged = dp_merged,
     .record = dp_record,
     .recorded = dp_recorded,
     .committed = dp_committed,

@@ -14,9 +14,10 @@
  * come as more segments; hierarchical aggregation as another agg_input_ops.
  *
  * The round path (fed_node_agg_close_round) has one course over the table:
- * begin when the parts are drawn, take each contribution, close into the
- * merge inputs (or a void outcome: no update), merged after the strategy,
- * drop when the round is over. */
+ * begin when the parts are drawn, take each contribution, close (merged by
+ * the strategy, or a void outcome: no update), record with the commit,
+ * drop when the round is over. Whether rounds are synchronous or FedBuff's
+ * is the other table, agg_mode_ops (aggregator_impl.h). */
 #ifndef FED_NODE_AGG_INPUT_H
 #define FED_NODE_AGG_INPUT_H
 
@@ -110,11 +111,11 @@ typedef struct agg_input_ops {
     fed_err (*take)(fed_node *n, node_open *op, agg_part *p);
     /* A stage message (FED_WIRE_SA_*); NULL: none is expected. */
     fed_err (*on_stage)(fed_node *n, node_open *op);
-    /* The round's contributions into the merge inputs, or a void outcome;
-     * n->agg->results per part for what the strategy does not see. */
+    /* The round's contributions into the merge inputs and merged by the
+     * strategy into the global model (its host copy too), n->agg->results
+     * per part; or a void outcome (out->update 0: nothing merged, the
+     * model and strategy as committed). */
     fed_err (*close)(fed_node *n, agg_close *out);
-    /* After the strategy merged out's inputs: n->agg->results per part. */
-    void (*merged)(fed_node *n, const agg_close *out);
     /* Inside the round's commit transaction, before its contributions:
      * what the input records with it (a DP-FedAvg charge, *eps the epsilon
      * after it; a secure try's row). */

@@ -3,8 +3,9 @@
  * MODEL, collects their DELTAs until all came or the deadline, merges the
  * round's aggregate input (agg_input.c: plain, secure, DP around either)
  * through fed_merge, and commits the round row, contributions, counters
- * and a checkpoint in one transaction. Async mode (FedBuff) is
- * agg_async.c, the evaluation agg_eval.c. Owns the global
+ * and a checkpoint in one transaction. How rounds follow one another is a
+ * round mode (agg_mode_ops): the synchronous one here, async (FedBuff) in
+ * agg_async.c; the evaluation is agg_eval.c. Owns the global
  * model and the held requests; never sees a client's data. */
 #include <math.h>
 #include <stdio.h>
@@ -105,6 +106,7 @@ static fed_err fed_node_agg_new(fed_node *n)
         mc.max_clients = (int)c->agg.wait_clients;
     n->agg = a;
     a->max_clients = mc.max_clients;
+    a->mode = c->agg.async_k ? &fed_node_agg_async_mode : &fed_node_agg_sync_mode;
     if ((e = fed_codec_parse(c->transfer.codec, &a->codec)) != FED_OK)
         return e;
     if (a->codec.id == FED_CODEC_F64) { /* push-sum's codec: no client's DELTA decodes with it */
@@ -283,8 +285,12 @@ static fed_err fed_node_agg_start(fed_node *n)
         n->finished = 1;
         return FED_OK;
     }
-    if (fed_node_agg_is_async(n))
-        return fed_node_agg_async_open(n);
+    return a->mode->start(n);
+}
+
+/* Synchronous rounds begin: clients are held until enough gather. */
+static fed_err sync_start(fed_node *n)
+{
     report_waiting(n);
     fed_node_agg_arm_poll(n);
     if (n->round > 0) /* resumed after a round: as fed_node_agg_close_round would go on */
@@ -894,7 +900,8 @@ static void commit_piece(void *ctx)
  * and the next round samples them all whenever it takes every waiting
  * client. Nothing is sent before start_round, after the commit is durable:
  * sealing ahead only uses the core the commit (hashing, then fsync) leaves
- * idle. The last round and async mode just commit. The model is encoded
+ * idle. The last round, and a mode that seals nothing ahead (async), just
+ * commit. The model is encoded
  * first, here on the loop: the checkpoint stores that vector's floats. */
 static fed_err commit_sealing_ahead(fed_node *n, const fed_node_round_info *info,
                                     uint8_t hash[32])
@@ -907,7 +914,7 @@ static fed_err commit_sealing_ahead(fed_node *n, const fed_node_round_info *info
 
     if ((c.err = fed_node_agg_encode_global(n)) != FED_OK)
         return c.err;
-    if (fed_node_agg_is_async(n) || (n->cfg.rounds && info->round >= n->cfg.rounds) ||
+    if (!a->mode->seal_ahead || (n->cfg.rounds && info->round >= n->cfg.rounds) ||
         !(to = fed_malloc((a->nparts ? a->nparts : 1) * sizeof *to))) {
         commit_piece(&c);
         return c.err;
@@ -991,7 +998,6 @@ fed_err fed_node_agg_close_round(fed_node *n)
     node_agg *a = n->agg;
     fed_node_round_info info;
     uint8_t hash[32];
-    uint64_t wait_ms;
     agg_close out;
     fed_err e;
 
@@ -1002,22 +1008,13 @@ fed_err fed_node_agg_close_round(fed_node *n)
     info.lr = fed_node_round_lr(n, info.round);
     info.start_ms = fed_node_wall_ms(n) - (n->env.now_ms(n->env.self) - a->round_start_ms);
     fed_node_agg_cancel_deadline(n);
-    /* the round's aggregate input (agg_input.c) into the strategy, or a
-       void outcome that leaves the model and strategy as committed (kept
+    /* the round's aggregate input (agg_input.c) merged by the strategy, or
+       a void outcome that leaves the model and strategy as committed (kept
        first, so that a failed commit restores these and not an older copy) */
     memset(&out, 0, sizeof out);
     if ((e = keep_committed(n)) != FED_OK || (e = a->in->close(n, &out)) != FED_OK)
         goto fail;
     info.dp_clip = out.dp_clip;
-    if (out.update) {
-        e = fed_merge_apply(a->merge, fed_model_params_dev(a->model), a->inputs, out.count,
-                            out.results);
-        a->model_vec_len = 0; /* the global moved: no MODEL vector encoded yet */
-        if (e != FED_OK || (e = fed_model_get_params(a->model, a->host)) != FED_OK ||
-            (e = fed_node_agg_input_settle(n)) != FED_OK) /* statistics, local tensors */
-            goto fail;
-        a->in->merged(n, &out);
-    }
     for (size_t i = 0; i < a->nparts; i++) {
         if (a->parts[i].refused) {
             info.refused++;
@@ -1047,12 +1044,8 @@ fed_err fed_node_agg_close_round(fed_node *n)
         a->state = AGG_DONE;
         n->finished = 1;
         finish_all(n);
-    } else if (fed_node_agg_is_async(n)) {
-        e = fed_node_agg_async_open(n);
     } else {
-        fed_node_rx_drop_before(n, n->round + 1);
-        if ((e = fed_node_arm_in(n, n->cfg.agg.gather_ms, NODE_TIMER_ROUND)) == FED_OK)
-            e = maybe_start(n);
+        e = a->mode->next(n);
     }
     if (!n->cfg.agg.early_stop)
         fed_node_agg_report_round(n, &info);
@@ -1066,20 +1059,33 @@ fail:
         return commit_later(n, e);
     parts_clear(a);
     a->in->drop(n);
-    if (fed_node_agg_is_async(n)) { /* the buffer is dropped; its clients train again */
-        fed_log(FED_LOG_ERROR, "aggregator: round %llu failed (%s)",
-                (unsigned long long)(n->round + 1), fed_strerror(e));
-        (void)fed_node_agg_async_open(n);
-        return e;
-    }
+    return a->mode->failed(n, e);
+}
+
+/* The next synchronous round: once gather_ms passed, with whoever waits. */
+static fed_err sync_next(fed_node *n)
+{
+    fed_err e;
+
+    fed_node_rx_drop_before(n, n->round + 1);
+    if ((e = fed_node_arm_in(n, n->cfg.agg.gather_ms, NODE_TIMER_ROUND)) == FED_OK)
+        e = maybe_start(n);
+    return e;
+}
+
+fed_err fed_node_agg_retry_later(fed_node *n, fed_err why)
+{
+    node_agg *a = n->agg;
+    uint64_t wait_ms;
+
     a->failed++;
     wait_ms = retry_wait_ms(n);
     a->retry_at_ms = n->env.now_ms(n->env.self) + wait_ms;
     fed_log(FED_LOG_ERROR, "aggregator: round %llu failed (%s); trying again in %llu ms",
-            (unsigned long long)(n->round + 1), fed_strerror(e), (unsigned long long)wait_ms);
+            (unsigned long long)(n->round + 1), fed_strerror(why), (unsigned long long)wait_ms);
     a->state = AGG_IDLE;
     fed_node_arm(n, a->retry_at_ms, NODE_TIMER_ROUND); /* a failure stops the node */
-    return e;
+    return why;
 }
 
 fed_err fed_node_agg_abandon_round(fed_node *n)
@@ -1228,7 +1234,7 @@ static fed_err on_leave(fed_node *n, node_open *op)
     char why[64];
     fed_err e = FED_OK;
 
-    if (!fed_node_agg_is_async(n) && a->state == AGG_RUNNING && m->hdr.round == n->round + 1)
+    if (a->mode->cohort && a->state == AGG_RUNNING && m->hdr.round == n->round + 1)
         p = fed_node_agg_part_find(a, m->hdr.sender);
     if (p && p->got) /* its delta is in already: that stands */
         return fed_node_agg_ack_duplicate(n, op);
@@ -1278,13 +1284,70 @@ static fed_err on_leave(fed_node *n, node_open *op)
     return e;
 }
 
+/* A HELLO or NEXT, synchronous rounds: held until a round samples it, or
+ * its MODEL again (a sampled client that lost it). */
+static fed_err sync_on_ask(fed_node *n, fed_req *req, const fed_wire_hdr *h)
+{
+    node_agg *a = n->agg;
+    agg_part *p;
+    fed_err e;
+
+    if (a->state == AGG_RUNNING && (p = fed_node_agg_part_find(a, h->sender)) && !p->got &&
+        !p->refused && (!a->sa || !fed_node_sa_agg_keys_closed(a->sa)))
+        return fed_node_agg_answer_model(n, req, h); /* its MODEL was lost */
+    if ((e = fed_node_agg_hold_add(n, req, h)) != FED_OK)
+        return e;
+    arm_first_gather(n);
+    return maybe_start(n);
+}
+
+/* Too few deltas by a synchronous round's deadline: who was missing is
+ * recorded, nothing of the attempt kept, and a round starts again with
+ * whoever waits. */
+static fed_err sync_short_deadline(fed_node *n)
+{
+    node_agg *a = n->agg;
+    char why[64];
+
+    fed_log(FED_LOG_WARN, "aggregator: round %llu deadline with %zu of %u deltas needed;"
+            " starting it again", (unsigned long long)(n->round + 1), parts_got(a),
+            n->cfg.agg.min_clients);
+    for (size_t i = 0; i < a->nparts; i++)
+        if (!a->parts[i].got)
+            (void)put_contribution(n, n->round + 1, &a->parts[i], 0,
+                                   absent_reason(n, &a->parts[i], why, sizeof why));
+    parts_clear(a);
+    a->state = AGG_IDLE;
+    a->gathered = 1; /* min_clients will do, whenever they are back */
+    return maybe_start(n);
+}
+
+/* gather_ms passed (clients that come later start the round too), or a
+ * failed round's wait is over. */
+static fed_err sync_round_timer(fed_node *n)
+{
+    n->agg->gathered = 1;
+    return maybe_start(n);
+}
+
+const agg_mode_ops fed_node_agg_sync_mode = {
+    .name = "sync",
+    .cohort = 1,
+    .seal_ahead = 1,
+    .start = sync_start,
+    .on_ask = sync_on_ask,
+    .on_delta = on_delta,
+    .short_deadline = sync_short_deadline,
+    .next = sync_next,
+    .failed = fed_node_agg_retry_later,
+    .round_timer = sync_round_timer,
+};
+
 static fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
 {
     node_agg *a = n->agg;
     const fed_wire_msg *m = &op->msg;
     fed_req *req = op->req;
-    agg_part *p;
-    fed_err e;
 
     if (!req) { /* the aggregator sends no requests: a stray reply */
         fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_ROLE);
@@ -1298,18 +1361,10 @@ static fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
             return fed_node_ack(n, req, &m->hdr, FED_OK, FED_WIRE_ACK_FINISHED);
         if (fed_node_agg_budget_parked(n, &m->hdr)) /* spent: never sampled */
             return fed_node_ack(n, req, &m->hdr, FED_OK, FED_WIRE_ACK_NO_ROUND);
-        if (fed_node_agg_is_async(n))
-            return fed_node_agg_async_on_ask(n, req, &m->hdr);
-        if (a->state == AGG_RUNNING && (p = fed_node_agg_part_find(a, m->hdr.sender)) &&
-            !p->got && !p->refused && (!a->sa || !fed_node_sa_agg_keys_closed(a->sa)))
-            return fed_node_agg_answer_model(n, req, &m->hdr); /* its MODEL was lost */
-        if ((e = fed_node_agg_hold_add(n, req, &m->hdr)) != FED_OK)
-            return e;
-        arm_first_gather(n);
-        return maybe_start(n);
+        return a->mode->on_ask(n, req, &m->hdr);
     case FED_WIRE_DELTA:
         fed_node_agg_budget_note(n, m);
-        return fed_node_agg_is_async(n) ? fed_node_agg_async_on_delta(n, op) : on_delta(n, op);
+        return a->mode->on_delta(n, op);
     case FED_WIRE_LEAVE:
         return on_leave(n, op);
     case FED_WIRE_SA_KEYS:
@@ -1339,8 +1394,7 @@ static fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
                 return FED_OK; /* another round timer, earlier than the retry */
             return fed_node_agg_close_round(n);
         }
-        a->gathered = 1; /* clients that come later start the round too */
-        return maybe_start(n);
+        return a->mode->round_timer(n);
     case NODE_TIMER_STAGE:
         return fed_node_sa_agg_on_timer(n);
     case NODE_TIMER_DEADLINE:
@@ -1349,24 +1403,7 @@ static fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
             return FED_OK;
         if (parts_got(a) >= n->cfg.agg.min_clients || a->dp) /* DP: never redrawn */
             return fed_node_agg_close_round(n);
-        if (fed_node_agg_is_async(n)) /* too few buffered yet: keep filling */
-            return fed_node_agg_arm_deadline(n, n->env.now_ms(n->env.self) + n->cfg.deadline_ms);
-        fed_log(FED_LOG_WARN, "aggregator: round %llu deadline with %zu of %u deltas needed;"
-                " starting it again", (unsigned long long)(n->round + 1), parts_got(a),
-                n->cfg.agg.min_clients);
-        {
-            /* record who was missing, keep nothing of the attempt */
-            char why[64];
-
-            for (size_t i = 0; i < a->nparts; i++)
-                if (!a->parts[i].got)
-                    (void)put_contribution(n, n->round + 1, &a->parts[i], 0,
-                                           absent_reason(n, &a->parts[i], why, sizeof why));
-        }
-        parts_clear(a);
-        a->state = AGG_IDLE;
-        a->gathered = 1; /* min_clients will do, whenever they are back */
-        return maybe_start(n);
+        return a->mode->short_deadline(n);
     case NODE_TIMER_POLL: {
         uint64_t now = n->env.now_ms(n->env.self);
 

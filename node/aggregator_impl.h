@@ -92,6 +92,41 @@ typedef struct agg_part {
     uint8_t sig[FED_CRYPTO_SIG_BYTES];
 } agg_part;
 
+/* How one round follows another: synchronous rounds (a sampled cohort and
+ * a deadline, aggregator.c) or FedBuff's async mode (agg_async.c), chosen
+ * once from cfg.agg.async_k. The round path (fed_node_agg_close_round), the
+ * frames and the timers call through it and never ask which; how a round's
+ * contributions combine is the other table, agg_input_ops (agg_input.h). */
+typedef struct agg_mode_ops {
+    const char *name;
+    /* 1: a round's parts are the cohort sampled for it, and a LEAVE answers
+     * its sender's part; 0: parts are whoever sent a delta, a LEAVE is
+     * recorded only */
+    int cohort;
+    /* 1: while a round commits, the next round's MODEL is sealed ahead for
+     * the clients whose deltas it merged (sampled again at once) */
+    int seal_ahead;
+    /* The run begins, or resumes after round n->round (not done). */
+    fed_err (*start)(fed_node *n);
+    /* A HELLO or NEXT of a member that may train (the run is not done). */
+    fed_err (*on_ask)(fed_node *n, fed_req *req, const fed_wire_hdr *h);
+    fed_err (*on_delta)(fed_node *n, node_open *op);
+    /* The deadline of a plain round passed with fewer deltas than it
+     * needs to merge. */
+    fed_err (*short_deadline)(fed_node *n);
+    /* A round committed and the run goes on: the next one opens. */
+    fed_err (*next)(fed_node *n);
+    /* A round failed with nothing committed, its parts and input dropped:
+     * what comes next; returns why. */
+    fed_err (*failed)(fed_node *n, fed_err why);
+    /* NODE_TIMER_ROUND (no secure commit pending): gather_ms passed, or a
+     * failed round's wait is over. */
+    fed_err (*round_timer)(fed_node *n);
+} agg_mode_ops;
+
+extern const agg_mode_ops fed_node_agg_sync_mode;
+extern const agg_mode_ops fed_node_agg_async_mode;
+
 struct node_agg {
     fed_model *model;      /* the global model, on cfg.be */
     fed_merge *merge;
@@ -144,11 +179,14 @@ struct node_agg {
                                this node's own evaluation is not meaningful */
     float *stats;           /* (layout.len[STATS]) the round's statistics: their
                                sample-weighted mean delta, outside the strategy */
+    const agg_mode_ops *mode; /* synchronous or async rounds */
     agg_member_dp *mdp;     /* (nmdp, sorted by key) clients' reported budgets */
     size_t nmdp, cap_mdp;
     uint64_t mdp_version;   /* bumped when a row changes (the status snapshot's cue) */
 };
 
+/* For the configuration's checks (DP-FedAvg and secure aggregation need
+ * synchronous rounds); the round path asks n->agg->mode. */
 static inline int fed_node_agg_is_async(const fed_node *n) { return n->cfg.agg.async_k > 0; }
 
 /* ---- aggregator.c ---- */
@@ -172,14 +210,14 @@ fed_err fed_node_agg_ack_duplicate(fed_node *n, node_open *op);
 fed_err fed_node_agg_take_delta(fed_node *n, node_open *op, agg_part *p);
 /* Merge, commit, report; then the next round (or the end). */
 fed_err fed_node_agg_close_round(fed_node *n);
+/* Either mode's failed: the aggregator idles (nothing taken) until the
+ * round timer it arms fires after gather_ms, doubling with each failure in
+ * a row up to a minute (a full disk would fail each try at once). */
+fed_err fed_node_agg_retry_later(fed_node *n, fed_err why);
 /* The running round is dropped, nothing merged (secure aggregation failed
  * closed): it starts again with whoever asks. */
 fed_err fed_node_agg_abandon_round(fed_node *n);
 
-/* ---- agg_async.c: FedBuff ---- */
-fed_err fed_node_agg_async_open(fed_node *n);
-fed_err fed_node_agg_async_on_ask(fed_node *n, fed_req *req, const fed_wire_hdr *h);
-fed_err fed_node_agg_async_on_delta(fed_node *n, node_open *op);
 
 /* ---- agg_dp.c: DP-FedAvg ---- */
 /* Sets a->dp up when cfg.dp.client_clip > 0 (after the model and merge):

@@ -1097,6 +1097,48 @@ static void test_full_disk_aggregator(void **state)
     scen_free(&s);
 }
 
+/* Async mode's side of a failed commit: the aggregator's disk fills after
+ * round 1, and each buffer of K = 2 deltas that closes round 2 fails to
+ * commit. Nothing of it is committed and the buffer is dropped; the round
+ * opens again after the synchronous rounds' wait (1 s, then twice as long
+ * each time), not at once, so its clients do not resend in a loop: 4 tries
+ * in these 10 s. Clients whose dropped delta trained round 2 are not held
+ * for a merge that would never come: given the model again, they send it
+ * again, and once the disk has room rounds 2 and 3 commit, K deltas each. */
+static void test_full_disk_async(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 4, .spec = "logreg", .per_client = 100, .rounds = 3,
+                   .min_clients = 1, .deadline_ms = 20000, .seed = 17, .async_k = 2};
+    fed_store_round row;
+    fed_store *st;
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    scen_build(&s, fx, &o);
+    step_until_commit(&s, 1);
+    st = fed_sim_host_store(s.agg);
+    assert_int_equal(fed_store_set_max_bytes(st, 1), FED_OK); /* no room to grow */
+    fed_test_log_capture(FED_LOG_ERROR);
+    assert_int_equal(fed_sim_world_run_until(s.w, fed_sim_world_now_us(s.w) / 1000 + 10000),
+                     FED_OK);
+    assert_int_equal(fed_test_log_count("aggregator: round 2 failed (no space left", ""), 4);
+    fed_test_log_default();
+    assert_int_equal(s.commits[2], 0);
+    assert_int_equal(fed_node_round(fed_sim_host_node(s.agg)), 1);
+    assert_int_equal(fed_store_get_round(st, 2, &row), FED_ERR_NOTFOUND);
+    assert_int_equal(s.ndeltas[3], 0);
+    assert_int_equal(fed_store_set_max_bytes(st, 0), FED_OK);
+    scen_run(&s, 600000);
+    for (int r = 1; r <= 3; r++) {
+        assert_int_equal(s.commits[r], 1);
+        assert_int_equal(s.info[r].merged, 2);
+    }
+    assert_int_equal(fed_store_get_round(st, 2, &row), FED_OK);
+    assert_int_equal(fed_store_get_round(st, 3, &row), FED_OK);
+    scen_free(&s);
+}
+
 /* A fresh aggregator told to wait for 4 clients (min_clients 2) gets 3,
  * coming late: their requests take 2 s to arrive, client 2's 2.5 s. Round 1
  * starts gather_ms (1 s) after the first came, with all 3 (not at once when
@@ -2298,6 +2340,7 @@ int main(void)
         cmocka_unit_test(test_dp_client_charges),
         cmocka_unit_test(test_non_member),
         cmocka_unit_test(test_full_disk_aggregator),
+        cmocka_unit_test(test_full_disk_async),
         cmocka_unit_test(test_full_disk_accuracy_kept),
         cmocka_unit_test(test_full_disk_accuracy_at_stop),
         cmocka_unit_test(test_first_round_after_gather),
