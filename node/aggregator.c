@@ -47,6 +47,40 @@ static fed_err alloc_scratch(fed_node *n)
     return FED_OK;
 }
 
+/* Each glob of --local-layers names some tensor of the model (a typo would
+ * send what the operator meant to keep): FED_ERR_SPEC naming the first
+ * that names none, and the model's first tensor names. */
+static fed_err globs_match(const fed_node *n, const fed_tensor_info *t, int nt)
+{
+    const char *p = n->cfg.local_layers;
+
+    while (*p) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char glob[256], names[160] = "";
+        int hit = 0;
+
+        snprintf(glob, sizeof glob, "%.*s", (int)len, p);
+        for (int i = 0; i < nt && !hit; i++)
+            hit = fed_model_tensor_match(glob, t[i].name);
+        if (!hit) {
+            int listed = 0;
+
+            while (listed < nt && strlen(names) + strlen(t[listed].name) + 8 < sizeof names) {
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
+                         listed ? ", " : "", t[listed].name);
+                listed++;
+            }
+            fed_log(FED_LOG_ERROR, "aggregator: --local-layers: '%s' names no tensor of model "
+                    "'%s' (its tensors: %s%s)", glob, n->cfg.spec, names,
+                    listed < nt ? ", ..." : "");
+            return FED_ERR_SPEC;
+        }
+        p = comma ? comma + 1 : p + len;
+    }
+    return FED_OK;
+}
+
 /* The tensors' paths (node/layout.h) from --local-layers and --local-bn;
  * under DP (DP-FedAvg, or DP-SGD required) every norm tensor and every
  * statistic stays at the sites, computed from the data without noise. */
@@ -59,11 +93,19 @@ static fed_err paths_new(fed_node *n)
     size_t kept = 0; /* norm tensors and statistics: what DP keeps at the sites */
     fed_err e;
 
+    if ((e = globs_match(n, t, nt)) != FED_OK)
+        return e;
     a->rules.local_layers = c->local_layers;
     a->rules.local_bn = c->local_bn || dp;
     a->rules.stats_local = dp;
     if ((e = fed_node_layout_of(t, nt, a->nparams, &a->rules, &a->layout)) != FED_OK)
         return e;
+    if (!fed_node_layout_sent(&a->layout)) {
+        fed_log(FED_LOG_ERROR, "aggregator: --local-layers '%s'%s keeps every tensor of model "
+                "'%s' at the sites: nothing is left to federate", c->local_layers,
+                a->rules.local_bn ? " with --local-bn" : "", c->spec);
+        return FED_ERR_SPEC;
+    }
     for (int i = 0; i < nt; i++) {
         if (((t[i].flags & FED_TENSOR_NORM) || !(t[i].flags & FED_TENSOR_TRAINED)) &&
             !(t[i].flags & FED_TENSOR_INT64))

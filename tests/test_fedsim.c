@@ -630,7 +630,10 @@ static void test_bad_specs(void **state)
     /* settings the nodes themselves refuse at start: the run stops at once
        (it used to wait out the virtual-time limit, a minute of wall time) */
     {
-        const char *refused[][4] = {{"topology", "bogus", "role", "peer"}};
+        const char *refused[][4] = {{"topology", "bogus", "role", "peer"},
+                                    /* a glob naming no tensor; every tensor kept */
+                                    {"local-layers", "fc3.*", "model", "mlp:16"},
+                                    {"local-layers", "0.*", "model", "logreg"}};
 
         for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
             const char *kv[] = {"nodes",        "4",          "rounds",     "1",
