@@ -153,6 +153,7 @@ typedef struct scen {
     /* tensors every node marks as non-trained statistics (NULL: none), the
        aggregator's --secagg-range and --secagg-max-weight (0: defaults) */
     const char *stats;
+    const char *local_layers; /* the aggregator's --local-layers (NULL: none) */
     double range, max_weight;
     fed_node_test_hooks mark_hooks; /* mark_stats, ctx this scen (clients > 0) */
 } scen;
@@ -539,6 +540,8 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
     ac.observer = s;
     ac.secagg.on = secagg;
     ac.secagg.stage_ms = 3000;
+    if (s->local_layers)
+        snprintf(ac.local_layers, sizeof ac.local_layers, "%s", s->local_layers);
     if (s->range > 0)
         ac.secagg.range = s->range;
     if (s->max_weight > 0)
@@ -1505,6 +1508,34 @@ static void test_stats_secure_range(void **state)
     scen_free(&sec);
 }
 
+/* --local-layers 0.bias under secure aggregation: each masked input holds
+ * logreg's 7,840 weights and the weight word, not the bias; the
+ * aggregator's bias stays its own, its weights move. */
+static void test_local_layers_secure(void **state)
+{
+    const fixture *fx = *state;
+    scen sec;
+    size_t moved = 0;
+
+    fed_test_need_fashion(fx->train != NULL);
+    memset(&sec, 0, sizeof sec);
+    sec.local_layers = "0.bias";
+    sec.keep_params = 1;
+    build(&sec, fx, 1, 1, NCL, 100, 0);
+    run(&sec, 600000);
+    assert_int_equal(sec.commits[1], 1);
+    assert_non_null(sec.masked0);
+    assert_int_equal(sec.words0, sec.nparams - 10 + 1);
+    assert_non_null(sec.params1);
+    for (size_t j = 0; j < sec.nparams; j++)
+        if (j >= sec.nparams - 10)
+            assert_true(sec.params1[j] == sec.params0[j]);
+        else
+            moved += sec.params1[j] != sec.params0[j];
+    assert_true(moved > 1000);
+    scen_free(&sec);
+}
+
 /* The epsilon client i's database holds (its accountant over its charges). */
 static double site_epsilon(const scen *s, int i)
 {
@@ -1668,6 +1699,7 @@ int main(void)
         cmocka_unit_test(test_dp_sgd_with_secagg),
         cmocka_unit_test(test_dp_fedavg_with_secagg),
         cmocka_unit_test(test_stats_secure_range),
+        cmocka_unit_test(test_local_layers_secure),
     };
 
     if (getenv("FED_TEST_FILTER")) /* one case of this long binary, by cmocka's pattern */
