@@ -702,6 +702,7 @@ static void fed_node_agg_progress(const fed_node *n, fed_node_progress *out)
     out->round_open = a->state == AGG_RUNNING;
     out->round_due_ms = out->round_open ? a->deadline_at_ms : 0;
     out->commit_failures = a->failed;
+    out->eval_local = a->eval_local;
     out->clients_waiting = (uint32_t)a->nholds;
     for (size_t i = 0; out->round_open && i < a->nparts; i++)
         out->clients_training += !a->parts[i].got;

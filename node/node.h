@@ -423,6 +423,9 @@ typedef struct fed_node_progress {
     uint32_t commit_failures;  /* aggregator: rounds whose commit failed in a row */
     uint32_t clients_waiting;  /* aggregator: clients holding a request */
     uint32_t clients_training; /* aggregator: sampled clients whose delta is not in */
+    int eval_local;            /* aggregator: tensors stay at the sites (--local-layers,
+                                  --local-bn, DP), so its own evaluation, made with its
+                                  initial ones, is not meaningful */
 } fed_node_progress;
 void fed_node_get_progress(const fed_node *n, fed_node_progress *out);
 /* Timers a node holds armed at once, at most (its ids are 1..this): an
