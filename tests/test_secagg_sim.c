@@ -17,8 +17,8 @@
  * rounds within 0.3 point of the plain run; a client's masked words are
  * uniform (chi-square) and uncorrelated with its true delta; a model's
  * non-trained statistics are a segment of their own at their own range
- * (--secagg-stats-range), not clamped by the delta's. Skips without the
- * data. */
+ * (--secagg-stats-range), not clamped by the delta's; a tensor kept at the
+ * sites (--local-layers) is in no masked input. Skips without the data. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
