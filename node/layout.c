@@ -112,6 +112,22 @@ void fed_node_layout_pack(const fed_node_layout *l, const float *full, float *se
     fed_node_layout_gather(l, LAYOUT_STATS, full, sent + l->len[LAYOUT_TRAINED]);
 }
 
+void fed_node_layout_pack_inplace(const fed_node_layout *l, float *full, float *stats)
+{
+    size_t at = 0;
+
+    if (l->len[LAYOUT_STATS])
+        fed_node_layout_gather(l, LAYOUT_STATS, full, stats);
+    /* a trained float's place in the sent delta is never after its own */
+    for (size_t i = 0; i < l->nruns; i++)
+        if (l->runs[i].path == LAYOUT_TRAINED) {
+            memmove(full + at, full + l->runs[i].off, l->runs[i].len * sizeof *full);
+            at += l->runs[i].len;
+        }
+    if (l->len[LAYOUT_STATS])
+        memcpy(full + at, stats, l->len[LAYOUT_STATS] * sizeof *full);
+}
+
 void fed_node_layout_unpack(const fed_node_layout *l, const float *sent, float *full)
 {
     fed_node_layout_scatter(l, LAYOUT_TRAINED, sent, full);

@@ -64,6 +64,10 @@ size_t fed_node_layout_segments(const fed_node_layout *l, double range, double s
                                 agg_segment *segs);
 /* full (nparams) into a sent delta (fed_node_layout_sent floats). */
 void fed_node_layout_pack(const fed_node_layout *l, const float *full, float *sent);
+/* fed_node_layout_pack within full itself (its first sent floats become
+ * the sent delta), the statistics passing through stats (len[STATS]
+ * floats; NULL when there are none): no second buffer of nparams. */
+void fed_node_layout_pack_inplace(const fed_node_layout *l, float *full, float *stats);
 /* A sent delta back into full (nparams): its floats where they belong,
  * zero on local floats. */
 void fed_node_layout_unpack(const fed_node_layout *l, const float *sent, float *full);

@@ -331,8 +331,11 @@ typedef struct node_train_job {
        model (its parameters set afresh each round) and the trained copy */
     fed_model *model;
     float *trained;         /* (nparams) */
-    float *sent;            /* (nparams) the delta packed (layout.h) */
-    float *start;           /* (nparams) global with the client's local tensors */
+    float *sent;            /* (layout.len[STATS]) the statistics while the delta
+                               is packed in place (layout.h) */
+    float *start;           /* (nparams) a site's ranks: global with the client's
+                               local tensors (alone, the job puts them into the
+                               model instead) */
     const float *from;      /* where training starts: global, or start */
     int drop_model;         /* model freed when the job ends (cfg.peer.train_model_per_job) */
 } node_train_job;

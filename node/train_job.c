@@ -54,7 +54,6 @@ out:
 static fed_err encode_delta(node_train_job *j, float *p)
 {
     const fed_node_layout *l = &j->layout;
-    float *d = p;
 
     if (l->len[LAYOUT_LOCAL]) {
         if (!j->local_out && !(j->local_out = fed_malloc(l->len[LAYOUT_LOCAL] * sizeof(float))))
@@ -65,15 +64,15 @@ static fed_err encode_delta(node_train_job *j, float *p)
         p[i] -= j->from[i];
     j->sent_n = j->nparams;
     if (!fed_node_layout_trivial(l)) {
-        if (!j->sent && !(j->sent = fed_malloc(j->nparams * sizeof *j->sent)))
+        if (l->len[LAYOUT_STATS] && !j->sent &&
+            !(j->sent = fed_malloc(l->len[LAYOUT_STATS] * sizeof *j->sent)))
             return FED_ERR_NOMEM;
-        fed_node_layout_pack(l, p, j->sent);
-        d = j->sent;
+        fed_node_layout_pack_inplace(l, p, j->sent);
         j->sent_n = fed_node_layout_sent(l);
     }
     if (j->hooks && j->hooks->tamper_delta)
-        j->hooks->tamper_delta(j->hooks->ctx, j->round, d, j->sent_n);
-    return fed_node_encode_vec(&j->codec, d, j->sent_n, j->residual, &j->vec, &j->cap_vec,
+        j->hooks->tamper_delta(j->hooks->ctx, j->round, p, j->sent_n);
+    return fed_node_encode_vec(&j->codec, p, j->sent_n, j->residual, &j->vec, &j->cap_vec,
                                &j->vec_len);
 }
 
@@ -111,13 +110,16 @@ static fed_err round_layout(node_train_job *j)
 
     t = fed_model_tensors(j->model, &nt);
     fed_node_layout_fini(&j->layout);
-    fed_free(j->local_out); /* sized for the last layout */
+    fed_free(j->local_out); /* both sized for the last layout */
+    fed_free(j->sent);
     j->local_out = NULL;
+    j->sent = NULL;
     if ((e = fed_node_layout_of(t, nt, j->nparams, &r, &j->layout)) != FED_OK)
         return e;
     if (j->dp_on && j->layout.len[LAYOUT_STATS])
         return FED_ERR_DP_STATS;
-    if (j->local && j->local_n == j->layout.len[LAYOUT_LOCAL] && j->local_n) {
+    if (j->local && j->local_n == j->layout.len[LAYOUT_LOCAL] && j->local_n &&
+        fed_node_site_ranks(j) > 1) { /* the start the other ranks are sent */
         if (!j->start && !(j->start = fed_malloc(j->nparams * sizeof *j->start)))
             return FED_ERR_NOMEM;
         memcpy(j->start, j->global, j->nparams * sizeof *j->start);
@@ -125,6 +127,27 @@ static fed_err round_layout(node_train_job *j)
         j->from = j->start;
     }
     return FED_OK;
+}
+
+/* A client alone: its kept local tensors into the model's parameters, run
+ * by run, once the round's global is in (a site's ranks start from
+ * j->start instead, which round_layout made). */
+static fed_err put_local(node_train_job *j, fed_model *m)
+{
+    fed_backend *be = fed_model_backend(m);
+    const fed_node_layout *l = &j->layout;
+    const float *src = j->local;
+    fed_err e = FED_OK;
+
+    if (j->from != j->global || !j->local || !j->local_n || j->local_n != l->len[LAYOUT_LOCAL])
+        return FED_OK;
+    for (size_t i = 0; i < l->nruns && e == FED_OK; i++)
+        if (l->runs[i].path == LAYOUT_LOCAL) {
+            e = be->upload(be, fed_model_params_dev(m) + l->runs[i].off, src,
+                           l->runs[i].len * sizeof *src);
+            src += l->runs[i].len;
+        }
+    return e;
 }
 
 /* The round's model: last round's when its spec and batch are the same (a
@@ -180,6 +203,7 @@ void fed_node_train_job_run(fed_job *job)
     if (oc.kind == FED_OPTIM_SGD)
         oc.momentum = j->set.momentum;
     if ((e = fed_model_set_params(m, j->from)) != FED_OK ||
+        (!j->params && (e = put_local(j, m)) != FED_OK) ||
         (e = fed_optim_new(&oc, m, &o)) != FED_OK)
         goto out;
     if (oc.prox_mu > 0 && (e = fed_optim_set_anchor(o, m)) != FED_OK)

@@ -254,6 +254,13 @@ static void test_layout_paths(void **state)
         assert_true(sent[20 + i] == (float)(25 + i));
     for (int i = 0; i < 4; i++)
         assert_true(sent[32 + i] == (float)(21 + i));
+    { /* in place: the same floats, the statistics (before 2.weight) kept aside */
+        float in[39], st[4];
+
+        memcpy(in, full, sizeof in);
+        fed_node_layout_pack_inplace(&l, in, st);
+        assert_memory_equal(in, sent, 36 * sizeof(float));
+    }
     memset(back, 0xff, sizeof back);
     fed_node_layout_unpack(&l, sent, back);
     assert_memory_equal(back, full, 36 * sizeof(float));
