@@ -29,6 +29,7 @@
 #include "gossip/peers.h"
 #include "mpi/coll.h"
 #include "node/daemon.h"
+#include "node/layout.h"
 #include "node/settings.h"
 #include "node/site.h"
 #include "storage/store.h"
@@ -643,6 +644,9 @@ static int check_round_options(const run_cfg *c, const run_state *s, fed_node_co
     else if (!strcmp(bad, "lr-warmup"))
         fed_cli_error("run: --lr-warmup %d leaves no round of --lr-schedule %s in %d rounds",
                       c->s.lr_warmup, c->s.lr_schedule, c->s.rounds);
+    else if (!strcmp(bad, "local-layers"))
+        fed_cli_error("run: --local-layers '%s': comma-separated globs over tensor names "
+                      "(e.g. fc3.*,conv1.bias), no spaces, at most 255 bytes", c->s.local_layers);
     else
         fed_cli_error("run: --mode '%s': sync or async", c->s.mode);
     return 2;
@@ -861,6 +865,15 @@ static int fill_node_config(const run_cfg *c, run_state *s, fed_node_config *nc)
         nc->client.classes = c->decl.in.classes; /* a MODEL of others is declined */
         fed_node_settings_apply_dp(&c->s, nc);
         stats_config(c, s, nc);
+        /* its own --local-layers/--local-bn: a check of the aggregator's */
+        if (!fed_node_layout_patterns_ok(c->s.local_layers)) {
+            fed_cli_error("run: --local-layers '%s': comma-separated globs over tensor names "
+                          "(e.g. fc3.*,conv1.bias), no spaces, at most 255 bytes",
+                          c->s.local_layers);
+            return 2;
+        }
+        snprintf(nc->local_layers, sizeof nc->local_layers, "%s", c->s.local_layers);
+        nc->local_bn = c->s.local_bn;
         return aggregator_key(c, s, &nc->client.aggregator);
     }
     if (role == FED_NODE_AGGREGATOR)
@@ -991,6 +1004,8 @@ static int run_node(const run_cfg *c, fed_coll *coll)
         const char *why = fed_node_settings_dp_misuse(&c->s, role);
         char msg[256];
 
+        if (!why)
+            why = fed_node_settings_local_misuse(&c->s, role);
         if (why) {
             fed_cli_error("run: %s", why);
             return 2;

@@ -590,7 +590,12 @@ static void page_metrics(FILE *f, const fed_node_snap *s)
 
     if (!k)
         return;
-    fprintf(f, "<h2>metrics (round %" PRIu64 ")</h2>\n<table id='metrics'>\n", s->metrics_round);
+    fprintf(f, "<h2>metrics (round %" PRIu64 ")</h2>\n", s->metrics_round);
+    if (s->progress.eval_local) /* the aggregator's copies of them are its initial ones */
+        fputs("<p id='eval-note'>not meaningful: tensors kept at the sites (--local-layers, "
+              "--local-bn) are this node's initial values here; the sites' evaluation is the "
+              "measure</p>\n", f);
+    fputs("<table id='metrics'>\n", f);
     for (size_t i = 0; i < k; i++) {
         fputs("<tr><th>", f);
         fed_http_html(f, v[i].name);

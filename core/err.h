@@ -97,7 +97,11 @@
     X(FED_ERR_SA_REQUIRED, "secure aggregation required: this client (--secagg) sends no delta in a round that does not run it") \
     X(FED_ERR_MODEL_MISMATCH, "the aggregator's model does not fit this client (another input shape or class count, another graph than its own --model declares, or past its --max-model-params or --max-model-flops)") \
     X(FED_ERR_SA_TOO_FEW, "secure aggregation: fewer clients than the floor (3, or more as configured); a client could subtract its own delta from the sum") \
-    X(FED_ERR_STATS, "shared statistics: this site cannot take part (standardization off, no CSV data, or another column count than the federation's)")
+    X(FED_ERR_STATS, "shared statistics: this site cannot take part (standardization off, no CSV data, or another column count than the federation's)") \
+    /* tensors on their own paths (node/layout.h), appended likewise */        \
+    X(FED_ERR_SEGMENTS, "a delta's segments do not match the round's tensor layout (the model, --local-layers, --local-bn)") \
+    X(FED_ERR_LOCAL_MISMATCH, "the aggregator's --local-layers or --local-bn differ from this client's own") \
+    X(FED_ERR_DP_STATS, "the model's non-trained statistics would leave the site without noise under DP-SGD; the aggregator must keep them local (--local-bn or --require-dp-sgd)")
 
 typedef enum fed_err {
 #define FED_ERR_ENUM_(name, msg) name,

@@ -67,9 +67,17 @@ static const fed_wire_field model_fields[] = {
     {FED_WIRE_SET_GRAPH, 3, FED_WIRE_GRAPH_MAX, 0, 1}, /* with a "g#" spec only */
     {FED_WIRE_SET_STATS, 16, FED_WIRE_STATS_MAX, 0, 1}, /* with a mode only */
     {FED_WIRE_SET_INPUT, 16, 16, 0, 1},                /* when declared */
+    {FED_WIRE_SET_PATHS, 8, 8 + FED_WIRE_LOCAL_LAYERS_MAX, 0, 1}, /* when a tensor stays */
 };
 static const fed_wire_field report_fields[] = {
     {FED_WIRE_FIELD_DP_REPORT, 16, 16, 0, 0},
+};
+static const fed_wire_field masked_fields[] = {
+    {FED_WIRE_FIELD_SEGMENTS, 12, 4 + 8 * FED_WIRE_SEGMENTS_MAX, 0, 1}, /* with its segments */
+};
+static const fed_wire_field delta_fields[] = {
+    {FED_WIRE_FIELD_DP_REPORT, 16, 16, 0, 0},
+    {FED_WIRE_FIELD_SEGMENTS, 12, 4 + 8 * FED_WIRE_SEGMENTS_MAX, 0, 1}, /* a partial vector */
 };
 
 #define FIELDS(list) (uint16_t)(sizeof list / sizeof list[0]), list
@@ -83,7 +91,7 @@ static const fed_wire_type_info types[] = {
     {FED_WIRE_HELLO, "HELLO", 0, 0, 1, 16, FED_WIRE_VEC_NONE, 0, NO_FIELDS},
     {FED_WIRE_NEXT, "NEXT", 0, 0, 0, 8, FED_WIRE_VEC_NONE, 0, NO_FIELDS},
     {FED_WIRE_MODEL, "MODEL", STREAMS, 0, 0, 8, FED_WIRE_VEC_CODEC, 0, FIELDS(model_fields)},
-    {FED_WIRE_DELTA, "DELTA", STREAMS, 0, 0, 16, FED_WIRE_VEC_CODEC, 0, FIELDS(report_fields)},
+    {FED_WIRE_DELTA, "DELTA", STREAMS, 0, 0, 16, FED_WIRE_VEC_CODEC, 0, FIELDS(delta_fields)},
     {FED_WIRE_ACK, "ACK", 0, 0, 0, 8, FED_WIRE_VEC_NONE, 0, NO_FIELDS},
     {FED_WIRE_SHARE, "SHARE", STREAMS, 0, 1, 16, FED_WIRE_VEC_CODEC, 0, NO_FIELDS},
     {FED_WIRE_PEERS, "PEERS", 0, 0, 1, 8, FED_WIRE_VEC_PEERS, FED_WIRE_PEER_ENTRY_MIN,
@@ -94,7 +102,8 @@ static const fed_wire_type_info types[] = {
     {FED_WIRE_SLICE, "SLICE", STREAMS, 0, 1, 16, FED_WIRE_VEC_CODEC, 0, NO_FIELDS},
     {FED_WIRE_SA_KEYS, "SA_KEYS", 0, 0, 0, 16, FED_WIRE_VEC_SA, 0, NO_FIELDS},
     {FED_WIRE_SA_SHARES, "SA_SHARES", 0, 0, 0, 16, FED_WIRE_VEC_SA, 0, NO_FIELDS},
-    {FED_WIRE_SA_MASKED, "SA_MASKED", STREAMS, 0, 0, 16, FED_WIRE_VEC_SA, 0, NO_FIELDS},
+    {FED_WIRE_SA_MASKED, "SA_MASKED", STREAMS, 0, 0, 16, FED_WIRE_VEC_SA, 0,
+     FIELDS(masked_fields)},
     {FED_WIRE_SA_CONSIST, "SA_CONSIST", 0, 0, 0, 16, FED_WIRE_VEC_SA, 0, NO_FIELDS},
     {FED_WIRE_SA_UNMASK, "SA_UNMASK", 0, 0, 0, 16, FED_WIRE_VEC_SA, 0, NO_FIELDS},
     {FED_WIRE_AR_ABORT, "AR_ABORT", 0, 0, 1, 16, FED_WIRE_VEC_KEYS, 32, NO_FIELDS},
@@ -199,6 +208,11 @@ size_t fed_wire_block_bytes(uint8_t type, const fed_wire_block *b)
         n += FED_WIRE_FIELD_HEAD_BYTES + stats_len(&b->settings);
     if (n && type == FED_WIRE_MODEL && b->settings.input[3])
         n += FED_WIRE_FIELD_HEAD_BYTES + 16;
+    if (n && type == FED_WIRE_MODEL && b->settings.paths_on)
+        n += FED_WIRE_FIELD_HEAD_BYTES + 8 + strnlen(b->settings.local_layers,
+                                                     FED_WIRE_LOCAL_LAYERS_MAX);
+    if (n && (type == FED_WIRE_DELTA || type == FED_WIRE_SA_MASKED) && b->seg_count)
+        n += FED_WIRE_FIELD_HEAD_BYTES + 4 + 8 * (size_t)b->seg_count;
     return n;
 }
 
@@ -295,10 +309,29 @@ static int input_ok(const fed_wire_settings *s)
     return zero == 0 || zero == 4;
 }
 
+/* Field 16: known flags, a range with secure aggregation only, globs of
+ * printable ASCII without spaces. */
+static int paths_ok(const fed_wire_settings *s)
+{
+    size_t n = strnlen(s->local_layers, sizeof s->local_layers);
+
+    if (!s->paths_on)
+        return s->paths_flags == 0 && s->sa_stats_range == 0 && n == 0;
+    if (s->paths_on != 1 || n > FED_WIRE_LOCAL_LAYERS_MAX ||
+        (s->paths_flags & ~(FED_WIRE_PATHS_LOCAL_BN | FED_WIRE_PATHS_STATS_LOCAL)))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (s->local_layers[i] <= 0x20 || s->local_layers[i] > 0x7e)
+            return 0;
+    if (!s->sa_on)
+        return s->sa_stats_range == 0;
+    return isfinite(s->sa_stats_range) && s->sa_stats_range > 0;
+}
+
 static int settings_ok(const fed_wire_settings *s)
 {
-    return spec_ok(s->spec) && graph_ok(s) && stats_ok(s) && input_ok(s) && isfinite(s->lr) &&
-           s->lr > 0 && isfinite(s->mu) && s->mu >= 0 &&
+    return spec_ok(s->spec) && graph_ok(s) && stats_ok(s) && input_ok(s) && paths_ok(s) &&
+           isfinite(s->lr) && s->lr > 0 && isfinite(s->mu) && s->mu >= 0 &&
            isfinite(s->momentum) && s->momentum >= 0 && s->momentum < 1 &&
            isfinite(s->fraction) && s->fraction >= 0 && s->fraction <= 1 && dp_ok(s) &&
            secagg_ok(s);
@@ -309,6 +342,17 @@ static int report_ok(const fed_wire_block *b)
 {
     return isfinite(b->dp_epsilon) && b->dp_epsilon >= 0 && isfinite(b->dp_budget) &&
            b->dp_budget >= 0;
+}
+
+/* A DELTA's segments: 1..8 of them (0: none listed), known rules. */
+static int segments_ok(const fed_wire_block *b)
+{
+    if (b->seg_count > FED_WIRE_SEGMENTS_MAX)
+        return 0;
+    for (uint32_t i = 0; i < b->seg_count; i++)
+        if (b->seg_rule[i] > 2)
+            return 0;
+    return 1;
 }
 
 _Static_assert(FED_WIRE_MODEL_BLOCK_BYTES == 8 + FED_WIRE_FIELDS_LEN_BYTES +
@@ -399,7 +443,35 @@ static uint8_t *encode_settings(const fed_wire_settings *s, uint8_t *out)
             fed_put_u32le(p + 4 * i, s->input[i]);
         p += 16;
     }
+    if (s->paths_on) { /* required: a node that ignored it would send local tensors */
+        uint32_t n = (uint32_t)strnlen(s->local_layers, FED_WIRE_LOCAL_LAYERS_MAX);
+
+        fed_put_u16le(p, FED_WIRE_SET_PATHS);
+        fed_put_u16le(p + 2, FED_WIRE_FIELD_REQUIRED);
+        fed_put_u32le(p + 4, 8 + n);
+        fed_put_u32le(p + 8, s->paths_flags);
+        fed_put_f32le(p + 12, s->sa_stats_range);
+        memcpy(p + 16, s->local_layers, n);
+        p += FED_WIRE_FIELD_HEAD_BYTES + 8 + n;
+    }
     return p;
+}
+
+/* DELTA's segments, when listed: required (an aggregator that ignored it
+ * would take a partial vector for the whole model). */
+static uint8_t *encode_segments(const fed_wire_block *b, uint8_t *p)
+{
+    if (!b->seg_count)
+        return p;
+    fed_put_u16le(p, FED_WIRE_FIELD_SEGMENTS);
+    fed_put_u16le(p + 2, FED_WIRE_FIELD_REQUIRED);
+    fed_put_u32le(p + 4, 4 + 8 * b->seg_count);
+    fed_put_u32le(p + 8, b->seg_count);
+    for (uint32_t i = 0; i < b->seg_count; i++) {
+        fed_put_u32le(p + 12 + 8 * i, b->seg_len[i]);
+        fed_put_u32le(p + 16 + 8 * i, b->seg_rule[i]);
+    }
+    return p + FED_WIRE_FIELD_HEAD_BYTES + 4 + 8 * b->seg_count;
 }
 
 /* Field 12, after the others: required when the round runs secure
@@ -486,6 +558,13 @@ static int take_setting(uint16_t tag, const uint8_t *v, uint32_t len, fed_wire_s
         for (int i = 0; i < 4; i++)
             s->input[i] = fed_get_u32le(v + 4 * i);
         break;
+    case FED_WIRE_SET_PATHS: /* settings_ok checks the globs */
+        s->paths_on = 1;
+        s->paths_flags = fed_get_u32le(v);
+        s->sa_stats_range = fed_get_f32le(v + 4);
+        memset(s->local_layers, 0, sizeof s->local_layers);
+        memcpy(s->local_layers, v + 8, len - 8);
+        return memchr(v + 8, 0, len - 8) == NULL;
     default: return 0;
     }
     return 1;
@@ -501,6 +580,18 @@ static int take_field(uint8_t type, uint16_t tag, const uint8_t *v, uint32_t len
         b->dp_epsilon = fed_get_f64le(v);
         b->dp_budget = fed_get_f64le(v + 8);
         return report_ok(b);
+    }
+    if (tag == FED_WIRE_FIELD_SEGMENTS) { /* DELTA */
+        uint32_t count = fed_get_u32le(v);
+
+        if (count < 1 || count > FED_WIRE_SEGMENTS_MAX || len != 4 + 8 * count)
+            return 0;
+        b->seg_count = count;
+        for (uint32_t i = 0; i < count; i++) {
+            b->seg_len[i] = fed_get_u32le(v + 4 + 8 * i);
+            b->seg_rule[i] = fed_get_u32le(v + 8 + 8 * i);
+        }
+        return segments_ok(b);
     }
     return 0;
 }
@@ -591,11 +682,11 @@ fed_err fed_wire_block_encode(uint8_t type, const fed_wire_block *b, uint8_t *ou
         fields = encode_settings(&b->settings, fields);
         break;
     case FED_WIRE_DELTA:
-        if (!report_ok(b))
+        if (!report_ok(b) || !segments_ok(b))
             return FED_ERR_INVAL;
         fed_put_u64le(out, b->samples);
         fed_put_u64le(out + 8, b->round_ref);
-        fields = encode_report(type, b, fields);
+        fields = encode_segments(b, encode_report(type, b, fields));
         break;
     case FED_WIRE_ACK:
         fed_put_u32le(out, b->status);
@@ -632,8 +723,11 @@ fed_err fed_wire_block_encode(uint8_t type, const fed_wire_block *b, uint8_t *ou
         memcpy(out + 16, b->result_hash, 32);
         break;
     default: /* FED_WIRE_SA_* */
+        if (b->seg_count && (type != FED_WIRE_SA_MASKED || !segments_ok(b)))
+            return FED_ERR_INVAL;
         fed_put_u32le(out, b->sa_try);
         fed_put_u32le(out + 4, b->sa_count);
+        fields = encode_segments(b, fields);
         break;
     }
     assert(fields == out + n); /* the table's fields, each written */

@@ -87,7 +87,8 @@
  *                12 4 reserved                                          -
  *   SA_*    16   0 4 try   4 4 count of entries in the vector   8 8 reserved
  *                (node/secagg_msg.h draws each stage's vector, request and
- *                answer; the answer has the request's type)             -
+ *                answer; the answer has the request's type)     SA_MASKED:
+ *                                                                segments
  *   SLICE   16   0 8 all-reduce step (gossip/allreduce.h)  8 8 reserved; the
  *                vector (f64) is the range that step sends, the weight inside
  *                it as the last element of the whole (never in the block).
@@ -144,17 +145,30 @@
  *               below these classes builds the same model, one with a
  *               label beyond declines. Optional (absent: the client builds
  *               over its own data's shape and largest label)
+ *      16  8..263 the tensors' paths (node/layout.h): flags u32
+ *               (FED_WIRE_PATHS_LOCAL_BN, FED_WIRE_PATHS_STATS_LOCAL), the
+ *               statistics segment's secure range f32 (> 0 with field 12
+ *               on, else 0), then --local-layers' globs (0..255 bytes,
+ *               printable ASCII, no NUL). Present only when some tensor
+ *               does not take the trained path, and then required: a node
+ *               that ignored it would send what must stay at its site
  *   This node marks 1-10 required, 11 when it requires DP-SGD, 12 when on,
- *   13 and 14 when present, 15 when its input is declared (optional): its
- *   MODEL block is FED_WIRE_MODEL_BLOCK_BYTES (311), 8 + the graph's length
- *   more with 13, 8 + 16 (+ 24 a column with mode 2) more with 14, 24 more
- *   with 15. MODEL's fields may take
+ *   13, 14 and 16 when present, 15 when its input is declared (optional):
+ *   its MODEL block is FED_WIRE_MODEL_BLOCK_BYTES (311), 8 + the graph's
+ *   length more with 13, 8 + 16 (+ 24 a column with mode 2) more with 14,
+ *   24 more with 15, 16 + the globs' with 16. MODEL's fields may take
  *   FED_WIRE_SETTINGS_MAX bytes.
  * DELTA's and LEAVE's fields:
  *     tag  L    value
  *       1  16   DP report (optional): the client's epsilon spent so far
  *               (f64 >= 0) and its budget (f64 >= 0; 0: none), both 0 from
  *               a client that keeps no account. DELTA 44 bytes, LEAVE 36.
+ *       2  12..68 DELTA, and SA_MASKED's only field: the vector's segments
+ *               (node/agg_input.h): count u32 (1..8), then per segment its
+ *               floats u32 and its weight rule u32 (0 samples, 1 mean, 2
+ *               sum); the vector holds them back to back (a masked input's
+ *               last, its weight word). Present only when the vector is not
+ *               the whole flat buffer (field 16), and then required.
  * The receiver checks, in this order, before any expensive work: size limits
  * (FED_ERR_FRAME_TOO_LARGE, FED_ERR_FRAME_TRUNCATED); magic and version
  * (FED_ERR_FRAME_MAGIC, FED_ERR_FRAME_VERSION); type and flags
@@ -238,15 +252,22 @@ typedef enum fed_wire_setting_tag {
     FED_WIRE_SET_GRAPH = 13,
     FED_WIRE_SET_STATS = 14,
     FED_WIRE_SET_INPUT = 15,
+    FED_WIRE_SET_PATHS = 16,
 } fed_wire_setting_tag;
-#define FED_WIRE_SET_TAG_MAX 15
-/* The shared statistics field (14): what a round does with them. */
+#define FED_WIRE_SET_TAG_MAX 16
 #define FED_WIRE_STATS_PASS 1u  /* the statistics pass: contribute, do not train */
 #define FED_WIRE_STATS_APPLY 2u /* standardize each numeric column with these */
 #define FED_WIRE_INPUT_MAX (1u << 24) /* MODEL's input field: each count at most */
+/* Field 16's flags: which tensors stay at the sites (node/layout.h). */
+#define FED_WIRE_PATHS_LOCAL_BN 0x1u    /* every norm tensor (FedBN) */
+#define FED_WIRE_PATHS_STATS_LOCAL 0x2u /* every non-trained statistic (DP) */
+#define FED_WIRE_LOCAL_LAYERS_MAX 255   /* bytes of field 16's globs */
 #define FED_WIRE_DP_REQUIRED 0x1u /* DP-SGD field: the round must be trained with it */
 /* DELTA's and LEAVE's fields. */
 #define FED_WIRE_FIELD_DP_REPORT 1 /* epsilon spent, budget (f64 each) */
+#define FED_WIRE_FIELD_SEGMENTS 2  /* DELTA, SA_MASKED: its vector's segments
+                                      (count, then length and rule each) */
+#define FED_WIRE_SEGMENTS_MAX 8    /* segments a DELTA's field may list */
 
 typedef enum fed_wire_type {
     FED_WIRE_HELLO = 1,
@@ -389,6 +410,11 @@ typedef struct fed_wire_settings {
     /* the model's declared input (field 15): C, H, W and the classes; all
        zero: absent (a sender before it) */
     uint32_t input[4];
+    /* the tensors' paths (field 16; absent: every tensor trained and sent) */
+    uint32_t paths_on;       /* 1: field 16 present */
+    uint32_t paths_flags;    /* FED_WIRE_PATHS_* */
+    float sa_stats_range;    /* secure: the statistics segment's range (> 0), else 0 */
+    char local_layers[FED_WIRE_LOCAL_LAYERS_MAX + 1]; /* --local-layers, NUL-terminated */
 } fed_wire_settings;
 
 /* A decoded typed block; which fields mean something depends on the type. */
@@ -413,6 +439,11 @@ typedef struct fed_wire_block {
     uint8_t result_hash[32];    /* AR_VERIFY */
     double dp_epsilon;          /* DELTA, LEAVE: epsilon the client has spent */
     double dp_budget;           /* DELTA, LEAVE: its budget (0: none) */
+    uint32_t seg_count;         /* DELTA: segments its field lists (0: absent,
+                                   the vector is the whole flat buffer) */
+    uint32_t seg_len[FED_WIRE_SEGMENTS_MAX];  /* DELTA: each segment's floats */
+    uint32_t seg_rule[FED_WIRE_SEGMENTS_MAX]; /* DELTA: each one's weight rule
+                                   (node/agg_input.h agg_weight) */
     uint16_t refused_tag;       /* refused with FED_ERR_FIELD_REQUIRED: the
                                    required field's tag this node does not know */
 } fed_wire_block;

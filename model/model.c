@@ -10,6 +10,7 @@
 #include "model/model.h"
 
 #include <ctype.h>
+#include <fnmatch.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -1687,6 +1688,38 @@ int fed_model_categorical(const fed_model *m, int col, int *num)
     if (num)
         *num = fewest;
     return 1;
+}
+
+int fed_model_tensor_match(const char *pattern, const char *name)
+{
+    char glob[256];
+    const char *p = pattern;
+
+    while (p && *p) {
+        const char *comma = strchr(p, ',');
+        size_t n = comma ? (size_t)(comma - p) : strlen(p);
+
+        if (n > 0 && n < sizeof glob) {
+            memcpy(glob, p, n);
+            glob[n] = '\0';
+            if (fnmatch(glob, name, 0) == 0)
+                return 1;
+        }
+        p = comma ? comma + 1 : NULL;
+    }
+    return 0;
+}
+
+int fed_model_tensor_flags(fed_model *m, const char *pattern, unsigned set, unsigned clear)
+{
+    int hit = 0;
+
+    for (int i = 0; i < m->ntensors; i++)
+        if (fed_model_tensor_match(pattern, m->tensors[i].name)) {
+            m->tensors[i].flags = (m->tensors[i].flags | set) & ~clear;
+            hit++;
+        }
+    return hit;
 }
 
 double fed_model_flops_per_sample(const fed_model *m)

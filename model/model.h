@@ -54,10 +54,18 @@ typedef struct fed_model_shape {
 } fed_model_shape;
 
 /* fed_tensor_info.flags: the tensor is trained (batch norm's running
- * statistics will not be), and it may leave the site (sent, merged,
- * exported); today every tensor is both. */
+ * statistics are not: a round averages them by sample weight in a segment
+ * of their own, outside the merge strategy), and it may leave the site
+ * (sent, merged, exported). FED_TENSOR_INT64: an integer counter kept as a
+ * float (num_batches_tracked, an int64 in PyTorch): never averaged, each
+ * site and the aggregator keep their own. FED_TENSOR_NORM: a normalization
+ * layer's tensor, the class "bn" that --local-bn keeps at the sites. The
+ * planner marks every tensor TRAINED | SHARED; a norm layer sets NORM on
+ * its tensors and clears TRAINED on its statistics and counter. */
 #define FED_TENSOR_TRAINED (1u << 0)
 #define FED_TENSOR_SHARED (1u << 1)
+#define FED_TENSOR_INT64 (1u << 2)
+#define FED_TENSOR_NORM (1u << 3)
 
 typedef struct fed_tensor_info {
     char name[32];   /* "0.weight" */
@@ -260,6 +268,13 @@ const fed_tensor_info *fed_model_tensors(const fed_model *m, int *count);
  * categorical column); then *num (may be NULL) gets the fewest ids an
  * embedding of it takes. */
 int fed_model_categorical(const fed_model *m, int col, int *num);
+/* Sets, then clears, FED_TENSOR_* flags on every tensor whose name matches
+ * one of the comma-separated shell globs of pattern (fnmatch: "fc3.*",
+ * "conv1.bias,fc?.weight"); returns how many tensors matched. Tests mark
+ * a tensor as a norm layer's statistic with it. */
+int fed_model_tensor_flags(fed_model *m, const char *pattern, unsigned set, unsigned clear);
+/* Whether name matches one of pattern's comma-separated globs. */
+int fed_model_tensor_match(const char *pattern, const char *name);
 /* Forward + backward FLOPs of one sample (the simulator charges these). */
 double fed_model_flops_per_sample(const fed_model *m);
 /* Whether m has a dropout layer, and the key its masks are hashed from

@@ -69,6 +69,11 @@ static fed_err async_on_delta(fed_node *n, node_open *op)
     p = &a->parts[a->nparts++];
     memcpy(p->key, m->hdr.sender, 32);
     e = fed_node_agg_take_delta(n, op, p);
+    if (!p->got) { /* refused (its segments), or no memory: not in the buffer */
+        memset(p, 0, sizeof *p);
+        a->nparts--;
+        return e;
+    }
     if (a->nparts == 1 &&
         fed_node_agg_arm_deadline(n, n->env.now_ms(n->env.self) + n->cfg.deadline_ms) != FED_OK)
         return n->failed;

@@ -156,8 +156,10 @@ static void finish_report(fed_node *n, fed_node_round_info *info, fed_store_roun
         row->loss = info->loss;
         row->accuracy = info->accuracy;
         (void)record_figures(n, row); /* logged */
-        fed_log(FED_LOG_INFO, "aggregator: round %llu accuracy %.4f loss %.4f",
-                (unsigned long long)info->round, info->accuracy, info->loss);
+        fed_log(FED_LOG_INFO, "aggregator: round %llu accuracy %.4f loss %.4f%s",
+                (unsigned long long)info->round, info->accuracy, info->loss,
+                n->agg->eval_local ? " (not meaningful: tensors that stay at the sites are "
+                                     "this node's initial ones)" : "");
     }
     judge(n, info->round);
     if (n->cfg.on_round)

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/log.h"
 #include "model/colstats.h"
 #include "model/backend.h"
@@ -209,16 +210,16 @@ void fed_agg_seg_finish(const agg_segment *segs, size_t nseg, const float *deq, 
     }
 }
 
-size_t fed_agg_seg_secure(size_t nparams, double range, size_t nints, agg_segment *segs)
+size_t fed_agg_seg_secure(const agg_segment *delta, size_t nd, double range, size_t nints,
+                          agg_segment *segs)
 {
-    segs[0] = (agg_segment){.name = "delta", .len = nparams, .rule = AGG_WEIGHT_SAMPLES,
-                            .range = range};
-    segs[1] = (agg_segment){.name = "weight", .len = 1, .rule = AGG_WEIGHT_SUM, .range = range};
+    memmove(segs, delta, nd * sizeof *segs);
+    segs[nd] = (agg_segment){.name = "weight", .len = 1, .rule = AGG_WEIGHT_SUM, .range = range};
     if (!nints)
-        return 2;
-    segs[2] = (agg_segment){.name = "ints", .len = nints, .rule = AGG_WEIGHT_SUM,
-                            .enc = AGG_ENC_INT64};
-    return 3;
+        return nd + 1;
+    segs[nd + 1] = (agg_segment){.name = "ints", .len = nints, .rule = AGG_WEIGHT_SUM,
+                                 .enc = AGG_ENC_INT64};
+    return nd + 2;
 }
 
 size_t fed_agg_seg_stats(uint32_t cols, agg_segment *seg)
@@ -226,6 +227,56 @@ size_t fed_agg_seg_stats(uint32_t cols, agg_segment *seg)
     *seg = (agg_segment){.name = "stats", .len = (size_t)cols * FED_COLSTATS_INTS,
                          .rule = AGG_WEIGHT_SUM, .enc = AGG_ENC_INT64};
     return 1;
+}
+
+/* The round's statistics (node/layout.h's segment 1) out of the m host
+ * deltas x (full vectors, weights w): their mean by the segment's rule
+ * into a->norm_stats, and zeroed in each, so the strategy, its clips and its
+ * robust rules never see them. */
+static fed_err stats_take(node_agg *a, float *const *x, const double *w, size_t m)
+{
+    size_t ns = a->layout.len[LAYOUT_STATS];
+    agg_segment segs[AGG_SEGMENTS_MAX];
+    float *packed = NULL;
+    const float **px = NULL;
+    fed_err e = FED_ERR_NOMEM;
+
+    if (!a->norm_stats || m == 0)
+        return FED_OK;
+    (void)fed_node_layout_segments(&a->layout, 0, 0, segs); /* segs[1]: the statistics */
+    if (!(packed = fed_malloc(m * ns * sizeof *packed)) || !(px = fed_malloc(m * sizeof *px)))
+        goto out;
+    for (size_t i = 0; i < m; i++) {
+        fed_node_layout_gather(&a->layout, LAYOUT_STATS, x[i], packed + i * ns);
+        fed_node_layout_fill(&a->layout, LAYOUT_STATS, x[i], 0.0f);
+        px[i] = packed + i * ns;
+    }
+    e = fed_agg_seg_reduce(&segs[1], 1, px, w, m, a->norm_stats);
+out:
+    fed_free(px);
+    fed_free(packed);
+    return e;
+}
+
+fed_err fed_node_agg_input_settle(fed_node *n)
+{
+    node_agg *a = n->agg;
+    const fed_node_layout *l = &a->layout;
+    const float *st = a->norm_stats;
+
+    if (fed_node_layout_trivial(l))
+        return FED_OK;
+    for (size_t i = 0; i < l->nruns; i++) {
+        const layout_run *r = &l->runs[i];
+
+        if (r->path == LAYOUT_LOCAL) {
+            memcpy(a->host + r->off, a->committed + r->off, r->len * sizeof *a->host);
+        } else if (r->path == LAYOUT_STATS) {
+            for (size_t j = 0; j < r->len; j++)
+                a->host[r->off + j] = a->committed[r->off + j] + *st++;
+        }
+    }
+    return fed_model_set_params(a->model, a->host);
 }
 
 fed_err fed_node_agg_input_vec(fed_node *n, int k, const float *host, const float **delta)
@@ -257,7 +308,10 @@ static fed_err agg_merge(fed_node *n, const agg_close *out)
                                 out->results);
 
     a->model_vec_len = 0; /* the global moved: no MODEL vector encoded yet */
-    return e != FED_OK ? e : fed_model_get_params(a->model, a->host);
+    if (e == FED_OK)
+        e = fed_model_get_params(a->model, a->host);
+    /* then the floats off the trained path, each by its own rule */
+    return e != FED_OK ? e : fed_node_agg_input_settle(n);
 }
 
 /* ---- plain: the list of contributions ---- */
@@ -287,30 +341,51 @@ static void plain_merged(fed_node *n, const agg_close *out)
 static fed_err plain_close(fed_node *n, agg_close *out)
 {
     node_agg *a = n->agg;
+    float **x = NULL;
+    double *w = NULL;
     int k = 0;
-    fed_err e;
+    fed_err e = FED_OK;
 
+    if (a->norm_stats && (!(x = fed_malloc(a->nparts * sizeof *x + 1)) ||
+                     !(w = fed_malloc(a->nparts * sizeof *w + 1)))) {
+        e = FED_ERR_NOMEM;
+        goto out;
+    }
     for (size_t i = 0; i < a->nparts; i++) {
         agg_part *p = &a->parts[i];
         fed_merge_input *in = &a->inputs[k];
 
         if (!p->got)
             continue;
-        if ((e = fed_node_agg_input_vec(n, k, p->delta, &in->delta)) != FED_OK)
-            return e;
         in->weight = (double)p->samples;
         if (p->base <= n->round) /* FedBuff's discount of a stale delta */
             in->weight /= sqrt(1.0 + (double)(n->round + 1 - p->base));
         memcpy(in->key, p->key, 32);
+        if (x) {
+            x[k] = p->delta;
+            w[k] = in->weight;
+        }
         k++;
+    }
+    /* the statistics by their own rule, out of what the strategy merges */
+    if (x && (e = stats_take(a, x, w, (size_t)k)) != FED_OK)
+        goto out;
+    for (int i = 0, j = 0; i < (int)a->nparts && j < k; i++) {
+        if (!a->parts[i].got)
+            continue;
+        if ((e = fed_node_agg_input_vec(n, j, a->parts[i].delta, &a->inputs[j].delta)) != FED_OK)
+            goto out;
+        j++;
     }
     out->update = 1;
     out->count = k;
     out->results = a->results;
-    if ((e = agg_merge(n, out)) != FED_OK)
-        return e;
-    plain_merged(n, out);
-    return FED_OK;
+    if ((e = agg_merge(n, out)) == FED_OK)
+        plain_merged(n, out);
+out:
+    fed_free(x);
+    fed_free(w);
+    return e;
 }
 
 static void plain_committed(fed_node *n, fed_node_round_info *info, const agg_close *out)
@@ -405,6 +480,9 @@ static fed_err secure_close(fed_node *n, agg_close *out)
         return FED_OK;
     }
     mean = fed_node_sa_agg_mean(a->sa, &w);
+    if (a->norm_stats) /* the statistics' own mean, apart from the strategy's input */
+        memcpy(a->norm_stats, fed_node_sa_agg_stats(a->sa),
+               a->layout.len[LAYOUT_STATS] * sizeof *a->norm_stats);
     memset(&a->inputs[0], 0, sizeof a->inputs[0]);
     if ((e = fed_node_agg_input_vec(n, 0, mean, &a->inputs[0].delta)) != FED_OK)
         return e;

@@ -6,12 +6,13 @@
  *
  * A contribution is a vector of segments, each a run of floats with its
  * own weight rule and, under secure aggregation, its own quantization
- * range. Today one segment exists, the model delta (rule SAMPLES); secure
- * aggregation carries its summed weight as a second (rule SUM), and may
- * carry integers summed exactly (encoding INT64, below: federated
- * statistics, a site evaluation's counts). A control-variate delta
- * (SCAFFOLD) or step counts come as more segments; hierarchical
- * aggregation as another agg_input_ops.
+ * range. The model delta is segment 0 (rule SAMPLES, through the merge
+ * strategy), a model's non-trained statistics segment 1 (SAMPLES, outside
+ * it: node/layout.h); secure aggregation carries its summed weight after
+ * them (rule SUM), and may carry integers summed exactly (encoding INT64,
+ * below: federated statistics, a site evaluation's counts). A
+ * control-variate delta (SCAFFOLD) or step counts come as more segments;
+ * hierarchical aggregation as another agg_input_ops.
  *
  * The round path (fed_node_agg_close_round) has one course over the table:
  * begin when the parts are drawn, take each contribution, close (merged by
@@ -116,10 +117,12 @@ void fed_agg_seg_finish(const agg_segment *segs, size_t nseg, const float *deq, 
                         double weight, float *out);
 
 /* The segments of a secure contribution, into segs (returned: how many):
- * the model delta (nparams, SAMPLES) and its weight (one SUM value,
- * 2 range f - range), both at range; then, when nints > 0, nints integers
+ * the sent delta's nd segments (delta, each at its own range: the trained
+ * floats, then the statistics, node/layout.h) and its weight (one SUM
+ * value, 2 range f - range) at range; then, when nints > 0, nints integers
  * (INT64, SUM: fed_node_config.secagg.ints). */
-size_t fed_agg_seg_secure(size_t nparams, double range, size_t nints, agg_segment *segs);
+size_t fed_agg_seg_secure(const agg_segment *delta, size_t nd, double range, size_t nints,
+                          agg_segment *segs);
 
 /* The shared statistics' contribution (model/colstats.h): cols x
  * FED_COLSTATS_INTS integers as one INT64 segment into seg (returned: 1). */
@@ -185,6 +188,12 @@ typedef struct agg_input_ops {
  * either; *inner the one a wrapper wraps (itself when none). Set after
  * n->agg->sa and n->agg->dp. */
 const agg_input_ops *fed_node_agg_input_of(const fed_node *n, const agg_input_ops **inner);
+
+/* After the strategy merged the trained floats into the host copy: the
+ * other floats each by their own rule (node/layout.h): a statistic is its
+ * committed value plus the round's mean delta, a local tensor stays as
+ * committed (the aggregator keeps its own); the model takes the result. */
+FED_WUR fed_err fed_node_agg_input_settle(fed_node *n);
 
 /* A host vector as merge input k's delta: itself on the CPU backend, else
  * uploaded to the input's device buffer. */

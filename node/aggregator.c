@@ -20,6 +20,7 @@
 #include "node/ckpt_model.h"
 #include "node/aggregator_impl.h"
 #include "node/secagg_impl.h"
+#include "node/test_hooks.h"
 
 /* After a failed round (a failed commit), the next try waits gather_ms,
  * then twice as long each time, up to this. */
@@ -62,6 +63,89 @@ static float round_lr(const fed_node *n, uint64_t round)
     return fed_node_round_lr(n, n->agg->stats && round > 1 ? round - 1 : round);
 }
 
+/* Each glob of --local-layers names some tensor of the model (a typo would
+ * send what the operator meant to keep): FED_ERR_SPEC naming the first
+ * that names none, and the model's first tensor names. */
+static fed_err globs_match(const fed_node *n, const fed_tensor_info *t, int nt)
+{
+    const char *p = n->cfg.local_layers;
+
+    while (*p) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char glob[256], names[160] = "";
+        int hit = 0;
+
+        snprintf(glob, sizeof glob, "%.*s", (int)len, p);
+        for (int i = 0; i < nt && !hit; i++)
+            hit = fed_model_tensor_match(glob, t[i].name);
+        if (!hit) {
+            int listed = 0;
+
+            while (listed < nt && strlen(names) + strlen(t[listed].name) + 8 < sizeof names) {
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
+                         listed ? ", " : "", t[listed].name);
+                listed++;
+            }
+            fed_log(FED_LOG_ERROR, "aggregator: --local-layers: '%s' names no tensor of model "
+                    "'%s' (its tensors: %s%s)", glob, n->cfg.spec, names,
+                    listed < nt ? ", ..." : "");
+            return FED_ERR_SPEC;
+        }
+        p = comma ? comma + 1 : p + len;
+    }
+    return FED_OK;
+}
+
+/* The tensors' paths (node/layout.h) from --local-layers and --local-bn;
+ * under DP (DP-FedAvg, or DP-SGD required) every norm tensor and every
+ * statistic stays at the sites, computed from the data without noise. */
+static fed_err paths_new(fed_node *n)
+{
+    const fed_node_config *c = &n->cfg;
+    node_agg *a = n->agg;
+    int dp = c->dp.client_clip > 0 || c->dp.require_sgd, nt;
+    const fed_tensor_info *t = fed_model_tensors(a->model, &nt);
+    size_t kept = 0; /* norm tensors and statistics: what DP keeps at the sites */
+    fed_err e;
+
+    if ((e = globs_match(n, t, nt)) != FED_OK)
+        return e;
+    a->rules.local_layers = c->local_layers;
+    a->rules.local_bn = c->local_bn || dp;
+    a->rules.stats_local = dp;
+    if ((e = fed_node_layout_of(t, nt, a->nparams, &a->rules, &a->layout)) != FED_OK)
+        return e;
+    if (!fed_node_layout_sent(&a->layout)) {
+        fed_log(FED_LOG_ERROR, "aggregator: --local-layers '%s'%s keeps every tensor of model "
+                "'%s' at the sites: nothing is left to federate", c->local_layers,
+                a->rules.local_bn ? " with --local-bn" : "", c->spec);
+        return FED_ERR_SPEC;
+    }
+    for (int i = 0; i < nt; i++) {
+        if (((t[i].flags & FED_TENSOR_NORM) || !(t[i].flags & FED_TENSOR_TRAINED)) &&
+            !(t[i].flags & FED_TENSOR_INT64))
+            kept += t[i].numel;
+        /* a counter shapes no output: the aggregator keeps its own */
+        if (!(t[i].flags & FED_TENSOR_INT64) &&
+            fed_node_layout_path(&t[i], &a->rules) == LAYOUT_LOCAL)
+            a->eval_local = 1;
+    }
+    if (dp && !c->local_bn && kept)
+        fed_log(FED_LOG_INFO, "aggregator: DP: the model's batch-norm tensors and non-trained "
+                "statistics (%zu floats) stay at the sites (--local-bn implied): they are "
+                "computed from the data without noise", kept);
+    if (a->layout.len[LAYOUT_STATS] &&
+        !(a->norm_stats = fed_calloc(a->layout.len[LAYOUT_STATS], sizeof *a->norm_stats)))
+        return FED_ERR_NOMEM;
+    if (a->eval_local)
+        fed_log(FED_LOG_WARN, "aggregator: %zu of %zu parameters stay at the sites (%s): this "
+                "node's own evaluation uses its initial values of them and is not meaningful; "
+                "the sites' evaluation is the measure", a->layout.len[LAYOUT_LOCAL], a->nparams,
+                c->local_layers[0] ? "--local-layers" : dp ? "DP" : "--local-bn");
+    return FED_OK;
+}
+
 static fed_err fed_node_agg_new(fed_node *n)
 {
     const fed_node_config *c = &n->cfg;
@@ -99,12 +183,17 @@ static fed_err fed_node_agg_new(fed_node *n)
                            &a->model)) != FED_OK)
         return e;
     a->nparams = fed_model_nparams(a->model);
+    if (c->hooks && c->hooks->mark_model)
+        c->hooks->mark_model(c->hooks->ctx, a->model);
+    if ((e = paths_new(n)) != FED_OK)
+        return e;
     if ((e = fed_merge_new(c->agg.strategy, a->nparams, &mc, c->be, &a->merge)) != FED_OK)
         return e;
     if ((e = alloc_scratch(n)) != FED_OK)
         return e;
     if (c->secagg.on) {
-        const char *why = fed_node_sa_agg_misfit(c, a->nparams, (size_t)a->max_clients);
+        const char *why = fed_node_sa_agg_misfit(c, fed_node_layout_sent(&a->layout),
+                                                 (size_t)a->max_clients);
 
         if (why) {
             fed_log(FED_LOG_ERROR, "aggregator: %s", why);
@@ -169,6 +258,8 @@ static void fed_node_agg_free(fed_node *n)
     fed_node_agg_eval_free(a);
     fed_node_agg_dp_free(a);
     fed_node_agg_budget_free(a);
+    fed_node_layout_fini(&a->layout);
+    fed_free(a->norm_stats);
     fed_free(a);
     n->agg = NULL;
 }
@@ -479,6 +570,14 @@ void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b)
     if (n->agg->sa)
         fed_node_sa_agg_settings(n, round, s);
     fed_node_agg_stats_settings(n, s);
+    if (!fed_node_layout_trivial(&n->agg->layout) || c->local_layers[0] || c->local_bn ||
+        n->agg->rules.local_bn) { /* field 16: which tensors stay, for every client alike */
+        s->paths_on = 1;
+        s->paths_flags = (n->agg->rules.local_bn ? FED_WIRE_PATHS_LOCAL_BN : 0) |
+                         (n->agg->rules.stats_local ? FED_WIRE_PATHS_STATS_LOCAL : 0);
+        snprintf(s->local_layers, sizeof s->local_layers, "%s", c->local_layers);
+        s->sa_stats_range = n->agg->sa ? (float)c->secagg.stats_range : 0;
+    }
 }
 
 static node_cast cast_of(const agg_hold *h)
@@ -640,6 +739,7 @@ static void fed_node_agg_progress(const fed_node *n, fed_node_progress *out)
     out->round_open = a->state == AGG_RUNNING;
     out->round_due_ms = out->round_open ? a->deadline_at_ms : 0;
     out->commit_failures = a->failed;
+    out->eval_local = a->eval_local;
     out->clients_waiting = (uint32_t)a->nholds;
     for (size_t i = 0; out->round_open && i < a->nparts; i++)
         out->clients_training += !a->parts[i].got;
@@ -1119,7 +1219,7 @@ fed_err fed_node_agg_answer_model(fed_node *n, fed_req *req, const fed_wire_hdr 
 
 static void fed_node_agg_prepare_open(fed_node *n, node_open *op)
 {
-    op->expect_n = n->agg->nparams;
+    op->expect_n = fed_node_layout_sent(&n->agg->layout); /* what leaves a site */
     op->expect_codec = (uint16_t)n->agg->codec.id;
     if (fed_node_agg_stats_pass(n) && !n->agg->sa) { /* the pass's DELTA: 16-bit limbs */
         op->expect_n = fed_node_agg_stats_plain_entries(n);
@@ -1159,19 +1259,37 @@ fed_err fed_node_agg_ack_duplicate(fed_node *n, node_open *op)
     return e;
 }
 
-/* op's delta into part p (taken from op), then ACK. */
+/* op's delta into part p (taken from op), then ACK; a delta whose
+ * segments are not the round's is refused (FED_ERR_SEGMENTS). */
 fed_err fed_node_agg_take_delta(fed_node *n, node_open *op, agg_part *p)
 {
     node_agg *a = n->agg;
     const fed_wire_msg *m = &op->msg;
     fed_err e;
 
+    /* (the statistics pass's DELTA holds its integers, not the layout) */
+    if (!fed_node_agg_stats_pass(n) && !fed_node_layout_matches(&a->layout, 0, &m->block)) {
+        fed_log(FED_LOG_WARN, "aggregator: round %llu: a delta whose segments (%u listed) are "
+                "not this round's tensor layout (%zu floats sent of %zu): refused",
+                (unsigned long long)m->hdr.round, m->block.seg_count,
+                fed_node_layout_sent(&a->layout), a->nparams);
+        return fed_node_agg_refuse_delta(n, op, FED_ERR_SEGMENTS, 0);
+    }
+
     p->got = 1;
     p->base = m->hdr.round;
     p->epoch = m->hdr.sender_epoch;
     p->samples = m->block.samples;
-    p->delta = op->vec;
-    op->vec = NULL;
+    if (fed_node_layout_trivial(&a->layout)) {
+        p->delta = op->vec;
+        op->vec = NULL;
+    } else { /* the sent floats where they belong, zero on the local ones */
+        if (!(p->delta = fed_malloc(a->nparams * sizeof *p->delta))) {
+            p->got = 0;
+            return FED_ERR_NOMEM;
+        }
+        fed_node_layout_unpack(&a->layout, op->vec, p->delta);
+    }
     memcpy(p->header, m->header, FED_WIRE_HEADER_BYTES);
     memcpy(p->digest, m->digest, sizeof p->digest);
     memcpy(p->sig, m->sig, sizeof p->sig);

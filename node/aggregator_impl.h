@@ -176,6 +176,14 @@ struct node_agg {
     agg_stats *stats;       /* cfg.data.stats_cols: the shared statistics (agg_stats.c) */
     const agg_input_ops *in; /* the round's aggregate input (agg_input.c): plain,
                                 secure, DP-FedAvg around either */
+    fed_node_layout layout; /* the tensors' paths (node/layout.h): what a DELTA
+                               carries, what the strategy merges */
+    layout_rules rules;     /* what decided it, sent in each MODEL (field 16) */
+    int eval_local;         /* tensors that shape the output stay at the sites:
+                               this node's own evaluation is not meaningful */
+    float *norm_stats;      /* (layout.len[STATS]) the round's non-trained statistics
+                               (batch norm's): their sample-weighted mean delta,
+                               outside the strategy */
     const agg_mode_ops *mode; /* synchronous or async rounds */
     agg_member_dp *mdp;     /* (nmdp, sorted by key) clients' reported budgets */
     size_t nmdp, cap_mdp;

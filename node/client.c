@@ -44,6 +44,10 @@ struct node_client {
     float *global;        /* (nparams) the round's MODEL */
     float *residual;      /* (nparams) topk, kept across rounds */
     size_t nparams;
+    float *local;         /* (local_n) its local tensors (node/layout.h), kept across
+                             rounds and restarts: no MODEL overwrites them */
+    size_t local_n;
+    uint64_t local_nparams; /* the model they belong to, by its size */
     char flops_spec[FED_WIRE_SPEC_BYTES];
     double flops_per_sample;
     char *graph;          /* the round's whole spec when its MODEL carried a
@@ -95,6 +99,7 @@ static void fed_node_client_free(fed_node *n)
         return;
     fed_free(c->global);
     fed_free(c->residual);
+    fed_free(c->local);
     fed_free(c->graph);
     fed_free(c->stats_applied);
     fed_free(c->stats_out);
@@ -170,6 +175,7 @@ static fed_err send_delta(fed_node *n)
     b.samples = j->samples;
     b.round_ref = c->round;
     put_dp_report(n, &b);
+    fed_node_layout_put(&j->layout, 0, &b); /* a partial vector: its segments said */
     c->state = CL_SENDING;
     c->out_type = FED_WIRE_DELTA;
     arm_retry(n, n->cfg.transfer.retry_ms);
@@ -246,7 +252,17 @@ static fed_err resume(fed_node *n)
         return FED_OK;
     if (e == FED_OK) {
         const fed_store_section *r = fed_store_ckpt_find(&ck, FED_CKPT_SEC_RESIDUAL);
+        const fed_store_section *l = fed_store_ckpt_find(&ck, FED_CKPT_SEC_LOCAL);
         node_client *c = n->client;
+
+        if (l && l->len > 8 && (l->len - 8) % sizeof(float) == 0) {
+            c->local_nparams = fed_get_u64le(l->data);
+            c->local_n = (l->len - 8) / sizeof(float);
+            if (!(c->local = fed_malloc(l->len - 8)))
+                e = FED_ERR_NOMEM;
+            else
+                fed_get_f32le_n(c->local, l->data + 8, c->local_n);
+        }
 
         n->round = round;
         if (r && r->len % sizeof(float) == 0 && r->len) {
@@ -435,21 +451,41 @@ out:
     return e;
 }
 
+/* A client's own --local-layers or --local-bn, when set, must be what the
+ * aggregator declares (MODEL field 16): the aggregator decides which
+ * tensors stay, a client may only check it. */
+static int paths_agree(const fed_node *n, const fed_wire_settings *s, uint64_t round)
+{
+    const char *own = n->cfg.local_layers;
+    int bn = (s->paths_flags & FED_WIRE_PATHS_LOCAL_BN) != 0;
+
+    if (!own[0] && !n->cfg.local_bn)
+        return 1;
+    if ((own[0] && strcmp(own, s->local_layers) != 0) || (n->cfg.local_bn && !bn)) {
+        fed_log(FED_LOG_WARN, "client: round %llu: the aggregator keeps local --local-layers "
+                "'%s'%s, this client '%s'%s: declined (the aggregator decides which tensors "
+                "stay at the sites)", (unsigned long long)round, s->local_layers,
+                bn ? " with --local-bn" : "", own, n->cfg.local_bn ? " with --local-bn" : "");
+        return 0;
+    }
+    return 1;
+}
+
 /* The trained delta of the round (the job's f32 vector) into secure
  * aggregation's masked input. */
 static fed_err secure_trained(fed_node *n)
 {
     node_client *c = n->client;
     node_train_job *j = &c->job;
-    float *d = fed_malloc((c->nparams ? c->nparams : 1) * sizeof *d);
+    float *d = fed_malloc((j->sent_n ? j->sent_n : 1) * sizeof *d);
     fed_err e;
 
     if (!d)
         return FED_ERR_NOMEM;
     if (c->pass) /* the statistics pass: its integers alone (secagg_client.c) */
-        e = fed_node_sa_client_trained(n, NULL, 0, j->samples);
-    else if ((e = fed_codec_decode(j->vec, j->vec_len, FED_CODEC_F32, d, c->nparams)) == FED_OK)
-        e = fed_node_sa_client_trained(n, d, c->nparams, j->samples);
+        e = fed_node_sa_client_trained(n, NULL, &j->layout, j->samples);
+    else if ((e = fed_codec_decode(j->vec, j->vec_len, FED_CODEC_F32, d, j->sent_n)) == FED_OK)
+        e = fed_node_sa_client_trained(n, d, &j->layout, j->samples);
     fed_free(d);
     if (e != FED_OK)
         fed_node_sa_client_abort(n);
@@ -618,6 +654,14 @@ static fed_err on_model_train(fed_node *n, node_open *op)
         fed_wire_note_reject(n->wire, &m->hdr, e);
         return e;
     }
+    if (!paths_agree(n, &m->block.settings, m->hdr.round)) {
+        (void)n->env.cancel_timer(n->env.self, NODE_TIMER_RETRY);
+        c->round = m->hdr.round;
+        c->leave_reason = (uint32_t)FED_ERR_LOCAL_MISMATCH;
+        c->resends = 0;
+        j->vec_len = 0;
+        return send_leave(n);
+    }
     fed_free(c->graph); /* no job runs while the client asks */
     c->graph = NULL;
     if (m->block.settings.graph &&
@@ -680,6 +724,9 @@ static fed_err on_model_train(fed_node *n, node_open *op)
     j->shard_n = n->cfg.data.shard_n;
     j->global = c->global;
     j->nparams = c->nparams;
+    /* its local tensors of this model, if it kept any (else the MODEL's) */
+    j->local = c->local && c->local_nparams == c->nparams ? c->local : NULL;
+    j->local_n = j->local ? c->local_n : 0;
     j->codec.id = (fed_codec_id)m->block.settings.codec;
     j->codec.fraction = m->block.settings.fraction;
     j->residual = j->codec.id == FED_CODEC_TOPK ? c->residual : NULL;
@@ -706,8 +753,9 @@ static fed_err record_round(fed_node *n)
     node_train_job *j = &c->job;
     fed_store *st = n->cfg.store;
     uint8_t state[FED_NODE_STATE_BYTES];
-    uint8_t *res = NULL;
+    uint8_t *res = NULL, *loc = NULL;
     fed_store_round row;
+    fed_store_section sec[3] = {{FED_NODE_SEC_STATE, state, sizeof state}};
     size_t ns = 1;
     fed_err e;
 
@@ -716,7 +764,16 @@ static fed_err record_round(fed_node *n)
         if (!(res = fed_malloc(c->nparams * sizeof(float))))
             return FED_ERR_NOMEM;
         fed_put_f32le_n(res, c->residual, c->nparams);
-        ns = 2;
+        sec[ns++] = (fed_store_section){FED_CKPT_SEC_RESIDUAL, res, c->nparams * sizeof(float)};
+    }
+    if (c->local) { /* the local tensors survive a restart */
+        if (!(loc = fed_malloc(8 + c->local_n * sizeof(float)))) {
+            fed_free(res);
+            return FED_ERR_NOMEM;
+        }
+        fed_put_u64le(loc, c->local_nparams);
+        fed_put_f32le_n(loc + 8, c->local, c->local_n);
+        sec[ns++] = (fed_store_section){FED_CKPT_SEC_LOCAL, loc, 8 + c->local_n * sizeof(float)};
     }
     memset(&row, 0, sizeof row);
     row.round = c->round;
@@ -729,10 +786,6 @@ static fed_err record_round(fed_node *n)
     row.peers = 1;
     snprintf(row.strategy, sizeof row.strategy, "client");
     {
-        fed_store_section sec[2] = {
-            {FED_NODE_SEC_STATE, state, sizeof state},
-            {FED_CKPT_SEC_RESIDUAL, res, c->nparams * sizeof(float)},
-        };
         double eps = 0;
 
         /* a DP round's charge is fsynced whatever --db-sync says */
@@ -754,6 +807,7 @@ static fed_err record_round(fed_node *n)
             fed_log(FED_LOG_ERROR, "client: re-reading the privacy spent failed");
     }
     fed_free(res);
+    fed_free(loc);
     return e;
 }
 
@@ -792,6 +846,16 @@ static fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
 
     if (job != &j->job)
         return FED_ERR_INTERNAL;
+    if (j->err == FED_ERR_DP_STATS) { /* a round this site may not send: declined */
+        fed_log(FED_LOG_WARN, "client: round %llu: %s: declined, nothing sent",
+                (unsigned long long)c->round, fed_strerror(j->err));
+        if (c->secure)
+            fed_node_sa_client_abort(n);
+        c->leave_reason = (uint32_t)j->err;
+        c->resends = 0;
+        j->vec_len = 0;
+        return send_leave(n);
+    }
     if (j->err != FED_OK) {
         fed_log(FED_LOG_ERROR, "client: training round %llu failed: %s",
                 (unsigned long long)c->round, fed_strerror(j->err));
@@ -800,6 +864,13 @@ static fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
         return j->err;
     }
     c->resends = 0;
+    if (j->local_out) { /* its local tensors as trained: kept, and in the record */
+        fed_free(c->local);
+        c->local = j->local_out;
+        c->local_n = j->layout.len[LAYOUT_LOCAL];
+        c->local_nparams = c->nparams;
+        j->local_out = NULL;
+    }
     if (c->secure) {
         /* secure aggregation: the delta goes only into the masked input */
         if ((rec = record_round(n)) != FED_OK) {

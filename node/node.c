@@ -49,6 +49,7 @@ void fed_node_config_default(fed_node_config *cfg)
     cfg->secagg.max_weight = 1000;
     cfg->secagg.bits = 20;
     cfg->secagg.range = 4;
+    cfg->secagg.stats_range = 64;
     cfg->secagg.stage_ms = 10000;
     cfg->secagg.min_clients = FED_NODE_SA_FLOOR;
 }

@@ -307,6 +307,8 @@ typedef struct fed_node_secagg_config {
     double max_weight;            /* a client's weight cap in samples; default 1000 */
     uint32_t bits;                /* quantized bits; default 20 (4096 clients fit) */
     double range;                 /* per-coordinate clip; default 4 */
+    double stats_range;           /* the statistics segment's clip (running
+                                     means and variances, node/layout.h); default 64 */
     uint64_t stage_ms;            /* each stage's deadline (the masked input's:
                                      deadline_ms); default 10000 */
     uint32_t min_clients;         /* the floor of a secure round's key list and
@@ -383,6 +385,12 @@ typedef struct fed_node_config {
                                      schedule: round r <= W trains at
                                      lr * r / (W + 1); default 0 */
     float momentum;               /* SGD's, in [0, 1); default 0.9 */
+    /* aggregator: tensors that stay at the sites (node/layout.h), sent in
+       each MODEL (field 16) so every site keeps the same ones; a client's
+       own (when set) must agree or the round is declined */
+    char local_layers[256];       /* comma-separated globs over tensor names
+                                     ("fc3.*"); "": none */
+    int local_bn;                 /* every norm tensor stays (FedBN) */
     uint32_t rounds;              /* stop after this round; 0: never */
     uint64_t deadline_ms;         /* a round's deadline from its start (a peer's
                                      bsp wait); default 60000 */
@@ -470,6 +478,9 @@ typedef struct fed_node_progress {
     uint32_t commit_failures;  /* aggregator: rounds whose commit failed in a row */
     uint32_t clients_waiting;  /* aggregator: clients holding a request */
     uint32_t clients_training; /* aggregator: sampled clients whose delta is not in */
+    int eval_local;            /* aggregator: tensors stay at the sites (--local-layers,
+                                  --local-bn, DP), so its own evaluation, made with its
+                                  initial ones, is not meaningful */
 } fed_node_progress;
 void fed_node_get_progress(const fed_node *n, fed_node_progress *out);
 /* Timers a node holds armed at once, at most (its ids are 1..this): an

@@ -11,6 +11,7 @@
 #include "model/codec.h"
 #include "model/optim.h"
 #include "model/train.h"
+#include "node/layout.h"
 #include "node/node.h"
 
 /* Timer ids (one set per role). */
@@ -91,7 +92,7 @@ FED_WUR fed_err fed_node_model_admit(const char *whole, const char *own, fed_mod
 
 /* The input a MODEL's model is built over at a client whose data has
  * shape data (its classes: declared, else its largest label + 1): the
- * MODEL's declared input (field 14) when it carries one, else data. The
+ * MODEL's declared input (field 15) when it carries one, else data. The
  * MODEL's must have data's sample shape and at least its classes (a site
  * holding fewer classes trains the federation's model), and the classes the
  * client declares (declared; 0: none) exactly: else FED_ERR_MODEL_MISMATCH
@@ -310,8 +311,12 @@ typedef struct node_train_job {
     const fed_dataset *data;
     const uint32_t *shard;
     size_t shard_n;
-    const float *global;    /* (nparams) where training starts */
+    const float *global;    /* (nparams) the round's MODEL */
     size_t nparams;
+    const float *local;     /* client: its local tensors (node/layout.h's LOCAL
+                               path, local_n floats) from earlier rounds; NULL:
+                               this round's MODEL gives them */
+    size_t local_n;
     fed_coll *coll;         /* a site's ranks (node/site.h); NULL: alone */
     fed_codec codec;        /* client: the delta's codec */
     float *residual;        /* (nparams) topk error feedback, or NULL */
@@ -331,6 +336,10 @@ typedef struct node_train_job {
     double dp_rate;
     uint8_t *vec;           /* the encoded delta (vec_len of cap_vec) */
     size_t vec_len, cap_vec;
+    fed_node_layout layout; /* client: the round's tensor paths */
+    size_t sent_n;          /* client: floats of the delta in vec */
+    float *local_out;       /* client: (layout.len[LOCAL]) the local tensors as
+                               trained, owned; the client takes them */
     double loss;
     uint64_t samples;
     fed_err err;
@@ -338,6 +347,12 @@ typedef struct node_train_job {
        model (its parameters set afresh each round) and the trained copy */
     fed_model *model;
     float *trained;         /* (nparams) */
+    float *sent;            /* (layout.len[STATS]) the statistics while the delta
+                               is packed in place (layout.h) */
+    float *start;           /* (nparams) a site's ranks: global with the client's
+                               local tensors (alone, the job puts them into the
+                               model instead) */
+    const float *from;      /* where training starts: global, or start */
     int drop_model;         /* model freed when the job ends (cfg.peer.train_model_per_job) */
 } node_train_job;
 
@@ -349,7 +364,7 @@ void fed_node_stats_job_run(fed_job *job);
 /* node/site.c: a site's ranks in a training job. The ranks the job trains
  * over (1: alone); the trainer's gradient sum over them and the epoch's
  * stats summed likewise (a failure ends the job, see node/site.h); rank
- * 0's announcement of the job to the others (its header and j->global). */
+ * 0's announcement of the job to the others (its header and j->from). */
 int fed_node_site_ranks(const node_train_job *j);
 fed_err fed_node_site_reduce(void *ctx, float *buf, size_t n);
 FED_WUR fed_err fed_node_site_sum_stats(fed_coll *c, fed_step_stats *st);

@@ -61,12 +61,15 @@ struct node_sa_agg {
     int void_sum;           /* the try failed once masked inputs were out: the
                                round closes with no update, no other try */
     char outcome[160];      /* why, for the try's row (written with the round) */
-    size_t np;              /* the try's delta length: nparams, or 0 in the
-                               statistics pass (node/agg_stats.c) */
+    size_t np;              /* the try's delta length as sent: the layout's
+                               (node/layout.h), or 0 in the statistics pass
+                               (node/agg_stats.c) */
     uint32_t nints;         /* the try's integers: cfg.secagg.ints, or the pass's */
     size_t words;           /* the masked input's: fed_agg_seg_words of sa_segs */
     uint32_t *sum;          /* (words; room for the larger kind of try) */
-    float *mean;            /* (nparams) the unmasked mean */
+    float *mean;            /* (nparams) the unmasked mean: the trained floats
+                               (node/layout.h), zero elsewhere */
+    float *stats;           /* (the layout's statistics) their unmasked mean, or NULL */
     double weight;
     uint64_t *isum;         /* (nints) the integers' exact sums */
     uint32_t m3;            /* clients in the sum */
@@ -76,16 +79,29 @@ struct node_sa_agg {
 
 /* A secure contribution's segments under c (agg_input.h): the delta (np),
  * its weight, and nints integers. */
-static size_t sa_segs(const fed_node_config *c, size_t np, uint32_t nints, agg_segment *segs)
+static size_t sa_segs(const fed_node_config *c, const fed_node_layout *l, size_t np,
+                      uint32_t nints, agg_segment *segs, size_t *nd_out)
 {
-    return fed_agg_seg_secure(np, c->secagg.range, nints, segs);
+    agg_segment d[AGG_SEGMENTS_MAX]; /* the delta's: the layout's, or one of np */
+    size_t nd = 0;
+
+    if (np && l)
+        nd = fed_node_layout_segments(l, c->secagg.range, c->secagg.stats_range, d);
+    else if (np)
+        d[nd++] = (agg_segment){.name = "delta", .len = np, .rule = AGG_WEIGHT_SAMPLES,
+                                .range = c->secagg.range};
+    if (nd_out)
+        *nd_out = nd;
+    return fed_agg_seg_secure(d, nd, c->secagg.range, nints, segs);
 }
 
-/* The masked input's u32 words under c. */
-static uint64_t sa_words(const fed_node_config *c, size_t np, uint32_t nints)
+/* The masked input's u32 words under c (l: the round's tensor layout; NULL
+ * before one exists: the delta as one segment of np). */
+static uint64_t sa_words(const fed_node_config *c, const fed_node_layout *l, size_t np,
+                         uint32_t nints)
 {
     agg_segment segs[AGG_SEGMENTS_MAX];
-    size_t nseg = sa_segs(c, np, nints, segs);
+    size_t nseg = sa_segs(c, l, np, nints, segs, NULL);
 
     if (c->secagg.bits < 1 || c->secagg.bits > 32) /* misfit refuses it by name */
         return (uint64_t)np + 1;
@@ -93,11 +109,12 @@ static uint64_t sa_words(const fed_node_config *c, size_t np, uint32_t nints)
 }
 
 /* The larger masked input of a training round and a statistics pass. */
-static uint64_t sa_words_most(const fed_node_config *c, size_t nparams)
+static uint64_t sa_words_most(const fed_node_config *c, const fed_node_layout *l,
+                              size_t nparams)
 {
-    uint64_t train = sa_words(c, nparams, c->secagg.ints);
+    uint64_t train = sa_words(c, l, l ? fed_node_layout_sent(l) : nparams, c->secagg.ints);
     uint64_t pass = c->data.stats_cols
-                        ? sa_words(c, 0, c->data.stats_cols * FED_COLSTATS_INTS)
+                        ? sa_words(c, NULL, 0, c->data.stats_cols * FED_COLSTATS_INTS)
                         : 0;
 
     return train > pass ? train : pass;
@@ -130,11 +147,11 @@ const char *fed_node_sa_agg_misfit(const fed_node_config *c, size_t nparams, siz
                "--secagg-bits or the number of clients a round takes";
     /* a masked vector larger than a frame streams (node/transfer.c), as a
        DELTA does: the bound is the largest stream a node takes */
-    if (sa_words_most(c, nparams) > wc.max_stream_bytes / 4)
+    if (sa_words_most(c, NULL, nparams) > wc.max_stream_bytes / 4)
         return "--secagg: the masked vector (4 bytes a parameter) is over the largest stream "
                "a node takes (wire.max_stream_bytes, 64 GiB by default): raise it or use a "
                "smaller model";
-    if (fed_wire_cfg_unsealed(&c->transfer.wire) && fed_wire_frame_bytes(16 + sa_words_most(c, nparams) * 4) > max_frame)
+    if (fed_wire_cfg_unsealed(&c->transfer.wire) && fed_wire_frame_bytes(16 + sa_words_most(c, NULL, nparams) * 4) > max_frame)
         return "--secagg with --no-crypto: the masked vector is over one frame and would "
                "stream, and streams are always sealed: drop --no-crypto or use a smaller model";
     if (max_clients > SA_MAX_CLIENTS)
@@ -154,16 +171,21 @@ fed_err fed_node_sa_agg_new(fed_node *n, node_sa_agg **out)
                              ? n->cfg.secagg.ints
                              : n->cfg.data.stats_cols * FED_COLSTATS_INTS;
 
-    s->np = n->agg->nparams;
+    size_t ns = n->agg->layout.len[LAYOUT_STATS];
+
+    s->np = fed_node_layout_sent(&n->agg->layout); /* what leaves the sites */
     s->nints = n->cfg.secagg.ints;
-    s->words = (size_t)sa_words(&n->cfg, s->np, s->nints);
+    s->words = (size_t)sa_words(&n->cfg, &n->agg->layout, s->np, s->nints);
     s->m = fed_calloc(mc, sizeof *s->m);
     s->mean = fed_malloc(n->agg->nparams * sizeof(float) + 1);
-    s->sum = fed_malloc((size_t)sa_words_most(&n->cfg, n->agg->nparams) * sizeof(uint32_t));
+    s->stats = ns ? fed_malloc(ns * sizeof(float)) : NULL;
+    s->sum = fed_malloc((size_t)sa_words_most(&n->cfg, &n->agg->layout, n->agg->nparams) *
+                        sizeof(uint32_t));
     s->isum = fed_calloc((size_t)most_ints + 1, sizeof *s->isum);
-    if (!s->m || !s->mean || !s->sum || !s->isum) {
+    if (!s->m || !s->mean || !s->sum || !s->isum || (ns && !s->stats)) {
         fed_free(s->m);
         fed_free(s->mean);
+        fed_free(s->stats);
         fed_free(s->sum);
         fed_free(s->isum);
         fed_free(s);
@@ -215,6 +237,7 @@ void fed_node_sa_agg_free(fed_node *n, node_sa_agg *s)
     try_clear(s);
     fed_free(s->m);
     fed_free(s->mean);
+    fed_free(s->stats);
     fed_free(s->sum);
     fed_free(s->isum);
     fed_free(s);
@@ -290,6 +313,8 @@ const float *fed_node_sa_agg_mean(const node_sa_agg *s, double *weight)
     return s->mean;
 }
 
+const float *fed_node_sa_agg_stats(const node_sa_agg *s) { return s->stats; }
+
 const char *fed_node_sa_agg_fate(const node_sa_agg *s, size_t i)
 {
     static const char *const fate[] = {
@@ -330,9 +355,9 @@ fed_err fed_node_sa_agg_begin(fed_node *n)
     for (size_t i = 0; i < s->nm; i++)
         s->m[i].idx = -1;
     /* the statistics pass sums its integers alone (node/agg_stats.c) */
-    s->np = fed_node_agg_stats_pass(n) ? 0 : a->nparams;
+    s->np = fed_node_agg_stats_pass(n) ? 0 : fed_node_layout_sent(&a->layout);
     s->nints = fed_node_agg_stats_pass(n) ? fed_node_agg_stats_ints(n) : n->cfg.secagg.ints;
-    s->words = (size_t)sa_words(&n->cfg, s->np, s->nints);
+    s->words = (size_t)sa_words(&n->cfg, &a->layout, s->np, s->nints);
     s->stage = SA_KEYS;
     fed_log(FED_LOG_INFO, "secagg: round %llu try %u: %zu clients, stage keys",
             (unsigned long long)s->round, s->try_no, s->nm);
@@ -716,8 +741,9 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
     fed_secagg_share *buf = fed_crypto_guarded_alloc((size_t)s->k + 1, sizeof *buf);
     fed_secagg_maskset *ms = NULL; /* every mask to remove: one blocked walk */
     float *deq = NULL;
-    agg_segment segs[AGG_SEGMENTS_MAX]; /* the delta, its weight, the integers */
-    size_t nseg, np = s->np;
+    agg_segment segs[AGG_SEGMENTS_MAX]; /* the delta's segments (node/layout.h), its
+                                           weight, the integers */
+    size_t nd, nseg, np = s->np;
     uint32_t m3 = count_flags(s->u3, s->n1);
     uint64_t top = (uint64_t)m3 * ((s->q.bits >= 32 ? 0 : (UINT64_C(1) << s->q.bits)) - 1);
     fed_err e = FED_OK;
@@ -780,7 +806,7 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
             e = FED_ERR_RANGE;
             goto out;
         }
-    nseg = sa_segs(&n->cfg, np, s->nints, segs);
+    nseg = sa_segs(&n->cfg, &a->layout, np, s->nints, segs, &nd);
     if ((e = fed_agg_seg_dequantize(segs, nseg, s->q.bits, s->sum, m3, deq, s->isum)) != FED_OK)
         goto out;
     /* the weight coordinate carries 2 r w / W - r per client */
@@ -790,7 +816,18 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
         e = FED_ERR_RANGE;
         goto out;
     }
-    fed_agg_seg_finish(segs, 1, deq, m3, s->weight, s->mean); /* the delta, by the weight */
+    /* each segment of the delta by its rule (the weight word stays), then
+       the trained floats into the mean, the statistics apart (a statistics
+       pass has no delta) */
+    if (np) {
+        fed_agg_seg_finish(segs, nd, deq, m3, s->weight, deq);
+        fed_node_layout_unpack(&a->layout, deq, s->mean);
+        if (s->stats) {
+            memcpy(s->stats, deq + a->layout.len[LAYOUT_TRAINED],
+                   a->layout.len[LAYOUT_STATS] * sizeof *s->stats);
+            fed_node_layout_fill(&a->layout, LAYOUT_STATS, s->mean, 0.0f);
+        }
+    }
     s->weight *= weight_cap(n);
 out:
     fed_crypto_slot_release(ar, slot);
@@ -798,8 +835,10 @@ out:
     fed_crypto_guarded_free(buf);
     if (e != FED_OK) { /* a failed try keeps no sum, not even a partial one */
         sodium_memzero(s->sum, s->words * sizeof *s->sum);
-        sodium_memzero(s->mean, np * sizeof *s->mean);
+        sodium_memzero(s->mean, a->nparams * sizeof *s->mean);
         sodium_memzero(s->isum, s->nints * sizeof *s->isum);
+        if (s->stats)
+            sodium_memzero(s->stats, a->layout.len[LAYOUT_STATS] * sizeof *s->stats);
     }
     fed_free(deq);
     return e;
@@ -936,7 +975,9 @@ static fed_err take(fed_node *n, sa_member *m, size_t part, const fed_wire_msg *
     case FED_WIRE_SA_MASKED: {
         agg_part *p = &n->agg->parts[part];
 
-        if (b->sa_count != s->words || msg->vector_len != s->words * 4)
+        if (b->sa_count != s->words || msg->vector_len != s->words * 4 ||
+            !(s->np ? fed_node_layout_matches(&n->agg->layout, 1, b) /* its segments, said */
+                    : b->seg_count == 0))                               /* a pass: none */
             return FED_ERR_SA_MASKED;
         if (!(m->masked = fed_malloc(s->words * sizeof *m->masked)))
             return FED_ERR_NOMEM;

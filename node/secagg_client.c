@@ -48,6 +48,8 @@ struct node_sa_client {
     double max_weight, dropout;
     uint32_t pass_ints;     /* the statistics pass: its integers, no delta (0: a
                                training round) */
+    double stats_range;     /* the statistics segment's range (MODEL field 16) */
+    fed_wire_block segs;    /* the masked input's segments field (node/layout.h) */
     fed_secagg_keys *keys;  /* arena slot */
     uint32_t n1, me, k, t;
     sa_key_entry *list;     /* (n1) */
@@ -207,6 +209,9 @@ static fed_err send_req(fed_node *n)
         return fed_node_emit(n, NULL, &h, &b, s->out, s->req_len);
     /* the masked input: a CHUNK stream when over a frame, as a DELTA; its
        answer comes as the reply to its last frame */
+    b.seg_count = s->segs.seg_count;
+    memcpy(b.seg_len, s->segs.seg_len, sizeof b.seg_len);
+    memcpy(b.seg_rule, s->segs.seg_rule, sizeof b.seg_rule);
     stream_end(n, s);
     e = fed_node_emit_vec(n, NULL, &h, &b, s->out, s->req_len);
     s->streamed = fed_node_tx_active(n, n->cfg.client.aggregator.key);
@@ -325,6 +330,7 @@ fed_err fed_node_sa_client_begin(fed_node *n, const fed_wire_msg *model)
     s->q.clip_norm = st->sa_clip;
     s->q.range = st->sa_range;
     s->q.bits = st->sa_bits;
+    s->stats_range = st->paths_on ? st->sa_stats_range : st->sa_range;
     s->max_weight = st->sa_max_weight;
     s->dropout = st->sa_dropout;
     s->pass_ints = st->stats_mode == FED_WIRE_STATS_PASS ? st->stats_cols * FED_COLSTATS_INTS : 0;
@@ -548,15 +554,18 @@ static fed_err send_masked(fed_node *n)
     return start_stage(n, SC_MASKED, FED_WIRE_SA_MASKED, (uint32_t)s->words);
 }
 
-fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, size_t nparams,
+fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, const fed_node_layout *l,
                                    uint64_t samples)
 {
     node_sa_client *s = n->client_sa;
     double w = (double)samples < s->max_weight ? (double)samples : s->max_weight;
     double f = w / s->max_weight, r = s->q.range;
     size_t nints = s->pass_ints ? s->pass_ints : n->cfg.secagg.ints;
+    agg_segment dsegs[AGG_SEGMENTS_MAX]; /* the delta's: trained, statistics (a pass: none) */
+    size_t nd = s->pass_ints ? 0 : fed_node_layout_segments(l, r, s->stats_range, dsegs);
+    size_t nparams = fed_agg_seg_len(dsegs, nd), off = 0;
     agg_segment segs[AGG_SEGMENTS_MAX];
-    size_t nseg = fed_agg_seg_secure(nparams, r, nints, segs);
+    size_t nseg = fed_agg_seg_secure(dsegs, nd, r, nints, segs);
     float *x = NULL;
     int64_t *ix = NULL;
     fed_rng rng;
@@ -565,12 +574,16 @@ fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, size_t npara
 
     if (s->stage == SC_NONE)
         return FED_ERR_SA_FAILED; /* the round was dropped meanwhile */
-    if (s->pass_ints && (nparams || !n->cfg.data.stats_local ||
+    if (s->pass_ints && (!n->cfg.data.stats_local ||
                          (size_t)n->cfg.data.stats_cols * FED_COLSTATS_INTS != s->pass_ints))
         return FED_ERR_STATS; /* the client declines such a pass before it trains */
     if (nints && !s->pass_ints && !n->cfg.secagg.ints_fn)
         return FED_ERR_INVAL;
     s->words = fed_agg_seg_words(segs, nseg, s->q.bits);
+    if (s->pass_ints)
+        s->segs.seg_count = 0;
+    else
+        fed_node_layout_put(l, 1, &s->segs);
     if (!(x = fed_malloc((nparams + 1) * sizeof *x)) ||
         (nints && !(ix = fed_calloc(nints, sizeof *ix))) ||
         !(s->masked = fed_malloc(s->words * sizeof *s->masked))) {
@@ -582,16 +595,22 @@ fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, size_t npara
     else if (nints &&
              (e = n->cfg.secagg.ints_fn(n->cfg.secagg.ints_ctx, s->round, ix, nints)) != FED_OK)
         goto out;
-    /* the L2 clip the aggregator's strategy names (clip:NORM+), then each
-       value into the range, then weighted: each value in [-r, r]; the
-       weight, 2 r w / W - r, one more coordinate */
-    double l2 = fed_secagg_clip_scale(&s->q, delta, nparams);
+    /* the L2 clip the aggregator's strategy names (clip:NORM+), over the
+       trained floats only, then each value into its segment's range, then
+       weighted: each value in [-range, range]; the weight, 2 r w / W - r,
+       one more coordinate */
+    double l2 = fed_secagg_clip_scale(&s->q, delta, nd ? dsegs[0].len : 0);
 
-    for (size_t i = 0; i < nparams; i++) {
-        double v = l2 * delta[i];
+    for (size_t g = 0; g < nd; g++) {
+        double rg = dsegs[g].range, scale = g == 0 ? l2 : 1.0;
 
-        v = v > r ? r : v < -r ? -r : v;
-        x[i] = (float)(v * f);
+        for (size_t i = off; i < off + dsegs[g].len; i++) {
+            double v = scale * delta[i];
+
+            v = v > rg ? rg : v < -rg ? -rg : v;
+            x[i] = (float)(v * f);
+        }
+        off += dsegs[g].len;
     }
     x[nparams] = (float)(2 * r * f - r);
     fed_crypto_keystream_random(&s->ks, &seed, sizeof seed);

@@ -43,6 +43,9 @@ size_t fed_node_sa_agg_words(const node_sa_agg *s);
 const uint64_t *fed_node_sa_agg_ints(const node_sa_agg *s, size_t *len, uint32_t *m);
 /* The unmasked mean and its weight (after the round's last stage). */
 const float *fed_node_sa_agg_mean(const node_sa_agg *s, double *weight);
+/* The unmasked mean of the statistics segment (node/layout.h), or NULL
+ * when the model sends none. */
+const float *fed_node_sa_agg_stats(const node_sa_agg *s);
 /* 1 once the try's sum is unmasked (0 after a try failed closed). */
 int fed_node_sa_agg_unmasked(const node_sa_agg *s);
 /* 1 once the try failed from the masked-input stage on: the round closes
@@ -70,9 +73,10 @@ FED_WUR fed_err fed_node_sa_client_new(fed_node *n, node_sa_client **out);
 void fed_node_sa_client_free(fed_node *n, node_sa_client *s);
 /* A MODEL with field 12 came for round: keys out (beside the training). */
 FED_WUR fed_err fed_node_sa_client_begin(fed_node *n, const fed_wire_msg *model);
-/* The round's training is done: the delta (floats, n) and its samples. */
-FED_WUR fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, size_t nparams,
-                                           uint64_t samples);
+/* The round's training is done: the sent delta (fed_node_layout_sent(l)
+ * floats: its segments, node/layout.h) and its samples. */
+FED_WUR fed_err fed_node_sa_client_trained(fed_node *n, const float *delta,
+                                           const fed_node_layout *l, uint64_t samples);
 /* A reply of a stage (an SA_* answer or an ACK) while one is out;
  * *done once the round's part is over (then the client asks NEXT). */
 FED_WUR fed_err fed_node_sa_client_on_reply(fed_node *n, node_open *op, int *done);

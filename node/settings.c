@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "model/codec.h"
+#include "node/layout.h"
 
 fed_err fed_node_settings_apply(const fed_node_settings *s, uint32_t nclients,
                                 fed_node_config *c, const char **bad)
@@ -32,6 +33,8 @@ fed_err fed_node_settings_apply(const fed_node_settings *s, uint32_t nclients,
         *bad = "mode";
     else if (fed_data_parse_augment(s->augment, &c->data.augment) != FED_OK)
         *bad = "augment";
+    else if (!fed_node_layout_patterns_ok(s->local_layers))
+        *bad = "local-layers";
     if (*bad)
         return FED_ERR_SPEC;
     snprintf(c->spec, sizeof c->spec, "%s", s->model);
@@ -61,6 +64,8 @@ fed_err fed_node_settings_apply(const fed_node_settings *s, uint32_t nclients,
     snprintf(c->peer.mixing, sizeof c->peer.mixing, "%s", s->mixing);
     c->peer.final_mix = (uint32_t)s->final_mix;
     c->peer.group_size = (uint32_t)s->group_size;
+    snprintf(c->local_layers, sizeof c->local_layers, "%s", s->local_layers);
+    c->local_bn = s->local_bn;
     fed_node_settings_apply_dp(s, c);
     return FED_OK;
 }
@@ -83,6 +88,7 @@ void fed_node_settings_apply_dp(const fed_node_settings *s, fed_node_config *c)
     c->secagg.max_weight = s->secagg_max_weight;
     c->secagg.bits = (uint32_t)s->secagg_bits;
     c->secagg.range = s->secagg_range;
+    c->secagg.stats_range = s->secagg_stats_range;
     c->secagg.stage_ms = (uint64_t)s->secagg_stage_ms;
     c->secagg.min_clients = (uint32_t)s->secagg_min_clients;
 }
@@ -102,6 +108,14 @@ const char *fed_node_settings_dp_misuse(const fed_node_settings *s, fed_node_rol
         return "--dp-client-clip (DP-FedAvg) is an aggregator's setting";
     if ((s->dp_target_epsilon > 0 || s->dp_client_quantile > 0) && !(s->dp_client_clip > 0))
         return "--dp-target-epsilon and --dp-client-quantile need --dp-client-clip (DP-FedAvg)";
+    return NULL;
+}
+
+const char *fed_node_settings_local_misuse(const fed_node_settings *s, fed_node_role role)
+{
+    if ((s->local_layers[0] || s->local_bn) && role == FED_NODE_PEER)
+        return "--local-layers and --local-bn are an aggregator's settings (its clients may "
+               "repeat them); peers do not keep tensors local yet";
     return NULL;
 }
 

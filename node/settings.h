@@ -63,6 +63,9 @@ typedef struct fed_node_settings {
     double secagg_max_weight;
     int secagg_bits;
     double secagg_range;
+    double secagg_stats_range;
+    char local_layers[256];
+    int local_bn;
     int secagg_stage_ms;
     int secagg_min_clients;
 } fed_node_settings;
@@ -197,6 +200,19 @@ typedef struct fed_node_settings {
     FED_OPT_DEF(T, m.secagg_range, "secagg-range", FED_OPT_DOUBLE, "4", 1e-9, 1e9,               \
                 "aggregator, --secagg: each delta coordinate is clipped into [-range, range] "   \
                 "before quantization"),                                                          \
+    FED_OPT_DEF(T, m.secagg_stats_range, "secagg-stats-range", FED_OPT_DOUBLE, "64", 1e-9, 1e9, \
+                "aggregator, --secagg: the clip of the segment of non-trained statistics "       \
+                "(batch norm's running means and variances, as deltas): their own range, as "   \
+                "--secagg-range would clamp a running variance"),                                \
+    FED_OPT_DEF(T, m.local_layers, "local-layers", FED_OPT_STR, "", 0, 0,                        \
+                "aggregator: tensors that stay at each site (FedPer/FedRep): comma-separated "   \
+                "globs over tensor names (e.g. 'fc3.*'); never sent, each client keeps its own "  \
+                "across rounds and restarts; sent in each round's settings. client: when set, "  \
+                "must equal the aggregator's or the round is declined"),                         \
+    FED_OPT_DEF(T, m.local_bn, "local-bn", FED_OPT_BOOL, "false", 0, 0,                          \
+                "aggregator: every batch-norm tensor stays at each site (FedBN); the "           \
+                "aggregator's own evaluation is then not meaningful (said in its log). Implied " \
+                "under DP-FedAvg and --require-dp-sgd: statistics carry no noise"),                         \
     FED_OPT_DEF(T, m.secagg_stage_ms, "secagg-stage-ms", FED_OPT_INT, "10000", 1, 86400000,      \
                 "aggregator, --secagg: each stage's deadline (the masked input's: "              \
                 "--deadline-ms)"),                                                               \
@@ -218,6 +234,10 @@ void fed_node_settings_apply_dp(const fed_node_settings *s, fed_node_config *c);
  * whose one settings block serves every node, asks for the client role
  * and the aggregator's --require-dp-sgd apart. */
 const char *fed_node_settings_dp_misuse(const fed_node_settings *s, fed_node_role role);
+
+/* Why --local-layers or --local-bn do not fit a node of role (NULL: they
+ * do): a peer has no aggregator to declare them. */
+const char *fed_node_settings_local_misuse(const fed_node_settings *s, fed_node_role role);
 
 /* Whether a --secagg* option given (given: n bytes over the caller's table t,
  * from fed_opt_load_given) means nothing for role: 1 with why (size bytes)

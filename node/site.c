@@ -85,7 +85,7 @@ fed_err fed_node_site_announce(const node_train_job *j)
     h.set = j->set;
     if ((e = fed_coll_bcast(j->coll, &h, sizeof h)) != FED_OK)
         return site_fail(j->coll, "announcing the round", e);
-    if ((e = fed_coll_bcast(j->coll, (void *)j->global, j->nparams * sizeof *j->global)) != FED_OK)
+    if ((e = fed_coll_bcast(j->coll, (void *)j->from, j->nparams * sizeof *j->from)) != FED_OK)
         return site_fail(j->coll, "sending the round's parameters", e);
     return FED_OK;
 }

@@ -1,7 +1,7 @@
 /* test_hooks.h - the one seam through which the simulator and the tests
  * make a node misbehave: a Byzantine client's delta, a cheating
  * aggregator's secure-aggregation messages, a faulty all-reduce member's
- * sums. A node reaches it only through fed_node_config.hooks, which is NULL
+ * sums, a model's tensors marked as a layer not built yet would mark them. A node reaches it only through fed_node_config.hooks, which is NULL
  * in every real node: no option or INI key sets it, and
  * fed_node_daemon_run refuses a config that carries one. */
 #ifndef FED_NODE_TEST_HOOKS_H
@@ -9,6 +9,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+struct fed_model;
 
 typedef struct fed_node_test_hooks {
     void *ctx; /* passed to every hook below */
@@ -28,6 +30,13 @@ typedef struct fed_node_test_hooks {
        last) before it hashes them: it may change them, and the member then
        holds (and, if the round's check passes, takes) what it left */
     void (*ar_tamper)(void *ctx, uint64_t round, uint32_t attempt, double *sums, size_t n);
+    /* aggregator, client: called with each model the node builds for its
+       rounds (the aggregator's global when the role is made, a client's
+       training model in the job), before its tensor table is read: it may
+       mark tensors (fed_model_tensor_flags, model/model.h) as a norm
+       layer marks its statistics, so a test has non-trained tensors
+       before any layer makes them */
+    void (*mark_model)(void *ctx, struct fed_model *m);
 } fed_node_test_hooks;
 
 #endif

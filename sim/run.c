@@ -960,6 +960,9 @@ static fed_err check_scenario(const fed_sim_scenario *sc, int peer_mode)
             clients.dp_client_quantile = 0;
         }
         bad = fed_node_settings_dp_misuse(&clients, peer_mode ? FED_NODE_PEER : FED_NODE_CLIENT);
+        if (!bad)
+            bad = fed_node_settings_local_misuse(&sc->s, peer_mode ? FED_NODE_PEER
+                                                                    : FED_NODE_AGGREGATOR);
     }
     if (bad) {
         fed_log(FED_LOG_ERROR, "sim: %s", bad);

@@ -7,7 +7,10 @@
  * segments of today quantize to the very words one range did; integer
  * segments (INT64) sum exactly modulo 2^64, plainly and as limbs under
  * masks, at every word size, values near 2^63 and negative ones among
- * them. */
+ * them. A model's
+ * tensor table, marked by hand as a norm layer would mark it (a running
+ * statistic, a counter), splits into the paths of node/layout.h: trained
+ * floats, statistics, local floats, packed and unpacked exactly. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,7 +21,9 @@
 #include <cmocka.h>
 
 #include "core/rng.h"
+#include "model/model.h"
 #include "node/agg_input.h"
+#include "node/layout.h"
 #include "secagg/quant.h"
 
 enum { M = 3, LEN = 9 };
@@ -167,8 +172,9 @@ static void test_secure_as_one_range(void **state)
     static uint32_t a[N + 1], b[N + 1];
     agg_segment segs[AGG_SEGMENTS_MAX];
     fed_secagg_quant q = {.range = 0.25, .bits = 20};
+    agg_segment delta = {.name = "delta", .len = N, .rule = AGG_WEIGHT_SAMPLES, .range = q.range};
     fed_rng r1, r2;
-    size_t nseg = fed_agg_seg_secure(N, q.range, 0, segs);
+    size_t nseg = fed_agg_seg_secure(&delta, 1, q.range, 0, segs);
 
     (void)state;
     assert_int_equal(nseg, 2);
@@ -250,6 +256,7 @@ static void test_int_secure(void **state)
     int64_t v[IM][IN];
     uint64_t want[IN], got[IN];
     agg_segment segs[AGG_SEGMENTS_MAX];
+    const agg_segment two = {.name = "delta", .len = 2, .rule = AGG_WEIGHT_SAMPLES, .range = 1.0};
     float x[3] = {0.5f, -0.25f, 0.75f}, deq[3];
     fed_rng rng;
 
@@ -261,7 +268,7 @@ static void test_int_secure(void **state)
     assert_int_equal(fed_agg_int_limbs(1), 64);
     fed_rng_seed(&rng, 36);
     for (uint32_t bits = 1; bits <= 29; bits++) { /* 7 (2^bits - 1) < 2^32 */
-        size_t nseg = fed_agg_seg_secure(2, 1.0, IN, segs);
+        size_t nseg = fed_agg_seg_secure(&two, 1, 1.0, IN, segs);
         size_t words = fed_agg_seg_words(segs, nseg, bits);
         uint32_t q[IM][2 + 1 + IN * 64], sum[2 + 1 + IN * 64];
         fed_secagg_quant qc = {.range = 1.0, .bits = bits};
@@ -295,7 +302,7 @@ static void test_int_secure(void **state)
     }
     /* integers without their array; an integer segment that does not sum */
     {
-        size_t nseg = fed_agg_seg_secure(2, 1.0, IN, segs);
+        size_t nseg = fed_agg_seg_secure(&two, 1, 1.0, IN, segs);
         uint32_t q[3 + IN * 4];
 
         assert_int_equal(fed_agg_seg_quantize(segs, nseg, 20, x, NULL, &rng, q), FED_ERR_INVAL);
@@ -304,9 +311,141 @@ static void test_int_secure(void **state)
     }
 }
 
+/* mlp:4 over 5 features, 3 classes: 0.weight (20 floats at 0), 0.bias (4
+ * at 20), 2.weight (12 at 24), 2.bias (3 at 36). 0.bias marked a norm
+ * layer's running statistic (NORM, not TRAINED), 2.bias a counter. */
+static fed_model *marked_model(fed_backend *be)
+{
+    fed_model_shape in = {.c = 1, .h = 1, .w = 5, .classes = 3};
+    fed_model *m = NULL;
+
+    assert_int_equal(fed_model_new("mlp:4", in, be, NULL, 1, 8, &m), FED_OK);
+    assert_int_equal(fed_model_nparams(m), 39);
+    assert_int_equal(fed_model_tensor_flags(m, "0.bias", FED_TENSOR_NORM, FED_TENSOR_TRAINED), 1);
+    assert_int_equal(fed_model_tensor_flags(m, "nothing.*,2.bias", FED_TENSOR_INT64, 0), 1);
+    return m;
+}
+
+static void layout_of(const fed_model *m, const layout_rules *r, fed_node_layout *l)
+{
+    int nt;
+    const fed_tensor_info *t = fed_model_tensors(m, &nt);
+
+    assert_int_equal(nt, 4);
+    assert_int_equal(fed_node_layout_of(t, nt, fed_model_nparams(m), r, l), FED_OK);
+}
+
+static void test_layout_paths(void **state)
+{
+    fed_backend *be = NULL;
+    fed_model *m;
+    fed_node_layout l;
+    layout_rules none = {0}, head = {.local_layers = "2.*"}, bn = {.local_bn = 1},
+                 dp = {.local_bn = 1, .stats_local = 1};
+    agg_segment segs[AGG_SEGMENTS_MAX];
+    float full[39], sent[39], back[39];
+    int nt;
+
+    (void)state;
+    assert_int_equal(fed_backend_cpu_new(1, &be), FED_OK);
+    m = marked_model(be);
+    assert_true(fed_model_tensors(m, &nt)[1].flags == (FED_TENSOR_SHARED | FED_TENSOR_NORM));
+    for (int i = 0; i < 39; i++)
+        full[i] = (float)(i + 1);
+    /* no rule: the weights trained, the statistic its own segment, the
+       counter at the site */
+    layout_of(m, &none, &l);
+    assert_int_equal(l.len[LAYOUT_TRAINED], 32);
+    assert_int_equal(l.len[LAYOUT_STATS], 4);
+    assert_int_equal(l.len[LAYOUT_LOCAL], 3);
+    assert_false(fed_node_layout_trivial(&l));
+    assert_int_equal(fed_node_layout_sent(&l), 36);
+    assert_int_equal(fed_node_layout_segments(&l, 4, 64, segs), 2);
+    assert_int_equal(segs[0].len, 32);
+    assert_int_equal(segs[0].rule, AGG_WEIGHT_SAMPLES);
+    assert_true(segs[0].range == 4);
+    assert_int_equal(segs[1].len, 4);
+    assert_int_equal(segs[1].rule, AGG_WEIGHT_SAMPLES);
+    assert_true(segs[1].range == 64);
+    fed_node_layout_pack(&l, full, sent);
+    for (int i = 0; i < 20; i++) /* 0.weight, then 2.weight, then 0.bias */
+        assert_true(sent[i] == (float)(i + 1));
+    for (int i = 0; i < 12; i++)
+        assert_true(sent[20 + i] == (float)(25 + i));
+    for (int i = 0; i < 4; i++)
+        assert_true(sent[32 + i] == (float)(21 + i));
+    { /* in place: the same floats, the statistics (before 2.weight) kept aside */
+        float in[39], st[4];
+
+        memcpy(in, full, sizeof in);
+        fed_node_layout_pack_inplace(&l, in, st);
+        assert_memory_equal(in, sent, 36 * sizeof(float));
+    }
+    memset(back, 0xff, sizeof back);
+    fed_node_layout_unpack(&l, sent, back);
+    assert_memory_equal(back, full, 36 * sizeof(float));
+    for (int i = 36; i < 39; i++) /* the counter: nothing of it came */
+        assert_true(back[i] == 0.0f);
+    fed_node_layout_fini(&l);
+    /* --local-layers 2.*: the head stays, 0.weight alone is trained */
+    layout_of(m, &head, &l);
+    assert_int_equal(l.len[LAYOUT_TRAINED], 20);
+    assert_int_equal(l.len[LAYOUT_STATS], 4);
+    assert_int_equal(l.len[LAYOUT_LOCAL], 15);
+    fed_node_layout_pack(&l, full, sent);
+    for (int i = 0; i < 24; i++) /* 0.weight, 0.bias: no float of the head */
+        assert_true(sent[i] == (float)(i + 1));
+    fed_node_layout_fini(&l);
+    /* --local-bn: the norm tensor stays; DP: so would every statistic */
+    layout_of(m, &bn, &l);
+    assert_int_equal(l.len[LAYOUT_TRAINED], 32);
+    assert_int_equal(l.len[LAYOUT_STATS], 0);
+    assert_int_equal(l.len[LAYOUT_LOCAL], 7);
+    assert_int_equal(fed_node_layout_segments(&l, 4, 64, segs), 1);
+    fed_node_layout_fini(&l);
+    assert_int_equal(fed_model_tensor_flags(m, "0.bias", 0, FED_TENSOR_NORM), 1);
+    layout_of(m, &dp, &l);
+    assert_int_equal(l.len[LAYOUT_STATS], 0);
+    assert_int_equal(l.len[LAYOUT_LOCAL], 7);
+    fed_node_layout_fini(&l);
+    /* an unmarked model: the whole flat buffer, as before */
+    assert_int_equal(fed_model_tensor_flags(m, "*", FED_TENSOR_TRAINED, FED_TENSOR_INT64), 4);
+    layout_of(m, &none, &l);
+    assert_true(fed_node_layout_trivial(&l));
+    assert_int_equal(fed_node_layout_sent(&l), 39);
+    fed_node_layout_fini(&l);
+    fed_model_free(m);
+    fed_backend_free(be);
+}
+
+/* --local-layers values: globs, no empty one, no spaces, at most 255 bytes. */
+static void test_layout_patterns(void **state)
+{
+    char longest[300];
+
+    (void)state;
+    assert_true(fed_node_layout_patterns_ok(""));
+    assert_true(fed_node_layout_patterns_ok("fc3.*"));
+    assert_true(fed_node_layout_patterns_ok("fc3.*,conv1.bias"));
+    assert_false(fed_node_layout_patterns_ok(","));
+    assert_false(fed_node_layout_patterns_ok("fc3.*,"));
+    assert_false(fed_node_layout_patterns_ok("a,,b"));
+    assert_false(fed_node_layout_patterns_ok("fc3 .*"));
+    memset(longest, 'a', sizeof longest);
+    longest[255] = '\0';
+    assert_true(fed_node_layout_patterns_ok(longest));
+    longest[255] = 'a';
+    longest[256] = '\0';
+    assert_false(fed_node_layout_patterns_ok(longest));
+    assert_true(fed_model_tensor_match("fc?.weight,x", "fc3.weight"));
+    assert_false(fed_model_tensor_match("fc?.weight,x", "fc3.bias"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_layout_paths),
+        cmocka_unit_test(test_layout_patterns),
         cmocka_unit_test(test_plain_segments),
         cmocka_unit_test(test_secure_segments),
         cmocka_unit_test(test_secure_as_one_range),

@@ -408,6 +408,11 @@ static void test_run_role_checks(void **state)
                                       "--no-secagg"),
                      2);
     assert_non_null(strstr(out, "run: --secagg means nothing for a peer"));
+    /* tensors kept at the sites: an aggregator's (and its clients'), not a peer's */
+    assert_int_equal(fed_test_run_cli(fed_cli_run, out, sizeof out, 3, "--role", "peer",
+                                      "--local-bn"),
+                     2);
+    assert_non_null(strstr(out, "run: --local-layers and --local-bn are an aggregator's"));
     /* a client with --secagg (and its own floor, which it enforces) goes on
        (to its missing key) */
     assert_int_equal(fed_test_run_cli(fed_cli_run, out, sizeof out, 9, "--role", "client",
@@ -609,7 +614,8 @@ static void test_bad_specs(void **state)
                             {"role", "mesh"},          {"mode", "mesh"},
                             {"rounds", "0"},           {"strategy", "bogus"},
                             {"codec", "f64"},          {"loss-window", "2@0-1"},
-                            {"partition-net", "1@0-1"}, {"partition-net", "2@3-1"}};
+                            {"partition-net", "1@0-1"}, {"partition-net", "2@3-1"},
+                            {"local-layers", "fc3.*,,fc2.*"}, {"local-layers", "fc3 .*"}};
     fed_sim_scenario sc;
 
     (void)state;
@@ -624,7 +630,10 @@ static void test_bad_specs(void **state)
     /* settings the nodes themselves refuse at start: the run stops at once
        (it used to wait out the virtual-time limit, a minute of wall time) */
     {
-        const char *refused[][4] = {{"topology", "bogus", "role", "peer"}};
+        const char *refused[][4] = {{"topology", "bogus", "role", "peer"},
+                                    /* a glob naming no tensor; every tensor kept */
+                                    {"local-layers", "fc3.*", "model", "mlp:16"},
+                                    {"local-layers", "0.*", "model", "logreg"}};
 
         for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
             const char *kv[] = {"nodes",        "4",          "rounds",     "1",

@@ -619,6 +619,12 @@ static void test_page_escapes(void **state)
     assert_non_null(strstr(t, "http-equiv='refresh'"));
     assert_null(strstr(t, "src="));  /* nothing loaded from elsewhere */
     assert_null(strstr(t, "href='http")); /* links stay on the node */
+    assert_null(strstr(t, "id='eval-note'"));
+    free(t);
+    /* an aggregator whose tensors stay at the sites: its figures marked */
+    s.progress.eval_local = 1;
+    t = render(do_page, &c);
+    assert_non_null(strstr(t, "<p id='eval-note'>not meaningful"));
     free(t);
     /* before the first snapshot */
     c.s = NULL;

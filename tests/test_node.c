@@ -13,7 +13,11 @@
  * committed (full disk) sends nothing, and one that crashed after a charge
  * is charged again for the round it trains again; a client whose data has
  * another class count declines each round (LEAVE FED_ERR_MODEL_MISMATCH)
- * and the rounds go on without it. Skips without data. Also,
+ * and the rounds go on without it; non-trained statistics averaged by
+ * sample weight beside FedAdam, and --local-layers' tensors absent from
+ * every DELTA frame, the aggregator's own kept, the shared part plain
+ * FedAvg bit for bit, a client's kept across its restart. Skips without
+ * data. Also,
  * without data, the checkpoint's
  * model sections (node/ckpt_model.h): a round trip, their byte image, and
  * every malformed or mismatched section refused. */
@@ -40,6 +44,7 @@
 #include "node/ckpt_model.h"
 #include "node/node.h"
 #include "node/daemon.h"
+#include "node/layout.h"
 #include "node/node_impl.h" /* the training job, tested alone */
 #include "gossip/wire_hooks.h"
 #include "node/test_hooks.h"
@@ -86,6 +91,14 @@ typedef struct scen_opts {
                             default) */
     const char *odd_model;
     double odd_max_params;
+    const char *stats;   /* tensors every node marks non-trained statistics
+                            (the mark_model test hook; NULL: none) */
+    const char *local_layers; /* the aggregator's --local-layers (NULL: none) */
+    const char *strategy; /* the aggregator's (NULL: fedavg) */
+    int unsealed;        /* every wire unsealed, so the test reads each frame */
+    double dp_fedavg_clip; /* the aggregator's DP-FedAvg clip (0: off) */
+    const char *odd_local; /* client odd_client - 1's own --local-layers (NULL: none) */
+    int stats_agg_only;  /* o.stats marked by the aggregator only */
 } scen_opts;
 
 /* What the observers saw. */
@@ -117,6 +130,7 @@ typedef struct scen {
     int crash_agg_after;           /* crash the aggregator once it committed this round */
     int agg_crashed;
     fed_dataset five;              /* o.other_classes: the training set as 5 classes */
+    fed_node_test_hooks hooks;     /* o.stats: the tensors marked */
 } scen;
 
 static int setup(void **state)
@@ -191,6 +205,14 @@ static void on_delta(void *ctx, const fed_node *n, uint64_t round, uint64_t base
 }
 
 /* ---- building a scenario ---- */
+
+/* o.stats's tensors as a norm layer marks its running statistics. */
+static void mark_stats(void *ctx, fed_model *m)
+{
+    const scen *s = ctx;
+
+    assert_true(fed_model_tensor_flags(m, s->o.stats, FED_TENSOR_NORM, FED_TENSOR_TRAINED) > 0);
+}
 
 static void give_shard(scen *s, int i)
 {
@@ -279,6 +301,17 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
     ac.transfer.wire.max_rx_streams = (uint32_t)total;
     ac.data.test = o->evaluate ? fx->test : NULL;
     ac.allow = s->allow;
+    s->hooks.ctx = s;
+    s->hooks.mark_model = mark_stats;
+    if (o->stats)
+        ac.hooks = &s->hooks;
+    if (o->local_layers)
+        snprintf(ac.local_layers, sizeof ac.local_layers, "%s", o->local_layers);
+    if (o->strategy)
+        snprintf(ac.agg.strategy, sizeof ac.agg.strategy, "%s", o->strategy);
+    if (o->unsealed)
+        ac.transfer.wire.hooks = &fed_wire_hooks_unsealed;
+    ac.dp.client_clip = o->dp_fedavg_clip;
     ac.on_round = on_round;
     ac.on_delta = on_delta;
     ac.observer = s;
@@ -304,7 +337,13 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
         cc.observer = s;
         cc.on_round = on_round;
         cc.dp.sgd = o->dp_client == i + 1;
+        if (o->stats && !o->stats_agg_only)
+            cc.hooks = &s->hooks;
+        if (o->unsealed)
+            cc.transfer.wire.hooks = &fed_wire_hooks_unsealed;
         if (o->odd_client == i + 1) {
+            if (o->odd_local)
+                snprintf(cc.local_layers, sizeof cc.local_layers, "%s", o->odd_local);
             cc.client.own_model = o->odd_model;
             if (o->odd_max_params > 0)
                 cc.client.max_model_params = o->odd_max_params;
@@ -1641,37 +1680,15 @@ static void test_default_lr(void **state)
     }
 }
 
+static void train_with_local(scen *s, int c, uint64_t round, const float *g, const float *local,
+                             size_t local_n, float lr, float *out);
+
 /* The delta client c would send for a round trained at lr from global g:
- * the client's own training job (its shuffle seed: the config's seed and
- * the key's low 6 bytes), decoded. */
+ * train_with_local without local tensors. */
 static void train_as_client(const scen *s, int c, uint64_t round, const float *g, float lr,
                             float *out)
 {
-    const uint8_t *k = fed_sim_host_id(s->cl[c])->key;
-    node_train_job j;
-
-    memset(&j, 0, sizeof j);
-    snprintf(j.set.spec, sizeof j.set.spec, "%s", s->o.spec);
-    j.set.local_epochs = 1;
-    j.set.batch = 64;
-    j.set.optimizer = FED_OPTIM_SGD;
-    j.set.lr = lr;
-    j.set.momentum = 0.9f;
-    j.round = round;
-    j.seed = s->o.seed ^ ((uint64_t)k[0] | (uint64_t)k[1] << 8 | (uint64_t)k[2] << 16 |
-                          (uint64_t)k[3] << 24 | (uint64_t)k[4] << 32 | (uint64_t)k[5] << 40);
-    j.be = s->fx->be;
-    j.shards = 1;
-    j.data = s->fx->train;
-    j.shard = s->idx[c];
-    j.shard_n = s->nidx[c];
-    j.global = g;
-    j.nparams = s->nparams;
-    j.codec.id = FED_CODEC_F32;
-    fed_node_train_job_run(&j.job);
-    assert_int_equal(j.err, FED_OK);
-    assert_int_equal(fed_codec_decode(j.vec, j.vec_len, FED_CODEC_F32, out, s->nparams), FED_OK);
-    fed_node_train_job_release(&j);
+    train_with_local((scen *)s, c, round, g, NULL, 0, lr, out);
 }
 
 static int client_of(const scen *s, const uint8_t key[32])
@@ -1996,6 +2013,377 @@ static void test_ckpt_model_sections(void **state)
     fed_backend_free(be);
 }
 
+/* ---- tensors on their own paths (node/layout.h) ---- */
+
+/* The layout every node of s computes: its model's tensors, o.stats
+ * marked, under the aggregator's --local-layers. */
+static void scen_layout(const scen *s, fed_node_layout *l)
+{
+    layout_rules r = {.local_layers = s->o.local_layers,
+                      .local_bn = s->o.dp_fedavg_clip > 0, /* DP: statistics stay */
+                      .stats_local = s->o.dp_fedavg_clip > 0};
+    const fed_tensor_info *t;
+    fed_model *m = NULL;
+    int nt;
+
+    assert_int_equal(fed_model_new(s->o.spec, s->fx->train->shape, s->fx->be, NULL, 1, 8, &m),
+                     FED_OK);
+    if (s->o.stats)
+        mark_stats((void *)s, m);
+    t = fed_model_tensors(m, &nt);
+    assert_int_equal(fed_node_layout_of(t, nt, s->nparams, &r, l), FED_OK);
+    fed_model_free(m);
+}
+
+/* Round r's global, float by float on its path, from the deltas the
+ * aggregator took (key order, weights their samples): a statistic is
+ * x + (float)(sum w_i d_i / W), its segment's rule, whatever the strategy;
+ * a local float stays as it was (the aggregator keeps its own); with
+ * fedavg a trained float is x + (float)(sum (w_i / W) d_i), as
+ * expect_fedavg. Returns how many trained floats differ from that. */
+static size_t expect_paths(scen *s, int r, const fed_node_layout *l)
+{
+    delta_rec *d = s->deltas[r];
+    int k = s->ndeltas[r];
+    double W = 0;
+    size_t off = 0;
+
+    qsort(d, (size_t)k, sizeof *d, key_cmp);
+    for (int i = 0; i < k; i++)
+        W += (double)d[i].samples;
+    for (size_t u = 0; u < l->nruns; u++) {
+        const layout_run *run = &l->runs[u];
+
+        for (size_t j = run->off; j < run->off + run->len; j++) {
+            double acc = 0, mean = 0;
+
+            for (int i = 0; i < k; i++) {
+                acc = i == 0 ? ((double)d[i].samples / W) * (double)d[i].delta[j]
+                             : acc + ((double)d[i].samples / W) * (double)d[i].delta[j];
+                mean += (double)d[i].samples * (double)d[i].delta[j];
+            }
+            if (run->path == LAYOUT_LOCAL)
+                assert_true(s->params[r][j] == s->params[r - 1][j]);
+            else if (run->path == LAYOUT_STATS)
+                assert_true(s->params[r][j] == s->params[r - 1][j] + (float)(mean / W));
+            else
+                off += s->params[r][j] != s->params[r - 1][j] + (float)acc;
+        }
+    }
+    return off;
+}
+
+/* What the unsealed DELTA frames carried: their vectors' floats and
+ * segments, against what the layout says leaves a site. */
+typedef struct delta_frames {
+    const fed_node_layout *l;
+    size_t nparams;
+    int seen, bad;
+} delta_frames;
+
+static int look_at_deltas(void *ctx, uint32_t node, const uint8_t *frame, size_t len)
+{
+    delta_frames *f = ctx;
+    agg_segment segs[AGG_SEGMENTS_MAX];
+    size_t nseg = fed_node_layout_segments(f->l, 0, 0, segs), used = 0;
+    size_t sent = fed_node_layout_sent(f->l);
+    fed_wire_hdr h;
+    fed_wire_block b;
+    float *v = malloc(f->nparams * sizeof *v);
+
+    (void)node;
+    assert_non_null(v);
+    if (fed_wire_hdr_decode(frame, len, &h) != FED_OK || h.type != FED_WIRE_DELTA) {
+        free(v);
+        return 0;
+    }
+    memset(&b, 0, sizeof b);
+    f->seen++;
+    if (fed_wire_block_decode(FED_WIRE_DELTA, frame + FED_WIRE_HEADER_BYTES, h.payload_len, &b,
+                              &used) != FED_OK ||
+        b.seg_count != nseg || b.seg_len[0] != segs[0].len ||
+        (nseg > 1 && b.seg_len[1] != segs[1].len) ||
+        /* exactly the sent floats: one more (a local one) would not decode */
+        fed_codec_decode(frame + FED_WIRE_HEADER_BYTES + used, h.payload_len - used,
+                         FED_CODEC_F32, v, sent) != FED_OK ||
+        (sent < f->nparams &&
+         fed_codec_decode(frame + FED_WIRE_HEADER_BYTES + used, h.payload_len - used,
+                          FED_CODEC_F32, v, f->nparams) == FED_OK))
+        f->bad++;
+    free(v);
+    return 0;
+}
+
+/* A scenario of o with its layout in *l, its DELTA frames watched by f,
+ * the initial global captured; the layout's statistics and local floats
+ * as the test expects. */
+static void paths_scen(scen *s, const fixture *fx, const scen_opts *o, fed_node_layout *l,
+                       delta_frames *f, size_t stats, size_t local)
+{
+    scen_build(s, fx, o);
+    scen_layout(s, l);
+    assert_int_equal(l->len[LAYOUT_STATS], stats);
+    assert_int_equal(l->len[LAYOUT_LOCAL], local);
+    memset(f, 0, sizeof *f);
+    f->l = l;
+    f->nparams = s->nparams;
+    fed_sim_world_set_send_filter(s->w, look_at_deltas, f);
+    capture_initial(s);
+}
+
+/* Non-trained statistics (0.bias of mlp:16, marked as a norm layer's
+ * running mean) under FedAdam: each DELTA says its two segments, and each
+ * round's statistics are their plain sample-weighted mean added to the
+ * global, exactly, while the weights go through FedAdam (not that mean). */
+static void test_stats_own_segment(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 3, .spec = "mlp:16", .per_client = 100, .uneven = 1, .rounds = 2,
+                   .min_clients = 3, .deadline_ms = 60000, .seed = 21, .stats = "0.bias",
+                   .strategy = "fedadam", .unsealed = 1};
+    fed_node_layout l;
+    delta_frames f;
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    paths_scen(&s, fx, &o, &l, &f, 16, 0);
+    scen_run(&s, 600000);
+    assert_int_equal(f.seen, 6);
+    assert_int_equal(f.bad, 0);
+    for (int r = 1; r <= 2; r++) {
+        assert_int_equal(s.commits[r], 1);
+        assert_int_equal(s.ndeltas[r], 3);
+        /* FedAdam moved the weights, not by the plain mean */
+        assert_true(expect_paths(&s, r, &l) > 1000);
+    }
+    fed_node_layout_fini(&l);
+    scen_free(&s);
+}
+
+/* DP-FedAvg: the statistics carry no noise, so they stay at the sites
+ * (--local-bn implied, and said): no DELTA frame holds 0.bias, and the
+ * aggregator's own 0.bias stays as it was, the noise it adds to every
+ * float notwithstanding. */
+static void test_dp_statistics_stay(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 3, .spec = "mlp:16", .per_client = 100, .rounds = 2,
+                   .min_clients = 3, .deadline_ms = 60000, .seed = 25, .stats = "0.bias",
+                   .unsealed = 1, .dp_fedavg_clip = 5};
+    fed_node_layout l;
+    delta_frames f;
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    fed_test_log_capture(FED_LOG_INFO);
+    paths_scen(&s, fx, &o, &l, &f, 0, 16);
+    fed_test_log_has("stay at the sites (--local-bn implied)");
+    scen_run(&s, 600000);
+    fed_test_log_default();
+    assert_int_equal(f.seen, 6);
+    assert_int_equal(f.bad, 0);
+    for (int r = 1; r <= 2; r++) {
+        assert_int_equal(s.commits[r], 1);
+        (void)expect_paths(&s, r, &l); /* the local floats as they were */
+    }
+    fed_node_layout_fini(&l);
+    scen_free(&s);
+}
+
+/* A delta whose segments are not the aggregator's layout (here its clients
+ * do not mark the statistics it marks, so they send the whole buffer
+ * without a segments field) is refused and recorded (FED_ERR_SEGMENTS),
+ * never merged. */
+static void test_segments_mismatch_refused(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 2, .spec = "mlp:16", .per_client = 100, .rounds = 1,
+                   .min_clients = 2, .deadline_ms = 5000, .seed = 5, .stats = "0.bias",
+                   .stats_agg_only = 1};
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    fed_test_log_capture(FED_LOG_WARN);
+    scen_build(&s, fx, &o);
+    scen_run(&s, 20000);
+    fed_test_log_has("not this round's tensor layout");
+    fed_test_log_default();
+    assert_int_equal(s.commits[1], 0);
+    assert_int_equal(s.ndeltas[1], 0);
+    for (int c = 0; c < 2; c++)
+        assert_non_null(strstr(contribution(&s, 1, s.cl[c]).reason, "SEGMENTS"));
+    scen_free(&s);
+}
+
+/* A DP-SGD site whose aggregator would take the model's statistics (they
+ * carry no noise) declines each round (LEAVE FED_ERR_DP_STATS, recorded)
+ * and sends nothing; the rounds merge the three others. */
+static void test_dp_sgd_statistics_declined(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 4, .spec = "mlp:16", .per_client = 100, .rounds = 2,
+                   .min_clients = 3, .deadline_ms = 600000, .seed = 5, .dp_client = 2,
+                   .stats = "0.bias"};
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    fed_test_log_capture(FED_LOG_WARN);
+    run_declines(&s, fx, &o, 0);
+    fed_test_log_has("non-trained statistics would leave the site without noise");
+    fed_test_log_default();
+    for (uint64_t r = 1; r <= 2; r++) {
+        contrib_q q = contribution(&s, r, s.cl[1]);
+
+        assert_int_equal(q.accepted, 0);
+        assert_non_null(strstr(q.reason, "DP_STATS"));
+        assert_false(delta_from(&s, (int)r, s.cl[1]));
+    }
+    scen_free(&s);
+}
+
+/* The aggregator decides which tensors stay: a client whose own
+ * --local-layers says otherwise declines every round at once (LEAVE
+ * FED_ERR_LOCAL_MISMATCH, recorded, said at warning level), and the rounds
+ * merge the three others. */
+static void test_local_layers_mismatch(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 4, .spec = "mlp:16", .per_client = 100, .rounds = 2,
+                   .min_clients = 3, .deadline_ms = 600000, .seed = 5, .odd_client = 3,
+                   .local_layers = "2.*", .odd_local = "0.*"};
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    fed_test_log_capture(FED_LOG_WARN);
+    run_declines(&s, fx, &o, 0);
+    fed_test_log_has("the aggregator keeps local --local-layers '2.*', this client '0.*'");
+    fed_test_log_default();
+    for (uint64_t r = 1; r <= 2; r++) {
+        contrib_q q = contribution(&s, r, s.cl[2]);
+
+        assert_int_equal(q.accepted, 0);
+        assert_non_null(strstr(q.reason, "LOCAL_MISMATCH"));
+    }
+    scen_free(&s);
+}
+
+/* The delta client c sends for round trained at lr from global g with its
+ * local tensors local (NULL: the MODEL's), under s's paths: its own
+ * training job (its shuffle seed: the config's seed and the key's low 6
+ * bytes), the sent floats unpacked into out (zero on local ones). */
+static void train_with_local(scen *s, int c, uint64_t round, const float *g, const float *local,
+                             size_t local_n, float lr, float *out)
+{
+    const uint8_t *k = fed_sim_host_id(s->cl[c])->key;
+    node_train_job j;
+    fed_node_layout l;
+    float *sent = malloc(s->nparams * sizeof *sent);
+
+    assert_non_null(sent);
+    memset(&j, 0, sizeof j);
+    snprintf(j.set.spec, sizeof j.set.spec, "%s", s->o.spec);
+    j.set.local_epochs = 1;
+    j.set.batch = 64;
+    j.set.optimizer = FED_OPTIM_SGD;
+    j.set.lr = lr;
+    j.set.momentum = 0.9f;
+    j.set.paths_on = 1;
+    snprintf(j.set.local_layers, sizeof j.set.local_layers, "%s",
+             s->o.local_layers ? s->o.local_layers : "");
+    j.round = round;
+    j.seed = s->o.seed ^ ((uint64_t)k[0] | (uint64_t)k[1] << 8 | (uint64_t)k[2] << 16 |
+                          (uint64_t)k[3] << 24 | (uint64_t)k[4] << 32 | (uint64_t)k[5] << 40);
+    j.be = s->fx->be;
+    j.shards = 1;
+    j.data = s->fx->train;
+    j.shard = s->idx[c];
+    j.shard_n = s->nidx[c];
+    j.global = g;
+    j.nparams = s->nparams;
+    j.local = local;
+    j.local_n = local_n;
+    j.hooks = s->o.stats ? &s->hooks : NULL;
+    j.codec.id = FED_CODEC_F32;
+    fed_node_train_job_run(&j.job);
+    assert_int_equal(j.err, FED_OK);
+    scen_layout(s, &l);
+    assert_int_equal(j.sent_n, fed_node_layout_sent(&l));
+    assert_int_equal(fed_codec_decode(j.vec, j.vec_len, FED_CODEC_F32, sent, j.sent_n), FED_OK);
+    fed_node_layout_unpack(&l, sent, out);
+    fed_node_layout_fini(&l);
+    fed_node_train_job_release(&j);
+    free(sent);
+}
+
+/* --local-layers 2.* (mlp:16's head, FedPer) with 0.bias a statistic:
+ * every DELTA frame lacks the head's 170 floats; the aggregator's head
+ * stays its own; the shared part of each round is plain FedAvg of those
+ * tensors, bit for bit; and a client keeps its head across a crash: the
+ * first delta it sends after its restart is its training from its
+ * checkpoint's head, not from the MODEL's. */
+static void test_local_layers_stay(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 3, .spec = "mlp:16", .per_client = 150, .uneven = 1, .rounds = 4,
+                   .min_clients = 2, .deadline_ms = 20000, .seed = 23, .stats = "0.bias",
+                   .local_layers = "2.*", .unsealed = 1};
+    fed_node_layout l;
+    delta_frames f;
+    fed_store_ckpt ck;
+    const fed_store_section *sec;
+    float *kept, *got;
+    size_t kept_n;
+    uint32_t c1;
+    int back = 0;
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    paths_scen(&s, fx, &o, &l, &f, 16, 170);
+    c1 = fed_sim_host_index(s.cl[1]);
+    step_until_commit(&s, 1);
+    /* client 1's head after round 1, in its checkpoint */
+    assert_int_equal(fed_store_latest_valid_checkpoint(fed_sim_host_store(s.cl[1]), &ck, NULL),
+                     FED_OK);
+    assert_non_null(sec = fed_store_ckpt_find(&ck, FED_CKPT_SEC_LOCAL));
+    assert_int_equal(sec->len, 8 + 170 * sizeof(float));
+    assert_int_equal(fed_get_u64le(sec->data), s.nparams);
+    kept_n = 170;
+    kept = malloc(kept_n * sizeof *kept);
+    got = malloc(s.nparams * sizeof *got);
+    assert_true(kept && got);
+    fed_get_f32le_n(kept, (const uint8_t *)sec->data + 8, kept_n);
+    fed_store_ckpt_fini(&ck);
+    fed_sim_world_crash(s.w, c1);
+    assert_int_equal(fed_sim_world_restart_at(s.w, c1, fed_sim_world_now_us(s.w) / 1000 + 3000),
+                     FED_OK);
+    scen_run(&s, 900000);
+    assert_true(f.seen >= 10);
+    assert_int_equal(f.bad, 0);
+    for (int r = 1; r <= 4; r++) {
+        assert_int_equal(s.commits[r], 1);
+        assert_int_equal(expect_paths(&s, r, &l), 0); /* local, statistics and FedAvg exact */
+    }
+    for (int r = 2; r <= 4 && !back; r++) {
+        const delta_rec *d = NULL;
+
+        for (int k = 0; k < s.ndeltas[r]; k++)
+            if (!memcmp(s.deltas[r][k].key, fed_sim_host_id(s.cl[1])->key, 32))
+                d = &s.deltas[r][k];
+        if (!d)
+            continue;
+        back = r;
+        train_with_local(&s, 1, (uint64_t)r, s.params[r - 1], kept, kept_n, s.client_lr[r], got);
+        assert_memory_equal(got, d->delta, s.nparams * sizeof *got);
+        train_with_local(&s, 1, (uint64_t)r, s.params[r - 1], NULL, 0, s.client_lr[r], got);
+        assert_memory_not_equal(got, d->delta, s.nparams * sizeof *got);
+    }
+    assert_true(back >= 2); /* it came back and was merged */
+    free(kept);
+    free(got);
+    fed_node_layout_fini(&l);
+    scen_free(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2031,6 +2419,12 @@ int main(void)
         cmocka_unit_test(test_accuracy_10_clients),
         cmocka_unit_test(test_ckpt_model_sections),
         cmocka_unit_test(test_heap_bounds),
+        cmocka_unit_test(test_stats_own_segment),
+        cmocka_unit_test(test_local_layers_stay),
+        cmocka_unit_test(test_dp_statistics_stay),
+        cmocka_unit_test(test_local_layers_mismatch),
+        cmocka_unit_test(test_dp_sgd_statistics_declined),
+        cmocka_unit_test(test_segments_mismatch_refused),
     };
 
     if (sodium_init() < 0)

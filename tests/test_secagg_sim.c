@@ -16,8 +16,10 @@
  * frames, also over links losing 10% of frames, and a stream announcing
  * the wrong size is refused at its first frame; FedAvg with secure aggregation ends 5
  * rounds within 0.3 point of the plain run; a client's masked words are
- * uniform (chi-square) and uncorrelated with its true delta. Skips without
- * the data. */
+ * uniform (chi-square) and uncorrelated with its true delta; a model's
+ * non-trained statistics are a segment of their own at their own range
+ * (--secagg-stats-range), not clamped by the delta's; a tensor kept at the
+ * sites (--local-layers) is in no masked input. Skips without the data. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -173,6 +175,12 @@ struct scen {
     struct int_src ssrc[NCL + 1];
     double got_mean[NCL + 1][8], got_std[NCL + 1][8];
     int restd[NCL + 1];
+    /* tensors every node marks as non-trained statistics (NULL: none), the
+       aggregator's --secagg-range and --secagg-max-weight (0: defaults) */
+    const char *stats_tensors;
+    const char *local_layers; /* the aggregator's --local-layers (NULL: none) */
+    double range, max_weight;
+    fed_node_test_hooks mark_hooks; /* mark_stats, ctx this scen (clients > 0) */
 };
 #define SIM_INTS 5
 #define STATS_COLS 5
@@ -449,6 +457,16 @@ static void sa_hook(void *ctx, int inbound, uint8_t type, const uint8_t key[32],
     }
 }
 
+/* s->stats_tensors' tensors marked as a norm layer's running statistics. */
+static void mark_stats(void *ctx, fed_model *m)
+{
+    const scen *s = ctx;
+
+    if (s->stats_tensors)
+        assert_true(fed_model_tensor_flags(m, s->stats_tensors, FED_TENSOR_NORM,
+                                           FED_TENSOR_TRAINED) > 0);
+}
+
 static void record_delta0(void *ctx, uint64_t round, float *delta, size_t n)
 {
     scen *s = ctx;
@@ -641,7 +659,14 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
     ac.observer = s;
     ac.secagg.on = secagg;
     ac.secagg.stage_ms = 3000;
-    s->agg_hooks = (fed_node_test_hooks){.ctx = s, .sa_tamper = sa_hook};
+    if (s->local_layers)
+        snprintf(ac.local_layers, sizeof ac.local_layers, "%s", s->local_layers);
+    if (s->range > 0)
+        ac.secagg.range = s->range;
+    if (s->max_weight > 0)
+        ac.secagg.max_weight = s->max_weight;
+    s->agg_hooks = (fed_node_test_hooks){.ctx = s, .sa_tamper = sa_hook, .mark_model = mark_stats};
+    s->mark_hooks = (fed_node_test_hooks){.ctx = s, .mark_model = mark_stats};
     ac.hooks = &s->agg_hooks;
     ac.transfer.wire.max_frame = s->max_frame;
     ac.transfer.wire.max_rx_streams = s->rx_streams;
@@ -683,8 +708,11 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
         if (s->dp_sgd)
             cc.dp.sgd_noise = s->dp_noise;
         if (i == 0) { /* its true delta, untouched, for the leak test */
-            s->cl0_hooks = (fed_node_test_hooks){.ctx = s, .tamper_delta = record_delta0};
+            s->cl0_hooks = (fed_node_test_hooks){.ctx = s, .tamper_delta = record_delta0,
+                                                 .mark_model = mark_stats};
             cc.hooks = &s->cl0_hooks;
+        } else if (s->stats_tensors) {
+            cc.hooks = &s->mark_hooks;
         }
         if (s->stats) {
             size_t sup = 0;
@@ -1650,6 +1678,76 @@ static void test_accuracy_and_leak(void **state)
     scen_free(&sec);
 }
 
+/* logreg's 0.bias marked a running statistic, the delta's range 0.0005:
+ * under secure aggregation the statistics are their own segment at
+ * --secagg-stats-range (64), so round 1's statistics are the plain run's
+ * within the quantization bound (20 clients, weight 1 each: 20 steps of
+ * 128 / (2^20 - 1), over a weight of 20), though the plain ones move by
+ * far more than 0.0005, which the delta's range would clamp them to. */
+static void test_stats_secure_range(void **state)
+{
+    const fixture *fx = *state;
+    scen plain, sec;
+    size_t moved = 0;
+    double bound = 20 * 128.0 / (double)((1u << 20) - 1) / 20;
+
+    fed_test_need_fashion(fx->train != NULL);
+    for (int k = 0; k < 2; k++) {
+        scen *x = k ? &sec : &plain;
+
+        memset(x, 0, sizeof *x);
+        x->stats_tensors = "0.bias";
+        x->range = 0.0005;
+        x->max_weight = 100;
+        x->keep_params = 1;
+        build(x, fx, k, 1, NCL, 100, 0);
+        run(x, 600000);
+        assert_int_equal(x->commits[1], 1);
+        assert_int_equal(x->info[1].merged, NCL);
+        assert_non_null(x->params0);
+        assert_non_null(x->params1);
+    }
+    assert_memory_equal(plain.params0, sec.params0, plain.nparams * sizeof(float));
+    for (size_t j = plain.nparams - 10; j < plain.nparams; j++) { /* 0.bias */
+        double p = (double)plain.params1[j] - plain.params0[j];
+        double q = (double)sec.params1[j] - sec.params0[j];
+
+        moved += fabs(p) > 0.002; /* four times the delta's range */
+        assert_true(fabs(p - q) <= bound + 1e-6);
+    }
+    assert_true(moved >= 3);
+    scen_free(&plain);
+    scen_free(&sec);
+}
+
+/* --local-layers 0.bias under secure aggregation: each masked input holds
+ * logreg's 7,840 weights and the weight word, not the bias; the
+ * aggregator's bias stays its own, its weights move. */
+static void test_local_layers_secure(void **state)
+{
+    const fixture *fx = *state;
+    scen sec;
+    size_t moved = 0;
+
+    fed_test_need_fashion(fx->train != NULL);
+    memset(&sec, 0, sizeof sec);
+    sec.local_layers = "0.bias";
+    sec.keep_params = 1;
+    build(&sec, fx, 1, 1, NCL, 100, 0);
+    run(&sec, 600000);
+    assert_int_equal(sec.commits[1], 1);
+    assert_non_null(sec.masked0);
+    assert_int_equal(sec.words0, sec.nparams - 10 + 1);
+    assert_non_null(sec.params1);
+    for (size_t j = 0; j < sec.nparams; j++)
+        if (j >= sec.nparams - 10)
+            assert_true(sec.params1[j] == sec.params0[j]);
+        else
+            moved += sec.params1[j] != sec.params0[j];
+    assert_true(moved > 1000);
+    scen_free(&sec);
+}
+
 /* The epsilon client i's database holds (its accountant over its charges). */
 static double site_epsilon(const scen *s, int i)
 {
@@ -1876,6 +1974,8 @@ int main(void)
         cmocka_unit_test(test_accuracy_and_leak),
         cmocka_unit_test(test_dp_sgd_with_secagg),
         cmocka_unit_test(test_dp_fedavg_with_secagg),
+        cmocka_unit_test(test_stats_secure_range),
+        cmocka_unit_test(test_local_layers_secure),
     };
 
     if (getenv("FED_TEST_FILTER")) /* one case of this long binary, by cmocka's pattern */

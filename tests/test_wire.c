@@ -16,6 +16,7 @@
 
 #include "core/bytes.h"
 #include "core/alloc.h"
+#include "core/bytes.h"
 #include "core/log.h"
 #include "core/rng.h"
 #include "model/model.h"
@@ -311,10 +312,11 @@ static void test_blocks_roundtrip(void **state)
         assert_int_equal(fed_wire_block_decode(t, buf, len + 8, &g, &used), FED_OK);
         assert_int_equal(used, len);
         assert_memory_equal(&g, &b, sizeof b);
-        /* cut by a byte: inside its last field, or inside S when it has none */
+        /* cut by a byte: inside its last field, or inside S when it wrote none */
         assert_int_equal(fed_wire_block_decode(t, buf, len - 1, &g, &used),
-                         fed_wire_type_row(t)->nfields ? FED_ERR_FIELD_TRUNCATED
-                                                       : FED_ERR_PAYLOAD);
+                         len > (size_t)fed_wire_type_row(t)->fixed + FED_WIRE_FIELDS_LEN_BYTES
+                             ? FED_ERR_FIELD_TRUNCATED
+                             : FED_ERR_PAYLOAD);
         assert_int_equal(fed_wire_block_encode(t, &b, buf, len - 1, &len), FED_ERR_TOO_LARGE);
     }
 }
@@ -578,6 +580,111 @@ static void test_settings_fields_roundtrip(void **state)
         assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, s2, l2, &g, &used),
                          FED_ERR_PAYLOAD);
     }
+}
+
+/* The tensors' paths (MODEL field 14) and a DELTA's or masked input's
+ * segments (field 2):
+ * written only when set, at their value's length, marked required; back
+ * as they went; bad values refused on encoding and on decoding. */
+static void test_paths_and_segments_fields(void **state)
+{
+    fed_wire_block b, g;
+    uint8_t buf[FED_WIRE_BLOCK_MAX + 64];
+    size_t len = 0, used = 0, at;
+    const char *globs = "fc3.*,conv1.bias";
+
+    (void)state;
+    sample_block(FED_WIRE_MODEL, &b);
+    b.settings.paths_on = 1;
+    b.settings.paths_flags = FED_WIRE_PATHS_LOCAL_BN;
+    strcpy(b.settings.local_layers, globs);
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
+    assert_int_equal(len, FED_WIRE_MODEL_BLOCK_BYTES + 8 + 8 + strlen(globs));
+    at = FED_WIRE_MODEL_BLOCK_BYTES; /* after every fixed-length field */
+    assert_int_equal(fed_get_u16le(buf + at), FED_WIRE_SET_PATHS);
+    assert_int_equal(fed_get_u16le(buf + at + 2), FED_WIRE_FIELD_REQUIRED);
+    assert_int_equal(fed_get_u32le(buf + at + 4), 8 + strlen(globs));
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_OK);
+    assert_int_equal(used, len);
+    assert_memory_equal(&g, &b, sizeof b);
+    /* secure: the statistics' range rides along, and must be > 0 then */
+    b.settings.sa_on = 1;
+    b.settings.sa_bits = 20;
+    b.settings.sa_range = 4;
+    b.settings.sa_max_weight = 1000;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+    b.settings.sa_stats_range = 64;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_OK);
+    assert_true(g.settings.sa_stats_range == 64);
+    /* a space in the globs, an unknown flag, a range without secagg */
+    strcpy(b.settings.local_layers, "fc3 .*");
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+    strcpy(b.settings.local_layers, globs);
+    b.settings.paths_flags = 0x4;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+    b.settings.paths_flags = 0;
+    b.settings.sa_on = 0;
+    b.settings.sa_bits = 0;
+    b.settings.sa_range = b.settings.sa_max_weight = 0;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+    b.settings.sa_stats_range = 0;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
+    buf[len - 1] = ' '; /* as received: a space in its globs */
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used),
+                     FED_ERR_PAYLOAD);
+
+    /* DELTA: two segments, required, back as they went */
+    sample_block(FED_WIRE_DELTA, &b);
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_DELTA, &b, buf, sizeof buf, &len), FED_OK);
+    assert_int_equal(len, fed_wire_block_size(FED_WIRE_DELTA)); /* none: as before */
+    b.seg_count = 2;
+    b.seg_len[0] = 12544;
+    b.seg_len[1] = 16;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_DELTA, &b, buf, sizeof buf, &len), FED_OK);
+    assert_int_equal(len, fed_wire_block_size(FED_WIRE_DELTA) + 8 + 4 + 16);
+    at = fed_wire_block_size(FED_WIRE_DELTA);
+    assert_int_equal(fed_get_u16le(buf + at), FED_WIRE_FIELD_SEGMENTS);
+    assert_int_equal(fed_get_u16le(buf + at + 2), FED_WIRE_FIELD_REQUIRED);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_DELTA, buf, len, &g, &used), FED_OK);
+    assert_memory_equal(&g, &b, sizeof b);
+    /* a count that is not the field's length, or none */
+    fed_put_u32le(buf + at + 8, 3);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_DELTA, buf, len, &g, &used),
+                     FED_ERR_PAYLOAD);
+    fed_put_u32le(buf + at + 8, 2);
+    fed_put_u32le(buf + at + 16, 7); /* segment 0's rule: no such rule */
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_DELTA, buf, len, &g, &used),
+                     FED_ERR_PAYLOAD);
+    b.seg_rule[1] = 3;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_DELTA, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+    b.seg_rule[1] = 0;
+    b.seg_count = FED_WIRE_SEGMENTS_MAX + 1;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_DELTA, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+
+    /* SA_MASKED: the same field, its weight word a SUM segment last; no
+       other stage message takes it */
+    sample_block(FED_WIRE_SA_MASKED, &b);
+    b.seg_count = 3;
+    b.seg_len[0] = 12544;
+    b.seg_len[1] = 16;
+    b.seg_len[2] = 1;
+    b.seg_rule[2] = 2;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_SA_MASKED, &b, buf, sizeof buf, &len), FED_OK);
+    assert_int_equal(len, fed_wire_block_size(FED_WIRE_SA_MASKED) + 8 + 4 + 24);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_SA_MASKED, buf, len, &g, &used), FED_OK);
+    assert_memory_equal(&g, &b, sizeof b);
+    sample_block(FED_WIRE_SA_KEYS, &g);
+    g.seg_count = 1;
+    g.seg_len[0] = 5;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_SA_KEYS, &g, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
 }
 
 /* The DP-SGD field (tag 11): marked required only when it requires DP-SGD,
@@ -1580,6 +1687,7 @@ int main(void)
         cmocka_unit_test(test_settings_input),
         cmocka_unit_test(test_settings_dp_field),
         cmocka_unit_test(test_settings_stats_field),
+        cmocka_unit_test(test_paths_and_segments_fields),
         cmocka_unit_test(test_secagg_blocks),
         cmocka_unit_test(test_settings_malformed),
         cmocka_unit_test(test_settings_graph),

@@ -303,12 +303,20 @@ int main(int argc, char **argv)
         if (t == FED_WIRE_MODEL) {
             strcpy(b.settings.spec, "mlp:16");
             b.settings.lr = 0.1f;
+            b.settings.paths_on = 1; /* field 14: tensors that stay at the sites */
+            b.settings.paths_flags = FED_WIRE_PATHS_LOCAL_BN;
+            strcpy(b.settings.local_layers, "2.*");
         }
         if (t == FED_WIRE_AR_VERIFY)
             b.in_row = 1;
         if (t == FED_WIRE_DELTA || t == FED_WIRE_LEAVE) { /* a DP report */
             b.dp_epsilon = 0.5;
             b.dp_budget = 4;
+        }
+        if (t == FED_WIRE_DELTA) { /* field 2: the vector's two segments */
+            b.seg_count = 2;
+            b.seg_len[0] = 200;
+            b.seg_len[1] = 100;
         }
         if (ti->vector == FED_WIRE_VEC_CODEC) {
             fed_codec *c = &codecs[t % 5];
