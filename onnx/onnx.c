@@ -290,6 +290,8 @@ static double tensor_at(const otensor *x, size_t i)
         }
         return x->float_data[i];
     }
+    if (x->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL)
+        return x->has_raw_data ? (double)(x->raw_data.data[i] != 0) : (double)(x->int32_data[i] != 0);
     if (x->has_raw_data) {
         int64_t v;
 
@@ -314,9 +316,11 @@ static fed_err check_tensor(trans *t, const otensor *x, const char *what)
                     "refused: save the model with its weights inside the file",
                     what, name);
     if (x->data_type != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT &&
-        x->data_type != ONNX__TENSOR_PROTO__DATA_TYPE__INT64)
-        return fail(t, FED_ERR_UNSUPPORTED, NULL, "%s '%s': data type %d (float and int64 only)",
-                    what, name, x->data_type);
+        x->data_type != ONNX__TENSOR_PROTO__DATA_TYPE__INT64 &&
+        x->data_type != ONNX__TENSOR_PROTO__DATA_TYPE__BOOL) /* dropout's training_mode */
+        return fail(t, FED_ERR_UNSUPPORTED, NULL,
+                    "%s '%s': data type %d (float, int64 and bool only)", what, name,
+                    x->data_type);
     if (x->n_dims > RANK_MAX)
         return fail(t, FED_ERR_FORMAT, NULL, "%s '%s': rank %zu over %d", what, name, x->n_dims,
                     RANK_MAX);
@@ -328,12 +332,15 @@ static fed_err check_tensor(trans *t, const otensor *x, const char *what)
             return fail(t, FED_ERR_TOO_LARGE, NULL, "%s '%s': over 2^40 elements", what, name);
         numel *= (size_t)x->dims[i];
     }
-    width = x->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT ? 4 : 8;
+    width = x->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT  ? 4
+            : x->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL ? 1
+                                                                   : 8;
     if (x->has_raw_data)
         have = x->raw_data.len / width;
     else
-        have = x->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT ? x->n_float_data
-                                                                     : x->n_int64_data;
+        have = x->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT  ? x->n_float_data
+               : x->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL ? x->n_int32_data
+                                                                      : x->n_int64_data;
     if ((x->has_raw_data && x->raw_data.len % width) || have != numel)
         return fail(t, FED_ERR_FORMAT, NULL,
                     "%s '%s': holds %zu values where its shape says %zu", what, name, have,
@@ -923,6 +930,16 @@ static fed_err op_constant(trans *t, int i, const onode *nd)
     (void)i;
     if (!a || !a->t || nd->n_attribute != 1)
         return fail(t, FED_ERR_UNSUPPORTED, nd, "a constant other than a 'value' tensor");
+    if (tensor_numel(a->t) > SMALL_MAX) { /* a tensor of numbers: as an initializer */
+        oval *y = out_val(t, nd, 0);
+        fed_err err = check_tensor(t, a->t, "constant");
+
+        if (err)
+            return err;
+        y->kind = V_PARAM;
+        y->t = a->t;
+        return FED_OK;
+    }
     return small_of_tensor(t, nd, a->t, out_val(t, nd, 0));
 }
 
@@ -1011,12 +1028,257 @@ static fed_err op_unsqueeze(trans *t, int i, const onode *nd)
     oval *x = in_val(t, nd, 0), *y = out_val(t, nd, 0);
 
     (void)i;
-    if (x && x->kind == V_SMALL && x->n == 1) {
+    if (x && ((x->kind == V_SMALL && x->n == 1) || x->kind == V_PARAM)) {
+        /* a shape's element into a vector, or an initializer given axes
+           (group norm's weight broadcast over the map): the same values */
+        const char *name = y->name;
+        int uses = y->uses;
+
         *y = *x;
-        y->name = nd->output[0];
+        y->name = name;
+        y->uses = uses;
         return FED_OK;
     }
-    return fail(t, FED_ERR_UNSUPPORTED, nd, "an Unsqueeze other than of a shape's element");
+    return fail(t, FED_ERR_UNSUPPORTED, nd, "an Unsqueeze other than of a shape's element or "
+                                            "an initializer");
+}
+
+/* The first node after from of op type op taking value v (-1: none). */
+static int consumer_of(trans *t, int from, const oval *v, const char *op)
+{
+    const Onnx__GraphProto *g = t->g;
+
+    for (size_t j = (size_t)from + 1; j < g->n_node; j++) {
+        if (t->done[j] || strcmp(g->node[j]->op_type, op))
+            continue;
+        for (size_t k = 0; k < g->node[j]->n_input; k++)
+            if (!strcmp(g->node[j]->input[k], v->name))
+                return (int)j;
+    }
+    return -1;
+}
+
+/* The other input of a two-input node than value v (NULL: none). */
+static oval *other_input(trans *t, const onode *nd, const oval *v)
+{
+    if (nd->n_input != 2)
+        return NULL;
+    return in_val(t, nd, strcmp(nd->input[0], v->name) ? 0 : 1);
+}
+
+/* Whether value name is made by Shape(x) (it may come later in the file
+ * than a pattern's head). */
+static int shape_of(trans *t, const char *name, const oval *x)
+{
+    const Onnx__GraphProto *g = t->g;
+
+    for (size_t j = 0; j < g->n_node; j++)
+        if (g->node[j]->n_output >= 1 && !strcmp(g->node[j]->output[0], name))
+            return !strcmp(g->node[j]->op_type, "Shape") && g->node[j]->n_input == 1 &&
+                   !strcmp(g->node[j]->input[0], x->name);
+    return 0;
+}
+
+/* v itself when an initializer, or the initializer an Unsqueeze (which may
+ * come later in the file) gives axes to; NULL otherwise. */
+static oval *param_through(trans *t, oval *v)
+{
+    const Onnx__GraphProto *g = t->g;
+
+    if (!v || v->kind == V_PARAM)
+        return v;
+    for (size_t j = 0; j < g->n_node; j++)
+        if (g->node[j]->n_output >= 1 && !strcmp(g->node[j]->output[0], v->name)) {
+            oval *src;
+
+            if (strcmp(g->node[j]->op_type, "Unsqueeze") || g->node[j]->n_input < 1)
+                return NULL;
+            src = val_find(t, g->node[j]->input[0]);
+            return src && src->kind == V_PARAM ? src : NULL;
+        }
+    return NULL;
+}
+
+/* A small constant of one value near want. */
+static int is_const(const oval *v, double want)
+{
+    return v && v->kind == V_SMALL && v->n == 1 && !v->batch[0] && fabs(v->v[0] - want) < 1e-6;
+}
+
+/* The norm layers take eps 1e-5 (PyTorch's default), written as a float. */
+static int eps_ok(double eps)
+{
+    return fabs(eps - 1e-5) < 1e-9;
+}
+
+/* A norm layer of kind over x, its weight and bias initializers, its output
+ * y; the layer named after its weight. */
+static fed_err norm_emit(trans *t, const onode *nd, const char *kind, oval *x, oval *w, oval *b,
+                         oval *y, int groups)
+{
+    fed_model_node *g;
+    char name[NAME_LEN];
+    fed_err err;
+
+    if (!w || w->kind != V_PARAM || !b || b->kind != V_PARAM)
+        return fail(t, FED_ERR_UNSUPPORTED, nd, "%s without weight and bias initializers "
+                                                "(elementwise_affine=False)", kind);
+    if ((err = no_pad(t, nd, x)))
+        return err;
+    layer_name(nd, w->name, name);
+    if ((err = emit(t, nd, kind, name, x, y, &g)))
+        return err;
+    g->groups = groups;
+    if ((err = add_weight(t, name, ".weight", w->t, 0)))
+        return err;
+    return add_weight(t, name, ".bias", b->t, 0);
+}
+
+/* GroupNorm as PyTorch writes it: Reshape(x, [0, G, -1]),
+ * InstanceNormalization (scale 1, bias 0), Reshape back to x's shape, Mul
+ * by the weight and Add the bias (each an initializer given axes). */
+static fed_err groupnorm_from(trans *t, int i, const onode *nd)
+{
+    oval *x = in_val(t, nd, 0), *s = in_val(t, nd, 1), *r = out_val(t, nd, 0);
+    int j1 = sole_consumer(t, i, r), j2, j3, j4;
+    const onode *in, *back, *mul, *add;
+    oval *scale, *bias, *inorm, *w, *b;
+    int64_t G;
+
+    if (!small_int(s, 1, &G) || s->batch[1] || !(s->batch[0] || s->v[0] == 0) ||
+        s->batch[2] || s->v[2] != -1 || G < 1 || j1 < 0 ||
+        strcmp((in = t->g->node[j1])->op_type, "InstanceNormalization"))
+        return fail(t, FED_ERR_UNSUPPORTED, nd, "a Reshape of an image other than group "
+                                                "norm's (batch, groups, -1)");
+    scale = in_val(t, in, 1);
+    bias = in_val(t, in, 2);
+    if (!eps_ok(attr_float(in, "epsilon", 1e-5)))
+        return fail(t, FED_ERR_UNSUPPORTED, nd, "group norm's epsilon %g (1e-5 only)",
+                    attr_float(in, "epsilon", 1e-5));
+    for (int k = 0; scale && bias && k < (scale->kind == V_SMALL ? scale->n : 0); k++)
+        if (scale->v[k] != 1 || bias->kind != V_SMALL || bias->v[k] != 0)
+            scale = NULL;
+    if (!scale || scale->kind != V_SMALL || scale->n != G)
+        return fail(t, FED_ERR_UNSUPPORTED, nd, "an InstanceNormalization other than group "
+                                                "norm's (scale 1, bias 0 per group)");
+    inorm = out_val(t, in, 0);
+    if ((j2 = sole_consumer(t, j1, inorm)) < 0 ||
+        strcmp((back = t->g->node[j2])->op_type, "Reshape") || back->n_input != 2 ||
+        !shape_of(t, back->input[1], x) ||
+        (j3 = sole_consumer(t, j2, out_val(t, back, 0))) < 0 ||
+        strcmp((mul = t->g->node[j3])->op_type, "Mul") ||
+        (j4 = sole_consumer(t, j3, out_val(t, mul, 0))) < 0 ||
+        strcmp((add = t->g->node[j4])->op_type, "Add"))
+        return fail(t, FED_ERR_UNSUPPORTED, nd, "a group norm pattern other than PyTorch's");
+    w = param_through(t, other_input(t, mul, out_val(t, back, 0)));
+    b = param_through(t, other_input(t, add, out_val(t, mul, 0)));
+    t->done[j1] = t->done[j2] = t->done[j3] = t->done[j4] = 1;
+    return norm_emit(t, nd, "groupnorm", x, w, b, out_val(t, add, 0), (int)G);
+}
+
+/* LayerNormalization (opset 17) over the features of (N, features). */
+static fed_err op_layernorm(trans *t, int i, const onode *nd)
+{
+    oval *x = in_val(t, nd, 0);
+    fed_err err;
+
+    (void)i;
+    if ((err = want_tensor(t, nd, x, 0)))
+        return err;
+    if (x->rank != 2 || (attr_int(nd, "axis", -1) != -1 && attr_int(nd, "axis", -1) != 1))
+        return fail(t, FED_ERR_UNSUPPORTED, nd, "a layer norm other than over the features "
+                                                "of (N, features)");
+    if (!eps_ok(attr_float(nd, "epsilon", 1e-5)))
+        return fail(t, FED_ERR_UNSUPPORTED, nd, "epsilon %g (1e-5 only)",
+                    attr_float(nd, "epsilon", 1e-5));
+    return norm_emit(t, nd, "layernorm", x, in_val(t, nd, 1), in_val(t, nd, 2),
+                     out_val(t, nd, 0), 1);
+}
+
+/* LayerNorm as PyTorch writes it before opset 17: m = ReduceMean(x), d =
+ * Sub(x, m), v = ReduceMean(Pow(d, 2)), Div(d, Sqrt(Add(v, eps))), Mul by
+ * the weight, Add the bias; over the last axis of (N, features). */
+static fed_err op_reducemean(trans *t, int i, const onode *nd)
+{
+    oval *x = in_val(t, nd, 0), *m = out_val(t, nd, 0), *d, *v, *e, *s, *q, *w, *b, *o;
+    const Onnx__AttributeProto *axes = attr(nd, "axes");
+    static const char *const chain[] = {"Pow", "ReduceMean", "Add", "Sqrt"};
+    int js[9], at;
+    const onode *n1;
+
+    if (!x || x->kind != V_TENSOR || x->rank != 2 || !axes || axes->n_ints != 1 ||
+        (axes->ints[0] != -1 && axes->ints[0] != 1) || attr_int(nd, "keepdims", 1) != 1)
+        return fail(t, FED_ERR_UNSUPPORTED, nd, "a ReduceMean other than layer norm's over the "
+                                                "features of (N, features)");
+    /* d = x - m */
+    if ((js[0] = consumer_of(t, i, m, "Sub")) < 0 ||
+        strcmp((n1 = t->g->node[js[0]])->input[0], x->name) || n1->n_input != 2)
+        goto bad;
+    d = out_val(t, n1, 0);
+    at = js[0];
+    v = d;
+    for (int k = 0; k < 4; k++) {
+        const onode *c;
+
+        if ((js[k + 1] = k == 0 ? consumer_of(t, at, v, chain[k]) : sole_consumer(t, at, v)) < 0 ||
+            strcmp((c = t->g->node[js[k + 1]])->op_type, chain[k]))
+            goto bad;
+        if ((k == 0 && !is_const(other_input(t, c, v), 2.0)) ||
+            (k == 2 && !(other_input(t, c, v) && other_input(t, c, v)->kind == V_SMALL &&
+                         eps_ok(other_input(t, c, v)->v[0]))))
+            goto bad;
+        at = js[k + 1];
+        v = out_val(t, c, 0);
+    }
+    s = v; /* sqrt(var + eps) */
+    if ((js[5] = consumer_of(t, at, s, "Div")) < 0 ||
+        strcmp(t->g->node[js[5]]->input[0], d->name))
+        goto bad;
+    q = out_val(t, t->g->node[js[5]], 0);
+    if ((js[6] = sole_consumer(t, js[5], q)) < 0 || strcmp(t->g->node[js[6]]->op_type, "Mul"))
+        goto bad;
+    w = other_input(t, t->g->node[js[6]], q);
+    e = out_val(t, t->g->node[js[6]], 0);
+    if ((js[7] = sole_consumer(t, js[6], e)) < 0 || strcmp(t->g->node[js[7]]->op_type, "Add"))
+        goto bad;
+    b = other_input(t, t->g->node[js[7]], e);
+    o = out_val(t, t->g->node[js[7]], 0);
+    if (d->uses != 2)
+        goto bad;
+    for (int k = 0; k < 8; k++)
+        t->done[js[k]] = 1;
+    return norm_emit(t, nd, "layernorm", x, w, b, o, 1);
+bad:
+    return fail(t, FED_ERR_UNSUPPORTED, nd, "a ReduceMean other than the layer norm PyTorch "
+                                            "writes (ReduceMean, Sub, Pow 2, ReduceMean, Add "
+                                            "1e-5, Sqrt, Div, Mul, Add)");
+}
+
+/* Dropout: its ratio (a constant input since opset 12, an attribute
+ * before); the mask output unused. */
+static fed_err op_dropout(trans *t, int i, const onode *nd)
+{
+    oval *x = in_val(t, nd, 0), *r = in_val(t, nd, 1);
+    double ratio = t->o->opset >= 12 ? 0.5 : attr_float(nd, "ratio", 0.5);
+    fed_model_node *g;
+    fed_err err;
+
+    (void)i;
+    if ((err = want_tensor(t, nd, x, 0)) || (err = no_pad(t, nd, x)))
+        return err;
+    if (r) {
+        if (r->kind != V_SMALL || r->n != 1)
+            return fail(t, FED_ERR_UNSUPPORTED, nd, "a ratio that is not a constant");
+        ratio = r->v[0];
+    }
+    if (!(ratio >= 0 && ratio < 1))
+        return fail(t, FED_ERR_UNSUPPORTED, nd, "ratio %g (0 to below 1)", ratio);
+    if ((err = emit(t, nd, "dropout", NULL, x, out_val(t, nd, 0), &g)))
+        return err;
+    g->drop_ppm = (int)floor(ratio * 1e6 + 0.5);
+    if (g->drop_ppm > 999999)
+        g->drop_ppm = 999999;
+    return FED_OK;
 }
 
 /* Reshape to (batch, -1) or (batch, numel): a flatten. */
@@ -1029,6 +1291,8 @@ static fed_err op_reshape(trans *t, int i, const onode *nd)
 
     if ((err = want_tensor(t, nd, x, 0)))
         return err;
+    if (s && s->kind == V_SMALL && s->n == 3 && x->rank == 4)
+        return groupnorm_from(t, i, nd);
     if (!s || s->kind != V_SMALL || s->n != 2)
         return fail(t, FED_ERR_UNSUPPORTED, nd, "a Reshape other than to (batch, features)");
     first_batch = s->batch[0] || (small_int(s, 0, &rest) && (rest == 0 || rest == -1));
@@ -1146,6 +1410,9 @@ static const op_row OPS[] = {
     {"Reshape", op_reshape},
     {"Pad", op_pad},
     {"Div", op_div},
+    {"LayerNormalization", op_layernorm},
+    {"ReduceMean", op_reducemean},
+    {"Dropout", op_dropout},
 };
 
 static op_fn op_find(const char *type)

@@ -5,7 +5,8 @@
 # --torch-dump) and compares what fednode computed from the file's weights
 # on its batch: logits, loss, every gradient, the parameters after one SGD
 # step (lr 0.1), each norm-wise within 1e-5 of PyTorch's on the same
-# module. An eval-mode export (constants folded) is checked on its logits.
+# module (a norm's weight and bias, 1 and 0 as PyTorch starts them, are
+# drawn at random first so that their gradients count). An eval-mode export (constants folded) is checked on its logits.
 # usage: onnx_parity.py DUMP DIR [NAME...]
 import subprocess
 import sys
@@ -77,10 +78,35 @@ class Tabular(nn.Module):
         return self.fc2(torch.relu(self.fc1(x)))
 
 
+class Norms(nn.Module):
+    """Group norm after a bias-free convolution, layer norm, dropout (at p = 0
+    for parity: a mask is no PyTorch's), as the exporter writes them before
+    opset 17 (patterns) and at 17 (LayerNormalization)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, bias=False)
+        self.gn = nn.GroupNorm(4, 8)
+        self.fc = nn.Linear(8 * 4 * 4, 6)
+        self.ln = nn.LayerNorm(6)
+        self.drop = nn.Dropout(0.0)
+        self.out = nn.Linear(6, 3)
+
+    def forward(self, x):
+        y = torch.relu(self.gn(self.conv(x))).flatten(1)
+        return self.out(self.drop(self.ln(self.fc(y))))
+
+
+class Norms17(Norms):
+    pass
+
+
 NETS = {
     "simplecnn": (SimpleCNN, (1, 28, 28), 13),
     "branches": (Branches, (3, 12, 12), 11),
     "tabular": (Tabular, (30,), 17),
+    "norms": (Norms, (3, 6, 6), 13),
+    "norms17": (Norms17, (3, 6, 6), 17),
 }
 
 
@@ -97,6 +123,10 @@ def run(dump, d, name):
     torch.manual_seed(7)
     cls, shape, opset = NETS[name]
     net = cls()
+    with torch.no_grad():  # a norm's 1s and 0s drawn, so every term counts
+        for k, v in net.named_parameters():
+            if k.startswith(("gn.", "ln.")):
+                v.add_(0.3 * torch.randn_like(v))
     path = "%s/%s.onnx" % (d, name)
     export(net, shape, path, opset, True)
     out = subprocess.run([dump, "--torch-dump", d, path], capture_output=True, text=True)
@@ -137,6 +167,10 @@ def run(dump, d, name):
     net.zero_grad()
     torch.manual_seed(7)
     net = cls()
+    with torch.no_grad():
+        for k, v in net.named_parameters():
+            if k.startswith(("gn.", "ln.")):
+                v.add_(0.3 * torch.randn_like(v))
     export(net, shape, path, opset, False)
     out = subprocess.run([dump, "--torch-dump", d, path], capture_output=True, text=True)
     if out.returncode != 0:
