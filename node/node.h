@@ -242,25 +242,6 @@ typedef struct fed_node_peer_config {
                                      close to one model; default 0 */
     const double *init;           /* mix only: the starting vector (init_dim) */
     size_t init_dim;
-    fed_model *eval_model;        /* borrowed, for evaluating on data.test (its
-                                     spec's, batch 256) instead of one of the node's
-                                     own: the simulator lends one to all its peers,
-                                     whose events it runs one at a time; NULL: the
-                                     node's own */
-    int train_model_per_job;      /* the simulator's: the training model is made
-                                     for each round's job and freed at its end, so
-                                     no more exist than jobs run at once on the
-                                     pool, not one a peer (the same bits: a step
-                                     reads nothing a model kept); 0: kept */
-    int no_final_mix_eval;        /* the simulator's: the final mixing rounds are not
-                                     evaluated on data.test (it prints no row for
-                                     them); 0 in every real node */
-    int no_checkpoints;           /* the simulator's, for a peer nothing can crash
-                                     (its in-memory database would hold each
-                                     checkpoint, a copy of the push-sum state,
-                                     that nobody reads): rounds are recorded,
-                                     checkpoints never written. 0 in every real
-                                     node */
 } fed_node_peer_config;
 
 /* Differential privacy. DP-SGD (node/dp_account.h): a client with sgd

@@ -353,7 +353,7 @@ typedef struct node_train_job {
                                local tensors (alone, the job puts them into the
                                model instead) */
     const float *from;      /* where training starts: global, or start */
-    int drop_model;         /* model freed when the job ends (cfg.peer.train_model_per_job) */
+    int drop_model;         /* model freed when the job ends (cfg.hooks->train_model_per_job) */
 } node_train_job;
 
 void fed_node_train_job_run(fed_job *job);

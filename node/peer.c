@@ -19,6 +19,7 @@
 #include "gossip/pushsum.h"
 #include "gossip/topology.h"
 #include "node/peer_impl.h"
+#include "node/test_hooks.h"
 
 #define NODE_SEC_PUSHSUM "pushsum"
 /* all-reduce with groups: the weight the model stands for (ar_carry), f64 LE;
@@ -105,12 +106,12 @@ const char *fed_node_peer_gossip_topology(const fed_node_config *c)
 }
 
 /* The model every peer starts from, and the one it evaluates in: its own,
- * or cfg.peer.eval_model (lent; its parameters are set before each use). */
+ * or cfg.hooks->eval_model (lent; its parameters are set before each use). */
 static fed_err build_model_parts(fed_node *n)
 {
     node_mesh *p = n->mesh;
     const fed_node_config *c = &n->cfg;
-    fed_model *m = c->peer.eval_model;
+    fed_model *m = c->hooks ? c->hooks->eval_model : NULL;
     fed_rng rng;
     fed_err e;
 
@@ -136,7 +137,7 @@ static fed_err build_model_parts(fed_node *n)
         e = fed_model_get_params(m, p->model);
     else if (e == FED_OK)
         e = FED_ERR_NOMEM;
-    if (m == c->peer.eval_model)
+    if (c->hooks && m == c->hooks->eval_model)
         p->eval = c->data.test ? m : NULL;
     else if (e == FED_OK && c->data.test)
         p->eval = p->own_eval = m;
@@ -274,7 +275,7 @@ static fed_err commit_round(fed_node *n, uint64_t round, const fed_node_round_in
     fed_store_round row;
     fed_err e;
 
-    int ckpt = !n->cfg.peer.no_checkpoints &&
+    int ckpt = !(n->cfg.hooks && n->cfg.hooks->no_checkpoints) &&
                (n->cfg.peer.checkpoint_every <= 1 || round % n->cfg.peer.checkpoint_every == 0 ||
                 (n->cfg.rounds && round >= n->cfg.rounds));
     double *est = fed_malloc(p->dim * sizeof *est);
@@ -405,7 +406,8 @@ static void evaluate(fed_node *n, fed_node_round_info *info)
     info->loss = p->samples ? p->loss : NAN;
     info->accuracy = NAN;
     if (!p->eval || !n->cfg.data.test ||
-        (n->cfg.peer.no_final_mix_eval && n->cfg.rounds && info->round > n->cfg.rounds))
+        (n->cfg.hooks && n->cfg.hooks->no_final_mix_eval && n->cfg.rounds &&
+         info->round > n->cfg.rounds))
         return;
     if (fed_model_set_params(p->eval, p->model) != FED_OK ||
         fed_train_evaluate_all(p->eval, n->cfg.data.test, &st) != FED_OK || !st.samples)
@@ -718,7 +720,7 @@ static fed_err begin_round(fed_node *n)
     j->shard = c->data.shard;
     j->shard_n = c->data.shard_n;
     j->global = p->model;
-    j->drop_model = c->peer.train_model_per_job;
+    j->drop_model = c->hooks && c->hooks->train_model_per_job;
     j->nparams = p->dim;
     j->params = p->trained;
     j->err = FED_OK;

@@ -95,7 +95,7 @@ struct node_mesh {
     double loss;
     uint64_t samples;
     fed_model *eval;      /* the model evaluated on cfg.data.test, or NULL: own_eval,
-                             or the one cfg.peer.eval_model lends */
+                             or the one cfg.hooks->eval_model lends */
     fed_model *own_eval;  /* the node's own (NULL when lent one) */
     double flops;         /* per sample, for the simulator's clock */
     fed_node_peer_mem mem_peak; /* the largest total noted (fed_node_peer_mem_get) */

@@ -1,7 +1,9 @@
 /* test_hooks.h - the one seam through which the simulator and the tests
  * make a node misbehave: a Byzantine client's delta, a cheating
  * aggregator's secure-aggregation messages, a faulty all-reduce member's
- * sums, a model's tensors marked as a layer not built yet would mark them. A node reaches it only through fed_node_config.hooks, which is NULL
+ * sums, a model's tensors marked as a layer not built yet would mark them;
+ * and the simulator's economies for its peers. A node reaches it only
+ * through fed_node_config.hooks, which is NULL
  * in every real node: no option or INI key sets it, and
  * fed_node_daemon_run refuses a config that carries one. */
 #ifndef FED_NODE_TEST_HOOKS_H
@@ -37,6 +39,21 @@ typedef struct fed_node_test_hooks {
        layer marks its statistics, so a test has non-trained tensors
        before any layer makes them */
     void (*mark_model)(void *ctx, struct fed_model *m);
+    /* The simulator's economies for the peers it runs one event at a time
+       (none changes a result; every real node has none): */
+    struct fed_model *eval_model; /* borrowed, for evaluating on data.test (its
+                                     spec's, batch 256) instead of one of the
+                                     peer's own: one lent to all; NULL: its own */
+    int train_model_per_job;      /* the training model made for each round's job
+                                     and freed at its end, so no more exist than
+                                     jobs run at once on the pool (the same bits: a
+                                     step reads nothing a model kept) */
+    int no_final_mix_eval;        /* the final mixing rounds not evaluated on
+                                     data.test (fedsim prints no row for them) */
+    int no_checkpoints;           /* for a peer nothing can crash (its in-memory
+                                     database would hold each checkpoint, that
+                                     nobody reads): rounds recorded, checkpoints
+                                     never written */
 } fed_node_test_hooks;
 
 #endif

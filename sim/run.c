@@ -144,6 +144,7 @@ struct sim_run {
     fed_peer_id *ids;      /* (hosts) every host's identity, by world index */
     fed_dataset *own;      /* across ranks: this rank's nodes' samples only */
     fed_model_shape shape;
+    fed_node_test_hooks peer_hooks; /* peers: the economies of node/test_hooks.h */
     fed_model *eval_model; /* peers: the one they all evaluate in (lent to each;
                               the world runs their events one at a time) */
 };
@@ -619,15 +620,17 @@ static fed_err attach_nodes(sim_run *r, const fed_dataset *train, const fed_data
             if (!r->eval_model && (e = fed_model_new(c.spec, c.shape, c.be, c.pool, c.shards, 256,
                                                      &r->eval_model)) != FED_OK)
                 return e;
-            c.peer.eval_model = r->eval_model;
+            r->peer_hooks.eval_model = r->eval_model;
             c.role = FED_NODE_PEER;
             c.data.test = !sc->eval_peers || i < sc->eval_peers ? test : NULL;
             c.peer.checkpoint_every = (uint32_t)sc->checkpoint_every;
             /* nothing restarts a peer, so nothing would read a checkpoint (a
                database on disk keeps them, for the record) */
-            c.peer.no_checkpoints = !sc->crash[0] && !(sc->crash_rate > 0) && !sc->db_dir[0];
-            c.peer.no_final_mix_eval = 1; /* on_round keeps no row past --rounds */
-            c.peer.train_model_per_job = 1;
+            r->peer_hooks.no_checkpoints = !sc->crash[0] && !(sc->crash_rate > 0) &&
+                                           !sc->db_dir[0];
+            r->peer_hooks.no_final_mix_eval = 1; /* on_round keeps no row past --rounds */
+            r->peer_hooks.train_model_per_job = 1;
+            c.hooks = &r->peer_hooks; /* the same for every peer */
         } else {
             c.role = FED_NODE_CLIENT;
             c.client.aggregator = r->ids[0];
