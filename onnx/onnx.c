@@ -422,6 +422,9 @@ static fed_err emit(trans *t, const onode *nd, const char *kind, const char *nam
             return FED_ERR_NOMEM;
         o->names = names;
         o->cap_nodes = cap;
+        for (int k = 0; k < o->count; k++) /* the names moved with their block */
+            if (o->nodes[k].name)
+                o->nodes[k].name = o->names[k];
     }
     g = &o->nodes[o->count];
     memset(g, 0, sizeof *g);
