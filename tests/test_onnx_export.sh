@@ -12,14 +12,8 @@
 # python3-onnx) and torch, or without Fashion-MNIST.
 . "$(dirname "$0")/proc_lib.sh"
 
-PY=/usr/bin/python3
-if [ ! -x "$PY" ]; then echo "skipped: no $PY"; exit 77; fi
-if ! "$PY" -c 'import onnx' 2>/dev/null; then
-    echo "skipped: $PY has no onnx (Debian: apt-get install python3-onnx)"; exit 77
-fi
-if ! "$PY" -c 'import torch' 2>/dev/null; then
-    echo "skipped: $PY has no torch (Debian: apt-get install python3-torch)"; exit 77
-fi
+need_py onnx python3-onnx
+need_py torch python3-torch
 HERE=$(cd "$(dirname "$0")" && pwd)
 if ! "$PY" -c 'import safetensors' 2>/dev/null; then
     PYTHONPATH="$HERE/support/py"; export PYTHONPATH
