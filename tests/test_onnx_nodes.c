@@ -278,6 +278,7 @@ static void one(const char *dir, const char *test, counts *c, int verbose)
     Onnx__ModelProto *m = buf ? onnx__model_proto__unpack(NULL, len, buf) : NULL;
     Onnx__GraphProto *g = m ? m->graph : NULL;
     Onnx__TensorProto *x = NULL, *want = NULL, *extra[16] = {NULL};
+    char *extra_name[16] = {NULL}; /* the .pb's own names, while the graph's stand in */
     Onnx__NodeProto **node0, **nodes = NULL;
     Onnx__TensorProto **init0, **inits = NULL;
     Onnx__ValueInfoProto *in0 = NULL;
@@ -324,6 +325,7 @@ static void one(const char *dir, const char *test, counts *c, int verbose)
             report(c, verbose, test, 'R', "no %s", name);
             goto done;
         }
+        extra_name[n_extra] = extra[n_extra]->name;
         extra[n_extra++]->name = g->input[i]->name;
     }
     rank = (int)x->n_dims;
@@ -436,7 +438,7 @@ restore:
         in0->type->tensor_type->shape = shape0;
 done:
     for (int i = 0; i < n_extra; i++) {
-        extra[i]->name = NULL;
+        extra[i]->name = extra_name[i];
         onnx__tensor_proto__free_unpacked(extra[i], NULL);
     }
     if (x)
