@@ -116,8 +116,9 @@ $(BUILD)/gen/onnx.pb-c.o: $(BUILD)/gen/onnx.pb-c.c
 	@echo "  CC    $<"
 	$(Q)$(CC) $(CFLAGS) -I$(BUILD)/gen -c $< -o $@
 $(BUILD)/onnx/%.o: OBJ_CFLAGS = -I$(BUILD)/gen
-$(BUILD)/tests/test_onnx.o: OBJ_CFLAGS = -I$(BUILD)/gen
-$(patsubst %.c,$(BUILD)/%.o,$(wildcard onnx/*.c)) $(BUILD)/tests/test_onnx.o: | $(BUILD)/gen/onnx.pb-c.h
+$(BUILD)/tests/test_onnx.o $(BUILD)/tests/test_onnx_nodes.o: OBJ_CFLAGS = -I$(BUILD)/gen
+$(patsubst %.c,$(BUILD)/%.o,$(wildcard onnx/*.c)) $(BUILD)/tests/test_onnx.o \
+  $(BUILD)/tests/test_onnx_nodes.o: | $(BUILD)/gen/onnx.pb-c.h
 
 # The plugin's folder, PREFIX/lib/fednode, is compiled into the programs
 # (model/backend.c), so `make install PREFIX=/opt/x` installs it where the

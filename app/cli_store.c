@@ -27,6 +27,7 @@
 #include "app/cli.h"
 #include "node/ckpt_model.h"
 #include "model/safetensors.h"
+#include "onnx/onnx_write.h"
 #include "storage/store.h"
 
 #define PATH_MAX_CLI 1024
@@ -834,6 +835,7 @@ typedef struct export_cfg {
     char round[24];
     int best;
     char metric[FED_METRICS_NAME_MAX];
+    char format[16];
     char out[PATH_MAX_CLI];
 } export_cfg;
 
@@ -848,7 +850,10 @@ static const fed_opt export_opts[] = {
     X(metric, "metric", FED_OPT_STR, "", 0, 0,
       "with --best: the figure that ranks the rounds (default: the aggregator's --best-metric, "
       "else accuracy)"),
-    X(out, "out", FED_OPT_STR, "", 0, 0, "the .safetensors file to write"),
+    X(format, "format", FED_OPT_STR, "safetensors", 0, 0,
+      "safetensors (the weights, for PyTorch's load_state_dict) or onnx (the inference graph "
+      "with its weights, opset 14: logits out, dropout removed)"),
+    X(out, "out", FED_OPT_STR, "", 0, 0, "the .safetensors (or .onnx) file to write"),
 };
 #undef X
 
@@ -972,7 +977,7 @@ int fed_cli_export(int argc, char **argv)
     fed_model *m = NULL;
     float *p = NULL;
     uint64_t round = 0;
-    int rc = fed_cli_load_options("export", "--db FILE [--round N | --best [--metric M]] --out model.safetensors",
+    int rc = fed_cli_load_options("export", "--db FILE [--round N | --best [--metric M]] [--format onnx] --out model.safetensors",
                            export_opts, sizeof export_opts / sizeof export_opts[0], &c, argc,
                            argv);
     fed_err e;
@@ -985,6 +990,10 @@ int fed_cli_export(int argc, char **argv)
         (c.metric[0] && !c.best)) {
         fed_cli_error("export: --out FILE is required; --round takes a round number; --best "
                       "(with --metric) or --round, not both");
+        return 2;
+    }
+    if (strcmp(c.format, "safetensors") && strcmp(c.format, "onnx")) {
+        fed_cli_error("export: --format '%s' is neither safetensors nor onnx", c.format);
         return 2;
     }
     if ((rc = open_db("export", c.db, FED_STORE_READONLY, &st)) >= 0)
@@ -1022,6 +1031,7 @@ int fed_cli_export(int argc, char **argv)
                                  in.c == 1 && in.h == 1 ? FED_ST_INPUT_STANDARDIZED
                                                         : FED_ST_INPUT_PIXELS,
                                  NULL, NULL, 0, NULL};
+        char why[512] = "";
 
         if (sm.input_kind == FED_ST_INPUT_STANDARDIZED &&
             (e = ckpt_stats(&ck, (size_t)in.w, &sm)) != FED_OK) {
@@ -1029,10 +1039,13 @@ int fed_cli_export(int argc, char **argv)
                           fed_strerror(e));
             goto out;
         }
-        e = fed_store_safetensors_save(c.out, &sm);
+        if (!strcmp(c.format, "onnx"))
+            e = fed_onnx_save(c.out, m, &sm, why, sizeof why);
+        else
+            e = fed_store_safetensors_save(c.out, &sm);
         fed_free((double *)sm.stats_mean); /* both in one block */
         if (e != FED_OK) {
-            fed_cli_error("export: writing %s: %s", c.out, fed_strerror(e));
+            fed_cli_error("export: writing %s: %s", c.out, why[0] ? why : fed_strerror(e));
             goto out;
         }
         printf("exported round %" PRIu64 " (checkpoint %" PRIu64 ", %s, %zu parameters in %d"

@@ -152,26 +152,23 @@ void fed_model_file_fini(fed_model_file *f)
     f->nparams = 0;
 }
 
-static fed_err write_all(FILE *f, const uint8_t *buf, size_t len)
+static fed_err write_all(FILE *f, const void *buf, size_t len)
 {
     if (fwrite(buf, 1, len, f) != len)
         return errno == ENOSPC ? FED_ERR_FULL : FED_ERR_IO;
     return FED_OK;
 }
 
-fed_err fed_model_save(const fed_model *m, const char *path)
+fed_err fed_model_write_file(const char *path, const void *buf, size_t len)
 {
-    size_t size = fed_model_file_size(m), len = 0, plen = strlen(path);
-    uint8_t *buf = fed_malloc(size);
+    size_t plen = strlen(path);
     char *tmp = fed_malloc(plen + 8);
     FILE *f = NULL;
-    fed_err err = FED_ERR_NOMEM;
+    fed_err err;
 
-    if (!buf || !tmp)
-        goto out;
+    if (!tmp)
+        return FED_ERR_NOMEM;
     snprintf(tmp, plen + 8, "%s.tmp", path);
-    if ((err = fed_model_file_encode(m, buf, size, &len)) != FED_OK)
-        goto out;
     f = fopen(tmp, "wb");
     if (!f) {
         fed_log(FED_LOG_ERROR, "model: cannot create %s: %s", tmp, strerror(errno));
@@ -183,7 +180,6 @@ fed_err fed_model_save(const fed_model *m, const char *path)
         err = FED_ERR_IO;
     if (fclose(f) != 0 && err == FED_OK)
         err = FED_ERR_IO;
-    f = NULL;
     if (err == FED_OK && rename(tmp, path) != 0)
         err = FED_ERR_IO;
     if (err != FED_OK) {
@@ -192,6 +188,17 @@ fed_err fed_model_save(const fed_model *m, const char *path)
     }
 out:
     fed_free(tmp);
+    return err;
+}
+
+fed_err fed_model_save(const fed_model *m, const char *path)
+{
+    size_t size = fed_model_file_size(m), len = 0;
+    uint8_t *buf = fed_malloc(size);
+    fed_err err = FED_ERR_NOMEM;
+
+    if (buf && (err = fed_model_file_encode(m, buf, size, &len)) == FED_OK)
+        err = fed_model_write_file(path, buf, len);
     fed_free(buf);
     return err;
 }

@@ -58,6 +58,9 @@ FED_WUR fed_err fed_model_file_encode(const fed_model *m, uint8_t *buf, size_t c
 FED_WUR fed_err fed_model_file_parse(const uint8_t *buf, size_t len, fed_model_file *out);
 void fed_model_file_fini(fed_model_file *f);
 
+/* Write len bytes to path atomically: PATH.tmp written, synced and renamed
+ * over path (removed on failure, logged). */
+FED_WUR fed_err fed_model_write_file(const char *path, const void *buf, size_t len);
 /* Write m to path atomically (a temporary file renamed over path). */
 FED_WUR fed_err fed_model_save(const fed_model *m, const char *path);
 /* Read and check path into out. */

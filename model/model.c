@@ -1341,6 +1341,52 @@ fed_err fed_model_graph_shapes(const char *label, const fed_model_node *nodes, i
     return err;
 }
 
+fed_err fed_model_spec_nodes(const char *spec, fed_model_shape in, fed_model_node **out,
+                            int *count, char *why, size_t cap)
+{
+    size_t len = spec ? strnlen(spec, FED_MODEL_GRAPH_MAX) : 0;
+    node_desc *nodes = NULL;
+    fed_model_node *g = NULL;
+    int n = 0, ncap;
+    fed_err err;
+
+    *out = NULL;
+    *count = 0;
+    if (!spec || !strncmp(spec, "g#", 2) || len == FED_MODEL_GRAPH_MAX)
+        return fed_err_why(why, cap, FED_ERR_SPEC, "model '%.40s': no whole spec to read nodes "
+                           "from", spec ? spec : "(none)");
+    /* as make_plan: a "g:" node takes 2 bytes at least */
+    ncap = (int)(len / 2 + 2) > 2 * MLP_MAX_HIDDEN + 2 ? (int)(len / 2 + 2)
+                                                       : 2 * MLP_MAX_HIDDEN + 2;
+    if (!(nodes = fed_calloc((size_t)ncap, sizeof *nodes)))
+        return FED_ERR_NOMEM;
+    if ((err = preset_graph(spec, in, nodes, ncap, &n, why, cap)) != FED_OK)
+        goto out;
+    /* the nodes, then their names, in one block */
+    if (!(g = fed_calloc((size_t)n, sizeof *g + NAME_MAX_LEN))) {
+        err = FED_ERR_NOMEM;
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        const node_desc *nd = &nodes[i];
+        char *name = (char *)(g + n) + (size_t)i * NAME_MAX_LEN;
+
+        memcpy(name, nd->name, NAME_MAX_LEN);
+        g[i] = (fed_model_node){.kind = nd->ops->kind, .name = name, .input = nd->input,
+                                .out = nd->out, .kernel = {nd->kh, nd->kw},
+                                .stride = {nd->sh, nd->sw}, .padding = {nd->ph, nd->pw},
+                                .dilation = {nd->dh, nd->dw}, .groups = nd->groups,
+                                .other = nd->other, .no_bias = nd->no_bias,
+                                .column = nd->column, .num = nd->num,
+                                .drop_ppm = nd->drop_ppm};
+    }
+    *out = g;
+    *count = n;
+out:
+    fed_free(nodes);
+    return err;
+}
+
 static fed_err spec_nparams(const char *spec, fed_model_shape in, size_t *nparams, char *why,
                             size_t cap)
 {

@@ -235,6 +235,15 @@ FED_WUR fed_err fed_model_graph_shapes(const char *label, const fed_model_node *
                                        fed_model_shape in, fed_model_node_info *info,
                                        int *planned, char *why, size_t cap);
 
+/* The nodes of spec (a preset, expanded for input in, or a whole "g:"
+ * graph; fed_model_graph gives a model's), as fed_model_new_graph takes
+ * them: *out holds *count nodes and their names in one block, freed with
+ * fed_free. A node the spec leaves unnamed is named by its index; zero
+ * strides and dilations stay zero (their defaults). FED_ERR_SPEC (why) for
+ * a spec that is none, or a hash ("g#..."). */
+FED_WUR fed_err fed_model_spec_nodes(const char *spec, fed_model_shape in, fed_model_node **out,
+                                     int *count, char *why, size_t cap);
+
 /* The id of spec (FED_MODEL_SPEC_MAX above): spec itself when shorter
  * than FED_MODEL_SPEC_MAX, else "g#" and its hash. */
 void fed_model_spec_id(const char *spec, char id[FED_MODEL_SPEC_MAX]);

@@ -121,51 +121,82 @@ static fed_err check_model(const fed_store_st_model *m)
     return FED_OK;
 }
 
-/* ,"key":"v1,v2,..." (%.17g each). */
-static void put_list(sbuf *b, const char *key, const double *v, size_t n)
+/* v (n of them) as "v1,v2,..." (%.17g each) to put under key. */
+static fed_err put_list(fed_store_st_meta_fn put, void *ctx, const char *key, const double *v,
+                        size_t n)
 {
+    sbuf b = {0};
     char t[32];
 
-    sb_str(b, ",\"");
-    sb_str(b, key);
-    sb_str(b, "\":\"");
+    sb_str(&b, "");
     for (size_t i = 0; i < n; i++) {
         snprintf(t, sizeof t, "%s%.17g", i ? "," : "", v[i]);
-        sb_str(b, t);
+        sb_str(&b, t);
     }
-    sb_str(b, "\"");
+    if (!b.oom)
+        put(ctx, key, b.p);
+    fed_free(b.p);
+    return b.oom ? FED_ERR_NOMEM : FED_OK;
 }
 
-/* How the input is fed (fed_store_st_model.input_kind), after the shape. */
-static void put_input_kind(sbuf *b, const fed_store_st_model *m)
+fed_err fed_store_safetensors_metadata(const fed_store_st_model *m, fed_store_st_meta_fn put,
+                                       void *ctx)
 {
     int kind = m->input_kind;
-    char t[160];
+    char t[96];
+    fed_err e = FED_OK;
 
+    if (m->spec)
+        put(ctx, "fednode.spec", m->spec);
+    if (m->input.classes <= 0)
+        return FED_OK;
+    snprintf(t, sizeof t, "%d,%d,%d", m->input.c, m->input.h, m->input.w);
+    put(ctx, "fednode.input", t);
+    snprintf(t, sizeof t, "%d", m->input.classes);
+    put(ctx, "fednode.classes", t);
     if (kind == FED_ST_INPUT_PIXELS) {
-        snprintf(t, sizeof t, ",\"fednode.input_dtype\":\"uint8\",\"fednode.input_scale\":"
-                 "\"%.17g\",\"fednode.input_shift\":\"%.17g\"", (double)FED_MODEL_PIXEL_SCALE,
-                 (double)FED_MODEL_PIXEL_SHIFT);
-        sb_str(b, t);
-        sb_str(b, ",\"fednode.input_transform\":");
-        sb_json(b, "x = byte * fednode.input_scale + fednode.input_shift = byte / 127.5 - 1, "
-                   "in [-1, 1] (torchvision: ToTensor() then Normalize((0.5,), (0.5,))); "
-                   "logreg and mlp take x flattened, x.flatten(1)");
+        put(ctx, "fednode.input_dtype", "uint8");
+        snprintf(t, sizeof t, "%.17g", (double)FED_MODEL_PIXEL_SCALE);
+        put(ctx, "fednode.input_scale", t);
+        snprintf(t, sizeof t, "%.17g", (double)FED_MODEL_PIXEL_SHIFT);
+        put(ctx, "fednode.input_shift", t);
+        put(ctx, "fednode.input_transform",
+            "x = byte * fednode.input_scale + fednode.input_shift = byte / 127.5 - 1, "
+            "in [-1, 1] (torchvision: ToTensor() then Normalize((0.5,), (0.5,))); "
+            "logreg and mlp take x flattened, x.flatten(1)");
     } else if (kind == FED_ST_INPUT_STANDARDIZED && m->stats_mean) {
-        put_list(b, "fednode.input_mean", m->stats_mean, m->stats_cols);
-        put_list(b, "fednode.input_std", m->stats_std, m->stats_cols);
-        if (m->stats_missing)
-            put_list(b, "fednode.input_missing_rate", m->stats_missing, m->stats_cols);
-        sb_str(b, ",\"fednode.input_transform\":");
-        sb_json(b, "each CSV feature j standardized, (x - mean[j]) / std[j], with the "
-                   "federation's shared statistics (pooled over every site): mean = "
-                   "fednode.input_mean, std = fednode.input_std (population std; 0 and 1 for a "
-                   "column suppressed or constant); a missing cell is mean[j]");
+        if ((e = put_list(put, ctx, "fednode.input_mean", m->stats_mean, m->stats_cols)) ||
+            (e = put_list(put, ctx, "fednode.input_std", m->stats_std, m->stats_cols)) ||
+            (m->stats_missing && (e = put_list(put, ctx, "fednode.input_missing_rate",
+                                               m->stats_missing, m->stats_cols))))
+            return e;
+        put(ctx, "fednode.input_transform",
+            "each CSV feature j standardized, (x - mean[j]) / std[j], with the "
+            "federation's shared statistics (pooled over every site): mean = "
+            "fednode.input_mean, std = fednode.input_std (population std; 0 and 1 for a "
+            "column suppressed or constant); a missing cell is mean[j]");
     } else if (kind == FED_ST_INPUT_STANDARDIZED) {
-        sb_str(b, ",\"fednode.input_transform\":");
-        sb_json(b, "each CSV feature standardized, (x - mean) / std, with the training file's "
-                   "own mean and population std (std 1 for a constant column)");
+        put(ctx, "fednode.input_transform",
+            "each CSV feature standardized, (x - mean) / std, with the training file's "
+            "own mean and population std (std 1 for a constant column)");
     }
+    return FED_OK;
+}
+
+/* One metadata entry into the JSON header, after those before it. */
+typedef struct json_meta {
+    sbuf *b;
+    int n;
+} json_meta;
+
+static void put_json(void *ctx, const char *key, const char *value)
+{
+    json_meta *j = ctx;
+
+    sb_str(j->b, j->n++ ? "," : "");
+    sb_json(j->b, key);
+    sb_str(j->b, ":");
+    sb_json(j->b, value);
 }
 
 /* The JSON header, padded with spaces to a multiple of 8. *data_len gets
@@ -178,19 +209,11 @@ static fed_err build_header(const fed_store_st_model *m, sbuf *b, uint64_t *data
     memset(b, 0, sizeof *b);
     sb_str(b, "{");
     if (m->spec || m->input.classes > 0) {
-        sb_str(b, "\"__metadata__\":{");
-        if (m->spec) {
-            sb_str(b, "\"fednode.spec\":");
-            sb_json(b, m->spec);
-        }
-        if (m->input.classes > 0) {
-            char t[96];
+        json_meta j = {b, 0};
 
-            snprintf(t, sizeof t, "%s\"fednode.input\":\"%d,%d,%d\",\"fednode.classes\":\"%d\"",
-                     m->spec ? "," : "", m->input.c, m->input.h, m->input.w, m->input.classes);
-            sb_str(b, t);
-            put_input_kind(b, m);
-        }
+        sb_str(b, "\"__metadata__\":{");
+        if (fed_store_safetensors_metadata(m, put_json, &j) != FED_OK)
+            b->oom = 1;
         sb_str(b, "}");
         first = 0;
     }

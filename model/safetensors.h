@@ -100,6 +100,15 @@ typedef struct fed_store_st_file {
     uint8_t *owned;                 /* the file's bytes, when read from a path */
 } fed_store_st_file;
 
+/* The metadata m's file carries, key by key in file order: put(ctx, key,
+ * value) for "fednode.spec" (when m has one), then with classes > 0
+ * "fednode.input", "fednode.classes" and how the input is fed (input_kind
+ * above). FED_ERR_NOMEM when a value could not be built. The ONNX export
+ * (onnx/onnx_write.h) writes the same entries as its metadata_props. */
+typedef void (*fed_store_st_meta_fn)(void *ctx, const char *key, const char *value);
+FED_WUR fed_err fed_store_safetensors_metadata(const fed_store_st_model *m,
+                                               fed_store_st_meta_fn put, void *ctx);
+
 /* The exact file size for m (header padded, data). */
 FED_WUR fed_err fed_store_safetensors_size(const fed_store_st_model *m, size_t *len);
 /* Encode m into a new buffer (*out freed with fed_free). */

@@ -184,7 +184,7 @@ static fed_err fail(trans *t, fed_err err, const onode *nd, const char *fmt, ...
     va_end(ap);
     if (nd)
         return fed_err_why(t->why, t->cap, err, "%s: node '%s' (%s, opset %d): %s", t->o->file,
-                           nd->name ? nd->name : "", nd->op_type ? nd->op_type : "?",
+                           nd->name && nd->name[0] ? nd->name : "(unnamed)", nd->op_type ? nd->op_type : "?",
                            t->o->opset, msg);
     return fed_err_why(t->why, t->cap, err, "%s: %s", t->o->file, msg);
 }
@@ -429,6 +429,9 @@ static fed_err emit(trans *t, const onode *nd, const char *kind, const char *nam
             return FED_ERR_NOMEM;
         o->names = names;
         o->cap_nodes = cap;
+        for (int k = 0; k < o->count; k++) /* the names moved with their block */
+            if (o->nodes[k].name)
+                o->nodes[k].name = o->names[k];
     }
     g = &o->nodes[o->count];
     memset(g, 0, sizeof *g);
@@ -456,7 +459,11 @@ static fed_err add_weight(trans *t, const char *layer, const char *suffix, const
     if ((err = grow((void **)&o->weights, &o->cap_weights, o->nweights + 1, sizeof *o->weights)))
         return err;
     w = &o->weights[o->nweights++];
-    snprintf(w->name, sizeof w->name, "%s%s", layer, suffix);
+    if (layer[0])
+        snprintf(w->name, sizeof w->name, "%s%s", layer, suffix);
+    else /* a layer of no name (its weight's is not NAME.weight, its node has no
+            scope): named by its index, as the model names it; it is the last made */
+        snprintf(w->name, sizeof w->name, "%d%s", o->count - 1, suffix);
     w->t = x;
     w->transpose = transpose;
     return FED_OK;
@@ -1518,8 +1525,8 @@ static void count_uses(trans *t)
 
 static fed_err check_node(trans *t, const onode *nd)
 {
-    if (!nd->op_type || !nd->name)
-        return fail(t, FED_ERR_FORMAT, NULL, "a node without op type or name");
+    if (!nd->op_type) /* a name is optional (ONNX's own node tests have none) */
+        return fail(t, FED_ERR_FORMAT, NULL, "a node without op type");
     if (nd->domain && nd->domain[0] && strcmp(nd->domain, "ai.onnx"))
         return fail(t, FED_ERR_UNSUPPORTED, nd, "domain '%s' (the default domain only)",
                     nd->domain);

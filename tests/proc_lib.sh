@@ -142,6 +142,13 @@ stranger() {
 strangers_done() { for p in $SPIDS; do wait "$p"; done; SPIDS=""; }
 SPIDS=""
 SP_REQ0='\000SP\000\000\060\000\000'
+# need_py MODULE PACKAGE: /usr/bin/python3 ($PY) imports MODULE, else skip (77)
+need_py() {
+    PY=/usr/bin/python3
+    if [ ! -x "$PY" ]; then echo "skipped: no $PY"; exit 77; fi
+    "$PY" -c "import $1" 2>/dev/null ||
+        { echo "skipped: $PY has no $1 (Debian: apt-get install $2)"; exit 77; }
+}
 need_bash() { command -v bash >/dev/null 2>&1 || { echo "skipped: no bash (for /dev/tcp)"; exit 77; }; }
 # refused DESC TEXT ARGS...: `fednode run ARGS` refuses its flags (exit 2,
 # TEXT in what it says) before it opens anything

@@ -1,0 +1,212 @@
+/* test_onnx_write.c - the ONNX export (onnx/onnx_write.h) read back by the
+ * ONNX import (onnx/onnx.h): graphs of every layer kind the export writes,
+ * the presets on images and on CSV rows, a one-logit net; each imports
+ * again with the same weights bit for bit and the same logits on a batch,
+ * and carries the input scaling as metadata. Layers without an ONNX form
+ * are refused by name. (onnx.checker and PyTorch: tests/test_onnx_export.sh.) */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/alloc.h"
+#include "core/rng.h"
+#include "model/backend.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+#include "onnx/onnx.h"
+#include "onnx/onnx_write.h"
+#include "tests/support/support.h"
+
+#define BATCH 5
+
+/* spec on input in, initialized from seed, its export. */
+typedef struct exported {
+    fed_backend *be;
+    fed_model *m;
+    float *params;
+    uint8_t *buf;
+    size_t len;
+} exported;
+
+static fed_err export_spec(const char *spec, fed_model_shape in, int kind, exported *e,
+                           char *why, size_t cap)
+{
+    fed_rng rng;
+    fed_store_st_model sm;
+    const fed_tensor_info *t;
+    int nt;
+
+    memset(e, 0, sizeof *e);
+    assert_int_equal(fed_backend_cpu_new(1, &e->be), FED_OK);
+    if (fed_model_new(spec, in, e->be, NULL, 1, BATCH, &e->m) != FED_OK) {
+        if (fed_model_spec_explain(spec, in, why, cap) == FED_OK)
+            snprintf(why, cap, "builds nowhere");
+        fail_msg("%s: %s", spec, why);
+    }
+    fed_rng_seed(&rng, 7);
+    assert_int_equal(fed_model_init(e->m, &rng), FED_OK);
+    e->params = malloc(fed_model_nparams(e->m) * sizeof *e->params + 1);
+    assert_non_null(e->params);
+    assert_int_equal(fed_model_get_params(e->m, e->params), FED_OK);
+    t = fed_model_tensors(e->m, &nt);
+    sm = (fed_store_st_model){fed_model_spec(e->m), in, t, nt, e->params, kind, NULL, NULL, 0,
+                              NULL};
+    return fed_onnx_encode(e->m, &sm, &e->buf, &e->len, why, cap);
+}
+
+static void exported_fini(exported *e)
+{
+    fed_free(e->buf);
+    free(e->params);
+    fed_model_free(e->m);
+    fed_backend_free(e->be);
+}
+
+/* The logits of m on a batch of BATCH seeded inputs into out. */
+static void logits_of(fed_model *m, float *out)
+{
+    fed_model_shape in = fed_model_input(m);
+    size_t n = (size_t)in.c * in.h * in.w * BATCH;
+    float *x = malloc(n * sizeof *x);
+    int32_t y[BATCH] = {0};
+    fed_batch b = {BATCH, NULL, NULL, y, NULL};
+    fed_rng rng;
+
+    assert_non_null(x);
+    fed_rng_seed(&rng, 11);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(fed_rng_uniform(&rng) * 2 - 1);
+    b.x_f32 = x;
+    assert_int_equal(fed_model_logits(m, &b, out), FED_OK);
+    free(x);
+}
+
+/* spec exported and imported again: the same parameters, bit for bit, under
+ * the same names, and the same logits; the file's metadata holds want. */
+static void round_trip(const char *spec, fed_model_shape in, int kind, const char *want)
+{
+    exported e;
+    fed_onnx *o = NULL;
+    fed_model *m2 = NULL;
+    const fed_model_node *nodes;
+    const fed_tensor_info *t1, *t2;
+    char why[512] = "";
+    float *p2, a[BATCH * 16], b[BATCH * 16];
+    int count, nt1, nt2, nl;
+    fed_model_shape in2;
+
+    if (export_spec(spec, in, kind, &e, why, sizeof why) != FED_OK)
+        fail_msg("%s: %s", spec, why);
+    if (want && !memmem(e.buf, e.len, want, strlen(want)))
+        fail_msg("%s: the file lacks '%s'", spec, want);
+    if (fed_onnx_parse("x.onnx", e.buf, e.len, &o, why, sizeof why) != FED_OK)
+        fail_msg("%s: import: %s", spec, why);
+    nodes = fed_onnx_nodes(o, &count);
+    in2 = fed_onnx_input(o);
+    assert_int_equal(in2.c, in.c);
+    assert_int_equal(in2.h, in.h);
+    assert_int_equal(in2.w, in.w);
+    assert_int_equal(in2.classes, in.classes);
+    assert_true(fed_onnx_has_weights(o));
+    assert_int_equal(fed_model_new_graph("back", nodes, count, in2, e.be, NULL, 1, BATCH, &m2),
+                     FED_OK);
+    if (fed_onnx_apply_weights(o, m2, why, sizeof why) != FED_OK)
+        fail_msg("%s: weights: %s", spec, why);
+    assert_int_equal(fed_model_nparams(m2), fed_model_nparams(e.m));
+    t1 = fed_model_tensors(e.m, &nt1);
+    t2 = fed_model_tensors(m2, &nt2);
+    assert_int_equal(nt1, nt2);
+    p2 = malloc(fed_model_nparams(m2) * sizeof *p2 + 1);
+    assert_non_null(p2);
+    assert_int_equal(fed_model_get_params(m2, p2), FED_OK);
+    for (int i = 0; i < nt1; i++) { /* by name: the order may differ */
+        int j = 0;
+
+        while (j < nt2 && strcmp(t1[i].name, t2[j].name))
+            j++;
+        if (j == nt2)
+            fail_msg("%s: tensor %s is not imported", spec, t1[i].name);
+        assert_int_equal(t1[i].numel, t2[j].numel);
+        assert_memory_equal(e.params + t1[i].offset, p2 + t2[j].offset,
+                            t1[i].numel * sizeof *p2);
+    }
+    nl = fed_model_nlogits(e.m);
+    assert_int_equal(fed_model_nlogits(m2), nl);
+    assert_true(nl <= 16);
+    logits_of(e.m, a);
+    logits_of(m2, b);
+    assert_memory_equal(a, b, (size_t)(BATCH * nl) * sizeof *a);
+    free(p2);
+    fed_model_free(m2);
+    fed_onnx_free(o);
+    exported_fini(&e);
+}
+
+static void test_every_kind(void **state)
+{
+    (void)state;
+    /* windows (a padded and dilated conv, a grouped one without bias, both
+       pools padded), each activation, GELU's and SiLU's patterns, a
+       residual, a channel concat, a global average pool, dropout */
+    round_trip("g:c1=C8k3p1,r1=R,c2=C8k3p2d2g4b0,Y,+r1,a=Ak3s1p1,c3=C4k1,&a,Mk2,"
+               "c4=C6k3s2p1,T,Z,P,F,fc1=L24,G,Dr250000,fc2=L16b0,S,fc3=L",
+               (fed_model_shape){4, 9, 9, 10}, FED_ST_INPUT_PIXELS, "fednode.input_scale");
+}
+
+static void test_presets(void **state)
+{
+    (void)state;
+    /* mlp on images: a Flatten written before its first Gemm */
+    round_trip("mlp:32,16", (fed_model_shape){1, 6, 6, 10}, FED_ST_INPUT_PIXELS,
+               "fednode.input_shift");
+    round_trip("cnn", (fed_model_shape){1, 16, 16, 10}, FED_ST_INPUT_PIXELS, NULL);
+    /* CSV rows: input (batch, features) */
+    round_trip("logreg", (fed_model_shape){1, 1, 7, 3}, FED_ST_INPUT_STANDARDIZED,
+               "fednode.input_transform");
+    /* one logit (bce): the logit out, binary cross-entropy again on import */
+    round_trip("g:fc1=L8,R,fc2=L1,B", (fed_model_shape){1, 1, 5, 2}, FED_ST_INPUT_STANDARDIZED,
+               "sigmoid(logit)");
+}
+
+static void test_refusals(void **state)
+{
+    static const struct {
+        const char *spec;
+        fed_model_shape in;
+        const char *want;
+    } cases[] = {
+        {"g:e=E4n10c0,X<-,&e,fc=L", {1, 1, 3, 2}, "layer 'e' (embedding) has no ONNX export"},
+        {"g:fc1=L8,n=V,fc2=L", {1, 1, 5, 2}, "layer 'n' (layernorm) has no ONNX export"},
+    };
+    (void)state;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        exported e;
+        char why[512] = "";
+        fed_err err = export_spec(cases[i].spec, cases[i].in, FED_ST_INPUT_UNSAID, &e, why,
+                                  sizeof why);
+
+        assert_int_equal(err, FED_ERR_UNSUPPORTED);
+        assert_null(e.buf);
+        if (!strstr(why, cases[i].want))
+            fail_msg("%s: '%s' lacks '%s'", cases[i].spec, why, cases[i].want);
+        exported_fini(&e);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_kind),
+        cmocka_unit_test(test_presets),
+        cmocka_unit_test(test_refusals),
+    };
+
+    fed_test_log_quiet();
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
