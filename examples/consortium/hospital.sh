@@ -17,7 +17,7 @@ LR=${HOSPITAL_LR:-0.2}
 BATCH=${HOSPITAL_BATCH:-16}
 DP=${HOSPITAL_DP:-1}                # 1: DP-SGD at every site, required by the aggregator
 NOISE=${HOSPITAL_NOISE:-2.0}        # DP-SGD's noise multiplier z
-CLIP=${HOSPITAL_CLIP:-1}            # DP-SGD's per-patient gradient bound C
+CLIP=${HOSPITAL_CLIP:-0.5}          # DP-SGD's per-patient gradient bound C
 DELTA=${HOSPITAL_DELTA:-1e-4}       # (epsilon, delta): delta well below 1 / patients
 SECAGG=${HOSPITAL_SECAGG:-1}
 CSV=/usr/lib/python3/dist-packages/sklearn/datasets/data/breast_cancer.csv
@@ -157,7 +157,7 @@ for s in a b c; do
     ( cd "$W/hospital-$s" && exec "$FEDNODE" run --role client --keys ../keys/hospital-$s \
         --passphrase-file ../keys/hospital-$s.pass --allow ../keys/allow.txt \
         --db ../hospital-$s.db --aggregator "tcp://127.0.0.1:$port" --aggregator-key aggregator \
-        --data data.csv --features 30 --classes 2 --threads 1 $std $dpc ) \
+        --data data.csv --features 30 --classes 2 --threads 1 $std $sec $dpc ) \
         >"$W/hospital-$s.log" 2>&1 &
     PIDS="$PIDS $!"
     echo "hospital-$s: training on its own data.csv${dpc:+ with DP-SGD}"
