@@ -7,8 +7,8 @@
 #  - without DP, with the shared statistics (the pass through secure
 #    aggregation): within 0.01 of scikit-learn's AUC;
 #  - with DP-SGD at each site (the example's defaults, epsilon <= 4 at delta
-#    1e-4, each site scaling with its own file): within 0.04 (docs/hospital.md
-#    gives the spread measured over repeated runs).
+#    1e-4, each site scaling with its own file): the median of three runs
+#    within 0.04 (docs/hospital.md gives the spread measured over many runs).
 # The relabelling is checked too: 212 malignant patients (label 1) of 569.
 # Skips (77) without the data (python3-sklearn's breast_cancer.csv) or
 # without scikit-learn for /usr/bin/python3, which the comparison needs.
@@ -61,14 +61,21 @@ awk -v a="$a" -v s="$s" 'BEGIN { d = a - s; exit !(d <= 0.01 && d >= -0.01) }' |
     fail "plain: fednode's AUC $a within 0.01 of scikit-learn's $s"
 ok "shared statistics and secure aggregation, no DP: AUC $a, scikit-learn's $s (within 0.01)"
 
-run dp
-u=$(grep -c "secagg: round [0-9]* try 0 unmasked: 3 in the sum" "$TMP/dp/aggregator.log")
-[ "$u" -eq 10 ] || fail "dp: 10 secure rounds of 3 hospitals (got $u)"
-for h in a b c; do
-    eps=$("$FED" status --db "$TMP/dp/hospital-$h.db" --json |
-        sed -n 's/.*"privacy":{"releases":[0-9]*,"epsilon":\([^,]*\),.*/\1/p')
-    awk -v e="$eps" 'BEGIN { exit !(e > 0 && e <= 4) }' || fail "dp: hospital-$h spent epsilon $eps <= 4"
+# DP-SGD's noise is drawn anew each run, so its AUC spreads (docs/hospital.md):
+# the median of three runs is checked, each run's epsilon and secure rounds
+aucs=""
+for r in dp1 dp2 dp3; do
+    run "$r"
+    u=$(grep -c "secagg: round [0-9]* try 0 unmasked: 3 in the sum" "$TMP/$r/aggregator.log")
+    [ "$u" -eq 10 ] || fail "$r: 10 secure rounds of 3 hospitals (got $u)"
+    for h in a b c; do
+        eps=$("$FED" status --db "$TMP/$r/hospital-$h.db" --json |
+            sed -n 's/.*"privacy":{"releases":[0-9]*,"epsilon":\([^,]*\),.*/\1/p')
+        awk -v e="$eps" 'BEGIN { exit !(e > 0 && e <= 4) }' || fail "$r: hospital-$h spent epsilon $eps <= 4"
+    done
+    aucs="$aucs $a"
 done
-awk -v a="$a" -v s="$s" 'BEGIN { exit !(a >= s - 0.04) }' ||
-    fail "dp: fednode's AUC $a within 0.04 of scikit-learn's $s"
-ok "DP-SGD at every site (epsilon <= 4), secure aggregation: AUC $a, scikit-learn's $s (within 0.04)"
+med=$(echo "$aucs" | tr ' ' '\n' | grep . | sort -n | sed -n 2p)
+awk -v a="$med" -v s="$s" 'BEGIN { exit !(a >= s - 0.04) }' ||
+    fail "dp: the median of fednode's AUCs ($aucs) within 0.04 of scikit-learn's $s"
+ok "DP-SGD at every site (epsilon <= 4), secure aggregation: AUCs$aucs, median $med, scikit-learn's $s (within 0.04)"

@@ -20,7 +20,7 @@ NOISE=${HOSPITAL_NOISE:-2.0}        # DP-SGD's noise multiplier z
 CLIP=${HOSPITAL_CLIP:-0.5}          # DP-SGD's per-patient gradient bound C
 DELTA=${HOSPITAL_DELTA:-1e-4}       # (epsilon, delta): delta well below 1 / patients
 SECAGG=${HOSPITAL_SECAGG:-1}
-CSV=/usr/lib/python3/dist-packages/sklearn/datasets/data/breast_cancer.csv
+CSV=${HOSPITAL_CSV:-/usr/lib/python3/dist-packages/sklearn/datasets/data/breast_cancer.csv}
 
 command -v "$FEDNODE" >/dev/null 2>&1 || { echo "hospital.sh: no fednode (set FEDNODE=path/to/fednode)" >&2; exit 1; }
 FEDNODE=$(command -v "$FEDNODE")
@@ -38,11 +38,13 @@ say() { printf '\n== %s\n' "$*"; }
 say "1. the data: breast_cancer.csv"
 if [ ! -r "$CSV" ]; then
     mkdir -p "$W/deb"
-    ( cd "$W/deb" && apt-get download python3-sklearn >/dev/null ) ||
-        { echo "hospital.sh: apt-get download python3-sklearn failed" >&2; exit 1; }
+    ( cd "$W/deb" && apt-get download python3-sklearn ) >"$W/deb/apt.log" 2>&1 ||
+        { cat "$W/deb/apt.log" >&2; echo "hospital.sh: apt-get download python3-sklearn failed" >&2; exit 1; }
     dpkg -x "$W"/deb/python3-sklearn_*.deb "$W/deb/root"
-    CSV=$W/deb/root/usr/lib/python3/dist-packages/sklearn/datasets/data/breast_cancer.csv
-    [ -r "$CSV" ] || { echo "hospital.sh: no breast_cancer.csv in python3-sklearn" >&2; exit 1; }
+    cp "$W/deb/root/usr/lib/python3/dist-packages/sklearn/datasets/data/breast_cancer.csv" "$W/" ||
+        { echo "hospital.sh: no breast_cancer.csv in python3-sklearn" >&2; exit 1; }
+    rm -rf "$W/deb"
+    CSV=$W/breast_cancer.csv
 fi
 echo "from $CSV"
 
