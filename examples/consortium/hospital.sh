@@ -164,9 +164,21 @@ for s in a b c; do
     PIDS="$PIDS $!"
     echo "hospital-$s: training on its own data.csv${dpc:+ with DP-SGD}"
 done
-for p in $PIDS; do
-    wait "$p" || { tail -n 5 "$W"/*.log >&2; echo "hospital.sh: a node failed (logs in $W)" >&2; exit 1; }
+# Until the aggregator's last round; a hospital that fails ends the run (the
+# aggregator would wait for it), and so does a run past HOSPITAL_TIMEOUT s.
+failed() { tail -n 5 "$W"/*.log >&2; echo "hospital.sh: $1 (logs in $W)" >&2; exit 1; }
+sites=${PIDS#"$agg"} n=$((${HOSPITAL_TIMEOUT:-600} * 5))
+while kill -0 "$agg" 2>/dev/null; do
+    left=""
+    for p in $sites; do
+        if kill -0 "$p" 2>/dev/null; then left="$left $p"; else wait "$p" || failed "a hospital failed"; fi
+    done
+    sites=$left n=$((n - 1))
+    [ $n -gt 0 ] || failed "the federation ran past ${HOSPITAL_TIMEOUT:-600} s"
+    sleep 0.2
 done
+wait "$agg" || failed "the aggregator failed"
+for p in $sites; do wait "$p" || failed "a hospital failed"; done
 PIDS=""
 grep "aggregator: round .* accuracy" "$W/aggregator.log" | tail -n 1 || :
 if [ "$DP" = 1 ]; then
