@@ -78,6 +78,8 @@ enum {
     V_PARAM,      /* an initializer: weights */
     V_SMALL,      /* a few numbers known now (a Constant, a small initializer,
                      shape arithmetic); an element may be the batch size */
+    V_COLUMN,     /* one column of the model's input row (x[:, col]): an
+                     embedding's ids */
 };
 
 typedef struct oval {
@@ -91,6 +93,8 @@ typedef struct oval {
     int pad[2];          /* a zero Pad not yet folded into a window (h, w) */
     int softmax;         /* the output of a Softmax/LogSoftmax (foldable) */
     int sigmoid_of;      /* a Sigmoid's output: its input's value index + 1 */
+    /* V_COLUMN */
+    int col;
     /* V_PARAM */
     const otensor *t;
     /* V_SMALL */
@@ -130,6 +134,7 @@ typedef struct trans {
     int *hash; /* open addressing over vals by name; -1 empty */
     size_t hash_mask;
     unsigned char *done; /* nodes a pattern took already */
+    int numeric_from;    /* a Slice x[:, from:] taken as the numeric columns (-1: none) */
     char *why;
     size_t cap;
 } trans;
@@ -866,7 +871,8 @@ static int small_int(const oval *v, int k, int64_t *out)
 {
     if (v->kind != V_SMALL || k >= v->n || v->batch[k] || v->v[k] != floor(v->v[k]))
         return 0;
-    *out = (int64_t)v->v[k];
+    /* INT64_MAX (a slice "to the end") is 2^63 as a double: out of range */
+    *out = v->v[k] >= 9.2e18 ? INT64_MAX : v->v[k] <= -9.2e18 ? INT64_MIN : (int64_t)v->v[k];
     return 1;
 }
 
@@ -897,18 +903,31 @@ static fed_err op_concat(trans *t, int i, const onode *nd)
         y->n = n;
         return FED_OK;
     }
-    if (nd->n_input != 2)
-        return fail(t, FED_ERR_UNSUPPORTED, nd, "%zu inputs (two layers' outputs only)",
+    if (nd->n_input < 2 || nd->n_input > 64)
+        return fail(t, FED_ERR_UNSUPPORTED, nd, "%zu inputs (2 to 64 layers' outputs)",
                     nd->n_input);
-    if ((err = want_tensor(t, nd, a, 0)) || (err = want_tensor(t, nd, b, 1)) ||
-        (err = no_pad(t, nd, a)) || (err = no_pad(t, nd, b)))
-        return err;
-    if (axis != 1 || a->rank != b->rank)
+    if (axis != 1 && axis != -1 + (a ? a->rank : 0))
         return fail(t, FED_ERR_UNSUPPORTED, nd, "axis %lld (channels, 1, only)",
                     (long long)axis);
-    if ((err = emit(t, nd, "concat", NULL, a, y, &g)))
-        return err;
-    g->other = b->node;
+    /* torch.cat of k tensors: k - 1 concats, left to right */
+    {
+        oval run = {0}; /* the running concat's output */
+
+        for (size_t k = 1; k < nd->n_input; k++) {
+            oval *left = k == 1 ? a : &run;
+
+            b = in_val(t, nd, k);
+            if ((err = want_tensor(t, nd, left, 0)) || (err = want_tensor(t, nd, b, (int)k)) ||
+                (err = no_pad(t, nd, left)) || (err = no_pad(t, nd, b)))
+                return err;
+            if (left->rank != b->rank || (axis != 1 && left->rank != 2))
+                return fail(t, FED_ERR_UNSUPPORTED, nd, "axis %lld (channels, 1, only)",
+                            (long long)axis);
+            if ((err = emit(t, nd, "concat", NULL, left, k + 1 == nd->n_input ? y : &run, &g)))
+                return err;
+            g->other = b->node;
+        }
+    }
     return FED_OK;
 }
 
@@ -1027,7 +1046,77 @@ static fed_err op_gather(trans *t, int i, const onode *nd)
         y->batch[0] = x->batch[k];
         return FED_OK;
     }
-    return fail(t, FED_ERR_UNSUPPORTED, nd, "a Gather other than of a shape's element");
+    if (x && x->kind == V_TENSOR && x->node == -1 && x->rank == 2 && ix && ix->n == 1 &&
+        small_int(ix, 0, &k) && attr_int(nd, "axis", 0) == 1) { /* x[:, k]: a column */
+        if (k < 0 || k >= (int64_t)t->o->in.w)
+            return fail(t, FED_ERR_FORMAT, nd, "column %lld of %d", (long long)k, t->o->in.w);
+        y->kind = V_COLUMN;
+        y->col = (int)k;
+        return FED_OK;
+    }
+    if (x && x->kind == V_PARAM && x->t->n_dims == 2 && ix && ix->kind == V_COLUMN &&
+        attr_int(nd, "axis", 0) == 0) { /* nn.Embedding of a column's ids */
+        oval in = {.kind = V_TENSOR, .node = -1, .rank = 2};
+        fed_model_node *g;
+        char name[NAME_LEN];
+        fed_err err;
+
+        if (x->t->dims[0] < 1 || x->t->dims[0] > (1 << 20) || x->t->dims[1] < 1 ||
+            x->t->dims[1] > 65536)
+            return fail(t, FED_ERR_UNSUPPORTED, nd, "an embedding of %lld ids of %lld values",
+                        (long long)x->t->dims[0], (long long)x->t->dims[1]);
+        layer_name(nd, x->name, name);
+        if ((err = emit(t, nd, "embedding", name, &in, y, &g)))
+            return err;
+        g->column = ix->col;
+        g->num = (int)x->t->dims[0];
+        g->out = (int)x->t->dims[1];
+        return add_weight(t, name, ".weight", x->t, 0);
+    }
+    return fail(t, FED_ERR_UNSUPPORTED, nd, "a Gather other than of a shape's element, of an "
+                                            "input column, or of an embedding's rows");
+}
+
+/* Cast: of a column (ids to int64) or of shape numbers, the same values. */
+static fed_err op_cast(trans *t, int i, const onode *nd)
+{
+    oval *x = in_val(t, nd, 0), *y = out_val(t, nd, 0);
+    const char *name = y->name;
+    int uses = y->uses;
+
+    (void)i;
+    if (!x || (x->kind != V_COLUMN && x->kind != V_SMALL))
+        return fail(t, FED_ERR_UNSUPPORTED, nd, "a Cast other than of an input column (ids) "
+                                                "or of shape numbers");
+    *y = *x;
+    y->name = name;
+    y->uses = uses;
+    return FED_OK;
+}
+
+/* Slice x[:, from:] of the model's input row: the numeric columns (those no
+ * embedding reads, checked when the graph is done). */
+static fed_err op_slice(trans *t, int i, const onode *nd)
+{
+    oval *x = in_val(t, nd, 0), *st = in_val(t, nd, 1), *en = in_val(t, nd, 2),
+         *ax = in_val(t, nd, 3), *sp = in_val(t, nd, 4);
+    int64_t from, to, axis = 1, step = 1;
+    fed_model_node *g;
+    fed_err err;
+
+    (void)i;
+    if (!x || x->kind != V_TENSOR || x->node != -1 || x->rank != 2 || !st || !en ||
+        !small_int(st, 0, &from) || !small_int(en, 0, &to) || st->n != 1 || en->n != 1 ||
+        (ax && (!small_int(ax, 0, &axis) || ax->n != 1)) ||
+        (sp && (!small_int(sp, 0, &step) || sp->n != 1)) || (axis != 1 && axis != -1) ||
+        step != 1 || from < 0 || from >= t->o->in.w || to < (int64_t)t->o->in.w ||
+        t->numeric_from >= 0)
+        return fail(t, FED_ERR_UNSUPPORTED, nd, "a Slice other than x[:, k:] of the model's "
+                                                "input row (its numeric columns), once");
+    if ((err = emit(t, nd, "numeric", NULL, x, out_val(t, nd, 0), &g)))
+        return err;
+    t->numeric_from = (int)from;
+    return FED_OK;
 }
 
 static fed_err op_unsqueeze(trans *t, int i, const onode *nd)
@@ -1420,6 +1509,8 @@ static const op_row OPS[] = {
     {"LayerNormalization", op_layernorm},
     {"ReduceMean", op_reducemean},
     {"Dropout", op_dropout},
+    {"Cast", op_cast},
+    {"Slice", op_slice},
 };
 
 static op_fn op_find(const char *type)
@@ -1560,6 +1651,34 @@ static fed_err check_node(trans *t, const onode *nd)
 
 /* The last layer, its loss: softmax folded into cross-entropy; one logit
  * (a sigmoid folded) into binary cross-entropy. */
+/* The numeric columns a Slice took are those no embedding reads: the
+ * embeddings' columns all before it, each once. */
+static fed_err check_numeric(trans *t)
+{
+    fed_onnx *o = t->o;
+    int ncat = 0;
+
+    if (t->numeric_from < 0)
+        return FED_OK;
+    for (int i = 0; i < o->count; i++) {
+        if (strcmp(o->nodes[i].kind, "embedding"))
+            continue;
+        if (o->nodes[i].column >= t->numeric_from)
+            return fail(t, FED_ERR_UNSUPPORTED, NULL, "an embedding reads column %d, inside "
+                        "the numeric columns' slice from %d", o->nodes[i].column,
+                        t->numeric_from);
+        ncat++;
+        for (int j = 0; j < i; j++)
+            if (!strcmp(o->nodes[j].kind, "embedding") && o->nodes[j].column == o->nodes[i].column)
+                ncat--; /* two embeddings of one column */
+    }
+    if (ncat != t->numeric_from)
+        return fail(t, FED_ERR_UNSUPPORTED, NULL, "the numeric columns' slice starts at %d but "
+                    "%d columns are an embedding's: the columns before the slice must all be "
+                    "categorical", t->numeric_from, ncat);
+    return FED_OK;
+}
+
 static fed_err finish_output(trans *t)
 {
     const Onnx__GraphProto *g = t->g;
@@ -1569,6 +1688,8 @@ static fed_err finish_output(trans *t)
     int d[3];
     fed_err err;
 
+    if ((err = check_numeric(t)) != FED_OK)
+        return err;
     if (g->n_output != 1 || !g->output[0]->name)
         return fail(t, FED_ERR_UNSUPPORTED, NULL, "%zu outputs (one only)", g->n_output);
     y = val_find(t, g->output[0]->name);
@@ -1710,6 +1831,7 @@ fed_err fed_onnx_parse(const char *name, const void *buf, size_t len, fed_onnx *
     t.o = o;
     t.why = why;
     t.cap = cap;
+    t.numeric_from = -1;
     o->file = name;
     o->alloc.cap = len * 2 + ALLOC_SLACK;
     o->pa = (ProtobufCAllocator){counting_malloc, counting_free, &o->alloc};

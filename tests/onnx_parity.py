@@ -78,6 +78,24 @@ class Tabular(nn.Module):
         return self.fc2(torch.relu(self.fc1(x)))
 
 
+class Embeds(nn.Module):
+    """The tabular net: two categorical columns through embeddings, their
+    vectors and the numeric columns concatenated, two linear layers, one
+    logit (binary)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb_a = nn.Embedding(16, 3)
+        self.emb_b = nn.Embedding(8, 2)
+        self.fc1 = nn.Linear(3 + 2 + 3, 6)
+        self.out = nn.Linear(6, 1)
+
+    def forward(self, x):
+        a = self.emb_a(x[:, 0].long())
+        b = self.emb_b(x[:, 1].long())
+        return self.out(torch.relu(self.fc1(torch.cat([a, b, x[:, 2:]], 1))))
+
+
 class Norms(nn.Module):
     """Group norm after a bias-free convolution, layer norm, dropout (at p = 0
     for parity: a mask is no PyTorch's), as the exporter writes them before
@@ -105,6 +123,7 @@ NETS = {
     "simplecnn": (SimpleCNN, (1, 28, 28), 13),
     "branches": (Branches, (3, 12, 12), 11),
     "tabular": (Tabular, (30,), 17),
+    "embeds": (Embeds, (5,), 13),
     "norms": (Norms, (3, 6, 6), 13),
     "norms17": (Norms17, (3, 6, 6), 17),
 }

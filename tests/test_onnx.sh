@@ -25,7 +25,7 @@ fi
 
 "$PY" "$HERE/onnx_parity.py" "$DUMP" "$TMP" >"$TMP/parity.log" 2>&1 ||
     { cat "$TMP/parity.log"; fail "fednode computes what PyTorch computes from the exported files"; }
-ok "PyTorch parity of the exported nets (SimpleCNN, branches, tabular, norms at opsets 13 and 17): $(grep -c "rel " "$TMP/parity.log") tensors within 1e-5"
+ok "PyTorch parity of the exported nets (SimpleCNN, branches, tabular, embeddings, norms at opsets 13 and 17): $(grep -c "rel " "$TMP/parity.log") tensors within 1e-5"
 
 "$FEDNODE" model "$TMP/simplecnn.onnx" >"$TMP/model.txt" 2>&1 || { cat "$TMP/model.txt"; fail "fednode model FILE.onnx"; }
 grep -q '^ *total  *44426 ' "$TMP/model.txt" && grep -q '^# weights: from the file' "$TMP/model.txt" ||
