@@ -67,6 +67,7 @@ static const fed_wire_field model_fields[] = {
     {FED_WIRE_SET_GRAPH, 3, FED_WIRE_GRAPH_MAX, 0, 1}, /* with a "g#" spec only */
     {FED_WIRE_SET_STATS, 16, FED_WIRE_STATS_MAX, 0, 1}, /* with a mode only */
     {FED_WIRE_SET_INPUT, 16, 16, 0, 1},                /* when declared */
+    {FED_WIRE_SET_SITE_EVAL, 8, 8, 0, 1},              /* with --eval-every */
 };
 static const fed_wire_field report_fields[] = {
     {FED_WIRE_FIELD_DP_REPORT, 16, 16, 0, 0},
@@ -199,6 +200,8 @@ size_t fed_wire_block_bytes(uint8_t type, const fed_wire_block *b)
         n += FED_WIRE_FIELD_HEAD_BYTES + stats_len(&b->settings);
     if (n && type == FED_WIRE_MODEL && b->settings.input[3])
         n += FED_WIRE_FIELD_HEAD_BYTES + 16;
+    if (n && type == FED_WIRE_MODEL && b->settings.eval_every)
+        n += FED_WIRE_FIELD_HEAD_BYTES + 8;
     return n;
 }
 
@@ -399,6 +402,12 @@ static uint8_t *encode_settings(const fed_wire_settings *s, uint8_t *out)
             fed_put_u32le(p + 4 * i, s->input[i]);
         p += 16;
     }
+    if (s->eval_every) { /* required: the contribution grows by the statistics */
+        p = field_head(p, FED_WIRE_SET_SITE_EVAL);
+        fed_put_u32le(p, s->eval_every);
+        fed_put_u32le(p + 4, s->eval_classes);
+        p += 8;
+    }
     return p;
 }
 
@@ -486,6 +495,11 @@ static int take_setting(uint16_t tag, const uint8_t *v, uint32_t len, fed_wire_s
         for (int i = 0; i < 4; i++)
             s->input[i] = fed_get_u32le(v + 4 * i);
         break;
+    case FED_WIRE_SET_SITE_EVAL:
+        s->eval_every = fed_get_u32le(v);
+        s->eval_classes = fed_get_u32le(v + 4);
+        return s->eval_every >= 1 && s->eval_classes >= 2 &&
+               s->eval_classes <= FED_WIRE_INPUT_MAX;
     default: return 0;
     }
     return 1;

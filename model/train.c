@@ -615,6 +615,8 @@ fed_err fed_train_evaluate_report(fed_model *m, const fed_dataset *d, fed_eval_r
     }
     fed_metrics_multi_from_confusion(r->confusion, C, &r->multi, r->recall);
     e = r->has_binary ? fed_metrics_binary_exact(score, d->y, n, work, &r->bin) : FED_OK;
+    if (e == FED_OK && r->has_binary && r->hist)
+        e = fed_metrics_hist_add(r->hist, score, d->y, n);
 out:
     fed_free(prob);
     fed_free(pred);

@@ -128,9 +128,7 @@ int fed_node_agg_early_stopped(fed_node *n)
     return best && n->round >= best + n->cfg.agg.early_stop;
 }
 
-/* After round's figures: the best round by cfg.agg.best_metric keeps its
- * checkpoint, as do the rounds not judged yet; cfg.agg.early_stop's rule. */
-static void judge(fed_node *n, uint64_t round)
+void fed_node_agg_judge(fed_node *n, uint64_t round)
 {
     double v;
     uint64_t best = best_round(n, &v); /* 0: only the unjudged are held */
@@ -159,7 +157,7 @@ static void finish_report(fed_node *n, fed_node_round_info *info, fed_store_roun
         fed_log(FED_LOG_INFO, "aggregator: round %llu accuracy %.4f loss %.4f",
                 (unsigned long long)info->round, info->accuracy, info->loss);
     }
-    judge(n, info->round);
+    fed_node_agg_judge(n, info->round);
     if (n->cfg.on_round)
         n->cfg.on_round(n->cfg.observer, n, info);
 }

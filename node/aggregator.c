@@ -20,6 +20,7 @@
 #include "node/ckpt_model.h"
 #include "node/aggregator_impl.h"
 #include "node/secagg_impl.h"
+#include "node/site_eval.h"
 
 /* After a failed round (a failed commit), the next try waits gather_ms,
  * then twice as long each time, up to this. */
@@ -124,7 +125,8 @@ static fed_err fed_node_agg_new(fed_node *n)
                       : "need synchronous rounds: use --mode sync");
         return FED_ERR_UNSUPPORTED;
     }
-    if ((e = fed_node_agg_stats_new(n)) != FED_OK)
+    if ((e = fed_node_agg_stats_new(n)) != FED_OK ||
+        (e = fed_node_agg_site_eval_check(n)) != FED_OK)
         return e;
     a->in = fed_node_agg_input_of(n, NULL);
     return FED_OK;
@@ -479,6 +481,7 @@ void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b)
     if (n->agg->sa)
         fed_node_sa_agg_settings(n, round, s);
     fed_node_agg_stats_settings(n, s);
+    fed_node_agg_site_eval_settings(n, s);
 }
 
 static node_cast cast_of(const agg_hold *h)
@@ -1005,7 +1008,8 @@ fed_err fed_node_agg_close_round(fed_node *n)
             memset(&a->results[i], 0, sizeof a->results[i]);
             a->results[i].verdict = FED_MERGE_USED; /* its contribution is in the totals */
         }
-    } else if ((e = a->in->close(n, &out)) != FED_OK) {
+    } else if ((e = a->in->close(n, &out)) != FED_OK ||
+               (e = fed_node_agg_site_eval_close(n)) != FED_OK) {
         goto fail;
     }
     info.dp_clip = out.dp_clip;
@@ -1125,6 +1129,8 @@ static void fed_node_agg_prepare_open(fed_node *n, node_open *op)
         op->expect_n = fed_node_agg_stats_plain_entries(n);
         op->expect_codec = FED_CODEC_F32;
     }
+    if (!n->agg->sa) /* a site evaluation's statistics after the delta */
+        op->expect_n += fed_node_site_eval_plain_words(fed_node_agg_site_eval_ints(n));
     op->expect_words = n->agg->sa ? fed_node_sa_agg_words(n->agg->sa) : 0;
 }
 

@@ -207,6 +207,9 @@ void fed_node_agg_stats_settings(const fed_node *n, fed_wire_settings *set);
 int fed_node_agg_stats_section(const fed_node *n, fed_store_section *out);
 /* The pass's round closes: its totals read back (nothing merged). */
 fed_err fed_node_agg_stats_close(fed_node *n);
+/* The first of v[0..words) that is not a 16-bit limb (words: none): a
+ * plain contribution's integers (the pass's, a site evaluation's). */
+size_t fed_node_agg_limbs_bad(const float *v, size_t words);
 
 /* ---- aggregator.c ---- */
 void fed_node_agg_arm_poll(fed_node *n);
@@ -292,6 +295,10 @@ void fed_node_agg_report_round(fed_node *n, fed_node_round_info *info);
 /* Whether --early-stop's rule has ended the run already, by the database's
  * figures (a restart after the stop trains no more). */
 int fed_node_agg_early_stopped(fed_node *n);
+/* After round's figures: the best round by cfg.agg.best_metric keeps its
+ * checkpoint, as do the rounds not judged yet; cfg.agg.early_stop's rule
+ * (a->early_stopped). */
+void fed_node_agg_judge(fed_node *n, uint64_t round);
 /* What the evaluation and the pending figures hold (a is being freed). */
 void fed_node_agg_eval_free(node_agg *a);
 

@@ -20,6 +20,7 @@
 #include "node/aggregator_impl.h"
 #include "node/secagg_impl.h"
 #include "node/secagg_msg.h"
+#include "node/site_eval.h"
 #include "node/test_hooks.h"
 #include "secagg/graph.h"
 #include "secagg/quant.h"
@@ -95,7 +96,7 @@ static uint64_t sa_words(const fed_node_config *c, size_t np, uint32_t nints)
 /* The larger masked input of a training round and a statistics pass. */
 static uint64_t sa_words_most(const fed_node_config *c, size_t nparams)
 {
-    uint64_t train = sa_words(c, nparams, c->secagg.ints);
+    uint64_t train = sa_words(c, nparams, c->secagg.ints + fed_node_site_eval_cfg_ints(c));
     uint64_t pass = c->data.stats_cols
                         ? sa_words(c, 0, c->data.stats_cols * FED_COLSTATS_INTS)
                         : 0;
@@ -150,8 +151,9 @@ fed_err fed_node_sa_agg_new(fed_node *n, node_sa_agg **out)
     *out = NULL;
     if (!s)
         return FED_ERR_NOMEM;
-    uint32_t most_ints = n->cfg.secagg.ints > n->cfg.data.stats_cols * FED_COLSTATS_INTS
-                             ? n->cfg.secagg.ints
+    uint32_t train_ints = n->cfg.secagg.ints + fed_node_site_eval_cfg_ints(&n->cfg);
+    uint32_t most_ints = train_ints > n->cfg.data.stats_cols * FED_COLSTATS_INTS
+                             ? train_ints
                              : n->cfg.data.stats_cols * FED_COLSTATS_INTS;
 
     s->np = n->agg->nparams;
@@ -331,7 +333,9 @@ fed_err fed_node_sa_agg_begin(fed_node *n)
         s->m[i].idx = -1;
     /* the statistics pass sums its integers alone (node/agg_stats.c) */
     s->np = fed_node_agg_stats_pass(n) ? 0 : a->nparams;
-    s->nints = fed_node_agg_stats_pass(n) ? fed_node_agg_stats_ints(n) : n->cfg.secagg.ints;
+    s->nints = fed_node_agg_stats_pass(n)
+                   ? fed_node_agg_stats_ints(n)
+                   : n->cfg.secagg.ints + fed_node_agg_site_eval_ints(n); /* node/site_eval.h */
     s->words = (size_t)sa_words(&n->cfg, s->np, s->nints);
     s->stage = SA_KEYS;
     fed_log(FED_LOG_INFO, "secagg: round %llu try %u: %zu clients, stage keys",

@@ -549,12 +549,12 @@ static fed_err send_masked(fed_node *n)
 }
 
 fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, size_t nparams,
-                                   uint64_t samples)
+                                   uint64_t samples, const int64_t *extra, uint32_t nextra)
 {
     node_sa_client *s = n->client_sa;
     double w = (double)samples < s->max_weight ? (double)samples : s->max_weight;
     double f = w / s->max_weight, r = s->q.range;
-    size_t nints = s->pass_ints ? s->pass_ints : n->cfg.secagg.ints;
+    size_t nints = s->pass_ints ? s->pass_ints : (size_t)n->cfg.secagg.ints + nextra;
     agg_segment segs[AGG_SEGMENTS_MAX];
     size_t nseg = fed_agg_seg_secure(nparams, r, nints, segs);
     float *x = NULL;
@@ -568,7 +568,7 @@ fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, size_t npara
     if (s->pass_ints && (nparams || !n->cfg.data.stats_local ||
                          (size_t)n->cfg.data.stats_cols * FED_COLSTATS_INTS != s->pass_ints))
         return FED_ERR_STATS; /* the client declines such a pass before it trains */
-    if (nints && !s->pass_ints && !n->cfg.secagg.ints_fn)
+    if ((n->cfg.secagg.ints && !s->pass_ints && !n->cfg.secagg.ints_fn) || (nextra && !extra))
         return FED_ERR_INVAL;
     s->words = fed_agg_seg_words(segs, nseg, s->q.bits);
     if (!(x = fed_malloc((nparams + 1) * sizeof *x)) ||
@@ -579,9 +579,12 @@ fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, size_t npara
     }
     if (s->pass_ints) /* the statistics pass: its columns' integers */
         memcpy(ix, n->cfg.data.stats_local, nints * sizeof *ix);
-    else if (nints &&
-             (e = n->cfg.secagg.ints_fn(n->cfg.secagg.ints_ctx, s->round, ix, nints)) != FED_OK)
+    else if (n->cfg.secagg.ints &&
+             (e = n->cfg.secagg.ints_fn(n->cfg.secagg.ints_ctx, s->round, ix,
+                                        n->cfg.secagg.ints)) != FED_OK)
         goto out;
+    if (!s->pass_ints && nextra) /* a site evaluation's statistics after them */
+        memcpy(ix + n->cfg.secagg.ints, extra, nextra * sizeof *ix);
     /* the L2 clip the aggregator's strategy names (clip:NORM+), then each
        value into the range, then weighted: each value in [-r, r]; the
        weight, 2 r w / W - r, one more coordinate */
