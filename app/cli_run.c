@@ -237,6 +237,7 @@ typedef struct run_state {
     fed_data_opts dopts;
     uint32_t stats_cols;
     uint32_t *idx0;
+    size_t nidx0;       /* idx0's count: the whole shard, validation split too */
     int64_t *stats_local;
     fed_dataset *shared[2];
 } run_state;
@@ -421,11 +422,23 @@ static fed_err restandardize(void *ctx, const double *mean, const double *std, s
     if ((e = fed_data_open_opts(s->c->s.data, !test, &o, &d)) != FED_OK)
         return e;
     if (!test) { /* its shard, as at start */
-        e = fed_data_subset(d, s->idx0, s->nidx, &sub);
+        e = fed_data_subset(d, s->idx0, s->nidx0, &sub);
         fed_data_free(d);
         if (e != FED_OK)
             return e;
         d = sub;
+    }
+    if (!test && s->val) { /* --val-data: scaled alike, in place (the node borrows it) */
+        fed_dataset *v = NULL, t;
+
+        if ((e = fed_data_open_opts(s->c->val_data, 1, &o, &v)) != FED_OK) {
+            fed_data_free(d);
+            return e;
+        }
+        t = *s->val;
+        *s->val = *v;
+        *v = t;
+        fed_data_free(v);
     }
     fed_data_free(s->shared[test]); /* a node asks once a run; never borrowed by then */
     s->shared[test] = d;
@@ -465,6 +478,7 @@ static int stats_prepare(const run_cfg *c, run_state *s, fed_node_role role,
         return 1;
     }
     memcpy(s->idx0, s->idx, s->nidx * sizeof *s->idx0);
+    s->nidx0 = s->nidx;
     e = fed_data_csv_colstats(c->s.data, &s->dopts.csv, s->idx0, s->nidx, 0, &s->stats_local,
                               &feats, &sup);
     if (e == FED_OK && feats != s->stats_cols)
@@ -547,13 +561,9 @@ static int load_val(const run_cfg *c, run_state *s, int shard)
         fed_log(FED_LOG_INFO, "client: %zu samples held out for validation, %zu to train on",
                 s->nvidx, s->nidx);
     } else if (c->val_data[0]) {
-        if (s->stats_cols) {
-            fed_cli_error("run: --val-data %s would be scaled by its own statistics, not the "
-                          "federation's (--standardize): use --val-fraction, or "
-                          "--no-standardize", c->val_data);
-            return 2;
-        }
-        if ((e = fed_data_open_opts(c->val_data, 0, &s->dopts, &s->val)) != FED_OK) {
+        /* scaled like the shard: by its own statistics until the shared ones
+           come (restandardize), which come before any round evaluates */
+        if ((e = fed_data_open_opts(c->val_data, 1, &s->dopts, &s->val)) != FED_OK) {
             fed_cli_error("run: --val-data %s: %s", c->val_data, fed_strerror(e));
             return 1;
         }

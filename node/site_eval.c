@@ -140,6 +140,15 @@ fed_err fed_node_agg_site_eval_check(const fed_node *n)
     return FED_ERR_UNSUPPORTED;
 }
 
+size_t fed_node_site_eval_words(const fed_node_config *c)
+{
+    uint32_t bits = c->secagg.on && c->secagg.bits ? c->secagg.bits : FED_AGG_PLAIN_INT_BITS;
+
+    if (bits > FED_AGG_PLAIN_INT_BITS)
+        bits = FED_AGG_PLAIN_INT_BITS;
+    return (size_t)fed_node_site_eval_cfg_ints(c) * fed_agg_int_limbs(bits);
+}
+
 uint32_t fed_node_agg_site_eval_ints(const fed_node *n)
 {
     uint32_t every = n->cfg.agg.eval_every;
