@@ -105,6 +105,14 @@ done
     fail "plain: c2 gave --no-site-metrics: none of its own figures"
 [ "$(metric "$TMP/plain-agg.db" 3 site.c0.samples)" = "70.000000" ] || fail "plain: site c0 evaluated its 70 samples"
 ok "plain: per-site figures for c0 and c1, none for c2 (--no-site-metrics)"
+"$FEDNODE" status --db "$TMP/plain-agg.db" >"$TMP/status.out" 2>&1 || fail "status: $(cat "$TMP/status.out")"
+grep -q "^site evaluation (round 3's model, pooled" "$TMP/status.out" &&
+    grep -q "auc_bound" "$TMP/status.out" && grep -q "^  site c0: .*samples 70" "$TMP/status.out" &&
+    ! grep -q "site c2" "$TMP/status.out" ||
+    fail "status shows round 3's pooled figures and c0's, not c2's: $(sed -n '/^site evaluation/,/^$/p' "$TMP/status.out")"
+"$FEDNODE" status --db "$TMP/plain-agg.db" --json >"$TMP/status.json" 2>&1 &&
+    grep -q '"site_metrics":{"round":3,' "$TMP/status.json" || fail "status --json has site_metrics"
+ok "status shows the pooled figures and each consenting site's, and --json has them"
 
 run secure --secagg "" --val-data v.csv --secagg
 check secure
