@@ -848,6 +848,9 @@ static int fill_best(const run_cfg *c, fed_node_config *nc)
         }
         snprintf(val, sizeof val, "val.%s", metric);
         memcpy(metric, val, sizeof val);
+        if (pat || c->best_metric[0])
+            fed_log(FED_LOG_INFO, "run: %s judges the sites' pooled evaluation (--eval-every), "
+                    "not the aggregator's own", metric);
     }
     if ((pat || c->best_metric[0]) && !nc->data.test && !c->eval_every) {
         fed_cli_error("run: --%s needs the aggregator's evaluation (test data, no --no-eval)",

@@ -157,7 +157,8 @@ static void finish_report(fed_node *n, fed_node_round_info *info, fed_store_roun
         fed_log(FED_LOG_INFO, "aggregator: round %llu accuracy %.4f loss %.4f",
                 (unsigned long long)info->round, info->accuracy, info->loss);
     }
-    fed_node_agg_judge(n, info->round);
+    if (!n->cfg.agg.eval_every) /* else the sites' evaluation judges (site_eval.c) */
+        fed_node_agg_judge(n, info->round);
     if (n->cfg.on_round)
         n->cfg.on_round(n->cfg.observer, n, info);
 }

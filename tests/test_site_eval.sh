@@ -13,8 +13,12 @@
 #  - without --secagg each site's own figures are recorded (site.NAME.*),
 #    but not those of the site that gave --no-site-metrics; with --secagg
 #    none;
+#  - status shows the pooled figures and each consenting site's;
 #  - --val-fraction holds out part of a shard and the pooled samples are
-#    that part; --eval-every under a DP requirement is refused, saying why.
+#    that part; --best-metric auc judges val.auc;
+#  - --early-stop on the pooled val.loss ends the run where the rule says,
+#    and export --best writes the best round by it;
+#  - --eval-every under a DP requirement is refused, saying why.
 # Needs ./fednode and the sqlite3 shell; exits 77 without.
 . "$(dirname "$0")/proc_lib.sh"
 command -v sqlite3 >/dev/null 2>&1 || { echo "skipped: no sqlite3 shell (apt-get install sqlite3)"; exit 77; }
@@ -39,15 +43,16 @@ gen 140 23 0.7 >"$TMP/s2/d.csv"; gen 60 33 0.7 >"$TMP/s2/v.csv"
 K=$TMP/keys
 allow_keys "$K" agg c0 c1 c2
 
-# run NAME AGGX C2X CX...: the aggregator (AGGX its own options) and the
-# three sites (CX for each; C2X for c2 alone)
+# run NAME AGGX C2X CX...: the aggregator (AGGX its own options; $ROUNDS
+# training rounds, default 4; --eval-every $EVERY, default 2) and the three
+# sites (CX for each; C2X for c2 alone)
 run() {
     r=$1 aggx=$2 c2x=$3; shift 3
     start "$r-agg" --role aggregator --keys "$K/agg" --allow "$K/allow.txt" \
         --db "$TMP/$r-agg.db" --listen tcp://127.0.0.1:0 --port-file "$TMP/$r.port" \
         --features 4 --classes 2 --threads 1 --model logreg --optimizer sgd --lr 0.1 \
-        --batch 32 --local-epochs 1 --rounds 4 --min-clients 3 --wait-clients 3 \
-        --deadline-ms 60000 --gather-ms 100 --linger-ms 500 --eval-every 2 $aggx
+        --batch 32 --local-epochs 1 --rounds "${ROUNDS:-4}" --min-clients 3 --wait-clients 3 \
+        --deadline-ms 60000 --gather-ms 100 --linger-ms 500 --eval-every "${EVERY:-2}" $aggx
     wait_for "the $r aggregator wrote its port" 30 test -s "$TMP/$r.port"
     P=$(cat "$TMP/$r.port")
     for s in 0 1 2; do
@@ -131,6 +136,23 @@ want=$(for s in 0 1 2; do awk -F, 'NR > 1 { c[$5]++ } END { for (k in c) {
 [ "$(sqlite3 "$TMP/frac-agg.db" "SELECT value FROM meta WHERE key = 'best_metric'")" = val.auc ] ||
     fail "frac: --best-metric auc judges the pooled val.auc"
 ok "frac: --val-fraction 0.1 holds out $want samples; --best-metric auc is val.auc"
+
+# --early-stop on the pooled figure: the run ends the round after the first
+# evaluated round that is PATIENCE rounds past the best so far (earliest of
+# equals), or runs all its rounds when none is
+ROUNDS=12 EVERY=1 run stop "--early-stop loss:2" "" --val-data v.csv
+last=$(sqlite3 "$TMP/stop-agg.db" 'SELECT max(round) FROM rounds')
+want=$(sqlite3 "$TMP/stop-agg.db" "SELECT round, value FROM round_metrics WHERE name = 'val.loss' ORDER BY round" |
+    awk -F'|' 'stop == "" { if (best == "" || $2 < bv) { best = $1; bv = $2 }
+        if ($1 >= best + 2) stop = $1 + 1 } END { print stop == "" ? 13 : stop }')
+[ "$last" = "$want" ] || fail "stop: the run ended at round $last, the rule says $want"
+grep -q "val.loss judges the sites' pooled evaluation" "$TMP/stop-agg.log" ||
+    fail "stop: the aggregator says which evaluation judges"
+best=$(sqlite3 "$TMP/stop-agg.db" "SELECT round FROM round_metrics WHERE name = 'val.loss' ORDER BY value, round LIMIT 1")
+"$FEDNODE" export --db "$TMP/stop-agg.db" --best --out "$TMP/best.safetensors" >"$TMP/best.out" 2>&1 &&
+    grep -q "^exported round $best " "$TMP/best.out" ||
+    fail "stop: export --best writes round $best, the best by val.loss: $(cat "$TMP/best.out")"
+ok "stop: --early-stop loss:2 on val.loss ended the run at round $last, as the rule says; export --best wrote round $best"
 
 # refusals
 "$FEDNODE" run --role aggregator --keys "$K/agg" --allow "$K/allow.txt" --db "$TMP/r.db" \
