@@ -286,6 +286,25 @@ static void metrics_rounds(FILE *f, const fed_node_snap *s)
         family(f, "fednode_eval_metric_round", "gauge", "The round those figures are of.");
         sample_u(f, "fednode_eval_metric_round", s->metrics_round);
     }
+    if (s->site.head.kind != FED_METRICS_NONE) {
+        fed_metric_value v[FED_METRICS_HEAD_MAX];
+        size_t k = fed_metrics_head_named(&s->site.head, v);
+
+        family(f, "fednode_site_eval_metric", "gauge",
+               "The sites' pooled evaluation of the newest model they evaluated (--eval-every), "
+               "on their validation splits, by name: the names of fednode_eval_metric, and "
+               "samples, accuracy, loss, auc_bound (the pooled AUC is within it).");
+        for (size_t i = 0; i < k; i++)
+            sample_lf(f, "fednode_site_eval_metric", "metric", v[i].name, v[i].value);
+        sample_lf(f, "fednode_site_eval_metric", "metric", "samples", s->site.samples);
+        sample_lf(f, "fednode_site_eval_metric", "metric", "accuracy", s->site.accuracy);
+        sample_lf(f, "fednode_site_eval_metric", "metric", "loss", s->site.loss);
+        if (s->site.head.kind == FED_METRICS_BINARY)
+            sample_lf(f, "fednode_site_eval_metric", "metric", "auc_bound", s->site.auc_bound);
+        family(f, "fednode_site_eval_metric_round", "gauge",
+               "The round whose model the sites evaluated.");
+        sample_u(f, "fednode_site_eval_metric_round", s->site.round);
+    }
 }
 
 static void metrics_wire(FILE *f, const fed_node_snap *s)

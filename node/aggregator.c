@@ -1013,6 +1013,7 @@ fed_err fed_node_agg_close_round(fed_node *n)
         goto fail;
     }
     info.dp_clip = out.dp_clip;
+    info.site = a->site; /* the sites' evaluation, when the round had one */
     for (size_t i = 0; i < a->nparts; i++) {
         if (a->parts[i].refused) {
             info.refused++;

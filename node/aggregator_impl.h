@@ -141,6 +141,8 @@ struct node_agg {
     int first_armed;       /* the gather timer was armed for round 1 (arm_first_gather) */
     uint32_t failed;       /* rounds failed in a row (a full disk): the next try waits */
     int early_stopped;     /* cfg.agg.early_stop's rule ended the run */
+    fed_node_site_figures site; /* the round's site evaluation (site_eval.c),
+                                   for its round info */
     uint64_t retry_at_ms;  /* no round starts before this (now_ms), after a failure */
     int commit_again;      /* a secure round's commit failed after its sum was
                               unmasked: the round timer commits it again */

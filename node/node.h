@@ -92,6 +92,14 @@ typedef enum fed_node_role {
 typedef struct fed_node fed_node;
 
 /* What a committed aggregator round (or a client's local round) reports. */
+/* The sites' pooled evaluation of one model (node/site_eval.h). */
+typedef struct fed_node_site_figures {
+    uint64_t round;          /* the model evaluated */
+    double samples, accuracy, loss;
+    double auc_bound;        /* binary: the pooled AUC's bound */
+    fed_metrics_head head;   /* kind NONE: none */
+} fed_node_site_figures;
+
 typedef struct fed_node_round_info {
     uint64_t round;
     uint32_t sampled;   /* clients sent the round's MODEL */
@@ -111,6 +119,9 @@ typedef struct fed_node_round_info {
     double dp_clip;     /* aggregator with DP-FedAvg: the clip the round used */
     fed_metrics_head metrics; /* aggregator: the test figures beyond loss and
                                  accuracy (kind NONE: not measured) */
+    fed_node_site_figures site; /* aggregator: the sites' pooled evaluation this
+                                   round measured (--eval-every; head.kind
+                                   NONE: none) */
 } fed_node_round_info;
 
 /* Observers (tests, fedsim); may be NULL. Called on the loop thread. */

@@ -286,6 +286,7 @@ fed_err fed_node_agg_site_eval_close(fed_node *n)
     fed_store *st = n->cfg.store;
     fed_err e;
 
+    memset(&a->site, 0, sizeof a->site);
     if (!nints)
         return FED_OK;
     if (a->sa && fed_node_sa_agg_void(a->sa))
@@ -334,6 +335,12 @@ fed_err fed_node_agg_site_eval_close(fed_node *n)
         if (r->has_binary)
             fed_log(FED_LOG_INFO, "aggregator: round %llu's model at the sites: AUC %.4f "
                     "(within %.4f)", (unsigned long long)round, r->bin.auc, r->bin.auc_bound);
+        a->site.round = round;
+        a->site.samples = (double)tot[FED_SITE_EVAL_SAMPLES];
+        a->site.accuracy = r->multi.accuracy;
+        a->site.loss = r->st.loss_sum / (double)r->st.samples;
+        a->site.auc_bound = r->has_binary ? r->bin.auc_bound : NAN;
+        fed_eval_report_head(r, &a->site.head);
     }
     if (e == FED_OK || e == FED_ERR_INVAL || e == FED_ERR_BAD_VALUE)
         e = n->cfg.agg.best_metric[0]
