@@ -237,6 +237,16 @@ static void reason_label(size_t i, char *out, size_t cap)
     out[k] = 0;
 }
 
+/* The headline figures h holds, one sample of fam each, labelled by name. */
+static void head_samples(FILE *f, const char *fam, const fed_metrics_head *h)
+{
+    fed_metric_value v[FED_METRICS_HEAD_MAX];
+    size_t k = fed_metrics_head_named(h, v);
+
+    for (size_t i = 0; i < k; i++)
+        sample_lf(f, fam, "metric", v[i].name, v[i].value);
+}
+
 static void metrics_rounds(FILE *f, const fed_node_snap *s)
 {
     uint64_t cum = 0;
@@ -274,28 +284,20 @@ static void metrics_rounds(FILE *f, const fed_node_snap *s)
         sample(f, "fednode_last_round_loss", s->last.loss);
     }
     if (s->metrics.kind != FED_METRICS_NONE) {
-        fed_metric_value v[FED_METRICS_HEAD_MAX];
-        size_t k = fed_metrics_head_named(&s->metrics, v);
-
         family(f, "fednode_eval_metric", "gauge",
                "The aggregator's test figures of the newest round evaluated, by name: binary "
                "auc, ap, sensitivity, specificity, precision, f1 (at 0.5), youden_* (at the "
                "threshold maximizing Youden's J); macro_f1.");
-        for (size_t i = 0; i < k; i++)
-            sample_lf(f, "fednode_eval_metric", "metric", v[i].name, v[i].value);
+        head_samples(f, "fednode_eval_metric", &s->metrics);
         family(f, "fednode_eval_metric_round", "gauge", "The round those figures are of.");
         sample_u(f, "fednode_eval_metric_round", s->metrics_round);
     }
     if (s->site.head.kind != FED_METRICS_NONE) {
-        fed_metric_value v[FED_METRICS_HEAD_MAX];
-        size_t k = fed_metrics_head_named(&s->site.head, v);
-
         family(f, "fednode_site_eval_metric", "gauge",
                "The sites' pooled evaluation of the newest model they evaluated (--eval-every), "
                "on their validation splits, by name: the names of fednode_eval_metric, and "
                "samples, accuracy, loss, auc_bound (the pooled AUC is within it).");
-        for (size_t i = 0; i < k; i++)
-            sample_lf(f, "fednode_site_eval_metric", "metric", v[i].name, v[i].value);
+        head_samples(f, "fednode_site_eval_metric", &s->site.head);
         sample_lf(f, "fednode_site_eval_metric", "metric", "samples", s->site.samples);
         sample_lf(f, "fednode_site_eval_metric", "metric", "accuracy", s->site.accuracy);
         sample_lf(f, "fednode_site_eval_metric", "metric", "loss", s->site.loss);
