@@ -135,7 +135,7 @@ want=$(for s in 0 1 2; do awk -F, 'NR > 1 { c[$5]++ } END { for (k in c) {
 [ "$n" = "$want" ] || fail "frac: $want held-out samples pooled, not '$n'"
 [ "$(sqlite3 "$TMP/frac-agg.db" "SELECT value FROM meta WHERE key = 'best_metric'")" = val.auc ] ||
     fail "frac: --best-metric auc judges the pooled val.auc"
-ok "frac: --val-fraction 0.1 holds out $want samples; --best-metric auc is val.auc"
+ok "frac: --val-fraction 0.1 holds out ${want%.*} samples; --best-metric auc is val.auc"
 
 # --early-stop on the pooled figure: the run ends the round after the first
 # evaluated round that is PATIENCE rounds past the best so far (earliest of
