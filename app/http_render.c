@@ -603,15 +603,18 @@ static void page_rounds(FILE *f, const fed_http_db *db)
     fputs("</table>\n", f);
 }
 
-/* The newest evaluated round's test figures (the snapshot's). */
-static void page_metrics(FILE *f, const fed_node_snap *s)
+/* One table of a head's figures (and extra ones after them), titled. */
+static void page_figures(FILE *f, const char *id, const char *title, uint64_t round,
+                         const fed_metrics_head *h, const fed_metric_value *extra, size_t nx)
 {
-    fed_metric_value v[FED_METRICS_HEAD_MAX];
-    size_t k = fed_metrics_head_named(&s->metrics, v);
+    fed_metric_value v[FED_METRICS_HEAD_MAX + 4];
+    size_t k = fed_metrics_head_named(h, v);
 
     if (!k)
         return;
-    fprintf(f, "<h2>metrics (round %" PRIu64 ")</h2>\n<table id='metrics'>\n", s->metrics_round);
+    for (size_t i = 0; i < nx && i < 4; i++)
+        v[k++] = extra[i];
+    fprintf(f, "<h2>%s (round %" PRIu64 ")</h2>\n<table id='%s'>\n", title, round, id);
     for (size_t i = 0; i < k; i++) {
         fputs("<tr><th>", f);
         fed_http_html(f, v[i].name);
@@ -620,6 +623,18 @@ static void page_metrics(FILE *f, const fed_node_snap *s)
         fputs("</td></tr>\n", f);
     }
     fputs("</table>\n", f);
+}
+
+/* The newest evaluated round's test figures (the snapshot's), and the
+ * newest model the sites evaluated (--eval-every). */
+static void page_metrics(FILE *f, const fed_node_snap *s)
+{
+    fed_metric_value x[4] = {{"samples", s->site.samples}, {"accuracy", s->site.accuracy},
+                             {"loss", s->site.loss}, {"auc_bound", s->site.auc_bound}};
+
+    page_figures(f, "metrics", "metrics", s->metrics_round, &s->metrics, NULL, 0);
+    page_figures(f, "site-metrics", "site evaluation, pooled", s->site.round, &s->site.head, x,
+                 s->site.head.kind == FED_METRICS_BINARY ? 4 : 3);
 }
 
 /* The accuracy chart (app/chart.c), oldest round first. */

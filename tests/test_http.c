@@ -627,6 +627,8 @@ static void test_page_escapes(void **state)
     assert_non_null(strstr(t, "data-round='3'"));
     assert_non_null(strstr(t, "<h2>metrics (round 2)</h2>"));
     assert_non_null(strstr(t, "data-metric='auc'>0.8750</td>"));
+    assert_non_null(strstr(t, "<h2>site evaluation, pooled (round 1)</h2>\n<table id='site-metrics'>"));
+    assert_non_null(strstr(t, "data-metric='auc_bound'>0.0010</td>"));
     assert_non_null(strstr(t, "<table id='members'>"));
     assert_non_null(strstr(t, "<svg xmlns='http://www.w3.org/2000/svg'"));
     assert_non_null(strstr(t, "<polyline"));
