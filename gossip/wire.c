@@ -498,7 +498,7 @@ static int take_setting(uint16_t tag, const uint8_t *v, uint32_t len, fed_wire_s
     case FED_WIRE_SET_SITE_EVAL:
         s->eval_every = fed_get_u32le(v);
         s->eval_classes = fed_get_u32le(v + 4);
-        return s->eval_every >= 1 && s->eval_classes >= 2 &&
+        return s->eval_every >= 1 && s->eval_classes >= 1 &&
                s->eval_classes <= FED_WIRE_INPUT_MAX;
     default: return 0;
     }

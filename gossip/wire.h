@@ -145,7 +145,8 @@
  *               label beyond declines. Optional (absent: the client builds
  *               over its own data's shape and largest label)
  *      17  8    site evaluation: every N rounds u32 (>= 1), the classes
- *               the statistics cover u32 (2..FED_WIRE_INPUT_MAX): in a
+ *               the statistics cover u32 (1..FED_WIRE_INPUT_MAX; 1: a
+ *               regression's moments): in a
  *               round r with r % N == 0 (but the statistics pass) the
  *               client evaluates the model it received on its validation
  *               split and adds the statistics to its contribution

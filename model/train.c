@@ -567,6 +567,7 @@ static fed_err evaluate_regression(fed_model *m, const fed_dataset *d, fed_eval_
         fed_metrics_reg_add(&rs, truth, pred, k);
     }
     fed_metrics_reg_finish(&rs, &r->reg);
+    r->reg_stats = rs;
     e = FED_OK;
 out:
     fed_free(pred);

@@ -17,13 +17,58 @@
 #include "node/secagg_impl.h"
 #include "node/site_eval.h"
 
+/* Regression's sums after the first three: y, y^2, squared and absolute
+ * errors, 4 limbs each. */
+enum { REG_SUMS = 4, REG_LIMBS = 4 };
+typedef unsigned __int128 u128;
+
 size_t fed_site_eval_ints(int classes)
 {
     size_t k = (size_t)classes;
 
+    if (classes == 1)
+        return FED_SITE_EVAL_CONFUSION + REG_SUMS * REG_LIMBS;
     if (classes < 2 || classes > FED_SITE_EVAL_CLASSES_MAX)
         return 0;
     return FED_SITE_EVAL_CONFUSION + k * k + (k == 2 ? 2 * (size_t)FED_METRICS_BINS : 0);
+}
+
+/* v (|v| < 2^95) in fixed point 2^-32 as 4 limbs of 32 bits, low first. */
+static fed_err put_sum(double v, int64_t *out)
+{
+    double q = nearbyint(v * 0x1p32);
+    u128 x;
+
+    if (!(fabs(q) < 0x1p127))
+        return FED_ERR_RANGE;
+    x = q < 0 ? (u128)0 - (u128)(-q) : (u128)q;
+    for (int j = 0; j < REG_LIMBS; j++)
+        out[j] = (int64_t)(uint32_t)(x >> (32 * j));
+    return FED_OK;
+}
+
+/* Summed limbs back: sum_j S_j 2^(32 j) modulo 2^128, as a signed value. */
+static double get_sum(const uint64_t *s)
+{
+    u128 x = 0;
+
+    for (int j = 0; j < REG_LIMBS; j++)
+        x += (u128)s[j] << (32 * j);
+    return (x >> 127) ? -(double)((u128)0 - x) * 0x1p-32 : (double)x * 0x1p-32;
+}
+
+/* The regression's sums into out (after the first three). */
+static fed_err pack_regression(const fed_metrics_reg_stats *rs, int64_t *out)
+{
+    double n = (double)rs->n;
+    const double v[REG_SUMS] = {n * rs->mean_y, rs->m2_y + n * rs->mean_y * rs->mean_y, rs->sse,
+                                rs->sae};
+    fed_err e = FED_OK;
+
+    for (int i = 0; i < REG_SUMS && e == FED_OK; i++)
+        e = isfinite(v[i]) && fabs(v[i]) < 0x1p94 ? put_sum(v[i], out + i * REG_LIMBS)
+                                                  : FED_ERR_RANGE;
+    return e;
 }
 
 fed_err fed_site_eval_pack(const fed_eval_report *r, const fed_metrics_hist *h, int consent,
@@ -32,13 +77,15 @@ fed_err fed_site_eval_pack(const fed_eval_report *r, const fed_metrics_hist *h, 
     size_t k = (size_t)r->classes, cells = k * k;
     double loss = r->st.loss_sum * (double)(1u << FED_SITE_EVAL_LOSS_BITS);
 
-    if (!fed_site_eval_ints(r->classes) || (k == 2 && !h))
+    if (!fed_site_eval_ints(r->classes) || (k == 2 && !h) || (k == 1) != (r->regression != 0))
         return FED_ERR_INVAL;
     if (!(loss >= 0 && loss < 0x1p62)) /* a NaN too */
         return FED_ERR_RANGE;
     out[FED_SITE_EVAL_SAMPLES] = r->st.samples;
     out[FED_SITE_EVAL_CONSENT] = consent ? 1 : 0;
     out[FED_SITE_EVAL_LOSS] = (int64_t)llround(loss);
+    if (k == 1)
+        return pack_regression(&r->reg_stats, out + FED_SITE_EVAL_CONFUSION);
     for (size_t i = 0; i < cells; i++)
         out[FED_SITE_EVAL_CONFUSION + i] = (int64_t)r->confusion[i];
     if (k == 2)
@@ -55,6 +102,25 @@ fed_err fed_site_eval_unpack(const uint64_t *v, fed_eval_report *r, fed_metrics_
         return FED_ERR_INVAL;
     if (n == 0)
         return FED_ERR_INVAL;
+    if (k == 1) { /* regression: the moments from the pooled sums */
+        const uint64_t *s = v + FED_SITE_EVAL_CONFUSION;
+        double sy = get_sum(s), syy = get_sum(s + REG_LIMBS);
+        fed_metrics_reg_stats rs = {.n = n, .mean_y = sy / (double)n,
+                                    .m2_y = fmax(0, syy - sy * sy / (double)n),
+                                    .sse = get_sum(s + 2 * REG_LIMBS),
+                                    .sae = get_sum(s + 3 * REG_LIMBS)};
+
+        if (n > (uint64_t)LONG_MAX || rs.sse < 0 || rs.sae < 0)
+            return FED_ERR_BAD_VALUE;
+        memset(&r->st, 0, sizeof r->st);
+        r->st.samples = (long)n;
+        r->st.loss_sum = (double)v[FED_SITE_EVAL_LOSS] / (double)(1u << FED_SITE_EVAL_LOSS_BITS);
+        r->regression = 1;
+        r->has_binary = 0;
+        r->reg_stats = rs;
+        fed_metrics_reg_finish(&rs, &r->reg);
+        return FED_OK;
+    }
     for (size_t i = 0; i < cells; i++) {
         r->confusion[i] = v[FED_SITE_EVAL_CONFUSION + i];
         cm += r->confusion[i];
@@ -126,8 +192,9 @@ fed_err fed_node_agg_site_eval_check(const fed_node *n)
         why = "its statistics (confusion counts, score histograms) are a release that no "
               "noise covers, and the DP requirement (--require-dp-sgd, DP-FedAvg) would "
               "not account for it: drop --eval-every, or the requirement";
-    else if (fed_model_regression(a->model) || !fed_site_eval_ints(n->cfg.shape.classes))
-        why = "it needs a classifier of 2 to 256 classes (regression's moments are not built)";
+    else if (!fed_site_eval_ints(n->cfg.shape.classes) ||
+             (n->cfg.shape.classes == 1) != (fed_model_regression(a->model) != 0))
+        why = "it needs a regression (--task regression) or a classifier of 2 to 256 classes";
     else if (fed_node_agg_is_async(n))
         why = "it needs synchronous rounds: use --mode sync";
     else if (!a->sa && a->codec.id != FED_CODEC_F32)

@@ -16,6 +16,11 @@
  *     3            the confusion matrix, k * k, truth-major
  *     3 + k * k    with k == 2: the score histogram (model/metrics.h),
  *                  2 * FED_METRICS_BINS counts, class-major
+ * For regression (k == 1, a model whose loss is mse) after the first three:
+ * the sums of y, y^2, the squared and the absolute errors, each in fixed
+ * point 2^-32 as a 128-bit two's complement in 4 limbs of 32 bits (low
+ * first), so that limb sums over fewer than 2^31 sites cannot wrap and
+ * join again exactly; |each sum| < 2^95.
  * These are a release of the site's data: the histograms show how the
  * model scores its patients; a DP requirement refuses site evaluation. */
 #ifndef FED_NODE_SITE_EVAL_H
@@ -38,18 +43,19 @@ enum {
 /* The loss's fixed-point scale: a unit is 2^-FED_SITE_EVAL_LOSS_BITS. */
 #define FED_SITE_EVAL_LOSS_BITS 24
 /* Classes a site evaluation covers: 2..this (the confusion matrix grows
- * with the square). */
+ * with the square), or 1: regression. */
 #define FED_SITE_EVAL_CLASSES_MAX 256
 
-/* Integers of the evaluation vector for k classes (2..CLASSES_MAX); 0 for
- * any other k. */
+/* Integers of the evaluation vector for k classes (1: regression,
+ * 2..CLASSES_MAX); 0 for any other k. */
 size_t fed_site_eval_ints(int classes);
 
-/* A site's evaluation (r, of r->classes classes; h: with two classes its
- * score histogram, else unused) into out (fed_site_eval_ints). consent: the
- * site lets the aggregator record its own figures. FED_ERR_INVAL: classes
- * outside 2..CLASSES_MAX, two classes without h; FED_ERR_RANGE: a loss sum
- * the fixed point cannot hold. */
+/* A site's evaluation (r, of r->classes classes, or a regression's; h:
+ * with two classes its score histogram, else unused) into out
+ * (fed_site_eval_ints). consent: the site lets the aggregator record its
+ * own figures. FED_ERR_INVAL: classes outside 1..CLASSES_MAX (1 only for a
+ * regression), two classes without h; FED_ERR_RANGE: a sum the fixed point
+ * cannot hold. */
 FED_WUR fed_err fed_site_eval_pack(const fed_eval_report *r, const fed_metrics_hist *h,
                                    int consent, int64_t *out);
 

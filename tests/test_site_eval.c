@@ -4,7 +4,8 @@
  * accuracy, recall and the counts at 0.5 exactly those of the union, the
  * loss within the fixed point, the AUC within the bound the pooled
  * histogram reports of the exact AUC over the union (scores concentrated
- * near 0 and 1 among them); multi-class; the plain path's 16-bit limbs
+ * near 0 and 1 among them); multi-class; a regression's moments as
+ * fixed-point limbs (MSE, MAE, R^2 of the union); the plain path's 16-bit limbs
  * back to the same integers; every refusal with its code. */
 #include <math.h>
 #include <setjmp.h>
@@ -156,6 +157,52 @@ static void test_multi_pooled(void **state)
     fed_eval_report_free(r);
 }
 
+/* Regression: three sites' moments (a mean far from 0, negative targets)
+ * summed as limbs and read back as the union's MSE, MAE and R^2. */
+static void test_regression_pooled(void **state)
+{
+    enum { RN = 300 };
+    fed_eval_report *r = NULL;
+    size_t nints = fed_site_eval_ints(1);
+    int64_t v[32];
+    uint64_t sum[32] = {0};
+    double y[RN], yhat[RN];
+    fed_metrics_reg_stats all = {0};
+    fed_metrics_reg want;
+    fed_rng rng;
+
+    (void)state;
+    assert_int_equal(nints, 3 + 16);
+    fed_rng_seed(&rng, 11);
+    for (int i = 0; i < RN; i++) {
+        y[i] = (i < 100 ? -1000 : 50) + 20 * fed_rng_normal(&rng);
+        yhat[i] = y[i] + 3 * fed_rng_normal(&rng) + 0.5;
+    }
+    fed_metrics_reg_add(&all, y, yhat, RN);
+    fed_metrics_reg_finish(&all, &want);
+    assert_int_equal(fed_eval_report_new(1, &r), FED_OK);
+    for (int k = 0; k < 3; k++) {
+        memset(&r->reg_stats, 0, sizeof r->reg_stats);
+        fed_metrics_reg_add(&r->reg_stats, y + 100 * k, yhat + 100 * k, 100);
+        r->regression = 1;
+        r->st.samples = 100;
+        r->st.loss_sum = r->reg_stats.sse / 2;
+        assert_int_equal(fed_site_eval_pack(r, NULL, 1, v), FED_OK);
+        for (size_t j = 0; j < nints; j++)
+            sum[j] += (uint64_t)v[j];
+    }
+    memset(&r->reg, 0, sizeof r->reg);
+    assert_int_equal(fed_site_eval_unpack(sum, r, NULL), FED_OK);
+    assert_true(r->regression);
+    assert_int_equal(r->st.samples, RN);
+    assert_true(fabs(r->reg.mse - want.mse) <= 1e-9 * want.mse);
+    assert_true(fabs(r->reg.mae - want.mae) <= 1e-9 * want.mae);
+    assert_true(fabs(r->reg.r2 - want.r2) <= 1e-9);
+    r->regression = 0; /* a one-class classifier is no regression */
+    assert_int_equal(fed_site_eval_pack(r, NULL, 1, v), FED_ERR_INVAL);
+    fed_eval_report_free(r);
+}
+
 /* In the clear: 16-bit limbs, one float each, back to the same integers. */
 static void test_plain_limbs(void **state)
 {
@@ -190,11 +237,11 @@ static void test_refusals(void **state)
     int64_t *p = fed_calloc(nints, sizeof *p);
 
     (void)state;
-    assert_int_equal(fed_site_eval_ints(1), 0);
+    assert_int_equal(fed_site_eval_ints(0), 0);
     assert_int_equal(fed_site_eval_ints(FED_SITE_EVAL_CLASSES_MAX + 1), 0);
     assert_int_equal(fed_eval_report_new(2, &r), FED_OK);
     assert_int_equal(fed_eval_report_new(1, &r1), FED_OK);
-    assert_int_equal(fed_site_eval_pack(r1, h, 1, p), FED_ERR_INVAL); /* one class */
+    assert_int_equal(fed_site_eval_pack(r1, h, 1, p), FED_ERR_INVAL); /* one class, no regression */
     assert_int_equal(fed_site_eval_pack(r, NULL, 1, p), FED_ERR_INVAL); /* no histogram */
     r->st.loss_sum = NAN;
     assert_int_equal(fed_site_eval_pack(r, h, 1, p), FED_ERR_RANGE);
@@ -223,6 +270,7 @@ int main(void)
         cmocka_unit_test(test_binary_pooled),
         cmocka_unit_test(test_binary_concentrated),
         cmocka_unit_test(test_multi_pooled),
+        cmocka_unit_test(test_regression_pooled),
         cmocka_unit_test(test_plain_limbs),
         cmocka_unit_test(test_refusals),
     };

@@ -18,6 +18,7 @@
 #    that part; --best-metric auc judges val.auc;
 #  - --early-stop on the pooled val.loss ends the run where the rule says,
 #    and export --best writes the best round by it;
+#  - a regression's pooled MSE, MAE and R^2 are the central evaluation's;
 #  - --eval-every under a DP requirement is refused, saying why.
 # Needs ./fednode and the sqlite3 shell; exits 77 without.
 . "$(dirname "$0")/proc_lib.sh"
@@ -44,13 +45,14 @@ K=$TMP/keys
 allow_keys "$K" agg c0 c1 c2
 
 # run NAME AGGX C2X CX...: the aggregator (AGGX its own options; $ROUNDS
-# training rounds, default 4; --eval-every $EVERY, default 2) and the three
-# sites (CX for each; C2X for c2 alone)
+# training rounds, default 4; --eval-every $EVERY, default 2; --model
+# $MODEL, default logreg; $DECL, default --classes 2) and the three sites
+# (--data $CDATA, default d.csv; CX for each; C2X for c2 alone)
 run() {
     r=$1 aggx=$2 c2x=$3; shift 3
     start "$r-agg" --role aggregator --keys "$K/agg" --allow "$K/allow.txt" \
         --db "$TMP/$r-agg.db" --listen tcp://127.0.0.1:0 --port-file "$TMP/$r.port" \
-        --features 4 --classes 2 --threads 1 --model logreg --optimizer sgd --lr 0.1 \
+        --features 4 ${DECL:---classes 2} --threads 1 --model "${MODEL:-logreg}" --optimizer sgd --lr 0.1 \
         --batch 32 --local-epochs 1 --rounds "${ROUNDS:-4}" --min-clients 3 --wait-clients 3 \
         --deadline-ms 60000 --gather-ms 100 --linger-ms 500 --eval-every "${EVERY:-2}" $aggx
     wait_for "the $r aggregator wrote its port" 30 test -s "$TMP/$r.port"
@@ -59,7 +61,7 @@ run() {
         x=""; [ "$s" = 2 ] && x=$c2x
         ( cd "$TMP/s$s" && exec "$FED" run --role client --keys "$K/c$s" --allow "$K/allow.txt" \
             --db "$TMP/$r-s$s.db" --aggregator "tcp://127.0.0.1:$P" --aggregator-key agg \
-            --data d.csv --threads 1 "$@" $x ) >"$TMP/$r-s$s.log" 2>&1 &
+            --data "${CDATA:-d.csv}" --threads 1 "$@" $x ) >"$TMP/$r-s$s.log" 2>&1 &
         echo $! >"$TMP/$r-s$s.pid"; PIDS="$PIDS $!"
     done
     exits0 "$r-agg" 180
@@ -153,6 +155,33 @@ best=$(sqlite3 "$TMP/stop-agg.db" "SELECT round FROM round_metrics WHERE name = 
     grep -q "^exported round $best " "$TMP/best.out" ||
     fail "stop: export --best writes round $best, the best by val.loss: $(cat "$TMP/best.out")"
 ok "stop: --early-stop loss:2 on val.loss ended the run at round $last, as the rule says; export --best wrote round $best"
+
+# regression: label = 2 a - b + 3 c + noise; a linear model with loss mse
+genr() { # N SEED
+    awk -v n="$1" -v seed="$2" 'BEGIN {
+        srand(seed); print "a,b,c,d,label"
+        for (i = 0; i < n; i++) {
+            a = rand(); b = rand(); c = rand(); d = rand()
+            printf "%.5f,%.5f,%.5f,%.5f,%.5f\n", a, b, c, d, 2 * a - b + 3 * c + 0.1 * rand() - 40
+        }
+    }'
+}
+for s in 0 1 2; do genr 120 $((41 + s)) >"$TMP/s$s/r.csv"; genr 50 $((51 + s)) >"$TMP/s$s/rv.csv"; done
+{ cat "$TMP/s0/rv.csv"; tail -n +2 "$TMP/s1/rv.csv"; tail -n +2 "$TMP/s2/rv.csv"; } >"$TMP/runion.csv"
+printf '[input] features = 4\n[linear] name = out out = 1\n[output] loss = mse\n' >"$TMP/reg.cfg"
+MODEL=$TMP/reg.cfg DECL="--task regression" CDATA=r.csv run reg "" "" --task regression --val-data rv.csv
+db=$TMP/reg-agg.db
+[ "$(metric "$db" 3 val.samples)" = "150.000000" ] || fail "reg: 150 validation samples pooled"
+"$FEDNODE" export --db "$db" --round 3 --out "$TMP/reg.safetensors" >"$TMP/reg-export.out" 2>&1 ||
+    fail "reg: export --round 3: $(cat "$TMP/reg-export.out")"
+FEDNODE_NO_REEXEC=1 "$FED" eval --model "$TMP/reg.safetensors" --data "$TMP/runion.csv" --task regression \
+    --threads 1 >"$TMP/reg-eval.out" 2>"$TMP/reg-eval.log" || fail "reg: eval: $(cat "$TMP/reg-eval.log")"
+central=$(sed -n 's/^regression  MSE \([^ ]*\)  MAE \([^ ]*\)  R^2 \([^ ]*\)$/\1 \2 \3/p' "$TMP/reg-eval.out")
+pooled="$(metric "$db" 3 val.mse) $(metric "$db" 3 val.mae) $(metric "$db" 3 val.r2)"
+echo "$central $pooled" | awk '{ for (i = 1; i <= 3; i++) { d = $i - $(i + 3); if (d < 0) d = -d
+    if (d > 1e-5 * (($i < 0 ? -$i : $i) + 1e-3)) exit 1 } }' ||
+    fail "reg: pooled MSE, MAE, R^2 ($pooled) are the central evaluation's ($central)"
+ok "reg: the pooled MSE, MAE and R^2 of round 3 are the central evaluation's on the union ($central)"
 
 # refusals
 "$FEDNODE" run --role aggregator --keys "$K/agg" --allow "$K/allow.txt" --db "$TMP/r.db" \

@@ -723,8 +723,8 @@ static void test_settings_input(void **state)
 }
 
 /* Field 17, site evaluation: written only with --eval-every (16 bytes,
- * required), after field 15, back as it went; every 0 rounds, or fewer
- * than 2 classes, refused; a block without it decodes with none. */
+ * required), after field 15, back as it went; every 0 rounds, or no
+ * class, refused; a block without it decodes with none. */
 static void test_settings_site_eval(void **state)
 {
     fed_wire_block b, g;
@@ -749,7 +749,7 @@ static void test_settings_site_eval(void **state)
     buf[len - 8] = 0; /* every 0 rounds */
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
     buf[len - 8] = 3;
-    buf[len - 4] = 1; /* one class */
+    buf[len - 4] = 0; /* no class */
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
     b.settings.eval_every = 0;
     b.settings.eval_classes = 0;
