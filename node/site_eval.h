@@ -88,8 +88,9 @@ uint32_t fed_node_site_eval_cfg_ints(const fed_node_config *c);
 size_t fed_node_site_eval_words(const fed_node_config *c);
 uint32_t fed_node_agg_site_eval_ints(const fed_node *n);
 /* --eval-every refused, logged with why: under a DP requirement (the
- * statistics are a release), for regression, async rounds, or in the clear
- * with a codec other than f32. */
+ * statistics are a release), for a model neither a regression nor a
+ * classifier of 2..CLASSES_MAX classes, async rounds, or in the clear with
+ * a codec other than f32. */
 FED_WUR fed_err fed_node_agg_site_eval_check(const fed_node *n);
 /* MODEL field 17 into set, with --eval-every. */
 void fed_node_agg_site_eval_settings(const fed_node *n, fed_wire_settings *set);
