@@ -163,7 +163,8 @@ static const fed_opt run_opts[] = {
     R(best_metric, "best-metric", FED_OPT_STR, "", 0, 0,
       "aggregator: the test figure that makes a round the best, whose checkpoint is kept and "
       "which export --best writes: accuracy (default), loss, auc, ap, f1, sensitivity, "
-      "specificity, macro_f1, ... (--early-stop's metric when that is given)"),
+      "specificity, macro_f1, ... (--early-stop's metric when that is given; with "
+      "--eval-every the sites' pooled val.METRIC, not the aggregator's own)"),
     R(early_stop, "early-stop", FED_OPT_STR, "", 0, 0,
       "aggregator: METRIC:PATIENCE, end the run when PATIENCE rounds after the best by METRIC "
       "have not improved on it (each round evaluated before the next starts), e.g. auc:5"),
