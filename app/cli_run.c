@@ -73,6 +73,10 @@ typedef struct run_cfg {
     int keep_checkpoints;
     char best_metric[FED_METRICS_NAME_MAX];
     char early_stop[64];
+    int eval_every;
+    double val_fraction;
+    char val_data[4096];
+    int site_metrics;
     int standardize;
     int stats_min_count;
     int stats_only;
@@ -160,10 +164,26 @@ static const fed_opt run_opts[] = {
     R(best_metric, "best-metric", FED_OPT_STR, "", 0, 0,
       "aggregator: the test figure that makes a round the best, whose checkpoint is kept and "
       "which export --best writes: accuracy (default), loss, auc, ap, f1, sensitivity, "
-      "specificity, macro_f1, ... (--early-stop's metric when that is given)"),
+      "specificity, macro_f1, ... (--early-stop's metric when that is given; with "
+      "--eval-every the sites' pooled val.METRIC, not the aggregator's own)"),
     R(early_stop, "early-stop", FED_OPT_STR, "", 0, 0,
       "aggregator: METRIC:PATIENCE, end the run when PATIENCE rounds after the best by METRIC "
       "have not improved on it (each round evaluated before the next starts), e.g. auc:5"),
+    R(eval_every, "eval-every", FED_OPT_INT, "0", 0, 1000000,
+      "aggregator: every N rounds each client evaluates the model it receives on its "
+      "validation split (--val-fraction, --val-data) and sends statistics that add up "
+      "(through secure aggregation with --secagg); the pooled metrics are recorded as val.* "
+      "and judge --best-metric and --early-stop (0: off)"),
+    R(val_fraction, "val-fraction", FED_OPT_DOUBLE, "0", 0, 0.9,
+      "client: hold out this fraction of its shard, stratified by label and seeded by "
+      "--partition-seed, as the validation split the aggregator's --eval-every evaluates "
+      "on (never trained on; 0: none)"),
+    R(val_data, "val-data", FED_OPT_STR, "", 0, 0,
+      "client: a file (or folder) of its own as the validation split, instead of "
+      "--val-fraction"),
+    R(site_metrics, "site-metrics", FED_OPT_BOOL, "true", 0, 0,
+      "client: without --secagg the aggregator may record this site's own evaluation "
+      "figures beside the pooled ones; --no-site-metrics: pooled only"),
     R(standardize, "standardize", FED_OPT_BOOL, "true", 0, 0,
       "CSV data: standardize every numeric column with the federation's shared statistics "
       "(pooled mean and std, gathered in a pass that is round 1, through secure aggregation "
@@ -207,6 +227,9 @@ typedef struct run_state {
     fed_dataset *train, *test;
     uint32_t *idx;
     size_t nidx;
+    fed_dataset *val;   /* --val-data */
+    uint32_t *vidx;     /* --val-fraction: the held-out samples of train */
+    size_t nvidx;
     float *init_params; /* --model FILE.onnx's weights as the model's flat buffer */
     /* --standardize on CSV data: its columns, a client's contribution to the
        statistics pass (over its shard's rows, idx0 in the file), and the
@@ -216,6 +239,7 @@ typedef struct run_state {
     fed_data_opts dopts;
     uint32_t stats_cols;
     uint32_t *idx0;
+    size_t nidx0;       /* idx0's count: the whole shard, validation split too */
     int64_t *stats_local;
     fed_dataset *shared[2];
 } run_state;
@@ -224,6 +248,8 @@ static void run_state_free(run_state *s)
 {
     fed_free(s->init_params);
     fed_free(s->idx);
+    fed_free(s->vidx);
+    fed_data_free(s->val);
     fed_free(s->idx0);
     fed_free(s->stats_local);
     fed_data_free(s->shared[0]);
@@ -398,11 +424,23 @@ static fed_err restandardize(void *ctx, const double *mean, const double *std, s
     if ((e = fed_data_open_opts(s->c->s.data, !test, &o, &d)) != FED_OK)
         return e;
     if (!test) { /* its shard, as at start */
-        e = fed_data_subset(d, s->idx0, s->nidx, &sub);
+        e = fed_data_subset(d, s->idx0, s->nidx0, &sub);
         fed_data_free(d);
         if (e != FED_OK)
             return e;
         d = sub;
+    }
+    if (!test && s->val) { /* --val-data: scaled alike, in place (the node borrows it) */
+        fed_dataset *v = NULL, t;
+
+        if ((e = fed_data_open_opts(s->c->val_data, 1, &o, &v)) != FED_OK) {
+            fed_data_free(d);
+            return e;
+        }
+        t = *s->val;
+        *s->val = *v;
+        *v = t;
+        fed_data_free(v);
     }
     fed_data_free(s->shared[test]); /* a node asks once a run; never borrowed by then */
     s->shared[test] = d;
@@ -442,6 +480,7 @@ static int stats_prepare(const run_cfg *c, run_state *s, fed_node_role role,
         return 1;
     }
     memcpy(s->idx0, s->idx, s->nidx * sizeof *s->idx0);
+    s->nidx0 = s->nidx;
     e = fed_data_csv_colstats(c->s.data, &s->dopts.csv, s->idx0, s->nidx, 0, &s->stats_local,
                               &feats, &sup);
     if (e == FED_OK && feats != s->stats_cols)
@@ -506,6 +545,41 @@ static int fit_declared(const run_cfg *c, fed_dataset *d, const char *split)
     return 2;
 }
 
+/* A client's validation split (--val-fraction, --val-data), once its
+ * shard is its own: held out of the shard, or a file of its own. */
+static int load_val(const run_cfg *c, run_state *s, int shard)
+{
+    fed_err e;
+
+    if (c->val_fraction > 0) {
+        e = fed_data_split_val(s->train, s->idx, &s->nidx, c->val_fraction,
+                               c->partition_seed ^ ((uint64_t)shard << 32), &s->vidx, &s->nvidx);
+        if (e != FED_OK) {
+            fed_cli_error("run: --val-fraction %g of a shard of %zu samples: %s", c->val_fraction,
+                          s->nidx, e == FED_ERR_RANGE ? "the split or the rest would be empty"
+                                                      : fed_strerror(e));
+            return 1;
+        }
+        fed_log(FED_LOG_INFO, "client: %zu samples held out for validation, %zu to train on",
+                s->nvidx, s->nidx);
+    } else if (c->val_data[0]) {
+        /* scaled like the shard: by its own statistics until the shared ones
+           come (restandardize), which come before any round evaluates */
+        if ((e = fed_data_open_opts(c->val_data, 1, &s->dopts, &s->val)) != FED_OK) {
+            fed_cli_error("run: --val-data %s: %s", c->val_data, fed_strerror(e));
+            return 1;
+        }
+        if (s->val->shape.classes != s->train->shape.classes ||
+            s->val->features != s->train->features) {
+            fed_cli_error("run: --val-data %s: %zu features and %d classes, the training data "
+                          "%zu and %d", c->val_data, s->val->features, s->val->shape.classes,
+                          s->train->features, s->train->shape.classes);
+            return 1;
+        }
+    }
+    return -1;
+}
+
 /* client: its shard; aggregator: the test split (evaluation, and the input
  * when nothing declares it), or nothing; peer: both. */
 static int load_data(const run_cfg *c, run_state *s, fed_node_role role)
@@ -549,6 +623,8 @@ static int load_data(const run_cfg *c, run_state *s, fed_node_role role)
             return rc;
         if (e == FED_OK)
             e = keep_shard_only(s);
+        if (e == FED_OK && (rc = load_val(c, s, shard)) >= 0)
+            return rc;
     }
     if (e == FED_OK && test)
         e = fed_data_open_opts(c->s.data, 0, &dopts, &s->test);
@@ -684,6 +760,37 @@ static int fill_training(const run_cfg *c, run_state *s, fed_node_config *nc)
     return -1;
 }
 
+/* The site-evaluation options: each role's own, and what they cannot go
+ * with. */
+static int check_site_eval(const run_cfg *c)
+{
+    fed_node_role role = role_of(c);
+    int dp = c->s.require_dp_sgd || c->s.dp_client_clip > 0 || c->s.dp_sgd;
+
+    if (role != FED_NODE_AGGREGATOR && c->eval_every) {
+        fed_cli_error("run: --eval-every is the aggregator's setting");
+        return 2;
+    }
+    if (role != FED_NODE_CLIENT && (c->val_fraction > 0 || c->val_data[0] || !c->site_metrics)) {
+        fed_cli_error("run: --val-fraction, --val-data and --no-site-metrics are a client's "
+                      "settings");
+        return 2;
+    }
+    if (c->val_fraction > 0 && c->val_data[0]) {
+        fed_cli_error("run: --val-fraction %g and --val-data %s both give a validation split; "
+                      "give one", c->val_fraction, c->val_data);
+        return 2;
+    }
+    if (dp && (c->eval_every || c->val_fraction > 0 || c->val_data[0])) {
+        fed_cli_error("run: site evaluation (--eval-every, --val-fraction, --val-data) sends "
+                      "confusion counts and score histograms, a release of the site's data "
+                      "that no DP guarantee (--require-dp-sgd, --dp-sgd, DP-FedAvg) covers: "
+                      "leave it off under DP");
+        return 2;
+    }
+    return -1;
+}
+
 /* --best-metric and --early-stop METRIC:PATIENCE: the metric and the
  * patience (0: none); -1, or the exit status with what was wrong said. */
 static int parse_best(const run_cfg *c, char metric[FED_METRICS_NAME_MAX], uint32_t *patience)
@@ -736,14 +843,29 @@ static int fill_best(const run_cfg *c, fed_node_config *nc)
 
     if ((rc = parse_best(c, metric, &pat)) >= 0)
         return rc;
-    if ((pat || c->best_metric[0]) && !nc->data.test) {
+    if (c->eval_every && strncmp(metric, "val.", 4) != 0) {
+        /* the pooled site evaluation judges, when there is one */
+        char val[FED_METRICS_NAME_MAX];
+
+        if (strlen(metric) + 4 >= sizeof val) {
+            fed_cli_error("run: --best-metric %s: too long a name", metric);
+            return 2;
+        }
+        snprintf(val, sizeof val, "val.%s", metric);
+        memcpy(metric, val, sizeof val);
+        if (pat || c->best_metric[0])
+            fed_log(FED_LOG_INFO, "run: %s judges the sites' pooled evaluation (--eval-every), "
+                    "not the aggregator's own", metric);
+    }
+    if ((pat || c->best_metric[0]) && !nc->data.test && !c->eval_every) {
         fed_cli_error("run: --%s needs the aggregator's evaluation (test data, no --no-eval)",
                       pat ? "early-stop" : "best-metric");
         return 2;
     }
-    if (nc->data.test)
+    if (nc->data.test || c->eval_every)
         snprintf(nc->agg.best_metric, sizeof nc->agg.best_metric, "%s", metric);
     nc->agg.early_stop = pat;
+    nc->agg.eval_every = (uint32_t)c->eval_every;
     return -1;
 }
 
@@ -856,6 +978,10 @@ static int fill_node_config(const run_cfg *c, run_state *s, fed_node_config *nc)
         nc->data.train = s->train;
         nc->data.shard = s->idx;
         nc->data.shard_n = s->nidx;
+        nc->data.val = s->val;
+        nc->data.val_idx = s->vidx;
+        nc->data.val_n = s->nvidx;
+        nc->data.no_site_metrics = !c->site_metrics;
         nc->transfer.retry_ms = (uint64_t)c->retry_ms;
         nc->client.max_model_params = c->max_model_params;
         nc->client.max_model_flops = c->max_model_flops;
@@ -996,6 +1122,8 @@ static int run_node(const run_cfg *c, fed_coll *coll)
         fed_cli_error("run: --role '%s': aggregator, client or peer", c->role);
         return 2;
     }
+    if ((rc = check_site_eval(c)) >= 0)
+        return rc;
     if (role == FED_NODE_CLIENT && !c->aggregator[0]) {
         fed_cli_error("run: a client needs --aggregator ADDRESS");
         return 2;

@@ -163,6 +163,12 @@ typedef struct status_budget {
     double epsilon, budget;
 } status_budget;
 
+/* A figure as recorded (a site's name in it: longer than fed_metric_value's). */
+typedef struct status_metric {
+    char name[96];
+    double value;
+} status_metric;
+
 typedef struct status_data {
     fed_store_round *rounds;
     fed_store_ckpt_row *ckpts;
@@ -178,14 +184,20 @@ typedef struct status_data {
     size_t ntries;
     status_budget *budgets; /* (nbudgets) each reporting client's latest, by first seen */
     size_t nbudgets;
-    fed_metric_value *metrics; /* the newest evaluated round's figures (v7) */
+    status_metric *metrics; /* the newest evaluated round's figures (v7) */
     size_t nmetrics;
     uint64_t metrics_round;
+    /* the newest site evaluation's (--eval-every): val.NAME pooled,
+       site.MEMBER.NAME each site's */
+    status_metric *site;
+    size_t nsite;
+    uint64_t site_round;
 } status_data;
 
 static void status_data_free(status_data *d)
 {
     fed_free(d->metrics);
+    fed_free(d->site);
     fed_free(d->tries);
     fed_free(d->budgets);
     fed_free(d->contribs);
@@ -247,16 +259,41 @@ static int keep_dp_charge(void *ctx, const fed_store_dp_charge *c)
  * recalls, a confusion matrix of up to 20 classes, with room). */
 #define METRICS_MAX 1024
 
+/* A figure into the central list or (val.*, site.*) the site evaluation's. */
+static int keep_figure(status_data *d, int site, uint64_t round, const char *name, double value)
+{
+    status_metric *m = site ? d->site : d->metrics;
+    size_t *n = site ? &d->nsite : &d->nmetrics;
+
+    if (*n == METRICS_MAX)
+        return 1;
+    if (site != (!strncmp(name, "val.", 4) || !strncmp(name, "site.", 5)))
+        return 0; /* the other list's */
+    *(site ? &d->site_round : &d->metrics_round) = round;
+    snprintf(m[*n].name, sizeof m[*n].name, "%s", name);
+    m[(*n)++].value = value;
+    return 0;
+}
+
 static int keep_metric(void *ctx, uint64_t round, const char *name, double value)
 {
-    status_data *d = ctx;
+    return keep_figure(ctx, 0, round, name, value);
+}
 
-    if (d->nmetrics == METRICS_MAX)
-        return 1;
-    d->metrics_round = round;
-    snprintf(d->metrics[d->nmetrics].name, sizeof d->metrics[d->nmetrics].name, "%s", name);
-    d->metrics[d->nmetrics++].value = value;
-    return 0;
+static int keep_site_metric(void *ctx, uint64_t round, const char *name, double value)
+{
+    return keep_figure(ctx, 1, round, name, value);
+}
+
+/* The newest site evaluation's figures, when a round has any. */
+static fed_err load_site_metrics(fed_store *st, status_data *d)
+{
+    uint64_t round = 0;
+    fed_err e = fed_store_metric_last(st, "val.samples", &round);
+
+    if (e == FED_ERR_NOTFOUND)
+        return FED_OK;
+    return e == FED_OK ? fed_store_each_metric(st, round, keep_site_metric, d) : e;
 }
 
 static int keep_try(void *ctx, const fed_store_secagg_try *t)
@@ -282,8 +319,9 @@ static fed_err status_load(fed_store *st, const status_cfg *c, status_data *d)
     d->tries = fed_calloc(LIST_MAX, sizeof *d->tries);
     d->budgets = fed_calloc(LIST_MAX, sizeof *d->budgets);
     d->metrics = fed_calloc(METRICS_MAX, sizeof *d->metrics);
+    d->site = fed_calloc(METRICS_MAX, sizeof *d->site);
     if (!d->rounds || !d->ckpts || !d->peers || !d->counters || !d->contribs || !d->tries ||
-        !d->budgets || !d->metrics)
+        !d->budgets || !d->metrics || !d->site)
         return FED_ERR_NOMEM;
     if ((e = fed_store_last_rounds(st, d->rounds, (size_t)c->rounds, &d->nrounds)) != FED_OK ||
         (e = fed_store_list_checkpoints(st, d->ckpts, (size_t)c->checkpoints, &d->nckpts)) !=
@@ -296,7 +334,8 @@ static fed_err status_load(fed_store *st, const status_cfg *c, status_data *d)
     if ((e = fed_store_each_contribution(st, d->from_round, keep_contrib, d)) != FED_OK ||
         (e = fed_store_each_dp_charge(st, keep_dp_charge, d)) != FED_OK ||
         (e = fed_store_each_secagg_try(st, d->from_round, keep_try, d)) != FED_OK ||
-        (e = fed_store_each_metric(st, UINT64_MAX, keep_metric, d)) != FED_OK)
+        (e = fed_store_each_metric(st, UINT64_MAX, keep_metric, d)) != FED_OK ||
+        (e = load_site_metrics(st, d)) != FED_OK)
         return e;
     return fed_store_list_counters(st, d->counters, LIST_MAX, &d->ncounters);
 }
@@ -343,7 +382,7 @@ static void print_metrics(const status_data *d)
         return;
     printf("\nmetrics (round %" PRIu64 ", the aggregator's evaluation)\n ", d->metrics_round);
     for (size_t i = 0; i < d->nmetrics; i++) {
-        const fed_metric_value *m = &d->metrics[i];
+        const status_metric *m = &d->metrics[i];
 
         if (strchr(m->name, '.'))
             continue;
@@ -358,7 +397,7 @@ static void print_metrics(const status_data *d)
     if (k)
         printf("\n");
     for (size_t i = 0, row = (size_t)-1; i < d->nmetrics; i++) {
-        const fed_metric_value *m = &d->metrics[i];
+        const status_metric *m = &d->metrics[i];
         unsigned t, p;
 
         if (sscanf(m->name, "confusion.%u.%u", &t, &p) != 2)
@@ -370,6 +409,47 @@ static void print_metrics(const status_data *d)
         if (i + 1 == d->nmetrics || strncmp(d->metrics[i + 1].name, "confusion.", 10))
             printf("\n");
     }
+}
+
+/* The newest site evaluation: the pooled scalars (with the AUC's bound),
+ * then a line a site whose own figures were recorded. */
+static void print_site_metrics(const status_data *d)
+{
+    const char *site = NULL;
+    size_t slen = 0;
+    int col = 0;
+
+    if (!d->nsite)
+        return;
+    printf("\nsite evaluation (round %" PRIu64 "'s model, pooled over the sites' validation "
+           "splits)\n ", d->site_round);
+    for (size_t i = 0; i < d->nsite; i++) {
+        const char *name = d->site[i].name;
+
+        if (strncmp(name, "val.", 4) || strchr(name + 4, '.'))
+            continue;
+        printf("%s %s %.4f", col && col % 4 == 0 ? "\n " : "", name + 4, d->site[i].value);
+        col++;
+    }
+    printf("\n");
+    for (size_t i = 0; i < d->nsite; i++) { /* site.MEMBER.NAME: the scalars */
+        const char *name = d->site[i].name, *dot;
+
+        if (strncmp(name, "site.", 5) || !(dot = strrchr(name + 5, '.')) ||
+            strstr(name, ".recall.") || strstr(name, ".confusion."))
+            continue;
+        if (!site || (size_t)(dot - name - 5) != slen || strncmp(site, name + 5, slen)) {
+            site = name + 5;
+            slen = (size_t)(dot - site);
+            printf("%s  site %.*s:", i ? "\n" : "", (int)slen, site);
+        }
+        if (!strcmp(dot + 1, "samples") || !strcmp(dot + 1, "auc") ||
+            !strcmp(dot + 1, "accuracy") || !strcmp(dot + 1, "sensitivity") ||
+            !strcmp(dot + 1, "specificity") || !strcmp(dot + 1, "macro_f1"))
+            printf(" %s %.4g", dot + 1, d->site[i].value);
+    }
+    if (site)
+        printf("\n");
 }
 
 /* Whether the charges are an aggregator's DP-FedAvg (its rounds' strategy
@@ -529,6 +609,22 @@ static void print_counters_table(const status_data *d)
         printf("  %-*s  %12" PRIu64 "\n", (int)w, d->counters[i].name, d->counters[i].value);
 }
 
+/* ,"key":{"round":R,"name":value,...} when there are figures. */
+static void json_metrics(FILE *f, const char *key, uint64_t round, const status_metric *m,
+                         size_t n)
+{
+    if (!n)
+        return;
+    fprintf(f, ",\"%s\":{\"round\":%" PRIu64, key, round);
+    for (size_t i = 0; i < n; i++) {
+        fprintf(f, ",");
+        json_str(f, m[i].name);
+        fprintf(f, ":");
+        json_real(f, m[i].value);
+    }
+    fprintf(f, "}");
+}
+
 static void print_status_json(FILE *f, const char *db, fed_store *st, const status_data *d)
 {
     char h[65], p[65];
@@ -568,16 +664,8 @@ static void print_status_json(FILE *f, const char *db, fed_store *st, const stat
     } else {
         fprintf(f, "]");
     }
-    if (d->nmetrics) {
-        fprintf(f, ",\"metrics\":{\"round\":%" PRIu64, d->metrics_round);
-        for (size_t i = 0; i < d->nmetrics; i++) {
-            fprintf(f, ",");
-            json_str(f, d->metrics[i].name);
-            fprintf(f, ":");
-            json_real(f, d->metrics[i].value);
-        }
-        fprintf(f, "}");
-    }
+    json_metrics(f, "metrics", d->metrics_round, d->metrics, d->nmetrics);
+    json_metrics(f, "site_metrics", d->site_round, d->site, d->nsite);
     /* what the rounds shown used: secure tries; DP charges or clients'
        reports (the database keeps no run settings) */
     fprintf(f, ",\"secure_aggregation\":%s,\"dp\":%s", d->ntries ? "true" : "false",
@@ -693,6 +781,7 @@ static int status_once(const status_cfg *c)
                fed_store_schema(st), fed_store_epoch(st), fed_store_page_size(st));
         print_rounds_table(&d);
         print_metrics(&d);
+        print_site_metrics(&d);
         print_privacy(&d);
         print_secagg(&d);
         print_contribs_table(&d);

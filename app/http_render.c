@@ -237,6 +237,16 @@ static void reason_label(size_t i, char *out, size_t cap)
     out[k] = 0;
 }
 
+/* The headline figures h holds, one sample of fam each, labelled by name. */
+static void head_samples(FILE *f, const char *fam, const fed_metrics_head *h)
+{
+    fed_metric_value v[FED_METRICS_HEAD_MAX];
+    size_t k = fed_metrics_head_named(h, v);
+
+    for (size_t i = 0; i < k; i++)
+        sample_lf(f, fam, "metric", v[i].name, v[i].value);
+}
+
 static void metrics_rounds(FILE *f, const fed_node_snap *s)
 {
     uint64_t cum = 0;
@@ -274,17 +284,28 @@ static void metrics_rounds(FILE *f, const fed_node_snap *s)
         sample(f, "fednode_last_round_loss", s->last.loss);
     }
     if (s->metrics.kind != FED_METRICS_NONE) {
-        fed_metric_value v[FED_METRICS_HEAD_MAX];
-        size_t k = fed_metrics_head_named(&s->metrics, v);
-
         family(f, "fednode_eval_metric", "gauge",
                "The aggregator's test figures of the newest round evaluated, by name: binary "
                "auc, ap, sensitivity, specificity, precision, f1 (at 0.5), youden_* (at the "
                "threshold maximizing Youden's J); macro_f1.");
-        for (size_t i = 0; i < k; i++)
-            sample_lf(f, "fednode_eval_metric", "metric", v[i].name, v[i].value);
+        head_samples(f, "fednode_eval_metric", &s->metrics);
         family(f, "fednode_eval_metric_round", "gauge", "The round those figures are of.");
         sample_u(f, "fednode_eval_metric_round", s->metrics_round);
+    }
+    if (s->site.head.kind != FED_METRICS_NONE) {
+        family(f, "fednode_site_eval_metric", "gauge",
+               "The sites' pooled evaluation of the newest model they evaluated (--eval-every), "
+               "on their validation splits, by name: the names of fednode_eval_metric, and "
+               "samples, accuracy, loss, auc_bound (the pooled AUC is within it).");
+        head_samples(f, "fednode_site_eval_metric", &s->site.head);
+        sample_lf(f, "fednode_site_eval_metric", "metric", "samples", s->site.samples);
+        sample_lf(f, "fednode_site_eval_metric", "metric", "accuracy", s->site.accuracy);
+        sample_lf(f, "fednode_site_eval_metric", "metric", "loss", s->site.loss);
+        if (s->site.head.kind == FED_METRICS_BINARY)
+            sample_lf(f, "fednode_site_eval_metric", "metric", "auc_bound", s->site.auc_bound);
+        family(f, "fednode_site_eval_metric_round", "gauge",
+               "The round whose model the sites evaluated.");
+        sample_u(f, "fednode_site_eval_metric_round", s->site.round);
     }
 }
 
@@ -582,20 +603,18 @@ static void page_rounds(FILE *f, const fed_http_db *db)
     fputs("</table>\n", f);
 }
 
-/* The newest evaluated round's test figures (the snapshot's). */
-static void page_metrics(FILE *f, const fed_node_snap *s)
+/* One table of a head's figures (and extra ones after them), titled. */
+static void page_figures(FILE *f, const char *id, const char *title, uint64_t round,
+                         const fed_metrics_head *h, const fed_metric_value *extra, size_t nx)
 {
-    fed_metric_value v[FED_METRICS_HEAD_MAX];
-    size_t k = fed_metrics_head_named(&s->metrics, v);
+    fed_metric_value v[FED_METRICS_HEAD_MAX + 4];
+    size_t k = fed_metrics_head_named(h, v);
 
     if (!k)
         return;
-    fprintf(f, "<h2>metrics (round %" PRIu64 ")</h2>\n", s->metrics_round);
-    if (s->progress.eval_local) /* the aggregator's copies of them are its initial ones */
-        fputs("<p id='eval-note'>not meaningful: tensors kept at the sites (--local-layers, "
-              "--local-bn) are this node's initial values here; the sites' evaluation is the "
-              "measure</p>\n", f);
-    fputs("<table id='metrics'>\n", f);
+    for (size_t i = 0; i < nx && i < 4; i++)
+        v[k++] = extra[i];
+    fprintf(f, "<h2>%s (round %" PRIu64 ")</h2>\n<table id='%s'>\n", title, round, id);
     for (size_t i = 0; i < k; i++) {
         fputs("<tr><th>", f);
         fed_http_html(f, v[i].name);
@@ -604,6 +623,23 @@ static void page_metrics(FILE *f, const fed_node_snap *s)
         fputs("</td></tr>\n", f);
     }
     fputs("</table>\n", f);
+}
+
+/* The newest evaluated round's test figures (the snapshot's), and the
+ * newest model the sites evaluated (--eval-every). */
+static void page_metrics(FILE *f, const fed_node_snap *s)
+{
+    fed_metric_value x[4] = {{"samples", s->site.samples}, {"accuracy", s->site.accuracy},
+                             {"loss", s->site.loss}, {"auc_bound", s->site.auc_bound}};
+
+    if (s->progress.eval_local && s->metrics.kind != FED_METRICS_NONE) /* its copies: initial
+                                                                           */
+        fputs("<p id='eval-note'>not meaningful: tensors kept at the sites (--local-layers, "
+              "--local-bn) are this node's initial values here; the sites' evaluation is the "
+              "measure</p>\n", f);
+    page_figures(f, "metrics", "metrics", s->metrics_round, &s->metrics, NULL, 0);
+    page_figures(f, "site-metrics", "site evaluation, pooled", s->site.round, &s->site.head, x,
+                 s->site.head.kind == FED_METRICS_BINARY ? 4 : 3);
 }
 
 /* The accuracy chart (app/chart.c), oldest round first. */

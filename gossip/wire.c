@@ -68,6 +68,7 @@ static const fed_wire_field model_fields[] = {
     {FED_WIRE_SET_STATS, 16, FED_WIRE_STATS_MAX, 0, 1}, /* with a mode only */
     {FED_WIRE_SET_INPUT, 16, 16, 0, 1},                /* when declared */
     {FED_WIRE_SET_PATHS, 8, 8 + FED_WIRE_LOCAL_LAYERS_MAX, 0, 1}, /* when a tensor stays */
+    {FED_WIRE_SET_SITE_EVAL, 8, 8, 0, 1},              /* with --eval-every */
 };
 static const fed_wire_field report_fields[] = {
     {FED_WIRE_FIELD_DP_REPORT, 16, 16, 0, 0},
@@ -213,6 +214,8 @@ size_t fed_wire_block_bytes(uint8_t type, const fed_wire_block *b)
                                                      FED_WIRE_LOCAL_LAYERS_MAX);
     if (n && (type == FED_WIRE_DELTA || type == FED_WIRE_SA_MASKED) && b->seg_count)
         n += FED_WIRE_FIELD_HEAD_BYTES + 4 + 8 * (size_t)b->seg_count;
+    if (n && type == FED_WIRE_MODEL && b->settings.eval_every)
+        n += FED_WIRE_FIELD_HEAD_BYTES + 8;
     return n;
 }
 
@@ -454,6 +457,12 @@ static uint8_t *encode_settings(const fed_wire_settings *s, uint8_t *out)
         memcpy(p + 16, s->local_layers, n);
         p += FED_WIRE_FIELD_HEAD_BYTES + 8 + n;
     }
+    if (s->eval_every) { /* required: the contribution grows by the statistics */
+        p = field_head(p, FED_WIRE_SET_SITE_EVAL);
+        fed_put_u32le(p, s->eval_every);
+        fed_put_u32le(p + 4, s->eval_classes);
+        p += 8;
+    }
     return p;
 }
 
@@ -565,6 +574,11 @@ static int take_setting(uint16_t tag, const uint8_t *v, uint32_t len, fed_wire_s
         memset(s->local_layers, 0, sizeof s->local_layers);
         memcpy(s->local_layers, v + 8, len - 8);
         return memchr(v + 8, 0, len - 8) == NULL;
+    case FED_WIRE_SET_SITE_EVAL:
+        s->eval_every = fed_get_u32le(v);
+        s->eval_classes = fed_get_u32le(v + 4);
+        return s->eval_every >= 1 && s->eval_classes >= 1 &&
+               s->eval_classes <= FED_WIRE_INPUT_MAX;
     default: return 0;
     }
     return 1;

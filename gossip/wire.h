@@ -152,11 +152,21 @@
  *               printable ASCII, no NUL). Present only when some tensor
  *               does not take the trained path, and then required: a node
  *               that ignored it would send what must stay at its site
+ *      17  8    site evaluation: every N rounds u32 (>= 1), the classes
+ *               the statistics cover u32 (1..FED_WIRE_INPUT_MAX; 1: a
+ *               regression's moments): in a
+ *               round r with r % N == 0 (but the statistics pass) the
+ *               client evaluates the model it received on its validation
+ *               split and adds the statistics to its contribution
+ *               (node/site_eval.h). Present only with --eval-every, and
+ *               then required: a client that does not know it would send
+ *               a contribution of the wrong length
  *   This node marks 1-10 required, 11 when it requires DP-SGD, 12 when on,
- *   13, 14 and 16 when present, 15 when its input is declared (optional):
- *   its MODEL block is FED_WIRE_MODEL_BLOCK_BYTES (311), 8 + the graph's
- *   length more with 13, 8 + 16 (+ 24 a column with mode 2) more with 14,
- *   24 more with 15, 16 + the globs' with 16. MODEL's fields may take
+ *   13, 14, 16 and 17 when present, 15 when its input is declared
+ *   (optional): its MODEL block is FED_WIRE_MODEL_BLOCK_BYTES (311), 8 + the
+ *   graph's length more with 13, 8 + 16 (+ 24 a column with mode 2) more
+ *   with 14, 24 more with 15, 16 + the globs' with 16, 16 more with 17.
+ *   MODEL's fields may take
  *   FED_WIRE_SETTINGS_MAX bytes.
  * DELTA's and LEAVE's fields:
  *     tag  L    value
@@ -253,8 +263,10 @@ typedef enum fed_wire_setting_tag {
     FED_WIRE_SET_STATS = 14,
     FED_WIRE_SET_INPUT = 15,
     FED_WIRE_SET_PATHS = 16,
+    FED_WIRE_SET_SITE_EVAL = 17,
 } fed_wire_setting_tag;
-#define FED_WIRE_SET_TAG_MAX 16
+#define FED_WIRE_SET_TAG_MAX 17
+/* The shared statistics field (14): what a round does with them. */
 #define FED_WIRE_STATS_PASS 1u  /* the statistics pass: contribute, do not train */
 #define FED_WIRE_STATS_APPLY 2u /* standardize each numeric column with these */
 #define FED_WIRE_INPUT_MAX (1u << 24) /* MODEL's input field: each count at most */
@@ -415,6 +427,12 @@ typedef struct fed_wire_settings {
     uint32_t paths_flags;    /* FED_WIRE_PATHS_* */
     float sa_stats_range;    /* secure: the statistics segment's range (> 0), else 0 */
     char local_layers[FED_WIRE_LOCAL_LAYERS_MAX + 1]; /* --local-layers, NUL-terminated */
+    /* site evaluation (field 17; absent: 0): in each round r with
+       r % eval_every == 0 (but the statistics pass) a client evaluates the
+       model it received on its validation split and sends its sufficient
+       statistics for eval_classes classes (node/site_eval.h) */
+    uint32_t eval_every;
+    uint32_t eval_classes;
 } fed_wire_settings;
 
 /* A decoded typed block; which fields mean something depends on the type. */

@@ -282,6 +282,14 @@ void fed_data_free(fed_dataset *d);
 FED_WUR fed_err fed_data_partition(const fed_dataset *d, const char *scheme, int shard, int k,
                                    uint64_t seed, uint32_t **idx, size_t *n);
 
+/* A held-out split of idx[0..n) (a site's shard), stratified by label:
+ * of each class's samples a fraction frac in (0, 1), rounded, at least one
+ * when the class has two or more, drawn by a shuffle seeded with seed;
+ * *val gets them and idx keeps the rest, each in its old order (*n, *nval
+ * the counts). FED_ERR_RANGE when either side would be empty. */
+FED_WUR fed_err fed_data_split_val(const fed_dataset *d, uint32_t *idx, size_t *n, double frac,
+                                   uint64_t seed, uint32_t **val, size_t *nval);
+
 /* A node that keeps only its shard: a new dataset holding copies of
  * samples idx[0..n) (n >= 1) in that order, same shape and classes, so the
  * full one can be freed. */

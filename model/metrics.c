@@ -353,7 +353,11 @@ int fed_metrics_higher_better(const char *name)
 {
     static const char *const lower[] = {"loss", "mse", "mae"};
     static const char *const higher[] = {"accuracy", "r2"};
-    size_t len = strcspn(name, ".");
+    size_t len;
+
+    if (!strncmp(name, "val.", 4)) /* the pooled site evaluation's */
+        name += 4;
+    len = strcspn(name, ".");
 
     for (size_t i = 0; i < sizeof lower / sizeof lower[0]; i++)
         if (!strcmp(name, lower[i]))

@@ -26,7 +26,7 @@
 #define NIID_MAX_DRAWS 1000
 
 /* Stream numbers for the RNGs derived from the partition seed. */
-enum { STREAM_SPLIT = 0, STREAM_NODE_ORDER = 1 };
+enum { STREAM_SPLIT = 0, STREAM_NODE_ORDER = 1, STREAM_VAL = 2 };
 
 static fed_err parse_scheme(const char *scheme, fed_data_scheme *out)
 {
@@ -602,4 +602,65 @@ fed_err fed_data_partition(const fed_dataset *d, const char *scheme, int shard, 
     fed_rng_seed_stream(&rng, seed, STREAM_NODE_ORDER + (uint64_t)shard);
     fed_rng_shuffle_u32(&rng, *idx, *n);
     return FED_OK;
+}
+
+fed_err fed_data_split_val(const fed_dataset *d, uint32_t *idx, size_t *n, double frac,
+                           uint64_t seed, uint32_t **val, size_t *nval)
+{
+    int k = d->shape.classes > 0 ? d->shape.classes : 1;
+    size_t m = *n, kept = 0, nv = 0;
+    uint32_t *pos = fed_malloc((m ? m : 1) * sizeof *pos);
+    uint8_t *out = fed_calloc(m ? m : 1, 1);
+    uint32_t *v = NULL;
+    fed_rng rng;
+    fed_err e = FED_ERR_NOMEM;
+
+    *val = NULL;
+    *nval = 0;
+    if (!pos || !out)
+        goto out;
+    fed_rng_seed_stream(&rng, seed, STREAM_VAL);
+    for (int c = 0; c < k; c++) { /* each class's positions, shuffled, the first taken */
+        size_t cn = 0, take;
+
+        for (size_t i = 0; i < m; i++)
+            if (d->y[idx[i]] == c)
+                pos[cn++] = (uint32_t)i;
+        for (size_t i = cn; i > 1; i--) {
+            size_t j = (size_t)fed_rng_below(&rng, i);
+            uint32_t t = pos[i - 1];
+
+            pos[i - 1] = pos[j];
+            pos[j] = t;
+        }
+        take = (size_t)llround(frac * (double)cn);
+        if (take == 0 && cn >= 2)
+            take = 1;
+        if (take >= cn && cn > 0)
+            take = cn - 1;
+        for (size_t i = 0; i < take; i++)
+            out[pos[i]] = 1;
+        nv += take;
+    }
+    e = FED_ERR_RANGE;
+    if (nv == 0 || nv == m)
+        goto out;
+    e = FED_ERR_NOMEM;
+    if (!(v = fed_malloc(nv * sizeof *v)))
+        goto out;
+    nv = 0;
+    for (size_t i = 0; i < m; i++) {
+        if (out[i])
+            v[nv++] = idx[i];
+        else
+            idx[kept++] = idx[i];
+    }
+    *n = kept;
+    *val = v;
+    *nval = nv;
+    e = FED_OK;
+out:
+    fed_free(pos);
+    fed_free(out);
+    return e;
 }

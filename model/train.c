@@ -567,6 +567,7 @@ static fed_err evaluate_regression(fed_model *m, const fed_dataset *d, fed_eval_
         fed_metrics_reg_add(&rs, truth, pred, k);
     }
     fed_metrics_reg_finish(&rs, &r->reg);
+    r->reg_stats = rs;
     e = FED_OK;
 out:
     fed_free(pred);
@@ -615,6 +616,8 @@ fed_err fed_train_evaluate_report(fed_model *m, const fed_dataset *d, fed_eval_r
     }
     fed_metrics_multi_from_confusion(r->confusion, C, &r->multi, r->recall);
     e = r->has_binary ? fed_metrics_binary_exact(score, d->y, n, work, &r->bin) : FED_OK;
+    if (e == FED_OK && r->has_binary && r->hist)
+        e = fed_metrics_hist_add(r->hist, score, d->y, n);
 out:
     fed_free(prob);
     fed_free(pred);

@@ -116,6 +116,9 @@ typedef struct fed_eval_report {
     int regression;      /* a model whose loss is mse: reg holds its figures, and
                             the classes' are unset */
     fed_metrics_reg reg;
+    fed_metrics_reg_stats reg_stats; /* regression: the moments reg comes from */
+    fed_metrics_hist *hist; /* NULL, or (the caller's, zeroed) with two classes
+                               the scores' histogram added (site evaluation) */
 } fed_eval_report;
 
 FED_WUR fed_err fed_eval_report_new(int classes, fed_eval_report **out);

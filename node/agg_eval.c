@@ -128,9 +128,7 @@ int fed_node_agg_early_stopped(fed_node *n)
     return best && n->round >= best + n->cfg.agg.early_stop;
 }
 
-/* After round's figures: the best round by cfg.agg.best_metric keeps its
- * checkpoint, as do the rounds not judged yet; cfg.agg.early_stop's rule. */
-static void judge(fed_node *n, uint64_t round)
+void fed_node_agg_judge(fed_node *n, uint64_t round)
 {
     double v;
     uint64_t best = best_round(n, &v); /* 0: only the unjudged are held */
@@ -161,7 +159,8 @@ static void finish_report(fed_node *n, fed_node_round_info *info, fed_store_roun
                 n->agg->eval_local ? " (not meaningful: tensors that stay at the sites are "
                                      "this node's initial ones)" : "");
     }
-    judge(n, info->round);
+    if (!n->cfg.agg.eval_every) /* else the sites' evaluation judges (site_eval.c) */
+        fed_node_agg_judge(n, info->round);
     if (n->cfg.on_round)
         n->cfg.on_round(n->cfg.observer, n, info);
 }

@@ -213,8 +213,7 @@ int fed_node_agg_stats_section(const fed_node *n, fed_store_section *out)
     return 1;
 }
 
-/* The first of v[0..words) that is not a 16-bit limb (words: none). */
-static size_t limbs_bad(const float *v, size_t words)
+size_t fed_node_agg_limbs_bad(const float *v, size_t words)
 {
     for (size_t w = 0; w < words; w++)
         if (!(v[w] >= 0 && v[w] <= 65535 && v[w] == floorf(v[w])))
@@ -241,7 +240,7 @@ static fed_err plain_totals(fed_node *n, uint64_t *tot, uint32_t *m)
 
         if (!p->got)
             continue;
-        if ((bad = limbs_bad(p->delta, words)) < words) {
+        if ((bad = fed_node_agg_limbs_bad(p->delta, words)) < words) {
             fed_log(FED_LOG_WARN, "aggregator: the statistics pass: a client's contribution "
                     "holds %g at %zu, not a 16-bit limb; left out", (double)p->delta[bad], bad);
             continue;

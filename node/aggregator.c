@@ -21,6 +21,7 @@
 #include "node/aggregator_impl.h"
 #include "node/secagg_impl.h"
 #include "node/test_hooks.h"
+#include "node/site_eval.h"
 
 /* After a failed round (a failed commit), the next try waits gather_ms,
  * then twice as long each time, up to this. */
@@ -213,7 +214,8 @@ static fed_err fed_node_agg_new(fed_node *n)
                       : "need synchronous rounds: use --mode sync");
         return FED_ERR_UNSUPPORTED;
     }
-    if ((e = fed_node_agg_stats_new(n)) != FED_OK)
+    if ((e = fed_node_agg_stats_new(n)) != FED_OK ||
+        (e = fed_node_agg_site_eval_check(n)) != FED_OK)
         return e;
     a->in = fed_node_agg_input_of(n, NULL);
     return FED_OK;
@@ -578,6 +580,7 @@ void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b)
         snprintf(s->local_layers, sizeof s->local_layers, "%s", c->local_layers);
         s->sa_stats_range = n->agg->sa ? (float)c->secagg.stats_range : 0;
     }
+    fed_node_agg_site_eval_settings(n, s);
 }
 
 static node_cast cast_of(const agg_hold *h)
@@ -1105,10 +1108,12 @@ fed_err fed_node_agg_close_round(fed_node *n)
             memset(&a->results[i], 0, sizeof a->results[i]);
             a->results[i].verdict = FED_MERGE_USED; /* its contribution is in the totals */
         }
-    } else if ((e = a->in->close(n, &out)) != FED_OK) {
+    } else if ((e = a->in->close(n, &out)) != FED_OK ||
+               (e = fed_node_agg_site_eval_close(n)) != FED_OK) {
         goto fail;
     }
     info.dp_clip = out.dp_clip;
+    info.site = a->site; /* the sites' evaluation, when the round had one */
     for (size_t i = 0; i < a->nparts; i++) {
         if (a->parts[i].refused) {
             info.refused++;
@@ -1225,6 +1230,8 @@ static void fed_node_agg_prepare_open(fed_node *n, node_open *op)
         op->expect_n = fed_node_agg_stats_plain_entries(n);
         op->expect_codec = FED_CODEC_F32;
     }
+    if (!n->agg->sa) /* a site evaluation's statistics after the delta */
+        op->expect_n += fed_node_site_eval_plain_words(fed_node_agg_site_eval_ints(n));
     op->expect_words = n->agg->sa ? fed_node_sa_agg_words(n->agg->sa) : 0;
 }
 
@@ -1280,15 +1287,21 @@ fed_err fed_node_agg_take_delta(fed_node *n, node_open *op, agg_part *p)
     p->base = m->hdr.round;
     p->epoch = m->hdr.sender_epoch;
     p->samples = m->block.samples;
-    if (fed_node_layout_trivial(&a->layout)) {
-        p->delta = op->vec;
+    if (fed_node_layout_trivial(&a->layout) || fed_node_agg_stats_pass(n)) {
+        p->delta = op->vec; /* (a pass's DELTA: its integers' limbs) */
         op->vec = NULL;
-    } else { /* the sent floats where they belong, zero on the local ones */
-        if (!(p->delta = fed_malloc(a->nparams * sizeof *p->delta))) {
+    } else { /* the sent floats where they belong, zero on the local ones; a site
+                evaluation's limbs after them, as after a whole delta */
+        size_t sent = fed_node_layout_sent(&a->layout);
+        size_t tail = op->expect_n > sent ? op->expect_n - sent : 0;
+
+        if (!(p->delta = fed_malloc((a->nparams + tail) * sizeof *p->delta))) {
             p->got = 0;
             return FED_ERR_NOMEM;
         }
         fed_node_layout_unpack(&a->layout, op->vec, p->delta);
+        if (tail)
+            memcpy(p->delta + a->nparams, op->vec + sent, tail * sizeof *p->delta);
     }
     memcpy(p->header, m->header, FED_WIRE_HEADER_BYTES);
     memcpy(p->digest, m->digest, sizeof p->digest);

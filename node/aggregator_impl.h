@@ -141,6 +141,8 @@ struct node_agg {
     int first_armed;       /* the gather timer was armed for round 1 (arm_first_gather) */
     uint32_t failed;       /* rounds failed in a row (a full disk): the next try waits */
     int early_stopped;     /* cfg.agg.early_stop's rule ended the run */
+    fed_node_site_figures site; /* the round's site evaluation (site_eval.c),
+                                   for its round info */
     uint64_t retry_at_ms;  /* no round starts before this (now_ms), after a failure */
     int commit_again;      /* a secure round's commit failed after its sum was
                               unmasked: the round timer commits it again */
@@ -215,6 +217,9 @@ void fed_node_agg_stats_settings(const fed_node *n, fed_wire_settings *set);
 int fed_node_agg_stats_section(const fed_node *n, fed_store_section *out);
 /* The pass's round closes: its totals read back (nothing merged). */
 fed_err fed_node_agg_stats_close(fed_node *n);
+/* The first of v[0..words) that is not a 16-bit limb (words: none): a
+ * plain contribution's integers (the pass's, a site evaluation's). */
+size_t fed_node_agg_limbs_bad(const float *v, size_t words);
 
 /* ---- aggregator.c ---- */
 void fed_node_agg_arm_poll(fed_node *n);
@@ -300,6 +305,10 @@ void fed_node_agg_report_round(fed_node *n, fed_node_round_info *info);
 /* Whether --early-stop's rule has ended the run already, by the database's
  * figures (a restart after the stop trains no more). */
 int fed_node_agg_early_stopped(fed_node *n);
+/* After round's figures: the best round by cfg.agg.best_metric keeps its
+ * checkpoint, as do the rounds not judged yet; cfg.agg.early_stop's rule
+ * (a->early_stopped). */
+void fed_node_agg_judge(fed_node *n, uint64_t round);
 /* What the evaluation and the pending figures hold (a is being freed). */
 void fed_node_agg_eval_free(node_agg *a);
 

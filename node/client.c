@@ -22,6 +22,7 @@
 #include "node/dp_account.h"
 #include "node/node_impl.h"
 #include "node/secagg_impl.h"
+#include "node/site_eval.h"
 
 typedef enum client_state {
     CL_IDLE = 0,     /* nothing out (start, or between retries) */
@@ -66,6 +67,8 @@ struct node_client {
     size_t stats_applied_len;
     int64_t *stats_out;    /* the pass's contribution as it leaves (plain: its
                               columns under the minimum count zeroed) */
+    int64_t *eval_out;     /* a site evaluation's statistics (node/site_eval.h) */
+    size_t eval_cap;
     node_train_job job;
 };
 
@@ -103,6 +106,7 @@ static void fed_node_client_free(fed_node *n)
     fed_free(c->graph);
     fed_free(c->stats_applied);
     fed_free(c->stats_out);
+    fed_free(c->eval_out);
     fed_node_train_job_release(&c->job);
     fed_dp_account_free(c->acct);
     fed_crypto_keystream_wipe(&c->ks);
@@ -335,6 +339,9 @@ static fed_err settings_ok(const fed_wire_settings *s)
         return FED_ERR_PAYLOAD;
     if (s->codec == FED_CODEC_TOPK && !(s->fraction > 0 && s->fraction <= 1))
         return FED_ERR_PAYLOAD;
+    if (s->eval_every && (!fed_site_eval_ints((int)s->eval_classes) ||
+                          (!s->sa_on && s->codec != FED_CODEC_F32)))
+        return FED_ERR_PAYLOAD; /* in the clear its limbs need f32 */
     return FED_OK;
 }
 
@@ -483,9 +490,9 @@ static fed_err secure_trained(fed_node *n)
     if (!d)
         return FED_ERR_NOMEM;
     if (c->pass) /* the statistics pass: its integers alone (secagg_client.c) */
-        e = fed_node_sa_client_trained(n, NULL, &j->layout, j->samples);
+        e = fed_node_sa_client_trained(n, NULL, &j->layout, j->samples, NULL, 0);
     else if ((e = fed_codec_decode(j->vec, j->vec_len, FED_CODEC_F32, d, j->sent_n)) == FED_OK)
-        e = fed_node_sa_client_trained(n, d, &j->layout, j->samples);
+        e = fed_node_sa_client_trained(n, d, &j->layout, j->samples, c->eval_out, j->eval_ints);
     fed_free(d);
     if (e != FED_OK)
         fed_node_sa_client_abort(n);
@@ -639,6 +646,40 @@ decline:
     return send_leave(n);
 }
 
+/* Whether the round evaluates the model at this site (MODEL field 17):
+ * the job's evaluation set up. A site under DP-SGD releases nothing beyond
+ * its noised delta: its evaluation is empty. */
+static fed_err eval_plan(fed_node *n, const fed_wire_settings *s, node_train_job *j)
+{
+    node_client *c = n->client;
+    size_t k;
+
+    j->eval_ints = 0;
+    if (c->pass || !s->eval_every || c->round % s->eval_every != 0)
+        return FED_OK;
+    k = fed_site_eval_ints((int)s->eval_classes); /* > 0: settings_ok */
+    if (c->eval_cap < k) {
+        fed_free(c->eval_out);
+        c->eval_cap = 0;
+        if (!(c->eval_out = fed_calloc(k, sizeof *c->eval_out)))
+            return FED_ERR_NOMEM;
+        c->eval_cap = k;
+    }
+    j->eval_ints = (uint32_t)k;
+    j->eval_classes = s->eval_classes;
+    j->eval_out = c->eval_out;
+    j->val = n->cfg.dp.sgd ? NULL : n->cfg.data.val;
+    j->val_idx = n->cfg.dp.sgd ? NULL : n->cfg.data.val_idx;
+    j->val_n = n->cfg.data.val_n;
+    j->eval_consent = !n->cfg.data.no_site_metrics && !s->sa_on;
+    if (!j->val && !j->val_idx)
+        fed_log(FED_LOG_INFO, "client: round %llu evaluates the model at the sites; this site "
+                "%s: it adds an empty evaluation", (unsigned long long)c->round,
+                n->cfg.dp.sgd ? "runs DP-SGD and releases nothing else"
+                              : "has no validation split (--val-fraction, --val-data)");
+    return FED_OK;
+}
+
 /* The MODEL's vector taken, the training job submitted. */
 static fed_err on_model_train(fed_node *n, node_open *op)
 {
@@ -701,6 +742,8 @@ static fed_err on_model_train(fed_node *n, node_open *op)
         return send_leave(n);
     }
 
+    if ((e = eval_plan(n, &m->block.settings, j)) != FED_OK)
+        return e;
     j->job.fn = c->pass ? fed_node_stats_job_run : fed_node_train_job_run;
     j->stats = c->stats_out;
     j->stats_cols = n->cfg.data.stats_cols;

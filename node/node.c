@@ -17,6 +17,7 @@
 #include "core/bytes.h"
 #include "core/log.h"
 #include "node/node_impl.h"
+#include "node/site_eval.h"
 
 void fed_node_config_default(fed_node_config *cfg)
 {
@@ -258,7 +259,7 @@ size_t fed_node_recv_limit(const fed_node_config *cfg)
     size_t np = 0, need;
 
     if (max <= FED_NODE_RECV_SLACK || !cfg->spec[0] || fed_model_spec_nparams(cfg->spec, cfg->shape, &np) != FED_OK ||
-        np > (max - FED_NODE_RECV_SLACK) / sizeof(double))
+        (np += fed_node_site_eval_words(cfg)) > (max - FED_NODE_RECV_SLACK) / sizeof(double))
         return max;
     need = fed_wire_frame_bytes(np * sizeof(double) + FED_NODE_RECV_SLACK);
     return need < max ? need : max;

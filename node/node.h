@@ -92,6 +92,14 @@ typedef enum fed_node_role {
 typedef struct fed_node fed_node;
 
 /* What a committed aggregator round (or a client's local round) reports. */
+/* The sites' pooled evaluation of one model (node/site_eval.h). */
+typedef struct fed_node_site_figures {
+    uint64_t round;          /* the model evaluated */
+    double samples, accuracy, loss;
+    double auc_bound;        /* binary: the pooled AUC's bound */
+    fed_metrics_head head;   /* kind NONE: none */
+} fed_node_site_figures;
+
 typedef struct fed_node_round_info {
     uint64_t round;
     uint32_t sampled;   /* clients sent the round's MODEL */
@@ -111,6 +119,9 @@ typedef struct fed_node_round_info {
     double dp_clip;     /* aggregator with DP-FedAvg: the clip the round used */
     fed_metrics_head metrics; /* aggregator: the test figures beyond loss and
                                  accuracy (kind NONE: not measured) */
+    fed_node_site_figures site; /* aggregator: the sites' pooled evaluation this
+                                   round measured (--eval-every; head.kind
+                                   NONE: none) */
 } fed_node_round_info;
 
 /* Observers (tests, fedsim); may be NULL. Called on the loop thread. */
@@ -150,6 +161,16 @@ typedef struct fed_node_data_config {
     size_t shard_n;
     fed_data_aug augment;         /* its training batches' (images only); none: zero */
     const fed_dataset *test;      /* held-out data; NULL: no evaluation */
+    /* client: its validation split, on which it evaluates the model it
+       receives when the aggregator asks (--eval-every): a dataset of its
+       own (--val-data), else val_n samples of train (--val-fraction: not in
+       its shard, and standardized with it); neither: it contributes an
+       empty evaluation */
+    const fed_dataset *val;
+    const uint32_t *val_idx;
+    size_t val_n;
+    int no_site_metrics;          /* client: its evaluation only pooled, never
+                                     recorded as its own (in the clear) */
     /* shared statistics of a CSV's numeric columns (model/colstats.h,
        node/agg_stats.c): an aggregator with stats_cols > 0 whose checkpoint
        holds none runs the statistics pass as round 1 (no training: each
@@ -190,6 +211,10 @@ typedef struct fed_node_agg_config {
        not improved on it (each round then evaluated before the next starts) */
     char best_metric[FED_METRICS_NAME_MAX];
     uint32_t early_stop;
+    uint32_t eval_every;          /* > 0: the clients evaluate the model they
+                                     receive in rounds r % eval_every == 0 and
+                                     send statistics (node/site_eval.h; the
+                                     classes: shape.classes) */
     uint32_t async_k;             /* FedBuff: merge once this many deltas are
                                      buffered; 0: synchronous rounds (default) */
     uint32_t max_staleness;       /* async: older deltas are late; default 10 */

@@ -331,6 +331,17 @@ typedef struct node_train_job {
                                (stats_cols x FED_COLSTATS_INTS) instead of
                                training (fed_node_stats_job_run) */
     uint32_t stats_cols;
+    uint32_t eval_ints;     /* client: > 0, the round evaluates the model it
+                               starts from on val into eval_out (this many
+                               integers, node/site_eval.h), sent after the
+                               delta in the clear, or in the masked input */
+    uint32_t eval_classes;
+    int eval_consent;       /* its own figures may be recorded */
+    const fed_dataset *val; /* its own, or val_n samples val_idx of data;
+                               neither: an empty evaluation */
+    const uint32_t *val_idx;
+    size_t val_n;
+    int64_t *eval_out;      /* the client's */
     /* out */
     long dp_steps;          /* DP-SGD steps taken, and their sampling rate */
     double dp_rate;

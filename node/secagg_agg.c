@@ -20,6 +20,7 @@
 #include "node/aggregator_impl.h"
 #include "node/secagg_impl.h"
 #include "node/secagg_msg.h"
+#include "node/site_eval.h"
 #include "node/test_hooks.h"
 #include "secagg/graph.h"
 #include "secagg/quant.h"
@@ -112,7 +113,8 @@ static uint64_t sa_words(const fed_node_config *c, const fed_node_layout *l, siz
 static uint64_t sa_words_most(const fed_node_config *c, const fed_node_layout *l,
                               size_t nparams)
 {
-    uint64_t train = sa_words(c, l, l ? fed_node_layout_sent(l) : nparams, c->secagg.ints);
+    uint64_t train = sa_words(c, l, l ? fed_node_layout_sent(l) : nparams,
+                              c->secagg.ints + fed_node_site_eval_cfg_ints(c));
     uint64_t pass = c->data.stats_cols
                         ? sa_words(c, NULL, 0, c->data.stats_cols * FED_COLSTATS_INTS)
                         : 0;
@@ -167,8 +169,9 @@ fed_err fed_node_sa_agg_new(fed_node *n, node_sa_agg **out)
     *out = NULL;
     if (!s)
         return FED_ERR_NOMEM;
-    uint32_t most_ints = n->cfg.secagg.ints > n->cfg.data.stats_cols * FED_COLSTATS_INTS
-                             ? n->cfg.secagg.ints
+    uint32_t train_ints = n->cfg.secagg.ints + fed_node_site_eval_cfg_ints(&n->cfg);
+    uint32_t most_ints = train_ints > n->cfg.data.stats_cols * FED_COLSTATS_INTS
+                             ? train_ints
                              : n->cfg.data.stats_cols * FED_COLSTATS_INTS;
 
     size_t ns = n->agg->layout.len[LAYOUT_STATS];
@@ -356,7 +359,9 @@ fed_err fed_node_sa_agg_begin(fed_node *n)
         s->m[i].idx = -1;
     /* the statistics pass sums its integers alone (node/agg_stats.c) */
     s->np = fed_node_agg_stats_pass(n) ? 0 : fed_node_layout_sent(&a->layout);
-    s->nints = fed_node_agg_stats_pass(n) ? fed_node_agg_stats_ints(n) : n->cfg.secagg.ints;
+    s->nints = fed_node_agg_stats_pass(n)
+                   ? fed_node_agg_stats_ints(n)
+                   : n->cfg.secagg.ints + fed_node_agg_site_eval_ints(n); /* node/site_eval.h */
     s->words = (size_t)sa_words(&n->cfg, &a->layout, s->np, s->nints);
     s->stage = SA_KEYS;
     fed_log(FED_LOG_INFO, "secagg: round %llu try %u: %zu clients, stage keys",

@@ -555,12 +555,12 @@ static fed_err send_masked(fed_node *n)
 }
 
 fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, const fed_node_layout *l,
-                                   uint64_t samples)
+                                   uint64_t samples, const int64_t *extra, uint32_t nextra)
 {
     node_sa_client *s = n->client_sa;
     double w = (double)samples < s->max_weight ? (double)samples : s->max_weight;
     double f = w / s->max_weight, r = s->q.range;
-    size_t nints = s->pass_ints ? s->pass_ints : n->cfg.secagg.ints;
+    size_t nints = s->pass_ints ? s->pass_ints : (size_t)n->cfg.secagg.ints + nextra;
     agg_segment dsegs[AGG_SEGMENTS_MAX]; /* the delta's: trained, statistics (a pass: none) */
     size_t nd = s->pass_ints ? 0 : fed_node_layout_segments(l, r, s->stats_range, dsegs);
     size_t nparams = fed_agg_seg_len(dsegs, nd), off = 0;
@@ -577,7 +577,7 @@ fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, const fed_no
     if (s->pass_ints && (!n->cfg.data.stats_local ||
                          (size_t)n->cfg.data.stats_cols * FED_COLSTATS_INTS != s->pass_ints))
         return FED_ERR_STATS; /* the client declines such a pass before it trains */
-    if (nints && !s->pass_ints && !n->cfg.secagg.ints_fn)
+    if ((n->cfg.secagg.ints && !s->pass_ints && !n->cfg.secagg.ints_fn) || (nextra && !extra))
         return FED_ERR_INVAL;
     s->words = fed_agg_seg_words(segs, nseg, s->q.bits);
     if (s->pass_ints)
@@ -592,9 +592,12 @@ fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, const fed_no
     }
     if (s->pass_ints) /* the statistics pass: its columns' integers */
         memcpy(ix, n->cfg.data.stats_local, nints * sizeof *ix);
-    else if (nints &&
-             (e = n->cfg.secagg.ints_fn(n->cfg.secagg.ints_ctx, s->round, ix, nints)) != FED_OK)
+    else if (n->cfg.secagg.ints &&
+             (e = n->cfg.secagg.ints_fn(n->cfg.secagg.ints_ctx, s->round, ix,
+                                        n->cfg.secagg.ints)) != FED_OK)
         goto out;
+    if (!s->pass_ints && nextra) /* a site evaluation's statistics after them */
+        memcpy(ix + n->cfg.secagg.ints, extra, nextra * sizeof *ix);
     /* the L2 clip the aggregator's strategy names (clip:NORM+), over the
        trained floats only, then each value into its segment's range, then
        weighted: each value in [-range, range]; the weight, 2 r w / W - r,

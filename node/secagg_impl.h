@@ -74,9 +74,12 @@ void fed_node_sa_client_free(fed_node *n, node_sa_client *s);
 /* A MODEL with field 12 came for round: keys out (beside the training). */
 FED_WUR fed_err fed_node_sa_client_begin(fed_node *n, const fed_wire_msg *model);
 /* The round's training is done: the sent delta (fed_node_layout_sent(l)
- * floats: its segments, node/layout.h) and its samples. */
+ * floats: its segments, node/layout.h) and its samples; extra: a site
+ * evaluation's nextra integers (node/site_eval.h), summed after
+ * cfg.secagg.ints's (NULL, 0: none). */
 FED_WUR fed_err fed_node_sa_client_trained(fed_node *n, const float *delta,
-                                           const fed_node_layout *l, uint64_t samples);
+                                           const fed_node_layout *l, uint64_t samples,
+                                           const int64_t *extra, uint32_t nextra);
 /* A reply of a stage (an SA_* answer or an ACK) while one is out;
  * *done once the round's part is over (then the client asks NEXT). */
 FED_WUR fed_err fed_node_sa_client_on_reply(fed_node *n, node_open *op, int *done);

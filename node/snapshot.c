@@ -39,6 +39,7 @@ struct fed_node_snap_board {
     fed_node_round_info last;
     uint64_t metrics_round;  /* the newest round with metrics, and them */
     fed_metrics_head metrics;
+    fed_node_site_figures site; /* the newest site evaluation */
     uint64_t deltas_merged, deltas_missing, deltas_refused;
     snap_members *mb;       /* the members in use (the loop holds a reference) */
     const fed_crypto_allow *mb_allow;
@@ -150,6 +151,8 @@ void fed_node_snap_note_round(fed_node_snap_board *b, const fed_node_round_info 
         b->metrics_round = r->round;
         b->metrics = r->metrics;
     }
+    if (r->site.head.kind != FED_METRICS_NONE)
+        b->site = r->site;
     b->deltas_merged += r->merged;
     b->deltas_missing += r->missing;
     if (r->sampled > r->merged + r->missing)
@@ -333,6 +336,7 @@ fed_err fed_node_snap_update(fed_node_snap_board *b, const fed_node_snap_src *sr
     s->last = b->last;
     s->metrics_round = b->metrics_round;
     s->metrics = b->metrics;
+    s->site = b->site;
     s->deltas_merged = b->deltas_merged;
     s->deltas_missing = b->deltas_missing;
     s->deltas_refused = b->deltas_refused;

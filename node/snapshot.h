@@ -65,6 +65,8 @@ typedef struct fed_node_snap {
     fed_node_round_info last;    /* the newest round reported */
     uint64_t metrics_round;      /* the newest round evaluated with metrics */
     fed_metrics_head metrics;    /* its figures (kind NONE: none yet) */
+    fed_node_site_figures site;  /* the newest site evaluation (head.kind NONE:
+                                    none yet) */
     uint64_t deltas_merged, deltas_missing, deltas_refused; /* aggregator, this run */
     fed_wire_counters wire;      /* this run's */
     fed_store_stats store;

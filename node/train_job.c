@@ -9,6 +9,7 @@
 
 #include "core/alloc.h"
 #include "node/node_impl.h"
+#include "node/site_eval.h"
 #include "node/test_hooks.h"
 
 static fed_err train_epochs(node_train_job *j, fed_model *m, fed_optim *o, double *loss)
@@ -50,10 +51,16 @@ out:
 
 /* delta = trained - global, the floats that leave the site packed as the
  * layout says (then the simulator's tamper hook, if any), encoded with the
- * round's codec; the local tensors as trained kept in local_out. */
+ * round's codec; the local tensors as trained kept in local_out; in the
+ * clear a site evaluation's statistics follow it as 16-bit limbs (f32 only:
+ * the client refused a round that evaluates with another codec). */
 static fed_err encode_delta(node_train_job *j, float *p)
 {
     const fed_node_layout *l = &j->layout;
+    size_t words = j->eval_ints && !j->set.sa_on ? fed_node_site_eval_plain_words(j->eval_ints) : 0;
+    float *all = NULL;
+    fed_err e;
+
 
     if (l->len[LAYOUT_LOCAL]) {
         if (!j->local_out && !(j->local_out = fed_malloc(l->len[LAYOUT_LOCAL] * sizeof(float))))
@@ -72,8 +79,39 @@ static fed_err encode_delta(node_train_job *j, float *p)
     }
     if (j->hooks && j->hooks->tamper_delta)
         j->hooks->tamper_delta(j->hooks->ctx, j->round, p, j->sent_n);
-    return fed_node_encode_vec(&j->codec, p, j->sent_n, j->residual, &j->vec, &j->cap_vec,
-                               &j->vec_len);
+    if (!words)
+        return fed_node_encode_vec(&j->codec, p, j->sent_n, j->residual, &j->vec, &j->cap_vec,
+                                   &j->vec_len);
+    if (j->codec.id != FED_CODEC_F32)
+        return FED_ERR_PAYLOAD;
+    if (!(all = fed_malloc((j->sent_n + words) * sizeof *all)))
+        return FED_ERR_NOMEM;
+    memcpy(all, p, j->sent_n * sizeof *all);
+    if ((e = fed_node_site_eval_plain_put(j->eval_out, j->eval_ints, all + j->sent_n)) == FED_OK)
+        e = fed_node_encode_vec(&j->codec, all, j->sent_n + words, NULL, &j->vec, &j->cap_vec,
+                                &j->vec_len);
+    fed_free(all);
+    return e;
+}
+
+/* The round's site evaluation of m (the global parameters set), before it
+ * trains: on the validation split, into j->eval_out. */
+static fed_err site_eval(node_train_job *j, fed_model *m)
+{
+    if (fed_model_input(m).classes != (int)j->eval_classes ||
+        fed_site_eval_ints((int)j->eval_classes) != j->eval_ints)
+        return FED_ERR_SHAPE;
+    fed_dataset *sub = NULL;
+    fed_err e;
+
+    if (fed_node_site_ranks(j) > 1 && fed_coll_rank(j->coll) != 0)
+        return FED_OK; /* rank 0 sends */
+    if (!j->val && j->val_idx && j->val_n && /* its rows of the training file, as now scaled */
+        (e = fed_data_subset(j->data, j->val_idx, j->val_n, &sub)) != FED_OK)
+        return e;
+    e = fed_node_site_eval_run(m, j->val ? j->val : sub, j->eval_consent, j->eval_out);
+    fed_data_free(sub);
+    return e;
 }
 
 void fed_node_train_job_release(node_train_job *j)
@@ -214,6 +252,8 @@ void fed_node_train_job_run(fed_job *job)
         (e = fed_optim_new(&oc, m, &o)) != FED_OK)
         goto out;
     if (oc.prox_mu > 0 && (e = fed_optim_set_anchor(o, m)) != FED_OK)
+        goto out;
+    if (j->eval_ints && !j->params && (e = site_eval(j, m)) != FED_OK)
         goto out;
     if ((e = train_epochs(j, m, o, &j->loss)) != FED_OK)
         goto out;

@@ -103,6 +103,7 @@ static const char *const stmt_sql[SQ_COUNT_] = {
     [SQ_METRIC_PUT] = "INSERT OR REPLACE INTO round_metrics(round, name, value) VALUES(?1, ?2, ?3)",
     [SQ_METRIC_EACH] = "SELECT round, name, value FROM round_metrics WHERE round ="
                        " (SELECT max(round) FROM round_metrics WHERE round <= ?1) ORDER BY id",
+    [SQ_METRIC_LAST] = "SELECT max(round) FROM round_metrics WHERE name = ?1",
     [SQ_METRIC_BEST] = "SELECT round, value FROM round_metrics WHERE name = ?1 AND value IS NOT NULL"
                        " ORDER BY CASE WHEN ?2 THEN -value ELSE value END, round LIMIT 1",
     [SQ_CONTRIB_PUT] = "INSERT INTO contributions(" CONTRIB_COLS_V5 ", dp_epsilon, dp_budget)"
@@ -1108,6 +1109,26 @@ fed_err fed_store_best_metric(fed_store *st, const char *name, int higher, uint6
     } else {
         e = rc == SQLITE_DONE ? FED_ERR_NOTFOUND : store_err(st, rc, "read the best round");
     }
+    sqlite3_reset(s);
+    return e;
+}
+
+fed_err fed_store_metric_last(fed_store *st, const char *name, uint64_t *round)
+{
+    fed_err e = FED_OK;
+    sqlite3_stmt *s;
+    int rc;
+
+    if (st->schema < 7)
+        return FED_ERR_NOTFOUND;
+    if (!(s = store_stmt(st, SQ_METRIC_LAST, &e)))
+        return e;
+    sqlite3_bind_text(s, 1, name, -1, SQLITE_TRANSIENT);
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW && sqlite3_column_type(s, 0) != SQLITE_NULL)
+        *round = (uint64_t)sqlite3_column_int64(s, 0);
+    else
+        e = rc == SQLITE_ROW ? FED_ERR_NOTFOUND : store_err(st, rc, "read the newest round");
     sqlite3_reset(s);
     return e;
 }

@@ -247,6 +247,8 @@ typedef int (*fed_store_metric_fn)(void *ctx, uint64_t round, const char *name, 
  * order written; nonzero stops with FED_OK. None from a file before v7. */
 FED_WUR fed_err fed_store_each_metric(fed_store *st, uint64_t round, fed_store_metric_fn fn,
                                       void *ctx);
+/* The newest round that has figure name; FED_ERR_NOTFOUND when none. */
+FED_WUR fed_err fed_store_metric_last(fed_store *st, const char *name, uint64_t *round);
 /* The round where figure name was best (highest when higher, else lowest;
  * the earliest of equals) and its value; FED_ERR_NOTFOUND when no round
  * has it. */

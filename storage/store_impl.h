@@ -28,6 +28,7 @@ typedef enum store_stmt_id {
     SQ_METRIC_PUT,
     SQ_METRIC_EACH,
     SQ_METRIC_BEST,
+    SQ_METRIC_LAST,
     SQ_CONTRIB_PUT,
     SQ_CONTRIB_EACH,
     SQ_CONTRIB_EACH_V5, /* a v5 file opened read-only: no DP report columns */

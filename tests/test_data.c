@@ -1750,6 +1750,65 @@ static void test_subset(void **state)
     free(lb.p);
 }
 
+/* fed_data_split_val: each class's share held out (rounded, at least one
+ * of two or more), both sides in their old order, disjoint and whole, the
+ * same seed the same split, another seed another; empty sides refused. */
+static void test_split_val(void **state)
+{
+    enum { N = 100 };
+    int32_t y[N];
+    fed_dataset d;
+    uint32_t idx[N], idx2[N], *val = NULL, *val2 = NULL;
+    size_t n = N, n2 = N, nv = 0, nv2 = 0, per[3] = {0};
+    uint8_t seen[N] = {0};
+
+    (void)state;
+    memset(&d, 0, sizeof d);
+    d.n = N;
+    d.y = y;
+    d.shape.classes = 3;
+    for (int i = 0; i < N; i++) {
+        y[i] = i < 60 ? 0 : i < 90 ? 1 : 2; /* 60, 30, 10 */
+        idx[i] = idx2[i] = (uint32_t)(N - 1 - i); /* a shard in its own order */
+    }
+    assert_int_equal(fed_data_split_val(&d, idx, &n, 0.25, 7, &val, &nv), FED_OK);
+    assert_int_equal(nv, 15 + 8 + 3); /* 15, 7.5 -> 8, 2.5 -> 3 */
+    assert_int_equal(n + nv, N);
+    for (size_t i = 0; i < nv; i++) {
+        per[y[val[i]]]++;
+        seen[val[i]]++;
+        assert_true(i == 0 || val[i] < val[i - 1]); /* the shard's order kept */
+    }
+    for (size_t i = 0; i < n; i++) {
+        seen[idx[i]]++;
+        assert_true(i == 0 || idx[i] < idx[i - 1]);
+    }
+    for (int i = 0; i < N; i++)
+        assert_int_equal(seen[i], 1);
+    assert_int_equal(per[0], 15);
+    assert_int_equal(per[1], 8);
+    assert_int_equal(per[2], 3);
+    assert_int_equal(fed_data_split_val(&d, idx2, &n2, 0.25, 7, &val2, &nv2), FED_OK);
+    assert_int_equal(nv2, nv);
+    assert_memory_equal(val2, val, nv * sizeof *val);
+    fed_free(val2);
+    n2 = N;
+    for (int i = 0; i < N; i++)
+        idx2[i] = (uint32_t)(N - 1 - i);
+    assert_int_equal(fed_data_split_val(&d, idx2, &n2, 0.25, 8, &val2, &nv2), FED_OK);
+    assert_true(memcmp(val2, val, nv * sizeof *val) != 0);
+    fed_free(val2);
+    fed_free(val);
+    /* one sample of each class: nothing to hold out */
+    n = 3;
+    idx[0] = 0;
+    idx[1] = 60;
+    idx[2] = 90;
+    assert_int_equal(fed_data_split_val(&d, idx, &n, 0.5, 7, &val, &nv), FED_ERR_RANGE);
+    assert_null(val);
+    assert_int_equal(n, 3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1783,6 +1842,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_partition_alloc_sweep, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gather, setup, teardown),
         cmocka_unit_test_setup_teardown(test_subset, setup, teardown),
+        cmocka_unit_test(test_split_val),
         cmocka_unit_test_setup_teardown(test_augment, setup, teardown),
     };
 

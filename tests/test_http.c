@@ -356,6 +356,13 @@ static void fill_snap(fed_node_snap *s)
     s->metrics.sensitivity = 0.75;
     s->metrics.youden_threshold = 0.25;
     s->metrics.macro_f1 = NAN;
+    s->site.round = 1; /* the sites evaluated round 1's model */
+    s->site.samples = 220;
+    s->site.accuracy = 0.75;
+    s->site.loss = 0.5;
+    s->site.auc_bound = 0.001;
+    s->site.head.kind = FED_METRICS_BINARY;
+    s->site.head.auc = 0.625;
 }
 
 static fed_node_snap_member members[2];
@@ -552,6 +559,11 @@ static void test_metrics(void **state)
     assert_non_null(strstr(t, "fednode_eval_metric{metric=\"youden_threshold\"} 0.25\n"));
     assert_non_null(strstr(t, "fednode_eval_metric{metric=\"macro_f1\"} NaN\n"));
     assert_non_null(strstr(t, "fednode_eval_metric_round 2\n"));
+    /* the sites' pooled evaluation, apart, with its bound and round */
+    assert_non_null(strstr(t, "fednode_site_eval_metric{metric=\"auc\"} 0.625\n"));
+    assert_non_null(strstr(t, "fednode_site_eval_metric{metric=\"auc_bound\"} 0.001\n"));
+    assert_non_null(strstr(t, "fednode_site_eval_metric{metric=\"samples\"} 220\n"));
+    assert_non_null(strstr(t, "fednode_site_eval_metric_round 1\n"));
     assert_non_null(strstr(t, "fednode_clients{state=\"connected\"} 3\n"));
     assert_non_null(strstr(t, "fednode_clients{state=\"refused\"} 1\n"));
     assert_non_null(strstr(t, "fednode_client_deltas_total{outcome=\"refused\"} 2\n"));
@@ -577,9 +589,11 @@ static void test_metrics(void **state)
     assert_null(strstr(t, "fednode_last_round_accuracy_ratio"));
     free(t);
     s.metrics.kind = FED_METRICS_NONE; /* nothing evaluated: no family */
+    s.site.head.kind = FED_METRICS_NONE;
     t = render(do_metrics, &c);
     check_exposition(t);
     assert_null(strstr(t, "fednode_eval_metric"));
+    assert_null(strstr(t, "fednode_site_eval_metric"));
     free(t);
 }
 
@@ -613,6 +627,8 @@ static void test_page_escapes(void **state)
     assert_non_null(strstr(t, "data-round='3'"));
     assert_non_null(strstr(t, "<h2>metrics (round 2)</h2>"));
     assert_non_null(strstr(t, "data-metric='auc'>0.8750</td>"));
+    assert_non_null(strstr(t, "<h2>site evaluation, pooled (round 1)</h2>\n<table id='site-metrics'>"));
+    assert_non_null(strstr(t, "data-metric='auc_bound'>0.0010</td>"));
     assert_non_null(strstr(t, "<table id='members'>"));
     assert_non_null(strstr(t, "<svg xmlns='http://www.w3.org/2000/svg'"));
     assert_non_null(strstr(t, "<polyline"));

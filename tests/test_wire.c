@@ -829,6 +829,43 @@ static void test_settings_input(void **state)
     assert_int_equal(g.settings.input[3], 0);
 }
 
+/* Field 17, site evaluation: written only with --eval-every (16 bytes,
+ * required), after field 15, back as it went; every 0 rounds, or no
+ * class, refused; a block without it decodes with none. */
+static void test_settings_site_eval(void **state)
+{
+    fed_wire_block b, g;
+    uint8_t buf[FED_WIRE_BLOCK_MAX + 64];
+    size_t len = 0, used = 0;
+    const uint32_t in[4] = {1, 1, 4, 2};
+
+    (void)state;
+    sample_block(FED_WIRE_MODEL, &b);
+    memcpy(b.settings.input, in, sizeof in);
+    b.settings.eval_every = 3;
+    b.settings.eval_classes = 2;
+    assert_int_equal(fed_wire_block_bytes(FED_WIRE_MODEL, &b), FED_WIRE_MODEL_BLOCK_BYTES + 24 + 16);
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
+    assert_int_equal(len, FED_WIRE_MODEL_BLOCK_BYTES + 24 + 16);
+    assert_memory_equal(buf + len - 16, "\x11\x00\x01\x00\x08\x00\x00\x00\x03\x00\x00\x00"
+                                        "\x02\x00\x00\x00", 16);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_OK);
+    assert_int_equal(used, len);
+    assert_int_equal(g.settings.eval_every, 3);
+    assert_int_equal(g.settings.eval_classes, 2);
+    buf[len - 8] = 0; /* every 0 rounds */
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
+    buf[len - 8] = 3;
+    buf[len - 4] = 0; /* no class */
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
+    b.settings.eval_every = 0;
+    b.settings.eval_classes = 0;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
+    assert_int_equal(len, FED_WIRE_MODEL_BLOCK_BYTES + 24);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_OK);
+    assert_int_equal(g.settings.eval_every, 0);
+}
+
 static void test_settings_unknown_fields(void **state)
 {
     fed_wire_block b, g;
@@ -1685,6 +1722,7 @@ int main(void)
         cmocka_unit_test(test_settings_fields_roundtrip),
         cmocka_unit_test(test_settings_unknown_fields),
         cmocka_unit_test(test_settings_input),
+        cmocka_unit_test(test_settings_site_eval),
         cmocka_unit_test(test_settings_dp_field),
         cmocka_unit_test(test_settings_stats_field),
         cmocka_unit_test(test_paths_and_segments_fields),
