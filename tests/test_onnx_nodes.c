@@ -383,8 +383,10 @@ static void one(const char *dir, const char *test, counts *c, int verbose)
         goto restore;
     nodes[0] = &rw->pre;
     memcpy(nodes + 1, g->node, g->n_node * sizeof *nodes);
-    memcpy(inits, g->initializer, g->n_initializer * sizeof *inits);
-    memcpy(inits + g->n_initializer, extra, (size_t)n_extra * sizeof *inits);
+    if (g->n_initializer) /* (memcpy of a NULL source is undefined even for 0 bytes) */
+        memcpy(inits, g->initializer, g->n_initializer * sizeof *inits);
+    if (n_extra)
+        memcpy(inits + g->n_initializer, extra, (size_t)n_extra * sizeof *inits);
     inits[g->n_initializer + n_extra] = &rw->pre_w;
     n_init = g->n_initializer + (size_t)n_extra + 1;
     if (!softmax) {
