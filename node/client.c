@@ -1033,6 +1033,7 @@ static void fed_node_client_prepare_open(fed_node *n, node_open *op)
     op->max_params = n->cfg.client.max_model_params;
     op->max_flops = n->cfg.client.max_model_flops;
     op->expect_codec = FED_CODEC_NONE;
+    op->job.loop_ok = 1; /* its MODEL: nothing else to do meanwhile */
 }
 
 static fed_err fed_node_client_on_msg(fed_node *n, node_open *op)

@@ -38,6 +38,10 @@ struct fed_job {
     void *user;
     int idle; /* 1: may wait for CPU time nothing else wants (the daemon runs
                  it on the pool's idle lane); the simulator ignores it */
+    int loop_ok; /* 1: a few ms of work the node waits on alone (a client's
+                    MODEL): the daemon may run it on the loop thread when no
+                    other job runs, its completion still coming back through
+                    on_job_done; the simulator ignores it */
 };
 
 /* Every int below is a fed_err (FED_OK == 0); the node may ignore failures of
