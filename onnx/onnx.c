@@ -27,6 +27,7 @@
 #define SMALL_MAX 16            /* elements of a constant or a shape vector */
 #define NAME_LEN (FED_MODEL_NAME_MAX + 1)
 #define NOTES_MAX 2048
+#define VALUES_MAX (1 << 18)    /* names of a graph: node inputs and outputs, initializers */
 
 typedef Onnx__NodeProto onode;
 typedef Onnx__TensorProto otensor;
@@ -782,22 +783,27 @@ static fed_err op_sigmoid(trans *t, int i, const onode *nd)
     oval *x = in_val(t, nd, 0), *s = out_val(t, nd, 0);
     int j = sole_consumer(t, i, s);
     const onode *mul = j >= 0 ? t->g->node[j] : NULL;
+    fed_err err;
 
+    if ((err = want_tensor(t, nd, x, 0)))
+        return err;
     if (mul && !strcmp(mul->op_type, "Mul") && mul->n_input == 2 &&
         ((!strcmp(mul->input[0], x->name) && !strcmp(mul->input[1], s->name)) ||
          (!strcmp(mul->input[1], x->name) && !strcmp(mul->input[0], s->name)))) {
         fed_model_node *g;
-        fed_err err;
 
         t->done[j] = 1;
-        if ((err = want_tensor(t, nd, x, 0)) || (err = no_pad(t, nd, x)))
+        if ((err = no_pad(t, nd, x)))
             return err;
         return emit(t, nd, "silu", NULL, x, out_val(t, mul, 0), &g);
     }
     if (s->uses == 1 && t->g->n_output == 1 && !strcmp(t->g->output[0]->name, s->name)) {
         /* the model's output: a probability, which the bce loss computes */
+        int uses = s->uses;
+
         *s = *x;
         s->name = nd->output[0];
+        s->uses = uses;
         s->sigmoid_of = 1;
         return FED_OK;
     }
@@ -816,9 +822,14 @@ static fed_err op_softmax(trans *t, int i, const onode *nd)
     if (x->rank != 2 || (axis != 1 && axis != -1))
         return fail(t, FED_ERR_UNSUPPORTED, nd, "a softmax other than over the classes of (N, "
                                                 "classes)");
-    *s = *x;
-    s->name = nd->output[0];
-    s->softmax = 1;
+    {
+        int uses = s->uses;
+
+        *s = *x;
+        s->name = nd->output[0];
+        s->uses = uses;
+        s->softmax = 1;
+    }
     return FED_OK;
 }
 
@@ -1291,19 +1302,26 @@ static fed_err op_layernorm(trans *t, int i, const onode *nd)
                      out_val(t, nd, 0), 1);
 }
 
+/* A ReduceMean over the features of (N, features), the dimension kept. */
+static int mean_of_features(const onode *nd)
+{
+    const Onnx__AttributeProto *axes = attr(nd, "axes");
+
+    return axes && axes->n_ints == 1 && (axes->ints[0] == -1 || axes->ints[0] == 1) &&
+           attr_int(nd, "keepdims", 1) == 1;
+}
+
 /* LayerNorm as PyTorch writes it before opset 17: m = ReduceMean(x), d =
  * Sub(x, m), v = ReduceMean(Pow(d, 2)), Div(d, Sqrt(Add(v, eps))), Mul by
  * the weight, Add the bias; over the last axis of (N, features). */
 static fed_err op_reducemean(trans *t, int i, const onode *nd)
 {
     oval *x = in_val(t, nd, 0), *m = out_val(t, nd, 0), *d, *v, *e, *s, *q, *w, *b, *o;
-    const Onnx__AttributeProto *axes = attr(nd, "axes");
     static const char *const chain[] = {"Pow", "ReduceMean", "Add", "Sqrt"};
     int js[9], at;
     const onode *n1;
 
-    if (!x || x->kind != V_TENSOR || x->rank != 2 || !axes || axes->n_ints != 1 ||
-        (axes->ints[0] != -1 && axes->ints[0] != 1) || attr_int(nd, "keepdims", 1) != 1)
+    if (!x || x->kind != V_TENSOR || x->rank != 2 || !mean_of_features(nd))
         return fail(t, FED_ERR_UNSUPPORTED, nd, "a ReduceMean other than layer norm's over the "
                                                 "features of (N, features)");
     /* d = x - m */
@@ -1320,6 +1338,7 @@ static fed_err op_reducemean(trans *t, int i, const onode *nd)
             strcmp((c = t->g->node[js[k + 1]])->op_type, chain[k]))
             goto bad;
         if ((k == 0 && !is_const(other_input(t, c, v), 2.0)) ||
+            (k == 1 && !mean_of_features(c)) ||
             (k == 2 && !(other_input(t, c, v) && other_input(t, c, v)->kind == V_SMALL &&
                          eps_ok(other_input(t, c, v)->v[0]))))
             goto bad;
@@ -1448,7 +1467,7 @@ static fed_err op_div(trans *t, int i, const onode *nd)
     fed_err err;
 
     if (!x || x->kind != V_TENSOR || !c || c->kind != V_SMALL || c->n != 1 ||
-        fabs(c->v[0] - sqrt(2.0)) > 1e-6)
+        !(fabs(c->v[0] - sqrt(2.0)) <= 1e-6)) /* (a NaN is no sqrt 2) */
         return fail(t, FED_ERR_UNSUPPORTED, nd, "a Div other than GELU's");
     for (int k = 0; k < 4; k++) {
         int j = sole_consumer(t, at, cur);
@@ -1614,18 +1633,36 @@ static void count_uses(trans *t)
             val_get(t, g->output[i]->name)->uses++;
 }
 
+/* What every node must be before any is translated (the pattern matchers
+ * look ahead at nodes the walk has not reached): an op type, a first
+ * output, its counts bounded; and every graph output named. */
+static fed_err check_shapes(trans *t)
+{
+    const Onnx__GraphProto *g = t->g;
+
+    for (size_t i = 0; i < g->n_node; i++) {
+        const onode *nd = g->node[i];
+
+        if (!nd->op_type || !nd->op_type[0]) /* a name is optional (ONNX's own node tests
+                                                have none) */
+            return fail(t, FED_ERR_FORMAT, NULL, "node %zu has no op type", i);
+        if (nd->n_output < 1 || !nd->output[0][0])
+            return fail(t, FED_ERR_FORMAT, nd, "no output");
+        if (nd->n_input > 64 || nd->n_output > 8 || nd->n_attribute > 64)
+            return fail(t, FED_ERR_UNSUPPORTED, nd, "%zu inputs, %zu outputs, %zu attributes",
+                        nd->n_input, nd->n_output, nd->n_attribute);
+    }
+    for (size_t i = 0; i < g->n_output; i++)
+        if (!g->output[i]->name || !g->output[i]->name[0])
+            return fail(t, FED_ERR_FORMAT, NULL, "graph output %zu has no name", i);
+    return FED_OK;
+}
+
 static fed_err check_node(trans *t, const onode *nd)
 {
-    if (!nd->op_type) /* a name is optional (ONNX's own node tests have none) */
-        return fail(t, FED_ERR_FORMAT, NULL, "a node without op type");
     if (nd->domain && nd->domain[0] && strcmp(nd->domain, "ai.onnx"))
         return fail(t, FED_ERR_UNSUPPORTED, nd, "domain '%s' (the default domain only)",
                     nd->domain);
-    if (nd->n_output < 1 || !nd->output[0][0])
-        return fail(t, FED_ERR_FORMAT, nd, "no output");
-    if (nd->n_input > 64 || nd->n_output > 8 || nd->n_attribute > 64)
-        return fail(t, FED_ERR_UNSUPPORTED, nd, "%zu inputs, %zu outputs, %zu attributes",
-                    nd->n_input, nd->n_output, nd->n_attribute);
     for (size_t k = 0; k < nd->n_input; k++) {
         oval *v;
 
@@ -1865,10 +1902,16 @@ fed_err fed_onnx_parse(const char *name, const void *buf, size_t len, fed_onnx *
         err = fail(&t, FED_ERR_UNSUPPORTED, NULL, "sparse initializers");
         goto out;
     }
+    if ((err = check_shapes(&t)))
+        goto out;
     /* every name a value: node inputs and outputs, initializers, inputs */
     slots = t.g->n_initializer + t.g->n_input + t.g->n_output + 1;
     for (size_t i = 0; i < t.g->n_node; i++)
         slots += t.g->node[i]->n_input + t.g->node[i]->n_output;
+    if (slots > VALUES_MAX) {
+        err = fail(&t, FED_ERR_TOO_LARGE, NULL, "%zu values (at most %d)", slots, VALUES_MAX);
+        goto out;
+    }
     for (t.hash_mask = 63; t.hash_mask < 2 * slots; t.hash_mask = t.hash_mask * 2 + 1)
         ;
     t.vals = fed_calloc(slots, sizeof *t.vals);

@@ -6,6 +6,7 @@
  * initializer shorter than its shape, external data, an unsupported op, an
  * opset outside 11..17, a cycle, a file past the size limit. (PyTorch's
  * own exports are checked in tests/test_onnx.sh.) */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -341,6 +342,30 @@ static void test_bad_files(void **state)
     k.dims[2][1] = 4;
     k.inits[2].n_float_data = 8;
     assert_int_equal(mk_parse(&k, "initializers hold"), FED_ERR_SPEC);
+    /* nodes the pattern matchers look ahead at, malformed: refused, no crash */
+    mk_gemm_net(&k);
+    k.nodes[1].op_type = NULL; /* the node after a Gemm has no op type */
+    assert_int_equal(mk_parse(&k, "node 1 has no op type"), FED_ERR_FORMAT);
+    mk_gemm_net(&k);
+    k.nodes[2].n_output = 0; /* the last node makes nothing */
+    assert_int_equal(mk_parse(&k, "no output"), FED_ERR_FORMAT);
+    mk_gemm_net(&k);
+    k.out.name = NULL; /* the graph's output has no name */
+    assert_int_equal(mk_parse(&k, "graph output 0 has no name"), FED_ERR_FORMAT);
+    mk_gemm_net(&k);
+    k.nodes[1].op_type = (char *)"Sigmoid"; /* a Sigmoid without input */
+    k.nodes[1].n_input = 0;
+    assert_int_equal(mk_parse(&k, "input 0 is missing"), FED_ERR_UNSUPPORTED);
+    /* a Div by NaN is no GELU */
+    mk_gemm_net(&k);
+    k.nodes[1].op_type = (char *)"Div";
+    k.ins[1][1] = (char *)"nan";
+    k.nodes[1].n_input = 2;
+    mk_tensor(&k, 4, "nan", 1, 0, NAN);
+    k.g.n_initializer = 5;
+    k.dims[4][0] = 1;
+    k.inits[4].n_dims = 0; /* a scalar */
+    assert_int_equal(mk_parse(&k, "a Div other than GELU's"), FED_ERR_UNSUPPORTED);
     /* an attribute it does not know */
     mk_gemm_net(&k);
     k.attrs[0].name = (char *)"transA";
