@@ -152,11 +152,22 @@
  *               printable ASCII, no NUL). Present only when some tensor
  *               does not take the trained path, and then required: a node
  *               that ignored it would send what must stay at its site
+ *      19  8..128 knobs, an extensible list of the model's and the
+ *               optimizer's settings: entries of 8 bytes, id u16
+ *               (strictly increasing), flags u16 (FED_WIRE_KNOB_REQUIRED: a
+ *               receiver that does not know the id refuses the round), a
+ *               value of 4 bytes; a knob at its default is left out.
+ *               Known: 1 weight decay (f32 > 0, finite; SGD's L2 term,
+ *               Adam's decoupled decay), 2 input scale (u32: 1 unit, pixels
+ *               b / 255 in [0, 1]; absent: centred, b / 127.5 - 1). Present
+ *               only with a knob, and then required. A new knob is a new id
+ *               here (17, 18: other branches' fields)
  *   This node marks 1-10 required, 11 when it requires DP-SGD, 12 when on,
- *   13, 14 and 16 when present, 15 when its input is declared (optional):
+ *   13, 14, 16 and 19 when present, 15 when its input is declared (optional):
  *   its MODEL block is FED_WIRE_MODEL_BLOCK_BYTES (311), 8 + the graph's
  *   length more with 13, 8 + 16 (+ 24 a column with mode 2) more with 14,
- *   24 more with 15, 16 + the globs' with 16. MODEL's fields may take
+ *   24 more with 15, 16 + the globs' with 16, 8 + 8 a knob with 19. MODEL's
+ *   fields may take
  *   FED_WIRE_SETTINGS_MAX bytes.
  * DELTA's and LEAVE's fields:
  *     tag  L    value
@@ -253,8 +264,9 @@ typedef enum fed_wire_setting_tag {
     FED_WIRE_SET_STATS = 14,
     FED_WIRE_SET_INPUT = 15,
     FED_WIRE_SET_PATHS = 16,
+    FED_WIRE_SET_KNOBS = 19, /* 17, 18: taken on other branches */
 } fed_wire_setting_tag;
-#define FED_WIRE_SET_TAG_MAX 16
+#define FED_WIRE_SET_TAG_MAX 19
 #define FED_WIRE_STATS_PASS 1u  /* the statistics pass: contribute, do not train */
 #define FED_WIRE_STATS_APPLY 2u /* standardize each numeric column with these */
 #define FED_WIRE_INPUT_MAX (1u << 24) /* MODEL's input field: each count at most */
@@ -262,6 +274,12 @@ typedef enum fed_wire_setting_tag {
 #define FED_WIRE_PATHS_LOCAL_BN 0x1u    /* every norm tensor (FedBN) */
 #define FED_WIRE_PATHS_STATS_LOCAL 0x2u /* every non-trained statistic (DP) */
 #define FED_WIRE_LOCAL_LAYERS_MAX 255   /* bytes of field 16's globs */
+/* Field 19's knobs: ids, the entry's flag, how many a field holds. */
+#define FED_WIRE_KNOB_WEIGHT_DECAY 1u /* f32 > 0 */
+#define FED_WIRE_KNOB_INPUT_SCALE 2u  /* u32, fed_model_input_scale: 1 unit */
+#define FED_WIRE_KNOB_REQUIRED 0x0001u
+#define FED_WIRE_KNOB_BYTES 8
+#define FED_WIRE_KNOBS_MAX 16
 #define FED_WIRE_DP_REQUIRED 0x1u /* DP-SGD field: the round must be trained with it */
 /* DELTA's and LEAVE's fields. */
 #define FED_WIRE_FIELD_DP_REPORT 1 /* epsilon spent, budget (f64 each) */
@@ -415,6 +433,10 @@ typedef struct fed_wire_settings {
     uint32_t paths_flags;    /* FED_WIRE_PATHS_* */
     float sa_stats_range;    /* secure: the statistics segment's range (> 0), else 0 */
     char local_layers[FED_WIRE_LOCAL_LAYERS_MAX + 1]; /* --local-layers, NUL-terminated */
+    /* knobs (field 19; each absent: its default) */
+    float weight_decay;      /* >= 0; 0: none */
+    uint32_t input_scale;    /* fed_model_input_scale; 0: centred */
+    uint32_t refused_knob;   /* decoded: an unknown required knob's id */
 } fed_wire_settings;
 
 /* A decoded typed block; which fields mean something depends on the type. */

@@ -330,6 +330,7 @@ static fed_err settings_ok(const fed_wire_settings *s)
     if (s->local_epochs < 1 || s->local_epochs > 1000 || s->batch < 1 || s->batch > 4096 ||
         !(s->lr > 0) || !isfinite(s->lr) || !(s->mu >= 0) || !isfinite(s->mu) ||
         !(s->momentum >= 0 && s->momentum < 1) ||
+        !(s->weight_decay >= 0 && s->weight_decay < 1) ||
         s->optimizer > FED_OPTIM_ADAM || s->codec == FED_CODEC_NONE ||
         s->codec == FED_CODEC_F64 || s->codec >= FED_CODEC_COUNT_)
         return FED_ERR_PAYLOAD;

@@ -385,6 +385,9 @@ typedef struct fed_node_config {
                                      schedule: round r <= W trains at
                                      lr * r / (W + 1); default 0 */
     float momentum;               /* SGD's, in [0, 1); default 0.9 */
+    float weight_decay;           /* >= 0, as `train`'s: SGD's L2 term, Adam's
+                                     decoupled decay; sent in MODEL's field 19;
+                                     default 0 */
     /* aggregator: tensors that stay at the sites (node/layout.h), sent in
        each MODEL (field 16) so every site keeps the same ones; a client's
        own (when set) must agree or the round is declined */

@@ -30,6 +30,7 @@ typedef struct fed_node_settings {
     int lr_warmup;
     char optimizer[16];
     double momentum;
+    double weight_decay;
     char codec[32];
     char strategy[FED_MERGE_SPEC_MAX];
     double weight_cap;
@@ -105,6 +106,9 @@ typedef struct fed_node_settings {
                 "aggregator, peer: the training optimizer, sgd or adam"),                        \
     FED_OPT_DEF(T, m.momentum, "momentum", FED_OPT_DOUBLE, "0.9", 0, 0.999,                      \
                 "aggregator, peer: the training SGD momentum (0: plain SGD)"),                   \
+    FED_OPT_DEF(T, m.weight_decay, "weight-decay", FED_OPT_DOUBLE, "0", 0, 0.999,                \
+                "aggregator, peer: the training weight decay, as train's: SGD's L2 term, "       \
+                "Adam's decoupled decay (AdamW); sent in each round's settings"),                \
     FED_OPT_DEF(T, m.codec, "codec", FED_OPT_STR, "f32", 0, 0,                                   \
                 "aggregator: the clients' delta codec: f32, f16, q8, topk:F"),                   \
     FED_OPT_DEF(T, m.strategy, "strategy", FED_OPT_STR, "fedavg", 0, 0,                          \

@@ -209,6 +209,7 @@ void fed_node_train_job_run(fed_job *job)
     oc.prox_mu = j->set.mu;
     if (oc.kind == FED_OPTIM_SGD)
         oc.momentum = j->set.momentum;
+    oc.weight_decay = j->set.weight_decay;
     if ((e = fed_model_set_params(m, j->from)) != FED_OK ||
         (!j->params && (e = put_local(j, m)) != FED_OK) ||
         (e = fed_optim_new(&oc, m, &o)) != FED_OK)

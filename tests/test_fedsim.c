@@ -190,6 +190,36 @@ static void test_default_lr(void **state)
     }
 }
 
+/* --weight-decay reaches the training of every client (MODEL's field 19)
+ * and every peer: the same scenario with it ends on another model than
+ * without, and twice with it on the same one. */
+static void test_weight_decay_reaches_sites(void **state)
+{
+    const char *roles[] = {"aggregator", "peer"};
+    fed_sim_scenario sc;
+    rows rs;
+    uint8_t h0[32], h1[32], h2[32];
+
+    (void)state;
+    fed_test_need_fashion(train != NULL);
+    for (int k = 0; k < 2; k++) {
+        const char *plain[] = {"nodes", "2", "rounds", "1", "role", roles[k], NULL};
+        const char *wd[] = {"nodes", "2", "rounds", "1", "role", roles[k], "weight-decay",
+                            "0.01", NULL};
+
+        scenario(&sc, plain);
+        (void)last_accuracy(&sc, &rs, h0);
+        scenario(&sc, wd);
+        assert_true(sc.s.weight_decay == 0.01);
+        (void)last_accuracy(&sc, &rs, h1);
+        (void)last_accuracy(&sc, &rs, h2);
+        assert_memory_not_equal(h0, h1, 32);
+        assert_memory_equal(h1, h2, 32);
+        printf("%s: --weight-decay 0.01 trains another model (round 1 accuracy %.4f)\n",
+               roles[k], rs.r[0].accuracy);
+    }
+}
+
 /* The robustness study of the fedsim issue: 20 clients, IID, logreg, 10
  * rounds of 1 local epoch (plain SGD, lr 0.05); 4 send -10 x their delta. */
 static void test_byzantine_signflip(void **state)
@@ -660,6 +690,7 @@ int main(void)
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_deterministic_allreduce),
         cmocka_unit_test(test_default_lr),
+        cmocka_unit_test(test_weight_decay_reaches_sites),
         cmocka_unit_test(test_no_crypto_same_model),
         cmocka_unit_test(test_byzantine_signflip),
         cmocka_unit_test(test_faults_heal),
