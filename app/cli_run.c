@@ -669,6 +669,7 @@ static int fill_training(const run_cfg *c, run_state *s, fed_node_config *nc)
         return rc;
     /* the data's, fitted to what is declared; else the declared input */
     nc->shape = s->test ? s->test->shape : c->decl.in;
+    nc->shape.scale = fed_node_settings_input_scale(&c->s);
     nc->graph = c->graph; /* the whole graph beside its id, when longer */
     if (fed_model_spec_explain(c->graph ? c->graph : c->s.model, nc->shape, why, sizeof why) !=
         FED_OK) {

@@ -1082,7 +1082,7 @@ static int parse_input(const char *s, fed_model_shape *sh)
 
     return sscanf(s, "%d,%d,%d,%d%n", &v[0], &v[1], &v[2], &v[3], &n) == 4 && s[n] == '\0' &&
            v[0] > 0 && v[1] > 0 && v[2] > 0 && v[3] > 1 &&
-           ((*sh = (fed_model_shape){v[0], v[1], v[2], v[3]}), 1);
+           ((*sh = (fed_model_shape){v[0], v[1], v[2], v[3], 0}), 1);
 }
 
 /* The spec and shape to build: the file's, or the flags' when it has none;

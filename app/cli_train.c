@@ -40,6 +40,7 @@
 typedef struct train_cfg {
     char data[512];
     char model[FED_MODEL_SPEC_MAX];
+    char input_scale[16];
     char *graph; /* --model FILE of a graph longer than its id: the whole (not an option) */
     fed_onnx *onnx; /* --model FILE.onnx: its weights, the initial ones (not an option) */
     int epochs;
@@ -79,6 +80,9 @@ static const fed_opt train_opts[] = {
       "subfolder per class, PNG or JPEG), or a CSV file"),
     T(model, "model", FED_OPT_STR, "mlp:256,128", 0, 0,
       "logreg, mlp:W1,W2,..., cnn, or a layer file (docs/model-formats.md)"),
+    T(input_scale, "input-scale", FED_OPT_STR, "centred", 0, 0,
+      "how the model maps image bytes: centred (b / 127.5 - 1) or unit (b / 255, "
+      "torchvision's ToTensor); kept with --db, said by the export"),
     T(epochs, "epochs", FED_OPT_INT, "10", 1, 100000, "passes over the (shard of the) data"),
     T(batch, "batch", FED_OPT_INT, "64", 1, 65536, "samples per step"),
     T(lr, "lr", FED_OPT_DOUBLE, "0", 0, 100,
@@ -533,6 +537,7 @@ static int train_main(const train_cfg *c, int argc, char **argv)
     fed_data_aug aug;
     fed_optim_cfg oc;
     fed_rng init, shuffle;
+    fed_model_shape in;
     int shard = 0, k = 1, threads = c->threads ? c->threads : fed_cli_online_cores(), rc;
     fed_err err;
 
@@ -580,7 +585,13 @@ static int train_main(const train_cfg *c, int argc, char **argv)
     }
     /* a Poisson draw is batch on average: room for 6 standard deviations more
        (a larger one runs in pieces) */
-    if ((err = fed_model_new(c->graph ? c->graph : c->model, w.train->shape, w.be, w.pool, threads,
+    in = w.train->shape;
+    if (fed_model_input_scale_parse(c->input_scale, &in.scale) != FED_OK) {
+        fed_cli_error("train: --input-scale '%s': centred or unit", c->input_scale);
+        rc = 2;
+        goto out;
+    }
+    if ((err = fed_model_new(c->graph ? c->graph : c->model, in, w.be, w.pool, threads,
                              c->dp_sgd ? c->batch + (int)(6 * sqrt(c->batch)) + 8 : c->batch,
                              &w.m)) != FED_OK) {
         rc = fail(c->model, err);

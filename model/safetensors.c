@@ -143,14 +143,20 @@ static void put_input_kind(sbuf *b, const fed_store_st_model *m)
     char t[160];
 
     if (kind == FED_ST_INPUT_PIXELS) {
+        float mul, add;
+
+        fed_model_input_map(m->input.scale, &mul, &add);
         snprintf(t, sizeof t, ",\"fednode.input_dtype\":\"uint8\",\"fednode.input_scale\":"
-                 "\"%.17g\",\"fednode.input_shift\":\"%.17g\"", (double)FED_MODEL_PIXEL_SCALE,
-                 (double)FED_MODEL_PIXEL_SHIFT);
+                 "\"%.17g\",\"fednode.input_shift\":\"%.17g\"", (double)mul, (double)add);
         sb_str(b, t);
         sb_str(b, ",\"fednode.input_transform\":");
-        sb_json(b, "x = byte * fednode.input_scale + fednode.input_shift = byte / 127.5 - 1, "
-                   "in [-1, 1] (torchvision: ToTensor() then Normalize((0.5,), (0.5,))); "
-                   "logreg and mlp take x flattened, x.flatten(1)");
+        sb_json(b, m->input.scale == FED_MODEL_INPUT_UNIT
+                       ? "x = byte * fednode.input_scale + fednode.input_shift = byte / 255, "
+                         "in [0, 1] (torchvision: ToTensor()); logreg and mlp take x "
+                         "flattened, x.flatten(1)"
+                       : "x = byte * fednode.input_scale + fednode.input_shift = byte / 127.5 - 1, "
+                         "in [-1, 1] (torchvision: ToTensor() then Normalize((0.5,), (0.5,))); "
+                         "logreg and mlp take x flattened, x.flatten(1)");
     } else if (kind == FED_ST_INPUT_STANDARDIZED && m->stats_mean) {
         put_list(b, "fednode.input_mean", m->stats_mean, m->stats_cols);
         put_list(b, "fednode.input_std", m->stats_std, m->stats_cols);

@@ -553,6 +553,7 @@ void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b)
     s->input[1] = (uint32_t)c->shape.h;
     s->input[2] = (uint32_t)c->shape.w;
     s->input[3] = (uint32_t)c->shape.classes;
+    s->input_scale = (uint32_t)c->shape.scale;
     s->local_epochs = c->local_epochs;
     s->batch = c->batch;
     s->optimizer = c->optimizer;

@@ -706,6 +706,7 @@ static fed_err begin_round(fed_node *n)
     j->set.lr = fed_node_round_lr(n, n->round + 1); /* every peer's rate of this round */
     j->set.momentum = c->momentum;
     j->set.weight_decay = c->weight_decay;
+    j->set.input_scale = (uint32_t)c->shape.scale;
     j->job.fn = fed_node_train_job_run;
     j->job.user = n;
     j->round = n->round + 1;

@@ -22,6 +22,7 @@ typedef struct fed_node_settings {
     char augment[64];       /* client, peer: training batches' augmentation */
     char partition[64];
     char model[FED_MODEL_SPEC_MAX];
+    char input_scale[16];   /* centred | unit (model.h: fed_model_input_scale) */
     int rounds;
     int local_epochs;
     int batch;
@@ -88,6 +89,10 @@ typedef struct fed_node_settings {
                 "labels:K, quantity:BETA"),                                                      \
     FED_OPT_DEF(T, m.model, "model", FED_OPT_STR, "mlp:256,128", 0, 0,                           \
                 "aggregator, peer: logreg, mlp:W1,W2,..., cnn, or a layer file"),                 \
+    FED_OPT_DEF(T, m.input_scale, "input-scale", FED_OPT_STR, "centred", 0, 0,                   \
+                "aggregator, peer: how the model maps image bytes: centred (b / 127.5 - 1, in "  \
+                "[-1, 1]) or unit (b / 255, in [0, 1], torchvision's ToTensor); sent to every "  \
+                "client, kept in checkpoints and said by the export"),                           \
     FED_OPT_DEF(T, m.rounds, "rounds", FED_OPT_INT, "10", 0, 1000000,                            \
                 "aggregator, peer: rounds to run (0: forever; fedsim needs an end)"),            \
     FED_OPT_DEF(T, m.local_epochs, "local-epochs", FED_OPT_INT, "1", 1, 1000,                    \
@@ -232,6 +237,10 @@ typedef struct fed_node_settings {
  * not parse (FED_ERR_SPEC). */
 FED_WUR fed_err fed_node_settings_apply(const fed_node_settings *s, uint32_t nclients,
                                         fed_node_config *c, const char **bad);
+/* --input-scale as fed_model_input_scale (centred when it does not parse:
+ * fed_node_settings_apply refuses that first). The caller puts it into
+ * the config's shape once the shape is known. */
+int fed_node_settings_input_scale(const fed_node_settings *s);
 /* The DP settings alone (a client of fednode run takes no others). */
 void fed_node_settings_apply_dp(const fed_node_settings *s, fed_node_config *c);
 /* Why the DP settings do not fit a node of role (NULL: they do); fedsim,

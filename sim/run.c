@@ -558,6 +558,7 @@ static void base_config(sim_run *r, fed_node_config *c, const fed_dataset *train
     c->allow = r->allow;
     (void)train;
     c->shape = r->shape;
+    c->shape.scale = fed_node_settings_input_scale(&sc->s);
     c->on_round = on_round;
     c->observer = &r->obs[i];
     c->transfer.wire.hooks = sc->no_crypto ? &fed_wire_hooks_unsealed : NULL; /* unsealed frames */

@@ -943,7 +943,7 @@ static void test_csv_rejects(void **state)
 static void test_augment(void **state)
 {
     fed_data_aug a;
-    fed_model_shape s = { 2, 3, 4, 10 };
+    fed_model_shape s = { 2, 3, 4, 10 , 0};
     uint8_t x[8 * 24], orig[8 * 24], scratch[24];
     fed_rng r, q;
     int seen[3][3] = { { 0 } }, flips = 0;
@@ -1355,7 +1355,7 @@ static fed_dataset *label_set(size_t n, int classes)
     assert_non_null(d);
     d->n = n;
     d->features = 1;
-    d->shape = (fed_model_shape){ 1, 1, 1, classes };
+    d->shape = (fed_model_shape){ 1, 1, 1, classes , 0};
     d->y = calloc(n, sizeof *d->y);
     d->x_f32 = calloc(n, sizeof *d->x_f32);
     assert_non_null(d->y);

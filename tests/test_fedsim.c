@@ -190,33 +190,37 @@ static void test_default_lr(void **state)
     }
 }
 
-/* --weight-decay reaches the training of every client (MODEL's field 19)
- * and every peer: the same scenario with it ends on another model than
- * without, and twice with it on the same one. */
-static void test_weight_decay_reaches_sites(void **state)
+/* MODEL's knobs (field 19) reach the training of every client, and every
+ * peer trains with them: --weight-decay 0.01 and --input-scale unit each
+ * end on another model than the defaults, one that still learns (the
+ * aggregator's evaluation maps the bytes as its clients did). */
+static void test_knobs_reach_sites(void **state)
 {
+    const char *knobs[][2] = {{"weight-decay", "0.01"}, {"input-scale", "unit"}};
     const char *roles[] = {"aggregator", "peer"};
     fed_sim_scenario sc;
     rows rs;
-    uint8_t h0[32], h1[32], h2[32];
+    uint8_t h0[32], h1[32];
+    double acc;
 
     (void)state;
     fed_test_need_fashion(train != NULL);
     for (int k = 0; k < 2; k++) {
-        const char *plain[] = {"nodes", "2", "rounds", "1", "role", roles[k], NULL};
-        const char *wd[] = {"nodes", "2", "rounds", "1", "role", roles[k], "weight-decay",
-                            "0.01", NULL};
+        const char *plain[] = {"nodes", "2", "rounds", "2", "role", roles[k], NULL};
 
         scenario(&sc, plain);
         (void)last_accuracy(&sc, &rs, h0);
-        scenario(&sc, wd);
-        assert_true(sc.s.weight_decay == 0.01);
-        (void)last_accuracy(&sc, &rs, h1);
-        (void)last_accuracy(&sc, &rs, h2);
-        assert_memory_not_equal(h0, h1, 32);
-        assert_memory_equal(h1, h2, 32);
-        printf("%s: --weight-decay 0.01 trains another model (round 1 accuracy %.4f)\n",
-               roles[k], rs.r[0].accuracy);
+        for (size_t i = 0; i < sizeof knobs / sizeof *knobs; i++) {
+            const char *kv[] = {"nodes", "2", "rounds", "2", "role", roles[k],
+                                knobs[i][0], knobs[i][1], NULL};
+
+            scenario(&sc, kv);
+            acc = last_accuracy(&sc, &rs, h1);
+            assert_memory_not_equal(h0, h1, 32);
+            assert_true(acc > 0.7);
+            printf("%s: --%s %s: another model, round 2 accuracy %.4f\n", roles[k],
+                   knobs[i][0], knobs[i][1], acc);
+        }
     }
 }
 
@@ -645,7 +649,8 @@ static void test_bad_specs(void **state)
                             {"rounds", "0"},           {"strategy", "bogus"},
                             {"codec", "f64"},          {"loss-window", "2@0-1"},
                             {"partition-net", "1@0-1"}, {"partition-net", "2@3-1"},
-                            {"local-layers", "fc3.*,,fc2.*"}, {"local-layers", "fc3 .*"}};
+                            {"local-layers", "fc3.*,,fc2.*"}, {"local-layers", "fc3 .*"},
+                            {"input-scale", "minus-one"}};
     fed_sim_scenario sc;
 
     (void)state;
@@ -690,7 +695,7 @@ int main(void)
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_deterministic_allreduce),
         cmocka_unit_test(test_default_lr),
-        cmocka_unit_test(test_weight_decay_reaches_sites),
+        cmocka_unit_test(test_knobs_reach_sites),
         cmocka_unit_test(test_no_crypto_same_model),
         cmocka_unit_test(test_byzantine_signflip),
         cmocka_unit_test(test_faults_heal),

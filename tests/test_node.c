@@ -509,7 +509,7 @@ static void test_model_mismatch_declined(void **state)
 static void test_model_input_field(void **state)
 {
     fed_wire_settings set;
-    fed_model_shape data = {1, 1, 4, 1}, in;
+    fed_model_shape data = {1, 1, 4, 1, 0}, in;
     char why[384];
 
     (void)state;
@@ -1537,7 +1537,7 @@ static void test_heap_bounds(void **state)
     (void)state;
     fed_node_config_default(&cfg);
     snprintf(cfg.spec, sizeof cfg.spec, "mlp:256,128");
-    cfg.shape = (fed_model_shape){1, 28, 28, 10};
+    cfg.shape = (fed_model_shape){1, 28, 28, 10, 0};
     assert_int_equal(fed_crypto_allow_new(&al), FED_OK);
     for (int i = 0; i < 11; i++) {
         memset(pk, 0, sizeof pk);
@@ -1925,6 +1925,35 @@ static void test_ckpt_model_sections(void **state)
                      FED_ERR_SHAPE);
     assert_int_equal(fed_node_model_view_match(&v, "test", c.id, "mlp:4", shape, 6),
                      FED_ERR_SHAPE);
+    /* --input-scale unit: a fifth word, read back, and a model of the other
+       scale refused; 20 bytes saying centred, or an unknown scale, refused */
+    {
+        fed_model_shape unit = shape;
+        fed_node_model_sec mu;
+        uint8_t in20[20];
+
+        unit.scale = FED_MODEL_INPUT_UNIT;
+        fed_node_model_sec_encode(&mu, "mlp:4", unit, le, 5);
+        assert_int_equal(mu.s[1].len, 20);
+        assert_memory_equal(mu.s[1].data, input, 16);
+        assert_int_equal(fed_get_u32le((const uint8_t *)mu.s[1].data + 16), 1);
+        ckpt_of(&c, mu.s, 3);
+        assert_int_equal(fed_node_model_sec_decode(&c, &v), FED_OK);
+        assert_memory_equal(&v.shape, &unit, sizeof unit);
+        assert_int_equal(fed_node_model_view_match(&v, "test", c.id, "mlp:4", unit, 5), FED_OK);
+        assert_int_equal(fed_node_model_view_match(&v, "test", c.id, "mlp:4", shape, 5),
+                         FED_ERR_SHAPE);
+        memcpy(s, mu.s, sizeof s);
+        for (uint32_t bad = 0; bad < 3; bad += 2) {
+            memcpy(in20, mu.s[1].data, 20);
+            fed_put_u32le(in20 + 16, bad);
+            s[1].data = in20;
+            ckpt_of(&c, s, 3);
+            assert_int_equal(fed_node_model_sec_decode(&c, &v), FED_ERR_FORMAT);
+        }
+        ckpt_of(&c, ms.s, 3);
+        assert_int_equal(fed_node_model_sec_decode(&c, &v), FED_OK);
+    }
 
     /* malformed sections, one at a time */
     memcpy(s, ms.s, sizeof s);
