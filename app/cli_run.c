@@ -207,6 +207,7 @@ typedef struct run_state {
     fed_dataset *train, *test;
     uint32_t *idx;
     size_t nidx;
+    double noise_std; /* its part's feature noise (--partition noise:SIGMA) */
     float *init_params; /* --model FILE.onnx's weights as the model's flat buffer */
     /* --standardize on CSV data: its columns, a client's contribution to the
        statistics pass (over its shard's rows, idx0 in the file), and the
@@ -543,6 +544,8 @@ static int load_data(const run_cfg *c, run_state *s, fed_node_role role)
         if ((e = fed_data_augment_check(c->s.augment, s->train)) == FED_OK)
             e = fed_data_partition(s->train, c->s.partition, shard, k, c->partition_seed, &s->idx,
                                    &s->nidx);
+        if (e == FED_OK)
+            e = fed_data_partition_noise(c->s.partition, shard, k, &s->noise_std);
         if (e == FED_OK && s->nidx == 0)
             e = FED_ERR_RANGE;
         if (e == FED_OK && (rc = stats_prepare(c, s, role, s->train)) >= 0)
@@ -832,6 +835,7 @@ static int fill_peer(const run_cfg *c, run_state *s, fed_node_config *nc)
     nc->data.train = s->train;
     nc->data.shard = s->idx;
     nc->data.shard_n = s->nidx;
+    nc->data.noise_std = s->noise_std;
     nc->transfer.retry_ms = (uint64_t)c->retry_ms;
     return -1;
 }
@@ -857,6 +861,7 @@ static int fill_node_config(const run_cfg *c, run_state *s, fed_node_config *nc)
         nc->data.train = s->train;
         nc->data.shard = s->idx;
         nc->data.shard_n = s->nidx;
+    nc->data.noise_std = s->noise_std;
         nc->transfer.retry_ms = (uint64_t)c->retry_ms;
         nc->client.max_model_params = c->max_model_params;
         nc->client.max_model_flops = c->max_model_flops;

@@ -102,7 +102,8 @@ static const fed_opt train_opts[] = {
     T(seed, "seed", FED_OPT_U64, "1", 0, 0, "seed of initialization and shuffling"),
     T(partition, "partition", FED_OPT_STR, "iid", 0, 0,
       "how the data is split among --shard's K nodes: iid, dirichlet:ALPHA, shards:N, "
-      "niid-dirichlet:BETA, labels:K, quantity:BETA"),
+      "niid-dirichlet:BETA, labels:K, quantity:BETA, noise:SIGMA (iid; part I's inputs get "
+      "Gaussian noise of std SIGMA * I / (K - 1))"),
     T(shard, "shard", FED_OPT_STR, "0/1", 0, 0, "I/K: train on part I (0-based) of K"),
     T(partition_seed, "partition-seed", FED_OPT_U64, "1", 0, 0,
       "seed of the partition (the same on every node)"),
@@ -326,7 +327,7 @@ static int check_train_cfg(const train_cfg *c, fed_optim_cfg *oc, int *shard, in
     }
     if (fed_data_parse_scheme(c->partition, &scheme) != FED_OK) {
         fed_cli_error("train: --partition: '%s' is not iid, dirichlet:ALPHA, shards:N, "
-                      "niid-dirichlet:BETA, labels:K or quantity:BETA", c->partition);
+                      "niid-dirichlet:BETA, labels:K, quantity:BETA or noise:SIGMA", c->partition);
         return 2;
     }
     return 0;
@@ -538,6 +539,7 @@ static int train_main(const train_cfg *c, int argc, char **argv)
     fed_optim_cfg oc;
     fed_rng init, shuffle;
     fed_model_shape in;
+    double noise = 0;
     int shard = 0, k = 1, threads = c->threads ? c->threads : fed_cli_online_cores(), rc;
     fed_err err;
 
@@ -629,6 +631,11 @@ static int train_main(const train_cfg *c, int argc, char **argv)
     if (fed_data_parse_augment(c->augment, &aug) == FED_OK &&
         (err = fed_trainer_set_augment(w.t, &aug, c->seed)) != FED_OK) {
         rc = fail("--augment", err);
+        goto out;
+    }
+    if ((err = fed_data_partition_noise(c->partition, shard, k, &noise)) != FED_OK ||
+        (err = fed_trainer_set_noise(w.t, noise, c->seed)) != FED_OK) {
+        rc = fail("--partition", err);
         goto out;
     }
     print_header(c, &w, &oc, threads);

@@ -721,6 +721,7 @@ static fed_err on_model_train(fed_node *n, node_open *op)
     j->shards = n->cfg.shards;
     j->data = n->cfg.data.train;
     j->aug = n->cfg.data.augment;
+    j->noise_std = n->cfg.data.noise_std;
     j->shard = n->cfg.data.shard;
     j->shard_n = n->cfg.data.shard_n;
     j->global = c->global;

@@ -149,6 +149,9 @@ typedef struct fed_node_data_config {
     const uint32_t *shard;        /* (shard_n) indices into train */
     size_t shard_n;
     fed_data_aug augment;         /* its training batches' (images only); none: zero */
+    double noise_std;             /* Gaussian noise on its training inputs (the
+                                     noise:SIGMA partition's share of this
+                                     party, fed_data_partition_noise); 0: none */
     const fed_dataset *test;      /* held-out data; NULL: no evaluation */
     /* shared statistics of a CSV's numeric columns (model/colstats.h,
        node/agg_stats.c): an aggregator with stats_cols > 0 whose checkpoint

@@ -327,6 +327,7 @@ typedef struct node_train_job {
                                keystream, touched only by this job while it runs) */
     fed_trainer_dp dp;
     fed_data_aug aug;       /* client, peer: the config's augment */
+    double noise_std;       /* client, peer: the config's data.noise_std */
     const int64_t *stats;   /* client, the statistics pass: its contribution
                                (stats_cols x FED_COLSTATS_INTS) instead of
                                training (fed_node_stats_job_run) */

@@ -717,6 +717,7 @@ static fed_err begin_round(fed_node *n)
     j->shards = c->shards;
     j->data = c->data.train;
     j->aug = c->data.augment;
+    j->noise_std = c->data.noise_std;
     j->shard = c->data.shard;
     j->shard_n = c->data.shard_n;
     j->global = p->model;

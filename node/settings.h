@@ -86,7 +86,8 @@ typedef struct fed_node_settings {
     FED_OPT_DEF(T, m.partition, "partition", FED_OPT_STR, "iid", 0, 0,                           \
                 "client, peer: how the training split is cut into parts (fednode: --shard's K; " \
                 "fedsim: one per node): iid, dirichlet:ALPHA, shards:N, niid-dirichlet:BETA, "   \
-                "labels:K, quantity:BETA"),                                                      \
+                "labels:K, quantity:BETA, noise:SIGMA (iid; part i's inputs get Gaussian noise " \
+                "of std SIGMA * i / (K - 1))"),                                                  \
     FED_OPT_DEF(T, m.model, "model", FED_OPT_STR, "mlp:256,128", 0, 0,                           \
                 "aggregator, peer: logreg, mlp:W1,W2,..., cnn, or a layer file"),                 \
     FED_OPT_DEF(T, m.input_scale, "input-scale", FED_OPT_STR, "centred", 0, 0,                   \

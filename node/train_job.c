@@ -32,7 +32,9 @@ static fed_err train_epochs(node_train_job *j, fed_model *m, fed_optim *o, doubl
     /* a stream of draws per node and round (FED_ERR_UNSUPPORTED on float
        features or over several ranks) */
     if ((e = fed_trainer_set_augment(t, &j->aug, j->seed ^ j->round * 0x9e3779b97f4a7c15ull)) !=
-        FED_OK)
+            FED_OK ||
+        (e = fed_trainer_set_noise(t, j->noise_std, j->seed ^ j->round * 0x9e3779b97f4a7c15ull)) !=
+            FED_OK)
         goto out;
     for (uint32_t ep = 0; ep < j->set.local_epochs && e == FED_OK; ep++)
         e = fed_trainer_epoch(t, j->shard, j->shard_n, &rng, &st);

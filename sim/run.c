@@ -616,6 +616,9 @@ static fed_err attach_nodes(sim_run *r, const fed_dataset *train, const fed_data
         c.data.train = train;
         c.data.shard = r->idx[i];
         c.data.shard_n = r->nidx[i];
+        if ((e = fed_data_partition_noise(sc->s.partition, i, sc->nodes, &c.data.noise_std)) !=
+            FED_OK)
+            return e;
         if (r->peer_mode) {
             if (!r->eval_model && (e = fed_model_new(c.spec, c.shape, c.be, c.pool, c.shards, 256,
                                                      &r->eval_model)) != FED_OK)

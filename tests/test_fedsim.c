@@ -193,10 +193,12 @@ static void test_default_lr(void **state)
 /* MODEL's knobs (field 19) reach the training of every client, and every
  * peer trains with them: --weight-decay 0.01 and --input-scale unit each
  * end on another model than the defaults, one that still learns (the
- * aggregator's evaluation maps the bytes as its clients did). */
+ * aggregator's evaluation maps the bytes as its clients did); so does
+ * --partition noise:0.5 (iid's split, node 1's inputs noisy). */
 static void test_knobs_reach_sites(void **state)
 {
-    const char *knobs[][2] = {{"weight-decay", "0.01"}, {"input-scale", "unit"}};
+    const char *knobs[][2] = {{"weight-decay", "0.01"}, {"input-scale", "unit"},
+                              {"partition", "noise:0.5"}};
     const char *roles[] = {"aggregator", "peer"};
     fed_sim_scenario sc;
     rows rs;
