@@ -1119,3 +1119,14 @@ const node_role_ops fed_node_client_ops = {
     .streams_in_replies = 1,
     .tells_old_epoch = 0,
 };
+
+const float *fed_node_client_local(const fed_node *n, size_t nparams, size_t *len)
+{
+    const node_client *c = n->client;
+
+    *len = 0;
+    if (!c || !c->local || c->local_nparams != nparams)
+        return NULL;
+    *len = c->local_n;
+    return c->local;
+}

@@ -519,6 +519,11 @@ void fed_node_set_conn_counters(fed_node *n, uint64_t refused, uint64_t stalled,
 size_t fed_node_nparams(const fed_node *n);
 FED_WUR fed_err fed_node_get_params(const fed_node *n, float *dst);
 const fed_wire_counters *fed_node_wire_counters(const fed_node *n);
+/* Client: the local tensors it keeps (node/layout.h's LOCAL path, in the
+ * flat buffer's order: --local-layers, --local-bn) for a model of nparams
+ * floats, and their count in *len; NULL and 0 when it keeps none for such
+ * a model (yet), or is no client. */
+const float *fed_node_client_local(const fed_node *n, size_t nparams, size_t *len);
 
 /* Peer: the length of its push-sum vector, its estimate x / w (dim
  * doubles), and its raw (x, w). FED_ERR_ROLE for other roles. */
