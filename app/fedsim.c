@@ -303,9 +303,11 @@ static void print_personal(const fed_sim_scenario *sc, const fed_sim_counters *c
 {
     double sum = 0, worst = 1;
 
-    printf("personalized accuracy (%s%s%s, each client on its local test split%s):\n",
+    printf("personalized accuracy (%s%s%s%s, each client on its local test split%s):\n",
            sc->s.local_layers[0] ? "--local-layers " : "", sc->s.local_layers,
-           sc->s.local_bn ? " --local-bn" : (sc->s.local_layers[0] ? "" : "the global model"),
+           sc->s.local_bn ? " --local-bn" : "",
+           sc->s.ditto_lambda > 0 ? " Ditto's personal models"
+           : sc->s.local_layers[0] || sc->s.local_bn ? "" : "the global model",
            sc->finetune_epochs ? ", after fine-tuning" : "");
     for (uint64_t i = 0; i < c->personal_n; i++) {
         double a = (double)c->personal_ppm[i] / 1e6;

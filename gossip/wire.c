@@ -203,7 +203,7 @@ static uint32_t stats_len(const fed_wire_settings *s)
 /* Field 19's entries this node writes: each knob away from its default. */
 static uint32_t knobs_count(const fed_wire_settings *s)
 {
-    return (s->weight_decay != 0) + (s->input_scale != 0);
+    return (s->weight_decay != 0) + (s->input_scale != 0) + (s->ditto_lambda != 0);
 }
 
 size_t fed_wire_block_bytes(uint8_t type, const fed_wire_block *b)
@@ -342,7 +342,7 @@ static int paths_ok(const fed_wire_settings *s)
 static int knobs_ok(const fed_wire_settings *s)
 {
     return isfinite(s->weight_decay) && s->weight_decay >= 0 && s->input_scale <= 1 &&
-           s->refused_knob == 0;
+           isfinite(s->ditto_lambda) && s->ditto_lambda >= 0 && s->refused_knob == 0;
 }
 
 static int settings_ok(const fed_wire_settings *s)
@@ -428,6 +428,10 @@ static uint8_t *encode_knobs(const fed_wire_settings *s, uint8_t *p)
     }
     if (s->input_scale != 0)
         p = put_knob(p, FED_WIRE_KNOB_INPUT_SCALE, FED_WIRE_KNOB_REQUIRED, s->input_scale);
+    if (s->ditto_lambda != 0) { /* required: the sites' personal models are the point */
+        memcpy(&bits, &s->ditto_lambda, 4);
+        p = put_knob(p, FED_WIRE_KNOB_DITTO, FED_WIRE_KNOB_REQUIRED, bits);
+    }
     return p;
 }
 
@@ -452,6 +456,10 @@ static int take_knobs(const uint8_t *v, uint32_t len, fed_wire_settings *s)
         } else if (id == FED_WIRE_KNOB_INPUT_SCALE) {
             s->input_scale = fed_get_u32le(v + at + 4);
             if (s->input_scale != 1)
+                return 0;
+        } else if (id == FED_WIRE_KNOB_DITTO) {
+            s->ditto_lambda = fed_get_f32le(v + at + 4);
+            if (!(isfinite(s->ditto_lambda) && s->ditto_lambda > 0))
                 return 0;
         } else if (flags & FED_WIRE_KNOB_REQUIRED) {
             s->refused_knob = id;

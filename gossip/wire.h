@@ -159,7 +159,9 @@
  *               value of 4 bytes; a knob at its default is left out.
  *               Known: 1 weight decay (f32 > 0, finite; SGD's L2 term,
  *               Adam's decoupled decay), 2 input scale (u32: 1 unit, pixels
- *               b / 255 in [0, 1]; absent: centred, b / 127.5 - 1). Present
+ *               b / 255 in [0, 1]; absent: centred, b / 127.5 - 1), 3 Ditto's
+ *               lambda (f32 > 0: each client also trains its personal
+ *               model, pulled toward the global one). Present
  *               only with a knob, and then required. A new knob is a new id
  *               here (17, 18: other branches' fields)
  *   This node marks 1-10 required, 11 when it requires DP-SGD, 12 when on,
@@ -277,6 +279,7 @@ typedef enum fed_wire_setting_tag {
 /* Field 19's knobs: ids, the entry's flag, how many a field holds. */
 #define FED_WIRE_KNOB_WEIGHT_DECAY 1u /* f32 > 0 */
 #define FED_WIRE_KNOB_INPUT_SCALE 2u  /* u32, fed_model_input_scale: 1 unit */
+#define FED_WIRE_KNOB_DITTO 3u        /* f32 > 0: Ditto's lambda */
 #define FED_WIRE_KNOB_REQUIRED 0x0001u
 #define FED_WIRE_KNOB_BYTES 8
 #define FED_WIRE_KNOBS_MAX 16
@@ -436,6 +439,7 @@ typedef struct fed_wire_settings {
     /* knobs (field 19; each absent: its default) */
     float weight_decay;      /* >= 0; 0: none */
     uint32_t input_scale;    /* fed_model_input_scale; 0: centred */
+    float ditto_lambda;      /* > 0: Ditto's personal models; 0: none */
     uint32_t refused_knob;   /* decoded: an unknown required knob's id */
 } fed_wire_settings;
 

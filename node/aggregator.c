@@ -562,6 +562,7 @@ void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b)
     s->lr = round_lr(n, round);
     s->momentum = c->momentum;
     s->weight_decay = c->weight_decay;
+    s->ditto_lambda = c->ditto_lambda;
     s->mu = (float)fed_merge_prox_mu(n->agg->merge);
     s->deadline_ms = c->deadline_ms;
     if (c->dp.require_sgd) {

@@ -391,6 +391,10 @@ typedef struct fed_node_config {
     float weight_decay;           /* >= 0, as `train`'s: SGD's L2 term, Adam's
                                      decoupled decay; sent in MODEL's field 19;
                                      default 0 */
+    float ditto_lambda;           /* aggregator: > 0, Ditto: every client also
+                                     trains a personal model v, v -= lr (grad(v)
+                                     + lambda (v - w)) with w the round's global,
+                                     kept in its checkpoint; sent in field 19 */
     /* aggregator: tensors that stay at the sites (node/layout.h), sent in
        each MODEL (field 16) so every site keeps the same ones; a client's
        own (when set) must agree or the round is declined */
@@ -524,6 +528,9 @@ const fed_wire_counters *fed_node_wire_counters(const fed_node *n);
  * floats, and their count in *len; NULL and 0 when it keeps none for such
  * a model (yet), or is no client. */
 const float *fed_node_client_local(const fed_node *n, size_t nparams, size_t *len);
+/* Client under Ditto: its personal model (nparams floats); NULL when it
+ * keeps none for such a model (yet), or is no client. */
+const float *fed_node_client_personal(const fed_node *n, size_t nparams);
 
 /* Peer: the length of its push-sum vector, its estimate x / w (dim
  * doubles), and its raw (x, w). FED_ERR_ROLE for other roles. */

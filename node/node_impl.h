@@ -341,6 +341,10 @@ typedef struct node_train_job {
     size_t sent_n;          /* client: floats of the delta in vec */
     float *local_out;       /* client: (layout.len[LOCAL]) the local tensors as
                                trained, owned; the client takes them */
+    const float *personal;  /* client, Ditto: its personal model (nparams) from
+                               earlier rounds; NULL: it starts from the global */
+    float *personal_out;    /* client, Ditto: (nparams) the personal model as
+                               trained, owned; the client takes it */
     double loss;
     uint64_t samples;
     fed_err err;

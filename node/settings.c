@@ -47,6 +47,7 @@ fed_err fed_node_settings_apply(const fed_node_settings *s, uint32_t nclients,
     c->lr = (float)s->lr; /* 0: the node takes the optimizer's own */
     c->momentum = (float)s->momentum;
     c->weight_decay = (float)s->weight_decay;
+    c->ditto_lambda = (float)s->ditto_lambda;
     snprintf(c->lr_schedule, sizeof c->lr_schedule, "%s", s->lr_schedule);
     c->lr_warmup = (uint32_t)s->lr_warmup;
     c->rounds = (uint32_t)s->rounds;

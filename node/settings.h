@@ -32,6 +32,7 @@ typedef struct fed_node_settings {
     char optimizer[16];
     double momentum;
     double weight_decay;
+    double ditto_lambda;
     char codec[32];
     char strategy[FED_MERGE_SPEC_MAX];
     double weight_cap;
@@ -115,6 +116,10 @@ typedef struct fed_node_settings {
     FED_OPT_DEF(T, m.weight_decay, "weight-decay", FED_OPT_DOUBLE, "0", 0, 0.999,                \
                 "aggregator, peer: the training weight decay, as train's: SGD's L2 term, "       \
                 "Adam's decoupled decay (AdamW); sent in each round's settings"),                \
+    FED_OPT_DEF(T, m.ditto_lambda, "ditto-lambda", FED_OPT_DOUBLE, "0", 0, 1000,                 \
+                "aggregator: Ditto (Li et al., ICML 2021): each client also trains a personal "  \
+                "model, pulled toward the global one with this weight (0: none); kept in its "   \
+                "checkpoint"),                                                                   \
     FED_OPT_DEF(T, m.codec, "codec", FED_OPT_STR, "f32", 0, 0,                                   \
                 "aggregator: the clients' delta codec: f32, f16, q8, topk:F"),                   \
     FED_OPT_DEF(T, m.strategy, "strategy", FED_OPT_STR, "fedavg", 0, 0,                          \

@@ -86,6 +86,7 @@ void fed_node_train_job_release(node_train_job *j)
     fed_free(j->start);
     fed_free(j->vec);
     fed_free(j->local_out);
+    fed_free(j->personal_out);
     fed_node_layout_fini(&j->layout);
     j->model = NULL;
     j->trained = NULL;
@@ -93,6 +94,7 @@ void fed_node_train_job_release(node_train_job *j)
     j->start = NULL;
     j->vec = NULL;
     j->local_out = NULL;
+    j->personal_out = NULL;
     j->cap_vec = j->vec_len = 0;
 }
 
@@ -183,6 +185,34 @@ static fed_err round_model(node_train_job *j)
     return e;
 }
 
+/* Ditto's personal step (Li et al., ICML 2021): v, the client's personal
+ * model (the round's start the first time), trained as the global was and
+ * pulled toward that start w: v -= lr (grad(v) + lambda (v - w)), FedProx's
+ * proximal term with mu = lambda anchored at w. Into j->personal_out. */
+static fed_err train_personal(node_train_job *j, fed_model *m, const fed_optim_cfg *base)
+{
+    fed_optim_cfg oc = *base;
+    fed_optim *o = NULL;
+    double loss;
+    fed_err e;
+
+    if (fed_node_site_ranks(j) > 1)
+        return FED_ERR_UNSUPPORTED;
+    if (!j->personal_out && !(j->personal_out = fed_malloc(j->nparams * sizeof *j->personal_out)))
+        return FED_ERR_NOMEM;
+    oc.prox_mu = j->set.ditto_lambda;
+    if ((e = fed_model_set_params(m, j->from)) != FED_OK || (e = put_local(j, m)) != FED_OK ||
+        (e = fed_optim_new(&oc, m, &o)) != FED_OK || (e = fed_optim_set_anchor(o, m)) != FED_OK)
+        goto out;
+    if (j->personal && (e = fed_model_set_params(m, j->personal)) != FED_OK)
+        goto out;
+    if ((e = train_epochs(j, m, o, &loss)) == FED_OK)
+        e = fed_model_get_params(m, j->personal_out);
+out:
+    fed_optim_free(o);
+    return e;
+}
+
 void fed_node_train_job_run(fed_job *job)
 {
     node_train_job *j = (node_train_job *)job;
@@ -231,7 +261,8 @@ void fed_node_train_job_run(fed_job *job)
     }
     if ((e = fed_model_get_params(m, j->trained)) != FED_OK)
         goto out;
-    e = encode_delta(j, j->trained);
+    if ((e = encode_delta(j, j->trained)) == FED_OK && j->set.ditto_lambda > 0)
+        e = train_personal(j, m, &oc);
 out:
     fed_optim_free(o);
     if (j->drop_model) {

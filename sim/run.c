@@ -873,6 +873,8 @@ static fed_err personal_one(const sim_run *r, int i, const fed_dataset *train,
     local = fed_node_client_local(fed_sim_host_node(r->h[i]), fed_model_nparams(m), &nlocal);
     if (local && nlocal == lay.len[LAYOUT_LOCAL])
         fed_node_layout_scatter(&lay, LAYOUT_LOCAL, local, params);
+    if ((local = fed_node_client_personal(fed_sim_host_node(r->h[i]), fed_model_nparams(m))))
+        params = (float *)memcpy(params, local, fed_model_nparams(m) * sizeof *params); /* Ditto */
     if ((e = fed_model_set_params(m, params)) != FED_OK)
         goto out;
     if (sc->finetune_epochs > 0) { /* as the clients train: the round's settings */

@@ -885,6 +885,13 @@ static void test_settings_knobs_field(void **state)
     assert_int_equal(len, FED_WIRE_MODEL_BLOCK_BYTES + 8 + 16);
     assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_OK);
     assert_memory_equal(&g, &b, sizeof b);
+    b.settings.ditto_lambda = 0.1f; /* Ditto's lambda, knob 3 */
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
+    assert_int_equal(len, FED_WIRE_MODEL_BLOCK_BYTES + 8 + 24);
+    assert_int_equal(fed_get_u16le(buf + at + 24), FED_WIRE_KNOB_DITTO);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_OK);
+    assert_memory_equal(&g, &b, sizeof b);
+    b.settings.ditto_lambda = 0;
     /* bad values refused on encoding */
     b.settings.input_scale = 2;
     assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
