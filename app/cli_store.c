@@ -835,6 +835,7 @@ typedef struct export_cfg {
     int best;
     char metric[FED_METRICS_NAME_MAX];
     char out[PATH_MAX_CLI];
+    int personal;
 } export_cfg;
 
 #define X(field, name, type, def, min, max, help)                              \
@@ -849,6 +850,8 @@ static const fed_opt export_opts[] = {
       "with --best: the figure that ranks the rounds (default: the aggregator's --best-metric, "
       "else accuracy)"),
     X(out, "out", FED_OPT_STR, "", 0, 0, "the .safetensors file to write"),
+    X(personal, "personal", FED_OPT_BOOL, "false", 0, 0,
+      "a client's database under Ditto (--ditto-lambda): export its personal model"),
 };
 #undef X
 
@@ -962,6 +965,26 @@ static fed_err ckpt_stats(const fed_store_ckpt *ck, size_t features, fed_store_s
     return FED_OK;
 }
 
+/* A client's checkpoint read as its personal model's (Ditto): the
+ * personal section's floats (after their count, which must match) as the
+ * params section; FED_ERR_NOTFOUND without one, FED_ERR_FORMAT when
+ * malformed. */
+static fed_err personal_view(fed_store_ckpt *ck)
+{
+    const fed_store_section *v = fed_store_ckpt_find(ck, FED_CKPT_SEC_PERSONAL);
+
+    if (!v || fed_store_ckpt_find(ck, FED_CKPT_SEC_PARAMS))
+        return FED_ERR_NOTFOUND;
+    if (v->len <= 8 || (v->len - 8) % sizeof(float) ||
+        fed_get_u64le(v->data) != (v->len - 8) / sizeof(float))
+        return FED_ERR_FORMAT;
+    if (ck->nsections == FED_CKPT_MAX_SECTIONS)
+        return FED_ERR_FORMAT;
+    ck->sections[ck->nsections++] = (fed_store_section){FED_CKPT_SEC_PARAMS,
+                                                        (const uint8_t *)v->data + 8, v->len - 8};
+    return FED_OK;
+}
+
 int fed_cli_export(int argc, char **argv)
 {
     export_cfg c;
@@ -1002,6 +1025,12 @@ int fed_cli_export(int argc, char **argv)
     if (e != FED_OK) {
         fed_cli_error("export: no valid checkpoint%s%s in %s: %s", c.round[0] ? " of round " : "",
                       c.round, c.db, fed_strerror(e));
+        goto out;
+    }
+    if (c.personal && (e = personal_view(&ck)) != FED_OK) {
+        fed_cli_error("export: --personal: checkpoint %" PRIu64 " of %s holds no personal model "
+                      "(a client's database under --ditto-lambda has one): %s", ck.id, c.db,
+                      fed_strerror(e));
         goto out;
     }
     if ((e = fed_backend_cpu_new(1, &be)) != FED_OK || (e = model_from_ckpt(&ck, be, &m)) != FED_OK) {

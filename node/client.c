@@ -19,6 +19,7 @@
 #include "core/log.h"
 #include "crypto/keystream.h"
 #include "model/colstats.h"
+#include "node/ckpt_model.h"
 #include "node/dp_account.h"
 #include "node/node_impl.h"
 #include "node/secagg_impl.h"
@@ -772,7 +773,8 @@ static fed_err record_round(fed_node *n)
     uint8_t state[FED_NODE_STATE_BYTES];
     uint8_t *res = NULL, *loc = NULL, *per = NULL;
     fed_store_round row;
-    fed_store_section sec[4] = {{FED_NODE_SEC_STATE, state, sizeof state}};
+    fed_store_section sec[6] = {{FED_NODE_SEC_STATE, state, sizeof state}};
+    fed_node_model_sec ms;
     size_t ns = 1;
     fed_err e;
 
@@ -803,6 +805,12 @@ static fed_err record_round(fed_node *n)
         fed_put_u64le(per, c->personal_nparams);
         fed_put_f32le_n(per + 8, c->personal, c->personal_nparams);
         sec[ns++] = (fed_store_section){FED_CKPT_SEC_PERSONAL, per, len};
+    }
+    if (c->personal && j->model) { /* its model, so `export --personal` can build it */
+        fed_node_model_sec_encode(&ms, c->graph ? c->graph : j->set.spec,
+                                  fed_model_input(j->model), NULL, 0);
+        sec[ns++] = ms.s[0];
+        sec[ns++] = ms.s[1];
     }
     memset(&row, 0, sizeof row);
     row.round = c->round;
