@@ -737,6 +737,7 @@ static fed_err on_model_train(fed_node *n, node_open *op)
     j->data = n->cfg.data.train;
     j->aug = n->cfg.data.augment;
     j->noise_std = n->cfg.data.noise_std;
+    j->local_test = n->cfg.data.local_test;
     j->shard = n->cfg.data.shard;
     j->shard_n = n->cfg.data.shard_n;
     j->global = c->global;
@@ -817,7 +818,7 @@ static fed_err record_round(fed_node *n)
     row.start_ms = c->train_start_ms;
     row.end_ms = fed_node_wall_ms(n);
     row.loss = j->loss;
-    row.accuracy = NAN;
+    row.accuracy = j->local_test ? j->own_acc : NAN; /* its own model, its local test split */
     row.samples = j->samples;
     row.lr = j->set.lr; /* what the round's MODEL said */
     row.peers = 1;
@@ -902,6 +903,10 @@ static fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
         return j->err;
     }
     c->resends = 0;
+    if (j->local_test && !isnan(j->own_acc))
+        fed_log(FED_LOG_INFO, "client: round %llu: its own model scores accuracy %.4f on its local "
+                "test split (%zu samples), before training", (unsigned long long)c->round,
+                j->own_acc, j->local_test->n);
     if (j->local_out) { /* its local tensors as trained: kept, and in the record */
         fed_free(c->local);
         c->local = j->local_out;

@@ -149,6 +149,13 @@ typedef struct fed_node_data_config {
     const uint32_t *shard;        /* (shard_n) indices into train */
     size_t shard_n;
     fed_data_aug augment;         /* its training batches' (images only); none: zero */
+    const fed_dataset *local_test; /* client: its local test split (the test set
+                                     partitioned as the training set); each round
+                                     it scores its own model there before
+                                     training (the global with its local
+                                     tensors, or its Ditto personal model):
+                                     logged, the round's accuracy in its
+                                     database. NULL: none */
     double noise_std;             /* Gaussian noise on its training inputs (the
                                      noise:SIGMA partition's share of this
                                      party, fed_data_partition_noise); 0: none */

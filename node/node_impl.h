@@ -328,6 +328,9 @@ typedef struct node_train_job {
     fed_trainer_dp dp;
     fed_data_aug aug;       /* client, peer: the config's augment */
     double noise_std;       /* client, peer: the config's data.noise_std */
+    const fed_dataset *local_test; /* client: the config's data.local_test */
+    double own_acc;         /* out: its own model on local_test before
+                               training (NaN: not scored) */
     const int64_t *stats;   /* client, the statistics pass: its contribution
                                (stats_cols x FED_COLSTATS_INTS) instead of
                                training (fed_node_stats_job_run) */

@@ -185,6 +185,30 @@ static fed_err round_model(node_train_job *j)
     return e;
 }
 
+/* A client's own model scored on its local test split before the round
+ * trains (into j->own_acc): m as it stands (the global with the client's
+ * local tensors), or its Ditto personal model, after which m is put back. */
+static fed_err score_own(node_train_job *j, fed_model *m)
+{
+    fed_step_stats st = {0};
+    fed_err e;
+
+    j->own_acc = NAN;
+    if (!j->local_test || fed_node_site_ranks(j) > 1)
+        return FED_OK;
+    if (j->set.ditto_lambda > 0 && j->personal &&
+        (e = fed_model_set_params(m, j->personal)) != FED_OK)
+        return e;
+    if ((e = fed_train_evaluate_all(m, j->local_test, &st)) != FED_OK)
+        return e;
+    if (st.samples)
+        j->own_acc = (double)st.correct / (double)st.samples;
+    if (j->set.ditto_lambda > 0 && j->personal &&
+        ((e = fed_model_set_params(m, j->from)) != FED_OK || (e = put_local(j, m)) != FED_OK))
+        return e;
+    return FED_OK;
+}
+
 /* Ditto's personal step (Li et al., ICML 2021): v, the client's personal
  * model (the round's start the first time), trained as the global was and
  * pulled toward that start w: v -= lr (grad(v) + lambda (v - w)), FedProx's
@@ -244,6 +268,7 @@ void fed_node_train_job_run(fed_job *job)
     oc.weight_decay = j->set.weight_decay;
     if ((e = fed_model_set_params(m, j->from)) != FED_OK ||
         (!j->params && (e = put_local(j, m)) != FED_OK) ||
+        (!j->params && (e = score_own(j, m)) != FED_OK) ||
         (e = fed_optim_new(&oc, m, &o)) != FED_OK)
         goto out;
     if (oc.prox_mu > 0 && (e = fed_optim_set_anchor(o, m)) != FED_OK)
