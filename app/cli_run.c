@@ -53,6 +53,7 @@ typedef struct run_cfg {
     uint64_t partition_seed;
     int eval;
     int personal_eval;
+    int finetune_epochs;
     char peers[PATH_MAX_RUN];
     char neighbours[PATH_MAX_RUN];
     char advertise[256];
@@ -118,6 +119,10 @@ static const fed_opt run_opts[] = {
       "--local-layers/--local-bn tensors, or its --ditto-lambda personal model) on its local "
       "test split (the test split of --data cut as --partition and --shard cut the training "
       "split): logged, and the round's accuracy in its database"),
+    R(finetune_epochs, "finetune-epochs", FED_OPT_INT, "0", 0, 1000,
+      "client, with --personal-eval: first fine-tune its model this many epochs on its shard "
+      "(FedAvg + fine-tuning, the personalization baseline; the round still trains from the "
+      "global)"),
     R(peers, "peers", FED_OPT_STR, "", 0, 0,
       "peer: file of NAME URL lines, where the other members listen"),
     R(neighbours, "neighbours", FED_OPT_STR, "", 0, 0,
@@ -906,6 +911,7 @@ static int fill_node_config(const run_cfg *c, run_state *s, fed_node_config *nc)
         nc->data.shard_n = s->nidx;
         nc->data.noise_std = s->noise_std;
         nc->data.local_test = s->local_test;
+        nc->data.finetune_epochs = (uint32_t)c->finetune_epochs;
         nc->transfer.retry_ms = (uint64_t)c->retry_ms;
         nc->client.max_model_params = c->max_model_params;
         nc->client.max_model_flops = c->max_model_flops;

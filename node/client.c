@@ -738,6 +738,7 @@ static fed_err on_model_train(fed_node *n, node_open *op)
     j->aug = n->cfg.data.augment;
     j->noise_std = n->cfg.data.noise_std;
     j->local_test = n->cfg.data.local_test;
+    j->finetune_epochs = n->cfg.data.finetune_epochs;
     j->shard = n->cfg.data.shard;
     j->shard_n = n->cfg.data.shard_n;
     j->global = c->global;

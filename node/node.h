@@ -156,6 +156,9 @@ typedef struct fed_node_data_config {
                                      tensors, or its Ditto personal model):
                                      logged, the round's accuracy in its
                                      database. NULL: none */
+    uint32_t finetune_epochs;     /* client, with local_test: its model is first
+                                     fine-tuned this many epochs on its shard
+                                     (a copy: the round trains from the global) */
     double noise_std;             /* Gaussian noise on its training inputs (the
                                      noise:SIGMA partition's share of this
                                      party, fed_data_partition_noise); 0: none */

@@ -329,6 +329,7 @@ typedef struct node_train_job {
     fed_data_aug aug;       /* client, peer: the config's augment */
     double noise_std;       /* client, peer: the config's data.noise_std */
     const fed_dataset *local_test; /* client: the config's data.local_test */
+    uint32_t finetune_epochs; /* client: the config's data.finetune_epochs */
     double own_acc;         /* out: its own model on local_test before
                                training (NaN: not scored) */
     const int64_t *stats;   /* client, the statistics pass: its contribution

@@ -11,7 +11,8 @@
 #include "node/node_impl.h"
 #include "node/test_hooks.h"
 
-static fed_err train_epochs(node_train_job *j, fed_model *m, fed_optim *o, double *loss)
+static fed_err train_epochs(node_train_job *j, fed_model *m, fed_optim *o, uint32_t epochs,
+                            double *loss)
 {
     fed_trainer *t = NULL;
     fed_step_stats st = {0};
@@ -36,7 +37,7 @@ static fed_err train_epochs(node_train_job *j, fed_model *m, fed_optim *o, doubl
         (e = fed_trainer_set_noise(t, j->noise_std, j->seed ^ j->round * 0x9e3779b97f4a7c15ull)) !=
             FED_OK)
         goto out;
-    for (uint32_t ep = 0; ep < j->set.local_epochs && e == FED_OK; ep++)
+    for (uint32_t ep = 0; ep < epochs && e == FED_OK; ep++)
         e = fed_trainer_epoch(t, j->shard, j->shard_n, &rng, &st);
     if (e == FED_OK && fed_node_site_ranks(j) > 1) /* every rank's share of the loss */
         e = fed_node_site_sum_stats(j->coll, &st);
@@ -185,26 +186,50 @@ static fed_err round_model(node_train_job *j)
     return e;
 }
 
+/* The optimizer the round trains with, as its MODEL says. */
+static void round_optim(const node_train_job *j, fed_optim_cfg *oc)
+{
+    fed_optim_cfg_default(oc, (fed_optim_kind)j->set.optimizer);
+    oc->lr = j->set.lr;
+    oc->prox_mu = j->set.mu;
+    if (oc->kind == FED_OPTIM_SGD)
+        oc->momentum = j->set.momentum;
+    oc->weight_decay = j->set.weight_decay;
+}
+
 /* A client's own model scored on its local test split before the round
  * trains (into j->own_acc): m as it stands (the global with the client's
- * local tensors), or its Ditto personal model, after which m is put back. */
+ * local tensors), or its Ditto personal model, first fine-tuned
+ * j->finetune_epochs on its shard when asked; then m is put back. */
 static fed_err score_own(node_train_job *j, fed_model *m)
 {
     fed_step_stats st = {0};
+    fed_optim_cfg oc;
+    fed_optim *o = NULL;
+    double loss;
+    int moved = j->set.ditto_lambda > 0 && j->personal;
     fed_err e;
 
     j->own_acc = NAN;
     if (!j->local_test || fed_node_site_ranks(j) > 1)
         return FED_OK;
-    if (j->set.ditto_lambda > 0 && j->personal &&
-        (e = fed_model_set_params(m, j->personal)) != FED_OK)
+    if (moved && (e = fed_model_set_params(m, j->personal)) != FED_OK)
         return e;
+    if (j->finetune_epochs > 0) { /* FedAvg + fine-tuning: the baseline */
+        round_optim(j, &oc);
+        oc.prox_mu = 0;
+        if ((e = fed_optim_new(&oc, m, &o)) == FED_OK)
+            e = train_epochs(j, m, o, j->finetune_epochs, &loss);
+        fed_optim_free(o);
+        if (e != FED_OK)
+            return e;
+        moved = 1;
+    }
     if ((e = fed_train_evaluate_all(m, j->local_test, &st)) != FED_OK)
         return e;
     if (st.samples)
         j->own_acc = (double)st.correct / (double)st.samples;
-    if (j->set.ditto_lambda > 0 && j->personal &&
-        ((e = fed_model_set_params(m, j->from)) != FED_OK || (e = put_local(j, m)) != FED_OK))
+    if (moved && ((e = fed_model_set_params(m, j->from)) != FED_OK || (e = put_local(j, m)) != FED_OK))
         return e;
     return FED_OK;
 }
@@ -230,7 +255,7 @@ static fed_err train_personal(node_train_job *j, fed_model *m, const fed_optim_c
         goto out;
     if (j->personal && (e = fed_model_set_params(m, j->personal)) != FED_OK)
         goto out;
-    if ((e = train_epochs(j, m, o, &loss)) == FED_OK)
+    if ((e = train_epochs(j, m, o, j->set.local_epochs, &loss)) == FED_OK)
         e = fed_model_get_params(m, j->personal_out);
 out:
     fed_optim_free(o);
@@ -260,12 +285,7 @@ void fed_node_train_job_run(fed_job *job)
     if (fed_node_site_ranks(j) > 1 && fed_coll_rank(j->coll) == 0 &&
         (e = fed_node_site_announce(j)) != FED_OK)
         goto out;
-    fed_optim_cfg_default(&oc, (fed_optim_kind)j->set.optimizer);
-    oc.lr = j->set.lr;
-    oc.prox_mu = j->set.mu;
-    if (oc.kind == FED_OPTIM_SGD)
-        oc.momentum = j->set.momentum;
-    oc.weight_decay = j->set.weight_decay;
+    round_optim(j, &oc);
     if ((e = fed_model_set_params(m, j->from)) != FED_OK ||
         (!j->params && (e = put_local(j, m)) != FED_OK) ||
         (!j->params && (e = score_own(j, m)) != FED_OK) ||
@@ -273,7 +293,7 @@ void fed_node_train_job_run(fed_job *job)
         goto out;
     if (oc.prox_mu > 0 && (e = fed_optim_set_anchor(o, m)) != FED_OK)
         goto out;
-    if ((e = train_epochs(j, m, o, &j->loss)) != FED_OK)
+    if ((e = train_epochs(j, m, o, j->set.local_epochs, &j->loss)) != FED_OK)
         goto out;
     j->samples = (uint64_t)j->shard_n * j->set.local_epochs;
     if (j->params) { /* the peer's: the trained parameters themselves */
