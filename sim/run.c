@@ -923,11 +923,7 @@ static fed_err personal_eval(const sim_run *r, const fed_dataset *train, const f
     fed_err e;
 
     counters->personal_n = 0;
-    if (fed_comm_size(r->comm) > 1) {
-        fed_log(FED_LOG_ERROR, "sim: --personal-eval runs in one process (not across ranks)");
-        return FED_ERR_UNSUPPORTED;
-    }
-    if (!agg || !np)
+    if (!agg || !np) /* run() refused it across ranks */
         return FED_ERR_ROLE;
     if (!(global = fed_malloc(np * sizeof *global)) || !(params = fed_malloc(np * sizeof *params))) {
         e = FED_ERR_NOMEM;
@@ -1156,6 +1152,10 @@ static fed_err run(const fed_sim_scenario *sc, const fed_dataset *train, fed_dat
     r.peer_mode = !strcmp(sc->role, "peer");
     if ((e = check_scenario(sc, r.peer_mode)) != FED_OK)
         return e;
+    if (sc->personal_eval && fed_comm_size(comm) > 1) {
+        fed_log(FED_LOG_ERROR, "sim: --personal-eval runs in one process (not across ranks)");
+        return FED_ERR_SPEC;
+    }
     if (!train)
         train = *own_train;
     r.shape = train->shape;
