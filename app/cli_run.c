@@ -52,6 +52,8 @@ typedef struct run_cfg {
     char shard[32];
     uint64_t partition_seed;
     int eval;
+    int personal_eval;
+    int finetune_epochs;
     char peers[PATH_MAX_RUN];
     char neighbours[PATH_MAX_RUN];
     char advertise[256];
@@ -116,6 +118,15 @@ static const fed_opt run_opts[] = {
       "seed of the partition (the same on every client)"),
     R(eval, "eval", FED_OPT_BOOL, "true", 0, 0,
       "aggregator, peer: evaluate each round on the test split of --data"),
+    R(personal_eval, "personal-eval", FED_OPT_BOOL, "false", 0, 0,
+      "client: each round, before training, score this site's own model (the global with its "
+      "--local-layers/--local-bn tensors, or its --ditto-lambda personal model) on its local "
+      "test split (the test split of --data cut as --partition and --shard cut the training "
+      "split): logged, and the round's accuracy in its database"),
+    R(finetune_epochs, "finetune-epochs", FED_OPT_INT, "0", 0, 1000,
+      "client, with --personal-eval: first fine-tune its model this many epochs on its shard "
+      "(FedAvg + fine-tuning, the personalization baseline; the round still trains from the "
+      "global)"),
     R(peers, "peers", FED_OPT_STR, "", 0, 0,
       "peer: file of NAME URL lines, where the other members listen"),
     R(neighbours, "neighbours", FED_OPT_STR, "", 0, 0,
@@ -230,6 +241,8 @@ typedef struct run_state {
     fed_dataset *val;   /* --val-data */
     uint32_t *vidx;     /* --val-fraction: the held-out samples of train */
     size_t nvidx;
+    double noise_std; /* its part's feature noise (--partition noise:SIGMA) */
+    fed_dataset *local_test; /* client, --personal-eval: its part of the test split */
     float *init_params; /* --model FILE.onnx's weights as the model's flat buffer */
     /* --standardize on CSV data: its columns, a client's contribution to the
        statistics pass (over its shard's rows, idx0 in the file), and the
@@ -256,6 +269,7 @@ static void run_state_free(run_state *s)
     fed_data_free(s->shared[1]);
     fed_data_free(s->train);
     fed_data_free(s->test);
+    fed_data_free(s->local_test);
     fed_pool_free(s->pool);
     fed_backend_free(s->be);
     fed_store_close(s->store);
@@ -580,6 +594,39 @@ static int load_val(const run_cfg *c, run_state *s, int shard)
     return -1;
 }
 
+/* --personal-eval: the client's part of the test split, cut as its
+ * training part is (the same scheme, seed, shard and K). */
+static int load_local_test(const run_cfg *c, run_state *s, const fed_data_opts *dopts, int shard,
+                           int k)
+{
+    fed_dataset *all = NULL;
+    uint32_t *idx = NULL;
+    size_t n = 0;
+    int rc;
+    fed_err e;
+
+    if ((e = fed_data_open_opts(c->s.data, 0, dopts, &all)) != FED_OK) {
+        fed_cli_error("run: --personal-eval: the test split of %s: %s", c->s.data,
+                      fed_strerror(e));
+        return 1;
+    }
+    if ((rc = fit_declared(c, all, "test split")) < 0) {
+        e = fed_data_partition(all, c->s.partition, shard, k, c->partition_seed, &idx, &n);
+        if (e == FED_OK && n == 0)
+            e = FED_ERR_RANGE; /* its labels have no test sample */
+        if (e == FED_OK)
+            e = fed_data_subset(all, idx, n, &s->local_test);
+        if (e != FED_OK) {
+            fed_cli_error("run: --personal-eval: part %d/%d of the test split of %s: %s", shard,
+                          k, c->s.data, fed_strerror(e));
+            rc = 1;
+        }
+    }
+    fed_free(idx);
+    fed_data_free(all);
+    return rc;
+}
+
 /* client: its shard; aggregator: the test split (evaluation, and the input
  * when nothing declares it), or nothing; peer: both. */
 static int load_data(const run_cfg *c, run_state *s, fed_node_role role)
@@ -617,6 +664,8 @@ static int load_data(const run_cfg *c, run_state *s, fed_node_role role)
         if ((e = fed_data_augment_check(c->s.augment, s->train)) == FED_OK)
             e = fed_data_partition(s->train, c->s.partition, shard, k, c->partition_seed, &s->idx,
                                    &s->nidx);
+        if (e == FED_OK)
+            e = fed_data_partition_noise(c->s.partition, shard, k, &s->noise_std);
         if (e == FED_OK && s->nidx == 0)
             e = FED_ERR_RANGE;
         if (e == FED_OK && (rc = stats_prepare(c, s, role, s->train)) >= 0)
@@ -636,6 +685,8 @@ static int load_data(const run_cfg *c, run_state *s, fed_node_role role)
     }
     if (s->test && (rc = fit_declared(c, s->test, "test split")) >= 0)
         return rc;
+    if (role == FED_NODE_CLIENT && c->personal_eval)
+        return load_local_test(c, s, &dopts, shard, k);
     return -1;
 }
 
@@ -745,6 +796,7 @@ static int fill_training(const run_cfg *c, run_state *s, fed_node_config *nc)
         return rc;
     /* the data's, fitted to what is declared; else the declared input */
     nc->shape = s->test ? s->test->shape : c->decl.in;
+    nc->shape.scale = fed_node_settings_input_scale(&c->s);
     nc->graph = c->graph; /* the whole graph beside its id, when longer */
     if (fed_model_spec_explain(c->graph ? c->graph : c->s.model, nc->shape, why, sizeof why) !=
         FED_OK) {
@@ -953,6 +1005,7 @@ static int fill_peer(const run_cfg *c, run_state *s, fed_node_config *nc)
     nc->data.train = s->train;
     nc->data.shard = s->idx;
     nc->data.shard_n = s->nidx;
+    nc->data.noise_std = s->noise_std;
     nc->transfer.retry_ms = (uint64_t)c->retry_ms;
     return -1;
 }
@@ -982,6 +1035,9 @@ static int fill_node_config(const run_cfg *c, run_state *s, fed_node_config *nc)
         nc->data.val_idx = s->vidx;
         nc->data.val_n = s->nvidx;
         nc->data.no_site_metrics = !c->site_metrics;
+        nc->data.noise_std = s->noise_std;
+        nc->data.local_test = s->local_test;
+        nc->data.finetune_epochs = (uint32_t)c->finetune_epochs;
         nc->transfer.retry_ms = (uint64_t)c->retry_ms;
         nc->client.max_model_params = c->max_model_params;
         nc->client.max_model_flops = c->max_model_flops;

@@ -926,6 +926,7 @@ typedef struct export_cfg {
     char metric[FED_METRICS_NAME_MAX];
     char format[16];
     char out[PATH_MAX_CLI];
+    int personal;
 } export_cfg;
 
 #define X(field, name, type, def, min, max, help)                              \
@@ -943,6 +944,8 @@ static const fed_opt export_opts[] = {
       "safetensors (the weights, for PyTorch's load_state_dict) or onnx (the inference graph "
       "with its weights, opset 14: logits out, dropout removed)"),
     X(out, "out", FED_OPT_STR, "", 0, 0, "the .safetensors (or .onnx) file to write"),
+    X(personal, "personal", FED_OPT_BOOL, "false", 0, 0,
+      "a client's database under Ditto (--ditto-lambda): export its personal model"),
 };
 #undef X
 
@@ -1056,6 +1059,26 @@ static fed_err ckpt_stats(const fed_store_ckpt *ck, size_t features, fed_store_s
     return FED_OK;
 }
 
+/* A client's checkpoint read as its personal model's (Ditto): the
+ * personal section's floats (after their count, which must match) as the
+ * params section; FED_ERR_NOTFOUND without one, FED_ERR_FORMAT when
+ * malformed. */
+static fed_err personal_view(fed_store_ckpt *ck)
+{
+    const fed_store_section *v = fed_store_ckpt_find(ck, FED_CKPT_SEC_PERSONAL);
+
+    if (!v || fed_store_ckpt_find(ck, FED_CKPT_SEC_PARAMS))
+        return FED_ERR_NOTFOUND;
+    if (v->len <= 8 || (v->len - 8) % sizeof(float) ||
+        fed_get_u64le(v->data) != (v->len - 8) / sizeof(float))
+        return FED_ERR_FORMAT;
+    if (ck->nsections == FED_CKPT_MAX_SECTIONS)
+        return FED_ERR_FORMAT;
+    ck->sections[ck->nsections++] = (fed_store_section){FED_CKPT_SEC_PARAMS,
+                                                        (const uint8_t *)v->data + 8, v->len - 8};
+    return FED_OK;
+}
+
 int fed_cli_export(int argc, char **argv)
 {
     export_cfg c;
@@ -1100,6 +1123,12 @@ int fed_cli_export(int argc, char **argv)
     if (e != FED_OK) {
         fed_cli_error("export: no valid checkpoint%s%s in %s: %s", c.round[0] ? " of round " : "",
                       c.round, c.db, fed_strerror(e));
+        goto out;
+    }
+    if (c.personal && (e = personal_view(&ck)) != FED_OK) {
+        fed_cli_error("export: --personal: checkpoint %" PRIu64 " of %s holds no personal model "
+                      "(a client's database under --ditto-lambda has one): %s", ck.id, c.db,
+                      fed_strerror(e));
         goto out;
     }
     if ((e = fed_backend_cpu_new(1, &be)) != FED_OK || (e = model_from_ckpt(&ck, be, &m)) != FED_OK) {
@@ -1184,7 +1213,7 @@ static int parse_input(const char *s, fed_model_shape *sh)
 
     return sscanf(s, "%d,%d,%d,%d%n", &v[0], &v[1], &v[2], &v[3], &n) == 4 && s[n] == '\0' &&
            v[0] > 0 && v[1] > 0 && v[2] > 0 && v[3] > 1 &&
-           ((*sh = (fed_model_shape){v[0], v[1], v[2], v[3]}), 1);
+           ((*sh = (fed_model_shape){v[0], v[1], v[2], v[3], 0}), 1);
 }
 
 /* The spec and shape to build: the file's, or the flags' when it has none;

@@ -40,6 +40,7 @@
 typedef struct train_cfg {
     char data[512];
     char model[FED_MODEL_SPEC_MAX];
+    char input_scale[16];
     char *graph; /* --model FILE of a graph longer than its id: the whole (not an option) */
     fed_onnx *onnx; /* --model FILE.onnx: its weights, the initial ones (not an option) */
     int epochs;
@@ -79,6 +80,9 @@ static const fed_opt train_opts[] = {
       "subfolder per class, PNG or JPEG), or a CSV file"),
     T(model, "model", FED_OPT_STR, "mlp:256,128", 0, 0,
       "logreg, mlp:W1,W2,..., cnn, or a layer file (docs/model-formats.md)"),
+    T(input_scale, "input-scale", FED_OPT_STR, "centred", 0, 0,
+      "how the model maps image bytes: centred (b / 127.5 - 1) or unit (b / 255, "
+      "torchvision's ToTensor); kept with --db, said by the export"),
     T(epochs, "epochs", FED_OPT_INT, "10", 1, 100000, "passes over the (shard of the) data"),
     T(batch, "batch", FED_OPT_INT, "64", 1, 65536, "samples per step"),
     T(lr, "lr", FED_OPT_DOUBLE, "0", 0, 100,
@@ -98,7 +102,8 @@ static const fed_opt train_opts[] = {
     T(seed, "seed", FED_OPT_U64, "1", 0, 0, "seed of initialization and shuffling"),
     T(partition, "partition", FED_OPT_STR, "iid", 0, 0,
       "how the data is split among --shard's K nodes: iid, dirichlet:ALPHA, shards:N, "
-      "niid-dirichlet:BETA, labels:K, quantity:BETA"),
+      "niid-dirichlet:BETA, labels:K, quantity:BETA, noise:SIGMA (iid; part I's inputs get "
+      "Gaussian noise of std SIGMA * I / (K - 1))"),
     T(shard, "shard", FED_OPT_STR, "0/1", 0, 0, "I/K: train on part I (0-based) of K"),
     T(partition_seed, "partition-seed", FED_OPT_U64, "1", 0, 0,
       "seed of the partition (the same on every node)"),
@@ -322,7 +327,7 @@ static int check_train_cfg(const train_cfg *c, fed_optim_cfg *oc, int *shard, in
     }
     if (fed_data_parse_scheme(c->partition, &scheme) != FED_OK) {
         fed_cli_error("train: --partition: '%s' is not iid, dirichlet:ALPHA, shards:N, "
-                      "niid-dirichlet:BETA, labels:K or quantity:BETA", c->partition);
+                      "niid-dirichlet:BETA, labels:K, quantity:BETA or noise:SIGMA", c->partition);
         return 2;
     }
     return 0;
@@ -533,6 +538,8 @@ static int train_main(const train_cfg *c, int argc, char **argv)
     fed_data_aug aug;
     fed_optim_cfg oc;
     fed_rng init, shuffle;
+    fed_model_shape in;
+    double noise = 0;
     int shard = 0, k = 1, threads = c->threads ? c->threads : fed_cli_online_cores(), rc;
     fed_err err;
 
@@ -580,7 +587,13 @@ static int train_main(const train_cfg *c, int argc, char **argv)
     }
     /* a Poisson draw is batch on average: room for 6 standard deviations more
        (a larger one runs in pieces) */
-    if ((err = fed_model_new(c->graph ? c->graph : c->model, w.train->shape, w.be, w.pool, threads,
+    in = w.train->shape;
+    if (fed_model_input_scale_parse(c->input_scale, &in.scale) != FED_OK) {
+        fed_cli_error("train: --input-scale '%s': centred or unit", c->input_scale);
+        rc = 2;
+        goto out;
+    }
+    if ((err = fed_model_new(c->graph ? c->graph : c->model, in, w.be, w.pool, threads,
                              c->dp_sgd ? c->batch + (int)(6 * sqrt(c->batch)) + 8 : c->batch,
                              &w.m)) != FED_OK) {
         rc = fail(c->model, err);
@@ -618,6 +631,11 @@ static int train_main(const train_cfg *c, int argc, char **argv)
     if (fed_data_parse_augment(c->augment, &aug) == FED_OK &&
         (err = fed_trainer_set_augment(w.t, &aug, c->seed)) != FED_OK) {
         rc = fail("--augment", err);
+        goto out;
+    }
+    if ((err = fed_data_partition_noise(c->partition, shard, k, &noise)) != FED_OK ||
+        (err = fed_trainer_set_noise(w.t, noise, c->seed)) != FED_OK) {
+        rc = fail("--partition", err);
         goto out;
     }
     print_header(c, &w, &oc, threads);

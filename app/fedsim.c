@@ -297,6 +297,30 @@ static void print_rss(const fed_comm *comm)
     fed_free(all);
 }
 
+/* --personal-eval's figures: each client's own model on its local test
+ * split, then the mean and the worst. */
+static void print_personal(const fed_sim_scenario *sc, const fed_sim_counters *c)
+{
+    double sum = 0, worst = 1;
+
+    printf("personalized accuracy (%s%s%s%s, each client on its local test split%s):\n",
+           sc->s.local_layers[0] ? "--local-layers " : "", sc->s.local_layers,
+           sc->s.local_bn ? " --local-bn" : "",
+           sc->s.ditto_lambda > 0 ? " Ditto's personal models"
+           : sc->s.local_layers[0] || sc->s.local_bn ? "" : "the global model",
+           sc->finetune_epochs ? ", after fine-tuning" : "");
+    for (uint64_t i = 0; i < c->personal_n; i++) {
+        double a = (double)c->personal_ppm[i] / 1e6;
+
+        printf("  client %2llu  %.4f\n", (unsigned long long)i, a);
+        sum += a;
+        worst = a < worst ? a : worst;
+    }
+    if (c->personal_n)
+        printf("personalized mean %.4f worst %.4f over %llu clients\n", sum / (double)c->personal_n,
+               worst, (unsigned long long)c->personal_n);
+}
+
 int main(int argc, char **argv)
 {
     fed_sim_scenario sc;
@@ -442,6 +466,8 @@ int main(int argc, char **argv)
     sodium_bin2hex(hex, sizeof hex, hash, sizeof hash);
     if (rank == 0)
         printf("final model sha256 %s\n", hex);
+    if (rank == 0 && sc.personal_eval)
+        print_personal(&sc, &cnt);
     {
         struct rusage ru;
         double end = wall_s();

@@ -45,7 +45,7 @@ static int make_data(fed_dataset *d, uint32_t **idx)
 
     memset(d, 0, sizeof *d);
     d->n = SAMPLES;
-    d->shape = (fed_model_shape){1, 28, 28, 10};
+    d->shape = (fed_model_shape){1, 28, 28, 10, 0};
     d->features = 784;
     d->x_u8 = malloc((size_t)SAMPLES * 784);
     d->y = malloc(SAMPLES * sizeof *d->y);

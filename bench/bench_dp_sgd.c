@@ -78,7 +78,7 @@ static double time_steps(fed_model *m, fed_optim *o, const fed_batch *b, int wha
 
 static int bench(fed_backend *be, fed_pool *pool, const char *spec, int steps)
 {
-    fed_model_shape in = {1, 28, 28, 10};
+    fed_model_shape in = {1, 28, 28, 10, 0};
     uint8_t *x = malloc((size_t)BATCH * 784);
     int32_t y[BATCH];
     fed_model *m = NULL;

@@ -55,7 +55,7 @@ static int random_data(fed_dataset *d, uint32_t **idx, size_t n)
 
     memset(d, 0, sizeof *d);
     d->n = n;
-    d->shape = (fed_model_shape){1, 28, 28, 10};
+    d->shape = (fed_model_shape){1, 28, 28, 10, 0};
     d->features = 784;
     d->x_u8 = malloc(n * 784);
     d->y = malloc(n * sizeof *d->y);

@@ -69,6 +69,8 @@ static const fed_wire_field model_fields[] = {
     {FED_WIRE_SET_INPUT, 16, 16, 0, 1},                /* when declared */
     {FED_WIRE_SET_PATHS, 8, 8 + FED_WIRE_LOCAL_LAYERS_MAX, 0, 1}, /* when a tensor stays */
     {FED_WIRE_SET_SITE_EVAL, 8, 8, 0, 1},              /* with --eval-every */
+    {FED_WIRE_SET_KNOBS, FED_WIRE_KNOB_BYTES, FED_WIRE_KNOB_BYTES * FED_WIRE_KNOBS_MAX, 0,
+     1}, /* when a knob is set */
 };
 static const fed_wire_field report_fields[] = {
     {FED_WIRE_FIELD_DP_REPORT, 16, 16, 0, 0},
@@ -199,6 +201,12 @@ static uint32_t stats_len(const fed_wire_settings *s)
                                                        : 0);
 }
 
+/* Field 19's entries this node writes: each knob away from its default. */
+static uint32_t knobs_count(const fed_wire_settings *s)
+{
+    return (s->weight_decay != 0) + (s->input_scale != 0) + (s->ditto_lambda != 0);
+}
+
 size_t fed_wire_block_bytes(uint8_t type, const fed_wire_block *b)
 {
     size_t n = fed_wire_block_size(type);
@@ -212,6 +220,8 @@ size_t fed_wire_block_bytes(uint8_t type, const fed_wire_block *b)
     if (n && type == FED_WIRE_MODEL && b->settings.paths_on)
         n += FED_WIRE_FIELD_HEAD_BYTES + 8 + strnlen(b->settings.local_layers,
                                                      FED_WIRE_LOCAL_LAYERS_MAX);
+    if (n && type == FED_WIRE_MODEL && knobs_count(&b->settings))
+        n += FED_WIRE_FIELD_HEAD_BYTES + FED_WIRE_KNOB_BYTES * knobs_count(&b->settings);
     if (n && (type == FED_WIRE_DELTA || type == FED_WIRE_SA_MASKED) && b->seg_count)
         n += FED_WIRE_FIELD_HEAD_BYTES + 4 + 8 * (size_t)b->seg_count;
     if (n && type == FED_WIRE_MODEL && b->settings.eval_every)
@@ -331,9 +341,17 @@ static int paths_ok(const fed_wire_settings *s)
     return isfinite(s->sa_stats_range) && s->sa_stats_range > 0;
 }
 
+/* Field 19's knobs: a finite weight decay >= 0, a known input scale. */
+static int knobs_ok(const fed_wire_settings *s)
+{
+    return isfinite(s->weight_decay) && s->weight_decay >= 0 && s->input_scale <= 1 &&
+           isfinite(s->ditto_lambda) && s->ditto_lambda >= 0 && s->refused_knob == 0;
+}
+
 static int settings_ok(const fed_wire_settings *s)
 {
     return spec_ok(s->spec) && graph_ok(s) && stats_ok(s) && input_ok(s) && paths_ok(s) &&
+           knobs_ok(s) &&
            isfinite(s->lr) && s->lr > 0 && isfinite(s->mu) && s->mu >= 0 &&
            isfinite(s->momentum) && s->momentum >= 0 && s->momentum < 1 &&
            isfinite(s->fraction) && s->fraction >= 0 && s->fraction <= 1 && dp_ok(s) &&
@@ -384,6 +402,75 @@ static uint8_t *field_head(uint8_t *p, uint16_t tag)
 }
 
 static void encode_secagg(const fed_wire_settings *s, uint8_t *out);
+
+/* One knob's entry at p; returns the next. */
+static uint8_t *put_knob(uint8_t *p, uint16_t id, uint16_t flags, uint32_t bits)
+{
+    fed_put_u16le(p, id);
+    fed_put_u16le(p + 2, flags);
+    fed_put_u32le(p + 4, bits);
+    return p + FED_WIRE_KNOB_BYTES;
+}
+
+/* Field 19, when a knob is set: required, and so is each knob (a node
+ * that ignored one would train another model). */
+static uint8_t *encode_knobs(const fed_wire_settings *s, uint8_t *p)
+{
+    uint32_t n = knobs_count(s);
+    uint32_t bits;
+
+    if (!n)
+        return p;
+    fed_put_u16le(p, FED_WIRE_SET_KNOBS);
+    fed_put_u16le(p + 2, FED_WIRE_FIELD_REQUIRED);
+    fed_put_u32le(p + 4, FED_WIRE_KNOB_BYTES * n);
+    p += FED_WIRE_FIELD_HEAD_BYTES;
+    if (s->weight_decay != 0) {
+        memcpy(&bits, &s->weight_decay, 4);
+        p = put_knob(p, FED_WIRE_KNOB_WEIGHT_DECAY, FED_WIRE_KNOB_REQUIRED, bits);
+    }
+    if (s->input_scale != 0)
+        p = put_knob(p, FED_WIRE_KNOB_INPUT_SCALE, FED_WIRE_KNOB_REQUIRED, s->input_scale);
+    if (s->ditto_lambda != 0) { /* required: the sites' personal models are the point */
+        memcpy(&bits, &s->ditto_lambda, 4);
+        p = put_knob(p, FED_WIRE_KNOB_DITTO, FED_WIRE_KNOB_REQUIRED, bits);
+    }
+    return p;
+}
+
+/* Field 19's entries into s: whole entries, ids increasing, known flags; an
+ * unknown knob skipped unless required (its id in s->refused_knob). */
+static int take_knobs(const uint8_t *v, uint32_t len, fed_wire_settings *s)
+{
+    uint32_t prev = 0;
+
+    if (len % FED_WIRE_KNOB_BYTES)
+        return 0;
+    for (uint32_t at = 0; at < len; at += FED_WIRE_KNOB_BYTES) {
+        uint16_t id = fed_get_u16le(v + at), flags = fed_get_u16le(v + at + 2);
+
+        if (id <= prev || (flags & ~FED_WIRE_KNOB_REQUIRED))
+            return 0;
+        prev = id;
+        if (id == FED_WIRE_KNOB_WEIGHT_DECAY) {
+            s->weight_decay = fed_get_f32le(v + at + 4);
+            if (!(isfinite(s->weight_decay) && s->weight_decay > 0))
+                return 0;
+        } else if (id == FED_WIRE_KNOB_INPUT_SCALE) {
+            s->input_scale = fed_get_u32le(v + at + 4);
+            if (s->input_scale != 1)
+                return 0;
+        } else if (id == FED_WIRE_KNOB_DITTO) {
+            s->ditto_lambda = fed_get_f32le(v + at + 4);
+            if (!(isfinite(s->ditto_lambda) && s->ditto_lambda > 0))
+                return 0;
+        } else if (flags & FED_WIRE_KNOB_REQUIRED) {
+            s->refused_knob = id;
+            return 0;
+        }
+    }
+    return 1;
+}
 
 /* Every known MODEL field, in tag order, into out; returns the end. */
 static uint8_t *encode_settings(const fed_wire_settings *s, uint8_t *out)
@@ -463,7 +550,7 @@ static uint8_t *encode_settings(const fed_wire_settings *s, uint8_t *out)
         fed_put_u32le(p + 4, s->eval_classes);
         p += 8;
     }
-    return p;
+    return encode_knobs(s, p);
 }
 
 /* DELTA's segments, when listed: required (an aggregator that ignored it
@@ -579,6 +666,7 @@ static int take_setting(uint16_t tag, const uint8_t *v, uint32_t len, fed_wire_s
         s->eval_classes = fed_get_u32le(v + 4);
         return s->eval_every >= 1 && s->eval_classes >= 1 &&
                s->eval_classes <= FED_WIRE_INPUT_MAX;
+    case FED_WIRE_SET_KNOBS: return take_knobs(v, len, s);
     default: return 0;
     }
     return 1;
@@ -655,6 +743,10 @@ static fed_err decode_fields(const fed_wire_type_info *ti, const uint8_t *in, si
         } else if (flen < f->min || flen > f->max) {
             return FED_ERR_FIELD_LENGTH;
         } else if (!take_field(ti->type, tag, in + at, flen, b)) {
+            if (ti->type == FED_WIRE_MODEL && b->settings.refused_knob) {
+                b->refused_tag = tag; /* a knob it must not ignore */
+                return FED_ERR_FIELD_REQUIRED;
+            }
             return FED_ERR_PAYLOAD;
         } else {
             seen |= (uint64_t)1 << (f - ti->fields);

@@ -161,12 +161,24 @@
  *               (node/site_eval.h). Present only with --eval-every, and
  *               then required: a client that does not know it would send
  *               a contribution of the wrong length
+ *      19  8..128 knobs, an extensible list of the model's and the
+ *               optimizer's settings: entries of 8 bytes, id u16
+ *               (strictly increasing), flags u16 (FED_WIRE_KNOB_REQUIRED: a
+ *               receiver that does not know the id refuses the round), a
+ *               value of 4 bytes; a knob at its default is left out.
+ *               Known: 1 weight decay (f32 > 0, finite; SGD's L2 term,
+ *               Adam's decoupled decay), 2 input scale (u32: 1 unit, pixels
+ *               b / 255 in [0, 1]; absent: centred, b / 127.5 - 1), 3 Ditto's
+ *               lambda (f32 > 0: each client also trains its personal
+ *               model, pulled toward the global one). Present
+ *               only with a knob, and then required. A new knob is a new id
+ *               here
  *   This node marks 1-10 required, 11 when it requires DP-SGD, 12 when on,
- *   13, 14, 16 and 17 when present, 15 when its input is declared
+ *   13, 14, 16, 17 and 19 when present, 15 when its input is declared
  *   (optional): its MODEL block is FED_WIRE_MODEL_BLOCK_BYTES (311), 8 + the
  *   graph's length more with 13, 8 + 16 (+ 24 a column with mode 2) more
- *   with 14, 24 more with 15, 16 + the globs' with 16, 16 more with 17.
- *   MODEL's fields may take
+ *   with 14, 24 more with 15, 16 + the globs' with 16, 16 more with 17, 8 +
+ *   8 a knob with 19 (18 is free). MODEL's fields may take
  *   FED_WIRE_SETTINGS_MAX bytes.
  * DELTA's and LEAVE's fields:
  *     tag  L    value
@@ -264,8 +276,9 @@ typedef enum fed_wire_setting_tag {
     FED_WIRE_SET_INPUT = 15,
     FED_WIRE_SET_PATHS = 16,
     FED_WIRE_SET_SITE_EVAL = 17,
+    FED_WIRE_SET_KNOBS = 19, /* 18: free */
 } fed_wire_setting_tag;
-#define FED_WIRE_SET_TAG_MAX 17
+#define FED_WIRE_SET_TAG_MAX 19
 /* The shared statistics field (14): what a round does with them. */
 #define FED_WIRE_STATS_PASS 1u  /* the statistics pass: contribute, do not train */
 #define FED_WIRE_STATS_APPLY 2u /* standardize each numeric column with these */
@@ -274,6 +287,13 @@ typedef enum fed_wire_setting_tag {
 #define FED_WIRE_PATHS_LOCAL_BN 0x1u    /* every norm tensor (FedBN) */
 #define FED_WIRE_PATHS_STATS_LOCAL 0x2u /* every non-trained statistic (DP) */
 #define FED_WIRE_LOCAL_LAYERS_MAX 255   /* bytes of field 16's globs */
+/* Field 19's knobs: ids, the entry's flag, how many a field holds. */
+#define FED_WIRE_KNOB_WEIGHT_DECAY 1u /* f32 > 0 */
+#define FED_WIRE_KNOB_INPUT_SCALE 2u  /* u32, fed_model_input_scale: 1 unit */
+#define FED_WIRE_KNOB_DITTO 3u        /* f32 > 0: Ditto's lambda */
+#define FED_WIRE_KNOB_REQUIRED 0x0001u
+#define FED_WIRE_KNOB_BYTES 8
+#define FED_WIRE_KNOBS_MAX 16
 #define FED_WIRE_DP_REQUIRED 0x1u /* DP-SGD field: the round must be trained with it */
 /* DELTA's and LEAVE's fields. */
 #define FED_WIRE_FIELD_DP_REPORT 1 /* epsilon spent, budget (f64 each) */
@@ -433,6 +453,11 @@ typedef struct fed_wire_settings {
        statistics for eval_classes classes (node/site_eval.h) */
     uint32_t eval_every;
     uint32_t eval_classes;
+    /* knobs (field 19; each absent: its default) */
+    float weight_decay;      /* >= 0; 0: none */
+    uint32_t input_scale;    /* fed_model_input_scale; 0: centred */
+    float ditto_lambda;      /* > 0: Ditto's personal models; 0: none */
+    uint32_t refused_knob;   /* decoded: an unknown required knob's id */
 } fed_wire_settings;
 
 /* A decoded typed block; which fields mean something depends on the type. */

@@ -278,6 +278,9 @@ void fed_data_free(fed_dataset *d);
  *                each label split equally among its holders ("#C=K")
  *   quantity:B   shuffled samples cut by p ~ Dir(B), redrawn until every
  *                party holds 10
+ *   noise:S      iid; party i's training inputs get Gaussian noise of std
+ *                S * i / (k - 1) at batch time (fed_data_partition_noise,
+ *                fed_trainer_set_noise): feature skew, not label skew
  * A bad scheme is FED_ERR_BAD_VALUE, a bad shard/k FED_ERR_RANGE (logged). */
 FED_WUR fed_err fed_data_partition(const fed_dataset *d, const char *scheme, int shard, int k,
                                    uint64_t seed, uint32_t **idx, size_t *n);
@@ -304,15 +307,21 @@ typedef enum fed_data_scheme_kind {
     FED_DATA_NIID_DIRICHLET,
     FED_DATA_LABELS,
     FED_DATA_QUANTITY,
+    FED_DATA_NOISE,
 } fed_data_scheme_kind;
 typedef struct fed_data_scheme {
     fed_data_scheme_kind kind;
     double alpha; /* dirichlet, niid-dirichlet, quantity: concentration, > 0 */
     int shards;   /* shards: chunks per node, >= 1 */
     int labels;   /* labels: per party, >= 1 */
+    double sigma; /* noise: the last party's std, >= 0 */
 } fed_data_scheme;
 /* FED_ERR_BAD_VALUE (logged, naming the text) when scheme is none of the above. */
 FED_WUR fed_err fed_data_parse_scheme(const char *scheme, fed_data_scheme *out);
+/* The std of the Gaussian noise party shard of k adds to its training
+ * inputs under scheme: noise:S gives S * shard / (k - 1) (0 with k = 1),
+ * every other scheme 0. Errors as fed_data_partition's. */
+FED_WUR fed_err fed_data_partition_noise(const char *scheme, int shard, int k, double *std);
 
 /* Training augmentation of uint8 images: "none" (or ""), "crop:P" (each
  * sample shifted by dx, dy drawn uniformly from [-P, P], as a random crop

@@ -504,7 +504,7 @@ static fed_err decode_all(const char *dir, const img_shape *s, const img_index *
     if (!(d = fed_calloc(1, sizeof *d)))
         return FED_ERR_NOMEM;
     d->features = f;
-    d->shape = (fed_model_shape){ s->c, s->h, s->w, (int)x->classes.n };
+    d->shape = (fed_model_shape){ s->c, s->h, s->w, (int)x->classes.n, 0 };
     d->x_u8 = fed_malloc(x->total ? x->total * f : 1);
     d->y = fed_malloc(x->total ? x->total * sizeof *d->y : 1);
     if (!d->x_u8 || !d->y) {
@@ -587,7 +587,7 @@ static int cache_load(const char *ip, const char *lp, const img_shape *s, const 
             fed_data_free(d);
             return 0;
         }
-    d->shape = (fed_model_shape){ s->c, s->h, s->w, (int)x->classes.n };
+    d->shape = (fed_model_shape){ s->c, s->h, s->w, (int)x->classes.n, 0 };
     *out = d;
     return 1;
 }

@@ -70,7 +70,7 @@ static fed_err add_shape(fed_model_decl *out, const fed_model_shape *s, const ch
 fed_err fed_model_input_declare(const fed_model_decl_src *src, fed_model_decl *out,
                                 char *why, size_t cap)
 {
-    fed_model_shape s = {0, 0, 0, 0};
+    fed_model_shape s = {0, 0, 0, 0, 0};
     char by[80];
     fed_err e;
 
@@ -92,7 +92,7 @@ fed_err fed_model_input_declare(const fed_model_decl_src *src, fed_model_decl *o
             return e;
     }
     if (src->features > 0) {
-        s = (fed_model_shape){1, 1, src->features, 0};
+        s = (fed_model_shape){1, 1, src->features, 0, 0};
         snprintf(by, sizeof by, "--features %d", src->features);
         if ((e = add_shape(out, &s, by, why, cap)) != FED_OK)
             return e;

@@ -75,6 +75,7 @@ fed_err fed_model_file_parse(const uint8_t *buf, size_t len, fed_model_file *out
     fed_err err;
 
     memset(out, 0, sizeof *out);
+    memset(&shape, 0, sizeof shape); /* the file says no scale: centred */
     if (len < 8)
         return FED_ERR_TRUNCATED;
     if (memcmp(buf, FED_MODEL_FILE_MAGIC, 8) != 0)

@@ -9,6 +9,7 @@
  * the layer table branches on a layer's kind. */
 #include "model/model.h"
 
+#include <assert.h>
 #include <ctype.h>
 #include <fnmatch.h>
 #include <math.h>
@@ -1579,6 +1580,11 @@ static fed_err model_build(plan *p, fed_model_shape in, fed_backend *be, fed_poo
     fed_model *m = NULL;
     fed_err err;
 
+    if (in.scale != FED_MODEL_INPUT_CENTRED && in.scale != FED_MODEL_INPUT_UNIT) {
+        fed_log(FED_LOG_ERROR, "model: input scale %d: centred (0) or unit (1)", in.scale);
+        err = FED_ERR_SHAPE;
+        goto out;
+    }
     if ((err = backend_fits(p, be)) != FED_OK)
         goto out;
     if (!(be->caps & FED_BACKEND_CAP_SHARDS))
@@ -1706,6 +1712,30 @@ const char *fed_model_spec(const fed_model *m) { return m->spec; }
 const char *fed_model_graph(const fed_model *m) { return m->graph ? m->graph : m->spec; }
 int fed_model_nlogits(const fed_model *m) { return m->nlogits; }
 fed_model_shape fed_model_input(const fed_model *m) { return m->in; }
+
+fed_err fed_model_input_scale_parse(const char *text, int *out)
+{
+    if (!strcmp(text, "centred"))
+        *out = FED_MODEL_INPUT_CENTRED;
+    else if (!strcmp(text, "unit"))
+        *out = FED_MODEL_INPUT_UNIT;
+    else
+        return FED_ERR_SPEC;
+    return FED_OK;
+}
+
+const char *fed_model_input_scale_name(int scale)
+{
+    return scale == FED_MODEL_INPUT_CENTRED ? "centred" : scale == FED_MODEL_INPUT_UNIT ? "unit"
+                                                                                          : "?";
+}
+
+void fed_model_input_map(int scale, float *mul, float *add)
+{
+    assert(scale == FED_MODEL_INPUT_CENTRED || scale == FED_MODEL_INPUT_UNIT);
+    *mul = scale == FED_MODEL_INPUT_UNIT ? 1.0f / 255.0f : FED_MODEL_PIXEL_SCALE;
+    *add = scale == FED_MODEL_INPUT_UNIT ? 0.0f : FED_MODEL_PIXEL_SHIFT;
+}
 size_t fed_model_nparams(const fed_model *m) { return m->nparams; }
 fed_backend *fed_model_backend(const fed_model *m) { return m->be; }
 float *fed_model_params_dev(fed_model *m) { return m->params; }
@@ -2818,10 +2848,12 @@ static fed_err upload_rows(fed_model *m, int off, int n)
     fed_err err;
 
     if (b->x_u8) {
+        float mul, add;
+
+        fed_model_input_map(m->in.scale, &mul, &add);
         err = be->upload(be, m->ws.x_u8 + at, b->x_u8 + at, cnt);
         if (err == FED_OK)
-            be->u8_to_f32(be, m->ws.x + at, m->ws.x_u8 + at, cnt, FED_MODEL_PIXEL_SCALE,
-                          FED_MODEL_PIXEL_SHIFT);
+            be->u8_to_f32(be, m->ws.x + at, m->ws.x_u8 + at, cnt, mul, add);
     } else {
         err = be->upload(be, m->ws.x + at, b->x_f32 + at, cnt * sizeof(float));
     }

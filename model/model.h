@@ -47,10 +47,12 @@
 
 typedef struct fed_model fed_model;
 
-/* One input sample: (c, h, w) values, and the number of classes. */
+/* One input sample: (c, h, w) values, the number of classes, and how its
+ * pixel bytes become floats (fed_model_input_scale; images only). */
 typedef struct fed_model_shape {
     int c, h, w;
     int classes;
+    int scale; /* FED_MODEL_INPUT_CENTRED (0, the default) or _UNIT */
 } fed_model_shape;
 
 /* fed_tensor_info.flags: the tensor is trained (batch norm's running
@@ -85,8 +87,24 @@ typedef struct fed_tensor_info {
 #define FED_MODEL_PIXEL_SCALE (2.0f / 255.0f)
 #define FED_MODEL_PIXEL_SHIFT (-1.0f)
 
-/* A batch on the host: exactly one of x_u8 (images, mapped to [-1, 1] on the
- * device, above) or x_f32 is set, each (n, c*h*w); y (n) holds class labels,
+/* --input-scale: how a model maps pixel bytes, a setting of the model that
+ * every site and the export share. CENTRED: b / 127.5 - 1 (above); UNIT:
+ * b / 255 in [0, 1], torchvision's ToTensor() alone, as NIID-Bench feeds
+ * its images. CSV features are never rescaled. */
+typedef enum fed_model_input_scale {
+    FED_MODEL_INPUT_CENTRED = 0,
+    FED_MODEL_INPUT_UNIT = 1,
+} fed_model_input_scale;
+
+/* "centred" or "unit" into *out; FED_ERR_SPEC for anything else. */
+FED_WUR fed_err fed_model_input_scale_parse(const char *text, int *out);
+/* The name of scale ("centred", "unit"; "?" for no such scale). */
+const char *fed_model_input_scale_name(int scale);
+/* A byte b of an input of scale enters the model as b * *mul + *add. */
+void fed_model_input_map(int scale, float *mul, float *add);
+
+/* A batch on the host: exactly one of x_u8 (images, mapped to [-1, 1], or
+ * [0, 1] with the input scale unit, on the device, above) or x_f32 is set, each (n, c*h*w); y (n) holds class labels,
  * or with the loss mse y_f32 (n, nlogits) the targets (y unused). */
 typedef struct fed_batch {
     int n;

@@ -1,5 +1,6 @@
 /* partition.c - the seeded partitioners ("iid", "dirichlet:ALPHA", "shards:N",
- * and NIID-Bench's "niid-dirichlet:BETA", "labels:K", "quantity:BETA") that
+ * and NIID-Bench's "niid-dirichlet:BETA", "labels:K", "quantity:BETA",
+ * "noise:SIGMA", whose split is iid and whose noise std it says) that
  * give node `shard` of `k` its list of sample indices. Every node computes
  * the whole split from (scheme, k, seed) alone and keeps its own part, so all
  * nodes agree without talking. Owns only the index arrays it returns; never
@@ -18,7 +19,8 @@
 #include "core/opt.h"
 
 #define SCHEMES                                                                               \
-    "iid, dirichlet:ALPHA, shards:N, niid-dirichlet:BETA, labels:K or quantity:BETA"
+    "iid, dirichlet:ALPHA, shards:N, niid-dirichlet:BETA, labels:K, quantity:BETA or "       \
+    "noise:SIGMA"
 /* NIID-Bench's rules: every party holds at least this many samples (the
  * Dirichlet splits are redrawn until it does), and gives up after this many
  * draws. */
@@ -53,6 +55,19 @@ static fed_err parse_scheme(const char *scheme, fed_data_scheme *out)
             return FED_ERR_BAD_VALUE;
         }
         out->kind = FED_DATA_DIRICHLET;
+        return FED_OK;
+    }
+    if (strncmp(scheme, "noise:", 6) == 0) {
+        arg = scheme + 6;
+        errno = 0;
+        out->sigma = fed_strtod_decimal(arg, &end);
+        if (*arg == '\0' || *end != '\0' || errno != 0 || !isfinite(out->sigma) ||
+            out->sigma < 0.0 || out->sigma > 1e3) {
+            fed_log(FED_LOG_ERROR, "partition: bad scheme '%s': SIGMA must be a number in "
+                    "[0, 1000]", scheme);
+            return FED_ERR_BAD_VALUE;
+        }
+        out->kind = FED_DATA_NOISE;
         return FED_OK;
     }
     if (strncmp(scheme, "niid-dirichlet:", 15) == 0 || strncmp(scheme, "quantity:", 9) == 0) {
@@ -107,6 +122,29 @@ static fed_err parse_scheme(const char *scheme, fed_data_scheme *out)
 fed_err fed_data_parse_scheme(const char *scheme, fed_data_scheme *out)
 {
     return parse_scheme(scheme, out);
+}
+
+/* shard of k in range, else FED_ERR_RANGE (logged). */
+static fed_err shard_ok(int shard, int k)
+{
+    if (k < 1 || shard < 0 || shard >= k) {
+        fed_log(FED_LOG_ERROR, "partition: shard %d/%d out of range (want 0 <= I < K)", shard, k);
+        return FED_ERR_RANGE;
+    }
+    return FED_OK;
+}
+
+fed_err fed_data_partition_noise(const char *scheme, int shard, int k, double *std)
+{
+    fed_data_scheme s;
+    fed_err err;
+
+    *std = 0;
+    if ((err = parse_scheme(scheme, &s)) != FED_OK || (err = shard_ok(shard, k)) != FED_OK)
+        return err;
+    if (s.kind == FED_DATA_NOISE && k > 1)
+        *std = s.sigma * shard / (k - 1);
+    return FED_OK;
 }
 
 /* Node shard's block [n*shard/k, n*(shard+1)/k) of a list of n. */
@@ -576,16 +614,17 @@ fed_err fed_data_partition(const fed_dataset *d, const char *scheme, int shard, 
     err = parse_scheme(scheme, &s);
     if (err)
         return err;
-    if (k < 1 || shard < 0 || shard >= k) {
-        fed_log(FED_LOG_ERROR, "partition: shard %d/%d out of range (want 0 <= I < K)", shard, k);
-        return FED_ERR_RANGE;
-    }
+    if ((err = shard_ok(shard, k)) != FED_OK)
+        return err;
     if (d->n == 0 || d->n > FED_DATA_MAX_SAMPLES) {
         fed_log(FED_LOG_ERROR, "partition: dataset has %zu samples", d->n);
         return FED_ERR_RANGE;
     }
     switch (s.kind) {
-    case FED_DATA_IID: err = partition_iid(d->n, shard, k, seed, idx, n); break;
+    case FED_DATA_IID:
+    case FED_DATA_NOISE: /* the noise is the trainer's (fed_trainer_set_noise) */
+        err = partition_iid(d->n, shard, k, seed, idx, n);
+        break;
     case FED_DATA_DIRICHLET:
         err = partition_dirichlet(d, s.alpha, shard, k, seed, idx, n);
         break;

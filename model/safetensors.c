@@ -155,15 +155,22 @@ fed_err fed_store_safetensors_metadata(const fed_store_st_model *m, fed_store_st
     snprintf(t, sizeof t, "%d", m->input.classes);
     put(ctx, "fednode.classes", t);
     if (kind == FED_ST_INPUT_PIXELS) {
+        float mul, add;
+
+        fed_model_input_map(m->input.scale, &mul, &add);
         put(ctx, "fednode.input_dtype", "uint8");
-        snprintf(t, sizeof t, "%.17g", (double)FED_MODEL_PIXEL_SCALE);
+        snprintf(t, sizeof t, "%.17g", (double)mul);
         put(ctx, "fednode.input_scale", t);
-        snprintf(t, sizeof t, "%.17g", (double)FED_MODEL_PIXEL_SHIFT);
+        snprintf(t, sizeof t, "%.17g", (double)add);
         put(ctx, "fednode.input_shift", t);
         put(ctx, "fednode.input_transform",
-            "x = byte * fednode.input_scale + fednode.input_shift = byte / 127.5 - 1, "
-            "in [-1, 1] (torchvision: ToTensor() then Normalize((0.5,), (0.5,))); "
-            "logreg and mlp take x flattened, x.flatten(1)");
+            m->input.scale == FED_MODEL_INPUT_UNIT
+                ? "x = byte * fednode.input_scale + fednode.input_shift = byte / 255, "
+                  "in [0, 1] (torchvision: ToTensor()); logreg and mlp take x "
+                  "flattened, x.flatten(1)"
+                : "x = byte * fednode.input_scale + fednode.input_shift = byte / 127.5 - 1, "
+                  "in [-1, 1] (torchvision: ToTensor() then Normalize((0.5,), (0.5,))); "
+                  "logreg and mlp take x flattened, x.flatten(1)");
     } else if (kind == FED_ST_INPUT_STANDARDIZED && m->stats_mean) {
         if ((e = put_list(put, ctx, "fednode.input_mean", m->stats_mean, m->stats_cols)) ||
             (e = put_list(put, ctx, "fednode.input_std", m->stats_std, m->stats_cols)) ||

@@ -57,8 +57,9 @@ typedef struct fed_store_st_model {
     int nt;
     const float *params;
     /* How the input is fed (needs classes > 0), so a user of the file feeds
-     * it as training did: FED_ST_INPUT_PIXELS, pixel bytes scaled by
-     * FED_MODEL_PIXEL_SCALE and shifted by FED_MODEL_PIXEL_SHIFT
+     * it as training did: FED_ST_INPUT_PIXELS, pixel bytes mapped as
+     * input.scale says (fed_model_input_map: centred, FED_MODEL_PIXEL_SCALE
+     * and FED_MODEL_PIXEL_SHIFT; unit, 1/255 and 0)
      * ("fednode.input_dtype" uint8, "fednode.input_scale", "fednode.input_shift"
      * and the "fednode.input_transform" text); FED_ST_INPUT_STANDARDIZED, CSV
      * features standardized with the training file's statistics (the text

@@ -37,6 +37,9 @@ struct fed_trainer {
     fed_data_aug aug;   /* fed_trainer_set_augment */
     fed_rng aug_rng;
     uint8_t *aug_scratch; /* (features), NULL: no augmentation */
+    double noise_std;   /* fed_trainer_set_noise; 0: none */
+    fed_rng noise_rng;
+    float *noise_x;     /* (max_batch, features): a uint8 batch as floats */
 };
 
 /* A model with embeddings: its categorical columns (those they read) are
@@ -142,6 +145,7 @@ void fed_trainer_free(fed_trainer *t)
     fed_free(t->y_stage);
     fed_free(t->order);
     fed_free(t->aug_scratch);
+    fed_free(t->noise_x);
     fed_free(t);
 }
 
@@ -174,12 +178,51 @@ fed_err fed_trainer_set_augment(fed_trainer *t, const fed_data_aug *a, uint64_t 
     return FED_OK;
 }
 
-/* A training batch: gathered, then augmented when asked. */
+fed_err fed_trainer_set_noise(fed_trainer *t, double std, uint64_t seed)
+{
+    size_t room = (size_t)fed_model_max_batch(t->m) * t->d->features;
+
+    if (!(std >= 0) || !isfinite(std))
+        return FED_ERR_INVAL;
+    if (std == 0)
+        return FED_OK;
+    if (t->size > 1)
+        return FED_ERR_UNSUPPORTED;
+    if (t->d->x_u8 && !t->noise_x && !(t->noise_x = fed_alloc_aligned(room * sizeof(float))))
+        return FED_ERR_NOMEM;
+    t->noise_std = std;
+    fed_rng_seed_stream(&t->noise_rng, seed, 0x6e6f697365); /* "noise" */
+    return FED_OK;
+}
+
+/* The batch's inputs plus Gaussian noise of std t->noise_std, in the
+ * model's input scale: image bytes become floats first (as the model maps
+ * them), CSV features take it in the staging copy. */
+static void add_noise(fed_trainer *t, fed_batch *b)
+{
+    size_t cnt = (size_t)b->n * t->d->features;
+    float *x = t->x_stage, mul, add;
+
+    if (b->x_u8) {
+        fed_model_input_map(fed_model_input(t->m).scale, &mul, &add);
+        for (size_t i = 0; i < cnt; i++)
+            t->noise_x[i] = (float)b->x_u8[i] * mul + add;
+        x = t->noise_x;
+        b->x_u8 = NULL;
+        b->x_f32 = x;
+    }
+    for (size_t i = 0; i < cnt; i++)
+        x[i] += (float)(t->noise_std * fed_rng_normal(&t->noise_rng));
+}
+
+/* A training batch: gathered, then augmented and made noisy when asked. */
 static void train_gather(fed_trainer *t, const uint32_t *idx, int n, fed_batch *b)
 {
     fed_data_gather(t->d, idx, n, t->x_stage, t->y_stage, b);
     if (t->aug_scratch)
         fed_data_augment(&t->aug, &t->aug_rng, &t->d->shape, t->x_stage, n, t->aug_scratch);
+    if (t->noise_std > 0)
+        add_noise(t, b);
 }
 
 fed_err fed_trainer_set_dp(fed_trainer *t, const fed_trainer_dp *dp)
@@ -230,7 +273,7 @@ fed_err fed_trainer_set_ranks(fed_trainer *t, int rank, int size, fed_train_redu
     if (size < 1 || rank < 0 || rank >= size || (size > 1 && !reduce) ||
         (long)size * t->batch > (long)INT32_MAX)
         return FED_ERR_INVAL;
-    if (size > 1 && (t->dp || t->aug_scratch ||
+    if (size > 1 && (t->dp || t->aug_scratch || t->noise_std > 0 ||
                      !(fed_model_backend(t->m)->caps & FED_BACKEND_CAP_HOST_MEMORY)))
         return FED_ERR_UNSUPPORTED;
     t->rank = rank;

@@ -70,6 +70,13 @@ FED_WUR fed_err fed_trainer_set_dp(fed_trainer *t, const fed_trainer_dp *dp);
 struct fed_data_aug;
 FED_WUR fed_err fed_trainer_set_augment(fed_trainer *t, const struct fed_data_aug *a,
                                         uint64_t seed);
+/* Training batches get Gaussian noise of standard deviation std on every
+ * input value (the noise:SIGMA partition's feature skew), drawn from a
+ * stream of their own seeded by seed: fresh each batch and epoch, the same
+ * again for the same seed; image bytes are mapped to floats first, as the
+ * model maps them, and the noise added there. std 0: nothing.
+ * FED_ERR_UNSUPPORTED once the trainer is one of several ranks. */
+FED_WUR fed_err fed_trainer_set_noise(fed_trainer *t, double std, uint64_t seed);
 /* Data parallel over ranks (one site run as several processes): the sum of
  * buf[0..n) over every rank, in an order fixed for a given rank count, left
  * in buf on every rank (mpi/coll.h's fed_coll_allreduce_sum fills it). */

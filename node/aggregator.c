@@ -555,6 +555,7 @@ void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b)
     s->input[1] = (uint32_t)c->shape.h;
     s->input[2] = (uint32_t)c->shape.w;
     s->input[3] = (uint32_t)c->shape.classes;
+    s->input_scale = (uint32_t)c->shape.scale;
     s->local_epochs = c->local_epochs;
     s->batch = c->batch;
     s->optimizer = c->optimizer;
@@ -562,6 +563,8 @@ void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b)
     s->fraction = n->agg->codec.fraction;
     s->lr = round_lr(n, round);
     s->momentum = c->momentum;
+    s->weight_decay = c->weight_decay;
+    s->ditto_lambda = c->ditto_lambda;
     s->mu = (float)fed_merge_prox_mu(n->agg->merge);
     s->deadline_ms = c->deadline_ms;
     if (c->dp.require_sgd) {
@@ -1556,7 +1559,8 @@ static fed_err fed_node_agg_check(const fed_node_config *c)
 {
     if (!(c->agg.sample_fraction > 0 && c->agg.sample_fraction <= 1) || c->agg.min_clients < 1 ||
         c->local_epochs < 1 || c->batch < 1 || !(c->lr > 0) ||
-        !(c->momentum >= 0 && c->momentum < 1) || c->transfer.poll_ms == 0 || c->deadline_ms == 0 ||
+        !(c->momentum >= 0 && c->momentum < 1) || !(c->weight_decay >= 0 && c->weight_decay < 1) ||
+        c->transfer.poll_ms == 0 || c->deadline_ms == 0 ||
         c->agg.async_k > FED_MERGE_DEFAULT_MAX_CLIENTS)
         return FED_ERR_BAD_VALUE;
     if (c->dp.require_sgd && (!(c->dp.sgd_clip > 0) || !isfinite(c->dp.sgd_clip) ||

@@ -19,8 +19,11 @@ void fed_node_model_sec_encode(fed_node_model_sec *out, const char *spec, fed_mo
     fed_put_u32le(out->input + 4, (uint32_t)shape.h);
     fed_put_u32le(out->input + 8, (uint32_t)shape.w);
     fed_put_u32le(out->input + 12, (uint32_t)shape.classes);
+    fed_put_u32le(out->input + 16, (uint32_t)shape.scale);
     out->s[0] = (fed_store_section){FED_CKPT_SEC_SPEC, spec, strlen(spec)};
-    out->s[1] = (fed_store_section){FED_CKPT_SEC_INPUT, out->input, sizeof out->input};
+    out->s[1] = (fed_store_section){FED_CKPT_SEC_INPUT, out->input,
+                                    shape.scale ? FED_NODE_INPUT_SCALED_BYTES
+                                                : FED_NODE_INPUT_BYTES};
     out->s[2] = (fed_store_section){FED_CKPT_SEC_PARAMS, params_le, nparams * sizeof(float)};
 }
 
@@ -49,7 +52,7 @@ fed_err fed_node_model_sec_decode(const fed_store_ckpt *c, fed_node_model_view *
     const fed_store_section *spec = fed_store_ckpt_find(c, FED_CKPT_SEC_SPEC);
     const fed_store_section *in = fed_store_ckpt_find(c, FED_CKPT_SEC_INPUT);
     const fed_store_section *par = fed_store_ckpt_find(c, FED_CKPT_SEC_PARAMS);
-    uint32_t dim[4];
+    uint32_t dim[4], scale = 0;
     int graph;
 
     memset(out, 0, sizeof *out);
@@ -58,9 +61,13 @@ fed_err fed_node_model_sec_decode(const fed_store_ckpt *c, fed_node_model_view *
     graph = spec->len >= sizeof out->spec && spec->len < FED_MODEL_GRAPH_MAX &&
             memcmp(spec->data, "g:", 2) == 0;
     if (spec->len == 0 || (spec->len >= sizeof out->spec && !graph) ||
-        memchr(spec->data, '\0', spec->len) || in->len != FED_NODE_INPUT_BYTES ||
+        memchr(spec->data, '\0', spec->len) ||
+        (in->len != FED_NODE_INPUT_BYTES && in->len != FED_NODE_INPUT_SCALED_BYTES) ||
         par->len % sizeof(float) != 0)
         return FED_ERR_FORMAT;
+    if (in->len == FED_NODE_INPUT_SCALED_BYTES &&
+        (scale = fed_get_u32le((const uint8_t *)in->data + 16)) != FED_MODEL_INPUT_UNIT)
+        return FED_ERR_FORMAT; /* centred is written as 16 bytes */
     for (int i = 0; i < 4; i++)
         if ((dim[i] = fed_get_u32le((const uint8_t *)in->data + 4 * i)) > INT_MAX)
             return FED_ERR_SHAPE;
@@ -82,6 +89,7 @@ fed_err fed_node_model_sec_decode(const fed_store_ckpt *c, fed_node_model_view *
     out->shape.h = (int)dim[1];
     out->shape.w = (int)dim[2];
     out->shape.classes = (int)dim[3];
+    out->shape.scale = (int)scale;
     out->params = par->data;
     out->nparams = par->len / sizeof(float);
     return FED_OK;
@@ -114,6 +122,12 @@ fed_err fed_node_model_view_match(const fed_node_model_view *v, const char *who,
         fed_log(FED_LOG_ERROR, "%s: checkpoint %" PRIu64 " holds input %dx%dx%d/%d, not %dx%dx%d/%d",
                 who, ckpt_id, s->c, s->h, s->w, s->classes, shape.c, shape.h, shape.w,
                 shape.classes);
+        return FED_ERR_SHAPE;
+    }
+    if (s->scale != shape.scale) {
+        fed_log(FED_LOG_ERROR, "%s: checkpoint %" PRIu64 " holds a model of input scale %s, not "
+                "%s (--input-scale)", who, ckpt_id, fed_model_input_scale_name(s->scale),
+                fed_model_input_scale_name(shape.scale));
         return FED_ERR_SHAPE;
     }
     if (v->nparams != nparams) {

@@ -2,7 +2,9 @@
  * sections (storage/store.h): model.spec (the whole spec string, no NUL:
  * a graph longer than FED_MODEL_SPEC_MAX whole, up to FED_MODEL_GRAPH_MAX,
  * so a checkpoint carries its graph; model.h names it by its id),
- * model.input (u32 LE x4: c, h, w, classes) and params (f32 LE, nparams,
+ * model.input (u32 LE x4: c, h, w, classes; a fifth, the input scale
+ * (model.h: 1 unit), only when not centred, so a centred model's sections
+ * are those of before) and params (f32 LE, nparams,
  * model.h's layout). Every writer puts them first, in that order: the
  * aggregator (then node.state, merge), local training records (then
  * train.state, optim) and `fednode import` (nothing else); the aggregator's
@@ -25,12 +27,13 @@
 #include "storage/store.h"
 
 #define FED_NODE_MODEL_SECTIONS 3 /* model.spec, model.input, params */
-#define FED_NODE_INPUT_BYTES 16u
+#define FED_NODE_INPUT_BYTES 16u       /* model.input of a centred model */
+#define FED_NODE_INPUT_SCALED_BYTES 20u /* ... with its input scale */
 
 /* The sections of a model, ready for fed_store_checkpoint_write. spec and
  * params are borrowed; the input shape is encoded into input. */
 typedef struct fed_node_model_sec {
-    uint8_t input[FED_NODE_INPUT_BYTES];
+    uint8_t input[FED_NODE_INPUT_SCALED_BYTES];
     fed_store_section s[FED_NODE_MODEL_SECTIONS];
 } fed_node_model_sec;
 
@@ -59,7 +62,8 @@ typedef struct fed_node_model_view {
 /* Reads c's model sections into out (zeroed first). FED_ERR_NOTFOUND: one
  * of the three is missing; FED_ERR_FORMAT: one is malformed (spec empty,
  * FED_MODEL_SPEC_MAX or longer but for a "g:" graph shorter than
- * FED_MODEL_GRAPH_MAX, or holding a NUL; input not 16 bytes;
+ * FED_MODEL_GRAPH_MAX, or holding a NUL; input not 16 bytes, nor 20 with
+ * a known scale;
  * params not whole floats); FED_ERR_SHAPE: an input field above INT_MAX.
  * Nothing is logged: the caller knows what it was looking for. */
 FED_WUR fed_err fed_node_model_sec_decode(const fed_store_ckpt *c, fed_node_model_view *out);

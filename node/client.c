@@ -19,6 +19,7 @@
 #include "core/log.h"
 #include "crypto/keystream.h"
 #include "model/colstats.h"
+#include "node/ckpt_model.h"
 #include "node/dp_account.h"
 #include "node/node_impl.h"
 #include "node/secagg_impl.h"
@@ -49,6 +50,9 @@ struct node_client {
                              rounds and restarts: no MODEL overwrites them */
     size_t local_n;
     uint64_t local_nparams; /* the model they belong to, by its size */
+    float *personal;      /* Ditto: (personal_nparams) its personal model, kept
+                             across rounds and restarts */
+    uint64_t personal_nparams;
     char flops_spec[FED_WIRE_SPEC_BYTES];
     double flops_per_sample;
     char *graph;          /* the round's whole spec when its MODEL carried a
@@ -103,6 +107,7 @@ static void fed_node_client_free(fed_node *n)
     fed_free(c->global);
     fed_free(c->residual);
     fed_free(c->local);
+    fed_free(c->personal);
     fed_free(c->graph);
     fed_free(c->stats_applied);
     fed_free(c->stats_out);
@@ -257,8 +262,17 @@ static fed_err resume(fed_node *n)
     if (e == FED_OK) {
         const fed_store_section *r = fed_store_ckpt_find(&ck, FED_CKPT_SEC_RESIDUAL);
         const fed_store_section *l = fed_store_ckpt_find(&ck, FED_CKPT_SEC_LOCAL);
+        const fed_store_section *v = fed_store_ckpt_find(&ck, FED_CKPT_SEC_PERSONAL);
         node_client *c = n->client;
 
+        if (v && v->len > 8 && (v->len - 8) % sizeof(float) == 0 &&
+            fed_get_u64le(v->data) == (v->len - 8) / sizeof(float)) {
+            c->personal_nparams = fed_get_u64le(v->data);
+            if (!(c->personal = fed_malloc(v->len - 8)))
+                e = FED_ERR_NOMEM;
+            else
+                fed_get_f32le_n(c->personal, v->data + 8, c->personal_nparams);
+        }
         if (l && l->len > 8 && (l->len - 8) % sizeof(float) == 0) {
             c->local_nparams = fed_get_u64le(l->data);
             c->local_n = (l->len - 8) / sizeof(float);
@@ -334,6 +348,8 @@ static fed_err settings_ok(const fed_wire_settings *s)
     if (s->local_epochs < 1 || s->local_epochs > 1000 || s->batch < 1 || s->batch > 4096 ||
         !(s->lr > 0) || !isfinite(s->lr) || !(s->mu >= 0) || !isfinite(s->mu) ||
         !(s->momentum >= 0 && s->momentum < 1) ||
+        !(s->weight_decay >= 0 && s->weight_decay < 1) ||
+        !(s->ditto_lambda >= 0 && s->ditto_lambda <= 1000) ||
         s->optimizer > FED_OPTIM_ADAM || s->codec == FED_CODEC_NONE ||
         s->codec == FED_CODEC_F64 || s->codec >= FED_CODEC_COUNT_)
         return FED_ERR_PAYLOAD;
@@ -763,6 +779,9 @@ static fed_err on_model_train(fed_node *n, node_open *op)
     j->shards = n->cfg.shards;
     j->data = n->cfg.data.train;
     j->aug = n->cfg.data.augment;
+    j->noise_std = n->cfg.data.noise_std;
+    j->local_test = n->cfg.data.local_test;
+    j->finetune_epochs = n->cfg.data.finetune_epochs;
     j->shard = n->cfg.data.shard;
     j->shard_n = n->cfg.data.shard_n;
     j->global = c->global;
@@ -770,6 +789,7 @@ static fed_err on_model_train(fed_node *n, node_open *op)
     /* its local tensors of this model, if it kept any (else the MODEL's) */
     j->local = c->local && c->local_nparams == c->nparams ? c->local : NULL;
     j->local_n = j->local ? c->local_n : 0;
+    j->personal = c->personal && c->personal_nparams == c->nparams ? c->personal : NULL;
     j->codec.id = (fed_codec_id)m->block.settings.codec;
     j->codec.fraction = m->block.settings.fraction;
     j->residual = j->codec.id == FED_CODEC_TOPK ? c->residual : NULL;
@@ -796,9 +816,10 @@ static fed_err record_round(fed_node *n)
     node_train_job *j = &c->job;
     fed_store *st = n->cfg.store;
     uint8_t state[FED_NODE_STATE_BYTES];
-    uint8_t *res = NULL, *loc = NULL;
+    uint8_t *res = NULL, *loc = NULL, *per = NULL;
     fed_store_round row;
-    fed_store_section sec[3] = {{FED_NODE_SEC_STATE, state, sizeof state}};
+    fed_store_section sec[6] = {{FED_NODE_SEC_STATE, state, sizeof state}};
+    fed_node_model_sec ms;
     size_t ns = 1;
     fed_err e;
 
@@ -818,12 +839,30 @@ static fed_err record_round(fed_node *n)
         fed_put_f32le_n(loc + 8, c->local, c->local_n);
         sec[ns++] = (fed_store_section){FED_CKPT_SEC_LOCAL, loc, 8 + c->local_n * sizeof(float)};
     }
+    if (c->personal) { /* Ditto's personal model survives a restart */
+        size_t len = 8 + c->personal_nparams * sizeof(float);
+
+        if (!(per = fed_malloc(len))) {
+            fed_free(res);
+            fed_free(loc);
+            return FED_ERR_NOMEM;
+        }
+        fed_put_u64le(per, c->personal_nparams);
+        fed_put_f32le_n(per + 8, c->personal, c->personal_nparams);
+        sec[ns++] = (fed_store_section){FED_CKPT_SEC_PERSONAL, per, len};
+    }
+    if (c->personal && j->model) { /* its model, so `export --personal` can build it */
+        fed_node_model_sec_encode(&ms, c->graph ? c->graph : j->set.spec,
+                                  fed_model_input(j->model), NULL, 0);
+        sec[ns++] = ms.s[0];
+        sec[ns++] = ms.s[1];
+    }
     memset(&row, 0, sizeof row);
     row.round = c->round;
     row.start_ms = c->train_start_ms;
     row.end_ms = fed_node_wall_ms(n);
     row.loss = j->loss;
-    row.accuracy = NAN;
+    row.accuracy = j->local_test ? j->own_acc : NAN; /* its own model, its local test split */
     row.samples = j->samples;
     row.lr = j->set.lr; /* what the round's MODEL said */
     row.peers = 1;
@@ -851,6 +890,7 @@ static fed_err record_round(fed_node *n)
     }
     fed_free(res);
     fed_free(loc);
+    fed_free(per);
     return e;
 }
 
@@ -907,12 +947,22 @@ static fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
         return j->err;
     }
     c->resends = 0;
+    if (j->local_test && !isnan(j->own_acc))
+        fed_log(FED_LOG_INFO, "client: round %llu: its own model scores accuracy %.4f on its local "
+                "test split (%zu samples), before training", (unsigned long long)c->round,
+                j->own_acc, j->local_test->n);
     if (j->local_out) { /* its local tensors as trained: kept, and in the record */
         fed_free(c->local);
         c->local = j->local_out;
         c->local_n = j->layout.len[LAYOUT_LOCAL];
         c->local_nparams = c->nparams;
         j->local_out = NULL;
+    }
+    if (j->personal_out) { /* Ditto: its personal model as trained */
+        fed_free(c->personal);
+        c->personal = j->personal_out;
+        c->personal_nparams = c->nparams;
+        j->personal_out = NULL;
     }
     if (c->secure) {
         /* secure aggregation: the delta goes only into the masked input */
@@ -1161,3 +1211,21 @@ const node_role_ops fed_node_client_ops = {
     .streams_in_replies = 1,
     .tells_old_epoch = 0,
 };
+
+const float *fed_node_client_local(const fed_node *n, size_t nparams, size_t *len)
+{
+    const node_client *c = n->client;
+
+    *len = 0;
+    if (!c || !c->local || c->local_nparams != nparams)
+        return NULL;
+    *len = c->local_n;
+    return c->local;
+}
+
+const float *fed_node_client_personal(const fed_node *n, size_t nparams)
+{
+    const node_client *c = n->client;
+
+    return c && c->personal && c->personal_nparams == nparams ? c->personal : NULL;
+}

@@ -451,6 +451,7 @@ fed_err fed_node_model_input(const fed_wire_settings *s, fed_model_shape data, i
     const uint32_t *m = s->input;
 
     *out = data;
+    out->scale = (int)s->input_scale; /* the aggregator's, for every site alike */
     if (!m[3]) /* a sender before the field: the data's own */
         return FED_OK;
     if (m[0] != (uint32_t)data.c || m[1] != (uint32_t)data.h || m[2] != (uint32_t)data.w)

@@ -160,6 +160,19 @@ typedef struct fed_node_data_config {
     const uint32_t *shard;        /* (shard_n) indices into train */
     size_t shard_n;
     fed_data_aug augment;         /* its training batches' (images only); none: zero */
+    const fed_dataset *local_test; /* client: its local test split (the test set
+                                     partitioned as the training set); each round
+                                     it scores its own model there before
+                                     training (the global with its local
+                                     tensors, or its Ditto personal model):
+                                     logged, the round's accuracy in its
+                                     database. NULL: none */
+    uint32_t finetune_epochs;     /* client, with local_test: its model is first
+                                     fine-tuned this many epochs on its shard
+                                     (a copy: the round trains from the global) */
+    double noise_std;             /* Gaussian noise on its training inputs (the
+                                     noise:SIGMA partition's share of this
+                                     party, fed_data_partition_noise); 0: none */
     const fed_dataset *test;      /* held-out data; NULL: no evaluation */
     /* client: its validation split, on which it evaluates the model it
        receives when the aggregator asks (--eval-every): a dataset of its
@@ -391,6 +404,13 @@ typedef struct fed_node_config {
                                      schedule: round r <= W trains at
                                      lr * r / (W + 1); default 0 */
     float momentum;               /* SGD's, in [0, 1); default 0.9 */
+    float weight_decay;           /* >= 0, as `train`'s: SGD's L2 term, Adam's
+                                     decoupled decay; sent in MODEL's field 19;
+                                     default 0 */
+    float ditto_lambda;           /* aggregator: > 0, Ditto: every client also
+                                     trains a personal model v, v -= lr (grad(v)
+                                     + lambda (v - w)) with w the round's global,
+                                     kept in its checkpoint; sent in field 19 */
     /* aggregator: tensors that stay at the sites (node/layout.h), sent in
        each MODEL (field 16) so every site keeps the same ones; a client's
        own (when set) must agree or the round is declined */
@@ -519,6 +539,14 @@ void fed_node_set_conn_counters(fed_node *n, uint64_t refused, uint64_t stalled,
 size_t fed_node_nparams(const fed_node *n);
 FED_WUR fed_err fed_node_get_params(const fed_node *n, float *dst);
 const fed_wire_counters *fed_node_wire_counters(const fed_node *n);
+/* Client: the local tensors it keeps (node/layout.h's LOCAL path, in the
+ * flat buffer's order: --local-layers, --local-bn) for a model of nparams
+ * floats, and their count in *len; NULL and 0 when it keeps none for such
+ * a model (yet), or is no client. */
+const float *fed_node_client_local(const fed_node *n, size_t nparams, size_t *len);
+/* Client under Ditto: its personal model (nparams floats); NULL when it
+ * keeps none for such a model (yet), or is no client. */
+const float *fed_node_client_personal(const fed_node *n, size_t nparams);
 
 /* Peer: the length of its push-sum vector, its estimate x / w (dim
  * doubles), and its raw (x, w). FED_ERR_ROLE for other roles. */

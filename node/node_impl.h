@@ -327,6 +327,11 @@ typedef struct node_train_job {
                                keystream, touched only by this job while it runs) */
     fed_trainer_dp dp;
     fed_data_aug aug;       /* client, peer: the config's augment */
+    double noise_std;       /* client, peer: the config's data.noise_std */
+    const fed_dataset *local_test; /* client: the config's data.local_test */
+    uint32_t finetune_epochs; /* client: the config's data.finetune_epochs */
+    double own_acc;         /* out: its own model on local_test before
+                               training (NaN: not scored) */
     const int64_t *stats;   /* client, the statistics pass: its contribution
                                (stats_cols x FED_COLSTATS_INTS) instead of
                                training (fed_node_stats_job_run) */
@@ -351,6 +356,10 @@ typedef struct node_train_job {
     size_t sent_n;          /* client: floats of the delta in vec */
     float *local_out;       /* client: (layout.len[LOCAL]) the local tensors as
                                trained, owned; the client takes them */
+    const float *personal;  /* client, Ditto: its personal model (nparams) from
+                               earlier rounds; NULL: it starts from the global */
+    float *personal_out;    /* client, Ditto: (nparams) the personal model as
+                               trained, owned; the client takes it */
     double loss;
     uint64_t samples;
     fed_err err;

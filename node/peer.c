@@ -707,6 +707,8 @@ static fed_err begin_round(fed_node *n)
     j->set.optimizer = c->optimizer;
     j->set.lr = fed_node_round_lr(n, n->round + 1); /* every peer's rate of this round */
     j->set.momentum = c->momentum;
+    j->set.weight_decay = c->weight_decay;
+    j->set.input_scale = (uint32_t)c->shape.scale;
     j->job.fn = fed_node_train_job_run;
     j->job.user = n;
     j->round = n->round + 1;
@@ -717,6 +719,7 @@ static fed_err begin_round(fed_node *n)
     j->shards = c->shards;
     j->data = c->data.train;
     j->aug = c->data.augment;
+    j->noise_std = c->data.noise_std;
     j->shard = c->data.shard;
     j->shard_n = c->data.shard_n;
     j->global = p->model;
@@ -900,7 +903,8 @@ fed_err fed_node_peer_mass(const fed_node *n, double *x, double *w)
 static fed_err fed_node_peer_check_config(const fed_node_config *c)
 {
     return c->deadline_ms > 0 && c->local_epochs >= 1 && c->batch >= 1 && c->lr > 0 &&
-                   c->momentum >= 0 && c->momentum < 1
+                   c->momentum >= 0 && c->momentum < 1 && c->weight_decay >= 0 &&
+                   c->weight_decay < 1
                ? FED_OK
                : FED_ERR_BAD_VALUE;
 }

@@ -15,6 +15,7 @@ fed_err fed_node_settings_apply(const fed_node_settings *s, uint32_t nclients,
     fed_optim_cfg sched;
     fed_codec codec;
     const char *dummy;
+    int scale;
 
     if (!bad)
         bad = &dummy;
@@ -35,6 +36,8 @@ fed_err fed_node_settings_apply(const fed_node_settings *s, uint32_t nclients,
         *bad = "augment";
     else if (!fed_node_layout_patterns_ok(s->local_layers))
         *bad = "local-layers";
+    else if (fed_model_input_scale_parse(s->input_scale, &scale) != FED_OK)
+        *bad = "input-scale";
     if (*bad)
         return FED_ERR_SPEC;
     snprintf(c->spec, sizeof c->spec, "%s", s->model);
@@ -43,6 +46,8 @@ fed_err fed_node_settings_apply(const fed_node_settings *s, uint32_t nclients,
     c->optimizer = (uint8_t)kind;
     c->lr = (float)s->lr; /* 0: the node takes the optimizer's own */
     c->momentum = (float)s->momentum;
+    c->weight_decay = (float)s->weight_decay;
+    c->ditto_lambda = (float)s->ditto_lambda;
     snprintf(c->lr_schedule, sizeof c->lr_schedule, "%s", s->lr_schedule);
     c->lr_warmup = (uint32_t)s->lr_warmup;
     c->rounds = (uint32_t)s->rounds;
@@ -68,6 +73,15 @@ fed_err fed_node_settings_apply(const fed_node_settings *s, uint32_t nclients,
     c->local_bn = s->local_bn;
     fed_node_settings_apply_dp(s, c);
     return FED_OK;
+}
+
+int fed_node_settings_input_scale(const fed_node_settings *s)
+{
+    int scale = FED_MODEL_INPUT_CENTRED;
+
+    return fed_model_input_scale_parse(s->input_scale, &scale) == FED_OK
+               ? scale
+               : FED_MODEL_INPUT_CENTRED;
 }
 
 void fed_node_settings_apply_dp(const fed_node_settings *s, fed_node_config *c)

@@ -22,6 +22,7 @@ typedef struct fed_node_settings {
     char augment[64];       /* client, peer: training batches' augmentation */
     char partition[64];
     char model[FED_MODEL_SPEC_MAX];
+    char input_scale[16];   /* centred | unit (model.h: fed_model_input_scale) */
     int rounds;
     int local_epochs;
     int batch;
@@ -30,6 +31,8 @@ typedef struct fed_node_settings {
     int lr_warmup;
     char optimizer[16];
     double momentum;
+    double weight_decay;
+    double ditto_lambda;
     char codec[32];
     char strategy[FED_MERGE_SPEC_MAX];
     double weight_cap;
@@ -84,9 +87,14 @@ typedef struct fed_node_settings {
     FED_OPT_DEF(T, m.partition, "partition", FED_OPT_STR, "iid", 0, 0,                           \
                 "client, peer: how the training split is cut into parts (fednode: --shard's K; " \
                 "fedsim: one per node): iid, dirichlet:ALPHA, shards:N, niid-dirichlet:BETA, "   \
-                "labels:K, quantity:BETA"),                                                      \
+                "labels:K, quantity:BETA, noise:SIGMA (iid; part i's inputs get Gaussian noise " \
+                "of std SIGMA * i / (K - 1))"),                                                  \
     FED_OPT_DEF(T, m.model, "model", FED_OPT_STR, "mlp:256,128", 0, 0,                           \
                 "aggregator, peer: logreg, mlp:W1,W2,..., cnn, or a layer file"),                 \
+    FED_OPT_DEF(T, m.input_scale, "input-scale", FED_OPT_STR, "centred", 0, 0,                   \
+                "aggregator, peer: how the model maps image bytes: centred (b / 127.5 - 1, in "  \
+                "[-1, 1]) or unit (b / 255, in [0, 1], torchvision's ToTensor); sent to every "  \
+                "client, kept in checkpoints and said by the export"),                           \
     FED_OPT_DEF(T, m.rounds, "rounds", FED_OPT_INT, "10", 0, 1000000,                            \
                 "aggregator, peer: rounds to run (0: forever; fedsim needs an end)"),            \
     FED_OPT_DEF(T, m.local_epochs, "local-epochs", FED_OPT_INT, "1", 1, 1000,                    \
@@ -105,6 +113,13 @@ typedef struct fed_node_settings {
                 "aggregator, peer: the training optimizer, sgd or adam"),                        \
     FED_OPT_DEF(T, m.momentum, "momentum", FED_OPT_DOUBLE, "0.9", 0, 0.999,                      \
                 "aggregator, peer: the training SGD momentum (0: plain SGD)"),                   \
+    FED_OPT_DEF(T, m.weight_decay, "weight-decay", FED_OPT_DOUBLE, "0", 0, 0.999,                \
+                "aggregator, peer: the training weight decay, as train's: SGD's L2 term, "       \
+                "Adam's decoupled decay (AdamW); sent in each round's settings"),                \
+    FED_OPT_DEF(T, m.ditto_lambda, "ditto-lambda", FED_OPT_DOUBLE, "0", 0, 1000,                 \
+                "aggregator: Ditto (Li et al., ICML 2021): each client also trains a personal "  \
+                "model, pulled toward the global one with this weight (0: none); kept in its "   \
+                "checkpoint"),                                                                   \
     FED_OPT_DEF(T, m.codec, "codec", FED_OPT_STR, "f32", 0, 0,                                   \
                 "aggregator: the clients' delta codec: f32, f16, q8, topk:F"),                   \
     FED_OPT_DEF(T, m.strategy, "strategy", FED_OPT_STR, "fedavg", 0, 0,                          \
@@ -228,6 +243,10 @@ typedef struct fed_node_settings {
  * not parse (FED_ERR_SPEC). */
 FED_WUR fed_err fed_node_settings_apply(const fed_node_settings *s, uint32_t nclients,
                                         fed_node_config *c, const char **bad);
+/* --input-scale as fed_model_input_scale (centred when it does not parse:
+ * fed_node_settings_apply refuses that first). The caller puts it into
+ * the config's shape once the shape is known. */
+int fed_node_settings_input_scale(const fed_node_settings *s);
 /* The DP settings alone (a client of fednode run takes no others). */
 void fed_node_settings_apply_dp(const fed_node_settings *s, fed_node_config *c);
 /* Why the DP settings do not fit a node of role (NULL: they do); fedsim,

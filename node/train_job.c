@@ -12,7 +12,8 @@
 #include "node/site_eval.h"
 #include "node/test_hooks.h"
 
-static fed_err train_epochs(node_train_job *j, fed_model *m, fed_optim *o, double *loss)
+static fed_err train_epochs(node_train_job *j, fed_model *m, fed_optim *o, uint32_t epochs,
+                            double *loss)
 {
     fed_trainer *t = NULL;
     fed_step_stats st = {0};
@@ -33,9 +34,11 @@ static fed_err train_epochs(node_train_job *j, fed_model *m, fed_optim *o, doubl
     /* a stream of draws per node and round (FED_ERR_UNSUPPORTED on float
        features or over several ranks) */
     if ((e = fed_trainer_set_augment(t, &j->aug, j->seed ^ j->round * 0x9e3779b97f4a7c15ull)) !=
-        FED_OK)
+            FED_OK ||
+        (e = fed_trainer_set_noise(t, j->noise_std, j->seed ^ j->round * 0x9e3779b97f4a7c15ull)) !=
+            FED_OK)
         goto out;
-    for (uint32_t ep = 0; ep < j->set.local_epochs && e == FED_OK; ep++)
+    for (uint32_t ep = 0; ep < epochs && e == FED_OK; ep++)
         e = fed_trainer_epoch(t, j->shard, j->shard_n, &rng, &st);
     if (e == FED_OK && fed_node_site_ranks(j) > 1) /* every rank's share of the loss */
         e = fed_node_site_sum_stats(j->coll, &st);
@@ -122,6 +125,7 @@ void fed_node_train_job_release(node_train_job *j)
     fed_free(j->start);
     fed_free(j->vec);
     fed_free(j->local_out);
+    fed_free(j->personal_out);
     fed_node_layout_fini(&j->layout);
     j->model = NULL;
     j->trained = NULL;
@@ -129,6 +133,7 @@ void fed_node_train_job_release(node_train_job *j)
     j->start = NULL;
     j->vec = NULL;
     j->local_out = NULL;
+    j->personal_out = NULL;
     j->cap_vec = j->vec_len = 0;
 }
 
@@ -219,6 +224,82 @@ static fed_err round_model(node_train_job *j)
     return e;
 }
 
+/* The optimizer the round trains with, as its MODEL says. */
+static void round_optim(const node_train_job *j, fed_optim_cfg *oc)
+{
+    fed_optim_cfg_default(oc, (fed_optim_kind)j->set.optimizer);
+    oc->lr = j->set.lr;
+    oc->prox_mu = j->set.mu;
+    if (oc->kind == FED_OPTIM_SGD)
+        oc->momentum = j->set.momentum;
+    oc->weight_decay = j->set.weight_decay;
+}
+
+/* A client's own model scored on its local test split before the round
+ * trains (into j->own_acc): m as it stands (the global with the client's
+ * local tensors), or its Ditto personal model, first fine-tuned
+ * j->finetune_epochs on its shard when asked; then m is put back. */
+static fed_err score_own(node_train_job *j, fed_model *m)
+{
+    fed_step_stats st = {0};
+    fed_optim_cfg oc;
+    fed_optim *o = NULL;
+    double loss;
+    int moved = j->set.ditto_lambda > 0 && j->personal;
+    fed_err e;
+
+    j->own_acc = NAN;
+    if (!j->local_test || fed_node_site_ranks(j) > 1)
+        return FED_OK;
+    if (moved && (e = fed_model_set_params(m, j->personal)) != FED_OK)
+        return e;
+    if (j->finetune_epochs > 0) { /* FedAvg + fine-tuning: the baseline */
+        round_optim(j, &oc);
+        oc.prox_mu = 0;
+        if ((e = fed_optim_new(&oc, m, &o)) == FED_OK)
+            e = train_epochs(j, m, o, j->finetune_epochs, &loss);
+        fed_optim_free(o);
+        if (e != FED_OK)
+            return e;
+        moved = 1;
+    }
+    if ((e = fed_train_evaluate_all(m, j->local_test, &st)) != FED_OK)
+        return e;
+    if (st.samples)
+        j->own_acc = (double)st.correct / (double)st.samples;
+    if (moved && ((e = fed_model_set_params(m, j->from)) != FED_OK || (e = put_local(j, m)) != FED_OK))
+        return e;
+    return FED_OK;
+}
+
+/* Ditto's personal step (Li et al., ICML 2021): v, the client's personal
+ * model (the round's start the first time), trained as the global was and
+ * pulled toward that start w: v -= lr (grad(v) + lambda (v - w)), FedProx's
+ * proximal term with mu = lambda anchored at w. Into j->personal_out. */
+static fed_err train_personal(node_train_job *j, fed_model *m, const fed_optim_cfg *base)
+{
+    fed_optim_cfg oc = *base;
+    fed_optim *o = NULL;
+    double loss;
+    fed_err e;
+
+    if (fed_node_site_ranks(j) > 1)
+        return FED_ERR_UNSUPPORTED;
+    if (!j->personal_out && !(j->personal_out = fed_malloc(j->nparams * sizeof *j->personal_out)))
+        return FED_ERR_NOMEM;
+    oc.prox_mu = j->set.ditto_lambda;
+    if ((e = fed_model_set_params(m, j->from)) != FED_OK || (e = put_local(j, m)) != FED_OK ||
+        (e = fed_optim_new(&oc, m, &o)) != FED_OK || (e = fed_optim_set_anchor(o, m)) != FED_OK)
+        goto out;
+    if (j->personal && (e = fed_model_set_params(m, j->personal)) != FED_OK)
+        goto out;
+    if ((e = train_epochs(j, m, o, j->set.local_epochs, &loss)) == FED_OK)
+        e = fed_model_get_params(m, j->personal_out);
+out:
+    fed_optim_free(o);
+    return e;
+}
+
 void fed_node_train_job_run(fed_job *job)
 {
     node_train_job *j = (node_train_job *)job;
@@ -242,20 +323,17 @@ void fed_node_train_job_run(fed_job *job)
     if (fed_node_site_ranks(j) > 1 && fed_coll_rank(j->coll) == 0 &&
         (e = fed_node_site_announce(j)) != FED_OK)
         goto out;
-    fed_optim_cfg_default(&oc, (fed_optim_kind)j->set.optimizer);
-    oc.lr = j->set.lr;
-    oc.prox_mu = j->set.mu;
-    if (oc.kind == FED_OPTIM_SGD)
-        oc.momentum = j->set.momentum;
+    round_optim(j, &oc);
     if ((e = fed_model_set_params(m, j->from)) != FED_OK ||
         (!j->params && (e = put_local(j, m)) != FED_OK) ||
+        (!j->params && (e = score_own(j, m)) != FED_OK) ||
         (e = fed_optim_new(&oc, m, &o)) != FED_OK)
         goto out;
     if (oc.prox_mu > 0 && (e = fed_optim_set_anchor(o, m)) != FED_OK)
         goto out;
     if (j->eval_ints && !j->params && (e = site_eval(j, m)) != FED_OK)
         goto out;
-    if ((e = train_epochs(j, m, o, &j->loss)) != FED_OK)
+    if ((e = train_epochs(j, m, o, j->set.local_epochs, &j->loss)) != FED_OK)
         goto out;
     j->samples = (uint64_t)j->shard_n * j->set.local_epochs;
     if (j->params) { /* the peer's: the trained parameters themselves */
@@ -268,7 +346,8 @@ void fed_node_train_job_run(fed_job *job)
     }
     if ((e = fed_model_get_params(m, j->trained)) != FED_OK)
         goto out;
-    e = encode_delta(j, j->trained);
+    if ((e = encode_delta(j, j->trained)) == FED_OK && j->set.ditto_lambda > 0)
+        e = train_personal(j, m, &oc);
 out:
     fed_optim_free(o);
     if (j->drop_model) {

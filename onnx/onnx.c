@@ -1603,9 +1603,9 @@ static fed_err read_input(trans *t, oval **inv)
         d[k] = s->dim[k]->dim_value;
     }
     if (s->n_dim == 4)
-        t->o->in = (fed_model_shape){(int)d[1], (int)d[2], (int)d[3], 0};
+        t->o->in = (fed_model_shape){(int)d[1], (int)d[2], (int)d[3], 0, 0};
     else
-        t->o->in = (fed_model_shape){1, 1, (int)d[1], 0};
+        t->o->in = (fed_model_shape){1, 1, (int)d[1], 0, 0};
     *inv = val_get(t, vi->name);
     (*inv)->kind = V_TENSOR;
     (*inv)->node = -1;

@@ -20,7 +20,10 @@
 #include "gossip/wire_hooks.h"
 #include "model/backend.h"
 #include "model/optim.h"
+#include "model/train.h"
+#include "node/layout.h"
 #include "node/node.h"
+#include "node/settings.h"
 #include "sim/attack.h"
 #include "sim/host.h"
 #include "sim/run.h"
@@ -65,6 +68,13 @@ const fed_opt fed_sim_scenario_opts[] = {
       "only when a peer can crash (--crash, --crash-rate) or --db-dir keeps the databases"),
     S(no_crypto, "no-crypto", FED_OPT_BOOL, "false", 0, 0,
       "frames in the clear and unsigned, for the largest runs (the real seal is the default)"),
+    S(personal_eval, "personal-eval", FED_OPT_BOOL, "false", 0, 0,
+      "aggregator: at the end, each client scores its own model (the global with its "
+      "--local-layers/--local-bn tensors) on its local test split (the test set partitioned "
+      "as --partition cuts the training set): per client, mean and worst"),
+    S(finetune_epochs, "finetune-epochs", FED_OPT_INT, "0", 0, 1000,
+      "aggregator, with --personal-eval: each client first fine-tunes its model this many "
+      "epochs on its own shard (FedAvg + fine-tuning, the personalization baseline)"),
     FED_NODE_SETTINGS_OPTS(fed_sim_scenario, s),
 };
 #undef S
@@ -559,6 +569,7 @@ static void base_config(sim_run *r, fed_node_config *c, const fed_dataset *train
     c->allow = r->allow;
     (void)train;
     c->shape = r->shape;
+    c->shape.scale = fed_node_settings_input_scale(&sc->s);
     c->on_round = on_round;
     c->observer = &r->obs[i];
     c->transfer.wire.hooks = sc->no_crypto ? &fed_wire_hooks_unsealed : NULL; /* unsealed frames */
@@ -616,6 +627,9 @@ static fed_err attach_nodes(sim_run *r, const fed_dataset *train, const fed_data
         c.data.train = train;
         c.data.shard = r->idx[i];
         c.data.shard_n = r->nidx[i];
+        if ((e = fed_data_partition_noise(sc->s.partition, i, sc->nodes, &c.data.noise_std)) !=
+            FED_OK)
+            return e;
         if (r->peer_mode) {
             if (!r->eval_model && (e = fed_model_new(c.spec, c.shape, c.be, c.pool, c.shards, 256,
                                                      &r->eval_model)) != FED_OK)
@@ -819,6 +833,130 @@ static void peer_mem_sums(const sim_run *r, fed_sim_counters *c)
         }
 }
 
+/* One client's own model scored on its local test split: params (the
+ * final global, nparams) with its local tensors put in, fine-tuned
+ * sc->finetune_epochs on its shard, then evaluated; the accuracy in *acc. */
+static fed_err personal_one(const sim_run *r, int i, const fed_dataset *train,
+                            const fed_dataset *test, fed_backend *be, fed_pool *pool,
+                            float *params, double *acc)
+{
+    const fed_sim_scenario *sc = r->sc;
+    const fed_node_settings *s = &sc->s;
+    layout_rules rules = {s->local_layers, s->local_bn, 0};
+    fed_node_layout lay = {0};
+    fed_dataset *mine = NULL;
+    fed_model *m = NULL;
+    fed_optim *o = NULL;
+    fed_trainer *t = NULL;
+    fed_optim_cfg oc;
+    fed_optim_kind kind;
+    fed_step_stats st = {0};
+    fed_model_shape in = r->shape;
+    uint32_t *idx = NULL;
+    const float *local;
+    size_t n = 0, nlocal = 0;
+    double noise = 0;
+    const fed_tensor_info *ti;
+    int nt = 0;
+    fed_rng rng;
+    fed_err e;
+
+    *acc = NAN;
+    in.scale = fed_node_settings_input_scale(s);
+    if ((e = fed_model_new(sc->graph ? sc->graph : s->model, in, be, pool, 1, s->batch, &m)) !=
+            FED_OK ||
+        (e = fed_data_partition(test, s->partition, i, sc->nodes, s->seed, &idx, &n)) != FED_OK)
+        goto out;
+    if (!n) /* its labels have no test sample: nothing to score */
+        goto out;
+    ti = fed_model_tensors(m, &nt);
+    if ((e = fed_data_subset(test, idx, n, &mine)) != FED_OK ||
+        (e = fed_node_layout_of(ti, nt, fed_model_nparams(m), &rules, &lay)) != FED_OK)
+        goto out;
+    local = fed_node_client_local(fed_sim_host_node(r->h[i]), fed_model_nparams(m), &nlocal);
+    if (local && nlocal == lay.len[LAYOUT_LOCAL])
+        fed_node_layout_scatter(&lay, LAYOUT_LOCAL, local, params);
+    if ((local = fed_node_client_personal(fed_sim_host_node(r->h[i]), fed_model_nparams(m))))
+        params = (float *)memcpy(params, local, fed_model_nparams(m) * sizeof *params); /* Ditto */
+    if ((e = fed_model_set_params(m, params)) != FED_OK)
+        goto out;
+    if (sc->finetune_epochs > 0) { /* as the clients train: the round's settings */
+        if ((e = fed_optim_kind_parse(s->optimizer, &kind)) != FED_OK)
+            goto out;
+        fed_optim_cfg_default(&oc, kind);
+        if (s->lr > 0)
+            oc.lr = (float)s->lr;
+        if (kind == FED_OPTIM_SGD)
+            oc.momentum = (float)s->momentum;
+        oc.weight_decay = (float)s->weight_decay;
+        fed_rng_seed_stream(&rng, s->seed, 0x70657273ull + (uint64_t)i); /* "pers" */
+        if ((e = fed_optim_new(&oc, m, &o)) != FED_OK ||
+            (e = fed_trainer_new(m, o, train, s->batch, &t)) != FED_OK ||
+            (e = fed_data_partition_noise(s->partition, i, sc->nodes, &noise)) != FED_OK ||
+            (e = fed_trainer_set_noise(t, noise, s->seed ^ (uint64_t)i)) != FED_OK)
+            goto out;
+        for (int ep = 0; ep < sc->finetune_epochs && e == FED_OK; ep++)
+            e = fed_trainer_epoch(t, r->idx[i], r->nidx[i], &rng, NULL);
+        if (e != FED_OK)
+            goto out;
+    }
+    if ((e = fed_train_evaluate_all(m, mine, &st)) == FED_OK)
+        *acc = st.samples ? (double)st.correct / (double)st.samples : NAN;
+out:
+    fed_trainer_free(t);
+    fed_optim_free(o);
+    fed_model_free(m);
+    fed_node_layout_fini(&lay);
+    fed_data_free(mine);
+    fed_free(idx);
+    return e;
+}
+
+/* --personal-eval: every client's own model on its local test split, into
+ * counters (one process, an aggregator's run; a client whose split is
+ * empty is left out). Logs each and the mean and worst. */
+static fed_err personal_eval(const sim_run *r, const fed_dataset *train, const fed_dataset *test,
+                             fed_pool *pool, fed_sim_counters *counters)
+{
+    fed_node *agg = r->agg ? fed_sim_host_node(r->agg) : NULL;
+    size_t np = agg ? fed_node_nparams(agg) : 0;
+    float *global = NULL, *params = NULL;
+    fed_backend *be = NULL;
+    double acc, sum = 0, worst = 1;
+    fed_err e;
+
+    counters->personal_n = 0;
+    if (!agg || !np) /* run() refused it across ranks */
+        return FED_ERR_ROLE;
+    if (!(global = fed_malloc(np * sizeof *global)) || !(params = fed_malloc(np * sizeof *params))) {
+        e = FED_ERR_NOMEM;
+        goto out;
+    }
+    if ((e = fed_node_get_params(agg, global)) != FED_OK || (e = fed_backend_cpu_new(1, &be)) != FED_OK)
+        goto out;
+    for (int i = 0; i < r->sc->nodes && i < FED_SIM_PERSONAL_MAX; i++) {
+        memcpy(params, global, np * sizeof *params);
+        if ((e = personal_one(r, i, train, test, be, pool, params, &acc)) != FED_OK)
+            goto out;
+        if (isnan(acc))
+            continue;
+        counters->personal_ppm[counters->personal_n++] = (uint64_t)llround(acc * 1e6);
+        sum += acc;
+        worst = acc < worst ? acc : worst;
+        fed_log(FED_LOG_INFO, "sim: client %d's own model: accuracy %.4f on its local test split",
+                i, acc);
+    }
+    if (counters->personal_n)
+        fed_log(FED_LOG_INFO, "sim: personalized accuracy over %llu clients: mean %.4f, worst "
+                "%.4f", (unsigned long long)counters->personal_n,
+                sum / (double)counters->personal_n, worst);
+out:
+    fed_backend_free(be);
+    fed_free(params);
+    fed_free(global);
+    return e;
+}
+
 /* sha256 of the final global model; for peers, of every peer's estimate's
  * sha256 in node order (32 bytes a peer, whichever rank holds it). */
 static fed_err final_hash(const sim_run *r, uint8_t out[32])
@@ -946,6 +1084,10 @@ static fed_err check_scenario(const fed_sim_scenario *sc, int peer_mode)
         bad = "role";
     else if (sc->s.rounds < 1)
         bad = "rounds"; /* 0 (forever) has no end to simulate */
+    else if (sc->personal_eval && peer_mode)
+        bad = "personal-eval"; /* an aggregator's clients' */
+    else if (sc->finetune_epochs && !sc->personal_eval)
+        bad = "finetune-epochs"; /* it fine-tunes for --personal-eval */
     else if (fed_node_settings_apply(&sc->s, (uint32_t)sc->nodes, &probe, &bad) != FED_OK && !bad)
         bad = "settings";
     if (bad) {
@@ -1013,6 +1155,10 @@ static fed_err run(const fed_sim_scenario *sc, const fed_dataset *train, fed_dat
     r.peer_mode = !strcmp(sc->role, "peer");
     if ((e = check_scenario(sc, r.peer_mode)) != FED_OK)
         return e;
+    if (sc->personal_eval && fed_comm_size(comm) > 1) {
+        fed_log(FED_LOG_ERROR, "sim: --personal-eval runs in one process (not across ranks)");
+        return FED_ERR_SPEC;
+    }
     if (!train)
         train = *own_train;
     r.shape = train->shape;
@@ -1075,6 +1221,9 @@ static fed_err run(const fed_sim_scenario *sc, const fed_dataset *train, fed_dat
     if (counters) {
         fed_sim_world_counters(r.w, counters);
         peer_mem_sums(&r, counters);
+        if (sc->personal_eval && !r.peer_mode &&
+            (e = personal_eval(&r, own_train ? r.own : train, test, pool, counters)) != FED_OK)
+            goto out;
         if ((e = fed_comm_allreduce(comm, (uint64_t *)counters,
                                     sizeof *counters / sizeof(uint64_t), FED_COMM_SUM)) != FED_OK)
             goto out;

@@ -39,6 +39,8 @@ typedef struct fed_sim_scenario {
     int eval_peers;                 /* peers that evaluate (the first N); 0: all */
     int checkpoint_every;           /* peers checkpoint every Nth round */
     int no_crypto;                  /* frames unsealed, unsigned (largest runs) */
+    int personal_eval;              /* score each client's own model at the end */
+    int finetune_epochs;            /* ... after this many epochs on its shard */
     /* not an option: the whole graph when s.model is the id of a longer one
        (model.h; fedsim's --model FILE), borrowed; NULL: s.model is whole.
        Set it: the option loader leaves it as it is */

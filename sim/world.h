@@ -66,6 +66,7 @@ typedef struct fed_sim_config {
     const struct fed_comm *comm;
 } fed_sim_config;
 
+#define FED_SIM_PERSONAL_MAX 256 /* clients --personal-eval scores */
 typedef struct fed_sim_counters {
     uint64_t frames_sent;       /* send and reply calls accepted */
     uint64_t frames_delivered;  /* handed to on_frame */
@@ -86,6 +87,12 @@ typedef struct fed_sim_counters {
        summed over the peers */
     uint64_t peer_bytes, peer_state_bytes;
     uint64_t peers_counted;     /* the peers in those sums */
+    /* fed_sim_run's, --personal-eval: each client's own model (the final
+       global with its local tensors, fine-tuned --finetune-epochs on its
+       shard) on its local test split (the test set partitioned as the
+       training set), in millionths; personal_n clients scored */
+    uint64_t personal_n;
+    uint64_t personal_ppm[FED_SIM_PERSONAL_MAX];
 } fed_sim_counters;
 
 /* What the trace hook sees for each dispatched event. */

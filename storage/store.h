@@ -344,6 +344,8 @@ FED_WUR fed_err fed_store_integrity_check(fed_store *st, char *msg, size_t cap);
 #define FED_CKPT_SEC_MERGE "merge"         /* strategy state (server moments) */
 #define FED_CKPT_SEC_PUSHSUM "pushsum"     /* push-sum running sums, f64 */
 #define FED_CKPT_SEC_ASYNC "async"         /* buffered deltas (FedBuff) */
+#define FED_CKPT_SEC_PERSONAL "personal.params" /* client, Ditto: u64 LE nparams, then
+                                                   f32 LE its personal model */
 #define FED_CKPT_SEC_LOCAL "local.params"  /* client: u64 LE nparams, then f32 LE its local
                                               tensors (node/layout.h: the LOCAL path) */
 

@@ -702,7 +702,7 @@ static void expect_stats(const fed_step_stats *g, const fed_step_stats *c, const
  * batch; returns 1 when the gradients agree. */
 static int fwd_bwd_case(fixture *f, const char *spec, int n)
 {
-    fed_model_shape in = {1, 28, 28, 10};
+    fed_model_shape in = {1, 28, 28, 10, 0};
     model_pair mp;
     host_batch hb;
     fed_step_stats sc = {0}, sg = {0}, ec = {0}, eg = {0};
@@ -735,7 +735,7 @@ static int fwd_bwd_case(fixture *f, const char *spec, int n)
  * when they agree. */
 static int train_steps_case(fixture *f, const char *spec, int n, fed_optim_kind kind)
 {
-    fed_model_shape in = {1, 28, 28, 10};
+    fed_model_shape in = {1, 28, 28, 10, 0};
     model_pair mp;
     fed_optim_cfg cfg;
     fed_optim *oc = NULL, *og = NULL;
@@ -906,7 +906,7 @@ static void test_embedding_refused(void **state)
 {
     fixture *f = *state;
     fed_model *m = (fed_model *)1;
-    fed_model_shape in = {1, 1, 3, 2};
+    fed_model_shape in = {1, 1, 3, 2, 0};
 
     assert_false(f->gpu->caps & FED_BACKEND_CAP_EMBED);
     assert_int_equal(fed_model_new("g:e=E4n8c0,L", in, f->gpu, NULL, 1, 4, &m),

@@ -943,7 +943,7 @@ static void test_csv_rejects(void **state)
 static void test_augment(void **state)
 {
     fed_data_aug a;
-    fed_model_shape s = { 2, 3, 4, 10 };
+    fed_model_shape s = { 2, 3, 4, 10 , 0};
     uint8_t x[8 * 24], orig[8 * 24], scratch[24];
     fed_rng r, q;
     int seen[3][3] = { { 0 } }, flips = 0;
@@ -1355,7 +1355,7 @@ static fed_dataset *label_set(size_t n, int classes)
     assert_non_null(d);
     d->n = n;
     d->features = 1;
-    d->shape = (fed_model_shape){ 1, 1, 1, classes };
+    d->shape = (fed_model_shape){ 1, 1, 1, classes , 0};
     d->y = calloc(n, sizeof *d->y);
     d->x_f32 = calloc(n, sizeof *d->x_f32);
     assert_non_null(d->y);
@@ -1614,7 +1614,8 @@ static void test_partition_errors(void **state)
                           "dirichlet: 1", "shards:",  "shards:0",     "shards:-2",
                           "shards:1.5", "shards:2x",  "shards:99999999999", "dirichlet:0x1p-1",
                           "dirichlet:0x10", "niid-dirichlet:", "niid-dirichlet:0",
-                          "quantity:-1", "quantity:x", "labels:0", "labels:1.5", "labels:" };
+                          "quantity:-1", "quantity:x", "labels:0", "labels:1.5", "labels:",
+                          "noise:", "noise:-0.1", "noise:x", "noise:nan", "noise:1e9" };
     fed_dataset *d = label_set(100, 10);
     fed_data_scheme sc;
     uint32_t *idx = (uint32_t *)1;
@@ -1639,6 +1640,32 @@ static void test_partition_errors(void **state)
     assert_err(fed_data_parse_scheme("shards:3", &sc), FED_OK);
     assert_int_equal(sc.kind, FED_DATA_SHARDS);
     assert_int_equal(sc.shards, 3);
+    /* noise:SIGMA: iid's split; party i's std SIGMA * i / (k - 1) */
+    {
+        uint32_t *a = NULL, *b = NULL;
+        size_t na = 0, nb = 0;
+        double sd = -1;
+
+        assert_err(fed_data_parse_scheme("noise:0.5", &sc), FED_OK);
+        assert_int_equal(sc.kind, FED_DATA_NOISE);
+        assert_true(sc.sigma == 0.5);
+        assert_err(fed_data_partition(d, "noise:0.5", 3, 5, 9, &a, &na), FED_OK);
+        assert_err(fed_data_partition(d, "iid", 3, 5, 9, &b, &nb), FED_OK);
+        assert_int_equal(na, nb);
+        assert_memory_equal(a, b, na * sizeof *a);
+        fed_free(a);
+        fed_free(b);
+        for (int i = 0; i < 5; i++) {
+            assert_err(fed_data_partition_noise("noise:0.5", i, 5, &sd), FED_OK);
+            assert_true(sd == 0.5 * i / 4);
+        }
+        assert_err(fed_data_partition_noise("noise:0.5", 0, 1, &sd), FED_OK);
+        assert_true(sd == 0);
+        assert_err(fed_data_partition_noise("labels:2", 3, 5, &sd), FED_OK);
+        assert_true(sd == 0);
+        assert_err(fed_data_partition_noise("noise:0.5", 5, 5, &sd), FED_ERR_RANGE);
+        assert_err(fed_data_partition_noise("noise:-1", 0, 5, &sd), FED_ERR_BAD_VALUE);
+    }
     fed_test_log_reset();
     assert_err(fed_data_partition(d, "iid", 2, 2, 1, &idx, &n), FED_ERR_RANGE);
     fed_test_log_has("shard 2/2");

@@ -569,10 +569,14 @@ static void test_fashion_as_png(void **state)
     fed_data_free(idx);
 }
 
-/* One epoch of logreg on 32 8x8 images with --augment as given; the
+/* One epoch of logreg on 32 8x8 images with --augment as given, inputs
+ * of the given scale (model.h) with Gaussian noise of std noise; the
  * parameters after it into p. */
-static void train_once(const fed_dataset *d, const char *aug, float *p, size_t np)
+static void train_once(const fed_dataset *d, const char *aug, double noise, int scale, float *p,
+                       size_t np)
 {
+    fed_model_shape in = d->shape;
+
     fed_backend *be = NULL;
     fed_pool *pool = NULL;
     fed_model *m = NULL;
@@ -587,7 +591,8 @@ static void train_once(const fed_dataset *d, const char *aug, float *p, size_t n
         idx[i] = i;
     assert_err(fed_backend_cpu_new(1, &be), FED_OK);
     assert_err(fed_pool_new(0, &pool), FED_OK);
-    assert_err(fed_model_new("logreg", d->shape, be, pool, 1, 8, &m), FED_OK);
+    in.scale = scale;
+    assert_err(fed_model_new("logreg", in, be, pool, 1, 8, &m), FED_OK);
     assert_int_equal(fed_model_nparams(m), np);
     fed_rng_seed(&init, 1);
     fed_rng_seed(&shuffle, 2);
@@ -599,6 +604,7 @@ static void train_once(const fed_dataset *d, const char *aug, float *p, size_t n
     assert_err(fed_trainer_new(m, o, d, 8, &t), FED_OK);
     assert_err(fed_data_parse_augment(aug, &a), FED_OK);
     assert_err(fed_trainer_set_augment(t, &a, 5), FED_OK);
+    assert_err(fed_trainer_set_noise(t, noise, 6), FED_OK);
     assert_err(fed_trainer_epoch(t, idx, 32, &shuffle, NULL), FED_OK);
     assert_err(fed_model_get_params(m, p), FED_OK);
     fed_trainer_free(t);
@@ -608,17 +614,12 @@ static void train_once(const fed_dataset *d, const char *aug, float *p, size_t n
     fed_backend_free(be);
 }
 
-/* The trainer's augmentation: repeatable for a seed, a change to the
- * training (not a no-op), refused on float features. */
-static void test_trainer_augment(void **state)
+/* 32 planar 8x8 grey images of 10 classes, as an IDX pair. */
+static fed_dataset *small_images(void)
 {
     uint8_t im[16 + 32 * 64], lb[8 + 32];
     fed_dataset *d = NULL;
-    size_t np = 64 * 10 + 10;
-    float *a = malloc(np * sizeof *a), *b = malloc(np * sizeof *b), *c = malloc(np * sizeof *c);
-    fed_data_aug aug = { 2, 1 };
 
-    (void)state;
     memcpy(im, "\0\0\x08\x03\0\0\0\x20\0\0\0\x08\0\0\0\x08", 16);
     memcpy(lb, "\0\0\x08\x01\0\0\0\x20", 8);
     for (int i = 0; i < 32 * 64; i++)
@@ -626,9 +627,23 @@ static void test_trainer_augment(void **state)
     for (int i = 0; i < 32; i++)
         lb[8 + i] = (uint8_t)(i % 10);
     assert_err(fed_data_parse_idx(im, sizeof im, lb, sizeof lb, &d), FED_OK);
-    train_once(d, "crop:2,flip", a, np);
-    train_once(d, "crop:2,flip", b, np);
-    train_once(d, "none", c, np);
+    return d;
+}
+
+/* The trainer's augmentation: repeatable for a seed, a change to the
+ * training (not a no-op), refused on float features. */
+static void test_trainer_augment(void **state)
+{
+    fed_dataset *d = NULL;
+    size_t np = 64 * 10 + 10;
+    float *a = malloc(np * sizeof *a), *b = malloc(np * sizeof *b), *c = malloc(np * sizeof *c);
+    fed_data_aug aug = { 2, 1 };
+
+    (void)state;
+    d = small_images();
+    train_once(d, "crop:2,flip", 0, 0, a, np);
+    train_once(d, "crop:2,flip", 0, 0, b, np);
+    train_once(d, "none", 0, 0, c, np);
     assert_memory_equal(a, b, np * sizeof *a);
     assert_memory_not_equal(a, c, np * sizeof *a);
     fed_data_free(d);
@@ -657,6 +672,54 @@ static void test_trainer_augment(void **state)
     free(c);
 }
 
+static fed_err dummy_reduce(void *ctx, float *buf, size_t n)
+{
+    (void)ctx, (void)buf, (void)n;
+    return FED_OK;
+}
+
+/* The trainer's feature noise (noise:SIGMA): repeatable for a seed, a
+ * change to the training; bytes become floats exactly as the model maps
+ * them, in either input scale (noise of std 1e-30 vanishes in the sums: the
+ * same parameters as the uint8 path); refused over ranks, std < 0 invalid. */
+static void test_trainer_noise(void **state)
+{
+    fed_dataset *d = NULL;
+    size_t np = 64 * 10 + 10;
+    float *a = malloc(np * sizeof *a), *b = malloc(np * sizeof *b), *c = malloc(np * sizeof *c);
+
+    (void)state;
+    d = small_images();
+    for (int scale = FED_MODEL_INPUT_CENTRED; scale <= FED_MODEL_INPUT_UNIT; scale++) {
+        train_once(d, "none", 0.3, scale, a, np);
+        train_once(d, "none", 0.3, scale, b, np);
+        train_once(d, "none", 0, scale, c, np);
+        assert_memory_equal(a, b, np * sizeof *a);
+        assert_memory_not_equal(a, c, np * sizeof *a);
+        train_once(d, "none", 1e-30, scale, b, np);
+        assert_memory_equal(b, c, np * sizeof *b);
+    }
+    {
+        fed_backend *be = NULL;
+        fed_model *m = NULL;
+        fed_trainer *tr = NULL;
+
+        assert_err(fed_backend_cpu_new(1, &be), FED_OK);
+        assert_err(fed_model_new("logreg", d->shape, be, NULL, 1, 8, &m), FED_OK);
+        assert_err(fed_trainer_new(m, NULL, d, 8, &tr), FED_OK);
+        assert_err(fed_trainer_set_noise(tr, -0.1, 1), FED_ERR_INVAL);
+        assert_err(fed_trainer_set_noise(tr, 0.1, 1), FED_OK);
+        assert_err(fed_trainer_set_ranks(tr, 0, 2, dummy_reduce, NULL), FED_ERR_UNSUPPORTED);
+        fed_trainer_free(tr);
+        fed_model_free(m);
+        fed_backend_free(be);
+    }
+    fed_data_free(d);
+    free(a);
+    free(b);
+    free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -668,6 +731,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_folder_split_and_cache, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fashion_as_png, setup, teardown),
         cmocka_unit_test_setup_teardown(test_trainer_augment, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_trainer_noise, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -209,7 +209,7 @@ static void check_per_sample(world *w, const char *spec, fed_model_shape in, int
 
 static void test_per_sample_logreg(void **state)
 {
-    fed_model_shape in = {1, 6, 6, 5};
+    fed_model_shape in = {1, 6, 6, 5, 0};
 
     check_per_sample(*state, "logreg", in, 1, 9);
     check_per_sample(*state, "logreg", in, 3, 9);
@@ -217,7 +217,7 @@ static void test_per_sample_logreg(void **state)
 
 static void test_per_sample_mlp(void **state)
 {
-    fed_model_shape in = {1, 8, 8, 10};
+    fed_model_shape in = {1, 8, 8, 10, 0};
 
     check_per_sample(*state, "mlp:32,16", in, 1, 12);
     check_per_sample(*state, "mlp:32,16", in, 4, 12);
@@ -228,7 +228,7 @@ static void test_per_sample_mlp(void **state)
 
 static void test_per_sample_cnn(void **state)
 {
-    fed_model_shape in = {1, 16, 16, 10};
+    fed_model_shape in = {1, 16, 16, 10, 0};
 
     check_per_sample(*state, "cnn", in, 1, 6);
     check_per_sample(*state, "cnn", in, 3, 7);
@@ -271,7 +271,7 @@ static void test_per_sample_windows(void **state)
         {.kind = "avgpool", .kernel = {2, 2}, .stride = {1, 1}, .padding = {1, 1}},
         {.kind = "linear", .name = "head", .out = 5},
     };
-    fed_model_shape in = {2, 11, 10, 5};
+    fed_model_shape in = {2, 11, 10, 5, 0};
     int count = (int)(sizeof nodes / sizeof nodes[0]);
 
     for (int i = 0; i < count; i++)
@@ -298,7 +298,7 @@ static void test_per_sample_residual(void **state)
         {.kind = "concat", .name = "cat", .other = 6}, /* res2's channels, then c3's */
         {.kind = "linear", .name = "head", .out = 5},
     };
-    fed_model_shape in = {2, 8, 8, 5};
+    fed_model_shape in = {2, 8, 8, 5, 0};
     int count = (int)(sizeof nodes / sizeof nodes[0]);
 
     for (int i = 0; i < count; i++)
@@ -323,7 +323,7 @@ static void test_per_sample_embedding(void **state)
     };
 
     per_sample_graph(*state, "tabular", nodes, (int)(sizeof nodes / sizeof nodes[0]),
-                     (fed_model_shape){1, 1, 6, 4}, 44, 2);
+                     (fed_model_shape){1, 1, 6, 4, 0}, 44, 2);
 }
 
 /* Group and layer norms (their affine gradients made per sample from the
@@ -346,7 +346,7 @@ static void test_per_sample_norms(void **state)
         {.kind = "relu"},
         {.kind = "linear", .name = "head", .out = 5},
     };
-    fed_model_shape in = {2, 7, 7, 5};
+    fed_model_shape in = {2, 7, 7, 5, 0};
     int count = (int)(sizeof nodes / sizeof nodes[0]);
 
     for (int i = 0; i < count; i++)
@@ -459,7 +459,7 @@ static void check_noisy_step(world *w, const char *spec, fed_model_shape in, int
 
 static void test_noisy_step_mlp(void **state)
 {
-    fed_model_shape in = {1, 6, 6, 4};
+    fed_model_shape in = {1, 6, 6, 4, 0};
 
     check_noisy_step(*state, "mlp:16", in, 1);
     check_noisy_step(*state, "mlp:16", in, 3);
@@ -467,7 +467,7 @@ static void test_noisy_step_mlp(void **state)
 
 static void test_noisy_step_cnn(void **state)
 {
-    fed_model_shape in = {1, 16, 16, 4};
+    fed_model_shape in = {1, 16, 16, 4, 0};
 
     check_noisy_step(*state, "cnn", in, 2);
 }
@@ -477,7 +477,7 @@ static void test_noisy_step_cnn(void **state)
 static void test_dp_step_without_noise_is_plain(void **state)
 {
     world *w = *state;
-    fed_model_shape in = {1, 6, 6, 4};
+    fed_model_shape in = {1, 6, 6, 4, 0};
     fed_dataset *d = make_dataset(in, 10, 3);
     fed_model *a = make_model(w, "mlp:16", in, 2, 16), *b = make_model(w, "mlp:16", in, 2, 16);
     size_t np = fed_model_nparams(a);
@@ -597,7 +597,7 @@ static void test_poisson(void **state)
 static void test_refusals(void **state)
 {
     world *w = *state;
-    fed_model_shape in = {1, 6, 6, 4};
+    fed_model_shape in = {1, 6, 6, 4, 0};
     fed_dataset *d = make_dataset(in, 10, 3);
     fed_model *m = make_model(w, "logreg", in, 1, 8), *other = NULL;
     fed_backend fake;

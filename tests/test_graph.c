@@ -301,7 +301,7 @@ static fed_model_node windows_graph[] = {
 
 static void test_grad_windows(void **state)
 {
-    fed_model_shape in = {2, 11, 10, 5};
+    fed_model_shape in = {2, 11, 10, 5, 0};
     const char *names[] = {"stem.weight", "stem.bias", "c2.weight", "c2.bias",
                            "fc.weight",   "fc.bias",   "head.weight", "head.bias"};
     /* 11x10 -> conv s2 p1: 6x5 -> conv d2 p2: 6x5 -> maxpool 3/2/1: 3x3
@@ -345,7 +345,7 @@ static void test_cnn_as_graph(void **state)
         NODE("flatten", NULL, 0, 0, 0, 0, 0), NODE("linear", NULL, 512, 0, 0, 0, 0),
         NODE("relu", NULL, 0, 0, 0, 0, 0),    NODE("linear", NULL, 10, 0, 0, 0, 0),
     };
-    fed_model_shape in = {1, 28, 28, 10};
+    fed_model_shape in = {1, 28, 28, 10, 0};
     fed_model *a = NULL, *b;
     const fed_tensor_info *ta, *tb;
     int na, nb, n = 6;
@@ -392,7 +392,7 @@ static void test_deep_graph(void **state)
 {
     enum { DEPTH = 24, COUNT = 2 * DEPTH - 1 };
     fed_model_node nodes[COUNT];
-    fed_model_shape in = {1, 2, 3, 3};
+    fed_model_shape in = {1, 2, 3, 3, 0};
     fed_model *m;
     int nt;
 
@@ -420,7 +420,7 @@ static void test_graph_flops(void **state)
         NODE("maxpool", NULL, 0, 2, 0, 0, 0),
         NODE("linear", "l", 5, 0, 0, 0, 0),
     };
-    fed_model_shape in = {1, 8, 8, 5};
+    fed_model_shape in = {1, 8, 8, 5, 0};
     fed_model *m;
 
     chain(nodes, 3);
@@ -453,7 +453,7 @@ static void expect_one(fed_model_node node, fed_model_shape in, fed_err want, co
 /* Every refusal names the node, its kind and name, and the shape it saw. */
 static void test_graph_errors(void **state)
 {
-    fed_model_shape in = {1, 4, 4, 3};
+    fed_model_shape in = {1, 4, 4, 3, 0};
     fed_model_node two[2] = {NODE("linear", "a", 8, 0, 0, 0, 0),
                              NODE("linear", "b", 3, 0, 0, 0, 0)};
     fed_model_node n1[1];
@@ -501,7 +501,7 @@ static void test_graph_errors(void **state)
         fed_model_node gn = {.kind = "groupnorm", .name = "gn", .groups = 3};
         fed_model_node drop = {.kind = "dropout", .name = "d", .drop_ppm = 1000000};
 
-        expect_one(gn, (fed_model_shape){4, 2, 2, 3}, FED_ERR_SHAPE,
+        expect_one(gn, (fed_model_shape){4, 2, 2, 3, 0}, FED_ERR_SHAPE,
                    "model 'bad': node 0 (groupnorm 'gn') on input 4x2x2: groups must divide "
                    "the input's channels");
         expect_one(drop, in, FED_ERR_SHAPE,
@@ -534,14 +534,14 @@ static void test_backend_caps(void **state)
     chain(windows_graph, WINDOWS_COUNT);
     fed_test_log_capture(FED_LOG_DEBUG);
     assert_int_equal(fed_model_new_graph("g", windows_graph, WINDOWS_COUNT,
-                                         (fed_model_shape){2, 11, 10, 5}, &nowin, NULL, 1, 4,
+                                         (fed_model_shape){2, 11, 10, 5, 0}, &nowin, NULL, 1, 4,
                                          &m),
                      FED_ERR_UNSUPPORTED);
     assert_null(m);
     assert_string_equal(fed_test_log_last(),
                         "model: layer 'stem' (conv) needs kernels the nowin backend lacks");
     fed_test_log_default();
-    assert_int_equal(fed_model_new("cnn", (fed_model_shape){1, 28, 28, 10}, &nowin, NULL, 1, 4,
+    assert_int_equal(fed_model_new("cnn", (fed_model_shape){1, 28, 28, 10, 0}, &nowin, NULL, 1, 4,
                                    &m),
                      FED_OK);
     fed_model_free(m);
@@ -550,19 +550,19 @@ static void test_backend_caps(void **state)
     nowin.name = "device";
     nowin.caps = w->be->caps & ~FED_BACKEND_CAP_HOST_MEMORY;
     fed_test_log_capture(FED_LOG_DEBUG);
-    assert_int_equal(fed_model_new("g:L8,act=G,L", (fed_model_shape){1, 4, 4, 3}, &nowin, NULL,
+    assert_int_equal(fed_model_new("g:L8,act=G,L", (fed_model_shape){1, 4, 4, 3, 0}, &nowin, NULL,
                                    1, 4, &m),
                      FED_ERR_UNSUPPORTED);
     assert_string_equal(fed_test_log_last(),
                         "model: layer 'act' (gelu) needs kernels the device backend lacks");
     fed_test_log_default();
-    assert_int_equal(fed_model_new("g:L8,act=G,L", (fed_model_shape){1, 4, 4, 3}, w->be, NULL,
+    assert_int_equal(fed_model_new("g:L8,act=G,L", (fed_model_shape){1, 4, 4, 3, 0}, w->be, NULL,
                                    1, 4, &m),
                      FED_OK);
     fed_model_free(m);
     /* the loss bce: host-computed too, one logit of two classes, last */
     fed_test_log_capture(FED_LOG_DEBUG);
-    assert_int_equal(fed_model_new("g:L8,R,L1,B", (fed_model_shape){1, 4, 4, 2}, &nowin, NULL,
+    assert_int_equal(fed_model_new("g:L8,R,L1,B", (fed_model_shape){1, 4, 4, 2, 0}, &nowin, NULL,
                                    1, 4, &m),
                      FED_ERR_UNSUPPORTED);
     assert_string_equal(fed_test_log_last(), "model: the loss bce is computed on the host, which "
@@ -571,19 +571,19 @@ static void test_backend_caps(void **state)
     {
         char why[256];
 
-        assert_int_equal(fed_model_spec_explain("g:L8,R,L,B", (fed_model_shape){1, 4, 4, 2},
+        assert_int_equal(fed_model_spec_explain("g:L8,R,L,B", (fed_model_shape){1, 4, 4, 2, 0},
                                                 why, sizeof why),
                          FED_ERR_SHAPE);
         assert_string_equal(why, "model 'g:L8,R,L,B': the loss bce takes one logit and two "
                                  "classes; the last layer gives 2x1x1 values, the data has 2 "
                                  "classes");
-        assert_int_equal(fed_model_spec_explain("g:L8,B,L1", (fed_model_shape){1, 4, 4, 2}, why,
+        assert_int_equal(fed_model_spec_explain("g:L8,B,L1", (fed_model_shape){1, 4, 4, 2, 0}, why,
                                                 sizeof why),
                          FED_ERR_SPEC);
         assert_string_equal(why, "model 'g:L8,B,L1': node 1 (bce): the loss must be the last "
                                  "node");
     }
-    assert_int_equal(fed_model_new("g:L8,R,L1,B", (fed_model_shape){1, 4, 4, 2}, w->be, NULL, 1,
+    assert_int_equal(fed_model_new("g:L8,R,L1,B", (fed_model_shape){1, 4, 4, 2, 0}, w->be, NULL, 1,
                                    4, &m),
                      FED_OK);
     assert_int_equal(fed_model_nlogits(m), 1);
@@ -594,19 +594,19 @@ static void test_backend_caps(void **state)
     nowin.name = "nonorm";
     nowin.caps &= ~FED_BACKEND_CAP_NORM;
     fed_test_log_capture(FED_LOG_DEBUG);
-    assert_int_equal(fed_model_new("g:L8,ln=V,R,L", (fed_model_shape){1, 4, 4, 3}, &nowin, NULL,
+    assert_int_equal(fed_model_new("g:L8,ln=V,R,L", (fed_model_shape){1, 4, 4, 3, 0}, &nowin, NULL,
                                    1, 4, &m),
                      FED_ERR_UNSUPPORTED);
     assert_string_equal(fed_test_log_last(),
                         "model: layer 'ln' (layernorm) needs kernels the nonorm backend lacks");
-    assert_int_equal(fed_model_new("g:C4k3,gn=Ug2,F,L", (fed_model_shape){1, 4, 4, 3}, &nowin,
+    assert_int_equal(fed_model_new("g:C4k3,gn=Ug2,F,L", (fed_model_shape){1, 4, 4, 3, 0}, &nowin,
                                    NULL, 1, 4, &m),
                      FED_ERR_UNSUPPORTED);
     assert_string_equal(fed_test_log_last(),
                         "model: layer 'gn' (groupnorm) needs kernels the nonorm backend lacks");
     nowin.name = "nodrop";
     nowin.caps = w->be->caps & ~FED_BACKEND_CAP_DROPOUT;
-    assert_int_equal(fed_model_new("g:L8,R,d=Dr100000,L", (fed_model_shape){1, 4, 4, 3}, &nowin,
+    assert_int_equal(fed_model_new("g:L8,R,d=Dr100000,L", (fed_model_shape){1, 4, 4, 3, 0}, &nowin,
                                    NULL, 1, 4, &m),
                      FED_ERR_UNSUPPORTED);
     assert_string_equal(fed_test_log_last(),
@@ -625,7 +625,7 @@ static void test_backend_caps(void **state)
 static void test_dropout(void **state)
 {
     world *w = *state;
-    fed_model_shape in = {1, 1, DROP_F, 2};
+    fed_model_shape in = {1, 1, DROP_F, 2, 0};
     fed_model *m1 = NULL, *m3 = NULL, *plain = NULL;
     float *x = malloc(3 * DROP_F * sizeof *x), *g1 = malloc(DROP_F * sizeof *g1);
     float *p = calloc(2 * DROP_F + 2, sizeof *p), logit[2][6]; /* 3 samples, 2 classes */
@@ -728,7 +728,7 @@ static void tab_batch(float *x, int32_t *y)
 static void test_embedding(void **state)
 {
     world *w = *state;
-    fed_model_shape in = {1, 1, 5, 3};
+    fed_model_shape in = {1, 1, 5, 3, 0};
     char spec[FED_MODEL_SPEC_MAX];
     fed_model *m1, *m3, *ms = NULL;
     float x[TAB_N * 5], g1[200], g3[200];
@@ -777,7 +777,7 @@ static void test_embedding(void **state)
 static void test_embedding_ids(void **state)
 {
     world *w = *state;
-    fed_model_shape in = {1, 1, 5, 3};
+    fed_model_shape in = {1, 1, 5, 3, 0};
     fed_model *m = make_graph(w, tab_graph, TAB_COUNT, in, 1, TAB_N, 5);
     float x[TAB_N * 5], bad[] = {7.0f, -1.0f, 1.5f, NAN};
     const char *said[] = {"7", "-1", "1.5", "nan"};
@@ -815,7 +815,7 @@ static void test_embedding_ids(void **state)
 static void test_embedding_refusals(void **state)
 {
     world *w = *state;
-    fed_model_shape in = {1, 1, 5, 3};
+    fed_model_shape in = {1, 1, 5, 3, 0};
     fed_model_node g[TAB_COUNT];
     fed_backend nocat = *w->be;
     fed_model *m = (fed_model *)1;
@@ -835,7 +835,7 @@ static void test_embedding_refusals(void **state)
                "3x1x1: an embedding takes the model's input row (its ids), not a layer's output");
     memcpy(g, tab_graph, sizeof g);
     g[1].column = 1;
-    expect_why(g, TAB_COUNT, (fed_model_shape){1, 1, 2, 3}, FED_ERR_SHAPE, "model 'bad': node 3 "
+    expect_why(g, TAB_COUNT, (fed_model_shape){1, 1, 2, 3, 0}, FED_ERR_SHAPE, "model 'bad': node 3 "
                "(numeric 'num') on input 1x1x2: every column of the input is categorical (read "
                "by an embedding)");
     nocat.name = "device";
@@ -861,7 +861,7 @@ static void test_embedding_refusals(void **state)
 static void test_mse_and_predictions(void **state)
 {
     world *w = *state;
-    fed_model_shape in = {1, 1, 3, 2};
+    fed_model_shape in = {1, 1, 3, 2, 0};
     fed_model *m = NULL;
     float x[20 * 3], t[20 * 2], z[8 * 2], g[64];
     double pred[20 * 2], want = 0.0;
@@ -936,7 +936,7 @@ static void test_mse_and_predictions(void **state)
 static void test_graph_spec(void **state)
 {
     world *w = *state;
-    fed_model_shape in = {2, 11, 10, 5};
+    fed_model_shape in = {2, 11, 10, 5, 0};
     char spec[FED_MODEL_SPEC_MAX], why[256];
     fed_model *a, *b = NULL;
     fed_model_node deep[60];
@@ -1005,7 +1005,7 @@ static void test_graph_spec(void **state)
 static void test_graph_long_spec(void **state)
 {
     world *w = *state;
-    fed_model_shape in = {2, 11, 10, 5};
+    fed_model_shape in = {2, 11, 10, 5, 0};
     fed_model_node deep[101];
     static char big[FED_MODEL_GRAPH_MAX + 8];
     char id[FED_MODEL_SPEC_MAX], why[256];
@@ -1061,7 +1061,7 @@ static fed_err try_graph_new(void *ctx)
     world *w = ctx;
     fed_model *m = (fed_model *)1;
     fed_err e = fed_model_new_graph("g", windows_graph, WINDOWS_COUNT,
-                                    (fed_model_shape){2, 11, 10, 5}, w->be, w->pool, 2, 4, &m);
+                                    (fed_model_shape){2, 11, 10, 5, 0}, w->be, w->pool, 2, 4, &m);
 
     if (e == FED_OK)
         fed_model_free(m);

@@ -195,7 +195,7 @@ static void check_model(int classes)
     static float x[N * F];
     static int32_t y[N], pred[N];
     static double prob[N * 3], want[N * 3], score[N];
-    fed_model_shape sh = {1, 1, F, classes};
+    fed_model_shape sh = {1, 1, F, classes, 0};
     fed_dataset d = {0};
     fed_backend *be = NULL;
     fed_model *m = NULL;

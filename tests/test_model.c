@@ -267,7 +267,7 @@ static void grad_check(world *w, const char *spec, fed_model_shape in, int n, in
 
 static void test_grad_logreg(void **state)
 {
-    fed_model_shape in = {1, 3, 5, 4};
+    fed_model_shape in = {1, 3, 5, 4, 0};
 
     grad_check(*state, "logreg", in, 5, 1, 0);
     grad_check(*state, "logreg", in, 5, 2, 0);
@@ -275,7 +275,7 @@ static void test_grad_logreg(void **state)
 
 static void test_grad_mlp(void **state)
 {
-    fed_model_shape in = {2, 3, 3, 5};
+    fed_model_shape in = {2, 3, 3, 5, 0};
 
     grad_check(*state, "mlp:9,7", in, 4, 1, 0);
     grad_check(*state, "mlp:9,7", in, 4, 3, 0);
@@ -286,7 +286,7 @@ static void test_grad_cnn(void **state)
 {
     /* 16 -> 12 -> 6 -> 2 -> 1: every layer of the cnn at a small size; two
      * input channels so conv1 sums over channels too. */
-    fed_model_shape in = {2, 16, 16, 5};
+    fed_model_shape in = {2, 16, 16, 5, 0};
 
     grad_check(*state, "cnn", in, 3, 1, 60);
     grad_check(*state, "cnn", in, 3, 2, 60);
@@ -295,7 +295,7 @@ static void test_grad_cnn(void **state)
 static void test_grad_cnn_18(void **state)
 {
     /* 18 -> 14 -> 7 (odd, pool floors) -> 3 -> 1 */
-    fed_model_shape in = {1, 18, 18, 3};
+    fed_model_shape in = {1, 18, 18, 3, 0};
 
     grad_check(*state, "cnn", in, 2, 2, 40);
 }
@@ -305,7 +305,7 @@ static void test_grad_cnn_18(void **state)
 static void test_spec_mlp_layout(void **state)
 {
     world *w = *state;
-    fed_model_shape in = {1, 28, 28, 10};
+    fed_model_shape in = {1, 28, 28, 10, 0};
     fed_model *m = NULL;
     int nt;
     const fed_tensor_info *t;
@@ -338,7 +338,7 @@ static void test_spec_mlp_layout(void **state)
 static void test_spec_cnn_layout(void **state)
 {
     world *w = *state;
-    fed_model_shape in = {1, 28, 28, 10};
+    fed_model_shape in = {1, 28, 28, 10, 0};
     fed_model *m = NULL;
     int nt;
     const fed_tensor_info *t;
@@ -369,7 +369,7 @@ static void test_spec_cnn_layout(void **state)
 static void test_spec_errors(void **state)
 {
     world *w = *state;
-    fed_model_shape in = {1, 28, 28, 10}, tiny = {1, 8, 8, 10}, csv = {1, 1, 20, 3};
+    fed_model_shape in = {1, 28, 28, 10, 0}, tiny = {1, 8, 8, 10, 0}, csv = {1, 1, 20, 3, 0};
     fed_model *m = (fed_model *)1;
     static const char *bad[] = {"", "mlp", "mlp:", "mlp:0", "mlp:12,", "mlp:,3", "mlp:3,,4",
                                 "mlp:-3", "mlp:3x", "MLP:3", "logreg ", "cnn2", "mlp:99999999",
@@ -380,14 +380,14 @@ static void test_spec_errors(void **state)
     assert_int_equal(fed_model_spec_check("cnn", tiny), FED_ERR_SHAPE);
     assert_int_equal(fed_model_spec_check("cnn", csv), FED_ERR_SHAPE);
     assert_int_equal(fed_model_spec_check("mlp:16", csv), FED_OK);
-    assert_int_equal(fed_model_spec_check("logreg", (fed_model_shape){1, 28, 28, 1}),
+    assert_int_equal(fed_model_spec_check("logreg", (fed_model_shape){1, 28, 28, 1, 0}),
                      FED_ERR_SHAPE);
     /* dimensions whose product overflows 64 bits (a hostile model file's
        header) are refused, not wrapped into a small count */
     assert_int_equal(fed_model_spec_check("logreg",
-                                          (fed_model_shape){INT_MAX, INT_MAX, INT_MAX, 10}),
+                                          (fed_model_shape){INT_MAX, INT_MAX, INT_MAX, 10, 0}),
                      FED_ERR_SHAPE);
-    assert_int_equal(fed_model_spec_check("mlp:4", (fed_model_shape){4096, 4096, 2, 10}),
+    assert_int_equal(fed_model_spec_check("mlp:4", (fed_model_shape){4096, 4096, 2, 10, 0}),
                      FED_ERR_SHAPE);
     assert_int_equal(fed_model_new("mlp:0", in, w->be, NULL, 1, 8, &m), FED_ERR_SPEC);
     assert_null(m);
@@ -408,7 +408,7 @@ static void expect_why(const char *spec, fed_model_shape in, fed_err want, const
 /* A refused spec says what is wrong and the limit it broke. */
 static void test_spec_messages(void **state)
 {
-    fed_model_shape in = {1, 28, 28, 10};
+    fed_model_shape in = {1, 28, 28, 10, 0};
     fed_backend *be = NULL;
     fed_model *m = (fed_model *)1;
 
@@ -431,7 +431,7 @@ static void test_spec_messages(void **state)
                "model spec 'mlp:3x': layer 1: 'x' after the width, expected ','");
     expect_why("cnn2", in, FED_ERR_SPEC,
                "model spec 'cnn2' is none of logreg, mlp:W1,W2,... or cnn");
-    expect_why("cnn", (fed_model_shape){1, 8, 8, 10}, FED_ERR_SHAPE,
+    expect_why("cnn", (fed_model_shape){1, 8, 8, 10, 0}, FED_ERR_SHAPE,
                "model spec 'cnn': input 8x8 is too small for its two 5x5 convolutions and 2x2 "
                "pools");
     expect_why("mlp:65536", in, FED_OK, "");
@@ -451,7 +451,7 @@ static void test_spec_messages(void **state)
 static void test_init_bounds_and_seed(void **state)
 {
     world *w = *state;
-    fed_model_shape in = {1, 28, 28, 10};
+    fed_model_shape in = {1, 28, 28, 10, 0};
     fed_model *a = make_model(w, "mlp:32", in, 1, 4, 5), *b = make_model(w, "mlp:32", in, 1, 4, 5),
               *c = make_model(w, "mlp:32", in, 1, 4, 6);
     size_t np = fed_model_nparams(a);
@@ -517,7 +517,7 @@ static void test_loss_decreases(void **state)
 {
     world *w = *state;
     static const char *specs[] = {"logreg", "mlp:32,16", "cnn"};
-    fed_model_shape in = {1, 28, 28, 10};
+    fed_model_shape in = {1, 28, 28, 10, 0};
     int n = 16;
     uint8_t *x = malloc((size_t)n * 784);
     int32_t y[16];
@@ -541,7 +541,7 @@ static void test_loss_decreases(void **state)
 /* The parameters after a few steps with the given shard count and pool. */
 static float *params_after(fed_backend *be, fed_pool *pool, const char *spec, int shards)
 {
-    fed_model_shape in = {1, 28, 28, 10};
+    fed_model_shape in = {1, 28, 28, 10, 0};
     int n = 24;
     uint8_t *x = malloc((size_t)n * 784);
     int32_t y[24];
@@ -571,7 +571,7 @@ static void test_bit_identical(void **state)
 
     assert_int_equal(fed_pool_new(0, &inline_pool), FED_OK);
     for (int s = 0; s < 2; s++) {
-        fed_model_shape in = {1, 28, 28, 10};
+        fed_model_shape in = {1, 28, 28, 10, 0};
         size_t np;
         float *a1 = params_after(w->be, w->pool, specs[s], 1),
               *b1 = params_after(w->be, w->pool, specs[s], 1),
@@ -604,7 +604,7 @@ static void test_bit_identical(void **state)
 static void test_eval_matches_train_loss(void **state)
 {
     world *w = *state;
-    fed_model_shape in = {1, 28, 28, 10};
+    fed_model_shape in = {1, 28, 28, 10, 0};
     int n = 50;
     fed_model *m = make_model(w, "mlp:20", in, 2, 16, 4);
     uint8_t *x = malloc((size_t)n * 784);
@@ -649,7 +649,7 @@ static void test_eval_matches_train_loss(void **state)
 static void test_batch_errors(void **state)
 {
     world *w = *state;
-    fed_model_shape in = {1, 2, 2, 3};
+    fed_model_shape in = {1, 2, 2, 3, 0};
     fed_model *m = make_model(w, "logreg", in, 1, 4, 1);
     float x[5 * 4] = {0};
     int32_t y[5] = {0, 1, 2, 0, 1};
@@ -682,7 +682,7 @@ static void tmp_path(char *buf, size_t len, const char *name)
 static void test_file_round_trip(void **state)
 {
     world *w = *state;
-    fed_model_shape in = {1, 28, 28, 10};
+    fed_model_shape in = {1, 28, 28, 10, 0};
     fed_model *m = make_model(w, "mlp:16,8", in, 1, 4, 77), *back = NULL;
     size_t np = fed_model_nparams(m);
     float *a = malloc(np * 4), *b = malloc(np * 4);
@@ -732,7 +732,7 @@ static void reseal(uint8_t *buf, size_t len)
 static void test_file_long_graph(void **state)
 {
     world *w = *state;
-    fed_model_shape in = {1, 4, 4, 3};
+    fed_model_shape in = {1, 4, 4, 3, 0};
     char graph[512] = "g:", id[FED_MODEL_SPEC_MAX];
     fed_model *m, *back = NULL;
     size_t size, len = 0;
@@ -768,7 +768,7 @@ static void test_file_long_graph(void **state)
 static void test_file_rejects(void **state)
 {
     world *w = *state;
-    fed_model_shape in = {1, 4, 4, 3};
+    fed_model_shape in = {1, 4, 4, 3, 0};
     fed_model *m = make_model(w, "mlp:5", in, 1, 4, 1);
     size_t size = fed_model_file_size(m), len = 0;
     uint8_t *good = malloc(size + 8), *buf = malloc(size + 8);
@@ -849,7 +849,7 @@ static fed_dataset *toy_dataset(size_t n, fed_rng *rng)
     fed_dataset *d = calloc(1, sizeof *d);
 
     d->n = n;
-    d->shape = (fed_model_shape){1, 8, 8, 4};
+    d->shape = (fed_model_shape){1, 8, 8, 4, 0};
     d->features = 64;
     d->x_u8 = malloc(n * 64);
     d->y = malloc(n * sizeof *d->y);
@@ -1127,7 +1127,7 @@ static void test_trainer_rejects(void **state)
     for (int i = 0; i < 64; i++)
         idx[i] = (uint32_t)i;
     m = make_model(w, "logreg", d->shape, 1, 32, 1);
-    wrong = make_model(w, "logreg", (fed_model_shape){1, 8, 7, 4}, 1, 32, 1);
+    wrong = make_model(w, "logreg", (fed_model_shape){1, 8, 7, 4, 0}, 1, 32, 1);
     fed_optim_cfg_default(&cfg, FED_OPTIM_SGD);
     assert_int_equal(fed_trainer_new(wrong, NULL, d, 8, &t), FED_ERR_SHAPE);
     assert_null(t);
@@ -1168,7 +1168,7 @@ static fed_err try_model_new(void *ctx)
 {
     const model_try *t = ctx;
     fed_model *m = (fed_model *)1;
-    fed_err e = fed_model_new(t->spec, (fed_model_shape){1, 28, 28, 10}, t->w->be, t->w->pool, 2,
+    fed_err e = fed_model_new(t->spec, (fed_model_shape){1, 28, 28, 10, 0}, t->w->be, t->w->pool, 2,
                               8, &m);
 
     if (e == FED_OK)

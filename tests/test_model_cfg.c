@@ -167,7 +167,7 @@ static void test_many_layers(void **state)
         snprintf(want, sizeof want, "fc%d", i);
         assert_string_equal(n[i].name, want);
     }
-    assert_int_equal(fed_model_cfg_check(c, (fed_model_shape){1, 1, 4, 3}, NULL, NULL, 0), FED_OK);
+    assert_int_equal(fed_model_cfg_check(c, (fed_model_shape){1, 1, 4, 3, 0}, NULL, NULL, 0), FED_OK);
     fed_model_cfg_free(c);
 }
 
@@ -179,7 +179,7 @@ static void test_bias_free(void **state)
                              "[conv] name = c out = 3 kernel = 3 bias = 0\n[relu]\n"
                              "[conv] name = d out = 3 kernel = 1 bias = true\n[flatten]\n"
                              "[linear] name = fc out = classes bias = false\n");
-    fed_model_shape in = {2, 6, 6, 4};
+    fed_model_shape in = {2, 6, 6, 4, 0};
     fed_backend *be = NULL;
     fed_model *m = NULL, *m2 = NULL;
     const fed_tensor_info *t;
@@ -222,7 +222,7 @@ static void test_norms_dropout(void **state)
                              "[linear] name = fc out = 10\n[layernorm] name = ln\n[relu]\n"
                              "[dropout]\n"
                              "[linear] name = head out = classes\n");
-    fed_model_shape in = {2, 8, 8, 3};
+    fed_model_shape in = {2, 8, 8, 3, 0};
     fed_backend *be = NULL;
     fed_model *m = NULL;
     const fed_tensor_info *t;
@@ -257,7 +257,7 @@ static void test_norms_dropout(void **state)
     c = parse("[input] shape = 1,8,8\n"
               "[conv] name = c out = 6 kernel = 3\n[groupnorm] name = gn groups = 4\n"
               "[flatten]\n[linear] out = classes\n");
-    assert_int_equal(fed_model_cfg_check(c, (fed_model_shape){1, 8, 8, 3}, NULL, why, sizeof why),
+    assert_int_equal(fed_model_cfg_check(c, (fed_model_shape){1, 8, 8, 3, 0}, NULL, why, sizeof why),
                      FED_ERR_SHAPE);
     assert_string_equal(why, "t.cfg:3: model 't.cfg': node 1 (groupnorm 'gn') on input 6x6x6: "
                              "groups must divide the input's channels; shapes so far: input "
@@ -468,25 +468,25 @@ static void test_shape_errors(void **state)
     char why[512];
 
     (void)state;
-    assert_int_equal(fed_model_cfg_check(c, (fed_model_shape){1, 8, 8, 3}, NULL, why, sizeof why),
+    assert_int_equal(fed_model_cfg_check(c, (fed_model_shape){1, 8, 8, 3, 0}, NULL, why, sizeof why),
                      FED_ERR_SHAPE);
     assert_string_equal(why, "t.cfg:5: model 't.cfg': node 3 (conv 'c2') on input 4x3x3: the "
                              "window is larger than the padded input; shapes so far: input "
                              "1x8x8, c1 4x6x6, relu 4x6x6, maxpool 4x3x3");
-    assert_int_equal(fed_model_cfg_check(c, (fed_model_shape){1, 28, 28, 3}, NULL, why,
+    assert_int_equal(fed_model_cfg_check(c, (fed_model_shape){1, 28, 28, 3, 0}, NULL, why,
                                          sizeof why),
                      FED_ERR_SHAPE);
     assert_string_equal(why, "t.cfg: [input] declares 1x8x8, the data gives 1x28x28");
     fed_model_cfg_free(c);
     c = parse(IN "[linear] out = 4\n[output] classes = 4\n");
-    assert_int_equal(fed_model_cfg_check(c, (fed_model_shape){1, 8, 8, 3}, NULL, why, sizeof why),
+    assert_int_equal(fed_model_cfg_check(c, (fed_model_shape){1, 8, 8, 3, 0}, NULL, why, sizeof why),
                      FED_ERR_SHAPE);
     assert_string_equal(why, "t.cfg: [output] declares 4 classes, the data has 3");
-    assert_int_equal(fed_model_cfg_check(c, (fed_model_shape){1, 8, 8, 4}, NULL, why, sizeof why),
+    assert_int_equal(fed_model_cfg_check(c, (fed_model_shape){1, 8, 8, 4, 0}, NULL, why, sizeof why),
                      FED_OK);
     fed_model_cfg_free(c);
     c = parse(IN "[linear] out = 5\n");
-    assert_int_equal(fed_model_cfg_check(c, (fed_model_shape){1, 8, 8, 3}, NULL, why, sizeof why),
+    assert_int_equal(fed_model_cfg_check(c, (fed_model_shape){1, 8, 8, 3, 0}, NULL, why, sizeof why),
                      FED_ERR_SHAPE);
     assert_string_equal(why, "t.cfg: model 't.cfg': the last layer gives 5x1x1 values, the loss "
                              "wants 3 classes");
@@ -763,12 +763,12 @@ static void test_declared_fit(void **state)
     (void)state;
     memset(&d, 0, sizeof d);
     d.n = 4;
-    d.shape = (fed_model_shape){1, 1, 30, 1}; /* one class: its largest label is 0 */
+    d.shape = (fed_model_shape){1, 1, 30, 1, 0}; /* one class: its largest label is 0 */
     d.features = 30;
     d.y = y;
     d.x_f32 = (float *)y; /* a CSV's features (not read) */
     memset(&decl, 0, sizeof decl);
-    decl.in = (fed_model_shape){1, 1, 30, 2};
+    decl.in = (fed_model_shape){1, 1, 30, 2, 0};
     snprintf(decl.shape_by, sizeof decl.shape_by, "--features 30");
     snprintf(decl.classes_by, sizeof decl.classes_by, "--classes 2");
     assert_int_equal(fed_model_input_fit(&d, &decl, "a.csv", why, sizeof why), FED_OK);
@@ -789,8 +789,8 @@ static void test_declared_fit(void **state)
                              "features, the data has 29 features (columns besides the label)");
     /* images of another size */
     d.x_f32 = NULL;
-    d.shape = (fed_model_shape){1, 28, 28, 10};
-    decl.in = (fed_model_shape){3, 32, 32, 10};
+    d.shape = (fed_model_shape){1, 28, 28, 10, 0};
+    decl.in = (fed_model_shape){3, 32, 32, 10, 0};
     snprintf(decl.shape_by, sizeof decl.shape_by, "--input-shape 3,32,32");
     assert_int_equal(fed_model_input_fit(&d, &decl, "imgs", why, sizeof why), FED_ERR_SHAPE);
     assert_string_equal(why, "imgs does not fit the declared input: --input-shape 3,32,32 "

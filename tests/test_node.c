@@ -95,6 +95,7 @@ typedef struct scen_opts {
                             (the mark_model test hook; NULL: none) */
     const char *local_layers; /* the aggregator's --local-layers (NULL: none) */
     const char *strategy; /* the aggregator's (NULL: fedavg) */
+    float ditto_lambda;  /* the aggregator's --ditto-lambda (0: none) */
     int unsealed;        /* every wire unsealed, so the test reads each frame */
     double dp_fedavg_clip; /* the aggregator's DP-FedAvg clip (0: off) */
     const char *odd_local; /* client odd_client - 1's own --local-layers (NULL: none) */
@@ -309,6 +310,7 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
         snprintf(ac.local_layers, sizeof ac.local_layers, "%s", o->local_layers);
     if (o->strategy)
         snprintf(ac.agg.strategy, sizeof ac.agg.strategy, "%s", o->strategy);
+    ac.ditto_lambda = o->ditto_lambda;
     if (o->unsealed)
         ac.transfer.wire.hooks = &fed_wire_hooks_unsealed;
     ac.dp.client_clip = o->dp_fedavg_clip;
@@ -509,7 +511,7 @@ static void test_model_mismatch_declined(void **state)
 static void test_model_input_field(void **state)
 {
     fed_wire_settings set;
-    fed_model_shape data = {1, 1, 4, 1}, in;
+    fed_model_shape data = {1, 1, 4, 1, 0}, in;
     char why[384];
 
     (void)state;
@@ -1537,7 +1539,7 @@ static void test_heap_bounds(void **state)
     (void)state;
     fed_node_config_default(&cfg);
     snprintf(cfg.spec, sizeof cfg.spec, "mlp:256,128");
-    cfg.shape = (fed_model_shape){1, 28, 28, 10};
+    cfg.shape = (fed_model_shape){1, 28, 28, 10, 0};
     assert_int_equal(fed_crypto_allow_new(&al), FED_OK);
     for (int i = 0; i < 11; i++) {
         memset(pk, 0, sizeof pk);
@@ -1925,6 +1927,35 @@ static void test_ckpt_model_sections(void **state)
                      FED_ERR_SHAPE);
     assert_int_equal(fed_node_model_view_match(&v, "test", c.id, "mlp:4", shape, 6),
                      FED_ERR_SHAPE);
+    /* --input-scale unit: a fifth word, read back, and a model of the other
+       scale refused; 20 bytes saying centred, or an unknown scale, refused */
+    {
+        fed_model_shape unit = shape;
+        fed_node_model_sec mu;
+        uint8_t in20[20];
+
+        unit.scale = FED_MODEL_INPUT_UNIT;
+        fed_node_model_sec_encode(&mu, "mlp:4", unit, le, 5);
+        assert_int_equal(mu.s[1].len, 20);
+        assert_memory_equal(mu.s[1].data, input, 16);
+        assert_int_equal(fed_get_u32le((const uint8_t *)mu.s[1].data + 16), 1);
+        ckpt_of(&c, mu.s, 3);
+        assert_int_equal(fed_node_model_sec_decode(&c, &v), FED_OK);
+        assert_memory_equal(&v.shape, &unit, sizeof unit);
+        assert_int_equal(fed_node_model_view_match(&v, "test", c.id, "mlp:4", unit, 5), FED_OK);
+        assert_int_equal(fed_node_model_view_match(&v, "test", c.id, "mlp:4", shape, 5),
+                         FED_ERR_SHAPE);
+        memcpy(s, mu.s, sizeof s);
+        for (uint32_t bad = 0; bad < 3; bad += 2) {
+            memcpy(in20, mu.s[1].data, 20);
+            fed_put_u32le(in20 + 16, bad);
+            s[1].data = in20;
+            ckpt_of(&c, s, 3);
+            assert_int_equal(fed_node_model_sec_decode(&c, &v), FED_ERR_FORMAT);
+        }
+        ckpt_of(&c, ms.s, 3);
+        assert_int_equal(fed_node_model_sec_decode(&c, &v), FED_OK);
+    }
 
     /* malformed sections, one at a time */
     memcpy(s, ms.s, sizeof s);
@@ -2384,6 +2415,57 @@ static void test_local_layers_stay(void **state)
     scen_free(&s);
 }
 
+/* Ditto: a client keeps its personal model in its checkpoint (with the
+ * model's spec and input) and has it back after a crash and a restart,
+ * before it trains again; the global rounds go on as without Ditto. */
+static void test_ditto_personal_kept(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 3, .spec = "mlp:16", .per_client = 150, .rounds = 3,
+                   .min_clients = 3, .deadline_ms = 20000, .seed = 29, .ditto_lambda = 0.1f,
+                   .unsealed = 1};
+    fed_store_ckpt ck;
+    const fed_store_section *sec;
+    const float *back;
+    float *kept;
+    uint64_t at;
+    uint32_t c1;
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    scen_build(&s, fx, &o);
+    c1 = fed_sim_host_index(s.cl[1]);
+    step_until_commit(&s, 1);
+    assert_int_equal(fed_store_latest_valid_checkpoint(fed_sim_host_store(s.cl[1]), &ck, NULL),
+                     FED_OK);
+    assert_non_null(sec = fed_store_ckpt_find(&ck, FED_CKPT_SEC_PERSONAL));
+    assert_int_equal(sec->len, 8 + s.nparams * sizeof(float));
+    assert_int_equal(fed_get_u64le(sec->data), s.nparams);
+    assert_non_null(fed_store_ckpt_find(&ck, FED_CKPT_SEC_SPEC));
+    assert_non_null(fed_store_ckpt_find(&ck, FED_CKPT_SEC_INPUT));
+    assert_null(fed_store_ckpt_find(&ck, FED_CKPT_SEC_PARAMS));
+    kept = malloc(s.nparams * sizeof *kept);
+    assert_non_null(kept);
+    fed_get_f32le_n(kept, (const uint8_t *)sec->data + 8, s.nparams);
+    assert_memory_equal(fed_node_client_personal(fed_sim_host_node(s.cl[1]), s.nparams), kept,
+                        s.nparams * sizeof *kept);
+    fed_store_ckpt_fini(&ck);
+    /* the personal model is not the global one */
+    assert_memory_not_equal(kept, s.params[1], s.nparams * sizeof *kept);
+    fed_sim_world_crash(s.w, c1);
+    at = fed_sim_world_now_us(s.w) / 1000 + 3000;
+    assert_int_equal(fed_sim_world_restart_at(s.w, c1, at), FED_OK);
+    assert_int_equal(fed_sim_world_run_until(s.w, at + 1), FED_OK);
+    back = fed_node_client_personal(fed_sim_host_node(s.cl[1]), s.nparams);
+    assert_non_null(back);
+    assert_memory_equal(back, kept, s.nparams * sizeof *kept);
+    scen_run(&s, 900000);
+    for (int r = 1; r <= 3; r++)
+        assert_int_equal(s.commits[r], 1);
+    free(kept);
+    scen_free(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2396,6 +2478,7 @@ int main(void)
         cmocka_unit_test(test_dropped_client),
         cmocka_unit_test(test_straggler_late),
         cmocka_unit_test(test_crash_restart),
+        cmocka_unit_test(test_ditto_personal_kept),
         cmocka_unit_test(test_dp_client_charges),
         cmocka_unit_test(test_non_member),
         cmocka_unit_test(test_full_disk_aggregator),

@@ -156,21 +156,21 @@ static void test_every_kind(void **state)
        residual, a channel concat, a global average pool, dropout */
     round_trip("g:c1=C8k3p1,r1=R,c2=C8k3p2d2g4b0,Y,+r1,a=Ak3s1p1,c3=C4k1,&a,Mk2,"
                "c4=C6k3s2p1,T,Z,P,F,fc1=L24,G,Dr250000,fc2=L16b0,S,fc3=L",
-               (fed_model_shape){4, 9, 9, 10}, FED_ST_INPUT_PIXELS, "fednode.input_scale");
+               (fed_model_shape){4, 9, 9, 10, 0}, FED_ST_INPUT_PIXELS, "fednode.input_scale");
 }
 
 static void test_presets(void **state)
 {
     (void)state;
     /* mlp on images: a Flatten written before its first Gemm */
-    round_trip("mlp:32,16", (fed_model_shape){1, 6, 6, 10}, FED_ST_INPUT_PIXELS,
+    round_trip("mlp:32,16", (fed_model_shape){1, 6, 6, 10, 0}, FED_ST_INPUT_PIXELS,
                "fednode.input_shift");
-    round_trip("cnn", (fed_model_shape){1, 16, 16, 10}, FED_ST_INPUT_PIXELS, NULL);
+    round_trip("cnn", (fed_model_shape){1, 16, 16, 10, 0}, FED_ST_INPUT_PIXELS, NULL);
     /* CSV rows: input (batch, features) */
-    round_trip("logreg", (fed_model_shape){1, 1, 7, 3}, FED_ST_INPUT_STANDARDIZED,
+    round_trip("logreg", (fed_model_shape){1, 1, 7, 3, 0}, FED_ST_INPUT_STANDARDIZED,
                "fednode.input_transform");
     /* one logit (bce): the logit out, binary cross-entropy again on import */
-    round_trip("g:fc1=L8,R,fc2=L1,B", (fed_model_shape){1, 1, 5, 2}, FED_ST_INPUT_STANDARDIZED,
+    round_trip("g:fc1=L8,R,fc2=L1,B", (fed_model_shape){1, 1, 5, 2, 0}, FED_ST_INPUT_STANDARDIZED,
                "sigmoid(logit)");
 }
 
@@ -181,8 +181,8 @@ static void test_refusals(void **state)
         fed_model_shape in;
         const char *want;
     } cases[] = {
-        {"g:e=E4n10c0,X<-,&e,fc=L", {1, 1, 3, 2}, "layer 'e' (embedding) has no ONNX export"},
-        {"g:fc1=L8,n=V,fc2=L", {1, 1, 5, 2}, "layer 'n' (layernorm) has no ONNX export"},
+        {"g:e=E4n10c0,X<-,&e,fc=L", {1, 1, 3, 2, 0}, "layer 'e' (embedding) has no ONNX export"},
+        {"g:fc1=L8,n=V,fc2=L", {1, 1, 5, 2, 0}, "layer 'n' (layernorm) has no ONNX export"},
     };
     (void)state;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -53,7 +53,7 @@ static fed_model *small_model(world *w, int shards, uint64_t seed)
     fed_model *m = NULL;
     fed_rng rng;
 
-    assert_int_equal(fed_model_new("mlp:7", (fed_model_shape){1, 2, 3, 4}, w->be, w->pool,
+    assert_int_equal(fed_model_new("mlp:7", (fed_model_shape){1, 2, 3, 4, 0}, w->be, w->pool,
                                    shards, 4, &m),
                      FED_OK);
     fed_rng_seed(&rng, seed);
@@ -444,7 +444,7 @@ static float *run_steps(world *w, fed_optim_kind kind, int fused, int shards, in
     fed_optim *o = NULL;
     fed_optim_cfg cfg;
     fed_rng rng;
-    fed_model_shape in = {1, 8, 8, 5};
+    fed_model_shape in = {1, 8, 8, 5, 0};
     float x[12 * 64];
     int32_t y[12];
     float *p;

@@ -1849,7 +1849,7 @@ static void st_fill(float *p, uint64_t seed)
 
 static fed_store_st_model st_model(const float *p)
 {
-    fed_store_st_model m = {"mlp:8", {1, 3, 3, 5}, st_table, ST_NT, p, FED_ST_INPUT_UNSAID,
+    fed_store_st_model m = {"mlp:8", {1, 3, 3, 5, 0}, st_table, ST_NT, p, FED_ST_INPUT_UNSAID,
                             NULL, NULL, 0, NULL};
 
     return m;
@@ -1941,7 +1941,8 @@ static void test_safetensors_round_trip(void **state)
 }
 
 /* The input scaling in the metadata: pixels say dtype, scale, shift and the
- * transform; a CSV model the standardization; the importer reads past both. */
+ * transform (centred, or unit with --input-scale unit); a CSV model the
+ * standardization; the importer reads past both. */
 static void test_safetensors_input_kind(void **state)
 {
     float p[ST_NPARAMS], q[ST_NPARAMS];
@@ -1956,6 +1957,11 @@ static void test_safetensors_input_kind(void **state)
         "byte / 127.5 - 1, in [-1, 1] (torchvision: ToTensor() then Normalize((0.5,), (0.5,))); "
         "logreg and mlp take x flattened, x.flatten(1)\"},";
     const char *csv = "\"fednode.input_transform\":\"each CSV feature standardized";
+    const char *unit =
+        "\"fednode.input_scale\":\"0.0039215688593685627\",\"fednode.input_shift\":\"0\","
+        "\"fednode.input_transform\":\"x = byte * fednode.input_scale + fednode.input_shift = "
+        "byte / 255, in [0, 1] (torchvision: ToTensor()); logreg and mlp take x flattened, "
+        "x.flatten(1)\"},";
 
     (void)state;
     st_fill(p, 2);
@@ -1980,6 +1986,13 @@ static void test_safetensors_input_kind(void **state)
         fed_free(buf);
         buf = NULL;
     }
+    /* a model of --input-scale unit says byte / 255 */
+    m = st_model(p);
+    m.input_kind = FED_ST_INPUT_PIXELS;
+    m.input.scale = FED_MODEL_INPUT_UNIT;
+    assert_int_equal(fed_store_safetensors_encode(&m, &buf, &len), FED_OK);
+    assert_non_null(memmem(buf, len, unit, strlen(unit)));
+    fed_free(buf);
 }
 
 /* A real model's table (the names PyTorch's nn.Sequential gives). */
@@ -1991,7 +2004,7 @@ static void test_safetensors_model(void **state)
     (void)state;
     assert_int_equal(fed_backend_cpu_new(1, &be), FED_OK);
     for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
-        fed_model_shape in = {1, 28, 28, 10};
+        fed_model_shape in = {1, 28, 28, 10, 0};
         fed_model *mod = NULL;
         fed_rng r;
         const fed_tensor_info *t;
@@ -2380,7 +2393,7 @@ static void test_cli(void **state)
 {
     static char out[1 << 16];
     char db[512], db2[512], st1[512], st2[512], bin[512];
-    fed_model_shape in = {1, 28, 28, 10};
+    fed_model_shape in = {1, 28, 28, 10, 0};
     float *params = NULL, *q;
     size_t np = 0;
     fed_store_st_file f;

@@ -893,6 +893,86 @@ static void test_settings_unknown_fields(void **state)
     assert_int_equal(used, 0);
 }
 
+/* Field 19, the knobs: written only when one is set, required, each knob
+ * an 8-byte entry marked required; back as they went; an unknown optional
+ * knob skipped, an unknown required one refused with the field's tag, a
+ * bad value or a repeated id refused. */
+static void test_settings_knobs_field(void **state)
+{
+    fed_wire_block b, g;
+    uint8_t buf[FED_WIRE_BLOCK_MAX + 64], f[48];
+    size_t len = 0, used = 0, at = FED_WIRE_MODEL_BLOCK_BYTES, n;
+
+    (void)state;
+    sample_block(FED_WIRE_MODEL, &b);
+    b.settings.weight_decay = 1e-5f;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
+    assert_int_equal(len, FED_WIRE_MODEL_BLOCK_BYTES + 8 + 8);
+    assert_int_equal(fed_get_u16le(buf + at), FED_WIRE_SET_KNOBS);
+    assert_int_equal(fed_get_u16le(buf + at + 2), FED_WIRE_FIELD_REQUIRED);
+    assert_int_equal(fed_get_u32le(buf + at + 4), 8);
+    assert_int_equal(fed_get_u16le(buf + at + 8), FED_WIRE_KNOB_WEIGHT_DECAY);
+    assert_int_equal(fed_get_u16le(buf + at + 10), FED_WIRE_KNOB_REQUIRED);
+    assert_true(fed_get_f32le(buf + at + 12) == 1e-5f);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_OK);
+    assert_int_equal(used, len);
+    assert_memory_equal(&g, &b, sizeof b);
+    b.settings.input_scale = 1;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
+    assert_int_equal(len, FED_WIRE_MODEL_BLOCK_BYTES + 8 + 16);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_OK);
+    assert_memory_equal(&g, &b, sizeof b);
+    b.settings.ditto_lambda = 0.1f; /* Ditto's lambda, knob 3 */
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
+    assert_int_equal(len, FED_WIRE_MODEL_BLOCK_BYTES + 8 + 24);
+    assert_int_equal(fed_get_u16le(buf + at + 24), FED_WIRE_KNOB_DITTO);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_OK);
+    assert_memory_equal(&g, &b, sizeof b);
+    b.settings.ditto_lambda = 0;
+    /* bad values refused on encoding */
+    b.settings.input_scale = 2;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+    b.settings.input_scale = 0;
+    b.settings.weight_decay = -1e-3f;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+    b.settings.weight_decay = 1e-5f;
+    /* knobs a later node knows: one optional, skipped; one required, refused */
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
+    memcpy(f, "\x09\x00\x00\x00\x01\x02\x03\x04", 8);
+    len = splice(buf, len, len, f, 8);
+    fed_put_u32le(buf + at + 4, 16);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_OK);
+    assert_memory_equal(&g, &b, sizeof b);
+    buf[len - 6] = (uint8_t)FED_WIRE_KNOB_REQUIRED;
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used),
+                     FED_ERR_FIELD_REQUIRED);
+    assert_int_equal(g.refused_tag, FED_WIRE_SET_KNOBS);
+    /* an id again, a decay of 0 sent, a length not of whole entries */
+    memcpy(f, "\x01\x00\x01\x00\x00\x00\x00\x00\x01\x00\x01\x00\x00\x00\x80\x3f", 16);
+    n = field(f + 16, FED_WIRE_SET_KNOBS, FED_WIRE_FIELD_REQUIRED, (const char *)f + 8, 8);
+    for (int k = 0; k < 3; k++) {
+        sample_block(FED_WIRE_MODEL, &b);
+        assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                         FED_OK);
+        len = splice(buf, len, len, f + 16, n); /* weight decay 1.0: ok */
+        if (k == 0) {
+            assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_OK);
+            assert_true(g.settings.weight_decay == 1.0f);
+            len = splice(buf, len, at + 8, f, 8); /* id 1 twice */
+            fed_put_u32le(buf + at + 4, 16);
+        } else if (k == 1) {
+            memset(buf + at + 12, 0, 4); /* 0 is left out, never sent */
+        } else {
+            len = splice(buf, len, len, f, 4);
+            fed_put_u32le(buf + at + 4, 12);
+        }
+        assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used),
+                         FED_ERR_PAYLOAD);
+    }
+}
+
 static void test_settings_malformed(void **state)
 {
     fed_wire_block g;
@@ -1721,6 +1801,7 @@ int main(void)
         cmocka_unit_test(test_blocks_rejected),
         cmocka_unit_test(test_settings_fields_roundtrip),
         cmocka_unit_test(test_settings_unknown_fields),
+        cmocka_unit_test(test_settings_knobs_field),
         cmocka_unit_test(test_settings_input),
         cmocka_unit_test(test_settings_site_eval),
         cmocka_unit_test(test_settings_dp_field),
