@@ -318,7 +318,9 @@ static int paths_ok(const fed_wire_settings *s)
     if (!s->paths_on)
         return s->paths_flags == 0 && s->sa_stats_range == 0 && n == 0;
     if (s->paths_on != 1 || n > FED_WIRE_LOCAL_LAYERS_MAX ||
-        (s->paths_flags & ~(FED_WIRE_PATHS_LOCAL_BN | FED_WIRE_PATHS_STATS_LOCAL)))
+        (s->paths_flags & ~(FED_WIRE_PATHS_LOCAL_BN | FED_WIRE_PATHS_STATS_LOCAL |
+                            FED_WIRE_PATHS_FEDNOVA | FED_WIRE_PATHS_SCAFFOLD)) ||
+        (s->paths_flags & FED_WIRE_PATHS_FEDNOVA && s->paths_flags & FED_WIRE_PATHS_SCAFFOLD))
         return 0;
     for (size_t i = 0; i < n; i++)
         if (s->local_layers[i] <= 0x20 || s->local_layers[i] > 0x7e)

@@ -146,7 +146,9 @@
  *               label beyond declines. Optional (absent: the client builds
  *               over its own data's shape and largest label)
  *      16  8..263 the tensors' paths (node/layout.h): flags u32
- *               (FED_WIRE_PATHS_LOCAL_BN, FED_WIRE_PATHS_STATS_LOCAL), the
+ *               (FED_WIRE_PATHS_LOCAL_BN, FED_WIRE_PATHS_STATS_LOCAL,
+ *               FED_WIRE_PATHS_FEDNOVA, FED_WIRE_PATHS_SCAFFOLD: the
+ *               strategy's extra segment, node/layout.h), the
  *               statistics segment's secure range f32 (> 0 with field 12
  *               on, else 0), then --local-layers' globs (0..255 bytes,
  *               printable ASCII, no NUL). Present only when some tensor
@@ -261,6 +263,8 @@ typedef enum fed_wire_setting_tag {
 /* Field 16's flags: which tensors stay at the sites (node/layout.h). */
 #define FED_WIRE_PATHS_LOCAL_BN 0x1u    /* every norm tensor (FedBN) */
 #define FED_WIRE_PATHS_STATS_LOCAL 0x2u /* every non-trained statistic (DP) */
+#define FED_WIRE_PATHS_FEDNOVA 0x4u     /* a DELTA ends in the steps segment (FedNova) */
+#define FED_WIRE_PATHS_SCAFFOLD 0x8u    /* a DELTA ends in the control segment (SCAFFOLD) */
 #define FED_WIRE_LOCAL_LAYERS_MAX 255   /* bytes of field 16's globs */
 #define FED_WIRE_DP_REQUIRED 0x1u /* DP-SGD field: the round must be trained with it */
 /* DELTA's and LEAVE's fields. */

@@ -107,6 +107,7 @@ static fed_err paths_new(fed_node *n)
     int dp = c->dp.client_clip > 0 || c->dp.require_sgd, nt;
     const fed_tensor_info *t = fed_model_tensors(a->model, &nt);
     size_t kept = 0; /* norm tensors and statistics: what DP keeps at the sites */
+    fed_merge_traits mt;
     fed_err e;
 
     if ((e = globs_match(n, t, nt)) != FED_OK)
@@ -114,9 +115,13 @@ static fed_err paths_new(fed_node *n)
     a->rules.local_layers = c->local_layers;
     a->rules.local_bn = c->local_bn || dp;
     a->rules.stats_local = dp;
+    if ((e = fed_merge_spec_traits(c->agg.strategy, &mt)) != FED_OK)
+        return e;
+    a->rules.fednova = mt.fednova;
+    a->rules.scaffold = mt.scaffold;
     if ((e = fed_node_layout_of(t, nt, a->nparams, &a->rules, &a->layout)) != FED_OK)
         return e;
-    if (!fed_node_layout_sent(&a->layout)) {
+    if (!a->layout.len[LAYOUT_TRAINED] && !a->layout.len[LAYOUT_STATS]) {
         fed_log(FED_LOG_ERROR, "aggregator: --local-layers '%s'%s keeps every tensor of model "
                 "'%s' at the sites: nothing is left to federate", c->local_layers,
                 a->rules.local_bn ? " with --local-bn" : "", c->spec);
@@ -137,6 +142,9 @@ static fed_err paths_new(fed_node *n)
                 "computed from the data without noise", kept);
     if (a->layout.len[LAYOUT_STATS] &&
         !(a->norm_stats = fed_calloc(a->layout.len[LAYOUT_STATS], sizeof *a->norm_stats)))
+        return FED_ERR_NOMEM;
+    if (a->layout.extra &&
+        !(a->extra_mean = fed_calloc(a->layout.extra, sizeof *a->extra_mean)))
         return FED_ERR_NOMEM;
     if (a->eval_local)
         fed_log(FED_LOG_WARN, "aggregator: %zu of %zu parameters stay at the sites (%s): this "
@@ -204,6 +212,17 @@ static fed_err fed_node_agg_new(fed_node *n)
     }
     if ((e = fed_node_agg_dp_new(n)) != FED_OK)
         return e;
+    if (a->layout.extra && (a->dp || fed_node_agg_is_async(n))) {
+        /* each needs every client's own change in the round's sum: DP-FedAvg
+           noises one clipped mean, FedBuff merges stale deltas one by one */
+        fed_log(FED_LOG_ERROR, "aggregator: --strategy %s %s", c->agg.strategy,
+                a->dp ? "does not combine with DP-FedAvg (--dp-client-clip): its clip and "
+                        "noise would cover the model delta but not the strategy's own "
+                        "segment; use fedavg"
+                      : "needs synchronous rounds (its clients' segments are merged over "
+                        "one round's cohort): use --mode sync");
+        return FED_ERR_UNSUPPORTED;
+    }
     if (c->data.stats_cols && (a->dp || fed_node_agg_is_async(n))) {
         /* the pass's totals are a release DP-FedAvg's accounting does not
            cover (no noise is added to them), and it needs a round of its own */
@@ -260,6 +279,7 @@ static void fed_node_agg_free(fed_node *n)
     fed_node_agg_budget_free(a);
     fed_node_layout_fini(&a->layout);
     fed_free(a->norm_stats);
+    fed_free(a->extra_mean);
     fed_free(a);
     n->agg = NULL;
 }
@@ -574,7 +594,9 @@ void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b)
         n->agg->rules.local_bn) { /* field 16: which tensors stay, for every client alike */
         s->paths_on = 1;
         s->paths_flags = (n->agg->rules.local_bn ? FED_WIRE_PATHS_LOCAL_BN : 0) |
-                         (n->agg->rules.stats_local ? FED_WIRE_PATHS_STATS_LOCAL : 0);
+                         (n->agg->rules.stats_local ? FED_WIRE_PATHS_STATS_LOCAL : 0) |
+                         (n->agg->rules.fednova ? FED_WIRE_PATHS_FEDNOVA : 0) |
+                         (n->agg->rules.scaffold ? FED_WIRE_PATHS_SCAFFOLD : 0);
         snprintf(s->local_layers, sizeof s->local_layers, "%s", c->local_layers);
         s->sa_stats_range = n->agg->sa ? (float)c->secagg.stats_range : 0;
     }
@@ -1284,11 +1306,13 @@ fed_err fed_node_agg_take_delta(fed_node *n, node_open *op, agg_part *p)
         p->delta = op->vec;
         op->vec = NULL;
     } else { /* the sent floats where they belong, zero on the local ones */
-        if (!(p->delta = fed_malloc(a->nparams * sizeof *p->delta))) {
+        if (!(p->delta = fed_malloc((a->nparams + a->layout.extra) * sizeof *p->delta))) {
             p->got = 0;
             return FED_ERR_NOMEM;
         }
         fed_node_layout_unpack(&a->layout, op->vec, p->delta);
+        memcpy(p->delta + a->nparams, fed_node_layout_extra(&a->layout, op->vec),
+               a->layout.extra * sizeof *p->delta);
     }
     memcpy(p->header, m->header, FED_WIRE_HEADER_BYTES);
     memcpy(p->digest, m->digest, sizeof p->digest);

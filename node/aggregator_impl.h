@@ -87,7 +87,9 @@ typedef struct agg_part {
     uint64_t base;    /* the round it trained (< the round filled: stale, async) */
     uint64_t epoch;   /* its sender epoch, as its delta said */
     uint64_t samples;
-    float *delta;     /* (nparams) host, owned */
+    float *delta;     /* (nparams + layout.extra) host, owned: the extra
+                         segment (FedNova's steps, SCAFFOLD's control
+                         change) after the tensors */
     uint8_t header[FED_WIRE_HEADER_BYTES];
     uint8_t digest[FED_CRYPTO_DIGEST_BYTES];
     uint8_t sig[FED_CRYPTO_SIG_BYTES];
@@ -184,6 +186,8 @@ struct node_agg {
     float *norm_stats;      /* (layout.len[STATS]) the round's non-trained statistics
                                (batch norm's): their sample-weighted mean delta,
                                outside the strategy */
+    float *extra_mean;      /* (layout.extra) the round's extra segment by its rule:
+                               FedNova's tau_eff, SCAFFOLD's mean control change */
     const agg_mode_ops *mode; /* synchronous or async rounds */
     agg_member_dp *mdp;     /* (nmdp, sorted by key) clients' reported budgets */
     size_t nmdp, cap_mdp;

@@ -722,6 +722,7 @@ static fed_err on_model_train(fed_node *n, node_open *op)
     j->aug = n->cfg.data.augment;
     j->shard = n->cfg.data.shard;
     j->shard_n = n->cfg.data.shard_n;
+    j->max_steps = n->cfg.client.max_steps;
     j->global = c->global;
     j->nparams = c->nparams;
     /* its local tensors of this model, if it kept any (else the MODEL's) */

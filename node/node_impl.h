@@ -331,6 +331,7 @@ typedef struct node_train_job {
                                (stats_cols x FED_COLSTATS_INTS) instead of
                                training (fed_node_stats_job_run) */
     uint32_t stats_cols;
+    uint32_t max_steps;     /* client: local steps at most (cfg.client.max_steps; 0: none) */
     /* out */
     long dp_steps;          /* DP-SGD steps taken, and their sampling rate */
     double dp_rate;
@@ -357,6 +358,8 @@ typedef struct node_train_job {
 } node_train_job;
 
 void fed_node_train_job_run(fed_job *job);
+/* FedNova's a_i for tau local steps of SGD with momentum rho (0: none). */
+double fed_node_fednova_steps(long tau, double rho);
 /* The statistics pass's job (node/agg_stats.c): the contribution j->stats
  * as the DELTA of the pass (16-bit limbs, one float each, f32 codec) into
  * j->vec, j->samples the shard's rows; no training. */

@@ -24,6 +24,7 @@ typedef struct fed_node_settings {
     char model[FED_MODEL_SPEC_MAX];
     int rounds;
     int local_epochs;
+    int max_steps;
     int batch;
     double lr;
     char lr_schedule[32];
@@ -91,6 +92,9 @@ typedef struct fed_node_settings {
                 "aggregator, peer: rounds to run (0: forever; fedsim needs an end)"),            \
     FED_OPT_DEF(T, m.local_epochs, "local-epochs", FED_OPT_INT, "1", 1, 1000,                    \
                 "aggregator, peer: epochs each client (peer) trains per round"),                 \
+    FED_OPT_DEF(T, m.max_steps, "max-steps", FED_OPT_INT, "0", 0, 100000000,                     \
+                "client: at most this many local steps a round, whatever the aggregator's "      \
+                "--local-epochs (0: no cap; FedNova normalizes by each client's steps)"),         \
     FED_OPT_DEF(T, m.batch, "batch", FED_OPT_INT, "64", 1, 4096,                                 \
                 "aggregator, peer: the training batch size"),                                    \
     FED_OPT_DEF(T, m.lr, "lr", FED_OPT_DOUBLE, "0", 0, 100,                                      \

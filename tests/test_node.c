@@ -99,6 +99,7 @@ typedef struct scen_opts {
     double dp_fedavg_clip; /* the aggregator's DP-FedAvg clip (0: off) */
     const char *odd_local; /* client odd_client - 1's own --local-layers (NULL: none) */
     int stats_agg_only;  /* o.stats marked by the aggregator only */
+    uint32_t odd_max_steps; /* client odd_client - 1's --max-steps (0: none) */
 } scen_opts;
 
 /* What the observers saw. */
@@ -345,6 +346,7 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
             if (o->odd_local)
                 snprintf(cc.local_layers, sizeof cc.local_layers, "%s", o->odd_local);
             cc.client.own_model = o->odd_model;
+            cc.client.max_steps = o->odd_max_steps;
             if (o->odd_max_params > 0)
                 cc.client.max_model_params = o->odd_max_params;
         }
@@ -432,6 +434,91 @@ static void capture_initial(scen *s)
     assert_non_null(a);
     s->params[0] = malloc(s->nparams * sizeof(float));
     assert_int_equal(fed_node_get_params(a, s->params[0]), FED_OK);
+}
+
+/* FedNova, round r from the recorded d_i = delta_i / a_i: x_r = x_{r-1} +
+ * tau_eff sum_i p_i d_i, p_i = n_i / n, tau_eff = sum_i p_i a_i, a_i the
+ * paper's momentum-weighted count of client i's steps (steps_of: from its
+ * samples), all in double; within float tolerance. */
+static void expect_fednova(scen *s, int r, long (*steps_of)(uint64_t samples))
+{
+    delta_rec *d = s->deltas[r];
+    int k = s->ndeltas[r];
+    double W = 0, tau = 0, a[MAXC + 1];
+
+    qsort(d, (size_t)k, sizeof *d, key_cmp);
+    for (int i = 0; i < k; i++) {
+        a[i] = fed_node_fednova_steps(steps_of(d[i].samples), 0.9);
+        W += (double)d[i].samples;
+    }
+    for (int i = 0; i < k; i++)
+        tau += (double)d[i].samples / W * a[i];
+    for (size_t j = 0; j < s->nparams; j++) {
+        double acc = 0, want, got = s->params[r][j];
+
+        for (int i = 0; i < k; i++)
+            acc += (double)d[i].samples / W * (double)d[i].delta[j];
+        want = (double)s->params[r - 1][j] + tau * acc;
+        if (fabs(want - got) > 1e-5 * (1 + fabs(want)))
+            fail_msg("round %d coordinate %zu: %.9g, the formula %.9g", r, j, got, want);
+    }
+}
+
+/* 100, 200 and 300 samples at batch 64: 2, 4 and 5 steps, the third
+ * capped at 3 by its own --max-steps. */
+static long nova_steps(uint64_t samples)
+{
+    return samples == 300 ? 3 : (long)((samples + 63) / 64);
+}
+
+static void test_fednova_unequal_steps(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 3, .spec = "logreg", .per_client = 100, .uneven = 1, .rounds = 2,
+                   .min_clients = 3, .deadline_ms = 60000, .seed = 12, .strategy = "fednova",
+                   .odd_client = 3, .odd_max_steps = 3};
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    scen_build(&s, fx, &o);
+    capture_initial(&s);
+    scen_run(&s, 600000);
+    for (int r = 1; r <= 2; r++) {
+        assert_int_equal(s.commits[r], 1);
+        assert_int_equal(s.info[r].merged, 3);
+        for (int i = 0; i < 3; i++) /* weighed by its data, not data x epochs */
+            assert_true(s.deltas[r][i].samples == 100 || s.deltas[r][i].samples == 200 ||
+                        s.deltas[r][i].samples == 300);
+        expect_fednova(&s, r, nova_steps);
+    }
+    scen_free(&s);
+}
+
+/* Equal steps: a_i all alike, so FedNova's update is FedAvg's, within
+ * float tolerance (the division by a_i and the product by tau_eff round). */
+static void test_fednova_equal_is_fedavg(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 3, .spec = "logreg", .per_client = 128, .rounds = 2,
+                   .min_clients = 3, .deadline_ms = 60000, .seed = 13};
+    scen avg, nova;
+
+    fed_test_need_fashion(fx->train != NULL);
+    scen_build(&avg, fx, &o);
+    scen_run(&avg, 600000);
+    o.strategy = "fednova";
+    scen_build(&nova, fx, &o);
+    scen_run(&nova, 600000);
+    for (int r = 1; r <= 2; r++) {
+        assert_int_equal(avg.commits[r], 1);
+        assert_int_equal(nova.commits[r], 1);
+        for (size_t j = 0; j < avg.nparams; j++)
+            if (fabsf(avg.params[r][j] - nova.params[r][j]) > 1e-5f * (1 + fabsf(avg.params[r][j])))
+                fail_msg("round %d coordinate %zu: fedavg %.9g, fednova %.9g", r, j,
+                         avg.params[r][j], nova.params[r][j]);
+    }
+    scen_free(&avg);
+    scen_free(&nova);
 }
 
 static void test_fedavg_bit_exact(void **state)
@@ -2425,6 +2512,8 @@ int main(void)
         cmocka_unit_test(test_local_layers_mismatch),
         cmocka_unit_test(test_dp_sgd_statistics_declined),
         cmocka_unit_test(test_segments_mismatch_refused),
+        cmocka_unit_test(test_fednova_unequal_steps),
+        cmocka_unit_test(test_fednova_equal_is_fedavg),
     };
 
     if (sodium_init() < 0)
