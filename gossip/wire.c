@@ -68,6 +68,7 @@ static const fed_wire_field model_fields[] = {
     {FED_WIRE_SET_STATS, 16, FED_WIRE_STATS_MAX, 0, 1}, /* with a mode only */
     {FED_WIRE_SET_INPUT, 16, 16, 0, 1},                /* when declared */
     {FED_WIRE_SET_PATHS, 8, 8 + FED_WIRE_LOCAL_LAYERS_MAX, 0, 1}, /* when a tensor stays */
+    {FED_WIRE_SET_SCAFFOLD, 8, 8, 0, 1},                          /* with SCAFFOLD */
 };
 static const fed_wire_field report_fields[] = {
     {FED_WIRE_FIELD_DP_REPORT, 16, 16, 0, 0},
@@ -211,6 +212,8 @@ size_t fed_wire_block_bytes(uint8_t type, const fed_wire_block *b)
     if (n && type == FED_WIRE_MODEL && b->settings.paths_on)
         n += FED_WIRE_FIELD_HEAD_BYTES + 8 + strnlen(b->settings.local_layers,
                                                      FED_WIRE_LOCAL_LAYERS_MAX);
+    if (n && type == FED_WIRE_MODEL && b->settings.scaffold_on)
+        n += FED_WIRE_FIELD_HEAD_BYTES + 8;
     if (n && (type == FED_WIRE_DELTA || type == FED_WIRE_SA_MASKED) && b->seg_count)
         n += FED_WIRE_FIELD_HEAD_BYTES + 4 + 8 * (size_t)b->seg_count;
     return n;
@@ -316,7 +319,9 @@ static int paths_ok(const fed_wire_settings *s)
     size_t n = strnlen(s->local_layers, sizeof s->local_layers);
 
     if (!s->paths_on)
-        return s->paths_flags == 0 && s->sa_stats_range == 0 && n == 0;
+        return s->paths_flags == 0 && s->sa_stats_range == 0 && n == 0 && !s->scaffold_on;
+    if ((s->scaffold_on != 0) != ((s->paths_flags & FED_WIRE_PATHS_SCAFFOLD) != 0))
+        return 0; /* field 17 comes with SCAFFOLD's control segment, and only then */
     if (s->paths_on != 1 || n > FED_WIRE_LOCAL_LAYERS_MAX ||
         (s->paths_flags & ~(FED_WIRE_PATHS_LOCAL_BN | FED_WIRE_PATHS_STATS_LOCAL |
                             FED_WIRE_PATHS_FEDNOVA | FED_WIRE_PATHS_SCAFFOLD)) ||
@@ -456,6 +461,11 @@ static uint8_t *encode_settings(const fed_wire_settings *s, uint8_t *out)
         memcpy(p + 16, s->local_layers, n);
         p += FED_WIRE_FIELD_HEAD_BYTES + 8 + n;
     }
+    if (s->scaffold_on) { /* required: which of its sent control changes were merged */
+        p = field_head(p, FED_WIRE_SET_SCAFFOLD);
+        fed_put_u64le(p, s->scaffold_void);
+        p += 8;
+    }
     return p;
 }
 
@@ -567,6 +577,10 @@ static int take_setting(uint16_t tag, const uint8_t *v, uint32_t len, fed_wire_s
         memset(s->local_layers, 0, sizeof s->local_layers);
         memcpy(s->local_layers, v + 8, len - 8);
         return memchr(v + 8, 0, len - 8) == NULL;
+    case FED_WIRE_SET_SCAFFOLD:
+        s->scaffold_on = 1;
+        s->scaffold_void = fed_get_u64le(v);
+        break;
     default: return 0;
     }
     return 1;

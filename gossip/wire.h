@@ -154,6 +154,11 @@
  *               printable ASCII, no NUL). Present only when some tensor
  *               does not take the trained path, and then required: a node
  *               that ignored it would send what must stay at its site
+ *      17  8    SCAFFOLD: u64, bit k set when round (this one - 1 - k)
+ *               closed with no update (a void secure round), so a client
+ *               knows whether the delta (and control change) it sent then
+ *               was merged. Present with FED_WIRE_PATHS_SCAFFOLD only, and
+ *               then required
  *   This node marks 1-10 required, 11 when it requires DP-SGD, 12 when on,
  *   13, 14 and 16 when present, 15 when its input is declared (optional):
  *   its MODEL block is FED_WIRE_MODEL_BLOCK_BYTES (311), 8 + the graph's
@@ -255,8 +260,9 @@ typedef enum fed_wire_setting_tag {
     FED_WIRE_SET_STATS = 14,
     FED_WIRE_SET_INPUT = 15,
     FED_WIRE_SET_PATHS = 16,
+    FED_WIRE_SET_SCAFFOLD = 17,
 } fed_wire_setting_tag;
-#define FED_WIRE_SET_TAG_MAX 16
+#define FED_WIRE_SET_TAG_MAX 17
 #define FED_WIRE_STATS_PASS 1u  /* the statistics pass: contribute, do not train */
 #define FED_WIRE_STATS_APPLY 2u /* standardize each numeric column with these */
 #define FED_WIRE_INPUT_MAX (1u << 24) /* MODEL's input field: each count at most */
@@ -419,6 +425,10 @@ typedef struct fed_wire_settings {
     uint32_t paths_flags;    /* FED_WIRE_PATHS_* */
     float sa_stats_range;    /* secure: the statistics segment's range (> 0), else 0 */
     char local_layers[FED_WIRE_LOCAL_LAYERS_MAX + 1]; /* --local-layers, NUL-terminated */
+    /* SCAFFOLD (field 17, with FED_WIRE_PATHS_SCAFFOLD only): bit k set:
+       round (this round - 1 - k) closed with no update */
+    uint32_t scaffold_on;
+    uint64_t scaffold_void;
 } fed_wire_settings;
 
 /* A decoded typed block; which fields mean something depends on the type. */

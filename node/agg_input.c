@@ -423,7 +423,8 @@ static fed_err plain_close(fed_node *n, agg_close *out)
     out->update = 1;
     out->count = k;
     out->results = a->results;
-    if ((e = agg_merge(n, out)) == FED_OK)
+    if ((e = agg_merge(n, out)) == FED_OK &&
+        (e = fed_node_agg_scaffold_merged(n, (uint32_t)k)) == FED_OK)
         plain_merged(n, out);
 out:
     fed_free(x);
@@ -539,6 +540,14 @@ static fed_err secure_close(fed_node *n, agg_close *out)
     out->count = 1;
     if ((e = agg_merge(n, out)) != FED_OK)
         return e;
+    {
+        size_t ni;
+        uint32_t m3;
+
+        (void)fed_node_sa_agg_ints(a->sa, &ni, &m3); /* the survivors: the mean's count */
+        if ((e = fed_node_agg_scaffold_merged(n, m3)) != FED_OK)
+            return e;
+    }
     secure_merged(n, out);
     return FED_OK;
 }

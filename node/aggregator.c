@@ -197,7 +197,7 @@ static fed_err fed_node_agg_new(fed_node *n)
         return e;
     if ((e = fed_merge_new(c->agg.strategy, a->nparams, &mc, c->be, &a->merge)) != FED_OK)
         return e;
-    if ((e = alloc_scratch(n)) != FED_OK)
+    if ((e = alloc_scratch(n)) != FED_OK || (e = fed_node_agg_scaffold_new(n)) != FED_OK)
         return e;
     if (c->secagg.on) {
         const char *why = fed_node_sa_agg_misfit(c, fed_node_layout_sent(&a->layout),
@@ -280,6 +280,7 @@ static void fed_node_agg_free(fed_node *n)
     fed_node_layout_fini(&a->layout);
     fed_free(a->norm_stats);
     fed_free(a->extra_mean);
+    fed_node_agg_scaffold_free(n);
     fed_free(a);
     n->agg = NULL;
 }
@@ -328,8 +329,9 @@ static fed_err resume(fed_node *n)
     n->round = round;
     fed_log(FED_LOG_INFO, "aggregator: resumed from the checkpoint of round %llu (epoch %llu)",
             (unsigned long long)round, (unsigned long long)fed_wire_epoch(n->wire));
-    if ((e = fed_node_agg_dp_start(n, &ck)) == FED_OK)
-        e = fed_node_agg_stats_resume(n, &ck);
+    if ((e = fed_node_agg_dp_start(n, &ck)) == FED_OK &&
+        (e = fed_node_agg_stats_resume(n, &ck)) == FED_OK)
+        e = fed_node_agg_scaffold_resume(n, &ck);
 out:
     if (e != FED_OK)
         fed_log(FED_LOG_ERROR, "aggregator: cannot resume from checkpoint %llu: %s",
@@ -546,12 +548,15 @@ fed_err fed_node_agg_encode_global(fed_node *n)
 {
     node_agg *a = n->agg;
     fed_codec f32 = {.id = FED_CODEC_F32};
+    size_t len;
     fed_err e;
 
     if (a->model_vec_len)
         return FED_OK;
     fed_node_tx_drop_all(n); /* streams of the old vector: their clients ask again */
-    e = fed_node_encode_vec(&f32, a->host, a->nparams, NULL, &a->model_vec, &a->model_vec_cap,
+    const float *v = fed_node_agg_scaffold_vec(n, &len); /* SCAFFOLD: c after the model */
+
+    e = fed_node_encode_vec(&f32, v, len, NULL, &a->model_vec, &a->model_vec_cap,
                             &a->model_vec_len);
     if (e != FED_OK)
         a->model_vec_len = 0;
@@ -590,6 +595,7 @@ void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b)
     if (n->agg->sa)
         fed_node_sa_agg_settings(n, round, s);
     fed_node_agg_stats_settings(n, s);
+    fed_node_agg_scaffold_settings(n, s);
     if (!fed_node_layout_trivial(&n->agg->layout) || c->local_layers[0] || c->local_bn ||
         n->agg->rules.local_bn) { /* field 16: which tensors stay, for every client alike */
         s->paths_on = 1;
@@ -851,8 +857,9 @@ static fed_err write_checkpoint(fed_node *n, uint8_t hash[32])
     float *state = sf ? fed_malloc(sf * sizeof(float)) : NULL;
     fed_err e = FED_OK;
 
-    if (a->model_vec_len != FED_CODEC_HEADER_BYTES + a->nparams * sizeof(float))
-        return FED_ERR_INTERNAL; /* commit_sealing_ahead encodes it first */
+    if (a->model_vec_len != FED_CODEC_HEADER_BYTES + (a->scaffold ? 2 : 1) * a->nparams *
+                                                         sizeof(float))
+        return FED_ERR_INTERNAL; /* commit_sealing_ahead encodes it first (SCAFFOLD: c after) */
     if (sf && (!merge || !state)) {
         e = FED_ERR_NOMEM;
         goto out;
@@ -867,8 +874,8 @@ static fed_err write_checkpoint(fed_node *n, uint8_t hash[32])
     fed_node_state_encode(st, FED_NODE_AGGREGATOR, n->round + 1);
     fed_crypto_model_hash(params, a->nparams * sizeof(float), hash);
     {
-        uint8_t clip[8];
-        fed_store_section sec[FED_NODE_MODEL_SECTIONS + 4] = {
+        uint8_t clip[8], *ctl = NULL;
+        fed_store_section sec[FED_NODE_MODEL_SECTIONS + 5] = {
             ms.s[0], ms.s[1], ms.s[2],
             {FED_NODE_SEC_STATE, st, sizeof st},
         };
@@ -882,7 +889,14 @@ static fed_err write_checkpoint(fed_node *n, uint8_t hash[32])
         }
         if (fed_node_agg_stats_section(n, &sec[ns])) /* the shared statistics, once known */
             ns++;
-        e = fed_store_checkpoint_write(n->cfg.store, n->round + 1, sec, ns, NULL);
+        switch (fed_node_agg_scaffold_section(n, &ctl, &sec[ns])) { /* c and the void rounds */
+        case 1: ns++; break;
+        case -1: e = FED_ERR_NOMEM; break;
+        default: break;
+        }
+        if (e == FED_OK)
+            e = fed_store_checkpoint_write(n->cfg.store, n->round + 1, sec, ns, NULL);
+        fed_free(ctl);
     }
 out:
     fed_free(merge);
@@ -1045,6 +1059,7 @@ static fed_err keep_committed(fed_node *n)
     node_agg *a = n->agg;
 
     memcpy(a->committed, a->host, a->nparams * sizeof(float));
+    fed_node_agg_scaffold_keep(n);
     return a->committed_state ? fed_merge_get_state(a->merge, a->committed_state) : FED_OK;
 }
 
@@ -1056,6 +1071,7 @@ static void back_to_committed(fed_node *n)
     fed_err e;
 
     memcpy(a->host, a->committed, a->nparams * sizeof(float));
+    fed_node_agg_scaffold_restore(n);
     a->model_vec_len = 0;
     e = fed_model_set_params(a->model, a->host);
     if (e == FED_OK && a->committed_state)
@@ -1129,6 +1145,8 @@ fed_err fed_node_agg_close_round(fed_node *n)
         }
     } else if ((e = a->in->close(n, &out)) != FED_OK) {
         goto fail;
+    } else {
+        fed_node_agg_scaffold_closed(n, out.update); /* which rounds' changes count */
     }
     info.dp_clip = out.dp_clip;
     for (size_t i = 0; i < a->nparts; i++) {

@@ -88,6 +88,55 @@ static fed_err fednova_normalize(node_train_job *j, fed_optim *o, float *delta)
     return FED_OK;
 }
 
+/* SCAFFOLD (Karimireddy et al. 2020, Algorithm 1): the local steps follow
+ * g - c_i + c, the correction c - c_i into the optimizer. */
+static fed_err scaffold_correct(node_train_job *j, fed_optim *o)
+{
+    float *corr;
+    fed_err e;
+
+    if (!j->ctl_c)
+        return FED_OK;
+    if (!(corr = fed_malloc(j->nparams * sizeof *corr)))
+        return FED_ERR_NOMEM;
+    for (size_t k = 0; k < j->nparams; k++)
+        corr[k] = j->ctl_c[k] - (j->ctl_i ? j->ctl_i[k] : 0.0f);
+    e = fed_optim_set_correction(o, corr);
+    fed_free(corr);
+    return e;
+}
+
+/* SCAFFOLD's option II over the delta's trained floats (K steps at rate
+ * lr): c_i+ = c_i - c + (x - y_i) / (K lr) into ctl_out, and its change
+ * c_i+ - c_i = -c - delta / (K lr) after the tensors (the layout's control
+ * segment, packed in buffer order). */
+static fed_err scaffold_control(node_train_job *j, fed_optim *o, float *delta)
+{
+    const fed_node_layout *l = &j->layout;
+    double klr = (double)fed_optim_steps(o) * (double)j->set.lr;
+    float *dc = delta + j->nparams;
+
+    if (!(klr > 0))
+        return FED_ERR_RANGE; /* no step taken */
+    if (!j->ctl_out && !(j->ctl_out = fed_malloc(j->nparams * sizeof *j->ctl_out)))
+        return FED_ERR_NOMEM;
+    memset(j->ctl_out, 0, j->nparams * sizeof *j->ctl_out);
+    for (size_t i = 0; i < l->nruns; i++) {
+        const layout_run *r = &l->runs[i];
+
+        if (r->path != LAYOUT_TRAINED)
+            continue;
+        for (size_t k = r->off; k < r->off + r->len; k++) {
+            double ci = j->ctl_i ? j->ctl_i[k] : 0.0;
+            double d = -(double)j->ctl_c[k] - (double)delta[k] / klr;
+
+            *dc++ = (float)d;
+            j->ctl_out[k] = (float)(ci + d);
+        }
+    }
+    return FED_OK;
+}
+
 /* delta = trained - global, the floats that leave the site packed as the
  * layout says (then the simulator's tamper hook, if any), encoded with the
  * round's codec; the local tensors as trained kept in local_out. */
@@ -105,6 +154,8 @@ static fed_err encode_delta(node_train_job *j, fed_optim *o, float *p)
         p[i] -= j->from[i];
     if (l->extra && j->set.paths_flags & FED_WIRE_PATHS_FEDNOVA &&
         (e = fednova_normalize(j, o, p)) != FED_OK)
+        return e;
+    if (l->extra && j->ctl_c && (e = scaffold_control(j, o, p)) != FED_OK)
         return e;
     j->sent_n = j->nparams;
     if (!fed_node_layout_trivial(l)) {
@@ -128,7 +179,9 @@ void fed_node_train_job_release(node_train_job *j)
     fed_free(j->start);
     fed_free(j->vec);
     fed_free(j->local_out);
+    fed_free(j->ctl_out);
     fed_node_layout_fini(&j->layout);
+    j->ctl_out = NULL;
     j->model = NULL;
     j->trained = NULL;
     j->sent = NULL;
@@ -265,7 +318,8 @@ void fed_node_train_job_run(fed_job *job)
         (!j->params && (e = put_local(j, m)) != FED_OK) ||
         (e = fed_optim_new(&oc, m, &o)) != FED_OK)
         goto out;
-    if (oc.prox_mu > 0 && (e = fed_optim_set_anchor(o, m)) != FED_OK)
+    if ((oc.prox_mu > 0 && (e = fed_optim_set_anchor(o, m)) != FED_OK) ||
+        (!j->params && (e = scaffold_correct(j, o)) != FED_OK))
         goto out;
     if ((e = train_epochs(j, m, o, &j->loss)) != FED_OK)
         goto out;

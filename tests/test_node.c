@@ -100,6 +100,7 @@ typedef struct scen_opts {
     const char *odd_local; /* client odd_client - 1's own --local-layers (NULL: none) */
     int stats_agg_only;  /* o.stats marked by the aggregator only */
     uint32_t odd_max_steps; /* client odd_client - 1's --max-steps (0: none) */
+    double fraction;     /* the aggregator's sample fraction (0: all) */
 } scen_opts;
 
 /* What the observers saw. */
@@ -108,6 +109,7 @@ typedef struct delta_rec {
     uint64_t samples;
     uint64_t base;       /* the round it was trained on */
     float *delta;
+    float *dc;           /* SCAFFOLD: its control change (nparams: every float trained) */
 } delta_rec;
 
 typedef struct scen {
@@ -132,6 +134,7 @@ typedef struct scen {
     int agg_crashed;
     fed_dataset five;              /* o.other_classes: the training set as 5 classes */
     fed_node_test_hooks hooks;     /* o.stats: the tensors marked */
+    float *ctl[MAXR + 1];          /* SCAFFOLD: the aggregator's c after round r */
 } scen;
 
 static int setup(void **state)
@@ -173,6 +176,11 @@ static void on_round(void *ctx, const fed_node *n, const fed_node_round_info *r)
         return;
     s->info[r->round] = *r;
     s->commits[r->round]++;
+    if (fed_node_agg_scaffold_control(n)) {
+        if (!s->ctl[r->round])
+            s->ctl[r->round] = malloc(s->nparams * sizeof(float));
+        memcpy(s->ctl[r->round], fed_node_agg_scaffold_control(n), s->nparams * sizeof(float));
+    }
     if (!s->params[r->round])
         s->params[r->round] = malloc(s->nparams * sizeof(float));
     assert_int_equal(fed_node_get_params(n, s->params[r->round]), FED_OK);
@@ -203,6 +211,11 @@ static void on_delta(void *ctx, const fed_node *n, uint64_t round, uint64_t base
     d->base = base_round;
     d->delta = malloc(nparams * sizeof(float));
     memcpy(d->delta, delta, nparams * sizeof(float));
+    d->dc = NULL;
+    if (s->o.strategy && !strncmp(s->o.strategy, "scaffold", 8)) { /* after the tensors */
+        d->dc = malloc(nparams * sizeof(float));
+        memcpy(d->dc, delta + nparams, nparams * sizeof(float));
+    }
 }
 
 /* ---- building a scenario ---- */
@@ -291,6 +304,8 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
     ac.agg.wait_clients = o->wait_clients ? o->wait_clients : (uint32_t)o->clients;
     ac.deadline_ms = o->deadline_ms;
     ac.agg.async_k = o->async_k;
+    if (o->fraction > 0)
+        ac.agg.sample_fraction = o->fraction;
     if (o->adam)
         ac.optimizer = FED_OPTIM_ADAM;
     if (o->lr > 0)
@@ -364,8 +379,11 @@ static void scen_free(scen *s)
     }
     for (int r = 0; r <= MAXR; r++) {
         free(s->params[r]);
-        for (int k = 0; k < s->ndeltas[r]; k++)
+        for (int k = 0; k < s->ndeltas[r]; k++) {
             free(s->deltas[r][k].delta);
+            free(s->deltas[r][k].dc);
+        }
+        free(s->ctl[r]);
     }
     fed_crypto_allow_free(s->allow);
 }
@@ -519,6 +537,109 @@ static void test_fednova_equal_is_fedavg(void **state)
     }
     scen_free(&avg);
     scen_free(&nova);
+}
+
+/* SCAFFOLD's Algorithm 1 (option II, partial participation) computed
+ * directly from what the clients sent: the model as FedAvg (sample-weighted,
+ * global step 1) bit for bit, each client's control change -c - dy / (K lr)
+ * (K its steps: 100, 200, 300 samples at batch 64), and c_r = c_{r-1} +
+ * (|S| / N) mean_S dc_i, within float tolerance. */
+static void expect_scaffold(scen *s, int r, int N)
+{
+    delta_rec *d = s->deltas[r];
+    int k = s->ndeltas[r];
+    const float *c0 = s->ctl[r - 1];
+
+    expect_fedavg(s, r);
+    for (int i = 0; i < k; i++) {
+        double klr = (double)((d[i].samples + 63) / 64) * (double)s->info[r].lr;
+
+        for (size_t j = 0; j < s->nparams; j++) {
+            double want = -(c0 ? c0[j] : 0.0) - (double)d[i].delta[j] / klr;
+
+            if (fabs(want - d[i].dc[j]) > 1e-4 * (1 + fabs(want)))
+                fail_msg("round %d client %d coordinate %zu: dc %.9g, option II %.9g", r, i, j,
+                         d[i].dc[j], want);
+        }
+    }
+    for (size_t j = 0; j < s->nparams; j++) {
+        double acc = 0, want;
+
+        for (int i = 0; i < k; i++)
+            acc += d[i].dc[j];
+        want = (c0 ? c0[j] : 0.0) + (double)k / N * (acc / k);
+        if (fabs(want - s->ctl[r][j]) > 1e-5 * (1 + fabs(want)))
+            fail_msg("round %d coordinate %zu: c %.9g, Algorithm 1 %.9g", r, j, s->ctl[r][j],
+                     want);
+    }
+}
+
+/* c = (1/N) sum_i c_i: each client's c_i as committed, or the one its last
+ * round made when that round merged (no later MODEL told it so yet). */
+static void expect_control_mean(scen *s, int last)
+{
+    size_t np = s->nparams;
+    double *sum = calloc(np, sizeof *sum);
+
+    for (int i = 0; i < s->o.clients; i++) {
+        const fed_node *cn = fed_sim_host_node(s->cl[i]);
+        uint64_t pending = 0;
+        const float *ci = fed_node_client_control(cn, &pending);
+        const float *use = ci;
+
+        if (pending) { /* merged (every round here did): the one it made */
+            for (int k = 0; k < s->ndeltas[pending]; k++)
+                if (!memcmp(s->deltas[pending][k].key, fed_sim_host_id(s->cl[i])->key, 32)) {
+                    for (size_t j = 0; j < np; j++)
+                        sum[j] += (ci ? ci[j] : 0.0) + s->deltas[pending][k].dc[j];
+                    use = NULL;
+                    ci = NULL;
+                }
+            assert_null(ci); /* its pending round's delta was recorded */
+            continue;
+        }
+        for (size_t j = 0; use && j < np; j++)
+            sum[j] += use[j];
+    }
+    for (size_t j = 0; j < np; j++)
+        if (fabs(sum[j] / s->o.clients - s->ctl[last][j]) > 1e-4 * (1 + fabs(sum[j])))
+            fail_msg("coordinate %zu: c %.9g, mean c_i %.9g", j, s->ctl[last][j],
+                     sum[j] / s->o.clients);
+    free(sum);
+}
+
+static void test_scaffold_algorithm1(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 3, .spec = "logreg", .per_client = 100, .uneven = 1, .rounds = 4,
+                   .min_clients = 2, .deadline_ms = 60000, .seed = 14, .strategy = "scaffold",
+                   .fraction = 0.6};
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    scen_build(&s, fx, &o);
+    capture_initial(&s);
+    scen_run(&s, 600000);
+    for (int r = 1; r <= 4; r++) {
+        assert_int_equal(s.commits[r], 1);
+        assert_int_equal(s.info[r].sampled, 2);
+        assert_int_equal(s.info[r].merged, 2);
+        expect_scaffold(&s, r, 3);
+    }
+    expect_control_mean(&s, 4);
+    /* the correction c - c_i steers the local steps: round 1 (c = c_i = 0)
+       is FedAvg's bit for bit, round 2 (c moved) is not */
+    {
+        scen avg;
+
+        o.strategy = "fedavg";
+        scen_build(&avg, fx, &o);
+        scen_run(&avg, 600000);
+        assert_memory_equal(avg.params[1], s.params[1], s.nparams * sizeof(float));
+        assert_memory_not_equal(avg.params[2], s.params[2], s.nparams * sizeof(float));
+        scen_free(&avg);
+    }
+    scen_free(&s);
 }
 
 static void test_fedavg_bit_exact(void **state)
@@ -2514,6 +2635,7 @@ int main(void)
         cmocka_unit_test(test_segments_mismatch_refused),
         cmocka_unit_test(test_fednova_unequal_steps),
         cmocka_unit_test(test_fednova_equal_is_fedavg),
+        cmocka_unit_test(test_scaffold_algorithm1),
     };
 
     if (sodium_init() < 0)
