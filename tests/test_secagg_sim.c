@@ -42,6 +42,7 @@
 #include "node/dp_account.h"
 #include "node/node.h"
 #include "node/node_impl.h" /* NODE_TIMER_ROUND, the aggregator's retry */
+#include "node/layout.h"
 #include "node/secagg_impl.h" /* fed_node_sa_agg_misfit */
 #include "node/secagg_msg.h"
 #include "node/test_hooks.h"
@@ -102,6 +103,9 @@ struct scen {
        committed (params1), when keep_params is set */
     int keep_params;
     float *params0, *params1;
+    float *ctl1;             /* SCAFFOLD: the aggregator's c after round 1 */
+    const char *strategy;    /* the aggregator's (NULL: fedavg) */
+    uint32_t max_steps0;     /* client 0's --max-steps (0: none) */
     /* the aggregator's store: writes fail (a full disk) from the moment its
        try's first UNMASK is in until the round timer retries (disk_full 1
        armed, 2 full, 3 cleared) */
@@ -238,6 +242,11 @@ static void on_round(void *ctx, const fed_node *n, const fed_node_round_info *r)
     if (s->keep_params && r->round == 1 && !s->params1) {
         s->params1 = malloc(fed_node_nparams(n) * sizeof(float));
         assert_int_equal(fed_node_get_params(n, s->params1), FED_OK);
+        if (fed_node_agg_scaffold_control(n)) {
+            s->ctl1 = malloc(fed_node_nparams(n) * sizeof(float));
+            memcpy(s->ctl1, fed_node_agg_scaffold_control(n),
+                   fed_node_nparams(n) * sizeof(float));
+        }
     }
 }
 
@@ -661,6 +670,8 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
     ac.secagg.stage_ms = 3000;
     if (s->local_layers)
         snprintf(ac.local_layers, sizeof ac.local_layers, "%s", s->local_layers);
+    if (s->strategy)
+        snprintf(ac.agg.strategy, sizeof ac.agg.strategy, "%s", s->strategy);
     if (s->range > 0)
         ac.secagg.range = s->range;
     if (s->max_weight > 0)
@@ -705,6 +716,8 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
         cc.transfer.wire.max_frame = s->max_frame;
         cc.dp.sgd = s->dp_sgd;
         cc.secagg.on = i < s->client_secagg;
+        if (i == 0)
+            cc.client.max_steps = s->max_steps0;
         if (s->dp_sgd)
             cc.dp.sgd_noise = s->dp_noise;
         if (i == 0) { /* its true delta, untouched, for the leak test */
@@ -800,6 +813,7 @@ static void scen_free(scen *s)
     free(s->delta0);
     free(s->params0);
     free(s->params1);
+    free(s->ctl1);
     free(s->lie_vec);
     for (int i = 0; i < NCL; i++) {
         free(s->sx[i]);
@@ -1748,6 +1762,93 @@ static void test_local_layers_secure(void **state)
     scen_free(&sec);
 }
 
+/* Round 1 with strategy, plain (plain) and secure (sec), 20 clients of 100
+ * samples under weight cap max_weight; client 0 takes at most max_steps0
+ * local steps. */
+static void plain_and_secure(const fixture *fx, const char *strategy, uint32_t max_steps0,
+                             double max_weight, scen *plain, scen *sec)
+{
+    for (int k = 0; k < 2; k++) {
+        scen *x = k ? sec : plain;
+
+        memset(x, 0, sizeof *x);
+        x->strategy = strategy;
+        x->max_steps0 = max_steps0;
+        x->max_weight = max_weight;
+        x->keep_params = 1;
+        build(x, fx, k, 1, NCL, 100, 0);
+        run(x, 600000);
+        assert_int_equal(x->commits[1], 1);
+        assert_int_equal(x->info[1].merged, NCL);
+        assert_non_null(x->params0);
+        assert_non_null(x->params1);
+    }
+    assert_memory_equal(plain->params0, sec->params0, plain->nparams * sizeof(float));
+}
+
+/* FedNova under secure aggregation: its normalized deltas and step counts
+ * summed masked (rule SAMPLES), 19 clients of 2 steps and client 0 of one
+ * (--max-steps 1). tau_eff = (19 a(2) + a(1)) / 20, a(2) = 1 + 1.9 (SGD
+ * momentum 0.9); the secure model is the plain one within the bound: tau
+ * q_d + |D| q_s per coordinate (q = 2 range / (2^20 - 1) each: the delta's
+ * range 4, the steps' FED_NODE_STEPS_RANGE; each mean's error below one
+ * q), doubled for the weight word's own rounding. */
+static void test_fednova_secure(void **state)
+{
+    const fixture *fx = *state;
+    scen plain, sec;
+    double qd = 2 * 4.0 / ((1 << 20) - 1), qs = 2 * FED_NODE_STEPS_RANGE / ((1 << 20) - 1);
+    double tau = (19 * fed_node_fednova_steps(2, 0.9) + fed_node_fednova_steps(1, 0.9)) / 20;
+    size_t moved = 0;
+
+    fed_test_need_fashion(fx->train != NULL);
+    plain_and_secure(fx, "fednova", 1, 100, &plain, &sec); /* each weight word 1 */
+    for (size_t j = 0; j < plain.nparams; j++) {
+        double p = (double)plain.params1[j] - plain.params0[j];
+        double q = (double)sec.params1[j] - sec.params0[j];
+        double tol = 2 * (tau * qd + fabs(p / tau) * qs) + 1e-6;
+
+        moved += fabs(p) > 1e-3;
+        if (fabs(p - q) > tol)
+            fail_msg("coordinate %zu: plain %.9g, secure %.9g (bound %.3g)", j, p, q, tol);
+    }
+    assert_true(moved > 100);
+    scen_free(&plain);
+    scen_free(&sec);
+}
+
+/* SCAFFOLD under secure aggregation, weight cap 1000 (each client's
+ * weight f = 0.1): the model delta (SAMPLES: sent times f, so its mean's
+ * error is below m q / sum f = 10 q) and the control change (MEAN, at the
+ * delta's range, sent as it is: below q) summed masked; the model and c
+ * after round 1 are the plain run's within twice those (q = 2 range /
+ * (2^20 - 1)). */
+static void test_scaffold_secure(void **state)
+{
+    const fixture *fx = *state;
+    scen plain, sec;
+    double q = 2 * 4.0 / ((1 << 20) - 1);
+    size_t moved = 0;
+
+    fed_test_need_fashion(fx->train != NULL);
+    plain_and_secure(fx, "scaffold", 0, 1000, &plain, &sec);
+    assert_non_null(plain.ctl1);
+    assert_non_null(sec.ctl1);
+    for (size_t j = 0; j < plain.nparams; j++) {
+        double p = (double)plain.params1[j] - plain.params0[j];
+        double d = (double)sec.params1[j] - sec.params0[j];
+
+        moved += plain.ctl1[j] != 0;
+        if (fabs(p - d) > 20 * q + 1e-6)
+            fail_msg("coordinate %zu: plain %.9g, secure %.9g", j, p, d);
+        if (fabs((double)plain.ctl1[j] - sec.ctl1[j]) > 2 * q + 1e-6)
+            fail_msg("coordinate %zu: c plain %.9g, secure %.9g", j, plain.ctl1[j], sec.ctl1[j]);
+    }
+    assert_true(moved > 100);
+    scen_free(&plain);
+    scen_free(&sec);
+}
+
 /* The epsilon client i's database holds (its accountant over its charges). */
 static double site_epsilon(const scen *s, int i)
 {
@@ -1976,6 +2077,8 @@ int main(void)
         cmocka_unit_test(test_dp_fedavg_with_secagg),
         cmocka_unit_test(test_stats_secure_range),
         cmocka_unit_test(test_local_layers_secure),
+        cmocka_unit_test(test_fednova_secure),
+        cmocka_unit_test(test_scaffold_secure),
     };
 
     if (getenv("FED_TEST_FILTER")) /* one case of this long binary, by cmocka's pattern */
