@@ -316,14 +316,15 @@ static fed_err ctl_resume(node_client *c, const fed_store_section *s)
     return FED_OK;
 }
 
-const float *fed_node_client_control(const fed_node *n, uint64_t *pending_round)
+const float *fed_node_client_control(const fed_node *n, uint64_t *pending_round,
+                                     const float **pending)
 {
     const node_client *c = n->client;
 
     if (!c)
         return NULL;
-    if (pending_round)
-        *pending_round = c->ctl_round;
+    *pending_round = c->ctl_round;
+    *pending = c->ctl_round ? c->ctl_next : NULL;
     return c->ctl;
 }
 

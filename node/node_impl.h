@@ -365,8 +365,10 @@ void fed_node_train_job_run(fed_job *job);
  * aggregator, or another strategy). */
 const float *fed_node_agg_scaffold_control(const fed_node *n);
 /* A client's SCAFFOLD control variate c_i (NULL: none yet, or not a
- * client), and the round whose next one waits for its merge (0: none). */
-const float *fed_node_client_control(const fed_node *n, uint64_t *pending_round);
+ * client), the round whose next one waits for its merge (0: none) and that
+ * one (NULL: none). */
+const float *fed_node_client_control(const fed_node *n, uint64_t *pending_round,
+                                     const float **pending);
 /* FedNova's a_i for tau local steps of SGD with momentum rho (0: none). */
 double fed_node_fednova_steps(long tau, double rho);
 /* The statistics pass's job (node/agg_stats.c): the contribution j->stats

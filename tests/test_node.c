@@ -582,22 +582,11 @@ static void expect_control_mean(scen *s, int last)
     double *sum = calloc(np, sizeof *sum);
 
     for (int i = 0; i < s->o.clients; i++) {
-        const fed_node *cn = fed_sim_host_node(s->cl[i]);
-        uint64_t pending = 0;
-        const float *ci = fed_node_client_control(cn, &pending);
-        const float *use = ci;
+        uint64_t round = 0;
+        const float *next = NULL;
+        const float *ci = fed_node_client_control(fed_sim_host_node(s->cl[i]), &round, &next);
+        const float *use = round ? next : ci; /* merged (every round here did) */
 
-        if (pending) { /* merged (every round here did): the one it made */
-            for (int k = 0; k < s->ndeltas[pending]; k++)
-                if (!memcmp(s->deltas[pending][k].key, fed_sim_host_id(s->cl[i])->key, 32)) {
-                    for (size_t j = 0; j < np; j++)
-                        sum[j] += (ci ? ci[j] : 0.0) + s->deltas[pending][k].dc[j];
-                    use = NULL;
-                    ci = NULL;
-                }
-            assert_null(ci); /* its pending round's delta was recorded */
-            continue;
-        }
         for (size_t j = 0; use && j < np; j++)
             sum[j] += use[j];
     }

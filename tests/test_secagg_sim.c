@@ -1849,6 +1849,60 @@ static void test_scaffold_secure(void **state)
     scen_free(&sec);
 }
 
+/* SCAFFOLD over a void round: twelve of 20 die before their masked input
+ * (as test_too_many_fail_closed), so round 1 closes with no update although
+ * 8 masked inputs went out; those 8 drop the c_i round 1 made (the MODEL of
+ * round 2 says round 1 was void) and train round 2 from c_i = 0, which
+ * merges. c = (1/N) sum_i c_i after it (N = 20; the last round's c_i as
+ * each client made it: merged, though no MODEL said so yet); had they kept
+ * round 1's, the sum would hold its changes too. */
+static void test_scaffold_void_round(void **state)
+{
+    const fixture *fx = *state;
+    scen s;
+    double q = 2 * 4.0 / ((1 << 20) - 1), *sum;
+
+    fed_test_need_fashion(fx->train != NULL);
+    memset(&s, 0, sizeof s);
+    s.keep_params = 1;
+    s.strategy = "scaffold";
+    s.max_weight = 100;
+    build(&s, fx, 1, 2, 8, 100, 0);
+    s.drop_type = FED_WIRE_SA_MASKED;
+    s.drop_round = 1;
+    s.drop_count = 12;
+    run(&s, 400000);
+    assert_int_equal(s.commits[1], 1);
+    assert_int_equal(s.info[1].merged, 0);
+    assert_int_equal(s.commits[2], 1);
+    assert_int_equal(s.info[2].merged, 8);
+    for (size_t j = 0; j < s.nparams; j++) /* round 1 left c at 0 */
+        assert_true(s.ctl1[j] == 0.0f);
+    sum = calloc(s.nparams, sizeof *sum);
+    for (int i = 0; i < NCL; i++) {
+        const fed_node *cn = fed_sim_host_node(s.cl[i]);
+        uint64_t round = 0;
+        const float *next = NULL, *ci;
+
+        if (!cn || s.dropped[i])
+            continue;
+        ci = fed_node_client_control(cn, &round, &next);
+        assert_null(ci); /* round 1's was dropped, round 2's not yet told merged */
+        assert_int_equal(round, 2);
+        for (size_t j = 0; j < s.nparams; j++)
+            sum[j] += next[j];
+    }
+    {
+        const float *c = fed_node_agg_scaffold_control(fed_sim_host_node(s.agg));
+
+        for (size_t j = 0; j < s.nparams; j++)
+            if (fabs(sum[j] / NCL - c[j]) > 2 * q + 1e-6)
+                fail_msg("coordinate %zu: c %.9g, mean c_i %.9g", j, c[j], sum[j] / NCL);
+    }
+    free(sum);
+    scen_free(&s);
+}
+
 /* The epsilon client i's database holds (its accountant over its charges). */
 static double site_epsilon(const scen *s, int i)
 {
@@ -2079,6 +2133,7 @@ int main(void)
         cmocka_unit_test(test_local_layers_secure),
         cmocka_unit_test(test_fednova_secure),
         cmocka_unit_test(test_scaffold_secure),
+        cmocka_unit_test(test_scaffold_void_round),
     };
 
     if (getenv("FED_TEST_FILTER")) /* one case of this long binary, by cmocka's pattern */
