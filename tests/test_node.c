@@ -135,6 +135,9 @@ typedef struct scen {
     fed_dataset five;              /* o.other_classes: the training set as 5 classes */
     fed_node_test_hooks hooks;     /* o.stats: the tensors marked */
     float *ctl[MAXR + 1];          /* SCAFFOLD: the aggregator's c after round r */
+    int crash_cl_round;            /* at the first delta of this round, client
+                                      crash_cl dies, and is back 30 s later */
+    int crash_cl;
 } scen;
 
 static int setup(void **state)
@@ -201,6 +204,14 @@ static void on_delta(void *ctx, const fed_node *n, uint64_t round, uint64_t base
     delta_rec *d;
 
     (void)n;
+    if (s->crash_cl_round && (uint64_t)s->crash_cl_round == round) {
+        uint64_t now = fed_sim_world_now_us(s->w) / 1000;
+        uint32_t h = fed_sim_host_index(s->cl[s->crash_cl]);
+
+        s->crash_cl_round = 0;
+        assert_int_equal(fed_sim_world_crash_at(s->w, h, now), FED_OK);
+        assert_int_equal(fed_sim_world_restart_at(s->w, h, now + 30000), FED_OK);
+    }
     if (!s->o.async_k)
         assert_int_equal(base_round, round);
     if (round > MAXR || s->ndeltas[round] > MAXC)
@@ -628,6 +639,42 @@ static void test_scaffold_algorithm1(void **state)
         assert_memory_not_equal(avg.params[2], s.params[2], s.nparams * sizeof(float));
         scen_free(&avg);
     }
+    scen_free(&s);
+}
+
+/* SCAFFOLD across restarts and a dropped round: client 2 (300 samples,
+ * the slowest) dies while it trains round 2, at the round's first delta,
+ * and comes back 30 s later, so round 2 (every client needed) is dropped
+ * at its 20 s deadline and runs again once it is back (the others train it
+ * again, their first c_i of it replaced; client 2 commits round 1's c_i,
+ * kept in its checkpoint, when round 2's MODEL says round 1 merged); the
+ * aggregator dies once round 3 is committed and resumes c from its
+ * checkpoint. Every later round is Algorithm 1 from the c recorded before
+ * the crash, and c = mean(c_i) at the end. */
+static void test_scaffold_restart(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 3, .spec = "logreg", .per_client = 100, .uneven = 1, .rounds = 6,
+                   .min_clients = 3, .deadline_ms = 20000, .seed = 15, .strategy = "scaffold"};
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    scen_build(&s, fx, &o);
+    capture_initial(&s);
+    s.crash_agg_after = 3;
+    s.crash_cl_round = 2;
+    s.crash_cl = 2;
+    scen_run(&s, 900000);
+    assert_int_equal(s.crash_cl_round, 0);
+    assert_int_equal(s.agg_crashed, 1);
+    for (int r = 1; r <= 6; r++) {
+        assert_int_equal(s.commits[r], 1);
+        assert_int_equal(s.info[r].merged, 3);
+        if (r != 2) /* (round 2's first try's deltas are recorded too) */
+            expect_scaffold(&s, r, 3);
+    }
+    assert_true(s.ndeltas[2] > 3); /* round 2 ran twice */
+    expect_control_mean(&s, 6);
     scen_free(&s);
 }
 
@@ -2625,6 +2672,7 @@ int main(void)
         cmocka_unit_test(test_fednova_unequal_steps),
         cmocka_unit_test(test_fednova_equal_is_fedavg),
         cmocka_unit_test(test_scaffold_algorithm1),
+        cmocka_unit_test(test_scaffold_restart),
     };
 
     if (sodium_init() < 0)
