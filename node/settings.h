@@ -113,7 +113,7 @@ typedef struct fed_node_settings {
                 "aggregator: the clients' delta codec: f32, f16, q8, topk:F"),                   \
     FED_OPT_DEF(T, m.strategy, "strategy", FED_OPT_STR, "fedavg", 0, 0,                          \
                 "aggregator: merge strategy (fedavg, fedprox:MU, fedadam, median, trimmed:B, "   \
-                "krum:F, clip:N+..., see model/merge.h)"),                                       \
+                "krum:F, fednova, scaffold[:ETA], clip:N+..., see model/merge.h)"),              \
     FED_OPT_DEF(T, m.weight_cap, "weight-cap", FED_OPT_DOUBLE, "0", 0, 1,                        \
                 "aggregator: largest share of the merge weight one client may get (0: none)"),   \
     FED_OPT_DEF(T, m.mode, "mode", FED_OPT_STR, "sync", 0, 0,                                    \
