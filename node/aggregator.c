@@ -1320,8 +1320,8 @@ fed_err fed_node_agg_take_delta(fed_node *n, node_open *op, agg_part *p)
     p->base = m->hdr.round;
     p->epoch = m->hdr.sender_epoch;
     p->samples = m->block.samples;
-    if (fed_node_layout_trivial(&a->layout)) {
-        p->delta = op->vec;
+    if (fed_node_layout_trivial(&a->layout) || fed_node_agg_stats_pass(n)) {
+        p->delta = op->vec; /* (a pass's: its limbs, as they came) */
         op->vec = NULL;
     } else { /* the sent floats where they belong, zero on the local ones */
         if (!(p->delta = fed_malloc((a->nparams + a->layout.extra) * sizeof *p->delta))) {
