@@ -232,6 +232,13 @@ static fed_err fed_node_agg_new(fed_node *n)
                       : "need synchronous rounds: use --mode sync");
         return FED_ERR_UNSUPPORTED;
     }
+    if (a->layout.extra && (a->codec.id == FED_CODEC_Q8 || a->codec.id == FED_CODEC_TOPK)) {
+        /* FedNova's a_i or SCAFFOLD's control change, cut to 8 bits or dropped */
+        fed_log(FED_LOG_ERROR, "aggregator: --strategy %s sends its own segment with each "
+                "delta, which --codec %s would round to 8 bits or drop: use f32 or f16",
+                c->agg.strategy, c->transfer.codec);
+        return FED_ERR_UNSUPPORTED;
+    }
     if ((e = fed_node_agg_stats_new(n)) != FED_OK)
         return e;
     a->in = fed_node_agg_input_of(n, NULL);

@@ -639,7 +639,8 @@ static void test_bad_specs(void **state)
                                    /* a strategy's own segment outside DP-FedAvg's
                                       noise, or merged one stale delta at a time */
                                    {"strategy", "scaffold", "mode", "async"},
-                                   {"strategy", "fednova", "dp-client-clip", "1"}};
+                                   {"strategy", "fednova", "dp-client-clip", "1"},
+                                   {"strategy", "scaffold", "codec", "q8"}};
 
         for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
             const char *kv[] = {"nodes",        "4",          "rounds",     "1",
