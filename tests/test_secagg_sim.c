@@ -1692,6 +1692,25 @@ static void test_accuracy_and_leak(void **state)
     scen_free(&sec);
 }
 
+/* Round 1 as tmpl sets it up, plain (plain) and secure (sec), 20 clients
+ * of 100 samples; both start from the same model. */
+static void plain_and_secure(const fixture *fx, const scen *tmpl, scen *plain, scen *sec)
+{
+    for (int k = 0; k < 2; k++) {
+        scen *x = k ? sec : plain;
+
+        *x = *tmpl;
+        x->keep_params = 1;
+        build(x, fx, k, 1, NCL, 100, 0);
+        run(x, 600000);
+        assert_int_equal(x->commits[1], 1);
+        assert_int_equal(x->info[1].merged, NCL);
+        assert_non_null(x->params0);
+        assert_non_null(x->params1);
+    }
+    assert_memory_equal(plain->params0, sec->params0, plain->nparams * sizeof(float));
+}
+
 /* logreg's 0.bias marked a running statistic, the delta's range 0.0005:
  * under secure aggregation the statistics are their own segment at
  * --secagg-stats-range (64), so round 1's statistics are the plain run's
@@ -1701,27 +1720,16 @@ static void test_accuracy_and_leak(void **state)
 static void test_stats_secure_range(void **state)
 {
     const fixture *fx = *state;
+    static scen tmpl; /* (zero but for what is set here) */
     scen plain, sec;
     size_t moved = 0;
     double bound = 20 * 128.0 / (double)((1u << 20) - 1) / 20;
 
     fed_test_need_fashion(fx->train != NULL);
-    for (int k = 0; k < 2; k++) {
-        scen *x = k ? &sec : &plain;
-
-        memset(x, 0, sizeof *x);
-        x->stats_tensors = "0.bias";
-        x->range = 0.0005;
-        x->max_weight = 100;
-        x->keep_params = 1;
-        build(x, fx, k, 1, NCL, 100, 0);
-        run(x, 600000);
-        assert_int_equal(x->commits[1], 1);
-        assert_int_equal(x->info[1].merged, NCL);
-        assert_non_null(x->params0);
-        assert_non_null(x->params1);
-    }
-    assert_memory_equal(plain.params0, sec.params0, plain.nparams * sizeof(float));
+    tmpl.stats_tensors = "0.bias";
+    tmpl.range = 0.0005;
+    tmpl.max_weight = 100;
+    plain_and_secure(fx, &tmpl, &plain, &sec);
     for (size_t j = plain.nparams - 10; j < plain.nparams; j++) { /* 0.bias */
         double p = (double)plain.params1[j] - plain.params0[j];
         double q = (double)sec.params1[j] - sec.params0[j];
@@ -1762,30 +1770,6 @@ static void test_local_layers_secure(void **state)
     scen_free(&sec);
 }
 
-/* Round 1 with strategy, plain (plain) and secure (sec), 20 clients of 100
- * samples under weight cap max_weight; client 0 takes at most max_steps0
- * local steps. */
-static void plain_and_secure(const fixture *fx, const char *strategy, uint32_t max_steps0,
-                             double max_weight, scen *plain, scen *sec)
-{
-    for (int k = 0; k < 2; k++) {
-        scen *x = k ? sec : plain;
-
-        memset(x, 0, sizeof *x);
-        x->strategy = strategy;
-        x->max_steps0 = max_steps0;
-        x->max_weight = max_weight;
-        x->keep_params = 1;
-        build(x, fx, k, 1, NCL, 100, 0);
-        run(x, 600000);
-        assert_int_equal(x->commits[1], 1);
-        assert_int_equal(x->info[1].merged, NCL);
-        assert_non_null(x->params0);
-        assert_non_null(x->params1);
-    }
-    assert_memory_equal(plain->params0, sec->params0, plain->nparams * sizeof(float));
-}
-
 /* FedNova under secure aggregation: its normalized deltas and step counts
  * summed masked (rule SAMPLES), 19 clients of 2 steps and client 0 of one
  * (--max-steps 1). tau_eff = (19 a(2) + a(1)) / 20, a(2) = 1 + 1.9 (SGD
@@ -1796,13 +1780,17 @@ static void plain_and_secure(const fixture *fx, const char *strategy, uint32_t m
 static void test_fednova_secure(void **state)
 {
     const fixture *fx = *state;
+    static scen tmpl; /* (zero but for what is set here) */
     scen plain, sec;
     double qd = 2 * 4.0 / ((1 << 20) - 1), qs = 2 * FED_NODE_STEPS_RANGE / ((1 << 20) - 1);
     double tau = (19 * fed_node_fednova_steps(2, 0.9) + fed_node_fednova_steps(1, 0.9)) / 20;
     size_t moved = 0;
 
     fed_test_need_fashion(fx->train != NULL);
-    plain_and_secure(fx, "fednova", 1, 100, &plain, &sec); /* each weight word 1 */
+    tmpl.strategy = "fednova";
+    tmpl.max_steps0 = 1;
+    tmpl.max_weight = 100; /* each weight word 1 */
+    plain_and_secure(fx, &tmpl, &plain, &sec);
     for (size_t j = 0; j < plain.nparams; j++) {
         double p = (double)plain.params1[j] - plain.params0[j];
         double q = (double)sec.params1[j] - sec.params0[j];
@@ -1826,12 +1814,15 @@ static void test_fednova_secure(void **state)
 static void test_scaffold_secure(void **state)
 {
     const fixture *fx = *state;
+    static scen tmpl; /* (zero but for what is set here) */
     scen plain, sec;
     double q = 2 * 4.0 / ((1 << 20) - 1);
     size_t moved = 0;
 
     fed_test_need_fashion(fx->train != NULL);
-    plain_and_secure(fx, "scaffold", 0, 1000, &plain, &sec);
+    tmpl.strategy = "scaffold";
+    tmpl.max_weight = 1000;
+    plain_and_secure(fx, &tmpl, &plain, &sec);
     assert_non_null(plain.ctl1);
     assert_non_null(sec.ctl1);
     for (size_t j = 0; j < plain.nparams; j++) {
