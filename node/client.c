@@ -950,7 +950,8 @@ static fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
 
     if (job != &j->job)
         return FED_ERR_INTERNAL;
-    if (j->err == FED_ERR_DP_STATS) { /* a round this site may not send: declined */
+    if (j->err == FED_ERR_DP_STATS || j->err == FED_ERR_STEPS) {
+        /* a round this site may not send: declined */
         fed_log(FED_LOG_WARN, "client: round %llu: %s: declined, nothing sent",
                 (unsigned long long)c->round, fed_strerror(j->err));
         if (c->secure)

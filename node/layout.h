@@ -42,8 +42,9 @@ typedef struct layout_rules {
                                  trained floats (SCAFFOLD) */
 } layout_rules;
 
-/* FedNova's steps segment under secure aggregation: a_i clamped into
- * [-range, range] (a client with more momentum-weighted steps declines). */
+/* FedNova's steps segment under secure aggregation: a_i quantized in
+ * [-range, range] (a client with more momentum-weighted steps declines the
+ * round, FED_ERR_STEPS). */
 #define FED_NODE_STEPS_RANGE 65536.0
 
 typedef struct fed_node_layout {

@@ -78,8 +78,10 @@ static fed_err fednova_normalize(node_train_job *j, fed_optim *o, float *delta)
     double rho = j->set.optimizer == FED_OPTIM_SGD ? j->set.momentum : 0.0;
     double a = fed_node_fednova_steps(fed_optim_steps(o), rho);
 
-    if (!(a >= 1) || a > FED_NODE_STEPS_RANGE)
-        return FED_ERR_RANGE; /* no step taken, or more than the secure range holds */
+    if (!(a >= 1))
+        return FED_ERR_RANGE; /* no step taken */
+    if (j->set.sa_on && a > FED_NODE_STEPS_RANGE)
+        return FED_ERR_STEPS; /* more than the secure steps segment holds: declined */
     for (size_t i = 0; i < l->nruns; i++)
         if (l->runs[i].path == LAYOUT_TRAINED)
             for (size_t k = l->runs[i].off; k < l->runs[i].off + l->runs[i].len; k++)
