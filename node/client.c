@@ -272,20 +272,24 @@ static void ctl_settle(fed_node *n, const fed_wire_settings *s, uint64_t r)
         c->ctl = c->ctl_next;
         c->ctl_next = t;
     } else {
-        fed_log(FED_LOG_INFO, "client: round %llu closed with no update: its control variate "
-                "stays as it was", (unsigned long long)p);
+        fed_log(FED_LOG_INFO, "client: round %llu merged no update (or is past the last 64 "
+                "rounds the aggregator reports): its control variate stays as it was",
+                (unsigned long long)p);
     }
     c->ctl_round = 0;
 }
 
-/* Its section for the checkpoint into *buf (0: none). */
+/* Its section for the checkpoint into *buf: its length (0: none; SIZE_MAX:
+ * out of memory). */
 static size_t ctl_section(const node_client *c, uint8_t **buf)
 {
     size_t np = c->ctl_nparams, len = 16 + (c->ctl_round ? 2 : 1) * np * sizeof(float);
 
     *buf = NULL;
-    if (!np || (!c->ctl && !c->ctl_round) || !(*buf = fed_calloc(1, len)))
+    if (!np || (!c->ctl && !c->ctl_round))
         return 0;
+    if (!(*buf = fed_calloc(1, len)))
+        return SIZE_MAX;
     fed_put_u64le(*buf, np);
     fed_put_u64le(*buf + 8, c->ctl_round);
     if (c->ctl)
@@ -614,7 +618,9 @@ static fed_err on_secure_model(fed_node *n, node_open *op)
         return send_leave(n);
     }
     if (m->hdr.round == n->round && c->round == n->round && c->secure && j->vec_len &&
-        op->vec_n == c->nparams * (m->block.settings.paths_flags & FED_WIRE_PATHS_SCAFFOLD ? 2 : 1)) {
+        op->vec_n == c->nparams * (m->block.settings.paths_flags & FED_WIRE_PATHS_SCAFFOLD
+                                       ? 2 /* SCAFFOLD: c after the model */
+                                       : 1)) {
         fed_log(FED_LOG_INFO, "client: secagg round %llu try %u: masking its delta afresh",
                 (unsigned long long)c->round, m->block.settings.sa_try);
         (void)n->env.cancel_timer(n->env.self, NODE_TIMER_RETRY);
@@ -876,7 +882,12 @@ static fed_err record_round(fed_node *n)
         fed_put_f32le_n(loc + 8, c->local, c->local_n);
         sec[ns++] = (fed_store_section){FED_CKPT_SEC_LOCAL, loc, 8 + c->local_n * sizeof(float)};
     }
-    if ((nctl = ctl_section(c, &ctl))) /* SCAFFOLD's c_i and the one pending */
+    if ((nctl = ctl_section(c, &ctl)) == SIZE_MAX) { /* SCAFFOLD's c_i and the one pending */
+        fed_free(res);
+        fed_free(loc);
+        return FED_ERR_NOMEM;
+    }
+    if (nctl)
         sec[ns++] = (fed_store_section){CL_CKPT_SEC_CONTROL, ctl, nctl};
     memset(&row, 0, sizeof row);
     row.round = c->round;
