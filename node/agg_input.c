@@ -411,7 +411,8 @@ static fed_err plain_close(fed_node *n, agg_close *out)
     }
     /* the statistics by their own rule, out of what the strategy merges */
     if (x && ((e = stats_take(a, x, w, (size_t)k)) != FED_OK ||
-              (e = extra_take(a, x, w, (size_t)k)) != FED_OK || (e = extra_before_merge(n)) != FED_OK))
+              (e = extra_take(a, x, w, (size_t)k)) != FED_OK ||
+              (e = extra_before_merge(n)) != FED_OK))
         goto out;
     for (int i = 0, j = 0; i < (int)a->nparts && j < k; i++) {
         if (!a->parts[i].got)
