@@ -108,14 +108,19 @@ static fed_err scaffold_correct(node_train_job *j, fed_optim *o)
     return e;
 }
 
-/* SCAFFOLD's option II over the delta's trained floats (K steps at rate
- * lr): c_i+ = c_i - c + (x - y_i) / (K lr) into ctl_out, and its change
- * c_i+ - c_i = -c - delta / (K lr) after the tensors (the layout's control
- * segment, packed in buffer order). */
+/* SCAFFOLD's option II over the delta's trained floats: c_i+ = c_i - c +
+ * (x - y_i) / (K lr) into ctl_out, and its change c_i+ - c_i = -c - delta /
+ * (K lr) after the tensors (the layout's control segment, packed in buffer
+ * order). K is the paper's count of local steps for plain SGD; with
+ * momentum rho the steps move y_i by about lr a_i g (a_i FedNova's
+ * momentum-weighted count, 1 / (1 - rho) times K for long runs), so K is
+ * a_i, which is K itself without momentum: with K, c_i would overstate the
+ * gradient up to tenfold at rho 0.9 and the corrected steps diverge. */
 static fed_err scaffold_control(node_train_job *j, fed_optim *o, float *delta)
 {
     const fed_node_layout *l = &j->layout;
-    double klr = (double)fed_optim_steps(o) * (double)j->set.lr;
+    double rho = j->set.optimizer == FED_OPTIM_SGD ? j->set.momentum : 0.0;
+    double klr = fed_node_fednova_steps(fed_optim_steps(o), rho) * (double)j->set.lr;
     float *dc = delta + j->nparams;
 
     if (!(klr > 0))

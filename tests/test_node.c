@@ -553,7 +553,8 @@ static void test_fednova_equal_is_fedavg(void **state)
 /* SCAFFOLD's Algorithm 1 (option II, partial participation) computed
  * directly from what the clients sent: the model as FedAvg (sample-weighted,
  * global step 1) bit for bit, each client's control change -c - dy / (K lr)
- * (K its steps: 100, 200, 300 samples at batch 64), and c_r = c_{r-1} +
+ * (K the momentum-weighted count a_i of its steps: 100, 200, 300 samples
+ * at batch 64, SGD momentum 0.9; K itself without momentum), and c_r = c_{r-1} +
  * (|S| / N) mean_S dc_i, within float tolerance. */
 static void expect_scaffold(scen *s, int r, int N)
 {
@@ -563,7 +564,9 @@ static void expect_scaffold(scen *s, int r, int N)
 
     expect_fedavg(s, r);
     for (int i = 0; i < k; i++) {
-        double klr = (double)((d[i].samples + 63) / 64) * (double)s->info[r].lr;
+        /* K: the momentum-weighted count of its steps (SGD momentum 0.9) */
+        double klr = fed_node_fednova_steps((long)((d[i].samples + 63) / 64), 0.9) *
+                     (double)s->info[r].lr;
 
         for (size_t j = 0; j < s->nparams; j++) {
             double want = -(c0 ? c0[j] : 0.0) - (double)d[i].delta[j] / klr;
