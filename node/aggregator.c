@@ -232,6 +232,13 @@ static fed_err fed_node_agg_new(fed_node *n)
                       : "need synchronous rounds: use --mode sync");
         return FED_ERR_UNSUPPORTED;
     }
+    if (a->rules.fednova && c->agg.weight_cap > 0 && c->agg.weight_cap < 1) {
+        /* the merge would cap the shares p_i of sum p_i d_i, not those of
+           tau_eff = sum p_i a_i */
+        fed_log(FED_LOG_ERROR, "aggregator: --strategy fednova weighs each client by its data "
+                "in two sums, and --weight-cap would cap only one: leave --weight-cap at 0");
+        return FED_ERR_UNSUPPORTED;
+    }
     if (a->layout.extra && (a->codec.id == FED_CODEC_Q8 || a->codec.id == FED_CODEC_TOPK)) {
         /* FedNova's a_i or SCAFFOLD's control change, cut to 8 bits or dropped */
         fed_log(FED_LOG_ERROR, "aggregator: --strategy %s sends its own segment with each "

@@ -640,7 +640,8 @@ static void test_bad_specs(void **state)
                                       noise, or merged one stale delta at a time */
                                    {"strategy", "scaffold", "mode", "async"},
                                    {"strategy", "fednova", "dp-client-clip", "1"},
-                                   {"strategy", "scaffold", "codec", "q8"}};
+                                   {"strategy", "scaffold", "codec", "q8"},
+                                   {"strategy", "fednova", "weight-cap", "0.5"}};
 
         for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
             const char *kv[] = {"nodes",        "4",          "rounds",     "1",
