@@ -69,6 +69,7 @@ static const fed_wire_field model_fields[] = {
     {FED_WIRE_SET_INPUT, 16, 16, 0, 1},                /* when declared */
     {FED_WIRE_SET_PATHS, 8, 8 + FED_WIRE_LOCAL_LAYERS_MAX, 0, 1}, /* when a tensor stays */
     {FED_WIRE_SET_SITE_EVAL, 8, 8, 0, 1},              /* with --eval-every */
+    {FED_WIRE_SET_SCAFFOLD, 8, 8, 0, 1},                          /* with SCAFFOLD */
     {FED_WIRE_SET_KNOBS, FED_WIRE_KNOB_BYTES, FED_WIRE_KNOB_BYTES * FED_WIRE_KNOBS_MAX, 0,
      1}, /* when a knob is set */
 };
@@ -222,6 +223,8 @@ size_t fed_wire_block_bytes(uint8_t type, const fed_wire_block *b)
                                                      FED_WIRE_LOCAL_LAYERS_MAX);
     if (n && type == FED_WIRE_MODEL && knobs_count(&b->settings))
         n += FED_WIRE_FIELD_HEAD_BYTES + FED_WIRE_KNOB_BYTES * knobs_count(&b->settings);
+    if (n && type == FED_WIRE_MODEL && b->settings.scaffold_on)
+        n += FED_WIRE_FIELD_HEAD_BYTES + 8;
     if (n && (type == FED_WIRE_DELTA || type == FED_WIRE_SA_MASKED) && b->seg_count)
         n += FED_WIRE_FIELD_HEAD_BYTES + 4 + 8 * (size_t)b->seg_count;
     if (n && type == FED_WIRE_MODEL && b->settings.eval_every)
@@ -329,9 +332,13 @@ static int paths_ok(const fed_wire_settings *s)
     size_t n = strnlen(s->local_layers, sizeof s->local_layers);
 
     if (!s->paths_on)
-        return s->paths_flags == 0 && s->sa_stats_range == 0 && n == 0;
+        return s->paths_flags == 0 && s->sa_stats_range == 0 && n == 0 && !s->scaffold_on;
+    if ((s->scaffold_on != 0) != ((s->paths_flags & FED_WIRE_PATHS_SCAFFOLD) != 0))
+        return 0; /* field 17 comes with SCAFFOLD's control segment, and only then */
     if (s->paths_on != 1 || n > FED_WIRE_LOCAL_LAYERS_MAX ||
-        (s->paths_flags & ~(FED_WIRE_PATHS_LOCAL_BN | FED_WIRE_PATHS_STATS_LOCAL)))
+        (s->paths_flags & ~(FED_WIRE_PATHS_LOCAL_BN | FED_WIRE_PATHS_STATS_LOCAL |
+                            FED_WIRE_PATHS_FEDNOVA | FED_WIRE_PATHS_SCAFFOLD)) ||
+        (s->paths_flags & FED_WIRE_PATHS_FEDNOVA && s->paths_flags & FED_WIRE_PATHS_SCAFFOLD))
         return 0;
     for (size_t i = 0; i < n; i++)
         if (s->local_layers[i] <= 0x20 || s->local_layers[i] > 0x7e)
@@ -550,6 +557,11 @@ static uint8_t *encode_settings(const fed_wire_settings *s, uint8_t *out)
         fed_put_u32le(p + 4, s->eval_classes);
         p += 8;
     }
+    if (s->scaffold_on) { /* required: which of its sent control changes were merged */
+        p = field_head(p, FED_WIRE_SET_SCAFFOLD);
+        fed_put_u64le(p, s->scaffold_void);
+        p += 8;
+    }
     return encode_knobs(s, p);
 }
 
@@ -666,6 +678,10 @@ static int take_setting(uint16_t tag, const uint8_t *v, uint32_t len, fed_wire_s
         s->eval_classes = fed_get_u32le(v + 4);
         return s->eval_every >= 1 && s->eval_classes >= 1 &&
                s->eval_classes <= FED_WIRE_INPUT_MAX;
+    case FED_WIRE_SET_SCAFFOLD:
+        s->scaffold_on = 1;
+        s->scaffold_void = fed_get_u64le(v);
+        break;
     case FED_WIRE_SET_KNOBS: return take_knobs(v, len, s);
     default: return 0;
     }

@@ -146,7 +146,9 @@
  *               label beyond declines. Optional (absent: the client builds
  *               over its own data's shape and largest label)
  *      16  8..263 the tensors' paths (node/layout.h): flags u32
- *               (FED_WIRE_PATHS_LOCAL_BN, FED_WIRE_PATHS_STATS_LOCAL), the
+ *               (FED_WIRE_PATHS_LOCAL_BN, FED_WIRE_PATHS_STATS_LOCAL,
+ *               FED_WIRE_PATHS_FEDNOVA, FED_WIRE_PATHS_SCAFFOLD: the
+ *               strategy's extra segment, node/layout.h), the
  *               statistics segment's secure range f32 (> 0 with field 12
  *               on, else 0), then --local-layers' globs (0..255 bytes,
  *               printable ASCII, no NUL). Present only when some tensor
@@ -161,6 +163,11 @@
  *               (node/site_eval.h). Present only with --eval-every, and
  *               then required: a client that does not know it would send
  *               a contribution of the wrong length
+ *      18  8    SCAFFOLD: u64, bit k set when round (this one - 1 - k)
+ *               closed with no update (a void secure round), so a client
+ *               knows whether the delta (and control change) it sent then
+ *               was merged. Present with FED_WIRE_PATHS_SCAFFOLD only, and
+ *               then required
  *      19  8..128 knobs, an extensible list of the model's and the
  *               optimizer's settings: entries of 8 bytes, id u16
  *               (strictly increasing), flags u16 (FED_WIRE_KNOB_REQUIRED: a
@@ -174,11 +181,11 @@
  *               only with a knob, and then required. A new knob is a new id
  *               here
  *   This node marks 1-10 required, 11 when it requires DP-SGD, 12 when on,
- *   13, 14, 16, 17 and 19 when present, 15 when its input is declared
+ *   13, 14, 16, 17, 18 and 19 when present, 15 when its input is declared
  *   (optional): its MODEL block is FED_WIRE_MODEL_BLOCK_BYTES (311), 8 + the
  *   graph's length more with 13, 8 + 16 (+ 24 a column with mode 2) more
- *   with 14, 24 more with 15, 16 + the globs' with 16, 16 more with 17, 8 +
- *   8 a knob with 19 (18 is free). MODEL's fields may take
+ *   with 14, 24 more with 15, 16 + the globs' with 16, 16 more with 17 and
+ *   with 18, 8 + 8 a knob with 19. MODEL's fields may take
  *   FED_WIRE_SETTINGS_MAX bytes.
  * DELTA's and LEAVE's fields:
  *     tag  L    value
@@ -276,7 +283,8 @@ typedef enum fed_wire_setting_tag {
     FED_WIRE_SET_INPUT = 15,
     FED_WIRE_SET_PATHS = 16,
     FED_WIRE_SET_SITE_EVAL = 17,
-    FED_WIRE_SET_KNOBS = 19, /* 18: free */
+    FED_WIRE_SET_SCAFFOLD = 18,
+    FED_WIRE_SET_KNOBS = 19,
 } fed_wire_setting_tag;
 #define FED_WIRE_SET_TAG_MAX 19
 /* The shared statistics field (14): what a round does with them. */
@@ -286,6 +294,8 @@ typedef enum fed_wire_setting_tag {
 /* Field 16's flags: which tensors stay at the sites (node/layout.h). */
 #define FED_WIRE_PATHS_LOCAL_BN 0x1u    /* every norm tensor (FedBN) */
 #define FED_WIRE_PATHS_STATS_LOCAL 0x2u /* every non-trained statistic (DP) */
+#define FED_WIRE_PATHS_FEDNOVA 0x4u     /* a DELTA ends in the steps segment (FedNova) */
+#define FED_WIRE_PATHS_SCAFFOLD 0x8u    /* a DELTA ends in the control segment (SCAFFOLD) */
 #define FED_WIRE_LOCAL_LAYERS_MAX 255   /* bytes of field 16's globs */
 /* Field 19's knobs: ids, the entry's flag, how many a field holds. */
 #define FED_WIRE_KNOB_WEIGHT_DECAY 1u /* f32 > 0 */
@@ -453,6 +463,10 @@ typedef struct fed_wire_settings {
        statistics for eval_classes classes (node/site_eval.h) */
     uint32_t eval_every;
     uint32_t eval_classes;
+    /* SCAFFOLD (field 18, with FED_WIRE_PATHS_SCAFFOLD only): bit k set:
+       round (this round - 1 - k) closed with no update */
+    uint32_t scaffold_on;
+    uint64_t scaffold_void;
     /* knobs (field 19; each absent: its default) */
     float weight_decay;      /* >= 0; 0: none */
     uint32_t input_scale;    /* fed_model_input_scale; 0: centred */

@@ -33,7 +33,8 @@ static const struct {
     {"fedavg", MK_FEDAVG},   {"fedavgm", MK_FEDAVGM},       {"fedprox", MK_FEDPROX},
     {"fedadam", MK_FEDADAM}, {"fedyogi", MK_FEDYOGI},       {"fedadagrad", MK_FEDADAGRAD},
     {"median", MK_MEDIAN},   {"trimmed", MK_TRIMMED},       {"krum", MK_KRUM},
-    {"multikrum", MK_MULTIKRUM}, {"bulyan", MK_BULYAN},
+    {"multikrum", MK_MULTIKRUM}, {"bulyan", MK_BULYAN},     {"fednova", MK_FEDNOVA},
+    {"scaffold", MK_SCAFFOLD},
 };
 
 static fed_err spec_fail(const char *spec, const char *why)
@@ -117,6 +118,7 @@ static fed_err parse_strategy_args(const char *spec, merge_params *p, const spec
     switch (p->kind) {
     case MK_FEDAVG:
     case MK_MEDIAN:
+    case MK_FEDNOVA:
         if (a->n)
             return spec_fail(spec, "this strategy takes no arguments");
         return FED_OK;
@@ -124,6 +126,11 @@ static fed_err parse_strategy_args(const char *spec, merge_params *p, const spec
         e = parse_optional(spec, a, avgm, 2, "fedavgm takes [:BETA[,ETA]]");
         if (e == FED_OK && (!in_unit(p->beta) || !(p->eta > 0.0)))
             e = spec_fail(spec, "fedavgm needs BETA in [0, 1) and ETA > 0");
+        return e;
+    case MK_SCAFFOLD: /* the paper's global step size eta_g */
+        e = parse_optional(spec, a, avgm + 1, 1, "scaffold takes [:ETA]");
+        if (e == FED_OK && !(p->eta > 0.0))
+            e = spec_fail(spec, "scaffold needs ETA > 0");
         return e;
     case MK_FEDPROX:
         if (a->n != 1 || !arg_double(a->s[0], a->len[0], &p->mu) || p->mu < 0.0)
@@ -207,7 +214,7 @@ fed_err fed_merge_parse_spec(const char *spec, merge_params *p)
 int fed_merge_kind_weighted(merge_kind k)
 {
     return k == MK_FEDAVG || k == MK_FEDAVGM || k == MK_FEDPROX || k == MK_FEDADAM ||
-           k == MK_FEDYOGI || k == MK_FEDADAGRAD;
+           k == MK_FEDYOGI || k == MK_FEDADAGRAD || k == MK_FEDNOVA || k == MK_SCAFFOLD;
 }
 
 int fed_merge_kind_robust(merge_kind k) { return !fed_merge_kind_weighted(k); }
@@ -221,7 +228,8 @@ fed_err fed_merge_spec_check(const char *spec)
 
 static fed_merge_traits traits_of_params(const merge_params *p)
 {
-    fed_merge_traits t = {.weighted = fed_merge_kind_weighted(p->kind), .clip = p->clip};
+    fed_merge_traits t = {.weighted = fed_merge_kind_weighted(p->kind), .clip = p->clip,
+                          .fednova = p->kind == MK_FEDNOVA, .scaffold = p->kind == MK_SCAFFOLD};
 
     return t;
 }
@@ -306,6 +314,7 @@ fed_err fed_merge_new(const char *spec, size_t nparams, const fed_merge_config *
     m->max_clients = c.max_clients;
     m->weight_cap = c.weight_cap < 1.0 ? c.weight_cap : 0.0;
     m->pool = c.pool;
+    m->step_scale = 1.0;
     if ((e = alloc_common(m)) != FED_OK)
         goto out;
     if ((e = fed_merge_robust_alloc(m)) != FED_OK)
@@ -339,6 +348,12 @@ void fed_merge_free(fed_merge *m)
 /* ---------------------------------------------------------- accessors -- */
 
 const float *fed_merge_delta(const fed_merge *m) { return m->delta; }
+void fed_merge_set_step_scale(fed_merge *m, double scale)
+{
+    assert(m && isfinite(scale) && scale > 0);
+    m->step_scale = scale;
+}
+
 double fed_merge_prox_mu(const fed_merge *m) { return m->p.kind == MK_FEDPROX ? m->p.mu : 0.0; }
 const char *fed_merge_spec(const fed_merge *m) { return m->spec; }
 int fed_merge_max_clients(const fed_merge *m) { return m->max_clients; }
@@ -655,9 +670,12 @@ fed_err fed_merge_apply(fed_merge *m, float *global, const fed_merge_input *in, 
         if (m->p.kind == MK_FEDAVGM || m->p.kind == MK_FEDADAM || m->p.kind == MK_FEDYOGI ||
             m->p.kind == MK_FEDADAGRAD)
             e = fed_merge_adaptive_step(m, global);
+        else if (m->p.kind == MK_SCAFFOLD)
+            m->be->axpy(m->be, m->nparams, (float)m->p.eta, m->delta, global);
         else
-            m->be->axpy(m->be, m->nparams, 1.0f, m->delta, global);
+            m->be->axpy(m->be, m->nparams, (float)m->step_scale, m->delta, global);
     }
+    m->step_scale = 1.0;
     fill_results(m, n, results, e != FED_OK);
     return e;
 }

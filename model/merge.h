@@ -13,6 +13,9 @@
  *                                                       1e-2, 0.9, 0.99, 1e-3
  *             | "median" | "trimmed:" BETA
  *             | "krum:" F | "multikrum:" F "," M | "bulyan:" F
+ *             | "fednova"                               (Wang et al. 2020)
+ *             | "scaffold" [ ":" ETA ]                  (Karimireddy et al. 2020),
+ *                                                       global step 1
  *   e.g. "fedavg", "fedadam:0.03", "clip:10+median", "clip:2.5+multikrum:2,5".
  * Ranges: NORM > 0; momentum BETA, B1, B2 in [0, 1); ETA, TAU > 0; MU >= 0;
  * trimmed BETA in [0, 0.5); F >= 0; M >= 1. Anything else is FED_ERR_BAD_VALUE
@@ -53,6 +56,11 @@
  *     Robust strategies ignore the weights (beyond rejecting bad ones).
  *  5. Server step (the global vector x, nparams):
  *     fedavg, fedprox, robust:  x += D
+ *     fednova:   x += S D, S the caller's fed_merge_set_step_scale for this
+ *                apply (tau_eff = sum p_i a_i; the clients sent d_i / a_i), 1
+ *                when not set; the node reduces the a_i (node/agg_input.c)
+ *     scaffold:  x += ETA D (the paper's eta_g); the control variates are the
+ *                node's (node/agg_input.c, node/train_job.c)
  *     fedavgm:   v = BETA v + D;  x += ETA v                  (Hsu et al. 2019)
  *     fedadam:   m = B1 m + (1-B1) D;  v = B2 v + (1-B2) D^2
  *     fedyogi:   m likewise;  v = v - (1-B2) D^2 sign(v - D^2)
@@ -162,6 +170,10 @@ typedef struct fed_merge_traits {
                      all it needs; 0: a robust rule (median, trimmed, krum,
                      multikrum, bulyan) that needs each delta */
     double clip;  /* "clip:NORM+": NORM (> 0); 0 without */
+    int fednova;  /* 1: fednova: the clients send normalized deltas and their
+                     momentum-weighted step counts (node/layout.h) */
+    int scaffold; /* 1: scaffold: the clients correct their gradients by
+                     control variates and send their change too */
 } fed_merge_traits;
 
 /* The traits of a spec (FED_ERR_BAD_VALUE, logged, when the spec is wrong;
@@ -193,6 +205,9 @@ const float *fed_merge_delta(const fed_merge *m);
 /* FedProx's proximal mu, carried to clients in the round's settings; 0 for
  * every other strategy. */
 double fed_merge_prox_mu(const fed_merge *m);
+/* FedNova: the next apply's server step is x += scale D (scale finite, > 0;
+ * back to 1 after that apply, whatever its outcome). */
+void fed_merge_set_step_scale(fed_merge *m, double scale);
 /* The spec as given to fed_merge_new (for the rounds table). */
 const char *fed_merge_spec(const fed_merge *m);
 /* The most inputs apply accepts. */

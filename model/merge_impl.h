@@ -21,6 +21,8 @@ typedef enum merge_kind {
     MK_KRUM,
     MK_MULTIKRUM,
     MK_BULYAN,
+    MK_FEDNOVA,   /* FedAvg's sum of normalized deltas, x += tau_eff D */
+    MK_SCAFFOLD,  /* FedAvg's sum, x += ETA D; the control variates are the node's */
 } merge_kind;
 
 /* A parsed spec. */
@@ -63,6 +65,7 @@ struct fed_merge {
     int max_clients;
     double weight_cap;
     fed_pool *pool;     /* the weighted sum's slices (host), or NULL */
+    double step_scale;  /* the next apply's x += step_scale D (FedNova's tau_eff); 1 after */
 
     float *delta;       /* (nparams) device: the merged delta D */
     /* fedavgm */

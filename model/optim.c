@@ -21,6 +21,7 @@ struct fed_optim {
     float *m;  /* (n) momentum / first moment, NULL for plain SGD */
     float *v;  /* (n) Adam second moment */
     float *p0; /* (n) FedProx anchor */
+    float *corr; /* (n) SCAFFOLD's correction added to each gradient, or NULL */
     long steps;
     /* the step in flight */
     fed_model *model;
@@ -212,6 +213,8 @@ void fed_optim_free(fed_optim *o)
         o->be->free(o->be, o->v);
     if (o->p0)
         o->be->free(o->be, o->p0);
+    if (o->corr)
+        o->be->free(o->be, o->corr);
     fed_free(o);
 }
 
@@ -258,6 +261,8 @@ static void step_range(fed_optim *o, size_t lo, size_t hi)
 
     if (o->p0)
         be->prox_grad(be, g, p, o->p0 + lo, n, c->prox_mu);
+    if (o->corr)
+        be->axpy(be, n, 1.0f, o->corr + lo, g);
     if (c->kind == FED_OPTIM_ADAM)
         be->adam_step(be, p, g, o->m + lo, o->v + lo, n, o->lr, c->beta1, c->beta2, c->eps,
                       c->weight_decay, o->steps + 1);
@@ -320,6 +325,15 @@ fed_err fed_optim_set_anchor(fed_optim *o, fed_model *m)
         return FED_OK; /* no proximal term configured */
     o->be->copy(o->be, o->p0, fed_model_params_dev(m), o->n);
     return FED_OK;
+}
+
+fed_err fed_optim_set_correction(fed_optim *o, const float *corr)
+{
+    fed_err err;
+
+    if (!o->corr && (err = alloc_zeroed(o->be, o->n, &o->corr)) != FED_OK)
+        return err;
+    return o->be->upload(o->be, o->corr, corr, o->n * sizeof(float));
 }
 
 size_t fed_optim_state_floats(const fed_optim *o)

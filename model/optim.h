@@ -95,6 +95,10 @@ FED_WUR fed_err fed_optim_train_step(fed_optim *o, fed_model *m, const fed_batch
                                      fed_step_stats *st);
 /* FedProx: remember the current parameters as w0 (call at round start). */
 FED_WUR fed_err fed_optim_set_anchor(fed_optim *o, fed_model *m);
+/* SCAFFOLD (Karimireddy et al. 2020): every later step adds corr (host,
+ * n floats: c - c_i) to the gradient before the update, after FedProx's
+ * term. */
+FED_WUR fed_err fed_optim_set_correction(fed_optim *o, const float *corr);
 float fed_optim_lr(const fed_optim *o); /* the rate the next step uses */
 long fed_optim_steps(const fed_optim *o);
 

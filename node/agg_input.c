@@ -258,6 +258,48 @@ out:
     return e;
 }
 
+/* The round's extra segment (node/layout.h: FedNova's steps, SCAFFOLD's
+ * control change) by its rule into a->extra_mean, out of the tails of the
+ * m full deltas x (weights w). */
+static fed_err extra_take(node_agg *a, float *const *x, const double *w, size_t m)
+{
+    agg_segment segs[AGG_SEGMENTS_MAX];
+    size_t ns;
+    const float **px = NULL;
+    fed_err e;
+
+    if (!a->layout.extra || m == 0)
+        return FED_OK;
+    ns = fed_node_layout_segments(&a->layout, 0, 0, segs); /* the extra one last */
+    if (!(px = fed_malloc(m * sizeof *px)))
+        return FED_ERR_NOMEM;
+    for (size_t i = 0; i < m; i++)
+        px[i] = x[i] + a->nparams;
+    e = fed_agg_seg_reduce(&segs[ns - 1], 1, px, w, m, a->extra_mean);
+    fed_free(px);
+    return e;
+}
+
+/* What the strategy makes of the extra segment before its merge: FedNova's
+ * server step x += tau_eff D, tau_eff = sum_i p_i a_i. */
+static fed_err extra_before_merge(fed_node *n)
+{
+    node_agg *a = n->agg;
+    double tau;
+
+    if (!a->rules.fednova)
+        return FED_OK;
+    tau = a->extra_mean[0];
+    if (!(isfinite(tau) && tau > 0)) {
+        fed_log(FED_LOG_WARN, "aggregator: round %llu: fednova's effective step count "
+                "tau_eff is %g (its clients' momentum-weighted steps): nothing merged",
+                (unsigned long long)(n->round + 1), tau);
+        return FED_ERR_RANGE;
+    }
+    fed_merge_set_step_scale(a->merge, tau);
+    return FED_OK;
+}
+
 fed_err fed_node_agg_input_settle(fed_node *n)
 {
     node_agg *a = n->agg;
@@ -346,7 +388,7 @@ static fed_err plain_close(fed_node *n, agg_close *out)
     int k = 0;
     fed_err e = FED_OK;
 
-    if (a->norm_stats && (!(x = fed_malloc(a->nparts * sizeof *x + 1)) ||
+    if ((a->norm_stats || a->layout.extra) && (!(x = fed_malloc(a->nparts * sizeof *x + 1)) ||
                      !(w = fed_malloc(a->nparts * sizeof *w + 1)))) {
         e = FED_ERR_NOMEM;
         goto out;
@@ -368,7 +410,9 @@ static fed_err plain_close(fed_node *n, agg_close *out)
         k++;
     }
     /* the statistics by their own rule, out of what the strategy merges */
-    if (x && (e = stats_take(a, x, w, (size_t)k)) != FED_OK)
+    if (x && ((e = stats_take(a, x, w, (size_t)k)) != FED_OK ||
+              (e = extra_take(a, x, w, (size_t)k)) != FED_OK ||
+              (e = extra_before_merge(n)) != FED_OK))
         goto out;
     for (int i = 0, j = 0; i < (int)a->nparts && j < k; i++) {
         if (!a->parts[i].got)
@@ -380,7 +424,8 @@ static fed_err plain_close(fed_node *n, agg_close *out)
     out->update = 1;
     out->count = k;
     out->results = a->results;
-    if ((e = agg_merge(n, out)) == FED_OK)
+    if ((e = agg_merge(n, out)) == FED_OK &&
+        (e = fed_node_agg_scaffold_merged(n, (uint32_t)k)) == FED_OK)
         plain_merged(n, out);
 out:
     fed_free(x);
@@ -483,6 +528,11 @@ static fed_err secure_close(fed_node *n, agg_close *out)
     if (a->norm_stats) /* the statistics' own mean, apart from the strategy's input */
         memcpy(a->norm_stats, fed_node_sa_agg_stats(a->sa),
                a->layout.len[LAYOUT_STATS] * sizeof *a->norm_stats);
+    if (a->layout.extra) { /* the strategy's own segment, after the tensors */
+        memcpy(a->extra_mean, mean + a->nparams, a->layout.extra * sizeof *a->extra_mean);
+        if ((e = extra_before_merge(n)) != FED_OK)
+            return e;
+    }
     memset(&a->inputs[0], 0, sizeof a->inputs[0]);
     if ((e = fed_node_agg_input_vec(n, 0, mean, &a->inputs[0].delta)) != FED_OK)
         return e;
@@ -491,6 +541,14 @@ static fed_err secure_close(fed_node *n, agg_close *out)
     out->count = 1;
     if ((e = agg_merge(n, out)) != FED_OK)
         return e;
+    {
+        size_t ni;
+        uint32_t m3;
+
+        (void)fed_node_sa_agg_ints(a->sa, &ni, &m3); /* the survivors: the mean's count */
+        if ((e = fed_node_agg_scaffold_merged(n, m3)) != FED_OK)
+            return e;
+    }
     secure_merged(n, out);
     return FED_OK;
 }

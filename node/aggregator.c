@@ -108,6 +108,7 @@ static fed_err paths_new(fed_node *n)
     int dp = c->dp.client_clip > 0 || c->dp.require_sgd, nt;
     const fed_tensor_info *t = fed_model_tensors(a->model, &nt);
     size_t kept = 0; /* norm tensors and statistics: what DP keeps at the sites */
+    fed_merge_traits mt;
     fed_err e;
 
     if ((e = globs_match(n, t, nt)) != FED_OK)
@@ -115,9 +116,13 @@ static fed_err paths_new(fed_node *n)
     a->rules.local_layers = c->local_layers;
     a->rules.local_bn = c->local_bn || dp;
     a->rules.stats_local = dp;
+    if ((e = fed_merge_spec_traits(c->agg.strategy, &mt)) != FED_OK)
+        return e;
+    a->rules.fednova = mt.fednova;
+    a->rules.scaffold = mt.scaffold;
     if ((e = fed_node_layout_of(t, nt, a->nparams, &a->rules, &a->layout)) != FED_OK)
         return e;
-    if (!fed_node_layout_sent(&a->layout)) {
+    if (!a->layout.len[LAYOUT_TRAINED] && !a->layout.len[LAYOUT_STATS]) {
         fed_log(FED_LOG_ERROR, "aggregator: --local-layers '%s'%s keeps every tensor of model "
                 "'%s' at the sites: nothing is left to federate", c->local_layers,
                 a->rules.local_bn ? " with --local-bn" : "", c->spec);
@@ -138,6 +143,9 @@ static fed_err paths_new(fed_node *n)
                 "computed from the data without noise", kept);
     if (a->layout.len[LAYOUT_STATS] &&
         !(a->norm_stats = fed_calloc(a->layout.len[LAYOUT_STATS], sizeof *a->norm_stats)))
+        return FED_ERR_NOMEM;
+    if (a->layout.extra &&
+        !(a->extra_mean = fed_calloc(a->layout.extra, sizeof *a->extra_mean)))
         return FED_ERR_NOMEM;
     if (a->eval_local)
         fed_log(FED_LOG_WARN, "aggregator: %zu of %zu parameters stay at the sites (%s): this "
@@ -190,7 +198,7 @@ static fed_err fed_node_agg_new(fed_node *n)
         return e;
     if ((e = fed_merge_new(c->agg.strategy, a->nparams, &mc, c->be, &a->merge)) != FED_OK)
         return e;
-    if ((e = alloc_scratch(n)) != FED_OK)
+    if ((e = alloc_scratch(n)) != FED_OK || (e = fed_node_agg_scaffold_new(n)) != FED_OK)
         return e;
     if (c->secagg.on) {
         const char *why = fed_node_sa_agg_misfit(c, fed_node_layout_sent(&a->layout),
@@ -205,6 +213,17 @@ static fed_err fed_node_agg_new(fed_node *n)
     }
     if ((e = fed_node_agg_dp_new(n)) != FED_OK)
         return e;
+    if (a->layout.extra && (a->dp || fed_node_agg_is_async(n))) {
+        /* each needs every client's own change in the round's sum: DP-FedAvg
+           noises one clipped mean, FedBuff merges stale deltas one by one */
+        fed_log(FED_LOG_ERROR, "aggregator: --strategy %s %s", c->agg.strategy,
+                a->dp ? "does not combine with DP-FedAvg (--dp-client-clip): its clip and "
+                        "noise would cover the model delta but not the strategy's own "
+                        "segment; use fedavg"
+                      : "needs synchronous rounds (its clients' segments are merged over "
+                        "one round's cohort): use --mode sync");
+        return FED_ERR_UNSUPPORTED;
+    }
     if (c->data.stats_cols && (a->dp || fed_node_agg_is_async(n))) {
         /* the pass's totals are a release DP-FedAvg's accounting does not
            cover (no noise is added to them), and it needs a round of its own */
@@ -212,6 +231,20 @@ static fed_err fed_node_agg_new(fed_node *n)
                 a->dp ? "are not noised, and DP-FedAvg's epsilon would not cover them: use "
                         "--no-standardize, or a statistics file (--stats)"
                       : "need synchronous rounds: use --mode sync");
+        return FED_ERR_UNSUPPORTED;
+    }
+    if (a->rules.fednova && c->agg.weight_cap > 0 && c->agg.weight_cap < 1) {
+        /* the merge would cap the shares p_i of sum p_i d_i, not those of
+           tau_eff = sum p_i a_i */
+        fed_log(FED_LOG_ERROR, "aggregator: --strategy fednova weighs each client by its data "
+                "in two sums, and --weight-cap would cap only one: leave --weight-cap at 0");
+        return FED_ERR_UNSUPPORTED;
+    }
+    if (a->layout.extra && (a->codec.id == FED_CODEC_Q8 || a->codec.id == FED_CODEC_TOPK)) {
+        /* FedNova's a_i or SCAFFOLD's control change, cut to 8 bits or dropped */
+        fed_log(FED_LOG_ERROR, "aggregator: --strategy %s sends its own segment with each "
+                "delta, which --codec %s would round to 8 bits or drop: use f32 or f16",
+                c->agg.strategy, c->transfer.codec);
         return FED_ERR_UNSUPPORTED;
     }
     if ((e = fed_node_agg_stats_new(n)) != FED_OK ||
@@ -262,6 +295,8 @@ static void fed_node_agg_free(fed_node *n)
     fed_node_agg_budget_free(a);
     fed_node_layout_fini(&a->layout);
     fed_free(a->norm_stats);
+    fed_free(a->extra_mean);
+    fed_node_agg_scaffold_free(n);
     fed_free(a);
     n->agg = NULL;
 }
@@ -310,8 +345,9 @@ static fed_err resume(fed_node *n)
     n->round = round;
     fed_log(FED_LOG_INFO, "aggregator: resumed from the checkpoint of round %llu (epoch %llu)",
             (unsigned long long)round, (unsigned long long)fed_wire_epoch(n->wire));
-    if ((e = fed_node_agg_dp_start(n, &ck)) == FED_OK)
-        e = fed_node_agg_stats_resume(n, &ck);
+    if ((e = fed_node_agg_dp_start(n, &ck)) == FED_OK &&
+        (e = fed_node_agg_stats_resume(n, &ck)) == FED_OK)
+        e = fed_node_agg_scaffold_resume(n, &ck);
 out:
     if (e != FED_OK)
         fed_log(FED_LOG_ERROR, "aggregator: cannot resume from checkpoint %llu: %s",
@@ -528,12 +564,15 @@ fed_err fed_node_agg_encode_global(fed_node *n)
 {
     node_agg *a = n->agg;
     fed_codec f32 = {.id = FED_CODEC_F32};
+    size_t len;
     fed_err e;
 
     if (a->model_vec_len)
         return FED_OK;
     fed_node_tx_drop_all(n); /* streams of the old vector: their clients ask again */
-    e = fed_node_encode_vec(&f32, a->host, a->nparams, NULL, &a->model_vec, &a->model_vec_cap,
+    const float *v = fed_node_agg_scaffold_vec(n, &len); /* SCAFFOLD: c after the model */
+
+    e = fed_node_encode_vec(&f32, v, len, NULL, &a->model_vec, &a->model_vec_cap,
                             &a->model_vec_len);
     if (e != FED_OK)
         a->model_vec_len = 0;
@@ -575,11 +614,14 @@ void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b)
     if (n->agg->sa)
         fed_node_sa_agg_settings(n, round, s);
     fed_node_agg_stats_settings(n, s);
+    fed_node_agg_scaffold_settings(n, s);
     if (!fed_node_layout_trivial(&n->agg->layout) || c->local_layers[0] || c->local_bn ||
         n->agg->rules.local_bn) { /* field 16: which tensors stay, for every client alike */
         s->paths_on = 1;
         s->paths_flags = (n->agg->rules.local_bn ? FED_WIRE_PATHS_LOCAL_BN : 0) |
-                         (n->agg->rules.stats_local ? FED_WIRE_PATHS_STATS_LOCAL : 0);
+                         (n->agg->rules.stats_local ? FED_WIRE_PATHS_STATS_LOCAL : 0) |
+                         (n->agg->rules.fednova ? FED_WIRE_PATHS_FEDNOVA : 0) |
+                         (n->agg->rules.scaffold ? FED_WIRE_PATHS_SCAFFOLD : 0);
         snprintf(s->local_layers, sizeof s->local_layers, "%s", c->local_layers);
         s->sa_stats_range = n->agg->sa ? (float)c->secagg.stats_range : 0;
     }
@@ -835,8 +877,9 @@ static fed_err write_checkpoint(fed_node *n, uint8_t hash[32])
     float *state = sf ? fed_malloc(sf * sizeof(float)) : NULL;
     fed_err e = FED_OK;
 
-    if (a->model_vec_len != FED_CODEC_HEADER_BYTES + a->nparams * sizeof(float))
-        return FED_ERR_INTERNAL; /* commit_sealing_ahead encodes it first */
+    if (a->model_vec_len != FED_CODEC_HEADER_BYTES + (a->scaffold ? 2 : 1) * a->nparams *
+                                                         sizeof(float))
+        return FED_ERR_INTERNAL; /* commit_sealing_ahead encodes it first (SCAFFOLD: c after) */
     if (sf && (!merge || !state)) {
         e = FED_ERR_NOMEM;
         goto out;
@@ -851,8 +894,8 @@ static fed_err write_checkpoint(fed_node *n, uint8_t hash[32])
     fed_node_state_encode(st, FED_NODE_AGGREGATOR, n->round + 1);
     fed_crypto_model_hash(params, a->nparams * sizeof(float), hash);
     {
-        uint8_t clip[8];
-        fed_store_section sec[FED_NODE_MODEL_SECTIONS + 4] = {
+        uint8_t clip[8], *ctl = NULL;
+        fed_store_section sec[FED_NODE_MODEL_SECTIONS + 5] = {
             ms.s[0], ms.s[1], ms.s[2],
             {FED_NODE_SEC_STATE, st, sizeof st},
         };
@@ -866,7 +909,14 @@ static fed_err write_checkpoint(fed_node *n, uint8_t hash[32])
         }
         if (fed_node_agg_stats_section(n, &sec[ns])) /* the shared statistics, once known */
             ns++;
-        e = fed_store_checkpoint_write(n->cfg.store, n->round + 1, sec, ns, NULL);
+        switch (fed_node_agg_scaffold_section(n, &ctl, &sec[ns])) { /* c and the void rounds */
+        case 1: ns++; break;
+        case -1: e = FED_ERR_NOMEM; break;
+        default: break;
+        }
+        if (e == FED_OK)
+            e = fed_store_checkpoint_write(n->cfg.store, n->round + 1, sec, ns, NULL);
+        fed_free(ctl);
     }
 out:
     fed_free(merge);
@@ -1029,6 +1079,7 @@ static fed_err keep_committed(fed_node *n)
     node_agg *a = n->agg;
 
     memcpy(a->committed, a->host, a->nparams * sizeof(float));
+    fed_node_agg_scaffold_keep(n);
     return a->committed_state ? fed_merge_get_state(a->merge, a->committed_state) : FED_OK;
 }
 
@@ -1040,6 +1091,7 @@ static void back_to_committed(fed_node *n)
     fed_err e;
 
     memcpy(a->host, a->committed, a->nparams * sizeof(float));
+    fed_node_agg_scaffold_restore(n);
     a->model_vec_len = 0;
     e = fed_model_set_params(a->model, a->host);
     if (e == FED_OK && a->committed_state)
@@ -1114,6 +1166,8 @@ fed_err fed_node_agg_close_round(fed_node *n)
     } else if ((e = a->in->close(n, &out)) != FED_OK ||
                (e = fed_node_agg_site_eval_close(n)) != FED_OK) {
         goto fail;
+    } else {
+        fed_node_agg_scaffold_closed(n, out.update); /* which rounds' changes count */
     }
     info.dp_clip = out.dp_clip;
     info.site = a->site; /* the sites' evaluation, when the round had one */
@@ -1293,18 +1347,22 @@ fed_err fed_node_agg_take_delta(fed_node *n, node_open *op, agg_part *p)
     if (fed_node_layout_trivial(&a->layout) || fed_node_agg_stats_pass(n)) {
         p->delta = op->vec; /* (a pass's DELTA: its integers' limbs) */
         op->vec = NULL;
-    } else { /* the sent floats where they belong, zero on the local ones; a site
-                evaluation's limbs after them, as after a whole delta */
+    } else { /* the sent floats where they belong, zero on the local ones; the
+                extra segment's (SCAFFOLD, FedNova) after the flat buffer, then a
+                site evaluation's limbs, as after a whole delta */
         size_t sent = fed_node_layout_sent(&a->layout);
         size_t tail = op->expect_n > sent ? op->expect_n - sent : 0;
 
-        if (!(p->delta = fed_malloc((a->nparams + tail) * sizeof *p->delta))) {
+        if (!(p->delta = fed_malloc((a->nparams + a->layout.extra + tail) * sizeof *p->delta))) {
             p->got = 0;
             return FED_ERR_NOMEM;
         }
         fed_node_layout_unpack(&a->layout, op->vec, p->delta);
+        memcpy(p->delta + a->nparams, fed_node_layout_extra(&a->layout, op->vec),
+               a->layout.extra * sizeof *p->delta);
         if (tail)
-            memcpy(p->delta + a->nparams, op->vec + sent, tail * sizeof *p->delta);
+            memcpy(p->delta + a->nparams + a->layout.extra, op->vec + sent,
+                   tail * sizeof *p->delta);
     }
     memcpy(p->header, m->header, FED_WIRE_HEADER_BYTES);
     memcpy(p->digest, m->digest, sizeof p->digest);

@@ -17,6 +17,8 @@ typedef struct agg_dp agg_dp;
 /* The aggregator checkpoint's DP-FedAvg section: the clipping norm the next
  * round uses, f64 LE (adaptive clipping moves it). */
 #define AGG_CKPT_SEC_DP "dp.clip"
+/* SCAFFOLD: u64 LE the void rounds' bits, then f32 LE c (nparams) */
+#define AGG_CKPT_SEC_SCAFFOLD "scaffold"
 
 /* A HELLO or NEXT held until a round starts (or poll_ms passes). */
 typedef struct agg_hold {
@@ -87,13 +89,16 @@ typedef struct agg_part {
     uint64_t base;    /* the round it trained (< the round filled: stale, async) */
     uint64_t epoch;   /* its sender epoch, as its delta said */
     uint64_t samples;
-    float *delta;     /* (nparams) host, owned */
+    float *delta;     /* (nparams + layout.extra) host, owned: the extra
+                         segment (FedNova's steps, SCAFFOLD's control
+                         change) after the tensors */
     uint8_t header[FED_WIRE_HEADER_BYTES];
     uint8_t digest[FED_CRYPTO_DIGEST_BYTES];
     uint8_t sig[FED_CRYPTO_SIG_BYTES];
 } agg_part;
 
 typedef struct agg_stats agg_stats;
+typedef struct agg_scaffold agg_scaffold;
 
 /* How one round follows another: synchronous rounds (a sampled cohort and
  * a deadline, aggregator.c) or FedBuff's async mode (agg_async.c), chosen
@@ -186,6 +191,9 @@ struct node_agg {
     float *norm_stats;      /* (layout.len[STATS]) the round's non-trained statistics
                                (batch norm's): their sample-weighted mean delta,
                                outside the strategy */
+    float *extra_mean;      /* (layout.extra) the round's extra segment by its rule:
+                               FedNova's tau_eff, SCAFFOLD's mean control change */
+    agg_scaffold *scaffold; /* --strategy scaffold: c (agg_scaffold.c), else NULL */
     const agg_mode_ops *mode; /* synchronous or async rounds */
     agg_member_dp *mdp;     /* (nmdp, sorted by key) clients' reported budgets */
     size_t nmdp, cap_mdp;
@@ -311,5 +319,26 @@ int fed_node_agg_early_stopped(fed_node *n);
 void fed_node_agg_judge(fed_node *n, uint64_t round);
 /* What the evaluation and the pending figures hold (a is being freed). */
 void fed_node_agg_eval_free(node_agg *a);
+
+/* agg_scaffold.c: SCAFFOLD's control variate c (rules.scaffold; every
+ * function does nothing without it). */
+FED_WUR fed_err fed_node_agg_scaffold_new(fed_node *n);
+void fed_node_agg_scaffold_free(fed_node *n);
+/* The MODEL's vector: the model, then c (2 nparams); the model alone
+ * without SCAFFOLD. */
+const float *fed_node_agg_scaffold_vec(fed_node *n, size_t *len);
+/* The model merged m clients' deltas: c += (m / N) extra_mean (N:
+ * --wait-clients, at least m). */
+FED_WUR fed_err fed_node_agg_scaffold_merged(fed_node *n, uint32_t m);
+/* The round closed, with an update or void (field 18's bits). */
+void fed_node_agg_scaffold_closed(fed_node *n, int update);
+/* c and the bits kept before a merge, and put back after a failed commit. */
+void fed_node_agg_scaffold_keep(fed_node *n);
+void fed_node_agg_scaffold_restore(fed_node *n);
+void fed_node_agg_scaffold_settings(const fed_node *n, fed_wire_settings *st);
+/* The checkpoint's section (1, *buf to free after the write; 0: none; -1:
+ * out of memory), and back from a checkpoint. */
+int fed_node_agg_scaffold_section(fed_node *n, uint8_t **buf, fed_store_section *sec);
+FED_WUR fed_err fed_node_agg_scaffold_resume(fed_node *n, const fed_store_ckpt *ck);
 
 #endif

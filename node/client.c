@@ -73,6 +73,13 @@ struct node_client {
                               columns under the minimum count zeroed) */
     int64_t *eval_out;     /* a site evaluation's statistics (node/site_eval.h) */
     size_t eval_cap;
+    /* SCAFFOLD: its control variate c_i (ctl_nparams floats, zero off the
+       trained path; NULL: zero), and the next one (ctl_next), made by the
+       round ctl_round (0: none), committed once the aggregator says that
+       round merged (MODEL field 18) */
+    float *ctl, *ctl_next;
+    size_t ctl_nparams;
+    uint64_t ctl_round;
     node_train_job job;
 };
 
@@ -112,6 +119,8 @@ static void fed_node_client_free(fed_node *n)
     fed_free(c->stats_applied);
     fed_free(c->stats_out);
     fed_free(c->eval_out);
+    fed_free(c->ctl);
+    fed_free(c->ctl_next);
     fed_node_train_job_release(&c->job);
     fed_dp_account_free(c->acct);
     fed_crypto_keystream_wipe(&c->ks);
@@ -248,6 +257,90 @@ static fed_err repull(fed_node *n)
     return FED_OK;
 }
 
+/* ---- SCAFFOLD's control variate ---- */
+
+/* The checkpoint's section: u64 LE nparams, u64 LE the pending round (0:
+ * none), f32 LE c_i (nparams), then the pending c_i (nparams) if any. */
+#define CL_CKPT_SEC_CONTROL "scaffold.control"
+
+/* A MODEL of round r: the c_i made by an earlier round is committed when
+ * that round merged (MODEL field 18: not void), else dropped (its change is
+ * not in the server's c, so keeping it would break c = mean(c_i)); one of
+ * round r or later waits (training it again makes it again). */
+static void ctl_settle(fed_node *n, const fed_wire_settings *s, uint64_t r)
+{
+    node_client *c = n->client;
+    uint64_t p = c->ctl_round, k;
+
+    if (!p || r <= p)
+        return;
+    k = r - 1 - p;
+    if (k < 64 && !(s->scaffold_void >> k & 1) && c->ctl_next) {
+        float *t = c->ctl;
+
+        c->ctl = c->ctl_next;
+        c->ctl_next = t;
+    } else {
+        fed_log(FED_LOG_INFO, "client: round %llu merged no update (or is past the last 64 "
+                "rounds the aggregator reports): its control variate stays as it was",
+                (unsigned long long)p);
+    }
+    c->ctl_round = 0;
+}
+
+/* Its section for the checkpoint into *buf: its length (0: none; SIZE_MAX:
+ * out of memory). */
+static size_t ctl_section(const node_client *c, uint8_t **buf)
+{
+    size_t np = c->ctl_nparams, len = 16 + (c->ctl_round ? 2 : 1) * np * sizeof(float);
+
+    *buf = NULL;
+    if (!np || (!c->ctl && !c->ctl_round))
+        return 0;
+    if (!(*buf = fed_calloc(1, len)))
+        return SIZE_MAX;
+    fed_put_u64le(*buf, np);
+    fed_put_u64le(*buf + 8, c->ctl_round);
+    if (c->ctl)
+        fed_put_f32le_n(*buf + 16, c->ctl, np);
+    if (c->ctl_round)
+        fed_put_f32le_n(*buf + 16 + np * sizeof(float), c->ctl_next, np);
+    return len;
+}
+
+static fed_err ctl_resume(node_client *c, const fed_store_section *s)
+{
+    uint64_t np, round;
+
+    if (!s || s->len < 16)
+        return FED_OK;
+    np = fed_get_u64le(s->data);
+    round = fed_get_u64le((const uint8_t *)s->data + 8);
+    if (np == 0 || np > SIZE_MAX / 8 || s->len != 16 + (round ? 2 : 1) * np * sizeof(float))
+        return FED_ERR_FORMAT;
+    if (!(c->ctl = fed_malloc(np * sizeof(float))) ||
+        (round && !(c->ctl_next = fed_malloc(np * sizeof(float)))))
+        return FED_ERR_NOMEM;
+    fed_get_f32le_n(c->ctl, (const uint8_t *)s->data + 16, np);
+    if (round)
+        fed_get_f32le_n(c->ctl_next, (const uint8_t *)s->data + 16 + np * sizeof(float), np);
+    c->ctl_nparams = np;
+    c->ctl_round = round;
+    return FED_OK;
+}
+
+const float *fed_node_client_control(const fed_node *n, uint64_t *pending_round,
+                                     const float **pending)
+{
+    const node_client *c = n->client;
+
+    if (!c)
+        return NULL;
+    *pending_round = c->ctl_round;
+    *pending = c->ctl_round ? c->ctl_next : NULL;
+    return c->ctl;
+}
+
 /* ---- resuming ---- */
 
 static fed_err resume(fed_node *n)
@@ -273,7 +366,10 @@ static fed_err resume(fed_node *n)
             else
                 fed_get_f32le_n(c->personal, v->data + 8, c->personal_nparams);
         }
-        if (l && l->len > 8 && (l->len - 8) % sizeof(float) == 0) {
+        if (e == FED_OK)
+            e = ctl_resume(c, fed_store_ckpt_find(&ck, CL_CKPT_SEC_CONTROL));
+
+        if (e == FED_OK && l && l->len > 8 && (l->len - 8) % sizeof(float) == 0) {
             c->local_nparams = fed_get_u64le(l->data);
             c->local_n = (l->len - 8) / sizeof(float);
             if (!(c->local = fed_malloc(l->len - 8)))
@@ -546,7 +642,9 @@ static fed_err on_secure_model(fed_node *n, node_open *op)
         return send_leave(n);
     }
     if (m->hdr.round == n->round && c->round == n->round && c->secure && j->vec_len &&
-        op->vec_n == c->nparams) {
+        op->vec_n == c->nparams * (m->block.settings.paths_flags & FED_WIRE_PATHS_SCAFFOLD
+                                       ? 2 /* SCAFFOLD: c after the model */
+                                       : 1)) {
         fed_log(FED_LOG_INFO, "client: secagg round %llu try %u: masking its delta afresh",
                 (unsigned long long)c->round, m->block.settings.sa_try);
         (void)n->env.cancel_timer(n->env.self, NODE_TIMER_RETRY);
@@ -703,6 +801,7 @@ static fed_err on_model_train(fed_node *n, node_open *op)
     const fed_wire_msg *m = &op->msg;
     node_train_job *j = &c->job;
     double flops = 0;
+    size_t nparams;
     fed_err e;
 
     if (m->hdr.round <= n->round) /* the aggregator lost it (restart, deadline): redo it */
@@ -727,11 +826,16 @@ static fed_err on_model_train(fed_node *n, node_open *op)
     if ((e = flops_of(n, &m->block.settings, c->graph ? c->graph : m->block.settings.spec,
                       &flops)) != FED_OK)
         return e;
-    if (c->residual && c->nparams != op->vec_n) { /* another model: start the residual over */
+    nparams = op->vec_n;
+    if (m->block.settings.paths_flags & FED_WIRE_PATHS_SCAFFOLD) { /* c after the model */
+        nparams /= 2;
+        ctl_settle(n, &m->block.settings, m->hdr.round);
+    }
+    if (c->residual && c->nparams != nparams) { /* another model: start the residual over */
         fed_free(c->residual);
         c->residual = NULL;
     }
-    c->nparams = op->vec_n;
+    c->nparams = nparams;
     if (m->block.settings.codec == FED_CODEC_TOPK && !c->residual &&
         !(c->residual = fed_calloc(c->nparams ? c->nparams : 1, sizeof(float))))
         return FED_ERR_NOMEM;
@@ -784,6 +888,10 @@ static fed_err on_model_train(fed_node *n, node_open *op)
     j->finetune_epochs = n->cfg.data.finetune_epochs;
     j->shard = n->cfg.data.shard;
     j->shard_n = n->cfg.data.shard_n;
+    j->max_steps = n->cfg.client.max_steps;
+    /* SCAFFOLD: the server's c after the model, and its own c_i (NULL: 0) */
+    j->ctl_c = j->set.paths_flags & FED_WIRE_PATHS_SCAFFOLD ? c->global + c->nparams : NULL;
+    j->ctl_i = c->ctl && c->ctl_nparams == c->nparams ? c->ctl : NULL;
     j->global = c->global;
     j->nparams = c->nparams;
     /* its local tensors of this model, if it kept any (else the MODEL's) */
@@ -816,11 +924,11 @@ static fed_err record_round(fed_node *n)
     node_train_job *j = &c->job;
     fed_store *st = n->cfg.store;
     uint8_t state[FED_NODE_STATE_BYTES];
-    uint8_t *res = NULL, *loc = NULL, *per = NULL;
+    uint8_t *res = NULL, *loc = NULL, *per = NULL, *ctl = NULL;
     fed_store_round row;
-    fed_store_section sec[6] = {{FED_NODE_SEC_STATE, state, sizeof state}};
+    fed_store_section sec[8] = {{FED_NODE_SEC_STATE, state, sizeof state}};
     fed_node_model_sec ms;
-    size_t ns = 1;
+    size_t ns = 1, nctl;
     fed_err e;
 
     fed_node_state_encode(state, FED_NODE_CLIENT, c->round);
@@ -857,6 +965,14 @@ static fed_err record_round(fed_node *n)
         sec[ns++] = ms.s[0];
         sec[ns++] = ms.s[1];
     }
+    if ((nctl = ctl_section(c, &ctl)) == SIZE_MAX) { /* SCAFFOLD's c_i and the one pending */
+        fed_free(res);
+        fed_free(loc);
+        fed_free(per);
+        return FED_ERR_NOMEM;
+    }
+    if (nctl)
+        sec[ns++] = (fed_store_section){CL_CKPT_SEC_CONTROL, ctl, nctl};
     memset(&row, 0, sizeof row);
     row.round = c->round;
     row.start_ms = c->train_start_ms;
@@ -891,6 +1007,7 @@ static fed_err record_round(fed_node *n)
     fed_free(res);
     fed_free(loc);
     fed_free(per);
+    fed_free(ctl);
     return e;
 }
 
@@ -929,7 +1046,8 @@ static fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
 
     if (job != &j->job)
         return FED_ERR_INTERNAL;
-    if (j->err == FED_ERR_DP_STATS) { /* a round this site may not send: declined */
+    if (j->err == FED_ERR_DP_STATS || j->err == FED_ERR_STEPS) {
+        /* a round this site may not send: declined */
         fed_log(FED_LOG_WARN, "client: round %llu: %s: declined, nothing sent",
                 (unsigned long long)c->round, fed_strerror(j->err));
         if (c->secure)
@@ -951,6 +1069,18 @@ static fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
         fed_log(FED_LOG_INFO, "client: round %llu: its own model scores accuracy %.4f on its local "
                 "test split (%zu samples), before training", (unsigned long long)c->round,
                 j->own_acc, j->local_test->n);
+    if (j->ctl_c) { /* SCAFFOLD: its next c_i, committed once this round merged */
+        float *t = c->ctl_next;
+
+        c->ctl_next = j->ctl_out;
+        j->ctl_out = t;
+        c->ctl_round = c->round;
+        if (c->ctl && c->ctl_nparams != c->nparams) { /* another model's */
+            fed_free(c->ctl);
+            c->ctl = NULL;
+        }
+        c->ctl_nparams = c->nparams;
+    }
     if (j->local_out) { /* its local tensors as trained: kept, and in the record */
         fed_free(c->local);
         c->local = j->local_out;
@@ -1039,9 +1169,12 @@ static fed_err on_ack(fed_node *n, const fed_wire_msg *m)
                 return e; /* a failed push: the retry timer resends */
         }
         fed_node_tx_drop(n, c->agg);
-        if (b->status != FED_OK)
+        if (b->status != FED_OK) {
             fed_log(FED_LOG_WARN, "client: delta of round %llu refused: %s",
                     (unsigned long long)c->round, fed_strerror((int)b->status));
+            if (c->ctl_round == c->round) /* not merged: c_i stays */
+                c->ctl_round = 0;
+        }
         return ask(n, FED_WIRE_NEXT);
     }
     if (c->state == CL_ASKING && (b->ack_flags & FED_WIRE_ACK_NO_ROUND))

@@ -49,6 +49,16 @@ fed_err fed_node_layout_of(const fed_tensor_info *t, int nt, size_t nparams,
         fed_node_layout_fini(out);
         return FED_ERR_SHAPE;
     }
+    if (r->fednova) {
+        out->extra = 1;
+        out->extra_rule = AGG_WEIGHT_SAMPLES; /* sum p_i a_i: tau_eff */
+        out->extra_name = "steps";
+        out->extra_range = FED_NODE_STEPS_RANGE;
+    } else if (r->scaffold) {
+        out->extra = out->len[LAYOUT_TRAINED];
+        out->extra_rule = AGG_WEIGHT_MEAN; /* the paper's mean over the sampled */
+        out->extra_name = "control";
+    }
     return FED_OK;
 }
 
@@ -58,11 +68,19 @@ void fed_node_layout_fini(fed_node_layout *l)
     memset(l, 0, sizeof *l);
 }
 
-int fed_node_layout_trivial(const fed_node_layout *l) { return l->len[LAYOUT_TRAINED] == l->nparams; }
+int fed_node_layout_trivial(const fed_node_layout *l)
+{
+    return l->len[LAYOUT_TRAINED] == l->nparams && !l->extra;
+}
 
 size_t fed_node_layout_sent(const fed_node_layout *l)
 {
-    return l->len[LAYOUT_TRAINED] + l->len[LAYOUT_STATS];
+    return l->len[LAYOUT_TRAINED] + l->len[LAYOUT_STATS] + l->extra;
+}
+
+const float *fed_node_layout_extra(const fed_node_layout *l, const float *sent)
+{
+    return sent + l->len[LAYOUT_TRAINED] + l->len[LAYOUT_STATS];
 }
 
 size_t fed_node_layout_segments(const fed_node_layout *l, double range, double stats_range,
@@ -75,6 +93,9 @@ size_t fed_node_layout_segments(const fed_node_layout *l, double range, double s
     if (l->len[LAYOUT_STATS])
         segs[n++] = (agg_segment){.name = "statistics", .len = l->len[LAYOUT_STATS],
                                   .rule = AGG_WEIGHT_SAMPLES, .range = stats_range};
+    if (l->extra)
+        segs[n++] = (agg_segment){.name = l->extra_name, .len = l->extra, .rule = l->extra_rule,
+                                  .range = l->extra_range > 0 ? l->extra_range : range};
     return n;
 }
 
@@ -110,6 +131,8 @@ void fed_node_layout_pack(const fed_node_layout *l, const float *full, float *se
 {
     fed_node_layout_gather(l, LAYOUT_TRAINED, full, sent);
     fed_node_layout_gather(l, LAYOUT_STATS, full, sent + l->len[LAYOUT_TRAINED]);
+    memcpy(sent + l->len[LAYOUT_TRAINED] + l->len[LAYOUT_STATS], full + l->nparams,
+           l->extra * sizeof *sent);
 }
 
 void fed_node_layout_pack_inplace(const fed_node_layout *l, float *full, float *stats)
@@ -126,6 +149,8 @@ void fed_node_layout_pack_inplace(const fed_node_layout *l, float *full, float *
         }
     if (l->len[LAYOUT_STATS])
         memcpy(full + at, stats, l->len[LAYOUT_STATS] * sizeof *full);
+    at += l->len[LAYOUT_STATS];
+    memmove(full + at, full + l->nparams, l->extra * sizeof *full);
 }
 
 void fed_node_layout_unpack(const fed_node_layout *l, const float *sent, float *full)

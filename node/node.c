@@ -442,6 +442,8 @@ fed_err fed_node_expected_entries(node_open *op, size_t *want)
     e = fed_node_model_admit(whole, op->own_model, in, op->max_params, op->max_flops, want,
                              op->model_why, sizeof op->model_why);
     fed_free(whole);
+    if (e == FED_OK && (op->msg.block.settings.paths_flags & FED_WIRE_PATHS_SCAFFOLD))
+        *want *= 2; /* SCAFFOLD: the server's control variate after the model */
     return e;
 }
 

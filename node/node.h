@@ -245,6 +245,8 @@ typedef struct fed_node_client_config {
     double max_model_flops;       /* forward + backward per sample; default
                                      FED_NODE_MAX_MODEL_FLOPS */
     uint32_t delta_retries;       /* DELTA resends before HELLO; default 3 */
+    uint32_t max_steps;           /* local steps a round at most, over the MODEL's
+                                     epochs (--max-steps); 0: no cap */
     int classes;                  /* the classes it declares (--classes, its model
                                      file's); a MODEL declaring others is
                                      declined; 0: none */

@@ -347,6 +347,9 @@ typedef struct node_train_job {
     const uint32_t *val_idx;
     size_t val_n;
     int64_t *eval_out;      /* the client's */
+    uint32_t max_steps;     /* client: local steps at most (cfg.client.max_steps; 0: none) */
+    const float *ctl_c;     /* client, SCAFFOLD: the server's c (nparams), else NULL */
+    const float *ctl_i;     /* client, SCAFFOLD: its c_i (nparams; NULL: zero) */
     /* out */
     long dp_steps;          /* DP-SGD steps taken, and their sampling rate */
     double dp_rate;
@@ -366,7 +369,8 @@ typedef struct node_train_job {
     /* kept from round to round while the spec and batch stay the same: the
        model (its parameters set afresh each round) and the trained copy */
     fed_model *model;
-    float *trained;         /* (nparams) */
+    float *trained;         /* (nparams + the layout's extra segment) */
+    float *ctl_out;         /* (nparams) SCAFFOLD: the client's next c_i, or NULL */
     float *sent;            /* (layout.len[STATS]) the statistics while the delta
                                is packed in place (layout.h) */
     float *start;           /* (nparams) a site's ranks: global with the client's
@@ -377,6 +381,16 @@ typedef struct node_train_job {
 } node_train_job;
 
 void fed_node_train_job_run(fed_job *job);
+/* An aggregator's SCAFFOLD control variate c (nparams; NULL: not an
+ * aggregator, or another strategy). */
+const float *fed_node_agg_scaffold_control(const fed_node *n);
+/* A client's SCAFFOLD control variate c_i (NULL: none yet, or not a
+ * client), the round whose next one waits for its merge (0: none) and that
+ * one (NULL: none). */
+const float *fed_node_client_control(const fed_node *n, uint64_t *pending_round,
+                                     const float **pending);
+/* FedNova's a_i for tau local steps of SGD with momentum rho (0: none). */
+double fed_node_fednova_steps(long tau, double rho);
 /* The statistics pass's job (node/agg_stats.c): the contribution j->stats
  * as the DELTA of the pass (16-bit limbs, one float each, f32 codec) into
  * j->vec, j->samples the shard's rows; no training. */

@@ -180,7 +180,7 @@ fed_err fed_node_sa_agg_new(fed_node *n, node_sa_agg **out)
     s->nints = n->cfg.secagg.ints;
     s->words = (size_t)sa_words(&n->cfg, &n->agg->layout, s->np, s->nints);
     s->m = fed_calloc(mc, sizeof *s->m);
-    s->mean = fed_malloc(n->agg->nparams * sizeof(float) + 1);
+    s->mean = fed_malloc((n->agg->nparams + n->agg->layout.extra) * sizeof(float) + 1);
     s->stats = ns ? fed_malloc(ns * sizeof(float)) : NULL;
     s->sum = fed_malloc((size_t)sa_words_most(&n->cfg, &n->agg->layout, n->agg->nparams) *
                         sizeof(uint32_t));
@@ -827,6 +827,8 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
     if (np) {
         fed_agg_seg_finish(segs, nd, deq, m3, s->weight, deq);
         fed_node_layout_unpack(&a->layout, deq, s->mean);
+        memcpy(s->mean + a->nparams, fed_node_layout_extra(&a->layout, deq),
+               a->layout.extra * sizeof *s->mean); /* the strategy's own segment */
         if (s->stats) {
             memcpy(s->stats, deq + a->layout.len[LAYOUT_TRAINED],
                    a->layout.len[LAYOUT_STATS] * sizeof *s->stats);
@@ -840,7 +842,7 @@ out:
     fed_crypto_guarded_free(buf);
     if (e != FED_OK) { /* a failed try keeps no sum, not even a partial one */
         sodium_memzero(s->sum, s->words * sizeof *s->sum);
-        sodium_memzero(s->mean, a->nparams * sizeof *s->mean);
+        sodium_memzero(s->mean, (a->nparams + a->layout.extra) * sizeof *s->mean);
         sodium_memzero(s->isum, s->nints * sizeof *s->isum);
         if (s->stats)
             sodium_memzero(s->stats, a->layout.len[LAYOUT_STATS] * sizeof *s->stats);

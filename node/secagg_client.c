@@ -611,7 +611,8 @@ fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, const fed_no
             double v = scale * delta[i];
 
             v = v > rg ? rg : v < -rg ? -rg : v;
-            x[i] = (float)(v * f);
+            /* a SAMPLES segment is weighted, a MEAN one counts once */
+            x[i] = (float)(dsegs[g].rule == AGG_WEIGHT_SAMPLES ? v * f : v);
         }
         off += dsegs[g].len;
     }

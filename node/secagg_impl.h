@@ -41,7 +41,8 @@ size_t fed_node_sa_agg_words(const node_sa_agg *s);
 /* The integers' exact sums of the try (*len of them; *m clients in the
  * sum), after its last stage. */
 const uint64_t *fed_node_sa_agg_ints(const node_sa_agg *s, size_t *len, uint32_t *m);
-/* The unmasked mean and its weight (after the round's last stage). */
+/* The unmasked mean and its weight (after the round's last stage): nparams
+ * floats, then the layout's extra segment by its rule (node/layout.h). */
 const float *fed_node_sa_agg_mean(const node_sa_agg *s, double *weight);
 /* The unmasked mean of the statistics segment (node/layout.h), or NULL
  * when the model sends none. */

@@ -42,6 +42,7 @@ fed_err fed_node_settings_apply(const fed_node_settings *s, uint32_t nclients,
         return FED_ERR_SPEC;
     snprintf(c->spec, sizeof c->spec, "%s", s->model);
     c->local_epochs = (uint32_t)s->local_epochs;
+    c->client.max_steps = (uint32_t)s->max_steps;
     c->batch = (uint32_t)s->batch;
     c->optimizer = (uint8_t)kind;
     c->lr = (float)s->lr; /* 0: the node takes the optimizer's own */

@@ -25,6 +25,7 @@ typedef struct fed_node_settings {
     char input_scale[16];   /* centred | unit (model.h: fed_model_input_scale) */
     int rounds;
     int local_epochs;
+    int max_steps;
     int batch;
     double lr;
     char lr_schedule[32];
@@ -99,6 +100,9 @@ typedef struct fed_node_settings {
                 "aggregator, peer: rounds to run (0: forever; fedsim needs an end)"),            \
     FED_OPT_DEF(T, m.local_epochs, "local-epochs", FED_OPT_INT, "1", 1, 1000,                    \
                 "aggregator, peer: epochs each client (peer) trains per round"),                 \
+    FED_OPT_DEF(T, m.max_steps, "max-steps", FED_OPT_INT, "0", 0, 100000000,                     \
+                "client: at most this many local steps a round, whatever the aggregator's "      \
+                "--local-epochs (0: no cap; FedNova normalizes by each client's steps)"),         \
     FED_OPT_DEF(T, m.batch, "batch", FED_OPT_INT, "64", 1, 4096,                                 \
                 "aggregator, peer: the training batch size"),                                    \
     FED_OPT_DEF(T, m.lr, "lr", FED_OPT_DOUBLE, "0", 0, 100,                                      \
@@ -124,7 +128,7 @@ typedef struct fed_node_settings {
                 "aggregator: the clients' delta codec: f32, f16, q8, topk:F"),                   \
     FED_OPT_DEF(T, m.strategy, "strategy", FED_OPT_STR, "fedavg", 0, 0,                          \
                 "aggregator: merge strategy (fedavg, fedprox:MU, fedadam, median, trimmed:B, "   \
-                "krum:F, clip:N+..., see model/merge.h)"),                                       \
+                "krum:F, fednova, scaffold[:ETA], clip:N+..., see model/merge.h)"),              \
     FED_OPT_DEF(T, m.weight_cap, "weight-cap", FED_OPT_DOUBLE, "0", 0, 1,                        \
                 "aggregator: largest share of the merge weight one client may get (0: none)"),   \
     FED_OPT_DEF(T, m.mode, "mode", FED_OPT_STR, "sync", 0, 0,                                    \

@@ -299,6 +299,7 @@ static uint32_t plain_vectors(fed_node *n, uint32_t nints, uint64_t *iv, uint8_t
     node_agg *a = n->agg;
     agg_segment seg;
     size_t words = plain_words(nints, &seg);
+    size_t at = a->nparams + a->layout.extra; /* after the flat buffer and the extra segment */
     uint32_t *limbs = fed_malloc(words * sizeof *limbs), m = 0;
 
     for (size_t i = 0; limbs && i < a->nparts; i++) {
@@ -308,14 +309,13 @@ static uint32_t plain_vectors(fed_node *n, uint32_t nints, uint64_t *iv, uint8_t
         ok[i] = 0;
         if (!p->got || !p->delta)
             continue;
-        if ((bad = fed_node_agg_limbs_bad(p->delta + a->nparams, words)) < words) {
+        if ((bad = fed_node_agg_limbs_bad(p->delta + at, words)) < words) {
             fed_log(FED_LOG_WARN, "aggregator: site evaluation: a client's statistics hold %g "
-                    "at %zu, not a 16-bit limb; left out", (double)p->delta[a->nparams + bad],
-                    bad);
+                    "at %zu, not a 16-bit limb; left out", (double)p->delta[at + bad], bad);
             continue;
         }
         for (size_t w = 0; w < words; w++)
-            limbs[w] = (uint32_t)p->delta[a->nparams + w];
+            limbs[w] = (uint32_t)p->delta[at + w];
         if (fed_agg_seg_dequantize(&seg, 1, FED_AGG_PLAIN_INT_BITS, limbs, 1, NULL,
                                    iv + i * (size_t)nints) != FED_OK)
             continue;

@@ -38,8 +38,14 @@ static fed_err train_epochs(node_train_job *j, fed_model *m, fed_optim *o, uint3
         (e = fed_trainer_set_noise(t, j->noise_std, j->seed ^ j->round * 0x9e3779b97f4a7c15ull)) !=
             FED_OK)
         goto out;
-    for (uint32_t ep = 0; ep < epochs && e == FED_OK; ep++)
-        e = fed_trainer_epoch(t, j->shard, j->shard_n, &rng, &st);
+    for (uint32_t ep = 0; ep < epochs && e == FED_OK; ep++) {
+        long left = (long)j->max_steps - fed_optim_steps(o); /* the client's own cap */
+
+        if (!j->max_steps)
+            e = fed_trainer_epoch(t, j->shard, j->shard_n, &rng, &st);
+        else if (left > 0)
+            e = fed_trainer_steps(t, j->shard, j->shard_n, left, &rng, &st);
+    }
     if (e == FED_OK && fed_node_site_ranks(j) > 1) /* every rank's share of the loss */
         e = fed_node_site_sum_stats(j->coll, &st);
     if (j->dp_on) { /* what the round spent, for the client's charge */
@@ -52,18 +58,107 @@ out:
     return e;
 }
 
+/* FedNova's a_i (Wang et al. 2020, section 4 and appendix: the norm of the
+ * vector a of a client's local solver) for tau steps of SGD with momentum
+ * rho: a_i = sum_{t<tau} sum_{k<=t} rho^k = sum_{t<tau} (1 - rho^(t+1)) /
+ * (1 - rho); tau itself without momentum (and for Adam, which the paper
+ * does not normalize). */
+double fed_node_fednova_steps(long tau, double rho)
+{
+    double a = 0, run = 0;
+
+    for (long t = 0; t < tau; t++) {
+        run = run * rho + 1.0; /* sum_{k<=t} rho^k */
+        a += run;
+    }
+    return a;
+}
+
+/* FedNova: the trained floats of the delta divided by a_i, a_i after the
+ * tensors (the layout's steps segment). */
+static fed_err fednova_normalize(node_train_job *j, fed_optim *o, float *delta)
+{
+    const fed_node_layout *l = &j->layout;
+    double rho = j->set.optimizer == FED_OPTIM_SGD ? j->set.momentum : 0.0;
+    double a = fed_node_fednova_steps(fed_optim_steps(o), rho);
+
+    if (!(a >= 1))
+        return FED_ERR_RANGE; /* no step taken */
+    if (j->set.sa_on && a > FED_NODE_STEPS_RANGE)
+        return FED_ERR_STEPS; /* more than the secure steps segment holds: declined */
+    for (size_t i = 0; i < l->nruns; i++)
+        if (l->runs[i].path == LAYOUT_TRAINED)
+            for (size_t k = l->runs[i].off; k < l->runs[i].off + l->runs[i].len; k++)
+                delta[k] = (float)((double)delta[k] / a);
+    delta[j->nparams] = (float)a;
+    return FED_OK;
+}
+
+/* SCAFFOLD (Karimireddy et al. 2020, Algorithm 1): the local steps follow
+ * g - c_i + c, the correction c - c_i into the optimizer. */
+static fed_err scaffold_correct(node_train_job *j, fed_optim *o)
+{
+    float *corr;
+    fed_err e;
+
+    if (!j->ctl_c)
+        return FED_OK;
+    if (!(corr = fed_malloc(j->nparams * sizeof *corr)))
+        return FED_ERR_NOMEM;
+    for (size_t k = 0; k < j->nparams; k++)
+        corr[k] = j->ctl_c[k] - (j->ctl_i ? j->ctl_i[k] : 0.0f);
+    e = fed_optim_set_correction(o, corr);
+    fed_free(corr);
+    return e;
+}
+
+/* SCAFFOLD's option II over the delta's trained floats: c_i+ = c_i - c +
+ * (x - y_i) / (K lr) into ctl_out, and its change c_i+ - c_i = -c - delta /
+ * (K lr) after the tensors (the layout's control segment, packed in buffer
+ * order). K is the paper's count of local steps for plain SGD; with
+ * momentum rho the steps move y_i by about lr a_i g (a_i FedNova's
+ * momentum-weighted count, 1 / (1 - rho) times K for long runs), so K is
+ * a_i, which is K itself without momentum: with K, c_i would overstate the
+ * gradient up to tenfold at rho 0.9 and the corrected steps diverge. */
+static fed_err scaffold_control(node_train_job *j, fed_optim *o, float *delta)
+{
+    const fed_node_layout *l = &j->layout;
+    double rho = j->set.optimizer == FED_OPTIM_SGD ? j->set.momentum : 0.0;
+    double klr = fed_node_fednova_steps(fed_optim_steps(o), rho) * (double)j->set.lr;
+    float *dc = delta + j->nparams;
+
+    if (!(klr > 0))
+        return FED_ERR_RANGE; /* no step taken */
+    if (!j->ctl_out && !(j->ctl_out = fed_malloc(j->nparams * sizeof *j->ctl_out)))
+        return FED_ERR_NOMEM;
+    memset(j->ctl_out, 0, j->nparams * sizeof *j->ctl_out);
+    for (size_t i = 0; i < l->nruns; i++) {
+        const layout_run *r = &l->runs[i];
+
+        if (r->path != LAYOUT_TRAINED)
+            continue;
+        for (size_t k = r->off; k < r->off + r->len; k++) {
+            double ci = j->ctl_i ? j->ctl_i[k] : 0.0;
+            double d = -(double)j->ctl_c[k] - (double)delta[k] / klr;
+
+            *dc++ = (float)d;
+            j->ctl_out[k] = (float)(ci + d);
+        }
+    }
+    return FED_OK;
+}
+
 /* delta = trained - global, the floats that leave the site packed as the
  * layout says (then the simulator's tamper hook, if any), encoded with the
  * round's codec; the local tensors as trained kept in local_out; in the
  * clear a site evaluation's statistics follow it as 16-bit limbs (f32 only:
  * the client refused a round that evaluates with another codec). */
-static fed_err encode_delta(node_train_job *j, float *p)
+static fed_err encode_delta(node_train_job *j, fed_optim *o, float *p)
 {
     const fed_node_layout *l = &j->layout;
     size_t words = j->eval_ints && !j->set.sa_on ? fed_node_site_eval_plain_words(j->eval_ints) : 0;
     float *all = NULL;
     fed_err e;
-
 
     if (l->len[LAYOUT_LOCAL]) {
         if (!j->local_out && !(j->local_out = fed_malloc(l->len[LAYOUT_LOCAL] * sizeof(float))))
@@ -72,6 +167,11 @@ static fed_err encode_delta(node_train_job *j, float *p)
     }
     for (size_t i = 0; i < j->nparams; i++)
         p[i] -= j->from[i];
+    if (l->extra && j->set.paths_flags & FED_WIRE_PATHS_FEDNOVA &&
+        (e = fednova_normalize(j, o, p)) != FED_OK)
+        return e;
+    if (l->extra && j->ctl_c && (e = scaffold_control(j, o, p)) != FED_OK)
+        return e;
     j->sent_n = j->nparams;
     if (!fed_node_layout_trivial(l)) {
         if (l->len[LAYOUT_STATS] && !j->sent &&
@@ -126,7 +226,9 @@ void fed_node_train_job_release(node_train_job *j)
     fed_free(j->vec);
     fed_free(j->local_out);
     fed_free(j->personal_out);
+    fed_free(j->ctl_out);
     fed_node_layout_fini(&j->layout);
+    j->ctl_out = NULL;
     j->model = NULL;
     j->trained = NULL;
     j->sent = NULL;
@@ -146,12 +248,16 @@ static fed_err round_layout(node_train_job *j)
     const fed_wire_settings *s = &j->set;
     layout_rules r = {.local_layers = s->local_layers,
                       .local_bn = (s->paths_flags & FED_WIRE_PATHS_LOCAL_BN) != 0,
-                      .stats_local = (s->paths_flags & FED_WIRE_PATHS_STATS_LOCAL) != 0};
+                      .stats_local = (s->paths_flags & FED_WIRE_PATHS_STATS_LOCAL) != 0,
+                      .fednova = (s->paths_flags & FED_WIRE_PATHS_FEDNOVA) != 0,
+                      .scaffold = (s->paths_flags & FED_WIRE_PATHS_SCAFFOLD) != 0};
     const fed_tensor_info *t;
+    size_t extra;
     int nt;
     fed_err e;
 
     t = fed_model_tensors(j->model, &nt);
+    extra = j->layout.extra;
     fed_node_layout_fini(&j->layout);
     fed_free(j->local_out); /* both sized for the last layout */
     fed_free(j->sent);
@@ -159,6 +265,10 @@ static fed_err round_layout(node_train_job *j)
     j->sent = NULL;
     if ((e = fed_node_layout_of(t, nt, j->nparams, &r, &j->layout)) != FED_OK)
         return e;
+    if (j->layout.extra != extra) { /* sized for the last layout's extra segment */
+        fed_free(j->trained);
+        j->trained = NULL;
+    }
     if (j->dp_on && j->layout.len[LAYOUT_STATS])
         return FED_ERR_DP_STATS;
     if (j->local && j->local_n == j->layout.len[LAYOUT_LOCAL] && j->local_n &&
@@ -329,24 +439,29 @@ void fed_node_train_job_run(fed_job *job)
         (!j->params && (e = score_own(j, m)) != FED_OK) ||
         (e = fed_optim_new(&oc, m, &o)) != FED_OK)
         goto out;
-    if (oc.prox_mu > 0 && (e = fed_optim_set_anchor(o, m)) != FED_OK)
+    if ((oc.prox_mu > 0 && (e = fed_optim_set_anchor(o, m)) != FED_OK) ||
+        (!j->params && (e = scaffold_correct(j, o)) != FED_OK))
         goto out;
     if (j->eval_ints && !j->params && (e = site_eval(j, m)) != FED_OK)
         goto out;
     if ((e = train_epochs(j, m, o, j->set.local_epochs, &j->loss)) != FED_OK)
         goto out;
-    j->samples = (uint64_t)j->shard_n * j->set.local_epochs;
+    /* FedNova weighs a client by its data, p_i = n_i / n: its steps are a_i */
+    j->samples = j->layout.extra && j->set.paths_flags & FED_WIRE_PATHS_FEDNOVA
+                     ? (uint64_t)j->shard_n
+                     : (uint64_t)j->shard_n * j->set.local_epochs;
     if (j->params) { /* the peer's: the trained parameters themselves */
         e = fed_model_get_params(m, j->params);
         goto out;
     }
-    if (!j->trained && !(j->trained = fed_malloc(j->nparams * sizeof *j->trained))) {
+    if (!j->trained &&
+        !(j->trained = fed_malloc((j->nparams + j->layout.extra) * sizeof *j->trained))) {
         e = FED_ERR_NOMEM;
         goto out;
     }
     if ((e = fed_model_get_params(m, j->trained)) != FED_OK)
         goto out;
-    if ((e = encode_delta(j, j->trained)) == FED_OK && j->set.ditto_lambda > 0)
+    if ((e = encode_delta(j, o, j->trained)) == FED_OK && j->set.ditto_lambda > 0)
         e = train_personal(j, m, &oc);
 out:
     fed_optim_free(o);

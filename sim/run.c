@@ -842,7 +842,7 @@ static fed_err personal_one(const sim_run *r, int i, const fed_dataset *train,
 {
     const fed_sim_scenario *sc = r->sc;
     const fed_node_settings *s = &sc->s;
-    layout_rules rules = {s->local_layers, s->local_bn, 0};
+    layout_rules rules = {.local_layers = s->local_layers, .local_bn = s->local_bn};
     fed_node_layout lay = {0};
     fed_dataset *mine = NULL;
     fed_model *m = NULL;

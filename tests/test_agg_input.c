@@ -419,6 +419,59 @@ static void test_layout_paths(void **state)
 }
 
 /* --local-layers values: globs, no empty one, no spaces, at most 255 bytes. */
+/* A strategy's extra segment after the tensors': SCAFFOLD's control change
+ * (the 32 trained floats, rule MEAN, the delta's range), FedNova's steps
+ * (one float, SAMPLES, FED_NODE_STEPS_RANGE); a full buffer carries it
+ * after its 39 floats, a sent delta after segment 1. */
+static void test_layout_extra(void **state)
+{
+    fed_backend *be = NULL;
+    fed_model *m;
+    fed_node_layout l;
+    layout_rules scaffold = {.scaffold = 1}, nova = {.fednova = 1};
+    agg_segment segs[AGG_SEGMENTS_MAX];
+    float full[39 + 32], sent[39 + 32], in[39 + 32], st[4];
+
+    (void)state;
+    assert_int_equal(fed_backend_cpu_new(1, &be), FED_OK);
+    m = marked_model(be);
+    for (int i = 0; i < 39 + 32; i++)
+        full[i] = (float)(i + 1);
+    layout_of(m, &scaffold, &l);
+    assert_int_equal(l.extra, 32);
+    assert_false(fed_node_layout_trivial(&l));
+    assert_int_equal(fed_node_layout_sent(&l), 36 + 32);
+    assert_int_equal(fed_node_layout_segments(&l, 4, 64, segs), 3);
+    assert_int_equal(segs[2].len, 32);
+    assert_int_equal(segs[2].rule, AGG_WEIGHT_MEAN);
+    assert_true(segs[2].range == 4);
+    fed_node_layout_pack(&l, full, sent);
+    for (int i = 0; i < 32; i++) /* the tail of the full buffer, after segment 1 */
+        assert_true(sent[36 + i] == (float)(40 + i));
+    assert_true(fed_node_layout_extra(&l, sent) == sent + 36);
+    memcpy(in, full, sizeof in);
+    fed_node_layout_pack_inplace(&l, in, st);
+    assert_memory_equal(in, sent, 68 * sizeof(float));
+    fed_node_layout_fini(&l);
+    layout_of(m, &nova, &l);
+    assert_int_equal(fed_node_layout_sent(&l), 37);
+    assert_int_equal(fed_node_layout_segments(&l, 4, 64, segs), 3);
+    assert_int_equal(segs[2].len, 1);
+    assert_int_equal(segs[2].rule, AGG_WEIGHT_SAMPLES);
+    assert_true(segs[2].range == FED_NODE_STEPS_RANGE);
+    fed_node_layout_pack(&l, full, sent);
+    assert_true(sent[36] == 40.0f);
+    fed_node_layout_fini(&l);
+    /* an unmarked model with a strategy's segment is no longer trivial */
+    assert_int_equal(fed_model_tensor_flags(m, "*", FED_TENSOR_TRAINED, FED_TENSOR_INT64), 4);
+    layout_of(m, &nova, &l);
+    assert_false(fed_node_layout_trivial(&l));
+    assert_int_equal(fed_node_layout_sent(&l), 40);
+    fed_node_layout_fini(&l);
+    fed_model_free(m);
+    fed_backend_free(be);
+}
+
 static void test_layout_patterns(void **state)
 {
     char longest[300];
@@ -446,6 +499,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layout_paths),
         cmocka_unit_test(test_layout_patterns),
+        cmocka_unit_test(test_layout_extra),
         cmocka_unit_test(test_plain_segments),
         cmocka_unit_test(test_secure_segments),
         cmocka_unit_test(test_secure_as_one_range),

@@ -711,7 +711,9 @@ static void test_bad_specs(void **state)
                             {"codec", "f64"},          {"loss-window", "2@0-1"},
                             {"partition-net", "1@0-1"}, {"partition-net", "2@3-1"},
                             {"local-layers", "fc3.*,,fc2.*"}, {"local-layers", "fc3 .*"},
-                            {"input-scale", "minus-one"}};
+                            {"input-scale", "minus-one"},
+                            {"strategy", "fednova:1"},  {"strategy", "scaffold:0"},
+                            {"strategy", "scaffold:1,2"}};
     fed_sim_scenario sc;
 
     (void)state;
@@ -729,7 +731,13 @@ static void test_bad_specs(void **state)
         const char *refused[][4] = {{"topology", "bogus", "role", "peer"},
                                     /* a glob naming no tensor; every tensor kept */
                                     {"local-layers", "fc3.*", "model", "mlp:16"},
-                                    {"local-layers", "0.*", "model", "logreg"}};
+                                    {"local-layers", "0.*", "model", "logreg"},
+                                   /* a strategy's own segment outside DP-FedAvg's
+                                      noise, or merged one stale delta at a time */
+                                   {"strategy", "scaffold", "mode", "async"},
+                                   {"strategy", "fednova", "dp-client-clip", "1"},
+                                   {"strategy", "scaffold", "codec", "q8"},
+                                   {"strategy", "fednova", "weight-cap", "0.5"}};
 
         for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
             const char *kv[] = {"nodes",        "4",          "rounds",     "1",

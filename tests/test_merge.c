@@ -173,7 +173,8 @@ static void test_spec_grammar(void **state)
         "fedavg", "fedavgm", "fedavgm:0.5", "fedavgm:0,2", "fedprox:0", "fedprox:0.01",
         "fedadam", "fedyogi:0.1", "fedadagrad:0.1,0.8,0.9,0.01", "median", "trimmed:0",
         "trimmed:0.49", "krum:0", "krum:3", "multikrum:2,5", "bulyan:1", "clip:10+median",
-        "clip:0.5+fedadam:0.03", "clip:1e3+multikrum:1,2",
+        "clip:0.5+fedadam:0.03", "clip:1e3+multikrum:1,2", "fednova", "scaffold",
+        "scaffold:0.5",
     };
     static const char *bad[] = {
         "", "fedavg:1", "FedAvg", "fedprox", "fedprox:-1", "fedprox:1,2", "trimmed",
@@ -182,7 +183,7 @@ static void test_spec_grammar(void **state)
         "clip:10", "clip:10+", "clip:1+clip:2+median", "fedadam:0.1,1.0", "fedadam:0",
         "fedadam:1,0.9,0.99,0", "fedadam:1,2,3,4,5", "median ", " median", "nope",
         "fedavgm:nan", "fedavgm:1", "fedadam:inf", "fedprox:0.1x", "median+clip:1",
-        "krum:", "multikrum:1,,2",
+        "krum:", "multikrum:1,,2", "fednova:1", "scaffold:0", "scaffold:-1", "scaffold:1,2",
     };
     fed_merge *m = NULL;
 
@@ -596,6 +597,45 @@ static void test_fedavgm_closed_form(void **state)
     check_fedavgm(w, "fedavgm", 0.9, 1.0);
     check_fedavgm(w, "fedavgm:0.5,2", 0.5, 2.0);
     check_fedavgm(w, "fedavgm:0", 0.0, 1.0);
+}
+
+/* fednova: x += S D with the step scale of that apply only (1 after it);
+ * scaffold:ETA: x += ETA D. D the weighted mean (weights 1 and 3). */
+static void check_scaled(world *w, const char *spec, const double *scale, int steps)
+{
+    const size_t d = 17;
+    clients *c = clients_new(2, d);
+    fed_merge *m = NULL;
+    float *g = zeros(d);
+    double xm[17] = {0};
+
+    c->in[0].weight = 1;
+    c->in[1].weight = 3;
+    assert_int_equal(fed_merge_new(spec, d, NULL, w->be, &m), FED_OK);
+    assert_int_equal(fed_merge_state_floats(m), 0);
+    for (int step = 0; step < steps; step++) {
+        for (size_t j = 0; j < d; j++) {
+            c->x[0][j] = (float)(step + 1) * 0.25f - (float)j * 0.01f;
+            c->x[1][j] = (float)(step * step) * 0.5f + (float)j * 0.03f;
+            xm[j] += scale[step] * (0.25 * c->x[0][j] + 0.75 * c->x[1][j]);
+        }
+        if (!strcmp(spec, "fednova") && scale[step] != 1.0)
+            fed_merge_set_step_scale(m, scale[step]);
+        assert_int_equal(fed_merge_apply(m, g, c->in, 2, NULL), FED_OK);
+        for (size_t j = 0; j < d; j++)
+            assert_rel(xm[j], g[j], 1e-6, 1e-6);
+    }
+    free(g);
+    fed_merge_free(m);
+    clients_free(c);
+}
+
+static void test_scaled_closed_forms(void **state)
+{
+    const double nova[3] = {2.71, 1.0, 0.5}, half[3] = {0.5, 0.5, 0.5};
+
+    check_scaled(*state, "fednova", nova, 3); /* the scale of step 0 is not kept */
+    check_scaled(*state, "scaffold:0.5", half, 3);
 }
 
 /* ------------------------------------------------ robust vs outliers -- */
@@ -1321,6 +1361,7 @@ int main(void)
         cmocka_unit_test(test_order_fixed_by_key),
         cmocka_unit_test(test_adaptive_closed_forms),
         cmocka_unit_test(test_fedavgm_closed_form),
+        cmocka_unit_test(test_scaled_closed_forms),
         cmocka_unit_test(test_robust_against_outliers),
         cmocka_unit_test(test_coordinate_known_answers),
         cmocka_unit_test(test_coordinate_many_clients),

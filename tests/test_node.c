@@ -100,6 +100,8 @@ typedef struct scen_opts {
     double dp_fedavg_clip; /* the aggregator's DP-FedAvg clip (0: off) */
     const char *odd_local; /* client odd_client - 1's own --local-layers (NULL: none) */
     int stats_agg_only;  /* o.stats marked by the aggregator only */
+    uint32_t odd_max_steps; /* client odd_client - 1's --max-steps (0: none) */
+    double fraction;     /* the aggregator's sample fraction (0: all) */
 } scen_opts;
 
 /* What the observers saw. */
@@ -108,6 +110,7 @@ typedef struct delta_rec {
     uint64_t samples;
     uint64_t base;       /* the round it was trained on */
     float *delta;
+    float *dc;           /* SCAFFOLD: its control change (nparams: every float trained) */
 } delta_rec;
 
 typedef struct scen {
@@ -132,6 +135,10 @@ typedef struct scen {
     int agg_crashed;
     fed_dataset five;              /* o.other_classes: the training set as 5 classes */
     fed_node_test_hooks hooks;     /* o.stats: the tensors marked */
+    float *ctl[MAXR + 1];          /* SCAFFOLD: the aggregator's c after round r */
+    int crash_cl_round;            /* at the first delta of this round, client
+                                      crash_cl dies, and is back 30 s later */
+    int crash_cl;
 } scen;
 
 static int setup(void **state)
@@ -173,6 +180,11 @@ static void on_round(void *ctx, const fed_node *n, const fed_node_round_info *r)
         return;
     s->info[r->round] = *r;
     s->commits[r->round]++;
+    if (fed_node_agg_scaffold_control(n)) {
+        if (!s->ctl[r->round])
+            s->ctl[r->round] = malloc(s->nparams * sizeof(float));
+        memcpy(s->ctl[r->round], fed_node_agg_scaffold_control(n), s->nparams * sizeof(float));
+    }
     if (!s->params[r->round])
         s->params[r->round] = malloc(s->nparams * sizeof(float));
     assert_int_equal(fed_node_get_params(n, s->params[r->round]), FED_OK);
@@ -193,6 +205,14 @@ static void on_delta(void *ctx, const fed_node *n, uint64_t round, uint64_t base
     delta_rec *d;
 
     (void)n;
+    if (s->crash_cl_round && (uint64_t)s->crash_cl_round == round) {
+        uint64_t now = fed_sim_world_now_us(s->w) / 1000;
+        uint32_t h = fed_sim_host_index(s->cl[s->crash_cl]);
+
+        s->crash_cl_round = 0;
+        assert_int_equal(fed_sim_world_crash_at(s->w, h, now), FED_OK);
+        assert_int_equal(fed_sim_world_restart_at(s->w, h, now + 30000), FED_OK);
+    }
     if (!s->o.async_k)
         assert_int_equal(base_round, round);
     if (round > MAXR || s->ndeltas[round] > MAXC)
@@ -203,6 +223,11 @@ static void on_delta(void *ctx, const fed_node *n, uint64_t round, uint64_t base
     d->base = base_round;
     d->delta = malloc(nparams * sizeof(float));
     memcpy(d->delta, delta, nparams * sizeof(float));
+    d->dc = NULL;
+    if (s->o.strategy && !strncmp(s->o.strategy, "scaffold", 8)) { /* after the tensors */
+        d->dc = malloc(nparams * sizeof(float));
+        memcpy(d->dc, delta + nparams, nparams * sizeof(float));
+    }
 }
 
 /* ---- building a scenario ---- */
@@ -291,6 +316,8 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
     ac.agg.wait_clients = o->wait_clients ? o->wait_clients : (uint32_t)o->clients;
     ac.deadline_ms = o->deadline_ms;
     ac.agg.async_k = o->async_k;
+    if (o->fraction > 0)
+        ac.agg.sample_fraction = o->fraction;
     if (o->adam)
         ac.optimizer = FED_OPTIM_ADAM;
     if (o->lr > 0)
@@ -347,6 +374,7 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
             if (o->odd_local)
                 snprintf(cc.local_layers, sizeof cc.local_layers, "%s", o->odd_local);
             cc.client.own_model = o->odd_model;
+            cc.client.max_steps = o->odd_max_steps;
             if (o->odd_max_params > 0)
                 cc.client.max_model_params = o->odd_max_params;
         }
@@ -364,8 +392,11 @@ static void scen_free(scen *s)
     }
     for (int r = 0; r <= MAXR; r++) {
         free(s->params[r]);
-        for (int k = 0; k < s->ndeltas[r]; k++)
+        for (int k = 0; k < s->ndeltas[r]; k++) {
             free(s->deltas[r][k].delta);
+            free(s->deltas[r][k].dc);
+        }
+        free(s->ctl[r]);
     }
     fed_crypto_allow_free(s->allow);
 }
@@ -434,6 +465,222 @@ static void capture_initial(scen *s)
     assert_non_null(a);
     s->params[0] = malloc(s->nparams * sizeof(float));
     assert_int_equal(fed_node_get_params(a, s->params[0]), FED_OK);
+}
+
+/* FedNova, round r from the recorded d_i = delta_i / a_i: x_r = x_{r-1} +
+ * tau_eff sum_i p_i d_i, p_i = n_i / n, tau_eff = sum_i p_i a_i, a_i the
+ * paper's momentum-weighted count of client i's steps (steps_of: from its
+ * samples), all in double; within float tolerance. */
+static void expect_fednova(scen *s, int r, long (*steps_of)(uint64_t samples))
+{
+    delta_rec *d = s->deltas[r];
+    int k = s->ndeltas[r];
+    double W = 0, tau = 0, a[MAXC + 1];
+
+    qsort(d, (size_t)k, sizeof *d, key_cmp);
+    for (int i = 0; i < k; i++) {
+        a[i] = fed_node_fednova_steps(steps_of(d[i].samples), 0.9);
+        W += (double)d[i].samples;
+    }
+    for (int i = 0; i < k; i++)
+        tau += (double)d[i].samples / W * a[i];
+    for (size_t j = 0; j < s->nparams; j++) {
+        double acc = 0, want, got = s->params[r][j];
+
+        for (int i = 0; i < k; i++)
+            acc += (double)d[i].samples / W * (double)d[i].delta[j];
+        want = (double)s->params[r - 1][j] + tau * acc;
+        if (fabs(want - got) > 1e-5 * (1 + fabs(want)))
+            fail_msg("round %d coordinate %zu: %.9g, the formula %.9g", r, j, got, want);
+    }
+}
+
+/* 100, 200 and 300 samples at batch 64: 2, 4 and 5 steps, the third
+ * capped at 3 by its own --max-steps. */
+static long nova_steps(uint64_t samples)
+{
+    return samples == 300 ? 3 : (long)((samples + 63) / 64);
+}
+
+static void test_fednova_unequal_steps(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 3, .spec = "logreg", .per_client = 100, .uneven = 1, .rounds = 2,
+                   .min_clients = 3, .deadline_ms = 60000, .seed = 12, .strategy = "fednova",
+                   .odd_client = 3, .odd_max_steps = 3};
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    scen_build(&s, fx, &o);
+    capture_initial(&s);
+    scen_run(&s, 600000);
+    for (int r = 1; r <= 2; r++) {
+        assert_int_equal(s.commits[r], 1);
+        assert_int_equal(s.info[r].merged, 3);
+        for (int i = 0; i < 3; i++) /* weighed by its data, not data x epochs */
+            assert_true(s.deltas[r][i].samples == 100 || s.deltas[r][i].samples == 200 ||
+                        s.deltas[r][i].samples == 300);
+        expect_fednova(&s, r, nova_steps);
+    }
+    scen_free(&s);
+}
+
+/* Equal steps: a_i all alike, so FedNova's update is FedAvg's, within
+ * float tolerance (the division by a_i and the product by tau_eff round). */
+static void test_fednova_equal_is_fedavg(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 3, .spec = "logreg", .per_client = 128, .rounds = 2,
+                   .min_clients = 3, .deadline_ms = 60000, .seed = 13};
+    scen avg, nova;
+
+    fed_test_need_fashion(fx->train != NULL);
+    scen_build(&avg, fx, &o);
+    scen_run(&avg, 600000);
+    o.strategy = "fednova";
+    scen_build(&nova, fx, &o);
+    scen_run(&nova, 600000);
+    for (int r = 1; r <= 2; r++) {
+        assert_int_equal(avg.commits[r], 1);
+        assert_int_equal(nova.commits[r], 1);
+        for (size_t j = 0; j < avg.nparams; j++)
+            if (fabsf(avg.params[r][j] - nova.params[r][j]) > 1e-5f * (1 + fabsf(avg.params[r][j])))
+                fail_msg("round %d coordinate %zu: fedavg %.9g, fednova %.9g", r, j,
+                         avg.params[r][j], nova.params[r][j]);
+    }
+    scen_free(&avg);
+    scen_free(&nova);
+}
+
+/* SCAFFOLD's Algorithm 1 (option II, partial participation) computed
+ * directly from what the clients sent: the model as FedAvg (sample-weighted,
+ * global step 1) bit for bit, each client's control change -c - dy / (K lr)
+ * (K the momentum-weighted count a_i of its steps: 100, 200, 300 samples
+ * at batch 64, SGD momentum 0.9; K itself without momentum), and c_r = c_{r-1} +
+ * (|S| / N) mean_S dc_i, within float tolerance. */
+static void expect_scaffold(scen *s, int r, int N)
+{
+    delta_rec *d = s->deltas[r];
+    int k = s->ndeltas[r];
+    const float *c0 = s->ctl[r - 1];
+
+    expect_fedavg(s, r);
+    for (int i = 0; i < k; i++) {
+        /* K: the momentum-weighted count of its steps (SGD momentum 0.9) */
+        double klr = fed_node_fednova_steps((long)((d[i].samples + 63) / 64), 0.9) *
+                     (double)s->info[r].lr;
+
+        for (size_t j = 0; j < s->nparams; j++) {
+            double want = -(c0 ? c0[j] : 0.0) - (double)d[i].delta[j] / klr;
+
+            if (fabs(want - d[i].dc[j]) > 1e-4 * (1 + fabs(want)))
+                fail_msg("round %d client %d coordinate %zu: dc %.9g, option II %.9g", r, i, j,
+                         d[i].dc[j], want);
+        }
+    }
+    for (size_t j = 0; j < s->nparams; j++) {
+        double acc = 0, want;
+
+        for (int i = 0; i < k; i++)
+            acc += d[i].dc[j];
+        want = (c0 ? c0[j] : 0.0) + (double)k / N * (acc / k);
+        if (fabs(want - s->ctl[r][j]) > 1e-5 * (1 + fabs(want)))
+            fail_msg("round %d coordinate %zu: c %.9g, Algorithm 1 %.9g", r, j, s->ctl[r][j],
+                     want);
+    }
+}
+
+/* c = (1/N) sum_i c_i: each client's c_i as committed, or the one its last
+ * round made when that round merged (no later MODEL told it so yet). */
+static void expect_control_mean(scen *s, int last)
+{
+    size_t np = s->nparams;
+    double *sum = calloc(np, sizeof *sum);
+
+    for (int i = 0; i < s->o.clients; i++) {
+        uint64_t round = 0;
+        const float *next = NULL;
+        const float *ci = fed_node_client_control(fed_sim_host_node(s->cl[i]), &round, &next);
+        const float *use = round ? next : ci; /* merged (every round here did) */
+
+        for (size_t j = 0; use && j < np; j++)
+            sum[j] += use[j];
+    }
+    for (size_t j = 0; j < np; j++)
+        if (fabs(sum[j] / s->o.clients - s->ctl[last][j]) > 1e-4 * (1 + fabs(sum[j])))
+            fail_msg("coordinate %zu: c %.9g, mean c_i %.9g", j, s->ctl[last][j],
+                     sum[j] / s->o.clients);
+    free(sum);
+}
+
+static void test_scaffold_algorithm1(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 3, .spec = "logreg", .per_client = 100, .uneven = 1, .rounds = 4,
+                   .min_clients = 2, .deadline_ms = 60000, .seed = 14, .strategy = "scaffold",
+                   .fraction = 0.6};
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    scen_build(&s, fx, &o);
+    capture_initial(&s);
+    scen_run(&s, 600000);
+    for (int r = 1; r <= 4; r++) {
+        assert_int_equal(s.commits[r], 1);
+        assert_int_equal(s.info[r].sampled, 2);
+        assert_int_equal(s.info[r].merged, 2);
+        expect_scaffold(&s, r, 3);
+    }
+    expect_control_mean(&s, 4);
+    /* the correction c - c_i steers the local steps: round 1 (c = c_i = 0)
+       is FedAvg's bit for bit, round 2 (c moved) is not */
+    {
+        scen avg;
+
+        o.strategy = "fedavg";
+        scen_build(&avg, fx, &o);
+        scen_run(&avg, 600000);
+        assert_memory_equal(avg.params[1], s.params[1], s.nparams * sizeof(float));
+        assert_memory_not_equal(avg.params[2], s.params[2], s.nparams * sizeof(float));
+        scen_free(&avg);
+    }
+    scen_free(&s);
+}
+
+/* SCAFFOLD across restarts and a dropped round: client 2 (300 samples,
+ * the slowest) dies while it trains round 2, at the round's first delta,
+ * and comes back 30 s later, so round 2 (every client needed) is dropped
+ * at its 20 s deadline and runs again once it is back (the others train it
+ * again, their first c_i of it replaced; client 2 commits round 1's c_i,
+ * kept in its checkpoint, when round 2's MODEL says round 1 merged); the
+ * aggregator dies once round 3 is committed and resumes c from its
+ * checkpoint. Every later round is Algorithm 1 from the c recorded before
+ * the crash, and c = mean(c_i) at the end. */
+static void test_scaffold_restart(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 3, .spec = "logreg", .per_client = 100, .uneven = 1, .rounds = 6,
+                   .min_clients = 3, .deadline_ms = 20000, .seed = 15, .strategy = "scaffold"};
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    scen_build(&s, fx, &o);
+    capture_initial(&s);
+    s.crash_agg_after = 3;
+    s.crash_cl_round = 2;
+    s.crash_cl = 2;
+    scen_run(&s, 900000);
+    assert_int_equal(s.crash_cl_round, 0);
+    assert_int_equal(s.agg_crashed, 1);
+    for (int r = 1; r <= 6; r++) {
+        assert_int_equal(s.commits[r], 1);
+        assert_int_equal(s.info[r].merged, 3);
+        if (r != 2) /* (round 2's first try's deltas are recorded too) */
+            expect_scaffold(&s, r, 3);
+    }
+    assert_true(s.ndeltas[2] > 3); /* round 2 ran twice */
+    expect_control_mean(&s, 6);
+    scen_free(&s);
 }
 
 static void test_fedavg_bit_exact(void **state)
@@ -2508,6 +2755,10 @@ int main(void)
         cmocka_unit_test(test_local_layers_mismatch),
         cmocka_unit_test(test_dp_sgd_statistics_declined),
         cmocka_unit_test(test_segments_mismatch_refused),
+        cmocka_unit_test(test_fednova_unequal_steps),
+        cmocka_unit_test(test_fednova_equal_is_fedavg),
+        cmocka_unit_test(test_scaffold_algorithm1),
+        cmocka_unit_test(test_scaffold_restart),
     };
 
     if (sodium_init() < 0)

@@ -231,6 +231,48 @@ static void test_prox_term(void **state)
     free(g);
 }
 
+/* SCAFFOLD's correction: each SGD step (momentum 0.9) follows g + corr. */
+static void test_correction(void **state)
+{
+    world *w = *state;
+    fed_model *m = small_model(w, 1, 5);
+    size_t n = fed_model_nparams(m);
+    float *corr = malloc(n * 4), *got = malloc(n * 4);
+    double *p = malloc(n * sizeof *p), *g = malloc(n * sizeof *g), *v = calloc(n, sizeof *v);
+    fed_optim_cfg cfg;
+    fed_optim *o = NULL;
+    fed_rng rng;
+
+    fed_rng_seed(&rng, 7);
+    fed_optim_cfg_default(&cfg, FED_OPTIM_SGD);
+    cfg.lr = 0.1f;
+    cfg.momentum = 0.9f;
+    assert_int_equal(fed_optim_new(&cfg, m, &o), FED_OK);
+    assert_int_equal(fed_model_get_params(m, got), FED_OK);
+    for (size_t i = 0; i < n; i++) {
+        p[i] = got[i];
+        corr[i] = (float)(0.25 * ((double)(i % 7) - 3.0));
+    }
+    assert_int_equal(fed_optim_set_correction(o, corr), FED_OK);
+    for (int s = 0; s < 4; s++) {
+        set_grads(m, &rng, g);
+        assert_int_equal(fed_optim_step(o, m), FED_OK);
+        for (size_t i = 0; i < n; i++) {
+            v[i] = 0.9 * v[i] + (g[i] + (double)corr[i]);
+            p[i] -= 0.1 * v[i];
+        }
+    }
+    assert_int_equal(fed_model_get_params(m, got), FED_OK);
+    assert_close(got, p, n, 1e-5);
+    fed_optim_free(o);
+    fed_model_free(m);
+    free(corr);
+    free(got);
+    free(p);
+    free(g);
+    free(v);
+}
+
 static void test_schedules(void **state)
 {
     world *w = *state;
@@ -574,7 +616,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sgd_rules),          cmocka_unit_test(test_adam_rules),
-        cmocka_unit_test(test_prox_term),          cmocka_unit_test(test_schedules),
+        cmocka_unit_test(test_prox_term),          cmocka_unit_test(test_correction),          cmocka_unit_test(test_schedules),
         cmocka_unit_test(test_run_schedules),      cmocka_unit_test(test_optim_warmup),
         cmocka_unit_test(test_parse_rejects),      cmocka_unit_test(test_bad_cfg),
         cmocka_unit_test(test_fused_step_matches), cmocka_unit_test(test_state_round_trip),

@@ -623,10 +623,28 @@ static void test_paths_and_segments_fields(void **state)
     assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
                      FED_ERR_INVAL);
     strcpy(b.settings.local_layers, globs);
-    b.settings.paths_flags = 0x4;
+    b.settings.paths_flags = 0x10;
     assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
                      FED_ERR_INVAL);
+    /* a strategy's extra segment: FedNova's or SCAFFOLD's, never both */
+    b.settings.paths_flags = FED_WIRE_PATHS_FEDNOVA | FED_WIRE_PATHS_SCAFFOLD;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+    /* SCAFFOLD's flag and its field 17 (which rounds were void) go together */
+    b.settings.paths_flags = FED_WIRE_PATHS_SCAFFOLD;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+    b.settings.scaffold_on = 1;
+    b.settings.scaffold_void = 0x8000000000000005ull;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_OK);
+    assert_int_equal(g.settings.paths_flags, FED_WIRE_PATHS_SCAFFOLD);
+    assert_true(g.settings.scaffold_on && g.settings.scaffold_void == 0x8000000000000005ull);
     b.settings.paths_flags = 0;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+    b.settings.scaffold_on = 0;
+    b.settings.scaffold_void = 0;
     b.settings.sa_on = 0;
     b.settings.sa_bits = 0;
     b.settings.sa_range = b.settings.sa_max_weight = 0;

@@ -304,8 +304,10 @@ int main(int argc, char **argv)
             strcpy(b.settings.spec, "mlp:16");
             b.settings.lr = 0.1f;
             b.settings.paths_on = 1; /* field 14: tensors that stay at the sites */
-            b.settings.paths_flags = FED_WIRE_PATHS_LOCAL_BN;
+            b.settings.paths_flags = FED_WIRE_PATHS_LOCAL_BN | FED_WIRE_PATHS_SCAFFOLD;
             strcpy(b.settings.local_layers, "2.*");
+            b.settings.scaffold_on = 1; /* field 17: SCAFFOLD's void rounds */
+            b.settings.scaffold_void = 0x5;
         }
         if (t == FED_WIRE_AR_VERIFY)
             b.in_row = 1;
