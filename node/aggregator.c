@@ -1128,6 +1128,8 @@ fed_err fed_node_agg_close_round(fed_node *n)
     if ((e = commit_sealing_ahead(n, &info, hash)) != FED_OK)
         goto fail;
     memcpy(info.model_hash, hash, 32);
+    if (stats_pass) /* known from now on (a failure to standardize its test set: logged) */
+        (void)fed_node_agg_stats_committed(n);
     a->failed = 0;
     a->retry_at_ms = 0;
     (void)fed_node_agg_flush_pending(n); /* the disk took a commit: earlier rounds' figures too */

@@ -215,8 +215,12 @@ size_t fed_node_agg_stats_plain_entries(const fed_node *n);
 void fed_node_agg_stats_settings(const fed_node *n, fed_wire_settings *set);
 /* The checkpoint's section, once known (1), else 0. */
 int fed_node_agg_stats_section(const fed_node *n, fed_store_section *out);
-/* The pass's round closes: its totals read back (nothing merged). */
+/* The pass's round closes: its totals read back (nothing merged), kept
+ * pending for its commit (a commit tried again reads nothing again). */
 fed_err fed_node_agg_stats_close(fed_node *n);
+/* The pass's round committed: its statistics known from now on (and the
+ * aggregator's test set standardized with them). */
+fed_err fed_node_agg_stats_committed(fed_node *n);
 /* The first of v[0..words) that is not a 16-bit limb (words: none): a
  * plain contribution's integers (the pass's, a site evaluation's). */
 size_t fed_node_agg_limbs_bad(const float *v, size_t words);
