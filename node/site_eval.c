@@ -207,13 +207,18 @@ fed_err fed_node_agg_site_eval_check(const fed_node *n)
     return FED_ERR_UNSUPPORTED;
 }
 
-size_t fed_node_site_eval_words(const fed_node_config *c)
+size_t fed_node_ints_words(const fed_node_config *c, uint64_t nints)
 {
     uint32_t bits = c->secagg.on && c->secagg.bits ? c->secagg.bits : FED_AGG_PLAIN_INT_BITS;
 
     if (bits > FED_AGG_PLAIN_INT_BITS)
         bits = FED_AGG_PLAIN_INT_BITS;
-    return (size_t)fed_node_site_eval_cfg_ints(c) * fed_agg_int_limbs(bits);
+    return (size_t)nints * fed_agg_int_limbs(bits);
+}
+
+size_t fed_node_site_eval_words(const fed_node_config *c)
+{
+    return fed_node_ints_words(c, fed_node_site_eval_cfg_ints(c));
 }
 
 uint32_t fed_node_agg_site_eval_ints(const fed_node *n)
