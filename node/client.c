@@ -570,6 +570,18 @@ static fed_err on_model(fed_node *n, node_open *op)
         c->resends = 0;
         return send_leave(n);
     }
+    if (m->hdr.round == n->round && c->round == n->round && j->vec_len && c->secure) {
+        /* what it holds of this round was built for its masked input (a
+           delta, a pass's columns under the minimum count among them): it
+           never leaves in the clear, so the round in the clear is declined */
+        fed_log(FED_LOG_WARN, "client: round %llu again, now without secure aggregation: its "
+                "contribution went into a secure round; declined, nothing sent in the clear",
+                (unsigned long long)c->round);
+        (void)n->env.cancel_timer(n->env.self, NODE_TIMER_RETRY);
+        c->leave_reason = (uint32_t)FED_ERR_SA_REVEALED;
+        c->resends = 0;
+        return send_leave(n);
+    }
     c->secure = 0;
     if (m->hdr.round == n->round && c->round == n->round && j->vec_len) {
         /* the aggregator runs this round again: the delta we sent was lost */
