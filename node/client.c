@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "core/alloc.h"
 #include "core/bytes.h"
 #include "core/log.h"
@@ -106,6 +108,8 @@ static void fed_node_client_free(fed_node *n)
     fed_free(c->graph);
     fed_free(c->stats_applied);
     fed_free(c->stats_out);
+    if (c->eval_out) /* a secure site's own figures: inside its masked input only */
+        sodium_memzero(c->eval_out, c->eval_cap * sizeof *c->eval_out);
     fed_free(c->eval_out);
     fed_node_train_job_release(&c->job);
     fed_dp_account_free(c->acct);
@@ -493,6 +497,7 @@ static fed_err secure_trained(fed_node *n)
         e = fed_node_sa_client_trained(n, NULL, &j->layout, j->samples, NULL, 0);
     else if ((e = fed_codec_decode(j->vec, j->vec_len, FED_CODEC_F32, d, j->sent_n)) == FED_OK)
         e = fed_node_sa_client_trained(n, d, &j->layout, j->samples, c->eval_out, j->eval_ints);
+    sodium_memzero(d, (j->sent_n ? j->sent_n : 1) * sizeof *d); /* the delta in the clear */
     fed_free(d);
     if (e != FED_OK)
         fed_node_sa_client_abort(n);
@@ -667,11 +672,13 @@ static fed_err eval_plan(fed_node *n, const fed_wire_settings *s, node_train_job
     size_t k;
 
     j->eval_ints = 0;
+    if (c->eval_out) /* the last evaluation's figures (a secure site's: its own secret) */
+        sodium_memzero(c->eval_out, c->eval_cap * sizeof *c->eval_out);
     if (c->pass || !s->eval_every || c->round % s->eval_every != 0)
         return FED_OK;
     k = fed_site_eval_ints((int)s->eval_classes); /* > 0: settings_ok */
     if (c->eval_cap < k) {
-        fed_free(c->eval_out);
+        fed_free(c->eval_out); /* (wiped above) */
         c->eval_cap = 0;
         if (!(c->eval_out = fed_calloc(k, sizeof *c->eval_out)))
             return FED_ERR_NOMEM;
