@@ -1130,6 +1130,9 @@ fed_err fed_node_agg_close_round(fed_node *n)
     memcpy(info.model_hash, hash, 32);
     if (stats_pass) /* known from now on (a failure to standardize its test set: logged) */
         (void)fed_node_agg_stats_committed(n);
+    if (a->site_judge) /* the sites' figures: the best round, early stop, on what committed */
+        fed_node_agg_judge(n, a->site_judge - 1);
+    a->site_judge = 0;
     a->failed = 0;
     a->retry_at_ms = 0;
     (void)fed_node_agg_flush_pending(n); /* the disk took a commit: earlier rounds' figures too */
@@ -1159,6 +1162,7 @@ fail:
     /* nothing was committed: the round is redone with whoever is waiting,
        from the last committed global (its clients resend the same deltas) */
     back_to_committed(n);
+    a->site_judge = 0; /* judged when the round commits (a retry closes it again) */
     fed_node_cast_drop_ahead(n); /* the next round's, which will not come */
     if (a->in->spent(n))
         return commit_later(n, e);

@@ -143,6 +143,8 @@ struct node_agg {
     int early_stopped;     /* cfg.agg.early_stop's rule ended the run */
     fed_node_site_figures site; /* the round's site evaluation (site_eval.c),
                                    for its round info */
+    uint64_t site_judge;   /* 1 + the round whose sites' figures the closing round
+                              recorded, judged once it commits (0: none) */
     uint64_t retry_at_ms;  /* no round starts before this (now_ms), after a failure */
     int commit_again;      /* a secure round's commit failed after its sum was
                               unmasked: the round timer commits it again */

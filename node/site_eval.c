@@ -359,6 +359,7 @@ fed_err fed_node_agg_site_eval_close(fed_node *n)
     fed_err e;
 
     memset(&a->site, 0, sizeof a->site);
+    a->site_judge = 0;
     if (!nints)
         return FED_OK;
     if (a->sa && fed_node_sa_agg_void(a->sa))
@@ -442,7 +443,7 @@ fed_err fed_node_agg_site_eval_close(fed_node *n)
                 (unsigned long long)round, fed_strerror(e));
         e = FED_OK; /* the round itself goes on */
     } else {
-        fed_node_agg_judge(n, round);
+        a->site_judge = round + 1; /* judged once the round commits (aggregator.c) */
     }
 out:
     fed_eval_report_free(r);
