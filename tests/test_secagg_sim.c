@@ -103,7 +103,8 @@ struct scen {
     int keep_params;
     float *params0, *params1;
     /* the aggregator's store: writes fail (a full disk) from the moment its
-       try's first UNMASK is in until the round timer retries (disk_full 1
+       try's first UNMASK is in (without secure aggregation: from the first
+       DELTA a client sends) until the round timer retries (disk_full 1
        armed, 2 full, 3 cleared) */
     int disk_full;
     int crash_agg;           /* 1: the aggregator dies at round 1's first revealed
@@ -256,6 +257,10 @@ static int drop_filter(void *ctx, uint32_t node, const uint8_t *frame, size_t le
         s->delta_from[c] += type == FED_WIRE_DELTA;
         s->leave_from[c] += type == FED_WIRE_LEAVE;
         s->chunks_out += type == FED_WIRE_CHUNK && flags == FED_WIRE_FLAG_DATA;
+        if (s->disk_full == 1 && type == FED_WIRE_DELTA) { /* the round's commit will fail */
+            fed_store_set_disk_full(fed_sim_host_store(s->agg), 1);
+            s->disk_full = 2;
+        }
         s->masked_streams += type == FED_WIRE_SA_MASKED && (flags & FED_WIRE_FLAG_STREAM);
         /* a masked stage's request asked again once its stream was out: an
            empty SA_MASKED (a whole masked input is over 30 KB) */
@@ -1955,6 +1960,13 @@ static void test_stats_pass_commit_failure(void **state)
     stats_pass_full(*state, 1, 0, 1, 0, 1);
 }
 
+/* The same in the clear (the disk full from the first DELTA): the pass is
+ * run again, not taken as known, and round 1 stays the pass. */
+static void test_stats_pass_plain_commit_failure(void **state)
+{
+    stats_pass_full(*state, 0, 0, 1, 0, 1);
+}
+
 /* The minimum count without secure aggregation: a client's column with
  * fewer than 60 values (clients 0-2 everywhere, 3-5 in the column with
  * missing cells) releases nothing, and the pooled statistics are the other
@@ -1977,6 +1989,7 @@ int main(void)
         cmocka_unit_test(test_stats_pass_drop_before_unmask),
         cmocka_unit_test(test_stats_pass_min_count),
         cmocka_unit_test(test_stats_pass_commit_failure),
+        cmocka_unit_test(test_stats_pass_plain_commit_failure),
         cmocka_unit_test(test_too_many_fail_closed),
         cmocka_unit_test(test_named_dropped_refuses),
         cmocka_unit_test(test_key_list_non_member),
