@@ -192,14 +192,14 @@ size_t fed_node_agg_stats_plain_entries(const fed_node *n)
     return fed_node_agg_stats_pass(n) ? plain_words(n->agg->stats->cols, &seg) : 0;
 }
 
-void fed_node_agg_stats_settings(const fed_node *n, fed_wire_settings *set)
+void fed_node_agg_stats_settings(const fed_node *n, uint64_t round, fed_wire_settings *set)
 {
     const agg_stats *s = n->agg->stats;
 
     if (!s)
         return;
     set->stats_cols = s->cols;
-    if (s->pass && s->found) { /* the MODELs sealed ahead at the pass's commit */
+    if (s->pass && s->found && round > n->round + 1) { /* sealed ahead at the pass's commit */
         set->stats_mode = FED_WIRE_STATS_APPLY;
         set->stats = s->wire;
     } else if (s->pass) {

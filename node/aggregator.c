@@ -571,7 +571,7 @@ void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b)
     }
     if (n->agg->sa)
         fed_node_sa_agg_settings(n, round, s);
-    fed_node_agg_stats_settings(n, s);
+    fed_node_agg_stats_settings(n, round, s);
     if (!fed_node_layout_trivial(&n->agg->layout) || c->local_layers[0] || c->local_bn ||
         n->agg->rules.local_bn) { /* field 16: which tensors stay, for every client alike */
         s->paths_on = 1;

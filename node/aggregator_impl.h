@@ -213,8 +213,9 @@ int fed_node_agg_stats_pass(const fed_node *n);
 uint32_t fed_node_agg_stats_ints(const fed_node *n);
 /* The floats of a plain pass round's DELTA (0: not a pass). */
 size_t fed_node_agg_stats_plain_entries(const fed_node *n);
-/* Field 14 of a MODEL: the pass, or the statistics once known. */
-void fed_node_agg_stats_settings(const fed_node *n, fed_wire_settings *set);
+/* Field 14 of round's MODEL: the pass, or the statistics once known (or
+ * read by the pass whose commit seals round's MODEL ahead). */
+void fed_node_agg_stats_settings(const fed_node *n, uint64_t round, fed_wire_settings *set);
 /* The checkpoint's section, once known (1), else 0. */
 int fed_node_agg_stats_section(const fed_node *n, fed_store_section *out);
 /* The pass's round closes: its totals read back (nothing merged), kept
