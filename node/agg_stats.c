@@ -25,6 +25,9 @@ struct agg_stats {
     uint32_t cols;
     int have;          /* known: the pass committed, or a checkpoint held them */
     int pass;          /* the running round is the pass */
+    int found;         /* the pass's close read its totals into col, its
+                          commit pending (a retry commits these, not a
+                          training round) */
     fed_colstat *col;  /* (cols) */
     uint8_t *wire;     /* (cols x FED_WIRE_STATS_COL_BYTES) mean, std, missing
                           rate: MODEL field 14 */
@@ -99,6 +102,8 @@ static fed_err known(fed_node *n)
 
     encode(s);
     s->have = 1;
+    s->pass = 0;
+    s->found = 0;
     if (!mean || !sd) {
         e = FED_ERR_NOMEM;
         goto out;
@@ -151,8 +156,10 @@ void fed_node_agg_stats_begin(fed_node *n)
 {
     agg_stats *s = n->agg->stats;
 
-    if (s)
+    if (s) {
         s->pass = !s->have;
+        s->found = 0; /* a pass tried again (its commit failed) reads its totals anew */
+    }
 }
 
 int fed_node_agg_stats_known(const fed_node *n)
@@ -185,14 +192,17 @@ size_t fed_node_agg_stats_plain_entries(const fed_node *n)
     return fed_node_agg_stats_pass(n) ? plain_words(n->agg->stats->cols, &seg) : 0;
 }
 
-void fed_node_agg_stats_settings(const fed_node *n, fed_wire_settings *set)
+void fed_node_agg_stats_settings(const fed_node *n, uint64_t round, fed_wire_settings *set)
 {
     const agg_stats *s = n->agg->stats;
 
     if (!s)
         return;
     set->stats_cols = s->cols;
-    if (s->pass) {
+    if (s->pass && s->found && round > n->round + 1) { /* sealed ahead at the pass's commit */
+        set->stats_mode = FED_WIRE_STATS_APPLY;
+        set->stats = s->wire;
+    } else if (s->pass) {
         set->stats_mode = FED_WIRE_STATS_PASS;
         set->stats_min_count = n->cfg.data.stats_min_count;
     } else if (s->have) {
@@ -207,7 +217,7 @@ int fed_node_agg_stats_section(const fed_node *n, fed_store_section *out)
 {
     const agg_stats *s = n->agg->stats;
 
-    if (!s || !s->have)
+    if (!s || !(s->have || s->found)) /* (found: the pass's own commit) */
         return 0;
     *out = (fed_store_section){FED_CKPT_SEC_STATS, s->sec, (size_t)s->cols * SEC_COL_BYTES};
     return 1;
@@ -263,6 +273,8 @@ fed_err fed_node_agg_stats_close(fed_node *n)
     uint32_t m = 0;
     fed_err e;
 
+    if (s->found) /* a secure pass's commit tried again: its totals are read */
+        return FED_OK;
     if (a->sa && fed_node_sa_agg_void(a->sa)) { /* failed closed: the next round tries again */
         fed_log(FED_LOG_WARN, "aggregator: the statistics pass found nothing (its secure sum "
                 "failed); round %llu runs it again", (unsigned long long)(n->round + 2));
@@ -302,12 +314,19 @@ fed_err fed_node_agg_stats_close(fed_node *n)
         }
         fed_log(FED_LOG_INFO, "aggregator: shared statistics of %u columns from %u clients "
                 "(%u suppressed)%s", s->cols, m, sup, a->sa ? " through secure aggregation" : "");
-        e = known(n);
-        s->pass = 0; /* the MODELs sealed ahead at the commit carry them */
+        encode(s); /* the commit's checkpoint and the MODELs sealed ahead carry them */
+        s->found = 1;
     }
     if (!a->sa)
         fed_free(tot);
     return e;
+}
+
+fed_err fed_node_agg_stats_committed(fed_node *n)
+{
+    agg_stats *s = n->agg->stats;
+
+    return s && s->pass && s->found ? known(n) : FED_OK;
 }
 
 /* ---- the client's side: its contribution as the pass's DELTA ---- */

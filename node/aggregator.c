@@ -613,7 +613,7 @@ void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b)
     }
     if (n->agg->sa)
         fed_node_sa_agg_settings(n, round, s);
-    fed_node_agg_stats_settings(n, s);
+    fed_node_agg_stats_settings(n, round, s);
     fed_node_agg_scaffold_settings(n, s);
     if (!fed_node_layout_trivial(&n->agg->layout) || c->local_layers[0] || c->local_bn ||
         n->agg->rules.local_bn) { /* field 16: which tensors stay, for every client alike */
@@ -1185,6 +1185,11 @@ fed_err fed_node_agg_close_round(fed_node *n)
     if ((e = commit_sealing_ahead(n, &info, hash)) != FED_OK)
         goto fail;
     memcpy(info.model_hash, hash, 32);
+    if (stats_pass) /* known from now on (a failure to standardize its test set: logged) */
+        (void)fed_node_agg_stats_committed(n);
+    if (a->site_judge) /* the sites' figures: the best round, early stop, on what committed */
+        fed_node_agg_judge(n, a->site_judge - 1);
+    a->site_judge = 0;
     a->failed = 0;
     a->retry_at_ms = 0;
     (void)fed_node_agg_flush_pending(n); /* the disk took a commit: earlier rounds' figures too */
@@ -1214,6 +1219,7 @@ fail:
     /* nothing was committed: the round is redone with whoever is waiting,
        from the last committed global (its clients resend the same deltas) */
     back_to_committed(n);
+    a->site_judge = 0; /* judged when the round commits (a retry closes it again) */
     fed_node_cast_drop_ahead(n); /* the next round's, which will not come */
     if (a->in->spent(n))
         return commit_later(n, e);
@@ -1279,16 +1285,24 @@ fed_err fed_node_agg_answer_model(fed_node *n, fed_req *req, const fed_wire_hdr 
 
 /* ---- frames ---- */
 
-static void fed_node_agg_prepare_open(fed_node *n, node_open *op)
+/* The floats and codec of the running round's DELTA. */
+static size_t agg_delta_expect(const fed_node *n, uint16_t *codec)
 {
-    op->expect_n = fed_node_layout_sent(&n->agg->layout); /* what leaves a site */
-    op->expect_codec = (uint16_t)n->agg->codec.id;
+    size_t want = fed_node_layout_sent(&n->agg->layout); /* what leaves a site */
+
+    *codec = (uint16_t)n->agg->codec.id;
     if (fed_node_agg_stats_pass(n) && !n->agg->sa) { /* the pass's DELTA: 16-bit limbs */
-        op->expect_n = fed_node_agg_stats_plain_entries(n);
-        op->expect_codec = FED_CODEC_F32;
+        want = fed_node_agg_stats_plain_entries(n);
+        *codec = FED_CODEC_F32;
     }
     if (!n->agg->sa) /* a site evaluation's statistics after the delta */
-        op->expect_n += fed_node_site_eval_plain_words(fed_node_agg_site_eval_ints(n));
+        want += fed_node_site_eval_plain_words(fed_node_agg_site_eval_ints(n));
+    return want;
+}
+
+static void fed_node_agg_prepare_open(fed_node *n, node_open *op)
+{
+    op->expect_n = agg_delta_expect(n, &op->expect_codec);
     op->expect_words = n->agg->sa ? fed_node_sa_agg_words(n->agg->sa) : 0;
 }
 
@@ -1329,8 +1343,18 @@ fed_err fed_node_agg_take_delta(fed_node *n, node_open *op, agg_part *p)
 {
     node_agg *a = n->agg;
     const fed_wire_msg *m = &op->msg;
+    uint16_t codec;
+    size_t want = agg_delta_expect(n, &codec);
     fed_err e;
 
+    /* decoded as the round open when it arrived: the round may have changed
+       since (the pass, a site evaluation), and its length with it */
+    if (op->vec_n != want || m->hdr.codec != codec) {
+        fed_log(FED_LOG_WARN, "aggregator: round %llu: a delta of %zu floats (codec %u), this "
+                "round's are %zu (codec %u): refused", (unsigned long long)m->hdr.round,
+                op->vec_n, (unsigned)m->hdr.codec, want, (unsigned)codec);
+        return fed_node_agg_refuse_delta(n, op, FED_ERR_PAYLOAD, 0);
+    }
     /* (the statistics pass's DELTA holds its integers, not the layout) */
     if (!fed_node_agg_stats_pass(n) && !fed_node_layout_matches(&a->layout, 0, &m->block)) {
         fed_log(FED_LOG_WARN, "aggregator: round %llu: a delta whose segments (%u listed) are "
@@ -1351,7 +1375,7 @@ fed_err fed_node_agg_take_delta(fed_node *n, node_open *op, agg_part *p)
                 extra segment's (SCAFFOLD, FedNova) after the flat buffer, then a
                 site evaluation's limbs, as after a whole delta */
         size_t sent = fed_node_layout_sent(&a->layout);
-        size_t tail = op->expect_n > sent ? op->expect_n - sent : 0;
+        size_t tail = want > sent ? want - sent : 0;
 
         if (!(p->delta = fed_malloc((a->nparams + a->layout.extra + tail) * sizeof *p->delta))) {
             p->got = 0;

@@ -148,6 +148,8 @@ struct node_agg {
     int early_stopped;     /* cfg.agg.early_stop's rule ended the run */
     fed_node_site_figures site; /* the round's site evaluation (site_eval.c),
                                    for its round info */
+    uint64_t site_judge;   /* 1 + the round whose sites' figures the closing round
+                              recorded, judged once it commits (0: none) */
     uint64_t retry_at_ms;  /* no round starts before this (now_ms), after a failure */
     int commit_again;      /* a secure round's commit failed after its sum was
                               unmasked: the round timer commits it again */
@@ -219,12 +221,17 @@ int fed_node_agg_stats_pass(const fed_node *n);
 uint32_t fed_node_agg_stats_ints(const fed_node *n);
 /* The floats of a plain pass round's DELTA (0: not a pass). */
 size_t fed_node_agg_stats_plain_entries(const fed_node *n);
-/* Field 14 of a MODEL: the pass, or the statistics once known. */
-void fed_node_agg_stats_settings(const fed_node *n, fed_wire_settings *set);
+/* Field 14 of round's MODEL: the pass, or the statistics once known (or
+ * read by the pass whose commit seals round's MODEL ahead). */
+void fed_node_agg_stats_settings(const fed_node *n, uint64_t round, fed_wire_settings *set);
 /* The checkpoint's section, once known (1), else 0. */
 int fed_node_agg_stats_section(const fed_node *n, fed_store_section *out);
-/* The pass's round closes: its totals read back (nothing merged). */
+/* The pass's round closes: its totals read back (nothing merged), kept
+ * pending for its commit (a commit tried again reads nothing again). */
 fed_err fed_node_agg_stats_close(fed_node *n);
+/* The pass's round committed: its statistics known from now on (and the
+ * aggregator's test set standardized with them). */
+fed_err fed_node_agg_stats_committed(fed_node *n);
 /* The first of v[0..words) that is not a 16-bit limb (words: none): a
  * plain contribution's integers (the pass's, a site evaluation's). */
 size_t fed_node_agg_limbs_bad(const float *v, size_t words);

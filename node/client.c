@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "core/alloc.h"
 #include "core/bytes.h"
 #include "core/log.h"
@@ -118,6 +120,8 @@ static void fed_node_client_free(fed_node *n)
     fed_free(c->graph);
     fed_free(c->stats_applied);
     fed_free(c->stats_out);
+    if (c->eval_out) /* a secure site's own figures: inside its masked input only */
+        sodium_memzero(c->eval_out, c->eval_cap * sizeof *c->eval_out);
     fed_free(c->eval_out);
     fed_free(c->ctl);
     fed_free(c->ctl_next);
@@ -605,6 +609,7 @@ static fed_err secure_trained(fed_node *n)
         e = fed_node_sa_client_trained(n, NULL, &j->layout, j->samples, NULL, 0);
     else if ((e = fed_codec_decode(j->vec, j->vec_len, FED_CODEC_F32, d, j->sent_n)) == FED_OK)
         e = fed_node_sa_client_trained(n, d, &j->layout, j->samples, c->eval_out, j->eval_ints);
+    sodium_memzero(d, (j->sent_n ? j->sent_n : 1) * sizeof *d); /* the delta in the clear */
     fed_free(d);
     if (e != FED_OK)
         fed_node_sa_client_abort(n);
@@ -681,6 +686,18 @@ static fed_err on_model(fed_node *n, node_open *op)
         (void)n->env.cancel_timer(n->env.self, NODE_TIMER_RETRY);
         c->round = m->hdr.round;
         c->leave_reason = (uint32_t)FED_ERR_SA_REQUIRED;
+        c->resends = 0;
+        return send_leave(n);
+    }
+    if (m->hdr.round == n->round && c->round == n->round && j->vec_len && c->secure) {
+        /* what it holds of this round was built for its masked input (a
+           delta, a pass's columns under the minimum count among them): it
+           never leaves in the clear, so the round in the clear is declined */
+        fed_log(FED_LOG_WARN, "client: round %llu again, now without secure aggregation: its "
+                "contribution went into a secure round; declined, nothing sent in the clear",
+                (unsigned long long)c->round);
+        (void)n->env.cancel_timer(n->env.self, NODE_TIMER_RETRY);
+        c->leave_reason = (uint32_t)FED_ERR_SA_REVEALED;
         c->resends = 0;
         return send_leave(n);
     }
@@ -769,11 +786,13 @@ static fed_err eval_plan(fed_node *n, const fed_wire_settings *s, node_train_job
     size_t k;
 
     j->eval_ints = 0;
+    if (c->eval_out) /* the last evaluation's figures (a secure site's: its own secret) */
+        sodium_memzero(c->eval_out, c->eval_cap * sizeof *c->eval_out);
     if (c->pass || !s->eval_every || c->round % s->eval_every != 0)
         return FED_OK;
     k = fed_site_eval_ints((int)s->eval_classes); /* > 0: settings_ok */
     if (c->eval_cap < k) {
-        fed_free(c->eval_out);
+        fed_free(c->eval_out); /* (wiped above) */
         c->eval_cap = 0;
         if (!(c->eval_out = fed_calloc(k, sizeof *c->eval_out)))
             return FED_ERR_NOMEM;

@@ -16,6 +16,7 @@
 #include "core/alloc.h"
 #include "core/bytes.h"
 #include "core/log.h"
+#include "model/colstats.h"
 #include "node/node_impl.h"
 #include "node/site_eval.h"
 
@@ -258,8 +259,14 @@ size_t fed_node_recv_limit(const fed_node_config *cfg)
     size_t max = cfg->transfer.wire.max_frame ? cfg->transfer.wire.max_frame : FED_WIRE_MAX_FRAME_DEFAULT;
     size_t np = 0, need;
 
-    if (max <= FED_NODE_RECV_SLACK || !cfg->spec[0] || fed_model_spec_nparams(cfg->spec, cfg->shape, &np) != FED_OK ||
-        (np += fed_node_site_eval_words(cfg)) > (max - FED_NODE_RECV_SLACK) / sizeof(double))
+    if (max <= FED_NODE_RECV_SLACK || !cfg->spec[0] || fed_model_spec_nparams(cfg->spec, cfg->shape, &np) != FED_OK)
+        return max;
+    /* the integers a contribution carries: a site evaluation's, the
+       statistics pass's (its DELTA, its masked input), --secagg-ints */
+    np += fed_node_site_eval_words(cfg) +
+          fed_node_ints_words(cfg, (uint64_t)cfg->data.stats_cols * FED_COLSTATS_INTS) +
+          (cfg->secagg.on ? fed_node_ints_words(cfg, cfg->secagg.ints) : 0);
+    if (np > (max - FED_NODE_RECV_SLACK) / sizeof(double))
         return max;
     need = fed_wire_frame_bytes(np * sizeof(double) + FED_NODE_RECV_SLACK);
     return need < max ? need : max;

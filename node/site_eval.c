@@ -207,13 +207,18 @@ fed_err fed_node_agg_site_eval_check(const fed_node *n)
     return FED_ERR_UNSUPPORTED;
 }
 
-size_t fed_node_site_eval_words(const fed_node_config *c)
+size_t fed_node_ints_words(const fed_node_config *c, uint64_t nints)
 {
     uint32_t bits = c->secagg.on && c->secagg.bits ? c->secagg.bits : FED_AGG_PLAIN_INT_BITS;
 
     if (bits > FED_AGG_PLAIN_INT_BITS)
         bits = FED_AGG_PLAIN_INT_BITS;
-    return (size_t)fed_node_site_eval_cfg_ints(c) * fed_agg_int_limbs(bits);
+    return (size_t)nints * fed_agg_int_limbs(bits);
+}
+
+size_t fed_node_site_eval_words(const fed_node_config *c)
+{
+    return fed_node_ints_words(c, fed_node_site_eval_cfg_ints(c));
 }
 
 uint32_t fed_node_agg_site_eval_ints(const fed_node *n)
@@ -291,40 +296,44 @@ static fed_err put_figures(fed_node *n, uint64_t round, const char *prefix, cons
     return e;
 }
 
-/* Each part's vector from its delta's trailing limbs into iv (nparts x
- * nints), ok[i] 1 where one is; the total into tot. */
-static uint32_t plain_vectors(fed_node *n, uint32_t nints, uint64_t *iv, uint8_t *ok,
-                              uint64_t *tot)
+/* Part i's vector from its delta's trailing limbs into v (nints; limbs:
+ * scratch of the plain words); 0 where it has none or a bad one. */
+static int part_vector(fed_node *n, size_t i, uint32_t nints, uint32_t *limbs, uint64_t *v,
+                       int warn)
 {
     node_agg *a = n->agg;
+    const agg_part *p = &a->parts[i];
     agg_segment seg;
-    size_t words = plain_words(nints, &seg);
+    size_t words = plain_words(nints, &seg), bad;
     size_t at = a->nparams + a->layout.extra; /* after the flat buffer and the extra segment */
-    uint32_t *limbs = fed_malloc(words * sizeof *limbs), m = 0;
 
-    for (size_t i = 0; limbs && i < a->nparts; i++) {
-        const agg_part *p = &a->parts[i];
-        size_t bad;
-
-        ok[i] = 0;
-        if (!p->got || !p->delta)
-            continue;
-        if ((bad = fed_node_agg_limbs_bad(p->delta + at, words)) < words) {
+    if (!p->got || !p->delta)
+        return 0;
+    if ((bad = fed_node_agg_limbs_bad(p->delta + at, words)) < words) {
+        if (warn)
             fed_log(FED_LOG_WARN, "aggregator: site evaluation: a client's statistics hold %g "
-                    "at %zu, not a 16-bit limb; left out", (double)p->delta[at + bad], bad);
-            continue;
-        }
-        for (size_t w = 0; w < words; w++)
-            limbs[w] = (uint32_t)p->delta[at + w];
-        if (fed_agg_seg_dequantize(&seg, 1, FED_AGG_PLAIN_INT_BITS, limbs, 1, NULL,
-                                   iv + i * (size_t)nints) != FED_OK)
+                    "at %zu, not a 16-bit limb; left out", (double)p->delta[at + bad],
+                    bad);
+        return 0;
+    }
+    for (size_t w = 0; w < words; w++)
+        limbs[w] = (uint32_t)p->delta[at + w];
+    return fed_agg_seg_dequantize(&seg, 1, FED_AGG_PLAIN_INT_BITS, limbs, 1, NULL, v) == FED_OK;
+}
+
+/* The parts' vectors summed into tot (v: scratch of nints); how many. */
+static uint32_t plain_vectors(fed_node *n, uint32_t nints, uint32_t *limbs, uint64_t *v,
+                              uint64_t *tot)
+{
+    uint32_t m = 0;
+
+    for (size_t i = 0; i < n->agg->nparts; i++) {
+        if (!part_vector(n, i, nints, limbs, v, 1))
             continue;
         for (uint32_t j = 0; j < nints; j++)
-            tot[j] += iv[i * (size_t)nints + j];
-        ok[i] = 1;
+            tot[j] += v[j];
         m++;
     }
-    fed_free(limbs);
     return m;
 }
 
@@ -345,8 +354,9 @@ fed_err fed_node_agg_site_eval_close(fed_node *n)
     node_agg *a = n->agg;
     uint32_t nints = fed_node_agg_site_eval_ints(n), m = 0;
     uint64_t round = n->round; /* the model the sites evaluated */
-    uint64_t *tot = NULL, *iv = NULL;
-    uint8_t *ok = NULL;
+    uint64_t *tot = NULL, *iv = NULL; /* iv: one part's vector (plain) */
+    uint32_t *limbs = NULL;
+    agg_segment seg;
     fed_eval_report *r = NULL;
     fed_metrics_hist *h = NULL;
     fed_metric_value *named = NULL;
@@ -354,6 +364,7 @@ fed_err fed_node_agg_site_eval_close(fed_node *n)
     fed_err e;
 
     memset(&a->site, 0, sizeof a->site);
+    a->site_judge = 0;
     if (!nints)
         return FED_OK;
     if (a->sa && fed_node_sa_agg_void(a->sa))
@@ -374,10 +385,10 @@ fed_err fed_node_agg_site_eval_close(fed_node *n)
         }
         memcpy(tot, isum + n->cfg.secagg.ints, nints * sizeof *tot);
     } else {
-        if (!(iv = fed_calloc((size_t)nints * (a->nparts ? a->nparts : 1), sizeof *iv)) ||
-            !(ok = fed_calloc(a->nparts ? a->nparts : 1, 1)))
+        if (!(iv = fed_calloc(nints, sizeof *iv)) ||
+            !(limbs = fed_malloc(plain_words(nints, &seg) * sizeof *limbs)))
             goto out;
-        m = plain_vectors(n, nints, iv, ok, tot);
+        m = plain_vectors(n, nints, limbs, iv, tot);
     }
     if ((e = fed_store_begin(st)) != FED_OK) {
         fed_log(FED_LOG_WARN, "aggregator: round %llu's site evaluation is not recorded: %s",
@@ -414,11 +425,12 @@ fed_err fed_node_agg_site_eval_close(fed_node *n)
                 ? fed_store_put_meta_text(st, "best_metric", n->cfg.agg.best_metric)
                 : FED_OK;
     for (size_t i = 0; !a->sa && e == FED_OK && i < a->nparts; i++) {
-        const uint64_t *v = iv + i * (size_t)nints;
+        const uint64_t *v = iv;
         char prefix[80], who[64];
         fed_err pe;
 
-        if (!ok[i] || v[FED_SITE_EVAL_CONSENT] != 1 || !v[FED_SITE_EVAL_SAMPLES])
+        if (!part_vector(n, i, nints, limbs, iv, 0) || v[FED_SITE_EVAL_CONSENT] != 1 ||
+            !v[FED_SITE_EVAL_SAMPLES])
             continue;
         part_name(n, a->parts[i].key, who, sizeof who);
         snprintf(prefix, sizeof prefix, "site.%s.", who);
@@ -437,13 +449,13 @@ fed_err fed_node_agg_site_eval_close(fed_node *n)
                 (unsigned long long)round, fed_strerror(e));
         e = FED_OK; /* the round itself goes on */
     } else {
-        fed_node_agg_judge(n, round);
+        a->site_judge = round + 1; /* judged once the round commits (aggregator.c) */
     }
 out:
     fed_eval_report_free(r);
     fed_free(tot);
     fed_free(iv);
-    fed_free(ok);
+    fed_free(limbs);
     fed_free(h);
     fed_free(named);
     return e;

@@ -83,8 +83,10 @@ FED_WUR fed_err fed_node_site_eval_plain_put(const int64_t *ix, uint32_t nints, 
  * contribution (0: the round evaluates nothing), from the config (the
  * most any round adds) and for the round being filled. */
 uint32_t fed_node_site_eval_cfg_ints(const fed_node_config *c);
-/* The most words a contribution grows by with them (plain limbs, or the
- * secure round's), for the receive limit. */
+/* The most words nints integers take in a contribution (plain limbs, or
+ * the secure round's), for the receive limit. */
+size_t fed_node_ints_words(const fed_node_config *c, uint64_t nints);
+/* The most words a contribution grows by with them. */
 size_t fed_node_site_eval_words(const fed_node_config *c);
 uint32_t fed_node_agg_site_eval_ints(const fed_node *n);
 /* --eval-every refused, logged with why: under a DP requirement (the

@@ -1811,6 +1811,33 @@ static void test_heap_bounds(void **state)
     fed_crypto_allow_free(al);
 }
 
+/* The receive limit takes the statistics pass's integers: 1024 columns
+ * of a logistic regression (2,050 parameters) send a pass DELTA of
+ * 1024 x 12 integers as 4 limbs each (49,152 floats), far over the
+ * model's own frame; with secure aggregation its masked input (and
+ * --secagg-ints) likewise. */
+static void test_recv_limit_stats_pass(void **state)
+{
+    fed_node_config cfg;
+    size_t np = 0, pass = 1024 * 12 * 4;
+
+    (void)state;
+    fed_node_config_default(&cfg);
+    snprintf(cfg.spec, sizeof cfg.spec, "logreg");
+    cfg.shape = (fed_model_shape){1, 1, 1024, 2, 0};
+    assert_int_equal(fed_model_spec_nparams(cfg.spec, cfg.shape, &np), FED_OK);
+    assert_int_equal(np, 2050);
+    assert_int_equal(fed_node_recv_limit(&cfg), fed_wire_frame_bytes(np * 8 + (64u << 10)));
+    cfg.data.stats_cols = 1024;
+    assert_int_equal(fed_node_recv_limit(&cfg),
+                     fed_wire_frame_bytes((np + pass) * 8 + (64u << 10)));
+    assert_true(fed_node_recv_limit(&cfg) > fed_wire_frame_bytes(pass * sizeof(float)));
+    cfg.secagg.on = 1;
+    cfg.secagg.ints = 5;
+    assert_int_equal(fed_node_recv_limit(&cfg),
+                     fed_wire_frame_bytes((np + pass + 5 * 4) * 8 + (64u << 10)));
+}
+
 /* The simulator's tamper hook (node/test_hooks.h, through
  * fed_node_config.hooks): no hooks by default, and a daemon refuses a
  * config with them; a client job without one sends its delta untouched: the same
@@ -2749,6 +2776,7 @@ int main(void)
         cmocka_unit_test(test_accuracy_10_clients),
         cmocka_unit_test(test_ckpt_model_sections),
         cmocka_unit_test(test_heap_bounds),
+        cmocka_unit_test(test_recv_limit_stats_pass),
         cmocka_unit_test(test_stats_own_segment),
         cmocka_unit_test(test_local_layers_stay),
         cmocka_unit_test(test_dp_statistics_stay),

@@ -107,7 +107,8 @@ struct scen {
     const char *strategy;    /* the aggregator's (NULL: fedavg) */
     uint32_t max_steps0;     /* client 0's --max-steps (0: none) */
     /* the aggregator's store: writes fail (a full disk) from the moment its
-       try's first UNMASK is in until the round timer retries (disk_full 1
+       try's first UNMASK is in (without secure aggregation: from the first
+       DELTA a client sends) until the round timer retries (disk_full 1
        armed, 2 full, 3 cleared) */
     int disk_full;
     int crash_agg;           /* 1: the aggregator dies at round 1's first revealed
@@ -174,6 +175,7 @@ struct scen {
        aggregator), how often */
     int stats;
     uint64_t stats_min;      /* the aggregator's minimum count */
+    uint32_t eval_every;     /* the aggregator's --eval-every (0: none) */
     double *sx[NCL];
     int64_t *sl[NCL];
     struct int_src ssrc[NCL + 1];
@@ -264,6 +266,10 @@ static int drop_filter(void *ctx, uint32_t node, const uint8_t *frame, size_t le
         s->delta_from[c] += type == FED_WIRE_DELTA;
         s->leave_from[c] += type == FED_WIRE_LEAVE;
         s->chunks_out += type == FED_WIRE_CHUNK && flags == FED_WIRE_FLAG_DATA;
+        if (s->disk_full == 1 && type == FED_WIRE_DELTA) { /* the round's commit will fail */
+            fed_store_set_disk_full(fed_sim_host_store(s->agg), 1);
+            s->disk_full = 2;
+        }
         s->masked_streams += type == FED_WIRE_SA_MASKED && (flags & FED_WIRE_FLAG_STREAM);
         /* a masked stage's request asked again once its stream was out: an
            empty SA_MASKED (a whole masked input is over 30 KB) */
@@ -688,6 +694,7 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
         ac.data.restandardize = restandardize;
         ac.data.stats_ctx = &s->ssrc[NCL];
     }
+    ac.agg.eval_every = s->eval_every;
     if (s->ints) {
         ac.secagg.ints = SIM_INTS;
         ac.secagg.on_int_sum = on_ints;
@@ -2031,8 +2038,8 @@ static void test_dp_fedavg_with_secagg(void **state)
  * every client in the pass (with secure aggregation: whoever is in the
  * sum; a client dying before drop_type of round 1 is left out, or in when
  * its masked input went out). */
-static void stats_pass_with(const fixture *fx, int secagg, uint8_t drop_type, int client0_in,
-                            uint64_t min_count, const char *strategy)
+static void stats_pass_full(const fixture *fx, int secagg, uint8_t drop_type, int client0_in,
+                            uint64_t min_count, int disk_full, const char *strategy)
 {
     scen s;
     int out[NCL] = {0};
@@ -2040,6 +2047,9 @@ static void stats_pass_with(const fixture *fx, int secagg, uint8_t drop_type, in
     fed_test_need_fashion(fx->train != NULL);
     memset(&s, 0, sizeof s);
     s.strategy = strategy;
+    s.disk_full = disk_full;
+    s.keep_params = 1;
+    s.eval_every = disk_full ? 1 : 0; /* (round 2 evaluated: not the pass's retry) */
     s.stats = 1;
     s.stats_min = min_count;
     s.drop_type = drop_type;
@@ -2047,8 +2057,12 @@ static void stats_pass_with(const fixture *fx, int secagg, uint8_t drop_type, in
     s.drop_count = drop_type ? 1 : 0;
     build(&s, fx, secagg, 2, 10, 100, 1);
     run(&s, 400000);
+    if (disk_full)
+        assert_int_equal(s.disk_full, 3); /* the pass's commit failed once */
     assert_int_equal(s.commits[1], 1);
     assert_int_equal(s.info[1].merged, client0_in ? NCL : NCL - 1);
+    assert_non_null(s.params1); /* the pass trains nothing: the model as it started */
+    assert_memory_equal(s.params0, s.params1, s.nparams * sizeof(float));
     assert_int_equal(s.commits[2], 1);
     assert_int_equal(s.commits[3], 1); /* two training rounds after the pass */
     assert_int_equal(s.commits[4], 0);
@@ -2067,7 +2081,7 @@ static void stats_pass_with(const fixture *fx, int secagg, uint8_t drop_type, in
 static void stats_pass(const fixture *fx, int secagg, uint8_t drop_type, int client0_in,
                        uint64_t min_count)
 {
-    stats_pass_with(fx, secagg, drop_type, client0_in, min_count, NULL);
+    stats_pass_full(fx, secagg, drop_type, client0_in, min_count, 0, NULL);
 }
 
 static void test_stats_pass_plain(void **state) { stats_pass(*state, 0, 0, 1, 0); }
@@ -2078,7 +2092,7 @@ static void test_stats_pass_plain(void **state) { stats_pass(*state, 0, 0, 1, 0)
  * floats come first and the limbs land where they were). */
 static void test_stats_pass_fednova(void **state)
 {
-    stats_pass_with(*state, 0, 0, 1, 0, "fednova");
+    stats_pass_full(*state, 0, 0, 1, 0, 0, "fednova");
 }
 
 static void test_stats_pass_secure(void **state) { stats_pass(*state, 1, 0, 1, 0); }
@@ -2091,6 +2105,22 @@ static void test_stats_pass_drop_before_masked(void **state)
 static void test_stats_pass_drop_before_unmask(void **state)
 {
     stats_pass(*state, 1, FED_WIRE_SA_UNMASK, 1, 0);
+}
+
+/* A secure pass whose commit fails (the disk full from its first revealed
+ * share until the retry): the retry commits the pass with the totals its
+ * close read, not a training round over a sum of no delta; the statistics
+ * are known only once it committed, and two training rounds follow. */
+static void test_stats_pass_commit_failure(void **state)
+{
+    stats_pass_full(*state, 1, 0, 1, 0, 1, NULL);
+}
+
+/* The same in the clear (the disk full from the first DELTA): the pass is
+ * run again, not taken as known, and round 1 stays the pass. */
+static void test_stats_pass_plain_commit_failure(void **state)
+{
+    stats_pass_full(*state, 0, 0, 1, 0, 1, NULL);
 }
 
 /* The minimum count without secure aggregation: a client's column with
@@ -2114,6 +2144,8 @@ int main(void)
         cmocka_unit_test(test_stats_pass_drop_before_masked),
         cmocka_unit_test(test_stats_pass_drop_before_unmask),
         cmocka_unit_test(test_stats_pass_min_count),
+        cmocka_unit_test(test_stats_pass_commit_failure),
+        cmocka_unit_test(test_stats_pass_plain_commit_failure),
         cmocka_unit_test(test_too_many_fail_closed),
         cmocka_unit_test(test_named_dropped_refuses),
         cmocka_unit_test(test_key_list_non_member),
