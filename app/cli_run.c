@@ -184,7 +184,8 @@ static const fed_opt run_opts[] = {
       "under a DP requirement, each release charged to the site's budget"),
     R(stats_noise, "stats-noise", FED_OPT_DOUBLE, "4", 0.1, 1000,
       "aggregator, with --feature-bounds: the noise multiplier of each site's statistics "
-      "(the Gaussian mechanism over the bounds: epsilon about 1.3 at delta 1e-5 for 4)"),
+      "(the Gaussian mechanism over the bounds, one release: epsilon 1.01 at delta 1e-5, 0.86 at "
+      "1e-4, for 4)"),
     R(stats_only, "stats-only", FED_OPT_BOOL, "false", 0, 0,
       "aggregator: run the statistics pass alone (round 1), print the pooled table and end"),
     R(input_shape, "input-shape", FED_OPT_STR, "", 0, 0,
