@@ -15,7 +15,8 @@
 #  - DP statistics (--feature-bounds, under --require-dp-sgd), plain and
 #    secure: each site charges its noised release (q 1, sigma 4, 1 step)
 #    and the exported statistics are within 5 sigma of the clipped pooled
-#    data's; a site under DP declines an exact pass; bad bounds refused;
+#    data's; a site under DP declines an exact pass, and a DP one past its
+#    budget; bad bounds refused;
 #  - --standardize under a DP requirement without --feature-bounds is
 #    refused, naming the ways out.
 # Needs ./fednode, python3 and the sqlite3 shell; exits 77 without.
@@ -216,6 +217,23 @@ echo $! >"$TMP/dpx-s0.pid"; PIDS="$PIDS $!"
 wait_for "the DP site declines an exact pass" 60 grep -q "runs under DP and releases no exact sums" "$TMP/dpx-s0.log"
 ok "a site under DP declines an exact statistics pass"
 kill "$(pid dpx-s0)" "$(pid dpx-agg)" 2>/dev/null
+
+# a DP pass past a site's budget: declined before anything is noised or
+# charged (one release at multiplier 4 costs epsilon 1.01 at delta 1e-5)
+start dpb-agg --role aggregator --keys "$K/agg" --allow "$K/allow.txt" --db "$TMP/dpb-agg.db" \
+    --listen tcp://127.0.0.1:0 --port-file "$TMP/dpb.port" --data "$TMP/agg/d.csv" --threads 1 \
+    --model logreg --rounds 1 --min-clients 1 --wait-clients 1 --deadline-ms 3000 --gather-ms 100 \
+    --require-dp-sgd --feature-bounds "$BOUNDS"
+wait_for "the dpb aggregator wrote its port" 30 test -s "$TMP/dpb.port"
+( cd "$TMP/s0" && exec "$FED" run --role client --keys "$K/c0" --allow "$K/allow.txt" \
+    --db "$TMP/dpb-s0.db" --aggregator "tcp://127.0.0.1:$(cat "$TMP/dpb.port")" \
+    --aggregator-key agg --data d.csv --threads 1 --dp-sgd --dp-budget-epsilon 0.9 ) >"$TMP/dpb-s0.log" 2>&1 &
+echo $! >"$TMP/dpb-s0.pid"; PIDS="$PIDS $!"
+wait_for "the site declines a DP pass past its budget" 60 grep -q "the statistics pass (round 1) would take epsilon from 0.0000 to 1.01[0-9]*, past the budget 0.9: declined" "$TMP/dpb-s0.log"
+kill "$(pid dpb-s0)" "$(pid dpb-agg)" 2>/dev/null
+[ "$(sqlite3 "$TMP/dpb-s0.db" 'SELECT count(*) FROM dp_charges')" = 0 ] ||
+    fail "a declined DP pass is not charged"
+ok "a site declines a DP statistics pass past its budget, uncharged"
 
 refused "--feature-bounds on a client is refused" "--feature-bounds is the aggregator's" \
     --role client --keys "$K/c0" --allow "$K/allow.txt" --db "$TMP/dpc.db" \
