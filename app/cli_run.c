@@ -6,6 +6,7 @@
  * it. Owns these commands' option table and their error messages; computes
  * nothing itself. */
 #include <assert.h>
+#include <math.h>
 #include <signal.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@
 #include "crypto/identity.h"
 #include "model/backend.h"
 #include "model/codec.h"
+#include "model/colstats.h"
 #include "model/data.h"
 #include "model/input.h"
 #include "model/merge.h"
@@ -82,6 +84,8 @@ typedef struct run_cfg {
     int standardize;
     int stats_min_count;
     int stats_only;
+    char feature_bounds[8192];
+    double stats_noise;
     char input_shape[32];
     int features;
     int classes;
@@ -204,6 +208,15 @@ static const fed_opt run_opts[] = {
       "aggregator: in the statistics pass a column with fewer values than this is suppressed "
       "(mean 0, std 1): without --secagg at each site, whose sums the aggregator would see, "
       "and in the totals"),
+    R(feature_bounds, "feature-bounds", FED_OPT_STR, "", 0, 0,
+      "aggregator: DP statistics: the bounds each site clips its numeric values into before "
+      "its noised sums leave (LO:HI for every column, or per column N=LO:HI by 1-based number "
+      "or header name, a bare LO:HI the rest's; |LO|, |HI| < 2^30); needed for --standardize "
+      "under a DP requirement, each release charged to the site's budget"),
+    R(stats_noise, "stats-noise", FED_OPT_DOUBLE, "4", 0.1, 1000,
+      "aggregator, with --feature-bounds: the noise multiplier of each site's statistics "
+      "(the Gaussian mechanism over the bounds, one release: epsilon 1.01 at delta 1e-5, 0.86 at "
+      "1e-4, for 4)"),
     R(stats_only, "stats-only", FED_OPT_BOOL, "false", 0, 0,
       "aggregator: run the statistics pass alone (round 1), print the pooled table and end"),
     R(input_shape, "input-shape", FED_OPT_STR, "", 0, 0,
@@ -254,6 +267,7 @@ typedef struct run_state {
     uint32_t *idx0;
     size_t nidx0;       /* idx0's count: the whole shard, validation split too */
     int64_t *stats_local;
+    double *stats_lo, *stats_hi; /* aggregator: --feature-bounds per column */
     fed_dataset *shared[2];
 } run_state;
 
@@ -265,6 +279,8 @@ static void run_state_free(run_state *s)
     fed_data_free(s->val);
     fed_free(s->idx0);
     fed_free(s->stats_local);
+    fed_free(s->stats_lo);
+    fed_free(s->stats_hi);
     fed_data_free(s->shared[0]);
     fed_data_free(s->shared[1]);
     fed_data_free(s->train);
@@ -462,6 +478,147 @@ static fed_err restandardize(void *ctx, const double *mean, const double *std, s
     return FED_OK;
 }
 
+/* A client's contribution to a DP statistics pass (node.h's
+ * fed_node_stats_dp_fn): its shard's raw rows read again, each value
+ * clipped into the aggregator's bounds. */
+static fed_err stats_local_dp(void *ctx, const double *lo, const double *hi, size_t cols,
+                              int64_t *out)
+{
+    run_state *s = ctx;
+    fed_data_opts o = s->dopts;
+    fed_colstats_dp dp = {lo, hi, 1.0}; /* the node adds the noise */
+    int64_t *ints = NULL;
+    size_t feats = 0, sup = 0;
+    fed_err e;
+
+    o.csv.colstats_dp = &dp;
+    e = fed_data_csv_colstats(s->c->s.data, &o.csv, s->idx0, s->nidx, 0, &ints, &feats, &sup);
+    if (e == FED_OK && feats != cols)
+        e = FED_ERR_SHAPE;
+    if (e == FED_OK)
+        memcpy(out, ints, cols * FED_COLSTATS_INTS * sizeof *out);
+    fed_free(ints);
+    return e;
+}
+
+/* The data file's feature names (its header's, the label left out) as
+ * views into line (cap bytes): how many, at most max; 0 when the file has
+ * no readable header. */
+static size_t feature_names(const run_cfg *c, const run_state *s, char *line, size_t cap,
+                            const char **names, size_t max)
+{
+    const char *label = s->dopts.csv.label_column ? s->dopts.csv.label_column : "label";
+    FILE *f = c->s.data[0] ? fopen(c->s.data, "r") : NULL;
+    char *save = NULL, *name;
+    size_t k = 0;
+
+    if (!f || !fgets(line, (int)cap, f))
+        line[0] = '\0';
+    if (f)
+        fclose(f);
+    line[strcspn(line, "\r\n")] = '\0';
+    for (name = strtok_r(line, ",", &save); name && k < max; name = strtok_r(NULL, ",", &save)) {
+        while (*name == ' ')
+            name++;
+        if (strcmp(name, label) != 0)
+            names[k++] = name;
+    }
+    return k;
+}
+
+/* "LO:HI" into *lo, *hi; 0 when it is not two numbers. */
+static int parse_bound(const char *t, double *lo, double *hi)
+{
+    char *end;
+
+    *lo = strtod(t, &end);
+    if (end == t || *end != ':')
+        return 0;
+    t = end + 1;
+    *hi = strtod(t, &end);
+    return end != t && *end == '\0';
+}
+
+/* --feature-bounds for cols columns into s->stats_lo/hi: LO:HI for all, or
+ * items N=LO:HI (N: a 1-based column or a header name) and a bare LO:HI
+ * for the rest. -1 when parsed, else the exit code (the error said). */
+static int parse_feature_bounds(const run_cfg *c, run_state *s, uint32_t cols)
+{
+    char *text = fed_malloc(sizeof c->feature_bounds), *line = fed_malloc(65536), *save = NULL, *it;
+    const char **names = fed_calloc(cols, sizeof *names);
+    fed_colstats_dp dp;
+    double dlo = 0, dhi = 0;
+    int have_default = 0, rc = -1;
+    size_t nnames = 0;
+    char why[160];
+
+    s->stats_lo = fed_calloc(cols, sizeof *s->stats_lo);
+    s->stats_hi = fed_calloc(cols, sizeof *s->stats_hi);
+    if (!text || !line || !names || !s->stats_lo || !s->stats_hi) {
+        fed_cli_error("run: %s", fed_strerror(FED_ERR_NOMEM));
+        rc = 1;
+        goto out;
+    }
+    for (uint32_t j = 0; j < cols; j++)
+        s->stats_lo[j] = s->stats_hi[j] = NAN;
+    nnames = feature_names(c, s, line, 65536, names, cols);
+    memcpy(text, c->feature_bounds, sizeof c->feature_bounds);
+    for (it = strtok_r(text, ",", &save); it && rc < 0; it = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(it, '=');
+        double lo, hi;
+        long col = -1;
+
+        while (*it == ' ')
+            it++;
+        if (eq) {
+            char *end;
+
+            *eq = '\0';
+            col = strtol(it, &end, 10) - 1;
+            if (end == it || *end != '\0') {
+                col = -1;
+                for (size_t k = 0; k < nnames && col < 0; k++)
+                    if (!strcmp(names[k], it))
+                        col = (long)k;
+            }
+            if (col < 0 || col >= (long)cols) {
+                fed_cli_error("run: --feature-bounds: '%s' is not a column (1..%u%s)", it, cols,
+                              nnames ? " or a name in the data's header" : "");
+                rc = 2;
+                break;
+            }
+        }
+        if (!parse_bound(eq ? eq + 1 : it, &lo, &hi)) {
+            fed_cli_error("run: --feature-bounds: '%s' is not LO:HI", eq ? eq + 1 : it);
+            rc = 2;
+        } else if (col < 0) {
+            dlo = lo, dhi = hi, have_default = 1;
+        } else {
+            s->stats_lo[col] = lo, s->stats_hi[col] = hi;
+        }
+    }
+    for (uint32_t j = 0; rc < 0 && j < cols; j++) {
+        if (isnan(s->stats_lo[j]) && !have_default) {
+            fed_cli_error("run: --feature-bounds: column %u%s%s has no bounds (give N=LO:HI or a "
+                          "bare LO:HI for the rest)", j + 1, j < nnames ? " " : "",
+                          j < nnames ? names[j] : "");
+            rc = 2;
+        } else if (isnan(s->stats_lo[j])) {
+            s->stats_lo[j] = dlo, s->stats_hi[j] = dhi;
+        }
+    }
+    dp = (fed_colstats_dp){s->stats_lo, s->stats_hi, c->stats_noise};
+    if (rc < 0 && fed_colstats_dp_check(&dp, cols, why, sizeof why) != FED_OK) {
+        fed_cli_error("run: --feature-bounds: %s", why);
+        rc = 2;
+    }
+out:
+    fed_free(text);
+    fed_free(line);
+    fed_free(names);
+    return rc;
+}
+
 /* --standardize on CSV data (d; NULL: an aggregator with none, whose
  * declared --features say the rows): its column count, and a client's contribution
  * to the statistics pass from its shard's raw rows (before keep_shard_only
@@ -474,19 +631,29 @@ static int stats_prepare(const run_cfg *c, run_state *s, fed_node_role role,
     /* CSV rows: the data's, or (an aggregator with no data) --features' */
     int rows = d ? d->x_f32 != NULL
                  : c->decl.in.c == 1 && c->decl.in.h == 1 && c->decl.in.w > 0;
+    int dp = c->s.require_dp_sgd || c->s.dp_client_clip > 0 || c->s.dp_sgd;
     fed_err e;
 
     if (!c->standardize || !rows || role == FED_NODE_PEER)
         return -1;
-    if (c->s.require_dp_sgd || c->s.dp_client_clip > 0 || c->s.dp_sgd) {
-        fed_cli_error("run: --standardize gathers the columns' pooled mean and std without "
-                      "noise, which no DP guarantee (%s) covers: run with --no-standardize "
-                      "(each site scales with its own file's statistics)",
+    if (c->feature_bounds[0] && role != FED_NODE_AGGREGATOR) {
+        fed_cli_error("run: --feature-bounds is the aggregator's: a client takes the bounds "
+                      "from its MODEL");
+        return 2;
+    }
+    if (dp && role == FED_NODE_AGGREGATOR && !c->feature_bounds[0]) {
+        fed_cli_error("run: --standardize gathers the columns' pooled mean and std, which no DP "
+                      "guarantee (%s) covers without noise: declare --feature-bounds (each "
+                      "site clips into them and noises its sums, charged to its budget), or "
+                      "run with --no-standardize (each site scales with its own file's "
+                      "statistics)",
                       c->s.require_dp_sgd ? "--require-dp-sgd"
                       : c->s.dp_client_clip > 0 ? "--dp-client-clip" : "--dp-sgd");
         return 2;
     }
     s->stats_cols = d ? (uint32_t)d->features : (uint32_t)c->decl.in.w;
+    if (role == FED_NODE_AGGREGATOR && c->feature_bounds[0])
+        return parse_feature_bounds(c, s, s->stats_cols);
     if (role != FED_NODE_CLIENT)
         return -1;
     if (!(s->idx0 = fed_malloc((s->nidx ? s->nidx : 1) * sizeof *s->idx0))) {
@@ -495,6 +662,8 @@ static int stats_prepare(const run_cfg *c, run_state *s, fed_node_role role,
     }
     memcpy(s->idx0, s->idx, s->nidx * sizeof *s->idx0);
     s->nidx0 = s->nidx;
+    if (dp) /* under DP it releases no exact sums: only a DP pass's */
+        return -1;
     e = fed_data_csv_colstats(c->s.data, &s->dopts.csv, s->idx0, s->nidx, 0, &s->stats_local,
                               &feats, &sup);
     if (e == FED_OK && feats != s->stats_cols)
@@ -700,6 +869,10 @@ static void stats_config(const run_cfg *c, run_state *s, fed_node_config *nc)
     nc->data.stats_local = s->stats_local;
     nc->data.restandardize = restandardize;
     nc->data.stats_ctx = s;
+    nc->data.stats_local_dp = stats_local_dp;
+    nc->data.stats_lo = s->stats_lo;
+    nc->data.stats_hi = s->stats_hi;
+    nc->data.stats_noise = s->stats_lo ? c->stats_noise : 0;
     nc->data.stats_only = c->stats_only;
 }
 
@@ -710,42 +883,37 @@ static int print_stats_table(const run_cfg *c, run_state *s)
     fed_store_ckpt ck;
     fed_store_faults faults;
     const fed_store_section *sec;
-    const char *label = s->dopts.csv.label_column ? s->dopts.csv.label_column : "label";
-    char line[65536], *save = NULL, *name;
-    FILE *f = fopen(c->s.data, "r");
-    size_t j = 0;
+    char line[65536];
+    const char **names = fed_calloc(s->stats_cols ? s->stats_cols : 1, sizeof *names);
+    size_t nnames;
 
     memset(&ck, 0, sizeof ck);
     memset(&faults, 0, sizeof faults);
-    if (!f || !fgets(line, sizeof line, f))
-        line[0] = '\0';
-    if (f)
-        fclose(f);
-    line[strcspn(line, "\r\n")] = '\0';
+    if (!names) {
+        fed_cli_error("run: %s", fed_strerror(FED_ERR_NOMEM));
+        return 1;
+    }
+    nnames = feature_names(c, s, line, sizeof line, names, s->stats_cols);
     if (fed_store_latest_valid_checkpoint(s->store, &ck, &faults) != FED_OK ||
         !(sec = fed_store_ckpt_find(&ck, FED_CKPT_SEC_STATS))) {
         fed_cli_error("run: --stats-only: the pass found no statistics (see the log)");
         fed_store_ckpt_fini(&ck);
+        fed_free(names);
         return 1;
     }
     printf("shared statistics of %zu columns (round %llu)\n", sec->len / 32,
            (unsigned long long)ck.round);
     printf("%-6s %-24s %12s %9s %24s %24s\n", "column", "name", "count", "missing", "mean",
            "std");
-    for (name = strtok_r(line, ",", &save); j < sec->len / 32;
-         name = name ? strtok_r(NULL, ",", &save) : NULL) {
+    for (size_t j = 0; j < sec->len / 32; j++) {
         const uint8_t *p = (const uint8_t *)sec->data + 32 * j;
 
-        while (name && *name == ' ')
-            name++;
-        if (name && !strcmp(name, label))
-            continue;
-        printf("%-6zu %-24.24s %12llu %9.4f %24.17g %24.17g\n", j + 1, name ? name : "",
+        printf("%-6zu %-24.24s %12llu %9.4f %24.17g %24.17g\n", j + 1, j < nnames ? names[j] : "",
                (unsigned long long)fed_get_u64le(p + 24), fed_get_f64le(p + 16),
                fed_get_f64le(p), fed_get_f64le(p + 8));
-        j++;
     }
     fed_store_ckpt_fini(&ck);
+    fed_free(names);
     return 0;
 }
 

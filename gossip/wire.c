@@ -198,6 +198,8 @@ size_t fed_wire_block_size(uint8_t type)
 /* The statistics field's length (mode set). */
 static uint32_t stats_len(const fed_wire_settings *s)
 {
+    if (s->stats_mode == FED_WIRE_STATS_PASS && s->stats_noise > 0)
+        return 24 + FED_WIRE_STATS_BOUND_BYTES * s->stats_cols;
     return 16 + (s->stats_mode == FED_WIRE_STATS_APPLY ? FED_WIRE_STATS_COL_BYTES * s->stats_cols
                                                        : 0);
 }
@@ -293,13 +295,28 @@ static int graph_ok(const fed_wire_settings *s)
 static int stats_ok(const fed_wire_settings *s)
 {
     if (!s->stats_mode)
-        return s->stats_cols == 0 && s->stats_min_count == 0 && !s->stats;
+        return s->stats_cols == 0 && s->stats_min_count == 0 && !s->stats &&
+               s->stats_noise == 0 && !s->stats_bounds;
+    if (s->stats_mode != FED_WIRE_STATS_PASS && (s->stats_noise != 0 || s->stats_bounds))
+        return 0;
     if (s->stats_mode != FED_WIRE_STATS_PASS && s->stats_mode != FED_WIRE_STATS_APPLY)
         return 0;
     if (s->stats_cols < 1 || s->stats_cols > FED_WIRE_STATS_COLS_MAX)
         return 0;
-    if (s->stats_mode == FED_WIRE_STATS_PASS)
+    if (s->stats_mode == FED_WIRE_STATS_PASS && s->stats_noise == 0)
+        return !s->stats_bounds;
+    if (s->stats_mode == FED_WIRE_STATS_PASS) {
+        if (!isfinite(s->stats_noise) || !(s->stats_noise > 0) || !s->stats_bounds)
+            return 0;
+        for (uint32_t j = 0; j < s->stats_cols; j++) {
+            const uint8_t *c = s->stats_bounds + (size_t)FED_WIRE_STATS_BOUND_BYTES * j;
+            double lo = fed_get_f64le(c), hi = fed_get_f64le(c + 8);
+
+            if (!(lo < hi) || !(fabs(lo) < 1073741824.0) || !(fabs(hi) < 1073741824.0))
+                return 0;
+        }
         return 1;
+    }
     if (!s->stats)
         return 0;
     for (uint32_t j = 0; j < s->stats_cols; j++) {
@@ -530,8 +547,12 @@ static uint8_t *encode_settings(const fed_wire_settings *s, uint8_t *out)
         fed_put_u32le(p, s->stats_mode);
         fed_put_u32le(p + 4, s->stats_cols);
         fed_put_u64le(p + 8, s->stats_min_count);
-        if (len > 16)
+        if (s->stats_mode == FED_WIRE_STATS_PASS && len > 16) {
+            fed_put_f64le(p + 16, s->stats_noise);
+            memcpy(p + 24, s->stats_bounds, len - 24);
+        } else if (len > 16) {
             memcpy(p + 16, s->stats, len - 16);
+        }
         p += len;
     }
     if (s->input[3]) { /* optional: an older client builds over its own data */
@@ -658,6 +679,13 @@ static int take_setting(uint16_t tag, const uint8_t *v, uint32_t len, fed_wire_s
         s->stats_mode = fed_get_u32le(v);
         s->stats_cols = fed_get_u32le(v + 4);
         s->stats_min_count = fed_get_u64le(v + 8);
+        s->stats = NULL;
+        if (s->stats_mode == FED_WIRE_STATS_PASS && len > 16) {
+            s->stats_noise = len >= 24 ? fed_get_f64le(v + 16) : 0;
+            s->stats_bounds = v + 24;
+            return s->stats_cols <= FED_WIRE_STATS_COLS_MAX &&
+                   len == 24 + FED_WIRE_STATS_BOUND_BYTES * s->stats_cols;
+        }
         s->stats = len > 16 ? v + 16 : NULL;
         return (s->stats_mode == FED_WIRE_STATS_PASS && len == 16) ||
                (s->stats_mode == FED_WIRE_STATS_APPLY && s->stats_cols <= FED_WIRE_STATS_COLS_MAX &&

@@ -137,6 +137,11 @@
  *               fewer present values releases nothing), then with mode 2
  *               per column mean f64 (finite), std f64 (finite, > 0) and
  *               missing rate f64 (in [0, 1]: the share of its cells empty).
+ *               Mode 1 may go on with DP statistics (--feature-bounds):
+ *               the noise multiplier f64 (finite, > 0), then per column
+ *               the bounds LO f64 and HI f64 (LO < HI, |LO|, |HI| < 2^30):
+ *               the client clips into them and noises its integers
+ *               (model/colstats.h's fed_colstats_dp).
  *               Present only with a mode, and then required: a client that
  *               does not know it would train on its own file's scaling
  *      15  16   the model's input, declared: C, H, W and classes (u32
@@ -238,6 +243,7 @@
 #define FED_WIRE_GRAPH_MAX 16383 /* MODEL's graph field (13): FED_MODEL_GRAPH_MAX - 1 */
 #define FED_WIRE_STATS_COLS_MAX 1024 /* MODEL's statistics field (14): columns */
 #define FED_WIRE_STATS_COL_BYTES 24 /* mean, std, missing rate: f64 each */
+#define FED_WIRE_STATS_BOUND_BYTES 16 /* the pass's DP bounds: lo, hi f64 each */
 #define FED_WIRE_STATS_MAX (16 + FED_WIRE_STATS_COL_BYTES * FED_WIRE_STATS_COLS_MAX)
 /* MODEL's fields: the same bound, and room for its graph and statistics */
 #define FED_WIRE_SETTINGS_MAX (FED_WIRE_FIELDS_MAX + 8 + FED_WIRE_GRAPH_MAX + 8 + FED_WIRE_STATS_MAX)
@@ -449,6 +455,10 @@ typedef struct fed_wire_settings {
     uint32_t stats_cols;
     uint64_t stats_min_count;
     const uint8_t *stats;
+    /* with PASS, DP statistics: the noise multiplier (0: exact totals) and
+       stats_bounds: cols x (lo, hi) f64 LE, a view as stats is */
+    double stats_noise;
+    const uint8_t *stats_bounds;
     /* the model's declared input (field 15): C, H, W and the classes; all
        zero: absent (a sender before it) */
     uint32_t input[4];

@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "core/err.h"
+#include "core/rng.h"
 
 #define FED_COLSTATS_SCALE_BITS 32
 #define FED_COLSTATS_MAX_ABS 2147483648.0 /* 2^31: |x| must be below */
@@ -64,5 +65,56 @@ FED_WUR fed_err fed_colstats_local(const double *x, size_t n, size_t features, c
  * contribution). */
 FED_WUR fed_err fed_colstats_decode(const uint64_t *sum, size_t features, uint64_t min_count,
                                     fed_colstat *out);
+
+/* DP statistics (--feature-bounds): the bounds the aggregator declares and
+ * the Gaussian noise each site adds to its integers before they leave.
+ *
+ * Mechanism: a site clips every present value of column j into
+ * [lo[j], hi[j]] and contributes the statistics of x - c[j] (c the
+ * bounds' centre, h = (hi - lo) / 2 their half-width), so one record moves
+ * a column's count or missing count by 1, its sum by at most h and its sum
+ * of squares by at most h^2. Divided by (1, h, h^2) the contribution's L2
+ * sensitivity to adding or removing one record is sqrt(3 d) over d
+ * columns; each site adds to the count and the missing count Gaussian
+ * noise of sigma = noise sqrt(3 d), to the sum sigma h, to the sum of
+ * squares sigma h^2 (in fixed point), so its own release is the Gaussian
+ * mechanism at noise multiplier `noise` whoever sees it (the aggregator
+ * without secure aggregation): RDP alpha / (2 noise^2), charged as one
+ * step at sampling rate 1. The totals of m sites carry sqrt(m) times each
+ * sigma. */
+typedef struct fed_colstats_dp {
+    const double *lo, *hi; /* (features) lo < hi, |lo|, |hi| < 2^30 */
+    double noise;          /* the noise multiplier, > 0 */
+} fed_colstats_dp;
+
+/* dp's bounds and noise valid for features columns (else FED_ERR_RANGE,
+ * why naming the column). */
+FED_WUR fed_err fed_colstats_dp_check(const fed_colstats_dp *dp, size_t features, char *why,
+                                      size_t cap);
+/* A site's clipped contribution (as fed_colstats_local, no minimum count:
+ * under DP the noise protects a small column, and the totals' minimum
+ * count applies) from raw values x: each present value of column j
+ * clipped into dp's bounds, then centred. *clipped (may be NULL) gets the
+ * number of values moved. */
+FED_WUR fed_err fed_colstats_local_dp(const double *x, size_t n, size_t features,
+                                      const uint8_t *skip, const fed_colstats_dp *dp, int64_t *out,
+                                      size_t *clipped);
+/* Gaussian noise at dp's calibration added to a contribution in place,
+ * each normal draw from 16 bytes of random (a CSPRNG at a site; a seeded
+ * fed_rng_random in tests). */
+void fed_colstats_noise(int64_t *out, size_t features, const fed_colstats_dp *dp,
+                        fed_random_fn random, void *random_ctx);
+/* The standard deviation of one site's noise on column j's mean, in the
+ * column's units, for a pooled count n (what a test or the docs compare
+ * the totals with: sqrt(m) times it over m sites). */
+double fed_colstats_dp_mean_sigma(const fed_colstats_dp *dp, size_t features, size_t j, double n);
+/* Noised totals (of fed_colstats_local_dp + fed_colstats_noise) into
+ * out[features]: the centre added back; a column whose noisy count is
+ * under max(min_count, 2) suppressed; the mean clamped into the bounds, the
+ * std into [h / 1000, h] (a noisy centred sum of squares at or under 0: h
+ * / sqrt(3), a uniform spread over the bounds). Never FED_ERR_RANGE for
+ * noise; the count reported is the noisy one rounded at 0. */
+FED_WUR fed_err fed_colstats_decode_dp(const uint64_t *sum, size_t features, uint64_t min_count,
+                                       const fed_colstats_dp *dp, fed_colstat *out);
 
 #endif

@@ -120,6 +120,10 @@ typedef struct fed_csv_opts {
      * keeps its ids. */
     const double *stats_mean, *stats_std;
     size_t stats_features;
+    /* fed_data_csv_colstats under DP statistics: every numeric value
+     * clipped into these bounds and centred (model/colstats.h's
+     * fed_colstats_local_dp, no minimum count); NULL: exact. */
+    const struct fed_colstats_dp *colstats_dp;
 } fed_csv_opts;
 #define FED_CSV_DEFAULT_BUCKETS 1024
 #define FED_CSV_MAX_BUCKETS (1 << 20)

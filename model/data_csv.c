@@ -887,8 +887,12 @@ fed_err fed_data_csv_colstats(const char *path, const fed_csv_opts *opts, const 
         memcpy(sel + i * r.features, r.x + (size_t)rows[i] * r.features,
                r.features * sizeof *sel);
     }
-    err = fed_colstats_local(rows ? sel : r.x, rows ? nrows : r.n, r.features, r.cat, min_count,
-                             ints, suppressed, why, sizeof why);
+    if (opts && opts->colstats_dp)
+        err = fed_colstats_local_dp(rows ? sel : r.x, rows ? nrows : r.n, r.features, r.cat,
+                                    opts->colstats_dp, ints, NULL);
+    else
+        err = fed_colstats_local(rows ? sel : r.x, rows ? nrows : r.n, r.features, r.cat,
+                                 min_count, ints, suppressed, why, sizeof why);
     if (err) {
         fed_log(FED_LOG_ERROR, "%s: shared statistics: %s", path, why);
         goto out;

@@ -6,7 +6,10 @@
  * its masked input (the integer secure sum). The totals are read back into
  * the pooled mean, std and missing rate, kept in the checkpoint
  * (input.stats) and sent in every later MODEL (field 14, with each
- * column's missing rate). */
+ * column's missing rate). With DP statistics (cfg.data.stats_lo/hi, the
+ * declared --feature-bounds) the pass's MODEL carries the bounds and the
+ * noise multiplier: each client clips, noises and charges its release, and
+ * the noisy totals are read back clamped (fed_colstats_decode_dp). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -32,16 +35,36 @@ struct agg_stats {
     uint8_t *wire;     /* (cols x FED_WIRE_STATS_COL_BYTES) mean, std, missing
                           rate: MODEL field 14 */
     uint8_t *sec;      /* (cols x SEC_COL_BYTES) the checkpoint's section */
+    uint8_t *bounds;   /* (cols x FED_WIRE_STATS_BOUND_BYTES) DP: the pass's
+                          MODEL's bounds; NULL: exact totals */
 };
+
+/* The config's DP statistics, or NULL when the totals are exact. */
+static const fed_colstats_dp *dp_of(const fed_node *n, fed_colstats_dp *dp)
+{
+    const fed_node_data_config *d = &n->cfg.data;
+
+    if (!d->stats_lo)
+        return NULL;
+    *dp = (fed_colstats_dp){d->stats_lo, d->stats_hi, d->stats_noise};
+    return dp;
+}
 
 fed_err fed_node_agg_stats_new(fed_node *n)
 {
     node_agg *a = n->agg;
     uint32_t cols = n->cfg.data.stats_cols;
     agg_stats *s;
+    fed_colstats_dp dpv;
+    const fed_colstats_dp *dp = dp_of(n, &dpv);
+    char why[160];
 
     if (!cols)
         return FED_OK;
+    if (dp && fed_colstats_dp_check(dp, cols, why, sizeof why) != FED_OK) {
+        fed_log(FED_LOG_ERROR, "aggregator: the shared statistics' DP bounds: %s", why);
+        return FED_ERR_RANGE;
+    }
     if (cols > FED_WIRE_STATS_COLS_MAX) {
         fed_log(FED_LOG_ERROR, "aggregator: shared statistics over %u columns: at most %u",
                 cols, FED_WIRE_STATS_COLS_MAX);
@@ -54,7 +77,12 @@ fed_err fed_node_agg_stats_new(fed_node *n)
     s->wire = fed_calloc(cols, FED_WIRE_STATS_COL_BYTES);
     s->sec = fed_calloc(cols, SEC_COL_BYTES);
     a->stats = s;
-    if (!s->col || !s->wire || !s->sec)
+    if (dp && (s->bounds = fed_calloc(cols, FED_WIRE_STATS_BOUND_BYTES)))
+        for (uint32_t j = 0; j < cols; j++) {
+            fed_put_f64le(s->bounds + FED_WIRE_STATS_BOUND_BYTES * (size_t)j, dp->lo[j]);
+            fed_put_f64le(s->bounds + FED_WIRE_STATS_BOUND_BYTES * (size_t)j + 8, dp->hi[j]);
+        }
+    if (!s->col || !s->wire || !s->sec || (dp && !s->bounds))
         return FED_ERR_NOMEM; /* freed with the role */
     return FED_OK;
 }
@@ -68,6 +96,7 @@ void fed_node_agg_stats_free(fed_node *n)
     fed_free(s->col);
     fed_free(s->wire);
     fed_free(s->sec);
+    fed_free(s->bounds);
     fed_free(s);
     n->agg->stats = NULL;
 }
@@ -205,6 +234,10 @@ void fed_node_agg_stats_settings(const fed_node *n, uint64_t round, fed_wire_set
     } else if (s->pass) {
         set->stats_mode = FED_WIRE_STATS_PASS;
         set->stats_min_count = n->cfg.data.stats_min_count;
+        if (s->bounds) {
+            set->stats_noise = n->cfg.data.stats_noise;
+            set->stats_bounds = s->bounds;
+        }
     } else if (s->have) {
         set->stats_mode = FED_WIRE_STATS_APPLY;
         set->stats = s->wire;
@@ -271,6 +304,8 @@ fed_err fed_node_agg_stats_close(fed_node *n)
     size_t nints = (size_t)s->cols * FED_COLSTATS_INTS;
     uint64_t *tot = NULL;
     uint32_t m = 0;
+    fed_colstats_dp dpv;
+    const fed_colstats_dp *dp = dp_of(n, &dpv);
     fed_err e;
 
     if (s->found) /* a secure pass's commit tried again: its totals are read */
@@ -296,8 +331,11 @@ fed_err fed_node_agg_stats_close(fed_node *n)
     if (e == FED_OK && m == 0) {
         fed_log(FED_LOG_WARN, "aggregator: the statistics pass: no client contributed; round "
                 "%llu runs it again", (unsigned long long)(n->round + 2));
-    } else if (e == FED_OK && (e = fed_colstats_decode(tot, s->cols, n->cfg.data.stats_min_count,
-                                                       s->col)) != FED_OK) {
+    } else if (e == FED_OK &&
+               (e = dp ? fed_colstats_decode_dp(tot, s->cols, n->cfg.data.stats_min_count, dp,
+                                                s->col)
+                       : fed_colstats_decode(tot, s->cols, n->cfg.data.stats_min_count,
+                                             s->col)) != FED_OK) {
         fed_log(FED_LOG_ERROR, "aggregator: the statistics pass: the totals are not valid "
                 "(a client sent a bad contribution): %s", fed_strerror(e));
     } else if (e == FED_OK) {
@@ -313,7 +351,8 @@ fed_err fed_node_agg_stats_close(fed_node *n)
                                                              "count)" : "");
         }
         fed_log(FED_LOG_INFO, "aggregator: shared statistics of %u columns from %u clients "
-                "(%u suppressed)%s", s->cols, m, sup, a->sa ? " through secure aggregation" : "");
+                "(%u suppressed)%s%s", s->cols, m, sup, a->sa ? " through secure aggregation" : "",
+                dp ? ", each site's release clipped and noised (DP statistics)" : "");
         encode(s); /* the commit's checkpoint and the MODELs sealed ahead carry them */
         s->found = 1;
     }

@@ -68,6 +68,7 @@ struct node_client {
     int secure;            /* the round in training runs secure aggregation: its
                               delta never leaves in the clear */
     int pass;              /* the round in training is the statistics pass */
+    int pass_dp;           /* ... a DP one: its noised release is charged */
     uint8_t *stats_applied; /* the pooled statistics its data is standardized
                               with (MODEL field 14's values), or NULL */
     size_t stats_applied_len;
@@ -502,6 +503,63 @@ static fed_err dp_plan(fed_node *n, const fed_wire_settings *s, node_train_job *
 
 static fed_err on_model_train(fed_node *n, node_open *op);
 
+/* A DP statistics pass (MODEL field 14 with bounds and noise): the
+ * client's values clipped into the bounds (cfg.data.stats_local_dp), its
+ * integers noised (model/colstats.h) into c->stats_out, and the release
+ * previewed against its budget: charged (one Gaussian release at rate 1)
+ * in the round's durable record before it leaves (c->pass_dp). */
+static fed_err stats_plan_dp(fed_node *n, const fed_wire_settings *s)
+{
+    node_client *c = n->client;
+    const fed_node_data_config *d = &n->cfg.data;
+    size_t nints = (size_t)d->stats_cols * FED_COLSTATS_INTS;
+    double *lo = fed_malloc(d->stats_cols * sizeof *lo), *hi = fed_malloc(d->stats_cols * sizeof *hi);
+    fed_colstats_dp dp = {lo, hi, s->stats_noise};
+    fed_err e = FED_OK;
+
+    if (!lo || !hi || (!c->stats_out && !(c->stats_out = fed_malloc(nints * sizeof *c->stats_out)))) {
+        e = FED_ERR_NOMEM;
+        goto out;
+    }
+    for (uint32_t j = 0; j < d->stats_cols; j++) {
+        lo[j] = fed_get_f64le(s->stats_bounds + FED_WIRE_STATS_BOUND_BYTES * (size_t)j);
+        hi[j] = fed_get_f64le(s->stats_bounds + FED_WIRE_STATS_BOUND_BYTES * (size_t)j + 8);
+    }
+    if (c->acct && n->cfg.dp.budget > 0) {
+        double next = fed_dp_account_preview(c->acct, 1.0, s->stats_noise, 1);
+
+        if (next > n->cfg.dp.budget) {
+            fed_log(FED_LOG_WARN, "client: the statistics pass (round %llu) would take epsilon "
+                    "from %.4f to %.4f, past the budget %.4g: declined",
+                    (unsigned long long)c->round, c->epsilon, next, n->cfg.dp.budget);
+            e = FED_ERR_DP_BUDGET;
+            goto out;
+        }
+    }
+    if ((e = d->stats_local_dp(d->stats_ctx, lo, hi, d->stats_cols, c->stats_out)) != FED_OK) {
+        fed_log(FED_LOG_ERROR, "client: its clipped statistics failed: %s", fed_strerror(e));
+        e = FED_ERR_STATS;
+        goto out;
+    }
+    fed_colstats_noise(c->stats_out, d->stats_cols, &dp, n->env.random, n->env.self);
+    c->pass_dp = 1;
+    if (!c->acct)
+        fed_log(FED_LOG_WARN, "client: the statistics pass (round %llu) is noised (multiplier "
+                "%g) but this site keeps no privacy account (no --dp-sgd): not charged",
+                (unsigned long long)c->round, s->stats_noise);
+out:
+    fed_free(lo);
+    fed_free(hi);
+    return e;
+}
+
+const int64_t *fed_node_client_stats(const fed_node *n)
+{
+    const node_client *c = n->client;
+
+    return c && c->pass ? c->stats_out : NULL;
+}
+
 /* What a MODEL's shared-statistics field (14) asks of this client: the
  * pass (its contribution, c->stats_out; with the plain pass a column under
  * the minimum count zeroed, so nothing of it leaves), or its training set
@@ -518,17 +576,24 @@ static fed_err stats_plan(fed_node *n, const fed_wire_settings *s)
     fed_err e = FED_OK;
 
     c->pass = s->stats_mode == FED_WIRE_STATS_PASS;
+    c->pass_dp = 0;
     if (!s->stats_mode)
         return FED_OK;
-    if (s->stats_cols != d->stats_cols || (c->pass ? !d->stats_local : !d->restandardize)) {
+    if (s->stats_cols != d->stats_cols ||
+        (c->pass ? !(s->stats_noise > 0 ? d->stats_local_dp != NULL : d->stats_local != NULL)
+                 : !d->restandardize)) {
         fed_log(FED_LOG_WARN, "client: round %llu %s the shared statistics of %u columns; this "
                 "client %s: declined", (unsigned long long)c->round,
                 c->pass ? "is the pass that gathers" : "standardizes with", s->stats_cols,
                 !d->stats_cols ? "has no numeric columns to share (CSV data with --standardize)"
                 : s->stats_cols != d->stats_cols ? "has another column count"
-                                                 : "cannot standardize its data again");
+                : c->pass && d->stats_local_dp ? "runs under DP and releases no exact sums "
+                                                 "(the aggregator declares no --feature-bounds)"
+                                               : "cannot standardize its data again");
         return FED_ERR_STATS;
     }
+    if (c->pass && s->stats_noise > 0)
+        return stats_plan_dp(n, s);
     if (c->pass) {
         if (!c->stats_out && !(c->stats_out = fed_malloc(nints * sizeof *c->stats_out)))
             return FED_ERR_NOMEM;
@@ -869,7 +934,14 @@ static fed_err on_model_train(fed_node *n, node_open *op)
         j->vec_len = 0;
         return send_leave(n);
     }
-    j->dp_on = 0; /* the pass trains nothing, so spends nothing */
+    j->dp_on = 0; /* the exact pass trains nothing, so spends nothing */
+    if (c->pass && c->pass_dp && c->acct) { /* the DP pass: one Gaussian release */
+        memset(&j->dp, 0, sizeof j->dp);
+        j->dp.noise = (float)m->block.settings.stats_noise;
+        j->dp_rate = 1.0;
+        j->dp_steps = 1;
+        j->dp_on = 1;
+    }
     if (!c->pass && (e = dp_plan(n, &m->block.settings, j)) != FED_OK) {
         if (e == FED_ERR_DP_REQUIRED)
             fed_log(FED_LOG_WARN, "client: round %llu requires DP-SGD (clip %g, noise %g); this "

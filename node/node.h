@@ -137,6 +137,12 @@ typedef void (*fed_node_delta_fn)(void *ctx, const fed_node *n, uint64_t round,
  * next call). */
 typedef fed_err (*fed_node_stats_fn)(void *ctx, const double *mean, const double *std,
                                      size_t cols, const fed_dataset **out);
+/* Client of a DP statistics pass: its contribution (cols x
+ * FED_COLSTATS_INTS into out) from its raw values clipped into the bounds
+ * the aggregator declares (model/colstats.h's fed_colstats_local_dp; the
+ * node adds the noise). */
+typedef fed_err (*fed_node_stats_dp_fn)(void *ctx, const double *lo, const double *hi,
+                                        size_t cols, int64_t *out);
 /* Client of a secure round: its integers of round (n of them,
  * fed_node_config.secagg.ints) into out, summed exactly beside the delta;
  * called on the loop as its masked input is made. Its error drops the
@@ -202,7 +208,14 @@ typedef struct fed_node_data_config {
                                      test set, standardized with the pooled
                                      statistics; NULL: a client declines a
                                      round that applies statistics */
-    void *stats_ctx;              /* restandardize's */
+    void *stats_ctx;              /* restandardize's and stats_local_dp's */
+    fed_node_stats_dp_fn stats_local_dp; /* client: its clipped contribution
+                                     to a DP pass; NULL: it declines one */
+    const double *stats_lo, *stats_hi; /* aggregator: (stats_cols) the
+                                     bounds of DP statistics (--feature-bounds,
+                                     borrowed); NULL: exact totals */
+    double stats_noise;           /* aggregator, with the bounds: the noise
+                                     multiplier each site's release gets */
     int stats_only;               /* aggregator: the run ends once the statistics
                                      are known (the pass alone) */
 } fed_node_data_config;

@@ -395,6 +395,10 @@ double fed_node_fednova_steps(long tau, double rho);
  * as the DELTA of the pass (16-bit limbs, one float each, f32 codec) into
  * j->vec, j->samples the shard's rows; no training. */
 void fed_node_stats_job_run(fed_job *job);
+/* client.c: the client's contribution to the running statistics pass as
+ * it leaves (exact, or clipped and noised once for a DP pass: every try of
+ * the round masks the same), or NULL when it has none. */
+const int64_t *fed_node_client_stats(const fed_node *n);
 /* node/site.c: a site's ranks in a training job. The ranks the job trains
  * over (1: alone); the trainer's gradient sum over them and the epoch's
  * stats summed likewise (a failure ends the job, see node/site.h); rank

@@ -574,7 +574,7 @@ fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, const fed_no
 
     if (s->stage == SC_NONE)
         return FED_ERR_SA_FAILED; /* the round was dropped meanwhile */
-    if (s->pass_ints && (!n->cfg.data.stats_local ||
+    if (s->pass_ints && (!fed_node_client_stats(n) ||
                          (size_t)n->cfg.data.stats_cols * FED_COLSTATS_INTS != s->pass_ints))
         return FED_ERR_STATS; /* the client declines such a pass before it trains */
     if ((n->cfg.secagg.ints && !s->pass_ints && !n->cfg.secagg.ints_fn) || (nextra && !extra))
@@ -591,7 +591,7 @@ fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, const fed_no
         goto out;
     }
     if (s->pass_ints) /* the statistics pass: its columns' integers */
-        memcpy(ix, n->cfg.data.stats_local, nints * sizeof *ix);
+        memcpy(ix, fed_node_client_stats(n), nints * sizeof *ix);
     else if (n->cfg.secagg.ints &&
              (e = n->cfg.secagg.ints_fn(n->cfg.secagg.ints_ctx, s->round, ix,
                                         n->cfg.secagg.ints)) != FED_OK)

@@ -289,6 +289,121 @@ static void test_csv_sites(void **state)
     fed_free(ps);
 }
 
+/* DP statistics: three sites clip into bounds and add seeded noise. With a
+ * vanishing noise the totals read back as the clipped pooled data's exact
+ * statistics (the centring undone); at noise 1 each mean is within 4
+ * sigma of the exact one (sigma: fed_colstats_dp_mean_sigma times
+ * sqrt(3 sites)) over several seeds, and each std within its bound. */
+enum { DP_COLS = 4, DP_ROWS = 3000 };
+
+static void dp_run(double noise, uint64_t seed, const double *x, fed_colstat *st, size_t *clipped)
+{
+    static const double lo[DP_COLS] = {-10, 0, 100, -1}, hi[DP_COLS] = {10, 50, 300, 1};
+    fed_colstats_dp dp = {lo, hi, noise};
+    int64_t c[DP_COLS * FED_COLSTATS_INTS];
+    uint64_t tot[DP_COLS * FED_COLSTATS_INTS] = {0};
+    fed_rng r;
+    size_t at = 0, moved;
+
+    assert_int_equal(fed_colstats_dp_check(&dp, DP_COLS, NULL, 0), FED_OK);
+    fed_rng_seed(&r, seed);
+    *clipped = 0;
+    for (int s = 0; s < SITES; s++) {
+        size_t n = DP_ROWS / SITES;
+
+        assert_int_equal(fed_colstats_local_dp(x + at * DP_COLS, n, DP_COLS, NULL, &dp, c, &moved),
+                         FED_OK);
+        fed_colstats_noise(c, DP_COLS, &dp, fed_rng_random, &r);
+        for (size_t k = 0; k < DP_COLS * FED_COLSTATS_INTS; k++)
+            tot[k] += (uint64_t)c[k];
+        at += n;
+        *clipped += moved;
+    }
+    assert_int_equal(fed_colstats_decode_dp(tot, DP_COLS, 0, &dp, st), FED_OK);
+}
+
+static void test_dp_noise(void **state)
+{
+    static const double lo[DP_COLS] = {-10, 0, 100, -1}, hi[DP_COLS] = {10, 50, 300, 1};
+    double *x = fed_malloc(DP_ROWS * DP_COLS * sizeof *x);
+    double mean[DP_COLS], sd[DP_COLS];
+    fed_colstat st[DP_COLS];
+    fed_colstats_dp dp = {lo, hi, 1.0};
+    size_t clipped, want_clipped = 0;
+    fed_rng r;
+
+    (void)state;
+    assert_non_null(x);
+    fed_rng_seed(&r, 37);
+    for (size_t i = 0; i < DP_ROWS; i++) {
+        double g = fed_rng_normal(&r);
+
+        x[i * DP_COLS] = 3 * g;                  /* inside its bounds mostly */
+        x[i * DP_COLS + 1] = 20 + 40 * fed_rng_uniform(&r); /* a fifth over 50 */
+        x[i * DP_COLS + 2] = 180 + 20 * g;
+        x[i * DP_COLS + 3] = fed_rng_uniform(&r) * 2 - 1;
+    }
+    for (size_t j = 0; j < DP_COLS; j++) { /* the clipped pooled data's statistics */
+        long double m = 0, v = 0;
+
+        for (size_t i = 0; i < DP_ROWS; i++) {
+            double c = fmin(fmax(x[i * DP_COLS + j], lo[j]), hi[j]);
+
+            want_clipped += c != x[i * DP_COLS + j];
+            m += c;
+        }
+        m /= DP_ROWS;
+        for (size_t i = 0; i < DP_ROWS; i++) {
+            double c = fmin(fmax(x[i * DP_COLS + j], lo[j]), hi[j]);
+
+            v += (c - m) * (c - m);
+        }
+        mean[j] = (double)m;
+        sd[j] = sqrt((double)(v / DP_ROWS));
+    }
+    dp_run(1e-12, 1, x, st, &clipped);
+    assert_int_equal(clipped, want_clipped);
+    assert_true(clipped > 0);
+    for (size_t j = 0; j < DP_COLS; j++) {
+        assert_int_equal(st[j].count, DP_ROWS);
+        assert_true(fabs(st[j].mean - mean[j]) <= 1e-9 * (hi[j] - lo[j]));
+        assert_true(fabs(st[j].std - sd[j]) <= 1e-9 * (hi[j] - lo[j]));
+    }
+    for (uint64_t seed = 1; seed <= 20; seed++) {
+        int differs = 0;
+
+        dp_run(1.0, seed, x, st, &clipped);
+        for (size_t j = 0; j < DP_COLS; j++) {
+            double h = (hi[j] - lo[j]) / 2;
+            double ms = sqrt((double)SITES) * fed_colstats_dp_mean_sigma(&dp, DP_COLS, j, DP_ROWS);
+            /* var's noise: sigma h^2 sqrt(3) / N, plus the mean's squared */
+            double vs = sqrt((double)SITES) * ms * h + ms * ms * 16;
+
+            differs |= st[j].mean != mean[j];
+            assert_true(fabs(st[j].mean - mean[j]) <= 4 * ms + 1e-9);
+            assert_true(fabs(st[j].std * st[j].std - sd[j] * sd[j]) <= 4 * vs + 2 * ms * h);
+            assert_true(st[j].std > 0 && st[j].std <= h);
+        }
+        assert_true(differs); /* noise was added */
+    }
+    fed_free(x);
+}
+
+static void test_dp_check(void **state)
+{
+    double lo[2] = {0, 5}, hi[2] = {1, 5};
+    fed_colstats_dp dp = {lo, hi, 1.0};
+    char why[160] = "";
+
+    (void)state;
+    assert_int_equal(fed_colstats_dp_check(&dp, 1, why, sizeof why), FED_OK);
+    assert_int_equal(fed_colstats_dp_check(&dp, 2, why, sizeof why), FED_ERR_RANGE);
+    assert_non_null(strstr(why, "column 2"));
+    dp.noise = 0;
+    assert_int_equal(fed_colstats_dp_check(&dp, 1, why, sizeof why), FED_ERR_RANGE);
+    assert_non_null(strstr(why, "noise"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -296,6 +411,8 @@ int main(void)
         cmocka_unit_test(test_secure_totals),
         cmocka_unit_test(test_missing_and_min_count),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_dp_noise),
+        cmocka_unit_test(test_dp_check),
         cmocka_unit_test_setup_teardown(test_csv_sites, fed_test_tmpdir_setup,
                                         fed_test_tmpdir_teardown),
     };

@@ -12,7 +12,13 @@
 #  - the exported model, evaluated by `fednode eval` from each site's
 #    directory on the same test file, scores the same everywhere, and what
 #    the aggregator recorded for its last round;
-#  - --standardize under a DP requirement is refused, naming the way out.
+#  - DP statistics (--feature-bounds, under --require-dp-sgd), plain and
+#    secure: each site charges its noised release (q 1, sigma 4, 1 step)
+#    and the exported statistics are within 5 sigma of the clipped pooled
+#    data's; a site under DP declines an exact pass, and a DP one past its
+#    budget; bad bounds refused;
+#  - --standardize under a DP requirement without --feature-bounds is
+#    refused, naming the ways out.
 # Needs ./fednode, python3 and the sqlite3 shell; exits 77 without.
 . "$(dirname "$0")/proc_lib.sh"
 command -v sqlite3 >/dev/null 2>&1 || { echo "skipped: no sqlite3 shell (apt-get install sqlite3)"; exit 77; }
@@ -49,7 +55,7 @@ K=$TMP/keys
 allow_keys "$K" agg c0 c1 c2
 
 # run NAME EXTRA...: an aggregator and the three sites, 4 training rounds
-# (EXTRA for every node; $AGGX for the aggregator alone)
+# (EXTRA for every node; $AGGX for the aggregator alone, $CLIX for the sites)
 run() {
     r=$1; shift
     start "$r-agg" --role aggregator --keys "$K/agg" --allow "$K/allow.txt" \
@@ -62,7 +68,7 @@ run() {
     for s in 0 1 2; do
         ( cd "$TMP/s$s" && exec "$FED" run --role client --keys "$K/c$s" --allow "$K/allow.txt" \
             --db "$TMP/$r-s$s.db" --aggregator "tcp://127.0.0.1:$P" --aggregator-key agg \
-            --data d.csv --threads 1 "$@" ) >"$TMP/$r-s$s.log" 2>&1 &
+            --data d.csv --threads 1 ${CLIX:-} "$@" ) >"$TMP/$r-s$s.log" 2>&1 &
         echo $! >"$TMP/$r-s$s.pid"; PIDS="$PIDS $!"
     done
     exits0 "$r-agg" 180
@@ -151,8 +157,97 @@ cmp -s "$TMP/own0.out" "$TMP/own2.out" &&
     fail "with each site's own scaling the same model scores alike at sites 0 and 2 (the test shows nothing)"
 ok "with each site's own file's scaling the same model scores differently: $(cat "$TMP/own0.out") vs $(cat "$TMP/own2.out")"
 
-# --standardize under a DP requirement is refused, naming the way out
-refused "--standardize with --require-dp-sgd is refused" "run with --no-standardize" \
+# DP statistics: the aggregator declares --feature-bounds under a DP-SGD
+# requirement; each site clips into them, noises its integers (the Gaussian
+# mechanism at --stats-noise over the bounds, model/colstats.h) and charges
+# the release (q 1, sigma 4, one step) before it leaves; the totals are
+# within 5 sigma of the clipped pooled data's own (one site's sigma on a
+# column's mean: 4 sqrt(3 x 4 columns) h / N, three sites sqrt(3) times it)
+BOUNDS="1=999990:1000010,2=-0.01:0.01,c=-1.3e8:1.3e8,d=-100:0"
+dpr() {
+    r=$1; shift
+    AGGX="--require-dp-sgd --dp-sgd-clip 1 --dp-sgd-noise 1 --feature-bounds $BOUNDS" \
+        CLIX="--dp-sgd --dp-sgd-clip 1 --dp-sgd-noise 1" run "$r" "$@"
+    grep -q "each site's release clipped and noised (DP statistics)" "$TMP/$r-agg.log" ||
+        fail "$r: the aggregator read DP statistics back"
+    for s in 0 1 2; do
+        [ "$(sqlite3 "$TMP/$r-s$s.db" 'SELECT count(*) FROM dp_charges WHERE round = 1 AND q = 1 AND sigma = 4 AND steps = 1')" = 1 ] ||
+            fail "$r: site $s charged the statistics pass (q 1, sigma 4, 1 step): $(sqlite3 "$TMP/$r-s$s.db" 'SELECT * FROM dp_charges')"
+        [ "$(sqlite3 "$TMP/$r-s$s.db" 'SELECT count(*) FROM dp_charges WHERE round = 2 AND q < 1')" = 1 ] ||
+            fail "$r: site $s charged its DP-SGD round after it"
+    done
+    ok "$r: each site charged its noised statistics (q 1, sigma 4, 1 step) and its DP-SGD round"
+    "$FEDNODE" export --db "$TMP/$r-agg.db" --out "$TMP/$r.safetensors" >"$TMP/$r-export.out" 2>&1 ||
+        fail "$r: export: $(cat "$TMP/$r-export.out")"
+    python3 - "$TMP/$r.safetensors" "$TMP/pooled.csv" "$BOUNDS" <<'PY' >"$TMP/$r-stats.out" 2>&1 || fail "$r: $(cat "$TMP/$r-stats.out")"
+import json, math, struct, sys
+raw = open(sys.argv[1], "rb").read()
+meta = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])["__metadata__"]
+mean = [float(v) for v in meta["fednode.input_mean"].split(",")]
+std = [float(v) for v in meta["fednode.input_std"].split(",")]
+rows = [l.strip().split(",") for l in open(sys.argv[2]).read().splitlines()[1:]]
+bounds = [tuple(map(float, b.split("=")[1].split(":"))) for b in sys.argv[3].split(",")]
+for j, (lo, hi) in enumerate(bounds):
+    xs = [min(max(float(r[j]), lo), hi) for r in rows if r[j] != "NA"]
+    n = len(xs); m = sum(xs) / n; sd = math.sqrt(sum((x - m) ** 2 for x in xs) / n)
+    h = (hi - lo) / 2
+    sig = 4 * math.sqrt(3 * 4) * math.sqrt(3)      # the totals' noise, count units
+    ms = sig * h / n                                # on the mean
+    vs = sig * h * h / n + 2 * h * ms + sig * h * h / n * sig / n  # on the variance, loosely
+    print("column %d: mean %.6g (clipped pooled %.6g, sigma %.3g), std %.6g (%.6g)" % (j + 1, mean[j], m, ms, std[j], sd))
+    if abs(mean[j] - m) > 5 * ms:
+        sys.exit("column %d: mean %r, the clipped pooled %r, over 5 sigma %r" % (j + 1, mean[j], m, ms))
+    if abs(std[j] ** 2 - sd ** 2) > 5 * vs or not (0 < std[j] <= h):
+        sys.exit("column %d: std %r, the clipped pooled %r" % (j + 1, std[j], sd))
+PY
+    ok "$r: the noised statistics are within 5 sigma of the clipped pooled data's: $(tr '\n' ';' <"$TMP/$r-stats.out")"
+}
+dpr dpplain
+dpr dpsecure --secagg
+
+# an exact pass to a site under DP: declined (it releases no exact sums)
+start dpx-agg --role aggregator --keys "$K/agg" --allow "$K/allow.txt" --db "$TMP/dpx-agg.db" \
+    --listen tcp://127.0.0.1:0 --port-file "$TMP/dpx.port" --data "$TMP/agg/d.csv" --threads 1 \
+    --model logreg --rounds 1 --min-clients 1 --wait-clients 1 --deadline-ms 3000 --gather-ms 100
+wait_for "the dpx aggregator wrote its port" 30 test -s "$TMP/dpx.port"
+( cd "$TMP/s0" && exec "$FED" run --role client --keys "$K/c0" --allow "$K/allow.txt" \
+    --db "$TMP/dpx-s0.db" --aggregator "tcp://127.0.0.1:$(cat "$TMP/dpx.port")" \
+    --aggregator-key agg --data d.csv --threads 1 --dp-sgd ) >"$TMP/dpx-s0.log" 2>&1 &
+echo $! >"$TMP/dpx-s0.pid"; PIDS="$PIDS $!"
+wait_for "the DP site declines an exact pass" 60 grep -q "runs under DP and releases no exact sums" "$TMP/dpx-s0.log"
+ok "a site under DP declines an exact statistics pass"
+kill "$(pid dpx-s0)" "$(pid dpx-agg)" 2>/dev/null
+
+# a DP pass past a site's budget: declined before anything is noised or
+# charged (one release at multiplier 4 costs epsilon 1.01 at delta 1e-5)
+start dpb-agg --role aggregator --keys "$K/agg" --allow "$K/allow.txt" --db "$TMP/dpb-agg.db" \
+    --listen tcp://127.0.0.1:0 --port-file "$TMP/dpb.port" --data "$TMP/agg/d.csv" --threads 1 \
+    --model logreg --rounds 1 --min-clients 1 --wait-clients 1 --deadline-ms 3000 --gather-ms 100 \
+    --require-dp-sgd --feature-bounds "$BOUNDS"
+wait_for "the dpb aggregator wrote its port" 30 test -s "$TMP/dpb.port"
+( cd "$TMP/s0" && exec "$FED" run --role client --keys "$K/c0" --allow "$K/allow.txt" \
+    --db "$TMP/dpb-s0.db" --aggregator "tcp://127.0.0.1:$(cat "$TMP/dpb.port")" \
+    --aggregator-key agg --data d.csv --threads 1 --dp-sgd --dp-budget-epsilon 0.9 ) >"$TMP/dpb-s0.log" 2>&1 &
+echo $! >"$TMP/dpb-s0.pid"; PIDS="$PIDS $!"
+wait_for "the site declines a DP pass past its budget" 60 grep -q "the statistics pass (round 1) would take epsilon from 0.0000 to 1.01[0-9]*, past the budget 0.9: declined" "$TMP/dpb-s0.log"
+kill "$(pid dpb-s0)" "$(pid dpb-agg)" 2>/dev/null
+[ "$(sqlite3 "$TMP/dpb-s0.db" 'SELECT count(*) FROM dp_charges')" = 0 ] ||
+    fail "a declined DP pass is not charged"
+ok "a site declines a DP statistics pass past its budget, uncharged"
+
+refused "--feature-bounds on a client is refused" "--feature-bounds is the aggregator's" \
+    --role client --keys "$K/c0" --allow "$K/allow.txt" --db "$TMP/dpc.db" \
+    --aggregator tcp://127.0.0.1:1 --aggregator-key agg --data "$TMP/s0/d.csv" --dp-sgd \
+    --feature-bounds 0:1
+refused "--feature-bounds missing a column is refused, naming it" "column 4 d has no bounds" \
+    --role aggregator --keys "$K/agg" --allow "$K/allow.txt" --db "$TMP/dp.db" \
+    --data "$TMP/agg/d.csv" --require-dp-sgd --feature-bounds "1=0:1,2=0:1,3=0:1"
+refused "--feature-bounds with LO over HI is refused" "column 2: the bounds 1:0" \
+    --role aggregator --keys "$K/agg" --allow "$K/allow.txt" --db "$TMP/dp.db" \
+    --data "$TMP/agg/d.csv" --require-dp-sgd --feature-bounds "0:1,2=1:0"
+
+# --standardize under a DP requirement without --feature-bounds is refused, naming the ways out
+refused "--standardize with --require-dp-sgd is refused" "declare --feature-bounds" \
     --role aggregator --keys "$K/agg" --allow "$K/allow.txt" --db "$TMP/dp.db" \
     --data "$TMP/agg/d.csv" --require-dp-sgd
 refused "--standardize with --dp-client-clip is refused" "run with --no-standardize" \

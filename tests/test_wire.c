@@ -744,7 +744,8 @@ static void test_settings_dp_field(void **state)
 }
 
 /* Field 14, shared statistics: absent by default; the pass (16 bytes) and
- * the statistics to apply (16 + 24 a column) round-trip, required; a std
+ * the statistics to apply (16 + 24 a column) round-trip, required, and so
+ * does the DP pass (16 + 8 + 16 a column: noise, bounds); a std
  * of 0, a missing rate over 1, a NaN mean, a length unlike its mode, or no
  * columns: refused. */
 static void test_settings_stats_field(void **state)
@@ -806,6 +807,33 @@ static void test_settings_stats_field(void **state)
     b.settings.stats_mode = FED_WIRE_STATS_PASS;
     b.settings.stats_cols = 0;
     b.settings.stats = NULL;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+    /* the DP pass: noise and two columns' bounds (16 + 8 + 32 bytes) */
+    fed_put_f64le(st, -10);
+    fed_put_f64le(st + 8, 10);
+    fed_put_f64le(st + 16, 143.5);
+    fed_put_f64le(st + 24, 2501);
+    b.settings.stats_cols = 2;
+    b.settings.stats_noise = 4;
+    b.settings.stats_bounds = st;
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len), FED_OK);
+    assert_int_equal(len, FED_WIRE_MODEL_BLOCK_BYTES + 8 + 56);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_OK);
+    assert_int_equal(g.settings.stats_mode, FED_WIRE_STATS_PASS);
+    assert_true(g.settings.stats_noise == 4);
+    assert_null(g.settings.stats);
+    assert_non_null(g.settings.stats_bounds);
+    assert_memory_equal(g.settings.stats_bounds, st, 32);
+    /* LO not under HI, a bound past 2^30, no noise with bounds: refused */
+    fed_put_f64le(buf + len - 16, 2501);
+    fed_put_f64le(buf + len - 8, 143.5);
+    assert_int_equal(fed_wire_block_decode(FED_WIRE_MODEL, buf, len, &g, &used), FED_ERR_PAYLOAD);
+    fed_put_f64le(st + 24, 2e9);
+    assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
+                     FED_ERR_INVAL);
+    fed_put_f64le(st + 24, 2501);
+    b.settings.stats_noise = 0;
     assert_int_equal(fed_wire_block_encode(FED_WIRE_MODEL, &b, buf, sizeof buf, &len),
                      FED_ERR_INVAL);
 }

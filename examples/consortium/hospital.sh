@@ -20,7 +20,9 @@ NOISE=${HOSPITAL_NOISE:-2.0}        # DP-SGD's noise multiplier z
 CLIP=${HOSPITAL_CLIP:-0.5}          # DP-SGD's per-patient gradient bound C
 DELTA=${HOSPITAL_DELTA:-1e-4}       # (epsilon, delta): delta well below 1 / patients
 SECAGG=${HOSPITAL_SECAGG:-1}
+STATS_NOISE=${HOSPITAL_STATS_NOISE:-4}  # DP statistics' noise multiplier (--stats-noise)
 CSV=${HOSPITAL_CSV:-/usr/lib/python3/dist-packages/sklearn/datasets/data/breast_cancer.csv}
+DESCR=${HOSPITAL_DESCR:-${CSV%/data/breast_cancer.csv}/descr/breast_cancer.rst}
 
 command -v "$FEDNODE" >/dev/null 2>&1 || { echo "hospital.sh: no fednode (set FEDNODE=path/to/fednode)" >&2; exit 1; }
 FEDNODE=$(command -v "$FEDNODE")
@@ -43,8 +45,11 @@ if [ ! -r "$CSV" ]; then
     dpkg -x "$W"/deb/python3-sklearn_*.deb "$W/deb/root"
     cp "$W/deb/root/usr/lib/python3/dist-packages/sklearn/datasets/data/breast_cancer.csv" "$W/" ||
         { echo "hospital.sh: no breast_cancer.csv in python3-sklearn" >&2; exit 1; }
+    cp "$W/deb/root/usr/lib/python3/dist-packages/sklearn/datasets/descr/breast_cancer.rst" "$W/" ||
+        :
     rm -rf "$W/deb"
     CSV=$W/breast_cancer.csv
+    DESCR=$W/breast_cancer.rst
 fi
 echo "from $CSV"
 
@@ -103,6 +108,27 @@ done
 awk -F, 'NR > 1 { n++; m += $NF }
     END { printf "held out:   %3d patients, %3d malignant (%2.0f%%)\n", n, m, 100 * m / n }' "$W/test.csv"
 
+# The bounds of the DP statistics (--feature-bounds, one LO:HI per column):
+# the data set's published description (breast_cancer.rst beside the file,
+# scikit-learn's DESCR) lists each feature's minimum and maximum over all
+# 569 patients. That table is public, shipped with the data to anyone, so
+# bounds taken from it release nothing the noise has to cover; they are
+# widened by 5% of each range on both sides (generous, as bounds from
+# clinical knowledge would be). A real consortium declares bounds from its
+# field's literature, never from its patients' own values.
+bounds=""
+if [ -r "$DESCR" ]; then
+    bounds=$(awk '/^ *[a-z ]+\((mean|standard error|worst)\): +[0-9.]+ +[0-9.]+ *$/ {
+            n++; lo = $(NF - 1); hi = $NF; w = 0.05 * (hi - lo)
+            printf "%s%d=%.6g:%.6g", (n > 1 ? "," : ""), n, lo - w, hi + w
+        } END { if (n != 30) exit 1 }' "$DESCR") || bounds=""
+fi
+if [ "$DP" = 1 ] && [ -z "$bounds" ]; then
+    echo "hospital.sh: no published feature ranges in $DESCR (HOSPITAL_DESCR=path/to/breast_cancer.rst)" >&2
+    exit 1
+fi
+[ "$DP" = 1 ] && echo "feature bounds (published ranges, widened 5%): $bounds"
+
 # 2. Keys: each node's own, sealed with a passphrase of its own (here random,
 # in a 0600 file; at a real site, typed or kept by the site's secret store).
 # The allow-list names every node by its public key; it is all the nodes share.
@@ -122,14 +148,16 @@ done
 umask 022
 cat "$W/keys/allow.txt"
 
-# 3. The federation. Under DP the shared-statistics pass (--standardize) is
-# refused, since its totals carry no noise: --no-standardize, each hospital
-# scales its columns with its own file's mean and std (see docs/hospital.md).
+# 3. The federation. Under DP the shared-statistics pass (--standardize)
+# runs as DP statistics: the aggregator declares the bounds, each hospital
+# clips its values into them, adds Gaussian noise to its sums and charges
+# that release to its privacy budget (docs/privacy.md) before it leaves.
 say "3. the federation: an aggregator and three hospitals"
-dpa="" dpc="" std=--no-standardize sec=""
+dpa="" dpc="" std=--no-standardize sec="" fb=""
 if [ "$DP" = 1 ]; then
-    dpa="--require-dp-sgd --dp-sgd-clip $CLIP --dp-sgd-noise $NOISE"
+    dpa="--require-dp-sgd --dp-sgd-clip $CLIP --dp-sgd-noise $NOISE --stats-noise $STATS_NOISE"
     dpc="--dp-sgd --dp-sgd-clip $CLIP --dp-sgd-noise $NOISE --dp-delta $DELTA"
+    std=--standardize fb=--feature-bounds
 elif [ "${HOSPITAL_STANDARDIZE:-0}" = 1 ]; then
     std=--standardize
 fi
@@ -141,7 +169,7 @@ rm -f "$W/aggregator/port" "$W"/*.db
     --listen tcp://127.0.0.1:0 --port-file port --data heldout.csv --features 30 --classes 2 \
     --model logreg --optimizer sgd --lr "$LR" --batch "$BATCH" --local-epochs "$EPOCHS" \
     --rounds "$ROUNDS" --min-clients 3 --wait-clients 3 --deadline-ms 60000 --gather-ms 200 \
-    --linger-ms 500 --threads 1 $std $sec $dpa ) >"$W/aggregator.log" 2>&1 &
+    --linger-ms 500 --threads 1 $std $sec $dpa ${fb:+"$fb" "$bounds"} ) >"$W/aggregator.log" 2>&1 &
 agg=$!
 PIDS=$agg
 n=0
