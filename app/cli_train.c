@@ -44,6 +44,7 @@ typedef struct train_cfg {
     fed_onnx *onnx; /* --model FILE.onnx: its weights, the initial ones (not an option) */
     int epochs;
     int batch;
+    int accumulate;
     double lr;
     char optimizer[16];
     double momentum;
@@ -81,6 +82,10 @@ static const fed_opt train_opts[] = {
       "logreg, mlp:W1,W2,..., cnn, or a layer file (docs/model-formats.md)"),
     T(epochs, "epochs", FED_OPT_INT, "10", 1, 100000, "passes over the (shard of the) data"),
     T(batch, "batch", FED_OPT_INT, "64", 1, 65536, "samples per step"),
+    T(accumulate, "accumulate", FED_OPT_INT, "1", 1, 65536,
+      "run each step's --batch as N micro-batches of ceil(batch / N) samples, their "
+      "gradients summed before the step (activation memory of a micro-batch; not with "
+      "--dp-sgd)"),
     T(lr, "lr", FED_OPT_DOUBLE, "0", 0, 100,
       "learning rate (" FED_OPTIM_LR_HELP ")"),
     T(optimizer, "optimizer", FED_OPT_STR, "adam", 0, 0, "adam or sgd"),
@@ -306,6 +311,12 @@ static int check_train_cfg(const train_cfg *c, fed_optim_cfg *oc, int *shard, in
         fed_cli_error("train: --resume needs --db FILE");
         return 2;
     }
+    if (c->accumulate > c->batch || (c->accumulate > 1 && c->dp_sgd)) {
+        fed_cli_error("train: --accumulate %d: %s", c->accumulate,
+                      c->dp_sgd ? "DP-SGD sums its Poisson draw in pieces of its own: drop "
+                                  "--accumulate" : "more micro-batches than --batch's samples");
+        return 2;
+    }
     if (c->dp_sgd && fed_rdp_check_delta(c->dp_delta) != FED_OK) {
         fed_cli_error("train: --dp-delta %g: delta must lie strictly between 0 and 1",
                       c->dp_delta);
@@ -335,6 +346,9 @@ static void print_header(const train_cfg *c, const train_world *w, const fed_opt
     if (w->test)
         printf(", %zu test", w->test->n);
     printf("), %d epochs, batch %d, %s lr %g", c->epochs, c->batch, c->optimizer, oc->lr);
+    if (c->accumulate > 1)
+        printf(" (accumulated over %d micro-batches of up to %d)", c->accumulate,
+               fed_trainer_micro_batch(c->batch, c->accumulate));
     if (oc->kind == FED_OPTIM_SGD)
         printf(" momentum %g%s", oc->momentum, oc->nesterov ? " nesterov" : "");
     printf(" weight-decay %g, schedule %s", oc->weight_decay, c->schedule);
@@ -581,7 +595,8 @@ static int train_main(const train_cfg *c, int argc, char **argv)
     /* a Poisson draw is batch on average: room for 6 standard deviations more
        (a larger one runs in pieces) */
     if ((err = fed_model_new(c->graph ? c->graph : c->model, w.train->shape, w.be, w.pool, threads,
-                             c->dp_sgd ? c->batch + (int)(6 * sqrt(c->batch)) + 8 : c->batch,
+                             c->dp_sgd ? c->batch + (int)(6 * sqrt(c->batch)) + 8
+                                       : fed_trainer_micro_batch(c->batch, c->accumulate),
                              &w.m)) != FED_OK) {
         rc = fail(c->model, err);
         goto out;
@@ -592,7 +607,8 @@ static int train_main(const train_cfg *c, int argc, char **argv)
                                       fed_train_batches(w.nidx, c->batch), &oc)) != FED_OK ||
         (err = fed_model_init(w.m, &init)) != FED_OK ||
         (err = fed_optim_new(&oc, w.m, &w.o)) != FED_OK ||
-        (err = fed_trainer_new(w.m, w.o, w.train, c->batch, &w.t)) != FED_OK) {
+        (err = fed_trainer_new_acc(w.m, w.o, w.train, c->batch, c->accumulate, &w.t)) !=
+            FED_OK) {
         rc = fail("setting up", err);
         goto out;
     }

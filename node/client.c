@@ -718,6 +718,7 @@ static fed_err on_model_train(fed_node *n, node_open *op)
     j->be = n->cfg.be;
     j->pool = n->cfg.pool;
     j->shards = n->cfg.shards;
+    j->accumulate = n->cfg.accumulate;
     j->data = n->cfg.data.train;
     j->aug = n->cfg.data.augment;
     j->shard = n->cfg.data.shard;

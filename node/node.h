@@ -357,6 +357,7 @@ typedef struct fed_node_config {
        times it) */
     fed_coll *coll;
     uint32_t rank_batch;
+    uint32_t accumulate;          /* micro-batches per step (1: none; model/train.h) */
 
     /* the model and the round's settings (aggregator, peer; a client learns
        them from each MODEL) */

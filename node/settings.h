@@ -25,6 +25,7 @@ typedef struct fed_node_settings {
     int rounds;
     int local_epochs;
     int batch;
+    int accumulate;         /* client, peer: micro-batches per step */
     double lr;
     char lr_schedule[32];
     int lr_warmup;
@@ -93,6 +94,10 @@ typedef struct fed_node_settings {
                 "aggregator, peer: epochs each client (peer) trains per round"),                 \
     FED_OPT_DEF(T, m.batch, "batch", FED_OPT_INT, "64", 1, 4096,                                 \
                 "aggregator, peer: the training batch size"),                                    \
+    FED_OPT_DEF(T, m.accumulate, "accumulate", FED_OPT_INT, "1", 1, 4096,                        \
+                "client, peer: run each step's batch as N micro-batches, their gradients "       \
+                "summed before the step (the memory of ceil(batch / N) samples; at most the "    \
+                "batch's samples; not with --dp-sgd)"),                                          \
     FED_OPT_DEF(T, m.lr, "lr", FED_OPT_DOUBLE, "0", 0, 100,                                      \
                 "aggregator, peer: the training learning rate (" FED_OPTIM_LR_HELP ")"),        \
     FED_OPT_DEF(T, m.lr_schedule, "lr-schedule", FED_OPT_STR, "const", 0, 0,                 \
