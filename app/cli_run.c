@@ -1111,6 +1111,7 @@ static int run_rank(const run_cfg *c, fed_coll *coll)
     rc.pool = s.pool;
     rc.shards = fed_pool_workers(s.pool) > 0 ? fed_pool_workers(s.pool) : 1;
     rc.accumulate = (uint32_t)c->s.accumulate;
+    rc.recompute = (uint32_t)c->s.recompute;
     rc.train = s.train;
     rc.shard = s.idx;
     rc.shard_n = s.nidx;

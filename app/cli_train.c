@@ -45,6 +45,7 @@ typedef struct train_cfg {
     int epochs;
     int batch;
     int accumulate;
+    int recompute;
     double lr;
     char optimizer[16];
     double momentum;
@@ -86,6 +87,10 @@ static const fed_opt train_opts[] = {
       "run each step's --batch as N micro-batches of ceil(batch / N) samples, their "
       "gradients summed before the step (activation memory of a micro-batch; not with "
       "--dp-sgd)"),
+    T(recompute, "recompute", FED_OPT_INT, "1", 1, 4096,
+      "keep the output of every K-th layer and compute the others again in the backward "
+      "(gradients bit for bit, less activation memory, about a forward more; 1: keep all; "
+      "not with --dp-sgd)"),
     T(lr, "lr", FED_OPT_DOUBLE, "0", 0, 100,
       "learning rate (" FED_OPTIM_LR_HELP ")"),
     T(optimizer, "optimizer", FED_OPT_STR, "adam", 0, 0, "adam or sgd"),
@@ -317,6 +322,11 @@ static int check_train_cfg(const train_cfg *c, fed_optim_cfg *oc, int *shard, in
                                   "--accumulate" : "more micro-batches than --batch's samples");
         return 2;
     }
+    if (c->recompute > 1 && c->dp_sgd) {
+        fed_cli_error("train: --recompute %d: DP-SGD's per-sample norms read every layer's "
+                      "output gradient: drop --recompute", c->recompute);
+        return 2;
+    }
     if (c->dp_sgd && fed_rdp_check_delta(c->dp_delta) != FED_OK) {
         fed_cli_error("train: --dp-delta %g: delta must lie strictly between 0 and 1",
                       c->dp_delta);
@@ -349,6 +359,8 @@ static void print_header(const train_cfg *c, const train_world *w, const fed_opt
     if (c->accumulate > 1)
         printf(" (accumulated over %d micro-batches of up to %d)", c->accumulate,
                fed_trainer_micro_batch(c->batch, c->accumulate));
+    if (c->recompute > 1)
+        printf(" recompute %d", c->recompute);
     if (oc->kind == FED_OPTIM_SGD)
         printf(" momentum %g%s", oc->momentum, oc->nesterov ? " nesterov" : "");
     printf(" weight-decay %g, schedule %s", oc->weight_decay, c->schedule);
@@ -599,6 +611,10 @@ static int train_main(const train_cfg *c, int argc, char **argv)
                                        : fed_trainer_micro_batch(c->batch, c->accumulate),
                              &w.m)) != FED_OK) {
         rc = fail(c->model, err);
+        goto out;
+    }
+    if (c->recompute > 1 && (err = fed_model_set_recompute(w.m, c->recompute)) != FED_OK) {
+        rc = fail("--recompute", err);
         goto out;
     }
     fed_rng_seed_stream(&init, c->seed, 0);

@@ -292,6 +292,30 @@ int fed_model_max_batch(const fed_model *m);
  * batch's buffers (DP-SGD's, once made, too). */
 size_t fed_model_bytes(const fed_model *m);
 
+/* Gradient checkpointing (--recompute K): from now on the step keeps the
+ * output of every K-th layer (of layers [s K, s K + K), segment s, the
+ * last), and of any layer a later segment reads, and in the backward runs
+ * each segment's forward again, from those, just before its layers'
+ * gradients (the last segment's is still whole). The recomputed values are
+ * the forward's bit for bit (the same rows per shard, the same dropout
+ * step), so gradients are too. The other layers' outputs, output
+ * gradients, im2col and argmax buffers share K slots, one per position in
+ * a segment, each as large as its largest user. K 1: every output kept, as
+ * built. Reallocates the batch's buffers. FED_ERR_INVAL for K < 1;
+ * FED_ERR_UNSUPPORTED (logged, naming the layer) for a layer that updates
+ * running statistics in its forward (batch norm: a second forward would
+ * update them twice), with DP-SGD (fed_model_dp_check refuses a model that
+ * recomputes) and off the CPU backend. On FED_ERR_NOMEM the model is back to
+ * K 1, or, if even that fails, unusable (free it). */
+FED_WUR fed_err fed_model_set_recompute(fed_model *m, int K);
+int fed_model_recompute(const fed_model *m);
+/* Bytes of the batch's activation buffers, as allocated (the peak: they
+ * are allocated once): every layer's output and output gradient, the
+ * im2col buffers of convs (and a norm's per-sample statistics), max
+ * pooling's argmax, the gradient scratch gx and each unit's col2im image;
+ * not the input staging, the parameters, gradients or DP-SGD's buffers. */
+size_t fed_model_activation_bytes(const fed_model *m);
+
 /* PyTorch's default init (Kaiming-uniform weights, uniform biases), drawn
  * from rng in tensor order: the same seed gives the same parameters. */
 FED_WUR fed_err fed_model_init(fed_model *m, fed_rng *rng);

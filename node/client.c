@@ -719,6 +719,7 @@ static fed_err on_model_train(fed_node *n, node_open *op)
     j->pool = n->cfg.pool;
     j->shards = n->cfg.shards;
     j->accumulate = n->cfg.accumulate;
+    j->recompute = n->cfg.recompute;
     j->data = n->cfg.data.train;
     j->aug = n->cfg.data.augment;
     j->shard = n->cfg.data.shard;

@@ -358,6 +358,8 @@ typedef struct fed_node_config {
     fed_coll *coll;
     uint32_t rank_batch;
     uint32_t accumulate;          /* micro-batches per step (1: none; model/train.h) */
+    uint32_t recompute;           /* keep every K-th layer's output (0, 1: all;
+                                     fed_model_set_recompute) */
 
     /* the model and the round's settings (aggregator, peer; a client learns
        them from each MODEL) */

@@ -714,6 +714,7 @@ static fed_err begin_round(fed_node *n)
     j->pool = c->pool;
     j->shards = c->shards;
     j->accumulate = c->accumulate;
+    j->recompute = c->recompute;
     j->data = c->data.train;
     j->aug = c->data.augment;
     j->shard = c->data.shard;

@@ -41,6 +41,7 @@ fed_err fed_node_settings_apply(const fed_node_settings *s, uint32_t nclients,
     c->local_epochs = (uint32_t)s->local_epochs;
     c->batch = (uint32_t)s->batch;
     c->accumulate = (uint32_t)s->accumulate;
+    c->recompute = (uint32_t)s->recompute;
     c->optimizer = (uint8_t)kind;
     c->lr = (float)s->lr; /* 0: the node takes the optimizer's own */
     c->momentum = (float)s->momentum;
@@ -98,6 +99,9 @@ const char *fed_node_settings_dp_misuse(const fed_node_settings *s, fed_node_rol
 {
     if (s->dp_budget > 0 && !s->dp_sgd)
         return "--dp-budget-epsilon needs --dp-sgd (the budget is DP-SGD's epsilon)";
+    if (s->dp_sgd && s->recompute > 1)
+        return "--recompute does not go with --dp-sgd (its per-sample norms read every "
+               "layer's output gradient)";
     if (s->dp_sgd && s->accumulate > 1)
         return "--accumulate does not go with --dp-sgd (DP-SGD sums its Poisson draw in pieces "
                "of its own)";

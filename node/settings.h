@@ -26,6 +26,7 @@ typedef struct fed_node_settings {
     int local_epochs;
     int batch;
     int accumulate;         /* client, peer: micro-batches per step */
+    int recompute;          /* client, peer: keep every K-th layer's output */
     double lr;
     char lr_schedule[32];
     int lr_warmup;
@@ -98,6 +99,10 @@ typedef struct fed_node_settings {
                 "client, peer: run each step's batch as N micro-batches, their gradients "       \
                 "summed before the step (the memory of ceil(batch / N) samples; at most the "    \
                 "batch's samples; not with --dp-sgd)"),                                          \
+    FED_OPT_DEF(T, m.recompute, "recompute", FED_OPT_INT, "1", 1, 4096,                          \
+                "client, peer: keep the output of every K-th layer and compute the others "      \
+                "again in the backward (gradients bit for bit; 1: keep all; not with "           \
+                "--dp-sgd)"),                                                                    \
     FED_OPT_DEF(T, m.lr, "lr", FED_OPT_DOUBLE, "0", 0, 100,                                      \
                 "aggregator, peer: the training learning rate (" FED_OPTIM_LR_HELP ")"),        \
     FED_OPT_DEF(T, m.lr_schedule, "lr-schedule", FED_OPT_STR, "const", 0, 0,                 \

@@ -26,6 +26,7 @@ typedef struct fed_node_site_rank_cfg {
     fed_pool *pool;
     int shards;
     uint32_t accumulate;        /* micro-batches per step, as rank 0's */
+    uint32_t recompute;         /* --recompute, as rank 0's */
     const fed_dataset *train;
     const uint32_t *shard;      /* (shard_n) indices into train */
     size_t shard_n;

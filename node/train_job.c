@@ -188,6 +188,8 @@ static fed_err round_model(node_train_job *j)
         return e;
     e = fed_model_new(j->set.graph ? j->set.graph : j->set.spec, in, j->be, j->pool, j->shards,
                       room, &j->model);
+    if (e == FED_OK && j->recompute > 1)
+        e = fed_model_set_recompute(j->model, (int)j->recompute);
     if (e == FED_OK && j->hooks && j->hooks->mark_model)
         j->hooks->mark_model(j->hooks->ctx, j->model);
     return e;
