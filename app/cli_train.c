@@ -46,6 +46,7 @@ typedef struct train_cfg {
     int batch;
     int accumulate;
     int recompute;
+    char precision[8];
     double lr;
     char optimizer[16];
     double momentum;
@@ -91,6 +92,10 @@ static const fed_opt train_opts[] = {
       "keep the output of every K-th layer and compute the others again in the backward "
       "(gradients bit for bit, less activation memory, about a forward more; 1: keep all; "
       "not with --dp-sgd)"),
+    T(precision, "precision", FED_OPT_STR, "fp32", 0, 0,
+      "fp32, or bf16: every linear and conv GEMM on bfloat16 operands summed in fp32 (CPUs "
+      "with AVX512-BF16); weights, gradients, optimizer and the saved model stay fp32; not "
+      "with --dp-sgd"),
     T(lr, "lr", FED_OPT_DOUBLE, "0", 0, 100,
       "learning rate (" FED_OPTIM_LR_HELP ")"),
     T(optimizer, "optimizer", FED_OPT_STR, "adam", 0, 0, "adam or sgd"),
@@ -361,6 +366,8 @@ static void print_header(const train_cfg *c, const train_world *w, const fed_opt
                fed_trainer_micro_batch(c->batch, c->accumulate));
     if (c->recompute > 1)
         printf(" recompute %d", c->recompute);
+    if (strcmp(c->precision, "fp32"))
+        printf(" precision %s", c->precision);
     if (oc->kind == FED_OPTIM_SGD)
         printf(" momentum %g%s", oc->momentum, oc->nesterov ? " nesterov" : "");
     printf(" weight-decay %g, schedule %s", oc->weight_decay, c->schedule);
@@ -616,6 +623,27 @@ static int train_main(const train_cfg *c, int argc, char **argv)
     if (c->recompute > 1 && (err = fed_model_set_recompute(w.m, c->recompute)) != FED_OK) {
         rc = fail("--recompute", err);
         goto out;
+    }
+    {
+        fed_precision prec;
+        char why[256];
+
+        if (fed_model_precision_parse(c->precision, &prec) != FED_OK) {
+            fed_cli_error("train: --precision: '%s' is not fp32 or bf16", c->precision);
+            rc = 2;
+            goto out;
+        }
+        if (prec == FED_PRECISION_BF16 && c->dp_sgd) {
+            fed_cli_error("train: --precision bf16: DP-SGD's norms, clipping and noise stay "
+                          "fp32: drop one of them");
+            rc = 2;
+            goto out;
+        }
+        if ((err = fed_model_set_precision(w.m, prec, why, sizeof why)) != FED_OK) {
+            fed_cli_error("train: %s", why);
+            rc = 1;
+            goto out;
+        }
     }
     fed_rng_seed_stream(&init, c->seed, 0);
     fed_rng_seed_stream(&shuffle, c->seed, 1);

@@ -19,6 +19,7 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "model/backend.h"
+#include "model/gemm_bf16.h"
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")
@@ -1234,6 +1235,52 @@ const char *fed_backend_cpu_suggest_coretype(void)
         return "Haswell";
 #endif
     return NULL;
+}
+
+/* ---- the bf16 view (--precision bf16) ---- */
+
+static void cpu_gemm_bf16(fed_backend *be, int trans_a, int trans_b, int M, int N, int K,
+                          float alpha, const float *A, int lda, const float *B, int ldb,
+                          float beta, float *C, int ldc)
+{
+    FTZ_BEGIN();
+    /* without room to pack the operands, the fp32 product (C is never left
+       unmade) */
+    if (fed_gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) != FED_OK)
+        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                    trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta,
+                    C, ldc);
+    (void)be;
+    FTZ_END();
+}
+
+static void cpu_view_destroy(fed_backend *be)
+{
+    fed_free(be); /* the context is the CPU backend's */
+}
+
+fed_err fed_backend_cpu_bf16(fed_backend *cpu, fed_backend **out, char *why, size_t cap)
+{
+    fed_backend *v;
+
+    *out = NULL;
+    if (cpu->destroy != cpu_destroy)
+        return fed_err_why(why, cap, FED_ERR_UNSUPPORTED,
+                           "--precision bf16 runs on the CPU backend only");
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bf16"))
+        return fed_err_why(why, cap, FED_ERR_UNSUPPORTED,
+                           "--precision bf16: this CPU lacks AVX512-BF16 (the avx512_bf16 flag "
+                           "of /proc/cpuinfo), which its bf16 GEMM needs: run fp32");
+    if (!(v = fed_malloc(sizeof *v)))
+        return FED_ERR_NOMEM;
+    *v = *cpu;
+    v->gemm = cpu_gemm_bf16;
+    v->destroy = cpu_view_destroy;
+    snprintf(v->device, sizeof v->device, "%.*s, bf16 GEMMs (AVX512-BF16)",
+             (int)(sizeof v->device - 32), cpu->device);
+    *out = v;
+    return FED_OK;
 }
 
 fed_err fed_backend_cpu_new(int blas_threads, fed_backend **out)

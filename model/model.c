@@ -281,6 +281,10 @@ struct fed_model {
     uint8_t *keep;
     int *bseq;
     int nbseq;
+    /* --precision: the backend every GEMM runs on (be, or bf16, a view of
+       it whose GEMMs round their operands to bf16; owned) */
+    fed_backend *gemm_be;
+    fed_backend *bf16;
 };
 
 /* Layer l's input rows: its source layer's output, or the model's input. */
@@ -1690,6 +1694,7 @@ static fed_err model_build(plan *p, fed_model_shape in, fed_backend *be, fed_poo
     m->shards = shards;
     m->max_batch = max_batch;
     m->recompute = 1;
+    m->gemm_be = be;
     m->nlayers = p->nlayers;
     m->layers = p->layers;
     m->ntensors = p->ntensors;
@@ -1774,6 +1779,8 @@ void fed_model_free(fed_model *m)
     fed_free(m->run.done);
     fed_free(m->keep);
     fed_free(m->bseq);
+    if (m->bf16)
+        m->bf16->destroy(m->bf16);
     fed_free(m->layers);
     fed_free(m->tensors);
     fed_free(m->cat);
@@ -1969,7 +1976,7 @@ static void linear_forward(fed_model *m, int l, const float *x, int off, int n)
     float *y = m->ws.act[l] + (size_t)off * ly->out_numel;
 
     /* y (n, out) = x (n, in) W^T, then bias and ReLU in one pass */
-    be->gemm(be, 0, 1, n, ly->out_numel, ly->in_numel, 1.0f, x, ly->in_numel,
+    m->gemm_be->gemm(m->gemm_be, 0, 1, n, ly->out_numel, ly->in_numel, 1.0f, x, ly->in_numel,
              m->params + ly->w_off, ly->in_numel, 0.0f, y, ly->out_numel);
     be->bias_act_fwd(be, y, layer_bias(m, ly), n, ly->out_numel, ly->relu);
 }
@@ -1987,7 +1994,7 @@ static void linear_forward_cols(fed_model *m, int u, int n)
     row_chunk(out, m->shards, u, &r0, &r1);
     if (r0 >= r1)
         return;
-    be->gemm(be, 0, 1, n, r1 - r0, in, 1.0f, m->ws.x, in, m->params + ly->w_off + (size_t)r0 * in,
+    m->gemm_be->gemm(m->gemm_be, 0, 1, n, r1 - r0, in, 1.0f, m->ws.x, in, m->params + ly->w_off + (size_t)r0 * in,
              in, 0.0f, y + r0, out);
     for (int b = 0; b < n; b++)
         be->bias_act_fwd(be, y + (size_t)b * out + r0, layer_bias(m, ly) + r0, 1, r1 - r0,
@@ -1998,7 +2005,6 @@ static void linear_forward_cols(fed_model *m, int u, int n)
  * dy (n, out) is already masked by this layer's ReLU. */
 static void linear_weight_grads(fed_model *m, int l, int u, const float *dy, int n)
 {
-    fed_backend *be = m->be;
     const layer *ly = &m->layers[l];
     const float *x = layer_in(m, l);
     float *dW = m->grads + ly->w_off, *db = m->grads + ly->b_off;
@@ -2009,21 +2015,20 @@ static void linear_weight_grads(fed_model *m, int l, int u, const float *dy, int
     if (r0 >= r1)
         return;
     /* dW[r0:r1] (r, in) = dy[:, r0:r1]^T (r, n) x (n, in) */
-    be->gemm(be, 1, 0, r1 - r0, in, n, 1.0f, dy + r0, out, x, in, beta, dW + (size_t)r0 * in, in);
+    m->gemm_be->gemm(m->gemm_be, 1, 0, r1 - r0, in, n, 1.0f, dy + r0, out, x, in, beta, dW + (size_t)r0 * in, in);
     /* db[r0:r1] = dy[:, r0:r1]^T ones (n) */
     if (ly->b_numel)
-        be->gemm(be, 1, 0, r1 - r0, 1, n, 1.0f, dy + r0, out, m->ws.ones, 1, beta, db + r0, 1);
+        m->gemm_be->gemm(m->gemm_be, 1, 0, r1 - r0, 1, n, 1.0f, dy + r0, out, m->ws.ones, 1, beta, db + r0, 1);
 }
 
 static void linear_input_grads(fed_model *m, int l, int u, const float *dy, float *dx, int off,
                                int n)
 {
-    fed_backend *be = m->be;
     const layer *ly = &m->layers[l];
 
     (void)u;
     /* dx (n, in) = dy (n, out) W (out, in) */
-    be->gemm(be, 0, 0, n, ly->in_numel, ly->out_numel, 1.0f, dy + (size_t)off * ly->out_numel,
+    m->gemm_be->gemm(m->gemm_be, 0, 0, n, ly->in_numel, ly->out_numel, 1.0f, dy + (size_t)off * ly->out_numel,
              ly->out_numel, m->params + ly->w_off, ly->in_numel, 0.0f,
              dx + (size_t)off * ly->in_numel, ly->in_numel);
 }
@@ -2102,7 +2107,7 @@ static void conv_forward(fed_model *m, int l, const float *x, int off, int n)
         /* per group g: y_i[g] (og, P) = W[g] (og, ckk) col[g] (ckk, P), the
            group's rows of each */
         for (int g = 0; g < G; g++)
-            be->gemm(be, 0, 0, og, P, ckk, 1.0f, W + (size_t)g * og * ckk, ckk,
+            m->gemm_be->gemm(m->gemm_be, 0, 0, og, P, ckk, 1.0f, W + (size_t)g * og * ckk, ckk,
                      col + (size_t)g * ckk * P, P, 0.0f,
                      y + (size_t)i * ly->out_numel + (size_t)g * og * P, P);
     }
@@ -2129,7 +2134,7 @@ static void conv_weight_grads(fed_model *m, int l, int u, const float *dy, int n
             int g = a / og;
 
             b = (g + 1) * og < r1 ? (g + 1) * og : r1;
-            be->gemm(be, 0, 1, b - a, ckk, P, 1.0f, dyi + (size_t)(a - r0) * P, P,
+            m->gemm_be->gemm(m->gemm_be, 0, 1, b - a, ckk, P, 1.0f, dyi + (size_t)(a - r0) * P, P,
                      m->ws.col[l] + (size_t)i * ly->col_numel + (size_t)g * ckk * P, P,
                      i || acc ? 1.0f : 0.0f, dW + (size_t)a * ckk, ckk);
         }
@@ -2155,7 +2160,7 @@ static void conv_input_grads(fed_model *m, int l, int u, const float *dy, float 
         /* per group: dcol[g] (ckk, P) = W[g]^T (ckk, og) dy_i[g] (og, P),
            then folded back */
         for (int g = 0; g < G; g++)
-            be->gemm(be, 1, 0, ckk, P, og, 1.0f, W + (size_t)g * og * ckk, ckk,
+            m->gemm_be->gemm(m->gemm_be, 1, 0, ckk, P, og, 1.0f, W + (size_t)g * og * ckk, ckk,
                      dyo + (size_t)i * ly->out_numel + (size_t)g * og * P, P, 0.0f,
                      m->ws.dcol[u] + (size_t)g * ckk * P, P);
         conv_col2im(be, ly, m->ws.dcol[u], dxo + (size_t)i * ly->in_numel);
@@ -2167,7 +2172,6 @@ static void conv_input_grads(fed_model *m, int l, int u, const float *dy, float 
 static void conv_dp_norm2(fed_model *m, int l, int u, const float *dy, const float *x, int off,
                           int n, double *norm2)
 {
-    fed_backend *be = m->be;
     const layer *ly = &m->layers[l];
     int G = ly->groups, og = ly->out_c / G;
     int ckk = ly->in_c / G * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
@@ -2177,7 +2181,7 @@ static void conv_dp_norm2(fed_model *m, int l, int u, const float *dy, const flo
         const float *dyi = dy + (size_t)(off + i) * ly->out_numel;
 
         for (int g = 0; g < G; g++) /* each group's rows of the weight gradient */
-            be->gemm(be, 0, 1, og, ckk, P, 1.0f, dyi + (size_t)g * og * P, P,
+            m->gemm_be->gemm(m->gemm_be, 0, 1, og, ckk, P, 1.0f, dyi + (size_t)g * og * P, P,
                      m->ws.col[l] + (size_t)(off + i) * ly->col_numel + (size_t)g * ckk * P, P,
                      0.0f, m->ws.dgw[u] + (size_t)g * og * ckk, ckk);
         norm2[i] += sumsq_f(m->ws.dgw[u], (size_t)ly->out_c * ckk);
@@ -2775,6 +2779,46 @@ void fed_model_set_dropout_key(fed_model *m, uint64_t key)
 {
     m->drop_key = key;
     m->drop_step = 0;
+}
+
+/* ---- precision (--precision) ---- */
+
+fed_err fed_model_precision_parse(const char *s, fed_precision *out)
+{
+    if (!strcmp(s, "fp32"))
+        *out = FED_PRECISION_FP32;
+    else if (!strcmp(s, "bf16"))
+        *out = FED_PRECISION_BF16;
+    else
+        return FED_ERR_SPEC;
+    return FED_OK;
+}
+
+fed_err fed_model_set_precision(fed_model *m, fed_precision p, char *why, size_t cap)
+{
+    fed_err err;
+
+    if (p == FED_PRECISION_FP32) {
+        m->gemm_be = m->be;
+        if (m->bf16)
+            m->bf16->destroy(m->bf16);
+        m->bf16 = NULL;
+        return FED_OK;
+    }
+    if (m->bf16)
+        return FED_OK;
+    if (m->ws.dpd_on)
+        return fed_err_why(why, cap, FED_ERR_UNSUPPORTED,
+                           "--precision bf16: DP-SGD stays fp32");
+    if ((err = fed_backend_cpu_bf16(m->be, &m->bf16, why, cap)) != FED_OK)
+        return err;
+    m->gemm_be = m->bf16;
+    return FED_OK;
+}
+
+fed_precision fed_model_precision(const fed_model *m)
+{
+    return m->bf16 ? FED_PRECISION_BF16 : FED_PRECISION_FP32;
 }
 
 /* ---- the table ---- */
@@ -3461,6 +3505,10 @@ static fed_err dp_keep_grads(fed_model *m)
 
 fed_err fed_model_dp_check(const fed_model *m, char *why, size_t cap)
 {
+    if (m->bf16)
+        return fed_err_why(why, cap, FED_ERR_UNSUPPORTED,
+                           "model: DP-SGD's per-sample norms, clipping and noise stay fp32: "
+                           "train without --precision bf16");
     if (m->recompute > 1)
         return fed_err_why(why, cap, FED_ERR_UNSUPPORTED,
                            "model: DP-SGD's per-sample norms read every layer's output "

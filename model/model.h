@@ -316,6 +316,22 @@ int fed_model_recompute(const fed_model *m);
  * not the input staging, the parameters, gradients or DP-SGD's buffers. */
 size_t fed_model_activation_bytes(const fed_model *m);
 
+/* --precision: fp32 everywhere, or bf16 GEMMs: every linear and conv
+ * product (forward, input and weight gradients) on operands rounded to
+ * bfloat16, summed in fp32 (fed_backend_cpu_bf16). The parameters (the
+ * master weights), their gradients, the optimizer's state and the delta a
+ * node sends stay fp32, and so do the norm layers, the activations'
+ * functions, pooling, the embeddings and the loss. */
+typedef enum { FED_PRECISION_FP32, FED_PRECISION_BF16 } fed_precision;
+/* "fp32" or "bf16"; FED_ERR_SPEC otherwise. */
+FED_WUR fed_err fed_model_precision_parse(const char *s, fed_precision *out);
+/* From now on m's GEMMs run at p. FED_ERR_UNSUPPORTED with the reason in
+ * why (cap bytes): bf16 off the CPU backend, on a CPU without AVX512-BF16
+ * (cpuid), or on a model that took DP-SGD steps; fed_model_dp_check refuses
+ * DP-SGD on a bf16 model. */
+FED_WUR fed_err fed_model_set_precision(fed_model *m, fed_precision p, char *why, size_t cap);
+fed_precision fed_model_precision(const fed_model *m);
+
 /* PyTorch's default init (Kaiming-uniform weights, uniform biases), drawn
  * from rng in tensor order: the same seed gives the same parameters. */
 FED_WUR fed_err fed_model_init(fed_model *m, fed_rng *rng);

@@ -720,6 +720,7 @@ static fed_err on_model_train(fed_node *n, node_open *op)
     j->shards = n->cfg.shards;
     j->accumulate = n->cfg.accumulate;
     j->recompute = n->cfg.recompute;
+    j->precision = n->cfg.precision;
     j->data = n->cfg.data.train;
     j->aug = n->cfg.data.augment;
     j->shard = n->cfg.data.shard;

@@ -311,6 +311,7 @@ typedef struct node_train_job {
     uint32_t accumulate;    /* micro-batches per step (cfg.accumulate; at most the
                                batch, 0 or 1: none) */
     uint32_t recompute;     /* cfg.recompute (0 or 1: every output kept) */
+    fed_precision precision; /* cfg.precision */
     const fed_dataset *data;
     const uint32_t *shard;
     size_t shard_n;

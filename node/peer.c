@@ -715,6 +715,7 @@ static fed_err begin_round(fed_node *n)
     j->shards = c->shards;
     j->accumulate = c->accumulate;
     j->recompute = c->recompute;
+    j->precision = c->precision;
     j->data = c->data.train;
     j->aug = c->data.augment;
     j->shard = c->data.shard;

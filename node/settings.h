@@ -27,6 +27,7 @@ typedef struct fed_node_settings {
     int batch;
     int accumulate;         /* client, peer: micro-batches per step */
     int recompute;          /* client, peer: keep every K-th layer's output */
+    char precision[8];      /* client, peer: fp32 or bf16 */
     double lr;
     char lr_schedule[32];
     int lr_warmup;
@@ -103,6 +104,9 @@ typedef struct fed_node_settings {
                 "client, peer: keep the output of every K-th layer and compute the others "      \
                 "again in the backward (gradients bit for bit; 1: keep all; not with "           \
                 "--dp-sgd)"),                                                                    \
+    FED_OPT_DEF(T, m.precision, "precision", FED_OPT_STR, "fp32", 0, 0,                          \
+                "client, peer: fp32, or bf16: GEMMs on bfloat16 operands summed in fp32 (CPUs "  \
+                "with AVX512-BF16), the weights, optimizer and delta fp32; not with --dp-sgd"),  \
     FED_OPT_DEF(T, m.lr, "lr", FED_OPT_DOUBLE, "0", 0, 100,                                      \
                 "aggregator, peer: the training learning rate (" FED_OPTIM_LR_HELP ")"),        \
     FED_OPT_DEF(T, m.lr_schedule, "lr-schedule", FED_OPT_STR, "const", 0, 0,                 \

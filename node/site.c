@@ -166,6 +166,7 @@ fed_err fed_node_site_rank_run(const fed_node_site_rank_cfg *cfg)
         j.shards = cfg->shards;
         j.accumulate = cfg->accumulate;
         j.recompute = cfg->recompute;
+        j.precision = cfg->precision;
         j.data = cfg->train;
         j.shard = cfg->shard;
         j.shard_n = cfg->shard_n;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/log.h"
 #include "node/node_impl.h"
 #include "node/test_hooks.h"
 
@@ -190,6 +191,12 @@ static fed_err round_model(node_train_job *j)
                       room, &j->model);
     if (e == FED_OK && j->recompute > 1)
         e = fed_model_set_recompute(j->model, (int)j->recompute);
+    if (e == FED_OK && j->precision != FED_PRECISION_FP32) {
+        char why[256];
+
+        if ((e = fed_model_set_precision(j->model, j->precision, why, sizeof why)) != FED_OK)
+            fed_log(FED_LOG_ERROR, "%s", why);
+    }
     if (e == FED_OK && j->hooks && j->hooks->mark_model)
         j->hooks->mark_model(j->hooks->ctx, j->model);
     return e;
