@@ -16,61 +16,52 @@
 #define NR 32  /* columns: two zmm of 16 */
 #define KC 512 /* k of one pass (256 pairs): the kernel's panels stay in L1/L2 */
 
-/* fp32 to bf16, round to nearest even (a NaN stays a NaN). */
-static uint16_t bf16_of(float f)
+/* Rows [r0, r0 + width) of a matrix X of R rows and k [k0, k0 + kc),
+ * element (r, k) at X[r ld + k] (contig: each pair of k side by side) or
+ * X[k ld + r], as a panel: per pair p, width words each holding
+ * (x[r][2p], x[r][2p + 1]) in bf16 (round to nearest even), zeros past R
+ * and past kc. op(A) is packed by its rows, op(B) by its columns. */
+static void pack_panel(int contig, const float *X, int ld, int R, int r0, int width, int k0,
+                       int kc, uint32_t *out)
 {
-    uint32_t u;
+    int kp = (kc + 1) / 2, rows = R - r0 < width ? R - r0 : width;
 
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
+    if (rows < width)
+        memset(out, 0, (size_t)kp * width * sizeof *out);
+    if (contig) { /* a row's 32 values at a time: 16 pairs, to 16 places */
+        for (int r = 0; r < rows; r++) {
+            const float *x = X + (size_t)(r0 + r) * ld + k0;
 
-/* op(A) rows [0, M), k [k0, k0 + kc) into panels of MR rows: per panel,
- * per pair p, MR words each holding (a[r][2p], a[r][2p + 1]); padded with
- * zeros. */
-static void pack_a(int ta, const float *A, int lda, int M, int k0, int kc, uint32_t *out)
-{
-    int kp = (kc + 1) / 2;
+            for (int k = 0; k < kc; k += 32) {
+                int n = kc - k < 32 ? kc - k : 32;
+                __mmask16 lo = n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1);
+                __mmask16 hi = n <= 16 ? 0 : n >= 32 ? 0xffff : (__mmask16)((1u << (n - 16)) - 1);
+                __m512bh v = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, x + k + 16),
+                                                 _mm512_maskz_loadu_ps(lo, x + k));
+                uint32_t w[16];
 
-    for (int m0 = 0; m0 < M; m0 += MR)
-        for (int p = 0; p < kp; p++)
-            for (int r = 0; r < MR; r++, out++) {
-                int i = m0 + r, k = k0 + 2 * p;
-                uint16_t lo = 0, hi = 0;
-
-                if (i < M) {
-                    lo = bf16_of(ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]);
-                    if (2 * p + 1 < kc)
-                        hi = bf16_of(ta ? A[(size_t)(k + 1) * lda + i]
-                                        : A[(size_t)i * lda + k + 1]);
-                }
-                *out = (uint32_t)lo | (uint32_t)hi << 16;
+                _mm512_storeu_si512(w, (__m512i)v);
+                for (int i = 0; i < (n + 1) / 2; i++)
+                    out[(size_t)(k / 2 + i) * width + r] = w[i];
             }
-}
+        }
+        return;
+    }
+    for (int p = 0; p < kp; p++) /* two rows of k, 16 of r at a time */
+        for (int r = 0; r < rows; r += 16) {
+            int n = rows - r < 16 ? rows - r : 16;
+            __mmask16 mk = n == 16 ? 0xffff : (__mmask16)((1u << n) - 1);
+            const float *x = X + (size_t)(k0 + 2 * p) * ld + r0 + r;
+            __m512i a = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(
+                _mm512_maskz_loadu_ps(mk, x)));
+            __m512i b = _mm512_setzero_si512();
 
-/* op(B) k [k0, k0 + kc), columns [0, N) into panels of NR columns: per
- * panel, per pair p, NR words (b[2p][j], b[2p + 1][j]). */
-static void pack_b(int tb, const float *B, int ldb, int N, int k0, int kc, uint32_t *out)
-{
-    int kp = (kc + 1) / 2;
-
-    for (int n0 = 0; n0 < N; n0 += NR)
-        for (int p = 0; p < kp; p++)
-            for (int c = 0; c < NR; c++, out++) {
-                int j = n0 + c, k = k0 + 2 * p;
-                uint16_t lo = 0, hi = 0;
-
-                if (j < N) {
-                    lo = bf16_of(tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j]);
-                    if (2 * p + 1 < kc)
-                        hi = bf16_of(tb ? B[(size_t)j * ldb + k + 1]
-                                        : B[(size_t)(k + 1) * ldb + j]);
-                }
-                *out = (uint32_t)lo | (uint32_t)hi << 16;
-            }
+            if (2 * p + 1 < kc)
+                b = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(
+                    _mm512_maskz_loadu_ps(mk, x + ld)));
+            _mm512_mask_storeu_epi32(out + (size_t)p * width + r, mk,
+                                     _mm512_or_si512(a, _mm512_slli_epi32(b, 16)));
+        }
 }
 
 /* C[0:mr, 0:nr] = alpha (a b) + beta C over kp pairs: 8 rows x 32
@@ -78,38 +69,50 @@ static void pack_b(int tb, const float *B, int ldb, int N, int k0, int kc, uint3
 static void kernel(const uint32_t *a, const uint32_t *b, int kp, float alpha, float beta,
                    float *C, int ldc, int mr, int nr)
 {
-    __m512 acc[MR][2];
+    /* sixteen sums in registers, named: an array of them stays in memory */
+    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+    __m512 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00;
+    __m512 c61 = c00, c70 = c00, c71 = c00;
     __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
     __mmask16 m1 = nr <= 16 ? 0 : nr >= 32 ? 0xffff : (__mmask16)((1u << (nr - 16)) - 1);
 
-    for (int r = 0; r < MR; r++)
-        acc[r][0] = acc[r][1] = _mm512_setzero_ps();
     for (int p = 0; p < kp; p++, a += MR, b += NR) {
         __m512bh b0 = (__m512bh)_mm512_loadu_si512(b);
         __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 16);
+        __m512bh ar;
 
-        for (int r = 0; r < MR; r++) {
-            __m512bh ar = (__m512bh)_mm512_set1_epi32((int)a[r]);
-
-            acc[r][0] = _mm512_dpbf16_ps(acc[r][0], ar, b0);
-            acc[r][1] = _mm512_dpbf16_ps(acc[r][1], ar, b1);
-        }
+#define ROW(r, x0, x1)                                                                       \
+    ar = (__m512bh)_mm512_set1_epi32((int)a[r]);                                             \
+    x0 = _mm512_dpbf16_ps(x0, ar, b0);                                                       \
+    x1 = _mm512_dpbf16_ps(x1, ar, b1)
+        ROW(0, c00, c01);
+        ROW(1, c10, c11);
+        ROW(2, c20, c21);
+        ROW(3, c30, c31);
+        ROW(4, c40, c41);
+        ROW(5, c50, c51);
+        ROW(6, c60, c61);
+        ROW(7, c70, c71);
+#undef ROW
     }
-    for (int r = 0; r < mr; r++) {
-        float *c = C + (size_t)r * ldc;
-        __m512 va = _mm512_set1_ps(alpha);
-        __m512 c0 = _mm512_mul_ps(acc[r][0], va), c1 = _mm512_mul_ps(acc[r][1], va);
+    {
+        __m512 acc[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31},
+                             {c40, c41}, {c50, c51}, {c60, c61}, {c70, c71}};
+        __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
 
-        if (beta != 0.0f) {
-            __m512 vb = _mm512_set1_ps(beta);
+        for (int r = 0; r < mr; r++) {
+            float *c = C + (size_t)r * ldc;
+            __m512 o0 = _mm512_mul_ps(acc[r][0], va), o1 = _mm512_mul_ps(acc[r][1], va);
 
-            c0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, c), vb, c0);
+            if (beta != 0.0f) {
+                o0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, c), vb, o0);
+                if (m1)
+                    o1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, c + 16), vb, o1);
+            }
+            _mm512_mask_storeu_ps(c, m0, o0);
             if (m1)
-                c1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, c + 16), vb, c1);
+                _mm512_mask_storeu_ps(c + 16, m1, o1);
         }
-        _mm512_mask_storeu_ps(c, m0, c0);
-        if (m1)
-            _mm512_mask_storeu_ps(c + 16, m1, c1);
     }
 }
 
@@ -134,8 +137,10 @@ fed_err fed_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const fl
         int kc = K - k0 < KC ? K - k0 : KC, kp = (kc + 1) / 2;
         float bk = k0 == 0 ? beta : 1.0f; /* later passes add to the first's */
 
-        pack_a(ta, A, lda, M, k0, kc, ap);
-        pack_b(tb, B, ldb, N, k0, kc, bp);
+        for (int im = 0; im < mp; im++) /* op(A)'s rows: contiguous in k unless ta */
+            pack_panel(!ta, A, lda, M, im * MR, MR, k0, kc, ap + (size_t)im * MR * kp);
+        for (int jn = 0; jn < np; jn++) /* op(B)'s columns: contiguous in k when tb */
+            pack_panel(tb, B, ldb, N, jn * NR, NR, k0, kc, bp + (size_t)jn * NR * kp);
         for (int jn = 0; jn < np; jn++)
             for (int im = 0; im < mp; im++) {
                 int mr = M - im * MR < MR ? M - im * MR : MR;
