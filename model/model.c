@@ -3273,6 +3273,17 @@ int fed_model_recompute(const fed_model *m)
     return m->recompute;
 }
 
+double fed_model_recompute_flops(const fed_model *m)
+{
+    int K = m->recompute, L = m->nlayers;
+    double f = 0.0;
+
+    for (int l = 0; K > 1 && l < (L - 1) / K * K; l++) /* the segments before the last */
+        if (!m->keep[l] || ws_borrows(m, l, WS_COL) || ws_borrows(m, l, WS_ARG))
+            f += m->layers[l].ops->flops(&m->layers[l], 1) / 2.0;
+    return f;
+}
+
 size_t fed_model_activation_bytes(const fed_model *m)
 {
     return m->ws.act_bytes;

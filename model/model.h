@@ -309,6 +309,10 @@ size_t fed_model_bytes(const fed_model *m);
  * K 1, or, if even that fails, unusable (free it). */
 FED_WUR fed_err fed_model_set_recompute(fed_model *m, int K);
 int fed_model_recompute(const fed_model *m);
+/* The FLOPs per sample the recomputed forwards add to a step: half of
+ * each recomputed layer's forward + weight-gradient count (a linear or
+ * conv layer's forward exactly, the others' about). 0 at K 1. */
+double fed_model_recompute_flops(const fed_model *m);
 /* Bytes of the batch's activation buffers, as allocated (the peak: they
  * are allocated once): every layer's output and output gradient, the
  * im2col buffers of convs (and a norm's per-sample statistics), max
