@@ -2,7 +2,7 @@
  * --recompute, measured as CPU time per step (the machine is shared: its
  * other load takes wall time, less so CPU time), A and B interleaved,
  * each a median with its spread (min-max) over rounds:
- *   - one-thread cblas_sgemm and our AVX512-BF16 GEMM, GFLOP/s, on the
+ *   - one-thread cblas_sgemm and our bf16 GEMMs (AVX512-BF16, AMX), GFLOP/s, on the
  *     MLP's forward product (256 x 2048 x 2048);
  *   - training steps of mlp:2048,2048 on Fashion-MNIST-shaped batches of
  *     256 (random bytes), fp32 against bf16, on 1 and 2 shards;
@@ -65,7 +65,8 @@ static void bench_gemm(int bf16)
     float *A = fed_alloc_aligned(sizeof(float) * (size_t)M * K);
     float *B = fed_alloc_aligned(sizeof(float) * (size_t)N * K);
     float *C = fed_alloc_aligned(sizeof(float) * (size_t)M * N);
-    double t[2][ROUNDS], med, lo, hi;
+    double t[3][ROUNDS], med, lo, hi;
+    int amx = bf16 && fed_gemm_amx_permit();
 
     for (size_t i = 0; i < (size_t)M * K; i++)
         A[i] = (float)(i % 17) / 17.0f - 0.5f;
@@ -73,14 +74,15 @@ static void bench_gemm(int bf16)
         B[i] = (float)(i % 13) / 13.0f - 0.5f;
     openblas_set_num_threads(1);
     for (int r = 0; r < ROUNDS; r++)
-        for (int k = 0; k < 1 + bf16; k++) { /* interleaved */
+        for (int k = 0; k < 1 + bf16 + amx; k++) { /* interleaved */
             double t0 = cpu_s();
 
             for (int i = 0; i < reps; i++)
                 if (k == 0)
                     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, A, K, B,
                                 K, 0.0f, C, N);
-                else if (fed_gemm_bf16(0, 1, M, N, K, 1.0f, A, K, B, K, 0.0f, C, N) != FED_OK)
+                else if ((k == 1 ? fed_gemm_bf16 : fed_gemm_amx)(0, 1, M, N, K, 1.0f, A, K, B, K,
+                                                                 0.0f, C, N) != FED_OK)
                     exit(1);
             t[k][r] = 2.0 * M * N * K * reps / (cpu_s() - t0) / 1e9;
         }
@@ -91,6 +93,11 @@ static void bench_gemm(int bf16)
         spread(t[1], ROUNDS, &med, &lo, &hi);
         printf("gemm %dx%dx%d, one thread: bf16 (AVX512-BF16) %.1f GFLOP/s (%.1f-%.1f)\n", M, N,
                K, med, lo, hi);
+    }
+    if (amx) {
+        spread(t[2], ROUNDS, &med, &lo, &hi);
+        printf("gemm %dx%dx%d, one thread: bf16 (AMX tiles) %.1f GFLOP/s (%.1f-%.1f)\n", M, N, K,
+               med, lo, hi);
     }
     fed_free(A);
     fed_free(B);

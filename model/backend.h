@@ -230,7 +230,9 @@ static inline int fed_backend_dropout_keep(uint64_t key, uint64_t i, float p)
 FED_WUR fed_err fed_backend_cpu_new(int blas_threads, fed_backend **out);
 /* --precision bf16: a view of the CPU backend cpu (its table, its context)
  * whose gemm rounds both operands to bfloat16 and sums in fp32
- * (model/gemm_bf16.h: AVX512-BF16's dpbf16); everything else is cpu's
+ * (model/gemm_bf16.h: on AMX tiles where the CPU has amx_bf16 and Linux
+ * grants the process their state, else AVX512-BF16's dpbf16); everything
+ * else is cpu's
  * fp32. Free it with its destroy (cpu stays). FED_ERR_UNSUPPORTED, with the
  * reason in why (cap bytes), where the CPU lacks avx512f or avx512_bf16
  * (cpuid) or cpu is not the CPU backend. */

@@ -13,4 +13,13 @@
 FED_WUR fed_err fed_gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const float *A,
                               int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
+/* fed_gemm_bf16 on AMX tiles (the same roundings; the sums in another
+ * order). Call only where the CPU has amx_bf16 and fed_gemm_amx_permit
+ * succeeded. */
+FED_WUR fed_err fed_gemm_amx(int ta, int tb, int M, int N, int K, float alpha, const float *A,
+                             int lda, const float *B, int ldb, float beta, float *C, int ldc);
+/* Asks Linux for the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM, once
+ * per process: the grant is the process's); 1 when granted. */
+int fed_gemm_amx_permit(void);
+
 #endif

@@ -1,4 +1,5 @@
-/* test_bf16.c - --precision bf16 on the CPU: the AVX512-BF16 GEMM against
+/* test_bf16.c - --precision bf16 on the CPU: the AVX512-BF16 GEMM (and the
+ * AMX one where the CPU and Linux give its tiles) against
  * the same product in double of the operands rounded to bf16 (every
  * transpose, edges of the 8 x 32 kernel, K over one pass, alpha and beta);
  * each layer's logits and gradients within bf16's tolerance of fp32's
@@ -15,6 +16,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <cpuid.h>
 
 #include "core/rng.h"
 #include "model/backend.h"
@@ -47,6 +49,16 @@ static float uniform(fed_rng *r)
     return (float)(fed_rng_u64(r) % 2000001) / 1000000.0f - 1.0f;
 }
 
+static int use_amx; /* one_gemm runs fed_gemm_amx */
+
+static int have_amx(void)
+{
+    unsigned a, b, c, d;
+
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 24 & 1) && (d >> 22 & 1) &&
+           fed_gemm_amx_permit();
+}
+
 static void one_gemm(int ta, int tb, int M, int N, int K, float alpha, float beta)
 {
     fed_rng r;
@@ -62,7 +74,9 @@ static void one_gemm(int ta, int tb, int M, int N, int K, float alpha, float bet
         B[i] = uniform(&r);
     for (size_t i = 0; i < (size_t)M * ldc; i++)
         C[i] = C0[i] = uniform(&r);
-    assert_int_equal(fed_gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc), FED_OK);
+    assert_int_equal((use_amx ? fed_gemm_amx : fed_gemm_bf16)(ta, tb, M, N, K, alpha, A, lda, B,
+                                                               ldb, beta, C, ldc),
+                     FED_OK);
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
             double s = 0, mag = 0;
@@ -77,8 +91,9 @@ static void one_gemm(int ta, int tb, int M, int N, int K, float alpha, float bet
             s = alpha * s + beta * C0[(size_t)i * ldc + j];
             /* fp32 sums of exact products: K roundings at most */
             if (!(fabs(C[(size_t)i * ldc + j] - s) <= 1e-6 * (K + 4) * (mag + 1)))
-                fail_msg("ta %d tb %d %dx%dx%d: C[%d][%d] %.9g, %.9g wanted", ta, tb, M, N, K, i,
-                         j, (double)C[(size_t)i * ldc + j], s);
+                fail_msg("%s ta %d tb %d %dx%dx%d: C[%d][%d] %.9g, %.9g wanted",
+                         use_amx ? "amx" : "avx512", ta, tb, M, N, K, i, j,
+                         (double)C[(size_t)i * ldc + j], s);
         }
     /* the padding columns of C are left alone */
     for (int i = 0; i < M; i++)
@@ -94,12 +109,17 @@ static void test_gemm(void **state)
     (void)state;
     if (!have_bf16())
         skip();
-    for (int ta = 0; ta < 2; ta++)
-        for (int tb = 0; tb < 2; tb++) {
-            one_gemm(ta, tb, 13, 37, 7, 1.0f, 0.0f);
-            one_gemm(ta, tb, 8, 32, 1031, 0.5f, 1.0f); /* three passes of k, one odd */
-            one_gemm(ta, tb, 1, 1, 1, 2.0f, -1.0f);
-        }
+    for (use_amx = 0; use_amx < 1 + have_amx(); use_amx++) {
+        print_message("%s\n", use_amx ? "AMX tiles" : "AVX512-BF16");
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                one_gemm(ta, tb, 13, 37, 7, 1.0f, 0.0f);
+                one_gemm(ta, tb, 8, 32, 1031, 0.5f, 1.0f); /* three passes of k, one odd */
+                one_gemm(ta, tb, 1, 1, 1, 2.0f, -1.0f);
+                one_gemm(ta, tb, 45, 50, 70, 1.0f, 0.5f); /* blocks of 32 and their edges */
+            }
+    }
+    use_amx = 0;
 }
 
 /* A net of every kind a bf16 GEMM reaches, and the fp32 ones around it. */
