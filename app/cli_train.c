@@ -89,12 +89,12 @@ static const fed_opt train_opts[] = {
       "gradients summed before the step (activation memory of a micro-batch; not with "
       "--dp-sgd)"),
     T(recompute, "recompute", FED_OPT_INT, "1", 1, 4096,
-      "keep the output of every K-th layer and compute the others again in the backward "
+      "keep the output of every N-th layer and compute the others again in the backward "
       "(gradients bit for bit, less activation memory, about a forward more; 1: keep all; "
       "not with --dp-sgd)"),
     T(precision, "precision", FED_OPT_STR, "fp32", 0, 0,
-      "fp32, or bf16: every linear and conv GEMM on bfloat16 operands summed in fp32 (CPUs "
-      "with AVX512-BF16); weights, gradients, optimizer and the saved model stay fp32; not "
+      "fp32, or bf16: every linear and conv GEMM on bfloat16 operands summed in fp32 (AMX or "
+      "AVX512-BF16 CPUs); weights, gradients, optimizer and the saved model stay fp32; not "
       "with --dp-sgd"),
     T(lr, "lr", FED_OPT_DOUBLE, "0", 0, 100,
       "learning rate (" FED_OPTIM_LR_HELP ")"),
