@@ -131,6 +131,9 @@ $(shell mkdir -p $(BUILD) && { [ "$$(cat $(PREFIX_STAMP) 2>/dev/null)" = '$(PREF
 endif
 $(BUILD)/model/backend.o: $(PREFIX_STAMP)
 $(BUILD)/model/backend.o: OBJ_CFLAGS = -DFED_PREFIX='"$(PREFIX)"'
+# the bf16 GEMM alone is built for AVX512-BF16 and AMX; the CPU backend checks
+# the CPU (cpuid) before it calls it
+$(BUILD)/model/gemm_bf16.o: OBJ_CFLAGS = -mavx512f -mavx512bf16 -mamx-tile -mamx-bf16
 
 # whether this build has MPI (for the process tests); a change remakes $(LIB)
 MPI_STAMP := $(BUILD)/have_mpi

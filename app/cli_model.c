@@ -2,24 +2,44 @@
  * graph as the model would be built from it: each layer's output shape per
  * sample, its parameters and its forward + backward FLOPs per sample, and
  * the totals; or the file's error, with the line (the node, for ONNX) and
- * the shapes computed so far. */
+ * the shapes computed so far. With --plan, what one process training it
+ * holds (parameters, gradients, optimizer state, activations: the model
+ * built on the CPU backend and its allocator's counts) and its FLOPs per
+ * step, for a batch, precision and recompute. */
 #include <stdio.h>
 #include <string.h>
 
 #include "app/cli.h"
 #include "core/alloc.h"
 #include "core/opt.h"
+#include "model/backend.h"
 #include "model/model_cfg.h"
 #include "onnx/onnx.h"
 
 typedef struct model_opts {
     int classes;
+    int plan;
+    int batch;
+    char precision[8];
+    int recompute;
+    char optimizer[8];
 } model_opts;
 
 static const fed_opt model_opts_table[] = {
     FED_OPT_DEF(model_opts, classes, "classes", FED_OPT_INT, "0", 0, 65536,
                 "classes of the data (0: the file's [output] classes, else its last "
                 "layer's out, else 10)"),
+    FED_OPT_DEF(model_opts, plan, "plan", FED_OPT_BOOL, "false", 0, 0,
+                "also print what one training process holds (parameters, gradients, optimizer "
+                "state, activations) and the FLOPs of a step"),
+    FED_OPT_DEF(model_opts, batch, "batch", FED_OPT_INT, "64", 1, 65536,
+                "--plan: the samples of one step (of one micro-batch with --accumulate)"),
+    FED_OPT_DEF(model_opts, precision, "precision", FED_OPT_STR, "fp32", 0, 0,
+                "--plan: fp32 or bf16"),
+    FED_OPT_DEF(model_opts, recompute, "recompute", FED_OPT_INT, "1", 1, 4096,
+                "--plan: keep every K-th layer's output (train's --recompute)"),
+    FED_OPT_DEF(model_opts, optimizer, "optimizer", FED_OPT_STR, "sgd", 0, 0,
+                "--plan: sgd (its momentum: one float a parameter) or adam (two)"),
 };
 #define NMODEL_OPTS (sizeof model_opts_table / sizeof model_opts_table[0])
 
@@ -50,9 +70,74 @@ static void print_graph(const char *label, const fed_model_node *nodes, int coun
     printf("%4s  %-14s %-24s %-12s %10zu %14.0f\n", "", "total", "", "", total, flops);
 }
 
-/* An .onnx file: the graph it translates to, and what the translation did. */
-static int model_onnx(const char *path, int classes)
+static double mib(size_t bytes)
 {
+    return (double)bytes / 1048576.0;
+}
+
+/* --plan: the graph built for real on the CPU backend (one shard, no
+ * pool), its allocator's counts read back. */
+static int print_plan(const char *label, const fed_model_node *nodes, int count,
+                      fed_model_shape in, const model_opts *o)
+{
+    fed_backend *be = NULL;
+    fed_model *m = NULL;
+    fed_precision prec;
+    char why[256];
+    int rc = 1, opt_floats = !strcmp(o->optimizer, "adam") ? 2 : 1;
+    size_t np, pbytes, act, other;
+    double fwdbwd, extra;
+    fed_err e;
+
+    if (fed_model_precision_parse(o->precision, &prec) != FED_OK ||
+        (strcmp(o->optimizer, "sgd") && strcmp(o->optimizer, "adam"))) {
+        fed_cli_error("model: --plan: --precision is fp32 or bf16, --optimizer sgd or adam");
+        return 2;
+    }
+    if ((e = fed_backend_cpu_new(1, &be)) != FED_OK ||
+        (e = fed_model_new_graph(label, nodes, count, in, be, NULL, 1, o->batch, &m)) != FED_OK ||
+        (e = fed_model_set_recompute(m, o->recompute)) != FED_OK) {
+        fed_cli_error("model: --plan: building it at batch %d: %s", o->batch, fed_strerror(e));
+        goto out;
+    }
+    np = fed_model_nparams(m);
+    pbytes = np * sizeof(float);
+    act = fed_model_activation_bytes(m);
+    other = fed_model_bytes(m) - 2 * pbytes - act;
+    fwdbwd = fed_model_flops_per_sample(m) * o->batch;
+    extra = fed_model_recompute_flops(m) * o->batch;
+    printf("# plan: batch %d, precision %s, recompute %d, optimizer %s; one process\n", o->batch,
+           o->precision, o->recompute, o->optimizer);
+    printf("%-18s %12.1f MiB  (%zu floats, fp32: the master weights)\n", "parameters",
+           mib(pbytes), np);
+    printf("%-18s %12.1f MiB  (fp32)\n", "gradients", mib(pbytes));
+    printf("%-18s %12.1f MiB  (%s: %d float%s a parameter)\n", "optimizer state",
+           mib(pbytes * (size_t)opt_floats), o->optimizer, opt_floats, opt_floats > 1 ? "s" : "");
+    printf("%-18s %12.1f MiB  (the allocator's count: outputs, output gradients, im2col, "
+           "argmax, scratch)\n", "activations", mib(act));
+    printf("%-18s %12.1f MiB  (the batch's input, labels, DP-SGD's norms)\n", "other buffers",
+           mib(other));
+    printf("%-18s %12.1f MiB\n", "total",
+           mib(2 * pbytes + pbytes * (size_t)opt_floats + act + other));
+    printf("%-18s %12.4g  (forward + backward %.4g, recomputed forwards %.4g)\n",
+           "FLOPs per step", fwdbwd + extra, fwdbwd, extra);
+    if (prec == FED_PRECISION_BF16) {
+        if (fed_model_set_precision(m, prec, why, sizeof why) != FED_OK)
+            printf("# note: %s\n", why);
+        printf("# note: bf16 rounds each GEMM's operands as it packs them (transient buffers "
+               "per call); the buffers above stay fp32\n");
+    }
+    rc = 0;
+out:
+    fed_model_free(m);
+    fed_backend_free(be);
+    return rc;
+}
+
+/* An .onnx file: the graph it translates to, and what the translation did. */
+static int model_onnx(const char *path, const model_opts *mo)
+{
+    int classes = mo->classes;
     fed_onnx *o = NULL;
     fed_model_node_info *info = NULL;
     const fed_model_node *nodes;
@@ -80,6 +165,8 @@ static int model_onnx(const char *path, int classes)
         goto out;
     }
     print_graph(path, nodes, count, in, info);
+    if (mo->plan && print_plan(path, nodes, count, in, mo) != 0)
+        goto out;
     printf("# weights: %s\n", fed_onnx_has_weights(o) ? "from the file (its initializers)"
                                                      : "none in the file: initialized as PyTorch");
     if (fed_onnx_notes(o)[0]) {
@@ -114,9 +201,11 @@ int fed_cli_model(int argc, char **argv)
         argv++;
         argc--;
     }
-    rc = fed_cli_load_options("model", "FILE [--classes K]\n"
+    rc = fed_cli_load_options("model", "FILE [--classes K] [--plan [--batch B] [--precision "
+                              "P] [--recompute K] [--optimizer O]]\n"
                               "  print a model file's (or an .onnx file's) layers: output "
-                              "shape, parameters and FLOPs per sample",
+                              "shape, parameters and FLOPs per sample; --plan: a training "
+                              "process's memory and FLOPs per step",
                               model_opts_table, NMODEL_OPTS, &o, argc, argv);
     if (rc >= 0)
         return rc;
@@ -125,7 +214,7 @@ int fed_cli_model(int argc, char **argv)
         return 2;
     }
     if (fed_cli_is_onnx(path))
-        return model_onnx(path, o.classes);
+        return model_onnx(path, &o);
     if (fed_model_cfg_load(path, &cfg, why, sizeof why) != FED_OK) {
         fed_cli_error("model: %s", why);
         return 1;
@@ -144,7 +233,7 @@ int fed_cli_model(int argc, char **argv)
         goto out;
     }
     print_graph(fed_model_cfg_label(cfg), nodes, count, in, info);
-    rc = 0;
+    rc = o.plan ? print_plan(fed_model_cfg_label(cfg), nodes, count, in, &o) : 0;
 out:
     fed_free(info);
     fed_model_cfg_free(cfg);

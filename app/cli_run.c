@@ -1462,6 +1462,13 @@ static int run_rank(const run_cfg *c, fed_coll *coll)
     rc.be = s.be;
     rc.pool = s.pool;
     rc.shards = fed_pool_workers(s.pool) > 0 ? fed_pool_workers(s.pool) : 1;
+    rc.accumulate = (uint32_t)c->s.accumulate;
+    rc.recompute = (uint32_t)c->s.recompute;
+    if (fed_model_precision_parse(c->s.precision, &rc.precision) != FED_OK) {
+        fed_cli_error("run: --precision: '%s' is not fp32 or bf16", c->s.precision);
+        r = 2;
+        goto out;
+    }
     rc.train = s.train;
     rc.shard = s.idx;
     rc.shard_n = s.nidx;

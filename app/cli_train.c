@@ -45,6 +45,9 @@ typedef struct train_cfg {
     fed_onnx *onnx; /* --model FILE.onnx: its weights, the initial ones (not an option) */
     int epochs;
     int batch;
+    int accumulate;
+    int recompute;
+    char precision[8];
     double lr;
     char optimizer[16];
     double momentum;
@@ -85,6 +88,18 @@ static const fed_opt train_opts[] = {
       "torchvision's ToTensor); kept with --db, said by the export"),
     T(epochs, "epochs", FED_OPT_INT, "10", 1, 100000, "passes over the (shard of the) data"),
     T(batch, "batch", FED_OPT_INT, "64", 1, 65536, "samples per step"),
+    T(accumulate, "accumulate", FED_OPT_INT, "1", 1, 65536,
+      "run each step's --batch as N micro-batches of ceil(batch / N) samples, their "
+      "gradients summed before the step (activation memory of a micro-batch; not with "
+      "--dp-sgd)"),
+    T(recompute, "recompute", FED_OPT_INT, "1", 1, 4096,
+      "keep the output of every N-th layer and compute the others again in the backward "
+      "(gradients bit for bit, less activation memory, about a forward more; 1: keep all; "
+      "not with --dp-sgd)"),
+    T(precision, "precision", FED_OPT_STR, "fp32", 0, 0,
+      "fp32, or bf16: every linear and conv GEMM on bfloat16 operands summed in fp32 (AMX or "
+      "AVX512-BF16 CPUs); weights, gradients, optimizer and the saved model stay fp32; not "
+      "with --dp-sgd"),
     T(lr, "lr", FED_OPT_DOUBLE, "0", 0, 100,
       "learning rate (" FED_OPTIM_LR_HELP ")"),
     T(optimizer, "optimizer", FED_OPT_STR, "adam", 0, 0, "adam or sgd"),
@@ -311,6 +326,17 @@ static int check_train_cfg(const train_cfg *c, fed_optim_cfg *oc, int *shard, in
         fed_cli_error("train: --resume needs --db FILE");
         return 2;
     }
+    if (c->accumulate > c->batch || (c->accumulate > 1 && c->dp_sgd)) {
+        fed_cli_error("train: --accumulate %d: %s", c->accumulate,
+                      c->dp_sgd ? "DP-SGD sums its Poisson draw in pieces of its own: drop "
+                                  "--accumulate" : "more micro-batches than --batch's samples");
+        return 2;
+    }
+    if (c->recompute > 1 && c->dp_sgd) {
+        fed_cli_error("train: --recompute %d: DP-SGD's per-sample norms read every layer's "
+                      "output gradient: drop --recompute", c->recompute);
+        return 2;
+    }
     if (c->dp_sgd && fed_rdp_check_delta(c->dp_delta) != FED_OK) {
         fed_cli_error("train: --dp-delta %g: delta must lie strictly between 0 and 1",
                       c->dp_delta);
@@ -340,6 +366,13 @@ static void print_header(const train_cfg *c, const train_world *w, const fed_opt
     if (w->test)
         printf(", %zu test", w->test->n);
     printf("), %d epochs, batch %d, %s lr %g", c->epochs, c->batch, c->optimizer, oc->lr);
+    if (c->accumulate > 1)
+        printf(" (accumulated over %d micro-batches of up to %d)", c->accumulate,
+               fed_trainer_micro_batch(c->batch, c->accumulate));
+    if (c->recompute > 1)
+        printf(" recompute %d", c->recompute);
+    if (strcmp(c->precision, "fp32"))
+        printf(" precision %s", c->precision);
     if (oc->kind == FED_OPTIM_SGD)
         printf(" momentum %g%s", oc->momentum, oc->nesterov ? " nesterov" : "");
     printf(" weight-decay %g, schedule %s", oc->weight_decay, c->schedule);
@@ -594,10 +627,36 @@ static int train_main(const train_cfg *c, int argc, char **argv)
         goto out;
     }
     if ((err = fed_model_new(c->graph ? c->graph : c->model, in, w.be, w.pool, threads,
-                             c->dp_sgd ? c->batch + (int)(6 * sqrt(c->batch)) + 8 : c->batch,
+                             c->dp_sgd ? c->batch + (int)(6 * sqrt(c->batch)) + 8
+                                       : fed_trainer_micro_batch(c->batch, c->accumulate),
                              &w.m)) != FED_OK) {
         rc = fail(c->model, err);
         goto out;
+    }
+    if (c->recompute > 1 && (err = fed_model_set_recompute(w.m, c->recompute)) != FED_OK) {
+        rc = fail("--recompute", err);
+        goto out;
+    }
+    {
+        fed_precision prec;
+        char why[256];
+
+        if (fed_model_precision_parse(c->precision, &prec) != FED_OK) {
+            fed_cli_error("train: --precision: '%s' is not fp32 or bf16", c->precision);
+            rc = 2;
+            goto out;
+        }
+        if (prec == FED_PRECISION_BF16 && c->dp_sgd) {
+            fed_cli_error("train: --precision bf16: DP-SGD's norms, clipping and noise stay "
+                          "fp32: drop one of them");
+            rc = 2;
+            goto out;
+        }
+        if ((err = fed_model_set_precision(w.m, prec, why, sizeof why)) != FED_OK) {
+            fed_cli_error("train: %s", why);
+            rc = 1;
+            goto out;
+        }
     }
     fed_rng_seed_stream(&init, c->seed, 0);
     fed_rng_seed_stream(&shuffle, c->seed, 1);
@@ -605,7 +664,8 @@ static int train_main(const train_cfg *c, int argc, char **argv)
                                       fed_train_batches(w.nidx, c->batch), &oc)) != FED_OK ||
         (err = fed_model_init(w.m, &init)) != FED_OK ||
         (err = fed_optim_new(&oc, w.m, &w.o)) != FED_OK ||
-        (err = fed_trainer_new(w.m, w.o, w.train, c->batch, &w.t)) != FED_OK) {
+        (err = fed_trainer_new_acc(w.m, w.o, w.train, c->batch, c->accumulate, &w.t)) !=
+            FED_OK) {
         rc = fail("setting up", err);
         goto out;
     }

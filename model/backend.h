@@ -228,6 +228,15 @@ static inline int fed_backend_dropout_keep(uint64_t key, uint64_t i, float p)
 /* The CPU backend. threads: OpenBLAS's own thread count (1 when the pool
  * splits the batch, which is the default). */
 FED_WUR fed_err fed_backend_cpu_new(int blas_threads, fed_backend **out);
+/* --precision bf16: a view of the CPU backend cpu (its table, its context)
+ * whose gemm rounds both operands to bfloat16 and sums in fp32
+ * (model/gemm_bf16.h: on AMX tiles where the CPU has amx_bf16 and Linux
+ * grants the process their state, else AVX512-BF16's dpbf16); everything
+ * else is cpu's
+ * fp32. Free it with its destroy (cpu stays). FED_ERR_UNSUPPORTED, with the
+ * reason in why (cap bytes), where the CPU lacks avx512f or avx512_bf16
+ * (cpuid) or cpu is not the CPU backend. */
+FED_WUR fed_err fed_backend_cpu_bf16(fed_backend *cpu, fed_backend **out, char *why, size_t cap);
 /* OpenBLAS picks its kernels when it loads, from the CPU's model number; on a
  * CPU newer than the library it falls back to generic SSE3 kernels, several
  * times slower. Returns the OPENBLAS_CORETYPE value to run with instead

@@ -9,6 +9,7 @@
 #include <xmmintrin.h>
 #endif
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h> /* weighted_sum's AVX2 / AVX-512 paths, picked at run time */
 #endif
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "model/backend.h"
+#include "model/gemm_bf16.h"
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")
@@ -1234,6 +1236,83 @@ const char *fed_backend_cpu_suggest_coretype(void)
         return "Haswell";
 #endif
     return NULL;
+}
+
+/* ---- the bf16 view (--precision bf16) ---- */
+
+typedef fed_err (*bf16_gemm_fn)(int, int, int, int, int, float, const float *, int,
+                                const float *, int, float, float *, int);
+
+/* C by gemm, or, without room to pack its operands, the fp32 product (C
+ * is never left unmade). */
+static void bf16_or_sgemm(bf16_gemm_fn gemm, int trans_a, int trans_b, int M, int N, int K,
+                          float alpha, const float *A, int lda, const float *B, int ldb,
+                          float beta, float *C, int ldc)
+{
+    FTZ_BEGIN();
+    if (gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) != FED_OK)
+        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                    trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta,
+                    C, ldc);
+    FTZ_END();
+}
+
+static void cpu_gemm_bf16(fed_backend *be, int trans_a, int trans_b, int M, int N, int K,
+                          float alpha, const float *A, int lda, const float *B, int ldb,
+                          float beta, float *C, int ldc)
+{
+    (void)be;
+    bf16_or_sgemm(fed_gemm_bf16, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+static void cpu_gemm_amx(fed_backend *be, int trans_a, int trans_b, int M, int N, int K,
+                         float alpha, const float *A, int lda, const float *B, int ldb,
+                         float beta, float *C, int ldc)
+{
+    (void)be;
+    bf16_or_sgemm(fed_gemm_amx, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* Whether the CPU has AMX's tiles and their bf16 product (cpuid leaf 7:
+ * edx bits 24 and 22) and Linux grants this process their state. */
+static int cpu_has_amx(void)
+{
+    unsigned a, b, c, d;
+
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d >> 24 & 1) || !(d >> 22 & 1))
+        return 0;
+    return fed_gemm_amx_permit();
+}
+
+static void cpu_view_destroy(fed_backend *be)
+{
+    fed_free(be); /* the context is the CPU backend's */
+}
+
+fed_err fed_backend_cpu_bf16(fed_backend *cpu, fed_backend **out, char *why, size_t cap)
+{
+    fed_backend *v;
+    int amx;
+
+    *out = NULL;
+    if (cpu->destroy != cpu_destroy)
+        return fed_err_why(why, cap, FED_ERR_UNSUPPORTED,
+                           "--precision bf16 runs on the CPU backend only");
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bf16"))
+        return fed_err_why(why, cap, FED_ERR_UNSUPPORTED,
+                           "--precision bf16: this CPU lacks AVX512-BF16 (the avx512_bf16 flag "
+                           "of /proc/cpuinfo), which its bf16 GEMM needs: run fp32");
+    if (!(v = fed_malloc(sizeof *v)))
+        return FED_ERR_NOMEM;
+    *v = *cpu;
+    amx = cpu_has_amx();
+    v->gemm = amx ? cpu_gemm_amx : cpu_gemm_bf16;
+    v->destroy = cpu_view_destroy;
+    snprintf(v->device, sizeof v->device, "%.*s, bf16 GEMMs (%s)", (int)(sizeof v->device - 32),
+             cpu->device, amx ? "AMX" : "AVX512-BF16");
+    *out = v;
+    return FED_OK;
 }
 
 fed_err fed_backend_cpu_new(int blas_threads, fed_backend **out)

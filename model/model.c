@@ -144,6 +144,9 @@ struct layer_ops {
     int loss;       /* a loss node, last: the LOSS_* it chooses */
     int ids;        /* its node's column holds ids: a categorical column */
     int random;     /* training draws its masks from the dropout key */
+    int batch_stats; /* its training forward updates running statistics (batch
+                        norm): a second forward of the step (--recompute)
+                        would update them twice, so it refuses the model */
 };
 
 static const layer_ops *kind_find(const char *kind);
@@ -197,6 +200,14 @@ typedef struct workspace {
        that never trains with DP-SGD holds none) */
     float **dpd;                /* per layer */
     int dpd_on;
+    /* --recompute (fed_model_set_recompute): act, g, col and arg entries
+       that point into the position slots below rather than own a buffer
+       (bits WS_ACT..WS_ARG per layer), and the slots (ws_slots) */
+    uint8_t *borrowed;
+    float **slots;              /* (nslots) of at most nlayers * WS_KINDS */
+    int nslots;
+    size_t act_bytes;           /* what the activation buffers take (the list
+                                   at fed_model_activation_bytes) */
 } workspace;
 
 /* The step in flight. Pool piece p runs unit p of every phase, so a unit's
@@ -264,6 +275,17 @@ struct fed_model {
     workspace ws;
     step_run run;  /* the step in flight */
     uint64_t drop_key, drop_step; /* dropout's masks: fed_model_set_dropout_key, train steps */
+    /* --recompute K (fed_model_set_recompute; 1: none): which layers keep
+       their output (keep, per layer), and the backward's order (bseq, nbseq
+       entries: a layer, or -1 - s for segment s's recomputed forward) */
+    int recompute;
+    uint8_t *keep;
+    int *bseq;
+    int nbseq;
+    /* --precision: the backend every GEMM runs on (be, or bf16, a view of
+       it whose GEMMs round their operands to bf16; owned) */
+    fed_backend *gemm_be;
+    fed_backend *bf16;
 };
 
 /* Layer l's input rows: its source layer's output, or the model's input. */
@@ -1455,6 +1477,104 @@ static void dev_free(fed_backend *be, void *p)
         be->free(be, p);
 }
 
+/* ---- the activation buffers under --recompute ---- */
+
+/* The buffers a layer has per batch: its output, its output's gradient,
+ * its im2col (a conv's, a norm's statistics) and max pooling's argmax. */
+enum { WS_ACT, WS_G, WS_COL, WS_ARG, WS_KINDS };
+
+/* Whether layer l's buffer of kind k is one of the shared position slots
+ * (the model recomputes, and the layer does not keep that output). */
+static int ws_borrows(const fed_model *m, int l, int k)
+{
+    return m->ws.borrowed && (m->ws.borrowed[l] >> k & 1);
+}
+
+/* dev_alloc of an activation buffer, counted in ws.act_bytes. */
+static fed_err ws_alloc(fed_model *m, size_t bytes, void *dptr)
+{
+    fed_err e = dev_alloc(m, bytes, dptr);
+
+    if (e == FED_OK)
+        m->ws.act_bytes += bytes;
+    return e;
+}
+
+/* What each layer buffer of kind k takes per sample, in bytes (0: none). */
+static size_t ws_per_sample(const fed_model *m, int l, int k)
+{
+    const layer *ly = &m->layers[l];
+
+    switch (k) {
+    case WS_ACT: return (size_t)ly->out_numel * sizeof(float);
+    case WS_G: return l + 1 < m->nlayers ? (size_t)ly->out_numel * sizeof(float) : 0;
+    case WS_COL: return ly->col_numel * sizeof(float);
+    default: return ly->arg_numel * sizeof(int32_t);
+    }
+}
+
+/* Under --recompute K, layer l at position j = l mod K of its segment
+ * borrows slot j of each kind it has: its output and output gradient
+ * unless it keeps them (m->keep), its im2col and argmax always (the
+ * recomputed forward makes them again). Marks them in ws.borrowed. */
+static fed_err ws_mark_borrowed(fed_model *m)
+{
+    if (m->recompute <= 1)
+        return FED_OK;
+    if (!(m->ws.borrowed = fed_calloc((size_t)m->nlayers, 1)))
+        return FED_ERR_NOMEM;
+    for (int l = 0; l < m->nlayers; l++)
+        for (int k = 0; k < WS_KINDS; k++)
+            if (ws_per_sample(m, l, k) && ((k != WS_ACT && k != WS_G) || !m->keep[l]))
+                m->ws.borrowed[l] |= (uint8_t)(1u << k);
+    return FED_OK;
+}
+
+/* The slots: one for each position, kind and size per sample, shared by
+ * the borrowers of that size. Only layers of one size share a buffer: a
+ * shard's rows [off, off + n) then lie at the same bytes for each of them,
+ * so the shards, running the forward's layers each at its own pace, never
+ * write each other's rows. */
+static fed_err ws_slots(fed_model *m, size_t cap)
+{
+    workspace *w = &m->ws;
+    int K = m->recompute;
+
+    if (K <= 1)
+        return FED_OK;
+    if (!(w->slots = fed_calloc((size_t)m->nlayers * WS_KINDS, sizeof *w->slots)))
+        return FED_ERR_NOMEM;
+    for (int j = 0; j < K; j++)
+        for (int k = 0; k < WS_KINDS; k++)
+            for (int first = j; first < m->nlayers; first += K) {
+                size_t size = ws_per_sample(m, first, k);
+                float **slot = &w->slots[w->nslots];
+                fed_err err;
+                int taken = 0;
+
+                for (int l = j; l < first && !taken; l += K)
+                    taken = ws_borrows(m, l, k) && ws_per_sample(m, l, k) == size;
+                if (taken || !ws_borrows(m, first, k))
+                    continue; /* its size's slot is made, or it owns its buffer */
+                if ((err = ws_alloc(m, cap * size, slot)) != FED_OK)
+                    return err;
+                w->nslots++;
+                for (int l = first; l < m->nlayers; l += K) {
+                    if (!ws_borrows(m, l, k) || ws_per_sample(m, l, k) != size)
+                        continue;
+                if (k == WS_ACT)
+                    w->act[l] = *slot;
+                else if (k == WS_G)
+                    w->g[l] = *slot;
+                else if (k == WS_COL)
+                    w->col[l] = *slot;
+                else
+                    w->arg[l] = (int32_t *)(void *)*slot;
+                }
+            }
+    return FED_OK;
+}
+
 static void ws_fini(fed_model *m, workspace *w)
 {
     fed_backend *be = m->be;
@@ -1464,11 +1584,11 @@ static void ws_fini(fed_model *m, workspace *w)
     dev_free(be, w->y);
     dev_free(be, w->t);
     for (int l = 0; l < m->nlayers; l++) {
-        if (w->act)
+        if (w->act && !ws_borrows(m, l, WS_ACT))
             dev_free(be, w->act[l]);
-        if (w->col)
+        if (w->col && !ws_borrows(m, l, WS_COL))
             dev_free(be, w->col[l]);
-        if (w->arg)
+        if (w->arg && !ws_borrows(m, l, WS_ARG))
             dev_free(be, w->arg[l]);
     }
     fed_free(w->act);
@@ -1476,8 +1596,13 @@ static void ws_fini(fed_model *m, workspace *w)
     fed_free(w->arg);
     fed_free(w->dpd);
     for (int l = 0; w->g && l < m->nlayers; l++)
-        dev_free(be, w->g[l]);
+        if (!ws_borrows(m, l, WS_G))
+            dev_free(be, w->g[l]);
     fed_free(w->g);
+    for (int k = 0; k < w->nslots; k++)
+        dev_free(be, w->slots[k]);
+    fed_free(w->slots);
+    fed_free(w->borrowed);
     dev_free(be, w->gx);
     dev_free(be, w->ones);
     dev_free(be, w->zeros);
@@ -1495,6 +1620,8 @@ static fed_err ws_init(fed_model *m, workspace *w)
     size_t maxout = 0, maxcol = 0, maxzero = 0, L = (size_t)m->nlayers;
     fed_err err;
 
+    if ((err = ws_mark_borrowed(m)) != FED_OK)
+        return err;
     if (!(w->act = fed_calloc(L, sizeof *w->act)) || !(w->col = fed_calloc(L, sizeof *w->col)) ||
         !(w->arg = fed_calloc(L, sizeof *w->arg)) || !(w->dpd = fed_calloc(L, sizeof *w->dpd)))
         return FED_ERR_NOMEM;
@@ -1515,17 +1642,17 @@ static fed_err ws_init(fed_model *m, workspace *w)
             maxcol = ly->col_numel;
         if (ly->w_numel && !ly->b_numel && (size_t)ly->out_c > maxzero)
             maxzero = (size_t)ly->out_c;
-        if ((err = dev_alloc(m, cap * ly->out_numel * sizeof(float), &w->act[l])))
-            return err;
-        if (ly->col_numel &&
-            (err = dev_alloc(m, cap * ly->col_numel * sizeof(float), &w->col[l])))
-            return err;
-        if (ly->arg_numel &&
-            (err = dev_alloc(m, cap * ly->arg_numel * sizeof(int32_t), &w->arg[l])))
-            return err;
+        for (int k = 0; k < WS_KINDS; k++) {
+            void *dst = k == WS_ACT ? (void *)&w->act[l] : k == WS_COL ? (void *)&w->col[l]
+                      : (void *)&w->arg[l];
+
+            if (k != WS_G && ws_per_sample(m, l, k) && !ws_borrows(m, l, k) &&
+                (err = ws_alloc(m, cap * ws_per_sample(m, l, k), dst)))
+                return err;
+        }
     }
     for (int u = 0; maxcol && u < m->shards; u++)
-        if ((err = dev_alloc(m, maxcol * sizeof(float), &w->dcol[u])))
+        if ((err = ws_alloc(m, maxcol * sizeof(float), &w->dcol[u])))
             return err;
     if (maxzero && (err = dev_alloc(m, maxzero * sizeof(float), &w->zeros))) /* zeroed */
         return err;
@@ -1545,11 +1672,12 @@ static fed_err ws_init(fed_model *m, workspace *w)
     if (!(w->g = fed_calloc(L, sizeof *w->g)))
         return FED_ERR_NOMEM;
     for (int l = 0; l + 1 < m->nlayers; l++)
-        if ((err = dev_alloc(m, cap * m->layers[l].out_numel * sizeof(float), &w->g[l])))
+        if (!ws_borrows(m, l, WS_G) &&
+            (err = ws_alloc(m, cap * m->layers[l].out_numel * sizeof(float), &w->g[l])))
             return err;
-    if ((err = dev_alloc(m, cap * maxout * sizeof(float), &w->gx)))
+    if ((err = ws_alloc(m, cap * maxout * sizeof(float), &w->gx)))
         return err;
-    return FED_OK;
+    return ws_slots(m, cap);
 }
 
 /* Whether be can run every layer of p: else logs the first it cannot. */
@@ -1617,6 +1745,8 @@ static fed_err model_build(plan *p, fed_model_shape in, fed_backend *be, fed_poo
     m->pool = pool;
     m->shards = shards;
     m->max_batch = max_batch;
+    m->recompute = 1;
+    m->gemm_be = be;
     m->nlayers = p->nlayers;
     m->layers = p->layers;
     m->ntensors = p->ntensors;
@@ -1699,6 +1829,10 @@ void fed_model_free(fed_model *m)
     }
     fed_free(m->run.claimed);
     fed_free(m->run.done);
+    fed_free(m->keep);
+    fed_free(m->bseq);
+    if (m->bf16)
+        m->bf16->destroy(m->bf16);
     fed_free(m->layers);
     fed_free(m->tensors);
     fed_free(m->cat);
@@ -1918,7 +2052,7 @@ static void linear_forward(fed_model *m, int l, const float *x, int off, int n)
     float *y = m->ws.act[l] + (size_t)off * ly->out_numel;
 
     /* y (n, out) = x (n, in) W^T, then bias and ReLU in one pass */
-    be->gemm(be, 0, 1, n, ly->out_numel, ly->in_numel, 1.0f, x, ly->in_numel,
+    m->gemm_be->gemm(m->gemm_be, 0, 1, n, ly->out_numel, ly->in_numel, 1.0f, x, ly->in_numel,
              m->params + ly->w_off, ly->in_numel, 0.0f, y, ly->out_numel);
     be->bias_act_fwd(be, y, layer_bias(m, ly), n, ly->out_numel, ly->relu);
 }
@@ -1936,7 +2070,7 @@ static void linear_forward_cols(fed_model *m, int u, int n)
     row_chunk(out, m->shards, u, &r0, &r1);
     if (r0 >= r1)
         return;
-    be->gemm(be, 0, 1, n, r1 - r0, in, 1.0f, m->ws.x, in, m->params + ly->w_off + (size_t)r0 * in,
+    m->gemm_be->gemm(m->gemm_be, 0, 1, n, r1 - r0, in, 1.0f, m->ws.x, in, m->params + ly->w_off + (size_t)r0 * in,
              in, 0.0f, y + r0, out);
     for (int b = 0; b < n; b++)
         be->bias_act_fwd(be, y + (size_t)b * out + r0, layer_bias(m, ly) + r0, 1, r1 - r0,
@@ -1947,7 +2081,6 @@ static void linear_forward_cols(fed_model *m, int u, int n)
  * dy (n, out) is already masked by this layer's ReLU. */
 static void linear_weight_grads(fed_model *m, int l, int u, const float *dy, int n)
 {
-    fed_backend *be = m->be;
     const layer *ly = &m->layers[l];
     const float *x = layer_in(m, l);
     float *dW = m->grads + ly->w_off, *db = m->grads + ly->b_off;
@@ -1958,21 +2091,20 @@ static void linear_weight_grads(fed_model *m, int l, int u, const float *dy, int
     if (r0 >= r1)
         return;
     /* dW[r0:r1] (r, in) = dy[:, r0:r1]^T (r, n) x (n, in) */
-    be->gemm(be, 1, 0, r1 - r0, in, n, 1.0f, dy + r0, out, x, in, beta, dW + (size_t)r0 * in, in);
+    m->gemm_be->gemm(m->gemm_be, 1, 0, r1 - r0, in, n, 1.0f, dy + r0, out, x, in, beta, dW + (size_t)r0 * in, in);
     /* db[r0:r1] = dy[:, r0:r1]^T ones (n) */
     if (ly->b_numel)
-        be->gemm(be, 1, 0, r1 - r0, 1, n, 1.0f, dy + r0, out, m->ws.ones, 1, beta, db + r0, 1);
+        m->gemm_be->gemm(m->gemm_be, 1, 0, r1 - r0, 1, n, 1.0f, dy + r0, out, m->ws.ones, 1, beta, db + r0, 1);
 }
 
 static void linear_input_grads(fed_model *m, int l, int u, const float *dy, float *dx, int off,
                                int n)
 {
-    fed_backend *be = m->be;
     const layer *ly = &m->layers[l];
 
     (void)u;
     /* dx (n, in) = dy (n, out) W (out, in) */
-    be->gemm(be, 0, 0, n, ly->in_numel, ly->out_numel, 1.0f, dy + (size_t)off * ly->out_numel,
+    m->gemm_be->gemm(m->gemm_be, 0, 0, n, ly->in_numel, ly->out_numel, 1.0f, dy + (size_t)off * ly->out_numel,
              ly->out_numel, m->params + ly->w_off, ly->in_numel, 0.0f,
              dx + (size_t)off * ly->in_numel, ly->in_numel);
 }
@@ -2051,7 +2183,7 @@ static void conv_forward(fed_model *m, int l, const float *x, int off, int n)
         /* per group g: y_i[g] (og, P) = W[g] (og, ckk) col[g] (ckk, P), the
            group's rows of each */
         for (int g = 0; g < G; g++)
-            be->gemm(be, 0, 0, og, P, ckk, 1.0f, W + (size_t)g * og * ckk, ckk,
+            m->gemm_be->gemm(m->gemm_be, 0, 0, og, P, ckk, 1.0f, W + (size_t)g * og * ckk, ckk,
                      col + (size_t)g * ckk * P, P, 0.0f,
                      y + (size_t)i * ly->out_numel + (size_t)g * og * P, P);
     }
@@ -2078,7 +2210,7 @@ static void conv_weight_grads(fed_model *m, int l, int u, const float *dy, int n
             int g = a / og;
 
             b = (g + 1) * og < r1 ? (g + 1) * og : r1;
-            be->gemm(be, 0, 1, b - a, ckk, P, 1.0f, dyi + (size_t)(a - r0) * P, P,
+            m->gemm_be->gemm(m->gemm_be, 0, 1, b - a, ckk, P, 1.0f, dyi + (size_t)(a - r0) * P, P,
                      m->ws.col[l] + (size_t)i * ly->col_numel + (size_t)g * ckk * P, P,
                      i || acc ? 1.0f : 0.0f, dW + (size_t)a * ckk, ckk);
         }
@@ -2104,7 +2236,7 @@ static void conv_input_grads(fed_model *m, int l, int u, const float *dy, float 
         /* per group: dcol[g] (ckk, P) = W[g]^T (ckk, og) dy_i[g] (og, P),
            then folded back */
         for (int g = 0; g < G; g++)
-            be->gemm(be, 1, 0, ckk, P, og, 1.0f, W + (size_t)g * og * ckk, ckk,
+            m->gemm_be->gemm(m->gemm_be, 1, 0, ckk, P, og, 1.0f, W + (size_t)g * og * ckk, ckk,
                      dyo + (size_t)i * ly->out_numel + (size_t)g * og * P, P, 0.0f,
                      m->ws.dcol[u] + (size_t)g * ckk * P, P);
         conv_col2im(be, ly, m->ws.dcol[u], dxo + (size_t)i * ly->in_numel);
@@ -2116,7 +2248,6 @@ static void conv_input_grads(fed_model *m, int l, int u, const float *dy, float 
 static void conv_dp_norm2(fed_model *m, int l, int u, const float *dy, const float *x, int off,
                           int n, double *norm2)
 {
-    fed_backend *be = m->be;
     const layer *ly = &m->layers[l];
     int G = ly->groups, og = ly->out_c / G;
     int ckk = ly->in_c / G * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
@@ -2126,7 +2257,7 @@ static void conv_dp_norm2(fed_model *m, int l, int u, const float *dy, const flo
         const float *dyi = dy + (size_t)(off + i) * ly->out_numel;
 
         for (int g = 0; g < G; g++) /* each group's rows of the weight gradient */
-            be->gemm(be, 0, 1, og, ckk, P, 1.0f, dyi + (size_t)g * og * P, P,
+            m->gemm_be->gemm(m->gemm_be, 0, 1, og, ckk, P, 1.0f, dyi + (size_t)g * og * P, P,
                      m->ws.col[l] + (size_t)(off + i) * ly->col_numel + (size_t)g * ckk * P, P,
                      0.0f, m->ws.dgw[u] + (size_t)g * og * ckk, ckk);
         norm2[i] += sumsq_f(m->ws.dgw[u], (size_t)ly->out_c * ckk);
@@ -2726,6 +2857,46 @@ void fed_model_set_dropout_key(fed_model *m, uint64_t key)
     m->drop_step = 0;
 }
 
+/* ---- precision (--precision) ---- */
+
+fed_err fed_model_precision_parse(const char *s, fed_precision *out)
+{
+    if (!strcmp(s, "fp32"))
+        *out = FED_PRECISION_FP32;
+    else if (!strcmp(s, "bf16"))
+        *out = FED_PRECISION_BF16;
+    else
+        return FED_ERR_SPEC;
+    return FED_OK;
+}
+
+fed_err fed_model_set_precision(fed_model *m, fed_precision p, char *why, size_t cap)
+{
+    fed_err err;
+
+    if (p == FED_PRECISION_FP32) {
+        m->gemm_be = m->be;
+        if (m->bf16)
+            m->bf16->destroy(m->bf16);
+        m->bf16 = NULL;
+        return FED_OK;
+    }
+    if (m->bf16)
+        return FED_OK;
+    if (m->ws.dpd_on)
+        return fed_err_why(why, cap, FED_ERR_UNSUPPORTED,
+                           "--precision bf16: DP-SGD stays fp32");
+    if ((err = fed_backend_cpu_bf16(m->be, &m->bf16, why, cap)) != FED_OK)
+        return err;
+    m->gemm_be = m->bf16;
+    return FED_OK;
+}
+
+fed_precision fed_model_precision(const fed_model *m)
+{
+    return m->bf16 ? FED_PRECISION_BF16 : FED_PRECISION_FP32;
+}
+
 /* ---- the table ---- */
 
 static const layer_ops LAYER_KINDS[] = {
@@ -2908,23 +3079,27 @@ static void mse_loss(float *z, const float *t, int n, int C, const float *grad_s
     *loss = sum / C;
 }
 
+/* Layer l's forward of rows [off, off + n), from its input's rows. */
+static void forward_layer(fed_model *m, int l, int off, int n)
+{
+    int t = m->layers[l].src;
+    size_t feat = (size_t)m->in.c * m->in.h * m->in.w;
+    const float *x = t < 0 ? m->ws.x + (size_t)off * feat
+                           : m->ws.act[t] + (size_t)off * m->layers[t].out_numel;
+
+    m->layers[l].ops->forward(m, l, x, off, n);
+}
+
 static void forward_rows(fed_model *m, int u, int from)
 {
     step_run *r = &m->run;
     int off = r->off[u], n = r->n[u], last = m->nlayers - 1, C = m->nlogits;
-    size_t feat = (size_t)m->in.c * m->in.h * m->in.w;
-    const float *x;
     float *logits;
 
     if (n == 0 || r->err[u] != FED_OK)
         return;
-    for (int l = from; l <= last; l++) {
-        int t = m->layers[l].src;
-
-        x = t < 0 ? m->ws.x + (size_t)off * feat
-                  : m->ws.act[t] + (size_t)off * m->layers[t].out_numel;
-        m->layers[l].ops->forward(m, l, x, off, n);
-    }
+    for (int l = from; l <= last; l++)
+        forward_layer(m, l, off, n);
     logits = m->ws.act[last] + (size_t)off * C;
     if (m->loss == LOSS_MSE) {
         r->correct[u] = 0; /* no classes */
@@ -3035,11 +3210,13 @@ static void update_rows(fed_model *m, int l, int u)
                       ly->b_off + (size_t)r1 * per_row);
 }
 
+static void recompute_unit(fed_model *m, int s, int u);
+
 static void run_unit(fed_model *m, int ph, int u)
 {
     step_run *r = &m->run;
     int L = m->nlayers, ntotal = r->off[m->shards - 1] + r->n[m->shards - 1];
-    int l = L - 1 - (ph - r->bwd0);
+    int l = m->bseq && ph >= r->bwd0 ? m->bseq[ph - r->bwd0] : L - 1 - (ph - r->bwd0);
     float *dy;
 
     if (ph < r->fwd_phases) {
@@ -3048,6 +3225,10 @@ static void run_unit(fed_model *m, int ph, int u)
     }
     if (ph < r->bwd0) {
         dp_unit(m, L - 1 - (ph - r->fwd_phases), u);
+        return;
+    }
+    if (l < 0) { /* --recompute: segment -1 - l's forward again */
+        recompute_unit(m, -1 - l, u);
         return;
     }
     if (r->dp && m->ws.dpd_on) { /* every layer's output gradient is kept, scaled */
@@ -3067,6 +3248,123 @@ static void run_unit(fed_model *m, int ph, int u)
         update_rows(m, l + 1, u);
     if (l == 0)
         update_rows(m, 0, u);
+}
+
+/* ---- recomputed activations (--recompute K) ---- */
+
+/* Segment s's layers [s K, s K + K), unit u's rows, forward again from
+ * the outputs kept: every layer that keeps no output, and every one whose
+ * im2col or argmax lives in a slot. The same rows, shards and dropout step
+ * as the step's forward, so the same values bit for bit. */
+static void recompute_unit(fed_model *m, int s, int u)
+{
+    step_run *r = &m->run;
+    int K = m->recompute, end = (s + 1) * K < m->nlayers ? (s + 1) * K : m->nlayers;
+
+    if (r->n[u] == 0 || r->err[u] != FED_OK)
+        return;
+    for (int l = s * K; l < end; l++)
+        if (!m->keep[l] || ws_borrows(m, l, WS_COL) || ws_borrows(m, l, WS_ARG))
+            forward_layer(m, l, r->off[u], r->n[u]);
+}
+
+/* The layers that keep their output under --recompute K: the last of each
+ * segment, the logits, a layer 0 split by columns (its forward is a phase
+ * of its own), and any layer a later segment reads (a residual's source). */
+static void recompute_keep(fed_model *m, int K)
+{
+    int L = m->nlayers;
+
+    for (int l = 0; l < L; l++)
+        m->keep[l] = l % K == K - 1 || l == L - 1;
+    if (m->shards > 1 && m->layers[0].ops->forward_cols)
+        m->keep[0] = 1;
+    for (int c = 0; c < L; c++)
+        for (int e = 0; e < 2; e++) {
+            int t = e ? m->layers[c].src2 : m->layers[c].src;
+
+            if (t >= 0 && t / K != c / K)
+                m->keep[t] = 1;
+        }
+}
+
+fed_err fed_model_set_recompute(fed_model *m, int K)
+{
+    int L = m->nlayers, nseg, n = 0;
+    fed_err err;
+
+    if (K < 1)
+        return FED_ERR_INVAL;
+    if (K == m->recompute)
+        return FED_OK;
+    if (K > 1 && (m->ws.dpd_on || !(m->be->caps & FED_BACKEND_CAP_HOST_MEMORY))) {
+        fed_log(FED_LOG_ERROR, "model: --recompute runs %s", m->ws.dpd_on
+                ? "without DP-SGD" : "on the CPU backend only");
+        return FED_ERR_UNSUPPORTED;
+    }
+    for (int l = 0; K > 1 && l < L; l++)
+        if (m->layers[l].ops->batch_stats) {
+            fed_log(FED_LOG_ERROR, "model: --recompute: layer '%s' (%s) updates its running "
+                    "statistics in the forward, which a recomputation would do twice",
+                    m->layers[l].name, m->layers[l].ops->kind);
+            return FED_ERR_UNSUPPORTED;
+        }
+    ws_fini(m, &m->ws);
+    memset(&m->ws, 0, sizeof m->ws);
+    m->bytes = 2 * m->nparams * sizeof(float);
+    fed_free(m->keep);
+    fed_free(m->bseq);
+    m->keep = NULL;
+    m->bseq = NULL;
+    m->nbseq = 0;
+    m->recompute = K;
+    nseg = (L + K - 1) / K;
+    if (K > 1 && (!(m->keep = fed_calloc((size_t)L, 1)) ||
+                  !(m->bseq = fed_calloc((size_t)(L + nseg), sizeof *m->bseq)))) {
+        m->recompute = 1; /* a plain workspace again */
+        err = FED_ERR_NOMEM;
+        goto out;
+    }
+    if (K > 1) {
+        recompute_keep(m, K);
+        /* the last segment is still whole from the forward */
+        for (int s = nseg - 1; s >= 0; s--) {
+            if (s < nseg - 1)
+                m->bseq[n++] = -1 - s;
+            for (int l = ((s + 1) * K < L ? (s + 1) * K : L) - 1; l >= s * K; l--)
+                m->bseq[n++] = l;
+        }
+        m->nbseq = n;
+    }
+    err = ws_init(m, &m->ws);
+out:
+    if (err != FED_OK) {
+        fed_log(FED_LOG_ERROR, "model: --recompute %d: out of memory", K);
+        if (m->recompute == 1 && ws_init(m, &m->ws) != FED_OK)
+            return FED_ERR_NOMEM;
+    }
+    return err;
+}
+
+int fed_model_recompute(const fed_model *m)
+{
+    return m->recompute;
+}
+
+double fed_model_recompute_flops(const fed_model *m)
+{
+    int K = m->recompute, L = m->nlayers;
+    double f = 0.0;
+
+    for (int l = 0; K > 1 && l < (L - 1) / K * K; l++) /* the segments before the last */
+        if (!m->keep[l] || ws_borrows(m, l, WS_COL) || ws_borrows(m, l, WS_ARG))
+            f += m->layers[l].ops->flops(&m->layers[l], 1) / 2.0;
+    return f;
+}
+
+size_t fed_model_activation_bytes(const fed_model *m)
+{
+    return m->ws.act_bytes;
 }
 
 static void cpu_relax(void)
@@ -3230,7 +3528,7 @@ static fed_err run_batch(fed_model *m, const fed_batch *b, int train, fed_model_
     /* a column split of layer 0 pays when it is linear and shared out */
     r->fwd_phases = m->shards > 1 && m->layers[0].ops->forward_cols ? 3 : 1;
     r->bwd0 = r->fwd_phases + (train && r->dp ? m->nlayers : 0);
-    r->nphases = r->bwd0 + (train ? m->nlayers : 0);
+    r->nphases = r->bwd0 + (train ? (m->bseq ? m->nbseq : m->nlayers) : 0);
     for (int u = 0; u < S; u++) {
         r->off[u] = (int)((long)b->n * u / S);
         r->n[u] = (int)((long)b->n * (u + 1) / S) - r->off[u];
@@ -3296,6 +3594,14 @@ static fed_err dp_keep_grads(fed_model *m)
 
 fed_err fed_model_dp_check(const fed_model *m, char *why, size_t cap)
 {
+    if (m->bf16)
+        return fed_err_why(why, cap, FED_ERR_UNSUPPORTED,
+                           "model: DP-SGD's per-sample norms, clipping and noise stay fp32: "
+                           "train without --precision bf16");
+    if (m->recompute > 1)
+        return fed_err_why(why, cap, FED_ERR_UNSUPPORTED,
+                           "model: DP-SGD's per-sample norms read every layer's output "
+                           "gradient: train without --recompute");
     for (int l = 0; l < m->nlayers; l++)
         if (m->layers[l].ops->weight_grads && !m->layers[l].ops->dp_norm2)
             return fed_err_why(why, cap, FED_ERR_UNSUPPORTED,

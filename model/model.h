@@ -319,6 +319,50 @@ int fed_model_max_batch(const fed_model *m);
  * batch's buffers (DP-SGD's, once made, too). */
 size_t fed_model_bytes(const fed_model *m);
 
+/* Gradient checkpointing (--recompute K): from now on the step keeps the
+ * output of every K-th layer (of layers [s K, s K + K), segment s, the
+ * last), and of any layer a later segment reads, and in the backward runs
+ * each segment's forward again, from those, just before its layers'
+ * gradients (the last segment's is still whole). The recomputed values are
+ * the forward's bit for bit (the same rows per shard, the same dropout
+ * step), so gradients are too. The other layers' outputs, output
+ * gradients, im2col and argmax buffers share K slots, one per position in
+ * a segment, each as large as its largest user. K 1: every output kept, as
+ * built. Reallocates the batch's buffers. FED_ERR_INVAL for K < 1;
+ * FED_ERR_UNSUPPORTED (logged, naming the layer) for a layer that updates
+ * running statistics in its forward (batch norm: a second forward would
+ * update them twice), with DP-SGD (fed_model_dp_check refuses a model that
+ * recomputes) and off the CPU backend. On FED_ERR_NOMEM the model is back to
+ * K 1, or, if even that fails, unusable (free it). */
+FED_WUR fed_err fed_model_set_recompute(fed_model *m, int K);
+int fed_model_recompute(const fed_model *m);
+/* The FLOPs per sample the recomputed forwards add to a step: half of
+ * each recomputed layer's forward + weight-gradient count (a linear or
+ * conv layer's forward exactly, the others' about). 0 at K 1. */
+double fed_model_recompute_flops(const fed_model *m);
+/* Bytes of the batch's activation buffers, as allocated (the peak: they
+ * are allocated once): every layer's output and output gradient, the
+ * im2col buffers of convs (and a norm's per-sample statistics), max
+ * pooling's argmax, the gradient scratch gx and each unit's col2im image;
+ * not the input staging, the parameters, gradients or DP-SGD's buffers. */
+size_t fed_model_activation_bytes(const fed_model *m);
+
+/* --precision: fp32 everywhere, or bf16 GEMMs: every linear and conv
+ * product (forward, input and weight gradients) on operands rounded to
+ * bfloat16, summed in fp32 (fed_backend_cpu_bf16). The parameters (the
+ * master weights), their gradients, the optimizer's state and the delta a
+ * node sends stay fp32, and so do the norm layers, the activations'
+ * functions, pooling, the embeddings and the loss. */
+typedef enum { FED_PRECISION_FP32, FED_PRECISION_BF16 } fed_precision;
+/* "fp32" or "bf16"; FED_ERR_SPEC otherwise. */
+FED_WUR fed_err fed_model_precision_parse(const char *s, fed_precision *out);
+/* From now on m's GEMMs run at p. FED_ERR_UNSUPPORTED with the reason in
+ * why (cap bytes): bf16 off the CPU backend, on a CPU without AVX512-BF16
+ * (cpuid), or on a model that took DP-SGD steps; fed_model_dp_check refuses
+ * DP-SGD on a bf16 model. */
+FED_WUR fed_err fed_model_set_precision(fed_model *m, fed_precision p, char *why, size_t cap);
+fed_precision fed_model_precision(const fed_model *m);
+
 /* PyTorch's default init (Kaiming-uniform weights, uniform biases), drawn
  * from rng in tensor order: the same seed gives the same parameters. */
 FED_WUR fed_err fed_model_init(fed_model *m, fed_rng *rng);

@@ -20,7 +20,11 @@ struct fed_trainer {
     fed_model *m;
     fed_optim *o;
     const fed_dataset *d;
-    int batch;
+    int batch;          /* samples of one optimizer step (of this rank's share) */
+    int accumulate;     /* micro-batches each step's gradient is summed over */
+    int micro;          /* the largest micro-batch, ceil(batch / accumulate) */
+    float *acc;         /* (nparams) the step's gradient while it is summed; NULL
+                           with accumulate 1 */
     void *x_stage;      /* (batch, features) uint8 or float */
     int32_t *y_stage;   /* (batch) */
     uint32_t *order;    /* (cap) shuffled copy of the epoch's indices, or DP's draw */
@@ -99,13 +103,31 @@ long fed_train_batches(size_t n, int batch)
 fed_err fed_trainer_new(fed_model *m, fed_optim *o, const fed_dataset *d, int batch,
                         fed_trainer **out)
 {
+    return fed_trainer_new_acc(m, o, d, batch, 1, out);
+}
+
+int fed_trainer_micro_batch(int batch, int accumulate)
+{
+    assert(batch >= 1 && accumulate >= 1);
+    return (batch + accumulate - 1) / accumulate;
+}
+
+fed_err fed_trainer_new_acc(fed_model *m, fed_optim *o, const fed_dataset *d, int batch,
+                            int accumulate, fed_trainer **out)
+{
     fed_trainer *t;
     fed_model_shape ms = fed_model_input(m);
     size_t elem;
+    int micro;
 
     *out = NULL;
-    if (batch < 1 || batch > fed_model_max_batch(m) || !d || (!d->x_u8 && !d->x_f32))
+    if (batch < 1 || accumulate < 1 || accumulate > batch || !d || (!d->x_u8 && !d->x_f32))
         return FED_ERR_INVAL;
+    micro = fed_trainer_micro_batch(batch, accumulate);
+    if (micro > fed_model_max_batch(m))
+        return FED_ERR_INVAL;
+    if (accumulate > 1 && !(fed_model_backend(m)->caps & FED_BACKEND_CAP_HOST_MEMORY))
+        return FED_ERR_UNSUPPORTED; /* the sum is kept on the host */
     if (ms.c != d->shape.c || ms.h != d->shape.h || ms.w != d->shape.w ||
         ms.classes < d->shape.classes) {
         fed_log(FED_LOG_ERROR, "train: model input %dx%dx%d/%d does not fit data %dx%dx%d/%d",
@@ -122,14 +144,18 @@ fed_err fed_trainer_new(fed_model *m, fed_optim *o, const fed_dataset *d, int ba
     t->o = o;
     t->d = d;
     t->batch = batch;
-    t->stage = batch;
+    t->accumulate = accumulate;
+    t->micro = micro;
+    t->stage = micro;
     t->size = 1;
     elem = d->x_u8 ? 1 : sizeof(float);
-    t->x_stage = fed_alloc_aligned((size_t)batch * d->features * elem);
-    t->y_stage = fed_malloc((size_t)batch * sizeof *t->y_stage);
+    t->x_stage = fed_alloc_aligned((size_t)micro * d->features * elem);
+    t->y_stage = fed_malloc((size_t)micro * sizeof *t->y_stage);
     t->cap = d->n;
     t->order = fed_malloc((t->cap ? t->cap : 1) * sizeof *t->order);
-    if (!t->x_stage || !t->y_stage || !t->order) {
+    if (accumulate > 1)
+        t->acc = fed_alloc_aligned(fed_model_nparams(m) * sizeof *t->acc);
+    if (!t->x_stage || !t->y_stage || !t->order || (accumulate > 1 && !t->acc)) {
         fed_trainer_free(t);
         return FED_ERR_NOMEM;
     }
@@ -146,6 +172,7 @@ void fed_trainer_free(fed_trainer *t)
     fed_free(t->order);
     fed_free(t->aug_scratch);
     fed_free(t->noise_x);
+    fed_free(t->acc);
     fed_free(t);
 }
 
@@ -232,7 +259,7 @@ fed_err fed_trainer_set_dp(fed_trainer *t, const fed_trainer_dp *dp)
     void *x;
     int32_t *y;
 
-    if (t->size > 1)
+    if (t->size > 1 || t->accumulate > 1) /* DP-SGD sums its draw in pieces of its own */
         return FED_ERR_UNSUPPORTED;
     if (!t->o || !dp || !dp->random || !(dp->clip > 0.0f) || !isfinite(dp->clip) ||
         !(dp->noise >= 0.0f) || !isfinite(dp->noise))
@@ -358,28 +385,62 @@ static fed_err dp_steps(fed_trainer *t, const uint32_t *idx, size_t n, long step
     return FED_OK;
 }
 
-/* One data-parallel step over the global batch order[0..gbn): this rank's
- * share's gradient, weighted by share / gbn, summed over the ranks, then
- * the optimizer's step. A rank whose share is empty adds zeros. */
-static fed_err rank_step(fed_trainer *t, const uint32_t *order, size_t gbn, fed_step_stats *s)
+/* The gradient of this rank's share order[0..n) of a step over gbn
+ * samples, weighted by n / gbn, into the gradient buffer: with accumulate
+ * N the share's N micro-batches [n k / N, n (k + 1) / N), each one's mean
+ * gradient times its own share of gbn, summed in order in t->acc. A share
+ * of one piece is the model's gradient scaled in place. */
+static fed_err share_grads(fed_trainer *t, const uint32_t *order, size_t n, size_t gbn,
+                           fed_step_stats *s)
+{
+    size_t np = fed_model_nparams(t->m);
+    float *g = fed_model_grads_dev(t->m);
+    size_t pieces = (size_t)t->accumulate < n ? (size_t)t->accumulate : n;
+    fed_err err;
+
+    if (n == 0) {
+        memset(g, 0, np * sizeof *g);
+        return FED_OK;
+    }
+    for (size_t k = 0; k < pieces; k++) {
+        size_t lo = n * k / pieces, hi = n * (k + 1) / pieces;
+        float w = (float)(hi - lo) / (float)gbn;
+        fed_batch b;
+
+        train_gather(t, order + lo, (int)(hi - lo), &b);
+        if ((err = fed_model_forward_backward(t->m, &b, s)) != FED_OK)
+            return err;
+        if (pieces == 1) {
+            if (hi - lo != gbn)
+                for (size_t i = 0; i < np; i++)
+                    g[i] *= w;
+        } else if (k == 0) {
+            for (size_t i = 0; i < np; i++)
+                t->acc[i] = g[i] * w;
+        } else {
+            for (size_t i = 0; i < np; i++)
+                t->acc[i] += g[i] * w;
+        }
+    }
+    if (pieces > 1)
+        memcpy(g, t->acc, np * sizeof *g);
+    return FED_OK;
+}
+
+/* One step over the global batch order[0..gbn): this rank's share's
+ * gradient (share_grads), summed over the ranks when there are several,
+ * then the optimizer's step. */
+static fed_err accum_step(fed_trainer *t, const uint32_t *order, size_t gbn, fed_step_stats *s)
 {
     size_t lo = gbn * (size_t)t->rank / (size_t)t->size;
     size_t hi = gbn * (size_t)(t->rank + 1) / (size_t)t->size;
-    size_t np = fed_model_nparams(t->m);
-    float *g = fed_model_grads_dev(t->m), w = (float)(hi - lo) / (float)gbn;
-    fed_batch b;
     fed_err err;
 
-    if (hi > lo) {
-        fed_data_gather(t->d, order + lo, (int)(hi - lo), t->x_stage, t->y_stage, &b);
-        if ((err = fed_model_forward_backward(t->m, &b, s)) != FED_OK)
-            return err;
-        for (size_t i = 0; i < np; i++)
-            g[i] *= w;
-    } else {
-        memset(g, 0, np * sizeof *g);
-    }
-    if ((err = t->reduce(t->reduce_ctx, g, np)) != FED_OK)
+    if ((err = share_grads(t, order + lo, hi - lo, gbn, s)) != FED_OK)
+        return err;
+    if (t->size > 1 &&
+        (err = t->reduce(t->reduce_ctx, fed_model_grads_dev(t->m), fed_model_nparams(t->m))) !=
+            FED_OK)
         return err;
     return fed_optim_step(t->o, t->m);
 }
@@ -409,8 +470,8 @@ fed_err fed_trainer_steps(fed_trainer *t, const uint32_t *idx, size_t n, long st
         fed_step_stats s = {0};
         fed_batch b;
 
-        if (t->size > 1) {
-            if ((err = rank_step(t, t->order + off, (size_t)bn, &s)) != FED_OK)
+        if (t->size > 1 || t->accumulate > 1) {
+            if ((err = accum_step(t, t->order + off, (size_t)bn, &s)) != FED_OK)
                 return err;
         } else {
             train_gather(t, t->order + off, bn, &b);
@@ -447,8 +508,8 @@ fed_err fed_trainer_evaluate(fed_trainer *t, const uint32_t *idx, size_t n, fed_
         return fed_train_evaluate_all(t->m, t->d, st);
     if ((err = check_indices(t, idx, n)) != FED_OK)
         return err;
-    for (size_t off = 0; off < n; off += (size_t)t->batch) {
-        int bn = n - off < (size_t)t->batch ? (int)(n - off) : t->batch;
+    for (size_t off = 0; off < n; off += (size_t)t->micro) {
+        int bn = n - off < (size_t)t->micro ? (int)(n - off) : t->micro;
         fed_batch b;
 
         fed_data_gather(t->d, idx + off, bn, t->x_stage, t->y_stage, &b);

@@ -27,6 +27,22 @@ typedef void (*fed_train_progress_fn)(void *ctx, long done, long total);
  * outlive it. o may be NULL for a trainer that only evaluates. */
 FED_WUR fed_err fed_trainer_new(fed_model *m, fed_optim *o, const fed_dataset *d, int batch,
                                 fed_trainer **out);
+/* fed_trainer_new with gradient accumulation (--accumulate): each
+ * optimizer step's batch of `batch` samples (of this rank's share, with
+ * fed_trainer_set_ranks) runs as `accumulate` micro-batches, the pieces
+ * [n k / N, n (k + 1) / N) of the step's n samples, whose mean gradients,
+ * each weighted by its share of the step, are summed in order before the
+ * step: the step equals one over the whole batch to float rounding (for
+ * layers without batch statistics; dropout's masks are drawn per
+ * micro-batch). Only ceil(batch / accumulate) samples need the model's
+ * room (fed_model_max_batch), so activations take that much. 1 <=
+ * accumulate <= batch (FED_ERR_INVAL); above 1, a backend without host
+ * memory is FED_ERR_UNSUPPORTED, and so is DP-SGD (fed_trainer_set_dp),
+ * which sums its Poisson draw in pieces of its own. */
+FED_WUR fed_err fed_trainer_new_acc(fed_model *m, fed_optim *o, const fed_dataset *d, int batch,
+                                    int accumulate, fed_trainer **out);
+/* The micro-batch the trainer's model needs room for: ceil(batch / N). */
+int fed_trainer_micro_batch(int batch, int accumulate);
 void fed_trainer_free(fed_trainer *t);
 void fed_trainer_set_progress(fed_trainer *t, fed_train_progress_fn fn, void *ctx);
 
@@ -54,7 +70,7 @@ FED_WUR fed_err fed_trainer_steps(fed_trainer *t, const uint32_t *idx, size_t n,
  * The spent privacy is the subsampled Gaussian's at rate q, noise
  * multiplier noise, over fed_trainer_dp_steps steps (privacy/rdp.h).
  * random must be the node's CSPRNG for the result to be private (model/dp.h).
- * CPU backend only (FED_ERR_UNSUPPORTED); FED_ERR_INVAL for clip <= 0,
+ * CPU backend only, not with accumulation (FED_ERR_UNSUPPORTED); FED_ERR_INVAL for clip <= 0,
  * noise < 0, no random or a trainer without an optimizer. */
 typedef struct fed_trainer_dp {
     float clip;           /* C > 0: the L2 bound of each sample's gradient */

@@ -972,6 +972,9 @@ static fed_err on_model_train(fed_node *n, node_open *op)
     j->be = n->cfg.be;
     j->pool = n->cfg.pool;
     j->shards = n->cfg.shards;
+    j->accumulate = n->cfg.accumulate;
+    j->recompute = n->cfg.recompute;
+    j->precision = n->cfg.precision;
     j->data = n->cfg.data.train;
     j->aug = n->cfg.data.augment;
     j->noise_std = n->cfg.data.noise_std;

@@ -391,6 +391,10 @@ typedef struct fed_node_config {
        times it) */
     fed_coll *coll;
     uint32_t rank_batch;
+    uint32_t accumulate;          /* micro-batches per step (1: none; model/train.h) */
+    uint32_t recompute;           /* keep every K-th layer's output (0, 1: all;
+                                     fed_model_set_recompute) */
+    fed_precision precision;      /* the training GEMMs' (fed_model_set_precision) */
 
     /* the model and the round's settings (aggregator, peer; a client learns
        them from each MODEL) */

@@ -308,6 +308,10 @@ typedef struct node_train_job {
     fed_backend *be;
     fed_pool *pool;
     int shards;
+    uint32_t accumulate;    /* micro-batches per step (cfg.accumulate; at most the
+                               batch, 0 or 1: none) */
+    uint32_t recompute;     /* cfg.recompute (0 or 1: every output kept) */
+    fed_precision precision; /* cfg.precision */
     const fed_dataset *data;
     const uint32_t *shard;
     size_t shard_n;

@@ -717,6 +717,9 @@ static fed_err begin_round(fed_node *n)
     j->be = c->be;
     j->pool = c->pool;
     j->shards = c->shards;
+    j->accumulate = c->accumulate;
+    j->recompute = c->recompute;
+    j->precision = c->precision;
     j->data = c->data.train;
     j->aug = c->data.augment;
     j->noise_std = c->data.noise_std;

@@ -32,6 +32,8 @@ fed_err fed_node_settings_apply(const fed_node_settings *s, uint32_t nclients,
         *bad = "strategy";
     else if (strcmp(s->mode, "sync") != 0 && strcmp(s->mode, "async") != 0)
         *bad = "mode";
+    else if (fed_model_precision_parse(s->precision, &c->precision) != FED_OK)
+        *bad = "precision";
     else if (fed_data_parse_augment(s->augment, &c->data.augment) != FED_OK)
         *bad = "augment";
     else if (!fed_node_layout_patterns_ok(s->local_layers))
@@ -44,6 +46,8 @@ fed_err fed_node_settings_apply(const fed_node_settings *s, uint32_t nclients,
     c->local_epochs = (uint32_t)s->local_epochs;
     c->client.max_steps = (uint32_t)s->max_steps;
     c->batch = (uint32_t)s->batch;
+    c->accumulate = (uint32_t)s->accumulate;
+    c->recompute = (uint32_t)s->recompute;
     c->optimizer = (uint8_t)kind;
     c->lr = (float)s->lr; /* 0: the node takes the optimizer's own */
     c->momentum = (float)s->momentum;
@@ -112,6 +116,15 @@ const char *fed_node_settings_dp_misuse(const fed_node_settings *s, fed_node_rol
 {
     if (s->dp_budget > 0 && !s->dp_sgd)
         return "--dp-budget-epsilon needs --dp-sgd (the budget is DP-SGD's epsilon)";
+    if (s->dp_sgd && !strcmp(s->precision, "bf16"))
+        return "--precision bf16 does not go with --dp-sgd (its norms, clipping and noise stay "
+               "fp32)";
+    if (s->dp_sgd && s->recompute > 1)
+        return "--recompute does not go with --dp-sgd (its per-sample norms read every "
+               "layer's output gradient)";
+    if (s->dp_sgd && s->accumulate > 1)
+        return "--accumulate does not go with --dp-sgd (DP-SGD sums its Poisson draw in pieces "
+               "of its own)";
     if (s->dp_sgd && role == FED_NODE_PEER)
         return "--dp-sgd is not implemented for peers yet (clients only)";
     if (s->dp_sgd && role == FED_NODE_AGGREGATOR)

@@ -27,6 +27,9 @@ typedef struct fed_node_settings {
     int local_epochs;
     int max_steps;
     int batch;
+    int accumulate;         /* client, peer: micro-batches per step */
+    int recompute;          /* client, peer: keep every K-th layer's output */
+    char precision[8];      /* client, peer: fp32 or bf16 */
     double lr;
     char lr_schedule[32];
     int lr_warmup;
@@ -105,6 +108,17 @@ typedef struct fed_node_settings {
                 "--local-epochs (0: no cap; FedNova normalizes by each client's steps)"),         \
     FED_OPT_DEF(T, m.batch, "batch", FED_OPT_INT, "64", 1, 4096,                                 \
                 "aggregator, peer: the training batch size"),                                    \
+    FED_OPT_DEF(T, m.accumulate, "accumulate", FED_OPT_INT, "1", 1, 4096,                        \
+                "client, peer: run each step's batch as N micro-batches, their gradients "       \
+                "summed before the step (the memory of ceil(batch / N) samples; at most the "    \
+                "batch's samples; not with --dp-sgd)"),                                          \
+    FED_OPT_DEF(T, m.recompute, "recompute", FED_OPT_INT, "1", 1, 4096,                          \
+                "client, peer: keep the output of every N-th layer and compute the others "      \
+                "again in the backward (gradients bit for bit; 1: keep all; not with "           \
+                "--dp-sgd)"),                                                                    \
+    FED_OPT_DEF(T, m.precision, "precision", FED_OPT_STR, "fp32", 0, 0,                          \
+                "client, peer: fp32, or bf16: GEMMs on bfloat16 operands summed in fp32 (AMX or "   \
+                "AVX512-BF16 CPUs), the weights, optimizer and delta fp32; not with --dp-sgd"),  \
     FED_OPT_DEF(T, m.lr, "lr", FED_OPT_DOUBLE, "0", 0, 100,                                      \
                 "aggregator, peer: the training learning rate (" FED_OPTIM_LR_HELP ")"),        \
     FED_OPT_DEF(T, m.lr_schedule, "lr-schedule", FED_OPT_STR, "const", 0, 0,                 \

@@ -164,6 +164,9 @@ fed_err fed_node_site_rank_run(const fed_node_site_rank_cfg *cfg)
         j.be = cfg->be;
         j.pool = cfg->pool;
         j.shards = cfg->shards;
+        j.accumulate = cfg->accumulate;
+        j.recompute = cfg->recompute;
+        j.precision = cfg->precision;
         j.data = cfg->train;
         j.shard = cfg->shard;
         j.shard_n = cfg->shard_n;

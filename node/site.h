@@ -15,6 +15,7 @@
 #include "core/pool.h"
 #include "model/backend.h"
 #include "model/data.h"
+#include "model/model.h"
 #include "mpi/coll.h"
 
 /* What a rank beyond 0 trains with (all borrowed): the same data and shard
@@ -25,6 +26,9 @@ typedef struct fed_node_site_rank_cfg {
     fed_backend *be;
     fed_pool *pool;
     int shards;
+    uint32_t accumulate;        /* micro-batches per step, as rank 0's */
+    uint32_t recompute;         /* --recompute, as rank 0's */
+    fed_precision precision;    /* --precision, as rank 0's */
     const fed_dataset *train;
     const uint32_t *shard;      /* (shard_n) indices into train */
     size_t shard_n;

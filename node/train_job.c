@@ -8,9 +8,19 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/log.h"
 #include "node/node_impl.h"
 #include "node/site_eval.h"
 #include "node/test_hooks.h"
+
+/* The micro-batches each step runs as: the config's, at most the batch's
+ * samples, none under DP-SGD (its draw runs in pieces of its own). */
+static int job_accumulate(const node_train_job *j)
+{
+    if (j->dp_on || j->accumulate <= 1)
+        return 1;
+    return j->accumulate < j->set.batch ? (int)j->accumulate : (int)j->set.batch;
+}
 
 static fed_err train_epochs(node_train_job *j, fed_model *m, fed_optim *o, uint32_t epochs,
                             double *loss)
@@ -23,7 +33,8 @@ static fed_err train_epochs(node_train_job *j, fed_model *m, fed_optim *o, uint3
     fed_rng_seed_stream(&rng, j->seed, j->round);
     j->dp_steps = 0;
     j->dp_rate = 0;
-    if ((e = fed_trainer_new(m, o, j->data, (int)j->set.batch, &t)) != FED_OK)
+    if ((e = fed_trainer_new_acc(m, o, j->data, (int)j->set.batch, job_accumulate(j), &t)) !=
+        FED_OK)
         return e;
     if (j->dp_on && (e = fed_trainer_set_dp(t, &j->dp)) != FED_OK)
         goto out;
@@ -309,8 +320,10 @@ static fed_err round_model(node_train_job *j)
 {
     fed_model_shape in;
     fed_err e;
+    int room = j->dp_on ? (int)j->set.batch
+                        : fed_trainer_micro_batch((int)j->set.batch, job_accumulate(j));
 
-    if (j->model && fed_model_max_batch(j->model) == (int)j->set.batch &&
+    if (j->model && fed_model_max_batch(j->model) == room &&
         !strcmp(fed_model_spec(j->model), j->set.spec) &&
         fed_model_input(j->model).classes == (j->set.input[3] ? (int)j->set.input[3]
                                                               : j->data->shape.classes))
@@ -328,7 +341,15 @@ static fed_err round_model(node_train_job *j)
     if ((e = fed_node_model_input(&j->set, j->data->shape, 0, &in, NULL, 0)) != FED_OK)
         return e;
     e = fed_model_new(j->set.graph ? j->set.graph : j->set.spec, in, j->be, j->pool, j->shards,
-                      (int)j->set.batch, &j->model);
+                      room, &j->model);
+    if (e == FED_OK && j->recompute > 1)
+        e = fed_model_set_recompute(j->model, (int)j->recompute);
+    if (e == FED_OK && j->precision != FED_PRECISION_FP32) {
+        char why[256];
+
+        if ((e = fed_model_set_precision(j->model, j->precision, why, sizeof why)) != FED_OK)
+            fed_log(FED_LOG_ERROR, "%s", why);
+    }
     if (e == FED_OK && j->hooks && j->hooks->mark_model)
         j->hooks->mark_model(j->hooks->ctx, j->model);
     return e;

@@ -1157,6 +1157,69 @@ static void test_trainer_rejects(void **state)
     toy_free(d);
 }
 
+/* --accumulate: an epoch of steps of 30 samples, each run as 4 uneven
+ * micro-batches (7, 8, 7, 8; the last step's 10 as 2, 3, 2, 3) in a model
+ * with room for 8, ends where steps over the whole batches end, to float
+ * rounding. Weighting each micro-batch's mean by 1 / N instead of its share
+ * would not. */
+static void test_trainer_accumulate(void **state)
+{
+    world *w = *state;
+    fed_rng rng, shuffle;
+    fed_dataset *d;
+    uint32_t idx[100];
+    float *p[2];
+    fed_step_stats st[2];
+    size_t np = 0;
+
+    memset(st, 0, sizeof st);
+    fed_rng_seed(&rng, 23);
+    d = toy_dataset(100, &rng);
+    for (int i = 0; i < 100; i++)
+        idx[i] = (uint32_t)i;
+    for (int run = 0; run < 2; run++) {
+        int acc = run ? 4 : 1;
+        fed_model *m = make_model(w, "mlp:16", d->shape, 2, run ? 8 : 30, 5);
+        fed_optim_cfg cfg;
+        fed_optim *o = NULL;
+        fed_trainer *t = NULL;
+
+        fed_optim_cfg_default(&cfg, FED_OPTIM_SGD);
+        cfg.lr = 0.1f;
+        assert_int_equal(fed_optim_new(&cfg, m, &o), FED_OK);
+        if (run) { /* room for 8: 30 in 3 is refused, 31 in 4 too; more pieces than samples */
+            assert_int_equal(fed_trainer_new_acc(m, o, d, 30, 3, &t), FED_ERR_INVAL);
+            assert_int_equal(fed_trainer_new_acc(m, o, d, 33, 4, &t), FED_ERR_INVAL);
+            assert_int_equal(fed_trainer_new_acc(m, o, d, 3, 4, &t), FED_ERR_INVAL);
+            assert_int_equal(fed_trainer_new_acc(m, o, d, 30, 0, &t), FED_ERR_INVAL);
+        }
+        assert_int_equal(fed_trainer_new_acc(m, o, d, 30, acc, &t), FED_OK);
+        if (run) { /* DP-SGD sums its own pieces */
+            fed_trainer_dp dp = {1.0f, 1.0f, NULL, NULL};
+
+            assert_int_equal(fed_trainer_set_dp(t, &dp), FED_ERR_UNSUPPORTED);
+        }
+        fed_rng_seed(&shuffle, 7);
+        assert_int_equal(fed_trainer_epoch(t, idx, 100, &shuffle, &st[run]), FED_OK);
+        assert_int_equal(fed_optim_steps(o), 4);
+        assert_int_equal(st[run].samples, 100);
+        np = fed_model_nparams(m);
+        p[run] = malloc(np * sizeof *p[run]);
+        assert_int_equal(fed_model_get_params(m, p[run]), FED_OK);
+        fed_trainer_free(t);
+        fed_optim_free(o);
+        fed_model_free(m);
+    }
+    assert_true(fabs(st[0].loss_sum - st[1].loss_sum) < 1e-4 * (1 + fabs(st[0].loss_sum)));
+    for (size_t i = 0; i < np; i++)
+        if (!(fabsf(p[0][i] - p[1][i]) <= 1e-5f * (1 + fabsf(p[0][i]))))
+            fail_msg("param %zu: %.9g whole, %.9g accumulated", i, (double)p[0][i],
+                     (double)p[1][i]);
+    free(p[0]);
+    free(p[1]);
+    toy_free(d);
+}
+
 /* ------------------------------------------------ allocation failures -- */
 
 typedef struct model_try {
@@ -1211,6 +1274,7 @@ int main(void)
         cmocka_unit_test(test_trainer_epochs),
         cmocka_unit_test(test_trainer_rejects),
         cmocka_unit_test(test_trainer_ranks),
+        cmocka_unit_test(test_trainer_accumulate),
         cmocka_unit_test(test_alloc_failure_sweep),
     };
 
