@@ -514,6 +514,106 @@ static void cpu_avgpool_win_bwd(fed_backend *be, const float *restrict dy, int n
     }
 }
 
+/* ---- batch norm ---- */
+
+static void cpu_bn_stats(fed_backend *be, const float *restrict x, int B, int C, int HW, int c0,
+                         int c1, float *restrict mean, float *restrict var,
+                         float *restrict run_mean, float *restrict run_var, float momentum)
+{
+    double count = (double)B * HW;
+
+    (void)be;
+    for (int c = c0; c < c1; c++) {
+        double s = 0.0, q = 0.0, mu;
+
+        for (int b = 0; b < B; b++) { /* two passes: the deviations' squares */
+            const float *restrict plane = x + ((size_t)b * C + c) * HW;
+
+            for (int i = 0; i < HW; i++)
+                s += plane[i];
+        }
+        mu = s / count;
+        for (int b = 0; b < B; b++) {
+            const float *restrict plane = x + ((size_t)b * C + c) * HW;
+
+            for (int i = 0; i < HW; i++)
+                q += (plane[i] - mu) * (plane[i] - mu);
+        }
+        mean[c] = (float)mu;
+        var[c] = (float)(q / count);
+        if (run_mean && count > 1.0) {
+            run_mean[c] = (float)((1.0 - momentum) * run_mean[c] + momentum * mu);
+            run_var[c] = (float)((1.0 - momentum) * run_var[c] + momentum * q / (count - 1.0));
+        }
+    }
+}
+
+static void cpu_bn_fwd(fed_backend *be, const float *restrict x, float *restrict y, int B, int C,
+                       int HW, const float *restrict mean, const float *restrict var,
+                       const float *restrict gamma, const float *restrict beta, float eps,
+                       int relu)
+{
+    (void)be;
+    for (int c = 0; c < C; c++) {
+        float inv = (float)(1.0 / sqrt((double)var[c] + eps));
+        float a = gamma[c] * inv, m = mean[c], b0 = beta[c];
+
+        for (int b = 0; b < B; b++) {
+            size_t at = ((size_t)b * C + c) * HW;
+
+            for (int i = 0; i < HW; i++) {
+                float v = (x[at + i] - m) * a + b0;
+
+                y[at + i] = relu && v < 0.0f ? 0.0f : v;
+            }
+        }
+    }
+}
+
+static void cpu_bn_bwd_params(fed_backend *be, const float *restrict dy, const float *restrict x,
+                              int B, int C, int HW, int c0, int c1, const float *restrict mean,
+                              const float *restrict var, float eps, float *restrict dgamma,
+                              float *restrict dbeta)
+{
+    (void)be;
+    for (int c = c0; c < c1; c++) {
+        double sg = 0.0, sb = 0.0, m = mean[c];
+
+        for (int b = 0; b < B; b++) {
+            size_t at = ((size_t)b * C + c) * HW;
+
+            for (int i = 0; i < HW; i++) {
+                sg += (double)dy[at + i] * (x[at + i] - m);
+                sb += dy[at + i];
+            }
+        }
+        dgamma[c] = (float)(sg / sqrt((double)var[c] + eps));
+        dbeta[c] = (float)sb;
+    }
+}
+
+static void cpu_bn_bwd_input(fed_backend *be, const float *restrict dy, const float *restrict x,
+                             float *restrict dx, int B, int C, int HW, const float *restrict mean,
+                             const float *restrict var, float eps, const float *restrict gamma,
+                             const float *restrict dgamma, const float *restrict dbeta,
+                             long count)
+{
+    (void)be;
+    for (int c = 0; c < C; c++) {
+        double inv = 1.0 / sqrt((double)var[c] + eps);
+        float k = (float)(gamma[c] * inv), m = mean[c];
+        float gb = (float)(dbeta[c] / (double)count);
+        float gg = (float)(dgamma[c] * inv / (double)count);
+
+        for (int b = 0; b < B; b++) {
+            size_t at = ((size_t)b * C + c) * HW;
+
+            for (int i = 0; i < HW; i++)
+                dx[at + i] = k * (dy[at + i] - gb - (x[at + i] - m) * gg);
+        }
+    }
+}
+
 /* ---- vectors and reductions ---- */
 
 static void cpu_axpy(fed_backend *be, size_t n, float alpha, const float *restrict x,
@@ -976,13 +1076,17 @@ static void cpu_fill_table(fed_backend *be)
     be->chan_bias_act_fwd = cpu_chan_bias_act_fwd;
     be->chan_bias_bwd = cpu_chan_bias_bwd;
     be->caps = FED_BACKEND_CAP_HOST_MEMORY | FED_BACKEND_CAP_SHARDS | FED_BACKEND_CAP_DP_SGD |
-               FED_BACKEND_CAP_CONV | FED_BACKEND_CAP_WINDOW;
+               FED_BACKEND_CAP_CONV | FED_BACKEND_CAP_WINDOW | FED_BACKEND_CAP_BATCHNORM;
     be->im2col_win = cpu_im2col_win;
     be->col2im_win = cpu_col2im_win;
     be->maxpool_win_fwd = cpu_maxpool_win_fwd;
     be->maxpool_win_bwd = cpu_maxpool_win_bwd;
     be->avgpool_win_fwd = cpu_avgpool_win_fwd;
     be->avgpool_win_bwd = cpu_avgpool_win_bwd;
+    be->bn_stats = cpu_bn_stats;
+    be->bn_fwd = cpu_bn_fwd;
+    be->bn_bwd_params = cpu_bn_bwd_params;
+    be->bn_bwd_input = cpu_bn_bwd_input;
 }
 
 /* OpenBLAS's generic x86-64 kernel sets, picked when it does not know the

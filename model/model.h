@@ -54,13 +54,17 @@ typedef struct fed_model_shape {
 } fed_model_shape;
 
 /* fed_tensor_info.flags: the tensor is trained (batch norm's running
- * statistics will not be), and it may leave the site (sent, merged,
- * exported); today every tensor is both. */
+ * statistics and counter are not: no optimizer touches them, their
+ * gradients stay 0), and it may leave the site (sent, merged, exported);
+ * every tensor is shared today. FED_TENSOR_INT64: a count kept as a float
+ * (exact to 2^24), an int64 in PyTorch (num_batches_tracked): .safetensors
+ * files carry it as I64. */
 #define FED_TENSOR_TRAINED (1u << 0)
 #define FED_TENSOR_SHARED (1u << 1)
+#define FED_TENSOR_INT64 (1u << 2)
 
 typedef struct fed_tensor_info {
-    char name[32];   /* "0.weight" */
+    char name[48];   /* "0.weight", "layer1.bn.num_batches_tracked" */
     size_t offset;   /* in floats, into the flat buffer */
     size_t numel;
     int ndim;
@@ -124,6 +128,12 @@ void fed_model_free(fed_model *m);
  * input's output that of node other, of the same shape; a relu after it
  * folds in; computed on the host. "concat" takes its input's channels,
  * then node other's, of the same height and width (torch.cat on dim 1).
+ * "batchnorm" normalizes each channel of its input (c, h, w) over the
+ * batch and h w, as BatchNorm2d, or each feature of a (F, 1, 1) input (a
+ * linear layer's, a flatten's) as BatchNorm1d: momentum (0: 0.1) and eps
+ * (0: 1e-5), weight and bias trained, running_mean, running_var and
+ * num_batches_tracked not; training uses the batch's statistics, the
+ * evaluation the running ones; a relu after it folds in.
  * A zero stride
  * is 1 for conv and the kernel for pooling; a zero dilation is 1. [0] is
  * the height's, [1] the width's. The last layer gives the logits. */
@@ -141,6 +151,7 @@ typedef struct fed_model_node {
                    (nn.Conv2d's groups; in channels: depthwise); 0 or 1: one */
     int other;  /* add: the node whose output it adds to its input's (-1: the
                    model's input) */
+    double momentum, eps; /* batchnorm: 0 for PyTorch's 0.1 and 1e-5 */
 } fed_model_node;
 
 /* The graph as a spec string, what fed_model_new takes and a node sends
@@ -151,7 +162,8 @@ typedef struct fed_model_node {
  * output of node REF: its name, its index if it has none, - the input),
  * &REF (concat node REF's channels),
  * and after any node <REF for an input other than the node before it;
- * Y (leaky_relu), G (gelu), S (silu), Z (sigmoid), T (tanh);
+ * Y (leaky_relu), G (gelu), S (silu), Z (sigmoid), T (tanh), N[eE][mM]
+ * (batchnorm, eps E then momentum M, decimals);
  * K, S, P, D are N or HxW. A node without NAME is named by its
  * index. NIID-Bench's SimpleCNN (examples/models/simplecnn.cfg) is
  * "g:conv1=C6k5,R,Mk2,conv2=C16k5,R,Mk2,F,fc1=L120,R,fc2=L84,R,fc3=L".
@@ -275,6 +287,14 @@ int fed_model_nlogits(const fed_model *m);
 /* Forward only of b (1 <= n <= max_batch): its logits, (n, nlogits), into
  * out on the host (what a parity test compares with another framework). */
 FED_WUR fed_err fed_model_logits(fed_model *m, const fed_batch *b, float *out);
+/* fed_model_logits in training mode, as PyTorch's module after train():
+ * batch norm normalizes with the batch's statistics and updates its
+ * running ones (a step's forward, without its backward). */
+FED_WUR fed_err fed_model_logits_train(fed_model *m, const fed_batch *b, float *out);
+/* Whether DP-SGD can train m: FED_ERR_UNSUPPORTED naming the first layer
+ * it cannot (batch norm: a sample's gradient depends on its batch) in why
+ * (cap bytes), or no per-sample norm on m's backend. */
+FED_WUR fed_err fed_model_dp_check(const fed_model *m, char *why, size_t cap);
 /* Forward only, any n >= 1 (run in pieces of max_batch): loss, accuracy and
  * samples added to st. */
 FED_WUR fed_err fed_model_evaluate(fed_model *m, const fed_batch *b, fed_step_stats *st);

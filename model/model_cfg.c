@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/opt.h"
 
 #define LINE_MAX_LEN 4096
 #define VALUE_MAX 65536 /* any count or size a key takes */
@@ -30,11 +31,13 @@ enum {
     K_GROUPS = 1 << 10,
     K_INPUT = 1 << 11,
     K_FROM = 1 << 12,
+    K_MOMENTUM = 1 << 13,
+    K_EPS = 1 << 14,
 };
 
 static const char *const KEY_NAMES[] = {"name",     "out",   "kernel",   "stride", "padding",
                                         "dilation", "shape", "features", "loss",   "classes",
-                                        "groups",   "input", "from"};
+                                        "groups",   "input", "from",  "momentum", "eps"};
 #define NKEYS ((int)(sizeof KEY_NAMES / sizeof KEY_NAMES[0]))
 
 /* A section: the keys it takes and those it needs (any one of need_any). */
@@ -62,6 +65,7 @@ static const section_def SECTIONS[] = {
     {"tanh", K_NAME | K_INPUT, 0, 0, 1},
     {"add", K_NAME | K_INPUT | K_FROM, K_FROM, 0, 1},
     {"concat", K_NAME | K_INPUT | K_FROM, K_FROM, 0, 1},
+    {"batchnorm", K_NAME | K_INPUT | K_MOMENTUM | K_EPS, 0, 0, 1},
 };
 #define NSECTIONS ((int)(sizeof SECTIONS / sizeof SECTIONS[0]))
 
@@ -243,6 +247,17 @@ static fed_err set_key(parser *p, const char *key, const char *val)
     case K_CLASSES:
         ok = parse_ints(val, &c->in.classes, 1, 0, 2);
         break;
+    case K_MOMENTUM:
+    case K_EPS: { /* a decimal in (0, 1] */
+        double v = 0.0;
+
+        if (!fed_opt_decimal(val, &v) || !(v > 0.0 && v <= 1.0))
+            return fed_err_why(p->why, p->cap, FED_ERR_SPEC,
+                               "%s:%d: [%s] %s: '%s' is not a decimal number in (0, 1]", c->file,
+                               p->line, sec, key, val);
+        *(1 << k == K_EPS ? &cur_node(p)->n.eps : &cur_node(p)->n.momentum) = v;
+        return FED_OK;
+    }
     }
     if (!ok)
         return fed_err_why(p->why, p->cap, FED_ERR_SPEC,
@@ -290,7 +305,7 @@ static fed_err open_section(parser *p, const char *name)
         return fed_err_why(p->why, p->cap, FED_ERR_SPEC,
                      "%s:%d: unknown section [%s] (input, output, linear, conv, maxpool, "
                      "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, sigmoid, "
-                     "tanh, add, concat)", c->file, p->line, name);
+                     "tanh, add, concat, batchnorm)", c->file, p->line, name);
     if ((err = close_section(p)) != FED_OK)
         return err;
     if (p->had_output)

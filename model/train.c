@@ -145,6 +145,15 @@ fed_err fed_trainer_set_dp(fed_trainer *t, const fed_trainer_dp *dp)
         return FED_ERR_INVAL;
     if (!(fed_model_backend(t->m)->caps & FED_BACKEND_CAP_DP_SGD))
         return FED_ERR_UNSUPPORTED;
+    {
+        char why[320];
+        fed_err err = fed_model_dp_check(t->m, why, sizeof why);
+
+        if (err != FED_OK) { /* a layer it cannot train, by name */
+            fed_log(FED_LOG_ERROR, "%s", why);
+            return err;
+        }
+    }
     if (room > t->stage) { /* a Poisson draw runs over the batch size: stage up to max_batch */
         x = fed_alloc_aligned((size_t)room * t->d->features * elem);
         y = fed_malloc((size_t)room * sizeof *y);

@@ -190,7 +190,7 @@ static void test_errors(void **state)
     expect_parse(IN "[softmax]\n", FED_ERR_SPEC,
                  "m.cfg:2: unknown section [softmax] (input, output, linear, conv, maxpool, "
                  "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, sigmoid, "
-                 "tanh, add, concat)");
+                 "tanh, add, concat, batchnorm)");
     expect_parse(IN "[conv] out = 3 kernel = 3 bias = 0\n", FED_ERR_SPEC,
                  "m.cfg:2: [conv]: unknown key 'bias' (name, out, kernel, stride, padding, "
                  "dilation, groups, input)");
