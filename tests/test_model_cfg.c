@@ -5,8 +5,10 @@
  * disagreeing with the file. With --torch-dump DIR FILE it is instead the
  * tool of tests/test_torch_parity.sh: a model built from FILE (seed 1), a
  * batch, and DIR/ours.safetensors holding the initial parameters, the batch
- * (x, y), the logits, the loss, every gradient ("grad.NAME") and the
- * parameters after one SGD step of lr 0.1 ("step.NAME"). */
+ * (x, y), the logits in training mode ("logits") and in evaluation
+ * ("eval_logits": batch norm's running statistics), the loss, every
+ * gradient ("grad.NAME") and the parameters after one SGD step of lr 0.1
+ * ("step.NAME", batch norm's running statistics and counter after it). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -314,7 +316,7 @@ static int torch_dump(const char *dir, const char *file)
     fed_step_stats st = {0};
     const fed_tensor_info *mt;
     fed_tensor_info *t = NULL;
-    float *buf = NULL, *p0 = NULL, *x = NULL, *logits = NULL, yf[DUMP_N], loss;
+    float *buf = NULL, *p0 = NULL, *x = NULL, *logits = NULL, *eval = NULL, yf[DUMP_N], loss;
     int32_t y[DUMP_N];
     int nt, n = 0, F, shape[4], nlog;
     size_t np, used = 0;
@@ -337,13 +339,14 @@ static int torch_dump(const char *dir, const char *file)
     np = fed_model_nparams(m);
     mt = fed_model_tensors(m, &nt);
     F = in.c * in.h * in.w;
-    t = calloc((size_t)3 * nt + 4, sizeof *t);
+    t = calloc((size_t)3 * nt + 5, sizeof *t);
     nlog = fed_model_nlogits(m);
-    buf = malloc((3 * np + (size_t)DUMP_N * (F + nlog + 1) + 1) * sizeof *buf);
+    buf = malloc((3 * np + (size_t)DUMP_N * (F + 2 * nlog + 1) + 1) * sizeof *buf);
     p0 = malloc(np * sizeof *p0);
     x = malloc((size_t)DUMP_N * F * sizeof *x);
     logits = malloc((size_t)DUMP_N * nlog * sizeof *logits);
-    if (!t || !buf || !p0 || !x || !logits || fed_model_init(m, &rng) != FED_OK ||
+    eval = malloc((size_t)DUMP_N * nlog * sizeof *eval);
+    if (!t || !buf || !p0 || !x || !logits || !eval || fed_model_init(m, &rng) != FED_OK ||
         fed_model_get_params(m, p0) != FED_OK)
         goto out;
     for (int i = 0; i < DUMP_N * F; i++)
@@ -351,11 +354,17 @@ static int torch_dump(const char *dir, const char *file)
     for (int i = 0; i < DUMP_N; i++)
         yf[i] = (float)(y[i] = (int32_t)fed_rng_below(&rng, (uint64_t)in.classes));
     fed_batch b = {.n = DUMP_N, .x_f32 = x, .y = y};
-    if (fed_model_logits(m, &b, logits) != FED_OK ||
+    /* evaluation (batch norm: the initial running statistics), then
+       training's forward (the batch's, the running ones updated), then the
+       step's forward and backward from the same parameters */
+    if (fed_model_logits(m, &b, eval) != FED_OK || fed_model_logits_train(m, &b, logits) != FED_OK ||
+        fed_model_set_params(m, p0) != FED_OK ||
         fed_model_forward_backward(m, &b, &st) != FED_OK || be->sync(be) != FED_OK)
         goto out;
-    for (int i = 0; i < nt; i++)
+    for (int i = 0; i < nt; i++) { /* a count as PyTorch's int64, as export writes it */
         dump_add(t, &n, buf, &used, mt[i].name, mt[i].ndim, mt[i].shape, p0 + mt[i].offset);
+        t[n - 1].flags = mt[i].flags & FED_TENSOR_INT64;
+    }
     for (int i = 0; i < nt; i++) {
         snprintf(name, sizeof name, "grad.%s", mt[i].name);
         dump_add(t, &n, buf, &used, name, mt[i].ndim, mt[i].shape,
@@ -369,6 +378,7 @@ static int torch_dump(const char *dir, const char *file)
     dump_add(t, &n, buf, &used, "y", 1, shape, yf);
     shape[1] = nlog;
     dump_add(t, &n, buf, &used, "logits", 2, shape, logits);
+    dump_add(t, &n, buf, &used, "eval_logits", 2, shape, eval);
     loss = (float)(st.loss_sum / DUMP_N);
     shape[0] = 1;
     dump_add(t, &n, buf, &used, "loss", 1, shape, &loss);
@@ -382,6 +392,7 @@ static int torch_dump(const char *dir, const char *file)
     for (int i = 0; i < nt; i++) {
         snprintf(name, sizeof name, "step.%s", mt[i].name);
         dump_add(t, &n, buf, &used, name, mt[i].ndim, mt[i].shape, p0 + mt[i].offset);
+        t[n - 1].flags = mt[i].flags & FED_TENSOR_INT64;
     }
     snprintf(path, sizeof path, "%s/ours.safetensors", dir);
     {
@@ -404,6 +415,7 @@ out:
     free(p0);
     free(x);
     free(logits);
+    free(eval);
     return rc;
 }
 
