@@ -49,6 +49,7 @@ typedef struct layer {
     unsigned char last_w[2];  /* ... last: that input's relu mask is applied then */
     size_t w_off, b_off;      /* linear (out, in), conv (out_c, in_c, kh, kw); bias (out);
                                  both 0 for a layer without parameters */
+    size_t w_numel, b_numel;  /* their sizes; b_numel 0: no bias (bias = 0) */
     size_t col_numel;         /* conv: (in_c*kh*kw, out_h*out_w) per sample */
     size_t arg_numel;         /* max pooling: argmax entries per sample */
     size_t dgw_numel;         /* DP-SGD: one sample's weight gradient made whole */
@@ -71,6 +72,7 @@ typedef struct node_desc {
     int groups;                   /* conv: 0 or 1 a plain one */
     int other;                    /* add: the node whose output it adds (-1: input) */
     double momentum, eps;         /* batchnorm: 0 its defaults */
+    int no_bias;                  /* linear, conv: no bias tensor */
 } node_desc;
 
 /* The per-sample input (c, h, w) a node sees, updated to its output. */
@@ -146,7 +148,8 @@ static const layer_ops *kind_of_letter(char letter);
 
 /* What a node takes in a "g:" spec, besides a name: out, then kernel,
  * stride, padding and dilation as k, s, p, d. */
-enum { OPT_OUT = 1, OPT_K = 2, OPT_S = 4, OPT_P = 8, OPT_D = 16, OPT_G = 32, OPT_EM = 64 };
+enum { OPT_OUT = 1, OPT_K = 2, OPT_S = 4, OPT_P = 8, OPT_D = 16, OPT_G = 32, OPT_B = 64,
+       OPT_EM = 128 };
 
 /* Activation layers of their own, element-wise, as PyTorch's modules:
  * LeakyReLU (slope 0.01), GELU (exact, erf), SiLU, Sigmoid, Tanh. */
@@ -175,6 +178,7 @@ typedef struct workspace {
                                    gradient of its output, from every layer taking it */
     float *gx;                  /* (max_batch, max out_numel): a gradient to be added */
     float *ones;                /* (max_batch) of 1.0: bias gradients as a GEMM */
+    float *zeros;               /* (max out_c of a bias-free layer) of 0.0: its bias */
     float *dcol[MAX_SHARDS];    /* (max col_numel) per unit: one image at a time */
     /* DP-SGD (CPU only): each sample's squared gradient norm, and per unit a
        layer's weight gradient of one sample, (max dgw_numel) */
@@ -416,6 +420,22 @@ static fed_err plan_output(const plan *p, const node_desc *nd, int i, dims *s, l
     return FED_OK;
 }
 
+/* ly's NAME.weight of shape (ndim) and, unless the node says bias = 0, its
+ * NAME.bias of out_c (linear and conv). */
+static fed_err plan_weight_bias(plan *p, const node_desc *nd, layer *ly, int ndim,
+                                const int *wshape, char *why, size_t cap)
+{
+    fed_err err = plan_tensor(p, nd->name, "weight", ndim, wshape, &ly->w_off, why, cap);
+
+    if (err != FED_OK)
+        return err;
+    ly->w_numel = p->tensors[p->ntensors - 1].numel;
+    if (nd->no_bias)
+        return FED_OK;
+    ly->b_numel = (size_t)ly->out_c;
+    return plan_tensor(p, nd->name, "bias", 1, &ly->out_c, &ly->b_off, why, cap);
+}
+
 /* linear: takes its input flattened, (out, in) weights and a bias. */
 static fed_err linear_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap)
 {
@@ -428,10 +448,9 @@ static fed_err linear_plan(plan *p, const node_desc *nd, int i, dims *s, char *w
         return shape_fail(p, nd, i, s, why, cap, "out must be 1 to 2^28");
     if (!(ly = plan_layer(p, nd)))
         return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
-    if ((err = plan_output(p, nd, i, s, ly, out, 1, 1, why, cap)) != FED_OK ||
-        (err = plan_tensor(p, nd->name, "weight", 2, wshape, &ly->w_off, why, cap)) != FED_OK)
+    if ((err = plan_output(p, nd, i, s, ly, out, 1, 1, why, cap)) != FED_OK)
         return err;
-    return plan_tensor(p, nd->name, "bias", 1, &out, &ly->b_off, why, cap);
+    return plan_weight_bias(p, nd, ly, 2, wshape, why, cap);
 }
 
 /* conv: (out, c, kh, kw) weights over any window, and a bias. */
@@ -459,10 +478,9 @@ static fed_err conv_plan(plan *p, const node_desc *nd, int i, dims *s, char *why
     ly->groups = G;
     ly->col_numel = (size_t)s->c * g.KH * g.KW * g.OH * g.OW;
     ly->dgw_numel = (size_t)nd->out * (s->c / G) * g.KH * g.KW;
-    if ((err = plan_output(p, nd, i, s, ly, nd->out, g.OH, g.OW, why, cap)) != FED_OK ||
-        (err = plan_tensor(p, nd->name, "weight", 4, wshape, &ly->w_off, why, cap)) != FED_OK)
+    if ((err = plan_output(p, nd, i, s, ly, nd->out, g.OH, g.OW, why, cap)) != FED_OK)
         return err;
-    return plan_tensor(p, nd->name, "bias", 1, &nd->out, &ly->b_off, why, cap);
+    return plan_weight_bias(p, nd, ly, 4, wshape, why, cap);
 }
 
 /* maxpool and avgpool: channels kept, padding at most half the kernel
@@ -900,9 +918,9 @@ static int spec_node(const char *s, const char *end, int i, node_desc *nodes)
     node_desc *nd = &nodes[i];
     const char *eq = memchr(s, '=', (size_t)(end - s));
     const char *lt = memchr(s, '<', (size_t)(end - s));
-    int groups2 = 0;
-    int *pairs[5][2] = {{&nd->kh, &nd->kw}, {&nd->sh, &nd->sw}, {&nd->ph, &nd->pw},
-                        {&nd->dh, &nd->dw}, {&nd->groups, &groups2}};
+    int groups2 = 0, bias = 1, bias2 = 1;
+    int *pairs[6][2] = {{&nd->kh, &nd->kw}, {&nd->sh, &nd->sw}, {&nd->ph, &nd->pw},
+                        {&nd->dh, &nd->dw}, {&nd->groups, &groups2}, {&bias, &bias2}};
     unsigned seen = 0;
 
     memset(nd, 0, sizeof *nd);
@@ -934,7 +952,7 @@ static int spec_node(const char *s, const char *end, int i, node_desc *nodes)
         if ((nd->out = nd->out * 10 + (*s++ - '0')) > 65536)
             return 0;
     while (s < end) {
-        static const char letters[] = "kspdg";
+        static const char letters[] = "kspdgb";
         const char *at = strchr(letters, *s);
         int k = at && *s ? (int)(at - letters) : -1;
 
@@ -942,9 +960,13 @@ static int spec_node(const char *s, const char *end, int i, node_desc *nodes)
             return 0;
         seen |= 1u << k;
         s++;
-        if (!spec_pair(&s, pairs[k][0], pairs[k][1], k == 2))
+        if (!spec_pair(&s, pairs[k][0], pairs[k][1], k == 2 || k == 5))
             return 0;
     }
+    /* b0: no bias (b1, the default, is never written) */
+    if ((seen & (1u << 5)) && (bias != bias2 || bias > 1))
+        return 0;
+    nd->no_bias = !bias;
     /* conv needs its out and kernel, pooling its kernel; groups is one number */
     if ((seen & (1u << 4)) && groups2 != nd->groups)
         return 0;
@@ -966,8 +988,8 @@ static fed_err graph_spec(const char *spec, node_desc *nodes, int ncap, int *cou
             end = s + strlen(s);
         if (n == ncap || !spec_node(s, end, n, nodes))
             return fed_err_why(why, cap, FED_ERR_SPEC,
-                               "model spec '%.40s%s': node %d '%.*s' is none of NAME=Lout, "
-                               "NAME=CoutkK[sS][pP][dD][gG], MkK[sS][pP], AkK[sS][pP], P, R, F, Y, G, S, "
+                               "model spec '%.40s%s': node %d '%.*s' is none of NAME=Lout[b0], "
+                               "NAME=CoutkK[sS][pP][dD][gG][b0], MkK[sS][pP], AkK[sS][pP], P, R, F, Y, G, S, "
                                "Z, T, B, +REF, &REF, N[eE][mM], each [<REF]", spec,
                                strlen(spec) > 40 ? "..." : "", n, (int)(end - s), s);
         n++;
@@ -1039,7 +1061,8 @@ fed_err fed_model_graph_spec(const fed_model_node *nodes, int count, char *spec,
         const layer_ops *ops = nd->kind ? kind_find(nd->kind) : NULL;
         char idx[16];
 
-        if (!ops || (nd->name && !fed_model_name_ok(nd->name)))
+        if (!ops || (nd->name && !fed_model_name_ok(nd->name)) ||
+            (nd->no_bias && !(ops->opts & OPT_B)))
             return FED_ERR_SPEC;
         if (nd->input < -1 || nd->input >= i ||
             (ops->input2_grads && (nd->other < -1 || nd->other >= i)))
@@ -1062,6 +1085,8 @@ fed_err fed_model_graph_spec(const fed_model_node *nodes, int count, char *spec,
             spec_put_pair(spec, cap, &used, 'd', nd->dilation);
         if ((ops->opts & OPT_G) && nd->groups > 1)
             spec_put(spec, cap, &used, "g%d", nd->groups);
+        if ((ops->opts & OPT_B) && nd->no_bias)
+            spec_put(spec, cap, &used, "b0");
         if ((ops->opts & OPT_EM) && (!(nd->eps >= 0.0) || !(nd->momentum >= 0.0)))
             return FED_ERR_SPEC;
         if ((ops->opts & OPT_EM) && nd->eps > 0.0)
@@ -1267,6 +1292,11 @@ static fed_err graph_node(const char *label, const fed_model_node *gn, int i, no
     nd->other = gn->other;
     nd->momentum = gn->momentum;
     nd->eps = gn->eps;
+    nd->no_bias = gn->no_bias != 0;
+    if (nd->no_bias && !(nd->ops->opts & OPT_B))
+        return fed_err_why(why, cap, FED_ERR_SPEC,
+                           "model '%s': node %d (%s '%s'): only linear and conv take bias = 0",
+                           label, i, gn->kind, nd->name);
     if (nd->sh < 0 || nd->sw < 0 || nd->dh < 0 || nd->dw < 0 || nd->groups < 0)
         return fed_err_why(why, cap, FED_ERR_SPEC,
                          "model '%s': node %d (%s '%s'): a negative stride or dilation", label,
@@ -1415,6 +1445,7 @@ static void ws_fini(fed_model *m, workspace *w)
     fed_free(w->g);
     dev_free(be, w->gx);
     dev_free(be, w->ones);
+    dev_free(be, w->zeros);
     for (int u = 0; u < MAX_SHARDS; u++) {
         dev_free(be, w->dcol[u]);
         dev_free(be, w->dgw[u]);
@@ -1426,7 +1457,7 @@ static fed_err ws_init(fed_model *m, workspace *w)
 {
     fed_backend *be = m->be;
     size_t cap = (size_t)m->max_batch, feat = (size_t)m->in.c * m->in.h * m->in.w;
-    size_t maxout = 0, maxcol = 0, L = (size_t)m->nlayers;
+    size_t maxout = 0, maxcol = 0, maxzero = 0, L = (size_t)m->nlayers;
     fed_err err;
 
     if (!(w->act = fed_calloc(L, sizeof *w->act)) || !(w->col = fed_calloc(L, sizeof *w->col)) ||
@@ -1446,6 +1477,8 @@ static fed_err ws_init(fed_model *m, workspace *w)
             maxout = (size_t)ly->out_numel;
         if (ly->col_numel > maxcol)
             maxcol = ly->col_numel;
+        if (ly->w_numel && !ly->b_numel && (size_t)ly->out_c > maxzero)
+            maxzero = (size_t)ly->out_c;
         if ((err = dev_alloc(m, cap * ly->out_numel * sizeof(float), &w->act[l])))
             return err;
         if (ly->col_numel &&
@@ -1460,6 +1493,8 @@ static fed_err ws_init(fed_model *m, workspace *w)
     for (int u = 0; maxcol && u < m->shards; u++)
         if ((err = dev_alloc(m, maxcol * sizeof(float), &w->dcol[u])))
             return err;
+    if (maxzero && (err = dev_alloc(m, maxzero * sizeof(float), &w->zeros))) /* zeroed */
+        return err;
     if (be->caps & FED_BACKEND_CAP_DP_SGD) { /* DP-SGD's buffers */
         size_t maxgw = 0;
 
@@ -1682,12 +1717,11 @@ fed_err fed_model_init(fed_model *m, fed_rng *rng)
  * U(-1/sqrt(fan_in), 1/sqrt(fan_in)) as well: PyTorch's Linear and Conv2d. */
 static void init_fan_in(const layer *ly, size_t fan_in, float *host, fed_rng *rng)
 {
-    size_t wn = ly->b_off - ly->w_off;
     float bound = (float)(1.0 / sqrt((double)fan_in));
 
-    for (size_t i = 0; i < wn; i++)
+    for (size_t i = 0; i < ly->w_numel; i++)
         host[ly->w_off + i] = (2.0f * fed_rng_uniform_f(rng) - 1.0f) * bound;
-    for (int i = 0; i < ly->out_c; i++)
+    for (size_t i = 0; i < ly->b_numel; i++)
         host[ly->b_off + i] = (2.0f * fed_rng_uniform_f(rng) - 1.0f) * bound;
 }
 
@@ -1763,6 +1797,12 @@ static void row_chunk(int R, int S, int u, int *r0, int *r1)
 }
 
 
+/* The bias ly adds: its own, or zeros when it has none (bias = 0). */
+static const float *layer_bias(const fed_model *m, const layer *ly)
+{
+    return ly->b_numel ? m->params + ly->b_off : m->ws.zeros;
+}
+
 /* ---- linear ---- */
 
 static void linear_forward(fed_model *m, int l, const float *x, int off, int n)
@@ -1774,7 +1814,7 @@ static void linear_forward(fed_model *m, int l, const float *x, int off, int n)
     /* y (n, out) = x (n, in) W^T, then bias and ReLU in one pass */
     be->gemm(be, 0, 1, n, ly->out_numel, ly->in_numel, 1.0f, x, ly->in_numel,
              m->params + ly->w_off, ly->in_numel, 0.0f, y, ly->out_numel);
-    be->bias_act_fwd(be, y, m->params + ly->b_off, n, ly->out_numel, ly->relu);
+    be->bias_act_fwd(be, y, layer_bias(m, ly), n, ly->out_numel, ly->relu);
 }
 
 /* Layer 0 (linear) by output columns: unit u computes y[:, r0:r1] for the
@@ -1793,7 +1833,7 @@ static void linear_forward_cols(fed_model *m, int u, int n)
     be->gemm(be, 0, 1, n, r1 - r0, in, 1.0f, m->ws.x, in, m->params + ly->w_off + (size_t)r0 * in,
              in, 0.0f, y + r0, out);
     for (int b = 0; b < n; b++)
-        be->bias_act_fwd(be, y + (size_t)b * out + r0, m->params + ly->b_off + r0, 1, r1 - r0,
+        be->bias_act_fwd(be, y + (size_t)b * out + r0, layer_bias(m, ly) + r0, 1, r1 - r0,
                          ly->relu);
 }
 
@@ -1814,7 +1854,8 @@ static void linear_weight_grads(fed_model *m, int l, int u, const float *dy, int
     /* dW[r0:r1] (r, in) = dy[:, r0:r1]^T (r, n) x (n, in) */
     be->gemm(be, 1, 0, r1 - r0, in, n, 1.0f, dy + r0, out, x, in, beta, dW + (size_t)r0 * in, in);
     /* db[r0:r1] = dy[:, r0:r1]^T ones (n) */
-    be->gemm(be, 1, 0, r1 - r0, 1, n, 1.0f, dy + r0, out, m->ws.ones, 1, beta, db + r0, 1);
+    if (ly->b_numel)
+        be->gemm(be, 1, 0, r1 - r0, 1, n, 1.0f, dy + r0, out, m->ws.ones, 1, beta, db + r0, 1);
 }
 
 static void linear_input_grads(fed_model *m, int l, int u, const float *dy, float *dx, int off,
@@ -1849,7 +1890,8 @@ static void linear_dp_norm2(fed_model *m, int l, int u, const float *dy, const f
     (void)u;
     for (int i = 0; i < n; i++)
         norm2[i] += sumsq_f(dy + (size_t)(off + i) * ly->out_numel, ly->out_numel) *
-                    (sumsq_f(x + (size_t)(off + i) * ly->in_numel, ly->in_numel) + 1.0);
+                    (sumsq_f(x + (size_t)(off + i) * ly->in_numel, ly->in_numel) +
+                     (ly->b_numel ? 1.0 : 0.0));
 }
 
 /* ---- conv ---- */
@@ -1907,7 +1949,7 @@ static void conv_forward(fed_model *m, int l, const float *x, int off, int n)
                      col + (size_t)g * ckk * P, P, 0.0f,
                      y + (size_t)i * ly->out_numel + (size_t)g * og * P, P);
     }
-    be->chan_bias_act_fwd(be, y, m->params + ly->b_off, n, ly->out_c, P, ly->relu);
+    be->chan_bias_act_fwd(be, y, layer_bias(m, ly), n, ly->out_c, P, ly->relu);
 }
 
 static void conv_weight_grads(fed_model *m, int l, int u, const float *dy, int n)
@@ -1934,10 +1976,10 @@ static void conv_weight_grads(fed_model *m, int l, int u, const float *dy, int n
                      m->ws.col[l] + (size_t)i * ly->col_numel + (size_t)g * ckk * P, P,
                      i || acc ? 1.0f : 0.0f, dW + (size_t)a * ckk, ckk);
         }
-        if (r1 - r0 < ly->out_c)
+        if (ly->b_numel && r1 - r0 < ly->out_c)
             be->chan_bias_bwd(be, db + r0, dyi, 1, r1 - r0, P, i > 0 || acc);
     }
-    if (r1 - r0 == ly->out_c) /* all channels: one call over the batch */
+    if (ly->b_numel && r1 - r0 == ly->out_c) /* all channels: one call over the batch */
         be->chan_bias_bwd(be, db, dy, n, ly->out_c, P, acc);
 }
 
@@ -1982,7 +2024,7 @@ static void conv_dp_norm2(fed_model *m, int l, int u, const float *dy, const flo
                      m->ws.col[l] + (size_t)(off + i) * ly->col_numel + (size_t)g * ckk * P, P,
                      0.0f, m->ws.dgw[u] + (size_t)g * og * ckk, ckk);
         norm2[i] += sumsq_f(m->ws.dgw[u], (size_t)ly->out_c * ckk);
-        for (int c = 0; c < ly->out_c; c++) {
+        for (int c = 0; ly->b_numel && c < ly->out_c; c++) {
             double b = 0.0;
 
             for (int p = 0; p < P; p++)
@@ -2247,8 +2289,7 @@ static fed_err bn_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, 
     ly->eps = (float)(nd->eps > 0.0 ? nd->eps : BN_EPS);
     ly->aux_numel = 2 * (size_t)C; /* the batch's mean and variance */
     if ((err = plan_output(p, nd, i, s, ly, s->c, s->h, s->w, why, cap)) != FED_OK ||
-        (err = plan_tensor(p, nd->name, "weight", 1, &C, &ly->w_off, why, cap)) != FED_OK ||
-        (err = plan_tensor(p, nd->name, "bias", 1, &C, &ly->b_off, why, cap)) != FED_OK ||
+        (err = plan_weight_bias(p, nd, ly, 1, &C, why, cap)) != FED_OK ||
         (err = plan_tensor(p, nd->name, "running_mean", 1, &C, &ly->st_off, why, cap)) != FED_OK)
         return err;
     p->tensors[p->ntensors - 1].flags = FED_TENSOR_SHARED;
@@ -2359,12 +2400,13 @@ static void bn_init(const layer *ly, float *host, fed_rng *rng)
 /* ---- the table ---- */
 
 static const layer_ops LAYER_KINDS[] = {
-    {.kind = "linear", .letter = 'L', .opts = OPT_OUT, .plan = linear_plan,
+    {.kind = "linear", .letter = 'L', .opts = OPT_OUT | OPT_B, .plan = linear_plan,
      .forward = linear_forward,
      .forward_cols = linear_forward_cols, .input_grads = linear_input_grads,
      .weight_grads = linear_weight_grads, .flops = linear_flops, .init = linear_init,
      .dp_norm2 = linear_dp_norm2, .fuses_relu = 1, .keep_dy = 1},
-    {.kind = "conv", .letter = 'C', .opts = OPT_OUT | OPT_K | OPT_S | OPT_P | OPT_D | OPT_G,
+    {.kind = "conv", .letter = 'C',
+     .opts = OPT_OUT | OPT_K | OPT_S | OPT_P | OPT_D | OPT_G | OPT_B,
      .plan = conv_plan, .needs = conv_needs, .forward = conv_forward,
      .input_grads = conv_input_grads, .weight_grads = conv_weight_grads, .flops = conv_flops,
      .init = conv_init, .dp_norm2 = conv_dp_norm2, .fuses_relu = 1},
@@ -2613,10 +2655,13 @@ static void update_rows(fed_model *m, int l, int u)
     row_chunk(ly->out_c, m->shards, u, &r0, &r1);
     if (r0 >= r1)
         return;
-    per_row = (ly->b_off - ly->w_off) / (size_t)ly->out_c;
+    per_row = ly->w_numel / (size_t)ly->out_c;
     m->run.update(m->run.update_ctx, ly->w_off + (size_t)r0 * per_row,
                   ly->w_off + (size_t)r1 * per_row);
-    m->run.update(m->run.update_ctx, ly->b_off + (size_t)r0, ly->b_off + (size_t)r1);
+    per_row = ly->b_numel / (size_t)ly->out_c;
+    if (per_row)
+        m->run.update(m->run.update_ctx, ly->b_off + (size_t)r0 * per_row,
+                      ly->b_off + (size_t)r1 * per_row);
 }
 
 static void run_unit(fed_model *m, int ph, int u)

@@ -152,6 +152,7 @@ typedef struct fed_model_node {
     int other;  /* add: the node whose output it adds to its input's (-1: the
                    model's input) */
     double momentum, eps; /* batchnorm: 0 for PyTorch's 0.1 and 1e-5 */
+    int no_bias; /* linear, conv: no NAME.bias tensor (PyTorch's bias=False) */
 } fed_model_node;
 
 /* The graph as a spec string, what fed_model_new takes and a node sends
@@ -162,6 +163,7 @@ typedef struct fed_model_node {
  * output of node REF: its name, its index if it has none, - the input),
  * &REF (concat node REF's channels),
  * and after any node <REF for an input other than the node before it;
+ * b0 after a linear or conv node's other options: no bias (NAME.bias absent);
  * Y (leaky_relu), G (gelu), S (silu), Z (sigmoid), T (tanh), N[eE][mM]
  * (batchnorm, eps E then momentum M, decimals);
  * K, S, P, D are N or HxW. A node without NAME is named by its

@@ -31,13 +31,15 @@ enum {
     K_GROUPS = 1 << 10,
     K_INPUT = 1 << 11,
     K_FROM = 1 << 12,
-    K_MOMENTUM = 1 << 13,
-    K_EPS = 1 << 14,
+    K_BIAS = 1 << 13,
+    K_MOMENTUM = 1 << 14,
+    K_EPS = 1 << 15,
 };
 
 static const char *const KEY_NAMES[] = {"name",     "out",   "kernel",   "stride", "padding",
                                         "dilation", "shape", "features", "loss",   "classes",
-                                        "groups",   "input", "from",  "momentum", "eps"};
+                                        "groups",   "input", "from",     "bias",
+                                        "momentum", "eps"};
 #define NKEYS ((int)(sizeof KEY_NAMES / sizeof KEY_NAMES[0]))
 
 /* A section: the keys it takes and those it needs (any one of need_any). */
@@ -50,8 +52,9 @@ typedef struct section_def {
 static const section_def SECTIONS[] = {
     {"input", K_SHAPE | K_FEATURES, 0, K_SHAPE | K_FEATURES, 0},
     {"output", K_LOSS | K_CLASSES, 0, 0, 0},
-    {"linear", K_NAME | K_INPUT | K_OUT, K_OUT, 0, 1},
-    {"conv", K_NAME | K_INPUT | K_OUT | K_KERNEL | K_STRIDE | K_PADDING | K_DILATION | K_GROUPS,
+    {"linear", K_NAME | K_INPUT | K_OUT | K_BIAS, K_OUT, 0, 1},
+    {"conv",
+     K_NAME | K_INPUT | K_OUT | K_KERNEL | K_STRIDE | K_PADDING | K_DILATION | K_GROUPS | K_BIAS,
      K_OUT | K_KERNEL, 0, 1},
     {"maxpool", K_NAME | K_INPUT | K_KERNEL | K_STRIDE | K_PADDING, K_KERNEL, 0, 1},
     {"avgpool", K_NAME | K_INPUT | K_KERNEL | K_STRIDE | K_PADDING, K_KERNEL, 0, 1},
@@ -247,6 +250,11 @@ static fed_err set_key(parser *p, const char *key, const char *val)
     case K_CLASSES:
         ok = parse_ints(val, &c->in.classes, 1, 0, 2);
         break;
+    case K_BIAS: /* bias = 0 or false: PyTorch's bias=False */
+        ok = !strcmp(val, "0") || !strcmp(val, "false") || !strcmp(val, "1") ||
+             !strcmp(val, "true");
+        cur_node(p)->n.no_bias = !strcmp(val, "0") || !strcmp(val, "false");
+        break;
     case K_MOMENTUM:
     case K_EPS: { /* a decimal in (0, 1] */
         double v = 0.0;
@@ -267,6 +275,7 @@ static fed_err set_key(parser *p, const char *key, const char *val)
                      : 1 << k == K_PADDING ? "N or H,W (each 0 to 65536)"
                      : 1 << k == K_CLASSES ? "a count 2 to 65536"
                      : 1 << k == K_GROUPS  ? "a count 1 to 65536"
+                     : 1 << k == K_BIAS    ? "0, 1, false or true"
                                            : "N or H,W (each 1 to 65536)");
     if ((1 << k == K_SHAPE || 1 << k == K_FEATURES) && (p->seen & K_SHAPE) &&
         (p->seen & K_FEATURES))

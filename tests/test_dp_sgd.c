@@ -217,6 +217,9 @@ static void test_per_sample_mlp(void **state)
 
     check_per_sample(*state, "mlp:32,16", in, 1, 12);
     check_per_sample(*state, "mlp:32,16", in, 4, 12);
+    /* bias = 0: the norms leave out the bias a layer lacks */
+    check_per_sample(*state, "g:L32b0,R,Lb0", in, 1, 12);
+    check_per_sample(*state, "g:L32b0,R,L", in, 3, 12);
 }
 
 static void test_per_sample_cnn(void **state)
@@ -255,7 +258,7 @@ static void test_per_sample_windows(void **state)
         {.kind = "relu"},
         /* grouped: 3 shards' rows (2 each) straddle its 2 groups of 3 */
         {.kind = "conv", .name = "grp", .out = 6, .kernel = {3, 3}, .padding = {1, 1},
-         .groups = 2},
+         .groups = 2, .no_bias = 1},
         {.kind = "relu"},
         {.kind = "conv", .name = "dil", .out = 3, .kernel = {3, 2}, .padding = {2, 1},
          .dilation = {2, 1}},

@@ -619,8 +619,8 @@ static void test_graph_spec(void **state)
     assert_int_equal(np, 220 * 7 + 7 + 7 * 5 + 5);
     /* refusals */
     assert_int_equal(fed_model_spec_explain("g:C6,R,L", in, why, sizeof why), FED_ERR_SPEC);
-    assert_string_equal(why, "model spec 'g:C6,R,L': node 0 'C6' is none of NAME=Lout, "
-                             "NAME=CoutkK[sS][pP][dD][gG], MkK[sS][pP], AkK[sS][pP], P, R, F, Y, G, S, "
+    assert_string_equal(why, "model spec 'g:C6,R,L': node 0 'C6' is none of NAME=Lout[b0], "
+                             "NAME=CoutkK[sS][pP][dD][gG][b0], MkK[sS][pP], AkK[sS][pP], P, R, F, Y, G, S, "
                              "Z, T, B, +REF, &REF, N[eE][mM], each [<REF]");
     static const char *bad[] = {"g:",        "g:L,",     "g:Q",       "g:Lk3",  "g:C4k3k3,L",
                                 "g:Mk0,L",   "g:Ck3,L",  "g:a-b=L",   "g:=L",   "g:L5x5",

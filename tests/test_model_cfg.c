@@ -169,6 +169,45 @@ static void test_many_layers(void **state)
     fed_model_cfg_free(c);
 }
 
+/* bias = 0 (or false): PyTorch's bias=False, no NAME.bias tensor, through
+ * the graph's spec and back. */
+static void test_bias_free(void **state)
+{
+    fed_model_cfg *c = parse("[input] shape = 2,6,6\n"
+                             "[conv] name = c out = 3 kernel = 3 bias = 0\n[relu]\n"
+                             "[conv] name = d out = 3 kernel = 1 bias = true\n[flatten]\n"
+                             "[linear] name = fc out = classes bias = false\n");
+    fed_model_shape in = {2, 6, 6, 4};
+    fed_backend *be = NULL;
+    fed_model *m = NULL, *m2 = NULL;
+    const fed_tensor_info *t;
+    char spec[256], why[512];
+    int nt;
+
+    (void)state;
+    assert_int_equal(fed_model_cfg_spec(c, spec, sizeof spec, why, sizeof why), FED_OK);
+    assert_string_equal(spec, "g:c=C3k3b0,R,d=C3k1,F,fc=Lb0");
+    assert_int_equal(fed_backend_cpu_new(1, &be), FED_OK);
+    assert_int_equal(fed_model_cfg_build(c, in, be, NULL, 1, 4, &m, why, sizeof why), FED_OK);
+    assert_int_equal(fed_model_new(spec, in, be, NULL, 1, 4, &m2), FED_OK);
+    assert_int_equal(fed_model_nparams(m), 3 * 2 * 9 + 3 * 3 + 3 + 4 * 48);
+    assert_int_equal(fed_model_nparams(m2), fed_model_nparams(m));
+    t = fed_model_tensors(m2, &nt);
+    assert_int_equal(nt, 4);
+    assert_string_equal(t[0].name, "c.weight");
+    assert_string_equal(t[1].name, "d.weight");
+    assert_string_equal(t[2].name, "d.bias");
+    assert_string_equal(t[3].name, "fc.weight");
+    assert_int_equal(t[3].offset, 3 * 2 * 9 + 3 * 3 + 3);
+    /* a bias-free node only where a bias could be; b0 only as 0 */
+    assert_int_equal(fed_model_spec_check("g:C3k3b0,Mk2b0,F,L", in), FED_ERR_SPEC);
+    assert_int_equal(fed_model_spec_check("g:C3k3b2,F,L", in), FED_ERR_SPEC);
+    fed_model_free(m);
+    fed_model_free(m2);
+    fed_backend_free(be);
+    fed_model_cfg_free(c);
+}
+
 static void expect_parse(const char *text, fed_err want, const char *msg)
 {
     fed_model_cfg *c = (fed_model_cfg *)1;
@@ -193,9 +232,13 @@ static void test_errors(void **state)
                  "m.cfg:2: unknown section [softmax] (input, output, linear, conv, maxpool, "
                  "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, sigmoid, "
                  "tanh, add, concat, batchnorm)");
-    expect_parse(IN "[conv] out = 3 kernel = 3 bias = 0\n", FED_ERR_SPEC,
-                 "m.cfg:2: [conv]: unknown key 'bias' (name, out, kernel, stride, padding, "
-                 "dilation, groups, input)");
+    expect_parse(IN "[conv] out = 3 kernel = 3 momentum = 0\n", FED_ERR_SPEC,
+                 "m.cfg:2: [conv]: unknown key 'momentum' (name, out, kernel, stride, padding, "
+                 "dilation, groups, input, bias)");
+    expect_parse(IN "[maxpool] kernel = 2 bias = 0\n", FED_ERR_SPEC,
+                 "m.cfg:2: [maxpool]: unknown key 'bias' (name, kernel, stride, padding, input)");
+    expect_parse(IN "[linear] out = 3 bias = no\n", FED_ERR_SPEC,
+                 "m.cfg:2: [linear] bias: 'no' is not 0, 1, false or true");
     expect_parse(IN "[linear] name = a out = 4\n[add] from = b\n", FED_ERR_SPEC,
                  "m.cfg:3: [add] from: 'b' names no earlier layer (a name, an index, or - for "
                  "the input)");
@@ -426,6 +469,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_syntax),
         cmocka_unit_test(test_many_layers),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_bias_free),
         cmocka_unit_test(test_shape_errors),
     };
 

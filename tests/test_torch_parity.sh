@@ -4,9 +4,10 @@
 # (strided, padded, dilated and non-square convolutions, padded max and
 # average pooling), a net of every activation of its own (leaky_relu, gelu,
 # silu, sigmoid, tanh) with a global average pool, grouped and depthwise
-# convolutions, a one-logit bce net, and residual blocks (add, branches, a
-# concat), batch norm per feature and per channel (bn1d, bn2d): fednode's
-# initial parameters (through .safetensors, loaded with strict=True into the
+# convolutions, convolutions and linear layers without a bias (bias = 0),
+# a one-logit bce net, residual blocks (add, branches, a concat), batch
+# norm per feature and per channel (bn1d, bn2d): fednode's initial
+# parameters (through .safetensors, loaded with strict=True into the
 # nn.Module tests/torch_parity.py builds from the same file), the same batch
 # of 8: logits in training mode and in evaluation, loss, every gradient and
 # the parameters after one SGD step (batch norm's running statistics and
@@ -108,6 +109,22 @@ cat >"$TMP/residual.cfg" <<CFG
 [output] classes = 5
 CFG
 
+cat >"$TMP/nobias.cfg" <<CFG
+# bias = 0 (PyTorch's bias=False) on convolutions and linear layers, a relu
+# folded into a bias-free layer
+[input] shape = 3,8,8
+[conv] name = c1 out = 4 kernel = 3 padding = 1 bias = 0
+[relu]
+[conv] name = c2 out = 6 kernel = 3 stride = 2 groups = 2 bias = false
+[conv] name = c3 out = 6 kernel = 1
+[relu]
+[flatten]
+[linear] name = fc1 out = 12 bias = 0
+[relu]
+[linear] name = head out = classes bias = false
+[output] classes = 5
+CFG
+
 cat >"$TMP/bce.cfg" <<CFG
 # one logit, binary cross-entropy with logits
 [input] features = 11
@@ -155,7 +172,8 @@ cat >"$TMP/bn2d.cfg" <<CFG
 CFG
 
 for cfg in "$HERE/../examples/models/simplecnn.cfg" "$TMP/windows.cfg" "$TMP/acts.cfg" \
-    "$TMP/groups.cfg" "$TMP/bce.cfg" "$TMP/residual.cfg" "$TMP/bn1d.cfg" "$TMP/bn2d.cfg"; do
+    "$TMP/groups.cfg" "$TMP/bce.cfg" "$TMP/residual.cfg" "$TMP/nobias.cfg" "$TMP/bn1d.cfg" \
+    "$TMP/bn2d.cfg"; do
     name=$(basename "$cfg" .cfg)
     mkdir -p "$TMP/$name"
     "$DUMP" --torch-dump "$TMP/$name" "$cfg" >"$TMP/$name/dump.log" 2>&1 ||

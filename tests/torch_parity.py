@@ -35,6 +35,11 @@ def pair(v):
     return (p[0], p[0]) if len(p) == 1 else (p[0], p[1])
 
 
+def has_bias(kv):
+    """fednode's bias = 0 or false is PyTorch's bias=False."""
+    return kv.get("bias", "1") not in ("0", "false")
+
+
 def sections(path):
     """[(kind, {key: value})] in file order, [input] and [output] included."""
     out = []
@@ -73,10 +78,10 @@ class Net(nn.Module):
                 k = pair(kv["kernel"])
                 m = nn.Conv2d(x.shape[1], int(kv["out"]), k, stride=pair(kv.get("stride", "1")),
                               padding=pair(kv.get("padding", "0")), dilation=pair(kv.get("dilation", "1")),
-                              groups=int(kv.get("groups", "1")))
+                              groups=int(kv.get("groups", "1")), bias=has_bias(kv))
             elif kind == "linear":
                 out = classes if kv["out"] == "classes" else int(kv["out"])
-                m = nn.Linear(x[0].numel(), out)
+                m = nn.Linear(x[0].numel(), out, bias=has_bias(kv))
             elif kind in ("maxpool", "avgpool"):
                 k = pair(kv["kernel"])
                 s = pair(kv["stride"]) if "stride" in kv else k
