@@ -1,6 +1,8 @@
 /* cli_model.c - `fednode model FILE`: a model file's graph as the model
  * would be built from it: each layer's output shape per sample, its
- * parameters and its forward + backward FLOPs per sample, and the totals;
+ * parameters (trained, as PyTorch counts them; the values batch norm keeps
+ * untrained are summed apart) and its forward + backward FLOPs per sample,
+ * and the totals;
  * or the file's error, with the line and the shapes computed so far. */
 #include <stdio.h>
 #include <string.h>
@@ -30,9 +32,9 @@ int fed_cli_model(int argc, char **argv)
     const char *path = argc > 0 && argv[0][0] != '-' ? argv[0] : NULL;
     char why[1024];
     fed_model_shape in;
-    size_t total = 0;
+    size_t total = 0, buffers = 0;
     double flops = 0.0;
-    int count, rc;
+    int count, rc, wide = 16;
 
     if (path) { /* FILE first, then the options */
         argv++;
@@ -67,19 +69,26 @@ int fed_cli_model(int argc, char **argv)
     }
     printf("# model %s: input %dx%dx%d, %d classes\n", fed_model_cfg_label(cfg), in.c, in.h,
            in.w, in.classes);
-    printf("%4s  %-14s %-16s %-12s %10s %14s\n", "node", "layer", "name", "output", "params",
-           "FLOPs/sample");
+    for (int i = 0; i < count; i++) /* the name column fits the longest */
+        if (nodes[i].name && (int)strlen(nodes[i].name) > wide)
+            wide = (int)strlen(nodes[i].name);
+    printf("%4s  %-14s %-*s %-12s %10s %14s\n", "node", "layer", wide, "name", "output",
+           "params", "FLOPs/sample");
     for (int i = 0; i < count; i++) {
         char shape[48], idx[16];
 
         snprintf(shape, sizeof shape, "%dx%dx%d", info[i].c, info[i].h, info[i].w);
         snprintf(idx, sizeof idx, "%d", i);
-        printf("%4d  %-14s %-16s %-12s %10zu %14.0f\n", i, nodes[i].kind,
+        printf("%4d  %-14s %-*s %-12s %10zu %14.0f\n", i, nodes[i].kind, wide,
                nodes[i].name ? nodes[i].name : idx, shape, info[i].nparams, info[i].flops);
         total += info[i].nparams;
+        buffers += info[i].nbuffers;
         flops += info[i].flops;
     }
-    printf("%4s  %-14s %-16s %-12s %10zu %14.0f\n", "", "total", "", "", total, flops);
+    printf("%4s  %-14s %-*s %-12s %10zu %14.0f\n", "", "total", wide, "", "", total, flops);
+    if (buffers) /* PyTorch's buffers: in the model and its files, never trained */
+        printf("# and %zu values not trained: batch norm's running statistics and counters\n",
+               buffers);
     rc = 0;
 out:
     fed_free(info);

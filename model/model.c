@@ -657,8 +657,7 @@ static fed_err plan_graph(const node_desc *nodes, int count, fed_model_shape in,
     for (int i = 0; i < count; i++) {
         const node_desc *nd = &nodes[i];
         int refs[2] = {nd->input, nd->ops->input2_grads ? nd->other : -2};
-        size_t np0 = p->nparams;
-        int nl0 = p->nlayers;
+        int nl0 = p->nlayers, nt0 = p->ntensors;
 
         for (int e = 0; e < 2; e++) {
             int j = refs[e];
@@ -715,7 +714,11 @@ static fed_err plan_graph(const node_desc *nodes, int count, fed_model_shape in,
             info[i].c = s.c;
             info[i].h = s.h;
             info[i].w = s.w;
-            info[i].nparams = p->nparams - np0;
+            info[i].nparams = info[i].nbuffers = 0;
+            for (int t = nt0; t < p->ntensors; t++)
+                *(p->tensors[t].flags & FED_TENSOR_TRAINED ? &info[i].nparams
+                                                           : &info[i].nbuffers) +=
+                    p->tensors[t].numel;
             info[i].flops = p->nlayers > nl0 ? p->layers[nl0].ops->flops(&p->layers[nl0], nl0 == 0)
                                              : 0.0;
         }

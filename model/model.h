@@ -192,12 +192,13 @@ FED_WUR fed_err fed_model_graph_explain(const char *label, const fed_model_node 
                                         char *why, size_t cap);
 
 /* What planning says of one node: its output per sample (c, h, w; a
- * linear layer's is (out, 1, 1)), its parameters, and its forward +
+ * linear layer's is (out, 1, 1)), its parameters and buffers, and its forward +
  * backward FLOPs per sample (0 for a relu folded into its layer or a
  * flatten; 0 for a view). */
 typedef struct fed_model_node_info {
     int c, h, w;
-    size_t nparams;
+    size_t nparams;  /* trained: what PyTorch counts as parameters */
+    size_t nbuffers; /* kept, not trained: batch norm's running statistics */
     double flops;
 } fed_model_node_info;
 /* fed_model_graph_explain with info (count entries) filled node by node:

@@ -1,7 +1,7 @@
 #!/bin/sh
 # test_torch_parity.sh - models built from model files compute what PyTorch
-# computes: for examples/models/simplecnn.cfg, a net of every window
-# (strided, padded, dilated and non-square convolutions, padded max and
+# computes: for examples/models/simplecnn.cfg and resnet8.cfg, a net of
+# every window (strided, padded, dilated and non-square convolutions, padded max and
 # average pooling), a net of every activation of its own (leaky_relu, gelu,
 # silu, sigmoid, tanh) with a global average pool, grouped and depthwise
 # convolutions, convolutions and linear layers without a bias (bias = 0),
@@ -171,7 +171,8 @@ cat >"$TMP/bn2d.cfg" <<CFG
 [output] classes = 5
 CFG
 
-for cfg in "$HERE/../examples/models/simplecnn.cfg" "$TMP/windows.cfg" "$TMP/acts.cfg" \
+for cfg in "$HERE/../examples/models/simplecnn.cfg" "$HERE/../examples/models/resnet8.cfg" \
+    "$TMP/windows.cfg" "$TMP/acts.cfg" \
     "$TMP/groups.cfg" "$TMP/bce.cfg" "$TMP/residual.cfg" "$TMP/nobias.cfg" "$TMP/bn1d.cfg" \
     "$TMP/bn2d.cfg"; do
     name=$(basename "$cfg" .cfg)

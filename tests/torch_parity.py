@@ -101,11 +101,27 @@ class Net(nn.Module):
                        momentum=float(kv.get("momentum", "0.1")))
             else:
                 raise ValueError(kind)
-            self.add_module(name, m)
+            self.put(name, m)
             self.order.append((name, src, kv.get("from")))
             m.eval()  # shapes only: no batch statistics of a batch of one
             outs[name] = self.step(m, x, x0 if kv.get("from") == "-" else outs.get(kv.get("from")))
         self.train()
+
+    def put(self, name, m):
+        """m as the module of a dotted name ("layer1.0.conv1"), inside
+        containers made on the way, as torchvision's ResNet nests them."""
+        parent, *path = [self] + name.split(".")
+        for part in path[:-1]:
+            if not hasattr(parent, part):
+                parent.add_module(part, nn.Module())
+            parent = getattr(parent, part)
+        parent.add_module(path[-1], m)
+
+    def get(self, name):
+        m = self
+        for part in name.split("."):
+            m = getattr(m, part)
+        return m
 
     @staticmethod
     def step(m, x, other):
@@ -117,7 +133,7 @@ class Net(nn.Module):
         outs = {}
         for name, src, frm in self.order:
             x = x0 if src == "-" else outs[src]
-            outs[name] = self.step(getattr(self, name), x, x0 if frm == "-" else outs.get(frm))
+            outs[name] = self.step(self.get(name), x, x0 if frm == "-" else outs.get(frm))
         return outs[self.order[-1][0]]
 
 
