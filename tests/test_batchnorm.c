@@ -353,6 +353,30 @@ static void test_shards_same_bits(void **state)
         free(p[s]);
         free(g[s]);
     }
+    /* a linear layer 0 split by columns, then batch norm at once (its
+       statistics' phase right after the column phase) */
+    {
+        world *w = *state;
+        fed_model *m[2];
+        float out[2][N * 3], lo[2][N * 3];
+        fed_rng rng;
+
+        for (int k = 0; k < 2; k++) {
+            assert_int_equal(fed_model_new("g:L8,N,R,L", IN, w->be, w->pool, 1 + k, N, &m[k]),
+                             FED_OK);
+            fed_rng_seed(&rng, 5);
+            assert_int_equal(fed_model_init(m[k], &rng), FED_OK);
+            fed_batch b = {.n = N, .x_f32 = x, .y = y};
+            assert_int_equal(fed_model_logits_train(m[k], &b, out[k]), FED_OK);
+            assert_int_equal(fed_model_logits(m[k], &b, lo[k]), FED_OK);
+        }
+        for (int i = 0; i < N * 3; i++) {
+            assert_true(fabsf(out[1][i] - out[0][i]) <= 1e-5f * (1.0f + fabsf(out[0][i])));
+            assert_true(fabsf(lo[1][i] - lo[0][i]) <= 1e-5f * (1.0f + fabsf(lo[0][i])));
+        }
+        fed_model_free(m[0]);
+        fed_model_free(m[1]);
+    }
 }
 
 /* Weight decay, momentum and Adam never touch the running statistics: a
