@@ -194,13 +194,6 @@ typedef struct workspace {
     float **aux;                /* per layer: (aux_numel), the layer's own */
 } workspace;
 
-/* The step in flight. Pool piece p runs unit p of every phase, so a unit's
- * rows (its activations, its weight rows, their moments) stay in one core's
- * cache from step to step; a unit whose piece has not started yet (the pool
- * is busy, or slow to wake) is claimed by whoever is free. A unit of phase
- * k starts once every unit of phase k - 1 is done, and a thread waits only
- * for units already claimed, i.e. running: one thread alone, or a pool busy
- * elsewhere, still finishes the step. */
 /* One phase of a step: what each of its units runs (schedule()). */
 typedef struct phase {
     unsigned char what; /* PH_* */
@@ -219,6 +212,13 @@ enum {
 /* run_batch's modes: evaluation, training's forward only, a training step. */
 enum { RUN_EVAL, RUN_FORWARD_TRAIN, RUN_TRAIN };
 
+/* The step in flight. Pool piece p runs unit p of every phase, so a unit's
+ * rows (its activations, its weight rows, their moments) stay in one core's
+ * cache from step to step; a unit whose piece has not started yet (the pool
+ * is busy, or slow to wake) is claimed by whoever is free. A unit of phase
+ * k starts once every unit of phase k - 1 is done, and a thread waits only
+ * for units already claimed, i.e. running: one thread alone, or a pool busy
+ * elsewhere, still finishes the step. */
 typedef struct step_run {
     const fed_batch *batch;
     int train;       /* forward and backward (else the forward only) */
@@ -2313,7 +2313,7 @@ static unsigned bn_needs(const layer *ly)
     return FED_BACKEND_CAP_BATCHNORM;
 }
 
-/* (channels, values a channel per sample) */
+/* The values of one channel in a sample (h w). */
 static int bn_hw(const layer *ly)
 {
     return ly->out_h * ly->out_w;
