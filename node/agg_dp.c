@@ -141,6 +141,18 @@ fed_err fed_node_agg_dp_new(fed_node *n)
                                "(--wait-clients, or the allow-list's members)");
         return FED_ERR_INVAL;
     }
+    {
+        int nt;
+        const fed_tensor_info *t = fed_model_tensors(a->model, &nt);
+
+        for (int i = 0; i < nt; i++) /* statistics of the data, without noise */
+            if (!(t[i].flags & FED_TENSOR_TRAINED)) {
+                fed_log(FED_LOG_ERROR, "aggregator: DP-FedAvg cannot take the model's '%s': "
+                        "batch norm's statistics come from the sites' data without noise, "
+                        "and would leave them; use groupnorm", t[i].name);
+                return FED_ERR_UNSUPPORTED;
+            }
+    }
     if (c->allow) { /* a draw cut to fit would let one client push another out */
         size_t members = fed_crypto_allow_count(c->allow) -
                          (fed_crypto_allow_find(c->allow, n->key) != NULL);

@@ -10,6 +10,8 @@
 #     the count's noise, cohort / 20 = 1, exceeds z / 2): a clip far below
 #     every update's norm grows every round, one far above shrinks; with 20
 #     clients (count noise 0.5 = z / 2) the aggregator refuses to start.
+#     A model with batch norm is refused, naming its running statistics
+#     (statistics of the data, without noise).
 #  D. A Poisson draw below --min-clients is not redrawn: the round runs and
 #     says so.
 #  E. fedsim --svg-x epsilon draws accuracy against epsilon.
@@ -88,6 +90,13 @@ FEDNODE_LOG=info "$FEDSIM" $SIM --dp-client-clip 1 --dp-client-quantile 0.5 >"$T
     fail "adaptive clipping with count noise 0.5 = z / 2 ran"
 grep -q "must exceed z / 2" "$TMP/c.out" || fail "the refusal says the count noise must exceed z / 2"
 ok "adaptive clipping refused where the count's noise cannot carry its share"
+
+# batch norm's running statistics come from the data without noise: refused
+"$FEDSIM" --data fashion-mnist --model g:L16,bn=N,R,L --rounds 5 --fraction 0.5 --nodes 20 \
+    --dp-client-clip 1 >"$TMP/bn.out" 2>&1 && fail "DP-FedAvg of a batch-norm model ran"
+grep -q "DP-FedAvg cannot take the model's 'bn.running_mean': batch norm's statistics" \
+    "$TMP/bn.out" || fail "the refusal names batch norm's statistics: $(tail -n 2 "$TMP/bn.out")"
+ok "DP-FedAvg of a model with batch norm refused, naming its running statistics"
 
 # ---- D
 # shellcheck disable=SC2086
