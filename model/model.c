@@ -3038,17 +3038,21 @@ static fed_err bn_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, 
     ly->eps = (float)(nd->eps > 0.0 ? nd->eps : BN_EPS);
     ly->aux_numel = 2 * (size_t)C; /* the batch's mean and variance */
     if ((err = plan_output(p, nd, i, s, ly, s->c, s->h, s->w, why, cap)) != FED_OK ||
-        (err = plan_weight_bias(p, nd, ly, 1, &C, why, cap)) != FED_OK ||
-        (err = plan_tensor(p, nd->name, "running_mean", 1, &C, &ly->st_off, why, cap)) != FED_OK)
+        (err = plan_weight_bias(p, nd, ly, 1, &C, why, cap)) != FED_OK)
         return err;
-    p->tensors[p->ntensors - 1].flags = FED_TENSOR_SHARED;
+    /* every tensor of it is a norm's (--local-bn keeps them at the sites) */
+    p->tensors[p->ntensors - 2].flags |= FED_TENSOR_NORM;
+    p->tensors[p->ntensors - 1].flags |= FED_TENSOR_NORM;
+    if ((err = plan_tensor(p, nd->name, "running_mean", 1, &C, &ly->st_off, why, cap)) != FED_OK)
+        return err;
+    p->tensors[p->ntensors - 1].flags = FED_TENSOR_SHARED | FED_TENSOR_NORM;
     if ((err = plan_tensor(p, nd->name, "running_var", 1, &C, &ly->st_off, why, cap)) != FED_OK)
         return err;
-    p->tensors[p->ntensors - 1].flags = FED_TENSOR_SHARED;
+    p->tensors[p->ntensors - 1].flags = FED_TENSOR_SHARED | FED_TENSOR_NORM;
     if ((err = plan_tensor(p, nd->name, "num_batches_tracked", 0, NULL, &ly->st_off, why,
                            cap)) != FED_OK)
         return err;
-    p->tensors[p->ntensors - 1].flags = FED_TENSOR_SHARED | FED_TENSOR_INT64;
+    p->tensors[p->ntensors - 1].flags = FED_TENSOR_SHARED | FED_TENSOR_INT64 | FED_TENSOR_NORM;
     ly->st_off -= 2 * (size_t)C; /* back to running_mean */
     return FED_OK;
 }

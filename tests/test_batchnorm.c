@@ -448,11 +448,10 @@ static void test_tensors(void **state)
                            "b2.weight",        "b2.bias",        "b2.running_mean",
                            "b2.running_var",   "b2.num_batches_tracked", "head.weight",
                            "head.bias"};
-    const unsigned TS = FED_TENSOR_TRAINED | FED_TENSOR_SHARED;
-    const unsigned flags[] = {TS, TS, TS, TS, FED_TENSOR_SHARED, FED_TENSOR_SHARED,
-                              FED_TENSOR_SHARED | FED_TENSOR_INT64, TS, TS, TS, TS,
-                              FED_TENSOR_SHARED, FED_TENSOR_SHARED,
-                              FED_TENSOR_SHARED | FED_TENSOR_INT64, TS, TS};
+    /* batch norm's are all a norm's (--local-bn); its statistics not trained */
+    const unsigned TS = FED_TENSOR_TRAINED | FED_TENSOR_SHARED, NT = TS | FED_TENSOR_NORM,
+                   ST = FED_TENSOR_SHARED | FED_TENSOR_NORM, CT = ST | FED_TENSOR_INT64;
+    const unsigned flags[] = {TS, TS, NT, NT, ST, ST, CT, TS, TS, NT, NT, ST, ST, CT, TS, TS};
     float *p = malloc(fed_model_nparams(m) * sizeof *p);
     size_t np = 0;
     char why[256];
