@@ -2438,10 +2438,30 @@ static void paths_scen(scen *s, const fixture *fx, const scen_opts *o, fed_node_
     capture_initial(s);
 }
 
+/* Two rounds of o (3 clients, FedAdam) whose layout has stats statistics
+ * and local floats kept: each DELTA says its segments, and each round's
+ * statistics are their plain sample-weighted mean added to the global,
+ * exactly, while the weights go through FedAdam (not that mean). The
+ * scenario is left in s, its layout in l, for the caller to free. */
+static void stats_under_fedadam(scen *s, const fixture *fx, const scen_opts *o,
+                                fed_node_layout *l, size_t stats, size_t local)
+{
+    delta_frames f;
+
+    paths_scen(s, fx, o, l, &f, stats, local);
+    scen_run(s, 600000);
+    assert_int_equal(f.seen, 6);
+    assert_int_equal(f.bad, 0);
+    for (int r = 1; r <= 2; r++) {
+        assert_int_equal(s->commits[r], 1);
+        assert_int_equal(s->ndeltas[r], 3);
+        /* FedAdam moved the weights, not by the plain mean */
+        assert_true(expect_paths(s, r, l) > 1000);
+    }
+}
+
 /* Non-trained statistics (0.bias of mlp:16, marked as a norm layer's
- * running mean) under FedAdam: each DELTA says its two segments, and each
- * round's statistics are their plain sample-weighted mean added to the
- * global, exactly, while the weights go through FedAdam (not that mean). */
+ * running mean) under FedAdam. */
 static void test_stats_own_segment(void **state)
 {
     const fixture *fx = *state;
@@ -2449,20 +2469,10 @@ static void test_stats_own_segment(void **state)
                    .min_clients = 3, .deadline_ms = 60000, .seed = 21, .stats = "0.bias",
                    .strategy = "fedadam", .unsealed = 1};
     fed_node_layout l;
-    delta_frames f;
     scen s;
 
     fed_test_need_fashion(fx->train != NULL);
-    paths_scen(&s, fx, &o, &l, &f, 16, 0);
-    scen_run(&s, 600000);
-    assert_int_equal(f.seen, 6);
-    assert_int_equal(f.bad, 0);
-    for (int r = 1; r <= 2; r++) {
-        assert_int_equal(s.commits[r], 1);
-        assert_int_equal(s.ndeltas[r], 3);
-        /* FedAdam moved the weights, not by the plain mean */
-        assert_true(expect_paths(&s, r, &l) > 1000);
-    }
+    stats_under_fedadam(&s, fx, &o, &l, 16, 0);
     fed_node_layout_fini(&l);
     scen_free(&s);
 }
@@ -2732,26 +2742,17 @@ static void test_bn_stats_merged(void **state)
                    .uneven = 1, .rounds = 2, .min_clients = 3, .deadline_ms = 60000, .seed = 21,
                    .strategy = "fedadam", .unsealed = 1};
     fed_node_layout l;
-    delta_frames f;
     size_t rv = 12544 + 16 + 16 + 16 + 16; /* bn.running_var[0] */
     scen s;
 
     fed_test_need_fashion(fx->train != NULL);
-    paths_scen(&s, fx, &o, &l, &f, 32, 1);
-    scen_run(&s, 600000);
-    assert_int_equal(f.seen, 6);
-    assert_int_equal(f.bad, 0);
+    stats_under_fedadam(&s, fx, &o, &l, 32, 1);
     for (int r = 1; r <= 2; r++) {
-        assert_int_equal(s.commits[r], 1);
-        assert_int_equal(s.ndeltas[r], 3);
-        /* FedAdam moved the weights, not by the plain mean */
-        assert_true(expect_paths(&s, r, &l) > 1000);
         assert_true(s.params[r][rv] != s.params[r - 1][rv]); /* the statistics moved */
         assert_true(s.params[r][rv + 16] == 0.0f); /* the aggregator's counter */
     }
     fed_node_layout_fini(&l);
     scen_free(&s);
-
 }
 
 /* Ditto: a client keeps its personal model in its checkpoint (with the
