@@ -99,6 +99,20 @@ FED_WUR fed_err fed_colstats_dp_check(const fed_colstats_dp *dp, size_t features
 FED_WUR fed_err fed_colstats_local_dp(const double *x, size_t n, size_t features,
                                       const uint8_t *skip, const fed_colstats_dp *dp, int64_t *out,
                                       size_t *clipped);
+/* A site's contribution from byte values (image pixels: the statistics of
+ * the byte b itself, 0..255, whatever the model maps it to), as
+ * fed_colstats_local (dp NULL: a column with fewer than min_count values
+ * contributes zeros) or fed_colstats_local_dp (dp set: every value clipped
+ * into the column's bounds and centred, *clipped, which may be NULL,
+ * getting how many moved) would give for the values themselves: column
+ * j's hist[j * FED_COLSTATS_BYTE_VALUES + v] counts its values equal to v.
+ * Exact, and linear in the histogram's size, not in the values'.
+ * FED_ERR_RANGE when the counts add up to more than FED_COLSTATS_MAX_ROWS.
+ * No missing values. */
+#define FED_COLSTATS_BYTE_VALUES 256
+FED_WUR fed_err fed_colstats_local_bytes(const uint64_t *hist, size_t features,
+                                         uint64_t min_count, const fed_colstats_dp *dp,
+                                         int64_t *out, size_t *clipped);
 /* Gaussian noise at dp's calibration added to a contribution in place,
  * each normal draw from 16 bytes of random (a CSPRNG at a site; a seeded
  * fed_rng_random in tests). */

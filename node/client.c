@@ -585,7 +585,8 @@ static fed_err stats_plan(fed_node *n, const fed_wire_settings *s)
         fed_log(FED_LOG_WARN, "client: round %llu %s the shared statistics of %u columns; this "
                 "client %s: declined", (unsigned long long)c->round,
                 c->pass ? "is the pass that gathers" : "standardizes with", s->stats_cols,
-                !d->stats_cols ? "has no numeric columns to share (CSV data with --standardize)"
+                !d->stats_cols ? "has no columns or channels to share (CSV data or images, "
+                                 "without --no-standardize)"
                 : s->stats_cols != d->stats_cols ? "has another column count"
                 : c->pass && d->stats_local_dp ? "runs under DP and releases no exact sums "
                                                  "(the aggregator declares no --feature-bounds)"
