@@ -14,6 +14,8 @@
 #  - --stats-only prints the per-channel table;
 #  - an aggregator restarted on its database keeps the statistics (no
 #    second pass) and its evaluation still scores as eval of the export;
+#  - DP statistics need no --feature-bounds for images (the byte's 0:255):
+#    each site charges its noised release, the means within 5 sigma;
 #  - without --standardize images get no pass (the default).
 # Needs ./fednode, python3 and the sqlite3 shell; exits 77 without.
 . "$(dirname "$0")/proc_lib.sh"
@@ -75,8 +77,8 @@ PY
 K=$TMP/keys
 allow_keys "$K" agg c0 c1 c2
 
-# run NAME ROUNDS EXTRA...: an aggregator with --standardize and the three
-# sites (EXTRA for every node; $AGGX for the aggregator alone)
+# run NAME ROUNDS EXTRA...: an aggregator and the three sites (EXTRA for
+# every node; $AGGX for the aggregator alone, $CLIX for the sites)
 run() {
     r=$1 n=$2; shift 2
     start "$r-agg" --role aggregator --keys "$K/agg" --allow "$K/allow.txt" \
@@ -86,15 +88,8 @@ run() {
         --deadline-ms 60000 --gather-ms 100 --linger-ms 500 ${AGGX:-} "$@"
     wait_for "the $r aggregator wrote its port" 30 test -s "$TMP/$r.port"
     P=$(cat "$TMP/$r.port")
-    rm -f "$TMP/$r.port"
-    for s in 0 1 2; do
-        ( cd "$TMP/s$s" && exec "$FED" run --role client --keys "$K/c$s" --allow "$K/allow.txt" \
-            --db "$TMP/$r-s$s.db" --aggregator "tcp://127.0.0.1:$P" --aggregator-key agg \
-            --data img --image-shape 3x8x8 --threads 1 "$@" ) >>"$TMP/$r-s$s.log" 2>&1 &
-        echo $! >"$TMP/$r-s$s.pid"; PIDS="$PIDS $!"
-    done
-    exits0 "$r-agg" 180
-    for s in 0 1 2; do exits0 "$r-s$s" 30; done
+    rm -f "$TMP/$r.port" # a restart writes it again
+    site_clients "$r" "$P" --data img --image-shape 3x8x8 --threads 1 ${CLIX:-} "$@"
 }
 # scores R ROUND: eval of R's export scores what the aggregator recorded for
 # ROUND, from every site's directory
@@ -181,6 +176,36 @@ m1=$(sed -n 1p "$TMP/pooled.txt" | cut -d' ' -f2 | cut -c1-8)
 grep -Eq "^1 +red +[0-9]+ +0\.0000 +$m1" "$TMP/only-agg.log" && grep -Eq "^3 +blue " "$TMP/only-agg.log" ||
     fail "--stats-only's table names each channel with its count and mean: $(tail -n 5 "$TMP/only-agg.log")"
 ok "--stats-only: the per-channel table"
+
+# DP statistics under a DP-SGD requirement: images need no --feature-bounds
+# (each channel's bounds are the byte's, 0:255); each site clips (nothing
+# to clip), noises and charges its release (q 1, sigma 4, one step), and
+# the channels' means are within 5 sigma of the pooled pixels' (one site's
+# sigma on a mean: 4 sqrt(3 x 3 channels) 127.5 / N, three sites sqrt(3)
+# times it)
+AGGX="--standardize --require-dp-sgd --dp-sgd-clip 1 --dp-sgd-noise 1" \
+    CLIX="--dp-sgd --dp-sgd-clip 1 --dp-sgd-noise 1" run dp 1
+grep -q "each site's release clipped and noised (DP statistics)" "$TMP/dp-agg.log" ||
+    fail "dp: the aggregator read DP statistics back"
+for s in 0 1 2; do
+    [ "$(sqlite3 "$TMP/dp-s$s.db" 'SELECT count(*) FROM dp_charges WHERE round = 1 AND q = 1 AND sigma = 4 AND steps = 1')" = 1 ] ||
+        fail "dp: site $s charged the statistics pass (q 1, sigma 4, 1 step): $(sqlite3 "$TMP/dp-s$s.db" 'SELECT * FROM dp_charges')"
+done
+"$FEDNODE" export --db "$TMP/dp-agg.db" --out "$TMP/dp.safetensors" >"$TMP/dp-export.out" 2>&1 ||
+    fail "dp: export: $(cat "$TMP/dp-export.out")"
+python3 - "$TMP/dp.safetensors" "$TMP/pooled.txt" <<'PY' >"$TMP/dp-stats.out" 2>&1 || fail "dp: $(cat "$TMP/dp-stats.out")"
+import json, math, struct, sys
+raw = open(sys.argv[1], "rb").read()
+meta = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])["__metadata__"]
+mean = [float(v) for v in meta["fednode.input_mean"].split(",")]
+for k, line in enumerate(open(sys.argv[2])):
+    n, pm, ps = line.split()
+    sig = 4 * math.sqrt(3 * 3) * 127.5 / int(n) * math.sqrt(3)
+    print("channel %d: mean %.6g (pooled %.6g, sigma %.3g)" % (k + 1, mean[k], float(pm), sig))
+    if abs(mean[k] - float(pm)) > 5 * sig:
+        sys.exit("channel %d: mean %r, the pooled %r, over 5 sigma %r" % (k + 1, mean[k], float(pm), sig))
+PY
+ok "dp: each site charged its noised channel statistics, within 5 sigma of the pooled pixels': $(tr '\n' ';' <"$TMP/dp-stats.out")"
 
 # the default for images: no pass
 AGGX= run off 1
