@@ -215,9 +215,11 @@ static const fed_opt run_opts[] = {
       "aggregator: DP statistics: the bounds each site clips its numeric values into before "
       "its noised sums leave (LO:HI for every column, or per column N=LO:HI by 1-based number "
       "or header name, a bare LO:HI the rest's; |LO|, |HI| < 2^30); needed for --standardize "
-      "under a DP requirement, each release charged to the site's budget"),
+      "of CSV under a DP requirement, each release charged to the site's budget (images: "
+      "each channel's bytes 0:255 unless given)"),
     R(stats_noise, "stats-noise", FED_OPT_DOUBLE, "4", 0.1, 1000,
-      "aggregator, with --feature-bounds: the noise multiplier of each site's statistics "
+      "aggregator, with --feature-bounds (or images' statistics under a DP requirement): the "
+      "noise multiplier of each site's statistics "
       "(the Gaussian mechanism over the bounds, one release: epsilon 1.01 at delta 1e-5, 0.86 at "
       "1e-4, for 4)"),
     R(stats_only, "stats-only", FED_OPT_BOOL, "false", 0, 0,
@@ -727,17 +729,17 @@ static int stats_prepare(const run_cfg *c, run_state *s, fed_node_role role,
     int dp = c->s.require_dp_sgd || c->s.dp_client_clip > 0 || c->s.dp_sgd;
     fed_err e;
 
-    if (!c->standardize || role == FED_NODE_PEER)
-        return -1;
-    if (images && (role == FED_NODE_CLIENT || opt_given(c, "standardize")))
-        return stats_prepare_images(c, s, role, d, dp);
-    if (!rows)
+    if (!c->standardize || role == FED_NODE_PEER || (!rows && !images))
         return -1;
     if (c->feature_bounds[0] && role != FED_NODE_AGGREGATOR) {
         fed_cli_error("run: --feature-bounds is the aggregator's: a client takes the bounds "
                       "from its MODEL");
         return 2;
     }
+    if (images)
+        return role == FED_NODE_CLIENT || opt_given(c, "standardize")
+                   ? stats_prepare_images(c, s, role, d, dp)
+                   : -1;
     if (dp && role == FED_NODE_AGGREGATOR && !c->feature_bounds[0]) {
         fed_cli_error("run: --standardize gathers the columns' pooled mean and std, which no DP "
                       "guarantee (%s) covers without noise: declare --feature-bounds (each "
