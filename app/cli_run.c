@@ -999,8 +999,8 @@ static int print_stats_table(const run_cfg *c, run_state *s)
         fed_free(names);
         return 1;
     }
-    printf("shared statistics of %zu %s (round %llu)\n", sec->len / 32,
-           s->stats_images ? "channels, of the pixel bytes 0..255," : "columns",
+    printf("shared statistics of %zu %s (%sround %llu)\n", sec->len / 32,
+           s->stats_images ? "channels" : "columns", s->stats_images ? "pixel bytes 0..255, " : "",
            (unsigned long long)ck.round);
     printf("%-7s %-24s %12s %9s %24s %24s\n", s->stats_images ? "channel" : "column", "name",
            "count", "missing", "mean", "std");

@@ -170,7 +170,7 @@ ok "without the statistics the same model scores otherwise: $(head -n 1 "$TMP/ra
 
 # --stats-only: the pass alone and the per-channel table
 AGGX="--standardize --stats-only" run only 2
-grep -q "^shared statistics of 3 channels, of the pixel bytes 0..255, (round 1)" "$TMP/only-agg.log" ||
+grep -q "^shared statistics of 3 channels (pixel bytes 0..255, round 1)" "$TMP/only-agg.log" ||
     fail "--stats-only prints the channels' table: $(tail -n 6 "$TMP/only-agg.log")"
 m1=$(sed -n 1p "$TMP/pooled.txt" | cut -d' ' -f2 | cut -c1-8)
 grep -Eq "^1 +red +[0-9]+ +0\.0000 +$m1" "$TMP/only-agg.log" && grep -Eq "^3 +blue " "$TMP/only-agg.log" ||
