@@ -760,7 +760,10 @@ static void test_channel_stats(void **state)
         }
         snprintf(rel, sizeof rel, "rgb/%s/%02d.png", i % 2 ? "cat" : "dog", i);
         mkdirs(dir, sizeof dir, i % 2 ? "rgb/cat" : "rgb/dog");
-        put(rel, png_of(px, S, S, C));
+        blob png = png_of(px, S, S, C);
+
+        put(rel, png);
+        free(png.p);
     }
     fed_test_path(dir, sizeof dir, "rgb");
     assert_err(fed_data_load_images(dir, &o, &d), FED_OK);
