@@ -276,6 +276,8 @@ typedef struct run_state {
     double *stats_lo, *stats_hi; /* aggregator: --feature-bounds per column */
     fed_dataset *shared[2];
     int stats_images;   /* the statistics are per channel of images */
+    uint32_t stats_per_record; /* images: H x W, the values an image gives a
+                                  channel */
     uint64_t *stats_hist; /* client, images: its shard's byte histogram a
                              channel (fed_data_channel_hist) */
 } run_state;
@@ -524,7 +526,7 @@ static fed_err stats_local_dp(void *ctx, const double *lo, const double *hi, siz
 {
     run_state *s = ctx;
     fed_data_opts o = s->dopts;
-    fed_colstats_dp dp = {lo, hi, 1.0}; /* the node adds the noise */
+    fed_colstats_dp dp = {lo, hi, 1.0, 0}; /* the node adds the noise */
     int64_t *ints = NULL;
     size_t feats = 0, sup = 0;
     fed_err e;
@@ -647,7 +649,7 @@ static int parse_feature_bounds(const run_cfg *c, run_state *s, uint32_t cols)
             s->stats_lo[j] = dlo, s->stats_hi[j] = dhi;
         }
     }
-    dp = (fed_colstats_dp){s->stats_lo, s->stats_hi, c->stats_noise};
+    dp = (fed_colstats_dp){s->stats_lo, s->stats_hi, c->stats_noise, s->stats_per_record};
     if (rc < 0 && fed_colstats_dp_check(&dp, cols, why, sizeof why) != FED_OK) {
         fed_cli_error("run: --feature-bounds: %s", why);
         rc = 2;
@@ -668,6 +670,8 @@ static int stats_prepare_images(const run_cfg *c, run_state *s, fed_node_role ro
 {
     s->stats_images = 1;
     s->stats_cols = d ? (uint32_t)d->shape.c : (uint32_t)c->decl.in.c;
+    s->stats_per_record = d ? (uint32_t)(d->shape.h * d->shape.w)
+                            : (uint32_t)(c->decl.in.h * c->decl.in.w);
     if (role == FED_NODE_AGGREGATOR && c->feature_bounds[0])
         return parse_feature_bounds(c, s, s->stats_cols);
     if (role == FED_NODE_AGGREGATOR && dp) {
@@ -964,6 +968,7 @@ static void stats_config(const run_cfg *c, run_state *s, fed_node_config *nc)
     nc->data.stats_hi = s->stats_hi;
     nc->data.stats_noise = s->stats_lo ? c->stats_noise : 0;
     nc->data.stats_only = c->stats_only;
+    nc->data.stats_per_record = s->stats_per_record;
 }
 
 /* --stats-only's table: the pooled statistics the checkpoint holds, a

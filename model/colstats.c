@@ -158,6 +158,11 @@ fed_err fed_colstats_dp_check(const fed_colstats_dp *dp, size_t features, char *
                      dp->noise);
         return FED_ERR_RANGE;
     }
+    if (dp->record_values > (1u << 24)) {
+        if (why && cap)
+            snprintf(why, cap, "%u values a record: at most 2^24", dp->record_values);
+        return FED_ERR_RANGE;
+    }
     for (size_t j = 0; j < features; j++)
         if (!(dp->lo[j] < dp->hi[j]) || !(fabs(dp->lo[j]) < FED_COLSTATS_MAX_ABS / 2) ||
             !(fabs(dp->hi[j]) < FED_COLSTATS_MAX_ABS / 2)) {
@@ -283,7 +288,9 @@ static void limbs_add(int64_t *limbs, int nl, const uint64_t w[3])
 
 static double dp_sigma(const fed_colstats_dp *dp, size_t features)
 {
-    return dp->noise * sqrt(3.0 * (double)features);
+    double per = dp->record_values > 1 ? (double)dp->record_values : 1.0;
+
+    return dp->noise * sqrt(3.0 * (double)features) * per;
 }
 
 void fed_colstats_noise(int64_t *out, size_t features, const fed_colstats_dp *dp,

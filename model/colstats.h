@@ -85,6 +85,13 @@ FED_WUR fed_err fed_colstats_decode(const uint64_t *sum, size_t features, uint64
 typedef struct fed_colstats_dp {
     const double *lo, *hi; /* (features) lo < hi, |lo|, |hi| < 2^30 */
     double noise;          /* the noise multiplier, > 0 */
+    /* The values one record gives each column (images: a record is an
+     * image, H x W pixel values a channel), up to 2^24; 0 or 1: one (CSV
+     * rows). A record then moves a column's count by up to this many,
+     * its sum and its sum of squares by this many times h and h^2: every
+     * sigma above is multiplied by it, so the release stays the Gaussian
+     * mechanism at `noise` for a whole record. */
+    uint32_t record_values;
 } fed_colstats_dp;
 
 /* dp's bounds and noise valid for features columns (else FED_ERR_RANGE,
@@ -119,8 +126,8 @@ FED_WUR fed_err fed_colstats_local_bytes(const uint64_t *hist, size_t features,
 void fed_colstats_noise(int64_t *out, size_t features, const fed_colstats_dp *dp,
                         fed_random_fn random, void *random_ctx);
 /* The standard deviation of one site's noise on column j's mean, in the
- * column's units, for a pooled count n (what a test or the docs compare
- * the totals with: sqrt(m) times it over m sites). */
+ * column's units, for a pooled count n of values (what a test or the docs
+ * compare the totals with: sqrt(m) times it over m sites). */
 double fed_colstats_dp_mean_sigma(const fed_colstats_dp *dp, size_t features, size_t j, double n);
 /* Noised totals (of fed_colstats_local_dp + fed_colstats_noise) into
  * out[features]: the centre added back; a column whose noisy count is

@@ -195,7 +195,7 @@ static void test_image_channels(void **state)
     long double sum[IMG_C] = {0}, sq[IMG_C] = {0};
     size_t nall = 0, clipped = 0, clipped_x = 0;
     double lo[IMG_C] = {100, 0, 0}, hi[IMG_C] = {230, 255, 64};
-    fed_colstats_dp dp = {lo, hi, 1.0};
+    fed_colstats_dp dp = {lo, hi, 1.0, 0};
     fed_colstat st[IMG_C];
     fed_rng r;
 
@@ -403,7 +403,7 @@ enum { DP_COLS = 4, DP_ROWS = 3000 };
 static void dp_run(double noise, uint64_t seed, const double *x, fed_colstat *st, size_t *clipped)
 {
     static const double lo[DP_COLS] = {-10, 0, 100, -1}, hi[DP_COLS] = {10, 50, 300, 1};
-    fed_colstats_dp dp = {lo, hi, noise};
+    fed_colstats_dp dp = {lo, hi, noise, 0};
     int64_t c[DP_COLS * FED_COLSTATS_INTS];
     uint64_t tot[DP_COLS * FED_COLSTATS_INTS] = {0};
     fed_rng r;
@@ -426,13 +426,48 @@ static void dp_run(double noise, uint64_t seed, const double *x, fed_colstat *st
     assert_int_equal(fed_colstats_decode_dp(tot, DP_COLS, 0, &dp, st), FED_OK);
 }
 
+/* DP statistics of images: a record is an image of record_values pixels a
+ * channel, so one site's noise is that many times a row's (the same
+ * normal draws, 64 times the deviation), the mean's sigma too; over 2^24
+ * values a record refused. */
+static void test_dp_record_values(void **state)
+{
+    static const double lo[1] = {0}, hi[1] = {255};
+    fed_colstats_dp row = {lo, hi, 4.0, 0}, image = {lo, hi, 4.0, 64};
+    uint64_t hist[FED_COLSTATS_BYTE_VALUES] = {0};
+    int64_t clean[FED_COLSTATS_INTS], c1[FED_COLSTATS_INTS], c64[FED_COLSTATS_INTS];
+    fed_rng r;
+    char why[160];
+
+    (void)state;
+    hist[7] = 640, hist[200] = 1280; /* 30 images of 64 pixels */
+    assert_int_equal(fed_colstats_local_bytes(hist, 1, 0, &row, clean, NULL), FED_OK);
+    memcpy(c1, clean, sizeof c1);
+    memcpy(c64, clean, sizeof c64);
+    fed_rng_seed(&r, 41);
+    fed_colstats_noise(c1, 1, &row, fed_rng_random, &r);
+    fed_rng_seed(&r, 41);
+    fed_colstats_noise(c64, 1, &image, fed_rng_random, &r);
+    for (int k = 0; k < 2; k++) { /* the count and the missing count */
+        double d1 = (double)(c1[k] - clean[k]), d64 = (double)(c64[k] - clean[k]);
+
+        if (fabs(d64 - 64 * d1) > 33 || fabs(d1) < 1)
+            fail_msg("integer %d: noise %g with a row, %g with an image of 64", k, d1, d64);
+    }
+    assert_true(fed_colstats_dp_mean_sigma(&image, 1, 0, 1920) ==
+                64 * fed_colstats_dp_mean_sigma(&row, 1, 0, 1920));
+    image.record_values = (1u << 24) + 1;
+    assert_int_equal(fed_colstats_dp_check(&image, 1, why, sizeof why), FED_ERR_RANGE);
+    assert_non_null(strstr(why, "values a record"));
+}
+
 static void test_dp_noise(void **state)
 {
     static const double lo[DP_COLS] = {-10, 0, 100, -1}, hi[DP_COLS] = {10, 50, 300, 1};
     double *x = fed_malloc(DP_ROWS * DP_COLS * sizeof *x);
     double mean[DP_COLS], sd[DP_COLS];
     fed_colstat st[DP_COLS];
-    fed_colstats_dp dp = {lo, hi, 1.0};
+    fed_colstats_dp dp = {lo, hi, 1.0, 0};
     size_t clipped, want_clipped = 0;
     fed_rng r;
 
@@ -496,7 +531,7 @@ static void test_dp_noise(void **state)
 static void test_dp_check(void **state)
 {
     double lo[2] = {0, 5}, hi[2] = {1, 5};
-    fed_colstats_dp dp = {lo, hi, 1.0};
+    fed_colstats_dp dp = {lo, hi, 1.0, 0};
     char why[160] = "";
 
     (void)state;
@@ -517,6 +552,7 @@ int main(void)
         cmocka_unit_test(test_missing_and_min_count),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_dp_noise),
+        cmocka_unit_test(test_dp_record_values),
         cmocka_unit_test(test_dp_check),
         cmocka_unit_test_setup_teardown(test_csv_sites, fed_test_tmpdir_setup,
                                         fed_test_tmpdir_teardown),

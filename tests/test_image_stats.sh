@@ -179,10 +179,11 @@ ok "--stats-only: the per-channel table"
 
 # DP statistics under a DP-SGD requirement: images need no --feature-bounds
 # (each channel's bounds are the byte's, 0:255); each site clips (nothing
-# to clip), noises and charges its release (q 1, sigma 4, one step), and
-# the channels' means are within 5 sigma of the pooled pixels' (one site's
-# sigma on a mean: 4 sqrt(3 x 3 channels) 127.5 / N, three sites sqrt(3)
-# times it)
+# to clip), noises and charges its release (q 1, sigma 4, one step) with a
+# record an image (the noise 64 times a single value's: 8 x 8 pixels a
+# channel), and the channels' means are within 5 sigma of the pooled
+# pixels' (one site's sigma on a mean: 4 sqrt(3 x 3 channels) 127.5 / the
+# images, three sites sqrt(3) times it)
 AGGX="--standardize --require-dp-sgd --dp-sgd-clip 1 --dp-sgd-noise 1" \
     CLIX="--dp-sgd --dp-sgd-clip 1 --dp-sgd-noise 1" run dp 1
 grep -q "each site's release clipped and noised (DP statistics)" "$TMP/dp-agg.log" ||
@@ -200,7 +201,7 @@ meta = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])["__metadata__"]
 mean = [float(v) for v in meta["fednode.input_mean"].split(",")]
 for k, line in enumerate(open(sys.argv[2])):
     n, pm, ps = line.split()
-    sig = 4 * math.sqrt(3 * 3) * 127.5 / int(n) * math.sqrt(3)
+    sig = 4 * math.sqrt(3 * 3) * 127.5 / (int(n) / 64) * math.sqrt(3)
     print("channel %d: mean %.6g (pooled %.6g, sigma %.3g)" % (k + 1, mean[k], float(pm), sig))
     if abs(mean[k] - float(pm)) > 5 * sig:
         sys.exit("channel %d: mean %r, the pooled %r, over 5 sigma %r" % (k + 1, mean[k], float(pm), sig))
