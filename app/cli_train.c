@@ -845,6 +845,13 @@ static int eval_main(const eval_cfg *c, int argc, char **argv)
         fed_cli_error("eval: %s: %s", c->data, fed_strerror(err));
         goto out;
     }
+    if (exp.stats_mean && d->x_u8 && /* images: the shared statistics a channel */
+        (err = fed_data_set_channel_stats(d, exp.stats_mean, exp.stats_std, exp.stats_cols)) !=
+            FED_OK) {
+        fed_cli_error("eval: %s: its shared statistics (%zu channels) on %s (%d): %s", c->model,
+                      exp.stats_cols, c->data, d->shape.c, fed_strerror(err));
+        goto out;
+    }
     if ((err = fed_eval_report_new(fed_model_input(m).classes, &rep)) != FED_OK ||
         (err = fed_train_evaluate_report(m, d, rep)) != FED_OK) {
         fed_cli_error("eval: %s on %s: %s", c->model, c->data, fed_strerror(err));

@@ -3073,8 +3073,18 @@ static fed_err upload_rows(fed_model *m, int off, int n)
 
         fed_model_input_map(m->in.scale, &mul, &add);
         err = be->upload(be, m->ws.x_u8 + at, b->x_u8 + at, cnt);
-        if (err == FED_OK)
+        if (err == FED_OK && !b->x_map) {
             be->u8_to_f32(be, m->ws.x + at, m->ws.x_u8 + at, cnt, mul, add);
+        } else if (err == FED_OK) { /* per channel: the shared statistics */
+            size_t plane = (size_t)m->in.h * m->in.w;
+
+            for (size_t p = at; p < at + cnt; p += plane) {
+                size_t k = p / plane % (size_t)m->in.c;
+
+                be->u8_to_f32(be, m->ws.x + p, m->ws.x_u8 + p, plane, b->x_map[2 * k],
+                              b->x_map[2 * k + 1]);
+            }
+        }
     } else {
         err = be->upload(be, m->ws.x + at, b->x_f32 + at, cnt * sizeof(float));
     }

@@ -112,6 +112,10 @@ typedef struct fed_batch {
     const float *x_f32;
     const int32_t *y;
     const float *y_f32;
+    /* images: (2 c) floats, channel k's byte b enters as b * x_map[2k] +
+     * x_map[2k + 1] (the shared statistics, fed_dataset.chan_map) in place
+     * of the input scale's map; NULL: the input scale's */
+    const float *x_map;
 } fed_batch;
 
 typedef struct fed_step_stats {
