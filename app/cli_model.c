@@ -1,11 +1,12 @@
 /* cli_model.c - `fednode model FILE`: a model file's (or an .onnx file's)
  * graph as the model would be built from it: each layer's output shape per
- * sample, its parameters and its forward + backward FLOPs per sample, and
- * the totals; or the file's error, with the line (the node, for ONNX) and
- * the shapes computed so far. With --plan, what one process training it
- * holds (parameters, gradients, optimizer state, activations: the model
- * built on the CPU backend and its allocator's counts) and its FLOPs per
- * step, for a batch, precision and recompute. */
+ * sample, its parameters (trained, as PyTorch counts them; the values batch
+ * norm keeps untrained are summed apart) and its forward + backward FLOPs
+ * per sample, and the totals; or the file's error, with the line (the node,
+ * for ONNX) and the shapes computed so far. With --plan, what one process
+ * training it holds (parameters, gradients, optimizer state, activations:
+ * the model built on the CPU backend and its allocator's counts) and its
+ * FLOPs per step, for a batch, precision and recompute. */
 #include <stdio.h>
 #include <string.h>
 
@@ -46,7 +47,7 @@ static const fed_opt model_opts_table[] = {
 static void print_graph(const char *label, const fed_model_node *nodes, int count,
                         fed_model_shape in, const fed_model_node_info *info)
 {
-    size_t total = 0;
+    size_t total = 0, buffers = 0;
     double flops = 0.0;
 
     if (!strcmp(nodes[count - 1].kind, "mse")) /* numbers to predict: no classes */
@@ -65,9 +66,13 @@ static void print_graph(const char *label, const fed_model_node *nodes, int coun
         printf("%4d  %-14s %-24s %-12s %10zu %14.0f\n", i, nodes[i].kind,
                nodes[i].name ? nodes[i].name : idx, shape, info[i].nparams, info[i].flops);
         total += info[i].nparams;
+        buffers += info[i].nbuffers;
         flops += info[i].flops;
     }
     printf("%4s  %-14s %-24s %-12s %10zu %14.0f\n", "", "total", "", "", total, flops);
+    if (buffers) /* PyTorch's buffers: in the model and its files, never trained */
+        printf("# and %zu values not trained: batch norm's running statistics and counters\n",
+               buffers);
 }
 
 static double mib(size_t bytes)

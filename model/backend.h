@@ -15,7 +15,7 @@
 
 #include "core/err.h"
 
-#define FED_BACKEND_ABI 3
+#define FED_BACKEND_ABI 4
 
 /* What a backend can do (fed_backend.caps); nothing compares its name. */
 /* Device pointers are host memory and kernels finish before they return:
@@ -38,6 +38,9 @@
 #define FED_BACKEND_CAP_NORM (1u << 8)
 /* Dropout's counter-based masks: dropout. */
 #define FED_BACKEND_CAP_DROPOUT (1u << 9)
+/* Batch norm's statistics, normalization and gradients: bn_stats, bn_fwd,
+ * bn_bwd_params, bn_bwd_input. */
+#define FED_BACKEND_CAP_BATCHNORM (1u << 6)
 
 /* A sliding window over one image (C, H, W): kernel KH x KW, stride S,
  * padding P on each side (zeros for a convolution, never the maximum for
@@ -204,6 +207,32 @@ struct fed_backend {
      * value first + i, else 0. The same call on dy gives dx. */
     void (*dropout)(fed_backend *be, const float *x, size_t n, uint64_t key, uint64_t first,
                     float p, float *y);
+
+    /* ---- ABI 4: batch norm (FED_BACKEND_CAP_BATCHNORM) over x (B, C, HW):
+     * channel c's values are its B * HW; sums in double, in a fixed order ---- */
+    /* Channels [c0, c1): their mean and biased variance into mean and var
+     * (C each); unless run_mean is NULL, also run_mean = (1 - momentum)
+     * run_mean + momentum mean, and run_var likewise with the unbiased
+     * variance (PyTorch's rule; left as they are with one value a channel). */
+    void (*bn_stats)(fed_backend *be, const float *x, int B, int C, int HW, int c0, int c1,
+                     float *mean, float *var, float *run_mean, float *run_var, float momentum);
+    /* y = (x - mean) / sqrt(var + eps) * gamma + beta per channel, then
+     * max(y, 0) when relu; x and y (B, C, HW) may not overlap. */
+    void (*bn_fwd)(fed_backend *be, const float *x, float *y, int B, int C, int HW,
+                   const float *mean, const float *var, const float *gamma, const float *beta,
+                   float eps, int relu);
+    /* Channels [c0, c1) over all B rows: dgamma = sum dy * xhat, dbeta =
+     * sum dy, xhat = (x - mean) / sqrt(var + eps). */
+    void (*bn_bwd_params)(fed_backend *be, const float *dy, const float *x, int B, int C, int HW,
+                          int c0, int c1, const float *mean, const float *var, float eps,
+                          float *dgamma, float *dbeta);
+    /* dx of B rows through the batch's statistics, count values a channel
+     * in the whole batch: dx = gamma / sqrt(var + eps) (dy - (dbeta +
+     * xhat dgamma) / count). */
+    void (*bn_bwd_input)(fed_backend *be, const float *dy, const float *x, float *dx, int B, int C,
+                         int HW, const float *mean, const float *var, float eps,
+                         const float *gamma, const float *dgamma, const float *dbeta,
+                         long count);
 };
 
 /* splitmix64's finalizer: a bijection of 64 bits that mixes every bit into

@@ -730,6 +730,106 @@ static void cpu_dropout(fed_backend *be, const float *restrict x, size_t n, uint
         y[i] = fed_backend_dropout_keep(key, first + i, p) ? x[i] * scale : 0.0f;
 }
 
+/* ---- batch norm ---- */
+
+static void cpu_bn_stats(fed_backend *be, const float *restrict x, int B, int C, int HW, int c0,
+                         int c1, float *restrict mean, float *restrict var,
+                         float *restrict run_mean, float *restrict run_var, float momentum)
+{
+    double count = (double)B * HW;
+
+    (void)be;
+    for (int c = c0; c < c1; c++) {
+        double s = 0.0, q = 0.0, mu;
+
+        for (int b = 0; b < B; b++) { /* two passes: the deviations' squares */
+            const float *restrict plane = x + ((size_t)b * C + c) * HW;
+
+            for (int i = 0; i < HW; i++)
+                s += plane[i];
+        }
+        mu = s / count;
+        for (int b = 0; b < B; b++) {
+            const float *restrict plane = x + ((size_t)b * C + c) * HW;
+
+            for (int i = 0; i < HW; i++)
+                q += (plane[i] - mu) * (plane[i] - mu);
+        }
+        mean[c] = (float)mu;
+        var[c] = (float)(q / count);
+        if (run_mean && count > 1.0) {
+            run_mean[c] = (float)((1.0 - momentum) * run_mean[c] + momentum * mu);
+            run_var[c] = (float)((1.0 - momentum) * run_var[c] + momentum * q / (count - 1.0));
+        }
+    }
+}
+
+static void cpu_bn_fwd(fed_backend *be, const float *restrict x, float *restrict y, int B, int C,
+                       int HW, const float *restrict mean, const float *restrict var,
+                       const float *restrict gamma, const float *restrict beta, float eps,
+                       int relu)
+{
+    (void)be;
+    for (int c = 0; c < C; c++) {
+        float inv = (float)(1.0 / sqrt((double)var[c] + eps));
+        float a = gamma[c] * inv, m = mean[c], b0 = beta[c];
+
+        for (int b = 0; b < B; b++) {
+            size_t at = ((size_t)b * C + c) * HW;
+
+            for (int i = 0; i < HW; i++) {
+                float v = (x[at + i] - m) * a + b0;
+
+                y[at + i] = relu && v < 0.0f ? 0.0f : v;
+            }
+        }
+    }
+}
+
+static void cpu_bn_bwd_params(fed_backend *be, const float *restrict dy, const float *restrict x,
+                              int B, int C, int HW, int c0, int c1, const float *restrict mean,
+                              const float *restrict var, float eps, float *restrict dgamma,
+                              float *restrict dbeta)
+{
+    (void)be;
+    for (int c = c0; c < c1; c++) {
+        double sg = 0.0, sb = 0.0, m = mean[c];
+
+        for (int b = 0; b < B; b++) {
+            size_t at = ((size_t)b * C + c) * HW;
+
+            for (int i = 0; i < HW; i++) {
+                sg += (double)dy[at + i] * (x[at + i] - m);
+                sb += dy[at + i];
+            }
+        }
+        dgamma[c] = (float)(sg / sqrt((double)var[c] + eps));
+        dbeta[c] = (float)sb;
+    }
+}
+
+static void cpu_bn_bwd_input(fed_backend *be, const float *restrict dy, const float *restrict x,
+                             float *restrict dx, int B, int C, int HW, const float *restrict mean,
+                             const float *restrict var, float eps, const float *restrict gamma,
+                             const float *restrict dgamma, const float *restrict dbeta,
+                             long count)
+{
+    (void)be;
+    for (int c = 0; c < C; c++) {
+        double inv = 1.0 / sqrt((double)var[c] + eps);
+        float k = (float)(gamma[c] * inv), m = mean[c];
+        float gb = (float)(dbeta[c] / (double)count);
+        float gg = (float)(dgamma[c] * inv / (double)count);
+
+        for (int b = 0; b < B; b++) {
+            size_t at = ((size_t)b * C + c) * HW;
+
+            for (int i = 0; i < HW; i++)
+                dx[at + i] = k * (dy[at + i] - gb - (x[at + i] - m) * gg);
+        }
+    }
+}
+
 /* ---- vectors and reductions ---- */
 
 static void cpu_axpy(fed_backend *be, size_t n, float alpha, const float *restrict x,
@@ -1193,7 +1293,7 @@ static void cpu_fill_table(fed_backend *be)
     be->chan_bias_bwd = cpu_chan_bias_bwd;
     be->caps = FED_BACKEND_CAP_HOST_MEMORY | FED_BACKEND_CAP_SHARDS | FED_BACKEND_CAP_DP_SGD |
                FED_BACKEND_CAP_CONV | FED_BACKEND_CAP_WINDOW | FED_BACKEND_CAP_EMBED |
-               FED_BACKEND_CAP_NORM | FED_BACKEND_CAP_DROPOUT;
+               FED_BACKEND_CAP_NORM | FED_BACKEND_CAP_DROPOUT | FED_BACKEND_CAP_BATCHNORM;
     be->im2col_win = cpu_im2col_win;
     be->col2im_win = cpu_col2im_win;
     be->maxpool_win_fwd = cpu_maxpool_win_fwd;
@@ -1206,6 +1306,10 @@ static void cpu_fill_table(fed_backend *be)
     be->norm_bwd = cpu_norm_bwd;
     be->norm_affine_bwd = cpu_norm_affine_bwd;
     be->dropout = cpu_dropout;
+    be->bn_stats = cpu_bn_stats;
+    be->bn_fwd = cpu_bn_fwd;
+    be->bn_bwd_params = cpu_bn_bwd_params;
+    be->bn_bwd_input = cpu_bn_bwd_input;
 }
 
 /* OpenBLAS's generic x86-64 kernel sets, picked when it does not know the

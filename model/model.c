@@ -23,6 +23,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "core/opt.h"
 
 #define MLP_MAX_HIDDEN 15 /* the preset's own limit: older nodes refuse more */
 #define MAX_MLP_WIDTH 65536
@@ -58,6 +59,11 @@ typedef struct layer {
     size_t dgw_numel;         /* DP-SGD: one sample's weight gradient made whole */
     int column;               /* embedding: the input column of its ids */
     int wrows;                /* rows of its weight the gradient phase splits (0: out_c) */
+    size_t st_off;            /* batchnorm: running_mean (C), running_var (C),
+                                 num_batches_tracked (1), after its weight and bias */
+    size_t aux_numel;         /* floats of the layer's own per step (ws.aux; batchnorm:
+                                 the batch's mean and variance) */
+    float eps, momentum;      /* batchnorm */
 } layer;
 
 /* One node of a graph as a preset (or a model file) states it: its kind,
@@ -71,6 +77,7 @@ typedef struct node_desc {
     int kh, kw, sh, sw, ph, pw, dh, dw; /* conv and pooling windows */
     int groups;                   /* conv: 0 or 1 a plain one */
     int other;                    /* add: the node whose output it adds (-1: input) */
+    double momentum, eps;         /* batchnorm: 0 its defaults */
     int no_bias;                  /* linear, conv: no bias tensor */
     int column, num;              /* embedding: its ids' column and count */
     int drop_ppm;                 /* dropout: its probability in millionths */
@@ -135,6 +142,15 @@ struct layer_ops {
     /* What it needs of a batch before the step runs (an embedding: ids in
      * range), logged by layer and sample when not; NULL: nothing. */
     fed_err (*check)(const fed_model *m, int l, const fed_batch *b);
+    /* Training: statistics over every row of the batch (the n of them) that
+     * the forward of any row needs, unit u's share, in a phase of their own
+     * once the layer's input is whole; NULL: none. */
+    void (*stats)(fed_model *m, int l, int u, int n);
+    /* Why DP-SGD refuses the layer by name (NULL: it does not). */
+    const char *dp_refusal;
+    /* Its input gradient needs every unit's weight gradients first: a
+     * backward phase of its own after theirs. */
+    int input_after_weights;
     int act;        /* an activation of its own: ACT_* (0: none) */
     char letter;    /* its node in a "g:" spec (model.h) */
     unsigned opts;  /* the spec's options it takes: OPT_OUT, OPT_K, ... */
@@ -155,7 +171,8 @@ static const layer_ops *kind_of_letter(char letter);
 /* What a node takes in a "g:" spec, besides a name: out, then kernel,
  * stride, padding and dilation as k, s, p, d. */
 enum { OPT_OUT = 1, OPT_K = 2, OPT_S = 4, OPT_P = 8, OPT_D = 16, OPT_G = 32, OPT_N = 64,
-       OPT_C = 128, OPT_B = 256, OPT_R = 512 };
+       OPT_C = 128, OPT_B = 256, OPT_R = 512,
+       OPT_EM = 1024 };
 
 /* Activation layers of their own, element-wise, as PyTorch's modules:
  * LeakyReLU (slope 0.01), GELU (exact, erf), SiLU, Sigmoid, Tanh. */
@@ -208,7 +225,26 @@ typedef struct workspace {
     int nslots;
     size_t act_bytes;           /* what the activation buffers take (the list
                                    at fed_model_activation_bytes) */
+    float **aux;                /* per layer: (aux_numel), the layer's own */
 } workspace;
+
+/* One phase of a step: what each of its units runs (schedule()). */
+typedef struct phase {
+    unsigned char what; /* PH_* */
+    int l, l2;          /* PH_FWD: layers [l, l2) (their loss when l2 is the last's end);
+                           else layer l */
+} phase;
+enum {
+    PH_FWD,    /* the unit's rows through layers [l, l2) (the first also uploads them) */
+    PH_COLS,   /* layer 0 by output columns over the whole batch */
+    PH_STATS,  /* layer l's batch statistics, the unit's share */
+    PH_DP,     /* DP-SGD's per-sample norms of layer l */
+    PH_BWD,    /* layer l's weight gradients (output-row chunk), its input gradient
+                  (the unit's rows) unless it is PH_BWD_IN's, the updates */
+    PH_BWD_IN, /* layer l's input gradient, after every unit's weight gradients */
+};
+/* run_batch's modes: evaluation, training's forward only, a training step. */
+enum { RUN_EVAL, RUN_FORWARD_TRAIN, RUN_TRAIN };
 
 /* The step in flight. Pool piece p runs unit p of every phase, so a unit's
  * rows (its activations, its weight rows, their moments) stay in one core's
@@ -219,8 +255,9 @@ typedef struct workspace {
  * elsewhere, still finishes the step. */
 typedef struct step_run {
     const fed_batch *batch;
-    int train;
-    int fwd_phases; /* 1, or 3 with layer 0 split by columns */
+    int train;       /* forward and backward (else the forward only) */
+    int batch_stats; /* batch norm with the batch's statistics (training) */
+    phase *sched;    /* (max_phases) the step's phases in order */
     int nphases;
     float grad_scale;
     fed_model_update_fn update;
@@ -231,13 +268,12 @@ typedef struct step_run {
        to the buffer when accumulate */
     int dp, accumulate;
     float dp_clip, dp_scale;
-    int bwd0; /* the first backward phase: fwd_phases (+ nlayers with dp) */
     int off[MAX_SHARDS], n[MAX_SHARDS];
     double loss[MAX_SHARDS];
     int correct[MAX_SHARDS];
     fed_err err[MAX_SHARDS];
     atomic_int started[MAX_SHARDS]; /* pool piece p has begun */
-    int max_phases;                      /* 2 * nlayers + 3 */
+    int max_phases;                      /* 5 * nlayers + 3 */
     atomic_int (*claimed)[MAX_SHARDS];   /* (max_phases) */
     atomic_int *done;                    /* (max_phases) */
     /* a thread that waited long sleeps here (a core shared with other
@@ -294,6 +330,12 @@ static const float *layer_in(const fed_model *m, int l)
     int t = m->layers[l].src;
 
     return t >= 0 ? m->ws.act[t] : m->ws.x;
+}
+
+/* The rows of the batch in flight. */
+static int batch_rows(const fed_model *m)
+{
+    return m->run.off[m->shards - 1] + m->run.n[m->shards - 1];
 }
 
 /* -------------------------------------------------------------- plan -- */
@@ -681,8 +723,7 @@ static fed_err plan_graph(const node_desc *nodes, int count, fed_model_shape in,
     for (int i = 0; i < count; i++) {
         const node_desc *nd = &nodes[i];
         int refs[2] = {nd->input, nd->ops->input2_grads ? nd->other : -2};
-        size_t np0 = p->nparams;
-        int nl0 = p->nlayers;
+        int nl0 = p->nlayers, nt0 = p->ntensors;
 
         for (int e = 0; e < 2; e++) {
             int j = refs[e];
@@ -746,7 +787,11 @@ static fed_err plan_graph(const node_desc *nodes, int count, fed_model_shape in,
             info[i].c = s.c;
             info[i].h = s.h;
             info[i].w = s.w;
-            info[i].nparams = p->nparams - np0;
+            info[i].nparams = info[i].nbuffers = 0;
+            for (int t = nt0; t < p->ntensors; t++)
+                *(p->tensors[t].flags & FED_TENSOR_TRAINED ? &info[i].nparams
+                                                           : &info[i].nbuffers) +=
+                    p->tensors[t].numel;
             info[i].flops = p->nlayers > nl0 ? p->layers[nl0].ops->flops(&p->layers[nl0], nl0 == 0)
                                              : 0.0;
         }
@@ -923,6 +968,32 @@ static int spec_ref(const node_desc *nodes, int i, const char *ref, size_t len)
     return -2;
 }
 
+/* batchnorm's options in a "g:" spec, [eEPS][mMOMENTUM] in that order,
+ * each a decimal (an eps's exponent may hold an 'e'; no 'm'). */
+static int spec_floats(const char *s, const char *end, node_desc *nd)
+{
+    static const char keys[] = "em";
+    double *dst[2] = {&nd->eps, &nd->momentum};
+
+    for (int k = 0; k < 2 && s < end; k++) {
+        const char *v;
+        char num[32];
+
+        if (*s != keys[k])
+            continue;
+        v = ++s;
+        while (s < end && *s && strchr("0123456789.eE+-", *s))
+            s++;
+        if (s == v || (size_t)(s - v) >= sizeof num)
+            return 0;
+        memcpy(num, v, (size_t)(s - v));
+        num[s - v] = '\0';
+        if (!fed_opt_decimal(num, dst[k]) || !(*dst[k] > 0.0))
+            return 0;
+    }
+    return s == end;
+}
+
 static int spec_node(const char *s, const char *end, int i, node_desc *nodes)
 {
     node_desc *nd = &nodes[i];
@@ -958,6 +1029,8 @@ static int spec_node(const char *s, const char *end, int i, node_desc *nodes)
         return 0;
     if (nd->ops->input2_grads) /* add, concat: the other node it takes */
         return (nd->other = spec_ref(nodes, i, s, (size_t)(end - s))) >= -1;
+    if (nd->ops->opts & OPT_EM)
+        return spec_floats(s, end, nd);
     while ((nd->ops->opts & OPT_OUT) && s < end && isdigit((unsigned char)*s))
         if ((nd->out = nd->out * 10 + (*s++ - '0')) > 65536)
             return 0;
@@ -1016,7 +1089,9 @@ static fed_err graph_spec(const char *spec, node_desc *nodes, int ncap, int *cou
             return fed_err_why(why, cap, FED_ERR_SPEC,
                                "model spec '%.40s%s': node %d '%.*s' is none of NAME=Lout[b0], "
                                "NAME=CoutkK[sS][pP][dD][gG][b0], MkK[sS][pP], AkK[sS][pP], P, R, F, Y, G, S, "
-                               "Z, T, B, +REF, &REF, NAME=EdimnNUMcCOL, X, V, UgG, D[rR], each [<REF]", spec,
+                               "Z, T, B, +REF, &REF, NAME=EdimnNUMcCOL, X, V, UgG, D[rR], "
+                               "N[eE][mM], each [<REF]",
+                               spec,
                                strlen(spec) > 40 ? "..." : "", n, (int)(end - s), s);
         n++;
         if (!*end)
@@ -1048,6 +1123,17 @@ static void spec_put_pair(char *spec, size_t cap, size_t *used, char key, const 
         spec_put(spec, cap, used, "%c%d", key, v[0]);
     else
         spec_put(spec, cap, used, "%c%dx%d", key, v[0], v[1]);
+}
+
+/* key and v, in the fewest digits (of 15 or 17) that give v back. */
+static void spec_put_real(char *spec, size_t cap, size_t *used, char key, double v)
+{
+    char num[32];
+
+    snprintf(num, sizeof num, "%.15g", v);
+    if (strtod(num, NULL) != v)
+        snprintf(num, sizeof num, "%.17g", v);
+    spec_put(spec, cap, used, "%c%s", key, num);
 }
 
 /* Node j as a "g:" spec names it: its name, or its index ("-": the input). */
@@ -1106,6 +1192,12 @@ fed_err fed_model_graph_spec(const fed_model_node *nodes, int count, char *spec,
             spec_put(spec, cap, &used, "b0");
         if ((ops->opts & OPT_R) && nd->drop_ppm > 0)
             spec_put(spec, cap, &used, "r%d", nd->drop_ppm);
+        if ((ops->opts & OPT_EM) && (!(nd->eps >= 0.0) || !(nd->momentum >= 0.0)))
+            return FED_ERR_SPEC;
+        if ((ops->opts & OPT_EM) && nd->eps > 0.0)
+            spec_put_real(spec, cap, &used, 'e', nd->eps);
+        if ((ops->opts & OPT_EM) && nd->momentum > 0.0)
+            spec_put_real(spec, cap, &used, 'm', nd->momentum);
         if (nd->input != i - 1) {
             spec_put(spec, cap, &used, "<");
             spec_put_ref(spec, cap, &used, nodes, nd->input);
@@ -1279,7 +1371,9 @@ static fed_err graph_node(const char *label, const fed_model_node *gn, int i, no
         return fed_err_why(why, cap, FED_ERR_SPEC,
                          "model '%s': node %d: unknown layer kind '%s' (linear, conv, maxpool, "
                          "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, "
-                         "sigmoid, tanh, bce, add, concat, embedding, numeric, layernorm, groupnorm, dropout)", label, i, gn->kind ? gn->kind : "(none)");
+                         "sigmoid, tanh, bce, add, concat, embedding, numeric, layernorm, "
+                         "groupnorm, dropout, batchnorm)",
+                         label, i, gn->kind ? gn->kind : "(none)");
     if (name) {
         if (!fed_model_name_ok(name))
             return fed_err_why(why, cap, FED_ERR_SPEC,
@@ -1302,6 +1396,8 @@ static fed_err graph_node(const char *label, const fed_model_node *gn, int i, no
     nd->dw = gn->dilation[1];
     nd->groups = gn->groups;
     nd->other = gn->other;
+    nd->momentum = gn->momentum;
+    nd->eps = gn->eps;
     nd->no_bias = gn->no_bias != 0;
     nd->drop_ppm = gn->drop_ppm;
     if (nd->no_bias && !(nd->ops->opts & OPT_B))
@@ -1590,7 +1686,10 @@ static void ws_fini(fed_model *m, workspace *w)
             dev_free(be, w->col[l]);
         if (w->arg && !ws_borrows(m, l, WS_ARG))
             dev_free(be, w->arg[l]);
+        if (w->aux)
+            dev_free(be, w->aux[l]);
     }
+    fed_free(w->aux);
     fed_free(w->act);
     fed_free(w->col);
     fed_free(w->arg);
@@ -1623,7 +1722,8 @@ static fed_err ws_init(fed_model *m, workspace *w)
     if ((err = ws_mark_borrowed(m)) != FED_OK)
         return err;
     if (!(w->act = fed_calloc(L, sizeof *w->act)) || !(w->col = fed_calloc(L, sizeof *w->col)) ||
-        !(w->arg = fed_calloc(L, sizeof *w->arg)) || !(w->dpd = fed_calloc(L, sizeof *w->dpd)))
+        !(w->arg = fed_calloc(L, sizeof *w->arg)) || !(w->dpd = fed_calloc(L, sizeof *w->dpd)) ||
+        !(w->aux = fed_calloc(L, sizeof *w->aux)))
         return FED_ERR_NOMEM;
     if ((err = dev_alloc(m, cap * feat, &w->x_u8)) ||
         (err = dev_alloc(m, cap * feat * sizeof(float), &w->x)) ||
@@ -1650,6 +1750,8 @@ static fed_err ws_init(fed_model *m, workspace *w)
                 (err = ws_alloc(m, cap * ws_per_sample(m, l, k), dst)))
                 return err;
         }
+        if (ly->aux_numel && (err = dev_alloc(m, ly->aux_numel * sizeof(float), &w->aux[l])))
+            return err;
     }
     for (int u = 0; maxcol && u < m->shards; u++)
         if ((err = ws_alloc(m, maxcol * sizeof(float), &w->dcol[u])))
@@ -1806,9 +1908,10 @@ static fed_err model_build(plan *p, fed_model_shape in, fed_backend *be, fed_poo
     p->layers = NULL;
     p->tensors = NULL;
     p->cat = NULL;
-    m->run.max_phases = 2 * m->nlayers + 3;
+    m->run.max_phases = 5 * m->nlayers + 3;
     if (!(m->run.claimed = fed_calloc((size_t)m->run.max_phases, sizeof *m->run.claimed)) ||
-        !(m->run.done = fed_calloc((size_t)m->run.max_phases, sizeof *m->run.done)))
+        !(m->run.done = fed_calloc((size_t)m->run.max_phases, sizeof *m->run.done)) ||
+        !(m->run.sched = fed_calloc((size_t)m->run.max_phases, sizeof *m->run.sched)))
         goto out;
     if ((err = dev_alloc(m, m->nparams * sizeof(float), &m->params)) ||
         (err = dev_alloc(m, m->nparams * sizeof(float), &m->grads)) ||
@@ -1883,6 +1986,7 @@ void fed_model_free(fed_model *m)
     fed_free(m->bseq);
     if (m->bf16)
         m->bf16->destroy(m->bf16);
+    fed_free(m->run.sched);
     fed_free(m->layers);
     fed_free(m->tensors);
     fed_free(m->cat);
@@ -2076,6 +2180,11 @@ fed_err fed_model_set_params(fed_model *m, const float *src)
  *                the ReLU of layer l - 1; with an update function, also the
  *                update of layer l + 1's rows of chunk u (their weights are
  *                no longer read), and of layer 0's at once in its phase.
+ * A layer with batch statistics (batch norm, training) cuts the forward:
+ * the rows up to its input, a phase of its statistics (unit u a share of
+ * its channels, each over every row), then the rows on; and its backward
+ * takes two phases, the weight gradients (its per-channel sums) and then
+ * the input gradients, which need them all (schedule()).
  * A unit's work depends on (n, S) alone, never on the thread that runs it. */
 
 static void row_chunk(int R, int S, int u, int *r0, int *r1)
@@ -2947,6 +3056,150 @@ fed_precision fed_model_precision(const fed_model *m)
     return m->bf16 ? FED_PRECISION_BF16 : FED_PRECISION_FP32;
 }
 
+/* ---- batch norm ---- */
+
+/* PyTorch's BatchNorm1d (after a linear layer or a flatten: features, as
+ * (F, 1, 1)) and BatchNorm2d (after a conv: channels over their maps) in
+ * one: per channel c of its (c, h, w) input, over the batch's n h w values.
+ * Training normalizes with the batch's mean and biased variance, which a
+ * phase of their own computes once every row's input is there (a unit a
+ * share of the channels, each summed whole in row order: the same bits
+ * for any shard count), and updates the running statistics with momentum
+ * and the unbiased variance; evaluation normalizes with the running ones.
+ * Tensors as PyTorch's state_dict: weight (1), bias (0), then running_mean
+ * (0), running_var (1) and num_batches_tracked (0), which are not trained.
+ * The backward is the whole one, through the batch's statistics: the input
+ * gradient needs the weight and bias gradients (its sums) of every
+ * channel, so it is a phase of its own after theirs. */
+#define BN_MOMENTUM 0.1
+#define BN_EPS 1e-5
+
+static fed_err bn_plan(plan *p, const node_desc *nd, int i, dims *s, char *why, size_t cap)
+{
+    layer *ly;
+    int C = s->c;
+    fed_err err;
+
+    if (!(nd->momentum >= 0.0 && nd->momentum <= 1.0) || !(nd->eps >= 0.0 && nd->eps <= 1.0))
+        return shape_fail(p, nd, i, s, why, cap, "momentum and eps must be in (0, 1]");
+    if (!(ly = plan_layer(p, nd)))
+        return fed_err_why(why, cap, FED_ERR_NOMEM, "model spec: out of memory");
+    ly->momentum = (float)(nd->momentum > 0.0 ? nd->momentum : BN_MOMENTUM);
+    ly->eps = (float)(nd->eps > 0.0 ? nd->eps : BN_EPS);
+    ly->aux_numel = 2 * (size_t)C; /* the batch's mean and variance */
+    if ((err = plan_output(p, nd, i, s, ly, s->c, s->h, s->w, why, cap)) != FED_OK ||
+        (err = plan_weight_bias(p, nd, ly, 1, &C, why, cap)) != FED_OK)
+        return err;
+    /* every tensor of it is a norm's (--local-bn keeps them at the sites) */
+    p->tensors[p->ntensors - 2].flags |= FED_TENSOR_NORM;
+    p->tensors[p->ntensors - 1].flags |= FED_TENSOR_NORM;
+    if ((err = plan_tensor(p, nd->name, "running_mean", 1, &C, &ly->st_off, why, cap)) != FED_OK)
+        return err;
+    p->tensors[p->ntensors - 1].flags = FED_TENSOR_SHARED | FED_TENSOR_NORM;
+    if ((err = plan_tensor(p, nd->name, "running_var", 1, &C, &ly->st_off, why, cap)) != FED_OK)
+        return err;
+    p->tensors[p->ntensors - 1].flags = FED_TENSOR_SHARED | FED_TENSOR_NORM;
+    if ((err = plan_tensor(p, nd->name, "num_batches_tracked", 0, NULL, &ly->st_off, why,
+                           cap)) != FED_OK)
+        return err;
+    p->tensors[p->ntensors - 1].flags = FED_TENSOR_SHARED | FED_TENSOR_INT64 | FED_TENSOR_NORM;
+    ly->st_off -= 2 * (size_t)C; /* back to running_mean */
+    return FED_OK;
+}
+
+static unsigned bn_needs(const layer *ly)
+{
+    (void)ly;
+    return FED_BACKEND_CAP_BATCHNORM;
+}
+
+/* The values of one channel in a sample (h w). */
+static int bn_hw(const layer *ly)
+{
+    return ly->out_h * ly->out_w;
+}
+
+/* Unit u's share of the channels: the batch's mean and variance over all
+ * n rows, the running statistics updated (and counted, by unit 0). */
+static void bn_stats(fed_model *m, int l, int u, int n)
+{
+    const layer *ly = &m->layers[l];
+    int C = ly->out_c, S = m->shards;
+    int c0 = (int)((long)C * u / S), c1 = (int)((long)C * (u + 1) / S);
+    float *st = m->ws.aux[l], *run = m->params + ly->st_off;
+
+    if (c0 < c1)
+        m->be->bn_stats(m->be, layer_in(m, l), n, C, bn_hw(ly), c0, c1, st, st + C, run,
+                        run + C, ly->momentum);
+    if (u == 0 && (long)n * bn_hw(ly) > 1) /* num_batches_tracked */
+        m->be->axpy(m->be, 1, 1.0f, m->ws.ones, run + 2 * C);
+}
+
+/* The batch's statistics in training, the running ones in evaluation. */
+static const float *bn_moments(const fed_model *m, const layer *ly, int l)
+{
+    return m->run.batch_stats ? m->ws.aux[l] : m->params + ly->st_off;
+}
+
+static void bn_forward(fed_model *m, int l, const float *x, int off, int n)
+{
+    const layer *ly = &m->layers[l];
+    const float *st = bn_moments(m, ly, l);
+
+    m->be->bn_fwd(m->be, x, m->ws.act[l] + (size_t)off * ly->out_numel, n, ly->out_c, bn_hw(ly),
+                  st, st + ly->out_c, m->params + ly->w_off, m->params + ly->b_off, ly->eps,
+                  ly->relu);
+}
+
+/* The weight and bias gradients of chunk u's channels: the sums the input
+ * gradient takes too. */
+static void bn_weight_grads(fed_model *m, int l, int u, const float *dy, int n)
+{
+    const layer *ly = &m->layers[l];
+    const float *st = m->ws.aux[l];
+    int r0, r1;
+
+    row_chunk(ly->out_c, m->shards, u, &r0, &r1);
+    if (r0 < r1)
+        m->be->bn_bwd_params(m->be, dy, layer_in(m, l), n, ly->out_c, bn_hw(ly), r0, r1, st,
+                             st + ly->out_c, ly->eps, m->grads + ly->w_off,
+                             m->grads + ly->b_off);
+}
+
+static void bn_input_grads(fed_model *m, int l, int u, const float *dy, float *dx, int off,
+                           int n)
+{
+    const layer *ly = &m->layers[l];
+    const float *st = m->ws.aux[l];
+    size_t at = (size_t)off * ly->out_numel;
+
+    (void)u;
+    m->be->bn_bwd_input(m->be, dy + at, layer_in(m, l) + at, dx + at, n, ly->out_c, bn_hw(ly), st,
+                        st + ly->out_c, ly->eps, m->params + ly->w_off, m->grads + ly->w_off,
+                        m->grads + ly->b_off, (long)batch_rows(m) * bn_hw(ly));
+}
+
+/* the statistics' two passes and the normalization; the backward's sums
+ * and input gradient */
+static double bn_flops(const layer *ly, int first)
+{
+    return (first ? 7.0 : 10.0) * ly->out_numel;
+}
+
+static void bn_init(const layer *ly, float *host, fed_rng *rng)
+{
+    int C = ly->out_c;
+
+    (void)rng;
+    for (int c = 0; c < C; c++) {
+        host[ly->w_off + c] = 1.0f;
+        host[ly->b_off + c] = 0.0f;
+        host[ly->st_off + c] = 0.0f;
+        host[ly->st_off + C + c] = 1.0f;
+    }
+    host[ly->st_off + 2 * C] = 0.0f;
+}
+
 /* ---- the table ---- */
 
 static const layer_ops LAYER_KINDS[] = {
@@ -3004,6 +3257,12 @@ static const layer_ops LAYER_KINDS[] = {
     {.kind = "dropout", .letter = 'D', .opts = OPT_R, .plan = dropout_plan,
      .needs = dropout_needs, .forward = dropout_forward, .input_grads = dropout_input_grads,
      .flops = act_flops, .random = 1},
+    {.kind = "batchnorm", .letter = 'N', .opts = OPT_EM, .plan = bn_plan, .needs = bn_needs,
+     .forward = bn_forward, .stats = bn_stats, .input_grads = bn_input_grads,
+     .weight_grads = bn_weight_grads, .flops = bn_flops, .init = bn_init,
+     .dp_refusal = "a sample's gradient depends on the rest of its batch, so no clip bounds "
+                   "it; use groupnorm, whose statistics are each sample's own",
+     .input_after_weights = 1, .fuses_relu = 1, .batch_stats = 1},
 };
 
 static const layer_ops *kind_find(const char *kind)
@@ -3150,7 +3409,9 @@ static void forward_layer(fed_model *m, int l, int off, int n)
     m->layers[l].ops->forward(m, l, x, off, n);
 }
 
-static void forward_rows(fed_model *m, int u, int from)
+/* Unit u's rows through layers [from, to), then the loss when to is the
+ * end. */
+static void forward_rows(fed_model *m, int u, int from, int to)
 {
     step_run *r = &m->run;
     int off = r->off[u], n = r->n[u], last = m->nlayers - 1, C = m->nlogits;
@@ -3158,8 +3419,10 @@ static void forward_rows(fed_model *m, int u, int from)
 
     if (n == 0 || r->err[u] != FED_OK)
         return;
-    for (int l = from; l <= last; l++)
+    for (int l = from; l < to; l++)
         forward_layer(m, l, off, n);
+    if (to <= last)
+        return;
     logits = m->ws.act[last] + (size_t)off * C;
     if (m->loss == LOSS_MSE) {
         r->correct[u] = 0; /* no classes */
@@ -3175,25 +3438,18 @@ static void forward_rows(fed_model *m, int u, int from)
         m->be->softmax_eval(m->be, logits, m->ws.y + off, n, C, &r->loss[u], &r->correct[u]);
 }
 
-/* Forward phase f of r->fwd_phases: with a column-split layer 0, upload,
- * layer 0, the rest; else all three in one. */
-static void forward_unit(fed_model *m, int f, int u)
+/* A forward phase of rows: the first uploads them. */
+static void forward_unit(fed_model *m, int ph, int u)
 {
     step_run *r = &m->run;
-    int ntotal = r->off[m->shards - 1] + r->n[m->shards - 1];
 
-    if (f == 0) {
+    if (ph == 0) {
         r->loss[u] = 0.0;
         r->correct[u] = 0;
         if (r->n[u] > 0)
             r->err[u] = upload_rows(m, r->off[u], r->n[u]);
-        if (r->fwd_phases == 1)
-            forward_rows(m, u, 0);
-    } else if (f == 1) {
-        m->layers[0].ops->forward_cols(m, u, ntotal);
-    } else {
-        forward_rows(m, u, 1);
     }
+    forward_rows(m, u, r->sched[ph].l, r->sched[ph].l2);
 }
 
 /* DP-SGD's phases, one per layer l from the last, unit u's own rows: layer
@@ -3275,17 +3531,29 @@ static void recompute_unit(fed_model *m, int s, int u);
 static void run_unit(fed_model *m, int ph, int u)
 {
     step_run *r = &m->run;
-    int L = m->nlayers, ntotal = r->off[m->shards - 1] + r->n[m->shards - 1];
-    int l = m->bseq && ph >= r->bwd0 ? m->bseq[ph - r->bwd0] : L - 1 - (ph - r->bwd0);
-    float *dy;
+    int L = m->nlayers, ntotal = batch_rows(m), l = r->sched[ph].l;
+    /* l < 0 (--recompute's segment forward) has no output gradient */
+    float *dy = l < 0 ? NULL : l == L - 1 ? m->ws.act[L - 1] : m->ws.g[l];
 
-    if (ph < r->fwd_phases) {
+    switch (r->sched[ph].what) {
+    case PH_FWD:
         forward_unit(m, ph, u);
         return;
-    }
-    if (ph < r->bwd0) {
-        dp_unit(m, L - 1 - (ph - r->fwd_phases), u);
+    case PH_COLS:
+        m->layers[0].ops->forward_cols(m, u, ntotal);
         return;
+    case PH_STATS:
+        m->layers[l].ops->stats(m, l, u, ntotal);
+        return;
+    case PH_DP:
+        dp_unit(m, l, u);
+        return;
+    case PH_BWD_IN:
+        if (r->n[u] > 0)
+            input_grads(m, l, u, dy, r->off[u], r->n[u]);
+        return;
+    default:
+        break;
     }
     if (l < 0) { /* --recompute: segment -1 - l's forward again */
         recompute_unit(m, -1 - l, u);
@@ -3295,9 +3563,8 @@ static void run_unit(fed_model *m, int ph, int u)
         weight_grads(m, l, u, l == L - 1 ? m->ws.act[L - 1] : m->ws.dpd[l], ntotal);
         return;
     }
-    dy = l == L - 1 ? m->ws.act[L - 1] : m->ws.g[l];
     weight_grads(m, l, u, dy, ntotal);
-    if (l > 0 && r->n[u] > 0)
+    if (l > 0 && r->n[u] > 0 && !m->layers[l].ops->input_after_weights)
         input_grads(m, l, u, dy, r->off[u], r->n[u]);
     if (!r->update)
         return;
@@ -3571,8 +3838,48 @@ static fed_err check_batch(const fed_model *m, const fed_batch *b, int max)
     return FED_OK;
 }
 
-/* Runs b (n <= max_batch) as the phases above; stats summed in unit order. */
-static fed_err run_batch(fed_model *m, const fed_batch *b, int train, fed_model_update_fn update,
+/* The step's phases into r->sched (at most 5 L + 3): the forward by rows,
+ * cut before each layer whose statistics need the whole batch (training
+ * with batch norm) by a phase of those statistics; layer 0 by columns
+ * when it is linear and shared out; DP-SGD's norm phases; a backward phase
+ * per layer from the last (in bseq's order under --recompute, with its
+ * segments' forwards again), two for a layer whose input gradient waits
+ * for every unit's weight gradients. --recompute refuses batch norm, so
+ * a recomputed segment never holds a statistics phase. */
+static void schedule(fed_model *m)
+{
+    step_run *r = &m->run;
+    phase *s = r->sched;
+    int k = 0, from = 0, L = m->nlayers;
+
+    s[k++] = (phase){PH_FWD, 0, 0}; /* the upload, then layers [0, ...) */
+    if (m->shards > 1 && m->layers[0].ops->forward_cols) {
+        s[k++] = (phase){PH_COLS, 0, 0};
+        s[k++] = (phase){PH_FWD, 1, 1};
+        from = 1;
+    }
+    for (int l = from; l < L; l++)
+        if (r->batch_stats && m->layers[l].ops->stats) {
+            s[k - 1].l2 = l; /* the open forward phase ends before it */
+            s[k++] = (phase){PH_STATS, l, 0};
+            s[k++] = (phase){PH_FWD, l, l};
+        }
+    s[k - 1].l2 = L;
+    for (int l = L - 1; r->train && r->dp && l >= 0; l--)
+        s[k++] = (phase){PH_DP, l, 0};
+    for (int i = 0; r->train && i < (m->bseq ? m->nbseq : L); i++) {
+        int l = m->bseq ? m->bseq[i] : L - 1 - i; /* < 0: --recompute's segment */
+
+        s[k++] = (phase){PH_BWD, l, 0};
+        if (l > 0 && m->layers[l].ops->input_after_weights)
+            s[k++] = (phase){PH_BWD_IN, l, 0};
+    }
+    r->nphases = k;
+}
+
+/* Runs b (n <= max_batch) as the phases above in mode (RUN_*); stats summed
+ * in unit order. */
+static fed_err run_batch(fed_model *m, const fed_batch *b, int mode, fed_model_update_fn update,
                          void *update_ctx, fed_step_stats *st)
 {
     step_run *r = &m->run;
@@ -3580,21 +3887,19 @@ static fed_err run_batch(fed_model *m, const fed_batch *b, int train, fed_model_
     fed_err err = FED_OK;
 
     r->batch = b;
-    r->train = train;
+    r->train = mode == RUN_TRAIN;
+    r->batch_stats = mode != RUN_EVAL;
     /* DP-SGD wants each sample's gradient of its own loss */
     r->grad_scale = r->dp ? 1.0f : 1.0f / (float)b->n;
     r->update = update;
     r->update_ctx = update_ctx;
-    /* a column split of layer 0 pays when it is linear and shared out */
-    r->fwd_phases = m->shards > 1 && m->layers[0].ops->forward_cols ? 3 : 1;
-    r->bwd0 = r->fwd_phases + (train && r->dp ? m->nlayers : 0);
-    r->nphases = r->bwd0 + (train ? (m->bseq ? m->nbseq : m->nlayers) : 0);
+    schedule(m);
     for (int u = 0; u < S; u++) {
         r->off[u] = (int)((long)b->n * u / S);
         r->n[u] = (int)((long)b->n * (u + 1) / S) - r->off[u];
         r->err[u] = FED_OK;
     }
-    if (train)
+    if (r->train)
         m->drop_step++; /* dropout's masks change every training step */
     for (int u = 0; u < S; u++)
         atomic_store(&r->started[u], 0);
@@ -3628,7 +3933,7 @@ fed_err fed_model_train_step(fed_model *m, const fed_batch *b, fed_step_stats *s
 
     if (err != FED_OK)
         return err;
-    return run_batch(m, b, 1, update, ctx, st);
+    return run_batch(m, b, RUN_TRAIN, update, ctx, st);
 }
 
 fed_err fed_model_forward_backward(fed_model *m, const fed_batch *b, fed_step_stats *st)
@@ -3654,6 +3959,10 @@ static fed_err dp_keep_grads(fed_model *m)
 
 fed_err fed_model_dp_check(const fed_model *m, char *why, size_t cap)
 {
+    if (!(m->be->caps & FED_BACKEND_CAP_DP_SGD))
+        return fed_err_why(why, cap, FED_ERR_UNSUPPORTED,
+                           "model: DP-SGD needs per-sample gradient norms, which the %s backend "
+                           "lacks", m->be->name);
     if (m->bf16)
         return fed_err_why(why, cap, FED_ERR_UNSUPPORTED,
                            "model: DP-SGD's per-sample norms, clipping and noise stay fp32: "
@@ -3662,12 +3971,19 @@ fed_err fed_model_dp_check(const fed_model *m, char *why, size_t cap)
         return fed_err_why(why, cap, FED_ERR_UNSUPPORTED,
                            "model: DP-SGD's per-sample norms read every layer's output "
                            "gradient: train without --recompute");
-    for (int l = 0; l < m->nlayers; l++)
-        if (m->layers[l].ops->weight_grads && !m->layers[l].ops->dp_norm2)
+    for (int l = 0; l < m->nlayers; l++) {
+        const layer *ly = &m->layers[l];
+
+        if (ly->ops->dp_refusal)
+            return fed_err_why(why, cap, FED_ERR_UNSUPPORTED,
+                               "model: DP-SGD cannot train layer '%s' (%s): %s", ly->name,
+                               ly->ops->kind, ly->ops->dp_refusal);
+        if (ly->ops->weight_grads && !ly->ops->dp_norm2)
             return fed_err_why(why, cap, FED_ERR_UNSUPPORTED,
                                "model: DP-SGD has no per-sample gradient norm for layer '%s' "
                                "(%s): train without --dp-sgd, or use a layer that has one",
-                               m->layers[l].name, m->layers[l].ops->kind);
+                               ly->name, ly->ops->kind);
+    }
     return FED_OK;
 }
 
@@ -3675,7 +3991,7 @@ fed_err fed_model_dp_grads(fed_model *m, const fed_batch *b, float clip, float s
                            int accumulate, float *norms, fed_step_stats *st)
 {
     step_run *r = &m->run;
-    char why[256];
+    char why[320];
     fed_err err;
 
     if (!(m->be->caps & FED_BACKEND_CAP_DP_SGD) || !m->ws.norm2)
@@ -3699,7 +4015,7 @@ fed_err fed_model_dp_grads(fed_model *m, const fed_batch *b, float clip, float s
     r->accumulate = accumulate != 0;
     r->dp_clip = clip;
     r->dp_scale = scale;
-    err = run_batch(m, b, 1, NULL, NULL, st);
+    err = run_batch(m, b, RUN_TRAIN, NULL, NULL, st);
     r->dp = 0;
     r->accumulate = 0;
     if (err == FED_OK && norms)
@@ -3708,14 +4024,24 @@ fed_err fed_model_dp_grads(fed_model *m, const fed_batch *b, float clip, float s
     return err;
 }
 
-fed_err fed_model_logits(fed_model *m, const fed_batch *b, float *out)
+static fed_err logits_in(fed_model *m, const fed_batch *b, int mode, float *out)
 {
     fed_err err = check_batch(m, b, m->max_batch);
 
-    if (err != FED_OK || (err = run_batch(m, b, 0, NULL, NULL, NULL)) != FED_OK)
+    if (err != FED_OK || (err = run_batch(m, b, mode, NULL, NULL, NULL)) != FED_OK)
         return err;
     return m->be->download(m->be, out, m->ws.act[m->nlayers - 1],
                            (size_t)b->n * m->nlogits * sizeof(float));
+}
+
+fed_err fed_model_logits(fed_model *m, const fed_batch *b, float *out)
+{
+    return logits_in(m, b, RUN_EVAL, out);
+}
+
+fed_err fed_model_logits_train(fed_model *m, const fed_batch *b, float *out)
+{
+    return logits_in(m, b, RUN_FORWARD_TRAIN, out);
 }
 
 /* n rows of C logits, floats at the start of p, into their softmax as
@@ -3792,7 +4118,7 @@ fed_err fed_model_predict(fed_model *m, const fed_batch *b, fed_step_stats *st, 
         part.y = b->y ? b->y + off : NULL;
         part.y_f32 = b->y_f32 ? b->y_f32 + (size_t)off * K : NULL;
         /* evaluation leaves the logits in the last layer's activations */
-        if ((err = run_batch(m, &part, 0, NULL, NULL, st)) == FED_OK && dst &&
+        if ((err = run_batch(m, &part, RUN_EVAL, NULL, NULL, st)) == FED_OK && dst &&
             (err = m->be->download(m->be, dst, m->ws.act[m->nlayers - 1],
                                    (size_t)part.n * K * sizeof(float))) == FED_OK)
             predictions(m, dst, part.n);

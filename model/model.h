@@ -70,7 +70,7 @@ typedef struct fed_model_shape {
 #define FED_TENSOR_NORM (1u << 3)
 
 typedef struct fed_tensor_info {
-    char name[32];   /* "0.weight" */
+    char name[48];   /* "0.weight", "layer1.bn.num_batches_tracked" */
     size_t offset;   /* in floats, into the flat buffer */
     size_t numel;
     int ndim;
@@ -182,7 +182,14 @@ void fed_model_free(fed_model *m);
  * dropout key, the model's training step, the sample's row in the batch
  * and the value's index (fed_model_set_dropout_key), never of the shards
  * or threads. The three need FED_BACKEND_CAP_NORM and
- * FED_BACKEND_CAP_DROPOUT: another backend refuses them by name. */
+ * FED_BACKEND_CAP_DROPOUT: another backend refuses them by name.
+ * "batchnorm" normalizes each channel of its input (c, h, w) over the
+ * batch and h w, as BatchNorm2d, or each feature of a (F, 1, 1) input (a
+ * linear layer's, a flatten's) as BatchNorm1d: momentum (0: 0.1) and eps
+ * (0: 1e-5), weight and bias trained, running_mean, running_var and
+ * num_batches_tracked not; training uses the batch's statistics, the
+ * evaluation the running ones; a relu after it folds in. It needs
+ * FED_BACKEND_CAP_BATCHNORM. */
 #define FED_MODEL_MAX_NODES 4096 /* nodes of one graph */
 #define FED_MODEL_NAME_MAX 23    /* bytes of a node's name */
 
@@ -197,6 +204,7 @@ typedef struct fed_model_node {
                    (nn.Conv2d's groups; in channels: depthwise); 0 or 1: one */
     int other;  /* add: the node whose output it adds to its input's (-1: the
                    model's input) */
+    double momentum, eps; /* batchnorm: 0 for PyTorch's 0.1 and 1e-5 */
     int no_bias; /* linear, conv: no NAME.bias tensor (PyTorch's bias=False) */
     int column; /* embedding: the input column holding its ids (0-based) */
     int num;    /* embedding: how many ids, [0, num) (nn.Embedding's
@@ -215,7 +223,8 @@ typedef struct fed_model_node {
  * and after any node <REF for an input other than the node before it;
  * b0 after a linear or conv node's other options: no bias (NAME.bias absent);
  * V (layernorm), UgG (groupnorm of G groups), DrR (dropout of R millionths);
- * Y (leaky_relu), G (gelu), S (silu), Z (sigmoid), T (tanh);
+ * Y (leaky_relu), G (gelu), S (silu), Z (sigmoid), T (tanh), N[eE][mM]
+ * (batchnorm, eps E then momentum M, decimals);
  * K, S, P, D are N or HxW. A node without NAME is named by its
  * index. NIID-Bench's SimpleCNN (examples/models/simplecnn.cfg) is
  * "g:conv1=C6k5,R,Mk2,conv2=C16k5,R,Mk2,F,fc1=L120,R,fc2=L84,R,fc3=L".
@@ -242,12 +251,13 @@ FED_WUR fed_err fed_model_graph_explain(const char *label, const fed_model_node 
                                         char *why, size_t cap);
 
 /* What planning says of one node: its output per sample (c, h, w; a
- * linear layer's is (out, 1, 1)), its parameters, and its forward +
+ * linear layer's is (out, 1, 1)), its parameters and buffers, and its forward +
  * backward FLOPs per sample (0 for a relu folded into its layer or a
  * flatten; 0 for a view). */
 typedef struct fed_model_node_info {
     int c, h, w;
-    size_t nparams;
+    size_t nparams;  /* trained: what PyTorch counts as parameters */
+    size_t nbuffers; /* kept, not trained: batch norm's running statistics */
     double flops;
 } fed_model_node_info;
 /* fed_model_graph_explain with info (count entries) filled node by node:
@@ -422,9 +432,10 @@ FED_WUR fed_err fed_model_train_step(fed_model *m, const fed_batch *b, fed_step_
  * fed_trainer_set_dp). CPU backend only: FED_ERR_UNSUPPORTED elsewhere. */
 FED_WUR fed_err fed_model_dp_grads(fed_model *m, const fed_batch *b, float clip, float scale,
                                    int accumulate, float *norms, fed_step_stats *st);
-/* Whether every trainable layer of m has DP-SGD's per-sample norm (linear,
- * conv, layernorm and groupnorm have): FED_ERR_UNSUPPORTED with the first
- * that has none named in why (cap bytes) otherwise. fed_trainer_set_dp and
+/* Whether DP-SGD can train m: FED_ERR_UNSUPPORTED with the first layer it
+ * cannot named in why (cap bytes): batch norm (a sample's gradient depends
+ * on its batch), or a trainable layer without DP-SGD's per-sample norm
+ * (linear, conv, layernorm and groupnorm have one). fed_trainer_set_dp and
  * fed_model_dp_grads refuse such a model with it. */
 FED_WUR fed_err fed_model_dp_check(const fed_model *m, char *why, size_t cap);
 /* The logits of one sample: the classes, or 1 with the loss bce, or with
@@ -433,6 +444,10 @@ int fed_model_nlogits(const fed_model *m);
 /* Forward only of b (1 <= n <= max_batch): its logits, (n, nlogits), into
  * out on the host (what a parity test compares with another framework). */
 FED_WUR fed_err fed_model_logits(fed_model *m, const fed_batch *b, float *out);
+/* fed_model_logits in training mode, as PyTorch's module after train():
+ * batch norm normalizes with the batch's statistics and updates its
+ * running ones (a step's forward, without its backward). */
+FED_WUR fed_err fed_model_logits_train(fed_model *m, const fed_batch *b, float *out);
 /* Forward only, any n >= 1 (run in pieces of max_batch): loss, accuracy and
  * samples added to st. */
 FED_WUR fed_err fed_model_evaluate(fed_model *m, const fed_batch *b, fed_step_stats *st);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/opt.h"
 
 #define LINE_MAX_LEN 4096
 #define VALUE_MAX 65536 /* any count or size a key takes */
@@ -38,12 +39,15 @@ enum {
     K_DIM = 1 << 16,
     K_BIAS = 1 << 17,
     K_P = 1 << 18,
+    K_MOMENTUM = 1 << 19,
+    K_EPS = 1 << 20,
 };
 
 static const char *const KEY_NAMES[] = {"name",     "out",   "kernel",   "stride", "padding",
                                         "dilation", "shape", "features", "loss",   "classes",
                                         "groups",   "input", "from",   "categorical",
-                                        "column",   "num",   "dim",    "bias",     "p"};
+                                        "column",   "num",   "dim",    "bias",     "p",
+                                        "momentum", "eps"};
 #define NKEYS ((int)(sizeof KEY_NAMES / sizeof KEY_NAMES[0]))
 
 /* A section: the keys it takes and those it needs (any one of need_any). */
@@ -77,6 +81,7 @@ static const section_def SECTIONS[] = {
     {"layernorm", K_NAME | K_INPUT, 0, 0, 1},
     {"groupnorm", K_NAME | K_INPUT | K_GROUPS, K_GROUPS, 0, 1},
     {"dropout", K_NAME | K_INPUT | K_P, 0, 0, 1},
+    {"batchnorm", K_NAME | K_INPUT | K_MOMENTUM | K_EPS, 0, 0, 1},
 };
 #define NSECTIONS ((int)(sizeof SECTIONS / sizeof SECTIONS[0]))
 
@@ -383,6 +388,17 @@ static fed_err set_key(parser *p, const char *key, const char *val)
     case K_DIM:
         ok = parse_ints(val, &cur_node(p)->n.out, 1, 0, 1);
         break;
+    case K_MOMENTUM:
+    case K_EPS: { /* a decimal in (0, 1] */
+        double v = 0.0;
+
+        if (!fed_opt_decimal(val, &v) || !(v > 0.0 && v <= 1.0))
+            return fed_err_why(p->why, p->cap, FED_ERR_SPEC,
+                               "%s:%d: [%s] %s: '%s' is not a decimal number in (0, 1]", c->file,
+                               p->line, sec, key, val);
+        *(1 << k == K_EPS ? &cur_node(p)->n.eps : &cur_node(p)->n.momentum) = v;
+        return FED_OK;
+    }
     }
     if (!ok)
         return fed_err_why(p->why, p->cap, FED_ERR_SPEC,
@@ -460,7 +476,8 @@ static fed_err open_section(parser *p, const char *name)
         return fed_err_why(p->why, p->cap, FED_ERR_SPEC,
                      "%s:%d: unknown section [%s] (input, output, linear, conv, maxpool, "
                      "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, sigmoid, "
-                     "tanh, add, concat, embedding, numeric, layernorm, groupnorm, dropout)",
+                     "tanh, add, concat, embedding, numeric, layernorm, groupnorm, dropout, "
+                     "batchnorm)",
                      c->file, p->line, name);
     if ((err = close_section(p)) != FED_OK)
         return err;

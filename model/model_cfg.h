@@ -28,6 +28,9 @@
  *   [add]      name, from (an earlier layer's name or index, - the input):
  *              its input plus that layer's output (a residual)
  *   [concat]   name, from: its input's channels, then that layer's
+ *   [batchnorm] name, momentum (0.1), eps (1e-5): per channel (per
+ *              feature after a linear layer or flatten), PyTorch's
+ *              BatchNorm2d/1d
  * and every layer input (the layer before it): an earlier layer whose
  * output it takes instead (a branch; model.h's rules).
  *   [leaky_relu] [gelu] [silu] [sigmoid] [tanh]  name: activations of their

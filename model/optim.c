@@ -271,6 +271,32 @@ static void step_range(fed_optim *o, size_t lo, size_t hi)
                      c->nesterov);
 }
 
+/* The update over the trained tensors' parts of [lo, hi): the others
+ * (batch norm's running statistics) are not the optimizer's, and get no
+ * decay, momentum or proximal term. */
+static void step_trained(fed_optim *o, size_t lo, size_t hi)
+{
+    int nt;
+    const fed_tensor_info *t = fed_model_tensors(o->model, &nt);
+    size_t from = lo;
+
+    for (int i = 0; i < nt; i++) { /* in offset order, back to back */
+        size_t a = t[i].offset, b = t[i].offset + t[i].numel;
+
+        if (t[i].flags & FED_TENSOR_TRAINED)
+            continue;
+        a = a > lo ? a : lo;
+        b = b < hi ? b : hi;
+        if (a >= b)
+            continue;
+        if (from < a)
+            step_range(o, from, a);
+        from = b;
+    }
+    if (from < hi)
+        step_range(o, from, hi);
+}
+
 static void step_piece(void *ctx, size_t i)
 {
     fed_optim *o = ctx;
@@ -278,7 +304,7 @@ static void step_piece(void *ctx, size_t i)
     size_t lo = i * per, hi = lo + per < o->n ? lo + per : o->n;
 
     if (lo < hi)
-        step_range(o, lo, hi);
+        step_trained(o, lo, hi);
 }
 
 fed_err fed_optim_step(fed_optim *o, fed_model *m)
@@ -291,12 +317,14 @@ fed_err fed_optim_step(fed_optim *o, fed_model *m)
     if (o->pieces > 1)
         fed_pool_parallel_for(fed_model_pool(m), (size_t)o->pieces, step_piece, o);
     else
-        step_range(o, 0, o->n);
+        step_trained(o, 0, o->n);
     o->steps++;
     o->model = NULL;
     return FED_OK;
 }
 
+/* The model passes the trained tensors' ranges only (its layers' weight
+ * and bias rows). */
 static void update_range(void *ctx, size_t lo, size_t hi)
 {
     step_range(ctx, lo, hi);

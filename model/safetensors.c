@@ -34,6 +34,24 @@ static int le_to_f32(float *dst, const uint8_t *src, size_t n)
     return finite;
 }
 
+/* A count the model keeps as a float (FED_TENSOR_INT64) is an I64 in the
+ * file: 8 bytes an element, else an F32's 4. */
+static unsigned elem_bytes(unsigned flags)
+{
+    return flags & FED_TENSOR_INT64 ? 8 : 4;
+}
+
+/* n elements of a tensor of flags from src into p, little-endian. */
+static void put_elems(uint8_t *p, const float *src, size_t n, unsigned flags)
+{
+    if (!(flags & FED_TENSOR_INT64)) {
+        fed_put_f32le_n(p, src, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        fed_put_u64le(p + 8 * i, (uint64_t)(int64_t)llroundf(src[i]));
+}
+
 /* ------------------------------------------------------------ writing -- */
 
 typedef struct sbuf {
@@ -240,12 +258,13 @@ static fed_err build_header(const fed_store_st_model *m, sbuf *b, uint64_t *data
     }
     for (int i = 0; i < m->nt; i++) {
         const fed_tensor_info *t = &m->t[i];
-        uint64_t bytes = (uint64_t)t->numel * 4;
+        uint64_t bytes = (uint64_t)t->numel * elem_bytes(t->flags);
 
         sb_str(b, first ? "" : ",");
         first = 0;
         sb_json(b, t->name);
-        sb_str(b, ":{\"dtype\":\"F32\",\"shape\":[");
+        sb_str(b, t->flags & FED_TENSOR_INT64 ? ":{\"dtype\":\"I64\",\"shape\":["
+                                              : ":{\"dtype\":\"F32\",\"shape\":[");
         for (int k = 0; k < t->ndim; k++) {
             sb_str(b, k ? "," : "");
             sb_u64(b, (uint64_t)t->shape[k]);
@@ -301,8 +320,8 @@ fed_err fed_store_safetensors_encode(const fed_store_st_model *m, uint8_t **out,
     memcpy(buf + 8, b.p, b.n);
     p = buf + 8 + b.n;
     for (int i = 0; i < m->nt; i++) {
-        fed_put_f32le_n(p, m->params + m->t[i].offset, m->t[i].numel);
-        p += m->t[i].numel * 4;
+        put_elems(p, m->params + m->t[i].offset, m->t[i].numel, m->t[i].flags);
+        p += m->t[i].numel * elem_bytes(m->t[i].flags);
     }
     *len = 8 + b.n + (size_t)data;
     *out = buf;
@@ -345,15 +364,19 @@ static fed_err write_all(int fd, const void *p, size_t n)
     return FED_OK;
 }
 
-/* Writes a tensor's floats little-endian, through a bounded buffer. */
-static fed_err write_floats(int fd, const float *src, size_t n, uint8_t *tmp, size_t tmp_floats)
+/* Writes tensor t's elements little-endian, through a bounded buffer
+ * (tmp_bytes). */
+static fed_err write_tensor(int fd, const float *src, const fed_tensor_info *t, uint8_t *tmp,
+                            size_t tmp_bytes)
 {
-    for (size_t i = 0; i < n; i += tmp_floats) {
-        size_t k = n - i < tmp_floats ? n - i : tmp_floats;
+    size_t per = tmp_bytes / elem_bytes(t->flags), n = t->numel;
+
+    for (size_t i = 0; i < n; i += per) {
+        size_t k = n - i < per ? n - i : per;
         fed_err e;
 
-        fed_put_f32le_n(tmp, src + i, k);
-        if ((e = write_all(fd, tmp, k * 4)) != FED_OK)
+        put_elems(tmp, src + i, k, t->flags);
+        if ((e = write_all(fd, tmp, k * elem_bytes(t->flags))) != FED_OK)
             return e;
     }
     return FED_OK;
@@ -391,7 +414,7 @@ fed_err fed_store_safetensors_save(const char *path, const fed_store_st_model *m
     if ((e = write_all(fd, len8, 8)) != FED_OK || (e = write_all(fd, b.p, b.n)) != FED_OK)
         goto out;
     for (int i = 0; i < m->nt && e == FED_OK; i++)
-        e = write_floats(fd, m->params + m->t[i].offset, m->t[i].numel, conv, TMP_FLOATS);
+        e = write_tensor(fd, m->params + m->t[i].offset, &m->t[i], conv, TMP_FLOATS * 4);
     if (e == FED_OK && fsync(fd) != 0)
         e = errno_err(errno);
     if (close(fd) != 0 && e == FED_OK)
@@ -640,11 +663,11 @@ static fed_err check_dtype(const char *d)
 {
     size_t n = strlen(d);
 
-    if (!strcmp(d, "F32"))
+    if (!strcmp(d, "F32") || !strcmp(d, "I64"))
         return FED_OK;
     if (n == 0 || n > 8 || strspn(d, "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") != n)
         return FED_ERR_FORMAT;
-    return FED_ERR_UNSUPPORTED; /* F16, BF16, F64, I64, ... */
+    return FED_ERR_UNSUPPORTED; /* F16, BF16, F64, I32, ... */
 }
 
 /* {"dtype": "F32", "shape": [..], "data_offsets": [b, e]}, each key once. */
@@ -691,6 +714,7 @@ static fed_err parse_tensor(jp *j, fed_store_st_tensor *t)
     }
     if (seen != 7)
         return FED_ERR_FORMAT;
+    t->i64 = !strcmp(dtype, "I64");
     return check_dtype(dtype);
 }
 
@@ -981,12 +1005,13 @@ static fed_err check_layout(const fed_store_st_file *f, const char *label)
             }
             numel *= t->shape[k];
         }
-        if (numel > JSON_INT_MAX / 4 || t->end - t->begin != numel * 4) {
+        if (numel > JSON_INT_MAX / 8 || t->end - t->begin != numel * (t->i64 ? 8 : 4)) {
             e = layout_fail(label, FED_ERR_FORMAT,
-                            "tensor '%s': data_offsets [%llu, %llu] hold %llu bytes, F32 shape "
+                            "tensor '%s': data_offsets [%llu, %llu] hold %llu bytes, %s shape "
                             "%s needs %llu",
-                            t->name, OFFS(t), (unsigned long long)(t->end - t->begin), shape,
-                            (unsigned long long)numel * 4);
+                            t->name, OFFS(t), (unsigned long long)(t->end - t->begin),
+                            t->i64 ? "I64" : "F32", shape,
+                            (unsigned long long)numel * (t->i64 ? 8 : 4));
             goto out;
         }
         s[i] = (span){t->begin, t->end, t};
@@ -1153,7 +1178,15 @@ fed_err fed_store_safetensors_to_params(const fed_store_st_file *f, const fed_te
     for (int i = 0; i < nt; i++) {
         const fed_store_st_tensor *s = find_tensor(f, t[i].name);
 
-        if (!s || s->ndim != t[i].ndim || s->end - s->begin != (uint64_t)t[i].numel * 4) {
+        int i64 = (t[i].flags & FED_TENSOR_INT64) != 0;
+
+        if (s && s->i64 != i64) {
+            fed_log(FED_LOG_ERROR, "safetensors: tensor %s is %s, the model's is %s", t[i].name,
+                    s->i64 ? "I64" : "F32", i64 ? "I64" : "F32");
+            return FED_ERR_SHAPE;
+        }
+        if (!s || s->ndim != t[i].ndim ||
+            s->end - s->begin != (uint64_t)t[i].numel * elem_bytes(t[i].flags)) {
             fed_log(FED_LOG_ERROR, "safetensors: tensor %s missing or of another shape",
                     t[i].name);
             return FED_ERR_SHAPE;
@@ -1161,7 +1194,11 @@ fed_err fed_store_safetensors_to_params(const fed_store_st_file *f, const fed_te
         for (int k = 0; k < s->ndim; k++)
             if (s->shape[k] != (uint64_t)t[i].shape[k])
                 return FED_ERR_SHAPE;
-        finite &= le_to_f32(params + t[i].offset, f->data + s->begin, t[i].numel);
+        if (i64) /* a count: exact as a float up to 2^24 */
+            for (size_t k = 0; k < t[i].numel; k++)
+                params[t[i].offset + k] = (float)(int64_t)fed_get_u64le(f->data + s->begin + 8 * k);
+        else
+            finite &= le_to_f32(params + t[i].offset, f->data + s->begin, t[i].numel);
     }
     return finite ? FED_OK : FED_ERR_NAN;
 }

@@ -20,16 +20,20 @@
  *
  * Tensors are named and shaped as fed_model_tensors() reports (PyTorch
  * nn.Sequential state-dict names: "0.weight" (out, in), conv (out, in, kh, kw)),
- * dtype F32, written in table order, back to back.
+ * dtype F32 (I64 for a FED_TENSOR_INT64 count: batch norm's
+ * num_batches_tracked, a 0-dimensional tensor), written in table order,
+ * back to back.
  *
  * The importer is strict: a hand-written, bounded JSON parser (no external
  * library); every tensor needs exactly dtype, shape and data_offsets; names
  * unique; the tensors must tile the data exactly (no gaps, no overlaps, none
- * out of range) and each size must equal its shape times 4. Malformed JSON or
- * layout -> FED_ERR_FORMAT; N over the limit -> FED_ERR_TOO_LARGE; fewer
- * bytes than N or the offsets claim -> FED_ERR_TRUNCATED; a dtype other than
- * F32 -> FED_ERR_UNSUPPORTED. Matching against a model's table: a missing,
- * extra or differently shaped tensor -> FED_ERR_SHAPE; a spec that differs
+ * out of range) and each size must equal its shape times 4 (8 for I64).
+ * Malformed JSON or layout -> FED_ERR_FORMAT; N over the limit ->
+ * FED_ERR_TOO_LARGE; fewer bytes than N or the offsets claim ->
+ * FED_ERR_TRUNCATED; a dtype other than F32 or I64 -> FED_ERR_UNSUPPORTED.
+ * Matching against a model's table: a missing, extra or differently shaped
+ * tensor, or an I64 where the model has no count (or the reverse) ->
+ * FED_ERR_SHAPE; a spec that differs
  * -> FED_ERR_SPEC; a NaN or infinity -> FED_ERR_NAN. A layout refusal is
  * logged with the file (or "safetensors" for a buffer), the tensor and its
  * offsets, e.g. "x.safetensors: tensor '0.weight': data_offsets [0, 999999]
@@ -87,6 +91,7 @@ typedef struct fed_store_st_tensor {
     int ndim;
     uint64_t shape[FED_ST_MAX_DIMS];
     uint64_t begin, end; /* byte offsets into data */
+    int i64;             /* dtype I64 (else F32) */
 } fed_store_st_tensor;
 
 /* A parsed file. Free with fed_store_safetensors_fini. */

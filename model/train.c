@@ -274,10 +274,10 @@ fed_err fed_trainer_set_dp(fed_trainer *t, const fed_trainer_dp *dp)
     if (!(fed_model_backend(t->m)->caps & FED_BACKEND_CAP_DP_SGD))
         return FED_ERR_UNSUPPORTED;
     {
-        char why[256];
-        fed_err err = fed_model_dp_check(t->m, why, sizeof why); /* every layer, by name */
+        char why[320];
+        fed_err err = fed_model_dp_check(t->m, why, sizeof why);
 
-        if (err != FED_OK) {
+        if (err != FED_OK) { /* a layer it cannot train, by name */
             fed_log(FED_LOG_ERROR, "%s", why);
             return err;
         }

@@ -352,7 +352,8 @@ static void test_im2col_window(void **state)
     assert_int_equal(be->caps, FED_BACKEND_CAP_HOST_MEMORY | FED_BACKEND_CAP_SHARDS |
                                    FED_BACKEND_CAP_DP_SGD | FED_BACKEND_CAP_CONV |
                                    FED_BACKEND_CAP_WINDOW | FED_BACKEND_CAP_EMBED |
-                                   FED_BACKEND_CAP_NORM | FED_BACKEND_CAP_DROPOUT);
+                                   FED_BACKEND_CAP_NORM | FED_BACKEND_CAP_DROPOUT |
+                                   FED_BACKEND_CAP_BATCHNORM);
     for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
         fed_window g = window(3, 9, 8, cases[t][0], cases[t][1], cases[t][2], cases[t][3]);
         int P = g.OH * g.OW;

@@ -10,6 +10,9 @@
 #     the count's noise, cohort / 20 = 1, exceeds z / 2): a clip far below
 #     every update's norm grows every round, one far above shrinks; with 20
 #     clients (count noise 0.5 = z / 2) the aggregator refuses to start.
+#     A model with batch norm runs with its norm tensors and running
+#     statistics kept at the sites (statistics of the data, without noise:
+#     --local-bn implied, and said).
 #  D. A Poisson draw below --min-clients is not redrawn: the round runs and
 #     says so.
 #  E. fedsim --svg-x epsilon draws accuracy against epsilon.
@@ -88,6 +91,16 @@ FEDNODE_LOG=info "$FEDSIM" $SIM --dp-client-clip 1 --dp-client-quantile 0.5 >"$T
     fail "adaptive clipping with count noise 0.5 = z / 2 ran"
 grep -q "must exceed z / 2" "$TMP/c.out" || fail "the refusal says the count noise must exceed z / 2"
 ok "adaptive clipping refused where the count's noise cannot carry its share"
+
+# batch norm's tensors and running statistics come from the data without
+# noise: they stay at the sites (--local-bn implied), and the run says so
+FEDNODE_LOG=info "$FEDSIM" --data fashion-mnist --model g:L16,bn=N,R,L --rounds 2 --fraction 0.5 \
+    --nodes 20 --dp-client-clip 1 --dp-client-noise 1 >"$TMP/bn.out" 2>&1 ||
+    fail "DP-FedAvg of a batch-norm model: $(tail -n 2 "$TMP/bn.out")"
+grep -q "batch-norm tensors and non-trained statistics (32 floats) stay at the sites (--local-bn implied)" \
+    "$TMP/bn.out" || fail "the run says batch norm stays at the sites: $(tail -n 2 "$TMP/bn.out")"
+grep -q "^round    2 .*epsilon" "$TMP/bn.out" || fail "the batch-norm run's rounds: $(tail -n 2 "$TMP/bn.out")"
+ok "DP-FedAvg of a model with batch norm keeps its statistics at the sites (--local-bn implied)"
 
 # ---- D
 # shellcheck disable=SC2086

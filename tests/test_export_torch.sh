@@ -13,6 +13,9 @@
 # without /usr/bin/python3 with torch (Debian: python3-torch) or without
 # Fashion-MNIST. Without the `safetensors` package (not in Debian 12) a
 # stand-in for its safe_open (tests/support/py/) is put on PYTHONPATH.
+# ResNet-8 (batch norm): its export loads with strict=True into a
+# torchvision-style module (num_batches_tracked an int64) that scores, in
+# evaluation mode, what fednode train printed.
 . "$(dirname "$0")/proc_lib.sh"
 
 PY=/usr/bin/python3
@@ -110,3 +113,72 @@ acc_csv=$(sed -n 's/^acc \([0-9.]*\)$/\1/p' "$TMP/csv/score.log")
 awk -v a="$acc_csv" -v b="$acc_eval" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 0.002) }' ||
     fail "the CSV block scores $acc_csv, fednode eval $acc_eval"
 ok "docs/model-formats.md's CSV block: $acc_csv; fednode eval: $acc_eval"
+
+# ResNet-8 (examples/models/resnet8.cfg, batch norm): the state dict fednode
+# export writes (num_batches_tracked an int64, as PyTorch keeps it) loads
+# with strict=True into a torchvision-style ResNet-8, which scores in
+# evaluation mode (the running statistics) what fednode train printed
+R8="$(dirname "$0")/../examples/models/resnet8.cfg"
+FEDNODE_NO_REEXEC=1 "$FEDNODE" train --model "$R8" --epochs 1 --shard 0/60 --optimizer sgd \
+    --lr 0.1 --db "$TMP/r8.db" >"$TMP/r8.log" 2>&1 || { tail -n 5 "$TMP/r8.log"; fail "fednode train resnet8.cfg"; }
+acc_r8=$(sed -n 's/.*test_acc \([0-9.]*\).*/\1/p' "$TMP/r8.log" | tail -n 1)
+"$FEDNODE" export --db "$TMP/r8.db" --out "$TMP/r8.safetensors" >"$TMP/r8export.log" 2>&1 ||
+    fail "fednode export of ResNet-8"
+cat >"$TMP/r8.py" <<PYEOF
+import gzip, os, torch
+from torch import nn
+from safetensors import safe_open
+
+def idx(name):
+    p = os.path.join("$DATA", name)
+    raw = open(p, "rb").read() if os.path.exists(p) else gzip.open(p + ".gz").read()
+    shape = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(raw[3])]
+    return torch.frombuffer(bytearray(raw[4 + 4 * raw[3]:]), dtype=torch.uint8).reshape(shape)
+
+class Block(nn.Module):  # torchvision's BasicBlock
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.downsample = None if stride == 1 else nn.Sequential(
+            nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
+        return torch.relu(y + (x if self.downsample is None else self.downsample(x)))
+
+class ResNet8(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(16)
+        self.layer1 = nn.Sequential(Block(16, 16, 1))
+        self.layer2 = nn.Sequential(Block(16, 32, 2))
+        self.layer3 = nn.Sequential(Block(32, 64, 2))
+        self.fc = nn.Linear(64, 10)
+
+    def forward(self, x):
+        x = self.layer3(self.layer2(self.layer1(torch.relu(self.bn1(self.conv1(x))))))
+        return self.fc(x.mean((2, 3)))
+
+net = ResNet8()
+with safe_open("$TMP/r8.safetensors", framework="pt") as f:
+    sd = {k: f.get_tensor(k) for k in f.keys()}
+net.load_state_dict(sd, strict=True)
+print("params", sum(p.numel() for p in net.parameters()))
+print("tracked", sd["bn1.num_batches_tracked"].dtype, int(sd["bn1.num_batches_tracked"]))
+x = idx("t10k-images-idx3-ubyte").float().unsqueeze(1) / 127.5 - 1
+y = idx("t10k-labels-idx1-ubyte").long()
+net.eval()
+with torch.no_grad():
+    print("acc %.4f" % (net(x).argmax(1) == y).float().mean())
+PYEOF
+"$PY" "$TMP/r8.py" >"$TMP/r8score.log" 2>&1 || { cat "$TMP/r8score.log"; fail "ResNet-8's state dict loads with strict=True"; }
+grep -q '^params 77754$' "$TMP/r8score.log" && grep -q '^tracked torch.int64 16$' "$TMP/r8score.log" ||
+    { cat "$TMP/r8score.log"; fail "77754 parameters, num_batches_tracked an int64 of the 16 steps"; }
+acc=$(sed -n 's/^acc \([0-9.]*\)$/\1/p' "$TMP/r8score.log")
+awk -v a="$acc" -v b="$acc_r8" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 0.002) }' ||
+    fail "PyTorch's ResNet-8 scores $acc, fednode train $acc_r8"
+ok "ResNet-8 exported, loaded with strict=True (num_batches_tracked int64): PyTorch $acc, fednode $acc_r8"

@@ -466,7 +466,8 @@ static void test_graph_errors(void **state)
     expect_why(two, 2, in, FED_ERR_SPEC,
                "model 'bad': node 1: unknown layer kind 'softmax' (linear, conv, maxpool, "
                "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, "
-               "sigmoid, tanh, bce, add, concat, embedding, numeric, layernorm, groupnorm, dropout)");
+               "sigmoid, tanh, bce, add, concat, embedding, numeric, layernorm, groupnorm, dropout, "
+               "batchnorm)");
     two[1].kind = "linear";
     two[1].input = -1; /* a branch from the input: node 0 then goes unused */
     expect_why(two, 2, in, FED_ERR_SPEC,
@@ -974,7 +975,8 @@ static void test_graph_spec(void **state)
     assert_int_equal(fed_model_spec_explain("g:C6,R,L", in, why, sizeof why), FED_ERR_SPEC);
     assert_string_equal(why, "model spec 'g:C6,R,L': node 0 'C6' is none of NAME=Lout[b0], "
                              "NAME=CoutkK[sS][pP][dD][gG][b0], MkK[sS][pP], AkK[sS][pP], P, R, F, Y, G, S, "
-                             "Z, T, B, +REF, &REF, NAME=EdimnNUMcCOL, X, V, UgG, D[rR], each [<REF]");
+                             "Z, T, B, +REF, &REF, NAME=EdimnNUMcCOL, X, V, UgG, D[rR], N[eE][mM], "
+                             "each [<REF]");
     static const char *bad[] = {"g:",        "g:L,",     "g:K",       "g:Lk3",  "g:C4k3k3,L",
                                 "g:Mk0,L",   "g:Ck3,L",  "g:a-b=L",   "g:=L",   "g:L5x5",
                                 "g:C4k3x,L", "g:Rk2,L",  "g:L99999999"};

@@ -7,8 +7,10 @@
  * contradiction's words, and a dataset checked against it. With
  * --torch-dump DIR FILE it is instead the tool of tests/test_torch_parity.sh: a model built from FILE (seed 1), a
  * batch, and DIR/ours.safetensors holding the initial parameters, the batch
- * (x, y), the logits, the loss, every gradient ("grad.NAME") and the
- * parameters after one SGD step of lr 0.1 ("step.NAME"). */
+ * (x, y), the logits in training mode ("logits") and in evaluation
+ * ("eval_logits": batch norm's running statistics), the loss, every
+ * gradient ("grad.NAME") and the parameters after one SGD step of lr 0.1
+ * ("step.NAME", batch norm's running statistics and counter after it). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -288,7 +290,8 @@ static void test_errors(void **state)
     expect_parse(IN "[softmax]\n", FED_ERR_SPEC,
                  "m.cfg:2: unknown section [softmax] (input, output, linear, conv, maxpool, "
                  "avgpool, global_avgpool, relu, flatten, leaky_relu, gelu, silu, sigmoid, "
-                 "tanh, add, concat, embedding, numeric, layernorm, groupnorm, dropout)");
+                 "tanh, add, concat, embedding, numeric, layernorm, groupnorm, dropout, "
+                 "batchnorm)");
     expect_parse(IN "[conv] out = 3 kernel = 3 momentum = 0\n", FED_ERR_SPEC,
                  "m.cfg:2: [conv]: unknown key 'momentum' (name, out, kernel, stride, padding, "
                  "dilation, groups, input, bias)");
@@ -617,7 +620,7 @@ static int torch_dump(const char *dir, const char *file)
     fed_step_stats st = {0};
     const fed_tensor_info *mt;
     fed_tensor_info *t = NULL;
-    float *buf = NULL, *p0 = NULL, *x = NULL, *logits = NULL, *yf = NULL, loss;
+    float *buf = NULL, *p0 = NULL, *x = NULL, *logits = NULL, *eval = NULL, *yf = NULL, loss;
     int32_t y[DUMP_N];
     const fed_model_node *gnodes;
     int nt, n = 0, F, shape[4], nlog, cnt, mse;
@@ -659,23 +662,24 @@ static int torch_dump(const char *dir, const char *file)
     np = fed_model_nparams(m);
     mt = fed_model_tensors(m, &nt);
     F = in.c * in.h * in.w;
-    t = calloc((size_t)3 * nt + 4, sizeof *t);
+    t = calloc((size_t)3 * nt + 5, sizeof *t);
     nlog = fed_model_nlogits(m);
     gnodes = c ? fed_model_cfg_nodes(c, in.classes, &cnt) : fed_onnx_nodes(ox, &cnt);
     mse = !strcmp(gnodes[cnt - 1].kind, "mse");
-    buf = malloc((3 * np + (size_t)DUMP_N * (F + 2 * nlog + 1) + 1) * sizeof *buf);
+    buf = malloc((3 * np + (size_t)DUMP_N * (F + 3 * nlog + 1) + 1) * sizeof *buf);
     yf = malloc((size_t)DUMP_N * nlog * sizeof *yf);
     p0 = malloc(np * sizeof *p0);
     x = malloc((size_t)DUMP_N * F * sizeof *x);
     logits = malloc((size_t)DUMP_N * nlog * sizeof *logits);
-    if (!t || !buf || !p0 || !x || !logits || !yf || fed_model_init(m, &rng) != FED_OK ||
+    eval = malloc((size_t)DUMP_N * nlog * sizeof *eval);
+    if (!t || !buf || !p0 || !x || !logits || !eval || !yf || fed_model_init(m, &rng) != FED_OK ||
         (ox && fed_onnx_apply_weights(ox, m, why, sizeof why) != FED_OK) ||
         fed_model_get_params(m, p0) != FED_OK)
         goto out;
     /* a tensor initialized to a constant (a norm's weight 1 and bias 0) is
        jittered, so that the parity covers what it multiplies and adds */
     for (int i = 0; !ox && i < nt; i++) { /* an ONNX file's weights are the file's */
-        int same = 1;
+        int same = (mt[i].flags & FED_TENSOR_TRAINED) != 0; /* batch norm's statistics stay */
 
         for (size_t k = 1; k < mt[i].numel && same; k++)
             same = p0[mt[i].offset + k] == p0[mt[i].offset];
@@ -699,11 +703,17 @@ static int torch_dump(const char *dir, const char *file)
     for (int i = 0; mse && i < DUMP_N * nlog; i++) /* mse: float targets */
         yf[i] = (float)fed_rng_normal(&rng);
     fed_batch b = {.n = DUMP_N, .x_f32 = x, .y = mse ? NULL : y, .y_f32 = mse ? yf : NULL};
-    if (fed_model_logits(m, &b, logits) != FED_OK ||
+    /* evaluation (batch norm: the initial running statistics), then
+       training's forward (the batch's, the running ones updated), then the
+       step's forward and backward from the same parameters */
+    if (fed_model_logits(m, &b, eval) != FED_OK || fed_model_logits_train(m, &b, logits) != FED_OK ||
+        fed_model_set_params(m, p0) != FED_OK ||
         fed_model_forward_backward(m, &b, &st) != FED_OK || be->sync(be) != FED_OK)
         goto out;
-    for (int i = 0; i < nt; i++)
+    for (int i = 0; i < nt; i++) { /* a count as PyTorch's int64, as export writes it */
         dump_add(t, &n, buf, &used, mt[i].name, mt[i].ndim, mt[i].shape, p0 + mt[i].offset);
+        t[n - 1].flags = mt[i].flags & FED_TENSOR_INT64;
+    }
     for (int i = 0; i < nt; i++) {
         snprintf(name, sizeof name, "grad.%s", mt[i].name);
         dump_add(t, &n, buf, &used, name, mt[i].ndim, mt[i].shape,
@@ -717,6 +727,7 @@ static int torch_dump(const char *dir, const char *file)
     shape[1] = nlog;
     dump_add(t, &n, buf, &used, "y", mse ? 2 : 1, shape, yf);
     dump_add(t, &n, buf, &used, "logits", 2, shape, logits);
+    dump_add(t, &n, buf, &used, "eval_logits", 2, shape, eval);
     loss = (float)(st.loss_sum / DUMP_N);
     shape[0] = 1;
     dump_add(t, &n, buf, &used, "loss", 1, shape, &loss);
@@ -730,6 +741,7 @@ static int torch_dump(const char *dir, const char *file)
     for (int i = 0; i < nt; i++) {
         snprintf(name, sizeof name, "step.%s", mt[i].name);
         dump_add(t, &n, buf, &used, name, mt[i].ndim, mt[i].shape, p0 + mt[i].offset);
+        t[n - 1].flags = mt[i].flags & FED_TENSOR_INT64;
     }
     snprintf(path, sizeof path, "%s/ours.safetensors", dir);
     {
@@ -754,6 +766,7 @@ out:
     free(x);
     free(logits);
     free(yf);
+    free(eval);
     return rc;
 }
 

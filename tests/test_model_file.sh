@@ -1,6 +1,7 @@
 #!/bin/sh
 # test_model_file.sh - a layer file as --model: `fednode model` prints
-# SimpleCNN's 44,426 parameters; `fednode train --model FILE` trains the
+# SimpleCNN's 44,426 parameters and ResNet-8's 77,754 (batch norm's running
+# statistics counted apart, as PyTorch's buffers); `fednode train --model FILE` trains the
 # graph (its spec, "g:...", is what the saved model holds) and `fednode
 # eval` of the saved model gives the accuracy train printed; `fedsim` runs
 # it federated; a file with a shape that does not fit is refused naming its
@@ -15,6 +16,11 @@ export FEDNODE_NO_REEXEC=1
 "$FEDNODE" model "$CFG" >"$TMP/model.txt" 2>&1 || { cat "$TMP/model.txt"; fail "fednode model"; }
 grep -q '^ *total  *44426 ' "$TMP/model.txt" || { cat "$TMP/model.txt"; fail "SimpleCNN has 44426 parameters"; }
 ok "fednode model: SimpleCNN, 44426 parameters"
+R8="$(dirname "$0")/../examples/models/resnet8.cfg"
+"$FEDNODE" model "$R8" >"$TMP/r8.txt" 2>&1 || { cat "$TMP/r8.txt"; fail "fednode model resnet8.cfg"; }
+grep -q '^ *total  *77754 ' "$TMP/r8.txt" && grep -q '^# and 681 values not trained' "$TMP/r8.txt" ||
+    { cat "$TMP/r8.txt"; fail "ResNet-8 has PyTorch's 77754 parameters, and 681 buffer values"; }
+ok "fednode model: ResNet-8, 77754 parameters (PyTorch's count) and 681 running statistics"
 
 "$FEDNODE" train --model "$CFG" --epochs 1 --shard 0/30 --out "$TMP/s.bin" >"$TMP/train.log" 2>&1 ||
     fail "fednode train --model FILE"

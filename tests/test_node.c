@@ -94,6 +94,7 @@ typedef struct scen_opts {
     const char *stats;   /* tensors every node marks non-trained statistics
                             (the mark_model test hook; NULL: none) */
     const char *local_layers; /* the aggregator's --local-layers (NULL: none) */
+    int local_bn;        /* the aggregator's --local-bn */
     const char *strategy; /* the aggregator's (NULL: fedavg) */
     float ditto_lambda;  /* the aggregator's --ditto-lambda (0: none) */
     int unsealed;        /* every wire unsealed, so the test reads each frame */
@@ -335,6 +336,7 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
         ac.hooks = &s->hooks;
     if (o->local_layers)
         snprintf(ac.local_layers, sizeof ac.local_layers, "%s", o->local_layers);
+    ac.local_bn = o->local_bn;
     if (o->strategy)
         snprintf(ac.agg.strategy, sizeof ac.agg.strategy, "%s", o->strategy);
     ac.ditto_lambda = o->ditto_lambda;
@@ -2325,7 +2327,7 @@ static void test_ckpt_model_sections(void **state)
 static void scen_layout(const scen *s, fed_node_layout *l)
 {
     layout_rules r = {.local_layers = s->o.local_layers,
-                      .local_bn = s->o.dp_fedavg_clip > 0, /* DP: statistics stay */
+                      .local_bn = s->o.local_bn || s->o.dp_fedavg_clip > 0, /* DP: they stay */
                       .stats_local = s->o.dp_fedavg_clip > 0};
     const fed_tensor_info *t;
     fed_model *m = NULL;
@@ -2436,10 +2438,30 @@ static void paths_scen(scen *s, const fixture *fx, const scen_opts *o, fed_node_
     capture_initial(s);
 }
 
+/* Two rounds of o (3 clients, FedAdam) whose layout has stats statistics
+ * and local floats kept: each DELTA says its segments, and each round's
+ * statistics are their plain sample-weighted mean added to the global,
+ * exactly, while the weights go through FedAdam (not that mean). The
+ * scenario is left in s, its layout in l, for the caller to free. */
+static void stats_under_fedadam(scen *s, const fixture *fx, const scen_opts *o,
+                                fed_node_layout *l, size_t stats, size_t local)
+{
+    delta_frames f;
+
+    paths_scen(s, fx, o, l, &f, stats, local);
+    scen_run(s, 600000);
+    assert_int_equal(f.seen, 6);
+    assert_int_equal(f.bad, 0);
+    for (int r = 1; r <= 2; r++) {
+        assert_int_equal(s->commits[r], 1);
+        assert_int_equal(s->ndeltas[r], 3);
+        /* FedAdam moved the weights, not by the plain mean */
+        assert_true(expect_paths(s, r, l) > 1000);
+    }
+}
+
 /* Non-trained statistics (0.bias of mlp:16, marked as a norm layer's
- * running mean) under FedAdam: each DELTA says its two segments, and each
- * round's statistics are their plain sample-weighted mean added to the
- * global, exactly, while the weights go through FedAdam (not that mean). */
+ * running mean) under FedAdam. */
 static void test_stats_own_segment(void **state)
 {
     const fixture *fx = *state;
@@ -2447,20 +2469,10 @@ static void test_stats_own_segment(void **state)
                    .min_clients = 3, .deadline_ms = 60000, .seed = 21, .stats = "0.bias",
                    .strategy = "fedadam", .unsealed = 1};
     fed_node_layout l;
-    delta_frames f;
     scen s;
 
     fed_test_need_fashion(fx->train != NULL);
-    paths_scen(&s, fx, &o, &l, &f, 16, 0);
-    scen_run(&s, 600000);
-    assert_int_equal(f.seen, 6);
-    assert_int_equal(f.bad, 0);
-    for (int r = 1; r <= 2; r++) {
-        assert_int_equal(s.commits[r], 1);
-        assert_int_equal(s.ndeltas[r], 3);
-        /* FedAdam moved the weights, not by the plain mean */
-        assert_true(expect_paths(&s, r, &l) > 1000);
-    }
+    stats_under_fedadam(&s, fx, &o, &l, 16, 0);
     fed_node_layout_fini(&l);
     scen_free(&s);
 }
@@ -2593,6 +2605,7 @@ static void train_with_local(scen *s, int c, uint64_t round, const float *g, con
     j.set.lr = lr;
     j.set.momentum = 0.9f;
     j.set.paths_on = 1;
+    j.set.paths_flags = s->o.local_bn ? FED_WIRE_PATHS_LOCAL_BN : 0;
     snprintf(j.set.local_layers, sizeof j.set.local_layers, "%s",
              s->o.local_layers ? s->o.local_layers : "");
     j.round = round;
@@ -2620,18 +2633,16 @@ static void train_with_local(scen *s, int c, uint64_t round, const float *g, con
     free(sent);
 }
 
-/* --local-layers 2.* (mlp:16's head, FedPer) with 0.bias a statistic:
- * every DELTA frame lacks the head's 170 floats; the aggregator's head
- * stays its own; the shared part of each round is plain FedAvg of those
- * tensors, bit for bit; and a client keeps its head across a crash: the
- * first delta it sends after its restart is its training from its
- * checkpoint's head, not from the MODEL's. */
-static void test_local_layers_stay(void **state)
+/* Four rounds of o (fedavg) whose layout has stats statistics and local
+ * floats kept at the sites: every DELTA frame lacks the local floats; the
+ * aggregator's stay its own; the shared part of each round is plain FedAvg
+ * of those tensors, bit for bit; and client 1 keeps its local floats
+ * across a crash: the first delta it sends after its restart is its
+ * training from its checkpoint's, not from the MODEL's. */
+static void local_tensors_stay(const fixture *fx, const scen_opts *op, size_t stats,
+                               size_t local)
 {
-    const fixture *fx = *state;
-    scen_opts o = {.clients = 3, .spec = "mlp:16", .per_client = 150, .uneven = 1, .rounds = 4,
-                   .min_clients = 2, .deadline_ms = 20000, .seed = 23, .stats = "0.bias",
-                   .local_layers = "2.*", .unsealed = 1};
+    scen_opts o = *op;
     fed_node_layout l;
     delta_frames f;
     fed_store_ckpt ck;
@@ -2642,17 +2653,16 @@ static void test_local_layers_stay(void **state)
     int back = 0;
     scen s;
 
-    fed_test_need_fashion(fx->train != NULL);
-    paths_scen(&s, fx, &o, &l, &f, 16, 170);
+    paths_scen(&s, fx, &o, &l, &f, stats, local);
     c1 = fed_sim_host_index(s.cl[1]);
     step_until_commit(&s, 1);
     /* client 1's head after round 1, in its checkpoint */
     assert_int_equal(fed_store_latest_valid_checkpoint(fed_sim_host_store(s.cl[1]), &ck, NULL),
                      FED_OK);
     assert_non_null(sec = fed_store_ckpt_find(&ck, FED_CKPT_SEC_LOCAL));
-    assert_int_equal(sec->len, 8 + 170 * sizeof(float));
+    assert_int_equal(sec->len, 8 + local * sizeof(float));
     assert_int_equal(fed_get_u64le(sec->data), s.nparams);
-    kept_n = 170;
+    kept_n = local;
     kept = malloc(kept_n * sizeof *kept);
     got = malloc(s.nparams * sizeof *got);
     assert_true(kept && got);
@@ -2685,6 +2695,62 @@ static void test_local_layers_stay(void **state)
     assert_true(back >= 2); /* it came back and was merged */
     free(kept);
     free(got);
+    fed_node_layout_fini(&l);
+    scen_free(&s);
+}
+
+/* --local-layers 2.* (mlp:16's head, FedPer) with 0.bias a statistic: the
+ * head's 170 floats stay at the sites, kept across a client's crash. */
+static void test_local_layers_stay(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 3, .spec = "mlp:16", .per_client = 150, .uneven = 1, .rounds = 4,
+                   .min_clients = 2, .deadline_ms = 20000, .seed = 23, .stats = "0.bias",
+                   .local_layers = "2.*", .unsealed = 1};
+
+    fed_test_need_fashion(fx->train != NULL);
+    local_tensors_stay(fx, &o, 16, 170);
+}
+
+/* A model with batch norm (fc1 16, bn, relu, head) and --local-bn (FedBN):
+ * bn's weight, bias, running statistics and counter (65 floats) are in no
+ * DELTA frame and the aggregator's stay its own; the rest is FedAvg bit
+ * for bit; a client keeps its batch norm across a crash: its first delta
+ * after the restart is its training from its checkpoint's bn, not the
+ * MODEL's. */
+static void test_bn_local_bn_stays(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 3, .spec = "g:fc1=L16,bn=N,R,head=L", .per_client = 150,
+                   .uneven = 1, .rounds = 4, .min_clients = 2, .deadline_ms = 20000, .seed = 23,
+                   .local_bn = 1, .unsealed = 1};
+
+    fed_test_need_fashion(fx->train != NULL);
+    local_tensors_stay(fx, &o, 0, 4 * 16 + 1);
+}
+
+/* A model with batch norm under FedAdam, 3 clients of unequal shards: each
+ * DELTA carries bn's running mean and variance (32 floats) as the
+ * statistics segment, and each round's are their plain sample-weighted
+ * mean added to the global, exactly, while the weights (bn's weight and
+ * bias too) go through FedAdam; num_batches_tracked is never sent and the
+ * aggregator keeps its own (a counter is not averaged). */
+static void test_bn_stats_merged(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 3, .spec = "g:fc1=L16,bn=N,R,head=L", .per_client = 100,
+                   .uneven = 1, .rounds = 2, .min_clients = 3, .deadline_ms = 60000, .seed = 21,
+                   .strategy = "fedadam", .unsealed = 1};
+    fed_node_layout l;
+    size_t rv = 12544 + 16 + 16 + 16 + 16; /* bn.running_var[0] */
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    stats_under_fedadam(&s, fx, &o, &l, 32, 1);
+    for (int r = 1; r <= 2; r++) {
+        assert_true(s.params[r][rv] != s.params[r - 1][rv]); /* the statistics moved */
+        assert_true(s.params[r][rv + 16] == 0.0f); /* the aggregator's counter */
+    }
     fed_node_layout_fini(&l);
     scen_free(&s);
 }
@@ -2778,6 +2844,8 @@ int main(void)
         cmocka_unit_test(test_heap_bounds),
         cmocka_unit_test(test_recv_limit_stats_pass),
         cmocka_unit_test(test_stats_own_segment),
+        cmocka_unit_test(test_bn_stats_merged),
+        cmocka_unit_test(test_bn_local_bn_stays),
         cmocka_unit_test(test_local_layers_stay),
         cmocka_unit_test(test_dp_statistics_stay),
         cmocka_unit_test(test_local_layers_mismatch),

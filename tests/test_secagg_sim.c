@@ -18,7 +18,8 @@
  * rounds within 0.3 point of the plain run; a client's masked words are
  * uniform (chi-square) and uncorrelated with its true delta; a model's
  * non-trained statistics are a segment of their own at their own range
- * (--secagg-stats-range), not clamped by the delta's; a tensor kept at the
+ * (--secagg-stats-range), not clamped by the delta's (batch norm's running
+ * variance of 30 too, its counter never sent); a tensor kept at the
  * sites (--local-layers) is in no masked input. Skips without the data. */
 #include <math.h>
 #include <setjmp.h>
@@ -186,6 +187,8 @@ struct scen {
     const char *stats_tensors;
     const char *local_layers; /* the aggregator's --local-layers (NULL: none) */
     double range, max_weight;
+    const char *spec;        /* the model (NULL: logreg) */
+    const float *init;       /* the aggregator's first parameters (NULL: its seed's) */
     fed_node_test_hooks mark_hooks; /* mark_stats, ctx this scen (clients > 0) */
 };
 #define SIM_INTS 5
@@ -652,12 +655,15 @@ static void build(scen *s, const fixture *fx, int secagg, uint32_t rounds, uint3
                                  FED_OK);
         }
     }
-    assert_int_equal(fed_model_spec_nparams("logreg", fx->train->shape, &s->nparams), FED_OK);
+    assert_int_equal(fed_model_spec_nparams(s->spec ? s->spec : "logreg", fx->train->shape,
+                                            &s->nparams),
+                     FED_OK);
     fed_node_config_default(&ac);
     ac.role = FED_NODE_AGGREGATOR;
     ac.seed = 3;
     ac.be = fx->be;
-    snprintf(ac.spec, sizeof ac.spec, "logreg");
+    snprintf(ac.spec, sizeof ac.spec, "%s", s->spec ? s->spec : "logreg");
+    ac.init_params = s->init;
     ac.shape = fx->train->shape;
     ac.rounds = rounds;
     ac.agg.min_clients = min_clients;
@@ -1749,6 +1755,49 @@ static void test_stats_secure_range(void **state)
     scen_free(&sec);
 }
 
+/* Batch norm on the input (g:bn=N,F,fc=L) from a running variance of 30,
+ * as a resumed or imported model may hold: each client's two steps (100
+ * samples, batch 64) move it by about -5.6, past the delta's range (4,
+ * the default), which would clamp it to 26. Under secure aggregation
+ * batch norm's statistics are their own segment at --secagg-stats-range
+ * (64): round 1's running mean and variance are the plain run's within
+ * the quantization bound (as test_stats_secure_range's), the variance far
+ * below 26; the counter is in no masked input (the aggregator's stays 0). */
+static void test_bn_variance_secure(void **state)
+{
+    const fixture *fx = *state;
+    static scen tmpl; /* (zero but for what is set here) */
+    scen plain, sec;
+    fed_model *m = NULL;
+    fed_rng rng;
+    float *init;
+    double bound = 20 * 128.0 / (double)((1u << 20) - 1) / 20;
+
+    fed_test_need_fashion(fx->train != NULL);
+    assert_int_equal(fed_model_new("g:bn=N,F,fc=L", fx->train->shape, fx->be, NULL, 1, 1, &m),
+                     FED_OK);
+    fed_rng_seed(&rng, 3);
+    assert_int_equal(fed_model_init(m, &rng), FED_OK);
+    assert_non_null(init = malloc(fed_model_nparams(m) * sizeof *init));
+    assert_int_equal(fed_model_get_params(m, init), FED_OK);
+    fed_model_free(m);
+    init[3] = 30.0f; /* bn.running_var (after weight, bias and running_mean) */
+    tmpl.spec = "g:bn=N,F,fc=L";
+    tmpl.init = init;
+    tmpl.max_weight = 100;
+    plain_and_secure(fx, &tmpl, &plain, &sec);
+    assert_true(plain.params0[3] == 30.0f);
+    assert_true(plain.params1[3] < 25.0f && plain.params1[3] > 20.0f);
+    for (int j = 2; j <= 3; j++) /* running_mean, running_var */
+        assert_true(fabs(((double)plain.params1[j] - plain.params0[j]) -
+                         ((double)sec.params1[j] - sec.params0[j])) <= bound + 1e-6);
+    assert_true(sec.params1[4] == 0.0f && plain.params1[4] == 0.0f); /* num_batches_tracked */
+    assert_int_equal(sec.words0, sec.nparams - 1 + 1); /* all but the counter, and the weight */
+    scen_free(&plain);
+    scen_free(&sec);
+    free(init);
+}
+
 /* --local-layers 0.bias under secure aggregation: each masked input holds
  * logreg's 7,840 weights and the weight word, not the bias; the
  * aggregator's bias stays its own, its weights move. */
@@ -2169,6 +2218,7 @@ int main(void)
         cmocka_unit_test(test_dp_sgd_with_secagg),
         cmocka_unit_test(test_dp_fedavg_with_secagg),
         cmocka_unit_test(test_stats_secure_range),
+        cmocka_unit_test(test_bn_variance_secure),
         cmocka_unit_test(test_local_layers_secure),
         cmocka_unit_test(test_fednova_secure),
         cmocka_unit_test(test_scaffold_secure),

@@ -2042,6 +2042,65 @@ static void test_safetensors_model(void **state)
     fed_backend_free(be);
 }
 
+/* Batch norm's num_batches_tracked (a count kept as a float) is written as
+ * PyTorch keeps it, a 0-dimensional I64, and read back; a file giving it
+ * as F32 (or a weight as I64) is refused. */
+static void test_safetensors_count(void **state)
+{
+    fed_backend *be = NULL;
+    fed_model *mod = NULL;
+    fed_model_shape in = {1, 4, 4, 3, 0};
+    const fed_tensor_info *t;
+    int nt;
+    float p[16 * 16 + 16 + 4 * 16 + 1 + 3 * 16 + 3], q[sizeof p / sizeof p[0]];
+    uint8_t *buf = NULL;
+    size_t len;
+    fed_store_st_file f;
+    fed_store_st_model m;
+    const char *hdr;
+
+    (void)state;
+    assert_int_equal(fed_backend_cpu_new(1, &be), FED_OK);
+    assert_int_equal(fed_model_new("g:L16,N,R,L", in, be, NULL, 1, 1, &mod), FED_OK);
+    assert_int_equal(fed_model_nparams(mod), sizeof p / sizeof p[0]);
+    t = fed_model_tensors(mod, &nt);
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
+        p[i] = 0.25f * (float)i;
+    assert_string_equal(t[6].name, "1.num_batches_tracked");
+    p[t[6].offset] = 12345.0f;
+    m = (fed_store_st_model){.spec = fed_model_spec(mod), .input = in, .t = t, .nt = nt,
+                             .params = p, .input_kind = FED_ST_INPUT_UNSAID};
+    assert_int_equal(fed_store_safetensors_encode(&m, &buf, &len), FED_OK);
+    hdr = (const char *)buf + 8;
+    assert_non_null(strstr(hdr, "\"1.num_batches_tracked\":{\"dtype\":\"I64\",\"shape\":[],"));
+    assert_non_null(strstr(hdr, "\"1.running_var\":{\"dtype\":\"F32\",\"shape\":[16],"));
+    assert_int_equal(fed_store_safetensors_parse(buf, len, &f), FED_OK);
+    assert_int_equal(f.tensors[6].i64, 1);
+    assert_int_equal(f.tensors[6].end - f.tensors[6].begin, 8);
+    assert_int_equal(fed_store_safetensors_to_params(&f, t, nt, NULL, q), FED_OK);
+    assert_memory_equal(p, q, sizeof p);
+    fed_store_safetensors_fini(&f);
+    fed_free(buf);
+    {
+        fed_tensor_info wrong[32];
+
+        memcpy(wrong, t, (size_t)nt * sizeof *t);
+        wrong[6].flags &= ~FED_TENSOR_INT64; /* the count as F32 */
+        m.t = wrong;
+        assert_int_equal(fed_store_safetensors_encode(&m, &buf, &len), FED_OK);
+        assert_int_equal(fed_store_safetensors_parse(buf, len, &f), FED_OK);
+        fed_test_log_capture(FED_LOG_DEBUG);
+        assert_int_equal(fed_store_safetensors_to_params(&f, t, nt, NULL, q), FED_ERR_SHAPE);
+        assert_string_equal(fed_test_log_last(),
+                            "safetensors: tensor 1.num_batches_tracked is F32, the model's is I64");
+        fed_test_log_default();
+        fed_store_safetensors_fini(&f);
+        fed_free(buf);
+    }
+    fed_model_free(mod);
+    fed_backend_free(be);
+}
+
 /* A file from a header text and data_len bytes of data. */
 static uint8_t *st_file(const char *json, size_t data_len, size_t *len)
 {
@@ -2092,6 +2151,8 @@ static void test_safetensors_rejects(void **state)
         /* keys and values */
         {"{\"a\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4,
          FED_ERR_UNSUPPORTED},
+        {"{\"a\":{\"dtype\":\"I64\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
+         FED_ERR_FORMAT},
         {"{\"a\":{\"dtype\":\"f32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, FED_ERR_FORMAT},
         {"{\"a\":{\"shape\":[2],\"data_offsets\":[0,8]}}", 8, FED_ERR_FORMAT},
         {"{\"a\":{\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
@@ -2531,6 +2592,7 @@ int main(void)
         cmocka_unit_test(test_safetensors_input_kind),
         cmocka_unit_test(test_safetensors_round_trip),
         cmocka_unit_test(test_safetensors_model),
+        cmocka_unit_test(test_safetensors_count),
         cmocka_unit_test(test_safetensors_rejects),
         cmocka_unit_test(test_safetensors_layout_messages),
         cmocka_unit_test(test_safetensors_alloc_failures),

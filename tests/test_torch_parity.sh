@@ -1,7 +1,7 @@
 #!/bin/sh
 # test_torch_parity.sh - models built from model files compute what PyTorch
-# computes: for examples/models/simplecnn.cfg, a net of every window
-# (strided, padded, dilated and non-square convolutions, padded max and
+# computes: for examples/models/simplecnn.cfg and resnet8.cfg, a net of
+# every window (strided, padded, dilated and non-square convolutions, padded max and
 # average pooling), a net of every activation of its own (leaky_relu, gelu,
 # silu, sigmoid, tanh) with a global average pool, grouped and depthwise
 # convolutions, convolutions and linear layers without a bias (bias = 0),
@@ -10,11 +10,16 @@
 # bce net, residual blocks (add, branches, a concat), the tabular net (examples/models/tabular.cfg: embeddings of two
 # categorical columns concatenated with the numeric ones, bce) and a net of
 # embeddings alone (ids repeated in the batch: the scatter-add sums them),
-# and a regression net of three outputs under mse (float targets):
-# fednode's initial parameters (through .safetensors, loaded with
-# strict=True into the nn.Module tests/torch_parity.py builds from the same
-# file), the same batch of 8: logits, loss, every gradient and the
-# parameters after one SGD step agree within 1e-5 of each tensor's norm.
+# a regression net of three outputs under mse (float targets), batch norm
+# per feature and per channel (bn1d, bn2d) and ResNet-8
+# (examples/models/resnet8.cfg): fednode's initial parameters (through
+# .safetensors, loaded with strict=True into the nn.Module
+# tests/torch_parity.py builds from the same file), the same batch of 8:
+# logits in training mode and in evaluation, loss, every gradient and the
+# parameters after one SGD step (batch norm's running statistics and
+# num_batches_tracked included) agree within 1e-5 of each tensor's norm (a
+# gradient that is 0 exactly, a bias before batch norm: within 1e-7 of the
+# whole gradient's).
 # The fednode side is build/tests/test_model_cfg --torch-dump. Skips (77)
 # without /usr/bin/python3 with torch (Debian: python3-torch).
 set -u
@@ -178,9 +183,48 @@ cat >"$TMP/mse.cfg" <<CFG
 [output] loss = mse
 CFG
 
-for cfg in "$HERE/../examples/models/simplecnn.cfg" "$TMP/windows.cfg" "$TMP/acts.cfg" \
+cat >"$TMP/bn1d.cfg" <<CFG
+# batch norm per feature (BatchNorm1d): of the input flattened, after linear
+# layers (a relu folded in; momentum and eps of its own)
+[input] features = 11
+[flatten]
+[batchnorm] name = bn0
+[linear] name = fc1 out = 9
+[batchnorm] name = bn1 momentum = 0.3
+[relu]
+[linear] name = fc2 out = 7
+[batchnorm] name = bn2 eps = 1e-3
+[linear] name = head out = classes
+[output] classes = 4
+CFG
+
+cat >"$TMP/bn2d.cfg" <<CFG
+# batch norm per channel (BatchNorm2d): after convolutions, on a branch and
+# before a residual add, then per feature after a global average pool
+[input] shape = 3,9,8
+[conv] name = c1 out = 6 kernel = 3 padding = 1
+[batchnorm] name = bn1
+[relu] name = r1
+[conv] name = c2 out = 6 kernel = 3 padding = 1
+[batchnorm] name = bn2 momentum = 0.05 eps = 1e-4
+[add] name = res from = r1
+[relu]
+[conv] name = c3 out = 8 kernel = 3 stride = 2
+[batchnorm] name = bn3
+[silu]
+[maxpool] kernel = 2
+[global_avgpool]
+[flatten]
+[batchnorm] name = bn4
+[linear] name = head out = classes
+[output] classes = 5
+CFG
+
+for cfg in "$HERE/../examples/models/simplecnn.cfg" "$HERE/../examples/models/resnet8.cfg" \
+    "$TMP/windows.cfg" "$TMP/acts.cfg" \
     "$TMP/groups.cfg" "$TMP/bce.cfg" "$TMP/residual.cfg" "$TMP/nobias.cfg" \
-    "$TMP/norms.cfg" "$HERE/../examples/models/tabular.cfg" "$TMP/embed.cfg" "$TMP/mse.cfg"; do
+    "$TMP/norms.cfg" "$HERE/../examples/models/tabular.cfg" "$TMP/embed.cfg" "$TMP/mse.cfg" \
+    "$TMP/bn1d.cfg" "$TMP/bn2d.cfg"; do
     name=$(basename "$cfg" .cfg)
     mkdir -p "$TMP/$name"
     "$DUMP" --torch-dump "$TMP/$name" "$cfg" >"$TMP/$name/dump.log" 2>&1 ||

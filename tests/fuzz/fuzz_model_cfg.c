@@ -55,8 +55,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!info)
         abort();
     if (fed_model_cfg_check(c, in, info, why, sizeof why) == FED_OK) {
-        for (int i = 0; i < count; i++)
-            total += info[i].nparams;
+        for (int i = 0; i < count; i++) /* batch norm's statistics are values too */
+            total += info[i].nparams + info[i].nbuffers;
         if (fed_model_graph_explain("fuzz", nodes, count, in, &np, NULL, 0) != FED_OK ||
             np != total)
             abort();

@@ -1,7 +1,7 @@
 # A stand-in for the `safetensors` package's safe_open (pip install
 # safetensors), which Debian 12 does not ship: only what docs/model-formats.md's two
-# lines use (keys, get_tensor, metadata, as a context manager), F32 only,
-# read with json and torch.frombuffer. tests/test_export_torch.sh puts it on
+# lines use (keys, get_tensor, metadata, as a context manager), F32 and I64
+# (batch norm's num_batches_tracked) only, read with json and torch.frombuffer. tests/test_export_torch.sh puts it on
 # PYTHONPATH only when the real package cannot be imported.
 import json
 
@@ -17,11 +17,12 @@ class safe_open:
         header = json.loads(raw[8:8 + n])
         self._metadata = header.pop("__metadata__", None)
         self._tensors = {}
+        dtypes = {"F32": torch.float32, "I64": torch.int64}
         for name, info in header.items():
-            assert info["dtype"] == "F32", info["dtype"]
+            assert info["dtype"] in dtypes, info["dtype"]
             begin, end = info["data_offsets"]
             data = bytearray(raw[8 + n + begin:8 + n + end])
-            self._tensors[name] = torch.frombuffer(data, dtype=torch.float32).reshape(info["shape"])
+            self._tensors[name] = torch.frombuffer(data, dtype=dtypes[info["dtype"]]).reshape(info["shape"])
 
     def __enter__(self):
         return self
