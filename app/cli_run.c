@@ -203,7 +203,10 @@ static const fed_opt run_opts[] = {
       "CSV data: standardize every numeric column with the federation's shared statistics "
       "(pooled mean and std, gathered in a pass that is round 1, through secure aggregation "
       "with --secagg), the same at every site and in the exported model; --no-standardize: "
-      "each site with its own file's"),
+      "each site with its own file's. Images (IDX or folders): off unless the aggregator "
+      "gives --standardize, then each channel's pixels (x - mean) / std with the pooled "
+      "per-channel statistics of the bytes; a client follows its aggregator unless "
+      "--no-standardize"),
     R(stats_min_count, "stats-min-count", FED_OPT_INT, "10", 0, 1000000000,
       "aggregator: in the statistics pass a column with fewer values than this is suppressed "
       "(mean 0, std 1): without --secagg at each site, whose sums the aggregator would see, "
@@ -212,13 +215,16 @@ static const fed_opt run_opts[] = {
       "aggregator: DP statistics: the bounds each site clips its numeric values into before "
       "its noised sums leave (LO:HI for every column, or per column N=LO:HI by 1-based number "
       "or header name, a bare LO:HI the rest's; |LO|, |HI| < 2^30); needed for --standardize "
-      "under a DP requirement, each release charged to the site's budget"),
+      "of CSV under a DP requirement, each release charged to the site's budget (images: "
+      "each channel's bytes 0:255 unless given)"),
     R(stats_noise, "stats-noise", FED_OPT_DOUBLE, "4", 0.1, 1000,
-      "aggregator, with --feature-bounds: the noise multiplier of each site's statistics "
+      "aggregator, with --feature-bounds (or images' statistics under a DP requirement): the "
+      "noise multiplier of each site's statistics "
       "(the Gaussian mechanism over the bounds, one release: epsilon 1.01 at delta 1e-5, 0.86 at "
       "1e-4, for 4)"),
     R(stats_only, "stats-only", FED_OPT_BOOL, "false", 0, 0,
-      "aggregator: run the statistics pass alone (round 1), print the pooled table and end"),
+      "aggregator: run the statistics pass alone (round 1), print the pooled table (a column "
+      "or, for images, a channel a line) and end"),
     R(input_shape, "input-shape", FED_OPT_STR, "", 0, 0,
       "the model's input C,H,W (images), declared: an aggregator builds the model from it "
       "with no data; a client's or peer's data must have it"),
@@ -269,6 +275,11 @@ typedef struct run_state {
     int64_t *stats_local;
     double *stats_lo, *stats_hi; /* aggregator: --feature-bounds per column */
     fed_dataset *shared[2];
+    int stats_images;   /* the statistics are per channel of images */
+    uint32_t stats_per_record; /* images: H x W, the values an image gives a
+                                  channel */
+    uint64_t *stats_hist; /* client, images: its shard's byte histogram a
+                             channel (fed_data_channel_hist) */
 } run_state;
 
 static void run_state_free(run_state *s)
@@ -281,6 +292,7 @@ static void run_state_free(run_state *s)
     fed_free(s->stats_local);
     fed_free(s->stats_lo);
     fed_free(s->stats_hi);
+    fed_free(s->stats_hist);
     fed_data_free(s->shared[0]);
     fed_data_free(s->shared[1]);
     fed_data_free(s->train);
@@ -436,9 +448,35 @@ static int load_peers(const run_cfg *c, run_state *s)
     return -1;
 }
 
+/* Images standardized per channel (restandardize's): a view of the
+ * shard or the test split carrying the channels' map, nothing copied; a
+ * client's validation file and its local test split mapped in place. */
+static fed_err restandardize_images(run_state *s, const double *mean, const double *std,
+                                    size_t cols, int test, const fed_dataset **out)
+{
+    fed_dataset *v = NULL;
+    fed_err e = fed_data_view(test ? s->test : s->train, &v);
+
+    if (e == FED_OK)
+        e = fed_data_set_channel_stats(v, mean, std, cols);
+    if (e == FED_OK && !test && s->val)
+        e = fed_data_set_channel_stats(s->val, mean, std, cols);
+    if (e == FED_OK && !test && s->local_test)
+        e = fed_data_set_channel_stats(s->local_test, mean, std, cols);
+    if (e != FED_OK) {
+        fed_data_free(v);
+        return e;
+    }
+    fed_data_free(s->shared[test]); /* a node asks once a run; never borrowed by then */
+    s->shared[test] = v;
+    *out = v;
+    return FED_OK;
+}
+
 /* The node's data standardized with the shared statistics (node.h's
  * fed_node_stats_fn): a client's shard of the training file, an
- * aggregator's test split, read again from the file. */
+ * aggregator's test split, read again from the file; images as
+ * restandardize_images. */
 static fed_err restandardize(void *ctx, const double *mean, const double *std, size_t cols,
                              const fed_dataset **out)
 {
@@ -448,6 +486,8 @@ static fed_err restandardize(void *ctx, const double *mean, const double *std, s
     int test = s->c->role[0] == 'a'; /* the aggregator: its test split */
     fed_err e;
 
+    if (s->stats_images)
+        return restandardize_images(s, mean, std, cols, test, out);
     o.csv.stats_mean = mean;
     o.csv.stats_std = std;
     o.csv.stats_features = cols;
@@ -486,11 +526,13 @@ static fed_err stats_local_dp(void *ctx, const double *lo, const double *hi, siz
 {
     run_state *s = ctx;
     fed_data_opts o = s->dopts;
-    fed_colstats_dp dp = {lo, hi, 1.0}; /* the node adds the noise */
+    fed_colstats_dp dp = {lo, hi, 1.0, 0}; /* the node adds the noise */
     int64_t *ints = NULL;
     size_t feats = 0, sup = 0;
     fed_err e;
 
+    if (s->stats_images) /* its shard's histograms: the bytes clipped and centred */
+        return fed_colstats_local_bytes(s->stats_hist, cols, 0, &dp, out, NULL);
     o.csv.colstats_dp = &dp;
     e = fed_data_csv_colstats(s->c->s.data, &o.csv, s->idx0, s->nidx, 0, &ints, &feats, &sup);
     if (e == FED_OK && feats != cols)
@@ -607,7 +649,7 @@ static int parse_feature_bounds(const run_cfg *c, run_state *s, uint32_t cols)
             s->stats_lo[j] = dlo, s->stats_hi[j] = dhi;
         }
     }
-    dp = (fed_colstats_dp){s->stats_lo, s->stats_hi, c->stats_noise};
+    dp = (fed_colstats_dp){s->stats_lo, s->stats_hi, c->stats_noise, s->stats_per_record};
     if (rc < 0 && fed_colstats_dp_check(&dp, cols, why, sizeof why) != FED_OK) {
         fed_cli_error("run: --feature-bounds: %s", why);
         rc = 2;
@@ -619,11 +661,67 @@ out:
     return rc;
 }
 
+/* Images' --standardize: the pass's columns are the channels; under a DP
+ * requirement each channel's bounds are the byte's, 0:255, unless
+ * --feature-bounds says others; a client's contribution is its shard's
+ * histogram of bytes a channel (kept for a DP pass's clipped one). */
+static int stats_prepare_images(const run_cfg *c, run_state *s, fed_node_role role,
+                                const fed_dataset *d, int dp)
+{
+    s->stats_images = 1;
+    s->stats_cols = d ? (uint32_t)d->shape.c : (uint32_t)c->decl.in.c;
+    s->stats_per_record = d ? (uint32_t)(d->shape.h * d->shape.w)
+                            : (uint32_t)(c->decl.in.h * c->decl.in.w);
+    if (role == FED_NODE_AGGREGATOR && c->feature_bounds[0])
+        return parse_feature_bounds(c, s, s->stats_cols);
+    if (role == FED_NODE_AGGREGATOR && dp) {
+        s->stats_lo = fed_calloc(s->stats_cols, sizeof *s->stats_lo);
+        s->stats_hi = fed_calloc(s->stats_cols, sizeof *s->stats_hi);
+        if (!s->stats_lo || !s->stats_hi) {
+            fed_cli_error("run: %s", fed_strerror(FED_ERR_NOMEM));
+            return 1;
+        }
+        for (uint32_t k = 0; k < s->stats_cols; k++)
+            s->stats_hi[k] = 255;
+        return -1;
+    }
+    if (role != FED_NODE_CLIENT)
+        return -1;
+    s->stats_hist = fed_malloc((size_t)s->stats_cols * FED_COLSTATS_BYTE_VALUES *
+                               sizeof *s->stats_hist);
+    if (!dp && s->stats_hist)
+        s->stats_local = fed_malloc((size_t)s->stats_cols * FED_COLSTATS_INTS *
+                                    sizeof *s->stats_local);
+    if (!s->stats_hist || (!dp && !s->stats_local)) {
+        fed_cli_error("run: %s", fed_strerror(FED_ERR_NOMEM));
+        return 1;
+    }
+    fed_data_channel_hist(d, s->idx, s->nidx, s->stats_hist);
+    if (!dp && fed_colstats_local_bytes(s->stats_hist, s->stats_cols, 0, NULL, s->stats_local,
+                                        NULL) != FED_OK) {
+        fed_cli_error("run: data %s: its shared statistics: %zu samples of %zu pixels are more "
+                      "values than the statistics take (2^40)", c->s.data, s->nidx,
+                      d->features / (size_t)d->shape.c);
+        return 1;
+    }
+    return -1;
+}
+
+/* Whether the file or a flag set option name. */
+static int opt_given(const run_cfg *c, const char *name)
+{
+    const fed_opt *o = fed_opt_find(run_opts, NRUN_OPTS, name);
+
+    assert(o);
+    return c->given && c->given[o - run_opts];
+}
+
 /* --standardize on CSV data (d; NULL: an aggregator with none, whose
  * declared --features say the rows): its column count, and a client's contribution
  * to the statistics pass from its shard's raw rows (before keep_shard_only
- * numbers them anew). Refused under a DP requirement: the pass's totals are
- * not noised. */
+ * numbers them anew). Refused under a DP requirement without
+ * --feature-bounds: the pass's totals are not noised. Images as
+ * stats_prepare_images, and only when the aggregator gives --standardize. */
 static int stats_prepare(const run_cfg *c, run_state *s, fed_node_role role,
                          const fed_dataset *d)
 {
@@ -631,16 +729,21 @@ static int stats_prepare(const run_cfg *c, run_state *s, fed_node_role role,
     /* CSV rows: the data's, or (an aggregator with no data) --features' */
     int rows = d ? d->x_f32 != NULL
                  : c->decl.in.c == 1 && c->decl.in.h == 1 && c->decl.in.w > 0;
+    int images = d ? d->x_u8 != NULL : !rows && c->decl.in.c > 0;
     int dp = c->s.require_dp_sgd || c->s.dp_client_clip > 0 || c->s.dp_sgd;
     fed_err e;
 
-    if (!c->standardize || !rows || role == FED_NODE_PEER)
+    if (!c->standardize || role == FED_NODE_PEER || (!rows && !images))
         return -1;
     if (c->feature_bounds[0] && role != FED_NODE_AGGREGATOR) {
         fed_cli_error("run: --feature-bounds is the aggregator's: a client takes the bounds "
                       "from its MODEL");
         return 2;
     }
+    if (images)
+        return role == FED_NODE_CLIENT || opt_given(c, "standardize")
+                   ? stats_prepare_images(c, s, role, d, dp)
+                   : -1;
     if (dp && role == FED_NODE_AGGREGATOR && !c->feature_bounds[0]) {
         fed_cli_error("run: --standardize gathers the columns' pooled mean and std, which no DP "
                       "guarantee (%s) covers without noise: declare --feature-bounds (each "
@@ -674,15 +777,6 @@ static int stats_prepare(const run_cfg *c, run_state *s, fed_node_role role,
     }
     return -1;
 }
-/* Whether the file or a flag set option name. */
-static int opt_given(const run_cfg *c, const char *name)
-{
-    const fed_opt *o = fed_opt_find(run_opts, NRUN_OPTS, name);
-
-    assert(o);
-    return c->given && c->given[o - run_opts];
-}
-
 /* An aggregator reads data only for its own evaluation, and for the input's
  * shape or classes when nothing declares them; without --data (the
  * default's Fashion-MNIST is a client's), none: then the declared input
@@ -874,10 +968,12 @@ static void stats_config(const run_cfg *c, run_state *s, fed_node_config *nc)
     nc->data.stats_hi = s->stats_hi;
     nc->data.stats_noise = s->stats_lo ? c->stats_noise : 0;
     nc->data.stats_only = c->stats_only;
+    nc->data.stats_per_record = s->stats_per_record;
 }
 
 /* --stats-only's table: the pooled statistics the checkpoint holds, a
- * column a line, named by the data file's header (its label left out). */
+ * column a line, named by the data file's header (its label left out); for
+ * images a channel a line (gray, or red, green, blue), in bytes 0..255. */
 static int print_stats_table(const run_cfg *c, run_state *s)
 {
     fed_store_ckpt ck;
@@ -893,7 +989,14 @@ static int print_stats_table(const run_cfg *c, run_state *s)
         fed_cli_error("run: %s", fed_strerror(FED_ERR_NOMEM));
         return 1;
     }
-    nnames = feature_names(c, s, line, sizeof line, names, s->stats_cols);
+    if (s->stats_images) {
+        static const char *const rgb[3] = {"red", "green", "blue"};
+
+        for (nnames = 0; nnames < s->stats_cols; nnames++)
+            names[nnames] = s->stats_cols == 1 ? "gray" : s->stats_cols == 3 ? rgb[nnames] : "";
+    } else {
+        nnames = feature_names(c, s, line, sizeof line, names, s->stats_cols);
+    }
     if (fed_store_latest_valid_checkpoint(s->store, &ck, &faults) != FED_OK ||
         !(sec = fed_store_ckpt_find(&ck, FED_CKPT_SEC_STATS))) {
         fed_cli_error("run: --stats-only: the pass found no statistics (see the log)");
@@ -901,14 +1004,15 @@ static int print_stats_table(const run_cfg *c, run_state *s)
         fed_free(names);
         return 1;
     }
-    printf("shared statistics of %zu columns (round %llu)\n", sec->len / 32,
+    printf("shared statistics of %zu %s (%sround %llu)\n", sec->len / 32,
+           s->stats_images ? "channels" : "columns", s->stats_images ? "pixel bytes 0..255, " : "",
            (unsigned long long)ck.round);
-    printf("%-6s %-24s %12s %9s %24s %24s\n", "column", "name", "count", "missing", "mean",
-           "std");
+    printf("%-7s %-24s %12s %9s %24s %24s\n", s->stats_images ? "channel" : "column", "name",
+           "count", "missing", "mean", "std");
     for (size_t j = 0; j < sec->len / 32; j++) {
         const uint8_t *p = (const uint8_t *)sec->data + 32 * j;
 
-        printf("%-6zu %-24.24s %12llu %9.4f %24.17g %24.17g\n", j + 1, j < nnames ? names[j] : "",
+        printf("%-7zu %-24.24s %12llu %9.4f %24.17g %24.17g\n", j + 1, j < nnames ? names[j] : "",
                (unsigned long long)fed_get_u64le(p + 24), fed_get_f64le(p + 16),
                fed_get_f64le(p), fed_get_f64le(p + 8));
     }
@@ -1402,7 +1506,8 @@ static int run_node(const run_cfg *c, fed_coll *coll)
         (c->onnx && role != FED_NODE_CLIENT && (rc = onnx_init(c, &s, &nc)) >= 0))
         goto out;
     if (c->stats_only && (role != FED_NODE_AGGREGATOR || !s.stats_cols)) {
-        fed_cli_error("run: --stats-only is an aggregator's, with CSV --data and --standardize");
+        fed_cli_error("run: --stats-only is an aggregator's, with CSV --data, or images and "
+                      "--standardize");
         rc = 2;
         goto out;
     }

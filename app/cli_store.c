@@ -1031,8 +1031,9 @@ static void print_faults(const char *cmd, const fed_store_faults *f)
         fed_cli_error("%s: ... and %zu more faulty checkpoints", cmd, f->total - f->n);
 }
 
-/* The checkpoint's shared statistics (node/agg_stats.c: per column mean,
- * std, missing rate, count), when it has them, as m's stats_mean,
+/* The checkpoint's shared statistics (node/agg_stats.c: per column, or
+ * per channel of images, mean, std, missing rate, count), when it has
+ * them, as m's stats_mean,
  * stats_std and stats_missing (one block, freed through stats_mean). */
 static fed_err ckpt_stats(const fed_store_ckpt *ck, size_t features, fed_store_st_model *m)
 {
@@ -1151,8 +1152,10 @@ int fed_cli_export(int argc, char **argv)
                                  NULL, NULL, 0, NULL};
         char why[512] = "";
 
-        if (sm.input_kind == FED_ST_INPUT_STANDARDIZED &&
-            (e = ckpt_stats(&ck, (size_t)in.w, &sm)) != FED_OK) {
+        /* a CSV's a column, images' a channel */
+        if ((e = ckpt_stats(&ck, sm.input_kind == FED_ST_INPUT_STANDARDIZED ? (size_t)in.w
+                                                                            : (size_t)in.c,
+                            &sm)) != FED_OK) {
             fed_cli_error("export: checkpoint %" PRIu64 ": its shared statistics: %s", ck.id,
                           fed_strerror(e));
             goto out;

@@ -123,7 +123,9 @@ static const fed_opt train_opts[] = {
     T(partition_seed, "partition-seed", FED_OPT_U64, "1", 0, 0,
       "seed of the partition (the same on every node)"),
     T(out, "out", FED_OPT_STR, "", 0, 0, "write the trained model to this file"),
-    T(device, "device", FED_OPT_STR, "auto", 0, 0, "auto, cpu, cuda or cuda:N"),
+    T(device, "device", FED_OPT_STR, "auto", 0, 0,
+      "auto, cpu, cuda or cuda:N; auto takes the GPU when it runs every layer, else the CPU, "
+      "warning which layer it lacks"),
     T(db, "db", FED_OPT_STR, "", 0, 0,
       "node database: each epoch recorded as a round and a checkpoint"),
     T(resume, "resume", FED_OPT_BOOL, "false", 0, 0,
@@ -585,18 +587,6 @@ static int train_main(const train_cfg *c, int argc, char **argv)
         rc = fail("device", err);
         goto out;
     }
-    if (!(w.be->caps & FED_BACKEND_CAP_SHARDS))
-        threads = 1;
-    if (c->dp_sgd && !(w.be->caps & FED_BACKEND_CAP_DP_SGD)) {
-        fed_cli_error("train: --dp-sgd runs on the CPU backend only (the %s backend has no "
-                      "DP-SGD parity test yet): add --device cpu", w.be->name);
-        rc = 2;
-        goto out;
-    }
-    if ((err = fed_pool_new(threads - 1, &w.pool)) != FED_OK) {
-        rc = fail("thread pool", err);
-        goto out;
-    }
     if ((rc = fed_cli_data_opts("train", &c->dflags, &dopts)) >= 0)
         goto out;
     if ((err = fed_data_open_opts(c->data, 1, &dopts, &w.train)) != FED_OK ||
@@ -624,6 +614,25 @@ static int train_main(const train_cfg *c, int argc, char **argv)
     if (fed_model_input_scale_parse(c->input_scale, &in.scale) != FED_OK) {
         fed_cli_error("train: --input-scale '%s': centred or unit", c->input_scale);
         rc = 2;
+        goto out;
+    }
+    /* the device settled by the model: auto takes the CPU for a layer the
+       device lacks, then the threads and the pool follow the backend */
+    if ((err = fed_model_backend_settle(c->device, c->graph ? c->graph : c->model, in,
+                                        &w.be)) != FED_OK) {
+        rc = fail(c->model, err);
+        goto out;
+    }
+    if (!(w.be->caps & FED_BACKEND_CAP_SHARDS))
+        threads = 1;
+    if (c->dp_sgd && !(w.be->caps & FED_BACKEND_CAP_DP_SGD)) {
+        fed_cli_error("train: --dp-sgd runs on the CPU backend only (the %s backend has no "
+                      "DP-SGD parity test yet): add --device cpu", w.be->name);
+        rc = 2;
+        goto out;
+    }
+    if ((err = fed_pool_new(threads - 1, &w.pool)) != FED_OK) {
+        rc = fail("thread pool", err);
         goto out;
     }
     if ((err = fed_model_new(c->graph ? c->graph : c->model, in, w.be, w.pool, threads,
@@ -834,6 +843,13 @@ static int eval_main(const eval_cfg *c, int argc, char **argv)
     }
     if ((err = fed_data_open_opts(c->data, !strcmp(c->split, "train"), &dopts, &d)) != FED_OK) {
         fed_cli_error("eval: %s: %s", c->data, fed_strerror(err));
+        goto out;
+    }
+    if (exp.stats_mean && d->x_u8 && /* images: the shared statistics a channel */
+        (err = fed_data_set_channel_stats(d, exp.stats_mean, exp.stats_std, exp.stats_cols)) !=
+            FED_OK) {
+        fed_cli_error("eval: %s: its shared statistics (%zu channels) on %s (%d): %s", c->model,
+                      exp.stats_cols, c->data, d->shape.c, fed_strerror(err));
         goto out;
     }
     if ((err = fed_eval_report_new(fed_model_input(m).classes, &rep)) != FED_OK ||

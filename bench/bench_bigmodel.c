@@ -22,36 +22,13 @@
 #include "model/gemm_bf16.h"
 #include "model/model.h"
 #include "model/optim.h"
+#include "bench/bench_stats.h"
 
 #define ROUNDS 5
 #define MLP "mlp:2048,2048"
 #define DEEP "g:C16k3p1,R,C16k3p1,R,C16k3p1,R,C16k3p1,R,C16k3p1,R,C16k3p1,R,C16k3p1,R," \
              "C16k3p1,R,P,L"
 #define BATCH 256
-
-static double cpu_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return (x > y) - (x < y);
-}
-
-/* median, min and max of v[0..n) (sorted in place) */
-static void spread(double *v, int n, double *med, double *lo, double *hi)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    *med = v[n / 2];
-    *lo = v[0];
-    *hi = v[n - 1];
-}
 
 static int have_bf16(void)
 {
@@ -75,7 +52,7 @@ static void bench_gemm(int bf16)
     openblas_set_num_threads(1);
     for (int r = 0; r < ROUNDS; r++)
         for (int k = 0; k < 1 + bf16 + amx; k++) { /* interleaved */
-            double t0 = cpu_s();
+            double t0 = bench_cpu_s();
 
             for (int i = 0; i < reps; i++)
                 if (k == 0)
@@ -84,18 +61,18 @@ static void bench_gemm(int bf16)
                 else if ((k == 1 ? fed_gemm_bf16 : fed_gemm_amx)(0, 1, M, N, K, 1.0f, A, K, B, K,
                                                                  0.0f, C, N) != FED_OK)
                     exit(1);
-            t[k][r] = 2.0 * M * N * K * reps / (cpu_s() - t0) / 1e9;
+            t[k][r] = 2.0 * M * N * K * reps / (bench_cpu_s() - t0) / 1e9;
         }
-    spread(t[0], ROUNDS, &med, &lo, &hi);
+    bench_spread(t[0], ROUNDS, &med, &lo, &hi);
     printf("gemm %dx%dx%d, one thread: sgemm (OpenBLAS %s) %.1f GFLOP/s (%.1f-%.1f)\n", M, N, K,
            openblas_get_corename(), med, lo, hi);
     if (bf16) {
-        spread(t[1], ROUNDS, &med, &lo, &hi);
+        bench_spread(t[1], ROUNDS, &med, &lo, &hi);
         printf("gemm %dx%dx%d, one thread: bf16 (AVX512-BF16) %.1f GFLOP/s (%.1f-%.1f)\n", M, N,
                K, med, lo, hi);
     }
     if (amx) {
-        spread(t[2], ROUNDS, &med, &lo, &hi);
+        bench_spread(t[2], ROUNDS, &med, &lo, &hi);
         printf("gemm %dx%dx%d, one thread: bf16 (AMX tiles) %.1f GFLOP/s (%.1f-%.1f)\n", M, N, K,
                med, lo, hi);
     }
@@ -144,11 +121,11 @@ static void race(arm *a, arm *b, const fed_batch *bt, int steps, double *ta, dou
 
             if (fed_optim_train_step(x->o, x->m, bt, NULL) != FED_OK) /* warm */
                 exit(1);
-            t0 = cpu_s();
+            t0 = bench_cpu_s();
             for (int s = 0; s < steps; s++)
                 if (fed_optim_train_step(x->o, x->m, bt, NULL) != FED_OK)
                     exit(1);
-            (k ? tb : ta)[r] = (cpu_s() - t0) / steps;
+            (k ? tb : ta)[r] = (bench_cpu_s() - t0) / steps;
         }
 }
 
@@ -157,8 +134,8 @@ static void report(const char *what, double *ta, double *tb, const char *na, con
 {
     double ma, la, ha, mb, lb, hb;
 
-    spread(ta, ROUNDS, &ma, &la, &ha);
-    spread(tb, ROUNDS, &mb, &lb, &hb);
+    bench_spread(ta, ROUNDS, &ma, &la, &ha);
+    bench_spread(tb, ROUNDS, &mb, &lb, &hb);
     if (per_sample)
         printf("%s: %s %.0f samples/CPU-s (%.0f-%.0f), %s %.0f (%.0f-%.0f): %.2fx\n", what, na,
                BATCH / ma, BATCH / ha, BATCH / la, nb, BATCH / mb, BATCH / hb, BATCH / lb,

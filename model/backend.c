@@ -20,6 +20,11 @@
 #endif
 #define PLUGIN_NAME "libfedcuda.so"
 
+int fed_backend_device_auto(const char *device)
+{
+    return !device || !*device || !strcmp(device, "auto");
+}
+
 /* Parse the device text: *cuda 0 for cpu, 1 for cuda, -1 for auto. */
 static fed_err parse_device(const char *device, int *cuda, int *index)
 {
@@ -27,7 +32,7 @@ static fed_err parse_device(const char *device, int *cuda, int *index)
     long v;
 
     *index = 0;
-    if (!device || !*device || !strcmp(device, "auto")) {
+    if (fed_backend_device_auto(device)) {
         *cuda = -1;
         return FED_OK;
     }

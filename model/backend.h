@@ -277,6 +277,8 @@ const char *fed_backend_cpu_suggest_coretype(void);
 /* "auto", "cpu", "cuda" or "cuda:N". auto takes the GPU when the plugin
  * libfedcuda.so loads and a device exists. Logs which one it took. */
 FED_WUR fed_err fed_backend_open(const char *device, fed_backend **out);
+/* Whether device asks for auto (NULL, "" or "auto"): the one test of it. */
+int fed_backend_device_auto(const char *device);
 void fed_backend_free(fed_backend *be);
 
 /* The CUDA plugin exports this symbol; fed_backend_open finds it by dlsym. */

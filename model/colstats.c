@@ -47,6 +47,43 @@ static void say(char *why, size_t cap, size_t row, size_t col, double v)
                  "(|x| < 2^31)", row + 1, col + 1, v);
 }
 
+/* One column's running count, missing count, sum of q and sum of q^2. */
+typedef struct col_acc {
+    uint64_t count, missing;
+    u128 sum; /* two's complement modulo 2^128: |sum| < 2^103 */
+    acc192 sq;
+} col_acc;
+
+/* times values of fixed point q (|q| < 2^63; q^2 times < 2^128) added. */
+static void col_acc_add(col_acc *a, int64_t q, uint64_t times)
+{
+    a->count += times;
+    a->sum += (u128)(__int128)q * times;
+    acc_add(&a->sq, (u128)((__int128)q * q) * times);
+}
+
+/* The accumulated column as its FED_COLSTATS_INTS integers into o. */
+static void col_acc_out(const col_acc *a, int64_t *o)
+{
+    uint64_t w[2] = {(uint64_t)a->sum, (uint64_t)(a->sum >> 64)};
+
+    o[AT_COUNT] = (int64_t)a->count;
+    o[AT_MISSING] = (int64_t)a->missing;
+    for (int l = 0; l < SUM_LIMBS; l++)
+        o[AT_SUM + l] = limb(w, l);
+    for (int l = 0; l < SQ_LIMBS; l++)
+        o[AT_SQ + l] = limb(a->sq.w, l);
+}
+
+/* v clipped into [lo, hi] and moved by -centre (counted in *clipped). */
+static double clip_centre(double v, double lo, double hi, double centre, size_t *clipped)
+{
+    double c = v < lo ? lo : v > hi ? hi : v; /* +-inf clipped too */
+
+    *clipped += c != v;
+    return c - centre;
+}
+
 /* Column j's integers from its present values, each clipped into
  * [lo, hi] and moved by -centre when clip (counted in *clipped), into o.
  * FED_ERR_RANGE (why said) for a value out of the fixed point's range. */
@@ -54,43 +91,26 @@ static fed_err column_local(const double *x, size_t n, size_t features, size_t j
                             double lo, double hi, double centre, int64_t *o, size_t *clipped,
                             char *why, size_t cap)
 {
-    uint64_t count = 0, missing = 0;
-    u128 sum = 0; /* two's complement modulo 2^128: |sum| < 2^103 */
-    acc192 sq = {{0, 0, 0}};
+    col_acc a;
 
+    memset(&a, 0, sizeof a);
     for (size_t i = 0; i < n; i++) {
         double v = x[i * features + j];
-        int64_t q;
 
         if (isnan(v)) {
-            missing++;
+            a.missing++;
             continue;
         }
-        if (clip) {
-            double c = v < lo ? lo : v > hi ? hi : v; /* +-inf clipped too */
-
-            *clipped += c != v;
-            v = c - centre;
-        }
+        if (clip)
+            v = clip_centre(v, lo, hi, centre, clipped);
         if (!(fabs(v) < FED_COLSTATS_MAX_ABS)) {
             say(why, cap, i, j, v);
             return FED_ERR_RANGE;
         }
-        q = (int64_t)llround(ldexp(v, FED_COLSTATS_SCALE_BITS)); /* |q| <= 2^63 - 2^10 */
-        count++;
-        sum += (u128)(__int128)q;
-        acc_add(&sq, (u128)((__int128)q * q));
+        /* |q| <= 2^63 - 2^10 */
+        col_acc_add(&a, (int64_t)llround(ldexp(v, FED_COLSTATS_SCALE_BITS)), 1);
     }
-    o[AT_COUNT] = (int64_t)count;
-    o[AT_MISSING] = (int64_t)missing;
-    {
-        uint64_t w[2] = {(uint64_t)sum, (uint64_t)(sum >> 64)};
-
-        for (int l = 0; l < SUM_LIMBS; l++)
-            o[AT_SUM + l] = limb(w, l);
-    }
-    for (int l = 0; l < SQ_LIMBS; l++)
-        o[AT_SQ + l] = limb(sq.w, l);
+    col_acc_out(&a, o);
     return FED_OK;
 }
 
@@ -138,6 +158,11 @@ fed_err fed_colstats_dp_check(const fed_colstats_dp *dp, size_t features, char *
                      dp->noise);
         return FED_ERR_RANGE;
     }
+    if (dp->record_values > (1u << 24)) {
+        if (why && cap)
+            snprintf(why, cap, "%u values a record: at most 2^24", dp->record_values);
+        return FED_ERR_RANGE;
+    }
     for (size_t j = 0; j < features; j++)
         if (!(dp->lo[j] < dp->hi[j]) || !(fabs(dp->lo[j]) < FED_COLSTATS_MAX_ABS / 2) ||
             !(fabs(dp->hi[j]) < FED_COLSTATS_MAX_ABS / 2)) {
@@ -167,6 +192,49 @@ fed_err fed_colstats_local_dp(const double *x, size_t n, size_t features, const 
     if (clipped)
         *clipped = moved;
     return e; /* clipped values are within 2^30: never out of range */
+}
+
+fed_err fed_colstats_local_bytes(const uint64_t *hist, size_t features, uint64_t min_count,
+                                 const fed_colstats_dp *dp, int64_t *out, size_t *clipped)
+{
+    size_t moved = 0;
+    uint64_t total = 0;
+
+    assert(!dp || fed_colstats_dp_check(dp, features, NULL, 0) == FED_OK);
+    for (size_t j = 0; j < features; j++)
+        for (int v = 0; v < FED_COLSTATS_BYTE_VALUES; v++) {
+            uint64_t h = hist[j * FED_COLSTATS_BYTE_VALUES + (size_t)v];
+
+            if (h > FED_COLSTATS_MAX_ROWS - total)
+                return rows_ok(FED_COLSTATS_MAX_ROWS + 1, NULL, 0);
+            total += h;
+        }
+    memset(out, 0, features * FED_COLSTATS_INTS * sizeof *out);
+    for (size_t j = 0; j < features; j++) {
+        const uint64_t *h = hist + j * FED_COLSTATS_BYTE_VALUES;
+        int64_t *o = out + j * FED_COLSTATS_INTS;
+        col_acc a;
+
+        memset(&a, 0, sizeof a);
+        for (int v = 0; v < FED_COLSTATS_BYTE_VALUES; v++) {
+            double x = v;
+            size_t one = 0;
+
+            if (!h[v])
+                continue;
+            if (dp) {
+                x = clip_centre(x, dp->lo[j], dp->hi[j], (dp->lo[j] + dp->hi[j]) / 2, &one);
+                moved += one * h[v];
+            }
+            col_acc_add(&a, (int64_t)llround(ldexp(x, FED_COLSTATS_SCALE_BITS)), h[v]);
+        }
+        col_acc_out(&a, o);
+        if (!dp && a.count < min_count)
+            memset(o, 0, FED_COLSTATS_INTS * sizeof *o);
+    }
+    if (clipped)
+        *clipped = moved;
+    return FED_OK;
 }
 
 /* One standard normal from 16 random bytes (Box-Muller, 53-bit uniforms). */
@@ -220,7 +288,9 @@ static void limbs_add(int64_t *limbs, int nl, const uint64_t w[3])
 
 static double dp_sigma(const fed_colstats_dp *dp, size_t features)
 {
-    return dp->noise * sqrt(3.0 * (double)features);
+    double per = dp->record_values > 1 ? (double)dp->record_values : 1.0;
+
+    return dp->noise * sqrt(3.0 * (double)features) * per;
 }
 
 void fed_colstats_noise(int64_t *out, size_t features, const fed_colstats_dp *dp,

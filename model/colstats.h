@@ -85,6 +85,13 @@ FED_WUR fed_err fed_colstats_decode(const uint64_t *sum, size_t features, uint64
 typedef struct fed_colstats_dp {
     const double *lo, *hi; /* (features) lo < hi, |lo|, |hi| < 2^30 */
     double noise;          /* the noise multiplier, > 0 */
+    /* The values one record gives each column (images: a record is an
+     * image, H x W pixel values a channel), up to 2^24; 0 or 1: one (CSV
+     * rows). A record then moves a column's count by up to this many,
+     * its sum and its sum of squares by this many times h and h^2: every
+     * sigma above is multiplied by it, so the release stays the Gaussian
+     * mechanism at `noise` for a whole record. */
+    uint32_t record_values;
 } fed_colstats_dp;
 
 /* dp's bounds and noise valid for features columns (else FED_ERR_RANGE,
@@ -99,14 +106,28 @@ FED_WUR fed_err fed_colstats_dp_check(const fed_colstats_dp *dp, size_t features
 FED_WUR fed_err fed_colstats_local_dp(const double *x, size_t n, size_t features,
                                       const uint8_t *skip, const fed_colstats_dp *dp, int64_t *out,
                                       size_t *clipped);
+/* A site's contribution from byte values (image pixels: the statistics of
+ * the byte b itself, 0..255, whatever the model maps it to), as
+ * fed_colstats_local (dp NULL: a column with fewer than min_count values
+ * contributes zeros) or fed_colstats_local_dp (dp set: every value clipped
+ * into the column's bounds and centred, *clipped, which may be NULL,
+ * getting how many moved) would give for the values themselves: column
+ * j's hist[j * FED_COLSTATS_BYTE_VALUES + v] counts its values equal to v.
+ * Exact, and linear in the histogram's size, not in the values'.
+ * FED_ERR_RANGE when the counts add up to more than FED_COLSTATS_MAX_ROWS.
+ * No missing values. */
+#define FED_COLSTATS_BYTE_VALUES 256
+FED_WUR fed_err fed_colstats_local_bytes(const uint64_t *hist, size_t features,
+                                         uint64_t min_count, const fed_colstats_dp *dp,
+                                         int64_t *out, size_t *clipped);
 /* Gaussian noise at dp's calibration added to a contribution in place,
  * each normal draw from 16 bytes of random (a CSPRNG at a site; a seeded
  * fed_rng_random in tests). */
 void fed_colstats_noise(int64_t *out, size_t features, const fed_colstats_dp *dp,
                         fed_random_fn random, void *random_ctx);
 /* The standard deviation of one site's noise on column j's mean, in the
- * column's units, for a pooled count n (what a test or the docs compare
- * the totals with: sqrt(m) times it over m sites). */
+ * column's units, for a pooled count n of values (what a test or the docs
+ * compare the totals with: sqrt(m) times it over m sites). */
 double fed_colstats_dp_mean_sigma(const fed_colstats_dp *dp, size_t features, size_t j, double n);
 /* Noised totals (of fed_colstats_local_dp + fed_colstats_noise) into
  * out[features]: the centre added back; a column whose noisy count is

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
+#include "model/colstats.h"
 #include "model/data_impl.h"
 
 /* deflate never expands more than 1032:1; a gzip input shorter than this
@@ -620,6 +622,11 @@ void fed_data_free(fed_dataset *d)
 {
     if (!d)
         return;
+    fed_free(d->chan_map);
+    if (d->view) { /* the samples are another dataset's */
+        fed_free(d);
+        return;
+    }
     if (d->map)
         munmap(d->map, d->map_len); /* x_u8 points into it */
     else
@@ -919,8 +926,10 @@ fed_err fed_data_subset(const fed_dataset *d, const uint32_t *idx, size_t n, fed
         s->x_u8 = fed_malloc(n * f);
     else
         s->x_f32 = fed_malloc(n * f * sizeof *s->x_f32);
+    if (d->chan_map && (s->chan_map = fed_malloc(2 * (size_t)d->shape.c * sizeof(float))))
+        memcpy(s->chan_map, d->chan_map, 2 * (size_t)d->shape.c * sizeof(float));
     if (!s->y || (!s->x_u8 && !s->x_f32) || (d->categorical && !s->categorical) ||
-        (d->y_f32 && !s->y_f32)) {
+        (d->y_f32 && !s->y_f32) || (d->chan_map && !s->chan_map)) {
         fed_data_free(s);
         return FED_ERR_NOMEM;
     }
@@ -935,6 +944,67 @@ fed_err fed_data_subset(const fed_dataset *d, const uint32_t *idx, size_t n, fed
     }
     *out = s;
     return FED_OK;
+}
+
+fed_err fed_data_view(const fed_dataset *d, fed_dataset **out)
+{
+    fed_dataset *v = fed_malloc(sizeof *v);
+
+    *out = NULL;
+    if (!v)
+        return FED_ERR_NOMEM;
+    *v = *d;
+    v->view = 1;
+    v->map = NULL;
+    v->chan_map = NULL;
+    if (d->chan_map && !(v->chan_map = fed_malloc(2 * (size_t)d->shape.c * sizeof(float)))) {
+        fed_free(v);
+        return FED_ERR_NOMEM;
+    }
+    if (d->chan_map)
+        memcpy(v->chan_map, d->chan_map, 2 * (size_t)d->shape.c * sizeof(float));
+    *out = v;
+    return FED_OK;
+}
+
+fed_err fed_data_set_channel_stats(fed_dataset *d, const double *mean, const double *std,
+                                   size_t c)
+{
+    float *map;
+
+    if (!d->x_u8 || c != (size_t)d->shape.c)
+        return log_fail(FED_ERR_SHAPE, "data", "per-channel statistics of %zu channels for %s", c,
+                        d->x_u8 ? "images of another channel count" : "data that is not images");
+    for (size_t k = 0; k < c; k++)
+        if (!isfinite(mean[k]) || !isfinite(std[k]) || !(std[k] > 0))
+            return log_fail(FED_ERR_RANGE, "data", "channel %zu: mean %g, std %g: not a mean and "
+                            "a std over 0", k + 1, mean[k], std[k]);
+    if (!d->chan_map && !(d->chan_map = fed_malloc(2 * c * sizeof *map)))
+        return FED_ERR_NOMEM;
+    map = d->chan_map;
+    for (size_t k = 0; k < c; k++) {
+        map[2 * k] = (float)(1.0 / std[k]);
+        map[2 * k + 1] = (float)(-mean[k] / std[k]);
+    }
+    return FED_OK;
+}
+
+void fed_data_channel_hist(const fed_dataset *d, const uint32_t *idx, size_t n, uint64_t *hist)
+{
+    size_t c = (size_t)d->shape.c, plane = (size_t)d->shape.h * (size_t)d->shape.w;
+
+    assert(d->x_u8 && c * plane == d->features);
+    memset(hist, 0, c * FED_COLSTATS_BYTE_VALUES * sizeof *hist);
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *x = d->x_u8 + (size_t)(idx ? idx[i] : i) * d->features;
+
+        for (size_t k = 0; k < c; k++) {
+            uint64_t *h = hist + k * FED_COLSTATS_BYTE_VALUES;
+
+            for (size_t p = 0; p < plane; p++)
+                h[x[k * plane + p]]++;
+        }
+    }
 }
 
 /* ---- augmentation ---- */
@@ -1024,6 +1094,7 @@ void fed_data_gather(const fed_dataset *d, const uint32_t *idx, int n, void *x_s
             memcpy(x + (size_t)i * f, d->x_u8 + (size_t)idx[i] * f, f);
         b->x_u8 = x;
         b->x_f32 = NULL;
+        b->x_map = d->chan_map;
     } else {
         float *x = x_stage;
 
@@ -1031,6 +1102,7 @@ void fed_data_gather(const fed_dataset *d, const uint32_t *idx, int n, void *x_s
             memcpy(x + (size_t)i * f, d->x_f32 + (size_t)idx[i] * f, f * sizeof *x);
         b->x_u8 = NULL;
         b->x_f32 = x;
+        b->x_map = NULL;
     }
     for (int i = 0; i < n; i++)
         y_stage[i] = d->y[idx[i]];

@@ -11,6 +11,7 @@
 #include "core/err.h"
 #include "core/opt.h"
 #include "core/rng.h"
+#include "model/colstats.h"
 #include "model/model.h"
 
 #define FED_DATA_DEFAULT_DIR "/usr/share/datasets/fashion-mnist"
@@ -39,6 +40,16 @@ typedef struct fed_dataset {
                              bytes (an inflated cache file), or NULL: x_u8 is
                              the dataset's own */
     size_t map_len;
+    /* Images standardized per channel with the federation's shared
+     * statistics (fed_data_set_channel_stats): (2 c) floats; channel k's
+     * byte b enters the model as b * chan_map[2k] + chan_map[2k + 1] =
+     * (b - mean_k) / std_k in place of the input scale's map, applied as a
+     * batch becomes floats (fed_batch.x_map), the bytes left as they are.
+     * NULL: the input scale's map. Owned. */
+    float *chan_map;
+    int view;             /* fed_data_view: the samples are another
+                             dataset's, only chan_map and the struct this
+                             one's */
 } fed_dataset;
 
 /* Limits a reader enforces before allocating. */
@@ -302,6 +313,24 @@ FED_WUR fed_err fed_data_split_val(const fed_dataset *d, uint32_t *idx, size_t *
  * full one can be freed. */
 FED_WUR fed_err fed_data_subset(const fed_dataset *d, const uint32_t *idx, size_t n,
                                 fed_dataset **out);
+
+/* A view of d (images or CSV): the same samples, borrowed (d must outlive
+ * it), with a chan_map of its own (d's copied), freed with fed_data_free;
+ * what the shared statistics standardize without copying a sample. */
+FED_WUR fed_err fed_data_view(const fed_dataset *d, fed_dataset **out);
+/* Images: every channel k of d standardized with the pooled byte
+ * statistics (mean[k], std[k], over bytes 0..255; c must be d's channel
+ * count) from the next batch on: d->chan_map set. FED_ERR_SHAPE for CSV
+ * data or another channel count, FED_ERR_RANGE for a mean or std that is
+ * not finite or a std not over 0 (logged naming the channel). */
+FED_WUR fed_err fed_data_set_channel_stats(fed_dataset *d, const double *mean, const double *std,
+                                           size_t c);
+/* Images: each channel's histogram of byte values over samples
+ * idx[0..n) (idx NULL: the first n) into hist (c x
+ * FED_COLSTATS_BYTE_VALUES counts, channel k's from
+ * hist[k * FED_COLSTATS_BYTE_VALUES]), what model/colstats.h's
+ * fed_colstats_local_bytes reads. */
+void fed_data_channel_hist(const fed_dataset *d, const uint32_t *idx, size_t n, uint64_t *hist);
 
 /* A parsed partition scheme (for checking --partition early). */
 typedef enum fed_data_scheme_kind {

@@ -1782,24 +1782,74 @@ static fed_err ws_init(fed_model *m, workspace *w)
     return ws_slots(m, cap);
 }
 
-/* Whether be can run every layer of p: else logs the first it cannot. */
-static fed_err backend_fits(const plan *p, const fed_backend *be)
+/* Whether a backend of caps, named name, can run every layer of p: else
+ * FED_ERR_UNSUPPORTED with the first it cannot run named in why. */
+static fed_err plan_fits(const plan *p, unsigned caps, const char *name, char *why, size_t cap)
 {
-    if (p->loss != LOSS_XENT && !(be->caps & FED_BACKEND_CAP_HOST_MEMORY)) {
-        fed_log(FED_LOG_ERROR, "model: the loss %s is computed on the host, which the %s "
-                "backend's memory is not", p->loss == LOSS_BCE ? "bce" : "mse", be->name);
-        return FED_ERR_UNSUPPORTED;
-    }
-    for (int l = 0; l < p->nlayers; l++) {
+    for (int l = 0; l < p->nlayers; l++) { /* the layers first: a layer names more */
         const layer *ly = &p->layers[l];
         unsigned need = ly->ops->needs ? ly->ops->needs(ly) : 0;
 
-        if (need & ~be->caps) {
-            fed_log(FED_LOG_ERROR, "model: layer '%s' (%s) needs kernels the %s backend lacks",
-                    ly->name, ly->ops->kind, be->name);
+        if (need & ~caps) {
+            snprintf(why, cap, "layer '%s' (%s) needs kernels the %s backend lacks", ly->name,
+                     ly->ops->kind, name);
             return FED_ERR_UNSUPPORTED;
         }
     }
+    if (p->loss != LOSS_XENT && !(caps & FED_BACKEND_CAP_HOST_MEMORY)) {
+        snprintf(why, cap, "the loss %s is computed on the host, which the %s backend's memory "
+                 "is not", p->loss == LOSS_BCE ? "bce" : "mse", name);
+        return FED_ERR_UNSUPPORTED;
+    }
+    return FED_OK;
+}
+
+/* Whether be can run every layer of p: else logs the first it cannot. */
+static fed_err backend_fits(const plan *p, const fed_backend *be)
+{
+    char why[256];
+    fed_err err = plan_fits(p, be->caps, be->name, why, sizeof why);
+
+    if (err != FED_OK)
+        fed_log(FED_LOG_ERROR, "model: %s", why);
+    return err;
+}
+
+fed_err fed_model_spec_fits(const char *spec, fed_model_shape in, unsigned caps,
+                            const char *backend, char *why, size_t cap)
+{
+    plan p;
+    char id[FED_MODEL_SPEC_MAX];
+    fed_err err = make_plan(spec, in, &p, id, why, cap);
+
+    if (err == FED_OK)
+        err = plan_fits(&p, caps, backend, why, cap);
+    plan_fini(&p);
+    return err;
+}
+
+fed_err fed_model_backend_settle(const char *device, const char *spec, fed_model_shape in,
+                                 fed_backend **be)
+{
+    char why[256];
+    fed_backend *cpu = NULL;
+    fed_err err;
+
+    assert(be && *be && spec);
+    err = fed_model_spec_fits(spec, in, (*be)->caps, (*be)->name, why, sizeof why);
+    if (err != FED_ERR_UNSUPPORTED) /* fits, or a spec error fed_model_new reports */
+        return FED_OK;
+    if (!fed_backend_device_auto(device)) {
+        fed_log(FED_LOG_ERROR, "model: %s (--device %s; --device auto runs it on the CPU)",
+                why, device);
+        return err;
+    }
+    if ((err = fed_backend_cpu_new(1, &cpu)) != FED_OK)
+        return err;
+    fed_log(FED_LOG_WARN, "model: %s: --device auto runs the model on the CPU (%s)", why,
+            cpu->device);
+    fed_backend_free(*be);
+    *be = cpu;
     return FED_OK;
 }
 
@@ -3282,8 +3332,18 @@ static fed_err upload_rows(fed_model *m, int off, int n)
 
         fed_model_input_map(m->in.scale, &mul, &add);
         err = be->upload(be, m->ws.x_u8 + at, b->x_u8 + at, cnt);
-        if (err == FED_OK)
+        if (err == FED_OK && !b->x_map) {
             be->u8_to_f32(be, m->ws.x + at, m->ws.x_u8 + at, cnt, mul, add);
+        } else if (err == FED_OK) { /* per channel: the shared statistics */
+            size_t plane = (size_t)m->in.h * m->in.w;
+
+            for (size_t p = at; p < at + cnt; p += plane) {
+                size_t k = p / plane % (size_t)m->in.c;
+
+                be->u8_to_f32(be, m->ws.x + p, m->ws.x_u8 + p, plane, b->x_map[2 * k],
+                              b->x_map[2 * k + 1]);
+            }
+        }
     } else {
         err = be->upload(be, m->ws.x + at, b->x_f32 + at, cnt * sizeof(float));
     }

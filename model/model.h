@@ -112,6 +112,10 @@ typedef struct fed_batch {
     const float *x_f32;
     const int32_t *y;
     const float *y_f32;
+    /* images: (2 c) floats, channel k's byte b enters as b * x_map[2k] +
+     * x_map[2k + 1] (the shared statistics, fed_dataset.chan_map) in place
+     * of the input scale's map; NULL: the input scale's */
+    const float *x_map;
 } fed_batch;
 
 typedef struct fed_step_stats {
@@ -284,6 +288,21 @@ void fed_model_spec_hash(const char *spec, char hash[FED_MODEL_HASH_CHARS]);
  * graph by), or what was wrong in why (cap bytes). */
 FED_WUR fed_err fed_model_spec_cost(const char *spec, fed_model_shape in, size_t *nparams,
                                     double *flops, char *why, size_t cap);
+/* Whether a backend whose caps are caps (FED_BACKEND_CAP_*), named backend,
+ * runs every layer of spec's graph for input in: FED_OK, else
+ * FED_ERR_UNSUPPORTED with the first thing it lacks in why (cap bytes):
+ * "layer 'emb_a' (embedding) needs kernels the cuda backend lacks"; a spec
+ * that is none: its error, why saying what was wrong. Nothing is logged. */
+FED_WUR fed_err fed_model_spec_fits(const char *spec, fed_model_shape in, unsigned caps,
+                                    const char *backend, char *why, size_t cap);
+/* --device's choice once the model is known: *be was opened for device by
+ * fed_backend_open. When *be cannot run spec's graph (fed_model_spec_fits)
+ * and device is auto, *be is freed and replaced by the CPU backend, with a
+ * warning naming the layer; for any other device FED_ERR_UNSUPPORTED, logged
+ * naming the layer. A spec that does not plan is left to fed_model_new to
+ * refuse (FED_OK here). */
+FED_WUR fed_err fed_model_backend_settle(const char *device, const char *spec,
+                                         fed_model_shape in, fed_backend **be);
 /* Check a spec string without building anything. */
 FED_WUR fed_err fed_model_spec_check(const char *spec, fed_model_shape in);
 /* fed_model_spec_check, with what was wrong in why (cap bytes), e.g.

@@ -181,6 +181,20 @@ fed_err fed_store_safetensors_metadata(const fed_store_st_model *m, fed_store_st
         put(ctx, "fednode.input_scale", t);
         snprintf(t, sizeof t, "%.17g", (double)add);
         put(ctx, "fednode.input_shift", t);
+        if (m->stats_mean) { /* per channel, of the bytes */
+            if ((e = put_list(put, ctx, "fednode.input_mean", m->stats_mean, m->stats_cols)) ||
+                (e = put_list(put, ctx, "fednode.input_std", m->stats_std, m->stats_cols)))
+                return e;
+            put(ctx, "fednode.input_stats", "channel");
+            put(ctx, "fednode.input_transform",
+                "each channel c standardized, x = (byte - mean[c]) / std[c], with the "
+                "federation's shared statistics of the pixel bytes 0..255 (pooled over every "
+                "site): mean = fednode.input_mean, std = fednode.input_std, one a channel "
+                "(fednode.input_stats = channel; fednode.input_scale and input_shift do not "
+                "apply); torchvision: ToTensor() then Normalize(mean / 255, std / 255); logreg "
+                "and mlp take x flattened, x.flatten(1)");
+            return FED_OK;
+        }
         put(ctx, "fednode.input_transform",
             m->input.scale == FED_MODEL_INPUT_UNIT
                 ? "x = byte * fednode.input_scale + fednode.input_shift = byte / 255, "

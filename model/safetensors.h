@@ -73,7 +73,10 @@ typedef struct fed_store_st_model {
      * (model/colstats.h), one mean and std per feature, written as
      * "fednode.input_mean" and "fednode.input_std" (comma-separated,
      * %.17g: read back exactly); NULL: the training file's own (the text
-     * says so). */
+     * says so). With FED_ST_INPUT_PIXELS: one per channel, of the bytes
+     * 0..255 (x = (byte - mean) / std in place of the input scale's map),
+     * written likewise and marked "fednode.input_stats" = "channel"; NULL:
+     * the input scale's map alone. */
     const double *stats_mean, *stats_std;
     size_t stats_cols;
     const double *stats_missing; /* each feature's missing rate, written as

@@ -231,12 +231,19 @@ static void add_noise(fed_trainer *t, fed_batch *b)
     float *x = t->x_stage, mul, add;
 
     if (b->x_u8) {
+        size_t c = (size_t)t->d->shape.c, plane = t->d->features / c;
+
         fed_model_input_map(fed_model_input(t->m).scale, &mul, &add);
-        for (size_t i = 0; i < cnt; i++)
-            t->noise_x[i] = (float)b->x_u8[i] * mul + add;
+        for (size_t i = 0; i < cnt; i++) {
+            size_t k = i % t->d->features / plane; /* its channel */
+            float v = (float)b->x_u8[i] * (b->x_map ? b->x_map[2 * k] : mul);
+
+            t->noise_x[i] = v + (b->x_map ? b->x_map[2 * k + 1] : add);
+        }
         x = t->noise_x;
         b->x_u8 = NULL;
         b->x_f32 = x;
+        b->x_map = NULL;
     }
     for (size_t i = 0; i < cnt; i++)
         x[i] += (float)(t->noise_std * fed_rng_normal(&t->noise_rng));
@@ -532,6 +539,7 @@ static fed_err whole_batch(fed_model *m, const fed_dataset *d, size_t off, size_
     b->n = (int)n;
     b->x_u8 = d->x_u8 ? d->x_u8 + off * d->features : NULL;
     b->x_f32 = d->x_u8 ? NULL : d->x_f32 + off * d->features;
+    b->x_map = d->x_u8 ? d->chan_map : NULL;
     b->y = d->y + off;
     b->y_f32 = d->y_f32 ? d->y_f32 + off : NULL;
     return FED_OK;

@@ -39,6 +39,15 @@ struct agg_stats {
                           MODEL's bounds; NULL: exact totals */
 };
 
+/* The minimum count in values: --stats-min-count records (an image's
+ * pixels a channel each). */
+static uint64_t min_values(const fed_node *n)
+{
+    uint32_t per = n->cfg.data.stats_per_record;
+
+    return n->cfg.data.stats_min_count * (per > 1 ? per : 1);
+}
+
 /* The config's DP statistics, or NULL when the totals are exact. */
 static const fed_colstats_dp *dp_of(const fed_node *n, fed_colstats_dp *dp)
 {
@@ -46,7 +55,7 @@ static const fed_colstats_dp *dp_of(const fed_node *n, fed_colstats_dp *dp)
 
     if (!d->stats_lo)
         return NULL;
-    *dp = (fed_colstats_dp){d->stats_lo, d->stats_hi, d->stats_noise};
+    *dp = (fed_colstats_dp){d->stats_lo, d->stats_hi, d->stats_noise, d->stats_per_record};
     return dp;
 }
 
@@ -332,10 +341,8 @@ fed_err fed_node_agg_stats_close(fed_node *n)
         fed_log(FED_LOG_WARN, "aggregator: the statistics pass: no client contributed; round "
                 "%llu runs it again", (unsigned long long)(n->round + 2));
     } else if (e == FED_OK &&
-               (e = dp ? fed_colstats_decode_dp(tot, s->cols, n->cfg.data.stats_min_count, dp,
-                                                s->col)
-                       : fed_colstats_decode(tot, s->cols, n->cfg.data.stats_min_count,
-                                             s->col)) != FED_OK) {
+               (e = dp ? fed_colstats_decode_dp(tot, s->cols, min_values(n), dp, s->col)
+                       : fed_colstats_decode(tot, s->cols, min_values(n), s->col)) != FED_OK) {
         fed_log(FED_LOG_ERROR, "aggregator: the statistics pass: the totals are not valid "
                 "(a client sent a bad contribution): %s", fed_strerror(e));
     } else if (e == FED_OK) {

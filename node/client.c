@@ -514,7 +514,8 @@ static fed_err stats_plan_dp(fed_node *n, const fed_wire_settings *s)
     const fed_node_data_config *d = &n->cfg.data;
     size_t nints = (size_t)d->stats_cols * FED_COLSTATS_INTS;
     double *lo = fed_malloc(d->stats_cols * sizeof *lo), *hi = fed_malloc(d->stats_cols * sizeof *hi);
-    fed_colstats_dp dp = {lo, hi, s->stats_noise};
+    /* one record (an image) moves a column by stats_per_record values */
+    fed_colstats_dp dp = {lo, hi, s->stats_noise, d->stats_per_record};
     fed_err e = FED_OK;
 
     if (!lo || !hi || (!c->stats_out && !(c->stats_out = fed_malloc(nints * sizeof *c->stats_out)))) {
@@ -585,7 +586,8 @@ static fed_err stats_plan(fed_node *n, const fed_wire_settings *s)
         fed_log(FED_LOG_WARN, "client: round %llu %s the shared statistics of %u columns; this "
                 "client %s: declined", (unsigned long long)c->round,
                 c->pass ? "is the pass that gathers" : "standardizes with", s->stats_cols,
-                !d->stats_cols ? "has no numeric columns to share (CSV data with --standardize)"
+                !d->stats_cols ? "has no columns or channels to share (CSV data or images, "
+                                 "without --no-standardize)"
                 : s->stats_cols != d->stats_cols ? "has another column count"
                 : c->pass && d->stats_local_dp ? "runs under DP and releases no exact sums "
                                                  "(the aggregator declares no --feature-bounds)"
@@ -599,7 +601,8 @@ static fed_err stats_plan(fed_node *n, const fed_wire_settings *s)
             return FED_ERR_NOMEM;
         memcpy(c->stats_out, d->stats_local, nints * sizeof *c->stats_out);
         for (uint32_t j = 0; !s->sa_on && j < d->stats_cols; j++)
-            if ((uint64_t)c->stats_out[(size_t)j * FED_COLSTATS_INTS] < s->stats_min_count)
+            if ((uint64_t)c->stats_out[(size_t)j * FED_COLSTATS_INTS] <
+                s->stats_min_count * (d->stats_per_record > 1 ? d->stats_per_record : 1))
                 memset(c->stats_out + (size_t)j * FED_COLSTATS_INTS, 0,
                        FED_COLSTATS_INTS * sizeof *c->stats_out);
         return FED_OK;

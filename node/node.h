@@ -218,6 +218,11 @@ typedef struct fed_node_data_config {
                                      multiplier each site's release gets */
     int stats_only;               /* aggregator: the run ends once the statistics
                                      are known (the pass alone) */
+    uint32_t stats_per_record;    /* the values one record gives a column:
+                                     images' H x W pixels a channel (a record
+                                     is an image); 0 or 1: one (CSV rows).
+                                     The minimum count is in records, and a
+                                     DP pass's noise covers a whole record */
 } fed_node_data_config;
 
 /* An aggregator's rounds, merge, evaluation and async mode. */

@@ -64,6 +64,22 @@ wait_exit() {
 }
 # exits0 NAME SECONDS: NAME ends within SECONDS with status 0
 exits0() { wait_exit "$1" "$2"; [ "$rc" -eq 0 ] || fail "$1 exited $rc, wanted 0"; }
+# site_clients R PORT ARGS...: clients c0, c1, c2 (keys and allow-list in
+# $K, aggregator key agg), each run from its own directory $TMP/sN with
+# ARGS, against the aggregator on 127.0.0.1:PORT, database $TMP/R-sN.db,
+# output appended to $TMP/R-sN.log; then R-agg and each site must end with 0
+site_clients() {
+    r=$1 p=$2; shift 2
+    fed=$(cd "$(dirname "$FEDNODE")" && pwd)/$(basename "$FEDNODE")
+    for s in 0 1 2; do
+        ( cd "$TMP/s$s" && exec "$fed" run --role client --keys "$K/c$s" --allow "$K/allow.txt" \
+            --db "$TMP/$r-s$s.db" --aggregator "tcp://127.0.0.1:$p" --aggregator-key agg \
+            "$@" ) >>"$TMP/$r-s$s.log" 2>&1 &
+        echo $! >"$TMP/$r-s$s.pid"; PIDS="$PIDS $!"
+    done
+    exits0 "$r-agg" 180
+    for s in 0 1 2; do exits0 "$r-s$s" 30; done
+}
 status() { "$FEDNODE" status --db "$1" --json; }
 # rows DB: status --json, one object a line
 rows() { status "$1" | tr '{' '\n'; }

@@ -5,13 +5,15 @@
  * of 1e6 with std 1, a std of 1e-3, values near +-2^31, negative ones);
  * missing cells counted; the minimum count suppresses a site's column and
  * a total's; out-of-range values refused naming row and column; CSV files
- * against the pooled file's own statistics. */
+ * against the pooled file's own statistics; images' channels from byte
+ * histograms, the same integers as the pixels themselves give. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -120,45 +122,147 @@ static void test_plain_totals(void **state)
                             c[s][j * FED_COLSTATS_INTS + l] <= (int64_t)UINT32_MAX);
 }
 
-/* The same totals through the integer secure sum: each site's integers as
- * INT64 limbs of 20 bits, masked with pair streams that cancel mod 2^32. */
-static void test_secure_totals(void **state)
+/* sites' contributions (each ni integers, c + s * ni) summed through the
+ * integer secure sum into tot: each site's integers as INT64 limbs of 20
+ * bits, masked with pair streams that cancel mod 2^32. */
+static void secure_sum(const int64_t *c, int sites, size_t ni, uint64_t *tot)
 {
-    enum { NI = COLS * FED_COLSTATS_INTS, BITS = 20 };
-    static double x[ROWS * COLS];
-    static int64_t c[SITES][NI];
-    static uint32_t q[SITES][1 + NI * 4], sum[1 + NI * 4];
-    uint64_t tot[NI];
-    double mean[COLS], sd[COLS];
-    agg_segment seg = {.name = "stats", .len = NI, .rule = AGG_WEIGHT_SUM, .enc = AGG_ENC_INT64};
+    enum { BITS = 20 };
+    agg_segment seg = {.name = "stats", .len = ni, .rule = AGG_WEIGHT_SUM, .enc = AGG_ENC_INT64};
     size_t words = fed_agg_seg_words(&seg, 1, BITS);
-    fed_colstat st[COLS];
+    uint32_t *q = calloc((size_t)sites * words, sizeof *q), *sum = calloc(words, sizeof *sum);
     fed_rng rng;
 
-    (void)state;
-    assert_int_equal(words, (size_t)NI * 4);
-    pooled(x, mean, sd);
-    contributions(x, 0, c);
+    assert_non_null(q);
+    assert_non_null(sum);
+    assert_int_equal(words, ni * 4);
     fed_rng_seed(&rng, 36);
-    for (int s = 0; s < SITES; s++)
-        assert_int_equal(fed_agg_seg_quantize(&seg, 1, BITS, NULL, c[s], &rng, q[s]), FED_OK);
-    for (int s = 0; s + 1 < SITES; s++)
+    for (int s = 0; s < sites; s++)
+        assert_int_equal(fed_agg_seg_quantize(&seg, 1, BITS, NULL, c + (size_t)s * ni, &rng,
+                                              q + (size_t)s * words),
+                         FED_OK);
+    for (int s = 0; s + 1 < sites; s++)
         for (size_t w = 0; w < words; w++) {
             uint32_t mk = (uint32_t)fed_rng_u64(&rng);
 
-            q[s][w] += mk;
-            q[s + 1][w] -= mk;
+            q[(size_t)s * words + w] += mk;
+            q[(size_t)(s + 1) * words + w] -= mk;
         }
-    memset(sum, 0, sizeof sum);
-    for (int s = 0; s < SITES; s++)
+    for (int s = 0; s < sites; s++)
         for (size_t w = 0; w < words; w++)
-            sum[w] += q[s][w];
-    assert_int_equal(fed_agg_seg_dequantize(&seg, 1, BITS, sum, SITES, NULL, tot), FED_OK);
+            sum[w] += q[(size_t)s * words + w];
+    assert_int_equal(fed_agg_seg_dequantize(&seg, 1, BITS, sum, (uint32_t)sites, NULL, tot), FED_OK);
+    free(q);
+    free(sum);
+}
+
+/* The same totals through the integer secure sum. */
+static void test_secure_totals(void **state)
+{
+    enum { NI = COLS * FED_COLSTATS_INTS };
+    static double x[ROWS * COLS];
+    static int64_t c[SITES][NI];
+    uint64_t tot[NI];
+    double mean[COLS], sd[COLS];
+    fed_colstat st[COLS];
+
+    (void)state;
+    pooled(x, mean, sd);
+    contributions(x, 0, c);
+    secure_sum(&c[0][0], SITES, NI, tot);
     assert_int_equal(fed_colstats_decode(tot, COLS, 0, st), FED_OK);
     for (size_t j = 0; j < COLS; j++) {
         assert_int_equal(st[j].count, ROWS);
         within(&st[j], mean[j], sd[j]);
     }
+}
+
+/* Images: three sites' RGB images (channels of very different means: red
+ * near 220, green near 30, blue over the whole range), each site's
+ * contribution from its byte histograms a channel (fed_data_channel_hist,
+ * fed_colstats_local_bytes): the very integers the values themselves give
+ * (fed_colstats_local over the bytes as numbers, and clipped under DP
+ * bounds), and the totals, in the clear and through the secure sum, the
+ * pooled pixels' mean and std within the stated precision. */
+enum { IMG_C = 3, IMG_H = 5, IMG_W = 4, IMG_PLANE = IMG_H * IMG_W };
+
+static void test_image_channels(void **state)
+{
+    enum { NI = IMG_C * FED_COLSTATS_INTS, FEAT = IMG_C * IMG_PLANE };
+    static const size_t site_images[SITES] = {7, 19, 11};
+    static int64_t c[SITES][NI], cx[NI], cdp[NI], cdx[NI];
+    uint64_t hist[IMG_C * FED_COLSTATS_BYTE_VALUES], tot[NI] = {0}, stot[NI];
+    long double sum[IMG_C] = {0}, sq[IMG_C] = {0};
+    size_t nall = 0, clipped = 0, clipped_x = 0;
+    double lo[IMG_C] = {100, 0, 0}, hi[IMG_C] = {230, 255, 64};
+    fed_colstats_dp dp = {lo, hi, 1.0, 0};
+    fed_colstat st[IMG_C];
+    fed_rng r;
+
+    (void)state;
+    fed_rng_seed(&r, 37);
+    for (int s = 0; s < SITES; s++) {
+        fed_dataset d = {.n = site_images[s], .shape = {IMG_C, IMG_H, IMG_W, 2, 0},
+                         .features = FEAT};
+        double *v = malloc(site_images[s] * IMG_PLANE * IMG_C * sizeof *v);
+
+        assert_non_null(d.x_u8 = malloc(d.n * FEAT));
+        assert_non_null(v);
+        for (size_t i = 0; i < d.n; i++)
+            for (size_t k = 0; k < IMG_C; k++)
+                for (size_t p = 0; p < IMG_PLANE; p++) {
+                    double g = fed_rng_normal(&r);
+                    double b = k == 0 ? 220 + 12 * g : k == 1 ? 30 + 4 * g
+                                                             : (double)fed_rng_below(&r, 256);
+                    uint8_t u = (uint8_t)(b < 0 ? 0 : b > 255 ? 255 : b);
+
+                    d.x_u8[i * FEAT + k * IMG_PLANE + p] = u;
+                    v[(i * IMG_PLANE + p) * IMG_C + k] = u; /* a row a pixel */
+                    sum[k] += u;
+                }
+        fed_data_channel_hist(&d, NULL, d.n, hist);
+        assert_int_equal(fed_colstats_local_bytes(hist, IMG_C, 0, NULL, c[s], NULL), FED_OK);
+        /* the values themselves, a pixel a row and a channel a column */
+        assert_int_equal(fed_colstats_local(v, d.n * IMG_PLANE, IMG_C, NULL, 0, cx, NULL, NULL, 0),
+                         FED_OK);
+        assert_memory_equal(c[s], cx, sizeof cx);
+        assert_int_equal(fed_colstats_local_bytes(hist, IMG_C, 0, &dp, cdp, &clipped), FED_OK);
+        assert_int_equal(fed_colstats_local_dp(v, d.n * IMG_PLANE, IMG_C, NULL, &dp, cdx,
+                                               &clipped_x), FED_OK);
+        assert_memory_equal(cdp, cdx, sizeof cdx);
+        assert_int_equal(clipped, clipped_x);
+        assert_true(clipped > 0);
+        /* a channel under the minimum count releases nothing */
+        assert_int_equal(fed_colstats_local_bytes(hist, IMG_C, d.n * IMG_PLANE + 1, NULL, cx, NULL),
+                         FED_OK);
+        for (size_t k = 0; k < NI; k++)
+            assert_int_equal(cx[k], 0);
+        for (size_t k = 0; k < NI; k++)
+            tot[k] += (uint64_t)c[s][k];
+        nall += d.n * IMG_PLANE;
+        free(v);
+        free(d.x_u8);
+    }
+    secure_sum(&c[0][0], SITES, NI, stot);
+    assert_memory_equal(tot, stot, sizeof tot);
+    assert_int_equal(fed_colstats_decode(tot, IMG_C, 0, st), FED_OK);
+    fed_rng_seed(&r, 37); /* the pooled pixels again, for their centred squares */
+    for (int s = 0; s < SITES; s++)
+        for (size_t i = 0; i < site_images[s]; i++)
+            for (size_t k = 0; k < IMG_C; k++)
+                for (size_t p = 0; p < IMG_PLANE; p++) {
+                    double g = fed_rng_normal(&r);
+                    double b = k == 0 ? 220 + 12 * g : k == 1 ? 30 + 4 * g
+                                                             : (double)fed_rng_below(&r, 256);
+                    long double u = (uint8_t)(b < 0 ? 0 : b > 255 ? 255 : b), m = sum[k] / nall;
+
+                    sq[k] += (u - m) * (u - m);
+                }
+    for (size_t k = 0; k < IMG_C; k++) {
+        assert_int_equal(st[k].count, nall);
+        within(&st[k], (double)(sum[k] / nall), (double)sqrtl(sq[k] / nall));
+    }
+    assert_true(st[0].mean > 200 && st[1].mean < 40); /* the channels kept apart */
 }
 
 /* Missing cells counted, not summed; the minimum count: a site's column
@@ -299,7 +403,7 @@ enum { DP_COLS = 4, DP_ROWS = 3000 };
 static void dp_run(double noise, uint64_t seed, const double *x, fed_colstat *st, size_t *clipped)
 {
     static const double lo[DP_COLS] = {-10, 0, 100, -1}, hi[DP_COLS] = {10, 50, 300, 1};
-    fed_colstats_dp dp = {lo, hi, noise};
+    fed_colstats_dp dp = {lo, hi, noise, 0};
     int64_t c[DP_COLS * FED_COLSTATS_INTS];
     uint64_t tot[DP_COLS * FED_COLSTATS_INTS] = {0};
     fed_rng r;
@@ -322,13 +426,48 @@ static void dp_run(double noise, uint64_t seed, const double *x, fed_colstat *st
     assert_int_equal(fed_colstats_decode_dp(tot, DP_COLS, 0, &dp, st), FED_OK);
 }
 
+/* DP statistics of images: a record is an image of record_values pixels a
+ * channel, so one site's noise is that many times a row's (the same
+ * normal draws, 64 times the deviation), the mean's sigma too; over 2^24
+ * values a record refused. */
+static void test_dp_record_values(void **state)
+{
+    static const double lo[1] = {0}, hi[1] = {255};
+    fed_colstats_dp row = {lo, hi, 4.0, 0}, image = {lo, hi, 4.0, 64};
+    uint64_t hist[FED_COLSTATS_BYTE_VALUES] = {0};
+    int64_t clean[FED_COLSTATS_INTS], c1[FED_COLSTATS_INTS], c64[FED_COLSTATS_INTS];
+    fed_rng r;
+    char why[160];
+
+    (void)state;
+    hist[7] = 640, hist[200] = 1280; /* 30 images of 64 pixels */
+    assert_int_equal(fed_colstats_local_bytes(hist, 1, 0, &row, clean, NULL), FED_OK);
+    memcpy(c1, clean, sizeof c1);
+    memcpy(c64, clean, sizeof c64);
+    fed_rng_seed(&r, 41);
+    fed_colstats_noise(c1, 1, &row, fed_rng_random, &r);
+    fed_rng_seed(&r, 41);
+    fed_colstats_noise(c64, 1, &image, fed_rng_random, &r);
+    for (int k = 0; k < 2; k++) { /* the count and the missing count */
+        double d1 = (double)(c1[k] - clean[k]), d64 = (double)(c64[k] - clean[k]);
+
+        if (fabs(d64 - 64 * d1) > 33 || fabs(d1) < 1)
+            fail_msg("integer %d: noise %g with a row, %g with an image of 64", k, d1, d64);
+    }
+    assert_true(fed_colstats_dp_mean_sigma(&image, 1, 0, 1920) ==
+                64 * fed_colstats_dp_mean_sigma(&row, 1, 0, 1920));
+    image.record_values = (1u << 24) + 1;
+    assert_int_equal(fed_colstats_dp_check(&image, 1, why, sizeof why), FED_ERR_RANGE);
+    assert_non_null(strstr(why, "values a record"));
+}
+
 static void test_dp_noise(void **state)
 {
     static const double lo[DP_COLS] = {-10, 0, 100, -1}, hi[DP_COLS] = {10, 50, 300, 1};
     double *x = fed_malloc(DP_ROWS * DP_COLS * sizeof *x);
     double mean[DP_COLS], sd[DP_COLS];
     fed_colstat st[DP_COLS];
-    fed_colstats_dp dp = {lo, hi, 1.0};
+    fed_colstats_dp dp = {lo, hi, 1.0, 0};
     size_t clipped, want_clipped = 0;
     fed_rng r;
 
@@ -392,7 +531,7 @@ static void test_dp_noise(void **state)
 static void test_dp_check(void **state)
 {
     double lo[2] = {0, 5}, hi[2] = {1, 5};
-    fed_colstats_dp dp = {lo, hi, 1.0};
+    fed_colstats_dp dp = {lo, hi, 1.0, 0};
     char why[160] = "";
 
     (void)state;
@@ -409,9 +548,11 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plain_totals),
         cmocka_unit_test(test_secure_totals),
+        cmocka_unit_test(test_image_channels),
         cmocka_unit_test(test_missing_and_min_count),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_dp_noise),
+        cmocka_unit_test(test_dp_record_values),
         cmocka_unit_test(test_dp_check),
         cmocka_unit_test_setup_teardown(test_csv_sites, fed_test_tmpdir_setup,
                                         fed_test_tmpdir_teardown),

@@ -2,9 +2,11 @@
  * crop, planar channels) to exact values, PNG and JPEG decoding told by
  * magic bytes, every bad image (truncated, not an image, a 20000x20000
  * header, an empty class folder) refused with its code and path or skipped
- * and counted, the memory bound, the cache, and Fashion-MNIST's test images
- * written as PNG files reading back to the IDX pixels. */
+ * and counted, the memory bound, the cache, Fashion-MNIST's test images
+ * written as PNG files reading back to the IDX pixels, and an RGB folder
+ * standardized per channel with shared statistics. */
 #include <fcntl.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -720,6 +722,141 @@ static void test_trainer_noise(void **state)
     free(c);
 }
 
+/* Shared statistics of an RGB image folder: three sites' shards (the
+ * channels far apart: red near 225, green near 30, blue over the whole
+ * range) give each channel's pooled mean and std of the bytes; with them
+ * every channel of the mapped pooled batch has mean 0 and std 1; the
+ * model maps a batch's bytes so (its logits those of the floats mapped
+ * here), the trainer's noise path too, the cached bytes untouched. */
+static void test_channel_stats(void **state)
+{
+    enum { N = 32, C = 3, S = 6, PLANE = S * S, F = C * PLANE, NI = C * FED_COLSTATS_INTS };
+    fed_data_opts o = {.c = C, .h = S, .w = S};
+    fed_dataset *d = NULL, *v = NULL;
+    uint8_t px[PLANE * C], xs[N * F], before[N * F];
+    uint64_t hist[C * FED_COLSTATS_BYTE_VALUES], tot[NI] = {0};
+    int64_t ints[NI];
+    int32_t ys[N];
+    uint32_t idx[N];
+    double mean[C], sd[C];
+    fed_colstat st[C];
+    float *mapped = malloc((size_t)N * F * sizeof *mapped), la[N * 2], lb[N * 2];
+    size_t np = F * 2 + 2;
+    float *pa = malloc(np * sizeof *pa), *pb = malloc(np * sizeof *pb), *pc = malloc(np * sizeof *pc);
+    fed_batch b;
+    fed_rng r;
+    char dir[1024];
+
+    (void)state;
+    assert_non_null(mapped);
+    fed_rng_seed(&r, 38);
+    for (int i = 0; i < N; i++) {
+        char rel[64];
+
+        for (int p = 0; p < PLANE; p++) {
+            px[p * C] = (uint8_t)(200 + fed_rng_below(&r, 50));
+            px[p * C + 1] = (uint8_t)(20 + fed_rng_below(&r, 20));
+            px[p * C + 2] = (uint8_t)fed_rng_below(&r, 256);
+        }
+        snprintf(rel, sizeof rel, "rgb/%s/%02d.png", i % 2 ? "cat" : "dog", i);
+        mkdirs(dir, sizeof dir, i % 2 ? "rgb/cat" : "rgb/dog");
+        blob png = png_of(px, S, S, C);
+
+        put(rel, png);
+        free(png.p);
+    }
+    fed_test_path(dir, sizeof dir, "rgb");
+    assert_err(fed_data_load_images(dir, &o, &d), FED_OK);
+    assert_int_equal(d->n, N);
+    assert_null(d->chan_map);
+    memcpy(before, d->x_u8, sizeof before);
+    for (uint32_t i = 0; i < N; i++)
+        idx[i] = i;
+    for (int s = 0; s < 3; s++) { /* three sites' shards, 6, 10 and 16 images */
+        size_t at = s == 0 ? 0 : s == 1 ? 6 : 16, n = s == 0 ? 6 : s == 1 ? 10 : 16;
+
+        fed_data_channel_hist(d, idx + at, n, hist);
+        assert_err(fed_colstats_local_bytes(hist, C, 0, NULL, ints, NULL), FED_OK);
+        for (size_t k = 0; k < NI; k++)
+            tot[k] += (uint64_t)ints[k];
+    }
+    assert_err(fed_colstats_decode(tot, C, 0, st), FED_OK);
+    for (int k = 0; k < C; k++) {
+        assert_int_equal(st[k].count, N * PLANE);
+        mean[k] = st[k].mean;
+        sd[k] = st[k].std;
+    }
+    assert_true(mean[0] > 200 && mean[1] < 40 && mean[2] > 60 && mean[2] < 200);
+    /* refused: another channel count, a std not over 0 */
+    assert_err(fed_data_view(d, &v), FED_OK);
+    assert_err(fed_data_set_channel_stats(v, mean, sd, 1), FED_ERR_SHAPE);
+    sd[1] = -sd[1];
+    assert_err(fed_data_set_channel_stats(v, mean, sd, C), FED_ERR_RANGE);
+    sd[1] = -sd[1];
+    assert_err(fed_data_set_channel_stats(v, mean, sd, C), FED_OK);
+    assert_null(d->chan_map); /* the view's own */
+    fed_data_gather(v, idx, N, xs, ys, &b);
+    assert_ptr_equal(b.x_map, v->chan_map);
+    for (int k = 0; k < C; k++) {
+        long double m = 0, q = 0;
+
+        for (int i = 0; i < N; i++)
+            for (int p = 0; p < PLANE; p++) {
+                size_t at = (size_t)i * F + (size_t)k * PLANE + (size_t)p;
+                float t = (float)xs[at] * b.x_map[2 * k];
+
+                mapped[at] = t + b.x_map[2 * k + 1];
+                m += mapped[at];
+            }
+        m /= N * PLANE;
+        for (int i = 0; i < N; i++)
+            for (int p = 0; p < PLANE; p++) {
+                long double e = mapped[(size_t)i * F + (size_t)k * PLANE + (size_t)p] - m;
+
+                q += e * e;
+            }
+        if (fabsl(m) > 1e-5 || fabsl(sqrtl(q / (N * PLANE)) - 1) > 1e-5)
+            fail_msg("channel %d: mapped mean %Lg, std %Lg", k, m, sqrtl(q / (N * PLANE)));
+    }
+    assert_memory_equal(d->x_u8, before, sizeof before); /* the bytes as they were */
+    {
+        fed_backend *be = NULL;
+        fed_model *m = NULL;
+        fed_batch bf = {.n = N, .x_f32 = mapped, .y = ys}, raw = b;
+        fed_rng init;
+
+        assert_err(fed_backend_cpu_new(1, &be), FED_OK);
+        assert_err(fed_model_new("logreg", d->shape, be, NULL, 1, N, &m), FED_OK);
+        fed_rng_seed(&init, 3);
+        assert_err(fed_model_init(m, &init), FED_OK);
+        assert_err(fed_model_logits(m, &b, la), FED_OK);
+        assert_err(fed_model_logits(m, &bf, lb), FED_OK);
+        assert_memory_equal(la, lb, sizeof la);
+        raw.x_map = NULL; /* the input scale's map: other logits */
+        assert_err(fed_model_logits(m, &raw, lb), FED_OK);
+        assert_memory_not_equal(la, lb, sizeof la);
+        fed_model_free(m);
+        fed_backend_free(be);
+    }
+    /* the trainer: its noise path maps as the model does (a vanishing noise
+       trains the same), augmentation runs before the map, and the map
+       changes the training */
+    assert_int_equal(np, 218);
+    train_once(v, "none", 0, 0, pa, np);
+    train_once(v, "none", 1e-30, 0, pb, np);
+    assert_memory_equal(pa, pb, np * sizeof *pa);
+    train_once(d, "none", 0, 0, pc, np); /* (train_once: 32 samples) */
+    assert_memory_not_equal(pa, pc, np * sizeof *pa);
+    train_once(v, "crop:2,flip", 0, 0, pb, np);
+    assert_memory_not_equal(pa, pb, np * sizeof *pa);
+    fed_data_free(v);
+    fed_data_free(d);
+    free(mapped);
+    free(pa);
+    free(pb);
+    free(pc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -732,6 +869,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fashion_as_png, setup, teardown),
         cmocka_unit_test_setup_teardown(test_trainer_augment, setup, teardown),
         cmocka_unit_test_setup_teardown(test_trainer_noise, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_channel_stats, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

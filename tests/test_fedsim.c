@@ -478,7 +478,7 @@ static void rec_sink(void *ctx, fed_log_level level, const char *line)
  * client takes --secagg (a requirement), as --help says. */
 static void test_run_role_checks(void **state)
 {
-    char out[16384];
+    char out[65536];
 
     (void)state;
     setenv("FEDNODE_NO_REEXEC", "1", 1);

@@ -461,6 +461,91 @@ static void test_tabular(void **state)
     fed_model_cfg_free(c);
 }
 
+/* A backend claiming the CUDA plugin's flags (conv only:
+ * cuda/backend_cuda.cu), the CPU's kernels behind them. */
+static fed_backend *fake_cuda(void)
+{
+    fed_backend *be = NULL;
+
+    assert_int_equal(fed_backend_cpu_new(1, &be), FED_OK);
+    be->caps = FED_BACKEND_CAP_CONV;
+    be->name = "cuda";
+    return be;
+}
+
+/* --device once the model is known: auto takes the CPU for a layer the
+ * device lacks, with a warning naming it; cuda refuses naming it; a graph
+ * the device runs keeps it, silently. */
+static void test_device_settle(void **state)
+{
+    static const char *lacks = "layer 'emb_a' (embedding) needs kernels the cuda backend lacks";
+    fed_model_cfg *c = NULL;
+    fed_backend *be;
+    fed_model *m = NULL;
+    fed_model_shape in, cnn_in;
+    char why[512], spec[FED_MODEL_SPEC_MAX], cnn[FED_MODEL_SPEC_MAX];
+
+    (void)state;
+    assert_int_equal(fed_model_cfg_load("examples/models/tabular.cfg", &c, why, sizeof why),
+                     FED_OK);
+    in = fed_model_cfg_own_input(c);
+    assert_int_equal(fed_model_cfg_spec(c, spec, sizeof spec, why, sizeof why), FED_OK);
+    fed_model_cfg_free(c);
+    assert_int_equal(fed_model_cfg_load(SIMPLECNN, &c, why, sizeof why), FED_OK);
+    cnn_in = fed_model_cfg_own_input(c);
+    assert_int_equal(fed_model_cfg_spec(c, cnn, sizeof cnn, why, sizeof why), FED_OK);
+    fed_model_cfg_free(c);
+
+    assert_int_equal(fed_model_spec_fits(spec, in, FED_BACKEND_CAP_CONV, "cuda", why,
+                                         sizeof why), FED_ERR_UNSUPPORTED);
+    assert_string_equal(why, lacks);
+    /* with the embedding's kernels, the bce loss on the host is next */
+    assert_int_equal(fed_model_spec_fits(spec, in, FED_BACKEND_CAP_CONV | FED_BACKEND_CAP_EMBED,
+                                         "cuda", why, sizeof why), FED_ERR_UNSUPPORTED);
+    assert_string_equal(why, "the loss bce is computed on the host, which the cuda backend's "
+                             "memory is not");
+
+    fed_test_log_capture(FED_LOG_WARN);
+    for (int i = 0; i < 2; i++) { /* "auto" and its spelling as no device */
+        be = fake_cuda();
+        assert_int_equal(fed_model_backend_settle(i ? NULL : "auto", spec, in, &be), FED_OK);
+        assert_string_equal(be->name, "cpu");
+        assert_int_equal(be->caps & FED_BACKEND_CAP_EMBED, FED_BACKEND_CAP_EMBED);
+        assert_int_equal(fed_test_log_lines(), 1);
+        fed_test_log_has(lacks);
+        fed_test_log_has("--device auto runs the model on the CPU");
+        assert_int_equal(fed_model_new(spec, in, be, NULL, 1, 8, &m), FED_OK);
+        fed_model_free(m);
+        fed_backend_free(be);
+        fed_test_log_reset();
+    }
+
+    be = fake_cuda();
+    assert_int_equal(fed_model_backend_settle("cuda", spec, in, &be), FED_ERR_UNSUPPORTED);
+    assert_string_equal(be->name, "cuda"); /* kept, for the caller to free */
+    fed_test_log_has(lacks);
+    fed_test_log_has("(--device cuda; --device auto runs it on the CPU)");
+    fed_test_log_reset();
+    assert_int_equal(fed_model_new(spec, in, be, NULL, 1, 8, &m), FED_ERR_UNSUPPORTED);
+    fed_test_log_has(lacks);
+    fed_test_log_reset();
+
+    /* SimpleCNN needs conv alone: the device stays, nothing said */
+    for (int i = 0; i < 2; i++) {
+        fed_backend *kept = be;
+
+        assert_int_equal(fed_model_backend_settle(i ? "cuda:0" : "auto", cnn, cnn_in, &be),
+                         FED_OK);
+        assert_ptr_equal(be, kept);
+        assert_int_equal(fed_test_log_lines(), 0);
+    }
+    /* a spec that does not plan is fed_model_new's to refuse */
+    assert_int_equal(fed_model_backend_settle("cuda", "mlp:x", in, &be), FED_OK);
+    assert_string_equal(be->name, "cuda");
+    fed_test_log_quiet();
+    fed_backend_free(be);
+}
+
 /* A shape that does not fit names its line and prints the shapes so far;
  * data that disagrees with the file is refused with both. */
 static void test_shape_errors(void **state)
@@ -829,6 +914,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_embedding_errors),
         cmocka_unit_test(test_tabular),
         cmocka_unit_test(test_mse_file),
+        cmocka_unit_test(test_device_settle),
     };
 
     if (argc == 4 && !strcmp(argv[1], "--torch-dump"))

@@ -230,7 +230,7 @@ static void run(const char *test, const uint8_t *buf, size_t len, const float *x
         goto out;
     }
     {
-        fed_batch b = {n, NULL, x, y, NULL};
+        fed_batch b = {.n = n, .x_f32 = x, .y = y};
 
         if (fed_model_logits(m, &b, out) != FED_OK) {
             report(c, verbose, test, 'F', "the forward failed");

@@ -80,7 +80,7 @@ static void logits_of(fed_model *m, float *out)
     size_t n = (size_t)in.c * in.h * in.w * BATCH;
     float *x = malloc(n * sizeof *x);
     int32_t y[BATCH] = {0};
-    fed_batch b = {BATCH, NULL, NULL, y, NULL};
+    fed_batch b = {.n = BATCH, .y = y};
     fed_rng rng;
 
     assert_non_null(x);

@@ -64,15 +64,7 @@ run() {
         --batch 32 --local-epochs 1 --rounds 4 --min-clients 3 --wait-clients 3 \
         --deadline-ms 60000 --gather-ms 100 --linger-ms 500 ${AGGX:-} "$@"
     wait_for "the $r aggregator wrote its port" 30 test -s "$TMP/$r.port"
-    P=$(cat "$TMP/$r.port")
-    for s in 0 1 2; do
-        ( cd "$TMP/s$s" && exec "$FED" run --role client --keys "$K/c$s" --allow "$K/allow.txt" \
-            --db "$TMP/$r-s$s.db" --aggregator "tcp://127.0.0.1:$P" --aggregator-key agg \
-            --data d.csv --threads 1 ${CLIX:-} "$@" ) >"$TMP/$r-s$s.log" 2>&1 &
-        echo $! >"$TMP/$r-s$s.pid"; PIDS="$PIDS $!"
-    done
-    exits0 "$r-agg" 180
-    for s in 0 1 2; do exits0 "$r-s$s" 30; done
+    site_clients "$r" "$(cat "$TMP/$r.port")" --data d.csv --threads 1 ${CLIX:-} "$@"
 }
 # check R: round 1 was the pass and 4 training rounds followed; the export's
 # statistics are the pooled file's; eval of the export scores the same from

@@ -263,6 +263,8 @@ int fed_test_run_cli(int (*fn)(int, char **), char *out, size_t cap, int argc, .
     fd = open(path, O_RDONLY);
     assert_true(fd >= 0);
     n = read(fd, out, cap - 1);
+    if (n >= 0 && (size_t)n == cap - 1 && read(fd, path, 1) == 1)
+        fail_msg("the command's output is over the %zu bytes the test gave it", cap - 1);
     close(fd);
     out[n > 0 ? n : 0] = '\0';
     return rc;
