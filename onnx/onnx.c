@@ -106,7 +106,7 @@ typedef struct oval {
 
 /* A weight the file gives, under the name of our tensor it fills. */
 typedef struct oweight {
-    char name[FED_MODEL_NAME_MAX + 16];
+    char name[FED_MODEL_NAME_MAX + 24]; /* a layer's name and ".num_batches_tracked" */
     const otensor *t;
     int transpose; /* MatMul's (in, out) into our (out, in) */
 } oweight;
@@ -1396,6 +1396,98 @@ static fed_err op_dropout(trans *t, int i, const onode *nd)
     return FED_OK;
 }
 
+/* The shortest decimal d of at most 9 digits that f(d) gives the float
+ * the file holds, (float)want: an attribute is a float, and a model file
+ * (and so the spec) says 0.001, not 0.0010000000474974513. */
+static double float_decimal(double want, double (*f)(double))
+{
+    char num[32];
+
+    for (int digits = 1; digits <= 9; digits++) {
+        double d;
+
+        snprintf(num, sizeof num, "%.*g", digits, f(want));
+        d = strtod(num, NULL);
+        if ((float)f(d) == (float)want)
+            return d;
+    }
+    return f(want);
+}
+
+static double same(double v)
+{
+    return v;
+}
+
+static double one_minus(double v)
+{
+    return 1.0 - v;
+}
+
+/* BatchNormalization: inference (one output), or training (training_mode
+ * 1 and three outputs at opset 14 on, five before 14: the running
+ * statistics' new values and the batch's, none of which may be used);
+ * PyTorch's BatchNorm1d over (N, features) or BatchNorm2d over (N, C, H,
+ * W). ONNX's momentum is 1 - PyTorch's; scale, B, mean and var are
+ * NAME.weight, .bias, .running_mean and .running_var, and an initializer
+ * NAME.num_batches_tracked (which an exporter may keep) the counter. The
+ * defaults (momentum 0.1, eps 1e-5) stay unsaid, as a model file leaves
+ * them: the same graph has the same spec. */
+static fed_err op_batchnorm(trans *t, int i, const onode *nd)
+{
+    static const char *const ok[] = {"epsilon", "momentum", "training_mode", NULL};
+    static const char *const what[] = {"scale", "B", "input_mean", "input_var"};
+    static const char *const suffix[] = {".weight", ".bias", ".running_mean", ".running_var"};
+    oval *x = in_val(t, nd, 0), *p[4], *nbt;
+    double eps = attr_float(nd, "epsilon", 1e-5), mom = attr_float(nd, "momentum", 0.9);
+    int train = t->o->opset >= 14 ? (int)attr_int(nd, "training_mode", 0) : nd->n_output > 1;
+    fed_model_node *g;
+    char name[NAME_LEN], counter[NAME_LEN + 24];
+    fed_err err;
+
+    (void)i;
+    if ((err = attrs_only(t, nd, ok)) || (err = want_tensor(t, nd, x, 0)) ||
+        (err = no_pad(t, nd, x)))
+        return err;
+    if (nd->n_input != 5)
+        return fail(t, FED_ERR_UNSUPPORTED, nd, "%zu inputs (x, scale, B, mean, var)",
+                    nd->n_input);
+    if (nd->n_output != (size_t)(!train ? 1 : t->o->opset >= 14 ? 3 : 5))
+        return fail(t, FED_ERR_UNSUPPORTED, nd, "%zu outputs in %s mode at opset %d",
+                    nd->n_output, train ? "training" : "inference", t->o->opset);
+    if (!(eps > 0.0 && eps <= 1.0) || !(mom >= 0.0 && mom < 1.0))
+        return fail(t, FED_ERR_UNSUPPORTED, nd,
+                    "epsilon %g or momentum %g (ONNX's: 1 - PyTorch's) outside (0, 1]", eps,
+                    1.0 - mom);
+    for (int k = 0; k < 4; k++) {
+        p[k] = in_val(t, nd, (size_t)k + 1);
+        if (!p[k] || p[k]->kind != V_PARAM || p[k]->t->n_dims != 1 ||
+            p[k]->t->data_type != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT ||
+            (k && p[k]->t->dims[0] != p[0]->t->dims[0]))
+            return fail(t, FED_ERR_UNSUPPORTED, nd,
+                        "its %s is not a 1-D float initializer as long as its scale", what[k]);
+    }
+    layer_name(nd, p[0]->name, name);
+    if ((err = emit(t, nd, "batchnorm", name, x, out_val(t, nd, 0), &g)))
+        return err;
+    g->eps = float_decimal(eps, same);
+    g->momentum = float_decimal(mom, one_minus);
+    if (g->eps == 1e-5)
+        g->eps = 0.0;
+    if (g->momentum == 0.1)
+        g->momentum = 0.0;
+    for (int k = 0; k < 4; k++)
+        if ((err = add_weight(t, name, suffix[k], p[k]->t, 0)))
+            return err;
+    snprintf(counter, sizeof counter, "%s.num_batches_tracked", name);
+    nbt = name[0] ? val_find(t, counter) : NULL;
+    /* (an int64 initializer of one value is also a small number) */
+    if (nbt && (nbt->kind == V_PARAM || nbt->kind == V_SMALL) && nbt->t &&
+        tensor_numel(nbt->t) == 1)
+        return add_weight(t, name, ".num_batches_tracked", nbt->t, 0);
+    return FED_OK;
+}
+
 /* Reshape to (batch, -1) or (batch, numel): a flatten. */
 static fed_err op_reshape(trans *t, int i, const onode *nd)
 {
@@ -1528,6 +1620,7 @@ static const op_row OPS[] = {
     {"LayerNormalization", op_layernorm},
     {"ReduceMean", op_reducemean},
     {"Dropout", op_dropout},
+    {"BatchNormalization", op_batchnorm},
     {"Cast", op_cast},
     {"Slice", op_slice},
 };
@@ -1841,10 +1934,16 @@ static fed_err check_weights(trans *t)
     err = fed_model_graph_shapes(o->file, o->nodes, o->count, o->in, info, &planned, t->why,
                                  t->cap);
     if (err == FED_OK) {
-        for (int i = 0; i < o->count; i++)
-            nparams += info[i].nparams;
-        for (int i = 0; i < o->nweights; i++)
+        for (int i = 0; i < o->count; i++) /* batch norm's statistics and counter too */
+            nparams += info[i].nparams + info[i].nbuffers;
+        for (int i = 0; i < o->count; i++) /* a counter the file lacks starts at 0 */
+            have += !strcmp(o->nodes[i].kind, "batchnorm");
+        for (int i = 0; i < o->nweights; i++) {
+            size_t len = strlen(o->weights[i].name);
+
             have += tensor_numel(o->weights[i].t);
+            have -= len > 20 && !strcmp(o->weights[i].name + len - 20, ".num_batches_tracked");
+        }
         if (have != nparams)
             err = fail(t, FED_ERR_SPEC, NULL,
                        "its initializers hold %zu values where its layers take %zu", have,
@@ -1996,6 +2095,8 @@ fed_err fed_onnx_apply_weights(const fed_onnx *o, fed_model *m, char *why, size_
         for (int k = 0; k < o->nweights && !w; k++)
             if (!strcmp(o->weights[k].name, ti[i].name))
                 w = &o->weights[k];
+        if (!w && (ti[i].flags & FED_TENSOR_INT64))
+            continue; /* batch norm's counter, which exporters drop: 0 */
         if (!w) {
             err = fed_err_why(why, cap, FED_ERR_MODEL_MISMATCH,
                               "the ONNX file has no weights for tensor '%s'", ti[i].name);

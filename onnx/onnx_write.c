@@ -18,7 +18,8 @@
 #include "model/io.h"
 #include "onnx.pb-c.h"
 
-#define NODE_ATTRS 8 /* attributes of one node, at most */
+#define NODE_ATTRS 8  /* attributes of one node, at most */
+#define NODE_INPUTS 5 /* inputs of one node, at most (BatchNormalization's) */
 
 typedef Onnx__NodeProto onode;
 
@@ -95,7 +96,7 @@ static onode *wb_node(wb *b, const char *op, const char *name, const char *out,
 {
     const char *ins[3] = {in0, in1, in2};
     onode *n = wb_new(b, sizeof *n);
-    char **pin = wb_new(b, 3 * sizeof *pin), **pout = wb_new(b, sizeof *pout);
+    char **pin = wb_new(b, NODE_INPUTS * sizeof *pin), **pout = wb_new(b, sizeof *pout);
     Onnx__AttributeProto **pa = wb_new(b, NODE_ATTRS * sizeof *pa);
 
     if (!n || !pin || !pout || !pa || !out || !name ||
@@ -162,29 +163,41 @@ static void wb_attr_pair(wb *b, onode *n, const char *name, const int v[2], int 
 }
 
 /* A float tensor named name of ndim dims holding v (n values), as raw
- * little-endian bytes. */
-static Onnx__TensorProto *wb_tensor(wb *b, const char *name, int ndim, const int *dims,
-                                    const float *v, size_t n)
+ * little-endian bytes; an int64 one when i64 (a count kept as a float,
+ * batch norm's num_batches_tracked, as PyTorch keeps it). */
+static Onnx__TensorProto *wb_tensor_of(wb *b, const char *name, int ndim, const int *dims,
+                                       const float *v, size_t n, int i64)
 {
     Onnx__TensorProto *t = wb_new(b, sizeof *t);
     int64_t *d = wb_new(b, (size_t)(ndim ? ndim : 1) * sizeof *d);
-    uint8_t *raw = wb_new(b, n * 4);
+    uint8_t *raw = wb_new(b, n * (i64 ? 8 : 4));
 
     if (!t || !d || !raw)
         return NULL;
     onnx__tensor_proto__init(t);
     t->name = (char *)name;
     t->has_data_type = 1;
-    t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+    t->data_type =
+        i64 ? ONNX__TENSOR_PROTO__DATA_TYPE__INT64 : ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
     for (int k = 0; k < ndim; k++)
         d[k] = dims[k];
     t->n_dims = (size_t)ndim;
     t->dims = d;
-    fed_put_f32le_n(raw, v, n);
+    if (i64)
+        for (size_t k = 0; k < n; k++)
+            fed_put_u64le(raw + 8 * k, (uint64_t)(int64_t)v[k]);
+    else
+        fed_put_f32le_n(raw, v, n);
     t->has_raw_data = 1;
     t->raw_data.data = raw;
-    t->raw_data.len = n * 4;
+    t->raw_data.len = n * (i64 ? 8 : 4);
     return t;
+}
+
+static Onnx__TensorProto *wb_tensor(wb *b, const char *name, int ndim, const int *dims,
+                                    const float *v, size_t n)
+{
+    return wb_tensor_of(b, name, ndim, dims, v, n, 0);
 }
 
 /* A Constant node named name giving the float scalar v as out. */
@@ -284,8 +297,8 @@ static const char *weight(walk *w, const char *layer, const char *suffix, int *m
         if (strcmp(t->name, name))
             continue;
         w->used[i] = 1;
-        x = wb_tensor(w->b, wb_str(w->b, "%s", name), t->ndim, t->shape,
-                      meta->params + t->offset, t->numel);
+        x = wb_tensor_of(w->b, wb_str(w->b, "%s", name), t->ndim, t->shape,
+                         meta->params + t->offset, t->numel, (t->flags & FED_TENSOR_INT64) != 0);
         if (!x || !wb_grow(w->b, (void ***)&w->b->inits, &w->b->ninits, &w->b->cap_inits))
             return NULL;
         w->b->inits[w->b->ninits++] = x;
@@ -388,6 +401,24 @@ static fed_err layer_out(walk *w, int i, const wval *x, const wval *x2, wval *y)
         window(w, n, nd, nd->kernel, 0);
         if (nd->groups > 1)
             wb_attr_int(b, n, "group", nd->groups);
+    } else if (!strcmp(k, "batchnorm")) { /* inference: the running statistics */
+        const char *rm, *rv;
+
+        wt = weight(w, name, ".weight", &missing);
+        bias = weight(w, name, ".bias", &missing);
+        rm = weight(w, name, ".running_mean", &missing);
+        rv = weight(w, name, ".running_var", &missing);
+        /* read by no node: PyTorch's buffer, so load_state_dict(strict=True) takes the file */
+        (void)weight(w, name, ".num_batches_tracked", &missing);
+        n = op1(w, "BatchNormalization", name, x, y);
+        if (n) {
+            n->input[n->n_input++] = (char *)wt;
+            n->input[n->n_input++] = (char *)bias;
+            n->input[n->n_input++] = (char *)rm;
+            n->input[n->n_input++] = (char *)rv;
+        }
+        wb_attr_float(b, n, "epsilon", (float)(nd->eps > 0.0 ? nd->eps : 1e-5));
+        wb_attr_float(b, n, "momentum", (float)(1.0 - (nd->momentum > 0.0 ? nd->momentum : 0.1)));
     } else if (!strcmp(k, "maxpool") || !strcmp(k, "avgpool")) {
         int avg = k[0] == 'a';
 
@@ -445,8 +476,10 @@ static fed_err layer_out(walk *w, int i, const wval *x, const wval *x2, wval *y)
     }
     if (missing)
         return fed_err_why(w->why, w->cap, FED_ERR_MODEL_MISMATCH,
-                           "layer '%s' (%s): the weights have no tensor '%s.weight' or "
-                           "'%s.bias'", name, k, name, name);
+                           "layer '%s' (%s): the weights lack one of its tensors '%s.weight', "
+                           "'%s.bias'%s", name, k, name, name,
+                           !strcmp(k, "batchnorm") ? " and its running statistics and counter"
+                                                   : "");
     return b->oom ? FED_ERR_NOMEM : FED_OK;
 }
 

@@ -6,8 +6,10 @@
 # by op in PyTorch (python3-onnx 1.12 has no onnx.reference and onnxruntime
 # is not in Debian), gives that module's logits; the module's accuracy on
 # Fashion-MNIST's test split is printed for the shell to compare with what
-# fednode reported.
-# usage: onnx_export_check.py MODEL.onnx MODEL.safetensors DATA
+# fednode reported. With NET resnet8 the module is tests/onnx_parity.py's
+# torchvision-style ResNet-8 (batch norm: BatchNormalization over the
+# running statistics, num_batches_tracked an int64 initializer).
+# usage: onnx_export_check.py MODEL.onnx MODEL.safetensors DATA [NET]
 import gzip
 import os
 import sys
@@ -79,6 +81,9 @@ def run_graph(model, x):
             y = F.leaky_relu(i[0], a.get("alpha", 0.01))
         elif op == "Concat":
             y = torch.cat(i, a["axis"])
+        elif op == "BatchNormalization":
+            assert not a.get("training_mode", 0) and len(n.output) == 1
+            y = F.batch_norm(i[0], i[3], i[4], i[1], i[2], False, 0.0, a.get("epsilon", 1e-5))
         else:
             y = {"Relu": lambda: F.relu(i[0]), "Sigmoid": lambda: torch.sigmoid(i[0]),
                  "Tanh": lambda: torch.tanh(i[0]), "Erf": lambda: torch.erf(i[0]),
@@ -112,7 +117,13 @@ def main():
             a, b = weights[k], f.get_tensor(k).numpy()
             assert a.shape == b.shape and a.tobytes() == b.tobytes(), k
     print("initializers: the safetensors export's %d tensors, bit for bit" % len(weights))
-    net = Net()
+    if sys.argv[4:] == ["resnet8"]:  # the module onnx_parity.py exports
+        here = os.path.dirname(os.path.abspath(__file__))
+        scope = {"__name__": "onnx_parity"}
+        exec(open(os.path.join(here, "onnx_parity.py")).read().split("\ndef main():")[0], scope)
+        net = scope["ResNet8"]()
+    else:
+        net = Net()
     net.load_state_dict({k: torch.from_numpy(w.copy()) for k, w in weights.items()}, strict=True)
     net.eval()
     x = idx(data, "t10k-images-idx3-ubyte").float().unsqueeze(1) * scale + shift

@@ -97,7 +97,7 @@ ok "adaptive clipping refused where the count's noise cannot carry its share"
 FEDNODE_LOG=info "$FEDSIM" --data fashion-mnist --model g:L16,bn=N,R,L --rounds 2 --fraction 0.5 \
     --nodes 20 --dp-client-clip 1 --dp-client-noise 1 >"$TMP/bn.out" 2>&1 ||
     fail "DP-FedAvg of a batch-norm model: $(tail -n 2 "$TMP/bn.out")"
-grep -q "batch-norm tensors and non-trained statistics (32 floats) stay at the sites (--local-bn implied)" \
+grep -q "batch-norm tensors and non-trained statistics (64 floats) stay at the sites (--local-bn implied)" \
     "$TMP/bn.out" || fail "the run says batch norm stays at the sites: $(tail -n 2 "$TMP/bn.out")"
 grep -q "^round    2 .*epsilon" "$TMP/bn.out" || fail "the batch-norm run's rounds: $(tail -n 2 "$TMP/bn.out")"
 ok "DP-FedAvg of a model with batch norm keeps its statistics at the sites (--local-bn implied)"

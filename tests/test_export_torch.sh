@@ -124,6 +124,7 @@ FEDNODE_NO_REEXEC=1 "$FEDNODE" train --model "$R8" --epochs 1 --shard 0/60 --opt
 acc_r8=$(sed -n 's/.*test_acc \([0-9.]*\).*/\1/p' "$TMP/r8.log" | tail -n 1)
 "$FEDNODE" export --db "$TMP/r8.db" --out "$TMP/r8.safetensors" >"$TMP/r8export.log" 2>&1 ||
     fail "fednode export of ResNet-8"
+HERE_ABS=$(cd "$(dirname "$0")" && pwd)
 cat >"$TMP/r8.py" <<PYEOF
 import gzip, os, torch
 from torch import nn
@@ -135,33 +136,10 @@ def idx(name):
     shape = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(raw[3])]
     return torch.frombuffer(bytearray(raw[4 + 4 * raw[3]:]), dtype=torch.uint8).reshape(shape)
 
-class Block(nn.Module):  # torchvision's BasicBlock
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.downsample = None if stride == 1 else nn.Sequential(
-            nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-
-    def forward(self, x):
-        y = self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
-        return torch.relu(y + (x if self.downsample is None else self.downsample(x)))
-
-class ResNet8(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 16, 3, 1, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(16)
-        self.layer1 = nn.Sequential(Block(16, 16, 1))
-        self.layer2 = nn.Sequential(Block(16, 32, 2))
-        self.layer3 = nn.Sequential(Block(32, 64, 2))
-        self.fc = nn.Linear(64, 10)
-
-    def forward(self, x):
-        x = self.layer3(self.layer2(self.layer1(torch.relu(self.bn1(self.conv1(x))))))
-        return self.fc(x.mean((2, 3)))
+# the torchvision-style ResNet-8 tests/onnx_parity.py defines
+scope = {"__name__": "onnx_parity"}
+exec(open("$HERE_ABS/onnx_parity.py").read().split("\ndef main():")[0], scope)
+ResNet8 = scope["ResNet8"]
 
 net = ResNet8()
 with safe_open("$TMP/r8.safetensors", framework="pt") as f:

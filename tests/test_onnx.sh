@@ -25,7 +25,47 @@ fi
 
 "$PY" "$HERE/onnx_parity.py" "$DUMP" "$TMP" >"$TMP/parity.log" 2>&1 ||
     { cat "$TMP/parity.log"; fail "fednode computes what PyTorch computes from the exported files"; }
-ok "PyTorch parity of the exported nets (SimpleCNN, branches, tabular, embeddings, norms at opsets 13 and 17): $(grep -c "rel " "$TMP/parity.log") tensors within 1e-5"
+ok "PyTorch parity of the exported nets (SimpleCNN, branches, tabular, embeddings, norms at opsets 13 and 17, batch norms at 13 and 14, ResNet-8): $(grep -c "rel " "$TMP/parity.log") tensors within 1e-5"
+
+# BatchNorm2d after a bias-free Conv (PyTorch's defaults, and eps 1e-3,
+# momentum 0.2): the same graph id as the model file that says it
+cat >"$TMP/convbn.cfg" <<CFG
+[input] shape = 1,28,28
+[conv] name = conv out = 4 kernel = 3 padding = 1 bias = 0
+[batchnorm] name = bn
+[relu]
+[conv] name = conv2 out = 4 kernel = 3 bias = 0
+[batchnorm] name = bn2 eps = 1e-3 momentum = 0.2
+[flatten]
+[linear] name = fc out = classes
+CFG
+"$PY" - "$TMP/convbn.onnx" <<'PYEOF' || fail "export the conv + batch norm net"
+import sys, warnings, torch
+from torch import nn
+warnings.filterwarnings("ignore")
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(4)
+        self.conv2 = nn.Conv2d(4, 4, 3, bias=False)
+        self.bn2 = nn.BatchNorm2d(4, eps=1e-3, momentum=0.2)
+        self.fc = nn.Linear(4 * 26 * 26, 10)
+    def forward(self, x):
+        return self.fc(self.bn2(self.conv2(torch.relu(self.bn(self.conv(x))))).flatten(1))
+torch.onnx.export(Net(), torch.zeros(2, 1, 28, 28), sys.argv[1], opset_version=14,
+                  training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                  input_names=["input"], output_names=["logits"],
+                  dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
+PYEOF
+# train logs the --model's id first (the data that follows is absent)
+for m in convbn.onnx convbn.cfg; do
+    FEDNODE_LOG=info "$FEDNODE" train --model "$TMP/$m" --epochs 1 --data "$TMP/none" 2>&1 |
+        sed -n 's/.*train: --model .* is \(g[:#].*\)$/\1/p' | head -n 1 >"$TMP/$m.id"
+done
+[ -s "$TMP/convbn.cfg.id" ] && cmp -s "$TMP/convbn.onnx.id" "$TMP/convbn.cfg.id" ||
+    fail "the ONNX conv + batch norm net is the model file's: $(cat "$TMP/convbn.onnx.id") against $(cat "$TMP/convbn.cfg.id")"
+ok "BatchNorm2d after Conv from ONNX: the model file's graph, $(cat "$TMP/convbn.cfg.id")"
 
 "$FEDNODE" model "$TMP/simplecnn.onnx" >"$TMP/model.txt" 2>&1 || { cat "$TMP/model.txt"; fail "fednode model FILE.onnx"; }
 grep -q '^ *total  *44426 ' "$TMP/model.txt" && grep -q '^# weights: from the file' "$TMP/model.txt" ||

@@ -48,7 +48,8 @@
 static const char *const OURS[] = {
     "Conv", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool", "Relu",
     "LeakyRelu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Flatten", "Identity", "Add",
-    "Concat", "Constant", "Shape", "Gather", "Unsqueeze", "Reshape", "Pad", "Div", NULL};
+    "Concat", "Constant", "Shape", "Gather", "Unsqueeze", "Reshape", "Pad", "Div",
+    "BatchNormalization", NULL};
 static const char *const ELEMENTWISE[] = {"Relu", "LeakyRelu", "Sigmoid", "Tanh", NULL};
 
 static int in_list(const char *const *list, const char *s)
