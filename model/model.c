@@ -3452,6 +3452,14 @@ static void forward_unit(fed_model *m, int ph, int u)
     forward_rows(m, u, r->sched[ph].l, r->sched[ph].l2);
 }
 
+/* Layer l's output gradient: the last layer's is its output's buffer (the
+ * loss writes it there), the others' ws.g[l]. Only a backward phase asks:
+ * a forward phase's l may be past the last layer. */
+static float *out_grad(fed_model *m, int l)
+{
+    return l == m->nlayers - 1 ? m->ws.act[l] : m->ws.g[l];
+}
+
 /* DP-SGD's phases, one per layer l from the last, unit u's own rows: layer
  * l's part of each sample's squared gradient norm, then the input gradient
  * into the layer below (a phase per layer, as the backward's: the gradient
@@ -3470,7 +3478,7 @@ static void dp_unit(fed_model *m, int l, int u)
     int L = m->nlayers, off = r->off[u], n = r->n[u], C = m->nlogits;
     double *norm2 = m->ws.norm2 + off;
     int kept = m->ws.dpd_on; /* the output gradients kept per layer */
-    float *dy = l == L - 1 ? m->ws.act[L - 1] : m->ws.g[l], *dl; /* (kept: dpd is g) */
+    float *dy = out_grad(m, l), *dl; /* (kept: dpd is g) */
     const float *x = layer_in(m, l);
 
     if (n == 0 || r->err[u] != FED_OK)
@@ -3532,8 +3540,7 @@ static void run_unit(fed_model *m, int ph, int u)
 {
     step_run *r = &m->run;
     int L = m->nlayers, ntotal = batch_rows(m), l = r->sched[ph].l;
-    /* l < 0 (--recompute's segment forward) has no output gradient */
-    float *dy = l < 0 ? NULL : l == L - 1 ? m->ws.act[L - 1] : m->ws.g[l];
+    float *dy;
 
     switch (r->sched[ph].what) {
     case PH_FWD:
@@ -3550,7 +3557,7 @@ static void run_unit(fed_model *m, int ph, int u)
         return;
     case PH_BWD_IN:
         if (r->n[u] > 0)
-            input_grads(m, l, u, dy, r->off[u], r->n[u]);
+            input_grads(m, l, u, out_grad(m, l), r->off[u], r->n[u]);
         return;
     default:
         break;
@@ -3559,6 +3566,7 @@ static void run_unit(fed_model *m, int ph, int u)
         recompute_unit(m, -1 - l, u);
         return;
     }
+    dy = out_grad(m, l);
     if (r->dp && m->ws.dpd_on) { /* every layer's output gradient is kept, scaled */
         weight_grads(m, l, u, l == L - 1 ? m->ws.act[L - 1] : m->ws.dpd[l], ntotal);
         return;
