@@ -511,8 +511,14 @@ fed_err fed_trainer_evaluate(fed_trainer *t, const uint32_t *idx, size_t n, fed_
 {
     fed_err err;
 
-    if (!idx)
+    if (!idx && !(t->noise_std > 0))
         return fed_train_evaluate_all(t->m, t->d, st);
+    if (!idx) { /* every sample in order, its noise drawn as a batch's */
+        n = t->d->n;
+        for (size_t i = 0; i < n; i++)
+            t->order[i] = (uint32_t)i;
+        idx = t->order;
+    }
     if ((err = check_indices(t, idx, n)) != FED_OK)
         return err;
     for (size_t off = 0; off < n; off += (size_t)t->micro) {
@@ -520,6 +526,8 @@ fed_err fed_trainer_evaluate(fed_trainer *t, const uint32_t *idx, size_t n, fed_
         fed_batch b;
 
         fed_data_gather(t->d, idx + off, bn, t->x_stage, t->y_stage, &b);
+        if (t->noise_std > 0) /* the shift the party's inputs have */
+            add_noise(t, &b);
         if ((err = fed_model_evaluate(t->m, &b, st)) != FED_OK)
             return err;
     }

@@ -115,7 +115,9 @@ long fed_trainer_dp_steps(const fed_trainer *t);
 double fed_trainer_dp_rate(const fed_trainer *t, size_t n);
 
 /* Loss and accuracy of m over the samples idx[0..n) of the trainer's
- * dataset, or over all of it when idx is NULL; added to st. */
+ * dataset, or over all of it when idx is NULL; added to st. The trainer's
+ * noise (fed_trainer_set_noise) is added to these inputs as to training
+ * batches' (a noise: party scored on inputs shifted as its own are). */
 FED_WUR fed_err fed_trainer_evaluate(fed_trainer *t, const uint32_t *idx, size_t n,
                                      fed_step_stats *st);
 
