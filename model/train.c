@@ -534,6 +534,19 @@ fed_err fed_trainer_evaluate(fed_trainer *t, const uint32_t *idx, size_t n, fed_
     return FED_OK;
 }
 
+fed_err fed_train_evaluate_noise(fed_model *m, const fed_dataset *d, const uint32_t *idx,
+                                 size_t n, double std, uint64_t seed, fed_step_stats *st)
+{
+    fed_trainer *t = NULL;
+    fed_err e;
+
+    if ((e = fed_trainer_new(m, NULL, d, fed_model_max_batch(m), &t)) == FED_OK &&
+        (e = fed_trainer_set_noise(t, std, seed)) == FED_OK)
+        e = fed_trainer_evaluate(t, idx, n, st);
+    fed_trainer_free(t);
+    return e;
+}
+
 /* The batch of d's samples [off, off + n), after checking d against m. */
 static fed_err whole_batch(fed_model *m, const fed_dataset *d, size_t off, size_t n, fed_batch *b)
 {

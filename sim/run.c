@@ -890,17 +890,14 @@ static fed_err personal_score(const sim_run *r, int i, fed_model *m, const fed_d
                               const uint32_t *idx, size_t n, double *acc)
 {
     const fed_node_settings *s = &r->sc->s;
-    fed_trainer *t = NULL;
     fed_step_stats st = {0};
     double noise = 0;
     fed_err e;
 
-    if ((e = fed_trainer_new(m, NULL, test, s->batch, &t)) == FED_OK &&
-        (e = fed_data_partition_noise(s->partition, i, r->sc->nodes, &noise)) == FED_OK &&
-        (e = fed_trainer_set_noise(t, noise, s->seed ^ 0x74657374ull ^ (uint64_t)i)) == FED_OK &&
-        (e = fed_trainer_evaluate(t, idx, n, &st)) == FED_OK) /* seed: "test" */
+    if ((e = fed_data_partition_noise(s->partition, i, r->sc->nodes, &noise)) == FED_OK &&
+        (e = fed_train_evaluate_noise(m, test, idx, n, noise, s->seed ^ 0x74657374ull ^ (uint64_t)i,
+                                      &st)) == FED_OK) /* seed: "test" */
         *acc = st.samples ? (double)st.correct / (double)st.samples : NAN;
-    fed_trainer_free(t);
     return e;
 }
 
