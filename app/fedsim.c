@@ -263,6 +263,10 @@ static void print_summary(const out_ctx *o, const fed_sim_scenario *sc, const fe
 {
     int peers = !strcmp(sc->role, "peer");
 
+    if (!o->nrows) { /* --local-only: no round ran */
+        printf("wall %.2f s, no round; peak RSS %.0f MiB\n", end - o->t0, rss_mib);
+        return;
+    }
     printf("wall %.2f s: %.2f s to the first round, then %.3f s a round", end - o->t0,
            o->t_first - o->t0,
            o->nrows > 1 ? (o->t_last - o->t_first) / (double)(o->nrows - 1) : 0.0);
@@ -307,6 +311,7 @@ static void print_personal(const fed_sim_scenario *sc, const fed_sim_counters *c
            sc->s.local_layers[0] ? "--local-layers " : "", sc->s.local_layers,
            sc->s.local_bn ? " --local-bn" : "",
            sc->s.ditto_lambda > 0 ? " Ditto's personal models"
+           : sc->local_only ? "purely local training, no round"
            : sc->s.local_layers[0] || sc->s.local_bn ? "" : "the global model",
            sc->finetune_epochs ? ", after fine-tuning" : "");
     for (uint64_t i = 0; i < c->personal_n; i++) {
@@ -450,6 +455,9 @@ int main(int argc, char **argv)
         printf("fedsim: %d %s, %s, %s, %d rounds, seed %llu%s\n", sc.nodes,
                strcmp(sc.role, "peer") ? "clients" : "peers", sc.s.model, sc.s.partition,
                sc.s.rounds, (unsigned long long)sc.s.seed, comm ? ", across ranks" : "");
+    if (rank == 0 && sc.local_only)
+        printf("fedsim: --local-only: no round runs; each client trains %d x %d epochs on its "
+               "shard alone\n", sc.s.rounds, sc.s.local_epochs);
     if (comm && rank == 0)
         printf("fedsim: %d ranks (node i on rank i %% %d), %d pool threads each\n", comm->size,
                comm->size, threads);
@@ -464,7 +472,7 @@ int main(int argc, char **argv)
         goto out;
     }
     sodium_bin2hex(hex, sizeof hex, hash, sizeof hash);
-    if (rank == 0)
+    if (rank == 0 && !sc.local_only) /* no model was federated */
         printf("final model sha256 %s\n", hex);
     if (rank == 0 && sc.personal_eval)
         print_personal(&sc, &cnt);

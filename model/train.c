@@ -511,8 +511,14 @@ fed_err fed_trainer_evaluate(fed_trainer *t, const uint32_t *idx, size_t n, fed_
 {
     fed_err err;
 
-    if (!idx)
+    if (!idx && !(t->noise_std > 0))
         return fed_train_evaluate_all(t->m, t->d, st);
+    if (!idx) { /* every sample in order, its noise drawn as a batch's */
+        n = t->d->n;
+        for (size_t i = 0; i < n; i++)
+            t->order[i] = (uint32_t)i;
+        idx = t->order;
+    }
     if ((err = check_indices(t, idx, n)) != FED_OK)
         return err;
     for (size_t off = 0; off < n; off += (size_t)t->micro) {
@@ -520,10 +526,25 @@ fed_err fed_trainer_evaluate(fed_trainer *t, const uint32_t *idx, size_t n, fed_
         fed_batch b;
 
         fed_data_gather(t->d, idx + off, bn, t->x_stage, t->y_stage, &b);
+        if (t->noise_std > 0) /* the shift the party's inputs have */
+            add_noise(t, &b);
         if ((err = fed_model_evaluate(t->m, &b, st)) != FED_OK)
             return err;
     }
     return FED_OK;
+}
+
+fed_err fed_train_evaluate_noise(fed_model *m, const fed_dataset *d, const uint32_t *idx,
+                                 size_t n, double std, uint64_t seed, fed_step_stats *st)
+{
+    fed_trainer *t = NULL;
+    fed_err e;
+
+    if ((e = fed_trainer_new(m, NULL, d, fed_model_max_batch(m), &t)) == FED_OK &&
+        (e = fed_trainer_set_noise(t, std, seed)) == FED_OK)
+        e = fed_trainer_evaluate(t, idx, n, st);
+    fed_trainer_free(t);
+    return e;
 }
 
 /* The batch of d's samples [off, off + n), after checking d against m. */

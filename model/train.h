@@ -115,9 +115,18 @@ long fed_trainer_dp_steps(const fed_trainer *t);
 double fed_trainer_dp_rate(const fed_trainer *t, size_t n);
 
 /* Loss and accuracy of m over the samples idx[0..n) of the trainer's
- * dataset, or over all of it when idx is NULL; added to st. */
+ * dataset, or over all of it when idx is NULL; added to st. The trainer's
+ * noise (fed_trainer_set_noise) is added to these inputs as to training
+ * batches' (a noise: party scored on inputs shifted as its own are). */
 FED_WUR fed_err fed_trainer_evaluate(fed_trainer *t, const uint32_t *idx, size_t n,
                                      fed_step_stats *st);
+
+/* m's loss and accuracy over d's samples idx[0..n) (all of d when idx is
+ * NULL), each input with Gaussian noise of std added as a trainer's
+ * (fed_trainer_set_noise, from seed): a noise: party's own test split
+ * scored with the shift its training inputs have. Added to st. */
+FED_WUR fed_err fed_train_evaluate_noise(fed_model *m, const fed_dataset *d, const uint32_t *idx,
+                                         size_t n, double std, uint64_t seed, fed_step_stats *st);
 
 /* Evaluation of a whole dataset without a trainer (reads it in place). */
 FED_WUR fed_err fed_train_evaluate_all(fed_model *m, const fed_dataset *d, fed_step_stats *st);

@@ -75,6 +75,11 @@ const fed_opt fed_sim_scenario_opts[] = {
     S(finetune_epochs, "finetune-epochs", FED_OPT_INT, "0", 0, 1000,
       "aggregator, with --personal-eval: each client first fine-tunes its model this many "
       "epochs on its own shard (FedAvg + fine-tuning, the personalization baseline)"),
+    S(local_only, "local-only", FED_OPT_BOOL, "false", 0, 0,
+      "aggregator, with --personal-eval: purely local training, personalization's other "
+      "baseline: no round runs; each client trains --rounds x --local-epochs epochs (at most "
+      "--max-steps steps each --local-epochs) on its own shard alone, from the model the "
+      "aggregator starts with, one optimizer throughout at the constant --lr"),
     FED_NODE_SETTINGS_OPTS(fed_sim_scenario, s),
 };
 #undef S
@@ -833,9 +838,74 @@ static void peer_mem_sums(const sim_run *r, fed_sim_counters *c)
         }
 }
 
+/* Client i's local training of m for --personal-eval: blocks of epochs
+ * epochs on its shard (each block at most cap steps, 0: no cap), one
+ * optimizer throughout with the round's settings (the constant --lr), its
+ * noise: partition's noise on the batches. */
+static fed_err personal_train(const sim_run *r, int i, fed_model *m, const fed_dataset *train,
+                              int blocks, int epochs, long cap)
+{
+    const fed_node_settings *s = &r->sc->s;
+    fed_optim *o = NULL;
+    fed_trainer *t = NULL;
+    fed_optim_cfg oc;
+    fed_optim_kind kind;
+    double noise = 0;
+    fed_rng rng;
+    fed_err e;
+
+    if ((e = fed_optim_kind_parse(s->optimizer, &kind)) != FED_OK)
+        return e;
+    fed_optim_cfg_default(&oc, kind);
+    if (s->lr > 0)
+        oc.lr = (float)s->lr;
+    if (kind == FED_OPTIM_SGD)
+        oc.momentum = (float)s->momentum;
+    oc.weight_decay = (float)s->weight_decay;
+    fed_rng_seed_stream(&rng, s->seed, 0x70657273ull + (uint64_t)i); /* "pers" */
+    if ((e = fed_optim_new(&oc, m, &o)) != FED_OK ||
+        (e = fed_trainer_new(m, o, train, s->batch, &t)) != FED_OK ||
+        (e = fed_data_partition_noise(s->partition, i, r->sc->nodes, &noise)) != FED_OK ||
+        (e = fed_trainer_set_noise(t, noise, s->seed ^ (uint64_t)i)) != FED_OK)
+        goto out;
+    for (int b = 0; b < blocks && e == FED_OK; b++)
+        for (int ep = 0; ep < epochs && e == FED_OK; ep++) {
+            long left = cap * (b + 1) - fed_optim_steps(o);
+
+            if (!cap)
+                e = fed_trainer_epoch(t, r->idx[i], r->nidx[i], &rng, NULL);
+            else if (left > 0)
+                e = fed_trainer_steps(t, r->idx[i], r->nidx[i], left, &rng, NULL);
+        }
+out:
+    fed_trainer_free(t);
+    fed_optim_free(o);
+    return e;
+}
+
+/* m's accuracy on client i's local test split idx[0..n) of test, its
+ * inputs shifted as its training inputs are (noise:, from a stream of
+ * their own). */
+static fed_err personal_score(const sim_run *r, int i, fed_model *m, const fed_dataset *test,
+                              const uint32_t *idx, size_t n, double *acc)
+{
+    const fed_node_settings *s = &r->sc->s;
+    fed_step_stats st = {0};
+    double noise = 0;
+    fed_err e;
+
+    if ((e = fed_data_partition_noise(s->partition, i, r->sc->nodes, &noise)) == FED_OK &&
+        (e = fed_train_evaluate_noise(m, test, idx, n, noise, s->seed ^ 0x74657374ull ^ (uint64_t)i,
+                                      &st)) == FED_OK) /* seed: "test" */
+        *acc = st.samples ? (double)st.correct / (double)st.samples : NAN;
+    return e;
+}
+
 /* One client's own model scored on its local test split: params (the
  * final global, nparams) with its local tensors put in, fine-tuned
- * sc->finetune_epochs on its shard, then evaluated; the accuracy in *acc. */
+ * sc->finetune_epochs on its shard, then evaluated; under --local-only
+ * params is the initial model, trained --rounds x --local-epochs epochs
+ * on the shard alone. The accuracy in *acc. */
 static fed_err personal_one(const sim_run *r, int i, const fed_dataset *train,
                             const fed_dataset *test, fed_backend *be, fed_pool *pool,
                             float *params, double *acc)
@@ -844,21 +914,14 @@ static fed_err personal_one(const sim_run *r, int i, const fed_dataset *train,
     const fed_node_settings *s = &sc->s;
     layout_rules rules = {.local_layers = s->local_layers, .local_bn = s->local_bn};
     fed_node_layout lay = {0};
-    fed_dataset *mine = NULL;
+    fed_node *node = fed_sim_host_node(r->h[i]); /* NULL under --local-only */
     fed_model *m = NULL;
-    fed_optim *o = NULL;
-    fed_trainer *t = NULL;
-    fed_optim_cfg oc;
-    fed_optim_kind kind;
-    fed_step_stats st = {0};
     fed_model_shape in = r->shape;
     uint32_t *idx = NULL;
     const float *local;
     size_t n = 0, nlocal = 0;
-    double noise = 0;
     const fed_tensor_info *ti;
     int nt = 0;
-    fed_rng rng;
     fed_err e;
 
     *acc = NAN;
@@ -870,45 +933,62 @@ static fed_err personal_one(const sim_run *r, int i, const fed_dataset *train,
     if (!n) /* its labels have no test sample: nothing to score */
         goto out;
     ti = fed_model_tensors(m, &nt);
-    if ((e = fed_data_subset(test, idx, n, &mine)) != FED_OK ||
-        (e = fed_node_layout_of(ti, nt, fed_model_nparams(m), &rules, &lay)) != FED_OK)
+    if ((e = fed_node_layout_of(ti, nt, fed_model_nparams(m), &rules, &lay)) != FED_OK)
         goto out;
-    local = fed_node_client_local(fed_sim_host_node(r->h[i]), fed_model_nparams(m), &nlocal);
+    local = node ? fed_node_client_local(node, fed_model_nparams(m), &nlocal) : NULL;
     if (local && nlocal == lay.len[LAYOUT_LOCAL])
         fed_node_layout_scatter(&lay, LAYOUT_LOCAL, local, params);
-    if ((local = fed_node_client_personal(fed_sim_host_node(r->h[i]), fed_model_nparams(m))))
+    if (node && (local = fed_node_client_personal(node, fed_model_nparams(m))))
         params = (float *)memcpy(params, local, fed_model_nparams(m) * sizeof *params); /* Ditto */
     if ((e = fed_model_set_params(m, params)) != FED_OK)
         goto out;
-    if (sc->finetune_epochs > 0) { /* as the clients train: the round's settings */
-        if ((e = fed_optim_kind_parse(s->optimizer, &kind)) != FED_OK)
-            goto out;
-        fed_optim_cfg_default(&oc, kind);
-        if (s->lr > 0)
-            oc.lr = (float)s->lr;
-        if (kind == FED_OPTIM_SGD)
-            oc.momentum = (float)s->momentum;
-        oc.weight_decay = (float)s->weight_decay;
-        fed_rng_seed_stream(&rng, s->seed, 0x70657273ull + (uint64_t)i); /* "pers" */
-        if ((e = fed_optim_new(&oc, m, &o)) != FED_OK ||
-            (e = fed_trainer_new(m, o, train, s->batch, &t)) != FED_OK ||
-            (e = fed_data_partition_noise(s->partition, i, sc->nodes, &noise)) != FED_OK ||
-            (e = fed_trainer_set_noise(t, noise, s->seed ^ (uint64_t)i)) != FED_OK)
-            goto out;
-        for (int ep = 0; ep < sc->finetune_epochs && e == FED_OK; ep++)
-            e = fed_trainer_epoch(t, r->idx[i], r->nidx[i], &rng, NULL);
-        if (e != FED_OK)
-            goto out;
-    }
-    if ((e = fed_train_evaluate_all(m, mine, &st)) == FED_OK)
-        *acc = st.samples ? (double)st.correct / (double)st.samples : NAN;
+    if (sc->local_only)
+        e = personal_train(r, i, m, train, s->rounds, s->local_epochs, s->max_steps);
+    else if (sc->finetune_epochs > 0) /* as the clients train: the round's settings */
+        e = personal_train(r, i, m, train, 1, sc->finetune_epochs, 0);
+    if (e == FED_OK)
+        e = personal_score(r, i, m, test, idx, n, acc);
 out:
-    fed_trainer_free(t);
-    fed_optim_free(o);
     fed_model_free(m);
     fed_node_layout_fini(&lay);
-    fed_data_free(mine);
     fed_free(idx);
+    return e;
+}
+
+/* The model personal_eval starts each client from: the aggregator's final
+ * global, or under --local-only (no node ever started) the model it starts
+ * with, drawn here as it draws it (fed_model_init from --seed). Into
+ * *params (fed_malloc'd, *np floats). */
+static fed_err personal_start(const sim_run *r, fed_backend *be, fed_pool *pool, float **params,
+                              size_t *np)
+{
+    const fed_node_settings *s = &r->sc->s;
+    fed_node *agg = r->agg ? fed_sim_host_node(r->agg) : NULL;
+    fed_model *m = NULL;
+    fed_rng rng;
+    fed_err e;
+
+    *params = NULL;
+    *np = agg ? fed_node_nparams(agg) : 0;
+    if (!r->sc->local_only) {
+        if (!agg || !*np) /* run() refused it across ranks */
+            return FED_ERR_ROLE;
+        if (!(*params = fed_malloc(*np * sizeof **params)))
+            return FED_ERR_NOMEM;
+        return fed_node_get_params(agg, *params);
+    }
+    fed_rng_seed(&rng, s->seed);
+    if ((e = fed_model_new(r->sc->graph ? r->sc->graph : s->model, r->shape, be, pool, 1, 1, &m)) !=
+            FED_OK ||
+        (e = fed_model_init(m, &rng)) != FED_OK)
+        goto out;
+    *np = fed_model_nparams(m);
+    if (!(*params = fed_malloc(*np * sizeof **params)))
+        e = FED_ERR_NOMEM;
+    else
+        e = fed_model_get_params(m, *params);
+out:
+    fed_model_free(m);
     return e;
 }
 
@@ -918,22 +998,20 @@ out:
 static fed_err personal_eval(const sim_run *r, const fed_dataset *train, const fed_dataset *test,
                              fed_pool *pool, fed_sim_counters *counters)
 {
-    fed_node *agg = r->agg ? fed_sim_host_node(r->agg) : NULL;
-    size_t np = agg ? fed_node_nparams(agg) : 0;
+    size_t np = 0;
     float *global = NULL, *params = NULL;
     fed_backend *be = NULL;
     double acc, sum = 0, worst = 1;
     fed_err e;
 
     counters->personal_n = 0;
-    if (!agg || !np) /* run() refused it across ranks */
-        return FED_ERR_ROLE;
-    if (!(global = fed_malloc(np * sizeof *global)) || !(params = fed_malloc(np * sizeof *params))) {
+    if ((e = fed_backend_cpu_new(1, &be)) != FED_OK ||
+        (e = personal_start(r, be, pool, &global, &np)) != FED_OK)
+        goto out;
+    if (!(params = fed_malloc(np * sizeof *params))) {
         e = FED_ERR_NOMEM;
         goto out;
     }
-    if ((e = fed_node_get_params(agg, global)) != FED_OK || (e = fed_backend_cpu_new(1, &be)) != FED_OK)
-        goto out;
     for (int i = 0; i < r->sc->nodes && i < FED_SIM_PERSONAL_MAX; i++) {
         memcpy(params, global, np * sizeof *params);
         if ((e = personal_one(r, i, train, test, be, pool, params, &acc)) != FED_OK)
@@ -1073,6 +1151,25 @@ static fed_err check_started(const sim_run *r)
     return FED_OK;
 }
 
+/* What --local-only cannot mean: the options that shape a federation's
+ * rounds or what a client keeps of them (no round runs), and a schedule
+ * (its training runs at the constant --lr). NULL: none. */
+static const char *local_only_misuse(const fed_sim_scenario *sc)
+{
+    const fed_node_settings *s = &sc->s;
+
+    if (s->local_layers[0] || s->local_bn || s->ditto_lambda > 0)
+        return "--local-only trains each client alone: --local-layers, --local-bn and "
+               "--ditto-lambda keep parts of a federated model, and no round runs";
+    if (sc->finetune_epochs)
+        return "--local-only trains each client alone already: give its epochs as --rounds x "
+               "--local-epochs, not --finetune-epochs";
+    if (strcmp(s->lr_schedule, "const") != 0 || s->lr_warmup)
+        return "--local-only trains at the constant --lr: leave --lr-schedule and --lr-warmup "
+               "out";
+    return NULL;
+}
+
 /* The scenario's settings, checked once for every node. */
 static fed_err check_scenario(const fed_sim_scenario *sc, int peer_mode)
 {
@@ -1088,6 +1185,8 @@ static fed_err check_scenario(const fed_sim_scenario *sc, int peer_mode)
         bad = "personal-eval"; /* an aggregator's clients' */
     else if (sc->finetune_epochs && !sc->personal_eval)
         bad = "finetune-epochs"; /* it fine-tunes for --personal-eval */
+    else if (sc->local_only && !sc->personal_eval)
+        bad = "local-only"; /* its only figures are --personal-eval's */
     else if (fed_node_settings_apply(&sc->s, (uint32_t)sc->nodes, &probe, &bad) != FED_OK && !bad)
         bad = "settings";
     if (bad) {
@@ -1109,6 +1208,8 @@ static fed_err check_scenario(const fed_sim_scenario *sc, int peer_mode)
             bad = fed_node_settings_local_misuse(&sc->s, peer_mode ? FED_NODE_PEER
                                                                     : FED_NODE_AGGREGATOR);
     }
+    if (!bad && sc->local_only)
+        bad = local_only_misuse(sc);
     if (bad) {
         fed_log(FED_LOG_ERROR, "sim: %s", bad);
         return FED_ERR_SPEC;
@@ -1206,8 +1307,9 @@ static fed_err run(const fed_sim_scenario *sc, const fed_dataset *train, fed_dat
         (e = attach_nodes(&r, own_train ? r.own : train, test, be)) != FED_OK ||
         (e = schedule_crash(&r)) != FED_OK || (e = schedule_network(&r)) != FED_OK)
         goto out;
-    /* the aggregator's last row comes once that round's evaluation is back */
-    while ((!done || (!r.peer_mode && r.last_emitted < (uint64_t)sc->s.rounds)) &&
+    /* the aggregator's last row comes once that round's evaluation is back;
+       --local-only runs no round (its clients train in personal_eval) */
+    while (!sc->local_only && (!done || (!r.peer_mode && r.last_emitted < (uint64_t)sc->s.rounds)) &&
            t < (uint64_t)(max_virtual_s * 1000)) {
         t += RUN_STEP_MS;
         if ((e = random_crashes(&r, t)) != FED_OK || (e = fed_sim_world_run_until(r.w, t)) != FED_OK ||
@@ -1228,7 +1330,7 @@ static fed_err run(const fed_sim_scenario *sc, const fed_dataset *train, fed_dat
                                     sizeof *counters / sizeof(uint64_t), FED_COMM_SUM)) != FED_OK)
             goto out;
     }
-    if (!done)
+    if (!done && !sc->local_only)
         e = FED_ERR_TIMEOUT;
 out:
     run_free(&r);

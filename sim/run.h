@@ -41,6 +41,8 @@ typedef struct fed_sim_scenario {
     int no_crypto;                  /* frames unsealed, unsigned (largest runs) */
     int personal_eval;              /* score each client's own model at the end */
     int finetune_epochs;            /* ... after this many epochs on its shard */
+    int local_only;                 /* no round: each client trains alone (the
+                                       purely local baseline), then is scored */
     /* not an option: the whole graph when s.model is the id of a longer one
        (model.h; fedsim's --model FILE), borrowed; NULL: s.model is whole.
        Set it: the option loader leaves it as it is */

@@ -10,6 +10,7 @@
 # model fits the client's two labels). Then FedAvg + fine-tuning: a client
 # with --finetune-epochs 1 scores a fine-tuned copy (above 0.8 at round 1),
 # one without scores the initial global model (below 0.5).
+# Last, noise:3: the noisy party is scored on noisy test inputs.
 # Needs ./fednode and Fashion-MNIST; exits 77 (skipped) without.
 . "$(dirname "$0")/proc_lib.sh"
 
@@ -42,28 +43,47 @@ for i in 0 1; do
     ok "c$i: its own model scored each round on its local test split ($a1 at round 1, $a3 at round 3)"
 done
 
+# An aggregator (logreg, ROUNDS rounds, no Ditto) named A in $TMP/DIR and
+# clients B0, B1 (c0's and c1's keys) with --partition PART, c0 with
+# options OPTS0 and c1 with OPTS1, run to the end.
+pair() {
+    dir=$1 a=$2 b=$3 rounds=$4 part=$5 opts0=$6 opts1=$7
+    mkdir -p "$TMP/$dir"
+    start "$a" --role aggregator --keys "$K/agg" --allow "$K/allow.txt" --db "$TMP/$dir/agg.db" \
+        --listen tcp://127.0.0.1:0 --port-file "$TMP/$dir/port" --data "$DATA" --model logreg \
+        --rounds "$rounds" --min-clients 2 --wait-clients 2 --gather-ms 500 --deadline-ms 60000 \
+        --lr 0.05 --threads 1 --linger-ms 500 --no-eval
+    wait_for "the aggregator wrote its port" 20 test -s "$TMP/$dir/port"
+    PORT=$(cat "$TMP/$dir/port")
+    for i in 0 1; do
+        if [ "$i" = 0 ]; then o=$opts0; else o=$opts1; fi
+        # shellcheck disable=SC2086
+        start "$b$i" --role client --keys "$K/c$i" --allow "$K/allow.txt" \
+            --db "$TMP/$dir/c$i.db" --aggregator "tcp://127.0.0.1:$PORT" --aggregator-key agg \
+            --threads 1 --data "$DATA" --partition "$part" --shard "$i/2" --personal-eval $o
+    done
+    wait_for "round $rounds merged" 120 logged "$a" "round $rounds merged"
+    exits0 "$a" 30
+    for i in 0 1; do exits0 "$b$i" 30; done
+}
+
 # FedAvg + fine-tuning, the baseline: c0 fine-tunes one epoch before it
 # scores, c1 does not; at round 1 (the initial global model) c0's figure is
 # that of a model fitted to its two labels, c1's that of the untrained one
-mkdir -p "$TMP/b"
-start agg2 --role aggregator --keys "$K/agg" --allow "$K/allow.txt" --db "$TMP/b/agg.db" \
-    --listen tcp://127.0.0.1:0 --port-file "$TMP/b/port" --data "$DATA" --model logreg \
-    --rounds 2 --min-clients 2 --wait-clients 2 --gather-ms 500 --deadline-ms 60000 \
-    --lr 0.05 --threads 1 --linger-ms 500 --no-eval
-wait_for "the aggregator wrote its port" 20 test -s "$TMP/b/port"
-PORT=$(cat "$TMP/b/port")
-for i in 0 1; do
-    ft=""; [ "$i" = 0 ] && ft="--finetune-epochs 1"
-    # shellcheck disable=SC2086
-    start "d$i" --role client --keys "$K/c$i" --allow "$K/allow.txt" --db "$TMP/b/c$i.db" \
-        --aggregator "tcp://127.0.0.1:$PORT" --aggregator-key agg --threads 1 --data "$DATA" \
-        --partition labels:2 --shard "$i/2" --personal-eval $ft
-done
-wait_for "round 2 merged" 120 logged agg2 "round 2 merged"
-exits0 agg2 30
-for i in 0 1; do exits0 "d$i" 30; done
+pair b agg2 d 2 labels:2 "--finetune-epochs 1" ""
 f0=$(field "$TMP/b/c0.db" 1 accuracy)
 f1=$(field "$TMP/b/c1.db" 1 accuracy)
 awk -v a="$f0" -v b="$f1" 'BEGIN { exit !(a > 0.8 && b < 0.5) }' ||
     fail "round 1: c0 fine-tuned scores above 0.8 ($f0), c1 on the initial global below 0.5 ($f1)"
 ok "--finetune-epochs 1: the fine-tuned copy is scored ($f0 against $f1 without)"
+
+# noise:3 over 2 parties: c1's inputs get Gaussian noise of std 3, c0's
+# none. Each fine-tunes one epoch and scores at round 1: c1's local test
+# inputs carry its noise too, so its figure falls far below c0's (scored on
+# clean inputs, a model trained with noise scores nearly as c0's does)
+pair n agg3 n 1 noise:3 "--finetune-epochs 1" "--finetune-epochs 1"
+g0=$(field "$TMP/n/c0.db" 1 accuracy)
+g1=$(field "$TMP/n/c1.db" 1 accuracy)
+awk -v a="$g0" -v b="$g1" 'BEGIN { exit !(a > 0.7 && b < a - 0.15) }' ||
+    fail "noise:3: c1 scored on its noisy test inputs ($g1) far below c0 on clean ones ($g0)"
+ok "noise:3: a party's local test inputs carry its noise (c1 $g1, c0 $g0)"
