@@ -22,6 +22,7 @@ struct fed_trainer {
     const fed_dataset *d;
     int batch;          /* samples of one optimizer step (of this rank's share) */
     int accumulate;     /* micro-batches each step's gradient is summed over */
+    int reverse;        /* fed_trainer_set_gpipe_order: micro-batches last to first */
     int micro;          /* the largest micro-batch, ceil(batch / accumulate) */
     float *acc;         /* (nparams) the step's gradient while it is summed; NULL
                            with accumulate 1 */
@@ -317,6 +318,11 @@ fed_err fed_trainer_set_ranks(fed_trainer *t, int rank, int size, fed_train_redu
     return FED_OK;
 }
 
+void fed_trainer_set_gpipe_order(fed_trainer *t, int on)
+{
+    t->reverse = on != 0;
+}
+
 long fed_trainer_dp_steps(const fed_trainer *t)
 {
     return t->dp_steps;
@@ -395,7 +401,8 @@ static fed_err dp_steps(fed_trainer *t, const uint32_t *idx, size_t n, long step
 /* The gradient of this rank's share order[0..n) of a step over gbn
  * samples, weighted by n / gbn, into the gradient buffer: with accumulate
  * N the share's N micro-batches [n k / N, n (k + 1) / N), each one's mean
- * gradient times its own share of gbn, summed in order in t->acc. A share
+ * gradient times its own share of gbn, summed in order in t->acc (k from
+ * N - 1 down to 0 in GPipe's order, fed_trainer_set_gpipe_order). A share
  * of one piece is the model's gradient scaled in place. */
 static fed_err share_grads(fed_trainer *t, const uint32_t *order, size_t n, size_t gbn,
                            fed_step_stats *s)
@@ -409,7 +416,8 @@ static fed_err share_grads(fed_trainer *t, const uint32_t *order, size_t n, size
         memset(g, 0, np * sizeof *g);
         return FED_OK;
     }
-    for (size_t k = 0; k < pieces; k++) {
+    for (size_t j = 0; j < pieces; j++) {
+        size_t k = t->reverse ? pieces - 1 - j : j;
         size_t lo = n * k / pieces, hi = n * (k + 1) / pieces;
         float w = (float)(hi - lo) / (float)gbn;
         fed_batch b;
@@ -421,7 +429,7 @@ static fed_err share_grads(fed_trainer *t, const uint32_t *order, size_t n, size
             if (hi - lo != gbn)
                 for (size_t i = 0; i < np; i++)
                     g[i] *= w;
-        } else if (k == 0) {
+        } else if (j == 0) {
             for (size_t i = 0; i < np; i++)
                 t->acc[i] = g[i] * w;
         } else {

@@ -41,6 +41,13 @@ FED_WUR fed_err fed_trainer_new(fed_model *m, fed_optim *o, const fed_dataset *d
  * which sums its Poisson draw in pieces of its own. */
 FED_WUR fed_err fed_trainer_new_acc(fed_model *m, fed_optim *o, const fed_dataset *d, int batch,
                                     int accumulate, fed_trainer **out);
+/* GPipe's order (on 1) for the micro-batches of fed_trainer_new_acc: each
+ * step's micro-batches run forward and backward from the last, N - 1, down
+ * to 0, their weighted gradients summed in that order (the order a
+ * pipeline's backwards run in, so that a pipeline of stages can give the
+ * same bits: model/pipeline.h); batch norm's running statistics are
+ * updated in that order too. 0: from the first, as plain accumulation. */
+void fed_trainer_set_gpipe_order(fed_trainer *t, int on);
 /* The micro-batch the trainer's model needs room for: ceil(batch / N). */
 int fed_trainer_micro_batch(int batch, int accumulate);
 void fed_trainer_free(fed_trainer *t);
