@@ -116,6 +116,37 @@ typedef fed_err (*fed_train_reduce_fn)(void *ctx, float *buf, size_t n);
 FED_WUR fed_err fed_trainer_set_ranks(fed_trainer *t, int rank, int size,
                                       fed_train_reduce_fn reduce, void *ctx);
 
+/* A pipeline stage's link to the other stages of its pipeline (model/
+ * pipeline.h; mpi/coll.h's point-to-point calls fill it): n floats to or
+ * from the process of stage `peer` of the same pipeline, in order. */
+typedef struct fed_train_pipe {
+    int stage, stages; /* this process's stage of S >= 2 */
+    fed_err (*send)(void *ctx, int peer, const float *buf, size_t n);
+    fed_err (*recv)(void *ctx, int peer, float *buf, size_t n);
+    void *ctx;
+} fed_train_pipe;
+/* A trainer over a pipeline stage m (fed_model_new_stage) whose every
+ * other stage runs a trainer alike, over the same data, with the same rng:
+ * each step's `batch` samples run as `accumulate` micro-batches in GPipe's
+ * schedule: all forwards (activations to the next stage), then all
+ * backwards from the last micro-batch (their gradients to the stage
+ * before), the gradients summed in that order (fed_trainer_set_gpipe_order
+ * is the one-process reference; the result is its bits). A stage holds
+ * every micro-batch's input (accumulate x ceil(batch / accumulate) samples)
+ * and recomputes its forward in the backward (batch norm's running
+ * statistics updated then, once). The step's loss is the last stage's; it
+ * goes to the first stage at the end of each fed_trainer_steps call. With
+ * fed_trainer_set_ranks, D such pipelines are data-parallel replicas, each
+ * stage's gradient summed with the same stage's of the others. */
+FED_WUR fed_err fed_trainer_new_stage(fed_model *m, fed_optim *o, const fed_dataset *d,
+                                      int batch, int accumulate, const fed_train_pipe *pipe,
+                                      fed_trainer **out);
+/* Loss and accuracy of the whole model over all of d, through the
+ * pipeline (every stage calls it; pieces of the micro-batch): added to
+ * *st at the first and the last stage. */
+FED_WUR fed_err fed_trainer_pipe_evaluate(fed_trainer *t, const fed_dataset *d,
+                                          fed_step_stats *st);
+
 /* DP-SGD steps taken so far. */
 long fed_trainer_dp_steps(const fed_trainer *t);
 /* The sampling rate a DP step over n samples uses: batch / n, at most 1. */
