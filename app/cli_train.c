@@ -52,6 +52,7 @@ typedef struct train_cfg {
     char precision[8];
     int pipeline_stages;
     int micro_batches;
+    int mpi_timeout_ms;
     double lr;
     char optimizer[16];
     double momentum;
@@ -109,6 +110,9 @@ static const fed_opt train_opts[] = {
       "with --pipeline-stages: each step's --batch as M micro-batches, all forwards then all "
       "backwards from the last, gradients summed in that order (--accumulate's, in GPipe's "
       "order)"),
+    T(mpi_timeout_ms, "mpi-timeout-ms", FED_OPT_INT, "60000", 100, 3600000,
+      "under mpirun: the deadline of each exchange between ranks (a stage's activations, "
+      "a sum); past it the job ends"),
     T(precision, "precision", FED_OPT_STR, "fp32", 0, 0,
       "fp32, or bf16: every linear and conv GEMM on bfloat16 operands summed in fp32 (AMX or "
       "AVX512-BF16 CPUs); weights, gradients, optimizer and the saved model stay fp32; not "
@@ -662,6 +666,7 @@ static int pipe_open(const train_cfg *c, train_world *w, fed_model_shape in)
     }
     if ((err = fed_coll_mpi_open(NULL, NULL, &w->coll)) != FED_OK)
         return fail("MPI", err);
+    fed_coll_set_timeout(w->coll, (uint32_t)c->mpi_timeout_ms);
     R = fed_coll_size(w->coll);
     if (R % w->S != 0) {
         fed_cli_error("train: --pipeline-stages %d under mpirun -np %d: the ranks must be a "

@@ -1,0 +1,179 @@
+#!/bin/sh
+# test_pipeline.sh - `mpirun -np S x D fednode train --pipeline-stages S
+# --micro-batches M` (model/pipeline.h, model/train.h's fed_trainer_new_stage)
+# on slices of Fashion-MNIST, --no-eval unless said, one epoch:
+#  A. A deep MLP (mlp:256,256,256,256; 1000 samples, batch 32, M 4) at
+#     S = 2 and 3: the saved model is bit-identical (cmp) to one process's
+#     --pipeline-stages 1 --micro-batches 4 (GPipe's order); at S = 2 with
+#     the test split the epoch's line (loss, accuracies) is the one
+#     process's too (evaluation through the pipeline).
+#  B. ResNet-8 (examples/models/resnet8.cfg; batch norm's statistics per
+#     micro-batch, as GPipe's; 100 samples, batch 24, M 3) at S = 2 and 3:
+#     bit-identical to one process.
+#  C. S = 2, D = 2 (4 ranks, oversubscribed): bit-identical to the
+#     data-parallel reference at S = 1, D = 2 (mpirun -np 2).
+#  D. Each rank's parameter bytes are its stage's (the split `fednode model
+#     --plan --pipeline-stages` prints), the stages' add up to the model's,
+#     and at S = 2 each is within 10% of half.
+#  E. Rank 1 killed (-9) mid-training: mpirun ends the job (exit not 0),
+#     naming rank 1 and signal 9. Rank 1 frozen (SIGSTOP): rank 0's receive
+#     times out at --mpi-timeout-ms, it says so and the job ends.
+#  F. Refusals, each naming what: no mpirun, ranks not a multiple of S,
+#     more stages than places to cut, --dp-sgd, dropout.
+# Needs ./fednode built with MPI, mpirun and Fashion-MNIST; exits 77
+# (skipped) without them. KEEP=1 keeps the temporary directory.
+. "$(dirname "$0")/proc_lib.sh"
+need_mpi
+FEDNODE_NO_REEXEC=1
+FEDNODE_LOG=warn
+export FEDNODE_NO_REEXEC FEDNODE_LOG
+
+MLP="--model mlp:256,256,256,256 --shard 0/60 --micro-batches 4"
+B32="--batch 32"
+RES="--model examples/models/resnet8.cfg --shard 0/600 --batch 24 --micro-batches 3"
+COMMON="--data fashion-mnist --threads 1 --optimizer sgd --lr 0.05 --seed 3"
+MPIS=""
+pipe_cleanup() {
+    for m in $MPIS; do
+        for p in $(ps -o pid= --ppid "$m" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+        kill -9 "$m" 2>/dev/null
+    done
+    cleanup
+}
+trap pipe_cleanup EXIT
+
+# one NAME ARGS...: one process, output in $TMP/NAME.log
+one() {
+    n=$1; shift
+    # shellcheck disable=SC2086
+    "$FEDNODE" train $COMMON --epochs 1 "$@" --out "$TMP/$n.bin" >"$TMP/$n.log" 2>&1 ||
+        fail "$n: one process trains"
+}
+# ranks NAME NP ARGS...: mpirun -np NP, output in $TMP/NAME.log
+ranks() {
+    n=$1 np=$2; shift 2
+    # shellcheck disable=SC2086
+    $MPIRUN -np "$np" "$FEDNODE" train $COMMON --epochs 1 "$@" --out "$TMP/$n.bin" >"$TMP/$n.log" 2>&1 ||
+        fail "$n: mpirun -np $np trains"
+}
+same() { cmp -s "$TMP/$1.bin" "$TMP/$2.bin" || fail "$3: $2's model is $1's, bit for bit"; }
+
+# ---- A
+one mlp1 $MLP $B32 --pipeline-stages 1 --no-eval
+for S in 2 3; do
+    ranks "mlp$S" "$S" $MLP $B32 --pipeline-stages "$S" --no-eval
+    same mlp1 "mlp$S" "A: S = $S"
+done
+one mlp1e $MLP $B32 --pipeline-stages 1
+ranks mlp2e 2 $MLP $B32 --pipeline-stages 2
+want=$(grep '^epoch' "$TMP/mlp1e.log" | sed 's/  samples.*//')
+got=$(grep '^epoch' "$TMP/mlp2e.log" | sed 's/  samples.*//')
+[ -n "$want" ] && [ "$got" = "$want" ] ||
+    fail "A: the piped epoch line '$got' is the one process's '$want'"
+ok "A: a deep MLP at S = 2 and 3 equals one process's GPipe-order accumulation bit for bit; $got"
+
+# ---- B
+one res1 $RES --pipeline-stages 1 --no-eval
+for S in 2 3; do
+    ranks "res$S" "$S" $RES --pipeline-stages "$S" --no-eval
+    same res1 "res$S" "B: S = $S"
+done
+ok "B: ResNet-8 at S = 2 and 3 equals one process bit for bit"
+
+# ---- C
+ranks mlpd2 2 $MLP --pipeline-stages 1 --batch 16 --no-eval
+ranks mlps2d2 4 $MLP --pipeline-stages 2 --batch 16 --no-eval
+same mlpd2 mlps2d2 "C: S = 2, D = 2"
+ok "C: S = 2, D = 2 (4 ranks) equals the data-parallel S = 1, D = 2 bit for bit"
+
+# ---- D: the parameter bytes each rank holds
+for S in 2 3; do
+    total=$(sed -n "s/^# rank 0: .*of the model's \([0-9]*\))$/\1/p" "$TMP/mlp$S.log")
+    [ -n "$total" ] || fail "D: rank 0 prints its parameter bytes"
+    sum=0
+    for r in $(seq 0 $((S - 1))); do
+        b=$(sed -n "s/^# rank $r: stage $r of $S .*, \([0-9]*\) parameter bytes .*/\1/p" "$TMP/mlp$S.log")
+        [ -n "$b" ] || fail "D: rank $r of $S prints its stage and bytes"
+        sum=$((sum + b))
+        if [ "$S" = 2 ]; then # balanced: within 10% of half the model
+            [ $((b * 20)) -ge $((total * 9)) ] && [ $((b * 20)) -le $((total * 11)) ] ||
+                fail "D: rank $r holds $b bytes, within 10% of half of $total"
+        fi
+    done
+    [ "$sum" = "$total" ] || fail "D: S = $S: the stages' $sum bytes are the model's $total"
+done
+for S in 2 3; do
+    "$FEDNODE" model examples/models/resnet8.cfg --plan --pipeline-stages "$S" >"$TMP/plan$S.out" 2>&1 ||
+        fail "D: fednode model --plan --pipeline-stages $S"
+    for r in $(seq 0 $((S - 1))); do
+        p=$(awk -v s="$r" '$1 == s && NF == 8 { print $5 }' "$TMP/plan$S.out")
+        b=$(sed -n "s/^# rank $r: stage $r of $S .*, \([0-9]*\) parameters, .*/\1/p" "$TMP/res$S.log")
+        [ -n "$p" ] && [ "$p" = "$b" ] ||
+            fail "D: ResNet-8 rank $r of $S holds $b parameters, the plan's stage $r has '$p'"
+    done
+done
+ok "D: each rank holds its stage's parameters (the plan's), the stages add up to the model, S = 2 halves the MLP within 10%"
+
+# ---- E: a rank killed, a rank frozen
+long="--model mlp:256,256,256,256 --shard 0/2 --batch 32 --micro-batches 4 --epochs 50"
+# bg NAME ARGS...: mpirun -np 2 in the background
+bg() {
+    n=$1; shift
+    # shellcheck disable=SC2086
+    $MPIRUN -np 2 "$FEDNODE" train $COMMON "$@" >"$TMP/$n.log" 2>&1 &
+    echo $! >"$TMP/$n.pid"
+    PIDS="$PIDS $!"
+    MPIS="$MPIS $!"
+}
+rank_pid() {
+    for p in $(ps -o pid= --ppid "$(pid "$1")"); do
+        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" &&
+            { echo "$p"; return 0; }
+    done
+    return 1
+}
+# shellcheck disable=SC2086
+bg kill $long --pipeline-stages 2 --no-eval --mpi-timeout-ms 5000
+wait_for "E: rank 1 reports its stage" 30 logged kill "# rank 1: stage 1"
+r1=$(rank_pid kill 1) || fail "E: rank 1's pid"
+kill -9 "$r1"
+wait_exit kill 30
+[ "$rc" -ne 0 ] || fail "E: the job exits non-zero (got 0)"
+grep -q "process rank 1 .* exited on signal 9" "$TMP/kill.log" ||
+    fail "E: mpirun names rank 1 and its signal"
+ok "E: rank 1 killed: the job exits $rc, mpirun's line names rank 1 and signal 9"
+# shellcheck disable=SC2086
+bg frozen $long --pipeline-stages 2 --no-eval --mpi-timeout-ms 2000
+wait_for "E: rank 1 reports its stage" 30 logged frozen "# rank 1: stage 1"
+r1=$(rank_pid frozen 1) || fail "E: rank 1's pid (frozen)"
+kill -STOP "$r1"
+wait_exit frozen 30
+kill -9 "$r1" 2>/dev/null
+[ "$rc" -ne 0 ] || fail "E: the frozen job exits non-zero (got 0)"
+grep -q "mpi: \(send\|receive\) not done by its deadline: a rank died or stalls" "$TMP/frozen.log" &&
+    grep -q "train: training: timed out" "$TMP/frozen.log" ||
+    fail "E: rank 0 says its exchange with the frozen stage timed out"
+ok "E: rank 1 frozen: rank 0's exchange times out at 2 s, it says so, the job exits $rc"
+
+# ---- F: refusals
+# refused WHAT TEXT CMD...: CMD exits 2 and says TEXT
+refused() {
+    w=$1 t=$2; shift 2
+    "$@" >"$TMP/refused.out" 2>&1 && fail "F: $w is refused"
+    grep -q -- "$t" "$TMP/refused.out" || { sed 's/^/  | /' "$TMP/refused.out"; fail "F: $w: says '$t'"; }
+}
+# shellcheck disable=SC2086
+refused "no mpirun" "start it as mpirun -np 2" "$FEDNODE" train $COMMON $MLP $B32 --pipeline-stages 2
+# shellcheck disable=SC2086
+refused "3 ranks, 2 stages" "the ranks must be a multiple of the stages" \
+    $MPIRUN -np 3 "$FEDNODE" train $COMMON $MLP $B32 --pipeline-stages 2 --no-eval
+# shellcheck disable=SC2086
+refused "8 stages of ResNet-8" "7 stages at most" \
+    $MPIRUN -np 8 "$FEDNODE" train $COMMON $RES --pipeline-stages 8 --no-eval
+# shellcheck disable=SC2086
+refused "DP-SGD" "does not go with --dp-sgd" "$FEDNODE" train $COMMON $MLP $B32 --pipeline-stages 2 --dp-sgd
+# shellcheck disable=SC2086
+refused "dropout" "pipeline stages do not take dropout" \
+    $MPIRUN -np 2 "$FEDNODE" train $COMMON --model "g:L64,R,Dr100000,L" --shard 0/60 --batch 32 \
+    --micro-batches 2 --pipeline-stages 2 --no-eval
+ok "F: no mpirun, ranks not S x D, too many stages, --dp-sgd and dropout refused, each named"
