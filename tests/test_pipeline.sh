@@ -32,15 +32,7 @@ MLP="--model mlp:256,256,256,256 --shard 0/60 --micro-batches 4"
 B32="--batch 32"
 RES="--model examples/models/resnet8.cfg --shard 0/600 --batch 24 --micro-batches 3"
 COMMON="--data fashion-mnist --threads 1 --optimizer sgd --lr 0.05 --seed 3"
-MPIS=""
-pipe_cleanup() {
-    for m in $MPIS; do
-        for p in $(ps -o pid= --ppid "$m" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-        kill -9 "$m" 2>/dev/null
-    done
-    cleanup
-}
-trap pipe_cleanup EXIT
+trap mpi_cleanup EXIT
 
 # one NAME ARGS...: one process, output in $TMP/NAME.log
 one() {
@@ -125,17 +117,10 @@ bg() {
     PIDS="$PIDS $!"
     MPIS="$MPIS $!"
 }
-rank_pid() {
-    for p in $(ps -o pid= --ppid "$(pid "$1")"); do
-        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" &&
-            { echo "$p"; return 0; }
-    done
-    return 1
-}
 # shellcheck disable=SC2086
 bg kill $long --pipeline-stages 2 --no-eval --mpi-timeout-ms 5000
 wait_for "E: rank 1 reports its stage" 30 logged kill "# rank 1: stage 1"
-r1=$(rank_pid kill 1) || fail "E: rank 1's pid"
+r1=$(mpi_rank_pid kill 1) || fail "E: rank 1's pid"
 kill -9 "$r1"
 wait_exit kill 30
 [ "$rc" -ne 0 ] || fail "E: the job exits non-zero (got 0)"
@@ -145,7 +130,7 @@ ok "E: rank 1 killed: the job exits $rc, mpirun's line names rank 1 and signal 9
 # shellcheck disable=SC2086
 bg frozen $long --pipeline-stages 2 --no-eval --mpi-timeout-ms 2000
 wait_for "E: rank 1 reports its stage" 30 logged frozen "# rank 1: stage 1"
-r1=$(rank_pid frozen 1) || fail "E: rank 1's pid (frozen)"
+r1=$(mpi_rank_pid frozen 1) || fail "E: rank 1's pid (frozen)"
 kill -STOP "$r1"
 wait_exit frozen 30
 kill -9 "$r1" 2>/dev/null
