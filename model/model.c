@@ -4277,6 +4277,27 @@ static void layer_shift(layer *ly, size_t base)
         ly->st_off -= base;
 }
 
+fed_err fed_model_spec_tensors(const char *spec, fed_model_shape in, fed_tensor_info **out,
+                               int *count)
+{
+    plan p;
+    char why[256], id[FED_MODEL_SPEC_MAX];
+    fed_err err;
+
+    *out = NULL;
+    *count = 0;
+    if ((err = make_plan(spec, in, &p, id, why, sizeof why)) != FED_OK)
+        fed_log(FED_LOG_ERROR, "%s", why);
+    else if (!(*out = fed_malloc(((size_t)p.ntensors + 1) * sizeof **out)))
+        err = FED_ERR_NOMEM;
+    else {
+        memcpy(*out, p.tensors, (size_t)p.ntensors * sizeof **out);
+        *count = p.ntensors;
+    }
+    plan_fini(&p);
+    return err;
+}
+
 /* p (the whole graph's plan) cut down to layers [lo, hi): sources before
  * lo become the stage's input (-1), the tensors and offsets those of the
  * slice, the input shape *in that of layer lo - 1's output. The layers keep

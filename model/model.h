@@ -481,6 +481,11 @@ typedef struct fed_model_layer_cost {
  * the caller frees *out with fed_free). */
 FED_WUR fed_err fed_model_spec_layers(const char *spec, fed_model_shape in,
                                       fed_model_layer_cost **out, int *count);
+/* The tensor table of spec for inputs in (what fed_model_tensors gives of
+ * the whole model), without building it: *out (count entries), the
+ * caller's to fed_free. */
+FED_WUR fed_err fed_model_spec_tensors(const char *spec, fed_model_shape in,
+                                       fed_tensor_info **out, int *count);
 /* A pipeline stage: layers [lo, hi) of spec's graph, built alone: its
  * parameters (the whole model's floats [p_end(lo - 1), p_end(hi - 1)) in
  * the same order, so stages' buffers laid end to end are the model's),

@@ -709,11 +709,13 @@ fed_err fed_trainer_steps(fed_trainer *t, const uint32_t *idx, size_t n, long st
 
     if (!t->piped)
         return run_steps(t, idx, n, steps, rng, st);
-    /* a pipeline's figures are its last stage's: to the first, which reports */
+    /* a pipeline's figures are its last stage's: to the first, which reports
+       them (the others' stay 0, so a sum over a site's ranks counts each
+       replica once) */
     if ((err = run_steps(t, idx, n, steps, rng, &mine)) != FED_OK ||
         (err = pipe_stats(t, &mine)) != FED_OK)
         return err;
-    if (st && (pipe_first(t) || pipe_last(t))) {
+    if (st && pipe_first(t)) {
         st->loss_sum += mine.loss_sum;
         st->correct += mine.correct;
         st->samples += mine.samples;

@@ -135,7 +135,8 @@ typedef struct fed_train_pipe {
  * every micro-batch's input (accumulate x ceil(batch / accumulate) samples)
  * and recomputes its forward in the backward (batch norm's running
  * statistics updated then, once). The step's loss is the last stage's; it
- * goes to the first stage at the end of each fed_trainer_steps call. With
+ * goes to the first stage at the end of each fed_trainer_steps call (the
+ * other stages' figures stay 0). With
  * fed_trainer_set_ranks, D such pipelines are data-parallel replicas, each
  * stage's gradient summed with the same stage's of the others. */
 FED_WUR fed_err fed_trainer_new_stage(fed_model *m, fed_optim *o, const fed_dataset *d,

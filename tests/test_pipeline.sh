@@ -20,6 +20,11 @@
 #     times out at --mpi-timeout-ms, it says so and the job ends.
 #  F. Refusals, each naming what: no mpirun, ranks not a multiple of S,
 #     more stages than places to cut, --dp-sgd, dropout.
+#  G. `fednode run`: an aggregator, two plain clients and a site c0 as
+#     mpirun -np 2 --pipeline-stages 2 --micro-batches 4 (a layer file whose
+#     graph is longer than a spec, so its text goes to rank 1), 2 rounds:
+#     the aggregator's final model is bit-identical to the same job with c0
+#     one process at --micro-batches 4; rank 1 holds its stage only.
 # Needs ./fednode built with MPI, mpirun and Fashion-MNIST; exits 77
 # (skipped) without them. KEEP=1 keeps the temporary directory.
 . "$(dirname "$0")/proc_lib.sh"
@@ -162,3 +167,69 @@ refused "dropout" "pipeline stages do not take dropout" \
     $MPIRUN -np 2 "$FEDNODE" train $COMMON --model "g:L64,R,Dr100000,L" --shard 0/60 --batch 32 \
     --micro-batches 2 --pipeline-stages 2 --no-eval
 ok "F: no mpirun, ranks not S x D, too many stages, --dp-sgd and dropout refused, each named"
+
+# ---- G: fednode run, the site in stages
+K=$TMP/keys
+allow_keys "$K" agg c0 c1 c2
+cat >"$TMP/long.cfg" <<'EOF'
+[input]
+shape = 1,28,28
+[flatten]
+[linear]  name = pipeline_site_hidden_1  out = 64
+[relu]
+[linear]  name = pipeline_site_hidden_2  out = 64
+[relu]
+[linear]  name = pipeline_site_hidden_3  out = 64
+[relu]
+[linear]  name = pipeline_site_hidden_4  out = 64
+[relu]
+[linear]  name = pipeline_site_classes  out = classes
+EOF
+RUNC="--data fashion-mnist --threads 1 --partition iid"
+# member DIR NAME SHARD ARGS...: a client of the job in $TMP/DIR
+member() {
+    d=$1 n=$2 sh=$3; shift 3
+    # shellcheck disable=SC2086
+    start "$n$d" --role client --keys "$K/$n" --allow "$K/allow.txt" --db "$TMP/$d/$n.db" \
+        --aggregator "tcp://127.0.0.1:$port" --aggregator-key agg --shard "$sh" $RUNC "$@"
+}
+# job DIR C0-KIND: aggregator, c1, c2 and c0 (one process, or mpirun -np 2)
+job() {
+    mkdir -p "$TMP/$1"
+    # shellcheck disable=SC2086
+    start "agg$1" --role aggregator --keys "$K/agg" --allow "$K/allow.txt" \
+        --db "$TMP/$1/agg.db" --listen tcp://127.0.0.1:0 --port-file "$TMP/$1/port" $RUNC \
+        --model "$TMP/long.cfg" --optimizer sgd --momentum 0.9 --lr 0.05 --batch 32 \
+        --local-epochs 1 --rounds 2 --min-clients 3 --deadline-ms 60000 --gather-ms 200
+    wait_for "G: aggregator $1 wrote its port" 20 test -s "$TMP/$1/port"
+    port=$(cat "$TMP/$1/port")
+    member "$1" c1 1/60
+    member "$1" c2 2/60
+    if [ "$2" = mpi ]; then
+        # shellcheck disable=SC2086
+        $MPIRUN -np 2 "$FEDNODE" run --role client --keys "$K/c0" --allow "$K/allow.txt" \
+            --db "$TMP/$1/c0.db" --aggregator "tcp://127.0.0.1:$port" --aggregator-key agg \
+            --shard 0/60 $RUNC --pipeline-stages 2 --micro-batches 4 --mpi-timeout-ms 20000 \
+            >"$TMP/site$1.log" 2>&1 &
+        echo $! >"$TMP/c0$1.pid"
+        PIDS="$PIDS $!"
+        MPIS="$MPIS $!"
+    else
+        member "$1" c0 0/60 --micro-batches 4
+    fi
+    exits0 "agg$1" 120
+    for n in c0 c1 c2; do exits0 "$n$1" 30; done
+    "$FEDNODE" export --db "$TMP/$1/agg.db" --out "$TMP/$1/final.safetensors" >/dev/null 2>&1 ||
+        fail "G: export $1"
+}
+FEDNODE_LOG=info
+export FEDNODE_LOG
+job gs mpi
+FEDNODE_LOG=warn
+job g1 one
+cmp -s "$TMP/gs/final.safetensors" "$TMP/g1/final.safetensors" ||
+    fail "G: the aggregator's final model with c0 in 2 stages is the one-process job's, bit for bit"
+grep -q "site: rank 1 of 2: stage 1 of 2 (1 replica), holding only its stage's parameters" \
+    "$TMP/sitegs.log" || fail "G: rank 1 says it holds stage 1 only"
+grep -q "fednode: error" "$TMP/sitegs.log" && fail "G: no error lines at the site"
+ok "G: fednode run with c0 as 2 pipeline stages (its graph's text sent to rank 1): the aggregator's final model equals the one-process job's bit for bit"
