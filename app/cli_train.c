@@ -283,6 +283,8 @@ typedef struct train_world {
     fed_coll *coll, *stage_coll;
     int S, D, stage, replica;
     fed_pipe_stage split[FED_PIPE_MAX_STAGES];
+    double pipe_wait_s;  /* in the pipe's sends and receives (waiting, moving) */
+    uint64_t pipe_bytes; /* sent to the other stages */
 } train_world;
 
 static void train_world_fini(train_world *w)
@@ -607,15 +609,22 @@ enum { PIPE_TAG = 1, PIPE_TAG_PARAMS = 2 };
 static fed_err pipe_send(void *ctx, int peer, const float *buf, size_t n)
 {
     train_world *w = ctx;
+    double t0 = now_s();
+    fed_err e = fed_coll_send(w->coll, w->replica * w->S + peer, PIPE_TAG, buf, n);
 
-    return fed_coll_send(w->coll, w->replica * w->S + peer, PIPE_TAG, buf, n);
+    w->pipe_wait_s += now_s() - t0;
+    w->pipe_bytes += n * sizeof *buf;
+    return e;
 }
 
 static fed_err pipe_recv(void *ctx, int peer, float *buf, size_t n)
 {
     train_world *w = ctx;
+    double t0 = now_s();
+    fed_err e = fed_coll_recv(w->coll, w->replica * w->S + peer, PIPE_TAG, buf, n);
 
-    return fed_coll_recv(w->coll, w->replica * w->S + peer, PIPE_TAG, buf, n);
+    w->pipe_wait_s += now_s() - t0;
+    return e;
 }
 
 /* A stage's gradient summed over its D replicas, in replica order. */
@@ -697,6 +706,20 @@ static void pipe_report(const train_world *w)
            "%zu parameter bytes (%.1f%% of the model's %zu)\n", fed_coll_rank(w->coll),
            w->stage, w->S, w->replica, w->D, st->lo, st->hi - 1, np, np * sizeof(float),
            100.0 * (double)np / (double)total, total * sizeof(float));
+    fflush(stdout);
+}
+
+/* After training: how long this stage stood in the pipe (waiting for a
+ * neighbour, or moving its bytes) of the time it trained, and the bytes it
+ * sent a step: the measured bubble (bench/bench_pipeline.sh reads it). */
+static void pipe_timing(const train_world *w, double train_s, long steps)
+{
+    if (w->S <= 1 || steps <= 0 || train_s <= 0)
+        return;
+    printf("# rank %d: stage %d: in the pipe %.3f s of %.3f s training (%.1f%%), %.0f bytes "
+           "sent a step over %ld steps\n", fed_coll_rank(w->coll), w->stage, w->pipe_wait_s,
+           train_s, 100.0 * w->pipe_wait_s / train_s, (double)w->pipe_bytes / (double)steps,
+           steps);
     fflush(stdout);
 }
 
@@ -918,8 +941,13 @@ static int train_main(const train_cfg *c, int argc, char **argv)
         pipe_report(&w);
     if ((rc = resume(c, &w, &shuffle)) != 0)
         goto out;
-    if ((rc = run_epochs(c, &w, &shuffle)) != 0)
-        goto out;
+    {
+        double t0 = now_s();
+
+        if ((rc = run_epochs(c, &w, &shuffle)) != 0)
+            goto out;
+        pipe_timing(&w, now_s() - t0, fed_optim_steps(w.o));
+    }
     if (c->out[0] && w.S > 1) {
         if ((rc = pipe_save(c, &w, in)) != 0)
             goto out;
