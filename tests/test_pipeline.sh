@@ -24,7 +24,9 @@
 #     mpirun -np 2 --pipeline-stages 2 --micro-batches 4 (a layer file whose
 #     graph is longer than a spec, so its text goes to rank 1), 2 rounds:
 #     the aggregator's final model is bit-identical to the same job with c0
-#     one process at --micro-batches 4; rank 1 holds its stage only.
+#     one process at --micro-batches 4; rank 1 holds its stage only. The
+#     same with c0 as 4 ranks (2 replicas of 2 stages) equals c0 as 2
+#     data-parallel ranks (--pipeline-stages 1 under mpirun -np 2).
 # Needs ./fednode built with MPI, mpirun and Fashion-MNIST; exits 77
 # (skipped) without them. KEEP=1 keeps the temporary directory.
 . "$(dirname "$0")/proc_lib.sh"
@@ -205,12 +207,17 @@ job() {
     port=$(cat "$TMP/$1/port")
     member "$1" c1 1/60
     member "$1" c2 2/60
-    if [ "$2" = mpi ]; then
+    if [ "$2" != one ]; then
+        case $2 in
+        mpi) np=2 st=2 ;; # 2 stages
+        dp) np=2 st=1 ;;  # 2 replicas of the whole model
+        s2d2) np=4 st=2 ;; # 2 replicas of 2 stages
+        esac
         # shellcheck disable=SC2086
-        $MPIRUN -np 2 "$FEDNODE" run --role client --keys "$K/c0" --allow "$K/allow.txt" \
+        $MPIRUN -np "$np" "$FEDNODE" run --role client --keys "$K/c0" --allow "$K/allow.txt" \
             --db "$TMP/$1/c0.db" --aggregator "tcp://127.0.0.1:$port" --aggregator-key agg \
-            --shard 0/60 $RUNC --pipeline-stages 2 --micro-batches 4 --mpi-timeout-ms 20000 \
-            >"$TMP/site$1.log" 2>&1 &
+            --shard 0/60 $RUNC --pipeline-stages "$st" --micro-batches 4 \
+            --mpi-timeout-ms 20000 >"$TMP/site$1.log" 2>&1 &
         echo $! >"$TMP/c0$1.pid"
         PIDS="$PIDS $!"
         MPIS="$MPIS $!"
@@ -233,3 +240,12 @@ grep -q "site: rank 1 of 2: stage 1 of 2 (1 replica), holding only its stage's p
     "$TMP/sitegs.log" || fail "G: rank 1 says it holds stage 1 only"
 grep -q "fednode: error" "$TMP/sitegs.log" && fail "G: no error lines at the site"
 ok "G: fednode run with c0 as 2 pipeline stages (its graph's text sent to rank 1): the aggregator's final model equals the one-process job's bit for bit"
+job gdp dp
+FEDNODE_LOG=info
+job gs2d2 s2d2
+FEDNODE_LOG=warn
+cmp -s "$TMP/gdp/final.safetensors" "$TMP/gs2d2/final.safetensors" ||
+    fail "G: c0 as 2 replicas of 2 stages gives the final model of c0 as 2 data-parallel ranks"
+grep -q "site: rank 1 of 4: stage 1 of 2 (2 replicas)" "$TMP/sitegs2d2.log" ||
+    fail "G: rank 1 of 4 says it is stage 1 of 2 replicas"
+ok "G: c0 as 2 x 2 ranks (2 replicas of 2 stages) equals c0 as 2 data-parallel ranks bit for bit"
