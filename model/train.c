@@ -105,6 +105,15 @@ static int fits_task(const fed_model *m, const fed_dataset *d)
     return 0;
 }
 
+/* Whether m ends with the whole graph's loss (a whole model, or a
+ * pipeline's last stage): only then are its outputs the task's. */
+static int stage_last(const fed_model *m)
+{
+    int lo, hi;
+
+    return fed_model_stage_layers(m, &lo, &hi) == hi;
+}
+
 long fed_train_batches(size_t n, int batch)
 {
     return batch > 0 ? (long)((n + (size_t)batch - 1) / (size_t)batch) : 0;
@@ -145,7 +154,7 @@ fed_err fed_trainer_new_acc(fed_model *m, fed_optim *o, const fed_dataset *d, in
                 d->shape.classes);
         return FED_ERR_SHAPE;
     }
-    if (!fits_categorical(m, d) || !fits_task(m, d))
+    if (!fits_categorical(m, d) || (stage_last(m) && !fits_task(m, d)))
         return FED_ERR_SHAPE;
     t = fed_calloc(1, sizeof *t);
     if (!t)
@@ -652,7 +661,7 @@ fed_err fed_trainer_pipe_evaluate(fed_trainer *t, const fed_dataset *d, fed_step
 
         b.n = (int)cnt;
         b.y = d->y + off;
-        b.y_f32 = d->y_f32 ? d->y_f32 + off * (size_t)fed_model_nlogits(t->m) : NULL;
+        b.y_f32 = d->y_f32 ? d->y_f32 + off : NULL; /* one number a row (fits_task) */
         if (pipe_first(t)) { /* the data in place, as fed_train_evaluate_all reads it */
             b.x_u8 = d->x_u8 ? d->x_u8 + off * d->features : NULL;
             b.x_f32 = d->x_u8 ? NULL : d->x_f32 + off * d->features;
