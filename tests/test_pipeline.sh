@@ -27,6 +27,8 @@
 #     one process at --micro-batches 4; rank 1 holds its stage only. The
 #     same with c0 as 4 ranks (2 replicas of 2 stages) equals c0 as 2
 #     data-parallel ranks (--pipeline-stages 1 under mpirun -np 2).
+#  H. A regression (loss mse on 400 CSV rows) at S = 2: bit-identical to
+#     one process, the same epoch line (its test loss through the pipeline).
 # Needs ./fednode built with MPI, mpirun and Fashion-MNIST; exits 77
 # (skipped) without them. KEEP=1 keeps the temporary directory.
 . "$(dirname "$0")/proc_lib.sh"
@@ -249,3 +251,28 @@ cmp -s "$TMP/gdp/final.safetensors" "$TMP/gs2d2/final.safetensors" ||
 grep -q "site: rank 1 of 4: stage 1 of 2 (2 replicas)" "$TMP/sitegs2d2.log" ||
     fail "G: rank 1 of 4 says it is stage 1 of 2 replicas"
 ok "G: c0 as 2 x 2 ranks (2 replicas of 2 stages) equals c0 as 2 data-parallel ranks bit for bit"
+
+# ---- H: a regression (loss mse on CSV numbers) in 2 stages
+awk 'BEGIN { srand(7); print "x1,x2,label";
+    for (i = 0; i < 400; i++) { a = rand(); b = rand(); printf "%.3f,%.3f,%.4f\n", a, b, 1.5 * a - 0.5 * b } }' \
+    >"$TMP/r.csv"
+cat >"$TMP/reg.cfg" <<'EOF'
+[input] features = 2
+[linear] name = fc1 out = 16
+[relu]
+[linear] name = fc2 out = 16
+[relu]
+[linear] name = out out = 1
+[output] loss = mse
+EOF
+REG="--data $TMP/r.csv --task regression --model $TMP/reg.cfg --batch 16 --micro-batches 4"
+COMMON="--threads 1 --optimizer sgd --lr 0.02 --seed 3"
+# shellcheck disable=SC2086
+one reg1 $REG --pipeline-stages 1
+# shellcheck disable=SC2086
+ranks reg2 2 $REG --pipeline-stages 2
+same reg1 reg2 "H: a regression at S = 2"
+want=$(grep '^epoch' "$TMP/reg1.log" | sed 's/  samples.*//')
+got=$(grep '^epoch' "$TMP/reg2.log" | sed 's/  samples.*//')
+[ -n "$want" ] && [ "$got" = "$want" ] || fail "H: the piped epoch line '$got' is '$want'"
+ok "H: a regression (mse) at S = 2 equals one process bit for bit; $got"
