@@ -15,6 +15,7 @@
 #include "core/opt.h"
 #include "model/backend.h"
 #include "model/model_cfg.h"
+#include "model/pipeline.h"
 #include "onnx/onnx.h"
 
 typedef struct model_opts {
@@ -24,6 +25,7 @@ typedef struct model_opts {
     char precision[8];
     int recompute;
     char optimizer[8];
+    int stages;
 } model_opts;
 
 static const fed_opt model_opts_table[] = {
@@ -41,6 +43,9 @@ static const fed_opt model_opts_table[] = {
                 "--plan: keep every K-th layer's output (train's --recompute)"),
     FED_OPT_DEF(model_opts, optimizer, "optimizer", FED_OPT_STR, "sgd", 0, 0,
                 "--plan: sgd (its momentum: one float a parameter) or adam (two)"),
+    FED_OPT_DEF(model_opts, stages, "pipeline-stages", FED_OPT_INT, "1", 1, FED_PIPE_MAX_STAGES,
+                "--plan: the graph split into S pipeline stages (train's --pipeline-stages): "
+                "each stage's layers, parameters and FLOPs"),
 };
 #define NMODEL_OPTS (sizeof model_opts_table / sizeof model_opts_table[0])
 
@@ -139,6 +144,58 @@ out:
     return rc;
 }
 
+/* --plan --pipeline-stages S: the split train makes (model/pipeline.h),
+ * a stage a row: its layers, what its rank holds, its FLOPs. */
+static int print_stages(const char *label, const fed_model_node *nodes, int count,
+                        fed_model_shape in, const model_opts *o)
+{
+    fed_pipe_stage st[FED_PIPE_MAX_STAGES];
+    fed_model_layer_cost *c = NULL;
+    char *spec = fed_malloc(FED_MODEL_GRAPH_MAX), why[320];
+    int opt_floats = !strcmp(o->optimizer, "adam") ? 2 : 1, L = 0, rc = 1;
+    double total = 0.0, most = 0.0;
+    fed_err e;
+
+    (void)label;
+    if (!spec || (e = fed_model_graph_spec(nodes, count, spec, FED_MODEL_GRAPH_MAX)) != FED_OK ||
+        (e = fed_model_spec_layers(spec, in, &c, &L)) != FED_OK) {
+        fed_cli_error("model: --pipeline-stages: the graph does not plan");
+        goto out;
+    }
+    if ((e = fed_pipe_split(c, L, (size_t)in.c * in.h * in.w, o->stages, st, why,
+                            sizeof why)) != FED_OK) {
+        fed_cli_error("model: %s", why);
+        goto out;
+    }
+    for (int s = 0; s < o->stages; s++) {
+        total += st[s].flops;
+        most = st[s].flops > most ? st[s].flops : most;
+    }
+    printf("# pipeline: %d stages over %d layers, balanced by FLOPs (the largest stage %.1f%% "
+           "of the step; an even split %.1f%%); a rank holds its stage's parameters, gradients "
+           "and optimizer state\n", o->stages, L, 100.0 * most / total, 100.0 / o->stages);
+    printf("%5s  %-14s %-24s %-24s %12s %10s %14s %10s\n", "stage", "layers", "first", "last",
+           "params", "MiB held", "FLOPs/sample", "out/sample");
+    for (int s = 0; s < o->stages; s++) {
+        char range[32];
+        size_t np = st[s].p_hi - st[s].p_lo;
+
+        snprintf(range, sizeof range, "%d-%d", st[s].lo, st[s].hi - 1);
+        printf("%5d  %-14s %-24s %-24s %12zu %10.2f %14.0f %10zu\n", s, range, c[st[s].lo].name,
+               c[st[s].hi - 1].name, np, mib(np * sizeof(float) * (size_t)(2 + opt_floats)),
+               st[s].flops, st[s].out_numel);
+    }
+    printf("# MiB held: parameters, gradients and %s's state (activations: each stage keeps "
+           "every micro-batch's input, M x micro x its input values, and one micro-batch's "
+           "buffers); out/sample: the floats a sample sends to the next stage (and its "
+           "gradient back)\n", o->optimizer);
+    rc = 0;
+out:
+    fed_free(c);
+    fed_free(spec);
+    return rc;
+}
+
 /* An .onnx file: the graph it translates to, and what the translation did. */
 static int model_onnx(const char *path, const model_opts *mo)
 {
@@ -207,7 +264,7 @@ int fed_cli_model(int argc, char **argv)
         argc--;
     }
     rc = fed_cli_load_options("model", "FILE [--classes K] [--plan [--batch B] [--precision "
-                              "P] [--recompute K] [--optimizer O]]\n"
+                              "P] [--recompute K] [--optimizer O] [--pipeline-stages S]]\n"
                               "  print a model file's (or an .onnx file's) layers: output "
                               "shape, parameters and FLOPs per sample; --plan: a training "
                               "process's memory and FLOPs per step",
@@ -239,6 +296,8 @@ int fed_cli_model(int argc, char **argv)
     }
     print_graph(fed_model_cfg_label(cfg), nodes, count, in, info);
     rc = o.plan ? print_plan(fed_model_cfg_label(cfg), nodes, count, in, &o) : 0;
+    if (rc == 0 && o.plan && o.stages > 1)
+        rc = print_stages(fed_model_cfg_label(cfg), nodes, count, in, &o);
 out:
     fed_free(info);
     fed_model_cfg_free(cfg);

@@ -29,6 +29,7 @@
 #include "app/cli.h"
 #include "app/http.h"
 #include "gossip/peers.h"
+#include "model/pipeline.h"
 #include "mpi/coll.h"
 #include "node/daemon.h"
 #include "node/layout.h"
@@ -72,6 +73,8 @@ typedef struct run_cfg {
     int threads;
     int rank_batch;
     int mpi_timeout_ms;
+    int pipeline_stages;
+    int micro_batches;
     fed_cli_log_opts log;
     char http[256];
     int keep_checkpoints;
@@ -173,6 +176,13 @@ static const fed_opt run_opts[] = {
     R(mpi_timeout_ms, "mpi-timeout-ms", FED_OPT_INT, "60000", 100, 3600000,
       "client, peer under mpirun: the deadline of each step's exchange between the site's "
       "processes; past it the job ends with an error (a process died or stalls)"),
+    R(pipeline_stages, "pipeline-stages", FED_OPT_INT, "1", 1, FED_PIPE_MAX_STAGES,
+      "client under mpirun -np S x D: the model's layers in S pipeline stages, one a "
+      "process, D replicas; rank 0 is the node and the stages send it their slices at the "
+      "round's end (fednode model FILE --plan --pipeline-stages S shows the split)"),
+    R(micro_batches, "micro-batches", FED_OPT_INT, "1", 1, 4096,
+      "client: each step's batch as M micro-batches in GPipe's order (all forwards, then "
+      "all backwards from the last; --accumulate's sum in that order)"),
     R(keep_checkpoints, "keep-checkpoints", FED_OPT_INT, "3", 0, 1000000,
       "keep the models of the newest N checkpoints (0: all); an aggregator keeps its best "
       "round's too (--best-metric)"),
@@ -1435,7 +1445,7 @@ static int onnx_init(const run_cfg *c, run_state *s, fed_node_config *nc)
     return -1;
 }
 
-static int run_node(const run_cfg *c, fed_coll *coll)
+static int run_node(const run_cfg *c, fed_coll *coll, fed_coll *stage_coll)
 {
     run_state s;
     fed_node_config nc;
@@ -1513,6 +1523,12 @@ static int run_node(const run_cfg *c, fed_coll *coll)
     }
     nc.coll = coll;
     nc.rank_batch = (uint32_t)c->rank_batch;
+    nc.pipe_stages = (uint32_t)c->pipeline_stages;
+    nc.stage_coll = stage_coll;
+    if (c->micro_batches > 1) {
+        nc.accumulate = (uint32_t)c->micro_batches;
+        nc.gpipe = 1;
+    }
     memset(&dc, 0, sizeof dc);
     dc.listen_url = role == FED_NODE_CLIENT ? NULL : c->listen;
     dc.peer_url = role == FED_NODE_CLIENT ? c->aggregator : NULL;
@@ -1538,7 +1554,7 @@ out:
 
 /* A rank beyond 0 of a site under mpirun: the same data and shard as rank
  * 0 (no identity, no database, no network), training what rank 0 says. */
-static int run_rank(const run_cfg *c, fed_coll *coll)
+static int run_rank(const run_cfg *c, fed_coll *coll, fed_coll *stage_coll)
 {
     run_state s;
     fed_node_site_rank_cfg rc;
@@ -1567,7 +1583,10 @@ static int run_rank(const run_cfg *c, fed_coll *coll)
     rc.be = s.be;
     rc.pool = s.pool;
     rc.shards = fed_pool_workers(s.pool) > 0 ? fed_pool_workers(s.pool) : 1;
-    rc.accumulate = (uint32_t)c->s.accumulate;
+    rc.accumulate = (uint32_t)(c->micro_batches > 1 ? c->micro_batches : c->s.accumulate);
+    rc.gpipe = c->micro_batches > 1;
+    rc.pipe_stages = (uint32_t)c->pipeline_stages;
+    rc.stage_coll = stage_coll;
     rc.recompute = (uint32_t)c->s.recompute;
     if (fed_model_precision_parse(c->s.precision, &rc.precision) != FED_OK) {
         fed_cli_error("run: --precision: '%s' is not fp32 or bf16", c->s.precision);
@@ -1588,17 +1607,73 @@ out:
     return r;
 }
 
+/* --pipeline-stages and --micro-batches: what they do not go with, named
+ * (>= 0: the exit status), or -1. */
+static int pipe_misuse(const run_cfg *c)
+{
+    const char *what = NULL;
+
+    if (c->micro_batches > 1 && c->s.accumulate > 1)
+        what = "--accumulate (the same, in the plain order: give one of them)";
+    else if (c->pipeline_stages <= 1)
+        return -1;
+    else if (role_of(c) != FED_NODE_CLIENT)
+        what = "an aggregator or a peer (a client's site trains in stages)";
+    else if (!fed_coll_mpi_launched())
+        what = "one process: start the site as mpirun -np S (or S x D) fednode run";
+    else if (c->s.dp_sgd)
+        what = "--dp-sgd";
+    else if (c->s.recompute > 1)
+        what = "--recompute (a stage recomputes its forward already)";
+    else if (strcmp(c->s.precision, "fp32"))
+        what = "--precision bf16";
+    else if (c->rank_batch)
+        what = "--rank-batch";
+    else
+        return -1;
+    fed_cli_error("run: --%s does not go with %s",
+                  c->pipeline_stages > 1 ? "pipeline-stages" : "micro-batches", what);
+    return 2;
+}
+
+/* A pipeline site's ranks as D replicas of S stages: the ranks a multiple
+ * of S, and the collective of this rank's stage across the replicas. */
+static int pipe_layout(const run_cfg *c, fed_coll *coll, fed_coll **stage_coll)
+{
+    int R = fed_coll_size(coll), S = c->pipeline_stages;
+    fed_err e;
+
+    if (R % S != 0) {
+        fed_cli_error("run: --pipeline-stages %d under mpirun -np %d: the ranks must be a "
+                      "multiple of the stages (S x D, D replicas)", S, R);
+        return 2;
+    }
+    if (R / S > 1 &&
+        (e = fed_coll_split(coll, fed_coll_rank(coll) % S, fed_coll_rank(coll) / S,
+                            stage_coll)) != FED_OK) {
+        fed_cli_error("run: MPI: the stage's replicas: %s", fed_strerror(e));
+        return 1;
+    }
+    if (fed_coll_rank(coll) < S) /* replica 0's: what each holds */
+        fed_log(FED_LOG_INFO, "site: rank %d of %d: stage %d of %d (%d replica%s), holding "
+                "only its stage's parameters between rounds", fed_coll_rank(coll), R,
+                fed_coll_rank(coll) % S, S, R / S, R / S == 1 ? "" : "s");
+    return -1;
+}
+
 /* A node, or under mpirun a site of several processes: MPI started here
  * (after the re-exec, before any thread), rank 0 the node, the others
  * run_rank; rank 0 tells them to stop however the node ends. */
 static int run_site(const run_cfg *c)
 {
-    fed_coll *coll = NULL;
+    fed_coll *coll = NULL, *stage_coll = NULL;
     int rc;
     fed_err e;
 
+    if ((rc = pipe_misuse(c)) >= 0)
+        return rc;
     if (!fed_coll_mpi_launched())
-        return run_node(c, NULL);
+        return run_node(c, NULL, NULL);
     if (!fed_coll_mpi_built()) {
         fed_cli_error("run: started by mpirun, but this fednode was built without MPI (no "
                       "mpicc at build time: make deps, then make)");
@@ -1621,17 +1696,21 @@ static int run_site(const run_cfg *c)
             rc = 2;
             goto out;
         }
+        if (c->pipeline_stages > 1 &&
+            (rc = pipe_layout(c, coll, &stage_coll)) >= 0)
+            goto out;
         if (fed_coll_rank(coll) != 0) {
-            rc = run_rank(c, coll);
+            rc = run_rank(c, coll, stage_coll);
             goto out;
         }
         fed_log(FED_LOG_INFO, "site: rank 0 of %d: this process is the node; the other "
                 "ranks train each round with it", fed_coll_size(coll));
     }
-    rc = run_node(c, coll);
+    rc = run_node(c, coll, stage_coll);
     if (fed_coll_size(coll) > 1 && fed_node_site_stop(coll) != FED_OK && rc == 0)
         rc = 1;
 out:
+    fed_coll_free(stage_coll);
     fed_coll_free(coll);
     return rc;
 }

@@ -28,6 +28,8 @@
 #include "model/optim.h"
 #include "model/safetensors.h"
 #include "model/train.h"
+#include "model/pipeline.h"
+#include "mpi/coll.h"
 #include "onnx/onnx.h"
 #include "privacy/rdp.h"
 #include "app/cli.h"
@@ -48,6 +50,9 @@ typedef struct train_cfg {
     int accumulate;
     int recompute;
     char precision[8];
+    int pipeline_stages;
+    int micro_batches;
+    int mpi_timeout_ms;
     double lr;
     char optimizer[16];
     double momentum;
@@ -96,6 +101,18 @@ static const fed_opt train_opts[] = {
       "keep the output of every N-th layer and compute the others again in the backward "
       "(gradients bit for bit, less activation memory, about a forward more; 1: keep all; "
       "not with --dp-sgd)"),
+    T(pipeline_stages, "pipeline-stages", FED_OPT_INT, "1", 1, FED_PIPE_MAX_STAGES,
+      "under mpirun -np S x D: the model's layers in S pipeline stages, one a rank (balanced "
+      "by FLOPs, cut between blocks: fednode model FILE --plan --pipeline-stages S), D "
+      "data-parallel replicas of the pipeline; GPipe's schedule over --micro-batches; 1 "
+      "alone: the one-process reference of the same arithmetic"),
+    T(micro_batches, "micro-batches", FED_OPT_INT, "1", 1, 65536,
+      "with --pipeline-stages: each step's --batch as M micro-batches, all forwards then all "
+      "backwards from the last, gradients summed in that order (--accumulate's, in GPipe's "
+      "order)"),
+    T(mpi_timeout_ms, "mpi-timeout-ms", FED_OPT_INT, "60000", 100, 3600000,
+      "under mpirun: the deadline of each exchange between ranks (a stage's activations, "
+      "a sum); past it the job ends"),
     T(precision, "precision", FED_OPT_STR, "fp32", 0, 0,
       "fp32, or bf16: every linear and conv GEMM on bfloat16 operands summed in fp32 (AMX or "
       "AVX512-BF16 CPUs); weights, gradients, optimizer and the saved model stay fp32; not "
@@ -260,10 +277,20 @@ typedef struct train_world {
     fed_crypto_keystream csprng; /* --dp-sgd's noise and sampling */
     fed_dp_account *acct; /* --dp-sgd with --db: the privacy spent, kept there */
     long dp_steps_done;   /* DP-SGD steps charged to acct so far in this run */
+    /* --pipeline-stages S under mpirun -np S x D: this rank's stage of its
+       replica (rank = replica * S + stage), the ranks, and the stage's
+       replicas (D > 1) */
+    fed_coll *coll, *stage_coll;
+    int S, D, stage, replica;
+    fed_pipe_stage split[FED_PIPE_MAX_STAGES];
+    double pipe_wait_s;  /* in the pipe's sends and receives (waiting, moving) */
+    uint64_t pipe_bytes; /* sent to the other stages */
 } train_world;
 
 static void train_world_fini(train_world *w)
 {
+    fed_coll_free(w->stage_coll); /* before the world's, which finalizes MPI */
+    fed_coll_free(w->coll);
     fed_crypto_keystream_wipe(&w->csprng);
     fed_dp_account_free(w->acct);
     fed_store_close(w->st);
@@ -371,6 +398,11 @@ static void print_header(const train_cfg *c, const train_world *w, const fed_opt
     if (c->accumulate > 1)
         printf(" (accumulated over %d micro-batches of up to %d)", c->accumulate,
                fed_trainer_micro_batch(c->batch, c->accumulate));
+    if (c->micro_batches > 1 || w->S > 1)
+        printf(" (GPipe: %d micro-batch%s of up to %d, %d stage%s x %d replica%s)",
+               c->micro_batches, c->micro_batches == 1 ? "" : "es",
+               fed_trainer_micro_batch(c->batch, c->micro_batches), w->S, w->S == 1 ? "" : "s",
+               w->D, w->D == 1 ? "" : "s");
     if (c->recompute > 1)
         printf(" recompute %d", c->recompute);
     if (strcmp(c->precision, "fp32"))
@@ -477,8 +509,11 @@ static int run_epochs(const train_cfg *c, train_world *w, fed_rng *shuffle)
             progress_clear();
         if (err != FED_OK)
             return fail("training", err);
-        if (w->test && (err = fed_train_evaluate_all(w->m, w->test, &te)) != FED_OK)
+        if (w->test && (err = w->S > 1 ? fed_trainer_pipe_evaluate(w->t, w->test, &te)
+                                       : fed_train_evaluate_all(w->m, w->test, &te)) != FED_OK)
             return fail("evaluating", err);
+        if (w->coll && fed_coll_rank(w->coll) != 0)
+            continue; /* rank 0 reports */
         printf("epoch %3d/%d  loss %.4f", e, c->epochs, tr.loss_sum / (double)tr.samples);
         if (!fed_model_regression(w->m)) /* mse has no accuracy: its loss is the MSE */
             printf("  train_acc %.4f", (double)tr.correct / (double)tr.samples);
@@ -566,6 +601,177 @@ static int resume(const train_cfg *c, train_world *w, fed_rng *shuffle)
     return 0;
 }
 
+/* ---- --pipeline-stages: a model in stages over MPI ranks ---- */
+
+/* The pipe of fed_trainer_new_stage: stage peer of this rank's replica. */
+enum { PIPE_TAG = 1, PIPE_TAG_PARAMS = 2 };
+
+static fed_err pipe_send(void *ctx, int peer, const float *buf, size_t n)
+{
+    train_world *w = ctx;
+    double t0 = now_s();
+    fed_err e = fed_coll_send(w->coll, w->replica * w->S + peer, PIPE_TAG, buf, n);
+
+    w->pipe_wait_s += now_s() - t0;
+    w->pipe_bytes += n * sizeof *buf;
+    return e;
+}
+
+static fed_err pipe_recv(void *ctx, int peer, float *buf, size_t n)
+{
+    train_world *w = ctx;
+    double t0 = now_s();
+    fed_err e = fed_coll_recv(w->coll, w->replica * w->S + peer, PIPE_TAG, buf, n);
+
+    w->pipe_wait_s += now_s() - t0;
+    return e;
+}
+
+/* A stage's gradient summed over its D replicas, in replica order. */
+static fed_err pipe_reduce(void *ctx, float *buf, size_t n)
+{
+    return fed_coll_allreduce_sum(ctx, buf, n);
+}
+
+/* What a pipeline does not take, named; 0 when none. */
+static int pipe_refusals(const train_cfg *c)
+{
+    const char *what = c->dp_sgd ? "--dp-sgd (per-sample norms need every layer at once)"
+                     : c->recompute > 1 ? "--recompute (a stage recomputes its forward already)"
+                     : strcmp(c->precision, "fp32") ? "--precision bf16 (not measured against "
+                                                      "the fp32 reference yet)"
+                     : c->accumulate > 1 ? "--accumulate (give --micro-batches)"
+                     : c->db[0] ? "--db (a checkpoint of one stage is not the model)"
+                     : c->onnx ? "an .onnx --model (its weights load into a whole model)"
+                     : strcmp(c->augment, "none") && c->augment[0] ? "--augment"
+                     : NULL;
+
+    if (!what)
+        return 0;
+    fed_cli_error("train: --pipeline-stages %d%s does not go with %s", c->pipeline_stages,
+                  fed_coll_mpi_launched() ? " under mpirun" : "", what);
+    return 2;
+}
+
+/* Under mpirun: MPI opened, the ranks laid out as D replicas of S stages
+ * (S = 1: D replicas of the whole model) and the split planned; nothing
+ * for one process. */
+static int pipe_open(const train_cfg *c, train_world *w, fed_model_shape in)
+{
+    const char *spec = c->graph ? c->graph : c->model;
+    char why[320];
+    int R;
+    fed_err err;
+
+    w->S = c->pipeline_stages;
+    w->D = 1;
+    if (w->S == 1 && !fed_coll_mpi_launched())
+        return 0; /* one process */
+    if (!fed_coll_mpi_launched() || !fed_coll_mpi_built()) {
+        fed_cli_error("train: --pipeline-stages %d runs one stage a process: start it as "
+                      "mpirun -np %d (or a multiple: replicas) fednode train ...%s", w->S, w->S,
+                      fed_coll_mpi_built() ? "" : " with a fednode built with MPI (mpicc)");
+        return 2;
+    }
+    if ((err = fed_coll_mpi_open(NULL, NULL, &w->coll)) != FED_OK)
+        return fail("MPI", err);
+    fed_coll_set_timeout(w->coll, (uint32_t)c->mpi_timeout_ms);
+    R = fed_coll_size(w->coll);
+    if (R % w->S != 0) {
+        fed_cli_error("train: --pipeline-stages %d under mpirun -np %d: the ranks must be a "
+                      "multiple of the stages (S x D, D replicas)", w->S, R);
+        return 2;
+    }
+    w->D = R / w->S;
+    w->stage = fed_coll_rank(w->coll) % w->S;
+    w->replica = fed_coll_rank(w->coll) / w->S;
+    if ((err = fed_pipe_plan(spec, in, w->S, w->split, why, sizeof why)) != FED_OK) {
+        fed_cli_error("train: %s", why);
+        return 2;
+    }
+    /* (S = 1: every rank a replica of the whole model, data parallel) */
+    if (w->D > 1 && (err = fed_coll_split(w->coll, w->stage, w->replica, &w->stage_coll)) !=
+                        FED_OK)
+        return fail("MPI (the stage's replicas)", err);
+    return 0;
+}
+
+/* Each rank's stage and the parameter bytes it holds, one line a rank. */
+static void pipe_report(const train_world *w)
+{
+    const fed_pipe_stage *st = &w->split[w->stage];
+    size_t np = fed_model_nparams(w->m), total = w->split[w->S - 1].p_hi;
+
+    printf("# rank %d: stage %d of %d (replica %d of %d), layers %d-%d, %zu parameters, "
+           "%zu parameter bytes (%.1f%% of the model's %zu)\n", fed_coll_rank(w->coll),
+           w->stage, w->S, w->replica, w->D, st->lo, st->hi - 1, np, np * sizeof(float),
+           100.0 * (double)np / (double)total, total * sizeof(float));
+    fflush(stdout);
+}
+
+/* After training: how long this stage stood in the pipe (waiting for a
+ * neighbour, or moving its bytes) of the time it trained, and the bytes it
+ * sent a step: the measured bubble (bench/bench_pipeline.sh reads it). */
+static void pipe_timing(const train_world *w, double train_s, long steps)
+{
+    if (w->S <= 1 || steps <= 0 || train_s <= 0)
+        return;
+    printf("# rank %d: stage %d: in the pipe %.3f s of %.3f s training (%.1f%%), %.0f bytes "
+           "sent a step over %ld steps\n", fed_coll_rank(w->coll), w->stage, w->pipe_wait_s,
+           train_s, 100.0 * w->pipe_wait_s / train_s, (double)w->pipe_bytes / (double)steps,
+           steps);
+    fflush(stdout);
+}
+
+/* --out under a pipeline: replica 0's stages send their parameters to rank
+ * 0, which lays them end to end in a whole model and saves it. */
+static int pipe_save(const train_cfg *c, train_world *w, fed_model_shape in)
+{
+    fed_model *whole = NULL;
+    float *all = NULL;
+    size_t total = w->split[w->S - 1].p_hi;
+    fed_err err = FED_OK;
+    int rc = 1;
+
+    if (w->replica != 0)
+        return 0;
+    if (w->stage != 0) {
+        float *mine = fed_malloc(fed_model_nparams(w->m) * sizeof *mine + 1);
+
+        if (!mine)
+            return fail("--out", FED_ERR_NOMEM);
+        if ((err = fed_model_get_params(w->m, mine)) == FED_OK)
+            err = fed_coll_send(w->coll, 0, PIPE_TAG_PARAMS, mine,
+                                fed_model_nparams(w->m));
+        fed_free(mine);
+        return err == FED_OK ? 0 : fail("--out (to rank 0)", err);
+    }
+    if (!(all = fed_malloc(total * sizeof *all)) ||
+        (err = fed_model_get_params(w->m, all)) != FED_OK) {
+        rc = fail("--out", all ? err : FED_ERR_NOMEM);
+        goto out;
+    }
+    for (int s = 1; s < w->S; s++)
+        if ((err = fed_coll_recv(w->coll, s, PIPE_TAG_PARAMS, all + w->split[s].p_lo,
+                                 w->split[s].p_hi - w->split[s].p_lo)) != FED_OK) {
+            rc = fail("--out (from the stages)", err);
+            goto out;
+        }
+    if ((err = fed_model_new(c->graph ? c->graph : c->model, in, w->be, NULL, 1, 1, &whole)) !=
+            FED_OK ||
+        (err = fed_model_set_params(whole, all)) != FED_OK ||
+        (err = fed_model_save(whole, c->out)) != FED_OK) {
+        rc = fail(c->out, err);
+        goto out;
+    }
+    printf("# saved %s (%zu parameters, from %d stages)\n", c->out, total, w->S);
+    rc = 0;
+out:
+    fed_model_free(whole);
+    fed_free(all);
+    return rc;
+}
+
 static int train_main(const train_cfg *c, int argc, char **argv)
 {
     train_world w = {0};
@@ -576,10 +782,21 @@ static int train_main(const train_cfg *c, int argc, char **argv)
     fed_model_shape in;
     double noise = 0;
     int shard = 0, k = 1, threads = c->threads ? c->threads : fed_cli_online_cores(), rc;
+    int acc = c->micro_batches > 1 ? c->micro_batches : c->accumulate;
+    fed_train_pipe pipe = {0, 1, pipe_send, pipe_recv, &w};
     fed_err err;
 
     if ((rc = check_train_cfg(c, &oc, &shard, &k)) != 0)
         return rc;
+    if ((c->pipeline_stages > 1 || fed_coll_mpi_launched()) && (rc = pipe_refusals(c)) != 0)
+        return rc;
+    if (c->micro_batches > c->batch || (c->micro_batches > 1 && c->accumulate > 1)) {
+        fed_cli_error("train: --micro-batches %d: %s", c->micro_batches,
+                      c->accumulate > 1 ? "--accumulate is the same, in the plain order: give "
+                                          "one of them" : "more micro-batches than --batch's "
+                                                          "samples");
+        return 2;
+    }
     fed_cli_maybe_reexec("train", argc, argv);
     if ((rc = open_db(c, &w)) != 0)
         goto out;
@@ -635,10 +852,16 @@ static int train_main(const train_cfg *c, int argc, char **argv)
         rc = fail("thread pool", err);
         goto out;
     }
-    if ((err = fed_model_new(c->graph ? c->graph : c->model, in, w.be, w.pool, threads,
-                             c->dp_sgd ? c->batch + (int)(6 * sqrt(c->batch)) + 8
-                                       : fed_trainer_micro_batch(c->batch, c->accumulate),
-                             &w.m)) != FED_OK) {
+    if ((rc = pipe_open(c, &w, in)) != 0)
+        goto out;
+    if ((err = w.S > 1
+                   ? fed_model_new_stage(c->graph ? c->graph : c->model, in, w.split[w.stage].lo,
+                                         w.split[w.stage].hi, w.be, w.pool, threads,
+                                         fed_trainer_micro_batch(c->batch, acc), &w.m)
+                   : fed_model_new(c->graph ? c->graph : c->model, in, w.be, w.pool, threads,
+                                   c->dp_sgd ? c->batch + (int)(6 * sqrt(c->batch)) + 8
+                                             : fed_trainer_micro_batch(c->batch, acc),
+                                   &w.m)) != FED_OK) {
         rc = fail(c->model, err);
         goto out;
     }
@@ -669,12 +892,16 @@ static int train_main(const train_cfg *c, int argc, char **argv)
     }
     fed_rng_seed_stream(&init, c->seed, 0);
     fed_rng_seed_stream(&shuffle, c->seed, 1);
+    pipe.stage = w.stage;
+    pipe.stages = w.S;
     if ((err = fed_optim_sched_of_run(c->schedule, c->epochs, c->lr_warmup,
-                                      fed_train_batches(w.nidx, c->batch), &oc)) != FED_OK ||
+                                      fed_train_batches(w.nidx, c->batch * w.D), &oc)) != FED_OK ||
         (err = fed_model_init(w.m, &init)) != FED_OK ||
         (err = fed_optim_new(&oc, w.m, &w.o)) != FED_OK ||
-        (err = fed_trainer_new_acc(w.m, w.o, w.train, c->batch, c->accumulate, &w.t)) !=
-            FED_OK) {
+        (err = w.S > 1 ? fed_trainer_new_stage(w.m, w.o, w.train, c->batch, acc, &pipe, &w.t)
+                       : fed_trainer_new_acc(w.m, w.o, w.train, c->batch, acc, &w.t)) != FED_OK ||
+        (w.D > 1 && (err = fed_trainer_set_ranks(w.t, w.replica, w.D, pipe_reduce,
+                                                 w.stage_coll)) != FED_OK)) {
         rc = fail("setting up", err);
         goto out;
     }
@@ -707,12 +934,24 @@ static int train_main(const train_cfg *c, int argc, char **argv)
         rc = fail("--partition", err);
         goto out;
     }
-    print_header(c, &w, &oc, threads);
+    fed_trainer_set_gpipe_order(w.t, c->micro_batches > 1);
+    if (!w.coll || fed_coll_rank(w.coll) == 0)
+        print_header(c, &w, &oc, threads);
+    if (w.coll)
+        pipe_report(&w);
     if ((rc = resume(c, &w, &shuffle)) != 0)
         goto out;
-    if ((rc = run_epochs(c, &w, &shuffle)) != 0)
-        goto out;
-    if (c->out[0]) {
+    {
+        double t0 = now_s();
+
+        if ((rc = run_epochs(c, &w, &shuffle)) != 0)
+            goto out;
+        pipe_timing(&w, now_s() - t0, fed_optim_steps(w.o));
+    }
+    if (c->out[0] && w.S > 1) {
+        if ((rc = pipe_save(c, &w, in)) != 0)
+            goto out;
+    } else if (c->out[0] && (!w.coll || fed_coll_rank(w.coll) == 0)) {
         if ((err = fed_model_save(w.m, c->out)) != FED_OK) {
             rc = fail(c->out, err);
             goto out;
@@ -721,6 +960,10 @@ static int train_main(const train_cfg *c, int argc, char **argv)
     }
     rc = 0;
 out:
+    if (rc != 0 && w.coll) { /* the other stages wait on this one: end the job */
+        fflush(stdout);
+        fed_coll_abort(w.coll, rc);
+    }
     train_world_fini(&w);
     return rc;
 }

@@ -64,6 +64,7 @@ typedef struct layer {
     size_t aux_numel;         /* floats of the layer's own per step (ws.aux; batchnorm:
                                  the batch's mean and variance) */
     float eps, momentum;      /* batchnorm */
+    int t_lo, t_hi;           /* its tensors: the plan's [t_lo, t_hi) */
 } layer;
 
 /* One node of a graph as a preset (or a model file) states it: its kind,
@@ -107,6 +108,10 @@ typedef struct plan {
        the graph has no embedding */
     uint8_t *cat;
     int features;
+    int stage_lo, stage_hi, stage_of; /* a pipeline stage's slice (plan_stage); 0 0 0 */
+    layer *pre;     /* (stage_lo) the layers before the stage, each at offset 0 of its
+                       own tensors: what the stage's init draws past */
+    size_t pre_max; /* floats of the largest of them */
 } plan;
 
 
@@ -203,6 +208,8 @@ typedef struct workspace {
     float **g;                  /* per layer but the last: (max_batch, out_numel), the
                                    gradient of its output, from every layer taking it */
     float *gx;                  /* (max_batch, max out_numel): a gradient to be added */
+    float *gin;                 /* a pipeline stage after the first: (max_batch, its
+                                   input's values), the gradient of its input */
     float *ones;                /* (max_batch) of 1.0: bias gradients as a GEMM */
     float *zeros;               /* (max out_c of a bias-free layer) of 0.0: its bias */
     float *dcol[MAX_SHARDS];    /* (max col_numel) per unit: one image at a time */
@@ -268,6 +275,11 @@ typedef struct step_run {
        to the buffer when accumulate */
     int dp, accumulate;
     float dp_clip, dp_scale;
+    /* a pipeline stage (fed_model_stage_*): the gradient of its output
+       (n, nlogits) that replaces the loss of a stage before the last, and
+       whether the running statistics stay as they are (its forward pass) */
+    const float *ext_dy;
+    int no_running;
     int off[MAX_SHARDS], n[MAX_SHARDS];
     double loss[MAX_SHARDS];
     int correct[MAX_SHARDS];
@@ -322,7 +334,18 @@ struct fed_model {
        it whose GEMMs round their operands to bf16; owned) */
     fed_backend *gemm_be;
     fed_backend *bf16;
+    /* a pipeline stage (fed_model_new_stage): layers [stage_lo, stage_hi)
+       of a graph of stage_of layers; stage_of 0: a whole model */
+    int stage_lo, stage_hi, stage_of;
+    layer *pre;     /* (stage_lo) plan.pre: the layers init draws past */
+    size_t pre_max;
 };
+
+/* A stage that ends before the graph's last layer: no loss of its own. */
+static int stage_mid(const fed_model *m)
+{
+    return m->stage_of && m->stage_hi < m->stage_of;
+}
 
 /* Layer l's input rows: its source layer's output, or the model's input. */
 static const float *layer_in(const fed_model *m, int l)
@@ -343,6 +366,7 @@ static int batch_rows(const fed_model *m)
 
 static void plan_fini(plan *p)
 {
+    fed_free(p->pre);
     fed_free(p->layers);
     fed_free(p->tensors);
     fed_free(p->cat);
@@ -773,6 +797,8 @@ static fed_err plan_graph(const node_desc *nodes, int count, fed_model_shape in,
 
             ly->src = p->cur_src;
             ly->src2 = nd->ops->input2_grads ? p->cur_other : -1;
+            ly->t_lo = nt0;
+            ly->t_hi = p->ntensors;
             if (ly->src >= 0)
                 taken[ly->src] = 1;
             if (ly->src2 >= 0)
@@ -1703,6 +1729,7 @@ static void ws_fini(fed_model *m, workspace *w)
     fed_free(w->slots);
     fed_free(w->borrowed);
     dev_free(be, w->gx);
+    dev_free(be, w->gin);
     dev_free(be, w->ones);
     dev_free(be, w->zeros);
     for (int u = 0; u < MAX_SHARDS; u++) {
@@ -1777,6 +1804,12 @@ static fed_err ws_init(fed_model *m, workspace *w)
         if (!ws_borrows(m, l, WS_G) &&
             (err = ws_alloc(m, cap * m->layers[l].out_numel * sizeof(float), &w->g[l])))
             return err;
+    if (m->stage_lo > 0) { /* the input's gradient, which the layers reading it add up */
+        if (feat > maxout)
+            maxout = feat;
+        if ((err = ws_alloc(m, cap * feat * sizeof(float), &w->gin)))
+            return err;
+    }
     if ((err = ws_alloc(m, cap * maxout * sizeof(float), &w->gx)))
         return err;
     return ws_slots(m, cap);
@@ -1905,6 +1938,12 @@ static fed_err model_build(plan *p, fed_model_shape in, fed_backend *be, fed_poo
     m->tensors = p->tensors;
     m->nparams = p->nparams;
     m->cat = p->cat;
+    m->stage_lo = p->stage_lo;
+    m->stage_hi = p->stage_hi;
+    m->stage_of = p->stage_of;
+    m->pre = p->pre;
+    m->pre_max = p->pre_max;
+    p->pre = NULL;
     p->layers = NULL;
     p->tensors = NULL;
     p->cat = NULL;
@@ -1988,6 +2027,7 @@ void fed_model_free(fed_model *m)
         m->bf16->destroy(m->bf16);
     fed_free(m->run.sched);
     fed_free(m->layers);
+    fed_free(m->pre);
     fed_free(m->tensors);
     fed_free(m->cat);
     fed_free(m->graph);
@@ -2104,6 +2144,18 @@ fed_err fed_model_init(fed_model *m, fed_rng *rng)
 
     if (!host)
         return FED_ERR_NOMEM;
+    if (m->stage_lo > 0) { /* a stage: the draws of the layers before it, thrown away */
+        float *skip = fed_malloc((m->pre_max ? m->pre_max : 1) * sizeof(float));
+
+        if (!skip) {
+            fed_free(host);
+            return FED_ERR_NOMEM;
+        }
+        for (int l = 0; l < m->stage_lo; l++)
+            if (m->pre[l].ops->init)
+                m->pre[l].ops->init(&m->pre[l], skip, rng);
+        fed_free(skip);
+    }
     for (int l = 0; l < m->nlayers; l++)
         if (m->layers[l].ops->init)
             m->layers[l].ops->init(&m->layers[l], host, rng);
@@ -3128,10 +3180,12 @@ static void bn_stats(fed_model *m, int l, int u, int n)
     int c0 = (int)((long)C * u / S), c1 = (int)((long)C * (u + 1) / S);
     float *st = m->ws.aux[l], *run = m->params + ly->st_off;
 
+    if (m->run.no_running) /* a pipeline stage's forward: its backward updates them */
+        run = NULL;
     if (c0 < c1)
         m->be->bn_stats(m->be, layer_in(m, l), n, C, bn_hw(ly), c0, c1, st, st + C, run,
-                        run + C, ly->momentum);
-    if (u == 0 && (long)n * bn_hw(ly) > 1) /* num_batches_tracked */
+                        run ? run + C : NULL, ly->momentum);
+    if (run && u == 0 && (long)n * bn_hw(ly) > 1) /* num_batches_tracked */
         m->be->axpy(m->be, 1, 1.0f, m->ws.ones, run + 2 * C);
 }
 
@@ -3281,8 +3335,10 @@ static const layer_ops *kind_of_letter(char letter)
     return NULL;
 }
 
-/* Input gradient of layer l > 0 for rows [off, off + n), into dx, then
- * masked by the ReLU of layer l - 1. */
+/* Input gradients of layer l for rows [off, off + n), into its sources'
+ * gradient buffers (written by the first, added by the others, masked by
+ * the source's ReLU by the last); the model's input has none, a pipeline
+ * stage's input the buffer ws.gin. */
 static void input_grads(fed_model *m, int l, int u, const float *dy, int off, int n)
 {
     fed_backend *be = m->be;
@@ -3290,24 +3346,28 @@ static void input_grads(fed_model *m, int l, int u, const float *dy, int off, in
 
     for (int e = 0; e < 2; e++) {
         int t = e ? ly->src2 : ly->src;
-        const layer *src;
-        size_t at, cnt;
-        float *to;
+        size_t numel, at, cnt;
+        float *to, *gt;
 
-        if (t < 0)
-            continue; /* the model's input, or no second input */
-        src = &m->layers[t];
-        at = (size_t)off * src->out_numel;
-        cnt = (size_t)n * src->out_numel;
-        to = ly->first_w[e] ? m->ws.g[t] : m->ws.gx; /* its rows of gx, to be added */
+        if (e && !ly->ops->input2_grads)
+            continue; /* no second input */
+        if (t < 0 && !m->ws.gin)
+            continue; /* the model's input */
+        /* a stage's input: its gradient goes back to the stage before,
+           whose last layer applies its own relu mask */
+        numel = t < 0 ? (size_t)m->in.c * m->in.h * m->in.w : (size_t)m->layers[t].out_numel;
+        gt = t < 0 ? m->ws.gin : m->ws.g[t];
+        at = (size_t)off * numel;
+        cnt = (size_t)n * numel;
+        to = ly->first_w[e] ? gt : m->ws.gx; /* its rows of gx, to be added */
         if (e == 0)
             ly->ops->input_grads(m, l, u, dy, to, off, n);
         else
             ly->ops->input2_grads(m, l, dy, to, off, n);
         if (!ly->first_w[e])
-            be->axpy(be, cnt, 1.0f, m->ws.gx + at, m->ws.g[t] + at);
-        if (ly->last_w[e] && src->relu)
-            be->relu_bwd(be, m->ws.g[t] + at, m->ws.act[t] + at, cnt);
+            be->axpy(be, cnt, 1.0f, m->ws.gx + at, gt + at);
+        if (t >= 0 && ly->last_w[e] && m->layers[t].relu)
+            be->relu_bwd(be, gt + at, m->ws.act[t] + at, cnt);
     }
 }
 
@@ -3424,6 +3484,16 @@ static void forward_rows(fed_model *m, int u, int from, int to)
     if (to <= last)
         return;
     logits = m->ws.act[last] + (size_t)off * C;
+    if (stage_mid(m)) { /* no loss: the next stage's gradient of the output, masked by
+                           its relu as input_grads masks a source's */
+        const float *dy = r->ext_dy ? r->ext_dy + (size_t)off * C : NULL;
+
+        r->loss[u] = 0.0;
+        r->correct[u] = 0;
+        for (size_t k = 0; r->train && dy && k < (size_t)n * C; k++)
+            logits[k] = m->layers[last].relu && !(logits[k] > 0.0f) ? 0.0f : dy[k];
+        return;
+    }
     if (m->loss == LOSS_MSE) {
         r->correct[u] = 0; /* no classes */
         mse_loss(logits, m->ws.t + (size_t)off * C, n, C, r->train ? &r->grad_scale : NULL,
@@ -3572,7 +3642,7 @@ static void run_unit(fed_model *m, int ph, int u)
         return;
     }
     weight_grads(m, l, u, dy, ntotal);
-    if (l > 0 && r->n[u] > 0 && !m->layers[l].ops->input_after_weights)
+    if ((l > 0 || m->ws.gin) && r->n[u] > 0 && !m->layers[l].ops->input_after_weights)
         input_grads(m, l, u, dy, r->off[u], r->n[u]);
     if (!r->update)
         return;
@@ -3861,7 +3931,7 @@ static void schedule(fed_model *m)
     int k = 0, from = 0, L = m->nlayers;
 
     s[k++] = (phase){PH_FWD, 0, 0}; /* the upload, then layers [0, ...) */
-    if (m->shards > 1 && m->layers[0].ops->forward_cols) {
+    if (m->shards > 1 && m->layers[0].ops->forward_cols && m->stage_lo == 0) {
         s[k++] = (phase){PH_COLS, 0, 0};
         s[k++] = (phase){PH_FWD, 1, 1};
         from = 1;
@@ -3879,7 +3949,7 @@ static void schedule(fed_model *m)
         int l = m->bseq ? m->bseq[i] : L - 1 - i; /* < 0: --recompute's segment */
 
         s[k++] = (phase){PH_BWD, l, 0};
-        if (l > 0 && m->layers[l].ops->input_after_weights)
+        if ((l > 0 || m->ws.gin) && m->layers[l].ops->input_after_weights)
             s[k++] = (phase){PH_BWD_IN, l, 0};
     }
     r->nphases = k;
@@ -4137,4 +4207,247 @@ fed_err fed_model_predict(fed_model *m, const fed_batch *b, fed_step_stats *st, 
 fed_err fed_model_evaluate(fed_model *m, const fed_batch *b, fed_step_stats *st)
 {
     return fed_model_predict(m, b, st, NULL);
+}
+
+/* ------------------------------------------------- pipeline stages -- */
+
+/* Whether a stage may begin at layer c (0 < c < L): every layer from c on
+ * takes layer c - 1's output or a later one's, so exactly one tensor
+ * crosses the cut (a residual's source is never left behind). */
+static int cut_ok(const plan *p, int c)
+{
+    for (int l = c; l < p->nlayers; l++)
+        for (int e = 0; e < 2; e++) {
+            const layer *ly = &p->layers[l];
+
+            if (e && !ly->ops->input2_grads)
+                continue;
+            if ((e ? ly->src2 : ly->src) < c - 1)
+                return 0;
+        }
+    return 1;
+}
+
+/* Where layer l's tensors end in the flat buffer. */
+static size_t layer_p_end(const plan *p, int l)
+{
+    int t = p->layers[l].t_hi;
+
+    return t < p->ntensors ? p->tensors[t].offset : p->nparams;
+}
+
+fed_err fed_model_spec_layers(const char *spec, fed_model_shape in, fed_model_layer_cost **out,
+                              int *count)
+{
+    plan p;
+    char why[256], id[FED_MODEL_SPEC_MAX];
+    fed_model_layer_cost *c = NULL;
+    fed_err err;
+
+    *out = NULL;
+    *count = 0;
+    if ((err = make_plan(spec, in, &p, id, why, sizeof why)) != FED_OK) {
+        fed_log(FED_LOG_ERROR, "%s", why);
+        goto out;
+    }
+    if (!(c = fed_calloc((size_t)p.nlayers, sizeof *c))) {
+        err = FED_ERR_NOMEM;
+        goto out;
+    }
+    for (int l = 0; l < p.nlayers; l++) {
+        const layer *ly = &p.layers[l];
+
+        snprintf(c[l].name, sizeof c[l].name, "%s", ly->name);
+        snprintf(c[l].kind, sizeof c[l].kind, "%s", ly->ops->kind);
+        c[l].flops = ly->ops->flops(ly, l == 0);
+        c[l].p_end = layer_p_end(&p, l);
+        c[l].out_numel = (size_t)ly->out_numel;
+        c[l].cut_after = l + 1 < p.nlayers && cut_ok(&p, l + 1);
+        c[l].random = ly->ops->random;
+    }
+    *out = c;
+    *count = p.nlayers;
+    c = NULL;
+out:
+    fed_free(c);
+    plan_fini(&p);
+    return err;
+}
+
+/* Layer ly's tensors' offsets base floats lower. */
+static void layer_shift(layer *ly, size_t base)
+{
+    if (ly->w_numel)
+        ly->w_off -= base;
+    if (ly->b_numel)
+        ly->b_off -= base;
+    if (ly->ops->stats)
+        ly->st_off -= base;
+}
+
+fed_err fed_model_spec_tensors(const char *spec, fed_model_shape in, fed_tensor_info **out,
+                               int *count)
+{
+    plan p;
+    char why[256], id[FED_MODEL_SPEC_MAX];
+    fed_err err;
+
+    *out = NULL;
+    *count = 0;
+    if ((err = make_plan(spec, in, &p, id, why, sizeof why)) != FED_OK)
+        fed_log(FED_LOG_ERROR, "%s", why);
+    else if (!(*out = fed_malloc(((size_t)p.ntensors + 1) * sizeof **out)))
+        err = FED_ERR_NOMEM;
+    else {
+        memcpy(*out, p.tensors, (size_t)p.ntensors * sizeof **out);
+        *count = p.ntensors;
+    }
+    plan_fini(&p);
+    return err;
+}
+
+/* p (the whole graph's plan) cut down to layers [lo, hi): sources before
+ * lo become the stage's input (-1), the tensors and offsets those of the
+ * slice, the input shape *in that of layer lo - 1's output. The layers keep
+ * the whole plan's writer flags: every layer taking the cut tensor is in
+ * the slice, so the order in which they write its gradient is the same. */
+static fed_err plan_stage(plan *p, int lo, int hi, fed_model_shape *in, char *why, size_t cap)
+{
+    int L = p->nlayers, t_lo, t_hi;
+    size_t p_lo, p_hi;
+
+    if (lo < 0 || hi > L || lo >= hi)
+        return fed_err_why(why, cap, FED_ERR_INVAL, "model '%s': stage [%d, %d) of %d layers",
+                           p->spec, lo, hi, L);
+    for (int c = 0; c < 2; c++) {
+        int at = c ? hi : lo;
+
+        if (at > 0 && at < L && !cut_ok(p, at))
+            return fed_err_why(why, cap, FED_ERR_SPEC,
+                               "model '%s': a stage cannot begin at layer %d ('%s'): a later "
+                               "layer takes an output from before it (a residual): cut "
+                               "between blocks", p->spec, at, p->layers[at].name);
+    }
+    for (int l = 0; l < L; l++)
+        if (p->layers[l].ops->random)
+            return fed_err_why(why, cap, FED_ERR_UNSUPPORTED,
+                               "model '%s': layer '%s' (%s): its masks follow the training "
+                               "step count, which a stage's second forward would move on; "
+                               "pipeline stages do not take dropout", p->spec,
+                               p->layers[l].name, p->layers[l].ops->kind);
+    if (lo > 0 && !(p->pre = fed_calloc((size_t)lo, sizeof *p->pre)))
+        return fed_err_why(why, cap, FED_ERR_NOMEM, "model: out of memory");
+    for (int l = 0; l < lo; l++) { /* each at offset 0 of a buffer of its own */
+        layer *ly = &p->pre[l];
+        size_t base = p->layers[l].t_lo < p->ntensors ? p->tensors[p->layers[l].t_lo].offset
+                                                      : p->nparams;
+
+        *ly = p->layers[l];
+        layer_shift(ly, base);
+        if (layer_p_end(p, l) - base > p->pre_max)
+            p->pre_max = layer_p_end(p, l) - base;
+    }
+    t_lo = p->layers[lo].t_lo;
+    t_hi = p->layers[hi - 1].t_hi;
+    p_lo = t_lo < p->ntensors ? p->tensors[t_lo].offset : p->nparams;
+    p_hi = layer_p_end(p, hi - 1);
+    if (lo > 0) {
+        const layer *prev = &p->layers[lo - 1];
+
+        in->c = prev->out_c;
+        in->h = prev->out_h;
+        in->w = prev->out_w;
+        fed_free(p->cat); /* only the first stage reads the input row */
+        p->cat = NULL;
+    }
+    memmove(p->layers, p->layers + lo, (size_t)(hi - lo) * sizeof *p->layers);
+    p->nlayers = hi - lo;
+    for (int l = 0; l < p->nlayers; l++) {
+        layer *ly = &p->layers[l];
+
+        ly->src = ly->src >= lo ? ly->src - lo : -1;
+        if (ly->ops->input2_grads)
+            ly->src2 = ly->src2 >= lo ? ly->src2 - lo : -1;
+        layer_shift(ly, p_lo);
+        ly->t_lo -= t_lo;
+        ly->t_hi -= t_lo;
+    }
+    memmove(p->tensors, p->tensors + t_lo, (size_t)(t_hi - t_lo) * sizeof *p->tensors);
+    p->ntensors = t_hi - t_lo;
+    for (int t = 0; t < p->ntensors; t++)
+        p->tensors[t].offset -= p_lo;
+    p->nparams = p_hi - p_lo;
+    p->stage_lo = lo;
+    p->stage_hi = hi;
+    p->stage_of = L;
+    return FED_OK;
+}
+
+fed_err fed_model_new_stage(const char *spec, fed_model_shape in, int lo, int hi,
+                            fed_backend *be, fed_pool *pool, int shards, int max_batch,
+                            fed_model **out)
+{
+    plan p;
+    char why[320], id[FED_MODEL_SPEC_MAX];
+    fed_err err;
+
+    *out = NULL;
+    if (!be || max_batch < 1 || max_batch > (1 << 20) || shards < 1 || shards > MAX_SHARDS)
+        return FED_ERR_INVAL;
+    if (!(be->caps & FED_BACKEND_CAP_HOST_MEMORY)) {
+        fed_log(FED_LOG_ERROR, "model: pipeline stages run on a backend with host memory (the "
+                "CPU); the %s backend has none", be->name);
+        return FED_ERR_UNSUPPORTED;
+    }
+    err = make_plan(spec, in, &p, id, why, sizeof why);
+    if (err == FED_OK)
+        err = plan_stage(&p, lo, hi, &in, why, sizeof why);
+    if (err != FED_OK)
+        fed_log(FED_LOG_ERROR, "%s", why);
+    else
+        err = model_build(&p, in, be, pool, shards, max_batch, out);
+    plan_fini(&p);
+    return err;
+}
+
+int fed_model_stage_layers(const fed_model *m, int *lo, int *hi)
+{
+    *lo = m->stage_lo;
+    *hi = m->stage_of ? m->stage_hi : m->nlayers;
+    return m->stage_of ? m->stage_of : m->nlayers;
+}
+
+fed_err fed_model_stage_forward(fed_model *m, const fed_batch *b, int train, float *out,
+                                fed_step_stats *st)
+{
+    fed_err err = check_batch(m, b, m->max_batch);
+
+    assert(m->stage_of);
+    if (err != FED_OK)
+        return err;
+    m->run.no_running = train;
+    m->run.ext_dy = NULL;
+    err = run_batch(m, b, train ? RUN_FORWARD_TRAIN : RUN_EVAL, NULL, NULL, st);
+    m->run.no_running = 0;
+    if (err == FED_OK && out)
+        err = m->be->download(m->be, out, m->ws.act[m->nlayers - 1],
+                              (size_t)b->n * m->nlogits * sizeof(float));
+    return err;
+}
+
+fed_err fed_model_stage_backward(fed_model *m, const fed_batch *b, const float *dy, float *dx,
+                                 fed_step_stats *st)
+{
+    fed_err err = check_batch(m, b, m->max_batch);
+
+    assert(m->stage_of && !dy == !stage_mid(m) && !dx == !m->ws.gin);
+    if (err != FED_OK)
+        return err;
+    m->run.ext_dy = dy;
+    err = run_batch(m, b, RUN_TRAIN, NULL, NULL, st);
+    m->run.ext_dy = NULL;
+    if (err == FED_OK && dx)
+        err = m->be->download(m->be, dx, m->ws.gin,
+                              (size_t)b->n * m->in.c * m->in.h * m->in.w * sizeof(float));
+    return err;
 }

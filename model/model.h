@@ -463,4 +463,57 @@ int fed_model_predict_width(const fed_model *m);
 /* Whether the loss is mse: its batches carry float targets (y_f32). */
 int fed_model_regression(const fed_model *m);
 
+/* ---- pipeline stages (model/pipeline.h: the split and the schedule) ---- */
+
+/* One layer of a spec's plan as a pipeline sees it. */
+typedef struct fed_model_layer_cost {
+    char name[FED_MODEL_NAME_MAX + 1]; /* its node's */
+    char kind[16];
+    double flops;      /* forward + backward per sample (fed_model_flops_per_sample's) */
+    size_t p_end;      /* floats of the flat buffer up to its end (layers [0, l]'s
+                          tensors, batch norm's statistics included) */
+    size_t out_numel;  /* its output's values per sample */
+    int cut_after;     /* a stage may end after it: every later layer takes its output
+                          or a later one's (no residual crosses) */
+    int random;        /* it draws masks (dropout) */
+} fed_model_layer_cost;
+/* The layers of spec for inputs in, in order, into *out (count of them;
+ * the caller frees *out with fed_free). */
+FED_WUR fed_err fed_model_spec_layers(const char *spec, fed_model_shape in,
+                                      fed_model_layer_cost **out, int *count);
+/* The tensor table of spec for inputs in (what fed_model_tensors gives of
+ * the whole model), without building it: *out (count entries), the
+ * caller's to fed_free. */
+FED_WUR fed_err fed_model_spec_tensors(const char *spec, fed_model_shape in,
+                                       fed_tensor_info **out, int *count);
+/* A pipeline stage: layers [lo, hi) of spec's graph, built alone: its
+ * parameters (the whole model's floats [p_end(lo - 1), p_end(hi - 1)) in
+ * the same order, so stages' buffers laid end to end are the model's),
+ * gradients and workspace. A stage after the first takes floats, the
+ * output of layer lo - 1 (its shape is the stage's input); a stage before
+ * the last ends without a loss, its output's gradient given to the
+ * backward. Refused: a cut across a residual (FED_ERR_SPEC, naming the
+ * layer), dropout, a backend without host memory (FED_ERR_UNSUPPORTED). */
+FED_WUR fed_err fed_model_new_stage(const char *spec, fed_model_shape in, int lo, int hi,
+                                    fed_backend *be, fed_pool *pool, int shards, int max_batch,
+                                    fed_model **out);
+/* The whole graph's layer count, and the stage's [*lo, *hi) of it (a whole
+ * model: [0, L)). */
+int fed_model_stage_layers(const fed_model *m, int *lo, int *hi);
+/* A stage's forward of b (its x the stage's input: the batch for the first
+ * stage, the previous stage's output as x_f32 for the others; y the
+ * labels): train 1 with the batch's statistics, running statistics left as
+ * they are (its backward updates them), 0 in evaluation; its output (n,
+ * nlogits) into out (may be NULL). The last stage's loss and accuracy
+ * into st (may be NULL). */
+FED_WUR fed_err fed_model_stage_forward(fed_model *m, const fed_batch *b, int train, float *out,
+                                        fed_step_stats *st);
+/* A stage's backward of b: its forward again (running statistics updated
+ * now, once), then the gradients: of the stage's output dy (n, nlogits; a
+ * stage before the last; NULL for the last, whose loss gives it), into the
+ * gradient buffer (the batch's mean, as fed_model_forward_backward) and of
+ * the stage's input into dx (n, input values; NULL for the first stage). */
+FED_WUR fed_err fed_model_stage_backward(fed_model *m, const fed_batch *b, const float *dy,
+                                         float *dx, fed_step_stats *st);
+
 #endif

@@ -22,6 +22,7 @@ struct fed_trainer {
     const fed_dataset *d;
     int batch;          /* samples of one optimizer step (of this rank's share) */
     int accumulate;     /* micro-batches each step's gradient is summed over */
+    int reverse;        /* fed_trainer_set_gpipe_order: micro-batches last to first */
     int micro;          /* the largest micro-batch, ceil(batch / accumulate) */
     float *acc;         /* (nparams) the step's gradient while it is summed; NULL
                            with accumulate 1 */
@@ -44,6 +45,15 @@ struct fed_trainer {
     double noise_std;   /* fed_trainer_set_noise; 0: none */
     fed_rng noise_rng;
     float *noise_x;     /* (max_batch, features): a uint8 batch as floats */
+    /* a pipeline stage (fed_trainer_new_stage): the pipe, and the buffers
+       of what crosses it: each micro-batch's input (stages after the
+       first), the output and its gradient (stages before the last) */
+    int piped;
+    fed_train_pipe pipe;
+    size_t in_numel, out_numel; /* a sample's values in and out of the stage */
+    float *stash;       /* (accumulate, micro, in_numel) */
+    float *out_buf;     /* (micro, out_numel): the output, then its gradient */
+    float *dx;          /* (micro, in_numel) */
 };
 
 /* A model with embeddings: its categorical columns (those they read) are
@@ -95,6 +105,15 @@ static int fits_task(const fed_model *m, const fed_dataset *d)
     return 0;
 }
 
+/* Whether m ends with the whole graph's loss (a whole model, or a
+ * pipeline's last stage): only then are its outputs the task's. */
+static int stage_last(const fed_model *m)
+{
+    int lo, hi;
+
+    return fed_model_stage_layers(m, &lo, &hi) == hi;
+}
+
 long fed_train_batches(size_t n, int batch)
 {
     return batch > 0 ? (long)((n + (size_t)batch - 1) / (size_t)batch) : 0;
@@ -135,7 +154,7 @@ fed_err fed_trainer_new_acc(fed_model *m, fed_optim *o, const fed_dataset *d, in
                 d->shape.classes);
         return FED_ERR_SHAPE;
     }
-    if (!fits_categorical(m, d) || !fits_task(m, d))
+    if (!fits_categorical(m, d) || (stage_last(m) && !fits_task(m, d)))
         return FED_ERR_SHAPE;
     t = fed_calloc(1, sizeof *t);
     if (!t)
@@ -173,6 +192,9 @@ void fed_trainer_free(fed_trainer *t)
     fed_free(t->aug_scratch);
     fed_free(t->noise_x);
     fed_free(t->acc);
+    fed_free(t->stash);
+    fed_free(t->out_buf);
+    fed_free(t->dx);
     fed_free(t);
 }
 
@@ -317,6 +339,11 @@ fed_err fed_trainer_set_ranks(fed_trainer *t, int rank, int size, fed_train_redu
     return FED_OK;
 }
 
+void fed_trainer_set_gpipe_order(fed_trainer *t, int on)
+{
+    t->reverse = on != 0;
+}
+
 long fed_trainer_dp_steps(const fed_trainer *t)
 {
     return t->dp_steps;
@@ -392,10 +419,39 @@ static fed_err dp_steps(fed_trainer *t, const uint32_t *idx, size_t n, long step
     return FED_OK;
 }
 
+/* The j-th (from 0, in the order they run) of a step's pieces micro-batches,
+ * of cnt samples of gbn: its mean gradient times cnt / gbn, kept in t->acc
+ * (the first) or added to it; one piece alone is scaled in place. */
+static void acc_piece(fed_trainer *t, size_t j, size_t pieces, size_t cnt, size_t gbn)
+{
+    size_t np = fed_model_nparams(t->m);
+    float *g = fed_model_grads_dev(t->m), w = (float)cnt / (float)gbn;
+
+    if (pieces == 1) {
+        if (cnt != gbn)
+            for (size_t i = 0; i < np; i++)
+                g[i] *= w;
+    } else if (j == 0) {
+        for (size_t i = 0; i < np; i++)
+            t->acc[i] = g[i] * w;
+    } else {
+        for (size_t i = 0; i < np; i++)
+            t->acc[i] += g[i] * w;
+    }
+}
+
+/* The step's summed gradient into the gradient buffer. */
+static void acc_done(fed_trainer *t, size_t pieces)
+{
+    if (pieces > 1)
+        memcpy(fed_model_grads_dev(t->m), t->acc, fed_model_nparams(t->m) * sizeof(float));
+}
+
 /* The gradient of this rank's share order[0..n) of a step over gbn
  * samples, weighted by n / gbn, into the gradient buffer: with accumulate
  * N the share's N micro-batches [n k / N, n (k + 1) / N), each one's mean
- * gradient times its own share of gbn, summed in order in t->acc. A share
+ * gradient times its own share of gbn, summed in order in t->acc (k from
+ * N - 1 down to 0 in GPipe's order, fed_trainer_set_gpipe_order). A share
  * of one piece is the model's gradient scaled in place. */
 static fed_err share_grads(fed_trainer *t, const uint32_t *order, size_t n, size_t gbn,
                            fed_step_stats *s)
@@ -409,29 +465,227 @@ static fed_err share_grads(fed_trainer *t, const uint32_t *order, size_t n, size
         memset(g, 0, np * sizeof *g);
         return FED_OK;
     }
-    for (size_t k = 0; k < pieces; k++) {
+    for (size_t j = 0; j < pieces; j++) {
+        size_t k = t->reverse ? pieces - 1 - j : j;
         size_t lo = n * k / pieces, hi = n * (k + 1) / pieces;
-        float w = (float)(hi - lo) / (float)gbn;
         fed_batch b;
 
         train_gather(t, order + lo, (int)(hi - lo), &b);
         if ((err = fed_model_forward_backward(t->m, &b, s)) != FED_OK)
             return err;
-        if (pieces == 1) {
-            if (hi - lo != gbn)
-                for (size_t i = 0; i < np; i++)
-                    g[i] *= w;
-        } else if (k == 0) {
-            for (size_t i = 0; i < np; i++)
-                t->acc[i] = g[i] * w;
-        } else {
-            for (size_t i = 0; i < np; i++)
-                t->acc[i] += g[i] * w;
-        }
+        acc_piece(t, j, pieces, hi - lo, gbn);
     }
-    if (pieces > 1)
-        memcpy(g, t->acc, np * sizeof *g);
+    acc_done(t, pieces);
     return FED_OK;
+}
+
+/* ---- a pipeline stage (GPipe) ---- */
+
+fed_err fed_trainer_new_stage(fed_model *m, fed_optim *o, const fed_dataset *d, int batch,
+                              int accumulate, const fed_train_pipe *pipe, fed_trainer **out)
+{
+    int lo, hi, L = fed_model_stage_layers(m, &lo, &hi), micro;
+    fed_model_shape ms = fed_model_input(m);
+    fed_trainer *t = NULL;
+    fed_err err;
+
+    *out = NULL;
+    if (!pipe || pipe->stages < 2 || pipe->stage < 0 || pipe->stage >= pipe->stages ||
+        !pipe->send || !pipe->recv || (pipe->stage == 0) != (lo == 0) ||
+        (pipe->stage == pipe->stages - 1) != (hi == L) || batch < 1 || accumulate < 1)
+        return FED_ERR_INVAL;
+    micro = fed_trainer_micro_batch(batch, accumulate);
+    if (lo > 0) { /* the data is checked against the first stage: here only its labels */
+        if (micro > fed_model_max_batch(m) || !d || (!d->x_u8 && !d->x_f32))
+            return FED_ERR_INVAL;
+        if (hi == L && !fits_task(m, d))
+            return FED_ERR_SHAPE;
+        t = fed_calloc(1, sizeof *t);
+        if (!t)
+            return FED_ERR_NOMEM;
+        t->m = m;
+        t->o = o;
+        t->d = d;
+        t->batch = batch;
+        t->accumulate = accumulate;
+        t->micro = t->stage = micro;
+        t->size = 1;
+        t->x_stage = fed_alloc_aligned((size_t)micro * d->features *
+                                       (d->x_u8 ? 1 : sizeof(float)));
+        t->y_stage = fed_malloc((size_t)micro * sizeof *t->y_stage);
+        t->cap = d->n;
+        t->order = fed_malloc((t->cap ? t->cap : 1) * sizeof *t->order);
+        if (!t->x_stage || !t->y_stage || !t->order) {
+            fed_trainer_free(t);
+            return FED_ERR_NOMEM;
+        }
+    } else if ((err = fed_trainer_new_acc(m, o, d, batch, accumulate, &t)) != FED_OK) {
+        return err;
+    }
+    t->piped = 1;
+    t->reverse = 1;
+    t->pipe = *pipe;
+    t->in_numel = (size_t)ms.c * ms.h * ms.w;
+    t->out_numel = (size_t)fed_model_nlogits(m);
+    if (!t->acc)
+        t->acc = fed_alloc_aligned((fed_model_nparams(m) ? fed_model_nparams(m) : 1) *
+                                   sizeof *t->acc);
+    if (lo > 0) {
+        t->stash = fed_alloc_aligned((size_t)accumulate * micro * t->in_numel * sizeof(float));
+        t->dx = fed_alloc_aligned((size_t)micro * t->in_numel * sizeof(float));
+    }
+    if (hi < L)
+        t->out_buf = fed_alloc_aligned((size_t)micro * t->out_numel * sizeof(float));
+    if (!t->acc || (lo > 0 && (!t->stash || !t->dx)) || (hi < L && !t->out_buf)) {
+        fed_trainer_free(t);
+        return FED_ERR_NOMEM;
+    }
+    *out = t;
+    return FED_OK;
+}
+
+static int pipe_first(const fed_trainer *t)
+{
+    return t->pipe.stage == 0;
+}
+
+static int pipe_last(const fed_trainer *t)
+{
+    return t->pipe.stage == t->pipe.stages - 1;
+}
+
+/* Micro-batch order[0..n)'s batch at this stage: the first gathers it
+ * (again in the backward: the same bytes), the others take their input
+ * from x (n, in_numel) and only the labels from the data. */
+static void stage_batch(fed_trainer *t, const uint32_t *order, int n, float *x, fed_batch *b)
+{
+    train_gather(t, order, n, b);
+    if (!pipe_first(t)) {
+        b->x_u8 = NULL;
+        b->x_f32 = x;
+        b->x_map = NULL;
+    }
+}
+
+/* This stage's part of a step's gradient over its share order[0..n) of
+ * gbn samples, as share_grads in GPipe's order: every micro-batch forward
+ * (its input from the stage before, its output to the stage after), then
+ * every one backward from the last (the output's gradient from the stage
+ * after, the input's to the stage before), each one's mean gradient times
+ * its share of gbn summed in that order. The last stage waits for every
+ * input first; its forward is the backward's own. */
+static fed_err pipe_grads(fed_trainer *t, const uint32_t *order, size_t n, size_t gbn,
+                          fed_step_stats *s)
+{
+    size_t np = fed_model_nparams(t->m);
+    float *g = fed_model_grads_dev(t->m);
+    size_t pieces = (size_t)t->accumulate < n ? (size_t)t->accumulate : n;
+    int prev = t->pipe.stage - 1, next = t->pipe.stage + 1;
+    fed_err err = FED_OK;
+
+    if (n == 0) {
+        memset(g, 0, np * sizeof *g);
+        return FED_OK;
+    }
+    for (size_t k = 0; k < pieces; k++) {
+        size_t lo = n * k / pieces, hi = n * (k + 1) / pieces, cnt = hi - lo;
+        float *x = t->stash ? t->stash + k * (size_t)t->micro * t->in_numel : NULL;
+        fed_batch b;
+
+        if (!pipe_first(t) &&
+            (err = t->pipe.recv(t->pipe.ctx, prev, x, cnt * t->in_numel)) != FED_OK)
+            return err;
+        if (pipe_last(t))
+            continue;
+        stage_batch(t, order + lo, (int)cnt, x, &b);
+        if ((err = fed_model_stage_forward(t->m, &b, 1, t->out_buf, NULL)) != FED_OK ||
+            (err = t->pipe.send(t->pipe.ctx, next, t->out_buf, cnt * t->out_numel)) != FED_OK)
+            return err;
+    }
+    for (size_t j = 0; j < pieces; j++) {
+        size_t k = pieces - 1 - j;
+        size_t lo = n * k / pieces, hi = n * (k + 1) / pieces, cnt = hi - lo;
+        fed_batch b;
+
+        stage_batch(t, order + lo, (int)cnt,
+                    t->stash ? t->stash + k * (size_t)t->micro * t->in_numel : NULL, &b);
+        if (!pipe_last(t) &&
+            (err = t->pipe.recv(t->pipe.ctx, next, t->out_buf, cnt * t->out_numel)) != FED_OK)
+            return err;
+        if ((err = fed_model_stage_backward(t->m, &b, pipe_last(t) ? NULL : t->out_buf, t->dx,
+                                            pipe_last(t) ? s : NULL)) != FED_OK)
+            return err;
+        if (!pipe_first(t) &&
+            (err = t->pipe.send(t->pipe.ctx, prev, t->dx, cnt * t->in_numel)) != FED_OK)
+            return err;
+        acc_piece(t, j, pieces, cnt, gbn);
+    }
+    acc_done(t, pieces);
+    return FED_OK;
+}
+
+/* A step's or an evaluation's figures from the last stage to the first
+ * (the one that reports them): loss, correct and samples as doubles, sent
+ * bit for bit as pairs of floats. */
+static fed_err pipe_stats(fed_trainer *t, fed_step_stats *st)
+{
+    double v[3] = {st->loss_sum, (double)st->correct, (double)st->samples};
+    float f[6];
+    fed_err err = FED_OK;
+
+    if (pipe_last(t)) {
+        memcpy(f, v, sizeof f);
+        err = t->pipe.send(t->pipe.ctx, 0, f, 6);
+    } else if (pipe_first(t) && (err = t->pipe.recv(t->pipe.ctx, t->pipe.stages - 1, f, 6)) ==
+                                    FED_OK) {
+        memcpy(v, f, sizeof v);
+        st->loss_sum = v[0];
+        st->correct = (long)v[1];
+        st->samples = (long)v[2];
+    }
+    return err;
+}
+
+fed_err fed_trainer_pipe_evaluate(fed_trainer *t, const fed_dataset *d, fed_step_stats *st)
+{
+    fed_step_stats mine = {0};
+    int prev = t->pipe.stage - 1, next = t->pipe.stage + 1;
+    fed_err err = FED_OK;
+
+    assert(t->piped);
+    if (!d || d->n == 0)
+        return FED_ERR_INVAL;
+    for (size_t off = 0; off < d->n; off += (size_t)t->micro) {
+        size_t cnt = d->n - off < (size_t)t->micro ? d->n - off : (size_t)t->micro;
+        fed_batch b = {0};
+
+        b.n = (int)cnt;
+        b.y = d->y + off;
+        b.y_f32 = d->y_f32 ? d->y_f32 + off : NULL; /* one number a row (fits_task) */
+        if (pipe_first(t)) { /* the data in place, as fed_train_evaluate_all reads it */
+            b.x_u8 = d->x_u8 ? d->x_u8 + off * d->features : NULL;
+            b.x_f32 = d->x_u8 ? NULL : d->x_f32 + off * d->features;
+            b.x_map = d->x_u8 ? d->chan_map : NULL;
+        } else {
+            b.x_f32 = t->stash;
+            if ((err = t->pipe.recv(t->pipe.ctx, prev, t->stash, cnt * t->in_numel)) != FED_OK)
+                return err;
+        }
+        if ((err = fed_model_stage_forward(t->m, &b, 0, pipe_last(t) ? NULL : t->out_buf,
+                                           &mine)) != FED_OK)
+            return err;
+        if (!pipe_last(t) &&
+            (err = t->pipe.send(t->pipe.ctx, next, t->out_buf, cnt * t->out_numel)) != FED_OK)
+            return err;
+    }
+    if (!pipe_last(t))
+        memset(&mine, 0, sizeof mine);
+    if ((err = pipe_stats(t, &mine)) == FED_OK && st) {
+        st->loss_sum += mine.loss_sum;
+        st->correct += mine.correct;
+        st->samples += mine.samples;
+    }
+    return err;
 }
 
 /* One step over the global batch order[0..gbn): this rank's share's
@@ -443,7 +697,8 @@ static fed_err accum_step(fed_trainer *t, const uint32_t *order, size_t gbn, fed
     size_t hi = gbn * (size_t)(t->rank + 1) / (size_t)t->size;
     fed_err err;
 
-    if ((err = share_grads(t, order + lo, hi - lo, gbn, s)) != FED_OK)
+    if ((err = (t->piped ? pipe_grads : share_grads)(t, order + lo, hi - lo, gbn, s)) !=
+        FED_OK)
         return err;
     if (t->size > 1 &&
         (err = t->reduce(t->reduce_ctx, fed_model_grads_dev(t->m), fed_model_nparams(t->m))) !=
@@ -452,8 +707,33 @@ static fed_err accum_step(fed_trainer *t, const uint32_t *order, size_t gbn, fed
     return fed_optim_step(t->o, t->m);
 }
 
+static fed_err run_steps(fed_trainer *t, const uint32_t *idx, size_t n, long steps,
+                         fed_rng *rng, fed_step_stats *st);
+
 fed_err fed_trainer_steps(fed_trainer *t, const uint32_t *idx, size_t n, long steps,
                           fed_rng *rng, fed_step_stats *st)
+{
+    fed_step_stats mine = {0};
+    fed_err err;
+
+    if (!t->piped)
+        return run_steps(t, idx, n, steps, rng, st);
+    /* a pipeline's figures are its last stage's: to the first, which reports
+       them (the others' stay 0, so a sum over a site's ranks counts each
+       replica once) */
+    if ((err = run_steps(t, idx, n, steps, rng, &mine)) != FED_OK ||
+        (err = pipe_stats(t, &mine)) != FED_OK)
+        return err;
+    if (st && pipe_first(t)) {
+        st->loss_sum += mine.loss_sum;
+        st->correct += mine.correct;
+        st->samples += mine.samples;
+    }
+    return FED_OK;
+}
+
+static fed_err run_steps(fed_trainer *t, const uint32_t *idx, size_t n, long steps,
+                         fed_rng *rng, fed_step_stats *st)
 {
     size_t global = (size_t)t->batch * (size_t)t->size;
     fed_err err;
@@ -477,7 +757,7 @@ fed_err fed_trainer_steps(fed_trainer *t, const uint32_t *idx, size_t n, long st
         fed_step_stats s = {0};
         fed_batch b;
 
-        if (t->size > 1 || t->accumulate > 1) {
+        if (t->size > 1 || t->accumulate > 1 || t->piped) {
             if ((err = accum_step(t, t->order + off, (size_t)bn, &s)) != FED_OK)
                 return err;
         } else {

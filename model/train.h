@@ -41,6 +41,13 @@ FED_WUR fed_err fed_trainer_new(fed_model *m, fed_optim *o, const fed_dataset *d
  * which sums its Poisson draw in pieces of its own. */
 FED_WUR fed_err fed_trainer_new_acc(fed_model *m, fed_optim *o, const fed_dataset *d, int batch,
                                     int accumulate, fed_trainer **out);
+/* GPipe's order (on 1) for the micro-batches of fed_trainer_new_acc: each
+ * step's micro-batches run forward and backward from the last, N - 1, down
+ * to 0, their weighted gradients summed in that order (the order a
+ * pipeline's backwards run in, so that a pipeline of stages can give the
+ * same bits: model/pipeline.h); batch norm's running statistics are
+ * updated in that order too. 0: from the first, as plain accumulation. */
+void fed_trainer_set_gpipe_order(fed_trainer *t, int on);
 /* The micro-batch the trainer's model needs room for: ceil(batch / N). */
 int fed_trainer_micro_batch(int batch, int accumulate);
 void fed_trainer_free(fed_trainer *t);
@@ -108,6 +115,38 @@ typedef fed_err (*fed_train_reduce_fn)(void *ctx, float *buf, size_t n);
  * (FED_ERR_UNSUPPORTED). */
 FED_WUR fed_err fed_trainer_set_ranks(fed_trainer *t, int rank, int size,
                                       fed_train_reduce_fn reduce, void *ctx);
+
+/* A pipeline stage's link to the other stages of its pipeline (model/
+ * pipeline.h; mpi/coll.h's point-to-point calls fill it): n floats to or
+ * from the process of stage `peer` of the same pipeline, in order. */
+typedef struct fed_train_pipe {
+    int stage, stages; /* this process's stage of S >= 2 */
+    fed_err (*send)(void *ctx, int peer, const float *buf, size_t n);
+    fed_err (*recv)(void *ctx, int peer, float *buf, size_t n);
+    void *ctx;
+} fed_train_pipe;
+/* A trainer over a pipeline stage m (fed_model_new_stage) whose every
+ * other stage runs a trainer alike, over the same data, with the same rng:
+ * each step's `batch` samples run as `accumulate` micro-batches in GPipe's
+ * schedule: all forwards (activations to the next stage), then all
+ * backwards from the last micro-batch (their gradients to the stage
+ * before), the gradients summed in that order (fed_trainer_set_gpipe_order
+ * is the one-process reference; the result is its bits). A stage holds
+ * every micro-batch's input (accumulate x ceil(batch / accumulate) samples)
+ * and recomputes its forward in the backward (batch norm's running
+ * statistics updated then, once). The step's loss is the last stage's; it
+ * goes to the first stage at the end of each fed_trainer_steps call (the
+ * other stages' figures stay 0). With
+ * fed_trainer_set_ranks, D such pipelines are data-parallel replicas, each
+ * stage's gradient summed with the same stage's of the others. */
+FED_WUR fed_err fed_trainer_new_stage(fed_model *m, fed_optim *o, const fed_dataset *d,
+                                      int batch, int accumulate, const fed_train_pipe *pipe,
+                                      fed_trainer **out);
+/* Loss and accuracy of the whole model over all of d, through the
+ * pipeline (every stage calls it; pieces of the micro-batch): added to
+ * *st at the first and the last stage. */
+FED_WUR fed_err fed_trainer_pipe_evaluate(fed_trainer *t, const fed_dataset *d,
+                                          fed_step_stats *st);
 
 /* DP-SGD steps taken so far. */
 long fed_trainer_dp_steps(const fed_trainer *t);

@@ -71,6 +71,42 @@ fed_err fed_coll_bcast(fed_coll *c, void *buf, size_t len)
     return c->ops->bcast(c->self, buf, len, c->timeout_ms);
 }
 
+static int p2p_ok(const fed_coll *c, int peer, int tag, const void *buf, size_t n)
+{
+    return peer >= 0 && peer < c->size && peer != c->rank && tag >= 0 &&
+           tag <= FED_COLL_TAG_MAX && (buf || !n);
+}
+
+fed_err fed_coll_send(fed_coll *c, int to, int tag, const float *buf, size_t n)
+{
+    if (!c->ops->send)
+        return FED_ERR_UNSUPPORTED;
+    if (!p2p_ok(c, to, tag, buf, n))
+        return FED_ERR_INVAL;
+    return c->ops->send(c->self, to, tag, buf, n, c->timeout_ms);
+}
+
+fed_err fed_coll_recv(fed_coll *c, int from, int tag, float *buf, size_t n)
+{
+    if (!c->ops->recv)
+        return FED_ERR_UNSUPPORTED;
+    if (!p2p_ok(c, from, tag, buf, n))
+        return FED_ERR_INVAL;
+    return c->ops->recv(c->self, from, tag, buf, n, c->timeout_ms);
+}
+
+fed_err fed_coll_split(fed_coll *c, int color, int key, fed_coll **out)
+{
+    fed_err err;
+
+    *out = NULL;
+    if (!c->ops->split)
+        return FED_ERR_UNSUPPORTED;
+    if ((err = c->ops->split(c->self, color, key, out)) == FED_OK)
+        (*out)->timeout_ms = c->timeout_ms;
+    return err;
+}
+
 void fed_coll_abort(fed_coll *c, int code)
 {
     if (c->ops->abort)

@@ -31,7 +31,19 @@ typedef struct fed_coll_ops {
     /* end every rank of the job now (never returns for MPI) */
     void (*abort)(void *self, int code);
     void (*close)(void *self);
+    /* Point to point (a pipeline's stages): buf[0..n) to rank `to`, or
+       from rank `from`, under tag (0..FED_COLL_TAG_MAX); messages of one
+       tag between two ranks arrive in the order sent; NULL: the transport
+       has none (FED_ERR_UNSUPPORTED) */
+    fed_err (*send)(void *self, int to, int tag, const float *buf, size_t n,
+                    uint32_t timeout_ms);
+    fed_err (*recv)(void *self, int from, int tag, float *buf, size_t n, uint32_t timeout_ms);
+    /* the ranks that give the same color as a collective of their own,
+       ranked by key (every rank calls it); NULL: FED_ERR_UNSUPPORTED */
+    fed_err (*split)(void *self, int color, int key, fed_coll **out);
 } fed_coll_ops;
+
+#define FED_COLL_TAG_MAX 32767 /* the least MPI_TAG_UB MPI promises */
 
 /* A collective over ops (rank and size as the transport knows them); the
  * collective owns self from here on, also on failure (closed then). */
@@ -50,6 +62,16 @@ uint32_t fed_coll_timeout(const fed_coll *c);
 
 FED_WUR fed_err fed_coll_allreduce_sum(fed_coll *c, float *buf, size_t n);
 FED_WUR fed_err fed_coll_bcast(fed_coll *c, void *buf, size_t len);
+/* Point to point (mpi/coll.h's ops): n floats to or from one rank of c, in
+ * order per tag; FED_ERR_INVAL for a rank outside c, itself, or a tag
+ * outside 0..FED_COLL_TAG_MAX; FED_ERR_UNSUPPORTED on a transport without
+ * (the one-rank collective). */
+FED_WUR fed_err fed_coll_send(fed_coll *c, int to, int tag, const float *buf, size_t n);
+FED_WUR fed_err fed_coll_recv(fed_coll *c, int from, int tag, float *buf, size_t n);
+/* A collective of the ranks of c that give the same color, ranked by key
+ * (ties by their rank in c): every rank of c calls it. The new one keeps
+ * c's deadline; free it before c. FED_ERR_UNSUPPORTED without. */
+FED_WUR fed_err fed_coll_split(fed_coll *c, int color, int key, fed_coll **out);
 /* Ends the whole job (every rank) with code; for the local one, returns. */
 void fed_coll_abort(fed_coll *c, int code);
 

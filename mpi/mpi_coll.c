@@ -1,9 +1,11 @@
-/* mpi_coll.c - the collective of mpi/coll.h over MPI_COMM_WORLD (Open MPI):
- * the sum as a reduce-scatter into fixed slices, each summed by its owner in
- * rank order, then an all-gather, all with non-blocking point-to-point calls
- * polled against a deadline (Open MPI 4.1 has no fault tolerance: a dead
- * rank would block a blocking call forever). Owns MPI's init and finalize
- * and the scratch of the owner's slice; never aborts on its own. */
+/* mpi_coll.c - the collective of mpi/coll.h over MPI_COMM_WORLD (Open MPI),
+ * or a split of it (a pipeline's stage across its replicas): the sum as a
+ * reduce-scatter into fixed slices, each summed by its owner in rank order,
+ * then an all-gather, and a pipeline's point-to-point sends, all with
+ * non-blocking calls polled against a deadline (Open MPI 4.1 has no fault
+ * tolerance: a dead rank would block a blocking call forever). Owns MPI's
+ * init and finalize and the scratch of the owner's slice; never aborts on
+ * its own. */
 #include <limits.h>
 #include <mpi.h>
 #include <sched.h>
@@ -18,6 +20,7 @@ enum { TAG_SCATTER = 0x6c1, TAG_GATHER = 0x6c2 };
 #define BCAST_PIECE ((size_t)1 << 30) /* bytes per MPI_Ibcast (counts are int) */
 
 typedef struct mpi_coll {
+    MPI_Comm comm;      /* MPI_COMM_WORLD, or a split of it (freed at close) */
     int rank, size;
     float *scratch;     /* (size, slice) the owner's slice from every rank */
     size_t scratch_cap; /* floats */
@@ -95,8 +98,8 @@ static fed_err mpi_allreduce(void *self, float *buf, size_t n, uint32_t timeout_
             continue;
         fed_coll_slice(n, q, c->size, &slo, &shi);
         MPI_Irecv(c->scratch + (size_t)q * own, (int)own, MPI_FLOAT, q, TAG_SCATTER,
-                  MPI_COMM_WORLD, &c->req[nreq++]);
-        MPI_Isend(buf + slo, (int)(shi - slo), MPI_FLOAT, q, TAG_SCATTER, MPI_COMM_WORLD,
+                  c->comm, &c->req[nreq++]);
+        MPI_Isend(buf + slo, (int)(shi - slo), MPI_FLOAT, q, TAG_SCATTER, c->comm,
                   &c->req[nreq++]);
     }
     if ((e = wait_all(c->req, nreq, deadline, "allreduce (reduce-scatter)")) != FED_OK)
@@ -116,9 +119,9 @@ static fed_err mpi_allreduce(void *self, float *buf, size_t n, uint32_t timeout_
         if (q == c->rank)
             continue;
         fed_coll_slice(n, q, c->size, &slo, &shi);
-        MPI_Irecv(buf + slo, (int)(shi - slo), MPI_FLOAT, q, TAG_GATHER, MPI_COMM_WORLD,
+        MPI_Irecv(buf + slo, (int)(shi - slo), MPI_FLOAT, q, TAG_GATHER, c->comm,
                   &c->req[nreq++]);
-        MPI_Isend(buf + lo, (int)own, MPI_FLOAT, q, TAG_GATHER, MPI_COMM_WORLD,
+        MPI_Isend(buf + lo, (int)own, MPI_FLOAT, q, TAG_GATHER, c->comm,
                   &c->req[nreq++]);
     }
     return wait_all(c->req, nreq, deadline, "allreduce (all-gather)");
@@ -135,7 +138,7 @@ static fed_err mpi_bcast(void *self, void *buf, size_t len, uint32_t timeout_ms)
     for (size_t off = 0; off < len || off == 0; off += BCAST_PIECE) {
         size_t k = len - off < BCAST_PIECE ? len - off : BCAST_PIECE;
 
-        MPI_Ibcast((char *)buf + off, (int)k, MPI_BYTE, 0, MPI_COMM_WORLD, &c->req[0]);
+        MPI_Ibcast((char *)buf + off, (int)k, MPI_BYTE, 0, c->comm, &c->req[0]);
         if ((e = wait_all(c->req, 1, deadline, "broadcast")) != FED_OK)
             return e;
         if (len == 0)
@@ -150,6 +153,40 @@ static void mpi_abort(void *self, int code)
     MPI_Abort(MPI_COMM_WORLD, code);
 }
 
+/* Point to point, in pieces of at most INT_MAX floats (counts are int),
+   each polled to the call's deadline. */
+static fed_err mpi_p2p(mpi_coll *c, int peer, int tag, float *buf, size_t n, int out,
+                       uint32_t timeout_ms)
+{
+    uint64_t deadline = mono_ms() + timeout_ms;
+    fed_err e;
+
+    for (size_t off = 0; off < n || off == 0; off += INT_MAX) {
+        int k = n - off < INT_MAX ? (int)(n - off) : INT_MAX;
+
+        if (out)
+            MPI_Isend(buf + off, k, MPI_FLOAT, peer, tag, c->comm, &c->req[0]);
+        else
+            MPI_Irecv(buf + off, k, MPI_FLOAT, peer, tag, c->comm, &c->req[0]);
+        if ((e = wait_all(c->req, 1, deadline, out ? "send" : "receive")) != FED_OK)
+            return e;
+        if (n == 0)
+            break;
+    }
+    return FED_OK;
+}
+
+static fed_err mpi_send(void *self, int to, int tag, const float *buf, size_t n,
+                        uint32_t timeout_ms)
+{
+    return mpi_p2p(self, to, tag, (float *)(uintptr_t)buf, n, 1, timeout_ms);
+}
+
+static fed_err mpi_recv(void *self, int from, int tag, float *buf, size_t n, uint32_t timeout_ms)
+{
+    return mpi_p2p(self, from, tag, buf, n, 0, timeout_ms);
+}
+
 static void mpi_close(void *self)
 {
     mpi_coll *c = self;
@@ -159,10 +196,18 @@ static void mpi_close(void *self)
         return;
     fed_free(c->scratch);
     fed_free(c->req);
+    if (c->comm != MPI_COMM_WORLD) { /* a split: MPI stays for the world's */
+        if (c->comm != MPI_COMM_NULL)
+            MPI_Comm_free(&c->comm);
+        fed_free(c);
+        return;
+    }
     fed_free(c);
     if (MPI_Finalized(&fin) == MPI_SUCCESS && !fin)
         MPI_Finalize();
 }
+
+static fed_err mpi_split(void *self, int color, int key, fed_coll **out);
 
 static const fed_coll_ops mpi_ops = {
     .name = "mpi",
@@ -170,7 +215,45 @@ static const fed_coll_ops mpi_ops = {
     .bcast = mpi_bcast,
     .abort = mpi_abort,
     .close = mpi_close,
+    .send = mpi_send,
+    .recv = mpi_recv,
+    .split = mpi_split,
 };
+
+/* The ranks' state over comm (owned from here on); NULL when out of
+   memory (comm then freed unless it is the world). */
+static mpi_coll *coll_over(MPI_Comm comm)
+{
+    mpi_coll *c = fed_calloc(1, sizeof *c);
+
+    if (!c) {
+        if (comm != MPI_COMM_WORLD)
+            MPI_Comm_free(&comm);
+        return NULL;
+    }
+    c->comm = comm;
+    MPI_Comm_rank(comm, &c->rank);
+    MPI_Comm_size(comm, &c->size);
+    if (!(c->req = fed_calloc(2 * (size_t)c->size, sizeof *c->req))) {
+        mpi_close(c);
+        return NULL;
+    }
+    return c;
+}
+
+static fed_err mpi_split(void *self, int color, int key, fed_coll **out)
+{
+    mpi_coll *c = self, *sub;
+    MPI_Comm nc = MPI_COMM_NULL;
+
+    /* MPI_Comm_split blocks until every rank calls: a dead rank makes
+       mpirun end the job, as its other collectives do */
+    if (MPI_Comm_split(c->comm, color < 0 ? 0 : color, key, &nc) != MPI_SUCCESS)
+        return FED_ERR_IO;
+    if (!(sub = coll_over(nc)))
+        return FED_ERR_NOMEM;
+    return fed_coll_new(&mpi_ops, sub, sub->rank, sub->size, out);
+}
 
 int fed_coll_mpi_built(void)
 {
@@ -193,14 +276,11 @@ fed_err fed_coll_mpi_open(int *argc, char ***argv, fed_coll **out)
         MPI_Finalize();
         return FED_ERR_UNSUPPORTED;
     }
-    if (!(c = fed_calloc(1, sizeof *c))) {
-        MPI_Finalize();
-        return FED_ERR_NOMEM;
-    }
-    MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &c->size);
-    if (!(c->req = fed_calloc(2 * (size_t)c->size, sizeof *c->req))) {
-        mpi_close(c);
+    if (!(c = coll_over(MPI_COMM_WORLD))) {
+        int fin = 0;
+
+        if (MPI_Finalized(&fin) == MPI_SUCCESS && !fin)
+            MPI_Finalize();
         return FED_ERR_NOMEM;
     }
     return fed_coll_new(&mpi_ops, c, c->rank, c->size, out);

@@ -978,6 +978,9 @@ static fed_err on_model_train(fed_node *n, node_open *op)
     j->accumulate = n->cfg.accumulate;
     j->recompute = n->cfg.recompute;
     j->precision = n->cfg.precision;
+    j->pipe_stages = n->cfg.pipe_stages;
+    j->stage_coll = n->cfg.stage_coll;
+    j->gpipe = n->cfg.gpipe;
     j->data = n->cfg.data.train;
     j->aug = n->cfg.data.augment;
     j->noise_std = n->cfg.data.noise_std;

@@ -400,6 +400,15 @@ typedef struct fed_node_config {
     uint32_t recompute;           /* keep every K-th layer's output (0, 1: all;
                                      fed_model_set_recompute) */
     fed_precision precision;      /* the training GEMMs' (fed_model_set_precision) */
+    /* --pipeline-stages S of a site (node/site.h): its R ranks as R / S
+       replicas of S pipeline stages (model/pipeline.h), rank r stage r % S
+       of replica r / S, each holding only its stage; 0 or 1: data
+       parallel. stage_coll: the collective of this rank's stage across the
+       replicas (borrowed; NULL with one replica). gpipe: accumulate's
+       micro-batches in GPipe's order (--micro-batches) */
+    uint32_t pipe_stages;
+    fed_coll *stage_coll;
+    int gpipe;
 
     /* the model and the round's settings (aggregator, peer; a client learns
        them from each MODEL) */

@@ -10,6 +10,7 @@
 
 #include "model/codec.h"
 #include "model/optim.h"
+#include "model/pipeline.h"
 #include "model/train.h"
 #include "node/layout.h"
 #include "node/node.h"
@@ -312,6 +313,15 @@ typedef struct node_train_job {
                                batch, 0 or 1: none) */
     uint32_t recompute;     /* cfg.recompute (0 or 1: every output kept) */
     fed_precision precision; /* cfg.precision */
+    uint32_t pipe_stages;   /* cfg.pipe_stages: > 1, this rank trains its stage of
+                               split (site.c's pipe_*) */
+    fed_coll *stage_coll;   /* cfg.stage_coll */
+    int gpipe;              /* cfg.gpipe */
+    size_t global_off;      /* global[0] is parameter global_off: a pipeline
+                               rank beyond 0 holds its stage's slice only */
+    fed_pipe_stage split[FED_PIPE_MAX_STAGES]; /* the round's stages */
+    fed_tensor_info *whole; /* a pipeline: the whole model's tensors (whole_nt) */
+    int whole_nt;
     const fed_dataset *data;
     const uint32_t *shard;
     size_t shard_n;
@@ -412,6 +422,15 @@ fed_err fed_node_site_reduce(void *ctx, float *buf, size_t n);
 FED_WUR fed_err fed_node_site_sum_stats(fed_coll *c, fed_step_stats *st);
 FED_WUR fed_err fed_node_site_announce(const node_train_job *j);
 FED_WUR fed_err fed_node_site_failed(const node_train_job *j, fed_err e);
+/* A pipeline site (j->pipe_stages > 1): this rank's stage and replica; the
+ * trainer's pipe to the stages of its replica (ctx: the job); the trained
+ * stages laid end to end into rank 0's trained (nparams) from replica 0's
+ * ranks, which send their stage's parameters (m's). */
+int fed_node_site_stage(const node_train_job *j);
+int fed_node_site_replica(const node_train_job *j);
+fed_err fed_node_site_pipe_send(void *ctx, int peer, const float *buf, size_t n);
+fed_err fed_node_site_pipe_recv(void *ctx, int peer, float *buf, size_t n);
+FED_WUR fed_err fed_node_site_pipe_gather(const node_train_job *j, fed_model *m, float *trained);
 /* Frees what the job keeps between rounds (and its vec). */
 void fed_node_train_job_release(node_train_job *j);
 

@@ -19,6 +19,9 @@
 #define SITE_WAIT_MS UINT32_MAX /* a rank waits for the next round this long */
 
 enum { SITE_TRAIN = 1, SITE_STOP = 2 };
+/* point-to-point tags: a stage's activations and gradients, its slice of
+   the round's parameters out and of the trained ones back */
+enum { SITE_TAG_PIPE = 1, SITE_TAG_SLICE = 2, SITE_TAG_TRAINED = 3 };
 
 typedef struct site_hdr {
     uint32_t magic, version, cmd, size; /* size: sizeof(site_hdr) on rank 0 */
@@ -69,6 +72,61 @@ fed_err fed_node_site_sum_stats(fed_coll *c, fed_step_stats *st)
     return e;
 }
 
+int fed_node_site_stage(const node_train_job *j)
+{
+    return j->pipe_stages > 1 ? fed_coll_rank(j->coll) % (int)j->pipe_stages : 0;
+}
+
+int fed_node_site_replica(const node_train_job *j)
+{
+    return j->pipe_stages > 1 ? fed_coll_rank(j->coll) / (int)j->pipe_stages
+                              : fed_coll_rank(j->coll);
+}
+
+/* The world rank of stage peer in this rank's replica. */
+static int stage_rank(const node_train_job *j, int peer)
+{
+    return fed_node_site_replica(j) * (int)j->pipe_stages + peer;
+}
+
+fed_err fed_node_site_pipe_send(void *ctx, int peer, const float *buf, size_t n)
+{
+    const node_train_job *j = ctx;
+    fed_err e = fed_coll_send(j->coll, stage_rank(j, peer), SITE_TAG_PIPE, buf, n);
+
+    return e == FED_OK ? FED_OK : site_fail(j->coll, "sending to the next pipeline stage", e);
+}
+
+fed_err fed_node_site_pipe_recv(void *ctx, int peer, float *buf, size_t n)
+{
+    const node_train_job *j = ctx;
+    fed_err e = fed_coll_recv(j->coll, stage_rank(j, peer), SITE_TAG_PIPE, buf, n);
+
+    return e == FED_OK ? FED_OK : site_fail(j->coll, "receiving from a pipeline stage", e);
+}
+
+fed_err fed_node_site_pipe_gather(const node_train_job *j, fed_model *m, float *trained)
+{
+    int st = fed_node_site_stage(j), R = fed_coll_size(j->coll);
+    const fed_pipe_stage *sp = j->split;
+    fed_err e;
+
+    if (fed_node_site_replica(j) != 0)
+        return FED_OK; /* replica 0's parameters are every replica's */
+    if (fed_coll_rank(j->coll) != 0) { /* trained is this stage's room */
+        if ((e = fed_model_get_params(m, trained)) == FED_OK)
+            e = fed_coll_send(j->coll, 0, SITE_TAG_TRAINED, trained, sp[st].p_hi - sp[st].p_lo);
+        return e == FED_OK ? FED_OK : site_fail(j->coll, "sending the trained stage", e);
+    }
+    if ((e = fed_model_get_params(m, trained)) != FED_OK)
+        return e;
+    for (int s = 1; s < (int)j->pipe_stages && s < R; s++)
+        if ((e = fed_coll_recv(j->coll, s, SITE_TAG_TRAINED, trained + sp[s].p_lo,
+                               sp[s].p_hi - sp[s].p_lo)) != FED_OK)
+            return site_fail(j->coll, "receiving the trained stages", e);
+    return FED_OK;
+}
+
 fed_err fed_node_site_announce(const node_train_job *j)
 {
     site_hdr h;
@@ -83,10 +141,26 @@ fed_err fed_node_site_announce(const node_train_job *j)
     h.seed = j->seed;
     h.nparams = j->nparams;
     h.set = j->set;
+    h.set.graph = NULL; /* a pointer of this process: the text follows */
     if ((e = fed_coll_bcast(j->coll, &h, sizeof h)) != FED_OK)
         return site_fail(j->coll, "announcing the round", e);
-    if ((e = fed_coll_bcast(j->coll, (void *)j->from, j->nparams * sizeof *j->from)) != FED_OK)
-        return site_fail(j->coll, "sending the round's parameters", e);
+    if (h.set.graph_len &&
+        (e = fed_coll_bcast(j->coll, (void *)j->set.graph, h.set.graph_len)) != FED_OK)
+        return site_fail(j->coll, "sending the model's graph", e);
+    if (j->pipe_stages <= 1) {
+        if ((e = fed_coll_bcast(j->coll, (void *)j->from, j->nparams * sizeof *j->from)) !=
+            FED_OK)
+            return site_fail(j->coll, "sending the round's parameters", e);
+        return FED_OK;
+    }
+    /* a pipeline: each rank its stage's slice, no more */
+    for (int r = 1; r < fed_coll_size(j->coll); r++) {
+        const fed_pipe_stage *sp = &j->split[r % (int)j->pipe_stages];
+
+        if ((e = fed_coll_send(j->coll, r, SITE_TAG_SLICE, j->from + sp->p_lo,
+                               sp->p_hi - sp->p_lo)) != FED_OK)
+            return site_fail(j->coll, "sending a stage its parameters", e);
+    }
     return FED_OK;
 }
 
@@ -124,11 +198,47 @@ static fed_err next_header(const fed_node_site_rank_cfg *cfg, site_hdr *h)
     return FED_OK;
 }
 
+/* A pipeline rank's slice of the round's parameters: the split planned as
+ * rank 0 planned it (the same spec, input and stages), then its stage's
+ * floats from rank 0 into *global (grown to them), their offset in *off. */
+static fed_err pipe_slice(const fed_node_site_rank_cfg *cfg, node_train_job *j, float **global,
+                          float **params, size_t *cap)
+{
+    int st = fed_coll_rank(cfg->coll) % (int)cfg->pipe_stages;
+    fed_model_shape in;
+    char why[320];
+    size_t n;
+    fed_err e;
+
+    if ((e = fed_node_model_input(&j->set, cfg->train->shape, 0, &in, why, sizeof why)) !=
+            FED_OK ||
+        (e = fed_pipe_plan(j->set.graph ? j->set.graph : j->set.spec, in,
+                           (int)cfg->pipe_stages, j->split, why, sizeof why)) != FED_OK) {
+        fed_log(FED_LOG_ERROR, "site: rank %d: %s", fed_coll_rank(cfg->coll), why);
+        return site_fail(cfg->coll, "planning the pipeline's stages", e);
+    }
+    n = j->split[st].p_hi - j->split[st].p_lo;
+    if (n > *cap) {
+        fed_free(*global);
+        fed_free(*params);
+        *global = fed_malloc(n * sizeof **global);
+        *params = fed_malloc(n * sizeof **params);
+        *cap = n;
+        if (!*global || !*params)
+            return site_fail(cfg->coll, "making room for the stage", FED_ERR_NOMEM);
+    }
+    if ((e = fed_coll_recv(cfg->coll, 0, SITE_TAG_SLICE, *global, n)) != FED_OK)
+        return site_fail(cfg->coll, "receiving the stage's parameters", e);
+    j->global_off = j->split[st].p_lo;
+    return FED_OK;
+}
+
 fed_err fed_node_site_rank_run(const fed_node_site_rank_cfg *cfg)
 {
     node_train_job j;
     site_hdr h;
     float *global = NULL, *params = NULL;
+    char *graph = NULL;
     size_t cap = 0;
     fed_err e;
 
@@ -142,7 +252,28 @@ fed_err fed_node_site_rank_run(const fed_node_site_rank_cfg *cfg)
                     fed_coll_rank(cfg->coll));
             break;
         }
-        if (h.nparams > cap) {
+        fed_free(graph);
+        graph = NULL;
+        h.set.graph = NULL;
+        if (h.set.graph_len > FED_WIRE_GRAPH_MAX ||
+            (h.set.graph_len && !(graph = fed_malloc(h.set.graph_len + 1)))) {
+            e = site_fail(cfg->coll, "making room for the model's graph", FED_ERR_NOMEM);
+            break;
+        }
+        if (h.set.graph_len) {
+            if ((e = fed_coll_bcast(cfg->coll, graph, h.set.graph_len)) != FED_OK) {
+                e = site_fail(cfg->coll, "receiving the model's graph", e);
+                break;
+            }
+            graph[h.set.graph_len] = '\0';
+            h.set.graph = graph;
+        }
+        j.set = h.set;
+        j.set.spec[sizeof j.set.spec - 1] = '\0';
+        if (cfg->pipe_stages > 1) {
+            if ((e = pipe_slice(cfg, &j, &global, &params, &cap)) != FED_OK)
+                break;
+        } else if (h.nparams > cap) {
             fed_free(global);
             fed_free(params);
             global = fed_malloc(h.nparams * sizeof *global);
@@ -153,12 +284,11 @@ fed_err fed_node_site_rank_run(const fed_node_site_rank_cfg *cfg)
                 break;
             }
         }
-        if ((e = fed_coll_bcast(cfg->coll, global, h.nparams * sizeof *global)) != FED_OK) {
+        if (cfg->pipe_stages <= 1 &&
+            (e = fed_coll_bcast(cfg->coll, global, h.nparams * sizeof *global)) != FED_OK) {
             e = site_fail(cfg->coll, "receiving the round's parameters", e);
             break;
         }
-        j.set = h.set;
-        j.set.spec[sizeof j.set.spec - 1] = '\0';
         j.round = h.round;
         j.seed = h.seed;
         j.be = cfg->be;
@@ -167,6 +297,9 @@ fed_err fed_node_site_rank_run(const fed_node_site_rank_cfg *cfg)
         j.accumulate = cfg->accumulate;
         j.recompute = cfg->recompute;
         j.precision = cfg->precision;
+        j.pipe_stages = cfg->pipe_stages;
+        j.stage_coll = cfg->stage_coll;
+        j.gpipe = cfg->gpipe;
         j.data = cfg->train;
         j.shard = cfg->shard;
         j.shard_n = cfg->shard_n;
@@ -183,5 +316,6 @@ fed_err fed_node_site_rank_run(const fed_node_site_rank_cfg *cfg)
     fed_node_train_job_release(&j);
     fed_free(global);
     fed_free(params);
+    fed_free(graph);
     return e;
 }

@@ -29,6 +29,9 @@ typedef struct fed_node_site_rank_cfg {
     uint32_t accumulate;        /* micro-batches per step, as rank 0's */
     uint32_t recompute;         /* --recompute, as rank 0's */
     fed_precision precision;    /* --precision, as rank 0's */
+    uint32_t pipe_stages;       /* --pipeline-stages, as rank 0's (fed_node_config) */
+    fed_coll *stage_coll;       /* this rank's stage across the replicas, or NULL */
+    int gpipe;                  /* --micro-batches: GPipe's order */
     const fed_dataset *train;
     const uint32_t *shard;      /* (shard_n) indices into train */
     size_t shard_n;

@@ -33,12 +33,26 @@ static fed_err train_epochs(node_train_job *j, fed_model *m, fed_optim *o, uint3
     fed_rng_seed_stream(&rng, j->seed, j->round);
     j->dp_steps = 0;
     j->dp_rate = 0;
-    if ((e = fed_trainer_new_acc(m, o, j->data, (int)j->set.batch, job_accumulate(j), &t)) !=
-        FED_OK)
-        return e;
+    if (j->pipe_stages > 1) { /* this rank's stage; its replicas sum over stage_coll */
+        fed_train_pipe pipe = {fed_node_site_stage(j), (int)j->pipe_stages,
+                               fed_node_site_pipe_send, fed_node_site_pipe_recv, j};
+        int D = fed_coll_size(j->coll) / (int)j->pipe_stages;
+
+        if ((e = fed_trainer_new_stage(m, o, j->data, (int)j->set.batch, job_accumulate(j), &pipe,
+                                       &t)) != FED_OK)
+            return e;
+        if (D > 1 && (e = fed_trainer_set_ranks(t, fed_node_site_replica(j), D,
+                                                fed_node_site_reduce, j->stage_coll)) != FED_OK)
+            goto out;
+    } else {
+        if ((e = fed_trainer_new_acc(m, o, j->data, (int)j->set.batch, job_accumulate(j), &t)) !=
+            FED_OK)
+            return e;
+        fed_trainer_set_gpipe_order(t, j->gpipe);
+    }
     if (j->dp_on && (e = fed_trainer_set_dp(t, &j->dp)) != FED_OK)
         goto out;
-    if (fed_node_site_ranks(j) > 1 &&
+    if (fed_node_site_ranks(j) > 1 && j->pipe_stages <= 1 &&
         (e = fed_trainer_set_ranks(t, fed_coll_rank(j->coll), fed_coll_size(j->coll),
                                    fed_node_site_reduce, j->coll)) != FED_OK)
         goto out;
@@ -218,6 +232,12 @@ static fed_err site_eval(node_train_job *j, fed_model *m)
     fed_dataset *sub = NULL;
     fed_err e;
 
+    if (j->pipe_stages > 1) {
+        fed_log(FED_LOG_ERROR, "site evaluation (--eval-every) of a model in pipeline stages "
+                "is not supported: each rank holds one stage");
+        return FED_ERR_UNSUPPORTED;
+    }
+
     if (fed_node_site_ranks(j) > 1 && fed_coll_rank(j->coll) != 0)
         return FED_OK; /* rank 0 sends */
     if (!j->val && j->val_idx && j->val_n && /* its rows of the training file, as now scaled */
@@ -230,6 +250,9 @@ static fed_err site_eval(node_train_job *j, fed_model *m)
 
 void fed_node_train_job_release(node_train_job *j)
 {
+    fed_free(j->whole);
+    j->whole = NULL;
+    j->whole_nt = 0;
     fed_model_free(j->model);
     fed_free(j->trained);
     fed_free(j->sent);
@@ -267,7 +290,9 @@ static fed_err round_layout(node_train_job *j)
     int nt;
     fed_err e;
 
-    t = fed_model_tensors(j->model, &nt);
+    t = j->whole ? j->whole : fed_model_tensors(j->model, &nt); /* a pipeline: the model's */
+    if (j->whole)
+        nt = j->whole_nt;
     extra = j->layout.extra;
     fed_node_layout_fini(&j->layout);
     fed_free(j->local_out); /* both sized for the last layout */
@@ -282,6 +307,11 @@ static fed_err round_layout(node_train_job *j)
     }
     if (j->dp_on && j->layout.len[LAYOUT_STATS])
         return FED_ERR_DP_STATS;
+    if (j->pipe_stages > 1 && s->paths_flags & FED_WIRE_PATHS_SCAFFOLD) {
+        fed_log(FED_LOG_ERROR, "SCAFFOLD's control variates over a model in pipeline stages "
+                "are not supported (each rank holds one stage)");
+        return FED_ERR_UNSUPPORTED;
+    }
     if (j->local && j->local_n == j->layout.len[LAYOUT_LOCAL] && j->local_n &&
         fed_node_site_ranks(j) > 1) { /* the start the other ranks are sent */
         if (!j->start && !(j->start = fed_malloc(j->nparams * sizeof *j->start)))
@@ -314,6 +344,28 @@ static fed_err put_local(node_train_job *j, fed_model *m)
     return e;
 }
 
+/* A pipeline rank's model: the split (model/pipeline.h), this rank's stage
+ * of it, and the whole model's tensor table (rank 0 lays out the delta by
+ * it). */
+static fed_err stage_model(node_train_job *j, fed_model_shape in, int room)
+{
+    const char *spec = j->set.graph ? j->set.graph : j->set.spec;
+    int st = fed_node_site_stage(j);
+    char why[320];
+    fed_err e;
+
+    fed_free(j->whole);
+    j->whole = NULL;
+    if ((e = fed_pipe_plan(spec, in, (int)j->pipe_stages, j->split, why, sizeof why)) != FED_OK) {
+        fed_log(FED_LOG_ERROR, "%s", why);
+        return e;
+    }
+    if ((e = fed_model_spec_tensors(spec, in, &j->whole, &j->whole_nt)) != FED_OK)
+        return e;
+    return fed_model_new_stage(spec, in, j->split[st].lo, j->split[st].hi, j->be, j->pool,
+                               j->shards, room, &j->model);
+}
+
 /* The round's model: last round's when its spec and batch are the same (a
  * fresh one costs its buffers' page faults each round), else a new one. */
 static fed_err round_model(node_train_job *j)
@@ -340,6 +392,8 @@ static fed_err round_model(node_train_job *j)
        MODEL's declared input (checked against the data when it came) */
     if ((e = fed_node_model_input(&j->set, j->data->shape, 0, &in, NULL, 0)) != FED_OK)
         return e;
+    if (j->pipe_stages > 1)
+        return stage_model(j, in, room);
     e = fed_model_new(j->set.graph ? j->set.graph : j->set.spec, in, j->be, j->pool, j->shards,
                       room, &j->model);
     if (e == FED_OK && j->recompute > 1)
@@ -446,7 +500,8 @@ void fed_node_train_job_run(fed_job *job)
     if ((e = round_model(j)) != FED_OK)
         goto out;
     m = j->model;
-    if (fed_model_nparams(m) != j->nparams) {
+    if (j->pipe_stages > 1 ? j->split[j->pipe_stages - 1].p_hi != j->nparams
+                           : fed_model_nparams(m) != j->nparams) {
         e = FED_ERR_SHAPE;
         goto out;
     }
@@ -457,7 +512,10 @@ void fed_node_train_job_run(fed_job *job)
         (e = fed_node_site_announce(j)) != FED_OK)
         goto out;
     round_optim(j, &oc);
-    if ((e = fed_model_set_params(m, j->from)) != FED_OK ||
+    if ((e = fed_model_set_params(m, j->from + (j->pipe_stages > 1
+                                                    ? j->split[fed_node_site_stage(j)].p_lo -
+                                                          j->global_off
+                                                    : 0))) != FED_OK ||
         (!j->params && (e = put_local(j, m)) != FED_OK) ||
         (!j->params && (e = score_own(j, m)) != FED_OK) ||
         (e = fed_optim_new(&oc, m, &o)) != FED_OK)
@@ -473,6 +531,10 @@ void fed_node_train_job_run(fed_job *job)
     j->samples = j->layout.extra && j->set.paths_flags & FED_WIRE_PATHS_FEDNOVA
                      ? (uint64_t)j->shard_n
                      : (uint64_t)j->shard_n * j->set.local_epochs;
+    if (j->params && j->pipe_stages > 1) { /* a pipeline rank: its stage to rank 0 */
+        e = fed_node_site_pipe_gather(j, m, j->params);
+        goto out;
+    }
     if (j->params) { /* the peer's: the trained parameters themselves */
         e = fed_model_get_params(m, j->params);
         goto out;
@@ -482,7 +544,8 @@ void fed_node_train_job_run(fed_job *job)
         e = FED_ERR_NOMEM;
         goto out;
     }
-    if ((e = fed_model_get_params(m, j->trained)) != FED_OK)
+    if ((e = j->pipe_stages > 1 ? fed_node_site_pipe_gather(j, m, j->trained)
+                                : fed_model_get_params(m, j->trained)) != FED_OK)
         goto out;
     if ((e = encode_delta(j, o, j->trained)) == FED_OK && j->set.ditto_lambda > 0)
         e = train_personal(j, m, &oc);

@@ -109,6 +109,25 @@ need_mpi() {
     # shellcheck disable=SC2034 # read by the tests that source this
     MPIRUN="mpirun --oversubscribe --host 127.0.0.1:64 --mca btl self,vader"
 }
+# The mpiruns a test started (their pids in MPIS): mpi_cleanup kills what
+# each started, then it (by their ids), before proc_lib's cleanup; a test
+# that starts mpirun in the background traps it on EXIT.
+MPIS=""
+mpi_cleanup() {
+    for m in $MPIS; do
+        for p in $(ps -o pid= --ppid "$m" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+        kill -9 "$m" 2>/dev/null
+    done
+    cleanup
+}
+# mpi_rank_pid NAME R: the pid of rank R under the mpirun started as NAME
+mpi_rank_pid() {
+    for p in $(ps -o pid= --ppid "$(pid "$1")"); do
+        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" &&
+            { echo "$p"; return 0; }
+    done
+    return 1
+}
 counter() { status "$1" | sed -n "s/.*\"$2\":\([0-9]*\).*/\1/p"; }
 verify() { "$FEDNODE" verify --db "$1" >"$TMP/verify.out" 2>&1 || {
     sed 's/^/  | /' "$TMP/verify.out"; fail "verify $1"; }; }

@@ -70,6 +70,14 @@ static void test_local(void **state)
     assert_int_equal(fed_coll_bcast(c, b, 3), FED_OK);
     assert_int_equal(b[2], 9);
     assert_int_equal(fed_coll_allreduce_sum(c, NULL, 5), FED_ERR_INVAL);
+    { /* no point to point, no split: refused, not faked */
+        fed_coll *sub = (fed_coll *)1;
+
+        assert_int_equal(fed_coll_send(c, 0, 1, buf, 5), FED_ERR_UNSUPPORTED);
+        assert_int_equal(fed_coll_recv(c, 0, 1, buf, 5), FED_ERR_UNSUPPORTED);
+        assert_int_equal(fed_coll_split(c, 0, 0, &sub), FED_ERR_UNSUPPORTED);
+        assert_null(sub);
+    }
     fed_coll_abort(c, 3); /* returns: one rank has no job to end */
     fed_coll_free(c);
     fed_coll_free(NULL);
@@ -150,6 +158,51 @@ static int mpi_child(int argc, char **argv)
                 break;
             }
         free(b);
+    }
+    { /* point to point around the ring, in order per tag; bad peers and tags */
+        size_t n = 100003;
+        float *out = malloc(n * sizeof *out), *in = malloc(n * sizeof *in), one = 0;
+
+        for (size_t i = 0; i < n; i++)
+            out[i] = (float)(rank * 1000003 + (int)i);
+        for (int round = 0; round < 2; round++) {
+            int to = (rank + 1) % size, from = (rank + size - 1) % size;
+
+            /* even ranks send first, odd ones receive first: no cycle of waits */
+            if (rank % 2 == 0 && fed_coll_send(c, to, 5, out, n) != FED_OK)
+                bad++;
+            if (fed_coll_recv(c, from, 5, in, n) != FED_OK)
+                bad++;
+            if (rank % 2 == 1 && fed_coll_send(c, to, 5, out, n) != FED_OK)
+                bad++;
+            for (size_t i = 0; i < n; i++)
+                if (in[i] != (float)(from * 1000003 + (int)i)) {
+                    bad++;
+                    break;
+                }
+        }
+        if (fed_coll_send(c, rank, 5, &one, 1) != FED_ERR_INVAL ||
+            fed_coll_send(c, size, 5, &one, 1) != FED_ERR_INVAL ||
+            fed_coll_recv(c, (rank + 1) % size, FED_COLL_TAG_MAX + 1, &one, 1) != FED_ERR_INVAL)
+            bad++;
+        free(out);
+        free(in);
+    }
+    { /* a split by parity: each half sums only its own */
+        fed_coll *sub = NULL;
+        float v = (float)(rank + 1), want = 0;
+
+        if (fed_coll_split(c, rank % 2, rank, &sub) != FED_OK)
+            bad++;
+        else {
+            for (int r = rank % 2; r < size; r += 2)
+                want += (float)(r + 1);
+            if (fed_coll_rank(sub) != rank / 2 || fed_coll_size(sub) != (size - rank % 2 + 1) / 2 ||
+                fed_coll_timeout(sub) != 30000 || fed_coll_allreduce_sum(sub, &v, 1) != FED_OK ||
+                v != want)
+                bad++;
+            fed_coll_free(sub);
+        }
     }
     if (bad)
         fprintf(stderr, "test_coll: rank %d of %d: %d checks failed\n", rank, size, bad);

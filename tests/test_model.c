@@ -1220,6 +1220,79 @@ static void test_trainer_accumulate(void **state)
     toy_free(d);
 }
 
+/* GPipe's order (fed_trainer_set_gpipe_order): each step's 4 micro-batches
+ * run from the last to the first and their weighted gradients are summed in
+ * that order: the parameters after an epoch are, bit for bit, those of the
+ * same loop written out by hand (what a pipeline of stages reproduces), and
+ * not those of the plain order, first to last. */
+static void test_trainer_gpipe_order(void **state)
+{
+    world *w = *state;
+    fed_rng rng, shuffle;
+    fed_dataset *d;
+    uint32_t idx[100], order[100];
+    float *p[3];
+    size_t np = 0;
+
+    fed_rng_seed(&rng, 23);
+    d = toy_dataset(100, &rng);
+    for (int i = 0; i < 100; i++)
+        idx[i] = (uint32_t)i;
+    for (int run = 0; run < 3; run++) { /* 0: by hand, 1: gpipe order, 2: plain */
+        fed_model *m = make_model(w, "mlp:16,16", d->shape, 2, 8, 5);
+        fed_optim_cfg cfg;
+        fed_optim *o = NULL;
+        fed_trainer *t = NULL;
+
+        fed_optim_cfg_default(&cfg, FED_OPTIM_SGD);
+        cfg.lr = 0.1f;
+        assert_int_equal(fed_optim_new(&cfg, m, &o), FED_OK);
+        fed_rng_seed(&shuffle, 7);
+        np = fed_model_nparams(m);
+        if (run == 0) {
+            float *acc = malloc(np * sizeof *acc), *g = fed_model_grads_dev(m);
+            uint8_t x[8 * 64];
+            int32_t y[8];
+
+            memcpy(order, idx, sizeof order);
+            fed_rng_shuffle_u32(&shuffle, order, 100);
+            for (size_t off = 0; off < 100; off += 30) {
+                size_t n = 100 - off < 30 ? 100 - off : 30;
+
+                for (int k = 3; k >= 0; k--) {
+                    size_t lo = n * (size_t)k / 4, hi = n * (size_t)(k + 1) / 4;
+                    float wk = (float)(hi - lo) / (float)n;
+                    fed_batch b;
+
+                    assert_true(d->features <= 64);
+                    fed_data_gather(d, order + off + lo, (int)(hi - lo), x, y, &b);
+                    assert_int_equal(fed_model_forward_backward(m, &b, NULL), FED_OK);
+                    for (size_t i = 0; i < np; i++)
+                        acc[i] = k == 3 ? g[i] * wk : acc[i] + g[i] * wk;
+                }
+                memcpy(g, acc, np * sizeof *g);
+                assert_int_equal(fed_optim_step(o, m), FED_OK);
+            }
+            free(acc);
+        } else {
+            assert_int_equal(fed_trainer_new_acc(m, o, d, 30, 4, &t), FED_OK);
+            fed_trainer_set_gpipe_order(t, run == 1);
+            assert_int_equal(fed_trainer_epoch(t, idx, 100, &shuffle, NULL), FED_OK);
+        }
+        assert_int_equal(fed_optim_steps(o), 4);
+        p[run] = malloc(np * sizeof *p[run]);
+        assert_int_equal(fed_model_get_params(m, p[run]), FED_OK);
+        fed_trainer_free(t);
+        fed_optim_free(o);
+        fed_model_free(m);
+    }
+    assert_memory_equal(p[0], p[1], np * sizeof *p[0]);
+    assert_memory_not_equal(p[0], p[2], np * sizeof *p[0]);
+    for (int run = 0; run < 3; run++)
+        free(p[run]);
+    toy_free(d);
+}
+
 /* ------------------------------------------------ allocation failures -- */
 
 typedef struct model_try {
@@ -1275,6 +1348,7 @@ int main(void)
         cmocka_unit_test(test_trainer_rejects),
         cmocka_unit_test(test_trainer_ranks),
         cmocka_unit_test(test_trainer_accumulate),
+        cmocka_unit_test(test_trainer_gpipe_order),
         cmocka_unit_test(test_alloc_failure_sweep),
     };
 

@@ -24,16 +24,7 @@ K=$TMP/keys
 allow_keys "$K" agg c0 c1 c2
 COMMON="--data fashion-mnist --threads 1 --partition iid"
 SETTINGS="--model logreg --optimizer sgd --momentum 0.9 --lr 0.05 --batch 50 --local-epochs 1"
-MPIS=""
-# kill what mpirun started, then mpirun (by their ids), before proc_lib's cleanup
-site_cleanup() {
-    for m in $MPIS; do
-        for p in $(ps -o pid= --ppid "$m" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-        kill -9 "$m" 2>/dev/null
-    done
-    cleanup
-}
-trap site_cleanup EXIT
+trap mpi_cleanup EXIT
 
 # agg DIR: the aggregator of a run in $TMP/DIR, its port in $port
 agg() {
@@ -62,14 +53,6 @@ site() {
     echo $! >"$TMP/site$d.pid"
     PIDS="$PIDS $!"
     MPIS="$MPIS $!"
-}
-# rank_pid DIR R: the pid of rank R under DIR's mpirun
-rank_pid() {
-    for p in $(ps -o pid= --ppid "$(pid "site$1")"); do
-        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" &&
-            { echo "$p"; return 0; }
-    done
-    return 1
 }
 export_model() { "$FEDNODE" export --db "$1" --out "$2" >/dev/null 2>&1 || fail "export $1"; }
 accuracy() { field "$1" 3 accuracy; }
@@ -134,7 +117,7 @@ member c1 d 1/10
 member c2 d 2/10
 site d --mpi-timeout-ms 3000
 wait_for "D: round 1 starts" 60 logged aggd "round 1 starts"
-r1=$(rank_pid d 1) || fail "D: rank 1's pid"
+r1=$(mpi_rank_pid sited 1) || fail "D: rank 1's pid"
 kill -STOP "$r1"
 t=$(date +%s)
 wait_exit sited 30
@@ -151,7 +134,7 @@ member c1 e 1/10
 member c2 e 2/10
 site e --mpi-timeout-ms 3000
 wait_for "E: round 1 starts" 60 logged agge "round 1 starts"
-r1=$(rank_pid e 1) || fail "E: rank 1's pid"
+r1=$(mpi_rank_pid sitee 1) || fail "E: rank 1's pid"
 kill -9 "$r1"
 wait_exit sitee 30
 [ "$rc" -ne 0 ] || fail "E: the job exits non-zero (got 0)"
