@@ -282,6 +282,7 @@ def run(dump, d, name):
     # the same module exported for inference (constants folded): its logits
     net.zero_grad()
     net = made(cls)
+    path = "%s/%s-eval.onnx" % (d, name)  # NAME.onnx stays the training form
     export(net, shape, path, opset, False)
     out = subprocess.run([dump, "--torch-dump", d, path], capture_output=True, text=True)
     if out.returncode != 0:
