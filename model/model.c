@@ -160,9 +160,11 @@ struct layer_ops {
     int loss;       /* a loss node, last: the LOSS_* it chooses */
     int ids;        /* its node's column holds ids: a categorical column */
     int random;     /* training draws its masks from the dropout key */
-    int batch_stats; /* its training forward updates running statistics (batch
-                        norm): a second forward of the step (--recompute)
-                        would update them twice, so it refuses the model */
+    int batch_stats; /* its training forward reads statistics over the batch
+                        (batch norm): --recompute takes it only with .stats,
+                        whose phase alone computes them into ws.aux (never a
+                        slot) and updates the running ones, so a recomputed
+                        forward reads them again and changes no state */
 };
 
 static const layer_ops *kind_find(const char *kind);
@@ -3590,7 +3592,10 @@ static void run_unit(fed_model *m, int ph, int u)
 /* Segment s's layers [s K, s K + K), unit u's rows, forward again from
  * the outputs kept: every layer that keeps no output, and every one whose
  * im2col or argmax lives in a slot. The same rows, shards and dropout step
- * as the step's forward, so the same values bit for bit. */
+ * as the step's forward, so the same values bit for bit. Only forwards: a
+ * batch norm normalizes with the batch statistics its PH_STATS phase left
+ * in ws.aux (its own buffer, never a slot), which runs once a step, so
+ * the running statistics and their counter are updated once. */
 static void recompute_unit(fed_model *m, int s, int u)
 {
     step_run *r = &m->run;
@@ -3638,8 +3643,8 @@ fed_err fed_model_set_recompute(fed_model *m, int K)
         return FED_ERR_UNSUPPORTED;
     }
     for (int l = 0; K > 1 && l < L; l++)
-        if (m->layers[l].ops->batch_stats) {
-            fed_log(FED_LOG_ERROR, "model: --recompute: layer '%s' (%s) updates its running "
+        if (m->layers[l].ops->batch_stats && !m->layers[l].ops->stats) {
+            fed_log(FED_LOG_ERROR, "model: --recompute: layer '%s' (%s) computes its batch "
                     "statistics in the forward, which a recomputation would do twice",
                     m->layers[l].name, m->layers[l].ops->kind);
             return FED_ERR_UNSUPPORTED;
@@ -3852,8 +3857,8 @@ static fed_err check_batch(const fed_model *m, const fed_batch *b, int max)
  * when it is linear and shared out; DP-SGD's norm phases; a backward phase
  * per layer from the last (in bseq's order under --recompute, with its
  * segments' forwards again), two for a layer whose input gradient waits
- * for every unit's weight gradients. --recompute refuses batch norm, so
- * a recomputed segment never holds a statistics phase. */
+ * for every unit's weight gradients. A recomputed segment holds no
+ * statistics phase: its batch norms read the forward's (recompute_unit). */
 static void schedule(fed_model *m)
 {
     step_run *r = &m->run;
