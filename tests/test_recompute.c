@@ -80,9 +80,12 @@ static void make_batch(fed_model_shape in, int ids, float *x, int32_t *y)
     }
 }
 
+#define MAX_LOGITS 16 /* per sample, of the nets here */
+
 /* Two fused SGD steps (momentum 0.9) of m on b, then every parameter of
- * m into params. */
-static void train_steps(fed_model *m, const fed_batch *b, float *params)
+ * m into params and b's logits in evaluation (batch norm's running
+ * statistics) into logits (N * MAX_LOGITS). */
+static void train_steps(fed_model *m, const fed_batch *b, float *params, float *logits)
 {
     fed_optim_cfg cfg;
     fed_optim *o = NULL;
@@ -95,14 +98,18 @@ static void train_steps(fed_model *m, const fed_batch *b, float *params)
         assert_int_equal(fed_optim_train_step(o, m, b, &st), FED_OK);
     }
     assert_int_equal(fed_model_get_params(m, params), FED_OK);
+    assert_true(fed_model_nlogits(m) <= MAX_LOGITS);
+    memset(logits, 0, N * MAX_LOGITS * sizeof *logits);
+    assert_int_equal(fed_model_logits(m, b, logits), FED_OK);
     fed_optim_free(o);
 }
 
 /* spec's gradients and loss over one batch with --recompute K, for K 1,
  * 2, 3, each on shards 1 to 3, then its parameters after two fused SGD
  * steps (fed_optim_train_step: the updates ride the backward's phases),
- * the running statistics and counter of a batch norm among them: all bit
- * for bit K 1's of the same shards. (Two shards sharing a buffer between
+ * the running statistics and counter of a batch norm among them, and the
+ * logits of an evaluation after them: all bit for bit K 1's of the same
+ * shards. (Two shards sharing a buffer between
  * layers of different widths wrote each other's rows in the forward: the
  * tabular net caught it.) */
 static void same_grads(world *w, const char *spec, fed_model_shape in, int ids)
@@ -111,6 +118,7 @@ static void same_grads(world *w, const char *spec, fed_model_shape in, int ids)
     float *x = malloc((size_t)N * F * sizeof *x);
     int32_t y[N];
     float *ref = NULL, *got = NULL, *pref = NULL, *pgot = NULL;
+    float lref[N * MAX_LOGITS], lgot[N * MAX_LOGITS];
     size_t np = 0;
 
     make_batch(in, ids, x, y);
@@ -142,7 +150,7 @@ static void same_grads(world *w, const char *spec, fed_model_shape in, int ids)
                 assert_int_equal(fed_model_forward_backward(m, &b, &st), FED_OK);
             }
             memcpy(K == 1 ? ref : got, fed_model_grads_dev(m), np * sizeof *ref);
-            train_steps(m, &b, K == 1 ? pref : pgot);
+            train_steps(m, &b, K == 1 ? pref : pgot, K == 1 ? lref : lgot);
             if (K == 1)
                 loss1 = st.loss_sum;
             else {
@@ -158,6 +166,10 @@ static void same_grads(world *w, const char *spec, fed_model_shape in, int ids)
                         fail_msg("%s, K %d, %d shards: parameter %zu after the steps is %.9g, "
                                  "%.9g kept", spec, K, shards, i, (double)pgot[i],
                                  (double)pref[i]);
+                for (int i = 0; i < N * MAX_LOGITS; i++)
+                    if (memcmp(&lref[i], &lgot[i], sizeof *lref))
+                        fail_msg("%s, K %d, %d shards: evaluation's logit %d is %.9g, %.9g kept",
+                                 spec, K, shards, i, (double)lgot[i], (double)lref[i]);
             }
             fed_model_free(m);
         }
