@@ -104,14 +104,25 @@ static void train_steps(fed_model *m, const fed_batch *b, float *params, float *
     fed_optim_free(o);
 }
 
+/* got (n floats) bit for bit ref, else a failure naming what differs. */
+static void same_bits(const char *spec, int K, int shards, const char *what, const float *got,
+                      const float *ref, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&ref[i], &got[i], sizeof *ref))
+            fail_msg("%s, K %d, %d shards: %s %zu is %.9g, %.9g kept", spec, K, shards, what, i,
+                     (double)got[i], (double)ref[i]);
+}
+
 /* spec's gradients and loss over one batch with --recompute K, for K 1,
  * 2, 3, each on shards 1 to 3, then its parameters after two fused SGD
  * steps (fed_optim_train_step: the updates ride the backward's phases),
  * the running statistics and counter of a batch norm among them, and the
  * logits of an evaluation after them: all bit for bit K 1's of the same
- * shards. (Two shards sharing a buffer between
- * layers of different widths wrote each other's rows in the forward: the
- * tabular net caught it.) */
+ * shards. (Two shards sharing a buffer between layers of different widths
+ * wrote each other's rows in the forward: the tabular net caught it for
+ * outputs, the residual net for im2col buffers without their phase cut,
+ * ResNet-8's evaluation likewise.) */
 static void same_grads(world *w, const char *spec, fed_model_shape in, int ids)
 {
     int F = in.c * in.h * in.w;
@@ -157,19 +168,9 @@ static void same_grads(world *w, const char *spec, fed_model_shape in, int ids)
                 if (st.loss_sum != loss1)
                     fail_msg("%s, K %d, %d shards: loss %.17g, %.17g kept", spec, K, shards,
                              st.loss_sum, loss1);
-                for (size_t i = 0; i < np; i++)
-                    if (memcmp(&ref[i], &got[i], sizeof *ref))
-                        fail_msg("%s, K %d, %d shards: gradient %zu is %.9g, %.9g kept", spec,
-                                 K, shards, i, (double)got[i], (double)ref[i]);
-                for (size_t i = 0; i < np; i++)
-                    if (memcmp(&pref[i], &pgot[i], sizeof *pref))
-                        fail_msg("%s, K %d, %d shards: parameter %zu after the steps is %.9g, "
-                                 "%.9g kept", spec, K, shards, i, (double)pgot[i],
-                                 (double)pref[i]);
-                for (int i = 0; i < N * MAX_LOGITS; i++)
-                    if (memcmp(&lref[i], &lgot[i], sizeof *lref))
-                        fail_msg("%s, K %d, %d shards: evaluation's logit %d is %.9g, %.9g kept",
-                                 spec, K, shards, i, (double)lgot[i], (double)lref[i]);
+                same_bits(spec, K, shards, "gradient", got, ref, np);
+                same_bits(spec, K, shards, "parameter after the steps", pgot, pref, np);
+                same_bits(spec, K, shards, "evaluation's logit", lgot, lref, N * MAX_LOGITS);
             }
             fed_model_free(m);
         }
