@@ -4,10 +4,12 @@
  * each a median with its spread (min-max) over rounds:
  *   - one-thread cblas_sgemm and our bf16 GEMMs (AVX512-BF16, AMX), GFLOP/s, on the
  *     MLP's forward product (256 x 2048 x 2048);
- *   - training steps of mlp:2048,2048 on Fashion-MNIST-shaped batches of
- *     256 (random bytes), fp32 against bf16, on 1 and 2 shards;
- *   - a deep conv net at batch 256: step time with --recompute 2 against
- *     none, and the activation buffers' bytes of each.
+ *   - training steps of mlp:2048,2048 and of ResNet-8
+ *     (examples/models/resnet8.cfg, run from the source tree; skipped,
+ *     said so, where it is missing) on Fashion-MNIST-shaped batches of 256
+ *     (random bytes), fp32 against bf16, on 1 and 2 shards;
+ *   - a deep conv net and ResNet-8 at batch 256: step time with
+ *     --recompute 2 against none, and the activation buffers' bytes of each.
  * Where the CPU lacks AVX512-BF16 the bf16 figures are skipped, said so. */
 #include <cblas.h>
 #include <stdio.h>
@@ -21,6 +23,7 @@
 #include "model/backend.h"
 #include "model/gemm_bf16.h"
 #include "model/model.h"
+#include "model/model_cfg.h"
 #include "model/optim.h"
 #include "bench/bench_stats.h"
 
@@ -29,6 +32,7 @@
 #define DEEP "g:C16k3p1,R,C16k3p1,R,C16k3p1,R,C16k3p1,R,C16k3p1,R,C16k3p1,R,C16k3p1,R," \
              "C16k3p1,R,P,L"
 #define BATCH 256
+#define RESNET8 "examples/models/resnet8.cfg"
 
 static int have_bf16(void)
 {
@@ -145,6 +149,52 @@ static void report(const char *what, double *ta, double *tb, const char *na, con
                1e3 * ma, 1e3 * la, 1e3 * ha, nb, 1e3 * mb, 1e3 * lb, 1e3 * hb, mb / ma);
 }
 
+/* fp32 against bf16 samples per CPU-second of spec (name) on 1 and 2
+ * shards, steps a round. */
+static void bf16_races(const char *spec, const char *name, fed_backend *be, fed_pool *pool,
+                       const fed_batch *bt, int steps)
+{
+    double ta[ROUNDS], tb[ROUNDS];
+
+    for (int shards = 1; shards <= 2; shards++) {
+        arm a, b;
+        char what[96];
+
+        arm_new(&a, spec, (fed_model_shape){1, 28, 28, 10, 0}, be, pool, shards,
+                FED_PRECISION_FP32, 1);
+        arm_new(&b, spec, (fed_model_shape){1, 28, 28, 10, 0}, be, pool, shards,
+                FED_PRECISION_BF16, 1);
+        race(&a, &b, bt, steps, ta, tb);
+        snprintf(what, sizeof what, "%s batch %d, %d shard%s", name, BATCH, shards,
+                 shards > 1 ? "s" : "");
+        report(what, ta, tb, "fp32", "bf16", 1);
+        arm_free(&a);
+        arm_free(&b);
+    }
+}
+
+/* spec (name)'s step time at --recompute 2 against none on 2 shards, and
+ * the activation buffers of each. */
+static void recompute_race(const char *spec, const char *name, fed_backend *be, fed_pool *pool,
+                           const fed_batch *bt, int steps)
+{
+    double ta[ROUNDS], tb[ROUNDS];
+    arm a, b;
+    char what[96];
+
+    arm_new(&a, spec, (fed_model_shape){1, 28, 28, 10, 0}, be, pool, 2, FED_PRECISION_FP32, 1);
+    arm_new(&b, spec, (fed_model_shape){1, 28, 28, 10, 0}, be, pool, 2, FED_PRECISION_FP32, 2);
+    race(&a, &b, bt, steps, ta, tb);
+    snprintf(what, sizeof what, "%s batch %d, 2 shards", name, BATCH);
+    report(what, ta, tb, "recompute 1", "recompute 2", 0);
+    printf("%s activation buffers: %.1f MiB, %.1f MiB at recompute 2 (%.3f)\n", name,
+           fed_model_activation_bytes(a.m) / 1048576.0,
+           fed_model_activation_bytes(b.m) / 1048576.0,
+           (double)fed_model_activation_bytes(b.m) / (double)fed_model_activation_bytes(a.m));
+    arm_free(&a);
+    arm_free(&b);
+}
+
 int main(void)
 {
     fed_backend *be = NULL;
@@ -154,8 +204,12 @@ int main(void)
     uint8_t *x = malloc((size_t)BATCH * 784);
     int32_t y[BATCH];
     fed_batch bt = {.n = BATCH, .x_u8 = x, .y = y};
-    double ta[ROUNDS], tb[ROUNDS];
+    fed_model_cfg *cfg = NULL;
+    char why[256], resnet8[FED_MODEL_GRAPH_MAX];
+    int have_resnet8 = fed_model_cfg_load(RESNET8, &cfg, why, sizeof why) == FED_OK &&
+                       fed_model_cfg_spec(cfg, resnet8, sizeof resnet8, why, sizeof why) == FED_OK;
 
+    fed_model_cfg_free(cfg);
     printf("# bench_bigmodel: CPU time per step, interleaved, median (min-max) of %d rounds; "
            "under load: other processes share the machine\n", ROUNDS);
     if (fed_backend_cpu_new(1, &be) != FED_OK || fed_pool_new(2, &pool) != FED_OK)
@@ -165,39 +219,18 @@ int main(void)
         x[i] = (uint8_t)fed_rng_u64(&rng);
     for (int i = 0; i < BATCH; i++)
         y[i] = (int32_t)(fed_rng_u64(&rng) % 10);
+    if (!have_resnet8)
+        printf("resnet8: skipped, %s\n", why);
     bench_gemm(bf16);
     if (!bf16)
         printf("bf16: skipped, this CPU lacks AVX512-BF16\n");
-    for (int shards = 1; bf16 && shards <= 2; shards++) {
-        arm a, b;
-        char what[64];
-
-        arm_new(&a, MLP, (fed_model_shape){1, 28, 28, 10, 0}, be, pool, shards, FED_PRECISION_FP32,
-                1);
-        arm_new(&b, MLP, (fed_model_shape){1, 28, 28, 10, 0}, be, pool, shards, FED_PRECISION_BF16,
-                1);
-        race(&a, &b, &bt, 4, ta, tb);
-        snprintf(what, sizeof what, "%s batch %d, %d shard%s", MLP, BATCH, shards,
-                 shards > 1 ? "s" : "");
-        report(what, ta, tb, "fp32", "bf16", 1);
-        arm_free(&a);
-        arm_free(&b);
-    }
-    {
-        arm a, b;
-
-        arm_new(&a, DEEP, (fed_model_shape){1, 28, 28, 10, 0}, be, pool, 2, FED_PRECISION_FP32, 1);
-        arm_new(&b, DEEP, (fed_model_shape){1, 28, 28, 10, 0}, be, pool, 2, FED_PRECISION_FP32, 2);
-        race(&a, &b, &bt, 2, ta, tb);
-        report("deep cnn (8 convs 16x28x28) batch 256, 2 shards", ta, tb, "recompute 1",
-               "recompute 2", 0);
-        printf("deep cnn activation buffers: %.1f MiB, %.1f MiB at recompute 2 (%.3f)\n",
-               fed_model_activation_bytes(a.m) / 1048576.0,
-               fed_model_activation_bytes(b.m) / 1048576.0,
-               (double)fed_model_activation_bytes(b.m) / (double)fed_model_activation_bytes(a.m));
-        arm_free(&a);
-        arm_free(&b);
-    }
+    if (bf16)
+        bf16_races(MLP, MLP, be, pool, &bt, 4);
+    if (bf16 && have_resnet8)
+        bf16_races(resnet8, "resnet8", be, pool, &bt, 1);
+    recompute_race(DEEP, "deep cnn (8 convs 16x28x28)", be, pool, &bt, 2);
+    if (have_resnet8)
+        recompute_race(resnet8, "resnet8", be, pool, &bt, 1);
     fed_pool_free(pool);
     fed_backend_free(be);
     free(x);

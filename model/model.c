@@ -165,9 +165,11 @@ struct layer_ops {
     int loss;       /* a loss node, last: the LOSS_* it chooses */
     int ids;        /* its node's column holds ids: a categorical column */
     int random;     /* training draws its masks from the dropout key */
-    int batch_stats; /* its training forward updates running statistics (batch
-                        norm): a second forward of the step (--recompute)
-                        would update them twice, so it refuses the model */
+    int batch_stats; /* its training forward reads statistics over the batch
+                        (batch norm): --recompute takes it only with .stats,
+                        whose phase alone computes them into ws.aux (never a
+                        slot) and updates the running ones, so a recomputed
+                        forward reads them again and changes no state */
 };
 
 static const layer_ops *kind_find(const char *kind);
@@ -1652,11 +1654,34 @@ static fed_err ws_mark_borrowed(fed_model *m)
     return FED_OK;
 }
 
-/* The slots: one for each position, kind and size per sample, shared by
- * the borrowers of that size. Only layers of one size share a buffer: a
- * shard's rows [off, off + n) then lie at the same bytes for each of them,
- * so the shards, running the forward's layers each at its own pace, never
- * write each other's rows. */
+/* ws.borrowed's bit past the kinds: layer l shares an im2col or argmax
+ * slot with a layer of another size per sample, so no forward phase may
+ * hold both (schedule() cuts before it). */
+#define WS_MIXED WS_KINDS
+
+/* Whether the forward must start a phase at layer l when the open one
+ * began at layer from: l shares a slot with a layer of another size, and
+ * one at its position (l - K, l - 2 K, ...) may be in the phase. */
+static int ws_cut_before(const fed_model *m, int l, int from)
+{
+    return m->ws.borrowed && (m->ws.borrowed[l] >> WS_MIXED & 1) && from <= l - m->recompute;
+}
+
+/* Whether layers a and b at one position share their slot of kind k: an
+ * output only when of one size per sample. A shard's rows [off, off + n)
+ * lie at different bytes for layers of different sizes, so a shard running
+ * ahead to one would write the rows another shard still reads of the
+ * other. Outputs are read by the layers after theirs in the same forward
+ * phase, but im2col and argmax by their own layer only (and the weight
+ * gradients), so for them a phase cut between the two layers is enough
+ * (WS_MIXED); output gradients live in the backward, a phase per layer. */
+static int ws_same_slot(const fed_model *m, int a, int b, int k)
+{
+    return k != WS_ACT || ws_per_sample(m, a, k) == ws_per_sample(m, b, k);
+}
+
+/* The slots: one for each position and kind (outputs: and size per
+ * sample), as large per sample as its largest borrower. */
 static fed_err ws_slots(fed_model *m, size_t cap)
 {
     workspace *w = &m->ws;
@@ -1669,29 +1694,38 @@ static fed_err ws_slots(fed_model *m, size_t cap)
     for (int j = 0; j < K; j++)
         for (int k = 0; k < WS_KINDS; k++)
             for (int first = j; first < m->nlayers; first += K) {
-                size_t size = ws_per_sample(m, first, k);
+                size_t size = 0, min = SIZE_MAX;
                 float **slot = &w->slots[w->nslots];
                 fed_err err;
                 int taken = 0;
 
                 for (int l = j; l < first && !taken; l += K)
-                    taken = ws_borrows(m, l, k) && ws_per_sample(m, l, k) == size;
+                    taken = ws_borrows(m, l, k) && ws_same_slot(m, l, first, k);
                 if (taken || !ws_borrows(m, first, k))
-                    continue; /* its size's slot is made, or it owns its buffer */
+                    continue; /* its slot is made, or it owns its buffer */
+                for (int l = first; l < m->nlayers; l += K)
+                    if (ws_borrows(m, l, k) && ws_same_slot(m, l, first, k)) {
+                        size_t b = ws_per_sample(m, l, k);
+
+                        size = b > size ? b : size;
+                        min = b < min ? b : min;
+                    }
                 if ((err = ws_alloc(m, cap * size, slot)) != FED_OK)
                     return err;
                 w->nslots++;
                 for (int l = first; l < m->nlayers; l += K) {
-                    if (!ws_borrows(m, l, k) || ws_per_sample(m, l, k) != size)
+                    if (!ws_borrows(m, l, k) || !ws_same_slot(m, l, first, k))
                         continue;
-                if (k == WS_ACT)
-                    w->act[l] = *slot;
-                else if (k == WS_G)
-                    w->g[l] = *slot;
-                else if (k == WS_COL)
-                    w->col[l] = *slot;
-                else
-                    w->arg[l] = (int32_t *)(void *)*slot;
+                    if (min < size && k != WS_G)
+                        w->borrowed[l] |= 1u << WS_MIXED;
+                    if (k == WS_ACT)
+                        w->act[l] = *slot;
+                    else if (k == WS_G)
+                        w->g[l] = *slot;
+                    else if (k == WS_COL)
+                        w->col[l] = *slot;
+                    else
+                        w->arg[l] = (int32_t *)(void *)*slot;
                 }
             }
     return FED_OK;
@@ -3660,7 +3694,10 @@ static void run_unit(fed_model *m, int ph, int u)
 /* Segment s's layers [s K, s K + K), unit u's rows, forward again from
  * the outputs kept: every layer that keeps no output, and every one whose
  * im2col or argmax lives in a slot. The same rows, shards and dropout step
- * as the step's forward, so the same values bit for bit. */
+ * as the step's forward, so the same values bit for bit. Only forwards: a
+ * batch norm normalizes with the batch statistics its PH_STATS phase left
+ * in ws.aux (its own buffer, never a slot), which runs once a step, so
+ * the running statistics and their counter are updated once. */
 static void recompute_unit(fed_model *m, int s, int u)
 {
     step_run *r = &m->run;
@@ -3708,8 +3745,8 @@ fed_err fed_model_set_recompute(fed_model *m, int K)
         return FED_ERR_UNSUPPORTED;
     }
     for (int l = 0; K > 1 && l < L; l++)
-        if (m->layers[l].ops->batch_stats) {
-            fed_log(FED_LOG_ERROR, "model: --recompute: layer '%s' (%s) updates its running "
+        if (m->layers[l].ops->batch_stats && !m->layers[l].ops->stats) {
+            fed_log(FED_LOG_ERROR, "model: --recompute: layer '%s' (%s) computes its batch "
                     "statistics in the forward, which a recomputation would do twice",
                     m->layers[l].name, m->layers[l].ops->kind);
             return FED_ERR_UNSUPPORTED;
@@ -3922,8 +3959,8 @@ static fed_err check_batch(const fed_model *m, const fed_batch *b, int max)
  * when it is linear and shared out; DP-SGD's norm phases; a backward phase
  * per layer from the last (in bseq's order under --recompute, with its
  * segments' forwards again), two for a layer whose input gradient waits
- * for every unit's weight gradients. --recompute refuses batch norm, so
- * a recomputed segment never holds a statistics phase. */
+ * for every unit's weight gradients. A recomputed segment holds no
+ * statistics phase: its batch norms read the forward's (recompute_unit). */
 static void schedule(fed_model *m)
 {
     step_run *r = &m->run;
@@ -3940,6 +3977,9 @@ static void schedule(fed_model *m)
         if (r->batch_stats && m->layers[l].ops->stats) {
             s[k - 1].l2 = l; /* the open forward phase ends before it */
             s[k++] = (phase){PH_STATS, l, 0};
+            s[k++] = (phase){PH_FWD, l, l};
+        } else if (ws_cut_before(m, l, s[k - 1].l)) {
+            s[k - 1].l2 = l;
             s[k++] = (phase){PH_FWD, l, l};
         }
     s[k - 1].l2 = L;
