@@ -662,6 +662,36 @@ static int paths_agree(const fed_node *n, const fed_wire_settings *s, uint64_t r
     return 1;
 }
 
+/* A site in pipeline stages (each rank holds one stage) cannot evaluate the
+ * whole model at its site or keep SCAFFOLD's control variates: such a
+ * round is declined, said once a round, rather than failing its job. */
+static int stages_can(const fed_node *n, const fed_wire_settings *s, uint64_t round)
+{
+    const char *what = s->eval_every ? "site evaluation (--eval-every)"
+                       : s->paths_flags & FED_WIRE_PATHS_SCAFFOLD ? "SCAFFOLD's control variates"
+                                                                  : NULL;
+
+    if (n->cfg.pipe_stages <= 1 || !what)
+        return 1;
+    fed_log(FED_LOG_WARN, "client: round %llu: the aggregator asks for %s, which a site in "
+            "%u pipeline stages cannot give (each rank holds one stage): declined",
+            (unsigned long long)round, what, n->cfg.pipe_stages);
+    return 0;
+}
+
+/* The round declined with a LEAVE saying why; no job runs. */
+static fed_err decline_round(fed_node *n, uint64_t round, fed_err why)
+{
+    node_client *c = n->client;
+
+    (void)n->env.cancel_timer(n->env.self, NODE_TIMER_RETRY);
+    c->round = round;
+    c->leave_reason = (uint32_t)why;
+    c->resends = 0;
+    c->job.vec_len = 0;
+    return send_leave(n);
+}
+
 /* The trained delta of the round (the job's f32 vector) into secure
  * aggregation's masked input. */
 static fed_err secure_trained(fed_node *n)
@@ -897,14 +927,10 @@ static fed_err on_model_train(fed_node *n, node_open *op)
         fed_wire_note_reject(n->wire, &m->hdr, e);
         return e;
     }
-    if (!paths_agree(n, &m->block.settings, m->hdr.round)) {
-        (void)n->env.cancel_timer(n->env.self, NODE_TIMER_RETRY);
-        c->round = m->hdr.round;
-        c->leave_reason = (uint32_t)FED_ERR_LOCAL_MISMATCH;
-        c->resends = 0;
-        j->vec_len = 0;
-        return send_leave(n);
-    }
+    if (!paths_agree(n, &m->block.settings, m->hdr.round))
+        return decline_round(n, m->hdr.round, FED_ERR_LOCAL_MISMATCH);
+    if (!stages_can(n, &m->block.settings, m->hdr.round))
+        return decline_round(n, m->hdr.round, FED_ERR_UNSUPPORTED);
     fed_free(c->graph); /* no job runs while the client asks */
     c->graph = NULL;
     if (m->block.settings.graph &&

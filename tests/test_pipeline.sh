@@ -252,6 +252,35 @@ grep -q "site: rank 1 of 4: stage 1 of 2 (2 replicas)" "$TMP/sitegs2d2.log" ||
     fail "G: rank 1 of 4 says it is stage 1 of 2 replicas"
 ok "G: c0 as 2 x 2 ranks (2 replicas of 2 stages) equals c0 as 2 data-parallel ranks bit for bit"
 
+# ---- I: a round that a site in stages cannot give (its site evaluation of
+# the whole model) is declined with a LEAVE, the site alive, no error
+mkdir -p "$TMP/i"
+# shellcheck disable=SC2086
+start aggi --role aggregator --keys "$K/agg" --allow "$K/allow.txt" --db "$TMP/i/agg.db" \
+    --listen tcp://127.0.0.1:0 --port-file "$TMP/i/port" $RUNC --model "$TMP/long.cfg" \
+    --rounds 1 --min-clients 2 --deadline-ms 60000 --gather-ms 200 --eval-every 1
+wait_for "I: aggregator wrote its port" 20 test -s "$TMP/i/port"
+port=$(cat "$TMP/i/port")
+member i c1 1/60 --val-fraction 0.1
+# shellcheck disable=SC2086
+$MPIRUN -np 2 "$FEDNODE" run --role client --keys "$K/c0" --allow "$K/allow.txt" \
+    --db "$TMP/i/c0.db" --aggregator "tcp://127.0.0.1:$port" --aggregator-key agg \
+    --shard 0/60 $RUNC --val-fraction 0.1 --pipeline-stages 2 --micro-batches 4 \
+    --mpi-timeout-ms 20000 >"$TMP/sitei.log" 2>&1 &
+echo $! >"$TMP/c0i.pid"
+PIDS="$PIDS $!"
+MPIS="$MPIS $!"
+wait_for "I: c0 declines the round (site evaluation over stages)" 90 \
+    grep -q "asks for site evaluation (--eval-every), which a site in 2 pipeline stages cannot give" \
+    "$TMP/sitei.log"
+sleep 1
+alive c0i || fail "I: the site in stages lives on after declining"
+grep -q "fednode: error" "$TMP/sitei.log" && { cat "$TMP/sitei.log"; fail "I: no error lines at the site"; }
+ok "I: --eval-every over a site in 2 stages: the round declined with a LEAVE, the site alive, no error"
+kill "$(pid aggi)" "$(pid c1i)" 2>/dev/null
+for p in $(ps -o pid= --ppid "$(pid c0i)" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+kill -9 "$(pid c0i)" 2>/dev/null
+
 # ---- H: a regression (loss mse on CSV numbers) in 2 stages
 awk 'BEGIN { srand(7); print "x1,x2,label";
     for (i = 0; i < 400; i++) { a = rand(); b = rand(); printf "%.3f,%.3f,%.4f\n", a, b, 1.5 * a - 0.5 * b } }' \
