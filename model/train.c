@@ -105,6 +105,25 @@ static int fits_task(const fed_model *m, const fed_dataset *d)
     return 0;
 }
 
+/* A trainer's common fields: m trained by o on d in steps of batch rows,
+ * accumulate micro-batches of micro rows each; one rank. */
+static fed_trainer *trainer_alloc(fed_model *m, fed_optim *o, const fed_dataset *d, int batch,
+                                  int accumulate, int micro)
+{
+    fed_trainer *t = fed_calloc(1, sizeof *t);
+
+    if (!t)
+        return NULL;
+    t->m = m;
+    t->o = o;
+    t->d = d;
+    t->batch = batch;
+    t->accumulate = accumulate;
+    t->micro = t->stage = micro;
+    t->size = 1;
+    return t;
+}
+
 /* Whether m ends with the whole graph's loss (a whole model, or a
  * pipeline's last stage): only then are its outputs the task's. */
 static int stage_last(const fed_model *m)
@@ -156,17 +175,8 @@ fed_err fed_trainer_new_acc(fed_model *m, fed_optim *o, const fed_dataset *d, in
     }
     if (!fits_categorical(m, d) || (stage_last(m) && !fits_task(m, d)))
         return FED_ERR_SHAPE;
-    t = fed_calloc(1, sizeof *t);
-    if (!t)
+    if (!(t = trainer_alloc(m, o, d, batch, accumulate, micro)))
         return FED_ERR_NOMEM;
-    t->m = m;
-    t->o = o;
-    t->d = d;
-    t->batch = batch;
-    t->accumulate = accumulate;
-    t->micro = micro;
-    t->stage = micro;
-    t->size = 1;
     elem = d->x_u8 ? 1 : sizeof(float);
     t->x_stage = fed_alloc_aligned((size_t)micro * d->features * elem);
     t->y_stage = fed_malloc((size_t)micro * sizeof *t->y_stage);
@@ -500,16 +510,8 @@ fed_err fed_trainer_new_stage(fed_model *m, fed_optim *o, const fed_dataset *d, 
             return FED_ERR_INVAL;
         if (hi == L && !fits_task(m, d))
             return FED_ERR_SHAPE;
-        t = fed_calloc(1, sizeof *t);
-        if (!t)
+        if (!(t = trainer_alloc(m, o, d, batch, accumulate, micro)))
             return FED_ERR_NOMEM;
-        t->m = m;
-        t->o = o;
-        t->d = d;
-        t->batch = batch;
-        t->accumulate = accumulate;
-        t->micro = t->stage = micro;
-        t->size = 1;
         t->x_stage = fed_alloc_aligned((size_t)micro * d->features *
                                        (d->x_u8 ? 1 : sizeof(float)));
         t->y_stage = fed_malloc((size_t)micro * sizeof *t->y_stage);
