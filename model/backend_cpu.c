@@ -361,59 +361,124 @@ static void cpu_maxpool_bwd(fed_backend *be, const float *restrict dy,
 
 /* ---- any window: stride, padding, dilation ---- */
 
+/* The output columns [*o0, *o1) whose input column oj SW - PW + kj DW
+ * falls inside the row (kernel column kj): the rest read padding. Found
+ * once per kernel column, so the copies and sums below run branch-free. */
+static void win_cols(const fed_window *g, int kj, int *o0, int *o1)
+{
+    int lead = g->PW - kj * g->DW; /* oj SW >= lead */
+    int last = g->W - 1 + lead;    /* oj SW <= last */
+
+    *o0 = lead <= 0 ? 0 : (lead + g->SW - 1) / g->SW;
+    *o1 = last < 0 ? 0 : last / g->SW + 1;
+    if (*o1 > g->OW)
+        *o1 = g->OW;
+    if (*o0 > *o1)
+        *o0 = *o1;
+}
+
+/* The output rows [*r0, *r1) whose input row oi SH - PH + ki DH falls
+ * inside the plane (kernel row ki). */
+static void win_rows(const fed_window *g, int ki, int *r0, int *r1)
+{
+    int lead = g->PH - ki * g->DH, last = g->H - 1 + lead;
+
+    *r0 = lead <= 0 ? 0 : (lead + g->SH - 1) / g->SH;
+    *r1 = last < 0 ? 0 : last / g->SH + 1;
+    if (*r1 > g->OH)
+        *r1 = g->OH;
+    if (*r0 > *r1)
+        *r0 = *r1;
+}
+
+/* One kernel offset's row of col (P values) from plane x. Stride 1 with
+ * rows as wide as the input's ("same" padding): the inside rows are one
+ * run of the plane shifted, copied whole, then the columns that read
+ * padding are zeroed over it; else row by row. */
+static void im2col_offset(const fed_window *g, const float *restrict x, int ki, int kj,
+                          float *restrict dst)
+{
+    int r0, r1, o0, o1, SW = g->SW, OW = g->OW;
+    int shift = kj * g->DW - g->PW, rshift = ki * g->DH - g->PH;
+
+    win_rows(g, ki, &r0, &r1);
+    win_cols(g, kj, &o0, &o1);
+    if (r0 > 0)
+        memset(dst, 0, (size_t)r0 * OW * sizeof *dst);
+    if (r1 < g->OH)
+        memset(dst + (size_t)r1 * OW, 0, (size_t)(g->OH - r1) * OW * sizeof *dst);
+    if (g->SH == 1 && SW == 1 && OW == g->W && r0 < r1) {
+        /* dst[i] = x[i + rshift W + shift] over rows [r0, r1), the run
+           clipped to the plane at its ends (those values are padding) */
+        long a = (long)r0 * OW, b = (long)r1 * OW, d = (long)rshift * g->W + shift;
+        long hw = (long)g->H * g->W;
+
+        if (a + d < 0)
+            a = -d;
+        if (b + d > hw)
+            b = hw - d;
+        memcpy(dst + a, x + a + d, (size_t)(b - a) * sizeof *dst);
+        for (int oi = r0; oi < r1; oi++) {
+            for (int oj = 0; oj < o0; oj++)
+                dst[(size_t)oi * OW + oj] = 0.0f;
+            for (int oj = o1; oj < OW; oj++)
+                dst[(size_t)oi * OW + oj] = 0.0f;
+        }
+        return;
+    }
+    for (int oi = r0; oi < r1; oi++) {
+        const float *restrict src = x + (size_t)(oi * g->SH + rshift) * g->W;
+        float *restrict row = dst + (size_t)oi * OW;
+
+        for (int oj = 0; oj < o0; oj++)
+            row[oj] = 0.0f;
+        for (int oj = o0; oj < o1; oj++)
+            row[oj] = src[oj * SW + shift];
+        for (int oj = o1; oj < OW; oj++)
+            row[oj] = 0.0f;
+    }
+}
+
 static void cpu_im2col_win(fed_backend *be, const float *restrict x, const fed_window *g,
                            float *restrict col)
 {
-    int P = g->OH * g->OW;
+    size_t P = (size_t)g->OH * g->OW;
 
     (void)be;
     for (int c = 0; c < g->C; c++)
         for (int ki = 0; ki < g->KH; ki++)
-            for (int kj = 0; kj < g->KW; kj++) {
-                float *restrict dst = col + ((size_t)(c * g->KH + ki) * g->KW + kj) * P;
-
-                for (int oi = 0; oi < g->OH; oi++) {
-                    int ih = oi * g->SH - g->PH + ki * g->DH;
-                    const float *restrict src;
-
-                    if (ih < 0 || ih >= g->H) {
-                        memset(dst + oi * g->OW, 0, (size_t)g->OW * sizeof *dst);
-                        continue;
-                    }
-                    src = x + ((size_t)c * g->H + ih) * g->W;
-                    for (int oj = 0; oj < g->OW; oj++) {
-                        int iw = oj * g->SW - g->PW + kj * g->DW;
-
-                        dst[oi * g->OW + oj] = iw >= 0 && iw < g->W ? src[iw] : 0.0f;
-                    }
-                }
-            }
+            for (int kj = 0; kj < g->KW; kj++)
+                im2col_offset(g, x + (size_t)c * g->H * g->W, ki, kj,
+                              col + ((size_t)(c * g->KH + ki) * g->KW + kj) * P);
 }
 
+/* Each element of dx takes its terms in the order of the loops (c, ki, kj,
+ * oi, oj), as the per-element form did: the same sums. */
 static void cpu_col2im_win(fed_backend *be, const float *restrict dcol, const fed_window *g,
                            float *restrict dx)
 {
-    int P = g->OH * g->OW;
+    int P = g->OH * g->OW, SW = g->SW;
 
     (void)be;
     for (int c = 0; c < g->C; c++)
         for (int ki = 0; ki < g->KH; ki++)
             for (int kj = 0; kj < g->KW; kj++) {
                 const float *restrict src = dcol + ((size_t)(c * g->KH + ki) * g->KW + kj) * P;
+                int o0, o1, r0, r1, shift = kj * g->DW - g->PW;
 
-                for (int oi = 0; oi < g->OH; oi++) {
-                    int ih = oi * g->SH - g->PH + ki * g->DH;
-                    float *restrict dst;
+                win_cols(g, kj, &o0, &o1);
+                win_rows(g, ki, &r0, &r1);
+                for (int oi = r0; oi < r1; oi++) {
+                    const float *restrict row = src + (size_t)oi * g->OW;
+                    float *restrict dst =
+                        dx + ((size_t)c * g->H + oi * g->SH - g->PH + ki * g->DH) * g->W;
 
-                    if (ih < 0 || ih >= g->H)
-                        continue;
-                    dst = dx + ((size_t)c * g->H + ih) * g->W;
-                    for (int oj = 0; oj < g->OW; oj++) {
-                        int iw = oj * g->SW - g->PW + kj * g->DW;
-
-                        if (iw >= 0 && iw < g->W)
-                            dst[iw] += src[oi * g->OW + oj];
-                    }
+                    if (SW == 1)
+                        for (int oj = o0; oj < o1; oj++)
+                            dst[oj + shift] += row[oj];
+                    else
+                        for (int oj = o0; oj < o1; oj++)
+                            dst[oj * SW + shift] += row[oj];
                 }
             }
 }
