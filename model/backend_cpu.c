@@ -795,7 +795,62 @@ static void cpu_dropout(fed_backend *be, const float *restrict x, size_t n, uint
         y[i] = fed_backend_dropout_keep(key, first + i, p) ? x[i] * scale : 0.0f;
 }
 
-/* ---- batch norm ---- */
+/* ---- batch norm ----
+ * A channel's sums run over its planes in sample order, each plane in 8
+ * double lanes (lane k takes i = k mod 8) added in order at the plane's
+ * end: a fixed order whatever the shards (a unit takes whole channels
+ * over every sample), which the compiler vectorizes (a lone double chain
+ * waits on each add). */
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__clang__)
+#define BN_CLONES __attribute__((target_clones("avx512f", "default")))
+#else
+#define BN_CLONES
+#endif
+#define BN_LANES 8
+
+/* sum of x, and of (x - mu)^2 when sq */
+BN_CLONES static double bn_plane_sum(const float *restrict x, int n, double mu, int sq)
+{
+    double lane[BN_LANES] = {0}, s = 0.0;
+    int i = 0;
+
+    for (; i + BN_LANES <= n; i += BN_LANES)
+        for (int k = 0; k < BN_LANES; k++) {
+            double d = (double)x[i + k] - mu;
+
+            lane[k] += sq ? d * d : d;
+        }
+    for (; i < n; i++) {
+        double d = (double)x[i] - mu;
+
+        lane[i % BN_LANES] += sq ? d * d : d;
+    }
+    for (int k = 0; k < BN_LANES; k++)
+        s += lane[k];
+    return s;
+}
+
+/* *sd += sum of dy, *sdx += sum of dy (x - mu) */
+BN_CLONES static void bn_plane_dots(const float *restrict dy, const float *restrict x, int n,
+                                    double mu, double *sd, double *sdx)
+{
+    double l1[BN_LANES] = {0}, l2[BN_LANES] = {0};
+    int i = 0;
+
+    for (; i + BN_LANES <= n; i += BN_LANES)
+        for (int k = 0; k < BN_LANES; k++) {
+            l1[k] += (double)dy[i + k];
+            l2[k] += (double)dy[i + k] * ((double)x[i + k] - mu);
+        }
+    for (; i < n; i++) {
+        l1[i % BN_LANES] += (double)dy[i];
+        l2[i % BN_LANES] += (double)dy[i] * ((double)x[i] - mu);
+    }
+    for (int k = 0; k < BN_LANES; k++) {
+        *sd += l1[k];
+        *sdx += l2[k];
+    }
+}
 
 static void cpu_bn_stats(fed_backend *be, const float *restrict x, int B, int C, int HW, int c0,
                          int c1, float *restrict mean, float *restrict var,
@@ -807,19 +862,11 @@ static void cpu_bn_stats(fed_backend *be, const float *restrict x, int B, int C,
     for (int c = c0; c < c1; c++) {
         double s = 0.0, q = 0.0, mu;
 
-        for (int b = 0; b < B; b++) { /* two passes: the deviations' squares */
-            const float *restrict plane = x + ((size_t)b * C + c) * HW;
-
-            for (int i = 0; i < HW; i++)
-                s += plane[i];
-        }
+        for (int b = 0; b < B; b++) /* two passes: the deviations' squares */
+            s += bn_plane_sum(x + ((size_t)b * C + c) * HW, HW, 0.0, 0);
         mu = s / count;
-        for (int b = 0; b < B; b++) {
-            const float *restrict plane = x + ((size_t)b * C + c) * HW;
-
-            for (int i = 0; i < HW; i++)
-                q += (plane[i] - mu) * (plane[i] - mu);
-        }
+        for (int b = 0; b < B; b++)
+            q += bn_plane_sum(x + ((size_t)b * C + c) * HW, HW, mu, 1);
         mean[c] = (float)mu;
         var[c] = (float)(q / count);
         if (run_mean && count > 1.0) {
@@ -835,20 +882,22 @@ static void cpu_bn_fwd(fed_backend *be, const float *restrict x, float *restrict
                        int relu)
 {
     (void)be;
-    for (int c = 0; c < C; c++) {
-        float inv = (float)(1.0 / sqrt((double)var[c] + eps));
-        float a = gamma[c] * inv, m = mean[c], b0 = beta[c];
-
-        for (int b = 0; b < B; b++) {
+    for (int b = 0; b < B; b++)
+        for (int c = 0; c < C; c++) {
+            float inv = (float)(1.0 / sqrt((double)var[c] + eps));
+            float a = gamma[c] * inv, m = mean[c], b0 = beta[c];
             size_t at = ((size_t)b * C + c) * HW;
 
-            for (int i = 0; i < HW; i++) {
-                float v = (x[at + i] - m) * a + b0;
+            if (relu)
+                for (int i = 0; i < HW; i++) {
+                    float v = (x[at + i] - m) * a + b0;
 
-                y[at + i] = relu && v < 0.0f ? 0.0f : v;
-            }
+                    y[at + i] = v < 0.0f ? 0.0f : v;
+                }
+            else
+                for (int i = 0; i < HW; i++)
+                    y[at + i] = (x[at + i] - m) * a + b0;
         }
-    }
 }
 
 static void cpu_bn_bwd_params(fed_backend *be, const float *restrict dy, const float *restrict x,
@@ -858,15 +907,12 @@ static void cpu_bn_bwd_params(fed_backend *be, const float *restrict dy, const f
 {
     (void)be;
     for (int c = c0; c < c1; c++) {
-        double sg = 0.0, sb = 0.0, m = mean[c];
+        double sg = 0.0, sb = 0.0;
 
         for (int b = 0; b < B; b++) {
             size_t at = ((size_t)b * C + c) * HW;
 
-            for (int i = 0; i < HW; i++) {
-                sg += (double)dy[at + i] * (x[at + i] - m);
-                sb += dy[at + i];
-            }
+            bn_plane_dots(dy + at, x + at, HW, mean[c], &sb, &sg);
         }
         dgamma[c] = (float)(sg / sqrt((double)var[c] + eps));
         dbeta[c] = (float)sb;
@@ -880,19 +926,17 @@ static void cpu_bn_bwd_input(fed_backend *be, const float *restrict dy, const fl
                              long count)
 {
     (void)be;
-    for (int c = 0; c < C; c++) {
-        double inv = 1.0 / sqrt((double)var[c] + eps);
-        float k = (float)(gamma[c] * inv), m = mean[c];
-        float gb = (float)(dbeta[c] / (double)count);
-        float gg = (float)(dgamma[c] * inv / (double)count);
-
-        for (int b = 0; b < B; b++) {
+    for (int b = 0; b < B; b++)
+        for (int c = 0; c < C; c++) {
+            double inv = 1.0 / sqrt((double)var[c] + eps);
+            float k = (float)(gamma[c] * inv), m = mean[c];
+            float gb = (float)(dbeta[c] / (double)count);
+            float gg = (float)(dgamma[c] * inv / (double)count);
             size_t at = ((size_t)b * C + c) * HW;
 
             for (int i = 0; i < HW; i++)
                 dx[at + i] = k * (dy[at + i] - gb - (x[at + i] - m) * gg);
         }
-    }
 }
 
 /* ---- vectors and reductions ---- */
