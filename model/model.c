@@ -2335,9 +2335,11 @@ static void conv_forward(fed_model *m, int l, const float *x, int off, int n)
     int G = ly->groups, og = ly->out_c / G;
     int ckk = ly->in_c / G * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
 
-    for (int i = 0; i < n; i++) {
-        float *col = m->ws.col[l] + (size_t)(off + i) * ly->col_numel;
+    /* one sample's im2col at a time in the slot of the unit's first row,
+       which stays in cache: the backward makes its own again */
+    float *col = m->ws.col[l] + (size_t)off * ly->col_numel;
 
+    for (int i = 0; i < n; i++) {
         conv_im2col(be, ly, x + (size_t)i * ly->in_numel, col);
         /* per group g: y_i[g] (og, P) = W[g] (og, ckk) col[g] (ckk, P), the
            group's rows of each */
@@ -2349,11 +2351,15 @@ static void conv_forward(fed_model *m, int l, const float *x, int off, int n)
     be->chan_bias_act_fwd(be, y, layer_bias(m, ly), n, ly->out_c, P, ly->relu);
 }
 
+/* Each sample's im2col is made again in the unit's scratch (dcol) and
+ * used at once, from cache: storing the batch's in the forward cost more
+ * (a conv's is KH KW times its input) than making it twice. */
 static void conv_weight_grads(fed_model *m, int l, int u, const float *dy, int n)
 {
     fed_backend *be = m->be;
     const layer *ly = &m->layers[l];
-    float *dW = m->grads + ly->w_off, *db = m->grads + ly->b_off;
+    const float *x = layer_in(m, l);
+    float *dW = m->grads + ly->w_off, *db = m->grads + ly->b_off, *col = m->ws.dcol[u];
     int r0, r1, acc = m->run.accumulate, og = ly->out_c / ly->groups;
     int ckk = ly->in_c / ly->groups * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
 
@@ -2363,6 +2369,7 @@ static void conv_weight_grads(fed_model *m, int l, int u, const float *dy, int n
     for (int i = 0; i < n; i++) {
         const float *dyi = dy + (size_t)i * ly->out_numel + (size_t)r0 * P;
 
+        conv_im2col(be, ly, x + (size_t)i * ly->in_numel, col);
         /* dW[a:b] (r, ckk) += dy_i[a:b] (r, P) col_i[g]^T (P, ckk), for the
            rows [a, b) of [r0, r1) in each group g */
         for (int a = r0, b; a < r1; a = b) {
@@ -2370,8 +2377,7 @@ static void conv_weight_grads(fed_model *m, int l, int u, const float *dy, int n
 
             b = (g + 1) * og < r1 ? (g + 1) * og : r1;
             m->gemm_be->gemm(m->gemm_be, 0, 1, b - a, ckk, P, 1.0f, dyi + (size_t)(a - r0) * P, P,
-                     m->ws.col[l] + (size_t)i * ly->col_numel + (size_t)g * ckk * P, P,
-                     i || acc ? 1.0f : 0.0f, dW + (size_t)a * ckk, ckk);
+                     col + (size_t)g * ckk * P, P, i || acc ? 1.0f : 0.0f, dW + (size_t)a * ckk, ckk);
         }
         if (ly->b_numel && r1 - r0 < ly->out_c)
             be->chan_bias_bwd(be, db + r0, dyi, 1, r1 - r0, P, i > 0 || acc);
@@ -2403,22 +2409,23 @@ static void conv_input_grads(fed_model *m, int l, int u, const float *dy, float 
 }
 
 /* Sample i's weight gradient dy_i (out_c, P) col_i^T (P, ckk) is made, one
- * at a time in the unit's scratch; its bias's is dy_i summed over P. */
+ * at a time in the unit's scratch (its im2col made again in dcol); its
+ * bias's is dy_i summed over P. */
 static void conv_dp_norm2(fed_model *m, int l, int u, const float *dy, const float *x, int off,
                           int n, double *norm2)
 {
     const layer *ly = &m->layers[l];
+    float *col = m->ws.dcol[u];
     int G = ly->groups, og = ly->out_c / G;
     int ckk = ly->in_c / G * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
 
-    (void)x;
     for (int i = 0; i < n; i++) {
         const float *dyi = dy + (size_t)(off + i) * ly->out_numel;
 
+        conv_im2col(m->be, ly, x + (size_t)(off + i) * ly->in_numel, col);
         for (int g = 0; g < G; g++) /* each group's rows of the weight gradient */
             m->gemm_be->gemm(m->gemm_be, 0, 1, og, ckk, P, 1.0f, dyi + (size_t)g * og * P, P,
-                     m->ws.col[l] + (size_t)(off + i) * ly->col_numel + (size_t)g * ckk * P, P,
-                     0.0f, m->ws.dgw[u] + (size_t)g * og * ckk, ckk);
+                     col + (size_t)g * ckk * P, P, 0.0f, m->ws.dgw[u] + (size_t)g * og * ckk, ckk);
         norm2[i] += sumsq_f(m->ws.dgw[u], (size_t)ly->out_c * ckk);
         for (int c = 0; ly->b_numel && c < ly->out_c; c++) {
             double b = 0.0;
