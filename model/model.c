@@ -2387,6 +2387,49 @@ static void conv_weight_grads(fed_model *m, int l, int u, const float *dy, int n
         be->chan_bias_bwd(be, db, dy, n, ly->out_c, P, acc);
 }
 
+/* The input gradient of a stride-1 conv is a conv of its output gradient:
+ * dx_i (C, H W) = W' (C, out_c KH KW) im2col'(dy_i), with W' the weights'
+ * channels swapped and kernels turned half a turn (unit u's dgw holds it)
+ * and im2col' padding dy_i by K - 1 - P, so that it comes out H x W. One
+ * GEMM writes dx whole: no col2im, no zeroed dx first. For one group,
+ * dilation 1 and an im2col' no larger than the conv's own (dcol holds
+ * it), on a backend whose memory the host reads. */
+static int conv_transposed(const fed_model *m, const layer *ly, int u, fed_window *t)
+{
+    const fed_window *g = &ly->win;
+
+    if (ly->groups != 1 || g->SH != 1 || g->SW != 1 || g->DH != 1 || g->DW != 1 ||
+        g->PH >= g->KH || g->PW >= g->KW || !m->ws.dgw[u] ||
+        (size_t)ly->out_c * g->KH * g->KW * g->H * g->W > ly->col_numel ||
+        (m->be->caps & (FED_BACKEND_CAP_HOST_MEMORY | FED_BACKEND_CAP_WINDOW)) !=
+            (FED_BACKEND_CAP_HOST_MEMORY | FED_BACKEND_CAP_WINDOW))
+        return 0;
+    *t = (fed_window){.C = ly->out_c, .H = ly->out_h, .W = ly->out_w, .KH = g->KH,
+                      .KW = g->KW, .SH = 1, .SW = 1, .PH = g->KH - 1 - g->PH,
+                      .PW = g->KW - 1 - g->PW, .DH = 1, .DW = 1, .OH = g->H, .OW = g->W};
+    return 1;
+}
+
+static void conv_input_grads_t(fed_model *m, int l, int u, const fed_window *t, const float *dy,
+                               float *dx, int n)
+{
+    const layer *ly = &m->layers[l];
+    const float *W = m->params + ly->w_off;
+    float *Wt = m->ws.dgw[u];
+    int C = ly->in_c, O = ly->out_c, KK = t->KH * t->KW, HW = t->OH * t->OW;
+
+    /* Wt[c][o][k] = W[o][c][KK - 1 - k] */
+    for (int o = 0; o < O; o++)
+        for (int c = 0; c < C; c++)
+            for (int k = 0; k < KK; k++)
+                Wt[((size_t)c * O + o) * KK + k] = W[((size_t)o * C + c) * KK + KK - 1 - k];
+    for (int i = 0; i < n; i++) {
+        m->be->im2col_win(m->be, dy + (size_t)i * ly->out_numel, t, m->ws.dcol[u]);
+        m->gemm_be->gemm(m->gemm_be, 0, 0, C, HW, O * KK, 1.0f, Wt, O * KK, m->ws.dcol[u], HW,
+                         0.0f, dx + (size_t)i * ly->in_numel, HW);
+    }
+}
+
 static void conv_input_grads(fed_model *m, int l, int u, const float *dy, float *dx, int off,
                              int n)
 {
@@ -2396,7 +2439,12 @@ static void conv_input_grads(fed_model *m, int l, int u, const float *dy, float 
     float *dxo = dx + (size_t)off * ly->in_numel;
     int G = ly->groups, og = ly->out_c / G;
     int ckk = ly->in_c / G * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
+    fed_window t;
 
+    if (conv_transposed(m, ly, u, &t)) {
+        conv_input_grads_t(m, l, u, &t, dyo, dxo, n);
+        return;
+    }
     be->fill(be, dxo, 0.0f, (size_t)n * ly->in_numel);
     for (int i = 0; i < n; i++) {
         /* per group: dcol[g] (ckk, P) = W[g]^T (ckk, og) dy_i[g] (og, P),
