@@ -361,34 +361,38 @@ static void cpu_maxpool_bwd(fed_backend *be, const float *restrict dy,
 
 /* ---- any window: stride, padding, dilation ---- */
 
-/* The output columns [*o0, *o1) whose input column oj SW - PW + kj DW
- * falls inside the row (kernel column kj): the rest read padding. Found
- * once per kernel column, so the copies and sums below run branch-free. */
-static void win_cols(const fed_window *g, int kj, int *o0, int *o1)
+/* The outputs [*o0, *o1) of a line of `out` whose input o S - lead falls
+ * inside [0, len): the rest read padding. Found once per kernel offset,
+ * so the copies and sums below run branch-free; stride 1 divides
+ * nothing. */
+static void win_span(int lead, int len, int S, int out, int *o0, int *o1)
 {
-    int lead = g->PW - kj * g->DW; /* oj SW >= lead */
-    int last = g->W - 1 + lead;    /* oj SW <= last */
+    int last = len - 1 + lead; /* o S <= last */
 
-    *o0 = lead <= 0 ? 0 : (lead + g->SW - 1) / g->SW;
-    *o1 = last < 0 ? 0 : last / g->SW + 1;
-    if (*o1 > g->OW)
-        *o1 = g->OW;
+    if (S == 1) {
+        *o0 = lead > 0 ? lead : 0;
+        *o1 = last + 1;
+    } else {
+        *o0 = lead <= 0 ? 0 : (lead + S - 1) / S;
+        *o1 = last < 0 ? 0 : last / S + 1;
+    }
+    if (*o1 > out)
+        *o1 = out;
+    if (*o1 < 0)
+        *o1 = 0;
     if (*o0 > *o1)
         *o0 = *o1;
 }
 
-/* The output rows [*r0, *r1) whose input row oi SH - PH + ki DH falls
- * inside the plane (kernel row ki). */
+/* kernel column kj's output columns, kernel row ki's output rows */
+static void win_cols(const fed_window *g, int kj, int *o0, int *o1)
+{
+    win_span(g->PW - kj * g->DW, g->W, g->SW, g->OW, o0, o1);
+}
+
 static void win_rows(const fed_window *g, int ki, int *r0, int *r1)
 {
-    int lead = g->PH - ki * g->DH, last = g->H - 1 + lead;
-
-    *r0 = lead <= 0 ? 0 : (lead + g->SH - 1) / g->SH;
-    *r1 = last < 0 ? 0 : last / g->SH + 1;
-    if (*r1 > g->OH)
-        *r1 = g->OH;
-    if (*r0 > *r1)
-        *r0 = *r1;
+    win_span(g->PH - ki * g->DH, g->H, g->SH, g->OH, r0, r1);
 }
 
 /* One kernel offset's row of col (P values) from plane x. Stride 1 with
@@ -432,8 +436,12 @@ static void im2col_offset(const fed_window *g, const float *restrict x, int ki, 
 
         for (int oj = 0; oj < o0; oj++)
             row[oj] = 0.0f;
-        for (int oj = o0; oj < o1; oj++)
-            row[oj] = src[oj * SW + shift];
+        if (SW == 2) /* a constant stride: the compiler vectorizes it */
+            for (int oj = o0; oj < o1; oj++)
+                row[oj] = src[2 * oj + shift];
+        else
+            for (int oj = o0; oj < o1; oj++)
+                row[oj] = src[oj * SW + shift];
         for (int oj = o1; oj < OW; oj++)
             row[oj] = 0.0f;
     }
