@@ -40,6 +40,29 @@
 #define FTZ_END() (void)0
 #endif
 
+/* Sums whose bits matter (every path of a kernel giving the same): no a*b+c
+ * contracted into an FMA. GCC's -std=c11 contracts nothing (and the
+ * weighted sum's section says so again); clang does by default. */
+#if defined(__clang__)
+#define WSUM_EXACT _Pragma("STDC FP_CONTRACT OFF")
+#else
+#define WSUM_EXACT
+#endif
+
+/* What the CPU offers the kernels that pick a path at run time: 2 for
+ * AVX-512F, 1 for AVX2, 0 for neither (or another architecture). */
+static int cpu_simd_level(void)
+{
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f"))
+        return 2;
+    if (__builtin_cpu_supports("avx2"))
+        return 1;
+#endif
+    return 0;
+}
+
 typedef struct cpu_ctx {
     int blas_threads;
 } cpu_ctx;
@@ -807,57 +830,91 @@ static void cpu_dropout(fed_backend *be, const float *restrict x, size_t n, uint
  * A channel's sums run over its planes in sample order, each plane in 8
  * double lanes (lane k takes i = k mod 8) added in order at the plane's
  * end: a fixed order whatever the shards (a unit takes whole channels
- * over every sample), which the compiler vectorizes (a lone double chain
- * waits on each add). */
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__clang__)
-#define BN_CLONES __attribute__((target_clones("avx512f", "default")))
-#else
-#define BN_CLONES
-#endif
+ * over every sample), the same on every path below (no FMA), and a lone
+ * double chain no longer waits on each add. */
 #define BN_LANES 8
 
-/* sum of x, and of (x - mu)^2 when sq */
-BN_CLONES static double bn_plane_sum(const float *restrict x, int n, double mu, int sq)
+enum { BN_SUM, BN_SUMSQ, BN_DOTS };
+
+/* The first n8 (a multiple of 8) values into the lanes: BN_SUM l1 += x -
+ * mu, BN_SUMSQ l1 += (x - mu)^2, BN_DOTS l1 += dy and l2 += dy (x - mu). */
+typedef void (*bn_lanes_fn)(const float *dy, const float *x, int n8, double mu, int what,
+                            double *l1, double *l2);
+
+/* Values [from, to) into their lanes, one at a time. */
+static void bn_lanes_from(const float *restrict dy, const float *restrict x, int from, int to,
+                          double mu, int what, double *restrict l1, double *restrict l2)
 {
-    double lane[BN_LANES] = {0}, s = 0.0;
-    int i = 0;
-
-    for (; i + BN_LANES <= n; i += BN_LANES)
-        for (int k = 0; k < BN_LANES; k++) {
-            double d = (double)x[i + k] - mu;
-
-            lane[k] += sq ? d * d : d;
-        }
-    for (; i < n; i++) {
+    WSUM_EXACT
+    for (int i = from; i < to; i++) {
         double d = (double)x[i] - mu;
 
-        lane[i % BN_LANES] += sq ? d * d : d;
+        if (what == BN_DOTS) {
+            l1[i % BN_LANES] += (double)dy[i];
+            l2[i % BN_LANES] += (double)dy[i] * d;
+        } else {
+            l1[i % BN_LANES] += what == BN_SUMSQ ? d * d : d;
+        }
     }
-    for (int k = 0; k < BN_LANES; k++)
-        s += lane[k];
-    return s;
 }
 
-/* *sd += sum of dy, *sdx += sum of dy (x - mu) */
-BN_CLONES static void bn_plane_dots(const float *restrict dy, const float *restrict x, int n,
-                                    double mu, double *sd, double *sdx)
+static void bn_lanes_plain(const float *dy, const float *x, int n8, double mu, int what,
+                           double *l1, double *l2)
 {
-    double l1[BN_LANES] = {0}, l2[BN_LANES] = {0};
-    int i = 0;
+    bn_lanes_from(dy, x, 0, n8, mu, what, l1, l2);
+}
 
-    for (; i + BN_LANES <= n; i += BN_LANES)
-        for (int k = 0; k < BN_LANES; k++) {
-            l1[k] += (double)dy[i + k];
-            l2[k] += (double)dy[i + k] * ((double)x[i + k] - mu);
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+__attribute__((target("avx512f"))) static void bn_lanes_avx512(const float *dy, const float *x,
+                                                                int n8, double mu, int what,
+                                                                double *l1, double *l2)
+{
+    WSUM_EXACT
+    __m512d a = _mm512_loadu_pd(l1), b = _mm512_loadu_pd(l2), m = _mm512_set1_pd(mu);
+
+    for (int i = 0; i < n8; i += BN_LANES) {
+        __m512d d = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i)), m);
+
+        if (what == BN_DOTS) {
+            __m512d g = _mm512_cvtps_pd(_mm256_loadu_ps(dy + i));
+
+            a = _mm512_add_pd(a, g);
+            b = _mm512_add_pd(b, _mm512_mul_pd(g, d));
+        } else {
+            a = _mm512_add_pd(a, what == BN_SUMSQ ? _mm512_mul_pd(d, d) : d);
         }
-    for (; i < n; i++) {
-        l1[i % BN_LANES] += (double)dy[i];
-        l2[i % BN_LANES] += (double)dy[i] * ((double)x[i] - mu);
     }
+    _mm512_storeu_pd(l1, a);
+    _mm512_storeu_pd(l2, b);
+}
+#endif
+
+static bn_lanes_fn bn_pick_lanes(void)
+{
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+    if (cpu_simd_level() == 2)
+        return bn_lanes_avx512;
+#endif
+    return bn_lanes_plain;
+}
+
+/* A plane's sums (what): *s1 += the first lanes' total, *s2 += the
+ * second's (BN_DOTS). */
+static void bn_plane(bn_lanes_fn lanes, const float *dy, const float *x, int n, double mu,
+                     int what, double *s1, double *s2)
+{
+    double l1[BN_LANES] = {0}, l2[BN_LANES] = {0}, t1 = 0.0, t2 = 0.0;
+    int n8 = n - n % BN_LANES;
+
+    lanes(dy, x, n8, mu, what, l1, l2);
+    bn_lanes_from(dy, x, n8, n, mu, what, l1, l2); /* the tail, on the lanes it falls to */
     for (int k = 0; k < BN_LANES; k++) {
-        *sd += l1[k];
-        *sdx += l2[k];
+        t1 += l1[k];
+        t2 += l2[k];
     }
+    *s1 += t1;
+    if (s2)
+        *s2 += t2;
 }
 
 static void cpu_bn_stats(fed_backend *be, const float *restrict x, int B, int C, int HW, int c0,
@@ -865,16 +922,17 @@ static void cpu_bn_stats(fed_backend *be, const float *restrict x, int B, int C,
                          float *restrict run_mean, float *restrict run_var, float momentum)
 {
     double count = (double)B * HW;
+    bn_lanes_fn lanes = bn_pick_lanes();
 
     (void)be;
     for (int c = c0; c < c1; c++) {
         double s = 0.0, q = 0.0, mu;
 
         for (int b = 0; b < B; b++) /* two passes: the deviations' squares */
-            s += bn_plane_sum(x + ((size_t)b * C + c) * HW, HW, 0.0, 0);
+            bn_plane(lanes, NULL, x + ((size_t)b * C + c) * HW, HW, 0.0, BN_SUM, &s, NULL);
         mu = s / count;
         for (int b = 0; b < B; b++)
-            q += bn_plane_sum(x + ((size_t)b * C + c) * HW, HW, mu, 1);
+            bn_plane(lanes, NULL, x + ((size_t)b * C + c) * HW, HW, mu, BN_SUMSQ, &q, NULL);
         mean[c] = (float)mu;
         var[c] = (float)(q / count);
         if (run_mean && count > 1.0) {
@@ -913,6 +971,8 @@ static void cpu_bn_bwd_params(fed_backend *be, const float *restrict dy, const f
                               const float *restrict var, float eps, float *restrict dgamma,
                               float *restrict dbeta)
 {
+    bn_lanes_fn lanes = bn_pick_lanes();
+
     (void)be;
     for (int c = c0; c < c1; c++) {
         double sg = 0.0, sb = 0.0;
@@ -920,7 +980,7 @@ static void cpu_bn_bwd_params(fed_backend *be, const float *restrict dy, const f
         for (int b = 0; b < B; b++) {
             size_t at = ((size_t)b * C + c) * HW;
 
-            bn_plane_dots(dy + at, x + at, HW, mean[c], &sb, &sg);
+            bn_plane(lanes, dy + at, x + at, HW, mean[c], BN_DOTS, &sb, &sg);
         }
         dgamma[c] = (float)(sg / sqrt((double)var[c] + eps));
         dbeta[c] = (float)sb;
@@ -981,11 +1041,6 @@ static void cpu_scale(fed_backend *be, size_t n, float alpha, float *restrict x)
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC push_options
 #pragma GCC optimize("fp-contract=off") /* also under -std=gnu11, where it is "fast" */
-#endif
-#if defined(__clang__)
-#define WSUM_EXACT _Pragma("STDC FP_CONTRACT OFF") /* clang contracts a*b+c by default */
-#else
-#define WSUM_EXACT
 #endif
 #define WSUM_BLOCK 2048 /* doubles: 16 KiB of partial sums */
 #define WSUM_GROUP 12
@@ -1175,13 +1230,13 @@ __attribute__((target("avx2"))) static void wsum_kernel_avx2(const wsum_pass *ps
 static wsum_kernel wsum_pick_kernel(void)
 {
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f"))
-        return wsum_kernel_avx512;
-    if (__builtin_cpu_supports("avx2"))
-        return wsum_kernel_avx2;
-#endif
+    static const wsum_kernel by_level[3] = {wsum_kernel_plain, wsum_kernel_avx2,
+                                            wsum_kernel_avx512};
+
+    return by_level[cpu_simd_level()];
+#else
     return wsum_kernel_plain;
+#endif
 }
 
 static void cpu_weighted_sum(fed_backend *be, float *restrict out, const float *const *in,
@@ -1265,13 +1320,12 @@ __attribute__((target("avx2"))) static void dot_lanes_avx2(const float *x, const
 static dot_kernel dot_pick_kernel(void)
 {
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f"))
-        return dot_lanes_avx512;
-    if (__builtin_cpu_supports("avx2"))
-        return dot_lanes_avx2;
-#endif
+    static const dot_kernel by_level[3] = {dot_lanes_plain, dot_lanes_avx2, dot_lanes_avx512};
+
+    return by_level[cpu_simd_level()];
+#else
     return dot_lanes_plain;
+#endif
 }
 
 static double cpu_dot(fed_backend *be, size_t n, const float *restrict x, const float *restrict y)
