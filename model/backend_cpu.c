@@ -420,8 +420,8 @@ static void win_rows(const fed_window *g, int ki, int *r0, int *r1)
 
 /* One kernel offset's row of col (P values) from plane x. Stride 1 with
  * rows as wide as the input's ("same" padding): the inside rows are one
- * run of the plane shifted, copied whole, then the columns that read
- * padding are zeroed over it; else row by row. */
+ * run of the plane shifted, copied whole; else row by row. Then the
+ * columns that read padding are zeroed (over the run's wrapped values). */
 static void im2col_offset(const fed_window *g, const float *restrict x, int ki, int kj,
                           float *restrict dst)
 {
@@ -445,29 +445,27 @@ static void im2col_offset(const fed_window *g, const float *restrict x, int ki, 
         if (b + d > hw)
             b = hw - d;
         memcpy(dst + a, x + a + d, (size_t)(b - a) * sizeof *dst);
+    } else {
         for (int oi = r0; oi < r1; oi++) {
-            for (int oj = 0; oj < o0; oj++)
-                dst[(size_t)oi * OW + oj] = 0.0f;
-            for (int oj = o1; oj < OW; oj++)
-                dst[(size_t)oi * OW + oj] = 0.0f;
-        }
-        return;
-    }
-    for (int oi = r0; oi < r1; oi++) {
-        const float *restrict src = x + (size_t)(oi * g->SH + rshift) * g->W;
-        float *restrict row = dst + (size_t)oi * OW;
+            const float *restrict src = x + (size_t)(oi * g->SH + rshift) * g->W;
+            float *restrict row = dst + (size_t)oi * OW;
 
-        for (int oj = 0; oj < o0; oj++)
-            row[oj] = 0.0f;
-        if (SW == 2) /* a constant stride: the compiler vectorizes it */
-            for (int oj = o0; oj < o1; oj++)
-                row[oj] = src[2 * oj + shift];
-        else
-            for (int oj = o0; oj < o1; oj++)
-                row[oj] = src[oj * SW + shift];
-        for (int oj = o1; oj < OW; oj++)
-            row[oj] = 0.0f;
+            if (SW == 2) /* a constant stride: the compiler vectorizes it */
+                for (int oj = o0; oj < o1; oj++)
+                    row[oj] = src[2 * oj + shift];
+            else
+                for (int oj = o0; oj < o1; oj++)
+                    row[oj] = src[oj * SW + shift];
+        }
     }
+    /* the padding columns of the inside rows, a column at a time (a few
+       values a row: a call to memset each would cost more) */
+    for (int oj = 0; oj < o0; oj++)
+        for (int oi = r0; oi < r1; oi++)
+            dst[(size_t)oi * OW + oj] = 0.0f;
+    for (int oj = o1; oj < OW; oj++)
+        for (int oi = r0; oi < r1; oi++)
+            dst[(size_t)oi * OW + oj] = 0.0f;
 }
 
 static void cpu_im2col_win(fed_backend *be, const float *restrict x, const fed_window *g,
