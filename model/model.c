@@ -2360,20 +2360,29 @@ static void conv_weight_grads(fed_model *m, int l, int u, const float *dy, int n
     fed_backend *be = m->be;
     const layer *ly = &m->layers[l];
     const float *x = layer_in(m, l);
-    float *dW = m->grads + ly->w_off, *db = m->grads + ly->b_off, *col = m->ws.dcol[u];
+    float *dW = m->grads + ly->w_off, *db = m->grads + ly->b_off, *col = m->ws.dcol[u], *dWt;
     int r0, r1, acc = m->run.accumulate, og = ly->out_c / ly->groups;
     int ckk = ly->in_c / ly->groups * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
 
     row_chunk(ly->out_c, m->shards, u, &r0, &r1);
     if (r0 >= r1)
         return;
+    /* one group, on the host's memory: the transpose dWt (ckk, r) = the sum
+       over i of col_i (ckk, P) dy_i[r0:r1]^T (P, r), in the unit's dgw,
+       then into dW; OpenBLAS runs that shape faster (out_c is the small
+       side) */
+    dWt = ly->groups == 1 && m->ws.dgw[u] && (be->caps & FED_BACKEND_CAP_HOST_MEMORY)
+              ? m->ws.dgw[u] : NULL;
     for (int i = 0; i < n; i++) {
         const float *dyi = dy + (size_t)i * ly->out_numel + (size_t)r0 * P;
 
         conv_im2col(be, ly, x + (size_t)i * ly->in_numel, col);
-        /* dW[a:b] (r, ckk) += dy_i[a:b] (r, P) col_i[g]^T (P, ckk), for the
-           rows [a, b) of [r0, r1) in each group g */
-        for (int a = r0, b; a < r1; a = b) {
+        if (dWt)
+            m->gemm_be->gemm(m->gemm_be, 0, 1, ckk, r1 - r0, P, 1.0f, col, P, dyi, P,
+                             i ? 1.0f : 0.0f, dWt, r1 - r0);
+        /* else dW[a:b] (r, ckk) += dy_i[a:b] (r, P) col_i[g]^T (P, ckk), for
+           the rows [a, b) of [r0, r1) in each group g */
+        for (int a = r0, b; !dWt && a < r1; a = b) {
             int g = a / og;
 
             b = (g + 1) * og < r1 ? (g + 1) * og : r1;
@@ -2383,6 +2392,12 @@ static void conv_weight_grads(fed_model *m, int l, int u, const float *dy, int n
         if (ly->b_numel && r1 - r0 < ly->out_c)
             be->chan_bias_bwd(be, db + r0, dyi, 1, r1 - r0, P, i > 0 || acc);
     }
+    for (int a = r0; dWt && n > 0 && a < r1; a++)
+        for (int k = 0; k < ckk; k++) {
+            float v = dWt[(size_t)k * (r1 - r0) + (a - r0)];
+
+            dW[(size_t)a * ckk + k] = acc ? dW[(size_t)a * ckk + k] + v : v;
+        }
     if (ly->b_numel && r1 - r0 == ly->out_c) /* all channels: one call over the batch */
         be->chan_bias_bwd(be, db, dy, n, ly->out_c, P, acc);
 }
