@@ -40,6 +40,29 @@
 #define FTZ_END() (void)0
 #endif
 
+/* Sums whose bits matter (every path of a kernel giving the same): no a*b+c
+ * contracted into an FMA. GCC's -std=c11 contracts nothing (and the
+ * weighted sum's section says so again); clang does by default. */
+#if defined(__clang__)
+#define WSUM_EXACT _Pragma("STDC FP_CONTRACT OFF")
+#else
+#define WSUM_EXACT
+#endif
+
+/* What the CPU offers the kernels that pick a path at run time: 2 for
+ * AVX-512F, 1 for AVX2, 0 for neither (or another architecture). */
+static int cpu_simd_level(void)
+{
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f"))
+        return 2;
+    if (__builtin_cpu_supports("avx2"))
+        return 1;
+#endif
+    return 0;
+}
+
 typedef struct cpu_ctx {
     int blas_threads;
 } cpu_ctx;
@@ -361,59 +384,130 @@ static void cpu_maxpool_bwd(fed_backend *be, const float *restrict dy,
 
 /* ---- any window: stride, padding, dilation ---- */
 
+/* The outputs [*o0, *o1) of a line of `out` whose input o S - lead falls
+ * inside [0, len): the rest read padding. Found once per kernel offset,
+ * so the copies and sums below run branch-free; stride 1 divides
+ * nothing. */
+static void win_span(int lead, int len, int S, int out, int *o0, int *o1)
+{
+    int last = len - 1 + lead; /* o S <= last */
+
+    if (S == 1) {
+        *o0 = lead > 0 ? lead : 0;
+        *o1 = last + 1;
+    } else {
+        *o0 = lead <= 0 ? 0 : (lead + S - 1) / S;
+        *o1 = last < 0 ? 0 : last / S + 1;
+    }
+    if (*o1 > out)
+        *o1 = out;
+    if (*o1 < 0)
+        *o1 = 0;
+    if (*o0 > *o1)
+        *o0 = *o1;
+}
+
+/* kernel column kj's output columns, kernel row ki's output rows */
+static void win_cols(const fed_window *g, int kj, int *o0, int *o1)
+{
+    win_span(g->PW - kj * g->DW, g->W, g->SW, g->OW, o0, o1);
+}
+
+static void win_rows(const fed_window *g, int ki, int *r0, int *r1)
+{
+    win_span(g->PH - ki * g->DH, g->H, g->SH, g->OH, r0, r1);
+}
+
+/* One kernel offset's row of col (P values) from plane x. Stride 1 with
+ * rows as wide as the input's ("same" padding): the inside rows are one
+ * run of the plane shifted, copied whole; else row by row. Then the
+ * columns that read padding are zeroed (over the run's wrapped values). */
+static void im2col_offset(const fed_window *g, const float *restrict x, int ki, int kj,
+                          float *restrict dst)
+{
+    int r0, r1, o0, o1, SW = g->SW, OW = g->OW;
+    int shift = kj * g->DW - g->PW, rshift = ki * g->DH - g->PH;
+
+    win_rows(g, ki, &r0, &r1);
+    win_cols(g, kj, &o0, &o1);
+    if (r0 > 0)
+        memset(dst, 0, (size_t)r0 * OW * sizeof *dst);
+    if (r1 < g->OH)
+        memset(dst + (size_t)r1 * OW, 0, (size_t)(g->OH - r1) * OW * sizeof *dst);
+    if (g->SH == 1 && SW == 1 && OW == g->W && r0 < r1) {
+        /* dst[i] = x[i + rshift W + shift] over rows [r0, r1), the run
+           clipped to the plane at its ends (those values are padding) */
+        long a = (long)r0 * OW, b = (long)r1 * OW, d = (long)rshift * g->W + shift;
+        long hw = (long)g->H * g->W;
+
+        if (a + d < 0)
+            a = -d;
+        if (b + d > hw)
+            b = hw - d;
+        memcpy(dst + a, x + a + d, (size_t)(b - a) * sizeof *dst);
+    } else {
+        for (int oi = r0; oi < r1; oi++) {
+            const float *restrict src = x + (size_t)(oi * g->SH + rshift) * g->W;
+            float *restrict row = dst + (size_t)oi * OW;
+
+            if (SW == 2) /* a constant stride: the compiler vectorizes it */
+                for (int oj = o0; oj < o1; oj++)
+                    row[oj] = src[2 * oj + shift];
+            else
+                for (int oj = o0; oj < o1; oj++)
+                    row[oj] = src[oj * SW + shift];
+        }
+    }
+    /* the padding columns of the inside rows, a column at a time (a few
+       values a row: a call to memset each would cost more) */
+    for (int oj = 0; oj < o0; oj++)
+        for (int oi = r0; oi < r1; oi++)
+            dst[(size_t)oi * OW + oj] = 0.0f;
+    for (int oj = o1; oj < OW; oj++)
+        for (int oi = r0; oi < r1; oi++)
+            dst[(size_t)oi * OW + oj] = 0.0f;
+}
+
 static void cpu_im2col_win(fed_backend *be, const float *restrict x, const fed_window *g,
                            float *restrict col)
 {
-    int P = g->OH * g->OW;
+    size_t P = (size_t)g->OH * g->OW;
 
     (void)be;
     for (int c = 0; c < g->C; c++)
         for (int ki = 0; ki < g->KH; ki++)
-            for (int kj = 0; kj < g->KW; kj++) {
-                float *restrict dst = col + ((size_t)(c * g->KH + ki) * g->KW + kj) * P;
-
-                for (int oi = 0; oi < g->OH; oi++) {
-                    int ih = oi * g->SH - g->PH + ki * g->DH;
-                    const float *restrict src;
-
-                    if (ih < 0 || ih >= g->H) {
-                        memset(dst + oi * g->OW, 0, (size_t)g->OW * sizeof *dst);
-                        continue;
-                    }
-                    src = x + ((size_t)c * g->H + ih) * g->W;
-                    for (int oj = 0; oj < g->OW; oj++) {
-                        int iw = oj * g->SW - g->PW + kj * g->DW;
-
-                        dst[oi * g->OW + oj] = iw >= 0 && iw < g->W ? src[iw] : 0.0f;
-                    }
-                }
-            }
+            for (int kj = 0; kj < g->KW; kj++)
+                im2col_offset(g, x + (size_t)c * g->H * g->W, ki, kj,
+                              col + ((size_t)(c * g->KH + ki) * g->KW + kj) * P);
 }
 
+/* Each element of dx takes its terms in the order of the loops (c, ki, kj,
+ * oi, oj), as the per-element form did: the same sums. */
 static void cpu_col2im_win(fed_backend *be, const float *restrict dcol, const fed_window *g,
                            float *restrict dx)
 {
-    int P = g->OH * g->OW;
+    int P = g->OH * g->OW, SW = g->SW;
 
     (void)be;
     for (int c = 0; c < g->C; c++)
         for (int ki = 0; ki < g->KH; ki++)
             for (int kj = 0; kj < g->KW; kj++) {
                 const float *restrict src = dcol + ((size_t)(c * g->KH + ki) * g->KW + kj) * P;
+                int o0, o1, r0, r1, shift = kj * g->DW - g->PW;
 
-                for (int oi = 0; oi < g->OH; oi++) {
-                    int ih = oi * g->SH - g->PH + ki * g->DH;
-                    float *restrict dst;
+                win_cols(g, kj, &o0, &o1);
+                win_rows(g, ki, &r0, &r1);
+                for (int oi = r0; oi < r1; oi++) {
+                    const float *restrict row = src + (size_t)oi * g->OW;
+                    float *restrict dst =
+                        dx + ((size_t)c * g->H + oi * g->SH - g->PH + ki * g->DH) * g->W;
 
-                    if (ih < 0 || ih >= g->H)
-                        continue;
-                    dst = dx + ((size_t)c * g->H + ih) * g->W;
-                    for (int oj = 0; oj < g->OW; oj++) {
-                        int iw = oj * g->SW - g->PW + kj * g->DW;
-
-                        if (iw >= 0 && iw < g->W)
-                            dst[iw] += src[oi * g->OW + oj];
-                    }
+                    if (SW == 1)
+                        for (int oj = o0; oj < o1; oj++)
+                            dst[oj + shift] += row[oj];
+                    else
+                        for (int oj = o0; oj < o1; oj++)
+                            dst[oj * SW + shift] += row[oj];
                 }
             }
 }
@@ -730,31 +824,113 @@ static void cpu_dropout(fed_backend *be, const float *restrict x, size_t n, uint
         y[i] = fed_backend_dropout_keep(key, first + i, p) ? x[i] * scale : 0.0f;
 }
 
-/* ---- batch norm ---- */
+/* ---- batch norm ----
+ * A channel's sums run over its planes in sample order, each plane in 8
+ * double lanes (lane k takes i = k mod 8) added in order at the plane's
+ * end: a fixed order whatever the shards (a unit takes whole channels
+ * over every sample), the same on every path below (no FMA), and a lone
+ * double chain no longer waits on each add. */
+#define BN_LANES 8
+
+enum { BN_SUM, BN_SUMSQ, BN_DOTS };
+
+/* The first n8 (a multiple of 8) values into the lanes: BN_SUM l1 += x -
+ * mu, BN_SUMSQ l1 += (x - mu)^2, BN_DOTS l1 += dy and l2 += dy (x - mu). */
+typedef void (*bn_lanes_fn)(const float *dy, const float *x, int n8, double mu, int what,
+                            double *l1, double *l2);
+
+/* Values [from, to) into their lanes, one at a time. */
+static void bn_lanes_from(const float *restrict dy, const float *restrict x, int from, int to,
+                          double mu, int what, double *restrict l1, double *restrict l2)
+{
+    WSUM_EXACT
+    for (int i = from; i < to; i++) {
+        double d = (double)x[i] - mu;
+
+        if (what == BN_DOTS) {
+            l1[i % BN_LANES] += (double)dy[i];
+            l2[i % BN_LANES] += (double)dy[i] * d;
+        } else {
+            l1[i % BN_LANES] += what == BN_SUMSQ ? d * d : d;
+        }
+    }
+}
+
+static void bn_lanes_plain(const float *dy, const float *x, int n8, double mu, int what,
+                           double *l1, double *l2)
+{
+    bn_lanes_from(dy, x, 0, n8, mu, what, l1, l2);
+}
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+__attribute__((target("avx512f"))) static void bn_lanes_avx512(const float *dy, const float *x,
+                                                                int n8, double mu, int what,
+                                                                double *l1, double *l2)
+{
+    WSUM_EXACT
+    __m512d a = _mm512_loadu_pd(l1), b = _mm512_loadu_pd(l2), m = _mm512_set1_pd(mu);
+
+    for (int i = 0; i < n8; i += BN_LANES) {
+        __m512d d = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i)), m);
+
+        if (what == BN_DOTS) {
+            __m512d g = _mm512_cvtps_pd(_mm256_loadu_ps(dy + i));
+
+            a = _mm512_add_pd(a, g);
+            b = _mm512_add_pd(b, _mm512_mul_pd(g, d));
+        } else {
+            a = _mm512_add_pd(a, what == BN_SUMSQ ? _mm512_mul_pd(d, d) : d);
+        }
+    }
+    _mm512_storeu_pd(l1, a);
+    _mm512_storeu_pd(l2, b);
+}
+#endif
+
+static bn_lanes_fn bn_pick_lanes(void)
+{
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+    if (cpu_simd_level() == 2)
+        return bn_lanes_avx512;
+#endif
+    return bn_lanes_plain;
+}
+
+/* A plane's sums (what): *s1 += the first lanes' total, *s2 += the
+ * second's (BN_DOTS). */
+static void bn_plane(bn_lanes_fn lanes, const float *dy, const float *x, int n, double mu,
+                     int what, double *s1, double *s2)
+{
+    double l1[BN_LANES] = {0}, l2[BN_LANES] = {0}, t1 = 0.0, t2 = 0.0;
+    int n8 = n - n % BN_LANES;
+
+    lanes(dy, x, n8, mu, what, l1, l2);
+    bn_lanes_from(dy, x, n8, n, mu, what, l1, l2); /* the tail, on the lanes it falls to */
+    for (int k = 0; k < BN_LANES; k++) {
+        t1 += l1[k];
+        t2 += l2[k];
+    }
+    *s1 += t1;
+    if (s2)
+        *s2 += t2;
+}
 
 static void cpu_bn_stats(fed_backend *be, const float *restrict x, int B, int C, int HW, int c0,
                          int c1, float *restrict mean, float *restrict var,
                          float *restrict run_mean, float *restrict run_var, float momentum)
 {
     double count = (double)B * HW;
+    bn_lanes_fn lanes = bn_pick_lanes();
 
     (void)be;
     for (int c = c0; c < c1; c++) {
         double s = 0.0, q = 0.0, mu;
 
-        for (int b = 0; b < B; b++) { /* two passes: the deviations' squares */
-            const float *restrict plane = x + ((size_t)b * C + c) * HW;
-
-            for (int i = 0; i < HW; i++)
-                s += plane[i];
-        }
+        for (int b = 0; b < B; b++) /* two passes: the deviations' squares */
+            bn_plane(lanes, NULL, x + ((size_t)b * C + c) * HW, HW, 0.0, BN_SUM, &s, NULL);
         mu = s / count;
-        for (int b = 0; b < B; b++) {
-            const float *restrict plane = x + ((size_t)b * C + c) * HW;
-
-            for (int i = 0; i < HW; i++)
-                q += (plane[i] - mu) * (plane[i] - mu);
-        }
+        for (int b = 0; b < B; b++)
+            bn_plane(lanes, NULL, x + ((size_t)b * C + c) * HW, HW, mu, BN_SUMSQ, &q, NULL);
         mean[c] = (float)mu;
         var[c] = (float)(q / count);
         if (run_mean && count > 1.0) {
@@ -770,20 +946,22 @@ static void cpu_bn_fwd(fed_backend *be, const float *restrict x, float *restrict
                        int relu)
 {
     (void)be;
-    for (int c = 0; c < C; c++) {
-        float inv = (float)(1.0 / sqrt((double)var[c] + eps));
-        float a = gamma[c] * inv, m = mean[c], b0 = beta[c];
-
-        for (int b = 0; b < B; b++) {
+    for (int b = 0; b < B; b++)
+        for (int c = 0; c < C; c++) {
+            float inv = (float)(1.0 / sqrt((double)var[c] + eps));
+            float a = gamma[c] * inv, m = mean[c], b0 = beta[c];
             size_t at = ((size_t)b * C + c) * HW;
 
-            for (int i = 0; i < HW; i++) {
-                float v = (x[at + i] - m) * a + b0;
+            if (relu)
+                for (int i = 0; i < HW; i++) {
+                    float v = (x[at + i] - m) * a + b0;
 
-                y[at + i] = relu && v < 0.0f ? 0.0f : v;
-            }
+                    y[at + i] = v < 0.0f ? 0.0f : v;
+                }
+            else
+                for (int i = 0; i < HW; i++)
+                    y[at + i] = (x[at + i] - m) * a + b0;
         }
-    }
 }
 
 static void cpu_bn_bwd_params(fed_backend *be, const float *restrict dy, const float *restrict x,
@@ -791,17 +969,16 @@ static void cpu_bn_bwd_params(fed_backend *be, const float *restrict dy, const f
                               const float *restrict var, float eps, float *restrict dgamma,
                               float *restrict dbeta)
 {
+    bn_lanes_fn lanes = bn_pick_lanes();
+
     (void)be;
     for (int c = c0; c < c1; c++) {
-        double sg = 0.0, sb = 0.0, m = mean[c];
+        double sg = 0.0, sb = 0.0;
 
         for (int b = 0; b < B; b++) {
             size_t at = ((size_t)b * C + c) * HW;
 
-            for (int i = 0; i < HW; i++) {
-                sg += (double)dy[at + i] * (x[at + i] - m);
-                sb += dy[at + i];
-            }
+            bn_plane(lanes, dy + at, x + at, HW, mean[c], BN_DOTS, &sb, &sg);
         }
         dgamma[c] = (float)(sg / sqrt((double)var[c] + eps));
         dbeta[c] = (float)sb;
@@ -815,19 +992,17 @@ static void cpu_bn_bwd_input(fed_backend *be, const float *restrict dy, const fl
                              long count)
 {
     (void)be;
-    for (int c = 0; c < C; c++) {
-        double inv = 1.0 / sqrt((double)var[c] + eps);
-        float k = (float)(gamma[c] * inv), m = mean[c];
-        float gb = (float)(dbeta[c] / (double)count);
-        float gg = (float)(dgamma[c] * inv / (double)count);
-
-        for (int b = 0; b < B; b++) {
+    for (int b = 0; b < B; b++)
+        for (int c = 0; c < C; c++) {
+            double inv = 1.0 / sqrt((double)var[c] + eps);
+            float k = (float)(gamma[c] * inv), m = mean[c];
+            float gb = (float)(dbeta[c] / (double)count);
+            float gg = (float)(dgamma[c] * inv / (double)count);
             size_t at = ((size_t)b * C + c) * HW;
 
             for (int i = 0; i < HW; i++)
                 dx[at + i] = k * (dy[at + i] - gb - (x[at + i] - m) * gg);
         }
-    }
 }
 
 /* ---- vectors and reductions ---- */
@@ -864,11 +1039,6 @@ static void cpu_scale(fed_backend *be, size_t n, float alpha, float *restrict x)
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC push_options
 #pragma GCC optimize("fp-contract=off") /* also under -std=gnu11, where it is "fast" */
-#endif
-#if defined(__clang__)
-#define WSUM_EXACT _Pragma("STDC FP_CONTRACT OFF") /* clang contracts a*b+c by default */
-#else
-#define WSUM_EXACT
 #endif
 #define WSUM_BLOCK 2048 /* doubles: 16 KiB of partial sums */
 #define WSUM_GROUP 12
@@ -1058,13 +1228,13 @@ __attribute__((target("avx2"))) static void wsum_kernel_avx2(const wsum_pass *ps
 static wsum_kernel wsum_pick_kernel(void)
 {
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f"))
-        return wsum_kernel_avx512;
-    if (__builtin_cpu_supports("avx2"))
-        return wsum_kernel_avx2;
-#endif
+    static const wsum_kernel by_level[3] = {wsum_kernel_plain, wsum_kernel_avx2,
+                                            wsum_kernel_avx512};
+
+    return by_level[cpu_simd_level()];
+#else
     return wsum_kernel_plain;
+#endif
 }
 
 static void cpu_weighted_sum(fed_backend *be, float *restrict out, const float *const *in,
@@ -1148,13 +1318,12 @@ __attribute__((target("avx2"))) static void dot_lanes_avx2(const float *x, const
 static dot_kernel dot_pick_kernel(void)
 {
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f"))
-        return dot_lanes_avx512;
-    if (__builtin_cpu_supports("avx2"))
-        return dot_lanes_avx2;
-#endif
+    static const dot_kernel by_level[3] = {dot_lanes_plain, dot_lanes_avx2, dot_lanes_avx512};
+
+    return by_level[cpu_simd_level()];
+#else
     return dot_lanes_plain;
+#endif
 }
 
 static double cpu_dot(fed_backend *be, size_t n, const float *restrict x, const float *restrict y)

@@ -2421,9 +2421,11 @@ static void conv_forward(fed_model *m, int l, const float *x, int off, int n)
     int G = ly->groups, og = ly->out_c / G;
     int ckk = ly->in_c / G * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
 
-    for (int i = 0; i < n; i++) {
-        float *col = m->ws.col[l] + (size_t)(off + i) * ly->col_numel;
+    /* one sample's im2col at a time in the slot of the unit's first row,
+       which stays in cache: the backward makes its own again */
+    float *col = m->ws.col[l] + (size_t)off * ly->col_numel;
 
+    for (int i = 0; i < n; i++) {
         conv_im2col(be, ly, x + (size_t)i * ly->in_numel, col);
         /* per group g: y_i[g] (og, P) = W[g] (og, ckk) col[g] (ckk, P), the
            group's rows of each */
@@ -2432,38 +2434,101 @@ static void conv_forward(fed_model *m, int l, const float *x, int off, int n)
                      col + (size_t)g * ckk * P, P, 0.0f,
                      y + (size_t)i * ly->out_numel + (size_t)g * og * P, P);
     }
-    be->chan_bias_act_fwd(be, y, layer_bias(m, ly), n, ly->out_c, P, ly->relu);
+    if (ly->b_numel || ly->relu) /* else adding zeros is a pass for nothing */
+        be->chan_bias_act_fwd(be, y, layer_bias(m, ly), n, ly->out_c, P, ly->relu);
 }
 
+/* Each sample's im2col is made again in the unit's scratch (dcol) and
+ * used at once, from cache: storing the batch's in the forward cost more
+ * (a conv's is KH KW times its input) than making it twice. */
 static void conv_weight_grads(fed_model *m, int l, int u, const float *dy, int n)
 {
     fed_backend *be = m->be;
     const layer *ly = &m->layers[l];
-    float *dW = m->grads + ly->w_off, *db = m->grads + ly->b_off;
+    const float *x = layer_in(m, l);
+    float *dW = m->grads + ly->w_off, *db = m->grads + ly->b_off, *col = m->ws.dcol[u], *dWt;
     int r0, r1, acc = m->run.accumulate, og = ly->out_c / ly->groups;
     int ckk = ly->in_c / ly->groups * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
 
     row_chunk(ly->out_c, m->shards, u, &r0, &r1);
     if (r0 >= r1)
         return;
+    /* one group, on the host's memory: the transpose dWt (ckk, r) = the sum
+       over i of col_i (ckk, P) dy_i[r0:r1]^T (P, r), in the unit's dgw,
+       then into dW; OpenBLAS runs that shape faster (out_c is the small
+       side) */
+    dWt = ly->groups == 1 && m->ws.dgw[u] && (be->caps & FED_BACKEND_CAP_HOST_MEMORY)
+              ? m->ws.dgw[u] : NULL;
     for (int i = 0; i < n; i++) {
         const float *dyi = dy + (size_t)i * ly->out_numel + (size_t)r0 * P;
 
-        /* dW[a:b] (r, ckk) += dy_i[a:b] (r, P) col_i[g]^T (P, ckk), for the
-           rows [a, b) of [r0, r1) in each group g */
-        for (int a = r0, b; a < r1; a = b) {
+        conv_im2col(be, ly, x + (size_t)i * ly->in_numel, col);
+        if (dWt)
+            m->gemm_be->gemm(m->gemm_be, 0, 1, ckk, r1 - r0, P, 1.0f, col, P, dyi, P,
+                             i ? 1.0f : 0.0f, dWt, r1 - r0);
+        /* else dW[a:b] (r, ckk) += dy_i[a:b] (r, P) col_i[g]^T (P, ckk), for
+           the rows [a, b) of [r0, r1) in each group g */
+        for (int a = r0, b; !dWt && a < r1; a = b) {
             int g = a / og;
 
             b = (g + 1) * og < r1 ? (g + 1) * og : r1;
             m->gemm_be->gemm(m->gemm_be, 0, 1, b - a, ckk, P, 1.0f, dyi + (size_t)(a - r0) * P, P,
-                     m->ws.col[l] + (size_t)i * ly->col_numel + (size_t)g * ckk * P, P,
-                     i || acc ? 1.0f : 0.0f, dW + (size_t)a * ckk, ckk);
+                     col + (size_t)g * ckk * P, P, i || acc ? 1.0f : 0.0f, dW + (size_t)a * ckk, ckk);
         }
         if (ly->b_numel && r1 - r0 < ly->out_c)
             be->chan_bias_bwd(be, db + r0, dyi, 1, r1 - r0, P, i > 0 || acc);
     }
+    for (int a = r0; dWt && n > 0 && a < r1; a++)
+        for (int k = 0; k < ckk; k++) {
+            float v = dWt[(size_t)k * (r1 - r0) + (a - r0)];
+
+            dW[(size_t)a * ckk + k] = acc ? dW[(size_t)a * ckk + k] + v : v;
+        }
     if (ly->b_numel && r1 - r0 == ly->out_c) /* all channels: one call over the batch */
         be->chan_bias_bwd(be, db, dy, n, ly->out_c, P, acc);
+}
+
+/* The input gradient of a stride-1 conv is a conv of its output gradient:
+ * dx_i (C, H W) = W' (C, out_c KH KW) im2col'(dy_i), with W' the weights'
+ * channels swapped and kernels turned half a turn (unit u's dgw holds it)
+ * and im2col' padding dy_i by K - 1 - P, so that it comes out H x W. One
+ * GEMM writes dx whole: no col2im, no zeroed dx first. For one group,
+ * dilation 1 and an im2col' no larger than the conv's own (dcol holds
+ * it), on a backend whose memory the host reads. */
+static int conv_transposed(const fed_model *m, const layer *ly, int u, fed_window *t)
+{
+    const fed_window *g = &ly->win;
+
+    if (ly->groups != 1 || g->SH != 1 || g->SW != 1 || g->DH != 1 || g->DW != 1 ||
+        g->PH >= g->KH || g->PW >= g->KW || !m->ws.dgw[u] ||
+        (size_t)ly->out_c * g->KH * g->KW * g->H * g->W > ly->col_numel ||
+        (m->be->caps & (FED_BACKEND_CAP_HOST_MEMORY | FED_BACKEND_CAP_WINDOW)) !=
+            (FED_BACKEND_CAP_HOST_MEMORY | FED_BACKEND_CAP_WINDOW))
+        return 0;
+    *t = (fed_window){.C = ly->out_c, .H = ly->out_h, .W = ly->out_w, .KH = g->KH,
+                      .KW = g->KW, .SH = 1, .SW = 1, .PH = g->KH - 1 - g->PH,
+                      .PW = g->KW - 1 - g->PW, .DH = 1, .DW = 1, .OH = g->H, .OW = g->W};
+    return 1;
+}
+
+static void conv_input_grads_t(fed_model *m, int l, int u, const fed_window *t, const float *dy,
+                               float *dx, int n)
+{
+    const layer *ly = &m->layers[l];
+    const float *W = m->params + ly->w_off;
+    float *Wt = m->ws.dgw[u];
+    int C = ly->in_c, O = ly->out_c, KK = t->KH * t->KW, HW = t->OH * t->OW;
+
+    /* Wt[c][o][k] = W[o][c][KK - 1 - k] */
+    for (int o = 0; o < O; o++)
+        for (int c = 0; c < C; c++)
+            for (int k = 0; k < KK; k++)
+                Wt[((size_t)c * O + o) * KK + k] = W[((size_t)o * C + c) * KK + KK - 1 - k];
+    for (int i = 0; i < n; i++) {
+        m->be->im2col_win(m->be, dy + (size_t)i * ly->out_numel, t, m->ws.dcol[u]);
+        m->gemm_be->gemm(m->gemm_be, 0, 0, C, HW, O * KK, 1.0f, Wt, O * KK, m->ws.dcol[u], HW,
+                         0.0f, dx + (size_t)i * ly->in_numel, HW);
+    }
 }
 
 static void conv_input_grads(fed_model *m, int l, int u, const float *dy, float *dx, int off,
@@ -2475,7 +2540,12 @@ static void conv_input_grads(fed_model *m, int l, int u, const float *dy, float 
     float *dxo = dx + (size_t)off * ly->in_numel;
     int G = ly->groups, og = ly->out_c / G;
     int ckk = ly->in_c / G * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
+    fed_window t;
 
+    if (conv_transposed(m, ly, u, &t)) {
+        conv_input_grads_t(m, l, u, &t, dyo, dxo, n);
+        return;
+    }
     be->fill(be, dxo, 0.0f, (size_t)n * ly->in_numel);
     for (int i = 0; i < n; i++) {
         /* per group: dcol[g] (ckk, P) = W[g]^T (ckk, og) dy_i[g] (og, P),
@@ -2489,22 +2559,23 @@ static void conv_input_grads(fed_model *m, int l, int u, const float *dy, float 
 }
 
 /* Sample i's weight gradient dy_i (out_c, P) col_i^T (P, ckk) is made, one
- * at a time in the unit's scratch; its bias's is dy_i summed over P. */
+ * at a time in the unit's scratch (its im2col made again in dcol); its
+ * bias's is dy_i summed over P. */
 static void conv_dp_norm2(fed_model *m, int l, int u, const float *dy, const float *x, int off,
                           int n, double *norm2)
 {
     const layer *ly = &m->layers[l];
+    float *col = m->ws.dcol[u];
     int G = ly->groups, og = ly->out_c / G;
     int ckk = ly->in_c / G * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
 
-    (void)x;
     for (int i = 0; i < n; i++) {
         const float *dyi = dy + (size_t)(off + i) * ly->out_numel;
 
+        conv_im2col(m->be, ly, x + (size_t)(off + i) * ly->in_numel, col);
         for (int g = 0; g < G; g++) /* each group's rows of the weight gradient */
             m->gemm_be->gemm(m->gemm_be, 0, 1, og, ckk, P, 1.0f, dyi + (size_t)g * og * P, P,
-                     m->ws.col[l] + (size_t)(off + i) * ly->col_numel + (size_t)g * ckk * P, P,
-                     0.0f, m->ws.dgw[u] + (size_t)g * og * ckk, ckk);
+                     col + (size_t)g * ckk * P, P, 0.0f, m->ws.dgw[u] + (size_t)g * og * ckk, ckk);
         norm2[i] += sumsq_f(m->ws.dgw[u], (size_t)ly->out_c * ckk);
         for (int c = 0; ly->b_numel && c < ly->out_c; c++) {
             double b = 0.0;
@@ -2664,19 +2735,35 @@ static double act_flops(const layer *ly, int first)
 
 /* ---- add ---- */
 
+/* y = a + b, then the ReLU when relu, over pointers that alias nothing:
+ * blocks of 8 the compiler vectorizes at -O2 (a loop with a remainder it
+ * leaves scalar there). */
+static void add_rows(float *restrict y, const float *restrict a, const float *restrict b,
+                     size_t n, int relu)
+{
+    size_t k = 0;
+
+    for (; k + 8 <= n; k += 8)
+        for (int j = 0; j < 8; j++) {
+            float v = a[k + j] + b[k + j];
+
+            y[k + j] = relu && v < 0.0f ? 0.0f : v;
+        }
+    for (; k < n; k++) {
+        float v = a[k] + b[k];
+
+        y[k] = relu && v < 0.0f ? 0.0f : v;
+    }
+}
+
 /* Computed on the host, as the activations. */
 static void add_forward(fed_model *m, int l, const float *x, int off, int n)
 {
     const layer *ly = &m->layers[l];
     size_t at = (size_t)off * ly->out_numel, cnt = (size_t)n * ly->out_numel;
     const float *o = (ly->src2 >= 0 ? m->ws.act[ly->src2] : m->ws.x) + at;
-    float *y = m->ws.act[l] + at;
 
-    for (size_t k = 0; k < cnt; k++) {
-        float v = x[k] + o[k];
-
-        y[k] = ly->relu && v < 0 ? 0.0f : v;
-    }
+    add_rows(m->ws.act[l] + at, x, o, cnt, ly->relu);
 }
 
 /* The gradient goes to both inputs as it is. */

@@ -341,12 +341,15 @@ static void test_norm_known(void **state)
 }
 
 /* im2col_win against its definition for strided, padded and dilated
- * windows; col2im_win its adjoint; the plain window (stride 1, no padding)
- * gives exactly what im2col gives. */
+ * windows ("same" padding at stride 1 too, which copies whole runs);
+ * col2im_win its adjoint, and bit for bit the sums of its definition taken
+ * in the loops' order (c, ki, kj, oi, oj); the plain window (stride 1, no
+ * padding) gives exactly what im2col gives. */
 static void test_im2col_window(void **state)
 {
     static const int cases[][4] = {{3, 2, 1, 1}, {3, 1, 2, 2}, {5, 2, 2, 1}, {2, 3, 0, 2},
-                                   {4, 1, 0, 1}, {1, 2, 0, 1}};
+                                   {4, 1, 0, 1}, {1, 2, 0, 1}, {3, 1, 1, 1}, {5, 1, 2, 1},
+                                   {1, 1, 0, 1}};
 
     (void)state;
     assert_int_equal(be->caps, FED_BACKEND_CAP_HOST_MEMORY | FED_BACKEND_CAP_SHARDS |
@@ -359,7 +362,7 @@ static void test_im2col_window(void **state)
         int P = g.OH * g.OW;
         size_t ncol = (size_t)g.C * g.KH * g.KW * P, nx = (size_t)g.C * g.H * g.W;
         float *x = randn((int)nx), *col = malloc(ncol * sizeof *col), *dcol = randn((int)ncol);
-        float *dx = calloc(nx, sizeof *dx);
+        float *dx = calloc(nx, sizeof *dx), *ref = calloc(nx, sizeof *ref);
         double lhs = 0, rhs = 0;
 
         be->im2col_win(be, x, &g, col);
@@ -373,6 +376,19 @@ static void test_im2col_window(void **state)
                                         at(x, &g, c, i * g.SH - g.PH + ki * g.DH,
                                            j * g.SW - g.PW + kj * g.DW, 0.0f));
         be->col2im_win(be, dcol, &g, dx);
+        for (int c = 0; c < g.C; c++)
+            for (int ki = 0; ki < g.KH; ki++)
+                for (int kj = 0; kj < g.KW; kj++)
+                    for (int i = 0; i < g.OH; i++)
+                        for (int j = 0; j < g.OW; j++) {
+                            int h = i * g.SH - g.PH + ki * g.DH, w = j * g.SW - g.PW + kj * g.DW;
+
+                            if (h >= 0 && h < g.H && w >= 0 && w < g.W)
+                                ref[((size_t)c * g.H + h) * g.W + w] +=
+                                    dcol[(((size_t)c * g.KH + ki) * g.KW + kj) * P +
+                                         i * g.OW + j];
+                        }
+        assert_memory_equal(ref, dx, nx * sizeof *dx);
         for (size_t i = 0; i < nx; i++)
             lhs += (double)dx[i] * x[i];
         for (size_t i = 0; i < ncol; i++)
@@ -389,6 +405,7 @@ static void test_im2col_window(void **state)
         free(col);
         free(dcol);
         free(dx);
+        free(ref);
     }
 }
 

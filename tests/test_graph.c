@@ -386,6 +386,27 @@ static void test_cnn_as_graph(void **state)
     fed_model_free(b);
 }
 
+/* Stride-1 convs whose input gradient is a conv of dy (same padding, out
+ * channels no more than in: c2, c3) beside one that keeps W^T dy and
+ * col2im (c4: unpadded, more out channels than in), against central
+ * differences on 1 and 2 shards. */
+static fed_model_node same_graph[] = {
+    NODE("conv", "stem", 4, 3, 2, 1, 1), NODE("conv", "c2", 4, 3, 1, 1, 1),
+    NODE("relu", NULL, 0, 0, 0, 0, 0),   NODE("conv", "c3", 3, 3, 1, 1, 1),
+    NODE("relu", NULL, 0, 0, 0, 0, 0),   NODE("conv", "c4", 5, 2, 1, 0, 1),
+    NODE("flatten", NULL, 0, 0, 0, 0, 0), NODE("linear", "head", 4, 0, 0, 0, 0),
+};
+#define SAME_COUNT ((int)(sizeof same_graph / sizeof same_graph[0]))
+
+static void test_grad_same_convs(void **state)
+{
+    fed_model_shape in = {2, 9, 8, 4, 0}; /* 9x8 -> stem s2 p1: 5x4 -> 5x4 -> 5x4 -> 4x3 */
+
+    chain(same_graph, SAME_COUNT);
+    grad_check(*state, same_graph, SAME_COUNT, in, 3, 1, 1.0f);
+    grad_check(*state, same_graph, SAME_COUNT, in, 3, 2, 1.0f);
+}
+
 /* 24 linear layers (48 tensors): past the old caps of 16 layers and 32
  * tensors, and still the right gradients. */
 static void test_deep_graph(void **state)
@@ -1083,7 +1104,8 @@ static void test_graph_alloc_failures(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_grad_windows), cmocka_unit_test(test_cnn_as_graph),
+        cmocka_unit_test(test_grad_windows), cmocka_unit_test(test_grad_same_convs),
+        cmocka_unit_test(test_cnn_as_graph),
         cmocka_unit_test(test_deep_graph),   cmocka_unit_test(test_graph_flops),
         cmocka_unit_test(test_graph_errors), cmocka_unit_test(test_backend_caps),
         cmocka_unit_test(test_embedding), cmocka_unit_test(test_embedding_ids),
