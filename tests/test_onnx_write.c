@@ -224,6 +224,10 @@ static void test_norms(void **state)
                FED_ST_INPUT_PIXELS, "InstanceNormalization");
     round_trip("g:c1=C6k3p1,gn1=Ug1,R,c2=C6k3,gn2=Ug6,F,fc1=L8,ln=V,R,fc2=L",
                (fed_model_shape){2, 5, 5, 4, 0}, FED_ST_INPUT_PIXELS, "ln.bias");
+    /* more groups than the import keeps as small constants: the
+       InstanceNormalization's scale and bias read as tensors */
+    round_trip("g:c1=C32k3b0,gn=Ug32,R,F,fc=L", (fed_model_shape){1, 5, 5, 3, 0},
+               FED_ST_INPUT_PIXELS, "gn.weight");
 }
 
 static void test_refusals(void **state)
