@@ -1241,6 +1241,19 @@ static fed_err norm_emit(trans *t, const onode *nd, const char *kind, oval *x, o
     return add_weight(t, name, ".bias", b->t, 0);
 }
 
+/* Whether v holds n values, each want: a small constant, or a larger one
+ * (more than SMALL_MAX groups) kept as a tensor. */
+static int all_of(const oval *v, size_t n, double want)
+{
+    if (!v || !((v->kind == V_SMALL && (size_t)v->n == n) ||
+                (v->kind == V_PARAM && tensor_numel(v->t) == n)))
+        return 0;
+    for (size_t k = 0; k < n; k++)
+        if ((v->kind == V_SMALL ? v->v[k] : tensor_at(v->t, k)) != want)
+            return 0;
+    return 1;
+}
+
 /* GroupNorm as PyTorch writes it: Reshape(x, [0, G, -1]),
  * InstanceNormalization (scale 1, bias 0), Reshape back to x's shape, Mul
  * by the weight and Add the bias (each an initializer given axes). */
@@ -1262,10 +1275,7 @@ static fed_err groupnorm_from(trans *t, int i, const onode *nd)
     if (!eps_ok(attr_float(in, "epsilon", 1e-5)))
         return fail(t, FED_ERR_UNSUPPORTED, nd, "group norm's epsilon %g (1e-5 only)",
                     attr_float(in, "epsilon", 1e-5));
-    for (int k = 0; scale && bias && k < (scale->kind == V_SMALL ? scale->n : 0); k++)
-        if (scale->v[k] != 1 || bias->kind != V_SMALL || bias->v[k] != 0)
-            scale = NULL;
-    if (!scale || scale->kind != V_SMALL || scale->n != G)
+    if (!all_of(scale, (size_t)G, 1.0) || !all_of(bias, (size_t)G, 0.0))
         return fail(t, FED_ERR_UNSUPPORTED, nd, "an InstanceNormalization other than group "
                                                 "norm's (scale 1, bias 0 per group)");
     inorm = out_val(t, in, 0);

@@ -19,7 +19,8 @@
 #include "onnx.pb-c.h"
 
 #define NODE_ATTRS 8  /* attributes of one node, at most */
-#define NODE_INPUTS 5 /* inputs of one node, at most (BatchNormalization's) */
+#define NODE_INPUTS 5 /* inputs of one node, at most (BatchNormalization's, Slice's) */
+#define NORM_EPS 1e-5f /* layer and group norm's epsilon: model.c's, PyTorch's default */
 
 typedef Onnx__NodeProto onode;
 
@@ -148,23 +149,33 @@ static void wb_attr_float(wb *b, onode *n, const char *name, float v)
         a->has_f = 1, a->f = v;
 }
 
-/* An INTS attribute of 2 values, or of both twice (pads: begins, ends). */
-static void wb_attr_pair(wb *b, onode *n, const char *name, const int v[2], int twice)
+/* An INTS attribute of the n values v. */
+static void wb_attr_ints(wb *b, onode *n, const char *name, const int64_t *v, int count)
 {
     Onnx__AttributeProto *a = wb_attr(b, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
-    int64_t *ints = wb_new(b, 4 * sizeof *ints);
+    int64_t *ints = wb_new(b, (size_t)count * sizeof *ints);
 
     if (!a || !ints)
         return;
-    for (int k = 0; k < (twice ? 4 : 2); k++)
-        ints[k] = v[k % 2];
+    memcpy(ints, v, (size_t)count * sizeof *ints);
     a->ints = ints;
-    a->n_ints = twice ? 4 : 2;
+    a->n_ints = (size_t)count;
+}
+
+/* An INTS attribute of 2 values, or of both twice (pads: begins, ends). */
+static void wb_attr_pair(wb *b, onode *n, const char *name, const int v[2], int twice)
+{
+    int64_t ints[4];
+
+    for (int k = 0; k < 4; k++)
+        ints[k] = v[k % 2];
+    wb_attr_ints(b, n, name, ints, twice ? 4 : 2);
 }
 
 /* A float tensor named name of ndim dims holding v (n values), as raw
  * little-endian bytes; an int64 one when i64 (a count kept as a float,
- * batch norm's num_batches_tracked, as PyTorch keeps it). */
+ * batch norm's num_batches_tracked, as PyTorch keeps it); v NULL: zeros,
+ * for the caller to fill. */
 static Onnx__TensorProto *wb_tensor_of(wb *b, const char *name, int ndim, const int *dims,
                                        const float *v, size_t n, int i64)
 {
@@ -183,10 +194,10 @@ static Onnx__TensorProto *wb_tensor_of(wb *b, const char *name, int ndim, const 
         d[k] = dims[k];
     t->n_dims = (size_t)ndim;
     t->dims = d;
-    if (i64)
+    if (v && i64)
         for (size_t k = 0; k < n; k++)
             fed_put_u64le(raw + 8 * k, (uint64_t)(int64_t)v[k]);
-    else
+    else if (v)
         fed_put_f32le_n(raw, v, n);
     t->has_raw_data = 1;
     t->raw_data.data = raw;
@@ -200,14 +211,34 @@ static Onnx__TensorProto *wb_tensor(wb *b, const char *name, int ndim, const int
     return wb_tensor_of(b, name, ndim, dims, v, n, 0);
 }
 
-/* A Constant node named name giving the float scalar v as out. */
-static void wb_const(wb *b, const char *name, const char *out, float v)
+/* A Constant node named name giving the tensor t as out. */
+static void wb_const_of(wb *b, const char *name, const char *out, Onnx__TensorProto *t)
 {
     onode *n = wb_node(b, "Constant", name, out, NULL, NULL, NULL);
     Onnx__AttributeProto *a = wb_attr(b, n, "value", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR);
 
     if (a)
-        a->t = wb_tensor(b, NULL, 0, NULL, &v, 1);
+        a->t = t;
+}
+
+/* A Constant node named name giving the float scalar v as out. */
+static void wb_const(wb *b, const char *name, const char *out, float v)
+{
+    wb_const_of(b, name, out, wb_tensor(b, NULL, 0, NULL, &v, 1));
+}
+
+/* A Constant node giving int64 values as out: the scalar v[0] (count 0),
+ * else the vector v of count values. */
+static void wb_const_ints(wb *b, const char *name, const char *out, const int64_t *v, int count)
+{
+    int dims[1] = {count};
+    Onnx__TensorProto *t = wb_tensor_of(b, NULL, count ? 1 : 0, dims, NULL,
+                                        (size_t)(count ? count : 1), 1);
+
+    if (t)
+        for (int k = 0; k < (count ? count : 1); k++)
+            fed_put_u64le(t->raw_data.data + 8 * k, (uint64_t)v[k]);
+    wb_const_of(b, name, out, t);
 }
 
 /* A graph input or output: a float tensor (batch, dims...). */
@@ -277,6 +308,8 @@ typedef struct walk {
     wb *b;
     const fed_model_node *nodes;
     const fed_store_st_model *meta;
+    int count;           /* nodes */
+    int features;        /* a CSV row's columns (0: an image) */
     unsigned char *used; /* meta's tensors taken */
     char *why;
     size_t cap;
@@ -333,6 +366,27 @@ static onode *op1(walk *w, const char *op, const char *layer, const wval *x, wva
     return opn(w, op, layer, -1, x, y);
 }
 
+/* opn with a second input in1 (a value's or an initializer's name). */
+static onode *op2(walk *w, const char *op, const char *layer, int idx, const wval *x,
+                  const char *in1, wval *y)
+{
+    onode *n = opn(w, op, layer, idx, x, y);
+
+    if (n)
+        n->input[n->n_input++] = (char *)in1;
+    return n;
+}
+
+/* A Constant /LAYER/Constant_IDX of int64 values (count 0: the scalar
+ * v[0]), its output's name. */
+static const char *const_ints(walk *w, const char *layer, int idx, const int64_t *v, int count)
+{
+    const char *out = wb_str(w->b, "/%s/Constant_%d_output_0", layer, idx);
+
+    wb_const_ints(w->b, wb_str(w->b, "/%s/Constant_%d", layer, idx), out, v, count);
+    return out;
+}
+
 /* x flattened to (N, features) when it is an image. */
 static void flat(walk *w, const char *layer, wval *x)
 {
@@ -360,6 +414,23 @@ static void window(walk *w, onode *n, const fed_model_node *nd, const int kernel
     wb_attr_pair(w->b, n, "pads", nd->padding, 1);
     if (!pool)
         wb_attr_pair(w->b, n, "dilations", d, 0);
+}
+
+/* A norm layer nd's weight and bias initializers when its input x is of
+ * the rank its export takes (2: features, 4: an image); else 0, why said. */
+static int norm_weights(walk *w, const fed_model_node *nd, const wval *x, int rank,
+                        const char **wt, const char **bias, int *missing)
+{
+    if (x->rank != rank) {
+        fed_err_why(w->why, w->cap, FED_ERR_UNSUPPORTED,
+                    "layer '%s' (%s) of %s has no ONNX export yet (only of %s)", nd->name,
+                    nd->kind, rank == 2 ? "an image" : "features",
+                    rank == 2 ? "features" : "an image");
+        return 0;
+    }
+    *wt = weight(w, nd->name, ".weight", missing);
+    *bias = weight(w, nd->name, ".bias", missing);
+    return 1;
 }
 
 /* Node i (x its input, x2 add's or concat's other) into the graph; *y its
@@ -467,6 +538,112 @@ static fed_err layer_out(walk *w, int i, const wval *x, const wval *x2, wval *y)
             n->input[n->n_input++] = (char *)x2->name;
         if (k[0] == 'c')
             wb_attr_int(b, n, "axis", 1);
+    } else if (!strcmp(k, "embedding")) {
+        /* the exporter's nn.Embedding of x[:, column].long(): Gather of the
+           column (axis 1), Cast to int64, Gather of the weight's rows */
+        int64_t col = nd->column;
+        wval c, ids;
+
+        wt = weight(w, name, ".weight", &missing);
+        wb_attr_int(b, op2(w, "Gather", name, 0, x, const_ints(w, name, 0, &col, 0), &c), "axis",
+                    1);
+        wb_attr_int(b, op1(w, "Cast", name, &c, &ids), "to", ONNX__TENSOR_PROTO__DATA_TYPE__INT64);
+        n = opn(w, "Gather", name, 1, &ids, y);
+        if (n) { /* Gather(weight, ids) */
+            n->input[1] = n->input[0];
+            n->input[0] = (char *)wt;
+            n->n_input = 2;
+        }
+        y->rank = 2;
+    } else if (!strcmp(k, "numeric")) {
+        /* x[:, from:] (Slice): the columns no embedding reads, which must be
+           the row's last ones, the categorical columns all before them */
+        int64_t from = 0, v[4] = {0, INT64_MAX, 1, 1};
+        unsigned char *cat = fed_calloc((size_t)w->features + 1, 1);
+
+        if (!cat)
+            return FED_ERR_NOMEM;
+        for (int j = 0; j < w->count; j++)
+            if (!strcmp(w->nodes[j].kind, "embedding") && w->nodes[j].column < w->features &&
+                !cat[w->nodes[j].column]++)
+                from++;
+        for (int j = 0; j < from; j++)
+            if (!cat[j])
+                from = -1;
+        fed_free(cat);
+        if (from < 0)
+            return fed_err_why(w->why, w->cap, FED_ERR_UNSUPPORTED,
+                               "layer '%s' (numeric): the categorical columns (an embedding's) "
+                               "are not the row's first ones, so the numeric columns are no "
+                               "slice x[:, k:] (put the categorical columns first in the CSV)",
+                               name);
+        const char *in[4];
+
+        v[0] = from;
+        for (int j = 0; j < 4; j++) /* starts, ends, axes, steps */
+            in[j] = const_ints(w, name, j, &v[j], 1);
+        n = op1(w, "Slice", name, x, y);
+        for (int j = 0; n && j < 4; j++)
+            n->input[n->n_input++] = (char *)in[j];
+    } else if (!strcmp(k, "layernorm")) {
+        /* over the features, as the exporter writes it before opset 17:
+           d = x - mean(x), d / sqrt(mean(d^2) + eps) * weight + bias */
+        static const int64_t last[1] = {-1};
+        const char *two = wb_str(b, "/%s/Constant_output_0", name),
+                   *eps = wb_str(b, "/%s/Constant_1_output_0", name);
+        wval m, d, p, v, s, r, q, e;
+
+        if (!norm_weights(w, nd, x, 2, &wt, &bias, &missing))
+            return FED_ERR_UNSUPPORTED;
+        wb_const(b, wb_str(b, "/%s/Constant", name), two, 2.0f);
+        wb_const(b, wb_str(b, "/%s/Constant_1", name), eps, NORM_EPS);
+        wb_attr_ints(b, opn(w, "ReduceMean", name, 0, x, &m), "axes", last, 1);
+        op2(w, "Sub", name, -1, x, m.name, &d);
+        op2(w, "Pow", name, -1, &d, two, &p);
+        wb_attr_ints(b, opn(w, "ReduceMean", name, 1, &p, &v), "axes", last, 1);
+        op2(w, "Add", name, 0, &v, eps, &s);
+        op1(w, "Sqrt", name, &s, &r);
+        op2(w, "Div", name, -1, &d, r.name, &q);
+        op2(w, "Mul", name, -1, &q, wt, &e);
+        op2(w, "Add", name, 1, &e, bias, y);
+    } else if (!strcmp(k, "groupnorm")) {
+        /* the exporter's: Reshape to (N, G, -1), InstanceNormalization
+           (scale 1, bias 0), Reshape back to x's Shape, Mul by the weight
+           and Add the bias, each Unsqueezed to (C, 1, 1) */
+        int G = nd->groups > 0 ? nd->groups : 1;
+        int64_t to[3] = {0, G, -1}, axes[2] = {1, 2};
+        float *ones = wb_new(b, (size_t)G * sizeof *ones), *zeros = wb_new(b, (size_t)G * 4);
+        const char *one = wb_str(b, "/%s/Constant_1_output_0", name),
+                   *zero = wb_str(b, "/%s/Constant_2_output_0", name), *ax;
+        wval r, in, sh, back, mul;
+        onode *wn, *bn;
+
+        if (!norm_weights(w, nd, x, 4, &wt, &bias, &missing))
+            return FED_ERR_UNSUPPORTED;
+        if (!ones || !zeros)
+            return FED_ERR_NOMEM;
+        for (int j = 0; j < G; j++)
+            ones[j] = 1.0f;
+        op2(w, "Reshape", name, 0, x, const_ints(w, name, 0, to, 3), &r);
+        wb_const_of(b, wb_str(b, "/%s/Constant_1", name), one, wb_tensor(b, NULL, 1, &G, ones, (size_t)G));
+        wb_const_of(b, wb_str(b, "/%s/Constant_2", name), zero,
+                    wb_tensor(b, NULL, 1, &G, zeros, (size_t)G));
+        n = op2(w, "InstanceNormalization", name, -1, &r, one, &in);
+        if (n)
+            n->input[n->n_input++] = (char *)zero;
+        wb_attr_float(b, n, "epsilon", NORM_EPS);
+        op1(w, "Shape", name, x, &sh);
+        op2(w, "Reshape", name, 1, &in, sh.name, &back);
+        ax = const_ints(w, name, 3, axes, 2);
+        wn = wb_node(b, "Unsqueeze", wb_str(b, "/%s/Unsqueeze", name),
+                     wb_str(b, "/%s/Unsqueeze_output_0", name), wt, ax, NULL);
+        bn = wb_node(b, "Unsqueeze", wb_str(b, "/%s/Unsqueeze_1", name),
+                     wb_str(b, "/%s/Unsqueeze_1_output_0", name), bias, ax, NULL);
+        if (!wn || !bn)
+            return FED_ERR_NOMEM;
+        op2(w, "Mul", name, -1, &back, wn->output[0], &mul);
+        op2(w, "Add", name, -1, &mul, bn->output[0], y);
+        y->rank = 4;
     } else if (!strcmp(k, "dropout") || !strcmp(k, "bce") || !strcmp(k, "mse")) {
         *y = *x; /* the identity at inference; a loss is no op: its logits out */
     } else {
@@ -541,7 +718,7 @@ fed_err fed_onnx_encode(const fed_model *m, const fed_store_st_model *meta, uint
     Onnx__OperatorSetIdProto op;
     Onnx__OperatorSetIdProto *ops[1] = {&op};
     wb b;
-    walk w = {&b, NULL, meta, NULL, why, cap};
+    walk w = {&b, NULL, meta, 0, in.c == 1 && in.h == 1 ? in.w : 0, NULL, why, cap};
     int count = 0, planned = 0, last;
     fed_err err;
 
@@ -551,6 +728,7 @@ fed_err fed_onnx_encode(const fed_model *m, const fed_store_st_model *meta, uint
     if ((err = fed_model_spec_nodes(fed_model_graph(m), in, &nodes, &count, why, cap)))
         goto out;
     w.nodes = nodes;
+    w.count = count;
     info = fed_calloc((size_t)count, sizeof *info);
     w.used = fed_calloc((size_t)meta->nt + 1, 1);
     if (!info || !w.used) {
