@@ -8,7 +8,7 @@
 #include "core/alloc.h"
 #include "core/bytes.h"
 #include "core/log.h"
-#include "crypto/seal.h"
+#include "crypto/envelope.h"
 #include "app/train_record.h"
 #include "node/ckpt_model.h"
 

@@ -21,7 +21,7 @@
 #include "core/rng.h"
 #include "crypto/allow.h"
 #include "crypto/arena.h"
-#include "crypto/seal.h"
+#include "crypto/envelope.h"
 #include "gossip/transport.h"
 #include "gossip/wire.h"
 #include "model/backend.h"
@@ -492,7 +492,7 @@ static fed_err store_round(bench *B)
     if ((e = fed_store_put_counters(B->store, c, nc)) != FED_OK)
         goto out;
     fed_put_f32le_n(params, B->global, NPARAMS);
-    fed_node_state_encode(st, FED_NODE_AGGREGATOR, B->round);
+    fedi_node_state_encode(st, FED_NODE_AGGREGATOR, B->round);
     fed_crypto_model_hash(params, VEC_BYTES, hash);
     fed_node_model_sec_encode(&ms, SPEC, shape, params, NPARAMS);
     {
@@ -556,8 +556,8 @@ static fed_err one_round(bench *B, int slot)
 
     /* ---- MODEL: the aggregator to its 10 clients ---- */
     t0 = now_s();
-    if ((e = fed_node_encode_vec(&f32, B->global, NPARAMS, NULL, &B->enc_g, &B->enc_g_cap,
-                                 &B->enc_g_len)) != FED_OK)
+    if ((e = fedi_node_encode_vec(&f32, B->global, NPARAMS, NULL, &B->enc_g, &B->enc_g_cap,
+                                  &B->enc_g_len)) != FED_OK)
         return e;
     tm[P_ENC_G] = now_s() - t0;
     model_block(&b);
@@ -603,8 +603,8 @@ static fed_err one_round(bench *B, int slot)
     /* ---- DELTA: each client to the aggregator ---- */
     t0 = now_s();
     for (int i = 0; i < NCLI; i++)
-        if ((e = fed_node_encode_vec(&f32, B->delta[i], NPARAMS, NULL, &B->enc[i], &B->enc_cap[i],
-                                     &B->enc_len[i])) != FED_OK)
+        if ((e = fedi_node_encode_vec(&f32, B->delta[i], NPARAMS, NULL, &B->enc[i], &B->enc_cap[i],
+                                      &B->enc_len[i])) != FED_OK)
             return e;
     tm[P_ENC_D] = now_s() - t0;
     t0 = now_s();

@@ -10,7 +10,7 @@
  * n clients at the dropout rate. Beside each line, the plain round measured
  * in the same run: the aggregator's sum of n f32 deltas, and the bytes a
  * client sends and receives in a round, secure (every stage's frame, from
- * node/secagg_msg.h's formats) against plain (MODEL, DELTA, ACK, NEXT).
+ * node/secagg_msg_impl.h's formats) against plain (MODEL, DELTA, ACK, NEXT).
  * Best of REPS runs on a shared machine; nothing asserts a time. */
 #include <stdint.h>
 #include <stdio.h>
@@ -23,10 +23,10 @@
 #include "core/rng.h"
 #include "crypto/arena.h"
 #include "gossip/wire.h"
-#include "node/secagg_msg.h"
+#include "node/secagg_msg_impl.h"
 #include "secagg/graph.h"
 #include "secagg/mask.h"
-#include "secagg/seal.h"
+#include "secagg/box.h"
 #include "secagg/shamir.h"
 
 #define REPS 3
@@ -216,7 +216,7 @@ int main(void)
                 pass = chacha_pass(v, n);
                 sh = fed_calloc(k, sizeof *sh);
                 sk = fed_crypto_guarded_alloc(k, sizeof *sk);
-                boxes = fed_malloc((size_t)k * FED_SECAGG_SEALED_BYTES);
+                boxes = fed_malloc((size_t)k * FED_SECAGG_BOX_BYTES);
                 if (!sh || !sk || !boxes)
                     goto out;
                 for (int r = 0; r < REPS; r++) {
@@ -252,11 +252,11 @@ int main(void)
                     for (uint32_t j = 0; j < k; j++) {
                         fed_secagg_route rt = {.sender = 0, .recipient = j + 1, .x = sh[j].x};
 
-                        if (fed_secagg_seal_key(fresh, fed_secagg_keys_enc_pk(cl[j + 1].keys), &c,
-                                                sk[j]) != FED_OK ||
-                            fed_secagg_seal_with(sk[j], &c, &rt, &sh[j], &sh[j], fed_rng_random,
-                                                 &rng,
-                                                 boxes + (size_t)j * FED_SECAGG_SEALED_BYTES) !=
+                        if (fed_secagg_box_key(fresh, fed_secagg_keys_enc_pk(cl[j + 1].keys), &c,
+                                               sk[j]) != FED_OK ||
+                            fed_secagg_box_seal_with(sk[j], &c, &rt, &sh[j], &sh[j], fed_rng_random,
+                                                     &rng,
+                                                     boxes + (size_t)j * FED_SECAGG_BOX_BYTES) !=
                                 FED_OK) {
                             fed_secagg_keys_free(a, fresh);
                             goto out;
@@ -270,9 +270,9 @@ int main(void)
                         fed_secagg_route rt = {.sender = 0, .recipient = j + 1, .x = sh[j].x};
                         fed_secagg_share o1, o2;
 
-                        if (fed_secagg_open_with(sk[j], &c, &rt,
-                                                 boxes + (size_t)j * FED_SECAGG_SEALED_BYTES,
-                                                 FED_SECAGG_SEALED_BYTES, &o1, &o2) != FED_OK) {
+                        if (fed_secagg_box_open_with(sk[j], &c, &rt,
+                                                     boxes + (size_t)j * FED_SECAGG_BOX_BYTES,
+                                                     FED_SECAGG_BOX_BYTES, &o1, &o2) != FED_OK) {
                             fed_secagg_keys_free(a, fresh);
                             goto out;
                         }

@@ -19,7 +19,7 @@
 #include "crypto/allow.h"
 #include "crypto/arena.h"
 #include "crypto/arena_impl.h"
-#include "crypto/seal.h"
+#include "crypto/envelope.h"
 #include "gossip/wire.h"
 
 typedef struct bench {
@@ -126,7 +126,7 @@ static void run_size(bench *B, size_t plen, int reps)
     fed_rng_fill(&B->rng, p, plen);
     if (fed_crypto_session_get(B->a, fed_crypto_arena_pubkey(B->b), &s) != FED_OK)
         exit(1);
-    memcpy(key, fed_crypto_session_tx(s), sizeof key);
+    memcpy(key, fedi_crypto_session_tx(s), sizeof key);
     fed_crypto_session_put(B->a, s);
     for (int r = 0; r < reps; r++) {
         /* the envelope: seal, then open (in place, as a node does) */

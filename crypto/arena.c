@@ -131,13 +131,13 @@ static void drop_sessions(fed_crypto_arena *a)
     }
 }
 
-uint8_t *fed_crypto_arena_seed_mem(fed_crypto_arena *a) { return a->mem + OFF_SEED; }
+uint8_t *fedi_crypto_arena_seed_mem(fed_crypto_arena *a) { return a->mem + OFF_SEED; }
 
-const uint8_t *fed_crypto_arena_sk(const fed_crypto_arena *a) { return a->mem + OFF_SK; }
+const uint8_t *fedi_crypto_arena_sk(const fed_crypto_arena *a) { return a->mem + OFF_SK; }
 
-uint8_t *fed_crypto_arena_scratch(fed_crypto_arena *a) { return a->mem + OFF_SCRATCH; }
+uint8_t *fedi_crypto_arena_scratch(fed_crypto_arena *a) { return a->mem + OFF_SCRATCH; }
 
-void fed_crypto_arena_clear_identity(fed_crypto_arena *a)
+void fedi_crypto_arena_clear_identity(fed_crypto_arena *a)
 {
     drop_sessions(a);
     sodium_memzero(a->mem, IDENTITY_BYTES);
@@ -146,7 +146,7 @@ void fed_crypto_arena_clear_identity(fed_crypto_arena *a)
     a->has_identity = 0;
 }
 
-fed_err fed_crypto_arena_adopt_seed(fed_crypto_arena *a)
+fed_err fedi_crypto_arena_adopt_seed(fed_crypto_arena *a)
 {
     uint8_t *seed = a->mem + OFF_SEED, *sk = a->mem + OFF_SK, *xsk = a->mem + OFF_XSK;
 
@@ -155,7 +155,7 @@ fed_err fed_crypto_arena_adopt_seed(fed_crypto_arena *a)
     if (crypto_sign_seed_keypair(a->pk, sk, seed) != 0 ||
         crypto_sign_ed25519_sk_to_curve25519(xsk, sk) != 0 ||
         crypto_sign_ed25519_pk_to_curve25519(a->xpk, a->pk) != 0) {
-        fed_crypto_arena_clear_identity(a);
+        fedi_crypto_arena_clear_identity(a);
         return FED_ERR_KEY;
     }
     a->has_identity = 1;
@@ -165,7 +165,7 @@ fed_err fed_crypto_arena_adopt_seed(fed_crypto_arena *a)
 fed_err fed_crypto_arena_generate(fed_crypto_arena *a, fed_random_fn rnd, void *rnd_ctx)
 {
     rnd(rnd_ctx, a->mem + OFF_SEED, FED_CRYPTO_SEED_BYTES);
-    return fed_crypto_arena_adopt_seed(a);
+    return fedi_crypto_arena_adopt_seed(a);
 }
 
 int fed_crypto_arena_has_identity(const fed_crypto_arena *a) { return a->has_identity; }
@@ -272,9 +272,9 @@ void fed_crypto_session_put(fed_crypto_arena *a, fed_crypto_session *s)
 
 const uint8_t *fed_crypto_session_peer(const fed_crypto_session *s) { return s->peer; }
 
-const uint8_t *fed_crypto_session_rx(const fed_crypto_session *s) { return s->keys; }
+const uint8_t *fedi_crypto_session_rx(const fed_crypto_session *s) { return s->keys; }
 
-const uint8_t *fed_crypto_session_tx(const fed_crypto_session *s)
+const uint8_t *fedi_crypto_session_tx(const fed_crypto_session *s)
 {
     return s->keys + crypto_kx_SESSIONKEYBYTES;
 }

@@ -123,7 +123,7 @@ static int pwcost_ok(uint64_t ops, uint64_t mem)
 static fed_err derive_pass_key(fed_crypto_arena *a, const char *pass, size_t pass_len,
                                const uint8_t *salt, uint64_t ops, uint64_t mem)
 {
-    if (crypto_pwhash(fed_crypto_arena_scratch(a), crypto_aead_xchacha20poly1305_ietf_KEYBYTES,
+    if (crypto_pwhash(fedi_crypto_arena_scratch(a), crypto_aead_xchacha20poly1305_ietf_KEYBYTES,
                       pass, pass_len, salt, ops, (size_t)mem, crypto_pwhash_ALG_ARGON2ID13) != 0)
         return FED_ERR_NOMEM; /* libsodium fails here only when it cannot get memlimit */
     return FED_OK;
@@ -183,10 +183,10 @@ static fed_err build_keyfile(fed_crypto_arena *a, const char *pass, size_t pass_
     err = derive_pass_key(a, pass, pass_len, hdr + KF_SALT, cost->opslimit, cost->memlimit);
     if (err == FED_OK &&
         crypto_aead_xchacha20poly1305_ietf_encrypt(
-            hdr + KF_BOX, NULL, fed_crypto_arena_seed_mem(a), FED_CRYPTO_SEED_BYTES, hdr,
-            KF_AD_BYTES, NULL, hdr + KF_NONCE, fed_crypto_arena_scratch(a)) != 0)
+            hdr + KF_BOX, NULL, fedi_crypto_arena_seed_mem(a), FED_CRYPTO_SEED_BYTES, hdr,
+            KF_AD_BYTES, NULL, hdr + KF_NONCE, fedi_crypto_arena_scratch(a)) != 0)
         err = FED_ERR_INTERNAL;
-    sodium_memzero(fed_crypto_arena_scratch(a), FED_CRYPTO_SCRATCH_BYTES);
+    sodium_memzero(fedi_crypto_arena_scratch(a), FED_CRYPTO_SCRATCH_BYTES);
     *hdr_len = KF_SEALED_BYTES;
     return err;
 }
@@ -205,7 +205,7 @@ static fed_err write_key(fed_crypto_arena *a, const char *path, const char *tmp,
     if (err == FED_OK)
         err = write_all(fd, hdr, hdr_len);
     if (err == FED_OK && hdr_len == KF_HDR)
-        err = write_all(fd, fed_crypto_arena_seed_mem(a), FED_CRYPTO_SEED_BYTES);
+        err = write_all(fd, fedi_crypto_arena_seed_mem(a), FED_CRYPTO_SEED_BYTES);
     if (err == FED_OK && fsync(fd) != 0)
         err = FED_ERR_IO;
     if (close(fd) != 0 && err == FED_OK)
@@ -368,13 +368,13 @@ static fed_err unseal_seed(fed_crypto_arena *a, const char *path, const uint8_t 
     err = derive_pass_key(a, pass, pass_len, file + KF_SALT, ops, mem);
     if (err == FED_OK &&
         crypto_aead_xchacha20poly1305_ietf_decrypt(
-            fed_crypto_arena_seed_mem(a), NULL, NULL, file + KF_BOX,
+            fedi_crypto_arena_seed_mem(a), NULL, NULL, file + KF_BOX,
             FED_CRYPTO_SEED_BYTES + crypto_aead_xchacha20poly1305_ietf_ABYTES, file, KF_AD_BYTES,
-            file + KF_NONCE, fed_crypto_arena_scratch(a)) != 0) {
+            file + KF_NONCE, fedi_crypto_arena_scratch(a)) != 0) {
         fed_log(FED_LOG_ERROR, "%s: wrong passphrase (or a damaged key file)", path);
         err = FED_ERR_PASSPHRASE;
     }
-    sodium_memzero(fed_crypto_arena_scratch(a), FED_CRYPTO_SCRATCH_BYTES);
+    sodium_memzero(fedi_crypto_arena_scratch(a), FED_CRYPTO_SCRATCH_BYTES);
     return err;
 }
 
@@ -387,7 +387,7 @@ fed_err fed_crypto_identity_load(fed_crypto_arena *a, const char *dir, const cha
     fed_err err;
     int fd = -1;
 
-    fed_crypto_arena_clear_identity(a);
+    fedi_crypto_arena_clear_identity(a);
     if ((err = join_path(path, sizeof path, dir, FED_CRYPTO_KEYFILE)) != FED_OK)
         return err;
     if ((err = open_private(path, &fd)) != FED_OK)
@@ -397,7 +397,7 @@ fed_err fed_crypto_identity_load(fed_crypto_arena *a, const char *dir, const cha
     if (err == FED_OK)
         err = check_header(path, file, got);
     if (err == FED_OK && file[5] == KF_PLAIN) {
-        err = read_all(fd, fed_crypto_arena_seed_mem(a), FED_CRYPTO_SEED_BYTES, &got);
+        err = read_all(fd, fedi_crypto_arena_seed_mem(a), FED_CRYPTO_SEED_BYTES, &got);
         if (err == FED_OK && got != FED_CRYPTO_SEED_BYTES)
             err = FED_ERR_KEY;
     } else if (err == FED_OK) {
@@ -413,13 +413,13 @@ fed_err fed_crypto_identity_load(fed_crypto_arena *a, const char *dir, const cha
     if (err == FED_ERR_KEY)
         fed_log(FED_LOG_ERROR, "%s: truncated or malformed key file", path);
     if (err == FED_OK)
-        err = fed_crypto_arena_adopt_seed(a);
+        err = fedi_crypto_arena_adopt_seed(a);
     if (err == FED_OK && sodium_memcmp(fed_crypto_arena_pubkey(a), file + 8, 32) != 0) {
         fed_log(FED_LOG_ERROR, "%s: public key does not match the seed", path);
         err = FED_ERR_KEY;
     }
     if (err != FED_OK)
-        fed_crypto_arena_clear_identity(a);
+        fedi_crypto_arena_clear_identity(a);
     return err;
 }
 

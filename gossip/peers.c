@@ -11,7 +11,7 @@
 #include "core/bytes.h"
 #include "core/log.h"
 #include "crypto/identity.h"
-#include "crypto/seal.h"
+#include "crypto/envelope.h"
 #include "gossip/peers.h"
 
 #define PEERS_LINE_MAX 1023

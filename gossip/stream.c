@@ -415,7 +415,7 @@ static void rx_free(fed_wire *w, fed_wire_stream_rx *rx)
     fed_free(rx);
 }
 
-fed_err fed_wire_rx_pending(fed_wire *w, const fed_wire_hdr *h, fed_wire_stream_rx **out)
+fed_err fedi_wire_rx_pending(fed_wire *w, const fed_wire_hdr *h, fed_wire_stream_rx **out)
 {
     fed_wire_stream_rx *rx;
 
@@ -460,7 +460,7 @@ size_t fed_wire_stream_count(const fed_wire *w)
     return n;
 }
 
-fed_err fed_wire_rx_claim(fed_wire *w, const fed_wire_hdr *h, fed_wire_stream_rx **out)
+fed_err fedi_wire_rx_claim(fed_wire *w, const fed_wire_hdr *h, fed_wire_stream_rx **out)
 {
     fed_wire_stream_rx *rx = fed_wire_stream_find(w, h->sender, fed_get_u64le(h->nonce));
 
@@ -562,8 +562,8 @@ static fed_err pull_chunk(fed_wire_stream_rx *rx, uint32_t i, const uint8_t *msg
     return FED_OK;
 }
 
-fed_err fed_wire_rx_first(const fed_wire *w, fed_wire_stream_rx *rx, fed_wire_msg *m, uint8_t *rest,
-                          size_t rest_len, uint8_t *trailer, size_t trailer_len)
+fed_err fedi_wire_rx_first(const fed_wire *w, fed_wire_stream_rx *rx, fed_wire_msg *m, uint8_t *rest,
+                           size_t rest_len, uint8_t *trailer, size_t trailer_len)
 {
     uint8_t canon[FED_WIRE_HEADER_BYTES];
     size_t block_len = (size_t)(rest - m->payload);
@@ -606,8 +606,8 @@ fed_err fed_wire_rx_first(const fed_wire *w, fed_wire_stream_rx *rx, fed_wire_ms
     return FED_OK;
 }
 
-fed_err fed_wire_rx_data(const fed_wire *w, fed_wire_stream_rx *rx, const uint8_t *frame,
-                         size_t len, fed_wire_msg *m)
+fed_err fedi_wire_rx_data(const fed_wire *w, fed_wire_stream_rx *rx, const uint8_t *frame,
+                          size_t len, fed_wire_msg *m)
 {
     const fed_wire_hdr *h = &m->hdr;
     uint8_t mac[FED_WIRE_MAC_BYTES], ad[FED_WIRE_HEADER_BYTES];
@@ -646,7 +646,7 @@ static int free_entry(const fed_wire *w)
     return -1;
 }
 
-fed_err fed_wire_rx_settle_first(fed_wire *w, fed_wire_stream_rx *rx, fed_err result)
+fed_err fedi_wire_rx_settle_first(fed_wire *w, fed_wire_stream_rx *rx, fed_err result)
 {
     int at;
 
@@ -666,7 +666,7 @@ fed_err fed_wire_rx_settle_first(fed_wire *w, fed_wire_stream_rx *rx, fed_err re
     return FED_OK;
 }
 
-void fed_wire_rx_settle_data(fed_wire *w, fed_wire_stream_rx *rx, fed_err result)
+void fedi_wire_rx_settle_data(fed_wire *w, fed_wire_stream_rx *rx, fed_err result)
 {
     rx->busy = 0;
     if (result == FED_OK && rx->done)

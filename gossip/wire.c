@@ -16,6 +16,9 @@
 #include "gossip/wire_impl.h"
 #include "model/model.h"
 
+/* Counts and logs one rejection (h may be NULL before the header decoded). */
+static void wire_count_reject(fed_wire *w, const fed_wire_hdr *h, fed_err err);
+
 _Static_assert(FED_WIRE_GRAPH_MAX == FED_MODEL_GRAPH_MAX - 1, "a graph field holds a graph");
 
 static int all_zero(const uint8_t *p, size_t n)
@@ -961,7 +964,7 @@ void fed_wire_cfg_default(fed_wire_cfg *cfg)
     cfg->hooks = NULL;
 }
 
-const fed_wire_hooks fed_wire_hooks_unsealed = {.unsealed = 1};
+const fed_wire_hooks fedi_wire_hooks_unsealed = {.unsealed = 1};
 
 int fed_wire_cfg_unsealed(const fed_wire_cfg *cfg) { return cfg->hooks && cfg->hooks->unsealed; }
 
@@ -1118,7 +1121,7 @@ fed_err fed_wire_counter_reason(size_t i)
     return FED_OK;
 }
 
-void fed_wire_count_reject(fed_wire *w, const fed_wire_hdr *h, fed_err err)
+static void wire_count_reject(fed_wire *w, const fed_wire_hdr *h, fed_err err)
 {
     (*reject_counter(&w->counters, err))++;
     if (h)
@@ -1148,7 +1151,7 @@ static void reject_version(fed_wire *w, const uint8_t *frame)
 
 void fed_wire_note_reject(fed_wire *w, const fed_wire_hdr *h, fed_err err)
 {
-    fed_wire_count_reject(w, h, err);
+    wire_count_reject(w, h, err);
 }
 
 void fed_wire_note_leave(fed_wire *w, fed_err reason)
@@ -1340,28 +1343,28 @@ fed_err fed_wire_precheck(fed_wire *w, const uint8_t *frame, size_t len, fed_wir
         t->reserved = 1;
         if (t->hdr.type == FED_WIRE_CHUNK && t->hdr.flags == FED_WIRE_FLAG_DATA) {
             t->kind = FED_WIRE_KIND_DATA;
-            err = fed_wire_rx_claim(w, &t->hdr, &t->stream);
+            err = fedi_wire_rx_claim(w, &t->hdr, &t->stream);
         } else {
             t->kind =
                 t->hdr.flags & FED_WIRE_FLAG_STREAM ? FED_WIRE_KIND_FIRST : FED_WIRE_KIND_SEALED;
             if (t->kind == FED_WIRE_KIND_FIRST)
-                err = fed_wire_rx_pending(w, &t->hdr, &t->stream);
+                err = fedi_wire_rx_pending(w, &t->hdr, &t->stream);
             if (err == FED_OK && !w->unsealed)
                 err = fed_crypto_session_get(w->arena, t->hdr.sender, &t->session);
         }
     }
     if (err != FED_OK) {
         if (t->kind == FED_WIRE_KIND_FIRST && t->stream &&
-            fed_wire_rx_settle_first(w, t->stream, err) != FED_OK) {
+            fedi_wire_rx_settle_first(w, t->stream, err) != FED_OK) {
             /* freed: a failed result always frees the pending stream */
         } else if (t->kind == FED_WIRE_KIND_DATA && t->stream)
-            fed_wire_rx_settle_data(w, t->stream, err);
+            fedi_wire_rx_settle_data(w, t->stream, err);
         if (t->reserved)
             fed_crypto_replay_release(w->replay, t->hdr.sender, t->hdr.sender_epoch, t->hdr.seq);
         if (err == FED_ERR_FRAME_VERSION)
             reject_version(w, frame);
         else
-            fed_wire_count_reject(w, have_hdr ? &t->hdr : NULL, err);
+            wire_count_reject(w, have_hdr ? &t->hdr : NULL, err);
         memset(t, 0, sizeof *t);
     }
     return err;
@@ -1410,8 +1413,8 @@ static fed_err open_sealed(const fed_wire *w, fed_wire_ticket *t, uint8_t *frame
         size_t sealed = FED_WIRE_HEADER_BYTES + (size_t)plen + FED_CRYPTO_SEAL_OVERHEAD;
 
         m->stream = t->stream;
-        return fed_wire_rx_first(w, t->stream, m, payload + used, plen - used, frame + sealed,
-                                 len - sealed);
+        return fedi_wire_rx_first(w, t->stream, m, payload + used, plen - used, frame + sealed,
+                                  len - sealed);
     }
     m->vector = payload + used;
     m->vector_len = plen - used;
@@ -1426,7 +1429,7 @@ fed_err fed_wire_open_ticket(const fed_wire *w, fed_wire_ticket *t, uint8_t *fra
     m->header = frame;
     if (t->kind == FED_WIRE_KIND_DATA) {
         m->stream = t->stream;
-        return fed_wire_rx_data(w, t->stream, frame, len, m);
+        return fedi_wire_rx_data(w, t->stream, frame, len, m);
     }
     return open_sealed(w, t, frame, len, m);
 }
@@ -1438,7 +1441,7 @@ fed_err fed_wire_finish(fed_wire *w, fed_wire_ticket *t, fed_err result, fed_wir
     fed_crypto_session_put(w->arena, t->session);
     t->session = NULL;
     if (t->kind == FED_WIRE_KIND_FIRST)
-        result = fed_wire_rx_settle_first(w, t->stream, result);
+        result = fedi_wire_rx_settle_first(w, t->stream, result);
     if (result == FED_OK) {
         result = fed_crypto_replay_commit(w->replay, h->sender, h->sender_epoch, h->seq);
         t->reserved = 0;
@@ -1446,7 +1449,7 @@ fed_err fed_wire_finish(fed_wire *w, fed_wire_ticket *t, fed_err result, fed_wir
             fed_wire_stream_close(w, t->stream);
     }
     if (t->kind == FED_WIRE_KIND_DATA)
-        fed_wire_rx_settle_data(w, t->stream, result);
+        fedi_wire_rx_settle_data(w, t->stream, result);
     if (t->reserved)
         fed_crypto_replay_release(w->replay, h->sender, h->sender_epoch, h->seq);
     t->reserved = 0;
@@ -1458,7 +1461,7 @@ fed_err fed_wire_finish(fed_wire *w, fed_wire_ticket *t, fed_err result, fed_wir
             fed_log(FED_LOG_INFO, "wire: %s field tag %u is marked required; wire "
                     "version %u does not know it", fed_wire_type_name(h->type),
                     (unsigned)m->block.refused_tag, FED_WIRE_VERSION);
-        fed_wire_count_reject(w, h, result);
+        wire_count_reject(w, h, result);
         if (m) {
             m->stream = NULL;
             m->stream_done = 0;

@@ -5,7 +5,7 @@
  *     0     4  magic "FEDN"
  *     4     1  version = 4 (3 had fields in MODEL's block only, every other
  *              block fixed; 2 had a fixed 176-byte MODEL block; 1 signed
- *              BLAKE2b-512(header || payload), see crypto/seal.h). A frame
+ *              BLAKE2b-512(header || payload), see crypto/envelope.h). A frame
  *              of another version is refused (rej_version) and logged at
  *              warning level with both versions and the sender
  *     5     1  type (fed_wire_type)
@@ -31,7 +31,7 @@
  *
  * Three kinds of frame:
  *   sealed         header || AEAD(payload || signature) || tag
- *                  (136 + len + 80 bytes; crypto/seal.h)
+ *                  (136 + len + 80 bytes; crypto/envelope.h)
  *   stream first   a sealed MODEL, DELTA, SHARE, SLICE or SA_MASKED (a client's
  *                  masked input; no other SA_* type) with FED_WIRE_FLAG_STREAM
  *                  whose payload is typed block || stream descriptor, then
@@ -86,7 +86,7 @@
  *   CHUNK   16   (PULL request) 0 8 stream id  8 4 chunk index wanted
  *                12 4 reserved                                          -
  *   SA_*    16   0 4 try   4 4 count of entries in the vector   8 8 reserved
- *                (node/secagg_msg.h draws each stage's vector, request and
+ *                (node/secagg_msg_impl.h draws each stage's vector, request and
  *                answer; the answer has the request's type)     SA_MASKED:
  *                                                                segments
  *   SLICE   16   0 8 all-reduce step (gossip/allreduce.h)  8 8 reserved; the
@@ -198,7 +198,7 @@
  *               (f64 >= 0) and its budget (f64 >= 0; 0: none), both 0 from
  *               a client that keeps no account. DELTA 44 bytes, LEAVE 36.
  *       2  12..68 DELTA, and SA_MASKED's only field: the vector's segments
- *               (node/agg_input.h): count u32 (1..8), then per segment its
+ *               (node/agg_input_impl.h): count u32 (1..8), then per segment its
  *               floats u32 and its weight rule u32 (0 samples, 1 mean, 2
  *               sum); the vector holds them back to back (a masked input's
  *               last, its weight word). Present only when the vector is not
@@ -230,7 +230,7 @@
 #include "core/rng.h"
 #include "crypto/allow.h"
 #include "crypto/arena.h"
-#include "crypto/seal.h"
+#include "crypto/envelope.h"
 
 #define FED_WIRE_MAGIC "FEDN"
 #define FED_WIRE_VERSION 4
@@ -349,7 +349,7 @@ typedef enum fed_wire_vec {
     FED_WIRE_VEC_CODEC,    /* a vector in the header's codec (model/codec.h) */
     FED_WIRE_VEC_PEERS,    /* count signed peer entries, each >= vec_entry bytes */
     FED_WIRE_VEC_KEYS,     /* count member keys of vec_entry bytes, exactly */
-    FED_WIRE_VEC_SA,       /* a secure-aggregation stage vector (node/secagg_msg.h) */
+    FED_WIRE_VEC_SA,       /* a secure-aggregation stage vector (node/secagg_msg_impl.h) */
 } fed_wire_vec;
 
 /* A field a type's block knows. */
@@ -510,7 +510,7 @@ typedef struct fed_wire_block {
                                    the vector is the whole flat buffer) */
     uint32_t seg_len[FED_WIRE_SEGMENTS_MAX];  /* DELTA: each segment's floats */
     uint32_t seg_rule[FED_WIRE_SEGMENTS_MAX]; /* DELTA: each one's weight rule
-                                   (node/agg_input.h agg_weight) */
+                                   (node/agg_input_impl.h agg_weight) */
     uint16_t refused_tag;       /* refused with FED_ERR_FIELD_REQUIRED: the
                                    required field's tag this node does not know */
 } fed_wire_block;

@@ -16,6 +16,6 @@ struct fed_wire_hooks {
 };
 
 /* The hooks of fedsim --no-crypto. */
-extern const fed_wire_hooks fed_wire_hooks_unsealed;
+extern const fed_wire_hooks fedi_wire_hooks_unsealed;
 
 #endif

@@ -26,31 +26,28 @@ struct fed_wire {
     uint32_t rx_live;        /* registered + pending (held by a ticket) */
 };
 
-/* Counts and logs one rejection (h may be NULL before the header decoded). */
-void fed_wire_count_reject(fed_wire *w, const fed_wire_hdr *h, fed_err err);
-
 /* ---- stream hooks (stream.c) ---- */
 
 /* precheck, first frame: a pending stream holding a slot.
  * FED_ERR_STREAM_LIMIT, FED_ERR_NOMEM. */
-FED_WUR fed_err fed_wire_rx_pending(fed_wire *w, const fed_wire_hdr *h, fed_wire_stream_rx **out);
+FED_WUR fed_err fedi_wire_rx_pending(fed_wire *w, const fed_wire_hdr *h, fed_wire_stream_rx **out);
 /* precheck, CHUNK data: the registered stream the header names, marked busy.
  * FED_ERR_STREAM: none; FED_ERR_BUSY: a chunk of it is being opened. */
-FED_WUR fed_err fed_wire_rx_claim(fed_wire *w, const fed_wire_hdr *h, fed_wire_stream_rx **out);
+FED_WUR fed_err fedi_wire_rx_claim(fed_wire *w, const fed_wire_hdr *h, fed_wire_stream_rx **out);
 /* open_ticket, first frame: after the AEAD part opened and the block parsed
  * into m; rest is the payload after the typed block, trailer the bytes after
  * the AEAD part. */
-FED_WUR fed_err fed_wire_rx_first(const fed_wire *w, fed_wire_stream_rx *rx, fed_wire_msg *m,
-                                  uint8_t *rest, size_t rest_len, uint8_t *trailer,
-                                  size_t trailer_len);
+FED_WUR fed_err fedi_wire_rx_first(const fed_wire *w, fed_wire_stream_rx *rx, fed_wire_msg *m,
+                                   uint8_t *rest, size_t rest_len, uint8_t *trailer,
+                                   size_t trailer_len);
 /* open_ticket, CHUNK data frame. */
-FED_WUR fed_err fed_wire_rx_data(const fed_wire *w, fed_wire_stream_rx *rx, const uint8_t *frame,
-                                 size_t len, fed_wire_msg *m);
+FED_WUR fed_err fedi_wire_rx_data(const fed_wire *w, fed_wire_stream_rx *rx, const uint8_t *frame,
+                                  size_t len, fed_wire_msg *m);
 /* finish, first frame: registers a pending stream (result FED_OK), else
  * frees it. Returns the final verdict. */
-FED_WUR fed_err fed_wire_rx_settle_first(fed_wire *w, fed_wire_stream_rx *rx, fed_err result);
+FED_WUR fed_err fedi_wire_rx_settle_first(fed_wire *w, fed_wire_stream_rx *rx, fed_err result);
 /* finish, CHUNK data: unbusies; closes it if it was closed meanwhile or if
  * result proves the sender broke the stream. */
-void fed_wire_rx_settle_data(fed_wire *w, fed_wire_stream_rx *rx, fed_err result);
+void fedi_wire_rx_settle_data(fed_wire *w, fed_wire_stream_rx *rx, fed_err result);
 
 #endif

@@ -2,7 +2,7 @@
  * what one site contributes per column (its count of present values, its
  * count of missing ones, the sum and the sum of squares of its values) as
  * integers that add up exactly across sites, through the integer secure sum
- * (node/agg_input.h's INT64 segment) or in the clear, and the totals read
+ * (node/agg_input_impl.h's INT64 segment) or in the clear, and the totals read
  * back as the pooled mean, standard deviation and missing rate.
  *
  * Fixed point: a value x becomes q = round(x 2^32), so |x| must be under

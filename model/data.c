@@ -24,13 +24,18 @@
 #include "model/colstats.h"
 #include "model/data_impl.h"
 
+/* Writes an IDX file atomically (a temporary name, then rename): u8 data
+ * of ndim dims. Best effort: 0 on any failure, nothing left behind. */
+static int data_write_idx(const char *path, int ndim, const uint32_t *dims, const uint8_t *data,
+                          size_t bytes);
+
 /* deflate never expands more than 1032:1; a gzip input shorter than this
  * bound cannot hold what its header claims, so we refuse before allocating. */
 #define GZ_MAX_RATIO 1040u
 #define GZ_SLACK 4096u
-#define log_fail fed_data_log_fail
+#define log_fail fedi_data_log_fail
 
-fed_err fed_data_log_fail(fed_err e, const char *name, const char *fmt, ...)
+fed_err fedi_data_log_fail(fed_err e, const char *name, const char *fmt, ...)
 {
     char cause[512];
     va_list ap;
@@ -674,7 +679,7 @@ static int ends_with_gz(const char *path)
 }
 
 /* The cache directory, made when missing; 0 when caching is off or fails. */
-int fed_data_cache_dir(char *dir, size_t size)
+int fedi_data_cache_dir(char *dir, size_t size)
 {
     const char *c = getenv("FEDNODE_CACHE"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
     int n;
@@ -747,8 +752,8 @@ static void put_be32(uint8_t *p, uint32_t v)
     p[3] = (uint8_t)v;
 }
 
-int fed_data_write_idx(const char *path, int ndim, const uint32_t *dims, const uint8_t *data,
-                     size_t bytes)
+static int data_write_idx(const char *path, int ndim, const uint32_t *dims, const uint8_t *data,
+                            size_t bytes)
 {
     char tmp[4200];
     uint8_t head[16];
@@ -768,7 +773,7 @@ int fed_data_write_idx(const char *path, int ndim, const uint32_t *dims, const u
     return 0;
 }
 
-void fed_data_cache_keep(const char *icache, const char *lcache, const fed_dataset *d)
+void fedi_data_cache_keep(const char *icache, const char *lcache, const fed_dataset *d)
 {
     uint32_t idims[3] = {(uint32_t)d->n, (uint32_t)(d->shape.c * d->shape.h),
                          (uint32_t)d->shape.w};
@@ -779,8 +784,8 @@ void fed_data_cache_keep(const char *icache, const char *lcache, const fed_datas
         goto out;
     for (size_t i = 0; i < d->n; i++)
         lab[i] = (uint8_t)d->y[i];
-    if (fed_data_write_idx(icache, 3, idims, d->x_u8, d->n * d->features) &&
-        fed_data_write_idx(lcache, 1, ldims, lab, d->n))
+    if (data_write_idx(icache, 3, idims, d->x_u8, d->n * d->features) &&
+        data_write_idx(lcache, 1, ldims, lab, d->n))
         fed_log(FED_LOG_INFO, "data: kept the decoded data as %s (and its labels)", icache);
 out:
     fed_free(lab);
@@ -791,7 +796,7 @@ out:
 static fed_err load_idx_cached(const char *ipath, const char *lpath, fed_dataset **out)
 {
     char dir[4096], icache[4200], lcache[4200];
-    int cached = ends_with_gz(ipath) && ends_with_gz(lpath) && fed_data_cache_dir(dir, sizeof dir) &&
+    int cached = ends_with_gz(ipath) && ends_with_gz(lpath) && fedi_data_cache_dir(dir, sizeof dir) &&
                  cache_name(dir, ipath, icache, sizeof icache) &&
                  cache_name(dir, lpath, lcache, sizeof lcache);
     fed_err err;
@@ -804,7 +809,7 @@ static fed_err load_idx_cached(const char *ipath, const char *lpath, fed_dataset
     }
     err = fed_data_load_idx(ipath, lpath, out);
     if (err == FED_OK && cached)
-        fed_data_cache_keep(icache, lcache, *out);
+        fedi_data_cache_keep(icache, lcache, *out);
     return err;
 }
 
@@ -892,9 +897,9 @@ fed_err fed_data_open_opts(const char *what, int train, const fed_data_opts *opt
                         strerror_r(e, eb, sizeof eb));
     }
     if (S_ISDIR(st.st_mode))
-        return has_idx(what) || !fed_data_has_subdirs(what)
+        return has_idx(what) || !fedi_data_has_subdirs(what)
                    ? open_idx_dir(what, train, out)
-                   : fed_data_open_images(what, train, opts, out);
+                   : fedi_data_open_images(what, train, opts, out);
     return fed_data_open_csv(what, train, opts ? &opts->csv : NULL, out);
 }
 

@@ -24,7 +24,7 @@
 #include "core/log.h"
 #include "model/data_impl.h"
 
-#define log_fail fed_data_log_fail
+#define log_fail fedi_data_log_fail
 
 static const uint8_t png_magic[8] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n' };
 
@@ -327,7 +327,7 @@ static fed_err list_dir(const char *dir, int dirs, name_list *out)
     return err;
 }
 
-int fed_data_has_subdirs(const char *dir)
+int fedi_data_has_subdirs(const char *dir)
 {
     name_list l;
     int any;
@@ -559,7 +559,7 @@ static int cache_paths(const img_index *x, char *ip, char *lp, size_t size)
     char dir[4096];
     int a, b;
 
-    if (!fed_data_cache_dir(dir, sizeof dir))
+    if (!fedi_data_cache_dir(dir, sizeof dir))
         return 0;
     a = snprintf(ip, size, "%s/imgdir-%016llx%016llx-images", dir, (unsigned long long)x->key[0],
                  (unsigned long long)x->key[1]);
@@ -628,7 +628,7 @@ static fed_err load_images(const char *dir, const char *classes_dir, const fed_d
                 dir, (*out)->n, s.c, s.h, s.w, (*out)->shape.classes, (*out)->skipped,
                 (*out)->empty_classes);
     if (!err && cached)
-        fed_data_cache_keep(ip, lp, *out);
+        fedi_data_cache_keep(ip, lp, *out);
 out:
     index_free(&x);
     return err;
@@ -639,8 +639,8 @@ fed_err fed_data_load_images(const char *dir, const fed_data_opts *opts, fed_dat
     return load_images(dir, NULL, opts, out);
 }
 
-fed_err fed_data_open_images(const char *dir, int train, const fed_data_opts *opts,
-                             fed_dataset **out)
+fed_err fedi_data_open_images(const char *dir, int train, const fed_data_opts *opts,
+                              fed_dataset **out)
 {
     char split[4200];
     struct stat a, b;

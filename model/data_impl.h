@@ -7,22 +7,18 @@
 #include "model/data.h"
 
 /* Logs "NAME: CAUSE (ERRNAME)" at error level and returns e. */
-fed_err fed_data_log_fail(fed_err e, const char *name, const char *fmt, ...)
+fed_err fedi_data_log_fail(fed_err e, const char *name, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* The cache folder ($FEDNODE_CACHE, ...), made when missing; 0 when caching
  * is off or the folder cannot be made. */
-int fed_data_cache_dir(char *dir, size_t size);
-/* Writes an IDX file atomically (a temporary name, then rename): u8 data
- * of ndim dims. Best effort: 0 on any failure, nothing left behind. */
-int fed_data_write_idx(const char *path, int ndim, const uint32_t *dims, const uint8_t *data,
-                       size_t bytes);
+int fedi_data_cache_dir(char *dir, size_t size);
 /* Keeps d (uint8 samples, at most 256 classes) as an IDX pair: images
  * (n, c * h, w) and labels. Best effort, logged at info level when done. */
-void fed_data_cache_keep(const char *icache, const char *lcache, const fed_dataset *d);
+void fedi_data_cache_keep(const char *icache, const char *lcache, const fed_dataset *d);
 /* Whether dir holds a subfolder (a class, or train/test). */
-int fed_data_has_subdirs(const char *dir);
+int fedi_data_has_subdirs(const char *dir);
 /* The train or test split of an image folder (DIR/train, DIR/test, or DIR). */
-fed_err fed_data_open_images(const char *dir, int train, const fed_data_opts *opts,
-                             fed_dataset **out);
+fed_err fedi_data_open_images(const char *dir, int train, const fed_data_opts *opts,
+                              fed_dataset **out);
 
 #endif

@@ -15,6 +15,18 @@
 #include "core/opt.h"
 #include "model/merge_impl.h"
 
+/* The valid rows (in key order) into m->valid; returns how many. */
+static int merge_collect_valid(fed_merge *m, int n);
+
+static int merge_kind_robust(merge_kind k);
+
+static int merge_kind_weighted(merge_kind k);
+
+static fed_err merge_parse_spec(const char *spec, merge_params *p);
+
+/* The squared norm of each valid row (rejecting NaN/Inf ones). */
+static void merge_scan_rows(fed_merge *m, int nv);
+
 /* ------------------------------------------------------------ parsing -- */
 
 #define MAX_ARGS 4
@@ -174,7 +186,7 @@ static void params_defaults(merge_params *p)
     p->tau = 1e-3;
 }
 
-fed_err fed_merge_parse_spec(const char *spec, merge_params *p)
+static fed_err merge_parse_spec(const char *spec, merge_params *p)
 {
     const char *s = spec;
     const char *colon;
@@ -211,24 +223,24 @@ fed_err fed_merge_parse_spec(const char *spec, merge_params *p)
     return parse_strategy_args(spec, p, &args);
 }
 
-int fed_merge_kind_weighted(merge_kind k)
+static int merge_kind_weighted(merge_kind k)
 {
     return k == MK_FEDAVG || k == MK_FEDAVGM || k == MK_FEDPROX || k == MK_FEDADAM ||
            k == MK_FEDYOGI || k == MK_FEDADAGRAD || k == MK_FEDNOVA || k == MK_SCAFFOLD;
 }
 
-int fed_merge_kind_robust(merge_kind k) { return !fed_merge_kind_weighted(k); }
+static int merge_kind_robust(merge_kind k) { return !merge_kind_weighted(k); }
 
 fed_err fed_merge_spec_check(const char *spec)
 {
     merge_params p;
 
-    return fed_merge_parse_spec(spec, &p);
+    return merge_parse_spec(spec, &p);
 }
 
 static fed_merge_traits traits_of_params(const merge_params *p)
 {
-    fed_merge_traits t = {.weighted = fed_merge_kind_weighted(p->kind), .clip = p->clip,
+    fed_merge_traits t = {.weighted = merge_kind_weighted(p->kind), .clip = p->clip,
                           .fednova = p->kind == MK_FEDNOVA, .scaffold = p->kind == MK_SCAFFOLD};
 
     return t;
@@ -237,7 +249,7 @@ static fed_merge_traits traits_of_params(const merge_params *p)
 fed_err fed_merge_spec_traits(const char *spec, fed_merge_traits *out)
 {
     merge_params p;
-    fed_err e = fed_merge_parse_spec(spec, &p);
+    fed_err e = merge_parse_spec(spec, &p);
 
     memset(out, 0, sizeof *out);
     if (e == FED_OK)
@@ -295,7 +307,7 @@ fed_err fed_merge_new(const char *spec, size_t nparams, const fed_merge_config *
 
     assert(be && out);
     *out = NULL;
-    if ((e = fed_merge_parse_spec(spec, &p)) != FED_OK)
+    if ((e = merge_parse_spec(spec, &p)) != FED_OK)
         return e;
     if (nparams == 0 || c.max_clients < 1 || nparams > ((size_t)1 << 40) ||
         !(c.weight_cap >= 0.0)) {
@@ -317,9 +329,9 @@ fed_err fed_merge_new(const char *spec, size_t nparams, const fed_merge_config *
     m->step_scale = 1.0;
     if ((e = alloc_common(m)) != FED_OK)
         goto out;
-    if ((e = fed_merge_robust_alloc(m)) != FED_OK)
+    if ((e = fedi_merge_robust_alloc(m)) != FED_OK)
         goto out;
-    if ((e = fed_merge_adaptive_alloc(m)) != FED_OK)
+    if ((e = fedi_merge_adaptive_alloc(m)) != FED_OK)
         goto out;
     *out = m;
     return FED_OK;
@@ -332,8 +344,8 @@ void fed_merge_free(fed_merge *m)
 {
     if (!m)
         return;
-    fed_merge_adaptive_free(m);
-    fed_merge_robust_free(m);
+    fedi_merge_adaptive_free(m);
+    fedi_merge_robust_free(m);
     if (m->delta)
         m->be->free(m->be, m->delta);
     fed_free(m->rows);
@@ -358,16 +370,16 @@ double fed_merge_prox_mu(const fed_merge *m) { return m->p.kind == MK_FEDPROX ? 
 const char *fed_merge_spec(const fed_merge *m) { return m->spec; }
 int fed_merge_max_clients(const fed_merge *m) { return m->max_clients; }
 
-size_t fed_merge_state_floats(const fed_merge *m) { return fed_merge_adaptive_state_floats(m); }
+size_t fed_merge_state_floats(const fed_merge *m) { return fedi_merge_adaptive_state_floats(m); }
 
 fed_err fed_merge_get_state(const fed_merge *m, float *dst)
 {
-    return fed_merge_adaptive_get_state(m, dst);
+    return fedi_merge_adaptive_get_state(m, dst);
 }
 
 fed_err fed_merge_set_state(fed_merge *m, const float *src)
 {
-    return fed_merge_adaptive_set_state(m, src);
+    return fedi_merge_adaptive_set_state(m, src);
 }
 
 const char *fed_merge_verdict_name(fed_merge_verdict v)
@@ -458,7 +470,7 @@ static fed_err build_rows(fed_merge *m, const fed_merge_input *in, int n)
     return FED_OK;
 }
 
-int fed_merge_collect_valid(fed_merge *m, int n)
+static int merge_collect_valid(fed_merge *m, int n)
 {
     int nv = 0;
 
@@ -470,7 +482,7 @@ int fed_merge_collect_valid(fed_merge *m, int n)
 
 /* Squared norms of the valid rows not scanned yet: NaN/Inf rows rejected,
  * clip factors set. */
-void fed_merge_scan_rows(fed_merge *m, int nv)
+static void merge_scan_rows(fed_merge *m, int nv)
 {
     for (int j = 0; j < nv; j++) {
         merge_row *r = m->valid[j];
@@ -585,13 +597,13 @@ static fed_err weighted_merge(fed_merge *m, int nv)
 /* D from the valid rows; rows with NaN found on the way are rejected. */
 static fed_err merge_delta(fed_merge *m, int n)
 {
-    int nv = fed_merge_collect_valid(m, n);
+    int nv = merge_collect_valid(m, n);
     int scanned = 0;
     fed_err e;
 
-    if (fed_merge_kind_robust(m->p.kind) || m->p.clip > 0.0) {
-        fed_merge_scan_rows(m, nv);
-        nv = fed_merge_collect_valid(m, n);
+    if (merge_kind_robust(m->p.kind) || m->p.clip > 0.0) {
+        merge_scan_rows(m, nv);
+        nv = merge_collect_valid(m, n);
         scanned = 1;
     }
     for (;;) {
@@ -599,8 +611,8 @@ static fed_err merge_delta(fed_merge *m, int n)
             fed_log(FED_LOG_WARN, "merge: no valid input among %d", n);
             return FED_ERR_TOO_FEW;
         }
-        if (fed_merge_kind_robust(m->p.kind))
-            return fed_merge_robust_run(m, nv);
+        if (merge_kind_robust(m->p.kind))
+            return fedi_merge_robust_run(m, nv);
         e = weighted_merge(m, nv);
         if (e != FED_ERR_NAN)
             return e;
@@ -608,8 +620,8 @@ static fed_err merge_delta(fed_merge *m, int n)
             fed_log(FED_LOG_WARN, "merge: merged delta overflows float");
             return FED_ERR_NAN;
         }
-        fed_merge_scan_rows(m, nv);
-        nv = fed_merge_collect_valid(m, n);
+        merge_scan_rows(m, nv);
+        nv = merge_collect_valid(m, n);
         scanned = 1;
     }
 }
@@ -669,7 +681,7 @@ fed_err fed_merge_apply(fed_merge *m, float *global, const fed_merge_input *in, 
     if (e == FED_OK) {
         if (m->p.kind == MK_FEDAVGM || m->p.kind == MK_FEDADAM || m->p.kind == MK_FEDYOGI ||
             m->p.kind == MK_FEDADAGRAD)
-            e = fed_merge_adaptive_step(m, global);
+            e = fedi_merge_adaptive_step(m, global);
         else if (m->p.kind == MK_SCAFFOLD)
             m->be->axpy(m->be, m->nparams, (float)m->p.eta, m->delta, global);
         else

@@ -25,7 +25,7 @@ static fed_err host_floats(size_t n, float **out)
     return *out ? FED_OK : FED_ERR_NOMEM;
 }
 
-fed_err fed_merge_adaptive_alloc(fed_merge *m)
+fed_err fedi_merge_adaptive_alloc(fed_merge *m)
 {
     size_t n = m->nparams;
     fed_err e;
@@ -44,7 +44,7 @@ fed_err fed_merge_adaptive_alloc(fed_merge *m)
     return FED_OK;
 }
 
-void fed_merge_adaptive_free(fed_merge *m)
+void fedi_merge_adaptive_free(fed_merge *m)
 {
     if (m->mom)
         m->be->free(m->be, m->mom);
@@ -109,7 +109,7 @@ static void moments_only(fed_merge *m, const float *d)
         moments(m->p.kind, &m->p, d[i], m->am[i], m->av[i], &m->am[i], &m->av[i]);
 }
 
-fed_err fed_merge_adaptive_step(fed_merge *m, float *global)
+fed_err fedi_merge_adaptive_step(fed_merge *m, float *global)
 {
     fed_backend *be = m->be;
     size_t bytes = m->nparams * sizeof(float);
@@ -137,7 +137,7 @@ fed_err fed_merge_adaptive_step(fed_merge *m, float *global)
     return FED_OK;
 }
 
-size_t fed_merge_adaptive_state_floats(const fed_merge *m)
+size_t fedi_merge_adaptive_state_floats(const fed_merge *m)
 {
     if (m->p.kind == MK_FEDAVGM)
         return m->nparams;
@@ -146,7 +146,7 @@ size_t fed_merge_adaptive_state_floats(const fed_merge *m)
     return 0;
 }
 
-fed_err fed_merge_adaptive_get_state(const fed_merge *m, float *dst)
+fed_err fedi_merge_adaptive_get_state(const fed_merge *m, float *dst)
 {
     size_t bytes = m->nparams * sizeof(float);
 
@@ -159,9 +159,9 @@ fed_err fed_merge_adaptive_get_state(const fed_merge *m, float *dst)
     return FED_OK;
 }
 
-fed_err fed_merge_adaptive_set_state(fed_merge *m, const float *src)
+fed_err fedi_merge_adaptive_set_state(fed_merge *m, const float *src)
 {
-    size_t nf = fed_merge_adaptive_state_floats(m);
+    size_t nf = fedi_merge_adaptive_state_floats(m);
     size_t bytes = m->nparams * sizeof(float);
 
     for (size_t i = 0; i < nf; i++) {

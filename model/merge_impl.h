@@ -103,27 +103,18 @@ struct fed_merge {
     int *alive;         /* (max_clients) */
 };
 
-/* merge.c */
-/* The valid rows (in key order) into m->valid; returns how many. */
-int fed_merge_collect_valid(fed_merge *m, int n);
-fed_err fed_merge_parse_spec(const char *spec, merge_params *p);
-int fed_merge_kind_weighted(merge_kind k);
-int fed_merge_kind_robust(merge_kind k);
-/* The squared norm of each valid row (rejecting NaN/Inf ones). */
-void fed_merge_scan_rows(fed_merge *m, int nv);
-
 /* merge_robust.c: D from the valid rows (nv of them, in key order). */
-fed_err fed_merge_robust_alloc(fed_merge *m);
-void fed_merge_robust_free(fed_merge *m);
-fed_err fed_merge_robust_run(fed_merge *m, int nv);
+fed_err fedi_merge_robust_alloc(fed_merge *m);
+void fedi_merge_robust_free(fed_merge *m);
+fed_err fedi_merge_robust_run(fed_merge *m, int nv);
 
 /* merge_adaptive.c: the server step x += f(D) for fedavgm and the adaptive
  * strategies, and their state. */
-fed_err fed_merge_adaptive_alloc(fed_merge *m);
-void fed_merge_adaptive_free(fed_merge *m);
-fed_err fed_merge_adaptive_step(fed_merge *m, float *global);
-size_t fed_merge_adaptive_state_floats(const fed_merge *m);
-fed_err fed_merge_adaptive_get_state(const fed_merge *m, float *dst);
-fed_err fed_merge_adaptive_set_state(fed_merge *m, const float *src);
+fed_err fedi_merge_adaptive_alloc(fed_merge *m);
+void fedi_merge_adaptive_free(fed_merge *m);
+fed_err fedi_merge_adaptive_step(fed_merge *m, float *global);
+size_t fedi_merge_adaptive_state_floats(const fed_merge *m);
+fed_err fedi_merge_adaptive_get_state(const fed_merge *m, float *dst);
+fed_err fedi_merge_adaptive_set_state(fed_merge *m, const float *src);
 
 #endif

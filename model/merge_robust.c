@@ -90,7 +90,7 @@ static fed_err alloc_krum(fed_merge *m)
     return FED_OK;
 }
 
-fed_err fed_merge_robust_alloc(fed_merge *m)
+fed_err fedi_merge_robust_alloc(fed_merge *m)
 {
     fed_err e;
 
@@ -101,7 +101,7 @@ fed_err fed_merge_robust_alloc(fed_merge *m)
     return FED_OK;
 }
 
-void fed_merge_robust_free(fed_merge *m)
+void fedi_merge_robust_free(fed_merge *m)
 {
     fed_free(m->tbuf);
     fed_free(m->stage);
@@ -734,7 +734,7 @@ static fed_err run_bulyan(fed_merge *m, merge_row **set, int r)
     return coordinate_merge(m, m->valid, theta, &cr);
 }
 
-fed_err fed_merge_robust_run(fed_merge *m, int nv)
+fed_err fedi_merge_robust_run(fed_merge *m, int nv)
 {
     coord_rule cr = {m->p.kind, 0, 0};
 

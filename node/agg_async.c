@@ -1,5 +1,5 @@
 /* agg_async.c - the aggregator's async mode (FedBuff), its round mode
- * (agg_mode_ops, fed_node_agg_async_mode): every ask answered with the
+ * (agg_mode_ops, fedi_node_agg_async_mode): every ask answered with the
  * global model at once, any member's delta at most max_staleness rounds old
  * buffered (one per client), K of them closing the round. Never holds a
  * request for sampling: that is the synchronous rounds' way. */
@@ -20,16 +20,16 @@ static fed_err async_open(fed_node *n)
     a->round_start_ms = n->env.now_ms(n->env.self);
     a->bytes_in0 = fed_wire_get_counters(n->wire)->bytes_in;
     a->bytes_out0 = fed_wire_get_counters(n->wire)->bytes_out;
-    fed_node_agg_cancel_deadline(n); /* armed by the round's first delta */
+    fedi_node_agg_cancel_deadline(n); /* armed by the round's first delta */
     if (n->round + 1 > n->cfg.agg.max_staleness)
-        fed_node_rx_drop_before(n, n->round + 1 - n->cfg.agg.max_staleness);
-    if ((e = fed_node_agg_encode_global(n)) != FED_OK)
+        fedi_node_rx_drop_before(n, n->round + 1 - n->cfg.agg.max_staleness);
+    if ((e = fedi_node_agg_encode_global(n)) != FED_OK)
         return e;
-    fed_node_agg_settings(n, n->round + 1, &b); /* the rate of merge n->round + 1 */
+    fedi_node_agg_settings(n, n->round + 1, &b); /* the rate of merge n->round + 1 */
     /* a failed send: the client asks again */
-    (void)fed_node_agg_send_models(n, a->holds, a->nholds, &b);
+    (void)fedi_node_agg_send_models(n, a->holds, a->nholds, &b);
     a->nholds = 0;
-    fed_node_agg_arm_poll(n);
+    fedi_node_agg_arm_poll(n);
     return FED_OK;
 }
 
@@ -42,9 +42,9 @@ static fed_err async_on_ask(fed_node *n, fed_req *req, const fed_wire_hdr *h)
 {
     node_agg *a = n->agg;
 
-    if (a->state != AGG_RUNNING || fed_node_agg_part_find(a, h->sender))
-        return fed_node_agg_hold_add(n, req, h);
-    return fed_node_agg_answer_model(n, req, h);
+    if (a->state != AGG_RUNNING || fedi_node_agg_part_find(a, h->sender))
+        return fedi_node_agg_hold_add(n, req, h);
+    return fedi_node_agg_answer_model(n, req, h);
 }
 
 /* Async: any member's delta of a round at most max_staleness old goes into
@@ -59,36 +59,36 @@ static fed_err async_on_delta(fed_node *n, node_open *op)
 
     if (a->state != AGG_RUNNING || m->hdr.round > filling ||
         filling - m->hdr.round > n->cfg.agg.max_staleness)
-        return fed_node_agg_refuse_delta(n, op, FED_ERR_LATE, 0);
-    if ((p = fed_node_agg_part_find(a, m->hdr.sender)))
-        return fed_node_agg_ack_duplicate(n, op);
+        return fedi_node_agg_refuse_delta(n, op, FED_ERR_LATE, 0);
+    if ((p = fedi_node_agg_part_find(a, m->hdr.sender)))
+        return fedi_node_agg_ack_duplicate(n, op);
     if (m->block.samples == 0)
-        return fed_node_agg_refuse_delta(n, op, FED_ERR_PAYLOAD, 0);
+        return fedi_node_agg_refuse_delta(n, op, FED_ERR_PAYLOAD, 0);
     if (a->nparts == (size_t)a->max_clients) /* async_k <= max_clients: never */
-        return fed_node_agg_refuse_delta(n, op, FED_ERR_FULL, 0);
+        return fedi_node_agg_refuse_delta(n, op, FED_ERR_FULL, 0);
     p = &a->parts[a->nparts++];
     memcpy(p->key, m->hdr.sender, 32);
-    e = fed_node_agg_take_delta(n, op, p);
+    e = fedi_node_agg_take_delta(n, op, p);
     if (!p->got) { /* refused (its segments), or no memory: not in the buffer */
         memset(p, 0, sizeof *p);
         a->nparts--;
         return e;
     }
     if (a->nparts == 1 &&
-        fed_node_agg_arm_deadline(n, n->env.now_ms(n->env.self) + n->cfg.deadline_ms) != FED_OK)
+        fedi_node_agg_arm_deadline(n, n->env.now_ms(n->env.self) + n->cfg.deadline_ms) != FED_OK)
         return n->failed;
     if (a->nparts >= n->cfg.agg.async_k)
-        return fed_node_agg_close_round(n);
+        return fedi_node_agg_close_round(n);
     return e;
 }
 
 /* Too few deltas buffered by the deadline: the buffer keeps filling. */
 static fed_err async_short_deadline(fed_node *n)
 {
-    return fed_node_agg_arm_deadline(n, n->env.now_ms(n->env.self) + n->cfg.deadline_ms);
+    return fedi_node_agg_arm_deadline(n, n->env.now_ms(n->env.self) + n->cfg.deadline_ms);
 }
 
-/* A failed merge's wait (fed_node_agg_retry_later) is over: the round
+/* A failed merge's wait (fedi_node_agg_retry_later) is over: the round
  * takes deltas again, and the clients held meanwhile get the model as
  * committed (those whose deltas were dropped send them again). */
 static fed_err async_round_timer(fed_node *n)
@@ -100,7 +100,7 @@ static fed_err async_round_timer(fed_node *n)
     return async_open(n);
 }
 
-const agg_mode_ops fed_node_agg_async_mode = {
+const agg_mode_ops fedi_node_agg_async_mode = {
     .name = "async",
     .cohort = 0,
     .seal_ahead = 0,
@@ -109,6 +109,6 @@ const agg_mode_ops fed_node_agg_async_mode = {
     .on_delta = async_on_delta,
     .short_deadline = async_short_deadline,
     .next = async_open,
-    .failed = fed_node_agg_retry_later,
+    .failed = fedi_node_agg_retry_later,
     .round_timer = async_round_timer,
 };

@@ -67,7 +67,7 @@ static const char *member_name(const fed_node *n, const uint8_t key[32], char bu
     return buf;
 }
 
-void fed_node_agg_budget_note(fed_node *n, const fed_wire_msg *m)
+void fedi_node_agg_budget_note(fed_node *n, const fed_wire_msg *m)
 {
     agg_member_dp *r;
 
@@ -99,7 +99,7 @@ static size_t can_take_part(const fed_node *n, size_t *parked, size_t *model)
     return members > *parked ? members - *parked : 0;
 }
 
-fed_err fed_node_agg_budget_declined(fed_node *n, const fed_wire_msg *m)
+fed_err fedi_node_agg_budget_declined(fed_node *n, const fed_wire_msg *m)
 {
     node_agg *a = n->agg;
     agg_member_dp *r = row_get(a, m->hdr.sender);
@@ -144,7 +144,7 @@ fed_err fed_node_agg_budget_declined(fed_node *n, const fed_wire_msg *m)
     return FED_ERR_TOO_FEW_CLIENTS;
 }
 
-int fed_node_agg_budget_parked(fed_node *n, const fed_wire_hdr *h)
+int fedi_node_agg_budget_parked(fed_node *n, const fed_wire_hdr *h)
 {
     agg_member_dp *r = row_find(n->agg, h->sender, NULL);
     char hex[16];
@@ -163,7 +163,7 @@ int fed_node_agg_budget_parked(fed_node *n, const fed_wire_hdr *h)
     return 0;
 }
 
-void fed_node_agg_budget_free(node_agg *a)
+void fedi_node_agg_budget_free(node_agg *a)
 {
     fed_free(a->mdp);
     a->mdp = NULL;

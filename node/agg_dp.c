@@ -119,7 +119,7 @@ static fed_err secagg_small_draw(const fed_node *n, agg_dp *d)
     return FED_ERR_INVAL;
 }
 
-fed_err fed_node_agg_dp_new(fed_node *n)
+fed_err fedi_node_agg_dp_new(fed_node *n)
 {
     const fed_node_config *c = &n->cfg;
     node_agg *a = n->agg;
@@ -205,7 +205,7 @@ fed_err fed_node_agg_dp_new(fed_node *n)
     return FED_OK;
 }
 
-void fed_node_agg_dp_free(node_agg *a)
+void fedi_node_agg_dp_free(node_agg *a)
 {
     agg_dp *d = a->dp;
 
@@ -218,7 +218,7 @@ void fed_node_agg_dp_free(node_agg *a)
     a->dp = NULL;
 }
 
-fed_err fed_node_agg_dp_start(fed_node *n, const fed_store_ckpt *ck)
+fed_err fedi_node_agg_dp_start(fed_node *n, const fed_store_ckpt *ck)
 {
     agg_dp *d = n->agg->dp;
     const fed_store_section *s = ck ? fed_store_ckpt_find(ck, AGG_CKPT_SEC_DP) : NULL;
@@ -251,7 +251,7 @@ static double ks_uniform(agg_dp *d)
     return (double)(fed_get_u64le(b) >> 11) * 0x1p-53;
 }
 
-size_t fed_node_agg_dp_sample(fed_node *n, agg_hold *holds, size_t nholds)
+size_t fedi_node_agg_dp_sample(fed_node *n, agg_hold *holds, size_t nholds)
 {
     agg_dp *d = n->agg->dp;
     size_t k = 0;
@@ -280,9 +280,9 @@ static void secagg_sum(node_agg *a)
     double w = 0;
     const float *mean;
 
-    if (!fed_node_sa_agg_unmasked(a->sa))
+    if (!fedi_node_sa_agg_unmasked(a->sa))
         return;
-    mean = fed_node_sa_agg_mean(a->sa, &w);
+    mean = fedi_node_sa_agg_mean(a->sa, &w);
     for (size_t j = 0; j < a->nparams; j++)
         d->sum[j] = (float)((double)mean[j] * w);
     for (size_t i = 0; i < a->nparts; i++) {
@@ -295,7 +295,7 @@ static void secagg_sum(node_agg *a)
     }
 }
 
-fed_err fed_node_agg_dp_aggregate(fed_node *n, fed_merge_input *in, uint32_t *unclipped)
+fed_err fedi_node_agg_dp_aggregate(fed_node *n, fed_merge_input *in, uint32_t *unclipped)
 {
     node_agg *a = n->agg;
     agg_dp *d = a->dp;
@@ -361,17 +361,17 @@ fed_err fed_node_agg_dp_aggregate(fed_node *n, fed_merge_input *in, uint32_t *un
     }
     memset(in, 0, sizeof *in);
     in->weight = 1;
-    return fed_node_agg_input_vec(n, 0, d->sum, &in->delta);
+    return fedi_node_agg_input_vec(n, 0, d->sum, &in->delta);
 }
 
-fed_err fed_node_agg_dp_charge(fed_node *n, uint64_t round, uint64_t at_ms, double *eps)
+fed_err fedi_node_agg_dp_charge(fed_node *n, uint64_t round, uint64_t at_ms, double *eps)
 {
     agg_dp *d = n->agg->dp;
 
     return fed_dp_account_charge(d->acct, n->cfg.store, round, at_ms, d->q, d->z, 1, eps);
 }
 
-void fed_node_agg_dp_committed(fed_node *n, int ok, double eps)
+void fedi_node_agg_dp_committed(fed_node *n, int ok, double eps)
 {
     agg_dp *d = n->agg->dp;
 
@@ -385,7 +385,7 @@ void fed_node_agg_dp_committed(fed_node *n, int ok, double eps)
     }
 }
 
-double fed_node_agg_dp_clip(const node_agg *a) { return a->dp->clip; }
-double fed_node_agg_dp_clip_next(const node_agg *a) { return a->dp->clip_next; }
-double fed_node_agg_dp_epsilon(const node_agg *a) { return a->dp->epsilon; }
-double fed_node_agg_dp_secagg_clip(const node_agg *a) { return a->dp->sa_clip; }
+double fedi_node_agg_dp_clip(const node_agg *a) { return a->dp->clip; }
+double fedi_node_agg_dp_clip_next(const node_agg *a) { return a->dp->clip_next; }
+double fedi_node_agg_dp_epsilon(const node_agg *a) { return a->dp->epsilon; }
+double fedi_node_agg_dp_secagg_clip(const node_agg *a) { return a->dp->sa_clip; }

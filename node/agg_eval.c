@@ -25,7 +25,7 @@ static void evaluate(fed_node *n, fed_node_round_info *info)
 
 /* Writes every pending row, oldest first, in one transaction: all of them
  * or, on failure, none (they stay pending for the next try). */
-fed_err fed_node_agg_flush_pending(fed_node *n)
+fed_err fedi_node_agg_flush_pending(fed_node *n)
 {
     agg_pending *p = &n->agg->pending;
     fed_store *st = n->cfg.store;
@@ -76,7 +76,7 @@ static fed_err record_figures(fed_node *n, const fed_store_round *row)
         p->cap = cap;
     }
     p->rows[p->n++] = *row;
-    if ((e = fed_node_agg_flush_pending(n)) != FED_OK)
+    if ((e = fedi_node_agg_flush_pending(n)) != FED_OK)
         fed_log(FED_LOG_WARN, "aggregator: recording round %llu's accuracy failed: %s; kept "
                               "with %zu pending, written at the next commit or stop",
                 (unsigned long long)row->round, fed_strerror(e), p->n);
@@ -120,7 +120,7 @@ static uint64_t best_round(fed_node *n, double *v)
     return best;
 }
 
-int fed_node_agg_early_stopped(fed_node *n)
+int fedi_node_agg_early_stopped(fed_node *n)
 {
     double v;
     uint64_t best = n->cfg.agg.early_stop ? best_round(n, &v) : 0;
@@ -128,7 +128,7 @@ int fed_node_agg_early_stopped(fed_node *n)
     return best && n->round >= best + n->cfg.agg.early_stop;
 }
 
-void fed_node_agg_judge(fed_node *n, uint64_t round)
+void fedi_node_agg_judge(fed_node *n, uint64_t round)
 {
     double v;
     uint64_t best = best_round(n, &v); /* 0: only the unjudged are held */
@@ -160,7 +160,7 @@ static void finish_report(fed_node *n, fed_node_round_info *info, fed_store_roun
                                      "this node's initial ones)" : "");
     }
     if (!n->cfg.agg.eval_every) /* else the sites' evaluation judges (site_eval.c) */
-        fed_node_agg_judge(n, info->round);
+        fedi_node_agg_judge(n, info->round);
     if (n->cfg.on_round)
         n->cfg.on_round(n->cfg.observer, n, info);
 }
@@ -274,7 +274,7 @@ static void eval_model_free(agg_eval *ev)
  * job, on a copy of its parameters, while the loop starts the next round
  * (its last client's NEXT must not wait behind the evaluation). When no
  * job can be made, the loop evaluates itself. */
-void fed_node_agg_report_round(fed_node *n, fed_node_round_info *info)
+void fedi_node_agg_report_round(fed_node *n, fed_node_round_info *info)
 {
     node_agg *a = n->agg;
     agg_eval *ev = &a->ev;
@@ -302,7 +302,7 @@ void fed_node_agg_report_round(fed_node *n, fed_node_round_info *info)
     finish_report(n, info, &a->last_row);
 }
 
-fed_err fed_node_agg_on_job(fed_node *n, fed_job *job)
+fed_err fedi_node_agg_on_job(fed_node *n, fed_job *job)
 {
     agg_eval *ev = &n->agg->ev;
     fed_err e;
@@ -326,7 +326,7 @@ fed_err fed_node_agg_on_job(fed_node *n, fed_job *job)
     return e;
 }
 
-void fed_node_agg_eval_free(node_agg *a)
+void fedi_node_agg_eval_free(node_agg *a)
 {
     eval_model_free(&a->ev);
     for (size_t i = 0; i < AGG_EVAL_QUEUE_MAX; i++)

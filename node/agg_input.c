@@ -1,10 +1,10 @@
-/* agg_input.c - the round's aggregate input (agg_input.h): segments
+/* agg_input.c - the round's aggregate input (agg_input_impl.h): segments
  * reduced plainly or quantized each on its own scale, and the three
  * implementations the aggregator's round path calls through one table:
  * plain (the list of contributions, as the robust merges need each),
  * secure (one unmasked sum, secagg_agg.c), DP-FedAvg (agg_dp.c) around
  * either. */
-#include "node/agg_input.h"
+#include "node/agg_input_impl.h"
 
 #include <assert.h>
 #include <math.h>
@@ -18,6 +18,12 @@
 #include "node/secagg_impl.h"
 #include "secagg/quant.h"
 
+/* After the strategy merged the trained floats into the host copy: the
+ * other floats each by their own rule (node/layout.h): a statistic is its
+ * committed value plus the round's mean delta, a local tensor stays as
+ * committed (the aggregator keeps its own); the model takes the result. */
+static FED_WUR fed_err node_agg_input_settle(fed_node *n);
+
 /* The values of segs[0..nseg) of encoding enc together. */
 static size_t seg_count(const agg_segment *segs, size_t nseg, agg_encoding enc)
 {
@@ -29,25 +35,25 @@ static size_t seg_count(const agg_segment *segs, size_t nseg, agg_encoding enc)
     return len;
 }
 
-size_t fed_agg_seg_len(const agg_segment *segs, size_t nseg)
+size_t fedi_agg_seg_len(const agg_segment *segs, size_t nseg)
 {
     return seg_count(segs, nseg, AGG_ENC_QUANT);
 }
 
-size_t fed_agg_seg_ints(const agg_segment *segs, size_t nseg)
+size_t fedi_agg_seg_ints(const agg_segment *segs, size_t nseg)
 {
     return seg_count(segs, nseg, AGG_ENC_INT64);
 }
 
-uint32_t fed_agg_int_limbs(uint32_t bits)
+uint32_t fedi_agg_int_limbs(uint32_t bits)
 {
     assert(bits >= 1 && bits <= 32);
     return (64 + bits - 1) / bits;
 }
 
-size_t fed_agg_seg_words(const agg_segment *segs, size_t nseg, uint32_t bits)
+size_t fedi_agg_seg_words(const agg_segment *segs, size_t nseg, uint32_t bits)
 {
-    return fed_agg_seg_len(segs, nseg) + fed_agg_seg_ints(segs, nseg) * fed_agg_int_limbs(bits);
+    return fedi_agg_seg_len(segs, nseg) + fedi_agg_seg_ints(segs, nseg) * fedi_agg_int_limbs(bits);
 }
 
 /* An INT64 segment sums; no other rule means anything for integers. */
@@ -60,8 +66,8 @@ static int ints_ok(const agg_segment *segs, size_t nseg)
     return 1;
 }
 
-fed_err fed_agg_seg_reduce(const agg_segment *segs, size_t nseg, const float *const *x,
-                           const double *w, size_t m, float *out)
+fed_err fedi_agg_seg_reduce(const agg_segment *segs, size_t nseg, const float *const *x,
+                            const double *w, size_t m, float *out)
 {
     size_t off = 0;
 
@@ -71,7 +77,7 @@ fed_err fed_agg_seg_reduce(const agg_segment *segs, size_t nseg, const float *co
         const agg_segment *g = &segs[s];
         double div = 1;
 
-        if (g->enc != AGG_ENC_QUANT) /* integers: fed_agg_seg_reduce_ints */
+        if (g->enc != AGG_ENC_QUANT) /* integers: fedi_agg_seg_reduce_ints */
             continue;
         if (g->rule == AGG_WEIGHT_SAMPLES) {
             div = 0;
@@ -94,10 +100,10 @@ fed_err fed_agg_seg_reduce(const agg_segment *segs, size_t nseg, const float *co
     return FED_OK;
 }
 
-fed_err fed_agg_seg_reduce_ints(const agg_segment *segs, size_t nseg, const int64_t *const *ix,
-                                size_t m, uint64_t *out)
+fed_err fedi_agg_seg_reduce_ints(const agg_segment *segs, size_t nseg, const int64_t *const *ix,
+                                 size_t m, uint64_t *out)
 {
-    size_t n = fed_agg_seg_ints(segs, nseg);
+    size_t n = fedi_agg_seg_ints(segs, nseg);
 
     if (m == 0 || nseg > AGG_SEGMENTS_MAX || !ints_ok(segs, nseg))
         return FED_ERR_INVAL;
@@ -111,10 +117,10 @@ fed_err fed_agg_seg_reduce_ints(const agg_segment *segs, size_t nseg, const int6
     return FED_OK;
 }
 
-/* v's limbs of bits bits, low first, into out (fed_agg_int_limbs words). */
+/* v's limbs of bits bits, low first, into out (fedi_agg_int_limbs words). */
 static void int_limbs(uint64_t v, uint32_t bits, uint32_t *out)
 {
-    uint32_t nl = fed_agg_int_limbs(bits);
+    uint32_t nl = fedi_agg_int_limbs(bits);
     uint64_t mask = bits >= 32 ? UINT32_MAX : (UINT64_C(1) << bits) - 1;
 
     for (uint32_t l = 0; l < nl; l++, v >>= bits) /* bits <= 32 */
@@ -125,7 +131,7 @@ static void int_limbs(uint64_t v, uint32_t bits, uint32_t *out)
  * round's check), shifted to its place; the bits past 64 fall away. */
 static uint64_t int_join(const uint32_t *sum, uint32_t bits)
 {
-    uint32_t nl = fed_agg_int_limbs(bits);
+    uint32_t nl = fedi_agg_int_limbs(bits);
     uint64_t v = 0;
 
     for (uint32_t l = 0; l < nl; l++)
@@ -133,21 +139,21 @@ static uint64_t int_join(const uint32_t *sum, uint32_t bits)
     return v;
 }
 
-fed_err fed_agg_seg_quantize(const agg_segment *segs, size_t nseg, uint32_t bits, const float *x,
-                             const int64_t *ix, fed_rng *rng, uint32_t *out)
+fed_err fedi_agg_seg_quantize(const agg_segment *segs, size_t nseg, uint32_t bits, const float *x,
+                              const int64_t *ix, fed_rng *rng, uint32_t *out)
 {
-    size_t len = fed_agg_seg_len(segs, nseg), off = 0, ioff = 0, w = 0;
+    size_t len = fedi_agg_seg_len(segs, nseg), off = 0, ioff = 0, w = 0;
     fed_err e;
 
     if (nseg > AGG_SEGMENTS_MAX || !ints_ok(segs, nseg) || bits < 1 || bits > 32 ||
-        (fed_agg_seg_ints(segs, nseg) && !ix))
+        (fedi_agg_seg_ints(segs, nseg) && !ix))
         return FED_ERR_INVAL;
     for (size_t j = 0; j < len; j++) /* out untouched, no draw taken */
         if (!isfinite(x[j]))
             return FED_ERR_NAN;
     for (size_t s = 0; s < nseg; s++) {
         if (segs[s].enc == AGG_ENC_INT64) {
-            uint32_t nl = fed_agg_int_limbs(bits);
+            uint32_t nl = fedi_agg_int_limbs(bits);
 
             for (size_t j = 0; j < segs[s].len; j++, w += nl)
                 int_limbs((uint64_t)ix[ioff + j], bits, out + w);
@@ -164,18 +170,18 @@ fed_err fed_agg_seg_quantize(const agg_segment *segs, size_t nseg, uint32_t bits
     return FED_OK;
 }
 
-fed_err fed_agg_seg_dequantize(const agg_segment *segs, size_t nseg, uint32_t bits,
-                               const uint32_t *sum, uint32_t m, float *out, uint64_t *iout)
+fed_err fedi_agg_seg_dequantize(const agg_segment *segs, size_t nseg, uint32_t bits,
+                                const uint32_t *sum, uint32_t m, float *out, uint64_t *iout)
 {
     size_t off = 0, ioff = 0, w = 0;
     fed_err e;
 
     if (nseg > AGG_SEGMENTS_MAX || !ints_ok(segs, nseg) || bits < 1 || bits > 32 ||
-        (fed_agg_seg_ints(segs, nseg) && !iout))
+        (fedi_agg_seg_ints(segs, nseg) && !iout))
         return FED_ERR_INVAL;
     for (size_t s = 0; s < nseg; s++) {
         if (segs[s].enc == AGG_ENC_INT64) {
-            uint32_t nl = fed_agg_int_limbs(bits);
+            uint32_t nl = fedi_agg_int_limbs(bits);
 
             for (size_t j = 0; j < segs[s].len; j++, w += nl)
                 iout[ioff + j] = int_join(sum + w, bits);
@@ -192,8 +198,8 @@ fed_err fed_agg_seg_dequantize(const agg_segment *segs, size_t nseg, uint32_t bi
     return FED_OK;
 }
 
-void fed_agg_seg_finish(const agg_segment *segs, size_t nseg, const float *deq, uint32_t m,
-                        double weight, float *out)
+void fedi_agg_seg_finish(const agg_segment *segs, size_t nseg, const float *deq, uint32_t m,
+                         double weight, float *out)
 {
     size_t off = 0;
 
@@ -210,8 +216,8 @@ void fed_agg_seg_finish(const agg_segment *segs, size_t nseg, const float *deq, 
     }
 }
 
-size_t fed_agg_seg_secure(const agg_segment *delta, size_t nd, double range, size_t nints,
-                          agg_segment *segs)
+size_t fedi_agg_seg_secure(const agg_segment *delta, size_t nd, double range, size_t nints,
+                           agg_segment *segs)
 {
     memmove(segs, delta, nd * sizeof *segs);
     segs[nd] = (agg_segment){.name = "weight", .len = 1, .rule = AGG_WEIGHT_SUM, .range = range};
@@ -222,7 +228,7 @@ size_t fed_agg_seg_secure(const agg_segment *delta, size_t nd, double range, siz
     return nd + 2;
 }
 
-size_t fed_agg_seg_stats(uint32_t cols, agg_segment *seg)
+size_t fedi_agg_seg_stats(uint32_t cols, agg_segment *seg)
 {
     *seg = (agg_segment){.name = "stats", .len = (size_t)cols * FED_COLSTATS_INTS,
                          .rule = AGG_WEIGHT_SUM, .enc = AGG_ENC_INT64};
@@ -251,7 +257,7 @@ static fed_err stats_take(node_agg *a, float *const *x, const double *w, size_t 
         fed_node_layout_fill(&a->layout, LAYOUT_STATS, x[i], 0.0f);
         px[i] = packed + i * ns;
     }
-    e = fed_agg_seg_reduce(&segs[1], 1, px, w, m, a->norm_stats);
+    e = fedi_agg_seg_reduce(&segs[1], 1, px, w, m, a->norm_stats);
 out:
     fed_free(px);
     fed_free(packed);
@@ -275,7 +281,7 @@ static fed_err extra_take(node_agg *a, float *const *x, const double *w, size_t 
         return FED_ERR_NOMEM;
     for (size_t i = 0; i < m; i++)
         px[i] = x[i] + a->nparams;
-    e = fed_agg_seg_reduce(&segs[ns - 1], 1, px, w, m, a->extra_mean);
+    e = fedi_agg_seg_reduce(&segs[ns - 1], 1, px, w, m, a->extra_mean);
     fed_free(px);
     return e;
 }
@@ -300,7 +306,7 @@ static fed_err extra_before_merge(fed_node *n)
     return FED_OK;
 }
 
-fed_err fed_node_agg_input_settle(fed_node *n)
+static fed_err node_agg_input_settle(fed_node *n)
 {
     node_agg *a = n->agg;
     const fed_node_layout *l = &a->layout;
@@ -321,7 +327,7 @@ fed_err fed_node_agg_input_settle(fed_node *n)
     return fed_model_set_params(a->model, a->host);
 }
 
-fed_err fed_node_agg_input_vec(fed_node *n, int k, const float *host, const float **delta)
+fed_err fedi_node_agg_input_vec(fed_node *n, int k, const float *host, const float **delta)
 {
     node_agg *a = n->agg;
     fed_backend *be = n->cfg.be;
@@ -353,7 +359,7 @@ static fed_err agg_merge(fed_node *n, const agg_close *out)
     if (e == FED_OK)
         e = fed_model_get_params(a->model, a->host);
     /* then the floats off the trained path, each by its own rule */
-    return e != FED_OK ? e : fed_node_agg_input_settle(n);
+    return e != FED_OK ? e : node_agg_input_settle(n);
 }
 
 /* ---- plain: the list of contributions ---- */
@@ -417,7 +423,7 @@ static fed_err plain_close(fed_node *n, agg_close *out)
     for (int i = 0, j = 0; i < (int)a->nparts && j < k; i++) {
         if (!a->parts[i].got)
             continue;
-        if ((e = fed_node_agg_input_vec(n, j, a->parts[i].delta, &a->inputs[j].delta)) != FED_OK)
+        if ((e = fedi_node_agg_input_vec(n, j, a->parts[i].delta, &a->inputs[j].delta)) != FED_OK)
             goto out;
         j++;
     }
@@ -425,7 +431,7 @@ static fed_err plain_close(fed_node *n, agg_close *out)
     out->count = k;
     out->results = a->results;
     if ((e = agg_merge(n, out)) == FED_OK &&
-        (e = fed_node_agg_scaffold_merged(n, (uint32_t)k)) == FED_OK)
+        (e = fedi_node_agg_scaffold_merged(n, (uint32_t)k)) == FED_OK)
         plain_merged(n, out);
 out:
     fed_free(x);
@@ -481,7 +487,7 @@ static const agg_input_ops plain_ops = {
     .strategy_prefix = "",
     .durable = 0,
     .begin = plain_begin,
-    .take = fed_node_agg_take_delta,
+    .take = fedi_node_agg_take_delta,
     .on_stage = NULL,
     .close = plain_close,
     .record = plain_record,
@@ -515,7 +521,7 @@ static fed_err secure_close(fed_node *n, agg_close *out)
     fed_err e;
 
     out->results = a->results;
-    if (fed_node_sa_agg_void(a->sa)) {
+    if (fedi_node_sa_agg_void(a->sa)) {
         for (size_t i = 0; i < a->nparts; i++) {
             memset(&a->results[i], 0, sizeof a->results[i]);
             a->results[i].verdict = FED_MERGE_SKIPPED;
@@ -524,9 +530,9 @@ static fed_err secure_close(fed_node *n, agg_close *out)
         out->count = 0;
         return FED_OK;
     }
-    mean = fed_node_sa_agg_mean(a->sa, &w);
+    mean = fedi_node_sa_agg_mean(a->sa, &w);
     if (a->norm_stats) /* the statistics' own mean, apart from the strategy's input */
-        memcpy(a->norm_stats, fed_node_sa_agg_stats(a->sa),
+        memcpy(a->norm_stats, fedi_node_sa_agg_stats(a->sa),
                a->layout.len[LAYOUT_STATS] * sizeof *a->norm_stats);
     if (a->layout.extra) { /* the strategy's own segment, after the tensors */
         memcpy(a->extra_mean, mean + a->nparams, a->layout.extra * sizeof *a->extra_mean);
@@ -534,7 +540,7 @@ static fed_err secure_close(fed_node *n, agg_close *out)
             return e;
     }
     memset(&a->inputs[0], 0, sizeof a->inputs[0]);
-    if ((e = fed_node_agg_input_vec(n, 0, mean, &a->inputs[0].delta)) != FED_OK)
+    if ((e = fedi_node_agg_input_vec(n, 0, mean, &a->inputs[0].delta)) != FED_OK)
         return e;
     a->inputs[0].weight = w;
     out->update = 1;
@@ -545,8 +551,8 @@ static fed_err secure_close(fed_node *n, agg_close *out)
         size_t ni;
         uint32_t m3;
 
-        (void)fed_node_sa_agg_ints(a->sa, &ni, &m3); /* the survivors: the mean's count */
-        if ((e = fed_node_agg_scaffold_merged(n, m3)) != FED_OK)
+        (void)fedi_node_sa_agg_ints(a->sa, &ni, &m3); /* the survivors: the mean's count */
+        if ((e = fedi_node_agg_scaffold_merged(n, m3)) != FED_OK)
             return e;
     }
     secure_merged(n, out);
@@ -572,36 +578,36 @@ static fed_err secure_record(fed_node *n, const fed_node_round_info *info, doubl
 
     (void)info;
     (void)eps;
-    if (!fed_node_sa_agg_unmasked(s) && !fed_node_sa_agg_void(s))
+    if (!fedi_node_sa_agg_unmasked(s) && !fedi_node_sa_agg_void(s))
         return FED_OK;
-    fed_node_sa_agg_row(n, &t, fed_node_sa_agg_outcome(s));
+    fedi_node_sa_agg_row(n, &t, fedi_node_sa_agg_outcome(s));
     return fed_store_put_secagg_try(n->cfg.store, &t);
 }
 
 static int secure_spent(const fed_node *n)
 {
-    return fed_node_sa_agg_unmasked(n->agg->sa) || fed_node_sa_agg_void(n->agg->sa);
+    return fedi_node_sa_agg_unmasked(n->agg->sa) || fedi_node_sa_agg_void(n->agg->sa);
 }
 
 static const char *secure_fate(const fed_node *n, size_t i)
 {
-    return fed_node_sa_agg_fate(n->agg->sa, i);
+    return fedi_node_sa_agg_fate(n->agg->sa, i);
 }
 
 static const agg_input_ops secure_ops = {
     .name = "secure",
     .strategy_prefix = "",
     .durable = 0,
-    .begin = fed_node_sa_agg_begin,
+    .begin = fedi_node_sa_agg_begin,
     .take = NULL, /* a secure round takes masked inputs only */
-    .on_stage = fed_node_sa_agg_on_msg,
+    .on_stage = fedi_node_sa_agg_on_msg,
     .close = secure_close,
     .record = secure_record,
     .recorded = plain_recorded,
     .committed = secure_committed,
     .spent = secure_spent,
     .fate = secure_fate,
-    .drop = fed_node_sa_agg_end,
+    .drop = fedi_node_sa_agg_end,
 };
 
 /* ---- DP-FedAvg around either: one noised mean, the strategy's only
@@ -628,8 +634,8 @@ static fed_err dp_close(fed_node *n, agg_close *out)
 {
     fed_err e;
 
-    out->dp_clip = fed_node_agg_dp_clip(n->agg);
-    e = fed_node_agg_dp_aggregate(n, &n->agg->inputs[0], &out->unclipped);
+    out->dp_clip = fedi_node_agg_dp_clip(n->agg);
+    e = fedi_node_agg_dp_aggregate(n, &n->agg->inputs[0], &out->unclipped);
     out->update = 1;
     out->count = 1;
     out->results = &out->one;
@@ -640,25 +646,25 @@ static void dp_committed(fed_node *n, fed_node_round_info *info, const agg_close
 {
     const node_agg *a = n->agg;
 
-    info->epsilon = fed_node_agg_dp_epsilon(a);
+    info->epsilon = fedi_node_agg_dp_epsilon(a);
     if (a->sa)
         fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing, %u declined), "
                               "each clipped by its client to %.6g (secagg), client-level epsilon "
                               "%.4f (delta %g)", (unsigned long long)info->round, info->merged,
-                info->sampled, info->missing, info->refused, fed_node_agg_dp_secagg_clip(a),
+                info->sampled, info->missing, info->refused, fedi_node_agg_dp_secagg_clip(a),
                 info->epsilon, n->cfg.dp.delta);
     else
         fed_log(FED_LOG_INFO, "aggregator: round %llu merged %u of %u (%u missing, %u declined), "
                               "%u within clip %.6g (next %.6g), client-level epsilon %.4f (delta %g)",
                 (unsigned long long)info->round, info->merged, info->sampled, info->missing,
-                info->refused, out->unclipped, info->dp_clip, fed_node_agg_dp_clip(a),
+                info->refused, out->unclipped, info->dp_clip, fedi_node_agg_dp_clip(a),
                 info->epsilon, n->cfg.dp.delta);
 }
 
 /* The round's charge (q, z, one step), then what the inner input records. */
 static fed_err dp_record(fed_node *n, const fed_node_round_info *info, double *eps)
 {
-    fed_err e = fed_node_agg_dp_charge(n, info->round, fed_node_wall_ms(n), eps);
+    fed_err e = fedi_node_agg_dp_charge(n, info->round, fedi_node_wall_ms(n), eps);
 
     return e != FED_OK ? e : dp_inner(n)->record(n, info, eps);
 }
@@ -666,7 +672,7 @@ static fed_err dp_record(fed_node *n, const fed_node_round_info *info, double *e
 /* Epsilon and the next clip taken, or the charges reloaded. */
 static void dp_recorded(fed_node *n, int ok, double eps)
 {
-    fed_node_agg_dp_committed(n, ok, eps);
+    fedi_node_agg_dp_committed(n, ok, eps);
     dp_inner(n)->recorded(n, ok, eps);
 }
 
@@ -710,7 +716,7 @@ static const agg_input_ops dp_secure_ops = {
     .drop = dp_drop,
 };
 
-const agg_input_ops *fed_node_agg_input_of(const fed_node *n, const agg_input_ops **inner)
+const agg_input_ops *fedi_node_agg_input_of(const fed_node *n, const agg_input_ops **inner)
 {
     const agg_input_ops *in = dp_inner(n);
 

@@ -20,7 +20,7 @@ struct agg_scaffold {
     float *vec;           /* (2 nparams) the model, then c: the MODEL's vector */
 };
 
-fed_err fed_node_agg_scaffold_new(fed_node *n)
+fed_err fedi_node_agg_scaffold_new(fed_node *n)
 {
     node_agg *a = n->agg;
     agg_scaffold *s;
@@ -41,7 +41,7 @@ fed_err fed_node_agg_scaffold_new(fed_node *n)
     return FED_OK;
 }
 
-void fed_node_agg_scaffold_free(fed_node *n)
+void fedi_node_agg_scaffold_free(fed_node *n)
 {
     agg_scaffold *s = n->agg->scaffold;
 
@@ -54,7 +54,7 @@ void fed_node_agg_scaffold_free(fed_node *n)
     n->agg->scaffold = NULL;
 }
 
-const float *fed_node_agg_scaffold_vec(fed_node *n, size_t *len)
+const float *fedi_node_agg_scaffold_vec(fed_node *n, size_t *len)
 {
     node_agg *a = n->agg;
     agg_scaffold *s = a->scaffold;
@@ -69,7 +69,7 @@ const float *fed_node_agg_scaffold_vec(fed_node *n, size_t *len)
     return s->vec;
 }
 
-fed_err fed_node_agg_scaffold_merged(fed_node *n, uint32_t m)
+fed_err fedi_node_agg_scaffold_merged(fed_node *n, uint32_t m)
 {
     node_agg *a = n->agg;
     agg_scaffold *s = a->scaffold;
@@ -91,7 +91,7 @@ fed_err fed_node_agg_scaffold_merged(fed_node *n, uint32_t m)
     return FED_OK;
 }
 
-void fed_node_agg_scaffold_closed(fed_node *n, int update)
+void fedi_node_agg_scaffold_closed(fed_node *n, int update)
 {
     agg_scaffold *s = n->agg->scaffold;
 
@@ -99,7 +99,7 @@ void fed_node_agg_scaffold_closed(fed_node *n, int update)
         s->void_bits = s->void_bits << 1 | (update ? 0u : 1u);
 }
 
-void fed_node_agg_scaffold_keep(fed_node *n)
+void fedi_node_agg_scaffold_keep(fed_node *n)
 {
     agg_scaffold *s = n->agg->scaffold;
 
@@ -109,7 +109,7 @@ void fed_node_agg_scaffold_keep(fed_node *n)
     s->void_committed = s->void_bits;
 }
 
-void fed_node_agg_scaffold_restore(fed_node *n)
+void fedi_node_agg_scaffold_restore(fed_node *n)
 {
     agg_scaffold *s = n->agg->scaffold;
 
@@ -119,7 +119,7 @@ void fed_node_agg_scaffold_restore(fed_node *n)
     s->void_bits = s->void_committed;
 }
 
-void fed_node_agg_scaffold_settings(const fed_node *n, fed_wire_settings *st)
+void fedi_node_agg_scaffold_settings(const fed_node *n, fed_wire_settings *st)
 {
     const agg_scaffold *s = n->agg->scaffold;
 
@@ -129,7 +129,7 @@ void fed_node_agg_scaffold_settings(const fed_node *n, fed_wire_settings *st)
     st->scaffold_void = s->void_bits;
 }
 
-int fed_node_agg_scaffold_section(fed_node *n, uint8_t **buf, fed_store_section *sec)
+int fedi_node_agg_scaffold_section(fed_node *n, uint8_t **buf, fed_store_section *sec)
 {
     agg_scaffold *s = n->agg->scaffold;
     size_t np = n->agg->nparams;
@@ -145,7 +145,7 @@ int fed_node_agg_scaffold_section(fed_node *n, uint8_t **buf, fed_store_section 
     return 1;
 }
 
-fed_err fed_node_agg_scaffold_resume(fed_node *n, const fed_store_ckpt *ck)
+fed_err fedi_node_agg_scaffold_resume(fed_node *n, const fed_store_ckpt *ck)
 {
     agg_scaffold *s = n->agg->scaffold;
     size_t np = n->agg->nparams;
@@ -169,7 +169,7 @@ fed_err fed_node_agg_scaffold_resume(fed_node *n, const fed_store_ckpt *ck)
     return FED_OK;
 }
 
-const float *fed_node_agg_scaffold_control(const fed_node *n)
+const float *fedi_node_agg_scaffold_control(const fed_node *n)
 {
     return n->agg && n->agg->scaffold ? n->agg->scaffold->c : NULL;
 }

@@ -2,7 +2,7 @@
  * aggregator with cfg.data.stats_cols runs round 1 as the pass when no
  * checkpoint holds the statistics. Each sampled client trains nothing and
  * contributes its columns' integers (model/colstats.h): in the clear as a
- * DELTA of 16-bit limbs, one float each (fed_node_stats_job_run), or inside
+ * DELTA of 16-bit limbs, one float each (fedi_node_stats_job_run), or inside
  * its masked input (the integer secure sum). The totals are read back into
  * the pooled mean, std and missing rate, kept in the checkpoint
  * (input.stats) and sent in every later MODEL (field 14, with each
@@ -18,7 +18,7 @@
 #include "core/bytes.h"
 #include "core/log.h"
 #include "model/colstats.h"
-#include "node/agg_input.h"
+#include "node/agg_input_impl.h"
 #include "node/aggregator_impl.h"
 #include "node/secagg_impl.h"
 
@@ -59,7 +59,7 @@ static const fed_colstats_dp *dp_of(const fed_node *n, fed_colstats_dp *dp)
     return dp;
 }
 
-fed_err fed_node_agg_stats_new(fed_node *n)
+fed_err fedi_node_agg_stats_new(fed_node *n)
 {
     node_agg *a = n->agg;
     uint32_t cols = n->cfg.data.stats_cols;
@@ -96,7 +96,7 @@ fed_err fed_node_agg_stats_new(fed_node *n)
     return FED_OK;
 }
 
-void fed_node_agg_stats_free(fed_node *n)
+void fedi_node_agg_stats_free(fed_node *n)
 {
     agg_stats *s = n->agg ? n->agg->stats : NULL;
 
@@ -164,7 +164,7 @@ out:
     return e;
 }
 
-fed_err fed_node_agg_stats_resume(fed_node *n, const fed_store_ckpt *ck)
+fed_err fedi_node_agg_stats_resume(fed_node *n, const fed_store_ckpt *ck)
 {
     agg_stats *s = n->agg->stats;
     const fed_store_section *sec;
@@ -190,7 +190,7 @@ fed_err fed_node_agg_stats_resume(fed_node *n, const fed_store_ckpt *ck)
     return known(n);
 }
 
-void fed_node_agg_stats_begin(fed_node *n)
+void fedi_node_agg_stats_begin(fed_node *n)
 {
     agg_stats *s = n->agg->stats;
 
@@ -200,37 +200,37 @@ void fed_node_agg_stats_begin(fed_node *n)
     }
 }
 
-int fed_node_agg_stats_known(const fed_node *n)
+int fedi_node_agg_stats_known(const fed_node *n)
 {
     return n->agg->stats && n->agg->stats->have;
 }
 
-int fed_node_agg_stats_pass(const fed_node *n)
+int fedi_node_agg_stats_pass(const fed_node *n)
 {
     return n->agg->stats && n->agg->stats->pass;
 }
 
-uint32_t fed_node_agg_stats_ints(const fed_node *n)
+uint32_t fedi_node_agg_stats_ints(const fed_node *n)
 {
-    return fed_node_agg_stats_pass(n) ? n->agg->stats->cols * FED_COLSTATS_INTS : 0;
+    return fedi_node_agg_stats_pass(n) ? n->agg->stats->cols * FED_COLSTATS_INTS : 0;
 }
 
 /* The plain pass's DELTA: each of cols x FED_COLSTATS_INTS integers as
  * FED_AGG_PLAIN_INT_BITS-bit limbs, one float each. */
 static size_t plain_words(uint32_t cols, agg_segment *seg)
 {
-    fed_agg_seg_stats(cols, seg);
-    return fed_agg_seg_words(seg, 1, FED_AGG_PLAIN_INT_BITS);
+    fedi_agg_seg_stats(cols, seg);
+    return fedi_agg_seg_words(seg, 1, FED_AGG_PLAIN_INT_BITS);
 }
 
-size_t fed_node_agg_stats_plain_entries(const fed_node *n)
+size_t fedi_node_agg_stats_plain_entries(const fed_node *n)
 {
     agg_segment seg;
 
-    return fed_node_agg_stats_pass(n) ? plain_words(n->agg->stats->cols, &seg) : 0;
+    return fedi_node_agg_stats_pass(n) ? plain_words(n->agg->stats->cols, &seg) : 0;
 }
 
-void fed_node_agg_stats_settings(const fed_node *n, uint64_t round, fed_wire_settings *set)
+void fedi_node_agg_stats_settings(const fed_node *n, uint64_t round, fed_wire_settings *set)
 {
     const agg_stats *s = n->agg->stats;
 
@@ -255,7 +255,7 @@ void fed_node_agg_stats_settings(const fed_node *n, uint64_t round, fed_wire_set
     }
 }
 
-int fed_node_agg_stats_section(const fed_node *n, fed_store_section *out)
+int fedi_node_agg_stats_section(const fed_node *n, fed_store_section *out)
 {
     const agg_stats *s = n->agg->stats;
 
@@ -265,7 +265,7 @@ int fed_node_agg_stats_section(const fed_node *n, fed_store_section *out)
     return 1;
 }
 
-size_t fed_node_agg_limbs_bad(const float *v, size_t words)
+size_t fedi_node_agg_limbs_bad(const float *v, size_t words)
 {
     for (size_t w = 0; w < words; w++)
         if (!(v[w] >= 0 && v[w] <= 65535 && v[w] == floorf(v[w])))
@@ -292,7 +292,7 @@ static fed_err plain_totals(fed_node *n, uint64_t *tot, uint32_t *m)
 
         if (!p->got)
             continue;
-        if ((bad = fed_node_agg_limbs_bad(p->delta, words)) < words) {
+        if ((bad = fedi_node_agg_limbs_bad(p->delta, words)) < words) {
             fed_log(FED_LOG_WARN, "aggregator: the statistics pass: a client's contribution "
                     "holds %g at %zu, not a 16-bit limb; left out", (double)p->delta[bad], bad);
             continue;
@@ -301,12 +301,12 @@ static fed_err plain_totals(fed_node *n, uint64_t *tot, uint32_t *m)
             sum[w] += (uint32_t)p->delta[w];
         ++*m;
     }
-    e = fed_agg_seg_dequantize(&seg, 1, FED_AGG_PLAIN_INT_BITS, sum, *m, NULL, tot);
+    e = fedi_agg_seg_dequantize(&seg, 1, FED_AGG_PLAIN_INT_BITS, sum, *m, NULL, tot);
     fed_free(sum);
     return e;
 }
 
-fed_err fed_node_agg_stats_close(fed_node *n)
+fed_err fedi_node_agg_stats_close(fed_node *n)
 {
     node_agg *a = n->agg;
     agg_stats *s = a->stats;
@@ -319,14 +319,14 @@ fed_err fed_node_agg_stats_close(fed_node *n)
 
     if (s->found) /* a secure pass's commit tried again: its totals are read */
         return FED_OK;
-    if (a->sa && fed_node_sa_agg_void(a->sa)) { /* failed closed: the next round tries again */
+    if (a->sa && fedi_node_sa_agg_void(a->sa)) { /* failed closed: the next round tries again */
         fed_log(FED_LOG_WARN, "aggregator: the statistics pass found nothing (its secure sum "
                 "failed); round %llu runs it again", (unsigned long long)(n->round + 2));
         return FED_OK;
     }
     if (a->sa) {
         size_t len = 0;
-        const uint64_t *isum = fed_node_sa_agg_ints(a->sa, &len, &m);
+        const uint64_t *isum = fedi_node_sa_agg_ints(a->sa, &len, &m);
 
         if (len != nints)
             return FED_ERR_INTERNAL;
@@ -368,7 +368,7 @@ fed_err fed_node_agg_stats_close(fed_node *n)
     return e;
 }
 
-fed_err fed_node_agg_stats_committed(fed_node *n)
+fed_err fedi_node_agg_stats_committed(fed_node *n)
 {
     agg_stats *s = n->agg->stats;
 
@@ -377,7 +377,7 @@ fed_err fed_node_agg_stats_committed(fed_node *n)
 
 /* ---- the client's side: its contribution as the pass's DELTA ---- */
 
-void fed_node_stats_job_run(fed_job *job)
+void fedi_node_stats_job_run(fed_job *job)
 {
     node_train_job *j = (node_train_job *)job;
     agg_segment seg;
@@ -390,11 +390,11 @@ void fed_node_stats_job_run(fed_job *job)
     j->samples = j->shard_n ? j->shard_n : 1;
     j->err = limbs && f ? FED_OK : FED_ERR_NOMEM;
     if (j->err == FED_OK)
-        j->err = fed_agg_seg_quantize(&seg, 1, FED_AGG_PLAIN_INT_BITS, NULL, j->stats, NULL, limbs);
+        j->err = fedi_agg_seg_quantize(&seg, 1, FED_AGG_PLAIN_INT_BITS, NULL, j->stats, NULL, limbs);
     if (j->err == FED_OK) {
         for (size_t w = 0; w < words; w++)
             f[w] = (float)limbs[w]; /* < 2^16: exact */
-        j->err = fed_node_encode_vec(&f32, f, words, NULL, &j->vec, &j->cap_vec, &j->vec_len);
+        j->err = fedi_node_encode_vec(&f32, f, words, NULL, &j->vec, &j->cap_vec, &j->vec_len);
     }
     fed_free(limbs);
     fed_free(f);

@@ -16,7 +16,7 @@
 #include "core/bytes.h"
 #include "core/log.h"
 #include "core/rng.h"
-#include "crypto/seal.h"
+#include "crypto/envelope.h"
 #include "node/ckpt_model.h"
 #include "node/aggregator_impl.h"
 #include "node/secagg_impl.h"
@@ -52,7 +52,7 @@ static fed_err alloc_scratch(fed_node *n)
  * pass (round 1, which trains nothing), or the pass alone with stats_only. */
 static int run_done_at(const fed_node *n, uint64_t round)
 {
-    if (n->cfg.data.stats_only && fed_node_agg_stats_known(n))
+    if (n->cfg.data.stats_only && fedi_node_agg_stats_known(n))
         return 1;
     return n->cfg.rounds && round >= n->cfg.rounds + (n->agg->stats ? 1u : 0u);
 }
@@ -61,7 +61,7 @@ static int run_done_at(const fed_node *n, uint64_t round)
  * statistics pass round r trains at round r - 1's step. */
 static float round_lr(const fed_node *n, uint64_t round)
 {
-    return fed_node_round_lr(n, n->agg->stats && round > 1 ? round - 1 : round);
+    return fedi_node_round_lr(n, n->agg->stats && round > 1 ? round - 1 : round);
 }
 
 /* Each glob of --local-layers names some tensor of the model (a typo would
@@ -173,7 +173,7 @@ static fed_err fed_node_agg_new(fed_node *n)
         mc.max_clients = (int)c->agg.wait_clients;
     n->agg = a;
     a->max_clients = mc.max_clients;
-    a->mode = c->agg.async_k ? &fed_node_agg_async_mode : &fed_node_agg_sync_mode;
+    a->mode = c->agg.async_k ? &fedi_node_agg_async_mode : &fedi_node_agg_sync_mode;
     if ((e = fed_codec_parse(c->transfer.codec, &a->codec)) != FED_OK)
         return e;
     if (a->codec.id == FED_CODEC_F64) { /* push-sum's codec: no client's DELTA decodes with it */
@@ -198,20 +198,20 @@ static fed_err fed_node_agg_new(fed_node *n)
         return e;
     if ((e = fed_merge_new(c->agg.strategy, a->nparams, &mc, c->be, &a->merge)) != FED_OK)
         return e;
-    if ((e = alloc_scratch(n)) != FED_OK || (e = fed_node_agg_scaffold_new(n)) != FED_OK)
+    if ((e = alloc_scratch(n)) != FED_OK || (e = fedi_node_agg_scaffold_new(n)) != FED_OK)
         return e;
     if (c->secagg.on) {
-        const char *why = fed_node_sa_agg_misfit(c, fed_node_layout_sent(&a->layout),
-                                                 (size_t)a->max_clients);
+        const char *why = fedi_node_sa_agg_misfit(c, fed_node_layout_sent(&a->layout),
+                                                  (size_t)a->max_clients);
 
         if (why) {
             fed_log(FED_LOG_ERROR, "aggregator: %s", why);
             return FED_ERR_UNSUPPORTED;
         }
-        if ((e = fed_node_sa_agg_new(n, &a->sa)) != FED_OK)
+        if ((e = fedi_node_sa_agg_new(n, &a->sa)) != FED_OK)
             return e;
     }
-    if ((e = fed_node_agg_dp_new(n)) != FED_OK)
+    if ((e = fedi_node_agg_dp_new(n)) != FED_OK)
         return e;
     if (a->layout.extra && (a->dp || fed_node_agg_is_async(n))) {
         /* each needs every client's own change in the round's sum: DP-FedAvg
@@ -247,10 +247,10 @@ static fed_err fed_node_agg_new(fed_node *n)
                 c->agg.strategy, c->transfer.codec);
         return FED_ERR_UNSUPPORTED;
     }
-    if ((e = fed_node_agg_stats_new(n)) != FED_OK ||
+    if ((e = fedi_node_agg_stats_new(n)) != FED_OK ||
         (e = fed_node_agg_site_eval_check(n)) != FED_OK)
         return e;
-    a->in = fed_node_agg_input_of(n, NULL);
+    a->in = fedi_node_agg_input_of(n, NULL);
     return FED_OK;
 }
 
@@ -274,8 +274,8 @@ static void fed_node_agg_free(fed_node *n)
        its own when it closes) */
     if (a->parts)
         parts_clear(a);
-    fed_node_sa_agg_free(n, a->sa);
-    fed_node_agg_stats_free(n);
+    fedi_node_sa_agg_free(n, a->sa);
+    fedi_node_agg_stats_free(n);
     for (int i = 0; a->dev && i < a->max_clients; i++)
         if (a->dev[i])
             n->cfg.be->free(n->cfg.be, a->dev[i]);
@@ -290,13 +290,13 @@ static void fed_node_agg_free(fed_node *n)
     fed_free(a->committed_state);
     fed_merge_free(a->merge);
     fed_model_free(a->model);
-    fed_node_agg_eval_free(a);
-    fed_node_agg_dp_free(a);
-    fed_node_agg_budget_free(a);
+    fedi_node_agg_eval_free(a);
+    fedi_node_agg_dp_free(a);
+    fedi_node_agg_budget_free(a);
     fed_node_layout_fini(&a->layout);
     fed_free(a->norm_stats);
     fed_free(a->extra_mean);
-    fed_node_agg_scaffold_free(n);
+    fedi_node_agg_scaffold_free(n);
     fed_free(a);
     n->agg = NULL;
 }
@@ -313,9 +313,9 @@ static fed_err resume(fed_node *n)
     uint64_t round = 0;
     fed_err e;
 
-    e = fed_node_resume_latest(n, &ck, &round);
+    e = fedi_node_resume_latest(n, &ck, &round);
     if (e == FED_ERR_NOTFOUND)
-        return fed_node_agg_dp_start(n, NULL);
+        return fedi_node_agg_dp_start(n, NULL);
     if (e != FED_OK)
         goto out;
     merge = fed_store_ckpt_find(&ck, FED_CKPT_SEC_MERGE);
@@ -345,9 +345,9 @@ static fed_err resume(fed_node *n)
     n->round = round;
     fed_log(FED_LOG_INFO, "aggregator: resumed from the checkpoint of round %llu (epoch %llu)",
             (unsigned long long)round, (unsigned long long)fed_wire_epoch(n->wire));
-    if ((e = fed_node_agg_dp_start(n, &ck)) == FED_OK &&
-        (e = fed_node_agg_stats_resume(n, &ck)) == FED_OK)
-        e = fed_node_agg_scaffold_resume(n, &ck);
+    if ((e = fedi_node_agg_dp_start(n, &ck)) == FED_OK &&
+        (e = fedi_node_agg_stats_resume(n, &ck)) == FED_OK)
+        e = fedi_node_agg_scaffold_resume(n, &ck);
 out:
     if (e != FED_OK)
         fed_log(FED_LOG_ERROR, "aggregator: cannot resume from checkpoint %llu: %s",
@@ -390,7 +390,7 @@ static fed_err fed_node_agg_start(fed_node *n)
     if ((e = resume(n)) != FED_OK || (e = load_counter_base(n)) != FED_OK ||
         (e = fed_model_get_params(a->model, a->host)) != FED_OK)
         return e;
-    if (run_done_at(n, n->round) || fed_node_agg_early_stopped(n)) {
+    if (run_done_at(n, n->round) || fedi_node_agg_early_stopped(n)) {
         a->state = AGG_DONE;
         n->finished = 1;
         return FED_OK;
@@ -402,9 +402,9 @@ static fed_err fed_node_agg_start(fed_node *n)
 static fed_err sync_start(fed_node *n)
 {
     report_waiting(n);
-    fed_node_agg_arm_poll(n);
-    if (n->round > 0) /* resumed after a round: as fed_node_agg_close_round would go on */
-        return fed_node_arm_in(n, n->cfg.agg.gather_ms, NODE_TIMER_ROUND);
+    fedi_node_agg_arm_poll(n);
+    if (n->round > 0) /* resumed after a round: as fedi_node_agg_close_round would go on */
+        return fedi_node_arm_in(n, n->cfg.agg.gather_ms, NODE_TIMER_ROUND);
     return FED_OK;
 }
 
@@ -412,7 +412,7 @@ static fed_err sync_start(fed_node *n)
 
 /* The poll timer: the oldest hold's poll_ms, or the next report of whom
  * an idle aggregator waits for, whichever comes first. */
-void fed_node_agg_arm_poll(fed_node *n)
+void fedi_node_agg_arm_poll(fed_node *n)
 {
     node_agg *a = n->agg;
     uint64_t first = UINT64_MAX;
@@ -425,7 +425,7 @@ void fed_node_agg_arm_poll(fed_node *n)
     if (first == UINT64_MAX)
         (void)n->env.cancel_timer(n->env.self, NODE_TIMER_POLL);
     else
-        fed_node_arm(n, first, NODE_TIMER_POLL); /* a failure stops the node */
+        fedi_node_arm(n, first, NODE_TIMER_POLL); /* a failure stops the node */
 }
 
 #define AGG_WAIT_REPORT_MS 30000
@@ -486,13 +486,13 @@ static void hold_remove(node_agg *a, size_t i)
 }
 
 /* A client asks for work: replace its older hold (that request is over). */
-fed_err fed_node_agg_hold_add(fed_node *n, fed_req *req, const fed_wire_hdr *h)
+fed_err fedi_node_agg_hold_add(fed_node *n, fed_req *req, const fed_wire_hdr *h)
 {
     node_agg *a = n->agg;
 
     for (size_t i = 0; i < a->nholds; i++)
         if (!memcmp(a->holds[i].hdr.sender, h->sender, 32)) {
-            fed_node_refuse(n, a->holds[i].req);
+            fedi_node_refuse(n, a->holds[i].req);
             hold_remove(a, i);
             break;
         }
@@ -501,7 +501,7 @@ fed_err fed_node_agg_hold_add(fed_node *n, fed_req *req, const fed_wire_hdr *h)
         agg_hold *p = fed_realloc(a->holds, cap * sizeof *p);
 
         if (!p) {
-            fed_node_refuse(n, req);
+            fedi_node_refuse(n, req);
             return FED_ERR_NOMEM;
         }
         a->holds = p;
@@ -511,7 +511,7 @@ fed_err fed_node_agg_hold_add(fed_node *n, fed_req *req, const fed_wire_hdr *h)
     a->holds[a->nholds].hdr = *h;
     a->holds[a->nholds].since_ms = n->env.now_ms(n->env.self);
     a->nholds++;
-    fed_node_agg_arm_poll(n);
+    fedi_node_agg_arm_poll(n);
     return FED_OK;
 }
 
@@ -521,7 +521,7 @@ static fed_err answer_no_round(fed_node *n, size_t i, uint32_t flags)
     agg_hold h = a->holds[i];
 
     hold_remove(a, i);
-    return fed_node_ack(n, h.req, &h.hdr, FED_OK, flags);
+    return fedi_node_ack(n, h.req, &h.hdr, FED_OK, flags);
 }
 
 static void finish_all(fed_node *n)
@@ -560,7 +560,7 @@ static size_t sample_size(const fed_node *n, size_t waiting)
 
 /* The MODEL vector: the global parameters, f32 encoded, once per change
  * of host (a round sealed ahead encoded it at the last commit). */
-fed_err fed_node_agg_encode_global(fed_node *n)
+fed_err fedi_node_agg_encode_global(fed_node *n)
 {
     node_agg *a = n->agg;
     fed_codec f32 = {.id = FED_CODEC_F32};
@@ -569,17 +569,17 @@ fed_err fed_node_agg_encode_global(fed_node *n)
 
     if (a->model_vec_len)
         return FED_OK;
-    fed_node_tx_drop_all(n); /* streams of the old vector: their clients ask again */
-    const float *v = fed_node_agg_scaffold_vec(n, &len); /* SCAFFOLD: c after the model */
+    fedi_node_tx_drop_all(n); /* streams of the old vector: their clients ask again */
+    const float *v = fedi_node_agg_scaffold_vec(n, &len); /* SCAFFOLD: c after the model */
 
-    e = fed_node_encode_vec(&f32, v, len, NULL, &a->model_vec, &a->model_vec_cap,
-                            &a->model_vec_len);
+    e = fedi_node_encode_vec(&f32, v, len, NULL, &a->model_vec, &a->model_vec_cap,
+                             &a->model_vec_len);
     if (e != FED_OK)
         a->model_vec_len = 0;
     return e;
 }
 
-void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b)
+void fedi_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b)
 {
     const fed_node_config *c = &n->cfg;
     fed_wire_settings *s = &b->settings;
@@ -612,9 +612,9 @@ void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b)
         s->dp_noise = c->dp.sgd_noise;
     }
     if (n->agg->sa)
-        fed_node_sa_agg_settings(n, round, s);
-    fed_node_agg_stats_settings(n, round, s);
-    fed_node_agg_scaffold_settings(n, s);
+        fedi_node_sa_agg_settings(n, round, s);
+    fedi_node_agg_stats_settings(n, round, s);
+    fedi_node_agg_scaffold_settings(n, s);
     if (!fed_node_layout_trivial(&n->agg->layout) || c->local_layers[0] || c->local_bn ||
         n->agg->rules.local_bn) { /* field 16: which tensors stay, for every client alike */
         s->paths_on = 1;
@@ -639,8 +639,8 @@ static node_cast cast_of(const agg_hold *h)
 /* The MODEL of round n->round + 1 to holds[0..k), sealed together
  * (broadcast.c). A client whose frame could not be sent goes missing, or
  * asks again: returns the first such error. */
-fed_err fed_node_agg_send_models(fed_node *n, const agg_hold *holds, size_t k,
-                                 const fed_wire_block *b)
+fed_err fedi_node_agg_send_models(fed_node *n, const agg_hold *holds, size_t k,
+                                  const fed_wire_block *b)
 {
     node_agg *a = n->agg;
     node_cast *to;
@@ -650,13 +650,13 @@ fed_err fed_node_agg_send_models(fed_node *n, const agg_hold *holds, size_t k,
         return FED_OK;
     if (!(to = fed_malloc(k * sizeof *to))) {
         for (size_t i = 0; i < k; i++)
-            fed_node_refuse(n, holds[i].req);
+            fedi_node_refuse(n, holds[i].req);
         return FED_ERR_NOMEM;
     }
     for (size_t i = 0; i < k; i++)
         to[i] = cast_of(&holds[i]);
-    e = fed_node_broadcast(n, to, k, FED_WIRE_MODEL, n->round + 1, FED_CODEC_F32, b,
-                           a->model_vec, a->model_vec_len);
+    e = fedi_node_broadcast(n, to, k, FED_WIRE_MODEL, n->round + 1, FED_CODEC_F32, b,
+                            a->model_vec, a->model_vec_len);
     fed_free(to);
     return e;
 }
@@ -672,11 +672,11 @@ static fed_err start_round(fed_node *n)
     uint64_t seed;
     fed_err e;
 
-    if ((e = fed_node_agg_encode_global(n)) != FED_OK)
+    if ((e = fedi_node_agg_encode_global(n)) != FED_OK)
         return e;
     qsort(a->holds, a->nholds, sizeof *a->holds, hold_cmp);
     if (a->dp) { /* DP-FedAvg: Poisson, never redrawn */
-        k = fed_node_agg_dp_sample(n, a->holds, a->nholds);
+        k = fedi_node_agg_dp_sample(n, a->holds, a->nholds);
         if (k < n->cfg.agg.min_clients)
             fed_log(FED_LOG_INFO, "aggregator: round %llu: the Poisson draw took %zu clients, "
                                   "fewer than --min-clients %u; not redrawn (a redraw would void "
@@ -698,10 +698,10 @@ static fed_err start_round(fed_node *n)
         memcpy(a->parts[i].key, a->holds[i].hdr.sender, 32);
     a->nparts = k;
     qsort(a->parts, k, sizeof *a->parts, part_cmp);
-    fed_node_agg_stats_begin(n); /* before the input's begin: a secure pass sums no delta */
+    fedi_node_agg_stats_begin(n); /* before the input's begin: a secure pass sums no delta */
     if ((e = a->in->begin(n)) != FED_OK)
         return e;
-    fed_node_agg_settings(n, n->round + 1, &b);
+    fedi_node_agg_settings(n, n->round + 1, &b);
     a->state = AGG_RUNNING;
     a->gathered = 0;
     a->wait_report_ms = 0;
@@ -712,18 +712,18 @@ static fed_err start_round(fed_node *n)
     /* a secure round's stages bound it instead: the masked input waits
        deadline_ms, each other stage secagg_stage_ms (the timer only says
        when it is due, for the health check) */
-    if ((e = fed_node_agg_arm_deadline(n, a->round_start_ms + n->cfg.deadline_ms +
+    if ((e = fedi_node_agg_arm_deadline(n, a->round_start_ms + n->cfg.deadline_ms +
                                               (a->sa ? 4 * n->cfg.secagg.stage_ms : 0))) !=
         FED_OK)
         return e; /* the node stops: a round without its deadline could wait forever */
     fed_log(FED_LOG_INFO, "aggregator: round %llu starts with %zu of %zu waiting clients",
             (unsigned long long)(n->round + 1), k, a->nholds);
-    (void)fed_node_agg_send_models(n, a->holds, k, &b); /* a failed send: the client goes missing */
+    (void)fedi_node_agg_send_models(n, a->holds, k, &b); /* a failed send: the client goes missing */
     memmove(a->holds, a->holds + k, (a->nholds - k) * sizeof *a->holds);
     a->nholds -= k;
-    fed_node_agg_arm_poll(n);
+    fedi_node_agg_arm_poll(n);
     if (a->dp && k == 0) /* nobody drawn: the round releases its noise at once */
-        return fed_node_agg_close_round(n);
+        return fedi_node_agg_close_round(n);
     return FED_OK;
 }
 
@@ -739,7 +739,7 @@ static void arm_first_gather(fed_node *n)
     if (a->first_armed || n->round > 0 || a->state != AGG_IDLE)
         return;
     a->first_armed = 1;
-    fed_node_arm_in(n, n->cfg.agg.gather_ms, NODE_TIMER_ROUND); /* a failure stops the node */
+    fedi_node_arm_in(n, n->cfg.agg.gather_ms, NODE_TIMER_ROUND); /* a failure stops the node */
 }
 
 /* Start a round when enough clients wait: wait_clients at once, or
@@ -759,20 +759,20 @@ static fed_err maybe_start(fed_node *n)
         return start_round(n);
     if (!a->wait_report_ms) { /* waiting again: say so if it lasts */
         a->wait_report_ms = n->env.now_ms(n->env.self) + AGG_WAIT_REPORT_MS;
-        fed_node_agg_arm_poll(n);
+        fedi_node_agg_arm_poll(n);
     }
     return FED_OK;
 }
 
-fed_err fed_node_agg_arm_deadline(fed_node *n, uint64_t at_ms)
+fed_err fedi_node_agg_arm_deadline(fed_node *n, uint64_t at_ms)
 {
-    fed_err e = fed_node_arm(n, at_ms, NODE_TIMER_DEADLINE);
+    fed_err e = fedi_node_arm(n, at_ms, NODE_TIMER_DEADLINE);
 
     n->agg->deadline_at_ms = e == FED_OK ? at_ms : 0;
     return e;
 }
 
-void fed_node_agg_cancel_deadline(fed_node *n)
+void fedi_node_agg_cancel_deadline(fed_node *n)
 {
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_DEADLINE);
     n->agg->deadline_at_ms = 0;
@@ -793,7 +793,7 @@ static void fed_node_agg_progress(const fed_node *n, fed_node_progress *out)
         out->clients_training += !a->parts[i].got;
 }
 
-agg_part *fed_node_agg_part_find(node_agg *a, const uint8_t key[32])
+agg_part *fedi_node_agg_part_find(node_agg *a, const uint8_t key[32])
 {
     for (size_t i = 0; i < a->nparts; i++)
         if (!memcmp(a->parts[i].key, key, 32))
@@ -864,7 +864,7 @@ static fed_err put_contribution(fed_node *n, uint64_t round, const agg_part *p, 
 }
 
 /* The checkpoint sections of the round just merged. Its parameters are the
- * f32 MODEL vector's body, encoded already (fed_node_agg_encode_global): the same
+ * f32 MODEL vector's body, encoded already (fedi_node_agg_encode_global): the same
  * little-endian floats. */
 static fed_err write_checkpoint(fed_node *n, uint8_t hash[32])
 {
@@ -891,7 +891,7 @@ static fed_err write_checkpoint(fed_node *n, uint8_t hash[32])
     }
     fed_node_model_sec_encode(&ms, fed_node_cfg_whole(&n->cfg), n->cfg.shape, params,
                               a->nparams);
-    fed_node_state_encode(st, FED_NODE_AGGREGATOR, n->round + 1);
+    fedi_node_state_encode(st, FED_NODE_AGGREGATOR, n->round + 1);
     fed_crypto_model_hash(params, a->nparams * sizeof(float), hash);
     {
         uint8_t clip[8], *ctl = NULL;
@@ -904,12 +904,12 @@ static fed_err write_checkpoint(fed_node *n, uint8_t hash[32])
         if (sf)
             sec[ns++] = (fed_store_section){FED_CKPT_SEC_MERGE, merge, sf * sizeof(float)};
         if (a->dp) { /* the clip the next round uses */
-            fed_put_f64le(clip, fed_node_agg_dp_clip_next(a));
+            fed_put_f64le(clip, fedi_node_agg_dp_clip_next(a));
             sec[ns++] = (fed_store_section){AGG_CKPT_SEC_DP, clip, sizeof clip};
         }
-        if (fed_node_agg_stats_section(n, &sec[ns])) /* the shared statistics, once known */
+        if (fedi_node_agg_stats_section(n, &sec[ns])) /* the shared statistics, once known */
             ns++;
-        switch (fed_node_agg_scaffold_section(n, &ctl, &sec[ns])) { /* c and the void rounds */
+        switch (fedi_node_agg_scaffold_section(n, &ctl, &sec[ns])) { /* c and the void rounds */
         case 1: ns++; break;
         case -1: e = FED_ERR_NOMEM; break;
         default: break;
@@ -943,7 +943,7 @@ static fed_err fed_node_agg_stop(fed_node *n)
 {
     node_agg *a = n->agg;
     fed_store *st = n->cfg.store;
-    fed_err e, pe = fed_node_agg_flush_pending(n);
+    fed_err e, pe = fedi_node_agg_flush_pending(n);
 
     if (pe != FED_OK) /* the last chance: the figures go to the log at least */
         for (size_t i = 0; i < a->pending.n; i++)
@@ -995,7 +995,7 @@ static fed_err commit_round(fed_node *n, const fed_node_round_info *info, uint8_
     memset(&row, 0, sizeof row);
     row.round = info->round;
     row.start_ms = info->start_ms;
-    row.end_ms = fed_node_wall_ms(n);
+    row.end_ms = fedi_node_wall_ms(n);
     row.loss = info->loss;
     row.accuracy = info->accuracy;
     row.samples = info->samples;
@@ -1050,7 +1050,7 @@ static fed_err commit_sealing_ahead(fed_node *n, const fed_node_round_info *info
     fed_wire_block b;
     size_t k = 0;
 
-    if ((c.err = fed_node_agg_encode_global(n)) != FED_OK)
+    if ((c.err = fedi_node_agg_encode_global(n)) != FED_OK)
         return c.err;
     if (!a->mode->seal_ahead || run_done_at(n, info->round) ||
         !(to = fed_malloc((a->nparts ? a->nparts : 1) * sizeof *to))) {
@@ -1065,9 +1065,9 @@ static fed_err commit_sealing_ahead(fed_node *n, const fed_node_round_info *info
         to[k].recipient_epoch = a->parts[i].epoch;
         k++;
     }
-    fed_node_agg_settings(n, info->round + 1, &b);
-    fed_node_cast_ahead(n, to, k, FED_WIRE_MODEL, info->round + 1, FED_CODEC_F32, &b,
-                        a->model_vec, a->model_vec_len, commit_piece, &c);
+    fedi_node_agg_settings(n, info->round + 1, &b);
+    fedi_node_cast_ahead(n, to, k, FED_WIRE_MODEL, info->round + 1, FED_CODEC_F32, &b,
+                         a->model_vec, a->model_vec_len, commit_piece, &c);
     fed_free(to);
     return c.err;
 }
@@ -1079,7 +1079,7 @@ static fed_err keep_committed(fed_node *n)
     node_agg *a = n->agg;
 
     memcpy(a->committed, a->host, a->nparams * sizeof(float));
-    fed_node_agg_scaffold_keep(n);
+    fedi_node_agg_scaffold_keep(n);
     return a->committed_state ? fed_merge_get_state(a->merge, a->committed_state) : FED_OK;
 }
 
@@ -1091,7 +1091,7 @@ static void back_to_committed(fed_node *n)
     fed_err e;
 
     memcpy(a->host, a->committed, a->nparams * sizeof(float));
-    fed_node_agg_scaffold_restore(n);
+    fedi_node_agg_scaffold_restore(n);
     a->model_vec_len = 0;
     e = fed_model_set_params(a->model, a->host);
     if (e == FED_OK && a->committed_state)
@@ -1129,17 +1129,17 @@ static fed_err commit_later(fed_node *n, fed_err why)
     fed_log(FED_LOG_ERROR, "aggregator: round %llu's commit failed (%s); its secure sum is kept "
             "and committed again in %llu ms", (unsigned long long)(n->round + 1),
             fed_strerror(why), (unsigned long long)wait_ms);
-    fed_node_arm(n, a->retry_at_ms, NODE_TIMER_ROUND); /* a failure stops the node */
+    fedi_node_arm(n, a->retry_at_ms, NODE_TIMER_ROUND); /* a failure stops the node */
     return why;
 }
 
-fed_err fed_node_agg_close_round(fed_node *n)
+fed_err fedi_node_agg_close_round(fed_node *n)
 {
     node_agg *a = n->agg;
     fed_node_round_info info;
     uint8_t hash[32];
     agg_close out;
-    int stats_pass = fed_node_agg_stats_pass(n);
+    int stats_pass = fedi_node_agg_stats_pass(n);
     fed_err e;
 
     a->commit_again = 0; /* (a retry pending is this one) */
@@ -1147,8 +1147,8 @@ fed_err fed_node_agg_close_round(fed_node *n)
     info.round = n->round + 1;
     info.sampled = (uint32_t)a->nparts;
     info.lr = round_lr(n, info.round);
-    info.start_ms = fed_node_wall_ms(n) - (n->env.now_ms(n->env.self) - a->round_start_ms);
-    fed_node_agg_cancel_deadline(n);
+    info.start_ms = fedi_node_wall_ms(n) - (n->env.now_ms(n->env.self) - a->round_start_ms);
+    fedi_node_agg_cancel_deadline(n);
     /* the round's aggregate input (agg_input.c) merged by the strategy, or
        a void outcome that leaves the model and strategy as committed (kept
        first, so that a failed commit restores these and not an older copy) */
@@ -1156,7 +1156,7 @@ fed_err fed_node_agg_close_round(fed_node *n)
     if ((e = keep_committed(n)) != FED_OK)
         goto fail;
     if (stats_pass) { /* the statistics pass: read back, nothing merged */
-        if ((e = fed_node_agg_stats_close(n)) != FED_OK)
+        if ((e = fedi_node_agg_stats_close(n)) != FED_OK)
             goto fail;
         out.results = a->results;
         for (size_t i = 0; i < a->nparts; i++) {
@@ -1167,7 +1167,7 @@ fed_err fed_node_agg_close_round(fed_node *n)
                (e = fed_node_agg_site_eval_close(n)) != FED_OK) {
         goto fail;
     } else {
-        fed_node_agg_scaffold_closed(n, out.update); /* which rounds' changes count */
+        fedi_node_agg_scaffold_closed(n, out.update); /* which rounds' changes count */
     }
     info.dp_clip = out.dp_clip;
     info.site = a->site; /* the sites' evaluation, when the round had one */
@@ -1186,14 +1186,14 @@ fed_err fed_node_agg_close_round(fed_node *n)
         goto fail;
     memcpy(info.model_hash, hash, 32);
     if (stats_pass) /* known from now on (a failure to standardize its test set: logged) */
-        (void)fed_node_agg_stats_committed(n);
+        (void)fedi_node_agg_stats_committed(n);
     if (a->site_judge) /* the sites' figures: the best round, early stop, on what committed */
-        fed_node_agg_judge(n, a->site_judge - 1);
+        fedi_node_agg_judge(n, a->site_judge - 1);
     a->site_judge = 0;
     a->failed = 0;
     a->retry_at_ms = 0;
-    (void)fed_node_agg_flush_pending(n); /* the disk took a commit: earlier rounds' figures too */
-    info.end_ms = fed_node_wall_ms(n);
+    (void)fedi_node_agg_flush_pending(n); /* the disk took a commit: earlier rounds' figures too */
+    info.end_ms = fedi_node_wall_ms(n);
     n->round = info.round;
     if (stats_pass)
         fed_log(FED_LOG_INFO, "aggregator: round %llu: the statistics pass, %u of %u sampled "
@@ -1204,7 +1204,7 @@ fed_err fed_node_agg_close_round(fed_node *n)
     a->in->drop(n);
     a->state = AGG_IDLE;
     if (n->cfg.agg.early_stop) /* its rule judges this round before the next starts */
-        fed_node_agg_report_round(n, &info);
+        fedi_node_agg_report_round(n, &info);
     if (run_done_at(n, n->round) || a->early_stopped) {
         a->state = AGG_DONE;
         n->finished = 1;
@@ -1213,14 +1213,14 @@ fed_err fed_node_agg_close_round(fed_node *n)
         e = a->mode->next(n);
     }
     if (!n->cfg.agg.early_stop)
-        fed_node_agg_report_round(n, &info);
+        fedi_node_agg_report_round(n, &info);
     return e;
 fail:
     /* nothing was committed: the round is redone with whoever is waiting,
        from the last committed global (its clients resend the same deltas) */
     back_to_committed(n);
     a->site_judge = 0; /* judged when the round commits (a retry closes it again) */
-    fed_node_cast_drop_ahead(n); /* the next round's, which will not come */
+    fedi_node_cast_drop_ahead(n); /* the next round's, which will not come */
     if (a->in->spent(n))
         return commit_later(n, e);
     parts_clear(a);
@@ -1233,13 +1233,13 @@ static fed_err sync_next(fed_node *n)
 {
     fed_err e;
 
-    fed_node_rx_drop_before(n, n->round + 1);
-    if ((e = fed_node_arm_in(n, n->cfg.agg.gather_ms, NODE_TIMER_ROUND)) == FED_OK)
+    fedi_node_rx_drop_before(n, n->round + 1);
+    if ((e = fedi_node_arm_in(n, n->cfg.agg.gather_ms, NODE_TIMER_ROUND)) == FED_OK)
         e = maybe_start(n);
     return e;
 }
 
-fed_err fed_node_agg_retry_later(fed_node *n, fed_err why)
+fed_err fedi_node_agg_retry_later(fed_node *n, fed_err why)
 {
     node_agg *a = n->agg;
     uint64_t wait_ms;
@@ -1250,11 +1250,11 @@ fed_err fed_node_agg_retry_later(fed_node *n, fed_err why)
     fed_log(FED_LOG_ERROR, "aggregator: round %llu failed (%s); trying again in %llu ms",
             (unsigned long long)(n->round + 1), fed_strerror(why), (unsigned long long)wait_ms);
     a->state = AGG_IDLE;
-    fed_node_arm(n, a->retry_at_ms, NODE_TIMER_ROUND); /* a failure stops the node */
+    fedi_node_arm(n, a->retry_at_ms, NODE_TIMER_ROUND); /* a failure stops the node */
     return why;
 }
 
-fed_err fed_node_agg_abandon_round(fed_node *n)
+fed_err fedi_node_agg_abandon_round(fed_node *n)
 {
     node_agg *a = n->agg;
     char why[64];
@@ -1262,7 +1262,7 @@ fed_err fed_node_agg_abandon_round(fed_node *n)
     for (size_t i = 0; i < a->nparts; i++) /* who dropped where, in the record */
         (void)put_contribution(n, n->round + 1, &a->parts[i], 0,
                                absent_reason(n, &a->parts[i], why, sizeof why));
-    fed_node_agg_cancel_deadline(n);
+    fedi_node_agg_cancel_deadline(n);
     a->in->drop(n);
     parts_clear(a);
     a->state = AGG_IDLE;
@@ -1272,13 +1272,13 @@ fed_err fed_node_agg_abandon_round(fed_node *n)
 
 /* The MODEL of the round being filled, answering req now (async: every
  * ask; sync: a sampled client that asks again, having lost it). */
-fed_err fed_node_agg_answer_model(fed_node *n, fed_req *req, const fed_wire_hdr *h)
+fed_err fedi_node_agg_answer_model(fed_node *n, fed_req *req, const fed_wire_hdr *h)
 {
     agg_hold now = {.req = req, .hdr = *h};
     fed_wire_block b;
 
-    fed_node_agg_settings(n, n->round + 1, &b);
-    return fed_node_agg_send_models(n, &now, 1, &b);
+    fedi_node_agg_settings(n, n->round + 1, &b);
+    return fedi_node_agg_send_models(n, &now, 1, &b);
 }
 
 /* ---- async mode (FedBuff) ---- */
@@ -1291,8 +1291,8 @@ static size_t agg_delta_expect(const fed_node *n, uint16_t *codec)
     size_t want = fed_node_layout_sent(&n->agg->layout); /* what leaves a site */
 
     *codec = (uint16_t)n->agg->codec.id;
-    if (fed_node_agg_stats_pass(n) && !n->agg->sa) { /* the pass's DELTA: 16-bit limbs */
-        want = fed_node_agg_stats_plain_entries(n);
+    if (fedi_node_agg_stats_pass(n) && !n->agg->sa) { /* the pass's DELTA: 16-bit limbs */
+        want = fedi_node_agg_stats_plain_entries(n);
         *codec = FED_CODEC_F32;
     }
     if (!n->agg->sa) /* a site evaluation's statistics after the delta */
@@ -1303,11 +1303,11 @@ static size_t agg_delta_expect(const fed_node *n, uint16_t *codec)
 static void fed_node_agg_prepare_open(fed_node *n, node_open *op)
 {
     op->expect_n = agg_delta_expect(n, &op->expect_codec);
-    op->expect_words = n->agg->sa ? fed_node_sa_agg_words(n->agg->sa) : 0;
+    op->expect_words = n->agg->sa ? fedi_node_sa_agg_words(n->agg->sa) : 0;
 }
 
 /* A late or unexpected delta: recorded, answered, never merged. */
-fed_err fed_node_agg_refuse_delta(fed_node *n, node_open *op, fed_err why, uint32_t flags)
+fed_err fedi_node_agg_refuse_delta(fed_node *n, node_open *op, fed_err why, uint32_t flags)
 {
     const fed_wire_msg *m = &op->msg;
     agg_part p;
@@ -1323,15 +1323,15 @@ fed_err fed_node_agg_refuse_delta(fed_node *n, node_open *op, fed_err why, uint3
     if (e != FED_OK)
         fed_log(FED_LOG_WARN, "aggregator: recording a refused delta failed: %s", fed_strerror(e));
     fed_wire_note_reject(n->wire, &m->hdr, why);
-    (void)fed_node_ack(n, op->req, &m->hdr, why, flags);
+    (void)fedi_node_ack(n, op->req, &m->hdr, why, flags);
     op->req = NULL;
     return why;
 }
 
 /* A resend of a delta already in: answered, the first one kept. */
-fed_err fed_node_agg_ack_duplicate(fed_node *n, node_open *op)
+fed_err fedi_node_agg_ack_duplicate(fed_node *n, node_open *op)
 {
-    fed_err e = fed_node_ack(n, op->req, &op->msg.hdr, FED_OK, FED_WIRE_ACK_DUPLICATE);
+    fed_err e = fedi_node_ack(n, op->req, &op->msg.hdr, FED_OK, FED_WIRE_ACK_DUPLICATE);
 
     op->req = NULL;
     return e;
@@ -1339,7 +1339,7 @@ fed_err fed_node_agg_ack_duplicate(fed_node *n, node_open *op)
 
 /* op's delta into part p (taken from op), then ACK; a delta whose
  * segments are not the round's is refused (FED_ERR_SEGMENTS). */
-fed_err fed_node_agg_take_delta(fed_node *n, node_open *op, agg_part *p)
+fed_err fedi_node_agg_take_delta(fed_node *n, node_open *op, agg_part *p)
 {
     node_agg *a = n->agg;
     const fed_wire_msg *m = &op->msg;
@@ -1353,22 +1353,22 @@ fed_err fed_node_agg_take_delta(fed_node *n, node_open *op, agg_part *p)
         fed_log(FED_LOG_WARN, "aggregator: round %llu: a delta of %zu floats (codec %u), this "
                 "round's are %zu (codec %u): refused", (unsigned long long)m->hdr.round,
                 op->vec_n, (unsigned)m->hdr.codec, want, (unsigned)codec);
-        return fed_node_agg_refuse_delta(n, op, FED_ERR_PAYLOAD, 0);
+        return fedi_node_agg_refuse_delta(n, op, FED_ERR_PAYLOAD, 0);
     }
     /* (the statistics pass's DELTA holds its integers, not the layout) */
-    if (!fed_node_agg_stats_pass(n) && !fed_node_layout_matches(&a->layout, 0, &m->block)) {
+    if (!fedi_node_agg_stats_pass(n) && !fed_node_layout_matches(&a->layout, 0, &m->block)) {
         fed_log(FED_LOG_WARN, "aggregator: round %llu: a delta whose segments (%u listed) are "
                 "not this round's tensor layout (%zu floats sent of %zu): refused",
                 (unsigned long long)m->hdr.round, m->block.seg_count,
                 fed_node_layout_sent(&a->layout), a->nparams);
-        return fed_node_agg_refuse_delta(n, op, FED_ERR_SEGMENTS, 0);
+        return fedi_node_agg_refuse_delta(n, op, FED_ERR_SEGMENTS, 0);
     }
 
     p->got = 1;
     p->base = m->hdr.round;
     p->epoch = m->hdr.sender_epoch;
     p->samples = m->block.samples;
-    if (fed_node_layout_trivial(&a->layout) || fed_node_agg_stats_pass(n)) {
+    if (fed_node_layout_trivial(&a->layout) || fedi_node_agg_stats_pass(n)) {
         p->delta = op->vec; /* (a pass's DELTA: its integers' limbs) */
         op->vec = NULL;
     } else { /* the sent floats where they belong, zero on the local ones; the
@@ -1391,10 +1391,10 @@ fed_err fed_node_agg_take_delta(fed_node *n, node_open *op, agg_part *p)
     memcpy(p->header, m->header, FED_WIRE_HEADER_BYTES);
     memcpy(p->digest, m->digest, sizeof p->digest);
     memcpy(p->sig, m->sig, sizeof p->sig);
-    if (n->cfg.on_delta && !fed_node_agg_stats_pass(n)) /* a pass's DELTA is no delta */
+    if (n->cfg.on_delta && !fedi_node_agg_stats_pass(n)) /* a pass's DELTA is no delta */
         n->cfg.on_delta(n->cfg.observer, n, n->round + 1, p->base, p->key, p->delta, a->nparams,
                         p->samples);
-    e = fed_node_ack(n, op->req, &m->hdr, FED_OK, 0);
+    e = fedi_node_ack(n, op->req, &m->hdr, FED_OK, 0);
     op->req = NULL;
     return e;
 }
@@ -1407,18 +1407,18 @@ static fed_err on_delta(fed_node *n, node_open *op)
     fed_err e;
 
     if (a->state != AGG_RUNNING || m->hdr.round != n->round + 1)
-        return fed_node_agg_refuse_delta(n, op, FED_ERR_LATE, 0);
-    if (!(p = fed_node_agg_part_find(a, m->hdr.sender)))
-        return fed_node_agg_refuse_delta(n, op, FED_ERR_ROLE, 0);
+        return fedi_node_agg_refuse_delta(n, op, FED_ERR_LATE, 0);
+    if (!(p = fedi_node_agg_part_find(a, m->hdr.sender)))
+        return fedi_node_agg_refuse_delta(n, op, FED_ERR_ROLE, 0);
     if (!a->in->take) /* a secure round takes masked inputs only */
-        return fed_node_agg_refuse_delta(n, op, FED_ERR_ROLE, 0);
+        return fedi_node_agg_refuse_delta(n, op, FED_ERR_ROLE, 0);
     if (p->got)
-        return fed_node_agg_ack_duplicate(n, op);
+        return fedi_node_agg_ack_duplicate(n, op);
     if (m->block.samples == 0)
-        return fed_node_agg_refuse_delta(n, op, FED_ERR_PAYLOAD, 0);
+        return fedi_node_agg_refuse_delta(n, op, FED_ERR_PAYLOAD, 0);
     e = a->in->take(n, op, p);
     if (round_complete(n))
-        return fed_node_agg_close_round(n);
+        return fedi_node_agg_close_round(n);
     return e;
 }
 
@@ -1437,9 +1437,9 @@ static fed_err on_leave(fed_node *n, node_open *op)
     fed_err e = FED_OK;
 
     if (a->mode->cohort && a->state == AGG_RUNNING && m->hdr.round == n->round + 1)
-        p = fed_node_agg_part_find(a, m->hdr.sender);
+        p = fedi_node_agg_part_find(a, m->hdr.sender);
     if (p && p->got) /* its delta is in already: that stands */
-        return fed_node_agg_ack_duplicate(n, op);
+        return fedi_node_agg_ack_duplicate(n, op);
     if (!p) { /* no part of a running round: recorded at once */
         memset(&one, 0, sizeof one);
         memcpy(one.key, m->hdr.sender, 32);
@@ -1449,13 +1449,13 @@ static fed_err on_leave(fed_node *n, node_open *op)
     memcpy(p->header, m->header, FED_WIRE_HEADER_BYTES);
     memcpy(p->digest, m->digest, sizeof p->digest);
     memcpy(p->sig, m->sig, sizeof p->sig);
-    fed_node_agg_budget_note(n, m);
+    fedi_node_agg_budget_note(n, m);
     fed_wire_note_leave(n->wire, (fed_err)p->refused);
     who = fed_crypto_allow_find(n->cfg.allow, m->hdr.sender);
     if (p->refused == (uint32_t)FED_ERR_DP_BUDGET ||
         p->refused == (uint32_t)FED_ERR_MODEL_MISMATCH)
         /* asking it again changes nothing: parked, said once; may stop the run */
-        (void)fed_node_agg_budget_declined(n, m);
+        (void)fedi_node_agg_budget_declined(n, m);
     else /* a configuration to fix (DP or secure aggregation required, shared
             statistics it cannot take part in): a warning, counted */
         fed_log(p->refused == (uint32_t)FED_ERR_DP_REQUIRED ||
@@ -1470,21 +1470,21 @@ static fed_err on_leave(fed_node *n, node_open *op)
         (e = put_contribution(n, m->hdr.round, p, 0, absent_reason(n, p, why, sizeof why))) != FED_OK)
         fed_log(FED_LOG_WARN, "aggregator: recording a declined round failed: %s",
                 fed_strerror(e));
-    e = fed_node_ack(n, op->req, &m->hdr, FED_OK, 0);
+    e = fedi_node_ack(n, op->req, &m->hdr, FED_OK, 0);
     op->req = NULL;
     if (p != &one && a->sa && p->refused == (uint32_t)FED_ERR_SA_REVEALED &&
-        !fed_node_sa_agg_keys_closed(a->sa)) /* later on, it is a dropout */
-        return fed_node_sa_agg_revealed_before(n);
-    if (p != &one && a->sa && !fed_node_sa_agg_keys_closed(a->sa)) {
+        !fedi_node_sa_agg_keys_closed(a->sa)) /* later on, it is a dropout */
+        return fedi_node_sa_agg_revealed_before(n);
+    if (p != &one && a->sa && !fedi_node_sa_agg_keys_closed(a->sa)) {
         /* the keys stage need not wait for it: it may end now (or the try
            fail), and then the round is in other hands */
-        fed_err d = fed_node_sa_agg_declined(n);
+        fed_err d = fedi_node_sa_agg_declined(n);
 
-        if (d != FED_OK || a->state != AGG_RUNNING || fed_node_sa_agg_keys_closed(a->sa))
+        if (d != FED_OK || a->state != AGG_RUNNING || fedi_node_sa_agg_keys_closed(a->sa))
             return d != FED_OK ? d : e;
     }
     if (p != &one && !a->commit_again && round_complete(n))
-        return fed_node_agg_close_round(n);
+        return fedi_node_agg_close_round(n);
     return e;
 }
 
@@ -1496,10 +1496,10 @@ static fed_err sync_on_ask(fed_node *n, fed_req *req, const fed_wire_hdr *h)
     agg_part *p;
     fed_err e;
 
-    if (a->state == AGG_RUNNING && (p = fed_node_agg_part_find(a, h->sender)) && !p->got &&
-        !p->refused && (!a->sa || !fed_node_sa_agg_keys_closed(a->sa)))
-        return fed_node_agg_answer_model(n, req, h); /* its MODEL was lost */
-    if ((e = fed_node_agg_hold_add(n, req, h)) != FED_OK)
+    if (a->state == AGG_RUNNING && (p = fedi_node_agg_part_find(a, h->sender)) && !p->got &&
+        !p->refused && (!a->sa || !fedi_node_sa_agg_keys_closed(a->sa)))
+        return fedi_node_agg_answer_model(n, req, h); /* its MODEL was lost */
+    if ((e = fedi_node_agg_hold_add(n, req, h)) != FED_OK)
         return e;
     arm_first_gather(n);
     return maybe_start(n);
@@ -1534,7 +1534,7 @@ static fed_err sync_round_timer(fed_node *n)
     return maybe_start(n);
 }
 
-const agg_mode_ops fed_node_agg_sync_mode = {
+const agg_mode_ops fedi_node_agg_sync_mode = {
     .name = "sync",
     .cohort = 1,
     .seal_ahead = 1,
@@ -1543,7 +1543,7 @@ const agg_mode_ops fed_node_agg_sync_mode = {
     .on_delta = on_delta,
     .short_deadline = sync_short_deadline,
     .next = sync_next,
-    .failed = fed_node_agg_retry_later,
+    .failed = fedi_node_agg_retry_later,
     .round_timer = sync_round_timer,
 };
 
@@ -1562,12 +1562,12 @@ static fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
     case FED_WIRE_NEXT:
         op->req = NULL;
         if (a->state == AGG_DONE)
-            return fed_node_ack(n, req, &m->hdr, FED_OK, FED_WIRE_ACK_FINISHED);
-        if (fed_node_agg_budget_parked(n, &m->hdr)) /* parked: never sampled */
-            return fed_node_ack(n, req, &m->hdr, FED_OK, FED_WIRE_ACK_NO_ROUND);
+            return fedi_node_ack(n, req, &m->hdr, FED_OK, FED_WIRE_ACK_FINISHED);
+        if (fedi_node_agg_budget_parked(n, &m->hdr)) /* parked: never sampled */
+            return fedi_node_ack(n, req, &m->hdr, FED_OK, FED_WIRE_ACK_NO_ROUND);
         return a->mode->on_ask(n, req, &m->hdr);
     case FED_WIRE_DELTA:
-        fed_node_agg_budget_note(n, m);
+        fedi_node_agg_budget_note(n, m);
         return a->mode->on_delta(n, op);
     case FED_WIRE_LEAVE:
         return on_leave(n, op);
@@ -1582,7 +1582,7 @@ static fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
     default:
         op->req = NULL;
         fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_ROLE);
-        (void)fed_node_ack(n, req, &m->hdr, FED_ERR_ROLE, 0);
+        (void)fedi_node_ack(n, req, &m->hdr, FED_ERR_ROLE, 0);
         return FED_ERR_ROLE;
     }
 }
@@ -1596,17 +1596,17 @@ static fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
         if (a->commit_again && a->state == AGG_RUNNING) {
             if (n->env.now_ms(n->env.self) < a->retry_at_ms)
                 return FED_OK; /* another round timer, earlier than the retry */
-            return fed_node_agg_close_round(n);
+            return fedi_node_agg_close_round(n);
         }
         return a->mode->round_timer(n);
     case NODE_TIMER_STAGE:
-        return fed_node_sa_agg_on_timer(n);
+        return fedi_node_sa_agg_on_timer(n);
     case NODE_TIMER_DEADLINE:
         a->deadline_at_ms = 0; /* fired */
         if (a->state != AGG_RUNNING || a->sa) /* secure rounds: the stages' deadlines */
             return FED_OK;
         if (parts_got(a) >= n->cfg.agg.min_clients || a->dp) /* DP: never redrawn */
-            return fed_node_agg_close_round(n);
+            return fedi_node_agg_close_round(n);
         return a->mode->short_deadline(n);
     case NODE_TIMER_POLL: {
         uint64_t now = n->env.now_ms(n->env.self);
@@ -1616,7 +1616,7 @@ static fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
                 (void)answer_no_round(n, i, FED_WIRE_ACK_NO_ROUND);
         if (a->state == AGG_IDLE && a->wait_report_ms && a->wait_report_ms <= now)
             report_waiting(n);
-        fed_node_agg_arm_poll(n);
+        fedi_node_agg_arm_poll(n);
         return FED_OK;
     }
     default:
@@ -1660,7 +1660,7 @@ static fed_err fed_node_agg_check(const fed_node_config *c)
     return FED_OK;
 }
 
-const node_role_ops fed_node_agg_ops = {
+const node_role_ops fedi_node_agg_ops = {
     .check = fed_node_agg_check,
     .create = fed_node_agg_new,
     .destroy = fed_node_agg_free,
@@ -1669,7 +1669,7 @@ const node_role_ops fed_node_agg_ops = {
     .prepare_open = fed_node_agg_prepare_open,
     .on_msg = fed_node_agg_on_msg,
     .on_timer = fed_node_agg_on_timer,
-    .on_job = fed_node_agg_on_job,
+    .on_job = fedi_node_agg_on_job,
     .progress = fed_node_agg_progress,
     .bad_reply = NULL, /* it takes no vector in a reply */
     .pulled = NULL,

@@ -6,7 +6,7 @@
 #ifndef FED_NODE_AGGREGATOR_IMPL_H
 #define FED_NODE_AGGREGATOR_IMPL_H
 
-#include "node/agg_input.h"
+#include "node/agg_input_impl.h"
 #include "node/node_impl.h"
 
 typedef enum agg_state { AGG_IDLE = 0, AGG_RUNNING = 1, AGG_DONE = 2 } agg_state;
@@ -102,9 +102,9 @@ typedef struct agg_scaffold agg_scaffold;
 
 /* How one round follows another: synchronous rounds (a sampled cohort and
  * a deadline, aggregator.c) or FedBuff's async mode (agg_async.c), chosen
- * once from cfg.agg.async_k. The round path (fed_node_agg_close_round), the
+ * once from cfg.agg.async_k. The round path (fedi_node_agg_close_round), the
  * frames and the timers call through it and never ask which; how a round's
- * contributions combine is the other table, agg_input_ops (agg_input.h). */
+ * contributions combine is the other table, agg_input_ops (agg_input_impl.h). */
 typedef struct agg_mode_ops {
     const char *name;
     /* 1: a round's parts are the cohort sampled for it, and a LEAVE answers
@@ -132,8 +132,8 @@ typedef struct agg_mode_ops {
     fed_err (*round_timer)(fed_node *n);
 } agg_mode_ops;
 
-extern const agg_mode_ops fed_node_agg_sync_mode;
-extern const agg_mode_ops fed_node_agg_async_mode;
+extern const agg_mode_ops fedi_node_agg_sync_mode;
+extern const agg_mode_ops fedi_node_agg_async_mode;
 
 struct node_agg {
     fed_model *model;      /* the global model, on cfg.be */
@@ -207,145 +207,145 @@ struct node_agg {
 static inline int fed_node_agg_is_async(const fed_node *n) { return n->cfg.agg.async_k > 0; }
 
 /* ---- agg_stats.c: the shared-statistics pass ---- */
-fed_err fed_node_agg_stats_new(fed_node *n);
-void fed_node_agg_stats_free(fed_node *n);
+fed_err fedi_node_agg_stats_new(fed_node *n);
+void fedi_node_agg_stats_free(fed_node *n);
 /* The checkpoint's statistics (ck NULL or without them: the pass is due). */
-fed_err fed_node_agg_stats_resume(fed_node *n, const fed_store_ckpt *ck);
+fed_err fedi_node_agg_stats_resume(fed_node *n, const fed_store_ckpt *ck);
 /* A round starts: it is the pass while the statistics are unknown. */
-void fed_node_agg_stats_begin(fed_node *n);
+void fedi_node_agg_stats_begin(fed_node *n);
 /* 1 once the statistics are known (the pass committed, or resumed). */
-int fed_node_agg_stats_known(const fed_node *n);
+int fedi_node_agg_stats_known(const fed_node *n);
 /* 1 while the running round is the pass. */
-int fed_node_agg_stats_pass(const fed_node *n);
+int fedi_node_agg_stats_pass(const fed_node *n);
 /* The integers a secure pass round sums (0: not a pass). */
-uint32_t fed_node_agg_stats_ints(const fed_node *n);
+uint32_t fedi_node_agg_stats_ints(const fed_node *n);
 /* The floats of a plain pass round's DELTA (0: not a pass). */
-size_t fed_node_agg_stats_plain_entries(const fed_node *n);
+size_t fedi_node_agg_stats_plain_entries(const fed_node *n);
 /* Field 14 of round's MODEL: the pass, or the statistics once known (or
  * read by the pass whose commit seals round's MODEL ahead). */
-void fed_node_agg_stats_settings(const fed_node *n, uint64_t round, fed_wire_settings *set);
+void fedi_node_agg_stats_settings(const fed_node *n, uint64_t round, fed_wire_settings *set);
 /* The checkpoint's section, once known (1), else 0. */
-int fed_node_agg_stats_section(const fed_node *n, fed_store_section *out);
+int fedi_node_agg_stats_section(const fed_node *n, fed_store_section *out);
 /* The pass's round closes: its totals read back (nothing merged), kept
  * pending for its commit (a commit tried again reads nothing again). */
-fed_err fed_node_agg_stats_close(fed_node *n);
+fed_err fedi_node_agg_stats_close(fed_node *n);
 /* The pass's round committed: its statistics known from now on (and the
  * aggregator's test set standardized with them). */
-fed_err fed_node_agg_stats_committed(fed_node *n);
+fed_err fedi_node_agg_stats_committed(fed_node *n);
 /* The first of v[0..words) that is not a 16-bit limb (words: none): a
  * plain contribution's integers (the pass's, a site evaluation's). */
-size_t fed_node_agg_limbs_bad(const float *v, size_t words);
+size_t fedi_node_agg_limbs_bad(const float *v, size_t words);
 
 /* ---- aggregator.c ---- */
-void fed_node_agg_arm_poll(fed_node *n);
+void fedi_node_agg_arm_poll(fed_node *n);
 /* The round's deadline timer, armed for at_ms or cancelled; what
  * fed_node_agg_progress reports as due (an async round has none until its
  * first delta). */
-fed_err fed_node_agg_arm_deadline(fed_node *n, uint64_t at_ms);
-void fed_node_agg_cancel_deadline(fed_node *n);
+fed_err fedi_node_agg_arm_deadline(fed_node *n, uint64_t at_ms);
+void fedi_node_agg_cancel_deadline(fed_node *n);
 /* Holds the HELLO or NEXT req (header h) until a round starts. */
-fed_err fed_node_agg_hold_add(fed_node *n, fed_req *req, const fed_wire_hdr *h);
-fed_err fed_node_agg_encode_global(fed_node *n);
+fed_err fedi_node_agg_hold_add(fed_node *n, fed_req *req, const fed_wire_hdr *h);
+fed_err fedi_node_agg_encode_global(fed_node *n);
 /* The settings block of round's MODEL (its learning rate is the round's). */
-void fed_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b);
-fed_err fed_node_agg_send_models(fed_node *n, const agg_hold *holds, size_t k,
-                                 const fed_wire_block *b);
-fed_err fed_node_agg_answer_model(fed_node *n, fed_req *req, const fed_wire_hdr *h);
-agg_part *fed_node_agg_part_find(node_agg *a, const uint8_t key[32]);
-fed_err fed_node_agg_refuse_delta(fed_node *n, node_open *op, fed_err why, uint32_t flags);
-fed_err fed_node_agg_ack_duplicate(fed_node *n, node_open *op);
-fed_err fed_node_agg_take_delta(fed_node *n, node_open *op, agg_part *p);
+void fedi_node_agg_settings(const fed_node *n, uint64_t round, fed_wire_block *b);
+fed_err fedi_node_agg_send_models(fed_node *n, const agg_hold *holds, size_t k,
+                                  const fed_wire_block *b);
+fed_err fedi_node_agg_answer_model(fed_node *n, fed_req *req, const fed_wire_hdr *h);
+agg_part *fedi_node_agg_part_find(node_agg *a, const uint8_t key[32]);
+fed_err fedi_node_agg_refuse_delta(fed_node *n, node_open *op, fed_err why, uint32_t flags);
+fed_err fedi_node_agg_ack_duplicate(fed_node *n, node_open *op);
+fed_err fedi_node_agg_take_delta(fed_node *n, node_open *op, agg_part *p);
 /* Merge, commit, report; then the next round (or the end). */
-fed_err fed_node_agg_close_round(fed_node *n);
+fed_err fedi_node_agg_close_round(fed_node *n);
 /* Either mode's failed: the aggregator idles (nothing taken) until the
  * round timer it arms fires after gather_ms, doubling with each failure in
  * a row up to a minute (a full disk would fail each try at once). */
-fed_err fed_node_agg_retry_later(fed_node *n, fed_err why);
+fed_err fedi_node_agg_retry_later(fed_node *n, fed_err why);
 /* The running round is dropped, nothing merged (secure aggregation failed
  * closed): it starts again with whoever asks. */
-fed_err fed_node_agg_abandon_round(fed_node *n);
+fed_err fedi_node_agg_abandon_round(fed_node *n);
 
 
 /* ---- agg_dp.c: DP-FedAvg ---- */
 /* Sets a->dp up when cfg.dp.client_clip > 0 (after the model and merge):
  * checks the mode and strategy, calibrates z for --dp-target-epsilon,
  * splits it for adaptive clipping, keys the noise. */
-fed_err fed_node_agg_dp_new(fed_node *n);
-void fed_node_agg_dp_free(node_agg *a);
+fed_err fedi_node_agg_dp_new(fed_node *n);
+void fedi_node_agg_dp_free(node_agg *a);
 /* At start: the charges of earlier runs, and the clip from ck's section
  * (ck may be NULL: none). */
-fed_err fed_node_agg_dp_start(fed_node *n, const fed_store_ckpt *ck);
+fed_err fedi_node_agg_dp_start(fed_node *n, const fed_store_ckpt *ck);
 /* The round's Poisson draw over holds[0..nholds) (sorted by key): each in
  * with probability q, never redrawn; the drawn moved to the front, their
  * count returned. */
-size_t fed_node_agg_dp_sample(fed_node *n, agg_hold *holds, size_t nholds);
+size_t fedi_node_agg_dp_sample(fed_node *n, agg_hold *holds, size_t nholds);
 /* The round's parts clipped, summed with equal weight, noised and divided
  * by the expected cohort into *in (one merge input, weight 1); a->results
  * per part; *unclipped the parts within the clip. Adaptive: the next clip
- * is computed, taken by fed_node_agg_dp_committed. */
-fed_err fed_node_agg_dp_aggregate(fed_node *n, fed_merge_input *in, uint32_t *unclipped);
+ * is computed, taken by fedi_node_agg_dp_committed. */
+fed_err fedi_node_agg_dp_aggregate(fed_node *n, fed_merge_input *in, uint32_t *unclipped);
 /* The round's charge (q, z, one step) inside the commit's transaction;
  * *eps the total after it. */
-fed_err fed_node_agg_dp_charge(fed_node *n, uint64_t round, uint64_t at_ms, double *eps);
+fed_err fedi_node_agg_dp_charge(fed_node *n, uint64_t round, uint64_t at_ms, double *eps);
 /* The commit went through (ok: epsilon and the next clip taken) or not. */
-void fed_node_agg_dp_committed(fed_node *n, int ok, double eps);
-double fed_node_agg_dp_clip(const node_agg *a);
-double fed_node_agg_dp_clip_next(const node_agg *a);
-double fed_node_agg_dp_epsilon(const node_agg *a);
+void fedi_node_agg_dp_committed(fed_node *n, int ok, double eps);
+double fedi_node_agg_dp_clip(const node_agg *a);
+double fedi_node_agg_dp_clip_next(const node_agg *a);
+double fedi_node_agg_dp_epsilon(const node_agg *a);
 /* With secagg: the L2 clip each client applies to its own delta (the round's
  * clip less what quantization may add). */
-double fed_node_agg_dp_secagg_clip(const node_agg *a);
+double fedi_node_agg_dp_secagg_clip(const node_agg *a);
 
 /* ---- agg_budget.c: the clients' privacy budgets ---- */
 /* A DELTA's or LEAVE's DP report (nothing when it has none). */
-void fed_node_agg_budget_note(fed_node *n, const fed_wire_msg *m);
+void fedi_node_agg_budget_note(fed_node *n, const fed_wire_msg *m);
 /* A LEAVE for FED_ERR_DP_BUDGET or FED_ERR_MODEL_MISMATCH (a model that
  * does not fit the client's data or bounds: asking it again changes
  * nothing): logged once at warning level with the client's name (and its
  * figures), the client parked; when fewer than min_clients clients can
  * still take part the node is marked failed (FED_ERR_TOO_FEW_CLIENTS,
  * returned) with an error line saying why. */
-fed_err fed_node_agg_budget_declined(fed_node *n, const fed_wire_msg *m);
+fed_err fedi_node_agg_budget_declined(fed_node *n, const fed_wire_msg *m);
 /* A HELLO or NEXT of header h: nonzero when its sender declined for its
  * budget or the model in this run (its sender epoch); a later epoch (a
  * restart, maybe with a new budget or data) ends the parking. */
-int fed_node_agg_budget_parked(fed_node *n, const fed_wire_hdr *h);
-void fed_node_agg_budget_free(node_agg *a);
+int fedi_node_agg_budget_parked(fed_node *n, const fed_wire_hdr *h);
+void fedi_node_agg_budget_free(node_agg *a);
 
 /* ---- agg_eval.c: the evaluation queue and the pending figures ---- */
 /* The round's evaluation job came back. */
-fed_err fed_node_agg_on_job(fed_node *n, fed_job *job);
-fed_err fed_node_agg_flush_pending(fed_node *n);
-void fed_node_agg_report_round(fed_node *n, fed_node_round_info *info);
+fed_err fedi_node_agg_on_job(fed_node *n, fed_job *job);
+fed_err fedi_node_agg_flush_pending(fed_node *n);
+void fedi_node_agg_report_round(fed_node *n, fed_node_round_info *info);
 /* Whether --early-stop's rule has ended the run already, by the database's
  * figures (a restart after the stop trains no more). */
-int fed_node_agg_early_stopped(fed_node *n);
+int fedi_node_agg_early_stopped(fed_node *n);
 /* After round's figures: the best round by cfg.agg.best_metric keeps its
  * checkpoint, as do the rounds not judged yet; cfg.agg.early_stop's rule
  * (a->early_stopped). */
-void fed_node_agg_judge(fed_node *n, uint64_t round);
+void fedi_node_agg_judge(fed_node *n, uint64_t round);
 /* What the evaluation and the pending figures hold (a is being freed). */
-void fed_node_agg_eval_free(node_agg *a);
+void fedi_node_agg_eval_free(node_agg *a);
 
 /* agg_scaffold.c: SCAFFOLD's control variate c (rules.scaffold; every
  * function does nothing without it). */
-FED_WUR fed_err fed_node_agg_scaffold_new(fed_node *n);
-void fed_node_agg_scaffold_free(fed_node *n);
+FED_WUR fed_err fedi_node_agg_scaffold_new(fed_node *n);
+void fedi_node_agg_scaffold_free(fed_node *n);
 /* The MODEL's vector: the model, then c (2 nparams); the model alone
  * without SCAFFOLD. */
-const float *fed_node_agg_scaffold_vec(fed_node *n, size_t *len);
+const float *fedi_node_agg_scaffold_vec(fed_node *n, size_t *len);
 /* The model merged m clients' deltas: c += (m / N) extra_mean (N:
  * --wait-clients, at least m). */
-FED_WUR fed_err fed_node_agg_scaffold_merged(fed_node *n, uint32_t m);
+FED_WUR fed_err fedi_node_agg_scaffold_merged(fed_node *n, uint32_t m);
 /* The round closed, with an update or void (field 18's bits). */
-void fed_node_agg_scaffold_closed(fed_node *n, int update);
+void fedi_node_agg_scaffold_closed(fed_node *n, int update);
 /* c and the bits kept before a merge, and put back after a failed commit. */
-void fed_node_agg_scaffold_keep(fed_node *n);
-void fed_node_agg_scaffold_restore(fed_node *n);
-void fed_node_agg_scaffold_settings(const fed_node *n, fed_wire_settings *st);
+void fedi_node_agg_scaffold_keep(fed_node *n);
+void fedi_node_agg_scaffold_restore(fed_node *n);
+void fedi_node_agg_scaffold_settings(const fed_node *n, fed_wire_settings *st);
 /* The checkpoint's section (1, *buf to free after the write; 0: none; -1:
  * out of memory), and back from a checkpoint. */
-int fed_node_agg_scaffold_section(fed_node *n, uint8_t **buf, fed_store_section *sec);
-FED_WUR fed_err fed_node_agg_scaffold_resume(fed_node *n, const fed_store_ckpt *ck);
+int fedi_node_agg_scaffold_section(fed_node *n, uint8_t **buf, fed_store_section *sec);
+FED_WUR fed_err fedi_node_agg_scaffold_resume(fed_node *n, const fed_store_ckpt *ck);
 
 #endif

@@ -11,7 +11,7 @@
  * recipient, type and round. Owns the frame buffers it keeps between
  * broadcasts; the wire's sequence numbers, sessions and nonces are still
  * drawn on the loop thread, in recipient order, exactly as one
- * fed_node_emit each would. */
+ * fedi_node_emit each would. */
 #include <string.h>
 
 #include "core/alloc.h"
@@ -72,7 +72,7 @@ static void cast_done(fed_node *n, cast_one *o, fed_err result)
     o->ready = 0;
 }
 
-void fed_node_cast_drop_ahead(fed_node *n)
+void fedi_node_cast_drop_ahead(fed_node *n)
 {
     node_cast_buf *c = n->cast;
 
@@ -83,13 +83,13 @@ void fed_node_cast_drop_ahead(fed_node *n)
     c->nahead = 0;
 }
 
-void fed_node_cast_free(fed_node *n)
+void fedi_node_cast_free(fed_node *n)
 {
     node_cast_buf *c = n->cast;
 
     if (!c)
         return;
-    fed_node_cast_drop_ahead(n);
+    fedi_node_cast_drop_ahead(n);
     for (size_t i = 0; i < c->nframes; i++)
         fed_free(c->frames[i]);
     fed_free(c->frames);
@@ -111,7 +111,7 @@ static fed_err cast_reserve(fed_node *n, size_t want, size_t cap)
         n->cast = c;
     }
     if (cap > c->cap) {
-        fed_node_cast_drop_ahead(n);
+        fedi_node_cast_drop_ahead(n);
         for (size_t i = 0; i < c->nframes; i++)
             fed_free(c->frames[i]);
         c->nframes = 0;
@@ -209,7 +209,7 @@ static fed_err cast_prepare(fed_node *n, const node_cast *to, uint8_t type, uint
                             uint16_t codec, size_t payload_len, cast_one *o)
 {
     fed_wire_hdr h;
-    fed_err e = fed_node_header(n, type, to->to, round, to->recipient_epoch, codec, &h);
+    fed_err e = fedi_node_header(n, type, to->to, round, to->recipient_epoch, codec, &h);
 
     if (e == FED_OK)
         e = fed_wire_seal_prepare(n->wire, &h, n->cast->cap, payload_len, &o->t);
@@ -252,10 +252,10 @@ static fed_err cast_send(fed_node *n, const node_cast *to, cast_one *o, uint8_t 
 
     cast_done(n, o, e);
     if (e == FED_OK)
-        return fed_node_transmit(n, to->req, to->to, o->frame, o->len);
+        return fedi_node_transmit(n, to->req, to->to, o->frame, o->len);
     fed_log(FED_LOG_ERROR, "node: sealing a %s frame failed: %s", fed_wire_type_name(type),
             fed_strerror(e));
-    fed_node_refuse(n, to->req);
+    fedi_node_refuse(n, to->req);
     return e;
 }
 
@@ -289,15 +289,15 @@ static fed_err ahead_reserve(fed_node *n, size_t k, size_t fbytes)
     return FED_OK;
 }
 
-void fed_node_cast_ahead(fed_node *n, const node_cast *to, size_t k, uint8_t type,
-                         uint64_t round, uint16_t codec, const fed_wire_block *b,
-                         const uint8_t *vec, size_t vlen, void (*beside)(void *ctx),
-                         void *beside_ctx)
+void fedi_node_cast_ahead(fed_node *n, const node_cast *to, size_t k, uint8_t type,
+                          uint64_t round, uint16_t codec, const fed_wire_block *b,
+                          const uint8_t *vec, size_t vlen, void (*beside)(void *ctx),
+                          void *beside_ctx)
 {
     size_t fbytes = fed_wire_frame_bytes(fed_wire_block_bytes(type, b) + vlen);
     cast_payload pl = {.hashed = 0};
 
-    fed_node_cast_drop_ahead(n);
+    fedi_node_cast_drop_ahead(n);
     if (k == 0 || fbytes > fed_wire_config(n->wire)->max_frame || k > cast_batch_size(fbytes) ||
         ahead_reserve(n, k, fbytes) != FED_OK) {
         beside(beside_ctx); /* nothing ahead: the broadcast seals them all */
@@ -322,7 +322,7 @@ static cast_one *ahead_find(node_cast_buf *c, const node_cast *to, uint8_t type,
     return NULL;
 }
 
-/* One by one, through fed_node_emit_vec (a stream, or a single frame). */
+/* One by one, through fedi_node_emit_vec (a stream, or a single frame). */
 static fed_err cast_one_by_one(fed_node *n, const node_cast *to, size_t k, uint8_t type,
                                uint64_t round, uint16_t codec, const fed_wire_block *b,
                                const uint8_t *vec, size_t vlen)
@@ -332,11 +332,11 @@ static fed_err cast_one_by_one(fed_node *n, const node_cast *to, size_t k, uint8
     for (size_t i = 0; i < k; i++) {
         fed_wire_hdr h;
 
-        e = fed_node_header(n, type, to[i].to, round, to[i].recipient_epoch, codec, &h);
+        e = fedi_node_header(n, type, to[i].to, round, to[i].recipient_epoch, codec, &h);
         if (e == FED_OK)
-            e = fed_node_emit_vec(n, to[i].req, &h, b, vec, vlen);
+            e = fedi_node_emit_vec(n, to[i].req, &h, b, vec, vlen);
         else
-            fed_node_refuse(n, to[i].req);
+            fedi_node_refuse(n, to[i].req);
         if (e != FED_OK && first == FED_OK)
             first = e;
     }
@@ -358,7 +358,7 @@ static fed_err cast_rest(fed_node *n, const node_cast *rest, size_t nrest, uint8
     if ((e = cast_reserve(n, batch, fbytes)) != FED_OK ||
         !(one = fed_malloc(batch * sizeof *one))) {
         for (size_t i = 0; i < nrest; i++)
-            fed_node_refuse(n, rest[i].req);
+            fedi_node_refuse(n, rest[i].req);
         return e != FED_OK ? e : FED_ERR_NOMEM;
     }
     for (size_t i = 0; i < nrest; i += batch) {
@@ -375,7 +375,7 @@ static fed_err cast_rest(fed_node *n, const node_cast *rest, size_t nrest, uint8
     return first;
 }
 
-/* One frame as any other (fed_node_emit_vec), more sealed together. */
+/* One frame as any other (fedi_node_emit_vec), more sealed together. */
 static fed_err cast_sealed_here(fed_node *n, const node_cast *to, size_t k, uint8_t type,
                                 uint64_t round, uint16_t codec, const fed_wire_block *b,
                                 const uint8_t *vec, size_t vlen)
@@ -387,16 +387,16 @@ static fed_err cast_sealed_here(fed_node *n, const node_cast *to, size_t k, uint
     return cast_rest(n, to, k, type, round, codec, b, vec, vlen);
 }
 
-fed_err fed_node_broadcast(fed_node *n, const node_cast *to, size_t k, uint8_t type,
-                           uint64_t round, uint16_t codec, const fed_wire_block *b,
-                           const uint8_t *vec, size_t vlen)
+fed_err fedi_node_broadcast(fed_node *n, const node_cast *to, size_t k, uint8_t type,
+                            uint64_t round, uint16_t codec, const fed_wire_block *b,
+                            const uint8_t *vec, size_t vlen)
 {
     size_t fbytes = fed_wire_frame_bytes(fed_wire_block_bytes(type, b) + vlen), nrest = 0;
     node_cast *rest = NULL;
     fed_err e, first = FED_OK;
 
     if (fbytes > fed_wire_config(n->wire)->max_frame) { /* streams: each pulls its own */
-        fed_node_cast_drop_ahead(n);
+        fedi_node_cast_drop_ahead(n);
         return cast_one_by_one(n, to, k, type, round, codec, b, vec, vlen);
     }
     if (!n->cast || !n->cast->nahead) /* none sealed ahead: all sealed here */
@@ -413,12 +413,12 @@ fed_err fed_node_broadcast(fed_node *n, const node_cast *to, size_t k, uint8_t t
             rest[nrest++] = to[i];
         else {
             e = FED_ERR_NOMEM;
-            fed_node_refuse(n, to[i].req);
+            fedi_node_refuse(n, to[i].req);
         }
         if (e != FED_OK && first == FED_OK)
             first = e;
     }
-    fed_node_cast_drop_ahead(n); /* the ones nobody took */
+    fedi_node_cast_drop_ahead(n); /* the ones nobody took */
     e = cast_sealed_here(n, rest, nrest, type, round, codec, b, vec, vlen);
     if (e != FED_OK && first == FED_OK)
         first = e;

@@ -105,7 +105,7 @@ static fed_err fed_node_client_new(fed_node *n)
     }
     /* after DP-SGD's keystream, so that one is still keyed from the node's
        first draw */
-    return fed_node_sa_client_new(n, &n->client_sa);
+    return fedi_node_sa_client_new(n, &n->client_sa);
 }
 
 static void fed_node_client_free(fed_node *n)
@@ -126,10 +126,10 @@ static void fed_node_client_free(fed_node *n)
     fed_free(c->eval_out);
     fed_free(c->ctl);
     fed_free(c->ctl_next);
-    fed_node_train_job_release(&c->job);
+    fedi_node_train_job_release(&c->job);
     fed_dp_account_free(c->acct);
     fed_crypto_keystream_wipe(&c->ks);
-    fed_node_sa_client_free(n, n->client_sa);
+    fedi_node_sa_client_free(n, n->client_sa);
     n->client_sa = NULL;
     fed_free(c);
     n->client = NULL;
@@ -139,7 +139,7 @@ static void fed_node_client_free(fed_node *n)
 
 static void arm_retry(fed_node *n, uint64_t after_ms)
 {
-    fed_node_arm_in(n, after_ms, NODE_TIMER_RETRY); /* a failure stops the node */
+    fedi_node_arm_in(n, after_ms, NODE_TIMER_RETRY); /* a failure stops the node */
 }
 
 /* HELLO (to whatever epoch the aggregator is in now) or NEXT. */
@@ -152,8 +152,8 @@ static fed_err ask(fed_node *n, uint8_t type)
 
     if (type == FED_WIRE_NEXT && c->agg_epoch == 0)
         type = FED_WIRE_HELLO;
-    e = fed_node_header(n, type, c->agg, n->round, type == FED_WIRE_HELLO ? 0 : c->agg_epoch,
-                        FED_CODEC_NONE, &h);
+    e = fedi_node_header(n, type, c->agg, n->round, type == FED_WIRE_HELLO ? 0 : c->agg_epoch,
+                         FED_CODEC_NONE, &h);
     if (e != FED_OK)
         return e;
     memset(&b, 0, sizeof b);
@@ -162,7 +162,7 @@ static fed_err ask(fed_node *n, uint8_t type)
     c->state = CL_ASKING;
     c->out_type = type;
     arm_retry(n, n->cfg.transfer.poll_ms + n->cfg.transfer.retry_ms);
-    return fed_node_emit(n, NULL, &h, &b, NULL, 0);
+    return fedi_node_emit(n, NULL, &h, &b, NULL, 0);
 }
 
 /* DP-SGD: the epsilon spent and the budget, for the aggregator's view
@@ -190,8 +190,8 @@ static fed_err send_delta(fed_node *n)
                 "--secagg client; not sent", (unsigned long long)c->round);
         return FED_ERR_SA_REQUIRED;
     }
-    e = fed_node_header(n, FED_WIRE_DELTA, c->agg, c->round, c->agg_epoch,
-                        (uint16_t)j->codec.id, &h);
+    e = fedi_node_header(n, FED_WIRE_DELTA, c->agg, c->round, c->agg_epoch,
+                         (uint16_t)j->codec.id, &h);
     if (e != FED_OK)
         return e;
     memset(&b, 0, sizeof b);
@@ -202,7 +202,7 @@ static fed_err send_delta(fed_node *n)
     c->state = CL_SENDING;
     c->out_type = FED_WIRE_DELTA;
     arm_retry(n, n->cfg.transfer.retry_ms);
-    return fed_node_emit_vec(n, NULL, &h, &b, j->vec, j->vec_len);
+    return fedi_node_emit_vec(n, NULL, &h, &b, j->vec, j->vec_len);
 }
 
 /* Declines the round in the header with reason (a LEAVE); the aggregator
@@ -212,8 +212,8 @@ static fed_err send_leave(fed_node *n)
     node_client *c = n->client;
     fed_wire_hdr h;
     fed_wire_block b;
-    fed_err e = fed_node_header(n, FED_WIRE_LEAVE, c->agg, c->round, c->agg_epoch,
-                                FED_CODEC_NONE, &h);
+    fed_err e = fedi_node_header(n, FED_WIRE_LEAVE, c->agg, c->round, c->agg_epoch,
+                                 FED_CODEC_NONE, &h);
 
     if (e != FED_OK)
         return e;
@@ -223,7 +223,7 @@ static fed_err send_leave(fed_node *n)
     c->state = CL_SENDING;
     c->out_type = FED_WIRE_LEAVE;
     arm_retry(n, n->cfg.transfer.retry_ms);
-    return fed_node_emit(n, NULL, &h, &b, NULL, 0);
+    return fedi_node_emit(n, NULL, &h, &b, NULL, 0);
 }
 
 /* The delta's stream: the next chunk once the last one was taken. *sent
@@ -231,7 +231,7 @@ static fed_err send_leave(fed_node *n)
 static fed_err push_delta(fed_node *n, int *sent)
 {
     int done = 1;
-    fed_err e = fed_node_tx_push(n, n->client->agg, &done);
+    fed_err e = fedi_node_tx_push(n, n->client->agg, &done);
 
     *sent = !done;
     if (*sent)
@@ -255,7 +255,7 @@ static fed_err repull(fed_node *n)
 
     if (c->repulls >= n->cfg.client.delta_retries)
         return FED_ERR_NOTFOUND;
-    if ((e = fed_node_repull(n, c->agg)) != FED_OK)
+    if ((e = fedi_node_repull(n, c->agg)) != FED_OK)
         return e;
     c->repulls++;
     arm_retry(n, n->cfg.transfer.retry_ms);
@@ -334,8 +334,8 @@ static fed_err ctl_resume(node_client *c, const fed_store_section *s)
     return FED_OK;
 }
 
-const float *fed_node_client_control(const fed_node *n, uint64_t *pending_round,
-                                     const float **pending)
+const float *fedi_node_client_control(const fed_node *n, uint64_t *pending_round,
+                                      const float **pending)
 {
     const node_client *c = n->client;
 
@@ -354,7 +354,7 @@ static fed_err resume(fed_node *n)
     uint64_t round = 0;
     fed_err e;
 
-    e = fed_node_resume_latest(n, &ck, &round);
+    e = fedi_node_resume_latest(n, &ck, &round);
     if (e == FED_ERR_NOTFOUND)
         return FED_OK;
     if (e == FED_OK) {
@@ -433,7 +433,7 @@ static fed_err flops_of(fed_node *n, const fed_wire_settings *s, const char *who
     fed_err e;
 
     if (strcmp(c->flops_spec, spec) != 0) {
-        if ((e = fed_node_model_input(s, n->cfg.data.train->shape, 0, &in, NULL, 0)) != FED_OK ||
+        if ((e = fedi_node_model_input(s, n->cfg.data.train->shape, 0, &in, NULL, 0)) != FED_OK ||
             (e = fed_model_new(whole, in, n->cfg.be, NULL, 1, 1, &m)) != FED_OK)
             return e;
         c->flops_per_sample = fed_model_flops_per_sample(m);
@@ -554,7 +554,7 @@ out:
     return e;
 }
 
-const int64_t *fed_node_client_stats(const fed_node *n)
+const int64_t *fedi_node_client_stats(const fed_node *n)
 {
     const node_client *c = n->client;
 
@@ -704,13 +704,13 @@ static fed_err secure_trained(fed_node *n)
     if (!d)
         return FED_ERR_NOMEM;
     if (c->pass) /* the statistics pass: its integers alone (secagg_client.c) */
-        e = fed_node_sa_client_trained(n, NULL, &j->layout, j->samples, NULL, 0);
+        e = fedi_node_sa_client_trained(n, NULL, &j->layout, j->samples, NULL, 0);
     else if ((e = fed_codec_decode(j->vec, j->vec_len, FED_CODEC_F32, d, j->sent_n)) == FED_OK)
-        e = fed_node_sa_client_trained(n, d, &j->layout, j->samples, c->eval_out, j->eval_ints);
+        e = fedi_node_sa_client_trained(n, d, &j->layout, j->samples, c->eval_out, j->eval_ints);
     sodium_memzero(d, (j->sent_n ? j->sent_n : 1) * sizeof *d); /* the delta in the clear */
     fed_free(d);
     if (e != FED_OK)
-        fed_node_sa_client_abort(n);
+        fedi_node_sa_client_abort(n);
     return e;
 }
 
@@ -728,7 +728,7 @@ static fed_err on_secure_model(fed_node *n, node_open *op)
         fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_PAYLOAD);
         return FED_ERR_PAYLOAD;
     }
-    if (fed_node_sa_client_took_part(n->client_sa, m->hdr.round) ||
+    if (fedi_node_sa_client_took_part(n->client_sa, m->hdr.round) ||
         (m->hdr.round == n->round && !(c->round == n->round && j->vec_len))) {
         /* its masked input of this round went out already (the aggregator
            restarted, or a hostile one asks again), or it trained this round
@@ -751,7 +751,7 @@ static fed_err on_secure_model(fed_node *n, node_open *op)
         fed_log(FED_LOG_INFO, "client: secagg round %llu try %u: masking its delta afresh",
                 (unsigned long long)c->round, m->block.settings.sa_try);
         (void)n->env.cancel_timer(n->env.self, NODE_TIMER_RETRY);
-        if ((e = fed_node_sa_client_begin(n, m)) != FED_OK)
+        if ((e = fedi_node_sa_client_begin(n, m)) != FED_OK)
             return e;
         c->state = CL_SECAGG;
         if ((e = secure_trained(n)) != FED_OK)
@@ -761,7 +761,7 @@ static fed_err on_secure_model(fed_node *n, node_open *op)
     c->secure = 1;
     if ((e = on_model_train(n, op)) != FED_OK || c->state != CL_TRAINING)
         return e;
-    return fed_node_sa_client_begin(n, m);
+    return fedi_node_sa_client_begin(n, m);
 }
 
 /* A MODEL for round r: take its vector and start training. */
@@ -834,7 +834,7 @@ static fed_err fed_node_client_bad_model(fed_node *n, node_open *op, fed_err why
                 fed_errname(FED_ERR_MODEL_MISMATCH));
         goto decline;
     }
-    if ((e = fed_node_model_whole(&m->block.settings, &whole)) != FED_OK)
+    if ((e = fedi_node_model_whole(&m->block.settings, &whole)) != FED_OK)
         return e;
     if (fed_model_spec_explain(whole, in, spec_why, sizeof spec_why) == FED_OK) {
         e = fed_model_spec_nparams(whole, in, &want);
@@ -934,7 +934,7 @@ static fed_err on_model_train(fed_node *n, node_open *op)
     fed_free(c->graph); /* no job runs while the client asks */
     c->graph = NULL;
     if (m->block.settings.graph &&
-        (e = fed_node_model_whole(&m->block.settings, &c->graph)) != FED_OK)
+        (e = fedi_node_model_whole(&m->block.settings, &c->graph)) != FED_OK)
         return e;
     if ((e = flops_of(n, &m->block.settings, c->graph ? c->graph : m->block.settings.spec,
                       &flops)) != FED_OK)
@@ -984,7 +984,7 @@ static fed_err on_model_train(fed_node *n, node_open *op)
 
     if ((e = eval_plan(n, &m->block.settings, j)) != FED_OK)
         return e;
-    j->job.fn = c->pass ? fed_node_stats_job_run : fed_node_train_job_run;
+    j->job.fn = c->pass ? fedi_node_stats_job_run : fedi_node_train_job_run;
     j->stats = c->stats_out;
     j->stats_cols = n->cfg.data.stats_cols;
     j->job.user = n;
@@ -1033,7 +1033,7 @@ static fed_err on_model_train(fed_node *n, node_open *op)
     }
     j->err = FED_OK;
     c->state = CL_TRAINING;
-    c->train_start_ms = fed_node_wall_ms(n);
+    c->train_start_ms = fedi_node_wall_ms(n);
     n->env.charge(n->env.self, flops * (double)n->cfg.data.shard_n * j->set.local_epochs);
     if ((e = (fed_err)n->env.submit(n->env.self, &j->job)) != FED_OK) {
         c->state = CL_IDLE;
@@ -1057,7 +1057,7 @@ static fed_err record_round(fed_node *n)
     size_t ns = 1, nctl;
     fed_err e;
 
-    fed_node_state_encode(state, FED_NODE_CLIENT, c->round);
+    fedi_node_state_encode(state, FED_NODE_CLIENT, c->round);
     if (j->residual) {
         if (!(res = fed_malloc(c->nparams * sizeof(float))))
             return FED_ERR_NOMEM;
@@ -1102,7 +1102,7 @@ static fed_err record_round(fed_node *n)
     memset(&row, 0, sizeof row);
     row.round = c->round;
     row.start_ms = c->train_start_ms;
-    row.end_ms = fed_node_wall_ms(n);
+    row.end_ms = fedi_node_wall_ms(n);
     row.loss = j->loss;
     row.accuracy = j->local_test ? j->own_acc : NAN; /* its own model, its local test split */
     row.samples = j->samples;
@@ -1177,7 +1177,7 @@ static fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
         fed_log(FED_LOG_WARN, "client: round %llu: %s: declined, nothing sent",
                 (unsigned long long)c->round, fed_strerror(j->err));
         if (c->secure)
-            fed_node_sa_client_abort(n);
+            fedi_node_sa_client_abort(n);
         c->leave_reason = (uint32_t)j->err;
         c->resends = 0;
         j->vec_len = 0;
@@ -1225,18 +1225,18 @@ static fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
         if ((rec = record_round(n)) != FED_OK) {
             /* the record (and a DP charge) is durable before the masked
                input leaves, or the input does not leave */
-            fed_node_sa_client_abort(n);
+            fedi_node_sa_client_abort(n);
             return not_sent_unrecorded(n, rec);
         }
         if (j->dp_on)
             dp_log_spent(n);
-        if (fed_node_sa_client_active(n->client_sa)) {
+        if (fedi_node_sa_client_active(n->client_sa)) {
             c->state = CL_SECAGG;
             e = secure_trained(n);
         } else {
             e = FED_OK;
         }
-        if (!fed_node_sa_client_active(n->client_sa))
+        if (!fedi_node_sa_client_active(n->client_sa))
             e = ask(n, FED_WIRE_NEXT); /* the round was dropped meanwhile */
     } else if (j->dp_on) {
         /* DP-SGD: the round's epsilon is charged and fsynced before the
@@ -1265,7 +1265,7 @@ static fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
     info.loss = j->loss;
     info.lr = j->set.lr;
     info.accuracy = NAN;
-    info.end_ms = fed_node_wall_ms(n);
+    info.end_ms = fedi_node_wall_ms(n);
     info.start_ms = c->train_start_ms;
     if (n->cfg.on_round)
         n->cfg.on_round(n->cfg.observer, n, &info);
@@ -1287,14 +1287,14 @@ static fed_err on_ack(fed_node *n, const fed_wire_msg *m)
         return FED_OK;
     }
     if (c->state == CL_SENDING && m->hdr.round == c->round) {
-        if (b->status == FED_OK && fed_node_tx_active(n, c->agg)) {
+        if (b->status == FED_OK && fedi_node_tx_active(n, c->agg)) {
             int sent = 0;
             fed_err e = push_delta(n, &sent);
 
             if (sent || e != FED_OK)
                 return e; /* a failed push: the retry timer resends */
         }
-        fed_node_tx_drop(n, c->agg);
+        fedi_node_tx_drop(n, c->agg);
         if (b->status != FED_OK) {
             fed_log(FED_LOG_WARN, "client: delta of round %llu refused: %s",
                     (unsigned long long)c->round, fed_strerror((int)b->status));
@@ -1324,9 +1324,9 @@ static fed_err on_new_epoch(fed_node *n, const fed_wire_msg *m)
             "is gone with it; saying HELLO", (unsigned long long)m->hdr.sender_epoch,
             (unsigned long long)c->agg_epoch, (unsigned long long)c->round);
     c->agg_epoch = 0; /* the next ask is a HELLO */
-    if (fed_node_sa_client_active(n->client_sa))
-        fed_node_sa_client_abort(n);
-    fed_node_tx_drop(n, c->agg);
+    if (fedi_node_sa_client_active(n->client_sa))
+        fedi_node_sa_client_abort(n);
+    fedi_node_tx_drop(n, c->agg);
     if (c->state == CL_TRAINING)
         return FED_OK; /* the job's end asks (HELLO: the epoch is unknown) */
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_RETRY);
@@ -1351,7 +1351,7 @@ static fed_err fed_node_client_on_msg(fed_node *n, node_open *op)
     const fed_wire_msg *m = &op->msg;
 
     if (op->req) { /* nobody sends a client requests */
-        fed_node_refuse(n, op->req);
+        fedi_node_refuse(n, op->req);
         op->req = NULL;
         fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_ROLE);
         return FED_ERR_ROLE;
@@ -1366,15 +1366,15 @@ static fed_err fed_node_client_on_msg(fed_node *n, node_open *op)
     if (c->state == CL_DONE)
         return FED_OK;
     if (FED_WIRE_IS_SA(m->hdr.type) ||
-        (m->hdr.type == FED_WIRE_ACK && fed_node_sa_client_active(n->client_sa) &&
+        (m->hdr.type == FED_WIRE_ACK && fedi_node_sa_client_active(n->client_sa) &&
          !(m->block.ack_flags & FED_WIRE_ACK_FINISHED) &&
          (c->state == CL_TRAINING || c->state == CL_SECAGG))) {
         int done = 0;
         fed_err e;
 
-        if (!fed_node_sa_client_active(n->client_sa))
+        if (!fedi_node_sa_client_active(n->client_sa))
             return FED_OK; /* an answer to a stage given up on */
-        e = fed_node_sa_client_on_reply(n, op, &done);
+        e = fedi_node_sa_client_on_reply(n, op, &done);
         if (done && c->state != CL_TRAINING)
             return ask(n, FED_WIRE_NEXT);
         return e;
@@ -1394,10 +1394,10 @@ static fed_err fed_node_client_on_timer(fed_node *n, uint32_t id)
 
     if (id != NODE_TIMER_RETRY)
         return FED_ERR_INVAL;
-    if (fed_node_sa_client_active(n->client_sa) &&
+    if (fedi_node_sa_client_active(n->client_sa) &&
         (c->state == CL_TRAINING || c->state == CL_SECAGG)) {
         int gave_up = 0;
-        fed_err e = fed_node_sa_client_retry(n, &gave_up);
+        fed_err e = fedi_node_sa_client_retry(n, &gave_up);
 
         if (gave_up && c->state != CL_TRAINING)
             return ask(n, FED_WIRE_HELLO);
@@ -1408,13 +1408,13 @@ static fed_err fed_node_client_on_timer(fed_node *n, uint32_t id)
         int leave = c->out_type == FED_WIRE_LEAVE;
         fed_err e;
 
-        if (!fed_node_retry_take(n, leave ? NULL : c->agg, &c->resends, n->cfg.client.delta_retries))
+        if (!fedi_node_retry_take(n, leave ? NULL : c->agg, &c->resends, n->cfg.client.delta_retries))
             return ask(n, FED_WIRE_HELLO); /* the aggregator may have restarted */
         if (leave)
             return send_leave(n);
         fed_log(FED_LOG_INFO, "client: no answer to the delta of round %llu; resending",
                 (unsigned long long)c->round);
-        if (fed_node_retry_frame(n, c->agg, n->cfg.transfer.retry_ms, &e))
+        if (fedi_node_retry_frame(n, c->agg, n->cfg.transfer.retry_ms, &e))
             return e;
         return send_delta(n);
     }
@@ -1453,7 +1453,7 @@ static fed_err fed_node_client_bad_reply(fed_node *n, node_open *op, fed_err why
     return fed_node_client_bad_model(n, op, why);
 }
 
-const node_role_ops fed_node_client_ops = {
+const node_role_ops fedi_node_client_ops = {
     .check = fed_node_client_check,
     .create = fed_node_client_new,
     .destroy = fed_node_client_free,

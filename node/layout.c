@@ -169,7 +169,7 @@ void fed_node_layout_put(const fed_node_layout *l, int weight, fed_wire_block *b
     if (fed_node_layout_trivial(l))
         return;
     nd = fed_node_layout_segments(l, 1, 1, d);
-    n = weight ? fed_agg_seg_secure(d, nd, 1, 0, segs) : nd;
+    n = weight ? fedi_agg_seg_secure(d, nd, 1, 0, segs) : nd;
     for (size_t i = 0; i < n; i++) {
         b->seg_len[i] = (uint32_t)(weight ? segs : d)[i].len;
         b->seg_rule[i] = (uint32_t)(weight ? segs : d)[i].rule;

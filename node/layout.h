@@ -17,7 +17,7 @@
 #include "core/err.h"
 #include "gossip/wire.h"
 #include "model/model.h"
-#include "node/agg_input.h"
+#include "node/agg_input_impl.h"
 
 typedef enum layout_path {
     LAYOUT_TRAINED = 0, /* segment 0: through the strategy */

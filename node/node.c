@@ -20,6 +20,27 @@
 #include "node/node_impl.h"
 #include "node/site_eval.h"
 
+/* Whether a client takes the model whole (a spec) over its input in: the
+ * same as own (its declared model; NULL: any), within max_params and
+ * max_flops: FED_OK with its parameters in *nparams; FED_ERR_SPEC when it
+ * builds nothing over in; else FED_ERR_MODEL_MISMATCH with why (cap bytes)
+ * saying what differs: both models' hashes and the first difference, or
+ * the bound passed. */
+static FED_WUR fed_err node_model_admit(const char *whole, const char *own, fed_model_shape in,
+                                        double max_params, double max_flops, size_t *nparams,
+                                        char *why, size_t cap);
+
+static void node_open_free(node_open *op);
+
+static FED_WUR fed_err node_state_decode(const fed_store_ckpt *c, fed_node_role role,
+                                         uint64_t *round);
+
+/* "round", "deadline", "poll", "retry" (or "unknown"), for messages. */
+static const char *node_timer_name(uint32_t id);
+
+/* Room in txbuf for a frame with payload_len bytes of payload. */
+static FED_WUR fed_err node_tx_reserve(fed_node *n, size_t payload_len);
+
 void fed_node_config_default(fed_node_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -58,9 +79,9 @@ void fed_node_config_default(fed_node_config *cfg)
 
 /* The roles by fed_node_role: each role's file defines its entry. */
 static const node_role_ops *const node_roles[] = {
-    [FED_NODE_CLIENT] = &fed_node_client_ops,
-    [FED_NODE_AGGREGATOR] = &fed_node_agg_ops,
-    [FED_NODE_PEER] = &fed_node_peer_ops,
+    [FED_NODE_CLIENT] = &fedi_node_client_ops,
+    [FED_NODE_AGGREGATOR] = &fedi_node_agg_ops,
+    [FED_NODE_PEER] = &fedi_node_peer_ops,
 };
 
 /* The common part of the configuration, then the role's (*ops: its table). */
@@ -96,7 +117,7 @@ static fed_err round_schedule(const fed_node_config *cfg, const node_role_ops *o
     return FED_OK;
 }
 
-float fed_node_round_lr(const fed_node *n, uint64_t round)
+float fedi_node_round_lr(const fed_node *n, uint64_t round)
 {
     long step = round > 1 ? (round - 1 < (uint64_t)LONG_MAX ? (long)(round - 1) : LONG_MAX) : 0;
     float lr = fed_optim_sched_lr(&n->lr_sched, step);
@@ -146,7 +167,7 @@ fed_err fed_node_new(const fed_node_config *given, const fed_env *env, fed_node 
     if ((e = fed_wire_new(&wc, cfg->arena, cfg->allow, &n->wire)) != FED_OK)
         goto out;
     fed_wire_set_epoch(n->wire, fed_store_epoch(cfg->store));
-    fed_node_rx_init(n);
+    fedi_node_rx_init(n);
     if ((e = fed_store_set_node_key(cfg->store, n->key)) != FED_OK)
         goto out;
     e = n->ops->create(n);
@@ -159,7 +180,7 @@ out:
     return FED_OK;
 }
 
-void fed_node_open_free(node_open *op)
+static void node_open_free(node_open *op)
 {
     if (!op)
         return;
@@ -187,13 +208,13 @@ void fed_node_free(fed_node *n)
 
             (void)ignored;
         }
-        fed_node_open_free(op);
+        node_open_free(op);
     }
     if (n->wire)
-        fed_node_tx_drop_all(n);
-    fed_node_cast_free(n); /* unpins what was sealed ahead: before the wire */
+        fedi_node_tx_drop_all(n);
+    fedi_node_cast_free(n); /* unpins what was sealed ahead: before the wire */
     fed_wire_free(n->wire); /* closes the incoming streams ... */
-    fed_node_rx_free_all(n); /* ... whose buffers are ours */
+    fedi_node_rx_free_all(n); /* ... whose buffers are ours */
     fed_free(n->peers);
     fed_free(n->txbuf);
     fed_free(n);
@@ -215,7 +236,7 @@ void fed_node_get_progress(const fed_node *n, fed_node_progress *out)
         n->ops->progress(n, out);
 }
 
-const char *fed_node_timer_name(uint32_t id)
+static const char *node_timer_name(uint32_t id)
 {
     switch (id) {
     case NODE_TIMER_ROUND:
@@ -233,7 +254,7 @@ const char *fed_node_timer_name(uint32_t id)
     }
 }
 
-fed_err fed_node_arm(fed_node *n, uint64_t at_ms, uint32_t id)
+fed_err fedi_node_arm(fed_node *n, uint64_t at_ms, uint32_t id)
 {
     fed_err e = (fed_err)n->env.set_timer(n->env.self, at_ms, id);
 
@@ -242,15 +263,15 @@ fed_err fed_node_arm(fed_node *n, uint64_t at_ms, uint32_t id)
     fed_log(FED_LOG_ERROR,
             "node: the %s timer (id %u) could not be armed: %s; without it round %llu would "
             "stall, so the node stops",
-            fed_node_timer_name(id), id, fed_strerror(e), (unsigned long long)(n->round + 1));
+            node_timer_name(id), id, fed_strerror(e), (unsigned long long)(n->round + 1));
     if (n->failed == FED_OK)
         n->failed = e;
     return e;
 }
 
-fed_err fed_node_arm_in(fed_node *n, uint64_t after_ms, uint32_t id)
+fed_err fedi_node_arm_in(fed_node *n, uint64_t after_ms, uint32_t id)
 {
-    return fed_node_arm(n, n->env.now_ms(n->env.self) + after_ms, id);
+    return fedi_node_arm(n, n->env.now_ms(n->env.self) + after_ms, id);
 }
 #define FED_NODE_RECV_SLACK ((size_t)64 << 10) /* typed block, PEERS frames */
 
@@ -283,14 +304,14 @@ const fed_wire_counters *fed_node_wire_counters(const fed_node *n)
     return fed_wire_get_counters(n->wire);
 }
 
-uint64_t fed_node_wall_ms(const fed_node *n)
+uint64_t fedi_node_wall_ms(const fed_node *n)
 {
     return n->env.wall_ms(n->env.self);
 }
 
 /* ---- sequence numbers ---- */
 
-fed_err fed_node_next_seq(fed_node *n, const uint8_t key[32], uint64_t *seq)
+fed_err fedi_node_next_seq(fed_node *n, const uint8_t key[32], uint64_t *seq)
 {
     int found;
     size_t i = fed_key_search(n->peers, n->npeers, sizeof *n->peers, key, &found);
@@ -317,7 +338,7 @@ fed_err fed_node_next_seq(fed_node *n, const uint8_t key[32], uint64_t *seq)
 
 /* ---- sending ---- */
 
-fed_err fed_node_tx_reserve(fed_node *n, size_t payload_len)
+static fed_err node_tx_reserve(fed_node *n, size_t payload_len)
 {
     size_t need = fed_wire_frame_bytes(payload_len);
 
@@ -334,8 +355,8 @@ fed_err fed_node_tx_reserve(fed_node *n, size_t payload_len)
     return FED_OK;
 }
 
-fed_err fed_node_header(fed_node *n, uint8_t type, const uint8_t to[32], uint64_t round,
-                        uint64_t recipient_epoch, uint16_t codec, fed_wire_hdr *h)
+fed_err fedi_node_header(fed_node *n, uint8_t type, const uint8_t to[32], uint64_t round,
+                         uint64_t recipient_epoch, uint16_t codec, fed_wire_hdr *h)
 {
     memset(h, 0, sizeof *h);
     h->type = type;
@@ -344,11 +365,11 @@ fed_err fed_node_header(fed_node *n, uint8_t type, const uint8_t to[32], uint64_
     h->recipient_epoch = recipient_epoch;
     h->round = round;
     h->codec = codec;
-    return fed_node_next_seq(n, to, &h->seq);
+    return fedi_node_next_seq(n, to, &h->seq);
 }
 
-fed_err fed_node_transmit(fed_node *n, fed_req *req, const uint8_t to[32], const uint8_t *frame,
-                          size_t len)
+fed_err fedi_node_transmit(fed_node *n, fed_req *req, const uint8_t to[32], const uint8_t *frame,
+                           size_t len)
 {
     fed_err e;
 
@@ -368,10 +389,10 @@ fed_err fed_node_transmit(fed_node *n, fed_req *req, const uint8_t to[32], const
 
 static fed_err transmit(fed_node *n, fed_req *req, const fed_wire_hdr *h, size_t flen)
 {
-    return fed_node_transmit(n, req, h->recipient, n->txbuf, flen);
+    return fedi_node_transmit(n, req, h->recipient, n->txbuf, flen);
 }
 
-fed_err fed_node_emit_payload(fed_node *n, fed_req *req, fed_wire_hdr *h, size_t payload_len)
+fed_err fedi_node_emit_payload(fed_node *n, fed_req *req, fed_wire_hdr *h, size_t payload_len)
 {
     size_t flen = 0;
     fed_err e = fed_wire_seal(n->wire, h, n->txbuf, n->cap_tx, payload_len, n->env.random,
@@ -380,17 +401,17 @@ fed_err fed_node_emit_payload(fed_node *n, fed_req *req, fed_wire_hdr *h, size_t
     if (e != FED_OK) {
         fed_log(FED_LOG_ERROR, "node: sealing a %s frame failed: %s", fed_wire_type_name(h->type),
                 fed_strerror(e));
-        fed_node_refuse(n, req);
+        fedi_node_refuse(n, req);
         return e;
     }
     return transmit(n, req, h, flen);
 }
 
-fed_err fed_node_emit(fed_node *n, fed_req *req, fed_wire_hdr *h, const fed_wire_block *b,
-                      const uint8_t *vec, size_t vlen)
+fed_err fedi_node_emit(fed_node *n, fed_req *req, fed_wire_hdr *h, const fed_wire_block *b,
+                       const uint8_t *vec, size_t vlen)
 {
     size_t flen = 0;
-    fed_err e = fed_node_tx_reserve(n, fed_wire_block_bytes(h->type, b) + vlen);
+    fed_err e = node_tx_reserve(n, fed_wire_block_bytes(h->type, b) + vlen);
 
     if (e == FED_OK)
         e = fed_wire_build(n->wire, h, b, vec, vlen, n->txbuf, n->cap_tx, n->env.random,
@@ -398,31 +419,31 @@ fed_err fed_node_emit(fed_node *n, fed_req *req, fed_wire_hdr *h, const fed_wire
     if (e != FED_OK) {
         fed_log(FED_LOG_ERROR, "node: building a %s frame failed: %s", fed_wire_type_name(h->type),
                 fed_strerror(e));
-        fed_node_refuse(n, req);
+        fedi_node_refuse(n, req);
         return e;
     }
     return transmit(n, req, h, flen);
 }
 
-fed_err fed_node_ack(fed_node *n, fed_req *req, const fed_wire_hdr *to, fed_err status,
-                     uint32_t flags)
+fed_err fedi_node_ack(fed_node *n, fed_req *req, const fed_wire_hdr *to, fed_err status,
+                      uint32_t flags)
 {
     fed_wire_hdr h;
     fed_wire_block b;
-    fed_err e = fed_node_header(n, FED_WIRE_ACK, to->sender, to->round, to->sender_epoch,
-                                FED_CODEC_NONE, &h);
+    fed_err e = fedi_node_header(n, FED_WIRE_ACK, to->sender, to->round, to->sender_epoch,
+                                 FED_CODEC_NONE, &h);
 
     if (e != FED_OK) {
-        fed_node_refuse(n, req);
+        fedi_node_refuse(n, req);
         return e;
     }
     memset(&b, 0, sizeof b);
     b.status = (uint32_t)status;
     b.ack_flags = flags;
-    return fed_node_emit(n, req, &h, &b, NULL, 0);
+    return fedi_node_emit(n, req, &h, &b, NULL, 0);
 }
 
-void fed_node_refuse(fed_node *n, fed_req *req)
+void fedi_node_refuse(fed_node *n, fed_req *req)
 {
     if (req)
         (void)n->env.reply(n->env.self, req, NULL, 0);
@@ -430,7 +451,7 @@ void fed_node_refuse(fed_node *n, fed_req *req)
 
 /* ---- receiving ---- */
 
-fed_err fed_node_expected_entries(node_open *op, size_t *want)
+fed_err fedi_node_expected_entries(node_open *op, size_t *want)
 {
     fed_model_shape in;
     char *whole = NULL;
@@ -442,20 +463,20 @@ fed_err fed_node_expected_entries(node_open *op, size_t *want)
     }
     if (op->msg.hdr.type != FED_WIRE_MODEL)
         return FED_ERR_PAYLOAD;
-    if ((e = fed_node_model_input(&op->msg.block.settings, op->shape, op->classes, &in,
-                                  op->model_why, sizeof op->model_why)) != FED_OK ||
-        (e = fed_node_model_whole(&op->msg.block.settings, &whole)) != FED_OK)
+    if ((e = fedi_node_model_input(&op->msg.block.settings, op->shape, op->classes, &in,
+                                   op->model_why, sizeof op->model_why)) != FED_OK ||
+        (e = fedi_node_model_whole(&op->msg.block.settings, &whole)) != FED_OK)
         return e;
-    e = fed_node_model_admit(whole, op->own_model, in, op->max_params, op->max_flops, want,
-                             op->model_why, sizeof op->model_why);
+    e = node_model_admit(whole, op->own_model, in, op->max_params, op->max_flops, want,
+                         op->model_why, sizeof op->model_why);
     fed_free(whole);
     if (e == FED_OK && (op->msg.block.settings.paths_flags & FED_WIRE_PATHS_SCAFFOLD))
         *want *= 2; /* SCAFFOLD: the server's control variate after the model */
     return e;
 }
 
-fed_err fed_node_model_input(const fed_wire_settings *s, fed_model_shape data, int declared,
-                             fed_model_shape *out, char *why, size_t cap)
+fed_err fedi_node_model_input(const fed_wire_settings *s, fed_model_shape data, int declared,
+                              fed_model_shape *out, char *why, size_t cap)
 {
     const uint32_t *m = s->input;
 
@@ -480,7 +501,7 @@ fed_err fed_node_model_input(const fed_wire_settings *s, fed_model_shape data, i
     return FED_OK;
 }
 
-fed_err fed_node_model_whole(const fed_wire_settings *s, char **out)
+fed_err fedi_node_model_whole(const fed_wire_settings *s, char **out)
 {
     size_t len = s->graph ? s->graph_len : strlen(s->spec);
 
@@ -491,9 +512,9 @@ fed_err fed_node_model_whole(const fed_wire_settings *s, char **out)
     return FED_OK;
 }
 
-fed_err fed_node_model_admit(const char *whole, const char *own, fed_model_shape in,
-                             double max_params, double max_flops, size_t *nparams, char *why,
-                             size_t cap)
+static fed_err node_model_admit(const char *whole, const char *own, fed_model_shape in,
+                                double max_params, double max_flops, size_t *nparams, char *why,
+                                size_t cap)
 {
     char ha[FED_MODEL_HASH_CHARS], hb[FED_MODEL_HASH_CHARS];
     double flops = 0;
@@ -540,7 +561,7 @@ static void open_job(fed_job *job)
     if (m->stream) {
         if (!m->stream_done)
             return; /* a chunk in; the vector is not whole yet */
-        fed_node_rx_whole_msg(op);
+        fedi_node_rx_whole_msg(op);
     }
     if (m->hdr.type == FED_WIRE_SHARE || m->hdr.type == FED_WIRE_SLICE) {
         /* push-sum totals, all-reduce ranges: in double */
@@ -570,7 +591,7 @@ static void open_job(fed_job *job)
     }
     if (m->hdr.type != FED_WIRE_MODEL && m->hdr.type != FED_WIRE_DELTA)
         return;
-    if ((e = fed_node_expected_entries(op, &want)) != FED_OK) {
+    if ((e = fedi_node_expected_entries(op, &want)) != FED_OK) {
         op->result = e;
         return;
     }
@@ -615,24 +636,24 @@ static fed_err open_done(fed_node *n, node_open *op)
         e == FED_ERR_MODEL_MISMATCH) {
         /* the envelope held (the sender is who it says), its contents did not */
         if (fed_wire_finish(n->wire, &op->ticket, FED_OK, &op->msg) != FED_OK) {
-            fed_node_refuse(n, op->req); /* the sequence was taken meanwhile */
+            fedi_node_refuse(n, op->req); /* the sequence was taken meanwhile */
             op->req = NULL;
             return e;
         }
         fed_wire_note_reject(n->wire, &op->msg.hdr, e);
         if (op->req)
-            (void)fed_node_ack(n, op->req, &op->msg.hdr, e, 0);
+            (void)fedi_node_ack(n, op->req, &op->msg.hdr, e, 0);
         else if (n->ops->bad_reply &&
                  (e == FED_ERR_CODEC || e == FED_ERR_SPEC || e == FED_ERR_MODEL_MISMATCH))
             e = n->ops->bad_reply(n, op, e); /* a model it cannot build? */
         op->req = NULL;
-        fed_node_transfer_done(n, op);
+        fedi_node_transfer_done(n, op);
         return e;
     }
     e = fed_wire_finish(n->wire, &op->ticket, e, &op->msg);
     if (e == FED_ERR_REPLAY && op->req && is_stream_frame(&op->ticket.hdr)) {
         /* a resend (fresh sequence) of a chunk we hold: its ACK was lost */
-        (void)fed_node_ack(n, op->req, &op->ticket.hdr, FED_OK, FED_WIRE_ACK_DUPLICATE);
+        (void)fedi_node_ack(n, op->req, &op->ticket.hdr, FED_OK, FED_WIRE_ACK_DUPLICATE);
         op->req = NULL;
         return e;
     }
@@ -642,14 +663,14 @@ static fed_err open_done(fed_node *n, node_open *op)
             /* a stream (its first frame opened) too long, or of another
                graph: a client's MODEL it cannot build over its data? */
             e = n->ops->bad_reply(n, op, e);
-        fed_node_refuse(n, op->req);
+        fedi_node_refuse(n, op->req);
         op->req = NULL;
         return e;
     }
-    if ((e = fed_node_transfer_on_msg(n, op, &handled)), handled)
+    if ((e = fedi_node_transfer_on_msg(n, op, &handled)), handled)
         return e;
     e = n->ops->on_msg(n, op);
-    fed_node_transfer_done(n, op);
+    fedi_node_transfer_done(n, op);
     return e;
 }
 
@@ -672,10 +693,10 @@ static int tell_old_epoch(fed_node *n, fed_req *req, const uint8_t *frame, size_
     i = fed_key_search(n->peers, n->npeers, sizeof *n->peers, h.sender, &found);
     if (found && n->peers[i].told_old_ms && now + 1 < n->peers[i].told_old_ms + 1000)
         return 0;
-    if (fed_node_ack(n, req, &h, FED_ERR_OLD_EPOCH, 0) != FED_OK)
+    if (fedi_node_ack(n, req, &h, FED_ERR_OLD_EPOCH, 0) != FED_OK)
         return 1; /* the request was answered empty (refused) */
     i = fed_key_search(n->peers, n->npeers, sizeof *n->peers, h.sender, &found);
-    if (found) /* fed_node_ack numbered the frame: the peer has an entry */
+    if (found) /* fedi_node_ack numbered the frame: the peer has an entry */
         n->peers[i].told_old_ms = now + 1;
     return 1;
 }
@@ -686,8 +707,8 @@ fed_err fed_node_on_frame(fed_node *n, fed_req *req, const uint8_t *frame, size_
     fed_err e;
 
     if (!(op = fed_calloc(1, sizeof *op)) || !(op->frame = fed_malloc(len ? len : 1))) {
-        fed_node_open_free(op);
-        fed_node_refuse(n, req);
+        node_open_free(op);
+        fedi_node_refuse(n, req);
         return FED_ERR_NOMEM;
     }
     memcpy(op->frame, frame, len);
@@ -715,12 +736,12 @@ fed_err fed_node_on_frame(fed_node *n, fed_req *req, const uint8_t *frame, size_
         open_job(&op->job);
     }
     e = open_done(n, op);
-    fed_node_open_free(op);
+    node_open_free(op);
     return e;
 refuse:
     if (e != FED_ERR_OLD_EPOCH || !tell_old_epoch(n, req, frame, len))
-        fed_node_refuse(n, req);
-    fed_node_open_free(op);
+        fedi_node_refuse(n, req);
+    node_open_free(op);
     return e;
 }
 
@@ -733,7 +754,7 @@ fed_err fed_node_on_job_done(fed_node *n, fed_job *job)
 
         opens_unlink(n, op);
         e = open_done(n, op);
-        fed_node_open_free(op);
+        node_open_free(op);
         return e;
     }
     return n->ops->on_job(n, job);
@@ -746,7 +767,7 @@ fed_err fed_node_stop(fed_node *n)
 
 fed_err fed_node_on_timer(fed_node *n, uint32_t timer_id)
 {
-    fed_node_rx_sweep(n);
+    fedi_node_rx_sweep(n);
     return n->ops->on_timer(n, timer_id);
 }
 
@@ -758,8 +779,8 @@ fed_err fed_node_start(fed_node *n)
     return n->ops->start(n);
 }
 
-fed_err fed_node_encode_vec(const fed_codec *c, const float *x, size_t n, float *residual,
-                            uint8_t **buf, size_t *cap, size_t *len)
+fed_err fedi_node_encode_vec(const fed_codec *c, const float *x, size_t n, float *residual,
+                             uint8_t **buf, size_t *cap, size_t *len)
 {
     size_t need = 0;
     fed_err e = fed_codec_size(c, n, &need);
@@ -779,7 +800,7 @@ fed_err fed_node_encode_vec(const fed_codec *c, const float *x, size_t n, float 
 
 /* ---- checkpoint state ---- */
 
-void fed_node_state_encode(uint8_t out[FED_NODE_STATE_BYTES], fed_node_role role, uint64_t round)
+void fedi_node_state_encode(uint8_t out[FED_NODE_STATE_BYTES], fed_node_role role, uint64_t round)
 {
     memset(out, 0, FED_NODE_STATE_BYTES);
     memcpy(out, FED_NODE_STATE_MAGIC, sizeof FED_NODE_STATE_MAGIC);
@@ -788,17 +809,17 @@ void fed_node_state_encode(uint8_t out[FED_NODE_STATE_BYTES], fed_node_role role
     fed_put_u64le(out + 16, round);
 }
 
-fed_err fed_node_resume_latest(fed_node *n, fed_store_ckpt *ck, uint64_t *round)
+fed_err fedi_node_resume_latest(fed_node *n, fed_store_ckpt *ck, uint64_t *round)
 {
     fed_err e;
 
     memset(ck, 0, sizeof *ck);
     if ((e = fed_store_latest_valid_checkpoint(n->cfg.store, ck, NULL)) != FED_OK)
         return e;
-    return fed_node_state_decode(ck, n->cfg.role, round);
+    return node_state_decode(ck, n->cfg.role, round);
 }
 
-fed_err fed_node_state_decode(const fed_store_ckpt *c, fed_node_role role, uint64_t *round)
+static fed_err node_state_decode(const fed_store_ckpt *c, fed_node_role role, uint64_t *round)
 {
     const fed_store_section *s = fed_store_ckpt_find(c, FED_NODE_SEC_STATE);
     const uint8_t *b;

@@ -354,7 +354,7 @@ typedef struct fed_node_secagg_config {
                                      survivors, enforced by the aggregator and by
                                      each client: never below 3 (a smaller value
                                      counts as 3); default 3 */
-    /* integers summed exactly beside the delta (node/agg_input.h's INT64
+    /* integers summed exactly beside the delta (node/agg_input_impl.h's INT64
        segment: federated statistics, a site evaluation's counts): how many
        each client adds to a secure round's masked input; 0: none (default).
        The aggregator and its clients agree on it (a masked input of

@@ -80,16 +80,7 @@ static inline const char *fed_node_cfg_whole(const fed_node_config *c)
 
 /* The whole spec a MODEL's settings name: its graph (field 13) when it
  * carries one, else its spec; a NUL-terminated copy in *out (fed_free). */
-FED_WUR fed_err fed_node_model_whole(const fed_wire_settings *s, char **out);
-/* Whether a client takes the model whole (a spec) over its input in: the
- * same as own (its declared model; NULL: any), within max_params and
- * max_flops: FED_OK with its parameters in *nparams; FED_ERR_SPEC when it
- * builds nothing over in; else FED_ERR_MODEL_MISMATCH with why (cap bytes)
- * saying what differs: both models' hashes and the first difference, or
- * the bound passed. */
-FED_WUR fed_err fed_node_model_admit(const char *whole, const char *own, fed_model_shape in,
-                                     double max_params, double max_flops, size_t *nparams,
-                                     char *why, size_t cap);
+FED_WUR fed_err fedi_node_model_whole(const fed_wire_settings *s, char **out);
 
 /* The input a MODEL's model is built over at a client whose data has
  * shape data (its classes: declared, else its largest label + 1): the
@@ -98,8 +89,8 @@ FED_WUR fed_err fed_node_model_admit(const char *whole, const char *own, fed_mod
  * holding fewer classes trains the federation's model), and the classes the
  * client declares (declared; 0: none) exactly: else FED_ERR_MODEL_MISMATCH
  * with why (cap bytes; may be NULL) saying both. */
-FED_WUR fed_err fed_node_model_input(const fed_wire_settings *s, fed_model_shape data,
-                                     int declared, fed_model_shape *out, char *why, size_t cap);
+FED_WUR fed_err fedi_node_model_input(const fed_wire_settings *s, fed_model_shape data,
+                                      int declared, fed_model_shape *out, char *why, size_t cap);
 
 typedef struct node_tx node_tx; /* an outgoing stream (transfer.c) */
 typedef struct node_rx node_rx; /* an incoming stream's buffer (transfer.c) */
@@ -142,60 +133,53 @@ struct fed_node {
  * word, so a failure is handled here: logged as an error naming the timer,
  * and the node marked failed (fed_node_failed) for whoever runs it to stop
  * it. Returns the failure too, for callers that pass errors on. */
-fed_err fed_node_arm(fed_node *n, uint64_t at_ms, uint32_t id);
+fed_err fedi_node_arm(fed_node *n, uint64_t at_ms, uint32_t id);
 /* The same, after_ms from now. */
-fed_err fed_node_arm_in(fed_node *n, uint64_t after_ms, uint32_t id);
-/* "round", "deadline", "poll", "retry" (or "unknown"), for messages. */
-const char *fed_node_timer_name(uint32_t id);
+fed_err fedi_node_arm_in(fed_node *n, uint64_t after_ms, uint32_t id);
 /* The learning rate round (1-based) trains at: cfg.lr on cfg.lr_schedule
  * after cfg.lr_warmup rounds, the schedule's step being round - 1. */
-float fed_node_round_lr(const fed_node *n, uint64_t round);
+float fedi_node_round_lr(const fed_node *n, uint64_t round);
 /* Wall-clock ms (env.wall_ms), for the times rows record. */
-uint64_t fed_node_wall_ms(const fed_node *n);
+uint64_t fedi_node_wall_ms(const fed_node *n);
 /* The next sequence number for a frame to key. */
-FED_WUR fed_err fed_node_next_seq(fed_node *n, const uint8_t key[32], uint64_t *seq);
-/* Room in txbuf for a frame with payload_len bytes of payload. */
-FED_WUR fed_err fed_node_tx_reserve(fed_node *n, size_t payload_len);
+FED_WUR fed_err fedi_node_next_seq(fed_node *n, const uint8_t key[32], uint64_t *seq);
 /* Header for a frame of type to `to`, sequence and epochs filled in.
  * recipient_epoch: 0 for a HELLO, else the epoch the node last saw. */
-FED_WUR fed_err fed_node_header(fed_node *n, uint8_t type, const uint8_t to[32], uint64_t round,
-                                uint64_t recipient_epoch, uint16_t codec, fed_wire_hdr *h);
+FED_WUR fed_err fedi_node_header(fed_node *n, uint8_t type, const uint8_t to[32], uint64_t round,
+                                 uint64_t recipient_epoch, uint16_t codec, fed_wire_hdr *h);
 /* Seal a frame with block b and vector (vlen bytes) into txbuf, then send
  * it as a request (req == NULL) or as the reply to req. */
-FED_WUR fed_err fed_node_emit(fed_node *n, fed_req *req, fed_wire_hdr *h, const fed_wire_block *b,
-                              const uint8_t *vec, size_t vlen);
+FED_WUR fed_err fedi_node_emit(fed_node *n, fed_req *req, fed_wire_hdr *h, const fed_wire_block *b,
+                               const uint8_t *vec, size_t vlen);
 /* Seal txbuf's payload (payload_len bytes already at fed_wire_payload) and
  * send it as above. */
-FED_WUR fed_err fed_node_emit_payload(fed_node *n, fed_req *req, fed_wire_hdr *h,
-                                      size_t payload_len);
+FED_WUR fed_err fedi_node_emit_payload(fed_node *n, fed_req *req, fed_wire_hdr *h,
+                                       size_t payload_len);
 /* frame (len bytes, sealed) to `to` as a request, or as the reply to req. */
-FED_WUR fed_err fed_node_transmit(fed_node *n, fed_req *req, const uint8_t to[32],
-                                  const uint8_t *frame, size_t len);
+FED_WUR fed_err fedi_node_transmit(fed_node *n, fed_req *req, const uint8_t to[32],
+                                   const uint8_t *frame, size_t len);
 /* Entries of the vector op's MODEL or DELTA carries, as the role expects. */
-FED_WUR fed_err fed_node_expected_entries(node_open *op, size_t *want);
+FED_WUR fed_err fedi_node_expected_entries(node_open *op, size_t *want);
 /* Answer req with an ACK carrying status and flags (a failure is logged;
  * the requester then times out, so callers may ignore it). */
-fed_err fed_node_ack(fed_node *n, fed_req *req, const fed_wire_hdr *to, fed_err status,
+fed_err fedi_node_ack(fed_node *n, fed_req *req, const fed_wire_hdr *to, fed_err status,
                              uint32_t flags);
 /* Refuse a request: no answer (an empty reply). NULL fine. */
-void fed_node_refuse(fed_node *n, fed_req *req);
-void fed_node_open_free(node_open *op);
+void fedi_node_refuse(fed_node *n, fed_req *req);
 
 /* x (n) encoded with codec c into *buf (grown as needed, *cap bytes), *len
  * its size; residual as fed_codec_encode. Touches only its arguments (jobs
  * call it). */
-FED_WUR fed_err fed_node_encode_vec(const fed_codec *c, const float *x, size_t n, float *residual,
-                                    uint8_t **buf, size_t *cap, size_t *len);
+FED_WUR fed_err fedi_node_encode_vec(const fed_codec *c, const float *x, size_t n, float *residual,
+                                     uint8_t **buf, size_t *cap, size_t *len);
 
 /* Checkpoint helpers. */
-void fed_node_state_encode(uint8_t out[FED_NODE_STATE_BYTES], fed_node_role role, uint64_t round);
-FED_WUR fed_err fed_node_state_decode(const fed_store_ckpt *c, fed_node_role role,
-                                      uint64_t *round);
+void fedi_node_state_encode(uint8_t out[FED_NODE_STATE_BYTES], fed_node_role role, uint64_t round);
 /* Every role's resume starts here: the newest checkpoint that verifies into
  * ck (zeroed first; the caller finis it, whatever this returns) and the
  * round its node.state names for this node's role. FED_ERR_NOTFOUND: none
  * (a fresh node); else the load's or the state's error. */
-FED_WUR fed_err fed_node_resume_latest(fed_node *n, fed_store_ckpt *ck, uint64_t *round);
+FED_WUR fed_err fedi_node_resume_latest(fed_node *n, fed_store_ckpt *ck, uint64_t *round);
 
 /* ---- broadcast.c: one vector to many recipients, sealed together ---- */
 /* A recipient: the request to answer (NULL: a request to `to`), and the
@@ -205,82 +189,80 @@ typedef struct node_cast {
     uint8_t to[32];
     uint64_t recipient_epoch;
 } node_cast;
-/* As fed_node_header and fed_node_emit_vec for each of the k recipients
+/* As fedi_node_header and fedi_node_emit_vec for each of the k recipients
  * in turn, with one type, round, codec, block and vector; but the frames
  * are sealed together on cfg.pool and then sent together (in batches of
  * at most 64 frames and 64 MiB; a vector that needs a stream goes one by
  * one).
  * A recipient whose frame could not be made or sent is refused and
  * logged, and the others are still served: returns the first error. */
-FED_WUR fed_err fed_node_broadcast(fed_node *n, const node_cast *to, size_t k, uint8_t type,
-                                   uint64_t round, uint16_t codec, const fed_wire_block *b,
-                                   const uint8_t *vec, size_t vlen);
+FED_WUR fed_err fedi_node_broadcast(fed_node *n, const node_cast *to, size_t k, uint8_t type,
+                                    uint64_t round, uint16_t codec, const fed_wire_block *b,
+                                    const uint8_t *vec, size_t vlen);
 /* Seals the same frames for `to` ahead, on the pool, with beside(ctx)
  * started first beside them (the loop thread waits for all of it); a later
- * fed_node_broadcast of that type and round sends each frame whose
+ * fedi_node_broadcast of that type and round sends each frame whose
  * recipient it names with the same epoch, and drops the others. Nothing is
  * sealed (beside just runs) for a stream, past one batch or out of memory:
  * the broadcast then seals them itself. Only one set is kept: a new one
  * drops the old. */
-void fed_node_cast_ahead(fed_node *n, const node_cast *to, size_t k, uint8_t type,
-                         uint64_t round, uint16_t codec, const fed_wire_block *b,
-                         const uint8_t *vec, size_t vlen, void (*beside)(void *ctx),
-                         void *beside_ctx);
+void fedi_node_cast_ahead(fed_node *n, const node_cast *to, size_t k, uint8_t type,
+                          uint64_t round, uint16_t codec, const fed_wire_block *b,
+                          const uint8_t *vec, size_t vlen, void (*beside)(void *ctx),
+                          void *beside_ctx);
 /* Drops the frames sealed ahead (their sequence numbers go unused). */
-void fed_node_cast_drop_ahead(fed_node *n);
-void fed_node_cast_free(fed_node *n);
+void fedi_node_cast_drop_ahead(fed_node *n);
+void fedi_node_cast_free(fed_node *n);
 
 /* ---- transfer.c: vectors larger than one frame, as CHUNK streams ---- */
-/* As fed_node_emit, for a MODEL, DELTA or SA_MASKED with a vector: one
+/* As fedi_node_emit, for a MODEL, DELTA or SA_MASKED with a vector: one
  * sealed frame when it fits max_frame, else the first frame of a stream to
  * h->recipient. A MODEL reply's recipient pulls the rest; a DELTA or
- * SA_MASKED request's sender pushes it with fed_node_tx_push as each ACK
+ * SA_MASKED request's sender pushes it with fedi_node_tx_push as each ACK
  * comes. The vector is borrowed until the stream is dropped. */
-FED_WUR fed_err fed_node_emit_vec(fed_node *n, fed_req *req, fed_wire_hdr *h,
-                                  const fed_wire_block *b, const uint8_t *vec, size_t vlen);
-/* As fed_node_emit_vec, but a stream sends its own copy of vec (freed with
+FED_WUR fed_err fedi_node_emit_vec(fed_node *n, fed_req *req, fed_wire_hdr *h,
+                                   const fed_wire_block *b, const uint8_t *vec, size_t vlen);
+/* As fedi_node_emit_vec, but a stream sends its own copy of vec (freed with
  * the stream): for a caller that reuses vec at once (a peer's SHARE buffer,
  * encoded anew for each out-neighbour). */
-FED_WUR fed_err fed_node_emit_vec_copy(fed_node *n, fed_req *req, fed_wire_hdr *h,
-                                       const fed_wire_block *b, const uint8_t *vec,
-                                       size_t vlen);
+FED_WUR fed_err fedi_node_emit_vec_copy(fed_node *n, fed_req *req, fed_wire_hdr *h,
+                                        const fed_wire_block *b, const uint8_t *vec,
+                                        size_t vlen);
 /* Sends the next CHUNK of the stream to `to` as a request; *done when
  * every frame was sent already (nothing is sent then). */
-FED_WUR fed_err fed_node_tx_push(fed_node *n, const uint8_t to[32], int *done);
+FED_WUR fed_err fedi_node_tx_push(fed_node *n, const uint8_t to[32], int *done);
 /* Sends the last frame of the stream to `to` again, with a fresh sequence. */
-FED_WUR fed_err fed_node_tx_resend(fed_node *n, const uint8_t to[32]);
-int fed_node_tx_active(fed_node *n, const uint8_t to[32]);
+FED_WUR fed_err fedi_node_tx_resend(fed_node *n, const uint8_t to[32]);
+int fedi_node_tx_active(fed_node *n, const uint8_t to[32]);
 /* ... and of that round (an ACK of an earlier stream's frame, come after a
  * newer stream replaced it, must not push the newer one's chunks). */
-int fed_node_tx_active_round(fed_node *n, const uint8_t to[32], uint64_t round);
+int fedi_node_tx_active_round(fed_node *n, const uint8_t to[32], uint64_t round);
 /* Bytes the streams hold now: each outgoing one's frame (and copy), each
  * incoming one's buffer. */
-size_t fed_node_stream_bytes(const fed_node *n);
+size_t fedi_node_stream_bytes(const fed_node *n);
 /* A stream to `to` whose every frame was sent (its last one awaits its
  * answer). */
-int fed_node_tx_sent_all(fed_node *n, const uint8_t to[32]);
-void fed_node_tx_drop(fed_node *n, const uint8_t to[32]);
-void fed_node_tx_drop_all(fed_node *n);
+int fedi_node_tx_sent_all(fed_node *n, const uint8_t to[32]);
+void fedi_node_tx_drop(fed_node *n, const uint8_t to[32]);
+void fedi_node_tx_drop_all(fed_node *n);
 
-/* Asks the sender of st for its next chunk. */
-FED_WUR fed_err fed_node_pull(fed_node *n, const fed_wire_stream_rx *st);
 /* Asks again for the chunk awaited from sender (its reply was lost);
  * FED_ERR_NOTFOUND when no stream from it is under way. */
-FED_WUR fed_err fed_node_repull(fed_node *n, const uint8_t sender[32]);
-void fed_node_rx_init(fed_node *n);
+FED_WUR fed_err fedi_node_repull(fed_node *n, const uint8_t sender[32]);
+void fedi_node_rx_init(fed_node *n);
 /* Job side: a complete stream's whole MODEL or DELTA into op->msg. */
-void fed_node_rx_whole_msg(node_open *op);
+void fedi_node_rx_whole_msg(node_open *op);
 /* Loop side, after the frame passed the wire: serves a PULL, or takes a
  * chunk of an unfinished stream (*handled = 1); else the role's turn. */
-FED_WUR fed_err fed_node_transfer_on_msg(fed_node *n, node_open *op, int *handled);
+FED_WUR fed_err fedi_node_transfer_on_msg(fed_node *n, node_open *op, int *handled);
 /* After the role took a complete stream's message: the stream goes. */
-void fed_node_transfer_done(fed_node *n, node_open *op);
+void fedi_node_transfer_done(fed_node *n, node_open *op);
 /* Drops incoming streams that idled too long. */
-void fed_node_rx_sweep(fed_node *n);
+void fedi_node_rx_sweep(fed_node *n);
 /* Drops incoming streams of rounds before `round` (no longer wanted). */
-void fed_node_rx_drop_before(fed_node *n, uint64_t round);
+void fedi_node_rx_drop_before(fed_node *n, uint64_t round);
 /* The buffers of incoming streams, once the wire is freed. */
-void fed_node_rx_free_all(fed_node *n);
+void fedi_node_rx_free_all(fed_node *n);
 
 /* ---- retry.c: a request with no answer by its NODE_TIMER_RETRY ----
  * The one rule of a client's DELTA and LEAVE, a secure round's stage
@@ -291,12 +273,12 @@ void fed_node_rx_free_all(fed_node *n);
  * request again (a fresh sequence number). */
 /* One retry from a budget of max that *used counts: 1, *used + 1; or 0
  * when it is spent, the stream to `to` then dropped (to NULL: none). */
-int fed_node_retry_take(fed_node *n, const uint8_t to[32], uint32_t *used, uint32_t max);
+int fedi_node_retry_take(fed_node *n, const uint8_t to[32], uint32_t *used, uint32_t max);
 /* When a stream to `to` is held: arms NODE_TIMER_RETRY in arm_ms (0: the
  * caller arms it), sends the stream's frame in flight again (*e: how that
  * went) and returns 1; else returns 0 and the caller sends the whole
  * request again. */
-int fed_node_retry_frame(fed_node *n, const uint8_t to[32], uint64_t arm_ms, fed_err *e);
+int fedi_node_retry_frame(fed_node *n, const uint8_t to[32], uint64_t arm_ms, fed_err *e);
 
 /* ---- train_job.c: a round of local training, off the loop ---- */
 typedef struct node_train_job {
@@ -348,7 +330,7 @@ typedef struct node_train_job {
                                training (NaN: not scored) */
     const int64_t *stats;   /* client, the statistics pass: its contribution
                                (stats_cols x FED_COLSTATS_INTS) instead of
-                               training (fed_node_stats_job_run) */
+                               training (fedi_node_stats_job_run) */
     uint32_t stats_cols;
     uint32_t eval_ints;     /* client: > 0, the round evaluates the model it
                                starts from on val into eval_out (this many
@@ -394,46 +376,45 @@ typedef struct node_train_job {
     int drop_model;         /* model freed when the job ends (cfg.hooks->train_model_per_job) */
 } node_train_job;
 
-void fed_node_train_job_run(fed_job *job);
+void fedi_node_train_job_run(fed_job *job);
 /* An aggregator's SCAFFOLD control variate c (nparams; NULL: not an
  * aggregator, or another strategy). */
-const float *fed_node_agg_scaffold_control(const fed_node *n);
+const float *fedi_node_agg_scaffold_control(const fed_node *n);
 /* A client's SCAFFOLD control variate c_i (NULL: none yet, or not a
  * client), the round whose next one waits for its merge (0: none) and that
  * one (NULL: none). */
-const float *fed_node_client_control(const fed_node *n, uint64_t *pending_round,
-                                     const float **pending);
+const float *fedi_node_client_control(const fed_node *n, uint64_t *pending_round,
+                                      const float **pending);
 /* FedNova's a_i for tau local steps of SGD with momentum rho (0: none). */
-double fed_node_fednova_steps(long tau, double rho);
+double fedi_node_fednova_steps(long tau, double rho);
 /* The statistics pass's job (node/agg_stats.c): the contribution j->stats
  * as the DELTA of the pass (16-bit limbs, one float each, f32 codec) into
  * j->vec, j->samples the shard's rows; no training. */
-void fed_node_stats_job_run(fed_job *job);
+void fedi_node_stats_job_run(fed_job *job);
 /* client.c: the client's contribution to the running statistics pass as
  * it leaves (exact, or clipped and noised once for a DP pass: every try of
  * the round masks the same), or NULL when it has none. */
-const int64_t *fed_node_client_stats(const fed_node *n);
+const int64_t *fedi_node_client_stats(const fed_node *n);
 /* node/site.c: a site's ranks in a training job. The ranks the job trains
  * over (1: alone); the trainer's gradient sum over them and the epoch's
  * stats summed likewise (a failure ends the job, see node/site.h); rank
  * 0's announcement of the job to the others (its header and j->from). */
-int fed_node_site_ranks(const node_train_job *j);
-fed_err fed_node_site_reduce(void *ctx, float *buf, size_t n);
-FED_WUR fed_err fed_node_site_sum_stats(fed_coll *c, fed_step_stats *st);
-FED_WUR fed_err fed_node_site_announce(const node_train_job *j);
-FED_WUR fed_err fed_node_site_failed(const node_train_job *j, fed_err e);
+int fedi_node_site_ranks(const node_train_job *j);
+fed_err fedi_node_site_reduce(void *ctx, float *buf, size_t n);
+FED_WUR fed_err fedi_node_site_sum_stats(fed_coll *c, fed_step_stats *st);
+FED_WUR fed_err fedi_node_site_announce(const node_train_job *j);
+FED_WUR fed_err fedi_node_site_failed(const node_train_job *j, fed_err e);
 /* A pipeline site (j->pipe_stages > 1): this rank's stage and replica; the
  * trainer's pipe to the stages of its replica (ctx: the job); the trained
  * stages laid end to end into rank 0's trained (nparams) from replica 0's
  * ranks, which send their stage's parameters (m's). */
-int fed_node_site_stage(const node_train_job *j);
-int fed_node_site_replica(const node_train_job *j);
-fed_err fed_node_site_pipe_send(void *ctx, int peer, const float *buf, size_t n);
-fed_err fed_node_site_pipe_recv(void *ctx, int peer, float *buf, size_t n);
-FED_WUR fed_err fed_node_site_pipe_gather(const node_train_job *j, fed_model *m, float *trained);
+int fedi_node_site_stage(const node_train_job *j);
+int fedi_node_site_replica(const node_train_job *j);
+fed_err fedi_node_site_pipe_send(void *ctx, int peer, const float *buf, size_t n);
+fed_err fedi_node_site_pipe_recv(void *ctx, int peer, float *buf, size_t n);
+FED_WUR fed_err fedi_node_site_pipe_gather(const node_train_job *j, fed_model *m, float *trained);
 /* Frees what the job keeps between rounds (and its vec). */
-void fed_node_train_job_release(node_train_job *j);
-
+void fedi_node_train_job_release(node_train_job *j);
 
 /* ---- the roles: one table of operations each (aggregator.c, client.c,
  * peer.c), chosen once by fed_node_new from cfg.role ---- */
@@ -469,7 +450,7 @@ struct node_role_ops {
     /* What the machinery (node.c, transfer.c) needs to know of the role,
      * so that it never asks which role it runs: */
     /* 1: each round's rate comes from the round's MODEL (a client), and
-     * cfg's schedule is not its own; 0: it computes it (fed_node_round_lr) */
+     * cfg's schedule is not its own; 0: it computes it (fedi_node_round_lr) */
     int rate_from_model;
     /* 1: streams come to it as replies to its requests (a client's MODELs);
      * 0: as requests (DELTAs and masked inputs at an aggregator, SHAREs
@@ -481,8 +462,8 @@ struct node_role_ops {
     int tells_old_epoch;
 };
 
-extern const node_role_ops fed_node_agg_ops;
-extern const node_role_ops fed_node_client_ops;
-extern const node_role_ops fed_node_peer_ops;
+extern const node_role_ops fedi_node_agg_ops;
+extern const node_role_ops fedi_node_client_ops;
+extern const node_role_ops fedi_node_peer_ops;
 
 #endif

@@ -15,7 +15,7 @@
 #include "core/bytes.h"
 #include "core/log.h"
 #include "core/opt.h"
-#include "crypto/seal.h"
+#include "crypto/envelope.h"
 #include "gossip/pushsum.h"
 #include "gossip/topology.h"
 #include "node/peer_impl.h"
@@ -96,7 +96,7 @@ fed_err fed_node_peer_check(const char *topology, const char *sync, const char *
     return fed_gossip_topo_spec_check(topology) != FED_OK ? FED_ERR_SPEC : FED_OK;
 }
 
-const char *fed_node_peer_gossip_topology(const fed_node_config *c)
+const char *fedi_node_peer_gossip_topology(const fed_node_config *c)
 {
     /* all-reduce schedules are not gossip topologies: the member list and
        the topology object of push-sum stay on a plain ring */
@@ -156,7 +156,7 @@ static fed_err fed_node_peer_new(fed_node *n)
     if (!p)
         return FED_ERR_NOMEM;
     n->mesh = p;
-    if ((e = fed_node_peer_table_open(n)) != FED_OK)
+    if ((e = fedi_node_peer_table_open(n)) != FED_OK)
         return e;
     if ((e = parse_sync(c->peer.sync, p)) != FED_OK || (e = parse_mixing(c->peer.mixing, p)) != FED_OK)
         return e;
@@ -174,10 +174,10 @@ static fed_err fed_node_peer_new(fed_node *n)
                 c->peer.group_size);
         return FED_ERR_SPEC;
     }
-    if ((e = fed_node_peer_rebuild_members(n, &changed)) != FED_OK ||
+    if ((e = fedi_node_peer_rebuild_members(n, &changed)) != FED_OK ||
         (e = build_model_parts(n)) != FED_OK)
         return e;
-    fed_wire_set_member_fn(n->wire, fed_node_peer_wire_member, n);
+    fed_wire_set_member_fn(n->wire, fedi_node_peer_wire_member, n);
     if (p->mix == MIX_METROPOLIS && !fed_gossip_topo_symmetric(p->topo)) {
         fed_log(FED_LOG_ERROR, "peer: metropolis weights need a symmetric topology, not %s",
                 c->peer.topology);
@@ -217,8 +217,8 @@ static void fed_node_peer_free(fed_node *n)
     fed_free(p->okeys);
     fed_free(p->frac);
     fed_free(p->vec);
-    fed_node_peer_ar_free(p);
-    fed_node_train_job_release(&p->job);
+    fedi_node_peer_ar_free(p);
+    fedi_node_train_job_release(&p->job);
     fed_free(p);
     n->mesh = NULL;
 }
@@ -233,7 +233,7 @@ static fed_err resume(fed_node *n)
     uint64_t round = 0;
     fed_err e;
 
-    e = fed_node_resume_latest(n, &ck, &round);
+    e = fedi_node_resume_latest(n, &ck, &round);
     if (e == FED_ERR_NOTFOUND)
         return FED_OK;
     if (e == FED_OK && !(s = fed_store_ckpt_find(&ck, NODE_SEC_PUSHSUM)))
@@ -287,7 +287,7 @@ static fed_err commit_round(fed_node *n, uint64_t round, const fed_node_round_in
     fed_free(est);
     if (ckpt && (e = fed_gossip_ps_save(p->ps, &ps, &ps_len)) != FED_OK)
         return e;
-    fed_node_state_encode(state, FED_NODE_PEER, round);
+    fedi_node_state_encode(state, FED_NODE_PEER, round);
     if ((e = fed_store_begin(st)) != FED_OK)
         goto out;
     for (size_t k = 0; k < p->nrecs && e == FED_OK; k++) { /* in key order */
@@ -307,7 +307,7 @@ static fed_err commit_round(fed_node *n, uint64_t round, const fed_node_round_in
     memset(&row, 0, sizeof row);
     row.round = round;
     row.start_ms = info->start_ms;
-    row.end_ms = fed_node_wall_ms(n);
+    row.end_ms = fedi_node_wall_ms(n);
     row.loss = info->loss;
     row.accuracy = info->accuracy;
     row.samples = info->samples;
@@ -358,7 +358,7 @@ static void mem_now(const fed_node *n, fed_node_peer_mem *m)
             oc.momentum = n->cfg.momentum;
         m->optim = fed_optim_state_bytes(&oc, p->dim);
     }
-    m->buffers = p->cap_vec + n->cap_tx + fed_node_stream_bytes(n);
+    m->buffers = p->cap_vec + n->cap_tx + fedi_node_stream_bytes(n);
     m->models = (jm ? fed_model_bytes(jm) : 0) + (p->own_eval ? fed_model_bytes(p->own_eval) : 0);
     m->store = n->cfg.store ? fed_store_cache_bytes(n->cfg.store) : 0;
     /* the member list, and nbr, in, okeys and frac (grow_scratch) */
@@ -418,7 +418,7 @@ static void evaluate(fed_node *n, fed_node_round_info *info)
 static void next_round_soon(fed_node *n)
 {
     n->mesh->state = MESH_IDLE;
-    fed_node_arm_in(n, 0, NODE_TIMER_ROUND); /* a failure stops the node */
+    fedi_node_arm_in(n, 0, NODE_TIMER_ROUND); /* a failure stops the node */
 }
 
 static int cmp_rec(const void *a, const void *b)
@@ -455,7 +455,7 @@ static fed_err keep_rec(node_mesh *p, const fed_wire_msg *m)
 
 /* The totals that came are added (or the all-reduce's mean is in); the
  * round is recorded. */
-fed_err fed_node_peer_finish_round(fed_node *n)
+fed_err fedi_node_peer_finish_round(fed_node *n)
 {
     node_mesh *p = n->mesh;
     uint64_t round = n->round + 1;
@@ -473,11 +473,11 @@ fed_err fed_node_peer_finish_round(fed_node *n)
     if (p->mix == MIX_ALLREDUCE)
         info.merged = p->ar_merged;
     info.samples = p->samples;
-    info.lr = p->samples ? fed_node_round_lr(n, round) : 0;
+    info.lr = p->samples ? fedi_node_round_lr(n, round) : 0;
     if (p->model)
         fed_gossip_ps_estimate(p->ps, p->model);
     evaluate(n, &info);
-    info.start_ms = fed_node_wall_ms(n) - (n->env.now_ms(n->env.self) - p->round_start_ms);
+    info.start_ms = fedi_node_wall_ms(n) - (n->env.now_ms(n->env.self) - p->round_start_ms);
     e = commit_round(n, round, &info, info.model_hash);
     p->nrecs = 0;
     note_mem(n); /* the store after the round's pages */
@@ -487,7 +487,7 @@ fed_err fed_node_peer_finish_round(fed_node *n)
         /* the state lives on in memory; the next commit checkpoints it */
     }
     n->round = round;
-    info.end_ms = fed_node_wall_ms(n);
+    info.end_ms = fedi_node_wall_ms(n);
     fed_log(FED_LOG_INFO, "peer: round %llu mixed %u shares, accuracy %.4f",
             (unsigned long long)round, info.merged, info.accuracy);
     if (n->cfg.on_round)
@@ -609,7 +609,7 @@ static fed_err send_share(fed_node *n, uint64_t round, size_t k)
         return e;
     /* addressed to any epoch (0): a neighbour's restart must not stop its
        shares, and a replayed total adds nothing (gossip/wire.h) */
-    if ((e = fed_node_header(n, FED_WIRE_SHARE, p->mem[k].key, round, 0, FED_CODEC_F64, &h)) !=
+    if ((e = fedi_node_header(n, FED_WIRE_SHARE, p->mem[k].key, round, 0, FED_CODEC_F64, &h)) !=
         FED_OK)
         return e;
     memset(&b, 0, sizeof b);
@@ -617,7 +617,7 @@ static fed_err send_share(fed_node *n, uint64_t round, size_t k)
     b.weight = w;
     /* p->vec is encoded anew for the next out-neighbour at once: a stream
        (a SHARE over a frame) sends a copy of its own */
-    return fed_node_emit_vec_copy(n, NULL, &h, &b, p->vec, len);
+    return fedi_node_emit_vec_copy(n, NULL, &h, &b, p->vec, len);
 }
 
 /* Shares out, then wait (or not) for the in-neighbours'. */
@@ -629,8 +629,8 @@ static fed_err mix(fed_node *n)
     fed_err e = FED_OK;
 
     if (p->mix == MIX_ALLREDUCE)
-        return fed_node_peer_ar_begin(n);
-    fed_node_peer_advertise_due(n, round, m);
+        return fedi_node_peer_ar_begin(n);
+    fedi_node_peer_advertise_due(n, round, m);
     if (p->sync != SYNC_ASP || changed_enough(p)) {
         m = fractions(n, round, m);
         for (size_t j = 0; j < m; j++)
@@ -647,8 +647,8 @@ static fed_err mix(fed_node *n)
     p->nin = fed_gossip_topo_in(p->topo, p->self, round, p->in);
     p->state = MESH_WAITING;
     if (may_finish(n))
-        return fed_node_peer_finish_round(n);
-    if (fed_node_arm(n, p->round_start_ms + n->cfg.deadline_ms, NODE_TIMER_DEADLINE) != FED_OK)
+        return fedi_node_peer_finish_round(n);
+    if (fedi_node_arm(n, p->round_start_ms + n->cfg.deadline_ms, NODE_TIMER_DEADLINE) != FED_OK)
         return n->failed; /* the node stops: bsp would wait forever */
     return e;
 }
@@ -686,7 +686,7 @@ static fed_err begin_round(fed_node *n)
     if (p->rejoining || p->mix == MIX_ALLREDUCE) /* all-reduce: a member left behind (cut
                                                      off, stalled) skips to the others' round */
         catch_up(n);
-    fed_node_peer_refresh_members(n);
+    fedi_node_peer_refresh_members(n);
     if (all_done(n)) {
         p->state = MESH_DONE;
         n->finished = 1;
@@ -705,11 +705,11 @@ static fed_err begin_round(fed_node *n)
     j->set.batch = c->rank_batch ? c->rank_batch : c->batch;
     j->coll = c->coll;
     j->set.optimizer = c->optimizer;
-    j->set.lr = fed_node_round_lr(n, n->round + 1); /* every peer's rate of this round */
+    j->set.lr = fedi_node_round_lr(n, n->round + 1); /* every peer's rate of this round */
     j->set.momentum = c->momentum;
     j->set.weight_decay = c->weight_decay;
     j->set.input_scale = (uint32_t)c->shape.scale;
-    j->job.fn = fed_node_train_job_run;
+    j->job.fn = fedi_node_train_job_run;
     j->job.user = n;
     j->round = n->round + 1;
     j->seed = c->seed ^ ((uint64_t)n->key[0] | (uint64_t)n->key[1] << 8 |
@@ -766,7 +766,7 @@ static fed_err fed_node_peer_on_job(fed_node *n, fed_job *job)
     if (j->err != FED_OK) {
         fed_log(FED_LOG_ERROR, "peer: training round %llu failed: %s",
                 (unsigned long long)(n->round + 1), fed_strerror(j->err));
-        fed_node_arm_in(n, n->cfg.transfer.retry_ms, NODE_TIMER_ROUND); /* a failure stops the node */
+        fedi_node_arm_in(n, n->cfg.transfer.retry_ms, NODE_TIMER_ROUND); /* a failure stops the node */
         p->state = MESH_IDLE;
         return j->err;
     }
@@ -790,13 +790,13 @@ static fed_err on_share(fed_node *n, node_open *op)
 {
     node_mesh *p = n->mesh;
     const fed_wire_msg *m = &op->msg;
-    size_t k = fed_node_peer_member_of(p, m->hdr.sender);
+    size_t k = fedi_node_peer_member_of(p, m->hdr.sender);
     int taken = 0;
     fed_err e;
 
     if (k == SIZE_MAX || k == p->self || !op->vec64) {
         fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_ROLE);
-        (void)fed_node_ack(n, op->req, &m->hdr, FED_ERR_ROLE, 0);
+        (void)fedi_node_ack(n, op->req, &m->hdr, FED_ERR_ROLE, 0);
         op->req = NULL;
         return FED_ERR_ROLE;
     }
@@ -812,10 +812,10 @@ static fed_err on_share(fed_node *n, node_open *op)
     } else if (e != FED_OK) {
         fed_wire_note_reject(n->wire, &m->hdr, e);
     }
-    (void)fed_node_ack(n, op->req, &m->hdr, e, 0);
+    (void)fedi_node_ack(n, op->req, &m->hdr, e, 0);
     op->req = NULL;
     if (e == FED_OK && p->state == MESH_WAITING && may_finish(n))
-        return fed_node_peer_finish_round(n);
+        return fedi_node_peer_finish_round(n);
     return e;
 }
 
@@ -825,18 +825,18 @@ static fed_err on_ack(fed_node *n, const fed_wire_msg *m)
     int done = 1;
     fed_err e;
 
-    if (fed_node_peer_ar_on_ack(n, m, &e))
+    if (fedi_node_peer_ar_on_ack(n, m, &e))
         return e;
-    if (m->block.status != FED_OK || !fed_node_tx_active_round(n, m->hdr.sender, m->hdr.round))
+    if (m->block.status != FED_OK || !fedi_node_tx_active_round(n, m->hdr.sender, m->hdr.round))
         return FED_OK;
-    return fed_node_tx_push(n, m->hdr.sender, &done);
+    return fedi_node_tx_push(n, m->hdr.sender, &done);
 }
 
 static fed_err fed_node_peer_on_msg(fed_node *n, node_open *op)
 {
     node_mesh *p = n->mesh;
     const fed_wire_msg *m = &op->msg;
-    size_t k = fed_node_peer_member_of(p, m->hdr.sender);
+    size_t k = fedi_node_peer_member_of(p, m->hdr.sender);
 
     if (k != SIZE_MAX) {
         if (p->mem[k].missed >= 2)
@@ -846,16 +846,16 @@ static fed_err fed_node_peer_on_msg(fed_node *n, node_open *op)
     if (m->hdr.type == FED_WIRE_SHARE && op->req)
         return on_share(n, op);
     if (m->hdr.type == FED_WIRE_SLICE && op->req)
-        return fed_node_peer_ar_on_slice(n, op);
+        return fedi_node_peer_ar_on_slice(n, op);
     if ((m->hdr.type == FED_WIRE_AR_ABORT || m->hdr.type == FED_WIRE_AR_VERIFY) && op->req)
-        return fed_node_peer_ar_on_control(n, op);
+        return fedi_node_peer_ar_on_control(n, op);
     if (m->hdr.type == FED_WIRE_PEERS && op->req)
-        return fed_node_peer_on_peers(n, op);
+        return fedi_node_peer_on_peers(n, op);
     if (m->hdr.type == FED_WIRE_ACK && !op->req)
         return on_ack(n, m);
     fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_ROLE);
     if (op->req)
-        (void)fed_node_ack(n, op->req, &m->hdr, FED_ERR_ROLE, 0);
+        (void)fedi_node_ack(n, op->req, &m->hdr, FED_ERR_ROLE, 0);
     op->req = NULL;
     return FED_ERR_ROLE;
 }
@@ -868,16 +868,16 @@ static fed_err fed_node_peer_on_timer(fed_node *n, uint32_t id)
     case NODE_TIMER_ROUND:
         return p->state == MESH_IDLE ? begin_round(n) : FED_OK;
     case NODE_TIMER_RETRY:
-        return fed_node_peer_ar_on_retry(n);
+        return fedi_node_peer_ar_on_retry(n);
     case NODE_TIMER_DEADLINE:
         if (p->state != MESH_WAITING)
             return FED_OK;
         if (p->mix == MIX_ALLREDUCE)
-            return fed_node_peer_ar_on_deadline(n);
+            return fedi_node_peer_ar_on_deadline(n);
         if (!may_finish(n))
             note_missing(n, p->sync == SYNC_BSP ? n->round + 1
                             : n->round + 1 > p->ssp_lag ? n->round + 1 - p->ssp_lag : 0);
-        return fed_node_peer_finish_round(n);
+        return fedi_node_peer_finish_round(n);
     default:
         return FED_ERR_INVAL;
     }
@@ -912,7 +912,7 @@ static fed_err fed_node_peer_check_config(const fed_node_config *c)
                : FED_ERR_BAD_VALUE;
 }
 
-const node_role_ops fed_node_peer_ops = {
+const node_role_ops fedi_node_peer_ops = {
     .check = fed_node_peer_check_config,
     .create = fed_node_peer_new,
     .destroy = fed_node_peer_free,

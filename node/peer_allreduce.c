@@ -44,9 +44,9 @@
 
 enum { AR_RUN = 1, AR_VERIFY, AR_ABORT };
 
-void fed_node_peer_ar_free(node_mesh *p)
+void fedi_node_peer_ar_free(node_mesh *p)
 {
-    fed_node_peer_arq_free(p);
+    fedi_node_peer_arq_free(p);
     fed_free(p->ar_buf);
     fed_free(p->ar_left);
     fed_free(p->ar_grp);
@@ -85,7 +85,7 @@ static fed_err queue_sends(fed_node *n)
         }
         memset(&b, 0, sizeof b);
         b.step = (uint64_t)p->ar_attempt << 32 | fed_gossip_ar_member_step(p->ar);
-        if ((e = fed_node_peer_arq_put(p, FED_WIRE_SLICE, p->mem[p->ar_ids[x.peer]].key, n->round + 1, &b, vec,
+        if ((e = fedi_node_peer_arq_put(p, FED_WIRE_SLICE, p->mem[p->ar_ids[x.peer]].key, n->round + 1, &b, vec,
                          len, FED_CODEC_F64)) != FED_OK)
             return e;
     }
@@ -111,7 +111,7 @@ static fed_err finish(fed_node *n, int complete)
     fed_gossip_ar_member_free(p->ar);
     p->ar = NULL;
     p->ar_phase = 0;
-    return fed_node_peer_finish_round(n);
+    return fedi_node_peer_finish_round(n);
 }
 
 /* An AR_ABORT naming every member of the group left out, to every member
@@ -142,7 +142,7 @@ static fed_err send_aborts(fed_node *n)
                 memcpy(keys + at, p->mem[j].key, 32);
                 at += 32;
             }
-        e = fed_node_peer_arq_put(p, FED_WIRE_AR_ABORT, p->mem[k].key, n->round + 1, &b, keys, at,
+        e = fedi_node_peer_arq_put(p, FED_WIRE_AR_ABORT, p->mem[k].key, n->round + 1, &b, keys, at,
                     FED_CODEC_NONE);
     }
     return e;
@@ -158,11 +158,11 @@ static fed_err give_up(fed_node *n)
     fed_gossip_ar_member_free(p->ar);
     p->ar = NULL;
     p->ar_phase = AR_ABORT;
-    fed_node_peer_arq_drop_round(n);
+    fedi_node_peer_arq_drop_round(n);
     if ((e = send_aborts(n)) != FED_OK)
         return e;
-    fed_node_peer_arq_pump(n);
-    return fed_node_arm_in(n, n->cfg.deadline_ms, NODE_TIMER_DEADLINE);
+    fedi_node_peer_arq_pump(n);
+    return fedi_node_arm_in(n, n->cfg.deadline_ms, NODE_TIMER_DEADLINE);
 }
 
 /* A row to a ring neighbour (an AR_VERIFY waiting for it, not yet sent, is
@@ -185,7 +185,7 @@ static fed_err send_row(fed_node *n, uint32_t to, uint64_t row)
     b.attempt = p->ar_attempt;
     b.in_row = row;
     memcpy(b.result_hash, p->ar_hash, 32);
-    return fed_node_peer_arq_put(p, FED_WIRE_AR_VERIFY, p->mem[to].key, n->round + 1, &b, NULL, 0,
+    return fedi_node_peer_arq_put(p, FED_WIRE_AR_VERIFY, p->mem[to].key, n->round + 1, &b, NULL, 0,
                    FED_CODEC_NONE);
 }
 
@@ -231,7 +231,7 @@ static fed_err verify_step(fed_node *n)
                 return e;
         }
     }
-    fed_node_peer_arq_pump(n);
+    fedi_node_peer_arq_pump(n);
     return row >= nn ? finish(n, 1) : FED_OK;
 }
 
@@ -270,7 +270,7 @@ static fed_err verify_begin(fed_node *n)
                                            n->cfg.deadline_ms;
     if (end < p->ar_t0 + (uint64_t)(fed_gossip_ar_steps(&p->ar_plan) + 2) * n->cfg.deadline_ms)
         end = p->ar_t0 + (uint64_t)(fed_gossip_ar_steps(&p->ar_plan) + 2) * n->cfg.deadline_ms;
-    if ((e = fed_node_arm(n, end, NODE_TIMER_DEADLINE)) != FED_OK)
+    if ((e = fedi_node_arm(n, end, NODE_TIMER_DEADLINE)) != FED_OK)
         return e;
     return verify_step(n);
 }
@@ -286,7 +286,7 @@ static fed_err progress(fed_node *n)
         uint32_t s = fed_gossip_ar_member_step(p->ar);
 
         if (fed_gossip_ar_member_done(p->ar)) {
-            fed_node_peer_arq_pump(n);
+            fedi_node_peer_arq_pump(n);
             return verify_begin(n);
         }
         if (p->ar_sent <= s) {
@@ -296,8 +296,8 @@ static fed_err progress(fed_node *n)
             /* step s is due (s + 1) deadlines after the attempt began: the
                member stalled nearest a dead one gives up first, a deadline
                before those stalled behind it */
-            if ((e = fed_node_arm(n, p->ar_t0 + (uint64_t)(s + 1) * n->cfg.deadline_ms,
-                                  NODE_TIMER_DEADLINE)) != FED_OK)
+            if ((e = fedi_node_arm(n, p->ar_t0 + (uint64_t)(s + 1) * n->cfg.deadline_ms,
+                                   NODE_TIMER_DEADLINE)) != FED_OK)
                 break;
         }
         if (!fed_gossip_ar_member_ready(p->ar))
@@ -305,7 +305,7 @@ static fed_err progress(fed_node *n)
         if ((e = fed_gossip_ar_member_advance(p->ar)) != FED_OK)
             break;
     }
-    fed_node_peer_arq_pump(n);
+    fedi_node_peer_arq_pump(n);
     return e;
 }
 
@@ -363,14 +363,14 @@ static fed_err start_attempt(fed_node *n)
     return progress(n);
 }
 
-fed_err fed_node_peer_ar_begin(fed_node *n)
+fed_err fedi_node_peer_ar_begin(fed_node *n)
 {
     node_mesh *p = n->mesh;
 
     /* frames of rounds before the last are of no use to anyone now */
     for (size_t i = p->ar_nq; i-- > 0;)
         if (p->ar_q[i].round + 1 < n->round + 1)
-            fed_node_peer_arq_drop(p, i);
+            fedi_node_peer_arq_drop(p, i);
     uint32_t cnt = 0;
     fed_err e;
 
@@ -411,8 +411,8 @@ static fed_err answer(fed_node *n, node_open *op, fed_err status)
     /* the step (or attempt) goes back with the ACK: a late ACK of a resent
        copy of an earlier frame must not end the one now in flight
        (gossip/wire.h) */
-    fed_err e = fed_node_ack(n, op->req, &op->msg.hdr, status,
-                             fed_node_peer_arq_ack_tag(op->msg.hdr.type, &op->msg.block));
+    fed_err e = fedi_node_ack(n, op->req, &op->msg.hdr, status,
+                              fedi_node_peer_arq_ack_tag(op->msg.hdr.type, &op->msg.block));
 
     op->req = NULL;
     return e;
@@ -439,11 +439,11 @@ static fed_err placement(fed_node *n, uint64_t round, uint64_t attempt, int *sta
     return FED_OK;
 }
 
-fed_err fed_node_peer_ar_on_slice(fed_node *n, node_open *op)
+fed_err fedi_node_peer_ar_on_slice(fed_node *n, node_open *op)
 {
     node_mesh *p = n->mesh;
     const fed_wire_msg *m = &op->msg;
-    size_t k = fed_node_peer_member_of(p, m->hdr.sender);
+    size_t k = fedi_node_peer_member_of(p, m->hdr.sender);
     uint64_t attempt = m->block.step >> 32;
     int fresh = 0, stale;
     fed_err e;
@@ -490,7 +490,7 @@ static fed_err on_abort(fed_node *n, node_open *op, size_t k)
         return FED_ERR_PAYLOAD;
     }
     for (uint32_t i = 0; i < m->block.count; i++) {
-        size_t j = fed_node_peer_member_of(p, m->vector + (size_t)i * 32);
+        size_t j = fedi_node_peer_member_of(p, m->vector + (size_t)i * 32);
 
         if (j != SIZE_MAX && p->ar_grp[j] && !p->ar_left[j]) {
             p->ar_left[j] = 1;
@@ -506,9 +506,9 @@ static fed_err on_abort(fed_node *n, node_open *op, size_t k)
     if (p->ar_phase == AR_ABORT) {
         if (!grew)
             return FED_OK;
-        fed_node_peer_arq_drop_round(n); /* nothing but aborts waits; tell the grown union */
+        fedi_node_peer_arq_drop_round(n); /* nothing but aborts waits; tell the grown union */
         (void)send_aborts(n);
-        fed_node_peer_arq_pump(n);
+        fedi_node_peer_arq_pump(n);
         return FED_OK;
     }
     return give_up(n);
@@ -538,11 +538,11 @@ static fed_err on_verify(fed_node *n, node_open *op, size_t k)
     return p->ar_phase == AR_VERIFY ? verify_step(n) : FED_OK;
 }
 
-fed_err fed_node_peer_ar_on_control(fed_node *n, node_open *op)
+fed_err fedi_node_peer_ar_on_control(fed_node *n, node_open *op)
 {
     node_mesh *p = n->mesh;
     const fed_wire_msg *m = &op->msg;
-    size_t k = fed_node_peer_member_of(p, m->hdr.sender);
+    size_t k = fedi_node_peer_member_of(p, m->hdr.sender);
     int stale;
     fed_err e;
 
@@ -566,7 +566,7 @@ fed_err fed_node_peer_ar_on_control(fed_node *n, node_open *op)
     return on_verify(n, op, k);
 }
 
-fed_err fed_node_peer_ar_on_deadline(fed_node *n)
+fed_err fedi_node_peer_ar_on_deadline(fed_node *n)
 {
     node_mesh *p = n->mesh;
     char who[128];

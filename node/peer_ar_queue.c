@@ -10,7 +10,7 @@
 #include "core/log.h"
 #include "node/peer_impl.h"
 
-void fed_node_peer_arq_free(node_mesh *p)
+void fedi_node_peer_arq_free(node_mesh *p)
 {
     for (size_t i = 0; i < p->ar_nq; i++)
         fed_free(p->ar_q[i].vec);
@@ -33,7 +33,7 @@ static uint64_t retry_ms(const fed_node *n)
 /* What a frame's ACK echoes (FED_WIRE_ACK_STEP's 16 bits): the step and
  * attempt of a SLICE (the step alone in attempt 0), the attempt of an
  * abort, the attempt and row of a verification. */
-uint32_t fed_node_peer_arq_ack_tag(uint8_t type, const fed_wire_block *b)
+uint32_t fedi_node_peer_arq_ack_tag(uint8_t type, const fed_wire_block *b)
 {
     uint64_t v = type == FED_WIRE_SLICE      ? b->step
                  : type == FED_WIRE_AR_ABORT ? 0xa000000000000000ull ^ b->attempt
@@ -42,7 +42,7 @@ uint32_t fed_node_peer_arq_ack_tag(uint8_t type, const fed_wire_block *b)
     return FED_WIRE_ACK_STEP((v ^ v >> 16 ^ v >> 32 ^ v >> 48) & 0xffffu);
 }
 
-void fed_node_peer_arq_drop(node_mesh *p, size_t i)
+void fedi_node_peer_arq_drop(node_mesh *p, size_t i)
 {
     fed_free(p->ar_q[i].vec);
     memmove(&p->ar_q[i], &p->ar_q[i + 1], (p->ar_nq - i - 1) * sizeof *p->ar_q);
@@ -56,13 +56,13 @@ static fed_err emit(fed_node *n, ar_out *o)
 
     /* addressed to any epoch (0): a restarted member holds no all-reduce a
        replayed frame could enter (gossip/wire.h) */
-    if ((e = fed_node_header(n, o->type, o->to, o->round, 0, o->codec, &h)) != FED_OK)
+    if ((e = fedi_node_header(n, o->type, o->to, o->round, 0, o->codec, &h)) != FED_OK)
         return e;
-    return fed_node_emit_vec(n, NULL, &h, &o->b, o->vec, o->len);
+    return fedi_node_emit_vec(n, NULL, &h, &o->b, o->vec, o->len);
 }
 
 /* Sends the first frame waiting for each recipient with none in flight. */
-void fed_node_peer_arq_pump(fed_node *n)
+void fedi_node_peer_arq_pump(fed_node *n)
 {
     node_mesh *p = n->mesh;
     int any = 0;
@@ -79,18 +79,18 @@ void fed_node_peer_arq_pump(fed_node *n)
             if (e != FED_OK)
                 fed_log(FED_LOG_WARN, "peer: %s of round %llu to member %zu: %s (sent again "
                         "later)", fed_wire_type_name(o->type), (unsigned long long)o->round,
-                        fed_node_peer_member_of(p, o->to), fed_strerror(e));
+                        fedi_node_peer_member_of(p, o->to), fed_strerror(e));
             o->inflight = 1;
         }
         any = 1;
     }
     if (any)
-        (void)fed_node_arm_in(n, retry_ms(n), NODE_TIMER_RETRY);
+        (void)fedi_node_arm_in(n, retry_ms(n), NODE_TIMER_RETRY);
 }
 
 /* A new entry at the queue's end (zeroed but for what is given); vec is
  * taken. */
-fed_err fed_node_peer_arq_put(node_mesh *p, uint8_t type, const uint8_t to[32], uint64_t round,
+fed_err fedi_node_peer_arq_put(node_mesh *p, uint8_t type, const uint8_t to[32], uint64_t round,
                                 const fed_wire_block *b, uint8_t *vec, size_t len, uint16_t codec)
 {
     ar_out *o;
@@ -121,22 +121,22 @@ fed_err fed_node_peer_arq_put(node_mesh *p, uint8_t type, const uint8_t to[32], 
 
 /* Drops this round's waiting slices and verifications (aborts stay: the
  * others must hear them). */
-void fed_node_peer_arq_drop_round(fed_node *n)
+void fedi_node_peer_arq_drop_round(fed_node *n)
 {
     node_mesh *p = n->mesh;
 
     for (size_t i = p->ar_nq; i-- > 0;)
         if (p->ar_q[i].round == n->round + 1 && p->ar_q[i].type != FED_WIRE_AR_ABORT) {
-            if (p->ar_q[i].inflight && fed_node_tx_active(n, p->ar_q[i].to))
-                fed_node_tx_drop(n, p->ar_q[i].to);
-            fed_node_peer_arq_drop(p, i);
+            if (p->ar_q[i].inflight && fedi_node_tx_active(n, p->ar_q[i].to))
+                fedi_node_tx_drop(n, p->ar_q[i].to);
+            fedi_node_peer_arq_drop(p, i);
         }
 }
 
-int fed_node_peer_ar_on_ack(fed_node *n, const fed_wire_msg *m, fed_err *out)
+int fedi_node_peer_ar_on_ack(fed_node *n, const fed_wire_msg *m, fed_err *out)
 {
     node_mesh *p = n->mesh;
-    size_t k = fed_node_peer_member_of(p, m->hdr.sender), i;
+    size_t k = fedi_node_peer_member_of(p, m->hdr.sender), i;
     fed_err status = (fed_err)m->block.status;
     ar_out *o;
 
@@ -148,16 +148,16 @@ int fed_node_peer_ar_on_ack(fed_node *n, const fed_wire_msg *m, fed_err *out)
         return 0;
     o = &p->ar_q[i];
     if ((m->block.ack_flags & FED_WIRE_ACK_STEP_MASK) &&
-        (m->block.ack_flags & FED_WIRE_ACK_STEP_MASK) != fed_node_peer_arq_ack_tag(o->type, &o->b))
+        (m->block.ack_flags & FED_WIRE_ACK_STEP_MASK) != fedi_node_peer_arq_ack_tag(o->type, &o->b))
         return 1; /* the ACK of an earlier frame's resent copy: not this one's */
-    if (status == FED_OK && fed_node_tx_active(n, m->hdr.sender)) {
+    if (status == FED_OK && fedi_node_tx_active(n, m->hdr.sender)) {
         int done = 1;
 
-        *out = fed_node_tx_push(n, m->hdr.sender, &done);
+        *out = fedi_node_tx_push(n, m->hdr.sender, &done);
         if (!done || *out != FED_OK)
             return 1; /* the next chunk is out (or the retry sends it again) */
     }
-    fed_node_tx_drop(n, m->hdr.sender);
+    fedi_node_tx_drop(n, m->hdr.sender);
     if (status == FED_ERR_BUSY) {
         o->inflight = 0; /* sent again at the retry */
         return 1;
@@ -166,12 +166,12 @@ int fed_node_peer_ar_on_ack(fed_node *n, const fed_wire_msg *m, fed_err *out)
         fed_log(status == FED_ERR_LATE ? FED_LOG_INFO : FED_LOG_WARN, /* it moved on */
                 "peer: member %zu refused our %s of round %llu: %s", k,
                 fed_wire_type_name(o->type), (unsigned long long)o->round, fed_strerror(status));
-    fed_node_peer_arq_drop(p, i);
-    fed_node_peer_arq_pump(n);
+    fedi_node_peer_arq_drop(p, i);
+    fedi_node_peer_arq_pump(n);
     return 1;
 }
 
-fed_err fed_node_peer_ar_on_retry(fed_node *n)
+fed_err fedi_node_peer_ar_on_retry(fed_node *n)
 {
     node_mesh *p = n->mesh;
 
@@ -182,9 +182,9 @@ fed_err fed_node_peer_ar_on_retry(fed_node *n)
         /* no budget: an entry leaves when ACKed or when its attempt or
            round is dropped; the whole frame again (pump, a fresh
            sequence) unless a stream's frame in flight went again */
-        if (o->inflight && (!fed_node_retry_frame(n, o->to, 0, &e) || e != FED_OK))
+        if (o->inflight && (!fedi_node_retry_frame(n, o->to, 0, &e) || e != FED_OK))
             o->inflight = 0;
     }
-    fed_node_peer_arq_pump(n);
+    fedi_node_peer_arq_pump(n);
     return FED_OK;
 }

@@ -4,7 +4,7 @@
 #ifndef FED_NODE_PEER_IMPL_H
 #define FED_NODE_PEER_IMPL_H
 
-#include "crypto/seal.h"
+#include "crypto/envelope.h"
 #include "gossip/allreduce.h"
 #include "gossip/peers.h"
 #include "gossip/pushsum.h"
@@ -129,61 +129,61 @@ struct node_mesh {
 
 /* ---- peer.c ---- */
 /* The gossip topology's spec (cfg.peer.topology; a ring under all-reduce). */
-const char *fed_node_peer_gossip_topology(const fed_node_config *c);
+const char *fedi_node_peer_gossip_topology(const fed_node_config *c);
 /* The round's end: what was mixed in, evaluation, the record, the next round. */
-fed_err fed_node_peer_finish_round(fed_node *n);
+fed_err fedi_node_peer_finish_round(fed_node *n);
 
 /* ---- peer_allreduce.c ---- */
 /* After training: this round's all-reduce starts (its first sends out). */
-fed_err fed_node_peer_ar_begin(fed_node *n);
+fed_err fedi_node_peer_ar_begin(fed_node *n);
 /* A SLICE request: taken into the run, ACKed (BUSY: not in that round yet). */
-fed_err fed_node_peer_ar_on_slice(fed_node *n, node_open *op);
+fed_err fedi_node_peer_ar_on_slice(fed_node *n, node_open *op);
 /* NODE_TIMER_DEADLINE: a step stalled (the attempt is given up), the
  * verification window closed (the result is taken), or the abort window
  * closed (the round is redone over the rest). */
-fed_err fed_node_peer_ar_on_deadline(fed_node *n);
+fed_err fedi_node_peer_ar_on_deadline(fed_node *n);
 /* An AR_ABORT or AR_VERIFY request. */
-fed_err fed_node_peer_ar_on_control(fed_node *n, node_open *op);
-void fed_node_peer_ar_free(node_mesh *p);
+fed_err fedi_node_peer_ar_on_control(fed_node *n, node_open *op);
+void fedi_node_peer_ar_free(node_mesh *p);
 
 /* ---- peer_ar_queue.c: the all-reduce's frames until ACKed ---- */
 /* A new entry at the queue's end, of p->ar_attempt (vec is taken, freed
  * on failure too). */
-FED_WUR fed_err fed_node_peer_arq_put(node_mesh *p, uint8_t type, const uint8_t to[32],
-                                      uint64_t round, const fed_wire_block *b, uint8_t *vec,
-                                      size_t len, uint16_t codec);
+FED_WUR fed_err fedi_node_peer_arq_put(node_mesh *p, uint8_t type, const uint8_t to[32],
+                                       uint64_t round, const fed_wire_block *b, uint8_t *vec,
+                                       size_t len, uint16_t codec);
 /* Sends the first frame waiting for each recipient with none in flight,
  * and arms NODE_TIMER_RETRY while any waits. */
-void fed_node_peer_arq_pump(fed_node *n);
+void fedi_node_peer_arq_pump(fed_node *n);
 /* Drops entry i (its vector freed). */
-void fed_node_peer_arq_drop(node_mesh *p, size_t i);
+void fedi_node_peer_arq_drop(node_mesh *p, size_t i);
 /* Drops the running round's SLICEs and AR_VERIFYs, and their streams
  * (AR_ABORTs stay: the others must hear them). */
-void fed_node_peer_arq_drop_round(fed_node *n);
+void fedi_node_peer_arq_drop_round(fed_node *n);
 /* What the ACK of a frame of type with block b echoes (FED_WIRE_ACK_STEP). */
-uint32_t fed_node_peer_arq_ack_tag(uint8_t type, const fed_wire_block *b);
+uint32_t fedi_node_peer_arq_ack_tag(uint8_t type, const fed_wire_block *b);
 /* An ACK: 1 when it answered one of our frames (*e: what handling it gave). */
-int fed_node_peer_ar_on_ack(fed_node *n, const fed_wire_msg *m, fed_err *e);
+int fedi_node_peer_ar_on_ack(fed_node *n, const fed_wire_msg *m, fed_err *e);
 /* NODE_TIMER_RETRY: frames with no ACK go again. */
-fed_err fed_node_peer_ar_on_retry(fed_node *n);
-void fed_node_peer_arq_free(node_mesh *p);
+fed_err fedi_node_peer_ar_on_retry(fed_node *n);
+void fedi_node_peer_arq_free(node_mesh *p);
 
 /* ---- peer_members.c ---- */
 /* p->table: cfg.peer.peers or a table of its own, --publish's entry learned. */
-fed_err fed_node_peer_table_open(fed_node *n);
+fed_err fedi_node_peer_table_open(fed_node *n);
 /* The member list anew from the allow-list and the table (*changed: it
  * differs from the one before, and the topology was rebuilt). */
-fed_err fed_node_peer_rebuild_members(fed_node *n, int *changed);
+fed_err fedi_node_peer_rebuild_members(fed_node *n, int *changed);
 /* At a round's start: rebuild the members when anything they come from
  * may have changed (logged on failure: the old list stays). */
-void fed_node_peer_refresh_members(fed_node *n);
+void fedi_node_peer_refresh_members(fed_node *n);
 /* The wire's membership test (fed_wire_set_member_fn); ctx is the node. */
-int fed_node_peer_wire_member(void *ctx, const uint8_t pk[32]);
+int fedi_node_peer_wire_member(void *ctx, const uint8_t pk[32]);
 /* key's index in p->mem, or SIZE_MAX. */
-size_t fed_node_peer_member_of(const node_mesh *p, const uint8_t key[32]);
+size_t fedi_node_peer_member_of(const node_mesh *p, const uint8_t key[32]);
 /* PEERS to round's m out-neighbours (p->nbr) when one is due. */
-void fed_node_peer_advertise_due(fed_node *n, uint64_t round, size_t m);
+void fedi_node_peer_advertise_due(fed_node *n, uint64_t round, size_t m);
 /* A PEERS request: its entries into the table, answered. */
-fed_err fed_node_peer_on_peers(fed_node *n, node_open *op);
+fed_err fedi_node_peer_on_peers(fed_node *n, node_open *op);
 
 #endif

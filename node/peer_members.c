@@ -12,7 +12,7 @@
 
 /* The table the members come from: cfg.peer.peers, or one of its own; with
  * --publish's entry learned (and its address handed on to dial). */
-fed_err fed_node_peer_table_open(fed_node *n)
+fed_err fedi_node_peer_table_open(fed_node *n)
 {
     node_mesh *p = n->mesh;
     const fed_node_config *c = &n->cfg;
@@ -45,7 +45,7 @@ static int counts_as_member(const fed_node *n, const uint8_t key[32], uint64_t n
 }
 
 /* The wire's membership test (fed_wire_set_member_fn). */
-int fed_node_peer_wire_member(void *ctx, const uint8_t pk[32])
+int fedi_node_peer_wire_member(void *ctx, const uint8_t pk[32])
 {
     fed_node *n = ctx;
 
@@ -76,7 +76,7 @@ static fed_err grow_scratch(node_mesh *p, size_t n)
  * list changed (*changed). Every member computes the same list once it has
  * heard the same entries; until then the rounds' liveness rule covers the
  * difference, and the running sums keep every share's mass. */
-fed_err fed_node_peer_rebuild_members(fed_node *n, int *changed)
+fed_err fedi_node_peer_rebuild_members(fed_node *n, int *changed)
 {
     node_mesh *p = n->mesh;
     const fed_node_config *c = &n->cfg;
@@ -132,7 +132,7 @@ fed_err fed_node_peer_rebuild_members(fed_node *n, int *changed)
         e = e ? e : FED_ERR_NOMEM;
         goto out;
     }
-    if ((e = fed_gossip_topo_new(fed_node_peer_gossip_topology(c), k,
+    if ((e = fed_gossip_topo_new(fedi_node_peer_gossip_topology(c), k,
                                  fed_gossip_topo_seed(c->allow), &topo)) != FED_OK)
         goto out;
     if (!strcmp(c->peer.topology, "static")) {
@@ -148,7 +148,7 @@ fed_err fed_node_peer_rebuild_members(fed_node *n, int *changed)
         }
     }
     for (size_t i = 0; i < k; i++) {
-        size_t old = p->mem ? fed_node_peer_member_of(p, keys[i]) : SIZE_MAX;
+        size_t old = p->mem ? fedi_node_peer_member_of(p, keys[i]) : SIZE_MAX;
 
         if (old != SIZE_MAX)
             mem[i] = p->mem[old];
@@ -172,7 +172,7 @@ out:
     return e;
 }
 
-size_t fed_node_peer_member_of(const node_mesh *p, const uint8_t key[32])
+size_t fedi_node_peer_member_of(const node_mesh *p, const uint8_t key[32])
 {
     int found;
     size_t i = fed_key_search(p->mem, p->n, sizeof *p->mem, key, &found); /* key order */
@@ -202,7 +202,7 @@ static void advertise(fed_node *n, uint64_t round, size_t m)
         fed_gossip_entry_sign(c->arena, n->key, c->peer.advertise, now_s + PEERS_TTL_S, &self) == FED_OK)
         len += fed_gossip_entry_encode(&self, buf + len), count++;
     /* the table holds --publish's entry too (learned at start), whoever its
-       key is; fed_node_peer_on_peers never stores another entry for our own key */
+       key is; fedi_node_peer_on_peers never stores another entry for our own key */
     for (size_t i = 0; i < fed_gossip_peers_count(p->table) && count < PEERS_PER_FRAME; i++) {
         const fed_gossip_entry *e = fed_gossip_peers_valid(p->table, i, c->allow, now_s);
 
@@ -215,9 +215,9 @@ static void advertise(fed_node *n, uint64_t round, size_t m)
 
         memset(&b, 0, sizeof b);
         b.count = count;
-        if (fed_node_header(n, FED_WIRE_PEERS, p->mem[p->nbr[j]].key, round, 0, FED_CODEC_NONE,
-                            &h) == FED_OK &&
-            fed_node_emit(n, NULL, &h, &b, buf, len) != FED_OK)
+        if (fedi_node_header(n, FED_WIRE_PEERS, p->mem[p->nbr[j]].key, round, 0, FED_CODEC_NONE,
+                             &h) == FED_OK &&
+            fedi_node_emit(n, NULL, &h, &b, buf, len) != FED_OK)
             break; /* logged; the next advertisement tries again */
     }
     fed_free(buf);
@@ -226,7 +226,7 @@ static void advertise(fed_node *n, uint64_t round, size_t m)
 /* A PEERS frame: each entry that verifies, for a member (or, where this node
  * takes vouched keys, any key), goes into the table; a new address is
  * handed to the daemon to dial. */
-fed_err fed_node_peer_on_peers(fed_node *n, node_open *op)
+fed_err fedi_node_peer_on_peers(fed_node *n, node_open *op)
 {
     node_mesh *p = n->mesh;
     const fed_node_config *c = &n->cfg;
@@ -266,12 +266,12 @@ fed_err fed_node_peer_on_peers(fed_node *n, node_open *op)
                 "vouching off)", refused);
     if (e != FED_OK)
         fed_wire_note_reject(n->wire, &m->hdr, e);
-    (void)fed_node_ack(n, op->req, &m->hdr, e, 0);
+    (void)fedi_node_ack(n, op->req, &m->hdr, e, 0);
     op->req = NULL;
     return e;
 }
 
-void fed_node_peer_advertise_due(fed_node *n, uint64_t round, size_t m)
+void fedi_node_peer_advertise_due(fed_node *n, uint64_t round, size_t m)
 {
     node_mesh *p = n->mesh;
 
@@ -280,7 +280,7 @@ void fed_node_peer_advertise_due(fed_node *n, uint64_t round, size_t m)
     p->advertise_now = 0;
 }
 
-void fed_node_peer_refresh_members(fed_node *n)
+void fedi_node_peer_refresh_members(fed_node *n)
 {
     node_mesh *p = n->mesh;
     const fed_node_config *c = &n->cfg;
@@ -292,7 +292,7 @@ void fed_node_peer_refresh_members(fed_node *n)
         fed_crypto_allow_generation(c->allow) != p->allow_gen) {
         int changed = 0;
 
-        if ((e = fed_node_peer_rebuild_members(n, &changed)) != FED_OK)
+        if ((e = fedi_node_peer_rebuild_members(n, &changed)) != FED_OK)
             fed_log(FED_LOG_ERROR, "peer: members: %s", fed_strerror(e));
         else
             p->allow_gen = fed_crypto_allow_generation(c->allow);

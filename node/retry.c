@@ -5,23 +5,23 @@
  * as a CHUNK stream still held (node/transfer.c), else the whole request. */
 #include "node/node_impl.h"
 
-int fed_node_retry_take(fed_node *n, const uint8_t to[32], uint32_t *used, uint32_t max)
+int fedi_node_retry_take(fed_node *n, const uint8_t to[32], uint32_t *used, uint32_t max)
 {
     if (*used >= max) {
         if (to)
-            fed_node_tx_drop(n, to);
+            fedi_node_tx_drop(n, to);
         return 0;
     }
     (*used)++;
     return 1;
 }
 
-int fed_node_retry_frame(fed_node *n, const uint8_t to[32], uint64_t arm_ms, fed_err *e)
+int fedi_node_retry_frame(fed_node *n, const uint8_t to[32], uint64_t arm_ms, fed_err *e)
 {
-    if (!fed_node_tx_active(n, to))
+    if (!fedi_node_tx_active(n, to))
         return 0;
     if (arm_ms)
-        fed_node_arm_in(n, arm_ms, NODE_TIMER_RETRY); /* a failure stops the node */
-    *e = fed_node_tx_resend(n, to);
+        fedi_node_arm_in(n, arm_ms, NODE_TIMER_RETRY); /* a failure stops the node */
+    *e = fedi_node_tx_resend(n, to);
     return 1;
 }

@@ -19,7 +19,7 @@
 #include "model/merge.h"
 #include "node/aggregator_impl.h"
 #include "node/secagg_impl.h"
-#include "node/secagg_msg.h"
+#include "node/secagg_msg_impl.h"
 #include "node/site_eval.h"
 #include "node/test_hooks.h"
 #include "secagg/graph.h"
@@ -66,7 +66,7 @@ struct node_sa_agg {
                                (node/layout.h), or 0 in the statistics pass
                                (node/agg_stats.c) */
     uint32_t nints;         /* the try's integers: cfg.secagg.ints, or the pass's */
-    size_t words;           /* the masked input's: fed_agg_seg_words of sa_segs */
+    size_t words;           /* the masked input's: fedi_agg_seg_words of sa_segs */
     uint32_t *sum;          /* (words; room for the larger kind of try) */
     float *mean;            /* (nparams) the unmasked mean: the trained floats
                                (node/layout.h), zero elsewhere */
@@ -78,7 +78,7 @@ struct node_sa_agg {
 
 /* ---- configuration ---- */
 
-/* A secure contribution's segments under c (agg_input.h): the delta (np),
+/* A secure contribution's segments under c (agg_input_impl.h): the delta (np),
  * its weight, and nints integers. */
 static size_t sa_segs(const fed_node_config *c, const fed_node_layout *l, size_t np,
                       uint32_t nints, agg_segment *segs, size_t *nd_out)
@@ -93,7 +93,7 @@ static size_t sa_segs(const fed_node_config *c, const fed_node_layout *l, size_t
                                 .range = c->secagg.range};
     if (nd_out)
         *nd_out = nd;
-    return fed_agg_seg_secure(d, nd, c->secagg.range, nints, segs);
+    return fedi_agg_seg_secure(d, nd, c->secagg.range, nints, segs);
 }
 
 /* The masked input's u32 words under c (l: the round's tensor layout; NULL
@@ -106,7 +106,7 @@ static uint64_t sa_words(const fed_node_config *c, const fed_node_layout *l, siz
 
     if (c->secagg.bits < 1 || c->secagg.bits > 32) /* misfit refuses it by name */
         return (uint64_t)np + 1;
-    return fed_agg_seg_words(segs, nseg, c->secagg.bits);
+    return fedi_agg_seg_words(segs, nseg, c->secagg.bits);
 }
 
 /* The larger masked input of a training round and a statistics pass. */
@@ -122,7 +122,7 @@ static uint64_t sa_words_most(const fed_node_config *c, const fed_node_layout *l
     return train > pass ? train : pass;
 }
 
-const char *fed_node_sa_agg_misfit(const fed_node_config *c, size_t nparams, size_t max_clients)
+const char *fedi_node_sa_agg_misfit(const fed_node_config *c, size_t nparams, size_t max_clients)
 {
     fed_secagg_quant q = {.clip_norm = 0, .range = c->secagg.range, .bits = c->secagg.bits};
     size_t max_frame = c->transfer.wire.max_frame ? c->transfer.wire.max_frame : FED_WIRE_MAX_FRAME_DEFAULT;
@@ -161,7 +161,7 @@ const char *fed_node_sa_agg_misfit(const fed_node_config *c, size_t nparams, siz
     return NULL;
 }
 
-fed_err fed_node_sa_agg_new(fed_node *n, node_sa_agg **out)
+fed_err fedi_node_sa_agg_new(fed_node *n, node_sa_agg **out)
 {
     node_sa_agg *s = fed_calloc(1, sizeof *s);
     size_t mc = (size_t)n->agg->max_clients;
@@ -232,7 +232,7 @@ static void try_clear(node_sa_agg *s)
     s->outcome[0] = '\0';
 }
 
-void fed_node_sa_agg_free(fed_node *n, node_sa_agg *s)
+void fedi_node_sa_agg_free(fed_node *n, node_sa_agg *s)
 {
     (void)n;
     if (!s)
@@ -246,14 +246,14 @@ void fed_node_sa_agg_free(fed_node *n, node_sa_agg *s)
     fed_free(s);
 }
 
-void fed_node_sa_agg_end(fed_node *n)
+void fedi_node_sa_agg_end(fed_node *n)
 {
     node_sa_agg *s = n->agg->sa;
 
     if (!s)
         return;
     for (size_t i = 0; i < s->nm; i++)
-        fed_node_refuse(n, s->m[i].held);
+        fedi_node_refuse(n, s->m[i].held);
     try_clear(s);
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_STAGE);
 }
@@ -265,7 +265,7 @@ static double weight_cap(const fed_node *n)
     return n->agg->dp ? 1 : n->cfg.secagg.max_weight;
 }
 
-void fed_node_sa_agg_settings(const fed_node *n, uint64_t round, fed_wire_settings *st)
+void fedi_node_sa_agg_settings(const fed_node *n, uint64_t round, fed_wire_settings *st)
 {
     const node_sa_agg *s = n->agg->sa;
 
@@ -278,7 +278,7 @@ void fed_node_sa_agg_settings(const fed_node *n, uint64_t round, fed_wire_settin
        clip the mean */
     st->sa_clip = (float)fed_merge_traits_of(n->agg->merge).clip;
     if (n->agg->dp) { /* DP-FedAvg: each client clips its own delta (rounded down) */
-        double c = fed_node_agg_dp_secagg_clip(n->agg);
+        double c = fedi_node_agg_dp_secagg_clip(n->agg);
         float f = (float)c;
 
         if ((double)f > c)
@@ -290,35 +290,35 @@ void fed_node_sa_agg_settings(const fed_node *n, uint64_t round, fed_wire_settin
     st->sa_dropout = (float)n->cfg.secagg.dropout;
 }
 
-int fed_node_sa_agg_keys_closed(const node_sa_agg *s) { return s->stage > SA_KEYS; }
+int fedi_node_sa_agg_keys_closed(const node_sa_agg *s) { return s->stage > SA_KEYS; }
 
-int fed_node_sa_agg_unmasked(const node_sa_agg *s) { return s->stage == SA_DONE; }
+int fedi_node_sa_agg_unmasked(const node_sa_agg *s) { return s->stage == SA_DONE; }
 
-int fed_node_sa_agg_void(const node_sa_agg *s) { return s->void_sum; }
+int fedi_node_sa_agg_void(const node_sa_agg *s) { return s->void_sum; }
 
-const char *fed_node_sa_agg_outcome(const node_sa_agg *s)
+const char *fedi_node_sa_agg_outcome(const node_sa_agg *s)
 {
     return s->void_sum ? s->outcome : "";
 }
 
-size_t fed_node_sa_agg_words(const node_sa_agg *s) { return s->words; }
+size_t fedi_node_sa_agg_words(const node_sa_agg *s) { return s->words; }
 
-const uint64_t *fed_node_sa_agg_ints(const node_sa_agg *s, size_t *len, uint32_t *m)
+const uint64_t *fedi_node_sa_agg_ints(const node_sa_agg *s, size_t *len, uint32_t *m)
 {
     *len = s->nints;
     *m = s->m3;
     return s->isum;
 }
 
-const float *fed_node_sa_agg_mean(const node_sa_agg *s, double *weight)
+const float *fedi_node_sa_agg_mean(const node_sa_agg *s, double *weight)
 {
     *weight = s->weight;
     return s->mean;
 }
 
-const float *fed_node_sa_agg_stats(const node_sa_agg *s) { return s->stats; }
+const float *fedi_node_sa_agg_stats(const node_sa_agg *s) { return s->stats; }
 
-const char *fed_node_sa_agg_fate(const node_sa_agg *s, size_t i)
+const char *fedi_node_sa_agg_fate(const node_sa_agg *s, size_t i)
 {
     static const char *const fate[] = {
         "secagg: no keys", "secagg: dropped before sharing", "secagg: dropped after sharing",
@@ -335,15 +335,15 @@ const char *fed_node_sa_agg_fate(const node_sa_agg *s, size_t i)
 
 static fed_err arm_stage(fed_node *n, uint64_t ms)
 {
-    return fed_node_arm_in(n, ms, NODE_TIMER_STAGE);
+    return fedi_node_arm_in(n, ms, NODE_TIMER_STAGE);
 }
 
-fed_err fed_node_sa_agg_begin(fed_node *n)
+fed_err fedi_node_sa_agg_begin(fed_node *n)
 {
     node_agg *a = n->agg;
     node_sa_agg *s = a->sa;
 
-    fed_node_sa_agg_end(n);
+    fedi_node_sa_agg_end(n);
     if (s->round != n->round + 1) {
         s->round = n->round + 1;
         s->try_no = 0;
@@ -358,9 +358,9 @@ fed_err fed_node_sa_agg_begin(fed_node *n)
     for (size_t i = 0; i < s->nm; i++)
         s->m[i].idx = -1;
     /* the statistics pass sums its integers alone (node/agg_stats.c) */
-    s->np = fed_node_agg_stats_pass(n) ? 0 : fed_node_layout_sent(&a->layout);
-    s->nints = fed_node_agg_stats_pass(n)
-                   ? fed_node_agg_stats_ints(n)
+    s->np = fedi_node_agg_stats_pass(n) ? 0 : fed_node_layout_sent(&a->layout);
+    s->nints = fedi_node_agg_stats_pass(n)
+                   ? fedi_node_agg_stats_ints(n)
                    : n->cfg.secagg.ints + fed_node_agg_site_eval_ints(n); /* node/site_eval.h */
     s->words = (size_t)sa_words(&n->cfg, &a->layout, s->np, s->nints);
     s->stage = SA_KEYS;
@@ -383,10 +383,10 @@ static fed_err answer(fed_node *n, sa_member *m, uint8_t type, uint32_t count, c
     m->held = NULL;
     if (!req)
         return FED_OK;
-    e = fed_node_header(n, type, m->held_hdr.sender, s->round, m->held_hdr.sender_epoch,
-                        FED_CODEC_NONE, &h);
+    e = fedi_node_header(n, type, m->held_hdr.sender, s->round, m->held_hdr.sender_epoch,
+                         FED_CODEC_NONE, &h);
     if (e != FED_OK) {
-        fed_node_refuse(n, req);
+        fedi_node_refuse(n, req);
         return e;
     }
     memset(&b, 0, sizeof b);
@@ -396,18 +396,18 @@ static fed_err answer(fed_node *n, sa_member *m, uint8_t type, uint32_t count, c
         uint8_t *cp = fed_malloc(len + 1);
 
         if (!cp) {
-            fed_node_refuse(n, req);
+            fedi_node_refuse(n, req);
             return FED_ERR_NOMEM;
         }
         size_t clen = len;
 
         memcpy(cp, vec, len);
         n->cfg.hooks->sa_tamper(n->cfg.hooks->ctx, 0, type, h.recipient, cp, &clen, &b.sa_count);
-        e = fed_node_emit(n, req, &h, &b, cp, clen <= len ? clen : len);
+        e = fedi_node_emit(n, req, &h, &b, cp, clen <= len ? clen : len);
         fed_free(cp);
         return e;
     }
-    return fed_node_emit(n, req, &h, &b, vec, len);
+    return fedi_node_emit(n, req, &h, &b, vec, len);
 }
 
 /* The SHARES answer of list index j: the U2 flags, then what U2 sealed
@@ -436,7 +436,7 @@ static fed_err answer_inbox(fed_node *n, sa_member *m)
             if (fed_get_u32le(p) != (uint32_t)m->idx || at + SA_SEALED_ENTRY_BYTES > cap)
                 continue;
             fed_put_u32le(v + at, i);
-            memcpy(v + at + 4, p + 4, FED_SECAGG_SEALED_BYTES);
+            memcpy(v + at + 4, p + 4, FED_SECAGG_BOX_BYTES);
             at += SA_SEALED_ENTRY_BYTES;
             count++;
         }
@@ -486,14 +486,14 @@ static fed_err answer_stage(fed_node *n, sa_member *m, int st)
 
 static uint32_t count_flags(const uint8_t *f, uint32_t n);
 
-void fed_node_sa_agg_row(const fed_node *n, fed_store_secagg_try *t, const char *outcome)
+void fedi_node_sa_agg_row(const fed_node *n, fed_store_secagg_try *t, const char *outcome)
 {
     const node_sa_agg *s = n->agg->sa;
 
     memset(t, 0, sizeof *t);
     t->round = s->round;
     t->try_no = s->try_no;
-    t->at_ms = fed_node_wall_ms(n);
+    t->at_ms = fedi_node_wall_ms(n);
     t->sampled = (uint32_t)s->nm;
     t->keyed = s->n1;
     t->k = s->k;
@@ -542,7 +542,7 @@ static fed_err fail_try(fed_node *n, const char *why, int revealed)
     if (revealed) { /* its row goes with the round's commit */
         snprintf(s->outcome, sizeof s->outcome, "%s", outcome);
     } else {
-        fed_node_sa_agg_row(n, &row, outcome);
+        fedi_node_sa_agg_row(n, &row, outcome);
         if ((e = fed_store_put_secagg_try(n->cfg.store, &row)) != FED_OK)
             fed_log(FED_LOG_WARN, "secagg: recording the failed try: %s", fed_strerror(e));
     }
@@ -550,20 +550,20 @@ static fed_err fail_try(fed_node *n, const char *why, int revealed)
         sa_member *m = &s->m[i];
 
         if (m->held) {
-            (void)fed_node_ack(n, m->held, &m->held_hdr, FED_ERR_SA_FAILED, 0);
+            (void)fedi_node_ack(n, m->held, &m->held_hdr, FED_ERR_SA_FAILED, 0);
             m->held = NULL;
         }
     }
     s->void_sum = revealed;
     if (a->dp || revealed)
-        return fed_node_agg_close_round(n);
-    fed_node_agg_abandon_round(n);
+        return fedi_node_agg_close_round(n);
+    fedi_node_agg_abandon_round(n);
     return FED_ERR_SA_FAILED;
 }
 
 static fed_err fail(fed_node *n, const char *why) { return fail_try(n, why, 0); }
 
-fed_err fed_node_sa_agg_revealed_before(fed_node *n)
+fed_err fedi_node_sa_agg_revealed_before(fed_node *n)
 {
     node_sa_agg *s = n->agg->sa;
 
@@ -611,7 +611,7 @@ static fed_err end_keys(fed_node *n)
             continue;
         s->m[i].idx = (int)s->n1;
         s->part_of[s->n1] = (uint32_t)i;
-        sa_put_key_entry(s->list + (size_t)s->n1 * SA_KEY_ENTRY_BYTES, &s->m[i].ke);
+        fedi_sa_put_key_entry(s->list + (size_t)s->n1 * SA_KEY_ENTRY_BYTES, &s->m[i].ke);
         s->n1++;
     }
     if ((e = fed_secagg_degree(n1, n->cfg.secagg.dropout, &s->k, &s->t, &pf)) != FED_OK)
@@ -812,7 +812,7 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
             goto out;
         }
     nseg = sa_segs(&n->cfg, &a->layout, np, s->nints, segs, &nd);
-    if ((e = fed_agg_seg_dequantize(segs, nseg, s->q.bits, s->sum, m3, deq, s->isum)) != FED_OK)
+    if ((e = fedi_agg_seg_dequantize(segs, nseg, s->q.bits, s->sum, m3, deq, s->isum)) != FED_OK)
         goto out;
     /* the weight coordinate carries 2 r w / W - r per client */
     s->weight = ((double)deq[np] + (double)m3 * s->q.range) / (2 * s->q.range);
@@ -825,7 +825,7 @@ static fed_err unmask(fed_node *n, char *why, size_t cap)
        the trained floats into the mean, the statistics apart (a statistics
        pass has no delta) */
     if (np) {
-        fed_agg_seg_finish(segs, nd, deq, m3, s->weight, deq);
+        fedi_agg_seg_finish(segs, nd, deq, m3, s->weight, deq);
         fed_node_layout_unpack(&a->layout, deq, s->mean);
         memcpy(s->mean + a->nparams, fed_node_layout_extra(&a->layout, deq),
                a->layout.extra * sizeof *s->mean); /* the strategy's own segment */
@@ -871,10 +871,10 @@ static fed_err end_unmask(fed_node *n)
             "sharing", (unsigned long long)s->round, s->try_no, count_flags(s->u3, s->n1),
             count_flags(s->u2, s->n1) - count_flags(s->u3, s->n1));
     s->m3 = count_flags(s->u3, s->n1);
-    if (!fed_node_agg_stats_pass(n) && n->cfg.secagg.ints && n->cfg.secagg.on_int_sum)
+    if (!fedi_node_agg_stats_pass(n) && n->cfg.secagg.ints && n->cfg.secagg.on_int_sum)
         n->cfg.secagg.on_int_sum(n->cfg.secagg.ints_ctx, n, s->round, s->isum, n->cfg.secagg.ints,
                           count_flags(s->u3, s->n1));
-    return fed_node_agg_close_round(n);
+    return fedi_node_agg_close_round(n);
 }
 
 /* Ends the running stage when every input it waits for is in. */
@@ -908,7 +908,7 @@ static fed_err maybe_end(fed_node *n, int timer)
     }
 }
 
-fed_err fed_node_sa_agg_declined(fed_node *n)
+fed_err fedi_node_sa_agg_declined(fed_node *n)
 {
     node_sa_agg *s = n->agg->sa;
 
@@ -917,7 +917,7 @@ fed_err fed_node_sa_agg_declined(fed_node *n)
     return maybe_end(n, 0);
 }
 
-fed_err fed_node_sa_agg_on_timer(fed_node *n)
+fed_err fedi_node_sa_agg_on_timer(fed_node *n)
 {
     node_sa_agg *s = n->agg->sa;
 
@@ -936,7 +936,7 @@ static int stage_of(uint8_t type) { return type - FED_WIRE_SA_KEYS + SA_KEYS; }
 static fed_err refuse(fed_node *n, node_open *op, fed_err why, fed_err status)
 {
     fed_wire_note_reject(n->wire, &op->msg.hdr, why);
-    (void)fed_node_ack(n, op->req, &op->msg.hdr, status, 0);
+    (void)fedi_node_ack(n, op->req, &op->msg.hdr, status, 0);
     op->req = NULL;
     return why;
 }
@@ -950,11 +950,11 @@ static fed_err take(fed_node *n, sa_member *m, size_t part, const fed_wire_msg *
 
     switch (msg->hdr.type) {
     case FED_WIRE_SA_KEYS:
-        if ((e = sa_parse_keys_req(msg->vector, msg->vector_len, b->sa_count, m->ke.mask_pk,
-                                   m->ke.enc_pk, m->ke.sig)) != FED_OK)
+        if ((e = fedi_sa_parse_keys_req(msg->vector, msg->vector_len, b->sa_count, m->ke.mask_pk,
+                                        m->ke.enc_pk, m->ke.sig)) != FED_OK)
             return e;
         memcpy(m->ke.id, n->agg->parts[part].key, 32);
-        if (!sa_keys_verify(m->ke.id, &s->ctx, m->ke.mask_pk, m->ke.enc_pk, m->ke.sig))
+        if (!fedi_sa_keys_verify(m->ke.id, &s->ctx, m->ke.mask_pk, m->ke.enc_pk, m->ke.sig))
             return FED_ERR_SA_KEYS;
         return FED_OK;
     case FED_WIRE_SA_SHARES: {
@@ -965,7 +965,7 @@ static fed_err take(fed_node *n, sa_member *m, size_t part, const fed_wire_msg *
             return FED_ERR_SA_SHARES;
         if (!(en = fed_malloc((size_t)s->k * sizeof *en)))
             return FED_ERR_NOMEM;
-        e = sa_parse_sealed(msg->vector, msg->vector_len, b->sa_count, s->n1, en);
+        e = fedi_sa_parse_sealed(msg->vector, msg->vector_len, b->sa_count, s->n1, en);
         nb = fed_secagg_graph_neighbours(s->g, (uint32_t)m->idx);
         for (uint32_t j = 0; e == FED_OK && j < s->k; j++)
             if (en[j].index != nb[j]) /* one pair for each neighbour, no other */
@@ -1001,7 +1001,7 @@ static fed_err take(fed_node *n, sa_member *m, size_t part, const fed_wire_msg *
     case FED_WIRE_SA_CONSIST:
         if (b->sa_count != 1 || msg->vector_len != 64)
             return FED_ERR_SA_CONSIST;
-        if (!sa_survivors_verify(m->ke.id, &s->ctx, s->seed, s->u3, s->n1, msg->vector))
+        if (!fedi_sa_survivors_verify(m->ke.id, &s->ctx, s->seed, s->u3, s->n1, msg->vector))
             return FED_ERR_SA_CONSIST;
         memcpy(m->surv_sig, msg->vector, 64);
         return FED_OK;
@@ -1012,7 +1012,7 @@ static fed_err take(fed_node *n, sa_member *m, size_t part, const fed_wire_msg *
             return FED_ERR_SA_UNMASK;
         if (!(en = fed_crypto_guarded_alloc((size_t)b->sa_count + 1, sizeof *en)))
             return FED_ERR_NOMEM;
-        e = sa_parse_unmask(msg->vector, msg->vector_len, b->sa_count, s->n1, en);
+        e = fedi_sa_parse_unmask(msg->vector, msg->vector_len, b->sa_count, s->n1, en);
         for (uint32_t j = 0; e == FED_OK && j < b->sa_count; j++) {
             uint32_t o = en[j].owner;
 
@@ -1035,7 +1035,7 @@ static fed_err take(fed_node *n, sa_member *m, size_t part, const fed_wire_msg *
     }
 }
 
-fed_err fed_node_sa_agg_on_msg(fed_node *n, node_open *op)
+fed_err fedi_node_sa_agg_on_msg(fed_node *n, node_open *op)
 {
     node_agg *a = n->agg;
     node_sa_agg *s = a->sa;
@@ -1051,7 +1051,7 @@ fed_err fed_node_sa_agg_on_msg(fed_node *n, node_open *op)
     if (!s || a->state != AGG_RUNNING || msg->hdr.round != n->round + 1 ||
         msg->block.sa_try != s->try_no || s->stage == SA_NONE || s->void_sum)
         return refuse(n, op, own, FED_ERR_LATE);
-    if (!(p = fed_node_agg_part_find(a, msg->hdr.sender)))
+    if (!(p = fedi_node_agg_part_find(a, msg->hdr.sender)))
         return refuse(n, op, own, FED_ERR_ROLE);
     part = (size_t)(p - a->parts);
     m = &s->m[part];
@@ -1060,7 +1060,7 @@ fed_err fed_node_sa_agg_on_msg(fed_node *n, node_open *op)
     if (st < s->stage || m->stage_in >= st) {
         /* a re-asked request: the same answer (or, once its stage is
            over, the stage's answer at once) */
-        fed_node_refuse(n, m->held);
+        fedi_node_refuse(n, m->held);
         m->held = op->req;
         m->held_hdr = msg->hdr;
         op->req = NULL;
@@ -1068,7 +1068,7 @@ fed_err fed_node_sa_agg_on_msg(fed_node *n, node_open *op)
             fed_req *r = m->held;
 
             m->held = NULL;
-            return fed_node_ack(n, r, &msg->hdr, FED_OK, FED_WIRE_ACK_DUPLICATE);
+            return fedi_node_ack(n, r, &msg->hdr, FED_OK, FED_WIRE_ACK_DUPLICATE);
         }
         if (st < s->stage)
             return answer_stage(n, m, st);
@@ -1084,7 +1084,7 @@ fed_err fed_node_sa_agg_on_msg(fed_node *n, node_open *op)
         fed_req *r = op->req;
 
         op->req = NULL;
-        return fed_node_ack(n, r, &msg->hdr, FED_ERR_STREAM, 0);
+        return fedi_node_ack(n, r, &msg->hdr, FED_ERR_STREAM, 0);
     }
     if (n->cfg.hooks && n->cfg.hooks->sa_tamper) { /* before take: a test's bad input */
         size_t len = msg->vector_len;
@@ -1096,7 +1096,7 @@ fed_err fed_node_sa_agg_on_msg(fed_node *n, node_open *op)
     if ((e = take(n, m, part, msg)) != FED_OK)
         return refuse(n, op, e == FED_ERR_NOMEM ? e : own, e);
     m->stage_in = st;
-    fed_node_refuse(n, m->held);
+    fedi_node_refuse(n, m->held);
     m->held_hdr = msg->hdr;
     m->held = op->req;
     op->req = NULL;
@@ -1104,7 +1104,7 @@ fed_err fed_node_sa_agg_on_msg(fed_node *n, node_open *op)
         fed_req *r = m->held;
 
         m->held = NULL;
-        if ((e = fed_node_ack(n, r, &msg->hdr, FED_OK, 0)) != FED_OK)
+        if ((e = fedi_node_ack(n, r, &msg->hdr, FED_OK, 0)) != FED_OK)
             return e;
     }
     return maybe_end(n, 0);

@@ -20,9 +20,9 @@
 #include "core/log.h"
 #include "crypto/keystream.h"
 #include "model/colstats.h"
-#include "node/agg_input.h"
+#include "node/agg_input_impl.h"
 #include "node/secagg_impl.h"
-#include "node/secagg_msg.h"
+#include "node/secagg_msg_impl.h"
 #include "secagg/graph.h"
 #include "secagg/quant.h"
 
@@ -83,7 +83,7 @@ struct node_sa_client {
     fed_crypto_keystream ks;
 };
 
-fed_err fed_node_sa_client_new(fed_node *n, node_sa_client **out)
+fed_err fedi_node_sa_client_new(fed_node *n, node_sa_client **out)
 {
     *out = fed_calloc(1, sizeof **out);
     if (!*out)
@@ -96,7 +96,7 @@ fed_err fed_node_sa_client_new(fed_node *n, node_sa_client **out)
 static void stream_end(fed_node *n, node_sa_client *s)
 {
     if (s->streamed)
-        fed_node_tx_drop(n, n->cfg.client.aggregator.key);
+        fedi_node_tx_drop(n, n->cfg.client.aggregator.key);
     s->streamed = 0;
     s->stuck = 0;
     s->masked_out = 0;
@@ -138,7 +138,7 @@ static void round_clear(fed_node *n, node_sa_client *s)
     s->req_len = 0;
 }
 
-void fed_node_sa_client_free(fed_node *n, node_sa_client *s)
+void fedi_node_sa_client_free(fed_node *n, node_sa_client *s)
 {
     if (!s)
         return;
@@ -148,10 +148,10 @@ void fed_node_sa_client_free(fed_node *n, node_sa_client *s)
     fed_free(s);
 }
 
-int fed_node_sa_client_active(const node_sa_client *s) { return s && s->stage != SC_NONE; }
+int fedi_node_sa_client_active(const node_sa_client *s) { return s && s->stage != SC_NONE; }
 
 
-void fed_node_sa_client_abort(fed_node *n)
+void fedi_node_sa_client_abort(fed_node *n)
 {
     round_clear(n, n->client_sa);
 }
@@ -184,15 +184,15 @@ static fed_err stage_header(fed_node *n, uint8_t type, uint32_t count, fed_wire_
                             fed_wire_block *b)
 {
     node_sa_client *s = n->client_sa;
-    fed_err e = fed_node_header(n, type, n->cfg.client.aggregator.key, s->round, s->ctx.epoch,
-                                FED_CODEC_NONE, h);
+    fed_err e = fedi_node_header(n, type, n->cfg.client.aggregator.key, s->round, s->ctx.epoch,
+                                 FED_CODEC_NONE, h);
 
     if (e != FED_OK)
         return e;
     memset(b, 0, sizeof *b);
     b->sa_try = s->try_no;
     b->sa_count = count;
-    fed_node_arm_in(n, n->cfg.transfer.retry_ms, NODE_TIMER_RETRY); /* a failure stops the node */
+    fedi_node_arm_in(n, n->cfg.transfer.retry_ms, NODE_TIMER_RETRY); /* a failure stops the node */
     return FED_OK;
 }
 
@@ -206,15 +206,15 @@ static fed_err send_req(fed_node *n)
     if (e != FED_OK)
         return e;
     if (s->req_type != FED_WIRE_SA_MASKED)
-        return fed_node_emit(n, NULL, &h, &b, s->out, s->req_len);
+        return fedi_node_emit(n, NULL, &h, &b, s->out, s->req_len);
     /* the masked input: a CHUNK stream when over a frame, as a DELTA; its
        answer comes as the reply to its last frame */
     b.seg_count = s->segs.seg_count;
     memcpy(b.seg_len, s->segs.seg_len, sizeof b.seg_len);
     memcpy(b.seg_rule, s->segs.seg_rule, sizeof b.seg_rule);
     stream_end(n, s);
-    e = fed_node_emit_vec(n, NULL, &h, &b, s->out, s->req_len);
-    s->streamed = fed_node_tx_active(n, n->cfg.client.aggregator.key);
+    e = fedi_node_emit_vec(n, NULL, &h, &b, s->out, s->req_len);
+    s->streamed = fedi_node_tx_active(n, n->cfg.client.aggregator.key);
     s->masked_out = e == FED_OK && !s->streamed;
     return e;
 }
@@ -231,7 +231,7 @@ static fed_err reask_masked(fed_node *n)
     fed_wire_block b;
     fed_err e = stage_header(n, FED_WIRE_SA_MASKED, 0, &h, &b);
 
-    return e != FED_OK ? e : fed_node_emit(n, NULL, &h, &b, NULL, 0);
+    return e != FED_OK ? e : fedi_node_emit(n, NULL, &h, &b, NULL, 0);
 }
 
 /* A retry of a streamed masked input: the frame in flight again (a few
@@ -243,10 +243,10 @@ static fed_err retry_stream(fed_node *n)
 
     fed_err e;
 
-    if (fed_node_tx_active(n, agg) && fed_node_tx_sent_all(n, agg))
+    if (fedi_node_tx_active(n, agg) && fedi_node_tx_sent_all(n, agg))
         return reask_masked(n);
-    if (fed_node_retry_take(n, NULL, &s->stuck, SC_STREAM_RESENDS) &&
-        fed_node_retry_frame(n, agg, n->cfg.transfer.retry_ms, &e))
+    if (fedi_node_retry_take(n, NULL, &s->stuck, SC_STREAM_RESENDS) &&
+        fedi_node_retry_frame(n, agg, n->cfg.transfer.retry_ms, &e))
         return e;
     return send_req(n);
 }
@@ -271,11 +271,11 @@ static fed_err stream_ack(fed_node *n, const fed_wire_msg *m, int *used)
     if (m->block.status != FED_OK || !s->streamed)
         return FED_OK;
     *used = 1;
-    if ((e = fed_node_tx_push(n, n->cfg.client.aggregator.key, &done)) != FED_OK)
+    if ((e = fedi_node_tx_push(n, n->cfg.client.aggregator.key, &done)) != FED_OK)
         return e; /* the retry timer resends */
     if (!done) {
         s->stuck = 0;
-        fed_node_arm_in(n, n->cfg.transfer.retry_ms, NODE_TIMER_RETRY); /* a failure stops the node */
+        fedi_node_arm_in(n, n->cfg.transfer.retry_ms, NODE_TIMER_RETRY); /* a failure stops the node */
     }
     return FED_OK;
 }
@@ -291,14 +291,14 @@ static fed_err start_stage(fed_node *n, int stage, uint8_t type, uint32_t count)
     return send_req(n);
 }
 
-fed_err fed_node_sa_client_retry(fed_node *n, int *gave_up)
+fed_err fedi_node_sa_client_retry(fed_node *n, int *gave_up)
 {
     node_sa_client *s = n->client_sa;
 
     *gave_up = 0;
     if (s->stage == SC_TRAINING) /* nothing out: the training job will go on */
         return FED_OK;
-    if (!fed_node_retry_take(n, NULL, &s->resends, s->max_resends)) {
+    if (!fedi_node_retry_take(n, NULL, &s->resends, s->max_resends)) {
         fed_log(FED_LOG_WARN, "client: secagg round %llu: no answer from the aggregator; the "
                 "round is dropped", (unsigned long long)s->round);
         round_clear(n, s);
@@ -314,7 +314,7 @@ fed_err fed_node_sa_client_retry(fed_node *n, int *gave_up)
 
 /* ---- stages ---- */
 
-fed_err fed_node_sa_client_begin(fed_node *n, const fed_wire_msg *model)
+fed_err fedi_node_sa_client_begin(fed_node *n, const fed_wire_msg *model)
 {
     node_sa_client *s = n->client_sa;
     const fed_wire_settings *st = &model->block.settings;
@@ -342,7 +342,7 @@ fed_err fed_node_sa_client_begin(fed_node *n, const fed_wire_msg *model)
         goto fail;
     memcpy(s->req, fed_secagg_keys_mask_pk(s->keys), 32);
     memcpy(s->req + 32, fed_secagg_keys_enc_pk(s->keys), 32);
-    if ((e = sa_keys_sign(n->cfg.arena, &s->ctx, s->req, s->req + 32, s->req + 64)) != FED_OK)
+    if ((e = fedi_sa_keys_sign(n->cfg.arena, &s->ctx, s->req, s->req + 32, s->req + 64)) != FED_OK)
         goto fail;
     return start_stage(n, SC_KEYS, FED_WIRE_SA_KEYS, 1);
 fail:
@@ -377,11 +377,11 @@ static fed_err on_key_list(fed_node *n, const fed_wire_msg *m)
     }
     if (!(s->list = fed_malloc((size_t)count * sizeof *s->list)))
         return FED_ERR_NOMEM;
-    if ((e = sa_parse_key_list(m->vector, m->vector_len, count, s->list)) != FED_OK)
+    if ((e = fedi_sa_parse_key_list(m->vector, m->vector_len, count, s->list)) != FED_OK)
         return e;
     for (uint32_t i = 0; i < count; i++) {
-        if (!sa_keys_verify(s->list[i].id, &s->ctx, s->list[i].mask_pk, s->list[i].enc_pk,
-                            s->list[i].sig))
+        if (!fedi_sa_keys_verify(s->list[i].id, &s->ctx, s->list[i].mask_pk, s->list[i].enc_pk,
+                                 s->list[i].sig))
             return FED_ERR_SA_KEYS; /* a key not signed for this round, try and aggregator */
         /* every identity a member this client knows: else the aggregator
            could invent neighbours and hold both kinds of a client's shares */
@@ -435,10 +435,10 @@ static fed_err on_key_list(fed_node *n, const fed_wire_msg *m)
 
         fed_put_u32le(p, nb[j]);
         /* one X25519 a neighbour: the key opens its shares for this client too */
-        if ((e = fed_secagg_seal_key(s->keys, s->list[nb[j]].enc_pk, &s->ctx, s->sealk[j])) ==
+        if ((e = fed_secagg_box_key(s->keys, s->list[nb[j]].enc_pk, &s->ctx, s->sealk[j])) ==
             FED_OK)
-            e = fed_secagg_seal_with(s->sealk[j], &s->ctx, &r, &self_sh[j], &key_sh[j],
-                                     n->env.random, n->env.self, p + 4);
+            e = fed_secagg_box_seal_with(s->sealk[j], &s->ctx, &r, &self_sh[j], &key_sh[j],
+                                         n->env.random, n->env.self, p + 4);
     }
     if (e != FED_OK)
         goto out;
@@ -478,7 +478,7 @@ static fed_err on_inbox(fed_node *n, const fed_wire_msg *m)
         return FED_ERR_SA_SHARES;
     if (!(en = fed_malloc(((size_t)count + 1) * sizeof *en)))
         return FED_ERR_NOMEM;
-    if ((e = sa_parse_inbox(m->vector, m->vector_len, count, s->n1, &flags, en)) != FED_OK)
+    if ((e = fedi_sa_parse_inbox(m->vector, m->vector_len, count, s->n1, &flags, en)) != FED_OK)
         goto out;
     if (!(s->u2 = fed_malloc(s->n1))) {
         e = FED_ERR_NOMEM;
@@ -501,8 +501,8 @@ static fed_err on_inbox(fed_node *n, const fed_wire_msg *m)
         if ((e = fed_crypto_slot_take(a, &s->rx[p])) != FED_OK)
             break;
         sh = (fed_secagg_share *)(void *)fed_crypto_slot_mem(s->rx[p]);
-        e = fed_secagg_open_with(s->sealk[p], &s->ctx, &r, en[i].sealed, FED_SECAGG_SEALED_BYTES,
-                                 &sh[0], &sh[1]);
+        e = fed_secagg_box_open_with(s->sealk[p], &s->ctx, &r, en[i].sealed, FED_SECAGG_BOX_BYTES,
+                                     &sh[0], &sh[1]);
         if (e != FED_OK)
             e = FED_ERR_SA_SHARES;
         got++;
@@ -554,8 +554,8 @@ static fed_err send_masked(fed_node *n)
     return start_stage(n, SC_MASKED, FED_WIRE_SA_MASKED, (uint32_t)s->words);
 }
 
-fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, const fed_node_layout *l,
-                                   uint64_t samples, const int64_t *extra, uint32_t nextra)
+fed_err fedi_node_sa_client_trained(fed_node *n, const float *delta, const fed_node_layout *l,
+                                    uint64_t samples, const int64_t *extra, uint32_t nextra)
 {
     node_sa_client *s = n->client_sa;
     double w = (double)samples < s->max_weight ? (double)samples : s->max_weight;
@@ -563,9 +563,9 @@ fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, const fed_no
     size_t nints = s->pass_ints ? s->pass_ints : (size_t)n->cfg.secagg.ints + nextra;
     agg_segment dsegs[AGG_SEGMENTS_MAX]; /* the delta's: trained, statistics (a pass: none) */
     size_t nd = s->pass_ints ? 0 : fed_node_layout_segments(l, r, s->stats_range, dsegs);
-    size_t nparams = fed_agg_seg_len(dsegs, nd), off = 0;
+    size_t nparams = fedi_agg_seg_len(dsegs, nd), off = 0;
     agg_segment segs[AGG_SEGMENTS_MAX];
-    size_t nseg = fed_agg_seg_secure(dsegs, nd, r, nints, segs);
+    size_t nseg = fedi_agg_seg_secure(dsegs, nd, r, nints, segs);
     float *x = NULL;
     int64_t *ix = NULL;
     fed_rng rng;
@@ -574,12 +574,12 @@ fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, const fed_no
 
     if (s->stage == SC_NONE)
         return FED_ERR_SA_FAILED; /* the round was dropped meanwhile */
-    if (s->pass_ints && (!fed_node_client_stats(n) ||
+    if (s->pass_ints && (!fedi_node_client_stats(n) ||
                          (size_t)n->cfg.data.stats_cols * FED_COLSTATS_INTS != s->pass_ints))
         return FED_ERR_STATS; /* the client declines such a pass before it trains */
     if ((n->cfg.secagg.ints && !s->pass_ints && !n->cfg.secagg.ints_fn) || (nextra && !extra))
         return FED_ERR_INVAL;
-    s->words = fed_agg_seg_words(segs, nseg, s->q.bits);
+    s->words = fedi_agg_seg_words(segs, nseg, s->q.bits);
     if (s->pass_ints)
         s->segs.seg_count = 0;
     else
@@ -591,7 +591,7 @@ fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, const fed_no
         goto out;
     }
     if (s->pass_ints) /* the statistics pass: its columns' integers */
-        memcpy(ix, fed_node_client_stats(n), nints * sizeof *ix);
+        memcpy(ix, fedi_node_client_stats(n), nints * sizeof *ix);
     else if (n->cfg.secagg.ints &&
              (e = n->cfg.secagg.ints_fn(n->cfg.secagg.ints_ctx, s->round, ix,
                                         n->cfg.secagg.ints)) != FED_OK)
@@ -621,7 +621,7 @@ fed_err fed_node_sa_client_trained(fed_node *n, const float *delta, const fed_no
     fed_rng_seed(&rng, seed);
     /* clipped above (the weight word is no delta): each segment at its
        range, the integers as limbs */
-    e = fed_agg_seg_quantize(segs, nseg, s->q.bits, x, ix, &rng, s->masked);
+    e = fedi_agg_seg_quantize(segs, nseg, s->q.bits, x, ix, &rng, s->masked);
     sodium_memzero(&seed, sizeof seed); /* the rounding's draws */
     sodium_memzero(&rng, sizeof rng);
 out:
@@ -652,7 +652,7 @@ static fed_err on_survivors(fed_node *n, const fed_wire_msg *m)
     fed_err e;
 
     if (m->block.sa_count != s->n1 ||
-        sa_parse_flags(m->vector, m->vector_len, s->n1, FED_ERR_SA_MASKED) != FED_OK)
+        fedi_sa_parse_flags(m->vector, m->vector_len, s->n1, FED_ERR_SA_MASKED) != FED_OK)
         return FED_ERR_SA_MASKED;
     if (!(s->u3 = fed_malloc(s->n1)))
         return FED_ERR_NOMEM;
@@ -684,14 +684,14 @@ static fed_err on_survivors(fed_node *n, const fed_wire_msg *m)
                 "refusing to reveal anything", (unsigned long long)s->round);
         return FED_ERR_SA_DROPPED;
     }
-    if ((e = sa_survivors_sign(n->cfg.arena, &s->ctx, s->seed, s->u3, s->n1, sig)) != FED_OK ||
+    if ((e = fedi_sa_survivors_sign(n->cfg.arena, &s->ctx, s->seed, s->u3, s->n1, sig)) != FED_OK ||
         (e = req_room(s, 64)) != FED_OK)
         return e;
     memcpy(s->req, sig, 64);
     return start_stage(n, SC_CONSIST, FED_WIRE_SA_CONSIST, 1);
 }
 
-int fed_node_sa_client_took_part(const node_sa_client *s, uint64_t round)
+int fedi_node_sa_client_took_part(const node_sa_client *s, uint64_t round)
 {
     return s && round && s->masked_round == round;
 }
@@ -715,11 +715,11 @@ static fed_err on_signatures(fed_node *n, const fed_wire_msg *m)
         e = FED_ERR_NOMEM;
         goto out;
     }
-    if ((e = sa_parse_sigs(m->vector, m->vector_len, count, s->n1, idx, sig)) != FED_OK)
+    if ((e = fedi_sa_parse_sigs(m->vector, m->vector_len, count, s->n1, idx, sig)) != FED_OK)
         goto out;
     for (uint32_t i = 0; i < count; i++)
         if (nb_pos(s, idx[i]) < s->k && s->u3[idx[i]] &&
-            sa_survivors_verify(s->list[idx[i]].id, &s->ctx, s->seed, s->u3, s->n1, sig[i]))
+            fedi_sa_survivors_verify(s->list[idx[i]].id, &s->ctx, s->seed, s->u3, s->n1, sig[i]))
             good++;
     if (good < s->t) {
         fed_log(FED_LOG_WARN, "client: secagg round %llu: %u of its neighbours signed the "
@@ -744,7 +744,7 @@ static fed_err on_signatures(fed_node *n, const fed_wire_msg *m)
         en.owner = nb[p];
         en.kind = s->u3[nb[p]] ? SA_KIND_SELF : SA_KIND_KEY; /* never both */
         en.share = sh[s->u3[nb[p]] ? 0 : 1];
-        sa_put_unmask_entry(s->reveal + (size_t)out * SA_UNMASK_ENTRY_BYTES, &en);
+        fedi_sa_put_unmask_entry(s->reveal + (size_t)out * SA_UNMASK_ENTRY_BYTES, &en);
         fed_secagg_share_wipe(&en.share, 1);
         out++;
     }
@@ -757,7 +757,7 @@ out:
     return e;
 }
 
-fed_err fed_node_sa_client_on_reply(fed_node *n, node_open *op, int *done)
+fed_err fedi_node_sa_client_on_reply(fed_node *n, node_open *op, int *done)
 {
     node_sa_client *s = n->client_sa;
     const fed_wire_msg *m = &op->msg;

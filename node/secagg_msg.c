@@ -1,7 +1,7 @@
 /* secagg_msg.c - secure aggregation's stage vectors and signatures
- * (secagg_msg.h): parsers that check sizes, order and ranges before any
+ * (secagg_msg_impl.h): parsers that check sizes, order and ranges before any
  * value is taken, and the two signed statements. Holds no state. */
-#include "node/secagg_msg.h"
+#include "node/secagg_msg_impl.h"
 
 #include <sodium.h>
 #include <string.h>
@@ -31,8 +31,8 @@ static void statement(const char *label, const fed_secagg_ctx *c, const uint8_t 
 #define KEYS_LABEL "fednode secagg keys v1"
 #define SURV_LABEL "fednode secagg survivors v1"
 
-fed_err sa_keys_sign(const fed_crypto_arena *a, const fed_secagg_ctx *c, const uint8_t mask_pk[32],
-                     const uint8_t enc_pk[32], uint8_t sig[64])
+fed_err fedi_sa_keys_sign(const fed_crypto_arena *a, const fed_secagg_ctx *c, const uint8_t mask_pk[32],
+                          const uint8_t enc_pk[32], uint8_t sig[64])
 {
     uint8_t m[32];
 
@@ -40,8 +40,8 @@ fed_err sa_keys_sign(const fed_crypto_arena *a, const fed_secagg_ctx *c, const u
     return fed_crypto_arena_sign(a, m, sizeof m, sig);
 }
 
-int sa_keys_verify(const uint8_t id[32], const fed_secagg_ctx *c, const uint8_t mask_pk[32],
-                   const uint8_t enc_pk[32], const uint8_t sig[64])
+int fedi_sa_keys_verify(const uint8_t id[32], const fed_secagg_ctx *c, const uint8_t mask_pk[32],
+                        const uint8_t enc_pk[32], const uint8_t sig[64])
 {
     uint8_t m[32];
 
@@ -49,9 +49,9 @@ int sa_keys_verify(const uint8_t id[32], const fed_secagg_ctx *c, const uint8_t 
     return crypto_sign_verify_detached(sig, m, sizeof m, id) == 0;
 }
 
-fed_err sa_survivors_sign(const fed_crypto_arena *a, const fed_secagg_ctx *c,
-                          const uint8_t seed[32], const uint8_t *alive, uint32_t n,
-                          uint8_t sig[64])
+fed_err fedi_sa_survivors_sign(const fed_crypto_arena *a, const fed_secagg_ctx *c,
+                               const uint8_t seed[32], const uint8_t *alive, uint32_t n,
+                               uint8_t sig[64])
 {
     uint8_t m[32], nb[4];
 
@@ -60,8 +60,8 @@ fed_err sa_survivors_sign(const fed_crypto_arena *a, const fed_secagg_ctx *c,
     return fed_crypto_arena_sign(a, m, sizeof m, sig);
 }
 
-int sa_survivors_verify(const uint8_t id[32], const fed_secagg_ctx *c, const uint8_t seed[32],
-                        const uint8_t *alive, uint32_t n, const uint8_t sig[64])
+int fedi_sa_survivors_verify(const uint8_t id[32], const fed_secagg_ctx *c, const uint8_t seed[32],
+                             const uint8_t *alive, uint32_t n, const uint8_t sig[64])
 {
     uint8_t m[32], nb[4];
 
@@ -70,8 +70,8 @@ int sa_survivors_verify(const uint8_t id[32], const fed_secagg_ctx *c, const uin
     return crypto_sign_verify_detached(sig, m, sizeof m, id) == 0;
 }
 
-fed_err sa_parse_keys_req(const uint8_t *v, size_t len, uint32_t count, uint8_t mask_pk[32],
-                          uint8_t enc_pk[32], uint8_t sig[64])
+fed_err fedi_sa_parse_keys_req(const uint8_t *v, size_t len, uint32_t count, uint8_t mask_pk[32],
+                               uint8_t enc_pk[32], uint8_t sig[64])
 {
     if (count != 1 || len != SA_KEYS_REQ_BYTES)
         return FED_ERR_SA_KEYS;
@@ -81,7 +81,7 @@ fed_err sa_parse_keys_req(const uint8_t *v, size_t len, uint32_t count, uint8_t 
     return FED_OK;
 }
 
-fed_err sa_parse_key_list(const uint8_t *v, size_t len, uint32_t count, sa_key_entry *out)
+fed_err fedi_sa_parse_key_list(const uint8_t *v, size_t len, uint32_t count, sa_key_entry *out)
 {
     if (count < 2 || count > SA_MAX_CLIENTS || len != (size_t)count * SA_KEY_ENTRY_BYTES)
         return FED_ERR_SA_KEYS;
@@ -98,7 +98,7 @@ fed_err sa_parse_key_list(const uint8_t *v, size_t len, uint32_t count, sa_key_e
     return FED_OK;
 }
 
-void sa_put_key_entry(uint8_t *out, const sa_key_entry *e)
+void fedi_sa_put_key_entry(uint8_t *out, const sa_key_entry *e)
 {
     memcpy(out, e->id, 32);
     memcpy(out + 32, e->mask_pk, 32);
@@ -106,8 +106,8 @@ void sa_put_key_entry(uint8_t *out, const sa_key_entry *e)
     memcpy(out + 96, e->sig, 64);
 }
 
-fed_err sa_parse_sealed(const uint8_t *v, size_t len, uint32_t count, uint32_t n,
-                        sa_sealed_entry *out)
+fed_err fedi_sa_parse_sealed(const uint8_t *v, size_t len, uint32_t count, uint32_t n,
+                             sa_sealed_entry *out)
 {
     if (count > n || len != (size_t)count * SA_SEALED_ENTRY_BYTES)
         return FED_ERR_SA_SHARES;
@@ -122,7 +122,7 @@ fed_err sa_parse_sealed(const uint8_t *v, size_t len, uint32_t count, uint32_t n
     return FED_OK;
 }
 
-fed_err sa_parse_flags(const uint8_t *v, size_t len, uint32_t n, fed_err err)
+fed_err fedi_sa_parse_flags(const uint8_t *v, size_t len, uint32_t n, fed_err err)
 {
     if (len != n)
         return err;
@@ -132,18 +132,18 @@ fed_err sa_parse_flags(const uint8_t *v, size_t len, uint32_t n, fed_err err)
     return FED_OK;
 }
 
-fed_err sa_parse_inbox(const uint8_t *v, size_t len, uint32_t count, uint32_t n,
-                       const uint8_t **flags, sa_sealed_entry *out)
+fed_err fedi_sa_parse_inbox(const uint8_t *v, size_t len, uint32_t count, uint32_t n,
+                            const uint8_t **flags, sa_sealed_entry *out)
 {
     if (len < 4 || fed_get_u32le(v) != n || len - 4 < n ||
-        sa_parse_flags(v + 4, n, n, FED_ERR_SA_SHARES) != FED_OK)
+        fedi_sa_parse_flags(v + 4, n, n, FED_ERR_SA_SHARES) != FED_OK)
         return FED_ERR_SA_SHARES;
     *flags = v + 4;
-    return sa_parse_sealed(v + 4 + n, len - 4 - n, count, n, out);
+    return fedi_sa_parse_sealed(v + 4 + n, len - 4 - n, count, n, out);
 }
 
-fed_err sa_parse_sigs(const uint8_t *v, size_t len, uint32_t count, uint32_t n, uint32_t *idx,
-                      const uint8_t **sig)
+fed_err fedi_sa_parse_sigs(const uint8_t *v, size_t len, uint32_t count, uint32_t n, uint32_t *idx,
+                           const uint8_t **sig)
 {
     if (count > n || len != (size_t)count * SA_SIG_ENTRY_BYTES)
         return FED_ERR_SA_CONSIST;
@@ -158,8 +158,8 @@ fed_err sa_parse_sigs(const uint8_t *v, size_t len, uint32_t count, uint32_t n, 
     return FED_OK;
 }
 
-fed_err sa_parse_unmask(const uint8_t *v, size_t len, uint32_t count, uint32_t n,
-                        sa_unmask_entry *out)
+fed_err fedi_sa_parse_unmask(const uint8_t *v, size_t len, uint32_t count, uint32_t n,
+                             sa_unmask_entry *out)
 {
     if (count > n || len != (size_t)count * SA_UNMASK_ENTRY_BYTES)
         return FED_ERR_SA_UNMASK;
@@ -176,7 +176,7 @@ fed_err sa_parse_unmask(const uint8_t *v, size_t len, uint32_t count, uint32_t n
     return FED_OK;
 }
 
-void sa_put_unmask_entry(uint8_t *out, const sa_unmask_entry *e)
+void fedi_sa_put_unmask_entry(uint8_t *out, const sa_unmask_entry *e)
 {
     fed_put_u32le(out, e->owner);
     out[4] = e->kind;

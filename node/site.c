@@ -41,17 +41,17 @@ static fed_err site_fail(fed_coll *c, const char *what, fed_err e)
     return e;
 }
 
-fed_err fed_node_site_failed(const node_train_job *j, fed_err e)
+fed_err fedi_node_site_failed(const node_train_job *j, fed_err e)
 {
     return site_fail(j->coll, "training", e);
 }
 
-int fed_node_site_ranks(const node_train_job *j)
+int fedi_node_site_ranks(const node_train_job *j)
 {
     return j->coll ? fed_coll_size(j->coll) : 1;
 }
 
-fed_err fed_node_site_reduce(void *ctx, float *buf, size_t n)
+fed_err fedi_node_site_reduce(void *ctx, float *buf, size_t n)
 {
     fed_coll *c = ctx;
     fed_err e = fed_coll_allreduce_sum(c, buf, n);
@@ -59,10 +59,10 @@ fed_err fed_node_site_reduce(void *ctx, float *buf, size_t n)
     return e == FED_OK ? FED_OK : site_fail(c, "the gradients' sum", e);
 }
 
-fed_err fed_node_site_sum_stats(fed_coll *c, fed_step_stats *st)
+fed_err fedi_node_site_sum_stats(fed_coll *c, fed_step_stats *st)
 {
     float v[3] = {(float)st->loss_sum, (float)st->correct, (float)st->samples};
-    fed_err e = fed_node_site_reduce(c, v, 3);
+    fed_err e = fedi_node_site_reduce(c, v, 3);
 
     if (e == FED_OK) {
         st->loss_sum = v[0];
@@ -72,12 +72,12 @@ fed_err fed_node_site_sum_stats(fed_coll *c, fed_step_stats *st)
     return e;
 }
 
-int fed_node_site_stage(const node_train_job *j)
+int fedi_node_site_stage(const node_train_job *j)
 {
     return j->pipe_stages > 1 ? fed_coll_rank(j->coll) % (int)j->pipe_stages : 0;
 }
 
-int fed_node_site_replica(const node_train_job *j)
+int fedi_node_site_replica(const node_train_job *j)
 {
     return j->pipe_stages > 1 ? fed_coll_rank(j->coll) / (int)j->pipe_stages
                               : fed_coll_rank(j->coll);
@@ -86,10 +86,10 @@ int fed_node_site_replica(const node_train_job *j)
 /* The world rank of stage peer in this rank's replica. */
 static int stage_rank(const node_train_job *j, int peer)
 {
-    return fed_node_site_replica(j) * (int)j->pipe_stages + peer;
+    return fedi_node_site_replica(j) * (int)j->pipe_stages + peer;
 }
 
-fed_err fed_node_site_pipe_send(void *ctx, int peer, const float *buf, size_t n)
+fed_err fedi_node_site_pipe_send(void *ctx, int peer, const float *buf, size_t n)
 {
     const node_train_job *j = ctx;
     fed_err e = fed_coll_send(j->coll, stage_rank(j, peer), SITE_TAG_PIPE, buf, n);
@@ -97,7 +97,7 @@ fed_err fed_node_site_pipe_send(void *ctx, int peer, const float *buf, size_t n)
     return e == FED_OK ? FED_OK : site_fail(j->coll, "sending to the next pipeline stage", e);
 }
 
-fed_err fed_node_site_pipe_recv(void *ctx, int peer, float *buf, size_t n)
+fed_err fedi_node_site_pipe_recv(void *ctx, int peer, float *buf, size_t n)
 {
     const node_train_job *j = ctx;
     fed_err e = fed_coll_recv(j->coll, stage_rank(j, peer), SITE_TAG_PIPE, buf, n);
@@ -105,13 +105,13 @@ fed_err fed_node_site_pipe_recv(void *ctx, int peer, float *buf, size_t n)
     return e == FED_OK ? FED_OK : site_fail(j->coll, "receiving from a pipeline stage", e);
 }
 
-fed_err fed_node_site_pipe_gather(const node_train_job *j, fed_model *m, float *trained)
+fed_err fedi_node_site_pipe_gather(const node_train_job *j, fed_model *m, float *trained)
 {
-    int st = fed_node_site_stage(j), R = fed_coll_size(j->coll);
+    int st = fedi_node_site_stage(j), R = fed_coll_size(j->coll);
     const fed_pipe_stage *sp = j->split;
     fed_err e;
 
-    if (fed_node_site_replica(j) != 0)
+    if (fedi_node_site_replica(j) != 0)
         return FED_OK; /* replica 0's parameters are every replica's */
     if (fed_coll_rank(j->coll) != 0) { /* trained is this stage's room */
         if ((e = fed_model_get_params(m, trained)) == FED_OK)
@@ -127,7 +127,7 @@ fed_err fed_node_site_pipe_gather(const node_train_job *j, fed_model *m, float *
     return FED_OK;
 }
 
-fed_err fed_node_site_announce(const node_train_job *j)
+fed_err fedi_node_site_announce(const node_train_job *j)
 {
     site_hdr h;
     fed_err e;
@@ -210,7 +210,7 @@ static fed_err pipe_slice(const fed_node_site_rank_cfg *cfg, node_train_job *j, 
     size_t n;
     fed_err e;
 
-    if ((e = fed_node_model_input(&j->set, cfg->train->shape, 0, &in, why, sizeof why)) !=
+    if ((e = fedi_node_model_input(&j->set, cfg->train->shape, 0, &in, why, sizeof why)) !=
             FED_OK ||
         (e = fed_pipe_plan(j->set.graph ? j->set.graph : j->set.spec, in,
                            (int)cfg->pipe_stages, j->split, why, sizeof why)) != FED_OK) {
@@ -307,13 +307,13 @@ fed_err fed_node_site_rank_run(const fed_node_site_rank_cfg *cfg)
         j.nparams = h.nparams;
         j.params = params; /* the trained parameters stay here, unused */
         j.coll = cfg->coll;
-        fed_node_train_job_run(&j.job); /* a failure there ended the job */
+        fedi_node_train_job_run(&j.job); /* a failure there ended the job */
         if ((e = j.err) != FED_OK)
             break;
         fed_log(FED_LOG_DEBUG, "site: rank %d: round %llu trained", fed_coll_rank(cfg->coll),
                 (unsigned long long)h.round);
     }
-    fed_node_train_job_release(&j);
+    fedi_node_train_job_release(&j);
     fed_free(global);
     fed_free(params);
     fed_free(graph);

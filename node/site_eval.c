@@ -12,7 +12,7 @@
 
 #include "core/alloc.h"
 #include "core/log.h"
-#include "node/agg_input.h"
+#include "node/agg_input_impl.h"
 #include "node/aggregator_impl.h"
 #include "node/secagg_impl.h"
 #include "node/site_eval.h"
@@ -213,7 +213,7 @@ size_t fed_node_ints_words(const fed_node_config *c, uint64_t nints)
 
     if (bits > FED_AGG_PLAIN_INT_BITS)
         bits = FED_AGG_PLAIN_INT_BITS;
-    return (size_t)nints * fed_agg_int_limbs(bits);
+    return (size_t)nints * fedi_agg_int_limbs(bits);
 }
 
 size_t fed_node_site_eval_words(const fed_node_config *c)
@@ -225,7 +225,7 @@ uint32_t fed_node_agg_site_eval_ints(const fed_node *n)
 {
     uint32_t every = n->cfg.agg.eval_every;
 
-    if (!every || fed_node_agg_stats_pass(n) || (n->round + 1) % every != 0)
+    if (!every || fedi_node_agg_stats_pass(n) || (n->round + 1) % every != 0)
         return 0;
     return fed_node_site_eval_cfg_ints(&n->cfg);
 }
@@ -244,7 +244,7 @@ static size_t plain_words(uint32_t nints, agg_segment *seg)
 {
     *seg = (agg_segment){.name = "evaluation", .len = nints, .rule = AGG_WEIGHT_SUM,
                          .enc = AGG_ENC_INT64};
-    return fed_agg_seg_words(seg, 1, FED_AGG_PLAIN_INT_BITS);
+    return fedi_agg_seg_words(seg, 1, FED_AGG_PLAIN_INT_BITS);
 }
 
 size_t fed_node_site_eval_plain_words(uint32_t nints)
@@ -263,7 +263,7 @@ fed_err fed_node_site_eval_plain_put(const int64_t *ix, uint32_t nints, float *o
 
     if (!limbs)
         return FED_ERR_NOMEM;
-    if ((e = fed_agg_seg_quantize(&seg, 1, FED_AGG_PLAIN_INT_BITS, NULL, ix, NULL, limbs)) ==
+    if ((e = fedi_agg_seg_quantize(&seg, 1, FED_AGG_PLAIN_INT_BITS, NULL, ix, NULL, limbs)) ==
         FED_OK)
         for (size_t w = 0; w < words; w++)
             out[w] = (float)limbs[w]; /* < 2^16: exact */
@@ -309,7 +309,7 @@ static int part_vector(fed_node *n, size_t i, uint32_t nints, uint32_t *limbs, u
 
     if (!p->got || !p->delta)
         return 0;
-    if ((bad = fed_node_agg_limbs_bad(p->delta + at, words)) < words) {
+    if ((bad = fedi_node_agg_limbs_bad(p->delta + at, words)) < words) {
         if (warn)
             fed_log(FED_LOG_WARN, "aggregator: site evaluation: a client's statistics hold %g "
                     "at %zu, not a 16-bit limb; left out", (double)p->delta[at + bad],
@@ -318,7 +318,7 @@ static int part_vector(fed_node *n, size_t i, uint32_t nints, uint32_t *limbs, u
     }
     for (size_t w = 0; w < words; w++)
         limbs[w] = (uint32_t)p->delta[at + w];
-    return fed_agg_seg_dequantize(&seg, 1, FED_AGG_PLAIN_INT_BITS, limbs, 1, NULL, v) == FED_OK;
+    return fedi_agg_seg_dequantize(&seg, 1, FED_AGG_PLAIN_INT_BITS, limbs, 1, NULL, v) == FED_OK;
 }
 
 /* The parts' vectors summed into tot (v: scratch of nints); how many. */
@@ -367,7 +367,7 @@ fed_err fed_node_agg_site_eval_close(fed_node *n)
     a->site_judge = 0;
     if (!nints)
         return FED_OK;
-    if (a->sa && fed_node_sa_agg_void(a->sa))
+    if (a->sa && fedi_node_sa_agg_void(a->sa))
         return FED_OK; /* no sums: the round measured nothing */
     if ((e = fed_eval_report_new(n->cfg.shape.classes, &r)) != FED_OK)
         goto out;
@@ -377,7 +377,7 @@ fed_err fed_node_agg_site_eval_close(fed_node *n)
         goto out;
     if (a->sa) {
         size_t len = 0;
-        const uint64_t *isum = fed_node_sa_agg_ints(a->sa, &len, &m);
+        const uint64_t *isum = fedi_node_sa_agg_ints(a->sa, &len, &m);
 
         if (len != (size_t)n->cfg.secagg.ints + nints) {
             e = FED_ERR_INTERNAL;

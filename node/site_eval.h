@@ -6,7 +6,7 @@
  *
  * The statistics are one vector of 64-bit integers (a site's "evaluation
  * vector"), summed exactly: element by element in the clear, through the
- * integer secure sum (node/agg_input.h, AGG_ENC_INT64) under secure
+ * integer secure sum (node/agg_input_impl.h, AGG_ENC_INT64) under secure
  * aggregation. For k classes:
  *     0            samples
  *     1            1: the site lets the aggregator record its own figures

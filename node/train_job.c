@@ -34,15 +34,15 @@ static fed_err train_epochs(node_train_job *j, fed_model *m, fed_optim *o, uint3
     j->dp_steps = 0;
     j->dp_rate = 0;
     if (j->pipe_stages > 1) { /* this rank's stage; its replicas sum over stage_coll */
-        fed_train_pipe pipe = {fed_node_site_stage(j), (int)j->pipe_stages,
-                               fed_node_site_pipe_send, fed_node_site_pipe_recv, j};
+        fed_train_pipe pipe = {fedi_node_site_stage(j), (int)j->pipe_stages,
+                               fedi_node_site_pipe_send, fedi_node_site_pipe_recv, j};
         int D = fed_coll_size(j->coll) / (int)j->pipe_stages;
 
         if ((e = fed_trainer_new_stage(m, o, j->data, (int)j->set.batch, job_accumulate(j), &pipe,
                                        &t)) != FED_OK)
             return e;
-        if (D > 1 && (e = fed_trainer_set_ranks(t, fed_node_site_replica(j), D,
-                                                fed_node_site_reduce, j->stage_coll)) != FED_OK)
+        if (D > 1 && (e = fed_trainer_set_ranks(t, fedi_node_site_replica(j), D,
+                                                fedi_node_site_reduce, j->stage_coll)) != FED_OK)
             goto out;
     } else {
         if ((e = fed_trainer_new_acc(m, o, j->data, (int)j->set.batch, job_accumulate(j), &t)) !=
@@ -52,9 +52,9 @@ static fed_err train_epochs(node_train_job *j, fed_model *m, fed_optim *o, uint3
     }
     if (j->dp_on && (e = fed_trainer_set_dp(t, &j->dp)) != FED_OK)
         goto out;
-    if (fed_node_site_ranks(j) > 1 && j->pipe_stages <= 1 &&
+    if (fedi_node_site_ranks(j) > 1 && j->pipe_stages <= 1 &&
         (e = fed_trainer_set_ranks(t, fed_coll_rank(j->coll), fed_coll_size(j->coll),
-                                   fed_node_site_reduce, j->coll)) != FED_OK)
+                                   fedi_node_site_reduce, j->coll)) != FED_OK)
         goto out;
     /* a stream of draws per node and round (FED_ERR_UNSUPPORTED on float
        features or over several ranks) */
@@ -71,8 +71,8 @@ static fed_err train_epochs(node_train_job *j, fed_model *m, fed_optim *o, uint3
         else if (left > 0)
             e = fed_trainer_steps(t, j->shard, j->shard_n, left, &rng, &st);
     }
-    if (e == FED_OK && fed_node_site_ranks(j) > 1) /* every rank's share of the loss */
-        e = fed_node_site_sum_stats(j->coll, &st);
+    if (e == FED_OK && fedi_node_site_ranks(j) > 1) /* every rank's share of the loss */
+        e = fedi_node_site_sum_stats(j->coll, &st);
     if (j->dp_on) { /* what the round spent, for the client's charge */
         j->dp_steps = fed_trainer_dp_steps(t);
         j->dp_rate = fed_trainer_dp_rate(t, j->shard_n);
@@ -88,7 +88,7 @@ out:
  * rho: a_i = sum_{t<tau} sum_{k<=t} rho^k = sum_{t<tau} (1 - rho^(t+1)) /
  * (1 - rho); tau itself without momentum (and for Adam, which the paper
  * does not normalize). */
-double fed_node_fednova_steps(long tau, double rho)
+double fedi_node_fednova_steps(long tau, double rho)
 {
     double a = 0, run = 0;
 
@@ -105,7 +105,7 @@ static fed_err fednova_normalize(node_train_job *j, fed_optim *o, float *delta)
 {
     const fed_node_layout *l = &j->layout;
     double rho = j->set.optimizer == FED_OPTIM_SGD ? j->set.momentum : 0.0;
-    double a = fed_node_fednova_steps(fed_optim_steps(o), rho);
+    double a = fedi_node_fednova_steps(fed_optim_steps(o), rho);
 
     if (!(a >= 1))
         return FED_ERR_RANGE; /* no step taken */
@@ -149,7 +149,7 @@ static fed_err scaffold_control(node_train_job *j, fed_optim *o, float *delta)
 {
     const fed_node_layout *l = &j->layout;
     double rho = j->set.optimizer == FED_OPTIM_SGD ? j->set.momentum : 0.0;
-    double klr = fed_node_fednova_steps(fed_optim_steps(o), rho) * (double)j->set.lr;
+    double klr = fedi_node_fednova_steps(fed_optim_steps(o), rho) * (double)j->set.lr;
     float *dc = delta + j->nparams;
 
     if (!(klr > 0))
@@ -208,16 +208,16 @@ static fed_err encode_delta(node_train_job *j, fed_optim *o, float *p)
     if (j->hooks && j->hooks->tamper_delta)
         j->hooks->tamper_delta(j->hooks->ctx, j->round, p, j->sent_n);
     if (!words)
-        return fed_node_encode_vec(&j->codec, p, j->sent_n, j->residual, &j->vec, &j->cap_vec,
-                                   &j->vec_len);
+        return fedi_node_encode_vec(&j->codec, p, j->sent_n, j->residual, &j->vec, &j->cap_vec,
+                                    &j->vec_len);
     if (j->codec.id != FED_CODEC_F32)
         return FED_ERR_PAYLOAD;
     if (!(all = fed_malloc((j->sent_n + words) * sizeof *all)))
         return FED_ERR_NOMEM;
     memcpy(all, p, j->sent_n * sizeof *all);
     if ((e = fed_node_site_eval_plain_put(j->eval_out, j->eval_ints, all + j->sent_n)) == FED_OK)
-        e = fed_node_encode_vec(&j->codec, all, j->sent_n + words, NULL, &j->vec, &j->cap_vec,
-                                &j->vec_len);
+        e = fedi_node_encode_vec(&j->codec, all, j->sent_n + words, NULL, &j->vec, &j->cap_vec,
+                                 &j->vec_len);
     fed_free(all);
     return e;
 }
@@ -238,7 +238,7 @@ static fed_err site_eval(node_train_job *j, fed_model *m)
         return FED_ERR_UNSUPPORTED;
     }
 
-    if (fed_node_site_ranks(j) > 1 && fed_coll_rank(j->coll) != 0)
+    if (fedi_node_site_ranks(j) > 1 && fed_coll_rank(j->coll) != 0)
         return FED_OK; /* rank 0 sends */
     if (!j->val && j->val_idx && j->val_n && /* its rows of the training file, as now scaled */
         (e = fed_data_subset(j->data, j->val_idx, j->val_n, &sub)) != FED_OK)
@@ -248,7 +248,7 @@ static fed_err site_eval(node_train_job *j, fed_model *m)
     return e;
 }
 
-void fed_node_train_job_release(node_train_job *j)
+void fedi_node_train_job_release(node_train_job *j)
 {
     fed_free(j->whole);
     j->whole = NULL;
@@ -313,7 +313,7 @@ static fed_err round_layout(node_train_job *j)
         return FED_ERR_UNSUPPORTED;
     }
     if (j->local && j->local_n == j->layout.len[LAYOUT_LOCAL] && j->local_n &&
-        fed_node_site_ranks(j) > 1) { /* the start the other ranks are sent */
+        fedi_node_site_ranks(j) > 1) { /* the start the other ranks are sent */
         if (!j->start && !(j->start = fed_malloc(j->nparams * sizeof *j->start)))
             return FED_ERR_NOMEM;
         memcpy(j->start, j->global, j->nparams * sizeof *j->start);
@@ -350,7 +350,7 @@ static fed_err put_local(node_train_job *j, fed_model *m)
 static fed_err stage_model(node_train_job *j, fed_model_shape in, int room)
 {
     const char *spec = j->set.graph ? j->set.graph : j->set.spec;
-    int st = fed_node_site_stage(j);
+    int st = fedi_node_site_stage(j);
     char why[320];
     fed_err e;
 
@@ -390,7 +390,7 @@ static fed_err round_model(node_train_job *j)
     j->start = NULL;
     /* a graph named by its id is built from its whole text, over the
        MODEL's declared input (checked against the data when it came) */
-    if ((e = fed_node_model_input(&j->set, j->data->shape, 0, &in, NULL, 0)) != FED_OK)
+    if ((e = fedi_node_model_input(&j->set, j->data->shape, 0, &in, NULL, 0)) != FED_OK)
         return e;
     if (j->pipe_stages > 1)
         return stage_model(j, in, room);
@@ -434,7 +434,7 @@ static fed_err score_own(node_train_job *j, fed_model *m)
     fed_err e;
 
     j->own_acc = NAN;
-    if (!j->local_test || fed_node_site_ranks(j) > 1)
+    if (!j->local_test || fedi_node_site_ranks(j) > 1)
         return FED_OK;
     if (moved && (e = fed_model_set_params(m, j->personal)) != FED_OK)
         return e;
@@ -470,7 +470,7 @@ static fed_err train_personal(node_train_job *j, fed_model *m, const fed_optim_c
     double loss;
     fed_err e;
 
-    if (fed_node_site_ranks(j) > 1)
+    if (fedi_node_site_ranks(j) > 1)
         return FED_ERR_UNSUPPORTED;
     if (!j->personal_out && !(j->personal_out = fed_malloc(j->nparams * sizeof *j->personal_out)))
         return FED_ERR_NOMEM;
@@ -487,7 +487,7 @@ out:
     return e;
 }
 
-void fed_node_train_job_run(fed_job *job)
+void fedi_node_train_job_run(fed_job *job)
 {
     node_train_job *j = (node_train_job *)job;
     fed_model *m;
@@ -508,12 +508,12 @@ void fed_node_train_job_run(fed_job *job)
     j->from = j->global;
     if (!j->params && (e = round_layout(j)) != FED_OK)
         goto out;
-    if (fed_node_site_ranks(j) > 1 && fed_coll_rank(j->coll) == 0 &&
-        (e = fed_node_site_announce(j)) != FED_OK)
+    if (fedi_node_site_ranks(j) > 1 && fed_coll_rank(j->coll) == 0 &&
+        (e = fedi_node_site_announce(j)) != FED_OK)
         goto out;
     round_optim(j, &oc);
     if ((e = fed_model_set_params(m, j->from + (j->pipe_stages > 1
-                                                    ? j->split[fed_node_site_stage(j)].p_lo -
+                                                    ? j->split[fedi_node_site_stage(j)].p_lo -
                                                           j->global_off
                                                     : 0))) != FED_OK ||
         (!j->params && (e = put_local(j, m)) != FED_OK) ||
@@ -532,7 +532,7 @@ void fed_node_train_job_run(fed_job *job)
                      ? (uint64_t)j->shard_n
                      : (uint64_t)j->shard_n * j->set.local_epochs;
     if (j->params && j->pipe_stages > 1) { /* a pipeline rank: its stage to rank 0 */
-        e = fed_node_site_pipe_gather(j, m, j->params);
+        e = fedi_node_site_pipe_gather(j, m, j->params);
         goto out;
     }
     if (j->params) { /* the peer's: the trained parameters themselves */
@@ -544,7 +544,7 @@ void fed_node_train_job_run(fed_job *job)
         e = FED_ERR_NOMEM;
         goto out;
     }
-    if ((e = j->pipe_stages > 1 ? fed_node_site_pipe_gather(j, m, j->trained)
+    if ((e = j->pipe_stages > 1 ? fedi_node_site_pipe_gather(j, m, j->trained)
                                 : fed_model_get_params(m, j->trained)) != FED_OK)
         goto out;
     if ((e = encode_delta(j, o, j->trained)) == FED_OK && j->set.ditto_lambda > 0)
@@ -555,7 +555,7 @@ out:
         fed_model_free(j->model);
         j->model = NULL;
     }
-    if (e != FED_OK && fed_node_site_ranks(j) > 1) /* the other ranks cannot go on alone */
-        e = fed_node_site_failed(j, e);
+    if (e != FED_OK && fedi_node_site_ranks(j) > 1) /* the other ranks cannot go on alone */
+        e = fedi_node_site_failed(j, e);
     j->err = e;
 }

@@ -14,6 +14,9 @@
 #include "gossip/stream.h"
 #include "node/node_impl.h"
 
+/* Asks the sender of st for its next chunk. */
+static FED_WUR fed_err node_pull(fed_node *n, const fed_wire_stream_rx *st);
+
 /* Chunks of at most this many bytes: a stream frame in hand costs one. */
 #define NODE_CHUNK_BYTES ((size_t)1 << 20)
 /* An incoming stream with no frame for this long is dropped. */
@@ -25,7 +28,7 @@ struct node_tx {
     fed_wire_stream_tx *st;
     uint8_t *frame; /* (frame_cap) the last frame made, kept for a resend */
     uint64_t round; /* its header's */
-    uint8_t *own;   /* the vector's copy the stream sends (fed_node_emit_vec_copy), or NULL */
+    uint8_t *own;   /* the vector's copy the stream sends (fedi_node_emit_vec_copy), or NULL */
     size_t own_len;
     size_t frame_len;
     uint32_t frame_index; /* its index in the stream */
@@ -57,7 +60,7 @@ static node_tx *tx_find(fed_node *n, const uint8_t to[32])
     return NULL;
 }
 
-void fed_node_tx_drop(fed_node *n, const uint8_t to[32])
+void fedi_node_tx_drop(fed_node *n, const uint8_t to[32])
 {
     for (node_tx **p = &n->txs; *p; p = &(*p)->next)
         if (!memcmp((*p)->to, to, 32)) {
@@ -69,7 +72,7 @@ void fed_node_tx_drop(fed_node *n, const uint8_t to[32])
         }
 }
 
-void fed_node_tx_drop_all(fed_node *n)
+void fedi_node_tx_drop_all(fed_node *n)
 {
     while (n->txs) {
         node_tx *t = n->txs;
@@ -89,7 +92,7 @@ static fed_err tx_make_next(fed_node *n, node_tx *t)
 
     if (fed_wire_stream_tx_done(t->st))
         return FED_ERR_CLOSED;
-    if ((e = fed_node_next_seq(n, t->to, &seq)) != FED_OK)
+    if ((e = fedi_node_next_seq(n, t->to, &seq)) != FED_OK)
         return e;
     e = fed_wire_stream_tx_next(n->wire, t->st, seq, n->env.random, n->env.self, t->frame,
                                 fed_wire_stream_tx_frame_cap(t->st), &t->frame_len);
@@ -102,7 +105,7 @@ static fed_err tx_make_next(fed_node *n, node_tx *t)
 static fed_err tx_restamp(fed_node *n, node_tx *t)
 {
     uint64_t seq;
-    fed_err e = fed_node_next_seq(n, t->to, &seq);
+    fed_err e = fedi_node_next_seq(n, t->to, &seq);
 
     if (e != FED_OK)
         return e;
@@ -119,7 +122,7 @@ static fed_err tx_begin(fed_node *n, const fed_wire_hdr *h, const fed_wire_block
     node_tx *t;
     fed_err e = FED_OK;
 
-    fed_node_tx_drop(n, h->recipient);
+    fedi_node_tx_drop(n, h->recipient);
     if (chunk > NODE_CHUNK_BYTES)
         chunk = NODE_CHUNK_BYTES;
     if (!(t = fed_calloc(1, sizeof *t)))
@@ -157,29 +160,29 @@ static fed_err emit_vec(fed_node *n, fed_req *req, fed_wire_hdr *h, const fed_wi
     fed_err e;
 
     if (fed_wire_frame_bytes(payload) <= fed_wire_config(n->wire)->max_frame)
-        return fed_node_emit(n, req, h, b, vec, vlen); /* sealed into txbuf at once */
+        return fedi_node_emit(n, req, h, b, vec, vlen); /* sealed into txbuf at once */
     if ((e = tx_begin(n, h, b, vec, vlen, copy, &t)) != FED_OK) {
         fed_log(FED_LOG_ERROR, "node: streaming a %s of %zu bytes failed: %s",
                 fed_wire_type_name(h->type), vlen, fed_strerror(e));
-        fed_node_refuse(n, req);
+        fedi_node_refuse(n, req);
         return e;
     }
-    return fed_node_transmit(n, req, t->to, t->frame, t->frame_len);
+    return fedi_node_transmit(n, req, t->to, t->frame, t->frame_len);
 }
 
-fed_err fed_node_emit_vec(fed_node *n, fed_req *req, fed_wire_hdr *h, const fed_wire_block *b,
-                          const uint8_t *vec, size_t vlen)
+fed_err fedi_node_emit_vec(fed_node *n, fed_req *req, fed_wire_hdr *h, const fed_wire_block *b,
+                           const uint8_t *vec, size_t vlen)
 {
     return emit_vec(n, req, h, b, vec, vlen, 0);
 }
 
-fed_err fed_node_emit_vec_copy(fed_node *n, fed_req *req, fed_wire_hdr *h,
-                               const fed_wire_block *b, const uint8_t *vec, size_t vlen)
+fed_err fedi_node_emit_vec_copy(fed_node *n, fed_req *req, fed_wire_hdr *h,
+                                const fed_wire_block *b, const uint8_t *vec, size_t vlen)
 {
     return emit_vec(n, req, h, b, vec, vlen, 1);
 }
 
-fed_err fed_node_tx_push(fed_node *n, const uint8_t to[32], int *done)
+fed_err fedi_node_tx_push(fed_node *n, const uint8_t to[32], int *done)
 {
     node_tx *t = tx_find(n, to);
     fed_err e;
@@ -190,10 +193,10 @@ fed_err fed_node_tx_push(fed_node *n, const uint8_t to[32], int *done)
     *done = 0;
     if ((e = tx_make_next(n, t)) != FED_OK)
         return e;
-    return fed_node_transmit(n, NULL, t->to, t->frame, t->frame_len);
+    return fedi_node_transmit(n, NULL, t->to, t->frame, t->frame_len);
 }
 
-fed_err fed_node_tx_resend(fed_node *n, const uint8_t to[32])
+fed_err fedi_node_tx_resend(fed_node *n, const uint8_t to[32])
 {
     node_tx *t = tx_find(n, to);
     fed_err e;
@@ -202,19 +205,19 @@ fed_err fed_node_tx_resend(fed_node *n, const uint8_t to[32])
         return FED_ERR_NOTFOUND;
     if ((e = tx_restamp(n, t)) != FED_OK)
         return e;
-    return fed_node_transmit(n, NULL, t->to, t->frame, t->frame_len);
+    return fedi_node_transmit(n, NULL, t->to, t->frame, t->frame_len);
 }
 
-int fed_node_tx_active(fed_node *n, const uint8_t to[32]) { return tx_find(n, to) != NULL; }
+int fedi_node_tx_active(fed_node *n, const uint8_t to[32]) { return tx_find(n, to) != NULL; }
 
-int fed_node_tx_active_round(fed_node *n, const uint8_t to[32], uint64_t round)
+int fedi_node_tx_active_round(fed_node *n, const uint8_t to[32], uint64_t round)
 {
     const node_tx *t = tx_find(n, to);
 
     return t && t->round == round;
 }
 
-size_t fed_node_stream_bytes(const fed_node *n)
+size_t fedi_node_stream_bytes(const fed_node *n)
 {
     size_t bytes = 0;
 
@@ -225,7 +228,7 @@ size_t fed_node_stream_bytes(const fed_node *n)
     return bytes;
 }
 
-int fed_node_tx_sent_all(fed_node *n, const uint8_t to[32])
+int fedi_node_tx_sent_all(fed_node *n, const uint8_t to[32])
 {
     const node_tx *t = tx_find(n, to);
 
@@ -252,10 +255,10 @@ static fed_err serve_pull(fed_node *n, node_open *op)
     }
     if (e != FED_OK) {
         fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_STREAM);
-        (void)fed_node_ack(n, req, &m->hdr, FED_ERR_STREAM, FED_WIRE_ACK_NO_ROUND);
+        (void)fedi_node_ack(n, req, &m->hdr, FED_ERR_STREAM, FED_WIRE_ACK_NO_ROUND);
         return FED_ERR_STREAM;
     }
-    return fed_node_transmit(n, req, t->to, t->frame, t->frame_len);
+    return fedi_node_transmit(n, req, t->to, t->frame, t->frame_len);
 }
 
 /* ---- receiving ---- */
@@ -306,9 +309,9 @@ static void rx_sweep(fed_node *n, const uint8_t *sender, const fed_wire_stream_r
     }
 }
 
-void fed_node_rx_sweep(fed_node *n) { rx_sweep(n, NULL, NULL); }
+void fedi_node_rx_sweep(fed_node *n) { rx_sweep(n, NULL, NULL); }
 
-void fed_node_rx_drop_before(fed_node *n, uint64_t round)
+void fedi_node_rx_drop_before(fed_node *n, uint64_t round)
 {
     for (node_rx **p = &n->rxs; *p;) {
         node_rx *r = *p;
@@ -321,7 +324,7 @@ void fed_node_rx_drop_before(fed_node *n, uint64_t round)
     }
 }
 
-void fed_node_rx_free_all(fed_node *n)
+void fedi_node_rx_free_all(fed_node *n)
 {
     while (n->rxs) {
         node_rx *r = n->rxs;
@@ -356,7 +359,7 @@ static fed_err rx_dst(void *ctx, const fed_wire_msg *first, uint64_t total, uint
         *dst = op->rx_buf;
         return FED_OK;
     }
-    if ((e = fed_node_expected_entries(op, &want)) != FED_OK)
+    if ((e = fedi_node_expected_entries(op, &want)) != FED_OK)
         return e;
     /* no codec takes more than 8 bytes an entry (topk at fraction 1) */
     if (total > (uint64_t)want * 8 + 4096)
@@ -367,11 +370,11 @@ static fed_err rx_dst(void *ctx, const fed_wire_msg *first, uint64_t total, uint
     return FED_OK;
 }
 
-void fed_node_rx_init(fed_node *n) { fed_wire_set_stream_dst(n->wire, rx_dst, n); }
+void fedi_node_rx_init(fed_node *n) { fed_wire_set_stream_dst(n->wire, rx_dst, n); }
 
 /* In the job, once a stream is complete: op->msg describes the whole MODEL,
  * DELTA or SA_MASKED (first header, typed block, vector, digest, signature). */
-void fed_node_rx_whole_msg(node_open *op)
+void fedi_node_rx_whole_msg(node_open *op)
 {
     fed_wire_msg *m = &op->msg;
     const fed_wire_stream_rx *st = m->stream;
@@ -418,22 +421,22 @@ static fed_err rx_progress(fed_node *n, node_open *op)
     fed_err e;
 
     if (op->req) { /* a pushed chunk: taken */
-        e = fed_node_ack(n, op->req, &m->hdr, FED_OK, 0);
+        e = fedi_node_ack(n, op->req, &m->hdr, FED_OK, 0);
         op->req = NULL;
         return e;
     }
     if (n->ops->pulled) /* a client: a chunk of its MODEL came */
         n->ops->pulled(n);
-    return fed_node_pull(n, m->stream);
+    return node_pull(n, m->stream);
 }
 
-fed_err fed_node_pull(fed_node *n, const fed_wire_stream_rx *st)
+static fed_err node_pull(fed_node *n, const fed_wire_stream_rx *st)
 {
     const fed_wire_hdr *h0 = fed_wire_stream_rx_hdr(st);
     fed_wire_hdr h;
     fed_wire_block b;
-    fed_err e = fed_node_header(n, FED_WIRE_CHUNK, h0->sender, h0->round, h0->sender_epoch,
-                                FED_CODEC_NONE, &h);
+    fed_err e = fedi_node_header(n, FED_WIRE_CHUNK, h0->sender, h0->round, h0->sender_epoch,
+                                 FED_CODEC_NONE, &h);
 
     if (e != FED_OK)
         return e;
@@ -441,18 +444,18 @@ fed_err fed_node_pull(fed_node *n, const fed_wire_stream_rx *st)
     memset(&b, 0, sizeof b);
     b.stream_id = fed_wire_stream_rx_id(st);
     b.chunk_index = fed_wire_stream_rx_next(st);
-    return fed_node_emit(n, NULL, &h, &b, NULL, 0);
+    return fedi_node_emit(n, NULL, &h, &b, NULL, 0);
 }
 
-fed_err fed_node_repull(fed_node *n, const uint8_t sender[32])
+fed_err fedi_node_repull(fed_node *n, const uint8_t sender[32])
 {
     for (node_rx *r = n->rxs; r; r = r->next)
         if (!memcmp(r->sender, sender, 32) && !rx_busy(n, r) && !fed_wire_stream_rx_done(r->st))
-            return fed_node_pull(n, r->st);
+            return node_pull(n, r->st);
     return FED_ERR_NOTFOUND;
 }
 
-fed_err fed_node_transfer_on_msg(fed_node *n, node_open *op, int *handled)
+fed_err fedi_node_transfer_on_msg(fed_node *n, node_open *op, int *handled)
 {
     const fed_wire_msg *m = &op->msg;
 
@@ -468,12 +471,12 @@ fed_err fed_node_transfer_on_msg(fed_node *n, node_open *op, int *handled)
         if ((op->req != NULL) == n->ops->streams_in_replies) {
             fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_ROLE);
             fed_wire_stream_close(n->wire, m->stream);
-            fed_node_refuse(n, op->req);
+            fedi_node_refuse(n, op->req);
             op->req = NULL;
             return FED_ERR_ROLE;
         }
         if ((e = rx_keep(n, op, &r)) != FED_OK) {
-            fed_node_refuse(n, op->req);
+            fedi_node_refuse(n, op->req);
             op->req = NULL;
             return e;
         }
@@ -484,7 +487,7 @@ fed_err fed_node_transfer_on_msg(fed_node *n, node_open *op, int *handled)
     return FED_OK;
 }
 
-void fed_node_transfer_done(fed_node *n, node_open *op)
+void fedi_node_transfer_done(fed_node *n, node_open *op)
 {
     node_rx **p;
 

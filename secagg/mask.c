@@ -105,10 +105,10 @@ static void hash_ctx(crypto_generichash_state *st, const fed_secagg_ctx *c)
     crypto_generichash_update(st, b, sizeof b);
 }
 
-fed_err fed_secagg_dh_kdf(const char *label, const uint8_t my_sk[FED_SECAGG_KEY_BYTES],
-                          const uint8_t my_pk[FED_SECAGG_KEY_BYTES],
-                          const uint8_t their_pk[FED_SECAGG_KEY_BYTES], const fed_secagg_ctx *c,
-                          uint8_t out[FED_SECAGG_KEY_BYTES])
+fed_err fedi_secagg_dh_kdf(const char *label, const uint8_t my_sk[FED_SECAGG_KEY_BYTES],
+                           const uint8_t my_pk[FED_SECAGG_KEY_BYTES],
+                           const uint8_t their_pk[FED_SECAGG_KEY_BYTES], const fed_secagg_ctx *c,
+                           uint8_t out[FED_SECAGG_KEY_BYTES])
 {
     uint8_t shared[crypto_scalarmult_BYTES];
     crypto_generichash_state st;
@@ -146,7 +146,7 @@ fed_err fed_secagg_pair_seed(const uint8_t my_sk[FED_SECAGG_KEY_BYTES],
                              const uint8_t their_pk[FED_SECAGG_KEY_BYTES], const fed_secagg_ctx *c,
                              uint8_t seed[FED_SECAGG_KEY_BYTES])
 {
-    return fed_secagg_dh_kdf(PAIR_LABEL, my_sk, my_pk, their_pk, c, seed);
+    return fedi_secagg_dh_kdf(PAIR_LABEL, my_sk, my_pk, their_pk, c, seed);
 }
 
 void fed_secagg_self_seed_key(const uint8_t self_seed[FED_SECAGG_KEY_BYTES],

@@ -577,7 +577,7 @@ static void base_config(sim_run *r, fed_node_config *c, const fed_dataset *train
     c->shape.scale = fed_node_settings_input_scale(&sc->s);
     c->on_round = on_round;
     c->observer = &r->obs[i];
-    c->transfer.wire.hooks = sc->no_crypto ? &fed_wire_hooks_unsealed : NULL; /* unsealed frames */
+    c->transfer.wire.hooks = sc->no_crypto ? &fedi_wire_hooks_unsealed : NULL; /* unsealed frames */
 }
 
 static int owns(const sim_run *r, uint32_t index)

@@ -281,7 +281,7 @@ static fed_err check_sections(const fed_store_section *s, size_t n)
 static fed_err last_row(fed_store *st, uint64_t *id, uint8_t hash[32])
 {
     fed_err e = FED_OK;
-    sqlite3_stmt *q = store_stmt(st, SQ_CKPT_LAST, &e);
+    sqlite3_stmt *q = fedi_store_stmt(st, SQ_CKPT_LAST, &e);
     int rc;
 
     *id = 0;
@@ -296,7 +296,7 @@ static fed_err last_row(fed_store *st, uint64_t *id, uint8_t hash[32])
         else
             e = FED_ERR_CORRUPT; /* a chain we cannot extend */
     } else if (rc != SQLITE_DONE) {
-        e = store_err(st, rc, "read last checkpoint");
+        e = fedi_store_err(st, rc, "read last checkpoint");
     }
     sqlite3_reset(q);
     return e;
@@ -323,13 +323,13 @@ static fed_err insert_chunks(fed_store *st, uint64_t id, const ckpt_src *c,
             p = stage;
         }
         ckpt_hash_update(hs, p, b - a);
-        if (!(q = store_stmt(st, SQ_CHUNK_INSERT, &e)))
+        if (!(q = fedi_store_stmt(st, SQ_CHUNK_INSERT, &e)))
             goto out;
         sqlite3_bind_int64(q, 1, (int64_t)id);
         sqlite3_bind_int64(q, 2, (int64_t)idx);
         sqlite3_bind_blob64(q, 3, p, b - a, SQLITE_STATIC);
         if (sqlite3_step(q) != SQLITE_DONE) {
-            e = store_err(st, sqlite3_errcode(st->db), "write checkpoint chunk");
+            e = fedi_store_err(st, sqlite3_errcode(st->db), "write checkpoint chunk");
             sqlite3_reset(q);
             goto out;
         }
@@ -345,14 +345,14 @@ static fed_err insert_row(fed_store *st, uint64_t id, uint64_t round, uint64_t s
                           uint64_t chunks, const uint8_t hash[32], const uint8_t prev[32])
 {
     fed_err e = FED_OK;
-    sqlite3_stmt *q = store_stmt(st, SQ_CKPT_INSERT, &e);
+    sqlite3_stmt *q = fedi_store_stmt(st, SQ_CKPT_INSERT, &e);
     int rc;
 
     if (!q)
         return e;
     sqlite3_bind_int64(q, 1, (int64_t)id);
     sqlite3_bind_int64(q, 2, (int64_t)round);
-    sqlite3_bind_int64(q, 3, (int64_t)store_wall_s(st));
+    sqlite3_bind_int64(q, 3, (int64_t)fedi_store_wall_s(st));
     sqlite3_bind_int64(q, 4, (int64_t)size);
     sqlite3_bind_int64(q, 5, (int64_t)chunks);
     sqlite3_bind_blob(q, 6, hash, 32, SQLITE_STATIC);
@@ -360,7 +360,7 @@ static fed_err insert_row(fed_store *st, uint64_t id, uint64_t round, uint64_t s
     sqlite3_bind_int64(q, 8, (int64_t)st->epoch);
     rc = sqlite3_step(q);
     if (rc != SQLITE_DONE)
-        e = store_err(st, rc, "write checkpoint row");
+        e = fedi_store_err(st, rc, "write checkpoint row");
     sqlite3_reset(q);
     return e;
 }
@@ -383,7 +383,7 @@ static fed_err apply_retention(fed_store *st, uint64_t newest)
     if (k == 0 || newest <= k)
         return FED_OK;
     for (int i = 0; i < 2 && e == FED_OK; i++) {
-        sqlite3_stmt *q = store_stmt(st, ids[i], &e);
+        sqlite3_stmt *q = fedi_store_stmt(st, ids[i], &e);
         int rc;
 
         if (!q)
@@ -395,7 +395,7 @@ static fed_err apply_retention(fed_store *st, uint64_t newest)
                                      ? (int64_t)st->hold_from : INT64_MAX);
         rc = sqlite3_step(q);
         if (rc != SQLITE_DONE)
-            e = store_err(st, rc, "prune checkpoints");
+            e = fedi_store_err(st, rc, "prune checkpoints");
         sqlite3_reset(q);
     }
     return e;
@@ -439,7 +439,7 @@ static fed_err checkpoint_write(fed_store *st, uint64_t round, const fed_store_s
         c.len[i] = s[i].len;
     if ((e = layout_offsets(n, c.len, c.off, &c.total)) != FED_OK || c.total > INT64_MAX)
         return FED_ERR_TOO_LARGE;
-    if ((e = store_tx_enter(st, &tx)) != FED_OK)
+    if ((e = fedi_store_tx_enter(st, &tx)) != FED_OK)
         return e;
     if ((e = last_row(st, &id, prev)) != FED_OK)
         goto out;
@@ -453,7 +453,7 @@ static fed_err checkpoint_write(fed_store *st, uint64_t round, const fed_store_s
         goto out;
     e = apply_retention(st, id);
 out:
-    e = store_tx_leave(st, &tx, e);
+    e = fedi_store_tx_leave(st, &tx, e);
     if (e == FED_OK) {
         fed_log(FED_LOG_DEBUG, "store: checkpoint %" PRIu64 " of round %" PRIu64 ", %" PRIu64
                 " bytes in %" PRIu64 " chunks", id, round, c.total, nchunks);
@@ -514,7 +514,7 @@ static int read_row(sqlite3_stmt *q, fed_store_ckpt_row *r)
 static fed_err row_by_id(fed_store *st, uint64_t id, fed_store_ckpt_row *r)
 {
     fed_err e = FED_OK;
-    sqlite3_stmt *q = store_stmt(st, SQ_CKPT_BY_ID, &e);
+    sqlite3_stmt *q = fedi_store_stmt(st, SQ_CKPT_BY_ID, &e);
     int rc;
 
     if (!q)
@@ -524,7 +524,7 @@ static fed_err row_by_id(fed_store *st, uint64_t id, fed_store_ckpt_row *r)
     if (rc == SQLITE_ROW)
         e = read_row(q, r) ? FED_OK : FED_ERR_CORRUPT;
     else
-        e = rc == SQLITE_DONE ? FED_ERR_NOTFOUND : store_err(st, rc, "read checkpoint row");
+        e = rc == SQLITE_DONE ? FED_ERR_NOTFOUND : fedi_store_err(st, rc, "read checkpoint row");
     sqlite3_reset(q);
     return e;
 }
@@ -576,7 +576,7 @@ static fed_err check_chunk_list(fed_store *st, const fed_store_ckpt_row *r,
                                 fed_store_faults *f, uint64_t *maxlen)
 {
     fed_err e = FED_OK;
-    sqlite3_stmt *q = store_stmt(st, SQ_CHUNK_LIST, &e);
+    sqlite3_stmt *q = fedi_store_stmt(st, SQ_CHUNK_LIST, &e);
     uint64_t idx = 0, sum = 0;
     int rc;
 
@@ -596,7 +596,7 @@ static fed_err check_chunk_list(fed_store *st, const fed_store_ckpt_row *r,
             *maxlen = len;
     }
     if (e == FED_OK && rc != SQLITE_DONE)
-        e = store_err(st, rc, "list checkpoint chunks");
+        e = fedi_store_err(st, rc, "list checkpoint chunks");
     sqlite3_reset(q);
     if (e == FED_ERR_DB_DAMAGED) {
         add_fault(f, r, e, "chunk rows unreadable: database file damaged");
@@ -621,7 +621,7 @@ static fed_err read_chunks(fed_store *st, const fed_store_ckpt_row *r, uint8_t *
     ckpt_hash hs;
     sqlite3_blob *blob = NULL;
     fed_err e = FED_OK;
-    sqlite3_stmt *q = store_stmt(st, SQ_CHUNK_LIST, &e);
+    sqlite3_stmt *q = fedi_store_stmt(st, SQ_CHUNK_LIST, &e);
     uint64_t pos = 0;
     int rc;
 
@@ -644,7 +644,7 @@ static fed_err read_chunks(fed_store *st, const fed_store_ckpt_row *r, uint8_t *
         if (rc == SQLITE_OK)
             rc = sqlite3_blob_read(blob, p, len, 0);
         if (rc != SQLITE_OK) {
-            e = store_err(st, rc, "read checkpoint chunk");
+            e = fedi_store_err(st, rc, "read checkpoint chunk");
             break;
         }
         if (pos == 0 && (e = ckpt_hash_for_blob(&hs, p, (size_t)len)) != FED_OK)
@@ -658,7 +658,7 @@ static fed_err read_chunks(fed_store *st, const fed_store_ckpt_row *r, uint8_t *
         pos += (uint64_t)len;
     }
     if (e == FED_OK && rc != SQLITE_DONE)
-        e = store_err(st, rc, "list checkpoint chunks");
+        e = fedi_store_err(st, rc, "list checkpoint chunks");
     sqlite3_blob_close(blob);
     sqlite3_reset(q);
     if (e == FED_OK && hs.version == 0)
@@ -787,8 +787,8 @@ static fed_err load_newest(fed_store *st, int by_round, uint64_t round, fed_stor
     began = read_begin(st);
     for (;;) {
         fed_store_ckpt_row r;
-        sqlite3_stmt *q = store_stmt(st, by_round ? SQ_CKPT_ROUND_CANDIDATES : SQ_CKPT_CANDIDATES,
-                                     &e);
+        sqlite3_stmt *q = fedi_store_stmt(st, by_round ? SQ_CKPT_ROUND_CANDIDATES : SQ_CKPT_CANDIDATES,
+                                          &e);
         int rc, ok = 0;
 
         if (!q)
@@ -809,7 +809,7 @@ static fed_err load_newest(fed_store *st, int by_round, uint64_t round, fed_stor
             break;
         }
         if (rc != SQLITE_ROW) {
-            e = store_err(st, rc, "find checkpoint");
+            e = fedi_store_err(st, rc, "find checkpoint");
             break;
         }
         below = r.id;
@@ -843,7 +843,7 @@ fed_err fed_store_list_checkpoints(fed_store *st, fed_store_ckpt_row *out, size_
                                    size_t *n)
 {
     fed_err e = FED_OK;
-    sqlite3_stmt *q = store_stmt(st, SQ_CKPT_LIST, &e);
+    sqlite3_stmt *q = fedi_store_stmt(st, SQ_CKPT_LIST, &e);
     int rc;
 
     *n = 0;
@@ -856,7 +856,7 @@ fed_err fed_store_list_checkpoints(fed_store *st, fed_store_ckpt_row *out, size_
         (*n)++;
     }
     if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-        e = store_err(st, rc, "list checkpoints");
+        e = fedi_store_err(st, rc, "list checkpoints");
     sqlite3_reset(q);
     return e;
 }
@@ -872,7 +872,7 @@ fed_err fed_store_verify_checkpoints(fed_store *st, fed_store_faults *faults, si
     memset(prev, 0, sizeof prev);
     for (;;) {
         fed_store_ckpt_row r;
-        sqlite3_stmt *q = store_stmt(st, SQ_CKPT_ALL, &e);
+        sqlite3_stmt *q = fedi_store_stmt(st, SQ_CKPT_ALL, &e);
         int rc, ok = 0;
 
         if (!q)
@@ -887,7 +887,7 @@ fed_err fed_store_verify_checkpoints(fed_store *st, fed_store_faults *faults, si
         if (rc == SQLITE_DONE)
             break;
         if (rc != SQLITE_ROW) {
-            e = store_err(st, rc, "read checkpoints");
+            e = fedi_store_err(st, rc, "read checkpoints");
             break;
         }
         if (!ok) {
@@ -931,10 +931,10 @@ fed_err fed_store_verify_checkpoints(fed_store *st, fed_store_faults *faults, si
 fed_err fed_store_checkpoint_write(fed_store *st, uint64_t round, const fed_store_section *s,
                                    size_t n, uint8_t hash[32])
 {
-    double t0 = store_mono_s();
+    double t0 = fedi_store_mono_s();
     fed_err e = checkpoint_write(st, round, s, n, hash);
 
     st->stats.ckpt_writes++;
-    st->stats.ckpt_write_s += store_mono_s() - t0;
+    st->stats.ckpt_write_s += fedi_store_mono_s() - t0;
     return e;
 }

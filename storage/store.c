@@ -15,6 +15,9 @@
 #include "storage/store_impl.h"
 #include "storage/test_hooks.h"
 
+/* Runs SQL without results. */
+static FED_WUR fed_err store_exec(fed_store *st, const char *sql);
+
 /* ------------------------------------------------------------ schema -- */
 
 /* Each entry takes the schema from version i to i + 1. Never edit a
@@ -178,12 +181,12 @@ static fed_err map_rc(int rc)
     }
 }
 
-fed_err store_err(fed_store *st, int rc, const char *what)
+fed_err fedi_store_err(fed_store *st, int rc, const char *what)
 {
     fed_err e = map_rc(rc);
 
     if (st && st->disk_full && rc == SQLITE_CONSTRAINT_COMMITHOOK) {
-        e = FED_ERR_FULL; /* fed_store_set_disk_full's refusal */
+        e = FED_ERR_FULL; /* fedi_store_set_disk_full's refusal */
         fed_log(FED_LOG_WARN, "store: %s: %s (%s)", what, sqlite3_errstr(SQLITE_FULL),
                 fed_errname(e));
     } else if (e != FED_OK) {
@@ -196,7 +199,7 @@ fed_err store_err(fed_store *st, int rc, const char *what)
     return e;
 }
 
-sqlite3_stmt *store_stmt(fed_store *st, store_stmt_id id, fed_err *err)
+sqlite3_stmt *fedi_store_stmt(fed_store *st, store_stmt_id id, fed_err *err)
 {
     sqlite3_stmt *s = st->stmt[id];
     int rc;
@@ -208,31 +211,31 @@ sqlite3_stmt *store_stmt(fed_store *st, store_stmt_id id, fed_err *err)
     }
     rc = sqlite3_prepare_v3(st->db, stmt_sql[id], -1, SQLITE_PREPARE_PERSISTENT, &s, NULL);
     if (rc != SQLITE_OK) {
-        *err = store_err(st, rc, "prepare");
+        *err = fedi_store_err(st, rc, "prepare");
         return NULL;
     }
     st->stmt[id] = s;
     return s;
 }
 
-fed_err store_exec(fed_store *st, const char *sql)
+static fed_err store_exec(fed_store *st, const char *sql)
 {
     int rc = sqlite3_exec(st->db, sql, NULL, NULL, NULL);
 
-    return rc == SQLITE_OK ? FED_OK : store_err(st, rc, sql);
+    return rc == SQLITE_OK ? FED_OK : fedi_store_err(st, rc, sql);
 }
 
 /* Steps s to completion (a write): FED_OK on SQLITE_DONE. */
 static fed_err step_done(fed_store *st, sqlite3_stmt *s, const char *what)
 {
     int rc = sqlite3_step(s);
-    fed_err e = rc == SQLITE_DONE ? FED_OK : store_err(st, rc, what);
+    fed_err e = rc == SQLITE_DONE ? FED_OK : fedi_store_err(st, rc, what);
 
     sqlite3_reset(s);
     return e;
 }
 
-uint64_t store_wall_s(const fed_store *st)
+uint64_t fedi_store_wall_s(const fed_store *st)
 {
     if (st->opts.wall_s)
         return st->opts.wall_s(st->opts.clock_ctx);
@@ -258,7 +261,7 @@ fed_err fed_store_begin(fed_store *st)
     return e;
 }
 
-double store_mono_s(void)
+double fedi_store_mono_s(void)
 {
     struct timespec ts;
 
@@ -292,14 +295,14 @@ fed_err fed_store_begin_durable(fed_store *st)
 
 fed_err fed_store_commit(fed_store *st)
 {
-    double t0 = store_mono_s();
+    double t0 = fedi_store_mono_s();
     fed_err e;
 
     if (!st->in_tx)
         return FED_ERR_INVAL;
     e = store_exec(st, "COMMIT");
     st->stats.commits++;
-    st->stats.commit_s += store_mono_s() - t0;
+    st->stats.commit_s += fedi_store_mono_s() - t0;
     if (e != FED_OK && !sqlite3_get_autocommit(st->db))
         (void)sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
     st->in_tx = 0;
@@ -329,7 +332,7 @@ static void restore_sync(fed_store *st)
 
 int fed_store_in_tx(const fed_store *st) { return st->in_tx; }
 
-fed_err store_tx_enter(fed_store *st, store_tx *tx)
+fed_err fedi_store_tx_enter(fed_store *st, store_tx *tx)
 {
     char sql[64];
     fed_err e;
@@ -349,7 +352,7 @@ fed_err store_tx_enter(fed_store *st, store_tx *tx)
     return e;
 }
 
-fed_err store_tx_leave(fed_store *st, store_tx *tx, fed_err err)
+fed_err fedi_store_tx_leave(fed_store *st, store_tx *tx, fed_err err)
 {
     char sql[96];
     fed_err e = FED_OK;
@@ -381,7 +384,7 @@ fed_err store_tx_leave(fed_store *st, store_tx *tx, fed_err err)
 static fed_err meta_get_int(fed_store *st, const char *key, int64_t *v, int *found)
 {
     fed_err e = FED_OK;
-    sqlite3_stmt *s = store_stmt(st, SQ_META_GET, &e);
+    sqlite3_stmt *s = fedi_store_stmt(st, SQ_META_GET, &e);
     int rc;
 
     *found = 0;
@@ -393,7 +396,7 @@ static fed_err meta_get_int(fed_store *st, const char *key, int64_t *v, int *fou
         *found = sqlite3_column_type(s, 0) == SQLITE_INTEGER;
         *v = sqlite3_column_int64(s, 0);
     } else if (rc != SQLITE_DONE) {
-        e = store_err(st, rc, "read meta");
+        e = fedi_store_err(st, rc, "read meta");
     }
     sqlite3_reset(s);
     return e;
@@ -402,7 +405,7 @@ static fed_err meta_get_int(fed_store *st, const char *key, int64_t *v, int *fou
 static fed_err meta_put_int(fed_store *st, const char *key, int64_t v)
 {
     fed_err e = FED_OK;
-    sqlite3_stmt *s = store_stmt(st, SQ_META_PUT, &e);
+    sqlite3_stmt *s = fedi_store_stmt(st, SQ_META_PUT, &e);
 
     if (!s)
         return e;
@@ -414,7 +417,7 @@ static fed_err meta_put_int(fed_store *st, const char *key, int64_t v)
 fed_err fed_store_put_meta_text(fed_store *st, const char *key, const char *value)
 {
     fed_err e = FED_OK;
-    sqlite3_stmt *s = store_stmt(st, SQ_META_PUT, &e);
+    sqlite3_stmt *s = fedi_store_stmt(st, SQ_META_PUT, &e);
 
     if (!s)
         return e;
@@ -426,7 +429,7 @@ fed_err fed_store_put_meta_text(fed_store *st, const char *key, const char *valu
 fed_err fed_store_meta_text(fed_store *st, const char *key, char *out, size_t cap)
 {
     fed_err e = FED_OK;
-    sqlite3_stmt *s = store_stmt(st, SQ_META_GET, &e);
+    sqlite3_stmt *s = fedi_store_stmt(st, SQ_META_GET, &e);
     int rc;
 
     if (!s)
@@ -438,7 +441,7 @@ fed_err fed_store_meta_text(fed_store *st, const char *key, char *out, size_t ca
     else if (rc == SQLITE_ROW || rc == SQLITE_DONE)
         e = FED_ERR_NOTFOUND;
     else
-        e = store_err(st, rc, "read meta");
+        e = fedi_store_err(st, rc, "read meta");
     sqlite3_reset(s);
     return e;
 }
@@ -446,7 +449,7 @@ fed_err fed_store_meta_text(fed_store *st, const char *key, char *out, size_t ca
 fed_err fed_store_node_key(fed_store *st, uint8_t key[32])
 {
     fed_err e = FED_OK;
-    sqlite3_stmt *s = store_stmt(st, SQ_META_GET, &e);
+    sqlite3_stmt *s = fedi_store_stmt(st, SQ_META_GET, &e);
     int rc;
 
     if (!s)
@@ -461,7 +464,7 @@ fed_err fed_store_node_key(fed_store *st, uint8_t key[32])
     else if (rc == SQLITE_DONE)
         e = FED_ERR_NOTFOUND;
     else
-        e = store_err(st, rc, "read node key");
+        e = fedi_store_err(st, rc, "read node key");
     sqlite3_reset(s);
     return e;
 }
@@ -471,7 +474,7 @@ fed_err fed_store_set_node_key(fed_store *st, const uint8_t key[32])
     uint8_t have[32];
     store_tx tx;
     sqlite3_stmt *s;
-    fed_err e = store_tx_enter(st, &tx);
+    fed_err e = fedi_store_tx_enter(st, &tx);
 
     if (e != FED_OK)
         return e;
@@ -486,14 +489,14 @@ fed_err fed_store_set_node_key(fed_store *st, const uint8_t key[32])
     if (e != FED_ERR_NOTFOUND)
         goto out;
     e = FED_OK;
-    s = store_stmt(st, SQ_META_PUT, &e);
+    s = fedi_store_stmt(st, SQ_META_PUT, &e);
     if (!s)
         goto out;
     sqlite3_bind_text(s, 1, "node_key", -1, SQLITE_STATIC);
     sqlite3_bind_blob(s, 2, key, 32, SQLITE_STATIC);
     e = step_done(st, s, "write node key");
 out:
-    return store_tx_leave(st, &tx, e);
+    return fedi_store_tx_leave(st, &tx, e);
 }
 
 /* --------------------------------------------------------------- open -- */
@@ -515,12 +518,12 @@ static fed_err pragma_int(fed_store *st, const char *sql, int64_t *v)
     fed_err e = FED_OK;
 
     if (rc != SQLITE_OK)
-        return store_err(st, rc, sql);
+        return fedi_store_err(st, rc, sql);
     rc = sqlite3_step(s);
     if (rc == SQLITE_ROW)
         *v = sqlite3_column_int64(s, 0);
     else
-        e = rc == SQLITE_DONE ? FED_ERR_DB : store_err(st, rc, sql);
+        e = rc == SQLITE_DONE ? FED_ERR_DB : fedi_store_err(st, rc, sql);
     sqlite3_finalize(s);
     return e;
 }
@@ -533,10 +536,10 @@ static fed_err set_journal_wal(fed_store *st)
     const char *mode;
 
     if (rc != SQLITE_OK)
-        return store_err(st, rc, "journal_mode");
+        return fedi_store_err(st, rc, "journal_mode");
     rc = sqlite3_step(s);
     if (rc != SQLITE_ROW) {
-        e = store_err(st, rc, "journal_mode");
+        e = fedi_store_err(st, rc, "journal_mode");
         goto out;
     }
     mode = (const char *)sqlite3_column_text(s, 0);
@@ -644,7 +647,7 @@ static fed_err bump_epoch(fed_store *st)
 {
     int64_t stored = 0;
     int found = 0;
-    uint64_t wall = store_wall_s(st), next;
+    uint64_t wall = fedi_store_wall_s(st), next;
     fed_err e = store_exec(st, "BEGIN IMMEDIATE");
 
     if (e != FED_OK)
@@ -732,7 +735,7 @@ static int refuse_commit(void *ctx)
     return ((const fed_store *)ctx)->disk_full;
 }
 
-void fed_store_set_disk_full(fed_store *st, int full)
+void fedi_store_set_disk_full(fed_store *st, int full)
 {
     st->disk_full = full != 0;
     sqlite3_commit_hook(st->db, full ? refuse_commit : NULL, full ? st : NULL);
@@ -786,7 +789,7 @@ fed_err fed_store_open(const char *path, const fed_store_opts *o, fed_store **ou
             SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE;
     rc = sqlite3_open_v2(path, &st->db, flags, NULL);
     if (rc != SQLITE_OK) {
-        e = store_err(st, rc, path);
+        e = fedi_store_err(st, rc, path);
         goto out;
     }
     sqlite3_extended_result_codes(st->db, 1);
@@ -901,7 +904,7 @@ static void copy_blob(uint8_t *dst, size_t len, sqlite3_stmt *s, int i)
 fed_err fed_store_put_round(fed_store *st, const fed_store_round *r)
 {
     fed_err e = FED_OK;
-    sqlite3_stmt *s = store_stmt(st, SQ_ROUND_PUT, &e);
+    sqlite3_stmt *s = fedi_store_stmt(st, SQ_ROUND_PUT, &e);
 
     if (!s)
         return e;
@@ -953,7 +956,7 @@ fed_err fed_store_put_dp_charge(fed_store *st, const fed_store_dp_charge *c)
     if (!(c->q >= 0 && c->q <= 1) || !(c->sigma >= 0) || !isfinite(c->sigma) ||
         !(c->delta > 0 && c->delta < 1) || c->steps > INT64_MAX)
         return FED_ERR_INVAL;
-    if (!(s = store_stmt(st, SQ_DP_PUT, &e)))
+    if (!(s = fedi_store_stmt(st, SQ_DP_PUT, &e)))
         return e;
     sqlite3_bind_int64(s, 1, (int64_t)c->round);
     sqlite3_bind_int64(s, 2, (int64_t)c->at_ms);
@@ -974,7 +977,7 @@ fed_err fed_store_each_dp_charge(fed_store *st, fed_store_dp_fn fn, void *ctx)
 
     if (st->schema < 4) /* an older file opened read-only: no charges */
         return FED_OK;
-    if (!(s = store_stmt(st, SQ_DP_EACH, &e)))
+    if (!(s = fedi_store_stmt(st, SQ_DP_EACH, &e)))
         return e;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         memset(&c, 0, sizeof c);
@@ -989,7 +992,7 @@ fed_err fed_store_each_dp_charge(fed_store *st, fed_store_dp_fn fn, void *ctx)
             break;
     }
     if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-        e = store_err(st, rc, "read dp charges");
+        e = fedi_store_err(st, rc, "read dp charges");
     sqlite3_reset(s);
     return e;
 }
@@ -1002,7 +1005,7 @@ fed_err fed_store_put_secagg_try(fed_store *st, const fed_store_secagg_try *t)
     sqlite3_stmt *s;
     const uint32_t *v = &t->sampled;
 
-    if (!(s = store_stmt(st, SQ_SA_PUT, &e)))
+    if (!(s = fedi_store_stmt(st, SQ_SA_PUT, &e)))
         return e;
     sqlite3_bind_int64(s, 1, (int64_t)t->round);
     sqlite3_bind_int64(s, 2, t->try_no);
@@ -1023,7 +1026,7 @@ fed_err fed_store_each_secagg_try(fed_store *st, uint64_t from_round, fed_store_
 
     if (st->schema < 5) /* an older file opened read-only: none */
         return FED_OK;
-    if (!(s = store_stmt(st, SQ_SA_EACH, &e)))
+    if (!(s = fedi_store_stmt(st, SQ_SA_EACH, &e)))
         return e;
     sqlite3_bind_int64(s, 1, (int64_t)from_round);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
@@ -1042,7 +1045,7 @@ fed_err fed_store_each_secagg_try(fed_store *st, uint64_t from_round, fed_store_
             break;
     }
     if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-        e = store_err(st, rc, "read secagg tries");
+        e = fedi_store_err(st, rc, "read secagg tries");
     sqlite3_reset(s);
     return e;
 }
@@ -1054,7 +1057,7 @@ fed_err fed_store_put_metric(fed_store *st, uint64_t round, const char *name, do
     fed_err e = FED_OK;
     sqlite3_stmt *s;
 
-    if (!(s = store_stmt(st, SQ_METRIC_PUT, &e)))
+    if (!(s = fedi_store_stmt(st, SQ_METRIC_PUT, &e)))
         return e;
     sqlite3_bind_int64(s, 1, (int64_t)round);
     sqlite3_bind_text(s, 2, name, -1, SQLITE_TRANSIENT);
@@ -1073,7 +1076,7 @@ fed_err fed_store_each_metric(fed_store *st, uint64_t round, fed_store_metric_fn
 
     if (st->schema < 7) /* an older file opened read-only: none */
         return FED_OK;
-    if (!(s = store_stmt(st, SQ_METRIC_EACH, &e)))
+    if (!(s = fedi_store_stmt(st, SQ_METRIC_EACH, &e)))
         return e;
     sqlite3_bind_int64(s, 1, round > INT64_MAX ? INT64_MAX : (int64_t)round);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
@@ -1084,7 +1087,7 @@ fed_err fed_store_each_metric(fed_store *st, uint64_t round, fed_store_metric_fn
             break;
     }
     if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-        e = store_err(st, rc, "read round metrics");
+        e = fedi_store_err(st, rc, "read round metrics");
     sqlite3_reset(s);
     return e;
 }
@@ -1098,7 +1101,7 @@ fed_err fed_store_best_metric(fed_store *st, const char *name, int higher, uint6
 
     if (st->schema < 7)
         return FED_ERR_NOTFOUND;
-    if (!(s = store_stmt(st, SQ_METRIC_BEST, &e)))
+    if (!(s = fedi_store_stmt(st, SQ_METRIC_BEST, &e)))
         return e;
     sqlite3_bind_text(s, 1, name, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int(s, 2, higher != 0);
@@ -1107,7 +1110,7 @@ fed_err fed_store_best_metric(fed_store *st, const char *name, int higher, uint6
         *round = (uint64_t)sqlite3_column_int64(s, 0);
         *value = sqlite3_column_double(s, 1);
     } else {
-        e = rc == SQLITE_DONE ? FED_ERR_NOTFOUND : store_err(st, rc, "read the best round");
+        e = rc == SQLITE_DONE ? FED_ERR_NOTFOUND : fedi_store_err(st, rc, "read the best round");
     }
     sqlite3_reset(s);
     return e;
@@ -1121,14 +1124,14 @@ fed_err fed_store_metric_last(fed_store *st, const char *name, uint64_t *round)
 
     if (st->schema < 7)
         return FED_ERR_NOTFOUND;
-    if (!(s = store_stmt(st, SQ_METRIC_LAST, &e)))
+    if (!(s = fedi_store_stmt(st, SQ_METRIC_LAST, &e)))
         return e;
     sqlite3_bind_text(s, 1, name, -1, SQLITE_TRANSIENT);
     rc = sqlite3_step(s);
     if (rc == SQLITE_ROW && sqlite3_column_type(s, 0) != SQLITE_NULL)
         *round = (uint64_t)sqlite3_column_int64(s, 0);
     else
-        e = rc == SQLITE_ROW ? FED_ERR_NOTFOUND : store_err(st, rc, "read the newest round");
+        e = rc == SQLITE_ROW ? FED_ERR_NOTFOUND : fedi_store_err(st, rc, "read the newest round");
     sqlite3_reset(s);
     return e;
 }
@@ -1147,7 +1150,7 @@ static store_stmt_id round_read(const fed_store *st, store_stmt_id id)
 fed_err fed_store_get_round(fed_store *st, uint64_t round, fed_store_round *out)
 {
     fed_err e = FED_OK;
-    sqlite3_stmt *s = store_stmt(st, round_read(st, SQ_ROUND_GET), &e);
+    sqlite3_stmt *s = fedi_store_stmt(st, round_read(st, SQ_ROUND_GET), &e);
     int rc;
 
     if (!s)
@@ -1157,7 +1160,7 @@ fed_err fed_store_get_round(fed_store *st, uint64_t round, fed_store_round *out)
     if (rc == SQLITE_ROW)
         read_round(s, out);
     else
-        e = rc == SQLITE_DONE ? FED_ERR_NOTFOUND : store_err(st, rc, "read round");
+        e = rc == SQLITE_DONE ? FED_ERR_NOTFOUND : fedi_store_err(st, rc, "read round");
     sqlite3_reset(s);
     return e;
 }
@@ -1165,7 +1168,7 @@ fed_err fed_store_get_round(fed_store *st, uint64_t round, fed_store_round *out)
 fed_err fed_store_last_rounds(fed_store *st, fed_store_round *out, size_t cap, size_t *n)
 {
     fed_err e = FED_OK;
-    sqlite3_stmt *s = store_stmt(st, round_read(st, SQ_ROUND_LAST), &e);
+    sqlite3_stmt *s = fedi_store_stmt(st, round_read(st, SQ_ROUND_LAST), &e);
     int rc;
 
     *n = 0;
@@ -1175,7 +1178,7 @@ fed_err fed_store_last_rounds(fed_store *st, fed_store_round *out, size_t cap, s
     while ((rc = sqlite3_step(s)) == SQLITE_ROW && *n < cap)
         read_round(s, &out[(*n)++]);
     if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-        e = store_err(st, rc, "read rounds");
+        e = fedi_store_err(st, rc, "read rounds");
     sqlite3_reset(s);
     return e;
 }
@@ -1191,7 +1194,7 @@ fed_err fed_store_put_contribution(fed_store *st, const fed_store_contrib *c)
         (c->header_len && !c->header) || !(c->dp_epsilon >= 0 && c->dp_epsilon < INFINITY) ||
         !(c->dp_budget >= 0 && c->dp_budget < INFINITY))
         return FED_ERR_INVAL;
-    s = store_stmt(st, SQ_CONTRIB_PUT, &e);
+    s = fedi_store_stmt(st, SQ_CONTRIB_PUT, &e);
     if (!s)
         return e;
     sqlite3_bind_int64(s, 1, (int64_t)c->round);
@@ -1217,7 +1220,7 @@ fed_err fed_store_each_contribution(fed_store *st, uint64_t from_round, fed_stor
                                     void *ctx)
 {
     fed_err e = FED_OK;
-    sqlite3_stmt *s = store_stmt(st, st->schema >= 6 ? SQ_CONTRIB_EACH : SQ_CONTRIB_EACH_V5, &e);
+    sqlite3_stmt *s = fedi_store_stmt(st, st->schema >= 6 ? SQ_CONTRIB_EACH : SQ_CONTRIB_EACH_V5, &e);
     fed_store_contrib c;
     int64_t from = INT64_MAX; /* past any round put_contribution takes */
     int rc;
@@ -1254,7 +1257,7 @@ fed_err fed_store_each_contribution(fed_store *st, uint64_t from_round, fed_stor
             break;
     }
     if (e == FED_OK && rc != SQLITE_ROW && rc != SQLITE_DONE)
-        e = store_err(st, rc, "read contributions");
+        e = fedi_store_err(st, rc, "read contributions");
     sqlite3_reset(s);
     return e;
 }
@@ -1264,7 +1267,7 @@ fed_err fed_store_each_contribution(fed_store *st, uint64_t from_round, fed_stor
 fed_err fed_store_put_peer(fed_store *st, const fed_store_peer *p)
 {
     fed_err e = FED_OK;
-    sqlite3_stmt *s = store_stmt(st, SQ_PEER_PUT, &e);
+    sqlite3_stmt *s = fedi_store_stmt(st, SQ_PEER_PUT, &e);
 
     if (!s)
         return e;
@@ -1280,7 +1283,7 @@ fed_err fed_store_put_peer(fed_store *st, const fed_store_peer *p)
 fed_err fed_store_list_peers(fed_store *st, fed_store_peer *out, size_t cap, size_t *n)
 {
     fed_err e = FED_OK;
-    sqlite3_stmt *s = store_stmt(st, SQ_PEER_LIST, &e);
+    sqlite3_stmt *s = fedi_store_stmt(st, SQ_PEER_LIST, &e);
     int rc;
 
     *n = 0;
@@ -1299,7 +1302,7 @@ fed_err fed_store_list_peers(fed_store *st, fed_store_peer *out, size_t cap, siz
         p->epoch = (uint64_t)sqlite3_column_int64(s, 5);
     }
     if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-        e = store_err(st, rc, "read peers");
+        e = fedi_store_err(st, rc, "read peers");
     sqlite3_reset(s);
     return e;
 }
@@ -1314,10 +1317,10 @@ fed_err fed_store_put_counters(fed_store *st, const fed_store_counter *c, size_t
     for (size_t i = 0; i < n; i++)
         if (!c[i].name[0] || c[i].value > INT64_MAX)
             return FED_ERR_INVAL;
-    if ((e = store_tx_enter(st, &tx)) != FED_OK)
+    if ((e = fedi_store_tx_enter(st, &tx)) != FED_OK)
         return e;
     for (size_t i = 0; i < n && e == FED_OK; i++) {
-        sqlite3_stmt *s = store_stmt(st, SQ_COUNTER_PUT, &e);
+        sqlite3_stmt *s = fedi_store_stmt(st, SQ_COUNTER_PUT, &e);
 
         if (!s)
             break;
@@ -1326,13 +1329,13 @@ fed_err fed_store_put_counters(fed_store *st, const fed_store_counter *c, size_t
         sqlite3_bind_int64(s, 2, (int64_t)c[i].value);
         e = step_done(st, s, "write counter");
     }
-    return store_tx_leave(st, &tx, e);
+    return fedi_store_tx_leave(st, &tx, e);
 }
 
 fed_err fed_store_list_counters(fed_store *st, fed_store_counter *out, size_t cap, size_t *n)
 {
     fed_err e = FED_OK;
-    sqlite3_stmt *s = store_stmt(st, SQ_COUNTER_LIST, &e);
+    sqlite3_stmt *s = fedi_store_stmt(st, SQ_COUNTER_LIST, &e);
     int rc;
 
     *n = 0;
@@ -1346,7 +1349,7 @@ fed_err fed_store_list_counters(fed_store *st, fed_store_counter *out, size_t ca
         c->value = (uint64_t)sqlite3_column_int64(s, 1);
     }
     if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-        e = store_err(st, rc, "read counters");
+        e = fedi_store_err(st, rc, "read counters");
     sqlite3_reset(s);
     return e;
 }
@@ -1354,7 +1357,7 @@ fed_err fed_store_list_counters(fed_store *st, fed_store_counter *out, size_t ca
 fed_err fed_store_get_counter(fed_store *st, const char *name, uint64_t *value)
 {
     fed_err e = FED_OK;
-    sqlite3_stmt *s = store_stmt(st, SQ_COUNTER_GET, &e);
+    sqlite3_stmt *s = fedi_store_stmt(st, SQ_COUNTER_GET, &e);
     int rc;
 
     if (!s)
@@ -1364,7 +1367,7 @@ fed_err fed_store_get_counter(fed_store *st, const char *name, uint64_t *value)
     if (rc == SQLITE_ROW)
         *value = (uint64_t)sqlite3_column_int64(s, 0);
     else
-        e = rc == SQLITE_DONE ? FED_ERR_NOTFOUND : store_err(st, rc, "read counter");
+        e = rc == SQLITE_DONE ? FED_ERR_NOTFOUND : fedi_store_err(st, rc, "read counter");
     sqlite3_reset(s);
     return e;
 }
@@ -1403,7 +1406,7 @@ fed_err fed_store_integrity_check(fed_store *st, char *msg, size_t cap)
     if (msg && cap)
         msg[0] = '\0';
     if (rc != SQLITE_OK)
-        return store_err(st, rc, "integrity_check");
+        return fedi_store_err(st, rc, "integrity_check");
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         const char *t = (const char *)sqlite3_column_text(s, 0);
 
@@ -1411,7 +1414,7 @@ fed_err fed_store_integrity_check(fed_store *st, char *msg, size_t cap)
             integrity_lines(t ? t : "?", lines, sizeof lines, &n);
     }
     if (rc != SQLITE_DONE) /* it may stop on the damage after reporting some */
-        e = store_err(st, rc, "integrity_check");
+        e = fedi_store_err(st, rc, "integrity_check");
     if (n) {
         e = FED_ERR_DB_DAMAGED;
         if (msg && cap)

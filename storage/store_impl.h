@@ -60,18 +60,16 @@ struct fed_store {
     int page_size;
     int in_tx;        /* inside fed_store_begin .. commit */
     uint64_t sp_seq;  /* savepoint names */
-    int disk_full;    /* fed_store_set_disk_full: the commit hook refuses */
+    int disk_full;    /* fedi_store_set_disk_full: the commit hook refuses */
     int durable;      /* fed_store_begin_durable raised synchronous to FULL */
     fed_store_stats stats; /* fed_store_get_stats */
     uint64_t hold_best, hold_from; /* fed_store_hold_checkpoints; 0: none */
 };
 
 /* SQLite result code -> fed_err, logging what (and SQLite's message) when not OK. */
-fed_err store_err(fed_store *st, int rc, const char *what);
+fed_err fedi_store_err(fed_store *st, int rc, const char *what);
 /* The cached statement id, reset and unbound; NULL on failure (*err set). */
-sqlite3_stmt *store_stmt(fed_store *st, store_stmt_id id, fed_err *err);
-/* Runs SQL without results. */
-FED_WUR fed_err store_exec(fed_store *st, const char *sql);
+sqlite3_stmt *fedi_store_stmt(fed_store *st, store_stmt_id id, fed_err *err);
 
 /* A write of several statements: inside fed_store_begin it is a savepoint
  * (undone alone on failure), else a transaction of its own. */
@@ -80,12 +78,12 @@ typedef struct store_tx {
     int savepoint; /* opened a savepoint */
     char name[32];
 } store_tx;
-FED_WUR fed_err store_tx_enter(fed_store *st, store_tx *tx);
+FED_WUR fed_err fedi_store_tx_enter(fed_store *st, store_tx *tx);
 /* Commits / releases when err is FED_OK, else rolls back; returns the first error. */
-FED_WUR fed_err store_tx_leave(fed_store *st, store_tx *tx, fed_err err);
+FED_WUR fed_err fedi_store_tx_leave(fed_store *st, store_tx *tx, fed_err err);
 
-uint64_t store_wall_s(const fed_store *st);
+uint64_t fedi_store_wall_s(const fed_store *st);
 /* CLOCK_MONOTONIC in seconds: what fed_store_stats times (never a result). */
-double store_mono_s(void);
+double fedi_store_mono_s(void);
 
 #endif

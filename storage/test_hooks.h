@@ -11,6 +11,6 @@
  * max_bytes cap only stops the file growing, so a row replaced in place (a
  * round's accuracy added) still fits; on a disk with no space left even
  * that fails (its WAL frames). */
-void fed_store_set_disk_full(fed_store *st, int full);
+void fedi_store_set_disk_full(fed_store *st, int full);
 
 #endif

@@ -1,4 +1,4 @@
-/* test_agg_input.c - the round's aggregate input (node/agg_input.h) over a
+/* test_agg_input.c - the round's aggregate input (node/agg_input_impl.h) over a
  * segmented vector: the model delta beside a synthetic second and third
  * segment (a control-variate-like sum, statistics averaged unweighted),
  * reduced plainly to the exact values each rule gives, and through secure
@@ -22,7 +22,7 @@
 
 #include "core/rng.h"
 #include "model/model.h"
-#include "node/agg_input.h"
+#include "node/agg_input_impl.h"
 #include "node/layout.h"
 #include "secagg/quant.h"
 
@@ -67,21 +67,21 @@ static void test_plain_segments(void **state)
     float out[LEN], want[LEN];
 
     (void)state;
-    assert_int_equal(fed_agg_seg_len(SEGS, 3), LEN);
+    assert_int_equal(fedi_agg_seg_len(SEGS, 3), LEN);
     expected(want);
-    assert_int_equal(fed_agg_seg_reduce(SEGS, 3, x, W, M, out), FED_OK);
+    assert_int_equal(fedi_agg_seg_reduce(SEGS, 3, x, W, M, out), FED_OK);
     for (int j = 0; j < LEN; j++)
         assert_true(out[j] == want[j]);
     /* no contribution; a weighted segment whose weights sum to 0 */
-    assert_int_equal(fed_agg_seg_reduce(SEGS, 3, x, W, 0, out), FED_ERR_INVAL);
+    assert_int_equal(fedi_agg_seg_reduce(SEGS, 3, x, W, 0, out), FED_ERR_INVAL);
     {
         const double zero[M] = {0, 0, 0};
 
-        assert_int_equal(fed_agg_seg_reduce(SEGS, 3, x, zero, M, out), FED_ERR_INVAL);
+        assert_int_equal(fedi_agg_seg_reduce(SEGS, 3, x, zero, M, out), FED_ERR_INVAL);
         const float *tail[M] = {X[0] + 4, X[1] + 4, X[2] + 4};
 
         /* without a SAMPLES segment the weights are not read */
-        assert_int_equal(fed_agg_seg_reduce(SEGS + 1, 2, tail, zero, M, out), FED_OK);
+        assert_int_equal(fedi_agg_seg_reduce(SEGS + 1, 2, tail, zero, M, out), FED_OK);
         assert_true(out[0] == 3.0f && out[3] == 1.0f);
     }
 }
@@ -108,7 +108,7 @@ static void test_secure_segments(void **state)
         for (int j = 0; j < LEN; j++)
             x[j] = j < 4 ? (float)(X[i][j] * f) : X[i][j];
         x[LEN] = (float)(2 * rw * f - rw);
-        assert_int_equal(fed_agg_seg_quantize(segs, 4, bits, x, NULL, &rng, q[i]), FED_OK);
+        assert_int_equal(fedi_agg_seg_quantize(segs, 4, bits, x, NULL, &rng, q[i]), FED_OK);
     }
     /* masks: client 0 adds, client 1 subtracts a pair's stream; 1 and 2 too */
     for (int pair = 0; pair < 2; pair++) {
@@ -123,7 +123,7 @@ static void test_secure_segments(void **state)
     for (int i = 0; i < M; i++)
         for (int j = 0; j <= LEN; j++)
             sum[j] += q[i][j];
-    assert_int_equal(fed_agg_seg_dequantize(segs, 4, bits, sum, M, deq, NULL), FED_OK);
+    assert_int_equal(fedi_agg_seg_dequantize(segs, 4, bits, sum, M, deq, NULL), FED_OK);
     expected(want);
     {
         fed_secagg_quant qd = {.range = segs[0].range, .bits = bits};
@@ -137,7 +137,7 @@ static void test_secure_segments(void **state)
         float got[LEN];
 
         assert_true(fabs(weight - wtrue) <= ew + 1e-6);
-        fed_agg_seg_finish(segs, 3, deq, M, weight, got); /* each by its rule */
+        fedi_agg_seg_finish(segs, 3, deq, M, weight, got); /* each by its rule */
         for (int j = 0; j < 4; j++) { /* the weighted mean, by the summed weight */
             double err = (fed_secagg_quant_bound(&qd, M) + fabs(want[j]) * ew) / (wtrue - ew);
 
@@ -153,7 +153,7 @@ static void test_secure_segments(void **state)
             const float d[LEN] = {1, 2, 3, 4, 5, 6, 7, 9, 12};
             float f[LEN];
 
-            fed_agg_seg_finish(segs, 3, d, M, 0.5, f);
+            fedi_agg_seg_finish(segs, 3, d, M, 0.5, f);
             assert_true(f[0] == 2 && f[3] == 8 && f[4] == 5 && f[6] == 7 && f[7] == 3 &&
                         f[8] == 4);
         }
@@ -174,23 +174,23 @@ static void test_secure_as_one_range(void **state)
     fed_secagg_quant q = {.range = 0.25, .bits = 20};
     agg_segment delta = {.name = "delta", .len = N, .rule = AGG_WEIGHT_SAMPLES, .range = q.range};
     fed_rng r1, r2;
-    size_t nseg = fed_agg_seg_secure(&delta, 1, q.range, 0, segs);
+    size_t nseg = fedi_agg_seg_secure(&delta, 1, q.range, 0, segs);
 
     (void)state;
     assert_int_equal(nseg, 2);
-    assert_int_equal(fed_agg_seg_len(segs, nseg), N + 1);
+    assert_int_equal(fedi_agg_seg_len(segs, nseg), N + 1);
     fed_rng_seed(&r1, 7);
     for (int j = 0; j <= N; j++)
         x[j] = (float)(fed_rng_uniform(&r1) - 0.5) * 0.6f; /* some beyond the range */
     fed_rng_seed(&r1, 9);
     fed_rng_seed(&r2, 9);
-    assert_int_equal(fed_agg_seg_quantize(segs, nseg, q.bits, x, NULL, &r1, a), FED_OK);
+    assert_int_equal(fedi_agg_seg_quantize(segs, nseg, q.bits, x, NULL, &r1, a), FED_OK);
     assert_int_equal(fed_secagg_quantize(&q, x, N + 1, &r2, b), FED_OK);
     assert_memory_equal(a, b, sizeof a);
     /* a value that is not finite: refused, nothing written */
     memset(a, 0xab, sizeof a);
     x[N] = NAN;
-    assert_int_equal(fed_agg_seg_quantize(segs, nseg, q.bits, x, NULL, &r1, a), FED_ERR_NAN);
+    assert_int_equal(fedi_agg_seg_quantize(segs, nseg, q.bits, x, NULL, &r1, a), FED_ERR_NAN);
     assert_int_equal(a[0], 0xababababu);
 }
 
@@ -238,13 +238,13 @@ static void test_int_plain(void **state)
     int_inputs(v, want);
     for (int i = 0; i < IM; i++)
         ix[i] = v[i];
-    assert_int_equal(fed_agg_seg_len(segs, 2), 2);
-    assert_int_equal(fed_agg_seg_ints(segs, 2), IN);
-    assert_int_equal(fed_agg_seg_reduce_ints(segs, 2, ix, IM, got), FED_OK);
+    assert_int_equal(fedi_agg_seg_len(segs, 2), 2);
+    assert_int_equal(fedi_agg_seg_ints(segs, 2), IN);
+    assert_int_equal(fedi_agg_seg_reduce_ints(segs, 2, ix, IM, got), FED_OK);
     assert_memory_equal(got, want, sizeof want);
-    assert_int_equal(fed_agg_seg_reduce_ints(segs, 2, ix, 0, got), FED_ERR_INVAL);
+    assert_int_equal(fedi_agg_seg_reduce_ints(segs, 2, ix, 0, got), FED_ERR_INVAL);
     segs[1].rule = AGG_WEIGHT_MEAN;
-    assert_int_equal(fed_agg_seg_reduce_ints(segs, 2, ix, IM, got), FED_ERR_INVAL);
+    assert_int_equal(fedi_agg_seg_reduce_ints(segs, 2, ix, IM, got), FED_ERR_INVAL);
 }
 
 /* Secure: floats and integers in one contribution, at every word size
@@ -262,23 +262,23 @@ static void test_int_secure(void **state)
 
     (void)state;
     int_inputs(v, want);
-    assert_int_equal(fed_agg_int_limbs(32), 2);
-    assert_int_equal(fed_agg_int_limbs(20), 4);
-    assert_int_equal(fed_agg_int_limbs(16), 4);
-    assert_int_equal(fed_agg_int_limbs(1), 64);
+    assert_int_equal(fedi_agg_int_limbs(32), 2);
+    assert_int_equal(fedi_agg_int_limbs(20), 4);
+    assert_int_equal(fedi_agg_int_limbs(16), 4);
+    assert_int_equal(fedi_agg_int_limbs(1), 64);
     fed_rng_seed(&rng, 36);
     for (uint32_t bits = 1; bits <= 29; bits++) { /* 7 (2^bits - 1) < 2^32 */
-        size_t nseg = fed_agg_seg_secure(&two, 1, 1.0, IN, segs);
-        size_t words = fed_agg_seg_words(segs, nseg, bits);
+        size_t nseg = fedi_agg_seg_secure(&two, 1, 1.0, IN, segs);
+        size_t words = fedi_agg_seg_words(segs, nseg, bits);
         uint32_t q[IM][2 + 1 + IN * 64], sum[2 + 1 + IN * 64];
         fed_secagg_quant qc = {.range = 1.0, .bits = bits};
         uint64_t top = (uint64_t)IM * ((UINT64_C(1) << bits) - 1);
 
         assert_int_equal(nseg, 3);
-        assert_int_equal(words, 3 + IN * fed_agg_int_limbs(bits));
+        assert_int_equal(words, 3 + IN * fedi_agg_int_limbs(bits));
         assert_int_equal(fed_secagg_quant_check(&qc, IM, NULL, 0), FED_OK);
         for (int i = 0; i < IM; i++)
-            assert_int_equal(fed_agg_seg_quantize(segs, nseg, bits, x, v[i], &rng, q[i]),
+            assert_int_equal(fedi_agg_seg_quantize(segs, nseg, bits, x, v[i], &rng, q[i]),
                              FED_OK);
         for (int i = 0; i + 1 < IM; i++) /* pair masks: i adds, i + 1 subtracts */
             for (size_t w = 0; w < words; w++) {
@@ -294,7 +294,7 @@ static void test_int_secure(void **state)
         for (size_t w = 0; w < words; w++) /* the aggregator's range check holds */
             assert_true(sum[w] <= top);
         memset(got, 0, sizeof got);
-        assert_int_equal(fed_agg_seg_dequantize(segs, nseg, bits, sum, IM, deq, got), FED_OK);
+        assert_int_equal(fedi_agg_seg_dequantize(segs, nseg, bits, sum, IM, deq, got), FED_OK);
         assert_memory_equal(got, want, sizeof want);
         for (int j = 0; j < 2; j++) /* the floats beside them: within their bound */
             assert_true(fabs((double)deq[j] - IM * (double)x[j]) <=
@@ -302,12 +302,12 @@ static void test_int_secure(void **state)
     }
     /* integers without their array; an integer segment that does not sum */
     {
-        size_t nseg = fed_agg_seg_secure(&two, 1, 1.0, IN, segs);
+        size_t nseg = fedi_agg_seg_secure(&two, 1, 1.0, IN, segs);
         uint32_t q[3 + IN * 4];
 
-        assert_int_equal(fed_agg_seg_quantize(segs, nseg, 20, x, NULL, &rng, q), FED_ERR_INVAL);
+        assert_int_equal(fedi_agg_seg_quantize(segs, nseg, 20, x, NULL, &rng, q), FED_ERR_INVAL);
         segs[2].rule = AGG_WEIGHT_SAMPLES;
-        assert_int_equal(fed_agg_seg_quantize(segs, nseg, 20, x, v[0], &rng, q), FED_ERR_INVAL);
+        assert_int_equal(fedi_agg_seg_quantize(segs, nseg, 20, x, v[0], &rng, q), FED_ERR_INVAL);
     }
 }
 

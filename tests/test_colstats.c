@@ -22,7 +22,7 @@
 #include "core/rng.h"
 #include "model/colstats.h"
 #include "model/data.h"
-#include "node/agg_input.h"
+#include "node/agg_input_impl.h"
 #include "tests/support/support.h"
 
 enum { SITES = 3, COLS = 5, ROWS = 400 };
@@ -129,7 +129,7 @@ static void secure_sum(const int64_t *c, int sites, size_t ni, uint64_t *tot)
 {
     enum { BITS = 20 };
     agg_segment seg = {.name = "stats", .len = ni, .rule = AGG_WEIGHT_SUM, .enc = AGG_ENC_INT64};
-    size_t words = fed_agg_seg_words(&seg, 1, BITS);
+    size_t words = fedi_agg_seg_words(&seg, 1, BITS);
     uint32_t *q = calloc((size_t)sites * words, sizeof *q), *sum = calloc(words, sizeof *sum);
     fed_rng rng;
 
@@ -138,8 +138,8 @@ static void secure_sum(const int64_t *c, int sites, size_t ni, uint64_t *tot)
     assert_int_equal(words, ni * 4);
     fed_rng_seed(&rng, 36);
     for (int s = 0; s < sites; s++)
-        assert_int_equal(fed_agg_seg_quantize(&seg, 1, BITS, NULL, c + (size_t)s * ni, &rng,
-                                              q + (size_t)s * words),
+        assert_int_equal(fedi_agg_seg_quantize(&seg, 1, BITS, NULL, c + (size_t)s * ni, &rng,
+                                               q + (size_t)s * words),
                          FED_OK);
     for (int s = 0; s + 1 < sites; s++)
         for (size_t w = 0; w < words; w++) {
@@ -151,7 +151,7 @@ static void secure_sum(const int64_t *c, int sites, size_t ni, uint64_t *tot)
     for (int s = 0; s < sites; s++)
         for (size_t w = 0; w < words; w++)
             sum[w] += q[(size_t)s * words + w];
-    assert_int_equal(fed_agg_seg_dequantize(&seg, 1, BITS, sum, (uint32_t)sites, NULL, tot), FED_OK);
+    assert_int_equal(fedi_agg_seg_dequantize(&seg, 1, BITS, sum, (uint32_t)sites, NULL, tot), FED_OK);
     free(q);
     free(sum);
 }

@@ -24,7 +24,7 @@
 #include "crypto/identity.h"
 #include "crypto/replay.h"
 #include "crypto/keystream.h"
-#include "crypto/seal.h"
+#include "crypto/envelope.h"
 #include "app/cli.h"
 #include "tests/support/support.h"
 
@@ -92,9 +92,9 @@ static void test_session_keys_agree(void **state)
     assert_int_equal(fed_crypto_session_get(a, fed_crypto_arena_pubkey(b), &sa), FED_OK);
     assert_int_equal(fed_crypto_session_get(b, fed_crypto_arena_pubkey(a), &sb), FED_OK);
     /* Each direction has its own key, and both sides agree on it. */
-    assert_memory_equal(fed_crypto_session_tx(sa), fed_crypto_session_rx(sb), 32);
-    assert_memory_equal(fed_crypto_session_rx(sa), fed_crypto_session_tx(sb), 32);
-    assert_memory_not_equal(fed_crypto_session_tx(sa), fed_crypto_session_rx(sa), 32);
+    assert_memory_equal(fedi_crypto_session_tx(sa), fedi_crypto_session_rx(sb), 32);
+    assert_memory_equal(fedi_crypto_session_rx(sa), fedi_crypto_session_tx(sb), 32);
+    assert_memory_not_equal(fedi_crypto_session_tx(sa), fedi_crypto_session_rx(sa), 32);
     assert_memory_equal(fed_crypto_session_peer(sa), fed_crypto_arena_pubkey(b), 32);
     fed_crypto_session_put(a, sa);
     fed_crypto_session_put(b, sb);
@@ -383,7 +383,7 @@ static void test_seal_bad_signature_under_valid_aead(void **state)
     assert_int_equal(fed_crypto_arena_sign(eve, digest, 64, buf + PLEN), FED_OK);
     assert_int_equal(crypto_aead_xchacha20poly1305_ietf_encrypt_detached(
                          buf, buf + PLEN + 64, NULL, buf, PLEN + 64, ad, 40, NULL, nonce,
-                         fed_crypto_session_tx(p.ab)),
+                         fedi_crypto_session_tx(p.ab)),
                      0);
     assert_int_equal(fed_crypto_open(p.ba, ad, 40, nonce, buf, out, PLEN, NULL, NULL),
                      FED_ERR_SIGNATURE);
@@ -552,7 +552,7 @@ static void test_keyfile_plain_roundtrip(void **state)
     assert_int_equal(fed_crypto_arena_new(NULL, &b), FED_OK);
     assert_int_equal(fed_crypto_identity_load(b, dir, NULL, 0), FED_OK);
     assert_memory_equal(fed_crypto_arena_pubkey(a), fed_crypto_arena_pubkey(b), 32);
-    assert_memory_equal(fed_crypto_arena_sk(a), fed_crypto_arena_sk(b), 64);
+    assert_memory_equal(fedi_crypto_arena_sk(a), fedi_crypto_arena_sk(b), 64);
     assert_int_equal(fed_crypto_pubkey_load(dir, pk), FED_OK);
     assert_memory_equal(pk, fed_crypto_arena_pubkey(a), 32);
     /* A key file is never overwritten. */
@@ -636,7 +636,7 @@ static void test_keyfile_passphrase(void **state)
     assert_false(fed_crypto_arena_has_identity(b));
     assert_int_equal(fed_crypto_identity_load(b, dir, NULL, 0), FED_ERR_PASSPHRASE);
     assert_int_equal(fed_crypto_identity_load(b, dir, pass, strlen(pass)), FED_OK);
-    assert_memory_equal(fed_crypto_arena_sk(a), fed_crypto_arena_sk(b), 64);
+    assert_memory_equal(fedi_crypto_arena_sk(a), fedi_crypto_arena_sk(b), 64);
     /* The public key is readable without the passphrase. */
     snprintf(path, sizeof path, "%s/node.pub", dir);
     assert_int_equal(unlink(path), 0);
@@ -648,7 +648,7 @@ static void test_keyfile_passphrase(void **state)
     assert_non_null(f);
     assert_int_equal(fread(file, 1, sizeof file, f), sizeof file);
     fclose(f);
-    assert_null(memmem(file, sizeof file, fed_crypto_arena_seed_mem(a), 32));
+    assert_null(memmem(file, sizeof file, fedi_crypto_arena_seed_mem(a), 32));
     /* A changed public key (the AEAD's associated data) is refused. */
     file[8] ^= 1;
     f = fopen(path, "r+b");

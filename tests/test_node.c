@@ -181,10 +181,10 @@ static void on_round(void *ctx, const fed_node *n, const fed_node_round_info *r)
         return;
     s->info[r->round] = *r;
     s->commits[r->round]++;
-    if (fed_node_agg_scaffold_control(n)) {
+    if (fedi_node_agg_scaffold_control(n)) {
         if (!s->ctl[r->round])
             s->ctl[r->round] = malloc(s->nparams * sizeof(float));
-        memcpy(s->ctl[r->round], fed_node_agg_scaffold_control(n), s->nparams * sizeof(float));
+        memcpy(s->ctl[r->round], fedi_node_agg_scaffold_control(n), s->nparams * sizeof(float));
     }
     if (!s->params[r->round])
         s->params[r->round] = malloc(s->nparams * sizeof(float));
@@ -341,7 +341,7 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
         snprintf(ac.agg.strategy, sizeof ac.agg.strategy, "%s", o->strategy);
     ac.ditto_lambda = o->ditto_lambda;
     if (o->unsealed)
-        ac.transfer.wire.hooks = &fed_wire_hooks_unsealed;
+        ac.transfer.wire.hooks = &fedi_wire_hooks_unsealed;
     ac.dp.client_clip = o->dp_fedavg_clip;
     ac.on_round = on_round;
     ac.on_delta = on_delta;
@@ -371,7 +371,7 @@ static void scen_build(scen *s, const fixture *fx, const scen_opts *o)
         if (o->stats && !o->stats_agg_only)
             cc.hooks = &s->hooks;
         if (o->unsealed)
-            cc.transfer.wire.hooks = &fed_wire_hooks_unsealed;
+            cc.transfer.wire.hooks = &fedi_wire_hooks_unsealed;
         if (o->odd_client == i + 1) {
             if (o->odd_local)
                 snprintf(cc.local_layers, sizeof cc.local_layers, "%s", o->odd_local);
@@ -481,7 +481,7 @@ static void expect_fednova(scen *s, int r, long (*steps_of)(uint64_t samples))
 
     qsort(d, (size_t)k, sizeof *d, key_cmp);
     for (int i = 0; i < k; i++) {
-        a[i] = fed_node_fednova_steps(steps_of(d[i].samples), 0.9);
+        a[i] = fedi_node_fednova_steps(steps_of(d[i].samples), 0.9);
         W += (double)d[i].samples;
     }
     for (int i = 0; i < k; i++)
@@ -569,7 +569,7 @@ static void expect_scaffold(scen *s, int r, int N)
     expect_fedavg(s, r);
     for (int i = 0; i < k; i++) {
         /* K: the momentum-weighted count of its steps (SGD momentum 0.9) */
-        double klr = fed_node_fednova_steps((long)((d[i].samples + 63) / 64), 0.9) *
+        double klr = fedi_node_fednova_steps((long)((d[i].samples + 63) / 64), 0.9) *
                      (double)s->info[r].lr;
 
         for (size_t j = 0; j < s->nparams; j++) {
@@ -602,7 +602,7 @@ static void expect_control_mean(scen *s, int last)
     for (int i = 0; i < s->o.clients; i++) {
         uint64_t round = 0;
         const float *next = NULL;
-        const float *ci = fed_node_client_control(fed_sim_host_node(s->cl[i]), &round, &next);
+        const float *ci = fedi_node_client_control(fed_sim_host_node(s->cl[i]), &round, &next);
         const float *use = round ? next : ci; /* merged (every round here did) */
 
         for (size_t j = 0; use && j < np; j++)
@@ -765,25 +765,25 @@ static void test_model_input_field(void **state)
 
     (void)state;
     memset(&set, 0, sizeof set);
-    assert_int_equal(fed_node_model_input(&set, data, 0, &in, why, sizeof why), FED_OK);
+    assert_int_equal(fedi_node_model_input(&set, data, 0, &in, why, sizeof why), FED_OK);
     assert_int_equal(in.classes, 1);
     set.input[0] = 1, set.input[1] = 1, set.input[2] = 4, set.input[3] = 2;
-    assert_int_equal(fed_node_model_input(&set, data, 0, &in, why, sizeof why), FED_OK);
+    assert_int_equal(fedi_node_model_input(&set, data, 0, &in, why, sizeof why), FED_OK);
     assert_int_equal(in.w, 4);
     assert_int_equal(in.classes, 2); /* a one-class site builds the 2-class model */
-    assert_int_equal(fed_node_model_input(&set, data, 2, &in, why, sizeof why), FED_OK);
+    assert_int_equal(fedi_node_model_input(&set, data, 2, &in, why, sizeof why), FED_OK);
     data.classes = 3;
-    assert_int_equal(fed_node_model_input(&set, data, 0, &in, why, sizeof why),
+    assert_int_equal(fedi_node_model_input(&set, data, 0, &in, why, sizeof why),
                      FED_ERR_MODEL_MISMATCH);
     assert_string_equal(why, "the aggregator's model has 2 classes (labels 0 to 1), this "
                              "client's data has 3 (labels up to 2)");
     data.classes = 1;
-    assert_int_equal(fed_node_model_input(&set, data, 3, &in, why, sizeof why),
+    assert_int_equal(fedi_node_model_input(&set, data, 3, &in, why, sizeof why),
                      FED_ERR_MODEL_MISMATCH);
     assert_string_equal(why, "the aggregator's model has 2 classes, this client declares 3 "
                              "(--classes or its model file)");
     data.w = 5;
-    assert_int_equal(fed_node_model_input(&set, data, 0, &in, why, sizeof why),
+    assert_int_equal(fedi_node_model_input(&set, data, 0, &in, why, sizeof why),
                      FED_ERR_MODEL_MISMATCH);
     assert_string_equal(why, "the aggregator's model takes input 1x1x4, this client's data has "
                              "1x1x5 per sample");
@@ -1297,12 +1297,12 @@ static void test_dp_client_charges(void **state)
     c0 = fed_sim_host_index(s.cl[0]);
     ai = fed_sim_host_index(s.agg);
     assert_int_equal(fed_sim_world_run_until(s.w, 0), FED_OK); /* every node up */
-    fed_store_set_disk_full(fed_sim_host_store(s.cl[0]), 1);
+    fedi_store_set_disk_full(fed_sim_host_store(s.cl[0]), 1);
     assert_int_equal(fed_sim_world_run_until(s.w, 1500), FED_OK);
     assert_int_equal(s.ndeltas[1], 2); /* the other two */
     assert_false(delta_from(&s, 1, s.cl[0]));
     assert_int_equal(dp_charged(s.cl[0]).n, 0);
-    fed_store_set_disk_full(fed_sim_host_store(s.cl[0]), 0);
+    fedi_store_set_disk_full(fed_sim_host_store(s.cl[0]), 0);
     step_until_commit(&s, 1);
     assert_true(delta_from(&s, 1, s.cl[0]));
     d = dp_charged(s.cl[0]);
@@ -1536,7 +1536,7 @@ static void full_disk_at_evaluation(scen *s, fed_store *st, uint64_t r)
     }
     assert_int_equal(s->commits[r], 0); /* committed, not evaluated yet */
     assert_true(isnan(row.accuracy));
-    fed_store_set_disk_full(st, 1);
+    fedi_store_set_disk_full(st, 1);
     step_until_commit(s, (int)r);
     assert_false(isnan(s->info[r].accuracy));
     /* the write failed: the row is still without it */
@@ -1566,7 +1566,7 @@ static void test_full_disk_accuracy_kept(void **state)
     scen_build(&s, fx, &o);
     st = fed_sim_host_store(s.agg);
     full_disk_at_evaluation(&s, st, 2);
-    fed_store_set_disk_full(st, 0);
+    fedi_store_set_disk_full(st, 0);
     /* written with round 3's commit, before round 3 is evaluated */
     while (fed_store_get_round(st, 3, &row) != FED_OK) {
         int did = 0;
@@ -1612,7 +1612,7 @@ static void test_full_disk_accuracy_at_stop(void **state)
     scen_build(&s, fx, &o);
     st = fed_sim_host_store(s.agg);
     full_disk_at_evaluation(&s, st, 2);
-    fed_store_set_disk_full(st, 0);
+    fedi_store_set_disk_full(st, 0);
     scen_run(&s, 600000);
     assert_true(fed_node_finished(fed_sim_host_node(s.agg)));
     assert_int_equal(fed_store_get_round(st, 2, &row), FED_OK);
@@ -1698,7 +1698,7 @@ static void train_one(node_train_job *j, const fixture *fx, const uint32_t *idx,
     j->global = global;
     j->nparams = np;
     j->codec.id = FED_CODEC_F32;
-    fed_node_train_job_run(&j->job);
+    fedi_node_train_job_run(&j->job);
     assert_int_equal(j->err, FED_OK);
 }
 
@@ -1742,10 +1742,10 @@ static void test_train_job_reuse(void **state)
             assert_int_equal(kept.vec_len, first_len);
             assert_memory_not_equal(kept.vec, first, first_len);
         }
-        fed_node_train_job_release(&fresh);
+        fedi_node_train_job_release(&fresh);
         free(g);
     }
-    fed_node_train_job_release(&kept);
+    fedi_node_train_job_release(&kept);
     free(first);
 }
 
@@ -1868,7 +1868,7 @@ static void test_no_tamper_hook(void **state)
     assert_int_equal(fed_node_daemon_run(&dc, &cfg), FED_ERR_INVAL);
     assert_non_null(strstr(fed_test_log_last(), "test hooks"));
     cfg.hooks = NULL; /* the wire's seam (fedsim --no-crypto's unsealed frames) likewise */
-    cfg.transfer.wire.hooks = &fed_wire_hooks_unsealed;
+    cfg.transfer.wire.hooks = &fedi_wire_hooks_unsealed;
     assert_int_equal(fed_node_daemon_run(&dc, &cfg), FED_ERR_INVAL);
     assert_non_null(strstr(fed_test_log_last(), "test hooks"));
     cfg.transfer.wire.hooks = NULL;
@@ -1903,9 +1903,9 @@ static void test_no_tamper_hook(void **state)
     assert_memory_equal(zero.delta, seen.delta, np * sizeof *got); /* the same training */
     for (size_t i = 0; i < np; i++)
         assert_true(got[i] == 0.0f);
-    fed_node_train_job_release(&plain);
-    fed_node_train_job_release(&looked);
-    fed_node_train_job_release(&zeroed);
+    fedi_node_train_job_release(&plain);
+    fedi_node_train_job_release(&looked);
+    fedi_node_train_job_release(&zeroed);
     free(seen.delta);
     free(zero.delta);
     free(got);
@@ -1920,13 +1920,13 @@ static void test_retry_budget(void **state)
 
     (void)state;
     for (int i = 0; i < 3; i++)
-        assert_int_equal(fed_node_retry_take(NULL, NULL, &used, 3), 1);
+        assert_int_equal(fedi_node_retry_take(NULL, NULL, &used, 3), 1);
     assert_int_equal(used, 3);
-    assert_int_equal(fed_node_retry_take(NULL, NULL, &used, 3), 0);
-    assert_int_equal(fed_node_retry_take(NULL, NULL, &used, 3), 0);
+    assert_int_equal(fedi_node_retry_take(NULL, NULL, &used, 3), 0);
+    assert_int_equal(fedi_node_retry_take(NULL, NULL, &used, 3), 0);
     assert_int_equal(used, 3);
     used = 0;
-    assert_int_equal(fed_node_retry_take(NULL, NULL, &used, 0), 0);
+    assert_int_equal(fedi_node_retry_take(NULL, NULL, &used, 0), 0);
     assert_int_equal(used, 0);
 }
 
@@ -2622,14 +2622,14 @@ static void train_with_local(scen *s, int c, uint64_t round, const float *g, con
     j.local_n = local_n;
     j.hooks = s->o.stats ? &s->hooks : NULL;
     j.codec.id = FED_CODEC_F32;
-    fed_node_train_job_run(&j.job);
+    fedi_node_train_job_run(&j.job);
     assert_int_equal(j.err, FED_OK);
     scen_layout(s, &l);
     assert_int_equal(j.sent_n, fed_node_layout_sent(&l));
     assert_int_equal(fed_codec_decode(j.vec, j.vec_len, FED_CODEC_F32, sent, j.sent_n), FED_OK);
     fed_node_layout_unpack(&l, sent, out);
     fed_node_layout_fini(&l);
-    fed_node_train_job_release(&j);
+    fedi_node_train_job_release(&j);
     free(sent);
 }
 

@@ -28,7 +28,7 @@
 #include "secagg/graph.h"
 #include "secagg/mask.h"
 #include "secagg/quant.h"
-#include "secagg/seal.h"
+#include "secagg/box.h"
 #include "secagg/shamir.h"
 #include "tests/support/support.h"
 
@@ -406,7 +406,7 @@ static void test_seal(void **state)
     fed_secagg_share s1[3], s2[3], o1, o2;
     fed_secagg_route rt = {.sender = 4, .recipient = 9, .x = 10}, other;
     fed_secagg_ctx c, d;
-    uint8_t box[FED_SECAGG_SEALED_BYTES], bad[FED_SECAGG_SEALED_BYTES + 1], seed[32] = {5};
+    uint8_t box[FED_SECAGG_BOX_BYTES], bad[FED_SECAGG_BOX_BYTES + 1], seed[32] = {5};
     uint32_t xs[3] = {10, 11, 12};
     fed_rng r;
 
@@ -419,11 +419,11 @@ static void test_seal(void **state)
     assert_int_equal(fed_secagg_keys_new(a, fed_rng_random, &r, &eve), FED_OK);
     assert_int_equal(fed_secagg_shamir_split(seed, 2, 3, xs, fed_rng_random, &r, s1), FED_OK);
     assert_int_equal(fed_secagg_shamir_split(seed, 2, 3, xs, fed_rng_random, &r, s2), FED_OK);
-    assert_int_equal(fed_secagg_seal(a, alice, fed_secagg_keys_enc_pk(bob), &c, &rt, &s1[0],
-                                     &s2[0], fed_rng_random, &r, box),
+    assert_int_equal(fed_secagg_box_seal(a, alice, fed_secagg_keys_enc_pk(bob), &c, &rt, &s1[0],
+                                         &s2[0], fed_rng_random, &r, box),
                      FED_OK);
-    assert_int_equal(fed_secagg_open(a, bob, fed_secagg_keys_enc_pk(alice), &c, &rt, box,
-                                     sizeof box, &o1, &o2),
+    assert_int_equal(fed_secagg_box_open(a, bob, fed_secagg_keys_enc_pk(alice), &c, &rt, box,
+                                         sizeof box, &o1, &o2),
                      FED_OK);
     assert_int_equal(o1.x, 10);
     assert_memory_equal(o1.y, s1[0].y, sizeof o1.y);
@@ -432,8 +432,8 @@ static void test_seal(void **state)
     for (size_t i = 0; i < sizeof box; i++) {
         memcpy(bad, box, sizeof box);
         bad[i] ^= 0x20;
-        assert_int_equal(fed_secagg_open(a, bob, fed_secagg_keys_enc_pk(alice), &c, &rt, bad,
-                                         sizeof box, &o1, &o2),
+        assert_int_equal(fed_secagg_box_open(a, bob, fed_secagg_keys_enc_pk(alice), &c, &rt, bad,
+                                             sizeof box, &o1, &o2),
                          FED_ERR_AEAD);
         assert_true(sodium_is_zero((const uint8_t *)&o1, sizeof o1));
     }
@@ -451,16 +451,16 @@ static void test_seal(void **state)
             other.recipient++;
         if (f == 4)
             other.x++;
-        assert_int_equal(fed_secagg_open(a, bob, fed_secagg_keys_enc_pk(alice), &d, &other, box,
-                                         sizeof box, &o1, &o2),
+        assert_int_equal(fed_secagg_box_open(a, bob, fed_secagg_keys_enc_pk(alice), &d, &other, box,
+                                             sizeof box, &o1, &o2),
                          FED_ERR_AEAD);
     }
     /* another recipient's key, or the sender's claimed key swapped */
-    assert_int_equal(fed_secagg_open(a, eve, fed_secagg_keys_enc_pk(alice), &c, &rt, box,
-                                     sizeof box, &o1, &o2),
+    assert_int_equal(fed_secagg_box_open(a, eve, fed_secagg_keys_enc_pk(alice), &c, &rt, box,
+                                         sizeof box, &o1, &o2),
                      FED_ERR_AEAD);
-    assert_int_equal(fed_secagg_open(a, bob, fed_secagg_keys_enc_pk(eve), &c, &rt, box, sizeof box,
-                                     &o1, &o2),
+    assert_int_equal(fed_secagg_box_open(a, bob, fed_secagg_keys_enc_pk(eve), &c, &rt, box, sizeof box,
+                                         &o1, &o2),
                      FED_ERR_AEAD);
     /* one key a pair, both ways: alice's derivation opens what bob sealed
        back with his (the route tells the directions apart) */
@@ -468,47 +468,47 @@ static void test_seal(void **state)
         uint8_t ka[32], kb[32];
         fed_secagg_route back = {.sender = 9, .recipient = 4, .x = 10};
 
-        assert_int_equal(fed_secagg_seal_key(alice, fed_secagg_keys_enc_pk(bob), &c, ka), FED_OK);
-        assert_int_equal(fed_secagg_seal_key(bob, fed_secagg_keys_enc_pk(alice), &c, kb), FED_OK);
+        assert_int_equal(fed_secagg_box_key(alice, fed_secagg_keys_enc_pk(bob), &c, ka), FED_OK);
+        assert_int_equal(fed_secagg_box_key(bob, fed_secagg_keys_enc_pk(alice), &c, kb), FED_OK);
         assert_memory_equal(ka, kb, 32);
-        assert_int_equal(fed_secagg_open_with(ka, &c, &rt, box, sizeof box, &o1, &o2), FED_OK);
+        assert_int_equal(fed_secagg_box_open_with(ka, &c, &rt, box, sizeof box, &o1, &o2), FED_OK);
         assert_memory_equal(o2.y, s2[0].y, sizeof o2.y);
-        assert_int_equal(fed_secagg_seal_with(kb, &c, &back, &s1[0], &s2[0], fed_rng_random, &r,
-                                              box),
+        assert_int_equal(fed_secagg_box_seal_with(kb, &c, &back, &s1[0], &s2[0], fed_rng_random, &r,
+                                                  box),
                          FED_OK);
-        assert_int_equal(fed_secagg_open_with(ka, &c, &rt, box, sizeof box, &o1, &o2),
+        assert_int_equal(fed_secagg_box_open_with(ka, &c, &rt, box, sizeof box, &o1, &o2),
                          FED_ERR_AEAD);
-        assert_int_equal(fed_secagg_open_with(ka, &c, &back, box, sizeof box, &o1, &o2), FED_OK);
+        assert_int_equal(fed_secagg_box_open_with(ka, &c, &back, box, sizeof box, &o1, &o2), FED_OK);
         assert_memory_equal(o1.y, s1[0].y, sizeof o1.y);
-        assert_int_equal(fed_secagg_open(a, alice, fed_secagg_keys_enc_pk(bob), &c, &back, box,
-                                         sizeof box, &o1, &o2),
+        assert_int_equal(fed_secagg_box_open(a, alice, fed_secagg_keys_enc_pk(bob), &c, &back, box,
+                                             sizeof box, &o1, &o2),
                          FED_OK);
-        assert_int_equal(fed_secagg_seal_with(ka, &c, &back, &s1[1], &s2[0], fed_rng_random, &r,
-                                              box),
+        assert_int_equal(fed_secagg_box_seal_with(ka, &c, &back, &s1[1], &s2[0], fed_rng_random, &r,
+                                                  box),
                          FED_ERR_INVAL);
         sodium_memzero(ka, 32);
         sodium_memzero(kb, 32);
-        assert_int_equal(fed_secagg_seal(a, alice, fed_secagg_keys_enc_pk(bob), &c, &rt, &s1[0],
-                                         &s2[0], fed_rng_random, &r, box),
+        assert_int_equal(fed_secagg_box_seal(a, alice, fed_secagg_keys_enc_pk(bob), &c, &rt, &s1[0],
+                                             &s2[0], fed_rng_random, &r, box),
                          FED_OK);
     }
     /* lengths, low-order keys, shares that do not carry the route's index */
     memcpy(bad, box, sizeof box);
-    assert_int_equal(fed_secagg_open(a, bob, fed_secagg_keys_enc_pk(alice), &c, &rt, bad,
-                                     sizeof box - 1, &o1, &o2),
+    assert_int_equal(fed_secagg_box_open(a, bob, fed_secagg_keys_enc_pk(alice), &c, &rt, bad,
+                                         sizeof box - 1, &o1, &o2),
                      FED_ERR_TRUNCATED);
-    assert_int_equal(fed_secagg_open(a, bob, fed_secagg_keys_enc_pk(alice), &c, &rt, bad,
-                                     sizeof bad, &o1, &o2),
+    assert_int_equal(fed_secagg_box_open(a, bob, fed_secagg_keys_enc_pk(alice), &c, &rt, bad,
+                                         sizeof bad, &o1, &o2),
                      FED_ERR_TOO_LARGE);
     memset(bad, 0, 32);
-    assert_int_equal(fed_secagg_seal(a, alice, bad, &c, &rt, &s1[0], &s2[0], fed_rng_random, &r,
-                                     box),
+    assert_int_equal(fed_secagg_box_seal(a, alice, bad, &c, &rt, &s1[0], &s2[0], fed_rng_random, &r,
+                                         box),
                      FED_ERR_KEY);
-    assert_int_equal(fed_secagg_seal(a, alice, fed_secagg_keys_enc_pk(alice), &c, &rt, &s1[0],
-                                     &s2[0], fed_rng_random, &r, box),
+    assert_int_equal(fed_secagg_box_seal(a, alice, fed_secagg_keys_enc_pk(alice), &c, &rt, &s1[0],
+                                         &s2[0], fed_rng_random, &r, box),
                      FED_ERR_KEY);
-    assert_int_equal(fed_secagg_seal(a, alice, fed_secagg_keys_enc_pk(bob), &c, &rt, &s1[1],
-                                     &s2[0], fed_rng_random, &r, box),
+    assert_int_equal(fed_secagg_box_seal(a, alice, fed_secagg_keys_enc_pk(bob), &c, &rt, &s1[1],
+                                         &s2[0], fed_rng_random, &r, box),
                      FED_ERR_INVAL);
     assert_int_equal(fed_crypto_slots_free(a), 16 - 3); /* every key slot given back */
     fed_secagg_share_wipe(s1, 3);
@@ -571,17 +571,17 @@ static void cohort_build(cohort *co, fed_secagg_quant *qs, const fed_secagg_ctx 
                          FED_OK);
         /* each neighbour's two shares sealed for it, opened by it */
         for (uint32_t d = 0; d < co->k; d++) {
-            uint8_t box[FED_SECAGG_SEALED_BYTES];
+            uint8_t box[FED_SECAGG_BOX_BYTES];
             fed_secagg_route rt = {.sender = (uint32_t)i, .recipient = nb[d], .x = nb[d] + 1};
 
-            assert_int_equal(fed_secagg_seal(co->arena, co->keys[i],
-                                             fed_secagg_keys_enc_pk(co->keys[nb[d]]), c, &rt,
-                                             &s1[d], &s2[d], fed_rng_random, r, box),
+            assert_int_equal(fed_secagg_box_seal(co->arena, co->keys[i],
+                                                 fed_secagg_keys_enc_pk(co->keys[nb[d]]), c, &rt,
+                                                 &s1[d], &s2[d], fed_rng_random, r, box),
                              FED_OK);
-            assert_int_equal(fed_secagg_open(co->arena, co->keys[nb[d]],
-                                             fed_secagg_keys_enc_pk(co->keys[i]), c, &rt, box,
-                                             sizeof box, &co->self_sh[i][nb[d]],
-                                             &co->key_sh[i][nb[d]]),
+            assert_int_equal(fed_secagg_box_open(co->arena, co->keys[nb[d]],
+                                                 fed_secagg_keys_enc_pk(co->keys[i]), c, &rt, box,
+                                                 sizeof box, &co->self_sh[i][nb[d]],
+                                                 &co->key_sh[i][nb[d]]),
                              FED_OK);
         }
         for (int e = 0; e < DIM; e++)

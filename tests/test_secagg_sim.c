@@ -44,8 +44,8 @@
 #include "node/node.h"
 #include "node/node_impl.h" /* NODE_TIMER_ROUND, the aggregator's retry */
 #include "node/layout.h"
-#include "node/secagg_impl.h" /* fed_node_sa_agg_misfit */
-#include "node/secagg_msg.h"
+#include "node/secagg_impl.h" /* fedi_node_sa_agg_misfit */
+#include "node/secagg_msg_impl.h"
 #include "node/test_hooks.h"
 #include "privacy/rdp.h"
 #include "sim/host.h"
@@ -247,9 +247,9 @@ static void on_round(void *ctx, const fed_node *n, const fed_node_round_info *r)
     if (s->keep_params && r->round == 1 && !s->params1) {
         s->params1 = malloc(fed_node_nparams(n) * sizeof(float));
         assert_int_equal(fed_node_get_params(n, s->params1), FED_OK);
-        if (fed_node_agg_scaffold_control(n)) {
+        if (fedi_node_agg_scaffold_control(n)) {
             s->ctl1 = malloc(fed_node_nparams(n) * sizeof(float));
-            memcpy(s->ctl1, fed_node_agg_scaffold_control(n),
+            memcpy(s->ctl1, fedi_node_agg_scaffold_control(n),
                    fed_node_nparams(n) * sizeof(float));
         }
     }
@@ -270,7 +270,7 @@ static int drop_filter(void *ctx, uint32_t node, const uint8_t *frame, size_t le
         s->leave_from[c] += type == FED_WIRE_LEAVE;
         s->chunks_out += type == FED_WIRE_CHUNK && flags == FED_WIRE_FLAG_DATA;
         if (s->disk_full == 1 && type == FED_WIRE_DELTA) { /* the round's commit will fail */
-            fed_store_set_disk_full(fed_sim_host_store(s->agg), 1);
+            fedi_store_set_disk_full(fed_sim_host_store(s->agg), 1);
             s->disk_full = 2;
         }
         s->masked_streams += type == FED_WIRE_SA_MASKED && (flags & FED_WIRE_FLAG_STREAM);
@@ -453,7 +453,7 @@ static void sa_hook(void *ctx, int inbound, uint8_t type, const uint8_t key[32],
             s->crash_agg = 2;
         }
         if (s->disk_full == 1) { /* the sum's commit will fail */
-            fed_store_set_disk_full(fed_sim_host_store(s->agg), 1);
+            fedi_store_set_disk_full(fed_sim_host_store(s->agg), 1);
             s->disk_full = 2;
         }
         s->any_unmask = 1;
@@ -517,7 +517,7 @@ static void trace(void *ctx, uint64_t t_us, fed_sim_event_kind kind, uint32_t no
     }
     if (ag && s->disk_full == 2 && kind == FED_SIM_EV_TIMER && node == 0 &&
         a == NODE_TIMER_ROUND) {
-        fed_store_set_disk_full(fed_sim_host_store(s->agg), 0); /* freed before the retry */
+        fedi_store_set_disk_full(fed_sim_host_store(s->agg), 0); /* freed before the retry */
         s->disk_full = 3;
     }
 }
@@ -1461,26 +1461,26 @@ static void test_streamed_misfit(void **state)
     c.role = FED_NODE_AGGREGATOR;
     c.secagg.on = 1;
     c.transfer.wire.max_frame = 16384;
-    assert_null(fed_node_sa_agg_misfit(&c, 7850, NCL));
+    assert_null(fedi_node_sa_agg_misfit(&c, 7850, NCL));
     c.transfer.wire.max_stream_bytes = 4 * 7850; /* one word short */
-    why = fed_node_sa_agg_misfit(&c, 7850, NCL);
+    why = fedi_node_sa_agg_misfit(&c, 7850, NCL);
     assert_non_null(why);
     assert_non_null(strstr(why, "max_stream_bytes"));
     c.transfer.wire.max_stream_bytes = 4 * 7851;
-    assert_null(fed_node_sa_agg_misfit(&c, 7850, NCL));
-    c.transfer.wire.hooks = &fed_wire_hooks_unsealed; /* fedsim --no-crypto */
-    why = fed_node_sa_agg_misfit(&c, 7850, NCL);
+    assert_null(fedi_node_sa_agg_misfit(&c, 7850, NCL));
+    c.transfer.wire.hooks = &fedi_wire_hooks_unsealed; /* fedsim --no-crypto */
+    why = fedi_node_sa_agg_misfit(&c, 7850, NCL);
     assert_non_null(why);
     assert_non_null(strstr(why, "--no-crypto"));
     c.transfer.wire.max_frame = 0; /* 16 MiB: whole */
-    assert_null(fed_node_sa_agg_misfit(&c, 7850, NCL));
+    assert_null(fedi_node_sa_agg_misfit(&c, 7850, NCL));
     /* the strategy as model/merge.h classes it, Multi-Krum included */
     snprintf(c.agg.strategy, sizeof c.agg.strategy, "clip:2+multikrum:1,3");
-    why = fed_node_sa_agg_misfit(&c, 7850, NCL);
+    why = fedi_node_sa_agg_misfit(&c, 7850, NCL);
     assert_non_null(why);
     assert_non_null(strstr(why, "Multi-Krum"));
     snprintf(c.agg.strategy, sizeof c.agg.strategy, "clip:2+fedadagrad");
-    assert_null(fed_node_sa_agg_misfit(&c, 7850, NCL));
+    assert_null(fedi_node_sa_agg_misfit(&c, 7850, NCL));
 }
 
 /* The same streams over links that lose 10% of frames once training is
@@ -1548,13 +1548,13 @@ static void test_streamed_wrong_size(void **state)
     words = s.nparams + 1;
     assert_non_null(s.lie_vec = calloc(words + 1, 4));
     liar = fed_sim_host_node(s.cl[s.liar - 1]);
-    assert_int_equal(fed_node_header(liar, FED_WIRE_SA_MASKED, fed_sim_host_id(s.agg)->key,
-                                     1, s.lie_epoch, FED_CODEC_NONE, &h),
+    assert_int_equal(fedi_node_header(liar, FED_WIRE_SA_MASKED, fed_sim_host_id(s.agg)->key,
+                                      1, s.lie_epoch, FED_CODEC_NONE, &h),
                      FED_OK);
     memset(&b, 0, sizeof b);
     b.sa_count = (uint32_t)words; /* the count right, the bytes one word over */
     s.lie = 2;
-    assert_int_equal(fed_node_emit_vec(liar, NULL, &h, &b, s.lie_vec, (words + 1) * 4), FED_OK);
+    assert_int_equal(fedi_node_emit_vec(liar, NULL, &h, &b, s.lie_vec, (words + 1) * 4), FED_OK);
     run(&s, 400000);
     wa = fed_node_wire_counters(fed_sim_host_node(s.agg));
     print_message("wrong size: rej_sa_masked %llu, streams begun %llu\n",
@@ -1839,7 +1839,7 @@ static void test_fednova_secure(void **state)
     static scen tmpl; /* (zero but for what is set here) */
     scen plain, sec;
     double qd = 2 * 4.0 / ((1 << 20) - 1), qs = 2 * FED_NODE_STEPS_RANGE / ((1 << 20) - 1);
-    double tau = (19 * fed_node_fednova_steps(2, 0.9) + fed_node_fednova_steps(1, 0.9)) / 20;
+    double tau = (19 * fedi_node_fednova_steps(2, 0.9) + fedi_node_fednova_steps(1, 0.9)) / 20;
     size_t moved = 0;
 
     fed_test_need_fashion(fx->train != NULL);
@@ -1933,14 +1933,14 @@ static void test_scaffold_void_round(void **state)
 
         if (!cn || s.dropped[i])
             continue;
-        ci = fed_node_client_control(cn, &round, &next);
+        ci = fedi_node_client_control(cn, &round, &next);
         assert_null(ci); /* round 1's was dropped, round 2's not yet told merged */
         assert_int_equal(round, 2);
         for (size_t j = 0; j < s.nparams; j++)
             sum[j] += next[j];
     }
     {
-        const float *c = fed_node_agg_scaffold_control(fed_sim_host_node(s.agg));
+        const float *c = fedi_node_agg_scaffold_control(fed_sim_host_node(s.agg));
 
         for (size_t j = 0; j < s.nparams; j++)
             if (fabs(sum[j] / NCL - c[j]) > 2 * q + 1e-6)

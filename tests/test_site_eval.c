@@ -19,7 +19,7 @@
 
 #include "core/alloc.h"
 #include "core/rng.h"
-#include "node/agg_input.h"
+#include "node/agg_input_impl.h"
 #include "node/site_eval.h"
 
 enum { SITES = 3, PER = 400, ALL = SITES * PER };
@@ -222,7 +222,7 @@ static void test_plain_limbs(void **state)
         assert_true(f[w] >= 0 && f[w] <= 65535 && f[w] == floorf(f[w]));
         limbs[w] = (uint32_t)f[w];
     }
-    assert_int_equal(fed_agg_seg_dequantize(&seg, 1, FED_AGG_PLAIN_INT_BITS, limbs, 1, NULL, back),
+    assert_int_equal(fedi_agg_seg_dequantize(&seg, 1, FED_AGG_PLAIN_INT_BITS, limbs, 1, NULL, back),
                      FED_OK);
     for (int i = 0; i < 5; i++)
         assert_int_equal(back[i], (uint64_t)ix[i]);

@@ -1645,7 +1645,7 @@ static void test_full_disk(void **state)
     fed_log_set_sink(NULL, NULL);
 }
 
-/* fed_store_set_disk_full: while set, every write fails FED_ERR_FULL and
+/* fedi_store_set_disk_full: while set, every write fails FED_ERR_FULL and
  * leaves nothing, in or out of a transaction, a row replaced in place too
  * (which a max_bytes cap lets through); reads work; cleared, writes work. */
 static void test_disk_full_switch(void **state)
@@ -1664,7 +1664,7 @@ static void test_disk_full_switch(void **state)
     fill_round(&want, 1);
     assert_int_equal(fed_store_put_round(st, &want), FED_OK);
 
-    fed_store_set_disk_full(st, 1);
+    fedi_store_set_disk_full(st, 1);
     r = want;
     r.accuracy = 0.875;
     assert_int_equal(fed_store_put_round(st, &r), FED_ERR_FULL);
@@ -1687,7 +1687,7 @@ static void test_disk_full_switch(void **state)
         assert_int_equal(n, 0);
     }
 
-    fed_store_set_disk_full(st, 0);
+    fedi_store_set_disk_full(st, 0);
     r = want;
     r.accuracy = 0.875;
     assert_int_equal(fed_store_put_round(st, &r), FED_OK);

@@ -346,7 +346,7 @@ static void test_deterministic_and_libsodium_pull(void **state)
                          copy + FED_WIRE_HEADER_BYTES, NULL, copy + FED_WIRE_HEADER_BYTES,
                          plen0 + 64, copy + FED_WIRE_HEADER_BYTES + plen0 + 64, copy,
                          FED_WIRE_HEADER_BYTES, copy + FED_WIRE_OFF_NONCE,
-                         fed_crypto_session_rx(s)),
+                         fedi_crypto_session_rx(s)),
                      0);
     fed_crypto_session_put(W->b.arena, s);
     memcpy(desc, copy + FED_WIRE_HEADER_BYTES + fed_wire_block_size(FED_WIRE_DELTA),

@@ -1320,7 +1320,7 @@ static void test_unsealed_hooks(void **state)
     fed_wire_cfg_default(&cfg);
     assert_null(cfg.hooks);
     assert_false(fed_wire_cfg_unsealed(&cfg));
-    cfg.hooks = &fed_wire_hooks_unsealed;
+    cfg.hooks = &fedi_wire_hooks_unsealed;
     assert_true(fed_wire_cfg_unsealed(&cfg));
     node_open(W, &ua, 1, EPOCH_A, &cfg); /* a's and b's identities */
     node_open(W, &ub, 2, EPOCH_B, &cfg);
@@ -1608,7 +1608,7 @@ static size_t forge(world *W, fed_crypto_arena *signer, uint8_t type, uint64_t s
                      FED_OK);
     assert_int_equal(crypto_aead_xchacha20poly1305_ietf_encrypt_detached(
                          p, p + plen + 64, NULL, p, plen + 64, W->frame, FED_WIRE_HEADER_BYTES,
-                         NULL, h.nonce, fed_crypto_session_tx(s)),
+                         NULL, h.nonce, fedi_crypto_session_tx(s)),
                      0);
     fed_crypto_session_put(W->a.arena, s);
     return FED_WIRE_HEADER_BYTES + plen + FED_CRYPTO_SEAL_OVERHEAD;

@@ -26,7 +26,7 @@
 #include "core/rng.h"
 #include "crypto/allow.h"
 #include "crypto/arena.h"
-#include "crypto/seal.h"
+#include "crypto/envelope.h"
 #include "gossip/stream.h"
 #include "gossip/wire.h"
 #include "model/codec.h"

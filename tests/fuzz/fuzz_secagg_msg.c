@@ -1,5 +1,5 @@
 /* fuzz_secagg_msg.c - libFuzzer target for secure aggregation's stage
- * messages (node/secagg_msg.h), the vectors an aggregator takes from its
+ * messages (node/secagg_msg_impl.h), the vectors an aggregator takes from its
  * clients and a client from its aggregator. The first byte picks the
  * parser, the next two bytes the count and n; the rest is the vector.
  * Every parser either refuses with its message's own error or takes
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "node/secagg_msg.h"
+#include "node/secagg_msg_impl.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -32,7 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 0: {
         uint8_t a[32], b[32], s[64];
 
-        e = sa_parse_keys_req(v, len, count, a, b, s);
+        e = fedi_sa_parse_keys_req(v, len, count, a, b, s);
         if (e != FED_OK && e != FED_ERR_SA_KEYS)
             abort();
         break;
@@ -43,11 +43,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         if (!k)
             abort();
-        e = sa_parse_key_list(v, len, count, k);
+        e = fedi_sa_parse_key_list(v, len, count, k);
         if (e != FED_OK && e != FED_ERR_SA_KEYS)
             abort();
         for (uint32_t i = 0; e == FED_OK && i < count; i++) {
-            sa_put_key_entry(out, &k[i]);
+            fedi_sa_put_key_entry(out, &k[i]);
             if (memcmp(out, v + (size_t)i * SA_KEY_ENTRY_BYTES, sizeof out) != 0)
                 abort();
         }
@@ -61,18 +61,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         if (!en)
             abort();
-        e = data[0] % 7 == 2 ? sa_parse_sealed(v, len, count, n, en)
-                             : sa_parse_inbox(v, len, count, n, &flags, en);
+        e = data[0] % 7 == 2 ? fedi_sa_parse_sealed(v, len, count, n, en)
+                             : fedi_sa_parse_inbox(v, len, count, n, &flags, en);
         if (e != FED_OK && e != FED_ERR_SA_SHARES)
             abort();
         for (uint32_t i = 0; e == FED_OK && i < count; i++)
-            if (en[i].index >= n || en[i].sealed < v || en[i].sealed + FED_SECAGG_SEALED_BYTES > v + len)
+            if (en[i].index >= n || en[i].sealed < v || en[i].sealed + FED_SECAGG_BOX_BYTES > v + len)
                 abort();
         free(en);
         break;
     }
     case 4:
-        e = sa_parse_flags(v, len, n, FED_ERR_SA_MASKED);
+        e = fedi_sa_parse_flags(v, len, n, FED_ERR_SA_MASKED);
         if (e != FED_OK && e != FED_ERR_SA_MASKED)
             abort();
         break;
@@ -82,7 +82,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         if (!idx || !sig)
             abort();
-        e = sa_parse_sigs(v, len, count, n, idx, sig);
+        e = fedi_sa_parse_sigs(v, len, count, n, idx, sig);
         if (e != FED_OK && e != FED_ERR_SA_CONSIST)
             abort();
         free(idx);
@@ -95,11 +95,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         if (!en)
             abort();
-        e = sa_parse_unmask(v, len, count, n, en);
+        e = fedi_sa_parse_unmask(v, len, count, n, en);
         if (e != FED_OK && e != FED_ERR_SA_UNMASK)
             abort();
         for (uint32_t i = 0; e == FED_OK && i < count; i++) {
-            sa_put_unmask_entry(out, &en[i]);
+            fedi_sa_put_unmask_entry(out, &en[i]);
             if (memcmp(out, v + (size_t)i * SA_UNMASK_ENTRY_BYTES, sizeof out) != 0)
                 abort();
         }

@@ -1,4 +1,4 @@
-/* secagg_msg.h - the vectors of secure aggregation's stage messages (frame
+/* secagg_msg_impl.h - the vectors of secure aggregation's stage messages (frame
  * types FED_WIRE_SA_*, gossip/wire.h), their parsers, and the two
  * signatures the protocol binds (a client's round keys, and the survivor
  * list of the consistency check). Pure functions of their arguments: the
@@ -33,8 +33,8 @@
  * Signatures (Ed25519 by the client's identity):
  *   keys       "fednode secagg keys v1" | ctx (secagg/mask.h) | mask pk | sealing pk
  *   survivors  "fednode secagg survivors v1" | ctx | graph seed 32 | n flags */
-#ifndef FED_NODE_SECAGG_MSG_H
-#define FED_NODE_SECAGG_MSG_H
+#ifndef FED_NODE_SECAGG_MSG_IMPL_H
+#define FED_NODE_SECAGG_MSG_IMPL_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -42,12 +42,12 @@
 #include "core/err.h"
 #include "crypto/arena.h"
 #include "secagg/mask.h"
-#include "secagg/seal.h"
+#include "secagg/box.h"
 #include "secagg/shamir.h"
 
 #define SA_KEYS_REQ_BYTES (32 + 32 + 64)
 #define SA_KEY_ENTRY_BYTES (32 + 32 + 32 + 64)
-#define SA_SEALED_ENTRY_BYTES (4 + FED_SECAGG_SEALED_BYTES)
+#define SA_SEALED_ENTRY_BYTES (4 + FED_SECAGG_BOX_BYTES)
 #define SA_SIG_ENTRY_BYTES (4 + 64)
 #define SA_UNMASK_ENTRY_BYTES (4 + 4 + FED_SECAGG_SHARE_BYTES)
 #define SA_KIND_SELF 1
@@ -64,7 +64,7 @@ typedef struct sa_key_entry {
 
 typedef struct sa_sealed_entry {
     uint32_t index; /* recipient (request) or sender (answer) */
-    const uint8_t *sealed; /* FED_SECAGG_SEALED_BYTES, in the message */
+    const uint8_t *sealed; /* FED_SECAGG_BOX_BYTES, in the message */
 } sa_sealed_entry;
 
 typedef struct sa_unmask_entry {
@@ -74,39 +74,39 @@ typedef struct sa_unmask_entry {
 } sa_unmask_entry;
 
 /* The signed bytes of a client's keys, and the signature check. */
-FED_WUR fed_err sa_keys_sign(const fed_crypto_arena *a, const fed_secagg_ctx *c,
-                             const uint8_t mask_pk[32], const uint8_t enc_pk[32],
-                             uint8_t sig[64]);
-int sa_keys_verify(const uint8_t id[32], const fed_secagg_ctx *c, const uint8_t mask_pk[32],
-                   const uint8_t enc_pk[32], const uint8_t sig[64]);
-/* The survivor list's signature (alive: n flags). */
-FED_WUR fed_err sa_survivors_sign(const fed_crypto_arena *a, const fed_secagg_ctx *c,
-                                  const uint8_t seed[32], const uint8_t *alive, uint32_t n,
+FED_WUR fed_err fedi_sa_keys_sign(const fed_crypto_arena *a, const fed_secagg_ctx *c,
+                                  const uint8_t mask_pk[32], const uint8_t enc_pk[32],
                                   uint8_t sig[64]);
-int sa_survivors_verify(const uint8_t id[32], const fed_secagg_ctx *c, const uint8_t seed[32],
-                        const uint8_t *alive, uint32_t n, const uint8_t sig[64]);
+int fedi_sa_keys_verify(const uint8_t id[32], const fed_secagg_ctx *c, const uint8_t mask_pk[32],
+                        const uint8_t enc_pk[32], const uint8_t sig[64]);
+/* The survivor list's signature (alive: n flags). */
+FED_WUR fed_err fedi_sa_survivors_sign(const fed_crypto_arena *a, const fed_secagg_ctx *c,
+                                       const uint8_t seed[32], const uint8_t *alive, uint32_t n,
+                                       uint8_t sig[64]);
+int fedi_sa_survivors_verify(const uint8_t id[32], const fed_secagg_ctx *c, const uint8_t seed[32],
+                             const uint8_t *alive, uint32_t n, const uint8_t sig[64]);
 
 /* Parsers: each checks the length against count, the order and ranges
  * (indices below n, flags 0 or 1, kinds, reserved zero) before anything is
  * taken, and returns err (the message's own FED_ERR_SA_*) when they fail. */
-FED_WUR fed_err sa_parse_keys_req(const uint8_t *v, size_t len, uint32_t count, uint8_t mask_pk[32],
-                                  uint8_t enc_pk[32], uint8_t sig[64]);
+FED_WUR fed_err fedi_sa_parse_keys_req(const uint8_t *v, size_t len, uint32_t count, uint8_t mask_pk[32],
+                                       uint8_t enc_pk[32], uint8_t sig[64]);
 /* out: count entries (caller's, count <= SA_MAX_CLIENTS). */
-FED_WUR fed_err sa_parse_key_list(const uint8_t *v, size_t len, uint32_t count, sa_key_entry *out);
-void sa_put_key_entry(uint8_t *out, const sa_key_entry *e);
+FED_WUR fed_err fedi_sa_parse_key_list(const uint8_t *v, size_t len, uint32_t count, sa_key_entry *out);
+void fedi_sa_put_key_entry(uint8_t *out, const sa_key_entry *e);
 /* Sealed entries: count of them, indices strictly increasing, below n. */
-FED_WUR fed_err sa_parse_sealed(const uint8_t *v, size_t len, uint32_t count, uint32_t n,
-                                sa_sealed_entry *out);
+FED_WUR fed_err fedi_sa_parse_sealed(const uint8_t *v, size_t len, uint32_t count, uint32_t n,
+                                     sa_sealed_entry *out);
 /* The SHARES answer: *flags points at n flags in v, then count entries. */
-FED_WUR fed_err sa_parse_inbox(const uint8_t *v, size_t len, uint32_t count, uint32_t n,
-                               const uint8_t **flags, sa_sealed_entry *out);
+FED_WUR fed_err fedi_sa_parse_inbox(const uint8_t *v, size_t len, uint32_t count, uint32_t n,
+                                    const uint8_t **flags, sa_sealed_entry *out);
 /* n flags of 0 or 1. */
-FED_WUR fed_err sa_parse_flags(const uint8_t *v, size_t len, uint32_t n, fed_err err);
-FED_WUR fed_err sa_parse_sigs(const uint8_t *v, size_t len, uint32_t count, uint32_t n,
-                              uint32_t *idx, const uint8_t **sig);
+FED_WUR fed_err fedi_sa_parse_flags(const uint8_t *v, size_t len, uint32_t n, fed_err err);
+FED_WUR fed_err fedi_sa_parse_sigs(const uint8_t *v, size_t len, uint32_t count, uint32_t n,
+                                   uint32_t *idx, const uint8_t **sig);
 /* Unmask entries (their shares decoded: x nonzero, values below p). */
-FED_WUR fed_err sa_parse_unmask(const uint8_t *v, size_t len, uint32_t count, uint32_t n,
-                                sa_unmask_entry *out);
-void sa_put_unmask_entry(uint8_t *out, const sa_unmask_entry *e);
+FED_WUR fed_err fedi_sa_parse_unmask(const uint8_t *v, size_t len, uint32_t count, uint32_t n,
+                                     sa_unmask_entry *out);
+void fedi_sa_put_unmask_entry(uint8_t *out, const sa_unmask_entry *e);
 
 #endif

@@ -1,4 +1,4 @@
-/* agg_input.h - the seam of a round's aggregation, "the round's aggregate
+/* agg_input_impl.h - the seam of a round's aggregation, "the round's aggregate
  * input": what the aggregator's round path asks of however the round's
  * contributions are combined (node/agg_input.c: plain, secure, DP-FedAvg
  * around either), and the segmented vector a contribution is. Not a public
@@ -14,13 +14,13 @@
  * control-variate delta (SCAFFOLD) or step counts come as more segments;
  * hierarchical aggregation as another agg_input_ops.
  *
- * The round path (fed_node_agg_close_round) has one course over the table:
+ * The round path (fedi_node_agg_close_round) has one course over the table:
  * begin when the parts are drawn, take each contribution, close (merged by
  * the strategy, or a void outcome: no update), record with the commit,
  * drop when the round is over. Whether rounds are synchronous or FedBuff's
  * is the other table, agg_mode_ops (aggregator_impl.h). */
-#ifndef FED_NODE_AGG_INPUT_H
-#define FED_NODE_AGG_INPUT_H
+#ifndef FED_NODE_AGG_INPUT_IMPL_H
+#define FED_NODE_AGG_INPUT_IMPL_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -41,7 +41,7 @@ typedef enum agg_weight {
  * into one bits-bit word each (secagg/quant.h): the sum within a bound.
  * INT64: 64-bit integers summed exactly modulo 2^64 (a negative value as
  * its two's complement, so a sum that fits int64 comes back as itself):
- * each value cut into fed_agg_int_limbs(bits) limbs of bits bits, low limb
+ * each value cut into fedi_agg_int_limbs(bits) limbs of bits bits, low limb
  * first, one u32 word each. The round's check m (2^bits - 1) < 2^32
  * (fed_secagg_quant_check) keeps each limb's sum from wrapping, so the
  * limb sums carry into each other only when the aggregator recombines
@@ -65,39 +65,39 @@ typedef struct agg_segment {
 #define AGG_SEGMENTS_MAX 8
 
 /* The floats of segs[0..nseg) together (QUANT segments). */
-size_t fed_agg_seg_len(const agg_segment *segs, size_t nseg);
+size_t fedi_agg_seg_len(const agg_segment *segs, size_t nseg);
 /* The integers of segs[0..nseg) together (INT64 segments). */
-size_t fed_agg_seg_ints(const agg_segment *segs, size_t nseg);
+size_t fedi_agg_seg_ints(const agg_segment *segs, size_t nseg);
 /* Words of one INT64 value at bits (1..32): ceil(64 / bits). */
-uint32_t fed_agg_int_limbs(uint32_t bits);
+uint32_t fedi_agg_int_limbs(uint32_t bits);
 /* The u32 words of segs[0..nseg) quantized at bits: a word a float, limbs
  * an integer. */
-size_t fed_agg_seg_words(const agg_segment *segs, size_t nseg, uint32_t bits);
+size_t fedi_agg_seg_words(const agg_segment *segs, size_t nseg, uint32_t bits);
 
-/* Plain: m contributions x[i] (each fed_agg_seg_len floats, weight w[i] >
+/* Plain: m contributions x[i] (each fedi_agg_seg_len floats, weight w[i] >
  * 0 for the SAMPLES rule) into out, segment by segment as its rule says,
  * summed in double in contribution order. FED_ERR_INVAL for no
  * contribution or a SAMPLES segment whose weights sum to 0. */
-FED_WUR fed_err fed_agg_seg_reduce(const agg_segment *segs, size_t nseg, const float *const *x,
-                                   const double *w, size_t m, float *out);
+FED_WUR fed_err fedi_agg_seg_reduce(const agg_segment *segs, size_t nseg, const float *const *x,
+                                    const double *w, size_t m, float *out);
 
-/* The integers of m contributions ix[i] (each fed_agg_seg_ints values)
+/* The integers of m contributions ix[i] (each fedi_agg_seg_ints values)
  * summed modulo 2^64 into out, in contribution order (plain). FED_ERR_INVAL
  * for no contribution or an INT64 segment whose rule is not SUM. */
-FED_WUR fed_err fed_agg_seg_reduce_ints(const agg_segment *segs, size_t nseg,
-                                        const int64_t *const *ix, size_t m, uint64_t *out);
+FED_WUR fed_err fedi_agg_seg_reduce_ints(const agg_segment *segs, size_t nseg,
+                                         const int64_t *const *ix, size_t m, uint64_t *out);
 
 /* Secure: one contribution (its floats x, already weighted as their rule
  * needs, see below; its integers ix, NULL when it has none) into
- * fed_agg_seg_words words, segment by segment: a QUANT segment's floats at
+ * fedi_agg_seg_words words, segment by segment: a QUANT segment's floats at
  * its own range, the stochastic rounding drawn from rng in coordinate
  * order (so one segment is fed_secagg_quantize's words exactly); an INT64
  * segment's integers as limbs (exact, no draw). FED_ERR_NAN for a float
  * that is not finite (out untouched), FED_ERR_INVAL for a bad range or
  * bits, or an INT64 segment whose rule is not SUM. */
-FED_WUR fed_err fed_agg_seg_quantize(const agg_segment *segs, size_t nseg, uint32_t bits,
-                                     const float *x, const int64_t *ix, fed_rng *rng,
-                                     uint32_t *out);
+FED_WUR fed_err fedi_agg_seg_quantize(const agg_segment *segs, size_t nseg, uint32_t bits,
+                                      const float *x, const int64_t *ix, fed_rng *rng,
+                                      uint32_t *out);
 /* Secure: the sum of m quantized contributions back, each segment on its
  * scale. Floats into out: the sum of the clamped values, within
  * fed_secagg_quant_bound (m 2 range / (2^bits - 1)) per coordinate. A
@@ -106,27 +106,27 @@ FED_WUR fed_err fed_agg_seg_quantize(const agg_segment *segs, size_t nseg, uint3
  * and f in a SUM segment, so the sum's weight comes out of the sum.
  * Integers into iout (NULL when there are none): the exact sum modulo 2^64
  * (read it as int64_t for signed values). */
-FED_WUR fed_err fed_agg_seg_dequantize(const agg_segment *segs, size_t nseg, uint32_t bits,
-                                       const uint32_t *sum, uint32_t m, float *out,
-                                       uint64_t *iout);
+FED_WUR fed_err fedi_agg_seg_dequantize(const agg_segment *segs, size_t nseg, uint32_t bits,
+                                        const uint32_t *sum, uint32_t m, float *out,
+                                        uint64_t *iout);
 
 /* A dequantized sum deq (m contributions, weight their summed weight) into
  * each segment's value by its rule: SAMPLES divided by weight, MEAN by m,
  * SUM as it is (QUANT segments only: integers need no finishing). */
-void fed_agg_seg_finish(const agg_segment *segs, size_t nseg, const float *deq, uint32_t m,
-                        double weight, float *out);
+void fedi_agg_seg_finish(const agg_segment *segs, size_t nseg, const float *deq, uint32_t m,
+                         double weight, float *out);
 
 /* The segments of a secure contribution, into segs (returned: how many):
  * the sent delta's nd segments (delta, each at its own range: the trained
  * floats, then the statistics, node/layout.h) and its weight (one SUM
  * value, 2 range f - range) at range; then, when nints > 0, nints integers
  * (INT64, SUM: fed_node_config.secagg.ints). */
-size_t fed_agg_seg_secure(const agg_segment *delta, size_t nd, double range, size_t nints,
-                          agg_segment *segs);
+size_t fedi_agg_seg_secure(const agg_segment *delta, size_t nd, double range, size_t nints,
+                           agg_segment *segs);
 
 /* The shared statistics' contribution (model/colstats.h): cols x
  * FED_COLSTATS_INTS integers as one INT64 segment into seg (returned: 1). */
-size_t fed_agg_seg_stats(uint32_t cols, agg_segment *seg);
+size_t fedi_agg_seg_stats(uint32_t cols, agg_segment *seg);
 /* In the clear (the statistics pass's DELTA) each integer goes as limbs of
  * this many bits, one float each (exact in f32), summed as words by the
  * aggregator: fewer than 65537 clients a round. */
@@ -187,16 +187,10 @@ typedef struct agg_input_ops {
 /* The aggregate input cfg asks for: plain or secure, DP-FedAvg around
  * either; *inner the one a wrapper wraps (itself when none). Set after
  * n->agg->sa and n->agg->dp. */
-const agg_input_ops *fed_node_agg_input_of(const fed_node *n, const agg_input_ops **inner);
-
-/* After the strategy merged the trained floats into the host copy: the
- * other floats each by their own rule (node/layout.h): a statistic is its
- * committed value plus the round's mean delta, a local tensor stays as
- * committed (the aggregator keeps its own); the model takes the result. */
-FED_WUR fed_err fed_node_agg_input_settle(fed_node *n);
+const agg_input_ops *fedi_node_agg_input_of(const fed_node *n, const agg_input_ops **inner);
 
 /* A host vector as merge input k's delta: itself on the CPU backend, else
  * uploaded to the input's device buffer. */
-FED_WUR fed_err fed_node_agg_input_vec(fed_node *n, int k, const float *host, const float **delta);
+FED_WUR fed_err fedi_node_agg_input_vec(fed_node *n, int k, const float *host, const float **delta);
 
 #endif

@@ -1,4 +1,4 @@
-/* seal.h - the envelope: AEAD(payload || signature) with the frame header as
+/* envelope.h - the sealed frame envelope: AEAD(payload || signature) with the frame header as
  * associated data.
  *   digest    = BLAKE2b-512(ad || BLAKE2b-512(payload))
  *   signature = Ed25519(sender's key, digest)
@@ -14,8 +14,8 @@
  * hashed once, not once per recipient: each further frame costs the AEAD
  * pass alone (wire version 2; version 1 signed BLAKE2b-512(ad || payload)).
  * The key is the sender's tx session key (crypto/arena.h). */
-#ifndef FED_CRYPTO_SEAL_H
-#define FED_CRYPTO_SEAL_H
+#ifndef FED_CRYPTO_ENVELOPE_H
+#define FED_CRYPTO_ENVELOPE_H
 
 #include <stddef.h>
 #include <stdint.h>

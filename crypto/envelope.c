@@ -1,8 +1,8 @@
-/* seal.c - the sealed envelope: hash the payload (or take its hash), sign
- * the digest, encrypt once in place (see seal.h). Owns no state; keys come
+/* envelope.c - the sealed envelope: hash the payload (or take its hash), sign
+ * the digest, encrypt once in place (see envelope.h). Owns no state; keys come
  * pinned from the arena. Must never copy the payload, nor release
  * plaintext whose AEAD tag or signature did not verify. */
-#include "crypto/seal.h"
+#include "crypto/envelope.h"
 
 #include <string.h>
 
@@ -70,7 +70,7 @@ fed_err fed_crypto_seal(const fed_crypto_arena *a, const fed_crypto_session *s, 
         return err;
     if (crypto_aead_xchacha20poly1305_ietf_encrypt_detached(
             buf, tag, NULL, buf, (unsigned long long)len + FED_CRYPTO_SIG_BYTES, ad, ad_len, NULL,
-            nonce, fed_crypto_session_tx(s)) != 0)
+            nonce, fedi_crypto_session_tx(s)) != 0)
         return FED_ERR_INTERNAL;
     if (digest_out)
         memcpy(digest_out, digest, sizeof digest);
@@ -108,7 +108,7 @@ fed_err fed_crypto_open(const fed_crypto_session *s, const uint8_t *ad, size_t a
     /* libsodium checks the tag before it decrypts: out is untouched on failure. */
     if (crypto_aead_xchacha20poly1305_ietf_decrypt_detached(
             out, NULL, ct, (unsigned long long)len + FED_CRYPTO_SIG_BYTES, tag, ad, ad_len, nonce,
-            fed_crypto_session_rx(s)) != 0)
+            fedi_crypto_session_rx(s)) != 0)
         return FED_ERR_AEAD;
     frame_digest_of(ad, ad_len, out, len, digest);
     if (fed_crypto_verify_digest(fed_crypto_session_peer(s), digest, sig) != FED_OK) {
