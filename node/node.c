@@ -392,21 +392,6 @@ static fed_err transmit(fed_node *n, fed_req *req, const fed_wire_hdr *h, size_t
     return fedi_node_transmit(n, req, h->recipient, n->txbuf, flen);
 }
 
-fed_err fedi_node_emit_payload(fed_node *n, fed_req *req, fed_wire_hdr *h, size_t payload_len)
-{
-    size_t flen = 0;
-    fed_err e = fed_wire_seal(n->wire, h, n->txbuf, n->cap_tx, payload_len, n->env.random,
-                              n->env.self, &flen);
-
-    if (e != FED_OK) {
-        fed_log(FED_LOG_ERROR, "node: sealing a %s frame failed: %s", fed_wire_type_name(h->type),
-                fed_strerror(e));
-        fedi_node_refuse(n, req);
-        return e;
-    }
-    return transmit(n, req, h, flen);
-}
-
 fed_err fedi_node_emit(fed_node *n, fed_req *req, fed_wire_hdr *h, const fed_wire_block *b,
                        const uint8_t *vec, size_t vlen)
 {

@@ -151,10 +151,6 @@ FED_WUR fed_err fedi_node_header(fed_node *n, uint8_t type, const uint8_t to[32]
  * it as a request (req == NULL) or as the reply to req. */
 FED_WUR fed_err fedi_node_emit(fed_node *n, fed_req *req, fed_wire_hdr *h, const fed_wire_block *b,
                                const uint8_t *vec, size_t vlen);
-/* Seal txbuf's payload (payload_len bytes already at fed_wire_payload) and
- * send it as above. */
-FED_WUR fed_err fedi_node_emit_payload(fed_node *n, fed_req *req, fed_wire_hdr *h,
-                                       size_t payload_len);
 /* frame (len bytes, sealed) to `to` as a request, or as the reply to req. */
 FED_WUR fed_err fedi_node_transmit(fed_node *n, fed_req *req, const uint8_t to[32],
                                    const uint8_t *frame, size_t len);
