@@ -772,7 +772,7 @@ out:
     return rc;
 }
 
-static int train_main(const train_cfg *c, int argc, char **argv)
+static int train_main(const train_cfg *c)
 {
     train_world w = {0};
     fed_data_opts dopts;
@@ -797,7 +797,6 @@ static int train_main(const train_cfg *c, int argc, char **argv)
                                                           "samples");
         return 2;
     }
-    fed_cli_maybe_reexec("train", argc, argv);
     if ((rc = open_db(c, &w)) != 0)
         goto out;
     if ((err = fed_backend_open(c->device, &w.be)) != FED_OK) {
@@ -976,10 +975,12 @@ int fed_cli_train(int argc, char **argv)
 
     cfg.graph = NULL;
     cfg.onnx = NULL;
-    if (rc < 0)
+    if (rc < 0) { /* restarted first, so that what the model file logs is said once */
+        fed_cli_maybe_reexec("train", argc, argv);
         rc = fed_cli_model_file("train", cfg.model, sizeof cfg.model, &cfg.graph, &cfg.onnx, NULL);
+    }
     if (rc < 0)
-        rc = train_main(&cfg, argc, argv);
+        rc = train_main(&cfg);
     fed_free(cfg.graph);
     fed_onnx_free(cfg.onnx);
     return rc;
