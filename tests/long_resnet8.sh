@@ -8,14 +8,11 @@
 # of up to 2 pixels and left-right flips. Parses the last epoch line of
 # fednode's own output. Skips (77) without the data set. Long: an epoch is
 # 3.4 TFLOP of training (56.6 MFLOP a sample, forward and backward) and the
-# test split's evaluation; on the 2-core build host (2026-11-29, shared,
-# load 9-10) one epoch took 394 s (138 s of CPU; 162 samples/s), test
-# accuracy 0.8338 after it alone; 3 epochs (cosine over 3) took 9 minutes
-# at nice 19 on a lighter load and ended at 0.8887; 12 epochs (cosine over
-# 12) took 44 minutes (27 of CPU) and ended at 0.9228, short of the bound,
-# which is why the run is 30. The 30 take 1-3.5 hours there and were not
-# run to the end yet. RESNET8_EPOCHS=N runs fewer (the bound then is not
-# the issue's).
+# test split's evaluation. On the 2-core build host (2026-11-29, shared,
+# load 3-5, nice 10) the 30 epochs took 49 minutes (440-860 samples/s) and
+# ended at 0.9321; 12 epochs (cosine over 12) had ended at 0.9228, short of
+# the bound, which is why the run is 30. RESNET8_EPOCHS=N runs fewer (the
+# bound then is not the issue's).
 set -u
 FEDNODE=${FEDNODE:-./fednode}
 DATA=${FEDNODE_DATA:-/usr/share/datasets/fashion-mnist}
