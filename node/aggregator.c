@@ -1505,6 +1505,16 @@ static fed_err sync_on_ask(fed_node *n, fed_req *req, const fed_wire_hdr *h)
     return maybe_start(n);
 }
 
+/* Whether every client drawn for the round declined it because its
+ * training diverged (a LEAVE of FED_ERR_NAN), none sending a delta. */
+static int all_diverged(const node_agg *a)
+{
+    for (size_t i = 0; i < a->nparts; i++)
+        if (a->parts[i].got || a->parts[i].refused != (uint32_t)FED_ERR_NAN)
+            return 0;
+    return a->nparts > 0;
+}
+
 /* Too few deltas by a synchronous round's deadline: who was missing is
  * recorded, nothing of the attempt kept, and a round starts again with
  * whoever waits. */
@@ -1512,6 +1522,17 @@ static fed_err sync_short_deadline(fed_node *n)
 {
     node_agg *a = n->agg;
     char why[64];
+
+    if (all_diverged(a)) {
+        /* the same model would make them diverge again: a loop, not a round */
+        fed_log(FED_LOG_ERROR, "aggregator: round %llu: the training of every client drawn "
+                "(%zu) diverged from the model (loss not finite); starting the round again "
+                "would give the same: stopping the run (a lower --lr?)",
+                (unsigned long long)(n->round + 1), a->nparts);
+        if (n->failed == FED_OK)
+            n->failed = FED_ERR_NAN;
+        return FED_ERR_NAN;
+    }
 
     fed_log(FED_LOG_WARN, "aggregator: round %llu deadline with %zu of %u deltas needed;"
             " starting it again", (unsigned long long)(n->round + 1), parts_got(a),

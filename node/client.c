@@ -1172,10 +1172,13 @@ static fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
 
     if (job != &j->job)
         return FED_ERR_INTERNAL;
-    if (j->err == FED_ERR_DP_STATS || j->err == FED_ERR_STEPS) {
-        /* a round this site may not send: declined */
-        fed_log(FED_LOG_WARN, "client: round %llu: %s: declined, nothing sent",
-                (unsigned long long)c->round, fed_strerror(j->err));
+    if (j->err == FED_ERR_DP_STATS || j->err == FED_ERR_STEPS || j->err == FED_ERR_NAN) {
+        /* a round this site may not send: declined; a training that
+           diverged (FED_ERR_NAN) would diverge again from the same model */
+        fed_log(j->err == FED_ERR_NAN ? FED_LOG_ERROR : FED_LOG_WARN,
+                "client: round %llu: %s: declined, nothing sent", (unsigned long long)c->round,
+                j->err == FED_ERR_NAN ? "its training diverged (loss not finite)"
+                                      : fed_strerror(j->err));
         if (c->secure)
             fedi_node_sa_client_abort(n);
         c->leave_reason = (uint32_t)j->err;

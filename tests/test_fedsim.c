@@ -191,6 +191,29 @@ static void test_default_lr(void **state)
     }
 }
 
+/* Every client's training diverges (--lr 100): each declines the round
+ * (a LEAVE of FED_ERR_NAN, no retry of a computation that would give the
+ * same), and the aggregator stops the run with FED_ERR_NAN at the round's
+ * deadline instead of starting the round again forever (it did). */
+static void test_diverged_stops(void **state)
+{
+    const char *kv[] = {"nodes", "4", "rounds", "3", "model", "mlp:64", "lr", "100", NULL};
+    fed_sim_scenario sc;
+    rows rs;
+    uint8_t h[32];
+
+    (void)state;
+    fed_test_need_fashion(train != NULL);
+    scenario(&sc, kv);
+    memset(&rs, 0, sizeof rs);
+    fed_test_log_capture(FED_LOG_ERROR);
+    assert_int_equal(fed_sim_run(&sc, train, test, pool, 1e6, keep_row, &rs, h, NULL), FED_ERR_NAN);
+    fed_test_log_has("its training diverged (loss not finite): declined");
+    fed_test_log_has("the training of every client drawn (4) diverged");
+    fed_test_log_default();
+    assert_int_equal(rs.n, 0); /* no round committed */
+}
+
 /* MODEL's knobs (field 19) reach the training of every client, and every
  * peer trains with them: --weight-decay 0.01 and --input-scale unit each
  * end on another model than the defaults, one that still learns (the
@@ -857,6 +880,7 @@ int main(void)
         cmocka_unit_test(test_personalized_labels2),
         cmocka_unit_test(test_personalized_fedbn),
         cmocka_unit_test(test_no_crypto_same_model),
+        cmocka_unit_test(test_diverged_stops),
         cmocka_unit_test(test_byzantine_signflip),
         cmocka_unit_test(test_faults_heal),
     };
