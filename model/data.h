@@ -308,6 +308,14 @@ FED_WUR fed_err fed_data_partition(const fed_dataset *d, const char *scheme, int
 FED_WUR fed_err fed_data_split_val(const fed_dataset *d, uint32_t *idx, size_t *n, double frac,
                                    uint64_t seed, uint32_t **val, size_t *nval);
 
+/* A scarce site: idx[0..*n) cut to about keep samples, each label's
+ * share of them (rounded; a label with two or more samples keeps at least
+ * one) drawn by a shuffle seeded with seed, the rest dropped; what is kept
+ * stays in its old order. Nothing changes when keep is 0 or *n <= keep.
+ * fedsim's --shard-samples. Errors as fed_data_split_val's. */
+FED_WUR fed_err fed_data_keep(const fed_dataset *d, uint32_t *idx, size_t *n, size_t keep,
+                              uint64_t seed);
+
 /* A node that keeps only its shard: a new dataset holding copies of
  * samples idx[0..n) (n >= 1) in that order, same shape and classes, so the
  * full one can be freed. */

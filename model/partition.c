@@ -703,3 +703,17 @@ out:
     fed_free(out);
     return e;
 }
+
+fed_err fed_data_keep(const fed_dataset *d, uint32_t *idx, size_t *n, size_t keep, uint64_t seed)
+{
+    uint32_t *drop = NULL;
+    size_t ndrop = 0;
+    fed_err e;
+
+    if (!keep || *n <= keep)
+        return FED_OK;
+    /* the dropped side is the held-out one: each label's share of it */
+    e = fed_data_split_val(d, idx, n, 1.0 - (double)keep / (double)*n, seed, &drop, &ndrop);
+    fed_free(drop);
+    return e;
+}

@@ -80,6 +80,9 @@ const fed_opt fed_sim_scenario_opts[] = {
       "baseline: no round runs; each client trains --rounds x --local-epochs epochs (at most "
       "--max-steps steps each --local-epochs) on its own shard alone, from the model the "
       "aggregator starts with, one optimizer throughout at the constant --lr"),
+    S(shard_samples, "shard-samples", FED_OPT_INT, "0", 0, 1000000000,
+      "each client's or peer's shard cut to this many samples, a seeded draw of each label's "
+      "share (rounded per label): a site with scarce data (0: the whole shard)"),
     FED_NODE_SETTINGS_OPTS(fed_sim_scenario, s),
 };
 #undef S
@@ -736,7 +739,9 @@ static fed_err build_hosts(sim_run *r, const fed_dataset *train)
         fed_rng_seed_stream(&idr, sc->s.seed, ID_STREAM + 1 + (uint64_t)i);
         if ((e = fed_sim_host_new_slots(&idr, slots, &r->h[i])) != FED_OK ||
             (e = fed_data_partition(train, sc->s.partition, i, sc->nodes, sc->s.seed, &r->idx[i],
-                                    &r->nidx[i])) != FED_OK)
+                                    &r->nidx[i])) != FED_OK ||
+            (e = fed_data_keep(train, r->idx[i], &r->nidx[i], (size_t)sc->shard_samples,
+                               sc->s.seed ^ (0x6b656570ull + (uint64_t)i))) != FED_OK) /* "keep" */
             return e;
         r->ids[node_index(r, i)] = *fed_sim_host_id(r->h[i]);
         if (!r->nidx[i]) {

@@ -43,6 +43,8 @@ typedef struct fed_sim_scenario {
     int finetune_epochs;            /* ... after this many epochs on its shard */
     int local_only;                 /* no round: each client trains alone (the
                                        purely local baseline), then is scored */
+    int shard_samples;              /* each shard cut to about this many samples,
+                                       stratified by label (a scarce site); 0: all */
     /* not an option: the whole graph when s.model is the id of a longer one
        (model.h; fedsim's --model FILE), borrowed; NULL: s.model is whole.
        Set it: the option loader leaves it as it is */

@@ -1780,9 +1780,25 @@ static void test_subset(void **state)
 /* fed_data_split_val: each class's share held out (rounded, at least one
  * of two or more), both sides in their old order, disjoint and whole, the
  * same seed the same split, another seed another; empty sides refused. */
+/* A dataset of SHARD_N labels only, 60 of class 0, 30 of 1, 10 of 2, and
+ * the whole of it twice as a shard in its own (reversed) order. */
+enum { SHARD_N = 100 };
+static void three_class_shard(fed_dataset *d, int32_t y[SHARD_N], uint32_t idx[SHARD_N],
+                              uint32_t idx2[SHARD_N])
+{
+    memset(d, 0, sizeof *d);
+    d->n = SHARD_N;
+    d->y = y;
+    d->shape.classes = 3;
+    for (int i = 0; i < SHARD_N; i++) {
+        y[i] = i < 60 ? 0 : i < 90 ? 1 : 2;
+        idx[i] = idx2[i] = (uint32_t)(SHARD_N - 1 - i);
+    }
+}
+
 static void test_split_val(void **state)
 {
-    enum { N = 100 };
+    enum { N = SHARD_N };
     int32_t y[N];
     fed_dataset d;
     uint32_t idx[N], idx2[N], *val = NULL, *val2 = NULL;
@@ -1790,14 +1806,7 @@ static void test_split_val(void **state)
     uint8_t seen[N] = {0};
 
     (void)state;
-    memset(&d, 0, sizeof d);
-    d.n = N;
-    d.y = y;
-    d.shape.classes = 3;
-    for (int i = 0; i < N; i++) {
-        y[i] = i < 60 ? 0 : i < 90 ? 1 : 2; /* 60, 30, 10 */
-        idx[i] = idx2[i] = (uint32_t)(N - 1 - i); /* a shard in its own order */
-    }
+    three_class_shard(&d, y, idx, idx2);
     assert_int_equal(fed_data_split_val(&d, idx, &n, 0.25, 7, &val, &nv), FED_OK);
     assert_int_equal(nv, 15 + 8 + 3); /* 15, 7.5 -> 8, 2.5 -> 3 */
     assert_int_equal(n + nv, N);
@@ -1836,6 +1845,66 @@ static void test_split_val(void **state)
     assert_int_equal(n, 3);
 }
 
+/* fed_data_keep (fedsim's --shard-samples): a shard of 60/30/10 cut to 20
+ * keeps each label's share (12, 6, 2), in the shard's order, each sample
+ * once; 0 or a keep at or over the shard's size leaves it whole; the same
+ * seed draws the same samples. On Fashion-MNIST's labels:2 shards the two
+ * labels keep 10 each. */
+static void test_keep(void **state)
+{
+    enum { N = SHARD_N };
+    int32_t y[N];
+    fed_dataset d;
+    uint32_t idx[N], idx2[N];
+    size_t n = N, n2 = N, per[3] = {0};
+
+    (void)state;
+    three_class_shard(&d, y, idx, idx2);
+    assert_int_equal(fed_data_keep(&d, idx, &n, 0, 7), FED_OK);
+    assert_int_equal(n, N);
+    assert_int_equal(fed_data_keep(&d, idx, &n, N, 7), FED_OK);
+    assert_int_equal(n, N);
+    assert_int_equal(fed_data_keep(&d, idx, &n, 20, 7), FED_OK);
+    assert_int_equal(n, 20);
+    for (size_t i = 0; i < n; i++) {
+        per[y[idx[i]]]++;
+        assert_true(i == 0 || idx[i] < idx[i - 1]);
+    }
+    assert_int_equal(per[0], 12);
+    assert_int_equal(per[1], 6);
+    assert_int_equal(per[2], 2);
+    assert_int_equal(fed_data_keep(&d, idx2, &n2, 20, 7), FED_OK);
+    assert_int_equal(n2, n);
+    assert_memory_equal(idx2, idx, n * sizeof *idx);
+}
+
+static void test_keep_labels2(void **state)
+{
+    fed_dataset *d = label_set(6000, 10);
+    uint32_t *idx = NULL;
+    size_t n = 0, before[10] = {0}, per[10] = {0}, n0;
+    int labels = 0;
+
+    (void)state;
+    assert_int_equal(fed_data_partition(d, "labels:2", 3, 10, 1, &idx, &n), FED_OK);
+    n0 = n;
+    for (size_t i = 0; i < n; i++)
+        before[d->y[idx[i]]]++;
+    assert_int_equal(fed_data_keep(d, idx, &n, 20, 9), FED_OK);
+    assert_true(n >= 19 && n <= 21); /* each label's share rounded */
+    for (size_t i = 0; i < n; i++)
+        per[d->y[idx[i]]]++;
+    for (int c = 0; c < 10; c++) {
+        double share = 20.0 * (double)before[c] / (double)n0;
+
+        assert_true(fabs((double)per[c] - share) <= 0.5 + 1e-9);
+        labels += per[c] != 0;
+    }
+    assert_int_equal(labels, 2);
+    fed_free(idx);
+    label_set_free(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1870,6 +1939,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_gather, setup, teardown),
         cmocka_unit_test_setup_teardown(test_subset, setup, teardown),
         cmocka_unit_test(test_split_val),
+        cmocka_unit_test(test_keep),
+        cmocka_unit_test(test_keep_labels2),
         cmocka_unit_test_setup_teardown(test_augment, setup, teardown),
     };
 

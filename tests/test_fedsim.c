@@ -281,6 +281,19 @@ static double personal_run(const char *const *kv, const char *graph, double acc[
     return mean;
 }
 
+/* The personalization arms: a name for the tables, the option that makes
+ * it (none: FedAvg's global model). */
+typedef struct personal_arm {
+    const char *name, *k1, *v1;
+} personal_arm;
+static const personal_arm personal_arms[] = {
+    {"FedAvg, the global model", NULL, NULL},
+    {"purely local training (--local-only)", "local-only", "true"},
+    {"FedPer (--local-layers 2.*)", "local-layers", "2.*"},
+    {"FedAvg + 1 epoch fine-tuning", "finetune-epochs", "1"},
+    {"Ditto (--ditto-lambda 0.1)", "ditto-lambda", "0.1"},
+};
+
 /* Personalization on labels:2 over 10 clients (each holds two labels;
  * mlp:64, 5 rounds of 1 epoch): each client scores its own model on its
  * local test split (--personal-eval). The two baselines are FedAvg's
@@ -293,15 +306,7 @@ static double personal_run(const char *const *kv, const char *graph, double acc[
  * the test does not assert it either way. */
 static void test_personalized_labels2(void **state)
 {
-    static const struct {
-        const char *name, *k1, *v1;
-    } arms[] = {
-        {"FedAvg, the global model", NULL, NULL},
-        {"purely local training (--local-only)", "local-only", "true"},
-        {"FedPer (--local-layers 2.*)", "local-layers", "2.*"},
-        {"FedAvg + 1 epoch fine-tuning", "finetune-epochs", "1"},
-        {"Ditto (--ditto-lambda 0.1)", "ditto-lambda", "0.1"},
-    };
+    const personal_arm *arms = personal_arms;
     double mean[5], worst[5], acc[10];
     fed_sim_scenario sc;
 
@@ -341,6 +346,49 @@ static void test_personalized_labels2(void **state)
                                        clash[k][0], clash[k][1], NULL});
         assert_int_equal(fed_sim_run(&sc, train, test, pool, 1e6, NULL, NULL, NULL, NULL),
                          FED_ERR_SPEC);
+    }
+}
+
+/* Personalization where it pays: the same 10 labels:2 clients, each cut to
+ * 20 samples (--shard-samples 20: 10 of each of its labels, a site with
+ * scarce data), mlp:64, 20 rounds of 5 local epochs (local training: 100
+ * epochs alone), over seeds 1-5. FedPer (--local-layers 2.*) and Ditto
+ * (--ditto-lambda 0.1) each give a mean per-client accuracy above both
+ * purely local training's and FedAvg's global model's, averaged over the
+ * seeds (2026-11-29: local 0.9265, FedPer 0.9363, Ditto 0.9417, FedAvg
+ * 0.6600; each of the five seeds above local for both). FedBN is not among
+ * them: on label skew a shared head loses to local training (the FedBN
+ * test below). */
+static void test_personalized_scarce(void **state)
+{
+    static const personal_arm *const arms[] = {&personal_arms[0], &personal_arms[1],
+                                               &personal_arms[2], &personal_arms[4]};
+    enum { ARMS = 4, SEEDS = 5 };
+    double mean[ARMS] = {0}, worst, acc[10];
+
+    (void)state;
+    fed_test_need_fashion(train != NULL);
+    printf("| labels:2, 20 samples a client, mlp:64, 20 x 5 epochs | seed 1..5 | mean |\n");
+    for (int a = 0; a < ARMS; a++) {
+        printf("| %s |", arms[a]->name);
+        for (int seed = 1; seed <= SEEDS; seed++) {
+            char sd[8];
+            const char *kv[] = {"nodes", "10", "rounds", "20", "local-epochs", "5",
+                                "partition", "labels:2", "shard-samples", "20", "model",
+                                "mlp:64", "seed", sd, "personal-eval", "true", arms[a]->k1,
+                                arms[a]->v1, NULL};
+            double m;
+
+            snprintf(sd, sizeof sd, "%d", seed);
+            m = personal_run(kv, NULL, acc, &worst);
+            mean[a] += m / SEEDS;
+            printf(" %.4f", m);
+        }
+        printf(" | %.4f |\n", mean[a]);
+    }
+    for (int a = 2; a < ARMS; a++) {
+        assert_true(mean[a] > mean[1]); /* above purely local training */
+        assert_true(mean[a] > mean[0] + 0.2); /* and far above the global model */
     }
 }
 
@@ -878,6 +926,7 @@ int main(void)
         cmocka_unit_test(test_default_lr),
         cmocka_unit_test(test_knobs_reach_sites),
         cmocka_unit_test(test_personalized_labels2),
+        cmocka_unit_test(test_personalized_scarce),
         cmocka_unit_test(test_personalized_fedbn),
         cmocka_unit_test(test_no_crypto_same_model),
         cmocka_unit_test(test_diverged_stops),
