@@ -151,6 +151,10 @@ struct layer_ops {
      * the forward of any row needs, unit u's share, in a phase of their own
      * once the layer's input is whole; NULL: none. */
     void (*stats)(fed_model *m, int l, int u, int n);
+    /* Once a step (or an evaluation), before any unit runs: what every
+     * unit's passes read of the layer's weights, made ready (a conv's
+     * weights a kernel offset at a time); NULL: nothing. */
+    void (*prepare)(fed_model *m, int l);
     /* Why DP-SGD refuses the layer by name (NULL: it does not). */
     const char *dp_refusal;
     /* Its input gradient needs every unit's weight gradients first: a
@@ -215,6 +219,9 @@ typedef struct workspace {
     float *ones;                /* (max_batch) of 1.0: bias gradients as a GEMM */
     float *zeros;               /* (max out_c of a bias-free layer) of 0.0: its bias */
     float *dcol[MAX_SHARDS];    /* (max col_numel) per unit: one image at a time */
+    float **wsh;                /* per layer, a conv run as shifted GEMMs (conv_shift_fits):
+                                   its weights a kernel offset at a time, (KH KW, out_c,
+                                   in_c), laid out once a step (conv_prepare); else NULL */
     /* DP-SGD (CPU only): each sample's squared gradient norm, and per unit a
        layer's weight gradient of one sample, (max dgw_numel) */
     double *norm2;              /* (max_batch), host */
@@ -1585,6 +1592,8 @@ fed_err fed_model_spec_check(const char *spec, fed_model_shape in)
 
 /* ------------------------------------------------------- construction -- */
 
+static int conv_shift_fits(const fed_model *m, const layer *ly);
+
 /* bytes on m's backend, counted in m->bytes (fed_model_bytes). */
 static fed_err dev_alloc(fed_model *m, size_t bytes, void *dptr)
 {
@@ -1748,8 +1757,11 @@ static void ws_fini(fed_model *m, workspace *w)
             dev_free(be, w->arg[l]);
         if (w->aux)
             dev_free(be, w->aux[l]);
+        if (w->wsh)
+            dev_free(be, w->wsh[l]);
     }
     fed_free(w->aux);
+    fed_free(w->wsh);
     fed_free(w->act);
     fed_free(w->col);
     fed_free(w->arg);
@@ -1813,6 +1825,10 @@ static fed_err ws_init(fed_model *m, workspace *w)
         }
         if (ly->aux_numel && (err = dev_alloc(m, ly->aux_numel * sizeof(float), &w->aux[l])))
             return err;
+        if (conv_shift_fits(m, ly) &&
+            ((!w->wsh && !(w->wsh = fed_calloc(L, sizeof *w->wsh))) ||
+             (err = dev_alloc(m, ly->w_numel * sizeof(float), &w->wsh[l]))))
+            return err ? err : FED_ERR_NOMEM;
     }
     for (int u = 0; maxcol && u < m->shards; u++)
         if ((err = ws_alloc(m, maxcol * sizeof(float), &w->dcol[u])))
@@ -2412,6 +2428,195 @@ static void conv_col2im(fed_backend *be, const layer *ly, const float *dcol, flo
         be->col2im_win(be, dcol, g, dx);
 }
 
+/* ---- conv as shifted GEMMs (host memory) ----
+ * A stride-1 conv of one group is the sum over its kernel offsets (ki, kj)
+ * of W[:, :, ki, kj] (out_c, C) times its input shifted by the offset.
+ * With the input padded into xp (C, Hp, Wp), that shift is a view: channel
+ * c's N = OH Wp values from xp + c Hp Wp + ki Wp + kj. So each offset is
+ * one GEMM straight over xp, and no im2col is made (its KH KW copies of
+ * the input were a fifth of a ResNet's step). Outputs come out Wp wide:
+ * the last Wp - OW of each row read across the row's end and are dropped;
+ * in an output gradient they are zero, so they add nothing to the
+ * weights' gradient or to the input's. The last channel's view reads up
+ * to KW - 1 values past xp (SHIFT_SLACK, kept zero). The weights are laid
+ * out an offset at a time (ws.wsh) once a step by conv_prepare. Taken by
+ * a layer whose input has at least SHIFT_MIN_C channels (a GEMM's K here
+ * is C: the stem's one channel stays with im2col, K = KH KW), when xp and
+ * the wide output fit in the im2col buffer they replace, and not under
+ * --precision bf16 (its GEMMs repack their operands each call). Only
+ * "same" convs of at most 3 x 3: without padding a row's dropped columns
+ * are KW - 1 of every Wp (half the work for cnn's 5 x 5 on 12 x 12, which
+ * ran 13% slower so), and a larger kernel means more GEMMs of K = C than
+ * one of K = C KH KW runs faster. ResNet-8 trains 4% faster with it
+ * (`bench_train --worker 1`, interleaved, 2026-11-29). */
+#define SHIFT_MIN_C 8
+#define SHIFT_MAX_KK 9
+#define SHIFT_SLACK(ly) ((size_t)(ly)->win.KW)
+
+static size_t shift_hp(const layer *ly) { return (size_t)ly->win.H + 2 * (size_t)ly->win.PH; }
+static size_t shift_wp(const layer *ly) { return (size_t)ly->win.W + 2 * (size_t)ly->win.PW; }
+/* xp's values, slack included; the wide output's follow them */
+static size_t shift_xp_numel(const layer *ly)
+{
+    return (size_t)ly->win.C * shift_hp(ly) * shift_wp(ly) + SHIFT_SLACK(ly);
+}
+static size_t shift_wide_n(const layer *ly) { return (size_t)ly->out_h * shift_wp(ly); }
+
+static int conv_shift_fits(const fed_model *m, const layer *ly)
+{
+    const fed_window *g = &ly->win;
+
+    return ly->ops->prepare && ly->groups == 1 && g->SH == 1 && g->SW == 1 && g->DH == 1 &&
+           g->DW == 1 && g->C >= SHIFT_MIN_C && 2 * g->PH == g->KH - 1 &&
+           2 * g->PW == g->KW - 1 && g->KH * g->KW <= SHIFT_MAX_KK &&
+           shift_xp_numel(ly) + (size_t)ly->out_c * shift_wide_n(ly) <= ly->col_numel &&
+           (m->be->caps & (FED_BACKEND_CAP_HOST_MEMORY | FED_BACKEND_CAP_DP_SGD)) ==
+               (FED_BACKEND_CAP_HOST_MEMORY | FED_BACKEND_CAP_DP_SGD);
+}
+
+/* This step runs layer l as shifted GEMMs. */
+static int conv_shifted(const fed_model *m, int l)
+{
+    return m->ws.wsh && m->ws.wsh[l] && !m->bf16;
+}
+
+/* wsh[k] (out_c, C) = W[:, :, k] for each kernel offset k */
+static void conv_prepare(fed_model *m, int l)
+{
+    const layer *ly = &m->layers[l];
+    const float *W = m->params + ly->w_off;
+    float *wsh = m->ws.wsh ? m->ws.wsh[l] : NULL;
+    int O = ly->out_c, C = ly->in_c, KK = ly->win.KH * ly->win.KW;
+
+    if (!wsh || !conv_shifted(m, l))
+        return;
+    for (int o = 0; o < O; o++)
+        for (int c = 0; c < C; c++)
+            for (int k = 0; k < KK; k++)
+                wsh[((size_t)k * O + o) * C + c] = W[((size_t)o * C + c) * KK + k];
+}
+
+/* xp's inside (rows PH.., columns PW..) = x (C, H, W); its border stays */
+static void shift_pad(const layer *ly, const float *restrict x, float *restrict xp)
+{
+    const fed_window *g = &ly->win;
+    size_t hp = shift_hp(ly), wp = shift_wp(ly);
+
+    for (int c = 0; c < g->C; c++)
+        for (int h = 0; h < g->H; h++)
+            memcpy(xp + ((size_t)c * hp + (size_t)h + g->PH) * wp + g->PW,
+                   x + ((size_t)c * g->H + h) * g->W, (size_t)g->W * sizeof *x);
+}
+
+/* The wide rows of planes (rows r of (rows, OH, OW) in dy) into dw (rows,
+ * OH, Wp), its dropped columns left as they are (zero) */
+static void shift_widen(const layer *ly, const float *restrict dy, int rows, float *restrict dw)
+{
+    size_t wp = shift_wp(ly), OW = (size_t)ly->out_w;
+
+    for (size_t r = 0; r < (size_t)rows * ly->out_h; r++)
+        memcpy(dw + r * wp, dy + r * OW, OW * sizeof *dy);
+}
+
+/* The output's wide rows (rows, OH, Wp) narrowed into y (rows, OH, OW). */
+static void shift_narrow(const layer *ly, const float *restrict wide, int rows,
+                         float *restrict y)
+{
+    size_t wp = shift_wp(ly), OW = (size_t)ly->out_w;
+
+    for (size_t r = 0; r < (size_t)rows * ly->out_h; r++)
+        memcpy(y + r * OW, wide + r * wp, OW * sizeof *y);
+}
+
+/* The padded buffer's view at kernel offset k: channel 0's first value */
+static size_t shift_at(const layer *ly, int k)
+{
+    return (size_t)(k / ly->win.KW) * shift_wp(ly) + (size_t)(k % ly->win.KW);
+}
+
+/* Rows [off, off + n): per sample, wide (O, N) = the sum over offsets k of
+ * wsh[k] (O, C) view_k (C, N), then narrowed into y; xp and wide in the
+ * im2col slot of the unit's first row. */
+static void conv_forward_shift(fed_model *m, int l, const float *x, float *y, int off, int n)
+{
+    const layer *ly = &m->layers[l];
+    const float *wsh = m->ws.wsh[l];
+    float *xp = m->ws.col[l] + (size_t)off * ly->col_numel, *wide = xp + shift_xp_numel(ly);
+    int O = ly->out_c, C = ly->in_c, KK = ly->win.KH * ly->win.KW;
+    int N = (int)shift_wide_n(ly), ldx = (int)(shift_hp(ly) * shift_wp(ly));
+
+    memset(xp, 0, shift_xp_numel(ly) * sizeof *xp); /* the border and slack, once */
+    for (int i = 0; i < n; i++) {
+        shift_pad(ly, x + (size_t)i * ly->in_numel, xp);
+        for (int k = 0; k < KK; k++)
+            m->gemm_be->gemm(m->gemm_be, 0, 0, O, N, C, 1.0f, wsh + (size_t)k * O * C, C,
+                             xp + shift_at(ly, k), ldx, k ? 1.0f : 0.0f, wide, N);
+        shift_narrow(ly, wide, O, y + (size_t)i * ly->out_numel);
+    }
+}
+
+/* Output rows [r0, r1) of the weight gradient over samples [0, n): per
+ * offset k, acc[k] (R, C) = the sum over samples of dy_i's wide rows
+ * (R, N) view_k(x_i)^T (N, C), in unit u's dgw; then into dW's layout
+ * (out_c, C, KH KW). xp and the wide rows in unit u's dcol. */
+static void conv_weight_grads_shift(fed_model *m, int l, int u, const float *dy, int n, int r0,
+                                    int r1)
+{
+    const layer *ly = &m->layers[l];
+    const float *x = layer_in(m, l);
+    float *dW = m->grads + ly->w_off, *acc = m->ws.dgw[u];
+    float *xp = m->ws.dcol[u], *wide = xp + shift_xp_numel(ly);
+    int R = r1 - r0, C = ly->in_c, KK = ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
+    int N = (int)shift_wide_n(ly), ldx = (int)(shift_hp(ly) * shift_wp(ly));
+
+    memset(xp, 0, (shift_xp_numel(ly) + (size_t)R * N) * sizeof *xp);
+    for (int i = 0; i < n; i++) {
+        shift_pad(ly, x + (size_t)i * ly->in_numel, xp);
+        shift_widen(ly, dy + (size_t)i * ly->out_numel + (size_t)r0 * P, R, wide);
+        for (int k = 0; k < KK; k++)
+            m->gemm_be->gemm(m->gemm_be, 0, 1, R, C, N, 1.0f, wide, N, xp + shift_at(ly, k),
+                             ldx, i ? 1.0f : 0.0f, acc + (size_t)k * R * C, C);
+    }
+    for (int a = 0; n > 0 && a < R; a++)
+        for (int c = 0; c < C; c++)
+            for (int k = 0; k < KK; k++) {
+                float v = acc[((size_t)k * R + a) * C + c], *w;
+
+                w = dW + ((size_t)(r0 + a) * C + c) * KK + k;
+                *w = m->run.accumulate ? *w + v : v;
+            }
+}
+
+/* Rows [off, off + n)'s input gradient: per sample, the padded dxp (C, Hp,
+ * Wp) = the sum over offsets k of wsh[k]^T (C, O) dy_i's wide rows (O, N)
+ * added into view_k, then its inside into dx. In unit u's dcol. */
+static void conv_input_grads_shift(fed_model *m, int l, int u, const float *dy, float *dx, int n)
+{
+    const layer *ly = &m->layers[l];
+    const fed_window *g = &ly->win;
+    const float *wsh = m->ws.wsh[l];
+    float *dxp = m->ws.dcol[u], *wide = dxp + shift_xp_numel(ly);
+    int O = ly->out_c, C = ly->in_c, KK = g->KH * g->KW;
+    int N = (int)shift_wide_n(ly), ldx = (int)(shift_hp(ly) * shift_wp(ly));
+    size_t hp = shift_hp(ly), wp = shift_wp(ly);
+
+    memset(wide, 0, (size_t)O * N * sizeof *wide); /* the dropped columns, once */
+    for (int i = 0; i < n; i++) {
+        float *dxi = dx + (size_t)i * ly->in_numel;
+
+        memset(dxp, 0, shift_xp_numel(ly) * sizeof *dxp);
+        shift_widen(ly, dy + (size_t)i * ly->out_numel, O, wide);
+        for (int k = 0; k < KK; k++)
+            m->gemm_be->gemm(m->gemm_be, 1, 0, C, N, O, 1.0f, wsh + (size_t)k * O * C, C, wide,
+                             N, 1.0f, dxp + shift_at(ly, k), ldx);
+        for (int c = 0; c < C; c++)
+            for (int h = 0; h < g->H; h++)
+                memcpy(dxi + ((size_t)c * g->H + h) * g->W,
+                       dxp + ((size_t)c * hp + (size_t)h + g->PH) * wp + g->PW,
+                       (size_t)g->W * sizeof *dxi);
+    }
+}
+
 static void conv_forward(fed_model *m, int l, const float *x, int off, int n)
 {
     fed_backend *be = m->be;
@@ -2425,17 +2630,39 @@ static void conv_forward(fed_model *m, int l, const float *x, int off, int n)
        which stays in cache: the backward makes its own again */
     float *col = m->ws.col[l] + (size_t)off * ly->col_numel;
 
-    for (int i = 0; i < n; i++) {
-        conv_im2col(be, ly, x + (size_t)i * ly->in_numel, col);
-        /* per group g: y_i[g] (og, P) = W[g] (og, ckk) col[g] (ckk, P), the
-           group's rows of each */
-        for (int g = 0; g < G; g++)
-            m->gemm_be->gemm(m->gemm_be, 0, 0, og, P, ckk, 1.0f, W + (size_t)g * og * ckk, ckk,
-                     col + (size_t)g * ckk * P, P, 0.0f,
-                     y + (size_t)i * ly->out_numel + (size_t)g * og * P, P);
-    }
+    if (conv_shifted(m, l))
+        conv_forward_shift(m, l, x, y, off, n);
+    else
+        for (int i = 0; i < n; i++) {
+            conv_im2col(be, ly, x + (size_t)i * ly->in_numel, col);
+            /* per group g: y_i[g] (og, P) = W[g] (og, ckk) col[g] (ckk, P), the
+               group's rows of each */
+            for (int g = 0; g < G; g++)
+                m->gemm_be->gemm(m->gemm_be, 0, 0, og, P, ckk, 1.0f,
+                                 W + (size_t)g * og * ckk, ckk, col + (size_t)g * ckk * P, P,
+                                 0.0f, y + (size_t)i * ly->out_numel + (size_t)g * og * P, P);
+        }
     if (ly->b_numel || ly->relu) /* else adding zeros is a pass for nothing */
         be->chan_bias_act_fwd(be, y, layer_bias(m, ly), n, ly->out_c, P, ly->relu);
+}
+
+/* The bias gradient of output rows [r0, r1) over samples [0, n): all
+ * channels in one call over the batch, a share of them sample by sample. */
+static void conv_bias_grads(fed_model *m, const layer *ly, const float *dy, int n, int r0, int r1)
+{
+    fed_backend *be = m->be;
+    float *db = m->grads + ly->b_off;
+    int acc = m->run.accumulate, P = ly->out_h * ly->out_w;
+
+    if (!ly->b_numel)
+        return;
+    if (r1 - r0 == ly->out_c) {
+        be->chan_bias_bwd(be, db, dy, n, ly->out_c, P, acc);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        be->chan_bias_bwd(be, db + r0, dy + (size_t)i * ly->out_numel + (size_t)r0 * P, 1,
+                          r1 - r0, P, i > 0 || acc);
 }
 
 /* Each sample's im2col is made again in the unit's scratch (dcol) and
@@ -2446,13 +2673,18 @@ static void conv_weight_grads(fed_model *m, int l, int u, const float *dy, int n
     fed_backend *be = m->be;
     const layer *ly = &m->layers[l];
     const float *x = layer_in(m, l);
-    float *dW = m->grads + ly->w_off, *db = m->grads + ly->b_off, *col = m->ws.dcol[u], *dWt;
+    float *dW = m->grads + ly->w_off, *col = m->ws.dcol[u], *dWt;
     int r0, r1, acc = m->run.accumulate, og = ly->out_c / ly->groups;
     int ckk = ly->in_c / ly->groups * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
 
     row_chunk(ly->out_c, m->shards, u, &r0, &r1);
     if (r0 >= r1)
         return;
+    if (conv_shifted(m, l)) {
+        conv_weight_grads_shift(m, l, u, dy, n, r0, r1);
+        conv_bias_grads(m, ly, dy, n, r0, r1);
+        return;
+    }
     /* one group, on the host's memory: the transpose dWt (ckk, r) = the sum
        over i of col_i (ckk, P) dy_i[r0:r1]^T (P, r), in the unit's dgw,
        then into dW; OpenBLAS runs that shape faster (out_c is the small
@@ -2475,8 +2707,6 @@ static void conv_weight_grads(fed_model *m, int l, int u, const float *dy, int n
             m->gemm_be->gemm(m->gemm_be, 0, 1, b - a, ckk, P, 1.0f, dyi + (size_t)(a - r0) * P, P,
                      col + (size_t)g * ckk * P, P, i || acc ? 1.0f : 0.0f, dW + (size_t)a * ckk, ckk);
         }
-        if (ly->b_numel && r1 - r0 < ly->out_c)
-            be->chan_bias_bwd(be, db + r0, dyi, 1, r1 - r0, P, i > 0 || acc);
     }
     for (int a = r0; dWt && n > 0 && a < r1; a++)
         for (int k = 0; k < ckk; k++) {
@@ -2484,8 +2714,7 @@ static void conv_weight_grads(fed_model *m, int l, int u, const float *dy, int n
 
             dW[(size_t)a * ckk + k] = acc ? dW[(size_t)a * ckk + k] + v : v;
         }
-    if (ly->b_numel && r1 - r0 == ly->out_c) /* all channels: one call over the batch */
-        be->chan_bias_bwd(be, db, dy, n, ly->out_c, P, acc);
+    conv_bias_grads(m, ly, dy, n, r0, r1);
 }
 
 /* The input gradient of a stride-1 conv is a conv of its output gradient:
@@ -2542,6 +2771,10 @@ static void conv_input_grads(fed_model *m, int l, int u, const float *dy, float 
     int ckk = ly->in_c / G * ly->win.KH * ly->win.KW, P = ly->out_h * ly->out_w;
     fed_window t;
 
+    if (conv_shifted(m, l)) {
+        conv_input_grads_shift(m, l, u, dyo, dxo, n);
+        return;
+    }
     if (conv_transposed(m, ly, u, &t)) {
         conv_input_grads_t(m, l, u, &t, dyo, dxo, n);
         return;
@@ -3387,7 +3620,7 @@ static const layer_ops LAYER_KINDS[] = {
      .opts = OPT_OUT | OPT_K | OPT_S | OPT_P | OPT_D | OPT_G | OPT_B,
      .plan = conv_plan, .needs = conv_needs, .forward = conv_forward,
      .input_grads = conv_input_grads, .weight_grads = conv_weight_grads, .flops = conv_flops,
-     .init = conv_init, .dp_norm2 = conv_dp_norm2, .fuses_relu = 1},
+     .init = conv_init, .dp_norm2 = conv_dp_norm2, .prepare = conv_prepare, .fuses_relu = 1},
     {.kind = "maxpool", .letter = 'M', .opts = OPT_K | OPT_S | OPT_P, .plan = maxpool_plan,
      .needs = maxpool_needs, .forward = maxpool_forward,
      .input_grads = maxpool_input_grads, .flops = pool_flops},
@@ -4098,6 +4331,9 @@ static fed_err run_batch(fed_model *m, const fed_batch *b, int mode, fed_model_u
     r->grad_scale = r->dp ? 1.0f : 1.0f / (float)b->n;
     r->update = update;
     r->update_ctx = update_ctx;
+    for (int l = 0; l < m->nlayers; l++)
+        if (m->layers[l].ops->prepare)
+            m->layers[l].ops->prepare(m, l);
     schedule(m);
     for (int u = 0; u < S; u++) {
         r->off[u] = (int)((long)b->n * u / S);

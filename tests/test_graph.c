@@ -407,6 +407,28 @@ static void test_grad_same_convs(void **state)
     grad_check(*state, same_graph, SAME_COUNT, in, 3, 2, 1.0f);
 }
 
+/* "Same" 3 x 3 convs of 8 and 9 input channels, which run as shifted GEMMs
+ * (conv_shifted in model.c: a GEMM a kernel offset over a padded copy of
+ * the input), beside a 1 x 1 conv (its im2col is its input: im2col), on a
+ * 7 x 6 input, against central differences on 1 and 2 shards (2 splits
+ * the weight gradients' rows). */
+static fed_model_node shifted_graph[] = {
+    NODE("conv", "s1", 8, 3, 1, 1, 1),   NODE("relu", NULL, 0, 0, 0, 0, 0),
+    NODE("conv", "p1", 9, 1, 1, 0, 1),   NODE("relu", NULL, 0, 0, 0, 0, 0),
+    NODE("conv", "s2", 8, 3, 1, 1, 1),   NODE("relu", NULL, 0, 0, 0, 0, 0),
+    NODE("flatten", NULL, 0, 0, 0, 0, 0), NODE("linear", "head", 4, 0, 0, 0, 0),
+};
+#define SHIFTED_COUNT ((int)(sizeof shifted_graph / sizeof shifted_graph[0]))
+
+static void test_grad_shifted_convs(void **state)
+{
+    fed_model_shape in = {8, 7, 6, 4, 0};
+
+    chain(shifted_graph, SHIFTED_COUNT);
+    grad_check(*state, shifted_graph, SHIFTED_COUNT, in, 3, 1, 1.0f);
+    grad_check(*state, shifted_graph, SHIFTED_COUNT, in, 3, 2, 1.0f);
+}
+
 /* 24 linear layers (48 tensors): past the old caps of 16 layers and 32
  * tensors, and still the right gradients. */
 static void test_deep_graph(void **state)
@@ -1105,7 +1127,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_grad_windows), cmocka_unit_test(test_grad_same_convs),
-        cmocka_unit_test(test_cnn_as_graph),
+        cmocka_unit_test(test_grad_shifted_convs), cmocka_unit_test(test_cnn_as_graph),
         cmocka_unit_test(test_deep_graph),   cmocka_unit_test(test_graph_flops),
         cmocka_unit_test(test_graph_errors), cmocka_unit_test(test_backend_caps),
         cmocka_unit_test(test_embedding), cmocka_unit_test(test_embedding_ids),
