@@ -1457,10 +1457,12 @@ static fed_err on_leave(fed_node *n, node_open *op)
         /* asking it again changes nothing: parked, said once; may stop the run */
         (void)fedi_node_agg_budget_declined(n, m);
     else /* a configuration to fix (DP or secure aggregation required, shared
-            statistics it cannot take part in): a warning, counted */
+            statistics it cannot take part in) or training that diverged (the
+            round's settings, say its rate): a warning, counted */
         fed_log(p->refused == (uint32_t)FED_ERR_DP_REQUIRED ||
                         p->refused == (uint32_t)FED_ERR_SA_REQUIRED ||
-                        p->refused == (uint32_t)FED_ERR_STATS
+                        p->refused == (uint32_t)FED_ERR_STATS ||
+                        p->refused == (uint32_t)FED_ERR_NAN
                     ? FED_LOG_WARN
                     : FED_LOG_INFO,
                 "aggregator: client %s declined round %llu: %s (%s)", who ? who : "(not listed)",
