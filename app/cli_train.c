@@ -799,10 +799,6 @@ static int train_main(const train_cfg *c)
     }
     if ((rc = open_db(c, &w)) != 0)
         goto out;
-    if ((err = fed_backend_open(c->device, &w.be)) != FED_OK) {
-        rc = fail("device", err);
-        goto out;
-    }
     if ((rc = fed_cli_data_opts("train", &c->dflags, &dopts)) >= 0)
         goto out;
     if ((err = fed_data_open_opts(c->data, 1, &dopts, &w.train)) != FED_OK ||
@@ -822,6 +818,11 @@ static int train_main(const train_cfg *c)
     if (w.nidx == 0) {
         fed_cli_error("train: shard %s of the data is empty", c->shard);
         rc = 1;
+        goto out;
+    }
+    /* the device once the data is known good: opening a GPU takes seconds */
+    if ((err = fed_backend_open(c->device, &w.be)) != FED_OK) {
+        rc = fail("device", err);
         goto out;
     }
     /* a Poisson draw is batch on average: room for 6 standard deviations more

@@ -7,7 +7,8 @@
 # split loaded or scored) and --start-at (the first epoch waits for that
 # instant and says how late it began); --warm-up (one untimed epoch before
 # that wait; refused with --db, --out, --dp-sgd); each epoch's rate in its
-# row, with and without --lr-warmup. Needs ./fednode (make)
+# row, with and without --lr-warmup; missing data said before a device is
+# opened. Needs ./fednode (make)
 # and Fashion-MNIST; exits 77 (skipped) without them.
 set -u
 FEDNODE=${FEDNODE:-./fednode}
@@ -65,6 +66,10 @@ grep -q "schedule const after 1 warm-up epoch" "$TMP/out" || fail "train says th
     fail "warm-up: lr 0.002/48, then 0.002 (got $(round_lr "$TMP/w.db" 1),$(round_lr "$TMP/w.db" 2))"
 echo "ok: status shows each epoch's rate: 0.002 0.002; with --lr-warmup 1: 4.167e-05 0.002"
 # shellcheck disable=SC2086
+# missing data is said before any device is opened (a GPU takes seconds)
+refused "missing data named before the device" 1 "/nonexistent: not found" \
+    "$FEDNODE" train --data /nonexistent --device cuda:7 --epochs 1
+grep -q "device" "$TMP/out" && fail "missing data: the device was opened first"
 refused "--lr-warmup that leaves cosine no epoch" 2 "lr-warmup" \
     "$FEDNODE" train --data fashion-mnist --model logreg --epochs 2 --lr-warmup 2 --db "$TMP/x.db"
 ok "verify --db n.db" "$FEDNODE" verify --db "$TMP/n.db"
