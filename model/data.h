@@ -311,8 +311,8 @@ FED_WUR fed_err fed_data_split_val(const fed_dataset *d, uint32_t *idx, size_t *
 /* A scarce site: idx[0..*n) cut to about keep samples, each label's
  * share of them (rounded; a label with two or more samples keeps at least
  * one) drawn by a shuffle seeded with seed, the rest dropped; what is kept
- * stays in its old order. Nothing changes when keep is 0 or *n <= keep.
- * fedsim's --shard-samples. Errors as fed_data_split_val's. */
+ * stays in its old order. Nothing changes when keep is 0, *n <= keep, or
+ * no label has a sample to spare. fedsim's --shard-samples. FED_ERR_NOMEM. */
 FED_WUR fed_err fed_data_keep(const fed_dataset *d, uint32_t *idx, size_t *n, size_t keep,
                               uint64_t seed);
 

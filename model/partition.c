@@ -715,5 +715,6 @@ fed_err fed_data_keep(const fed_dataset *d, uint32_t *idx, size_t *n, size_t kee
     /* the dropped side is the held-out one: each label's share of it */
     e = fed_data_split_val(d, idx, n, 1.0 - (double)keep / (double)*n, seed, &drop, &ndrop);
     fed_free(drop);
-    return e;
+    /* no label can spare a sample (each keeps one): the shard stays whole */
+    return e == FED_ERR_RANGE ? FED_OK : e;
 }

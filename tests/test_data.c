@@ -1876,6 +1876,13 @@ static void test_keep(void **state)
     assert_int_equal(fed_data_keep(&d, idx2, &n2, 20, 7), FED_OK);
     assert_int_equal(n2, n);
     assert_memory_equal(idx2, idx, n * sizeof *idx);
+    /* one sample of each label: none to spare, the shard stays whole */
+    n = 3;
+    idx[0] = 0;
+    idx[1] = 60;
+    idx[2] = 90;
+    assert_int_equal(fed_data_keep(&d, idx, &n, 2, 7), FED_OK);
+    assert_int_equal(n, 3);
 }
 
 static void test_keep_labels2(void **state)
