@@ -92,6 +92,17 @@ static double last_accuracy(const fed_sim_scenario *sc, rows *rs, uint8_t hash[3
     return rs->r[rs->n - 1].accuracy;
 }
 
+/* The scenario kv run from fresh rows into rs (its hash into h, its
+ * counters into c when not NULL): fed_sim_run's error. */
+static fed_err run_kv(const char *const *kv, rows *rs, uint8_t h[32], fed_sim_counters *c)
+{
+    fed_sim_scenario sc;
+
+    scenario(&sc, kv);
+    memset(rs, 0, sizeof *rs);
+    return fed_sim_run(&sc, train, test, pool, 1e6, keep_row, rs, h, c);
+}
+
 /* Runs scenarios x and y and asserts the same rows, bytes included, and
  * the same final model; *last gets y's last row. */
 static void assert_same_runs(const char *const *x, const char *const *y, rows *last)
@@ -198,17 +209,14 @@ static void test_default_lr(void **state)
 static void test_diverged_stops(void **state)
 {
     const char *kv[] = {"nodes", "4", "rounds", "3", "model", "mlp:64", "lr", "100", NULL};
-    fed_sim_scenario sc;
     rows rs;
     uint8_t h[32];
 
     (void)state;
     fed_test_need_fashion(train != NULL);
-    scenario(&sc, kv);
-    memset(&rs, 0, sizeof rs);
     fed_test_log_capture(FED_LOG_WARN);
     fed_log_set_level(FED_LOG_WARN);
-    assert_int_equal(fed_sim_run(&sc, train, test, pool, 1e6, keep_row, &rs, h, NULL), FED_ERR_NAN);
+    assert_int_equal(run_kv(kv, &rs, h, NULL), FED_ERR_NAN);
     fed_log_set_level(FED_LOG_ERROR);
     fed_test_log_has("its training diverged (loss not finite): declined");
     fed_test_log_has("the training of every client drawn (4) diverged");
@@ -500,9 +508,7 @@ static void test_faults_heal(void **state)
     fed_test_need_fashion(train != NULL);
     scenario(&sc, clean_kv);
     clean = last_accuracy(&sc, &rs, h);
-    scenario(&sc, fault_kv);
-    memset(&rs, 0, sizeof rs);
-    assert_int_equal(fed_sim_run(&sc, train, test, pool, 1e6, keep_row, &rs, h, &c), FED_OK);
+    assert_int_equal(run_kv(fault_kv, &rs, h, &c), FED_OK);
     assert_int_equal(rs.n, 10);
     faulty = rs.r[9].accuracy;
     printf("faults: %llu frames lost, %llu cut by the partition, %llu crash and %llu restart; "
@@ -810,16 +816,13 @@ static void test_peer_memory(void **state)
                               "random:2", "model", "mlp:64", "deadline-ms", "3000", "crash",
                               "3@0.2,restart@0.4", NULL};
     const uint64_t d = 784 * 64 + 64 + 64 * 10 + 10, f32 = 4 * d, f64 = 8 * d;
-    fed_sim_scenario sc;
     fed_sim_counters c;
     rows rs;
     uint8_t h[32];
 
     (void)state;
     fed_test_need_fashion(train != NULL);
-    scenario(&sc, kv);
-    memset(&rs, 0, sizeof rs);
-    assert_int_equal(fed_sim_run(&sc, train, test, pool, 1e6, keep_row, &rs, h, &c), FED_OK);
+    assert_int_equal(run_kv(kv, &rs, h, &c), FED_OK);
     assert_int_equal(c.peers_counted, 8);
     /* state = params + (1 + pairs) totals + momentum: whole vectors, at
        least one pair each way, at most 7 */
@@ -830,9 +833,7 @@ static void test_peer_memory(void **state)
            (double)c.peer_bytes / 8e6, (double)c.peer_state_bytes / 8e6,
            (double)c.peer_bytes / (double)c.peer_state_bytes);
     assert_true(c.peer_bytes <= 2 * c.peer_state_bytes);
-    scenario(&sc, crash_kv);
-    memset(&rs, 0, sizeof rs);
-    assert_int_equal(fed_sim_run(&sc, train, test, pool, 1e6, keep_row, &rs, h, &c), FED_OK);
+    assert_int_equal(run_kv(crash_kv, &rs, h, &c), FED_OK);
     assert_int_equal(c.restarts, 1);
     printf("with a crash (checkpoints on, one blob kept): at most %.2f MB each, state %.2f MB\n",
            (double)c.peer_bytes / (double)c.peers_counted / 1e6,
