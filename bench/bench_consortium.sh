@@ -178,7 +178,8 @@ rows_of() {
 #          opening, merge, the storage commit)
 #   gap    the commit to the next round's start (the held-out evaluation,
 #          the gather timer, the next round's sampling)
-# Prints "per_round_2_R round1 out first work slowest tail gap".
+# Prints "per_round_2_R round1 out first work slowest tail gap", then round
+# 1's own out, first, slowest and tail.
 stages() {
     {
         rows_of "$1/agg.db" | sed 's/^/a /'
@@ -200,9 +201,10 @@ stages() {
                 sl[r - 1] = slow[r]; tl[r - 1] = ae[r] - emax[r]
                 if (r < R) g[r - 1] = as[r + 1] - ae[r]
             }
-            printf "%.4f %.4f %.0f %.0f %.0f %.0f %.0f %.0f\n", (ae[R] - ae[1]) / 1000 / (R - 1),
+            printf "%.4f %.4f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f\n", (ae[R] - ae[1]) / 1000 / (R - 1),
                 (ae[1] - as[1]) / 1000, med(o, R - 1), med(f, R - 1), med(w, nw),
-                med(sl, R - 1), med(tl, R - 1), med(g, R - 2)
+                med(sl, R - 1), med(tl, R - 1), med(g, R - 2),
+                cmax[1] - as[1], cmin[1] - as[1], slow[1], ae[1] - emax[1]
         }'
 }
 
@@ -421,6 +423,10 @@ if [ -n "${BENCH_BASE:-}" ]; then
     for k in 3:out 4:first 5:work 6:slowest 7:tail 8:gap; do
         SPREAD_FMT=%.0f row "  ${k#*:}" stages "${k%%:*}"
     done
+    echo "round 1, where its time went (ms):"
+    for k in 9:out 10:first 11:slowest 12:tail; do
+        SPREAD_FMT=%.0f row "  ${k#*:}" stages "${k%%:*}"
+    done
     exit 0
 fi
 
@@ -538,6 +544,11 @@ echo "rounds 2-$ROUNDS, where the time went (ms; each job's median over its roun
     printf '  %-8s %-22s %s\n' slowest "$(SPREAD_FMT=%.0f spread $(col stages 6 $jobs_all))" "the same, the round's slowest client"
     printf '  %-8s %-22s %s\n' tail "$(SPREAD_FMT=%.0f spread $(col stages 7 $jobs_all))" "the last delta sent to the round merged and committed"
     printf '  %-8s %-22s %s\n' gap "$(SPREAD_FMT=%.0f spread $(col stages 8 $jobs_all))" "the commit to the next round's start (evaluation, gather timer, sampling)"
+    echo "round 1, where its time went (ms; the jobs' median (lowest-highest)):"
+    printf '  %-8s %-22s\n' out "$(SPREAD_FMT=%.0f spread $(col stages 9 $jobs_all))"
+    printf '  %-8s %-22s\n' first "$(SPREAD_FMT=%.0f spread $(col stages 10 $jobs_all))"
+    printf '  %-8s %-22s\n' slowest "$(SPREAD_FMT=%.0f spread $(col stages 11 $jobs_all))"
+    printf '  %-8s %-22s\n' tail "$(SPREAD_FMT=%.0f spread $(col stages 12 $jobs_all))"
 }
 echo "job $mj (the nearest the median), each round from its row, start to merge + gap to the next start (s):"
 echo "  $rounds_line"

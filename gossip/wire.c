@@ -1220,6 +1220,12 @@ void fed_wire_seal_done(fed_wire *w, fed_wire_ticket *t, fed_err result)
     }
 }
 
+void fed_wire_seal_unpin(fed_wire *w, fed_wire_ticket *t)
+{
+    fed_crypto_session_put(w->arena, t->session);
+    t->session = NULL;
+}
+
 fed_err fed_wire_seal(fed_wire *w, fed_wire_hdr *h, uint8_t *frame, size_t cap, size_t payload_len,
                       fed_random_fn rnd, void *rnd_ctx, size_t *frame_len)
 {

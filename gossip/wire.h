@@ -687,6 +687,11 @@ FED_WUR fed_err fed_wire_seal_ticket(const fed_wire *w, fed_wire_ticket *t, uint
                                      const uint8_t *payload_hash, fed_random_fn rnd,
                                      void *rnd_ctx, size_t *frame_len);
 void fed_wire_seal_done(fed_wire *w, fed_wire_ticket *t, fed_err result);
+/* A sealed ticket's session unpinned before its fed_wire_seal_done, for a
+ * frame kept a while before it is sent: an evicted session is derived
+ * again with the same keys, and a held pin would keep another peer's
+ * session out (FED_ERR_BUSY). */
+void fed_wire_seal_unpin(fed_wire *w, fed_wire_ticket *t);
 /* Typed block + a copy of vector, sealed: for small frames. */
 FED_WUR fed_err fed_wire_build(fed_wire *w, fed_wire_hdr *h, const fed_wire_block *b,
                                const uint8_t *vector, size_t vector_len, uint8_t *frame, size_t cap,

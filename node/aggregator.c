@@ -570,6 +570,7 @@ fed_err fedi_node_agg_encode_global(fed_node *n)
     if (a->model_vec_len)
         return FED_OK;
     fedi_node_tx_drop_all(n); /* streams of the old vector: their clients ask again */
+    fedi_node_cast_drop_ahead(n); /* and frames sealed ahead with it */
     const float *v = fedi_node_agg_scaffold_vec(n, &len); /* SCAFFOLD: c after the model */
 
     e = fedi_node_encode_vec(&f32, v, len, NULL, &a->model_vec, &a->model_vec_cap,
@@ -1490,6 +1491,26 @@ static fed_err on_leave(fed_node *n, node_open *op)
     return e;
 }
 
+/* A client waiting while no round runs: its MODEL of the next round sealed
+ * now, so that the round that takes it sends at once. It matters for the
+ * first round above all, whose frames no commit sealed ahead: the clients
+ * arrive one by one, and the last of them starts the round. A round that
+ * draws others, or whose settings moved, drops the frame (broadcast.c). */
+static void seal_for_waiting(fed_node *n, const fed_wire_hdr *h)
+{
+    node_agg *a = n->agg;
+    node_cast to = {.req = NULL, .recipient_epoch = h->sender_epoch};
+    fed_wire_block b;
+
+    if (a->state != AGG_IDLE || !a->mode->seal_ahead || run_done_at(n, n->round) ||
+        fedi_node_agg_encode_global(n) != FED_OK)
+        return;
+    memcpy(to.to, h->sender, 32);
+    fedi_node_agg_settings(n, n->round + 1, &b);
+    fedi_node_cast_ahead_add(n, &to, FED_WIRE_MODEL, n->round + 1, FED_CODEC_F32, &b,
+                             n->agg->model_vec, n->agg->model_vec_len);
+}
+
 /* A HELLO or NEXT, synchronous rounds: held until a round samples it, or
  * its MODEL again (a sampled client that lost it). */
 static fed_err sync_on_ask(fed_node *n, fed_req *req, const fed_wire_hdr *h)
@@ -1504,7 +1525,10 @@ static fed_err sync_on_ask(fed_node *n, fed_req *req, const fed_wire_hdr *h)
     if ((e = fedi_node_agg_hold_add(n, req, h)) != FED_OK)
         return e;
     arm_first_gather(n);
-    return maybe_start(n);
+    if ((e = maybe_start(n)) != FED_OK)
+        return e;
+    seal_for_waiting(n, h);
+    return FED_OK;
 }
 
 /* Whether every client drawn for the round declined it because its

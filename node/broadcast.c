@@ -35,21 +35,29 @@ typedef struct cast_one {
     int ready;         /* the ticket was made (and is still pinned) */
 } cast_one;
 
-struct node_cast_buf {
-    uint8_t **frames; /* (nframes) each cap bytes */
-    size_t nframes, cap;
-    /* frames sealed ahead: frames[0..nahead), each ticket's header naming
-       its recipient, epoch, type and round */
-    cast_one *ahead;
-    size_t nahead, cap_ahead;
-};
-
 /* The payload every frame of a broadcast carries alike, hashed once for
  * all its batches (fed_crypto_payload_hash). */
 typedef struct cast_payload {
     uint8_t hash[FED_CRYPTO_DIGEST_BYTES];
     int hashed;
 } cast_payload;
+
+struct node_cast_buf {
+    uint8_t **frames; /* (nframes) each cap bytes */
+    size_t nframes, cap;
+    /* frames sealed ahead: frames[0..nahead), each ticket's header naming
+       its recipient, epoch, type and round; all carry one payload: the
+       typed block encoded as blk, then the vector at vec (vlen bytes),
+       hashed as pl */
+    cast_one *ahead;
+    size_t nahead, cap_ahead;
+    uint8_t *blk;
+    size_t blk_len, blk_cap;
+    const uint8_t *vec;
+    size_t vlen;
+    cast_payload pl;
+    uint64_t sent_ahead; /* frames sealed ahead that went, since the start */
+};
 
 typedef struct cast_batch {
     fed_node *n;
@@ -81,7 +89,13 @@ void fedi_node_cast_drop_ahead(fed_node *n)
     for (size_t i = 0; i < c->nahead; i++)
         cast_done(n, &c->ahead[i], FED_ERR_CLOSED);
     c->nahead = 0;
+    c->blk_len = 0;
+    c->vec = NULL;
+    c->vlen = 0;
+    c->pl.hashed = 0;
 }
+
+uint64_t fedi_node_cast_sent_ahead(const fed_node *n) { return n->cast ? n->cast->sent_ahead : 0; }
 
 void fedi_node_cast_free(fed_node *n)
 {
@@ -94,6 +108,7 @@ void fedi_node_cast_free(fed_node *n)
         fed_free(c->frames[i]);
     fed_free(c->frames);
     fed_free(c->ahead);
+    fed_free(c->blk);
     fed_free(c);
     n->cast = NULL;
 }
@@ -289,6 +304,69 @@ static fed_err ahead_reserve(fed_node *n, size_t k, size_t fbytes)
     return FED_OK;
 }
 
+/* b encoded into *buf (grown to fit), its length in *len. */
+static fed_err block_encode_into(uint8_t type, const fed_wire_block *b, uint8_t **buf, size_t *cap,
+                                 size_t *len)
+{
+    size_t want = fed_wire_block_bytes(type, b);
+
+    if (want > *cap) {
+        uint8_t *p = fed_realloc(*buf, want);
+
+        if (!p)
+            return FED_ERR_NOMEM;
+        *buf = p;
+        *cap = want;
+    }
+    return fed_wire_block_encode(type, b, *buf, want, len);
+}
+
+/* A frame sealed ahead: kept, its session unpinned (the frame may wait a
+ * while, and a pin would keep other peers' sessions out), or given up. */
+static void ahead_settle(fed_node *n, cast_one *o, uint8_t type)
+{
+    if (!o->ready)
+        return;
+    if (o->err == FED_OK) {
+        fed_wire_seal_unpin(n->wire, &o->t);
+        return;
+    }
+    fed_log(FED_LOG_DEBUG, "node: sealing a %s frame ahead failed: %s", fed_wire_type_name(type),
+            fed_strerror(o->err));
+    cast_done(n, o, o->err);
+}
+
+/* The payload the frames sealed ahead carry: b's encoding and the vector
+ * (its place and length: the aggregator drops them when it encodes its
+ * vector anew). */
+static fed_err ahead_keep_payload(node_cast_buf *c, uint8_t type, const fed_wire_block *b,
+                                  const uint8_t *vec, size_t vlen)
+{
+    fed_err e = block_encode_into(type, b, &c->blk, &c->blk_cap, &c->blk_len);
+
+    c->vec = vec;
+    c->vlen = vlen;
+    if (e != FED_OK)
+        c->blk_len = 0;
+    return e;
+}
+
+/* Whether the frames sealed ahead carry the payload of b and vec: the
+ * block the same byte for byte (a setting that moved since, a secure
+ * round's try, makes them stale), the vector the same one. */
+static int ahead_carries(const node_cast_buf *c, uint8_t type, const fed_wire_block *b,
+                         const uint8_t *vec, size_t vlen)
+{
+    uint8_t *now = NULL;
+    size_t cap = 0, len = 0;
+    int same = c->vec == vec && c->vlen == vlen && c->blk_len &&
+               block_encode_into(type, b, &now, &cap, &len) == FED_OK && len == c->blk_len &&
+               !memcmp(now, c->blk, len);
+
+    fed_free(now);
+    return same;
+}
+
 void fedi_node_cast_ahead(fed_node *n, const node_cast *to, size_t k, uint8_t type,
                           uint64_t round, uint16_t codec, const fed_wire_block *b,
                           const uint8_t *vec, size_t vlen, void (*beside)(void *ctx),
@@ -299,13 +377,17 @@ void fedi_node_cast_ahead(fed_node *n, const node_cast *to, size_t k, uint8_t ty
 
     fedi_node_cast_drop_ahead(n);
     if (k == 0 || fbytes > fed_wire_config(n->wire)->max_frame || k > cast_batch_size(fbytes) ||
-        ahead_reserve(n, k, fbytes) != FED_OK) {
+        ahead_reserve(n, k, fbytes) != FED_OK ||
+        ahead_keep_payload(n->cast, type, b, vec, vlen) != FED_OK) {
         beside(beside_ctx); /* nothing ahead: the broadcast seals them all */
         return;
     }
     cast_seal_all(n, to, k, type, round, codec, b, vec, vlen, n->cast->ahead, &pl, beside,
                   beside_ctx);
+    for (size_t i = 0; i < k; i++)
+        ahead_settle(n, &n->cast->ahead[i], type);
     n->cast->nahead = k;
+    n->cast->pl = pl;
 }
 
 /* The frame sealed ahead for `to` (same key and epoch), type and round, or
@@ -320,6 +402,55 @@ static cast_one *ahead_find(node_cast_buf *c, const node_cast *to, uint8_t type,
             return &c->ahead[i];
     }
     return NULL;
+}
+
+void fedi_node_cast_ahead_add(fed_node *n, const node_cast *to, uint8_t type, uint64_t round,
+                              uint16_t codec, const fed_wire_block *b, const uint8_t *vec,
+                              size_t vlen)
+{
+    size_t payload_len = fed_wire_block_bytes(type, b) + vlen;
+    size_t fbytes = fed_wire_frame_bytes(payload_len);
+    node_cast_buf *c = n->cast;
+    cast_batch cb = {.n = n, .b = b, .vec = vec, .vlen = vlen, .k = 1};
+    cast_one *o;
+
+    if (fbytes > fed_wire_config(n->wire)->max_frame)
+        return; /* a stream: each pulls its own */
+    if (c && c->nahead) {
+        const fed_wire_hdr *h = &c->ahead[0].t.hdr;
+
+        if (h->type != type || h->round != round || !ahead_carries(c, type, b, vec, vlen))
+            fedi_node_cast_drop_ahead(n); /* another round's, or another payload */
+        else if (ahead_find(c, to, type, round))
+            return;
+    }
+    /* frames of fbytes first (a larger size drops those sealed ahead) */
+    if (cast_reserve(n, 1, fbytes) != FED_OK)
+        return;
+    c = n->cast;
+    if (!c->nahead) { /* the first of a set: its payload, hashed below */
+        c->pl.hashed = 0;
+        if (ahead_keep_payload(c, type, b, vec, vlen) != FED_OK)
+            return;
+    }
+    if (c->nahead + 1 > cast_batch_size(fbytes) || ahead_reserve(n, c->nahead + 1, fbytes) != FED_OK)
+        return;
+    o = &c->ahead[c->nahead];
+    memset(o, 0, sizeof *o);
+    o->frame = c->frames[c->nahead];
+    cb.one = o;
+    cb.pl = &c->pl;
+    if ((o->err = cast_prepare(n, to, type, round, codec, payload_len, o)) != FED_OK)
+        return;
+    if (!c->pl.hashed && (o->err = cast_encode(&cb, o)) == FED_OK) { /* kept for the next */
+        fed_crypto_payload_hash(fed_wire_payload(o->frame), payload_len, c->pl.hash);
+        c->pl.hashed = 1;
+        cb.encoded = o;
+    }
+    cast_seal(&cb, 0);
+    ahead_settle(n, o, type);
+    if (o->ready)
+        c->nahead++;
 }
 
 /* One by one, through fedi_node_emit_vec (a stream, or a single frame). */
@@ -343,14 +474,14 @@ static fed_err cast_one_by_one(fed_node *n, const node_cast *to, size_t k, uint8
     return first;
 }
 
-/* Seals rest (nrest > 1) together, in batches, and sends each batch. */
+/* Seals rest together, in batches, and sends each batch; pl: the payload's
+ * hash when known. */
 static fed_err cast_rest(fed_node *n, const node_cast *rest, size_t nrest, uint8_t type,
                          uint64_t round, uint16_t codec, const fed_wire_block *b,
-                         const uint8_t *vec, size_t vlen)
+                         const uint8_t *vec, size_t vlen, cast_payload *pl)
 {
     size_t fbytes = fed_wire_frame_bytes(fed_wire_block_bytes(type, b) + vlen);
     size_t batch = cast_batch_size(fbytes);
-    cast_payload pl = {.hashed = 0};
     cast_one *one = NULL;
     fed_err e, first = FED_OK;
 
@@ -366,7 +497,7 @@ static fed_err cast_rest(fed_node *n, const node_cast *rest, size_t nrest, uint8
 
         for (size_t j = 0; j < m; j++)
             one[j].frame = n->cast->frames[j];
-        cast_seal_all(n, rest + i, m, type, round, codec, b, vec, vlen, one, &pl, NULL, NULL);
+        cast_seal_all(n, rest + i, m, type, round, codec, b, vec, vlen, one, pl, NULL, NULL);
         for (size_t j = 0; j < m; j++)
             if ((e = cast_send(n, &rest[i + j], &one[j], type)) != FED_OK && first == FED_OK)
                 first = e;
@@ -375,16 +506,17 @@ static fed_err cast_rest(fed_node *n, const node_cast *rest, size_t nrest, uint8
     return first;
 }
 
-/* One frame as any other (fedi_node_emit_vec), more sealed together. */
+/* One frame as any other (fedi_node_emit_vec) unless the payload's hash
+ * is known (pl, from the frames sealed ahead), more sealed together. */
 static fed_err cast_sealed_here(fed_node *n, const node_cast *to, size_t k, uint8_t type,
                                 uint64_t round, uint16_t codec, const fed_wire_block *b,
-                                const uint8_t *vec, size_t vlen)
+                                const uint8_t *vec, size_t vlen, cast_payload *pl)
 {
     if (k == 0)
         return FED_OK;
-    if (k == 1)
+    if (k == 1 && !pl->hashed)
         return cast_one_by_one(n, to, 1, type, round, codec, b, vec, vlen);
-    return cast_rest(n, to, k, type, round, codec, b, vec, vlen);
+    return cast_rest(n, to, k, type, round, codec, b, vec, vlen, pl);
 }
 
 fed_err fedi_node_broadcast(fed_node *n, const node_cast *to, size_t k, uint8_t type,
@@ -393,23 +525,28 @@ fed_err fedi_node_broadcast(fed_node *n, const node_cast *to, size_t k, uint8_t 
 {
     size_t fbytes = fed_wire_frame_bytes(fed_wire_block_bytes(type, b) + vlen), nrest = 0;
     node_cast *rest = NULL;
+    cast_payload pl = {.hashed = 0};
     fed_err e, first = FED_OK;
 
     if (fbytes > fed_wire_config(n->wire)->max_frame) { /* streams: each pulls its own */
         fedi_node_cast_drop_ahead(n);
         return cast_one_by_one(n, to, k, type, round, codec, b, vec, vlen);
     }
+    if (n->cast && n->cast->nahead && !ahead_carries(n->cast, type, b, vec, vlen))
+        fedi_node_cast_drop_ahead(n); /* sealed with a payload that moved since */
     if (!n->cast || !n->cast->nahead) /* none sealed ahead: all sealed here */
-        return cast_sealed_here(n, to, k, type, round, codec, b, vec, vlen);
+        return cast_sealed_here(n, to, k, type, round, codec, b, vec, vlen, &pl);
+    pl = n->cast->pl; /* the rest carry the same payload */
     /* those sealed ahead go now (transmit copies them); the rest are sealed
        together after */
     for (size_t i = 0; i < k; i++) {
         cast_one *o = ahead_find(n->cast, &to[i], type, round);
 
         e = FED_OK;
-        if (o)
-            e = cast_send(n, &to[i], o, type);
-        else if (rest || (rest = fed_malloc(k * sizeof *rest)))
+        if (o) {
+            if ((e = cast_send(n, &to[i], o, type)) == FED_OK)
+                n->cast->sent_ahead++;
+        } else if (rest || (rest = fed_malloc(k * sizeof *rest)))
             rest[nrest++] = to[i];
         else {
             e = FED_ERR_NOMEM;
@@ -419,7 +556,7 @@ fed_err fedi_node_broadcast(fed_node *n, const node_cast *to, size_t k, uint8_t 
             first = e;
     }
     fedi_node_cast_drop_ahead(n); /* the ones nobody took */
-    e = cast_sealed_here(n, rest, nrest, type, round, codec, b, vec, vlen);
+    e = cast_sealed_here(n, rest, nrest, type, round, codec, b, vec, vlen, &pl);
     if (e != FED_OK && first == FED_OK)
         first = e;
     fed_free(rest);

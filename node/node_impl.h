@@ -197,17 +197,28 @@ FED_WUR fed_err fedi_node_broadcast(fed_node *n, const node_cast *to, size_t k, 
                                     const uint8_t *vec, size_t vlen);
 /* Seals the same frames for `to` ahead, on the pool, with beside(ctx)
  * started first beside them (the loop thread waits for all of it); a later
- * fedi_node_broadcast of that type and round sends each frame whose
- * recipient it names with the same epoch, and drops the others. Nothing is
- * sealed (beside just runs) for a stream, past one batch or out of memory:
- * the broadcast then seals them itself. Only one set is kept: a new one
- * drops the old. */
+ * fedi_node_broadcast of that type, round and payload (the block the same
+ * byte for byte, the vector the same) sends each frame whose recipient it
+ * names with the same epoch, and drops the others; of another payload, it
+ * drops them all and seals its own. Nothing is sealed (beside just runs)
+ * for a stream, past one batch or out of memory: the broadcast then seals
+ * them itself. Only one set is kept: a new one drops the old. The caller
+ * drops them when the vector's bytes change in place. */
 void fedi_node_cast_ahead(fed_node *n, const node_cast *to, size_t k, uint8_t type,
                           uint64_t round, uint16_t codec, const fed_wire_block *b,
                           const uint8_t *vec, size_t vlen, void (*beside)(void *ctx),
                           void *beside_ctx);
+/* One more frame sealed ahead, for `to`, here on the loop thread: joins
+ * the set when it is of the same type, round and payload, else replaces
+ * it; nothing when `to` has one already, for a stream or past one batch.
+ * The payload is hashed once for the set. */
+void fedi_node_cast_ahead_add(fed_node *n, const node_cast *to, uint8_t type, uint64_t round,
+                              uint16_t codec, const fed_wire_block *b, const uint8_t *vec,
+                              size_t vlen);
 /* Drops the frames sealed ahead (their sequence numbers go unused). */
 void fedi_node_cast_drop_ahead(fed_node *n);
+/* Frames sealed ahead that a broadcast sent, since the node started. */
+uint64_t fedi_node_cast_sent_ahead(const fed_node *n);
 void fedi_node_cast_free(fed_node *n);
 
 /* ---- transfer.c: vectors larger than one frame, as CHUNK streams ---- */

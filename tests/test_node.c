@@ -964,9 +964,10 @@ static void test_async_due_is_armed_deadline(void **state)
 
 /* With 4 KiB frames the logreg's 31 KB MODEL and DELTA go as CHUNK streams
  * (pulled and pushed chunk by chunk): every round is bit for bit the one
- * of the same run in whole frames. That run's round-2 MODELs were sealed
- * ahead, beside round 1's commit (broadcast.c), the streamed run's were
- * not: a MODEL sealed ahead with anything but the merged global (say the
+ * of the same run in whole frames. That run's MODELs were sealed ahead
+ * (broadcast.c): round 1's for the three clients that waited for the
+ * fourth, round 2's beside round 1's commit; the streamed run's were not:
+ * a MODEL sealed ahead with anything but the merged global (say the
  * round-1 vector) makes round 2 differ here. */
 static void test_streamed_transfers(void **state)
 {
@@ -996,6 +997,8 @@ static void test_streamed_transfers(void **state)
     assert_int_equal(wc->streams_done, 2); /* its MODELs */
     assert_int_equal(wa->streams_failed, 0);
     assert_int_equal(fed_node_wire_counters(fed_sim_host_node(whole.agg))->streams_begun, 0);
+    assert_int_equal(fedi_node_cast_sent_ahead(fed_sim_host_node(whole.agg)), 3 + 4);
+    assert_int_equal(fedi_node_cast_sent_ahead(fed_sim_host_node(chunked.agg)), 0);
     scen_free(&whole);
     scen_free(&chunked);
 }
@@ -1028,7 +1031,10 @@ static void test_streamed_lossy(void **state)
 /* A round waits for as many clients as it is told to (min_clients 150, past
  * the merge's default table of 128): all 150 are merged. Their MODELs go
  * in batches of 64 (broadcast.c), the payload hashed in the first only:
- * every client opens its MODEL the first time. */
+ * every client opens its MODEL the first time. The first 64 to wait had
+ * theirs sealed ahead; those frames pin no session while they wait (else
+ * the other clients' HELLOs are refused, FED_ERR_BUSY, and the round never
+ * starts). */
 static void test_more_than_128_clients(void **state)
 {
     const fixture *fx = *state;
@@ -1044,6 +1050,8 @@ static void test_more_than_128_clients(void **state)
     assert_int_equal(s.info[1].merged, 150);
     for (int i = 0; i < 150; i++)
         assert_int_equal(fed_node_wire_counters(fed_sim_host_node(s.cl[i]))->rej_signature, 0);
+    assert_int_equal(fedi_node_cast_sent_ahead(fed_sim_host_node(s.agg)), 64);
+    assert_int_equal(fed_node_wire_counters(fed_sim_host_node(s.agg))->rej_busy, 0);
     scen_free(&s);
 }
 
