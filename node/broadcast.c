@@ -7,11 +7,13 @@
  * training while the last ones still wait, competing with them for the
  * cores; sealed together, every recipient starts within a few ms of the
  * others. Frames may also be sealed ahead, beside other work (the
- * aggregator's commit), and sent by the broadcast that names their
- * recipient, type and round. Owns the frame buffers it keeps between
- * broadcasts; the wire's sequence numbers, sessions and nonces are still
- * drawn on the loop thread, in recipient order, exactly as one
- * fedi_node_emit each would. */
+ * aggregator's commit) or one at a time (a client waiting while no round
+ * runs), and sent by the broadcast that names their recipient, type,
+ * round and payload; they pin no session while they wait. Owns the frame
+ * buffers it keeps between broadcasts; the wire's sequence numbers,
+ * sessions and nonces are still drawn on the loop thread, in recipient
+ * order, exactly as one fedi_node_emit each would (a frame sealed ahead
+ * draws its sequence early; the replay window takes it out of order). */
 #include <string.h>
 
 #include "core/alloc.h"
@@ -32,7 +34,8 @@ typedef struct cast_one {
     uint8_t *frame;
     size_t len;        /* out: the sealed frame's bytes */
     fed_err err;       /* out */
-    int ready;         /* the ticket was made (and is still pinned) */
+    int ready;         /* the ticket was made (pinned, until a frame sealed
+                          ahead is unpinned: ahead_settle) */
 } cast_one;
 
 /* The payload every frame of a broadcast carries alike, hashed once for
