@@ -415,7 +415,8 @@ void fedi_node_cast_ahead_add(fed_node *n, const node_cast *to, uint8_t type, ui
     size_t fbytes = fed_wire_frame_bytes(payload_len);
     node_cast_buf *c = n->cast;
     cast_batch cb = {.n = n, .b = b, .vec = vec, .vlen = vlen, .k = 1};
-    cast_one *o;
+    cast_one *o = NULL;
+    uint8_t *frame;
 
     if (fbytes > fed_wire_config(n->wire)->max_frame)
         return; /* a stream: each pulls its own */
@@ -424,23 +425,28 @@ void fedi_node_cast_ahead_add(fed_node *n, const node_cast *to, uint8_t type, ui
 
         if (h->type != type || h->round != round || !ahead_carries(c, type, b, vec, vlen))
             fedi_node_cast_drop_ahead(n); /* another round's, or another payload */
-        else if (ahead_find(c, to, type, round))
-            return;
+        else if ((o = ahead_find(c, to, type, round)))
+            cast_done(n, o, FED_ERR_CLOSED); /* sealed again below: a recipient that
+                                                asks again has had frames since, and
+                                                its sequence must stay in the window */
     }
-    /* frames of fbytes first (a larger size drops those sealed ahead) */
-    if (cast_reserve(n, 1, fbytes) != FED_OK)
-        return;
-    c = n->cast;
-    if (!c->nahead) { /* the first of a set: its payload, hashed below */
-        c->pl.hashed = 0;
-        if (ahead_keep_payload(c, type, b, vec, vlen) != FED_OK)
+    if (!o) { /* a new one: frames of fbytes first (a larger size drops the set) */
+        if (cast_reserve(n, 1, fbytes) != FED_OK)
             return;
+        c = n->cast;
+        if (!c->nahead) { /* the first of a set: its payload, hashed below */
+            c->pl.hashed = 0;
+            if (ahead_keep_payload(c, type, b, vec, vlen) != FED_OK)
+                return;
+        }
+        if (c->nahead + 1 > cast_batch_size(fbytes) ||
+            ahead_reserve(n, c->nahead + 1, fbytes) != FED_OK)
+            return;
+        o = &c->ahead[c->nahead++]; /* a slot that stays not ready if sealing fails */
     }
-    if (c->nahead + 1 > cast_batch_size(fbytes) || ahead_reserve(n, c->nahead + 1, fbytes) != FED_OK)
-        return;
-    o = &c->ahead[c->nahead];
+    frame = o->frame;
     memset(o, 0, sizeof *o);
-    o->frame = c->frames[c->nahead];
+    o->frame = frame;
     cb.one = o;
     cb.pl = &c->pl;
     if ((o->err = cast_prepare(n, to, type, round, codec, payload_len, o)) != FED_OK)
@@ -452,8 +458,6 @@ void fedi_node_cast_ahead_add(fed_node *n, const node_cast *to, uint8_t type, ui
     }
     cast_seal(&cb, 0);
     ahead_settle(n, o, type);
-    if (o->ready)
-        c->nahead++;
 }
 
 /* One by one, through fedi_node_emit_vec (a stream, or a single frame). */

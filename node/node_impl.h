@@ -210,8 +210,10 @@ void fedi_node_cast_ahead(fed_node *n, const node_cast *to, size_t k, uint8_t ty
                           void *beside_ctx);
 /* One more frame sealed ahead, for `to`, here on the loop thread: joins
  * the set when it is of the same type, round and payload, else replaces
- * it; nothing when `to` has one already, for a stream or past one batch.
- * The payload is hashed once for the set. */
+ * it; when `to` has one already, that one is sealed again (frames sent to
+ * it since moved its sequence on: an old frame would fall out of the
+ * replay window). Nothing for a stream or past one batch. The payload is
+ * hashed once for the set. */
 void fedi_node_cast_ahead_add(fed_node *n, const node_cast *to, uint8_t type, uint64_t round,
                               uint16_t codec, const fed_wire_block *b, const uint8_t *vec,
                               size_t vlen);

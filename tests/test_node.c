@@ -1527,6 +1527,38 @@ static void test_waiting_reported(void **state)
     scen_free(&s);
 }
 
+/* A client that waits long for round 1 has its MODEL sealed ahead, and
+ * sealed again each time it asks (after every poll_ms answer of no round):
+ * client 1 is down from 1 ms to 6,000 s, client 0 gets over 1,100 ACKs
+ * meanwhile, past the replay window (1,024), so a frame sealed when it
+ * first asked would reach it as a replay. It takes its MODEL at once. */
+static void test_long_wait_sealed_ahead(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 2, .spec = "logreg", .per_client = 100, .rounds = 1,
+                   .min_clients = 2, .deadline_ms = 20000, .seed = 30};
+    uint32_t c1;
+    const fed_wire_counters *c0;
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    scen_build(&s, fx, &o);
+    c1 = fed_sim_host_index(s.cl[1]);
+    assert_int_equal(fed_sim_world_crash_at(s.w, c1, 1), FED_OK);
+    assert_int_equal(fed_sim_world_restart_at(s.w, c1, 6000000), FED_OK);
+    scen_run(&s, 7000000);
+    assert_int_equal(s.commits[1], 1);
+    assert_int_equal(s.info[1].merged, 2);
+    c0 = fed_node_wire_counters(fed_sim_host_node(s.cl[0]));
+    printf("long wait: client 0 opened %llu frames, %llu replays refused; %llu sent ahead\n",
+           (unsigned long long)c0->opened, (unsigned long long)c0->rej_replay,
+           (unsigned long long)fedi_node_cast_sent_ahead(fed_sim_host_node(s.agg)));
+    assert_true(c0->opened > 1024);
+    assert_int_equal(c0->rej_replay, 0);
+    assert_int_equal(fedi_node_cast_sent_ahead(fed_sim_host_node(s.agg)), 1);
+    scen_free(&s);
+}
+
 /* ---- the accuracy of a round evaluated on a full disk ---- */
 
 /* Steps until round r is committed (its row is in the database) and then
@@ -2845,6 +2877,7 @@ int main(void)
         cmocka_unit_test(test_async_fedbuff),
         cmocka_unit_test(test_async_due_is_armed_deadline),
         cmocka_unit_test(test_streamed_transfers),
+        cmocka_unit_test(test_long_wait_sealed_ahead),
         cmocka_unit_test(test_more_than_128_clients),
         cmocka_unit_test(test_streamed_lossy),
         cmocka_unit_test(test_accuracy_10_clients),
