@@ -68,17 +68,19 @@ static void on_row(void *ctx, const fed_sim_row *row)
     out_ctx *o = ctx;
     double now = wall_s();
 
+    char eps[32] = "";
+
     keep(o, row);
     if (!o->t_first)
         o->t_first = now;
     o->t_last = now;
+    if (row->epsilon > 0)
+        snprintf(eps, sizeof eps, "  epsilon %.4f", row->epsilon);
     if (!o->quiet)
         printf("round %4llu  t %9.2f s  accuracy %.4f  spread %.4f  bytes %12llu  merged %u"
-               "  lr %.4g%s%.*f  (wall %.2f s)\n",
+               "  lr %.4g%s  (wall %.2f s)\n",
                (unsigned long long)row->round, row->t_s, row->accuracy, row->spread,
-               (unsigned long long)row->bytes, row->merged, (double)row->lr,
-               row->epsilon > 0 ? "  epsilon " : "", row->epsilon > 0 ? 4 : 0,
-               row->epsilon > 0 ? row->epsilon : 0.0, now - o->t0);
+               (unsigned long long)row->bytes, row->merged, (double)row->lr, eps, now - o->t0);
     if (o->csv)
         fprintf(o->csv, "%llu,%.3f,%.6f,%.6f,%llu,%u,%.6g,%.6g\n", (unsigned long long)row->round,
                 row->t_s, row->accuracy, row->spread, (unsigned long long)row->bytes, row->merged,

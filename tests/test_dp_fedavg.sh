@@ -56,6 +56,14 @@ for r in 1 2 3 4 5; do
     grep -q "^round *$r .* epsilon $want " "$TMP/a.out" || fail "round $r's row shows epsilon $want"
 done
 ok "DP-FedAvg's epsilon after each of 5 rounds = fednode privacy's (q 0.5, z 1): $want at 5"
+lr=$(awk -F, '$1 == 1 { print $7 }' "$TMP/a.csv")
+grep -q "^round *1 .* lr $lr  epsilon " "$TMP/a.out" || fail "round 1's row shows lr $lr, then epsilon"
+# shellcheck disable=SC2086
+"$FEDSIM" --data fashion-mnist --model logreg --nodes 4 --rounds 1 --lr 100 >"$TMP/plain.out" 2>&1 ||
+    fail "a plain fedsim run exited $?"
+grep -q "^round *1 .* lr 100  (wall " "$TMP/plain.out" ||
+    fail "a run without DP shows its lr alone (it printed a 0 after it: lr 1000)"
+ok "the rows show the round's lr ($lr; 100 without DP, nothing after it)"
 # shellcheck disable=SC2086
 "$FEDSIM" $SIM --dp-client-clip 1 --dp-client-noise 1 >"$TMP/a2.out" 2>&1 || fail "rerun"
 [ "$(grep sha256 "$TMP/a.out")" = "$(grep sha256 "$TMP/a2.out")" ] ||
