@@ -1034,6 +1034,28 @@ static void commit_piece(void *ctx)
     c->err = commit_round(c->n, c->info, c->hash);
 }
 
+/* Whether every client drawn for the round declined it because its
+ * training diverged (a LEAVE of FED_ERR_NAN), none sending a delta. */
+static int all_diverged(const node_agg *a)
+{
+    for (size_t i = 0; i < a->nparts; i++)
+        if (a->parts[i].got || a->parts[i].refused != (uint32_t)FED_ERR_NAN)
+            return 0;
+    return a->nparts > 0;
+}
+
+/* Every one of the k clients drawn for round r diverged: the same model
+ * would make them diverge again, a loop, not a round. The run stops. */
+static fed_err stop_diverged(fed_node *n, uint64_t r, size_t k, const char *next)
+{
+    fed_log(FED_LOG_ERROR, "aggregator: round %llu: the training of every client drawn (%zu) "
+            "diverged from the model (loss not finite); %s would give the same: stopping the "
+            "run (a lower --lr?)", (unsigned long long)r, k, next);
+    if (n->failed == FED_OK)
+        n->failed = FED_ERR_NAN;
+    return FED_ERR_NAN;
+}
+
 /* The round's commit, and beside it, on the pool, the next round's MODEL
  * sealed for the clients whose deltas just came: they ask for it at once,
  * and the next round samples them all whenever it takes every waiting
@@ -1141,6 +1163,7 @@ fed_err fedi_node_agg_close_round(fed_node *n)
     uint8_t hash[32];
     agg_close out;
     int stats_pass = fedi_node_agg_stats_pass(n);
+    size_t diverged;
     fed_err e;
 
     a->commit_again = 0; /* (a retry pending is this one) */
@@ -1201,12 +1224,17 @@ fed_err fedi_node_agg_close_round(fed_node *n)
                 "clients in it", (unsigned long long)info.round, info.merged, info.sampled);
     else
         a->in->committed(n, &info, &out); /* its epsilon, its line in the log */
+    /* a secure round whose clients all diverged closes with no update (the
+       masked inputs never came), as void as a plain one that stops */
+    diverged = !out.update && !stats_pass && all_diverged(a) ? a->nparts : 0;
     parts_clear(a);
     a->in->drop(n);
     a->state = AGG_IDLE;
     if (n->cfg.agg.early_stop) /* its rule judges this round before the next starts */
         fedi_node_agg_report_round(n, &info);
-    if (run_done_at(n, n->round) || a->early_stopped) {
+    if (diverged) {
+        e = stop_diverged(n, info.round, diverged, "the next round");
+    } else if (run_done_at(n, n->round) || a->early_stopped) {
         a->state = AGG_DONE;
         n->finished = 1;
         finish_all(n);
@@ -1531,15 +1559,6 @@ static fed_err sync_on_ask(fed_node *n, fed_req *req, const fed_wire_hdr *h)
     return FED_OK;
 }
 
-/* Whether every client drawn for the round declined it because its
- * training diverged (a LEAVE of FED_ERR_NAN), none sending a delta. */
-static int all_diverged(const node_agg *a)
-{
-    for (size_t i = 0; i < a->nparts; i++)
-        if (a->parts[i].got || a->parts[i].refused != (uint32_t)FED_ERR_NAN)
-            return 0;
-    return a->nparts > 0;
-}
 
 /* Too few deltas by a synchronous round's deadline: who was missing is
  * recorded, nothing of the attempt kept, and a round starts again with
@@ -1549,16 +1568,8 @@ static fed_err sync_short_deadline(fed_node *n)
     node_agg *a = n->agg;
     char why[64];
 
-    if (all_diverged(a)) {
-        /* the same model would make them diverge again: a loop, not a round */
-        fed_log(FED_LOG_ERROR, "aggregator: round %llu: the training of every client drawn "
-                "(%zu) diverged from the model (loss not finite); starting the round again "
-                "would give the same: stopping the run (a lower --lr?)",
-                (unsigned long long)(n->round + 1), a->nparts);
-        if (n->failed == FED_OK)
-            n->failed = FED_ERR_NAN;
-        return FED_ERR_NAN;
-    }
+    if (all_diverged(a))
+        return stop_diverged(n, n->round + 1, a->nparts, "starting the round again");
 
     fed_log(FED_LOG_WARN, "aggregator: round %llu deadline with %zu of %u deltas needed;"
             " starting it again", (unsigned long long)(n->round + 1), parts_got(a),
