@@ -710,6 +710,31 @@ out:
     return e;
 }
 
+/* --shard-samples N: the nodes whose shard holds another count, said once
+ * (a shard of fewer samples stays whole; each of its labels keeps one at
+ * least, and each label's share is rounded). */
+static void say_shard_samples(const sim_run *r, const fed_sim_scenario *sc)
+{
+    size_t lo = SIZE_MAX, hi = 0;
+    int off = 0, owned = 0;
+
+    if (!sc->shard_samples)
+        return;
+    for (int i = 0; i < sc->nodes; i++) {
+        if (!owns(r, node_index(r, i)))
+            continue;
+        owned++;
+        lo = r->nidx[i] < lo ? r->nidx[i] : lo;
+        hi = r->nidx[i] > hi ? r->nidx[i] : hi;
+        off += r->nidx[i] != (size_t)sc->shard_samples;
+    }
+    if (off)
+        fed_log(FED_LOG_WARN, "sim: --shard-samples %lld: %d of %d nodes keep another count "
+                "(%zu to %zu samples): a shard of fewer samples stays whole, each label keeps "
+                "one at least, and each label's share is rounded",
+                (long long)sc->shard_samples, off, owned, lo, hi);
+}
+
 /* This rank's hosts (identities from their own streams), every host's
  * identity in the allow-list, this rank's nodes' shards. */
 static fed_err build_hosts(sim_run *r, const fed_dataset *train)
@@ -750,6 +775,7 @@ static fed_err build_hosts(sim_run *r, const fed_dataset *train)
             return FED_ERR_RANGE;
         }
     }
+    say_shard_samples(r, sc);
     if (fed_comm_size(r->comm) > 1 && (e = share_ids(r, nhosts)) != FED_OK)
         return e;
     if (!r->peer_mode && (e = fed_crypto_allow_add(r->allow, "agg", r->ids[0].key)) != FED_OK)

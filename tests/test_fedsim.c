@@ -234,6 +234,35 @@ static void test_diverged_stops(void **state)
     }
 }
 
+/* --shard-samples N that a shard cannot hold as asked is said, not
+ * silently changed: 1 sample over 10 labels keeps one of each (10), and
+ * 100,000 keeps each shard whole (20,000 samples of 60,000 over 3). */
+static void test_shard_samples_said(void **state)
+{
+    static const char *const asked[][2] = {{"1", "(10 to 10 samples)"},
+                                           {"100000", "(20000 to 20000 samples)"}};
+
+    (void)state;
+    fed_test_need_fashion(train != NULL);
+    for (int i = 0; i < 2; i++) {
+        const char *kv[] = {"nodes", "3", "rounds", "1", "model", "logreg", "shard-samples",
+                            asked[i][0], NULL};
+        rows rs;
+        uint8_t h[32];
+        char want[96];
+
+        fed_test_log_capture(FED_LOG_WARN);
+        fed_log_set_level(FED_LOG_WARN);
+        assert_int_equal(run_kv(kv, &rs, h, NULL), FED_OK);
+        fed_log_set_level(FED_LOG_ERROR);
+        snprintf(want, sizeof want, "--shard-samples %s: 3 of 3 nodes keep another count %s",
+                 asked[i][0], asked[i][1]);
+        fed_test_log_has(want);
+        fed_test_log_default();
+        assert_int_equal(rs.n, 1);
+    }
+}
+
 /* MODEL's knobs (field 19) reach the training of every client, and every
  * peer trains with them: --weight-decay 0.01 and --input-scale unit each
  * end on another model than the defaults, one that still learns (the
@@ -943,6 +972,7 @@ int main(void)
         cmocka_unit_test(test_personalized_fedbn),
         cmocka_unit_test(test_no_crypto_same_model),
         cmocka_unit_test(test_diverged_stops),
+        cmocka_unit_test(test_shard_samples_said),
         cmocka_unit_test(test_byzantine_signflip),
         cmocka_unit_test(test_faults_heal),
     };
