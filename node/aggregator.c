@@ -1559,7 +1559,6 @@ static fed_err sync_on_ask(fed_node *n, fed_req *req, const fed_wire_hdr *h)
     return FED_OK;
 }
 
-
 /* Too few deltas by a synchronous round's deadline: who was missing is
  * recorded, nothing of the attempt kept, and a round starts again with
  * whoever waits. */
