@@ -308,13 +308,25 @@ static void print_rss(const fed_comm *comm)
 static void print_personal(const fed_sim_scenario *sc, const fed_sim_counters *c)
 {
     double sum = 0, worst = 1;
+    char arm[384] = "", layers[sizeof sc->s.local_layers + 16];
+    const char *part[3];
+    int np = 0;
 
-    printf("personalized accuracy (%s%s%s%s, each client on its local test split%s):\n",
-           sc->s.local_layers[0] ? "--local-layers " : "", sc->s.local_layers,
-           sc->s.local_bn ? " --local-bn" : "",
-           sc->s.ditto_lambda > 0 ? " Ditto's personal models"
-           : sc->local_only ? "purely local training, no round"
-           : sc->s.local_layers[0] || sc->s.local_bn ? "" : "the global model",
+    if (sc->s.local_layers[0]) {
+        snprintf(layers, sizeof layers, "--local-layers %s", sc->s.local_layers);
+        part[np++] = layers;
+    }
+    if (sc->s.local_bn)
+        part[np++] = "--local-bn";
+    if (sc->s.ditto_lambda > 0)
+        part[np++] = "Ditto's personal models";
+    else if (sc->local_only)
+        part[np++] = "purely local training, no round";
+    if (!np)
+        part[np++] = "the global model";
+    for (int i = 0; i < np; i++)
+        snprintf(arm + strlen(arm), sizeof arm - strlen(arm), "%s%s", i ? " " : "", part[i]);
+    printf("personalized accuracy (%s, each client on its local test split%s):\n", arm,
            sc->finetune_epochs ? ", after fine-tuning" : "");
     for (uint64_t i = 0; i < c->personal_n; i++) {
         double a = (double)c->personal_ppm[i] / 1e6;
