@@ -545,10 +545,9 @@ echo "rounds 2-$ROUNDS, where the time went (ms; each job's median over its roun
     printf '  %-8s %-22s %s\n' tail "$(SPREAD_FMT=%.0f spread $(col stages 7 $jobs_all))" "the last delta sent to the round merged and committed"
     printf '  %-8s %-22s %s\n' gap "$(SPREAD_FMT=%.0f spread $(col stages 8 $jobs_all))" "the commit to the next round's start (evaluation, gather timer, sampling)"
     echo "round 1, where its time went (ms; the jobs' median (lowest-highest)):"
-    printf '  %-8s %-22s\n' out "$(SPREAD_FMT=%.0f spread $(col stages 9 $jobs_all))"
-    printf '  %-8s %-22s\n' first "$(SPREAD_FMT=%.0f spread $(col stages 10 $jobs_all))"
-    printf '  %-8s %-22s\n' slowest "$(SPREAD_FMT=%.0f spread $(col stages 11 $jobs_all))"
-    printf '  %-8s %-22s\n' tail "$(SPREAD_FMT=%.0f spread $(col stages 12 $jobs_all))"
+    for k in 9:out 10:first 11:slowest 12:tail; do
+        printf '  %-8s %s\n' "${k#*:}" "$(SPREAD_FMT=%.0f spread $(col stages "${k%%:*}" $jobs_all))"
+    done
 }
 echo "job $mj (the nearest the median), each round from its row, start to merge + gap to the next start (s):"
 echo "  $rounds_line"

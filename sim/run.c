@@ -724,9 +724,11 @@ static void say_shard_samples(const sim_run *r, const fed_sim_scenario *sc)
         if (!owns(r, node_index(r, i)))
             continue;
         owned++;
+        if (r->nidx[i] == (size_t)sc->shard_samples)
+            continue;
+        off++;
         lo = r->nidx[i] < lo ? r->nidx[i] : lo;
         hi = r->nidx[i] > hi ? r->nidx[i] : hi;
-        off += r->nidx[i] != (size_t)sc->shard_samples;
     }
     if (off)
         fed_log(FED_LOG_WARN, "sim: --shard-samples %lld: %d of %d nodes keep another count "
