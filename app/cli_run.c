@@ -1110,6 +1110,22 @@ static int check_site_eval(const run_cfg *c)
                       "settings");
         return 2;
     }
+    if (role != FED_NODE_CLIENT && (c->personal_eval || c->finetune_epochs)) {
+        fed_cli_error("run: --personal-eval and --finetune-epochs are a client's settings (each "
+                      "site scores its own model on its own test split)");
+        return 2;
+    }
+    if (c->finetune_epochs && !c->personal_eval) {
+        fed_cli_error("run: --finetune-epochs %d fine-tunes the model --personal-eval scores: "
+                      "give --personal-eval too", c->finetune_epochs);
+        return 2;
+    }
+    if (role != FED_NODE_AGGREGATOR && opt_given(c, "strategy")) {
+        fed_cli_error("run: --strategy is the aggregator's setting (%s)",
+                      role == FED_NODE_PEER ? "peers merge by --mixing" :
+                                              "its clients train what each round's MODEL says");
+        return 2;
+    }
     if (c->val_fraction > 0 && c->val_data[0]) {
         fed_cli_error("run: --val-fraction %g and --val-data %s both give a validation split; "
                       "give one", c->val_fraction, c->val_data);

@@ -481,7 +481,10 @@ int main(int argc, char **argv)
     else
         e = fed_sim_run(&sc, train, test, pool, 1e7, on_row, &o, hash, &cnt);
     if (e != FED_OK) {
-        fed_cli_error("%s%s", fed_strerror(e), comm ? " (ending every rank)" : "");
+        /* the scenario's refusal (FED_ERR_SPEC) names its option above */
+        fed_cli_error("%s%s", e == FED_ERR_SPEC ? "the scenario is refused (why is said above)"
+                                                : fed_strerror(e),
+                      comm ? " (ending every rank)" : "");
         rc = 1;
         goto out;
     }

@@ -20,9 +20,10 @@
 # NIID_SPLITS (default "iid dir0.5 c2 c3"), NIID_ALGOS (default "fedavg
 # scaffold fedprox fednova"), NIID_SEEDS (default "1"), FEDSIM (./fedsim);
 # NIID_ROUNDS, NIID_EPOCHS and NIID_NODES shrink the setting for a smoke run
-# (the line then says so). fedsim needs --weight-decay and --input-scale
-# (branch personal); without them the script stops, or with NIID_WITHOUT=1
-# runs without them and marks each line "no-wd-scale".
+# (the line then says so). fedsim needs --weight-decay and --input-scale,
+# which an older build given as FEDSIM (before a7abff7) lacks: the script
+# then stops, or with NIID_WITHOUT=1 runs without them and marks each line
+# "no-wd-scale".
 set -u
 FEDSIM=${FEDSIM:-./fedsim}
 OUT=${NIID_OUT:-build/niid_bench.tsv}
@@ -45,7 +46,7 @@ help=$("$FEDSIM" --help 2>&1)
 for opt in --weight-decay --input-scale; do
     if ! printf '%s\n' "$help" | grep -q -- "^  $opt "; then
         if [ "${NIID_WITHOUT:-0}" != 1 ]; then
-            echo "niid_bench: this fedsim has no $opt (branch personal adds it); set" \
+            echo "niid_bench: $FEDSIM has no $opt (builds before a7abff7 lack it); set" \
                  "NIID_WITHOUT=1 to run without --weight-decay and --input-scale"
             exit 2
         fi

@@ -145,8 +145,11 @@ static fed_err parse_strategy_args(const char *spec, merge_params *p, const spec
             e = spec_fail(spec, "scaffold needs ETA > 0");
         return e;
     case MK_FEDPROX:
-        if (a->n != 1 || !arg_double(a->s[0], a->len[0], &p->mu) || p->mu < 0.0)
-            return spec_fail(spec, "fedprox takes :MU with MU >= 0");
+        /* MU travels to the clients as a float, and past 1000 the proximal
+           term alone would hold any rate's step at the global model */
+        if (a->n != 1 || !arg_double(a->s[0], a->len[0], &p->mu) || !(p->mu >= 0.0) ||
+            p->mu > FED_MERGE_PROX_MU_MAX)
+            return spec_fail(spec, "fedprox takes :MU with MU in [0, 1000]");
         return FED_OK;
     case MK_FEDADAM:
     case MK_FEDYOGI:

@@ -17,7 +17,7 @@
  *             | "scaffold" [ ":" ETA ]                  (Karimireddy et al. 2020),
  *                                                       global step 1
  *   e.g. "fedavg", "fedadam:0.03", "clip:10+median", "clip:2.5+multikrum:2,5".
- * Ranges: NORM > 0; momentum BETA, B1, B2 in [0, 1); ETA, TAU > 0; MU >= 0;
+ * Ranges: NORM > 0; momentum BETA, B1, B2 in [0, 1); ETA, TAU > 0; MU in [0, 1000];
  * trimmed BETA in [0, 0.5); F >= 0; M >= 1. Anything else is FED_ERR_BAD_VALUE
  * with one fed_log line that quotes the spec and says what is wrong.
  *
@@ -114,6 +114,9 @@
 
 #define FED_MERGE_KEY_BYTES 32
 #define FED_MERGE_SPEC_MAX 128
+/* FedProx's largest mu (a float on the wire; a larger one holds any step at
+ * the global model). */
+#define FED_MERGE_PROX_MU_MAX 1000.0
 #define FED_MERGE_DEFAULT_MAX_CLIENTS 128
 
 typedef struct fed_merge fed_merge;

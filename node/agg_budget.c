@@ -1,9 +1,10 @@
 /* agg_budget.c - the aggregator's view of its clients' privacy budgets:
  * what each reports in its DELTA or LEAVE (wire.h's DP report), the clients
- * parked after declining a round for their budget or for a model that does
- * not fit them (never sampled, so never in a secure graph, until they
- * restart: a later epoch), and the stop when fewer than --min-clients can
- * still take part. */
+ * parked after declining a round for a reason that asking again does not
+ * change (their budget, a model that does not fit them, settings that
+ * differ from the aggregator's: never sampled, so never in a secure graph,
+ * until they restart: a later epoch), and the stop when fewer than
+ * --min-clients can still take part. */
 #include <stdio.h>
 #include <string.h>
 
@@ -81,44 +82,104 @@ void fedi_node_agg_budget_note(fed_node *n, const fed_wire_msg *m)
     n->agg->mdp_version++;
 }
 
+int fedi_node_agg_budget_parks(uint32_t reason)
+{
+    return reason == (uint32_t)FED_ERR_DP_BUDGET || reason == (uint32_t)FED_ERR_MODEL_MISMATCH ||
+           reason == (uint32_t)FED_ERR_LOCAL_MISMATCH || reason == (uint32_t)FED_ERR_UNSUPPORTED;
+}
+
+/* What a parked client was left out for, in a log line. */
+static const char *park_what(uint32_t reason)
+{
+    switch (reason) {
+    case (uint32_t)FED_ERR_DP_BUDGET:
+        return "its privacy budget";
+    case (uint32_t)FED_ERR_MODEL_MISMATCH:
+        return "a model that does not fit it";
+    case (uint32_t)FED_ERR_LOCAL_MISMATCH:
+        return "--local-layers or --local-bn that differ from the aggregator's";
+    default:
+        return "pipeline stages it cannot give";
+    }
+}
+
+/* Parked clients, by why. */
+typedef struct {
+    size_t all, budget, model, settings;
+} park_counts;
+
 /* Clients that could still take part: the allow-list's members but this
- * node and those parked (*model of them for the model, the rest for their
- * budget). */
-static size_t can_take_part(const fed_node *n, size_t *parked, size_t *model)
+ * node and those parked (counted in *pc). */
+static size_t can_take_part(const fed_node *n, park_counts *pc)
 {
     size_t members = fed_crypto_allow_count(n->cfg.allow);
 
-    *parked = *model = 0;
-    for (size_t i = 0; i < n->agg->nmdp; i++)
-        if (n->agg->mdp[i].parked && fed_crypto_allow_find(n->cfg.allow, n->agg->mdp[i].key)) {
-            (*parked)++;
-            *model += n->agg->mdp[i].parked == (uint32_t)FED_ERR_MODEL_MISMATCH;
-        }
+    memset(pc, 0, sizeof *pc);
+    for (size_t i = 0; i < n->agg->nmdp; i++) {
+        uint32_t why = n->agg->mdp[i].parked;
+
+        if (!why || !fed_crypto_allow_find(n->cfg.allow, n->agg->mdp[i].key))
+            continue;
+        pc->all++;
+        if (why == (uint32_t)FED_ERR_DP_BUDGET)
+            pc->budget++;
+        else if (why == (uint32_t)FED_ERR_MODEL_MISMATCH)
+            pc->model++;
+        else
+            pc->settings++;
+    }
     if (fed_crypto_allow_find(n->cfg.allow, n->key))
         members--;
-    return members > *parked ? members - *parked : 0;
+    return members > pc->all ? members - pc->all : 0;
+}
+
+/* "2 declined for their privacy budget, 1 for ..." into buf */
+static void park_say(const park_counts *pc, char *buf, size_t cap)
+{
+    const char *what[3] = {"for their privacy budget", "for a model that does not fit them",
+                           "for settings that differ from the aggregator's"};
+    size_t count[3] = {pc->budget, pc->model, pc->settings}, at = 0;
+
+    buf[0] = '\0';
+    for (int i = 0; i < 3; i++) {
+        int w;
+
+        if (!count[i])
+            continue;
+        w = snprintf(buf + at, cap - at, "%s%zu %s%s", at ? ", " : "", count[i],
+                     at ? "" : "declined ", what[i]);
+        if (w < 0 || (size_t)w >= cap - at)
+            return;
+        at += (size_t)w;
+    }
 }
 
 fed_err fedi_node_agg_budget_declined(fed_node *n, const fed_wire_msg *m)
 {
     node_agg *a = n->agg;
     agg_member_dp *r = row_get(a, m->hdr.sender);
-    size_t left, parked, model;
-    char hex[16], why[96];
+    uint32_t reason = m->block.reason;
+    park_counts pc;
+    size_t left;
+    char hex[16], why[192];
     const char *who = member_name(n, m->hdr.sender, hex);
 
     if (r && r->parked && r->epoch == m->hdr.sender_epoch)
         return FED_OK; /* said once (a LEAVE of the same run, sent again) */
     if (r) {
-        r->parked = m->block.reason;
+        r->parked = reason;
         r->epoch = m->hdr.sender_epoch;
         a->mdp_version++;
     }
-    if (m->block.reason == (uint32_t)FED_ERR_MODEL_MISMATCH)
+    if (reason == (uint32_t)FED_ERR_MODEL_MISMATCH)
         fed_log(FED_LOG_WARN, "aggregator: client %s declined round %llu: the model does not "
                 "fit it (%s: its data's input or classes, its own --model or its bounds; its "
                 "log says both sides); it takes part in no round until it restarts", who,
                 (unsigned long long)m->hdr.round, fed_errname(FED_ERR_MODEL_MISMATCH));
+    else if (reason != (uint32_t)FED_ERR_DP_BUDGET)
+        fed_log(FED_LOG_WARN, "aggregator: client %s declined round %llu: %s (%s); it takes "
+                "part in no round until it restarts", who, (unsigned long long)m->hdr.round,
+                fed_strerror((int)reason), fed_errname((int)reason));
     else if (m->block.dp_budget > 0)
         fed_log(FED_LOG_WARN, "aggregator: client %s declined round %llu: its privacy budget is "
                 "spent (epsilon %.4f of %.4g); it takes part in no round until it restarts",
@@ -128,14 +189,10 @@ fed_err fedi_node_agg_budget_declined(fed_node *n, const fed_wire_msg *m)
         fed_log(FED_LOG_WARN, "aggregator: client %s declined round %llu: its privacy budget is "
                 "spent; it takes part in no round until it restarts", who,
                 (unsigned long long)m->hdr.round);
-    left = can_take_part(n, &parked, &model);
+    left = can_take_part(n, &pc);
     if (left >= n->cfg.agg.min_clients)
         return FED_OK;
-    if (model)
-        snprintf(why, sizeof why, "%zu declined for their privacy budget, %zu for a model that "
-                 "does not fit them", parked - model, model);
-    else
-        snprintf(why, sizeof why, "%zu declined for their privacy budget", parked);
+    park_say(&pc, why, sizeof why);
     fed_log(FED_LOG_ERROR, "aggregator: only %zu client%s can still take part (%s), fewer than "
             "--min-clients %u: stopping the run after round %llu", left, left == 1 ? "" : "s",
             why, n->cfg.agg.min_clients, (unsigned long long)n->round);
@@ -155,8 +212,7 @@ int fedi_node_agg_budget_parked(fed_node *n, const fed_wire_hdr *h)
         return 1;
     fed_log(FED_LOG_WARN, "aggregator: client %s, left out for %s, restarted (epoch %llu): it "
             "is sampled again", member_name(n, h->sender, hex),
-            r->parked == (uint32_t)FED_ERR_MODEL_MISMATCH ? "a model that did not fit it"
-                                                          : "its privacy budget",
+            park_what(r->parked),
             (unsigned long long)h->sender_epoch);
     r->parked = 0;
     n->agg->mdp_version++;

@@ -98,6 +98,14 @@ static fed_err globs_match(const fed_node *n, const fed_tensor_info *t, int nt)
     return FED_OK;
 }
 
+static int has_norm(const fed_tensor_info *t, int nt)
+{
+    for (int i = 0; i < nt; i++)
+        if (t[i].flags & FED_TENSOR_NORM)
+            return 1;
+    return 0;
+}
+
 /* The tensors' paths (node/layout.h) from --local-layers and --local-bn;
  * under DP (DP-FedAvg, or DP-SGD required) every norm tensor and every
  * statistic stays at the sites, computed from the data without noise. */
@@ -113,6 +121,12 @@ static fed_err paths_new(fed_node *n)
 
     if ((e = globs_match(n, t, nt)) != FED_OK)
         return e;
+    if (c->local_bn && !has_norm(t, nt)) { /* FedBN asked of a model it cannot change */
+        fed_log(FED_LOG_ERROR, "aggregator: --local-bn: model '%s' has no normalization layer "
+                "(batchnorm, groupnorm, layernorm) whose tensors could stay at the sites",
+                c->spec);
+        return FED_ERR_SPEC;
+    }
     a->rules.local_layers = c->local_layers;
     a->rules.local_bn = c->local_bn || dp;
     a->rules.stats_local = dp;
@@ -1481,9 +1495,9 @@ static fed_err on_leave(fed_node *n, node_open *op)
     fedi_node_agg_budget_note(n, m);
     fed_wire_note_leave(n->wire, (fed_err)p->refused);
     who = fed_crypto_allow_find(n->cfg.allow, m->hdr.sender);
-    if (p->refused == (uint32_t)FED_ERR_DP_BUDGET ||
-        p->refused == (uint32_t)FED_ERR_MODEL_MISMATCH)
-        /* asking it again changes nothing: parked, said once; may stop the run */
+    if (fedi_node_agg_budget_parks(p->refused))
+        /* asking it again changes nothing: parked, said once; may stop the
+           run (n->failed) */
         (void)fedi_node_agg_budget_declined(n, m);
     else /* a configuration to fix (DP or secure aggregation required, shared
             statistics it cannot take part in) or training that diverged (the

@@ -299,16 +299,21 @@ double fedi_node_agg_dp_secagg_clip(const node_agg *a);
 /* ---- agg_budget.c: the clients' privacy budgets ---- */
 /* A DELTA's or LEAVE's DP report (nothing when it has none). */
 void fedi_node_agg_budget_note(fed_node *n, const fed_wire_msg *m);
-/* A LEAVE for FED_ERR_DP_BUDGET or FED_ERR_MODEL_MISMATCH (a model that
- * does not fit the client's data or bounds: asking it again changes
- * nothing): logged once at warning level with the client's name (and its
- * figures), the client parked; when fewer than min_clients clients can
- * still take part the node is marked failed (FED_ERR_TOO_FEW_CLIENTS,
- * returned) with an error line saying why. */
+/* Whether a LEAVE for reason parks its client: asking it again changes
+ * nothing until it restarts. FED_ERR_DP_BUDGET; FED_ERR_MODEL_MISMATCH (a
+ * model that does not fit the client's data or bounds, or its training
+ * failed on it); FED_ERR_LOCAL_MISMATCH (--local-layers or --local-bn that
+ * differ from the aggregator's); FED_ERR_UNSUPPORTED (pipeline stages the
+ * client cannot give). */
+int fedi_node_agg_budget_parks(uint32_t reason);
+/* A LEAVE whose reason parks: logged once at warning level with the
+ * client's name (and its figures), the client parked; when fewer than
+ * min_clients clients can still take part the node is marked failed
+ * (FED_ERR_TOO_FEW_CLIENTS, returned) with an error line saying why. */
 fed_err fedi_node_agg_budget_declined(fed_node *n, const fed_wire_msg *m);
-/* A HELLO or NEXT of header h: nonzero when its sender declined for its
- * budget or the model in this run (its sender epoch); a later epoch (a
- * restart, maybe with a new budget or data) ends the parking. */
+/* A HELLO or NEXT of header h: nonzero when its sender declined for a
+ * reason that parks in this run (its sender epoch); a later epoch (a
+ * restart, maybe with a new budget, data or settings) ends the parking. */
 int fedi_node_agg_budget_parked(fed_node *n, const fed_wire_hdr *h);
 void fedi_node_agg_budget_free(node_agg *a);
 

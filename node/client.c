@@ -692,6 +692,15 @@ static fed_err decline_round(fed_node *n, uint64_t round, fed_err why)
     return send_leave(n);
 }
 
+/* The round declined for a model that does not fit this client: the
+ * aggregator parks it until it restarts, which the log says. */
+static fed_err decline_model(fed_node *n, uint64_t round)
+{
+    fed_log(FED_LOG_INFO, "client: the aggregator leaves a client that declines its model out "
+            "of every later round; restart this one with data or settings that fit it");
+    return decline_round(n, round, FED_ERR_MODEL_MISMATCH);
+}
+
 /* The trained delta of the round (the job's f32 vector) into secure
  * aggregation's masked input. */
 static fed_err secure_trained(fed_node *n)
@@ -865,14 +874,8 @@ static fed_err fed_node_client_bad_model(fed_node *n, node_open *op, fed_err why
                 fed_errname(FED_ERR_MODEL_MISMATCH));
     }
 decline:
-    fed_log(FED_LOG_INFO, "client: the aggregator leaves a client that declines its model out "
-            "of every later round; restart this one with data or settings that fit it");
     c->agg_epoch = m->hdr.sender_epoch;
-    (void)n->env.cancel_timer(n->env.self, NODE_TIMER_RETRY);
-    c->round = m->hdr.round;
-    c->leave_reason = (uint32_t)FED_ERR_MODEL_MISMATCH;
-    c->resends = 0;
-    return send_leave(n);
+    return decline_model(n, m->hdr.round);
 }
 
 /* Whether the round evaluates the model at this site (MODEL field 17):
@@ -1185,6 +1188,15 @@ static fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
         c->resends = 0;
         j->vec_len = 0;
         return send_leave(n);
+    }
+    if (j->err == FED_ERR_SHAPE) { /* the model does not fit this client's data (its
+                                      task, say): every round would fail alike */
+        fed_log(FED_LOG_ERROR, "client: round %llu: its training failed over this client's "
+                "data (%s, said above): declined (%s)", (unsigned long long)c->round,
+                fed_strerror(j->err), fed_errname(FED_ERR_MODEL_MISMATCH));
+        if (c->secure)
+            fedi_node_sa_client_abort(n);
+        return decline_model(n, c->round);
     }
     if (j->err != FED_OK) {
         fed_log(FED_LOG_ERROR, "client: training round %llu failed: %s",

@@ -1207,25 +1207,33 @@ static const char *local_only_misuse(const fed_sim_scenario *sc)
 static fed_err check_scenario(const fed_sim_scenario *sc, int peer_mode)
 {
     fed_node_config probe;
-    const char *bad = NULL;
+    const char *bad = NULL, *why = NULL;
 
     fed_node_config_default(&probe);
     if (!peer_mode && strcmp(sc->role, "aggregator") != 0)
-        bad = "role";
+        why = "--role: fedsim runs an aggregator with its clients (aggregator) or peers (peer)";
     else if (sc->s.rounds < 1)
-        bad = "rounds"; /* 0 (forever) has no end to simulate */
+        why = "--rounds 0 (forever) has no end to simulate: give a number of rounds";
     else if (sc->personal_eval && peer_mode)
-        bad = "personal-eval"; /* an aggregator's clients' */
+        why = "--personal-eval scores an aggregator's clients: peers have none";
     else if (sc->finetune_epochs && !sc->personal_eval)
-        bad = "finetune-epochs"; /* it fine-tunes for --personal-eval */
+        why = "--finetune-epochs fine-tunes the models --personal-eval scores: give both";
     else if (sc->local_only && !sc->personal_eval)
-        bad = "local-only"; /* its only figures are --personal-eval's */
+        why = "--local-only's only figures are --personal-eval's: give both";
+    else if (peer_mode && strcmp(sc->s.strategy, "fedavg") != 0)
+        why = "--strategy is the aggregator's: peers merge by --mixing";
     else if (fed_node_settings_apply(&sc->s, (uint32_t)sc->nodes, &probe, &bad) != FED_OK && !bad)
         bad = "settings";
-    if (bad) {
-        fed_log(FED_LOG_ERROR, "sim: --%s is not valid here (see fedsim --help)", bad);
+    if (why || bad) {
+        if (why)
+            fed_log(FED_LOG_ERROR, "sim: %s", why);
+        else
+            fed_log(FED_LOG_ERROR, "sim: --%s is not valid here (see fedsim --help)", bad);
         return FED_ERR_SPEC;
     }
+    if (sc->s.ditto_lambda > 0 && !sc->personal_eval)
+        fed_log(FED_LOG_WARN, "sim: --ditto-lambda trains personal models that only "
+                "--personal-eval scores; without it the rows show the global model alone");
     /* one settings block for every node: --dp-sgd goes to the clients,
        --require-dp-sgd to the aggregator */
     {

@@ -234,6 +234,32 @@ static void test_diverged_stops(void **state)
     }
 }
 
+/* A model whose training fails over every client's data (an mse model,
+ * g:F,L1,Q, over Fashion-MNIST's classes) is declined as not fitting
+ * (FED_ERR_MODEL_MISMATCH), each client parked, and the run stops at once
+ * with FED_ERR_TOO_FEW_CLIENTS: until now each client went idle and asked
+ * again, and the round started over at each deadline, forever. */
+static void test_untrainable_model_stops(void **state)
+{
+    const char *kv[] = {"nodes", "3", "rounds", "2", "model", "g:F,L1,Q", NULL};
+    rows rs;
+    uint8_t h[32];
+
+    (void)state;
+    fed_test_need_fashion(train != NULL);
+    fed_test_log_capture(FED_LOG_WARN);
+    fed_log_set_level(FED_LOG_WARN);
+    assert_int_equal(run_kv(kv, &rs, h, NULL), FED_ERR_TOO_FEW_CLIENTS);
+    fed_log_set_level(FED_LOG_ERROR);
+    fed_test_log_has("the model's loss mse takes numbers, the data's labels are classes");
+    fed_test_log_has("its training failed over this client's data (shape mismatch, said above): "
+                     "declined (FED_ERR_MODEL_MISMATCH)");
+    fed_test_log_has("only 0 clients can still take part (3 declined for a model that does not "
+                     "fit them)");
+    fed_test_log_default();
+    assert_int_equal(rs.n, 0);
+}
+
 /* --shard-samples N that a shard cannot hold as asked is said, not
  * silently changed: 1 sample over 10 labels keeps one of each (10), and
  * 100,000 keeps each shard whole (20,000 samples of 60,000 over 3). */
@@ -387,6 +413,17 @@ static void test_personalized_labels2(void **state)
     scenario(&sc, (const char *[]){"local-only", "true", NULL});
     assert_int_equal(fed_sim_run(&sc, train, test, pool, 1e6, NULL, NULL, NULL, NULL),
                      FED_ERR_SPEC);
+    /* each refusal says what to do, and a peer is given no strategy */
+    fed_test_log_capture(FED_LOG_ERROR);
+    scenario(&sc, (const char *[]){"finetune-epochs", "1", NULL});
+    assert_int_equal(fed_sim_run(&sc, train, test, pool, 1e6, NULL, NULL, NULL, NULL),
+                     FED_ERR_SPEC);
+    fed_test_log_has("--finetune-epochs fine-tunes the models --personal-eval scores: give both");
+    scenario(&sc, (const char *[]){"role", "peer", "strategy", "scaffold", NULL});
+    assert_int_equal(fed_sim_run(&sc, train, test, pool, 1e6, NULL, NULL, NULL, NULL),
+                     FED_ERR_SPEC);
+    fed_test_log_has("--strategy is the aggregator's: peers merge by --mixing");
+    fed_test_log_default();
     for (int k = 0; k < 4; k++) {
         static const char *const clash[][2] = {{"local-layers", "2.*"}, {"ditto-lambda", "0.1"},
                                                {"finetune-epochs", "1"}, {"lr-schedule", "cosine"}};
@@ -715,6 +752,28 @@ static void test_run_role_checks(void **state)
                                       "--local-bn"),
                      2);
     assert_non_null(strstr(out, "run: --local-layers and --local-bn are an aggregator's"));
+    /* a site's own scoring is a client's; fine-tuning is for it; the
+       strategy is the aggregator's: none silently ignored */
+    assert_int_equal(fed_test_run_cli(fed_cli_run, out, sizeof out, 3, "--role", "aggregator",
+                                      "--personal-eval"),
+                     2);
+    assert_non_null(strstr(out, "run: --personal-eval and --finetune-epochs are a client's"));
+    assert_int_equal(fed_test_run_cli(fed_cli_run, out, sizeof out, 6, "--role", "client",
+                                      "--aggregator", "tcp://127.0.0.1:1", "--finetune-epochs",
+                                      "2"),
+                     2);
+    assert_non_null(strstr(out, "run: --finetune-epochs 2 fine-tunes the model --personal-eval "
+                                "scores: give --personal-eval too"));
+    assert_int_equal(fed_test_run_cli(fed_cli_run, out, sizeof out, 4, "--role", "peer",
+                                      "--strategy", "median"),
+                     2);
+    assert_non_null(strstr(out, "run: --strategy is the aggregator's setting (peers merge by "
+                                "--mixing)"));
+    assert_int_equal(fed_test_run_cli(fed_cli_run, out, sizeof out, 6, "--role", "client",
+                                      "--aggregator", "tcp://127.0.0.1:1", "--strategy",
+                                      "scaffold"),
+                     2);
+    assert_non_null(strstr(out, "run: --strategy is the aggregator's setting"));
     /* a client with --secagg (and its own floor, which it enforces) goes on
        (to its missing key) */
     assert_int_equal(fed_test_run_cli(fed_cli_run, out, sizeof out, 9, "--role", "client",
@@ -934,6 +993,8 @@ static void test_bad_specs(void **state)
                                     /* a glob naming no tensor; every tensor kept */
                                     {"local-layers", "fc3.*", "model", "mlp:16"},
                                     {"local-layers", "0.*", "model", "logreg"},
+                                    /* FedBN of a model with no norm layer */
+                                    {"local-bn", "true", "model", "mlp:16"},
                                    /* a strategy's own segment outside DP-FedAvg's
                                       noise, or merged one stale delta at a time */
                                    {"strategy", "scaffold", "mode", "async"},
@@ -972,6 +1033,7 @@ int main(void)
         cmocka_unit_test(test_personalized_fedbn),
         cmocka_unit_test(test_no_crypto_same_model),
         cmocka_unit_test(test_diverged_stops),
+        cmocka_unit_test(test_untrainable_model_stops),
         cmocka_unit_test(test_shard_samples_said),
         cmocka_unit_test(test_byzantine_signflip),
         cmocka_unit_test(test_faults_heal),

@@ -170,7 +170,7 @@ static void test_spec_grammar(void **state)
 {
     world *w = *state;
     static const char *good[] = {
-        "fedavg", "fedavgm", "fedavgm:0.5", "fedavgm:0,2", "fedprox:0", "fedprox:0.01",
+        "fedavg", "fedavgm", "fedavgm:0.5", "fedavgm:0,2", "fedprox:0", "fedprox:0.01", "fedprox:1000",
         "fedadam", "fedyogi:0.1", "fedadagrad:0.1,0.8,0.9,0.01", "median", "trimmed:0",
         "trimmed:0.49", "krum:0", "krum:3", "multikrum:2,5", "bulyan:1", "clip:10+median",
         "clip:0.5+fedadam:0.03", "clip:1e3+multikrum:1,2", "fednova", "scaffold",
@@ -182,7 +182,7 @@ static void test_spec_grammar(void **state)
         "multikrum:2", "multikrum:2,0", "bulyan:x", "clip:0+fedavg", "clip:-1+fedavg",
         "clip:10", "clip:10+", "clip:1+clip:2+median", "fedadam:0.1,1.0", "fedadam:0",
         "fedadam:1,0.9,0.99,0", "fedadam:1,2,3,4,5", "median ", " median", "nope",
-        "fedavgm:nan", "fedavgm:1", "fedadam:inf", "fedprox:0.1x", "median+clip:1",
+        "fedavgm:nan", "fedavgm:1", "fedadam:inf", "fedprox:0.1x", "fedprox:1000.5", "fedprox:4e38", "median+clip:1",
         "krum:", "multikrum:1,,2", "fednova:1", "scaffold:0", "scaffold:-1", "scaffold:1,2",
     };
     fed_merge *m = NULL;

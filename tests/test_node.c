@@ -2599,28 +2599,55 @@ static void test_dp_sgd_statistics_declined(void **state)
 }
 
 /* The aggregator decides which tensors stay: a client whose own
- * --local-layers says otherwise declines every round at once (LEAVE
- * FED_ERR_LOCAL_MISMATCH, recorded, said at warning level), and the rounds
- * merge the three others. */
+ * --local-layers says otherwise declines round 1 at once (LEAVE
+ * FED_ERR_LOCAL_MISMATCH, recorded, said at warning level) and is parked:
+ * it is drawn for no later round (asking again would change nothing), and
+ * the rounds merge the three others. */
 static void test_local_layers_mismatch(void **state)
 {
     const fixture *fx = *state;
     scen_opts o = {.clients = 4, .spec = "mlp:16", .per_client = 100, .rounds = 2,
                    .min_clients = 3, .deadline_ms = 600000, .seed = 5, .odd_client = 3,
                    .local_layers = "2.*", .odd_local = "0.*"};
+    contrib_q q;
     scen s;
 
     fed_test_need_fashion(fx->train != NULL);
     fed_test_log_capture(FED_LOG_WARN);
     run_declines(&s, fx, &o, 0);
     fed_test_log_has("the aggregator keeps local --local-layers '2.*', this client '0.*'");
+    fed_test_log_has("(FED_ERR_LOCAL_MISMATCH); it takes part in no round until it restarts");
     fed_test_log_default();
-    for (uint64_t r = 1; r <= 2; r++) {
-        contrib_q q = contribution(&s, r, s.cl[2]);
+    q = contribution(&s, 1, s.cl[2]);
+    assert_int_equal(q.accepted, 0);
+    assert_non_null(strstr(q.reason, "LOCAL_MISMATCH"));
+    q = contribution(&s, 2, s.cl[2]);
+    assert_int_equal(q.accepted, -1); /* parked: not drawn */
+    assert_false(delta_from(&s, 2, s.cl[2]));
+    scen_free(&s);
+}
 
-        assert_int_equal(q.accepted, 0);
-        assert_non_null(strstr(q.reason, "LOCAL_MISMATCH"));
-    }
+/* The same mismatch where the federation needs every client (min_clients
+ * 4 of 4): once the odd client is parked too few can take part, and the
+ * run stops with FED_ERR_TOO_FEW_CLIENTS rather than starting round 1
+ * again at each deadline, forever. */
+static void test_local_layers_mismatch_stops(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 4, .spec = "mlp:16", .per_client = 100, .rounds = 2,
+                   .min_clients = 4, .deadline_ms = 20000, .seed = 5, .odd_client = 3,
+                   .local_layers = "2.*", .odd_local = "0.*"};
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    fed_test_log_capture(FED_LOG_ERROR);
+    scen_build(&s, fx, &o);
+    scen_run(&s, 600000);
+    fed_test_log_has("only 3 clients can still take part (1 declined for settings that differ "
+                     "from the aggregator's), fewer than --min-clients 4: stopping the run");
+    fed_test_log_default();
+    assert_int_equal(fed_node_failed(fed_sim_host_node(s.agg)), FED_ERR_TOO_FEW_CLIENTS);
+    assert_int_equal(s.commits[1], 0);
     scen_free(&s);
 }
 
@@ -2890,6 +2917,7 @@ int main(void)
         cmocka_unit_test(test_local_layers_stay),
         cmocka_unit_test(test_dp_statistics_stay),
         cmocka_unit_test(test_local_layers_mismatch),
+        cmocka_unit_test(test_local_layers_mismatch_stops),
         cmocka_unit_test(test_dp_sgd_statistics_declined),
         cmocka_unit_test(test_segments_mismatch_refused),
         cmocka_unit_test(test_fednova_unequal_steps),
