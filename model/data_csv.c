@@ -275,6 +275,53 @@ static fed_err parse_label(const char *f, size_t flen, int32_t *y, const char **
     return FED_OK;
 }
 
+typedef struct csv_name {
+    const char *p;
+    size_t len, col; /* col 1-based */
+} csv_name;
+
+/* By name, then by column. */
+static int colname_cmp(const void *a, const void *b)
+{
+    const csv_name *x = a, *y = b;
+    int c = memcmp(x->p, y->p, x->len < y->len ? x->len : y->len);
+
+    if (c)
+        return c;
+    if (x->len != y->len)
+        return x->len < y->len ? -1 : 1;
+    return x->col < y->col ? -1 : x->col > y->col;
+}
+
+/* The header's ncols names are distinct: else the first name met again
+ * (reading left to right) is refused with both its columns. */
+static fed_err unique_names(const csv_line *l, const char *name, size_t ncols)
+{
+    const char *p = l->p, *end = l->p + l->len;
+    csv_name *v = fed_malloc(ncols * sizeof *v);
+    size_t again = 0;
+    fed_err err = FED_OK;
+
+    if (!v)
+        return FED_ERR_NOMEM;
+    for (size_t col = 0; col < ncols; col++) {
+        next_field(&p, end, &v[col].p, &v[col].len);
+        v[col].col = col + 1;
+    }
+    qsort(v, ncols, sizeof *v, colname_cmp);
+    for (size_t i = 1; i < ncols; i++)
+        if (v[i].len == v[i - 1].len && memcmp(v[i].p, v[i - 1].p, v[i].len) == 0 &&
+            (!again || v[i].col < v[again].col))
+            again = i;
+    if (again)
+        err = csv_fail(FED_ERR_FORMAT, name, l->lineno, v[again].col,
+                       "column name '%.*s' appears twice: columns %zu and %zu",
+                       (int)(v[again].len > 40 ? 40 : v[again].len), v[again].p,
+                       v[again - 1].col, v[again].col);
+    fed_free(v);
+    return err;
+}
+
 /* Header: find the label column (0-based) and count the columns. */
 static fed_err parse_header(const csv_line *l, const char *name, const char *label_col,
                             size_t *ncols, size_t *label_at)
@@ -310,7 +357,7 @@ static fed_err parse_header(const csv_line *l, const char *name, const char *lab
         return csv_fail(FED_ERR_FORMAT, name, l->lineno, 0, "no feature columns");
     *ncols = col;
     *label_at = found - 1;
-    return FED_OK;
+    return unique_names(l, name, col);
 }
 
 /* One data row into x (features) and y; *missing counts its empty or NA

@@ -910,6 +910,26 @@ static void test_csv_rejects(void **state)
     expect_csv("a,label\n1,+1\n", FED_ERR_NOT_NUMERIC, ":2: column 2");
     expect_csv("a,b\n1,0\n", FED_ERR_NOTFOUND, "no column named 'label'");
     expect_csv("label,a,label\n1,0,1\n", FED_ERR_FORMAT, "appears twice");
+    /* A feature's name twice would make --categorical NAME ambiguous: the
+     * first name met again is refused with both its columns. */
+    expect_csv("a,a,label\n1,2,0\n", FED_ERR_FORMAT,
+               "<csv buffer>:1: column 2: column name 'a' appears twice: columns 1 and 2");
+    expect_csv("a,b,c,b,a,label\n1,2,3,4,5,0\n", FED_ERR_FORMAT,
+               ":1: column 4: column name 'b' appears twice: columns 2 and 4");
+    expect_csv(" x ,y,x\t,label\n1,2,3,0\n", FED_ERR_FORMAT, /* blanks trimmed, as read */
+               ":1: column 3: column name 'x' appears twice: columns 1 and 3");
+    {
+        fed_csv_opts o = { .categorical = "a" };
+        fed_dataset *d = (fed_dataset *)1;
+        const char *t = "a,a,label\nx,1,0\n";
+
+        fed_test_log_reset();
+        assert_err(fed_data_parse_csv(t, strlen(t), &o, &d), FED_ERR_FORMAT);
+        assert_null(d);
+        fed_test_log_has("column name 'a' appears twice: columns 1 and 2");
+    }
+    /* names that share a prefix are distinct */
+    fed_data_free(csv_ok("a,ab,b,label\n1,2,3,0\n4,5,6,1\n", NULL));
     expect_csv("a,,label\n1,2,0\n", FED_ERR_FORMAT, ":1: column 2: empty column name");
     expect_csv("label\n1\n", FED_ERR_FORMAT, "no feature columns");
     expect_csv("a,label\n", FED_ERR_TRUNCATED, "no data rows");
