@@ -105,7 +105,8 @@ typedef struct fed_csv_opts {
     const char *stats_path;   /* NULL: compute from this file */
     /* Categorical columns: NULL or "" none (strict: every feature numeric),
      * "auto" every column with a cell that is not a number (each reported
-     * at info level), else a comma-separated list of column names (one not
+     * at info level where the training split is read, at debug level where
+     * the test split reads the training file again), else a comma-separated list of column names (one not
      * in the header is FED_ERR_NOTFOUND). Such a column's cell becomes
      * 1 + SipHash-2-4(FED_CSV_HASH_KEY, cell) % (hash_buckets - 1), a
      * missing cell bucket 0: the same id at every site, no vocabulary. */
@@ -244,7 +245,12 @@ void fed_data_fit_image(const uint8_t *src, int sw, int sh, int c, uint8_t *dst,
 /* The CSV part of fed_data_open: for train, path itself; for test, the
  * sibling "X.test.csv" of "X.csv" when it exists, standardized with the
  * training file's statistics (or opts->stats_path), else path again (a note
- * is logged). opts may be NULL (label column "label", own statistics). */
+ * is logged). The sibling must have the training file's header, column for
+ * column (else FED_ERR_SHAPE, naming both files and the first column that
+ * differs), and only its classes (a label beyond them is a bad row:
+ * FED_ERR_RANGE, or skipped with skip_bad_rows); it takes the training
+ * file's categorical columns. opts may be NULL (label column "label", own
+ * statistics). */
 FED_WUR fed_err fed_data_open_csv(const char *path, int train, const fed_csv_opts *opts,
                                   fed_dataset **out);
 /* Per-feature mean and std (population; std 0 -> 1) of a CSV file's raw

@@ -41,7 +41,21 @@ typedef struct csv_mode {
     int buckets;
     int skip;
     int regression; /* the label a number (fed_csv_opts.regression) */
+    fed_log_level detect; /* --categorical auto's lines */
 } csv_mode;
+
+/* A read besides its options: a test file's training file (its name, its
+ * categorical columns by feature or NULL, its features and classes; name
+ * NULL: the file is no test file), and whether --categorical auto's lines
+ * are kept to debug level (a file read again, once its training split
+ * said them: the test split's, its statistics'). */
+typedef struct csv_ctx {
+    const char *train_name;
+    const uint8_t *train_cat;
+    size_t train_features;
+    int train_classes;
+    int quiet;
+} csv_ctx;
 
 typedef struct csv_line {
     const char *p;
@@ -53,6 +67,17 @@ typedef struct csv_cursor {
     const char *buf;
     size_t len, pos, lineno;
 } csv_cursor;
+
+/* A cursor at buf's first line, past a UTF-8 byte-order mark (as
+ * spreadsheets write). */
+static csv_cursor csv_start(const char *buf, size_t len)
+{
+    csv_cursor c = { buf, len, 0, 0 };
+
+    if (len >= 3 && memcmp(buf, "\xef\xbb\xbf", 3) == 0)
+        c.pos = 3;
+    return c;
+}
 
 /* The next line; 0 at the end. A final '\n' does not start an empty line. */
 static int next_line(csv_cursor *c, csv_line *l)
@@ -487,7 +512,7 @@ static void cats_detect(csv_cursor c, const char *name, size_t ncols, const csv_
             if (col != m->label_at && !cat_col[col] && !is_missing(f, flen) &&
                 !memchr(f, '"', flen) && parse_number(f, flen, &v, &why) == FED_ERR_NOT_NUMERIC) {
                 cat_col[col] = 1;
-                fed_log(FED_LOG_INFO, "%s:%zu: column %zu is categorical ('%.*s' is not a number)",
+                fed_log(m->detect, "%s:%zu: column %zu is categorical ('%.*s' is not a number)",
                         name, l.lineno, col + 1, (int)(flen > 40 ? 40 : flen), f);
             }
             col++;
@@ -496,22 +521,27 @@ static void cats_detect(csv_cursor c, const char *name, size_t ncols, const csv_
 }
 
 /* The categorical columns of opts (or, for a test file, the training
- * file's, force: by feature) as a mask by column; NULL when none. */
+ * file's, by feature: never detected anew) as a mask by column; NULL when
+ * none. */
 static fed_err cats_resolve(const csv_line *head, csv_cursor rows, const char *name,
-                            const fed_csv_opts *opts, const uint8_t *force, size_t nforce,
-                            size_t ncols, csv_mode *m)
+                            const fed_csv_opts *opts, const csv_ctx *ctx, size_t ncols,
+                            csv_mode *m)
 {
     const char *list = opts ? opts->categorical : NULL;
+    const uint8_t *force = ctx && ctx->train_name ? ctx->train_cat : NULL;
     size_t any = 0;
     fed_err err = FED_OK;
 
     m->cat_col = NULL;
     m->buckets = buckets_of(opts);
+    if (ctx && ctx->train_name && !force)
+        return FED_OK;
     if (!force && (!list || !*list))
         return FED_OK;
-    if (force && ncols - 1 != nforce) /* the mask is by the training file's features */
+    if (force && ncols - 1 != ctx->train_features) /* the mask is by the training file's features */
         return csv_fail(FED_ERR_SHAPE, name, head->lineno, 0,
-                        "%zu features, the training file has %zu", ncols - 1, nforce);
+                        "%zu features, the training file has %zu", ncols - 1,
+                        ctx->train_features);
     if (m->buckets < 2 || m->buckets > FED_CSV_MAX_BUCKETS)
         return csv_fail(FED_ERR_BAD_VALUE, name, 0, 0, "--hash-buckets %d: want 2..%d",
                         m->buckets, FED_CSV_MAX_BUCKETS);
@@ -536,18 +566,17 @@ static fed_err cats_resolve(const csv_line *head, csv_cursor rows, const char *n
 }
 
 static fed_err parse_raw(const char *buf, size_t len, const char *name, const fed_csv_opts *opts,
-                         const uint8_t *force_cat, size_t nforce, csv_raw *r)
+                         const csv_ctx *ctx, csv_raw *r)
 {
-    csv_cursor c = { buf, len, 0, 0 };
+    csv_cursor c = csv_start(buf, len);
     csv_line l, head;
-    csv_mode m = { 0, NULL, 0, opts && opts->skip_bad_rows, opts && opts->regression };
+    csv_mode m = { 0, NULL, 0, opts && opts->skip_bad_rows, opts && opts->regression,
+                   ctx && ctx->quiet ? FED_LOG_DEBUG : FED_LOG_INFO };
     size_t ncols = 0, rows = 0, i = 0;
     int ok = 1;
     fed_err err;
 
     memset(r, 0, sizeof *r);
-    if (len >= 3 && memcmp(buf, "\xef\xbb\xbf", 3) == 0)
-        c.pos = 3; /* a UTF-8 byte-order mark, as spreadsheets write */
     if (!next_line(&c, &head))
         return csv_fail(FED_ERR_TRUNCATED, name, 0, 0, "empty file, no header");
     err = parse_header(&head, name, label_of(opts), &ncols, &m.label_at);
@@ -566,7 +595,7 @@ static fed_err parse_raw(const char *buf, size_t len, const char *name, const fe
     if (rows > FED_DATA_MAX_SAMPLES)
         return csv_fail(FED_ERR_TOO_LARGE, name, 0, 0, "%zu rows, over the limit of %u", rows,
                         FED_DATA_MAX_SAMPLES);
-    if ((err = cats_resolve(&head, c, name, opts, force_cat, nforce, ncols, &m)) != FED_OK)
+    if ((err = cats_resolve(&head, c, name, opts, ctx, ncols, &m)) != FED_OK)
         return err;
     r->features = ncols - 1;
     r->buckets = m.buckets;
@@ -587,6 +616,11 @@ static fed_err parse_raw(const char *buf, size_t len, const char *name, const fe
 
         err = parse_row(&l, name, ncols, &m, r->x + i * r->features, r->y + i,
                         r->t ? r->t + i : NULL, &miss);
+        if (!err && ctx && ctx->train_name && !m.regression && r->y[i] >= ctx->train_classes)
+            err = row_fail(m.skip, FED_ERR_RANGE, name, l.lineno, m.label_at + 1,
+                           "label %d is not a class of the training file %s (its labels are "
+                           "0 to %d)",
+                           r->y[i], ctx->train_name, ctx->train_classes - 1);
         if (err && m.skip) {
             r->skipped++;
             err = FED_OK;
@@ -805,23 +839,25 @@ static fed_err build(const csv_raw *r, const char *name, const double *mean, con
     return FED_OK;
 }
 
-/* Parse buf (with the training file's categorical columns force_cat, if
- * any), fill its missing cells, then standardize with (mean, sd) if given,
- * else with the stats file of opts, else with its own statistics. */
+/* Parse buf (a test file: ctx's training file's categorical columns and
+ * classes), fill its missing cells, then standardize with (mean, sd) if
+ * given, else with the stats file of opts, else with its own statistics. */
 static fed_err csv_dataset(const char *buf, size_t len, const char *name,
                            const fed_csv_opts *opts, const double *mean, const double *sd,
-                           const uint8_t *force_cat, size_t want_features, int min_classes,
-                           fed_dataset **out)
+                           const csv_ctx *ctx, fed_dataset **out)
 {
+    int test = ctx && ctx->train_name;
+    size_t want_features = test ? ctx->train_features : 0;
+    int min_classes = test ? ctx->train_classes : 0;
     csv_raw r;
     double *m = NULL, *s = NULL;
     fed_err err;
 
     *out = NULL;
-    err = parse_raw(buf, len, name, opts, force_cat, want_features, &r);
+    err = parse_raw(buf, len, name, opts, ctx, &r);
     if (err)
         return err;
-    if (mean && r.features != want_features) {
+    if (test && r.features != want_features) {
         err = csv_fail(FED_ERR_SHAPE, name, 0, 0, "%zu features, the training file has %zu",
                        r.features, want_features);
         goto out;
@@ -855,10 +891,11 @@ out:
 fed_err fed_data_parse_csv(const char *buf, size_t len, const fed_csv_opts *opts,
                            fed_dataset **out)
 {
-    return csv_dataset(buf, len, "<csv buffer>", opts, NULL, NULL, NULL, 0, 0, out);
+    return csv_dataset(buf, len, "<csv buffer>", opts, NULL, NULL, NULL, out);
 }
 
-fed_err fed_data_load_csv(const char *path, const fed_csv_opts *opts, fed_dataset **out)
+static fed_err csv_load(const char *path, const fed_csv_opts *opts, const csv_ctx *ctx,
+                        fed_dataset **out)
 {
     uint8_t *buf = NULL;
     size_t len = 0;
@@ -867,10 +904,18 @@ fed_err fed_data_load_csv(const char *path, const fed_csv_opts *opts, fed_datase
     *out = NULL;
     err = fed_data_read_file(path, FED_DATA_MAX_BYTES, &buf, &len);
     if (!err)
-        err = csv_dataset((const char *)buf, len, path, opts, NULL, NULL, NULL, 0, 0, out);
+        err = csv_dataset((const char *)buf, len, path, opts, NULL, NULL, ctx, out);
     fed_free(buf);
     return err;
 }
+
+fed_err fed_data_load_csv(const char *path, const fed_csv_opts *opts, fed_dataset **out)
+{
+    return csv_load(path, opts, NULL, out);
+}
+
+/* A file read again (its training split said what auto found). */
+static const csv_ctx csv_again = { .quiet = 1 };
 
 /* A CSV file's raw values (missing cells NaN, not filled). */
 static fed_err read_raw(const char *path, const fed_csv_opts *opts, csv_raw *r)
@@ -881,9 +926,20 @@ static fed_err read_raw(const char *path, const fed_csv_opts *opts, csv_raw *r)
 
     if (err)
         return err;
-    err = parse_raw((const char *)buf, len, path, opts, NULL, 0, r);
+    err = parse_raw((const char *)buf, len, path, opts, &csv_again, r);
     fed_free(buf);
     return err;
+}
+
+/* The statistics a file standardizes with when it brings its own: its
+ * missing cells filled (with opts' fill, else its means), then its
+ * features' means and stds. */
+static fed_err raw_stats(csv_raw *r, const char *name, const fed_csv_opts *opts, double **mean,
+                         double **std)
+{
+    fed_err err = fill_missing(r, name, opts ? opts->fill : NULL);
+
+    return err ? err : own_stats(r, mean, std);
 }
 
 fed_err fed_data_csv_stats(const char *path, const fed_csv_opts *opts, double **mean,
@@ -896,9 +952,7 @@ fed_err fed_data_csv_stats(const char *path, const fed_csv_opts *opts, double **
     *features = 0;
     if ((err = read_raw(path, opts, &r)) != FED_OK)
         return err;
-    err = fill_missing(&r, path, opts ? opts->fill : NULL);
-    if (!err)
-        err = own_stats(&r, mean, std);
+    err = raw_stats(&r, path, opts, mean, std);
     if (!err)
         *features = r.features;
     raw_free(&r);
@@ -987,56 +1041,93 @@ static int test_sibling(const char *path, char *out, size_t size)
     return 1;
 }
 
+/* A column's name in a message: quoted, or "no column". */
+static const char *col_said(char *buf, size_t cap, const char *f, size_t flen)
+{
+    if (!f)
+        return "no column";
+    snprintf(buf, cap, "'%.*s'", (int)(flen > 40 ? 40 : flen), f);
+    return buf;
+}
+
+/* A test file's header (buf, name) is its training file's (tbuf, tname)
+ * column for column: the first column that differs is refused, naming
+ * both files (columns are matched by place, never reordered by name). An
+ * empty test file is left to the parse proper. */
+static fed_err same_header(const char *tbuf, size_t tlen, const char *tname, const char *buf,
+                           size_t len, const char *name)
+{
+    csv_cursor tc = csv_start(tbuf, tlen), c = csv_start(buf, len);
+    csv_line th, h;
+    const char *tp, *tend, *p, *end;
+    char said[2][48];
+    size_t col = 0;
+    int tmore = 1, more = 1;
+
+    if (!next_line(&tc, &th) || !next_line(&c, &h) || h.len == 0)
+        return FED_OK;
+    tp = th.p, tend = th.p + th.len, p = h.p, end = h.p + h.len;
+    while (tmore || more) {
+        const char *tf = NULL, *f = NULL;
+        size_t tflen = 0, flen = 0;
+
+        col++;
+        if (tmore)
+            tmore = next_field(&tp, tend, &tf, &tflen);
+        if (more)
+            more = next_field(&p, end, &f, &flen);
+        if (!tf || !f || tflen != flen || memcmp(tf, f, flen) != 0)
+            return csv_fail(FED_ERR_SHAPE, name, h.lineno, col,
+                            "%s where the training file %s has %s (a test file has its "
+                            "training file's header)",
+                            col_said(said[0], sizeof said[0], f, flen), tname,
+                            col_said(said[1], sizeof said[1], tf, tflen));
+    }
+    return FED_OK;
+}
+
 fed_err fed_data_open_csv(const char *path, int train, const fed_csv_opts *opts,
                           fed_dataset **out)
 {
     char sib[4096];
     struct stat st;
-    uint8_t *buf = NULL;
-    size_t len = 0, features = 0;
+    uint8_t *tbuf = NULL, *buf = NULL;
+    size_t tlen = 0, len = 0;
     double *mean = NULL, *sd = NULL;
-    fed_dataset *tr = NULL;
-    fed_csv_opts strict;
+    csv_raw tr;
+    csv_ctx ctx;
     fed_err err;
 
     *out = NULL;
+    memset(&tr, 0, sizeof tr);
     if (train)
         return fed_data_load_csv(path, opts, out);
     if (!test_sibling(path, sib, sizeof sib) || stat(sib, &st) != 0 || !S_ISREG(st.st_mode)) {
         fed_log(FED_LOG_INFO, "%s: no separate test file (X.test.csv): testing on the training "
                               "data",
                 path);
-        return fed_data_load_csv(path, opts, out);
+        return csv_load(path, opts, &csv_again, out);
     }
-    /* The test file is standardized like the training file and has at
-     * least its classes. */
-    err = fed_data_load_csv(path, opts, &tr);
+    /* The test file has the training file's header, categorical columns
+     * (never detected anew) and classes, and is standardized like it. */
+    err = fed_data_read_file(path, FED_DATA_MAX_BYTES, &tbuf, &tlen);
+    if (!err)
+        err = parse_raw((const char *)tbuf, tlen, path, opts, &csv_again, &tr);
+    if (!err && !(opts && (opts->stats_path || opts->stats_mean)))
+        err = raw_stats(&tr, path, opts, &mean, &sd);
+    if (!err)
+        err = fed_data_read_file(sib, FED_DATA_MAX_BYTES, &buf, &len);
+    if (!err)
+        err = same_header((const char *)tbuf, tlen, path, (const char *)buf, len, sib);
     if (err)
         goto out;
-    if (!(opts && (opts->stats_path || opts->stats_mean))) {
-        err = fed_data_csv_stats(path, opts, &mean, &sd, &features);
-        if (err)
-            goto out;
-    }
-    err = fed_data_read_file(sib, FED_DATA_MAX_BYTES, &buf, &len);
-    if (err)
-        goto out;
-    /* The test file's categorical columns are the training file's, never
-     * detected anew. */
-    if (opts && !tr->categorical) {
-        strict = *opts;
-        strict.categorical = NULL;
-        opts = &strict;
-    }
-    err = csv_dataset((const char *)buf, len, sib, opts, mean, sd, tr->categorical,
-                      tr->features, tr->shape.classes, out);
-    if (!err && (*out)->shape.classes > tr->shape.classes)
-        fed_log(FED_LOG_WARN, "%s: has labels up to %d, the training file only up to %d", sib,
-                (*out)->shape.classes - 1, tr->shape.classes - 1);
+    ctx = (csv_ctx){ path, tr.cat, tr.features, tr.classes, 1 };
+    err = csv_dataset((const char *)buf, len, sib, opts, mean, sd, &ctx, out);
 out:
     fed_free(buf);
+    fed_free(tbuf);
     fed_free(mean);
     fed_free(sd);
-    fed_data_free(tr);
+    raw_free(&tr);
     return err;
 }

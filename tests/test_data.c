@@ -1192,6 +1192,22 @@ static void test_csv_regression(void **state)
 }
 
 /* The test file takes the training file's categorical columns. */
+/* tr = DIR/NAME.csv holding train, te = DIR/NAME.test.csv holding test
+ * (each of cap bytes; test NULL: not written). */
+static void write_csv_pair(char *tr, char *te, size_t cap, const char *name, const char *train,
+                           const char *test)
+{
+    char base[256];
+
+    snprintf(base, sizeof base, "%s.csv", name);
+    fed_test_path(tr, cap, base);
+    snprintf(base, sizeof base, "%s.test.csv", name);
+    fed_test_path(te, cap, base);
+    write_text(tr, train);
+    if (test)
+        write_text(te, test);
+}
+
 static void test_csv_categorical_split(void **state)
 {
     char tr[1024], te[1024];
@@ -1199,10 +1215,8 @@ static void test_csv_categorical_split(void **state)
     fed_dataset *d = NULL;
 
     (void)state;
-    fed_test_path(tr, sizeof tr, "c.csv");
-    fed_test_path(te, sizeof te, "c.test.csv");
-    write_text(tr, "k,v,label\nx,1,0\ny,2,1\n");
-    write_text(te, "k,v,label\n7,1,0\n,3,1\n");
+    write_csv_pair(tr, te, sizeof tr, "c", "k,v,label\nx,1,0\ny,2,1\n",
+                   "k,v,label\n7,1,0\n,3,1\n");
     assert_err(fed_data_open_csv(te, 1, &o, &d), FED_OK); /* alone: nothing categorical */
     assert_null(d->categorical);
     fed_data_free(d);
@@ -1213,13 +1227,121 @@ static void test_csv_categorical_split(void **state)
     assert_true(d->x_f32[2] == 0.0f);
     assert_int_equal(d->missing, 1);
     fed_data_free(d);
-    /* a test file wider than the training file: refused before the training
-       file's categorical mask (one entry a training feature) is read past its end */
+    /* a test file wider than the training file: refused by its header before
+       the training file's categorical mask (one entry a training feature) is
+       read past its end */
     write_text(te, "k,v,w,x,y,z,label\n7,1,2,3,4,5,0\n8,3,2,1,0,9,1\n");
     d = NULL;
     assert_err(fed_data_open_csv(tr, 0, &o, &d), FED_ERR_SHAPE);
     assert_null(d);
-    assert_non_null(strstr(fed_test_log_last(), ".test.csv:1: 6 features, the training file has 2"));
+    assert_non_null(strstr(fed_test_log_last(), ".test.csv:1: column 3: 'w' where the training "
+                                                "file"));
+    /* auto's lines are said once, by the training split: opening the test
+       split (which reads the training file again for its columns and
+       statistics) keeps them to debug level */
+    write_text(te, "k,v,label\n7,1,0\n,3,1\n");
+    fed_test_log_capture(FED_LOG_INFO);
+    assert_err(fed_data_open_csv(tr, 1, &o, &d), FED_OK);
+    fed_data_free(d);
+    assert_err(fed_data_open_csv(tr, 0, &o, &d), FED_OK);
+    fed_data_free(d);
+    unlink(te); /* no test file: the training file tested, read again */
+    assert_err(fed_data_open_csv(tr, 0, &o, &d), FED_OK);
+    fed_data_free(d);
+    assert_int_equal(fed_test_log_count("c.csv:2: column 1 is categorical ('x' is not a number)",
+                                        ""),
+                     1);
+    assert_int_equal(fed_test_log_count("is categorical", ""), 1);
+    fed_test_log_capture(FED_LOG_DEBUG);
+}
+
+/* A test file has its training file's header, column for column: a header
+ * reordered, renamed, narrower or wider is refused naming both files and
+ * the first column that differs (columns are never matched by name). */
+static void test_csv_test_header(void **state)
+{
+    char tr[1024], te[1024], want[1200];
+    fed_dataset *d = NULL;
+    static const struct {
+        const char *head, *here, *there; /* the differing column, here and in h.csv */
+    } bad[] = {
+        { "b,a,label", "column 1: 'b'", "'a'" },
+        { "x,y,label", "column 1: 'x'", "'a'" },
+        { "a,B,label", "column 2: 'B'", "'b'" },
+        { "a,label,b", "column 2: 'label'", "'b'" },
+        { "a,b", "column 3: no column", "'label'" },
+        { "a,b,label,c", "column 4: 'c'", "no column" },
+    };
+
+    (void)state;
+    write_csv_pair(tr, te, sizeof tr, "h", "a,b,label\n1,10,0\n3,30,1\n", NULL);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[128];
+
+        snprintf(text, sizeof text, "%s\n1,2,0\n", bad[i].head);
+        write_text(te, text);
+        fed_test_log_reset();
+        d = (fed_dataset *)1;
+        assert_err(fed_data_open_csv(tr, 0, NULL, &d), FED_ERR_SHAPE);
+        assert_null(d);
+        fed_test_log_has("h.test.csv:1: ");
+        snprintf(want, sizeof want, "%s where the training file %s has %s", bad[i].here, tr,
+                 bad[i].there);
+        fed_test_log_has(want);
+        fed_test_log_has("(a test file has its training file's header) (FED_ERR_SHAPE)");
+    }
+    /* the same header, with a byte-order mark, blanks and CRLF: taken, and
+       standardized with the training file's statistics */
+    write_text(te, "\xef\xbb\xbf a ,b\t, label\r\n5,10,1\r\n");
+    assert_err(fed_data_open_csv(tr, 0, NULL, &d), FED_OK);
+    assert_int_equal(d->n, 1);
+    assert_true(d->x_f32[0] == 3.0f && d->x_f32[1] == -1.0f); /* (5-2)/1, (10-20)/10 */
+    fed_data_free(d);
+}
+
+/* A test file may not add classes: a row whose label the training file
+ * lacks refuses the test file at load, naming the file, the line and the
+ * label (not, after training, a bare shape mismatch); with
+ * --skip-bad-rows it is a bad row, skipped and counted. */
+static void test_csv_test_classes(void **state)
+{
+    char tr[1024], te[1024], want[1200];
+    fed_csv_opts o = { .skip_bad_rows = 1 };
+    fed_dataset *d = NULL;
+
+    (void)state;
+    write_csv_pair(tr, te, sizeof tr, "k", "a,b,label\n1,2,0\n3,4,1\n5,6,0\n7,8,1\n",
+                   "a,b,label\n1,2,0\n3,4,1\n1,2,5\n");
+    fed_test_log_reset();
+    d = (fed_dataset *)1;
+    assert_err(fed_data_open_csv(tr, 0, NULL, &d), FED_ERR_RANGE);
+    assert_null(d);
+    snprintf(want, sizeof want,
+             "k.test.csv:4: column 3: label 5 is not a class of the training file %s (its "
+             "labels are 0 to 1)",
+             tr);
+    fed_test_log_has(want);
+    assert_int_equal(fed_test_log_count("shape mismatch", ""), 0);
+    /* skipped with --skip-bad-rows: the classes stay the training file's */
+    fed_test_log_reset();
+    assert_err(fed_data_open_csv(tr, 0, &o, &d), FED_OK);
+    assert_int_equal(d->n, 2);
+    assert_int_equal(d->skipped, 1);
+    assert_int_equal(d->shape.classes, 2);
+    fed_test_log_has("k.test.csv: 1 bad rows skipped");
+    fed_data_free(d);
+    /* fewer classes than the training file is fine: they keep its count */
+    write_text(te, "a,b,label\n1,2,0\n");
+    assert_err(fed_data_open_csv(tr, 0, NULL, &d), FED_OK);
+    assert_int_equal(d->shape.classes, 2);
+    fed_data_free(d);
+    /* a regression's targets are no classes */
+    o = (fed_csv_opts){ .regression = 1 };
+    write_text(tr, "a,label\n1,0.5\n2,1.5\n");
+    write_text(te, "a,label\n1,7.25\n");
+    assert_err(fed_data_open_csv(tr, 0, &o, &d), FED_OK);
+    assert_true(d->y_f32[0] == 7.25f);
+    fed_data_free(d);
 }
 
 /* Bad rows: refused by PATH:LINE, or skipped and counted. */
@@ -1344,7 +1466,7 @@ static void test_csv_open(void **state)
     fed_test_log_reset();
     assert_err(fed_data_open(csv, 0, &te), FED_ERR_SHAPE);
     assert_null(te);
-    fed_test_log_has("d.test.csv: 2 features, the training file has 1");
+    fed_test_log_has("d.test.csv:1: column 2: 'g' where the training file");
     fed_data_free(tr);
 }
 
@@ -1956,6 +2078,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_csv_categorical_split, setup, teardown),
         cmocka_unit_test_setup_teardown(test_csv_bad_rows, setup, teardown),
         cmocka_unit_test_setup_teardown(test_csv_open, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_csv_test_header, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_csv_test_classes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_csv_alloc_sweep, setup, teardown),
         cmocka_unit_test_setup_teardown(test_partition_cover, setup, teardown),
         cmocka_unit_test_setup_teardown(test_partition_seeded, setup, teardown),
