@@ -35,23 +35,50 @@ static int data_write_idx(const char *path, int ndim, const uint32_t *dims, cons
 #define GZ_SLACK 4096u
 #define log_fail fedi_data_log_fail
 
-fed_err fedi_data_log_fail(fed_err e, const char *name, const char *fmt, ...)
+static fed_err vfail(char *why, size_t cap, fed_err e, const char *name, const char *fmt,
+                     va_list ap) __attribute__((format(printf, 5, 0)));
+
+static fed_err vfail(char *why, size_t cap, fed_err e, const char *name, const char *fmt,
+                     va_list ap)
 {
     char cause[512];
+
+    if (why && cap) {
+        vsnprintf(why, cap, fmt, ap);
+        return e;
+    }
+    vsnprintf(cause, sizeof cause, fmt, ap);
+    fed_log(FED_LOG_ERROR, "%s: %s (%s)", name, cause, fed_errname(e));
+    return e;
+}
+
+fed_err fedi_data_log_fail(fed_err e, const char *name, const char *fmt, ...)
+{
     va_list ap;
 
     va_start(ap, fmt);
-    vsnprintf(cause, sizeof cause, fmt, ap);
+    vfail(NULL, 0, e, name, fmt, ap);
     va_end(ap);
-    fed_log(FED_LOG_ERROR, "%s: %s (%s)", name, cause, fed_errname(e));
+    return e;
+}
+
+fed_err fedi_data_fail(char *why, size_t cap, fed_err e, const char *name, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vfail(why, cap, e, name, fmt, ap);
+    va_end(ap);
     return e;
 }
 
 /* ---- whole-file reads ---- */
 
 /* path opened read-only when it is a regular file of at most max bytes
- * (each failure logged, naming path); *fd closed by the caller. */
-static fed_err open_regular(const char *path, uint64_t max, int *fd, uint64_t *size)
+ * (each failure logged naming path, or said into why as fedi_data_fail
+ * does); *fd closed by the caller. */
+static fed_err open_regular(const char *path, uint64_t max, int *fd, uint64_t *size, char *why,
+                            size_t cap)
 {
     struct stat st;
     char eb[128];
@@ -60,21 +87,31 @@ static fed_err open_regular(const char *path, uint64_t max, int *fd, uint64_t *s
     *fd = open(path, O_RDONLY | O_CLOEXEC);
     if (*fd < 0) {
         e = errno;
-        return log_fail(e == ENOENT ? FED_ERR_NOTFOUND : e == EACCES ? FED_ERR_PERM : FED_ERR_IO,
-                        path, "cannot open: %s", strerror_r(e, eb, sizeof eb));
+        return fedi_data_fail(why, cap,
+                              e == ENOENT ? FED_ERR_NOTFOUND : e == EACCES ? FED_ERR_PERM
+                                                                           : FED_ERR_IO,
+                              path, "cannot open: %s", strerror_r(e, eb, sizeof eb));
     }
     if (fstat(*fd, &st) != 0)
-        return log_fail(FED_ERR_IO, path, "cannot stat: %s", strerror_r(errno, eb, sizeof eb));
+        return fedi_data_fail(why, cap, FED_ERR_IO, path, "cannot stat: %s",
+                              strerror_r(errno, eb, sizeof eb));
     if (!S_ISREG(st.st_mode))
-        return log_fail(FED_ERR_IO, path, "not a regular file");
+        return fedi_data_fail(why, cap, FED_ERR_IO, path, "not a regular file");
     if ((uint64_t)st.st_size > max || (uint64_t)st.st_size > SIZE_MAX - 1)
-        return log_fail(FED_ERR_TOO_LARGE, path, "file of %lld bytes is over the limit of %llu",
-                        (long long)st.st_size, (unsigned long long)max);
+        return fedi_data_fail(why, cap, FED_ERR_TOO_LARGE, path,
+                              "file of %lld bytes is over the limit of %llu",
+                              (long long)st.st_size, (unsigned long long)max);
     *size = (uint64_t)st.st_size;
     return FED_OK;
 }
 
 fed_err fed_data_read_file(const char *path, uint64_t max, uint8_t **buf, size_t *len)
+{
+    return fedi_data_read_file(path, max, buf, len, NULL, 0);
+}
+
+fed_err fedi_data_read_file(const char *path, uint64_t max, uint8_t **buf, size_t *len, char *why,
+                            size_t cap)
 {
     uint8_t *b = NULL;
     uint64_t size = 0;
@@ -85,7 +122,7 @@ fed_err fed_data_read_file(const char *path, uint64_t max, uint8_t **buf, size_t
 
     *buf = NULL;
     *len = 0;
-    if ((err = open_regular(path, max, &fd, &size)) != FED_OK)
+    if ((err = open_regular(path, max, &fd, &size, why, cap)) != FED_OK)
         goto out;
     b = fed_malloc((size_t)size + 1);
     if (!b) {
@@ -98,7 +135,8 @@ fed_err fed_data_read_file(const char *path, uint64_t max, uint8_t **buf, size_t
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0) {
-            err = log_fail(FED_ERR_IO, path, "read failed: %s", strerror_r(errno, eb, sizeof eb));
+            err = fedi_data_fail(why, cap, FED_ERR_IO, path, "read failed: %s",
+                                 strerror_r(errno, eb, sizeof eb));
             goto out;
         }
         if (r == 0)
@@ -229,7 +267,7 @@ static fed_err src_open(idx_src *s, const char *path, uint64_t max)
 
     memset(s, 0, sizeof *s);
     s->name = path;
-    if ((err = open_regular(path, max, &s->fd, &s->file_left)) != FED_OK)
+    if ((err = open_regular(path, max, &s->fd, &s->file_left, NULL, 0)) != FED_OK)
         return err;
     if (!(s->win = fed_malloc(IDX_WINDOW)))
         return FED_ERR_NOMEM;
@@ -591,7 +629,7 @@ static fed_err map_idx(const char *images_path, const char *labels_path, fed_dat
     memset(&si, 0, sizeof si);
     memset(&sl, 0, sizeof sl);
     si.fd = sl.fd = -1;
-    if ((err = open_regular(images_path, FED_DATA_MAX_BYTES + 16, &fd, &size)) != FED_OK)
+    if ((err = open_regular(images_path, FED_DATA_MAX_BYTES + 16, &fd, &size, NULL, 0)) != FED_OK)
         goto out;
     if (size == 0) {
         err = log_fail(FED_ERR_TRUNCATED, images_path, "empty file");

@@ -25,23 +25,27 @@
 #include "model/data_impl.h"
 
 #define log_fail fedi_data_log_fail
+/* A decoding failure about name: said into why (cap bytes) when set, else
+ * logged (the calling function's name, why and cap). */
+#define img_fail(e, ...) fedi_data_fail(why, cap, (e), name, __VA_ARGS__)
 
 static const uint8_t png_magic[8] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n' };
 
 /* ---- decoding ---- */
 
-static fed_err check_size(const char *name, unsigned long w, unsigned long h)
+static fed_err check_size(const char *name, unsigned long w, unsigned long h, char *why,
+                          size_t cap)
 {
     if (w == 0 || h == 0)
-        return log_fail(FED_ERR_FORMAT, name, "image of %lux%lu pixels is empty", w, h);
+        return img_fail(FED_ERR_FORMAT, "image of %lux%lu pixels is empty", w, h);
     if ((unsigned long long)w * h > FED_DATA_IMG_MAX_PIXELS)
-        return log_fail(FED_ERR_TOO_LARGE, name, "image of %lux%lu pixels is over the limit of %u",
-                        w, h, FED_DATA_IMG_MAX_PIXELS);
+        return img_fail(FED_ERR_TOO_LARGE, "image of %lux%lu pixels is over the limit of %u", w,
+                        h, FED_DATA_IMG_MAX_PIXELS);
     return FED_OK;
 }
 
 static fed_err decode_png(const uint8_t *buf, size_t len, const char *name, int c,
-                          uint8_t **pixels, int *w, int *h)
+                          uint8_t **pixels, int *w, int *h, char *why, size_t cap)
 {
     png_image im;
     uint8_t *px = NULL;
@@ -50,8 +54,8 @@ static fed_err decode_png(const uint8_t *buf, size_t len, const char *name, int 
     memset(&im, 0, sizeof im);
     im.version = PNG_IMAGE_VERSION;
     if (!png_image_begin_read_from_memory(&im, buf, len))
-        return log_fail(FED_ERR_FORMAT, name, "bad PNG: %s", im.message);
-    if ((err = check_size(name, im.width, im.height)) != FED_OK)
+        return img_fail(FED_ERR_FORMAT, "bad PNG: %s", im.message);
+    if ((err = check_size(name, im.width, im.height, why, cap)) != FED_OK)
         goto out;
     /* Alpha is composed onto black; 16-bit samples are reduced to 8. */
     im.format = c == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
@@ -60,7 +64,7 @@ static fed_err decode_png(const uint8_t *buf, size_t len, const char *name, int 
         goto out;
     }
     if (!png_image_finish_read(&im, NULL, px, 0, NULL)) {
-        err = log_fail(FED_ERR_FORMAT, name, "bad PNG data: %s", im.message);
+        err = img_fail(FED_ERR_FORMAT, "bad PNG data: %s", im.message);
         goto out;
     }
     *pixels = px;
@@ -134,7 +138,7 @@ typedef struct jpeg_job {
 } jpeg_job;
 
 static fed_err decode_jpeg(const uint8_t *buf, size_t len, const char *name, int c,
-                           uint8_t **pixels, int *w, int *h)
+                           uint8_t **pixels, int *w, int *h, char *why, size_t cap)
 {
     jpeg_job *j = fed_calloc(1, sizeof *j);
     fed_err err = FED_OK;
@@ -146,7 +150,7 @@ static fed_err decode_jpeg(const uint8_t *buf, size_t len, const char *name, int
     j->err.pub.emit_message = jpeg_on_message;
     j->err.pub.output_message = jpeg_quiet;
     if (setjmp(j->err.jump)) {
-        err = log_fail(FED_ERR_FORMAT, name, "bad JPEG: %s", j->err.first);
+        err = img_fail(FED_ERR_FORMAT, "bad JPEG: %s", j->err.first);
         goto out;
     }
     jpeg_create_decompress(&j->ci);
@@ -156,15 +160,15 @@ static fed_err decode_jpeg(const uint8_t *buf, size_t len, const char *name, int
     j->ci.progress = &j->progress;
     jpeg_mem_src(&j->ci, buf, (unsigned long)len);
     if (jpeg_read_header(&j->ci, TRUE) != JPEG_HEADER_OK) {
-        err = log_fail(FED_ERR_FORMAT, name, "bad JPEG: no image");
+        err = img_fail(FED_ERR_FORMAT, "bad JPEG: no image");
         goto out;
     }
-    if ((err = check_size(name, j->ci.image_width, j->ci.image_height)) != FED_OK)
+    if ((err = check_size(name, j->ci.image_width, j->ci.image_height, why, cap)) != FED_OK)
         goto out;
     j->ci.out_color_space = c == 1 ? JCS_GRAYSCALE : JCS_RGB;
     jpeg_start_decompress(&j->ci);
     if (j->ci.output_components != c) {
-        err = log_fail(FED_ERR_FORMAT, name, "JPEG decodes to %d channels, want %d",
+        err = img_fail(FED_ERR_FORMAT, "JPEG decodes to %d channels, want %d",
                        j->ci.output_components, c);
         goto out;
     }
@@ -180,7 +184,7 @@ static fed_err decode_jpeg(const uint8_t *buf, size_t len, const char *name, int
     jpeg_finish_decompress(&j->ci);
     /* libjpeg pads a cut-short file with gray and only warns: refuse it. */
     if (j->err.warnings) {
-        err = log_fail(FED_ERR_FORMAT, name, "corrupt or truncated JPEG: %s", j->err.first);
+        err = img_fail(FED_ERR_FORMAT, "corrupt or truncated JPEG: %s", j->err.first);
         goto out;
     }
     *pixels = j->px;
@@ -195,17 +199,24 @@ out:
     return err;
 }
 
-fed_err fed_data_decode_image(const uint8_t *buf, size_t len, const char *name, int c,
-                              uint8_t **pixels, int *w, int *h)
+/* fed_data_decode_image, its failure said into why when set (else logged). */
+static fed_err decode_image(const uint8_t *buf, size_t len, const char *name, int c,
+                            uint8_t **pixels, int *w, int *h, char *why, size_t cap)
 {
     *pixels = NULL;
     *w = *h = 0;
     assert(c == 1 || c == 3);
     if (len >= sizeof png_magic && memcmp(buf, png_magic, sizeof png_magic) == 0)
-        return decode_png(buf, len, name, c, pixels, w, h);
+        return decode_png(buf, len, name, c, pixels, w, h, why, cap);
     if (len >= 3 && buf[0] == 0xff && buf[1] == 0xd8 && buf[2] == 0xff)
-        return decode_jpeg(buf, len, name, c, pixels, w, h);
-    return log_fail(FED_ERR_MAGIC, name, "neither a PNG nor a JPEG (by its first bytes)");
+        return decode_jpeg(buf, len, name, c, pixels, w, h, why, cap);
+    return img_fail(FED_ERR_MAGIC, "neither a PNG nor a JPEG (by its first bytes)");
+}
+
+fed_err fed_data_decode_image(const uint8_t *buf, size_t len, const char *name, int c,
+                              uint8_t **pixels, int *w, int *h)
+{
+    return decode_image(buf, len, name, c, pixels, w, h, NULL, 0);
 }
 
 /* ---- fitting to the input shape ---- */
@@ -470,17 +481,19 @@ out:
     return err;
 }
 
-/* One file: read (bounded), decode, fit into dst. */
-static fed_err load_one(const char *path, const img_shape *s, uint8_t *dst)
+/* One file: read (bounded), decode, fit into dst; a failure's cause said
+ * into why (cap bytes), unlogged. */
+static fed_err load_one(const char *path, const img_shape *s, uint8_t *dst, char *why,
+                        size_t cap)
 {
     uint8_t *buf = NULL, *px = NULL;
     size_t len = 0;
     int w = 0, h = 0;
     fed_err err;
 
-    err = fed_data_read_file(path, FED_DATA_IMG_MAX_FILE, &buf, &len);
+    err = fedi_data_read_file(path, FED_DATA_IMG_MAX_FILE, &buf, &len, why, cap);
     if (!err)
-        err = fed_data_decode_image(buf, len, path, s->c, &px, &w, &h);
+        err = decode_image(buf, len, path, s->c, &px, &w, &h, why, cap);
     if (!err)
         fed_data_fit_image(px, w, h, s->c, dst, s->w, s->h);
     fed_free(px);
@@ -515,14 +528,19 @@ static fed_err decode_all(const char *dir, const img_shape *s, const img_index *
         size_t had = k;
 
         for (size_t j = 0; j < x->files[i].n; j++) {
+            char why[512] = "";
+
             snprintf(path, sizeof path, "%s/%s/%s", dir, x->classes.v[i], x->files[i].v[j]);
-            err = load_one(path, s, d->x_u8 + k * f);
+            err = load_one(path, s, d->x_u8 + k * f, why, sizeof why);
             if (err == FED_ERR_NOMEM)
                 goto out;
-            if (err && !s->skip)
+            if (err && !s->skip) {
+                log_fail(err, path, "%s", why);
                 goto out;
-            if (err) {
-                fed_log(FED_LOG_WARN, "data: skipped %s (--skip-bad-images)", path);
+            }
+            if (err) { /* one line: the cause, as a warning */
+                fed_log(FED_LOG_WARN, "%s: %s (%s); skipped (--skip-bad-images)", path, why,
+                        fed_errname(err));
                 d->skipped++;
                 err = FED_OK;
                 continue;

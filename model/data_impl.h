@@ -9,6 +9,13 @@
 /* Logs "NAME: CAUSE (ERRNAME)" at error level and returns e. */
 fed_err fedi_data_log_fail(fed_err e, const char *name, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* As fedi_data_log_fail, but when why is set (cap bytes) the cause goes
+ * there, unlogged, for a caller who says it itself (a skipped image). */
+fed_err fedi_data_fail(char *why, size_t cap, fed_err e, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* fed_data_read_file, its failure said into why as fedi_data_fail says it. */
+fed_err fedi_data_read_file(const char *path, uint64_t max, uint8_t **buf, size_t *len, char *why,
+                            size_t cap);
 /* The cache folder ($FEDNODE_CACHE, ...), made when missing; 0 when caching
  * is off or the folder cannot be made. */
 int fedi_data_cache_dir(char *dir, size_t size);

@@ -403,7 +403,20 @@ static void test_folder_bad(void **state)
     assert_int_equal(d->y[0], 0);
     assert_int_equal(d->y[1], 3);
     assert_int_equal(d->y[2], 3);
-    fed_test_log_has("all/a/2.png (--skip-bad-images)");
+    /* each skipped image is one warning line with its cause (not an error
+       line and then a warning) */
+    {
+        static const char *const said[][2] = {
+            { "all/a/2.png", "all/a/2.png: bad PNG" },
+            { "all/c/3.png", "all/c/3.png: image of 20000x20000 pixels" },
+            { "all/c/4.png", "all/c/4.png: neither a PNG nor a JPEG" },
+        };
+
+        for (size_t i = 0; i < sizeof said / sizeof said[0]; i++) {
+            assert_int_equal(fed_test_log_count(said[i][0], ""), 1);
+            assert_int_equal(fed_test_log_count(said[i][1], "; skipped (--skip-bad-images)"), 1);
+        }
+    }
     fed_test_log_has("all/c: class 2 has no images");
     fed_test_log_has("3 skipped, 2 empty classes");
     fed_data_free(d);
