@@ -1041,8 +1041,20 @@ static void print_report(const fed_eval_report *r)
     }
 }
 
-static int eval_main(const eval_cfg *c, int argc, char **argv)
+/* The data's --task: the one given, else the model's (mse: regression). */
+static void eval_task(const fed_model *m, int given, fed_data_flags *f)
 {
+    if (given || !fed_model_regression(m) || !strcmp(f->task, "regression"))
+        return;
+    fed_log(FED_LOG_INFO, "eval: the model's loss is mse: the labels are read as numbers "
+            "(--task regression)");
+    snprintf(f->task, sizeof f->task, "regression");
+}
+
+static int eval_main(const eval_cfg *c, int task_given, int argc, char **argv)
+{
+    fed_data_flags dflags = c->dflags;
+    char why[320];
     fed_backend *be = NULL;
     fed_pool *pool = NULL;
     fed_dataset *d = NULL;
@@ -1078,7 +1090,8 @@ static int eval_main(const eval_cfg *c, int argc, char **argv)
         fed_cli_error("eval: %s: %s", c->model, fed_strerror(err));
         goto out;
     }
-    if ((rc = fed_cli_data_opts("eval", &c->dflags, &dopts)) >= 0)
+    eval_task(m, task_given, &dflags);
+    if ((rc = fed_cli_data_opts("eval", &dflags, &dopts)) >= 0)
         goto out;
     rc = 1;
     if (exp.stats_mean) { /* the federation's shared statistics, as in training */
@@ -1088,6 +1101,10 @@ static int eval_main(const eval_cfg *c, int argc, char **argv)
     }
     if ((err = fed_data_open_opts(c->data, !strcmp(c->split, "train"), &dopts, &d)) != FED_OK) {
         fed_cli_error("eval: %s: %s", c->data, fed_strerror(err));
+        goto out;
+    }
+    if (fed_train_task_check(m, d, why, sizeof why) != FED_OK) {
+        fed_cli_error("eval: %s on %s: %s", c->model, c->data, why);
         goto out;
     }
     if (exp.stats_mean && d->x_u8 && /* images: the shared statistics a channel */
@@ -1123,10 +1140,12 @@ out:
 int fed_cli_eval(int argc, char **argv)
 {
     eval_cfg cfg;
-    int rc = fed_cli_load_options("eval", "--model FILE [--data D] [options]", eval_opts, NEVAL_OPTS,
-                          &cfg, argc, argv);
+    unsigned char given[NEVAL_OPTS];
+    int rc = fed_cli_load_options_given("eval", "--model FILE [--data D] [options]", eval_opts,
+                                        NEVAL_OPTS, &cfg, argc, argv, given);
 
     if (rc >= 0)
         return rc;
-    return eval_main(&cfg, argc, argv);
+    return eval_main(&cfg, given[fed_opt_find(eval_opts, NEVAL_OPTS, "task") - eval_opts], argc,
+                     argv);
 }

@@ -222,7 +222,8 @@ typedef struct fed_data_flags {
                 "the file"),                                                                  \
     FED_OPT_DEF(T, m.task, "task", FED_OPT_STR, "classification", 0, 0,                       \
                 "CSV: classification (the label a class 0..255) or regression (the label a " \
-                "number, for a model whose loss is mse)")
+                "number, for a model whose loss is mse; eval: when not given, the model's "  \
+                "loss says which)")
 /* The flags as reader options (out->csv.categorical points into f).
  * FED_ERR_BAD_VALUE with why (cap bytes) for a bad --image-shape; nothing
  * is logged. */

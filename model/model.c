@@ -3761,7 +3761,7 @@ static fed_err upload_rows(fed_model *m, int off, int n)
     } else {
         err = be->upload(be, m->ws.x + at, b->x_f32 + at, cnt * sizeof(float));
     }
-    if (err == FED_OK && b->y_f32)
+    if (err == FED_OK && m->loss == LOSS_MSE) /* the targets the loss reads (check_batch) */
         err = be->upload(be, m->ws.t + (size_t)off * m->nlogits, b->y_f32 + (size_t)off * m->nlogits,
                          (size_t)n * m->nlogits * sizeof(float));
     else if (err == FED_OK)

@@ -87,21 +87,35 @@ static int fits_categorical(const fed_model *m, const fed_dataset *d)
     return 1;
 }
 
-/* Numbers to predict (--task regression) for a model whose loss is mse,
- * one a row; classes for any other. Else says which, and 0. */
+fed_err fed_train_task_check(const fed_model *m, const fed_dataset *d, char *why, size_t cap)
+{
+    if (d->y_f32 && !fed_model_regression(m)) {
+        fed_model_shape in = fed_model_input(m);
+
+        /* the reason building the model for this data gives, as train says it */
+        in.classes = d->shape.classes;
+        if (fed_model_spec_explain(fed_model_graph(m), in, why, cap) != FED_OK)
+            return FED_ERR_SHAPE;
+        return fed_err_why(why, cap, FED_ERR_SHAPE, "the data's labels are numbers (--task "
+                           "regression), the model's loss is not mse");
+    }
+    if (!d->y_f32 && fed_model_regression(m))
+        return fed_err_why(why, cap, FED_ERR_SHAPE, "the model's loss mse takes numbers, the "
+                           "data's labels are classes (--task regression reads them as numbers)");
+    if (d->y_f32 && fed_model_nlogits(m) != 1)
+        return fed_err_why(why, cap, FED_ERR_SHAPE, "the data has one number to predict a row, "
+                           "the model gives %d outputs", fed_model_nlogits(m));
+    return FED_OK;
+}
+
+/* fed_train_task_check, its refusal logged: 1 when d fits m's loss. */
 static int fits_task(const fed_model *m, const fed_dataset *d)
 {
-    if (d->y_f32 && !fed_model_regression(m))
-        fed_log(FED_LOG_ERROR, "train: the data's labels are numbers (--task regression), the "
-                "model's loss is not mse");
-    else if (!d->y_f32 && fed_model_regression(m))
-        fed_log(FED_LOG_ERROR, "train: the model's loss mse takes numbers, the data's labels "
-                "are classes (--task regression reads them as numbers)");
-    else if (d->y_f32 && fed_model_nlogits(m) != 1)
-        fed_log(FED_LOG_ERROR, "train: the data has one number to predict a row, the model "
-                "gives %d outputs", fed_model_nlogits(m));
-    else
+    char why[320];
+
+    if (fed_train_task_check(m, d, why, sizeof why) == FED_OK)
         return 1;
+    fed_log(FED_LOG_ERROR, "train: %s", why);
     return 0;
 }
 
@@ -837,7 +851,8 @@ static fed_err whole_batch(fed_model *m, const fed_dataset *d, size_t off, size_
     if (!d || d->n == 0 || d->n > (size_t)1 << 30)
         return FED_ERR_INVAL;
     if (ms.c != d->shape.c || ms.h != d->shape.h || ms.w != d->shape.w ||
-        ms.classes < d->shape.classes)
+        ms.classes < d->shape.classes ||
+        fed_train_task_check(m, d, NULL, 0) != FED_OK) /* targets the loss takes */
         return FED_ERR_SHAPE;
     b->n = (int)n;
     b->x_u8 = d->x_u8 ? d->x_u8 + off * d->features : NULL;

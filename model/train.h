@@ -167,6 +167,15 @@ FED_WUR fed_err fed_trainer_evaluate(fed_trainer *t, const uint32_t *idx, size_t
 FED_WUR fed_err fed_train_evaluate_noise(fed_model *m, const fed_dataset *d, const uint32_t *idx,
                                          size_t n, double std, uint64_t seed, fed_step_stats *st);
 
+/* Whether d's labels are what m's loss takes: classes for cross-entropy
+ * and bce, one number a row (--task regression) for mse. FED_ERR_SHAPE
+ * with the reason in why (cap bytes; may be NULL), for a classifier on
+ * numbers the one building it for d gives (fed_model_spec_explain).
+ * Nothing is logged. The trainers and the evaluations refuse such data
+ * with it. */
+FED_WUR fed_err fed_train_task_check(const fed_model *m, const fed_dataset *d, char *why,
+                                     size_t cap);
+
 /* Evaluation of a whole dataset without a trainer (reads it in place). */
 FED_WUR fed_err fed_train_evaluate_all(fed_model *m, const fed_dataset *d, fed_step_stats *st);
 

@@ -10,7 +10,8 @@
 # --hash-buckets is refused naming the column. Regression (--task
 # regression, loss mse): a number set by a colour and two numeric columns,
 # learnt to R^2 >= 0.95 on the test file as `fednode eval` reports it
-# (with MSE and MAE); a classifier on numbers, or mse on classes, refused.
+# (with MSE and MAE); a classifier on numbers, or mse on classes, refused
+# by train and by eval (which takes --task from an mse model when not given).
 . "$(dirname "$0")/proc_lib.sh"
 FEDSIM=${FEDSIM:-./fedsim}
 export FEDNODE_NO_REEXEC=1
@@ -141,3 +142,28 @@ fi
 grep -q "the model's loss mse takes numbers, the data's labels are classes (--task regression reads them as numbers)" \
     "$TMP/reg_cls.log" || { cat "$TMP/reg_cls.log"; fail "the refusal says why"; }
 ok "cross-entropy on numbers and mse on classes: refused, saying why"
+
+# eval takes the task from the model: an mse model without --task reads the
+# labels as numbers (the R^2 as above); with --task classification, or a
+# classifier on numbers, it is refused saying why (no crash: rc 1)
+"$FEDNODE" eval --data "$TMP/r.csv" --categorical colour --hash-buckets 64 \
+    --model "$TMP/reg.bin" >"$TMP/reg_eval2.log" 2>&1 || fail "eval of an mse model without --task"
+grep -q "^regression  MSE .* R^2 $r2\$" "$TMP/reg_eval2.log" ||
+    { cat "$TMP/reg_eval2.log"; fail "eval without --task gives the R^2 $r2 of --task regression"; }
+"$FEDNODE" eval --data "$TMP/c.csv" --categorical colour --hash-buckets 64 --task classification \
+    --model "$TMP/reg.bin" >"$TMP/reg_eval_cls.log" 2>&1
+rc=$?
+[ "$rc" -eq 1 ] || { cat "$TMP/reg_eval_cls.log"; fail "eval of mse on classes exits 1, not $rc"; }
+grep -q "the model's loss mse takes numbers, the data's labels are classes (--task regression reads them as numbers)" \
+    "$TMP/reg_eval_cls.log" || { cat "$TMP/reg_eval_cls.log"; fail "eval's refusal names --task"; }
+awk -F, 'NR == 1 { print; next } { printf "%s,%s,%s,%s,%d\n", $1, $2, $3, $4, ($5 > 0) }' \
+    "$TMP/r.test.csv" >"$TMP/c.test.csv"
+"$FEDNODE" train --data "$TMP/c.csv" --categorical colour --hash-buckets 64 --model mlp:8 \
+    --epochs 1 --out "$TMP/cls.bin" >"$TMP/cls.log" 2>&1 || fail "train a classifier on c.csv"
+# shellcheck disable=SC2086
+"$FEDNODE" eval $RDATA --model "$TMP/cls.bin" >"$TMP/cls_eval_reg.log" 2>&1
+rc=$?
+[ "$rc" -eq 1 ] || { cat "$TMP/cls_eval_reg.log"; fail "eval of a classifier on numbers exits 1, not $rc"; }
+grep -q "the loss cross_entropy takes 2 classes or more, the data has 1 (a number to predict: a model file whose loss is mse)" \
+    "$TMP/cls_eval_reg.log" || { cat "$TMP/cls_eval_reg.log"; fail "eval's refusal is train's"; }
+ok "eval: the task from an mse model; mse on classes, a classifier on numbers: refused (rc 1), saying why"
