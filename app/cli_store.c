@@ -1240,7 +1240,8 @@ static int import_target(const import_cfg *c, const fed_store_st_file *f, char *
         return 0;
     }
     if (f->input.classes > 0) {
-        if (c->input[0] && memcmp(&flag_shape, &f->input, sizeof flag_shape) != 0) {
+        if (c->input[0] && (flag_shape.c != f->input.c || flag_shape.h != f->input.h ||
+                            flag_shape.w != f->input.w || flag_shape.classes != f->input.classes)) {
             fed_cli_error("import: --input differs from the file's metadata");
             return 0;
         }

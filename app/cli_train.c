@@ -189,7 +189,8 @@ typedef struct eval_cfg {
 static const fed_opt eval_opts[] = {
     E(model, "model", FED_OPT_STR, "", 0, 0,
       "model file written by fednode train --out, or an export (FILE.safetensors, fednode "
-      "export), whose shared statistics then standardize a CSV as in training"),
+      "export), whose shared statistics then standardize a CSV as in training; images are "
+      "mapped by the model's own --input-scale"),
     E(data, "data", FED_OPT_STR, "fashion-mnist", 0, 0,
       "fashion-mnist, a directory of IDX files, a folder of images, or a CSV file"),
     E(split, "split", FED_OPT_STR, "test", 0, 0, "test or train"),

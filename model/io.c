@@ -31,9 +31,17 @@ static uint32_t crc_of(const uint8_t *buf, size_t len)
     return (uint32_t)crc;
 }
 
+/* A model's header: version 1's, or version 2's with the input scale
+ * when that is not the default (io.h). */
+static size_t header_of(fed_model_shape in)
+{
+    return in.scale == FED_MODEL_INPUT_CENTRED ? FED_MODEL_FILE_HEADER : FED_MODEL_FILE_HEADER_V2;
+}
+
 size_t fed_model_file_size(const fed_model *m)
 {
-    return FED_MODEL_FILE_HEADER + strlen(fed_model_graph(m)) + 4 * fed_model_nparams(m) + 4;
+    return header_of(fed_model_input(m)) + strlen(fed_model_graph(m)) +
+           4 * fed_model_nparams(m) + 4;
 }
 
 fed_err fed_model_file_encode(const fed_model *m, uint8_t *buf, size_t cap, size_t *len)
@@ -41,21 +49,24 @@ fed_err fed_model_file_encode(const fed_model *m, uint8_t *buf, size_t cap, size
     const char *spec = fed_model_graph(m); /* whole: a long graph too */
     size_t L = strlen(spec), n = fed_model_nparams(m), size = fed_model_file_size(m);
     fed_model_shape in = fed_model_input(m);
+    size_t head = header_of(in);
     uint8_t *p;
     fed_err err;
 
     if (cap < size)
         return FED_ERR_RANGE;
     memcpy(buf, FED_MODEL_FILE_MAGIC, 8);
-    fed_put_u32le(buf + 8, FED_MODEL_FILE_VERSION);
+    fed_put_u32le(buf + 8, head == FED_MODEL_FILE_HEADER ? 1u : FED_MODEL_FILE_VERSION);
     fed_put_u32le(buf + 12, (uint32_t)L);
     fed_put_u32le(buf + 16, (uint32_t)in.c);
     fed_put_u32le(buf + 20, (uint32_t)in.h);
     fed_put_u32le(buf + 24, (uint32_t)in.w);
     fed_put_u32le(buf + 28, (uint32_t)in.classes);
     fed_put_u64le(buf + 32, n);
-    memcpy(buf + FED_MODEL_FILE_HEADER, spec, L);
-    p = buf + FED_MODEL_FILE_HEADER + L;
+    if (head > FED_MODEL_FILE_HEADER)
+        fed_put_u32le(buf + FED_MODEL_FILE_HEADER, (uint32_t)in.scale);
+    memcpy(buf + head, spec, L);
+    p = buf + head + L;
     /* Download straight into the file image, then fix the byte order. */
     err = fed_model_get_params(m, (float *)(void *)p);
     if (err != FED_OK)
@@ -70,7 +81,7 @@ fed_err fed_model_file_parse(const uint8_t *buf, size_t len, fed_model_file *out
 {
     uint32_t version, L;
     uint64_t n;
-    size_t need;
+    size_t need, head;
     fed_model_shape shape;
     fed_err err;
 
@@ -83,16 +94,26 @@ fed_err fed_model_file_parse(const uint8_t *buf, size_t len, fed_model_file *out
     if (len < FED_MODEL_FILE_HEADER)
         return FED_ERR_TRUNCATED;
     version = fed_get_u32le(buf + 8);
-    if (version != FED_MODEL_FILE_VERSION)
+    if (version != 1 && version != FED_MODEL_FILE_VERSION)
         return FED_ERR_VERSION;
+    head = version == 1 ? FED_MODEL_FILE_HEADER : FED_MODEL_FILE_HEADER_V2;
+    if (len < head)
+        return FED_ERR_TRUNCATED;
+    if (head > FED_MODEL_FILE_HEADER) { /* the input scale: a name of its own */
+        uint32_t scale = fed_get_u32le(buf + FED_MODEL_FILE_HEADER);
+
+        if (scale != FED_MODEL_INPUT_CENTRED && scale != FED_MODEL_INPUT_UNIT)
+            return FED_ERR_FORMAT;
+        shape.scale = (int)scale;
+    }
     L = fed_get_u32le(buf + 12);
     if (L < 1 || L >= FED_MODEL_GRAPH_MAX)
         return FED_ERR_TOO_LARGE;
     n = fed_get_u64le(buf + 32);
     /* the file's own length bounds N before anything is allocated */
-    if (n > (len - FED_MODEL_FILE_HEADER) / 4)
+    if (n > (len - head) / 4)
         return FED_ERR_TRUNCATED;
-    need = FED_MODEL_FILE_HEADER + L + 4 * (size_t)n + 4;
+    need = head + L + 4 * (size_t)n + 4;
     if (len < need)
         return FED_ERR_TRUNCATED;
     if (len > need)
@@ -101,7 +122,7 @@ fed_err fed_model_file_parse(const uint8_t *buf, size_t len, fed_model_file *out
         return FED_ERR_CORRUPT;
     if (!(out->whole = fed_malloc((size_t)L + 1)))
         return FED_ERR_NOMEM;
-    memcpy(out->whole, buf + FED_MODEL_FILE_HEADER, L);
+    memcpy(out->whole, buf + head, L);
     out->whole[L] = '\0';
     if (strlen(out->whole) != L || (L >= FED_MODEL_SPEC_MAX && memcmp(out->whole, "g:", 2) != 0)) {
         fed_model_file_fini(out);
@@ -131,7 +152,7 @@ fed_err fed_model_file_parse(const uint8_t *buf, size_t len, fed_model_file *out
     }
     out->nparams = (size_t)n;
     for (size_t i = 0; i < n; i++) {
-        float v = fed_get_f32le(buf + FED_MODEL_FILE_HEADER + L + 4 * i);
+        float v = fed_get_f32le(buf + head + L + 4 * i);
 
         if (!isfinite(v)) {
             fed_model_file_fini(out);

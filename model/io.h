@@ -7,7 +7,7 @@
  *
  *   offset  size  field
  *   0       8     magic "FEDMODEL"
- *   8       4     version (u32) = 1
+ *   8       4     version (u32): 1, or 2 with the input scale (below)
  *   12      4     spec length L (u32), 1 <= L < FED_MODEL_GRAPH_MAX (a
  *                 "g:" graph when FED_MODEL_SPEC_MAX or longer: whole, so
  *                 the file builds it)
@@ -20,6 +20,18 @@
  *   40+L    4N    parameters, float32 little-endian, in the layout of
  *                 model.h (tensor order, back to back)
  *   40+L+4N 4     CRC-32 (zlib's) of every byte before it
+ *
+ * Version 2 has one more header field, and everything after it moves 4
+ * bytes on:
+ *
+ *   40      4     input scale (u32): how pixel bytes become floats
+ *                 (model.h: FED_MODEL_INPUT_CENTRED 0, FED_MODEL_INPUT_UNIT
+ *                 1, train's --input-scale), so eval maps them as training
+ *                 did
+ *
+ * A model of the default scale (centred) is written as version 1, byte for
+ * byte as before version 2; version 1 is read as centred. A version 2
+ * scale that is neither -> FED_ERR_FORMAT.
  *
  * Errors: shorter than its fields claim -> FED_ERR_TRUNCATED; wrong magic
  * -> FED_ERR_MAGIC; other version -> FED_ERR_VERSION; a spec length out of
@@ -37,8 +49,9 @@
 #include "model/model.h"
 
 #define FED_MODEL_FILE_MAGIC "FEDMODEL"
-#define FED_MODEL_FILE_VERSION 1u
-#define FED_MODEL_FILE_HEADER 40u
+#define FED_MODEL_FILE_VERSION 2u     /* the newest; 1 is read too */
+#define FED_MODEL_FILE_HEADER 40u     /* version 1's */
+#define FED_MODEL_FILE_HEADER_V2 44u  /* version 2's: the input scale after version 1's */
 
 /* A parsed model file; params (nparams floats) is owned: free with
  * fed_model_file_fini. */

@@ -767,6 +767,17 @@ static fed_err parse_list(const char *s, int pos, double **out, size_t *n)
 }
 
 /* {"key": "value", ...}: our keys read, others checked and dropped. */
+/* "fednode.input_scale" as the export writes it (%.17g of the scale's
+ * multiplier): unit's, else the default, centred (a foreign value too: the
+ * importer leaves how the input is fed to its user). */
+static int scale_of_text(const char *text)
+{
+    float mul, add;
+
+    fed_model_input_map(FED_MODEL_INPUT_UNIT, &mul, &add);
+    return (float)strtod(text, NULL) == mul ? FED_MODEL_INPUT_UNIT : FED_MODEL_INPUT_CENTRED;
+}
+
 static fed_err parse_metadata(jp *j, fed_store_st_file *f)
 {
     char key[FED_ST_NAME_MAX], val[FED_MODEL_SPEC_MAX];
@@ -794,6 +805,7 @@ static fed_err parse_metadata(jp *j, fed_store_st_file *f)
                 : !strcmp(key, "fednode.classes")    ? 4
                 : !strcmp(key, "fednode.input_mean") ? 8
                 : !strcmp(key, "fednode.input_std")  ? 16
+                : !strcmp(key, "fednode.input_scale") ? 32
                                                      : 0;
         if (which & seen)
             return FED_ERR_FORMAT;
@@ -829,6 +841,8 @@ static fed_err parse_metadata(jp *j, fed_store_st_file *f)
         } else if (which == 4) {
             if ((e = parse_dims(val, &f->input.classes, 1)) != FED_OK)
                 return e;
+        } else if (which == 32) {
+            f->input.scale = scale_of_text(val);
         }
         if (peek(j) == ',') {
             j->p++;

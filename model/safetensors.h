@@ -67,7 +67,9 @@ typedef struct fed_store_st_model {
      * ("fednode.input_dtype" uint8, "fednode.input_scale", "fednode.input_shift"
      * and the "fednode.input_transform" text); FED_ST_INPUT_STANDARDIZED, CSV
      * features standardized with the training file's statistics (the text
-     * only); FED_ST_INPUT_UNSAID (0): no keys. The importer ignores them. */
+     * only); FED_ST_INPUT_UNSAID (0): no keys. The importer reads back
+     * only the input scale ("fednode.input_scale": unit's 1/255, else
+     * centred) into its input.scale, and ignores the rest. */
     int input_kind;
     /* With FED_ST_INPUT_STANDARDIZED: the federation's shared statistics
      * (model/colstats.h), one mean and std per feature, written as
@@ -97,7 +99,8 @@ typedef struct fed_store_st_tensor {
 /* A parsed file. Free with fed_store_safetensors_fini. */
 typedef struct fed_store_st_file {
     char spec[FED_MODEL_SPEC_MAX];  /* "" when the metadata has none */
-    fed_model_shape input;          /* zeros when absent */
+    fed_model_shape input;          /* zeros when absent; scale from
+                                       "fednode.input_scale" (centred without) */
     double *stats_mean, *stats_std; /* (stats_cols, owned) "fednode.input_mean" and
                                        "_std" when the file has both (the same
                                        count, finite, std > 0); NULL without */

@@ -714,6 +714,11 @@ static void put32(uint8_t *p, uint32_t v)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
+static uint32_t get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
 /* Recompute the trailing CRC after a deliberate edit. */
 static void reseal(uint8_t *buf, size_t len)
 {
@@ -765,6 +770,39 @@ static void test_file_long_graph(void **state)
     fed_model_free(m);
 }
 
+/* The input scale (--input-scale unit) travels in a version 2 file: read
+ * back as unit; a version 1 file is centred; a scale that is neither is
+ * refused. */
+static void test_file_input_scale(void **state)
+{
+    world *w = *state;
+    fed_model_shape in = {1, 4, 4, 3, FED_MODEL_INPUT_UNIT};
+    fed_model *m = make_model(w, "mlp:5", in, 1, 4, 1);
+    size_t size = fed_model_file_size(m), len = 0;
+    uint8_t *buf = malloc(size);
+    fed_model_file f;
+
+    assert_int_equal(size, FED_MODEL_FILE_HEADER_V2 + strlen("mlp:5") +
+                               4 * fed_model_nparams(m) + 4);
+    assert_int_equal(fed_model_file_encode(m, buf, size, &len), FED_OK);
+    assert_int_equal(get32(buf + 8), 2);
+    assert_int_equal(get32(buf + FED_MODEL_FILE_HEADER), FED_MODEL_INPUT_UNIT);
+    assert_int_equal(fed_model_file_parse(buf, size, &f), FED_OK);
+    assert_int_equal(f.shape.scale, FED_MODEL_INPUT_UNIT);
+    assert_string_equal(f.whole, "mlp:5");
+    fed_model_file_fini(&f);
+    /* a scale that is no scale */
+    put32(buf + FED_MODEL_FILE_HEADER, 7);
+    reseal(buf, size);
+    assert_int_equal(fed_model_file_parse(buf, size, &f), FED_ERR_FORMAT);
+    assert_null(f.params);
+    /* shorter than version 2's header */
+    assert_int_equal(fed_model_file_parse(buf, FED_MODEL_FILE_HEADER_V2 - 1, &f),
+                     FED_ERR_TRUNCATED);
+    free(buf);
+    fed_model_free(m);
+}
+
 static void test_file_rejects(void **state)
 {
     world *w = *state;
@@ -794,9 +832,10 @@ static void test_file_rejects(void **state)
     memcpy(buf, good, size);
     buf[0] = 'X';
     assert_int_equal(fed_model_file_parse(buf, size, &f), FED_ERR_MAGIC);
-    /* version */
+    /* version: the default input scale writes 1; 3 is none */
+    assert_int_equal(get32(good + 8), 1);
     memcpy(buf, good, size);
-    put32(buf + 8, 2);
+    put32(buf + 8, 3);
     reseal(buf, size);
     assert_int_equal(fed_model_file_parse(buf, size, &f), FED_ERR_VERSION);
     /* a flipped parameter bit: checksum */
@@ -1343,6 +1382,7 @@ int main(void)
         cmocka_unit_test(test_batch_errors),
         cmocka_unit_test(test_file_round_trip),
         cmocka_unit_test(test_file_rejects),
+        cmocka_unit_test(test_file_input_scale),
         cmocka_unit_test(test_file_long_graph),
         cmocka_unit_test(test_trainer_epochs),
         cmocka_unit_test(test_trainer_rejects),

@@ -1942,7 +1942,7 @@ static void test_safetensors_round_trip(void **state)
 
 /* The input scaling in the metadata: pixels say dtype, scale, shift and the
  * transform (centred, or unit with --input-scale unit); a CSV model the
- * standardization; the importer reads past both. */
+ * standardization; the importer reads the scale back, and past the rest. */
 static void test_safetensors_input_kind(void **state)
 {
     float p[ST_NPARAMS], q[ST_NPARAMS];
@@ -1980,18 +1980,22 @@ static void test_safetensors_input_kind(void **state)
         assert_int_equal(fed_store_safetensors_parse(buf, len, &f), FED_OK);
         assert_string_equal(f.spec, "mlp:8");
         assert_int_equal(f.input.classes, 5);
+        assert_int_equal(f.input.scale, FED_MODEL_INPUT_CENTRED);
         assert_int_equal(fed_store_safetensors_to_params(&f, st_table, ST_NT, "mlp:8", q), FED_OK);
         assert_memory_equal(p, q, sizeof p);
         fed_store_safetensors_fini(&f);
         fed_free(buf);
         buf = NULL;
     }
-    /* a model of --input-scale unit says byte / 255 */
+    /* a model of --input-scale unit says byte / 255, and reads back unit */
     m = st_model(p);
     m.input_kind = FED_ST_INPUT_PIXELS;
     m.input.scale = FED_MODEL_INPUT_UNIT;
     assert_int_equal(fed_store_safetensors_encode(&m, &buf, &len), FED_OK);
     assert_non_null(memmem(buf, len, unit, strlen(unit)));
+    assert_int_equal(fed_store_safetensors_parse(buf, len, &f), FED_OK);
+    assert_int_equal(f.input.scale, FED_MODEL_INPUT_UNIT);
+    fed_store_safetensors_fini(&f);
     fed_free(buf);
 }
 
