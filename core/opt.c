@@ -193,6 +193,26 @@ static int in_range(const fed_opt *o, double v)
     return !(o->min < o->max) || (v >= o->min && v <= o->max);
 }
 
+/* The refusal of value (as given, already checked a number of o's type)
+ * outside o's [min, max]: an integer option's bounds as integers, a
+ * decimal one's as %g. */
+static fed_err range_fail(fed_opt_error *e, const fed_opt *o, const char *where,
+                          const char *value)
+{
+    int dec = o->type == FED_OPT_DOUBLE;
+    char lo[40], hi[40];
+
+    if (dec) {
+        snprintf(lo, sizeof lo, "%g", o->min);
+        snprintf(hi, sizeof hi, "%g", o->max);
+    } else {
+        snprintf(lo, sizeof lo, "%.0f", o->min);
+        snprintf(hi, sizeof hi, "%.0f", o->max);
+    }
+    return opt_fail(e, FED_ERR_RANGE, "%s: option '%s': %s is outside [%s, %s]", where, o->name,
+                    value, lo, hi);
+}
+
 static fed_err set_value(const fed_opt *o, void *cfg, const char *v, const char *where,
                          fed_opt_error *e)
 {
@@ -217,9 +237,10 @@ static fed_err set_value(const fed_opt *o, void *cfg, const char *v, const char 
         if (!*v || *end || errno || x < INT32_MIN || x > INT32_MAX)
             return opt_fail(e, FED_ERR_BAD_VALUE, "%s: option '%s': '%s' is not an integer",
                             where, o->name, opt_escaped(v, shown, sizeof shown));
-        if (!in_range(o, (double)x))
-            return opt_fail(e, FED_ERR_RANGE, "%s: option '%s': %ld is outside [%g, %g]",
-                            where, o->name, x, o->min, o->max);
+        if (!in_range(o, (double)x)) {
+            snprintf(shown, sizeof shown, "%ld", x);
+            return range_fail(e, o, where, shown);
+        }
         *(int *)field = (int)x;
         return FED_OK;
     }
@@ -235,9 +256,10 @@ static fed_err set_value(const fed_opt *o, void *cfg, const char *v, const char 
             return opt_fail(e, FED_ERR_BAD_VALUE,
                             "%s: option '%s': '%s' is not an unsigned integer", where, o->name,
                             opt_escaped(v, shown, sizeof shown));
-        if (!in_range(o, (double)x))
-            return opt_fail(e, FED_ERR_RANGE, "%s: option '%s': %llu is outside [%g, %g]",
-                            where, o->name, x, o->min, o->max);
+        if (!in_range(o, (double)x)) {
+            snprintf(shown, sizeof shown, "%llu", x);
+            return range_fail(e, o, where, shown);
+        }
         *(uint64_t *)field = x;
         return FED_OK;
     }
@@ -248,9 +270,10 @@ static fed_err set_value(const fed_opt *o, void *cfg, const char *v, const char 
             return opt_fail(e, FED_ERR_BAD_VALUE,
                             "%s: option '%s': '%s' is not a decimal number", where, o->name,
                             opt_escaped(v, shown, sizeof shown));
-        if (!in_range(o, x))
-            return opt_fail(e, FED_ERR_RANGE, "%s: option '%s': %g is outside [%g, %g]",
-                            where, o->name, x, o->min, o->max);
+        if (!in_range(o, x)) {
+            snprintf(shown, sizeof shown, "%g", x);
+            return range_fail(e, o, where, shown);
+        }
         *(double *)field = x;
         return FED_OK;
     }

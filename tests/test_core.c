@@ -710,6 +710,28 @@ static void test_opt_defaults_and_types(void **state)
     assert_int_equal(c.epochs, 1000); /* failed sets changed nothing */
 }
 
+/* A range refusal prints an integer option's bounds as integers (never
+ * 1.04858e+06), a decimal option's as %g. */
+static void test_opt_range_integers(void **state)
+{
+    static const fed_opt wide[] = {
+        FED_OPT_DEF(test_cfg, epochs, "hash-buckets", FED_OPT_INT, "1024", 2, 1048576, "ids"),
+        FED_OPT_DEF(test_cfg, seed, "start", FED_OPT_U64, "0", 0, 100000000000.0, "seconds"),
+        FED_OPT_DEF(test_cfg, lr, "clip", FED_OPT_DOUBLE, "1", 1e-6, 1e6, "bound"),
+    };
+    test_cfg c;
+    fed_opt_error e;
+
+    (void)state;
+    assert_err(fed_opt_set(wide, 3, &c, "hash-buckets", "1", "--hash-buckets", &e),
+               FED_ERR_RANGE);
+    assert_string_equal(e.msg, "--hash-buckets: option 'hash-buckets': 1 is outside [2, 1048576]");
+    assert_err(fed_opt_set(wide, 3, &c, "start", "100000000001", "w", &e), FED_ERR_RANGE);
+    assert_string_equal(e.msg, "w: option 'start': 100000000001 is outside [0, 100000000000]");
+    assert_err(fed_opt_set(wide, 3, &c, "clip", "0", "w", &e), FED_ERR_RANGE);
+    assert_string_equal(e.msg, "w: option 'clip': 0 is outside [1e-06, 1e+06]");
+}
+
 static void test_opt_argv(void **state)
 {
     test_cfg c;
@@ -1354,6 +1376,7 @@ int main(void)
         cmocka_unit_test(test_pool_idle_lane),
         cmocka_unit_test(test_pool_errors),
         cmocka_unit_test(test_opt_defaults_and_types),
+        cmocka_unit_test(test_opt_range_integers),
         cmocka_unit_test(test_opt_argv),
         cmocka_unit_test(test_opt_ini),
         cmocka_unit_test(test_opt_load_and_help),
