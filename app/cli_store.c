@@ -5,6 +5,7 @@
  * back to a model file or a checkpoint) and `verify` (integrity, hash chain,
  * signatures). Owns their options and printing only; never writes to a
  * database it was asked to inspect (status, export, verify open it read-only). */
+#include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <math.h>
@@ -934,7 +935,8 @@ typedef struct export_cfg {
 static const fed_opt export_opts[] = {
     X(db, "db", FED_OPT_STR, "", 0, 0, "the node's database"),
     X(round, "round", FED_OPT_STR, "", 0, 0,
-      "export the newest valid checkpoint of this round (default: the newest valid one)"),
+      "export the newest valid checkpoint of this round, 0 to 2147483647 (default: the "
+      "newest valid one)"),
     X(best, "best", FED_OPT_BOOL, "false", 0, 0,
       "export the best round's model: the best by --metric among the rounds evaluated"),
     X(metric, "metric", FED_OPT_STR, "", 0, 0,
@@ -949,14 +951,24 @@ static const fed_opt export_opts[] = {
 };
 #undef X
 
-static int parse_round(const char *s, uint64_t *r)
+/* The largest --round export and import take: far past any database's
+ * (a run's --rounds is at most 1,000,000), so a larger one is a typo. */
+#define ROUND_ARG_MAX 2147483647ull
+
+/* --round's text s as a round number into *r; 0 with the refusal printed,
+ * naming cmd and the flag. */
+static int parse_round(const char *cmd, const char *s, uint64_t *r)
 {
     char *end = NULL;
 
-    if (*s < '0' || *s > '9')
-        return 0;
-    *r = strtoull(s, &end, 10);
-    return *end == '\0' && *r <= INT64_MAX;
+    errno = 0;
+    if (*s >= '0' && *s <= '9') {
+        *r = strtoull(s, &end, 10);
+        if (*end == '\0' && !errno && *r <= ROUND_ARG_MAX)
+            return 1;
+    }
+    fed_cli_error("%s: --round '%s' is not a round number (0 to %llu)", cmd, s, ROUND_ARG_MAX);
+    return 0;
 }
 
 /* Why round has no checkpoint to export, and the rounds that have one. */
@@ -1099,10 +1111,18 @@ int fed_cli_export(int argc, char **argv)
     memset(&faults, 0, sizeof faults);
     if (rc >= 0)
         return rc;
-    if (!c.out[0] || (c.round[0] && !parse_round(c.round, &round)) || (c.best && c.round[0]) ||
-        (c.metric[0] && !c.best)) {
-        fed_cli_error("export: --out FILE is required; --round takes a round number; --best "
-                      "(with --metric) or --round, not both");
+    if (!c.out[0]) {
+        fed_cli_error("export: --out FILE is required (the .safetensors or .onnx file to write)");
+        return 2;
+    }
+    if (c.round[0] && !parse_round("export", c.round, &round))
+        return 2;
+    if (c.best && c.round[0]) {
+        fed_cli_error("export: --best and --round both choose the round: give one of them");
+        return 2;
+    }
+    if (c.metric[0] && !c.best) {
+        fed_cli_error("export: --metric ranks the rounds for --best: add --best, or drop it");
         return 2;
     }
     if (strcmp(c.format, "safetensors") && strcmp(c.format, "onnx")) {
@@ -1124,6 +1144,13 @@ int fed_cli_export(int argc, char **argv)
     if (e != FED_OK) {
         fed_cli_error("export: no valid checkpoint%s%s in %s: %s", c.round[0] ? " of round " : "",
                       c.round, c.db, fed_strerror(e));
+        goto out;
+    }
+    if (!c.personal && !fed_store_ckpt_find(&ck, FED_CKPT_SEC_PARAMS) &&
+        fed_store_ckpt_find(&ck, FED_CKPT_SEC_PERSONAL)) {
+        fed_cli_error("export: checkpoint %" PRIu64 " of %s holds a personal model only (a "
+                      "client's under Ditto, --ditto-lambda): add --personal to export it",
+                      ck.id, c.db);
         goto out;
     }
     if (c.personal && (e = personal_view(&ck)) != FED_OK) {
@@ -1202,7 +1229,8 @@ static const fed_opt import_opts[] = {
     I(db, "db", FED_OPT_STR, "", 0, 0,
       "write it as a checkpoint into this database (a starting model for --resume)"),
     I(round, "round", FED_OPT_STR, "", 0, 0,
-      "the checkpoint's round (default: 0 in an empty database, else newest + 1)"),
+      "the checkpoint's round, 0 to 2147483647 (default: 0 in an empty database, else "
+      "newest + 1)"),
     I(model, "model", FED_OPT_STR, "", 0, 0,
       "model spec, when the file's metadata has none (fednode.spec)"),
     I(input, "input", FED_OPT_STR, "", 0, 0,
@@ -1255,7 +1283,9 @@ static int import_target(const import_cfg *c, const fed_store_st_file *f, char *
     return 1;
 }
 
-/* Writes m (and its spec and input shape) as a checkpoint into path. */
+/* Writes m (and its spec and input shape) as a checkpoint into c->db, of
+ * round *round (--round, parsed) or, without --round, the one after the
+ * newest (0 in an empty database), set here. */
 static fed_err import_to_db(const import_cfg *c, const fed_model *m, uint64_t *round,
                             uint64_t *id)
 {
@@ -1275,14 +1305,8 @@ static fed_err import_to_db(const import_cfg *c, const fed_model *m, uint64_t *r
         goto out;
     if ((e = fed_store_list_checkpoints(st, &last, 1, &n)) != FED_OK)
         goto out;
-    if (c->round[0]) {
-        if (!parse_round(c->round, round)) {
-            e = FED_ERR_BAD_VALUE;
-            goto out;
-        }
-    } else {
-        *round = n ? last.round + 1 : 0;
-    }
+    if (!c->round[0])
+        *round = n ? last.round + 1 : 0; /* else fed_cli_import's --round */
     fed_node_model_sec_encode(&ms, fed_model_graph(m), fed_model_input(m), params,
                               plen / sizeof(float));
     e = fed_store_checkpoint_write(st, *round, ms.s, FED_NODE_MODEL_SECTIONS, NULL);
@@ -1338,6 +1362,7 @@ int fed_cli_import(int argc, char **argv)
     fed_model_shape sh;
     int nt = 0;
     const fed_tensor_info *t;
+    uint64_t round = 0;
     int rc = fed_cli_load_options("import", "--in model.safetensors (--out model.bin | --db FILE)",
                            import_opts, sizeof import_opts / sizeof import_opts[0], &c, argc,
                            argv);
@@ -1354,6 +1379,8 @@ int fed_cli_import(int argc, char **argv)
         fed_cli_error("import: --round goes with --db");
         return 2;
     }
+    if (c.round[0] && !parse_round("import", c.round, &round))
+        return 2;
     rc = 1;
     if ((e = fed_store_safetensors_read(c.in, &f)) != FED_OK) {
         fed_cli_error("import: %s: %s", c.in, fed_strerror(e));
@@ -1387,7 +1414,7 @@ int fed_cli_import(int argc, char **argv)
                c.out);
     }
     if (c.db[0]) {
-        uint64_t round = 0, id = 0;
+        uint64_t id = 0;
 
         if ((e = import_to_db(&c, m, &round, &id)) != FED_OK) {
             fed_cli_error("import: writing a checkpoint into %s: %s", c.db, fed_strerror(e));

@@ -4,7 +4,8 @@
 # each client's database (--db-dir); each client's personal model exports,
 # differs from the global model the aggregator exports and from another
 # client's, and exports the same twice; the aggregator's database, which
-# holds no personal model, is refused saying so.
+# holds no personal model, is refused saying so, and a client's without
+# --personal is refused naming it.
 # Needs ./fednode, ./fedsim and Fashion-MNIST; exits 77 (skipped) without.
 . "$(dirname "$0")/proc_lib.sh"
 FEDSIM=${FEDSIM:-./fedsim}
@@ -34,3 +35,10 @@ if "$FEDNODE" export --db "$TMP/db/aggregator.db" --personal --out "$TMP/x.safet
 fi
 grep -q "holds no personal model" "$TMP/agg.log" || { cat "$TMP/agg.log"; fail "refused without saying why"; }
 ok "an aggregator's database is refused: no personal model"
+
+if "$FEDNODE" export --db "$TMP/db/node-1.db" --out "$TMP/y.safetensors" >"$TMP/plain.log" 2>&1; then
+    fail "export without --personal of a Ditto client's database accepted"
+fi
+grep -q "holds a personal model only (a client's under Ditto, --ditto-lambda): add --personal to export it" \
+    "$TMP/plain.log" || { cat "$TMP/plain.log"; fail "the refusal names --personal"; }
+ok "a Ditto client's database without --personal: refused, naming --personal"

@@ -2538,6 +2538,25 @@ static void test_cli(void **state)
     assert_int_equal(fed_test_run_cli(fed_cli_export, out, sizeof out, 6, "--db", db, "--round", "9",
                              "--out", st2), 1);
     assert_int_equal(fed_test_run_cli(fed_cli_export, out, sizeof out, 2, "--db", db), 2);
+    assert_non_null(strstr(out, "export: --out FILE is required (the .safetensors or .onnx file "
+                                "to write)"));
+    /* each bad --round, --best or --metric named alone; --round bounded */
+    assert_int_equal(fed_test_run_cli(fed_cli_export, out, sizeof out, 6, "--db", db, "--round", "-1",
+                                      "--out", st2), 2);
+    assert_non_null(strstr(out, "export: --round '-1' is not a round number (0 to 2147483647)"));
+    assert_null(strstr(out, "--best"));
+    assert_int_equal(fed_test_run_cli(fed_cli_export, out, sizeof out, 7, "--db", db, "--round", "1",
+                                      "--best", "--out", st2), 2);
+    assert_non_null(strstr(out, "export: --best and --round both choose the round: give one"));
+    assert_int_equal(fed_test_run_cli(fed_cli_export, out, sizeof out, 6, "--db", db, "--metric",
+                                      "auc", "--out", st2), 2);
+    assert_non_null(strstr(out, "export: --metric ranks the rounds for --best"));
+    assert_int_equal(fed_test_run_cli(fed_cli_import, out, sizeof out, 6, "--in", st1, "--db", db2,
+                                      "--round", "-3"), 2);
+    assert_non_null(strstr(out, "import: --round '-3' is not a round number (0 to 2147483647)"));
+    assert_int_equal(fed_test_run_cli(fed_cli_import, out, sizeof out, 6, "--in", st1, "--db", db2,
+                                      "--round", "99999999999"), 2);
+    assert_non_null(strstr(out, "import: --round '99999999999' is not a round number"));
     assert_int_equal(fed_test_run_cli(fed_cli_import, out, sizeof out, 6, "--in", st1, "--out", bin,
                              "--model", "logreg"), 2);
     assert_int_equal(fed_test_run_cli(fed_cli_import, out, sizeof out, 2, "--in", st1), 2);
