@@ -99,11 +99,8 @@ static int print_plan(const char *label, const fed_model_node *nodes, int count,
     double fwdbwd, extra;
     fed_err e;
 
-    if (fed_model_precision_parse(o->precision, &prec) != FED_OK ||
-        (strcmp(o->optimizer, "sgd") && strcmp(o->optimizer, "adam"))) {
-        fed_cli_error("model: --plan: --precision is fp32 or bf16, --optimizer sgd or adam");
-        return 2;
-    }
+    if (fed_model_precision_parse(o->precision, &prec) != FED_OK)
+        return 2; /* check_opts refused it */
     if ((e = fed_backend_cpu_new(1, &be)) != FED_OK ||
         (e = fed_model_new_graph(label, nodes, count, in, be, NULL, 1, o->batch, &m)) != FED_OK ||
         (e = fed_model_set_recompute(m, o->recompute)) != FED_OK) {
@@ -142,6 +139,30 @@ out:
     fed_model_free(m);
     fed_backend_free(be);
     return rc;
+}
+
+/* The options, before anything is printed: --plan's own (their help says
+ * "--plan:") only with --plan, and their values. 0, or the exit status
+ * (2), the refusal printed. */
+static int check_opts(const model_opts *o, const unsigned char *given)
+{
+    fed_precision prec;
+
+    for (size_t i = 0; i < NMODEL_OPTS; i++)
+        if (given[i] && !o->plan && !strncmp(model_opts_table[i].help, "--plan:", 7)) {
+            fed_cli_error("model: --%s is a setting of --plan (what a training process holds): "
+                          "add --plan, or drop it", model_opts_table[i].name);
+            return 2;
+        }
+    if (fed_model_precision_parse(o->precision, &prec) != FED_OK) {
+        fed_cli_error("model: --precision: '%s' is not fp32 or bf16", o->precision);
+        return 2;
+    }
+    if (strcmp(o->optimizer, "sgd") && strcmp(o->optimizer, "adam")) {
+        fed_cli_error("model: --optimizer: '%s' is not sgd or adam", o->optimizer);
+        return 2;
+    }
+    return 0;
 }
 
 /* --plan --pipeline-stages S: the split train makes (model/pipeline.h),
@@ -257,24 +278,27 @@ int fed_cli_model(int argc, char **argv)
     const char *path = argc > 0 && argv[0][0] != '-' ? argv[0] : NULL;
     char why[1024];
     fed_model_shape in;
+    unsigned char given[NMODEL_OPTS];
     int count, rc;
 
     if (path) { /* FILE first, then the options */
         argv++;
         argc--;
     }
-    rc = fed_cli_load_options("model", "FILE [--classes K] [--plan [--batch B] [--precision "
+    rc = fed_cli_load_options_given("model", "FILE [--classes K] [--plan [--batch B] [--precision "
                               "P] [--recompute K] [--optimizer O] [--pipeline-stages S]]\n"
                               "  print a model file's (or an .onnx file's) layers: output "
                               "shape, parameters and FLOPs per sample; --plan: a training "
                               "process's memory and FLOPs per step",
-                              model_opts_table, NMODEL_OPTS, &o, argc, argv);
+                              model_opts_table, NMODEL_OPTS, &o, argc, argv, given);
     if (rc >= 0)
         return rc;
     if (!path) {
         fed_cli_error("model: give the model file (fednode model FILE)");
         return 2;
     }
+    if ((rc = check_opts(&o, given)) != 0)
+        return rc;
     if (fed_cli_is_onnx(path))
         return model_onnx(path, &o);
     if (fed_model_cfg_load(path, &cfg, why, sizeof why) != FED_OK) {

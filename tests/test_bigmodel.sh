@@ -6,7 +6,9 @@
 # below those at 1 and the recomputed forwards' FLOPs); `fednode train`
 # with --recompute 2 prints the same epoch line as without it, and with
 # --accumulate refuses DP-SGD, an unknown --precision refused, each with
-# the reason. Skips (77) without Fashion-MNIST (proc_lib.sh).
+# the reason; `fednode model` refuses a bad --plan setting before it prints,
+# and a --plan setting without --plan. Skips (77) without Fashion-MNIST
+# (proc_lib.sh).
 . "$(dirname "$0")/proc_lib.sh"
 CFG="$(dirname "$0")/../examples/models/simplecnn.cfg"
 export FEDNODE_NO_REEXEC=1
@@ -20,6 +22,22 @@ for row in '^# plan: batch 256, precision fp32, recompute 1, optimizer adam; one
     grep -q "$row" "$TMP/plan.txt" || { cat "$TMP/plan.txt"; fail "--plan prints /$row/"; }
 done
 ok "fednode model --plan: SimpleCNN's parameters, optimizer state and FLOPs per step"
+
+# a bad --plan setting is refused before anything is printed; one without
+# --plan is refused, not ignored
+"$FEDNODE" model "$CFG" --plan --precision fp16 >"$TMP/fp16.txt" 2>"$TMP/fp16.err"
+rc=$?
+[ "$rc" -eq 2 ] || fail "--plan --precision fp16 exits 2, not $rc"
+[ -s "$TMP/fp16.txt" ] && { cat "$TMP/fp16.txt"; fail "--precision fp16: nothing printed before the refusal"; }
+grep -qx "fednode: model: --precision: 'fp16' is not fp32 or bf16" "$TMP/fp16.err" ||
+    { cat "$TMP/fp16.err"; fail "the refusal names --precision"; }
+"$FEDNODE" model "$CFG" --batch 64 >"$TMP/nobatch.txt" 2>"$TMP/nobatch.err"
+rc=$?
+[ "$rc" -eq 2 ] || fail "--batch without --plan exits 2, not $rc"
+[ -s "$TMP/nobatch.txt" ] && { cat "$TMP/nobatch.txt"; fail "--batch without --plan: nothing printed"; }
+grep -qx "fednode: model: --batch is a setting of --plan (what a training process holds): add --plan, or drop it" \
+    "$TMP/nobatch.err" || { cat "$TMP/nobatch.err"; fail "the refusal names --batch and --plan"; }
+ok "fednode model: --precision fp16 refused before the table; --batch without --plan refused"
 
 cat >"$TMP/deep.cfg" <<'CFG'
 [input]
