@@ -18,7 +18,7 @@ static const fed_cli_cmd commands[] = {
     {"model", fed_cli_model, "print a model file's layers: shapes, parameters, FLOPs"},
     {"privacy", fed_cli_privacy, "epsilon spent by DP-SGD's noise, or the noise for a target"},
     {"status", fed_cli_status, "print a node database's rounds, checkpoints, peers, counters"},
-    {"export", fed_cli_export, "write a checkpoint's model as .safetensors"},
+    {"export", fed_cli_export, "write a checkpoint's model as .safetensors or .onnx (--format)"},
     {"import", fed_cli_import, "read .safetensors into a model file or a checkpoint"},
     {"verify", fed_cli_verify, "check a database: integrity, checkpoint chain, signatures"},
     {"keygen", fed_cli_keygen, "make a node identity: DIR/node.key (0600) and DIR/node.pub"},
