@@ -86,6 +86,10 @@ int fed_cli_model_file(const char *cmd, char *model, size_t cap, char **graph, f
  * (onnx/onnx.h) is translated into the graph, its weights kept in *onnx
  * (NULL: the command uses none, a warning says so). */
 int fed_cli_is_onnx(const char *path);
+/* A command that takes no ONNX file given one as flag (path): the refusal
+ * printed, naming what cmd takes (takes, e.g. "a .safetensors file"), and
+ * 2; else -1 to go on. */
+int fed_cli_refuse_onnx(const char *cmd, const char *flag, const char *path, const char *takes);
 /* An export (`fednode export`: a .safetensors file whose metadata names
  * its spec and input) built into a model on be (pool, shards and batch as
  * fed_model_load's); *f keeps the parsed file, whose shared statistics

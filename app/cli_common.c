@@ -207,6 +207,15 @@ int fed_cli_is_onnx(const char *path)
     return n > 5 && !strcasecmp(path + n - 5, ".onnx");
 }
 
+int fed_cli_refuse_onnx(const char *cmd, const char *flag, const char *path, const char *takes)
+{
+    if (!fed_cli_is_onnx(path))
+        return -1;
+    fed_cli_error("%s: %s %s: an ONNX file; %s takes %s (an ONNX model goes in as --model "
+                  "FILE.onnx of train, run, aggregate and fedsim)", cmd, flag, path, cmd, takes);
+    return 2;
+}
+
 /* An .onnx file's graph as a spec; its weights kept in *onnx (NULL: the
  * command takes none, said at warning level). */
 static fed_err onnx_spec(const char *cmd, const char *path, char *spec, fed_onnx **onnx,

@@ -1379,11 +1379,17 @@ int fed_cli_import(int argc, char **argv)
         fed_cli_error("import: --round goes with --db");
         return 2;
     }
+    if ((rc = fed_cli_refuse_onnx("import", "--in", c.in, "a .safetensors file (fednode export "
+                                  "writes one)")) >= 0)
+        return rc;
     if (c.round[0] && !parse_round("import", c.round, &round))
         return 2;
     rc = 1;
     if ((e = fed_store_safetensors_read(c.in, &f)) != FED_OK) {
-        fed_cli_error("import: %s: %s", c.in, fed_strerror(e));
+        fed_cli_error("import: %s: %s%s", c.in, fed_strerror(e),
+                      e == FED_ERR_TOO_LARGE ? " (its first 8 bytes, a .safetensors file's "
+                                               "header length, say over 100 MiB: not a "
+                                               ".safetensors file?)" : "");
         goto out;
     }
     if (!import_target(&c, &f, spec, &sh)) {

@@ -1078,6 +1078,9 @@ static int eval_main(const eval_cfg *c, int task_given, int argc, char **argv)
         fed_cli_error("eval: --split: '%s' is not test or train", c->split);
         return 2;
     }
+    if ((rc = fed_cli_refuse_onnx("eval", "--model", c->model, "a trained model: a model file "
+                                  "(train --out, import --out) or an export (FILE.safetensors)")) >= 0)
+        return rc;
     fed_cli_maybe_reexec("eval", argc, argv);
     if ((err = fed_backend_open(c->device, &be)) != FED_OK) {
         fed_cli_error("eval: device: %s", fed_strerror(err));

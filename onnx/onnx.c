@@ -1994,6 +1994,11 @@ fed_err fed_onnx_parse(const char *name, const void *buf, size_t len, fed_onnx *
                   : fail(&t, FED_ERR_FORMAT, NULL, "not an ONNX model (a protobuf ModelProto)");
         goto out;
     }
+    if (!o->msg->graph && !o->msg->n_opset_import) { /* protobuf takes any bytes: none, say */
+        err = fail(&t, FED_ERR_FORMAT, NULL, "%s", len ? "not an ONNX model (no graph, no opset)"
+                                                       : "an empty file, not an ONNX model");
+        goto out;
+    }
     if ((err = check_opset(&t, o->msg)))
         goto out;
     t.g = o->msg->graph;

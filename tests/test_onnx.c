@@ -284,6 +284,13 @@ static void test_bad_files(void **state)
     assert_int_equal(fed_onnx_parse("t.onnx", buf, len / 2, &o, why, sizeof why),
                      FED_ERR_FORMAT);
     assert_non_null(strstr(why, "t.onnx: not an ONNX model"));
+    /* nothing at all, or bytes that decode to no graph and no opset: said so */
+    assert_int_equal(fed_onnx_parse("t.onnx", buf, 0, &o, why, sizeof why), FED_ERR_FORMAT);
+    assert_null(o);
+    assert_non_null(strstr(why, "t.onnx: an empty file, not an ONNX model"));
+    assert_int_equal(fed_onnx_parse("t.onnx", "\x08\x07", 2, &o, why, sizeof why),
+                     FED_ERR_FORMAT); /* ir_version 7 alone */
+    assert_non_null(strstr(why, "t.onnx: not an ONNX model (no graph, no opset)"));
     for (size_t n = 0; n < len; n++) {
         fed_err err = fed_onnx_parse("t.onnx", buf, n, &o, why, sizeof why);
 
