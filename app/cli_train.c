@@ -45,6 +45,9 @@ typedef struct train_cfg {
     char input_scale[16];
     char *graph; /* --model FILE of a graph longer than its id: the whole (not an option) */
     fed_onnx *onnx; /* --model FILE.onnx: its weights, the initial ones (not an option) */
+    fed_model_shape decl; /* --model FILE: the input and classes it declares (not an option) */
+    char model_given[FED_MODEL_SPEC_MAX]; /* --model as given (a file's path: errors name it;
+                                             model becomes its graph's id) */
     int epochs;
     int batch;
     int accumulate;
@@ -773,6 +776,40 @@ out:
     return rc;
 }
 
+/* "5 features" for a row, "1x28x28" for an image */
+static void shape_words(const fed_model_shape *s, char *buf, size_t cap)
+{
+    if (s->c == 1 && s->h == 1)
+        snprintf(buf, cap, "%d features", s->w);
+    else
+        snprintf(buf, cap, "%dx%dx%d", s->c, s->h, s->w);
+}
+
+/* A model file's declared input or classes that the data replaces: train
+ * builds the model over the data (fednode run refuses the mismatch), and
+ * says so, since its export then fits the data, not the module the file
+ * describes. */
+static void say_declared(const train_cfg *c, fed_model_shape data)
+{
+    const fed_model_shape *d = &c->decl;
+    int input = (d->c || d->h || d->w) && (d->c != data.c || d->h != data.h || d->w != data.w);
+    int classes = d->classes && d->classes != data.classes;
+
+    if (input) {
+        char want[48], got[48];
+
+        shape_words(d, want, sizeof want);
+        shape_words(&data, got, sizeof got);
+        fed_log(FED_LOG_WARN, "train: --model %s declares its input %s, --data %s gives %s: the "
+                "model is built over the data's (its export fits the data, not the module the "
+                "file describes)", c->model_given, want, c->data, got);
+    }
+    if (classes)
+        fed_log(FED_LOG_WARN, "train: --model %s declares %d classes, --data %s has %d: the "
+                "model is built with the data's", c->model_given, d->classes, c->data,
+                data.classes);
+}
+
 static int train_main(const train_cfg *c)
 {
     train_world w = {0};
@@ -829,6 +866,7 @@ static int train_main(const train_cfg *c)
     /* a Poisson draw is batch on average: room for 6 standard deviations more
        (a larger one runs in pieces) */
     in = w.train->shape;
+    say_declared(c, in);
     if (fed_model_input_scale_parse(c->input_scale, &in.scale) != FED_OK) {
         fed_cli_error("train: --input-scale '%s': centred or unit", c->input_scale);
         rc = 2;
@@ -838,7 +876,7 @@ static int train_main(const train_cfg *c)
        device lacks, then the threads and the pool follow the backend */
     if ((err = fed_model_backend_settle(c->device, c->graph ? c->graph : c->model, in,
                                         &w.be)) != FED_OK) {
-        rc = fail(c->model, err);
+        rc = fail(c->model_given, err);
         goto out;
     }
     if (!(w.be->caps & FED_BACKEND_CAP_SHARDS))
@@ -863,7 +901,7 @@ static int train_main(const train_cfg *c)
                                    c->dp_sgd ? c->batch + (int)(6 * sqrt(c->batch)) + 8
                                              : fed_trainer_micro_batch(c->batch, acc),
                                    &w.m)) != FED_OK) {
-        rc = fail(c->model, err);
+        rc = fail(c->model_given, err);
         goto out;
     }
     if (c->recompute > 1 && (err = fed_model_set_recompute(w.m, c->recompute)) != FED_OK) {
@@ -910,7 +948,7 @@ static int train_main(const train_cfg *c)
         char why[512];
 
         if ((err = fed_onnx_apply_weights(c->onnx, w.m, why, sizeof why)) != FED_OK) {
-            fed_cli_error("train: --model %s: %s", c->model, why);
+            fed_cli_error("train: --model %s: %s", c->model_given, why);
             rc = 1;
             goto out;
         }
@@ -977,9 +1015,12 @@ int fed_cli_train(int argc, char **argv)
 
     cfg.graph = NULL;
     cfg.onnx = NULL;
+    memset(&cfg.decl, 0, sizeof cfg.decl);
+    snprintf(cfg.model_given, sizeof cfg.model_given, "%s", rc < 0 ? cfg.model : "");
     if (rc < 0) { /* restarted first, so that what the model file logs is said once */
         fed_cli_maybe_reexec("train", argc, argv);
-        rc = fed_cli_model_file("train", cfg.model, sizeof cfg.model, &cfg.graph, &cfg.onnx, NULL);
+        rc = fed_cli_model_file("train", cfg.model, sizeof cfg.model, &cfg.graph, &cfg.onnx,
+                                &cfg.decl);
     }
     if (rc < 0)
         rc = train_main(&cfg);

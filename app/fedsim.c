@@ -36,6 +36,7 @@ typedef struct out_ctx {
     int bar;            /* a progress bar on stderr (a terminal) */
     int rounds;
     int quiet;
+    int regression;     /* --task regression: rows show the mse, not an accuracy */
     double t0, t_first, t_last; /* wall seconds at the start, the first row, the last */
     fed_sim_row *rows; /* (nrows) for the chart */
     size_t nrows, cap;
@@ -77,13 +78,14 @@ static void on_row(void *ctx, const fed_sim_row *row)
     if (row->epsilon > 0)
         snprintf(eps, sizeof eps, "  epsilon %.4f", row->epsilon);
     if (!o->quiet)
-        printf("round %4llu  t %9.2f s  accuracy %.4f  spread %.4f  bytes %12llu  merged %u"
+        printf("round %4llu  t %9.2f s  %s %.4f  spread %.4f  bytes %12llu  merged %u"
                "  lr %.4g%s  (wall %.2f s)\n",
-               (unsigned long long)row->round, row->t_s, row->accuracy, row->spread,
+               (unsigned long long)row->round, row->t_s, o->regression ? "mse" : "accuracy",
+               o->regression ? row->loss : row->accuracy, row->spread,
                (unsigned long long)row->bytes, row->merged, (double)row->lr, eps, now - o->t0);
     if (o->csv)
         fprintf(o->csv, "%llu,%.3f,%.6f,%.6f,%llu,%u,%.6g,%.6g\n", (unsigned long long)row->round,
-                row->t_s, row->accuracy, row->spread, (unsigned long long)row->bytes, row->merged,
+                row->t_s, o->regression ? row->loss : row->accuracy, row->spread, (unsigned long long)row->bytes, row->merged,
                 (double)row->lr, row->epsilon);
     if (o->db) {
         fed_store_round sr;
@@ -92,8 +94,8 @@ static void on_row(void *ctx, const fed_sim_row *row)
         memset(&sr, 0, sizeof sr);
         sr.round = row->round;
         sr.start_ms = sr.end_ms = (uint64_t)(row->t_s * 1000); /* virtual */
-        sr.loss = NAN;
-        sr.accuracy = row->accuracy;
+        sr.loss = row->loss;
+        sr.accuracy = o->regression ? NAN : row->accuracy;
         sr.bytes_out = row->bytes;
         sr.peers = row->merged;
         sr.lr = row->lr;
@@ -434,13 +436,21 @@ int main(int argc, char **argv)
     rank = fed_comm_rank(comm);
     if (rank != 0) /* rank 0 writes the rows, the files and the chart */
         csv = svg = dbpath = NULL, o.quiet = 1;
+    o.regression = !strcmp(sc.s.dflags.task, "regression");
+    if (o.regression && svg) {
+        fed_cli_error("--svg charts accuracy: a regression (--task regression) has none; its "
+                      "mse is in the rows and in --csv");
+        rc = 2;
+        goto out;
+    }
     if (csv && !(o.csv = fopen(csv, "w"))) {
         fed_cli_error("cannot write %s", csv);
         rc = 1;
         goto out;
     }
     if (o.csv)
-        fprintf(o.csv, "round,t_s,accuracy,spread,bytes,merged,lr,epsilon\n");
+        fprintf(o.csv, "round,t_s,%s,spread,bytes,merged,lr,epsilon\n",
+                o.regression ? "mse" : "accuracy");
     if (dbpath && (e = fed_store_open(dbpath, NULL, &o.db)) != FED_OK) {
         fed_cli_error("--db %s: %s", dbpath, fed_strerror(e));
         rc = 1;

@@ -128,6 +128,7 @@ typedef struct agg_row {
     double accuracy;
     uint32_t merged;
     double epsilon; /* DP-FedAvg's client-level epsilon after the round; 0: none */
+    double loss;    /* the global model's test loss (mse under --task regression); NaN */
 } agg_row;
 
 typedef struct sim_run sim_run;
@@ -229,6 +230,7 @@ static void on_round(void *ctx, const fed_node *n, const fed_node_round_info *in
         a->accuracy = info->accuracy;
         a->merged = info->merged;
         a->epsilon = info->epsilon;
+        a->loss = info->loss;
         return;
     }
     if (info->round < 1 || info->round > (uint64_t)r->sc->s.rounds)
@@ -293,6 +295,7 @@ static void put_agg(uint8_t *p, const agg_row *a)
     fed_put_f64le(p + 17, a->accuracy);
     fed_put_u32le(p + 25, a->merged);
     fed_put_f64le(p + 29, a->epsilon);
+    fed_put_f64le(p + 37, a->loss);
 }
 
 /* This rank's news since the last sync, as records; clears it. */
@@ -339,7 +342,7 @@ static fed_err merge_news(sim_run *r, const uint8_t *buf, size_t len)
             round_sum_merge(&r->all[round], &s);
         } else if (p[0] == REC_AGG) {
             agg_row a = {round, fed_get_u64le(p + 9), fed_get_f64le(p + 17),
-                         fed_get_u32le(p + 25), fed_get_f64le(p + 29)};
+                         fed_get_u32le(p + 25), fed_get_f64le(p + 29), fed_get_f64le(p + 37)};
 
             if (r->nrows == r->cap_rows) {
                 size_t cap = r->cap_rows ? 2 * r->cap_rows : 16;
@@ -380,6 +383,7 @@ static fed_err emit_due(sim_run *r, const fed_comm *comm, int flush)
             row->round = r->rows[i].round;
             row->t_s = (double)r->rows[i].t_us / 1e6;
             row->accuracy = r->rows[i].accuracy;
+            row->loss = r->rows[i].loss;
             row->merged = r->rows[i].merged;
             row->epsilon = r->rows[i].epsilon;
             bytes[n - 1] = r->rows[i].t_us;
@@ -399,6 +403,7 @@ static fed_err emit_due(sim_run *r, const fed_comm *comm, int flush)
             row->round = k;
             row->t_s = (double)p->t_us / 1e6;
             row->accuracy = p->measured ? (double)p->acc_fx / ACC_ONE / p->measured : NAN;
+            row->loss = NAN;
             row->spread = p->measured ? p->acc_max - p->acc_min : NAN;
             row->merged = p->mixed;
             row->lr = p->lr_node != NO_NODE ? p->lr : 0;
@@ -1216,6 +1221,9 @@ static fed_err check_scenario(const fed_sim_scenario *sc, int peer_mode)
         why = "--rounds 0 (forever) has no end to simulate: give a number of rounds";
     else if (sc->personal_eval && peer_mode)
         why = "--personal-eval scores an aggregator's clients: peers have none";
+    else if (sc->personal_eval && !strcmp(sc->s.dflags.task, "regression"))
+        why = "--personal-eval scores each client's accuracy: a regression (--task "
+              "regression) has none; the rows give the global model's mse";
     else if (sc->finetune_epochs && !sc->personal_eval)
         why = "--finetune-epochs fine-tunes the models --personal-eval scores: give both";
     else if (sc->local_only && !sc->personal_eval)

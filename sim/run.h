@@ -66,6 +66,8 @@ typedef struct fed_sim_row {
     uint64_t round;
     double t_s;        /* virtual seconds when it closed */
     double accuracy;   /* aggregator: the global model; peers: their mean (NaN: not measured) */
+    double loss;       /* aggregator: the global model's test loss, the mean squared error
+                          under --task regression (NaN: not measured; peers: NaN) */
     double spread;     /* peers: max - min accuracy; aggregator: 0 */
     uint64_t bytes;    /* every node's frame bytes sent so far */
     uint32_t merged;   /* aggregator: deltas merged; peers: shares mixed, summed */

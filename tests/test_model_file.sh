@@ -105,3 +105,36 @@ fi
 grep -qx "fedsim: --model '$TMP': not a regular file, and not a preset (logreg, mlp:W1,W2,..., cnn)" \
     "$TMP/dir.log" || { cat "$TMP/dir.log"; fail "fedsim's refusal is prefixed once"; }
 ok "a --model naming no file, or a folder: refused, saying so"
+
+# a file whose declared input the data replaces trains over the data's (as
+# documented) and says so, naming the file; a build error names it too
+{ echo 'f1,f2,f3,label'; i=0; while [ $i -lt 60 ]; do echo "$i.5,$((i % 7)),$((i % 3)),$((i % 2))"; i=$((i + 1)); done; } >"$TMP/three.csv"
+printf '[input] features = 5\n[linear] out = 4\n[relu]\n[linear] out = classes\n[output] loss = cross_entropy\n' >"$TMP/five.cfg"
+"$FEDNODE" train --model "$TMP/five.cfg" --data "$TMP/three.csv" --epochs 1 >"$TMP/five.log" 2>&1 ||
+    { cat "$TMP/five.log"; fail "a declared input the data replaces still trains"; }
+grep -q "warn: train: --model $TMP/five.cfg declares its input 5 features, --data $TMP/three.csv gives 3 features: the model is built over the data's" \
+    "$TMP/five.log" || { cat "$TMP/five.log"; fail "the replaced input is said, naming the file"; }
+if "$FEDNODE" train --model "$CFG" --data "$TMP/three.csv" --epochs 1 >"$TMP/cnn3.log" 2>&1; then
+    fail "SimpleCNN over 3 features is refused"
+fi
+grep -q "fednode: train: $CFG: shape mismatch" "$TMP/cnn3.log" ||
+    { cat "$TMP/cnn3.log"; fail "the build error names the file, not its graph's spec"; }
+ok "train --model FILE: a declared input the data replaces is said; a build error names the file"
+
+# fedsim over a regression (an mse model, --task regression): each row gives
+# the global model's mse, not an accuracy of 0; --personal-eval, which
+# scores accuracies, is refused
+printf '[input] features = 3\n[linear] out = 1\n[output] loss = mse\n' >"$TMP/reg.cfg"
+"$FEDSIM" --model "$TMP/reg.cfg" --data "$TMP/three.csv" --task regression --nodes 2 --rounds 3 \
+    >"$TMP/regsim.log" 2>&1 || { cat "$TMP/regsim.log"; fail "fedsim of a regression"; }
+m1=$(sed -n 's/^round    1 .* mse \([0-9.]*\) .*/\1/p' "$TMP/regsim.log")
+m3=$(sed -n 's/^round    3 .* mse \([0-9.]*\) .*/\1/p' "$TMP/regsim.log")
+[ -n "$m1" ] && [ -n "$m3" ] && awk -v a="$m1" -v b="$m3" 'BEGIN { exit !(a > 0 && b > 0 && b < a) }' ||
+    { cat "$TMP/regsim.log"; fail "fedsim's rows give the regression's mse, falling (round 1 '$m1', round 3 '$m3')"; }
+if "$FEDSIM" --model "$TMP/reg.cfg" --data "$TMP/three.csv" --task regression --nodes 2 --rounds 1 \
+    --personal-eval >"$TMP/regpe.log" 2>&1; then
+    fail "--personal-eval of a regression is refused"
+fi
+grep -q "personal-eval scores each client's accuracy: a regression (--task regression) has none" \
+    "$TMP/regpe.log" || { cat "$TMP/regpe.log"; fail "the refusal says why"; }
+ok "fedsim of a regression: rows give the mse ($m1 to $m3); --personal-eval refused, saying why"
