@@ -766,7 +766,6 @@ static fed_err parse_list(const char *s, int pos, double **out, size_t *n)
     return FED_OK;
 }
 
-/* {"key": "value", ...}: our keys read, others checked and dropped. */
 /* "fednode.input_scale" as the export writes it (%.17g of the scale's
  * multiplier): unit's, else the default, centred (a foreign value too: the
  * importer leaves how the input is fed to its user). */
@@ -778,6 +777,7 @@ static int scale_of_text(const char *text)
     return (float)strtod(text, NULL) == mul ? FED_MODEL_INPUT_UNIT : FED_MODEL_INPUT_CENTRED;
 }
 
+/* {"key": "value", ...}: our keys read, others checked and dropped. */
 static fed_err parse_metadata(jp *j, fed_store_st_file *f)
 {
     char key[FED_ST_NAME_MAX], val[FED_MODEL_SPEC_MAX];

@@ -98,7 +98,8 @@ static fed_err globs_match(const fed_node *n, const fed_tensor_info *t, int nt)
     return FED_OK;
 }
 
-static int has_norm(const fed_tensor_info *t, int nt)
+/* FED_TENSOR_NORM: a batch norm's tensor (model.h), what --local-bn keeps */
+static int has_batchnorm(const fed_tensor_info *t, int nt)
 {
     for (int i = 0; i < nt; i++)
         if (t[i].flags & FED_TENSOR_NORM)
@@ -121,10 +122,10 @@ static fed_err paths_new(fed_node *n)
 
     if ((e = globs_match(n, t, nt)) != FED_OK)
         return e;
-    if (c->local_bn && !has_norm(t, nt)) { /* FedBN asked of a model it cannot change */
-        fed_log(FED_LOG_ERROR, "aggregator: --local-bn: model '%s' has no normalization layer "
-                "(batchnorm, groupnorm, layernorm) whose tensors could stay at the sites",
-                c->spec);
+    if (c->local_bn && !has_batchnorm(t, nt)) { /* FedBN asked of a model it cannot change */
+        fed_log(FED_LOG_ERROR, "aggregator: --local-bn: model '%s' has no batch-norm layer "
+                "whose tensors could stay at the sites (--local-bn keeps batch norm's; a layer "
+                "or group norm is federated, or kept by --local-layers)", c->spec);
         return FED_ERR_SPEC;
     }
     a->rules.local_layers = c->local_layers;

@@ -1221,6 +1221,9 @@ static fed_err check_scenario(const fed_sim_scenario *sc, int peer_mode)
         why = "--rounds 0 (forever) has no end to simulate: give a number of rounds";
     else if (sc->personal_eval && peer_mode)
         why = "--personal-eval scores an aggregator's clients: peers have none";
+    else if (peer_mode && !strcmp(sc->s.dflags.task, "regression"))
+        why = "--task regression runs with an aggregator: a peer's rows score accuracies, which "
+              "a regression has none of (the aggregator's rows give its mse)";
     else if (sc->personal_eval && !strcmp(sc->s.dflags.task, "regression"))
         why = "--personal-eval scores each client's accuracy: a regression (--task "
               "regression) has none; the rows give the global model's mse";

@@ -1191,7 +1191,6 @@ static void test_csv_regression(void **state)
     csv_with("x,label\n1,2.5\n", &o, FED_ERR_NOT_NUMERIC);
 }
 
-/* The test file takes the training file's categorical columns. */
 /* tr = DIR/NAME.csv holding train, te = DIR/NAME.test.csv holding test
  * (each of cap bytes; test NULL: not written). */
 static void write_csv_pair(char *tr, char *te, size_t cap, const char *name, const char *train,
@@ -1208,6 +1207,7 @@ static void write_csv_pair(char *tr, char *te, size_t cap, const char *name, con
         write_text(te, test);
 }
 
+/* The test file takes the training file's categorical columns. */
 static void test_csv_categorical_split(void **state)
 {
     char tr[1024], te[1024];

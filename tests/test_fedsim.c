@@ -993,8 +993,10 @@ static void test_bad_specs(void **state)
                                     /* a glob naming no tensor; every tensor kept */
                                     {"local-layers", "fc3.*", "model", "mlp:16"},
                                     {"local-layers", "0.*", "model", "logreg"},
-                                    /* FedBN of a model with no norm layer */
+                                    /* FedBN of a model with no batch norm, or
+                                       with a layer norm only */
                                     {"local-bn", "true", "model", "mlp:16"},
+                                    {"local-bn", "true", "model", "g:L16,V,R,L"},
                                    /* a strategy's own segment outside DP-FedAvg's
                                       noise, or merged one stale delta at a time */
                                    {"strategy", "scaffold", "mode", "async"},

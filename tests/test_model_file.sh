@@ -137,4 +137,10 @@ if "$FEDSIM" --model "$TMP/reg.cfg" --data "$TMP/three.csv" --task regression --
 fi
 grep -q "personal-eval scores each client's accuracy: a regression (--task regression) has none" \
     "$TMP/regpe.log" || { cat "$TMP/regpe.log"; fail "the refusal says why"; }
-ok "fedsim of a regression: rows give the mse ($m1 to $m3); --personal-eval refused, saying why"
+if "$FEDSIM" --model "$TMP/reg.cfg" --data "$TMP/three.csv" --task regression --nodes 3 --rounds 1 \
+    --role peer --topology ring >"$TMP/regpeer.log" 2>&1; then
+    fail "peers over a regression are refused"
+fi
+grep -q "task regression runs with an aggregator" "$TMP/regpeer.log" ||
+    { cat "$TMP/regpeer.log"; fail "the peers' refusal says why"; }
+ok "fedsim of a regression: rows give the mse ($m1 to $m3); --personal-eval and peers refused, saying why"
