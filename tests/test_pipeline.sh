@@ -276,7 +276,11 @@ wait_for "I: c0 declines the round (site evaluation over stages)" 90 \
 sleep 1
 alive c0i || fail "I: the site in stages lives on after declining"
 grep -q "fednode: error" "$TMP/sitei.log" && { cat "$TMP/sitei.log"; fail "I: no error lines at the site"; }
-ok "I: --eval-every over a site in 2 stages: the round declined with a LEAVE, the site alive, no error"
+# asking it again changes nothing: the aggregator parks it until it restarts
+wait_for "I: the aggregator parks c0" 20 grep -q \
+    "client c0 declined round 1: .*(FED_ERR_UNSUPPORTED); it takes part in no round until it restarts" \
+    "$TMP/aggi.log"
+ok "I: --eval-every over a site in 2 stages: the round declined with a LEAVE, the site alive, no error, parked"
 kill "$(pid aggi)" "$(pid c1i)" 2>/dev/null
 for p in $(ps -o pid= --ppid "$(pid c0i)" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
 kill -9 "$(pid c0i)" 2>/dev/null
