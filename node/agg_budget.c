@@ -209,7 +209,7 @@ int fedi_node_agg_budget_parked(fed_node *n, const fed_wire_hdr *h)
     if (!r || !r->parked)
         return 0;
     if (h->sender_epoch <= r->epoch) /* the run that declined: a HELLO of its is a retry */
-        return 1;
+        return (int)r->parked;
     fed_log(FED_LOG_WARN, "aggregator: client %s, left out for %s, restarted (epoch %llu): it "
             "is sampled again", member_name(n, h->sender, hex),
             park_what(r->parked),

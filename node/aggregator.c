@@ -299,6 +299,7 @@ static void fed_node_agg_free(fed_node *n)
     fed_free(a->inputs);
     fed_free(a->results);
     fed_free(a->holds);
+    fed_free(a->parked);
     fed_free(a->model_vec);
     fed_free(a->host);
     fed_free(a->committed);
@@ -435,6 +436,9 @@ void fedi_node_agg_arm_poll(fed_node *n)
     for (size_t i = 0; i < a->nholds; i++)
         if (a->holds[i].since_ms + n->cfg.transfer.poll_ms < first)
             first = a->holds[i].since_ms + n->cfg.transfer.poll_ms;
+    for (size_t i = 0; i < a->nparked; i++)
+        if (a->parked[i].since_ms + n->cfg.transfer.poll_ms < first)
+            first = a->parked[i].since_ms + n->cfg.transfer.poll_ms;
     if (a->state == AGG_IDLE && a->wait_report_ms && a->wait_report_ms < first)
         first = a->wait_report_ms;
     if (first == UINT64_MAX)
@@ -500,34 +504,49 @@ static void hold_remove(node_agg *a, size_t i)
     a->holds[i] = a->holds[--a->nholds];
 }
 
-/* A client asks for work: replace its older hold (that request is over). */
-fed_err fedi_node_agg_hold_add(fed_node *n, fed_req *req, const fed_wire_hdr *h)
+/* h's sender's hold in holds[0..*nh), refused and removed (that request
+ * is over); 1 when there was one. */
+static int holds_drop(fed_node *n, agg_hold *holds, size_t *nh, const uint8_t sender[32])
 {
-    node_agg *a = n->agg;
-
-    for (size_t i = 0; i < a->nholds; i++)
-        if (!memcmp(a->holds[i].hdr.sender, h->sender, 32)) {
-            fedi_node_refuse(n, a->holds[i].req);
-            hold_remove(a, i);
-            break;
+    for (size_t i = 0; i < *nh; i++)
+        if (!memcmp(holds[i].hdr.sender, sender, 32)) {
+            fedi_node_refuse(n, holds[i].req);
+            holds[i] = holds[--*nh];
+            return 1;
         }
-    if (a->nholds == a->cap_holds) {
-        size_t cap = a->cap_holds ? 2 * a->cap_holds : 16;
-        agg_hold *p = fed_realloc(a->holds, cap * sizeof *p);
+    return 0;
+}
+
+/* req held in *holds (*nh of *cap), in place of its sender's older hold. */
+static fed_err holds_put(fed_node *n, agg_hold **holds, size_t *nh, size_t *cap, fed_req *req,
+                         const fed_wire_hdr *h)
+{
+    (void)holds_drop(n, *holds, nh, h->sender);
+    if (*nh == *cap) {
+        size_t c = *cap ? 2 * *cap : 16;
+        agg_hold *p = fed_realloc(*holds, c * sizeof *p);
 
         if (!p) {
             fedi_node_refuse(n, req);
             return FED_ERR_NOMEM;
         }
-        a->holds = p;
-        a->cap_holds = cap;
+        *holds = p;
+        *cap = c;
     }
-    a->holds[a->nholds].req = req;
-    a->holds[a->nholds].hdr = *h;
-    a->holds[a->nholds].since_ms = n->env.now_ms(n->env.self);
-    a->nholds++;
+    (*holds)[*nh].req = req;
+    (*holds)[*nh].hdr = *h;
+    (*holds)[*nh].since_ms = n->env.now_ms(n->env.self);
+    (*nh)++;
     fedi_node_agg_arm_poll(n);
     return FED_OK;
+}
+
+/* A client asks for work: replace its older hold (that request is over). */
+fed_err fedi_node_agg_hold_add(fed_node *n, fed_req *req, const fed_wire_hdr *h)
+{
+    node_agg *a = n->agg;
+
+    return holds_put(n, &a->holds, &a->nholds, &a->cap_holds, req, h);
 }
 
 static fed_err answer_no_round(fed_node *n, size_t i, uint32_t flags)
@@ -541,8 +560,15 @@ static fed_err answer_no_round(fed_node *n, size_t i, uint32_t flags)
 
 static void finish_all(fed_node *n)
 {
-    while (n->agg->nholds)
+    node_agg *a = n->agg;
+
+    while (a->nholds)
         (void)answer_no_round(n, 0, FED_WIRE_ACK_FINISHED);
+    while (a->nparked) { /* a parked client too learns that the run is over */
+        agg_hold h = a->parked[--a->nparked];
+
+        (void)fedi_node_ack(n, h.req, &h.hdr, FED_OK, FED_WIRE_ACK_FINISHED);
+    }
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_POLL);
 }
 
@@ -1635,8 +1661,10 @@ static fed_err fed_node_agg_on_msg(fed_node *n, node_open *op)
         op->req = NULL;
         if (a->state == AGG_DONE)
             return fedi_node_ack(n, req, &m->hdr, FED_OK, FED_WIRE_ACK_FINISHED);
-        if (fedi_node_agg_budget_parked(n, &m->hdr)) /* parked: never sampled */
-            return fedi_node_ack(n, req, &m->hdr, FED_OK, FED_WIRE_ACK_NO_ROUND);
+        if (fedi_node_agg_budget_parked(n, &m->hdr)) /* never sampled: held a poll, then
+                                                         answered NO_ROUND with why */
+            return holds_put(n, &a->parked, &a->nparked, &a->cap_parked, req, &m->hdr);
+        (void)holds_drop(n, a->parked, &a->nparked, m->hdr.sender); /* restarted */
         return a->mode->on_ask(n, req, &m->hdr);
     case FED_WIRE_DELTA:
         fedi_node_agg_budget_note(n, m);
@@ -1686,6 +1714,15 @@ static fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
         for (size_t i = a->nholds; i-- > 0;)
             if (a->holds[i].since_ms + n->cfg.transfer.poll_ms <= now)
                 (void)answer_no_round(n, i, FED_WIRE_ACK_NO_ROUND);
+        for (size_t i = a->nparked; i-- > 0;)
+            if (a->parked[i].since_ms + n->cfg.transfer.poll_ms <= now) {
+                agg_hold h = a->parked[i];
+                int why = fedi_node_agg_budget_parked(n, &h.hdr);
+
+                a->parked[i] = a->parked[--a->nparked];
+                (void)fedi_node_ack(n, h.req, &h.hdr, why ? (fed_err)why : FED_OK,
+                                    FED_WIRE_ACK_NO_ROUND);
+            }
         if (a->state == AGG_IDLE && a->wait_report_ms && a->wait_report_ms <= now)
             report_waiting(n);
         fedi_node_agg_arm_poll(n);

@@ -159,6 +159,9 @@ struct node_agg {
                                 for again (the poll timer's; 0: not waiting) */
     agg_hold *holds;
     size_t nholds, cap_holds;
+    agg_hold *parked;     /* the asks of clients parked (agg_budget.c), held a poll
+                             and answered NO_ROUND with the reason, never sampled */
+    size_t nparked, cap_parked;
     agg_part *parts;       /* (nparts) sampled this round, sorted by key */
     size_t nparts;
     uint8_t *model_vec;    /* host, f32 encoded for the MODEL; model_vec_len 0: not yet
@@ -311,9 +314,10 @@ int fedi_node_agg_budget_parks(uint32_t reason);
  * min_clients clients can still take part the node is marked failed
  * (FED_ERR_TOO_FEW_CLIENTS, returned) with an error line saying why. */
 fed_err fedi_node_agg_budget_declined(fed_node *n, const fed_wire_msg *m);
-/* A HELLO or NEXT of header h: nonzero when its sender declined for a
- * reason that parks in this run (its sender epoch); a later epoch (a
- * restart, maybe with a new budget, data or settings) ends the parking. */
+/* A HELLO or NEXT of header h: the reason (a fed_err, nonzero) when its
+ * sender declined for a reason that parks in this run (its sender epoch),
+ * else 0; a later epoch (a restart, maybe with a new budget, data or
+ * settings) ends the parking. */
 int fedi_node_agg_budget_parked(fed_node *n, const fed_wire_hdr *h);
 void fedi_node_agg_budget_free(node_agg *a);
 

@@ -41,6 +41,7 @@ struct node_client {
     client_state state;
     uint8_t agg[32];
     uint64_t agg_epoch;   /* the aggregator's epoch as last seen; 0: unknown */
+    uint32_t parked;      /* why the aggregator leaves it out until it restarts (said once) */
     uint8_t out_type;     /* the request that is out */
     uint32_t resends;
     uint32_t repulls;     /* PULLs of the MODEL's current chunk sent again */
@@ -1289,6 +1290,21 @@ static fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
 
 /* ---- replies and timers ---- */
 
+/* The aggregator held an ask a poll and answered that it leaves this
+ * client out of its rounds until it restarts (why: the reason it declined
+ * with): said once, and it asks again, so that it learns when the run is
+ * over (FINISHED) or the aggregator restarts. */
+static fed_err on_parked(fed_node *n, uint32_t why)
+{
+    node_client *c = n->client;
+
+    if (c->parked != why)
+        fed_log(FED_LOG_WARN, "client: the aggregator leaves this client out of its rounds "
+                "(%s: %s) until it restarts", fed_errname((int)why), fed_strerror((int)why));
+    c->parked = why;
+    return ask(n, FED_WIRE_NEXT);
+}
+
 static fed_err on_ack(fed_node *n, const fed_wire_msg *m)
 {
     node_client *c = n->client;
@@ -1318,8 +1334,11 @@ static fed_err on_ack(fed_node *n, const fed_wire_msg *m)
         }
         return ask(n, FED_WIRE_NEXT);
     }
-    if (c->state == CL_ASKING && (b->ack_flags & FED_WIRE_ACK_NO_ROUND))
+    if (c->state == CL_ASKING && (b->ack_flags & FED_WIRE_ACK_NO_ROUND)) {
+        if (b->status != FED_OK) /* left out, not a long poll that ran out */
+            return on_parked(n, b->status);
         return ask(n, FED_WIRE_NEXT);
+    }
     return FED_OK; /* an answer to a request we gave up on */
 }
 

@@ -737,6 +737,12 @@ static void model_mismatch(const fixture *fx, size_t max_frame, int classes)
     wc = fed_node_wire_counters(fed_sim_host_node(s.agg));
     assert_non_null(wc);
     assert_int_equal(wc->leave_bad_model, 1);
+    /* the parked client's ask is held a poll (5 s), not answered at once
+       (when it was, the client asked again at once: 229 frames opened in
+       all, against 25), and it too learns that the run is over */
+    if (!max_frame)
+        assert_in_range(wc->opened, 1, 60);
+    assert_true(fed_node_finished(fed_sim_host_node(s.cl[2])));
     scen_free(&s);
 }
 
@@ -2612,12 +2618,31 @@ static void test_local_layers_mismatch(void **state)
     contrib_q q;
     scen s;
 
+    fed_sim_link late = {.latency_ms = 30000, .bytes_per_ms = 100000};
+    const fed_wire_counters *wc;
+
     fed_test_need_fashion(fx->train != NULL);
     fed_test_log_capture(FED_LOG_WARN);
-    run_declines(&s, fx, &o, 0);
+    scen_build(&s, fx, &o);
+    /* client 1 answers 30 s late, so the rounds last: the parked client's
+       asks are held a poll (5 s) each and answered with why */
+    assert_int_equal(fed_sim_world_set_link(s.w, fed_sim_host_index(s.cl[1]),
+                                            fed_sim_host_index(s.agg), &late),
+                     FED_OK);
+    scen_run(&s, 1200000);
+    for (uint32_t r = 1; r <= o.rounds; r++)
+        assert_int_equal(s.info[r].merged, o.min_clients);
     fed_test_log_has("the aggregator keeps local --local-layers '2.*', this client '0.*'");
     fed_test_log_has("(FED_ERR_LOCAL_MISMATCH); it takes part in no round until it restarts");
+    fed_test_log_has("client: the aggregator leaves this client out of its rounds "
+                     "(FED_ERR_LOCAL_MISMATCH: ");
     fed_test_log_default();
+    /* about one ask a poll over the minutes the rounds take, not one a
+       message's round trip */
+    wc = fed_node_wire_counters(fed_sim_host_node(s.cl[2]));
+    printf("parked client: %llu frames opened in %.0f s\n", (unsigned long long)wc->opened,
+           (double)fed_sim_world_now_us(s.w) / 1e6);
+    assert_in_range(wc->opened, 1, fed_sim_world_now_us(s.w) / 5000000 + 10);
     q = contribution(&s, 1, s.cl[2]);
     assert_int_equal(q.accepted, 0);
     assert_non_null(strstr(q.reason, "LOCAL_MISMATCH"));
