@@ -452,6 +452,38 @@ void fedi_node_agg_arm_poll(fed_node *n)
 
 static int key32_cmp(const void *x, const void *y) { return memcmp(x, y, 32); }
 
+/* An allow-list of fewer clients than a round needs: no round can start
+ * until it grows (it is read again on SIGHUP), said at warning level with
+ * each report of whom the aggregator waits for. */
+static void say_too_few_members(const fed_node *n)
+{
+    const fed_node_config *c = &n->cfg;
+    unsigned need = c->agg.min_clients;
+    const char *what = "--min-clients";
+    size_t clients;
+
+    if (!c->allow)
+        return;
+    clients = fed_crypto_allow_count(c->allow) - (fed_crypto_allow_find(c->allow, n->key) != NULL);
+    if (c->secagg.on) { /* a secure round's floor, never below FED_NODE_SA_FLOOR */
+        unsigned floor = c->secagg.min_clients > FED_NODE_SA_FLOOR ? c->secagg.min_clients
+                                                                     : FED_NODE_SA_FLOOR;
+
+        if (floor > need) {
+            need = floor;
+            what = "--secagg-min-clients";
+        }
+    }
+    if (clients < need)
+        fed_log(FED_LOG_WARN, "aggregator: the allow-list has %zu client%s, fewer than %s %u: no "
+                "round can start until it lists more (send SIGHUP once it does)", clients,
+                clients == 1 ? "" : "s", what, need);
+    else if (c->agg.wait_clients > clients)
+        fed_log(FED_LOG_WARN, "aggregator: --wait-clients %u is more than the allow-list's %zu "
+                "clients: each round starts only once --gather-ms %llu passed",
+                c->agg.wait_clients, clients, (unsigned long long)c->agg.gather_ms);
+}
+
 /* Who an idle aggregator waits for: the count asking, what starts the round,
  * and the members not asking (by name, the first that fit). Said when it
  * starts waiting, then every AGG_WAIT_REPORT_MS while no round starts (it
@@ -490,6 +522,7 @@ static void report_waiting(fed_node *n)
         len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", len ? ", " : "", name);
     }
     fed_free(asking);
+    say_too_few_members(n);
     fed_log(FED_LOG_INFO, "aggregator: round %llu waits for clients: %zu asking; %u start it "
             "at once, or %u once --gather-ms %llu passed since the first; %zu not asking%s%s"
             "%s", (unsigned long long)(n->round + 1), a->nholds,

@@ -1533,6 +1533,38 @@ static void test_waiting_reported(void **state)
     scen_free(&s);
 }
 
+/* An allow-list of fewer clients than --min-clients: no round can start,
+ * which the aggregator says at warning level with each report of whom it
+ * waits for (the list may grow: SIGHUP reads it again), rather than wait
+ * in silence; --wait-clients past the list is said too. */
+static void test_too_few_members_said(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts few = {.clients = 2, .spec = "logreg", .per_client = 100, .rounds = 1,
+                     .min_clients = 3, .deadline_ms = 20000, .seed = 29};
+    scen_opts wait = {.clients = 2, .spec = "logreg", .per_client = 100, .rounds = 1,
+                      .min_clients = 2, .wait_clients = 5, .deadline_ms = 20000, .seed = 29};
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    fed_test_log_capture(FED_LOG_WARN);
+    scen_build(&s, fx, &few);
+    scen_run(&s, 65000);
+    assert_int_equal(s.commits[1], 0);
+    assert_int_equal(fed_test_log_count("aggregator: the allow-list has 2 clients, fewer than "
+                                        "--min-clients 3: no round can start until it lists "
+                                        "more (send SIGHUP once it does)", ""),
+                     3); /* at 0, 30 and 60 s */
+    scen_free(&s);
+    scen_build(&s, fx, &wait);
+    scen_run(&s, 120000);
+    assert_int_equal(s.commits[1], 1);
+    fed_test_log_has("aggregator: --wait-clients 5 is more than the allow-list's 2 clients: each "
+                     "round starts only once --gather-ms");
+    fed_test_log_default();
+    scen_free(&s);
+}
+
 /* A client that waits long for round 1 has its MODEL sealed ahead, and
  * sealed again each time it asks (after every poll_ms answer of no round):
  * client 1 is down from 1 ms to 6,000 s, client 0 gets over 1,100 ACKs
@@ -2929,6 +2961,7 @@ int main(void)
         cmocka_unit_test(test_async_fedbuff),
         cmocka_unit_test(test_async_due_is_armed_deadline),
         cmocka_unit_test(test_streamed_transfers),
+        cmocka_unit_test(test_too_few_members_said),
         cmocka_unit_test(test_long_wait_sealed_ahead),
         cmocka_unit_test(test_more_than_128_clients),
         cmocka_unit_test(test_streamed_lossy),
