@@ -161,6 +161,11 @@ int fed_http_health(const fed_node_snap *s, uint64_t heartbeat_ms, uint64_t now_
                  p->commit_failures);
         return 0;
     }
+    if (p->silent_ms) {
+        snprintf(why, cap, "no answer from the aggregator for %.0f s",
+                 (double)p->silent_ms / 1000.0);
+        return 0;
+    }
     if (p->round_due_ms && now_ms > p->round_due_ms + FED_HTTP_OVERDUE_MS) {
         snprintf(why, cap, "round %" PRIu64 " is overdue: %.1f s past its deadline",
                  p->round + 1, (double)(now_ms - p->round_due_ms) / 1000.0);

@@ -42,6 +42,9 @@ struct node_client {
     uint8_t agg[32];
     uint64_t agg_epoch;   /* the aggregator's epoch as last seen; 0: unknown */
     uint32_t parked;      /* why the aggregator leaves it out until it restarts (said once) */
+    uint64_t heard_ms;    /* env.now_ms of the aggregator's last frame, or of the end of
+                             this client's own training (which it did not wait on) */
+    uint64_t said_silent_ms; /* the silence last said (0: none since it was heard) */
     uint8_t out_type;     /* the request that is out */
     uint32_t resends;
     uint32_t repulls;     /* PULLs of the MODEL's current chunk sent again */
@@ -141,6 +144,48 @@ static void fed_node_client_free(fed_node *n)
 static void arm_retry(fed_node *n, uint64_t after_ms)
 {
     fedi_node_arm_in(n, after_ms, NODE_TIMER_RETRY); /* a failure stops the node */
+}
+
+/* How long the aggregator has not answered a client that waits on it, once
+ * that is past two polls with their retries (an ask is held at most a
+ * poll); 0 otherwise, and while it trains. */
+static uint64_t silent_ms(const fed_node *n)
+{
+    const node_client *c = n->client;
+    uint64_t now = n->env.now_ms(n->env.self), limit;
+
+    if (c->state == CL_TRAINING || c->state == CL_DONE || now <= c->heard_ms)
+        return 0;
+    limit = 2 * (n->cfg.transfer.poll_ms + n->cfg.transfer.retry_ms);
+    return now - c->heard_ms > limit ? now - c->heard_ms : 0;
+}
+
+/* A silence said at warning level when it starts and each time it doubles,
+ * so that an aggregator that is down, or an address or key that is wrong,
+ * does not leave the client retrying without a word. */
+static void say_silence(fed_node *n)
+{
+    node_client *c = n->client;
+    uint64_t quiet = silent_ms(n);
+
+    if (!quiet || (c->said_silent_ms && quiet < 2 * c->said_silent_ms))
+        return;
+    fed_log(FED_LOG_WARN, "client: no answer from the aggregator (key %02x%02x%02x%02x...) for "
+            "%.0f s; asking again (is it up, is --aggregator its address and --aggregator-key "
+            "its key?)", c->agg[0], c->agg[1], c->agg[2], c->agg[3], (double)quiet / 1000.0);
+    c->said_silent_ms = quiet;
+}
+
+/* The aggregator was heard (or this client's training ended): a silence
+ * said is over. */
+static void heard(fed_node *n, int from_agg)
+{
+    node_client *c = n->client;
+
+    if (from_agg && c->said_silent_ms)
+        fed_log(FED_LOG_WARN, "client: the aggregator answers again");
+    c->said_silent_ms = 0;
+    c->heard_ms = n->env.now_ms(n->env.self);
 }
 
 /* HELLO (to whatever epoch the aggregator is in now) or NEXT. */
@@ -406,6 +451,7 @@ static fed_err fed_node_client_start(fed_node *n)
 
     if (e != FED_OK)
         return e;
+    heard(n, 0); /* the silence is counted from the start */
     if (c->acct) {
         if ((e = fed_dp_account_load(c->acct, n->cfg.store)) != FED_OK) {
             fed_log(FED_LOG_ERROR, "client: cannot read the privacy spent: %s", fed_strerror(e));
@@ -1176,6 +1222,7 @@ static fed_err fed_node_client_on_job(fed_node *n, fed_job *job)
 
     if (job != &j->job)
         return FED_ERR_INTERNAL;
+    heard(n, 0); /* it trained, it did not wait */
     if (j->err == FED_ERR_DP_STATS || j->err == FED_ERR_STEPS || j->err == FED_ERR_NAN) {
         /* a round this site may not send: declined; a training that
            diverged (FED_ERR_NAN) would diverge again from the same model */
@@ -1379,6 +1426,11 @@ static void fed_node_client_prepare_open(fed_node *n, node_open *op)
     op->job.loop_ok = 1; /* its MODEL: nothing else to do meanwhile */
 }
 
+static void fed_node_client_progress(const fed_node *n, fed_node_progress *out)
+{
+    out->silent_ms = silent_ms(n);
+}
+
 static fed_err fed_node_client_on_msg(fed_node *n, node_open *op)
 {
     node_client *c = n->client;
@@ -1394,6 +1446,7 @@ static fed_err fed_node_client_on_msg(fed_node *n, node_open *op)
         fed_wire_note_reject(n->wire, &m->hdr, FED_ERR_ROLE);
         return FED_ERR_ROLE;
     }
+    heard(n, 1);
     if (m->hdr.type == FED_WIRE_ACK && m->block.status == (uint32_t)FED_ERR_OLD_EPOCH)
         return on_new_epoch(n, m);
     c->agg_epoch = m->hdr.sender_epoch;
@@ -1428,6 +1481,7 @@ static fed_err fed_node_client_on_timer(fed_node *n, uint32_t id)
 
     if (id != NODE_TIMER_RETRY)
         return FED_ERR_INVAL;
+    say_silence(n);
     if (fedi_node_sa_client_active(n->client_sa) &&
         (c->state == CL_TRAINING || c->state == CL_SECAGG)) {
         int gave_up = 0;
@@ -1497,7 +1551,7 @@ const node_role_ops fedi_node_client_ops = {
     .on_msg = fed_node_client_on_msg,
     .on_timer = fed_node_client_on_timer,
     .on_job = fed_node_client_on_job,
-    .progress = NULL, /* the common part says it all */
+    .progress = fed_node_client_progress,
     .bad_reply = fed_node_client_bad_reply,
     .pulled = fed_node_client_pulling,
     .rate_from_model = 1,

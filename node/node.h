@@ -540,6 +540,9 @@ typedef struct fed_node_progress {
     int eval_local;            /* aggregator: tensors stay at the sites (--local-layers,
                                   --local-bn, DP), so its own evaluation, made with its
                                   initial ones, is not meaningful */
+    uint64_t silent_ms;        /* client: how long its aggregator has not answered it
+                                  while it waits, once past two polls with their
+                                  retries; 0: it answers (or the client trains) */
 } fed_node_progress;
 void fed_node_get_progress(const fed_node *n, fed_node_progress *out);
 /* Timers a node holds armed at once, at most (its ids are 1..this): an

@@ -678,6 +678,11 @@ static void test_health(void **state)
     s.progress.failed = FED_ERR_FULL;
     assert_int_equal(fed_http_health(&s, now, now, why, sizeof why), 0);
     s.progress.failed = FED_OK;
+    /* a client its aggregator does not answer */
+    s.progress.silent_ms = 42000;
+    assert_int_equal(fed_http_health(&s, now, now, why, sizeof why), 0);
+    assert_string_equal(why, "no answer from the aggregator for 42 s");
+    s.progress.silent_ms = 0;
     s.progress.finished = 1;
     assert_int_equal(fed_http_health(&s, now, now, why, sizeof why), 1);
     assert_non_null(strstr(why, "finished"));

@@ -1565,6 +1565,45 @@ static void test_too_few_members_said(void **state)
     scen_free(&s);
 }
 
+/* A client whose frames never reach its aggregator (a wrong address, a
+ * wrong key, a link down) says so at warning level once two polls with
+ * their retries passed (14 s by default), and again each time the silence
+ * doubles; its progress (and so /healthz) says how long; once its link
+ * heals it says the aggregator answers again, and round 1 runs. */
+static void test_silence_said(void **state)
+{
+    const fixture *fx = *state;
+    scen_opts o = {.clients = 2, .spec = "logreg", .per_client = 100, .rounds = 1,
+                   .min_clients = 2, .deadline_ms = 20000, .seed = 31};
+    fed_sim_link dead = {.latency_ms = 5, .loss = 1.0};
+    fed_sim_link ok = {.latency_ms = 5, .jitter_ms = 1, .bytes_per_ms = 100000};
+    fed_node_progress p;
+    uint32_t c1;
+    scen s;
+
+    fed_test_need_fashion(fx->train != NULL);
+    fed_test_log_capture(FED_LOG_WARN);
+    scen_build(&s, fx, &o);
+    c1 = fed_sim_host_index(s.cl[1]);
+    assert_int_equal(fed_sim_world_set_link(s.w, c1, fed_sim_host_index(s.agg), &dead), FED_OK);
+    assert_int_equal(fed_sim_world_run_until(s.w, 60000), FED_OK);
+    assert_int_equal(s.commits[1], 0);
+    fed_test_log_has("client: no answer from the aggregator (key ");
+    /* said past 14 s, then past 28 s (the next once it passes 56 s): each
+       time the silence doubled, not at each retry */
+    assert_int_equal(fed_test_log_count("client: no answer from the aggregator", ""), 2);
+    fed_node_get_progress(fed_sim_host_node(s.cl[1]), &p);
+    assert_true(p.silent_ms > 50000 && p.silent_ms <= 60000);
+    fed_node_get_progress(fed_sim_host_node(s.cl[0]), &p);
+    assert_int_equal(p.silent_ms, 0); /* held by its aggregator, which answers each poll */
+    assert_int_equal(fed_sim_world_set_link(s.w, c1, fed_sim_host_index(s.agg), &ok), FED_OK);
+    scen_run(&s, 120000);
+    assert_int_equal(s.commits[1], 1);
+    fed_test_log_has("client: the aggregator answers again");
+    fed_test_log_default();
+    scen_free(&s);
+}
+
 /* A client that waits long for round 1 has its MODEL sealed ahead, and
  * sealed again each time it asks (after every poll_ms answer of no round):
  * client 1 is down from 1 ms to 6,000 s, client 0 gets over 1,100 ACKs
@@ -2962,6 +3001,7 @@ int main(void)
         cmocka_unit_test(test_async_due_is_armed_deadline),
         cmocka_unit_test(test_streamed_transfers),
         cmocka_unit_test(test_too_few_members_said),
+        cmocka_unit_test(test_silence_said),
         cmocka_unit_test(test_long_wait_sealed_ahead),
         cmocka_unit_test(test_more_than_128_clients),
         cmocka_unit_test(test_streamed_lossy),
