@@ -3,10 +3,14 @@
  * peers and counters tables. Owns the connection and its prepared statements
  * (checkpoints live in checkpoint.c over the same struct). Never prints, never
  * loses a committed row: every write goes through a transaction. */
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -759,6 +763,78 @@ static fed_err check_opts(fed_store_opts *o)
     return FED_OK;
 }
 
+/* One writer a file: an exclusive flock(2) on FILE.lock beside the
+ * database, held until fed_store_close, so a second read-write open (another
+ * daemon given the same --db, fedsim, train, import) is refused before it
+ * reads or writes anything. flock, not fcntl: it belongs to the open file,
+ * so two opens in one process conflict too, and no other descriptor's close
+ * drops it. A file of its own, not the database: SQLite's fcntl locks there
+ * stay its own, and read-only opens (status, verify, export, the HTTP
+ * thread) never take it. The file holds the holder's pid, which a refused
+ * opener names, and stays on close: unlinking it would let a third opener
+ * lock a new file while a second still holds the old one. An in-memory
+ * database (no file name) takes none. */
+static fed_err take_writer_lock(fed_store *st, const char *path)
+{
+    const char *file = sqlite3_db_filename(st->db, "main");
+    char *lpath = NULL, buf[32];
+    size_t n;
+    ssize_t got;
+    long pid;
+    fed_err e = FED_OK;
+
+    if (!file || !file[0])
+        return FED_OK;
+    n = strlen(file) + sizeof ".lock";
+    if (!(lpath = fed_malloc(n)))
+        return FED_ERR_NOMEM;
+    snprintf(lpath, n, "%s.lock", file);
+    st->lock_fd = open(lpath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (st->lock_fd < 0) {
+        fed_log(FED_LOG_ERROR, "store: %s: cannot open its writer's lock %s: %s", path, lpath,
+                strerror(errno));
+        e = errno == EACCES || errno == EPERM ? FED_ERR_PERM
+          : errno == EROFS                    ? FED_ERR_READONLY
+                                              : FED_ERR_IO;
+        goto out;
+    }
+    if (flock(st->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        if (errno != EWOULDBLOCK) {
+            fed_log(FED_LOG_ERROR, "store: %s: cannot lock %s: %s", path, lpath,
+                    strerror(errno));
+            e = FED_ERR_IO;
+            goto out;
+        }
+        got = pread(st->lock_fd, buf, sizeof buf - 1, 0);
+        buf[got > 0 ? got : 0] = '\0';
+        pid = strtol(buf, NULL, 10);
+        if (pid == (long)getpid())
+            fed_log(FED_LOG_ERROR, "store: %s is in use by another open in this process"
+                    " (one writer a database)", path);
+        else if (pid > 0)
+            fed_log(FED_LOG_ERROR, "store: %s is in use by another fednode process (pid %ld);"
+                    " one writer a database (read-only commands such as status still work)",
+                    path, pid);
+        else
+            fed_log(FED_LOG_ERROR, "store: %s is in use by another fednode process (%s is"
+                    " locked); one writer a database", path, lpath);
+        e = FED_ERR_BUSY;
+        goto out;
+    }
+    /* the pid only names the holder to a refused opener: a failed write
+       (a full disk) leaves the lock as good */
+    n = (size_t)snprintf(buf, sizeof buf, "%ld\n", (long)getpid());
+    if (ftruncate(st->lock_fd, 0) == 0 && pwrite(st->lock_fd, buf, n, 0) != (ssize_t)n)
+        fed_log(FED_LOG_WARN, "store: could not write the pid into %s", lpath);
+out:
+    if (e != FED_OK && st->lock_fd >= 0) {
+        close(st->lock_fd);
+        st->lock_fd = -1;
+    }
+    fed_free(lpath);
+    return e;
+}
+
 fed_err fed_store_open(const char *path, const fed_store_opts *o, fed_store **out)
 {
     fed_store *st = NULL;
@@ -772,6 +848,7 @@ fed_err fed_store_open(const char *path, const fed_store_opts *o, fed_store **ou
     st = fed_calloc(1, sizeof *st);
     if (!st)
         return FED_ERR_NOMEM;
+    st->lock_fd = -1;
     if (o)
         st->opts = *o;
     else
@@ -801,6 +878,8 @@ fed_err fed_store_open(const char *path, const fed_store_opts *o, fed_store **ou
         e = FED_ERR_READONLY;
         goto out;
     }
+    if (!readonly && (e = take_writer_lock(st, path)) != FED_OK)
+        goto out;
     if ((e = check_identity(st, &version)) != FED_OK)
         goto out;
     if (readonly && version < FED_STORE_SCHEMA_READ_MIN) {
@@ -837,6 +916,8 @@ void fed_store_close(fed_store *st)
             sqlite3_finalize(st->stmt[i]);
         sqlite3_close(st->db);
     }
+    if (st->lock_fd >= 0) /* after the connection: the last commit is in */
+        close(st->lock_fd);
     fed_free(st);
 }
 

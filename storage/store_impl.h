@@ -64,6 +64,7 @@ struct fed_store {
     int durable;      /* fed_store_begin_durable raised synchronous to FULL */
     fed_store_stats stats; /* fed_store_get_stats */
     uint64_t hold_best, hold_from; /* fed_store_hold_checkpoints; 0: none */
+    int lock_fd;      /* the writer's lock on PATH.lock, held until close; -1: none */
 };
 
 /* SQLite result code -> fed_err, logging what (and SQLite's message) when not OK. */

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -1572,6 +1573,93 @@ static void test_readonly(void **state)
     fed_log_set_sink(NULL, NULL);
 }
 
+/* One writer a database: a second read-write open of the same file (a
+ * second daemon given the same --db, fedsim or train, import's tool open)
+ * is refused with FED_ERR_BUSY before it changes anything, naming the
+ * holder, in this process or another; the first open writes on unharmed, a
+ * reader still reads beside it, and the close frees the file. */
+static void test_one_writer(void **state)
+{
+    char path[512], lpath[600], buf[32];
+    test_clock clk = {300};
+    fed_store_opts o = opts_with_clock(&clk), ro = opts_with_clock(&clk);
+    fed_store *st = NULL, *st2 = NULL, *rd = NULL;
+    fed_store_round r;
+    FILE *f;
+    pid_t child;
+    int status = -1;
+
+    (void)state;
+    fresh_db(path, sizeof path, "one-writer.db");
+    snprintf(lpath, sizeof lpath, "%s.lock", path);
+    remove(lpath);
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    fill_round(&r, 1);
+    assert_int_equal(fed_store_put_round(st, &r), FED_OK);
+
+    /* the lock file names the holder */
+    f = fopen(lpath, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(buf, sizeof buf, f));
+    fclose(f);
+    assert_int_equal(strtol(buf, NULL, 10), (long)getpid());
+
+    fed_test_log_capture(FED_LOG_ERROR);
+    clk.now = 400; /* a refused open must not move the epoch */
+    assert_int_equal(fed_store_open(path, &o, &st2), FED_ERR_BUSY);
+    assert_null(st2);
+    fed_test_log_has("one-writer.db is in use by another open in this process");
+    o.flags = FED_STORE_NO_EPOCH; /* import's open writes too */
+    assert_int_equal(fed_store_open(path, &o, &st2), FED_ERR_BUSY);
+    assert_null(st2);
+    o.flags = 0;
+    fed_test_log_default();
+
+    /* another process is refused alike, and told this one's pid */
+    child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        fed_store *c = NULL;
+        fed_err e;
+
+        fed_test_log_capture(FED_LOG_ERROR);
+        e = fed_store_open(path, &o, &c);
+        snprintf(buf, sizeof buf, "(pid %ld)", (long)getppid());
+        _exit(e == FED_ERR_BUSY && !c && strstr(fed_test_log_text(), buf) &&
+                      strstr(fed_test_log_text(), "in use by another fednode process")
+                  ? 0
+                  : 1);
+    }
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+
+    /* the writer is unharmed: same epoch, writes on */
+    assert_int_equal(fed_store_epoch(st), 300);
+    fill_round(&r, 2);
+    assert_int_equal(fed_store_put_round(st, &r), FED_OK);
+
+    /* a reader (status, verify, export, the HTTP thread) reads beside it */
+    ro.flags = FED_STORE_READONLY;
+    assert_int_equal(fed_store_open(path, &ro, &rd), FED_OK);
+    assert_int_equal(fed_store_get_round(rd, 2, &r), FED_OK);
+    assert_int_equal(fed_store_epoch(rd), 300);
+    fed_store_close(rd);
+
+    /* the close frees the file for the next writer */
+    fed_store_close(st);
+    assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
+    assert_int_equal(fed_store_epoch(st), 400);
+    assert_int_equal(fed_store_get_round(st, 2, &r), FED_OK);
+    fed_store_close(st);
+
+    /* an in-memory database has no file to lock: two of them are two */
+    assert_int_equal(fed_store_open(":memory:", NULL, &st), FED_OK);
+    assert_int_equal(fed_store_open(":memory:", NULL, &st2), FED_OK);
+    fed_store_close(st2);
+    fed_store_close(st);
+}
+
 static void test_full_disk(void **state)
 {
     char path[512];
@@ -2608,6 +2696,7 @@ int main(void)
         cmocka_unit_test(test_chain_corruption),
         cmocka_unit_test(test_retention),
         cmocka_unit_test(test_readonly),
+        cmocka_unit_test(test_one_writer),
         cmocka_unit_test(test_full_disk),
         cmocka_unit_test(test_disk_full_switch),
         cmocka_unit_test(test_alloc_failures),
