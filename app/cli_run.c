@@ -6,12 +6,15 @@
  * it. Owns these commands' option table and their error messages; computes
  * nothing itself. */
 #include <assert.h>
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
 #include "core/bytes.h"
@@ -1096,6 +1099,43 @@ static int fill_training(const run_cfg *c, run_state *s, fed_node_config *nc)
 
 /* The site-evaluation options: each role's own, and what they cannot go
  * with. */
+/* --port-file's place, before anything is created (the database, keys'
+ * state): the daemon writes FILE.tmp beside it and renames it over FILE once
+ * it listens, so FILE must not be a directory and its folder must exist and
+ * take new files. Said with the path and the system's reason, not as the
+ * write's I/O error after the database was made. */
+static int check_port_file(const run_cfg *c)
+{
+    const char *f = c->port_file, *slash;
+    char dir[PATH_MAX_RUN];
+    struct stat sb;
+    int err = 0;
+
+    if (!f[0])
+        return -1;
+    slash = strrchr(f, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == f)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - f), f);
+    if (slash && !slash[1])
+        err = EISDIR; /* "dir/": a folder's name */
+    else if (stat(f, &sb) == 0 && S_ISDIR(sb.st_mode))
+        err = EISDIR;
+    else if (stat(dir, &sb) != 0)
+        err = errno;
+    else if (!S_ISDIR(sb.st_mode))
+        err = ENOTDIR;
+    else if (access(dir, W_OK | X_OK) != 0)
+        err = errno;
+    if (!err)
+        return -1;
+    fed_cli_error("run: --port-file %s: %s", f, strerror(err));
+    return 2;
+}
+
 static int check_site_eval(const run_cfg *c)
 {
     fed_node_role role = role_of(c);
@@ -1498,6 +1538,14 @@ static int run_node(const run_cfg *c, fed_coll *coll, fed_coll *stage_coll)
             return 2;
         }
     }
+    if (opt_given(c, "http") && !c->http[0]) {
+        /* '' would read as "not given" and quietly serve nothing */
+        fed_cli_error("run: --http '': expected http://HOST:PORT, HOST:PORT or PORT (--http "
+                      "alone: %s); leave --http out for no HTTP", FED_HTTP_DEFAULT_ADDR);
+        return 2;
+    }
+    if ((rc = check_port_file(c)) >= 0)
+        return rc;
     if (c->http[0]) {
         struct sockaddr_storage sa;
         socklen_t salen;

@@ -9,7 +9,11 @@
 # client's /proc/PID/environ while it dials an aggregator that is not there
 # (a small CSV). And libmicrohttpd (with the GnuTLS stack it links) is
 # mapped only by a node started with --http (dlopen), not by one without
-# (/proc/PID/maps). Skips (77) without /proc or Fashion-MNIST (proc_lib.sh).
+# (/proc/PID/maps). Refusals at the start, before anything is created: an
+# unwritable --port-file named with its reason, --http ''. One writer a
+# database: a second aggregator (fedsim, train) given a running one's --db
+# is refused naming its pid, while status still reads it. Skips (77)
+# without /proc or Fashion-MNIST (proc_lib.sh).
 . tests/proc_lib.sh
 if [ ! -r /proc/self/environ ]; then echo "skipped: no /proc/PID/environ"; exit 77; fi
 unset OPENBLAS_NUM_THREADS GOTO_NUM_THREADS OMP_NUM_THREADS FEDNODE_NO_REEXEC
@@ -63,3 +67,59 @@ blas_env >"$TMP/env"
 [ "$(tr '\n' ' ' <"$TMP/libs")" = "libgnutls libmicrohttpd " ] ||
     fail "a node with --http mapped '$(tr '\n' ' ' <"$TMP/libs")', want libgnutls libmicrohttpd"
 ok "libmicrohttpd and GnuTLS are mapped with --http only"
+
+# refused_start DESC WANT ARGS...: `fednode run ARGS` exits 2 saying WANT,
+# and leaves no database behind
+refused_start() {
+    d=$1 want=$2; shift 2
+    rm -f "$TMP/r.db"*
+    "$FEDNODE" run --role aggregator --keys "$TMP/aggregator" --allow "$TMP/allow.txt" \
+        --db "$TMP/r.db" --data "$TMP/d.csv" --model logreg --listen tcp://127.0.0.1:0 \
+        "$@" >"$TMP/r.log" 2>&1
+    rc=$?
+    [ "$rc" -eq 2 ] || fail "$d: exit $rc, wanted 2"
+    grep -qF -- "$want" "$TMP/r.log" || fail "$d: said '$(cat "$TMP/r.log")', wanted '$want'"
+    [ ! -e "$TMP/r.db" ] || fail "$d: left the database behind"
+}
+refused_start "a port file in a missing folder" \
+    "run: --port-file $TMP/no/such/port: No such file or directory" --port-file "$TMP/no/such/port"
+refused_start "a folder as the port file" "run: --port-file $TMP: Is a directory" --port-file "$TMP"
+refused_start "a port file under a file" \
+    "run: --port-file $TMP/d.csv/port: Not a directory" --port-file "$TMP/d.csv/port"
+ok "an unwritable --port-file is refused before the database, naming it and why"
+refused_start "--http ''" "run: --http '': expected http://HOST:PORT" --http ''
+printf 'http =\n' >"$TMP/h.ini"
+refused_start "http = in a file" "run: --http '': expected" --config "$TMP/h.ini"
+ok "--http '' is refused, not taken as no HTTP"
+
+# one writer a database
+start w1 --role aggregator --keys "$TMP/aggregator" --allow "$TMP/allow.txt" --db "$TMP/w.db" \
+    --data "$TMP/d.csv" --model logreg --rounds 0 --threads 1 --listen tcp://127.0.0.1:0 \
+    --port-file "$TMP/w1.port"
+wait_for "the first aggregator listens" 20 test -s "$TMP/w1.port"
+"$FEDNODE" run --role aggregator --keys "$TMP/aggregator" --allow "$TMP/allow.txt" \
+    --db "$TMP/w.db" --data "$TMP/d.csv" --model logreg --rounds 0 --threads 1 \
+    --listen tcp://127.0.0.1:0 --port-file "$TMP/w2.port" >"$TMP/w2.log" 2>&1
+rc=$?
+[ "$rc" -eq 1 ] || fail "a second aggregator on the same --db exited $rc, wanted 1"
+logged w2 "w.db is in use by another fednode process (pid $(pid w1))" ||
+    fail "the second aggregator said: $(cat "$TMP/w2.log")"
+[ ! -e "$TMP/w2.port" ] || fail "the second aggregator listened"
+"$FEDNODE" train --data "$TMP/d.csv" --model logreg --epochs 1 --threads 1 --db "$TMP/w.db" \
+    >"$TMP/wt.log" 2>&1 && fail "train --db beside a running aggregator ran"
+logged wt "in use by another fednode process (pid $(pid w1))" || fail "train said: $(cat "$TMP/wt.log")"
+FEDSIM=${FEDSIM:-./fedsim}
+if [ -x "$FEDSIM" ]; then
+    "$FEDSIM" --data "$TMP/d.csv" --model logreg --rounds 1 --db "$TMP/w.db" \
+        >"$TMP/ws.log" 2>&1 && fail "fedsim --db beside a running aggregator ran"
+    logged ws "in use by another fednode process (pid $(pid w1))" ||
+        fail "fedsim said: $(cat "$TMP/ws.log")"
+fi
+"$FEDNODE" status --db "$TMP/w.db" >"$TMP/wst.log" 2>&1 || fail "status beside the writer: $(cat "$TMP/wst.log")"
+"$FEDNODE" verify --db "$TMP/w.db" >"$TMP/wv.log" 2>&1 || fail "verify beside the writer: $(cat "$TMP/wv.log")"
+alive w1 || fail "the first aggregator ended"
+kill "$(pid w1)"
+exits0 w1 20
+"$FEDNODE" train --data "$TMP/d.csv" --model logreg --epochs 1 --threads 1 --db "$TMP/w.db" \
+    >"$TMP/wt.log" 2>&1 || fail "train --db once the aggregator ended: $(cat "$TMP/wt.log")"
+ok "a second writer of a database is refused naming the first's pid; status and verify still read"
