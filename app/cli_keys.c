@@ -198,7 +198,11 @@ static int vouch_write(const vouch_cfg *c, const char *pass, size_t pass_len)
     if (err == FED_OK)
         err = fed_crypto_identity_load(a, c->keys, pass, pass_len);
     if (err != FED_OK) {
-        fed_cli_error("vouch: %s/%s: %s", c->keys, FED_CRYPTO_KEYFILE, fed_strerror(err));
+        fed_cli_error("vouch: %s/%s: %s", c->keys, FED_CRYPTO_KEYFILE,
+                      err == FED_ERR_PASSPHRASE && !pass_len
+                          ? "sealed, and no passphrase was given (--passphrase-file FILE or "
+                            "$FEDNODE_PASSPHRASE)"
+                          : fed_strerror(err));
         goto out;
     }
     err = fed_gossip_entry_sign(a, pk, c->url, (uint64_t)time(NULL) + 3600u * (uint64_t)c->hours,

@@ -370,8 +370,12 @@ static int load_identity(const run_cfg *c, run_state *s)
         e = fed_crypto_identity_load(s->arena, c->keys, pass, plen);
     if (pass)
         sodium_free(pass);
-    if (e != FED_OK) {
-        fed_cli_error("run: %s/%s: %s", c->keys, FED_CRYPTO_KEYFILE, fed_strerror(e));
+    if (e != FED_OK) { /* no passphrase given is not a wrong one */
+        fed_cli_error("run: %s/%s: %s", c->keys, FED_CRYPTO_KEYFILE,
+                      e == FED_ERR_PASSPHRASE && !plen
+                          ? "sealed, and no passphrase was given (--passphrase-file FILE or "
+                            "$FEDNODE_PASSPHRASE)"
+                          : fed_strerror(e));
         return 1;
     }
     log_node_name(s);
@@ -400,26 +404,35 @@ static int load_allow(const run_cfg *c, run_state *s)
     return -1;
 }
 
-/* The aggregator's key: a member's name, or a base64 key. */
+/* The aggregator's key: a member's name, or a base64 key; not this
+ * client's own (its frames to itself would be refused as it built them). */
 static int aggregator_key(const run_cfg *c, const run_state *s, fed_peer_id *out)
 {
     const char *kname = c->aggregator_key;
+    size_t i, n = fed_crypto_allow_count(s->allow);
 
-    for (size_t i = 0; i < fed_crypto_allow_count(s->allow); i++) {
+    for (i = 0; i < n; i++) {
         const char *name;
         const uint8_t *pk;
 
         fed_crypto_allow_get(s->allow, i, &name, &pk);
         if (!strcmp(name, kname)) {
             memcpy(out->key, pk, 32);
-            return -1;
+            break;
         }
     }
-    if (fed_crypto_pk_from_base64(kname, strlen(kname), out->key) == FED_OK)
-        return -1;
-    fed_cli_error("run: --aggregator-key '%s' is neither a name in %s nor a base64 key", kname,
-                  c->allow);
-    return 2;
+    if (i == n && fed_crypto_pk_from_base64(kname, strlen(kname), out->key) != FED_OK) {
+        fed_cli_error("run: --aggregator-key '%s' is neither a name in %s nor a base64 key",
+                      kname, c->allow);
+        return 2;
+    }
+    if (sodium_memcmp(out->key, fed_crypto_arena_pubkey(s->arena), 32) == 0) {
+        fed_cli_error("run: --keys %s holds the aggregator's key (--aggregator-key %s): a client "
+                      "cannot be its own aggregator's peer; give it a key of its own (fednode "
+                      "keygen) and add it to %s", c->keys, kname, c->allow);
+        return 2;
+    }
+    return -1;
 }
 
 /* A client or peer keeps only its shard: a copy of its samples, in shard
@@ -1506,6 +1519,7 @@ static int run_node(const run_cfg *c, fed_coll *coll, fed_coll *stage_coll)
     run_state s;
     fed_node_config nc;
     fed_node_daemon_cfg dc;
+    fed_peer_id agg;
     fed_node_role role = role_of(c);
     int rc;
     int threads = c->threads ? c->threads : fed_cli_online_cores();
@@ -1568,6 +1582,8 @@ static int run_node(const run_cfg *c, fed_coll *coll, fed_coll *stage_coll)
             return rc;
     }
     if ((rc = load_identity(c, &s)) >= 0 || (rc = load_allow(c, &s)) >= 0 ||
+        /* a client's --aggregator-key, checked before the database is made */
+        (role == FED_NODE_CLIENT && (rc = aggregator_key(c, &s, &agg)) >= 0) ||
         (role == FED_NODE_PEER && (rc = load_peers(c, &s)) >= 0) ||
         (rc = load_data(c, &s, role)) >= 0 || (rc = open_store(c, &s)) >= 0)
         goto out;

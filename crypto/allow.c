@@ -221,8 +221,17 @@ fed_err fed_crypto_allow_load(fed_crypto_allow *al, const char *path, int *err_l
         *err_line = 0;
     f = fopen(path, "re");
     if (!f) {
-        fed_log(FED_LOG_ERROR, "allow-list %s: %s", path, strerror(errno));
-        return errno == ENOENT ? FED_ERR_NOTFOUND : FED_ERR_IO;
+        int en = errno;
+
+        if (!al->generation) /* the first load: nothing to keep */
+            fed_log(FED_LOG_ERROR, "allow-list %s: %s", path, strerror(en));
+        else if (en == ENOENT) /* a reload: the list in memory stays as it was */
+            fed_log(FED_LOG_ERROR, "allow-list %s is gone (deleted or moved); keeping the %zu "
+                    "members read before", path, al->n);
+        else
+            fed_log(FED_LOG_ERROR, "allow-list %s: %s; keeping the %zu members read before",
+                    path, strerror(en), al->n);
+        return en == ENOENT ? FED_ERR_NOTFOUND : FED_ERR_IO;
     }
     if (fstat(fileno(f), &st) != 0) {
         err = FED_ERR_IO;

@@ -341,8 +341,27 @@ static fed_err open_private(const char *path, int *fd_out)
     return FED_OK;
 }
 
+/* The bytes a key file of hdr's kind has (a plain one's when the header is
+ * too short to say). */
+static size_t kf_bytes(const uint8_t *hdr, size_t got)
+{
+    return got > 5 && hdr[5] == KF_SEALED ? KF_SEALED_BYTES : KF_PLAIN_BYTES;
+}
+
+/* A file that ends early: said with its length and the length its kind has. */
+static fed_err kf_truncated(const char *path, const uint8_t *hdr, size_t got)
+{
+    fed_log(FED_LOG_ERROR, "%s: truncated key file: %zu bytes where %s%zu are needed", path,
+            got, got > 5 ? "" : "at least ", kf_bytes(hdr, got));
+    return FED_ERR_TRUNCATED;
+}
+
 static fed_err check_header(const char *path, const uint8_t *hdr, size_t got)
 {
+    /* what a key file starts with, cut short: truncated, not something else */
+    if (got < KF_HDR && memcmp(hdr, KF_MAGIC, got < 4 ? got : 4) == 0 &&
+        (got < 5 || hdr[4] == KF_VERSION) && (got < 6 || hdr[5] <= KF_SEALED))
+        return kf_truncated(path, hdr, got);
     if (got < KF_HDR || memcmp(hdr, KF_MAGIC, 4) != 0 || hdr[4] != KF_VERSION || hdr[6] != 0 ||
         hdr[7] != 0 || (hdr[5] != KF_PLAIN && hdr[5] != KF_SEALED)) {
         fed_log(FED_LOG_ERROR, "%s: not a fednode key file (version %d)", path, KF_VERSION);
@@ -399,19 +418,20 @@ fed_err fed_crypto_identity_load(fed_crypto_arena *a, const char *dir, const cha
     if (err == FED_OK && file[5] == KF_PLAIN) {
         err = read_all(fd, fedi_crypto_arena_seed_mem(a), FED_CRYPTO_SEED_BYTES, &got);
         if (err == FED_OK && got != FED_CRYPTO_SEED_BYTES)
-            err = FED_ERR_KEY;
+            err = kf_truncated(path, file, KF_HDR + got);
     } else if (err == FED_OK) {
         err = read_all(fd, file + KF_HDR, KF_SEALED_BYTES - KF_HDR, &got);
         if (err == FED_OK && got != KF_SEALED_BYTES - KF_HDR)
-            err = FED_ERR_KEY;
+            err = kf_truncated(path, file, KF_HDR + got);
         if (err == FED_OK)
             err = unseal_seed(a, path, file, pass, pass_len);
     }
-    if (err == FED_OK && read_all(fd, file + KF_SEALED_BYTES, 1, &got) == FED_OK && got != 0)
-        err = FED_ERR_KEY; /* trailing bytes */
+    if (err == FED_OK && read_all(fd, file + KF_SEALED_BYTES, 1, &got) == FED_OK && got != 0) {
+        fed_log(FED_LOG_ERROR, "%s: malformed key file: longer than the %zu bytes of its kind",
+                path, kf_bytes(file, KF_HDR));
+        err = FED_ERR_KEY;
+    }
     close(fd);
-    if (err == FED_ERR_KEY)
-        fed_log(FED_LOG_ERROR, "%s: truncated or malformed key file", path);
     if (err == FED_OK)
         err = fedi_crypto_arena_adopt_seed(a);
     if (err == FED_OK && sodium_memcmp(fed_crypto_arena_pubkey(a), file + 8, 32) != 0) {

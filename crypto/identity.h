@@ -65,8 +65,9 @@ FED_WUR fed_err fed_crypto_identity_save(fed_crypto_arena *a, const char *dir, c
  * in $CREDENTIALS_DIRECTORY, systemd's copy of a LoadCredential= file, root
  * may own it and the group may read it: the ACL mask systemd's read grant
  * to the service's user shows as);
- * FED_ERR_PASSPHRASE: sealed and pass is missing or wrong; FED_ERR_KEY:
- * malformed file; FED_ERR_IO. */
+ * FED_ERR_PASSPHRASE: sealed and pass is missing (pass_len 0) or wrong;
+ * FED_ERR_TRUNCATED: the file ends before its kind's length (logged with
+ * both); FED_ERR_KEY: malformed file; FED_ERR_IO. */
 FED_WUR fed_err fed_crypto_identity_load(fed_crypto_arena *a, const char *dir, const char *pass,
                                          size_t pass_len);
 /* The public key from DIR/node.pub, or from node.key's header when there is

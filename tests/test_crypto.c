@@ -611,6 +611,19 @@ static void test_keyfile_loose_permissions(void **state)
     fed_crypto_arena_free(a);
 }
 
+/* The errors a load logs, kept to be read (main() drops every line). */
+static void errors_kept(void)
+{
+    fed_log_set_level(FED_LOG_ERROR);
+    fed_test_log_capture(FED_LOG_ERROR);
+}
+
+static void errors_dropped(void)
+{
+    fed_test_log_default();
+    fed_log_set_level(FED_LOG_ERROR + 1);
+}
+
 static void test_keyfile_passphrase(void **state)
 {
     fed_crypto_arena *a = node_new(23), *b = NULL;
@@ -656,6 +669,15 @@ static void test_keyfile_passphrase(void **state)
     assert_int_equal(fwrite(file, 1, sizeof file, f), sizeof file);
     fclose(f);
     assert_int_equal(fed_crypto_identity_load(b, dir, pass, strlen(pass)), FED_ERR_PASSPHRASE);
+    /* A sealed file cut short says the sealed kind's length. */
+    f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(file, 1, 100, f), 100);
+    fclose(f);
+    errors_kept();
+    assert_int_equal(fed_crypto_identity_load(b, dir, pass, strlen(pass)), FED_ERR_TRUNCATED);
+    fed_test_log_has("node.key: truncated key file: 100 bytes where 144 are needed");
+    errors_dropped();
     fed_crypto_arena_free(a);
     fed_crypto_arena_free(b);
 }
@@ -672,6 +694,15 @@ static void write_file(const char *path, const void *data, size_t len, mode_t mo
 
 static void test_keyfile_malformed(void **state)
 {
+    static const struct {
+        size_t len;
+        const char *said;
+    } cuts[] = {
+        {71, "node.key: truncated key file: 71 bytes where 72 are needed"},
+        {20, "node.key: truncated key file: 20 bytes where 72 are needed"},
+        {3, "node.key: truncated key file: 3 bytes where at least 72 are needed"},
+        {0, "node.key: truncated key file: 0 bytes where at least 72 are needed"},
+    };
     fed_crypto_arena *a = node_new(24), *b = NULL;
     char dir[300], path[400];
     uint8_t file[73];
@@ -688,11 +719,24 @@ static void test_keyfile_malformed(void **state)
     assert_int_equal(fread(file, 1, 72, f), 72);
     fclose(f);
     assert_int_equal(fed_crypto_arena_new(NULL, &b), FED_OK);
-    write_file(path, file, 71, 0600); /* truncated */
-    assert_int_equal(fed_crypto_identity_load(b, dir, NULL, 0), FED_ERR_KEY);
+    /* truncated: said with the length it has and the length it needs, in
+       the seed, in the header, with too little to tell its kind, empty */
+    errors_kept();
+    for (size_t i = 0; i < sizeof cuts / sizeof *cuts; i++) {
+        write_file(path, file, cuts[i].len, 0600);
+        assert_int_equal(fed_crypto_identity_load(b, dir, NULL, 0), FED_ERR_TRUNCATED);
+        fed_test_log_has(cuts[i].said);
+    }
+    assert_int_equal(fed_test_log_count("not a fednode key file", ""), 0);
     file[72] = 0;
     write_file(path, file, 73, 0600); /* trailing byte */
     assert_int_equal(fed_crypto_identity_load(b, dir, NULL, 0), FED_ERR_KEY);
+    fed_test_log_has("node.key: malformed key file: longer than the 72 bytes of its kind");
+    /* a short file that is not a key file is said to be none */
+    write_file(path, "hello", 5, 0600);
+    assert_int_equal(fed_crypto_identity_load(b, dir, NULL, 0), FED_ERR_KEY);
+    fed_test_log_has("node.key: not a fednode key file");
+    errors_dropped();
     file[0] = 'X';
     write_file(path, file, 72, 0600); /* magic */
     assert_int_equal(fed_crypto_identity_load(b, dir, NULL, 0), FED_ERR_KEY);
@@ -928,8 +972,25 @@ static void test_allow_reload_keeps_old_on_error(void **state)
     assert_int_equal(fed_crypto_allow_add(al, "three", p1), FED_ERR_EXISTS);
     assert_int_equal(fed_crypto_allow_add(al, "bad name", PA), FED_ERR_FORMAT);
     assert_int_equal(fed_crypto_allow_count(al), 2);
-    fed_test_path(path, sizeof path, "missing.txt");
+    /* the file deleted under a running node: its SIGHUP keeps the list,
+       and says the file is gone, not "not found" at a line 0 */
+    assert_int_equal(unlink(path), 0);
+    errors_kept();
     assert_int_equal(fed_crypto_allow_load(al, path, &line), FED_ERR_NOTFOUND);
+    assert_int_equal(line, 0);
+    fed_test_log_has("allow.txt is gone (deleted or moved); keeping the 2 members read before");
+    errors_dropped();
+    assert_int_equal(fed_crypto_allow_count(al), 2);
+    assert_non_null(fed_crypto_allow_find(al, p2));
+    fed_crypto_allow_free(al);
+    /* a first load has nothing to keep */
+    assert_int_equal(fed_crypto_allow_new(&al), FED_OK);
+    fed_test_path(path, sizeof path, "missing.txt");
+    errors_kept();
+    assert_int_equal(fed_crypto_allow_load(al, path, &line), FED_ERR_NOTFOUND);
+    fed_test_log_has("missing.txt: No such file or directory");
+    assert_int_equal(fed_test_log_count("keeping", ""), 0);
+    errors_dropped();
     fed_crypto_allow_free(al);
 }
 

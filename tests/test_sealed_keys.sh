@@ -4,7 +4,9 @@
 # passphrase file and two clients whose keys are unsealed by
 # FEDNODE_PASSPHRASE run two rounds of logreg over real processes; a wrong
 # passphrase (by file and by environment) is one line on stderr and exit 1;
-# an unsealed key with FEDNODE_PASSPHRASE set still loads. Each of these
+# none given says so (not "wrong"); a truncated key file says its length and
+# the length needed; a client given the aggregator's own key is refused
+# naming it; an unsealed key with FEDNODE_PASSPHRASE set still loads. Each of these
 # aborted in libsodium before it was started (exit 134, nothing said).
 # Needs ./fednode (make) and Fashion-MNIST; exits 77 (skipped) without them.
 . "$(dirname "$0")/proc_lib.sh"
@@ -41,6 +43,34 @@ refused badfile "" --role aggregator --keys "$K/agg" --passphrase-file "$TMP/bad
 refused badenv "not it" --role client --keys "$K/c0" --allow "$K/allow.txt" \
     --aggregator tcp://127.0.0.1:1 --aggregator-key agg
 ok "a wrong passphrase, by file and by environment: exit 1, one error, no database"
+
+FEDNODE_PASSPHRASE= "$FEDNODE" run --role client --keys "$K/c0" --allow "$K/allow.txt" \
+    --aggregator tcp://127.0.0.1:1 --aggregator-key agg --db "$TMP/nopass.db" >"$TMP/nopass.out" 2>&1
+rc=$?
+[ $rc -eq 1 ] || { cat "$TMP/nopass.out"; fail "no passphrase: exit 1 (got $rc)"; }
+grep -q "c0/node.key: sealed, and no passphrase was given" "$TMP/nopass.out" ||
+    { cat "$TMP/nopass.out"; fail "no passphrase: says none was given"; }
+! grep -q "wrong passphrase" "$TMP/nopass.out" || { cat "$TMP/nopass.out"; fail "no passphrase: called wrong"; }
+[ ! -e "$TMP/nopass.db" ] || fail "no passphrase: no database made"
+ok "a sealed key and no passphrase: says none was given, not a wrong one"
+
+mkdir -p "$TMP/cut" && head -c 100 "$K/c0/node.key" >"$TMP/cut/node.key" && chmod 600 "$TMP/cut/node.key"
+FEDNODE_PASSPHRASE="client c0 secret" "$FEDNODE" run --role client --keys "$TMP/cut" \
+    --allow "$K/allow.txt" --aggregator tcp://127.0.0.1:1 --aggregator-key agg \
+    --db "$TMP/cut.db" >"$TMP/cut.out" 2>&1 && fail "a truncated key file loaded"
+grep -q "cut/node.key: truncated key file: 100 bytes where 144 are needed" "$TMP/cut.out" ||
+    { cat "$TMP/cut.out"; fail "a truncated key file: says its length"; }
+ok "a truncated key file: its length and the length needed"
+
+allow_keys "$TMP/own" agg c0
+"$FEDNODE" run --role client --keys "$TMP/own/agg" --allow "$TMP/own/allow.txt" \
+    --aggregator tcp://127.0.0.1:1 --aggregator-key agg --db "$TMP/own.db" >"$TMP/own.out" 2>&1
+rc=$?
+[ $rc -eq 2 ] || { cat "$TMP/own.out"; fail "a client with the aggregator's key: exit 2 (got $rc)"; }
+grep -q "run: --keys $TMP/own/agg holds the aggregator's key (--aggregator-key agg)" "$TMP/own.out" ||
+    { cat "$TMP/own.out"; fail "a client with the aggregator's key: says so"; }
+[ ! -e "$TMP/own.db" ] || fail "a client with the aggregator's key: no database made"
+ok "a client given the aggregator's own key is refused naming it, before its database"
 
 SETTINGS="--model logreg --rounds 2 --batch 64 --local-epochs 1 --threads 1 --gather-ms 200"
 # shellcheck disable=SC2086
