@@ -48,7 +48,8 @@ static int open_db(const char *cmd, const char *path, unsigned flags, fed_store 
     fed_store_opts_default(&o);
     o.flags = flags;
     if ((e = fed_store_open(path, &o, st)) != FED_OK) {
-        fed_cli_error("%s: cannot open %s: %s", cmd, path, fed_strerror(e));
+        fed_cli_error("%s: cannot open %s: %s", cmd, path,
+                      e == FED_ERR_MAGIC ? "not a fednode database" : fed_strerror(e));
         return 1;
     }
     return -1;

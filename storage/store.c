@@ -882,10 +882,15 @@ fed_err fed_store_open(const char *path, const fed_store_opts *o, fed_store **ou
         goto out;
     if ((e = check_identity(st, &version)) != FED_OK)
         goto out;
+    if (readonly && version == 0) { /* nothing a reader could read, nor migrate */
+        fed_log(FED_LOG_ERROR, "store: %s is not a fednode database (an empty file)", path);
+        e = FED_ERR_MAGIC;
+        goto out;
+    }
     if (readonly && version < FED_STORE_SCHEMA_READ_MIN) {
         fed_log(FED_LOG_ERROR, "store: %s has schema %" PRId64 " (this build: %d); open it"
                 " read-write once to migrate", path, version, FED_STORE_SCHEMA_VERSION);
-        e = version == 0 ? FED_ERR_NOTFOUND : FED_ERR_SCHEMA;
+        e = FED_ERR_SCHEMA;
         goto out;
     }
     if ((e = apply_pragmas(st, version == 0, readonly)) != FED_OK)

@@ -208,6 +208,15 @@ static void test_open_empty_file(void **state)
     fclose(f); /* a zero-byte file, as `touch` leaves it */
     fed_log_set_level(FED_LOG_INFO);
     fed_test_log_capture(FED_LOG_INFO);
+    /* read-only (status, verify, export): not a fednode database, and
+       nothing it could migrate; the file stays as it was */
+    o.flags = FED_STORE_READONLY;
+    assert_int_equal(fed_store_open(path, &o, &st), FED_ERR_MAGIC);
+    assert_null(st);
+    fed_test_log_has("empty.db is not a fednode database (an empty file)");
+    assert_int_equal(fed_test_log_count("migrate", ""), 0);
+    fed_test_log_reset();
+    o.flags = 0;
     assert_int_equal(fed_store_open(path, &o, &st), FED_OK);
     /* one line says it is new (it said "schema migrated" once per version) */
     assert_int_equal(fed_test_log_count("schema", ""), 1);
