@@ -958,6 +958,26 @@ static void test_opt_ini(void **state)
         assert_err(fed_opt_parse_ini_buf(table, NT, &c, t, strlen(t), "b.ini", &e), FED_OK);
         assert_int_equal(c.epochs, 6);
     }
+    {
+        /* comments (docs/settings.md): a whole line starting with '#' or ';',
+           or a ';' after a space ending a value; a '#' is never one inside
+           a value, which may be a path holding it */
+        const char *t = "# whole line\n; whole line\nepochs = 3 ; three\n"
+                        "data = runs/#2/d.csv\nname = a;b\n";
+
+        defaults(&c);
+        assert_err(fed_opt_parse_ini_buf(table, NT, &c, t, strlen(t), "c.ini", &e), FED_OK);
+        assert_int_equal(c.epochs, 3);
+        assert_string_equal(c.data, "runs/#2/d.csv");
+        assert_string_equal(c.name, "a;b");
+        t = "data = runs/d.csv # the data\n";
+        assert_err(fed_opt_parse_ini_buf(table, NT, &c, t, strlen(t), "c.ini", &e), FED_OK);
+        assert_string_equal(c.data, "runs/d.csv # the data");
+        t = "epochs = 3 # three\n";
+        assert_true(fed_opt_parse_ini_buf(table, NT, &c, t, strlen(t), "c.ini", &e) != FED_OK);
+        assert_has(e.msg, "c.ini:1");
+        assert_has(e.msg, "'3 # three' is not an integer");
+    }
     /* an empty buffer sets nothing */
     defaults(&c);
     assert_err(fed_opt_parse_ini_buf(table, NT, &c, "", 0, "empty.ini", &e), FED_OK);
