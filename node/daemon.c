@@ -346,9 +346,12 @@ static void reload_allow(fed_node_daemon *d)
     if (e == FED_OK)
         fed_log(FED_LOG_INFO, "daemon: reloaded %s: %zu members", d->dc->allow_path,
                 fed_crypto_allow_count(d->dc->allow));
-    else
+    else if (line > 0) /* a line of it is wrong */
         fed_log(FED_LOG_ERROR, "daemon: %s:%d: %s; keeping the old allow-list",
                 d->dc->allow_path, line, fed_strerror(e));
+    else if (e != FED_ERR_NOTFOUND) /* a file gone is said by the allow-list's loader */
+        fed_log(FED_LOG_ERROR, "daemon: %s: %s; keeping the old allow-list", d->dc->allow_path,
+                fed_strerror(e));
 }
 
 /* 1 when a signal asks the loop to end. */
