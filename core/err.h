@@ -103,7 +103,9 @@
     X(FED_ERR_LOCAL_MISMATCH, "the aggregator's --local-layers or --local-bn differ from this client's own") \
     X(FED_ERR_DP_STATS, "the model's non-trained statistics would leave the site without noise under DP-SGD; the aggregator must keep them local (--local-bn or --require-dp-sgd)") \
     /* a strategy's own segment (node/layout.h), appended likewise */            \
-    X(FED_ERR_STEPS, "FedNova under secure aggregation: this client's momentum-weighted local steps exceed the steps segment's range (65536); lower --local-epochs or set --max-steps")
+    X(FED_ERR_STEPS, "FedNova under secure aggregation: this client's momentum-weighted local steps exceed the steps segment's range (65536); lower --local-epochs or set --max-steps") \
+    /* storage, appended likewise */                                           \
+    X(FED_ERR_IN_USE, "the database is in use by another fednode process (one writer a database)")
 
 typedef enum fed_err {
 #define FED_ERR_ENUM_(name, msg) name,

@@ -818,7 +818,7 @@ static fed_err take_writer_lock(fed_store *st, const char *path)
         else
             fed_log(FED_LOG_ERROR, "store: %s is in use by another fednode process (%s is"
                     " locked); one writer a database", path, lpath);
-        e = FED_ERR_BUSY;
+        e = FED_ERR_IN_USE;
         goto out;
     }
     /* the pid only names the holder to a refused opener: a failed write

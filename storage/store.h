@@ -120,7 +120,7 @@ void fed_store_opts_default(fed_store_opts *o);
  * read-only gives FED_ERR_READONLY here, not at the first write. One
  * read-write open a file at a time: it holds an exclusive lock on
  * path + ".lock" until fed_store_close, and a second (this process or
- * another) gives FED_ERR_BUSY, logging the holder's pid, before reading or
+ * another) gives FED_ERR_IN_USE, logging the holder's pid, before reading or
  * writing anything; READONLY opens take no lock and read beside a writer.
  * o may be NULL for defaults. *out is closed with fed_store_close. */
 FED_WUR fed_err fed_store_open(const char *path, const fed_store_opts *o, fed_store **out);

@@ -1584,7 +1584,7 @@ static void test_readonly(void **state)
 
 /* One writer a database: a second read-write open of the same file (a
  * second daemon given the same --db, fedsim or train, import's tool open)
- * is refused with FED_ERR_BUSY before it changes anything, naming the
+ * is refused with FED_ERR_IN_USE before it changes anything, naming the
  * holder, in this process or another; the first open writes on unharmed, a
  * reader still reads beside it, and the close frees the file. */
 static void test_one_writer(void **state)
@@ -1615,11 +1615,11 @@ static void test_one_writer(void **state)
 
     fed_test_log_capture(FED_LOG_ERROR);
     clk.now = 400; /* a refused open must not move the epoch */
-    assert_int_equal(fed_store_open(path, &o, &st2), FED_ERR_BUSY);
+    assert_int_equal(fed_store_open(path, &o, &st2), FED_ERR_IN_USE);
     assert_null(st2);
     fed_test_log_has("one-writer.db is in use by another open in this process");
     o.flags = FED_STORE_NO_EPOCH; /* import's open writes too */
-    assert_int_equal(fed_store_open(path, &o, &st2), FED_ERR_BUSY);
+    assert_int_equal(fed_store_open(path, &o, &st2), FED_ERR_IN_USE);
     assert_null(st2);
     o.flags = 0;
     fed_test_log_default();
@@ -1634,7 +1634,7 @@ static void test_one_writer(void **state)
         fed_test_log_capture(FED_LOG_ERROR);
         e = fed_store_open(path, &o, &c);
         snprintf(buf, sizeof buf, "(pid %ld)", (long)getppid());
-        _exit(e == FED_ERR_BUSY && !c && strstr(fed_test_log_text(), buf) &&
+        _exit(e == FED_ERR_IN_USE && !c && strstr(fed_test_log_text(), buf) &&
                       strstr(fed_test_log_text(), "in use by another fednode process")
                   ? 0
                   : 1);
