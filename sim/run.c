@@ -6,6 +6,7 @@
  * data and the pool. */
 #include <math.h>
 #include <sodium.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,6 +132,25 @@ typedef struct agg_row {
     double loss;    /* the global model's test loss (mse under --task regression); NaN */
 } agg_row;
 
+/* The fault and attack options (--crash, --stragglers, --byzantine,
+ * --loss-window, --partition-net), parsed and checked once by check_faults
+ * before anything is built; each refusal logged naming its option, value
+ * and what is wrong. */
+typedef struct sim_faults {
+    int crash;                   /* --crash given */
+    int crash_node;              /* its client or peer; -1: the aggregator */
+    double crash_at, restart_at; /* virtual seconds; restart_at < 0: never */
+    double slow_f, slow;         /* --stragglers: the last slow_f train slow times slower */
+    double byz;                  /* --byzantine: the first byz of the clients ... */
+    fed_sim_attack attack;       /* ... send this */
+    int loss_window;             /* --loss-window given: loss_p from loss_t1 to loss_t2 */
+    double loss_p, loss_t1, loss_t2;
+    int partition;               /* --partition-net given: groups from part_t1 to part_t2 */
+    double groups, part_t1, part_t2;
+} sim_faults;
+
+#define FAULT_MAX_S 1e9 /* no fault time past this (its ms must fit a uint64_t) */
+
 typedef struct sim_run sim_run;
 
 typedef struct node_obs { /* each node's observer: the run and its number */
@@ -166,6 +186,7 @@ struct sim_run {
     fed_node_test_hooks peer_hooks; /* peers: the economies of node/test_hooks.h */
     fed_model *eval_model; /* peers: the one they all evaluate in (lent to each;
                               the world runs their events one at a time) */
+    sim_faults f;          /* the fault and attack options, parsed */
 };
 
 static void emit(sim_run *r, const fed_sim_row *row)
@@ -462,108 +483,222 @@ static uint32_t node_index(const sim_run *r, int i)
     return (uint32_t)i + (r->peer_mode ? 0u : 1u);
 }
 
-/* "F:REST": the fraction and what follows the colon. */
-static fed_err parse_fraction(const char *s, double *f, const char **rest)
+
+/* Logs "sim: --OPT VALUE: WHY" (the value's control bytes as \xNN, as the
+ * option loader shows outside text); FED_ERR_SPEC. */
+static fed_err __attribute__((format(printf, 3, 4)))
+refuse_opt(const char *opt, const char *value, const char *fmt, ...)
+{
+    char shown[4 * FED_SIM_STR + 1], why[256];
+    size_t k = 0;
+    va_list ap;
+
+    for (const unsigned char *p = (const unsigned char *)value; *p && k + 5 < sizeof shown; p++)
+        k += (size_t)snprintf(shown + k, sizeof shown - k, *p < 0x20 || *p == 0x7f ? "\\x%02x" : "%c",
+                              *p);
+    shown[k] = '\0';
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    fed_log(FED_LOG_ERROR, "sim: --%s %s: %s", opt, shown, why);
+    return FED_ERR_SPEC;
+}
+
+/* A time in virtual seconds at the start of s ("what" names it in a
+ * refusal): *end after it. */
+static fed_err parse_time(const char *opt, const char *value, const char *what, const char *s,
+                          double *t, char **end)
+{
+    size_t sign = *s == '-' || *s == '+';
+
+    *t = fed_strtod_decimal(s, end);
+    if (*end == s || !(*t >= 0 && *t <= FAULT_MAX_S))
+        return refuse_opt(opt, value, "%s '%.*s' is not a time: give virtual seconds, 0 to %g",
+                          what, *end > s ? (int)(*end - s) : (int)(sign + strcspn(s + sign, ",@-:")),
+                          s, FAULT_MAX_S);
+    return FED_OK;
+}
+
+/* "FRACTION:REST" (rest_name names REST): the fraction, in [0, 1], and
+ * what follows the colon. */
+static fed_err parse_fraction(const char *opt, const char *s, const char *rest_name, double *f,
+                              const char **rest)
 {
     char *end;
 
     *f = fed_strtod_decimal(s, &end);
-    if (end == s || *end != ':' || !(*f >= 0 && *f <= 1))
-        return FED_ERR_SPEC;
+    if (end == s || !(*f >= 0 && *f <= 1))
+        return refuse_opt(opt, s, "FRACTION:%s: the fraction '%.*s' is not a number from 0 to 1",
+                          rest_name, (int)strcspn(s, ":"), s);
+    if (*end != ':' || !end[1])
+        return refuse_opt(opt, s, "FRACTION:%s: no %s after the fraction", rest_name,
+                          rest_name);
     *rest = end + 1;
     return FED_OK;
 }
 
-/* "X@T1-T2" into x, t1 and t2 (seconds, t1 <= t2). */
-static fed_err parse_window(const char *s, double *x, double *t1, double *t2)
+/* "X@T1-T2" into x, t1 and t2 (virtual seconds, t1 <= t2); x_name names X. */
+static fed_err parse_window(const char *opt, const char *value, const char *x_name, double *x,
+                            double *t1, double *t2)
 {
     char *end;
-
-    *x = fed_strtod_decimal(s, &end);
-    if (end == s || *end != '@')
-        return FED_ERR_SPEC;
-    s = end + 1;
-    *t1 = fed_strtod_decimal(s, &end);
-    if (end == s || *end != '-' || !(*t1 >= 0))
-        return FED_ERR_SPEC;
-    s = end + 1;
-    *t2 = fed_strtod_decimal(s, &end);
-    if (end == s || *end || !(*t2 >= *t1))
-        return FED_ERR_SPEC;
-    return FED_OK;
-}
-
-/* --loss-window and --partition-net. */
-static fed_err schedule_network(sim_run *r)
-{
-    const fed_sim_scenario *sc = r->sc;
-    double x, t1, t2;
     fed_err e;
 
-    if (sc->loss_window[0]) {
-        if (parse_window(sc->loss_window, &x, &t1, &t2) != FED_OK || !(x >= 0 && x <= 1))
-            return FED_ERR_SPEC;
-        if ((e = fed_sim_world_add_loss(r->w, x, (uint64_t)(t1 * 1000), (uint64_t)(t2 * 1000))) !=
-            FED_OK)
-            return e;
-    }
-    if (sc->partition_net[0]) {
-        size_t n = fed_sim_world_node_count(r->w);
-        uint32_t *group = NULL;
-
-        if (parse_window(sc->partition_net, &x, &t1, &t2) != FED_OK || x < 2 || x > sc->nodes ||
-            x != floor(x))
-            return FED_ERR_SPEC;
-        if (!(group = fed_calloc(n, sizeof *group)))
-            return FED_ERR_NOMEM;
-        for (int i = 0; i < sc->nodes; i++) /* the aggregator stays in group 0 */
-            group[node_index(r, i)] = (uint32_t)((size_t)i * (size_t)x / (size_t)sc->nodes);
-        e = fed_sim_world_add_partition(r->w, group, n, (uint64_t)(t1 * 1000),
-                                        (uint64_t)(t2 * 1000));
-        fed_free(group);
-        if (e != FED_OK)
-            return e;
-    }
+    *x = fed_strtod_decimal(value, &end);
+    if (end == value || *end != '@')
+        return refuse_opt(opt, value, "%s@T1-T2: %s", x_name,
+                          end == value ? "it does not start with a number" : "no @ after the number");
+    if ((e = parse_time(opt, value, "T1", end + 1, t1, &end)) != FED_OK)
+        return e;
+    if (*end != '-')
+        return refuse_opt(opt, value, "%s@T1-T2: no -T2 after T1", x_name);
+    if ((e = parse_time(opt, value, "T2", end + 1, t2, &end)) != FED_OK)
+        return e;
+    if (*end)
+        return refuse_opt(opt, value, "%s@T1-T2: '%s' after T2", x_name, end);
+    if (*t2 < *t1)
+        return refuse_opt(opt, value, "the window ends (%g s) before it starts (%g s)", *t2, *t1);
     return FED_OK;
 }
 
-/* Crash and restart events from "NODE@S[,restart@S]". */
-static fed_err schedule_crash(sim_run *r)
+/* "NODE@S[,restart@S]" into f. */
+static fed_err parse_crash(const fed_sim_scenario *sc, int peer_mode, sim_faults *f)
 {
-    const char *s = r->sc->crash;
+    const char *v = sc->crash, *s = v;
     char *end;
-    uint32_t index;
-    double at, back = -1;
+    fed_err e;
 
-    if (!s[0])
-        return FED_OK;
-    if (!strncmp(s, "agg@", 4) && !r->peer_mode) {
-        index = 0;
+    f->crash = 1;
+    f->restart_at = -1;
+    if (!strncmp(s, "agg@", 4)) {
+        if (peer_mode)
+            return refuse_opt("crash", v, "peers have no aggregator: NODE is a peer, 0 to %d",
+                              sc->nodes - 1);
+        f->crash_node = -1;
         s += 4;
     } else {
         long k = strtol(s, &end, 10);
 
-        if (end == s || *end != '@' || k < 0 || k >= r->sc->nodes)
-            return FED_ERR_SPEC;
-        index = node_index(r, (int)k);
+        if (end == s)
+            return refuse_opt("crash", v, "NODE@SECONDS[,restart@SECONDS]: NODE is a number, "
+                              "0 to %d%s", sc->nodes - 1, peer_mode ? "" : ", or agg");
+        if (k < 0 || k >= sc->nodes)
+            return refuse_opt("crash", v, "node %ld is not one of the %d nodes (0 to %d%s)", k,
+                              sc->nodes, sc->nodes - 1, peer_mode ? "" : ", or agg");
+        if (*end != '@')
+            return refuse_opt("crash", v, "NODE@SECONDS[,restart@SECONDS]: no @SECONDS after "
+                              "the node");
+        f->crash_node = (int)k;
         s = end + 1;
     }
-    at = fed_strtod_decimal(s, &end);
-    if (end == s || !(at >= 0))
-        return FED_ERR_SPEC;
-    if (*end == ',') {
-        s = end + 1;
-        if (strncmp(s, "restart@", 8) != 0)
-            return FED_ERR_SPEC;
-        back = fed_strtod_decimal(s + 8, &end);
-        if (end == s + 8 || !(back > at))
-            return FED_ERR_SPEC;
-    }
+    if ((e = parse_time("crash", v, "SECONDS", s, &f->crash_at, &end)) != FED_OK)
+        return e;
+    if (*end == ',' && !strncmp(end + 1, "restart@", 8) &&
+        (e = parse_time("crash", v, "restart's SECONDS", end + 9, &f->restart_at, &end)) !=
+            FED_OK)
+        return e;
     if (*end)
-        return FED_ERR_SPEC;
-    if (fed_sim_world_crash_at(r->w, index, (uint64_t)(at * 1000)) != FED_OK ||
-        (back >= 0 && fed_sim_world_restart_at(r->w, index, (uint64_t)(back * 1000)) != FED_OK))
-        return FED_ERR_NOMEM;
+        return refuse_opt("crash", v, "NODE@SECONDS[,restart@SECONDS]: '%s' where the spec "
+                          "should end or go on with ,restart@SECONDS", end);
+    if (f->restart_at >= 0 && !(f->restart_at > f->crash_at))
+        return refuse_opt("crash", v, "the restart (%g s) must come after the crash (%g s)",
+                          f->restart_at, f->crash_at);
+    return FED_OK;
+}
+
+/* The fault and attack options into f, each refusal logged. */
+static fed_err check_faults(const fed_sim_scenario *sc, int peer_mode, sim_faults *f)
+{
+    const char *rest;
+    char *end;
+    fed_err e;
+
+    memset(f, 0, sizeof *f);
+    f->slow = 1;
+    if (sc->crash[0] && (e = parse_crash(sc, peer_mode, f)) != FED_OK)
+        return e;
+    if (sc->stragglers[0]) {
+        if ((e = parse_fraction("stragglers", sc->stragglers, "SLOWDOWN", &f->slow_f, &rest)) !=
+            FED_OK)
+            return e;
+        f->slow = fed_strtod_decimal(rest, &end);
+        if (end == rest || *end || !(f->slow >= 1 && f->slow <= 1e6))
+            return refuse_opt("stragglers", sc->stragglers, "the slowdown '%s' is not a number "
+                              "from 1 to 1e6 (how many times slower the stragglers train)",
+                              rest);
+    }
+    if (sc->byzantine[0]) {
+        if (peer_mode)
+            return refuse_opt("byzantine", sc->byzantine, "Byzantine clients send their "
+                              "deltas to an aggregator: peers have none (--role aggregator)");
+        if ((e = parse_fraction("byzantine", sc->byzantine, "ATTACK", &f->byz, &rest)) != FED_OK)
+            return e;
+        if (fed_sim_attack_parse(rest, &f->attack) != FED_OK)
+            return refuse_opt("byzantine", sc->byzantine, "the attack '%s' is not signflip:S, "
+                              "noise:SIGMA or zero (S and SIGMA in (0, 1e6])", rest);
+    }
+    if (sc->loss_window[0]) {
+        f->loss_window = 1;
+        if ((e = parse_window("loss-window", sc->loss_window, "P", &f->loss_p, &f->loss_t1,
+                              &f->loss_t2)) != FED_OK)
+            return e;
+        if (!(f->loss_p >= 0 && f->loss_p <= 1))
+            return refuse_opt("loss-window", sc->loss_window, "the loss %g is not a share "
+                              "from 0 to 1", f->loss_p);
+    }
+    if (sc->partition_net[0]) {
+        f->partition = 1;
+        if ((e = parse_window("partition-net", sc->partition_net, "GROUPS", &f->groups,
+                              &f->part_t1, &f->part_t2)) != FED_OK)
+            return e;
+        if (!(f->groups >= 2 && f->groups <= sc->nodes && f->groups == floor(f->groups)))
+            return refuse_opt("partition-net", sc->partition_net, "GROUPS is %g: the %d nodes "
+                              "split into a whole number of groups, 2 to %d", f->groups,
+                              sc->nodes, sc->nodes);
+    }
+    return FED_OK;
+}
+
+/* --loss-window and --partition-net (checked by check_faults). */
+static fed_err schedule_network(sim_run *r)
+{
+    const sim_faults *f = &r->f;
+    size_t n = fed_sim_world_node_count(r->w);
+    uint32_t *group = NULL;
+    fed_err e = FED_OK;
+
+    if (f->loss_window &&
+        (e = fed_sim_world_add_loss(r->w, f->loss_p, (uint64_t)(f->loss_t1 * 1000),
+                                    (uint64_t)(f->loss_t2 * 1000))) != FED_OK)
+        goto out;
+    if (!f->partition)
+        goto out;
+    if (!(group = fed_calloc(n, sizeof *group))) {
+        e = FED_ERR_NOMEM;
+        goto out;
+    }
+    for (int i = 0; i < r->sc->nodes; i++) /* the aggregator stays in group 0 */
+        group[node_index(r, i)] = (uint32_t)((size_t)i * (size_t)f->groups / (size_t)r->sc->nodes);
+    e = fed_sim_world_add_partition(r->w, group, n, (uint64_t)(f->part_t1 * 1000),
+                                    (uint64_t)(f->part_t2 * 1000));
+out:
+    fed_free(group);
+    return e;
+}
+
+/* --crash's events (checked by check_faults). */
+static fed_err schedule_crash(sim_run *r)
+{
+    const sim_faults *f = &r->f;
+    uint32_t index = f->crash_node < 0 ? 0 : node_index(r, f->crash_node);
+    fed_err e;
+
+    if (!f->crash)
+        return FED_OK;
+    if ((e = fed_sim_world_crash_at(r->w, index, (uint64_t)(f->crash_at * 1000))) != FED_OK)
+        return e;
+    if (f->restart_at >= 0)
+        return fed_sim_world_restart_at(r->w, index, (uint64_t)(f->restart_at * 1000));
     return FED_OK;
 }
 
@@ -599,27 +734,11 @@ static fed_err attach_nodes(sim_run *r, const fed_dataset *train, const fed_data
                             fed_backend *be)
 {
     const fed_sim_scenario *sc = r->sc;
-    double byz = 0, slow_f = 0, slow = 1;
-    const char *attack = "", *rest;
-    fed_sim_attack a = {0};
-    char *end;
+    const sim_faults *f = &r->f;
     fed_node_config c;
     char path[512];
     fed_err e;
 
-    if (sc->byzantine[0] && (r->peer_mode || parse_fraction(sc->byzantine, &byz, &attack) != FED_OK ||
-                             !attack[0] || fed_sim_attack_parse(attack, &a) != FED_OK)) {
-        fed_log(FED_LOG_ERROR, "sim: --byzantine '%s': FRACTION:ATTACK, aggregator mode only",
-                sc->byzantine);
-        return FED_ERR_SPEC;
-    }
-    if (sc->stragglers[0]) {
-        if (parse_fraction(sc->stragglers, &slow_f, &rest) != FED_OK)
-            return FED_ERR_SPEC;
-        slow = fed_strtod_decimal(rest, &end);
-        if (end == rest || *end || !(slow >= 1))
-            return FED_ERR_SPEC;
-    }
     if (!r->peer_mode && !r->agg && (e = fed_sim_world_add_remote(r->w, &r->ids[0], NULL)))
         return e;
     if (r->agg) {
@@ -661,16 +780,16 @@ static fed_err attach_nodes(sim_run *r, const fed_dataset *train, const fed_data
         } else {
             c.role = FED_NODE_CLIENT;
             c.client.aggregator = r->ids[0];
-            if (i < (int)floor(byz * sc->nodes + 1e-9)) {
-                r->attack[i] = a;
+            if (i < (int)floor(f->byz * sc->nodes + 1e-9)) {
+                r->attack[i] = f->attack;
                 fed_sim_attack_install(&r->attack[i], &c, fed_sim_host_id(r->h[i])->key);
             }
         }
         snprintf(path, sizeof path, "%s/node-%d.db", sc->db_dir, i);
         if ((e = fed_sim_host_attach(r->h[i], r->w, &c, sc->db_dir[0] ? path : NULL)) != FED_OK)
             return e;
-        if (i >= sc->nodes - (int)floor(slow_f * sc->nodes + 1e-9) &&
-            (e = fed_sim_world_set_slowdown(r->w, node_index(r, i), slow)) != FED_OK)
+        if (i >= sc->nodes - (int)floor(f->slow_f * sc->nodes + 1e-9) &&
+            (e = fed_sim_world_set_slowdown(r->w, node_index(r, i), f->slow)) != FED_OK)
             return e;
     }
     return FED_OK;
@@ -1306,7 +1425,8 @@ static fed_err run(const fed_sim_scenario *sc, const fed_dataset *train, fed_dat
     r.comm = comm;
     r.next_row = 1;
     r.peer_mode = !strcmp(sc->role, "peer");
-    if ((e = check_scenario(sc, r.peer_mode)) != FED_OK)
+    if ((e = check_scenario(sc, r.peer_mode)) != FED_OK ||
+        (e = check_faults(sc, r.peer_mode, &r.f)) != FED_OK)
         return e;
     if (sc->personal_eval && fed_comm_size(comm) > 1) {
         fed_log(FED_LOG_ERROR, "sim: --personal-eval runs in one process (not across ranks)");

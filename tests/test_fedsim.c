@@ -962,30 +962,107 @@ static void test_async_and_final_mix(void **state)
     assert_memory_not_equal(h0, h3, 32);
 }
 
+/* The scenario kv refused (FED_ERR_SPEC) with one line of the simulator's
+ * (the log captured), holding want. */
+static void assert_refused(const char *const *kv, const char *want)
+{
+    fed_sim_scenario sc;
+
+    scenario(&sc, kv);
+    fed_test_log_reset();
+    assert_int_equal(fed_sim_run(&sc, train, test, pool, 1e6, NULL, NULL, NULL, NULL),
+                     FED_ERR_SPEC);
+    fed_test_log_has(want);
+    assert_int_equal(fed_test_log_count("sim: ", ""), 1); /* one refusal, said once */
+}
+
+/* Each bad spec refused (FED_ERR_SPEC) with one line of the simulator's
+ * naming its option (and a fault's value) and what is wrong (nodes 4). */
 static void test_bad_specs(void **state)
 {
-    const char *bad[][2] = {{"byzantine", "0.2"},      {"byzantine", "2:zero"},
-                            {"byzantine", "0.2:flip"}, {"stragglers", "0.5:0.5"},
-                            {"crash", "99@1"},         {"crash", "1@5,restart@2"},
-                            {"role", "mesh"},          {"mode", "mesh"},
-                            {"rounds", "0"},           {"strategy", "bogus"},
-                            {"codec", "f64"},          {"loss-window", "2@0-1"},
-                            {"partition-net", "1@0-1"}, {"partition-net", "2@3-1"},
-                            {"local-layers", "fc3.*,,fc2.*"}, {"local-layers", "fc3 .*"},
-                            {"input-scale", "minus-one"},
-                            {"strategy", "fednova:1"},  {"strategy", "scaffold:0"},
-                            {"strategy", "scaffold:1,2"}};
+    const char *bad[][3] = {
+        {"byzantine", "0.2", "--byzantine 0.2: FRACTION:ATTACK: no ATTACK after the fraction"},
+        {"byzantine", "2:zero", "--byzantine 2:zero: FRACTION:ATTACK: the fraction '2' is not"},
+        {"byzantine", "0.2:flip", "--byzantine 0.2:flip: the attack 'flip' is not signflip:S"},
+        {"byzantine", "0.2:", "--byzantine 0.2:: FRACTION:ATTACK: no ATTACK after the fraction"},
+        {"stragglers", "0.5:0.5", "--stragglers 0.5:0.5: the slowdown '0.5' is not a number "
+                                  "from 1 to 1e6"},
+        {"stragglers", "0.5:0", "--stragglers 0.5:0: the slowdown '0' is not"},
+        {"stragglers", "0.5:2e6", "--stragglers 0.5:2e6: the slowdown '2e6' is not"},
+        {"stragglers", "0.5:2x", "--stragglers 0.5:2x: the slowdown '2x' is not"},
+        {"stragglers", "1.5:2", "--stragglers 1.5:2: FRACTION:SLOWDOWN: the fraction '1.5' is "
+                                "not a number from 0 to 1"},
+        {"stragglers", "0.5", "--stragglers 0.5: FRACTION:SLOWDOWN: no SLOWDOWN after"},
+        {"stragglers", "x:2", "--stragglers x:2: FRACTION:SLOWDOWN: the fraction 'x' is not"},
+        {"crash", "99@1", "--crash 99@1: node 99 is not one of the 4 nodes (0 to 3, or agg)"},
+        {"crash", "-1@1", "--crash -1@1: node -1 is not one of the 4 nodes"},
+        {"crash", "x", "--crash x: NODE@SECONDS[,restart@SECONDS]: NODE is a number, 0 to 3, "
+                       "or agg"},
+        {"crash", "3", "--crash 3: NODE@SECONDS[,restart@SECONDS]: no @SECONDS after the node"},
+        {"crash", "3@-1", "--crash 3@-1: SECONDS '-1' is not a time: give virtual seconds"},
+        {"crash", "3@nan", "--crash 3@nan: SECONDS 'nan' is not a time"},
+        {"crash", "3@2e9", "--crash 3@2e9: SECONDS '2e9' is not a time"},
+        {"crash", "agg@", "--crash agg@: SECONDS '' is not a time"},
+        {"crash", "1@5,restart@2", "--crash 1@5,restart@2: the restart (2 s) must come after "
+                                   "the crash (5 s)"},
+        {"crash", "3@0.5,restart@0.5", "--crash 3@0.5,restart@0.5: the restart (0.5 s) must "
+                                       "come after"},
+        {"crash", "3@0.5,restart@x", "--crash 3@0.5,restart@x: restart's SECONDS 'x' is not a "
+                                     "time"},
+        {"crash", "3@0.5,back@1", "--crash 3@0.5,back@1: NODE@SECONDS[,restart@SECONDS]: "
+                                  "',back@1' where the spec should end"},
+        {"crash", "3@0.5x", "--crash 3@0.5x: NODE@SECONDS[,restart@SECONDS]: 'x' where"},
+        {"crash", "3@1\x1b[2J", "--crash 3@1\\x1b[2J: "},
+        {"loss-window", "2@0-1", "--loss-window 2@0-1: the loss 2 is not a share from 0 to 1"},
+        {"loss-window", "0.3@1-0.5", "--loss-window 0.3@1-0.5: the window ends (0.5 s) before "
+                                     "it starts (1 s)"},
+        {"loss-window", "0.3", "--loss-window 0.3: P@T1-T2: no @ after the number"},
+        {"loss-window", "@1-2", "--loss-window @1-2: P@T1-T2: it does not start with a number"},
+        {"loss-window", "0.3@1", "--loss-window 0.3@1: P@T1-T2: no -T2 after T1"},
+        {"loss-window", "0.3@-1-2", "--loss-window 0.3@-1-2: T1 '-1' is not a time"},
+        {"loss-window", "0.3@1-x", "--loss-window 0.3@1-x: T2 'x' is not a time"},
+        {"loss-window", "0.3@1-2s", "--loss-window 0.3@1-2s: P@T1-T2: 's' after T2"},
+        {"partition-net", "1@0-1", "--partition-net 1@0-1: GROUPS is 1: the 4 nodes split into "
+                                   "a whole number of groups, 2 to 4"},
+        {"partition-net", "0@1-2", "--partition-net 0@1-2: GROUPS is 0"},
+        {"partition-net", "5@1-2", "--partition-net 5@1-2: GROUPS is 5"},
+        {"partition-net", "2.5@1-2", "--partition-net 2.5@1-2: GROUPS is 2.5"},
+        {"partition-net", "2@3-1", "--partition-net 2@3-1: the window ends (1 s) before it "
+                                   "starts (3 s)"},
+        {"role", "mesh", "--role: fedsim runs an aggregator with its clients"},
+        {"mode", "mesh", "--mode"},
+        {"rounds", "0", "--rounds 0 (forever) has no end to simulate"},
+        {"strategy", "bogus", "--strategy"},
+        {"codec", "f64", "--codec"},
+        {"local-layers", "fc3.*,,fc2.*", "--local-layers"},
+        {"local-layers", "fc3 .*", "--local-layers"},
+        {"input-scale", "minus-one", "--input-scale"},
+        {"strategy", "fednova:1", "--strategy"},
+        {"strategy", "scaffold:0", "--strategy"},
+        {"strategy", "scaffold:1,2", "--strategy"}};
+    /* peers: no aggregator to crash, no clients to turn Byzantine */
+    const char *peer_bad[][3] = {
+        {"crash", "agg@1", "--crash agg@1: peers have no aggregator: NODE is a peer, 0 to 3"},
+        {"crash", "4@1", "--crash 4@1: node 4 is not one of the 4 nodes (0 to 3)"},
+        {"byzantine", "0.2:zero", "--byzantine 0.2:zero: Byzantine clients send their deltas "
+                                  "to an aggregator"}};
     fed_sim_scenario sc;
 
     (void)state;
     fed_test_need_fashion(train != NULL);
+    fed_test_log_capture(FED_LOG_ERROR);
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         const char *kv[] = {"nodes", "4", "rounds", "1", bad[i][0], bad[i][1], NULL};
 
-        scenario(&sc, kv);
-        assert_int_equal(fed_sim_run(&sc, train, test, pool, 1e6, NULL, NULL, NULL, NULL),
-                         FED_ERR_SPEC);
+        assert_refused(kv, bad[i][2]);
     }
+    for (size_t i = 0; i < sizeof peer_bad / sizeof *peer_bad; i++) {
+        const char *kv[] = {"nodes", "4", "rounds", "1", "role", "peer", peer_bad[i][0],
+                            peer_bad[i][1], NULL};
+
+        assert_refused(kv, peer_bad[i][2]);
+    }
+    fed_test_log_default();
     /* settings the nodes themselves refuse at start: the run stops at once
        (it used to wait out the virtual-time limit, a minute of wall time) */
     {
