@@ -491,9 +491,12 @@ int main(int argc, char **argv)
     else
         e = fed_sim_run(&sc, train, test, pool, 1e7, on_row, &o, hash, &cnt);
     if (e != FED_OK) {
-        /* the scenario's refusal (FED_ERR_SPEC) names its option above */
-        fed_cli_error("%s%s", e == FED_ERR_SPEC ? "the scenario is refused (why is said above)"
-                                                : fed_strerror(e),
+        /* the scenario's refusal (FED_ERR_SPEC) names its option above, a
+           run that cannot finish (FED_ERR_TIMEOUT) its likely cause */
+        fed_cli_error("%s%s", e == FED_ERR_SPEC      ? "the scenario is refused (why is said above)"
+                              : e == FED_ERR_TIMEOUT ? "the run stopped before its last round "
+                                                       "(why is said above)"
+                                                     : fed_strerror(e),
                       comm ? " (ending every rank)" : "");
         rc = 1;
         goto out;

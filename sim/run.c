@@ -1352,6 +1352,10 @@ static fed_err check_scenario(const fed_sim_scenario *sc, int peer_mode)
         why = "--local-only's only figures are --personal-eval's: give both";
     else if (peer_mode && strcmp(sc->s.strategy, "fedavg") != 0)
         why = "--strategy is the aggregator's: peers merge by --mixing";
+    else if (!peer_mode && sc->loss >= 1)
+        why = "--loss 1 loses every frame, so no client ever reaches the aggregator and no "
+              "round can finish: give a share below 1 (--loss-window 1@T1-T2 cuts the network "
+              "for a while)";
     else if (fed_node_settings_apply(&sc->s, (uint32_t)sc->nodes, &probe, &bad) != FED_OK && !bad)
         bad = "settings";
     if (why || bad) {
@@ -1395,6 +1399,115 @@ static fed_err check_scenario(const fed_sim_scenario *sc, int peer_mode)
     return FED_OK;
 }
 
+/* What changes when a round makes progress: the rows emitted, and the
+ * peers' reports of any round. The same on every rank after sync_rows. */
+static uint64_t progress_mark(const sim_run *r)
+{
+    uint64_t m = r->last_emitted;
+
+    for (int k = 1; r->peer_mode && k <= r->sc->s.rounds; k++)
+        m += r->all[k].reports;
+    return m;
+}
+
+/* A round's longest timer, in virtual ms, and its option's name: a run
+ * stops after FED_SIM_STALL_ROUNDS of it without progress. */
+static uint64_t round_timer_ms(const fed_sim_scenario *sc, const char **name)
+{
+    int longest = sc->s.deadline_ms;
+
+    *name = "--deadline-ms";
+    if (sc->s.gather_ms > longest)
+        longest = sc->s.gather_ms, *name = "--gather-ms";
+    if (sc->s.secagg && sc->s.secagg_stage_ms > longest)
+        longest = sc->s.secagg_stage_ms, *name = "--secagg-stage-ms";
+    return (uint64_t)longest;
+}
+
+/* Why no round may be finishing at t_ms, as far as the scenario says (the
+ * same words on every rank), into why. */
+static void stall_cause(const sim_run *r, uint64_t t_ms, char *why, size_t cap)
+{
+    const fed_sim_scenario *sc = r->sc;
+    const sim_faults *f = &r->f;
+
+    if (f->crash && f->crash_node >= 0 && f->restart_at < 0 && t_ms >= f->crash_at * 1000)
+        snprintf(why, cap, "node %d has been down since %g s for good (--crash %s has no "
+                 "restart)%s", f->crash_node, f->crash_at, sc->crash,
+                 !r->peer_mode && sc->s.min_clients >= sc->nodes
+                     ? ", and --min-clients needs a delta from every client" : "");
+    else if (sc->crash_rate > 0)
+        snprintf(why, cap, "--crash-rate %g keeps nodes down", sc->crash_rate);
+    else if (sc->loss > 0 || f->loss_window || f->partition)
+        snprintf(why, cap, "frames are lost (--loss, --loss-window or --partition-net), "
+                 "retries too");
+    else
+        snprintf(why, cap, "none the scenario names: FEDNODE_LOG=info logs what the %s "
+                 "waits for", r->peer_mode ? "peers" : "aggregator");
+}
+
+/* Whether a scheduled fault heals after t_ms (a restart, a loss window's
+ * or a partition's end): the run waits for it. *last: the latest heal at
+ * or before t_ms, in ms (0: none). */
+static int heals_later(const sim_faults *f, uint64_t t_ms, uint64_t *last)
+{
+    double heal[3] = {f->crash ? f->restart_at : -1, f->loss_window ? f->loss_t2 : -1,
+                      f->partition ? f->part_t2 : -1};
+    int later = 0;
+
+    *last = 0;
+    for (int k = 0; k < 3; k++) {
+        uint64_t at;
+
+        if (heal[k] < 0)
+            continue;
+        at = (uint64_t)(heal[k] * 1000);
+        if (at > t_ms)
+            later = 1;
+        else if (at > *last)
+            *last = at;
+    }
+    return later;
+}
+
+/* 0 while the run can still finish; else logged why, FED_ERR_TIMEOUT: the
+ * aggregator down for good (--crash agg@S with no restart), or no progress
+ * (*mark, since *since_ms or the last fault healed) for FED_SIM_STALL_ROUNDS
+ * x round_timer_ms while no scheduled fault is still to heal. */
+static fed_err check_stalled(sim_run *r, uint64_t t_ms, uint64_t *mark, uint64_t *since_ms)
+{
+    const sim_faults *f = &r->f;
+    uint64_t now = progress_mark(r);
+    const char *timer;
+    uint64_t timer_ms = round_timer_ms(r->sc, &timer), healed;
+    char why[256];
+
+    if (f->crash && f->crash_node < 0 && f->restart_at < 0 && t_ms >= f->crash_at * 1000) {
+        fed_log(FED_LOG_ERROR, "sim: the aggregator crashed at %g s and never restarts (--crash "
+                "%s): round %llu of %d cannot finish; stopping (give ,restart@SECONDS)",
+                f->crash_at, r->sc->crash, (unsigned long long)r->last_emitted + 1,
+                r->sc->s.rounds);
+        return FED_ERR_TIMEOUT;
+    }
+    if (now != *mark) {
+        *mark = now;
+        *since_ms = t_ms;
+        return FED_OK;
+    }
+    if (heals_later(f, t_ms, &healed))
+        return FED_OK;
+    if (healed > *since_ms)
+        *since_ms = healed;
+    if (t_ms - *since_ms < FED_SIM_STALL_ROUNDS * timer_ms)
+        return FED_OK;
+    stall_cause(r, t_ms, why, sizeof why);
+    fed_log(FED_LOG_ERROR, "sim: no round finished for %g virtual seconds (%g s to %g s, %d x "
+            "%s %llu): stopping; the likely cause: %s", (double)(t_ms - *since_ms) / 1000,
+            (double)*since_ms / 1000, (double)t_ms / 1000, FED_SIM_STALL_ROUNDS, timer,
+            (unsigned long long)timer_ms, why);
+    return FED_ERR_TIMEOUT;
+}
+
 /* Whether every rank is done, and the worst error any rank met (each logs
  * its own): one reduction a step. */
 static fed_err step_status(sim_run *r, int *done)
@@ -1414,7 +1527,7 @@ static fed_err run(const fed_sim_scenario *sc, const fed_dataset *train, fed_dat
     sim_run r;
     fed_sim_config wc;
     fed_backend *be = NULL;
-    uint64_t t = 0;
+    uint64_t t = 0, mark = 0, since = 0;
     int done = 0;
     fed_err e;
 
@@ -1485,7 +1598,8 @@ static fed_err run(const fed_sim_scenario *sc, const fed_dataset *train, fed_dat
            t < (uint64_t)(max_virtual_s * 1000)) {
         t += RUN_STEP_MS;
         if ((e = random_crashes(&r, t)) != FED_OK || (e = fed_sim_world_run_until(r.w, t)) != FED_OK ||
-            (e = step_status(&r, &done)) != FED_OK || (e = sync_rows(&r, comm, t * 1000, 0)) != FED_OK)
+            (e = step_status(&r, &done)) != FED_OK || (e = sync_rows(&r, comm, t * 1000, 0)) != FED_OK ||
+            (!done && (e = check_stalled(&r, t, &mark, &since)) != FED_OK))
             goto out;
     }
     if ((e = sync_rows(&r, comm, t * 1000, 1)) != FED_OK || (e = step_status(&r, &done)) != FED_OK)
@@ -1502,8 +1616,11 @@ static fed_err run(const fed_sim_scenario *sc, const fed_dataset *train, fed_dat
                                     sizeof *counters / sizeof(uint64_t), FED_COMM_SUM)) != FED_OK)
             goto out;
     }
-    if (!done && !sc->local_only)
+    if (!done && !sc->local_only) {
+        fed_log(FED_LOG_ERROR, "sim: the rounds did not finish in %g virtual seconds (the "
+                "run's limit): stopping", max_virtual_s);
         e = FED_ERR_TIMEOUT;
+    }
 out:
     run_free(&r);
     fed_backend_free(be);

@@ -79,13 +79,21 @@ typedef struct fed_sim_row {
 
 typedef void (*fed_sim_row_fn)(void *ctx, const fed_sim_row *row);
 
+/* A run that makes no progress (no row; peers: no peer reports a round)
+ * for this many times a round's longest timer (--deadline-ms, --gather-ms,
+ * with --secagg --secagg-stage-ms) of virtual time stops: nothing it could
+ * still do would finish a round (docs/simulator.md). */
+#define FED_SIM_STALL_ROUNDS 100
+
 /* Runs sc to its last round (or max_virtual_s). train/test are the shared
  * data (borrowed); pool runs the jobs (NULL: inline). Each finished round
  * goes to on_row, in order. final_hash (may be NULL) gets the sha256 of the
  * final global model (aggregator) or of every peer's estimate in key order,
  * and counters (may be NULL) the network's figures (sim/world.h).
- * FED_ERR_SPEC / BAD_VALUE for options that do not fit, FED_ERR_TIMEOUT when
- * the rounds did not finish in max_virtual_s. */
+ * FED_ERR_SPEC / BAD_VALUE for options that do not fit, each logged;
+ * FED_ERR_TIMEOUT, logged with the likely cause, when the rounds did not
+ * finish in max_virtual_s, when no round finished for FED_SIM_STALL_ROUNDS
+ * timers, or once the aggregator crashed with no restart before the last. */
 FED_WUR fed_err fed_sim_run(const fed_sim_scenario *sc, const fed_dataset *train,
                             const fed_dataset *test, fed_pool *pool, double max_virtual_s,
                             fed_sim_row_fn on_row, void *ctx, uint8_t final_hash[32],

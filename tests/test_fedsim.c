@@ -2,8 +2,9 @@
  * the same scenario and seed twice give the same rows and final model, in
  * both modes, with loss and a straggler; 4 of 20 clients sending
  * signflip:10 bring FedAvg below 0.5 while median, trimmed:0.2 and krum:4
- * stay within 3 points of the clean run; bad fault specs are refused.
- * Skips without the data. */
+ * stay within 3 points of the clean run; bad fault specs are refused, each
+ * saying why; a run no round can finish stops, saying why. Skips without
+ * the data. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -962,6 +963,57 @@ static void test_async_and_final_mix(void **state)
     assert_memory_not_equal(h0, h3, 32);
 }
 
+/* A run no round can finish stops with FED_ERR_TIMEOUT and its likely cause
+ * (it used to spin to max_virtual_s, 1e7 virtual seconds, the better part
+ * of an hour): a client down for good that --min-clients needs, after
+ * FED_SIM_STALL_ROUNDS x --deadline-ms of virtual time without a row; an
+ * aggregator crashed with no restart, at once; the run's own limit. A run
+ * that waits longer than that bound for a scheduled restart still
+ * finishes. */
+static void test_stalled_runs_stop(void **state)
+{
+    const char *down[] = {"nodes", "4", "rounds", "2", "shard-samples", "100", "deadline-ms",
+                          "100", "gather-ms", "100", "min-clients", "4", "crash", "3@0.01",
+                          NULL};
+    const char *agg_down[] = {"nodes", "4", "rounds", "2", "shard-samples", "100", "crash",
+                              "agg@0.01", NULL};
+    /* back after 15 s, longer than 100 x 100 ms: the restart was ahead */
+    const char *back[] = {"nodes", "4", "rounds", "2", "shard-samples", "100", "deadline-ms",
+                          "100", "gather-ms", "100", "min-clients", "4", "crash",
+                          "3@0.01,restart@15", NULL};
+    fed_sim_scenario sc;
+    rows rs;
+    uint8_t h[32];
+
+    (void)state;
+    fed_test_need_fashion(train != NULL);
+    fed_test_log_capture(FED_LOG_ERROR);
+    assert_int_equal(run_kv(down, &rs, h, NULL), FED_ERR_TIMEOUT);
+    assert_int_equal(rs.n, 0);
+    fed_test_log_has("sim: no round finished for 10 virtual seconds (0 s to 10 s, 100 x "
+                     "--deadline-ms 100): stopping; the likely cause: node 3 has been down "
+                     "since 0.01 s for good (--crash 3@0.01 has no restart), and --min-clients "
+                     "needs a delta from every client");
+    fed_test_log_reset();
+    assert_int_equal(run_kv(agg_down, &rs, h, NULL), FED_ERR_TIMEOUT);
+    assert_int_equal(rs.n, 0);
+    fed_test_log_has("sim: the aggregator crashed at 0.01 s and never restarts (--crash "
+                     "agg@0.01): round 1 of 2 cannot finish; stopping");
+    fed_test_log_reset();
+    scenario(&sc, back);
+    memset(&rs, 0, sizeof rs);
+    assert_int_equal(fed_sim_run(&sc, train, test, pool, 0.05, keep_row, &rs, h, NULL),
+                     FED_ERR_TIMEOUT);
+    fed_test_log_has("sim: the rounds did not finish in 0.05 virtual seconds (the run's "
+                     "limit): stopping");
+    fed_test_log_reset();
+    assert_int_equal(run_kv(back, &rs, h, NULL), FED_OK);
+    assert_int_equal(rs.n, 2);
+    assert_true(rs.r[0].t_s > 15);
+    assert_int_equal(fed_test_log_lines(), 0);
+    fed_test_log_default();
+}
+
 /* The scenario kv refused (FED_ERR_SPEC) with one line of the simulator's
  * (the log captured), holding want. */
 static void assert_refused(const char *const *kv, const char *want)
@@ -1029,6 +1081,7 @@ static void test_bad_specs(void **state)
         {"partition-net", "2.5@1-2", "--partition-net 2.5@1-2: GROUPS is 2.5"},
         {"partition-net", "2@3-1", "--partition-net 2@3-1: the window ends (1 s) before it "
                                    "starts (3 s)"},
+        {"loss", "1", "--loss 1 loses every frame, so no client ever reaches the aggregator"},
         {"role", "mesh", "--role: fedsim runs an aggregator with its clients"},
         {"mode", "mesh", "--mode"},
         {"rounds", "0", "--rounds 0 (forever) has no end to simulate"},
@@ -1103,6 +1156,7 @@ int main(void)
         cmocka_unit_test(test_async_and_final_mix),
         cmocka_unit_test(test_peer_memory),
         cmocka_unit_test(test_bad_specs),
+        cmocka_unit_test(test_stalled_runs_stop),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_deterministic_allreduce),
         cmocka_unit_test(test_default_lr),
