@@ -1546,8 +1546,10 @@ static int run_node(const run_cfg *c, fed_coll *coll, fed_coll *stage_coll)
             fed_cli_error("run: %s", why);
             return 2;
         }
-        if (c->given && fed_node_settings_secagg_misuse(run_opts, NRUN_OPTS, c->given, role, msg,
-                                                        sizeof msg)) {
+        if (c->given && (fed_node_settings_secagg_misuse(run_opts, NRUN_OPTS, c->given, role, msg,
+                                                         sizeof msg) ||
+                         fed_node_settings_given_misuse(run_opts, NRUN_OPTS, c->given, &c->s,
+                                                        role, msg, sizeof msg))) {
             fed_cli_error("run: %s", msg);
             return 2;
         }

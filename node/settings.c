@@ -174,3 +174,51 @@ int fed_node_settings_secagg_misuse(const fed_opt *t, size_t n, const unsigned c
     }
     return 0;
 }
+
+/* Whether option name is among t's given ones. */
+static int given_named(const fed_opt *t, size_t n, const unsigned char *given, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (given[i] && !t[i].alias_of && !strcmp(t[i].name, name))
+            return 1;
+    return 0;
+}
+
+int fed_node_settings_given_misuse(const fed_opt *t, size_t n, const unsigned char *given,
+                                   const fed_node_settings *s, fed_node_role role, char *why,
+                                   size_t size)
+{
+    /* an option that only the other's setting makes mean something, for
+       a role: the option, the role, whether that setting is on, and why */
+    const struct {
+        const char *opt;
+        fed_node_role role;
+        int on;
+        const char *needs;
+    } deps[] = {
+        {"dp-sgd-clip", FED_NODE_CLIENT, s->dp_sgd, "--dp-sgd (this client's DP-SGD)"},
+        {"dp-sgd-noise", FED_NODE_CLIENT, s->dp_sgd, "--dp-sgd (this client's DP-SGD)"},
+        {"dp-sgd-clip", FED_NODE_AGGREGATOR, s->require_dp_sgd,
+         "--require-dp-sgd (the DP-SGD it asks of its clients)"},
+        {"dp-sgd-noise", FED_NODE_AGGREGATOR, s->require_dp_sgd,
+         "--require-dp-sgd (the DP-SGD it asks of its clients)"},
+        {"dp-client-noise", FED_NODE_AGGREGATOR, s->dp_client_clip > 0,
+         "--dp-client-clip (DP-FedAvg)"},
+        {"buffer", FED_NODE_AGGREGATOR, !strcmp(s->mode, "async"), "--mode async (FedBuff)"},
+        {"max-staleness", FED_NODE_AGGREGATOR, !strcmp(s->mode, "async"),
+         "--mode async (FedBuff)"},
+    };
+
+    for (size_t i = 0; i < sizeof deps / sizeof deps[0]; i++)
+        if (deps[i].role == role && !deps[i].on && given_named(t, n, given, deps[i].opt)) {
+            snprintf(why, size, "--%s means nothing without %s", deps[i].opt, deps[i].needs);
+            return 1;
+        }
+    if (role == FED_NODE_AGGREGATOR && !s->secagg)
+        for (size_t i = 0; i < n; i++)
+            if (given[i] && !t[i].alias_of && !strncmp(t[i].name, "secagg-", 7)) {
+                snprintf(why, size, "--%s means nothing without --secagg", t[i].name);
+                return 1;
+            }
+    return 0;
+}

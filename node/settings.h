@@ -283,4 +283,14 @@ const char *fed_node_settings_local_misuse(const fed_node_settings *s, fed_node_
 int fed_node_settings_secagg_misuse(const fed_opt *t, size_t n, const unsigned char *given,
                                     fed_node_role role, char *why, size_t size);
 
+/* Whether an option given (as above) means nothing without another setting
+ * of s for role: 1 with why (size bytes) naming both, else 0. A client's
+ * --dp-sgd-clip and --dp-sgd-noise need --dp-sgd; an aggregator's need
+ * --require-dp-sgd; --dp-client-noise needs --dp-client-clip; --buffer and
+ * --max-staleness need --mode async; an aggregator's --secagg-* need
+ * --secagg. */
+int fed_node_settings_given_misuse(const fed_opt *t, size_t n, const unsigned char *given,
+                                   const fed_node_settings *s, fed_node_role role, char *why,
+                                   size_t size);
+
 #endif

@@ -775,6 +775,38 @@ static void test_run_role_checks(void **state)
                                       "scaffold"),
                      2);
     assert_non_null(strstr(out, "run: --strategy is the aggregator's setting"));
+    /* an option that only another setting makes mean something */
+    {
+        static const char *const cases[][6] = {
+            {"client", "--dp-sgd-noise", "2", "--dp-sgd-noise means nothing without --dp-sgd"},
+            {"aggregator", "--dp-sgd-clip", "0.5",
+             "--dp-sgd-clip means nothing without --require-dp-sgd"},
+            {"aggregator", "--dp-client-noise", "1",
+             "--dp-client-noise means nothing without --dp-client-clip"},
+            {"aggregator", "--buffer", "5", "--buffer means nothing without --mode async"},
+            {"aggregator", "--max-staleness", "3",
+             "--max-staleness means nothing without --mode async"},
+            {"aggregator", "--secagg-bits", "16", "--secagg-bits means nothing without --secagg"},
+        };
+
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            int client = !strcmp(cases[i][0], "client");
+
+            if (client)
+                assert_int_equal(fed_test_run_cli(fed_cli_run, out, sizeof out, 6, "--role",
+                                                  "client", "--aggregator",
+                                                  "tcp://127.0.0.1:1", cases[i][1],
+                                                  cases[i][2]),
+                                 2);
+            else
+                assert_int_equal(fed_test_run_cli(fed_cli_run, out, sizeof out, 4, "--role",
+                                                  "aggregator", cases[i][1], cases[i][2]),
+                                 2);
+            if (!strstr(out, cases[i][3]))
+                fail_msg("'%s %s' on a%s %s: '%s' lacks '%s'", cases[i][1], cases[i][2],
+                         client ? "" : "n", cases[i][0], out, cases[i][3]);
+        }
+    }
     /* a client with --secagg (and its own floor, which it enforces) goes on
        (to its missing key) */
     assert_int_equal(fed_test_run_cli(fed_cli_run, out, sizeof out, 9, "--role", "client",
