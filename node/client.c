@@ -146,15 +146,18 @@ static void arm_retry(fed_node *n, uint64_t after_ms)
     fedi_node_arm_in(n, after_ms, NODE_TIMER_RETRY); /* a failure stops the node */
 }
 
-/* How long the aggregator has not answered a client that waits on it, once
- * that is past two polls with their retries (an ask is held at most a
- * poll); 0 otherwise, and while it trains. */
+/* How long the aggregator has not answered a client that asks it for
+ * work or sends it a delta, once that is past two polls with their retries
+ * (an ask is held at most a poll, a delta ACKed at once); 0 otherwise. Not
+ * while it trains, nor while a secure round's stage is out: the aggregator
+ * holds that until the stage closes, which its deadlines bound. */
 static uint64_t silent_ms(const fed_node *n)
 {
     const node_client *c = n->client;
     uint64_t now = n->env.now_ms(n->env.self), limit;
 
-    if (c->state == CL_TRAINING || c->state == CL_DONE || now <= c->heard_ms)
+    if ((c->state != CL_IDLE && c->state != CL_ASKING && c->state != CL_SENDING) ||
+        now <= c->heard_ms)
         return 0;
     limit = 2 * (n->cfg.transfer.poll_ms + n->cfg.transfer.retry_ms);
     return now - c->heard_ms > limit ? now - c->heard_ms : 0;
@@ -183,7 +186,7 @@ static void heard(fed_node *n, int from_agg)
     node_client *c = n->client;
 
     if (from_agg && c->said_silent_ms)
-        fed_log(FED_LOG_WARN, "client: the aggregator answers again");
+        fed_log(FED_LOG_INFO, "client: the aggregator answers again");
     c->said_silent_ms = 0;
     c->heard_ms = n->env.now_ms(n->env.self);
 }
