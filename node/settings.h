@@ -223,7 +223,8 @@ typedef struct fed_node_settings {
                 "that is not secure"),                                                           \
     FED_OPT_DEF(T, m.secagg_dropout, "secagg-dropout", FED_OPT_DOUBLE, "0.1", 0, 0.99,           \
                 "aggregator, --secagg: the dropout rate a round must survive (sets the "         \
-                "neighbour graph's degree k so a round fails with probability <= 1e-6)"),       \
+                "neighbour graph's degree k so a round fails with probability <= 1e-6, where "  \
+                "the consortium is large enough; the log gives the bound reached)"),             \
     FED_OPT_DEF(T, m.secagg_max_weight, "secagg-max-weight", FED_OPT_DOUBLE, "1000", 1, 1e9,     \
                 "aggregator, --secagg: a client's weight cap in samples (each client caps its "  \
                 "own; --weight-cap needs the total, which nobody sees)"),                        \
