@@ -532,9 +532,22 @@ static void report_waiting(fed_node *n)
     a->wait_report_ms = n->env.now_ms(n->env.self) + AGG_WAIT_REPORT_MS;
 }
 
-static void hold_remove(node_agg *a, size_t i)
+/* holds[i], out of holds[0..*nh) (the last takes its place) */
+static agg_hold hold_take(agg_hold *holds, size_t *nh, size_t i)
 {
-    a->holds[i] = a->holds[--a->nholds];
+    agg_hold h = holds[i];
+
+    holds[i] = holds[--*nh];
+    return h;
+}
+
+/* holds[i] taken out and answered: an ACK of status and flags */
+static fed_err hold_answer(fed_node *n, agg_hold *holds, size_t *nh, size_t i, fed_err status,
+                           uint32_t flags)
+{
+    agg_hold h = hold_take(holds, nh, i);
+
+    return fedi_node_ack(n, h.req, &h.hdr, status, flags);
 }
 
 /* h's sender's hold in holds[0..*nh), refused and removed (that request
@@ -543,8 +556,7 @@ static int holds_drop(fed_node *n, agg_hold *holds, size_t *nh, const uint8_t se
 {
     for (size_t i = 0; i < *nh; i++)
         if (!memcmp(holds[i].hdr.sender, sender, 32)) {
-            fedi_node_refuse(n, holds[i].req);
-            holds[i] = holds[--*nh];
+            fedi_node_refuse(n, hold_take(holds, nh, i).req);
             return 1;
         }
     return 0;
@@ -584,11 +596,7 @@ fed_err fedi_node_agg_hold_add(fed_node *n, fed_req *req, const fed_wire_hdr *h)
 
 static fed_err answer_no_round(fed_node *n, size_t i, uint32_t flags)
 {
-    node_agg *a = n->agg;
-    agg_hold h = a->holds[i];
-
-    hold_remove(a, i);
-    return fedi_node_ack(n, h.req, &h.hdr, FED_OK, flags);
+    return hold_answer(n, n->agg->holds, &n->agg->nholds, i, FED_OK, flags);
 }
 
 static void finish_all(fed_node *n)
@@ -597,11 +605,9 @@ static void finish_all(fed_node *n)
 
     while (a->nholds)
         (void)answer_no_round(n, 0, FED_WIRE_ACK_FINISHED);
-    while (a->nparked) { /* a parked client too learns that the run is over */
-        agg_hold h = a->parked[--a->nparked];
-
-        (void)fedi_node_ack(n, h.req, &h.hdr, FED_OK, FED_WIRE_ACK_FINISHED);
-    }
+    while (a->nparked) /* a parked client too learns that the run is over */
+        (void)hold_answer(n, a->parked, &a->nparked, a->nparked - 1, FED_OK,
+                          FED_WIRE_ACK_FINISHED);
     (void)n->env.cancel_timer(n->env.self, NODE_TIMER_POLL);
 }
 
@@ -1748,14 +1754,10 @@ static fed_err fed_node_agg_on_timer(fed_node *n, uint32_t id)
             if (a->holds[i].since_ms + n->cfg.transfer.poll_ms <= now)
                 (void)answer_no_round(n, i, FED_WIRE_ACK_NO_ROUND);
         for (size_t i = a->nparked; i-- > 0;)
-            if (a->parked[i].since_ms + n->cfg.transfer.poll_ms <= now) {
-                agg_hold h = a->parked[i];
-                int why = fedi_node_agg_budget_parked(n, &h.hdr);
-
-                a->parked[i] = a->parked[--a->nparked];
-                (void)fedi_node_ack(n, h.req, &h.hdr, why ? (fed_err)why : FED_OK,
-                                    FED_WIRE_ACK_NO_ROUND);
-            }
+            if (a->parked[i].since_ms + n->cfg.transfer.poll_ms <= now)
+                (void)hold_answer(n, a->parked, &a->nparked, i,
+                                  (fed_err)fedi_node_agg_budget_parked(n, &a->parked[i].hdr),
+                                  FED_WIRE_ACK_NO_ROUND);
         if (a->state == AGG_IDLE && a->wait_report_ms && a->wait_report_ms <= now)
             report_waiting(n);
         fedi_node_agg_arm_poll(n);
